@@ -1,0 +1,244 @@
+"""Algorithm presets: one validated record that names GRPO, DAPO, Dr.GRPO, RLOO or REINFORCE.
+
+An ``AlgorithmConfig`` says how rewards become advantages (``advantages``, ``keep_mask``,
+``shape_rewards``) and which clipped-surrogate ``Objective`` the backend optimises. Presets fill
+each algorithm's published defaults; any field can be overridden::
+
+    AlgorithmConfig.preset("dapo", beta=0.01).objective(max_completion_length=256)
+
+Preset defaults (and why):
+
+=========  ==========  =======  ======================  ==========  =============================
+name       advantage   scale    loss_aggregation        clip eps    extras
+=========  ==========  =======  ======================  ==========  =============================
+grpo       group       group    seq_mean_token_mean     .2 / .2     beta 0 (TRL default since 0.19)
+dapo       group       group    token_mean              .2 / .28    dynamic sampling, overlong
+                                                                    shaping (buffer 20%, factor 1)
+dr_grpo    group       none     seq_mean_token_sum_norm .2 / .2     no std scaling, no length norm
+rloo       rloo        none     token_mean              .2 / .2     leave-one-out baseline
+reinforce  reinforce   none     token_mean              .2 / .2     batch-mean baseline
+=========  ==========  =======  ======================  ==========  =============================
+
+* DAPO (Yu et al. 2025): clip-higher ``eps_high = 0.28``, token-level loss, dynamic sampling,
+  soft overlong punishment. The paper uses a 4096-token buffer on a 20480-token limit, i.e. 20%;
+  ``overlong_buffer`` therefore accepts a fraction in (0, 1) of ``max_completion_length`` (the
+  preset's 0.2) as well as an absolute token count (int >= 1).
+* Dr.GRPO (Liu et al. 2025): mean-centred advantages and a constant normaliser
+  (``sequences * max_completion_length``), removing the std and length biases.
+* RLOO (Ahmadian et al. 2024): the baseline is the mean of the *other* samples of the prompt;
+  rewards are not std-scaled (as in the paper); token-mean aggregation so that long and short
+  completions weigh per token, the same choice as DAPO.
+* REINFORCE: batch-mean baseline, no std scaling. With ``num_iterations = 1`` the ratio is
+  always 1, so the clip has no effect and the loss is plain policy gradient.
+
+``max_completion_length`` is the generation limit (``generation.max_new_tokens``). It is needed by
+Dr.GRPO's normaliser and by overlong shaping. Leave it None and the ``max_completion_length``
+argument of ``objective()`` / ``shape_rewards()`` is used (the trainer passes max_new_tokens);
+set it and it wins over that argument.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import attrs
+import numpy as np
+
+from polyrl.algorithms.advantages import ADVANTAGE_ESTIMATORS, SCALE_REWARDS, as_groups, compute_advantages
+from polyrl.algorithms.objective import KL_ESTIMATORS, LOSS_AGGREGATIONS, Objective
+from polyrl.algorithms.shaping import dynamic_sampling_mask, expand_group_mask, shape_overlong
+from polyrl.errors import ConfigError
+
+ALGORITHMS: tuple[str, ...] = ("grpo", "dapo", "dr_grpo", "rloo", "reinforce")
+
+#: Each preset's values for the fields that differ from the class defaults (which are GRPO's).
+PRESETS: dict[str, dict[str, Any]] = {
+    "grpo": {},
+    "dapo": {
+        "epsilon": 0.2,
+        "epsilon_high": 0.28,
+        "loss_aggregation": "token_mean",
+        "dynamic_sampling": True,
+        "overlong_buffer": 0.2,
+        "overlong_penalty": 1.0,
+    },
+    "dr_grpo": {"scale_rewards": "none", "loss_aggregation": "seq_mean_token_sum_norm"},
+    "rloo": {"advantage": "rloo", "scale_rewards": "none", "loss_aggregation": "token_mean"},
+    "reinforce": {"advantage": "reinforce", "scale_rewards": "none", "loss_aggregation": "token_mean"},
+}
+
+
+def _fail(name: str, message: str, fix: str | None = None) -> None:
+    raise ConfigError(message, field=f"algorithm.{name}", fix=fix)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+@attrs.define(frozen=True)
+class AlgorithmConfig:
+    """The ``[algorithm]`` table. Class defaults are the GRPO preset; prefer ``preset(name)``."""
+
+    name: str = "grpo"
+    advantage: str = "group"  # group | rloo | reinforce
+    scale_rewards: str = "group"  # group | batch | none
+    epsilon: float = 0.2  # lower clip: ratio >= 1 - epsilon
+    epsilon_high: float | None = None  # upper clip: ratio <= 1 + epsilon_high (None = epsilon)
+    dual_clip: float | None = None
+    beta: float = 0.0
+    kl_estimator: str = "k3"
+    loss_aggregation: str = "seq_mean_token_mean"
+    num_iterations: int = 1  # optimizer steps per rollout batch
+    dynamic_sampling: bool = False
+    overlong_buffer: int | float | None = None  # tokens (int) or fraction of max length (0..1)
+    overlong_penalty: float = 1.0
+    max_completion_length: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        self._validate_choices()
+        self._validate_numbers()
+
+    def _validate_choices(self) -> None:
+        for field, value, valid in (
+            ("name", self.name, ALGORITHMS),
+            ("advantage", self.advantage, ADVANTAGE_ESTIMATORS),
+            ("scale_rewards", self.scale_rewards, SCALE_REWARDS),
+            ("kl_estimator", self.kl_estimator, KL_ESTIMATORS),
+            ("loss_aggregation", self.loss_aggregation, LOSS_AGGREGATIONS),
+        ):
+            if value not in valid:
+                _fail(field, f"unknown {field} {value!r}", f"use one of {', '.join(valid)}")
+        if not isinstance(self.dynamic_sampling, (bool, np.bool_)):
+            _fail("dynamic_sampling", f"must be true or false, got {self.dynamic_sampling!r}")
+
+    def _validate_numbers(self) -> None:
+        for field in ("epsilon", "beta", "overlong_penalty"):
+            if not _is_number(getattr(self, field)):
+                _fail(field, f"must be a number, got {getattr(self, field)!r}")
+        if not 0 <= self.epsilon < 1:
+            _fail("epsilon", f"must be in [0, 1), got {self.epsilon}",
+                  "the ratio's lower bound 1 - epsilon must stay positive; 0.2 is usual")
+        if self.epsilon_high is not None and (not _is_number(self.epsilon_high) or self.epsilon_high < 0):
+            _fail("epsilon_high", f"must be a number >= 0 or unset, got {self.epsilon_high!r}",
+                  "DAPO's clip-higher uses 0.28")
+        if self.dual_clip is not None and (not _is_number(self.dual_clip) or self.dual_clip <= 1):
+            _fail("dual_clip", f"must be > 1 or unset, got {self.dual_clip!r}", "3.0 is usual")
+        if self.beta < 0:
+            _fail("beta", f"must be >= 0, got {self.beta}", "0 disables the KL term")
+        if not _is_int(self.num_iterations) or self.num_iterations < 1:
+            _fail("num_iterations", f"must be an integer >= 1, got {self.num_iterations!r}")
+        if self.overlong_penalty < 0:
+            _fail("overlong_penalty", f"must be >= 0, got {self.overlong_penalty}")
+        if self.max_completion_length is not None and (
+            not _is_int(self.max_completion_length) or self.max_completion_length < 1
+        ):
+            _fail("max_completion_length", f"must be an integer >= 1, got {self.max_completion_length!r}",
+                  "set it to generation.max_new_tokens")
+        buf = self.overlong_buffer
+        if buf is not None:
+            ok = (_is_int(buf) and buf >= 1) or (_is_number(buf) and not _is_int(buf) and 0 < buf < 1)
+            if not ok:
+                _fail("overlong_buffer", f"must be an integer >= 1 (tokens) or a fraction in (0, 1), got {buf!r}",
+                      "e.g. 0.2 (DAPO's 20%) or 64 tokens; unset disables overlong shaping")
+            if _is_int(buf) and self.max_completion_length is not None and buf > self.max_completion_length:
+                _fail("overlong_buffer", f"{buf} tokens exceeds max_completion_length={self.max_completion_length}",
+                      "use a smaller buffer or a fraction such as 0.2")
+
+    # --- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> AlgorithmConfig:
+        """The named algorithm's defaults, then ``overrides`` (any field; unknown keys raise)."""
+        if name not in PRESETS:
+            close = difflib.get_close_matches(str(name), ALGORITHMS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            _fail("name", f"unknown algorithm {name!r}", f"{hint}use one of {', '.join(ALGORITHMS)}")
+        fields = sorted(f.name for f in attrs.fields(cls) if f.name != "name")
+        for key in overrides:
+            if key not in fields:
+                close = difflib.get_close_matches(key, fields, n=1)
+                fix = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(fields)}"
+                _fail(key, f"unknown algorithm setting {key!r}", fix)
+        return cls(name=name, **{**PRESETS[name], **overrides})
+
+    # --- derived values ------------------------------------------------------------------------
+
+    @property
+    def clip_eps_high(self) -> float:
+        """The upper clip epsilon in effect (``epsilon_high`` or, when unset, ``epsilon``)."""
+        return float(self.epsilon if self.epsilon_high is None else self.epsilon_high)
+
+    def _max_length(self, given: int | None, purpose: str) -> int:
+        """The configured ``max_completion_length`` when set (an explicit choice wins), else ``given``."""
+        value = self.max_completion_length if self.max_completion_length is not None else given
+        if value is None:
+            _fail("max_completion_length", f"is needed for {purpose} but is unset",
+                  "set algorithm.max_completion_length, or pass generation.max_new_tokens as "
+                  "max_completion_length= (the trainer does)")
+        if not _is_int(value) or value < 1:
+            _fail("max_completion_length", f"must be an integer >= 1, got {value!r}")
+        return int(value)  # type: ignore[arg-type]
+
+    def overlong_buffer_tokens(self, max_completion_length: int | None = None) -> int | None:
+        """The overlong buffer in tokens (a fraction is resolved against the max length)."""
+        if self.overlong_buffer is None:
+            return None
+        length = self._max_length(max_completion_length, "overlong reward shaping (overlong_buffer)")
+        buf = self.overlong_buffer
+        tokens = int(buf) if _is_int(buf) else max(1, int(round(float(buf) * length)))
+        if tokens > length:
+            _fail("overlong_buffer", f"{tokens} tokens exceeds the max completion length {length}",
+                  "use a smaller buffer or a fraction such as 0.2")
+        return tokens
+
+    # --- what the trainer calls ----------------------------------------------------------------
+
+    def objective(self, max_completion_length: int | None = None) -> Objective:
+        """The ``Objective`` a backend's ``train_step`` optimises for this algorithm."""
+        kwargs: dict[str, Any] = {}
+        if self.loss_aggregation == "seq_mean_token_sum_norm":
+            kwargs["max_completion_length"] = self._max_length(
+                max_completion_length, "Dr.GRPO's constant normaliser (seq_mean_token_sum_norm)"
+            )
+        elif max_completion_length is not None or self.max_completion_length is not None:
+            kwargs["max_completion_length"] = self._max_length(max_completion_length, "the objective")
+        return Objective(
+            clip_eps_low=float(self.epsilon),
+            clip_eps_high=self.clip_eps_high,
+            dual_clip=None if self.dual_clip is None else float(self.dual_clip),
+            beta=float(self.beta),
+            kl_estimator=self.kl_estimator,
+            loss_aggregation=self.loss_aggregation,
+            **kwargs,
+        )
+
+    def advantages(self, rewards: np.ndarray | list[float], group_size: int) -> np.ndarray:
+        """One advantage per sample (NaN rewards -> 0); see ``polyrl.algorithms.advantages``."""
+        return compute_advantages(rewards, group_size, self.advantage, self.scale_rewards)
+
+    def keep_mask(self, rewards: np.ndarray | list[float], group_size: int) -> np.ndarray:
+        """Per-sample bool mask of samples worth training on (DAPO dynamic sampling when on)."""
+        groups = as_groups(rewards, group_size)
+        if not self.dynamic_sampling:
+            return np.ones(groups.size, dtype=bool)
+        return expand_group_mask(dynamic_sampling_mask(rewards, group_size), group_size)
+
+    def shape_rewards(
+        self,
+        rewards: np.ndarray | list[float],
+        lengths: np.ndarray | list[int],
+        max_completion_length: int | None = None,
+    ) -> np.ndarray:
+        """Rewards after DAPO overlong shaping (a float64 copy when shaping is off)."""
+        r = np.asarray(rewards, dtype=np.float64).reshape(-1).copy()
+        buffer = self.overlong_buffer_tokens(max_completion_length)
+        if buffer is None:
+            return r
+        length = self._max_length(max_completion_length, "overlong reward shaping")
+        return shape_overlong(r, lengths, length, buffer, float(self.overlong_penalty))

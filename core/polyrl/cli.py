@@ -1,0 +1,248 @@
+"""The ``polyrl`` command: train | backends | doctor | generate | bench | convert."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from typing import Any
+
+from polyrl import __version__
+from polyrl.errors import PolyrlError
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _registry():
+    from polyrl.registry import get_registry
+
+    return get_registry()
+
+
+# --- commands -------------------------------------------------------------------------------------
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    reg = _registry()
+    statuses = reg.statuses()
+    errors = reg.load_errors
+    if args.json:
+        _print_json({
+            "backends": [s.as_dict() for s in statuses],
+            "rewards": [{"name": r.name, "summary": r.summary, "distribution": r.distribution}
+                        for r in reg.rewards()],
+            "load_errors": [{"name": e.name, "group": e.group, "distribution": e.distribution,
+                             "error": e.error} for e in errors],
+        })
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="polyrl backends")
+    for col in ("backend", "usable", "version", "distribution", "can do", "why not / fix"):
+        table.add_column(col)
+    for s in statuses:
+        caps = [k for k in ("generate", "logprobs", "train_step", "lora", "weight_import", "weight_export")
+                if s.capabilities.get(k)]
+        why = "" if s.available else f"{s.reason}" + (f" ({s.install_hint})" if s.install_hint else "")
+        table.add_row(s.name, "yes" if s.available else "no", s.version, s.distribution,
+                      ", ".join(caps), why)
+    console.print(table)
+    console.print("rewards: " + ", ".join(reg.reward_names()))
+    for e in errors:
+        console.print(f"[red]plugin {e.name!r} ({e.distribution or 'unknown dist'}) failed to load:[/] {e.error}")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    reg = _registry()
+    report: dict[str, Any] = {
+        "polyrl": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "env": {k: v for k, v in os.environ.items()
+                if k.startswith(("POLYRL_", "OMP_", "MKL_", "HF_HUB_OFFLINE"))},
+        "backends": {},
+        "load_errors": [{"name": e.name, "distribution": e.distribution, "error": e.error}
+                        for e in reg.load_errors],
+    }
+    for name in reg.names():
+        status = reg.status(name)
+        entry: dict[str, Any] = {"available": status.available, "reason": status.reason,
+                                 "version": status.version, "distribution": status.distribution}
+        spec = reg.spec(name)
+        if status.available and spec.diagnostics is not None:
+            try:
+                entry["diagnostics"] = dict(spec.diagnostics())
+            except Exception as exc:  # noqa: BLE001
+                entry["diagnostics"] = {"error": f"{type(exc).__name__}: {exc}"}
+        report["backends"][name] = entry
+    if args.json:
+        _print_json(report)
+        return 0
+    print(f"polyrl {report['polyrl']} on Python {report['python']} ({report['platform']}), "
+          f"{report['cpu_count']} CPUs")
+    for key, value in report["env"].items():
+        print(f"  {key}={value}")
+    for name, entry in report["backends"].items():
+        mark = "ok " if entry["available"] else "NO "
+        line = f"[{mark}] {name} {entry['version']} ({entry['distribution']})"
+        if not entry["available"]:
+            line += f": {entry['reason']}"
+        print(line)
+        for k, v in entry.get("diagnostics", {}).items():
+            print(f"        {k}: {v}")
+    for e in report["load_errors"]:
+        print(f"[ERR] plugin {e['name']} ({e['distribution'] or 'unknown dist'}): {e['error']}")
+    return 1 if report["load_errors"] else 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import attrs
+
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    config = RunConfig.from_toml(args.config)
+    overrides: dict[str, Any] = {}
+    if args.steps is not None:
+        overrides["steps"] = args.steps
+    if args.output_dir is not None:
+        overrides["output_dir"] = args.output_dir
+    if overrides:
+        config = attrs.evolve(config, train=attrs.evolve(config.train, **overrides))
+    trainer = Trainer(config)
+    if args.resume is not None:
+        resumed = trainer.resume(args.resume or None)
+        if not resumed:
+            print("no complete checkpoint found; starting from step 0", file=sys.stderr)
+    summary = trainer.run(progress=not args.no_progress)
+    summary.pop("history", None)
+    _print_json(summary)
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from polyrl.engine import Engine
+    from polyrl.types import EngineConfig, SamplingParams
+
+    reg = _registry()
+    model = reg.resolve_model(args.model)
+    engine = Engine(reg, args.backend, EngineConfig(model=model, role="generate", threads=args.threads))
+    prompt: Any = args.prompt if args.raw else [{"role": "user", "content": args.prompt}]
+    sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                              top_p=args.top_p, top_k=args.top_k, seed=args.seed, n=args.n)
+    completions = engine.generate([prompt], sampling)
+    if args.json:
+        _print_json([{"text": c.text, "completion_ids": c.completion_ids.tolist(),
+                      "logprobs": c.logprobs.tolist(), "finish_reason": c.finish_reason}
+                     for c in completions])
+    else:
+        for c in completions:
+            print(c.text)
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from polyrl.bench import run_bench
+
+    result = run_bench(model=args.model, backends=args.backends, prompts=args.prompts,
+                       group_size=args.group_size, max_new_tokens=args.max_new_tokens,
+                       threads=args.threads, steps=args.steps, lora=args.lora, output=args.output)
+    _print_json(result)
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    reg = _registry()
+    converted = reg.pm.hook.polyrl_convert_model(
+        src=reg.resolve_model(args.src), dst=args.dst, to=args.to, quantize_bits=args.quantize_bits
+    ) if hasattr(reg.pm.hook, "polyrl_convert_model") else None
+    if not converted:
+        raise PolyrlError(f"no installed backend converts to {args.to!r}. Fix: pip install polyrl[{args.to}]")
+    print(converted)
+    return 0
+
+
+# --- parser ---------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="polyrl", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"polyrl {__version__}")
+    parser.add_argument("--log-json", action="store_true", help="JSON log lines on stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train from a TOML config")
+    p.add_argument("config")
+    p.add_argument("--resume", nargs="?", const="", default=None,
+                   help="continue from the newest complete checkpoint (or the one given)")
+    p.add_argument("--steps", type=int, help="override train.steps")
+    p.add_argument("--output-dir", help="override train.output_dir")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("backends", help="list backends, whether they run here, and why not")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_backends)
+
+    p = sub.add_parser("doctor", help="check the installation")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("generate", help="sample from a model on a backend")
+    p.add_argument("prompt")
+    p.add_argument("--backend", default="torch")
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--raw", action="store_true", help="no chat template")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--n", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("bench", help="time generation and train steps per backend, side by side")
+    p.add_argument("--model", default="tiny-llama")
+    p.add_argument("--backends", nargs="*", default=None, help="default: every usable backend")
+    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--lora", action="store_true")
+    p.add_argument("--output", default="bench/results.json")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("convert", help="convert a model between backend formats")
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("--to", required=True, help="target format, e.g. mlx or hf")
+    p.add_argument("--quantize-bits", type=int, default=None)
+    p.set_defaults(func=cmd_convert)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from polyrl import logs
+
+    args = build_parser().parse_args(argv)
+    logs.configure(json=args.log_json or None)
+    try:
+        return int(args.func(args) or 0)
+    except PolyrlError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""The run configuration: one TOML file (or the Python API) describing a whole training run.
+
+Sections mirror the TOML tables: ``[model]``, ``[lora]``, ``[backends]``, ``[generation]``,
+``[algorithm]``, ``[optimizer]``, ``[data]``, ``[[rewards]]``, ``[train]``, ``[eval]``.
+See README.md ("Config reference") for every key.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from polyrl.algorithms.presets import AlgorithmConfig
+from polyrl.configtools import build
+from polyrl.errors import ConfigError
+from polyrl.types import LoraConfig, OptimizerConfig, SamplingParams
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@attrs.define(frozen=True)
+class ModelSection:
+    path: str = ""  # local HF folder, GGUF file, or an alias such as "smollm2-135m-instruct"
+    dtype: str = "float32"
+    device: str = "cpu"
+    max_length: int = 1024
+    reference_path: str | None = None  # the KL reference, when not the initial policy itself
+
+    def __attrs_post_init__(self) -> None:
+        if not self.path:
+            raise ConfigError(
+                "no model given", field="model.path",
+                fix='set model.path to a local HF folder or an alias like "smollm2-135m-instruct"',
+            )
+
+
+@attrs.define(frozen=True)
+class BackendsSection:
+    """Which backend runs each role; generate/reference default to the train backend."""
+
+    train: str = "torch"
+    generate: str | None = None
+    reference: str | None = None
+    options: dict[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def generate_backend(self) -> str:
+        return self.generate or self.train
+
+    @property
+    def reference_backend(self) -> str:
+        return self.reference or self.train
+
+
+@attrs.define(frozen=True)
+class GenerationSection:
+    group_size: int = 4
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    stop: list[str] = attrs.field(factory=list)
+    max_model_path: str | None = None  # a different file for the generator (e.g. a GGUF for MAX)
+
+    def __attrs_post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ConfigError(
+                "must be >= 2: group-relative advantages need several samples per prompt",
+                field="generation.group_size",
+            )
+        self.sampling(0)  # validates the sampling fields
+
+    def sampling(self, seed: int | None) -> SamplingParams:
+        try:
+            return SamplingParams(
+                max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
+                top_k=self.top_k, stop=tuple(self.stop), seed=seed, n=self.group_size,
+            )
+        except ConfigError as exc:
+            raise exc.under("generation") from None
+
+
+@attrs.define(frozen=True)
+class DataSection:
+    task: str | None = None  # built-in task name, e.g. "arithmetic"
+    path: str | None = None  # a JSONL file
+    prompt_column: str = "prompt"
+    options: dict[str, Any] = attrs.field(factory=dict)
+    rows: list[dict[str, Any]] | None = None  # inline rows (the Python API)
+
+    def __attrs_post_init__(self) -> None:
+        if sum(x is not None for x in (self.task, self.path, self.rows)) != 1:
+            raise ConfigError(
+                "give exactly one of data.task, data.path (and, from Python, data.rows)", field="data",
+                fix='e.g. task = "arithmetic" or path = "prompts.jsonl"',
+            )
+
+
+@attrs.define(frozen=True)
+class RewardSection:
+    name: str | None = None  # a registered reward (see `polyrl backends`)
+    function: str | None = None  # "module:function" or "file.py:function"
+    weight: float = 1.0
+    options: dict[str, Any] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        if (self.name is None) == (self.function is None):
+            raise ConfigError(
+                "each [[rewards]] entry needs exactly one of name or function", field="rewards",
+                fix='e.g. name = "numeric_match" or function = "my_rewards:score"',
+            )
+
+    @property
+    def label(self) -> str:
+        return self.name or str(self.function).rsplit(":", 1)[-1]
+
+
+@attrs.define(frozen=True)
+class TrainSection:
+    steps: int = 10
+    prompts_per_step: int = 8
+    seed: int = 0
+    threads: int | None = None
+    output_dir: str = "runs/polyrl"
+    checkpoint_every: int = 0  # 0: only at the end
+    keep_checkpoints: int = 2
+    max_consecutive_skips: int = 3  # stop after this many non-finite steps in a row
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("steps", "prompts_per_step", "keep_checkpoints", "max_consecutive_skips"):
+            if getattr(self, name) < 1:
+                raise ConfigError("must be >= 1", field=f"train.{name}")
+        if self.checkpoint_every < 0:
+            raise ConfigError("must be >= 0 (0 = only at the end)", field="train.checkpoint_every")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError("must be >= 1", field="train.threads")
+
+
+@attrs.define(frozen=True)
+class EvalSection:
+    """Greedy evaluation on held-out prompts (before training, every ``every`` steps, at the end)."""
+
+    count: int = 0  # held-out prompts; 0 disables evaluation
+    every: int = 0
+    reward: str = "numeric_match"
+    max_new_tokens: int | None = None
+
+
+@attrs.define(frozen=True)
+class RunConfig:
+    model: ModelSection
+    data: DataSection
+    rewards: list[RewardSection]
+    backends: BackendsSection = attrs.field(factory=BackendsSection)
+    generation: GenerationSection = attrs.field(factory=GenerationSection)
+    algorithm: AlgorithmConfig = attrs.field(factory=lambda: AlgorithmConfig.preset("grpo"))
+    optimizer: OptimizerConfig = attrs.field(factory=OptimizerConfig)
+    lora: LoraConfig | None = None
+    train: TrainSection = attrs.field(factory=TrainSection)
+    eval: EvalSection = attrs.field(factory=EvalSection)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.rewards:
+            raise ConfigError(
+                "no reward configured", field="rewards",
+                fix='add a [[rewards]] table, e.g. name = "numeric_match"',
+            )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
+        known = {f.name for f in attrs.fields(cls)}
+        for key in data:
+            if key not in known:
+                raise ConfigError(
+                    f"unknown section [{key}]", field=key, fix=f"valid sections: {', '.join(sorted(known))}"
+                )
+        if "model" not in data:
+            raise ConfigError("missing [model] section", field="model.path",
+                              fix='add [model] with path = "smollm2-135m-instruct" or a local folder')
+        if "data" not in data:
+            raise ConfigError("missing [data] section", field="data", fix='add [data] with task = "arithmetic"')
+        rewards = data.get("rewards", [])
+        if not isinstance(rewards, list):
+            raise ConfigError("must be an array of tables ([[rewards]])", field="rewards")
+        algorithm = dict(data.get("algorithm", {}))
+        name = algorithm.pop("name", "grpo")
+        return cls(
+            model=build(ModelSection, data["model"], "model"),
+            data=build(DataSection, data["data"], "data"),
+            rewards=[build(RewardSection, r, f"rewards[{i}]") for i, r in enumerate(rewards)],
+            backends=build(BackendsSection, data.get("backends", {}), "backends"),
+            generation=build(GenerationSection, data.get("generation", {}), "generation"),
+            algorithm=_algorithm(name, algorithm),
+            optimizer=build(OptimizerConfig, data.get("optimizer", {}), "optimizer"),
+            lora=build(LoraConfig, data["lora"], "lora") if "lora" in data else None,
+            train=build(TrainSection, data.get("train", {}), "train"),
+            eval=build(EvalSection, data.get("eval", {}), "eval"),
+        )
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> RunConfig:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} not found", field="config",
+                              fix="pass the path of an existing TOML file")
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path} is not valid TOML: {exc}", field="config") from None
+        return cls.from_dict(data)
+
+
+def _algorithm(name: Any, overrides: dict[str, Any]) -> AlgorithmConfig:
+    if not isinstance(name, str):
+        raise ConfigError("must be a string", field="algorithm.name")
+    fields = {f.name for f in attrs.fields(AlgorithmConfig)}
+    for key in overrides:
+        if key not in fields:
+            raise ConfigError(f"unknown key {key!r}", field=f"algorithm.{key}",
+                              fix=f"valid keys: {', '.join(sorted(fields))}")
+    base = AlgorithmConfig.preset(name)
+    checked = build(AlgorithmConfig, {**attrs.asdict(base), **overrides}, "algorithm")
+    return checked

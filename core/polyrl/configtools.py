@@ -1,0 +1,84 @@
+"""Build attrs records from TOML tables with errors that name the field and the fix.
+
+A typo in a config key should not be silently ignored and a string where a number belongs should
+not fail deep inside a backend, so every table is checked against its attrs class: unknown keys
+(with a "did you mean"), wrong types, and the class's own validators, all reported as
+``ConfigError`` with the dotted path (``generation.temperature``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import attrs
+
+from polyrl.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _matches(value: Any, tp: Any) -> bool:
+    if tp is Any or tp is typing.Any:
+        return True
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin in (tuple, list, typing.Sequence) or tp in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            return False
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        if not args:
+            return True
+        if origin is tuple and len(args) > 1 and Ellipsis not in typing.get_args(tp):
+            return len(value) == len(args) and all(_matches(v, a) for v, a in zip(value, args))
+        return all(_matches(v, args[0]) for v in value)
+    if origin in (dict, Mapping) or tp in (dict, Mapping) or origin is typing.Mapping:
+        return isinstance(value, Mapping)
+    if isinstance(tp, type):
+        return isinstance(value, tp)
+    return True  # a type we do not check (e.g. Literal handled by validators)
+
+
+def build(cls: type[T], data: Any, path: str) -> T:
+    """Construct ``cls`` from a TOML table, validating keys and types."""
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"must be a table, got {type(data).__name__}", field=path)
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in attrs.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(key, list(fields), n=1)
+        fix = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(sorted(fields))}"
+        raise ConfigError(f"unknown key {key!r}", field=f"{path}.{key}", fix=fix)
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        tp = hints.get(name, Any)
+        if not _matches(value, tp):
+            raise ConfigError(
+                f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}",
+                field=f"{path}.{name}",
+            )
+        kwargs[name] = value
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        raise exc.under(path) from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc), field=path) from exc

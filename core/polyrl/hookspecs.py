@@ -1,0 +1,182 @@
+"""The backend contract: everything a polyrl plugin author needs to read.
+
+A plugin is a module (or object) with functions marked ``@hookimpl`` whose names match the specs
+below; it is found through an entry point in group ``polyrl.backends`` (or ``polyrl.rewards``)::
+
+    # pyproject.toml of your distribution
+    [project.entry-points."polyrl.backends"]
+    mybackend = "my_package.plugin"
+
+    # my_package/plugin.py
+    from polyrl.hookspecs import hookimpl
+    from polyrl.types import BackendSpec, Capabilities
+
+    @hookimpl
+    def polyrl_register_backends(register):
+        register(BackendSpec(name="mine", load=MyEngine.load,
+                             capabilities=Capabilities(generate=True, logprobs=True),
+                             probe=lambda: None if have_device() else "no device"))
+
+    @hookimpl
+    def generate(engine, prompts, sampling):
+        if not isinstance(engine, MyEngine):
+            return None          # not ours: pluggy asks the next plugin
+        return [...]             # list[Completion]
+
+How dispatch works
+    The compute hooks (``generate``, ``logprobs``, ``train_step``, weight and checkpoint hooks)
+    are ``firstresult``: every plugin is asked in turn and the first non-None answer wins. Each
+    plugin answers only for the engines its own ``load`` created. ``reward`` is the exception:
+    every reward plugin answers, and the core combines the answers with the configured weights.
+
+Rules every backend follows (the conformance kit in ``polyrl.testing`` checks them)
+    * Token ids and log-probs come from the generator itself; text is for humans only.
+    * ``generate`` log-probs are under ``softmax(logits / temperature)`` before top-p/top-k;
+      ``logprobs``/``train_step`` with the same temperature reproduce them (within float error).
+    * ``train_step`` loss equals ``polyrl.algorithms.reference.policy_loss`` on the same inputs,
+      for every objective; one call is one optimizer step (micro-batches accumulate inside).
+    * Weights cross backends as HF-named numpy arrays (``export_weights``/``import_weights``).
+    * Never import another backend; never import anything heavy at module import time if it
+      can fail: do it in ``load`` and report problems through the ``probe``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:  # pragma: no cover - for readers and type checkers only
+    import numpy as np
+
+    from polyrl.algorithms.objective import Objective
+    from polyrl.types import (
+        BackendSpec,
+        Completion,
+        NamedWeights,
+        Prompt,
+        RewardContext,
+        RewardSpec,
+        SamplingParams,
+        StepMetrics,
+        TokenSequence,
+        TrainBatch,
+    )
+
+PROJECT_NAME = "polyrl"
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+# --- discovery ----------------------------------------------------------------------------------
+
+
+@hookspec
+def polyrl_register_backends(register: Callable[[BackendSpec], None]) -> None:
+    """Announce each backend this plugin offers by calling ``register(BackendSpec(...))``.
+
+    Called once when the registry loads. Keep it cheap: no model loading, no heavy imports;
+    availability is answered by ``BackendSpec.probe`` (return a reason string when unusable).
+    """
+
+
+@hookspec
+def polyrl_register_rewards(register: Callable[[RewardSpec], None]) -> None:
+    """Announce the reward names this plugin computes in ``reward`` (listing and validation)."""
+
+
+@hookspec(firstresult=True)
+def polyrl_resolve_model(name: str) -> str | None:
+    """Turn a model alias (e.g. ``"smollm2-135m-instruct"``) into a local path, or return None.
+
+    Lets a plugin ship or build models (the embedded default) without the core knowing how.
+    """
+
+
+@hookspec(firstresult=True)
+def polyrl_convert_model(src: str, dst: str, to: str, quantize_bits: int | None) -> str | None:
+    """Convert the model at ``src`` into format ``to`` (e.g. "mlx", "hf") under ``dst``.
+
+    Return the written path when this plugin handles ``to``, else None (``polyrl convert``).
+    """
+
+
+# --- compute --------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def generate(engine: Any, prompts: Sequence[Prompt], sampling: SamplingParams) -> list[Completion] | None:
+    """Sample ``sampling.n`` completions for each prompt.
+
+    Returns ``len(prompts) * n`` completions grouped by prompt (all of prompt 0 first), each with
+    ``prompt_index``, the prompt's token ids as the model saw them (chat template applied for
+    chat prompts), the sampled token ids, the sampler's per-token log-probs, the decoded text and
+    the finish reason ("stop" for EOS or a stop string, "length" for ``max_new_tokens``). A stop
+    string ends the completion after the token that completed it. ``seed`` makes it repeatable.
+    """
+
+
+@hookspec(firstresult=True)
+def logprobs(
+    engine: Any, sequences: Sequence[TokenSequence], temperature: float, reference: bool
+) -> list[np.ndarray] | None:
+    """Log-probs of each completion token given its prompt, one float32 array per sequence.
+
+    ``reference=True`` asks for the frozen initial policy (e.g. a LoRA engine with adapters
+    disabled). Return None for it when you cannot, and the core loads a reference engine instead.
+    """
+
+
+@hookspec(firstresult=True)
+def train_step(engine: Any, batch: TrainBatch, objective: Objective) -> StepMetrics | None:
+    """Take one optimizer step on ``batch`` under ``objective``; return its metrics.
+
+    The loss must equal ``polyrl.algorithms.reference.policy_loss(...)`` on the same inputs
+    (loss aggregation over the *whole* batch even when micro-batching). A non-finite loss or
+    gradient must not touch the weights: return ``StepMetrics(..., skipped=True)``.
+    """
+
+
+# --- weights and state ---------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def export_weights(engine: Any) -> NamedWeights | None:
+    """The policy's full weights as HF-named numpy arrays (LoRA merged), for syncing to another
+    engine (trainer -> generator) or another backend."""
+
+
+@hookspec(firstresult=True)
+def import_weights(engine: Any, weights: NamedWeights) -> bool | None:
+    """Replace the engine's weights with ``weights`` (HF names); return True when done.
+
+    Generation must never run concurrently with an import."""
+
+
+@hookspec(firstresult=True)
+def save_checkpoint(engine: Any, path: str) -> bool | None:
+    """Write the model (HF layout, safetensors), adapters and optimizer state under ``path``.
+
+    The core makes the directory atomic (written to a temp dir, fsynced, renamed)."""
+
+
+@hookspec(firstresult=True)
+def load_checkpoint(engine: Any, path: str) -> bool | None:
+    """Restore what ``save_checkpoint`` wrote so a resumed run continues exactly."""
+
+
+# --- rewards ------------------------------------------------------------------------------------
+
+
+@hookspec
+def reward(
+    prompts: Sequence[Prompt], completions: Sequence[Completion], context: RewardContext
+) -> Mapping[str, Sequence[float | None]] | None:
+    """Score completions. Every reward plugin answers.
+
+    Return ``{name: scores}`` for each name in ``context.wanted`` that this plugin provides (one
+    score per completion; None skips a sample), or None when it provides none of them. ``prompts``
+    is aligned with ``completions`` (one entry per completion); ``context.rows[i]`` holds the
+    dataset columns of sample ``i``.
+    """

@@ -1,0 +1,59 @@
+"""Logging setup: structlog key=value lines on stderr, JSON lines when asked.
+
+Secrets never reach the log: values of keys that look like credentials are redacted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from typing import Any
+
+import structlog
+
+_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
+
+
+def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    for key in list(event):
+        if key != "event" and _SECRET_KEY.search(key) and isinstance(event[key], str):
+            event[key] = "***"
+    return event
+
+
+class _Stderr:
+    """Writes to whatever ``sys.stderr`` is now (pytest and notebooks swap it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def configure(json: bool | None = None, level: str | None = None) -> None:
+    """Configure structlog once per process; ``POLYRL_LOG_JSON=1`` / ``POLYRL_LOG_LEVEL`` too."""
+    if json is None:
+        json = os.environ.get("POLYRL_LOG_JSON", "") not in ("", "0", "false")
+    level_name = (level or os.environ.get("POLYRL_LOG_LEVEL", "info")).upper()
+    renderer: Any = (
+        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _redact,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level_name, logging.INFO)),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(name: str = "polyrl") -> Any:
+    return structlog.get_logger(name)

@@ -1,0 +1,119 @@
+"""Finding and loading plugins: entry points, allow/deny lists, and broken-plugin isolation.
+
+Plugins come from entry points in groups ``polyrl.backends`` and ``polyrl.rewards``, plus the
+core's built-in reward plugin and any object passed to ``get_plugin_manager(extra=...)``.
+A plugin that fails to import is recorded in ``load_errors`` (with its distribution) instead of
+taking the process down; ``polyrl backends`` and ``polyrl doctor`` show those errors.
+
+Environment:
+    POLYRL_LOAD_PLUGINS     comma-separated entry-point names: load only these ("" loads none)
+    POLYRL_DISABLE_PLUGINS  comma-separated entry-point names never to load
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from collections.abc import Iterable
+from importlib import metadata
+from typing import Any
+
+import attrs
+import pluggy
+
+from polyrl import hookspecs
+
+ENTRY_POINT_GROUPS = ("polyrl.backends", "polyrl.rewards")
+ALLOW_ENV = "POLYRL_LOAD_PLUGINS"
+DENY_ENV = "POLYRL_DISABLE_PLUGINS"
+
+
+@attrs.define(frozen=True)
+class PluginLoadError:
+    """A plugin that could not be loaded: which one, from where, and why."""
+
+    name: str
+    group: str
+    distribution: str
+    error: str
+    traceback: str = ""
+
+
+@attrs.define(frozen=True)
+class PluginInfo:
+    name: str
+    group: str
+    distribution: str
+    version: str
+
+
+def _split_env(name: str) -> set[str] | None:
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    return {part.strip() for part in value.split(",") if part.strip()}
+
+
+def _entry_points(group: str) -> Iterable[metadata.EntryPoint]:
+    return metadata.entry_points(group=group)
+
+
+def _dist_of(ep: metadata.EntryPoint) -> tuple[str, str]:
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return "", ""
+    return dist.metadata["Name"] or "", dist.version or ""
+
+
+class PolyrlPluginManager(pluggy.PluginManager):
+    """A pluggy manager that also remembers where each plugin came from and what failed."""
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT_NAME)
+        self.add_hookspecs(hookspecs)
+        self.load_errors: list[PluginLoadError] = []
+        self.plugin_info: dict[str, PluginInfo] = {}
+
+    def distribution_of(self, plugin: Any) -> str:
+        name = self.get_name(plugin)
+        info = self.plugin_info.get(name or "")
+        return info.distribution if info else "polyrl"
+
+    def load_entry_points(self) -> None:
+        allow, deny = _split_env(ALLOW_ENV), _split_env(DENY_ENV) or set()
+        for group in ENTRY_POINT_GROUPS:
+            for ep in _entry_points(group):
+                if ep.name in deny or (allow is not None and ep.name not in allow):
+                    continue
+                if self.has_plugin(ep.name):
+                    continue
+                dist, version = _dist_of(ep)
+                try:
+                    plugin = ep.load()
+                    self.register(plugin, name=ep.name)
+                except Exception as exc:  # noqa: BLE001 - a broken plugin must not break us
+                    self.load_errors.append(
+                        PluginLoadError(
+                            name=ep.name,
+                            group=group,
+                            distribution=dist,
+                            error=f"{type(exc).__name__}: {exc}",
+                            traceback=traceback.format_exc(),
+                        )
+                    )
+                    continue
+                self.plugin_info[ep.name] = PluginInfo(ep.name, group, dist, version)
+
+
+def get_plugin_manager(extra: Iterable[Any] = (), entry_points: bool = True) -> PolyrlPluginManager:
+    """A fresh plugin manager with the built-ins, entry-point plugins and ``extra`` registered."""
+    from polyrl.rewards import builtin
+
+    pm = PolyrlPluginManager()
+    pm.register(builtin, name="polyrl-builtin-rewards")
+    if entry_points:
+        pm.load_entry_points()
+    for i, plugin in enumerate(extra):
+        pm.register(plugin, name=getattr(plugin, "__name__", None) or f"extra-{i}")
+    pm.check_pending()
+    return pm

@@ -1,0 +1,32 @@
+"""Rich progress for long work (training steps), silent when not wanted or not a terminal."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+@contextmanager
+def step_progress(total: int, start: int = 0, enabled: bool = True) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """Yield ``advance(metrics)``; shows reward and seconds per step beside the bar."""
+    if not enabled:
+        yield lambda _metrics: None
+        return
+    console = Console(file=sys.stderr)
+    columns = (
+        TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.fields[info]}"),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("train", total=total, completed=start, info="")
+
+        def advance(metrics: dict[str, Any]) -> None:
+            info = f"reward={metrics.get('reward_mean', float('nan')):.3f} s/step={metrics.get('time/step', 0):.1f}"
+            progress.update(task, advance=1, info=info)
+
+        yield advance

@@ -1,0 +1,160 @@
+"""The backend registry: which backends exist, which run here (and why not), what they can do.
+
+    >>> from polyrl.registry import get_registry
+    >>> reg = get_registry()
+    >>> [s.name for s in reg.statuses() if s.available]
+    ['torch']
+    >>> engine = reg.load("torch", EngineConfig(model="tiny"))
+
+The same data backs ``polyrl backends [--json]`` and ``polyrl doctor``.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from typing import Any
+
+import attrs
+
+from polyrl.errors import BackendUnavailable, PluginError
+from polyrl.plugins import PluginLoadError, PolyrlPluginManager, get_plugin_manager
+from polyrl.types import BackendSpec, EngineConfig, RewardSpec
+
+
+@attrs.define(frozen=True)
+class BackendStatus:
+    """A backend as ``polyrl backends`` shows it."""
+
+    name: str
+    available: bool
+    reason: str | None
+    version: str
+    distribution: str
+    summary: str
+    install_hint: str
+    capabilities: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+class Registry:
+    """Backends and rewards announced by the plugins of one plugin manager."""
+
+    def __init__(self, pm: PolyrlPluginManager | None = None) -> None:
+        self.pm = pm or get_plugin_manager()
+        self._backends: dict[str, BackendSpec] = {}
+        self._rewards: dict[str, RewardSpec] = {}
+        self.hook_errors: list[PluginLoadError] = []
+        self._collect()
+
+    # --- collection ----------------------------------------------------------------------------
+
+    def _collect(self) -> None:
+        # Call each plugin's registration hook separately so one that raises is isolated.
+        for hook_name, sink, kind in (
+            ("polyrl_register_backends", self._backends, BackendSpec),
+            ("polyrl_register_rewards", self._rewards, RewardSpec),
+        ):
+            caller = getattr(self.pm.hook, hook_name)
+            for impl in caller.get_hookimpls():
+                dist = self.pm.distribution_of(impl.plugin)
+
+                def register(spec: Any, _dist: str = dist, _sink=sink, _kind=kind) -> None:
+                    if not isinstance(spec, _kind):
+                        raise PluginError(
+                            f"{_dist or 'a plugin'} registered {type(spec).__name__}, "
+                            f"expected {_kind.__name__}"
+                        )
+                    if not spec.distribution:
+                        spec.distribution = _dist
+                    _sink[spec.name] = spec
+
+                try:
+                    impl.function(register=register)
+                except Exception as exc:  # noqa: BLE001
+                    self.hook_errors.append(
+                        PluginLoadError(
+                            name=impl.plugin_name,
+                            group=hook_name,
+                            distribution=dist,
+                            error=f"{type(exc).__name__}: {exc}",
+                            traceback=traceback.format_exc(),
+                        )
+                    )
+
+    # --- queries -------------------------------------------------------------------------------
+
+    @property
+    def load_errors(self) -> list[PluginLoadError]:
+        """Plugins that failed to import, plus registration hooks that raised."""
+        return [*self.pm.load_errors, *self.hook_errors]
+
+    def names(self) -> list[str]:
+        return sorted(self._backends)
+
+    def reward_names(self) -> list[str]:
+        return sorted(self._rewards)
+
+    def rewards(self) -> list[RewardSpec]:
+        return [self._rewards[n] for n in self.reward_names()]
+
+    def spec(self, name: str) -> BackendSpec:
+        try:
+            return self._backends[name]
+        except KeyError:
+            known = ", ".join(self.names()) or "none installed"
+            raise BackendUnavailable(
+                f"unknown backend {name!r} (known: {known}). Fix: install its plugin, e.g. "
+                f"`pip install polyrl[{name}]`, or pick a known backend"
+            ) from None
+
+    def status(self, name: str) -> BackendStatus:
+        spec = self.spec(name)
+        try:
+            reason = spec.probe()
+        except Exception as exc:  # noqa: BLE001 - a probe that raises means "unusable"
+            reason = f"probe raised {type(exc).__name__}: {exc}"
+        return BackendStatus(
+            name=spec.name,
+            available=reason is None,
+            reason=reason,
+            version=spec.version,
+            distribution=spec.distribution,
+            summary=spec.summary,
+            install_hint=spec.install_hint,
+            capabilities=spec.capabilities.as_dict(),
+        )
+
+    def statuses(self) -> list[BackendStatus]:
+        return [self.status(n) for n in self.names()]
+
+    def available(self) -> list[str]:
+        return [s.name for s in self.statuses() if s.available]
+
+    def load(self, name: str, config: EngineConfig) -> Any:
+        """Build an engine, or raise ``BackendUnavailable`` saying why and how to fix it."""
+        status = self.status(name)
+        if not status.available:
+            hint = f" Fix: {status.install_hint}" if status.install_hint else ""
+            raise BackendUnavailable(f"backend {name!r} is not usable here: {status.reason}.{hint}")
+        return self.spec(name).load(config)
+
+    def resolve_model(self, name: str) -> str:
+        """A model alias resolved by a plugin, or ``name`` itself (a path) when none claims it."""
+        resolved = self.pm.hook.polyrl_resolve_model(name=name)
+        return resolved or name
+
+
+_lock = threading.Lock()
+_registry: Registry | None = None
+
+
+def get_registry(refresh: bool = False) -> Registry:
+    """The process-wide registry (built on first use; ``refresh=True`` rescans entry points)."""
+    global _registry
+    with _lock:
+        if _registry is None or refresh:
+            _registry = Registry()
+        return _registry

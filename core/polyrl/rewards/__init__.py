@@ -1,0 +1,1 @@
+"""Rewards: built-in reward functions and the machinery that combines reward plugins."""

@@ -1,0 +1,247 @@
+"""The built-in reward plugin: ``exact_match``, ``numeric_match``, ``regex_format``, ``length_penalty``.
+
+Registered by ``polyrl.plugins.get_plugin_manager`` as "polyrl-builtin-rewards". Each reward reads
+its options from ``context.options[name]``; unknown options are an error (a typo must not be
+silently ignored). Options:
+
+``exact_match``      1.0 when the completion's final answer equals the row's answer, else 0.0.
+    ``column`` ("answer"), ``extract`` ("auto" | "last_line" | "full"), ``case_sensitive`` (false).
+    How "auto" finds the final answer, first rule that applies:
+    1. the content of the last ``\\boxed{...}`` (braces balanced);
+    2. the text after the last "####" (GSM8K), "answer:" or "answer is", up to the end of that line;
+    3. the last non-empty line.
+    Both sides are then normalised: surrounding whitespace, markdown ``*``/``_``, ``$``, quotes and
+    a trailing ``.``/``!`` are stripped, inner whitespace is collapsed, and case is folded.
+``numeric_match``    1.0 when the last number in the completion equals ``float(row[column])``
+    within ``tolerance`` (absolute, default 1e-6), else 0.0. ``column`` ("answer").
+    Numbers may carry a sign, thousands commas and decimals ("-1,234.5"); a "-" directly after
+    a digit or letter is an operator, not a sign ("5-3" ends in 3).
+``regex_format``     1.0 when ``pattern`` matches the completion, else 0.0.
+    ``pattern`` (required), ``match`` ("search" | "fullmatch", default "search"),
+    ``flags`` (letters from "imsx", default "s" so that ``.`` spans lines).
+``length_penalty``   ``-scale * max(0, length - target) / target`` (0 within the target).
+    ``target`` (required, > 0), ``unit`` ("tokens" | "chars", default "tokens"), ``scale`` (1.0).
+
+A row whose answer cell is None gets score None (no reward), so it is dropped, not punished.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from polyrl.errors import RewardError
+from polyrl.hookspecs import hookimpl
+from polyrl.types import Completion, Prompt, RewardContext, RewardSpec
+
+# --- answer extraction -------------------------------------------------------------------------
+
+_MARKER = re.compile(r"####|answer\s*:|answer\s+is\s*:?", re.IGNORECASE)
+_SIGN = r"(?:(?<![\w.])-)?"  # a "-" right after a digit or letter is an operator, not a sign
+_NUMBER = re.compile(_SIGN + r"(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|\.\d+)")
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (nested braces allowed), or None."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    i, depth = start + len("\\boxed{"), 1
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i:j]
+    return None  # unbalanced: ignore the box
+
+
+def extract_answer(text: str, mode: str = "auto") -> str:
+    """The final answer of a completion, per the rules in the module docstring."""
+    if mode == "full":
+        return text
+    if mode == "auto":
+        boxed = last_boxed(text)
+        if boxed is not None:
+            return boxed
+        markers = list(_MARKER.finditer(text))
+        if markers:
+            rest = text[markers[-1].end():].strip()
+            return rest.splitlines()[0] if rest else ""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def normalize_answer(text: str, case_sensitive: bool = False) -> str:
+    """Canonical form for comparing answers (see the module docstring)."""
+    s = " ".join(str(text).split())
+    previous = None
+    while s != previous:
+        previous = s
+        s = s.strip().strip("*_$`\"'").strip()
+        s = s.rstrip(".!").strip()
+    return s if case_sensitive else s.casefold()
+
+
+def last_number(text: str) -> float | None:
+    """The last number written in ``text`` (see ``numeric_match``), or None."""
+    found = _NUMBER.findall(text.replace("\u2212", "-"))
+    if not found:
+        return None
+    try:
+        return float(found[-1].replace(",", ""))
+    except ValueError:  # pragma: no cover - the regex only matches parseable numbers
+        return None
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def _text(completion: Completion | str) -> str:
+    return completion if isinstance(completion, str) else completion.text
+
+
+def _options(name: str, context: RewardContext, allowed: dict[str, Any]) -> dict[str, Any]:
+    given = dict(context.options.get(name, {}) or {})
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        raise RewardError(
+            f"reward {name!r} has no option {unknown[0]!r}. Fix: use only "
+            f"{', '.join(sorted(allowed)) or 'no options'} in this reward's options"
+        )
+    return {**allowed, **given}
+
+
+def _answer(name: str, row: Mapping[str, Any], column: str, index: int) -> Any:
+    if column not in row:
+        present = ", ".join(sorted(map(str, row))) or "none"
+        raise RewardError(
+            f"reward {name!r} needs column {column!r} but dataset row {index} has only: {present}. "
+            f"Fix: add a {column!r} column to the dataset, or set this reward's option "
+            f"column = \"<your answer column>\""
+        )
+    return row[column]
+
+
+def _required(name: str, opts: dict[str, Any], key: str, example: str) -> Any:
+    if opts.get(key) is None:
+        raise RewardError(f"reward {name!r} needs option {key!r}. Fix: set options.{key} = {example}")
+    return opts[key]
+
+
+# --- the rewards -------------------------------------------------------------------------------
+
+Scores = list[float | None]
+
+
+def exact_match(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
+    opts = _options("exact_match", context, {"column": "answer", "extract": "auto", "case_sensitive": False})
+    if opts["extract"] not in ("auto", "last_line", "full"):
+        raise RewardError(f"exact_match: unknown extract {opts['extract']!r}. Fix: use auto, last_line or full")
+    out: Scores = []
+    for i, completion in enumerate(completions):
+        answer = _answer("exact_match", context.rows[i], opts["column"], i)
+        if answer is None:
+            out.append(None)
+            continue
+        got = normalize_answer(extract_answer(_text(completion), opts["extract"]), opts["case_sensitive"])
+        out.append(1.0 if got == normalize_answer(str(answer), opts["case_sensitive"]) else 0.0)
+    return out
+
+
+def _as_float(value: Any, column: str, index: int) -> float:
+    try:
+        number = float(str(value).replace(",", "").strip()) if not isinstance(value, (int, float)) else float(value)
+    except ValueError:
+        raise RewardError(
+            f"numeric_match: dataset row {index} column {column!r} is {value!r}, not a number. "
+            "Fix: store a number in that column, or use the exact_match reward for text answers"
+        ) from None
+    return number
+
+
+def numeric_match(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
+    opts = _options("numeric_match", context, {"column": "answer", "tolerance": 1e-6})
+    tol = float(opts["tolerance"])
+    out: Scores = []
+    for i, completion in enumerate(completions):
+        answer = _answer("numeric_match", context.rows[i], opts["column"], i)
+        if answer is None:
+            out.append(None)
+            continue
+        expected = _as_float(answer, opts["column"], i)
+        got = last_number(_text(completion))
+        out.append(1.0 if got is not None and math.isfinite(got) and abs(got - expected) <= tol else 0.0)
+    return out
+
+
+def regex_format(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
+    opts = _options("regex_format", context, {"pattern": None, "match": "search", "flags": "s"})
+    pattern = _required("regex_format", opts, "pattern", '"<think>.*</think>"')
+    if opts["match"] not in ("search", "fullmatch"):
+        raise RewardError(f"regex_format: unknown match {opts['match']!r}. Fix: use search or fullmatch")
+    flags = 0
+    for letter in str(opts["flags"]):
+        if letter.lower() not in "imsx":
+            raise RewardError(f"regex_format: unknown flag {letter!r}. Fix: use letters from 'imsx'")
+        flags |= {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}[letter.lower()]
+    try:
+        regex = re.compile(str(pattern), flags)
+    except re.error as exc:
+        raise RewardError(
+            f"regex_format: invalid pattern {pattern!r}: {exc}. Fix: correct options.pattern"
+        ) from None
+    test = regex.search if opts["match"] == "search" else regex.fullmatch
+    return [1.0 if test(_text(c)) else 0.0 for c in completions]
+
+
+def length_penalty(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
+    opts = _options("length_penalty", context, {"target": None, "unit": "tokens", "scale": 1.0})
+    target = _required("length_penalty", opts, "target", "128")
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or target <= 0:
+        raise RewardError(f"length_penalty: target must be a number > 0, got {target!r}. Fix: e.g. target = 128")
+    if opts["unit"] not in ("tokens", "chars"):
+        raise RewardError(f"length_penalty: unknown unit {opts['unit']!r}. Fix: use tokens or chars")
+    scale = float(opts["scale"])
+    out: Scores = []
+    for i, completion in enumerate(completions):
+        if opts["unit"] == "chars":
+            length = len(_text(completion))
+        elif isinstance(completion, Completion):
+            length = len(completion.completion_ids)
+        elif context.completion_ids is not None:
+            length = len(context.completion_ids[i])
+        else:
+            raise RewardError("length_penalty: unit 'tokens' needs token ids. Fix: pass Completion objects "
+                              "or context.completion_ids, or use unit = \"chars\"")
+        out.append(-scale * max(0.0, length - float(target)) / float(target))
+    return out
+
+
+BUILTIN_REWARDS: dict[str, tuple[Callable[[Sequence[Any], RewardContext], Scores], str]] = {
+    "exact_match": (exact_match, "1 if the final answer equals the row's answer (normalised)"),
+    "numeric_match": (numeric_match, "1 if the last number equals the row's numeric answer"),
+    "regex_format": (regex_format, "1 if the completion matches options.pattern"),
+    "length_penalty": (length_penalty, "negative, proportional to the length beyond options.target"),
+}
+
+
+# --- the plugin hooks --------------------------------------------------------------------------
+
+
+@hookimpl
+def polyrl_register_rewards(register: Callable[[RewardSpec], None]) -> None:
+    for name, (_, summary) in BUILTIN_REWARDS.items():
+        register(RewardSpec(name=name, summary=summary, distribution="polyrl"))
+
+
+@hookimpl
+def reward(
+    prompts: Sequence[Prompt], completions: Sequence[Completion], context: RewardContext
+) -> dict[str, Scores] | None:
+    wanted = [name for name in context.wanted if name in BUILTIN_REWARDS]
+    out = {name: BUILTIN_REWARDS[name][0](completions, context) for name in wanted}
+    return out or None

@@ -1,0 +1,243 @@
+"""Combining reward plugins: validate names up front, call each plugin alone, weigh the answers.
+
+``RewardComputer(pm, [(name, weight, options), ...])`` checks at construction that a plugin
+provides every requested name (a typo fails before any model loads). Each call then asks each
+providing plugin's ``reward`` hook *individually* instead of through ``pm.hook.reward`` so that a
+plugin that raises or answers garbage is named in the error, with its distribution.
+
+Combination: ``total_i = sum_k weight_k * score_k,i`` over the rewards that scored sample ``i``;
+a None score contributes nothing; a sample that no reward scored gets ``NaN`` (the trainer drops
+it). When two plugins register the same name, the one registered last wins (it is also the one
+pluggy would call first), so a user plugin can override a built-in.
+
+Async reward functions (``FunctionReward`` with an ``async def``) of one call run concurrently on
+one event loop, after the synchronous ones; each reward's latency is the wall time of the call
+that produced it (a plugin computing several names reports the same latency for each).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from polyrl.errors import ConfigError, RewardError
+from polyrl.plugins import PolyrlPluginManager
+from polyrl.rewards.functions import run_coroutine
+from polyrl.types import Completion, Prompt, RewardContext, RewardSpec
+
+RewardRequest = tuple[str, float, Mapping[str, Any]]
+
+
+@attrs.define
+class RewardResult:
+    """One call's scores: weighted totals, each reward's scores (NaN for None) and metrics."""
+
+    total: np.ndarray
+    per_reward: dict[str, np.ndarray]
+    metrics: dict[str, dict[str, float]]  # name -> mean, std, latency_s, none_count
+
+
+@attrs.define
+class _Provider:
+    plugin: Any
+    function: Any  # the plugin's ``reward`` hook implementation
+    distribution: str
+    names: list[str] = attrs.field(factory=list)
+
+
+def _is_score(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, (bool, np.bool_)):
+        return True
+    return isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(float(value))
+
+
+class RewardComputer:
+    """Scores completions with the configured rewards; see the module docstring."""
+
+    def __init__(self, pm: PolyrlPluginManager, rewards: Sequence[RewardRequest]) -> None:
+        if not rewards:
+            raise ConfigError("no reward configured", field="rewards",
+                              fix='add a [[rewards]] table, e.g. name = "numeric_match"')
+        self.pm = pm
+        self.rewards: list[tuple[str, float, dict[str, Any]]] = []
+        seen: set[str] = set()
+        for i, entry in enumerate(rewards):
+            name, weight, options = entry
+            if name in seen:
+                raise ConfigError(f"reward {name!r} is configured twice", field=f"rewards[{i}]",
+                                  fix="merge the entries or give function rewards distinct names")
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+                raise ConfigError(f"weight of reward {name!r} must be a finite number, got {weight!r}",
+                                  field=f"rewards[{i}].weight")
+            seen.add(name)
+            self.rewards.append((name, float(weight), dict(options or {})))
+        self.specs, self._owner, errors = self._discover()
+        self._providers = self._providers_for([name for name, _, _ in self.rewards], errors)
+
+    # --- discovery ---------------------------------------------------------------------------
+
+    def _discover(self) -> tuple[dict[str, RewardSpec], dict[str, Any], list[str]]:
+        """Every registered reward name -> (spec, providing plugin); registration errors."""
+        specs: dict[str, RewardSpec] = {}
+        owner: dict[str, Any] = {}
+        errors: list[str] = []
+        for impl in self.pm.hook.polyrl_register_rewards.get_hookimpls():
+            dist = self.pm.distribution_of(impl.plugin)
+            found: list[RewardSpec] = []
+            try:
+                impl.function(register=found.append)
+            except Exception as exc:  # noqa: BLE001 - reported if one of its names is needed
+                errors.append(f"{impl.plugin_name} ({dist}) failed to register rewards: "
+                              f"{type(exc).__name__}: {exc}")
+                continue
+            for spec in found:
+                if not isinstance(spec, RewardSpec):
+                    errors.append(f"{impl.plugin_name} registered {type(spec).__name__}, expected RewardSpec")
+                    continue
+                if not spec.distribution:
+                    spec.distribution = dist
+                specs[spec.name] = spec
+                owner[spec.name] = impl.plugin
+        return specs, owner, errors
+
+    def _providers_for(self, names: list[str], errors: list[str]) -> list[_Provider]:
+        unknown = [n for n in names if n not in self._owner]
+        if unknown:
+            known = ", ".join(sorted(self._owner)) or "none"
+            broken = f" (plugins that failed: {'; '.join(errors)})" if errors else ""
+            raise ConfigError(
+                f"unknown reward {unknown[0]!r}; known rewards: {known}{broken}", field="rewards",
+                fix="use a known name, install the plugin that provides it, or give "
+                'function = "module:function" for a Python reward',
+            )
+        impls = {id(i.plugin): i for i in self.pm.hook.reward.get_hookimpls()}
+        providers: dict[int, _Provider] = {}
+        for name in names:
+            plugin = self._owner[name]
+            if id(plugin) not in impls:
+                raise ConfigError(
+                    f"the plugin registering reward {name!r} ({self.specs[name].distribution}) has no "
+                    "`reward` hook", field="rewards", fix="report it to the plugin's authors",
+                )
+            if id(plugin) not in providers:
+                providers[id(plugin)] = _Provider(plugin, impls[id(plugin)].function,
+                                                  self.specs[name].distribution or "an unknown plugin")
+            providers[id(plugin)].names.append(name)
+        return list(providers.values())
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _, _ in self.rewards]
+
+    # --- scoring -----------------------------------------------------------------------------
+
+    def _context(self, provider: _Provider, context: RewardContext, completions: Sequence[Any]) -> RewardContext:
+        configured = {name: opts for name, _, opts in self.rewards}
+        options = {
+            name: {**configured[name], **dict(context.options.get(name, {}) or {})} for name in provider.names
+        }
+        ids = context.completion_ids
+        if ids is None and all(isinstance(c, Completion) for c in completions):
+            ids = [c.completion_ids for c in completions]
+        return attrs.evolve(context, wanted=tuple(provider.names), options=options, completion_ids=ids)
+
+    def _fail(self, provider: _Provider, name: str, problem: str, fix: str) -> RewardError:
+        return RewardError(f"reward {name!r} from {provider.distribution} {problem}. Fix: {fix}")
+
+    def _call_sync(self, provider: _Provider, args: tuple[Any, ...]) -> tuple[Any, float]:
+        t0 = time.perf_counter()
+        try:
+            answer = provider.function(prompts=args[0], completions=args[1], context=args[2])
+        except Exception as exc:
+            raise self._raised(provider, exc) from exc
+        return answer, time.perf_counter() - t0
+
+    def _raised(self, provider: _Provider, exc: Exception) -> RewardError:
+        name = provider.names[0] if len(provider.names) == 1 else "/".join(provider.names)
+        return self._fail(provider, name, f"raised {type(exc).__name__}: {exc}",
+                          "fix the reward function (or its options / dataset columns), or remove it "
+                          "from the config")
+
+    async def _call_async(self, provider: _Provider, args: tuple[Any, ...]) -> tuple[Any, float]:
+        t0 = time.perf_counter()
+        try:
+            answer = await provider.plugin.await_reward(*args)
+        except Exception as exc:
+            raise self._raised(provider, exc) from exc
+        return answer, time.perf_counter() - t0
+
+    async def _gather(self, calls: list[tuple[_Provider, tuple[Any, ...]]]) -> list[tuple[Any, float]]:
+        return list(await asyncio.gather(*(self._call_async(p, a) for p, a in calls)))
+
+    def _check(self, provider: _Provider, name: str, answer: Any, n: int) -> np.ndarray:
+        if not isinstance(answer, Mapping) or name not in answer:
+            raise self._fail(provider, name, f"returned no scores for it (got {type(answer).__name__})",
+                             f"return {{{name!r}: [one score per completion]}} from the reward hook")
+        scores = answer[name]
+        if isinstance(scores, np.ndarray):
+            scores = scores.tolist()
+        if isinstance(scores, (str, bytes, Mapping)) or not isinstance(scores, Sequence):
+            raise self._fail(provider, name, f"returned {type(scores).__name__}, not a list of scores",
+                             f"return a list of {n} floats (None to skip a sample)")
+        if len(scores) != n:
+            raise self._fail(provider, name, f"returned {len(scores)} scores: expected {n} got {len(scores)}",
+                             "return one score per completion (None to skip a sample)")
+        for i, value in enumerate(scores):
+            if not _is_score(value):
+                raise self._fail(provider, name, f"returned {value!r} for sample {i}",
+                                 "return finite floats, or None for a sample without reward")
+        return np.array([np.nan if v is None else float(v) for v in scores], dtype=np.float64)
+
+    def __call__(
+        self, prompts: Sequence[Prompt], completions: Sequence[Completion], context: RewardContext
+    ) -> RewardResult:
+        """Score ``completions`` (aligned with ``prompts`` and ``context.rows``)."""
+        n = len(completions)
+        if len(prompts) != n or len(context.rows) != n:
+            raise RewardError(
+                f"{n} completions but {len(prompts)} prompts and {len(context.rows)} dataset rows. "
+                "Fix: pass one prompt and one row per completion (repeat each row group_size times)"
+            )
+        answers: dict[int, tuple[Any, float]] = {}
+        pending: list[tuple[_Provider, tuple[Any, ...]]] = []
+        for provider in self._providers:
+            args = (list(prompts), list(completions), self._context(provider, context, completions))
+            if getattr(provider.plugin, "is_async", False) and hasattr(provider.plugin, "await_reward"):
+                pending.append((provider, args))
+            else:
+                answers[id(provider)] = self._call_sync(provider, args)
+        if pending:
+            for (provider, _), result in zip(pending, run_coroutine(self._gather(pending))):
+                answers[id(provider)] = result
+        per_reward: dict[str, np.ndarray] = {}
+        metrics: dict[str, dict[str, float]] = {}
+        for provider in self._providers:
+            answer, latency = answers[id(provider)]
+            for name in provider.names:
+                scores = self._check(provider, name, answer, n)
+                per_reward[name] = scores
+                valid = scores[~np.isnan(scores)]
+                metrics[name] = {
+                    "mean": float(valid.mean()) if valid.size else float("nan"),
+                    "std": float(valid.std()) if valid.size else float("nan"),
+                    "latency_s": float(latency),
+                    "none_count": int(n - valid.size),
+                }
+        total = np.zeros(n, dtype=np.float64)
+        scored = np.zeros(n, dtype=bool)
+        for name, weight, _ in self.rewards:
+            scores = per_reward[name]
+            ok = ~np.isnan(scores)
+            total[ok] += weight * scores[ok]
+            scored |= ok
+        total[~scored] = np.nan
+        ordered = {name: per_reward[name] for name in self.names}
+        return RewardResult(total=total, per_reward=ordered, metrics=metrics)

@@ -1,0 +1,270 @@
+"""A tiny random Llama in Hugging Face layout, built offline and without torch.
+
+Tests of every backend need a real model folder (tokenizer, config, safetensors weights) that
+loads with ``transformers``, MAX and ``mlx_lm`` alike, but no test may reach a model hub and the
+core must not import torch. So the folder is written from scratch with only light libraries:
+``tokenizers`` trains a byte-level BPE on a small built-in text, ``numpy`` draws the weights and
+``safetensors.numpy`` writes them under the tensor names HF Llama uses.
+
+    >>> from polyrl.testing.tiny_model import build_tiny_llama
+    >>> path = build_tiny_llama("/tmp/tiny")          # ~1 s the first time, cached afterwards
+
+The result is deterministic for a seed (weights and tokenizer), so tests may compare numbers
+across processes and backends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+#: Written last; its presence (with matching parameters) means the folder is complete.
+MARKER = ".polyrl-tiny-model.json"
+FORMAT_VERSION = 1
+
+BOS, EOS, PAD = "<|endoftext|>", "<|im_end|>", "<|pad|>"
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS = (BOS, IM_START, IM_END, PAD)  # ids 0..3, in this order
+
+#: ChatML, as SmolLM2/Qwen use it: a generation prompt opens the assistant turn.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+_ENGLISH = """\
+The quick brown fox jumps over the lazy dog. A small model can still learn to count.
+What is the capital of France? The capital of France is Paris. Name a colour: red, green, blue.
+Reinforcement learning rewards the answers that are correct and penalises the ones that are not.
+Each group of samples shares a prompt; the advantage of a sample is its reward minus the mean.
+Please answer with a single number. The answer is 42. Think step by step, then write the result.
+Today the weather is sunny and warm. Tomorrow it may rain, so take an umbrella with you.
+Numbers are written with digits: zero one two three four five six seven eight nine ten.
+She added the two numbers and wrote down the sum. He checked it twice and it was right.
+The system says hello. The user asks a question. The assistant gives a short answer.
+Is seven greater than three? Yes. Is two plus two equal to five? No, it is four.
+"""
+
+
+def default_cache_dir() -> Path:
+    """Where polyrl keeps built/converted models: ``$POLYRL_CACHE`` or ``~/.cache/polyrl``."""
+    env = os.environ.get("POLYRL_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "polyrl"
+
+
+def _corpus() -> list[str]:
+    """Training text for the tokenizer: English, digits, arithmetic and chat markup."""
+    lines = _ENGLISH.splitlines()
+    for a in range(0, 60, 3):
+        for b in range(0, 40, 7):
+            lines.append(f"{a} + {b} = {a + b}")
+            lines.append(f"{a} * {b} = {a * b}")
+            if a >= b:
+                lines.append(f"{a} - {b} = {a - b}")
+    lines += [str(n) for n in range(1000)]
+    for role, text in (("system", "You are a helpful assistant."), ("user", "What is 12 + 7?"),
+                       ("assistant", "12 + 7 = 19")):
+        lines.append(f"{IM_START}{role}\n{text}{IM_END}\n")
+    return lines
+
+
+def _train_tokenizer(vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(), trainer)
+    return tok
+
+
+def _tokenizer_config(max_len: int) -> dict:
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": BOS,
+        "eos_token": EOS,
+        "pad_token": PAD,
+        "unk_token": None,
+        "additional_special_tokens": [IM_START, IM_END],
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": max_len,
+        "padding_side": "left",
+        "chat_template": CHAT_TEMPLATE,
+    }
+
+
+def _model_config(
+    *, hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size, vocab_size,
+    max_position_embeddings, ids,
+) -> dict:
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": hidden_size,
+        "intermediate_size": intermediate_size,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": num_heads,
+        "num_key_value_heads": num_kv_heads,
+        "head_dim": hidden_size // num_heads,
+        "vocab_size": vocab_size,
+        "max_position_embeddings": max_position_embeddings,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "mlp_bias": False,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "bos_token_id": ids[BOS],
+        "eos_token_id": ids[EOS],
+        "pad_token_id": ids[PAD],
+        "torch_dtype": "float32",
+    }
+
+
+def _weights(
+    *, hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size, vocab_size, seed,
+) -> dict[str, np.ndarray]:
+    """Normal(0, 0.02) matrices and unit RMSNorm scales under HF Llama names (fixed draw order)."""
+    rng = np.random.default_rng(seed)
+    head_dim = hidden_size // num_heads
+
+    def normal(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)).astype(np.float32)
+
+    h, i = hidden_size, intermediate_size
+    out: dict[str, np.ndarray] = {"model.embed_tokens.weight": normal(vocab_size, h)}
+    for layer in range(num_layers):
+        p = f"model.layers.{layer}."
+        out[p + "self_attn.q_proj.weight"] = normal(num_heads * head_dim, h)
+        out[p + "self_attn.k_proj.weight"] = normal(num_kv_heads * head_dim, h)
+        out[p + "self_attn.v_proj.weight"] = normal(num_kv_heads * head_dim, h)
+        out[p + "self_attn.o_proj.weight"] = normal(h, num_heads * head_dim)
+        out[p + "mlp.gate_proj.weight"] = normal(i, h)
+        out[p + "mlp.up_proj.weight"] = normal(i, h)
+        out[p + "mlp.down_proj.weight"] = normal(h, i)
+        out[p + "input_layernorm.weight"] = np.ones(h, dtype=np.float32)
+        out[p + "post_attention_layernorm.weight"] = np.ones(h, dtype=np.float32)
+    out["model.norm.weight"] = np.ones(h, dtype=np.float32)
+    out["lm_head.weight"] = normal(vocab_size, h)
+    return out
+
+
+def _write(folder: Path, params: dict) -> None:
+    from safetensors.numpy import save_file
+
+    vocab_size = params["vocab_size"]
+    tok = _train_tokenizer(vocab_size)
+    if tok.get_vocab_size() != vocab_size:
+        raise ValueError(
+            f"the built-in text yields only {tok.get_vocab_size()} BPE tokens, fewer than "
+            f"vocab_size={vocab_size}; pick a smaller vocab_size"
+        )
+    ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
+    tok.save(str(folder / "tokenizer.json"))
+    shape = {k: params[k] for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                                    "intermediate_size", "vocab_size")}
+    files = {
+        "tokenizer_config.json": _tokenizer_config(params["max_position_embeddings"]),
+        "special_tokens_map.json": {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD,
+                                    "additional_special_tokens": [IM_START, IM_END]},
+        "config.json": _model_config(
+            **shape, max_position_embeddings=params["max_position_embeddings"], ids=ids
+        ),
+        "generation_config.json": {
+            "bos_token_id": ids[BOS], "eos_token_id": ids[EOS], "pad_token_id": ids[PAD],
+            "do_sample": True, "temperature": 1.0,
+        },
+    }
+    for name, data in files.items():
+        (folder / name).write_text(json.dumps(data, indent=2) + "\n")
+    save_file(_weights(**shape, seed=params["seed"]), str(folder / "model.safetensors"),
+              metadata={"format": "pt"})
+    (folder / MARKER).write_text(json.dumps(params, sort_keys=True) + "\n")
+    # mkdtemp/safetensors create owner-only modes; give the folder ordinary umask permissions.
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)
+    for f in folder.iterdir():
+        f.chmod(0o666 & ~umask)
+
+
+def _marker(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def build_tiny_llama(
+    path: str | os.PathLike[str],
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    vocab_size: int = 512,
+    seed: int = 0,
+    max_position_embeddings: int = 1024,
+) -> str:
+    """Write (once) a random Llama with a trained BPE tokenizer to ``path``; return the path.
+
+    A folder that already holds a complete build with the same parameters is reused as is. A
+    build with other parameters is replaced; a non-empty folder that is not a build is refused
+    rather than overwritten. Writing goes to a temp folder renamed into place, so a reader
+    never sees a half-written model.
+    """
+    if hidden_size % num_heads or num_heads % num_kv_heads:
+        raise ValueError("hidden_size must divide by num_heads and num_heads by num_kv_heads")
+    params = {
+        "format": FORMAT_VERSION, "hidden_size": hidden_size, "num_layers": num_layers,
+        "num_heads": num_heads, "num_kv_heads": num_kv_heads,
+        "intermediate_size": intermediate_size, "vocab_size": vocab_size, "seed": seed,
+        "max_position_embeddings": max_position_embeddings,
+    }
+    target = Path(path).expanduser().resolve()
+    if _marker(target) == params:
+        return str(target)
+    if target.exists() and any(target.iterdir()) and _marker(target) is None:
+        raise FileExistsError(f"{target} exists and is not a polyrl tiny model; refusing to overwrite it")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        _write(tmp, params)
+        if target.exists():
+            if _marker(target) == params:  # another process finished first
+                return str(target)
+            shutil.rmtree(target)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if _marker(target) == params:  # lost a race to an identical build
+                return str(target)
+            raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(target)
+
+
+__all__ = ["build_tiny_llama", "default_cache_dir"]

@@ -1,0 +1,345 @@
+"""The training loop: generate -> reward -> advantages -> (old/ref log-probs) -> update -> sync.
+
+One step, for ``prompts_per_step`` prompts and ``group_size`` samples each:
+
+1. the *generate* engine samples completions (token ids + sampler log-probs, never re-tokenized);
+2. reward plugins score them, seeing the dataset row's columns; DAPO shaping/filtering applies;
+3. the algorithm turns rewards into advantages (group-normalised, RLOO, REINFORCE...);
+4. ``old_logprobs`` are computed only when they can differ from the current policy
+   (``num_iterations > 1``); ``ref_logprobs`` only when ``beta > 0``;
+5. ``num_iterations`` optimizer steps on the *train* engine;
+6. weights are pushed to the generator when it is a different engine, so the policy that
+   generates is always the policy being trained.
+
+Everything a resumed run needs (step, data position, RNG, engine + optimizer) is checkpointed
+atomically; SIGINT/SIGTERM finish the current step, checkpoint and return.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from polyrl import checkpoint as ckpt
+from polyrl.config import RunConfig
+from polyrl.data import Dataset, PromptSampler, load_dataset
+from polyrl.engine import Engine
+from polyrl.errors import ConfigError, PolyrlError
+from polyrl.logs import get_logger
+from polyrl.plugins import get_plugin_manager
+from polyrl.registry import Registry
+from polyrl.rewards.combine import RewardComputer
+from polyrl.rewards.functions import load_function_reward
+from polyrl.types import Completion, EngineConfig, RewardContext, TokenSequence, TrainBatch
+
+log = get_logger("polyrl.trainer")
+
+
+class TooManySkippedSteps(PolyrlError):
+    """Training produced non-finite losses/gradients too many steps in a row."""
+
+
+def _step_seed(seed: int, step: int) -> int:
+    """A per-step seed derived from the run seed, so a resumed run samples the same."""
+    return (seed * 1_000_003 + step * 7919) % (2**31 - 1)
+
+
+class Trainer:
+    """Runs a ``RunConfig``. Build it, then call ``run()``; ``evaluate()`` works any time."""
+
+    def __init__(self, config: RunConfig, extra_plugins: tuple[Any, ...] = ()) -> None:
+        self.config = config
+        self.output_dir = Path(config.train.output_dir)
+        self.checkpoint_root = self.output_dir / "checkpoints"
+        function_plugins = [
+            load_function_reward(r.function, name=r.label) for r in config.rewards if r.function
+        ]
+        self.registry = Registry(get_plugin_manager(extra=(*extra_plugins, *function_plugins)))
+        self.dataset, self.eval_dataset = self._datasets()
+        self.rewards = RewardComputer(
+            self.registry.pm, [(r.label, r.weight, dict(r.options)) for r in config.rewards]
+        )
+        self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed)
+        self.step = 0
+        self.stop_requested = False
+        self.history: list[dict[str, Any]] = []
+        self._load_engines()
+
+    # --- setup ---------------------------------------------------------------------------------
+
+    def _datasets(self) -> tuple[Dataset, Dataset | None]:
+        data, ev = self.config.data, self.config.eval
+        source = {"task": data.task, "path": data.path, "rows": data.rows,
+                  "prompt_column": data.prompt_column}
+        train = load_dataset(**source, options=dict(data.options), split="train")
+        held_out = None
+        if ev.count > 0:
+            options = {**data.options, "count": ev.count}
+            if data.task is None:  # files and rows hold out eval.count rows of their own
+                options = {**data.options, "eval_count": ev.count}
+            held_out = load_dataset(**source, options=options, split="eval")
+        return train, held_out
+
+    def _engine_config(self, role: str, model: str) -> EngineConfig:
+        c = self.config
+        return EngineConfig(
+            model=model, role=role, dtype=c.model.dtype, device=c.model.device, seed=c.train.seed,
+            threads=c.train.threads, lora=c.lora if role == "train" else None,
+            optimizer=c.optimizer, max_length=c.model.max_length, options=dict(c.backends.options),
+        )
+
+    def _load_engines(self) -> None:
+        c, reg = self.config, self.registry
+        model = reg.resolve_model(c.model.path)
+        if not Path(model).exists():
+            raise ConfigError(
+                f"model {c.model.path!r} is neither a local path nor a known alias",
+                field="model.path",
+                fix="give an existing HF folder/GGUF file, or an alias like smollm2-135m-instruct "
+                "(needs polyrl[torch])",
+            )
+        self.model_path = model
+        t0 = time.perf_counter()
+        self.train_engine = Engine(reg, c.backends.train, self._engine_config("train", model))
+        gen_model = model
+        if c.generation.max_model_path:
+            gen_model = reg.resolve_model(c.generation.max_model_path)
+        if c.backends.generate_backend == c.backends.train and gen_model == model:
+            self.gen_engine = self.train_engine
+        else:
+            self.gen_engine = Engine(reg, c.backends.generate_backend, self._engine_config("generate", gen_model))
+            self._sync_weights()
+        self.ref_engine: Engine | None = None
+        if c.algorithm.beta > 0:
+            ref_model = reg.resolve_model(c.model.reference_path) if c.model.reference_path else model
+            probe = None
+            if ref_model == model and c.backends.reference_backend == c.backends.train:
+                # e.g. a LoRA engine answers for its frozen base with adapters disabled
+                probe = self.train_engine.logprobs([TokenSequence([1], [1])], 1.0, reference=True)
+            if probe is None:
+                self.ref_engine = Engine(
+                    reg, c.backends.reference_backend, self._engine_config("reference", ref_model)
+                )
+        log.info("engines ready", train=c.backends.train, generate=c.backends.generate_backend,
+                 reference=(c.backends.reference_backend if self.ref_engine else "train engine")
+                 if c.algorithm.beta > 0 else "none", model=model, seconds=round(time.perf_counter() - t0, 2))
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def _sync_weights(self) -> float:
+        if self.gen_engine is self.train_engine:
+            return 0.0
+        t0 = time.perf_counter()
+        self.gen_engine.import_weights(self.train_engine.export_weights())
+        return time.perf_counter() - t0
+
+    def _ref_logprobs(self, seqs: list[TokenSequence], temperature: float) -> list[np.ndarray]:
+        if self.ref_engine is not None:
+            return self.ref_engine.logprobs(seqs, temperature)  # type: ignore[return-value]
+        out = self.train_engine.logprobs(seqs, temperature, reference=True)
+        assert out is not None
+        return out
+
+    def _rows_per_completion(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        n = self.config.generation.group_size
+        return [row for row in rows for _ in range(n)]
+
+    def _score(self, rows: list[dict[str, Any]], completions: list[Completion]) -> Any:
+        per_completion = self._rows_per_completion(rows)
+        prompts = [row[self.config.data.prompt_column] for row in per_completion]
+        context = RewardContext(
+            rows=per_completion, wanted=tuple(r.label for r in self.config.rewards),
+            options={r.label: dict(r.options) for r in self.config.rewards},
+            completion_ids=[c.completion_ids for c in completions], step=self.step,
+        )
+        return self.rewards(prompts, completions, context)
+
+    def train_one_step(self) -> dict[str, Any]:
+        c, algo = self.config, self.config.algorithm
+        times: dict[str, float] = {}
+        t_step = time.perf_counter()
+        rows = self.sampler.next_batch()
+        prompts = [row[c.data.prompt_column] for row in rows]
+
+        t0 = time.perf_counter()
+        completions = self.gen_engine.generate(prompts, c.generation.sampling(_step_seed(c.train.seed, self.step)))
+        times["generate"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        scored = self._score(rows, completions)
+        rewards = np.asarray(scored.total, dtype=np.float64)
+        lengths = np.array([len(x.completion_ids) for x in completions])
+        shaped = algo.shape_rewards(rewards, lengths, c.generation.max_new_tokens)
+        times["reward"] = time.perf_counter() - t0
+
+        keep = algo.keep_mask(shaped, c.generation.group_size)
+        advantages = algo.advantages(shaped, c.generation.group_size)
+        keep &= np.isfinite(shaped)
+        metrics: dict[str, Any] = {
+            "step": self.step,
+            "reward_mean": float(np.nanmean(rewards)) if np.isfinite(rewards).any() else float("nan"),
+            "reward_std": float(np.nanstd(rewards)) if np.isfinite(rewards).any() else float("nan"),
+            "completion_len_mean": float(lengths.mean()),
+            "samples_kept": int(keep.sum()),
+            **{f"reward/{k}/{m}": v for k, ms in scored.metrics.items() for m, v in ms.items()},
+        }
+        idx = np.flatnonzero(keep)
+        if len(idx) == 0:
+            log.warning("no informative samples this step (all groups had equal rewards); skipping update",
+                        step=self.step)
+            metrics.update(skipped=True, loss=float("nan"))
+        else:
+            seqs = [TokenSequence.of(completions[i]) for i in idx]
+            temperature = c.generation.temperature or 1.0
+            old = None
+            t0 = time.perf_counter()
+            if algo.num_iterations > 1:
+                old = self.train_engine.logprobs(seqs, temperature)
+            ref = self._ref_logprobs(seqs, temperature) if algo.beta > 0 else None
+            times["logprobs"] = time.perf_counter() - t0
+            batch = TrainBatch(seqs, advantages[idx], old_logprobs=old, ref_logprobs=ref,
+                               temperature=temperature)
+            t0 = time.perf_counter()
+            objective = algo.objective(c.generation.max_new_tokens)
+            for _ in range(algo.num_iterations):
+                step_metrics = self.train_engine.train_step(batch, objective)
+                if step_metrics.skipped:
+                    break
+            times["train"] = time.perf_counter() - t0
+            metrics.update(step_metrics.as_dict())
+        times["sync"] = self._sync_weights() if not metrics.get("skipped") else 0.0
+        total = time.perf_counter() - t_step
+        metrics.update({f"time/{k}": round(v, 4) for k, v in times.items()})
+        metrics["time/step"] = round(total, 4)
+        metrics["tokens_per_s"] = float(lengths.sum() / max(times["generate"], 1e-9))
+        return metrics
+
+    # --- evaluation ----------------------------------------------------------------------------
+
+    def evaluate(self) -> dict[str, float]:
+        """Greedy accuracy (the eval reward's mean) on the held-out prompts."""
+        if self.eval_dataset is None:
+            return {}
+        ev, c = self.config.eval, self.config
+        rows = list(self.eval_dataset.rows)
+        prompts = [row[c.data.prompt_column] for row in rows]
+        sampling = c.generation.sampling(0)
+        import attrs as _attrs
+
+        sampling = _attrs.evolve(sampling, temperature=0.0, n=1,
+                                 max_new_tokens=ev.max_new_tokens or sampling.max_new_tokens)
+        completions = self.gen_engine.generate(prompts, sampling)
+        computer = RewardComputer(self.registry.pm, [(ev.reward, 1.0, {})])
+        context = RewardContext(rows=rows, wanted=(ev.reward,), options={ev.reward: {}},
+                                completion_ids=[x.completion_ids for x in completions])
+        scores = computer(prompts, completions, context).total
+        return {"eval_accuracy": float(np.nanmean(scores)), "eval_count": len(rows)}
+
+    # --- checkpoints ---------------------------------------------------------------------------
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "sampler": self.sampler.state(),
+            "python_random": repr(random.getstate()),
+            "numpy_random": json.loads(json.dumps(np.random.get_state()[1].tolist())),
+            "config_model": self.config.model.path,
+        }
+
+    def save(self) -> Path:
+        path = ckpt.write_checkpoint(self.checkpoint_root, self.step, self._state(),
+                                     self.train_engine.save_checkpoint)
+        ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints)
+        log.info("checkpoint saved", path=str(path), step=self.step)
+        return path
+
+    def resume(self, path: str | Path | None = None) -> bool:
+        """Restore the newest complete checkpoint (or ``path``); False when there is none."""
+        found = Path(path) if path else ckpt.latest_checkpoint(self.checkpoint_root)
+        if found is None:
+            return False
+        if not ckpt.is_complete(found):
+            raise ConfigError(f"{found} is not a complete checkpoint", field="--resume",
+                              fix="point at a step-XXXXXXXX directory with a COMPLETE marker")
+        state = ckpt.read_state(found)
+        self.train_engine.load_checkpoint(str(found / "model"))
+        self.sampler.load_state(state["sampler"])
+        self.step = int(state["step"])
+        self._sync_weights()
+        log.info("resumed", path=str(found), step=self.step)
+        return True
+
+    # --- driver --------------------------------------------------------------------------------
+
+    @contextmanager
+    def _graceful_signals(self) -> Iterator[None]:
+        def request_stop(signum: int, _frame: Any) -> None:
+            self.stop_requested = True
+            log.warning("stop requested; finishing the current step, then checkpointing",
+                        signal=signal.Signals(signum).name)
+
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                previous[sig] = signal.signal(sig, request_stop)
+            except ValueError:  # not in the main thread
+                pass
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def run(self, progress: bool = True) -> dict[str, Any]:
+        """Train until ``train.steps``; returns a summary (final metrics, eval before/after)."""
+        from polyrl.progress import step_progress
+
+        c = self.config
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        metrics_path = self.output_dir / "metrics.jsonl"
+        summary: dict[str, Any] = {"output_dir": str(self.output_dir)}
+        if self.eval_dataset is not None and self.step == 0:
+            summary["eval_before"] = self.evaluate()
+            log.info("evaluation before training", **summary["eval_before"])
+        skips = 0
+        with self._graceful_signals(), step_progress(c.train.steps, self.step, enabled=progress) as advance:
+            while self.step < c.train.steps and not self.stop_requested:
+                metrics = self.train_one_step()
+                self.step += 1
+                self.history.append(metrics)
+                with open(metrics_path, "a") as fh:
+                    fh.write(json.dumps(metrics) + "\n")
+                log.info("step", **{k: (round(v, 4) if isinstance(v, float) else v)
+                                    for k, v in metrics.items() if not k.startswith("reward/")})
+                advance(metrics)
+                skipped_update = bool(metrics.get("skipped")) and "grad_norm" in metrics
+                skips = skips + 1 if skipped_update else 0
+                if skips >= c.train.max_consecutive_skips:
+                    self.save()
+                    raise TooManySkippedSteps(
+                        f"{skips} steps in a row had a non-finite loss or gradient; stopping. "
+                        "Fix: lower optimizer.lr, set optimizer.max_grad_norm, or check the rewards"
+                    )
+                if c.train.checkpoint_every and self.step % c.train.checkpoint_every == 0:
+                    self.save()
+                if c.eval.every and self.eval_dataset is not None and self.step % c.eval.every == 0:
+                    ev = self.evaluate()
+                    log.info("evaluation", step=self.step, **ev)
+        self.save()
+        if self.stop_requested:
+            log.warning("stopped early on request", step=self.step)
+            summary["stopped_early"] = True
+        if self.eval_dataset is not None:
+            summary["eval_after"] = self.evaluate()
+            log.info("evaluation after training", **summary["eval_after"])
+        summary["steps"] = self.step
+        summary["history"] = self.history
+        return summary

@@ -1,0 +1,264 @@
+"""Records exchanged between the core and backends.
+
+Everything that crosses the plugin boundary is an attrs record holding numpy arrays and plain
+Python values, so no backend has to import another backend's tensor type. Token ids are int64
+arrays, log-probs float32 arrays; ragged batches are lists of 1-D arrays (no padding crosses the
+boundary: each backend pads or packs the way its hardware likes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, Union
+
+import attrs
+import numpy as np
+
+from polyrl.errors import ConfigError
+
+#: A prompt is raw text (used verbatim) or a chat (list of {"role", "content"} messages, rendered
+#: with the model's chat template and a generation prompt by the backend that owns the tokenizer).
+Prompt = Union[str, Sequence[Mapping[str, str]]]
+
+FinishReason = Literal["stop", "length"]
+
+
+def _ids(value: Any) -> np.ndarray:
+    return np.asarray(value, dtype=np.int64).reshape(-1)
+
+
+def _floats(value: Any) -> np.ndarray:
+    return np.asarray(value, dtype=np.float32).reshape(-1)
+
+
+def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and value <= 0:
+        raise ConfigError(f"{attribute.name} must be > 0, got {value!r}", field=attribute.name)
+
+
+@attrs.define(frozen=True)
+class SamplingParams:
+    """How to sample. Every backend must honour every field (a silently ignored field is a bug).
+
+    ``temperature == 0`` means greedy decoding. Log-probs returned by ``generate`` are taken from
+    the temperature-scaled distribution *before* top-p/top-k truncation, which is the distribution
+    ``logprobs``/``train_step`` reproduce when given the same ``temperature``.
+    """
+
+    max_new_tokens: int = attrs.field(default=64, validator=_positive)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 disables top-k
+    stop: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    seed: int | None = None
+    n: int = attrs.field(default=1, validator=_positive)  # completions per prompt (group size)
+
+    def __attrs_post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ConfigError("temperature must be >= 0 (0 = greedy)", field="temperature")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError("top_p must be in (0, 1]", field="top_p")
+        if self.top_k < 0:
+            raise ConfigError("top_k must be >= 0 (0 disables it)", field="top_k")
+
+
+@attrs.define
+class Completion:
+    """One sampled completion, exactly as the generator produced it.
+
+    ``completion_ids`` are the sampled token ids (never re-tokenized text) and ``logprobs`` the
+    sampler's own log-probability of each of them; both have the same length.
+    """
+
+    prompt_index: int
+    prompt_ids: np.ndarray = attrs.field(converter=_ids)
+    completion_ids: np.ndarray = attrs.field(converter=_ids)
+    logprobs: np.ndarray = attrs.field(converter=_floats)
+    text: str = ""
+    finish_reason: FinishReason = "length"
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.completion_ids) != len(self.logprobs):
+            raise ValueError(
+                f"completion has {len(self.completion_ids)} ids but {len(self.logprobs)} log-probs"
+            )
+
+
+@attrs.define
+class TokenSequence:
+    """A prompt and a completion, as token ids; the unit ``logprobs`` and ``train_step`` score."""
+
+    prompt_ids: np.ndarray = attrs.field(converter=_ids)
+    completion_ids: np.ndarray = attrs.field(converter=_ids)
+
+    @classmethod
+    def of(cls, completion: Completion) -> TokenSequence:
+        return cls(completion.prompt_ids, completion.completion_ids)
+
+
+@attrs.define
+class TrainBatch:
+    """One optimizer step's worth of scored rollouts.
+
+    ``old_logprobs`` None means "the policy that generated is the one being trained, unchanged":
+    the backend then uses its own detached log-probs (ratio 1, gradient intact), saving a pass.
+    ``ref_logprobs`` is only needed when the objective's ``beta > 0``.
+    """
+
+    sequences: list[TokenSequence]
+    advantages: np.ndarray = attrs.field(converter=_floats)
+    old_logprobs: list[np.ndarray] | None = None
+    ref_logprobs: list[np.ndarray] | None = None
+    temperature: float = 1.0
+
+    def __attrs_post_init__(self) -> None:
+        n = len(self.sequences)
+        if len(self.advantages) != n:
+            raise ValueError(f"{len(self.advantages)} advantages for {n} sequences")
+        for name in ("old_logprobs", "ref_logprobs"):
+            values = getattr(self, name)
+            if values is None:
+                continue
+            if len(values) != n:
+                raise ValueError(f"{len(values)} {name} for {n} sequences")
+            for seq, lp in zip(self.sequences, values):
+                if len(lp) != len(seq.completion_ids):
+                    raise ValueError(f"{name} length differs from its completion length")
+
+    @property
+    def num_tokens(self) -> int:
+        return int(sum(len(s.completion_ids) for s in self.sequences))
+
+
+@attrs.define
+class StepMetrics:
+    """What one ``train_step`` reports (means over the batch's completion tokens)."""
+
+    loss: float
+    grad_norm: float
+    kl: float = 0.0
+    clip_fraction: float = 0.0
+    tokens: int = 0
+    skipped: bool = False  # True when the step was not applied (e.g. non-finite loss)
+    extra: dict[str, float] = attrs.field(factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = attrs.asdict(self, filter=lambda a, v: a.name != "extra")
+        out.update(self.extra)
+        return out
+
+
+@attrs.define(frozen=True)
+class LoraConfig:
+    """Low-rank adapters on the attention/MLP projections (names as in HF Llama)."""
+
+    rank: int = attrs.field(default=16, validator=_positive)
+    alpha: float = 32.0
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = attrs.field(
+        default=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+        converter=tuple,
+    )
+
+
+@attrs.define(frozen=True)
+class OptimizerConfig:
+    """AdamW with global-norm gradient clipping and gradient accumulation by micro-batches."""
+
+    lr: float = attrs.field(default=1e-5, validator=_positive)
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = attrs.field(default=(0.9, 0.999), converter=tuple)
+    eps: float = 1e-8
+    max_grad_norm: float | None = 1.0
+    micro_batch_size: int | None = None  # sequences per forward/backward; None = whole batch
+
+
+@attrs.define(frozen=True)
+class EngineConfig:
+    """What a backend's ``load`` receives: the model and how to run it.
+
+    ``role`` is "generate", "train" or "reference"; a backend may skip optimizer state for roles
+    that never train. ``model`` is a local directory (HF layout) or a GGUF file path.
+    """
+
+    model: str
+    role: str = "train"
+    dtype: str = "float32"
+    device: str = "cpu"
+    seed: int = 0
+    threads: int | None = None
+    lora: LoraConfig | None = None
+    optimizer: OptimizerConfig = attrs.field(factory=OptimizerConfig)
+    max_length: int = 1024  # prompt + completion tokens
+    options: dict[str, Any] = attrs.field(factory=dict)  # backend-specific knobs
+
+
+@attrs.define(frozen=True)
+class Capabilities:
+    """What a backend can do; the registry and ``polyrl backends`` show it."""
+
+    generate: bool = True
+    logprobs: bool = True
+    train_step: bool = False
+    lora: bool = False
+    weight_export: bool = False
+    weight_import: bool = False
+    checkpoint: bool = False
+    dtypes: tuple[str, ...] = ("float32",)
+    devices: tuple[str, ...] = ("cpu",)
+
+    def as_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+#: Probe: returns None when the backend is usable here, else a human-readable reason.
+Probe = Callable[[], "str | None"]
+
+
+@attrs.define
+class BackendSpec:
+    """A backend as registered by a plugin through ``polyrl_register_backends``.
+
+    ``load(EngineConfig) -> engine`` builds the engine object the compute hooks receive; each
+    plugin recognises its own engines (``isinstance``) and returns None for others.
+    """
+
+    name: str
+    load: Callable[[EngineConfig], Any]
+    capabilities: Capabilities = attrs.field(factory=Capabilities)
+    probe: Probe = lambda: None
+    install_hint: str = ""
+    summary: str = ""
+    version: str = ""
+    distribution: str = ""  # filled in by the registry from the entry point
+    #: Optional extra facts for ``polyrl doctor`` (e.g. which BLAS is active), name -> text.
+    diagnostics: Callable[[], Mapping[str, str]] | None = None
+
+
+@attrs.define
+class RewardSpec:
+    """A named reward announced through ``polyrl_register_rewards`` (listed by the CLI)."""
+
+    name: str
+    summary: str = ""
+    distribution: str = ""
+
+
+@attrs.define
+class RewardContext:
+    """What reward plugins see besides prompts and completions.
+
+    ``rows[i]`` is the dataset row (all its columns) that sample ``i`` came from; ``wanted`` the
+    reward names this run asks for (a plugin computes only those); ``options`` per-reward options
+    from the config (``options[name]``).
+    """
+
+    rows: list[Mapping[str, Any]]
+    wanted: tuple[str, ...]
+    options: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    completion_ids: list[np.ndarray] | None = None
+    step: int = 0
+
+
+#: Weights cross the boundary as HF-named numpy arrays (float32 unless the backend says otherwise).
+NamedWeights = Mapping[str, np.ndarray]

@@ -1,0 +1,115 @@
+"""Model folders between formats: HF -> MLX (optionally quantized) and MLX -> HF.
+
+    >>> from polyrl_mlx.convert import convert
+    >>> convert("models/tiny", "models/tiny-mlx-4bit", to="mlx", quantize_bits=4)
+    >>> convert("models/tiny-mlx-4bit", "models/tiny-hf", to="hf")     # dequantized float
+
+``to="mlx"`` writes what ``mlx_lm.convert`` writes (mlx-lm's own ``load``/``quantize_model``/
+``save``), keeping the weights' dtype unless quantizing. ``to="hf"`` writes a plain transformers
+folder: float weights under HF names (quantized layers dequantized) in ``model.safetensors``
+with ``format=pt`` metadata, ``config.json`` without quantization keys, the tokenizer and
+``generation_config.json``. Unquantized HF -> MLX -> HF gives bit-identical tensors.
+
+The destination is written to a temporary sibling folder and renamed into place, so a reader
+never sees half a model; an existing non-empty destination is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from polyrl.errors import ConfigError
+
+FORMATS = ("mlx", "hf")
+BITS = (2, 3, 4, 5, 6, 8)
+DEFAULT_GROUP_SIZE = 64
+
+
+def _check(src: str, dst: str, to: str, quantize_bits: int | None) -> tuple[Path, Path]:
+    if to not in FORMATS:
+        raise ConfigError(f"unknown target format {to!r}", field="to", fix=f"use one of {', '.join(FORMATS)}")
+    source = Path(src).expanduser()
+    if source.suffix == ".gguf" or (source.is_dir() and not (source / "config.json").exists()
+                                    and any(source.glob("*.gguf"))):
+        raise ConfigError(f"{src!r} is a GGUF model, which mlx-lm cannot read", field="src",
+                          fix="convert it to HF first (`polyrl convert MODEL.gguf OUT --to hf`, torch backend)")
+    if not (source / "config.json").exists():
+        raise ConfigError(f"{src!r} is not a model folder (no config.json)", field="src",
+                          fix="give a local HF or MLX model folder")
+    if quantize_bits is not None:
+        if to != "mlx":
+            raise ConfigError("quantization is only written in MLX format", field="quantize_bits",
+                              fix="use --to mlx, or drop --quantize-bits")
+        if quantize_bits not in BITS:
+            raise ConfigError(f"unsupported quantize_bits={quantize_bits}", field="quantize_bits",
+                              fix=f"use one of {', '.join(map(str, BITS))}")
+    target = Path(dst).expanduser()
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise ConfigError(f"destination {dst!r} exists and is not empty", field="dst",
+                          fix="choose a new folder or delete the old one")
+    return source.resolve(), target.resolve()
+
+
+def _to_mlx(source: Path, out: Path, quantize_bits: int | None, group_size: int) -> None:
+    from mlx_lm.utils import load, quantize_model, save
+
+    from polyrl_mlx.engine import config_overrides
+
+    model, tokenizer, config = load(str(source), return_config=True, lazy=True,
+                                    model_config=config_overrides(source) or None)
+    if quantize_bits is not None:
+        if config.get("quantization"):
+            raise ConfigError(f"{source} is already quantized", field="quantize_bits",
+                              fix="convert it to hf first, then quantize that")
+        with contextlib.redirect_stdout(io.StringIO()):  # mlx-lm prints bits per weight
+            model, config = quantize_model(model, config, group_size, quantize_bits)
+    save(str(out), str(source), model, tokenizer, config, donate_model=False)
+
+
+def _to_hf(source: Path, out: Path) -> None:
+    from mlx_lm.utils import load
+
+    from polyrl_mlx.engine import config_overrides
+    from polyrl_mlx.weights import hf_tensors, save_hf_folder
+
+    model, tokenizer, config = load(str(source), return_config=True, lazy=True,
+                                    model_config=config_overrides(source) or None)
+    save_hf_folder(out, hf_tensors(model), config, tokenizer._tokenizer, source=source)
+
+
+def convert(src: str, dst: str, to: str = "mlx", quantize_bits: int | None = None,
+            group_size: int = DEFAULT_GROUP_SIZE) -> str:
+    """Convert the model folder ``src`` to format ``to`` ("mlx" or "hf") at ``dst``; return ``dst``.
+
+    ``quantize_bits`` (MLX only) quantizes every linear/embedding layer whose input size divides
+    by ``group_size`` (affine mode, as ``mlx_lm.convert -q``).
+    """
+    from polyrl_mlx._mx import mx
+
+    source, target = _check(src, dst, to, quantize_bits)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        out = tmp / "model"
+        with mx.stream(mx.cpu):
+            if to == "mlx":
+                _to_mlx(source, out, quantize_bits, group_size)
+            else:
+                _to_hf(source, out)
+        readme = out / "README.md"
+        if readme.exists() and to == "hf":
+            readme.unlink()
+        if target.exists():
+            target.rmdir()  # empty (checked above)
+        os.rename(out, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(target)
+
+
+__all__ = ["FORMATS", "convert"]

@@ -1,0 +1,268 @@
+"""``MLXEngine``: an mlx-lm model, its tokenizer, optional LoRA adapters and the optimizer.
+
+The engine loads and holds state; the hooks live in ``generation``, ``scoring``, ``training`` and
+``weights``. What it loads:
+
+* a Hugging Face folder (``config.json`` + safetensors + tokenizer) or a folder written by
+  ``mlx_lm.convert`` / ``polyrl convert --to mlx``, possibly 4/8-bit quantized, through
+  ``mlx_lm.load`` (offline: a local path never touches a hub);
+* LoRA through mlx-lm's tuner layers (``LoRALinear``, ``scale = alpha / rank`` as peft);
+* AdamW (``bias_correction=True``, which is what torch's AdamW does) for ``role="train"``.
+
+A quantized model can generate and score, and train only through LoRA (QLoRA): its packed
+weights have no gradient. Such a config is refused with a ``ConfigError`` naming the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from polyrl.errors import ConfigError
+from polyrl.types import EngineConfig, Prompt
+from polyrl_mlx import blas
+from polyrl_mlx._mx import mx, nn, optim
+
+DTYPES = ("float32", "bfloat16", "float16")
+#: mlx-lm model types whose logits are ``lm_head(model(x))`` (or the tied embedding), so scoring
+#: can project only the completion positions; other models go through the full ``__call__``.
+SPLIT_HEAD_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+
+
+def _device(name: str) -> Any:
+    name = (name or "cpu").lower()
+    gpu_ok = mx.is_available(mx.gpu)
+    if name == "auto":
+        return mx.gpu if gpu_ok else mx.cpu
+    if name == "cpu":
+        return mx.cpu
+    if name in ("gpu", "metal", "mps", "cuda"):
+        if not gpu_ok:
+            raise ConfigError(f"device {name!r} requested but MLX sees no GPU here", field="device",
+                              fix="use device='cpu' (or install mlx with Metal/CUDA support)")
+        return mx.gpu
+    raise ConfigError(f"unknown device {name!r} for the mlx backend", field="device",
+                      fix="use cpu, gpu or auto")
+
+
+def _model_dir(model: str) -> Path:
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise ConfigError(
+            f"model path {model!r} does not exist", field="model",
+            fix="give a local HF or MLX model folder, or resolve an alias first (e.g. 'tiny-llama')",
+        )
+    if path.is_file() or not (path / "config.json").exists():
+        is_gguf = path.suffix == ".gguf" if path.is_file() else any(path.glob("*.gguf"))
+        if is_gguf:
+            raise ConfigError(
+                f"{model!r} is a GGUF model, which mlx-lm cannot load", field="model",
+                fix="convert it first: `polyrl convert MODEL.gguf OUT --to hf` (torch backend), "
+                    "then use OUT (or `polyrl convert OUT OUT-mlx --to mlx`)",
+            )
+        raise ConfigError(f"{model!r} has no config.json", field="model",
+                          fix="point at a HF or MLX model folder")
+    return path
+
+
+def config_overrides(model_dir: Path) -> dict[str, Any]:
+    """Config keys mlx-lm needs but a transformers 5 ``config.json`` may lack.
+
+    transformers 5 writes RoPE settings only as ``rope_parameters`` (``{"rope_theta": ...,
+    "rope_type": ...}``), while mlx-lm 0.32's Llama/Qwen/Mistral args read ``rope_theta`` and
+    ``rope_scaling`` and silently default the base to 10000: SmolLM2 (base 100000) then computes
+    garbage. Lift them to the top level (a per-layer-type nested ``rope_parameters`` is left to
+    the models that read it).
+    """
+    import json
+
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    params = config.get("rope_parameters")
+    if not isinstance(params, dict) or "rope_theta" not in params:
+        return {}
+    out: dict[str, Any] = {}
+    if "rope_theta" not in config:
+        out["rope_theta"] = params["rope_theta"]
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type != "default" and not config.get("rope_scaling"):
+        out["rope_scaling"] = dict(params)
+    return out
+
+
+class MLXEngine:
+    """One loaded model; the compute hooks receive it."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        import mlx_lm
+
+        self.config = config
+        if config.dtype not in DTYPES:
+            raise ConfigError(f"dtype {config.dtype!r} is not supported by the mlx backend",
+                              field="dtype", fix=f"use one of {', '.join(DTYPES)}")
+        self.dtype = getattr(mx, config.dtype)
+        self.device = _device(config.device)
+        blas.set_threads(config.threads)
+        self.model_dir = _model_dir(config.model)
+
+        with mx.stream(self.device):
+            model, tokenizer, hf_config = mlx_lm.load(
+                str(self.model_dir), return_config=True,
+                model_config=config_overrides(self.model_dir) or None,
+            )
+            self.hf_config: dict[str, Any] = dict(hf_config)
+            self.quantization: dict | None = hf_config.get("quantization")
+            self._cast(model)
+            self.model = model
+            self.tok_wrapper = tokenizer
+            self.tokenizer = tokenizer._tokenizer  # the transformers tokenizer
+            self.eos_ids = frozenset(int(i) for i in (tokenizer.eos_token_ids or ()))
+            self.pad_id = self._pad_id()
+
+            self.lora = config.lora
+            self.lora_keys: list[str] = []
+            #: True once ``import_weights``/``load_checkpoint`` replaced the frozen base weights.
+            self.base_replaced = False
+            is_train = config.role == "train"
+            if self.quantization and is_train and config.lora is None:
+                raise ConfigError(
+                    "a quantized model cannot be fully fine-tuned (its packed weights have no "
+                    "gradient)", field="lora",
+                    fix="train with LoRA on it (QLoRA), or load the unquantized model",
+                )
+            mx.random.seed(int(config.seed))  # LoRA's A matrices draw from the global generator
+            if config.lora is not None:
+                self._add_lora(config.lora)
+            elif is_train:
+                self.model.unfreeze()
+            else:
+                self.model.freeze()
+            self.model.eval()  # no dropout unless LoRA dropout asks (training turns it on)
+
+            #: The sampler's key when a call passes no seed: repeatable for a given engine seed.
+            self.rng_key = mx.random.key(int(config.seed))
+            self.optimizer: optim.Optimizer | None = None
+            if is_train:
+                self.optimizer = self._make_optimizer()
+            mx.eval(self.model.parameters())
+
+    # --- setup helpers -------------------------------------------------------------------------
+
+    def _cast(self, model: Any) -> None:
+        """Floating parameters to the configured dtype (quantized packs are integers: untouched)."""
+        from mlx.utils import tree_map
+
+        dtype = self.dtype
+
+        def cast(v: Any) -> Any:
+            if isinstance(v, mx.array) and mx.issubdtype(v.dtype, mx.floating) and v.dtype != dtype:
+                return v.astype(dtype)
+            return v
+
+        model.update(tree_map(cast, model.parameters()))
+
+    def _add_lora(self, lora: Any) -> None:
+        from mlx_lm.tuner.utils import linear_to_lora_layers
+
+        layers = getattr(self.model, "layers", None)
+        if not layers:
+            raise ConfigError("this model exposes no transformer layers for LoRA", field="lora")
+        keys = sorted({name for name, _ in layers[0].named_modules()
+                       if name and name.rsplit(".", 1)[-1] in lora.target_modules})
+        found = {k.rsplit(".", 1)[-1] for k in keys}
+        missing = [t for t in lora.target_modules if t not in found]
+        if missing:
+            raise ConfigError(f"LoRA target modules {missing} do not exist in this model",
+                              field="lora.target_modules",
+                              fix="use projection names of the model, e.g. q_proj, v_proj")
+        self.lora_keys = keys
+        self.model.freeze()
+        linear_to_lora_layers(
+            self.model, len(layers),
+            {"rank": lora.rank, "scale": lora.alpha / lora.rank, "dropout": lora.dropout, "keys": keys},
+        )
+
+    def _make_optimizer(self) -> Any:
+        opt = self.config.optimizer
+        return optim.AdamW(learning_rate=opt.lr, betas=list(opt.betas), eps=opt.eps,
+                           weight_decay=opt.weight_decay, bias_correction=True)
+
+    def reset_optimizer(self) -> None:
+        if self.optimizer is not None:
+            self.optimizer = self._make_optimizer()
+
+    def _pad_id(self) -> int:
+        tok = self.tokenizer
+        for value in (tok.pad_token_id, tok.eos_token_id):
+            if isinstance(value, int):
+                return value
+        return 0
+
+    # --- accessors -----------------------------------------------------------------------------
+
+    @property
+    def is_train(self) -> bool:
+        return self.optimizer is not None
+
+    @property
+    def model_type(self) -> str:
+        return str(self.hf_config.get("model_type", ""))
+
+    def require_optimizer(self) -> Any:
+        if self.optimizer is None:
+            raise ConfigError(f"this engine was loaded with role={self.config.role!r} and cannot train",
+                              field="role", fix="load the training engine with role='train'")
+        return self.optimizer
+
+    def lora_modules(self) -> dict[str, Any]:
+        from mlx_lm.tuner.lora import LoRALinear
+
+        return {name: m for name, m in self.model.named_modules() if isinstance(m, LoRALinear)}
+
+    def next_seed(self) -> int:
+        """A fresh sampling seed from the engine's own key stream (calls without a seed)."""
+        self.rng_key, sub = mx.random.split(self.rng_key)
+        return int(mx.random.randint(0, 2**31 - 1, key=sub).item())
+
+    # --- prompts -------------------------------------------------------------------------------
+
+    def encode_prompt(self, prompt: Prompt) -> list[int]:
+        """Token ids as the model sees the prompt (chat template + generation prompt for chats).
+
+        Same rules as the torch backend, so both feed a model identical ids for one prompt.
+        """
+        tok = self.tokenizer
+        if isinstance(prompt, str):
+            ids = tok(prompt, add_special_tokens=True)["input_ids"]
+        else:
+            if not getattr(tok, "chat_template", None):
+                raise ConfigError(
+                    f"the tokenizer of {self.config.model!r} has no chat template but a chat prompt "
+                    "was given", field="model",
+                    fix="use an instruct model with a chat template, or give plain-text prompts",
+                )
+            text = tok.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+        if not ids:
+            start = tok.bos_token_id if tok.bos_token_id is not None else self.pad_id
+            ids = [int(start)]  # an empty prompt still needs one position to predict from
+        return [int(i) for i in ids]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return (f"MLXEngine(model={self.config.model!r}, role={self.config.role!r}, "
+                f"device={self.device}, dtype={self.config.dtype}, lora={self.lora is not None}, "
+                f"quantized={bool(self.quantization)}, pid={os.getpid()})")
+
+
+def load(config: EngineConfig) -> MLXEngine:
+    return MLXEngine(config)
+
+
+__all__ = ["DTYPES", "MLXEngine", "config_overrides", "load"]

@@ -1,0 +1,200 @@
+"""Batched sampling with a hand-written KV-cache loop, so the log-probs are exactly the sampler's.
+
+Why not ``mlx_lm.batch_generate`` (checked against mlx-lm 0.32.2):
+
+* its ``return_logprobs`` values are ``log_softmax(logits)`` at temperature 1 whatever the
+  sampler's temperature, while the contract needs ``log_softmax(logits / T)``;
+* it drops the EOS token from the returned ids (the policy must be trained on it, or it never
+  learns to stop) and has no stop *strings*, only stop token sequences;
+* randomness comes from the global MLX generator, so there is no per-call seed, and its
+  ``make_sampler`` applies top-p before top-k (HF and our torch backend: top-k, then top-p).
+
+What is reused from mlx-lm: the model, its cache classes and their batching API
+(``KVCache.merge`` -> ``BatchKVCache``, ``prepare(right_padding=...)``/``finalize()`` and
+``filter(indices)``), so every architecture mlx-lm can batch works here too.
+
+Method: each prompt is prefilled once (right-padded, then rolled to left padding by
+``finalize``, which also gives each row its own RoPE offset, so positions are exact), the cache is
+expanded to the ``n`` samples of its group with ``filter`` (repeated indices), and finished rows
+are dropped from the batch. Sampling is Gumbel-max, ``argmax(kept_logits + noise)``, with its own
+PRNG key per *sample* (``SeedSequence([seed, sample_index])``, split once per step, vectorised with
+``mx.vmap``): a sample's tokens depend only on the seed and its index, not on how many prompts
+share the call or which rows finished. ``temperature == 0`` is greedy; its log-probs are then
+taken at temperature 1 (as the torch backend does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from polyrl.errors import ConfigError
+from polyrl.types import Completion, Prompt, SamplingParams
+from polyrl_mlx._mx import mx
+from polyrl_mlx.engine import MLXEngine
+
+
+def filter_logits(scaled: mx.array, top_k: int, top_p: float) -> mx.array:
+    """Mask (to -inf) tokens outside top-k, then outside the top-p nucleus of what is left.
+
+    The most likely token always survives, so ``top_k=1`` or a tiny ``top_p`` are greedy.
+    """
+    out = scaled
+    vocab = out.shape[-1]
+    neg_inf = mx.array(-float("inf"), dtype=out.dtype)
+    if 0 < top_k < vocab:
+        kth = mx.sort(out, axis=-1)[:, vocab - top_k: vocab - top_k + 1]
+        out = mx.where(out < kth, neg_inf, out)
+    if top_p < 1.0:
+        desc = -mx.sort(-out, axis=-1)
+        probs = mx.softmax(desc, axis=-1)
+        mass_before = mx.cumsum(probs, axis=-1) - probs
+        keep = mx.maximum((mass_before < top_p).sum(axis=-1, keepdims=True), 1)
+        threshold = mx.take_along_axis(desc, keep - 1, axis=-1)
+        out = mx.where(out < threshold, neg_inf, out)
+    return out
+
+
+def sample_keys(seed: int, count: int) -> mx.array:
+    """One independent threefry key per sample: ``[count, 2]`` uint32."""
+    state = np.stack([np.random.SeedSequence([seed & 0xFFFFFFFFFFFFFFFF, i]).generate_state(2)
+                      for i in range(count)])
+    return mx.array(state.astype(np.uint32))
+
+
+_split = mx.vmap(lambda key: mx.random.split(key, 2))
+
+
+def _gumbel(vocab: int):
+    return mx.vmap(lambda key: mx.random.gumbel((vocab,), key=key))
+
+
+class _StopChecker:
+    """Detects a stop string completed by the newest token, decoding only a short tail."""
+
+    def __init__(self, engine: MLXEngine, stops: Sequence[str]) -> None:
+        self.engine = engine
+        self.stops = [s for s in stops if s]
+        # a token decodes to >= 1 char except partial UTF-8 bytes (<= 4 tokens per char)
+        self.window = 4 * max((len(s) for s in self.stops), default=0) + 4
+
+    def hit(self, ids: list[int]) -> bool:
+        if not self.stops:
+            return False
+        tail = self.engine.decode(ids[-self.window:])
+        # earlier tokens never completed a stop string (the row would have ended already)
+        return any(s in tail for s in self.stops)
+
+
+def _prefill(engine: MLXEngine, prompt_ids: list[list[int]]) -> tuple[list, mx.array]:
+    """Batch cache holding every prompt, and the float32 logits after each prompt's last token."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    model = engine.model
+    per_prompt = [make_prompt_cache(model) for _ in prompt_ids]
+    cache = [per_prompt[0][i].merge([c[i] for c in per_prompt]) for i in range(len(per_prompt[0]))]
+    lengths = [len(p) for p in prompt_ids]
+    width = max(lengths)
+    padding = [width - n for n in lengths]
+    rows = np.full((len(prompt_ids), width), engine.pad_id, dtype=np.int32)
+    for i, ids in enumerate(prompt_ids):
+        rows[i, : len(ids)] = ids
+    if max(padding) > 0:
+        for c in cache:
+            c.prepare(lengths=lengths, right_padding=padding)
+    logits = model(mx.array(rows), cache=cache)
+    last = mx.array(np.asarray(lengths, dtype=np.int32) - 1)
+    logits = mx.take_along_axis(logits, last[:, None, None], axis=1)[:, 0, :].astype(mx.float32)
+    if max(padding) > 0:
+        for c in cache:
+            c.finalize()
+    mx.eval(logits, [c.state for c in cache])
+    return cache, logits
+
+
+def generate(engine: MLXEngine, prompts: Sequence[Prompt], sampling: SamplingParams) -> list[Completion]:
+    """Sample ``sampling.n`` completions per prompt, grouped by prompt (see module docstring)."""
+    with mx.stream(engine.device):
+        return _generate(engine, prompts, sampling)
+
+
+def _generate(engine: MLXEngine, prompts: Sequence[Prompt], sampling: SamplingParams) -> list[Completion]:
+    if not prompts:
+        return []
+    n = sampling.n
+    prompt_ids = [engine.encode_prompt(p) for p in prompts]
+    limit = engine.config.max_length
+    for i, ids in enumerate(prompt_ids):
+        if len(ids) >= limit:
+            raise ConfigError(f"prompt {i} has {len(ids)} tokens, not below max_length={limit}",
+                              field="max_length", fix="raise max_length or shorten the prompt")
+    budgets = [min(sampling.max_new_tokens, limit - len(ids)) for ids in prompt_ids for _ in range(n)]
+    total = len(budgets)
+
+    seed = int(sampling.seed) if sampling.seed is not None else engine.next_seed()
+    row_keys = sample_keys(seed, total)
+    greedy = sampling.temperature == 0
+    temperature = 1.0 if greedy else float(sampling.temperature)
+    stop = _StopChecker(engine, sampling.stop)
+
+    cache, logits = _prefill(engine, prompt_ids)
+    if n > 1:
+        group = mx.array(np.repeat(np.arange(len(prompt_ids)), n).astype(np.int32))
+        for c in cache:
+            c.filter(group)
+        logits = logits[group]
+
+    tokens: list[list[int]] = [[] for _ in range(total)]
+    logps: list[list[float]] = [[] for _ in range(total)]
+    finish = ["length"] * total
+    active = np.arange(total)  # sample index of each batch row
+    vocab = logits.shape[-1]
+
+    for _ in range(max(budgets)):
+        scaled = logits / temperature
+        logp_all = scaled - mx.logsumexp(scaled, axis=-1, keepdims=True)
+        if greedy:
+            chosen = mx.argmax(logits, axis=-1)
+        else:
+            pairs = _split(row_keys)
+            row_keys = pairs[:, 0]
+            noise = _gumbel(vocab)(pairs[:, 1])
+            kept = filter_logits(scaled, sampling.top_k, sampling.top_p)
+            chosen = mx.argmax(kept + noise, axis=-1)
+        chosen_lp = mx.take_along_axis(logp_all, chosen[:, None], axis=-1)[:, 0]
+        mx.eval(chosen, chosen_lp)
+
+        keep_rows: list[int] = []
+        for row, (sample, tok, lp) in enumerate(zip(active.tolist(), chosen.tolist(), chosen_lp.tolist())):
+            tokens[sample].append(int(tok))
+            logps[sample].append(float(lp))
+            if tok in engine.eos_ids or stop.hit(tokens[sample]):
+                finish[sample] = "stop"
+            elif len(tokens[sample]) < budgets[sample]:
+                keep_rows.append(row)
+        if not keep_rows:
+            break
+        if len(keep_rows) < len(active):
+            index = mx.array(np.asarray(keep_rows, dtype=np.int32))
+            for c in cache:
+                c.filter(index)
+            active = active[keep_rows]
+            chosen = chosen[index]
+            row_keys = row_keys[index]
+        logits = engine.model(chosen[:, None], cache=cache)[:, -1, :].astype(mx.float32)
+
+    return [
+        Completion(
+            prompt_index=s // n,
+            prompt_ids=prompt_ids[s // n],
+            completion_ids=tokens[s],
+            logprobs=logps[s],
+            text=engine.decode(tokens[s]),
+            finish_reason=finish[s],  # type: ignore[arg-type]
+        )
+        for s in range(total)
+    ]
+
+
+__all__ = ["filter_logits", "generate"]

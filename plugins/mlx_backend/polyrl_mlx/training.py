@@ -1,0 +1,196 @@
+"""``train_step``: the clipped-surrogate objective of ``polyrl.algorithms`` on an MLX model.
+
+The loss math lives in ``objective_loss`` alone, written to match
+``polyrl.algorithms.reference.policy_loss`` (value) and ``policy_loss_grad`` (gradient w.r.t. the
+per-token log-probs), so tests check it without a model. It works on the *flat* layout (all
+completion tokens of a micro-batch concatenated, as ``scoring.flat_logprobs`` returns them) with a
+per-token weight: the aggregation (``seq_mean_token_mean``, ``token_mean``,
+``seq_mean_token_sum_norm``) is just that weight, computed from the *whole* batch's sequence and
+token counts. So with micro-batches (``OptimizerConfig.micro_batch_size``) the summed micro-batch
+losses and gradients are exactly the full-batch loss and gradient.
+
+The step: ``nn.value_and_grad`` per micro-batch, gradients summed, global-norm clipping
+(``optim.clip_grad_norm``), one AdamW update. A non-finite loss or gradient norm leaves weights
+and optimizer state untouched and reports ``skipped=True``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from polyrl.algorithms.objective import Objective
+from polyrl.types import StepMetrics, TrainBatch
+from polyrl_mlx._mx import mx, nn, optim
+from polyrl_mlx.engine import MLXEngine
+from polyrl_mlx.scoring import flat_logprobs
+
+
+def token_weights(lengths: Sequence[int], objective: Objective, num_sequences: int,
+                  num_tokens: int) -> np.ndarray:
+    """Each token's factor in the aggregated loss (flat), given the whole batch's counts."""
+    out = []
+    for n in lengths:
+        if objective.loss_aggregation == "seq_mean_token_mean":
+            w = 1.0 / (num_sequences * max(n, 1))
+        elif objective.loss_aggregation == "token_mean":
+            w = 1.0 / max(num_tokens, 1)
+        else:  # seq_mean_token_sum_norm (Dr.GRPO)
+            w = 1.0 / (num_sequences * objective.max_completion_length)
+        out.append(np.full(n, w))
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def objective_loss(
+    logp: mx.array,
+    advantages: mx.array,
+    weights: mx.array,
+    objective: Objective,
+    old_logp: mx.array | None = None,
+    ref_logp: mx.array | None = None,
+) -> tuple[mx.array, mx.array, mx.array]:
+    """(loss, kl_sum, clip_sum) over flat per-token arrays.
+
+    ``advantages`` and ``weights`` are per token (a sequence's advantage repeated over its
+    tokens); ``old_logp=None`` means the detached ``logp`` (ratio 1, gradient intact). The math
+    runs in ``logp``'s dtype (pass float64 on CPU to compare with the numpy reference).
+    """
+    dtype = logp.dtype
+    adv = advantages.astype(dtype)
+    old = mx.stop_gradient(logp) if old_logp is None else old_logp.astype(dtype)
+    ratio = mx.exp(logp - old)
+    low, high = 1.0 - objective.clip_eps_low, 1.0 + objective.clip_eps_high
+    unclipped = -adv * ratio
+    clipped_loss = mx.stop_gradient(-adv * mx.clip(ratio, low, high))
+    # where the clipped branch is the larger one it is flat: slope 0, as in the reference
+    loss = mx.where(unclipped >= clipped_loss, unclipped, clipped_loss)
+    r = mx.stop_gradient(ratio)
+    clipped = ((adv > 0) & (r > high)) | ((adv < 0) & (r < low))
+    if objective.dual_clip is not None:
+        cap = -adv * objective.dual_clip
+        dual = (adv < 0) & (mx.stop_gradient(loss) > cap)
+        loss = mx.where(dual, cap, loss)
+        clipped = clipped | dual
+    kl = mx.zeros_like(logp)
+    if objective.beta > 0:
+        if ref_logp is None:
+            raise ValueError("beta > 0 needs reference log-probs (TrainBatch.ref_logprobs)")
+        delta = ref_logp.astype(dtype) - logp
+        if objective.kl_estimator == "k1":
+            kl = -delta
+        elif objective.kl_estimator == "k2":
+            kl = 0.5 * delta * delta
+        else:  # k3, Schulman's unbiased non-negative estimator
+            kl = mx.exp(delta) - delta - 1.0
+        loss = loss + objective.beta * kl
+    total = (loss * weights.astype(dtype)).sum()
+    return total, mx.stop_gradient(kl).sum(), clipped.astype(dtype).sum()
+
+
+def _flat(values: list[np.ndarray] | None, idx: range) -> mx.array | None:
+    if values is None:
+        return None
+    parts = [np.asarray(values[i], dtype=np.float32).reshape(-1) for i in idx]
+    return mx.array(np.concatenate(parts) if parts else np.zeros(0, np.float32))
+
+
+def _tree_add(a, b):
+    from mlx.utils import tree_map
+
+    return b if a is None else tree_map(lambda x, y: x + y, a, b)
+
+
+def _global_norm(grads) -> mx.array:
+    from mlx.utils import tree_flatten
+
+    leaves = [g for _, g in tree_flatten(grads)]
+    if not leaves:
+        return mx.array(0.0)
+    return mx.sqrt(sum((g.astype(mx.float32) ** 2).sum() for g in leaves))
+
+
+def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Objective,
+                         micro_batch_size: int | None = None) -> tuple[Any, dict[str, float]]:
+    """Summed gradients of the batch loss (trainable parameters) and the loss sums.
+
+    Micro-batches of ``micro_batch_size`` sequences (default: the engine's
+    ``OptimizerConfig.micro_batch_size``, else the whole batch) each contribute their tokens'
+    share of the whole-batch loss, so the sum is the full-batch gradient. Stops early (returns
+    ``finite=0``) at the first non-finite micro-batch loss.
+    """
+    seqs, n = batch.sequences, len(batch.sequences)
+    total_tokens = batch.num_tokens
+    if objective.beta > 0 and batch.ref_logprobs is None:
+        raise ValueError("objective.beta > 0 but the batch has no ref_logprobs")
+    micro = micro_batch_size or engine.config.optimizer.micro_batch_size or max(n, 1)
+    temperature = float(batch.temperature) or 1.0
+    model = engine.model
+    grads = None
+    sums = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "finite": 1.0}
+    model.train()  # LoRA dropout (if any) on while differentiating
+    try:
+        for start in range(0, n, micro):
+            idx = range(start, min(n, start + micro))
+            chunk = [seqs[i] for i in idx]
+            lengths = [len(s.completion_ids) for s in chunk]
+            if sum(lengths) == 0:
+                continue
+            adv = mx.array(np.repeat(np.asarray(batch.advantages[start:idx.stop], np.float32), lengths))
+            weights = mx.array(token_weights(lengths, objective, n, total_tokens).astype(np.float32))
+            old = _flat(batch.old_logprobs, idx)
+            ref = _flat(batch.ref_logprobs, idx) if objective.beta > 0 else None
+
+            def loss_fn(chunk=chunk, adv=adv, weights=weights, old=old, ref=ref):
+                logp, _ = flat_logprobs(engine, chunk, temperature)
+                return objective_loss(logp, adv, weights, objective, old, ref)
+
+            (loss, kl, clipped), g = nn.value_and_grad(model, loss_fn)()
+            grads = _tree_add(grads, g)
+            mx.eval(loss, kl, clipped, grads)
+            sums["loss"] += loss.item()
+            sums["kl"] += kl.item()
+            sums["clipped"] += clipped.item()
+            if not math.isfinite(sums["loss"]):
+                sums["finite"] = 0.0
+                break
+    finally:
+        model.eval()
+    return grads, sums
+
+
+def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> StepMetrics:
+    """One optimizer step on ``batch``; see the module docstring."""
+    optimizer = engine.require_optimizer()
+    total_tokens = batch.num_tokens
+    if not batch.sequences or total_tokens == 0:
+        return StepMetrics(loss=0.0, grad_norm=0.0, tokens=total_tokens, skipped=True)
+    with mx.stream(engine.device):
+        grads, sums = accumulate_gradients(engine, batch, objective)
+        finite = bool(sums["finite"])
+        grad_norm = float("nan")
+        if finite and grads is not None:
+            max_norm = engine.config.optimizer.max_grad_norm
+            if max_norm is not None:
+                grads, norm = optim.clip_grad_norm(grads, max_norm)
+            else:
+                norm = _global_norm(grads)
+            grad_norm = float(norm.item())
+            finite = math.isfinite(grad_norm)
+        skipped = not finite or grads is None
+        if not skipped:
+            optimizer.update(engine.model, grads)
+            mx.eval(engine.model.parameters(), optimizer.state)
+
+    denom = max(total_tokens, 1)
+    lr = optimizer.learning_rate
+    return StepMetrics(
+        loss=sums["loss"], grad_norm=grad_norm, kl=sums["kl"] / denom,
+        clip_fraction=sums["clipped"] / denom, tokens=total_tokens, skipped=skipped,
+        extra={"lr": float(lr.item() if isinstance(lr, mx.array) else lr)},
+    )
+
+
+__all__ = ["accumulate_gradients", "objective_loss", "token_weights", "train_step"]

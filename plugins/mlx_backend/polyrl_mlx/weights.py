@@ -1,0 +1,292 @@
+"""Weights across engines and backends (HF-named numpy arrays) and checkpoints on disk.
+
+Names: mlx-lm builds Llama-family models with the module paths of transformers, so a parameter's
+MLX path is its HF name (``model.layers.0.self_attn.q_proj.weight``); ``model.sanitize`` (run on
+import) drops what HF files carry and MLX does not keep (rotary ``inv_freq``, a tied
+``lm_head.weight``). Exports hold one entry per tensor: a tied ``lm_head`` is not repeated, as in
+HF safetensors files.
+
+* Quantized layers (``QuantizedLinear``/``QuantizedEmbedding``) export dequantized float
+  weights; imported float weights are quantized with the layer's own group size, bits and mode,
+  so a 4-bit MLX generator can take a torch trainer's weights.
+* LoRA: ``export_weights`` merges ``W + scale * (A B)^T`` on the fly (the engine is unchanged).
+  ``import_weights`` into a LoRA engine writes the full weights into the *base*, re-draws A, zeroes
+  B and resets the optimizer, so the engine then computes exactly the imported weights (as the
+  torch backend does).
+* A checkpoint is a plain HF folder (config, tokenizer, merged ``model.safetensors``) every backend
+  loads, plus ``mlx_state/``: optimizer state (``optimizer.safetensors``, the flattened MLX
+  optimizer tree), the sampler key, LoRA adapters in mlx-lm's format (``adapters.safetensors`` +
+  ``adapter_config.json``, loadable with ``mlx_lm.load(..., adapter_path=...)``) and, for exact
+  resumption of LoRA runs, the unmerged base weights (a merge is not invertible).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from polyrl.types import NamedWeights
+from polyrl_mlx._mx import mx, nn
+from polyrl_mlx.engine import MLXEngine
+
+STATE_DIR = "mlx_state"
+FORMAT = 1
+QUANT_KEYS = ("quantization", "quantization_config")
+
+
+# --- names ---------------------------------------------------------------------------------------
+
+
+def _quantized(module: Any) -> bool:
+    return isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding))
+
+
+def _dequantize(module: Any) -> mx.array:
+    return mx.dequantize(module.weight, module.scales, module.get("biases"), group_size=module.group_size,
+                         bits=module.bits, mode=getattr(module, "mode", "affine"))
+
+
+def hf_tensors(model: Any, merged: bool = True) -> dict[str, mx.array]:
+    """HF-named float arrays of ``model``: quantized layers dequantized, LoRA merged (or, with
+    ``merged=False``, the base weights alone)."""
+    from mlx.utils import tree_flatten
+    from mlx_lm.tuner.lora import LoRALinear
+
+    flat = dict(tree_flatten(model.parameters()))
+    modules = dict(model.named_modules())
+    lora = {p: m for p, m in modules.items() if isinstance(m, LoRALinear)}
+    out: dict[str, mx.array] = {}
+    for path, module in lora.items():
+        if merged:
+            fused = module.fuse(dequantize=True)
+            out[f"{path}.weight"] = fused.weight
+        else:
+            base = module.linear
+            out[f"{path}.weight"] = _dequantize(base) if _quantized(base) else base.weight
+        if "bias" in module.linear:
+            out[f"{path}.bias"] = module.linear.bias
+        for key in [k for k in flat if k.startswith(path + ".")]:
+            del flat[key]
+    for path, module in modules.items():
+        if not _quantized(module) or any(path.startswith(p + ".") for p in lora):
+            continue
+        out[f"{path}.weight"] = _dequantize(module)
+        for leaf in ("weight", "scales", "biases"):
+            flat.pop(f"{path}.{leaf}", None)
+    out.update(flat)
+    return dict(sorted(out.items()))
+
+
+def export_weights(engine: MLXEngine) -> NamedWeights:
+    """float32 numpy copies of the (merged, dequantized) weights under HF names."""
+    with mx.stream(engine.device):
+        tensors = hf_tensors(engine.model)
+        tensors = {k: v.astype(mx.float32) for k, v in tensors.items()}
+        mx.eval(tensors)
+    return {k: np.array(v, copy=True) for k, v in tensors.items()}
+
+
+def _targets(engine: MLXEngine) -> dict[str, tuple[str, Any]]:
+    """HF name -> (kind, module or parameter path) for every tensor an import must provide."""
+    from mlx.utils import tree_flatten
+    from mlx_lm.tuner.lora import LoRALinear
+
+    model = engine.model
+    modules = dict(model.named_modules())
+    lora = {p for p, m in modules.items() if isinstance(m, LoRALinear)}
+    out: dict[str, tuple[str, Any]] = {}
+    for name, _ in tree_flatten(model.parameters()):
+        path, leaf = name.rsplit(".", 1)
+        if leaf in ("lora_a", "lora_b"):
+            continue
+        owner = path[: -len(".linear")] if path.endswith(".linear") and path[: -len(".linear")] in lora else None
+        hf_path = owner or path
+        module = modules.get(path)
+        if module is not None and _quantized(module):
+            if leaf in ("scales", "biases"):
+                continue
+            if leaf == "weight":
+                out[f"{hf_path}.weight"] = ("quantized", path)
+                continue
+        out[f"{hf_path}.{leaf}"] = ("plain", name)
+    return out
+
+
+def assign(engine: MLXEngine, weights: Mapping[str, Any]) -> None:
+    """Write HF-named arrays into the model (base weights), checking names and shapes first."""
+    from mlx.utils import tree_flatten, tree_unflatten
+
+    model = engine.model
+    incoming = {k: mx.array(np.asarray(v)) for k, v in weights.items()}
+    if hasattr(model, "sanitize"):
+        incoming = model.sanitize(incoming)
+    targets = _targets(engine)
+    unknown = sorted(set(incoming) - set(targets))
+    if unknown:
+        raise ValueError(f"{len(unknown)} weight names unknown to this model, e.g. {unknown[:3]}")
+    missing = sorted(set(targets) - set(incoming))
+    if missing:
+        raise ValueError(f"{len(missing)} weights missing from the import, e.g. {missing[:3]}")
+    current = dict(tree_flatten(model.parameters()))
+    modules = dict(model.named_modules())
+    updates: list[tuple[str, mx.array]] = []
+    for name, value in incoming.items():
+        kind, where = targets[name]
+        if kind == "plain":
+            old = current[where]
+            if tuple(value.shape) != tuple(old.shape):
+                raise ValueError(f"{name}: shape {tuple(value.shape)} != model's {tuple(old.shape)}")
+            updates.append((where, value.astype(old.dtype)))
+        else:
+            module = modules[where]
+            dtype = module.scales.dtype
+            packed = mx.quantize(value.astype(dtype), group_size=module.group_size, bits=module.bits,
+                                 mode=getattr(module, "mode", "affine"))
+            if tuple(packed[0].shape) != tuple(module.weight.shape):
+                raise ValueError(f"{name}: shape {tuple(value.shape)} does not fit the quantized layer")
+            updates.append((f"{where}.weight", packed[0]))
+            updates.append((f"{where}.scales", packed[1]))
+            if len(packed) > 2 and packed[2] is not None and "biases" in module:
+                updates.append((f"{where}.biases", packed[2]))
+    model.update(tree_unflatten(updates))
+    mx.eval(model.parameters())
+
+
+def reset_adapters(engine: MLXEngine) -> None:
+    """A fresh LoRA init (A uniform as mlx-lm draws it, B = 0) and a fresh optimizer."""
+    for module in engine.lora_modules().values():
+        in_dims, r = module.lora_a.shape
+        bound = 1 / np.sqrt(in_dims)
+        module.lora_a = mx.random.uniform(low=-bound, high=bound, shape=(in_dims, r))
+        module.lora_b = mx.zeros_like(module.lora_b)
+    engine.reset_optimizer()
+    mx.eval(engine.model.parameters())
+
+
+def import_weights(engine: MLXEngine, weights: NamedWeights) -> bool:
+    """Replace the weights; for LoRA engines see the module docstring (base + adapter reset)."""
+    with mx.stream(engine.device):
+        assign(engine, weights)
+        if engine.lora is not None:
+            engine.base_replaced = True
+            reset_adapters(engine)
+    return True
+
+
+# --- checkpoints ---------------------------------------------------------------------------------
+
+
+def _version() -> str:
+    try:
+        return metadata.version("polyrl-mlx")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def save_hf_folder(folder: Path, tensors: Mapping[str, mx.array], config: Mapping[str, Any],
+                   tokenizer: Any, source: Path | None = None) -> None:
+    """A plain HF model folder: ``config.json`` (no quantization keys), tokenizer files,
+    ``generation_config.json`` (copied from ``source``) and ``model.safetensors``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = {k: v for k, v in config.items() if k not in QUANT_KEYS}
+    dtypes = {str(v.dtype).replace("mlx.core.", "") for v in tensors.values()
+              if mx.issubdtype(v.dtype, mx.floating)}
+    if len(dtypes) == 1:
+        cfg["torch_dtype"] = dtypes.pop()
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    tokenizer.save_pretrained(str(folder))
+    if source is not None and (source / "generation_config.json").exists():
+        shutil.copy(source / "generation_config.json", folder / "generation_config.json")
+    mx.save_safetensors(str(folder / "model.safetensors"), dict(tensors), metadata={"format": "pt"})
+
+
+def _mlx_adapter_config(engine: MLXEngine) -> dict[str, Any]:
+    lora = engine.lora
+    return {"fine_tune_type": "lora", "num_layers": len(engine.model.layers),
+            "lora_parameters": {"rank": lora.rank, "scale": lora.alpha / lora.rank,
+                                "dropout": lora.dropout, "keys": engine.lora_keys}}
+
+
+def save_checkpoint(engine: MLXEngine, path: str) -> bool:
+    """Merged HF model at ``path``; optimizer, key, adapters (and LoRA base) in ``mlx_state/``."""
+    from mlx.utils import tree_flatten
+
+    folder = Path(path)
+    state = folder / STATE_DIR
+    state.mkdir(parents=True, exist_ok=True)
+    with mx.stream(engine.device):
+        save_hf_folder(folder, hf_tensors(engine.model), engine.hf_config, engine.tokenizer,
+                       source=engine.model_dir)
+        if engine.lora is not None:
+            adapters = {k: v for k, v in tree_flatten(engine.model.parameters())
+                        if k.rsplit(".", 1)[-1] in ("lora_a", "lora_b")}
+            mx.save_safetensors(str(state / "adapters.safetensors"), adapters)
+            (state / "adapter_config.json").write_text(json.dumps(_mlx_adapter_config(engine), indent=2) + "\n")
+            if engine.base_replaced:
+                base = {k: v for k, v in tree_flatten(engine.model.parameters())
+                        if k.rsplit(".", 1)[-1] not in ("lora_a", "lora_b")}
+                mx.save_safetensors(str(state / "base_model.safetensors"), base)
+        if engine.optimizer is not None:
+            opt_state = dict(tree_flatten(engine.optimizer.state))
+            mx.save_safetensors(str(state / "optimizer.safetensors"), opt_state)
+        mx.save_safetensors(str(state / "rng.safetensors"), {"sampler_key": engine.rng_key})
+    meta = {"format": FORMAT, "polyrl_mlx": _version(), "mlx": mx.__version__,
+            "lora": engine.lora is not None, "dtype": engine.config.dtype,
+            "base_replaced": engine.base_replaced, "optimizer": engine.optimizer is not None,
+            "quantization": engine.quantization}
+    (state / "engine.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return True
+
+
+def load_checkpoint(engine: MLXEngine, path: str) -> bool:
+    """Restore weights (base + adapters for LoRA), optimizer and key so training continues exactly.
+
+    A checkpoint of another backend (a plain HF folder) loads too: its merged weights are
+    imported (LoRA adapters reset) and the optimizer starts fresh.
+    """
+    from mlx.utils import tree_unflatten
+
+    folder = Path(path)
+    if not (folder / "model.safetensors").exists():
+        raise FileNotFoundError(f"{folder} is not a checkpoint (no model.safetensors)")
+    state = folder / STATE_DIR
+    meta = json.loads((state / "engine.json").read_text()) if (state / "engine.json").exists() else {}
+    with mx.stream(engine.device):
+        exact_lora = (engine.lora is not None and meta.get("lora")
+                      and (state / "adapters.safetensors").exists())
+        if exact_lora:
+            if (state / "base_model.safetensors").exists():
+                engine.model.load_weights(str(state / "base_model.safetensors"), strict=False)
+                engine.base_replaced = True
+            engine.model.load_weights(list(mx.load(str(state / "adapters.safetensors")).items()),
+                                      strict=False)
+            mx.eval(engine.model.parameters())
+        else:
+            import_weights(engine, mx_to_numpy(mx.load(str(folder / "model.safetensors"))))
+        same_kind = bool(meta.get("lora")) == (engine.lora is not None)
+        opt_file = state / "optimizer.safetensors"
+        if engine.optimizer is not None and opt_file.exists() and same_kind:
+            engine.optimizer.state = tree_unflatten(list(mx.load(str(opt_file)).items()))
+            mx.eval(engine.optimizer.state)
+        if (state / "rng.safetensors").exists():
+            engine.rng_key = mx.load(str(state / "rng.safetensors"))["sampler_key"]
+    return True
+
+
+def mx_to_numpy(arrays: Mapping[str, mx.array]) -> dict[str, np.ndarray]:
+    out = {}
+    for k, v in arrays.items():
+        if v.dtype == mx.bfloat16:
+            v = v.astype(mx.float32)
+        out[k] = np.array(v)
+    return out
+
+
+__all__ = ["assign", "export_weights", "hf_tensors", "import_weights", "load_checkpoint",
+           "mx_to_numpy", "save_checkpoint", "save_hf_folder"]

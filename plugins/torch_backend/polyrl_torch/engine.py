@@ -1,0 +1,195 @@
+"""``TorchEngine``: a transformers causal LM, its tokenizer, optional LoRA and the optimizer.
+
+The engine only loads and holds state; the hooks live in ``generation``, ``scoring``,
+``training`` and ``weights`` so each file does one job. Everything that can be wrong in the
+user's config is reported as a ``ConfigError`` naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from polyrl.errors import ConfigError
+from polyrl.types import EngineConfig, Prompt
+
+DTYPES: Mapping[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+ADAPTER = "default"  # the single peft adapter name this backend uses
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ConfigError(f"unknown device {name!r}", field="device", fix="use cpu, cuda or cuda:N") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("cuda requested but torch sees no CUDA device", field="device",
+                          fix="use device='cpu' or install a CUDA build of torch==2.13.0")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("mps requested but not available", field="device", fix="use device='cpu'")
+    return device
+
+
+def _model_location(model: str, options: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(folder, gguf file name or None) for a HF folder, a ``.gguf`` file, or a folder + option."""
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise ConfigError(
+            f"model path {model!r} does not exist",
+            field="model",
+            fix="give a local HF model folder or .gguf file, or resolve an alias first "
+            "(registry.resolve_model('tiny-llama') / 'smollm2-135m-instruct')",
+        )
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ConfigError(f"{model!r} is a file but not a .gguf file", field="model",
+                              fix="point at the model folder (with config.json) or a .gguf file")
+        return str(path.parent), path.name
+    gguf = options.get("gguf_file")
+    if gguf is None and not (path / "config.json").exists():
+        ggufs = sorted(p.name for p in path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            gguf = ggufs[0]
+        else:
+            raise ConfigError(f"{model!r} has no config.json", field="model",
+                              fix="point at a HF model folder, or set options.gguf_file")
+    return str(path), gguf
+
+
+class TorchEngine:
+    """One loaded model. ``model`` is what the hooks run (a ``PeftModel`` when LoRA is on)."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.config = config
+        if config.dtype not in DTYPES:
+            raise ConfigError(f"dtype {config.dtype!r} is not supported by the torch backend",
+                              field="dtype", fix=f"use one of {', '.join(DTYPES)}")
+        self.dtype = DTYPES[config.dtype]
+        self.device = _resolve_device(config.device)
+        if config.threads is not None:
+            torch.set_num_threads(int(config.threads))
+        torch.manual_seed(config.seed)  # LoRA init draws from the global generator
+        #: The sampler's generator when a call passes no seed: repeatable per engine seed.
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(config.seed)
+
+        folder, gguf_file = _model_location(config.model, config.options)
+        self.model_dir, self.gguf_file = folder, gguf_file
+        extra = {"gguf_file": gguf_file} if gguf_file else {}
+        self.tokenizer = AutoTokenizer.from_pretrained(folder, **extra)
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=self.dtype, attn_implementation=config.options.get("attn_implementation", "sdpa"),
+            **extra,
+        )
+        model.to(self.device)
+        model.eval()
+        model.requires_grad_(config.role == "train" and config.lora is None)
+
+        self.lora = config.lora
+        if config.lora is not None:
+            model = self._add_lora(model, config.lora)
+        self.model = model
+        self.eos_ids = self._eos_ids()
+        self.pad_id = self._pad_id()
+
+        self.optimizer: torch.optim.Optimizer | None = None
+        if config.role == "train":
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            opt = config.optimizer
+            self.optimizer = torch.optim.AdamW(
+                params, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps, weight_decay=opt.weight_decay,
+            )
+
+    # --- setup helpers -------------------------------------------------------------------------
+
+    @staticmethod
+    def _add_lora(model: Any, lora: Any) -> Any:
+        from peft import LoraConfig as PeftLoraConfig
+        from peft import get_peft_model
+
+        names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+        missing = [t for t in lora.target_modules if t not in names]
+        if missing:
+            raise ConfigError(f"LoRA target modules {missing} do not exist in this model",
+                              field="lora.target_modules",
+                              fix="use projection names of the model, e.g. q_proj, v_proj")
+        peft_config = PeftLoraConfig(
+            r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+            target_modules=list(lora.target_modules), task_type="CAUSAL_LM", bias="none",
+        )
+        return get_peft_model(model, peft_config, adapter_name=ADAPTER)
+
+    def _eos_ids(self) -> frozenset[int]:
+        ids: set[int] = set()
+        for value in (self.tokenizer.eos_token_id,
+                      getattr(getattr(self.causal_lm, "generation_config", None), "eos_token_id", None)):
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, Sequence):
+                ids.update(int(v) for v in value)
+        return frozenset(ids)
+
+    def _pad_id(self) -> int:
+        for value in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id):
+            if isinstance(value, int):
+                return value
+        return 0
+
+    # --- accessors -----------------------------------------------------------------------------
+
+    @property
+    def causal_lm(self) -> Any:
+        """The transformers ``*ForCausalLM`` (inside the peft wrapper when LoRA is on)."""
+        if self.lora is not None:
+            return self.model.get_base_model()
+        return self.model
+
+    @property
+    def is_train(self) -> bool:
+        return self.optimizer is not None
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def require_optimizer(self) -> torch.optim.Optimizer:
+        if self.optimizer is None:
+            raise ConfigError(f"this engine was loaded with role={self.config.role!r} and cannot train",
+                              field="role", fix="load the training engine with role='train'")
+        return self.optimizer
+
+    # --- prompts -------------------------------------------------------------------------------
+
+    def encode_prompt(self, prompt: Prompt) -> list[int]:
+        """Token ids as the model sees the prompt (chat template + generation prompt for chats)."""
+        tok = self.tokenizer
+        if isinstance(prompt, str):
+            ids = tok(prompt, add_special_tokens=True)["input_ids"]
+        else:
+            if not getattr(tok, "chat_template", None):
+                raise ConfigError(
+                    f"the tokenizer of {self.config.model!r} has no chat template but a chat prompt "
+                    "was given", field="model",
+                    fix="use an instruct model with a chat template, or give plain-text prompts",
+                )
+            text = tok.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+        if not ids:
+            start = tok.bos_token_id if tok.bos_token_id is not None else self.pad_id
+            ids = [int(start)]  # an empty prompt still needs one position to predict from
+        return [int(i) for i in ids]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return (f"TorchEngine(model={self.config.model!r}, role={self.config.role!r}, "
+                f"device={self.device}, dtype={self.config.dtype}, lora={self.lora is not None}, "
+                f"pid={os.getpid()})")

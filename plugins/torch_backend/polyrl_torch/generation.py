@@ -1,0 +1,177 @@
+"""Batched sampling written by hand, so the returned log-probs are exactly the sampler's.
+
+Why not ``model.generate``: its scores are post-processed (top-p/top-k masks) and it repeats every
+prompt ``n`` times. Here each distinct prompt is prefilled once and its KV cache copied to the rows
+of its group (``DynamicCache.batch_select_indices`` with a repeating index: the same as
+``batch_repeat_interleave`` but also shares a prompt given twice), and finished rows are dropped
+from the batch (``batch_select_indices`` again) so the remaining rows decode faster.
+
+Randomness: every step draws one Exp(1) noise row per sample from the call's generator, for all
+samples whether still running or not, and picks ``argmax(logits_kept - log(noise))`` (the
+exponential-race form of sampling from the kept distribution). A sample's tokens therefore depend
+only on the seed and its position, not on which other rows happen to have finished.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from polyrl.errors import ConfigError
+from polyrl.types import Completion, Prompt, SamplingParams
+from polyrl_torch.engine import TorchEngine
+
+
+def filter_logits(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Mask (to -inf) tokens outside top-k, then outside the top-p nucleus (HF order).
+
+    The top token always survives, so ``top_k=1`` or a tiny ``top_p`` reduce to greedy.
+    """
+    out = scaled
+    if top_k > 0 and top_k < out.shape[-1]:
+        kth = torch.topk(out, top_k, dim=-1).values[..., -1:]
+        out = out.masked_fill(out < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(out, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        mass_before = torch.cumsum(probs, dim=-1) - probs
+        drop_sorted = mass_before >= top_p
+        drop_sorted[..., 0] = False
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        out = out.masked_fill(drop, float("-inf"))
+    return out
+
+
+class _StopChecker:
+    """Detects a stop string completed by the newest token, decoding only a short tail."""
+
+    def __init__(self, engine: TorchEngine, stops: Sequence[str]) -> None:
+        self.engine = engine
+        self.stops = [s for s in stops if s]
+        # a token decodes to >= 1 char except partial UTF-8 bytes (<= 4 tokens per char)
+        self.window = 4 * max((len(s) for s in self.stops), default=0) + 4
+
+    def hit(self, ids: list[int]) -> bool:
+        if not self.stops:
+            return False
+        tail = self.engine.decode(ids[-self.window:])
+        # earlier tokens never completed a stop string (the row would have ended), so any
+        # occurrence in the tail ends at the newest token
+        return any(s in tail for s in self.stops)
+
+
+def _left_pad(rows: list[list[int]], pad_id: int, device: torch.device):
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+        mask[i, width - len(row):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _next_logits(engine: TorchEngine, **inputs) -> torch.Tensor:
+    out = engine.model(**inputs, use_cache=True, logits_to_keep=1)
+    return out.logits[:, -1, :].float()
+
+
+@torch.inference_mode()
+def generate(engine: TorchEngine, prompts: Sequence[Prompt], sampling: SamplingParams) -> list[Completion]:
+    """Sample ``sampling.n`` completions per prompt; see the module docstring for the method."""
+    from transformers import DynamicCache
+
+    model_was_training = engine.model.training
+    engine.model.eval()
+    try:
+        return _generate(engine, prompts, sampling, DynamicCache)
+    finally:
+        engine.model.train(model_was_training)
+
+
+def _generate(engine: TorchEngine, prompts, sampling: SamplingParams, cache_cls) -> list[Completion]:
+    if not prompts:
+        return []
+    n, device = sampling.n, engine.device
+    prompt_ids = [engine.encode_prompt(p) for p in prompts]
+    limit = engine.config.max_length
+    for i, ids in enumerate(prompt_ids):
+        if len(ids) >= limit:
+            raise ConfigError(f"prompt {i} has {len(ids)} tokens, not below max_length={limit}",
+                              field="max_length", fix="raise max_length or shorten the prompt")
+    budgets = [min(sampling.max_new_tokens, limit - len(ids)) for ids in prompt_ids for _ in range(n)]
+    total = len(budgets)
+
+    generator = engine.generator
+    if sampling.seed is not None:
+        generator = torch.Generator(device=device)
+        generator.manual_seed(int(sampling.seed))
+    greedy = sampling.temperature == 0
+    temperature = 1.0 if greedy else float(sampling.temperature)
+    stop = _StopChecker(engine, sampling.stop)
+
+    # prefill each distinct prompt once, then copy its cache to every row that uses it
+    unique: dict[tuple[int, ...], int] = {}
+    for ids in prompt_ids:
+        unique.setdefault(tuple(ids), len(unique))
+    input_ids, attention = _left_pad([list(u) for u in unique], engine.pad_id, device)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    cache = cache_cls(config=engine.causal_lm.config)
+    logits = _next_logits(engine, input_ids=input_ids, attention_mask=attention,
+                          position_ids=positions, past_key_values=cache)
+    rows = [unique[tuple(ids)] for ids in prompt_ids for _ in range(n)]
+    if rows != list(range(len(unique))):
+        expand = torch.tensor(rows, device=device)
+        cache.batch_select_indices(expand)
+        logits, attention, positions = logits[expand], attention[expand], positions[expand]
+    next_pos = positions[:, -1] + 1
+
+    tokens: list[list[int]] = [[] for _ in range(total)]
+    logps: list[list[float]] = [[] for _ in range(total)]
+    finish = ["length"] * total
+    active = torch.arange(total, device=device)  # sample index of each batch row
+    vocab = logits.shape[-1]
+
+    for _ in range(max(budgets)):
+        scaled = logits / temperature
+        logp_all = torch.log_softmax(scaled, dim=-1)
+        if greedy:
+            chosen = logits.argmax(dim=-1)
+        else:
+            # one noise row for every sample each step (see module docstring)
+            noise = torch.empty((total, vocab), device=device).exponential_(generator=generator)
+            kept = filter_logits(scaled, sampling.top_k, sampling.top_p)
+            chosen = (kept - noise[active].log()).argmax(dim=-1)
+        chosen_lp = logp_all.gather(-1, chosen[:, None])[:, 0]
+
+        keep_rows: list[int] = []
+        for row, (sample, tok, lp) in enumerate(zip(active.tolist(), chosen.tolist(), chosen_lp.tolist())):
+            tokens[sample].append(tok)
+            logps[sample].append(lp)
+            if tok in engine.eos_ids or stop.hit(tokens[sample]):
+                finish[sample] = "stop"
+            elif len(tokens[sample]) < budgets[sample]:
+                keep_rows.append(row)
+        if not keep_rows:
+            break
+        if len(keep_rows) < len(active):
+            index = torch.tensor(keep_rows, device=device)
+            cache.batch_select_indices(index)
+            active, chosen = active[index], chosen[index]
+            attention, next_pos = attention[index], next_pos[index]
+        attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=-1)
+        logits = _next_logits(engine, input_ids=chosen[:, None], attention_mask=attention,
+                              position_ids=next_pos[:, None], past_key_values=cache)
+        next_pos = next_pos + 1
+
+    return [
+        Completion(
+            prompt_index=s // n,
+            prompt_ids=prompt_ids[s // n],
+            completion_ids=tokens[s],
+            logprobs=logps[s],
+            text=engine.decode(tokens[s]),
+            finish_reason=finish[s],  # type: ignore[arg-type]
+        )
+        for s in range(total)
+    ]

@@ -1,0 +1,235 @@
+"""The pluggy hook implementations of the ``torch`` backend.
+
+This module is what the ``polyrl.backends`` entry point loads when any polyrl process starts, so it
+imports neither torch nor transformers at module level: registration only looks at installed
+metadata, and every compute hook first checks (without importing torch) whether the engine is one
+of ours. A machine without torch therefore still lists the backend, with the probe's reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import sys
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from polyrl.hookspecs import hookimpl
+from polyrl.types import BackendSpec, Capabilities, EngineConfig
+
+BACKEND = "torch"
+DISTRIBUTION = "polyrl-torch"
+INSTALL_HINT = "pip install polyrl[torch]"
+TINY_ALIAS = "tiny-llama"
+SMOLLM2_ALIAS = "smollm2-135m-instruct"
+
+
+def _version() -> str:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def _missing_package() -> str | None:
+    for module, pip_name in (("torch", "torch"), ("transformers", "transformers"),
+                             ("safetensors", "safetensors")):
+        if importlib.util.find_spec(module) is None:
+            return pip_name
+    return None
+
+
+def _probe() -> str | None:
+    """None when usable; else why not (checked without importing torch, so it stays cheap)."""
+    missing = _missing_package()
+    if missing == "torch":
+        return f"torch not installed: {INSTALL_HINT}"
+    if missing:
+        return f"{missing} not installed: {INSTALL_HINT}"
+    return None
+
+
+def _torch_built_with_cuda() -> bool:
+    """Read torch/version.py as text: importing torch here would cost seconds at every startup."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return False
+    try:
+        text = (Path(spec.origin).parent / "version.py").read_text()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        if line.startswith("cuda") and "=" in line:
+            return "None" not in line.split("=", 1)[1]
+    return False
+
+
+def _devices() -> tuple[str, ...]:
+    """Devices this machine can actually run on (cuda only with a CUDA torch and a visible GPU)."""
+    devices = ["cpu"]
+    gpu_visible = Path("/dev/nvidia0").exists() or Path("/proc/driver/nvidia/gpus").is_dir()
+    if _torch_built_with_cuda() and gpu_visible and os.environ.get("CUDA_VISIBLE_DEVICES") != "":
+        devices.append("cuda")
+    if sys.platform == "darwin" and platform.machine() == "arm64":
+        devices.append("mps")
+    return tuple(devices)
+
+
+CAPABILITIES_BASE = dict(
+    generate=True, logprobs=True, train_step=True, lora=True, weight_export=True,
+    weight_import=True, checkpoint=True, dtypes=("float32", "bfloat16"),
+)
+
+
+def _diagnostics() -> Mapping[str, str]:
+    """Facts for ``polyrl doctor`` (this one may import torch: doctor is allowed to be slow)."""
+    import torch
+
+    info = {
+        "torch": torch.__version__,
+        "threads": str(torch.get_num_threads()),
+        "cuda": str(torch.cuda.is_available()),
+        "blas": "mkl" if torch.backends.mkl.is_available() else "other",
+    }
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:  # pragma: no cover - the probe reports this
+        pass
+    return info
+
+
+def _load(config: EngineConfig) -> Any:
+    from polyrl_torch.engine import TorchEngine
+
+    return TorchEngine(config)
+
+
+def _ours(engine: Any) -> bool:
+    """True for engines this plugin built; never imports torch (no engine -> not loaded)."""
+    module = sys.modules.get("polyrl_torch.engine")
+    return module is not None and isinstance(engine, module.TorchEngine)
+
+
+# --- discovery -----------------------------------------------------------------------------------
+
+
+@hookimpl
+def polyrl_register_backends(register) -> None:
+    register(
+        BackendSpec(
+            name=BACKEND,
+            load=_load,
+            capabilities=Capabilities(**CAPABILITIES_BASE, devices=_devices()),
+            probe=_probe,
+            install_hint=INSTALL_HINT,
+            summary="PyTorch + transformers: exact-logprob sampling, GRPO-family training, LoRA (peft)",
+            version=_version(),
+            diagnostics=_diagnostics,
+        )
+    )
+
+
+@hookimpl
+def polyrl_resolve_model(name: str) -> str | None:
+    """``tiny-llama`` (built in the cache, no torch needed) and ``smollm2-135m-instruct``."""
+    if name == TINY_ALIAS:
+        from polyrl.testing.tiny_model import build_tiny_llama, default_cache_dir
+
+        return build_tiny_llama(default_cache_dir() / "models" / TINY_ALIAS)
+    if name == SMOLLM2_ALIAS:
+        if _missing_package():
+            return None  # another plugin may be able to provide it without torch
+        from polyrl_torch.models import smollm2_135m_instruct
+
+        return smollm2_135m_instruct()
+    return None
+
+
+@hookimpl
+def polyrl_convert_model(src: str, dst: str, to: str, quantize_bits: int | None) -> str | None:
+    """``to="hf"``: turn a GGUF file into a float HF folder (what every backend can load)."""
+    if to != "hf" or not str(src).endswith(".gguf") or _missing_package():
+        return None
+    if quantize_bits is not None:
+        from polyrl.errors import ConfigError
+
+        raise ConfigError("the torch backend writes float HF folders only", field="quantize_bits",
+                          fix="drop --quantize-bits for --to hf")
+    from polyrl_torch.models import gguf_to_hf
+
+    src_path = Path(src)
+    return gguf_to_hf(str(src_path.parent), src_path.name, dst)
+
+
+# --- compute -------------------------------------------------------------------------------------
+
+
+@hookimpl
+def generate(engine: Any, prompts: Sequence[Any], sampling: Any) -> list | None:
+    if not _ours(engine):
+        return None
+    from polyrl_torch.generation import generate as run
+
+    return run(engine, prompts, sampling)
+
+
+@hookimpl
+def logprobs(engine: Any, sequences: Sequence[Any], temperature: float, reference: bool) -> list | None:
+    if not _ours(engine):
+        return None
+    from polyrl_torch.scoring import logprobs as run
+
+    return run(engine, sequences, temperature, reference)
+
+
+@hookimpl
+def train_step(engine: Any, batch: Any, objective: Any) -> Any:
+    if not _ours(engine):
+        return None
+    from polyrl_torch.training import train_step as run
+
+    return run(engine, batch, objective)
+
+
+# --- weights and state ---------------------------------------------------------------------------
+
+
+@hookimpl
+def export_weights(engine: Any) -> Any:
+    if not _ours(engine):
+        return None
+    from polyrl_torch.weights import export_weights as run
+
+    return run(engine)
+
+
+@hookimpl
+def import_weights(engine: Any, weights: Any) -> bool | None:
+    if not _ours(engine):
+        return None
+    from polyrl_torch.weights import import_weights as run
+
+    return run(engine, weights)
+
+
+@hookimpl
+def save_checkpoint(engine: Any, path: str) -> bool | None:
+    if not _ours(engine):
+        return None
+    from polyrl_torch.weights import save_checkpoint as run
+
+    return run(engine, path)
+
+
+@hookimpl
+def load_checkpoint(engine: Any, path: str) -> bool | None:
+    if not _ours(engine):
+        return None
+    from polyrl_torch.weights import load_checkpoint as run
+
+    return run(engine, path)

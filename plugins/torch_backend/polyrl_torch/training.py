@@ -1,0 +1,185 @@
+"""``train_step``: the clipped-surrogate objective of ``polyrl.algorithms`` on a torch model.
+
+The loss math lives in ``objective_loss`` alone, written to match
+``polyrl.algorithms.reference.policy_loss`` (value) and ``policy_loss_grad`` (gradient w.r.t. the
+per-token log-probs) exactly, so tests can check it without a model. ``train_step`` wraps it with
+micro-batching: every micro-batch's loss is normalised by the *whole* batch's sequence and token
+counts, so the accumulated gradient is the full-batch gradient (not a mean of micro-batch means).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from polyrl.algorithms.objective import Objective
+from polyrl.types import StepMetrics, TrainBatch
+from polyrl_torch.engine import TorchEngine
+from polyrl_torch.scoring import token_logprobs
+
+LogProbs = torch.Tensor | Sequence[torch.Tensor]
+
+
+def _padded(values: LogProbs | None, like: torch.Tensor) -> torch.Tensor | None:
+    if values is None:
+        return None
+    if isinstance(values, torch.Tensor):
+        return values.to(like.dtype)
+    width = like.shape[1]
+    out = like.new_zeros(like.shape)
+    for i, v in enumerate(values):
+        v = torch.as_tensor(v, dtype=like.dtype, device=like.device).reshape(-1)
+        out[i, : min(len(v), width)] = v[:width]
+    return out
+
+
+def objective_loss(
+    logp: LogProbs,
+    advantages: torch.Tensor | Sequence[float],
+    objective: Objective,
+    old_logp: LogProbs | None = None,
+    ref_logp: LogProbs | None = None,
+    mask: torch.Tensor | None = None,
+    *,
+    num_sequences: int | None = None,
+    num_tokens: int | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The aggregated policy loss (scalar tensor) and detached sums ``kl_sum``, ``clip_sum``, ``tokens``.
+
+    ``logp`` is a list of 1-D tensors (one per sequence) or a ``[B, T]`` tensor with ``mask``;
+    ``old_logp``/``ref_logp`` have the same layout and are constants. ``old_logp=None`` means
+    the detached ``logp`` (ratio 1, gradient intact). ``num_sequences``/``num_tokens`` are the
+    counts of the whole batch when this call sees one micro-batch of it (default: this batch).
+    Computation happens in ``logp``'s dtype (pass float64 to compare with the numpy reference).
+    """
+    if isinstance(logp, torch.Tensor):
+        if mask is None:
+            raise ValueError("a padded logp tensor needs its mask")
+        lp = logp
+        valid = mask.to(torch.bool)
+    else:
+        lengths = [len(x) for x in logp]
+        width = max(lengths, default=0)
+        ref_tensor = logp[0] if len(logp) else torch.zeros(0)
+        rows = [torch.cat([x.reshape(-1), x.new_zeros(width - len(x))]) for x in logp]
+        lp = torch.stack(rows) if rows else ref_tensor.new_zeros((0, 0))
+        valid = torch.zeros(lp.shape, dtype=torch.bool, device=lp.device)
+        for i, n in enumerate(lengths):
+            valid[i, :n] = True
+    zero = lp.new_zeros(())
+    lp = torch.where(valid, lp, zero)  # padding may hold -inf/NaN: never let it reach the math
+    old = _padded(old_logp, lp)
+    old = lp.detach() if old is None else torch.where(valid, old, zero)
+    adv = torch.as_tensor(advantages, dtype=lp.dtype, device=lp.device).reshape(-1, 1)
+
+    ratio = torch.exp(lp - old)
+    low, high = 1.0 - objective.clip_eps_low, 1.0 + objective.clip_eps_high
+    unclipped = -adv * ratio
+    clipped_loss = -adv * torch.clamp(ratio, low, high)
+    # the clipped branch is flat wherever it is the larger one: its slope is 0 (as the reference)
+    use_unclipped = unclipped >= clipped_loss
+    loss = torch.where(use_unclipped, unclipped, clipped_loss.detach())
+    clipped = ((adv > 0) & (ratio > high)) | ((adv < 0) & (ratio < low))
+    if objective.dual_clip is not None:
+        cap = (-adv * objective.dual_clip).expand_as(loss)
+        dual = (adv < 0) & (loss > cap)
+        loss = torch.where(dual, cap, loss)
+        clipped = clipped | dual
+
+    kl = torch.zeros_like(lp)
+    if objective.beta > 0:
+        ref = _padded(ref_logp, lp)
+        if ref is None:
+            raise ValueError("beta > 0 needs reference log-probs (TrainBatch.ref_logprobs)")
+        delta = torch.where(valid, ref, zero) - lp
+        if objective.kl_estimator == "k1":
+            kl = -delta
+        elif objective.kl_estimator == "k2":
+            kl = 0.5 * delta**2
+        else:  # k3, Schulman's unbiased non-negative estimator
+            kl = torch.exp(delta) - delta - 1.0
+        loss = loss + objective.beta * kl
+
+    lengths_t = valid.sum(dim=1)
+    n_seq = lp.shape[0] if num_sequences is None else num_sequences
+    n_tok = int(lengths_t.sum()) if num_tokens is None else num_tokens
+    if objective.loss_aggregation == "seq_mean_token_mean":
+        weight = 1.0 / (n_seq * lengths_t.clamp(min=1).to(lp.dtype))
+    elif objective.loss_aggregation == "token_mean":
+        weight = lp.new_full((lp.shape[0],), 1.0 / max(n_tok, 1))
+    else:  # seq_mean_token_sum_norm (Dr.GRPO)
+        weight = lp.new_full((lp.shape[0],), 1.0 / (n_seq * objective.max_completion_length))
+    total = torch.where(valid, loss * weight[:, None], zero).sum()
+    stats = {
+        "kl_sum": torch.where(valid, kl, zero).detach().sum(),
+        "clip_sum": (clipped & valid).sum(),
+        "tokens": lengths_t.sum(),
+    }
+    return total, stats
+
+
+def _grad_norm(params: list[torch.nn.Parameter], max_norm: float | None) -> float:
+    if max_norm is not None:
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm, error_if_nonfinite=False))
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    return float(torch.nn.utils.get_total_norm(grads))
+
+
+def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> StepMetrics:
+    """One optimizer step on ``batch``; non-finite loss or gradient leaves the weights untouched."""
+    optimizer = engine.require_optimizer()
+    seqs, n = batch.sequences, len(batch.sequences)
+    total_tokens = batch.num_tokens
+    if n == 0:
+        return StepMetrics(loss=0.0, grad_norm=0.0, tokens=0, skipped=True)
+    if objective.beta > 0 and batch.ref_logprobs is None:
+        raise ValueError("objective.beta > 0 but the batch has no ref_logprobs")
+    micro = engine.config.optimizer.micro_batch_size or n
+    params = engine.trainable_parameters()
+    temperature = float(batch.temperature) or 1.0
+
+    def constants(values: list[np.ndarray] | None, idx: range) -> list[torch.Tensor] | None:
+        if values is None:
+            return None
+        return [torch.as_tensor(np.asarray(values[i], dtype=np.float32), device=engine.device) for i in idx]
+
+    optimizer.zero_grad(set_to_none=True)
+    engine.model.train()
+    loss_sum, kl_sum, clip_sum, finite = 0.0, 0.0, 0.0, True
+    try:
+        for start in range(0, n, micro):
+            idx = range(start, min(n, start + micro))
+            logp = token_logprobs(engine, [seqs[i] for i in idx], temperature)
+            loss, stats = objective_loss(
+                logp, torch.as_tensor(batch.advantages[start:idx.stop]), objective,
+                constants(batch.old_logprobs, idx),
+                constants(batch.ref_logprobs, idx) if objective.beta > 0 else None,
+                num_sequences=n, num_tokens=total_tokens,
+            )
+            value = float(loss.detach())
+            loss_sum += value
+            kl_sum += float(stats["kl_sum"])
+            clip_sum += float(stats["clip_sum"])
+            if not math.isfinite(value):
+                finite = False
+                break
+            loss.backward()
+    finally:
+        engine.model.eval()
+
+    grad_norm = _grad_norm(params, engine.config.optimizer.max_grad_norm) if finite else float("nan")
+    denom = max(total_tokens, 1)
+    metrics = dict(loss=loss_sum, grad_norm=grad_norm, kl=kl_sum / denom,
+                   clip_fraction=clip_sum / denom, tokens=total_tokens,
+                   extra={"lr": float(optimizer.param_groups[0]["lr"])})
+    if not (finite and math.isfinite(grad_norm)):
+        optimizer.zero_grad(set_to_none=True)
+        return StepMetrics(**metrics, skipped=True)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return StepMetrics(**metrics)

@@ -1,0 +1,210 @@
+"""Weights across engines and backends (HF-named numpy arrays) and checkpoints on disk.
+
+Names are always the transformers ones (``model.layers.0.self_attn.q_proj.weight``), whatever
+peft does to module paths, so a generator on another backend can take them as they are.
+
+LoRA choices (documented here because they are choices):
+
+* ``export_weights`` merges ``W + scale * B @ A`` on the fly; the engine itself is not modified
+  (merging in place and unmerging later would add float error to the base).
+* ``import_weights`` into a LoRA engine writes the given (full) weights into the *base* and resets
+  the adapters to their initial state (B = 0, A re-drawn) and the optimizer state with them, so the
+  engine then computes exactly the imported weights and ``export_weights`` returns them again.
+  The frozen reference (``logprobs(reference=True)``) becomes the imported weights too.
+* A checkpoint holds the merged model (HF layout, loadable by any backend), the adapters in peft
+  format, and, for exact resumption, the unmerged base weights (the merge is not invertible).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from polyrl.types import NamedWeights
+from polyrl_torch.engine import ADAPTER, TorchEngine
+
+STATE_DIR = "torch_state"
+ADAPTER_DIR = "adapter"
+FORMAT = 1
+
+
+# --- names ---------------------------------------------------------------------------------------
+
+
+def _lora_layers(engine: TorchEngine) -> dict[str, torch.nn.Module]:
+    if engine.lora is None:
+        return {}
+    from peft.tuners.lora import LoraLayer
+
+    return {name: m for name, m in engine.causal_lm.named_modules() if isinstance(m, LoraLayer)}
+
+
+def _named_tensors(engine: TorchEngine) -> dict[str, torch.Tensor]:
+    """Every HF name (tied aliases included) -> the live tensor holding it (base, unmerged)."""
+    out = {}
+    for name, tensor in engine.causal_lm.state_dict(keep_vars=True).items():
+        if "lora_" in name:
+            continue
+        out[name.replace(".base_layer.", ".")] = tensor
+    return out
+
+
+def hf_state_dict(engine: TorchEngine, merged: bool = True) -> dict[str, torch.Tensor]:
+    """HF-named detached tensors in the model's dtype: tied duplicates dropped, LoRA merged."""
+    layers = _lora_layers(engine) if merged else {}
+    out: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    with torch.no_grad():
+        for name, tensor in _named_tensors(engine).items():
+            ptr = tensor.data_ptr()
+            if ptr in seen:  # tied to a tensor already listed (e.g. lm_head -> embed_tokens)
+                continue
+            seen.add(ptr)
+            value = tensor.detach()
+            module = layers.get(name.rsplit(".", 1)[0])
+            if module is not None and name.endswith(".weight") and not module.merged:
+                if ADAPTER in module.active_adapters and not getattr(module, "disable_adapters", False):
+                    value = value + module.get_delta_weight(ADAPTER).to(value.dtype)
+            out[name] = value
+    return out
+
+
+# --- export / import -----------------------------------------------------------------------------
+
+
+def export_weights(engine: TorchEngine) -> NamedWeights:
+    """float32 numpy copies (never views: the optimizer keeps writing to the live tensors)."""
+    out = {}
+    for name, t in hf_state_dict(engine).items():
+        a = t.to("cpu", torch.float32)
+        if a.data_ptr() == t.data_ptr():
+            a = a.clone()
+        out[name] = a.numpy()
+    return out
+
+
+def _assign(engine: TorchEngine, weights: Mapping[str, np.ndarray | torch.Tensor]) -> None:
+    """Copy HF-named values into the live (base) tensors, checking names and shapes first."""
+    targets = _named_tensors(engine)
+    unknown = sorted(set(weights) - set(targets))
+    if unknown:
+        raise ValueError(f"{len(unknown)} weight names unknown to this model, e.g. {unknown[:3]}")
+    covered = {targets[n].data_ptr() for n in weights}
+    missing = sorted(n for n, t in targets.items() if t.data_ptr() not in covered)
+    if missing:
+        raise ValueError(f"{len(missing)} weights missing from the import, e.g. {missing[:3]}")
+    for name, value in weights.items():
+        if tuple(value.shape) != tuple(targets[name].shape):
+            raise ValueError(f"{name}: shape {tuple(value.shape)} != model's {tuple(targets[name].shape)}")
+    with torch.no_grad():
+        for name, value in weights.items():
+            targets[name].copy_(torch.as_tensor(value))
+
+
+def _reset_adapters(engine: TorchEngine) -> None:
+    for module in _lora_layers(engine).values():
+        module.reset_lora_parameters(ADAPTER, init_lora_weights=True)
+    if engine.optimizer is not None:
+        engine.optimizer.state.clear()
+
+
+def import_weights(engine: TorchEngine, weights: NamedWeights) -> bool:
+    """Replace the weights; for LoRA engines see the module docstring (base + adapter reset)."""
+    _assign(engine, weights)
+    if engine.lora is not None:
+        _reset_adapters(engine)
+    return True
+
+
+# --- checkpoints ---------------------------------------------------------------------------------
+
+
+def _save_tensors(tensors: Mapping[str, torch.Tensor], path: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}, str(path),
+              metadata={"format": "pt"})
+
+
+def _save_hf_model(engine: TorchEngine, folder: Path) -> None:
+    """config + merged safetensors + tokenizer: a plain HF folder every backend can load."""
+    lm = engine.causal_lm
+    config = copy.deepcopy(lm.config)
+    if hasattr(config, "quantization_config"):  # set for GGUF loads; the weights are float now
+        del config.quantization_config
+    config.save_pretrained(folder)
+    if getattr(lm, "generation_config", None) is not None:
+        lm.generation_config.save_pretrained(folder)
+    engine.tokenizer.save_pretrained(folder)
+    _save_tensors(hf_state_dict(engine, merged=True), folder / "model.safetensors")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("polyrl-torch")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def save_checkpoint(engine: TorchEngine, path: str) -> bool:
+    """Merged HF model at ``path``; adapters in ``adapter/``; optimizer, RNG, base in ``torch_state/``."""
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    _save_hf_model(engine, folder)
+    state = folder / STATE_DIR
+    state.mkdir(exist_ok=True)
+    if engine.lora is not None:
+        engine.model.save_pretrained(str(folder / ADAPTER_DIR), selected_adapters=[ADAPTER])
+        _save_tensors(hf_state_dict(engine, merged=False), state / "base_model.safetensors")
+    if engine.optimizer is not None:
+        torch.save(engine.optimizer.state_dict(), state / "optimizer.pt")
+    rng = {"torch": torch.get_rng_state(), "sampler": engine.generator.get_state()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    torch.save(rng, state / "rng.pt")
+    meta = {"format": FORMAT, "polyrl_torch": _version(), "torch": torch.__version__,
+            "lora": engine.lora is not None, "dtype": engine.config.dtype,
+            "optimizer": engine.optimizer is not None}
+    (state / "engine.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return True
+
+
+def load_checkpoint(engine: TorchEngine, path: str) -> bool:
+    """Restore weights (base + adapters for LoRA), optimizer and RNG so training continues exactly."""
+    from safetensors.torch import load_file
+
+    folder = Path(path)
+    model_file = folder / "model.safetensors"
+    if not model_file.exists():
+        raise FileNotFoundError(f"{folder} is not a torch-backend checkpoint (no model.safetensors)")
+    state = folder / STATE_DIR
+    meta = json.loads((state / "engine.json").read_text()) if (state / "engine.json").exists() else {}
+    exact_lora = engine.lora is not None and meta.get("lora") and (folder / ADAPTER_DIR).is_dir()
+    if exact_lora:
+        from peft.utils import set_peft_model_state_dict
+
+        _assign(engine, load_file(str(state / "base_model.safetensors")))
+        adapters = load_file(str(folder / ADAPTER_DIR / "adapter_model.safetensors"))
+        result = set_peft_model_state_dict(engine.model, adapters, adapter_name=ADAPTER)
+        if getattr(result, "unexpected_keys", None):
+            raise ValueError(f"adapter keys not in this model: {result.unexpected_keys[:3]}")
+    else:
+        import_weights(engine, load_file(str(model_file)))  # merged model; LoRA adapters reset
+    same_kind = bool(meta.get("lora")) == (engine.lora is not None)
+    if engine.optimizer is not None and (state / "optimizer.pt").exists() and same_kind:
+        engine.optimizer.load_state_dict(
+            torch.load(state / "optimizer.pt", map_location=engine.device, weights_only=True)
+        )
+    if (state / "rng.pt").exists():
+        rng = torch.load(state / "rng.pt", weights_only=True)
+        torch.set_rng_state(rng["torch"])
+        engine.generator.set_state(rng["sampler"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+    return True

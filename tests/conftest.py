@@ -1,0 +1,21 @@
+"""Shared test setup: offline hubs, tests importable helpers, a tiny local model."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    """A tiny random Llama (HF layout, BPE tokenizer, ChatML) built once per test session."""
+    from polyrl.testing.tiny_model import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-llama")

@@ -1,0 +1,77 @@
+"""TOML configs: valid files load; each bad value names its field and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from polyrl.config import RunConfig
+from polyrl.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MINIMAL = {
+    "model": {"path": "tiny-llama"},
+    "data": {"task": "arithmetic"},
+    "rewards": [{"name": "numeric_match"}],
+}
+
+
+def with_(section: str, **values) -> dict:
+    data = {k: (dict(v) if isinstance(v, dict) else list(v)) for k, v in MINIMAL.items()}
+    data.setdefault(section, {})
+    data[section] = {**data[section], **values}
+    return data
+
+
+def test_example_configs_load():
+    for path in sorted((ROOT / "examples").glob("*.toml")):
+        config = RunConfig.from_toml(path)
+        assert config.rewards, path
+
+
+def test_defaults_and_presets():
+    config = RunConfig.from_dict({**MINIMAL, "algorithm": {"name": "dapo"}})
+    objective = config.algorithm.objective()
+    assert objective.loss_aggregation == "token_mean"
+    assert objective.clip_eps_high > objective.clip_eps_low  # clip-higher
+    assert config.backends.generate_backend == "torch"
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "hint"),
+    [
+        (with_("generation", temperature="hot"), "generation.temperature", "expected float"),
+        (with_("generation", temprature=0.7), "generation.temprature", "did you mean 'temperature'"),
+        (with_("generation", group_size=1), "generation.group_size", ">= 2"),
+        (with_("generation", top_p=1.5), "generation.top_p", "(0, 1]"),
+        (with_("train", steps=0), "train.steps", ">= 1"),
+        (with_("algorithm", name="ppo2"), "algorithm.name", "grpo"),
+        (with_("algorithm", kl_estimator="k9"), "algorithm.kl_estimator", "k3"),
+        (with_("algorithm", beta=-1.0), "algorithm.beta", ">= 0"),
+        (with_("optimizer", lr=-1.0), "optimizer.lr", "> 0"),
+        (with_("lora", rank=0), "lora.rank", "> 0"),
+        ({**MINIMAL, "model": {}}, "model.path", "smollm2"),
+        ({k: v for k, v in MINIMAL.items() if k != "model"}, "model.path", "[model]"),
+        ({**MINIMAL, "rewards": []}, "rewards", "[[rewards]]"),
+        ({**MINIMAL, "rewards": [{"name": "a", "function": "m:f"}]}, "rewards", "exactly one"),
+        ({**MINIMAL, "data": {}}, "data", "task"),
+        ({**MINIMAL, "trainer": {}}, "trainer", "valid sections"),
+    ],
+)
+def test_bad_values_name_the_field_and_fix(data, field, hint):
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_dict(data)
+    message = str(info.value)
+    assert field in message, message
+    assert hint in message, message
+
+
+def test_toml_syntax_error_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[model\npath = 1")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        RunConfig.from_toml(bad)
+    with pytest.raises(ConfigError, match="not found"):
+        RunConfig.from_toml(tmp_path / "missing.toml")

@@ -1,0 +1,301 @@
+"""Built-in rewards, Python-function rewards, and how the core combines reward plugins."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from polyrl.errors import ConfigError, RewardError
+from polyrl.hookspecs import hookimpl
+from polyrl.plugins import get_plugin_manager
+from polyrl.registry import Registry
+from polyrl.rewards.builtin import extract_answer, last_number, normalize_answer
+from polyrl.rewards.combine import RewardComputer
+from polyrl.rewards.functions import function_reward_plugin, load_function_reward
+from polyrl.types import Completion, RewardContext, RewardSpec
+
+
+def completion(text: str, n_tokens: int = 3) -> Completion:
+    return Completion(0, [1, 2], list(range(n_tokens)), [0.0] * n_tokens, text=text)
+
+
+def score(rewards, texts, rows=None, extra=(), options=None, tokens=None):
+    """Run a RewardComputer over ``texts`` (rows default to answer "42")."""
+    pm = get_plugin_manager(extra=extra, entry_points=False)
+    computer = RewardComputer(pm, rewards)
+    rows = rows if rows is not None else [{"prompt": "q", "answer": "42"}] * len(texts)
+    comps = [completion(t, (tokens or [3] * len(texts))[i]) for i, t in enumerate(texts)]
+    context = RewardContext(rows=rows, wanted=tuple(r[0] for r in rewards), options=options or {})
+    return computer([r.get("prompt", "q") for r in rows], comps, context)
+
+
+# --- builtins ----------------------------------------------------------------------------------
+
+
+def test_answer_extraction_rules():
+    assert extract_answer("work... \\boxed{\\frac{1}{2}} done") == "\\frac{1}{2}"
+    assert extract_answer("blah\nThe answer is 12.\nbye") == "12."
+    assert extract_answer("steps\n#### 7") == "7"
+    assert extract_answer("Answer: Paris\n(confident)") == "Paris"
+    assert extract_answer("line one\n  Paris  \n\n") == "  Paris  "
+    assert extract_answer("x\nlast", "last_line") == "last"
+    assert normalize_answer("  **Paris.** ") == "paris"
+    assert normalize_answer("$42$") == "42"
+    assert last_number("37 + 48 = 85.") == 85.0
+    assert last_number("it is -1,234.5 now") == -1234.5
+    assert last_number("5-3") == 3.0
+    assert last_number("x = \u22127") == -7.0
+    assert last_number("no digits") is None
+
+
+def test_exact_match():
+    res = score([("exact_match", 1.0, {})], ["The answer is 42.", "\\boxed{42}", "41", "answer: 42 or 43"])
+    np.testing.assert_array_equal(res.total, [1.0, 1.0, 0.0, 0.0])
+    rows = [{"prompt": "q", "answer": "Paris"}] * 2
+    res = score([("exact_match", 1.0, {"case_sensitive": True})], ["paris", "Paris"], rows=rows)
+    np.testing.assert_array_equal(res.total, [0.0, 1.0])
+
+
+def test_numeric_match_and_tolerance_and_column_option():
+    res = score([("numeric_match", 1.0, {})], ["42", "I think 41", "42.0000001", "nothing"])
+    np.testing.assert_array_equal(res.total, [1.0, 0.0, 1.0, 0.0])
+    rows = [{"prompt": "q", "solution": 3.14159}]
+    res = score([("numeric_match", 1.0, {"column": "solution", "tolerance": 0.01})], ["pi is 3.14"], rows=rows)
+    assert res.total[0] == 1.0
+
+
+def test_regex_format():
+    pattern = r"<think>.*</think>\s*\d+"
+    texts = ["<think>a\nb</think> 42", "42", "x <think></think> 1"]
+    res = score([("regex_format", 1.0, {"pattern": pattern})], texts)
+    np.testing.assert_array_equal(res.total, [1.0, 0.0, 1.0])
+    res = score([("regex_format", 1.0, {"pattern": pattern, "match": "fullmatch"})], texts)
+    np.testing.assert_array_equal(res.total, [1.0, 0.0, 0.0])
+
+
+def test_length_penalty_tokens_and_chars():
+    res = score([("length_penalty", 1.0, {"target": 4})], ["a", "b", "c"], tokens=[2, 4, 8])
+    np.testing.assert_allclose(res.total, [0.0, 0.0, -1.0])
+    res = score([("length_penalty", 1.0, {"target": 2, "unit": "chars", "scale": 0.5})], ["ab", "abcd"])
+    np.testing.assert_allclose(res.total, [0.0, -0.5])
+
+
+@pytest.mark.parametrize(("reward", "options", "match"), [
+    ("numeric_match", {"column": "gold"}, r"needs column 'gold'.*answer, prompt.*Fix: add a 'gold' column"),
+    ("regex_format", {}, r"needs option 'pattern'"),
+    ("regex_format", {"pattern": "("}, r"invalid pattern"),
+    ("length_penalty", {}, r"needs option 'target'"),
+    ("exact_match", {"colum": "x"}, r"no option 'colum'"),
+])
+def test_builtin_errors_name_the_problem_and_fix(reward, options, match):
+    with pytest.raises(RewardError, match=match) as info:
+        score([(reward, 1.0, options)], ["42"])
+    assert f"reward '{reward}' from polyrl raised" in str(info.value)
+
+
+def test_numeric_match_non_numeric_answer():
+    with pytest.raises(RewardError, match="not a number"):
+        score([("numeric_match", 1.0, {})], ["42"], rows=[{"prompt": "q", "answer": "Paris"}])
+
+
+def test_missing_answer_cell_gives_none():
+    rows = [{"prompt": "q", "answer": "42"}, {"prompt": "q", "answer": None}]
+    res = score([("exact_match", 1.0, {})], ["42", "42"], rows=rows)
+    assert res.total[0] == 1.0 and np.isnan(res.total[1])
+    assert res.metrics["exact_match"]["none_count"] == 1
+
+
+# --- function rewards --------------------------------------------------------------------------
+
+
+def test_sync_function_sees_columns_and_ids():
+    seen = {}
+
+    def my_reward(prompts, completions, answer, completion_ids, difficulty, **kwargs):
+        seen.update(prompts=prompts, completions=completions, answer=answer, ids=completion_ids,
+                    difficulty=difficulty, rest=sorted(kwargs))
+        return [float(c == a) for c, a in zip(completions, answer)]
+
+    rows = [{"prompt": "p1", "answer": "x", "difficulty": 1}, {"prompt": "p2", "answer": "y", "difficulty": 2}]
+    res = score([("my_reward", 1.0, {})], ["x", "z"], rows=rows, extra=[function_reward_plugin(my_reward)],
+                tokens=[2, 1])
+    np.testing.assert_array_equal(res.total, [1.0, 0.0])
+    assert seen["prompts"] == ["p1", "p2"] and seen["completions"] == ["x", "z"]
+    assert seen["answer"] == ["x", "y"] and seen["difficulty"] == [1, 2]
+    assert seen["ids"] == [[0, 1], [0]]
+    assert "prompt" not in seen["rest"] and "step" in seen["rest"]
+
+
+def test_function_without_kwargs_gets_only_named_columns():
+    def strict(prompts, completions, answer):
+        return [1.0] * len(completions)
+
+    res = score([("strict", 1.0, {})], ["a"], extra=[function_reward_plugin(strict)])
+    assert res.total[0] == 1.0
+
+
+def test_async_functions_run_concurrently():
+    # each reward waits for the other's event: this only finishes when both run at once
+    events: dict[str, asyncio.Event] = {}
+
+    def make(me: str, other: str):
+        async def fn(prompts, completions, **kw):
+            events.setdefault(me, asyncio.Event()).set()
+            await asyncio.wait_for(events.setdefault(other, asyncio.Event()).wait(), timeout=2)
+            return [1.0] * len(completions)
+
+        fn.__name__ = me
+        return fn
+
+    plugins = [function_reward_plugin(make("a", "b")), function_reward_plugin(make("b", "a"))]
+    res = score([("a", 1.0, {}), ("b", 2.0, {})], ["x", "y"], extra=plugins)
+    np.testing.assert_array_equal(res.total, [3.0, 3.0])
+    assert res.metrics["a"]["latency_s"] >= 0
+
+
+def test_async_function_through_the_plain_hook():
+    async def judge(prompts, completions, **kw):
+        await asyncio.sleep(0)
+        return [0.5 for _ in completions]
+
+    plugin = function_reward_plugin(judge)
+    pm = get_plugin_manager(extra=[plugin], entry_points=False)
+    ctx = RewardContext(rows=[{"prompt": "q"}], wanted=("judge",))
+    answers = pm.hook.reward(prompts=["q"], completions=[completion("a")], context=ctx)
+    assert {"judge": [0.5]} in answers
+
+
+def test_wrong_length_is_named():
+    def short(prompts, completions, **kw):
+        return [1.0]
+
+    with pytest.raises(RewardError, match=r"reward 'short' from function .*short.*expected 3 got 1"):
+        score([("short", 1.0, {})], ["a", "b", "c"], extra=[function_reward_plugin(short)])
+
+
+def test_raising_reward_is_named():
+    def boom(prompts, completions, **kw):
+        raise KeyError("difficulty")
+
+    with pytest.raises(RewardError, match=r"reward 'boom' from function .* raised KeyError.*Fix:"):
+        score([("boom", 1.0, {})], ["a"], extra=[function_reward_plugin(boom)])
+
+
+@pytest.mark.parametrize("bad", [[float("nan")], [float("inf")], ["1.0"], 1.0])
+def test_non_finite_or_wrong_type_scores_are_rejected(bad):
+    def odd(prompts, completions, **kw):
+        return bad
+
+    with pytest.raises(RewardError, match="reward 'odd'"):
+        score([("odd", 1.0, {})], ["a"], extra=[function_reward_plugin(odd)])
+
+
+def test_none_handling_and_weights():
+    def first(prompts, completions, **kw):
+        return [1.0, None, None]
+
+    def second(prompts, completions, **kw):
+        return [2.0, 3.0, None]
+
+    plugins = [function_reward_plugin(first), function_reward_plugin(second)]
+    res = score([("first", 0.5, {}), ("second", 2.0, {})], ["a", "b", "c"], extra=plugins)
+    np.testing.assert_allclose(res.total[:2], [0.5 + 4.0, 6.0])
+    assert np.isnan(res.total[2])
+    np.testing.assert_array_equal(np.isnan(res.per_reward["first"]), [False, True, True])
+    assert res.metrics["first"]["none_count"] == 2 and res.metrics["second"]["mean"] == 2.5
+    assert set(res.metrics["second"]) == {"mean", "std", "latency_s", "none_count"}
+
+
+def test_unknown_reward_name_lists_known_ones():
+    with pytest.raises(ConfigError, match=r"unknown reward 'numeric_mach'.*exact_match.*numeric_match") as info:
+        RewardComputer(get_plugin_manager(entry_points=False), [("numeric_mach", 1.0, {})])
+    assert info.value.field == "rewards"
+
+
+def test_rows_must_align_with_completions():
+    computer = RewardComputer(get_plugin_manager(entry_points=False), [("exact_match", 1.0, {})])
+    with pytest.raises(RewardError, match="2 completions but 2 prompts and 1 dataset rows"):
+        computer(["q", "q"], [completion("a"), completion("b")], RewardContext(rows=[{"answer": "a"}], wanted=()))
+
+
+# --- real plugin objects -----------------------------------------------------------------------
+
+
+class VowelPlugin:
+    """A third-party reward plugin object: counts vowels, reads a dataset column."""
+
+    @hookimpl
+    def polyrl_register_rewards(self, register):
+        register(RewardSpec(name="vowels", summary="fraction of vowels"))
+
+    @hookimpl
+    def reward(self, prompts, completions, context):
+        if "vowels" not in context.wanted:
+            return None
+        scale = context.options.get("vowels", {}).get("scale", 1.0)
+        return {"vowels": [scale * sum(ch in "aeiou" for ch in c.text) / max(len(c.text), 1) * row["bonus"]
+                           for c, row in zip(completions, context.rows)]}
+
+
+def test_real_plugin_object_passed_as_extra():
+    plugin = VowelPlugin()
+    pm = get_plugin_manager(extra=[plugin], entry_points=False)
+    assert "vowels" in Registry(pm).reward_names()
+    rows = [{"prompt": "q", "answer": "aa", "bonus": 2.0}, {"prompt": "q", "answer": "x", "bonus": 1.0}]
+    res = score([("vowels", 1.0, {"scale": 0.5}), ("exact_match", 1.0, {})], ["aa", "bb"], rows=rows,
+                extra=[plugin])
+    np.testing.assert_allclose(res.per_reward["vowels"], [1.0, 0.0])
+    np.testing.assert_allclose(res.total, [2.0, 0.0])
+
+
+def test_a_plugin_registered_later_overrides_a_builtin_name():
+    class Override:
+        @hookimpl
+        def polyrl_register_rewards(self, register):
+            register(RewardSpec(name="exact_match"))
+
+        @hookimpl
+        def reward(self, prompts, completions, context):
+            return {"exact_match": [0.25] * len(completions)}
+
+    res = score([("exact_match", 1.0, {})], ["42"], extra=[Override()])
+    assert res.total[0] == 0.25
+
+
+# --- loading function rewards from spec strings ------------------------------------------------
+
+
+def test_load_from_file_and_module(tmp_path, monkeypatch):
+    (tmp_path / "my_rewards.py").write_text(
+        "def score(prompts, completions, **kw):\n"
+        "    '''Ones for everyone.'''\n"
+        "    return [1.0 for _ in completions]\n"
+        "value = 3\n"
+    )
+    plugin = load_function_reward(f"{tmp_path / 'my_rewards.py'}:score")
+    assert plugin.name == "score"
+    res = score([("score", 1.0, {})], ["a"], extra=[plugin])
+    assert res.total[0] == 1.0
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert load_function_reward("my_rewards:score", name="again").name == "again"
+    specs = RewardComputer(get_plugin_manager(extra=[plugin], entry_points=False), [("score", 1.0, {})]).specs
+    assert specs["score"].summary == "Ones for everyone."
+
+
+@pytest.mark.parametrize(("spec", "match"), [
+    ("no_colon", "no ':function' part"),
+    ("missing/file.py:f", "not found"),
+    ("polyrl_no_such_module_xyz:f", "module 'polyrl_no_such_module_xyz' not found"),
+    ("FILE:nope", "has no attribute 'nope'.*score"),
+    ("FILE:value", "not a function"),
+    ("BROKEN:f", "raised ZeroDivisionError"),
+])
+def test_load_errors_are_clear(tmp_path, spec, match):
+    (tmp_path / "ok.py").write_text("def score(p, c, **k):\n    return [1.0]\nvalue = 3\n")
+    (tmp_path / "broken.py").write_text("1 / 0\n")
+    spec = spec.replace("FILE", str(tmp_path / "ok.py")).replace("BROKEN", str(tmp_path / "broken.py"))
+    with pytest.raises(ConfigError, match=match) as info:
+        load_function_reward(spec)
+    assert info.value.field == "rewards.function"

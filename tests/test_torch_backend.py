@@ -1,0 +1,474 @@
+"""The torch backend through the public path: registry -> ``polyrl.engine.Engine`` -> hooks.
+
+No mocks: a real tiny Llama (``tiny_model_dir``) is loaded, sampled, scored and trained. The
+loss math is checked against the numpy reference for every objective variant, and every weight
+movement (export/import, LoRA, checkpoints) is checked by what the model computes afterwards.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from polyrl.algorithms.objective import Objective
+from polyrl.algorithms.reference import policy_loss, policy_loss_grad
+from polyrl.engine import Engine
+from polyrl.errors import ConfigError, PluginError
+from polyrl.registry import get_registry
+from polyrl.types import (
+    EngineConfig,
+    LoraConfig,
+    OptimizerConfig,
+    SamplingParams,
+    TokenSequence,
+    TrainBatch,
+)
+
+torch = pytest.importorskip("torch")
+
+CHATS = [
+    [{"role": "user", "content": "What is 2 + 3?"}],
+    [{"role": "user", "content": "Name a colour."}],
+]
+
+
+def make_engine(model: str, **overrides) -> Engine:
+    reg = get_registry()
+    status = reg.status("torch")
+    if not status.available:
+        pytest.skip(f"torch backend not usable: {status.reason}")
+    overrides.setdefault("optimizer", OptimizerConfig(lr=1e-2, max_grad_norm=None))
+    return Engine(reg, "torch", EngineConfig(model=model, **overrides))
+
+
+def params(engine: Engine) -> dict[str, np.ndarray]:
+    """Every tensor of the live model (peft names included), as numpy copies."""
+    return {k: v.detach().float().numpy().copy() for k, v in engine.raw.model.state_dict().items()}
+
+
+def rollouts(engine: Engine, n: int = 2, seed: int = 0, tokens: int = 6) -> list[TokenSequence]:
+    out = engine.generate(CHATS, SamplingParams(max_new_tokens=tokens, n=n, seed=seed))
+    return [TokenSequence.of(c) for c in out]
+
+
+@pytest.fixture(scope="module")
+def gen(tiny_model_dir) -> Engine:
+    return make_engine(tiny_model_dir, role="generate")
+
+
+# --- registry ------------------------------------------------------------------------------------
+
+
+def test_registered_with_honest_capabilities():
+    status = get_registry().status("torch")
+    assert status.available, status.reason
+    assert status.distribution == "polyrl-torch" and status.version
+    caps = status.capabilities
+    for key in ("generate", "logprobs", "train_step", "lora", "weight_export", "weight_import", "checkpoint"):
+        assert caps[key], key
+    assert set(caps["dtypes"]) == {"float32", "bfloat16"} and "cpu" in caps["devices"]
+
+
+def test_plugin_import_does_not_import_torch():
+    code = ("import sys; from polyrl.registry import get_registry; r = get_registry(); "
+            "r.statuses(); assert 'torch' not in sys.modules, 'torch imported'; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+
+
+def test_probe_explains_missing_torch(tmp_path):
+    """Run the probe in an interpreter whose path has polyrl but no torch (no site-packages)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    for name in ("polyrl", "polyrl_torch", "pluggy", "attrs", "attr", "numpy"):
+        spec = __import__("importlib.util").util.find_spec(name)
+        os.symlink(Path(spec.origin).parent, site / name)
+    numpy_libs = Path(__import__("numpy").__file__).parent.parent / "numpy.libs"
+    if numpy_libs.exists():
+        os.symlink(numpy_libs, site / "numpy.libs")
+    code = "from polyrl_torch.plugin import _probe; print(_probe())"
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "torch not installed: pip install polyrl[torch]" in out.stdout
+
+
+def test_resolve_tiny_alias(tmp_path, monkeypatch):
+    monkeypatch.setenv("POLYRL_CACHE", str(tmp_path))
+    path = get_registry().resolve_model("tiny-llama")
+    assert Path(path) == tmp_path / "models" / "tiny-llama"
+    assert (Path(path) / "model.safetensors").exists()
+
+
+def test_clear_errors(tiny_model_dir, tmp_path):
+    with pytest.raises(ConfigError, match="model"):
+        make_engine(str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigError, match="dtype"):
+        make_engine(tiny_model_dir, dtype="float8")
+    plain = tmp_path / "no-template"
+    shutil.copytree(tiny_model_dir, plain)
+    cfg = json.loads((plain / "tokenizer_config.json").read_text())
+    del cfg["chat_template"]
+    (plain / "tokenizer_config.json").write_text(json.dumps(cfg))
+    engine = make_engine(str(plain), role="generate")
+    with pytest.raises(PluginError, match="chat template"):
+        engine.generate(CHATS, SamplingParams(max_new_tokens=2))
+    assert len(engine.generate(["12 + 7 ="], SamplingParams(max_new_tokens=2))) == 1
+    with pytest.raises(PluginError, match="role"):
+        engine.train_step(TrainBatch([TokenSequence([1, 2, 3], [4, 5])], [1.0]), Objective())
+
+
+# --- generation ----------------------------------------------------------------------------------
+
+
+def test_shapes_grouping_and_prompt_ids(gen):
+    prompts = [*CHATS, "12 + 7 =", CHATS[0]]  # a repeated prompt is prefilled once, shared
+    out = gen.generate(prompts, SamplingParams(max_new_tokens=6, n=3, seed=0))
+    assert [c.prompt_index for c in out] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert np.array_equal(out[9].prompt_ids, out[0].prompt_ids)
+    scored = gen.logprobs([TokenSequence.of(c) for c in out], 1.0)
+    for c, lp in zip(out, scored):
+        np.testing.assert_allclose(c.logprobs, lp, atol=1e-4)
+    tok = gen.raw.tokenizer
+    templated = tok.apply_chat_template(CHATS[0], tokenize=False, add_generation_prompt=True)
+    assert templated.endswith("<|im_start|>assistant\n")
+    assert out[0].prompt_ids.tolist() == tok(templated, add_special_tokens=False)["input_ids"]
+    assert out[6].prompt_ids.tolist() == tok("12 + 7 =")["input_ids"]
+    for c in out:
+        assert 1 <= len(c.completion_ids) <= 6 and len(c.logprobs) == len(c.completion_ids)
+        assert np.all(c.logprobs <= 0) and np.all(np.isfinite(c.logprobs))
+        assert c.finish_reason in ("stop", "length")
+        assert c.text == tok.decode(c.completion_ids, skip_special_tokens=True)
+        assert np.array_equal(c.prompt_ids, out[3 * c.prompt_index].prompt_ids)
+
+
+@pytest.mark.parametrize("temperature,top_p,top_k", [(1.0, 1.0, 0), (0.7, 1.0, 0), (0.7, 0.9, 40)])
+def test_sampler_logprobs_equal_scored(gen, temperature, top_p, top_k):
+    sampling = SamplingParams(max_new_tokens=12, n=3, seed=1, temperature=temperature, top_p=top_p, top_k=top_k)
+    out = gen.generate([*CHATS, "The capital of France is"], sampling)
+    scored = gen.logprobs([TokenSequence.of(c) for c in out], temperature)
+    for c, lp in zip(out, scored):
+        np.testing.assert_allclose(c.logprobs, lp, atol=1e-4)
+
+
+def test_greedy_deterministic_and_top_k_1(gen):
+    greedy = gen.generate(CHATS, SamplingParams(max_new_tokens=8, temperature=0.0))
+    again = gen.generate(CHATS, SamplingParams(max_new_tokens=8, temperature=0.0, n=2))
+    top1 = gen.generate(CHATS, SamplingParams(max_new_tokens=8, top_k=1, seed=3))
+    ids = [c.completion_ids.tolist() for c in greedy]
+    assert [c.completion_ids.tolist() for c in again] == [ids[0], ids[0], ids[1], ids[1]]
+    assert [c.completion_ids.tolist() for c in top1] == ids
+    # greedy log-probs are those of the T=1 distribution
+    scored = gen.logprobs([TokenSequence.of(c) for c in greedy], 1.0)
+    for c, lp in zip(greedy, scored):
+        np.testing.assert_allclose(c.logprobs, lp, atol=1e-4)
+
+
+def test_seeds_repeat_and_differ(gen):
+    ids = lambda xs: [x.completion_ids.tolist() for x in xs]  # noqa: E731
+    a = gen.generate(CHATS, SamplingParams(max_new_tokens=8, n=2, seed=7))
+    b = gen.generate(CHATS, SamplingParams(max_new_tokens=8, n=2, seed=7))
+    c = gen.generate(CHATS, SamplingParams(max_new_tokens=8, n=2, seed=8))
+    assert ids(a) == ids(b) and ids(a) != ids(c)
+    assert ids(a)[0] != ids(a)[1], "the samples of one group should differ"
+
+
+def test_stop_string_ends_after_completing_token(gen):
+    free = gen.generate(CHATS[:1], SamplingParams(max_new_tokens=16, temperature=0.0))[0]
+    assert len(free.text) >= 6
+    stop = free.text[3:5]
+    out = gen.generate(CHATS[:1], SamplingParams(max_new_tokens=16, temperature=0.0, stop=(stop,)))[0]
+    assert out.finish_reason == "stop" and stop in out.text
+    assert stop not in gen.raw.decode(out.completion_ids[:-1].tolist())
+    assert out.completion_ids.tolist() == free.completion_ids[: len(out.completion_ids)].tolist()
+    assert len(out.completion_ids) < len(free.completion_ids)
+
+
+def test_max_new_tokens_reports_length(gen):
+    out = gen.generate(CHATS, SamplingParams(max_new_tokens=3, n=4, seed=2))
+    assert all(len(c.completion_ids) <= 3 for c in out)
+    assert any(c.finish_reason == "length" for c in out)
+    for c in out:
+        if c.finish_reason == "length":
+            assert len(c.completion_ids) == 3
+
+
+def test_eos_stops_and_is_kept(tiny_model_dir):
+    engine = make_engine(tiny_model_dir, role="generate")
+    weights = engine.export_weights()
+    eos = engine.raw.tokenizer.eos_token_id
+    head = weights["lm_head.weight"].copy()
+    head[eos] = weights["model.norm.weight"] * 10.0  # every hidden state now prefers EOS
+    engine.import_weights({**weights, "lm_head.weight": head})
+    out = engine.generate(CHATS, SamplingParams(max_new_tokens=5, temperature=0.0))
+    for c in out:
+        assert c.completion_ids.tolist() == [eos] and c.finish_reason == "stop" and c.text == ""
+
+
+def test_bfloat16_generates(tiny_model_dir):
+    engine = make_engine(tiny_model_dir, role="generate", dtype="bfloat16")
+    out = engine.generate(CHATS, SamplingParams(max_new_tokens=4, n=2, seed=0))
+    scored = engine.logprobs([TokenSequence.of(c) for c in out], 1.0)
+    for c, lp in zip(out, scored):
+        np.testing.assert_allclose(c.logprobs, lp, atol=5e-2)
+
+
+# --- the objective -------------------------------------------------------------------------------
+
+
+def _random_inputs(rng: np.random.Generator, n: int = 5):
+    lengths = rng.integers(1, 9, n)
+    logp = [rng.normal(-2.0, 1.0, k) for k in lengths]
+    old = [lp + rng.normal(0, 0.4, len(lp)) for lp in logp]
+    ref = [lp + rng.normal(0, 0.4, len(lp)) for lp in logp]
+    adv = rng.standard_normal(n)
+    return logp, old, ref, adv
+
+
+@pytest.mark.parametrize(
+    "aggregation,kl,dual",
+    list(itertools.product(("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"),
+                           ("k1", "k2", "k3"), (None, 2.0))),
+)
+def test_objective_loss_and_grad_equal_reference(aggregation, kl, dual):
+    from polyrl_torch.training import objective_loss
+
+    rng = np.random.default_rng(abs(hash((aggregation, kl, dual))) % 2**32)
+    objective = Objective(clip_eps_low=0.2, clip_eps_high=0.28, dual_clip=dual, beta=0.05,
+                          kl_estimator=kl, loss_aggregation=aggregation, max_completion_length=10)
+    for trial in range(3):
+        logp, old, ref, adv = _random_inputs(rng)
+        old_in = None if trial == 2 else old  # None: ratio 1, gradient intact
+        expected, metrics = policy_loss(logp, adv, objective, old_in, ref)
+        grads = policy_loss_grad(logp, adv, objective, old_in, ref)
+        lp_t = [torch.tensor(x, requires_grad=True) for x in logp]
+        loss, stats = objective_loss(lp_t, torch.tensor(adv), objective,
+                                     None if old_in is None else [torch.tensor(x) for x in old],
+                                     [torch.tensor(x) for x in ref])
+        loss.backward()
+        assert float(loss.detach()) == pytest.approx(expected, rel=1e-10, abs=1e-12)
+        for g, t in zip(grads, lp_t):
+            np.testing.assert_allclose(t.grad.numpy(), g, rtol=1e-9, atol=1e-12)
+        tokens = int(stats["tokens"])
+        assert tokens == metrics["tokens"]
+        assert float(stats["kl_sum"]) / tokens == pytest.approx(metrics["kl"], rel=1e-10, abs=1e-12)
+        assert float(stats["clip_sum"]) / tokens == pytest.approx(metrics["clip_fraction"])
+
+
+def test_objective_loss_padded_form_and_micro_batches():
+    from polyrl_torch.training import objective_loss
+
+    rng = np.random.default_rng(3)
+    logp, old, ref, adv = _random_inputs(rng, n=6)
+    objective = Objective(beta=0.1, dual_clip=3.0, loss_aggregation="seq_mean_token_mean")
+    expected, _ = policy_loss(logp, adv, objective, old, ref)
+    width = max(len(x) for x in logp)
+    mask = torch.zeros(6, width, dtype=torch.bool)
+    padded = {k: torch.full((6, width), float("nan"), dtype=torch.float64) for k in ("lp", "old", "ref")}
+    for i in range(6):
+        mask[i, : len(logp[i])] = True
+        for key, src in (("lp", logp), ("old", old), ("ref", ref)):
+            padded[key][i, : len(src[i])] = torch.tensor(src[i])
+    loss, _ = objective_loss(padded["lp"], torch.tensor(adv), objective, padded["old"], padded["ref"], mask)
+    assert float(loss) == pytest.approx(expected, rel=1e-10)
+    total_tokens = sum(len(x) for x in logp)
+    for agg in ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"):
+        obj = Objective(beta=0.1, loss_aggregation=agg, max_completion_length=8)
+        whole, _ = policy_loss(logp, adv, obj, old, ref)
+        parts = sum(
+            float(objective_loss([torch.tensor(x) for x in logp[i:i + 2]], torch.tensor(adv[i:i + 2]), obj,
+                                 [torch.tensor(x) for x in old[i:i + 2]], [torch.tensor(x) for x in ref[i:i + 2]],
+                                 num_sequences=6, num_tokens=total_tokens)[0])
+            for i in range(0, 6, 2)
+        )
+        assert parts == pytest.approx(whole, rel=1e-10)
+
+
+# --- training ------------------------------------------------------------------------------------
+
+
+def test_reported_loss_equals_reference(tiny_model_dir):
+    engine = make_engine(tiny_model_dir)
+    seqs = rollouts(engine, seed=4)
+    rng = np.random.default_rng(0)
+    current = engine.logprobs(seqs, 1.0)
+    old = [lp + rng.normal(0, 0.3, len(lp)).astype(np.float32) for lp in current]
+    ref = [lp + rng.normal(0, 0.3, len(lp)).astype(np.float32) for lp in current]
+    adv = rng.standard_normal(len(seqs)).astype(np.float32)
+    objective = Objective(beta=0.1, kl_estimator="k3", dual_clip=3.0, loss_aggregation="token_mean")
+    expected, metrics = policy_loss(current, adv, objective, old, ref)
+    got = engine.train_step(TrainBatch(seqs, adv, old, ref), objective)
+    assert not got.skipped
+    assert got.loss == pytest.approx(expected, rel=1e-4, abs=1e-6)
+    assert got.kl == pytest.approx(metrics["kl"], rel=1e-3, abs=1e-6)
+    assert got.clip_fraction == pytest.approx(metrics["clip_fraction"])
+    assert got.tokens == metrics["tokens"] and got.grad_norm > 0
+
+
+def test_micro_batches_equal_full_batch(tiny_model_dir):
+    # eps far above float noise keeps Adam's update ~ lr * g / eps, i.e. linear in the gradient:
+    # the weights then compare the accumulated gradients themselves (a tiny eps would turn
+    # rounding noise in near-zero gradients into +-lr steps). grad_norm catches a global scale.
+    opt = dict(lr=1e-3, eps=1e-2, max_grad_norm=None)
+    full = make_engine(tiny_model_dir, optimizer=OptimizerConfig(**opt))
+    micro = make_engine(tiny_model_dir, optimizer=OptimizerConfig(**opt, micro_batch_size=1))
+    seqs = [TokenSequence(s.prompt_ids, s.completion_ids[: 3 + i])  # ragged completions
+            for i, s in enumerate(rollouts(full, n=3, seed=9, tokens=8))]
+    adv = np.linspace(-1.0, 1.0, len(seqs))
+    for objective in (Objective(), Objective(loss_aggregation="token_mean")):
+        a = full.train_step(TrainBatch(seqs, adv), objective)
+        b = micro.train_step(TrainBatch(seqs, adv), objective)
+        assert a.loss == pytest.approx(b.loss, rel=1e-5, abs=1e-7)
+        assert a.grad_norm == pytest.approx(b.grad_norm, rel=1e-5)
+    pa, pb, start = params(full), params(micro), params(make_engine(tiny_model_dir))
+    assert any(not np.allclose(pa[k], start[k], atol=1e-5) for k in pa)
+    for k in pa:
+        np.testing.assert_allclose(pa[k], pb[k], atol=1e-7, rtol=0, err_msg=k)
+
+
+def test_positive_advantage_raises_logprob(tiny_model_dir):
+    engine = make_engine(tiny_model_dir, optimizer=OptimizerConfig(lr=1e-3))
+    seqs = rollouts(engine, seed=5)[:2]
+    before = [lp.sum() for lp in engine.logprobs(seqs, 1.0)]
+    metrics = engine.train_step(TrainBatch(seqs, np.array([1.0, -1.0])), Objective())
+    after = [lp.sum() for lp in engine.logprobs(seqs, 1.0)]
+    assert not metrics.skipped
+    assert after[0] > before[0] and after[1] < before[1]
+
+
+def test_non_finite_loss_is_skipped(tiny_model_dir):
+    engine = make_engine(tiny_model_dir)
+    seqs = rollouts(engine, seed=6)
+    before = params(engine)
+    metrics = engine.train_step(TrainBatch(seqs, [np.nan] + [1.0] * (len(seqs) - 1)), Objective())
+    assert metrics.skipped
+    after = params(engine)
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+    assert not engine.raw.optimizer.state  # AdamW never stepped
+    assert not engine.train_step(TrainBatch(seqs, np.ones(len(seqs))), Objective()).skipped
+
+
+# --- LoRA ----------------------------------------------------------------------------------------
+
+
+def test_lora_trains_adapters_only_and_reference_is_base(tiny_model_dir):
+    lora = make_engine(tiny_model_dir, lora=LoraConfig(rank=4, alpha=8.0))
+    plain = make_engine(tiny_model_dir, role="generate")
+    seqs = rollouts(plain, seed=10)
+    base_lp = plain.logprobs(seqs, 1.0)
+    assert plain.logprobs(seqs, 1.0, reference=True) is None
+    before = params(lora)
+    for _ in range(2):
+        assert not lora.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs))), Objective()).skipped
+    after = params(lora)
+    changed = {k for k in before if not np.array_equal(before[k], after[k])}
+    assert changed and all("lora_" in k for k in changed)
+    assert any("lora_B" in k for k in changed)
+    for a, b in zip(lora.logprobs(seqs, 1.0, reference=True), base_lp):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    trained = lora.logprobs(seqs, 1.0)
+    assert max(np.abs(a - b).max() for a, b in zip(trained, base_lp)) > 1e-4
+    # export merges the adapters: a plain engine given them computes the LoRA policy
+    plain.import_weights(lora.export_weights())
+    for a, b in zip(plain.logprobs(seqs, 1.0), trained):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    # import into a LoRA engine: weights go to the base, adapters reset (documented choice)
+    fresh = make_engine(tiny_model_dir, lora=LoraConfig(rank=4, alpha=8.0))
+    fresh.import_weights(lora.export_weights())
+    for a, b, c in zip(fresh.logprobs(seqs, 1.0), fresh.logprobs(seqs, 1.0, reference=True), trained):
+        np.testing.assert_allclose(a, c, atol=1e-5)
+        np.testing.assert_allclose(b, c, atol=1e-5)
+
+
+# --- weights and checkpoints ---------------------------------------------------------------------
+
+
+def test_export_import_gives_identical_logprobs(tiny_model_dir):
+    trainer = make_engine(tiny_model_dir)
+    seqs = rollouts(trainer, seed=11)
+    trainer.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs))), Objective())
+    weights = trainer.export_weights()
+    assert all(v.dtype == np.float32 for v in weights.values())
+    assert "lm_head.weight" in weights and "model.layers.1.mlp.down_proj.weight" in weights
+    generator = make_engine(tiny_model_dir, role="generate")
+    generator.import_weights(weights)
+    for a, b in zip(trainer.logprobs(seqs, 1.0), generator.logprobs(seqs, 1.0)):
+        np.testing.assert_array_equal(a, b)
+    # exported arrays are copies: training on does not change them
+    snapshot = {k: v.copy() for k, v in weights.items()}
+    trainer.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs))), Objective())
+    assert all(np.array_equal(weights[k], snapshot[k]) for k in weights)
+    bad = dict(weights)
+    bad["model.layers.9.mlp.up_proj.weight"] = bad.pop("model.layers.1.mlp.up_proj.weight")
+    with pytest.raises(PluginError, match="unknown"):
+        generator.import_weights(bad)
+
+
+@pytest.mark.parametrize("use_lora", [False, True], ids=["full", "lora"])
+def test_checkpoint_resume_equals_uninterrupted(tiny_model_dir, tmp_path, use_lora):
+    lora = LoraConfig(rank=4, alpha=8.0) if use_lora else None
+    a = make_engine(tiny_model_dir, lora=lora)
+    seqs = rollouts(a, seed=12)
+    batch1 = TrainBatch(seqs, np.linspace(-1, 1, len(seqs)))
+    batch2 = TrainBatch(seqs, np.linspace(1, -1, len(seqs)))
+    a.train_step(batch1, Objective())
+    a.save_checkpoint(str(tmp_path / "ckpt"))
+    sample_a = a.generate(CHATS, SamplingParams(max_new_tokens=6, n=2))  # seed None: engine RNG
+    a.train_step(batch2, Objective())
+
+    b = make_engine(tiny_model_dir, lora=lora)
+    b.load_checkpoint(str(tmp_path / "ckpt"))
+    sample_b = b.generate(CHATS, SamplingParams(max_new_tokens=6, n=2))
+    assert [c.completion_ids.tolist() for c in sample_a] == [c.completion_ids.tolist() for c in sample_b]
+    b.train_step(batch2, Objective())
+    pa, pb = params(a), params(b)
+    assert pa.keys() == pb.keys()
+    for k in pa:
+        np.testing.assert_allclose(pa[k], pb[k], atol=1e-6, rtol=0, err_msg=k)
+
+    # the checkpoint's model folder is a plain HF model holding the (merged) weights
+    other = make_engine(str(tmp_path / "ckpt"), role="generate")
+    for x, y in zip(other.logprobs(seqs, 1.0), make_logprobs_after_one_step(tiny_model_dir, lora, batch1, seqs)):
+        np.testing.assert_allclose(x, y, atol=1e-5)
+
+
+def make_logprobs_after_one_step(model: str, lora, batch: TrainBatch, seqs):
+    engine = make_engine(model, lora=lora)
+    engine.train_step(batch, Objective())
+    return engine.logprobs(seqs, 1.0)
+
+
+# --- the embedded default model (minutes: run with -m slow) --------------------------------------
+
+
+@pytest.mark.slow
+def test_smollm2_converts_and_knows_paris(tmp_path_factory):
+    from polyrl_torch.models import smollm2_135m_instruct
+
+    t0 = time.perf_counter()
+    path = smollm2_135m_instruct()
+    convert_s = time.perf_counter() - t0
+    engine = make_engine(path, role="generate")
+    out = engine.generate([[{"role": "user", "content": "What is the capital of France?"}]],
+                          SamplingParams(max_new_tokens=24, temperature=0.0))[0]
+    print(f"\nsmollm2: convert/locate {convert_s:.1f}s, answer {out.text!r}")
+    assert "Paris" in out.text
+    assert get_registry().resolve_model("smollm2-135m-instruct") == path
+
+
+# --- the core's conformance kit, run against this backend -----------------------------------------
+
+from polyrl.testing.conformance import BackendConformance  # noqa: E402
+
+
+class TestTorchConformance(BackendConformance):
+    backend = "torch"
