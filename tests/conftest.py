@@ -19,3 +19,13 @@ def tiny_model_dir(tmp_path_factory) -> str:
     from polyrl.testing.tiny_model import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def judge_server(tiny_model_dir):
+    """``polyrl serve`` on the tiny model (a real subprocess on 127.0.0.1), faults switchable."""
+    from serve_util import start_server
+
+    server = start_server(tiny_model_dir, "--allow-fault-control")
+    yield server
+    server.stop()

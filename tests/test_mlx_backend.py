@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from polyrl.algorithms.objective import LOSS_AGGREGATIONS, Objective
 from polyrl.algorithms.reference import policy_loss, policy_loss_grad
 from polyrl.engine import Engine
@@ -108,6 +107,13 @@ def test_blas_status_reports_openblas():
         pytest.skip("no libopenblas on this machine (apt-get install libopenblas0-pthread)")
     assert status.startswith("OpenBLAS"), status
     assert blas.fast_blas_active()
+    # too late once mlx.core is imported (Python dlopens with RTLD_NOW): say so, with the fix
+    import subprocess
+    import sys
+
+    code = "import mlx.core; from polyrl_mlx import blas; print(blas.blas_status())"
+    late = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert late.stdout.startswith("reference BLAS") and "Fix:" in late.stdout
 
 
 # --- generation ----------------------------------------------------------------------------------
@@ -146,6 +152,35 @@ def test_top_k_top_p_truncate_and_sample_the_kept_distribution(gen):
     # the reported log-prob is the untruncated one
     full = logits - np.log(np.exp(logits - logits.max()).sum()) - logits.max()
     np.testing.assert_allclose([c.logprobs[0] for c in out[:20]], full[first[:20]], atol=1e-5)
+
+
+def test_full_forward_fallback_equals_split_head(gen, monkeypatch):
+    sp = SamplingParams(max_new_tokens=6, n=2, seed=4)
+    split = gen.generate(CHATS, sp)
+    seqs = [TokenSequence.of(c) for c in split]
+    scored = gen.logprobs(seqs, 1.0)
+    monkeypatch.setattr(gen.raw, "head_parts", lambda: None)  # as for other architectures
+    full = gen.generate(CHATS, sp)
+    assert [c.completion_ids.tolist() for c in full] == [c.completion_ids.tolist() for c in split]
+    for a, b in zip(gen.logprobs(seqs, 1.0), scored):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+@pytest.mark.parametrize("top_k,top_p", [(0, 1.0), (5, 1.0), (0, 0.3), (7, 0.5), (1, 0.9), (0, 1e-6)])
+def test_filter_logits_matches_hf_semantics(top_k, top_p):
+    _usable("mlx")
+    from polyrl_mlx._mx import mx
+    from polyrl_mlx.generation import filter_logits
+
+    logits = np.random.default_rng(top_k).normal(0, 2, (4, 50)).astype(np.float32)
+    got = np.isfinite(np.array(filter_logits(mx.array(logits), top_k, top_p)))
+    for row, kept in zip(logits, got):
+        order = np.argsort(-row)
+        allowed = order[:top_k] if top_k else order
+        p = np.exp(row[allowed] - row[allowed].max())
+        p /= p.sum()
+        n = max(int(np.sum(np.cumsum(p) - p < top_p)), 1)
+        assert set(np.flatnonzero(kept)) == set(allowed[:n].tolist())
 
 
 def test_text_prompts_and_seed_semantics(gen):
@@ -285,7 +320,6 @@ def test_train_step_loss_matches_reference_and_learns(tiny_model_dir):
 
 def test_micro_batching_equals_full_batch(tiny_model_dir):
     from mlx.utils import tree_flatten
-
     from polyrl_mlx.training import accumulate_gradients
 
     opt = dict(lr=1e-2, max_grad_norm=0.5)
@@ -368,7 +402,8 @@ def test_checkpoint_resumes_exactly(tiny_model_dir, tmp_path):
         assert (path / "model.safetensors").exists() and (path / "config.json").exists()
         b = make_engine(tiny_model_dir, lora=lora)
         b.load_checkpoint(str(path))
-        ma, mb = a.train_step(TrainBatch(seqs, adv), Objective()), b.train_step(TrainBatch(seqs, adv), Objective())
+        ma = a.train_step(TrainBatch(seqs, adv), Objective())
+        mb = b.train_step(TrainBatch(seqs, adv), Objective())
         assert ma.loss == mb.loss and ma.grad_norm == mb.grad_norm
         pa, pb = params(a), params(b)
         assert all(np.array_equal(pa[k], pb[k]) for k in pa)
@@ -404,9 +439,8 @@ def test_lora_import_replaces_the_base_and_checkpoints_it(tiny_model_dir, tmp_pa
 
 def test_convert_round_trip_and_quantized_model(tiny_model_dir, tmp_path, gen):
     _usable("mlx")
-    from safetensors.numpy import load_file
-
     from polyrl_mlx.convert import convert
+    from safetensors.numpy import load_file
 
     mlx_dir = convert(tiny_model_dir, str(tmp_path / "mlx"), to="mlx")
     hf_dir = convert(mlx_dir, str(tmp_path / "hf"), to="hf")
@@ -546,3 +580,46 @@ class TestMLXConformance(BackendConformance):
     backend = "mlx"
     compare_with = "torch"
     logprob_atol = 1e-4
+
+
+# --- the trainer end to end ------------------------------------------------------------------------
+
+REWARD = """
+def digits(prompts, completions, **kwargs):
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+"""
+
+
+def _grpo_run(tiny_model_dir, tmp_path, train: str, generate: str) -> list[float]:
+    try:
+        from polyrl.config import RunConfig
+        from polyrl.trainer import Trainer
+    except ImportError as exc:
+        pytest.skip(f"the core trainer is not importable: {exc}")
+    _usable(train)
+    _usable(generate)
+    (tmp_path / "reward.py").write_text(REWARD)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"Write numbers {i}:"}) + "\n" for i in range(16)))
+    config = RunConfig.from_dict({
+        "model": {"path": tiny_model_dir},
+        "backends": {"train": train, "generate": generate},
+        "generation": {"group_size": 8, "max_new_tokens": 12},
+        "algorithm": {"name": "grpo"},
+        "optimizer": {"lr": 3e-3},
+        "data": {"path": str(prompts)},
+        "rewards": [{"function": f"{tmp_path / 'reward.py'}:digits"}],
+        "train": {"steps": 30, "prompts_per_step": 4, "threads": 1, "output_dir": str(tmp_path / "run")},
+    })
+    summary = Trainer(config).run(progress=False)
+    return [m["reward_mean"] for m in summary["history"]]
+
+
+def test_all_mlx_grpo_run_raises_the_reward(tiny_model_dir, tmp_path):
+    rewards = _grpo_run(tiny_model_dir, tmp_path, "mlx", "mlx")
+    assert np.mean(rewards[-5:]) > np.mean(rewards[:5]) + 0.15, rewards
+
+
+def test_hybrid_mlx_generate_torch_train_run(tiny_model_dir, tmp_path):
+    rewards = _grpo_run(tiny_model_dir, tmp_path, "torch", "mlx")
+    assert np.mean(rewards[-5:]) > np.mean(rewards[:5]) + 0.15, rewards

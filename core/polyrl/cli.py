@@ -1,4 +1,4 @@
-"""The ``polyrl`` command: train | backends | doctor | generate | bench | convert."""
+"""The ``polyrl`` command: train | backends | rewards | doctor | generate | serve | bench | convert."""
 
 from __future__ import annotations
 
@@ -57,6 +57,37 @@ def cmd_backends(args: argparse.Namespace) -> int:
     for e in errors:
         console.print(f"[red]plugin {e.name!r} ({e.distribution or 'unknown dist'}) failed to load:[/] {e.error}")
     return 0
+
+
+def cmd_rewards(args: argparse.Namespace) -> int:
+    reg = _registry()
+    rewards = reg.rewards()
+    errors = [e for e in reg.load_errors if e.group == "polyrl.rewards"]
+    if args.json:
+        _print_json({
+            "rewards": [{"name": r.name, "summary": r.summary, "distribution": r.distribution} for r in rewards],
+            "load_errors": [{"name": e.name, "distribution": e.distribution, "error": e.error} for e in errors],
+        })
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="polyrl rewards ([[rewards]] name = ...)")
+    for col in ("reward", "from", "what it scores"):
+        table.add_column(col)
+    for r in rewards:
+        table.add_row(r.name, r.distribution, r.summary)
+    console.print(table)
+    for e in errors:
+        console.print(f"[red]reward plugin {e.name!r} ({e.distribution or 'unknown dist'}) failed to load:[/] {e.error}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from polyrl.serve import run
+
+    return run(args)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -191,6 +222,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("backends", help="list backends, whether they run here, and why not")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_backends)
+
+    p = sub.add_parser("rewards", help="list the rewards a run config can name, and where they come from")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_rewards)
+
+    p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API (e.g. for a judge)")
+    from polyrl.serve import add_arguments as serve_arguments
+
+    serve_arguments(p)
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("doctor", help="check the installation")
     p.add_argument("--json", action="store_true")

@@ -178,5 +178,10 @@ def reward(
     Return ``{name: scores}`` for each name in ``context.wanted`` that this plugin provides (one
     score per completion; None skips a sample), or None when it provides none of them. ``prompts``
     is aligned with ``completions`` (one entry per completion); ``context.rows[i]`` holds the
-    dataset columns of sample ``i``.
+    dataset columns of sample ``i``. Return ``polyrl.types.RewardScores(scores, metrics={...})``
+    instead of a list to add per-reward metrics (logged as ``reward/<name>/<metric>``).
+
+    A reward plugin whose work is I/O bound may also define ``is_async = True`` and a coroutine
+    ``await_reward(prompts, completions, context)`` answering like ``reward``: the core then
+    awaits it concurrently with the other async rewards of the step.
     """

@@ -1,7 +1,9 @@
 """Finding and loading plugins: entry points, allow/deny lists, and broken-plugin isolation.
 
 Plugins come from entry points in groups ``polyrl.backends`` and ``polyrl.rewards``, plus the
-core's built-in reward plugin and any object passed to ``get_plugin_manager(extra=...)``.
+core's built-in reward plugins (``BUILTIN_REWARD_PLUGINS``: the simple rewards, the LLM judge, the
+sandboxed code reward and reward models; none imports torch or httpx until it is used) and any
+object passed to ``get_plugin_manager(extra=...)``.
 A plugin that fails to import is recorded in ``load_errors`` (with its distribution) instead of
 taking the process down; ``polyrl backends`` and ``polyrl doctor`` show those errors.
 
@@ -24,6 +26,14 @@ import pluggy
 from polyrl import hookspecs
 
 ENTRY_POINT_GROUPS = ("polyrl.backends", "polyrl.rewards")
+
+#: The core's own reward plugins: (registered name, module).
+BUILTIN_REWARD_PLUGINS = (
+    ("polyrl-builtin-rewards", "polyrl.rewards.builtin"),
+    ("polyrl-llm-judge", "polyrl.rewards.judge"),
+    ("polyrl-code-reward", "polyrl.rewards.code"),
+    ("polyrl-reward-model", "polyrl.rewards.reward_model"),
+)
 ALLOW_ENV = "POLYRL_LOAD_PLUGINS"
 DENY_ENV = "POLYRL_DISABLE_PLUGINS"
 
@@ -107,10 +117,11 @@ class PolyrlPluginManager(pluggy.PluginManager):
 
 def get_plugin_manager(extra: Iterable[Any] = (), entry_points: bool = True) -> PolyrlPluginManager:
     """A fresh plugin manager with the built-ins, entry-point plugins and ``extra`` registered."""
-    from polyrl.rewards import builtin
+    import importlib
 
     pm = PolyrlPluginManager()
-    pm.register(builtin, name="polyrl-builtin-rewards")
+    for name, module in BUILTIN_REWARD_PLUGINS:
+        pm.register(importlib.import_module(module), name=name)
     if entry_points:
         pm.load_entry_points()
     for i, plugin in enumerate(extra):

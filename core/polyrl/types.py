@@ -244,6 +244,25 @@ class RewardSpec:
     distribution: str = ""
 
 
+class RewardScores(list):
+    """A reward's scores (a plain list: one float or None per completion) plus its own metrics.
+
+    A ``reward`` hook may return this instead of a list to report extra per-reward metrics, e.g.
+    a judge's ``cache_hit_rate`` and ``failures``; they reach the run log as
+    ``reward/<name>/<metric>`` next to the core's mean/std/latency_s/none_count (which win on a
+    name clash)::
+
+        return {"llm_judge": RewardScores(scores, metrics={"cache_hit_rate": 0.5, "failures": 1})}
+    """
+
+    def __init__(self, scores: Any = (), metrics: Mapping[str, float] | None = None) -> None:
+        super().__init__(scores)
+        self.metrics: dict[str, float] = dict(metrics or {})
+
+    def __repr__(self) -> str:
+        return f"RewardScores({list(self)!r}, metrics={self.metrics!r})"
+
+
 @attrs.define
 class RewardContext:
     """What reward plugins see besides prompts and completions.

@@ -10,9 +10,16 @@ a None score contributes nothing; a sample that no reward scored gets ``NaN`` (t
 it). When two plugins register the same name, the one registered last wins (it is also the one
 pluggy would call first), so a user plugin can override a built-in.
 
-Async reward functions (``FunctionReward`` with an ``async def``) of one call run concurrently on
-one event loop, after the synchronous ones; each reward's latency is the wall time of the call
-that produced it (a plugin computing several names reports the same latency for each).
+Async reward functions (``FunctionReward`` with an ``async def``) and async reward plugins (a
+plugin with ``is_async = True`` and a coroutine ``await_reward``, e.g. the LLM judge and the code
+sandbox) of one call run concurrently on one event loop, after the synchronous ones; each reward's
+latency is the wall time of the call that produced it (a plugin computing several names reports
+the same latency for each).
+
+Metrics per reward: ``mean``/``std`` over the scored samples, ``latency_s``, ``none_count`` (samples
+the reward skipped; logged), plus whatever the plugin reported through
+``polyrl.types.RewardScores.metrics`` (e.g. ``cache_hit_rate``, ``failures``); the trainer logs
+each as ``reward/<name>/<metric>``.
 """
 
 from __future__ import annotations
@@ -27,11 +34,17 @@ import attrs
 import numpy as np
 
 from polyrl.errors import ConfigError, RewardError
+from polyrl.logs import get_logger
 from polyrl.plugins import PolyrlPluginManager
 from polyrl.rewards.functions import run_coroutine
 from polyrl.types import Completion, Prompt, RewardContext, RewardSpec
 
 RewardRequest = tuple[str, float, Mapping[str, Any]]
+
+log = get_logger("polyrl.rewards")
+
+#: Metrics the core computes for every reward; a plugin's own metrics never replace these.
+CORE_METRICS = ("mean", "std", "latency_s", "none_count")
 
 
 @attrs.define
@@ -40,7 +53,8 @@ class RewardResult:
 
     total: np.ndarray
     per_reward: dict[str, np.ndarray]
-    metrics: dict[str, dict[str, float]]  # name -> mean, std, latency_s, none_count
+    #: name -> mean, std, latency_s, none_count, plus the plugin's own (cache_hit_rate, failures...)
+    metrics: dict[str, dict[str, float]]
 
 
 @attrs.define
@@ -196,6 +210,20 @@ class RewardComputer:
                                  "return finite floats, or None for a sample without reward")
         return np.array([np.nan if v is None else float(v) for v in scores], dtype=np.float64)
 
+    def _extra_metrics(self, provider: _Provider, name: str, answer: Any) -> dict[str, float]:
+        extra = getattr(answer[name], "metrics", None)
+        if not isinstance(extra, Mapping):
+            return {}
+        out: dict[str, float] = {}
+        for key, value in extra.items():
+            if key in CORE_METRICS:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise self._fail(provider, name, f"reported metric {key!r} = {value!r}",
+                                 "report metrics as numbers in RewardScores(metrics={...})")
+            out[str(key)] = float(value)
+        return out
+
     def __call__(
         self, prompts: Sequence[Prompt], completions: Sequence[Completion], context: RewardContext
     ) -> RewardResult:
@@ -231,6 +259,10 @@ class RewardComputer:
                     "latency_s": float(latency),
                     "none_count": int(n - valid.size),
                 }
+                metrics[name].update(self._extra_metrics(provider, name, answer))
+                if valid.size < n:
+                    log.info("reward skipped samples", reward=name, skipped=int(n - valid.size), of=n,
+                             step=context.step)
         total = np.zeros(n, dtype=np.float64)
         scored = np.zeros(n, dtype=bool)
         for name, weight, _ in self.rewards:

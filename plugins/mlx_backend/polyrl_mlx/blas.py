@@ -44,7 +44,8 @@ _CANDIDATES = (
     "/usr/local/lib/libopenblas.so.0",
     "/opt/conda/lib/libopenblas.so.0",
 )
-INSTALL_HINT = "apt-get install libopenblas0-pthread (Debian/Ubuntu) or set POLYRL_OPENBLAS=/path/libopenblas.so.0"
+INSTALL_HINT = ("apt-get install libopenblas0-pthread (Debian/Ubuntu) "
+                "or set POLYRL_OPENBLAS=/path/libopenblas.so.0")
 
 _lock = threading.Lock()
 _state: dict[str, object] = {"done": False, "path": None, "error": None, "late": False, "lib": None}
@@ -150,9 +151,16 @@ def measure_gflops(n: int = 512, repeats: int = 3) -> float:
 
 
 def fast_blas_active() -> bool | None:
-    """True when MLX's matmuls go to OpenBLAS, False when to the reference BLAS, None off Linux."""
+    """True when MLX's matmuls go to OpenBLAS, False when to the reference BLAS, None off Linux.
+
+    Python loads extension modules with ``RTLD_NOW``, so ``libmlx`` binds ``cblas_*`` when
+    ``mlx.core`` is imported: OpenBLAS loaded later is never used by that process.
+    """
     if not sys.platform.startswith("linux"):
         return None
+    preload()
+    if _state["path"] is None or _state["late"]:
+        return False
     provider = resolved_sgemm()
     return provider is not None and "openblas" in os.path.basename(provider).lower()
 
@@ -168,13 +176,14 @@ def blas_status() -> str:
     preload()
     if _state["path"] is None:
         return f"reference BLAS (slow, ~20-45x): {_state['error']}. Fix: {INSTALL_HINT}"
+    if _state["late"]:
+        return ("reference BLAS (slow, ~20-45x): mlx.core was imported before polyrl_mlx could "
+                "preload OpenBLAS. Fix: import polyrl_mlx._mx (or use polyrl) before mlx.core")
     provider = resolved_sgemm()
     if provider and "openblas" in os.path.basename(provider).lower():
-        note = (" (loaded after mlx.core was imported; active because the binding is lazy)"
-                if _state["late"] else "")
-        return f"OpenBLAS {provider}{note}"
+        return f"OpenBLAS {provider}"
     return (f"reference BLAS (slow): {_state['path']} was loaded but cblas_sgemm resolves to "
-            f"{provider or 'unknown'}. Fix: import polyrl_mlx before mlx.core")
+            f"{provider or 'unknown'}. Fix: {INSTALL_HINT}")
 
 
 __all__ = ["blas_status", "fast_blas_active", "find_openblas", "measure_gflops", "preload",

@@ -37,7 +37,8 @@ def _check(src: str, dst: str, to: str, quantize_bits: int | None) -> tuple[Path
     if source.suffix == ".gguf" or (source.is_dir() and not (source / "config.json").exists()
                                     and any(source.glob("*.gguf"))):
         raise ConfigError(f"{src!r} is a GGUF model, which mlx-lm cannot read", field="src",
-                          fix="convert it to HF first (`polyrl convert MODEL.gguf OUT --to hf`, torch backend)")
+                          fix="convert it to HF first "
+                              "(`polyrl convert MODEL.gguf OUT --to hf`, torch backend)")
     if not (source / "config.json").exists():
         raise ConfigError(f"{src!r} is not a model folder (no config.json)", field="src",
                           fix="give a local HF or MLX model folder")

@@ -22,8 +22,9 @@ from typing import Any
 
 from polyrl.errors import ConfigError
 from polyrl.types import EngineConfig, Prompt
+
 from polyrl_mlx import blas
-from polyrl_mlx._mx import mx, nn, optim
+from polyrl_mlx._mx import mx, optim
 
 DTYPES = ("float32", "bfloat16", "float16")
 #: mlx-lm model types whose logits are ``lm_head(model(x))`` (or the tied embedding), so scoring
@@ -211,6 +212,19 @@ class MLXEngine:
     @property
     def model_type(self) -> str:
         return str(self.hf_config.get("model_type", ""))
+
+    def head_parts(self) -> tuple[Any, Any] | None:
+        """(backbone, head) when the model computes ``head(backbone(ids, cache))``, else None.
+
+        Lets scoring and prefill project only the positions they need onto the vocabulary.
+        """
+        model = self.model
+        if self.model_type not in SPLIT_HEAD_TYPES or not hasattr(model, "model"):
+            return None
+        if getattr(model.args, "tie_word_embeddings", False):
+            return model.model, model.model.embed_tokens.as_linear
+        head = getattr(model, "lm_head", None)
+        return (model.model, head) if head is not None else None
 
     def require_optimizer(self) -> Any:
         if self.optimizer is None:

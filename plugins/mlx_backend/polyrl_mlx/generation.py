@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
 from polyrl.errors import ConfigError
 from polyrl.types import Completion, Prompt, SamplingParams
+
 from polyrl_mlx._mx import mx
 from polyrl_mlx.engine import MLXEngine
 
@@ -43,11 +43,12 @@ def filter_logits(scaled: mx.array, top_k: int, top_p: float) -> mx.array:
     out = scaled
     vocab = out.shape[-1]
     neg_inf = mx.array(-float("inf"), dtype=out.dtype)
+    candidates = out
     if 0 < top_k < vocab:
-        kth = mx.sort(out, axis=-1)[:, vocab - top_k: vocab - top_k + 1]
-        out = mx.where(out < kth, neg_inf, out)
+        candidates = mx.topk(out, top_k, axis=-1)  # the k largest (any order)
+        out = mx.where(out < candidates.min(axis=-1, keepdims=True), neg_inf, out)
     if top_p < 1.0:
-        desc = -mx.sort(-out, axis=-1)
+        desc = -mx.sort(-candidates, axis=-1)  # only the top-k survivors need sorting
         probs = mx.softmax(desc, axis=-1)
         mass_before = mx.cumsum(probs, axis=-1) - probs
         keep = mx.maximum((mass_before < top_p).sum(axis=-1, keepdims=True), 1)
@@ -103,9 +104,15 @@ def _prefill(engine: MLXEngine, prompt_ids: list[list[int]]) -> tuple[list, mx.a
     if max(padding) > 0:
         for c in cache:
             c.prepare(lengths=lengths, right_padding=padding)
-    logits = model(mx.array(rows), cache=cache)
     last = mx.array(np.asarray(lengths, dtype=np.int32) - 1)
-    logits = mx.take_along_axis(logits, last[:, None, None], axis=1)[:, 0, :].astype(mx.float32)
+    first = mx.arange(len(prompt_ids))
+    parts = engine.head_parts()
+    if parts is not None:  # project only each prompt's last position onto the vocabulary
+        backbone, head = parts
+        logits = head(backbone(mx.array(rows), cache=cache)[first, last])
+    else:
+        logits = model(mx.array(rows), cache=cache)[first, last]
+    logits = logits.astype(mx.float32)
     if max(padding) > 0:
         for c in cache:
             c.finalize()

@@ -34,10 +34,14 @@ def _version() -> str:
 @functools.lru_cache(maxsize=1)
 def _import_error() -> str | None:
     """Why ``mlx.core`` cannot be imported here, or None (imports it once: ~10 ms)."""
-    if importlib.util.find_spec("mlx") is None:
-        return "not installed"
     try:
+        if importlib.util.find_spec("mlx") is None:
+            return "not installed"
         from polyrl_mlx._mx import mx  # noqa: F401  (preloads OpenBLAS first on Linux)
+    except ImportError as exc:
+        if "mlx" in str(exc) and "No module named" in str(exc):
+            return "not installed"
+        return f"import failed ({type(exc).__name__}: {exc})"
     except Exception as exc:  # noqa: BLE001 - any failure means "unusable", with the reason
         return f"import failed ({type(exc).__name__}: {exc})"
     return None

@@ -19,25 +19,14 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-
 from polyrl.types import TokenSequence
+
 from polyrl_mlx._mx import mx
-from polyrl_mlx.engine import SPLIT_HEAD_TYPES, MLXEngine
+from polyrl_mlx.engine import MLXEngine
 
 #: Tokens (padded rows x width) per no-grad forward when scoring many sequences
 #: (``EngineConfig.options["score_batch_tokens"]``).
 SCORE_BATCH_TOKENS = 8192
-
-
-def _head(engine: MLXEngine):
-    """(backbone, head) when the model is ``head(backbone(ids))``, else None."""
-    model = engine.model
-    if engine.model_type not in SPLIT_HEAD_TYPES or not hasattr(model, "model"):
-        return None
-    if getattr(model.args, "tie_word_embeddings", False):
-        return model.model, model.model.embed_tokens.as_linear
-    head = getattr(model, "lm_head", None)
-    return (model.model, head) if head is not None else None
 
 
 def layout(sequences: Sequence[TokenSequence], pad_id: int):
@@ -61,14 +50,15 @@ def layout(sequences: Sequence[TokenSequence], pad_id: int):
     return ids, row, pos, target, lengths
 
 
-def flat_logprobs(engine: MLXEngine, sequences: Sequence[TokenSequence], temperature: float) -> tuple[mx.array, list[int]]:
+def flat_logprobs(engine: MLXEngine, sequences: Sequence[TokenSequence],
+                  temperature: float) -> tuple[mx.array, list[int]]:
     """float32 log-probs of all completion tokens, concatenated, and each sequence's length.
 
     Differentiable (call it inside ``nn.value_and_grad``); one forward for all ``sequences``.
     """
     ids, row, pos, target, lengths = layout(sequences, engine.pad_id)
     ids, row, pos, target = mx.array(ids), mx.array(row), mx.array(pos), mx.array(target)
-    parts = _head(engine)
+    parts = engine.head_parts()
     if parts is not None:
         backbone, head = parts
         hidden = backbone(ids)[row, pos]  # [tokens, hidden]

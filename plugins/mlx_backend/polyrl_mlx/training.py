@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
 from polyrl.algorithms.objective import Objective
 from polyrl.types import StepMetrics, TrainBatch
+
 from polyrl_mlx._mx import mx, nn, optim
 from polyrl_mlx.engine import MLXEngine
 from polyrl_mlx.scoring import flat_logprobs

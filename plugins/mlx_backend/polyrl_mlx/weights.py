@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from polyrl.types import NamedWeights
+
 from polyrl_mlx._mx import mx, nn
 from polyrl_mlx.engine import MLXEngine
 
@@ -105,8 +105,8 @@ def _targets(engine: MLXEngine) -> dict[str, tuple[str, Any]]:
         path, leaf = name.rsplit(".", 1)
         if leaf in ("lora_a", "lora_b"):
             continue
-        owner = path[: -len(".linear")] if path.endswith(".linear") and path[: -len(".linear")] in lora else None
-        hf_path = owner or path
+        parent = path[: -len(".linear")]
+        hf_path = parent if path.endswith(".linear") and parent in lora else path
         module = modules.get(path)
         if module is not None and _quantized(module):
             if leaf in ("scales", "biases"):
@@ -227,7 +227,8 @@ def save_checkpoint(engine: MLXEngine, path: str) -> bool:
             adapters = {k: v for k, v in tree_flatten(engine.model.parameters())
                         if k.rsplit(".", 1)[-1] in ("lora_a", "lora_b")}
             mx.save_safetensors(str(state / "adapters.safetensors"), adapters)
-            (state / "adapter_config.json").write_text(json.dumps(_mlx_adapter_config(engine), indent=2) + "\n")
+            adapter_config = json.dumps(_mlx_adapter_config(engine), indent=2)
+            (state / "adapter_config.json").write_text(adapter_config + "\n")
             if engine.base_replaced:
                 base = {k: v for k, v in tree_flatten(engine.model.parameters())
                         if k.rsplit(".", 1)[-1] not in ("lora_a", "lora_b")}

@@ -140,6 +140,7 @@ def _generate(engine: TorchEngine, prompts, sampling: SamplingParams, cache_cls)
         else:
             # one noise row for every sample each step (see module docstring)
             noise = torch.empty((total, vocab), device=device).exponential_(generator=generator)
+            noise.clamp_(min=torch.finfo(noise.dtype).tiny)  # a 0 draw would give -inf - -inf = NaN
             kept = filter_logits(scaled, sampling.top_k, sampling.top_p)
             chosen = (kept - noise[active].log()).argmax(dim=-1)
         chosen_lp = logp_all.gather(-1, chosen[:, None])[:, 0]

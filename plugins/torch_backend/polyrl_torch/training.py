@@ -61,14 +61,12 @@ def objective_loss(
         lp = logp
         valid = mask.to(torch.bool)
     else:
+        if not len(logp):
+            raise ValueError("objective_loss needs at least one sequence")
         lengths = [len(x) for x in logp]
-        width = max(lengths, default=0)
-        ref_tensor = logp[0] if len(logp) else torch.zeros(0)
-        rows = [torch.cat([x.reshape(-1), x.new_zeros(width - len(x))]) for x in logp]
-        lp = torch.stack(rows) if rows else ref_tensor.new_zeros((0, 0))
-        valid = torch.zeros(lp.shape, dtype=torch.bool, device=lp.device)
-        for i, n in enumerate(lengths):
-            valid[i, :n] = True
+        width = max(lengths)
+        lp = torch.stack([torch.cat([x.reshape(-1), x.new_zeros(width - len(x))]) for x in logp])
+        valid = torch.arange(width, device=lp.device)[None, :] < torch.tensor(lengths, device=lp.device)[:, None]
     zero = lp.new_zeros(())
     lp = torch.where(valid, lp, zero)  # padding may hold -inf/NaN: never let it reach the math
     old = _padded(old_logp, lp)

@@ -1,0 +1,604 @@
+"""``llm_judge``: RLAIF rewards scored by a language model behind an OpenAI-compatible API.
+
+Each completion is shown to a judge model with a rubric through ``POST {base_url}/chat/completions``
+(any OpenAI-compatible server: ``polyrl serve``, vLLM, MAX serve, llama.cpp, OpenAI itself), and
+the score the judge writes is parsed and normalised to ``[0, 1]``.
+
+Options (``[[rewards]] name = "llm_judge"``, ``options = {...}``); unknown options are an error:
+
+``base_url``         required, e.g. ``"http://127.0.0.1:8000/v1"`` (the part before ``/chat/completions``)
+``model``            required: the model name the server serves
+``rubric``           the user message; placeholders ``{prompt}``, ``{completion}`` (required),
+                     ``{scale_min}``, ``{scale_max}`` and ``{<column>}`` for any dataset column (e.g. a
+                     reference ``{answer}``). Other braces are left alone, so JSON examples are safe.
+``system``           the system message (None for none)
+``scale``            the judge's score range: ``10`` means 0..10, ``[1, 5]`` means 1..5 (default 10);
+                     an explicit fraction in the answer ("4/5") is normalised by its own denominator
+``max_concurrency``  requests in flight at once (default 8)
+``timeout_s``        per-request timeout, connect and read (default 60)
+``retries``          retries after the first attempt (default 3): on timeouts, connection errors,
+                     HTTP 408/409/429/5xx; other HTTP errors (401, 404...) are not retried
+``backoff_s``        first retry waits ``backoff_s * 2**k`` (k = retry index) plus up to 100% jitter
+``cache_path``       sqlite file of judged (model, rubric, prompt, completion) -> judge text
+                     (default ``$POLYRL_CACHE/judge_cache.sqlite3``; ``""`` or false disables it)
+``on_error``         ``"fail"`` (default): raise ``RewardError`` naming the endpoint and the fix;
+                     ``"skip"``: score None for the samples that failed (logged), train on the rest
+``on_parse_error``   same choices, for answers without a readable score (default: ``on_error``)
+``api_key_env``      name of the environment variable holding the API key (sent as a Bearer token;
+                     never logged, never part of an error message or of the cache)
+``temperature``      judge sampling temperature (default 0: the same answer every time)
+``max_tokens``       judge answer length (default 64)
+
+Behaviour worth knowing:
+    * Identical (prompt, completion) pairs in one call are judged once; they and the samples found
+      in the cache count as cache hits (``reward/llm_judge/cache_hit_rate``).
+    * The cache stores the judge's raw text, keyed by a hash of the model, the rendered rubric
+      (which contains prompt, completion and any columns used), the system message and the
+      sampling settings; the score is parsed again on read, so a parser fix applies to old entries.
+    * Connection errors (refused, reset, closed mid-answer) count across the whole call: after
+      ``retries + 1`` of them in a row, whichever samples they came from, the endpoint is taken as
+      down and the call stops sending: the remaining samples fail at once instead of each waiting
+      through its own retries. A successful answer resets the count; the next call tries again.
+    * Metrics: ``cache_hit_rate``, ``failures`` (samples without a score, any reason),
+      ``parse_failures``, ``requests`` (HTTP attempts), ``retries``.
+
+Score parsing (``parse_score``), first rule that finds a number wins:
+    1. a JSON object with a ``score`` (or ``rating``/``grade``) field, possibly in a code fence;
+    2. a labelled score: "Score: 7/10", "rating = 4 out of 5", "**Score:** 8";
+    3. ``\\boxed{7}``;
+    4. a fraction anywhere: "7/10", "7 out of 10" (the last one);
+    5. a reply that is nothing but a number ("7", "7.5.").
+    ``<think>...</think>`` blocks are ignored. A value outside the scale is a parse failure, not
+    clamped (a judge answering "15" on a 0-10 scale did not follow the rubric).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from polyrl.errors import RewardError
+from polyrl.hookspecs import hookimpl
+from polyrl.logs import get_logger
+from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
+
+NAME = "llm_judge"
+log = get_logger("polyrl.rewards.judge")
+
+DEFAULT_SYSTEM = "You are a strict, fair grader. You follow the output format exactly."
+DEFAULT_RUBRIC = """\
+Rate the response to the prompt below for correctness, helpfulness and clarity.
+
+[Prompt]
+{prompt}
+
+[Response]
+{completion}
+
+Answer with one line "Score: N/{scale_max}", where N is a whole number from {scale_min} (useless) \
+to {scale_max} (perfect)."""
+
+DEFAULTS: dict[str, Any] = {
+    "base_url": None,
+    "model": None,
+    "rubric": DEFAULT_RUBRIC,
+    "system": DEFAULT_SYSTEM,
+    "scale": 10,
+    "max_concurrency": 8,
+    "timeout_s": 60.0,
+    "retries": 3,
+    "backoff_s": 0.5,
+    "cache_path": None,  # None -> the default file; "" or False -> no cache
+    "on_error": "fail",
+    "on_parse_error": None,  # None -> on_error
+    "api_key_env": None,
+    "temperature": 0.0,
+    "max_tokens": 64,
+}
+POLICIES = ("fail", "skip")
+RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+# --- score parsing -----------------------------------------------------------------------------
+
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)"
+_THINK = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
+_LABELLED = re.compile(
+    r"(?:score|rating|grade)\s*\**\s*(?:is|=|:|of)?\s*\**\s*(" + _NUM + r")\s*\**"
+    r"(?:\s*(?:/|out\s+of)\s*(" + _NUM + r"))?",
+    re.IGNORECASE,
+)
+_BOXED = re.compile(r"\\boxed\{\s*(" + _NUM + r")\s*(?:/\s*(" + _NUM + r")\s*)?\}")
+_FRACTION = re.compile(r"(?<![\w./])(" + _NUM + r")\s*(?:/|out\s+of)\s*(" + _NUM + r")(?![\w/])", re.IGNORECASE)
+_BARE = re.compile(r"^\W*?(" + _NUM + r")(?:\s*/\s*(" + _NUM + r"))?[\s.!*`]*$")
+_SCORE_KEYS = ("score", "rating", "grade")
+
+
+def _json_objects(text: str) -> list[Any]:
+    """Every JSON object embedded in ``text`` (balanced braces), in order of appearance."""
+    out: list[Any] = []
+    starts = [i for i, ch in enumerate(text) if ch == "{"]
+    decoder = json.JSONDecoder()
+    for i in starts:
+        try:
+            value, _ = decoder.raw_decode(text, i)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out
+
+
+def _number(value: Any) -> tuple[float, float | None] | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return (float(value), None) if math.isfinite(float(value)) else None
+    if isinstance(value, str):
+        m = _BARE.match(value.strip())
+        if m:
+            return float(m.group(1)), (float(m.group(2)) if m.group(2) else None)
+    return None
+
+
+def parse_raw_score(text: str) -> tuple[float, float | None] | None:
+    """``(value, denominator or None)`` of the score written in ``text``, or None (see module doc)."""
+    if not isinstance(text, str):
+        return None
+    text = _THINK.sub(" ", text)
+    for obj in reversed(_json_objects(text)):
+        for key, value in obj.items():
+            if str(key).lower() in _SCORE_KEYS:
+                found = _number(value)
+                if found is not None:
+                    return found
+    for pattern in (_LABELLED, _BOXED, _FRACTION):
+        matches = list(pattern.finditer(text))
+        if matches:
+            m = matches[-1]
+            return float(m.group(1)), (float(m.group(2)) if m.group(2) else None)
+    m = _BARE.match(text.strip())
+    if m:
+        return float(m.group(1)), (float(m.group(2)) if m.group(2) else None)
+    return None
+
+
+def scale_bounds(scale: Any) -> tuple[float, float]:
+    """``10`` -> (0, 10); ``[1, 5]`` -> (1, 5); anything else is a ``RewardError``."""
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        lo, hi = 0.0, float(scale)
+    elif isinstance(scale, (list, tuple)) and len(scale) == 2 and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in scale
+    ):
+        lo, hi = float(scale[0]), float(scale[1])
+    else:
+        raise RewardError(f"{NAME}: scale must be a number (max) or [min, max], got {scale!r}. "
+                          "Fix: e.g. scale = 10 or scale = [1, 5]")
+    if not (math.isfinite(lo) and math.isfinite(hi) and hi > lo):
+        raise RewardError(f"{NAME}: scale {scale!r} needs min < max. Fix: e.g. scale = 10")
+    return lo, hi
+
+
+def parse_score(text: str, scale: Any = 10) -> float | None:
+    """The judge's score in ``text`` normalised to ``[0, 1]``, or None when there is none."""
+    lo, hi = scale_bounds(scale)
+    found = parse_raw_score(text)
+    if found is None:
+        return None
+    value, denominator = found
+    if denominator is not None:
+        if denominator <= 0:
+            return None
+        normalised = value / denominator
+        if lo > 0 and math.isclose(denominator, hi):  # "4/5" on a 1..5 scale
+            normalised = (value - lo) / (hi - lo)
+    else:
+        normalised = (value - lo) / (hi - lo)
+    if not -1e-9 <= normalised <= 1 + 1e-9:
+        return None
+    return min(1.0, max(0.0, normalised))
+
+
+# --- options and rendering ---------------------------------------------------------------------
+
+
+@attrs.define(frozen=True)
+class JudgeOptions:
+    base_url: str
+    model: str
+    rubric: str
+    system: str | None
+    scale: tuple[float, float]
+    max_concurrency: int
+    timeout_s: float
+    retries: int
+    backoff_s: float
+    cache_path: str | None
+    on_error: str
+    on_parse_error: str
+    api_key_env: str | None
+    temperature: float
+    max_tokens: int
+
+    @property
+    def endpoint(self) -> str:
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+
+def _positive_number(opts: Mapping[str, Any], key: str, integer: bool = False, zero: bool = False) -> Any:
+    value = opts[key]
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and integer:
+        ok = float(value).is_integer()
+    if ok:
+        ok = value >= 0 if zero else value > 0
+    if not ok:
+        kind = "a whole number" if integer else "a number"
+        raise RewardError(f"{NAME}: option {key} must be {kind} {'>= 0' if zero else '> 0'}, got {value!r}. "
+                          f"Fix: e.g. {key} = {DEFAULTS[key]}")
+    return int(value) if integer else float(value)
+
+
+def judge_options(given: Mapping[str, Any] | None) -> JudgeOptions:
+    """Validate ``llm_judge`` options (see the module docstring) into a ``JudgeOptions``."""
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(DEFAULTS))
+    if unknown:
+        raise RewardError(f"reward {NAME!r} has no option {unknown[0]!r}. Fix: use only "
+                          f"{', '.join(sorted(DEFAULTS))} in this reward's options")
+    opts = {**DEFAULTS, **given}
+    for key, example in (("base_url", '"http://127.0.0.1:8000/v1"'), ("model", '"smollm2-135m-instruct"')):
+        if not isinstance(opts[key], str) or not opts[key].strip():
+            raise RewardError(f"reward {NAME!r} needs option {key!r}. Fix: set options.{key} = {example}")
+    if not opts["base_url"].startswith(("http://", "https://")):
+        raise RewardError(f"{NAME}: base_url {opts['base_url']!r} is not an http(s) URL. "
+                          'Fix: e.g. base_url = "http://127.0.0.1:8000/v1"')
+    rubric = opts["rubric"]
+    if not isinstance(rubric, str) or "{completion}" not in rubric:
+        raise RewardError(f"{NAME}: the rubric must contain the placeholder {{completion}} (the judge "
+                          "must see what it grades). Fix: add {completion} (and usually {prompt}) to options.rubric")
+    if opts["system"] is not None and not isinstance(opts["system"], str):
+        raise RewardError(f"{NAME}: system must be a string. Fix: e.g. system = \"You are a grader.\"")
+    on_error = opts["on_error"]
+    on_parse = opts["on_parse_error"] if opts["on_parse_error"] is not None else on_error
+    for key, value in (("on_error", on_error), ("on_parse_error", on_parse)):
+        if value not in POLICIES:
+            raise RewardError(f"{NAME}: {key} must be \"fail\" or \"skip\", got {value!r}. "
+                              f"Fix: {key} = \"skip\" to train on without the judge's failed samples")
+    cache = opts["cache_path"]
+    if cache is None:
+        from polyrl.testing.tiny_model import default_cache_dir
+
+        cache = str(default_cache_dir() / "judge_cache.sqlite3")
+    elif cache is False or cache == "":
+        cache = None
+    elif not isinstance(cache, (str, os.PathLike)):
+        raise RewardError(f"{NAME}: cache_path must be a file path, \"\" or false. Fix: e.g. "
+                          'cache_path = "runs/judge_cache.sqlite3"')
+    key_env = opts["api_key_env"]
+    if key_env is not None and (not isinstance(key_env, str) or not key_env):
+        raise RewardError(f"{NAME}: api_key_env names an environment variable, got {key_env!r}. "
+                          'Fix: e.g. api_key_env = "OPENAI_API_KEY"')
+    temperature = opts["temperature"]
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+        raise RewardError(f"{NAME}: temperature must be a number >= 0, got {temperature!r}. Fix: temperature = 0")
+    return JudgeOptions(
+        base_url=opts["base_url"].strip(), model=opts["model"], rubric=rubric, system=opts["system"],
+        scale=scale_bounds(opts["scale"]),
+        max_concurrency=_positive_number(opts, "max_concurrency", integer=True),
+        timeout_s=_positive_number(opts, "timeout_s"),
+        retries=_positive_number(opts, "retries", integer=True, zero=True),
+        backoff_s=_positive_number(opts, "backoff_s", zero=True),
+        cache_path=str(cache) if cache else None, on_error=on_error, on_parse_error=on_parse,
+        api_key_env=key_env, temperature=float(temperature),
+        max_tokens=_positive_number(opts, "max_tokens", integer=True),
+    )
+
+
+def prompt_text(prompt: Prompt) -> str:
+    """A prompt as the judge reads it: text as is; a chat as ``role: content`` lines."""
+    if isinstance(prompt, str):
+        return prompt
+    messages = list(prompt)
+    if len(messages) == 1 and messages[0].get("role") == "user":
+        return str(messages[0].get("content", ""))
+    return "\n".join(f"{m.get('role', 'user')}: {m.get('content', '')}" for m in messages)
+
+
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def render_rubric(rubric: str, prompt: Prompt, completion: str, row: Mapping[str, Any],
+                  scale: tuple[float, float]) -> str:
+    """Fill the rubric's ``{name}`` placeholders (others, like JSON examples, stay as written)."""
+    values: dict[str, str] = {str(k): str(v) for k, v in row.items() if v is not None}
+    values.update(prompt=prompt_text(prompt), completion=completion,
+                  scale_min=f"{scale[0]:g}", scale_max=f"{scale[1]:g}")
+    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), rubric)
+
+
+def _messages(opts: JudgeOptions, user: str) -> list[dict[str, str]]:
+    out = [{"role": "system", "content": opts.system}] if opts.system else []
+    return out + [{"role": "user", "content": user}]
+
+
+def cache_key(opts: JudgeOptions, messages: list[dict[str, str]]) -> str:
+    payload = json.dumps([opts.model, messages, opts.temperature, opts.max_tokens], sort_keys=True)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+# --- the cache ---------------------------------------------------------------------------------
+
+
+class JudgeCache:
+    """A persistent sqlite3 map from request key to the judge's raw answer (WAL, shared by processes)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(str(Path(path).expanduser()), timeout=30.0)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute(
+                "CREATE TABLE IF NOT EXISTS judgements (key TEXT PRIMARY KEY, model TEXT, "
+                "request TEXT, response TEXT, created REAL)"
+            )
+            self.db.commit()
+        except sqlite3.Error as exc:
+            raise RewardError(f"{NAME}: cannot open the judge cache {path!r}: {exc}. "
+                              "Fix: point options.cache_path at a writable file, or set cache_path = \"\"") from exc
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        unique = list(dict.fromkeys(keys))
+        for i in range(0, len(unique), 500):
+            chunk = unique[i:i + 500]
+            rows = self.db.execute(
+                f"SELECT key, response FROM judgements WHERE key IN ({','.join('?' * len(chunk))})", chunk
+            ).fetchall()
+            out.update(dict(rows))
+        return out
+
+    def put(self, key: str, model: str, request: Any, response: str) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO judgements (key, model, request, response, created) VALUES (?, ?, ?, ?, ?)",
+            (key, model, json.dumps(request), response, time.time()),
+        )
+        self.db.commit()
+
+    def close(self) -> None:
+        self.db.close()
+
+
+# --- requests ----------------------------------------------------------------------------------
+
+
+@attrs.define
+class _Outcome:
+    text: str | None = None
+    error: str | None = None  # why there is no text (endpoint failure)
+
+
+@attrs.define
+class _CallState:
+    requests: int = 0
+    retries: int = 0
+    connection_errors: int = 0  # in a row, over all samples
+    down: str | None = None  # set when the endpoint is considered down for the rest of the call
+
+
+def _api_key(opts: JudgeOptions) -> str | None:
+    if opts.api_key_env is None:
+        return None
+    key = os.environ.get(opts.api_key_env)
+    if not key:
+        raise RewardError(f"{NAME}: environment variable {opts.api_key_env} (options.api_key_env) is not set. "
+                          f"Fix: export {opts.api_key_env}=<your key> before the run")
+    return key
+
+
+def _server_message(response: Any) -> str:
+    try:
+        data = response.json()
+        message = data.get("error", {}).get("message") if isinstance(data, dict) else None
+    except ValueError:
+        message = None
+    text = message or response.text or ""
+    return " ".join(str(text).split())[:200]
+
+
+async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str, str]],
+                       headers: dict[str, str], state: _CallState, sem: asyncio.Semaphore) -> _Outcome:
+    import httpx
+
+    body = {"model": opts.model, "messages": messages, "temperature": opts.temperature,
+            "max_tokens": opts.max_tokens}
+    last = "no attempt"
+    for attempt in range(opts.retries + 1):
+        if state.down is not None:
+            return _Outcome(error=f"endpoint down ({state.down})")
+        if attempt:
+            state.retries += 1
+            delay = opts.backoff_s * (2 ** (attempt - 1))
+            await asyncio.sleep(delay + random.uniform(0, delay))
+            if state.down is not None:
+                return _Outcome(error=f"endpoint down ({state.down})")
+        connection_error = False
+        async with sem:
+            if state.down is not None:  # went down while this one waited for a slot
+                return _Outcome(error=f"endpoint down ({state.down})")
+            state.requests += 1
+            try:
+                response = await client.post(opts.endpoint, json=body, headers=headers)
+            except httpx.TimeoutException:
+                last = f"timed out after {opts.timeout_s:g} s"
+                continue
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                connection_error = True
+        if connection_error:
+            state.connection_errors += 1
+            if state.connection_errors > opts.retries:
+                state.down = last
+            continue
+        state.connection_errors = 0
+        if response.status_code != 200:
+            last = f"HTTP {response.status_code}: {_server_message(response)}"
+            if response.status_code in RETRY_STATUS:
+                continue
+            return _Outcome(error=last)
+        try:
+            data = response.json()
+            content = data["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return _Outcome(error=f"not an OpenAI chat completion response: {response.text[:120]!r}")
+        if not isinstance(content, str):
+            content = "" if content is None else str(content)
+        return _Outcome(text=content)
+    return _Outcome(error=f"{last} (after {opts.retries + 1} attempts)")
+
+
+async def _judge_all(opts: JudgeOptions, requests: list[tuple[str, list[dict[str, str]]]],
+                     state: _CallState, on_answer: Callable[[str, list[dict[str, str]], str], None]
+                     ) -> dict[str, _Outcome]:
+    import httpx
+
+    headers = {"Content-Type": "application/json"}
+    key = _api_key(opts)
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    sem = asyncio.Semaphore(opts.max_concurrency)
+    limits = httpx.Limits(max_connections=opts.max_concurrency, max_keepalive_connections=opts.max_concurrency)
+    timeout = httpx.Timeout(opts.timeout_s)
+    async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
+
+        async def one(key_: str, messages: list[dict[str, str]]) -> tuple[str, _Outcome]:
+            outcome = await _request_one(client, opts, messages, headers, state, sem)
+            if outcome.text is not None:
+                on_answer(key_, messages, outcome.text)
+            return key_, outcome
+
+        done = await asyncio.gather(*(one(k, m) for k, m in requests))
+    return dict(done)
+
+
+# --- the reward --------------------------------------------------------------------------------
+
+
+def _text(completion: Completion | str) -> str:
+    return completion if isinstance(completion, str) else completion.text
+
+
+async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | str],
+                rows: Sequence[Mapping[str, Any]], options: Mapping[str, Any] | None) -> RewardScores:
+    """Score ``completions`` with the judge; returns scores (None = no score) and metrics."""
+    opts = judge_options(options)
+    n = len(completions)
+    keys: list[str] = []
+    messages_of: dict[str, list[dict[str, str]]] = {}
+    for i in range(n):
+        user = render_rubric(opts.rubric, prompts[i], _text(completions[i]), rows[i] if i < len(rows) else {},
+                             opts.scale)
+        messages = _messages(opts, user)
+        key = cache_key(opts, messages)
+        keys.append(key)
+        messages_of.setdefault(key, messages)
+    cache = JudgeCache(opts.cache_path) if opts.cache_path else None
+    state = _CallState()
+    try:
+        answers: dict[str, str] = cache.get_many(keys) if cache is not None else {}
+        missing = [k for k in messages_of if k not in answers]
+        hits = n - len(missing)  # cache hits and in-call duplicates never reach the server
+
+        def remember(key: str, messages: list[dict[str, str]], text: str) -> None:
+            answers[key] = text
+            if cache is not None:
+                cache.put(key, opts.model, messages, text)
+
+        outcomes = await _judge_all(opts, [(k, messages_of[k]) for k in missing], state, remember) if missing else {}
+    finally:
+        if cache is not None:
+            cache.close()
+    scores: list[float | None] = []
+    endpoint_failures: Counter[str] = Counter()
+    parse_failures: list[str] = []
+    for key in keys:
+        if key in answers:
+            score = parse_score(answers[key], opts.scale)
+            if score is None:
+                parse_failures.append(answers[key])
+            scores.append(score)
+        else:
+            endpoint_failures[outcomes[key].error or "unknown error"] += 1
+            scores.append(None)
+    n_endpoint = sum(endpoint_failures.values())
+    if n_endpoint and opts.on_error == "fail":
+        reason, count = endpoint_failures.most_common(1)[0]
+        raise RewardError(
+            f"{NAME}: {n_endpoint} of {n} judge requests to {opts.endpoint} failed ({count}x {reason}). "
+            "Fix: start the judge server (e.g. `polyrl serve --backend torch --model PATH --port 8000`) "
+            "and check options.base_url, options.model and options.api_key_env, raise options.timeout_s or "
+            "options.retries, or set options.on_error = \"skip\" to train on without those samples"
+        )
+    if parse_failures and opts.on_parse_error == "fail":
+        raise RewardError(
+            f"{NAME}: the judge {opts.model!r} at {opts.endpoint} answered {len(parse_failures)} of {n} "
+            f"samples without a readable score (e.g. {parse_failures[0][:120]!r}). Fix: make the rubric ask "
+            "for \"Score: N/10\", check options.scale, use a stronger judge model, or set "
+            "options.on_parse_error = \"skip\""
+        )
+    if n_endpoint:
+        log.warning("judge requests failed; samples skipped", reward=NAME, endpoint=opts.endpoint,
+                    failed=n_endpoint, of=n, reasons=dict(endpoint_failures.most_common(3)))
+    if parse_failures:
+        log.warning("judge answers without a score; samples skipped", reward=NAME, endpoint=opts.endpoint,
+                    failed=len(parse_failures), of=n, example=parse_failures[0][:80])
+    metrics = {
+        "cache_hit_rate": hits / n if n else 0.0,
+        "failures": float(n_endpoint + len(parse_failures)),
+        "parse_failures": float(len(parse_failures)),
+        "requests": float(state.requests),
+        "retries": float(state.retries),
+    }
+    return RewardScores(scores, metrics=metrics)
+
+
+# --- the plugin hooks --------------------------------------------------------------------------
+
+#: RewardComputer awaits ``await_reward`` concurrently with the step's other async rewards.
+is_async = True
+
+
+@hookimpl
+def polyrl_register_rewards(register: Callable[[RewardSpec], None]) -> None:
+    register(RewardSpec(name=NAME, summary="RLAIF: a judge model behind an OpenAI-compatible API grades "
+                        "each completion with a rubric (score in [0, 1])", distribution="polyrl"))
+
+
+async def await_reward(prompts: Sequence[Prompt], completions: Sequence[Completion],
+                       context: RewardContext) -> dict[str, RewardScores] | None:
+    if NAME not in context.wanted:
+        return None
+    return {NAME: await judge(prompts, completions, context.rows, context.options.get(NAME))}
+
+
+@hookimpl
+def reward(prompts: Sequence[Prompt], completions: Sequence[Completion],
+           context: RewardContext) -> dict[str, RewardScores] | None:
+    if NAME not in context.wanted:
+        return None
+    from polyrl.rewards.functions import run_coroutine
+
+    return run_coroutine(await_reward(prompts, completions, context))

@@ -1,0 +1,154 @@
+"""``reward_model``: a sequence-classification model (``AutoModelForSequenceClassification``) as reward.
+
+The score of a completion is the model's logit for (prompt, completion): the usual outcome/preference
+reward model with one label. torch and transformers are imported only when the reward is first used
+(``pip install polyrl[torch]``); the model is loaded once per process and kept.
+
+Options (``[[rewards]] name = "reward_model"``); unknown options are an error:
+
+``path``           required: a local HF folder (model + tokenizer) or an alias a plugin resolves
+``batch_size``     sequences per forward pass (default 8)
+``max_length``     tokens per sequence; longer ones are cut from the left, keeping the completion
+                   (default 1024)
+``chat_template``  true (default): render ``prompt + [assistant: completion]`` with the tokenizer's
+                   chat template when it has one; false: the prompt text followed by the completion
+``label``          which logit is the score (default: 0 when the model has one label; required otherwise)
+``device``         "cpu" (default), "cuda", "mps"...
+``dtype``          "float32" (default), "bfloat16", "float16"
+
+Sequences are right-padded and the model pools its last non-padding token, so a batch scores the
+same as one-by-one (up to float rounding); the model runs in eval mode under ``torch.inference_mode``
+and scores are deterministic for fixed inputs.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from polyrl.errors import RewardError
+from polyrl.hookspecs import hookimpl
+from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
+
+NAME = "reward_model"
+DEFAULTS: dict[str, Any] = {"path": None, "batch_size": 8, "max_length": 1024, "chat_template": True,
+                            "label": None, "device": "cpu", "dtype": "float32"}
+
+_loaded: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+_lock = threading.Lock()
+
+
+def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(DEFAULTS))
+    if unknown:
+        raise RewardError(f"reward {NAME!r} has no option {unknown[0]!r}. Fix: use only "
+                          f"{', '.join(sorted(DEFAULTS))} in this reward's options")
+    opts = {**DEFAULTS, **given}
+    if not isinstance(opts["path"], str) or not opts["path"]:
+        raise RewardError(f"reward {NAME!r} needs option 'path'. Fix: set options.path = \"path/to/reward-model\"")
+    for key in ("batch_size", "max_length"):
+        value = opts[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise RewardError(f"{NAME}: {key} must be a whole number >= 1, got {value!r}. Fix: e.g. {key} = {DEFAULTS[key]}")
+    if not isinstance(opts["chat_template"], bool):
+        raise RewardError(f"{NAME}: chat_template must be true or false, got {opts['chat_template']!r}")
+    return opts
+
+
+def load_reward_model(path: str, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
+    """(model, tokenizer) for ``path``, loaded once per process (eval mode, right padding)."""
+    key = (path, device, dtype)
+    with _lock:
+        if key in _loaded:
+            return _loaded[key]
+        try:
+            import torch
+            from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        except ImportError as exc:
+            raise RewardError(f"{NAME} needs torch and transformers ({exc}). Fix: pip install 'polyrl[torch]'") from exc
+        resolved = path
+        if not os.path.isdir(path):  # maybe an alias a backend plugin knows
+            try:
+                from polyrl.plugins import get_plugin_manager
+
+                resolved = get_plugin_manager().hook.polyrl_resolve_model(name=path) or path
+            except Exception:  # noqa: BLE001 - reported as "cannot load" below
+                resolved = path
+        torch_dtype = getattr(torch, dtype, None)
+        if not isinstance(torch_dtype, torch.dtype):
+            raise RewardError(f"{NAME}: unknown dtype {dtype!r}. Fix: float32, bfloat16 or float16")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(resolved)
+            model = AutoModelForSequenceClassification.from_pretrained(resolved, dtype=torch_dtype)
+        except (OSError, ValueError) as exc:
+            raise RewardError(f"{NAME}: cannot load a sequence-classification model from {path!r}: {exc}. "
+                              "Fix: point options.path at a folder with config.json, weights and a tokenizer "
+                              "(a *ForSequenceClassification model)") from exc
+        tokenizer.padding_side = "right"
+        tokenizer.truncation_side = "left"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        if model.config.pad_token_id is None:
+            model.config.pad_token_id = tokenizer.pad_token_id
+        model.to(device).eval()
+        _loaded[key] = (model, tokenizer)
+        return model, tokenizer
+
+
+def _render(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool) -> str:
+    if chat_template and getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+        messages.append({"role": "assistant", "content": completion})
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
+    if isinstance(prompt, str):
+        return prompt + completion
+    return "\n".join(str(m.get("content", "")) for m in prompt) + completion
+
+
+def score_texts(prompts: Sequence[Prompt], completions: Sequence[str], options: Mapping[str, Any] | None) -> list[float]:
+    """Reward-model scores of (prompt, completion) pairs, in batches of ``batch_size``."""
+    opts = _options(options)
+    model, tokenizer = load_reward_model(opts["path"], opts["device"], opts["dtype"])
+    import torch
+
+    num_labels = int(getattr(model.config, "num_labels", 1))
+    label = opts["label"]
+    if label is None:
+        if num_labels != 1:
+            raise RewardError(f"{NAME}: the model at {opts['path']!r} has {num_labels} labels. "
+                              "Fix: set options.label to the index of the logit that is the reward")
+        label = 0
+    if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < num_labels:
+        raise RewardError(f"{NAME}: label must be in 0..{num_labels - 1}, got {label!r}")
+    texts = [_render(tokenizer, p, c, opts["chat_template"]) for p, c in zip(prompts, completions)]
+    templated = opts["chat_template"] and bool(getattr(tokenizer, "chat_template", None))
+    scores: list[float] = []
+    with torch.inference_mode():
+        for start in range(0, len(texts), opts["batch_size"]):
+            batch = tokenizer(texts[start:start + opts["batch_size"]], return_tensors="pt", padding=True,
+                              truncation=True, max_length=opts["max_length"],
+                              add_special_tokens=not templated).to(opts["device"])
+            logits = model(**batch).logits
+            scores += [float(x) for x in logits[:, label].float().cpu()]
+    return scores
+
+
+# --- the plugin hooks ----------------------------------------------------------------------------
+
+
+@hookimpl
+def polyrl_register_rewards(register: Callable[[RewardSpec], None]) -> None:
+    register(RewardSpec(name=NAME, summary="a sequence-classification reward model's logit for "
+                        "(prompt, completion) (options.path; needs torch)", distribution="polyrl"))
+
+
+@hookimpl
+def reward(prompts: Sequence[Prompt], completions: Sequence[Completion],
+           context: RewardContext) -> dict[str, RewardScores] | None:
+    if NAME not in context.wanted:
+        return None
+    texts = [c if isinstance(c, str) else c.text for c in completions]
+    return {NAME: RewardScores(score_texts(prompts, texts, context.options.get(NAME)))}

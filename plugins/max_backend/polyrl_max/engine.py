@@ -1,0 +1,401 @@
+"""``MaxEngine``: a model compiled by Modular MAX, its Hugging Face tokenizer, and the seams the
+hooks need (prompt encoding, row contexts, the compiled decoder for weight reloads).
+
+Why ``max.pipelines.AutoModel`` and not a hand-written Graph-API decoder
+    * Exactness: AutoModel runs MAX's own Llama-family pipeline (paged KV cache, ragged prefill,
+      its fused sampler). Measured on the tiny test model its greedy tokens equal transformers'
+      and its log-probs agree to ~1e-6 (see ``tests/test_max_backend.py``); a hand-written decoder
+      would have to earn that for every architecture MAX already supports (Llama, Qwen, Mistral,
+      Gemma, ... and GGUF-quantized weights).
+    * Control: what the high-level ``generate()`` lacks, its building blocks give.
+      ``GenerateIterator.from_contexts`` runs *our* ``TextContext`` rows, one ``execute`` per
+      ``step()``, in our thread, with our per-row seed, sampling knobs and **logits processors**.
+      A processor sees each row's raw next-token logits before the sampler, so it can record them
+      (exact sampler log-probs at any temperature, see ``generation.py``) or overwrite them
+      (teacher forcing, see ``scoring.py``); ``remove(row)`` ends a row on a stop string.
+    * Weights: the compiled decoder (a ``max.engine.Model``) has ``reload(registry)``, which
+      swaps every weight buffer in place without recompiling (~1-2 ms on the tiny model,
+      see ``weights.py``).
+    The cost of the choice: a few private-but-documented attributes (``pipeline._pipeline_model``
+    and its ``.model``/``.state_dict``, named by MAX's own ``BatchPipeline`` protocol) are read in
+    exactly one place, :meth:`MaxEngine.decoder_model`, which fails loudly if MAX moves them.
+
+Compilation
+    MAX compiles one graph per (architecture shapes, ``max_length``, dtype, device): 1-3 minutes
+    on a 2-core CPU. ``max_batch_size`` does *not* change the graph (measured), ``max_length``
+    does, so keep it fixed across runs. Compiled graphs are cached on disk under
+    ``$MODULAR_CACHE_DIR``, which this engine points at ``<polyrl cache>/max`` unless the user set
+    it (or ``options["cache_dir"]``), so a second run loads in seconds. A background thread logs
+    progress while a load is slow, and the ready message says whether the cache was hit.
+
+Options (``EngineConfig.options``)
+    ``max_model_path``       what MAX loads, if not ``EngineConfig.model`` (e.g. a ``.gguf`` next
+                             to a ``config.json``); the tokenizer always comes from ``model``.
+    ``quantization_encoding`` MAX encoding (``float32``, ``bfloat16``, ``q4_k``, ``q4_0``, ``q6_k``);
+                             default from ``dtype``. Quantized engines cannot import weights.
+    ``max_batch_size``       rows per MAX batch (default 32; larger requests run in chunks).
+    ``cache_dir``            compile cache folder (sets ``MODULAR_CACHE_DIR`` before MAX loads).
+    ``max_overrides``        dict of extra flat ``PipelineArgs`` fields passed to ``AutoModel``.
+
+Not honoured: ``EngineConfig.threads`` (MAX's runtime sizes its own thread pool and AutoModel
+exposes no knob), ``lora`` (MAX's in-process API refuses adapters) and ``optimizer`` (no training).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from polyrl.errors import ConfigError
+from polyrl.logs import get_logger
+from polyrl.types import EngineConfig, Prompt
+
+log = get_logger("polyrl.max")
+
+#: The MAX release this plugin is written against (pipelines API, GenerateIterator.from_contexts).
+MAX_VERSION = "26.7"
+DEFAULT_MAX_BATCH_SIZE = 32
+#: Seconds between "still compiling" messages while a load is slow.
+PROGRESS_EVERY_S = 30.0
+#: Row ``i`` of a call samples with ``seed + i * ROW_SEED_STRIDE`` (MAX's own stride: a row's
+#: Philox key is its seed plus its token count, so rows never share a key).
+ROW_SEED_STRIDE = 1 << 32
+_U64 = (1 << 64) - 1
+FLOAT_ENCODINGS = {"float32": "float32", "bfloat16": "bfloat16"}
+
+
+def configure_environment(options: Mapping[str, Any]) -> Path:
+    """Telemetry off and the compile cache under polyrl's cache, before ``max`` is imported.
+
+    Returns the compile cache folder in effect. The user's own ``MODULAR_CACHE_DIR`` wins unless
+    ``options["cache_dir"]`` names another one.
+    """
+    os.environ.setdefault("MODULAR_TELEMETRY_ENABLED", "0")
+    os.environ.setdefault("MAX_SERVE_DISABLE_TELEMETRY", "1")
+    wanted = options.get("cache_dir")
+    if wanted is None and os.environ.get("MODULAR_CACHE_DIR"):
+        return Path(os.environ["MODULAR_CACHE_DIR"])
+    if wanted is None:
+        from polyrl.testing.tiny_model import default_cache_dir
+
+        wanted = default_cache_dir() / "max"
+    folder = Path(wanted).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    current = os.environ.get("MODULAR_CACHE_DIR")
+    if "max._core" in sys.modules and current and Path(current) != folder:
+        log.warning("max_cache_dir_ignored", wanted=str(folder), in_use=current,
+                    why="MAX was already imported in this process with another cache folder")
+        return Path(current)
+    os.environ["MODULAR_CACHE_DIR"] = str(folder)
+    return folder
+
+
+def _compiled_artifacts(cache: Path) -> int:
+    """How many compiled graphs the cache holds (to tell a cache hit from a compile)."""
+    mef = cache / ".max_cache" / "mof" / "mef"
+    try:
+        return sum(1 for _ in mef.rglob("*") if _.is_file())
+    except OSError:
+        return 0
+
+
+def resolve_device(name: str) -> tuple[str, str]:
+    """(kind, MAX device spec): ``cpu``/``auto``/``gpu``/``gpu:N`` (``cuda[:N]`` accepted)."""
+    text = (name or "cpu").strip().lower()
+    if text == "auto":
+        from max.driver import accelerator_count
+
+        text = "gpu" if accelerator_count() > 0 else "cpu"
+    if text == "cpu":
+        return "cpu", "cpu"
+    kind, _, index = text.partition(":")
+    if kind in ("gpu", "cuda"):
+        from max.driver import accelerator_count
+
+        if accelerator_count() == 0:
+            raise ConfigError("a GPU was requested but MAX sees no accelerator", field="device",
+                              fix="use device='cpu', or run where MAX supports the GPU")
+        if index and not index.isdigit():
+            raise ConfigError(f"bad device index in {name!r}", field="device", fix="use gpu or gpu:N")
+        return "gpu", f"gpu:{index or 0}"
+    raise ConfigError(f"unknown device {name!r} for the max backend", field="device",
+                      fix="use cpu, gpu, gpu:N or auto")
+
+
+def resolve_encoding(dtype: str, device_kind: str, options: Mapping[str, Any], gguf: bool) -> str | None:
+    """The MAX ``quantization_encoding``: float32 on CPU, bfloat16 on GPU for ``dtype='auto'``."""
+    explicit = options.get("quantization_encoding")
+    if explicit:
+        encoding = str(explicit)
+    elif gguf:
+        return None  # let MAX read the GGUF's own encoding
+    elif dtype == "auto":
+        encoding = "bfloat16" if device_kind == "gpu" else "float32"
+    elif dtype in FLOAT_ENCODINGS:
+        encoding = FLOAT_ENCODINGS[dtype]
+    else:
+        raise ConfigError(f"dtype {dtype!r} is not supported by the max backend", field="dtype",
+                          fix="use float32, bfloat16 (GPU only) or auto")
+    if encoding == "bfloat16" and device_kind == "cpu":
+        raise ConfigError("MAX refuses bfloat16 on CPU", field="dtype",
+                          fix="use dtype='float32' on CPU (bfloat16 needs a GPU)")
+    return encoding
+
+
+def model_location(model: str, options: Mapping[str, Any]) -> tuple[Path, Path, Path | None]:
+    """(tokenizer folder, folder MAX loads, GGUF weight file or None)."""
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise ConfigError(f"model path {model!r} does not exist", field="model",
+                          fix="give a local HF model folder (or a .gguf next to its config.json), "
+                              "or resolve an alias first (registry.resolve_model('tiny-llama'))")
+    tok_dir = path.parent if path.is_file() else path
+    target = Path(options.get("max_model_path") or path).expanduser()
+    if not target.exists():
+        raise ConfigError(f"max_model_path {str(target)!r} does not exist", field="options.max_model_path")
+    gguf: Path | None = None
+    if target.is_file():
+        if target.suffix != ".gguf":
+            raise ConfigError(f"{str(target)!r} is a file but not a .gguf file", field="model",
+                              fix="point at the model folder (with config.json) or a .gguf file")
+        gguf, target = target, target.parent
+    elif not any(target.glob("*.safetensors")):
+        ggufs = sorted(target.glob("*.gguf"))
+        if len(ggufs) == 1:
+            gguf = ggufs[0]
+    if not (target / "config.json").exists():
+        raise ConfigError(
+            f"{str(target)!r} has no config.json; MAX reads the architecture from it",
+            field="model",
+            fix="convert the GGUF to an HF folder first (`polyrl convert MODEL --to hf`), or put "
+                "the model's config.json and tokenizer next to the .gguf",
+        )
+    if not any(tok_dir.glob("tokenizer*")):
+        tok_dir = target
+    return tok_dir, target, gguf
+
+
+def _config_vocab_size(folder: Path) -> int | None:
+    """``vocab_size`` from config.json (MAX may pad the logits row beyond it)."""
+    import json
+
+    try:
+        data = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = data.get("vocab_size") or (data.get("text_config") or {}).get("vocab_size")
+    return int(value) if value else None
+
+
+class _Progress:
+    """Logs a line every ``PROGRESS_EVERY_S`` while MAX compiles (a load can take minutes)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="polyrl-max-progress", daemon=True)
+        self.start = time.perf_counter()
+
+    def _run(self) -> None:
+        while not self._done.wait(PROGRESS_EVERY_S):
+            log.info("max_still_compiling", model=self.what,
+                     elapsed_s=round(time.perf_counter() - self.start))
+
+    def __enter__(self) -> _Progress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._done.set()
+        self._thread.join(timeout=1)
+
+
+class MaxEngine:
+    """One model loaded by MAX. Generation/scoring/weights live in their own modules."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        options = dict(config.options)
+        self.cache_dir = configure_environment(options)
+        self.device_kind, self.device_spec = resolve_device(config.device)
+        tok_dir, self.max_model_dir, self.gguf_file = model_location(config.model, options)
+        self.encoding = resolve_encoding(config.dtype, self.device_kind, options,
+                                         gguf=self.gguf_file is not None)
+        self.max_batch_size = int(options.get("max_batch_size", DEFAULT_MAX_BATCH_SIZE))
+        if self.max_batch_size <= 0:
+            raise ConfigError("must be > 0", field="options.max_batch_size")
+        self.max_length = int(config.max_length)
+        if config.lora is not None:
+            raise ConfigError("the max backend cannot run LoRA adapters in-process", field="lora",
+                              fix="train with LoRA elsewhere and import the merged weights "
+                                  "(export_weights merges them), or drop lora for this role")
+        if config.threads is not None:
+            log.debug("max_threads_not_honoured", threads=config.threads,
+                      why="MAX sizes its own thread pool; AutoModel exposes no thread count")
+
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
+        self.model, self.load_seconds, self.compiled = self._load(options)
+        self.pipeline = self.model.pipeline
+        self.eos_ids = self._eos_ids()
+        self.pad_id = self._pad_id()
+        #: Token ids MAX may emit (its tokenizer's count) and the model's logits width.
+        self.vocab_size = getattr(self.pipeline.tokenizer, "tokenizer_vocab_size", None)
+        self.logits_width = _config_vocab_size(self.max_model_dir)
+        #: Seeds for calls that pass none: repeatable per engine seed, different per call.
+        self._seeds = np.random.default_rng(config.seed)
+        #: Filled by ``weights.import_weights``: the engine's own copies of the weights it runs.
+        self.weight_arrays: dict[str, Any] | None = None
+        self.last_sync_ms: float | None = None
+
+    # --- loading -------------------------------------------------------------------------------
+
+    def _load(self, options: Mapping[str, Any]) -> tuple[Any, float, bool]:
+        from max.pipelines import AutoModel
+
+        kwargs: dict[str, Any] = {
+            "devices": self.device_spec,
+            "max_batch_size": self.max_batch_size,
+            "max_length": self.max_length,
+        }
+        if self.encoding is not None:
+            kwargs["quantization_encoding"] = self.encoding
+        if self.gguf_file is not None:
+            kwargs["weight_path"] = [str(self.gguf_file)]
+        kwargs.update(options.get("max_overrides") or {})
+        before = _compiled_artifacts(self.cache_dir)
+        log.info("max_loading", model=str(self.max_model_dir), device=self.device_spec,
+                 encoding=self.encoding or "from gguf", max_length=self.max_length,
+                 cache=str(self.cache_dir),
+                 note="a new model/max_length/dtype compiles for 1-3 min on CPU; cached after")
+        start = time.perf_counter()
+        try:
+            with _Progress(self.max_model_dir.name):
+                model = AutoModel(str(self.max_model_dir), **kwargs)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"MAX could not load {str(self.max_model_dir)!r}: {exc}",
+                              field="model") from exc
+        seconds = time.perf_counter() - start
+        compiled = _compiled_artifacts(self.cache_dir) > before
+        log.info("max_ready", model=self.max_model_dir.name, load_s=round(seconds, 1),
+                 compile_cache="miss (compiled)" if compiled else "hit")
+        return model, seconds, compiled
+
+    def _eos_ids(self) -> frozenset[int]:
+        ids: set[int] = set()
+        values: list[Any] = [self.tokenizer.eos_token_id]
+        values.append(getattr(self.pipeline.tokenizer, "eos_token_ids", None))
+        for value in values:
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, (Sequence, set, frozenset)):
+                ids.update(int(v) for v in value)
+        return frozenset(ids)
+
+    def _pad_id(self) -> int:
+        for value in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id):
+            if isinstance(value, int):
+                return value
+        return 0
+
+    # --- MAX internals, read in one place ------------------------------------------------------
+
+    def decoder_model(self) -> Any:
+        """The compiled decoder (``max.engine.Model``) and its weights registry (name -> data)."""
+        pipeline_model = getattr(self.pipeline, "_pipeline_model", None)
+        model = getattr(pipeline_model, "model", None)
+        if model is None or not hasattr(model, "reload"):
+            raise RuntimeError(
+                "this MAX version no longer exposes pipeline._pipeline_model.model.reload; "
+                f"polyrl-max is written against max {MAX_VERSION}.x"
+            )
+        return model
+
+    def initial_weights(self) -> dict[str, Any]:
+        """The registry MAX loaded (MAX names -> ``WeightData``); empty if MAX released it."""
+        pipeline_model = getattr(self.pipeline, "_pipeline_model", None)
+        return dict(getattr(pipeline_model, "state_dict", None) or {})
+
+    def prefill_token_budget(self) -> int:
+        """Prompt tokens one MAX step may prefill (MAX refuses a larger batch rather than chunk)."""
+        pipeline_model = getattr(self.pipeline, "_pipeline_model", None)
+        processor = getattr(pipeline_model, "batch_processor", None)
+        budget = getattr(getattr(processor, "runtime", None), "max_batch_active_tokens", None)
+        return int(budget) if budget else self.max_batch_size * self.max_length
+
+    @property
+    def quantized(self) -> bool:
+        encoding = self.pipeline.pipeline_config.model.quantization_encoding
+        return str(encoding) not in FLOAT_ENCODINGS
+
+    # --- rows ----------------------------------------------------------------------------------
+
+    def next_seed(self) -> int:
+        return int(self._seeds.integers(0, 2**31 - 1))
+
+    def row_seed(self, base: int, row: int) -> int:
+        return (int(base) + row * ROW_SEED_STRIDE) & _U64
+
+    def new_context(self, prompt: Sequence[int], max_new_tokens: int, *, temperature: float,
+                    top_k: int, top_p: float, seed: int, processor: Any,
+                    stop_on_eos: bool = True) -> Any:
+        """A MAX ``TextContext`` for one row: explicit sampling (no generation-config defaults,
+        no penalties), our logits processor, and EOS handling as asked."""
+        from max.pipelines.context import EOSTracker, SamplingParams, TextContext, TokenBuffer
+
+        params = SamplingParams(
+            temperature=float(temperature), top_k=int(top_k) if top_k > 0 else -1,
+            top_p=float(top_p), min_p=0.0, frequency_penalty=0.0, presence_penalty=0.0,
+            repetition_penalty=1.0, max_new_tokens=int(max_new_tokens), min_new_tokens=0,
+            ignore_eos=not stop_on_eos, seed=int(seed), logits_processors=[processor],
+            detokenize=False,
+        )
+        return TextContext(
+            max_length=len(prompt) + int(max_new_tokens),
+            tokens=TokenBuffer(np.asarray(prompt, dtype=np.int64)),
+            eos_tracker=EOSTracker(eos_token_ids=set(self.eos_ids) if stop_on_eos else set()),
+            ignore_eos=not stop_on_eos,
+            sampling_params=params,
+            vocab_size=self.vocab_size,
+        )
+
+    # --- prompts -------------------------------------------------------------------------------
+
+    def encode_prompt(self, prompt: Prompt) -> list[int]:
+        """Token ids as the model sees the prompt (chat template + generation prompt for chats);
+        the same rules as the torch backend, so both feed a model identical ids."""
+        tok = self.tokenizer
+        if isinstance(prompt, str):
+            ids = tok(prompt, add_special_tokens=True)["input_ids"]
+        else:
+            if not getattr(tok, "chat_template", None):
+                raise ConfigError(
+                    f"the tokenizer of {self.config.model!r} has no chat template but a chat prompt "
+                    "was given", field="model",
+                    fix="use an instruct model with a chat template, or give plain-text prompts",
+                )
+            text = tok.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+        if not ids:
+            start = tok.bos_token_id if tok.bos_token_id is not None else self.pad_id
+            ids = [int(start)]  # an empty prompt still needs one position to predict from
+        return [int(i) for i in ids]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def close(self) -> None:
+        """Release MAX's KV cache and buffers (the engine is unusable afterwards)."""
+        self.model.close()
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return (f"MaxEngine(model={self.config.model!r}, role={self.config.role!r}, "
+                f"device={self.device_spec}, encoding={self.encoding}, max_length={self.max_length})")

@@ -1,0 +1,283 @@
+"""The sandboxed code reward: scoring, and malicious samples that must cost a zero reward and nothing else."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from polyrl.errors import RewardError
+from polyrl.plugins import get_plugin_manager
+from polyrl.rewards.code import MARKER_ENV, Sandbox, SandboxLimits, extract_code, parse_tests
+from polyrl.rewards.combine import RewardComputer
+from polyrl.types import Completion, RewardContext
+
+TESTS = "assert add(1, 2) == 3\nassert add(2, 2) == 4\nassert add(-1, 1) == 0\n"
+GOOD = "def add(a, b):\n    return a + b\n"
+FAST = {"timeout_s": 1.5, "memory_mb": 256, "max_output_bytes": 4096}
+
+
+def sandbox_processes() -> int:
+    """Processes anywhere on the machine that carry the sandbox's environment marker."""
+    count = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"{MARKER_ENV}=".encode() in f.read():
+                    count += 1
+        except OSError:
+            continue
+    return count
+
+
+def my_children() -> int:
+    try:
+        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(os.getpid())], capture_output=True, text=True)
+    except OSError:  # pragma: no cover
+        return 0
+    return len([line for line in out.stdout.split() if line.strip() and int(line) != 0]) - 1  # minus ps
+
+
+def score(texts, rows=None, **options):
+    pm = get_plugin_manager(entry_points=False)
+    computer = RewardComputer(pm, [("code_tests", 1.0, {**FAST, **options})])
+    rows = rows if rows is not None else [{"prompt": "write add", "tests": TESTS}] * len(texts)
+    comps = [Completion(0, [1], [2], [0.0], text=t) for t in texts]
+    return computer([r["prompt"] for r in rows], comps, RewardContext(rows=rows, wanted=("code_tests",)))
+
+
+def fenced(code: str) -> str:
+    return f"Here is my solution:\n```python\n{code}```\nIt adds."
+
+
+# --- extraction and parsing ----------------------------------------------------------------------
+
+
+def test_extract_code_rules():
+    assert extract_code(fenced(GOOD)) == GOOD
+    two = "```python\nx = 1\n```\ntext\n```py\ny = 2\n```"
+    assert extract_code(two) == "y = 2\n"
+    assert extract_code(two, "all_blocks") == "x = 1\n\n\ny = 2\n"
+    assert extract_code("```\nz = 3\n```") == "z = 3\n"
+    assert extract_code("intro\n```python\ncut = 'off") == "cut = 'off"
+    assert extract_code("def f(): pass") == "def f(): pass"
+    assert extract_code(fenced(GOOD), "raw") == fenced(GOOD)
+
+
+def test_parse_tests_shapes():
+    steps = parse_tests("import math\nassert math.pi > 3\nx = 2\nassert x == 2\n")
+    assert [is_test for _, is_test in steps] == [False, True, False, True]
+    assert parse_tests(["assert f(1) == 1", "y = f(2)\nassert y == 4"]) == [
+        ("assert f(1) == 1", True), ("y = f(2)\nassert y == 4", True)]
+    assert parse_tests("f(1)\nf(2)") == [("f(1)\nf(2)", True)]  # no assert: one test
+    with pytest.raises(RewardError, match="not valid Python"):
+        parse_tests("assert (")
+
+
+# --- scoring --------------------------------------------------------------------------------------
+
+
+def test_fraction_binary_none_and_columns():
+    half = "def add(a, b):\n    return a + b if a >= 0 else 99\n"
+    res = score([fenced(GOOD), fenced(half), "no code at all", GOOD])
+    np.testing.assert_allclose(res.total, [1.0, 2 / 3, 0.0, 1.0])
+    res = score([fenced(GOOD), fenced(half)], mode="binary")
+    np.testing.assert_allclose(res.total, [1.0, 0.0])
+    rows = [{"prompt": "p", "tests": None}, {"prompt": "p", "checks": ["assert add(1, 1) == 2", "assert add(0, 0) == 1"]}]
+    res = score([GOOD, GOOD], rows=[rows[0], {"prompt": "p", "tests": rows[1]["checks"]}])
+    assert np.isnan(res.per_reward["code_tests"][0]) and res.per_reward["code_tests"][1] == 0.5
+    assert res.metrics["code_tests"]["none_count"] == 1
+    res = score([GOOD], rows=[rows[1]], column="checks")
+    assert res.total[0] == 0.5
+    with pytest.raises(RewardError, match="needs column 'tests'"):
+        score([GOOD], rows=[{"prompt": "p"}])
+    with pytest.raises(RewardError, match="no option 'timeout'"):
+        score([GOOD], timeout=3)
+
+
+def test_setup_column_and_sandbox_home_is_private():
+    rows = [{"prompt": "p", "tests": "assert helper() == 7\nassert home_ok", "setup": "def helper():\n    return 7\n"}]
+    code = ("import os\nhome_ok = os.path.expanduser('~') == os.getcwd() and 'API_KEY' not in os.environ\n"
+            "open('scratch.txt', 'w').write('fine')\nos.remove('scratch.txt')\n")
+    os.environ["API_KEY"] = "secret"
+    try:
+        res = score([code], rows=rows, setup_column="setup")
+    finally:
+        del os.environ["API_KEY"]
+    assert res.total[0] == 1.0
+
+
+def test_forged_results_and_early_exits_score_zero():
+    cheats = [
+        "import sys\nsys.exit(0)\n",
+        "import os\nos._exit(0)\n",
+        'import os\nos.write(3, b\'{"nonce": "x", "error": null, "passed": [true, true, true]}\\n\')\n' + GOOD,
+        "import json\njson.dumps = lambda *a, **k: '{\"passed\": [true, true, true]}'\n" + GOOD.replace("a + b", "None"),
+        "print('passed: 3/3')\n",
+    ]
+    res = score(cheats)
+    np.testing.assert_array_equal(res.total, [0.0] * len(cheats))
+
+
+# --- malicious samples: zero reward, nothing else -----------------------------------------------
+
+MALICIOUS = {
+    "fork_bomb": ("import os\nwhile True:\n    os.fork()\n", "error", "os.fork"),
+    "shell_fork_bomb": ("import os\nos.system(':(){ :|:& };:')\n", "error", "os.system"),
+    "subprocess": ("import subprocess\nsubprocess.Popen(['sleep', '60'])\n", "error", "_posixsubprocess"),
+    "infinite_loop": (GOOD + "while True:\n    pass\n", "timeout", None),
+    "huge_output": (GOOD + "while True:\n    print('x' * 100000)\n", "output_limit", None),
+    "memory_bomb": (GOOD + "hog = []\nwhile True:\n    hog.append(bytearray(10**7))\n", "error", "MemoryError"),
+    "ctypes": ("import ctypes\nctypes.CDLL(None).fork()\n", "error", "ctypes"),
+    "kill_parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", "error", "signalling"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALICIOUS))
+def test_malicious_sample_is_contained(name):
+    code, status, detail = MALICIOUS[name]
+    before = my_children()
+    result = Sandbox(SandboxLimits(timeout_s=1.5, memory_mb=256, max_output_bytes=4096)).run(code, parse_tests(TESTS))
+    assert result.status == status, (result.status, result.error, result.output[:200])
+    assert result.fraction == 0.0
+    if detail:
+        assert detail in (result.error or ""), result.error
+    assert len(result.output) <= 4096
+    assert sandbox_processes() == 0
+    assert my_children() == before
+
+
+def test_files_outside_the_sandbox_survive(tmp_path):
+    protected = tmp_path / "protected.txt"
+    protected.write_text("keep me")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "inner.txt").write_text("me too")
+    attacks = [
+        f"import os\nos.remove({str(protected)!r})\n",
+        f"import pathlib\npathlib.Path({str(protected)!r}).unlink()\n",
+        f"open({str(protected)!r}, 'w').write('pwned')\n",
+        f"open({str(protected)!r}, 'a').write('pwned')\n",
+        f"import shutil\nshutil.rmtree({str(folder)!r})\n",
+        f"import os\nos.rename({str(protected)!r}, 'stolen.txt')\n",
+        f"import os\nos.symlink({str(protected)!r}, 'link')\nopen('link', 'w').write('pwned')\n",
+        f"import os\nos.chmod({str(protected)!r}, 0)\n",
+        f"import os\nfd = os.open({str(tmp_path)!r}, os.O_RDONLY)\nos.unlink('protected.txt', dir_fd=fd)\n",
+    ]
+    res = score([a + GOOD for a in attacks])
+    np.testing.assert_array_equal(res.total, [0.0] * len(attacks))
+    assert protected.read_text() == "keep me"
+    assert (folder / "inner.txt").read_text() == "me too"
+    assert oct(protected.stat().st_mode & 0o777) != "0o0"
+
+
+def test_no_network():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    attacks = [
+        f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\n",
+        "import socket\nsocket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n",
+        "import socket\nsocket.getaddrinfo('example.com', 80)\n",
+        f"import urllib.request\nurllib.request.urlopen('http://127.0.0.1:{port}/', timeout=1)\n",
+    ]
+    try:
+        res = score([a + GOOD for a in attacks])
+        np.testing.assert_array_equal(res.total, [0.0] * len(attacks))
+        with pytest.raises(socket.timeout):
+            listener.accept()
+    finally:
+        listener.close()
+
+
+def test_malicious_batch_costs_zero_and_good_samples_still_score():
+    before = my_children()
+    texts = [fenced(code) for code, _, _ in MALICIOUS.values()] + [fenced(GOOD)]
+    t0 = time.perf_counter()
+    res = score(texts, max_workers=2)
+    assert time.perf_counter() - t0 < 15
+    np.testing.assert_array_equal(res.total, [0.0] * len(MALICIOUS) + [1.0])
+    m = res.metrics["code_tests"]
+    assert m["timeouts"] == 1 and m["violations"] >= 1 and m["pass_rate"] == pytest.approx(1 / len(texts))
+    assert sandbox_processes() == 0 and my_children() == before
+
+
+# --- the kernel layers alone (audit hook off) -------------------------------------------------------
+
+namespaces = Sandbox(SandboxLimits(timeout_s=1)).report["namespaces"]
+needs_ns = pytest.mark.skipif(not namespaces.startswith("on"), reason=f"no namespaces here: {namespaces}")
+
+
+@needs_ns
+def test_pid_namespace_kills_every_descendant():
+    """With the Python guard off, forked children (bounded here) all die when the sample ends."""
+    code = ("import os, time\nfor _ in range(20):\n    if os.fork() == 0:\n        time.sleep(60)\n"
+            "        os._exit(0)\nprint('forked', flush=True)\nwhile True:\n    pass\n")
+    result = Sandbox(SandboxLimits(timeout_s=1.5), audit_hook=False).run(code, parse_tests(TESTS))
+    assert result.status == "timeout" and "forked" in result.output
+    deadline = time.monotonic() + 5
+    while sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sandbox_processes() == 0
+
+
+@needs_ns
+def test_network_namespace_blocks_connections_without_the_audit_hook():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.2)
+    code = f"import socket\nsocket.create_connection(('127.0.0.1', {listener.getsockname()[1]}), timeout=1)\n"
+    try:
+        result = Sandbox(SandboxLimits(timeout_s=3), audit_hook=False).run(code, parse_tests(TESTS))
+        assert result.status == "error" and "unreachable" in (result.error or "").lower()
+        with pytest.raises(socket.timeout):
+            listener.accept()
+    finally:
+        listener.close()
+
+
+SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
+
+
+def _nobody_box() -> Sandbox | None:
+    if os.geteuid() != 0 or SYSTEM_PYTHON is None:
+        return None
+    try:
+        return Sandbox(SandboxLimits(timeout_s=2, max_processes=4), python=SYSTEM_PYTHON, user="nobody",
+                       audit_hook=False)
+    except RewardError:
+        return None
+
+
+def test_unprivileged_user_layer(tmp_path):
+    """As root, samples can run as ``nobody``: kernel file permissions and RLIMIT_NPROC then hold."""
+    box = _nobody_box()
+    if box is None:
+        pytest.skip("needs root and an interpreter user nobody can run")
+    assert box.report["user"].startswith("on")
+    protected = tmp_path / "protected.txt"
+    protected.write_text("keep me")
+    tmp_path.chmod(0o755)
+    result = box.run(f"import os\nos.remove({str(protected)!r})\n", parse_tests(TESTS))
+    assert result.status == "error" and "Permission" in (result.error or "")
+    assert protected.read_text() == "keep me"
+    bomb = "import os, time\nwhile True:\n    if os.fork() == 0:\n        time.sleep(30)\n        os._exit(0)\n"
+    result = box.run(bomb, parse_tests(TESTS))
+    assert result.status == "error" and "Resource temporarily unavailable" in (result.error or "")
+    assert sandbox_processes() == 0
+
+
+def test_isolation_report_names_every_layer():
+    report = Sandbox(SandboxLimits(timeout_s=1)).report
+    assert set(report) == {"namespaces", "user", "audit_hook", "rlimits", "timeout"}
+    assert report["audit_hook"] == "on"

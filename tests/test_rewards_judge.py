@@ -1,0 +1,313 @@
+"""The LLM judge (RLAIF) against a real ``polyrl serve`` subprocess: cache, concurrency bound,
+timeouts and retries, garbage answers, a server that dies mid-run; plus the score parser."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+
+import numpy as np
+import pytest
+
+from polyrl.errors import RewardError
+from polyrl.plugins import get_plugin_manager
+from polyrl.rewards.combine import RewardComputer
+from polyrl.rewards.functions import function_reward_plugin
+from polyrl.rewards.judge import judge_options, parse_score, render_rubric
+from polyrl.types import Completion, RewardContext
+
+from serve_util import SERVED_NAME, launch, wait_ready
+
+SECRET = "sk-test-5f3a9c0b7e2d41a8"
+
+
+def completion(text: str) -> Completion:
+    return Completion(0, [1, 2], [3, 4], [0.0, 0.0], text=text)
+
+
+def judge(server_url: str, texts: list[str], rows=None, extra=(), **options):
+    """Score ``texts`` with llm_judge through RewardComputer (the trainer's path)."""
+    opts = {"base_url": server_url, "model": SERVED_NAME, "max_tokens": 8, "backoff_s": 0.05,
+            "on_parse_error": "skip", **options}
+    pm = get_plugin_manager(extra=extra, entry_points=False)
+    rewards = [("llm_judge", 1.0, opts)] + [(p.name, 1.0, {}) for p in extra]
+    computer = RewardComputer(pm, rewards)
+    rows = rows or [{"prompt": f"question {i}"} for i in range(len(texts))]
+    context = RewardContext(rows=rows, wanted=tuple(r[0] for r in rewards))
+    return computer([r["prompt"] for r in rows], [completion(t) for t in texts], context)
+
+
+def metrics(result) -> dict[str, float]:
+    return result.metrics["llm_judge"]
+
+
+def valid_or_none(scores: np.ndarray) -> bool:
+    return all(np.isnan(s) or 0.0 <= s <= 1.0 for s in scores)
+
+
+@pytest.fixture()
+def server(judge_server):
+    judge_server.reset()
+    return judge_server
+
+
+@pytest.fixture(scope="module")
+def fault_servers(tiny_model_dir):
+    """Two more servers started with fault flags, together: garbage text behind an API key, and one
+    that dies after 2 answers. (The slow variant is the shared server with ``delay_s`` set.)"""
+    specs = {
+        "garbage": (["--fault-garbage", "--api-key-env", "JUDGE_TEST_KEY"], {"JUDGE_TEST_KEY": SECRET}),
+        "dies": (["--fault-die-after", "2"], None),
+    }
+    launched = {name: launch(tiny_model_dir, *args, env=env) for name, (args, env) in specs.items()}
+    servers = {name: wait_ready(*pair) for name, pair in launched.items()}
+    yield servers
+    for s in servers.values():
+        s.stop(graceful=False)
+
+
+# --- parsing and options (no server) -----------------------------------------------------------
+
+PARSE_TABLE = [
+    ("Score: 7/10", 10, 0.7),
+    ("score: 7", 10, 0.7),
+    ("**Score:** 9", 10, 0.9),
+    ("Rating: 4 out of 5", 10, 0.8),
+    ('{"score": 8}', 10, 0.8),
+    ('Here you go:\n```json\n{"reason": "ok", "score": "6/10"}\n```', 10, 0.6),
+    ("<think>maybe 2/10?</think>\nScore: 10/10", 10, 1.0),
+    ("\\boxed{3}", 10, 0.3),
+    ("I would give it 3/10.", 10, 0.3),
+    ("7", 10, 0.7),
+    ("  8.  ", 10, 0.8),
+    ("4", [1, 5], 0.75),
+    ("Score: 4/5", [1, 5], 0.75),
+    ("0.25", 1, 0.25),
+    ("Score: 15", 10, None),  # outside the scale: not clamped
+    ("I'd say 7", 10, None),  # a number in prose is not a score
+    ("great answer", 10, None),
+    ("", 10, None),
+    ("29\ufffd29\ufffd", 10, None),
+    ("2024/10/12", 10, None),
+]
+
+
+@pytest.mark.parametrize("text,scale,expected", PARSE_TABLE)
+def test_parse_score_table(text, scale, expected):
+    got = parse_score(text, scale)
+    if expected is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(expected)
+
+
+def test_options_are_validated_with_fixes():
+    good = {"base_url": "http://127.0.0.1:1/v1", "model": "m"}
+    judge_options(good)
+    for bad, needle in [
+        ({**good, "max_concurency": 2}, "no option 'max_concurency'"),
+        ({"model": "m"}, "needs option 'base_url'"),
+        ({**good, "on_error": "ignore"}, "on_error"),
+        ({**good, "rubric": "Grade {prompt}"}, "{completion}"),
+        ({**good, "scale": [5, 1]}, "min < max"),
+        ({**good, "max_concurrency": 0}, "max_concurrency"),
+    ]:
+        with pytest.raises(RewardError, match="Fix") as err:
+            judge_options(bad)
+        assert needle in str(err.value)
+
+
+def test_rubric_placeholders_columns_and_literal_braces():
+    rubric = 'Q: {prompt}\nA: {completion}\nRef: {answer}\nReply {"score": <{scale_min}-{scale_max}>} {unknown}'
+    text = render_rubric(rubric, [{"role": "user", "content": "2+2?"}], "4", {"answer": "4"}, (0.0, 10.0))
+    assert text == 'Q: 2+2?\nA: 4\nRef: 4\nReply {"score": <0-10>} {unknown}'
+
+
+def test_rewards_command_lists_the_new_rewards(capsys):
+    from polyrl.cli import main
+
+    assert main(["rewards", "--json"]) == 0
+    names = {r["name"]: r for r in json.loads(capsys.readouterr().out)["rewards"]}
+    for name in ("llm_judge", "code_tests", "reward_model", "exact_match"):
+        assert name in names and names[name]["distribution"] == "polyrl"
+    assert main(["rewards"]) == 0
+    assert "llm_judge" in capsys.readouterr().out
+
+
+# --- against the real server -------------------------------------------------------------------
+
+
+def test_second_call_is_served_from_the_cache(server, tmp_path):
+    cache = tmp_path / "judge.sqlite3"
+    texts = ["Paris", "It is Paris.", "Paris", "London"]  # one duplicate within the call
+    rows = [{"prompt": "The capital of France?"}] * 4
+    first = judge(server.base_url, texts, rows=rows, cache_path=str(cache))
+    m = metrics(first)
+    assert server.stats()["requests"] == 3 == m["requests"]
+    assert m["cache_hit_rate"] == pytest.approx(0.25)
+    assert valid_or_none(first.per_reward["llm_judge"])
+    assert m["failures"] == m["parse_failures"] == np.isnan(first.per_reward["llm_judge"]).sum()
+    second = judge(server.base_url, texts, rows=rows, cache_path=str(cache))
+    assert server.stats()["requests"] == 3  # nothing new reached the server
+    assert metrics(second)["cache_hit_rate"] == 1.0 and metrics(second)["requests"] == 0
+    np.testing.assert_array_equal(first.per_reward["llm_judge"], second.per_reward["llm_judge"])
+    stored = sqlite3.connect(cache).execute("SELECT model, response FROM judgements").fetchall()
+    assert len(stored) == 3 and {r[0] for r in stored} == {SERVED_NAME}
+    # a different rubric is a different judgement
+    judge(server.base_url, texts[:1], rows=rows[:1], cache_path=str(cache), rubric="Grade: {completion}")
+    assert server.stats()["requests"] == 4
+
+
+def test_concurrency_bound_is_respected_server_side(server, tmp_path):
+    server.reset(delay_s=0.3)
+    texts = [f"answer number {i}" for i in range(6)]
+    judge(server.base_url, texts, cache_path=str(tmp_path / "a.sqlite3"), max_concurrency=2)
+    stats = server.stats()
+    assert stats["requests"] == 6 and stats["max_in_flight"] == 2
+    server.reset(delay_s=0.3)
+    judge(server.base_url, texts, cache_path="", max_concurrency=6)
+    assert server.stats()["max_in_flight"] > 2
+
+
+def test_timeout_then_retry_succeeds(server, tmp_path):
+    server.reset(delay_s=1.5, delay_first=1)  # only the first request is slow
+    result = judge(server.base_url, ["Paris"], cache_path=str(tmp_path / "c.sqlite3"), timeout_s=0.5, retries=2)
+    m = metrics(result)
+    assert m["retries"] == 1 and m["requests"] == 2 and m["failures"] == m["parse_failures"]
+    assert server.stats()["requests"] == 2
+
+
+def test_http_503_is_retried_with_backoff(server):
+    server.reset(fail_503_first=2)
+    m = metrics(judge(server.base_url, ["Paris"], cache_path="", retries=3))
+    assert (m["requests"], m["retries"]) == (3, 2)
+    assert m["failures"] == m["parse_failures"]
+    server.reset(fail_503_first=5)
+    with pytest.raises(RewardError, match="HTTP 503") as err:
+        judge(server.base_url, ["Paris"], cache_path="", retries=1)
+    assert server.base_url in str(err.value) and "Fix:" in str(err.value)
+
+
+def test_slow_server_times_out_then_follows_the_policy(server):
+    server.reset(delay_s=1.5)  # every request: as `polyrl serve --fault-delay-s 1.5`
+    slow = server
+    t0 = time.perf_counter()
+    skipped = judge(slow.base_url, ["a", "b"], cache_path="", timeout_s=0.3, retries=1, on_error="skip")
+    assert time.perf_counter() - t0 < 3.0
+    assert np.isnan(skipped.per_reward["llm_judge"]).all() and np.isnan(skipped.total).all()
+    m = metrics(skipped)
+    assert (m["failures"], m["retries"], m["requests"]) == (2, 2, 4)
+    assert skipped.metrics["llm_judge"]["none_count"] == 2
+    with pytest.raises(RewardError, match="timed out") as err:
+        judge(slow.base_url, ["a"], cache_path="", timeout_s=0.3, retries=0)
+    assert f"{slow.base_url}/chat/completions" in str(err.value)
+    assert 'on_error = "skip"' in str(err.value)
+
+
+def test_garbage_answers_follow_the_parse_policy_and_the_key_stays_secret(fault_servers, monkeypatch, capsys):
+    garbage = fault_servers["garbage"]
+    monkeypatch.setenv("MY_JUDGE_KEY", SECRET)
+    result = judge(garbage.base_url, ["x", "y", "z"], cache_path="", api_key_env="MY_JUDGE_KEY")
+    assert np.isnan(result.per_reward["llm_judge"]).all()
+    m = metrics(result)
+    assert (m["parse_failures"], m["failures"], m["requests"]) == (3, 3, 3)
+    with pytest.raises(RewardError, match="without a readable score") as err:
+        judge(garbage.base_url, ["x"], cache_path="", api_key_env="MY_JUDGE_KEY", on_parse_error="fail")
+    assert SECRET not in str(err.value)
+    monkeypatch.setenv("MY_JUDGE_KEY", "sk-wrong-key-123")
+    with pytest.raises(RewardError, match="HTTP 401") as err:  # not retried: a config error
+        judge(garbage.base_url, ["x"], cache_path="", api_key_env="MY_JUDGE_KEY", retries=3)
+    assert "sk-wrong-key-123" not in str(err.value)
+    monkeypatch.delenv("MY_JUDGE_KEY")
+    with pytest.raises(RewardError, match="MY_JUDGE_KEY"):
+        judge(garbage.base_url, ["x"], cache_path="", api_key_env="MY_JUDGE_KEY")
+    logged = capsys.readouterr()
+    assert "without a score" in logged.err  # the skip was logged
+    assert SECRET not in logged.out + logged.err
+
+
+def test_server_dying_mid_run_follows_the_down_policy(fault_servers, tmp_path):
+    dies = fault_servers["dies"]
+    t0 = time.perf_counter()
+    result = judge(dies.base_url, ["first", "second", "third", "fourth"], cache_path=str(tmp_path / "d.sqlite3"),
+                   max_concurrency=1, retries=2, on_error="skip")
+    assert time.perf_counter() - t0 < 10
+    assert dies.proc.wait(timeout=10) == 3  # it really died
+    m = metrics(result)
+    assert m["failures"] - m["parse_failures"] == 2  # the two after the death
+    assert np.isnan(result.per_reward["llm_judge"][2:]).all()
+    # the 3rd request died with the server; 3 connection errors in a row (retries + 1, from the
+    # 3rd and 4th samples together) mark the endpoint down: no sample waits through all its retries
+    assert m["requests"] == 2 + 3
+    with pytest.raises(RewardError) as err:
+        judge(dies.base_url, ["fifth"], cache_path="", retries=1)
+    message = str(err.value)
+    assert dies.base_url in message and "polyrl serve" in message and "Fix:" in message
+    # what was judged before the death is still in the cache
+    again = judge(dies.base_url, ["first", "second"], cache_path=str(tmp_path / "d.sqlite3"), on_error="fail")
+    assert metrics(again)["cache_hit_rate"] == 1.0
+
+
+# --- concurrency of async rewards, None scores end to end -----------------------------------------
+
+
+def test_async_rewards_run_concurrently_with_the_judge(server):
+    server.reset(delay_s=0.5)
+
+    async def slow_a(prompts, completions, **kw):
+        await asyncio.sleep(0.5)
+        return [1.0] * len(completions)
+
+    async def slow_b(prompts, completions, **kw):
+        await asyncio.sleep(0.5)
+        return [None] + [0.5] * (len(completions) - 1)
+
+    extra = [function_reward_plugin(slow_a), function_reward_plugin(slow_b)]
+    t0 = time.perf_counter()
+    result = judge(server.base_url, ["p", "q"], extra=extra, cache_path="")
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 1.3, elapsed  # three 0.5 s rewards, overlapped
+    assert result.metrics["slow_b"]["none_count"] == 1
+    assert np.isnan(result.per_reward["slow_b"][0]) and not np.isnan(result.total[0])
+
+
+def test_trainer_logs_judge_metrics_and_skips_none_samples(server, tmp_path, monkeypatch, capsys):
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    from toy_dist import activate, install_toy_dists
+
+    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "broken,badreg")
+    deactivate = activate(install_toy_dists(tmp_path / "site"))
+    reward_file = tmp_path / "my_rewards.py"
+    reward_file.write_text("def odd_none(prompts, completions, **kw):\n"
+                           "    return [None if i % 2 else 1.0 for i in range(len(completions))]\n")
+    try:
+        config = RunConfig.from_dict({
+            "model": {"path": "toy-model"},
+            "backends": {"train": "toy"},
+            "generation": {"group_size": 2, "max_new_tokens": 4},
+            "algorithm": {"name": "grpo"},
+            "data": {"task": "arithmetic", "options": {"count": 8}},
+            "rewards": [
+                {"name": "llm_judge", "options": {"base_url": server.base_url, "model": SERVED_NAME,
+                                                  "max_tokens": 6, "cache_path": str(tmp_path / "j.sqlite3"),
+                                                  "on_error": "skip"}},
+                {"function": f"{reward_file}:odd_none", "weight": 0.5},
+            ],
+            "train": {"steps": 2, "prompts_per_step": 2, "output_dir": str(tmp_path / "run")},
+        })
+        Trainer(config).run(progress=False)
+    finally:
+        deactivate()
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 2
+    for line in lines:
+        for key in ("reward/llm_judge/cache_hit_rate", "reward/llm_judge/failures", "reward/llm_judge/latency_s",
+                    "reward/llm_judge/mean", "reward/odd_none/none_count"):
+            assert key in line, key
+        assert line["reward/odd_none/none_count"] == 2
+    assert server.stats()["requests"] >= 1
+    assert "reward skipped samples" in capsys.readouterr().err

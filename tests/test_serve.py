@@ -1,0 +1,115 @@
+"""``polyrl serve``: the OpenAI-compatible server, run as a real subprocess on the tiny model."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+
+import numpy as np
+import pytest
+
+from polyrl.cli import build_parser
+
+from serve_util import SERVED_NAME
+
+CHAT = [{"role": "user", "content": "What is 2 + 3?"}]
+
+
+@pytest.fixture()
+def server(judge_server):
+    judge_server.reset()
+    return judge_server
+
+
+def test_parser_has_serve_with_fault_options_and_localhost_default():
+    args = build_parser().parse_args(["serve", "--model", "m", "--fault-delay-s", "1.5", "--fault-garbage",
+                                      "--fault-die-after", "3", "--fault-503-first", "2"])
+    assert args.host == "127.0.0.1"
+    assert (args.fault_delay_s, args.fault_garbage, args.fault_die_after, args.fault_503_first) == (1.5, True, 3, 2)
+
+
+def test_models_health_and_bound_address(server):
+    assert server.url.startswith("http://127.0.0.1:")
+    assert server.get("/health").json() == {"status": "ok"}
+    models = server.get("/v1/models").json()
+    assert models["object"] == "list"
+    assert [m["id"] for m in models["data"]] == [SERVED_NAME]
+
+
+def test_chat_completion_logprobs_match_the_engine(server, tiny_model_dir):
+    r = server.post("/v1/chat/completions", json={"model": SERVED_NAME, "messages": CHAT, "temperature": 0,
+                                                  "max_tokens": 8, "logprobs": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "chat.completion" and body["model"] == SERVED_NAME
+    choice = body["choices"][0]
+    assert choice["message"]["role"] == "assistant"
+    assert choice["finish_reason"] in ("stop", "length")
+    entries = choice["logprobs"]["content"]
+    assert len(entries) == body["usage"]["completion_tokens"] > 0
+    assert all(e["logprob"] <= 0 and isinstance(e["token"], str) for e in entries)
+
+    from polyrl.engine import Engine
+    from polyrl.registry import get_registry
+    from polyrl.types import EngineConfig, SamplingParams
+
+    engine = Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="generate", threads=1))
+    direct = engine.generate([CHAT], SamplingParams(max_new_tokens=8, temperature=0))[0]
+    assert choice["message"]["content"] == direct.text
+    np.testing.assert_allclose([e["logprob"] for e in entries], direct.logprobs, atol=1e-4)
+    assert body["usage"]["prompt_tokens"] == len(direct.prompt_ids)
+
+
+def test_completions_with_lists_n_logprobs_and_seed(server):
+    req = {"model": SERVED_NAME, "prompt": ["The capital of France is", "1 + 1 ="], "n": 2, "max_tokens": 6,
+           "temperature": 1.0, "seed": 7, "logprobs": 1}
+    first = server.post("/v1/completions", json=req).json()
+    again = server.post("/v1/completions", json=req).json()
+    assert first["object"] == "text_completion"
+    assert [c["index"] for c in first["choices"]] == [0, 1, 2, 3]
+    assert [c["text"] for c in first["choices"]] == [c["text"] for c in again["choices"]]
+    for c in first["choices"]:
+        lp = c["logprobs"]
+        assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["text_offset"]) > 0
+        assert all(x <= 0 and math.isfinite(x) for x in lp["token_logprobs"])
+        assert lp["text_offset"] == sorted(lp["text_offset"])
+    assert first["usage"]["completion_tokens"] == sum(len(c["logprobs"]["tokens"]) for c in first["choices"])
+
+
+def test_errors_are_openai_shaped(server):
+    cases = [
+        (server.post("/v1/chat/completions", content=b"{not json"), 400),
+        (server.post("/v1/chat/completions", json={"model": "nope", "messages": CHAT}), 404),
+        (server.post("/v1/chat/completions", json={"messages": CHAT, "stream": True}), 400),
+        (server.post("/v1/chat/completions", json={"messages": []}), 400),
+        (server.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 0}), 400),
+        (server.post("/v1/completions", json={"prompt": [1, 2, 3]}), 400),
+        (server.get("/v1/nothing"), 404),
+    ]
+    for response, status in cases:
+        assert response.status_code == status, response.text
+        assert isinstance(response.json()["error"]["message"], str)
+
+
+def test_concurrent_requests_each_get_their_own_answer(server):
+    """Requests that arrive together are merged into one generate call and split back correctly."""
+    prompts = ["a", "one two three four five", "What is the capital", "7 * 8 = ", "Hello there, my friend"]
+
+    def ask(prompt: str) -> dict:
+        return server.post("/v1/completions", json={"prompt": prompt, "max_tokens": 4, "temperature": 0}).json()
+
+    alone = [ask(p) for p in prompts]
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        together = list(pool.map(ask, prompts))
+    for a, b in zip(alone, together):
+        assert a["usage"]["prompt_tokens"] == b["usage"]["prompt_tokens"]
+        assert len(b["choices"]) == 1
+    stats = server.stats()
+    assert stats["requests"] == stats["answered"] == 2 * len(prompts)
+    assert stats["errors"] == 0 and stats["in_flight"] == 0
+    assert stats["max_in_flight"] >= 1 and stats["batches"] <= 2 * len(prompts)
+
+
+def test_fault_control_is_refused_unless_enabled(server):
+    r = server.post("/polyrl/faults", json={"nonsense": 1})
+    assert r.status_code == 400 and "unknown fault" in r.json()["error"]["message"]
