@@ -73,7 +73,9 @@ def cmd_rewards(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     console = Console()
-    table = Table(title="polyrl rewards ([[rewards]] name = ...)")
+    from rich.markup import escape
+
+    table = Table(title=escape("polyrl rewards ([[rewards]] name = ...)"))
     for col in ("reward", "from", "what it scores"):
         table.add_column(col)
     for r in rewards:
@@ -81,6 +83,13 @@ def cmd_rewards(args: argparse.Namespace) -> int:
     console.print(table)
     for e in errors:
         console.print(f"[red]reward plugin {e.name!r} ({e.distribution or 'unknown dist'}) failed to load:[/] {e.error}")
+    return 0
+
+
+def cmd_config_reference(args: argparse.Namespace) -> int:
+    from polyrl.config_reference import render_markdown
+
+    print(render_markdown(), end="")
     return 0
 
 
@@ -263,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lora", action="store_true")
     p.add_argument("--output", default="bench/results.json")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("config-reference", help="print every TOML config key with its default (Markdown)")
+    p.set_defaults(func=cmd_config_reference)
 
     p = sub.add_parser("convert", help="convert a model between backend formats")
     p.add_argument("src")

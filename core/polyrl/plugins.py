@@ -32,7 +32,6 @@ BUILTIN_REWARD_PLUGINS = (
     ("polyrl-builtin-rewards", "polyrl.rewards.builtin"),
     ("polyrl-llm-judge", "polyrl.rewards.judge"),
     ("polyrl-code-reward", "polyrl.rewards.code"),
-    ("polyrl-reward-model", "polyrl.rewards.reward_model"),
 )
 ALLOW_ENV = "POLYRL_LOAD_PLUGINS"
 DENY_ENV = "POLYRL_DISABLE_PLUGINS"

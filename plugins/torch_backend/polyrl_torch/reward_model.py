@@ -142,7 +142,7 @@ def score_texts(prompts: Sequence[Prompt], completions: Sequence[str], options: 
 @hookimpl
 def polyrl_register_rewards(register: Callable[[RewardSpec], None]) -> None:
     register(RewardSpec(name=NAME, summary="a sequence-classification reward model's logit for "
-                        "(prompt, completion) (options.path; needs torch)", distribution="polyrl"))
+                        "(prompt, completion) (options.path; needs torch)"))
 
 
 @hookimpl

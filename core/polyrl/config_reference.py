@@ -1,0 +1,157 @@
+"""The config reference, generated from the attrs classes that validate the TOML.
+
+Why generated: the README's "Config reference" must list exactly the keys the parser accepts,
+with their real defaults. ``polyrl config-reference`` prints it; a test checks that every field
+has a line in :data:`FIELD_DOCS` and that README.md carries the current text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from polyrl.config import RunConfig
+
+#: One short line per key, by TOML table. A new field without a line here fails the tests.
+FIELD_DOCS: dict[str, dict[str, str]] = {
+    "model": {
+        "path": "local HF folder, a GGUF file, or an alias (`smollm2-135m-instruct`, `tiny-llama`)",
+        "dtype": "`float32` (CPU default), `bfloat16`, `float16`",
+        "device": "`cpu`, `cuda`, `cuda:1`, `mps`, `gpu` (backend-specific)",
+        "max_length": "longest prompt + completion in tokens; longer prompts are an error",
+        "reference_path": "KL reference model when it is not the initial policy",
+        "trust_remote_code": "run a model folder's own Python code (off unless you ask)",
+    },
+    "backends": {
+        "train": "backend that runs `train_step` (`torch`, `mlx`, or a third-party name)",
+        "generate": "backend for rollouts (default: the train backend), e.g. `mlx`, `max`",
+        "reference": "backend for reference log-probs (default: the train backend)",
+        "options": "table passed to every engine as `EngineConfig.options` (e.g. `max_model_path`)",
+    },
+    "generation": {
+        "group_size": "completions per prompt (>= 2: advantages are group-relative)",
+        "max_new_tokens": "completion length cap",
+        "temperature": "sampling temperature (0 = greedy)",
+        "top_p": "nucleus sampling mass (1 = off)",
+        "top_k": "top-k sampling (0 = off)",
+        "stop": "stop strings; the completion ends after the first one",
+        "max_model_path": "a different file for the generator (e.g. a GGUF for MAX)",
+    },
+    "algorithm": {
+        "name": "preset: `grpo`, `dapo`, `dr_grpo`, `rloo`, `reinforce`; other keys override it",
+        "advantage": "`group` (GRPO), `rloo` (leave-one-out), `reinforce` (batch baseline)",
+        "scale_rewards": "divide by the std of the `group`, the `batch`, or `none` (Dr.GRPO)",
+        "epsilon": "lower clip: ratio >= 1 - epsilon",
+        "epsilon_high": "upper clip (DAPO clip-higher, e.g. 0.28); unset = epsilon",
+        "dual_clip": "dual-clip bound for negative advantages (e.g. 3.0); unset = off",
+        "beta": "KL coefficient against the reference (0 = no reference pass)",
+        "kl_estimator": "`k1`, `k2` or `k3` (Schulman's estimators)",
+        "loss_aggregation": "`seq_mean_token_mean` (GRPO), `token_mean` (DAPO), `seq_mean_token_sum_norm` (Dr.GRPO)",
+        "num_iterations": "optimizer steps per rollout batch (> 1 makes the ratio matter)",
+        "dynamic_sampling": "drop groups whose rewards are all equal (DAPO)",
+        "overlong_buffer": "soft overlong penalty zone: tokens (int) or fraction of the max length",
+        "overlong_penalty": "penalty at the hard limit (linear inside the buffer)",
+        "max_completion_length": "length the overlong shaping and Dr.GRPO normaliser use",
+    },
+    "optimizer": {
+        "lr": "AdamW learning rate",
+        "weight_decay": "AdamW weight decay",
+        "betas": "AdamW betas",
+        "eps": "AdamW epsilon",
+        "max_grad_norm": "global-norm gradient clipping (unset = off)",
+        "micro_batch_size": "sequences per forward/backward (gradient accumulation); unset = all",
+    },
+    "lora": {
+        "rank": "adapter rank (the table's presence turns LoRA on)",
+        "alpha": "adapter scale numerator (scale = alpha / rank)",
+        "dropout": "adapter dropout",
+        "target_modules": "projection names to adapt (HF Llama names)",
+    },
+    "data": {
+        "task": "built-in task (`arithmetic`)",
+        "path": "JSONL file, one row per line (`prompt` plus any columns rewards read)",
+        "prompt_column": "column holding the prompt (string or chat messages)",
+        "options": "task options, e.g. `count`, `digits`, `ops`, `seed` for `arithmetic`",
+        "rows": "inline rows (Python API only)",
+    },
+    "rewards": {
+        "name": "a registered reward (`polyrl rewards` lists them)",
+        "function": "`module:function` or `file.py:function`",
+        "weight": "weight in the weighted sum of rewards",
+        "options": "reward options (e.g. the judge's `base_url`, `model`, `rubric`)",
+    },
+    "train": {
+        "steps": "optimizer steps (rollout batches when num_iterations = 1)",
+        "prompts_per_step": "prompts per rollout batch (each sampled group_size times)",
+        "seed": "seed of data order, sampling and init; a resumed run continues it exactly",
+        "threads": "CPU threads for the backends (unset = backend default)",
+        "output_dir": "metrics.jsonl, checkpoints/ and the final model go here",
+        "checkpoint_every": "steps between checkpoints (0 = only at the end)",
+        "keep_checkpoints": "how many complete checkpoints to keep",
+        "max_consecutive_skips": "stop after this many non-finite (NaN/Inf) steps in a row",
+    },
+    "eval": {
+        "count": "held-out prompts for greedy evaluation (0 = off)",
+        "every": "evaluate every N steps (0 = before and after only)",
+        "reward": "reward that decides correctness (accuracy = share scoring >= 1)",
+        "max_new_tokens": "completion cap for evaluation (unset = generation.max_new_tokens)",
+    },
+}
+
+_TABLE_HEADERS = {"rewards": "[[rewards]]"}
+
+
+def _section_classes() -> dict[str, type]:
+    """TOML table name -> the attrs class that validates it."""
+    from polyrl.algorithms.presets import AlgorithmConfig
+    from polyrl.config import (BackendsSection, DataSection, EvalSection, GenerationSection,
+                               ModelSection, RewardSection, TrainSection)
+    from polyrl.types import LoraConfig, OptimizerConfig
+
+    return {
+        "model": ModelSection, "backends": BackendsSection, "generation": GenerationSection,
+        "algorithm": AlgorithmConfig, "optimizer": OptimizerConfig, "lora": LoraConfig,
+        "data": DataSection, "rewards": RewardSection, "train": TrainSection, "eval": EvalSection,
+    }
+
+
+def _default(field: attrs.Attribute) -> str:
+    default: Any = field.default
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        default = default.factory()
+    if default is attrs.NOTHING:
+        return "required"
+    if default is None:
+        return "unset"
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    if isinstance(default, str):
+        return f'"{default}"' if default else "—"
+    if isinstance(default, tuple):
+        default = list(default)
+    return str(default).replace("'", '"')
+
+
+def missing_docs() -> list[str]:
+    """``table.key`` for every accepted key that has no line in :data:`FIELD_DOCS`."""
+    out = []
+    for table, cls in _section_classes().items():
+        docs = FIELD_DOCS.get(table, {})
+        out += [f"{table}.{f.name}" for f in attrs.fields(cls) if f.name not in docs]
+    return out
+
+
+def render_markdown() -> str:
+    """The reference as Markdown: one table per TOML table, keys in declaration order."""
+    assert {f.name for f in attrs.fields(RunConfig)} == set(_section_classes())
+    parts = []
+    for table, cls in _section_classes().items():
+        docs = FIELD_DOCS.get(table, {})
+        parts.append(f"**`{_TABLE_HEADERS.get(table, f'[{table}]')}`**\n")
+        parts.append("| key | default | meaning |\n|---|---|---|")
+        for field in attrs.fields(cls):
+            meaning = docs.get(field.name, "(undocumented)")
+            parts.append(f"| `{field.name}` | `{_default(field)}` | {meaning} |")
+        parts.append("")
+    return "\n".join(parts).rstrip() + "\n"
