@@ -75,6 +75,8 @@ PARSE_TABLE = [
     ("score: 7", 10, 0.7),
     ("**Score:** 9", 10, 0.9),
     ("Rating: 4 out of 5", 10, 0.8),
+    ("Rating (0-10): 6", 10, 0.6),  # a small judge echoing the rubric's cue
+    ("Score [1-5]: 4", [1, 5], 0.75),
     ('{"score": 8}', 10, 0.8),
     ('Here you go:\n```json\n{"reason": "ok", "score": "6/10"}\n```', 10, 0.6),
     ("<think>maybe 2/10?</think>\nScore: 10/10", 10, 1.0),

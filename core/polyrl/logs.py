@@ -56,4 +56,11 @@ def configure(json: bool | None = None, level: str | None = None) -> None:
 
 
 def get_logger(name: str = "polyrl") -> Any:
+    """A structlog logger; configures polyrl's defaults first if nobody configured structlog.
+
+    Why: without it, library use (the Python API, tests) would get structlog's bare defaults,
+    which print to stdout and skip the secret redaction.
+    """
+    if not structlog.is_configured():
+        configure()
     return structlog.get_logger(name)

@@ -44,7 +44,7 @@ Behaviour worth knowing:
 
 Score parsing (``parse_score``), first rule that finds a number wins:
     1. a JSON object with a ``score`` (or ``rating``/``grade``) field, possibly in a code fence;
-    2. a labelled score: "Score: 7/10", "rating = 4 out of 5", "**Score:** 8";
+    2. a labelled score: "Score: 7/10", "rating = 4 out of 5", "**Score:** 8", "Rating (0-10): 6";
     3. ``\\boxed{7}``;
     4. a fraction anywhere: "7/10", "7 out of 10" (the last one);
     5. a reply that is nothing but a number ("7", "7.5.").
@@ -116,7 +116,8 @@ RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)"
 _THINK = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
 _LABELLED = re.compile(
-    r"(?:score|rating|grade)\s*\**\s*(?:is|=|:|of)?\s*\**\s*(" + _NUM + r")\s*\**"
+    # an echoed range after the label ("Rating (0-10): 6", "Score [1-5]: 4") is skipped
+    r"(?:score|rating|grade)\s*(?:[(\[][^)\]\n]{0,20}[)\]])?\s*\**\s*(?:is|=|:|of)?\s*\**\s*(" + _NUM + r")\s*\**"
     r"(?:\s*(?:/|out\s+of)\s*(" + _NUM + r"))?",
     re.IGNORECASE,
 )
