@@ -524,3 +524,25 @@ output_dir = "{tmp_path / 'run'}"
     assert newest.name == "step-00000030" and (newest / "COMPLETE").exists()
     assert (newest / "model" / "model.safetensors").exists()  # HF format, loadable by transformers
     assert any((newest / "model" / "torch_state").iterdir())  # optimizer state beside it
+
+
+@pytest.mark.parametrize(("section", "key", "value", "field"), [
+    ("generation", "max_model_path", "/nonexistent/model.gguf", "generation.max_model_path"),
+    ("model", "path", "/nonexistent/model-folder", "model.path"),
+    ("backends", "generate", "nosuchbackend", "backends.generate"),
+])
+def test_cli_bad_paths_and_backends_are_one_clear_error(tiny_model_dir, tmp_path, capsys,
+                                                        section, key, value, field):
+    """Exit code 2 and one message naming the field and the fix, not a traceback."""
+    from polyrl.cli import main
+
+    tables = {"model": {"path": f'"{tiny_model_dir}"'}, "data": {"task": '"arithmetic"'},
+              "train": {"steps": "1", "output_dir": f'"{tmp_path / "run"}"'}}
+    tables.setdefault(section, {})[key] = f'"{value}"'
+    text = "".join(f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in kv.items()) for name, kv in tables.items())
+    config = tmp_path / "bad.toml"
+    config.write_text(text + '[[rewards]]\nname = "numeric_match"\n')
+    assert main(["train", str(config), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert field in err and "Traceback" not in err, err
+    assert "fix" in err.lower() or "known" in err.lower() or "installed" in err.lower(), err

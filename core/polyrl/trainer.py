@@ -96,8 +96,24 @@ class Trainer:
             optimizer=c.optimizer, max_length=c.model.max_length, options=dict(c.backends.options),
         )
 
+    def _check_backend_names(self) -> None:
+        """Fail before loading anything when a role names a backend that is not installed."""
+        c, known = self.config, self.registry.names()
+        roles = [("train", c.backends.train), ("generate", c.backends.generate_backend)]
+        if c.algorithm.beta > 0:
+            roles.append(("reference", c.backends.reference_backend))
+        for role, name in roles:
+            if name not in known:
+                raise ConfigError(
+                    f"unknown backend {name!r} (installed: {', '.join(known) or 'none'})",
+                    field=f"backends.{role}",
+                    fix=f"install its plugin (e.g. `pip install polyrl[{name}]`) or name an installed "
+                    "backend; `polyrl backends` lists them",
+                )
+
     def _load_engines(self) -> None:
         c, reg = self.config, self.registry
+        self._check_backend_names()
         model = reg.resolve_model(c.model.path)
         if not Path(model).exists():
             raise ConfigError(
@@ -112,6 +128,13 @@ class Trainer:
         gen_model = model
         if c.generation.max_model_path:
             gen_model = reg.resolve_model(c.generation.max_model_path)
+            if not Path(gen_model).exists():
+                raise ConfigError(
+                    f"max_model_path {c.generation.max_model_path!r} does not exist",
+                    field="generation.max_model_path",
+                    fix="point it at the file or folder the generate backend should load (e.g. a "
+                    ".gguf for MAX), or remove it to generate from model.path",
+                )
         if c.backends.generate_backend == c.backends.train and gen_model == model:
             self.gen_engine = self.train_engine
         else:
