@@ -8,7 +8,7 @@ export TOKENIZERS_PARALLELISM := false
 export MODULAR_TELEMETRY_ENABLED := 0
 export MAX_SERVE_DISABLE_TELEMETRY := 1
 
-.PHONY: install test test-all demo bench clean
+.PHONY: install test test-faults test-all demo bench clean
 
 $(VENV)/.installed: pyproject.toml plugins/torch_backend/pyproject.toml plugins/mlx_backend/pyproject.toml Makefile
 	@# MLX's Linux CPU wheel ships a reference BLAS ~40x slower than OpenBLAS; polyrl-mlx preloads
@@ -34,6 +34,9 @@ install: $(VENV)/.installed
 
 test: install
 	$(BIN)/python -m pytest -q -m "not slow"
+
+test-faults: install
+	$(BIN)/python -m pytest -q -m faults
 
 test-all: install
 	$(BIN)/python -m pytest -q

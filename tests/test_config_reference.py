@@ -18,8 +18,7 @@ def test_readme_carries_the_current_reference():
     text = render_markdown()
     assert "| `group_size` | `4` |" in text and "**`[[rewards]]`**" in text
     assert text in README.read_text(), (
-        "README.md's config reference is stale: paste `polyrl config-reference` between the "
-        "config-reference markers")
+        "README.md's config reference is stale: run `python tools/update_readme_reference.py`")
 
 
 def test_cli_prints_the_reference(capsys):

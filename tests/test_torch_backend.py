@@ -128,10 +128,10 @@ def test_clear_errors(tiny_model_dir, tmp_path):
     del cfg["chat_template"]
     (plain / "tokenizer_config.json").write_text(json.dumps(cfg))
     engine = make_engine(str(plain), role="generate")
-    with pytest.raises(PluginError, match="chat template"):
+    with pytest.raises(ConfigError, match="chat template"):  # the user's model, not a plugin bug
         engine.generate(CHATS, SamplingParams(max_new_tokens=2))
     assert len(engine.generate(["12 + 7 ="], SamplingParams(max_new_tokens=2))) == 1
-    with pytest.raises(PluginError, match="role"):
+    with pytest.raises(ConfigError, match="role"):
         engine.train_step(TrainBatch([TokenSequence([1, 2, 3], [4, 5])], [1.0]), Objective())
 
 

@@ -165,6 +165,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     summary = trainer.run(progress=not args.no_progress)
     summary.pop("history", None)
     _print_json(summary)
+    if summary.get("stopped_early"):
+        print(f"stopped on request after step {summary['steps']}; checkpoint {summary['checkpoint']}. "
+              f"Continue with: polyrl train {args.config} --resume", file=sys.stderr)
     return 0
 
 

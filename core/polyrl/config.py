@@ -32,6 +32,7 @@ class ModelSection:
     device: str = "cpu"
     max_length: int = 1024
     reference_path: str | None = None  # the KL reference, when not the initial policy itself
+    trust_remote_code: bool = False  # run Python shipped in the model folder (only when asked)
 
     def __attrs_post_init__(self) -> None:
         if not self.path:
@@ -181,6 +182,14 @@ class RunConfig:
                 raise ConfigError(
                     f"unknown section [{key}]", field=key, fix=f"valid sections: {', '.join(sorted(known))}"
                 )
+        for key, value in data.items():
+            if key == "rewards":
+                if not isinstance(value, list) or not all(isinstance(r, Mapping) for r in value):
+                    raise ConfigError("must be an array of tables ([[rewards]])", field="rewards",
+                                      fix='write each reward as [[rewards]] with name = "..." under it')
+            elif not isinstance(value, Mapping):
+                raise ConfigError(f"[{key}] must be a table, got {type(value).__name__}", field=key,
+                                  fix=f"write it as a [{key}] section with key = value lines")
         if "model" not in data:
             raise ConfigError("missing [model] section", field="model.path",
                               fix='add [model] with path = "smollm2-135m-instruct" or a local folder')

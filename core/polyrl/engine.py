@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from polyrl.algorithms.objective import Objective
-from polyrl.errors import PluginError
+from polyrl.errors import ConfigError, PluginError
 from polyrl.registry import Registry
 from polyrl.types import (
     Completion,
@@ -35,7 +35,7 @@ class Engine:
         self.config = config
         self.distribution = registry.spec(backend).distribution
         self.raw: Any = registry.load(backend, config)
-        self._hook = registry.pm.hook
+        self._hook_callers: dict[str, tuple[Any, Any]] = {}
 
     def _fail(self, hook: str, problem: str) -> PluginError:
         return PluginError(
@@ -43,11 +43,34 @@ class Engine:
             f"hook {hook}: {problem}"
         )
 
+    def _callers(self, hook: str) -> tuple[Any, Any]:
+        """(the hook restricted to the plugin that registered this backend, the hook without it).
+
+        Why: hooks are firstresult, so with a plain call a third-party plugin that raises (or
+        answers) for engines that are not its own would break every other backend. The owner
+        answers first; only when it returns None do the other plugins get the call (a plugin may
+        extend another backend's engines), and the owner is not asked twice.
+        """
+        if hook not in self._hook_callers:
+            pm, owner = self.registry.pm, self.registry.owner(self.backend)
+            if owner is None:
+                self._hook_callers[hook] = (None, getattr(pm.hook, hook))
+            else:
+                others = [p for p in pm.get_plugins() if p is not owner]
+                self._hook_callers[hook] = (pm.subset_hook_caller(hook, remove_plugins=others),
+                                            pm.subset_hook_caller(hook, remove_plugins=[owner]))
+        return self._hook_callers[hook]
+
     def _call(self, hook: str, **kwargs: Any) -> Any:
         try:
-            return getattr(self._hook, hook)(engine=self.raw, **kwargs)
-        except PluginError:
-            raise
+            owner, rest = self._callers(hook)
+            if owner is not None:
+                out = owner(engine=self.raw, **kwargs)
+                if out is not None:
+                    return out
+            return rest(engine=self.raw, **kwargs)
+        except (PluginError, ConfigError):
+            raise  # already names the plugin, or the user's setting at fault
         except Exception as exc:
             raise self._fail(hook, f"raised {type(exc).__name__}: {exc}") from exc
 

@@ -16,10 +16,25 @@ import structlog
 _SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
 
 
+_SECRET_VALUE = re.compile(r"(Bearer\s+)[^\s\"']+|\b(sk-)[A-Za-z0-9_\-]{6,}", re.IGNORECASE)
+
+
+def _scrub(key: str, value: Any) -> Any:
+    """Redact credentials by key name (any depth) and by shape (``Bearer ...``, ``sk-...``)."""
+    if isinstance(value, str):
+        if _SECRET_KEY.search(key):
+            return "***"
+        return _SECRET_VALUE.sub(lambda m: (m.group(1) or m.group(2)) + "***", value)
+    if isinstance(value, dict):
+        return {k: _scrub(str(k), v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_scrub(key, v) for v in value)
+    return value
+
+
 def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     for key in list(event):
-        if key != "event" and _SECRET_KEY.search(key) and isinstance(event[key], str):
-            event[key] = "***"
+        event[key] = _scrub("" if key == "event" else key, event[key])
     return event
 
 

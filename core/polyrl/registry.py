@@ -46,6 +46,7 @@ class Registry:
         self.pm = pm or get_plugin_manager()
         self._backends: dict[str, BackendSpec] = {}
         self._rewards: dict[str, RewardSpec] = {}
+        self._owners: dict[str, Any] = {}  # backend name -> the plugin object that registered it
         self.hook_errors: list[PluginLoadError] = []
         self._collect()
 
@@ -61,7 +62,8 @@ class Registry:
             for impl in caller.get_hookimpls():
                 dist = self.pm.distribution_of(impl.plugin)
 
-                def register(spec: Any, _dist: str = dist, _sink=sink, _kind=kind) -> None:
+                def register(spec: Any, _dist: str = dist, _sink=sink, _kind=kind,
+                             _plugin: Any = impl.plugin) -> None:
                     if not isinstance(spec, _kind):
                         raise PluginError(
                             f"{_dist or 'a plugin'} registered {type(spec).__name__}, "
@@ -70,6 +72,8 @@ class Registry:
                     if not spec.distribution:
                         spec.distribution = _dist
                     _sink[spec.name] = spec
+                    if _kind is BackendSpec:
+                        self._owners[spec.name] = _plugin
 
                 try:
                     impl.function(register=register)
@@ -90,6 +94,10 @@ class Registry:
     def load_errors(self) -> list[PluginLoadError]:
         """Plugins that failed to import, plus registration hooks that raised."""
         return [*self.pm.load_errors, *self.hook_errors]
+
+    def owner(self, name: str) -> Any:
+        """The plugin object that registered backend ``name`` (its hooks answer first)."""
+        return self._owners.get(name)
 
     def names(self) -> list[str]:
         return sorted(self._backends)

@@ -47,6 +47,26 @@ class TooManySkippedSteps(PolyrlError):
     """Training produced non-finite losses/gradients too many steps in a row."""
 
 
+def _rng_states() -> dict[str, Any]:
+    """Python's and numpy's global RNG states as JSON (a user's reward may draw from them)."""
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python_random": {"version": version, "internal": list(internal), "gauss": gauss},
+        "numpy_random": {"name": name, "keys": keys.tolist(), "pos": int(pos),
+                         "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+    }
+
+
+def _restore_rng_states(state: dict[str, Any]) -> None:
+    py, npy = state.get("python_random"), state.get("numpy_random")
+    if isinstance(py, dict):
+        random.setstate((py["version"], tuple(py["internal"]), py["gauss"]))
+    if isinstance(npy, dict):
+        np.random.set_state((npy["name"], np.asarray(npy["keys"], dtype=np.uint32), npy["pos"],
+                             npy["has_gauss"], npy["cached_gaussian"]))
+
+
 def _step_seed(seed: int, step: int) -> int:
     """A per-step seed derived from the run seed, so a resumed run samples the same."""
     return (seed * 1_000_003 + step * 7919) % (2**31 - 1)
@@ -94,6 +114,7 @@ class Trainer:
             model=model, role=role, dtype=c.model.dtype, device=c.model.device, seed=c.train.seed,
             threads=c.train.threads, lora=c.lora if role == "train" else None,
             optimizer=c.optimizer, max_length=c.model.max_length, options=dict(c.backends.options),
+            trust_remote_code=c.model.trust_remote_code,
         )
 
     def _check_backend_names(self) -> None:
@@ -272,8 +293,7 @@ class Trainer:
         return {
             "step": self.step,
             "sampler": self.sampler.state(),
-            "python_random": repr(random.getstate()),
-            "numpy_random": json.loads(json.dumps(np.random.get_state()[1].tolist())),
+            **_rng_states(),
             "config_model": self.config.model.path,
         }
 
@@ -296,9 +316,30 @@ class Trainer:
         self.train_engine.load_checkpoint(str(found / "model"))
         self.sampler.load_state(state["sampler"])
         self.step = int(state["step"])
+        _restore_rng_states(state)
+        self.history = self._rewind_metrics()
         self._sync_weights()
         log.info("resumed", path=str(found), step=self.step)
         return True
+
+    def _rewind_metrics(self) -> list[dict[str, Any]]:
+        """Drop metrics.jsonl lines of steps after the checkpoint (a crash wrote them, the resumed
+        run writes them again), so the file holds each step exactly once. Atomic rewrite."""
+        path = self.output_dir / "metrics.jsonl"
+        if not path.exists():
+            return []
+        kept = []
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:  # a line cut short by the crash
+                continue
+            if isinstance(record, dict) and int(record.get("step", -1)) < self.step:
+                kept.append(record)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        tmp.replace(path)
+        return kept
 
     # --- driver --------------------------------------------------------------------------------
 
@@ -356,7 +397,7 @@ class Trainer:
                 if c.eval.every and self.eval_dataset is not None and self.step % c.eval.every == 0:
                     ev = self.evaluate()
                     log.info("evaluation", step=self.step, **ev)
-        self.save()
+        summary["checkpoint"] = str(self.save())
         if self.stop_requested:
             log.warning("stopped early on request", step=self.step)
             summary["stopped_early"] = True

@@ -191,6 +191,8 @@ class EngineConfig:
     optimizer: OptimizerConfig = attrs.field(factory=OptimizerConfig)
     max_length: int = 1024  # prompt + completion tokens
     options: dict[str, Any] = attrs.field(factory=dict)  # backend-specific knobs
+    #: Run Python shipped inside a model folder. Off by default: a model is data, not code.
+    trust_remote_code: bool = False
 
 
 @attrs.define(frozen=True)

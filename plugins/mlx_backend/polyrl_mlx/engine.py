@@ -114,6 +114,7 @@ class MLXEngine:
             model, tokenizer, hf_config = mlx_lm.load(
                 str(self.model_dir), return_config=True,
                 model_config=config_overrides(self.model_dir) or None,
+                trust_remote_code=bool(config.trust_remote_code),
             )
             self.hf_config: dict[str, Any] = dict(hf_config)
             self.quantization: dict | None = hf_config.get("quantization")

@@ -66,8 +66,6 @@ class TorchEngine:
     """One loaded model. ``model`` is what the hooks run (a ``PeftModel`` when LoRA is on)."""
 
     def __init__(self, config: EngineConfig) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         self.config = config
         if config.dtype not in DTYPES:
             raise ConfigError(f"dtype {config.dtype!r} is not supported by the torch backend",
@@ -83,12 +81,10 @@ class TorchEngine:
 
         folder, gguf_file = _model_location(config.model, config.options)
         self.model_dir, self.gguf_file = folder, gguf_file
-        extra = {"gguf_file": gguf_file} if gguf_file else {}
-        self.tokenizer = AutoTokenizer.from_pretrained(folder, **extra)
-        model = AutoModelForCausalLM.from_pretrained(
-            folder, dtype=self.dtype, attn_implementation=config.options.get("attn_implementation", "sdpa"),
-            **extra,
-        )
+        extra: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
+        extra["trust_remote_code"] = bool(config.trust_remote_code)  # explicit: never on by accident
+        self.tokenizer, model = _load_pretrained(
+            folder, extra, dtype=self.dtype, attn_implementation=config.options.get("attn_implementation", "sdpa"))
         model.to(self.device)
         model.eval()
         model.requires_grad_(config.role == "train" and config.lora is None)
@@ -193,3 +189,37 @@ class TorchEngine:
         return (f"TorchEngine(model={self.config.model!r}, role={self.config.role!r}, "
                 f"device={self.device}, dtype={self.config.dtype}, lora={self.lora is not None}, "
                 f"pid={os.getpid()})")
+
+
+def _load_pretrained(folder: str, extra: dict[str, Any], **model_kwargs: Any) -> tuple[Any, Any]:
+    """Tokenizer and model from a local folder, with user-level errors instead of deep tracebacks.
+
+    The tokenizer is checked against ``config.json`` before any weight is read: a tokenizer with
+    more ids than the model has embedding rows belongs to another model, and would otherwise fail
+    at the first out-of-range id deep inside ``torch.embedding``.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    fix = ("point model.path at a Hugging Face model folder (config.json, tokenizer files, "
+           "*.safetensors) or a .gguf file")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, **extra)
+        hf_config = AutoConfig.from_pretrained(folder, **extra)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read a tokenizer and config from {folder!r}: {exc}",
+                          field="model.path", fix=fix) from None
+    rows = getattr(hf_config, "vocab_size", None)
+    if isinstance(rows, int) and len(tokenizer) > rows:
+        raise ConfigError(
+            f"the tokenizer has {len(tokenizer)} tokens but the model has {rows} embedding rows: "
+            "they do not belong to the same model",
+            field="model.path",
+            fix="use the tokenizer saved with this model (tokenizer files in the same folder)",
+        )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, **model_kwargs, **extra)
+    except (OSError, ValueError, RuntimeError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"cannot load the model weights from {folder!r}: {first_line}",
+                          field="model.path", fix=fix) from None
+    return tokenizer, model

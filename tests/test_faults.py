@@ -1,0 +1,370 @@
+"""Fault injection: crashes, signals, numerical faults, hostile plugins, bad input (`make test-faults`).
+
+The crash tests run the real CLI (`polyrl train`) in a subprocess on the tiny local model with the
+torch backend, kill it, and compare with an uninterrupted run of the same seed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import attrs
+import numpy as np
+import pytest
+
+from polyrl.algorithms.presets import AlgorithmConfig
+from polyrl import checkpoint as ckpt
+from polyrl.config import RunConfig
+from polyrl.engine import Engine
+from polyrl.errors import PluginError
+from polyrl.hookspecs import hookimpl
+from polyrl.plugins import get_plugin_manager
+from polyrl.registry import Registry
+from polyrl.trainer import TooManySkippedSteps, Trainer
+from polyrl.types import EngineConfig, SamplingParams, StepMetrics
+
+from toy_dist import activate, install_toy_dists
+
+pytestmark = pytest.mark.faults
+
+POLYRL = [sys.executable, "-m", "polyrl.cli"]
+REWARD = """
+def digits(prompts, completions, **kwargs):
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+"""
+
+
+def write_config(tmp_path: Path, model: str, out: Path, **train) -> Path:
+    (tmp_path / "reward.py").write_text(REWARD)
+    settings = {"steps": 6, "prompts_per_step": 2, "threads": 1, "checkpoint_every": 1,
+                "keep_checkpoints": 10, "output_dir": f'"{out}"', **train}
+    config = tmp_path / f"{out.name}.toml"
+    config.write_text(
+        f'[model]\npath = "{model}"\n[generation]\ngroup_size = 4\nmax_new_tokens = 8\n'
+        '[optimizer]\nlr = 1e-3\n[data]\ntask = "arithmetic"\n'
+        f'[[rewards]]\nfunction = "{tmp_path / "reward.py"}:digits"\n[train]\n'
+        + "".join(f"{k} = {v}\n" for k, v in settings.items())
+    )
+    return config
+
+
+def train(config: Path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([*POLYRL, "train", str(config), "--no-progress", *extra],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def final_weights(out: Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    return load_file(str(ckpt.latest_checkpoint(out / "checkpoints") / "model" / "model.safetensors"))
+
+
+def metric_steps(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+# --- crash safety -------------------------------------------------------------------------------
+
+
+def test_kill_9_mid_run_then_resume_equals_the_uninterrupted_run(tiny_model_dir, tmp_path):
+    """SIGKILL at a random moment after a checkpoint; --resume ends bitwise where a clean run ends."""
+    clean_out, crash_out = tmp_path / "clean", tmp_path / "crash"
+    clean = train(write_config(tmp_path, tiny_model_dir, clean_out))
+    assert clean.returncode == 0, clean.stderr
+
+    config = write_config(tmp_path, tiny_model_dir, crash_out)
+    proc = subprocess.Popen([*POLYRL, "train", str(config), "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wanted = random.Random().randint(1, 4)  # a random moment: after checkpoint k, plus jitter
+    deadline = time.monotonic() + 180
+    while len(ckpt.complete_checkpoints(crash_out / "checkpoints")) < wanted:
+        assert proc.poll() is None and time.monotonic() < deadline, "run ended before the kill"
+        time.sleep(0.02)
+    time.sleep(random.Random().uniform(0, 0.3))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    killed_at = ckpt.latest_checkpoint(crash_out / "checkpoints")
+    assert killed_at is not None and ckpt.read_state(killed_at)["step"] < 6
+
+    resumed = train(config, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed" in resumed.stderr
+    a, b = final_weights(clean_out), final_weights(crash_out)
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)  # bitwise on CPU
+    clean_steps, crash_steps = metric_steps(clean_out), metric_steps(crash_out)
+    assert [m["step"] for m in crash_steps] == list(range(6))  # each step exactly once
+    assert [m["reward_mean"] for m in crash_steps] == [m["reward_mean"] for m in clean_steps]
+
+
+def test_incomplete_or_corrupt_checkpoints_are_never_chosen(tmp_path):
+    root = tmp_path / "checkpoints"
+    for step in (1, 2, 3):
+        ckpt.write_checkpoint(root, step, {"step": step}, lambda d: Path(d).mkdir())
+    assert ckpt.latest_checkpoint(root).name == "step-00000003"
+    (root / "step-00000003" / ckpt.MARKER).unlink()  # crashed before the marker
+    (root / "step-00000002" / ckpt.STATE_FILE).write_text('{"step": 2, "sampl')  # truncated
+    (root / ".tmp-step-00000004").mkdir()  # a write in progress
+    (root / "step-00000005").mkdir()  # a directory that only looks like one
+    assert ckpt.latest_checkpoint(root).name == "step-00000001"
+    ckpt.prune(root, keep=1)
+    assert not (root / ".tmp-step-00000004").exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_finishes_the_step_checkpoints_and_exits_zero(tiny_model_dir, tmp_path, signum):
+    out = tmp_path / "run"
+    config = write_config(tmp_path, tiny_model_dir, out, steps=10_000, checkpoint_every=0)
+    proc = subprocess.Popen([*POLYRL, "train", str(config), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
+        time.sleep(0.05)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "stopped on request" in err and "--resume" in err
+    done = len(metric_steps(out))
+    newest = ckpt.latest_checkpoint(out / "checkpoints")
+    assert newest is not None and ckpt.read_state(newest)["step"] == done  # the step finished
+
+
+# --- numerical faults ---------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def toy(tmp_path, monkeypatch):
+    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "broken,badreg")
+    deactivate = activate(install_toy_dists(tmp_path / "site"))
+    yield
+    deactivate()
+
+
+def toy_config(tmp_path, rewards=None, backend="toy", **train) -> RunConfig:
+    return RunConfig.from_dict({
+        "model": {"path": "toy-model"}, "backends": {"train": backend},
+        "generation": {"group_size": 4, "max_new_tokens": 8}, "optimizer": {"lr": 1.0},
+        "data": {"task": "arithmetic", "options": {"count": 64}},
+        "rewards": rewards or [{"name": "toy_sevens"}],
+        "train": {"steps": 8, "prompts_per_step": 4, "output_dir": str(tmp_path / "run"), **train},
+    })
+
+
+class NonFiniteSteps:
+    """Backend "faulty": the toy backend whose chosen train_step calls report a non-finite loss,
+    as a real backend does when it skips such a step. Its engine is a ToyEngine, so every other
+    hook falls through to the toy plugin."""
+
+    def __init__(self, bad_calls: set[int]) -> None:
+        self.bad_calls, self.calls = bad_calls, 0
+
+    @hookimpl
+    def polyrl_register_backends(self, register):
+        from polyrl.types import BackendSpec
+        from polyrl_toy import ToyEngine
+
+        register(BackendSpec(name="faulty", load=ToyEngine.load, distribution="tests"))
+
+    @hookimpl
+    def train_step(self, engine, batch, objective):
+        self.calls += 1
+        if self.calls in self.bad_calls:
+            return StepMetrics(loss=float("nan"), grad_norm=float("inf"), skipped=True)
+        return None
+
+
+def test_isolated_non_finite_steps_are_skipped_and_the_run_goes_on(toy, tmp_path):
+    summary = Trainer(toy_config(tmp_path, backend="faulty"), extra_plugins=(NonFiniteSteps({2, 5}),)).run(progress=False)
+    assert summary["steps"] == 8
+    skipped = [m["step"] for m in metric_steps(tmp_path / "run") if m.get("skipped")]
+    assert skipped == [1, 4]
+
+
+def test_too_many_non_finite_steps_in_a_row_stop_with_a_fix(toy, tmp_path):
+    trainer = Trainer(toy_config(tmp_path, backend="faulty", max_consecutive_skips=3),
+                      extra_plugins=(NonFiniteSteps({3, 4, 5, 6}),))
+    with pytest.raises(TooManySkippedSteps, match="3 steps in a row.*Fix: lower optimizer.lr"):
+        trainer.run(progress=False)
+    assert ckpt.latest_checkpoint(tmp_path / "run" / "checkpoints") is not None  # nothing lost
+
+
+def test_exploding_learning_rate_on_torch_stops_with_a_clear_message(tiny_model_dir, tmp_path):
+    """A real fault: lr 1e30 overflows the weights; the backend skips non-finite steps, the run stops."""
+    config = write_config(tmp_path, tiny_model_dir, tmp_path / "run", steps=10, checkpoint_every=0)
+    config.write_text(config.read_text().replace("lr = 1e-3", "lr = 1e30"))
+    result = train(config)
+    assert result.returncode == 2, result.stderr
+    assert "non-finite" in result.stderr and "Fix: lower optimizer.lr" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "dapo"])
+def test_zero_variance_groups_give_no_update_and_no_nan(toy, tmp_path, algorithm):
+    """Equal rewards in every group: zero advantages (GRPO) or dropped groups (DAPO), never NaN."""
+    (tmp_path / "const.py").write_text("def const(prompts, completions, **kw):\n    return [1.0] * len(completions)\n")
+    data = toy_config(tmp_path, rewards=[{"function": f"{tmp_path / 'const.py'}:const"}], steps=3)
+    # no overlong shaping: it would make equal rewards differ by completion length
+    config = attrs.evolve(data, algorithm=AlgorithmConfig.preset(algorithm, overlong_buffer=None))
+    summary = Trainer(config).run(progress=False)
+    assert summary["steps"] == 3
+    for m in summary["history"]:
+        if algorithm == "dapo":  # dynamic sampling drops every group: the update is skipped
+            assert m["skipped"] and m["samples_kept"] == 0
+        else:
+            assert not m["skipped"] and m["grad_norm"] == 0.0 and np.isfinite(m["loss"])
+
+
+# --- hostile plugins ----------------------------------------------------------------------------
+
+
+class RaisesForEveryEngine:
+    """A third-party plugin with a bug: it raises in hooks for engines that are not its own."""
+
+    @hookimpl
+    def generate(self, engine, prompts, sampling):
+        raise RuntimeError("boom")
+
+    @hookimpl
+    def polyrl_register_backends(self, register):
+        raise RuntimeError("registration bug")
+
+
+def test_a_plugin_raising_in_hooks_does_not_take_down_other_backends(toy):
+    reg = Registry(get_plugin_manager(extra=[RaisesForEveryEngine()]))
+    assert any("registration bug" in e.error for e in reg.load_errors)
+    engine = Engine(reg, "toy", EngineConfig(model="toy-model"))
+    assert len(engine.generate(["ab"], SamplingParams(max_new_tokens=3, n=2, seed=0))) == 2
+
+
+def test_a_backend_raising_in_its_own_hook_is_named_with_its_distribution(toy):
+    class Owner:
+        @hookimpl
+        def polyrl_register_backends(self, register):
+            from polyrl.types import BackendSpec
+
+            register(BackendSpec(name="flaky", load=lambda c: object(), distribution="polyrl-flaky"))
+
+        @hookimpl
+        def generate(self, engine, prompts, sampling):
+            raise RuntimeError("device lost")
+
+    reg = Registry(get_plugin_manager(extra=[Owner()]))
+    engine = Engine(reg, "flaky", EngineConfig(model="x"))
+    with pytest.raises(PluginError, match=r"'flaky' \(polyrl-flaky\) hook generate: raised RuntimeError: device lost"):
+        engine.generate(["p"], SamplingParams(max_new_tokens=2))
+    toy_engine = Engine(reg, "toy", EngineConfig(model="toy-model"))
+    assert len(toy_engine.generate(["p"], SamplingParams(max_new_tokens=2))) == 1
+
+
+# --- bad input: one clear error from the CLI, never a traceback ------------------------------------
+
+
+def _cli(tmp_path: Path, toml: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "bad.toml"
+    path.write_text(toml)
+    return subprocess.run([*POLYRL, "train", str(path), "--no-progress"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "POLYRL_DISABLE_PLUGINS": "mlx"})
+
+
+def _bad_inputs(tmp_path: Path, model: str) -> dict[str, tuple[str, str]]:
+    """name -> (config text, text the one-line error must contain)."""
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "nocol.jsonl").write_text('{"question": "2+2?"}\n')
+    (tmp_path / "long.jsonl").write_text(json.dumps({"prompt": "word " * 400}) + "\n")
+    (tmp_path / "short.py").write_text("def short(prompts, completions, **kw):\n    return [1.0]\n")
+    (tmp_path / "boom.py").write_text("def boom(prompts, completions, **kw):\n    raise ValueError('bad row')\n")
+    mismatched = tmp_path / "mismatched"
+    import shutil
+
+    shutil.copytree(model, mismatched)
+    cfg = json.loads((mismatched / "config.json").read_text())
+    cfg["vocab_size"] = 64  # the tokenizer has more ids than this
+    (mismatched / "config.json").write_text(json.dumps(cfg))
+    no_weights = tmp_path / "no-weights"
+    shutil.copytree(model, no_weights)
+    (no_weights / "model.safetensors").unlink()
+
+    def run(model_path=model, data='task = "arithmetic"', rewards='name = "numeric_match"', extra=""):
+        return (f'[model]\npath = "{model_path}"\nmax_length = 128\n[data]\n{data}\n'
+                f'[[rewards]]\n{rewards}\n[train]\nsteps = 1\nprompts_per_step = 1\n'
+                f'output_dir = "{tmp_path / "out"}"\n{extra}')
+
+    return {
+        "toml syntax": ("[model\npath = 1", "not valid TOML"),
+        "wrong type": (run(extra="[generation]\ntemperature = \"hot\"\n"), "generation.temperature"),
+        "misspelt key": (run(extra="[generation]\ntemprature = 0.7\n"), "did you mean 'temperature'"),
+        "empty dataset": (run(data=f'path = "{tmp_path / "empty.jsonl"}"'), "data.path"),
+        "missing column": (run(data=f'path = "{tmp_path / "nocol.jsonl"}"'), "prompt"),
+        "prompt too long": (run(data=f'path = "{tmp_path / "long.jsonl"}"'), "model.max_length"),
+        "reward wrong length": (run(rewards=f'function = "{tmp_path / "short.py"}:short"'), "short"),
+        "reward raises": (run(rewards=f'function = "{tmp_path / "boom.py"}:boom"'), "bad row"),
+        "unknown reward": (run(rewards='name = "numeric_mach"'), "numeric_match"),
+        "mismatched tokenizer": (run(model_path=mismatched), "do not belong to the same model"),
+        "folder without weights": (run(model_path=no_weights), "cannot load the model weights"),
+        "unknown backend": (run(extra='[backends]\ntrain = "jax"\n'), "backends.train"),
+    }
+
+
+@pytest.mark.parametrize("case", ["toml syntax", "wrong type", "misspelt key", "empty dataset", "missing column",
+                                  "prompt too long", "reward wrong length", "reward raises", "unknown reward",
+                                  "mismatched tokenizer", "folder without weights", "unknown backend"])
+def test_bad_input_gives_one_clear_error(tiny_model_dir, tmp_path, case):
+    toml, expected = _bad_inputs(tmp_path, tiny_model_dir)[case]
+    result = _cli(tmp_path, toml)
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and expected in errors[0], result.stderr[-2000:]
+
+
+# --- security -----------------------------------------------------------------------------------
+
+SOURCES = [p for root in ("core", "plugins") for p in (Path(__file__).parents[1] / root).rglob("*.py")]
+
+
+def test_no_pickle_loading_and_torch_load_only_with_weights_only():
+    offenders = []
+    for path in SOURCES:
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if "pickle.load" in code or "import pickle" in code:
+                offenders.append(f"{path}:{lineno}: {line.strip()}")
+            if "torch.load(" in code and "weights_only=True" not in code:
+                offenders.append(f"{path}:{lineno}: {line.strip()}")
+    assert SOURCES and not offenders, offenders
+
+
+def test_remote_code_is_off_unless_asked(tiny_model_dir):
+    pytest.importorskip("torch")
+    config = RunConfig.from_dict({"model": {"path": tiny_model_dir}, "data": {"task": "arithmetic"},
+                                  "rewards": [{"name": "numeric_match"}]})
+    assert config.model.trust_remote_code is False
+    assert EngineConfig(model="m").trust_remote_code is False
+    source = (Path(__file__).parents[1] / "plugins/torch_backend/polyrl_torch/engine.py").read_text()
+    assert 'extra["trust_remote_code"] = bool(config.trust_remote_code)' in source
+
+
+def test_api_keys_are_redacted_from_logs(capsys):
+    from polyrl import logs
+
+    logs.configure(json=True)
+    logs.get_logger("t").info("calling judge", api_key="sk-live-123456", headers={"Authorization": "Bearer sk-live-123456"})
+    err = capsys.readouterr().err
+    assert "sk-live-123456" not in err and "calling judge" in err
+
+
+def test_servers_bind_to_localhost_by_default():
+    from polyrl.cli import build_parser
+
+    args = build_parser().parse_args(["serve"])
+    assert args.host == "127.0.0.1"
