@@ -76,10 +76,11 @@ def metric_steps(out: Path) -> list[dict]:
 def test_kill_9_mid_run_then_resume_equals_the_uninterrupted_run(tiny_model_dir, tmp_path):
     """SIGKILL at a random moment after a checkpoint; --resume ends bitwise where a clean run ends."""
     clean_out, crash_out = tmp_path / "clean", tmp_path / "crash"
-    clean = train(write_config(tmp_path, tiny_model_dir, clean_out))
+    steps = 30  # long enough that the kill always lands mid-run (a tiny-model step takes ~0.1 s)
+    clean = train(write_config(tmp_path, tiny_model_dir, clean_out, steps=steps))
     assert clean.returncode == 0, clean.stderr
 
-    config = write_config(tmp_path, tiny_model_dir, crash_out)
+    config = write_config(tmp_path, tiny_model_dir, crash_out, steps=steps)
     proc = subprocess.Popen([*POLYRL, "train", str(config), "--no-progress"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wanted = random.Random().randint(1, 4)  # a random moment: after checkpoint k, plus jitter
@@ -87,12 +88,13 @@ def test_kill_9_mid_run_then_resume_equals_the_uninterrupted_run(tiny_model_dir,
     while len(ckpt.complete_checkpoints(crash_out / "checkpoints")) < wanted:
         assert proc.poll() is None and time.monotonic() < deadline, "run ended before the kill"
         time.sleep(0.02)
-    time.sleep(random.Random().uniform(0, 0.3))
+    time.sleep(random.Random().uniform(0, 0.2))
+    assert proc.poll() is None, "run ended before the kill"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
     killed_at = ckpt.latest_checkpoint(crash_out / "checkpoints")
-    assert killed_at is not None and ckpt.read_state(killed_at)["step"] < 6
+    assert killed_at is not None and ckpt.read_state(killed_at)["step"] < steps
 
     resumed = train(config, "--resume")
     assert resumed.returncode == 0, resumed.stderr
@@ -102,7 +104,7 @@ def test_kill_9_mid_run_then_resume_equals_the_uninterrupted_run(tiny_model_dir,
     for name in a:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)  # bitwise on CPU
     clean_steps, crash_steps = metric_steps(clean_out), metric_steps(crash_out)
-    assert [m["step"] for m in crash_steps] == list(range(6))  # each step exactly once
+    assert [m["step"] for m in crash_steps] == list(range(steps))  # each step exactly once
     assert [m["reward_mean"] for m in crash_steps] == [m["reward_mean"] for m in clean_steps]
 
 

@@ -33,6 +33,8 @@ BUILTIN_REWARD_PLUGINS = (
     ("polyrl-llm-judge", "polyrl.rewards.judge"),
     ("polyrl-code-reward", "polyrl.rewards.code"),
 )
+#: The core's own backend: rollouts from OpenAI-compatible servers (no compute library needed).
+BUILTIN_BACKEND_PLUGINS = (("polyrl-remote", "polyrl.remote"),)
 ALLOW_ENV = "POLYRL_LOAD_PLUGINS"
 DENY_ENV = "POLYRL_DISABLE_PLUGINS"
 
@@ -119,7 +121,7 @@ def get_plugin_manager(extra: Iterable[Any] = (), entry_points: bool = True) -> 
     import importlib
 
     pm = PolyrlPluginManager()
-    for name, module in BUILTIN_REWARD_PLUGINS:
+    for name, module in (*BUILTIN_REWARD_PLUGINS, *BUILTIN_BACKEND_PLUGINS):
         pm.register(importlib.import_module(module), name=name)
     if entry_points:
         pm.load_entry_points()

@@ -6,8 +6,12 @@
 
 Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions`` (OpenAI
 request/response shapes), ``GET /health``; and, for tests and monitoring, ``GET /polyrl/stats``
-(requests, in flight now, most in flight at once, batches), ``POST /polyrl/stats/reset`` and —
-only with ``--allow-fault-control`` — ``POST /polyrl/faults`` to change the fault injection below.
+(requests, in flight now, most in flight at once, batches, weight version), ``POST
+/polyrl/stats/reset``, — only with ``--allow-weight-push`` — ``POST /polyrl/weights``
+``{"path": DIR_OR_FILE}`` that loads new weights from local safetensors between two batches (how a
+trainer keeps remote generation on-policy), and — only with ``--allow-fault-control`` — ``POST
+/polyrl/faults`` to change the fault injection below. ``"return_token_ids": true`` (vLLM's
+extension) adds each choice's ``token_ids`` and ``prompt_token_ids``.
 
 Why the standard library (``http.server.ThreadingHTTPServer``) and not starlette + uvicorn: the
 server exists to put a local model behind the API for judges, tests and quick experiments, and
@@ -104,13 +108,16 @@ class Stats:
     batches: int = 0
     max_batch_prompts: int = 0
     errors: int = 0
+    weight_version: int = 0  # weight loads through POST /polyrl/weights
+    weight_load_s: float = 0.0  # the last one's duration
 
 
 @attrs.define
 class _Job:
     prompts: list[Prompt]
-    sampling: SamplingParams
+    sampling: SamplingParams | None
     future: Future = attrs.field(factory=Future)
+    action: Any = None  # a callable run alone on the generation thread (weight loads)
 
 
 class Generator:
@@ -130,8 +137,16 @@ class Generator:
         self.jobs.put(job)
         return job.future.result()
 
+    def run_exclusive(self, action: Any) -> Any:
+        """Run ``action()`` on the generation thread between batches: never during a generate."""
+        job = _Job([], None, action=action)
+        self.jobs.put(job)
+        return job.future.result()
+
     def _take_batch(self) -> list[_Job]:
         first = self.jobs.get()
+        if first.action is not None:
+            return [first]
         batch, size, held = [first], len(first.prompts), []
         time.sleep(0.002)  # let requests sent together arrive together
         while size < self.max_batch_size:
@@ -139,7 +154,7 @@ class Generator:
                 job = self.jobs.get_nowait()
             except queue.Empty:
                 break
-            if job.sampling == first.sampling and size + len(job.prompts) <= self.max_batch_size:
+            if job.action is None and job.sampling == first.sampling and size + len(job.prompts) <= self.max_batch_size:
                 batch.append(job)
                 size += len(job.prompts)
             else:
@@ -151,6 +166,12 @@ class Generator:
     def _run(self) -> None:
         while True:
             batch = self._take_batch()
+            if batch[0].action is not None:
+                try:
+                    batch[0].future.set_result(batch[0].action())
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    batch[0].future.set_exception(exc)
+                continue
             prompts = [p for job in batch for p in job.prompts]
             try:
                 out = self.engine.generate(prompts, batch[0].sampling)
@@ -197,6 +218,22 @@ class TokenText:
         return self._decode(token_id)
 
 
+def read_safetensors(path: str) -> dict[str, Any]:
+    """Every tensor in a .safetensors file, or in all of a folder's (numpy; never pickle)."""
+    from safetensors.numpy import load_file
+
+    if os.path.isdir(path):
+        files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
+    else:
+        files = [path] if path.endswith(".safetensors") and os.path.isfile(path) else []
+    if not files:
+        raise ApiError(400, f"no .safetensors file at {path!r}", "path")
+    weights: dict[str, Any] = {}
+    for f in files:
+        weights.update(load_file(f))
+    return weights
+
+
 def _garbage(rng: random.Random, length: int) -> str:
     words = ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 8)))
              for _ in range(max(1, length // 4))]
@@ -209,7 +246,8 @@ class PolyrlServer(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], engine: Any, *, model_name: str, model_path: str = "",
                  max_batch_size: int = 8, max_tokens_limit: int = 2048, api_key: str | None = None,
-                 faults: Faults | None = None, allow_fault_control: bool = False) -> None:
+                 faults: Faults | None = None, allow_fault_control: bool = False,
+                 allow_weight_push: bool = False) -> None:
         super().__init__(address, Handler)
         self.engine = engine
         self.model_name = model_name
@@ -217,6 +255,7 @@ class PolyrlServer(ThreadingHTTPServer):
         self.api_key = api_key
         self.faults = faults or Faults()
         self.allow_fault_control = allow_fault_control
+        self.allow_weight_push = allow_weight_push
         self.stats = Stats()
         self.lock = threading.Lock()
         self.generator = Generator(engine, max_batch_size, self.stats, self.lock)
@@ -427,6 +466,31 @@ class Handler(BaseHTTPRequestHandler):
             self.server.faults.update(body)
             return 200, attrs.asdict(self.server.faults)
 
+    def load_weights(self) -> tuple[int, Any]:
+        if not self.server.allow_weight_push:
+            raise ApiError(403, "weight push is off; start the server with --allow-weight-push")
+        path = self._body().get("path")
+        if not isinstance(path, str) or not path:
+            raise ApiError(400, "give the path of a .safetensors file or a folder of them", "path")
+        weights = read_safetensors(path)
+        t0 = time.perf_counter()
+        self.server.generator.run_exclusive(lambda: self.server.engine.import_weights(weights))
+        seconds = time.perf_counter() - t0
+        with self.server.lock:
+            self.server.stats.weight_version += 1
+            self.server.stats.weight_load_s = seconds
+            version = self.server.stats.weight_version
+        log.info("weights loaded", path=path, tensors=len(weights), seconds=round(seconds, 4), version=version)
+        return 200, {"version": version, "tensors": len(weights), "seconds": seconds}
+
+    @staticmethod
+    def _token_ids(entry: dict[str, Any], c: Completion, body: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's ``return_token_ids`` extension: the exact ids, so clients never re-tokenize."""
+        if body.get("return_token_ids"):
+            entry["token_ids"] = [int(t) for t in c.completion_ids]
+            entry["prompt_token_ids"] = [int(t) for t in c.prompt_ids]
+        return entry
+
     def _logprob_entries(self, c: Completion) -> list[dict[str, Any]]:
         out = []
         for tid, lp in zip(c.completion_ids.tolist(), c.logprobs.tolist()):
@@ -445,12 +509,12 @@ class Handler(BaseHTTPRequestHandler):
         want_logprobs = bool(body.get("logprobs"))
         choices = []
         for i, c in enumerate(completions):
-            choices.append({
+            choices.append(self._token_ids({
                 "index": i,
                 "message": {"role": "assistant", "content": self.server.text_of(c)},
                 "logprobs": {"content": self._logprob_entries(c)} if want_logprobs else None,
                 "finish_reason": c.finish_reason,
-            })
+            }, c, body))
         return 200, {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
                      "created": int(time.time()), "model": self.server.model_name, "choices": choices,
                      "usage": _usage(completions, sampling.n)}
@@ -484,7 +548,7 @@ class Handler(BaseHTTPRequestHandler):
                 entry["logprobs"] = {"tokens": tokens, "token_logprobs": [float(x) for x in c.logprobs],
                                      "top_logprobs": [{} for _ in tokens] if logprobs else None,
                                      "text_offset": offsets}
-            choices.append(entry)
+            choices.append(self._token_ids(entry, c, body))
         return 200, {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                      "model": self.server.model_name, "choices": choices,
                      "usage": _usage(completions, sampling.n)}
@@ -496,6 +560,7 @@ ROUTES = {
     ("GET", "/polyrl/stats"): Handler.stats,
     ("POST", "/polyrl/stats/reset"): Handler.reset_stats,
     ("POST", "/polyrl/faults"): Handler.set_faults,
+    ("POST", "/polyrl/weights"): Handler.load_weights,
     ("POST", "/v1/chat/completions"): Handler.chat_completions,
     ("POST", "/v1/completions"): Handler.completions,
 }
@@ -523,6 +588,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fault-503-first", type=int, default=0)
     p.add_argument("--fault-die-after", type=int, default=None)
     p.add_argument("--allow-fault-control", action="store_true", help="enable POST /polyrl/faults")
+    p.add_argument("--allow-weight-push", action="store_true",
+                   help="enable POST /polyrl/weights (a trainer loads new weights from a local safetensors path)")
 
 
 def build_server(args: argparse.Namespace) -> PolyrlServer:
@@ -546,7 +613,8 @@ def build_server(args: argparse.Namespace) -> PolyrlServer:
     return PolyrlServer((args.host, args.port), engine, model_name=args.served_model_name or args.model,
                         model_path=path, max_batch_size=args.max_batch_size,
                         max_tokens_limit=args.max_tokens_limit, api_key=api_key, faults=faults,
-                        allow_fault_control=args.allow_fault_control)
+                        allow_fault_control=args.allow_fault_control,
+                        allow_weight_push=args.allow_weight_push)
 
 
 def run(args: argparse.Namespace) -> int:

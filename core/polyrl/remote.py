@@ -1,0 +1,265 @@
+"""Backend ``remote``: rollouts from one or more OpenAI-compatible servers, weights pushed each step.
+
+    [backends]
+    train = "torch"
+    generate = "remote"
+    [backends.options]
+    servers = ["http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"]
+
+Each prompt is one ``/v1/chat/completions`` (chat prompts) or ``/v1/completions`` (text prompts)
+request with ``n = group_size``, ``logprobs`` and ``return_token_ids``: the token ids and sampler
+log-probs come from the server's generator itself, never from re-tokenizing text. Requests are
+spread round-robin over the servers, ``max_concurrency`` at a time per server; a failed request
+(timeout, connection error, HTTP 408/429/5xx) is retried on the next server with exponential
+backoff and jitter.
+
+Weights: after each training step the trainer calls ``import_weights``; this backend writes them
+once as safetensors under ``weights_dir`` and asks every server to load them (``POST
+/polyrl/weights``), so the next rollouts come from the policy being trained. Which servers can:
+
+============================  ====================================================================
+server                        weight push after each step
+============================  ====================================================================
+``polyrl serve``              yes (``--allow-weight-push``; same machine or a shared filesystem)
+vLLM                          not through this backend; set ``weight_push = false``: rollouts then
+                              come from the weights the server started with (off-policy; the
+                              importance ratio in the loss only corrects this when old log-probs
+                              are recomputed, ``num_iterations > 1``)
+``max serve``, mlx_lm.server  no; same as vLLM
+============================  ====================================================================
+
+Options (``[backends.options]``; every engine of the run sees them, only this backend reads them):
+``servers`` (required, list of base URLs ending in ``/v1``), ``served_model`` (the model name the
+servers serve; default: whatever ``/v1/models`` lists first), ``timeout_s`` (120), ``retries`` (3),
+``backoff_s`` (0.5), ``max_concurrency`` (4 per server), ``weight_push`` (true), ``weights_dir``
+(default: a temporary folder), ``api_key_env``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import attrs
+import numpy as np
+
+from polyrl.errors import ConfigError, PluginError
+from polyrl.hookspecs import hookimpl
+from polyrl.logs import get_logger
+from polyrl.types import (BackendSpec, Capabilities, Completion, EngineConfig, NamedWeights, Prompt,
+                          SamplingParams)
+
+log = get_logger("polyrl.remote")
+NAME = "remote"
+RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+@attrs.define(frozen=True)
+class RemoteOptions:
+    servers: tuple[str, ...]
+    served_model: str | None = None
+    timeout_s: float = 120.0
+    retries: int = 3
+    backoff_s: float = 0.5
+    max_concurrency: int = 4
+    weight_push: bool = True
+    weights_dir: str | None = None
+    api_key_env: str | None = None
+
+
+def remote_options(options: Mapping[str, Any]) -> RemoteOptions:
+    """Validate this backend's keys of ``[backends.options]`` (other backends' keys are ignored)."""
+    servers = options.get("servers")
+    if isinstance(servers, str):
+        servers = [servers]
+    if not servers or not isinstance(servers, (list, tuple)) or not all(
+            isinstance(s, str) and s.startswith(("http://", "https://")) for s in servers):
+        raise ConfigError("the remote backend needs a list of server URLs", field="backends.options.servers",
+                          fix='e.g. servers = ["http://127.0.0.1:8001/v1"] (OpenAI-compatible base URLs)')
+    known = {f.name for f in attrs.fields(RemoteOptions)}
+    values = {k: options[k] for k in known if k in options and k != "servers"}
+    for key in ("timeout_s", "backoff_s"):
+        if key in values and (not isinstance(values[key], (int, float)) or values[key] <= 0):
+            raise ConfigError("must be a number > 0", field=f"backends.options.{key}")
+    for key in ("retries", "max_concurrency"):
+        if key in values and (not isinstance(values[key], int) or isinstance(values[key], bool) or values[key] < 0):
+            raise ConfigError("must be an integer >= 0", field=f"backends.options.{key}")
+    return RemoteOptions(servers=tuple(s.rstrip("/") for s in servers), **values)
+
+
+class RemoteEngine:
+    """HTTP clients for the servers, the served model name, and the weight-push state."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        import httpx
+
+        self.config = config
+        self.options = remote_options(config.options)
+        headers = {}
+        if self.options.api_key_env:
+            key = os.environ.get(self.options.api_key_env)
+            if not key:
+                raise ConfigError(f"environment variable {self.options.api_key_env} is not set",
+                                  field="backends.options.api_key_env", fix="export it before the run")
+            headers["Authorization"] = f"Bearer {key}"
+        limits = httpx.Limits(max_connections=self.options.max_concurrency * len(self.options.servers))
+        self.client = httpx.Client(timeout=self.options.timeout_s, headers=headers, limits=limits, trust_env=False)
+        self.model = self.options.served_model or self._served_model(self.options.servers[0])
+        self._next = itertools.count()
+        self._lock = threading.Lock()
+        self._weights_dir = self.options.weights_dir or tempfile.mkdtemp(prefix="polyrl-weights-")
+        self.weight_version = 0
+
+    def _served_model(self, server: str) -> str:
+        try:
+            data = self.client.get(f"{server}/models").json()
+            return str(data["data"][0]["id"])
+        except Exception as exc:  # noqa: BLE001 - any failure means the same thing to the user
+            raise ConfigError(f"cannot list the models of {server}: {type(exc).__name__}: {exc}",
+                              field="backends.options.servers",
+                              fix="start the server first (e.g. `polyrl serve --port 8001`) or fix the URL, "
+                              "or set backends.options.served_model") from None
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def post(self, path: str, body: dict[str, Any], first_server: int) -> dict[str, Any]:
+        """POST to one server, moving to the next on retryable failures; the answer's JSON."""
+        servers, last = self.options.servers, "no attempt"
+        for attempt in range(self.options.retries + 1):
+            server = servers[(first_server + attempt) % len(servers)]
+            if attempt:
+                delay = self.options.backoff_s * 2 ** (attempt - 1)
+                time.sleep(delay + random.uniform(0, delay))
+            try:
+                response = self.client.post(f"{server}{path}", json=body)
+            except Exception as exc:  # noqa: BLE001 - httpx transport errors and timeouts
+                last = f"{server}: {type(exc).__name__}: {exc}"
+                continue
+            if response.status_code == 200:
+                return response.json()
+            last = f"{server}: HTTP {response.status_code}: {response.text[:200]}"
+            if response.status_code not in RETRY_STATUS:
+                break
+        raise PluginError(f"remote generation failed after {attempt + 1} attempts; last: {last}. "
+                          "Fix: check that the servers in backends.options.servers are up")
+
+    def generate_one(self, index: int, prompt: Prompt, sampling: SamplingParams) -> list[Completion]:
+        body: dict[str, Any] = {
+            "model": self.model, "n": sampling.n, "max_tokens": sampling.max_new_tokens,
+            "temperature": sampling.temperature, "top_p": sampling.top_p, "return_token_ids": True,
+        }
+        if sampling.top_k:
+            body["top_k"] = sampling.top_k
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)
+        if sampling.seed is not None:
+            body["seed"] = int(sampling.seed) + index  # distinct per prompt, same on every server
+        chat = not isinstance(prompt, str)
+        if chat:
+            body.update(messages=list(prompt), logprobs=True)
+        else:
+            body.update(prompt=prompt, logprobs=0)
+        with self._lock:
+            first = next(self._next) % len(self.options.servers)
+        data = self.post("/chat/completions" if chat else "/completions", body, first)
+        return [_completion(index, choice, chat) for choice in data["choices"]]
+
+    def push_weights(self, weights: NamedWeights) -> float:
+        """Write the weights once, have every server load them; seconds taken."""
+        from safetensors.numpy import save_file
+
+        t0 = time.perf_counter()
+        self.weight_version += 1
+        path = os.path.join(self._weights_dir, f"policy-{self.weight_version:08d}.safetensors")
+        tmp = path + ".tmp"
+        save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, tmp)
+        os.replace(tmp, path)
+        for i in range(len(self.options.servers)):
+            self.post_to(i, "/polyrl/weights", {"path": path})
+        previous = os.path.join(self._weights_dir, f"policy-{self.weight_version - 1:08d}.safetensors")
+        if os.path.exists(previous):
+            os.remove(previous)
+        seconds = time.perf_counter() - t0
+        log.info("weights pushed", servers=len(self.options.servers), version=self.weight_version,
+                 seconds=round(seconds, 3))
+        return seconds
+
+    def post_to(self, server_index: int, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST a server-root ``path`` (e.g. ``/polyrl/weights``, beside ``/v1``) to exactly this
+        server: weights must reach every one, so there is no failing over."""
+        server = self.options.servers[server_index]
+        root = server[: -len("/v1")] if server.endswith("/v1") else server
+        response = self.client.post(f"{root}{path}", json=body)
+        if response.status_code != 200:
+            raise PluginError(f"{server} refused {path}: HTTP {response.status_code}: {response.text[:200]}. "
+                              "Fix: start `polyrl serve` with --allow-weight-push, or set "
+                              "backends.options.weight_push = false (rollouts then go off-policy)")
+        return response.json()
+
+
+def _completion(index: int, choice: dict[str, Any], chat: bool) -> Completion:
+    ids, prompt_ids = choice.get("token_ids"), choice.get("prompt_token_ids")
+    if ids is None or prompt_ids is None:
+        raise PluginError("the server returned no token ids (return_token_ids): polyrl trains on the "
+                          "generator's own ids and will not re-tokenize text. Fix: use `polyrl serve` "
+                          "or a vLLM recent enough to support return_token_ids")
+    if chat:
+        entries = (choice.get("logprobs") or {}).get("content") or []
+        logprobs = [e["logprob"] for e in entries]
+        text = (choice.get("message") or {}).get("content") or ""
+    else:
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+        text = choice.get("text") or ""
+    if len(logprobs) != len(ids):
+        raise PluginError(f"the server returned {len(logprobs)} log-probs for {len(ids)} tokens")
+    return Completion(index, np.asarray(prompt_ids, dtype=np.int64), np.asarray(ids, dtype=np.int64),
+                      np.asarray(logprobs, dtype=np.float32), text=text,
+                      finish_reason=choice.get("finish_reason") or "length")
+
+
+# --- hooks ------------------------------------------------------------------------------------------
+
+
+@hookimpl
+def polyrl_register_backends(register: Callable[[BackendSpec], None]) -> None:
+    register(BackendSpec(
+        name=NAME, load=RemoteEngine, distribution="polyrl",
+        summary="rollouts from OpenAI-compatible servers (polyrl serve, vLLM, max serve), load-balanced",
+        capabilities=Capabilities(generate=True, logprobs=False, train_step=False, weight_import=True),
+        version="1", probe=_probe,
+        install_hint="pip install httpx safetensors (core dependencies)",
+    ))
+
+
+def _probe() -> str | None:
+    """Why the backend cannot run here, or None (its HTTP and weight-file libraries)."""
+    import importlib.util
+
+    missing = [m for m in ("httpx", "safetensors") if importlib.util.find_spec(m) is None]
+    return f"missing {', '.join(missing)}" if missing else None
+
+
+@hookimpl
+def generate(engine: Any, prompts: Sequence[Prompt], sampling: SamplingParams) -> list[Completion] | None:
+    if not isinstance(engine, RemoteEngine):
+        return None
+    workers = engine.options.max_concurrency * len(engine.options.servers)
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(prompts)))) as pool:
+        parts = list(pool.map(lambda ip: engine.generate_one(ip[0], ip[1], sampling), enumerate(prompts)))
+    return [c for part in parts for c in part]
+
+
+@hookimpl
+def import_weights(engine: Any, weights: NamedWeights) -> bool | None:
+    if not isinstance(engine, RemoteEngine):
+        return None
+    if engine.options.weight_push:
+        engine.push_weights(weights)
+    return True

@@ -1,0 +1,107 @@
+"""Backend ``remote``: two real `polyrl serve` processes on 127.0.0.1 feeding one torch trainer."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from polyrl.config import RunConfig
+from polyrl.engine import Engine
+from polyrl.errors import ConfigError, PluginError
+from polyrl.registry import Registry
+from polyrl.trainer import Trainer
+from polyrl.types import EngineConfig, SamplingParams, TokenSequence
+
+from serve_util import SERVED_NAME, start_server
+
+pytest.importorskip("torch")
+
+REWARD = """
+def digits(prompts, completions, **kwargs):
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+"""
+
+
+@pytest.fixture(scope="module")
+def servers(tiny_model_dir):
+    started = [start_server(tiny_model_dir, "--allow-weight-push", "--allow-fault-control") for _ in range(2)]
+    yield started
+    for s in started:
+        s.stop()
+
+
+def remote_config(servers, **options) -> EngineConfig:
+    return EngineConfig(model="unused", role="generate",
+                        options={"servers": [f"{s.url}/v1" for s in servers], **options})
+
+
+def test_rollouts_are_spread_over_servers_with_exact_ids_and_logprobs(servers, tiny_model_dir):
+    for s in servers:
+        s.reset()
+    reg = Registry()
+    remote = Engine(reg, "remote", remote_config(servers))
+    assert remote.raw.model == SERVED_NAME  # discovered through /v1/models
+    prompts = [[{"role": "user", "content": f"Count to {i}"}] for i in range(6)]
+    out = remote.generate(prompts, SamplingParams(max_new_tokens=6, n=3, seed=5, temperature=1.0))
+    assert len(out) == 18 and [c.prompt_index for c in out] == [i for i in range(6) for _ in range(3)]
+    assert all(s.stats()["requests"] >= 2 for s in servers)  # both servers did work
+    # the ids and log-probs are the generator's: a local torch engine on the same weights agrees
+    local = Engine(reg, "torch", EngineConfig(model=tiny_model_dir, role="reference", threads=1))
+    scored = local.logprobs([TokenSequence.of(c) for c in out], 1.0)
+    for c, lp in zip(out, scored):
+        np.testing.assert_allclose(c.logprobs, lp, atol=1e-4)
+
+
+def test_trainer_pushes_weights_to_every_server_each_step(servers, tiny_model_dir, tmp_path):
+    for s in servers:
+        s.reset()
+    (tmp_path / "reward.py").write_text(REWARD)
+    before = [s.stats()["weight_version"] for s in servers]
+    config = RunConfig.from_dict({
+        "model": {"path": tiny_model_dir},
+        "backends": {"train": "torch", "generate": "remote",
+                     "options": {"servers": [f"{s.url}/v1" for s in servers]}},
+        "generation": {"group_size": 4, "max_new_tokens": 8},
+        "optimizer": {"lr": 1e-3},
+        "data": {"task": "arithmetic"},
+        "rewards": [{"function": f"{tmp_path / 'reward.py'}:digits"}],
+        "train": {"steps": 3, "prompts_per_step": 4, "threads": 1, "output_dir": str(tmp_path / "run")},
+    })
+    trainer = Trainer(config)
+    summary = trainer.run(progress=False)
+    assert summary["steps"] == 3
+    after = [s.stats() for s in servers]
+    # one push when the run starts (initial sync) and one after each step, on every server
+    assert [a["weight_version"] - b for a, b in zip(after, before)] == [4, 4]
+    assert all(a["requests"] > 0 for a in after)
+    # on-policy: the servers now generate from the trained weights
+    prompt = [[{"role": "user", "content": "Count to 3"}]]
+    remote = trainer.gen_engine.generate(prompt, SamplingParams(max_new_tokens=6, n=2, seed=1))
+    trained = trainer.train_engine.logprobs([TokenSequence.of(c) for c in remote], 1.0)
+    for c, lp in zip(remote, trained):
+        np.testing.assert_allclose(c.logprobs, lp, atol=1e-4)
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(m["time/sync"] > 0 for m in metrics)
+
+
+def test_a_dead_server_fails_over_to_the_other(servers, tiny_model_dir):
+    reg = Registry()
+    dead = "http://127.0.0.1:9/v1"  # nothing listens on the discard port
+    engine = Engine(reg, "remote", EngineConfig(model="x", options={
+        "servers": [dead, f"{servers[0].url}/v1"], "served_model": SERVED_NAME, "backoff_s": 0.01}))
+    out = engine.generate([[{"role": "user", "content": "Hi"}]] * 4, SamplingParams(max_new_tokens=3, n=2, seed=0))
+    assert len(out) == 8
+
+
+def test_errors_name_the_option_and_the_fix(servers):
+    reg = Registry()
+    with pytest.raises(ConfigError, match="backends.options.servers"):
+        Engine(reg, "remote", EngineConfig(model="x", options={}))
+    with pytest.raises(ConfigError, match="cannot list the models"):
+        Engine(reg, "remote", EngineConfig(model="x", options={"servers": ["http://127.0.0.1:9/v1"]}))
+    engine = Engine(reg, "remote", EngineConfig(model="x", options={
+        "servers": ["http://127.0.0.1:9/v1"], "served_model": "m", "retries": 1, "backoff_s": 0.01}))
+    with pytest.raises(PluginError, match="servers in backends.options.servers are up"):
+        engine.generate(["hi"], SamplingParams(max_new_tokens=2))
