@@ -1,4 +1,4 @@
-"""The ``polyrl`` command: train | backends | rewards | doctor | generate | serve | bench | convert."""
+"""The ``polyrl`` command: train | launch | backends | rewards | doctor | generate | serve | bench | convert."""
 
 from __future__ import annotations
 
@@ -230,6 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", help="override train.output_dir")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("launch", help="run `polyrl train` on several processes/nodes under torchrun")
+    from polyrl.launch import add_arguments as launch_arguments, cmd_launch
+
+    launch_arguments(p)
+    p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("backends", help="list backends, whether they run here, and why not")
     p.add_argument("--json", action="store_true")

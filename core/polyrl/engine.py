@@ -112,6 +112,11 @@ class Engine:
             raise self._fail("train_step", f"returned {type(out).__name__}, expected StepMetrics")
         return out
 
+    def all_gather(self, value: Any) -> list[Any]:
+        """``value`` from every rank of a data-parallel run (``[value]`` when running alone)."""
+        out = self._call("all_gather", value=value)
+        return [value] if out is None else list(out)
+
     def export_weights(self) -> NamedWeights:
         out = self._call("export_weights")
         if out is None:

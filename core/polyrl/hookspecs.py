@@ -166,6 +166,21 @@ def load_checkpoint(engine: Any, path: str) -> bool | None:
     """Restore what ``save_checkpoint`` wrote so a resumed run continues exactly."""
 
 
+# --- data parallelism ----------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def all_gather(engine: Any, value: Any) -> list[Any] | None:
+    """Under a multi-process launcher (``torchrun``): ``value`` from every rank, in rank order.
+
+    The trainer shards each step's prompts over the ranks (``RANK``/``WORLD_SIZE`` from the
+    environment) and gathers the shaped rewards with this hook, so advantages and reward metrics
+    are computed on the global batch. A backend that trains data-parallel implements it (the torch
+    backend with ``torch.distributed``) and normalises its loss by the global batch in
+    ``train_step``; return None when this process runs alone.
+    """
+
+
 # --- rewards ------------------------------------------------------------------------------------
 
 

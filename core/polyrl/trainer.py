@@ -67,6 +67,13 @@ def _restore_rng_states(state: dict[str, Any]) -> None:
                              npy["has_gauss"], npy["cached_gaussian"]))
 
 
+def _launcher_rank() -> tuple[int, int]:
+    """(rank, world size) from a multi-process launcher's environment (torchrun sets both)."""
+    import os
+
+    return int(os.environ.get("RANK", "0") or 0), int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
 def _step_seed(seed: int, step: int) -> int:
     """A per-step seed derived from the run seed, so a resumed run samples the same."""
     return (seed * 1_000_003 + step * 7919) % (2**31 - 1)
@@ -88,6 +95,11 @@ class Trainer:
             self.registry.pm, [(r.label, r.weight, dict(r.options)) for r in config.rewards]
         )
         self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed)
+        self.rank, self.world_size = _launcher_rank()
+        if self.world_size > config.train.prompts_per_step:
+            raise ConfigError(
+                f"{self.world_size} processes but only {config.train.prompts_per_step} prompts per step",
+                field="train.prompts_per_step", fix=f"set it to at least {self.world_size} (one per rank)")
         self.step = 0
         self.stop_requested = False
         self.history: list[dict[str, Any]] = []
@@ -210,11 +222,14 @@ class Trainer:
         c, algo = self.config, self.config.algorithm
         times: dict[str, float] = {}
         t_step = time.perf_counter()
-        rows = self.sampler.next_batch()
+        rows = self.sampler.next_batch()  # the global batch: the same on every rank
+        if self.world_size > 1:
+            rows = rows[self.rank::self.world_size]  # whole groups stay on one rank
         prompts = [row[c.data.prompt_column] for row in rows]
 
         t0 = time.perf_counter()
-        completions = self.gen_engine.generate(prompts, c.generation.sampling(_step_seed(c.train.seed, self.step)))
+        seed = _step_seed(c.train.seed, self.step) + 104_729 * self.rank
+        completions = self.gen_engine.generate(prompts, c.generation.sampling(seed))
         times["generate"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -224,19 +239,26 @@ class Trainer:
         shaped = algo.shape_rewards(rewards, lengths, c.generation.max_new_tokens)
         times["reward"] = time.perf_counter() - t0
 
-        keep = algo.keep_mask(shaped, c.generation.group_size)
-        advantages = algo.advantages(shaped, c.generation.group_size)
-        keep &= np.isfinite(shaped)
+        # advantages (and batch-level statistics) over the global batch, then this rank's part
+        everyone = self.train_engine.all_gather((rewards, shaped)) if self.world_size > 1 else [(rewards, shaped)]
+        offset = sum(len(r) for r, _ in everyone[: self.rank])
+        all_shaped = np.concatenate([s for _, s in everyone])
+        mine = slice(offset, offset + len(shaped))
+        keep = algo.keep_mask(all_shaped, c.generation.group_size)
+        advantages = algo.advantages(all_shaped, c.generation.group_size)
+        global_kept = int((keep & np.isfinite(all_shaped)).sum())
+        keep, advantages = keep[mine] & np.isfinite(shaped), advantages[mine]
+        rewards = np.concatenate([r for r, _ in everyone])  # metrics describe the global batch
         metrics: dict[str, Any] = {
             "step": self.step,
             "reward_mean": float(np.nanmean(rewards)) if np.isfinite(rewards).any() else float("nan"),
             "reward_std": float(np.nanstd(rewards)) if np.isfinite(rewards).any() else float("nan"),
             "completion_len_mean": float(lengths.mean()),
-            "samples_kept": int(keep.sum()),
+            "samples_kept": global_kept,
             **{f"reward/{k}/{m}": v for k, ms in scored.metrics.items() for m, v in ms.items()},
         }
         idx = np.flatnonzero(keep)
-        if len(idx) == 0:
+        if global_kept == 0:
             log.warning("no informative samples this step (all groups had equal rewards); skipping update",
                         step=self.step)
             metrics.update(skipped=True, loss=float("nan"))
@@ -245,9 +267,13 @@ class Trainer:
             temperature = c.generation.temperature or 1.0
             old = None
             t0 = time.perf_counter()
-            if algo.num_iterations > 1:
+            if algo.num_iterations > 1 and seqs:
                 old = self.train_engine.logprobs(seqs, temperature)
-            ref = self._ref_logprobs(seqs, temperature) if algo.beta > 0 else None
+            ref = self._ref_logprobs(seqs, temperature) if algo.beta > 0 and seqs else None
+            if algo.beta > 0 and not seqs:  # an empty shard still takes part in the step
+                ref = []
+            if algo.num_iterations > 1 and not seqs:
+                old = []
             times["logprobs"] = time.perf_counter() - t0
             batch = TrainBatch(seqs, advantages[idx], old_logprobs=old, ref_logprobs=ref,
                                temperature=temperature)
@@ -298,6 +324,9 @@ class Trainer:
         }
 
     def save(self) -> Path:
+        """Checkpoint (rank 0 only under a launcher: every rank holds the same weights)."""
+        if self.rank != 0:
+            return ckpt.checkpoint_dir(self.checkpoint_root, self.step)
         path = ckpt.write_checkpoint(self.checkpoint_root, self.step, self._state(),
                                      self.train_engine.save_checkpoint)
         ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints)
@@ -336,9 +365,10 @@ class Trainer:
                 continue
             if isinstance(record, dict) and int(record.get("step", -1)) < self.step:
                 kept.append(record)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        tmp.replace(path)
+        if self.rank == 0:  # one writer under a launcher
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            tmp.replace(path)
         return kept
 
     # --- driver --------------------------------------------------------------------------------
@@ -370,7 +400,7 @@ class Trainer:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         metrics_path = self.output_dir / "metrics.jsonl"
         summary: dict[str, Any] = {"output_dir": str(self.output_dir)}
-        if self.eval_dataset is not None and self.step == 0:
+        if self.eval_dataset is not None and self.step == 0 and self.rank == 0:
             summary["eval_before"] = self.evaluate()
             log.info("evaluation before training", **summary["eval_before"])
         skips = 0
@@ -379,11 +409,14 @@ class Trainer:
                 metrics = self.train_one_step()
                 self.step += 1
                 self.history.append(metrics)
-                with open(metrics_path, "a") as fh:
-                    fh.write(json.dumps(metrics) + "\n")
-                log.info("step", **{k: (round(v, 4) if isinstance(v, float) else v)
+                if self.rank == 0:
+                    with open(metrics_path, "a") as fh:
+                        fh.write(json.dumps(metrics) + "\n")
+                log.info("step", **({"rank": self.rank} if self.world_size > 1 else {}), **{k: (round(v, 4) if isinstance(v, float) else v)
                                     for k, v in metrics.items() if not k.startswith("reward/")})
                 advance(metrics)
+                if self.world_size > 1:  # a signal may reach the ranks on either side of a step
+                    self.stop_requested = any(self.train_engine.all_gather(self.stop_requested))
                 skipped_update = bool(metrics.get("skipped")) and "grad_norm" in metrics
                 skips = skips + 1 if skipped_update else 0
                 if skips >= c.train.max_consecutive_skips:
@@ -394,14 +427,14 @@ class Trainer:
                     )
                 if c.train.checkpoint_every and self.step % c.train.checkpoint_every == 0:
                     self.save()
-                if c.eval.every and self.eval_dataset is not None and self.step % c.eval.every == 0:
+                if c.eval.every and self.eval_dataset is not None and self.step % c.eval.every == 0 and self.rank == 0:
                     ev = self.evaluate()
                     log.info("evaluation", step=self.step, **ev)
         summary["checkpoint"] = str(self.save())
         if self.stop_requested:
             log.warning("stopped early on request", step=self.step)
             summary["stopped_early"] = True
-        if self.eval_dataset is not None:
+        if self.eval_dataset is not None and self.rank == 0:
             summary["eval_after"] = self.evaluate()
             log.info("evaluation after training", **summary["eval_after"])
         summary["steps"] = self.step

@@ -72,6 +72,10 @@ class TorchEngine:
                               field="dtype", fix=f"use one of {', '.join(DTYPES)}")
         self.dtype = DTYPES[config.dtype]
         self.device = _resolve_device(config.device)
+        if config.role == "train":
+            from polyrl_torch import distributed
+
+            distributed.init_from_env(self.device)  # a no-op outside torchrun
         if config.threads is not None:
             torch.set_num_threads(int(config.threads))
         torch.manual_seed(config.seed)  # LoRA init draws from the global generator

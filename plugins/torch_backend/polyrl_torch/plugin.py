@@ -233,3 +233,13 @@ def load_checkpoint(engine: Any, path: str) -> bool | None:
     from polyrl_torch.weights import load_checkpoint as run
 
     return run(engine, path)
+
+
+@hookimpl
+def all_gather(engine: Any, value: Any) -> list[Any] | None:
+    """Objects from every rank under torchrun (the trainer gathers rewards with it)."""
+    if not _ours(engine):
+        return None
+    from polyrl_torch import distributed
+
+    return distributed.all_gather_objects(value) if distributed.active() else None

@@ -17,6 +17,7 @@ import torch
 
 from polyrl.algorithms.objective import Objective
 from polyrl.types import StepMetrics, TrainBatch
+from polyrl_torch import distributed
 from polyrl_torch.engine import TorchEngine
 from polyrl_torch.scoring import token_logprobs
 
@@ -132,12 +133,13 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     """One optimizer step on ``batch``; non-finite loss or gradient leaves the weights untouched."""
     optimizer = engine.require_optimizer()
     seqs, n = batch.sequences, len(batch.sequences)
-    total_tokens = batch.num_tokens
-    if n == 0:
+    # under torchrun the loss is normalised by the global batch; see polyrl_torch.distributed
+    global_n, total_tokens = (int(x) for x in distributed.sum_scalars([n, batch.num_tokens], engine.device))
+    if global_n == 0:
         return StepMetrics(loss=0.0, grad_norm=0.0, tokens=0, skipped=True)
     if objective.beta > 0 and batch.ref_logprobs is None:
         raise ValueError("objective.beta > 0 but the batch has no ref_logprobs")
-    micro = engine.config.optimizer.micro_batch_size or n
+    micro = engine.config.optimizer.micro_batch_size or max(n, 1)
     params = engine.trainable_parameters()
     temperature = float(batch.temperature) or 1.0
 
@@ -157,7 +159,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                 logp, torch.as_tensor(batch.advantages[start:idx.stop]), objective,
                 constants(batch.old_logprobs, idx),
                 constants(batch.ref_logprobs, idx) if objective.beta > 0 else None,
-                num_sequences=n, num_tokens=total_tokens,
+                num_sequences=global_n, num_tokens=total_tokens,
             )
             value = float(loss.detach())
             loss_sum += value
@@ -170,6 +172,12 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     finally:
         engine.model.eval()
 
+    if distributed.active():  # every rank must take part, even one whose shard was empty or NaN
+        loss_sum, kl_sum, clip_sum, bad = distributed.sum_scalars(
+            [loss_sum if finite else 0.0, kl_sum, clip_sum, 0.0 if finite else 1.0], engine.device)
+        finite = bad == 0
+        if finite:
+            distributed.sum_gradients(params)
     grad_norm = _grad_norm(params, engine.config.optimizer.max_grad_norm) if finite else float("nan")
     denom = max(total_tokens, 1)
     metrics = dict(loss=loss_sum, grad_norm=grad_norm, kl=kl_sum / denom,

@@ -1,0 +1,77 @@
+"""Data-parallel training under ``torchrun``: each rank trains on its shard, gradients are summed.
+
+Why not wrap the model in ``DistributedDataParallel``: polyrl's loss is already normalised by the
+*global* batch (``objective_loss(num_sequences=..., num_tokens=...)`` — the same mechanism that
+makes micro-batches exact), so the sum of the ranks' gradients IS the gradient of the global loss,
+whatever the aggregation mode (sequence mean, token mean, Dr.GRPO constant) and however unevenly
+tokens fall on the ranks. One ``all_reduce(SUM)`` of the flattened gradients after backward does
+exactly that, works with LoRA (only trainable parameters travel) and needs no DDP hooks; every rank
+then clips and steps identically, so replicas stay equal without broadcasting weights.
+
+The process group comes from torchrun's environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...):
+gloo on CPU, nccl on CUDA. Outside torchrun every function here is a no-op.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+
+
+def env_world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def init_from_env(device: torch.device) -> None:
+    """Join the process group torchrun describes (once per process); nothing outside torchrun."""
+    if env_world_size() <= 1 or not dist.is_available() or dist.is_initialized():
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend=backend)
+
+
+def active() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def rank() -> int:
+    return dist.get_rank() if active() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if active() else 1
+
+
+def sum_scalars(values: Sequence[float], device: torch.device) -> list[float]:
+    """Element-wise sum over ranks (counts, loss parts); unchanged in one process."""
+    if not active():
+        return list(values)
+    t = torch.tensor(list(values), dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def all_gather_objects(value: object) -> list[object]:
+    """``value`` from every rank, in rank order (pickled by torch over the process group)."""
+    out: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return out
+
+
+def sum_gradients(params: Sequence[torch.nn.Parameter]) -> None:
+    """Replace each gradient by its sum over ranks (one flattened all-reduce)."""
+    if not active():
+        return
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    offset = 0
+    for p in params:
+        n = p.grad.numel()
+        p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+        offset += n
