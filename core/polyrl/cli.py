@@ -197,7 +197,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     result = run_bench(model=args.model, backends=args.backends, prompts=args.prompts,
                        group_size=args.group_size, max_new_tokens=args.max_new_tokens,
-                       threads=args.threads, steps=args.steps, lora=args.lora, output=args.output)
+                       threads=args.threads, steps=args.steps, lora=args.lora, output=args.output,
+                       generate_only=args.generate_only, trl=args.trl)
     _print_json(result)
     return 0
 
@@ -279,6 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--lora", action="store_true")
+    p.add_argument("--generate-only", action="store_true", help="time generation alone (e.g. MAX vs torch)")
+    p.add_argument("--trl", action="store_true", help="also run TRL's GRPOTrainer on the same workload")
     p.add_argument("--output", default="bench/results.json")
     p.set_defaults(func=cmd_bench)
 

@@ -1,6 +1,7 @@
 """The conformance kit: the contract's rules as tests any backend runs against itself.
 
-A backend's test module subclasses ``BackendConformance`` and names its backend::
+A backend's test module subclasses ``BackendConformance`` (or ``GenerationConformance`` for a
+backend that does not train) and names its backend::
 
     from polyrl.testing.conformance import BackendConformance
 
@@ -35,8 +36,9 @@ CHATS = [
 ]
 
 
-class BackendConformance:
-    """Mixin of conformance tests; set ``backend`` (and optionally ``compare_with``)."""
+class GenerationConformance:
+    """The checks for a backend that generates and scores (no ``train_step``, e.g. MAX); set
+    ``backend`` (and optionally ``compare_with``)."""
 
     backend: ClassVar[str] = ""
     compare_with: ClassVar[str | None] = None
@@ -115,47 +117,6 @@ class BackendConformance:
 
     # --- training ------------------------------------------------------------------------------
 
-    @pytest.mark.parametrize(
-        "objective",
-        [
-            Objective(),
-            Objective(loss_aggregation="token_mean", clip_eps_high=0.28),
-            Objective(loss_aggregation="seq_mean_token_sum_norm", max_completion_length=8),
-            Objective(beta=0.1, kl_estimator="k3", dual_clip=3.0),
-            Objective(beta=0.1, kl_estimator="k1"),
-            Objective(beta=0.1, kl_estimator="k2", loss_aggregation="token_mean"),
-        ],
-        ids=["grpo", "dapo", "dr_grpo", "k3_dual", "k1", "k2"],
-    )
-    def test_reported_loss_equals_reference(self, model_dir, objective):
-        engine = self._engine(model_dir)
-        if not get_registry().spec(self.backend).capabilities.train_step:
-            pytest.skip(f"backend {self.backend!r} does not train")
-        out = engine.generate(CHATS, SamplingParams(max_new_tokens=6, n=2, seed=4))
-        seqs = [TokenSequence.of(c) for c in out]
-        rng = np.random.default_rng(0)
-        current = engine.logprobs(seqs, 1.0)
-        old = [lp + rng.normal(0, 0.3, len(lp)).astype(np.float32) for lp in current]
-        ref = [lp + rng.normal(0, 0.3, len(lp)).astype(np.float32) for lp in current]
-        adv = rng.standard_normal(len(seqs)).astype(np.float32)
-        expected, metrics = policy_loss(current, adv, objective, old, ref if objective.beta else None)
-        got = engine.train_step(TrainBatch(seqs, adv, old, ref if objective.beta else None), objective)
-        assert not got.skipped
-        assert got.loss == pytest.approx(expected, rel=1e-3, abs=1e-4)
-        assert got.clip_fraction == pytest.approx(metrics["clip_fraction"], abs=1e-6)
-        assert got.tokens == metrics["tokens"]
-
-    def test_positive_advantage_raises_logprob(self, model_dir):
-        engine = self._engine(model_dir)
-        if not get_registry().spec(self.backend).capabilities.train_step:
-            pytest.skip(f"backend {self.backend!r} does not train")
-        out = engine.generate(CHATS[:1], SamplingParams(max_new_tokens=6, n=2, seed=5))
-        seqs = [TokenSequence.of(c) for c in out]
-        before = [lp.sum() for lp in engine.logprobs(seqs, 1.0)]
-        engine.train_step(TrainBatch(seqs, np.array([1.0, -1.0])), Objective())
-        after = [lp.sum() for lp in engine.logprobs(seqs, 1.0)]
-        assert after[0] > before[0] and after[1] < before[1]
-
     # --- weights -------------------------------------------------------------------------------
 
     def test_weights_round_trip_across_backends(self, model_dir):
@@ -177,3 +138,44 @@ class BackendConformance:
             theirs.import_weights(perturbed)
             for a, b in zip(mine.logprobs(seqs, 1.0), theirs.logprobs(seqs, 1.0)):
                 np.testing.assert_allclose(a, b, atol=self.logprob_atol)
+
+
+class BackendConformance(GenerationConformance):
+    """Every check, for a backend that also trains (``capabilities.train_step``)."""
+
+    @pytest.mark.parametrize(
+        "objective",
+        [
+            Objective(),
+            Objective(loss_aggregation="token_mean", clip_eps_high=0.28),
+            Objective(loss_aggregation="seq_mean_token_sum_norm", max_completion_length=8),
+            Objective(beta=0.1, kl_estimator="k3", dual_clip=3.0),
+            Objective(beta=0.1, kl_estimator="k1"),
+            Objective(beta=0.1, kl_estimator="k2", loss_aggregation="token_mean"),
+        ],
+        ids=["grpo", "dapo", "dr_grpo", "k3_dual", "k1", "k2"],
+    )
+    def test_reported_loss_equals_reference(self, model_dir, objective):
+        engine = self._engine(model_dir)
+        out = engine.generate(CHATS, SamplingParams(max_new_tokens=6, n=2, seed=4))
+        seqs = [TokenSequence.of(c) for c in out]
+        rng = np.random.default_rng(0)
+        current = engine.logprobs(seqs, 1.0)
+        old = [lp + rng.normal(0, 0.3, len(lp)).astype(np.float32) for lp in current]
+        ref = [lp + rng.normal(0, 0.3, len(lp)).astype(np.float32) for lp in current]
+        adv = rng.standard_normal(len(seqs)).astype(np.float32)
+        expected, metrics = policy_loss(current, adv, objective, old, ref if objective.beta else None)
+        got = engine.train_step(TrainBatch(seqs, adv, old, ref if objective.beta else None), objective)
+        assert not got.skipped
+        assert got.loss == pytest.approx(expected, rel=1e-3, abs=1e-4)
+        assert got.clip_fraction == pytest.approx(metrics["clip_fraction"], abs=1e-6)
+        assert got.tokens == metrics["tokens"]
+
+    def test_positive_advantage_raises_logprob(self, model_dir):
+        engine = self._engine(model_dir)
+        out = engine.generate(CHATS[:1], SamplingParams(max_new_tokens=6, n=2, seed=5))
+        seqs = [TokenSequence.of(c) for c in out]
+        before = [lp.sum() for lp in engine.logprobs(seqs, 1.0)]
+        engine.train_step(TrainBatch(seqs, np.array([1.0, -1.0])), Objective())
+        after = [lp.sum() for lp in engine.logprobs(seqs, 1.0)]
+        assert after[0] > before[0] and after[1] < before[1]

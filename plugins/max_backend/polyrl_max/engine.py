@@ -129,13 +129,38 @@ def resolve_device(name: str) -> tuple[str, str]:
                       fix="use cpu, gpu, gpu:N or auto")
 
 
-def resolve_encoding(dtype: str, device_kind: str, options: Mapping[str, Any], gguf: bool) -> str | None:
+#: GGUF tensor types -> MAX encodings (what MAX 26.7 runs for Llama-family GGUF files).
+GGUF_ENCODINGS = {"F32": "float32", "BF16": "bfloat16", "Q4_0": "q4_0", "Q4_K": "q4_k", "Q6_K": "q6_k"}
+
+
+def gguf_encoding(path: Path) -> str:
+    """The MAX encoding of a GGUF file, from its matrices' tensor type (MAX guesses from the file
+    name only, and wrongly for a name without one)."""
+    import gguf
+
+    from collections import Counter
+
+    reader = gguf.GGUFReader(str(path))
+    kinds = Counter(t.tensor_type.name for t in reader.tensors if len(t.shape) == 2)
+    # mixed files (Q4_K_M: mostly Q4_K, some Q6_K) are named by their main type, as llama.cpp does
+    main = kinds.most_common(1)[0][0] if kinds else None
+    if main in GGUF_ENCODINGS:
+        return GGUF_ENCODINGS[main]
+    found = ", ".join(sorted(kinds)) or "none"
+    raise ConfigError(f"{path.name} has matrices of type {found}; MAX runs one of "
+                      f"{', '.join(GGUF_ENCODINGS)} per file", field="options.quantization_encoding",
+                      fix="set [backends.options] quantization_encoding to the file's encoding, or "
+                          "convert the GGUF (llama.cpp's llama-quantize) to q4_k / q6_k / f32")
+
+
+def resolve_encoding(dtype: str, device_kind: str, options: Mapping[str, Any],
+                     gguf: Path | None) -> str | None:
     """The MAX ``quantization_encoding``: float32 on CPU, bfloat16 on GPU for ``dtype='auto'``."""
     explicit = options.get("quantization_encoding")
     if explicit:
         encoding = str(explicit)
-    elif gguf:
-        return None  # let MAX read the GGUF's own encoding
+    elif gguf is not None:
+        return gguf_encoding(gguf)
     elif dtype == "auto":
         encoding = "bfloat16" if device_kind == "gpu" else "float32"
     elif dtype in FLOAT_ENCODINGS:
@@ -226,8 +251,7 @@ class MaxEngine:
         self.cache_dir = configure_environment(options)
         self.device_kind, self.device_spec = resolve_device(config.device)
         tok_dir, self.max_model_dir, self.gguf_file = model_location(config.model, options)
-        self.encoding = resolve_encoding(config.dtype, self.device_kind, options,
-                                         gguf=self.gguf_file is not None)
+        self.encoding = resolve_encoding(config.dtype, self.device_kind, options, gguf=self.gguf_file)
         self.max_batch_size = int(options.get("max_batch_size", DEFAULT_MAX_BATCH_SIZE))
         if self.max_batch_size <= 0:
             raise ConfigError("must be > 0", field="options.max_batch_size")
@@ -254,7 +278,13 @@ class MaxEngine:
         self._seeds = np.random.default_rng(config.seed)
         #: Filled by ``weights.import_weights``: the engine's own copies of the weights it runs.
         self.weight_arrays: dict[str, Any] | None = None
+        #: Name -> (shape, dtype) of the compiled weights, read once before MAX may release them.
+        self.weight_shapes: dict[str, tuple[tuple[int, ...], Any]] | None = None
+        self.weight_shapes = {name: (tuple(int(d) for d in data.shape), data.dtype)
+                              for name, data in self.initial_weights().items()} or None
         self.last_sync_ms: float | None = None
+        self.weight_version = 0
+        self.MAX_VERSION = MAX_VERSION
 
     # --- loading -------------------------------------------------------------------------------
 

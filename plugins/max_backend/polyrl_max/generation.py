@@ -1,0 +1,91 @@
+"""The ``generate`` hook on MAX: ``n`` samples per prompt with the sampler's own token ids and
+log-probs.
+
+Each sample is one MAX ``TextContext`` row with its own seed (``engine.row_seed(seed, i)``), so a
+sample depends on the call's seed and its index only, not on how rows were batched. MAX's fused
+sampler picks the token (temperature, top-k, top-p); a :class:`~polyrl_max.runner.LogitsRecorder`
+keeps the raw logits row that produced it, and the log-prob is computed from that row at the
+sampling temperature before truncation — the contract's distribution (see ``runner``'s docstring
+for why MAX's own ``output_logprobs`` cannot be used). Greedy (``temperature == 0``) runs as
+``top_k = 1`` and reports temperature-1 log-probs, like the torch backend.
+
+The EOS token ends a row and is kept in ``completion_ids`` (the policy must learn to emit it); a
+stop string ends a row after the token that completes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from polyrl.errors import ConfigError
+from polyrl.types import Completion, Prompt, SamplingParams
+
+from polyrl_max.engine import MaxEngine
+from polyrl_max.runner import LogitsRecorder, run_rows, token_logprob
+
+
+class _StopStrings:
+    """Detects a stop string completed by the newest token, decoding only a short tail."""
+
+    def __init__(self, engine: MaxEngine, stops: Sequence[str]) -> None:
+        self.engine = engine
+        self.stops = [s for s in stops if s]
+        self.window = 4 * max((len(s) for s in self.stops), default=0) + 4
+
+    def hit(self, ids: list[int]) -> bool:
+        if not self.stops:
+            return False
+        tail = self.engine.decode(ids[-self.window:])
+        return any(s in tail for s in self.stops)
+
+
+def generate(engine: MaxEngine, prompts: Sequence[Prompt], sampling: SamplingParams) -> list[Completion]:
+    if not prompts:
+        return []
+    n = sampling.n
+    prompt_ids = [engine.encode_prompt(p) for p in prompts]
+    limit = engine.max_length
+    for i, ids in enumerate(prompt_ids):
+        if len(ids) >= limit:
+            raise ConfigError(f"prompt {i} has {len(ids)} tokens, not below max_length={limit}",
+                              field="max_length", fix="raise max_length or shorten the prompt")
+    total = len(prompt_ids) * n
+    budgets = [min(sampling.max_new_tokens, limit - len(prompt_ids[s // n])) for s in range(total)]
+    seed = int(sampling.seed) if sampling.seed is not None else engine.next_seed()
+    greedy = sampling.temperature == 0
+    temperature = 1.0 if greedy else float(sampling.temperature)
+    top_k = 1 if greedy else sampling.top_k
+    top_p = 1.0 if greedy else sampling.top_p
+    recorders = [LogitsRecorder(engine.logits_width) for _ in range(total)]
+    tokens: list[list[int]] = [[] for _ in range(total)]
+    logps: list[list[float]] = [[] for _ in range(total)]
+    finish = ["length"] * total
+    stops = _StopStrings(engine, sampling.stop)
+
+    def build(s: int):
+        return engine.new_context(prompt_ids[s // n], budgets[s], temperature=temperature,
+                                  top_k=top_k, top_p=top_p, seed=engine.row_seed(seed, s),
+                                  processor=recorders[s])
+
+    def on_tokens(s: int, new: list[int]) -> bool:
+        if len(new) != 1:  # one decode step = one token without speculative decoding
+            raise RuntimeError(f"MAX returned {len(new)} tokens for one step; polyrl-max needs "
+                               "one token per step to pair each token with its logits")
+        token = int(new[0])
+        row = recorders[s].last
+        if row is None:
+            raise RuntimeError("MAX did not call the logits processor for this step")
+        tokens[s].append(token)
+        logps[s].append(token_logprob(row, token, temperature))
+        if token in engine.eos_ids or stops.hit(tokens[s]):
+            finish[s] = "stop"
+            return True
+        return len(tokens[s]) >= budgets[s]
+
+    run_rows(engine, build, total, [len(prompt_ids[s // n]) for s in range(total)], on_tokens)
+    return [
+        Completion(prompt_index=s // n, prompt_ids=prompt_ids[s // n], completion_ids=tokens[s],
+                   logprobs=logps[s], text=engine.decode(tokens[s]),
+                   finish_reason=finish[s])  # type: ignore[arg-type]
+        for s in range(total)
+    ]

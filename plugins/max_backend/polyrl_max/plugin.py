@@ -1,0 +1,127 @@
+"""The pluggy hook implementations of the ``max`` backend (Modular MAX).
+
+Loaded by the ``polyrl.backends`` entry point in every polyrl process, so it never imports ``max``
+at module level: registration reads installed metadata, the probe looks for the packages without
+importing them (importing MAX takes seconds), and each compute hook first checks whether the
+engine is one of ours. MAX generates and scores; it does not train (``train_step`` is left to the
+torch or MLX backend in a hybrid run: ``[backends] train = "torch"``, ``generate = "max"``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from typing import Any
+
+from polyrl.hookspecs import hookimpl
+from polyrl.types import BackendSpec, Capabilities, EngineConfig
+
+BACKEND = "max"
+DISTRIBUTION = "polyrl-max"
+INSTALL_HINT = "pip install polyrl[max]"
+
+
+def _version(dist: str = DISTRIBUTION) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def _probe() -> str | None:
+    """None when usable here; else why not (without importing MAX)."""
+    if not sys.platform.startswith(("linux", "darwin")):
+        return f"MAX runs on Linux and macOS only, not {sys.platform}"
+    for module, pip_name in (("max", "max[serve]"), ("max.pipelines", "max[serve]"),
+                             ("transformers", "transformers")):
+        try:
+            if importlib.util.find_spec(module) is None:
+                return f"{pip_name} not installed: {INSTALL_HINT}"
+        except (ImportError, ValueError):
+            return f"{pip_name} not installed: {INSTALL_HINT}"
+    installed = _version("max")
+    from polyrl_max.engine import MAX_VERSION
+
+    if not installed.startswith(MAX_VERSION):
+        return f"max {installed} is installed but polyrl-max needs max {MAX_VERSION}.x: {INSTALL_HINT}"
+    return None
+
+
+def _devices() -> tuple[str, ...]:
+    devices = ["cpu"]
+    if importlib.util.find_spec("max") is not None and sys.platform.startswith("linux"):
+        devices.append("gpu")  # NVIDIA/AMD where MAX supports the card; checked when loading
+    return tuple(devices)
+
+
+CAPABILITIES = Capabilities(
+    generate=True, logprobs=True, train_step=False, lora=False, weight_export=False,
+    weight_import=True, checkpoint=False, dtypes=("float32", "bfloat16"), devices=_devices(),
+)
+
+
+def _diagnostics() -> Mapping[str, str]:
+    from polyrl_max.engine import configure_environment
+
+    info = {"max": _version("max"), "compile_cache": str(configure_environment({}))}
+    from max.driver import accelerator_count
+
+    info["accelerators"] = str(accelerator_count())
+    return info
+
+
+def _load(config: EngineConfig) -> Any:
+    from polyrl_max.engine import MaxEngine
+
+    return MaxEngine(config)
+
+
+def _ours(engine: Any) -> bool:
+    module = sys.modules.get("polyrl_max.engine")
+    return module is not None and isinstance(engine, module.MaxEngine)
+
+
+@hookimpl
+def polyrl_register_backends(register) -> None:
+    register(
+        BackendSpec(
+            name=BACKEND,
+            load=_load,
+            capabilities=CAPABILITIES,
+            probe=_probe,
+            install_hint=INSTALL_HINT,
+            summary="Modular MAX pipelines: compiled Llama-family generation with exact per-token "
+                    "log-probs, teacher-forced scoring, weight hot reload without recompiling",
+            version=_version(),
+            diagnostics=_diagnostics,
+        )
+    )
+
+
+@hookimpl
+def generate(engine: Any, prompts: Sequence[Any], sampling: Any) -> list | None:
+    if not _ours(engine):
+        return None
+    from polyrl_max.generation import generate as run
+
+    return run(engine, prompts, sampling)
+
+
+@hookimpl
+def logprobs(engine: Any, sequences: Sequence[Any], temperature: float, reference: bool) -> list | None:
+    if not _ours(engine):
+        return None
+    from polyrl_max.scoring import logprobs as run
+
+    return run(engine, sequences, temperature, reference)
+
+
+@hookimpl
+def import_weights(engine: Any, weights: Any) -> bool | None:
+    if not _ours(engine):
+        return None
+    from polyrl_max.weights import import_weights as run
+
+    return run(engine, weights)

@@ -1,0 +1,129 @@
+"""``max_reward_model``: a BERT/DistilBERT sequence classifier compiled by MAX as a reward.
+
+The same contract as the torch plugin's ``reward_model`` (the score is the classifier's logit for
+the rendered (prompt, completion) text), run by :mod:`polyrl_max.encoder`'s Graph-API encoder
+instead of transformers. Compiled once per model shape (cached on disk like every MAX graph);
+the model is loaded once per process.
+
+Options (``[[rewards]] name = "max_reward_model"``); unknown options are an error:
+
+``path``           required: a local HF folder (``BertForSequenceClassification`` or
+                   ``DistilBertForSequenceClassification``, safetensors, tokenizer)
+``batch_size``     sequences per forward (default 8)
+``max_length``     tokens per sequence, at most the model's positions; longer texts keep their end
+                   (default 512)
+``label``          which logit is the score (default 0 for one-label models; required otherwise)
+``chat_template``  render with the tokenizer's chat template when it has one (default true)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from polyrl.errors import RewardError
+from polyrl.hookspecs import hookimpl
+from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
+
+NAME = "max_reward_model"
+DEFAULTS: dict[str, Any] = {"path": None, "batch_size": 8, "max_length": 512, "label": None,
+                            "chat_template": True}
+_loaded: dict[str, tuple[Any, Any]] = {}
+_lock = threading.Lock()
+
+
+def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(DEFAULTS))
+    if unknown:
+        raise RewardError(f"reward {NAME!r} has no option {unknown[0]!r}. Fix: use only "
+                          f"{', '.join(sorted(DEFAULTS))} in this reward's options")
+    opts = {**DEFAULTS, **given}
+    if not isinstance(opts["path"], str) or not opts["path"]:
+        raise RewardError(f"reward {NAME!r} needs option 'path'. Fix: set options.path = \"path/to/classifier\"")
+    for key in ("batch_size", "max_length"):
+        value = opts[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise RewardError(f"{NAME}: {key} must be a whole number >= 1, got {value!r}. "
+                              f"Fix: e.g. {key} = {DEFAULTS[key]}")
+    return opts
+
+
+def load(path: str) -> tuple[Any, Any]:
+    """(compiled classifier, tokenizer) for ``path``, once per process."""
+    with _lock:
+        if path in _loaded:
+            return _loaded[path]
+        from transformers import AutoTokenizer
+
+        from polyrl_max.engine import configure_environment
+
+        configure_environment({})
+        from polyrl_max.encoder import EncoderClassifier
+
+        try:
+            classifier = EncoderClassifier(path)
+            tokenizer = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError, KeyError) as exc:
+            raise RewardError(f"{NAME}: cannot load a BERT/DistilBERT classifier from {path!r}: {exc}. "
+                              "Fix: point options.path at a *ForSequenceClassification folder with "
+                              "config.json, safetensors weights and a tokenizer") from exc
+        tokenizer.truncation_side = "left"
+        _loaded[path] = (classifier, tokenizer)
+        return _loaded[path]
+
+
+def _render(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool) -> str:
+    if chat_template and getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+        messages.append({"role": "assistant", "content": completion})
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
+    if isinstance(prompt, str):
+        return prompt + completion
+    return "\n".join(str(m.get("content", "")) for m in prompt) + completion
+
+
+def score_texts(prompts: Sequence[Prompt], completions: Sequence[str],
+                options: Mapping[str, Any] | None) -> list[float]:
+    opts = _options(options)
+    classifier, tokenizer = load(opts["path"])
+    labels = classifier.shape.labels
+    label = opts["label"]
+    if label is None:
+        if labels != 1:
+            raise RewardError(f"{NAME}: the model at {opts['path']!r} has {labels} labels. "
+                              "Fix: set options.label to the index of the logit that is the reward")
+        label = 0
+    if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < labels:
+        raise RewardError(f"{NAME}: label must be in 0..{labels - 1}, got {label!r}")
+    max_length = min(opts["max_length"], classifier.max_positions)
+    texts = [_render(tokenizer, p, c, opts["chat_template"]) for p, c in zip(prompts, completions)]
+    templated = opts["chat_template"] and bool(getattr(tokenizer, "chat_template", None))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    tokenizer.padding_side = "right"
+    scores: list[float] = []
+    for start in range(0, len(texts), opts["batch_size"]):
+        batch = tokenizer(texts[start:start + opts["batch_size"]], padding=True, truncation=True,
+                          max_length=max_length, return_tensors="np",
+                          add_special_tokens=not templated)  # the template already has them
+        logits = classifier.logits(batch["input_ids"], batch["attention_mask"])
+        scores += [float(x) for x in logits[:, label]]
+    return scores
+
+
+@hookimpl
+def polyrl_register_rewards(register: Callable[[RewardSpec], None]) -> None:
+    register(RewardSpec(name=NAME, summary="a BERT/DistilBERT classifier's logit for (prompt, "
+                        "completion), compiled by MAX's Graph API (options.path; needs polyrl-max)"))
+
+
+@hookimpl
+def reward(prompts: Sequence[Prompt], completions: Sequence[Completion],
+           context: RewardContext) -> dict[str, RewardScores] | None:
+    if NAME not in context.wanted:
+        return None
+    texts = [c if isinstance(c, str) else c.text for c in completions]
+    return {NAME: RewardScores(np.asarray(score_texts(prompts, texts, context.options.get(NAME))).tolist())}

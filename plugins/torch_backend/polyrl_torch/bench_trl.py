@@ -1,0 +1,86 @@
+"""TRL's ``GRPOTrainer`` on polyrl's bench workload, for ``polyrl bench --trl`` (a child process).
+
+The anchor users compare against: the same model folder, prompts, group size, completion length,
+seed, thread count, optimizer (AdamW, lr, clip 1.0), beta = 0 and LoRA settings as
+``polyrl.bench`` uses, one optimizer step per generation round (``num_iterations = 1``, the whole
+group batch in one step). TRL is a bench-only dependency (``pip install polyrl-torch[bench]``).
+Prints one JSON line: seconds per step (median over the steps after the first, which pays for
+lazy initialisation), tokens/s and peak RSS.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from typing import Any
+
+
+def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
+        lora: bool) -> dict[str, Any]:
+    import numpy as np
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from polyrl.bench import _prompts
+    from polyrl.types import LoraConfig
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    rows = _prompts(prompts)
+    dataset = Dataset.from_list([{"prompt": p} for p in rows] * (steps + 1))
+    completion_tokens: list[int] = []
+
+    def reward(completions: list[Any], completion_ids: list[list[int]], **_: Any) -> list[float]:
+        completion_tokens.append(sum(len(ids) for ids in completion_ids))
+        return [float(len(ids)) / max_new_tokens for ids in completion_ids]
+
+    class Timer(TrainerCallback):
+        def __init__(self) -> None:
+            self.seconds: list[float] = []
+            self._t = 0.0
+
+        def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
+            self._t = time.perf_counter()
+
+        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+            self.seconds.append(time.perf_counter() - self._t)
+
+    batch = prompts * group_size
+    config = GRPOConfig(
+        output_dir="/tmp/polyrl-bench-trl", use_cpu=True, bf16=False, fp16=False,
+        gradient_checkpointing=False, per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1, num_generations=group_size, max_completion_length=max_new_tokens,
+        temperature=1.0, top_p=1.0, beta=0.0, learning_rate=1e-5, max_grad_norm=1.0,
+        max_steps=steps, seed=0, logging_steps=1, report_to=[], save_strategy="no",
+        dataloader_num_workers=0, shuffle_dataset=False, disable_dropout=True,
+    )
+    peft = None
+    if lora:
+        from peft import LoraConfig as PeftLora
+
+        ours = LoraConfig()
+        peft = PeftLora(r=ours.rank, lora_alpha=ours.alpha, lora_dropout=ours.dropout,
+                        target_modules=list(ours.target_modules), task_type="CAUSAL_LM")
+    timer = Timer()
+    t0 = time.perf_counter()
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset,
+                          peft_config=peft, callbacks=[timer])
+    load_s = time.perf_counter() - t0
+    trainer.train()
+    measured = timer.seconds[1:] or timer.seconds
+    tokens = completion_tokens[1:] or completion_tokens
+    step_s = float(np.median(measured))
+    return {
+        "backend": "trl", "load_s": load_s, "step_s": step_s, "generate_s": None,
+        "train_step_s": None, "tokens_per_step": float(np.median(tokens)),
+        "generate_tokens_per_s": None, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "steps_timed": len(measured), "trl_version": __import__("trl").__version__,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(*json.loads(sys.argv[1]))))

@@ -1,0 +1,41 @@
+"""``polyrl bench``: every backend in its own child process, one report, ratios to the first."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from polyrl.bench import run_bench
+
+
+def test_bench_reports_each_backend_in_its_own_process(tiny_model_dir, tmp_path):
+    out = tmp_path / "bench.json"
+    report = run_bench(model=tiny_model_dir, backends=["torch", "torch"], prompts=2, group_size=2,
+                       max_new_tokens=4, threads=1, steps=1, output=str(out))
+    assert json.loads(out.read_text()) == report
+    assert report["machine"]["threads"] == 1
+    first, second = report["results"]
+    for r in (first, second):
+        assert "error" not in r, r
+        assert r["generate_s"] > 0 and r["train_step_s"] > 0 and r["tokens_per_step"] >= 4
+        assert r["peak_rss_mb"] > 50
+    assert first["generate_s_vs_torch"] == pytest.approx(1.0)
+    assert second["generate_s_vs_torch"] == pytest.approx(second["generate_s"] / first["generate_s"])
+
+
+def test_a_failing_backend_is_reported_not_fatal(tmp_path):
+    report = run_bench(model=str(tmp_path / "missing-model"), backends=["torch"], steps=1, output=None)
+    (only,) = report["results"]
+    assert only["backend"] == "torch" and "missing-model" in only["error"]
+
+
+def test_bench_runs_trl_on_the_same_workload(tiny_model_dir):
+    pytest.importorskip("trl", reason="trl is the bench-only extra polyrl-torch[bench]")
+    report = run_bench(model=tiny_model_dir, backends=["torch"], prompts=2, group_size=2,
+                       max_new_tokens=4, threads=1, steps=2, output=None, trl=True)
+    ours, trl = report["results"]
+    assert trl["backend"] == "trl" and "error" not in trl, trl
+    assert trl["trl_version"] == "1.16.0" and trl["step_s"] > 0 and trl["steps_timed"] >= 1
+    assert 0 < trl["tokens_per_step"] <= 2 * 2 * 4
+    assert ours["speedup_vs_trl"] == pytest.approx(trl["step_s"] / ours["step_s"])

@@ -1,0 +1,242 @@
+"""The ``max`` backend on a tiny local Llama: exact rollouts, scoring, weight reload, hybrid run.
+
+MAX compiles one graph per (model shapes, max_length, dtype): minutes on 2 cores the first time,
+seconds from the compile cache after. Every engine here uses the same tiny model and the default
+``max_length``, so a session compiles once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from polyrl.engine import Engine
+from polyrl.errors import ConfigError
+from polyrl.registry import get_registry
+from polyrl.testing.conformance import GenerationConformance
+from polyrl.types import EngineConfig, SamplingParams, TokenSequence
+
+CHATS = [
+    [{"role": "user", "content": "What is 2 + 3?"}],
+    [{"role": "user", "content": "Name a colour."}],
+    [{"role": "user", "content": "Count to five."}],
+]
+
+
+def _usable(name: str) -> None:
+    status = get_registry().status(name)
+    if not status.available:
+        pytest.skip(f"backend {name!r} not usable here: {status.reason}")
+
+
+def make_engine(model_dir: str, backend: str = "max", role: str = "generate", **options) -> Engine:
+    _usable(backend)
+    return Engine(get_registry(), backend, EngineConfig(model=model_dir, role=role, threads=1,
+                                                        options=options))
+
+
+@pytest.fixture(scope="module")
+def gen(tiny_model_dir) -> Engine:
+    return make_engine(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def ref(tiny_model_dir) -> Engine:
+    return make_engine(tiny_model_dir, backend="torch", role="train")
+
+
+def test_registered_with_honest_capabilities():
+    reg = get_registry()
+    status = reg.status("max")
+    assert status.distribution == "polyrl-max"
+    caps = reg.spec("max").capabilities
+    assert caps.generate and caps.logprobs and caps.weight_import
+    assert not caps.train_step and not caps.lora
+
+
+def test_greedy_tokens_and_logprobs_equal_torch(gen, ref):
+    greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
+    mine, theirs = gen.generate(CHATS, greedy), ref.generate(CHATS, greedy)
+    for a, b in zip(mine, theirs):
+        assert a.completion_ids.tolist() == b.completion_ids.tolist()
+        assert a.prompt_ids.tolist() == b.prompt_ids.tolist()
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+        assert a.finish_reason == b.finish_reason
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampled_logprobs_are_the_samplers_distribution(gen, ref, temperature):
+    """Log-probs of sampled tokens equal torch's teacher-forced scores at the same temperature,
+    and MAX's own scoring agrees too."""
+    out = gen.generate(CHATS, SamplingParams(max_new_tokens=10, n=3, seed=5, temperature=temperature))
+    assert [c.prompt_index for c in out] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    seqs = [TokenSequence.of(c) for c in out]
+    for c, lp_torch, lp_max in zip(out, ref.logprobs(seqs, temperature), gen.logprobs(seqs, temperature)):
+        assert len(c.logprobs) == len(c.completion_ids) >= 1
+        np.testing.assert_allclose(c.logprobs, lp_torch, atol=1e-4)
+        np.testing.assert_allclose(lp_max, lp_torch, atol=1e-4)
+
+
+def test_seeds_repeat_differ_and_do_not_depend_on_batch_mates(gen):
+    sampling = SamplingParams(max_new_tokens=10, n=4, seed=11)
+    first, again = gen.generate(CHATS, sampling), gen.generate(CHATS, sampling)
+    assert [c.completion_ids.tolist() for c in first] == [c.completion_ids.tolist() for c in again]
+    other = gen.generate(CHATS, SamplingParams(max_new_tokens=10, n=4, seed=12))
+    assert [c.completion_ids.tolist() for c in first] != [c.completion_ids.tolist() for c in other]
+    assert len({tuple(c.completion_ids.tolist()) for c in first[:4]}) > 1  # a group is diverse
+    alone = gen.generate(CHATS[:1], sampling)  # row i of prompt 0 has the same seed either way
+    assert [c.completion_ids.tolist() for c in alone] == [c.completion_ids.tolist() for c in first[:4]]
+
+
+def test_top_k_one_is_greedy_and_limits_are_honoured(gen):
+    greedy = gen.generate(CHATS, SamplingParams(max_new_tokens=8, temperature=0.0))
+    top1 = gen.generate(CHATS, SamplingParams(max_new_tokens=8, temperature=1.3, top_k=1, seed=3))
+    assert [c.completion_ids.tolist() for c in greedy] == [c.completion_ids.tolist() for c in top1]
+    short = gen.generate(CHATS, SamplingParams(max_new_tokens=3, temperature=1.0, seed=4))
+    for c in short:
+        assert len(c.completion_ids) <= 3
+        assert c.finish_reason == ("stop" if c.completion_ids[-1] in gen.raw.eos_ids else "length")
+
+
+def test_stop_string_ends_the_completion(gen):
+    base = gen.generate(CHATS[:1], SamplingParams(max_new_tokens=16, temperature=0.0))[0]
+    text = base.text.strip()
+    if len(text) < 4:
+        pytest.skip("the tiny model's greedy completion is too short to pick a stop string from")
+    stop = text[2:4]
+    cut = gen.generate(CHATS[:1], SamplingParams(max_new_tokens=16, temperature=0.0, stop=(stop,)))[0]
+    assert cut.finish_reason == "stop" and stop in cut.text
+    assert len(cut.completion_ids) < len(base.completion_ids)
+    assert cut.completion_ids.tolist() == base.completion_ids[: len(cut.completion_ids)].tolist()
+
+
+def test_weight_reload_changes_outputs_without_recompiling(gen, ref, tiny_model_dir):
+    """torch trains a step, MAX takes its weights: both then compute the same thing."""
+    from polyrl.algorithms.objective import Objective
+    from polyrl.types import TrainBatch
+
+    trainer = make_engine(tiny_model_dir, backend="torch", role="train")
+    seqs = [TokenSequence.of(c) for c in gen.generate(CHATS, SamplingParams(max_new_tokens=8, n=2, seed=1))]
+    before = gen.logprobs(seqs, 1.0)
+    for _ in range(3):
+        trainer.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs))), Objective())
+    # a big step so greedy outputs move too
+    weights = {k: v * np.float32(1.5) if "mlp" in k else v for k, v in trainer.export_weights().items()}
+    trainer.import_weights(weights)
+    gen.import_weights(weights)
+    assert gen.raw.last_sync_ms is not None and gen.raw.last_sync_ms < 5000
+    after = gen.logprobs(seqs, 1.0)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(before, after)) > 1e-3
+    for a, b in zip(after, trainer.logprobs(seqs, 1.0)):
+        np.testing.assert_allclose(a, b, atol=1e-4)
+    greedy = SamplingParams(max_new_tokens=10, temperature=0.0)
+    assert ([c.completion_ids.tolist() for c in gen.generate(CHATS, greedy)]
+            == [c.completion_ids.tolist() for c in trainer.generate(CHATS, greedy)])
+    # restore the module engine for the tests that follow
+    gen.import_weights(ref.export_weights())
+
+
+def test_partial_or_misshapen_weights_are_refused_before_anything_changes(gen, ref):
+    weights = ref.export_weights()
+    missing = dict(weights)
+    missing.pop(next(k for k in weights if k.endswith("q_proj.weight")))
+    with pytest.raises(ConfigError, match="lack"):
+        gen.import_weights(missing)
+    bad = dict(weights)
+    name = next(k for k in weights if k.endswith("up_proj.weight"))
+    bad[name] = bad[name][:-1]
+    with pytest.raises(ConfigError, match="shape"):
+        gen.import_weights(bad)
+
+
+def test_bad_config_names_the_field(tiny_model_dir, tmp_path):
+    _usable("max")
+    reg = get_registry()
+    with pytest.raises(ConfigError, match="bfloat16") as err:
+        Engine(reg, "max", EngineConfig(model=tiny_model_dir, role="generate", dtype="bfloat16"))
+    assert err.value.field == "dtype"
+    with pytest.raises(ConfigError) as err:
+        Engine(reg, "max", EngineConfig(model=str(tmp_path / "nope"), role="generate"))
+    assert err.value.field == "model"
+    with pytest.raises(ConfigError) as err:
+        Engine(reg, "max", EngineConfig(model=tiny_model_dir, role="generate", device="gpu"))
+    assert err.value.field == "device"
+
+
+def test_prompt_longer_than_max_length_is_a_config_error(gen):
+    with pytest.raises(ConfigError) as err:
+        gen.generate(["word " * 2000], SamplingParams(max_new_tokens=4))
+    assert err.value.field == "max_length"
+
+
+class TestMaxConformance(GenerationConformance):
+    backend = "max"
+    compare_with = "torch"
+    logprob_atol = 1e-4
+
+    @pytest.fixture(scope="class")
+    def model_dir(self, tiny_model_dir) -> str:
+        return tiny_model_dir  # the same model as above: no second compile
+
+
+def test_a_second_engine_loads_from_the_compile_cache(gen, tiny_model_dir):
+    again = make_engine(tiny_model_dir)
+    assert again.raw.compiled is False  # no new compiled graph in the cache
+    assert again.raw.load_seconds < 120  # minutes when compiling; seconds from the cache
+
+
+REWARD = """
+def digits(prompts, completions, **kwargs):
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+"""
+
+
+def test_hybrid_max_generates_torch_trains_and_the_reward_rises(gen, tiny_model_dir, tmp_path):
+    """The policy that generates is the policy being trained: torch's weights go to MAX each step."""
+    import json
+
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    _usable("torch")
+    (tmp_path / "reward.py").write_text(REWARD)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"Write numbers {i}:"}) + "\n" for i in range(16)))
+    config = RunConfig.from_dict({
+        "model": {"path": tiny_model_dir},
+        "backends": {"train": "torch", "generate": "max"},
+        "generation": {"group_size": 8, "max_new_tokens": 12},
+        "algorithm": {"name": "grpo"},
+        "optimizer": {"lr": 3e-3},
+        "data": {"path": str(prompts)},
+        "rewards": [{"function": f"{tmp_path / 'reward.py'}:digits"}],
+        "train": {"steps": 30, "prompts_per_step": 4, "threads": 1, "output_dir": str(tmp_path / "run")},
+    })
+    trainer = Trainer(config)
+    summary = trainer.run(progress=False)
+    rewards = [m["reward_mean"] for m in summary["history"]]
+    assert np.mean(rewards[-5:]) > np.mean(rewards[:5]) + 0.15, rewards
+    assert trainer.gen_engine.raw.weight_version >= 30  # synced after every step
+
+
+@pytest.mark.slow  # a GGUF Llama runs with interleaved RoPE: another MAX graph, minutes to compile
+def test_gguf_file_loads_and_takes_hf_weights(gen, ref, tiny_model_dir, tmp_path):
+    from gguf_util import write_gguf
+
+    gguf_path = write_gguf(tiny_model_dir, tmp_path / "gguf")
+    engine = make_engine(tiny_model_dir, max_model_path=str(gguf_path))
+    assert engine.raw.gguf_file == gguf_path
+    greedy = SamplingParams(max_new_tokens=10, temperature=0.0)
+    want = ref.generate(CHATS, greedy)
+    got = engine.generate(CHATS, greedy)
+    assert [c.completion_ids.tolist() for c in got] == [c.completion_ids.tolist() for c in want]
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+    # HF-named weights from torch are permuted for the GGUF engine's interleaved RoPE
+    weights = {k: v * np.float32(1.3) if "self_attn" in k else v for k, v in ref.export_weights().items()}
+    trainer = make_engine(tiny_model_dir, backend="torch", role="train")
+    trainer.import_weights(weights)
+    engine.import_weights(weights)
+    seqs = [TokenSequence.of(c) for c in got]
+    for a, b in zip(engine.logprobs(seqs, 1.0), trainer.logprobs(seqs, 1.0)):
+        np.testing.assert_allclose(a, b, atol=1e-4)
