@@ -54,6 +54,18 @@ def test_registered_with_honest_capabilities():
     assert not caps.train_step and not caps.lora
 
 
+def test_child_pythons_still_start_in_this_environment(gen):
+    """MAX's Mojo runtime setenv()s PYTHONEXECUTABLE/PYTHONPATH; after an engine loads, a child
+    ``sys.executable`` must still be this virtualenv's Python with its packages."""
+    import subprocess
+    import sys
+
+    code = "import sys, polyrl_max; print(sys.prefix)"
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == sys.prefix
+
+
 def test_greedy_tokens_and_logprobs_equal_torch(gen, ref):
     greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
     mine, theirs = gen.generate(CHATS, greedy), ref.generate(CHATS, greedy)

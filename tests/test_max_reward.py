@@ -78,6 +78,21 @@ def test_usable_as_a_reward_plugin(classifier):
     np.testing.assert_allclose(result.total, score_texts(PROMPTS, COMPLETIONS, options), rtol=1e-6)
 
 
+def test_child_pythons_still_start_in_this_environment(classifier):
+    """Compiling and running the encoder leaves child Pythons in this virtualenv."""
+    import subprocess
+    import sys
+
+    from polyrl_max.reward_model import score_texts
+
+    kind, path = classifier
+    score_texts(PROMPTS[:1], COMPLETIONS[:1], {"path": path, "label": 1 if kind == "bert" else 0})
+    child = subprocess.run([sys.executable, "-c", "import sys, polyrl_max; print(sys.prefix)"],
+                           capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == sys.prefix
+
+
 def test_bad_options_name_the_fix(classifier):
     from polyrl_max.reward_model import score_texts
 

@@ -97,6 +97,26 @@ def configure_environment(options: Mapping[str, Any]) -> Path:
     return folder
 
 
+#: Variables MAX's Mojo runtime ``setenv()``s for its embedded interpreter when ``max.pipelines``
+#: loads (measured with 26.7: PYTHONEXECUTABLE=<python on PATH>, PYTHONPATH=":").
+_MOJO_SET_VARIABLES = ("PYTHONEXECUTABLE", "PYTHONPATH", "PYTHONHOME")
+
+
+def restore_child_environment() -> None:
+    """Undo MAX's process-level ``setenv`` so child Pythons start in the same environment.
+
+    The Mojo runtime writes these behind ``os.environ``'s back; every later ``subprocess`` (a
+    reward sandbox, ``torchrun``, a bench child) would otherwise start the first ``python3`` on
+    PATH instead of this virtualenv's. ``os.environ`` still holds the user's values.
+    """
+    for name in _MOJO_SET_VARIABLES:
+        value = os.environ.get(name)
+        if value is None:
+            os.unsetenv(name)
+        else:
+            os.putenv(name, value)
+
+
 def _compiled_artifacts(cache: Path) -> int:
     """How many compiled graphs the cache holds (to tell a cache hit from a compile)."""
     mef = cache / ".max_cache" / "mof" / "mef"
@@ -291,6 +311,7 @@ class MaxEngine:
     def _load(self, options: Mapping[str, Any]) -> tuple[Any, float, bool]:
         from max.pipelines import AutoModel
 
+        restore_child_environment()
         kwargs: dict[str, Any] = {
             "devices": self.device_spec,
             "max_batch_size": self.max_batch_size,
@@ -313,6 +334,8 @@ class MaxEngine:
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"MAX could not load {str(self.max_model_dir)!r}: {exc}",
                               field="model") from exc
+        finally:
+            restore_child_environment()
         seconds = time.perf_counter() - start
         compiled = _compiled_artifacts(self.cache_dir) > before
         log.info("max_ready", model=self.max_model_dir.name, load_s=round(seconds, 1),
