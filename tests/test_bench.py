@@ -22,6 +22,17 @@ def test_bench_reports_each_backend_in_its_own_process(tiny_model_dir, tmp_path)
         assert r["peak_rss_mb"] > 50
     assert first["generate_s_vs_torch"] == pytest.approx(1.0)
     assert second["generate_s_vs_torch"] == pytest.approx(second["generate_s"] / first["generate_s"])
+    # the train step's phases add up to (at most) the step; utilisation is against the measured peak
+    peak = report["machine"]["matmul_peak"]["peak_gflops"]
+    assert peak > 0.5
+    for r in (first, second):
+        parts = r["forward_s"] + r["backward_s"] + r["optimizer_s"]
+        assert 0 < parts <= r["train_step_s"]
+        assert r["train_mfu"] == pytest.approx(r["train_gflops"] / peak)
+        assert 0 < r["generate_mfu"] < 1.5 and 0 < r["train_mfu"] < 1.5
+        assert r["workload_gflop"]["train"] == pytest.approx(3 * r["workload_gflop"]["logprobs"])
+    assert report["chart"] == str(out.with_suffix(".png"))
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_failing_backend_is_reported_not_fatal(tmp_path):
@@ -39,3 +50,9 @@ def test_bench_runs_trl_on_the_same_workload(tiny_model_dir):
     assert trl["trl_version"] == "1.16.0" and trl["step_s"] > 0 and trl["steps_timed"] >= 1
     assert 0 < trl["tokens_per_step"] <= 2 * 2 * 4
     assert ours["speedup_vs_trl"] == pytest.approx(trl["step_s"] / ours["step_s"])
+    # TRL's phases, timed around its own methods, fit inside its step
+    phases = [trl[k] for k in ("generate_s", "scoring_s", "forward_s", "backward_s", "optimizer_s")]
+    assert all(p is not None and p >= 0 for p in phases), trl
+    assert trl["generate_s"] > 0 and trl["forward_s"] > 0
+    assert sum(phases) == pytest.approx(trl["step_s"], rel=1e-6)
+    assert len(trl["shapes"]["completion_lens"]) == 4 and trl["generate_mfu"] > 0

@@ -343,6 +343,54 @@ def test_micro_batches_equal_full_batch(tiny_model_dir):
         np.testing.assert_allclose(pa[k], pb[k], atol=1e-7, rtol=0, err_msg=k)
 
 
+def _logprobs_and_grads(engine: Engine, seqs, weights) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+    from polyrl_torch.scoring import token_logprobs
+
+    model = engine.raw.model
+    model.zero_grad(set_to_none=True)
+    lps = token_logprobs(engine.raw, seqs, 0.8)
+    sum(w * lp.sum() for w, lp in zip(weights, lps)).backward()
+    grads = {k: p.grad.numpy().copy() for k, p in model.named_parameters() if p.grad is not None}
+    return [lp.detach().numpy() for lp in lps], grads
+
+
+def test_shared_prompt_forward_equals_the_full_forward(tiny_model_dir, monkeypatch):
+    """Each distinct prompt runs once and its rows reuse its KV cache: the same log-probs and the
+    same gradients as running every row whole, with ragged prompts and completions."""
+    from polyrl_torch import scoring
+
+    calls = {"shared": 0, "full": 0}
+    for path, name in ((scoring._shared_prompt_hidden, "shared"), (scoring._full_hidden, "full")):
+        def counted(*args, _f=path, _name=name, **kwargs):
+            calls[_name] += 1
+            return _f(*args, **kwargs)
+        monkeypatch.setattr(scoring, path.__name__, counted)
+    shared = make_engine(tiny_model_dir)
+    whole = make_engine(tiny_model_dir, options={"shared_prompt_forward": False})
+    chats = CHATS + [[{"role": "user", "content": "A much longer question, with more words in it?"}]]
+    out = shared.generate(chats, SamplingParams(max_new_tokens=8, n=3, seed=2))
+    seqs = [TokenSequence(c.prompt_ids, c.completion_ids[: 1 + i % 8]) for i, c in enumerate(out)]
+    assert len({len(s.prompt_ids) for s in seqs}) == 3 and min(len(s.completion_ids) for s in seqs) == 1
+    weights = np.linspace(-1.0, 1.0, len(seqs))
+    lp_shared, g_shared = _logprobs_and_grads(shared, seqs, weights)
+    lp_whole, g_whole = _logprobs_and_grads(whole, seqs, weights)
+    assert calls == {"shared": 1, "full": 1}
+    for a, b in zip(lp_shared, lp_whole):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, atol=2e-5)
+    assert g_shared.keys() == g_whole.keys() and len(g_shared) > 5
+    for k in g_whole:
+        np.testing.assert_allclose(g_shared[k], g_whole[k], atol=2e-5, rtol=1e-4, err_msg=k)
+    # recomputing the lm_head chunks in backward (over the logits memory cap) changes nothing
+    capped = make_engine(tiny_model_dir, options={"logits_memory_mb": 0})
+    _, g_capped = _logprobs_and_grads(capped, seqs, weights)
+    for k in g_whole:
+        np.testing.assert_allclose(g_capped[k], g_shared[k], atol=1e-6, rtol=1e-5, err_msg=k)
+    # the scoring hook (no grad, length-bucketed batches) agrees too, in the caller's order
+    for a, b in zip(shared.logprobs(seqs[::-1], 0.8), lp_whole[::-1]):
+        np.testing.assert_allclose(a, b, atol=2e-5)
+
+
 def test_positive_advantage_raises_logprob(tiny_model_dir):
     engine = make_engine(tiny_model_dir, optimizer=OptimizerConfig(lr=1e-3))
     seqs = rollouts(engine, seed=5)[:2]

@@ -1,9 +1,11 @@
-"""``polyrl bench``: the same rollout + update workload on each backend, side by side, one run.
+"""``polyrl bench``: the same rollout + update workload on each backend (and TRL), side by side.
 
-Measures per backend: generation tokens/s, log-prob scoring time, train-step time (where the
-backend trains), and the ratio of each to the first backend listed. Threads are fixed for every
-backend (``torch.set_num_threads`` and friends through ``EngineConfig.threads``) so the numbers
-compare; the machine and thread settings are recorded in the JSON output.
+One run, one process tree: each backend (and TRL's ``GRPOTrainer`` with ``--trl``) runs in its own
+child process, one after another, on the same model, prompts, group size, completion length and
+thread count. Reported per backend: seconds per phase (generate, log-probs, forward, backward,
+optimizer), tokens/s, peak RSS, ratios to the first backend and to TRL, and each phase's achieved
+FLOP/s as a fraction of the machine's fp32 matmul peak measured in the same run
+(``polyrl.flops`` counts the workload's FLOPs). Output: JSON, a PNG chart, a table.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import json
 import os
 import platform
 import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,9 @@ import numpy as np
 from polyrl.engine import Engine
 from polyrl.registry import get_registry
 from polyrl.types import EngineConfig, LoraConfig, SamplingParams, TokenSequence, TrainBatch
+
+#: Train-step phases a backend may report in ``StepMetrics.extra`` (seconds).
+TRAIN_PHASES = ("forward", "backward", "grad_sync", "optimizer")
 
 
 def _prompts(count: int) -> list[Any]:
@@ -35,7 +42,7 @@ def _median(xs: list[float]) -> float:
 
 def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_tokens: int,
                   threads: int, steps: int, lora: bool, generate_only: bool = False) -> dict[str, Any]:
-    """Time one backend; returns seconds per phase (medians over ``steps``) and tokens/s."""
+    """Time one backend; seconds per phase (medians over ``steps``), tokens/s, the shapes."""
     from polyrl.algorithms.objective import Objective
 
     reg = get_registry()
@@ -45,6 +52,8 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
                                             threads=threads, lora=LoraConfig() if lora and caps.lora else None))
     out: dict[str, Any] = {"backend": name, "load_s": time.perf_counter() - t0}
     gen_s, lp_s, train_s, tokens = [], [], [], []
+    phases: dict[str, list[float]] = {p: [] for p in TRAIN_PHASES}
+    shapes = []
     batch_prompts = _prompts(prompts)
     for step in range(steps):
         sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, n=group_size, seed=step)
@@ -52,6 +61,9 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
         completions = engine.generate(batch_prompts, sampling)
         gen_s.append(time.perf_counter() - t)
         tokens.append(sum(len(c.completion_ids) for c in completions))
+        shapes.append({"prompt_lens": [len(c.prompt_ids) for c in completions],
+                       "completion_lens": [len(c.completion_ids) for c in completions],
+                       "owners": [c.prompt_index for c in completions]})
         if generate_only:
             continue
         seqs = [TokenSequence.of(c) for c in completions]
@@ -61,28 +73,28 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
         if caps.train_step:
             adv = np.random.default_rng(step).standard_normal(len(seqs)).astype(np.float32)
             t = time.perf_counter()
-            engine.train_step(TrainBatch(seqs, adv), Objective())
+            metrics = engine.train_step(TrainBatch(seqs, adv), Objective())
             train_s.append(time.perf_counter() - t)
+            for p in TRAIN_PHASES:
+                if f"time/{p}" in metrics.extra:
+                    phases[p].append(float(metrics.extra[f"time/{p}"]))
     out.update(
         generate_s=_median(gen_s), logprobs_s=_median(lp_s), train_step_s=_median(train_s),
         tokens_per_step=_median([float(t) for t in tokens]),
         generate_tokens_per_s=_median([t / s for t, s in zip(tokens, gen_s)]),
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        shapes=shapes[len(shapes) // 2],  # a representative step (the median one by index)
     )
+    out.update({f"{p}_s": _median(v) for p, v in phases.items() if v})
+    # a GRPO step: generate, then update (the old-log-prob pass equals the current policy with one
+    # update per batch and is skipped, as TRL skips it)
     out["step_s"] = out["generate_s"] + (out["train_step_s"] if train_s else 0.0)
     return out
 
 
-def _isolated(name: str, model: str, prompts: int, group_size: int, max_new_tokens: int,
-              threads: int, steps: int, lora: bool, generate_only: bool) -> dict[str, Any]:
-    """``bench_backend`` in a child process: its own peak RSS, no thread pools or caches left
-    behind by the previous backend (the backends still run one after another, never together)."""
-    import subprocess
-    import sys
-
-    args = json.dumps([name, model, prompts, group_size, max_new_tokens, threads, steps, lora,
-                       generate_only])
-    done = subprocess.run([sys.executable, "-m", "polyrl.bench", args], capture_output=True, text=True)
+def _child(module: str, args: list[Any], name: str) -> dict[str, Any]:
+    """Run ``python -m module JSON-ARGS`` and parse its last stdout line (its own process and RSS)."""
+    done = subprocess.run([sys.executable, "-m", module, json.dumps(args)], capture_output=True, text=True)
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-5:]
         return {"backend": name, "error": " | ".join(tail) or f"exit {done.returncode}"}
@@ -93,40 +105,77 @@ def _trl(model: str, prompts: int, group_size: int, max_new_tokens: int, threads
          lora: bool) -> dict[str, Any]:
     """TRL's GRPOTrainer on the same workload, in a child process (``polyrl_torch.bench_trl``)."""
     import importlib.util
-    import subprocess
-    import sys
 
     if importlib.util.find_spec("trl") is None or importlib.util.find_spec("polyrl_torch") is None:
         return {"backend": "trl", "error": "trl is not installed: pip install 'polyrl-torch[bench]'"}
-    args = json.dumps([model, prompts, group_size, max_new_tokens, threads, steps, lora])
-    done = subprocess.run([sys.executable, "-m", "polyrl_torch.bench_trl", args], capture_output=True, text=True)
-    if done.returncode != 0:
-        tail = done.stderr.strip().splitlines()[-5:]
-        return {"backend": "trl", "error": " | ".join(tail) or f"exit {done.returncode}"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return _child("polyrl_torch.bench_trl", [model, prompts, group_size, max_new_tokens, threads, steps, lora],
+                  "trl")
+
+
+def matmul_peak(threads: int) -> dict[str, Any]:
+    """The fp32 matmul peak at ``threads``: torch's in a child process, else numpy's here."""
+    import importlib.util
+
+    if importlib.util.find_spec("polyrl_torch") is not None:
+        found = _child("polyrl_torch.matmul_peak", threads, "matmul_peak")  # type: ignore[arg-type]
+        if "error" not in found:
+            return found
+    a = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32)
+    a @ a
+    reps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < 1.0:
+        a @ a
+        reps += 1
+    return {"peak_gflops": 2.0 * 1024**3 * reps / (time.perf_counter() - start) / 1e9,
+            "threads": "numpy default", "library": "numpy " + np.__version__}
+
+
+def add_utilisation(result: dict[str, Any], model_dir: str, peak_gflops: float, lora: bool) -> None:
+    """Each timed phase's workload FLOP/s and its fraction of the measured matmul peak."""
+    from polyrl.flops import ModelShape, step_flops
+
+    shapes = result.get("shapes")
+    if not shapes or not (Path(model_dir) / "config.json").exists():
+        return
+    work = step_flops(ModelShape.from_config(model_dir), shapes["prompt_lens"], shapes["completion_lens"],
+                      shapes["owners"], lora=lora)
+    train_compute = sum(result.get(f"{p}_s") or 0.0 for p in ("forward", "backward")) or result.get("train_step_s")
+    timed = {"generate": result.get("generate_s"), "logprobs": result.get("logprobs_s"), "train": train_compute}
+    for phase, seconds in timed.items():
+        if seconds and seconds == seconds and seconds > 0:
+            result[f"{phase}_gflops"] = work[phase] / seconds / 1e9
+            result[f"{phase}_mfu"] = result[f"{phase}_gflops"] / peak_gflops
+    result["workload_gflop"] = {k: v / 1e9 for k, v in work.items()}
 
 
 def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prompts: int = 8,
               group_size: int = 4, max_new_tokens: int = 32, threads: int = 1, steps: int = 3,
               lora: bool = False, output: str | None = "bench/results.json",
-              generate_only: bool = False, trl: bool = False) -> dict[str, Any]:
+              generate_only: bool = False, trl: bool = False, chart: bool = True) -> dict[str, Any]:
     reg = get_registry()
     names = backends or reg.available()
     resolved = reg.resolve_model(model)
-    results = [_isolated(n, resolved, prompts, group_size, max_new_tokens, threads, steps, lora,
-                         generate_only) for n in names]
-    if trl:  # the anchor: whole-step time only (TRL does not expose its phases)
+    peak = matmul_peak(threads)
+    results = [_child("polyrl.bench", [n, resolved, prompts, group_size, max_new_tokens, threads, steps, lora,
+                                       generate_only], n) for n in names]
+    if trl:
         results.append(_trl(resolved, prompts, group_size, max_new_tokens, threads, steps, lora))
         for r in results[:-1]:
             if results[-1].get("step_s") and r.get("step_s"):
                 r["speedup_vs_trl"] = results[-1]["step_s"] / r["step_s"]
+                if results[-1].get("peak_rss_mb"):
+                    r["rss_vs_trl"] = r["peak_rss_mb"] / results[-1]["peak_rss_mb"]
+    for r in results:
+        if "error" not in r:
+            add_utilisation(r, resolved, peak["peak_gflops"], lora)
     base = results[0] if results else {}
     for r in results:
         for key in ("generate_s", "logprobs_s", "train_step_s"):
             if base.get(key) and r.get(key) is not None and r[key] == r[key]:
                 r[f"{key}_vs_{base['backend']}"] = r[key] / base[key]
     report = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": threads},
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                    "cpus": os.cpu_count(), "threads": threads, "matmul_peak": peak},
         "workload": {"model": model, "prompts": prompts, "group_size": group_size,
                      "max_new_tokens": max_new_tokens, "steps": steps, "lora": lora,
                      "generate_only": generate_only, "trl": trl},
@@ -134,11 +183,13 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
     }
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
+        if chart:
+            from polyrl.bench_report import write_chart
+
+            report["chart"] = write_chart(report, Path(output).with_suffix(".png"))
         Path(output).write_text(json.dumps(report, indent=2))
     return report
 
 
 if __name__ == "__main__":  # one backend, in a child process of run_bench
-    import sys
-
     print(json.dumps(bench_backend(*json.loads(sys.argv[1]))))

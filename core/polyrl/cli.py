@@ -199,7 +199,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
                        group_size=args.group_size, max_new_tokens=args.max_new_tokens,
                        threads=args.threads, steps=args.steps, lora=args.lora, output=args.output,
                        generate_only=args.generate_only, trl=args.trl)
-    _print_json(result)
+    if args.json:
+        _print_json(result)
+    else:
+        from polyrl.bench_report import print_table
+
+        print_table(result)
+        print(args.output)
     return 0
 
 
@@ -282,7 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lora", action="store_true")
     p.add_argument("--generate-only", action="store_true", help="time generation alone (e.g. MAX vs torch)")
     p.add_argument("--trl", action="store_true", help="also run TRL's GRPOTrainer on the same workload")
-    p.add_argument("--output", default="bench/results.json")
+    p.add_argument("--output", default="bench/results.json", help="JSON report; the chart goes beside it (.png)")
+    p.add_argument("--json", action="store_true", help="print the whole JSON report instead of the table")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("config-reference", help="print every TOML config key with its default (Markdown)")

@@ -4,8 +4,13 @@ The anchor users compare against: the same model folder, prompts, group size, co
 seed, thread count, optimizer (AdamW, lr, clip 1.0), beta = 0 and LoRA settings as
 ``polyrl.bench`` uses, one optimizer step per generation round (``num_iterations = 1``, the whole
 group batch in one step). TRL is a bench-only dependency (``pip install polyrl-torch[bench]``).
-Prints one JSON line: seconds per step (median over the steps after the first, which pays for
-lazy initialisation), tokens/s and peak RSS.
+Prints one JSON line: seconds per step and per phase (median over the steps after the first,
+which pays for lazy initialisation), tokens/s, peak RSS and one step's prompt/completion lengths.
+
+Phases are timed by wrapping the trainer's own methods (TRL 1.16 names): ``_generate`` (rollouts),
+``_generate_and_score_completions`` minus it (rewards, advantages, any old/ref log-probs: "scoring"),
+``compute_loss`` (the training forward), ``training_step`` minus those two (backward), and the rest
+of the optimizer step (clip, AdamW, zero_grad: "optimizer").
 """
 
 from __future__ import annotations
@@ -39,15 +44,32 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
         return [float(len(ids)) / max_new_tokens for ids in completion_ids]
 
     class Timer(TrainerCallback):
+        """Whole-step seconds, plus the per-phase seconds the wrapped methods add up per step."""
+
         def __init__(self) -> None:
             self.seconds: list[float] = []
+            self.phases: list[dict[str, float]] = []
+            self.current: dict[str, float] = {}
             self._t = 0.0
 
         def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
+            self.current = {}
             self._t = time.perf_counter()
 
         def on_step_end(self, *args: Any, **kwargs: Any) -> None:
             self.seconds.append(time.perf_counter() - self._t)
+            self.phases.append(self.current)
+
+        def wrap(self, obj: Any, method: str, phase: str) -> None:
+            inner = getattr(obj, method)
+
+            def timed(*args: Any, **kwargs: Any) -> Any:
+                t = time.perf_counter()
+                try:
+                    return inner(*args, **kwargs)
+                finally:
+                    self.current[phase] = self.current.get(phase, 0.0) + time.perf_counter() - t
+            setattr(obj, method, timed)
 
     batch = prompts * group_size
     config = GRPOConfig(
@@ -70,14 +92,42 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset,
                           peft_config=peft, callbacks=[timer])
     load_s = time.perf_counter() - t0
+    shapes: list[dict[str, list[int]]] = []
+    generate = trainer._generate
+
+    def generate_and_record(prompts_: list[Any]) -> Any:
+        out = generate(prompts_)
+        prompt_ids, completion_ids = out[0], out[1]
+        shapes.append({"prompt_lens": [len(x) for x in prompt_ids],
+                       "completion_lens": [len(x) for x in completion_ids],
+                       "owners": [i // group_size for i in range(len(prompt_ids))]})
+        return out
+
+    trainer._generate = generate_and_record
+    for method, phase in (("_generate", "generate"), ("_generate_and_score_completions", "rollout"),
+                          ("compute_loss", "forward"), ("training_step", "training_step")):
+        timer.wrap(trainer, method, phase)
     trainer.train()
-    measured = timer.seconds[1:] or timer.seconds
-    tokens = completion_tokens[1:] or completion_tokens
+    first = 1 if len(timer.seconds) > 1 else 0
+    measured, tokens = timer.seconds[first:], completion_tokens[first:]
+
+    def median(key: str) -> float | None:
+        values = [p[key] for p in timer.phases[first:] if key in p]
+        return float(np.median(values)) if values else None
+
+    gen_s, rollout_s, fwd_s, ts_s = (median(k) for k in ("generate", "rollout", "forward", "training_step"))
     step_s = float(np.median(measured))
     return {
-        "backend": "trl", "load_s": load_s, "step_s": step_s, "generate_s": None,
-        "train_step_s": None, "tokens_per_step": float(np.median(tokens)),
-        "generate_tokens_per_s": None, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "backend": "trl", "load_s": load_s, "step_s": step_s, "generate_s": gen_s,
+        "scoring_s": rollout_s - gen_s if rollout_s is not None and gen_s is not None else None,
+        "forward_s": fwd_s,
+        "backward_s": ts_s - rollout_s - fwd_s if None not in (ts_s, rollout_s, fwd_s) else None,
+        "optimizer_s": step_s - ts_s if ts_s is not None else None,
+        "train_step_s": step_s - gen_s if gen_s is not None else None,
+        "tokens_per_step": float(np.median(tokens)),
+        "generate_tokens_per_s": float(np.median(tokens)) / gen_s if gen_s else None,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "shapes": shapes[len(shapes) // 2] if shapes else None,
         "steps_timed": len(measured), "trl_version": __import__("trl").__version__,
     }
 

@@ -2,10 +2,16 @@
 
 Memory is what limits this on CPU: a full ``[batch, length, vocab]`` logits tensor for SmolLM2
 (vocab 49152) is 200 KB per position. So the backbone's hidden states are first reduced to the
-completion positions, and ``lm_head`` + log-softmax run over chunks of those rows; under autograd
-each chunk is recomputed in backward (activation checkpointing) instead of keeping its logits.
+completion positions, and ``lm_head`` + log-softmax run over chunks of those rows; under autograd,
+when the batch's logits would pass ``logits_memory_mb``, each chunk is recomputed in backward
+(activation checkpointing) instead of keeping its logits.
 Sequences are right-padded: with causal attention a real token never sees the padding after it,
 so no attention mask is needed and position ids are the plain ``arange`` the sampler also used.
+
+GRPO scores ``n`` completions of each prompt. When prompts repeat in a batch, each distinct prompt
+runs through the backbone once and its KV cache is shared by the rows of its group (indexed per
+row, so under autograd the gradients of all rows flow back into the one prompt computation); only
+the completion tokens run per row. Same log-probs to float tolerance, ~(n-1)/n fewer prompt FLOPs.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ from polyrl_torch.engine import TorchEngine
 
 #: Logit elements per chunk (64 MB in float32).
 CHUNK_ELEMENTS = 1 << 24
+#: MB of logits (and their log-softmax) a training forward may keep for backward (option
+#: ``logits_memory_mb``); above it each chunk is recomputed in backward instead.
+LOGITS_MEMORY_MB = 512
 #: Tokens per no-grad forward when scoring many sequences (option ``score_batch_tokens``).
 SCORE_BATCH_TOKENS = 8192
 
@@ -35,6 +44,90 @@ def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.
     return logp.gather(-1, targets[:, None])[:, 0]
 
 
+def prompt_groups(sequences: Sequence[TokenSequence]) -> tuple[list[int], list[np.ndarray]]:
+    """(index of each sequence's prompt among the distinct prompts, the distinct prompts)."""
+    index: dict[bytes, int] = {}
+    prompts: list[np.ndarray] = []
+    owners = []
+    for s in sequences:
+        ids = np.asarray(s.prompt_ids, dtype=np.int64)
+        key = ids.tobytes()
+        if key not in index:
+            index[key] = len(prompts)
+            prompts.append(ids)
+        owners.append(index[key])
+    return owners, prompts
+
+
+def shared_prompt_forward_allowed(engine: TorchEngine) -> bool:
+    """Off for sliding-window attention (its cache drops old keys) or when the user says so."""
+    if not engine.config.options.get("shared_prompt_forward", True):
+        return False
+    config = engine.causal_lm.config
+    return not (getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True))
+
+
+def _right_padded(rows: Sequence[np.ndarray], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids ``[len(rows), width]`` right-padded with ``pad_id``, mask of the real tokens)."""
+    width = max(1, max(len(r) for r in rows))
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.from_numpy(np.asarray(r, dtype=np.int64))
+        mask[i, : len(r)] = 1
+    return ids, mask
+
+
+def _full_hidden(engine: TorchEngine, sequences: Sequence[TokenSequence]) -> torch.Tensor:
+    """Backbone states that predict each completion token, every row run whole (no sharing)."""
+    rows = [np.concatenate([s.prompt_ids, s.completion_ids[:-1]]) for s in sequences]
+    ids, _ = _right_padded(rows, engine.pad_id)
+    hidden = engine.causal_lm.get_decoder()(input_ids=ids.to(engine.device), use_cache=False).last_hidden_state
+    # completion token j of sequence i is predicted at position len(prompt_i) - 1 + j
+    b = np.concatenate([np.full(len(s.completion_ids), i) for i, s in enumerate(sequences)])
+    t = np.concatenate([np.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + len(s.completion_ids))
+                        for s in sequences])
+    return hidden[torch.from_numpy(b.astype(np.int64)), torch.from_numpy(t.astype(np.int64))]
+
+
+def _shared_prompt_hidden(engine: TorchEngine, sequences: Sequence[TokenSequence], owners: list[int],
+                          prompts: list[np.ndarray]) -> torch.Tensor:
+    """Same rows as ``_full_hidden``, each distinct prompt through the backbone once.
+
+    Pass 1 runs the distinct prompts (right-padded, masked) and keeps their KV cache; its state at
+    a prompt's last token predicts completion token 0. Pass 2 runs each row's completion tokens
+    after its prompt's cache (rows index the cache by owner), at positions ``len(prompt) + j``,
+    with the prompts' padding masked out.
+    """
+    from transformers import DynamicCache
+
+    device = engine.device
+    decoder = engine.causal_lm.get_decoder()
+    prompt_ids, prompt_mask = _right_padded(prompts, engine.pad_id)
+    cache = DynamicCache(config=engine.causal_lm.config)
+    first = decoder(input_ids=prompt_ids.to(device), attention_mask=prompt_mask.to(device),
+                    past_key_values=cache, use_cache=True).last_hidden_state
+    owner = torch.tensor(owners, dtype=torch.long)
+    prompt_len = prompt_mask.sum(dim=1)
+    # the state at each row's last prompt token predicts its first completion token
+    heads = first[owner, prompt_len[owner] - 1]
+
+    tails = [np.asarray(s.completion_ids[:-1], dtype=np.int64) for s in sequences]
+    if max(len(t) for t in tails) == 0:
+        return heads
+    cache.batch_select_indices(owner.to(device))
+    tail_ids, tail_mask = _right_padded(tails, engine.pad_id)
+    positions = prompt_len[owner][:, None] + torch.arange(tail_ids.shape[1])[None, :]
+    mask = torch.cat([prompt_mask[owner], tail_mask], dim=1)
+    rest = decoder(input_ids=tail_ids.to(device), attention_mask=mask.to(device),
+                   position_ids=positions.to(device), past_key_values=cache, use_cache=True).last_hidden_state
+    pieces = []
+    for i, t in enumerate(tails):
+        pieces.append(heads[i: i + 1])
+        pieces.append(rest[i, : len(t)])
+    return torch.cat(pieces)
+
+
 def token_logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature: float) -> list[torch.Tensor]:
     """Log-probs (float32 tensors, differentiable when grad is enabled) of each completion token.
 
@@ -46,30 +139,22 @@ def token_logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temp
         raise ValueError("every sequence needs at least one prompt token to predict its first completion token")
     device = engine.device
     lm = engine.causal_lm
-    rows = [np.concatenate([s.prompt_ids, s.completion_ids[:-1]]) for s in sequences]
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), engine.pad_id, dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.from_numpy(np.asarray(r, dtype=np.int64))
-    hidden = lm.get_decoder()(input_ids=ids.to(device), use_cache=False).last_hidden_state
-
-    # completion token j of sequence i is predicted at position len(prompt_i) - 1 + j
-    batch_idx, pos_idx, targets, lengths = [], [], [], []
-    for i, s in enumerate(sequences):
-        p, c = len(s.prompt_ids), len(s.completion_ids)
-        batch_idx.append(np.full(c, i))
-        pos_idx.append(np.arange(p - 1, p - 1 + c))
-        targets.append(s.completion_ids)
-        lengths.append(c)
-    b = torch.from_numpy(np.concatenate(batch_idx).astype(np.int64)).to(device)
-    t = torch.from_numpy(np.concatenate(pos_idx).astype(np.int64)).to(device)
-    target = torch.from_numpy(np.concatenate(targets).astype(np.int64)).to(device)
-    selected = hidden[b, t]
+    owners, prompts = prompt_groups(sequences)
+    if len(prompts) < len(sequences) and shared_prompt_forward_allowed(engine):
+        selected = _shared_prompt_hidden(engine, sequences, owners, prompts)
+    else:
+        selected = _full_hidden(engine, sequences)
+    target = torch.from_numpy(np.concatenate([s.completion_ids for s in sequences]).astype(np.int64)).to(device)
+    lengths = [len(s.completion_ids) for s in sequences]
 
     head = lm.get_output_embeddings()
     softcap = getattr(lm.config, "final_logit_softcapping", None)
     chunk = max(1, CHUNK_ELEMENTS // head.weight.shape[0])
-    recompute = torch.is_grad_enabled() and selected.shape[0] > chunk
+    # under autograd each chunk keeps its logits and log-softmax (8 bytes per logit) for backward
+    # unless recomputed; recompute (one more lm_head matmul) only when they would not fit the cap
+    kept_mb = selected.shape[0] * head.weight.shape[0] * 8 / 2**20
+    cap_mb = float(engine.config.options.get("logits_memory_mb", LOGITS_MEMORY_MB))
+    recompute = torch.is_grad_enabled() and kept_mb > cap_mb
     pieces = []
     for start in range(0, selected.shape[0], chunk):
         args = (head, selected[start:start + chunk], target[start:start + chunk], temperature, softcap)
@@ -83,15 +168,25 @@ def token_logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temp
 
 def _batches(sequences: Sequence[TokenSequence], budget: int) -> list[list[int]]:
     """Indices grouped by similar length (less padding), each group under ``budget`` tokens."""
-    order = sorted(range(len(sequences)),
-                   key=lambda i: len(sequences[i].prompt_ids) + len(sequences[i].completion_ids))
+    def width(i: int) -> int:
+        return len(sequences[i].prompt_ids) + len(sequences[i].completion_ids)
+
+    # a prompt's rows stay together (they share one prompt forward), groups ordered by length
+    owners, _ = prompt_groups(sequences)
+    by_prompt: dict[int, list[int]] = {}
+    for i, owner in enumerate(owners):
+        by_prompt.setdefault(owner, []).append(i)
+    groups_sorted = sorted((sorted(rows, key=width) for rows in by_prompt.values()),
+                           key=lambda rows: width(rows[-1]))
+    order = [i for rows in groups_sorted for i in rows]
     groups: list[list[int]] = []
     current: list[int] = []
+    widest = 0
     for i in order:
-        width = len(sequences[i].prompt_ids) + len(sequences[i].completion_ids)
-        if current and width * (len(current) + 1) > budget:
+        widest = max(widest, width(i))
+        if current and widest * (len(current) + 1) > budget:
             groups.append(current)
-            current = []
+            current, widest = [], width(i)
         current.append(i)
     if current:
         groups.append(current)

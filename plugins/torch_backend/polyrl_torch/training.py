@@ -10,6 +10,7 @@ counts, so the accumulated gradient is the full-batch gradient (not a mean of mi
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -151,8 +152,10 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     optimizer.zero_grad(set_to_none=True)
     engine.model.train()
     loss_sum, kl_sum, clip_sum, finite = 0.0, 0.0, 0.0, True
+    clock = {"forward": 0.0, "backward": 0.0, "grad_sync": 0.0, "optimizer": 0.0}  # phases, seconds
     try:
         for start in range(0, n, micro):
+            t0 = time.perf_counter()
             idx = range(start, min(n, start + micro))
             logp = token_logprobs(engine, [seqs[i] for i in idx], temperature)
             loss, stats = objective_loss(
@@ -168,9 +171,13 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
             if not math.isfinite(value):
                 finite = False
                 break
+            t1 = time.perf_counter()
             loss.backward()
+            clock["forward"] += t1 - t0
+            clock["backward"] += time.perf_counter() - t1
     finally:
         engine.model.eval()
+    t2 = time.perf_counter()
 
     if distributed.active():  # every rank must take part, even one whose shard was empty or NaN
         loss_sum, kl_sum, clip_sum, bad = distributed.sum_scalars(
@@ -178,14 +185,18 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
         finite = bad == 0
         if finite:
             distributed.sum_gradients(params)
+    t3 = time.perf_counter()
+    clock["grad_sync"] = t3 - t2
     grad_norm = _grad_norm(params, engine.config.optimizer.max_grad_norm) if finite else float("nan")
     denom = max(total_tokens, 1)
+    extra = {"lr": float(optimizer.param_groups[0]["lr"])}
     metrics = dict(loss=loss_sum, grad_norm=grad_norm, kl=kl_sum / denom,
-                   clip_fraction=clip_sum / denom, tokens=total_tokens,
-                   extra={"lr": float(optimizer.param_groups[0]["lr"])})
+                   clip_fraction=clip_sum / denom, tokens=total_tokens, extra=extra)
     if not (finite and math.isfinite(grad_norm)):
         optimizer.zero_grad(set_to_none=True)
         return StepMetrics(**metrics, skipped=True)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    clock["optimizer"] = time.perf_counter() - t3
+    extra.update({f"time/{k}": round(v, 4) for k, v in clock.items()})
     return StepMetrics(**metrics)

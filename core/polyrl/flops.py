@@ -1,0 +1,92 @@
+"""FLOPs of a GRPO step's phases for a decoder-only transformer, from its HF ``config.json``.
+
+Why: model FLOPs utilisation (achieved FLOP/s over the machine's measured matmul peak) says how far
+each phase is from the hardware limit, independent of which framework ran it. The count is the
+*workload's* minimum, the same for every framework: each prompt's tokens once per group, each
+completion token once, ``lm_head`` only where a log-prob is needed, attention over the real
+context. A framework that repeats prompts or computes full-vocabulary logits everywhere does more
+work than this and shows a lower utilisation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+
+
+@attrs.frozen
+class ModelShape:
+    """The sizes that set a Llama-style decoder's matmul FLOPs."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+
+    @classmethod
+    def from_config(cls, model_dir: str | Path) -> ModelShape:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+        heads = int(cfg["num_attention_heads"])
+        return cls(hidden=int(cfg["hidden_size"]), intermediate=int(cfg["intermediate_size"]),
+                   layers=int(cfg["num_hidden_layers"]), heads=heads,
+                   kv_heads=int(cfg.get("num_key_value_heads") or heads),
+                   head_dim=int(cfg.get("head_dim") or cfg["hidden_size"] // heads),
+                   vocab=int(cfg["vocab_size"]))
+
+    @property
+    def layer_params(self) -> int:
+        """Weights one token multiplies through in one layer (q, k, v, o, gate, up, down)."""
+        q_out = self.heads * self.head_dim
+        kv_out = 2 * self.kv_heads * self.head_dim
+        return self.hidden * (q_out + kv_out) + q_out * self.hidden + 3 * self.hidden * self.intermediate
+
+    def token_flops(self, context: int) -> float:
+        """Forward FLOPs of one token through the backbone, attending over ``context`` positions."""
+        attention = 4 * self.heads * self.head_dim * context  # scores and the weighted sum
+        return self.layers * (2.0 * self.layer_params + attention)
+
+    @property
+    def head_flops(self) -> float:
+        """Forward FLOPs of ``lm_head`` for one position."""
+        return 2.0 * self.hidden * self.vocab
+
+
+def sequence_forward_flops(shape: ModelShape, prompt_len: int, completion_len: int, *,
+                           prompt_shared: bool, head_on_prompt: bool = False) -> float:
+    """Forward FLOPs for one completion; its prompt counted only when not ``prompt_shared``."""
+    total = 0.0
+    if not prompt_shared:
+        total += sum(shape.token_flops(i + 1) for i in range(prompt_len))
+        total += shape.head_flops * prompt_len if head_on_prompt else 0.0
+    total += sum(shape.token_flops(prompt_len + j + 1) for j in range(completion_len))
+    return total + shape.head_flops * completion_len
+
+
+def group_forward_flops(shape: ModelShape, prompt_lens: Sequence[int], completion_lens: Sequence[int],
+                        owners: Sequence[int]) -> float:
+    """Forward FLOPs of a batch where each distinct prompt (``owners``) runs once."""
+    seen: set[int] = set()
+    total = 0.0
+    for owner, p, c in zip(owners, prompt_lens, completion_lens):
+        total += sequence_forward_flops(shape, p, c, prompt_shared=owner in seen)
+        seen.add(owner)
+    return total
+
+
+def step_flops(shape: ModelShape, prompt_lens: Sequence[int], completion_lens: Sequence[int],
+               owners: Sequence[int], *, lora: bool) -> dict[str, float]:
+    """Minimum FLOPs of each phase of one GRPO step.
+
+    ``generate``: prefill once per prompt, one forward per new token (``lm_head`` each step).
+    ``logprobs``: one teacher-forced forward. ``train``: forward plus backward, the backward being
+    twice the forward for full-parameter training (input and weight gradients) and about once for
+    LoRA (input gradients only; the adapters' own are negligible).
+    """
+    forward = group_forward_flops(shape, prompt_lens, completion_lens, owners)
+    return {"generate": forward, "logprobs": forward, "train": forward * (2.0 if lora else 3.0)}
