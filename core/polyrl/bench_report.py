@@ -80,6 +80,8 @@ def print_table(report: dict[str, Any]) -> None:
                       fmt(r.get("generate_mfu"), ".0%"), fmt(r.get("train_mfu"), ".0%"),
                       fmt(r.get("peak_rss_mb"), ".0f"), fmt(r.get("speedup_vs_trl")))
     console = Console(stderr=True)
+    if not console.is_terminal:
+        console = Console(stderr=True, width=160)  # logs and pipes: no truncated columns
     console.print(table)
     peak = report["machine"]["matmul_peak"]
     console.print(f"matmul peak {peak['peak_gflops']:.1f} GFLOP/s ({peak.get('library')}, "
