@@ -386,6 +386,12 @@ def test_shared_prompt_forward_equals_the_full_forward(tiny_model_dir, monkeypat
     _, g_capped = _logprobs_and_grads(capped, seqs, weights)
     for k in g_whole:
         np.testing.assert_allclose(g_capped[k], g_shared[k], atol=1e-6, rtol=1e-5, err_msg=k)
+    # an empty completion scores as nothing, beside its group's rows
+    with_empty = [TokenSequence(seqs[0].prompt_ids, seqs[0].completion_ids[:0])] + seqs[1:3]
+    got = shared.logprobs(with_empty, 0.8)
+    assert len(got[0]) == 0
+    for a, b in zip(got[1:], lp_whole[1:3]):
+        np.testing.assert_allclose(a, b, atol=2e-5)
     # the scoring hook (no grad, length-bucketed batches) agrees too, in the caller's order
     for a, b in zip(shared.logprobs(seqs[::-1], 0.8), lp_whole[::-1]):
         np.testing.assert_allclose(a, b, atol=2e-5)

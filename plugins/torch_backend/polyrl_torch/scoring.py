@@ -87,7 +87,8 @@ def _full_hidden(engine: TorchEngine, sequences: Sequence[TokenSequence]) -> tor
     b = np.concatenate([np.full(len(s.completion_ids), i) for i, s in enumerate(sequences)])
     t = np.concatenate([np.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + len(s.completion_ids))
                         for s in sequences])
-    return hidden[torch.from_numpy(b.astype(np.int64)), torch.from_numpy(t.astype(np.int64))]
+    return hidden[torch.from_numpy(b.astype(np.int64)).to(engine.device),
+                  torch.from_numpy(t.astype(np.int64)).to(engine.device)]
 
 
 def _shared_prompt_hidden(engine: TorchEngine, sequences: Sequence[TokenSequence], owners: list[int],
@@ -110,11 +111,11 @@ def _shared_prompt_hidden(engine: TorchEngine, sequences: Sequence[TokenSequence
     owner = torch.tensor(owners, dtype=torch.long)
     prompt_len = prompt_mask.sum(dim=1)
     # the state at each row's last prompt token predicts its first completion token
-    heads = first[owner, prompt_len[owner] - 1]
+    heads = first[owner.to(device), (prompt_len[owner] - 1).to(device)]
 
     tails = [np.asarray(s.completion_ids[:-1], dtype=np.int64) for s in sequences]
-    if max(len(t) for t in tails) == 0:
-        return heads
+    if max(len(t) for t in tails) == 0:  # one-token (or empty) completions: the heads are all
+        return heads[torch.tensor([len(s.completion_ids) > 0 for s in sequences], device=device)]
     cache.batch_select_indices(owner.to(device))
     tail_ids, tail_mask = _right_padded(tails, engine.pad_id)
     positions = prompt_len[owner][:, None] + torch.arange(tail_ids.shape[1])[None, :]
@@ -122,9 +123,10 @@ def _shared_prompt_hidden(engine: TorchEngine, sequences: Sequence[TokenSequence
     rest = decoder(input_ids=tail_ids.to(device), attention_mask=mask.to(device),
                    position_ids=positions.to(device), past_key_values=cache, use_cache=True).last_hidden_state
     pieces = []
-    for i, t in enumerate(tails):
-        pieces.append(heads[i: i + 1])
-        pieces.append(rest[i, : len(t)])
+    for i, (s, t) in enumerate(zip(sequences, tails)):
+        if len(s.completion_ids):  # an empty completion has nothing to score
+            pieces.append(heads[i: i + 1])
+            pieces.append(rest[i, : len(t)])
     return torch.cat(pieces)
 
 
