@@ -18,25 +18,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from polyrl.errors import ConfigError
+from polyrl.stopping import StopStrings
 from polyrl.types import Completion, Prompt, SamplingParams
 
 from polyrl_max.engine import MaxEngine
 from polyrl_max.runner import LogitsRecorder, run_rows, token_logprob
 
-
-class _StopStrings:
-    """Detects a stop string completed by the newest token, decoding only a short tail."""
-
-    def __init__(self, engine: MaxEngine, stops: Sequence[str]) -> None:
-        self.engine = engine
-        self.stops = [s for s in stops if s]
-        self.window = 4 * max((len(s) for s in self.stops), default=0) + 4
-
-    def hit(self, ids: list[int]) -> bool:
-        if not self.stops:
-            return False
-        tail = self.engine.decode(ids[-self.window:])
-        return any(s in tail for s in self.stops)
 
 
 def generate(engine: MaxEngine, prompts: Sequence[Prompt], sampling: SamplingParams) -> list[Completion]:
@@ -60,7 +47,7 @@ def generate(engine: MaxEngine, prompts: Sequence[Prompt], sampling: SamplingPar
     tokens: list[list[int]] = [[] for _ in range(total)]
     logps: list[list[float]] = [[] for _ in range(total)]
     finish = ["length"] * total
-    stops = _StopStrings(engine, sampling.stop)
+    stops = StopStrings(engine.decode, sampling.stop)
 
     def build(s: int):
         return engine.new_context(prompt_ids[s // n], budgets[s], temperature=temperature,

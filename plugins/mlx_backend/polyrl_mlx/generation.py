@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from polyrl.errors import ConfigError
+from polyrl.stopping import StopStrings
 from polyrl.types import Completion, Prompt, SamplingParams
 
 from polyrl_mlx._mx import mx
@@ -70,22 +71,6 @@ _split = mx.vmap(lambda key: mx.random.split(key, 2))
 def _gumbel(vocab: int):
     return mx.vmap(lambda key: mx.random.gumbel((vocab,), key=key))
 
-
-class _StopChecker:
-    """Detects a stop string completed by the newest token, decoding only a short tail."""
-
-    def __init__(self, engine: MLXEngine, stops: Sequence[str]) -> None:
-        self.engine = engine
-        self.stops = [s for s in stops if s]
-        # a token decodes to >= 1 char except partial UTF-8 bytes (<= 4 tokens per char)
-        self.window = 4 * max((len(s) for s in self.stops), default=0) + 4
-
-    def hit(self, ids: list[int]) -> bool:
-        if not self.stops:
-            return False
-        tail = self.engine.decode(ids[-self.window:])
-        # earlier tokens never completed a stop string (the row would have ended already)
-        return any(s in tail for s in self.stops)
 
 
 def _prefill(engine: MLXEngine, prompt_ids: list[list[int]]) -> tuple[list, mx.array]:
@@ -143,7 +128,7 @@ def _generate(engine: MLXEngine, prompts: Sequence[Prompt], sampling: SamplingPa
     row_keys = sample_keys(seed, total)
     greedy = sampling.temperature == 0
     temperature = 1.0 if greedy else float(sampling.temperature)
-    stop = _StopChecker(engine, sampling.stop)
+    stop = StopStrings(engine.decode, sampling.stop)
 
     cache, logits = _prefill(engine, prompt_ids)
     if n > 1:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import torch
 
 from polyrl.errors import ConfigError
+from polyrl.stopping import StopStrings
 from polyrl.types import Completion, Prompt, SamplingParams
 from polyrl_torch.engine import TorchEngine
 
@@ -42,23 +43,6 @@ def filter_logits(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
         out = out.masked_fill(drop, float("-inf"))
     return out
 
-
-class _StopChecker:
-    """Detects a stop string completed by the newest token, decoding only a short tail."""
-
-    def __init__(self, engine: TorchEngine, stops: Sequence[str]) -> None:
-        self.engine = engine
-        self.stops = [s for s in stops if s]
-        # a token decodes to >= 1 char except partial UTF-8 bytes (<= 4 tokens per char)
-        self.window = 4 * max((len(s) for s in self.stops), default=0) + 4
-
-    def hit(self, ids: list[int]) -> bool:
-        if not self.stops:
-            return False
-        tail = self.engine.decode(ids[-self.window:])
-        # earlier tokens never completed a stop string (the row would have ended), so any
-        # occurrence in the tail ends at the newest token
-        return any(s in tail for s in self.stops)
 
 
 def _left_pad(rows: list[list[int]], pad_id: int, device: torch.device):
@@ -108,7 +92,7 @@ def _generate(engine: TorchEngine, prompts, sampling: SamplingParams, cache_cls)
         generator.manual_seed(int(sampling.seed))
     greedy = sampling.temperature == 0
     temperature = 1.0 if greedy else float(sampling.temperature)
-    stop = _StopChecker(engine, sampling.stop)
+    stop = StopStrings(engine.decode, sampling.stop)
 
     # prefill each distinct prompt once, then copy its cache to every row that uses it
     unique: dict[tuple[int, ...], int] = {}
