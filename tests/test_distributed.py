@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("torch")
 SCRIPT = Path(__file__).parent / "distributed" / "ddp_fixed_batch.py"
 TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+TWO_RANKS = [str(TORCHRUN), "--standalone", "--nproc_per_node", "2"]
 
 
 def _run(cmd: list[str], out: Path) -> dict:
@@ -27,14 +28,92 @@ def _run(cmd: list[str], out: Path) -> dict:
 @pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean"])
 def test_two_ranks_match_one_process_on_the_same_global_batch(tiny_model_dir, tmp_path, aggregation):
     assert TORCHRUN, "torchrun comes with torch"
-    single = _run([sys.executable, str(SCRIPT), tiny_model_dir, str(tmp_path / "one.json"), aggregation],
-                  tmp_path / "one.json")
-    double = _run([TORCHRUN, "--standalone", "--nproc_per_node", "2", str(SCRIPT), tiny_model_dir,
-                   str(tmp_path / "two.json"), aggregation], tmp_path / "two.json")
+    single = _run([sys.executable, str(SCRIPT), tiny_model_dir, "--out", str(tmp_path / "one.json"),
+                   "--aggregation", aggregation], tmp_path / "one.json")
+    double = _run([*TWO_RANKS, str(SCRIPT), tiny_model_dir, "--out", str(tmp_path / "two.json"),
+                   "--aggregation", aggregation], tmp_path / "two.json")
     assert single["world"] == 1 and double["world"] == 2
     np.testing.assert_allclose(double["losses"], single["losses"], rtol=1e-5, atol=1e-6)
     assert len(set(np.round(single["losses"], 6))) > 1  # the loss moves: the weights did change
     assert double["checksum"] == pytest.approx(single["checksum"], rel=1e-6)
+
+
+def test_fsdp_two_ranks_match_one_process_and_checkpoints_cross_world_sizes(tiny_model_dir, tmp_path):
+    """FSDP2 (weights, gradients and AdamW state sharded over 2 gloo ranks, uneven micro-batch
+    counts) trains exactly as one unsharded process; its checkpoint is the same full state, and a
+    checkpoint of either kind resumes in the other."""
+    import torch
+    from safetensors.torch import load_file
+
+    def script(*args: str) -> list[str]:
+        return [str(SCRIPT), tiny_model_dir, *args]
+
+    single = _run([sys.executable, *script("--out", str(tmp_path / "one.json"), "--save", str(tmp_path / "one"))],
+                  tmp_path / "one.json")
+    sharded = _run([*TWO_RANKS, *script("--out", str(tmp_path / "two.json"), "--fsdp",
+                                        "--save", str(tmp_path / "two"))], tmp_path / "two.json")
+    assert single["world"] == 1 and sharded["world"] == 2
+    np.testing.assert_allclose(sharded["losses"], single["losses"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sharded["grad_norms"], single["grad_norms"], rtol=1e-5)
+    assert len(set(np.round(single["losses"], 6))) > 1
+    assert sharded["checksum"] == pytest.approx(single["checksum"], rel=1e-6)
+    assert sharded["generated"] == single["generated"]  # rank 0 decoded while rank 1 decoded longer
+
+    full, gathered = (load_file(str(tmp_path / d / "model.safetensors")) for d in ("one", "two"))
+    assert sorted(full) == sorted(gathered)
+    for name in full:
+        torch.testing.assert_close(gathered[name], full[name], rtol=1e-4, atol=1e-4)
+    opt_one, opt_two = (torch.load(tmp_path / d / "torch_state" / "optimizer.pt", weights_only=True)
+                        for d in ("one", "two"))
+    assert opt_two["param_groups"] == opt_one["param_groups"]
+    for index, moments in opt_one["state"].items():
+        torch.testing.assert_close(opt_two["state"][index]["exp_avg"], moments["exp_avg"], rtol=1e-3, atol=1e-6)
+
+    # the sharded run continues from the unsharded checkpoint, and the other way round
+    into_fsdp = _run([*TWO_RANKS, *script("--out", str(tmp_path / "r2.json"), "--fsdp", "--steps", "2",
+                                          "--resume", str(tmp_path / "one"))], tmp_path / "r2.json")
+    into_one = _run([sys.executable, *script("--out", str(tmp_path / "r1.json"), "--steps", "2",
+                                             "--resume", str(tmp_path / "two"))], tmp_path / "r1.json")
+    np.testing.assert_allclose(into_fsdp["losses"], into_one["losses"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(into_fsdp["grad_norms"], into_one["grad_norms"], rtol=1e-4)
+    assert into_fsdp["checksum"] == pytest.approx(into_one["checksum"], rel=1e-6)
+    assert into_fsdp["checksum"] != pytest.approx(sharded["checksum"], rel=1e-6)  # it trained on
+
+
+def test_polyrl_launch_with_fsdp_trains_evaluates_checkpoints_and_resumes_in_one_process(
+        tiny_model_dir, tmp_path):
+    """The whole trainer under FSDP: 3 prompts on 2 ranks (uneven shards), num_iterations=2 (old
+    log-probs on sharded weights), evaluation sharded over the ranks, checkpoints gathered; then one
+    plain process resumes the run."""
+    (tmp_path / "reward.py").write_text(
+        "def digits(prompts, completions, **kw):\n"
+        "    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]\n")
+    out = tmp_path / "run"
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'[model]\npath = "{tiny_model_dir}"\n[backends.options]\nfsdp = true\n'
+        '[generation]\ngroup_size = 4\nmax_new_tokens = 8\n[algorithm]\nname = "grpo"\nnum_iterations = 2\n'
+        '[optimizer]\nlr = 1e-3\nmicro_batch_size = 4\n[data]\ntask = "arithmetic"\n'
+        '[eval]\ncount = 3\nreward = "numeric_match"\n'
+        f'[[rewards]]\nfunction = "{tmp_path / "reward.py"}:digits"\n'
+        f'[train]\nsteps = 3\nprompts_per_step = 3\nthreads = 1\ncheckpoint_every = 1\noutput_dir = "{out}"\n')
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    launched = subprocess.run([sys.executable, "-m", "polyrl.cli", "launch", "--nproc-per-node", "2",
+                               str(config)], capture_output=True, text=True, timeout=300, env=env)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    summary = json.loads(launched.stdout)  # printed once, by rank 0
+    assert summary["steps"] == 3 and summary["eval_after"]["eval_count"] == 3
+    assert launched.stderr.count("checkpoint saved") == 3  # once per step, the final one not twice
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [0, 1, 2]
+    assert all(m["samples_kept"] == 12 and np.isfinite(m["loss"]) for m in lines)
+    assert len({round(m["loss"], 6) for m in lines}) == 3
+    resumed = subprocess.run([sys.executable, "-m", "polyrl.cli", "train", str(config), "--resume",
+                              "--steps", "4", "--no-progress"], capture_output=True, text=True,
+                             timeout=300, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [0, 1, 2, 3]
 
 
 def test_polyrl_launch_two_ranks_writes_once_and_resumes_on_one_process(tiny_model_dir, tmp_path):
@@ -113,3 +192,24 @@ def test_sigterm_to_the_launcher_stops_every_rank_after_the_same_step_with_a_che
     checkpoints = sorted(p.name for p in (out / "checkpoints").iterdir())
     assert checkpoints[-1] == f"step-{len(steps):08d}", (checkpoints, err[-2000:])
     assert "stop requested" in err
+
+
+def test_fsdp_option_is_checked_and_a_no_op_in_one_process(tiny_model_dir, monkeypatch):
+    """One config runs anywhere: fsdp=true alone trains unsharded; a non-boolean value, or LoRA
+    together with FSDP, is refused naming the field."""
+    from polyrl.engine import Engine
+    from polyrl.errors import ConfigError
+    from polyrl.registry import get_registry
+    from polyrl.types import EngineConfig, LoraConfig
+    from polyrl_torch import distributed, sharding
+
+    engine = Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="train", options={"fsdp": True}))
+    assert engine.raw.fsdp is None and engine.raw.optimizer is not None
+    with pytest.raises(ConfigError) as bad:
+        Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="train", options={"fsdp": "yes"}))
+    assert bad.value.field == "backends.options.fsdp"
+    lora = Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="train", lora=LoraConfig(rank=2)))
+    monkeypatch.setattr(distributed, "active", lambda: True)  # as under torchrun, before any collective
+    with pytest.raises(ConfigError) as both:
+        sharding.shard(lora.raw)
+    assert both.value.field == "backends.options.fsdp" and "LoRA" in str(both.value)

@@ -164,6 +164,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             print("no complete checkpoint found; starting from step 0", file=sys.stderr)
     summary = trainer.run(progress=not args.no_progress)
     summary.pop("history", None)
+    if trainer.rank != 0:  # under a launcher every rank returns the same summary: print it once
+        return 0
     _print_json(summary)
     if summary.get("stopped_early"):
         print(f"stopped on request after step {summary['steps']}; checkpoint {summary['checkpoint']}. "

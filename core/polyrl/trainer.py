@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import random
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -101,6 +102,7 @@ class Trainer:
                 f"{self.world_size} processes but only {config.train.prompts_per_step} prompts per step",
                 field="train.prompts_per_step", fix=f"set it to at least {self.world_size} (one per rank)")
         self.step = 0
+        self._saved_step: int | None = None  # the step of the last checkpoint this run wrote
         self.stop_requested = False
         self.history: list[dict[str, Any]] = []
         self._load_engines()
@@ -267,13 +269,12 @@ class Trainer:
             temperature = c.generation.temperature or 1.0
             old = None
             t0 = time.perf_counter()
-            if algo.num_iterations > 1 and seqs:
+            if algo.num_iterations > 1 and (seqs or self.world_size > 1):
+                # an empty shard still calls: a sharded (FSDP) backend gathers weights collectively
                 old = self.train_engine.logprobs(seqs, temperature)
             ref = self._ref_logprobs(seqs, temperature) if algo.beta > 0 and seqs else None
             if algo.beta > 0 and not seqs:  # an empty shard still takes part in the step
                 ref = []
-            if algo.num_iterations > 1 and not seqs:
-                old = []
             times["logprobs"] = time.perf_counter() - t0
             batch = TrainBatch(seqs, advantages[idx], old_logprobs=old, ref_logprobs=ref,
                                temperature=temperature)
@@ -295,11 +296,16 @@ class Trainer:
     # --- evaluation ----------------------------------------------------------------------------
 
     def evaluate(self) -> dict[str, float]:
-        """Greedy accuracy (the eval reward's mean) on the held-out prompts."""
+        """Greedy accuracy (the eval reward's mean) on the held-out prompts.
+
+        Under a launcher every rank calls it and scores its share of the rows (rows[rank::world]);
+        the scores are gathered, so every rank returns the same numbers for the whole set.
+        """
         if self.eval_dataset is None:
             return {}
         ev, c = self.config.eval, self.config
-        rows = list(self.eval_dataset.rows)
+        everything = list(self.eval_dataset.rows)
+        rows = everything[self.rank::self.world_size]
         prompts = [row[c.data.prompt_column] for row in rows]
         sampling = c.generation.sampling(0)
         import attrs as _attrs
@@ -310,8 +316,11 @@ class Trainer:
         computer = RewardComputer(self.registry.pm, [(ev.reward, 1.0, {})])
         context = RewardContext(rows=rows, wanted=(ev.reward,), options={ev.reward: {}},
                                 completion_ids=[x.completion_ids for x in completions])
-        scores = computer(prompts, completions, context).total
-        return {"eval_accuracy": float(np.nanmean(scores)), "eval_count": len(rows)}
+        scores = np.asarray(computer(prompts, completions, context).total, dtype=np.float64) \
+            if rows else np.zeros(0)
+        if self.world_size > 1:
+            scores = np.concatenate(self.train_engine.all_gather(scores))
+        return {"eval_accuracy": float(np.nanmean(scores)), "eval_count": len(everything)}
 
     # --- checkpoints ---------------------------------------------------------------------------
 
@@ -324,11 +333,16 @@ class Trainer:
         }
 
     def save(self) -> Path:
-        """Checkpoint (rank 0 only under a launcher: every rank holds the same weights)."""
+        """Checkpoint. Under a launcher every rank calls the backend (sharded weights are gathered
+        collectively) but only rank 0 writes; the others pass a scratch folder that is deleted."""
         if self.rank != 0:
+            with tempfile.TemporaryDirectory(prefix="polyrl-rank-scratch-") as scratch:
+                self.train_engine.save_checkpoint(str(Path(scratch) / "model"))
+            self._saved_step = self.step
             return ckpt.checkpoint_dir(self.checkpoint_root, self.step)
         path = ckpt.write_checkpoint(self.checkpoint_root, self.step, self._state(),
                                      self.train_engine.save_checkpoint)
+        self._saved_step = self.step
         ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints)
         log.info("checkpoint saved", path=str(path), step=self.step)
         return path
@@ -400,9 +414,10 @@ class Trainer:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         metrics_path = self.output_dir / "metrics.jsonl"
         summary: dict[str, Any] = {"output_dir": str(self.output_dir)}
-        if self.eval_dataset is not None and self.step == 0 and self.rank == 0:
+        if self.eval_dataset is not None and self.step == 0:
             summary["eval_before"] = self.evaluate()
-            log.info("evaluation before training", **summary["eval_before"])
+            if self.rank == 0:
+                log.info("evaluation before training", **summary["eval_before"])
         skips = 0
         with self._graceful_signals(), step_progress(c.train.steps, self.step, enabled=progress) as advance:
             while self.step < c.train.steps and not self.stop_requested:
@@ -427,16 +442,19 @@ class Trainer:
                     )
                 if c.train.checkpoint_every and self.step % c.train.checkpoint_every == 0:
                     self.save()
-                if c.eval.every and self.eval_dataset is not None and self.step % c.eval.every == 0 and self.rank == 0:
+                if c.eval.every and self.eval_dataset is not None and self.step % c.eval.every == 0:
                     ev = self.evaluate()
-                    log.info("evaluation", step=self.step, **ev)
-        summary["checkpoint"] = str(self.save())
+                    if self.rank == 0:
+                        log.info("evaluation", step=self.step, **ev)
+        last = ckpt.checkpoint_dir(self.checkpoint_root, self.step)
+        summary["checkpoint"] = str(last if self._saved_step == self.step else self.save())
         if self.stop_requested:
             log.warning("stopped early on request", step=self.step)
             summary["stopped_early"] = True
-        if self.eval_dataset is not None and self.rank == 0:
+        if self.eval_dataset is not None:
             summary["eval_after"] = self.evaluate()
-            log.info("evaluation after training", **summary["eval_after"])
+            if self.rank == 0:
+                log.info("evaluation after training", **summary["eval_after"])
         summary["steps"] = self.step
         summary["history"] = self.history
         return summary

@@ -2,15 +2,17 @@
 
 Trains the tiny model for a few steps on ONE fixed global batch (the same sequences and
 advantages every step); each rank takes its shard (sequences i with i % world == rank). Rank 0
-writes the per-step global losses and a weight checksum to argv[2] as JSON. With the same global
-batch, one process and two must give the same loss curve and the same weights.
+writes the per-step global losses, grad norms, a weight checksum and a greedy completion to
+``--out`` as JSON. With the same global batch, one process and two (DDP-style gradient sum or
+FSDP2 shards) must give the same loss curve and the same weights. ``--save`` checkpoints at the
+end (every rank takes part), ``--resume`` starts from a checkpoint (written by any world size).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-import sys
 
 import numpy as np
 import torch
@@ -18,33 +20,50 @@ import torch
 from polyrl.algorithms.presets import AlgorithmConfig
 from polyrl.engine import Engine
 from polyrl.registry import get_registry
-from polyrl.types import EngineConfig, OptimizerConfig, TokenSequence, TrainBatch
+from polyrl.types import EngineConfig, OptimizerConfig, SamplingParams, TokenSequence, TrainBatch
 
 
 def main() -> None:
-    model, out = sys.argv[1], sys.argv[2]
-    aggregation = sys.argv[3] if len(sys.argv) > 3 else "seq_mean_token_mean"
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--aggregation", default="seq_mean_token_mean")
+    parser.add_argument("--fsdp", action="store_true")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--save")
+    parser.add_argument("--resume")
+    args = parser.parse_args()
     torch.manual_seed(0)
     engine = Engine(get_registry(), "torch", EngineConfig(
-        model=model, role="train", threads=1, seed=0, optimizer=OptimizerConfig(lr=1e-2, max_grad_norm=1.0)))
+        model=args.model, role="train", threads=1, seed=0, options={"fsdp": args.fsdp},
+        optimizer=OptimizerConfig(lr=1e-2, max_grad_norm=1.0, micro_batch_size=2)))
+    if args.resume:
+        engine.load_checkpoint(args.resume)
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     rng = np.random.default_rng(0)
     sequences = [TokenSequence(rng.integers(5, 200, size=4), rng.integers(5, 200, size=int(rng.integers(2, 9))))
-                 for _ in range(8)]  # uneven completion lengths: token-level normalisers matter
-    advantages = rng.normal(size=8)
-    mine = [i for i in range(8) if i % world == rank]
+                 for _ in range(5)]  # uneven completion lengths: token-level normalisers matter
+    advantages = rng.normal(size=5)
+    # 5 rows in micro-batches of 2: rank 0 runs two (3 rows), rank 1 one (2 rows); FSDP pads rank 1
+    mine = [i for i in range(5) if i % world == rank]
     shard = [sequences[i] for i in mine]
     # the rollout's log-probs as "old" (as with num_iterations > 1): the ratio, hence the loss,
     # moves as the weights move; a KL term against the same values adds its gradient too
     start = engine.logprobs(shard, 1.0)
     batch = TrainBatch(shard, advantages[mine], old_logprobs=start, ref_logprobs=start, temperature=1.0)
-    objective = AlgorithmConfig.preset("grpo", loss_aggregation=aggregation, beta=0.1).objective(8)
-    losses = [engine.train_step(batch, objective).loss for _ in range(4)]
+    objective = AlgorithmConfig.preset("grpo", loss_aggregation=args.aggregation, beta=0.1).objective(8)
+    steps = [engine.train_step(batch, objective) for _ in range(args.steps)]
     weights = engine.export_weights()
     checksum = float(sum(np.abs(w).astype(np.float64).sum() for w in weights.values()))
+    # ranks decode different lengths (no lock-step) from the same weights
+    tokens = engine.generate(["12 + 7 ="], SamplingParams(max_new_tokens=3 + 5 * rank, temperature=0.0))
+    if args.save:  # every rank takes part (FSDP gathers its shards); rank 0 writes
+        engine.save_checkpoint(args.save)
     if rank == 0:
-        with open(out, "w") as fh:
-            json.dump({"losses": losses, "checksum": checksum, "world": world}, fh)
+        with open(args.out, "w") as fh:
+            json.dump({"losses": [m.loss for m in steps], "grad_norms": [m.grad_norm for m in steps],
+                       "checksum": checksum, "world": world,
+                       "generated": [int(t) for t in tokens[0].completion_ids]}, fh)
 
 
 if __name__ == "__main__":

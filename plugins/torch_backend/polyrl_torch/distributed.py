@@ -14,6 +14,7 @@ gloo on CPU, nccl on CUDA. Outside torchrun every function here is a no-op.
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Sequence
 
@@ -25,12 +26,28 @@ def env_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1") or 1)
 
 
+def local_device(device: torch.device) -> torch.device:
+    """Under torchrun, ``cuda`` without an index means this process's GPU (``LOCAL_RANK``)."""
+    if env_world_size() <= 1 or device.type != "cuda" or device.index is not None:
+        return device
+    local = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0") or 0))
+    torch.cuda.set_device(local)
+    return local
+
+
 def init_from_env(device: torch.device) -> None:
     """Join the process group torchrun describes (once per process); nothing outside torchrun."""
     if env_world_size() <= 1 or not dist.is_available() or dist.is_initialized():
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend=backend)
+    atexit.register(_leave)
+
+
+def _leave() -> None:
+    """Tear the group down before interpreter shutdown (left to it, a rank can abort at exit)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def active() -> bool:
@@ -52,6 +69,15 @@ def sum_scalars(values: Sequence[float], device: torch.device) -> list[float]:
     t = torch.tensor(list(values), dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t.tolist()
+
+
+def max_int(value: int, device: torch.device) -> int:
+    """The largest ``value`` over ranks (e.g. how many micro-batches every rank must run)."""
+    if not active():
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
 
 
 def all_gather_objects(value: object) -> list[object]:

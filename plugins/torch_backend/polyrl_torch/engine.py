@@ -7,6 +7,7 @@ user's config is reported as a ``ConfigError`` naming the field and the fix.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,6 +17,7 @@ import torch
 
 from polyrl.errors import ConfigError
 from polyrl.types import EngineConfig, Prompt
+from polyrl_torch import distributed, sharding
 
 DTYPES: Mapping[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ADAPTER = "default"  # the single peft adapter name this backend uses
@@ -73,9 +75,10 @@ class TorchEngine:
         self.dtype = DTYPES[config.dtype]
         self.device = _resolve_device(config.device)
         if config.role == "train":
-            from polyrl_torch import distributed
-
+            self.device = distributed.local_device(self.device)  # cuda:LOCAL_RANK under torchrun
             distributed.init_from_env(self.device)  # a no-op outside torchrun
+        # FSDP2 when asked for under torchrun (a no-op alone): see polyrl_torch.sharding
+        shard = config.role == "train" and sharding.requested(config.options) and distributed.active()
         if config.threads is not None:
             torch.set_num_threads(int(config.threads))
         torch.manual_seed(config.seed)  # LoRA init draws from the global generator
@@ -89,7 +92,8 @@ class TorchEngine:
         extra["trust_remote_code"] = bool(config.trust_remote_code)  # explicit: never on by accident
         self.tokenizer, model = _load_pretrained(
             folder, extra, dtype=self.dtype, attn_implementation=config.options.get("attn_implementation", "sdpa"))
-        model.to(self.device)
+        if not shard:
+            model.to(self.device)  # FSDP moves each unit's shards itself: the whole model never is
         model.eval()
         model.requires_grad_(config.role == "train" and config.lora is None)
 
@@ -99,6 +103,9 @@ class TorchEngine:
         self.model = model
         self.eos_ids = self._eos_ids()
         self.pad_id = self._pad_id()
+
+        #: The FSDP2 units, or None (not asked for, or one process).
+        self.fsdp = sharding.shard(self) if shard else None
 
         self.optimizer: torch.optim.Optimizer | None = None
         if config.role == "train":
@@ -158,6 +165,10 @@ class TorchEngine:
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
+
+    def full_weights(self) -> contextlib.AbstractContextManager[None]:
+        """Whole weights for a block of inference (a collective under FSDP; nothing otherwise)."""
+        return self.fsdp.full_weights() if self.fsdp is not None else contextlib.nullcontext()
 
     def require_optimizer(self) -> torch.optim.Optimizer:
         if self.optimizer is None:

@@ -60,7 +60,6 @@ def _next_logits(engine: TorchEngine, **inputs) -> torch.Tensor:
     return out.logits[:, -1, :].float()
 
 
-@torch.inference_mode()
 def generate(engine: TorchEngine, prompts: Sequence[Prompt], sampling: SamplingParams) -> list[Completion]:
     """Sample ``sampling.n`` completions per prompt; see the module docstring for the method."""
     from transformers import DynamicCache
@@ -68,7 +67,8 @@ def generate(engine: TorchEngine, prompts: Sequence[Prompt], sampling: SamplingP
     model_was_training = engine.model.training
     engine.model.eval()
     try:
-        return _generate(engine, prompts, sampling, DynamicCache)
+        with engine.full_weights(), torch.inference_mode():  # gather (FSDP) outside inference mode
+            return _generate(engine, prompts, sampling, DynamicCache)
     finally:
         engine.model.train(model_was_training)
 

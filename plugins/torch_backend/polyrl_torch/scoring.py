@@ -130,10 +130,12 @@ def _shared_prompt_hidden(engine: TorchEngine, sequences: Sequence[TokenSequence
     return torch.cat(pieces)
 
 
-def token_logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature: float) -> list[torch.Tensor]:
+def token_logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature: float,
+                   share_prompts: bool = True) -> list[torch.Tensor]:
     """Log-probs (float32 tensors, differentiable when grad is enabled) of each completion token.
 
     One forward for all ``sequences``: the caller decides the (micro-)batch size.
+    ``share_prompts=False`` forces one backbone call (FSDP's training forward needs a fixed count).
     """
     if not sequences:
         return []
@@ -142,7 +144,7 @@ def token_logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temp
     device = engine.device
     lm = engine.causal_lm
     owners, prompts = prompt_groups(sequences)
-    if len(prompts) < len(sequences) and shared_prompt_forward_allowed(engine):
+    if share_prompts and len(prompts) < len(sequences) and shared_prompt_forward_allowed(engine):
         selected = _shared_prompt_hidden(engine, sequences, owners, prompts)
     else:
         selected = _full_hidden(engine, sequences)
@@ -206,7 +208,7 @@ def logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temperatur
     was_training = engine.model.training
     engine.model.eval()
     try:
-        with torch.inference_mode():
+        with engine.full_weights(), torch.inference_mode():
             context = engine.model.disable_adapter() if reference else contextlib.nullcontext()
             with context:
                 for group in _batches(sequences, budget):

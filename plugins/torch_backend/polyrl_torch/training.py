@@ -130,6 +130,13 @@ def _grad_norm(params: list[torch.nn.Parameter], max_norm: float | None) -> floa
     return float(torch.nn.utils.get_total_norm(grads))
 
 
+def _padding_loss(engine: TorchEngine, temperature: float) -> torch.Tensor:
+    """A zero loss through the whole model: a rank with fewer micro-batches joins FSDP's collectives."""
+    from polyrl_torch.sharding import dummy_sequence
+
+    return engine.fsdp.root([dummy_sequence(engine)], temperature).sum() * 0.0
+
+
 def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> StepMetrics:
     """One optimizer step on ``batch``; non-finite loss or gradient leaves the weights untouched."""
     optimizer = engine.require_optimizer()
@@ -149,28 +156,39 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
             return None
         return [torch.as_tensor(np.asarray(values[i], dtype=np.float32), device=engine.device) for i in idx]
 
+    starts = list(range(0, n, micro))
+    sharded = engine.fsdp is not None
+    if sharded:  # every FSDP unit's forward/backward is a collective: all ranks run as many
+        rounds = distributed.max_int(len(starts), engine.device)
+        starts += [n] * (rounds - len(starts))  # empty ranges: zero-weight micro-batches
+
     optimizer.zero_grad(set_to_none=True)
     engine.model.train()
     loss_sum, kl_sum, clip_sum, finite = 0.0, 0.0, 0.0, True
     clock = {"forward": 0.0, "backward": 0.0, "grad_sync": 0.0, "optimizer": 0.0}  # phases, seconds
     try:
-        for start in range(0, n, micro):
+        for start in starts:
             t0 = time.perf_counter()
             idx = range(start, min(n, start + micro))
-            logp = token_logprobs(engine, [seqs[i] for i in idx], temperature)
-            loss, stats = objective_loss(
-                logp, torch.as_tensor(batch.advantages[start:idx.stop]), objective,
-                constants(batch.old_logprobs, idx),
-                constants(batch.ref_logprobs, idx) if objective.beta > 0 else None,
-                num_sequences=global_n, num_tokens=total_tokens,
-            )
-            value = float(loss.detach())
-            loss_sum += value
-            kl_sum += float(stats["kl_sum"])
-            clip_sum += float(stats["clip_sum"])
-            if not math.isfinite(value):
-                finite = False
-                break
+            if sharded and not len(idx):
+                loss = _padding_loss(engine, temperature)
+            else:
+                part = [seqs[i] for i in idx]
+                logp = engine.fsdp.root.per_sequence(part, temperature) if sharded else token_logprobs(engine, part, temperature)
+                loss, stats = objective_loss(
+                    logp, torch.as_tensor(batch.advantages[start:idx.stop]), objective,
+                    constants(batch.old_logprobs, idx),
+                    constants(batch.ref_logprobs, idx) if objective.beta > 0 else None,
+                    num_sequences=global_n, num_tokens=total_tokens,
+                )
+                value = float(loss.detach())
+                loss_sum += value
+                kl_sum += float(stats["kl_sum"])
+                clip_sum += float(stats["clip_sum"])
+                if not math.isfinite(value):
+                    finite = False
+                    if not sharded:  # FSDP ranks must still run their backward (a collective)
+                        break
             t1 = time.perf_counter()
             loss.backward()
             clock["forward"] += t1 - t0
@@ -183,7 +201,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
         loss_sum, kl_sum, clip_sum, bad = distributed.sum_scalars(
             [loss_sum if finite else 0.0, kl_sum, clip_sum, 0.0 if finite else 1.0], engine.device)
         finite = bad == 0
-        if finite:
+        if finite and not sharded:  # FSDP already summed them (reduce-scatter in backward)
             distributed.sum_gradients(params)
     t3 = time.perf_counter()
     clock["grad_sync"] = t3 - t2

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from polyrl.types import NamedWeights
+from polyrl_torch import distributed
 from polyrl_torch.engine import ADAPTER, TorchEngine
 
 STATE_DIR = "torch_state"
@@ -81,7 +82,8 @@ def hf_state_dict(engine: TorchEngine, merged: bool = True) -> dict[str, torch.T
 def export_weights(engine: TorchEngine) -> NamedWeights:
     """float32 numpy copies (never views: the optimizer keeps writing to the live tensors)."""
     out = {}
-    for name, t in hf_state_dict(engine).items():
+    tensors = engine.fsdp.state_dict(everywhere=True) if engine.fsdp is not None else hf_state_dict(engine)
+    for name, t in tensors.items():
         a = t.to("cpu", torch.float32)
         if a.data_ptr() == t.data_ptr():
             a = a.clone()
@@ -89,19 +91,31 @@ def export_weights(engine: TorchEngine) -> NamedWeights:
     return out
 
 
-def _assign(engine: TorchEngine, weights: Mapping[str, np.ndarray | torch.Tensor]) -> None:
-    """Copy HF-named values into the live (base) tensors, checking names and shapes first."""
-    targets = _named_tensors(engine)
-    unknown = sorted(set(weights) - set(targets))
+def _check_names_and_shapes(weights: Mapping[str, np.ndarray | torch.Tensor],
+                            shapes: Mapping[str, tuple[int, ...]], missing: list[str]) -> None:
+    unknown = sorted(set(weights) - set(shapes))
     if unknown:
         raise ValueError(f"{len(unknown)} weight names unknown to this model, e.g. {unknown[:3]}")
-    covered = {targets[n].data_ptr() for n in weights}
-    missing = sorted(n for n, t in targets.items() if t.data_ptr() not in covered)
     if missing:
-        raise ValueError(f"{len(missing)} weights missing from the import, e.g. {missing[:3]}")
+        raise ValueError(f"{len(missing)} weights missing from the import, e.g. {sorted(missing)[:3]}")
     for name, value in weights.items():
-        if tuple(value.shape) != tuple(targets[name].shape):
-            raise ValueError(f"{name}: shape {tuple(value.shape)} != model's {tuple(targets[name].shape)}")
+        if tuple(value.shape) != shapes[name]:
+            raise ValueError(f"{name}: shape {tuple(value.shape)} != model's {shapes[name]}")
+
+
+def _assign(engine: TorchEngine, weights: Mapping[str, np.ndarray | torch.Tensor]) -> None:
+    """Copy HF-named values into the live (base) tensors, checking names and shapes first."""
+    if engine.fsdp is not None:  # sharded tensors: names from the state dict, tied ones by alias
+        shapes = {k: tuple(v.shape) for k, v in engine.causal_lm.state_dict().items()}
+        aliases = engine.fsdp.aliases
+        missing = [n for n in shapes if n not in weights and aliases.get(n) not in weights]
+        _check_names_and_shapes(weights, shapes, missing)
+        engine.fsdp.load_state_dict(weights)
+        return
+    targets = _named_tensors(engine)
+    covered = {targets[n].data_ptr() for n in weights if n in targets}
+    missing = [n for n, t in targets.items() if t.data_ptr() not in covered]
+    _check_names_and_shapes(weights, {k: tuple(v.shape) for k, v in targets.items()}, missing)
     with torch.no_grad():
         for name, value in weights.items():
             targets[name].copy_(torch.as_tensor(value))
@@ -132,7 +146,7 @@ def _save_tensors(tensors: Mapping[str, torch.Tensor], path: Path) -> None:
               metadata={"format": "pt"})
 
 
-def _save_hf_model(engine: TorchEngine, folder: Path) -> None:
+def _save_hf_model(engine: TorchEngine, folder: Path, weights: Mapping[str, torch.Tensor]) -> None:
     """config + merged safetensors + tokenizer: a plain HF folder every backend can load."""
     lm = engine.causal_lm
     config = copy.deepcopy(lm.config)
@@ -142,7 +156,7 @@ def _save_hf_model(engine: TorchEngine, folder: Path) -> None:
     if getattr(lm, "generation_config", None) is not None:
         lm.generation_config.save_pretrained(folder)
     engine.tokenizer.save_pretrained(folder)
-    _save_tensors(hf_state_dict(engine, merged=True), folder / "model.safetensors")
+    _save_tensors(weights, folder / "model.safetensors")
 
 
 def _version() -> str:
@@ -153,17 +167,28 @@ def _version() -> str:
 
 
 def save_checkpoint(engine: TorchEngine, path: str) -> bool:
-    """Merged HF model at ``path``; adapters in ``adapter/``; optimizer, RNG, base in ``torch_state/``."""
+    """Merged HF model at ``path``; adapters in ``adapter/``; optimizer, RNG, base in ``torch_state/``.
+
+    Under torchrun every rank calls this (FSDP shards must be gathered); only rank 0 writes.
+    """
+    if engine.fsdp is not None:  # every rank takes part in gathering the shards; rank 0 writes
+        weights = engine.fsdp.state_dict(everywhere=False)
+        optimizer_state = engine.fsdp.optimizer_state(engine.optimizer) if engine.optimizer else None
+    else:
+        weights = hf_state_dict(engine, merged=True)
+        optimizer_state = engine.optimizer.state_dict() if engine.optimizer is not None else None
+    if distributed.rank() != 0:
+        return True  # one writer under torchrun; every rank holds (or gathered) the same state
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
-    _save_hf_model(engine, folder)
+    _save_hf_model(engine, folder, weights)
     state = folder / STATE_DIR
     state.mkdir(exist_ok=True)
     if engine.lora is not None:
         engine.model.save_pretrained(str(folder / ADAPTER_DIR), selected_adapters=[ADAPTER])
         _save_tensors(hf_state_dict(engine, merged=False), state / "base_model.safetensors")
-    if engine.optimizer is not None:
-        torch.save(engine.optimizer.state_dict(), state / "optimizer.pt")
+    if optimizer_state is not None:
+        torch.save(optimizer_state, state / "optimizer.pt")
     rng = {"torch": torch.get_rng_state(), "sampler": engine.generator.get_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
@@ -198,9 +223,13 @@ def load_checkpoint(engine: TorchEngine, path: str) -> bool:
         import_weights(engine, load_file(str(model_file)))  # merged model; LoRA adapters reset
     same_kind = bool(meta.get("lora")) == (engine.lora is not None)
     if engine.optimizer is not None and (state / "optimizer.pt").exists() and same_kind:
-        engine.optimizer.load_state_dict(
-            torch.load(state / "optimizer.pt", map_location=engine.device, weights_only=True)
-        )
+        if engine.fsdp is not None:  # full state by index -> this rank's shards
+            full = torch.load(state / "optimizer.pt", map_location="cpu", weights_only=True)
+            engine.fsdp.load_optimizer_state(engine.optimizer, full)
+        else:
+            engine.optimizer.load_state_dict(
+                torch.load(state / "optimizer.pt", map_location=engine.device, weights_only=True)
+            )
     if (state / "rng.pt").exists():
         rng = torch.load(state / "rng.pt", weights_only=True)
         torch.set_rng_state(rng["torch"])
