@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from polyrl.errors import RewardError
+from polyrl.rewards.options import merged
 from polyrl.hookspecs import hookimpl
 from polyrl.types import Completion, Prompt, RewardContext, RewardSpec
 
@@ -105,14 +106,7 @@ def _text(completion: Completion | str) -> str:
 
 
 def _options(name: str, context: RewardContext, allowed: dict[str, Any]) -> dict[str, Any]:
-    given = dict(context.options.get(name, {}) or {})
-    unknown = sorted(set(given) - set(allowed))
-    if unknown:
-        raise RewardError(
-            f"reward {name!r} has no option {unknown[0]!r}. Fix: use only "
-            f"{', '.join(sorted(allowed)) or 'no options'} in this reward's options"
-        )
-    return {**allowed, **given}
+    return merged(name, context.options.get(name), allowed)
 
 
 def _answer(name: str, row: Mapping[str, Any], column: str, index: int) -> Any:

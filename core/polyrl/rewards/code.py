@@ -97,6 +97,7 @@ from typing import Any
 import attrs
 
 from polyrl.errors import RewardError
+from polyrl.rewards.options import merged, positive_number
 from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
@@ -622,17 +623,9 @@ _reported: set[str] = set()
 
 
 def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
-    given = dict(given or {})
-    unknown = sorted(set(given) - set(DEFAULTS))
-    if unknown:
-        raise RewardError(f"reward {NAME!r} has no option {unknown[0]!r}. Fix: use only "
-                          f"{', '.join(sorted(DEFAULTS))} in this reward's options")
-    opts = {**DEFAULTS, **given}
+    opts = merged(NAME, given, DEFAULTS)
     for key in _POSITIVE + (("cpu_s",) if opts["cpu_s"] is not None else ()):
-        value = opts[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise RewardError(f"{NAME}: option {key} must be a number > 0, got {value!r}. "
-                              f"Fix: e.g. {key} = {DEFAULTS[key] or 2}")
+        positive_number(NAME, opts, key, DEFAULTS[key] or 2)
     if opts["mode"] not in ("fraction", "binary"):
         raise RewardError(f"{NAME}: mode must be \"fraction\" or \"binary\", got {opts['mode']!r}")
     if opts["extract"] not in ("auto", "last_block", "all_blocks", "raw"):

@@ -71,6 +71,7 @@ from typing import Any
 import attrs
 
 from polyrl.errors import RewardError
+from polyrl.rewards.options import merged, positive_number, required_text
 from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
@@ -238,31 +239,11 @@ class JudgeOptions:
         return self.base_url.rstrip("/") + "/chat/completions"
 
 
-def _positive_number(opts: Mapping[str, Any], key: str, integer: bool = False, zero: bool = False) -> Any:
-    value = opts[key]
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and integer:
-        ok = float(value).is_integer()
-    if ok:
-        ok = value >= 0 if zero else value > 0
-    if not ok:
-        kind = "a whole number" if integer else "a number"
-        raise RewardError(f"{NAME}: option {key} must be {kind} {'>= 0' if zero else '> 0'}, got {value!r}. "
-                          f"Fix: e.g. {key} = {DEFAULTS[key]}")
-    return int(value) if integer else float(value)
-
-
 def judge_options(given: Mapping[str, Any] | None) -> JudgeOptions:
     """Validate ``llm_judge`` options (see the module docstring) into a ``JudgeOptions``."""
-    given = dict(given or {})
-    unknown = sorted(set(given) - set(DEFAULTS))
-    if unknown:
-        raise RewardError(f"reward {NAME!r} has no option {unknown[0]!r}. Fix: use only "
-                          f"{', '.join(sorted(DEFAULTS))} in this reward's options")
-    opts = {**DEFAULTS, **given}
+    opts = merged(NAME, given, DEFAULTS)
     for key, example in (("base_url", '"http://127.0.0.1:8000/v1"'), ("model", '"smollm2-135m-instruct"')):
-        if not isinstance(opts[key], str) or not opts[key].strip():
-            raise RewardError(f"reward {NAME!r} needs option {key!r}. Fix: set options.{key} = {example}")
+        required_text(NAME, opts, key, example)
     if not opts["base_url"].startswith(("http://", "https://")):
         raise RewardError(f"{NAME}: base_url {opts['base_url']!r} is not an http(s) URL. "
                           'Fix: e.g. base_url = "http://127.0.0.1:8000/v1"')
@@ -298,13 +279,13 @@ def judge_options(given: Mapping[str, Any] | None) -> JudgeOptions:
     return JudgeOptions(
         base_url=opts["base_url"].strip(), model=opts["model"], rubric=rubric, system=opts["system"],
         scale=scale_bounds(opts["scale"]),
-        max_concurrency=_positive_number(opts, "max_concurrency", integer=True),
-        timeout_s=_positive_number(opts, "timeout_s"),
-        retries=_positive_number(opts, "retries", integer=True, zero=True),
-        backoff_s=_positive_number(opts, "backoff_s", zero=True),
+        max_concurrency=positive_number(NAME, opts, "max_concurrency", DEFAULTS["max_concurrency"], integer=True),
+        timeout_s=positive_number(NAME, opts, "timeout_s", DEFAULTS["timeout_s"]),
+        retries=positive_number(NAME, opts, "retries", DEFAULTS["retries"], integer=True, zero=True),
+        backoff_s=positive_number(NAME, opts, "backoff_s", DEFAULTS["backoff_s"], zero=True),
         cache_path=str(cache) if cache else None, on_error=on_error, on_parse_error=on_parse,
         api_key_env=key_env, temperature=float(temperature),
-        max_tokens=_positive_number(opts, "max_tokens", integer=True),
+        max_tokens=positive_number(NAME, opts, "max_tokens", DEFAULTS["max_tokens"], integer=True),
     )
 
 

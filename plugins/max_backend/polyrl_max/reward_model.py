@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 from polyrl.errors import RewardError
+from polyrl.rewards.options import merged, required_text, whole_number
 from polyrl.hookspecs import hookimpl
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
@@ -35,19 +36,10 @@ _lock = threading.Lock()
 
 
 def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
-    given = dict(given or {})
-    unknown = sorted(set(given) - set(DEFAULTS))
-    if unknown:
-        raise RewardError(f"reward {NAME!r} has no option {unknown[0]!r}. Fix: use only "
-                          f"{', '.join(sorted(DEFAULTS))} in this reward's options")
-    opts = {**DEFAULTS, **given}
-    if not isinstance(opts["path"], str) or not opts["path"]:
-        raise RewardError(f"reward {NAME!r} needs option 'path'. Fix: set options.path = \"path/to/classifier\"")
+    opts = merged(NAME, given, DEFAULTS)
+    required_text(NAME, opts, "path", '"path/to/classifier"')
     for key in ("batch_size", "max_length"):
-        value = opts[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise RewardError(f"{NAME}: {key} must be a whole number >= 1, got {value!r}. "
-                              f"Fix: e.g. {key} = {DEFAULTS[key]}")
+        whole_number(NAME, opts, key, DEFAULTS[key])
     return opts
 
 
