@@ -7,6 +7,12 @@ the backbone's hidden states are first gathered at those positions and only they
 ``lm_head`` (a ``[tokens, vocab]`` matrix instead of ``[batch, length, vocab]``: SmolLM2's
 vocabulary is 49152). Other architectures fall back to the model's full ``__call__``.
 
+GRPO scores ``n`` completions per prompt: when prompts repeat in a batch, each distinct prompt runs
+through the backbone once and its keys/values serve every row of its group
+(:func:`shared_prompt_hidden`; option ``shared_prompt_forward = false`` turns it off). Same
+log-probs and gradients to float tolerance; SmolLM2 8x4x32 on one CPU thread: scoring 20 -> 12 s,
+training step 58 -> 33 s.
+
 ``reference=True`` on a LoRA engine computes the frozen base: every ``LoRALinear``'s scale is
 set to 0 for the call (``y = W x + 0 * B A x`` is exactly ``W x``) and restored afterwards.
 Without LoRA there is no frozen copy here, so the hook answers None and the core loads a
@@ -19,6 +25,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 import numpy as np
+from polyrl.batching import length_batches, prompt_groups
 from polyrl.types import TokenSequence
 
 from polyrl_mlx._mx import mx
@@ -59,7 +66,11 @@ def flat_logprobs(engine: MLXEngine, sequences: Sequence[TokenSequence],
     ids, row, pos, target, lengths = layout(sequences, engine.pad_id)
     ids, row, pos, target = mx.array(ids), mx.array(row), mx.array(pos), mx.array(target)
     parts = engine.head_parts()
-    if parts is not None:
+    owners, prompts = prompt_groups(sequences)
+    if parts is not None and len(prompts) < len(sequences) and shared_prompt_forward_allowed(engine):
+        backbone, head = parts
+        logits = head(shared_prompt_hidden(backbone, sequences, owners, prompts, engine.pad_id)).astype(mx.float32)
+    elif parts is not None:
         backbone, head = parts
         hidden = backbone(ids)[row, pos]  # [tokens, hidden]
         logits = head(hidden).astype(mx.float32)
@@ -71,21 +82,93 @@ def flat_logprobs(engine: MLXEngine, sequences: Sequence[TokenSequence],
     return picked - mx.logsumexp(logits, axis=-1), lengths
 
 
-def _batches(sequences: Sequence[TokenSequence], budget: int) -> list[list[int]]:
-    """Indices grouped by similar length (less padding), each group under ``budget`` tokens."""
-    order = sorted(range(len(sequences)),
-                   key=lambda i: len(sequences[i].prompt_ids) + len(sequences[i].completion_ids))
-    groups: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
-        width = len(sequences[i].prompt_ids) + len(sequences[i].completion_ids)
-        if current and width * (len(current) + 1) > budget:
-            groups.append(current)
-            current = []
-        current.append(i)
-    if current:
-        groups.append(current)
-    return groups
+def shared_prompt_forward_allowed(engine: MLXEngine) -> bool:
+    """Off when the user says so, or when the backbone is not a plain stack of global-attention
+    layers (sliding windows; layouts other than ``embed_tokens`` / ``layers`` / ``norm``)."""
+    if not engine.config.options.get("shared_prompt_forward", True):
+        return False
+    backbone = getattr(engine.model, "model", None)
+    if not all(hasattr(backbone, a) for a in ("embed_tokens", "layers", "norm")):
+        return False
+    return getattr(backbone, "swa_idx", None) is None and not getattr(engine.model.args, "sliding_window", None)
+
+
+class _Cache:
+    """The keys/values a layer has seen, concatenated (functional, so gradients flow through)."""
+
+    def __init__(self, keys: mx.array | None = None, values: mx.array | None = None) -> None:
+        self.keys, self.values = keys, values
+        self.offset = 0 if keys is None else keys.shape[2]
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        if self.keys is not None:
+            keys = mx.concatenate([self.keys, keys], axis=2)
+            values = mx.concatenate([self.values, values], axis=2)
+        self.keys, self.values, self.offset = keys, values, keys.shape[2]
+        return keys, values
+
+
+def _run_layers(backbone, ids: mx.array, mask: mx.array, caches: list[_Cache]) -> mx.array:
+    h = backbone.embed_tokens(ids)
+    for layer, cache in zip(backbone.layers, caches):
+        h = layer(h, mask, cache)
+    return backbone.norm(h)
+
+
+def shared_prompt_hidden(backbone, sequences: Sequence[TokenSequence], owners: list[int],
+                         prompts: list[np.ndarray], pad_id: int) -> mx.array:
+    """Backbone states predicting every completion token, each distinct prompt computed once.
+
+    Pass 1 runs the distinct prompts *left*-padded (so they all end at the same position, the
+    rotary offset of pass 2) with their padding masked out; pass 2 runs each row's completion
+    tokens, right-padded, against its prompt's keys/values (taken per row by owner). Rotary
+    embeddings only see relative positions, so the left padding shifts nothing. A padding query
+    attends to itself only (an all-masked row would give NaN that 0-weights cannot cancel).
+    """
+    width = max(len(p) for p in prompts)
+    prompt_ids = np.full((len(prompts), width), pad_id, dtype=np.int32)
+    prompt_real = np.zeros((len(prompts), width), dtype=bool)
+    for i, p in enumerate(prompts):
+        prompt_ids[i, width - len(p):] = p
+        prompt_real[i, width - len(p):] = True
+    causal = np.tril(np.ones((width, width), dtype=bool))
+    mask = (causal[None] & prompt_real[:, None, :]) | np.eye(width, dtype=bool)[None]
+    caches = [_Cache() for _ in backbone.layers]
+    first = _run_layers(backbone, mx.array(prompt_ids), mx.array(mask[:, None]), caches)
+    owner = mx.array(np.asarray(owners, dtype=np.int32))
+    heads = first[:, -1][owner]  # the last prompt token predicts completion token 0
+
+    tails = [np.asarray(s.completion_ids[:-1], dtype=np.int32) for s in sequences]
+    tail_width = max(len(t) for t in tails)
+    if tail_width == 0:
+        keep = [i for i, s in enumerate(sequences) if len(s.completion_ids)]
+        return heads[mx.array(np.asarray(keep, dtype=np.int32))]
+    tail_ids = np.full((len(tails), tail_width), pad_id, dtype=np.int32)
+    for i, t in enumerate(tails):
+        tail_ids[i, : len(t)] = t
+    tail_mask = np.concatenate([
+        np.broadcast_to(prompt_real[np.asarray(owners)][:, None, :], (len(tails), tail_width, width)),
+        np.broadcast_to(np.tril(np.ones((tail_width, tail_width), dtype=bool))[None], (len(tails), tail_width, tail_width)),
+    ], axis=2)
+    row_caches = [_Cache(c.keys[owner], c.values[owner]) for c in caches]
+    rest = _run_layers(backbone, mx.array(tail_ids), mx.array(tail_mask[:, None]), row_caches)
+    rows, cols = [], []
+    for i, (s, t) in enumerate(zip(sequences, tails)):
+        if len(s.completion_ids):
+            rows += [i] * len(t)
+            cols += list(range(len(t)))
+    pieces = []
+    start = 0
+    gathered = rest[mx.array(np.asarray(rows, dtype=np.int32)), mx.array(np.asarray(cols, dtype=np.int32))] \
+        if rows else None
+    for i, (s, t) in enumerate(zip(sequences, tails)):
+        if not len(s.completion_ids):
+            continue
+        pieces.append(heads[i: i + 1])
+        if len(t):
+            pieces.append(gathered[start: start + len(t)])
+            start += len(t)
+    return mx.concatenate(pieces, axis=0)
 
 
 @contextlib.contextmanager
@@ -112,7 +195,7 @@ def logprobs(engine: MLXEngine, sequences: Sequence[TokenSequence], temperature:
     out: list[np.ndarray | None] = [None] * len(sequences)
     context = adapters_disabled(engine) if reference else contextlib.nullcontext()
     with mx.stream(engine.device), context:
-        for group in _batches(sequences, budget):
+        for group in length_batches(sequences, budget):
             flat, lengths = flat_logprobs(engine, [sequences[i] for i in group], temperature)
             values = np.array(flat, dtype=np.float32)
             for i, piece in zip(group, np.split(values, np.cumsum(lengths)[:-1])):

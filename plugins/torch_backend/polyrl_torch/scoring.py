@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from polyrl.batching import length_batches, prompt_groups
 from polyrl.types import TokenSequence
 from polyrl_torch.engine import TorchEngine
 
@@ -42,21 +43,6 @@ def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.
         logits = torch.tanh(logits / softcap) * softcap
     logp = torch.log_softmax(logits / temperature, dim=-1)
     return logp.gather(-1, targets[:, None])[:, 0]
-
-
-def prompt_groups(sequences: Sequence[TokenSequence]) -> tuple[list[int], list[np.ndarray]]:
-    """(index of each sequence's prompt among the distinct prompts, the distinct prompts)."""
-    index: dict[bytes, int] = {}
-    prompts: list[np.ndarray] = []
-    owners = []
-    for s in sequences:
-        ids = np.asarray(s.prompt_ids, dtype=np.int64)
-        key = ids.tobytes()
-        if key not in index:
-            index[key] = len(prompts)
-            prompts.append(ids)
-        owners.append(index[key])
-    return owners, prompts
 
 
 def shared_prompt_forward_allowed(engine: TorchEngine) -> bool:
@@ -170,33 +156,6 @@ def token_logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temp
     return list(torch.split(flat, lengths))
 
 
-def _batches(sequences: Sequence[TokenSequence], budget: int) -> list[list[int]]:
-    """Indices grouped by similar length (less padding), each group under ``budget`` tokens."""
-    def width(i: int) -> int:
-        return len(sequences[i].prompt_ids) + len(sequences[i].completion_ids)
-
-    # a prompt's rows stay together (they share one prompt forward), groups ordered by length
-    owners, _ = prompt_groups(sequences)
-    by_prompt: dict[int, list[int]] = {}
-    for i, owner in enumerate(owners):
-        by_prompt.setdefault(owner, []).append(i)
-    groups_sorted = sorted((sorted(rows, key=width) for rows in by_prompt.values()),
-                           key=lambda rows: width(rows[-1]))
-    order = [i for rows in groups_sorted for i in rows]
-    groups: list[list[int]] = []
-    current: list[int] = []
-    widest = 0
-    for i in order:
-        widest = max(widest, width(i))
-        if current and widest * (len(current) + 1) > budget:
-            groups.append(current)
-            current, widest = [], width(i)
-        current.append(i)
-    if current:
-        groups.append(current)
-    return groups
-
-
 def logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature: float,
              reference: bool) -> list[np.ndarray] | None:
     """The ``logprobs`` hook: current policy, or (LoRA only) the base with adapters disabled."""
@@ -211,7 +170,7 @@ def logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temperatur
         with engine.full_weights(), torch.inference_mode():
             context = engine.model.disable_adapter() if reference else contextlib.nullcontext()
             with context:
-                for group in _batches(sequences, budget):
+                for group in length_batches(sequences, budget):
                     lps = token_logprobs(engine, [sequences[i] for i in group], temperature)
                     for i, lp in zip(group, lps):
                         out[i] = lp.cpu().numpy().astype(np.float32, copy=False)
