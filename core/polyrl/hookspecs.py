@@ -158,7 +158,10 @@ def import_weights(engine: Any, weights: NamedWeights) -> bool | None:
 def save_checkpoint(engine: Any, path: str) -> bool | None:
     """Write the model (HF layout, safetensors), adapters and optimizer state under ``path``.
 
-    The core makes the directory atomic (written to a temp dir, fsynced, renamed)."""
+    The core makes the directory atomic (written to a temp dir, fsynced, renamed). Under a
+    multi-process launcher every rank calls it at the same point (a backend that shards weights
+    gathers them here); only rank 0's ``path`` is kept, the others get a scratch folder that is
+    deleted afterwards, so a backend may skip writing on ranks other than 0."""
 
 
 @hookspec(firstresult=True)
