@@ -140,9 +140,12 @@ def shared_prompt_hidden(backbone, sequences: Sequence[TokenSequence], owners: l
 
     tails = [np.asarray(s.completion_ids[:-1], dtype=np.int32) for s in sequences]
     tail_width = max(len(t) for t in tails)
+    # completion token 0 of row i is heads[i]; token j >= 1 is rest[i, j - 1]
+    index = np.concatenate([np.r_[i, len(sequences) + i * tail_width + np.arange(len(t))] if len(s.completion_ids)
+                            else np.zeros(0, dtype=np.int64)
+                            for i, (s, t) in enumerate(zip(sequences, tails))]).astype(np.int32)
     if tail_width == 0:
-        keep = [i for i, s in enumerate(sequences) if len(s.completion_ids)]
-        return heads[mx.array(np.asarray(keep, dtype=np.int32))]
+        return heads[mx.array(index)]
     tail_ids = np.full((len(tails), tail_width), pad_id, dtype=np.int32)
     for i, t in enumerate(tails):
         tail_ids[i, : len(t)] = t
@@ -152,23 +155,8 @@ def shared_prompt_hidden(backbone, sequences: Sequence[TokenSequence], owners: l
     ], axis=2)
     row_caches = [_Cache(c.keys[owner], c.values[owner]) for c in caches]
     rest = _run_layers(backbone, mx.array(tail_ids), mx.array(tail_mask[:, None]), row_caches)
-    rows, cols = [], []
-    for i, (s, t) in enumerate(zip(sequences, tails)):
-        if len(s.completion_ids):
-            rows += [i] * len(t)
-            cols += list(range(len(t)))
-    pieces = []
-    start = 0
-    gathered = rest[mx.array(np.asarray(rows, dtype=np.int32)), mx.array(np.asarray(cols, dtype=np.int32))] \
-        if rows else None
-    for i, (s, t) in enumerate(zip(sequences, tails)):
-        if not len(s.completion_ids):
-            continue
-        pieces.append(heads[i: i + 1])
-        if len(t):
-            pieces.append(gathered[start: start + len(t)])
-            start += len(t)
-    return mx.concatenate(pieces, axis=0)
+    every = mx.concatenate([heads, rest.reshape(-1, rest.shape[-1])], axis=0)
+    return every[mx.array(index)]
 
 
 @contextlib.contextmanager

@@ -171,14 +171,14 @@ def save_checkpoint(engine: TorchEngine, path: str) -> bool:
 
     Under torchrun every rank calls this (FSDP shards must be gathered); only rank 0 writes.
     """
-    if engine.fsdp is not None:  # every rank takes part in gathering the shards; rank 0 writes
+    if engine.fsdp is not None:  # every rank takes part in gathering the shards
         weights = engine.fsdp.state_dict(everywhere=False)
         optimizer_state = engine.fsdp.optimizer_state(engine.optimizer) if engine.optimizer else None
-    else:
+    if distributed.rank() != 0:
+        return True  # one writer under torchrun: rank 0 holds (or gathered) the same state
+    if engine.fsdp is None:
         weights = hf_state_dict(engine, merged=True)
         optimizer_state = engine.optimizer.state_dict() if engine.optimizer is not None else None
-    if distributed.rank() != 0:
-        return True  # one writer under torchrun; every rank holds (or gathered) the same state
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     _save_hf_model(engine, folder, weights)
