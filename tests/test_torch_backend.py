@@ -181,6 +181,34 @@ def test_greedy_deterministic_and_top_k_1(gen):
         np.testing.assert_allclose(c.logprobs, lp, atol=1e-4)
 
 
+@pytest.mark.parametrize("top_k,top_p", [(0, 1.0), (5, 1.0), (0, 0.6)])
+def test_sampler_draws_from_the_kept_distribution(top_k, top_p):
+    """Inverse-CDF sampling: frequencies match the kept distribution, excluded tokens never come,
+    and the extreme draws land on the first and last kept tokens."""
+    import torch
+    from polyrl_torch.generation import filter_logits, sample_kept
+
+    logits = torch.randn(1, 400, generator=torch.Generator().manual_seed(3)) * 2
+    kept = filter_logits(logits, top_k, top_p)
+    expected = torch.softmax(kept, dim=-1)[0].double()
+    draws = torch.rand(40_000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    picks = sample_kept(kept.expand(len(draws), -1), draws)
+    freq = torch.bincount(picks, minlength=400).double() / len(draws)
+    assert freq[expected == 0].sum() == 0
+    assert (freq - expected).abs().max() < 5 * float((expected * (1 - expected) / len(draws)).sqrt().max()) + 1e-9
+    allowed = torch.nonzero(expected > 0)[:, 0]
+    edges = sample_kept(kept.expand(2, -1), torch.tensor([0.0, 1.0 - 2**-53], dtype=torch.float64))
+    assert edges.tolist() == [int(allowed[0]), int(allowed[-1])]
+
+
+def test_sample_tokens_do_not_depend_on_batch_mates(gen):
+    """Sample s's draws are row s of one table: neither finishing rows nor the other prompts of
+    the call shift its tokens."""
+    both = gen.generate(CHATS, SamplingParams(max_new_tokens=8, n=2, seed=11))
+    alone = gen.generate(CHATS[:1], SamplingParams(max_new_tokens=8, n=2, seed=11))
+    assert [c.completion_ids.tolist() for c in both[:2]] == [c.completion_ids.tolist() for c in alone]
+
+
 def test_seeds_repeat_and_differ(gen):
     ids = lambda xs: [x.completion_ids.tolist() for x in xs]  # noqa: E731
     a = gen.generate(CHATS, SamplingParams(max_new_tokens=8, n=2, seed=7))
