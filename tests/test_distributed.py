@@ -18,11 +18,40 @@ TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or sh
 TWO_RANKS = [str(TORCHRUN), "--standalone", "--nproc_per_node", "2"]
 
 
-def _run(cmd: list[str], out: Path) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+def _checked(cmd: list[str]) -> subprocess.CompletedProcess:
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def _run(cmd: list[str], out: Path) -> dict:
+    _checked(cmd)
     return json.loads(out.read_text())
+
+
+def _launch_config(tmp_path: Path, model: str, prompts: int, sections: str) -> tuple[Path, Path]:
+    """(config, output dir) of a 3-step tiny run on arithmetic with a digit-count reward;
+    ``sections`` adds TOML tables (algorithm, optimizer, backends, eval)."""
+    (tmp_path / "reward.py").write_text(
+        "def digits(prompts, completions, **kw):\n"
+        "    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]\n")
+    out = tmp_path / "run"
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'[model]\npath = "{model}"\n{sections}[generation]\ngroup_size = 4\nmax_new_tokens = 8\n'
+        f'[data]\ntask = "arithmetic"\n[[rewards]]\nfunction = "{tmp_path / "reward.py"}:digits"\n'
+        f'[train]\nsteps = 3\nprompts_per_step = {prompts}\nthreads = 1\ncheckpoint_every = 1\n'
+        f'output_dir = "{out}"\n')
+    return config, out
+
+
+def _polyrl(*args: str) -> subprocess.CompletedProcess:
+    return _checked([sys.executable, "-m", "polyrl.cli", *args])
+
+
+def _metrics(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean"])
@@ -85,67 +114,35 @@ def test_polyrl_launch_with_fsdp_trains_evaluates_checkpoints_and_resumes_in_one
     """The whole trainer under FSDP: 3 prompts on 2 ranks (uneven shards), num_iterations=2 (old
     log-probs on sharded weights), evaluation sharded over the ranks, checkpoints gathered; then one
     plain process resumes the run."""
-    (tmp_path / "reward.py").write_text(
-        "def digits(prompts, completions, **kw):\n"
-        "    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]\n")
-    out = tmp_path / "run"
-    config = tmp_path / "run.toml"
-    config.write_text(
-        f'[model]\npath = "{tiny_model_dir}"\n[backends.options]\nfsdp = true\n'
-        '[generation]\ngroup_size = 4\nmax_new_tokens = 8\n[algorithm]\nname = "grpo"\nnum_iterations = 2\n'
-        '[optimizer]\nlr = 1e-3\nmicro_batch_size = 4\n[data]\ntask = "arithmetic"\n'
-        '[eval]\ncount = 3\nreward = "numeric_match"\n'
-        f'[[rewards]]\nfunction = "{tmp_path / "reward.py"}:digits"\n'
-        f'[train]\nsteps = 3\nprompts_per_step = 3\nthreads = 1\ncheckpoint_every = 1\noutput_dir = "{out}"\n')
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    launched = subprocess.run([sys.executable, "-m", "polyrl.cli", "launch", "--nproc-per-node", "2",
-                               str(config)], capture_output=True, text=True, timeout=300, env=env)
-    assert launched.returncode == 0, launched.stderr[-3000:]
+    config, out = _launch_config(tmp_path, tiny_model_dir, prompts=3, sections=(
+        '[backends.options]\nfsdp = true\n[algorithm]\nname = "grpo"\nnum_iterations = 2\n'
+        '[optimizer]\nlr = 1e-3\nmicro_batch_size = 4\n[eval]\ncount = 3\nreward = "numeric_match"\n'))
+    launched = _polyrl("launch", "--nproc-per-node", "2", str(config))
     summary = json.loads(launched.stdout)  # printed once, by rank 0
     assert summary["steps"] == 3 and summary["eval_after"]["eval_count"] == 3
     assert launched.stderr.count("checkpoint saved") == 3  # once per step, the final one not twice
-    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    lines = _metrics(out)
     assert [m["step"] for m in lines] == [0, 1, 2]
     assert all(m["samples_kept"] == 12 and np.isfinite(m["loss"]) for m in lines)
     assert len({round(m["loss"], 6) for m in lines}) == 3
-    resumed = subprocess.run([sys.executable, "-m", "polyrl.cli", "train", str(config), "--resume",
-                              "--steps", "4", "--no-progress"], capture_output=True, text=True,
-                             timeout=300, env=env)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in lines] == [0, 1, 2, 3]
+    _polyrl("train", str(config), "--resume", "--steps", "4", "--no-progress")
+    assert [m["step"] for m in _metrics(out)] == [0, 1, 2, 3]
 
 
 def test_polyrl_launch_two_ranks_writes_once_and_resumes_on_one_process(tiny_model_dir, tmp_path):
     """``polyrl launch`` runs torchrun: two ranks shard the prompts; rank 0 alone writes metrics and checkpoints; a single process
     resumes the run (a different world size) and continues from the same step."""
-    (tmp_path / "reward.py").write_text(
-        "def digits(prompts, completions, **kw):\n"
-        "    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]\n")
-    out = tmp_path / "run"
-    config = tmp_path / "run.toml"
-    config.write_text(
-        f'[model]\npath = "{tiny_model_dir}"\n[generation]\ngroup_size = 4\nmax_new_tokens = 8\n'
+    config, out = _launch_config(tmp_path, tiny_model_dir, prompts=4, sections=(
         '[algorithm]\nname = "reinforce"\n'  # a batch-wide baseline: needs the gathered rewards
-        '[optimizer]\nlr = 1e-3\n[data]\ntask = "arithmetic"\n'
-        f'[[rewards]]\nfunction = "{tmp_path / "reward.py"}:digits"\n'
-        f'[train]\nsteps = 3\nprompts_per_step = 4\nthreads = 1\ncheckpoint_every = 1\noutput_dir = "{out}"\n')
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    launched = subprocess.run([sys.executable, "-m", "polyrl.cli", "launch", "--nproc-per-node", "2",
-                               str(config)],
-                              capture_output=True, text=True, timeout=300, env=env)
-    assert launched.returncode == 0, launched.stderr[-3000:]
-    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        '[optimizer]\nlr = 1e-3\n'))
+    _polyrl("launch", "--nproc-per-node", "2", str(config))
+    lines = _metrics(out)
     assert [m["step"] for m in lines] == [0, 1, 2]  # written once, by rank 0
     assert all(m["samples_kept"] == 16 for m in lines)  # the global batch: 4 prompts x 4
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
         "step-00000002", "step-00000003"]  # keep_checkpoints = 2, no stray temp dirs
-    resumed = subprocess.run([sys.executable, "-m", "polyrl.cli", "train", str(config), "--resume",
-                              "--steps", "4", "--no-progress"], capture_output=True, text=True,
-                             timeout=300, env=env)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in lines] == [0, 1, 2, 3]
+    _polyrl("train", str(config), "--resume", "--steps", "4", "--no-progress")
+    assert [m["step"] for m in _metrics(out)] == [0, 1, 2, 3]
 
 
 def test_launch_builds_the_multi_node_torchrun_command_and_rejects_bad_flags(capsys):
