@@ -86,6 +86,35 @@ def test_trainer_pushes_weights_to_every_server_each_step(servers, tiny_model_di
     assert all(m["time/sync"] > 0 for m in metrics)
 
 
+def test_overlap_trains_while_the_servers_sample_the_next_step(servers, tiny_model_dir, tmp_path):
+    for s in servers:
+        s.reset()
+    (tmp_path / "reward.py").write_text(REWARD)
+    before = [s.stats()["weight_version"] for s in servers]
+    config = RunConfig.from_dict({
+        "model": {"path": tiny_model_dir},
+        "backends": {"train": "torch", "generate": "remote",
+                     "options": {"servers": [f"{s.url}/v1" for s in servers]}},
+        "generation": {"group_size": 4, "max_new_tokens": 8, "overlap": True},
+        "optimizer": {"lr": 1e-3},
+        "data": {"task": "arithmetic"},
+        "rewards": [{"function": f"{tmp_path / 'reward.py'}:digits"}],
+        "train": {"steps": 3, "prompts_per_step": 4, "threads": 1, "output_dir": str(tmp_path / "run")},
+    })
+    trainer = Trainer(config)
+    summary = trainer.run(progress=False)
+    assert [m["policy_lag"] for m in summary["history"]] == [0, 1, 1]
+    # pushes: at start, before sampling steps 1 and 2 (the servers are idle only then), at the end
+    after = [s.stats() for s in servers]
+    assert [a["weight_version"] - b for a, b in zip(after, before)] == [4, 4]
+    assert all(a["requests"] > 0 for a in after)
+    prompt = [[{"role": "user", "content": "Count to 3"}]]
+    remote = trainer.gen_engine.generate(prompt, SamplingParams(max_new_tokens=6, n=2, seed=1))
+    trained = trainer.train_engine.logprobs([TokenSequence.of(c) for c in remote], 1.0)
+    for c, lp in zip(remote, trained):  # the run ends with the servers on the trained policy
+        np.testing.assert_allclose(c.logprobs, lp, atol=1e-4)
+
+
 def test_a_dead_server_fails_over_to_the_other(servers, tiny_model_dir):
     reg = Registry()
     dead = "http://127.0.0.1:9/v1"  # nothing listens on the discard port

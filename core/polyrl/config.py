@@ -69,6 +69,7 @@ class GenerationSection:
     top_k: int = 0
     stop: list[str] = attrs.field(factory=list)
     max_model_path: str | None = None  # a different file for the generator (e.g. a GGUF for MAX)
+    overlap: bool = False  # sample step k+1 while training on step k (one step of policy lag)
 
     def __attrs_post_init__(self) -> None:
         if self.group_size < 2:

@@ -37,6 +37,9 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "top_k": "top-k sampling (0 = off)",
         "stop": "stop strings; the completion ends after the first one",
         "max_model_path": "a different file for the generator (e.g. a GGUF for MAX)",
+        "overlap": "sample step k+1 on a worker thread while step k trains (one step of policy lag, "
+                   "ratio to the sampler's log-probs; needs a generate backend with "
+                   "`concurrent_generate`, one process; give each side its cores with train.threads)",
     },
     "algorithm": {
         "name": "preset: `grpo`, `dapo`, `dr_grpo`, `rloo`, `reinforce`; other keys override it",

@@ -114,6 +114,10 @@ def generate(engine: Any, prompts: Sequence[Prompt], sampling: SamplingParams) -
     chat prompts), the sampled token ids, the sampler's per-token log-probs, the decoded text and
     the finish reason ("stop" for EOS or a stop string, "length" for ``max_new_tokens``). A stop
     string ends the completion after the token that completed it. ``seed`` makes it repeatable.
+
+    A backend whose ``Capabilities.concurrent_generate`` is True may be called on a worker thread
+    while another engine trains (``generation.overlap``): settings that are per thread (an OpenMP
+    team size, a default stream) must be applied inside the call.
     """
 
 

@@ -22,9 +22,9 @@ server                        weight push after each step
 ============================  ====================================================================
 ``polyrl serve``              yes (``--allow-weight-push``; same machine or a shared filesystem)
 vLLM                          not through this backend; set ``weight_push = false``: rollouts then
-                              come from the weights the server started with (off-policy; the
-                              importance ratio in the loss only corrects this when old log-probs
-                              are recomputed, ``num_iterations > 1``)
+                              come from the weights the server started with (off-policy, and
+                              uncorrected: the loss's ratio is to the trained policy's own
+                              log-probs, which do not see the server's older weights)
 ``max serve``, mlx_lm.server  no; same as vLLM
 ============================  ====================================================================
 
@@ -232,7 +232,8 @@ def polyrl_register_backends(register: Callable[[BackendSpec], None]) -> None:
     register(BackendSpec(
         name=NAME, load=RemoteEngine, distribution="polyrl",
         summary="rollouts from OpenAI-compatible servers (polyrl serve, vLLM, max serve), load-balanced",
-        capabilities=Capabilities(generate=True, logprobs=False, train_step=False, weight_import=True),
+        capabilities=Capabilities(generate=True, logprobs=False, train_step=False, weight_import=True,
+                                  concurrent_generate=True),
         version="1", probe=_probe,
         install_hint="pip install httpx safetensors (core dependencies)",
     ))

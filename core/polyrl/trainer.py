@@ -11,6 +11,10 @@ One step, for ``prompts_per_step`` prompts and ``group_size`` samples each:
 6. weights are pushed to the generator when it is a different engine, so the policy that
    generates is always the policy being trained.
 
+With ``generation.overlap`` the generator samples step k+1 on a worker thread during steps 3-5 of
+step k (one step of policy lag; see ``polyrl.rollouts``), and the weights are pushed at the start
+of each step, the only moment the generator is idle.
+
 Everything a resumed run needs (step, data position, RNG, engine + optimizer) is checkpointed
 atomically; SIGINT/SIGTERM finish the current step, checkpoint and return.
 """
@@ -39,6 +43,7 @@ from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry
 from polyrl.rewards.combine import RewardComputer
 from polyrl.rewards.functions import load_function_reward
+from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.types import Completion, EngineConfig, RewardContext, TokenSequence, TrainBatch
 
 log = get_logger("polyrl.trainer")
@@ -101,7 +106,14 @@ class Trainer:
             raise ConfigError(
                 f"{self.world_size} processes but only {config.train.prompts_per_step} prompts per step",
                 field="train.prompts_per_step", fix=f"set it to at least {self.world_size} (one per rank)")
+        if config.generation.overlap and self.world_size > 1:
+            raise ConfigError(
+                "overlap is not supported under a launcher yet (each rank's pending rollout would "
+                "need a checkpoint of its own)", field="generation.overlap",
+                fix="set generation.overlap = false, or train in one process")
         self.step = 0
+        self.rollouts = RolloutAhead(self._generate)
+        self._generator_version = -1  # updates the generate engine's weights have seen (-1: unknown)
         self._saved_step: int | None = None  # the step of the last checkpoint this run wrote
         self.stop_requested = False
         self.history: list[dict[str, Any]] = []
@@ -170,11 +182,18 @@ class Trainer:
                     fix="point it at the file or folder the generate backend should load (e.g. a "
                     ".gguf for MAX), or remove it to generate from model.path",
                 )
-        if c.backends.generate_backend == c.backends.train and gen_model == model:
+        if c.generation.overlap and not reg.spec(c.backends.generate_backend).capabilities.concurrent_generate:
+            raise ConfigError(
+                f"backend {c.backends.generate_backend!r} does not declare concurrent_generate (its "
+                "generate running on a worker thread while training runs)", field="generation.overlap",
+                fix="set generation.overlap = false, or generate with a backend that declares it "
+                "(`polyrl backends` shows capabilities; torch and remote do)")
+        shared = c.backends.generate_backend == c.backends.train and gen_model == model
+        if shared and not c.generation.overlap:
             self.gen_engine = self.train_engine
-        else:
+        else:  # overlap needs a second copy: the train engine's weights change while it samples
             self.gen_engine = Engine(reg, c.backends.generate_backend, self._engine_config("generate", gen_model))
-            self._sync_weights()
+        self._sync_weights(0)
         self.ref_engine: Engine | None = None
         if c.algorithm.beta > 0:
             ref_model = reg.resolve_model(c.model.reference_path) if c.model.reference_path else model
@@ -192,12 +211,46 @@ class Trainer:
 
     # --- the loop ------------------------------------------------------------------------------
 
-    def _sync_weights(self) -> float:
-        if self.gen_engine is self.train_engine:
+    def _sync_weights(self, version: int) -> float:
+        """Push the train engine's weights (``version`` updates) to the generator; the seconds it took."""
+        if version == self._generator_version:
             return 0.0
         t0 = time.perf_counter()
-        self.gen_engine.import_weights(self.train_engine.export_weights())
+        if self.gen_engine is not self.train_engine:
+            self.gen_engine.import_weights(self.train_engine.export_weights())
+        self._generator_version = version
         return time.perf_counter() - t0
+
+    def _draw(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The next batch's rows for this rank, and the prompt sampler's state before drawing them."""
+        before = self.sampler.state()
+        rows = self.sampler.next_batch()  # the global batch: the same on every rank
+        if self.world_size > 1:
+            rows = rows[self.rank::self.world_size]  # whole groups stay on one rank
+        return rows, before
+
+    def _generate(self, step: int, rows: list[dict[str, Any]]) -> list[Completion]:
+        """Step ``step``'s completions (on the rollout worker thread under overlap)."""
+        c = self.config
+        prompts = [row[c.data.prompt_column] for row in rows]
+        seed = _step_seed(c.train.seed, step) + 104_729 * self.rank
+        return self.gen_engine.generate(prompts, c.generation.sampling(seed))
+
+    def _rollout(self, times: dict[str, float]) -> Rollout:
+        """This step's rollout: sampled ahead during the last step, or now. Under overlap, then
+        push the weights (the generator is idle only now) and start sampling the next step's."""
+        t0 = time.perf_counter()
+        rollout = self.rollouts.take(self.step)
+        if rollout is None:
+            rows, before = self._draw()
+            rollout = self.rollouts.sample(self.step, rows, before, self._generator_version)
+        times["generate"] = time.perf_counter() - t0
+        if self.config.generation.overlap:
+            times["sync"] = self._sync_weights(self.step)
+            if self.step + 1 < self.config.train.steps:
+                rows, before = self._draw()
+                self.rollouts.start(self.step + 1, rows, before, self._generator_version)
+        return rollout
 
     def _ref_logprobs(self, seqs: list[TokenSequence], temperature: float) -> list[np.ndarray]:
         if self.ref_engine is not None:
@@ -222,17 +275,11 @@ class Trainer:
 
     def train_one_step(self) -> dict[str, Any]:
         c, algo = self.config, self.config.algorithm
-        times: dict[str, float] = {}
+        times: dict[str, float] = {"sync": 0.0}
         t_step = time.perf_counter()
-        rows = self.sampler.next_batch()  # the global batch: the same on every rank
-        if self.world_size > 1:
-            rows = rows[self.rank::self.world_size]  # whole groups stay on one rank
-        prompts = [row[c.data.prompt_column] for row in rows]
-
-        t0 = time.perf_counter()
-        seed = _step_seed(c.train.seed, self.step) + 104_729 * self.rank
-        completions = self.gen_engine.generate(prompts, c.generation.sampling(seed))
-        times["generate"] = time.perf_counter() - t0
+        rollout = self._rollout(times)
+        rows, completions = rollout.rows, rollout.completions
+        lag = self.step - rollout.policy_version
 
         t0 = time.perf_counter()
         scored = self._score(rows, completions)
@@ -257,6 +304,7 @@ class Trainer:
             "reward_std": float(np.nanstd(rewards)) if np.isfinite(rewards).any() else float("nan"),
             "completion_len_mean": float(lengths.mean()),
             "samples_kept": global_kept,
+            "policy_lag": lag,
             **{f"reward/{k}/{m}": v for k, ms in scored.metrics.items() for m, v in ms.items()},
         }
         idx = np.flatnonzero(keep)
@@ -269,7 +317,9 @@ class Trainer:
             temperature = c.generation.temperature or 1.0
             old = None
             t0 = time.perf_counter()
-            if algo.num_iterations > 1 and (seqs or self.world_size > 1):
+            if lag > 0:  # sampled by older weights: the ratio is to the behaviour policy, its own log-probs
+                old = [completions[i].logprobs for i in idx]
+            elif algo.num_iterations > 1 and (seqs or self.world_size > 1):
                 # an empty shard still calls: a sharded (FSDP) backend gathers weights collectively
                 old = self.train_engine.logprobs(seqs, temperature)
             ref = self._ref_logprobs(seqs, temperature) if algo.beta > 0 and seqs else None
@@ -286,11 +336,15 @@ class Trainer:
                     break
             times["train"] = time.perf_counter() - t0
             metrics.update(step_metrics.as_dict())
-        times["sync"] = self._sync_weights() if not metrics.get("skipped") else 0.0
+        if metrics.get("skipped"):
+            self._generator_version = self.step + 1  # the weights did not change
+        elif not c.generation.overlap:
+            times["sync"] = self._sync_weights(self.step + 1)
         total = time.perf_counter() - t_step
         metrics.update({f"time/{k}": round(v, 4) for k, v in times.items()})
         metrics["time/step"] = round(total, 4)
-        metrics["tokens_per_s"] = float(lengths.sum() / max(times["generate"], 1e-9))
+        metrics["generate_seconds"] = round(rollout.seconds, 4)  # its own duration, ahead or not
+        metrics["tokens_per_s"] = float(lengths.sum() / max(rollout.seconds, 1e-9))
         return metrics
 
     # --- evaluation ----------------------------------------------------------------------------
@@ -303,6 +357,8 @@ class Trainer:
         """
         if self.eval_dataset is None:
             return {}
+        self.rollouts.pending()  # the generator is busy until the rollout sampled ahead is done
+        self._sync_weights(self.step)
         ev, c = self.config.eval, self.config
         everything = list(self.eval_dataset.rows)
         rows = everything[self.rank::self.world_size]
@@ -325,11 +381,13 @@ class Trainer:
     # --- checkpoints ---------------------------------------------------------------------------
 
     def _state(self) -> dict[str, Any]:
+        pending = self.rollouts.pending()
         return {
             "step": self.step,
             "sampler": self.sampler.state(),
             **_rng_states(),
             "config_model": self.config.model.path,
+            "pending_rollout": pending.as_state() if pending else None,
         }
 
     def save(self) -> Path:
@@ -359,9 +417,16 @@ class Trainer:
         self.train_engine.load_checkpoint(str(found / "model"))
         self.sampler.load_state(state["sampler"])
         self.step = int(state["step"])
+        pending = state.get("pending_rollout")
+        if pending:  # sampled ahead by the interrupted run (overlap): train on exactly it
+            self.sampler.load_state(pending["sampler_before"])
+            if self.config.generation.overlap:
+                self.rollouts.put(Rollout.from_state(pending, self._draw()[0]))
+            # else: its rows are drawn again and sampled on-policy
         _restore_rng_states(state)
         self.history = self._rewind_metrics()
-        self._sync_weights()
+        self._generator_version = -1  # the train engine's weights were just replaced
+        self._sync_weights(self.step)
         log.info("resumed", path=str(found), step=self.step)
         return True
 
@@ -408,12 +473,21 @@ class Trainer:
 
     def run(self, progress: bool = True) -> dict[str, Any]:
         """Train until ``train.steps``; returns a summary (final metrics, eval before/after)."""
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        summary: dict[str, Any] = {"output_dir": str(self.output_dir)}
+        try:
+            self._run(summary, progress)
+        finally:
+            self.rollouts.close()  # a rollout sampled ahead finishes first (or was checkpointed)
+        summary["steps"] = self.step
+        summary["history"] = self.history
+        return summary
+
+    def _run(self, summary: dict[str, Any], progress: bool) -> None:
         from polyrl.progress import step_progress
 
         c = self.config
-        self.output_dir.mkdir(parents=True, exist_ok=True)
         metrics_path = self.output_dir / "metrics.jsonl"
-        summary: dict[str, Any] = {"output_dir": str(self.output_dir)}
         if self.eval_dataset is not None and self.step == 0:
             summary["eval_before"] = self.evaluate()
             if self.rank == 0:
@@ -446,6 +520,8 @@ class Trainer:
                     ev = self.evaluate()
                     if self.rank == 0:
                         log.info("evaluation", step=self.step, **ev)
+        self.rollouts.pending()  # under overlap the generator lags one update: leave it on the
+        self._sync_weights(self.step)  # trained policy, as without overlap
         last = ckpt.checkpoint_dir(self.checkpoint_root, self.step)
         summary["checkpoint"] = str(last if self._saved_step == self.step else self.save())
         if self.stop_requested:
@@ -455,6 +531,3 @@ class Trainer:
             summary["eval_after"] = self.evaluate()
             if self.rank == 0:
                 log.info("evaluation after training", **summary["eval_after"])
-        summary["steps"] = self.step
-        summary["history"] = self.history
-        return summary

@@ -206,6 +206,8 @@ class Capabilities:
     weight_export: bool = False
     weight_import: bool = False
     checkpoint: bool = False
+    #: ``generate`` may run on a worker thread while another engine trains (generation.overlap)
+    concurrent_generate: bool = False
     dtypes: tuple[str, ...] = ("float32",)
     devices: tuple[str, ...] = ("cpu",)
 

@@ -79,8 +79,7 @@ class TorchEngine:
             distributed.init_from_env(self.device)  # a no-op outside torchrun
         # FSDP2 when asked for under torchrun (a no-op alone): see polyrl_torch.sharding
         shard = config.role == "train" and sharding.requested(config.options) and distributed.active()
-        if config.threads is not None:
-            torch.set_num_threads(int(config.threads))
+        self.use_configured_threads()
         torch.manual_seed(config.seed)  # LoRA init draws from the global generator
         #: The sampler's generator when a call passes no seed: repeatable per engine seed.
         self.generator = torch.Generator(device=self.device)
@@ -114,6 +113,12 @@ class TorchEngine:
             self.optimizer = torch.optim.AdamW(
                 params, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps, weight_decay=opt.weight_decay,
             )
+
+    def use_configured_threads(self) -> None:
+        """Apply ``threads`` to the calling thread: an OpenMP team size is per thread, so a worker
+        thread (generation.overlap) would otherwise use every core and fight the trainer for them."""
+        if self.config.threads is not None:
+            torch.set_num_threads(int(self.config.threads))
 
     # --- setup helpers -------------------------------------------------------------------------
 

@@ -78,6 +78,7 @@ def generate(engine: TorchEngine, prompts: Sequence[Prompt], sampling: SamplingP
     """Sample ``sampling.n`` completions per prompt; see the module docstring for the method."""
     from transformers import DynamicCache
 
+    engine.use_configured_threads()
     model_was_training = engine.model.training
     engine.model.eval()
     try:

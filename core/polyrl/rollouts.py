@@ -1,0 +1,107 @@
+"""Where a step's rollouts come from: sampled inside the step, or one step ahead on a worker thread.
+
+With ``generation.overlap = true`` the generate engine (a copy of the policy) samples step k+1's
+completions while the train engine updates on step k's, so a step costs about
+``max(generate, train)`` instead of their sum when the two have cores of their own. The price is
+one step of policy lag: step k's completions come from the weights after k-1 updates, and the
+loss's importance ratio uses the sampler's own log-probs as the behaviour policy's (the clipped
+ratio that every preset has keeps the update bounded, as in PPO).
+
+A pending rollout is part of the run's state: a checkpoint stores it (``as_state``) and a resumed
+run trains on exactly the completions the interrupted run would have used.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import attrs
+
+from polyrl.types import Completion
+
+
+@attrs.define
+class Rollout:
+    """One step's prompts and completions, and which weights sampled them."""
+
+    step: int  # the step that trains on it
+    rows: list[dict[str, Any]]
+    completions: list[Completion]
+    policy_version: int  # updates the generating weights had seen (== step when on-policy)
+    seconds: float  # the generation's own duration
+    sampler_before: dict[str, Any]  # the prompt sampler's state before ``rows`` were drawn
+
+    def as_state(self) -> dict[str, Any]:
+        """JSON for a checkpoint; the rows are drawn again from ``sampler_before`` on resume."""
+        return {
+            "step": self.step, "policy_version": self.policy_version, "seconds": self.seconds,
+            "sampler_before": self.sampler_before,
+            "completions": [
+                {"prompt_index": int(c.prompt_index), "prompt_ids": c.prompt_ids.tolist(),
+                 "completion_ids": c.completion_ids.tolist(), "logprobs": c.logprobs.tolist(),
+                 "text": c.text, "finish_reason": c.finish_reason}
+                for c in self.completions
+            ],
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], rows: list[dict[str, Any]]) -> Rollout:
+        completions = [Completion(**c) for c in state["completions"]]
+        return cls(step=int(state["step"]), rows=rows, completions=completions,
+                   policy_version=int(state["policy_version"]), seconds=float(state["seconds"]),
+                   sampler_before=state["sampler_before"])
+
+
+Generate = Callable[[int, list[dict[str, Any]]], list[Completion]]
+
+
+class RolloutAhead:
+    """At most one rollout sampled ahead, on one worker thread (the generate engine's only user)."""
+
+    def __init__(self, generate: Generate) -> None:
+        self._generate = generate
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: Future[Rollout] | None = None
+
+    def sample(self, step: int, rows: list[dict[str, Any]], sampler_before: dict[str, Any],
+               policy_version: int) -> Rollout:
+        """Sample now, on the calling thread."""
+        t0 = time.perf_counter()
+        completions = self._generate(step, rows)
+        return Rollout(step, rows, completions, policy_version, time.perf_counter() - t0, sampler_before)
+
+    def start(self, step: int, rows: list[dict[str, Any]], sampler_before: dict[str, Any],
+              policy_version: int) -> None:
+        """Begin sampling step ``step``'s rollout in the background."""
+        if self._pending is not None:
+            raise RuntimeError("a rollout is already pending; take() it first")
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="polyrl-rollout")
+        self._pending = self._executor.submit(self.sample, step, rows, sampler_before, policy_version)
+
+    def put(self, rollout: Rollout) -> None:
+        """Make a finished rollout (a resumed checkpoint's) the pending one."""
+        done: Future[Rollout] = Future()
+        done.set_result(rollout)
+        self._pending = done
+
+    def pending(self) -> Rollout | None:
+        """The pending rollout, waiting for it to finish (the generate engine is free after)."""
+        return None if self._pending is None else self._pending.result()
+
+    def take(self, step: int) -> Rollout | None:
+        """The pending rollout for ``step`` (waiting for it), or None when there is none."""
+        rollout = self.pending()
+        self._pending = None
+        if rollout is not None and rollout.step != step:
+            raise RuntimeError(f"pending rollout is for step {rollout.step}, not {step}")
+        return rollout
+
+    def close(self) -> None:
+        """Let a running generation finish, then stop the worker thread."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None

@@ -1,0 +1,162 @@
+"""generation.overlap: step k+1 sampled on a worker thread while step k trains (torch, tiny model)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from polyrl.config import RunConfig
+from polyrl.errors import ConfigError
+from polyrl.trainer import Trainer
+
+from toy_dist import activate, install_toy_dists
+
+
+def overlap_config(model: str, out, overlap: bool = True, **train) -> RunConfig:
+    return RunConfig.from_dict({
+        "model": {"path": model},
+        "generation": {"group_size": 4, "max_new_tokens": 8, "overlap": overlap},
+        "optimizer": {"lr": 1e-2},
+        "data": {"task": "arithmetic", "options": {"count": 64}},
+        "rewards": [{"name": "numeric_match"}, {"name": "length_penalty", "weight": 0.5,
+                                                "options": {"target": 4, "unit": "chars"}}],
+        "train": {"steps": 4, "prompts_per_step": 2, "threads": 1, "output_dir": str(out), **train},
+    })
+
+
+def digest(weights: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(weights):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(weights[name]).tobytes())
+    return h.hexdigest()
+
+
+def test_overlap_samples_one_step_behind_and_trains_against_the_sampler_logprobs(tiny_model_dir, tmp_path):
+    trainer = Trainer(overlap_config(tiny_model_dir, tmp_path / "run"))
+    assert trainer.gen_engine is not trainer.train_engine  # a copy: training must not touch it mid-sample
+
+    sampled_with: dict[int, str] = {}  # step -> digest of the generator's weights when it sampled
+    generate = trainer.rollouts._generate
+
+    def recording_generate(step, rows):
+        sampled_with[step] = digest(trainer.gen_engine.export_weights())
+        return generate(step, rows)
+
+    trainer.rollouts._generate = recording_generate
+    batches = []
+    train_step = trainer.train_engine.train_step
+
+    def recording_train_step(batch, objective):
+        batches.append(batch)
+        return train_step(batch, objective)
+
+    trainer.train_engine.train_step = recording_train_step
+    after_updates = [digest(trainer.train_engine.export_weights())]
+    completions = {}
+    take = trainer.rollouts.take
+
+    def recording_take(step):
+        rollout = take(step)
+        if rollout is not None:
+            completions[step] = rollout.completions
+        return rollout
+
+    trainer.rollouts.take = recording_take
+    for _ in range(4):
+        metrics = trainer.train_one_step()
+        assert not metrics.get("skipped"), metrics
+        trainer.step += 1
+        trainer.history.append(metrics)
+        after_updates.append(digest(trainer.train_engine.export_weights()))
+    trainer.rollouts.close()
+
+    assert len(set(after_updates)) == 5  # every step changed the weights
+    # step 0 from the initial weights; step k >= 1 from the weights after k - 1 updates
+    assert sampled_with == {0: after_updates[0], 1: after_updates[0], 2: after_updates[1], 3: after_updates[2]}
+    assert [m["policy_lag"] for m in trainer.history] == [0, 1, 1, 1]
+    assert batches[0].old_logprobs is None  # on-policy: the ratio is to the current policy
+    for step in (1, 2, 3):  # off-policy: the ratio is to the sampler's own log-probs
+        batch, sampled = batches[step], completions[step]
+        kept = [c for c in sampled if any(np.array_equal(c.completion_ids, s.completion_ids)
+                                          and np.array_equal(c.prompt_ids, s.prompt_ids)
+                                          for s in batch.sequences)]
+        assert len(batch.old_logprobs) == len(batch.sequences) == len(kept)
+        for old, seq in zip(batch.old_logprobs, batch.sequences):
+            match = next(c for c in sampled if np.array_equal(c.completion_ids, seq.completion_ids)
+                         and np.array_equal(c.prompt_ids, seq.prompt_ids))
+            np.testing.assert_array_equal(old, match.logprobs)
+        # ... which are not the trained policy's: the lag is real and the ratio sees it
+        current = trainer.train_engine.logprobs(batch.sequences, batch.temperature)
+        assert max(np.abs(a - b).max() for a, b in zip(current, batch.old_logprobs)) > 1e-4
+
+
+def test_overlap_resume_trains_on_the_pending_rollout_and_continues_exactly(tiny_model_dir, tmp_path):
+    clean = Trainer(overlap_config(tiny_model_dir, tmp_path / "clean", steps=5))
+    clean_summary = clean.run(progress=False)
+
+    interrupted = Trainer(overlap_config(tiny_model_dir, tmp_path / "crash", steps=5))
+    for _ in range(2):
+        interrupted.history.append(interrupted.train_one_step())
+        interrupted.step += 1
+    saved = interrupted.save()  # step 2's rollout is being sampled: the checkpoint holds it
+    interrupted.rollouts.close()
+    from polyrl import checkpoint as ckpt
+
+    pending = ckpt.read_state(saved)["pending_rollout"]
+    assert pending["step"] == 2 and pending["policy_version"] == 1
+
+    resumed = Trainer(overlap_config(tiny_model_dir, tmp_path / "crash", steps=5))
+    assert resumed.resume()
+    summary = resumed.run(progress=False)
+    tail = summary["history"][-3:]
+    expected = clean_summary["history"][2:]
+    assert [m["step"] for m in tail] == [2, 3, 4]
+    assert [m["policy_lag"] for m in tail] == [1, 1, 1]
+    for key in ("reward_mean", "loss", "completion_len_mean"):
+        assert [m[key] for m in tail] == [m[key] for m in expected], key
+    a = clean.train_engine.export_weights()
+    b = resumed.train_engine.export_weights()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+    # without overlap the same checkpoint's prompts are drawn again and sampled on-policy
+    on_policy = Trainer(overlap_config(tiny_model_dir, tmp_path / "crash", overlap=False, steps=3))
+    assert on_policy.resume(saved)
+    step = on_policy.train_one_step()
+    assert step["policy_lag"] == 0 and step["step"] == 2
+
+
+def test_overlap_rejects_a_backend_that_cannot_generate_concurrently(tmp_path, monkeypatch):
+    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "broken,badreg")
+    deactivate = activate(install_toy_dists(tmp_path / "site"))
+    try:
+        config = RunConfig.from_dict({
+            "model": {"path": "toy-model"}, "backends": {"train": "toy"},
+            "generation": {"group_size": 4, "max_new_tokens": 8, "overlap": True},
+            "data": {"task": "arithmetic", "options": {"count": 64}},
+            "rewards": [{"name": "toy_sevens"}], "train": {"output_dir": str(tmp_path / "run")},
+        })
+        with pytest.raises(ConfigError, match="concurrent_generate") as err:
+            Trainer(config)
+        assert err.value.field == "generation.overlap" and "overlap = false" in str(err.value)
+    finally:
+        deactivate()
+
+
+def test_overlap_is_refused_under_a_launcher(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match="launcher") as err:
+        Trainer(overlap_config(tiny_model_dir, tmp_path / "run"))
+    assert err.value.field == "generation.overlap"
+
+
+def test_overlap_must_be_a_boolean(tiny_model_dir, tmp_path):
+    data = {"model": {"path": tiny_model_dir}, "data": {"task": "arithmetic"},
+            "rewards": [{"name": "numeric_match"}], "generation": {"overlap": "yes"}}
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict(data)
+    assert err.value.field == "generation.overlap"
