@@ -9,6 +9,12 @@ import pytest
 from polyrl.bench import run_bench
 
 
+@pytest.fixture(autouse=True)
+def private_speed_records(tmp_path, monkeypatch):
+    """Benches record generation speeds (speed_records); keep the user's cache out of it."""
+    monkeypatch.setattr("polyrl.speed_records.default_cache_dir", lambda: tmp_path / "cache")
+
+
 def test_bench_reports_each_backend_in_its_own_process(tiny_model_dir, tmp_path):
     out = tmp_path / "bench.json"
     report = run_bench(model=tiny_model_dir, backends=["torch", "torch"], prompts=2, group_size=2,

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from polyrl import speed_records
 from polyrl.engine import Engine
 from polyrl.registry import get_registry
 from polyrl.types import EngineConfig, LoraConfig, SamplingParams, TokenSequence, TrainBatch
@@ -181,6 +182,7 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
                      "generate_only": generate_only, "trl": trl},
         "results": results,
     }
+    speed_records.record(resolved, results, threads)  # what `generate = "auto"` chooses from
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         if chart:

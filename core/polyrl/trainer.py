@@ -31,9 +31,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 
 from polyrl import checkpoint as ckpt
+from polyrl import speed_records
 from polyrl.config import RunConfig
 from polyrl.data import Dataset, PromptSampler, load_dataset
 from polyrl.engine import Engine
@@ -96,6 +98,7 @@ class Trainer:
             load_function_reward(r.function, name=r.label) for r in config.rewards if r.function
         ]
         self.registry = Registry(get_plugin_manager(extra=(*extra_plugins, *function_plugins)))
+        self.config = config = self._choose_generate_backend(config)
         self.dataset, self.eval_dataset = self._datasets()
         self.rewards = RewardComputer(
             self.registry.pm, [(r.label, r.weight, dict(r.options)) for r in config.rewards]
@@ -142,6 +145,29 @@ class Trainer:
             optimizer=c.optimizer, max_length=c.model.max_length, options=dict(c.backends.options),
             trust_remote_code=c.model.trust_remote_code,
         )
+
+    def _choose_generate_backend(self, config: RunConfig) -> RunConfig:
+        """Resolve ``backends.generate = "auto"``: the fastest usable backend ``polyrl bench``
+        measured for this model on this machine, else the train backend (see speed_records)."""
+        b = config.backends
+        if b.generate != "auto":
+            return config
+        usable = [s.name for s in self.registry.statuses()
+                  if s.available and s.capabilities.get("generate")
+                  and (s.name == b.train or s.capabilities.get("weight_import"))
+                  and (not config.generation.overlap or s.capabilities.get("concurrent_generate"))]
+        model = self.registry.resolve_model(config.model.path)
+        found = speed_records.fastest(model, usable)
+        if found:
+            chosen, speeds = found
+            log.info("generate backend chosen", backend=chosen, why="fastest measured here by polyrl bench",
+                     tokens_per_s={k: round(v, 1) for k, v in speeds.items()})
+        else:
+            chosen = b.train
+            log.info("generate backend chosen", backend=chosen,
+                     why="no polyrl bench measurement for this model on this machine: the train backend "
+                     "(run `polyrl bench --generate-only --model ...` to measure)")
+        return attrs.evolve(config, backends=attrs.evolve(b, generate=chosen))
 
     def _check_backend_names(self) -> None:
         """Fail before loading anything when a role names a backend that is not installed."""
