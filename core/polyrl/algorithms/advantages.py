@@ -79,6 +79,11 @@ def _group_mean(g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _centred(g: np.ndarray, estimator: str) -> np.ndarray:
+    if estimator in ("group", "rloo"):
+        # measured from the group's smallest member: a tie is then exactly 0 (a mean of equal floats
+        # can round away from them, and a 1e-13 residue divided by a 1e-13 std is not 0)
+        lowest = np.where(np.isnan(g), np.inf, g).min(axis=1, keepdims=True)
+        g = g - np.where(np.isfinite(lowest), lowest, 0.0)
     if estimator == "group":
         mean, _, _ = _group_mean(g)
         return g - mean
