@@ -214,6 +214,9 @@ class Trainer:
                 "generate running on a worker thread while training runs)", field="generation.overlap",
                 fix="set generation.overlap = false, or generate with a backend that declares it "
                 "(`polyrl backends` shows capabilities; torch and remote do)")
+        if c.generation.overlap and c.train.threads is None:
+            log.warning("generation.overlap with train.threads unset: the sampler and the trainer each "
+                        "use every core and slow each other down", fix="set train.threads to half the cores")
         shared = c.backends.generate_backend == c.backends.train and gen_model == model
         if shared and not c.generation.overlap:
             self.gen_engine = self.train_engine
