@@ -54,7 +54,8 @@ def test_rollouts_are_spread_over_servers_with_exact_ids_and_logprobs(servers, t
         np.testing.assert_allclose(c.logprobs, lp, atol=1e-4)
 
 
-def test_trainer_pushes_weights_to_every_server_each_step(servers, tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("overlap", [False, True], ids=["inline", "overlap"])
+def test_trainer_pushes_weights_to_every_server_each_step(servers, tiny_model_dir, tmp_path, overlap):
     for s in servers:
         s.reset()
     (tmp_path / "reward.py").write_text(REWARD)
@@ -63,7 +64,7 @@ def test_trainer_pushes_weights_to_every_server_each_step(servers, tiny_model_di
         "model": {"path": tiny_model_dir},
         "backends": {"train": "torch", "generate": "remote",
                      "options": {"servers": [f"{s.url}/v1" for s in servers]}},
-        "generation": {"group_size": 4, "max_new_tokens": 8},
+        "generation": {"group_size": 4, "max_new_tokens": 8, "overlap": overlap},
         "optimizer": {"lr": 1e-3},
         "data": {"task": "arithmetic"},
         "rewards": [{"function": f"{tmp_path / 'reward.py'}:digits"}],
@@ -73,46 +74,20 @@ def test_trainer_pushes_weights_to_every_server_each_step(servers, tiny_model_di
     summary = trainer.run(progress=False)
     assert summary["steps"] == 3
     after = [s.stats() for s in servers]
-    # one push when the run starts (initial sync) and one after each step, on every server
+    # four pushes on every server: one when the run starts, then inline: after each step; with
+    # overlap: before sampling steps 1 and 2 (the servers are idle only then) and at the end
     assert [a["weight_version"] - b for a, b in zip(after, before)] == [4, 4]
     assert all(a["requests"] > 0 for a in after)
-    # on-policy: the servers now generate from the trained weights
+    # the run ends with the servers on the trained policy
     prompt = [[{"role": "user", "content": "Count to 3"}]]
     remote = trainer.gen_engine.generate(prompt, SamplingParams(max_new_tokens=6, n=2, seed=1))
     trained = trainer.train_engine.logprobs([TokenSequence.of(c) for c in remote], 1.0)
     for c, lp in zip(remote, trained):
         np.testing.assert_allclose(c.logprobs, lp, atol=1e-4)
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert all(m["time/sync"] > 0 for m in metrics)
-
-
-def test_overlap_trains_while_the_servers_sample_the_next_step(servers, tiny_model_dir, tmp_path):
-    for s in servers:
-        s.reset()
-    (tmp_path / "reward.py").write_text(REWARD)
-    before = [s.stats()["weight_version"] for s in servers]
-    config = RunConfig.from_dict({
-        "model": {"path": tiny_model_dir},
-        "backends": {"train": "torch", "generate": "remote",
-                     "options": {"servers": [f"{s.url}/v1" for s in servers]}},
-        "generation": {"group_size": 4, "max_new_tokens": 8, "overlap": True},
-        "optimizer": {"lr": 1e-3},
-        "data": {"task": "arithmetic"},
-        "rewards": [{"function": f"{tmp_path / 'reward.py'}:digits"}],
-        "train": {"steps": 3, "prompts_per_step": 4, "threads": 1, "output_dir": str(tmp_path / "run")},
-    })
-    trainer = Trainer(config)
-    summary = trainer.run(progress=False)
-    assert [m["policy_lag"] for m in summary["history"]] == [0, 1, 1]
-    # pushes: at start, before sampling steps 1 and 2 (the servers are idle only then), at the end
-    after = [s.stats() for s in servers]
-    assert [a["weight_version"] - b for a, b in zip(after, before)] == [4, 4]
-    assert all(a["requests"] > 0 for a in after)
-    prompt = [[{"role": "user", "content": "Count to 3"}]]
-    remote = trainer.gen_engine.generate(prompt, SamplingParams(max_new_tokens=6, n=2, seed=1))
-    trained = trainer.train_engine.logprobs([TokenSequence.of(c) for c in remote], 1.0)
-    for c, lp in zip(remote, trained):  # the run ends with the servers on the trained policy
-        np.testing.assert_allclose(c.logprobs, lp, atol=1e-4)
+    assert [m["policy_lag"] for m in metrics] == ([0, 1, 1] if overlap else [0, 0, 0])
+    pushed_in_step = metrics[1:] if overlap else metrics  # overlap's step 0 samples the initial weights
+    assert all(m["time/sync"] > 0 for m in pushed_in_step)
 
 
 def test_a_dead_server_fails_over_to_the_other(servers, tiny_model_dir):
