@@ -115,6 +115,20 @@ class GenerationConformance:
         assert len(stopped.completion_ids) < len(free.completion_ids)
         assert stop in stopped.text or stopped.text.endswith(stop[:1])
 
+    def test_generate_on_a_worker_thread_when_declared(self, engine):
+        """``concurrent_generate`` (generation.overlap) promises generate works off the main thread."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        if not get_registry().spec(self.backend).capabilities.concurrent_generate:
+            pytest.skip(f"backend {self.backend!r} does not declare concurrent_generate")
+        sampling = SamplingParams(max_new_tokens=8, n=2, seed=9)
+        here = engine.generate(CHATS, sampling)
+        with ThreadPoolExecutor(1) as worker:
+            there = worker.submit(engine.generate, CHATS, sampling).result()
+        for a, b in zip(here, there):
+            assert a.completion_ids.tolist() == b.completion_ids.tolist()
+            np.testing.assert_allclose(a.logprobs, b.logprobs, atol=self.logprob_atol)
+
     # --- training ------------------------------------------------------------------------------
 
     # --- weights -------------------------------------------------------------------------------
