@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from polyrl.testing.tiny_model import default_cache_dir
+from polyrl.cache import default_cache_dir
 
 FILE = "generate_speed.json"
 

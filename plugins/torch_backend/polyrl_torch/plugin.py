@@ -138,7 +138,8 @@ def polyrl_register_backends(register) -> None:
 def polyrl_resolve_model(name: str) -> str | None:
     """``tiny-llama`` (built in the cache, no torch needed) and ``smollm2-135m-instruct``."""
     if name == TINY_ALIAS:
-        from polyrl.testing.tiny_model import build_tiny_llama, default_cache_dir
+        from polyrl.cache import default_cache_dir
+        from polyrl.testing.tiny_model import build_tiny_llama
 
         return build_tiny_llama(default_cache_dir() / "models" / TINY_ALIAS)
     if name == SMOLLM2_ALIAS:
