@@ -425,6 +425,31 @@ def test_shared_prompt_forward_equals_the_full_forward(tiny_model_dir, monkeypat
         np.testing.assert_allclose(a, b, atol=2e-5)
 
 
+def test_length_bucketed_completions_equal_one_padded_call(tiny_model_dir):
+    """Completion rows split into length buckets (one backbone call each, all reading the one
+    prompt pass) give the log-probs and gradients of a single right-padded call."""
+    one_call = make_engine(tiny_model_dir, options={"bucket_call_tokens": 10**6})
+    per_length = make_engine(tiny_model_dir, options={"bucket_call_tokens": 0})
+    out = one_call.generate(CHATS, SamplingParams(max_new_tokens=8, n=4, seed=3))
+    seqs = [TokenSequence(c.prompt_ids, c.completion_ids[: 1 + i % 8]) for i, c in enumerate(out)]
+    calls = []
+    hooks = [e.raw.causal_lm.get_decoder().register_forward_hook(
+        lambda module, args, kwargs, output, _e=e: calls.append(_e), with_kwargs=True)
+        for e in (one_call, per_length)]
+    weights = np.linspace(-1.0, 1.0, len(seqs))
+    lp_one, g_one = _logprobs_and_grads(one_call, seqs, weights)
+    lp_split, g_split = _logprobs_and_grads(per_length, seqs, weights)
+    for hook in hooks:
+        hook.remove()
+    tail_lengths = {len(s.completion_ids) - 1 for s in seqs} - {0}
+    assert calls.count(one_call) == 2 and calls.count(per_length) == 1 + len(tail_lengths) > 3
+    for a, b in zip(lp_split, lp_one):
+        np.testing.assert_allclose(a, b, atol=2e-5)
+    assert g_split.keys() == g_one.keys()
+    for k in g_one:
+        np.testing.assert_allclose(g_split[k], g_one[k], atol=2e-5, rtol=1e-4, err_msg=k)
+
+
 def test_positive_advantage_raises_logprob(tiny_model_dir):
     engine = make_engine(tiny_model_dir, optimizer=OptimizerConfig(lr=1e-3))
     seqs = rollouts(engine, seed=5)[:2]

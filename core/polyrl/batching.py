@@ -55,3 +55,29 @@ def length_batches(sequences: Sequence[TokenSequence], budget: int) -> list[list
     if current:
         batches.append(current)
     return batches
+
+
+def length_buckets(lengths: Sequence[int], call_cost: int) -> list[list[int]]:
+    """Indices split into groups of similar length, with the fewest padded tokens overall.
+
+    One forward pads every row to its longest, so 32 rows of which a few stopped early pay for
+    the longest row each; several forwards pay a fixed overhead each instead. ``call_cost`` is that
+    overhead in tokens: the split minimises ``sum(rows x longest) + call_cost x groups`` exactly
+    (dynamic programme over the rows sorted by length). Groups come shortest first.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    sizes = [int(lengths[i]) for i in order]
+    n = len(sizes)
+    best = [0.0] + [float("inf")] * n  # best[j]: cost of splitting the j shortest rows
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j):  # rows i..j-1 form the last group, padded to sizes[j - 1]
+            cost = best[i] + (j - i) * sizes[j - 1] + call_cost
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups: list[list[int]] = []
+    j = n
+    while j > 0:
+        groups.append(order[cut[j]:j])
+        j = cut[j]
+    return groups[::-1]

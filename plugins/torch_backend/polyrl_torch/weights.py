@@ -230,6 +230,8 @@ def load_checkpoint(engine: TorchEngine, path: str) -> bool:
             engine.optimizer.load_state_dict(
                 torch.load(state / "optimizer.pt", map_location=engine.device, weights_only=True)
             )
+        for group in engine.optimizer.param_groups:  # the saving engine's kernel choice is not ours
+            group["fused"] = engine.fused_optimizer()
     if (state / "rng.pt").exists():
         rng = torch.load(state / "rng.pt", weights_only=True)
         torch.set_rng_state(rng["torch"])
