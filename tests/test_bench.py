@@ -62,3 +62,21 @@ def test_bench_runs_trl_on_the_same_workload(tiny_model_dir):
     assert trl["generate_s"] > 0 and trl["forward_s"] > 0
     assert sum(phases) == pytest.approx(trl["step_s"], rel=1e-6)
     assert len(trl["shapes"]["completion_lens"]) == 4 and trl["generate_mfu"] > 0
+
+
+def test_bench_times_hf_generate_as_the_generation_baseline(tiny_model_dir, tmp_path):
+    """``hf_generate``: transformers' ``model.generate`` on the same prompts in its own process;
+    each backend gets its generation speed-up over it, and it never enters the speed records
+    that ``generate = "auto"`` chooses from."""
+    from polyrl import speed_records
+
+    report = run_bench(model=tiny_model_dir, backends=["torch"], prompts=2, group_size=3,
+                       max_new_tokens=5, threads=1, steps=2, output=None, generate_only=True,
+                       hf_generate=True)
+    ours, hf = report["results"]
+    assert hf["backend"] == "hf-generate" and "error" not in hf, hf
+    assert hf["generate_s"] > 0 and len(hf["completion_lens"]) == 2 * 3
+    assert all(1 <= n <= 5 for n in hf["completion_lens"]) and hf["tokens_per_step"] <= 2 * 3 * 5
+    assert ours["generate_speedup_vs_hf"] == pytest.approx(hf["generate_s"] / ours["generate_s"])
+    measured = speed_records.load().get(speed_records.machine_key(), {})
+    assert set(next(iter(measured.values()))) == {"torch"}

@@ -7,6 +7,7 @@ movement (export/import, LoRA, checkpoints) is checked by what the model compute
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
 import json
@@ -502,6 +503,50 @@ def test_lora_trains_adapters_only_and_reference_is_base(tiny_model_dir):
     for a, b, c in zip(fresh.logprobs(seqs, 1.0), fresh.logprobs(seqs, 1.0, reference=True), trained):
         np.testing.assert_allclose(a, c, atol=1e-5)
         np.testing.assert_allclose(b, c, atol=1e-5)
+
+
+def test_lora_inference_runs_on_folded_weights_and_leaves_the_base_bitwise(tiny_model_dir, monkeypatch):
+    """Generation and scoring fold the adapters into the base weights for the call (no adapter
+    matmul runs) and compute what the adapter layers compute; afterwards the frozen base weights
+    are the very same tensors, bit for bit, and training goes on through the adapters."""
+    import torch
+
+    engine = make_engine(tiny_model_dir, lora=LoraConfig(rank=4, alpha=8.0))
+    seqs = rollouts(engine, seed=11)
+    for _ in range(2):  # non-zero B: the adapters change the policy
+        engine.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs))), Objective())
+    model = engine.raw.model
+    base = {k: p.detach().clone() for k, p in model.named_parameters() if "lora_" not in k}
+    storage = {k: p.data_ptr() for k, p in model.named_parameters()}
+    adapter_calls = []
+    hooks = [m.register_forward_hook(lambda *_: adapter_calls.append(1))
+             for name, m in model.named_modules() if name.endswith("lora_A.default")]
+    assert hooks
+
+    folded = engine.generate(CHATS, SamplingParams(max_new_tokens=6, n=2, seed=12, temperature=0))
+    scored = engine.logprobs(seqs, 1.0)
+    assert adapter_calls == []  # nothing went through the adapter layers
+    with torch.no_grad():  # the adapter layers themselves (the training forward's path)
+        from polyrl_torch.scoring import token_logprobs
+
+        through_adapters = [lp.numpy() for lp in token_logprobs(engine.raw, seqs, 1.0)]
+    assert adapter_calls
+    for a, b in zip(scored, through_adapters):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    with monkeypatch.context() as patch:  # the same call with the adapter layers left in place
+        patch.setattr(engine.raw, "adapters_merged", contextlib.nullcontext)
+        unfolded = engine.generate(CHATS, SamplingParams(max_new_tokens=6, n=2, seed=12, temperature=0))
+    for a, b in zip(folded, unfolded):
+        assert list(a.completion_ids) == list(b.completion_ids)
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+
+    for k, p in model.named_parameters():
+        assert p.data_ptr() == storage[k], k
+        if k in base:
+            assert torch.equal(p.detach(), base[k]), k
+    for hook in hooks:
+        hook.remove()
+    assert not engine.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs))), Objective()).skipped
 
 
 # --- weights and checkpoints ---------------------------------------------------------------------

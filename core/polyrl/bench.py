@@ -113,6 +113,17 @@ def _trl(model: str, prompts: int, group_size: int, max_new_tokens: int, threads
                   "trl")
 
 
+def _hf_generate(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int,
+                 steps: int) -> dict[str, Any]:
+    """transformers' ``generate`` on the same prompts, in a child process (the generation baseline)."""
+    import importlib.util
+
+    if importlib.util.find_spec("polyrl_torch") is None:
+        return {"backend": "hf-generate", "error": "needs the torch backend: pip install 'polyrl[torch]'"}
+    return _child("polyrl_torch.bench_hf_generate", [model, prompts, group_size, max_new_tokens, threads, steps],
+                  "hf-generate")
+
+
 def matmul_peak(threads: int) -> dict[str, Any]:
     """The fp32 matmul peak at ``threads``: torch's in a child process, else numpy's here."""
     import importlib.util
@@ -152,7 +163,10 @@ def add_utilisation(result: dict[str, Any], model_dir: str, peak_gflops: float, 
 def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prompts: int = 8,
               group_size: int = 4, max_new_tokens: int = 32, threads: int = 1, steps: int = 3,
               lora: bool = False, output: str | None = "bench/results.json",
-              generate_only: bool = False, trl: bool = False, chart: bool = True) -> dict[str, Any]:
+              generate_only: bool = False, trl: bool = False, hf_generate: bool = False,
+              chart: bool = True) -> dict[str, Any]:
+    """Bench ``backends`` (default: every usable one), then TRL (``trl``) and transformers'
+    ``generate`` (``hf_generate``: each backend's ``generate_speedup_vs_hf``) on the same workload."""
     reg = get_registry()
     names = backends or reg.available()
     resolved = reg.resolve_model(model)
@@ -166,6 +180,12 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
                 r["speedup_vs_trl"] = results[-1]["step_s"] / r["step_s"]
                 if results[-1].get("peak_rss_mb"):
                     r["rss_vs_trl"] = r["peak_rss_mb"] / results[-1]["peak_rss_mb"]
+    if hf_generate:
+        hf = _hf_generate(resolved, prompts, group_size, max_new_tokens, threads, steps)
+        for r in results:
+            if hf.get("generate_s") and r.get("generate_s"):
+                r["generate_speedup_vs_hf"] = hf["generate_s"] / r["generate_s"]
+        results.append(hf)
     for r in results:
         if "error" not in r:
             add_utilisation(r, resolved, peak["peak_gflops"], lora)
@@ -179,10 +199,11 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
                     "cpus": os.cpu_count(), "threads": threads, "matmul_peak": peak},
         "workload": {"model": model, "prompts": prompts, "group_size": group_size,
                      "max_new_tokens": max_new_tokens, "steps": steps, "lora": lora,
-                     "generate_only": generate_only, "trl": trl},
+                     "generate_only": generate_only, "trl": trl, "hf_generate": hf_generate},
         "results": results,
     }
-    speed_records.record(resolved, results, threads)  # what `generate = "auto"` chooses from
+    # what `generate = "auto"` chooses from: polyrl's own backends only
+    speed_records.record(resolved, [r for r in results if r["backend"] in names], threads)
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         if chart:

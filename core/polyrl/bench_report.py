@@ -69,7 +69,7 @@ def print_table(report: dict[str, Any]) -> None:
 
     table = Table(title="polyrl bench (seconds per step; MFU = fraction of the measured matmul peak)")
     for col in ("backend", "step s", "generate s", "forward s", "backward s", "optimizer s", "tok/s",
-                "gen MFU", "train MFU", "peak RSS MB", "x TRL"):
+                "gen MFU", "train MFU", "peak RSS MB", "x TRL", "gen x HF"):
         table.add_column(col, justify="right")
     for r in report["results"]:
         if "error" in r:
@@ -78,7 +78,8 @@ def print_table(report: dict[str, Any]) -> None:
         table.add_row(r["backend"], fmt(r.get("step_s")), fmt(r.get("generate_s")), fmt(r.get("forward_s")),
                       fmt(r.get("backward_s")), fmt(r.get("optimizer_s")), fmt(r.get("generate_tokens_per_s"), ".0f"),
                       fmt(r.get("generate_mfu"), ".0%"), fmt(r.get("train_mfu"), ".0%"),
-                      fmt(r.get("peak_rss_mb"), ".0f"), fmt(r.get("speedup_vs_trl")))
+                      fmt(r.get("peak_rss_mb"), ".0f"), fmt(r.get("speedup_vs_trl")),
+                      fmt(r.get("generate_speedup_vs_hf")))
     console = Console(stderr=True)
     if not console.is_terminal:
         console = Console(stderr=True, width=160)  # logs and pipes: no truncated columns

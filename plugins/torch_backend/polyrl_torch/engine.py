@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +181,36 @@ class TorchEngine:
     def full_weights(self) -> contextlib.AbstractContextManager[None]:
         """Whole weights for a block of inference (a collective under FSDP; nothing otherwise)."""
         return self.fsdp.full_weights() if self.fsdp is not None else contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def adapters_merged(self) -> Iterator[None]:
+        """LoRA folded into the base weights for a block of inference (nothing without LoRA).
+
+        Through peft's layers every projection costs two more small matmuls per token (SmolLM2-135M,
+        32 rows x 32 tokens, one thread: generation 19.8 s instead of 15.6 s). Here each adapted base
+        weight is replaced for the block by a new tensor ``W + scale * B @ A`` with the adapters
+        disabled, and the original tensor is put back untouched afterwards: merging and unmerging
+        by arithmetic (peft's ``merge_adapter``) would drift the frozen base by rounding each time.
+        """
+        from peft.tuners.lora import Linear as LoraLinear
+        from peft.tuners.lora import LoraLayer
+
+        layers = [m for m in self.model.modules() if isinstance(m, LoraLayer)] if self.lora is not None else []
+        if not layers or any(not isinstance(m, LoraLinear) or m.merged for m in layers):
+            yield  # nothing to merge, or layers this cannot fold: run them as they are
+            return
+        swapped: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
+        try:
+            with torch.no_grad():
+                for layer in layers:
+                    weight = layer.get_base_layer().weight
+                    swapped.append((weight, weight.data))
+                    weight.data = weight.data + layer.get_delta_weight(ADAPTER)
+            with self.model.disable_adapter():
+                yield
+        finally:
+            for weight, original in swapped:
+                weight.data = original
 
     def require_optimizer(self) -> torch.optim.Optimizer:
         if self.optimizer is None:

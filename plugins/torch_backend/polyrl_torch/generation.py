@@ -82,7 +82,8 @@ def generate(engine: TorchEngine, prompts: Sequence[Prompt], sampling: SamplingP
     model_was_training = engine.model.training
     engine.model.eval()
     try:
-        with engine.full_weights(), torch.inference_mode():  # gather (FSDP) outside inference mode
+        # gather (FSDP) and fold LoRA outside inference mode
+        with engine.full_weights(), engine.adapters_merged(), torch.inference_mode():
             return _generate(engine, prompts, sampling, DynamicCache)
     finally:
         engine.model.train(model_was_training)

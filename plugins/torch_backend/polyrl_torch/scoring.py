@@ -18,7 +18,6 @@ rows of which some stopped early, one right-padded call computed ~15 % padding.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -184,13 +183,12 @@ def logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temperatur
     was_training = engine.model.training
     engine.model.eval()
     try:
-        with engine.full_weights(), torch.inference_mode():
-            context = engine.model.disable_adapter() if reference else contextlib.nullcontext()
-            with context:
-                for group in length_batches(sequences, budget):
-                    lps = token_logprobs(engine, [sequences[i] for i in group], temperature)
-                    for i, lp in zip(group, lps):
-                        out[i] = lp.cpu().numpy().astype(np.float32, copy=False)
+        context = engine.model.disable_adapter() if reference else engine.adapters_merged()
+        with engine.full_weights(), context, torch.inference_mode():
+            for group in length_batches(sequences, budget):
+                lps = token_logprobs(engine, [sequences[i] for i in group], temperature)
+                for i, lp in zip(group, lps):
+                    out[i] = lp.cpu().numpy().astype(np.float32, copy=False)
     finally:
         engine.model.train(was_training)
     return out  # type: ignore[return-value]
