@@ -650,3 +650,28 @@ def test_shared_prompt_forward_equals_the_full_forward(tiny_model_dir):
     scale = max(float(np.abs(np.array(v)).max()) for v in flat_whole.values())
     for k, v in flat_whole.items():
         np.testing.assert_allclose(np.array(flat_shared[k]), np.array(v), atol=2e-5 * scale, err_msg=k)
+
+
+def test_length_bucketed_completions_equal_one_padded_call(tiny_model_dir):
+    """Completion rows run in length buckets (one call per distinct length with a zero call cost)
+    against the one prompt pass: the log-probs and gradients of a single right-padded call."""
+    from mlx.utils import tree_flatten
+    from polyrl_mlx.training import accumulate_gradients
+
+    one_call = make_engine(tiny_model_dir, options={"bucket_call_tokens": 10**6})
+    per_length = make_engine(tiny_model_dir, options={"bucket_call_tokens": 0})
+    seqs = [TokenSequence(s.prompt_ids, s.completion_ids[: 1 + i % 8])
+            for i, s in enumerate(rollouts(one_call, n=4, tokens=8))]
+    assert len({len(s.completion_ids) for s in seqs}) >= 4
+    for a, b in zip(per_length.logprobs(seqs, 0.7), one_call.logprobs(seqs, 0.7)):
+        assert len(a) == len(b)
+        np.testing.assert_allclose(a, b, atol=2e-5)
+    objective = Objective(max_completion_length=8)
+    batch = noisy_batch(one_call, seqs, beta=False)
+    g_split, s_split = accumulate_gradients(per_length.raw, batch, objective)
+    g_one, s_one = accumulate_gradients(one_call.raw, batch, objective)
+    assert s_split["loss"] == pytest.approx(s_one["loss"], rel=1e-5)
+    flat_split, flat_one = dict(tree_flatten(g_split)), dict(tree_flatten(g_one))
+    scale = max(float(np.abs(np.array(v)).max()) for v in flat_one.values())
+    for k, v in flat_one.items():
+        np.testing.assert_allclose(np.array(flat_split[k]), np.array(v), atol=2e-5 * scale, err_msg=k)

@@ -57,6 +57,10 @@ def length_batches(sequences: Sequence[TokenSequence], budget: int) -> list[list
     return batches
 
 
+#: Default cost of one more forward call, in padded tokens (backend option ``bucket_call_tokens``).
+BUCKET_CALL_TOKENS = 64
+
+
 def length_buckets(lengths: Sequence[int], call_cost: int) -> list[list[int]]:
     """Indices split into groups of similar length, with the fewest padded tokens overall.
 

@@ -25,7 +25,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-from polyrl.batching import length_batches, prompt_groups
+from polyrl.batching import BUCKET_CALL_TOKENS, length_batches, length_buckets, prompt_groups
 from polyrl.types import TokenSequence
 
 from polyrl_mlx._mx import mx
@@ -69,7 +69,9 @@ def flat_logprobs(engine: MLXEngine, sequences: Sequence[TokenSequence],
     owners, prompts = prompt_groups(sequences)
     if parts is not None and len(prompts) < len(sequences) and shared_prompt_forward_allowed(engine):
         backbone, head = parts
-        logits = head(shared_prompt_hidden(backbone, sequences, owners, prompts, engine.pad_id)).astype(mx.float32)
+        call_tokens = int(engine.config.options.get("bucket_call_tokens", BUCKET_CALL_TOKENS))
+        hidden = shared_prompt_hidden(backbone, sequences, owners, prompts, engine.pad_id, call_tokens)
+        logits = head(hidden).astype(mx.float32)
     elif parts is not None:
         backbone, head = parts
         hidden = backbone(ids)[row, pos]  # [tokens, hidden]
@@ -116,14 +118,16 @@ def _run_layers(backbone, ids: mx.array, mask: mx.array, caches: list[_Cache]) -
 
 
 def shared_prompt_hidden(backbone, sequences: Sequence[TokenSequence], owners: list[int],
-                         prompts: list[np.ndarray], pad_id: int) -> mx.array:
+                         prompts: list[np.ndarray], pad_id: int,
+                         call_tokens: int = BUCKET_CALL_TOKENS) -> mx.array:
     """Backbone states predicting every completion token, each distinct prompt computed once.
 
     Pass 1 runs the distinct prompts *left*-padded (so they all end at the same position, the
     rotary offset of pass 2) with their padding masked out; pass 2 runs each row's completion
-    tokens, right-padded, against its prompt's keys/values (taken per row by owner). Rotary
-    embeddings only see relative positions, so the left padding shifts nothing. A padding query
-    attends to itself only (an all-masked row would give NaN that 0-weights cannot cancel).
+    tokens, right-padded, against its prompt's keys/values (taken per row by owner), one call per
+    length bucket (``polyrl.batching.length_buckets``: less padding when some rows stopped early).
+    Rotary embeddings only see relative positions, so the left padding shifts nothing. A padding
+    query attends to itself only (an all-masked row would give NaN that 0-weights cannot cancel).
     """
     width = max(len(p) for p in prompts)
     prompt_ids = np.full((len(prompts), width), pad_id, dtype=np.int32)
@@ -139,23 +143,33 @@ def shared_prompt_hidden(backbone, sequences: Sequence[TokenSequence], owners: l
     heads = first[:, -1][owner]  # the last prompt token predicts completion token 0
 
     tails = [np.asarray(s.completion_ids[:-1], dtype=np.int32) for s in sequences]
-    tail_width = max(len(t) for t in tails)
-    # completion token 0 of row i is heads[i]; token j >= 1 is rest[i, j - 1]
-    index = np.concatenate([np.r_[i, len(sequences) + i * tail_width + np.arange(len(t))] if len(s.completion_ids)
+    pieces = [heads]  # rows of `every` below: the heads, then each bucket's padded tail states
+    tail_start = [0] * len(sequences)  # where row i's tail states begin in `every`
+    filled = len(sequences)
+    for bucket in length_buckets([len(t) for t in tails], call_tokens):
+        tail_width = max(len(tails[i]) for i in bucket)
+        if tail_width == 0:
+            continue  # one-token (or empty) completions: their head state is all they need
+        bucket_owners = np.asarray([owners[i] for i in bucket])
+        tail_ids = np.full((len(bucket), tail_width), pad_id, dtype=np.int32)
+        for j, i in enumerate(bucket):
+            tail_ids[j, : len(tails[i])] = tails[i]
+            tail_start[i] = filled + j * tail_width
+        tail_mask = np.concatenate([
+            np.broadcast_to(prompt_real[bucket_owners][:, None, :], (len(bucket), tail_width, width)),
+            np.broadcast_to(np.tril(np.ones((tail_width, tail_width), dtype=bool))[None],
+                            (len(bucket), tail_width, tail_width)),
+        ], axis=2)
+        taken = mx.array(bucket_owners.astype(np.int32))
+        row_caches = [_Cache(c.keys[taken], c.values[taken]) for c in caches]
+        rest = _run_layers(backbone, mx.array(tail_ids), mx.array(tail_mask[:, None]), row_caches)
+        pieces.append(rest.reshape(-1, rest.shape[-1]))
+        filled += len(bucket) * tail_width
+    # completion token 0 of row i is heads[i]; token j >= 1 is its tail state j - 1
+    index = np.concatenate([np.r_[i, tail_start[i] + np.arange(len(t))] if len(s.completion_ids)
                             else np.zeros(0, dtype=np.int64)
                             for i, (s, t) in enumerate(zip(sequences, tails))]).astype(np.int32)
-    if tail_width == 0:
-        return heads[mx.array(index)]
-    tail_ids = np.full((len(tails), tail_width), pad_id, dtype=np.int32)
-    for i, t in enumerate(tails):
-        tail_ids[i, : len(t)] = t
-    tail_mask = np.concatenate([
-        np.broadcast_to(prompt_real[np.asarray(owners)][:, None, :], (len(tails), tail_width, width)),
-        np.broadcast_to(np.tril(np.ones((tail_width, tail_width), dtype=bool))[None], (len(tails), tail_width, tail_width)),
-    ], axis=2)
-    row_caches = [_Cache(c.keys[owner], c.values[owner]) for c in caches]
-    rest = _run_layers(backbone, mx.array(tail_ids), mx.array(tail_mask[:, None]), row_caches)
-    every = mx.concatenate([heads, rest.reshape(-1, rest.shape[-1])], axis=0)
+    every = mx.concatenate(pieces, axis=0) if len(pieces) > 1 else heads
     return every[mx.array(index)]
 
 

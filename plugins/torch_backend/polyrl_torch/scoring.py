@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from polyrl.batching import length_batches, length_buckets, prompt_groups
+from polyrl.batching import BUCKET_CALL_TOKENS, length_batches, length_buckets, prompt_groups
 from polyrl.types import TokenSequence
 from polyrl_torch.engine import TorchEngine
 
@@ -35,9 +35,6 @@ CHUNK_ELEMENTS = 1 << 24
 LOGITS_MEMORY_MB = 512
 #: Tokens per no-grad forward when scoring many sequences (option ``score_batch_tokens``).
 SCORE_BATCH_TOKENS = 8192
-#: What one more backbone call costs, in padded tokens (option ``bucket_call_tokens``): the
-#: completion rows are split into length buckets only where that saves more padding than this.
-BUCKET_CALL_TOKENS = 64
 
 
 def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
