@@ -625,53 +625,46 @@ def test_hybrid_mlx_generate_torch_train_run(tiny_model_dir, tmp_path):
     assert np.mean(rewards[-5:]) > np.mean(rewards[:5]) + 0.15, rewards
 
 
+def _assert_same_logprobs_and_gradients(engine: Engine, expected: Engine, batch: TrainBatch,
+                                        objective: Objective) -> None:
+    """Two ways of running the same model agree: log-probs (T=0.7), loss and gradients."""
+    from mlx.utils import tree_flatten
+    from polyrl_mlx.training import accumulate_gradients
+
+    seqs = batch.sequences
+    for a, b in zip(engine.logprobs(seqs, 0.7), expected.logprobs(seqs, 0.7)):
+        assert len(a) == len(b)
+        np.testing.assert_allclose(a, b, atol=2e-5)
+    g_got, s_got = accumulate_gradients(engine.raw, batch, objective)
+    g_want, s_want = accumulate_gradients(expected.raw, batch, objective)
+    assert s_got["loss"] == pytest.approx(s_want["loss"], rel=1e-5)
+    flat_got, flat_want = dict(tree_flatten(g_got)), dict(tree_flatten(g_want))
+    scale = max(float(np.abs(np.array(v)).max()) for v in flat_want.values())
+    for k, v in flat_want.items():
+        np.testing.assert_allclose(np.array(flat_got[k]), np.array(v), atol=2e-5 * scale, err_msg=k)
+
+
 def test_shared_prompt_forward_equals_the_full_forward(tiny_model_dir):
     """Each distinct prompt through the backbone once (left-padded, masked, its keys/values reused
     per row) gives the log-probs and gradients of running every row whole, for prompts of
     different lengths, one-token and empty completions included."""
-    from mlx.utils import tree_flatten
-    from polyrl_mlx.training import accumulate_gradients
-
     shared = make_engine(tiny_model_dir)
     whole = make_engine(tiny_model_dir, options={"shared_prompt_forward": False})
     seqs = rollouts(shared, n=3, tokens=8)
     assert len({len(s.prompt_ids) for s in seqs}) > 1  # the left padding is exercised
     seqs += [TokenSequence(seqs[0].prompt_ids, np.array([], dtype=np.int64)),
              TokenSequence(seqs[3].prompt_ids, seqs[3].completion_ids[:1])]
-    for a, b in zip(shared.logprobs(seqs, 0.7), whole.logprobs(seqs, 0.7)):
-        assert len(a) == len(b)
-        np.testing.assert_allclose(a, b, atol=2e-5)
-    objective = Objective(beta=0.05, max_completion_length=8)
-    batch = noisy_batch(shared, seqs)
-    g_shared, s_shared = accumulate_gradients(shared.raw, batch, objective)
-    g_whole, s_whole = accumulate_gradients(whole.raw, batch, objective)
-    assert s_shared["loss"] == pytest.approx(s_whole["loss"], rel=1e-5)
-    flat_shared, flat_whole = dict(tree_flatten(g_shared)), dict(tree_flatten(g_whole))
-    scale = max(float(np.abs(np.array(v)).max()) for v in flat_whole.values())
-    for k, v in flat_whole.items():
-        np.testing.assert_allclose(np.array(flat_shared[k]), np.array(v), atol=2e-5 * scale, err_msg=k)
+    _assert_same_logprobs_and_gradients(shared, whole, noisy_batch(shared, seqs),
+                                        Objective(beta=0.05, max_completion_length=8))
 
 
 def test_length_bucketed_completions_equal_one_padded_call(tiny_model_dir):
     """Completion rows run in length buckets (one call per distinct length with a zero call cost)
     against the one prompt pass: the log-probs and gradients of a single right-padded call."""
-    from mlx.utils import tree_flatten
-    from polyrl_mlx.training import accumulate_gradients
-
     one_call = make_engine(tiny_model_dir, options={"bucket_call_tokens": 10**6})
     per_length = make_engine(tiny_model_dir, options={"bucket_call_tokens": 0})
     seqs = [TokenSequence(s.prompt_ids, s.completion_ids[: 1 + i % 8])
             for i, s in enumerate(rollouts(one_call, n=4, tokens=8))]
     assert len({len(s.completion_ids) for s in seqs}) >= 4
-    for a, b in zip(per_length.logprobs(seqs, 0.7), one_call.logprobs(seqs, 0.7)):
-        assert len(a) == len(b)
-        np.testing.assert_allclose(a, b, atol=2e-5)
-    objective = Objective(max_completion_length=8)
-    batch = noisy_batch(one_call, seqs, beta=False)
-    g_split, s_split = accumulate_gradients(per_length.raw, batch, objective)
-    g_one, s_one = accumulate_gradients(one_call.raw, batch, objective)
-    assert s_split["loss"] == pytest.approx(s_one["loss"], rel=1e-5)
-    flat_split, flat_one = dict(tree_flatten(g_split)), dict(tree_flatten(g_one))
-    scale = max(float(np.abs(np.array(v)).max()) for v in flat_one.values())
-    for k, v in flat_one.items():
-        np.testing.assert_allclose(np.array(flat_split[k]), np.array(v), atol=2e-5 * scale, err_msg=k)
+    _assert_same_logprobs_and_gradients(per_length, one_call, noisy_batch(one_call, seqs, beta=False),
+                                        Objective(max_completion_length=8))

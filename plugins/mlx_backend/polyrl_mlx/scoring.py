@@ -169,7 +169,7 @@ def shared_prompt_hidden(backbone, sequences: Sequence[TokenSequence], owners: l
     index = np.concatenate([np.r_[i, tail_start[i] + np.arange(len(t))] if len(s.completion_ids)
                             else np.zeros(0, dtype=np.int64)
                             for i, (s, t) in enumerate(zip(sequences, tails))]).astype(np.int32)
-    every = mx.concatenate(pieces, axis=0) if len(pieces) > 1 else heads
+    every = mx.concatenate(pieces, axis=0)
     return every[mx.array(index)]
 
 
