@@ -18,6 +18,7 @@ from polyrl.algorithms.presets import AlgorithmConfig
 from polyrl.configtools import build
 from polyrl.errors import ConfigError
 from polyrl.types import LoraConfig, OptimizerConfig, SamplingParams
+from polyrl.validators import check_depth, check_record
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -174,9 +175,35 @@ class RunConfig:
                 "no reward configured", field="rewards",
                 fix='add a [[rewards]] table, e.g. name = "numeric_match"',
             )
+        self._check_values()
+
+    def _check_values(self) -> None:
+        """Every numeric field in range (``polyrl.validators``), then the limits fields set on each other."""
+        sections: list[tuple[str, Any]] = [
+            ("model", self.model), ("backends", self.backends), ("generation", self.generation),
+            ("algorithm", self.algorithm), ("optimizer", self.optimizer), ("train", self.train),
+            ("eval", self.eval), ("data", self.data),
+        ]
+        if self.lora is not None:
+            sections.append(("lora", self.lora))
+        sections += [(f"rewards[{i}]", r) for i, r in enumerate(self.rewards)]
+        for path, record in sections:
+            check_record(record, path)
+        limit = self.model.max_length
+        for field, tokens in (("generation.max_new_tokens", self.generation.max_new_tokens),
+                              ("eval.max_new_tokens", self.eval.max_new_tokens)):
+            if tokens is not None and tokens >= limit:
+                raise ConfigError(
+                    f"{tokens} leaves no room for the prompt in model.max_length = {limit}", field=field,
+                    fix=f"lower {field} or raise model.max_length (prompt + completion tokens)",
+                )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"a config must be a table of sections, got {type(data).__name__}", field="config",
+                              fix="pass a dict like {'model': {...}, 'data': {...}, 'rewards': [...]}")
+        check_depth(data, "")
         known = {f.name for f in attrs.fields(cls)}
         for key in data:
             if key not in known:
@@ -221,9 +248,23 @@ class RunConfig:
             raise ConfigError(f"config file {str(path)!r} not found", field="config",
                               fix="pass the path of an existing TOML file")
         try:
-            data = tomllib.loads(path.read_text())
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}", field="config",
+                              fix="check the file's permissions") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw[: exc.start].count(b"\n") + 1
+            raise ConfigError(f"{path} line {line} is not valid UTF-8 (byte {raw[exc.start]:#04x})", field="config",
+                              fix="save the file as UTF-8 (TOML files must be UTF-8)") from None
+        try:
+            data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}", field="config") from None
+        except RecursionError:
+            raise ConfigError(f"{path} nests tables or arrays too deeply to parse", field="config",
+                              fix="flatten the nesting; no polyrl setting nests more than a few levels") from None
         return cls.from_dict(data)
 
 

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import attrs
 
 from polyrl.errors import ConfigError
+from polyrl.validators import PAIR_RULES, RULES, check_pair, rule_key
 
 T = TypeVar("T")
 
@@ -53,6 +54,22 @@ def _matches(value: Any, tp: Any) -> bool:
     return True  # a type we do not check (e.g. Literal handled by validators)
 
 
+def _type_fix(tp: Any) -> str:
+    args = set(typing.get_args(tp)) or {tp}
+    if args & {int, float}:
+        whole = " whole" if float not in args else ""
+        return f"write a{whole} number without quotes" + (", or remove the key" if type(None) in args else "")
+    if bool in args:
+        return "write true or false without quotes"
+    if str in args:
+        return 'write a quoted string, e.g. "..."'
+    if args & {list, tuple} or typing.get_origin(tp) in (list, tuple):
+        return "write an array, e.g. [...]"
+    if typing.get_origin(tp) is dict or dict in args:
+        return "write a table, e.g. { key = value }"
+    return f"write a {_type_name(tp)}"
+
+
 def build(cls: type[T], data: Any, path: str) -> T:
     """Construct ``cls`` from a TOML table, validating keys and types."""
     if isinstance(data, cls):
@@ -70,11 +87,15 @@ def build(cls: type[T], data: Any, path: str) -> T:
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         tp = hints.get(name, Any)
+        field = f"{path}.{name}"
         if not _matches(value, tp):
-            raise ConfigError(
-                f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}",
-                field=f"{path}.{name}",
-            )
+            raise ConfigError(f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}",
+                              field=field, fix=_type_fix(tp))
+        key = rule_key(field)  # the range rules first: their messages carry the fix
+        if key in RULES:
+            RULES[key].check(value, field)
+        elif key in PAIR_RULES:
+            check_pair(PAIR_RULES[key], value, field)
         kwargs[name] = value
     try:
         return cls(**kwargs)

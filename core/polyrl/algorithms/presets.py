@@ -40,6 +40,7 @@ set it and it wins over that argument.
 from __future__ import annotations
 
 import difflib
+import math
 from typing import Any
 
 import attrs
@@ -121,6 +122,10 @@ class AlgorithmConfig:
         for field in ("epsilon", "beta", "overlong_penalty"):
             if not _is_number(getattr(self, field)):
                 _fail(field, f"must be a number, got {getattr(self, field)!r}")
+        for field in ("epsilon", "epsilon_high", "dual_clip", "beta", "overlong_buffer", "overlong_penalty"):
+            value = getattr(self, field)
+            if _is_number(value) and not math.isfinite(float(value)):  # nan passes every < and >= test
+                _fail(field, f"must be a finite number, got {value!r}", "TOML's nan and inf are not valid here")
         if not 0 <= self.epsilon < 1:
             _fail("epsilon", f"must be in [0, 1), got {self.epsilon}",
                   "the ratio's lower bound 1 - epsilon must stay positive; 0.2 is usual")

@@ -1,0 +1,191 @@
+"""Range rules for every numeric config field, checked in one place for every way a config is made.
+
+Why a table rather than checks scattered over the section classes: the hostile cases (``nan``,
+``inf``, a negative seed, ``max_grad_norm = -1``) are the same kind of mistake in every section, so
+one rule type gives one kind of message (``optimizer.lr: must be a finite number > 0, got nan.
+Fix: ...``), and a test can walk every numeric attrs field of every section and insist it has a
+rule here. ``check_record`` runs from ``RunConfig.__attrs_post_init__``, so TOML files, the Python
+API and ``attrs.evolve`` overrides (``polyrl train --steps``) are all checked.
+
+Free-form tables (``backends.options``, ``data.options``, ``[[rewards]].options``) belong to a
+backend, a task or a reward that validates its own keys; here they only get the generic checks
+that no owner could want to skip: numbers are finite and nesting is shallow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from polyrl.errors import ConfigError
+
+#: TOML lets a table nest without limit; the parser and everything that walks a config recurse,
+#: so a bound far above any real config turns a RecursionError into a ConfigError.
+MAX_NESTING = 32
+#: Above any model's context today; a larger value would only fail later inside an allocator.
+MAX_TOKENS = 1 << 20
+#: numpy's seed range (torch accepts more, numpy does not).
+MAX_SEED = 2**32 - 1
+
+
+@attrs.frozen
+class Rule:
+    """A numeric field's type and range (``None`` bound: unbounded; ``*_open``: strict)."""
+
+    integer: bool
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    optional: bool = False  # None (unset) is allowed
+    fix: str | None = None
+
+    def describe(self) -> str:
+        kind = "an integer" if self.integer else "a finite number"
+        if self.low is not None and self.high is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            return f"{kind} in {left}{self.low:g}, {self.high:g}{right}"
+        if self.low is not None:
+            return f"{kind} {'>' if self.low_open else '>='} {self.low:g}"
+        if self.high is not None:
+            return f"{kind} {'<' if self.high_open else '<='} {self.high:g}"
+        return kind
+
+    def accepts(self, value: Any) -> bool:
+        if value is None:
+            return self.optional
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if self.integer and not isinstance(value, int):
+            return False
+        if not math.isfinite(value):
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
+            return False
+        return True
+
+    def check(self, value: Any, field: str) -> None:
+        if not self.accepts(value):
+            unset = " or unset" if self.optional else ""
+            raise ConfigError(f"must be {self.describe()}{unset}, got {value!r}", field=field, fix=self.fix)
+
+
+def _int(low: int | None = None, high: float | None = None, **kw: Any) -> Rule:
+    return Rule(integer=True, low=low, high=high, **kw)
+
+
+def _float(low: float | None = None, high: float | None = None, **kw: Any) -> Rule:
+    return Rule(integer=False, low=low, high=high, **kw)
+
+
+#: Every numeric field of every section, by dotted path (``rewards`` covers each ``[[rewards]]``).
+RULES: dict[str, Rule] = {
+    "model.max_length": _int(2, MAX_TOKENS, fix="prompt + completion tokens, e.g. 1024; at most "
+                                                "the model's context length"),
+    "generation.group_size": _int(2, 65536, fix="group-relative advantages need several samples per "
+                                                "prompt; 4 to 16 is usual"),
+    "generation.max_new_tokens": _int(1, MAX_TOKENS, fix="e.g. 64; it must also stay below model.max_length"),
+    "generation.temperature": _float(0, fix="0 is greedy, 1.0 samples the model as is"),
+    "generation.top_p": _float(0, 1, low_open=True, fix="1.0 disables nucleus sampling"),
+    "generation.top_k": _int(0, fix="0 disables top-k"),
+    "algorithm.epsilon": _float(0, 1, high_open=True, fix="0.2 is usual"),
+    "algorithm.epsilon_high": _float(0, optional=True, fix="DAPO's clip-higher uses 0.28"),
+    "algorithm.dual_clip": _float(1, low_open=True, optional=True, fix="3.0 is usual"),
+    "algorithm.beta": _float(0, fix="0 disables the KL term; 0.04 is usual with a reference"),
+    "algorithm.num_iterations": _int(1, fix="1 (on-policy) is usual"),
+    "algorithm.overlong_buffer": _float(0, low_open=True, optional=True,
+                                        fix="a fraction such as 0.2 or a token count such as 64"),
+    "algorithm.overlong_penalty": _float(0, fix="1.0 is DAPO's"),
+    "algorithm.max_completion_length": _int(1, MAX_TOKENS, optional=True,
+                                            fix="set it to generation.max_new_tokens or leave it unset"),
+    "optimizer.lr": _float(0, 1, low_open=True, fix="e.g. lr = 1e-5 (full fine-tuning) or 1e-4 (LoRA)"),
+    "optimizer.weight_decay": _float(0, fix="0.0 or e.g. 0.01"),
+    "optimizer.eps": _float(0, 1, low_open=True, fix="AdamW's eps, e.g. 1e-8"),
+    "optimizer.max_grad_norm": _float(0, low_open=True, optional=True,
+                                      fix="a clipping norm such as 1.0, or remove the key to disable clipping"),
+    "optimizer.micro_batch_size": _int(1, optional=True,
+                                       fix="sequences per forward/backward, e.g. 4; unset = whole batch"),
+    "lora.rank": _int(1, 4096, fix="e.g. 16"),
+    "lora.alpha": _float(0, low_open=True, fix="e.g. 32 (twice the rank)"),
+    "lora.dropout": _float(0, 1, high_open=True, fix="0.0 or e.g. 0.05"),
+    "train.steps": _int(1, fix="e.g. steps = 100"),
+    "train.prompts_per_step": _int(1, fix="e.g. 8"),
+    "train.seed": _int(0, MAX_SEED, fix="any whole number from 0 to 2**32 - 1"),
+    "train.threads": _int(1, 4096, optional=True, fix="CPU threads for this process; unset = all cores"),
+    "train.checkpoint_every": _int(0, fix="0 saves only at the end"),
+    "train.keep_checkpoints": _int(1, fix="e.g. 2"),
+    "train.max_consecutive_skips": _int(1, fix="e.g. 3"),
+    "eval.count": _int(0, fix="0 disables evaluation"),
+    "eval.every": _int(0, fix="0 evaluates only before and after training"),
+    "eval.max_new_tokens": _int(1, MAX_TOKENS, optional=True, fix="unset uses generation.max_new_tokens"),
+    "rewards.weight": _float(fix="e.g. 1.0; a negative weight penalises"),
+}
+
+#: Pairs (the AdamW betas) checked element by element.
+PAIR_RULES: dict[str, Rule] = {
+    "optimizer.betas": _float(0, 1, high_open=True, fix="AdamW's betas, e.g. [0.9, 0.999]"),
+}
+
+#: Free-form tables that only get the generic checks.
+FREE_TABLES: tuple[str, ...] = ("backends.options", "data.options", "rewards.options")
+
+
+def rule_key(path: str) -> str:
+    """``rewards[2].weight`` -> ``rewards.weight`` (one rule for every entry of an array)."""
+    head, _, tail = path.partition("[")
+    return head + tail.partition("]")[2] if tail else head
+
+
+def check_record(record: Any, path: str) -> None:
+    """Apply the rules to every field of the attrs ``record`` that lives at ``path``."""
+    for field in attrs.fields(type(record)):
+        dotted = f"{path}.{field.name}"
+        key = rule_key(dotted)
+        value = getattr(record, field.name)
+        if key in RULES:
+            RULES[key].check(value, dotted)
+        elif key in PAIR_RULES:
+            check_pair(PAIR_RULES[key], value, dotted)
+        elif key in FREE_TABLES:
+            check_free(value, dotted)
+
+
+def check_pair(rule: Rule, value: Any, field: str) -> None:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ConfigError(f"must be a pair of numbers, got {value!r}", field=field, fix=rule.fix)
+    for i, item in enumerate(value):
+        rule.check(item, f"{field}[{i}]")
+
+
+def check_free(value: Any, field: str, depth: int = 0) -> None:
+    """Numbers in a free-form table are finite; nesting stays under ``MAX_NESTING``."""
+    if depth > MAX_NESTING:
+        raise ConfigError(f"is nested more than {MAX_NESTING} levels deep", field=field,
+                          fix="flatten the table; no polyrl setting nests that deep")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"must be a finite number, got {value!r}", field=field,
+                          fix="TOML's nan and inf are not valid settings; write a number")
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            check_free(item, f"{field}.{key}", depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            check_free(item, f"{field}[{i}]", depth + 1)
+
+
+def check_depth(value: Any, field: str, depth: int = 0) -> None:
+    """Reject a raw TOML document nested deeper than ``MAX_NESTING`` before anything walks it."""
+    if depth > MAX_NESTING:
+        raise ConfigError(f"is nested more than {MAX_NESTING} levels deep", field=field,
+                          fix="flatten the table; no polyrl setting nests that deep")
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            check_depth(item, f"{field}.{key}" if field else str(key), depth + 1)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            check_depth(item, f"{field}[{i}]", depth + 1)
