@@ -176,3 +176,13 @@ def test_bad_files_are_one_error_line_from_the_cli(tmp_path, name):
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert field in lines[0] and hint in lines[0] and "Fix:" in lines[0], lines[0]
     assert "Traceback" not in result.stderr
+
+
+def test_jsonl_with_invalid_utf8_names_the_line(tmp_path):
+    from polyrl.data import load_dataset
+
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n')
+    with pytest.raises(ConfigError, match=r"rows\.jsonl:2 is not valid UTF-8") as info:
+        load_dataset(path=str(path))
+    assert info.value.field == "data.path" and "Fix:" in str(info.value)

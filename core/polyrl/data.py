@@ -122,8 +122,13 @@ def load_jsonl(path: str | os.PathLike[str], prompt_column: str = "prompt") -> D
         raise ConfigError(f"data file {str(p)!r} not found", field="data.path",
                           fix="give the path of an existing .jsonl file")
     rows: list[Any] = []
-    with p.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with p.open("rb") as fh:  # decoded line by line so that bad bytes are reported with their line
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{p}:{lineno} is not valid UTF-8 (byte {raw[exc.start]:#04x})", field="data.path",
+                                  fix="save the file as UTF-8") from None
             if not line.strip():
                 continue
             try:
