@@ -19,8 +19,9 @@ Options (``[[rewards]] name = "llm_judge"``, ``options = {...}``); unknown optio
 ``retries``          retries after the first attempt (default 3): on timeouts, connection errors,
                      HTTP 408/409/429/5xx; other HTTP errors (401, 404...) are not retried
 ``backoff_s``        first retry waits ``backoff_s * 2**k`` (k = retry index) plus up to 100% jitter
-``cache_path``       sqlite file of judged (model, rubric, prompt, completion) -> judge text
-                     (default ``$POLYRL_CACHE/judge_cache.sqlite3``; ``""`` or false disables it)
+``cache_path``       sqlite file of judged (model, rubric, prompt, completion) -> judge text, for answers
+                     with a readable score only (default ``$POLYRL_CACHE/judge_cache.sqlite3``; ``""``
+                     or false disables it)
 ``on_error``         ``"fail"`` (default): raise ``RewardError`` naming the endpoint and the fix;
                      ``"skip"``: score None for the samples that failed (logged), train on the rest
 ``on_parse_error``   same choices, for answers without a readable score (default: ``on_error``)
@@ -39,6 +40,15 @@ Behaviour worth knowing:
       ``retries + 1`` of them in a row, whichever samples they came from, the endpoint is taken as
       down and the call stops sending: the remaining samples fail at once instead of each waiting
       through its own retries. A successful answer resets the count; the next call tries again.
+    * Only answers with a readable score are cached: a garbage reply or a transport error is asked
+      again on the next call instead of being replayed after the judge recovers (a cached entry
+      that no longer parses is asked again too).
+    * Credentials never reach a message or a log line: the endpoint is shown with its user-info
+      and query values masked, and the API key, the URL's credentials and anything shaped like a
+      key (``Authorization: ...``, ``Bearer ...``, ``api_key=...``, ``sk-...``) are masked in
+      server error bodies and replies quoted back (``polyrl.redact``).
+    * Score parsing is linear in the reply's length (``polyrl.rewards.judge_score``): a hostile
+      or runaway reply cannot stall training.
     * Metrics: ``cache_hit_rate``, ``failures`` (samples without a score, any reason),
       ``parse_failures``, ``requests`` (HTTP attempts), ``retries``.
 
@@ -67,13 +77,16 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 
 from polyrl.errors import RewardError
+from polyrl.rewards import judge_score
 from polyrl.rewards.options import merged, positive_number, required_text
 from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
+from polyrl.redact import Redactor, display_url, url_secrets
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
 NAME = "llm_judge"
@@ -114,67 +127,9 @@ RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 # --- score parsing -----------------------------------------------------------------------------
 
-_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)"
-_THINK = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
-_LABELLED = re.compile(
-    # an echoed range after the label ("Rating (0-10): 6", "Score [1-5]: 4") is skipped
-    r"(?:score|rating|grade)\s*(?:[(\[][^)\]\n]{0,20}[)\]])?\s*\**\s*(?:is|=|:|of)?\s*\**\s*(" + _NUM + r")\s*\**"
-    r"(?:\s*(?:/|out\s+of)\s*(" + _NUM + r"))?",
-    re.IGNORECASE,
-)
-_BOXED = re.compile(r"\\boxed\{\s*(" + _NUM + r")\s*(?:/\s*(" + _NUM + r")\s*)?\}")
-_FRACTION = re.compile(r"(?<![\w./])(" + _NUM + r")\s*(?:/|out\s+of)\s*(" + _NUM + r")(?![\w/])", re.IGNORECASE)
-_BARE = re.compile(r"^\W*?(" + _NUM + r")(?:\s*/\s*(" + _NUM + r"))?[\s.!*`]*$")
-_SCORE_KEYS = ("score", "rating", "grade")
-
-
-def _json_objects(text: str) -> list[Any]:
-    """Every JSON object embedded in ``text`` (balanced braces), in order of appearance."""
-    out: list[Any] = []
-    starts = [i for i, ch in enumerate(text) if ch == "{"]
-    decoder = json.JSONDecoder()
-    for i in starts:
-        try:
-            value, _ = decoder.raw_decode(text, i)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            out.append(value)
-    return out
-
-
-def _number(value: Any) -> tuple[float, float | None] | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return (float(value), None) if math.isfinite(float(value)) else None
-    if isinstance(value, str):
-        m = _BARE.match(value.strip())
-        if m:
-            return float(m.group(1)), (float(m.group(2)) if m.group(2) else None)
-    return None
-
-
 def parse_raw_score(text: str) -> tuple[float, float | None] | None:
     """``(value, denominator or None)`` of the score written in ``text``, or None (see module doc)."""
-    if not isinstance(text, str):
-        return None
-    text = _THINK.sub(" ", text)
-    for obj in reversed(_json_objects(text)):
-        for key, value in obj.items():
-            if str(key).lower() in _SCORE_KEYS:
-                found = _number(value)
-                if found is not None:
-                    return found
-    for pattern in (_LABELLED, _BOXED, _FRACTION):
-        matches = list(pattern.finditer(text))
-        if matches:
-            m = matches[-1]
-            return float(m.group(1)), (float(m.group(2)) if m.group(2) else None)
-    m = _BARE.match(text.strip())
-    if m:
-        return float(m.group(1)), (float(m.group(2)) if m.group(2) else None)
-    return None
+    return judge_score.parse_raw_score(text)
 
 
 def scale_bounds(scale: Any) -> tuple[float, float]:
@@ -236,7 +191,14 @@ class JudgeOptions:
 
     @property
     def endpoint(self) -> str:
-        return self.base_url.rstrip("/") + "/chat/completions"
+        """``{base_url}/chat/completions``, keeping a query string (``?api-version=...``) at the end."""
+        parts = urlsplit(self.base_url)
+        return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/chat/completions"))
+
+    @property
+    def shown_endpoint(self) -> str:
+        """The endpoint as messages and logs show it: user-info and query values masked."""
+        return display_url(self.endpoint)
 
 
 def judge_options(given: Mapping[str, Any] | None) -> JudgeOptions:
@@ -245,7 +207,7 @@ def judge_options(given: Mapping[str, Any] | None) -> JudgeOptions:
     for key, example in (("base_url", '"http://127.0.0.1:8000/v1"'), ("model", '"smollm2-135m-instruct"')):
         required_text(NAME, opts, key, example)
     if not opts["base_url"].startswith(("http://", "https://")):
-        raise RewardError(f"{NAME}: base_url {opts['base_url']!r} is not an http(s) URL. "
+        raise RewardError(f"{NAME}: base_url {display_url(opts['base_url'])!r} is not an http(s) URL. "
                           'Fix: e.g. base_url = "http://127.0.0.1:8000/v1"')
     rubric = opts["rubric"]
     if not isinstance(rubric, str) or "{completion}" not in rubric:
@@ -274,7 +236,7 @@ def judge_options(given: Mapping[str, Any] | None) -> JudgeOptions:
         raise RewardError(f"{NAME}: api_key_env names an environment variable, got {key_env!r}. "
                           'Fix: e.g. api_key_env = "OPENAI_API_KEY"')
     temperature = opts["temperature"]
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
         raise RewardError(f"{NAME}: temperature must be a number >= 0, got {temperature!r}. Fix: temperature = 0")
     return JudgeOptions(
         base_url=opts["base_url"].strip(), model=opts["model"], rubric=rubric, system=opts["system"],
@@ -453,12 +415,11 @@ async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str,
 
 
 async def _judge_all(opts: JudgeOptions, requests: list[tuple[str, list[dict[str, str]]]],
-                     state: _CallState, on_answer: Callable[[str, list[dict[str, str]], str], None]
-                     ) -> dict[str, _Outcome]:
+                     state: _CallState, on_answer: Callable[[str, list[dict[str, str]], str], None],
+                     key: str | None) -> dict[str, _Outcome]:
     import httpx
 
     headers = {"Content-Type": "application/json"}
-    key = _api_key(opts)
     if key:
         headers["Authorization"] = f"Bearer {key}"
     sem = asyncio.Semaphore(opts.max_concurrency)
@@ -499,17 +460,27 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
         messages_of.setdefault(key, messages)
     cache = JudgeCache(opts.cache_path) if opts.cache_path else None
     state = _CallState()
+    redact = Redactor.of(url_secrets(opts.base_url))
     try:
-        answers: dict[str, str] = cache.get_many(keys) if cache is not None else {}
+        # an entry without a readable score (written before failures stopped being cached, or
+        # readable only by an older parser) is asked again rather than replayed as a failure
+        cached = cache.get_many(keys) if cache is not None else {}
+        answers = {k: v for k, v in cached.items() if parse_score(v, opts.scale) is not None}
         missing = [k for k in messages_of if k not in answers]
         hits = n - len(missing)  # cache hits and in-call duplicates never reach the server
 
         def remember(key: str, messages: list[dict[str, str]], text: str) -> None:
             answers[key] = text
-            if cache is not None:
+            # only a scored answer is kept: a garbage reply from a struggling judge must not be
+            # replayed after it recovers (transport errors never reach here)
+            if cache is not None and parse_score(text, opts.scale) is not None:
                 cache.put(key, opts.model, messages, text)
 
-        outcomes = await _judge_all(opts, [(k, messages_of[k]) for k in missing], state, remember) if missing else {}
+        outcomes: dict[str, _Outcome] = {}
+        if missing:
+            api_key = _api_key(opts)
+            redact = Redactor.of([api_key, *url_secrets(opts.base_url)])
+            outcomes = await _judge_all(opts, [(k, messages_of[k]) for k in missing], state, remember, api_key)
     finally:
         if cache is not None:
             cache.close()
@@ -528,25 +499,26 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
     n_endpoint = sum(endpoint_failures.values())
     if n_endpoint and opts.on_error == "fail":
         reason, count = endpoint_failures.most_common(1)[0]
-        raise RewardError(
-            f"{NAME}: {n_endpoint} of {n} judge requests to {opts.endpoint} failed ({count}x {reason}). "
+        raise RewardError(redact(
+            f"{NAME}: {n_endpoint} of {n} judge requests to {opts.shown_endpoint} failed ({count}x {reason}). "
             "Fix: start the judge server (e.g. `polyrl serve --backend torch --model PATH --port 8000`) "
             "and check options.base_url, options.model and options.api_key_env, raise options.timeout_s or "
             "options.retries, or set options.on_error = \"skip\" to train on without those samples"
-        )
+        ))
     if parse_failures and opts.on_parse_error == "fail":
-        raise RewardError(
-            f"{NAME}: the judge {opts.model!r} at {opts.endpoint} answered {len(parse_failures)} of {n} "
+        raise RewardError(redact(
+            f"{NAME}: the judge {opts.model!r} at {opts.shown_endpoint} answered {len(parse_failures)} of {n} "
             f"samples without a readable score (e.g. {parse_failures[0][:120]!r}). Fix: make the rubric ask "
             "for \"Score: N/10\", check options.scale, use a stronger judge model, or set "
             "options.on_parse_error = \"skip\""
-        )
+        ))
     if n_endpoint:
-        log.warning("judge requests failed; samples skipped", reward=NAME, endpoint=opts.endpoint,
-                    failed=n_endpoint, of=n, reasons=dict(endpoint_failures.most_common(3)))
+        log.warning("judge requests failed; samples skipped", reward=NAME, endpoint=opts.shown_endpoint,
+                    failed=n_endpoint, of=n,
+                    reasons={redact(reason): count for reason, count in endpoint_failures.most_common(3)})
     if parse_failures:
-        log.warning("judge answers without a score; samples skipped", reward=NAME, endpoint=opts.endpoint,
-                    failed=len(parse_failures), of=n, example=parse_failures[0][:80])
+        log.warning("judge answers without a score; samples skipped", reward=NAME, endpoint=opts.shown_endpoint,
+                    failed=len(parse_failures), of=n, example=redact(parse_failures[0][:80]))
     metrics = {
         "cache_hit_rate": hits / n if n else 0.0,
         "failures": float(n_endpoint + len(parse_failures)),

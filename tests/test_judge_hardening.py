@@ -1,0 +1,174 @@
+"""The LLM judge under hostile replies, against a real HTTP server on 127.0.0.1 whose replies the
+test scripts (``judge_stub.ScriptedJudge``): failures are never cached, the score parser is linear
+in the reply's length, and credentials never reach an error message or a log line."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import numpy as np
+import pytest
+
+from polyrl.errors import RewardError
+from polyrl.plugins import get_plugin_manager
+from polyrl.rewards.combine import RewardComputer
+from polyrl.rewards.judge import judge_options, parse_score
+from polyrl.types import Completion, RewardContext
+
+from judge_stub import ScriptedJudge
+
+pytestmark = pytest.mark.faults
+
+KEY = "sk-live-7c1e9a04b2d84f6e"
+URL_PASSWORD = "hunter2-pw-9913"
+URL_TOKEN = "qtok-55e1a7"
+
+
+@pytest.fixture()
+def stub():
+    server = ScriptedJudge()
+    yield server
+    server.close()
+
+
+def judge(base_url: str, texts: list[str], **options):
+    opts = {"base_url": base_url, "model": "judge", "backoff_s": 0.01, "retries": 0, **options}
+    computer = RewardComputer(get_plugin_manager(entry_points=False), [("llm_judge", 1.0, opts)])
+    rows = [{"prompt": f"question {i}"} for i in range(len(texts))]
+    context = RewardContext(rows=rows, wanted=("llm_judge",))
+    texts_ = [Completion(0, [1, 2], [3, 4], [0.0, 0.0], text=t) for t in texts]
+    return computer([r["prompt"] for r in rows], texts_, context)
+
+
+def stored(cache) -> list[str]:
+    return [r[0] for r in sqlite3.connect(cache).execute("SELECT response FROM judgements").fetchall()]
+
+
+# --- nothing but scored answers is cached -----------------------------------------------------
+
+
+def test_garbage_answers_are_not_cached_and_the_recovered_judge_is_asked_again(stub, tmp_path):
+    cache = tmp_path / "judge.sqlite3"
+    stub.reply("qwzx blorp", "{not json at all")  # a struggling judge
+    first = judge(stub.base_url, ["a", "b"], cache_path=str(cache), on_parse_error="skip")
+    assert np.isnan(first.per_reward["llm_judge"]).all()
+    assert stored(cache) == []
+    second = judge(stub.base_url, ["a", "b"], cache_path=str(cache), on_parse_error="skip")  # recovered
+    assert stub.count() == 4
+    np.testing.assert_allclose(second.per_reward["llm_judge"], [0.7, 0.7])
+    assert sorted(stored(cache)) == ["Score: 7/10", "Score: 7/10"]
+    third = judge(stub.base_url, ["a", "b"], cache_path=str(cache))
+    assert stub.count() == 4 and third.metrics["llm_judge"]["cache_hit_rate"] == 1.0
+
+
+def test_transport_and_http_errors_are_not_cached(stub, tmp_path):
+    cache = tmp_path / "judge.sqlite3"
+    stub.reply((503, {"error": {"message": "overloaded"}}), (200, {"unexpected": "shape"}))
+    failed = judge(stub.base_url, ["a", "b"], cache_path=str(cache), on_error="skip")
+    assert np.isnan(failed.per_reward["llm_judge"]).all() and stored(cache) == []
+    again = judge(stub.base_url, ["a", "b"], cache_path=str(cache))
+    np.testing.assert_allclose(again.per_reward["llm_judge"], [0.7, 0.7])
+    assert stub.count() == 4
+
+
+def test_an_unreadable_entry_already_in_the_cache_is_asked_again(stub, tmp_path):
+    cache = tmp_path / "judge.sqlite3"
+    judge(stub.base_url, ["a"], cache_path=str(cache))
+    with sqlite3.connect(cache) as db:  # as an older polyrl would have left it
+        db.execute("UPDATE judgements SET response = 'no score here'")
+    stub.reply("Score: 9/10")
+    result = judge(stub.base_url, ["a"], cache_path=str(cache))
+    assert stub.count() == 2 and result.per_reward["llm_judge"][0] == pytest.approx(0.9)
+    assert stored(cache) == ["Score: 9/10"]
+
+
+# --- the parser is linear ---------------------------------------------------------------------
+
+ADVERSARIAL = {
+    "score then spaces": "Score" + " " * 100_000,
+    "many labels": "**Score** (0-10) is " * 5_000,
+    "spaces between labels": ("Score:" + " " * 200 + "x") * 300,
+    "unclosed think": "<think>" * 15_000,
+    "open strings": '{"score": "' * 9_000,
+    "open braces": "{" * 100_000,
+    "deep arrays": '{"score": ' + "[" * 100_000,
+    "digits": "7" * 100_000 + "x",
+    "fractions": "1 / " * 25_000,
+    "boxed": "\\boxed{ " * 12_000,
+    "dots": "." * 100_000,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL))
+def test_a_100_kb_adversarial_reply_parses_in_well_under_a_second(name):
+    text = ADVERSARIAL[name]
+    assert len(text) >= 50_000
+    t0 = time.perf_counter()
+    parse_score(text, 10)
+    assert time.perf_counter() - t0 < 0.5, name
+
+
+def test_the_200_space_reply_that_used_to_stall_training(stub):
+    """The old labelled-score regex took ~80 s on this; the whole HTTP round trip is now quick."""
+    stub.reply("Score:" + " " * 200 + "x", "Score:" + " " * 100_000 + "x")
+    t0 = time.perf_counter()
+    result = judge(stub.base_url, ["a", "b"], cache_path="", on_parse_error="skip")
+    assert time.perf_counter() - t0 < 3.0
+    assert np.isnan(result.per_reward["llm_judge"]).all()
+
+
+def test_the_linear_parser_still_reads_what_judges_write():
+    for text, expected in [("Score: 8/10", 0.8), ("I give it 7/10.Great work", 0.7), ("3-7/10", 0.7),
+                           ("**Rating:** 4 out of 5", 0.8), ("Rating (0-10): 6", 0.6), ("\\boxed{ 9 }", 0.9),
+                           ('{"reason": "ok", "score": 5}', 0.5), ("<think>2/10</think> 10", 1.0),
+                           ("2024/10/12", None), ("it is 7/10.5x", 0.7)]:
+        assert parse_score(text, 10) == (pytest.approx(expected) if expected is not None else None), text
+
+
+# --- credentials stay secret ------------------------------------------------------------------
+
+
+def secret_url(stub: ScriptedJudge) -> str:
+    return f"http://judge:{URL_PASSWORD}@127.0.0.1:{stub.port}/v1?api_key={URL_TOKEN}"
+
+
+def assert_no_secret(text: str) -> None:
+    for secret in (KEY, URL_PASSWORD, URL_TOKEN, "sk-echoed-1234567890"):
+        assert secret not in text, text
+
+
+def test_credentials_are_masked_in_errors_and_logs(stub, monkeypatch, capsys):
+    monkeypatch.setenv("JUDGE_KEY", KEY)
+    echo = {"error": {"message": f"Incorrect API key provided: {KEY}; headers were Authorization: Bearer {KEY}, "
+                                 f"url http://judge:{URL_PASSWORD}@host/?api_key={URL_TOKEN} "
+                                 "and x-api-key: sk-echoed-1234567890"}}
+    stub.reply((401, echo))
+    with pytest.raises(RewardError, match="HTTP 401") as err:
+        judge(secret_url(stub), ["a"], cache_path="", api_key_env="JUDGE_KEY")
+    message = str(err.value)
+    assert_no_secret(message)
+    assert f"http://***@127.0.0.1:{stub.port}/v1/chat/completions?api_key=***" in message
+    assert "Authorization" in stub.requests[0]["headers"]  # credentials were really sent
+    assert stub.requests[0]["path"] == f"/v1/chat/completions?api_key={URL_TOKEN}"
+
+    stub.reply((500, echo))  # skipped: logged, not raised
+    judge(secret_url(stub), ["b"], cache_path="", api_key_env="JUDGE_KEY", on_error="skip")
+    stub.reply(f"I cannot score this; your key {KEY} leaked")  # a reply quoting the key back
+    with pytest.raises(RewardError, match="without a readable score") as err:
+        judge(secret_url(stub), ["c"], cache_path="", api_key_env="JUDGE_KEY", on_parse_error="fail")
+    assert_no_secret(str(err.value))
+    stub.reply(f"token: {KEY}")
+    judge(secret_url(stub), ["d"], cache_path="", api_key_env="JUDGE_KEY", on_parse_error="skip")
+    logged = capsys.readouterr()
+    assert "judge requests failed" in logged.err and "without a score" in logged.err
+    assert_no_secret(logged.out + logged.err)
+
+
+def test_bad_options_never_echo_url_credentials():
+    with pytest.raises(RewardError) as err:
+        judge_options({"base_url": f"ftp://judge:{URL_PASSWORD}@host/v1", "model": "m"})
+    assert URL_PASSWORD not in str(err.value) and "Fix:" in str(err.value)
+    for temperature in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(RewardError, match="temperature"):
+            judge_options({"base_url": "http://127.0.0.1:1/v1", "model": "m", "temperature": temperature})
