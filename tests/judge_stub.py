@@ -63,5 +63,8 @@ class ScriptedJudge:
             return len(self.requests)
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        """Stop answering (the port then refuses connections); safe to call twice."""
+        if self.thread.is_alive():
+            self.httpd.shutdown()
+            self.httpd.server_close()
+            self.thread.join()
