@@ -178,7 +178,7 @@ def test_bad_files_are_one_error_line_from_the_cli(tmp_path, name):
     assert "Traceback" not in result.stderr
 
 
-def test_jsonl_with_invalid_utf8_names_the_line(tmp_path):
+def test_jsonl_with_invalid_utf8_or_deep_nesting_names_the_line(tmp_path):
     from polyrl.data import load_dataset
 
     path = tmp_path / "rows.jsonl"
@@ -186,3 +186,16 @@ def test_jsonl_with_invalid_utf8_names_the_line(tmp_path):
     with pytest.raises(ConfigError, match=r"rows\.jsonl:2 is not valid UTF-8") as info:
         load_dataset(path=str(path))
     assert info.value.field == "data.path" and "Fix:" in str(info.value)
+    path.write_text('{"prompt": ' + "[" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match=r"rows\.jsonl:1 nests JSON too deeply"):
+        load_dataset(path=str(path))
+
+
+def test_generate_flags_get_the_same_rules_as_the_config():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "core"), os.environ.get("PYTHONPATH", "")]),
+           "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "-m", "polyrl.cli", "generate", "hi", "--model", "tiny-llama",
+                             "--temperature", "nan"], capture_output=True, text=True, timeout=120, env=env)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: --temperature: must be a finite number") and "Fix:" in lines[0]

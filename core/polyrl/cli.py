@@ -173,10 +173,25 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_flags(args: argparse.Namespace, rules: dict[str, str]) -> None:
+    """Command-line numbers get the same range rules as the config keys they mirror."""
+    from polyrl.validators import RULES
+
+    for flag, key in rules.items():
+        value = getattr(args, flag)
+        if value is not None:
+            RULES[key].check(value, "--" + flag.replace("_", "-"))
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from polyrl.engine import Engine
     from polyrl.types import EngineConfig, SamplingParams
 
+    _check_flags(args, {"max_new_tokens": "generation.max_new_tokens", "temperature": "generation.temperature",
+                        "top_p": "generation.top_p", "top_k": "generation.top_k", "seed": "train.seed",
+                        "threads": "train.threads"})
+    if args.n < 1:
+        raise PolyrlError(f"--n must be an integer >= 1, got {args.n}. Fix: e.g. --n 4")
     reg = _registry()
     model = reg.resolve_model(args.model)
     engine = Engine(reg, args.backend, EngineConfig(model=model, role="generate", threads=args.threads))

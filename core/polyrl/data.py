@@ -136,6 +136,9 @@ def load_jsonl(path: str | os.PathLike[str], prompt_column: str = "prompt") -> D
             except json.JSONDecodeError as exc:
                 raise ConfigError(f"{p}:{lineno} is not valid JSON ({exc.msg})", field="data.path",
                                   fix="write one JSON object per line") from None
+            except RecursionError:
+                raise ConfigError(f"{p}:{lineno} nests JSON too deeply to parse", field="data.path",
+                                  fix="write flat objects like {\"prompt\": \"...\", \"answer\": \"...\"}") from None
             if not isinstance(rows[-1], dict):
                 raise ConfigError(f"{p}:{lineno} is a JSON {type(rows[-1]).__name__}, not an object",
                                   field="data.path", fix='write objects like {"prompt": "...", "answer": "..."}')

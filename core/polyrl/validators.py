@@ -31,6 +31,10 @@ MAX_TOKENS = 1 << 20
 MAX_SEED = 2**32 - 1
 
 
+def _show(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
+
+
 @attrs.frozen
 class Rule:
     """A numeric field's type and range (``None`` bound: unbounded; ``*_open``: strict)."""
@@ -47,11 +51,11 @@ class Rule:
         kind = "an integer" if self.integer else "a finite number"
         if self.low is not None and self.high is not None:
             left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
-            return f"{kind} in {left}{self.low:g}, {self.high:g}{right}"
+            return f"{kind} in {left}{_show(self.low)}, {_show(self.high)}{right}"
         if self.low is not None:
-            return f"{kind} {'>' if self.low_open else '>='} {self.low:g}"
+            return f"{kind} {'>' if self.low_open else '>='} {_show(self.low)}"
         if self.high is not None:
-            return f"{kind} {'<' if self.high_open else '<='} {self.high:g}"
+            return f"{kind} {'<' if self.high_open else '<='} {_show(self.high)}"
         return kind
 
     def accepts(self, value: Any) -> bool:
