@@ -50,7 +50,7 @@ def test_defaults_and_presets():
         (with_("algorithm", name="ppo2"), "algorithm.name", "grpo"),
         (with_("algorithm", kl_estimator="k9"), "algorithm.kl_estimator", "k3"),
         (with_("algorithm", beta=-1.0), "algorithm.beta", ">= 0"),
-        (with_("optimizer", lr=-1.0), "optimizer.lr", "(0, 1]"),
+        (with_("optimizer", lr=-1.0), "optimizer.lr", "> 0"),
         (with_("lora", rank=0), "lora.rank", "[1, "),
         ({**MINIMAL, "model": {}}, "model.path", "smollm2"),
         ({k: v for k, v in MINIMAL.items() if k != "model"}, "model.path", "[model]"),

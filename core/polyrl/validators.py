@@ -107,7 +107,7 @@ RULES: dict[str, Rule] = {
     "algorithm.overlong_penalty": _float(0, fix="1.0 is DAPO's"),
     "algorithm.max_completion_length": _int(1, MAX_TOKENS, optional=True,
                                             fix="set it to generation.max_new_tokens or leave it unset"),
-    "optimizer.lr": _float(0, 1, low_open=True, fix="e.g. lr = 1e-5 (full fine-tuning) or 1e-4 (LoRA)"),
+    "optimizer.lr": _float(0, low_open=True, fix="e.g. lr = 1e-5 (full fine-tuning) or 1e-4 (LoRA)"),
     "optimizer.weight_decay": _float(0, fix="0.0 or e.g. 0.01"),
     "optimizer.eps": _float(0, 1, low_open=True, fix="AdamW's eps, e.g. 1e-8"),
     "optimizer.max_grad_norm": _float(0, low_open=True, optional=True,
