@@ -152,6 +152,13 @@ def test_credentials_are_masked_in_errors_and_logs(stub, monkeypatch, capsys):
     assert "Authorization" in stub.requests[0]["headers"]  # credentials were really sent
     assert stub.requests[0]["path"] == f"/v1/chat/completions?api_key={URL_TOKEN}"
 
+    plain_key = "Zq8vT1mN4pR7wX2yB5cD9fG"  # no recognisable shape: only the exact key can mask it
+    monkeypatch.setenv("PLAIN_KEY", plain_key)
+    stub.reply((403, {"error": {"message": "x" * 180 + f" got {plain_key}"}}))  # straddles the 200-char cut
+    with pytest.raises(RewardError, match="HTTP 403") as err:
+        judge(stub.base_url, ["a2"], cache_path="", api_key_env="PLAIN_KEY")
+    assert plain_key[:10] not in str(err.value)
+
     stub.reply((500, echo))  # skipped: logged, not raised
     judge(secret_url(stub), ["b"], cache_path="", api_key_env="JUDGE_KEY", on_error="skip")
     stub.reply(f"I cannot score this; your key {KEY} leaked")  # a reply quoting the key back

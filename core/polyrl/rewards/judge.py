@@ -341,6 +341,9 @@ class _CallState:
     retries: int = 0
     connection_errors: int = 0  # in a row, over all samples
     down: str | None = None  # set when the endpoint is considered down for the rest of the call
+    #: masks credentials in text quoted from the server, before it is cut short (a cut key would
+    #: no longer match the key it is a prefix of)
+    redact: Redactor = attrs.field(factory=Redactor)
 
 
 def _api_key(opts: JudgeOptions) -> str | None:
@@ -353,14 +356,14 @@ def _api_key(opts: JudgeOptions) -> str | None:
     return key
 
 
-def _server_message(response: Any) -> str:
+def _server_message(response: Any, redact: Redactor) -> str:
     try:
         data = response.json()
         message = data.get("error", {}).get("message") if isinstance(data, dict) else None
     except ValueError:
         message = None
     text = message or response.text or ""
-    return " ".join(str(text).split())[:200]
+    return redact(" ".join(str(text).split()))[:200]
 
 
 async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str, str]],
@@ -390,7 +393,7 @@ async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str,
                 last = f"timed out after {opts.timeout_s:g} s"
                 continue
             except httpx.TransportError as exc:
-                last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                last = f"{type(exc).__name__}: {state.redact(exc)}" if str(exc) else type(exc).__name__
                 connection_error = True
         if connection_error:
             state.connection_errors += 1
@@ -399,7 +402,7 @@ async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str,
             continue
         state.connection_errors = 0
         if response.status_code != 200:
-            last = f"HTTP {response.status_code}: {_server_message(response)}"
+            last = f"HTTP {response.status_code}: {_server_message(response, state.redact)}"
             if response.status_code in RETRY_STATUS:
                 continue
             return _Outcome(error=last)
@@ -407,7 +410,7 @@ async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str,
             data = response.json()
             content = data["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError):
-            return _Outcome(error=f"not an OpenAI chat completion response: {response.text[:120]!r}")
+            return _Outcome(error=f"not an OpenAI chat completion response: {state.redact(response.text)[:120]!r}")
         if not isinstance(content, str):
             content = "" if content is None else str(content)
         return _Outcome(text=content)
@@ -479,7 +482,7 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
         outcomes: dict[str, _Outcome] = {}
         if missing:
             api_key = _api_key(opts)
-            redact = Redactor.of([api_key, *url_secrets(opts.base_url)])
+            redact = state.redact = Redactor.of([api_key, *url_secrets(opts.base_url)])
             outcomes = await _judge_all(opts, [(k, messages_of[k]) for k in missing], state, remember, api_key)
     finally:
         if cache is not None:
@@ -508,7 +511,7 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
     if parse_failures and opts.on_parse_error == "fail":
         raise RewardError(redact(
             f"{NAME}: the judge {opts.model!r} at {opts.shown_endpoint} answered {len(parse_failures)} of {n} "
-            f"samples without a readable score (e.g. {parse_failures[0][:120]!r}). Fix: make the rubric ask "
+            f"samples without a readable score (e.g. {redact(parse_failures[0])[:120]!r}). Fix: make the rubric ask "
             "for \"Score: N/10\", check options.scale, use a stronger judge model, or set "
             "options.on_parse_error = \"skip\""
         ))
@@ -518,7 +521,7 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
                     reasons={redact(reason): count for reason, count in endpoint_failures.most_common(3)})
     if parse_failures:
         log.warning("judge answers without a score; samples skipped", reward=NAME, endpoint=opts.shown_endpoint,
-                    failed=len(parse_failures), of=n, example=redact(parse_failures[0][:80]))
+                    failed=len(parse_failures), of=n, example=redact(parse_failures[0])[:80])
     metrics = {
         "cache_hit_rate": hits / n if n else 0.0,
         "failures": float(n_endpoint + len(parse_failures)),
