@@ -17,12 +17,14 @@ from typing import Any, TypeVar
 import attrs
 
 from polyrl.errors import ConfigError
-from polyrl.validators import PAIR_RULES, RULES, check_pair, rule_key
+from polyrl.validators import PAIR_RULES, RULES, check_pair, rule_key, shown
 
 T = TypeVar("T")
 
 
 def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is not None:  # tuple[float, float], not just "tuple"
+        return str(tp).replace("typing.", "")
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
@@ -55,18 +57,19 @@ def _matches(value: Any, tp: Any) -> bool:
 
 
 def _type_fix(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (list, tuple) or tp in (list, tuple):
+        return "write an array, e.g. [...]"
+    if origin in (dict, Mapping) or tp in (dict, Mapping):
+        return "write a table, e.g. { key = value }"
     args = set(typing.get_args(tp)) or {tp}
     if args & {int, float}:
-        whole = " whole" if float not in args else ""
-        return f"write a{whole} number without quotes" + (", or remove the key" if type(None) in args else "")
+        kind = "a number (no quotes)" if float in args else "a whole number (no quotes, no decimal point)"
+        return f"write {kind}" + (", or remove the key" if type(None) in args else "")
     if bool in args:
         return "write true or false without quotes"
     if str in args:
         return 'write a quoted string, e.g. "..."'
-    if args & {list, tuple} or typing.get_origin(tp) in (list, tuple):
-        return "write an array, e.g. [...]"
-    if typing.get_origin(tp) is dict or dict in args:
-        return "write a table, e.g. { key = value }"
     return f"write a {_type_name(tp)}"
 
 
@@ -89,7 +92,7 @@ def build(cls: type[T], data: Any, path: str) -> T:
         tp = hints.get(name, Any)
         field = f"{path}.{name}"
         if not _matches(value, tp):
-            raise ConfigError(f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}",
+            raise ConfigError(f"expected {_type_name(tp)}, got {type(value).__name__} {shown(value)}",
                               field=field, fix=_type_fix(tp))
         key = rule_key(field)  # the range rules first: their messages carry the fix
         if key in RULES:

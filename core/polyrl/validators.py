@@ -31,6 +31,12 @@ MAX_TOKENS = 1 << 20
 MAX_SEED = 2**32 - 1
 
 
+def shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters: an error line stays one readable line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _show(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
 
@@ -76,7 +82,7 @@ class Rule:
     def check(self, value: Any, field: str) -> None:
         if not self.accepts(value):
             unset = " or unset" if self.optional else ""
-            raise ConfigError(f"must be {self.describe()}{unset}, got {value!r}", field=field, fix=self.fix)
+            raise ConfigError(f"must be {self.describe()}{unset}, got {shown(value)}", field=field, fix=self.fix)
 
 
 def _int(low: int | None = None, high: float | None = None, **kw: Any) -> Rule:
@@ -161,7 +167,7 @@ def check_record(record: Any, path: str) -> None:
 
 def check_pair(rule: Rule, value: Any, field: str) -> None:
     if not isinstance(value, (list, tuple)) or len(value) != 2:
-        raise ConfigError(f"must be a pair of numbers, got {value!r}", field=field, fix=rule.fix)
+        raise ConfigError(f"must be a pair of numbers, got {shown(value)}", field=field, fix=rule.fix)
     for i, item in enumerate(value):
         rule.check(item, f"{field}[{i}]")
 
@@ -172,7 +178,7 @@ def check_free(value: Any, field: str, depth: int = 0) -> None:
         raise ConfigError(f"is nested more than {MAX_NESTING} levels deep", field=field,
                           fix="flatten the table; no polyrl setting nests that deep")
     if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"must be a finite number, got {value!r}", field=field,
+        raise ConfigError(f"must be a finite number, got {shown(value)}", field=field,
                           fix="TOML's nan and inf are not valid settings; write a number")
     if isinstance(value, Mapping):
         for key, item in value.items():
