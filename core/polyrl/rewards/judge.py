@@ -237,7 +237,7 @@ def judge_options(given: Mapping[str, Any] | None) -> JudgeOptions:
                           'Fix: e.g. api_key_env = "OPENAI_API_KEY"')
     temperature = opts["temperature"]
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
-        raise RewardError(f"{NAME}: temperature must be a number >= 0, got {temperature!r}. Fix: temperature = 0")
+        raise RewardError(f"{NAME}: temperature must be a finite number >= 0, got {temperature!r}. Fix: temperature = 0")
     return JudgeOptions(
         base_url=opts["base_url"].strip(), model=opts["model"], rubric=rubric, system=opts["system"],
         scale=scale_bounds(opts["scale"]),
