@@ -95,13 +95,15 @@ STOP_GRACE_S = 5.0
 
 def call_guarded(fn: Callable[[], Any], *, label: str, timeout_s: float,
                  should_stop: Callable[[], bool] = lambda: False, poll_s: float = 0.05,
-                 stop_grace_s: float = STOP_GRACE_S) -> Any:
+                 stop_grace_s: float | None = None) -> Any:
     """``fn()`` on a reward thread; its result, or:
 
     RewardCallFailed  it raised (SystemExit and os._exit, as RewardExit, included)
     RewardTimedOut    it ran longer than ``timeout_s`` (abandoned)
-    RewardCancelled   ``should_stop()`` was true for ``stop_grace_s`` while it ran (abandoned)
+    RewardCancelled   ``should_stop()`` was true for ``stop_grace_s`` (default ``STOP_GRACE_S``)
+                      while it ran (abandoned)
     """
+    grace = STOP_GRACE_S if stop_grace_s is None else stop_grace_s
     box: dict[str, Any] = {}
     done = threading.Event()
 
@@ -124,7 +126,7 @@ def call_guarded(fn: Callable[[], Any], *, label: str, timeout_s: float,
         now = time.monotonic()
         if stop_seen is None and should_stop():
             stop_seen = now
-        if stop_seen is not None and now - stop_seen >= stop_grace_s:
+        if stop_seen is not None and now - stop_seen >= grace:
             raise RewardCancelled(f"stop requested while reward {label!r} was running")
         if now - start > timeout_s:
             raise RewardTimedOut(label)
