@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +21,9 @@ from polyrl.rewards.combine import RewardComputer
 from polyrl.rewards.functions import function_reward_plugin
 from polyrl.rewards.trl_compat import TrainerState
 from polyrl.types import Completion, RewardContext
+
+from trl_doc_rewards import (accuracy_reward_func, coding_reward_func, format_reward_func, length_reward,
+                             math_reward_func)
 
 CHAT = [{"role": "user", "content": "What is 2 + 2?"}]
 
@@ -35,47 +38,6 @@ def scored(fns, texts, rows, columns=None, state=None, ids=None):
     context = RewardContext(rows=rows, wanted=tuple(p.name for p in plugins), trainer_state=state,
                             completion_ids=[np.asarray(x) for x in ids])
     return computer([r["prompt"] for r in rows], comps, context)
-
-
-# --- the shapes from TRL's GRPOTrainer documentation -------------------------------------------
-
-
-def length_reward(completion_ids, **kwargs):
-    """Longer completions score higher (TRL docs: 'reward longer completions')."""
-    return [float(len(ids)) for ids in completion_ids]
-
-
-def format_reward_func(completions, **kwargs):
-    """TRL docs: a chat completion in <think>...</think><answer>...</answer> format scores 1."""
-    pattern = r"^<think>.*?</think><answer>.*?</answer>$"
-    completion_contents = [completion[0]["content"] for completion in completions]
-    matches = [re.match(pattern, content) for content in completion_contents]
-    return [1.0 if match else 0.0 for match in matches]
-
-
-def accuracy_reward_func(completions, ground_truth, **kwargs):
-    """TRL docs: the \\boxed{} answer of a text completion against the ground_truth column."""
-    matches = [re.search(r"\\boxed\{(.*?)\}", completion) for completion in completions]
-    contents = [match.group(1) if match else "" for match in matches]
-    return [1.0 if c == gt else 0.0 for c, gt in zip(contents, ground_truth)]
-
-
-def math_reward_func(prompts, completions, task, **kwargs):
-    """TRL docs, multi-task: None for the rows of other tasks (no reward for them)."""
-    rewards = []
-    for prompt, completion, t in zip(prompts, completions, task):
-        if t == "math":
-            rewards.append(1.0 if "4" in completion else 0.0)
-        else:
-            rewards.append(None)
-    return rewards
-
-
-def coding_reward_func(prompts, completions, task, **kwargs):
-    rewards = []
-    for prompt, completion, t in zip(prompts, completions, task):
-        rewards.append(1.0 if "def" in completion else 0.0 if t == "coding" else None)
-    return rewards
 
 
 def test_length_reward_sees_the_sampled_token_ids():
@@ -271,3 +233,55 @@ def test_load_error_before_any_model_loads(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: "), err
     assert "parameter 'completion'" in err[0] and "Fix: name it completions" in err[0]
+
+
+# --- end to end: a short real training run on the tiny model (torch backend) --------------------
+
+DOC_REWARDS = Path(__file__).parent / "trl_doc_rewards.py"
+
+#: (reward function spec, reward name) per prompt format: the chat run includes the shapes that
+#: read completion[0]["content"], the text run the ones that read the completion as a string.
+E2E_REWARDS = {
+    "chat": [f"{DOC_REWARDS}:length_reward", f"{DOC_REWARDS}:format_reward_func",
+             "trl.rewards:think_format_reward", f"{DOC_REWARDS}:curriculum", f"{DOC_REWARDS}:async_judge",
+             f"{DOC_REWARDS}:overlong"],
+    "text": [f"{DOC_REWARDS}:length_reward", f"{DOC_REWARDS}:accuracy_reward_func",
+             f"{DOC_REWARDS}:math_reward_func", f"{DOC_REWARDS}:coding_reward_func",
+             f"{DOC_REWARDS}:curriculum", f"{DOC_REWARDS}:async_judge", f"{DOC_REWARDS}:overlong"],
+}
+
+
+@pytest.mark.parametrize("kind", ["chat", "text"])
+def test_trl_reward_shapes_train_end_to_end(tiny_model_dir, tmp_path, kind):
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    rows = []
+    for i in range(4):
+        question = f"What is {i} + 2?"
+        prompt = [{"role": "user", "content": question}] if kind == "chat" else question
+        rows.append({"prompt": prompt, "ground_truth": str(i + 2), "task": "math" if i % 2 else "coding"})
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    specs = E2E_REWARDS[kind]
+    config = RunConfig.from_dict({
+        "model": {"path": tiny_model_dir}, "data": {"path": str(data)},
+        "generation": {"group_size": 2, "max_new_tokens": 8},
+        "rewards": [{"function": spec} for spec in specs],
+        "train": {"steps": 2, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")},
+    })
+    summary = Trainer(config).run(progress=False)
+    history = summary["history"]
+    assert [m["step"] for m in history] == [0, 1]
+    for spec in specs:
+        name = spec.rsplit(":", 1)[1]
+        assert all(f"reward/{name}/mean" in m for m in history), (name, sorted(history[0]))
+    assert [m["reward/curriculum/progress"] for m in history] == [0.0, 0.5]  # global_step / max_steps
+    assert all(m["reward/async_judge/mean"] == 0.5 for m in history)
+    lengths = [m["reward/length_reward/mean"] for m in history]
+    assert all(1.0 <= x <= 8.0 for x in lengths), lengths
+    if kind == "text":  # one task per row: each multi-task function skips the other task's samples
+        for m in history:  # 2 prompts x 2 samples, each of one task
+            assert m["reward/math_reward_func/none_count"] + m["reward/coding_reward_func/none_count"] == 4
+    else:  # a random tiny model does not write <think>...</think>: TRL's function scores 0, not an error
+        assert all(m["reward/think_format_reward/mean"] == 0.0 for m in history)
