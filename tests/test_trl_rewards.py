@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -285,3 +286,53 @@ def test_trl_reward_shapes_train_end_to_end(tiny_model_dir, tmp_path, kind):
             assert m["reward/math_reward_func/none_count"] + m["reward/coding_reward_func/none_count"] == 4
     else:  # a random tiny model does not write <think>...</think>: TRL's function scores 0, not an error
         assert all(m["reward/think_format_reward/mean"] == 0.0 for m in history)
+
+
+# --- README "Coming from TRL": the same reward file through polyrl and through TRL ----------------
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "coming_from_trl"
+
+
+def test_coming_from_trl_config_trains_with_the_reward_file(tiny_model_dir, tmp_path, monkeypatch):
+    """examples/coming_from_trl/run.toml as written, on the tiny model and for 2 short steps."""
+    import tomllib
+
+    from polyrl.cli import main
+
+    config = tomllib.loads((EXAMPLE / "run.toml").read_text())
+    config["model"]["path"] = tiny_model_dir
+    config["generation"].update(group_size=2, max_new_tokens=8)
+    config["train"].update(steps=2, prompts_per_step=2, threads=1, output_dir=str(tmp_path / "run"))
+    lines = []
+    for section in ("model", "generation", "algorithm", "optimizer", "data", "train"):
+        lines += [f"[{section}]"] + [f"{k} = {json.dumps(v)}" for k, v in config[section].items()]
+    for reward in config["rewards"]:
+        lines += ["[[rewards]]"] + [f"{k} = {json.dumps(v)}" for k, v in reward.items()]
+    (tmp_path / "run.toml").write_text("\n".join(lines) + "\n")
+    monkeypatch.chdir(EXAMPLE.parents[1])  # the paths in run.toml are relative to the repository root
+    assert main(["train", str(tmp_path / "run.toml"), "--no-progress"]) == 0
+    history = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(history) == 2
+    for m in history:
+        assert 0.0 <= m["reward/correct_answer/mean"] <= 1.0 and m["reward/brevity/mean"] == 0.0  # 8 <= 16 tokens
+
+
+def test_coming_from_trl_script_runs_the_same_reward_file_in_trl(tiny_model_dir, tmp_path, monkeypatch):
+    """examples/coming_from_trl/train_trl.py in TRL's GRPOTrainer, shrunk to one step on the tiny model."""
+    source = (EXAMPLE / "train_trl.py").read_text()
+    for old, new in [('"HuggingFaceTB/SmolLM2-135M-Instruct"', repr(tiny_model_dir)), ("max_steps=20", "max_steps=1"),
+                     ("per_device_train_batch_size=16", "per_device_train_batch_size=8"),
+                     ("max_completion_length=32", "max_completion_length=8"),
+                     ('output_dir="runs/trl"', f"output_dir={str(tmp_path / 'trl')!r}, report_to=[]")]:
+        assert old in source, old
+        source = source.replace(old, new)
+    monkeypatch.chdir(EXAMPLE)
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    monkeypatch.delitem(sys.modules, "rewards", raising=False)  # the script's `from rewards import ...`
+    namespace: dict = {"__name__": "train_trl"}
+    try:
+        exec(compile(source, str(EXAMPLE / "train_trl.py"), "exec"), namespace)
+    finally:
+        sys.modules.pop("rewards", None)
+    logged = namespace["trainer"].state.log_history[0]
+    assert 0.0 <= logged["rewards/correct_answer/mean"] <= 1.0 and logged["rewards/brevity/mean"] == 0.0
