@@ -304,11 +304,11 @@ class Trainer:
     def _score(self, rows: list[dict[str, Any]], completions: list[Completion]) -> Any:
         per_completion = self._rows_per_completion(rows)
         prompts = [row[self.config.data.prompt_column] for row in per_completion]
-        c = self.config
+        cfg = self.config
         state = TrainerState.for_run(
-            step=self.step, max_steps=c.train.steps, prompts_per_step=c.train.prompts_per_step,
-            group_size=c.generation.group_size, dataset_size=len(self.dataset.rows),
-            history=list(self.history), save_steps=c.train.checkpoint_every, eval_steps=c.eval.every,
+            step=self.step, max_steps=cfg.train.steps, prompts_per_step=cfg.train.prompts_per_step,
+            group_size=cfg.generation.group_size, dataset_size=len(self.dataset.rows),
+            history=list(self.history), save_steps=cfg.train.checkpoint_every, eval_steps=cfg.eval.every,
             rank=self.rank)
         context = RewardContext(
             rows=per_completion, wanted=tuple(r.label for r in self.config.rewards),

@@ -50,7 +50,8 @@ from polyrl.errors import ConfigError, RewardError
 from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
 from polyrl.rewards import guard
-from polyrl.rewards.trl_compat import NOT_PASSED_COLUMNS, TrainerState, accepted_arguments, check_binding, trl_completion
+from polyrl.rewards.trl_compat import (NOT_PASSED_COLUMNS, TrainerState, accepted_arguments, check_binding,
+                                      trl_completion)
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
 log = get_logger("polyrl.rewards")
