@@ -222,3 +222,45 @@ def test_sigterm_while_a_reward_is_stuck_stops_and_checkpoints(tiny_model_dir, t
     assert "stop requested while a reward ran" in stderr and "digits" in stderr, stderr[-3000:]
     assert (out / "checkpoints" / "step-00000002" / "COMPLETE").exists()
     assert_resumes_to_the_end(tmp_path, config, out)
+
+
+def test_under_overlap_a_failed_step_resumes_on_exactly_its_rollout(tiny_model_dir, tmp_path):
+    """generation.overlap samples step k+1 during step k: when step 2's reward fails, the rollout
+    sampled ahead (step 3's) is dropped and step 2's is checkpointed, so the resumed run scores the
+    very completions the failed step had."""
+    from polyrl.checkpoint import read_state
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    seen: dict[int, list[str]] = {}
+    broken = {"on": True}
+
+    def texts(completions, trainer_state, **kw):
+        step = trainer_state.global_step
+        if step == 2 and broken["on"]:
+            seen[-1] = [c[0]["content"] for c in completions]
+            raise ValueError("judge unreachable")
+        seen[step] = [c[0]["content"] for c in completions]
+        return [float(len(c[0]["content"])) for c in completions]
+
+    def config():
+        return RunConfig.from_dict({
+            "model": {"path": tiny_model_dir}, "data": {"task": "arithmetic"},
+            "generation": {"group_size": 2, "max_new_tokens": 6, "overlap": True},
+            "rewards": [{"name": "texts"}],
+            "train": {"steps": 4, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")},
+        })
+
+    from polyrl.rewards.functions import function_reward_plugin
+
+    with pytest.raises(RewardError, match=r"reward 'texts' .* raised ValueError: judge unreachable"):
+        Trainer(config(), extra_plugins=(function_reward_plugin(texts),)).run(progress=False)
+    checkpoint = tmp_path / "run" / "checkpoints" / "step-00000002"
+    state = read_state(checkpoint)
+    assert state["step"] == 2 and state["pending_rollout"]["step"] == 2
+    broken["on"] = False
+    trainer = Trainer(config(), extra_plugins=(function_reward_plugin(texts),))
+    assert trainer.resume()
+    summary = trainer.run(progress=False)
+    assert summary["steps"] == 4
+    assert seen[2] == seen[-1]  # the resumed step scored the failed step's completions
