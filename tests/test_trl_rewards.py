@@ -336,3 +336,10 @@ def test_coming_from_trl_script_runs_the_same_reward_file_in_trl(tiny_model_dir,
         sys.modules.pop("rewards", None)
     logged = namespace["trainer"].state.log_history[0]
     assert 0.0 <= logged["rewards/correct_answer/mean"] <= 1.0 and logged["rewards/brevity/mean"] == 0.0
+
+
+def test_options_on_a_function_reward_are_refused_not_ignored():
+    plugin = function_reward_plugin(length_reward)
+    with pytest.raises(ConfigError, match=r"rewards\[0\].options.*'length_reward' was given options \(scale\)"):
+        RewardComputer(get_plugin_manager(extra=[plugin], entry_points=False),
+                       [(plugin.name, 1.0, {"scale": 2})], columns=["prompt"])

@@ -120,6 +120,13 @@ class RewardComputer:
                 check = getattr(provider.plugin, "check_binding", None)
                 if callable(check):
                     check(columns)
+        for i, (name, _, options) in enumerate(self.rewards):
+            plugin = self._owner[name]
+            if options and callable(getattr(plugin, "check_binding", None)):  # a Python function
+                raise ConfigError(
+                    f"reward function {name!r} was given options ({', '.join(sorted(options))}), which a "
+                    "function does not receive", field=f"rewards[{i}].options",
+                    fix="remove the options table and set the values in the function (or a dataset column)")
 
     # --- discovery ---------------------------------------------------------------------------
 
