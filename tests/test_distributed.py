@@ -35,7 +35,8 @@ def _launch_config(tmp_path: Path, model: str, prompts: int, sections: str) -> t
     ``sections`` adds TOML tables (algorithm, optimizer, backends, eval)."""
     (tmp_path / "reward.py").write_text(
         "def digits(prompts, completions, **kw):\n"
-        "    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]\n")
+        "    texts = [c[0]['content'] for c in completions]  # chat prompts: TRL's assistant messages\n"
+        "    return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]\n")
     out = tmp_path / "run"
     config = tmp_path / "run.toml"
     config.write_text(

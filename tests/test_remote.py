@@ -20,7 +20,8 @@ pytest.importorskip("torch")
 
 REWARD = """
 def digits(prompts, completions, **kwargs):
-    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+    texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]  # chat: TRL's messages
+    return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
 """
 
 

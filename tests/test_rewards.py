@@ -125,7 +125,7 @@ def test_sync_function_sees_columns_and_ids():
     assert seen["prompts"] == ["p1", "p2"] and seen["completions"] == ["x", "z"]
     assert seen["answer"] == ["x", "y"] and seen["difficulty"] == [1, 2]
     assert seen["ids"] == [[0, 1], [0]]
-    assert "prompt" not in seen["rest"] and "step" in seen["rest"]
+    assert seen["rest"] == ["log_extra", "log_metric", "trainer_state"]  # TRL's extras; no "prompt"
 
 
 def test_function_without_kwargs_gets_only_named_columns():

@@ -7,6 +7,7 @@ See README.md ("Config reference") for every key.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -112,6 +113,7 @@ class RewardSection:
     function: str | None = None  # "module:function" or "file.py:function"
     weight: float = 1.0
     options: dict[str, Any] = attrs.field(factory=dict)
+    timeout_s: float = 600.0  # one call's limit; a stuck reward is an error, not a hung run
 
     def __attrs_post_init__(self) -> None:
         if (self.name is None) == (self.function is None):
@@ -119,6 +121,10 @@ class RewardSection:
                 "each [[rewards]] entry needs exactly one of name or function", field="rewards",
                 fix='e.g. name = "numeric_match" or function = "my_rewards:score"',
             )
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) \
+                or not math.isfinite(self.timeout_s) or self.timeout_s <= 0:
+            raise ConfigError(f"must be a number of seconds > 0, got {self.timeout_s!r}", field="timeout_s",
+                              fix="e.g. timeout_s = 600")
 
     @property
     def label(self) -> str:

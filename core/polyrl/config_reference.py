@@ -84,6 +84,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "function": "`module:function` or `file.py:function`",
         "weight": "weight in the weighted sum of rewards",
         "options": "reward options (e.g. the judge's `base_url`, `model`, `rubric`)",
+        "timeout_s": "seconds one call may take; longer is an error naming the reward",
     },
     "train": {
         "steps": "optimizer steps (rollout batches when num_iterations = 1)",

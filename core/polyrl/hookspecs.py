@@ -206,4 +206,12 @@ def reward(
     A reward plugin whose work is I/O bound may also define ``is_async = True`` and a coroutine
     ``await_reward(prompts, completions, context)`` answering like ``reward``: the core then
     awaits it concurrently with the other async rewards of the step.
+
+    The core calls this hook on a reward thread, not the main thread (so ``signal.alarm`` is not
+    available: use the call's own timeouts), with a time limit per reward (``[[rewards]]
+    timeout_s``) and a stop request honoured after a short grace: a call past either is abandoned
+    and the run stops with a checkpoint. ``sys.exit``/``os._exit`` in the hook are reported as the
+    reward's errors. ``context.trainer_state`` carries the run's progress (TRL's ``TrainerState``
+    fields) during training. Plain Python reward functions are wrapped by
+    ``polyrl.rewards.functions.FunctionReward``, which calls them exactly as TRL's GRPOTrainer does.
     """

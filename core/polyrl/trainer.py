@@ -39,12 +39,14 @@ from polyrl import speed_records
 from polyrl.config import RunConfig
 from polyrl.data import Dataset, PromptSampler, load_dataset
 from polyrl.engine import Engine
-from polyrl.errors import ConfigError, PolyrlError
+from polyrl.errors import ConfigError, PolyrlError, RewardError
 from polyrl.logs import get_logger
 from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry
 from polyrl.rewards.combine import RewardComputer
 from polyrl.rewards.functions import load_function_reward
+from polyrl.rewards.guard import RewardCancelled
+from polyrl.rewards.trl_compat import TrainerState
 from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.types import Completion, EngineConfig, RewardContext, TokenSequence, TrainBatch
 
@@ -82,6 +84,11 @@ def _launcher_rank() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0") or 0), int(os.environ.get("WORLD_SIZE", "1") or 1)
 
 
+def _columns(rows: list[dict[str, Any]]) -> list[str]:
+    """Every column of the dataset's rows (the union: a row may lack one)."""
+    return list(dict.fromkeys(key for row in rows for key in row))
+
+
 def _step_seed(seed: int, step: int) -> int:
     """A per-step seed derived from the run seed, so a resumed run samples the same."""
     return (seed * 1_000_003 + step * 7919) % (2**31 - 1)
@@ -100,8 +107,11 @@ class Trainer:
         self.registry = Registry(get_plugin_manager(extra=(*extra_plugins, *function_plugins)))
         self.config = config = self._choose_generate_backend(config)
         self.dataset, self.eval_dataset = self._datasets()
+        self.stop_requested = False
         self.rewards = RewardComputer(
-            self.registry.pm, [(r.label, r.weight, dict(r.options)) for r in config.rewards]
+            self.registry.pm, [(r.label, r.weight, dict(r.options)) for r in config.rewards],
+            columns=_columns(self.dataset.rows), timeouts={r.label: r.timeout_s for r in config.rewards},
+            should_stop=lambda: self.stop_requested,
         )
         self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed)
         self.rank, self.world_size = _launcher_rank()
@@ -118,7 +128,6 @@ class Trainer:
         self.rollouts = RolloutAhead(self._generate)
         self._generator_version = -1  # updates the generate engine's weights have seen (-1: unknown)
         self._saved_step: int | None = None  # the step of the last checkpoint this run wrote
-        self.stop_requested = False
         self.history: list[dict[str, Any]] = []
         self._load_engines()
 
@@ -295,12 +304,33 @@ class Trainer:
     def _score(self, rows: list[dict[str, Any]], completions: list[Completion]) -> Any:
         per_completion = self._rows_per_completion(rows)
         prompts = [row[self.config.data.prompt_column] for row in per_completion]
+        cfg = self.config
+        state = TrainerState.for_run(
+            step=self.step, max_steps=cfg.train.steps, prompts_per_step=cfg.train.prompts_per_step,
+            group_size=cfg.generation.group_size, dataset_size=len(self.dataset.rows),
+            history=list(self.history), save_steps=cfg.train.checkpoint_every, eval_steps=cfg.eval.every,
+            rank=self.rank)
         context = RewardContext(
             rows=per_completion, wanted=tuple(r.label for r in self.config.rewards),
             options={r.label: dict(r.options) for r in self.config.rewards},
-            completion_ids=[c.completion_ids for c in completions], step=self.step,
+            completion_ids=[c.completion_ids for c in completions], step=self.step, trainer_state=state,
         )
         return self.rewards(prompts, completions, context)
+
+    def _unscored(self, rollout: Rollout) -> None:
+        """The step's reward failed or was abandoned: nothing was trained, so its rollout becomes
+        the pending one again (a rollout sampled ahead of it is dropped), and a checkpoint written
+        now resumes at this step with exactly these prompts."""
+        ahead = self.rollouts.pending()
+        if ahead is not None:
+            self.rollouts.take(ahead.step)
+        self.rollouts.put(rollout)
+
+    def _save_last_good_state(self) -> None:
+        """Checkpoint the state before the failed step, unless that is the newest checkpoint already.
+        Not under a launcher: the other ranks are not at this point, and saving is collective."""
+        if self.world_size == 1 and self._saved_step != self.step:
+            self.save()
 
     def train_one_step(self) -> dict[str, Any]:
         c, algo = self.config, self.config.algorithm
@@ -311,7 +341,11 @@ class Trainer:
         lag = self.step - rollout.policy_version
 
         t0 = time.perf_counter()
-        scored = self._score(rows, completions)
+        try:
+            scored = self._score(rows, completions)
+        except (RewardError, RewardCancelled):
+            self._unscored(rollout)
+            raise
         rewards = np.asarray(scored.total, dtype=np.float64)
         lengths = np.array([len(x.completion_ids) for x in completions])
         shaped = algo.shape_rewards(rewards, lengths, c.generation.max_new_tokens)
@@ -398,7 +432,9 @@ class Trainer:
         sampling = _attrs.evolve(sampling, temperature=0.0, n=1,
                                  max_new_tokens=ev.max_new_tokens or sampling.max_new_tokens)
         completions = self.gen_engine.generate(prompts, sampling)
-        computer = RewardComputer(self.registry.pm, [(ev.reward, 1.0, {})])
+        timeouts = {r.label: r.timeout_s for r in c.rewards if r.label == ev.reward}
+        computer = RewardComputer(self.registry.pm, [(ev.reward, 1.0, {})], columns=_columns(everything),
+                                  timeouts=timeouts, should_stop=lambda: self.stop_requested)
         context = RewardContext(rows=rows, wanted=(ev.reward,), options={ev.reward: {}},
                                 completion_ids=[x.completion_ids for x in completions])
         scores = np.asarray(computer(prompts, completions, context).total, dtype=np.float64) \
@@ -524,7 +560,15 @@ class Trainer:
         skips = 0
         with self._graceful_signals(), step_progress(c.train.steps, self.step, enabled=progress) as advance:
             while self.step < c.train.steps and not self.stop_requested:
-                metrics = self.train_one_step()
+                try:
+                    metrics = self.train_one_step()
+                except RewardCancelled as exc:
+                    log.warning("stop requested while a reward ran; it was abandoned and this step is "
+                                "not taken", step=self.step, reward=str(exc))
+                    break
+                except RewardError:
+                    self._save_last_good_state()
+                    raise
                 self.step += 1
                 self.history.append(metrics)
                 if self.rank == 0:
@@ -557,6 +601,10 @@ class Trainer:
             log.warning("stopped early on request", step=self.step)
             summary["stopped_early"] = True
         if self.eval_dataset is not None:
-            summary["eval_after"] = self.evaluate()
+            try:
+                summary["eval_after"] = self.evaluate()
+            except RewardCancelled as exc:  # a second reward stuck after a stop request
+                log.warning("evaluation after training abandoned on the stop request", reward=str(exc))
+                return
             if self.rank == 0:
                 log.info("evaluation after training", **summary["eval_after"])

@@ -281,6 +281,9 @@ class RewardContext:
     options: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     completion_ids: list[np.ndarray] | None = None
     step: int = 0
+    #: What TRL reward functions get as ``trainer_state`` (``polyrl.rewards.trl_compat.TrainerState``);
+    #: None outside a training run (function rewards then see ``global_step = step``).
+    trainer_state: Any = None
 
 
 #: Weights cross the boundary as HF-named numpy arrays (float32 unless the backend says otherwise).

@@ -16,6 +16,12 @@ sandbox) of one call run concurrently on one event loop, after the synchronous o
 latency is the wall time of the call that produced it (a plugin computing several names reports
 the same latency for each).
 
+Every call runs on a reward thread (``polyrl.rewards.guard``) with a time limit per reward
+(``timeouts``, default ``DEFAULT_TIMEOUT_S``) and gives up on a stop request (``should_stop``), so
+a reward that hangs, calls ``sys.exit`` or ``os._exit`` becomes one ``RewardError`` naming it (or
+``RewardCancelled`` on a stop) instead of a hung or silently ended trainer. Function rewards'
+signatures are checked against the dataset's ``columns`` at construction.
+
 Metrics per reward: ``mean``/``std`` over the scored samples, ``latency_s``, ``none_count`` (samples
 the reward skipped; logged), plus whatever the plugin reported through
 ``polyrl.types.RewardScores.metrics`` (e.g. ``cache_hit_rate``, ``failures``); the trainer logs
@@ -27,15 +33,16 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
 import numpy as np
 
-from polyrl.errors import ConfigError, RewardError
+from polyrl.errors import ConfigError, PolyrlError, RewardError
 from polyrl.logs import get_logger
 from polyrl.plugins import PolyrlPluginManager
+from polyrl.rewards import guard
 from polyrl.rewards.functions import run_coroutine
 from polyrl.types import Completion, Prompt, RewardContext, RewardSpec
 
@@ -45,6 +52,10 @@ log = get_logger("polyrl.rewards")
 
 #: Metrics the core computes for every reward; a plugin's own metrics never replace these.
 CORE_METRICS = ("mean", "std", "latency_s", "none_count")
+
+#: Seconds one reward call may take unless configured otherwise (``[[rewards]] timeout_s``):
+#: generous, because a judge or a test sandbox scores a whole step's completions in one call.
+DEFAULT_TIMEOUT_S = 600.0
 
 
 @attrs.define
@@ -76,7 +87,9 @@ def _is_score(value: Any) -> bool:
 class RewardComputer:
     """Scores completions with the configured rewards; see the module docstring."""
 
-    def __init__(self, pm: PolyrlPluginManager, rewards: Sequence[RewardRequest]) -> None:
+    def __init__(self, pm: PolyrlPluginManager, rewards: Sequence[RewardRequest], *,
+                 columns: Collection[str] | None = None, timeouts: Mapping[str, float] | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> None:
         if not rewards:
             raise ConfigError("no reward configured", field="rewards",
                               fix='add a [[rewards]] table, e.g. name = "numeric_match"')
@@ -95,6 +108,25 @@ class RewardComputer:
             self.rewards.append((name, float(weight), dict(options or {})))
         self.specs, self._owner, errors = self._discover()
         self._providers = self._providers_for([name for name, _, _ in self.rewards], errors)
+        self.timeouts = {name: float((timeouts or {}).get(name, DEFAULT_TIMEOUT_S)) for name in self.names}
+        for name, limit in self.timeouts.items():
+            if not limit > 0:
+                raise ConfigError(f"timeout of reward {name!r} must be > 0 seconds, got {limit!r}",
+                                  field="rewards.timeout_s", fix="e.g. timeout_s = 600")
+        #: Polled while a reward runs; True abandons the call (the trainer's SIGINT/SIGTERM flag).
+        self.should_stop: Callable[[], bool] = should_stop or (lambda: False)
+        if columns is not None:
+            for provider in self._providers:
+                check = getattr(provider.plugin, "check_binding", None)
+                if callable(check):
+                    check(columns)
+        for i, (name, _, options) in enumerate(self.rewards):
+            plugin = self._owner[name]
+            if options and callable(getattr(plugin, "check_binding", None)):  # a Python function
+                raise ConfigError(
+                    f"reward function {name!r} was given options ({', '.join(sorted(options))}), which a "
+                    "function does not receive", field=f"rewards[{i}].options",
+                    fix="remove the options table and set the values in the function (or a dataset column)")
 
     # --- discovery ---------------------------------------------------------------------------
 
@@ -166,30 +198,85 @@ class RewardComputer:
     def _fail(self, provider: _Provider, name: str, problem: str, fix: str) -> RewardError:
         return RewardError(f"reward {name!r} from {provider.distribution} {problem}. Fix: {fix}")
 
+    @staticmethod
+    def _label(provider: _Provider) -> str:
+        return provider.names[0] if len(provider.names) == 1 else "/".join(provider.names)
+
+    def _timeout(self, provider: _Provider) -> float:
+        return min(self.timeouts[name] for name in provider.names)
+
     def _call_sync(self, provider: _Provider, args: tuple[Any, ...]) -> tuple[Any, float]:
         t0 = time.perf_counter()
         try:
-            answer = provider.function(prompts=args[0], completions=args[1], context=args[2])
-        except Exception as exc:
-            raise self._raised(provider, exc) from exc
+            answer = guard.call_guarded(
+                lambda: provider.function(prompts=args[0], completions=args[1], context=args[2]),
+                label=self._label(provider), timeout_s=self._timeout(provider), should_stop=self.should_stop)
+        except guard.RewardCallFailed as failed:
+            raise self._raised(provider, failed.cause) from failed.cause
+        except guard.RewardTimedOut:
+            raise self._timed_out(provider) from None
         return answer, time.perf_counter() - t0
 
-    def _raised(self, provider: _Provider, exc: Exception) -> RewardError:
-        name = provider.names[0] if len(provider.names) == 1 else "/".join(provider.names)
+    def _raised(self, provider: _Provider, exc: BaseException) -> RewardError:
+        name = self._label(provider)
+        if isinstance(exc, guard.RewardExit):
+            return self._fail(provider, name, f"called os._exit({exc.code}), which would have ended the "
+                              "trainer at once without a checkpoint",
+                              "return scores (None for a sample without reward) or raise an exception")
+        if isinstance(exc, SystemExit):
+            return self._fail(provider, name, f"raised SystemExit({exc.code!r}) (sys.exit)",
+                              "return scores (None for a sample without reward) or raise an exception")
         return self._fail(provider, name, f"raised {type(exc).__name__}: {exc}",
                           "fix the reward function (or its options / dataset columns), or remove it "
                           "from the config")
 
-    async def _call_async(self, provider: _Provider, args: tuple[Any, ...]) -> tuple[Any, float]:
+    def _timed_out(self, provider: _Provider) -> RewardError:
+        return self._fail(
+            provider, self._label(provider),
+            f"did not answer within {self._timeout(provider):g} s and was abandoned (a thread cannot be "
+            "killed: its work may go on in the background until the trainer exits)",
+            "find why it hangs (a loop, a request without a timeout), or raise timeout_s in its [[rewards]] "
+            "entry")
+
+    async def _call_async(self, provider: _Provider, args: tuple[Any, ...], finished: set[int]) -> tuple[Any, float]:
         t0 = time.perf_counter()
+        deadline = asyncio.timeout(self._timeout(provider))
         try:
-            answer = await provider.plugin.await_reward(*args)
-        except Exception as exc:
+            async with deadline:
+                answer = await provider.plugin.await_reward(*args)
+        except TimeoutError as exc:
+            if deadline.expired():
+                raise self._timed_out(provider) from None
             raise self._raised(provider, exc) from exc
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - SystemExit/os._exit in a reward are its errors
+            raise self._raised(provider, exc) from exc
+        finally:
+            finished.add(id(provider))
         return answer, time.perf_counter() - t0
 
-    async def _gather(self, calls: list[tuple[_Provider, tuple[Any, ...]]]) -> list[tuple[Any, float]]:
-        return list(await asyncio.gather(*(self._call_async(p, a) for p, a in calls)))
+    async def _gather(self, calls: list[tuple[_Provider, tuple[Any, ...]]], finished: set[int]
+                      ) -> list[tuple[Any, float]]:
+        return list(await asyncio.gather(*(self._call_async(p, a, finished) for p, a in calls)))
+
+    def _call_async_all(self, pending: list[tuple[_Provider, tuple[Any, ...]]]) -> list[tuple[Any, float]]:
+        """Every async reward of the call on one event loop on one reward thread; each has its own
+        time limit (``asyncio.timeout``), and the thread as a whole the longest of them plus a second
+        for a reward that blocks the loop (then the rewards that had not finished are named)."""
+        finished: set[int] = set()
+        limit = max(self._timeout(p) for p, _ in pending) + 1.0
+        try:
+            return guard.call_guarded(lambda: run_coroutine(self._gather(pending, finished)),
+                                      label="/".join(self._label(p) for p, _ in pending), timeout_s=limit,
+                                      should_stop=self.should_stop)
+        except guard.RewardCallFailed as failed:
+            if isinstance(failed.cause, PolyrlError):
+                raise failed.cause from None
+            raise self._raised(pending[0][0], failed.cause) from failed.cause
+        except guard.RewardTimedOut:
+            stuck = [p for p, _ in pending if id(p) not in finished] or [pending[0][0]]
+            raise self._timed_out(stuck[0]) from None
 
     def _check(self, provider: _Provider, name: str, answer: Any, n: int) -> np.ndarray:
         if not isinstance(answer, Mapping) or name not in answer:
@@ -243,7 +330,7 @@ class RewardComputer:
             else:
                 answers[id(provider)] = self._call_sync(provider, args)
         if pending:
-            for (provider, _), result in zip(pending, run_coroutine(self._gather(pending))):
+            for (provider, _), result in zip(pending, self._call_async_all(pending)):
                 answers[id(provider)] = result
         per_reward: dict[str, np.ndarray] = {}
         metrics: dict[str, dict[str, float]] = {}

@@ -1,15 +1,27 @@
-"""Plain Python functions as reward plugins (TRL-style reward functions).
+"""Plain Python functions as reward plugins: TRL reward functions run unchanged.
 
-A reward function has TRL's signature::
+A reward function is called exactly as TRL 1.16's ``GRPOTrainer`` calls it, by keyword::
 
-    def my_reward(prompts, completions, **kwargs) -> list[float | None]: ...
-    async def my_reward(prompts, completions, **kwargs) -> list[float | None]: ...
+    def my_reward(completions, **kwargs) -> list[float | None]: ...
+    def my_reward(prompts, completions, completion_ids, ground_truth, trainer_state, **kwargs): ...
+    async def my_reward(completions, **kwargs) -> list[float | None]: ...
 
-``prompts`` has one entry per completion (a string or a chat), ``completions`` are the completion
-*texts*, and the keyword arguments are the dataset columns as lists aligned with the completions
-(e.g. ``answer=[...]``; a row without a column gives None), plus ``completion_ids`` (token id
-lists) and ``step``. As in TRL, the columns "prompt"/"completion" are not repeated as keywords.
-A function that does not take ``**kwargs`` receives only the keywords it names. None skips a sample.
+``prompts`` has one entry per completion (a string, or a chat: a list of messages);
+``completions`` are the texts for text prompts and ``[{"role": "assistant", "content": text}]``
+for chat prompts; ``completion_ids`` the sampled token ids; every dataset column except
+"prompt"/"completion"/"completion_ids" comes as a list aligned with the completions (a row without
+the column gives None); ``trainer_state`` is a ``polyrl.rewards.trl_compat.TrainerState``
+(``global_step``, ``max_steps``, ``epoch``...); ``log_metric(name, value)`` logs a scalar as
+``reward/<function>/<name>`` (the mean of the call's values); ``log_extra(column, values)`` is
+accepted and goes to the debug log (polyrl has no completions table). A function that does not
+take ``**kwargs`` receives only the arguments it names (TRL would raise TypeError instead).
+None skips a sample, as in TRL.
+
+Backwards compatibility: polyrl used to call ``fn(prompts, completions, **columns)``
+positionally. A function whose first two parameters are named ``prompts`` and ``completions``
+receives the same values by keyword; any other parameter that no argument fills (e.g. ``def f(p,
+c)``, or the old ``step``) is refused when the run is configured, naming the parameter, because
+guessing which argument a positional name means could bind the wrong values silently.
 
 Async functions run on an event loop; ``RewardComputer`` runs all async rewards of a step
 concurrently (``await_reward``), so I/O-bound judges overlap.
@@ -24,18 +36,25 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import math
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from polyrl.errors import ConfigError
-from polyrl.hookspecs import hookimpl
-from polyrl.types import Completion, Prompt, RewardContext, RewardSpec
+import numpy as np
 
-#: Columns TRL does not pass again as keyword arguments (they are the positional arguments).
-RESERVED = frozenset({"prompt", "prompts", "completion", "completions", "completion_ids", "step"})
+from polyrl.errors import ConfigError, RewardError
+from polyrl.hookspecs import hookimpl
+from polyrl.logs import get_logger
+from polyrl.rewards import guard
+from polyrl.rewards.trl_compat import (NOT_PASSED_COLUMNS, TrainerState, accepted_arguments, check_binding,
+                                      trl_completion)
+from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
+
+log = get_logger("polyrl.rewards")
 
 
 def run_coroutine(coro: Any) -> Any:
@@ -45,19 +64,45 @@ def run_coroutine(coro: Any) -> Any:
     except RuntimeError:
         return asyncio.run(coro)
     box: dict[str, Any] = {}
+    inherit = guard.is_reward_thread()
 
     def target() -> None:
+        if inherit:  # os._exit in the coroutine must still be caught
+            guard.register_reward_thread()
         try:
             box["value"] = asyncio.run(coro)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             box["error"] = exc
+        finally:
+            guard.unregister_reward_thread()
 
-    thread = threading.Thread(target=target, name="polyrl-async-reward")
+    thread = threading.Thread(target=target, name="polyrl-async-reward", daemon=True)
     thread.start()
     thread.join()
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+class _CallLog:
+    """What one call reported through ``log_metric``/``log_extra``."""
+
+    def __init__(self, reward: str) -> None:
+        self.reward = reward
+        self.metrics: dict[str, list[float]] = defaultdict(list)
+
+    def log_metric(self, name: str, value: float) -> None:
+        if not isinstance(name, str) or isinstance(value, bool) or not isinstance(
+                value, (int, float, np.integer, np.floating)) or not math.isfinite(float(value)):
+            raise RewardError(f"reward {self.reward!r} called log_metric({name!r}, {value!r}). "
+                              "Fix: pass a metric name (str) and a finite number")
+        self.metrics[name].append(float(value))
+
+    def log_extra(self, column: str, values: list[Any]) -> None:
+        log.debug("reward extra column", reward=self.reward, column=column, values=list(values)[:8])
+
+    def means(self) -> dict[str, float]:
+        return {name: float(np.mean(values)) for name, values in self.metrics.items()}
 
 
 class FunctionReward:
@@ -66,7 +111,7 @@ class FunctionReward:
     def __init__(self, fn: Callable[..., Any], name: str | None = None, origin: str | None = None) -> None:
         if not callable(fn):
             raise ConfigError(f"{fn!r} is not callable", field="rewards.function",
-                              fix="point at a function taking (prompts, completions, **kwargs)")
+                              fix="point at a function taking (completions, **kwargs), as for TRL")
         self.fn = fn
         self.name = name or getattr(fn, "__name__", None) or "reward"
         self.origin = origin or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', self.name)}"
@@ -75,39 +120,59 @@ class FunctionReward:
         )
         #: pluggy registers the plugin under this name (unique per reward name).
         self.__name__ = f"polyrl-function-reward:{self.name}"
-        self._accepts_kwargs, self._params = self._signature()
-
-    def _signature(self) -> tuple[bool, frozenset[str]]:
-        try:
-            sig = inspect.signature(self.fn)
-        except (TypeError, ValueError):  # builtins without a signature: pass everything
-            return True, frozenset()
-        kinds = {p.kind for p in sig.parameters.values()}
-        return inspect.Parameter.VAR_KEYWORD in kinds, frozenset(sig.parameters)
+        self._accepted = accepted_arguments(fn)  # None: takes **kwargs
+        self._checked: frozenset[str] | None = None
 
     def __repr__(self) -> str:
         return f"FunctionReward({self.name!r} from {self.origin})"
 
+    def check_binding(self, columns: Collection[str]) -> None:
+        """Refuse (ConfigError) a parameter no argument fills, before any model loads."""
+        check_binding(self.fn, f"{self.name!r} ({self.origin})", columns)
+        self._checked = frozenset(columns)
+
     # --- calling ---------------------------------------------------------------------------
 
     def _arguments(
-        self, prompts: Sequence[Prompt], completions: Sequence[Completion | str], context: RewardContext
-    ) -> tuple[list[Any], list[str], dict[str, Any]]:
+        self, prompts: Sequence[Prompt], completions: Sequence[Completion | str], context: RewardContext,
+        call_log: _CallLog,
+    ) -> dict[str, Any]:
         rows = context.rows
         columns: list[str] = []
         for row in rows:
-            columns += [c for c in row if c not in columns and c not in RESERVED]
-        kwargs: dict[str, Any] = {c: [row.get(c) for row in rows] for c in columns}
+            columns += [c for c in row if c not in columns and c not in NOT_PASSED_COLUMNS]
+        if self._checked is None or not set(columns) <= self._checked:
+            try:
+                self.check_binding(columns)
+            except ConfigError as exc:
+                raise RewardError(str(exc)) from None
         if context.completion_ids is not None:
             ids = context.completion_ids
         else:
             ids = [getattr(c, "completion_ids", []) for c in completions]
-        kwargs["completion_ids"] = [[int(t) for t in x] for x in ids]
-        kwargs["step"] = context.step
-        if not self._accepts_kwargs:
-            kwargs = {k: v for k, v in kwargs.items() if k in self._params}
         texts = [c if isinstance(c, str) else c.text for c in completions]
-        return list(prompts), texts, kwargs
+        kwargs: dict[str, Any] = {c: [row.get(c) for row in rows] for c in columns}
+        state = context.trainer_state
+        if state is None:
+            state = TrainerState(global_step=context.step)
+        kwargs.update(
+            prompts=list(prompts),
+            completions=[trl_completion(p, t) for p, t in zip(prompts, texts)],
+            completion_ids=[[int(t) for t in x] for x in ids],
+            trainer_state=state, log_extra=call_log.log_extra, log_metric=call_log.log_metric,
+        )
+        if self._accepted is not None:
+            kwargs = {k: v for k, v in kwargs.items() if k in self._accepted}
+        return kwargs
+
+    def _answer(self, result: Any, call_log: _CallLog) -> dict[str, Any]:
+        metrics = call_log.means()
+        if metrics:
+            if isinstance(result, np.ndarray):
+                result = result.tolist()
+            if isinstance(result, (list, tuple)):
+                result = RewardScores(result, metrics=metrics)
+        return {self.name: result}
 
     async def await_reward(
         self, prompts: Sequence[Prompt], completions: Sequence[Completion | str], context: RewardContext
@@ -115,11 +180,11 @@ class FunctionReward:
         """The ``reward`` hook as a coroutine (async functions are awaited, sync ones called)."""
         if self.name not in context.wanted:
             return None
-        p, c, kw = self._arguments(prompts, completions, context)
-        result = self.fn(p, c, **kw)
+        call_log = _CallLog(self.name)
+        result = self.fn(**self._arguments(prompts, completions, context, call_log))
         if inspect.isawaitable(result):
             result = await result
-        return {self.name: result}
+        return self._answer(result, call_log)
 
     # --- the plugin hooks ------------------------------------------------------------------
 
@@ -137,8 +202,9 @@ class FunctionReward:
             return None
         if self.is_async:
             return run_coroutine(self.await_reward(prompts, completions, context))
-        p, c, kw = self._arguments(prompts, completions, context)
-        return {self.name: self.fn(p, c, **kw)}
+        call_log = _CallLog(self.name)
+        result = self.fn(**self._arguments(prompts, completions, context, call_log))
+        return self._answer(result, call_log)
 
 
 def function_reward_plugin(fn: Callable[..., Any], name: str | None = None) -> FunctionReward:
@@ -198,5 +264,5 @@ def load_function_reward(spec: str, name: str | None = None) -> FunctionReward:
         fn = getattr(fn, part)
     if not callable(fn):
         raise ConfigError(f"{spec!r} is a {type(fn).__name__}, not a function", field="rewards.function",
-                          fix="point at a function taking (prompts, completions, **kwargs)")
+                          fix="point at a function taking (completions, **kwargs), as for TRL")
     return FunctionReward(fn, name=name or attr.rsplit(".", 1)[-1], origin=spec)

@@ -1,0 +1,135 @@
+"""Running reward code so that it can neither hang the trainer nor end it.
+
+Each reward call runs on a fresh daemon thread while the trainer's thread waits for it, waking
+often enough to notice a timeout or a stop request (SIGINT/SIGTERM set the trainer's flag).
+
+Why a thread and not a process: a process could be killed, but every user function and plugin
+object would have to be picklable (closures, ``api.run`` lambdas and judge clients are not), its
+arguments copied, and the ``log_metric`` callbacks relayed back. A thread runs any callable as
+TRL runs it. The price: a thread cannot be killed, so one that times out or is cancelled is
+*abandoned*: it keeps running in the background (a daemon: it does not keep the process alive)
+while the trainer raises, checkpoints and exits. Reward code that is expected to hang in C or to
+kill its own process should isolate itself (``code_tests`` runs samples in a sandboxed process).
+
+``sys.exit`` in a reward raises ``SystemExit`` in its thread, which is caught and reported.
+``os._exit`` would end the whole process at once (exit code as given, no checkpoint), so while
+reward threads exist ``os._exit`` is replaced by a guard that raises ``RewardExit`` in a reward
+thread and exits as before anywhere else (other threads, forked children).
+"""
+
+from __future__ import annotations
+
+import os
+import posix
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from polyrl.errors import PolyrlError
+
+#: What ``os._exit`` was before the guard.
+_REAL_EXIT = os._exit
+_OWNER_PID = os.getpid()
+_reward_threads: set[int] = set()
+_lock = threading.Lock()
+
+
+class RewardExit(BaseException):
+    """``os._exit(code)`` called from reward code (a BaseException, like SystemExit)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class RewardCancelled(PolyrlError):
+    """A stop was requested (SIGINT/SIGTERM) while a reward was running; the step is abandoned."""
+
+
+class RewardTimedOut(Exception):
+    """The call did not finish within its time limit (the thread is abandoned)."""
+
+
+class RewardCallFailed(Exception):
+    """The reward code raised (any BaseException, SystemExit included); ``cause`` is what it raised."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+def _guarded_exit(code: int) -> None:
+    if os.getpid() == _OWNER_PID and threading.get_ident() in _reward_threads:
+        raise RewardExit(code)
+    _REAL_EXIT(code)
+
+
+def install_exit_guard() -> None:
+    """Route ``os._exit`` through the guard (idempotent)."""
+    global _OWNER_PID
+    with _lock:
+        if os._exit is not _guarded_exit:
+            _OWNER_PID = os.getpid()
+            os._exit = _guarded_exit  # type: ignore[assignment]
+            posix._exit = _guarded_exit  # type: ignore[assignment]
+
+
+def is_reward_thread() -> bool:
+    return threading.get_ident() in _reward_threads
+
+
+def register_reward_thread() -> None:
+    """Mark the calling thread as running reward code (helper threads a reward starts itself)."""
+    _reward_threads.add(threading.get_ident())
+
+
+def unregister_reward_thread() -> None:
+    _reward_threads.discard(threading.get_ident())
+
+
+#: Seconds a running reward still gets after a stop request: a reward about to finish lets the
+#: step complete (the usual graceful stop); a stuck one is abandoned.
+STOP_GRACE_S = 5.0
+
+
+def call_guarded(fn: Callable[[], Any], *, label: str, timeout_s: float,
+                 should_stop: Callable[[], bool] = lambda: False, poll_s: float = 0.05,
+                 stop_grace_s: float | None = None) -> Any:
+    """``fn()`` on a reward thread; its result, or:
+
+    RewardCallFailed  it raised (SystemExit and os._exit, as RewardExit, included)
+    RewardTimedOut    it ran longer than ``timeout_s`` (abandoned)
+    RewardCancelled   ``should_stop()`` was true for ``stop_grace_s`` (default ``STOP_GRACE_S``)
+                      while it ran (abandoned)
+    """
+    grace = STOP_GRACE_S if stop_grace_s is None else stop_grace_s
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        register_reward_thread()
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - reported in the caller's thread
+            box["error"] = exc
+        finally:
+            unregister_reward_thread()
+            done.set()
+
+    install_exit_guard()
+    thread = threading.Thread(target=target, name=f"polyrl-reward-{label}", daemon=True)
+    start = time.monotonic()
+    stop_seen: float | None = None
+    thread.start()
+    while not done.wait(poll_s):
+        now = time.monotonic()
+        if stop_seen is None and should_stop():
+            stop_seen = now
+        if stop_seen is not None and now - stop_seen >= grace:
+            raise RewardCancelled(f"stop requested while reward {label!r} was running")
+        if now - start > timeout_s:
+            raise RewardTimedOut(label)
+    if "error" in box:
+        raise RewardCallFailed(box["error"])
+    return box.get("value")

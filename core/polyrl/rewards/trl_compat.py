@@ -1,0 +1,147 @@
+"""What TRL's ``GRPOTrainer`` hands a reward function, rebuilt without TRL or torch.
+
+A reward function written for TRL 1.16 is called by keyword (``GRPOTrainer._calculate_rewards``)::
+
+    fn(prompts=..., completions=..., completion_ids=..., <every dataset column>=...,
+       trainer_state=..., log_extra=..., log_metric=...)
+
+This module holds the pieces polyrl needs to make the same call: the argument names, which
+dataset columns are passed, the conversational completion format, a ``TrainerState`` look-alike,
+and the check that every parameter of a function can be filled before any model loads.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from polyrl.errors import ConfigError
+
+#: Keyword arguments TRL passes besides the dataset columns (``environments`` only exists with a
+#: TRL environment factory, which polyrl has no equivalent of, so it is never passed).
+TRL_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
+
+#: Dataset columns TRL does not pass as keywords (the trainer passes its own values instead).
+NOT_PASSED_COLUMNS = frozenset({"prompt", "completion", "completion_ids"})
+
+#: Columns that would collide with an argument TRL passes: in TRL they raise TypeError (prompts,
+#: completions) or are silently replaced (trainer_state, log_*); polyrl refuses them up front.
+COLLIDING_COLUMNS = frozenset(TRL_ARGUMENTS) - NOT_PASSED_COLUMNS
+
+
+def is_conversational(prompt: Any) -> bool:
+    """True for a chat prompt (a list of ``{"role", "content"}`` messages), as TRL decides it."""
+    if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence) or not prompt:
+        return False
+    first = prompt[0]
+    return isinstance(first, Mapping) and "role" in first and "content" in first
+
+
+def trl_completion(prompt: Any, text: str) -> Any:
+    """The completion as TRL hands it over: one assistant message for a chat prompt, else text."""
+    return [{"role": "assistant", "content": text}] if is_conversational(prompt) else text
+
+
+@attrs.define
+class TrainerState:
+    """The attributes of ``transformers.TrainerState`` a reward function reads, filled by polyrl.
+
+    ``global_step`` is the number of finished training steps (the step being scored), ``epoch``
+    the passes over the training prompts so far (fractional, as in transformers), ``log_history``
+    the metrics of the finished steps. Fields without a polyrl meaning keep transformers' defaults.
+    """
+
+    epoch: float = 0.0
+    global_step: int = 0
+    max_steps: int = 0
+    logging_steps: int = 1
+    eval_steps: int = 0
+    save_steps: int = 0
+    train_batch_size: int | None = None
+    num_train_epochs: int = 0
+    num_input_tokens_seen: int = 0
+    total_flos: float = 0.0
+    log_history: list[dict[str, Any]] = attrs.field(factory=list)
+    best_metric: float | None = None
+    best_global_step: int | None = None
+    best_model_checkpoint: str | None = None
+    is_local_process_zero: bool = True
+    is_world_process_zero: bool = True
+    is_hyper_param_search: bool = False
+    trial_name: str | None = None
+    trial_params: dict[str, Any] | None = None
+    stateful_callbacks: dict[str, Any] = attrs.field(factory=dict)
+
+    @classmethod
+    def for_run(cls, *, step: int, max_steps: int, prompts_per_step: int, group_size: int,
+                dataset_size: int, history: list[dict[str, Any]], save_steps: int = 0,
+                eval_steps: int = 0, rank: int = 0) -> TrainerState:
+        """The state a run is in while it scores step ``step``."""
+        size = max(dataset_size, 1)
+        return cls(
+            epoch=step * prompts_per_step / size, global_step=step, max_steps=max_steps,
+            save_steps=save_steps, eval_steps=eval_steps, train_batch_size=prompts_per_step * group_size,
+            num_train_epochs=math.ceil(max_steps * prompts_per_step / size), log_history=history,
+            is_local_process_zero=rank == 0, is_world_process_zero=rank == 0,
+        )
+
+
+def _parameters(fn: Callable[..., Any]) -> list[inspect.Parameter] | None:
+    """The parameters of ``fn`` (a callable object's ``__call__`` without ``self``); None when
+    Python cannot tell (some builtins): then every argument is passed."""
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+
+
+def accepted_arguments(fn: Callable[..., Any]) -> frozenset[str] | None:
+    """The keyword names ``fn`` takes, or None when it takes ``**kwargs`` (or cannot be inspected)."""
+    params = _parameters(fn)
+    if params is None or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(p.name for p in params if p.kind is not inspect.Parameter.POSITIONAL_ONLY)
+
+
+def _fix_for(name: str) -> str:
+    if name in ("prompt", "completion"):
+        return f"name it {name}s (plural), as TRL's GRPOTrainer passes it"
+    if name == "step":
+        return "read trainer_state.global_step instead (the training step being scored)"
+    return (f"rename it to one of those arguments or columns, give it a default, or add a {name!r} "
+            "column to the dataset")
+
+
+def check_binding(fn: Callable[..., Any], origin: str, columns: Collection[str]) -> None:
+    """Raise ConfigError unless every parameter of ``fn`` is filled by a TRL argument, a dataset
+    column or its default: a parameter left over would be a TypeError at the first step, and a
+    positional call would bind the wrong values silently, so both are refused at load."""
+    passed = [c for c in columns if c not in NOT_PASSED_COLUMNS]
+    clash = sorted(set(passed) & COLLIDING_COLUMNS)
+    if clash:
+        raise ConfigError(
+            f"the dataset has a column {clash[0]!r}, which is also the name of an argument TRL passes to "
+            f"reward functions ({origin})", field="data",
+            fix=f"rename the {clash[0]!r} column in the dataset")
+    params = _parameters(fn)
+    if params is None:
+        return
+    available = set(TRL_ARGUMENTS) | set(passed)
+    for p in params:
+        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            continue
+        if p.default is not inspect.Parameter.empty:
+            continue
+        where = (f"reward function {origin} has parameter {p.name!r}, which nothing fills: reward functions "
+                 "are called by keyword, exactly as TRL's GRPOTrainer calls them, with "
+                 f"{', '.join(TRL_ARGUMENTS)} and the dataset columns "
+                 f"({', '.join(sorted(passed)) or 'none'})")
+        if p.kind is inspect.Parameter.POSITIONAL_ONLY:
+            raise ConfigError(f"{where}; it is positional-only", field="rewards.function",
+                              fix=f"remove the '/' from the signature so {p.name!r} can be passed by name")
+        if p.name not in available:
+            raise ConfigError(where, field="rewards.function", fix=_fix_for(p.name))

@@ -1,0 +1,266 @@
+"""Rewards that hang, exit or ignore a stop request cannot hang or silently end the trainer.
+
+Unit tests drive ``RewardComputer`` directly; the end-to-end ones run ``polyrl train`` on the tiny
+model in a subprocess and check the exit code, the one ``error:`` line, the checkpoint of the last
+good state, and that ``--resume`` continues from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from polyrl.errors import RewardError
+from polyrl.plugins import get_plugin_manager
+from polyrl.rewards import guard
+from polyrl.rewards.combine import RewardComputer
+from polyrl.rewards.functions import function_reward_plugin
+from polyrl.types import Completion, RewardContext
+
+pytestmark = pytest.mark.faults
+
+
+@pytest.fixture
+def release():
+    """Set at teardown so that a reward thread the test abandoned ends instead of spinning on."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def call(fn, timeout_s=600.0, should_stop=None):
+    plugin = function_reward_plugin(fn)
+    computer = RewardComputer(get_plugin_manager(extra=[plugin], entry_points=False),
+                              [(plugin.name, 1.0, {})], timeouts={plugin.name: timeout_s},
+                              should_stop=should_stop)
+    context = RewardContext(rows=[{"prompt": "p"}], wanted=(plugin.name,))
+    return computer(["p"], [Completion(0, [1], [2], [0.0], text="a")], context)
+
+
+def test_a_stuck_reward_times_out_and_is_named(release):
+    def stuck(completions, **kw):
+        while not release.wait(0.01):  # a busy loop that the fixture can end
+            pass
+        return [1.0]
+
+    t0 = time.monotonic()
+    with pytest.raises(RewardError, match=r"reward 'stuck' from function .* did not answer within 0.3 s.*"
+                                          r"Fix: .*raise timeout_s"):
+        call(stuck, timeout_s=0.3)
+    assert time.monotonic() - t0 < 5
+
+
+def test_an_async_reward_awaiting_forever_times_out(release):
+    async def waits(completions, **kw):
+        await asyncio.sleep(3600)
+
+    with pytest.raises(RewardError, match=r"reward 'waits' .* did not answer within 0.2 s"):
+        call(waits, timeout_s=0.2)
+
+
+def test_an_async_reward_blocking_its_loop_is_named(release):
+    async def blocks(completions, **kw):
+        release.wait(3600)  # never yields to the event loop
+        return [1.0]
+
+    t0 = time.monotonic()
+    with pytest.raises(RewardError, match=r"reward 'blocks' .* did not answer"):
+        call(blocks, timeout_s=0.2)
+    assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize(("body", "match"), [
+    ("sys.exit(3)", r"reward 'quits' from function .* raised SystemExit\(3\) \(sys.exit\).*Fix: return scores"),
+    ("os._exit(0)", r"reward 'quits' from function .* called os._exit\(0\), which would have ended the trainer"),
+])
+def test_exiting_rewards_are_errors(body, match):
+    namespace = {"sys": sys, "os": os}
+    exec(f"def quits(completions, **kw):\n    {body}\n", namespace)
+    with pytest.raises(RewardError, match=match):
+        call(namespace["quits"])
+
+
+def test_async_reward_calling_os_exit_is_an_error():
+    async def quits(completions, **kw):
+        os._exit(0)
+
+    with pytest.raises(RewardError, match=r"reward 'quits' .* called os._exit\(0\)"):
+        call(quits)
+
+
+def test_os_exit_outside_reward_threads_still_exits():
+    code = ("from polyrl.rewards import guard; import os, threading\n"
+            "guard.install_exit_guard()\n"
+            "t = threading.Thread(target=lambda: os._exit(5)); t.start(); t.join()\n"
+            "os._exit(9)\n")
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 5
+
+
+def test_a_stop_request_abandons_a_running_reward(monkeypatch, release):
+    monkeypatch.setattr(guard, "STOP_GRACE_S", 0.2)
+    stop = threading.Event()
+
+    def stuck(completions, **kw):
+        stop.set()
+        release.wait(3600)
+        return [1.0]
+
+    t0 = time.monotonic()
+    with pytest.raises(guard.RewardCancelled, match="stuck"):
+        call(stuck, should_stop=stop.is_set)
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_reward_finishing_within_the_grace_completes_the_step(monkeypatch):
+    monkeypatch.setattr(guard, "STOP_GRACE_S", 5.0)
+
+    def quick(completions, **kw):
+        time.sleep(0.2)
+        return [0.5]
+
+    np.testing.assert_array_equal(call(quick, should_stop=lambda: True).total, [0.5])
+
+
+# --- end to end: polyrl train on the tiny model ---------------------------------------------------
+
+POLYRL = [sys.executable, "-m", "polyrl.cli"]
+
+#: Fails (as ``FAIL``) at step 2 unless ``ok`` exists next to it; chat completions, as TRL passes them.
+REWARD = """
+import os, sys, time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+def digits(completions, trainer_state, **kwargs):
+    if trainer_state.global_step == 2 and not (HERE / "ok").exists():
+        (HERE / "reached").write_text("2")
+        FAIL
+    return [sum(ch.isdigit() for ch in c[0]["content"]) / max(len(c[0]["content"]), 1) for c in completions]
+"""
+
+FAILURES = {
+    "os_exit": "os._exit(0)",
+    "sys_exit": "sys.exit(0)",
+    "stuck": "while True: time.sleep(0.01)",
+}
+
+
+def write_run(tmp_path: Path, model: str, failure: str, timeout_s: float = 600) -> tuple[Path, Path]:
+    (tmp_path / "reward.py").write_text(REWARD.replace("FAIL", FAILURES[failure]))
+    out = tmp_path / "run"
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'[model]\npath = "{model}"\n[generation]\ngroup_size = 2\nmax_new_tokens = 6\n'
+        '[data]\ntask = "arithmetic"\n'
+        f'[[rewards]]\nfunction = "{tmp_path / "reward.py"}:digits"\ntimeout_s = {timeout_s}\n'
+        f'[train]\nsteps = 4\nprompts_per_step = 2\nthreads = 1\ncheckpoint_every = 0\noutput_dir = "{out}"\n')
+    return config, out
+
+
+def train(config: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*POLYRL, "train", str(config), "--no-progress", *extra],
+                          capture_output=True, text=True, timeout=300)
+
+
+def assert_resumes_to_the_end(tmp_path: Path, config: Path, out: Path) -> None:
+    (tmp_path / "ok").write_text("")  # the reward is fixed
+    done = train(config, "--resume")
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2, 3]
+    assert (out / "checkpoints" / "step-00000004" / "COMPLETE").exists()
+
+
+@pytest.mark.parametrize("failure", ["os_exit", "sys_exit", "stuck"])
+def test_a_failing_reward_stops_the_run_with_one_error_and_a_resumable_checkpoint(tiny_model_dir, tmp_path, failure):
+    config, out = write_run(tmp_path, tiny_model_dir, failure, timeout_s=3 if failure == "stuck" else 600)
+    t0 = time.monotonic()
+    proc = train(config)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "reward 'digits' from function" in errors[0], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    expected = {"os_exit": "os._exit(0)", "sys_exit": "SystemExit(0)", "stuck": "did not answer within 3 s"}
+    assert expected[failure] in errors[0]
+    # checkpoint_every = 0: the only checkpoint is the state before the failed step, written on failure
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000002"]
+    assert (out / "checkpoints" / "step-00000002" / "COMPLETE").exists()
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
+    if failure == "stuck":
+        assert time.monotonic() - t0 < 240
+    if failure == "os_exit":
+        assert_resumes_to_the_end(tmp_path, config, out)
+
+
+def test_sigterm_while_a_reward_is_stuck_stops_and_checkpoints(tiny_model_dir, tmp_path):
+    config, out = write_run(tmp_path, tiny_model_dir, "stuck")
+    proc = subprocess.Popen([*POLYRL, "train", str(config), "--no-progress"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (tmp_path / "reached").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never reached step 2"
+            time.sleep(0.1)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "stop requested while a reward ran" in stderr and "digits" in stderr, stderr[-3000:]
+    assert (out / "checkpoints" / "step-00000002" / "COMPLETE").exists()
+    assert_resumes_to_the_end(tmp_path, config, out)
+
+
+def test_under_overlap_a_failed_step_resumes_on_exactly_its_rollout(tiny_model_dir, tmp_path):
+    """generation.overlap samples step k+1 during step k: when step 2's reward fails, the rollout
+    sampled ahead (step 3's) is dropped and step 2's is checkpointed, so the resumed run scores the
+    very completions the failed step had."""
+    from polyrl.checkpoint import read_state
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    seen: dict[int, list[str]] = {}
+    broken = {"on": True}
+
+    def texts(completions, trainer_state, **kw):
+        step = trainer_state.global_step
+        if step == 2 and broken["on"]:
+            seen[-1] = [c[0]["content"] for c in completions]
+            raise ValueError("judge unreachable")
+        seen[step] = [c[0]["content"] for c in completions]
+        return [float(len(c[0]["content"])) for c in completions]
+
+    def config():
+        return RunConfig.from_dict({
+            "model": {"path": tiny_model_dir}, "data": {"task": "arithmetic"},
+            "generation": {"group_size": 2, "max_new_tokens": 6, "overlap": True},
+            "rewards": [{"name": "texts"}],
+            "train": {"steps": 4, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")},
+        })
+
+    from polyrl.rewards.functions import function_reward_plugin
+
+    with pytest.raises(RewardError, match=r"reward 'texts' .* raised ValueError: judge unreachable"):
+        Trainer(config(), extra_plugins=(function_reward_plugin(texts),)).run(progress=False)
+    checkpoint = tmp_path / "run" / "checkpoints" / "step-00000002"
+    state = read_state(checkpoint)
+    assert state["step"] == 2 and state["pending_rollout"]["step"] == 2
+    broken["on"] = False
+    trainer = Trainer(config(), extra_plugins=(function_reward_plugin(texts),))
+    assert trainer.resume()
+    summary = trainer.run(progress=False)
+    assert summary["steps"] == 4
+    assert seen[2] == seen[-1]  # the resumed step scored the failed step's completions

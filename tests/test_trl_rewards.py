@@ -1,0 +1,345 @@
+"""TRL reward functions run unchanged: called by keyword as TRL 1.16's GRPOTrainer calls them.
+
+The functions under test are TRL's own (``trl.rewards``) and the shapes TRL's GRPOTrainer
+documentation shows ("Using a custom reward function"), written here as a user would copy them.
+The end-to-end runs (tiny model, torch backend) are at the bottom.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from polyrl.errors import ConfigError, RewardError
+from polyrl.plugins import get_plugin_manager
+from polyrl.rewards.combine import RewardComputer
+from polyrl.rewards.functions import function_reward_plugin
+from polyrl.rewards.trl_compat import TrainerState
+from polyrl.types import Completion, RewardContext
+
+from trl_doc_rewards import (accuracy_reward_func, coding_reward_func, format_reward_func, length_reward,
+                             math_reward_func)
+
+CHAT = [{"role": "user", "content": "What is 2 + 2?"}]
+
+
+def scored(fns, texts, rows, columns=None, state=None, ids=None):
+    """Score ``texts`` (one per row) with the function rewards ``fns`` through a RewardComputer."""
+    plugins = [function_reward_plugin(fn) for fn in fns]
+    computer = RewardComputer(get_plugin_manager(extra=plugins, entry_points=False),
+                              [(p.name, 1.0, {}) for p in plugins], columns=columns)
+    ids = ids or [[7] * (i + 1) for i in range(len(texts))]
+    comps = [Completion(0, [1], x, [0.0] * len(x), text=t) for t, x in zip(texts, ids)]
+    context = RewardContext(rows=rows, wanted=tuple(p.name for p in plugins), trainer_state=state,
+                            completion_ids=[np.asarray(x) for x in ids])
+    return computer([r["prompt"] for r in rows], comps, context)
+
+
+def test_length_reward_sees_the_sampled_token_ids():
+    rows = [{"prompt": "a"}, {"prompt": "b"}]
+    res = scored([length_reward], ["x", "y"], rows, ids=[[1, 2, 3], [4]])
+    np.testing.assert_array_equal(res.total, [3.0, 1.0])
+
+
+def test_chat_prompts_give_conversational_completions():
+    rows = [{"prompt": CHAT}, {"prompt": CHAT}]
+    res = scored([format_reward_func], ["<think>hm</think><answer>4</answer>", "4"], rows, columns=["prompt"])
+    np.testing.assert_array_equal(res.total, [1.0, 0.0])
+
+
+def test_ground_truth_column_is_passed_by_name():
+    rows = [{"prompt": "q1", "ground_truth": "4"}, {"prompt": "q2", "ground_truth": "5"}]
+    res = scored([accuracy_reward_func], ["so \\boxed{4}", "\\boxed{4}"], rows, columns=["prompt", "ground_truth"])
+    np.testing.assert_array_equal(res.total, [1.0, 0.0])
+
+
+def test_multi_task_none_means_no_reward_from_that_function():
+    rows = [{"prompt": "2+2?", "task": "math"}, {"prompt": "write f", "task": "coding"}]
+    res = scored([math_reward_func, coding_reward_func], ["4", "def f(): pass"], rows,
+                 columns=["prompt", "task"])
+    np.testing.assert_array_equal(res.total, [1.0, 1.0])
+    assert res.metrics["math_reward_func"]["none_count"] == 1
+    assert np.isnan(res.per_reward["coding_reward_func"][0])
+
+
+def test_trainer_state_and_log_metric():
+    seen = {}
+
+    def curriculum(completions, trainer_state, log_metric, **kwargs):
+        progress = trainer_state.global_step / trainer_state.max_steps
+        seen.update(step=trainer_state.global_step, epoch=trainer_state.epoch)
+        log_metric("progress", progress)
+        return [progress] * len(completions)
+
+    state = TrainerState.for_run(step=3, max_steps=12, prompts_per_step=2, group_size=4, dataset_size=8,
+                                 history=[])
+    res = scored([curriculum], ["a", "b"], [{"prompt": "p"}] * 2, state=state)
+    np.testing.assert_allclose(res.total, [0.25, 0.25])
+    assert seen == {"step": 3, "epoch": 0.75}
+    assert res.metrics["curriculum"]["progress"] == 0.25
+
+
+def test_async_reward_is_awaited():
+    async def judge(completions, **kwargs):
+        await asyncio.sleep(0)
+        return [0.5] * len(completions)
+
+    np.testing.assert_array_equal(scored([judge], ["a"], [{"prompt": "p"}]).total, [0.5])
+
+
+# --- the regressions the old positional call had -----------------------------------------------
+
+
+def test_completions_with_trainer_state_default_gets_completions_not_prompts():
+    def f(completions, trainer_state=None, **kw):
+        return [float(c == "the completion") for c in completions]
+
+    np.testing.assert_array_equal(scored([f], ["the completion"], [{"prompt": "the prompt"}]).total, [1.0])
+
+
+def test_a_column_parameter_is_not_bound_twice():
+    def f(completions, answer, **kw):
+        return [float(c == a) for c, a in zip(completions, answer)]
+
+    res = scored([f], ["4", "5"], [{"prompt": "p", "answer": "4"}] * 2, columns=["prompt", "answer"])
+    np.testing.assert_array_equal(res.total, [1.0, 0.0])
+
+
+# --- TRL's own reward functions, unchanged -------------------------------------------------------
+
+
+def test_trl_think_format_reward_on_chat_prompts():
+    from trl.rewards import think_format_reward
+
+    rows = [{"prompt": CHAT}] * 2
+    res = scored([think_format_reward], ["<think>\nsum\n</think>\n4", "4"], rows, columns=["prompt"])
+    np.testing.assert_array_equal(res.total, [1.0, 0.0])
+
+
+def test_trl_think_format_reward_on_text_prompts_fails_as_in_trl_and_is_named():
+    """It indexes completion[0]["content"]: TRL documents it for chat data; a text run is an error."""
+    from trl.rewards import think_format_reward
+
+    with pytest.raises(RewardError, match=r"reward 'think_format_reward' from function .* raised TypeError"):
+        scored([think_format_reward], ["<think>x</think>4"], [{"prompt": "plain"}])
+
+
+def test_trl_soft_overlong_punishment_and_repetition_penalty_match_direct_calls():
+    from trl.rewards import get_repetition_penalty_reward, get_soft_overlong_punishment
+
+    overlong = get_soft_overlong_punishment(max_completion_len=10, soft_punish_cache=4)
+    repetition = get_repetition_penalty_reward(ngram_size=2, max_penalty=-1.0)
+    ids = [[1] * 5, [1, 2] * 4, [3] * 12]
+    res = scored([overlong, repetition], ["a", "b", "c"], [{"prompt": "p"}] * 3, ids=ids)
+    np.testing.assert_allclose(res.per_reward["soft_overlong_punishment_reward"], overlong(ids))
+    np.testing.assert_allclose(res.per_reward["repetition_penalty_reward"], repetition(ids))
+    assert overlong(ids) == [0.0, -0.5, -1.0]
+
+
+def test_trl_accuracy_reward_with_math_verify():
+    pytest.importorskip("math_verify")
+    from trl.rewards import accuracy_reward
+
+    rows = [{"prompt": CHAT, "solution": r"\frac{1}{3}"}] * 2
+    res = scored([accuracy_reward], [r"\boxed{\frac{1}{3}}", r"\boxed{\frac{1}{2}}"], rows,
+                 columns=["prompt", "solution"])
+    np.testing.assert_array_equal(res.total, [1.0, 0.0])
+
+
+# --- signatures are checked when the run is configured -----------------------------------------
+
+
+def _check(fn, columns=("prompt", "answer")):
+    plugin = function_reward_plugin(fn)
+    RewardComputer(get_plugin_manager(extra=[plugin], entry_points=False), [(plugin.name, 1.0, {})],
+                   columns=list(columns))
+
+
+@pytest.mark.parametrize(("source", "match"), [
+    ("def f(p, c):\n    return []", r"'f'.*parameter 'p', which nothing fills.*called by keyword.*Fix: rename"),
+    ("def f(completions, answr, **kw):\n    return []", r"parameter 'answr'.*columns \(answer\).*add a 'answr' column"),
+    ("def f(prompts, completions, step):\n    return []", r"parameter 'step'.*Fix: read trainer_state.global_step"),
+    ("def f(prompt, completions, **kw):\n    return []", r"parameter 'prompt'.*Fix: name it prompts \(plural\)"),
+    ("def f(completions, /, **kw):\n    return []", r"parameter 'completions'.*positional-only.*Fix: remove the '/'"),
+])
+def test_unbindable_parameters_are_one_clear_error(source, match):
+    namespace: dict = {}
+    exec(source, namespace)
+    with pytest.raises(ConfigError, match=match) as info:
+        _check(namespace["f"])
+    assert info.value.field == "rewards.function"
+
+
+def test_defaults_and_var_args_need_nothing():
+    def f(completions, *args, scale=2.0, answer=None, **kw):
+        return [scale] * len(completions)
+
+    _check(f)
+
+
+def test_a_column_named_like_a_trl_argument_is_refused():
+    with pytest.raises(ConfigError, match=r"column 'trainer_state'.*Fix: rename the 'trainer_state' column"):
+        _check(length_reward, columns=["prompt", "trainer_state"])
+
+
+def test_the_old_positional_shape_keeps_working():
+    def old(prompts, completions, **columns):
+        return [float(p == "q" and c == "a" and columns["answer"][0] == "42") for p, c in zip(prompts, completions)]
+
+    res = scored([old], ["a"], [{"prompt": "q", "answer": "42"}], columns=["prompt", "answer"])
+    np.testing.assert_array_equal(res.total, [1.0])
+
+
+def test_bad_log_metric_is_named():
+    def f(completions, log_metric, **kw):
+        log_metric("x", float("nan"))
+        return [1.0]
+
+    with pytest.raises(RewardError, match=r"reward 'f'.*log_metric\('x', nan\)"):
+        scored([f], ["a"], [{"prompt": "p"}])
+
+
+def test_trainer_state_has_transformers_fields():
+    """Every field a transformers TrainerState has, so reward code reading one finds it."""
+    import dataclasses
+
+    import attrs
+    from transformers import TrainerState as HFTrainerState
+
+    ours = {a.name for a in attrs.fields(TrainerState)}
+    missing = {f.name for f in dataclasses.fields(HFTrainerState)} - ours
+    assert not missing, missing
+    assert math.isclose(TrainerState.for_run(step=5, max_steps=10, prompts_per_step=4, group_size=2,
+                                             dataset_size=10, history=[]).epoch, 2.0)
+
+
+def test_load_error_before_any_model_loads(tmp_path, capsys):
+    """A bad signature stops `polyrl train` with one error line while the model path does not even exist."""
+    from polyrl.cli import main
+
+    (tmp_path / "r.py").write_text("def score(completion, **kw):\n    return [0.0]\n")
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"prompt": "hi", "answer": "1"}) + "\n")
+    config = tmp_path / "run.toml"
+    config.write_text(f'[model]\npath = "{tmp_path / "no-model"}"\n[data]\npath = "{data}"\n'
+                      f'[[rewards]]\nfunction = "{tmp_path / "r.py"}:score"\n'
+                      f'[train]\noutput_dir = "{tmp_path / "out"}"\n')
+    assert main(["train", str(config), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert "parameter 'completion'" in err[0] and "Fix: name it completions" in err[0]
+
+
+# --- end to end: a short real training run on the tiny model (torch backend) --------------------
+
+DOC_REWARDS = Path(__file__).parent / "trl_doc_rewards.py"
+
+#: (reward function spec, reward name) per prompt format: the chat run includes the shapes that
+#: read completion[0]["content"], the text run the ones that read the completion as a string.
+E2E_REWARDS = {
+    "chat": [f"{DOC_REWARDS}:length_reward", f"{DOC_REWARDS}:format_reward_func",
+             "trl.rewards:think_format_reward", f"{DOC_REWARDS}:curriculum", f"{DOC_REWARDS}:async_judge",
+             f"{DOC_REWARDS}:overlong"],
+    "text": [f"{DOC_REWARDS}:length_reward", f"{DOC_REWARDS}:accuracy_reward_func",
+             f"{DOC_REWARDS}:math_reward_func", f"{DOC_REWARDS}:coding_reward_func",
+             f"{DOC_REWARDS}:curriculum", f"{DOC_REWARDS}:async_judge", f"{DOC_REWARDS}:overlong"],
+}
+
+
+@pytest.mark.parametrize("kind", ["chat", "text"])
+def test_trl_reward_shapes_train_end_to_end(tiny_model_dir, tmp_path, kind):
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    rows = []
+    for i in range(4):
+        question = f"What is {i} + 2?"
+        prompt = [{"role": "user", "content": question}] if kind == "chat" else question
+        rows.append({"prompt": prompt, "ground_truth": str(i + 2), "task": "math" if i % 2 else "coding"})
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    specs = E2E_REWARDS[kind]
+    config = RunConfig.from_dict({
+        "model": {"path": tiny_model_dir}, "data": {"path": str(data)},
+        "generation": {"group_size": 2, "max_new_tokens": 8},
+        "rewards": [{"function": spec} for spec in specs],
+        "train": {"steps": 2, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")},
+    })
+    summary = Trainer(config).run(progress=False)
+    history = summary["history"]
+    assert [m["step"] for m in history] == [0, 1]
+    for spec in specs:
+        name = spec.rsplit(":", 1)[1]
+        assert all(f"reward/{name}/mean" in m for m in history), (name, sorted(history[0]))
+    assert [m["reward/curriculum/progress"] for m in history] == [0.0, 0.5]  # global_step / max_steps
+    assert all(m["reward/async_judge/mean"] == 0.5 for m in history)
+    lengths = [m["reward/length_reward/mean"] for m in history]
+    assert all(1.0 <= x <= 8.0 for x in lengths), lengths
+    if kind == "text":  # one task per row: each multi-task function skips the other task's samples
+        for m in history:  # 2 prompts x 2 samples, each of one task
+            assert m["reward/math_reward_func/none_count"] + m["reward/coding_reward_func/none_count"] == 4
+    else:  # a random tiny model does not write <think>...</think>: TRL's function scores 0, not an error
+        assert all(m["reward/think_format_reward/mean"] == 0.0 for m in history)
+
+
+# --- README "Coming from TRL": the same reward file through polyrl and through TRL ----------------
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "coming_from_trl"
+
+
+def test_coming_from_trl_config_trains_with_the_reward_file(tiny_model_dir, tmp_path, monkeypatch):
+    """examples/coming_from_trl/run.toml as written, on the tiny model and for 2 short steps."""
+    import tomllib
+
+    from polyrl.cli import main
+
+    config = tomllib.loads((EXAMPLE / "run.toml").read_text())
+    config["model"]["path"] = tiny_model_dir
+    config["generation"].update(group_size=2, max_new_tokens=8)
+    config["train"].update(steps=2, prompts_per_step=2, threads=1, output_dir=str(tmp_path / "run"))
+    lines = []
+    for section in ("model", "generation", "algorithm", "optimizer", "data", "train"):
+        lines += [f"[{section}]"] + [f"{k} = {json.dumps(v)}" for k, v in config[section].items()]
+    for reward in config["rewards"]:
+        lines += ["[[rewards]]"] + [f"{k} = {json.dumps(v)}" for k, v in reward.items()]
+    (tmp_path / "run.toml").write_text("\n".join(lines) + "\n")
+    monkeypatch.chdir(EXAMPLE.parents[1])  # the paths in run.toml are relative to the repository root
+    assert main(["train", str(tmp_path / "run.toml"), "--no-progress"]) == 0
+    history = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(history) == 2
+    for m in history:
+        assert 0.0 <= m["reward/correct_answer/mean"] <= 1.0 and m["reward/brevity/mean"] == 0.0  # 8 <= 16 tokens
+
+
+def test_coming_from_trl_script_runs_the_same_reward_file_in_trl(tiny_model_dir, tmp_path, monkeypatch):
+    """examples/coming_from_trl/train_trl.py in TRL's GRPOTrainer, shrunk to one step on the tiny model."""
+    source = (EXAMPLE / "train_trl.py").read_text()
+    for old, new in [('"HuggingFaceTB/SmolLM2-135M-Instruct"', repr(tiny_model_dir)), ("max_steps=20", "max_steps=1"),
+                     ("per_device_train_batch_size=16", "per_device_train_batch_size=8"),
+                     ("max_completion_length=32", "max_completion_length=8"),
+                     ('output_dir="runs/trl"', f"output_dir={str(tmp_path / 'trl')!r}, report_to=[]")]:
+        assert old in source, old
+        source = source.replace(old, new)
+    monkeypatch.chdir(EXAMPLE)
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    monkeypatch.delitem(sys.modules, "rewards", raising=False)  # the script's `from rewards import ...`
+    namespace: dict = {"__name__": "train_trl"}
+    try:
+        exec(compile(source, str(EXAMPLE / "train_trl.py"), "exec"), namespace)
+    finally:
+        sys.modules.pop("rewards", None)
+    logged = namespace["trainer"].state.log_history[0]
+    assert 0.0 <= logged["rewards/correct_answer/mean"] <= 1.0 and logged["rewards/brevity/mean"] == 0.0
+
+
+def test_options_on_a_function_reward_are_refused_not_ignored():
+    plugin = function_reward_plugin(length_reward)
+    with pytest.raises(ConfigError, match=r"rewards\[0\].options.*'length_reward' was given options \(scale\)"):
+        RewardComputer(get_plugin_manager(extra=[plugin], entry_points=False),
+                       [(plugin.name, 1.0, {"scale": 2})], columns=["prompt"])
