@@ -7,7 +7,6 @@ See README.md ("Config reference") for every key.
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Mapping
 from pathlib import Path
