@@ -196,6 +196,24 @@ class EngineConfig:
 
 
 @attrs.define(frozen=True)
+class ArchSupport:
+    """How one backend runs one model architecture (the HF ``config.json`` ``model_type``).
+
+    Backends declare it so a run is refused up front, naming backend and architecture, instead
+    of failing deep inside a model loader; ``logprob_deviation`` tells the user how far this
+    backend's log-probs sit from the torch float32 trainer's, when more than float error.
+    """
+
+    generate: bool = True
+    train: bool = False
+    #: the backend's optimised path (e.g. MLX's split-head shared-prompt forward) covers it
+    fast_path: bool = False
+    #: measured max |log-prob - torch float32 log-prob| on a tiny random model; None = unmeasured
+    logprob_deviation: float | None = None
+    notes: str = ""
+
+
+@attrs.define(frozen=True)
 class Capabilities:
     """What a backend can do; the registry and ``polyrl backends`` show it."""
 
@@ -210,6 +228,19 @@ class Capabilities:
     concurrent_generate: bool = False
     dtypes: tuple[str, ...] = ("float32",)
     devices: tuple[str, ...] = ("cpu",)
+    #: ``model_type`` -> ArchSupport. Empty means "not declared": the core then checks nothing
+    #: and the backend's own loader decides. A declared table is exhaustive: a model_type
+    #: missing from it is refused before any weights load.
+    architectures: Mapping[str, ArchSupport] = attrs.field(factory=dict)
+
+    def supports(self, model_type: str, role: str) -> bool | None:
+        """True/False for a declared table (role "generate" or "train"), None when undeclared."""
+        if not self.architectures:
+            return None
+        arch = self.architectures.get(model_type)
+        if arch is None:
+            return False
+        return arch.train if role == "train" else arch.generate
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
