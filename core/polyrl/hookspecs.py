@@ -41,7 +41,8 @@ Rules every backend follows (the conformance kit in ``polyrl.testing`` checks th
       ``"gemma3_text"``, ``"mistral"``, ``"phi3"``...) to ``ArchSupport(generate=, train=,
       fast_path=, logprob_deviation=, notes=)``. A declared table is exhaustive: the core refuses
       a run whose model_type is missing (or lacks the role) before loading anything, with an
-      ``error:`` naming backend and architecture. ``logprob_deviation`` is the measured max
+      ``error:`` naming backend and architecture; a ``"*"`` key stands for every model_type
+      not named (e.g. "anything transformers loads", untested). ``logprob_deviation`` is the measured max
       |log-prob - torch float32| when it exceeds float error (tests/test_architectures.py
       measures it). Leave it empty to opt out of the check.
     * Weight names are the HF checkpoint's (``model.layers.0.self_attn.q_proj.weight``...).

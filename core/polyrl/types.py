@@ -230,14 +230,15 @@ class Capabilities:
     devices: tuple[str, ...] = ("cpu",)
     #: ``model_type`` -> ArchSupport. Empty means "not declared": the core then checks nothing
     #: and the backend's own loader decides. A declared table is exhaustive: a model_type
-    #: missing from it is refused before any weights load.
+    #: missing from it is refused before any weights load; a ``"*"`` entry covers every
+    #: model_type not named (e.g. "whatever transformers can load", untested by polyrl).
     architectures: Mapping[str, ArchSupport] = attrs.field(factory=dict)
 
     def supports(self, model_type: str, role: str) -> bool | None:
         """True/False for a declared table (role "generate" or "train"), None when undeclared."""
         if not self.architectures:
             return None
-        arch = self.architectures.get(model_type)
+        arch = self.architectures.get(model_type, self.architectures.get("*"))
         if arch is None:
             return False
         return arch.train if role == "train" else arch.generate

@@ -25,11 +25,9 @@ from polyrl.types import EngineConfig, Prompt
 
 from polyrl_mlx import blas
 from polyrl_mlx._mx import mx, optim
+from polyrl_mlx.architectures import SPLIT_HEAD_TYPES, exact_embedding_scale
 
 DTYPES = ("float32", "bfloat16", "float16")
-#: mlx-lm model types whose logits are ``lm_head(model(x))`` (or the tied embedding), so scoring
-#: can project only the completion positions; other models go through the full ``__call__``.
-SPLIT_HEAD_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 
 
 def _device(name: str) -> Any:
@@ -120,6 +118,8 @@ class MLXEngine:
             self.quantization: dict | None = hf_config.get("quantization")
             self._cast(model)
             self.model = model
+            self.embedding_scale_factor = exact_embedding_scale(
+                model, str(self.hf_config.get("model_type", "")), config.dtype)
             self.tok_wrapper = tokenizer
             self.tokenizer = tokenizer._tokenizer  # the transformers tokenizer
             self.eos_ids = frozenset(int(i) for i in (tokenizer.eos_token_ids or ()))
@@ -222,10 +222,10 @@ class MLXEngine:
         model = self.model
         if self.model_type not in SPLIT_HEAD_TYPES or not hasattr(model, "model"):
             return None
-        if getattr(model.args, "tie_word_embeddings", False):
+        head = getattr(model, "lm_head", None)  # absent when tied (Gemma 3 pops it on load)
+        if head is None or getattr(model.args, "tie_word_embeddings", False):
             return model.model, model.model.embed_tokens.as_linear
-        head = getattr(model, "lm_head", None)
-        return (model.model, head) if head is not None else None
+        return model.model, head
 
     def require_optimizer(self) -> Any:
         if self.optimizer is None:
@@ -280,4 +280,4 @@ def load(config: EngineConfig) -> MLXEngine:
     return MLXEngine(config)
 
 
-__all__ = ["DTYPES", "MLXEngine", "config_overrides", "load"]
+__all__ = ["DTYPES", "SPLIT_HEAD_TYPES", "MLXEngine", "config_overrides", "load"]
