@@ -196,6 +196,7 @@ class Trainer:
                 "(needs polyrl[torch])",
             )
         self.model_path = model
+        reg.check_architecture(c.backends.train, model, "train")
         t0 = time.perf_counter()
         self.train_engine = Engine(reg, c.backends.train, self._engine_config("train", model))
         gen_model = model
@@ -208,6 +209,8 @@ class Trainer:
                     fix="point it at the file or folder the generate backend should load (e.g. a "
                     ".gguf for MAX), or remove it to generate from model.path",
                 )
+        reg.check_architecture(c.backends.generate_backend, gen_model, "generate",
+                               field="generation.max_model_path" if gen_model != model else "model.path")
         if c.generation.overlap and not reg.spec(c.backends.generate_backend).capabilities.concurrent_generate:
             raise ConfigError(
                 f"backend {c.backends.generate_backend!r} does not declare concurrent_generate (its "

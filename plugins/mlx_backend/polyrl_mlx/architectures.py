@@ -19,13 +19,14 @@ SPLIT_HEAD_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma3_text
 #: What tests/test_architectures.py checks on tiny models: generate, score and train through the
 #: hooks, weights synced both ways with torch, log-probs equal to torch's within float error.
 ARCHITECTURES: dict[str, ArchSupport] = {
-    name: ArchSupport(generate=True, train=True, fast_path=True,
-                      notes=notes)
-    for name, notes in (
-        ("llama", ""), ("mistral", ""), ("qwen2", ""), ("qwen3", ""), ("phi3", ""),
-        ("gemma3_text", "embedding scale sqrt(hidden) applied in float32 by polyrl (mlx-lm "
-                        "rounds it to bfloat16); sliding-window layers: no shared-prompt forward"),
-    )
+    **{name: ArchSupport(generate=True, train=True, fast_path=True)
+       for name in ("llama", "mistral", "qwen2", "qwen3", "phi3")},
+    "gemma3_text": ArchSupport(
+        generate=True, train=True, fast_path=True,
+        notes="embedding scale sqrt(hidden) applied in the model dtype by polyrl (mlx-lm rounds "
+              "it to bfloat16); sliding-window layers: no shared-prompt forward"),
+    "*": ArchSupport(generate=True, train=True, fast_path=False,
+                     notes="other mlx-lm model types: full forward, untested by polyrl"),
 }
 
 
