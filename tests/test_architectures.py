@@ -34,6 +34,16 @@ FLOAT_ERROR = 2e-5
 RESULTS: dict[str, dict] = {}
 
 
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def _usable(*names: str) -> None:
     reg = get_registry()
     for name in names:
@@ -65,7 +75,7 @@ def _write_results():
         Path(target).write_text(json.dumps({
             "what": "max |log-prob difference| vs the torch float32 trainer on tiny random models "
                     "(tests/test_architectures.py)",
-            "machine": platform.processor() or platform.machine(),
+            "machine": _cpu_model(),
             "architectures": dict(sorted(RESULTS.items())),
         }, indent=2) + "\n")
 
