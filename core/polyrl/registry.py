@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from polyrl import hub
 from polyrl.errors import BackendUnavailable, ConfigError, PluginError
 from polyrl.plugins import PluginLoadError, PolyrlPluginManager, get_plugin_manager
 from polyrl.types import BackendSpec, EngineConfig, RewardSpec
@@ -170,10 +171,15 @@ class Registry:
                     + (f"; it may still {other} it" if caps.supports(model_type, other) else ""),
             )
 
-    def resolve_model(self, name: str) -> str:
-        """A model alias resolved by a plugin, or ``name`` itself (a path) when none claims it."""
+    def resolve_model(self, name: str, field: str = "model.path") -> str:
+        """A model alias resolved by a plugin, a Hub id (``org/name``) found in the local HF
+        cache, or ``name`` itself (a path). An uncached Hub id is a ``ConfigError`` on ``field``."""
         resolved = self.pm.hook.polyrl_resolve_model(name=name)
-        return resolved or name
+        if resolved:
+            return resolved
+        if hub.looks_like_hub_id(name):
+            return hub.resolve_cached(name, field=field)
+        return name
 
 
 def model_type_of(model_path: str) -> str | None:

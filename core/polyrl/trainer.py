@@ -201,7 +201,7 @@ class Trainer:
         self.train_engine = Engine(reg, c.backends.train, self._engine_config("train", model))
         gen_model = model
         if c.generation.max_model_path:
-            gen_model = reg.resolve_model(c.generation.max_model_path)
+            gen_model = reg.resolve_model(c.generation.max_model_path, field="generation.max_model_path")
             if not Path(gen_model).exists():
                 raise ConfigError(
                     f"max_model_path {c.generation.max_model_path!r} does not exist",
@@ -228,7 +228,8 @@ class Trainer:
         self._sync_weights(0)
         self.ref_engine: Engine | None = None
         if c.algorithm.beta > 0:
-            ref_model = reg.resolve_model(c.model.reference_path) if c.model.reference_path else model
+            ref_model = (reg.resolve_model(c.model.reference_path, field="model.reference_path")
+                         if c.model.reference_path else model)
             probe = None
             if ref_model == model and c.backends.reference_backend == c.backends.train:
                 # e.g. a LoRA engine answers for its frozen base with adapters disabled
