@@ -185,3 +185,84 @@ def test_an_architecture_a_backend_cannot_run_is_refused_up_front(tmp_path):
         reg.check_architecture("torch", str(model), "train")  # '*': anything transformers loads
     finally:
         del reg._backends["narrow"]
+
+
+# --- LoRA: every linear layer by default, peft configs accepted ----------------------------------
+
+
+def _lora_targets(engine: Engine) -> set[str]:
+    """Leaf names of the adapted modules of layer 0 (peft's or mlx-lm's LoRA layers)."""
+    if engine.backend == "torch":
+        from peft.tuners.lora import LoraLayer
+
+        named = engine.raw.model.named_modules()
+        return {n.rsplit(".", 1)[-1] for n, m in named if isinstance(m, LoraLayer) and ".layers.0." in n}
+    return {n.rsplit(".", 1)[-1] for n in engine.raw.lora_modules() if ".layers.0." in n}
+
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+@pytest.mark.parametrize("arch, expected", [
+    ("phi3", {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}),
+    ("qwen3", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}),
+])
+def test_default_lora_adapts_every_linear_layer_of_the_family(arch, expected, backend, models):
+    from polyrl.types import LoraConfig
+
+    _usable(backend)
+    path = build_tiny_model(models / arch, arch=arch)
+    engine = Engine(get_registry(), backend, EngineConfig(model=path, role="train", threads=1,
+                                                          lora=LoraConfig(rank=2, alpha=4)))
+    assert _lora_targets(engine) == expected
+    seqs = [TokenSequence.of(c) for c in engine.generate(CHATS, SamplingParams(max_new_tokens=6, n=2, seed=0))]
+    metrics = engine.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs))), Objective())
+    assert not metrics.skipped and "lm_head" not in str(sorted(_lora_targets(engine)))
+
+
+def test_peft_lora_config_is_accepted_by_agent_config_and_engines(models):
+    import peft
+
+    from polyrl.api import Agent
+    from polyrl.types import LoraConfig
+
+    agent = Agent("tiny", lora=peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
+                                               target_modules=["v_proj", "q_proj"], task_type="CAUSAL_LM"))
+    assert agent.lora == LoraConfig(rank=4, alpha=8.0, dropout=0.0, target_modules=("q_proj", "v_proj"))
+    assert Agent("tiny", lora=peft.LoraConfig(r=2)).lora.all_linear  # peft's None -> every linear layer
+    _usable("torch")
+    path = build_tiny_model(models / "phi3", arch="phi3")
+    engine = Engine(get_registry(), "torch", EngineConfig(
+        model=path, role="train", threads=1, lora=peft.LoraConfig(r=2, target_modules="all-linear")))
+    assert _lora_targets(engine) == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("field, value", [("use_dora", True), ("bias", "all"), ("use_rslora", True),
+                                          ("modules_to_save", ["lm_head"]), ("layers_to_transform", [0])])
+def test_unsupported_peft_lora_fields_are_refused_by_name(field, value):
+    import peft
+
+    from polyrl.api import Agent
+
+    with pytest.raises(ConfigError) as err:
+        Agent("tiny", lora=peft.LoraConfig(r=4, **{field: value}))
+    assert field in str(err.value) and err.value.field == "lora"
+    with pytest.raises(ConfigError, match="regular-expression"):
+        Agent("tiny", lora=peft.LoraConfig(r=4, target_modules=r".*q_proj"))
+
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_float16_generates_scores_and_trains(backend, models):
+    _usable(backend)
+    path = build_tiny_model(models / "qwen2", arch="qwen2")
+    engine = Engine(get_registry(), backend, EngineConfig(model=path, role="train", dtype="float16", threads=1,
+                                                          optimizer=OptimizerConfig(lr=1e-2)))
+    out = engine.generate(CHATS, SamplingParams(max_new_tokens=8, n=2, seed=0))
+    seqs = [TokenSequence.of(c) for c in out]
+    assert _gap([c.logprobs for c in out], engine.logprobs(seqs, 1.0)) < 2e-3  # float16 rounding
+    _usable("torch")
+    exact = _engine(path, "torch", "generate").logprobs(seqs, 1.0)
+    assert _gap(exact, engine.logprobs(seqs, 1.0)) < 2e-3
+    metrics = engine.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs))), Objective())
+    assert not metrics.skipped and np.isfinite(metrics.loss)
+    weights = engine.export_weights()
+    assert all(w.dtype == np.float32 and np.isfinite(w).all() for w in weights.values())

@@ -171,6 +171,13 @@ class Registry:
                     + (f"; it may still {other} it" if caps.supports(model_type, other) else ""),
             )
 
+    def check_dtype(self, name: str, dtype: str, role: str, field: str = "model.dtype") -> None:
+        """Refuse up front a dtype the backend does not declare (``Capabilities.dtypes``)."""
+        dtypes = self.spec(name).capabilities.dtypes
+        if dtype not in dtypes:
+            raise ConfigError(f"backend {name!r} ({role}) does not run dtype {dtype!r}", field=field,
+                              fix=f"use one of {', '.join(dtypes)}, or another {role} backend")
+
     def resolve_model(self, name: str, field: str = "model.path") -> str:
         """A model alias resolved by a plugin, a Hub id (``org/name``) found in the local HF
         cache, or ``name`` itself (a path). An uncached Hub id is a ``ConfigError`` on ``field``."""

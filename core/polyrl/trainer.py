@@ -197,6 +197,8 @@ class Trainer:
             )
         self.model_path = model
         reg.check_architecture(c.backends.train, model, "train")
+        reg.check_dtype(c.backends.train, c.model.dtype, "train")
+        reg.check_dtype(c.backends.generate_backend, c.model.dtype, "generate")
         t0 = time.perf_counter()
         self.train_engine = Engine(reg, c.backends.train, self._engine_config("train", model))
         gen_model = model

@@ -24,7 +24,7 @@ from polyrl.errors import ConfigError
 from polyrl.types import EngineConfig, Prompt
 
 from polyrl_mlx import blas
-from polyrl_mlx._mx import mx, optim
+from polyrl_mlx._mx import mx, nn, optim
 from polyrl_mlx.architectures import SPLIT_HEAD_TYPES, exact_embedding_scale
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -91,6 +91,24 @@ def config_overrides(model_dir: Path) -> dict[str, Any]:
     if rope_type != "default" and not config.get("rope_scaling"):
         out["rope_scaling"] = dict(params)
     return out
+
+
+class Float32AdamW(optim.AdamW):
+    """AdamW whose moments and arithmetic are float32 whatever the parameters' dtype.
+
+    Why: MLX's AdamW keeps its state in the parameter's dtype. In float16, ``eps = 1e-8`` and
+    small squared gradients round to 0, so ``m / (sqrt(v) + eps)`` becomes inf/NaN on the first
+    step; torch's AdamW does its math in float32 for the same reason. The new weights are cast
+    back to the parameter's dtype.
+    """
+
+    def init_single(self, parameter: Any, state: dict) -> None:
+        state["m"] = mx.zeros(parameter.shape, dtype=mx.float32)
+        state["v"] = mx.zeros(parameter.shape, dtype=mx.float32)
+
+    def apply_single(self, gradient: Any, parameter: Any, state: dict) -> Any:
+        updated = super().apply_single(gradient.astype(mx.float32), parameter.astype(mx.float32), state)
+        return updated.astype(parameter.dtype)
 
 
 class MLXEngine:
@@ -173,14 +191,19 @@ class MLXEngine:
         layers = getattr(self.model, "layers", None)
         if not layers:
             raise ConfigError("this model exposes no transformer layers for LoRA", field="lora")
-        keys = sorted({name for name, _ in layers[0].named_modules()
-                       if name and name.rsplit(".", 1)[-1] in lora.target_modules})
-        found = {k.rsplit(".", 1)[-1] for k in keys}
-        missing = [t for t in lora.target_modules if t not in found]
+        if lora.all_linear:  # peft's "all-linear": every linear layer of the blocks (no lm_head)
+            keys = sorted(name for name, m in layers[0].named_modules()
+                          if isinstance(m, (nn.Linear, nn.QuantizedLinear)))
+            missing = [] if keys else list(lora.target_modules)
+        else:
+            keys = sorted({name for name, _ in layers[0].named_modules()
+                           if name and name.rsplit(".", 1)[-1] in lora.target_modules})
+            found = {k.rsplit(".", 1)[-1] for k in keys}
+            missing = [t for t in lora.target_modules if t not in found]
         if missing:
             raise ConfigError(f"LoRA target modules {missing} do not exist in this model",
                               field="lora.target_modules",
-                              fix="use projection names of the model, e.g. q_proj, v_proj")
+                              fix='use "all-linear" or module names of the model, e.g. q_proj, v_proj')
         self.lora_keys = keys
         self.model.freeze()
         linear_to_lora_layers(
@@ -190,8 +213,9 @@ class MLXEngine:
 
     def _make_optimizer(self) -> Any:
         opt = self.config.optimizer
-        return optim.AdamW(learning_rate=opt.lr, betas=list(opt.betas), eps=opt.eps,
-                           weight_decay=opt.weight_decay, bias_correction=True)
+        cls = Float32AdamW if self.config.dtype == "float16" else optim.AdamW
+        return cls(learning_rate=opt.lr, betas=list(opt.betas), eps=opt.eps,
+                   weight_decay=opt.weight_decay, bias_correction=True)
 
     def reset_optimizer(self) -> None:
         if self.optimizer is not None:

@@ -16,10 +16,13 @@ from typing import Any
 import torch
 
 from polyrl.errors import ConfigError
-from polyrl.types import EngineConfig, Prompt
+from polyrl.types import ALL_LINEAR, EngineConfig, Prompt
 from polyrl_torch import distributed, sharding
 
-DTYPES: Mapping[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+#: float16 runs on CPU too (torch 2.x has the kernels) but is no faster there than bfloat16;
+#: it is for GPUs without bfloat16 and for matching a float16 generator.
+DTYPES: Mapping[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                                     "float16": torch.float16}
 ADAPTER = "default"  # the single peft adapter name this backend uses
 
 
@@ -62,6 +65,11 @@ def _model_location(model: str, options: Mapping[str, Any]) -> tuple[str, str | 
             raise ConfigError(f"{model!r} has no config.json", field="model",
                               fix="point at a HF model folder, or set options.gguf_file")
     return str(path), gguf
+
+
+def peft_target_modules(lora: Any) -> str | list[str]:
+    """peft's spelling: the string "all-linear" (a one-item list would be read as a module name)."""
+    return ALL_LINEAR if lora.all_linear else list(lora.target_modules)
 
 
 class TorchEngine:
@@ -135,14 +143,14 @@ class TorchEngine:
         from peft import get_peft_model
 
         names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-        missing = [t for t in lora.target_modules if t not in names]
+        missing = [] if lora.all_linear else [t for t in lora.target_modules if t not in names]
         if missing:
             raise ConfigError(f"LoRA target modules {missing} do not exist in this model",
                               field="lora.target_modules",
-                              fix="use projection names of the model, e.g. q_proj, v_proj")
+                              fix='use "all-linear" or module names of the model, e.g. q_proj, v_proj')
         peft_config = PeftLoraConfig(
             r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-            target_modules=list(lora.target_modules), task_type="CAUSAL_LM", bias="none",
+            target_modules=peft_target_modules(lora), task_type="CAUSAL_LM", bias="none",
         )
         return get_peft_model(model, peft_config, adapter_name=ADAPTER)
 

@@ -91,7 +91,8 @@ ARCHITECTURES = {
 
 CAPABILITIES_BASE = dict(
     generate=True, logprobs=True, train_step=True, lora=True, weight_export=True,
-    weight_import=True, checkpoint=True, concurrent_generate=True, dtypes=("float32", "bfloat16"),
+    weight_import=True, checkpoint=True, concurrent_generate=True,
+    dtypes=("float32", "bfloat16", "float16"),
     architectures=ARCHITECTURES,
 )
 
