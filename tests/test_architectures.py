@@ -266,3 +266,52 @@ def test_float16_generates_scores_and_trains(backend, models):
     assert not metrics.skipped and np.isfinite(metrics.loss)
     weights = engine.export_weights()
     assert all(w.dtype == np.float32 and np.isfinite(w).all() for w in weights.values())
+
+
+@pytest.mark.faults
+def test_a_dtype_the_generator_does_not_run_is_refused_before_loading(models, tmp_path):
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    reg = get_registry()
+    if "max" not in reg.names():
+        pytest.skip("the max plugin (which declares no float16) is not installed")
+    path = build_tiny_model(models / "llama", arch="llama")
+    data = {
+        "model": {"path": path, "dtype": "float16"},
+        "backends": {"train": "torch", "generate": "max"},
+        "data": {"task": "arithmetic", "options": {"count": 8}},
+        "rewards": [{"name": "numeric_match"}],
+        "train": {"steps": 1, "prompts_per_step": 2, "output_dir": str(tmp_path / "run")},
+    }
+    with pytest.raises(ConfigError) as err:
+        Trainer(RunConfig.from_dict(data))
+    assert err.value.field == "model.dtype" and "'max'" in str(err.value) and "float16" in str(err.value)
+    data["model"]["dtype"] = "float8"
+    with pytest.raises(ConfigError, match="model.dtype"):
+        RunConfig.from_dict(data)
+
+
+@pytest.mark.parametrize("tie, server_backend", [(False, "torch"), (True, "mlx")],
+                         ids=["untied-torch", "tied-mlx"])  # tied torch import: the local test above
+def test_weights_pushed_to_a_remote_server_keep_tied_and_untied_heads(tie, server_backend, models):
+    """torch trainer -> ``polyrl serve`` (a real server on 127.0.0.1) -> sampled log-probs equal."""
+    from serve_util import start_server
+
+    _usable("torch", server_backend)
+    path = build_tiny_model(models / f"gemma3_text-{tie}", arch="gemma3_text", tie_word_embeddings=tie)
+    trainer = _engine(path, "torch")
+    seqs = [TokenSequence.of(c) for c in trainer.generate(CHATS, SamplingParams(max_new_tokens=8, n=2, seed=3))]
+    trainer.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs))), Objective())
+    server = start_server(path, "--backend", server_backend, "--allow-weight-push")
+    try:
+        remote = Engine(get_registry(), "remote", EngineConfig(
+            model="unused", role="generate", options={"servers": [f"{server.url}/v1"]}))
+        for _ in range(2):  # the second push is where a loaded MLX Gemma 3 used to raise
+            remote.import_weights(trainer.export_weights())
+            out = remote.generate(CHATS, SamplingParams(max_new_tokens=6, n=2, seed=1))
+            expected = trainer.logprobs([TokenSequence.of(c) for c in out], 1.0)
+            assert _gap([c.logprobs for c in out], expected) < 5e-5
+            trainer.train_step(TrainBatch(seqs, -np.linspace(-1, 1, len(seqs))), Objective())
+    finally:
+        server.stop()
