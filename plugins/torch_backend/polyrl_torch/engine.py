@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from polyrl.errors import ConfigError
+from polyrl.logs import get_logger
 from polyrl.types import ALL_LINEAR, EngineConfig, Prompt
 from polyrl_torch import distributed, sharding
 
@@ -82,6 +83,10 @@ class TorchEngine:
                               field="dtype", fix=f"use one of {', '.join(DTYPES)}")
         self.dtype = DTYPES[config.dtype]
         self.device = _resolve_device(config.device)
+        if self.dtype == torch.float16 and self.device.type == "cpu":
+            get_logger("polyrl.torch").warning(
+                "float16 on CPU: torch has no fast float16 matmul on most CPUs, it runs far slower "
+                "than bfloat16 (README, Backends)", fix="use dtype bfloat16 on CPU")
         if config.role == "train":
             self.device = distributed.local_device(self.device)  # cuda:LOCAL_RANK under torchrun
             distributed.init_from_env(self.device)  # a no-op outside torchrun
