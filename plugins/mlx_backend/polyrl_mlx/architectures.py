@@ -24,7 +24,7 @@ ARCHITECTURES: dict[str, ArchSupport] = {
     "gemma3_text": ArchSupport(
         generate=True, train=True, fast_path=True,
         notes="embedding scale sqrt(hidden) applied in the model dtype by polyrl (mlx-lm rounds "
-              "it to bfloat16); sliding-window layers: no shared-prompt forward"),
+              "it to bfloat16); shared-prompt forward masks the sliding-window layers itself"),
     "*": ArchSupport(generate=True, train=True, fast_path=False,
                      notes="other mlx-lm model types: full forward, untested by polyrl"),
 }
@@ -74,3 +74,12 @@ def exact_embedding_scale(model: Any, model_type: str, dtype: str) -> float:
     embed.__class__ = type(f"ScaleCorrected{base.__name__}", (base,),
                            {"__call__": __call__, "_polyrl_scale_factor": factor})
     return factor
+
+
+def backbone_embed_scale(engine: Any) -> float | None:
+    """The factor the backbone's own ``__call__`` puts on the embeddings (Gemma 3: sqrt(hidden),
+    which mlx-lm rounds to bfloat16; the exact part is in the embedding, see above), for code
+    that runs the layers itself (the shared-prompt forward); None when there is none."""
+    if engine.model_type != "gemma3_text":
+        return None
+    return math.sqrt(engine.model.model.args.hidden_size)
