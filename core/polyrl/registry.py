@@ -160,7 +160,7 @@ class Registry:
             return
         caps = self.spec(name).capabilities
         if caps.supports(model_type, role) is False:
-            able = sorted(t for t in caps.architectures if caps.supports(t, role))
+            able = sorted(t for t in caps.architectures if t != "*" and caps.supports(t, role))
             other = "generate" if role == "train" else "train"
             raise ConfigError(
                 f"backend {name!r} cannot {role} architecture {model_type!r} "
