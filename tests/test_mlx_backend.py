@@ -644,12 +644,20 @@ def _assert_same_logprobs_and_gradients(engine: Engine, expected: Engine, batch:
         np.testing.assert_allclose(np.array(flat_got[k]), np.array(v), atol=2e-5 * scale, err_msg=k)
 
 
-def test_shared_prompt_forward_equals_the_full_forward(tiny_model_dir):
+@pytest.mark.parametrize("arch", ["llama", "gemma3_text", "phi3"])
+def test_shared_prompt_forward_equals_the_full_forward(tiny_model_dir, tmp_path_factory, arch):
     """Each distinct prompt through the backbone once (left-padded, masked, its keys/values reused
     per row) gives the log-probs and gradients of running every row whole, for prompts of
-    different lengths, one-token and empty completions included."""
-    shared = make_engine(tiny_model_dir)
-    whole = make_engine(tiny_model_dir, options={"shared_prompt_forward": False})
+    different lengths, one-token and empty completions included; on Gemma 3 with its
+    sliding-window layers (window 8, shorter than the rows) and Phi-3's partial rotary too."""
+    from polyrl.testing.tiny_model import build_tiny_model
+    from polyrl_mlx.scoring import shared_prompt_forward_allowed
+
+    model = tiny_model_dir if arch == "llama" else build_tiny_model(
+        tmp_path_factory.mktemp("shared") / arch, arch=arch)
+    shared = make_engine(model)
+    whole = make_engine(model, options={"shared_prompt_forward": False})
+    assert shared_prompt_forward_allowed(shared.raw)
     seqs = rollouts(shared, n=3, tokens=8)
     assert len({len(s.prompt_ids) for s in seqs}) > 1  # the left padding is exercised
     seqs += [TokenSequence(seqs[0].prompt_ids, np.array([], dtype=np.int64)),

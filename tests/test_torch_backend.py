@@ -84,7 +84,7 @@ def test_registered_with_honest_capabilities():
     caps = status.capabilities
     for key in ("generate", "logprobs", "train_step", "lora", "weight_export", "weight_import", "checkpoint"):
         assert caps[key], key
-    assert set(caps["dtypes"]) == {"float32", "bfloat16"} and "cpu" in caps["devices"]
+    assert set(caps["dtypes"]) == {"float32", "bfloat16", "float16"} and "cpu" in caps["devices"]
 
 
 def test_plugin_import_does_not_import_torch():

@@ -34,7 +34,7 @@ from polyrl.config import (
     TrainSection,
 )
 from polyrl.errors import ConfigError
-from polyrl.types import LoraConfig, OptimizerConfig
+from polyrl.types import LoraConfig, OptimizerConfig, as_lora_config
 
 grpo, dapo, dr_grpo, rloo, reinforce = "grpo", "dapo", "dr_grpo", "rloo", "reinforce"
 
@@ -45,7 +45,8 @@ class Agent:
 
     model: str
     backend: str = "torch"
-    lora: LoraConfig | None = None
+    #: polyrl's LoraConfig, or a ``peft.LoraConfig`` (converted; unsupported fields refused)
+    lora: LoraConfig | None = attrs.field(default=None, converter=as_lora_config)
     dtype: str = "float32"
 
 

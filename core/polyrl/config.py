@@ -17,7 +17,7 @@ import attrs
 from polyrl.algorithms.presets import AlgorithmConfig
 from polyrl.configtools import build
 from polyrl.errors import ConfigError
-from polyrl.types import LoraConfig, OptimizerConfig, SamplingParams
+from polyrl.types import LoraConfig, OptimizerConfig, SamplingParams, as_lora_config
 from polyrl.validators import check_depth, check_record
 
 if sys.version_info >= (3, 11):
@@ -26,9 +26,13 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
+#: Every dtype some backend runs; which one runs which is ``Capabilities.dtypes``.
+MODEL_DTYPES = ("float32", "bfloat16", "float16")
+
+
 @attrs.define(frozen=True)
 class ModelSection:
-    path: str = ""  # local HF folder, GGUF file, or an alias such as "smollm2-135m-instruct"
+    path: str = ""  # local HF folder, GGUF file, Hub id in the local HF cache, or an alias
     dtype: str = "float32"
     device: str = "cpu"
     max_length: int = 1024
@@ -39,8 +43,13 @@ class ModelSection:
         if not self.path:
             raise ConfigError(
                 "no model given", field="model.path",
-                fix='set model.path to a local HF folder or an alias like "smollm2-135m-instruct"',
+                fix='set model.path to a local HF folder, a cached Hub id ("org/name") or an alias '
+                    'like "smollm2-135m-instruct"',
             )
+        if self.dtype not in MODEL_DTYPES:
+            raise ConfigError(f"unknown dtype {self.dtype!r}", field="model.dtype",
+                              fix=f"use one of {', '.join(MODEL_DTYPES)} (`polyrl backends` lists "
+                                  "each backend's)")
 
 
 @attrs.define(frozen=True)
@@ -166,7 +175,7 @@ class RunConfig:
     generation: GenerationSection = attrs.field(factory=GenerationSection)
     algorithm: AlgorithmConfig = attrs.field(factory=lambda: AlgorithmConfig.preset("grpo"))
     optimizer: OptimizerConfig = attrs.field(factory=OptimizerConfig)
-    lora: LoraConfig | None = None
+    lora: LoraConfig | None = attrs.field(default=None, converter=as_lora_config)
     train: TrainSection = attrs.field(factory=TrainSection)
     eval: EvalSection = attrs.field(factory=EvalSection)
 

@@ -16,8 +16,8 @@ from polyrl.config import RunConfig
 #: One short line per key, by TOML table. A new field without a line here fails the tests.
 FIELD_DOCS: dict[str, dict[str, str]] = {
     "model": {
-        "path": "local HF folder, a GGUF file, or an alias (`smollm2-135m-instruct`, `tiny-llama`)",
-        "dtype": "`float32` (CPU default), `bfloat16`, `float16`",
+        "path": "local HF folder, a GGUF file, a Hub id found in the local HF cache (`org/name`, never downloaded), or an alias (`smollm2-135m-instruct`, `tiny-llama`)",
+        "dtype": "`float32` (CPU default), `bfloat16`, `float16` (torch and MLX; MAX: float32/bfloat16; on CPU float16 is no faster than bfloat16); a backend that does not run it is refused up front",
         "device": "`cpu`, `cuda`, `cuda:1`, `mps`, `gpu` (backend-specific)",
         "max_length": "longest prompt + completion in tokens; longer prompts are an error",
         "reference_path": "KL reference model when it is not the initial policy",
@@ -70,7 +70,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "rank": "adapter rank (the table's presence turns LoRA on)",
         "alpha": "adapter scale numerator (scale = alpha / rank)",
         "dropout": "adapter dropout",
-        "target_modules": "projection names to adapt (HF Llama names)",
+        "target_modules": "\"all-linear\" (every linear layer of the decoder blocks, lm_head excluded, whatever the family calls them) or a list of module names",
     },
     "data": {
         "task": "built-in task (`arithmetic`)",

@@ -36,6 +36,18 @@ Rules every backend follows (the conformance kit in ``polyrl.testing`` checks th
     * ``train_step`` loss equals ``polyrl.algorithms.reference.policy_loss`` on the same inputs,
       for every objective; one call is one optimizer step (micro-batches accumulate inside).
     * Weights cross backends as HF-named numpy arrays (``export_weights``/``import_weights``).
+    * Declare the model architectures you run in ``Capabilities.architectures``: a dict from
+      the HF ``config.json`` ``model_type`` (``"llama"``, ``"qwen2"``, ``"qwen3"``,
+      ``"gemma3_text"``, ``"mistral"``, ``"phi3"``...) to ``ArchSupport(generate=, train=,
+      fast_path=, logprob_deviation=, notes=)``. A declared table is exhaustive: the core refuses
+      a run whose model_type is missing (or lacks the role) before loading anything, with an
+      ``error:`` naming backend and architecture; a ``"*"`` key stands for every model_type
+      not named (e.g. "anything transformers loads", untested). ``logprob_deviation`` is the measured max
+      |log-prob - torch float32| when it exceeds float error (tests/test_architectures.py
+      measures it). Leave it empty to opt out of the check.
+    * Weight names are the HF checkpoint's (``model.layers.0.self_attn.q_proj.weight``...).
+      Tied-embedding models (``tie_word_embeddings``) export no ``lm_head.weight``; importers
+      accept the tied table with or without it (when present it equals the embedding).
     * Never import another backend; never import anything heavy at module import time if it
       can fail: do it in ``load`` and report problems through the ``probe``.
 """

@@ -11,13 +11,16 @@ The same data backs ``polyrl backends [--json]`` and ``polyrl doctor``.
 
 from __future__ import annotations
 
+import json
 import threading
 import traceback
+from pathlib import Path
 from typing import Any
 
 import attrs
 
-from polyrl.errors import BackendUnavailable, PluginError
+from polyrl import hub
+from polyrl.errors import BackendUnavailable, ConfigError, PluginError
 from polyrl.plugins import PluginLoadError, PolyrlPluginManager, get_plugin_manager
 from polyrl.types import BackendSpec, EngineConfig, RewardSpec
 
@@ -149,10 +152,52 @@ class Registry:
             raise BackendUnavailable(f"backend {name!r} is not usable here: {status.reason}.{hint}")
         return self.spec(name).load(config)
 
-    def resolve_model(self, name: str) -> str:
-        """A model alias resolved by a plugin, or ``name`` itself (a path) when none claims it."""
+    def check_architecture(self, name: str, model_path: str, role: str, field: str = "model.path") -> None:
+        """Refuse up front, naming backend and architecture, a model the backend declares it
+        cannot run in ``role`` ("generate" or "train"); silent when undeclared or unreadable."""
+        model_type = model_type_of(model_path)
+        if model_type is None:
+            return
+        caps = self.spec(name).capabilities
+        if caps.supports(model_type, role) is False:
+            able = sorted(t for t in caps.architectures if t != "*" and caps.supports(t, role))
+            other = "generate" if role == "train" else "train"
+            raise ConfigError(
+                f"backend {name!r} cannot {role} architecture {model_type!r} "
+                f"(it can {role}: {', '.join(able) or 'none'})",
+                field=field,
+                fix=f"pick another backend for {role} (`polyrl backends --json` lists each one's "
+                    f"architectures) or a model of a supported architecture"
+                    + (f"; it may still {other} it" if caps.supports(model_type, other) else ""),
+            )
+
+    def check_dtype(self, name: str, dtype: str, role: str, field: str = "model.dtype") -> None:
+        """Refuse up front a dtype the backend does not declare (``Capabilities.dtypes``)."""
+        dtypes = self.spec(name).capabilities.dtypes
+        if dtype not in dtypes:
+            raise ConfigError(f"backend {name!r} ({role}) does not run dtype {dtype!r}", field=field,
+                              fix=f"use one of {', '.join(dtypes)}, or another {role} backend")
+
+    def resolve_model(self, name: str, field: str = "model.path") -> str:
+        """A model alias resolved by a plugin, a Hub id (``org/name``) found in the local HF
+        cache, or ``name`` itself (a path). An uncached Hub id is a ``ConfigError`` on ``field``."""
         resolved = self.pm.hook.polyrl_resolve_model(name=name)
-        return resolved or name
+        if resolved:
+            return resolved
+        if hub.looks_like_hub_id(name):
+            return hub.resolve_cached(name, field=field)
+        return name
+
+
+def model_type_of(model_path: str) -> str | None:
+    """The HF ``model_type`` in ``<model_path>/config.json``; None for GGUF files, aliases and
+    folders without a readable config (the backend's loader reports those)."""
+    config = Path(model_path) / "config.json"
+    try:
+        value = json.loads(config.read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 _lock = threading.Lock()

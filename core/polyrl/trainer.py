@@ -205,11 +205,14 @@ class Trainer:
                 "(needs polyrl[torch])",
             )
         self.model_path = model
+        reg.check_architecture(c.backends.train, model, "train")
+        reg.check_dtype(c.backends.train, c.model.dtype, "train")
+        reg.check_dtype(c.backends.generate_backend, c.model.dtype, "generate")
         t0 = time.perf_counter()
         self.train_engine = Engine(reg, c.backends.train, self._engine_config("train", model))
         gen_model = model
         if c.generation.max_model_path:
-            gen_model = reg.resolve_model(c.generation.max_model_path)
+            gen_model = reg.resolve_model(c.generation.max_model_path, field="generation.max_model_path")
             if not Path(gen_model).exists():
                 raise ConfigError(
                     f"max_model_path {c.generation.max_model_path!r} does not exist",
@@ -217,6 +220,8 @@ class Trainer:
                     fix="point it at the file or folder the generate backend should load (e.g. a "
                     ".gguf for MAX), or remove it to generate from model.path",
                 )
+        reg.check_architecture(c.backends.generate_backend, gen_model, "generate",
+                               field="generation.max_model_path" if gen_model != model else "model.path")
         if c.generation.overlap and not reg.spec(c.backends.generate_backend).capabilities.concurrent_generate:
             raise ConfigError(
                 f"backend {c.backends.generate_backend!r} does not declare concurrent_generate (its "
@@ -234,7 +239,8 @@ class Trainer:
         self._sync_weights(0)
         self.ref_engine: Engine | None = None
         if c.algorithm.beta > 0:
-            ref_model = reg.resolve_model(c.model.reference_path) if c.model.reference_path else model
+            ref_model = (reg.resolve_model(c.model.reference_path, field="model.reference_path")
+                         if c.model.reference_path else model)
             probe = None
             if ref_model == model and c.backends.reference_backend == c.backends.train:
                 # e.g. a LoRA engine answers for its frozen base with adapters disabled

@@ -148,17 +148,86 @@ class StepMetrics:
         return out
 
 
+#: ``LoraConfig.target_modules`` value meaning every linear layer of the decoder blocks.
+ALL_LINEAR = "all-linear"
+
+
+def _target_modules(value: Any) -> tuple[str, ...]:
+    out = (value,) if isinstance(value, str) else tuple(value)
+    if not out or not all(isinstance(v, str) and v for v in out):
+        raise ConfigError(f"must be module names or {ALL_LINEAR!r}, got {value!r}",
+                          field="target_modules", fix=f'e.g. target_modules = "{ALL_LINEAR}"')
+    if ALL_LINEAR in out and len(out) > 1:
+        raise ConfigError(f"{ALL_LINEAR!r} cannot be combined with module names", field="target_modules",
+                          fix=f'use "{ALL_LINEAR}" alone, or list the names')
+    return out
+
+
 @attrs.define(frozen=True)
 class LoraConfig:
-    """Low-rank adapters on the attention/MLP projections (names as in HF Llama)."""
+    """Low-rank adapters on the decoder's linear layers.
+
+    The default ``"all-linear"`` adapts every linear layer inside the transformer blocks (peft's
+    semantics: ``lm_head`` excluded) under whatever names the family uses, so Phi-3's fused
+    ``qkv_proj``/``gate_up_proj`` are covered as well as Llama's ``q_proj``...; a list of names
+    adapts only those. ``LoraConfig.from_peft`` converts a ``peft.LoraConfig``.
+    """
 
     rank: int = attrs.field(default=16, validator=_positive)
     alpha: float = 32.0
     dropout: float = 0.0
-    target_modules: tuple[str, ...] = attrs.field(
-        default=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-        converter=tuple,
-    )
+    target_modules: tuple[str, ...] | str = attrs.field(default=(ALL_LINEAR,), converter=_target_modules)
+
+    @property
+    def all_linear(self) -> bool:
+        return self.target_modules == (ALL_LINEAR,)
+
+    @classmethod
+    def from_peft(cls, config: Any) -> LoraConfig:
+        """polyrl's settings from a ``peft.LoraConfig``: ``r``, ``lora_alpha``, ``lora_dropout``,
+        ``target_modules`` (None, peft's per-model default, becomes ``"all-linear"``). Any other
+        field set away from peft's default is refused: silently dropping e.g. ``use_dora`` would
+        train something else than asked."""
+        import dataclasses
+
+        defaults = type(config)()
+        mapped = {"r", "lora_alpha", "lora_dropout", "target_modules"}
+        ignored = {"task_type", "peft_type", "auto_mapping", "peft_version", "base_model_name_or_path",
+                   "revision", "inference_mode", "runtime_config"}
+        unsupported = [f.name for f in dataclasses.fields(config)
+                       if f.name not in mapped | ignored
+                       and getattr(config, f.name) != getattr(defaults, f.name)]
+        task = getattr(config, "task_type", None)
+        if task not in (None, "CAUSAL_LM"):
+            unsupported.insert(0, "task_type")
+        if unsupported:
+            raise ConfigError(
+                f"peft.LoraConfig field(s) {', '.join(unsupported)} are not supported by polyrl",
+                field="lora", fix="leave them at peft's defaults; polyrl takes r, lora_alpha, "
+                                  "lora_dropout and target_modules (names or 'all-linear')")
+        targets = config.target_modules
+        if targets is None:
+            targets = ALL_LINEAR
+        elif isinstance(targets, str) and targets != ALL_LINEAR:
+            raise ConfigError(f"a regular-expression target_modules ({targets!r}) is not supported",
+                              field="lora.target_modules", fix="list the module names, or 'all-linear'")
+        elif not isinstance(targets, str):
+            targets = tuple(sorted(targets))
+        try:
+            return cls(rank=int(config.r), alpha=float(config.lora_alpha),
+                       dropout=float(config.lora_dropout), target_modules=targets)
+        except ConfigError as exc:
+            raise exc.under("lora") from None
+
+
+def as_lora_config(value: Any) -> LoraConfig | None:
+    """``None``, a ``LoraConfig``, or a ``peft.LoraConfig`` (converted; peft is not imported)."""
+    if value is None or isinstance(value, LoraConfig):
+        return value
+    if type(value).__name__ == "LoraConfig" and type(value).__module__.startswith("peft"):
+        return LoraConfig.from_peft(value)
+    raise ConfigError(f"expected polyrl.types.LoraConfig or peft.LoraConfig, got {type(value).__name__}",
+                      field="lora", fix="pass LoraConfig(rank=..., alpha=...) or peft.LoraConfig(r=...)")
 
 
 @attrs.define(frozen=True)
@@ -187,12 +256,30 @@ class EngineConfig:
     device: str = "cpu"
     seed: int = 0
     threads: int | None = None
-    lora: LoraConfig | None = None
+    lora: LoraConfig | None = attrs.field(default=None, converter=as_lora_config)
     optimizer: OptimizerConfig = attrs.field(factory=OptimizerConfig)
     max_length: int = 1024  # prompt + completion tokens
     options: dict[str, Any] = attrs.field(factory=dict)  # backend-specific knobs
     #: Run Python shipped inside a model folder. Off by default: a model is data, not code.
     trust_remote_code: bool = False
+
+
+@attrs.define(frozen=True)
+class ArchSupport:
+    """How one backend runs one model architecture (the HF ``config.json`` ``model_type``).
+
+    Backends declare it so a run is refused up front, naming backend and architecture, instead
+    of failing deep inside a model loader; ``logprob_deviation`` tells the user how far this
+    backend's log-probs sit from the torch float32 trainer's, when more than float error.
+    """
+
+    generate: bool = True
+    train: bool = False
+    #: the backend's optimised path (e.g. MLX's split-head shared-prompt forward) covers it
+    fast_path: bool = False
+    #: measured max |log-prob - torch float32 log-prob| on a tiny random model; None = unmeasured
+    logprob_deviation: float | None = None
+    notes: str = ""
 
 
 @attrs.define(frozen=True)
@@ -210,6 +297,20 @@ class Capabilities:
     concurrent_generate: bool = False
     dtypes: tuple[str, ...] = ("float32",)
     devices: tuple[str, ...] = ("cpu",)
+    #: ``model_type`` -> ArchSupport. Empty means "not declared": the core then checks nothing
+    #: and the backend's own loader decides. A declared table is exhaustive: a model_type
+    #: missing from it is refused before any weights load; a ``"*"`` entry covers every
+    #: model_type not named (e.g. "whatever transformers can load", untested by polyrl).
+    architectures: Mapping[str, ArchSupport] = attrs.field(factory=dict)
+
+    def supports(self, model_type: str, role: str) -> bool | None:
+        """True/False for a declared table (role "generate" or "train"), None when undeclared."""
+        if not self.architectures:
+            return None
+        arch = self.architectures.get(model_type, self.architectures.get("*"))
+        if arch is None:
+            return False
+        return arch.train if role == "train" else arch.generate
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)

@@ -104,19 +104,40 @@ def _tokenizer_config(max_len: int) -> dict:
     }
 
 
+#: HF ``model_type`` -> (architecture class, default tie_word_embeddings, head_dim override).
+#: Each tiny model keeps its family's quirks so backends meet them in tests: Qwen2's q/k/v bias,
+#: Qwen3's and Gemma 3's q/k RMSNorm and a head_dim that is not hidden/heads, Gemma 3's (1 + w)
+#: norms, embedding scale, sliding-window layers and tied head, Mistral's explicit head_dim,
+#: Phi-3's fused qkv/gate_up projections and partial rotary embedding.
+ARCHITECTURES: dict[str, tuple[str, bool, int | None]] = {
+    "llama": ("LlamaForCausalLM", False, None),
+    "qwen2": ("Qwen2ForCausalLM", True, None),
+    "qwen3": ("Qwen3ForCausalLM", True, 32),
+    "gemma3_text": ("Gemma3ForCausalLM", True, 32),
+    "mistral": ("MistralForCausalLM", False, 32),
+    "phi3": ("Phi3ForCausalLM", False, None),
+}
+GEMMA3_SLIDING_WINDOW = 8  # shorter than test sequences, so the window matters
+
+
+def _head_dim(arch: str, hidden_size: int, num_heads: int) -> int:
+    return ARCHITECTURES[arch][2] or hidden_size // num_heads
+
+
 def _model_config(
-    *, hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size, vocab_size,
+    *, arch, tie, hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size, vocab_size,
     max_position_embeddings, ids,
 ) -> dict:
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+    head_dim = _head_dim(arch, hidden_size, num_heads)
+    config = {
+        "architectures": [ARCHITECTURES[arch][0]],
+        "model_type": arch,
         "hidden_size": hidden_size,
         "intermediate_size": intermediate_size,
         "num_hidden_layers": num_layers,
         "num_attention_heads": num_heads,
         "num_key_value_heads": num_kv_heads,
-        "head_dim": hidden_size // num_heads,
+        "head_dim": head_dim,
         "vocab_size": vocab_size,
         "max_position_embeddings": max_position_embeddings,
         "hidden_act": "silu",
@@ -128,40 +149,93 @@ def _model_config(
         "attention_dropout": 0.0,
         "mlp_bias": False,
         "initializer_range": 0.02,
-        "tie_word_embeddings": False,
+        "tie_word_embeddings": tie,
         "use_cache": True,
         "bos_token_id": ids[BOS],
         "eos_token_id": ids[EOS],
         "pad_token_id": ids[PAD],
         "torch_dtype": "float32",
     }
+    if arch == "llama":
+        del config["rope_theta"]  # as before: a transformers 5 config carries rope_parameters only
+    if arch == "qwen2":
+        config.update(attention_bias=True, use_sliding_window=False, sliding_window=None)
+    if arch == "qwen3":
+        config.update(use_sliding_window=False, sliding_window=None)
+    if arch == "mistral":
+        config.update(sliding_window=None)
+    if arch == "phi3":
+        config.update(partial_rotary_factor=0.5, sliding_window=None, resid_pdrop=0.0,
+                      embd_pdrop=0.0, original_max_position_embeddings=max_position_embeddings)
+        del config["head_dim"]  # Phi-3 derives it from hidden_size / heads
+    if arch == "gemma3_text":
+        layer_types = ["sliding_attention" if (i + 1) % 2 else "full_attention"
+                       for i in range(num_layers)]
+        config.update(
+            hidden_activation="gelu_pytorch_tanh", hidden_act="gelu_pytorch_tanh",
+            rms_norm_eps=1e-6, query_pre_attn_scalar=head_dim, sliding_window=GEMMA3_SLIDING_WINDOW,
+            layer_types=layer_types, sliding_window_pattern=2, _sliding_window_pattern=2,
+            rope_theta=1_000_000.0, rope_local_base_freq=10_000.0,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+            },
+            final_logit_softcapping=None, attn_logit_softcapping=None,
+        )
+    return config
 
 
 def _weights(
-    *, hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size, vocab_size, seed,
+    *, arch, tie, hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size, vocab_size,
+    seed,
 ) -> dict[str, np.ndarray]:
-    """Normal(0, 0.02) matrices and unit RMSNorm scales under HF Llama names (fixed draw order)."""
+    """Normal(0, 0.02) matrices and RMSNorm scales under the family's HF names (fixed draw order:
+    a Llama build is the same as before architectures were added)."""
     rng = np.random.default_rng(seed)
-    head_dim = hidden_size // num_heads
+    head_dim = _head_dim(arch, hidden_size, num_heads)
 
-    def normal(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)).astype(np.float32)
+    def normal(*shape: int, std: float = 0.02) -> np.ndarray:
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:
+        # Gemma stores w with scale (1 + w); others scale by w. Perturb so a swap would show.
+        if arch == "gemma3_text":
+            return normal(n, std=0.1)
+        return np.ones(n, dtype=np.float32)
 
     h, i = hidden_size, intermediate_size
+    q_rows, kv_rows = num_heads * head_dim, num_kv_heads * head_dim
     out: dict[str, np.ndarray] = {"model.embed_tokens.weight": normal(vocab_size, h)}
     for layer in range(num_layers):
         p = f"model.layers.{layer}."
-        out[p + "self_attn.q_proj.weight"] = normal(num_heads * head_dim, h)
-        out[p + "self_attn.k_proj.weight"] = normal(num_kv_heads * head_dim, h)
-        out[p + "self_attn.v_proj.weight"] = normal(num_kv_heads * head_dim, h)
-        out[p + "self_attn.o_proj.weight"] = normal(h, num_heads * head_dim)
-        out[p + "mlp.gate_proj.weight"] = normal(i, h)
-        out[p + "mlp.up_proj.weight"] = normal(i, h)
+        if arch == "phi3":
+            out[p + "self_attn.qkv_proj.weight"] = normal(q_rows + 2 * kv_rows, h)
+        else:
+            out[p + "self_attn.q_proj.weight"] = normal(q_rows, h)
+            out[p + "self_attn.k_proj.weight"] = normal(kv_rows, h)
+            out[p + "self_attn.v_proj.weight"] = normal(kv_rows, h)
+        out[p + "self_attn.o_proj.weight"] = normal(h, q_rows)
+        if arch == "phi3":
+            out[p + "mlp.gate_up_proj.weight"] = normal(2 * i, h)
+        else:
+            out[p + "mlp.gate_proj.weight"] = normal(i, h)
+            out[p + "mlp.up_proj.weight"] = normal(i, h)
         out[p + "mlp.down_proj.weight"] = normal(h, i)
-        out[p + "input_layernorm.weight"] = np.ones(h, dtype=np.float32)
-        out[p + "post_attention_layernorm.weight"] = np.ones(h, dtype=np.float32)
-    out["model.norm.weight"] = np.ones(h, dtype=np.float32)
-    out["lm_head.weight"] = normal(vocab_size, h)
+        out[p + "input_layernorm.weight"] = norm(h)
+        out[p + "post_attention_layernorm.weight"] = norm(h)
+        if arch == "qwen2":
+            out[p + "self_attn.q_proj.bias"] = normal(q_rows)
+            out[p + "self_attn.k_proj.bias"] = normal(kv_rows)
+            out[p + "self_attn.v_proj.bias"] = normal(kv_rows)
+        if arch in ("qwen3", "gemma3_text"):
+            out[p + "self_attn.q_norm.weight"] = norm(head_dim)
+            out[p + "self_attn.k_norm.weight"] = norm(head_dim)
+        if arch == "gemma3_text":
+            out[p + "pre_feedforward_layernorm.weight"] = norm(h)
+            out[p + "post_feedforward_layernorm.weight"] = norm(h)
+    out["model.norm.weight"] = norm(h)
+    if not tie:
+        out["lm_head.weight"] = normal(vocab_size, h)
     return out
 
 
@@ -179,6 +253,7 @@ def _write(folder: Path, params: dict) -> None:
     tok.save(str(folder / "tokenizer.json"))
     shape = {k: params[k] for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads",
                                     "intermediate_size", "vocab_size")}
+    shape.update(arch=params.get("arch", "llama"), tie=params.get("tie", False))
     files = {
         "tokenizer_config.json": _tokenizer_config(params["max_position_embeddings"]),
         "special_tokens_map.json": {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD,
@@ -230,7 +305,39 @@ def build_tiny_llama(
     rather than overwritten. Writing goes to a temp folder renamed into place, so a reader
     never sees a half-written model.
     """
-    if hidden_size % num_heads or num_heads % num_kv_heads:
+    return build_tiny_model(
+        path, arch="llama", hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+        num_kv_heads=num_kv_heads, intermediate_size=intermediate_size, vocab_size=vocab_size,
+        seed=seed, max_position_embeddings=max_position_embeddings,
+    )
+
+
+def build_tiny_model(
+    path: str | os.PathLike[str],
+    *,
+    arch: str = "llama",
+    tie_word_embeddings: bool | None = None,
+    hidden_size: int | None = None,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    vocab_size: int = 512,
+    seed: int = 0,
+    max_position_embeddings: int = 1024,
+) -> str:
+    """Like ``build_tiny_llama`` for any family in ``ARCHITECTURES`` (HF ``model_type``).
+
+    ``tie_word_embeddings`` defaults to the family's usual choice. Gemma 3 gets hidden size 80
+    by default: its embedding scale sqrt(80) is not a bfloat16 number, so a backend that rounds
+    it shows up in log-prob comparisons (sqrt(64) would hide that).
+    """
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(ARCHITECTURES)}")
+    tie = ARCHITECTURES[arch][1] if tie_word_embeddings is None else bool(tie_word_embeddings)
+    if hidden_size is None:
+        hidden_size = 80 if arch == "gemma3_text" else 64
+    if num_heads % num_kv_heads or (ARCHITECTURES[arch][2] is None and hidden_size % num_heads):
         raise ValueError("hidden_size must divide by num_heads and num_heads by num_kv_heads")
     params = {
         "format": FORMAT_VERSION, "hidden_size": hidden_size, "num_layers": num_layers,
@@ -238,6 +345,8 @@ def build_tiny_llama(
         "intermediate_size": intermediate_size, "vocab_size": vocab_size, "seed": seed,
         "max_position_embeddings": max_position_embeddings,
     }
+    if arch != "llama" or tie:  # a default Llama keeps its old marker (existing caches stay valid)
+        params.update(arch=arch, tie=tie)
     target = Path(path).expanduser().resolve()
     if _marker(target) == params:
         return str(target)
@@ -263,4 +372,4 @@ def build_tiny_llama(
     return str(target)
 
 
-__all__ = ["build_tiny_llama", "default_cache_dir"]
+__all__ = ["ARCHITECTURES", "build_tiny_llama", "build_tiny_model", "default_cache_dir"]

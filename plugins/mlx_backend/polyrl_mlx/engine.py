@@ -24,12 +24,10 @@ from polyrl.errors import ConfigError
 from polyrl.types import EngineConfig, Prompt
 
 from polyrl_mlx import blas
-from polyrl_mlx._mx import mx, optim
+from polyrl_mlx._mx import mx, nn, optim
+from polyrl_mlx.architectures import SPLIT_HEAD_TYPES, exact_embedding_scale
 
 DTYPES = ("float32", "bfloat16", "float16")
-#: mlx-lm model types whose logits are ``lm_head(model(x))`` (or the tied embedding), so scoring
-#: can project only the completion positions; other models go through the full ``__call__``.
-SPLIT_HEAD_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 
 
 def _device(name: str) -> Any:
@@ -95,6 +93,24 @@ def config_overrides(model_dir: Path) -> dict[str, Any]:
     return out
 
 
+class Float32AdamW(optim.AdamW):
+    """AdamW whose moments and arithmetic are float32 whatever the parameters' dtype.
+
+    Why: MLX's AdamW keeps its state in the parameter's dtype. In float16, ``eps = 1e-8`` and
+    small squared gradients round to 0, so ``m / (sqrt(v) + eps)`` becomes inf/NaN on the first
+    step; torch's AdamW does its math in float32 for the same reason. The new weights are cast
+    back to the parameter's dtype.
+    """
+
+    def init_single(self, parameter: Any, state: dict) -> None:
+        state["m"] = mx.zeros(parameter.shape, dtype=mx.float32)
+        state["v"] = mx.zeros(parameter.shape, dtype=mx.float32)
+
+    def apply_single(self, gradient: Any, parameter: Any, state: dict) -> Any:
+        updated = super().apply_single(gradient.astype(mx.float32), parameter.astype(mx.float32), state)
+        return updated.astype(parameter.dtype)
+
+
 class MLXEngine:
     """One loaded model; the compute hooks receive it."""
 
@@ -120,6 +136,8 @@ class MLXEngine:
             self.quantization: dict | None = hf_config.get("quantization")
             self._cast(model)
             self.model = model
+            self.embedding_scale_factor = exact_embedding_scale(
+                model, str(self.hf_config.get("model_type", "")), config.dtype)
             self.tok_wrapper = tokenizer
             self.tokenizer = tokenizer._tokenizer  # the transformers tokenizer
             self.eos_ids = frozenset(int(i) for i in (tokenizer.eos_token_ids or ()))
@@ -173,14 +191,19 @@ class MLXEngine:
         layers = getattr(self.model, "layers", None)
         if not layers:
             raise ConfigError("this model exposes no transformer layers for LoRA", field="lora")
-        keys = sorted({name for name, _ in layers[0].named_modules()
-                       if name and name.rsplit(".", 1)[-1] in lora.target_modules})
-        found = {k.rsplit(".", 1)[-1] for k in keys}
-        missing = [t for t in lora.target_modules if t not in found]
+        if lora.all_linear:  # peft's "all-linear": every linear layer of the blocks (no lm_head)
+            keys = sorted(name for name, m in layers[0].named_modules()
+                          if isinstance(m, (nn.Linear, nn.QuantizedLinear)))
+            missing = [] if keys else list(lora.target_modules)
+        else:
+            keys = sorted({name for name, _ in layers[0].named_modules()
+                           if name and name.rsplit(".", 1)[-1] in lora.target_modules})
+            found = {k.rsplit(".", 1)[-1] for k in keys}
+            missing = [t for t in lora.target_modules if t not in found]
         if missing:
             raise ConfigError(f"LoRA target modules {missing} do not exist in this model",
                               field="lora.target_modules",
-                              fix="use projection names of the model, e.g. q_proj, v_proj")
+                              fix='use "all-linear" or module names of the model, e.g. q_proj, v_proj')
         self.lora_keys = keys
         self.model.freeze()
         linear_to_lora_layers(
@@ -190,8 +213,9 @@ class MLXEngine:
 
     def _make_optimizer(self) -> Any:
         opt = self.config.optimizer
-        return optim.AdamW(learning_rate=opt.lr, betas=list(opt.betas), eps=opt.eps,
-                           weight_decay=opt.weight_decay, bias_correction=True)
+        cls = Float32AdamW if self.config.dtype == "float16" else optim.AdamW
+        return cls(learning_rate=opt.lr, betas=list(opt.betas), eps=opt.eps,
+                   weight_decay=opt.weight_decay, bias_correction=True)
 
     def reset_optimizer(self) -> None:
         if self.optimizer is not None:
@@ -222,10 +246,10 @@ class MLXEngine:
         model = self.model
         if self.model_type not in SPLIT_HEAD_TYPES or not hasattr(model, "model"):
             return None
-        if getattr(model.args, "tie_word_embeddings", False):
+        head = getattr(model, "lm_head", None)  # absent when tied (Gemma 3 pops it on load)
+        if head is None or getattr(model.args, "tie_word_embeddings", False):
             return model.model, model.model.embed_tokens.as_linear
-        head = getattr(model, "lm_head", None)
-        return (model.model, head) if head is not None else None
+        return model.model, head
 
     def require_optimizer(self) -> Any:
         if self.optimizer is None:
@@ -280,4 +304,4 @@ def load(config: EngineConfig) -> MLXEngine:
     return MLXEngine(config)
 
 
-__all__ = ["DTYPES", "MLXEngine", "config_overrides", "load"]
+__all__ = ["DTYPES", "SPLIT_HEAD_TYPES", "MLXEngine", "config_overrides", "load"]

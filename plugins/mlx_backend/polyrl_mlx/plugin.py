@@ -19,6 +19,8 @@ from typing import Any
 from polyrl.hookspecs import hookimpl
 from polyrl.types import BackendSpec, Capabilities, EngineConfig
 
+from polyrl_mlx.architectures import ARCHITECTURES
+
 BACKEND = "mlx"
 DISTRIBUTION = "polyrl-mlx"
 INSTALL_HINT = "pip install polyrl[mlx]"
@@ -72,7 +74,7 @@ def _devices() -> tuple[str, ...]:
 CAPABILITIES = Capabilities(
     generate=True, logprobs=True, train_step=True, lora=True, weight_export=True,
     weight_import=True, checkpoint=True, dtypes=("float32", "bfloat16", "float16"),
-    devices=_devices(),
+    devices=_devices(), architectures=ARCHITECTURES,
 )
 
 

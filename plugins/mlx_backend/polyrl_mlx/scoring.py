@@ -29,6 +29,7 @@ from polyrl.batching import BUCKET_CALL_TOKENS, length_batches, length_buckets, 
 from polyrl.types import TokenSequence
 
 from polyrl_mlx._mx import mx
+from polyrl_mlx.architectures import backbone_embed_scale
 from polyrl_mlx.engine import MLXEngine
 
 #: Tokens (padded rows x width) per no-grad forward when scoring many sequences
@@ -70,7 +71,8 @@ def flat_logprobs(engine: MLXEngine, sequences: Sequence[TokenSequence],
     if parts is not None and len(prompts) < len(sequences) and shared_prompt_forward_allowed(engine):
         backbone, head = parts
         call_tokens = int(engine.config.options.get("bucket_call_tokens", BUCKET_CALL_TOKENS))
-        hidden = shared_prompt_hidden(backbone, sequences, owners, prompts, engine.pad_id, call_tokens)
+        hidden = shared_prompt_hidden(backbone, sequences, owners, prompts, engine.pad_id, call_tokens,
+                                      window=sliding_window(engine), embed_scale=backbone_embed_scale(engine))
         logits = head(hidden).astype(mx.float32)
     elif parts is not None:
         backbone, head = parts
@@ -85,13 +87,16 @@ def flat_logprobs(engine: MLXEngine, sequences: Sequence[TokenSequence],
 
 
 def shared_prompt_forward_allowed(engine: MLXEngine) -> bool:
-    """Off when the user says so, or when the backbone is not a plain stack of global-attention
-    layers (sliding windows; layouts other than ``embed_tokens`` / ``layers`` / ``norm``)."""
+    """Off when the user says so, or when the backbone is not a plain stack of layers
+    (``embed_tokens`` / ``layers`` / ``norm``) whose sliding windows, if any, this module masks
+    itself (Gemma 3's per-layer ``is_sliding``); other sliding-window models take the full path."""
     if not engine.config.options.get("shared_prompt_forward", True):
         return False
     backbone = getattr(engine.model, "model", None)
     if not all(hasattr(backbone, a) for a in ("embed_tokens", "layers", "norm")):
         return False
+    if sliding_window(engine) is not None:
+        return True
     return getattr(backbone, "swa_idx", None) is None and not getattr(engine.model.args, "sliding_window", None)
 
 
@@ -110,16 +115,34 @@ class _Cache:
         return keys, values
 
 
-def _run_layers(backbone, ids: mx.array, mask: mx.array, caches: list[_Cache]) -> mx.array:
+def _run_layers(backbone, ids: mx.array, mask: np.ndarray, caches: list[_Cache],
+                window_mask: np.ndarray | None = None, embed_scale: float | None = None) -> mx.array:
+    """The backbone's forward with our masks (``window_mask`` for sliding-window layers)."""
     h = backbone.embed_tokens(ids)
+    if embed_scale is not None:  # as the backbone's own __call__ does (Gemma 3), same rounding
+        h = h * mx.array(embed_scale, mx.bfloat16).astype(h.dtype)
+    full = mx.array(mask[:, None])
+    windowed = mx.array(window_mask[:, None]) if window_mask is not None else full
     for layer, cache in zip(backbone.layers, caches):
-        h = layer(h, mask, cache)
+        sliding = getattr(getattr(layer, "self_attn", None), "is_sliding", False)
+        h = layer(h, windowed if sliding else full, cache)
     return backbone.norm(h)
+
+
+def sliding_window(engine: MLXEngine) -> int | None:
+    """The window of a backbone whose layers say which of them slide (Gemma 3), else None."""
+    backbone = getattr(engine.model, "model", None)
+    window = getattr(backbone, "window_size", None)
+    layers = getattr(backbone, "layers", None) or []
+    if window and layers and all(hasattr(getattr(x, "self_attn", None), "is_sliding") for x in layers):
+        return int(window)
+    return None
 
 
 def shared_prompt_hidden(backbone, sequences: Sequence[TokenSequence], owners: list[int],
                          prompts: list[np.ndarray], pad_id: int,
-                         call_tokens: int = BUCKET_CALL_TOKENS) -> mx.array:
+                         call_tokens: int = BUCKET_CALL_TOKENS, window: int | None = None,
+                         embed_scale: float | None = None) -> mx.array:
     """Backbone states predicting every completion token, each distinct prompt computed once.
 
     Pass 1 runs the distinct prompts *left*-padded (so they all end at the same position, the
@@ -128,6 +151,8 @@ def shared_prompt_hidden(backbone, sequences: Sequence[TokenSequence], owners: l
     length bucket (``polyrl.batching.length_buckets``: less padding when some rows stopped early).
     Rotary embeddings only see relative positions, so the left padding shifts nothing. A padding
     query attends to itself only (an all-masked row would give NaN that 0-weights cannot cancel).
+    With ``window`` (Gemma 3), sliding layers also drop keys ``window`` or more positions back,
+    measured in positions of the full sequence (the tail starts at the prompt width).
     """
     width = max(len(p) for p in prompts)
     prompt_ids = np.full((len(prompts), width), pad_id, dtype=np.int32)
@@ -137,8 +162,12 @@ def shared_prompt_hidden(backbone, sequences: Sequence[TokenSequence], owners: l
         prompt_real[i, width - len(p):] = True
     causal = np.tril(np.ones((width, width), dtype=bool))
     mask = (causal[None] & prompt_real[:, None, :]) | np.eye(width, dtype=bool)[None]
+    window_mask = None
+    if window is not None:
+        distance = np.arange(width)[:, None] - np.arange(width)[None, :]
+        window_mask = (mask & (distance < window)[None]) | np.eye(width, dtype=bool)[None]
     caches = [_Cache() for _ in backbone.layers]
-    first = _run_layers(backbone, mx.array(prompt_ids), mx.array(mask[:, None]), caches)
+    first = _run_layers(backbone, mx.array(prompt_ids), mask, caches, window_mask, embed_scale)
     owner = mx.array(np.asarray(owners, dtype=np.int32))
     heads = first[:, -1][owner]  # the last prompt token predicts completion token 0
 
@@ -160,9 +189,14 @@ def shared_prompt_hidden(backbone, sequences: Sequence[TokenSequence], owners: l
             np.broadcast_to(np.tril(np.ones((tail_width, tail_width), dtype=bool))[None],
                             (len(bucket), tail_width, tail_width)),
         ], axis=2)
+        tail_window = None
+        if window is not None:
+            query = width + np.arange(tail_width)[:, None]
+            key = np.concatenate([np.arange(width), width + np.arange(tail_width)])[None, :]
+            tail_window = tail_mask & ((query - key) < window)[None]
         taken = mx.array(bucket_owners.astype(np.int32))
         row_caches = [_Cache(c.keys[taken], c.values[taken]) for c in caches]
-        rest = _run_layers(backbone, mx.array(tail_ids), mx.array(tail_mask[:, None]), row_caches)
+        rest = _run_layers(backbone, mx.array(tail_ids), tail_mask, row_caches, tail_window, embed_scale)
         pieces.append(rest.reshape(-1, rest.shape[-1]))
         filled += len(bucket) * tail_width
     # completion token 0 of row i is heads[i]; token j >= 1 is its tail state j - 1

@@ -1,10 +1,10 @@
 """Weights across engines and backends (HF-named numpy arrays) and checkpoints on disk.
 
 Names: mlx-lm builds Llama-family models with the module paths of transformers, so a parameter's
-MLX path is its HF name (``model.layers.0.self_attn.q_proj.weight``); ``model.sanitize`` (run on
-import) drops what HF files carry and MLX does not keep (rotary ``inv_freq``, a tied
-``lm_head.weight``). Exports hold one entry per tensor: a tied ``lm_head`` is not repeated, as in
-HF safetensors files.
+MLX path is its HF name (``model.layers.0.self_attn.q_proj.weight``). Imports drop what HF
+exports carry and a loaded MLX model does not keep (rotary ``inv_freq``, a tied
+``lm_head.weight``) themselves: mlx-lm's ``sanitize`` is for checkpoints, not loaded models.
+Exports hold one entry per tensor: a tied ``lm_head`` is not repeated, as in HF safetensors files.
 
 * Quantized layers (``QuantizedLinear``/``QuantizedEmbedding``) export dequantized float
   weights; imported float weights are quantized with the layer's own group size, bits and mode,
@@ -118,15 +118,27 @@ def _targets(engine: MLXEngine) -> dict[str, tuple[str, Any]]:
     return out
 
 
+def _drop_unkept(weights: Mapping[str, Any], targets: Mapping[str, Any]) -> dict[str, Any]:
+    """Drop what HF exports carry but a loaded MLX model does not keep: rotary ``inv_freq``
+    buffers, and ``lm_head.weight`` when the model ties its head to the embedding.
+
+    Why not ``model.sanitize``: it is written for a checkpoint about to be loaded and may change
+    the model itself (Gemma 3's pops its ``lm_head`` module when the weights lack one, which
+    raises ``KeyError`` on the second sync), so it must not run on an already-loaded model.
+    """
+    out = {k: v for k, v in weights.items() if not k.endswith(".rotary_emb.inv_freq")}
+    if "lm_head.weight" in out and "lm_head.weight" not in targets:
+        out.pop("lm_head.weight")  # tied: the embedding (also imported) is the head
+    return out
+
+
 def assign(engine: MLXEngine, weights: Mapping[str, Any]) -> None:
     """Write HF-named arrays into the model (base weights), checking names and shapes first."""
     from mlx.utils import tree_flatten, tree_unflatten
 
     model = engine.model
-    incoming = {k: mx.array(np.asarray(v)) for k, v in weights.items()}
-    if hasattr(model, "sanitize"):
-        incoming = model.sanitize(incoming)
     targets = _targets(engine)
+    incoming = {k: mx.array(np.asarray(v)) for k, v in _drop_unkept(weights, targets).items()}
     unknown = sorted(set(incoming) - set(targets))
     if unknown:
         raise ValueError(f"{len(unknown)} weight names unknown to this model, e.g. {unknown[:3]}")

@@ -84,9 +84,11 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
     if lora:
         from peft import LoraConfig as PeftLora
 
+        from polyrl_torch.engine import peft_target_modules
+
         ours = LoraConfig()
         peft = PeftLora(r=ours.rank, lora_alpha=ours.alpha, lora_dropout=ours.dropout,
-                        target_modules=list(ours.target_modules), task_type="CAUSAL_LM")
+                        target_modules=peft_target_modules(ours), task_type="CAUSAL_LM")
     timer = Timer()
     t0 = time.perf_counter()
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset,

@@ -16,10 +16,14 @@ from typing import Any
 import torch
 
 from polyrl.errors import ConfigError
-from polyrl.types import EngineConfig, Prompt
+from polyrl.logs import get_logger
+from polyrl.types import ALL_LINEAR, EngineConfig, Prompt
 from polyrl_torch import distributed, sharding
 
-DTYPES: Mapping[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+#: float16 runs on CPU too (torch 2.x has the kernels) but is no faster there than bfloat16;
+#: it is for GPUs without bfloat16 and for matching a float16 generator.
+DTYPES: Mapping[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                                     "float16": torch.float16}
 ADAPTER = "default"  # the single peft adapter name this backend uses
 
 
@@ -64,6 +68,11 @@ def _model_location(model: str, options: Mapping[str, Any]) -> tuple[str, str | 
     return str(path), gguf
 
 
+def peft_target_modules(lora: Any) -> str | list[str]:
+    """peft's spelling: the string "all-linear" (a one-item list would be read as a module name)."""
+    return ALL_LINEAR if lora.all_linear else list(lora.target_modules)
+
+
 class TorchEngine:
     """One loaded model. ``model`` is what the hooks run (a ``PeftModel`` when LoRA is on)."""
 
@@ -74,6 +83,10 @@ class TorchEngine:
                               field="dtype", fix=f"use one of {', '.join(DTYPES)}")
         self.dtype = DTYPES[config.dtype]
         self.device = _resolve_device(config.device)
+        if self.dtype == torch.float16 and self.device.type == "cpu":
+            get_logger("polyrl.torch").warning(
+                "float16 on CPU: torch has no fast float16 matmul on most CPUs, it runs far slower "
+                "than bfloat16 (README, Backends)", fix="use dtype bfloat16 on CPU")
         if config.role == "train":
             self.device = distributed.local_device(self.device)  # cuda:LOCAL_RANK under torchrun
             distributed.init_from_env(self.device)  # a no-op outside torchrun
@@ -135,14 +148,14 @@ class TorchEngine:
         from peft import get_peft_model
 
         names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-        missing = [t for t in lora.target_modules if t not in names]
+        missing = [] if lora.all_linear else [t for t in lora.target_modules if t not in names]
         if missing:
             raise ConfigError(f"LoRA target modules {missing} do not exist in this model",
                               field="lora.target_modules",
-                              fix="use projection names of the model, e.g. q_proj, v_proj")
+                              fix='use "all-linear" or module names of the model, e.g. q_proj, v_proj')
         peft_config = PeftLoraConfig(
             r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-            target_modules=list(lora.target_modules), task_type="CAUSAL_LM", bias="none",
+            target_modules=peft_target_modules(lora), task_type="CAUSAL_LM", bias="none",
         )
         return get_peft_model(model, peft_config, adapter_name=ADAPTER)
 

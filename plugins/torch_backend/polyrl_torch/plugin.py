@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from polyrl.hookspecs import hookimpl
-from polyrl.types import BackendSpec, Capabilities, EngineConfig
+from polyrl.types import ArchSupport, BackendSpec, Capabilities, EngineConfig
 
 BACKEND = "torch"
 DISTRIBUTION = "polyrl-torch"
@@ -78,9 +78,22 @@ def _devices() -> tuple[str, ...]:
     return tuple(devices)
 
 
+#: Tested on tiny models by tests/test_architectures.py (the trainer every other backend's
+#: log-probs are measured against); any other model_type transformers loads runs untested.
+ARCHITECTURES = {
+    **{name: ArchSupport(generate=True, train=True, fast_path=True)
+       for name in ("llama", "mistral", "qwen2", "qwen3", "phi3")},
+    "gemma3_text": ArchSupport(generate=True, train=True, fast_path=False,
+                               notes="sliding-window layers: no shared-prompt forward"),
+    "*": ArchSupport(generate=True, train=True,
+                     notes="any transformers AutoModelForCausalLM model_type, untested by polyrl"),
+}
+
 CAPABILITIES_BASE = dict(
     generate=True, logprobs=True, train_step=True, lora=True, weight_export=True,
-    weight_import=True, checkpoint=True, concurrent_generate=True, dtypes=("float32", "bfloat16"),
+    weight_import=True, checkpoint=True, concurrent_generate=True,
+    dtypes=("float32", "bfloat16", "float16"),
+    architectures=ARCHITECTURES,
 )
 
 
