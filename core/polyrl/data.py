@@ -199,11 +199,13 @@ class Dataset:
 # --- loaders -----------------------------------------------------------------------------------
 
 
-def from_rows(rows: Sequence[Mapping[str, Any]], prompt_column: str = "prompt", name: str = "rows") -> Dataset:
+def from_rows(rows: Sequence[Mapping[str, Any]], prompt_column: str = "prompt", name: str = "rows", *,
+              columns: Mapping[str, str] | None = None, system_prompt: str | None = None) -> Dataset:
     """A dataset from in-memory row dicts (copied, so later edits do not leak in)."""
     if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Sequence):
         raise ConfigError(f"rows must be a list of dicts, got {type(rows).__name__}", field="data.rows")
-    return Dataset([dict(r) if isinstance(r, Mapping) else r for r in rows], prompt_column, name)
+    return Dataset([dict(r) if isinstance(r, Mapping) else r for r in rows], prompt_column, name,
+                   columns=columns, system_prompt=system_prompt)
 
 
 def load_jsonl(path: str | os.PathLike[str], prompt_column: str = "prompt") -> Dataset:
@@ -317,9 +319,7 @@ def load_dataset(
                               fix="set task options in data.options instead")
         return load_task(task, options, split, prompt_column)
     if rows is not None:
-        dataset = from_rows(rows, prompt_column)
-        if columns or system_prompt is not None:
-            dataset = Dataset(dataset.rows, prompt_column, dataset.name, columns=columns, system_prompt=system_prompt)
+        dataset = from_rows(rows, prompt_column, columns=columns, system_prompt=system_prompt)
     else:
         dataset = load_source(None if path is None else (path if isinstance(path, (str, list, tuple)) else str(path)),
                               name, config=config, source_split=source_split, cache_dir=cache_dir,
