@@ -41,7 +41,7 @@ def _datasets() -> Any:
         raise ConfigError("reading CSV/Parquet/Arrow data or data.name needs the `datasets` package",
                           field="data", fix="pip install 'datasets>=5.2'") from None
     datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # we raise one error line of our own
     return datasets
 
 
@@ -60,7 +60,7 @@ def _reason(exc: BaseException) -> str:
     """The innermost cause's message, on one line (datasets wraps pyarrow's errors)."""
     while exc.__cause__ is not None or (exc.__context__ is not None and not exc.__suppress_context__):
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
     return text[:300]
 
 
@@ -207,14 +207,33 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
         if p.stat().st_size == 0:
             raise ConfigError(f"data file {str(p)!r} is empty", field=field, fix="add rows to it or remove it")
     datasets = _datasets()
+    no_rows = ConfigError(f"data file(s) {name!r} hold no rows", field=field, fix="add rows to them")
+    if builder == "parquet" and _parquet_rows(paths, field) == 0:
+        raise no_rows
     try:
         with _offline(datasets):
             loaded = datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train",
                                            cache_dir=cache_dir, **options)
     except Exception as exc:  # noqa: BLE001 - datasets/pyarrow/pandas raise many kinds; all mean "unreadable"
+        if "corresponds to no data" in str(exc):  # a CSV with a header line only
+            raise no_rows from None
         raise ConfigError(f"cannot read {name} as {builder}: {_reason(exc)}", field=field,
                           fix=f"check that the file is a valid {builder} file (re-export it)") from None
     return _arrow_rows(loaded, [str(p) for p in paths], name), name
+
+
+def _parquet_rows(paths: list[Path], field: str) -> int:
+    """Rows in Parquet files, from their footers (a corrupt file fails here, before any caching)."""
+    import pyarrow.parquet as pq
+
+    total = 0
+    for p in paths:
+        try:
+            total += pq.ParquetFile(p).metadata.num_rows
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError...
+            raise ConfigError(f"{str(p)!r} is not a readable Parquet file: {_reason(exc)}", field=field,
+                              fix="re-export it (e.g. pandas.DataFrame.to_parquet / Dataset.to_parquet)") from None
+    return total
 
 
 def _load_folder(folder: Path, split: str | None, field: str, split_field: str) -> ArrowRows:
