@@ -11,7 +11,8 @@ JSON lines, then, each in a fresh child process, loads them the way ``polyrl tra
 * ``parquet, warm``: the same file again, its Arrow cache already there (a restart, a resume).
 
 Reported per case: seconds from the load call to the first batch (the median of ``--repeats``
-runs, with min and max, since other processes share the machine), peak RSS, and the RSS after the
+runs, with min and max, since other processes share the machine), how much of it was importing
+🤗 datasets, peak RSS, and the RSS after the
 first batch split into anonymous memory (the heap) and file-backed pages (the memory-mapped Arrow
 file, which the kernel can drop and re-read). Writes JSON (default
 ``bench/results/data_loading_<rows>rows.json``) and prints a table.
@@ -45,12 +46,15 @@ def child_main(path: str, cache_dir: str, batch: int) -> dict:
     start = time.perf_counter()
     from polyrl.data import PromptSampler, load_dataset
 
+    if not path.endswith(".jsonl"):  # the JSONL path never imports it
+        import datasets  # noqa: F401 - timed apart to show its share
+    imported = time.perf_counter()
     dataset = load_dataset(path=path, cache_dir=cache_dir, options={"eval_count": 100, "seed": 0})
     rows = PromptSampler(dataset, batch, seed=0).next_batch()
     seconds = time.perf_counter() - start
     assert len(rows) == batch and all("prompt" in r for r in rows)
     return {
-        "first_batch_s": seconds, "rows": len(dataset), "arrow_backed": dataset.arrow_backed,
+        "first_batch_s": seconds, "datasets_import_s": imported - start, "rows": len(dataset), "arrow_backed": dataset.arrow_backed,
         # VmHWM, not ru_maxrss: the latter carries the parent's peak over fork + exec
         "peak_rss_mb": _status_kb("VmHWM") / 1024,
         "rss_anon_mb": _status_kb("RssAnon") / 1024, "rss_file_mb": _status_kb("RssFile") / 1024,
@@ -120,7 +124,8 @@ def main() -> None:
         summary[case] = {
             "first_batch_s_median": float(np.median(times)), "first_batch_s_min": min(times),
             "first_batch_s_max": max(times),
-            **{k: float(np.median([r[k] for r in runs])) for k in ("peak_rss_mb", "rss_anon_mb", "rss_file_mb")},
+            **{k: float(np.median([r[k] for r in runs]))
+               for k in ("datasets_import_s", "peak_rss_mb", "rss_anon_mb", "rss_file_mb")},
             "arrow_backed": runs[0]["arrow_backed"],
         }
     report = {"rows": args.rows, "batch": args.batch, "repeats": args.repeats, "cpu": _cpu(),
@@ -132,10 +137,12 @@ def main() -> None:
 
     print(f"{args.rows:,} rows; Parquet {sizes['parquet_mb']:.1f} MiB, JSONL {sizes['jsonl_mb']:.1f} MiB; "
           f"{report['cpu']}; median of {args.repeats} (min-max)")
-    print(f"{'loader':<16}{'first batch s':>22}{'peak RSS MiB':>14}{'anon MiB':>10}{'file MiB':>10}")
+    print(f"{'loader':<16}{'first batch s':>22}{'of it import s':>16}{'peak RSS MiB':>14}{'anon MiB':>10}"
+          f"{'file MiB':>10}")
     for case, s in summary.items():
         span = f"{s['first_batch_s_median']:.2f} ({s['first_batch_s_min']:.2f}-{s['first_batch_s_max']:.2f})"
-        print(f"{case:<16}{span:>22}{s['peak_rss_mb']:>14.0f}{s['rss_anon_mb']:>10.0f}{s['rss_file_mb']:>10.0f}")
+        print(f"{case:<16}{span:>22}{s['datasets_import_s']:>16.2f}{s['peak_rss_mb']:>14.0f}"
+              f"{s['rss_anon_mb']:>10.0f}{s['rss_file_mb']:>10.0f}")
     print(f"wrote {out}")
 
 

@@ -321,8 +321,7 @@ def load_dataset(
     if rows is not None:
         dataset = from_rows(rows, prompt_column, columns=columns, system_prompt=system_prompt)
     else:
-        dataset = load_source(None if path is None else (path if isinstance(path, (str, list, tuple)) else str(path)),
-                              name, config=config, source_split=source_split, cache_dir=cache_dir,
+        dataset = load_source(os.fspath(path) if isinstance(path, os.PathLike) else path, name, config=config, source_split=source_split, cache_dir=cache_dir,
                               prompt_column=prompt_column, columns=columns, system_prompt=system_prompt)
     return _file_split(dataset, dict(options or {}), split)
 
@@ -330,27 +329,34 @@ def load_dataset(
 def load_train_and_eval(data: Any, eval_count: int) -> tuple[Dataset, Dataset | None]:
     """The training rows and the evaluation rows (``eval_count`` of them; 0: none) of a
     ``[data]`` section: a separate eval source (``eval_path`` / ``eval_split``) when given, the
-    task's own eval split, or rows held out of the training source by a seeded permutation."""
+    task's own eval split, or rows held out of the training source by a seeded permutation.
+    A file or cached source is read once; both splits select from it."""
+    options = dict(data.options)
+    if data.task is not None:
+        train = load_task(data.task, options, "train", data.prompt_column)
+        if eval_count <= 0:
+            return train, None
+        return train, load_task(data.task, {**options, "count": eval_count}, "eval", data.prompt_column)
     common = {"prompt_column": data.prompt_column, "columns": dict(data.columns) or None,
               "system_prompt": data.system_prompt}
-    source = {"task": data.task, "path": data.path, "rows": data.rows, "name": data.name, "config": data.config,
-              "source_split": data.split, "cache_dir": data.cache_dir, **common}
+    if data.rows is not None:
+        everything = from_rows(data.rows, **common)
+    else:
+        everything = load_source(data.path, data.name, config=data.config, source_split=data.split,
+                                 cache_dir=data.cache_dir, **common)
     separate_eval = data.eval_path is not None or data.eval_split is not None
-    train = load_dataset(**source, options=dict(data.options), split="train")
-    if eval_count <= 0:
-        return train, None
-    if separate_eval:
+    if eval_count <= 0 or separate_eval:
+        train = _file_split(everything, options, "train")
+        if eval_count <= 0:
+            return train, None
         if data.eval_path is not None:
-            held = load_source(data.eval_path, config=data.config, cache_dir=data.cache_dir,
-                               field="data.eval_path", **common)
+            held = load_source(data.eval_path, cache_dir=data.cache_dir, field="data.eval_path", **common)
         else:
             held = load_source(data.path, data.name, config=data.config, source_split=data.eval_split,
-                               cache_dir=data.cache_dir, field="data.path", split_field="data.eval_split", **common)
+                               cache_dir=data.cache_dir, split_field="data.eval_split", **common)
         return train, held.select(range(min(eval_count, len(held))))
-    options = {**data.options, "count": eval_count}
-    if data.task is None:  # files and rows hold out eval_count rows of their own
-        options = {**data.options, "eval_count": eval_count}
-    return train, load_dataset(**source, options=options, split="eval")
+    options["eval_count"] = eval_count  # hold eval_count rows out of the training source
+    return _file_split(everything, options, "train"), _file_split(everything, options, "eval")
 
 
 # --- sampling ----------------------------------------------------------------------------------
