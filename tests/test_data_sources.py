@@ -230,3 +230,46 @@ def test_in_memory_rows_are_unchanged():
     rows = [{"q": "hello", "answer": "1"}]
     assert load_dataset(rows=rows, columns={"prompt": "q"})[0] == {"q": "hello", "answer": "1", "prompt": "hello"}
     assert from_rows(rows, "q").fingerprint() == from_rows([dict(r) for r in rows], "q").fingerprint()
+
+
+RECORDING_REWARD = """
+import json, os
+
+def seen(prompts, completions, answer, **kwargs):
+    with open(os.environ["POLYRL_TEST_SEEN"], "a") as fh:
+        for prompt, a in zip(prompts, answer):
+            fh.write(json.dumps({"prompt": prompt, "answer": a}) + "\\n")
+    return [0.5 for _ in completions]
+"""
+
+
+def test_trainer_on_parquet_with_mapping_system_prompt_and_eval_file(tiny_model_dir, tmp_path, monkeypatch):
+    """The real trainer on the tiny model: mapped columns and the system prompt reach the engine and
+    the rewards; evaluation reads the separate eval file."""
+    from polyrl.trainer import Trainer
+
+    train_file = _write(tmp_path, TEXT_ROWS[:8], "train.parquet")
+    eval_file = _write(tmp_path, TEXT_ROWS[8:], "eval.parquet")
+    (tmp_path / "seen.py").write_text(RECORDING_REWARD)
+    monkeypatch.setenv("POLYRL_TEST_SEEN", str(tmp_path / "seen.jsonl"))
+    config = RunConfig.from_dict({
+        "model": {"path": tiny_model_dir, "max_length": 256},
+        "generation": {"group_size": 2, "max_new_tokens": 4},
+        "data": {"path": str(train_file), "eval_path": str(eval_file), "cache_dir": str(tmp_path / "cache"),
+                 "columns": {"prompt": "question", "answer": "solution"}, "system_prompt": "Be brief."},
+        "rewards": [{"function": f"{tmp_path / 'seen.py'}:seen"}],
+        "eval": {"count": 2, "reward": "numeric_match"},
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "out")},
+    })
+    trainer = Trainer(config)
+    assert trainer.dataset.arrow_backed and len(trainer.dataset) == 8  # nothing held out of train
+    assert [r["answer"] for r in trainer.eval_dataset] == [r["solution"] for r in TEXT_ROWS[8:10]]
+    summary = trainer.run(progress=False)
+    assert summary["steps"] == 1 and "eval_before" in summary and "eval_after" in summary
+    seen = [json.loads(line) for line in (tmp_path / "seen.jsonl").read_text().splitlines()]
+    questions = {r["question"]: r["solution"] for r in TEXT_ROWS[:8]}
+    assert len(seen) == 4  # 2 prompts x group of 2
+    for row in seen:
+        system, user = row["prompt"]
+        assert system == {"role": "system", "content": "Be brief."} and user["role"] == "user"
+        assert questions[user["content"]] == row["answer"]
