@@ -175,6 +175,10 @@ def test_hold_out_sampler_and_fingerprint_match_in_memory_rows(tmp_path, cache):
     changed = _write(tmp_path / "other", ROWS[::-1], "d.parquet")  # same rows, another order
     with pytest.raises(ConfigError, match="dataset differs"):
         PromptSampler(load_dataset(path=str(changed), cache_dir=cache, options=options), 5, seed=9).load_state(state)
+    edited = [{**r, "answer": "0"} if i == 11 else r for i, r in enumerate(ROWS)]  # same size, one cell
+    _write(tmp_path / "other", edited, "d.parquet")
+    with pytest.raises(ConfigError, match="dataset differs"):
+        PromptSampler(load_dataset(path=str(changed), cache_dir=cache, options=options), 5, seed=9).load_state(state)
 
 
 def test_arrow_rows_stay_memory_mapped(tmp_path, cache):
@@ -273,3 +277,18 @@ def test_trainer_on_parquet_with_mapping_system_prompt_and_eval_file(tiny_model_
         system, user = row["prompt"]
         assert system == {"role": "system", "content": "Be brief."} and user["role"] == "user"
         assert questions[user["content"]] == row["answer"]
+
+
+def test_a_file_rewritten_with_the_same_mtime_is_read_again(tmp_path, cache):
+    """🤗 datasets keys its Arrow copy of a local file by path and mtime; polyrl keys it by content,
+    so `cp -p` / `rsync -t` of new rows over old ones cannot serve the old rows."""
+    import os
+
+    path = _write(tmp_path, ROWS[:3], "d.parquet")
+    before = os.stat(path)
+    first = load_dataset(path=str(path), cache_dir=cache)
+    assert first.rows == ROWS[:3]
+    _write(tmp_path, ROWS[3:6], "d.parquet")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    second = load_dataset(path=str(path), cache_dir=cache)
+    assert second.rows == ROWS[3:6] and second.fingerprint() != first.fingerprint()

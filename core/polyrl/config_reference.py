@@ -79,8 +79,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "name": "a Hub dataset already in the local 🤗 datasets cache, read offline (e.g. `openai/gsm8k`)",
         "config": "its configuration (subset), e.g. `main`",
         "split": "split of `name` or of a saved DatasetDict (unset = `train`)",
-        "cache_dir": "🤗 datasets cache to read `name` from and to keep Arrow copies of files in "
-                     "(unset = `HF_DATASETS_CACHE`)",
+        "cache_dir": "🤗 datasets cache to read `name` from and to keep Arrow copies of files in, keyed by "
+                     "their content (unset = `HF_DATASETS_CACHE`)",
         "prompt_column": "column holding the prompt (string or chat messages)",
         "columns": "row name -> source column, e.g. `{prompt = \"question\", answer = \"solution\"}`",
         "system_prompt": "system message prepended to each chat prompt (a text prompt becomes the user turn)",

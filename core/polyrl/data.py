@@ -250,7 +250,7 @@ def load_task(
     """A built-in task's split (see ``polyrl.tasks``)."""
     if name not in TASKS:
         raise ConfigError(f"unknown task {name!r}", field="data.task",
-                          fix=f"use one of: {', '.join(sorted(TASKS))}, or data.path for a JSONL file")
+                          fix=f"use one of: {', '.join(sorted(TASKS))}, or data.path / data.name for your own rows")
     return Dataset(TASKS[name](options, split, prompt_column), prompt_column, f"{name}:{split}")
 
 

@@ -176,12 +176,13 @@ def _single(loaded: Any, split: str | None, what: str, field: str) -> Any:
     return loaded
 
 
-def _arrow_rows(dataset: Any, digest_files: Sequence[str], what: str) -> ArrowRows:
-    if dataset._indices is not None:  # a saved selection: materialise it once, rare
+def _arrow_rows(dataset: Any, digest: str | None, what: str) -> ArrowRows:
+    """``dataset`` as ArrowRows; ``digest`` of its source (None: hash its own Arrow files)."""
+    if getattr(dataset, "_indices", None) is not None:  # a saved selection: materialise it once, rare
         dataset = dataset.flatten_indices()
     if len(dataset) == 0:
         raise ConfigError(f"{what} has no rows", field="data", fix="point at a non-empty dataset")
-    return ArrowRows(dataset, _digest(digest_files))
+    return ArrowRows(dataset, digest or _digest([f["filename"] for f in dataset.cache_files]))
 
 
 def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir: str | None = None,
@@ -210,16 +211,21 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
     no_rows = ConfigError(f"data file(s) {name!r} hold no rows", field=field, fix="add rows to them")
     if builder == "parquet" and _parquet_rows(paths, field) == 0:
         raise no_rows
+    digest = _digest(paths)
+    # 🤗 datasets keys its Arrow copy of local files by path and mtime; a file rewritten with the
+    # same mtime (cp -p, rsync -t) would silently reuse stale rows. Keying by content cannot.
+    root = os.path.join(os.path.expanduser(cache_dir or str(datasets.config.HF_DATASETS_CACHE)),
+                        "polyrl-files", digest[:16])
     try:
         with _offline(datasets):
             loaded = datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train",
-                                           cache_dir=cache_dir, **options)
+                                           cache_dir=root, **options)
     except Exception as exc:  # noqa: BLE001 - datasets/pyarrow/pandas raise many kinds; all mean "unreadable"
         if "corresponds to no data" in str(exc):  # a CSV with a header line only
             raise no_rows from None
         raise ConfigError(f"cannot read {name} as {builder}: {_reason(exc)}", field=field,
                           fix=f"check that the file is a valid {builder} file (re-export it)") from None
-    return _arrow_rows(loaded, [str(p) for p in paths], name), name
+    return _arrow_rows(loaded, digest, name), name
 
 
 def _parquet_rows(paths: list[Path], field: str) -> int:
@@ -247,7 +253,7 @@ def _load_folder(folder: Path, split: str | None, field: str, split_field: str) 
         raise ConfigError(f"cannot read the saved dataset {str(folder)!r}: {_reason(exc)}", field=field,
                           fix="save it again with Dataset.save_to_disk") from None
     dataset = _single(loaded, split, repr(str(folder)), split_field)
-    return _arrow_rows(dataset, [f["filename"] for f in dataset.cache_files], folder.name)
+    return _arrow_rows(dataset, None, folder.name)
 
 
 def load_cached(name: str, config: str | None, split: str | None, cache_dir: str | None,
@@ -275,4 +281,4 @@ def load_cached(name: str, config: str | None, split: str | None, cache_dir: str
             f"dataset {name!r} is not in the local datasets cache ({where})", field="data.name",
             fix="download it once where there is network (datasets.load_dataset(name)), copy the cache here, "
                 "or set data.cache_dir to the cache that holds it") from None
-    return _arrow_rows(loaded, [f["filename"] for f in loaded.cache_files], f"{name}:{split or 'train'}")
+    return _arrow_rows(loaded, None, f"{name}:{split or 'train'}")
