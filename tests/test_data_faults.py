@@ -31,7 +31,7 @@ def _bad_files(d: Path) -> dict[str, tuple[str, str, str]]:
     good = (d / "good.parquet").read_bytes()
     (d / "truncated.parquet").write_bytes(good[: len(good) // 2])
     middle = bytearray(good)
-    middle[200:1200] = os.urandom(1000)  # footer intact, pages garbage
+    middle[200:1200] = np.random.default_rng(0).bytes(1000)  # footer intact, pages garbage (fixed: no flakes)
     (d / "scrambled.parquet").write_bytes(bytes(middle))
     (d / "nocol.csv").write_text("question,answer\n2+2?,4\n")
     (d / "empty.csv").write_text("")
