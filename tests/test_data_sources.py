@@ -121,6 +121,9 @@ def test_a_cached_hub_dataset_by_name_offline(tmp_path, cache, repo, monkeypatch
     assert train.arrow_backed and [r["prompt"] for r in train] == [r["question"] for r in TEXT_ROWS[:9]]
     test = load_dataset(name=repo, source_split="test", cache_dir=cache, columns=columns)
     assert [r["answer"] for r in test] == [r["solution"] for r in TEXT_ROWS[9:]]
+    train, held = load_train_and_eval(DataSection(name=repo, cache_dir=cache, columns=columns, eval_split="test"), 5)
+    assert train.rows == load_dataset(name=repo, cache_dir=cache, columns=columns).rows
+    assert held.rows == test.rows
     with pytest.raises(ConfigError, match="Unknown split") as info:
         load_dataset(name=repo, source_split="validation", cache_dir=cache, columns=columns)
     assert info.value.field == "data.split"
