@@ -101,18 +101,54 @@ class GenerationSection:
 
 @attrs.define(frozen=True)
 class DataSection:
+    """Where prompts come from: a built-in task, local files, or a dataset in the 🤗 cache."""
+
     task: str | None = None  # built-in task name, e.g. "arithmetic"
-    path: str | None = None  # a JSONL file
+    path: str | list[str] | None = None  # JSON/JSONL/CSV/Parquet/Arrow file(s), a glob, a save_to_disk folder
+    name: str | None = None  # a Hub dataset already in the local datasets cache (read offline)
+    config: str | None = None  # its configuration (subset)
+    split: str | None = None  # its split, or a saved DatasetDict's (default "train")
+    cache_dir: str | None = None  # the datasets cache (default: HF_DATASETS_CACHE)
     prompt_column: str = "prompt"
+    columns: dict[str, str] = attrs.field(factory=dict)  # row name -> source column
+    system_prompt: str | None = None
+    eval_path: str | list[str] | None = None
+    eval_split: str | None = None
     options: dict[str, Any] = attrs.field(factory=dict)
     rows: list[dict[str, Any]] | None = None  # inline rows (the Python API)
 
     def __attrs_post_init__(self) -> None:
-        if sum(x is not None for x in (self.task, self.path, self.rows)) != 1:
+        if sum(x is not None for x in (self.task, self.path, self.name, self.rows)) != 1:
             raise ConfigError(
-                "give exactly one of data.task, data.path (and, from Python, data.rows)", field="data",
-                fix='e.g. task = "arithmetic" or path = "prompts.jsonl"',
+                "give exactly one of data.task, data.path, data.name (and, from Python, data.rows)", field="data",
+                fix='e.g. task = "arithmetic", path = "prompts.parquet" or name = "openai/gsm8k"',
             )
+        for key, value in self.columns.items():
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"must name a source column, got {value!r}", field=f"data.columns.{key}",
+                                  fix=f'e.g. columns = {{{key} = "question"}}')
+        sources = list(self.columns.values())
+        if len(set(sources)) != len(sources):
+            raise ConfigError("maps two names to the same source column", field="data.columns",
+                              fix="map each source column once")
+        if self.config is not None and self.name is None:
+            raise ConfigError("applies only to data.name", field="data.config", fix="remove it")
+        if self.cache_dir is not None and self.path is None and self.name is None:
+            raise ConfigError("applies only to data.path or data.name", field="data.cache_dir", fix="remove it")
+        if self.eval_path is not None and self.eval_split is not None:
+            raise ConfigError("give at most one of data.eval_path and data.eval_split", field="data.eval_split",
+                              fix="keep the one that holds the evaluation rows")
+        if (self.eval_path is not None or self.eval_split is not None) and (self.task or self.rows is not None):
+            raise ConfigError("a separate eval source needs data.path or data.name",
+                              field="data.eval_path" if self.eval_path is not None else "data.eval_split",
+                              fix="tasks have their own eval split; rows hold out data.options.eval_count")
+        if self.eval_split is not None and self.eval_split == (self.split or "train"):
+            raise ConfigError(f"is the training split {self.eval_split!r} itself", field="data.eval_split",
+                              fix="name another split, or hold rows out with eval.count alone")
+        if self.task is not None and (self.columns or self.system_prompt is not None):
+            raise ConfigError("built-in tasks take no column mapping or system prompt",
+                              field="data.columns" if self.columns else "data.system_prompt",
+                              fix="use data.path or data.name for your own rows")
 
 
 @attrs.define(frozen=True)

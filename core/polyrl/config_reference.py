@@ -74,9 +74,20 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
     },
     "data": {
         "task": "built-in task (`arithmetic`)",
-        "path": "JSONL file, one row per line (`prompt` plus any columns rewards read)",
+        "path": "`.jsonl`/`.json`/`.csv`/`.tsv`/`.parquet`/`.arrow` file, a list or glob of them, or a "
+                "`save_to_disk` folder; CSV/Parquet/Arrow stay memory-mapped (🤗 datasets)",
+        "name": "a Hub dataset already in the local 🤗 datasets cache, read offline (e.g. `openai/gsm8k`)",
+        "config": "its configuration (subset), e.g. `main`",
+        "split": "split of `name` or of a saved DatasetDict (unset = `train`)",
+        "cache_dir": "🤗 datasets cache to read `name` from and to keep Arrow copies of files in, keyed by "
+                     "their content (unset = `HF_DATASETS_CACHE`)",
         "prompt_column": "column holding the prompt (string or chat messages)",
-        "options": "task options, e.g. `count`, `digits`, `ops`, `seed` for `arithmetic`",
+        "columns": "row name -> source column, e.g. `{prompt = \"question\", answer = \"solution\"}`",
+        "system_prompt": "system message prepended to each chat prompt (a text prompt becomes the user turn)",
+        "eval_path": "evaluation rows from separate file(s) (same formats as `path`); nothing is held out",
+        "eval_split": "evaluation rows from another split of `name` or a saved DatasetDict (e.g. `test`)",
+        "options": "task options (`count`, `digits`, `ops`, `seed` for `arithmetic`); for other sources "
+                   "`count`, `eval_count` and `seed` of the hold-out",
         "rows": "inline rows (Python API only)",
     },
     "rewards": {

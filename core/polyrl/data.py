@@ -1,15 +1,18 @@
 """Prompt datasets and the deterministic, resumable sampler that feeds the trainer.
 
-A ``Dataset`` is a list of row dicts; the prompt column holds a string (used verbatim) or a chat
-(a list of ``{"role", "content"}`` messages); every other column is passed to reward functions.
-Sources (``load_dataset``): a built-in task by name (``polyrl.tasks``), a JSONL file, or rows.
+A ``Dataset`` holds prompt rows; the prompt column holds a string (used verbatim) or a chat (a
+list of ``{"role", "content"}`` messages); every other column is passed to reward functions.
+Sources (``load_dataset``): a built-in task (``polyrl.tasks``), in-memory rows, or anything
+``polyrl.data_sources`` reads: JSON/JSONL, CSV, Parquet, Arrow files (a list or a glob), a
+``save_to_disk`` folder, or a dataset in the local 🤗 cache by name. JSON rows live in memory; the
+others stay memory-mapped Arrow and a batch gathers its rows by index (``polyrl.data_arrow``).
 
 Held-out evaluation
-    Built-in tasks split by problem (disjoint by construction, see ``polyrl.tasks``). For a file
-    or rows, ``options.eval_count`` rows are held out by a seeded permutation (``options.seed``):
+    Built-in tasks split by problem (disjoint by construction, see ``polyrl.tasks``). For other
+    sources, ``options.eval_count`` rows are held out by a seeded permutation (``options.seed``):
     ``split="train"`` returns the rest, ``split="eval"`` the held-out rows (capped by
     ``options.count``). Asking for an eval split without ``eval_count`` is an error rather than a
-    silent overlap with the training rows.
+    silent overlap with the training rows. ``eval_path`` / ``eval_split`` name a separate source.
 """
 
 from __future__ import annotations
@@ -21,13 +24,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
 import numpy as np
 
+from polyrl.data_arrow import ITER_BLOCK, ArrowRows, check_prompt_column
+from polyrl.data_sources import load_cached, load_files, read_json_rows
 from polyrl.errors import ConfigError
 from polyrl.tasks import SPLITS, TASKS
 from polyrl.types import Prompt
-
 
 def _check_prompt(value: Any, index: int, column: str) -> None:
     if isinstance(value, str):
@@ -47,72 +50,162 @@ def _check_prompt(value: Any, index: int, column: str) -> None:
         )
 
 
-@attrs.define(frozen=True)
 class Dataset:
-    """Validated prompt rows: non-empty, every row a dict with a well-formed prompt."""
+    """Validated prompt rows: non-empty, every row with a well-formed prompt.
 
-    rows: list[dict[str, Any]] = attrs.field(converter=list)
-    prompt_column: str = "prompt"
-    name: str = ""
+    ``rows`` is a list of dicts (JSON, tasks, the Python API) or ``ArrowRows`` (memory-mapped).
+    ``columns`` maps the names rows are seen under to source columns (``{"prompt": "question"}``;
+    source columns stay visible too); ``system_prompt`` is prepended to every chat prompt (a
+    text prompt becomes the user turn) unless the chat already starts with a system message.
+    """
 
-    def __attrs_post_init__(self) -> None:
-        if not self.rows:
+    def __init__(self, rows: Sequence[Mapping[str, Any]] | ArrowRows, prompt_column: str = "prompt", name: str = "",
+                 *, columns: Mapping[str, str] | None = None, system_prompt: str | None = None,
+                 _checked: bool = False) -> None:
+        self.prompt_column = prompt_column
+        self.name = name
+        self.column_map = dict(columns or {})
+        self.system_prompt = system_prompt
+        self._arrow = rows if isinstance(rows, ArrowRows) else None
+        self._rows: list[Any] | None = None if self._arrow is not None else list(rows)
+        if len(self) == 0:
             what = f"dataset {self.name!r}" if self.name else "the dataset"
             raise ConfigError(f"{what} has no rows", field="data",
-                              fix="point at a non-empty JSONL file or task")
-        for i, row in enumerate(self.rows):
+                              fix="point at a non-empty data file or task")
+        if not _checked:
+            self._check()
+
+    # --- validation --------------------------------------------------------------------------
+
+    @property
+    def _source_prompt(self) -> str:
+        return self.column_map.get(self.prompt_column, self.prompt_column)
+
+    def _check(self) -> None:
+        source = self._source_prompt
+        if self._arrow is not None:
+            names = self._arrow.column_names
+            for target, column in self.column_map.items():
+                if column not in names:
+                    raise ConfigError(f"{self.name} has no column {column!r} (its columns: {', '.join(names)})",
+                                      field=f"data.columns.{target}", fix="map it to one of those columns")
+            check_prompt_column(self._arrow.table.data.table, source, repr(self.name))
+            return
+        for i, row in enumerate(self._rows or ()):
             if not isinstance(row, Mapping):
                 raise ConfigError(f"row {i} is a {type(row).__name__}, not an object", field="data",
                                   fix='each row must be a JSON object such as {"prompt": "...", "answer": "..."}')
-            if self.prompt_column not in row:
+            for target, column in self.column_map.items():
+                if column not in row and target != self.prompt_column:
+                    raise ConfigError(f"row {i} has no column {column!r}", field=f"data.columns.{target}",
+                                      fix="map it to a column every row has")
+            if source not in row:
                 present = ", ".join(sorted(map(str, row))) or "none"
+                mapped = self.prompt_column in self.column_map
                 raise ConfigError(
-                    f"row {i} has no column {self.prompt_column!r} (its columns: {present})",
-                    field="data.prompt_column",
+                    f"row {i} has no column {source!r} (its columns: {present})",
+                    field=f"data.columns.{self.prompt_column}" if mapped else "data.prompt_column",
                     fix="set data.prompt_column to the column that holds the prompts",
                 )
-            _check_prompt(row[self.prompt_column], i, self.prompt_column)
+            _check_prompt(row[source], i, source)
+
+    # --- rows as the trainer and rewards see them -----------------------------------------------
+
+    def _present(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(row)
+        for target, column in self.column_map.items():
+            out[target] = row[column]
+        if self.system_prompt is not None:
+            prompt = out[self.prompt_column]
+            chat = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+            if not (chat and chat[0].get("role") == "system"):
+                chat = [{"role": "system", "content": self.system_prompt}, *chat]
+            out[self.prompt_column] = chat
+        return out
+
+    def take(self, indices: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
+        """Fresh row dicts at ``indices`` (Arrow-backed: gathered from the mapped files)."""
+        if self._arrow is not None:
+            raw = self._arrow.take(indices)
+        else:
+            raw = [self._rows[int(i)] for i in indices]  # type: ignore[index]
+        return [self._present(r) for r in raw]
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self._arrow) if self._arrow is not None else len(self._rows or ())
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        return self.rows[index]
+        return self.take([index])[0]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return iter(self.rows)
+        for start in range(0, len(self), ITER_BLOCK):
+            yield from self.take(range(start, min(start + ITER_BLOCK, len(self))))
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """Every row (materialised: meant for small datasets and tests; batches use ``take``)."""
+        if self._rows is not None and not self.column_map and self.system_prompt is None:
+            return self._rows
+        return list(self)
+
+    @property
+    def arrow_backed(self) -> bool:
+        return self._arrow is not None
 
     @property
     def columns(self) -> list[str]:
-        """Every column name present in some row, in first-seen order."""
+        """Every column name present in some row, in first-seen order (mapped names included)."""
         seen: dict[str, None] = {}
-        for row in self.rows:
-            seen.update(dict.fromkeys(row))
+        if self._arrow is not None:
+            seen.update(dict.fromkeys(self._arrow.column_names))
+        else:
+            for row in self._rows or ():
+                seen.update(dict.fromkeys(row))
+        seen.update(dict.fromkeys(self.column_map))
         return list(seen)
 
     def prompts(self) -> list[Prompt]:
-        return [row[self.prompt_column] for row in self.rows]
+        return [row[self.prompt_column] for row in self]
 
     def select(self, indices: Sequence[int] | np.ndarray) -> Dataset:
-        return Dataset([self.rows[int(i)] for i in indices], self.prompt_column, self.name)
+        rows: list[Any] | ArrowRows
+        if self._arrow is not None:
+            rows = self._arrow.select(indices)
+        else:
+            rows = [self._rows[int(i)] for i in indices]  # type: ignore[index]
+        return Dataset(rows, self.prompt_column, self.name, columns=self.column_map,
+                       system_prompt=self.system_prompt, _checked=True)
 
     def fingerprint(self) -> str:
-        """A content hash: a resumed run checks it is reading the same data."""
+        """A content hash: a resumed run checks it is reading the same data.
+
+        JSON rows hash their content; Arrow rows hash the source files and the selected indices
+        (no row is read). The column mapping and system prompt count when set.
+        """
+        extra = ""
+        if self.column_map or self.system_prompt is not None:
+            extra = json.dumps({"columns": self.column_map, "system_prompt": self.system_prompt}, sort_keys=True)
+        if self._arrow is not None:
+            return self._arrow.fingerprint(extra)
         h = hashlib.sha256()
-        for row in self.rows:
+        for row in self._rows or ():
             h.update(json.dumps(row, sort_keys=True, default=str).encode())
             h.update(b"\n")
+        if extra:
+            h.update(extra.encode())
         return h.hexdigest()[:16]
 
 
 # --- loaders -----------------------------------------------------------------------------------
 
 
-def from_rows(rows: Sequence[Mapping[str, Any]], prompt_column: str = "prompt", name: str = "rows") -> Dataset:
+def from_rows(rows: Sequence[Mapping[str, Any]], prompt_column: str = "prompt", name: str = "rows", *,
+              columns: Mapping[str, str] | None = None, system_prompt: str | None = None) -> Dataset:
     """A dataset from in-memory row dicts (copied, so later edits do not leak in)."""
     if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Sequence):
         raise ConfigError(f"rows must be a list of dicts, got {type(rows).__name__}", field="data.rows")
-    return Dataset([dict(r) if isinstance(r, Mapping) else r for r in rows], prompt_column, name)
+    return Dataset([dict(r) if isinstance(r, Mapping) else r for r in rows], prompt_column, name,
+                   columns=columns, system_prompt=system_prompt)
 
 
 def load_jsonl(path: str | os.PathLike[str], prompt_column: str = "prompt") -> Dataset:
@@ -121,30 +214,34 @@ def load_jsonl(path: str | os.PathLike[str], prompt_column: str = "prompt") -> D
     if not p.is_file():
         raise ConfigError(f"data file {str(p)!r} not found", field="data.path",
                           fix="give the path of an existing .jsonl file")
-    rows: list[Any] = []
-    with p.open("rb") as fh:  # decoded line by line so that bad bytes are reported with their line
-        for lineno, raw in enumerate(fh, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ConfigError(f"{p}:{lineno} is not valid UTF-8 (byte {raw[exc.start]:#04x})", field="data.path",
-                                  fix="save the file as UTF-8") from None
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{p}:{lineno} is not valid JSON ({exc.msg})", field="data.path",
-                                  fix="write one JSON object per line") from None
-            except RecursionError:
-                raise ConfigError(f"{p}:{lineno} nests JSON too deeply to parse", field="data.path",
-                                  fix="write flat objects like {\"prompt\": \"...\", \"answer\": \"...\"}") from None
-            if not isinstance(rows[-1], dict):
-                raise ConfigError(f"{p}:{lineno} is a JSON {type(rows[-1]).__name__}, not an object",
-                                  field="data.path", fix='write objects like {"prompt": "...", "answer": "..."}')
+    rows = read_json_rows(p)
     if not rows:
         raise ConfigError(f"data file {str(p)!r} has no rows", field="data.path", fix="add JSON lines to it")
     return Dataset(rows, prompt_column, p.name)
+
+
+def load_source(
+    path: str | Sequence[str] | None = None,
+    name: str | None = None,
+    *,
+    config: str | None = None,
+    source_split: str | None = None,
+    cache_dir: str | None = None,
+    prompt_column: str = "prompt",
+    columns: Mapping[str, str] | None = None,
+    system_prompt: str | None = None,
+    field: str = "data.path",
+    split_field: str = "data.split",
+) -> Dataset:
+    """Every row of a file source (``path``: files, a glob, a save_to_disk folder) or of a cached
+    Hub dataset (``name`` + ``config`` + ``source_split``), before any hold-out."""
+    if name is not None:
+        rows: list[Any] | ArrowRows = load_cached(name, config, source_split, cache_dir, split_field)
+        label = f"{name}:{source_split or 'train'}"
+    else:
+        rows, label = load_files(path, split=source_split, cache_dir=cache_dir,  # type: ignore[arg-type]
+                                 field=field, split_field=split_field)
+    return Dataset(rows, prompt_column, label, columns=columns, system_prompt=system_prompt)
 
 
 def load_task(
@@ -153,7 +250,7 @@ def load_task(
     """A built-in task's split (see ``polyrl.tasks``)."""
     if name not in TASKS:
         raise ConfigError(f"unknown task {name!r}", field="data.task",
-                          fix=f"use one of: {', '.join(sorted(TASKS))}, or data.path for a JSONL file")
+                          fix=f"use one of: {', '.join(sorted(TASKS))}, or data.path / data.name for your own rows")
     return Dataset(TASKS[name](options, split, prompt_column), prompt_column, f"{name}:{split}")
 
 
@@ -196,26 +293,70 @@ def _file_split(dataset: Dataset, options: Mapping[str, Any], split: str) -> Dat
 
 def load_dataset(
     task: str | None = None,
-    path: str | os.PathLike[str] | None = None,
+    path: str | Sequence[str] | os.PathLike[str] | None = None,
     rows: Sequence[Mapping[str, Any]] | None = None,
     *,
+    name: str | None = None,
+    config: str | None = None,
+    source_split: str | None = None,
+    cache_dir: str | None = None,
     prompt_column: str = "prompt",
+    columns: Mapping[str, str] | None = None,
+    system_prompt: str | None = None,
     options: Mapping[str, Any] | None = None,
     split: str = "train",
 ) -> Dataset:
-    """The ``split`` of a built-in ``task``, a JSONL ``path`` or in-memory ``rows`` (exactly one)."""
-    if sum(x is not None for x in (task, path, rows)) != 1:
-        raise ConfigError("give exactly one of data.task, data.path or data.rows", field="data",
-                          fix='e.g. task = "arithmetic" or path = "prompts.jsonl"')
+    """The ``split`` (train/eval hold-out) of a built-in ``task``, a file ``path``, a cached Hub
+    dataset ``name`` or in-memory ``rows`` (exactly one)."""
+    if sum(x is not None for x in (task, path, rows, name)) != 1:
+        raise ConfigError("give exactly one of data.task, data.path, data.name or data.rows", field="data",
+                          fix='e.g. task = "arithmetic" or path = "prompts.parquet"')
     if split not in SPLITS:
         raise ConfigError(f"unknown split {split!r}", field="split", fix=f"use one of {', '.join(SPLITS)}")
     if task is not None:
+        if columns or system_prompt is not None:
+            raise ConfigError("built-in tasks take no column mapping or system prompt", field="data.task",
+                              fix="set task options in data.options instead")
         return load_task(task, options, split, prompt_column)
-    if path is not None:
-        dataset = load_jsonl(path, prompt_column)
+    if rows is not None:
+        dataset = from_rows(rows, prompt_column, columns=columns, system_prompt=system_prompt)
     else:
-        dataset = from_rows(rows, prompt_column)  # type: ignore[arg-type]
+        dataset = load_source(os.fspath(path) if isinstance(path, os.PathLike) else path, name, config=config, source_split=source_split, cache_dir=cache_dir,
+                              prompt_column=prompt_column, columns=columns, system_prompt=system_prompt)
     return _file_split(dataset, dict(options or {}), split)
+
+
+def load_train_and_eval(data: Any, eval_count: int) -> tuple[Dataset, Dataset | None]:
+    """The training rows and the evaluation rows (``eval_count`` of them; 0: none) of a
+    ``[data]`` section: a separate eval source (``eval_path`` / ``eval_split``) when given, the
+    task's own eval split, or rows held out of the training source by a seeded permutation.
+    A file or cached source is read once; both splits select from it."""
+    options = dict(data.options)
+    if data.task is not None:
+        train = load_task(data.task, options, "train", data.prompt_column)
+        if eval_count <= 0:
+            return train, None
+        return train, load_task(data.task, {**options, "count": eval_count}, "eval", data.prompt_column)
+    common = {"prompt_column": data.prompt_column, "columns": dict(data.columns) or None,
+              "system_prompt": data.system_prompt}
+    if data.rows is not None:
+        everything = from_rows(data.rows, **common)
+    else:
+        everything = load_source(data.path, data.name, config=data.config, source_split=data.split,
+                                 cache_dir=data.cache_dir, **common)
+    separate_eval = data.eval_path is not None or data.eval_split is not None
+    if eval_count <= 0 or separate_eval:
+        train = _file_split(everything, options, "train")
+        if eval_count <= 0:
+            return train, None
+        if data.eval_path is not None:
+            held = load_source(data.eval_path, cache_dir=data.cache_dir, field="data.eval_path", **common)
+        else:
+            held = load_source(data.path, data.name, config=data.config, source_split=data.eval_split,
+                               cache_dir=data.cache_dir, split_field="data.eval_split", **common)
+        return train, held.select(range(min(eval_count, len(held))))
+    options["eval_count"] = eval_count  # hold eval_count rows out of the training source
+    return _file_split(everything, options, "train"), _file_split(everything, options, "eval")
 
 
 # --- sampling ----------------------------------------------------------------------------------
@@ -227,6 +368,7 @@ class PromptSampler:
     Epoch ``e`` visits the rows in the order ``default_rng([seed, e]).permutation(n)``; a batch
     that runs past the end of an epoch continues into the next. The whole state is therefore
     (epoch, position): ``state()`` is a small JSON-able dict and ``load_state`` restores it.
+    Rows are fetched only when a batch is drawn, so an Arrow-backed dataset is never read whole.
     """
 
     def __init__(self, dataset: Dataset, batch_size: int, seed: int = 0, shuffle: bool = True) -> None:
@@ -264,7 +406,7 @@ class PromptSampler:
 
     def next_batch(self) -> list[dict[str, Any]]:
         """The next ``batch_size`` rows (shallow copies)."""
-        return [dict(self.dataset.rows[i]) for i in self.next_indices()]
+        return self.dataset.take(self.next_indices())
 
     def state(self) -> dict[str, Any]:
         return {

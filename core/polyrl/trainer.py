@@ -37,7 +37,7 @@ import numpy as np
 from polyrl import checkpoint as ckpt
 from polyrl import speed_records
 from polyrl.config import RunConfig
-from polyrl.data import Dataset, PromptSampler, load_dataset
+from polyrl.data import Dataset, PromptSampler, load_train_and_eval
 from polyrl.engine import Engine
 from polyrl.errors import ConfigError, PolyrlError, RewardError
 from polyrl.logs import get_logger
@@ -134,17 +134,7 @@ class Trainer:
     # --- setup ---------------------------------------------------------------------------------
 
     def _datasets(self) -> tuple[Dataset, Dataset | None]:
-        data, ev = self.config.data, self.config.eval
-        source = {"task": data.task, "path": data.path, "rows": data.rows,
-                  "prompt_column": data.prompt_column}
-        train = load_dataset(**source, options=dict(data.options), split="train")
-        held_out = None
-        if ev.count > 0:
-            options = {**data.options, "count": ev.count}
-            if data.task is None:  # files and rows hold out eval.count rows of their own
-                options = {**data.options, "eval_count": ev.count}
-            held_out = load_dataset(**source, options=options, split="eval")
-        return train, held_out
+        return load_train_and_eval(self.config.data, self.config.eval.count)
 
     def _engine_config(self, role: str, model: str) -> EngineConfig:
         c = self.config
@@ -429,7 +419,7 @@ class Trainer:
         self.rollouts.pending()  # the generator is busy until the rollout sampled ahead is done
         self._sync_weights(self.step)
         ev, c = self.config.eval, self.config
-        everything = list(self.eval_dataset.rows)
+        everything = list(self.eval_dataset)
         rows = everything[self.rank::self.world_size]
         prompts = [row[c.data.prompt_column] for row in rows]
         sampling = c.generation.sampling(0)

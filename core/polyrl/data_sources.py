@@ -1,0 +1,290 @@
+"""Where prompt rows come from: local files, globs, ``save_to_disk`` folders, cached Hub datasets.
+
+JSON / JSON-lines files are read here line by line (a row's prompt may be text in one line and a
+chat in the next, and a bad line is reported by number). CSV, Parquet and Arrow files, folders
+written by ``save_to_disk`` and datasets in the local 🤗 cache go through 🤗 ``datasets``, which
+keeps them as memory-mapped Arrow (see ``polyrl.data_arrow``). ``datasets`` is imported only
+here, when such a source is read, so the core still starts without touching it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from polyrl.data_arrow import ArrowRows
+from polyrl.errors import ConfigError
+
+#: file suffix -> (🤗 packaged builder, extra builder options)
+ARROW_FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
+    ".csv": ("csv", {}),
+    ".tsv": ("csv", {"sep": "\t"}),
+    ".parquet": ("parquet", {}),
+    ".pq": ("parquet", {}),
+    ".arrow": ("arrow", {}),
+}
+JSON_SUFFIXES = (".jsonl", ".json")
+SUPPORTED = ", ".join((*JSON_SUFFIXES, *ARROW_FORMATS))
+
+
+def _datasets() -> Any:
+    """🤗 datasets, quiet (no progress bars on stderr), or a clear error when not installed."""
+    try:
+        import datasets
+    except ImportError:  # pragma: no cover - it is a core dependency
+        raise ConfigError("reading CSV/Parquet/Arrow data or data.name needs the `datasets` package",
+                          field="data", fix="pip install 'datasets>=5.2'") from None
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # we raise one error line of our own
+    return datasets
+
+
+@contextlib.contextmanager
+def _offline(datasets: Any) -> Iterator[None]:
+    """Never reach the Hub: polyrl reads datasets that are already on this machine."""
+    before = datasets.config.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE = before
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost cause's message, on one line (datasets wraps pyarrow's errors)."""
+    while exc.__cause__ is not None or (exc.__context__ is not None and not exc.__suppress_context__):
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    text = " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
+    return text[:300]
+
+
+# --- resolving data.path ----------------------------------------------------------------------
+
+
+def expand_paths(path: str | Sequence[str], field: str) -> list[Path]:
+    """Files or one folder named by ``path``: a path, a glob, or a list of them, in order."""
+    entries = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    if not entries:
+        raise ConfigError("is an empty list", field=field, fix="name at least one file")
+    out: list[Path] = []
+    for entry in entries:
+        text = os.path.expanduser(str(entry))
+        if glob.has_magic(text):
+            matches = sorted(p for p in glob.glob(text, recursive=True) if os.path.isfile(p))
+            if not matches:
+                raise ConfigError(f"the glob {text!r} matches no file", field=field,
+                                  fix="check the pattern and the folder it starts from")
+            out += [Path(m) for m in matches]
+            continue
+        p = Path(text)
+        if not p.exists():
+            raise ConfigError(f"data file {text!r} not found", field=field,
+                              fix=f"give an existing file ({SUPPORTED}), a glob, or a save_to_disk folder")
+        out.append(p)
+    folders = [p for p in out if p.is_dir()]
+    if folders and len(out) > 1:
+        raise ConfigError(f"{str(folders[0])!r} is a folder among other paths", field=field,
+                          fix="give one save_to_disk folder, or a list/glob of files")
+    return out
+
+
+def _format(paths: list[Path], field: str) -> str:
+    kinds = set()
+    for p in paths:
+        suffix = p.suffix.lower()
+        if suffix not in JSON_SUFFIXES and suffix not in ARROW_FORMATS:
+            raise ConfigError(f"{str(p)!r} has an unsupported file type {suffix or '(none)'!r}", field=field,
+                              fix=f"use one of {SUPPORTED}, or a folder written by Dataset.save_to_disk")
+        kinds.add("json" if suffix in JSON_SUFFIXES else ARROW_FORMATS[suffix][0] + repr(ARROW_FORMATS[suffix][1]))
+    if len(kinds) > 1:
+        raise ConfigError("the files mix formats", field=field, fix="give files of one format per source")
+    return kinds.pop()
+
+
+def _digest(paths: Sequence[Path | str]) -> str:
+    """Content hash of source files (streamed, not memory-mapped: RSS stays flat)."""
+    h = hashlib.sha256()
+    for p in paths:
+        file_hash = hashlib.sha256()
+        with open(p, "rb") as fh:
+            while block := fh.read(1 << 20):
+                file_hash.update(block)
+        h.update(file_hash.digest())
+    return h.hexdigest()
+
+
+# --- JSON ---------------------------------------------------------------------------------------
+
+
+def read_json_rows(path: Path, field: str = "data.path") -> list[Any]:
+    """Rows of a JSON-lines file (or a .json file holding one array of objects)."""
+    if path.suffix.lower() == ".json":
+        raw = path.read_bytes()
+        stripped = raw.lstrip()
+        if stripped.startswith(b"["):
+            try:
+                rows = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{path} is not valid UTF-8 (byte {exc.start})", field=field,
+                                  fix="save the file as UTF-8") from None
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}:{exc.lineno} is not valid JSON ({exc.msg})", field=field,
+                                  fix="write one JSON array of objects, or one object per line") from None
+            except RecursionError:
+                raise ConfigError(f"{path} nests JSON too deeply to parse", field=field,
+                                  fix='write flat objects like {"prompt": "...", "answer": "..."}') from None
+            return list(rows)
+    rows: list[Any] = []
+    with path.open("rb") as fh:
+        for lineno, raw_line in enumerate(fh, 1):
+            try:
+                line = raw_line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{path}:{lineno} is not valid UTF-8 (byte {exc.start} of the line)", field=field,
+                                  fix="save the file as UTF-8") from None
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}:{lineno} is not valid JSON ({exc.msg})", field=field,
+                                  fix="write one JSON object per line") from None
+            except RecursionError:
+                raise ConfigError(f"{path}:{lineno} nests JSON too deeply to parse", field=field,
+                                  fix='write flat objects like {"prompt": "...", "answer": "..."}') from None
+            if not isinstance(rows[-1], dict):
+                raise ConfigError(f"{path}:{lineno} is a JSON {type(rows[-1]).__name__}, not an object",
+                                  field=field, fix='write objects like {"prompt": "...", "answer": "..."}')
+    return rows
+
+
+# --- 🤗 datasets --------------------------------------------------------------------------------
+
+
+def _single(loaded: Any, split: str | None, what: str, field: str) -> Any:
+    """One split of a DatasetDict (``split``, default ``train``), or the Dataset itself."""
+    datasets = _datasets()
+    if isinstance(loaded, datasets.DatasetDict):
+        wanted = split or "train"
+        if wanted not in loaded:
+            raise ConfigError(f"{what} has no split {wanted!r} (its splits: {', '.join(loaded)})",
+                              field=field, fix=f"set it to one of: {', '.join(loaded)}")
+        return loaded[wanted]
+    if split is not None:
+        raise ConfigError(f"{what} is a single Dataset, it has no splits", field=field,
+                          fix="remove it (splits apply to a saved DatasetDict or data.name)")
+    return loaded
+
+
+def _arrow_rows(dataset: Any, digest: str | None, what: str) -> ArrowRows:
+    """``dataset`` as ArrowRows; ``digest`` of its source (None: hash its own Arrow files)."""
+    if getattr(dataset, "_indices", None) is not None:  # a saved selection: materialise it once, rare
+        dataset = dataset.flatten_indices()
+    if len(dataset) == 0:
+        raise ConfigError(f"{what} has no rows", field="data", fix="point at a non-empty dataset")
+    return ArrowRows(dataset, digest or _digest([f["filename"] for f in dataset.cache_files]))
+
+
+def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir: str | None = None,
+               field: str = "data.path", split_field: str = "data.split") -> tuple[list[Any] | ArrowRows, str]:
+    """(rows, display name) of ``path``: JSON rows as dicts, everything else Arrow-backed."""
+    paths = expand_paths(path, field)
+    if paths[0].is_dir():
+        return _load_folder(paths[0], split, field, split_field), paths[0].name
+    if split is not None:
+        raise ConfigError("files have no splits", field=split_field,
+                          fix="remove it, or hold rows out with data.options.eval_count / data.eval_path")
+    name = paths[0].name if len(paths) == 1 else f"{paths[0].name} (+{len(paths) - 1} files)"
+    kind = _format(paths, field)
+    if kind == "json":
+        rows: list[Any] = []
+        for p in paths:
+            rows += read_json_rows(p, field)
+        if not rows:
+            raise ConfigError(f"data file {str(paths[0])!r} has no rows", field=field, fix="add JSON lines to it")
+        return rows, name
+    builder, options = ARROW_FORMATS[paths[0].suffix.lower()]
+    for p in paths:
+        if p.stat().st_size == 0:
+            raise ConfigError(f"data file {str(p)!r} is empty", field=field, fix="add rows to it or remove it")
+    datasets = _datasets()
+    no_rows = ConfigError(f"data file(s) {name!r} hold no rows", field=field, fix="add rows to them")
+    if builder == "parquet" and _parquet_rows(paths, field) == 0:
+        raise no_rows
+    digest = _digest(paths)
+    # 🤗 datasets keys its Arrow copy of local files by path and mtime; a file rewritten with the
+    # same mtime (cp -p, rsync -t) would silently reuse stale rows. Keying by content cannot.
+    root = os.path.join(os.path.expanduser(cache_dir or str(datasets.config.HF_DATASETS_CACHE)),
+                        "polyrl-files", digest[:16])
+    try:
+        with _offline(datasets):
+            loaded = datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train",
+                                           cache_dir=root, **options)
+    except Exception as exc:  # noqa: BLE001 - datasets/pyarrow/pandas raise many kinds; all mean "unreadable"
+        if "corresponds to no data" in str(exc):  # a CSV with a header line only
+            raise no_rows from None
+        raise ConfigError(f"cannot read {name} as {builder}: {_reason(exc)}", field=field,
+                          fix=f"check that the file is a valid {builder} file (re-export it)") from None
+    return _arrow_rows(loaded, digest, name), name
+
+
+def _parquet_rows(paths: list[Path], field: str) -> int:
+    """Rows in Parquet files, from their footers (a corrupt file fails here, before any caching)."""
+    import pyarrow.parquet as pq
+
+    total = 0
+    for p in paths:
+        try:
+            total += pq.ParquetFile(p).metadata.num_rows
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError...
+            raise ConfigError(f"{str(p)!r} is not a readable Parquet file: {_reason(exc)}", field=field,
+                              fix="re-export it (e.g. pandas.DataFrame.to_parquet / Dataset.to_parquet)") from None
+    return total
+
+
+def _load_folder(folder: Path, split: str | None, field: str, split_field: str) -> ArrowRows:
+    if not ((folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()):
+        raise ConfigError(f"{str(folder)!r} is a folder but not one written by save_to_disk", field=field,
+                          fix="give its data files (a list or a glob such as 'folder/*.parquet')")
+    datasets = _datasets()
+    try:
+        loaded = datasets.load_from_disk(str(folder))
+    except Exception as exc:  # noqa: BLE001
+        raise ConfigError(f"cannot read the saved dataset {str(folder)!r}: {_reason(exc)}", field=field,
+                          fix="save it again with Dataset.save_to_disk") from None
+    dataset = _single(loaded, split, repr(str(folder)), split_field)
+    return _arrow_rows(dataset, None, folder.name)
+
+
+def load_cached(name: str, config: str | None, split: str | None, cache_dir: str | None,
+                split_field: str = "data.split") -> ArrowRows:
+    """A Hub dataset from the local 🤗 datasets cache, never over the network."""
+    datasets = _datasets()
+    where = cache_dir or str(datasets.config.HF_DATASETS_CACHE)
+    if os.path.exists(name):
+        raise ConfigError(f"{name!r} is a local path", field="data.name",
+                          fix="use data.path for local files and folders; data.name is for cached Hub datasets")
+    try:
+        with _offline(datasets):
+            loaded = datasets.load_dataset(name, config, split=split or "train", cache_dir=cache_dir)
+    except ValueError as exc:
+        text = _reason(exc)
+        if "Unknown split" in text:
+            raise ConfigError(f"dataset {name!r}: {text}", field=split_field, fix="pick one of the splits it names") \
+                from None
+        if "config" in text:
+            raise ConfigError(f"dataset {name!r}: {text}", field="data.config",
+                              fix="pick one of the cached configs it names") from None
+        raise ConfigError(f"cannot read dataset {name!r} from {where}: {text}", field="data.name") from None
+    except Exception:  # noqa: BLE001 - offline: "not on the Hub" is the only remaining outcome
+        raise ConfigError(
+            f"dataset {name!r} is not in the local datasets cache ({where})", field="data.name",
+            fix="download it once where there is network (datasets.load_dataset(name)), copy the cache here, "
+                "or set data.cache_dir to the cache that holds it") from None
+    return _arrow_rows(loaded, None, f"{name}:{split or 'train'}")
