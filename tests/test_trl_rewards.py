@@ -300,6 +300,7 @@ def test_coming_from_trl_config_trains_with_the_reward_file(tiny_model_dir, tmp_
     from polyrl.cli import main
 
     config = tomllib.loads((EXAMPLE / "run.toml").read_text())
+    assert config["data"]["path"].endswith(".parquet")  # the example trains from a local Parquet file
     config["model"]["path"] = tiny_model_dir
     config["generation"].update(group_size=2, max_new_tokens=8)
     config["train"].update(steps=2, prompts_per_step=2, threads=1, output_dir=str(tmp_path / "run"))

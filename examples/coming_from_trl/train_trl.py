@@ -5,7 +5,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rewards import brevity, correct_answer
 
-dataset = load_dataset("json", data_files="prompts.jsonl", split="train")
+dataset = load_dataset("parquet", data_files="prompts.parquet", split="train")
 args = GRPOConfig(
     output_dir="runs/trl", max_steps=20, learning_rate=1e-5, beta=0.0,
     num_generations=4, per_device_train_batch_size=16,  # 4 prompts x 4 completions per step
