@@ -295,6 +295,8 @@ class Handler(BaseHTTPRequestHandler):
         """The standard library's own refusals (bad request line, headers too long, unknown
         method) in the same JSON shape; the connection is closed, its state being unknown."""
         self.close_connection = True
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":  # a garbled request line: still
+            self.request_version = "HTTP/1.0"  # answer with a status line and headers, not a bare body
         phrase = HTTPStatus(code).phrase if code in HTTPStatus._value2member_map_ else "error"
         self._send(code, ApiError(code, message or phrase).body(), {"Connection": "close"})
 

@@ -40,7 +40,7 @@ class Refuser:
     """Refuses connections on threads of their own, at most ``slots`` at once (beyond that a
     connection is closed unanswered): the accept loop itself never waits on a client."""
 
-    def __init__(self, slots: int = 32) -> None:
+    def __init__(self, slots: int = 256) -> None:
         self._slots = threading.BoundedSemaphore(slots)
 
     def __call__(self, conn: socket.socket) -> None:
