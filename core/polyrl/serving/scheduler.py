@@ -86,23 +86,30 @@ class FairScheduler:
         self._jobs: collections.deque[Job] = collections.deque()
         self._actions: collections.deque[tuple[Callable[[], Any], Future]] = collections.deque()
         self._cond = threading.Condition()
+        self._pending = 0  # requests submitted and not yet answered (waiting or running)
         self.thread = threading.Thread(target=self._run, name="polyrl-serve-generate", daemon=True)
         self.thread.start()
 
     def queued(self) -> int:
+        """Requests waiting or running."""
         with self._cond:
-            return len(self._jobs)
+            return self._pending
 
     def submit(self, prompts: list[Prompt], sampling: SamplingParams) -> list[Completion]:
         """The completions (``sampling.n`` per prompt, in prompt order); 503 when the queue is full."""
         job = Job(list(prompts), collections.deque(plan_units(len(prompts), sampling, self.max_batch_size)))
         with self._cond:
-            if len(self._jobs) >= self.max_queue:
-                raise overloaded(f"the server has {len(self._jobs)} requests queued (polyrl serve "
+            if self._pending >= self.max_queue:
+                raise overloaded(f"the server has {self._pending} requests queued (polyrl serve "
                                  "--max-queue); retry after the Retry-After seconds")
+            self._pending += 1
             self._jobs.append(job)
             self._cond.notify()
-        return job.future.result()
+        try:
+            return job.future.result()
+        finally:
+            with self._cond:
+                self._pending -= 1
 
     def run_exclusive(self, action: Callable[[], Any]) -> Any:
         """Run ``action()`` on the generation thread between two batches (never during one);
