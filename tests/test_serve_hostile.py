@@ -112,6 +112,7 @@ BAD = [
     ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}', None),
     ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "temperature": Infinity}', None),
     ("/v1/chat/completions", {"messages": CHAT, "temperature": 1e308}, "temperature"),
+    ("/v1/chat/completions", {"messages": CHAT, "temperature": 10 ** 400}, "temperature"),
     ("/v1/chat/completions", {"messages": CHAT, "temperature": -0.5}, "temperature"),
     ("/v1/chat/completions", {"messages": CHAT, "temperature": "hot"}, "temperature"),
     ("/v1/chat/completions", {"messages": CHAT, "top_p": 0}, "top_p"),
@@ -140,6 +141,7 @@ BAD = [
     ("/v1/completions", {"prompt": ["a", "b"], "n": 40}, "n"),
     ("/v1/completions", {"prompt": "a", "logprobs": 100}, "logprobs"),
     ("/v1/completions", b"[1, 2]", None),
+    ("/v1/completions", b'{"prompt": "a", "n": 1' + b"0" * 5000 + b"}", None),  # beyond int parsing
     ("/v1/completions", b"[" * 30000 + b"]" * 30000, None),
     ("/v1/completions", b"\xff\xfe{", None),
 ]

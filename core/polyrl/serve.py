@@ -51,6 +51,7 @@ Fault injection (for testing clients such as the LLM judge; all off by default):
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import os
 import random
@@ -225,6 +226,9 @@ class PolyrlServer(ThreadingHTTPServer):
                 ids = self._encode(prompt)
             except ConfigError as exc:
                 raise ApiError(400, str(exc), param) from None
+            except Exception as exc:  # noqa: BLE001 - e.g. a chat template refusing these roles
+                raise ApiError(400, f"the model's tokenizer or chat template refused the prompt: "
+                               f"{type(exc).__name__}: {str(exc)[:200]}", param) from None
         req.check_prompt_tokens(len(ids), param, self.limits)
 
     # --- faults --------------------------------------------------------------------------------
@@ -336,7 +340,8 @@ class Handler(BaseHTTPRequestHandler):
     def _authorised(self) -> None:
         if self.server.api_key is None:
             return
-        if self.headers.get("Authorization", "") != f"Bearer {self.server.api_key}":
+        sent = self.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+        if not hmac.compare_digest(sent, f"Bearer {self.server.api_key}".encode()):
             raise ApiError(401, "missing or wrong API key (Authorization: Bearer ...)",
                            kind="authentication_error", code="invalid_api_key")
 

@@ -49,11 +49,11 @@ def _number(body: dict[str, Any], key: str, default: Any, *, integer: bool, low:
         if not value.is_integer():
             raise ApiError(400, f"{key} must be an integer, got {value}", key)
         value = int(value)
-    bracket = "(" if low_open else "["
     if (value <= low if low_open else value < low) or value > high:
-        raise ApiError(400, f"{key} must be in {bracket}{low:g}, {high:g}], got {value:g}"
-                       if not integer else f"{key} must be an integer in [{int(low)}, {int(high)}], got {value}",
-                       key)
+        shown = str(value) if len(str(value)) <= 40 else str(value)[:20] + "..."
+        accepted = (f"an integer in [{int(low)}, {int(high)}]" if integer
+                    else f"in {'(' if low_open else '['}{low:g}, {high:g}]")
+        raise ApiError(400, f"{key} must be {accepted}, got {shown}", key)
     return int(value) if integer else float(value)
 
 
