@@ -20,7 +20,8 @@ once as safetensors under ``weights_dir`` and asks every server to load them (``
 ============================  ====================================================================
 server                        weight push after each step
 ============================  ====================================================================
-``polyrl serve``              yes (``--allow-weight-push``; same machine or a shared filesystem)
+``polyrl serve``              yes (``--allow-weight-push`` with a token; same machine or a shared
+                              filesystem)
 vLLM                          not through this backend; set ``weight_push = false``: rollouts then
                               come from the weights the server started with (off-policy, and
                               uncorrected: the loss's ratio is to the trained policy's own
@@ -243,7 +244,8 @@ class RemoteEngine:
                               "weight_push_token_file) to the token polyrl serve was started with")
         if response.status_code != 200:
             raise PluginError(f"{server} refused {path}: HTTP {response.status_code}: {response.text[:200]}. "
-                              "Fix: start `polyrl serve` with --allow-weight-push, or set "
+                              "Fix: start `polyrl serve` with --allow-weight-push and a token "
+                              "(--weight-push-token-file), or set "
                               "backends.options.weight_push = false (rollouts then go off-policy)")
         return response.json()
 

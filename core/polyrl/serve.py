@@ -551,20 +551,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens-limit", type=int, default=d.max_tokens_limit,
                    help="largest max_tokens a request may ask for (more: 400)")
     limits = p.add_argument_group("request limits (checked before anything is allocated)")
-    limits.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="request body size (413)")
-    limits.add_argument("--max-prompt-chars", type=int, default=d.max_prompt_chars,
-                        help="characters of one prompt, checked before tokenizing (400)")
-    limits.add_argument("--max-n", type=int, default=d.max_n, help="largest n (400)")
-    limits.add_argument("--max-prompts", type=int, default=d.max_prompts,
-                        help="prompts in one /v1/completions request (400)")
-    limits.add_argument("--max-completions", type=int, default=d.max_completions,
-                        help="prompts x n in one request (400)")
-    limits.add_argument("--max-queue", type=int, default=d.max_queue,
-                        help="generation requests queued or running; more get 503 + Retry-After")
-    limits.add_argument("--max-connections", type=int, default=d.max_connections,
-                        help="open connections (a thread each); more get 503 + Retry-After")
-    limits.add_argument("--read-timeout-s", type=float, default=d.read_timeout_s,
-                        help="time to receive a whole request, and to keep an idle connection open")
+    for flag, kind, text in (
+        ("--max-body-bytes", int, "request body size (413)"),
+        ("--max-prompt-chars", int, "characters of one prompt, checked before tokenizing (400)"),
+        ("--max-n", int, "largest n (400)"),
+        ("--max-prompts", int, "prompts in one /v1/completions request (400)"),
+        ("--max-completions", int, "prompts x n in one request (400)"),
+        ("--max-queue", int, "generation requests queued or running; more get 503 + Retry-After"),
+        ("--max-connections", int, "open connections (a thread each); more get 503 + Retry-After"),
+        ("--read-timeout-s", float, "time to receive a whole request, and to keep an idle connection open"),
+    ):
+        default = getattr(d, flag[2:].replace("-", "_"))
+        limits.add_argument(flag, type=kind, default=default, help=f"{text}; default {default}")
     p.add_argument("--api-key-env", default=None, help="require Bearer $NAME from clients")
     p.add_argument("--fault-delay-s", type=float, default=0.0)
     p.add_argument("--fault-delay-first", type=int, default=0)
