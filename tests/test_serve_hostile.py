@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from serve_util import SERVED_NAME, raw_exchange, start_server, status_of
+from serve_util import raw_exchange, start_server, status_of
 
 pytestmark = pytest.mark.faults
 
