@@ -191,6 +191,8 @@ def test_fifty_parallel_clients_get_an_answer_or_a_retry_after_never_a_reset(ser
     assert set(statuses) <= {200, 503}, statuses
     assert statuses.count(200) >= 8
     assert all(o[1] is not None and int(o[1]) >= 1 for o in outcomes if o[0] == 503)
+    stats = server.stats()  # each 503 is counted as what it was: queue full or connections capped
+    assert stats["overloaded"] + stats["refused_connections"] == statuses.count(503)
     # after the burst the server is idle again and serves the clients that were told to retry
     retried = [server.post("/v1/completions", json={"prompt": "again", "max_tokens": 4}).status_code
                for o in outcomes if o[0] == 503][:10]

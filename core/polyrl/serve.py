@@ -111,6 +111,7 @@ class Stats:
     max_batch_prompts: int = 0
     errors: int = 0
     overloaded: int = 0  # answered 503 because the queue was full
+    refused_connections: int = 0  # answered 503 because --max-connections were open
     weight_version: int = 0  # weight loads through POST /polyrl/weights
     weight_load_s: float = 0.0  # the last one's duration
 
@@ -190,7 +191,9 @@ class PolyrlServer(ThreadingHTTPServer):
         """One thread per connection up to ``max_connections``; past it a quick 503 + Retry-After."""
         with self.lock:
             full = self._connections >= self.limits.max_connections
-            if not full:
+            if full:
+                self.stats.refused_connections += 1
+            else:
                 self._connections += 1
         if full:
             self._refuse(request)
@@ -287,13 +290,23 @@ class Handler(BaseHTTPRequestHandler):
         log.debug("http", client=self.client_address[0], request=format % args)
 
     def handle_one_request(self) -> None:
-        """The next request (or the idle wait for it) must arrive within the read timeout."""
+        """An idle kept-alive connection waits at most the read timeout for its next request, and
+        a request, once its first byte is in, must arrive whole within the read timeout too."""
         self._body_read = False
-        self.server.deadlines.set(self.connection, self.server.limits.read_timeout_s)
+        deadlines, conn, seconds = self.server.deadlines, self.connection, self.server.limits.read_timeout_s
+        deadlines.set(conn, seconds)
         try:
+            try:
+                started = bool(self.rfile.peek(1))
+            except OSError:  # socket timeout or reset while idle
+                started = False
+            if not started:
+                self.close_connection = True
+                return
+            deadlines.set(conn, seconds)
             super().handle_one_request()
         finally:
-            self.server.deadlines.clear(self.connection)
+            deadlines.clear(conn)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """The standard library's own refusals (bad request line, headers too long, unknown
@@ -348,6 +361,8 @@ class Handler(BaseHTTPRequestHandler):
     def _route(self, method: str) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
         generation = method == "POST" and path in ("/v1/chat/completions", "/v1/completions")
+        if self.headers.get("Content-Length", "0").strip() == "0" and not self.headers.get("Transfer-Encoding"):
+            self.server.deadlines.clear(self.connection)  # nothing more to receive: answering is not bounded
         if generation:
             with self.server.lock:
                 self.server.stats.in_flight += 1
