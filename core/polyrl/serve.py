@@ -81,6 +81,10 @@ from polyrl.types import Completion, Prompt, SamplingParams
 log = get_logger("polyrl.serve")
 
 DEFAULT_MAX_TOKENS = 256
+# Completions per generate call, and the unit a big request is served in. Why not smaller: each
+# call has a fixed cost per decoding step, so small units cost a big request throughput; why not
+# larger: a small request may wait for one unit of each request ahead of it.
+DEFAULT_BATCH = 32
 __all__ = ["ApiError", "Faults", "Limits", "PolyrlServer", "add_arguments", "build_server", "run"]
 
 
@@ -154,7 +158,7 @@ class PolyrlServer(ThreadingHTTPServer):
     request_queue_size = 1024  # listen backlog: bursts of connections wait instead of being reset
 
     def __init__(self, address: tuple[str, int], engine: Any, *, model_name: str, model_path: str = "",
-                 max_batch_size: int = 8, limits: Limits | None = None, api_key: str | None = None,
+                 max_batch_size: int = DEFAULT_BATCH, limits: Limits | None = None, api_key: str | None = None,
                  faults: Faults | None = None, allow_fault_control: bool = False,
                  allow_weight_push: bool = False, weight_push_token: str | None = None,
                  weight_spec: WeightSpec | None = None) -> None:
@@ -561,8 +565,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--max-length", type=int, default=d.max_length,
                    help="prompt + completion tokens; longer prompts get a 400")
-    p.add_argument("--max-batch-size", type=int, default=8,
-                   help="completions per generate call; also the unit requests are served in, round-robin")
+    p.add_argument("--max-batch-size", type=int, default=DEFAULT_BATCH,
+                   help="completions per generate call, and the unit requests are served in, round-robin "
+                   "(larger: more throughput, longer waits for small requests behind big ones); "
+                   f"default {DEFAULT_BATCH}")
     p.add_argument("--max-tokens-limit", type=int, default=d.max_tokens_limit,
                    help="largest max_tokens a request may ask for (more: 400)")
     limits = p.add_argument_group("request limits (checked before anything is allocated)")
