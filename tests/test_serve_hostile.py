@@ -57,6 +57,13 @@ def test_bad_content_length_is_answered_at_once_and_closed(server, header, statu
     assert server.get("/health").status_code == 200
 
 
+def test_expect_100_continue_with_an_oversized_body_is_refused_before_it_is_sent(server):
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+               b"Content-Length: 104857600\r\n\r\n")
+    reply, seconds = raw_exchange(server.url, request, read_s=10)
+    assert status_of(reply) == 413 and b"100 Continue" not in reply and seconds < 5
+
+
 def _held_open_s(sock: socket.socket, trickle: bytes, limit_s: float) -> tuple[float, bytes]:
     """Send ``trickle`` every 0.3 s until the server closes the connection: (seconds, reply)."""
     t0, reply = time.monotonic(), b""

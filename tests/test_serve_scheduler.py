@@ -134,3 +134,19 @@ def test_a_failing_batch_fails_only_its_requests_and_weight_loads_go_first():
     assert isinstance(out["boom"], RuntimeError) and isinstance(out["fine"], list)
     assert loaded == [1]  # ran right after the batch in progress, before anything queued
     assert [p for p, _ in engine.calls] == [["boom"], ["fine"]]  # the failed request's other unit dropped
+
+
+def test_an_engine_answering_the_wrong_count_fails_the_request_and_the_thread_lives_on():
+    calls = []
+
+    def short(prompts, sampling):
+        calls.append(prompts)
+        if prompts == ["short"]:
+            return []
+        return [Completion(i, [1], [2], [0.0], text=p) for i, p in enumerate(prompts) for _ in range(sampling.n)]
+
+    scheduler = FairScheduler(short, max_batch_size=4, max_queue=4)
+    with pytest.raises(RuntimeError, match="returned 0 completions"):
+        scheduler.submit(["short"], SamplingParams(n=2))
+    assert [c.text for c in scheduler.submit(["next"], SamplingParams(n=2))] == ["next", "next"]
+    assert scheduler.queued() == 0

@@ -312,6 +312,16 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             deadlines.clear(conn)
 
+    def handle_expect_100(self) -> bool:
+        """A client asking before it sends the body learns at once that its size is refused."""
+        try:
+            content_length(self.headers.get("Content-Length"), self.server.limits)
+        except ApiError as exc:
+            self.close_connection = True
+            self._send(exc.status, exc.body(), {"Connection": "close"})
+            return False
+        return super().handle_expect_100()
+
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """The standard library's own refusals (bad request line, headers too long, unknown
         method) in the same JSON shape; the connection is closed, its state being unknown."""

@@ -156,17 +156,24 @@ class FairScheduler:
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller
                     future.set_exception(exc)
                 continue
-            self._generate(batch)
+            try:
+                self._generate(batch)
+            except BaseException as exc:  # noqa: BLE001 - this thread must outlive any one batch
+                self._fail({job for job, _ in batch}, exc)
 
     def _generate(self, batch: list[tuple[Job, Unit]]) -> None:
         prompts = [job.prompts[i] for job, unit in batch for i in unit.prompt_indices]
+        n = batch[0][1].sampling.n
         try:
             out = self.generate(prompts, batch[0][1].sampling)
+            if len(out) != len(prompts) * n:
+                raise RuntimeError(f"the engine returned {len(out)} completions for {len(prompts)} prompts "
+                                   f"x n={n}")
         except BaseException as exc:  # noqa: BLE001 - handed to every request in the batch
             self._fail({job for job, _ in batch}, exc)
             return
         self.on_batch(len(prompts))
-        start, n = 0, batch[0][1].sampling.n
+        start = 0
         for job, unit in batch:
             count = len(unit.prompt_indices) * n
             if not job.future.done():
