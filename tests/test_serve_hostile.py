@@ -57,6 +57,31 @@ def test_bad_content_length_is_answered_at_once_and_closed(server, header, statu
     assert server.get("/health").status_code == 200
 
 
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def test_a_100mb_prompt_sent_in_full_is_refused_without_growing_the_server(server):
+    body = b'{"prompt": "' + b"a" * (100 * 1024 * 1024) + b'"}'
+    before = _rss_mb(server.proc.pid)
+    host, port = server.url.removeprefix("http://").split(":")
+    reply = b""
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body))
+        try:
+            sock.sendall(body)  # the server answers 413 and closes: sending may be cut short
+        except OSError:
+            pass
+        try:
+            reply = sock.recv(65536)
+        except OSError:
+            pass
+    assert status_of(reply) in (0, 413)  # 0: the reset on the unread body came before the reply
+    assert server.get("/health").status_code == 200
+    assert _rss_mb(server.proc.pid) - before < 50
+
+
 def test_expect_100_continue_with_an_oversized_body_is_refused_before_it_is_sent(server):
     request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
                b"Content-Length: 104857600\r\n\r\n")
