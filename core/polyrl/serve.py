@@ -177,7 +177,7 @@ class PolyrlServer(ThreadingHTTPServer):
         self.scheduler = FairScheduler(engine.generate, max_batch_size, self.limits.max_queue, self._count_batch)
         self.token_text = TokenText(engine, model_path)
         self._encode = getattr(getattr(engine, "raw", engine), "encode_prompt", None)
-        self._tokenizer_lock = threading.Lock()  # HF tokenizers are not safe to share across threads
+        self._tokenizer_lock = threading.Lock()  # handler threads take turns: tokenizers keep per-call state
         self.created = int(time.time())
         self._rng = random.Random(0)
         self.deadlines = Deadlines()
