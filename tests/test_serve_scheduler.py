@@ -150,3 +150,22 @@ def test_an_engine_answering_the_wrong_count_fails_the_request_and_the_thread_li
         scheduler.submit(["short"], SamplingParams(n=2))
     assert [c.text for c in scheduler.submit(["next"], SamplingParams(n=2))] == ["next", "next"]
     assert scheduler.queued() == 0
+
+
+def test_a_weight_load_never_lands_inside_a_request():
+    engine = RecordingEngine(hold=True)
+    scheduler = FairScheduler(engine.generate, max_batch_size=4, max_queue=8)
+    out: dict[str, object] = {}
+    threads = [_submit(scheduler, ["huge"], SamplingParams(n=12), out, "huge")]  # three units
+    assert engine.entered.wait(5)
+    loader = threading.Thread(target=lambda: out.update(load=scheduler.run_exclusive(
+        lambda: [p for p, _ in engine.calls])))
+    loader.start()
+    time.sleep(0.05)
+    threads.append(_submit(scheduler, ["later"], SamplingParams(), out, "later"))
+    _queued(scheduler, 2)
+    engine.release.set()
+    for t in [*threads, loader]:
+        t.join(10)
+    assert out["load"] == [["huge"]] * 3  # after all of the started request, before the new one
+    assert [p for p, _ in engine.calls] == [["huge"]] * 3 + [["later"]]

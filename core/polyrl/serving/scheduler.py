@@ -8,6 +8,10 @@ sampling settings into one ``generate`` call. A small request waits for at most 
 request ahead of it, not for their whole work. The queue is bounded (``max_queue`` requests): past
 it a request is answered 503 with Retry-After at once, never left to time out.
 
+A weight load (``run_exclusive``) waits for the requests already started and goes before those not
+started yet: no request's completions mix two policies, and a stream of requests cannot hold a
+trainer's push back for longer than the started ones take.
+
 Seeded requests stay reproducible: their cut depends only on the request itself (unit ``i`` is
 seeded ``seed + i``; a request that fits one unit keeps its seed), and their units never share a
 ``generate`` call with another request's.
@@ -44,6 +48,7 @@ class Job:
     units: collections.deque[Unit]
     future: Future = attrs.field(factory=Future)
     done: dict[int, list[Completion]] = attrs.field(factory=dict)
+    started: bool = False  # a unit has run or is running: the rest must see the same weights
 
     def finish_unit(self, unit: Unit, out: list[Completion]) -> None:
         per_prompt = unit.sampling.n
@@ -112,34 +117,37 @@ class FairScheduler:
                 self._pending -= 1
 
     def run_exclusive(self, action: Callable[[], Any]) -> Any:
-        """Run ``action()`` on the generation thread between two batches (never during one);
-        it goes before any waiting unit, so a trainer's weight push is not starved."""
+        """Run ``action()`` (a weight load) on the generation thread between two batches. Requests
+        already started finish first, so every request's completions come from one set of
+        weights; requests not started yet wait for it, so a trainer's push is not starved."""
         future: Future = Future()
         with self._cond:
             self._actions.append((action, future))
             self._cond.notify()
         return future.result()
 
-    def _next_batch(self) -> list[tuple[Job, Unit]]:
+    def _next_batch(self, started_only: bool = False) -> list[tuple[Job, Unit]]:
         """Round-robin: the first waiting request's next unit, then the next unit of each
         following request that can share its ``generate`` call; every request served moves to
-        the back of the line."""
-        first = self._jobs.popleft()
-        lead = first.units.popleft()
-        batch, served, kept = [(first, lead)], [first], []
+        the back of the line. ``started_only``: only requests with units already run."""
+        order = list(self._jobs)
+        eligible = [job for job in order if job.started or not started_only]
+        lead_job = eligible[0]
+        lead = lead_job.units.popleft()
+        batch, served = [(lead_job, lead)], [lead_job]
         size = len(lead.prompt_indices) * lead.sampling.n
-        while self._jobs and lead.sampling.seed is None:
-            job = self._jobs.popleft()
-            unit = job.units[0]
-            unit_size = len(unit.prompt_indices) * unit.sampling.n
-            if unit.sampling == lead.sampling and size + unit_size <= self.max_batch_size:
-                batch.append((job, job.units.popleft()))
-                served.append(job)
-                size += unit_size
-            else:
-                kept.append(job)
-        self._jobs.extendleft(reversed(kept))
-        self._jobs.extend(job for job in served if job.units)
+        if lead.sampling.seed is None:  # seeded units run alone: their results must not depend on load
+            for job in eligible[1:]:
+                unit = job.units[0]
+                unit_size = len(unit.prompt_indices) * unit.sampling.n
+                if unit.sampling == lead.sampling and size + unit_size <= self.max_batch_size:
+                    batch.append((job, job.units.popleft()))
+                    served.append(job)
+                    size += unit_size
+        for job in served:
+            job.started = True
+        self._jobs = collections.deque([job for job in order if job not in served]
+                                       + [job for job in served if job.units])
         return batch
 
     def _run(self) -> None:
@@ -147,8 +155,13 @@ class FairScheduler:
             with self._cond:
                 while not self._jobs and not self._actions:
                     self._cond.wait()
-                action = self._actions.popleft() if self._actions else None
-                batch = None if action else self._next_batch()
+                action, batch = None, None
+                if not self._actions:
+                    batch = self._next_batch()
+                elif any(job.started for job in self._jobs):
+                    batch = self._next_batch(started_only=True)
+                else:
+                    action = self._actions.popleft()
             if action is not None:
                 fn, future = action
                 try:
