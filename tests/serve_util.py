@@ -103,3 +103,44 @@ def wait_ready(proc: subprocess.Popen, log_path: str, timeout: float = 120.0) ->
 def start_server(model_dir: str, *args: str, env: dict[str, str] | None = None) -> ServerProcess:
     proc, log_path = launch(model_dir, *args, env=env)
     return wait_ready(proc, log_path)
+
+
+def raw_exchange(url: str, data: bytes, *, read_s: float = 10.0) -> tuple[bytes, float]:
+    """Send raw bytes to the server and read until it closes or ``read_s`` passes: (reply, seconds).
+
+    Why raw sockets: HTTP clients refuse to send a negative or non-numeric Content-Length, which
+    is exactly what a hostile client sends.
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    t0 = time.monotonic()
+    with socket.create_connection((parts.hostname, parts.port), timeout=read_s) as sock:
+        sock.sendall(data)
+        chunks = []
+        try:
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                if b"\r\n\r\n" in b"".join(chunks) and _complete(b"".join(chunks)):
+                    break
+        except TimeoutError:
+            pass
+    return b"".join(chunks), time.monotonic() - t0
+
+
+def _complete(reply: bytes) -> bool:
+    head, _, body = reply.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return len(body) >= int(line.split(b":", 1)[1])
+    return False
+
+
+def status_of(reply: bytes) -> int:
+    """The status code of a raw HTTP reply (0 when there was none)."""
+    first = reply.split(b"\r\n", 1)[0].split()
+    return int(first[1]) if len(first) >= 2 and first[1].isdigit() else 0

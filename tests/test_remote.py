@@ -26,8 +26,17 @@ def digits(prompts, completions, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def servers(tiny_model_dir):
-    started = [start_server(tiny_model_dir, "--allow-weight-push", "--allow-fault-control") for _ in range(2)]
+def push_token_file(tmp_path_factory) -> str:
+    """The weight-push shared secret, one file read by both the servers and the trainer's client."""
+    path = tmp_path_factory.mktemp("secret") / "push-token"
+    path.write_text("remote-test-" + "7f3a" * 8 + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def servers(tiny_model_dir, push_token_file):
+    started = [start_server(tiny_model_dir, "--allow-weight-push", "--weight-push-token-file", push_token_file,
+                            "--allow-fault-control") for _ in range(2)]
     yield started
     for s in started:
         s.stop()
@@ -56,7 +65,8 @@ def test_rollouts_are_spread_over_servers_with_exact_ids_and_logprobs(servers, t
 
 
 @pytest.mark.parametrize("overlap", [False, True], ids=["inline", "overlap"])
-def test_trainer_pushes_weights_to_every_server_each_step(servers, tiny_model_dir, tmp_path, overlap):
+def test_trainer_pushes_weights_to_every_server_each_step(servers, tiny_model_dir, tmp_path, overlap,
+                                                          push_token_file):
     for s in servers:
         s.reset()
     (tmp_path / "reward.py").write_text(REWARD)
@@ -64,7 +74,8 @@ def test_trainer_pushes_weights_to_every_server_each_step(servers, tiny_model_di
     config = RunConfig.from_dict({
         "model": {"path": tiny_model_dir},
         "backends": {"train": "torch", "generate": "remote",
-                     "options": {"servers": [f"{s.url}/v1" for s in servers]}},
+                     "options": {"servers": [f"{s.url}/v1" for s in servers],
+                                 "weight_push_token_file": push_token_file}},
         "generation": {"group_size": 4, "max_new_tokens": 8, "overlap": overlap},
         "optimizer": {"lr": 1e-3},
         "data": {"task": "arithmetic"},
@@ -110,3 +121,22 @@ def test_errors_name_the_option_and_the_fix(servers):
         "servers": ["http://127.0.0.1:9/v1"], "served_model": "m", "retries": 1, "backoff_s": 0.01}))
     with pytest.raises(PluginError, match="servers in backends.options.servers are up"):
         engine.generate(["hi"], SamplingParams(max_new_tokens=2))
+
+
+@pytest.mark.faults
+def test_a_weight_push_without_the_token_is_refused_with_the_fix(servers, monkeypatch):
+    reg = Registry()
+    weights = {"unused": np.zeros(1, np.float32)}
+    before = servers[0].stats()["weight_version"]
+    tokenless = Engine(reg, "remote", remote_config(servers[:1], served_model=SERVED_NAME))
+    with pytest.raises(PluginError, match="weight_push_token_env"):
+        tokenless.import_weights(weights)
+    monkeypatch.setenv("POLYRL_TEST_WRONG_TOKEN", "not-the-token")
+    wrong = Engine(reg, "remote", remote_config(servers[:1], served_model=SERVED_NAME,
+                                                weight_push_token_env="POLYRL_TEST_WRONG_TOKEN"))
+    with pytest.raises(PluginError, match="HTTP 403"):
+        wrong.import_weights(weights)
+    assert servers[0].stats()["weight_version"] == before  # nothing was loaded
+    with pytest.raises(ConfigError, match="backends.options.weight_push_token_env"):
+        Engine(reg, "remote", remote_config(servers[:1], served_model=SERVED_NAME,
+                                            weight_push_token_env="POLYRL_TEST_UNSET_TOKEN_VAR"))

@@ -20,7 +20,8 @@ once as safetensors under ``weights_dir`` and asks every server to load them (``
 ============================  ====================================================================
 server                        weight push after each step
 ============================  ====================================================================
-``polyrl serve``              yes (``--allow-weight-push``; same machine or a shared filesystem)
+``polyrl serve``              yes (``--allow-weight-push`` with a token; same machine or a shared
+                              filesystem)
 vLLM                          not through this backend; set ``weight_push = false``: rollouts then
                               come from the weights the server started with (off-policy, and
                               uncorrected: the loss's ratio is to the trained policy's own
@@ -32,7 +33,10 @@ Options (``[backends.options]``; every engine of the run sees them, only this ba
 ``servers`` (required, list of base URLs ending in ``/v1``), ``served_model`` (the model name the
 servers serve; default: whatever ``/v1/models`` lists first), ``timeout_s`` (120), ``retries`` (3),
 ``backoff_s`` (0.5), ``max_concurrency`` (4 per server), ``weight_push`` (true), ``weights_dir``
-(default: a temporary folder), ``api_key_env``.
+(default: a temporary folder), ``api_key_env``, and the weight-push shared secret that ``polyrl
+serve --weight-push-token-file/--weight-push-token-env`` expects: ``weight_push_token_env`` (the
+name of an environment variable holding it) or ``weight_push_token_file`` (a file holding it). It
+goes in the ``X-Polyrl-Weight-Token`` header of weight pushes only, never to generation requests.
 """
 
 from __future__ import annotations
@@ -72,6 +76,37 @@ class RemoteOptions:
     weight_push: bool = True
     weights_dir: str | None = None
     api_key_env: str | None = None
+    weight_push_token_env: str | None = None
+    weight_push_token_file: str | None = None
+
+
+WEIGHT_TOKEN_HEADER = "X-Polyrl-Weight-Token"  # what polyrl serve checks (polyrl.serving.weight_push)
+
+
+def weight_push_token(options: RemoteOptions) -> str | None:
+    """The shared secret for ``POST /polyrl/weights``, read once when the engine starts."""
+    env, path = options.weight_push_token_env, options.weight_push_token_file
+    if env and path:
+        raise ConfigError("give the weight-push token one way", field="backends.options.weight_push_token_file",
+                          fix="set weight_push_token_env or weight_push_token_file, not both")
+    if env:
+        token = os.environ.get(env, "").strip()
+        if not token:
+            raise ConfigError(f"environment variable {env} is empty", field="backends.options.weight_push_token_env",
+                              fix=f"export {env}=<the token given to polyrl serve> before the run")
+        return token
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                token = f.read().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read {path!r}: {exc}", field="backends.options.weight_push_token_file",
+                              fix="give the file polyrl serve reads with --weight-push-token-file") from None
+        if not token:
+            raise ConfigError(f"{path!r} is empty", field="backends.options.weight_push_token_file",
+                              fix="write the token polyrl serve expects into it")
+        return token
+    return None
 
 
 def remote_options(options: Mapping[str, Any]) -> RemoteOptions:
@@ -88,6 +123,9 @@ def remote_options(options: Mapping[str, Any]) -> RemoteOptions:
     for key in ("timeout_s", "backoff_s"):
         if key in values and (not isinstance(values[key], (int, float)) or values[key] <= 0):
             raise ConfigError("must be a number > 0", field=f"backends.options.{key}")
+    for key in ("api_key_env", "weights_dir", "weight_push_token_env", "weight_push_token_file"):
+        if key in values and not (values[key] is None or isinstance(values[key], str) and values[key]):
+            raise ConfigError("must be a non-empty string", field=f"backends.options.{key}")
     for key in ("retries", "max_concurrency"):
         if key in values and (not isinstance(values[key], int) or isinstance(values[key], bool) or values[key] < 0):
             raise ConfigError("must be an integer >= 0", field=f"backends.options.{key}")
@@ -116,6 +154,8 @@ class RemoteEngine:
         self._lock = threading.Lock()
         self._weights_dir = self.options.weights_dir or tempfile.mkdtemp(prefix="polyrl-weights-")
         self.weight_version = 0
+        token = weight_push_token(self.options)
+        self._push_headers = {WEIGHT_TOKEN_HEADER: token} if token else {}
 
     def _served_model(self, server: str) -> str:
         try:
@@ -182,7 +222,7 @@ class RemoteEngine:
         save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, tmp)
         os.replace(tmp, path)
         for i in range(len(self.options.servers)):
-            self.post_to(i, "/polyrl/weights", {"path": path})
+            self.post_to(i, "/polyrl/weights", {"path": path}, headers=self._push_headers)
         previous = os.path.join(self._weights_dir, f"policy-{self.weight_version - 1:08d}.safetensors")
         if os.path.exists(previous):
             os.remove(previous)
@@ -191,17 +231,30 @@ class RemoteEngine:
                  seconds=round(seconds, 3))
         return seconds
 
-    def post_to(self, server_index: int, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def post_to(self, server_index: int, path: str, body: dict[str, Any],
+                headers: dict[str, str] | None = None) -> dict[str, Any]:
         """POST a server-root ``path`` (e.g. ``/polyrl/weights``, beside ``/v1``) to exactly this
         server: weights must reach every one, so there is no failing over."""
         server = self.options.servers[server_index]
         root = server[: -len("/v1")] if server.endswith("/v1") else server
-        response = self.client.post(f"{root}{path}", json=body)
+        response = self.client.post(f"{root}{path}", json=body, headers=headers)
+        if response.status_code in (401, 403) and _error_code(response) in ("missing_token", "invalid_token"):
+            raise PluginError(f"{server} refused the weight push: HTTP {response.status_code}: "
+                              f"{response.text[:200]}. Fix: set backends.options.weight_push_token_env (or "
+                              "weight_push_token_file) to the token polyrl serve was started with")
         if response.status_code != 200:
             raise PluginError(f"{server} refused {path}: HTTP {response.status_code}: {response.text[:200]}. "
-                              "Fix: start `polyrl serve` with --allow-weight-push, or set "
+                              "Fix: start `polyrl serve` with --allow-weight-push and a token "
+                              "(--weight-push-token-file), or set "
                               "backends.options.weight_push = false (rollouts then go off-policy)")
         return response.json()
+
+
+def _error_code(response: Any) -> str | None:
+    try:
+        return response.json()["error"]["code"]
+    except Exception:  # noqa: BLE001 - not the OpenAI error shape
+        return None
 
 
 def _completion(index: int, choice: dict[str, Any], chat: bool) -> Completion:

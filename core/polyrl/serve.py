@@ -6,31 +6,38 @@
 
 Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions`` (OpenAI
 request/response shapes), ``GET /health``; and, for tests and monitoring, ``GET /polyrl/stats``
-(requests, in flight now, most in flight at once, batches, weight version), ``POST
-/polyrl/stats/reset``, — only with ``--allow-weight-push`` — ``POST /polyrl/weights``
-``{"path": DIR_OR_FILE}`` that loads new weights from local safetensors between two batches (how a
-trainer keeps remote generation on-policy), and — only with ``--allow-fault-control`` — ``POST
+(requests, in flight now, most in flight at once, batches, weight version, requests refused as
+overloaded), ``POST /polyrl/stats/reset``, — only with ``--allow-weight-push`` — ``POST
+/polyrl/weights`` ``{"path": DIR_OR_FILE}`` that loads new weights from local safetensors between
+two batches (how a trainer keeps remote generation on-policy; see ``polyrl.serving.weight_push``
+for the shared secret and the checks), and — only with ``--allow-fault-control`` — ``POST
 /polyrl/faults`` to change the fault injection below. ``"return_token_ids": true`` (vLLM's
 extension) adds each choice's ``token_ids`` and ``prompt_token_ids``.
 
 Why the standard library (``http.server.ThreadingHTTPServer``) and not starlette + uvicorn: the
 server exists to put a local model behind the API for judges, tests and quick experiments, and
 one engine generates one batch at a time anyway, so an async framework would buy nothing but two
-dependencies. Each connection gets a thread (HTTP/1.1 keep-alive), handlers queue their prompts
-and one generation thread runs them, merging requests that arrive together with the same sampling
-settings into one ``generate`` call (``--max-batch-size``): concurrent judge requests share a
-forward pass. Streaming (``"stream": true``) is refused with a 400.
+dependencies. Each connection gets a thread (HTTP/1.1 keep-alive, at most ``--max-connections``),
+handlers queue their prompts and one generation thread serves them round-robin in units of at most
+``--max-batch-size`` completions, merging units with the same sampling settings into one
+``generate`` call (``polyrl.serving.scheduler``). Streaming (``"stream": true``) is refused with a 400.
 
-Sampling: ``temperature`` (default 1), ``top_p``, ``top_k`` (extension), ``max_tokens`` /
-``max_completion_tokens`` (default 256, capped by ``--max-tokens-limit``), ``n``, ``stop``,
-``seed``. Log-probs: chat ``"logprobs": true`` gives ``choices[i].logprobs.content`` with each
-sampled token's log-prob; ``/v1/completions`` ``"logprobs": k`` gives ``tokens``/``token_logprobs``/
-``text_offset``. They are the sampler's own log-probs (the backend's ``generate`` contract: the
-temperature-scaled distribution before top-p/top-k). Alternatives (``top_logprobs``) are not
-computed by the generate contract: ``top_logprobs`` lists come back empty.
+Sampling: ``temperature`` (default 1, at most 10), ``top_p``, ``top_k`` (extension),
+``max_tokens`` / ``max_completion_tokens`` (default 256, at most ``--max-tokens-limit``), ``n``
+(at most ``--max-n``), ``stop``, ``seed`` (0 to 2**63-1). Log-probs: chat ``"logprobs": true``
+gives ``choices[i].logprobs.content`` with each sampled token's log-prob; ``/v1/completions``
+``"logprobs": k`` gives ``tokens``/``token_logprobs``/``text_offset``. They are the sampler's own
+log-probs (the backend's ``generate`` contract: the temperature-scaled distribution before
+top-p/top-k). Alternatives (``top_logprobs``) are not computed by the generate contract:
+``top_logprobs`` lists come back empty.
+
+Bad requests are 4xx with a reason in OpenAI's error shape, never a 500 or a hang: 411/400/413 for
+a missing, malformed or too large Content-Length, 400 for bad JSON, wrong types, out-of-range
+sampling values and prompts over the context, 408 for a request not received within
+``--read-timeout-s``, 503 + Retry-After when the queue or the connection cap is full.
 
 Security: binds 127.0.0.1 unless ``--host`` says otherwise; ``--api-key-env NAME`` makes it
-require ``Authorization: Bearer <value of $NAME>``. There is no TLS and no rate limit.
+require ``Authorization: Bearer <value of $NAME>``. There is no TLS.
 
 Fault injection (for testing clients such as the LLM judge; all off by default):
     ``--fault-delay-s S``      sleep S seconds before handling each generation request
@@ -44,9 +51,9 @@ Fault injection (for testing clients such as the LLM judge; all off by default):
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import os
-import queue
 import random
 import signal
 import string
@@ -54,7 +61,6 @@ import sys
 import threading
 import time
 import uuid
-from concurrent.futures import Future
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -63,23 +69,23 @@ import attrs
 
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
+from polyrl.serving import requests as req
+from polyrl.serving.api_error import ApiError
+from polyrl.serving.connections import Deadlines, Refuser
+from polyrl.serving.limits import Limits, content_length
+from polyrl.serving.scheduler import FairScheduler
+from polyrl.serving.weight_push import (TOKEN_HEADER, WeightSpec, check_startup, check_token, load_token,
+                                        read_checked)
 from polyrl.types import Completion, Prompt, SamplingParams
 
 log = get_logger("polyrl.serve")
 
 DEFAULT_MAX_TOKENS = 256
-
-
-class ApiError(Exception):
-    """An error answered in OpenAI's ``{"error": {...}}`` shape."""
-
-    def __init__(self, status: int, message: str, param: str | None = None,
-                 kind: str = "invalid_request_error", code: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.kind, self.code = status, message, param, kind, code
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+# Completions per generate call, and the unit a big request is served in. Why not smaller: each
+# call has a fixed cost per decoding step, so small units cost a big request throughput; why not
+# larger: a small request may wait for one unit of each request ahead of it.
+DEFAULT_BATCH = 32
+__all__ = ["ApiError", "Faults", "Limits", "PolyrlServer", "add_arguments", "build_server", "run"]
 
 
 @attrs.define
@@ -108,88 +114,10 @@ class Stats:
     batches: int = 0
     max_batch_prompts: int = 0
     errors: int = 0
+    overloaded: int = 0  # answered 503 because the queue was full
+    refused_connections: int = 0  # answered 503 because --max-connections were open
     weight_version: int = 0  # weight loads through POST /polyrl/weights
     weight_load_s: float = 0.0  # the last one's duration
-
-
-@attrs.define
-class _Job:
-    prompts: list[Prompt]
-    sampling: SamplingParams | None
-    future: Future = attrs.field(factory=Future)
-    action: Any = None  # a callable run alone on the generation thread (weight loads)
-
-
-class Generator:
-    """One thread that owns the engine: runs queued jobs, merging compatible ones into a batch."""
-
-    def __init__(self, engine: Any, max_batch_size: int, stats: Stats, lock: threading.Lock) -> None:
-        self.engine = engine
-        self.max_batch_size = max(1, int(max_batch_size))
-        self.stats = stats
-        self.lock = lock
-        self.jobs: queue.Queue[_Job] = queue.Queue()
-        self.thread = threading.Thread(target=self._run, name="polyrl-serve-generate", daemon=True)
-        self.thread.start()
-
-    def submit(self, prompts: list[Prompt], sampling: SamplingParams) -> list[Completion]:
-        job = _Job(prompts, sampling)
-        self.jobs.put(job)
-        return job.future.result()
-
-    def run_exclusive(self, action: Any) -> Any:
-        """Run ``action()`` on the generation thread between batches: never during a generate."""
-        job = _Job([], None, action=action)
-        self.jobs.put(job)
-        return job.future.result()
-
-    def _take_batch(self) -> list[_Job]:
-        first = self.jobs.get()
-        if first.action is not None:
-            return [first]
-        batch, size, held = [first], len(first.prompts), []
-        time.sleep(0.002)  # let requests sent together arrive together
-        while size < self.max_batch_size:
-            try:
-                job = self.jobs.get_nowait()
-            except queue.Empty:
-                break
-            if job.action is None and job.sampling == first.sampling and size + len(job.prompts) <= self.max_batch_size:
-                batch.append(job)
-                size += len(job.prompts)
-            else:
-                held.append(job)
-        for job in held:  # keep their turn: they run next
-            self.jobs.put(job)
-        return batch
-
-    def _run(self) -> None:
-        while True:
-            batch = self._take_batch()
-            if batch[0].action is not None:
-                try:
-                    batch[0].future.set_result(batch[0].action())
-                except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                    batch[0].future.set_exception(exc)
-                continue
-            prompts = [p for job in batch for p in job.prompts]
-            try:
-                out = self.engine.generate(prompts, batch[0].sampling)
-            except BaseException as exc:  # noqa: BLE001 - handed to every waiting request
-                for job in batch:
-                    job.future.set_exception(exc)
-                continue
-            with self.lock:
-                self.stats.batches += 1
-                self.stats.max_batch_prompts = max(self.stats.max_batch_prompts, len(prompts))
-            n, start = batch[0].sampling.n, 0
-            for job in batch:
-                count = len(job.prompts) * n
-                part = out[start:start + count]
-                for c in part:  # indices relative to the job's own prompts
-                    c.prompt_index -= start // n
-                job.future.set_result(part)
-                start += count
 
 
 class TokenText:
@@ -218,22 +146,6 @@ class TokenText:
         return self._decode(token_id)
 
 
-def read_safetensors(path: str) -> dict[str, Any]:
-    """Every tensor in a .safetensors file, or in all of a folder's (numpy; never pickle)."""
-    from safetensors.numpy import load_file
-
-    if os.path.isdir(path):
-        files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
-    else:
-        files = [path] if path.endswith(".safetensors") and os.path.isfile(path) else []
-    if not files:
-        raise ApiError(400, f"no .safetensors file at {path!r}", "path")
-    weights: dict[str, Any] = {}
-    for f in files:
-        weights.update(load_file(f))
-    return weights
-
-
 def _garbage(rng: random.Random, length: int) -> str:
     words = ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 8)))
              for _ in range(max(1, length // 4))]
@@ -243,30 +155,88 @@ def _garbage(rng: random.Random, length: int) -> str:
 class PolyrlServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 1024  # listen backlog: bursts of connections wait instead of being reset
 
     def __init__(self, address: tuple[str, int], engine: Any, *, model_name: str, model_path: str = "",
-                 max_batch_size: int = 8, max_tokens_limit: int = 2048, api_key: str | None = None,
+                 max_batch_size: int = DEFAULT_BATCH, limits: Limits | None = None, api_key: str | None = None,
                  faults: Faults | None = None, allow_fault_control: bool = False,
-                 allow_weight_push: bool = False) -> None:
+                 allow_weight_push: bool = False, weight_push_token: str | None = None,
+                 weight_spec: WeightSpec | None = None) -> None:
         super().__init__(address, Handler)
         self.engine = engine
         self.model_name = model_name
-        self.max_tokens_limit = max_tokens_limit
+        self.limits = limits or Limits()
         self.api_key = api_key
         self.faults = faults or Faults()
         self.allow_fault_control = allow_fault_control
         self.allow_weight_push = allow_weight_push
+        self.weight_push_token = weight_push_token
+        self.weight_spec = weight_spec
         self.stats = Stats()
         self.lock = threading.Lock()
-        self.generator = Generator(engine, max_batch_size, self.stats, self.lock)
+        self.scheduler = FairScheduler(engine.generate, max_batch_size, self.limits.max_queue, self._count_batch)
         self.token_text = TokenText(engine, model_path)
+        self._encode = getattr(getattr(engine, "raw", engine), "encode_prompt", None)
+        self._tokenizer_lock = threading.Lock()  # handler threads take turns: tokenizers keep per-call state
         self.created = int(time.time())
         self._rng = random.Random(0)
+        self.deadlines = Deadlines()
+        self._refuse = Refuser()
+        self._connections = 0
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
+
+    # --- connections ---------------------------------------------------------------------------
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """One thread per connection up to ``max_connections``; past it a quick 503 + Retry-After."""
+        with self.lock:
+            full = self._connections >= self.limits.max_connections
+            if full:
+                self.stats.refused_connections += 1
+            else:
+                self._connections += 1
+        if full:
+            self._refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            with self.lock:
+                self._connections -= 1
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.deadlines.clear(request)
+            with self.lock:
+                self._connections -= 1
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def _count_batch(self, prompts: int) -> None:
+        with self.lock:
+            self.stats.batches += 1
+            self.stats.max_batch_prompts = max(self.stats.max_batch_prompts, prompts)
+
+    def check_prompt_tokens(self, prompt: Prompt, param: str) -> None:
+        """400 naming the context when the prompt (chat template applied) does not fit the model."""
+        if self._encode is None:
+            return
+        with self._tokenizer_lock:
+            try:
+                ids = self._encode(prompt)
+            except ConfigError as exc:
+                raise ApiError(400, str(exc), param) from None
+            except Exception as exc:  # noqa: BLE001 - e.g. a chat template refusing these roles
+                raise ApiError(400, f"the model's tokenizer or chat template refused the prompt: "
+                               f"{type(exc).__name__}: {str(exc)[:200]}", param) from None
+        req.check_prompt_tokens(len(ids), param, self.limits)
 
     # --- faults --------------------------------------------------------------------------------
 
@@ -292,61 +262,16 @@ class PolyrlServer(ThreadingHTTPServer):
         return completion.text
 
     def generate(self, prompts: list[Prompt], sampling: SamplingParams) -> list[Completion]:
-        out = self.generator.submit(prompts, sampling)
+        try:
+            out = self.scheduler.submit(prompts, sampling)
+        except ApiError as exc:
+            if exc.status == 503:
+                with self.lock:
+                    self.stats.overloaded += 1
+            raise
         with self.lock:
             self.stats.answered += 1
         return out
-
-
-def _sampling(body: dict[str, Any], server: PolyrlServer, default_max: int) -> SamplingParams:
-    if body.get("stream"):
-        raise ApiError(400, "stream=true is not supported by polyrl serve; send stream=false", "stream")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    if max_tokens is None:
-        max_tokens = default_max
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ApiError(400, f"max_tokens must be a positive integer, got {max_tokens!r}", "max_tokens")
-    max_tokens = min(max_tokens, server.max_tokens_limit)
-    stop = body.get("stop") or ()
-    if isinstance(stop, str):
-        stop = (stop,)
-    if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
-        raise ApiError(400, "stop must be a string or a list of strings", "stop")
-    numbers: dict[str, Any] = {}
-    for key, default, kind in (("temperature", 1.0, float), ("top_p", 1.0, float), ("top_k", 0, int),
-                               ("n", 1, int), ("seed", None, int)):
-        value = body.get(key, default)
-        if value is None:
-            value = default
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or (kind is int and float(value) != int(value))):
-            raise ApiError(400, f"{key} must be a number, got {value!r}", key)
-        numbers[key] = kind(value) if value is not None else None
-    if numbers["top_k"] == -1:  # vLLM's "disabled"
-        numbers["top_k"] = 0
-    try:
-        return SamplingParams(max_new_tokens=max_tokens, stop=tuple(stop), **numbers)
-    except ConfigError as exc:
-        raise ApiError(400, str(exc), exc.field) from None
-
-
-def _chat_messages(body: dict[str, Any]) -> list[dict[str, str]]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise ApiError(400, "messages must be a non-empty list of {role, content}", "messages")
-    out = []
-    for m in messages:
-        if not isinstance(m, dict) or "role" not in m:
-            raise ApiError(400, "each message needs a role and a content", "messages")
-        content = m.get("content")
-        if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
-            content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
-        if content is None:
-            content = ""
-        if not isinstance(content, str):
-            raise ApiError(400, "message content must be a string or a list of text parts", "messages")
-        out.append({"role": str(m["role"]), "content": content})
-    return out
 
 
 def _usage(completions: list[Completion], per_prompt: int) -> dict[str, int]:
@@ -361,43 +286,97 @@ class Handler(BaseHTTPRequestHandler):
     server: PolyrlServer
     error_content_type = "application/json"
 
+    def setup(self) -> None:
+        self.timeout = self.server.limits.read_timeout_s  # each recv/send; Deadlines bound the whole
+        super().setup()
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("http", client=self.client_address[0], request=format % args)
 
+    def handle_one_request(self) -> None:
+        """An idle kept-alive connection waits at most the read timeout for its next request, and
+        a request, once its first byte is in, must arrive whole within the read timeout too."""
+        self._body_read = False
+        deadlines, conn, seconds = self.server.deadlines, self.connection, self.server.limits.read_timeout_s
+        deadlines.set(conn, seconds)
+        try:
+            try:
+                started = bool(self.rfile.peek(1))
+            except OSError:  # socket timeout or reset while idle
+                started = False
+            if not started:
+                self.close_connection = True
+                return
+            deadlines.set(conn, seconds)
+            super().handle_one_request()
+        finally:
+            deadlines.clear(conn)
+
+    def handle_expect_100(self) -> bool:
+        """A client asking before it sends the body learns at once that its size is refused."""
+        try:
+            content_length(self.headers.get("Content-Length"), self.server.limits)
+        except ApiError as exc:
+            self.close_connection = True
+            self._send(exc.status, exc.body(), {"Connection": "close"})
+            return False
+        return super().handle_expect_100()
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's own refusals (bad request line, headers too long, unknown
+        method) in the same JSON shape; the connection is closed, its state being unknown."""
+        self.close_connection = True
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":  # a garbled request line: still
+            self.request_version = "HTTP/1.0"  # answer with a status line and headers, not a bare body
+        phrase = HTTPStatus(code).phrase if code in HTTPStatus._value2member_map_ else "error"
+        self._send(code, ApiError(code, message or phrase).body(), {"Connection": "close"})
+
     # --- plumbing ------------------------------------------------------------------------------
 
-    def _send(self, status: int, payload: Any) -> None:
+    def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode("utf-8")
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
             self.end_headers()
             self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up (e.g. timed out)
+            self.wfile.flush()
+        except OSError:  # the client gave up (timed out, reset) or the deadline shut the socket
             self.close_connection = True
 
     def _body(self) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        """The JSON body, its size checked before a byte is read and received within the deadline."""
+        length = content_length(self.headers.get("Content-Length"), self.server.limits)
+        if self.headers.get("Transfer-Encoding"):
+            raise ApiError(411, "Transfer-Encoding is not accepted; send a plain body with Content-Length",
+                           "Transfer-Encoding", close=True)
         try:
-            body = json.loads(raw or b"{}")
-        except ValueError:
-            raise ApiError(400, "the request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise ApiError(400, "the request body must be a JSON object")
-        return body
+            raw = self.rfile.read(length) if length else b""
+        except OSError:
+            raw = b""
+        if len(raw) < length:
+            raise ApiError(408, f"the body was not received within {self.server.limits.read_timeout_s:g} s "
+                           f"({len(raw)} of {length} bytes)", "Content-Length", close=True)
+        self._body_read = True
+        self.server.deadlines.clear(self.connection)  # the request is in; generating may take long
+        return req.parse_json_object(raw)
 
     def _authorised(self) -> None:
         if self.server.api_key is None:
             return
-        if self.headers.get("Authorization", "") != f"Bearer {self.server.api_key}":
+        sent = self.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+        if not hmac.compare_digest(sent, f"Bearer {self.server.api_key}".encode()):
             raise ApiError(401, "missing or wrong API key (Authorization: Bearer ...)",
                            kind="authentication_error", code="invalid_api_key")
 
     def _route(self, method: str) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
         generation = method == "POST" and path in ("/v1/chat/completions", "/v1/completions")
+        if self.headers.get("Content-Length", "0").strip() == "0" and not self.headers.get("Transfer-Encoding"):
+            self.server.deadlines.clear(self.connection)  # nothing more to receive: answering is not bounded
         if generation:
             with self.server.lock:
                 self.server.stats.in_flight += 1
@@ -410,21 +389,33 @@ class Handler(BaseHTTPRequestHandler):
             if handler is None:
                 raise ApiError(404, f"no route {method} {path}", kind="not_found_error")
             status, payload = handler(self)
-            self._send(status, payload)
+            self._finish(status, payload)
         except ApiError as exc:
-            if generation:
+            if generation and exc.status != 503:
                 with self.server.lock:
                     self.server.stats.errors += 1
-            self._send(exc.status, exc.body())
+            self.close_connection = self.close_connection or exc.close
+            self._finish(exc.status, exc.body(), exc.headers)
+        except ConfigError as exc:  # a value the engine refused: the request's fault
+            self._finish(400, ApiError(400, str(exc), exc.field).body())
         except Exception as exc:  # noqa: BLE001 - answered as a 500, logged
             log.error("request failed", path=path, error=f"{type(exc).__name__}: {exc}")
             with self.server.lock:
                 self.server.stats.errors += 1
-            self._send(500, ApiError(500, f"{type(exc).__name__}: {exc}", kind="server_error").body())
+            self._finish(500, ApiError(500, f"{type(exc).__name__}: {exc}", kind="server_error").body())
         finally:
             if generation:
                 with self.server.lock:
                     self.server.stats.in_flight -= 1
+
+    def _finish(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        """Answer; a body left unread would be parsed as the next request, so then close."""
+        declared = self.headers.get("Content-Length", "0").strip()
+        if not self._body_read and declared not in ("", "0"):
+            self.close_connection = True
+        if self.close_connection:
+            headers = {**(headers or {}), "Connection": "close"}
+        self._send(status, payload, headers)
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
         self._route("GET")
@@ -437,8 +428,8 @@ class Handler(BaseHTTPRequestHandler):
     def _check_model(self, body: dict[str, Any]) -> None:
         model = body.get("model")
         if model is not None and model != self.server.model_name:
-            raise ApiError(404, f"model {model!r} is not served here; available: {self.server.model_name!r}",
-                           "model", code="model_not_found")
+            raise ApiError(404, f"model {str(model)[:100]!r} is not served here; available: "
+                           f"{self.server.model_name!r}", "model", code="model_not_found")
 
     def models(self) -> tuple[int, Any]:
         return 200, {"object": "list", "data": [{"id": self.server.model_name, "object": "model",
@@ -449,13 +440,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def stats(self) -> tuple[int, Any]:
         with self.server.lock:
-            return 200, attrs.asdict(self.server.stats)
+            return 200, {**attrs.asdict(self.server.stats), "queued": self.server.scheduler.queued()}
 
     def reset_stats(self) -> tuple[int, Any]:
         with self.server.lock:
             in_flight = self.server.stats.in_flight
             self.server.stats = Stats(in_flight=in_flight, max_in_flight=in_flight)
-            self.server.generator.stats = self.server.stats
         return 200, {"status": "reset"}
 
     def set_faults(self) -> tuple[int, Any]:
@@ -467,19 +457,21 @@ class Handler(BaseHTTPRequestHandler):
             return 200, attrs.asdict(self.server.faults)
 
     def load_weights(self) -> tuple[int, Any]:
-        if not self.server.allow_weight_push:
+        server = self.server
+        if not server.allow_weight_push:
             raise ApiError(403, "weight push is off; start the server with --allow-weight-push")
+        check_token(self.headers.get(TOKEN_HEADER), server.weight_push_token)
         path = self._body().get("path")
-        if not isinstance(path, str) or not path:
-            raise ApiError(400, "give the path of a .safetensors file or a folder of them", "path")
-        weights = read_safetensors(path)
+        if server.weight_spec is None:  # a server built without one: read it off the model, between batches
+            server.weight_spec = WeightSpec.of(server.scheduler.run_exclusive(server.engine.export_weights))
+        weights = read_checked(path, server.weight_spec)
         t0 = time.perf_counter()
-        self.server.generator.run_exclusive(lambda: self.server.engine.import_weights(weights))
+        server.scheduler.run_exclusive(lambda: server.engine.import_weights(weights))
         seconds = time.perf_counter() - t0
-        with self.server.lock:
-            self.server.stats.weight_version += 1
-            self.server.stats.weight_load_s = seconds
-            version = self.server.stats.weight_version
+        with server.lock:
+            server.stats.weight_version += 1
+            server.stats.weight_load_s = seconds
+            version = server.stats.weight_version
         log.info("weights loaded", path=path, tensors=len(weights), seconds=round(seconds, 4), version=version)
         return 200, {"version": version, "tensors": len(weights), "seconds": seconds}
 
@@ -502,8 +494,10 @@ class Handler(BaseHTTPRequestHandler):
     def chat_completions(self) -> tuple[int, Any]:
         body = self._body()
         self._check_model(body)
-        messages = _chat_messages(body)
-        sampling = _sampling(body, self.server, DEFAULT_MAX_TOKENS)
+        messages = req.chat_messages(body, self.server.limits)
+        sampling = req.sampling(body, self.server.limits, DEFAULT_MAX_TOKENS)
+        req.check_budget(1, sampling.n, self.server.limits)
+        self.server.check_prompt_tokens(messages, "messages")
         self.server.before_generation()
         completions = self.server.generate([messages], sampling)
         want_logprobs = bool(body.get("logprobs"))
@@ -522,17 +516,17 @@ class Handler(BaseHTTPRequestHandler):
     def completions(self) -> tuple[int, Any]:
         body = self._body()
         self._check_model(body)
-        prompt = body.get("prompt")
-        prompts = [prompt] if isinstance(prompt, str) else prompt
-        if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
-            raise ApiError(400, "prompt must be a string or a list of strings (token-id prompts are "
-                           "not supported)", "prompt")
+        prompts = req.completion_prompts(body, self.server.limits)
         if body.get("echo"):
             raise ApiError(400, "echo=true is not supported by polyrl serve", "echo")
         logprobs = body.get("logprobs")
-        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 0):
-            raise ApiError(400, "logprobs must be an integer >= 0 (or null)", "logprobs")
-        sampling = _sampling(body, self.server, 16)  # OpenAI's default for /v1/completions
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
+                                     or not 0 <= logprobs <= 20):
+            raise ApiError(400, "logprobs must be an integer in [0, 20] (or null)", "logprobs")
+        sampling = req.sampling(body, self.server.limits, 16)  # OpenAI's default for /v1/completions
+        req.check_budget(len(prompts), sampling.n, self.server.limits)
+        for p in prompts:
+            self.server.check_prompt_tokens(p, "prompt")
         self.server.before_generation()
         completions = self.server.generate(list(prompts), sampling)
         choices = []
@@ -570,6 +564,7 @@ ROUTES = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = Limits()
     p.add_argument("--backend", default="torch", help="a polyrl backend that can generate")
     p.add_argument("--model", default="smollm2-135m-instruct", help="local folder or alias")
     p.add_argument("--served-model-name", default=None, help="the name clients send (default: --model)")
@@ -578,9 +573,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="backend compute threads")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--max-length", type=int, default=2048, help="prompt + completion tokens")
-    p.add_argument("--max-batch-size", type=int, default=8, help="prompts merged into one generate call")
-    p.add_argument("--max-tokens-limit", type=int, default=2048, help="cap on a request's max_tokens")
+    p.add_argument("--max-length", type=int, default=d.max_length,
+                   help="prompt + completion tokens; longer prompts get a 400")
+    p.add_argument("--max-batch-size", type=int, default=DEFAULT_BATCH,
+                   help="completions per generate call, and the unit requests are served in, round-robin "
+                   "(larger: more throughput, longer waits for small requests behind big ones); "
+                   f"default {DEFAULT_BATCH}")
+    p.add_argument("--max-tokens-limit", type=int, default=d.max_tokens_limit,
+                   help="largest max_tokens a request may ask for (more: 400)")
+    limits = p.add_argument_group("request limits (checked before anything is allocated)")
+    for flag, kind, text in (
+        ("--max-body-bytes", int, "request body size (413)"),
+        ("--max-prompt-chars", int, "characters of one prompt, checked before tokenizing (400)"),
+        ("--max-n", int, "largest n (400)"),
+        ("--max-prompts", int, "prompts in one /v1/completions request (400)"),
+        ("--max-completions", int, "prompts x n in one request (400)"),
+        ("--max-queue", int, "generation requests queued or running; more get 503 + Retry-After"),
+        ("--max-connections", int, "open connections (a thread each); more get 503 + Retry-After"),
+        ("--read-timeout-s", float, "time to receive a whole request, and to keep an idle connection open"),
+    ):
+        default = getattr(d, flag[2:].replace("-", "_"))
+        limits.add_argument(flag, type=kind, default=default, help=f"{text}; default {default}")
     p.add_argument("--api-key-env", default=None, help="require Bearer $NAME from clients")
     p.add_argument("--fault-delay-s", type=float, default=0.0)
     p.add_argument("--fault-delay-first", type=int, default=0)
@@ -588,8 +601,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fault-503-first", type=int, default=0)
     p.add_argument("--fault-die-after", type=int, default=None)
     p.add_argument("--allow-fault-control", action="store_true", help="enable POST /polyrl/faults")
-    p.add_argument("--allow-weight-push", action="store_true",
-                   help="enable POST /polyrl/weights (a trainer loads new weights from a local safetensors path)")
+    push = p.add_argument_group("weight push (POST /polyrl/weights)")
+    push.add_argument("--allow-weight-push", action="store_true",
+                      help="enable POST /polyrl/weights (a trainer loads new weights from a local safetensors "
+                      "path); needs a token below")
+    push.add_argument("--weight-push-token-file", default=None,
+                      help=f"file holding the shared secret clients send in {TOKEN_HEADER}")
+    push.add_argument("--weight-push-token-env", default=None,
+                      help="environment variable holding the shared secret")
+    push.add_argument("--insecure-weight-push", action="store_true",
+                      help="allow weight push without a token; only with --host 127.0.0.1 (a trusted machine)")
+
+
+def limits_from(args: argparse.Namespace) -> Limits:
+    return Limits(max_length=args.max_length, max_body_bytes=args.max_body_bytes,
+                  max_prompt_chars=args.max_prompt_chars, max_tokens_limit=args.max_tokens_limit,
+                  max_n=args.max_n, max_prompts=args.max_prompts, max_completions=args.max_completions,
+                  max_queue=args.max_queue, max_connections=args.max_connections,
+                  read_timeout_s=args.read_timeout_s)
 
 
 def build_server(args: argparse.Namespace) -> PolyrlServer:
@@ -597,6 +626,11 @@ def build_server(args: argparse.Namespace) -> PolyrlServer:
     from polyrl.registry import get_registry
     from polyrl.types import EngineConfig
 
+    limits = limits_from(args)
+    if args.max_batch_size < 1:
+        raise ConfigError(f"must be >= 1, got {args.max_batch_size}", field="--max-batch-size")
+    token = load_token(args.weight_push_token_file, args.weight_push_token_env)
+    check_startup(args.allow_weight_push, token, args.insecure_weight_push, args.host)
     api_key = None
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env)
@@ -608,13 +642,13 @@ def build_server(args: argparse.Namespace) -> PolyrlServer:
     engine = Engine(reg, args.backend, EngineConfig(model=path, role="generate", dtype=args.dtype,
                                                     device=args.device, threads=args.threads,
                                                     max_length=args.max_length))
+    spec = WeightSpec.of(engine.export_weights()) if args.allow_weight_push else None
     faults = Faults(delay_s=args.fault_delay_s, delay_first=args.fault_delay_first, garbage=args.fault_garbage,
                     fail_503_first=args.fault_503_first, die_after=args.fault_die_after)
     return PolyrlServer((args.host, args.port), engine, model_name=args.served_model_name or args.model,
-                        model_path=path, max_batch_size=args.max_batch_size,
-                        max_tokens_limit=args.max_tokens_limit, api_key=api_key, faults=faults,
-                        allow_fault_control=args.allow_fault_control,
-                        allow_weight_push=args.allow_weight_push)
+                        model_path=path, max_batch_size=args.max_batch_size, limits=limits,
+                        api_key=api_key, faults=faults, allow_fault_control=args.allow_fault_control,
+                        allow_weight_push=args.allow_weight_push, weight_push_token=token, weight_spec=spec)
 
 
 def run(args: argparse.Namespace) -> int:

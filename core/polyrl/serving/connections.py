@@ -1,0 +1,89 @@
+"""Connection cap and read deadlines, so slow or idle clients cannot hold the server's threads.
+
+Why a deadline and not only a socket timeout: a socket timeout bounds each ``recv``, so a
+slowloris client that sends one byte every few seconds never trips it while holding a thread
+forever. The ``Deadlines`` watcher gives each connection a time by which the request it is
+receiving must be complete (and an idle kept-alive connection a time by which the next one must
+start); past it the socket is shut down, which wakes the blocked handler thread with end-of-file.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+           b"Connection: close\r\nContent-Length: %d\r\n\r\n%s")
+REFUSED_BODY = (b'{"error": {"message": "too many open connections (polyrl serve --max-connections); retry '
+                b'after the Retry-After seconds", "type": "server_error", "param": null, "code": "overloaded"}}')
+
+
+def refuse(conn: socket.socket) -> None:
+    """Answer 503 + Retry-After on a connection over the cap and close it, without a thread.
+    The request is not read: closing with unread data would reset the connection and lose the
+    answer, so the socket is half-closed for writing first and drained briefly."""
+    try:
+        conn.settimeout(1.0)
+        conn.sendall(REFUSED % (len(REFUSED_BODY), REFUSED_BODY))
+        conn.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline and conn.recv(65536):
+            pass
+    except OSError:
+        pass
+    finally:
+        conn.close()
+
+
+class Refuser:
+    """Refuses connections on threads of their own, at most ``slots`` at once (beyond that a
+    connection is closed unanswered): the accept loop itself never waits on a client."""
+
+    def __init__(self, slots: int = 256) -> None:
+        self._slots = threading.BoundedSemaphore(slots)
+
+    def __call__(self, conn: socket.socket) -> None:
+        if not self._slots.acquire(blocking=False):
+            conn.close()
+            return
+
+        def work() -> None:
+            try:
+                refuse(conn)
+            finally:
+                self._slots.release()
+
+        threading.Thread(target=work, name="polyrl-serve-refuse", daemon=True).start()
+
+
+class Deadlines:
+    """One thread that shuts down connections whose deadline has passed."""
+
+    def __init__(self, tick_s: float = 0.25) -> None:
+        self._lock = threading.Lock()
+        self._due: dict[socket.socket, float] = {}
+        self._tick_s = tick_s
+        threading.Thread(target=self._watch, name="polyrl-serve-deadlines", daemon=True).start()
+
+    def set(self, conn: socket.socket, seconds: float) -> None:
+        with self._lock:
+            self._due[conn] = time.monotonic() + seconds
+
+    def clear(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._due.pop(conn, None)
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self._tick_s)
+            now = time.monotonic()
+            with self._lock:
+                late = [c for c, due in self._due.items() if due <= now]
+                for c in late:
+                    del self._due[c]
+            for c in late:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass

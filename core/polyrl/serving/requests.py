@@ -1,0 +1,148 @@
+"""Request bodies validated into sampling settings and prompts: every bad value is a 400 naming it.
+
+Why so strict: ``temperature: NaN`` or ``1e308`` reaches the sampler as garbage probabilities, a
+seed beyond 64 bits crashes the backend's RNG, and a silently clamped value answers a question
+the client did not ask. Each check names the field and the accepted range.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from polyrl.errors import ConfigError
+from polyrl.serving.api_error import ApiError
+from polyrl.serving.limits import SEED_LIMIT, Limits
+from polyrl.types import SamplingParams
+
+TEMPERATURE_MAX = 10.0
+TOP_K_MAX = 2 ** 31 - 1
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object; NaN/Infinity literals, bad UTF-8 and deep nesting are 400s."""
+    try:
+        body = json.loads(raw or b"{}", parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        reason = str(exc) if "is not JSON" in str(exc) else "not valid JSON"
+        raise ApiError(400, f"the request body is {reason}; send a JSON object") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return body
+
+
+def _number(body: dict[str, Any], key: str, default: Any, *, integer: bool, low: float, high: float,
+            low_open: bool = False) -> Any:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ApiError(400, f"{key} must be a number, got {json.dumps(value)[:40]}", key)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ApiError(400, f"{key} must be finite, got {value}", key)
+    if integer and isinstance(value, float):
+        if not value.is_integer():
+            raise ApiError(400, f"{key} must be an integer, got {value}", key)
+        value = int(value)
+    if (value <= low if low_open else value < low) or value > high:
+        shown = str(value) if len(str(value)) <= 40 else str(value)[:20] + "..."
+        accepted = (f"an integer in [{int(low)}, {int(high)}]" if integer
+                    else f"in {'(' if low_open else '['}{low:g}, {high:g}]")
+        raise ApiError(400, f"{key} must be {accepted}, got {shown}", key)
+    return int(value) if integer else float(value)
+
+
+def sampling(body: dict[str, Any], limits: Limits, default_max_tokens: int) -> SamplingParams:
+    """OpenAI's sampling fields (plus ``top_k``) checked against ``limits``."""
+    if body.get("stream"):
+        raise ApiError(400, "stream=true is not supported by polyrl serve; send stream=false", "stream")
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = _number(body, key, min(default_max_tokens, limits.max_tokens_limit), integer=True,
+                         low=1, high=limits.max_tokens_limit)
+    stop = body.get("stop") or ()
+    if isinstance(stop, str):
+        stop = (stop,)
+    if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
+        raise ApiError(400, "stop must be a non-empty string or a list of them", "stop")
+    if len(stop) > limits.max_stops:
+        raise ApiError(400, f"stop has {len(stop)} strings; at most {limits.max_stops}", "stop")
+    top_k = body.get("top_k")
+    if top_k == -1:  # vLLM's "disabled"
+        top_k = 0
+    values = {
+        "temperature": _number(body, "temperature", 1.0, integer=False, low=0, high=TEMPERATURE_MAX),
+        "top_p": _number(body, "top_p", 1.0, integer=False, low=0, high=1, low_open=True),
+        "top_k": _number({"top_k": top_k}, "top_k", 0, integer=True, low=0, high=TOP_K_MAX),
+        "n": _number(body, "n", 1, integer=True, low=1, high=limits.max_n),
+        "seed": _number(body, "seed", None, integer=True, low=0, high=SEED_LIMIT - 1),
+    }
+    try:
+        return SamplingParams(max_new_tokens=max_tokens, stop=tuple(stop), **values)
+    except ConfigError as exc:
+        raise ApiError(400, str(exc), exc.field) from None
+
+
+def chat_messages(body: dict[str, Any], limits: Limits) -> list[dict[str, str]]:
+    """``messages`` as ``[{role, content}]`` with text content; their total text capped."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "messages must be a non-empty list of {role, content}", "messages")
+    out, chars = [], 0
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise ApiError(400, "each message needs a string role and a content", "messages")
+        content = m.get("content")
+        if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
+            parts = [part.get("text", "") for part in content if isinstance(part, dict)]
+            if not all(isinstance(p, str) for p in parts):
+                raise ApiError(400, "message content parts must have string text", "messages")
+            content = "".join(parts)
+        if content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise ApiError(400, "message content must be a string or a list of text parts", "messages")
+        chars += len(content) + len(m["role"])
+        out.append({"role": m["role"], "content": content})
+    _check_chars(chars, "messages", limits)
+    return out
+
+
+def completion_prompts(body: dict[str, Any], limits: Limits) -> list[str]:
+    """``prompt`` (a string or a list of strings) for ``/v1/completions``."""
+    prompt = body.get("prompt")
+    prompts = [prompt] if isinstance(prompt, str) else prompt
+    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
+        raise ApiError(400, "prompt must be a string or a list of strings (token-id prompts are "
+                       "not supported)", "prompt")
+    if len(prompts) > limits.max_prompts:
+        raise ApiError(400, f"prompt lists {len(prompts)} prompts; at most {limits.max_prompts} per request "
+                       "(polyrl serve --max-prompts)", "prompt")
+    for p in prompts:
+        _check_chars(len(p), "prompt", limits)
+    return prompts
+
+
+def _check_chars(chars: int, param: str, limits: Limits) -> None:
+    if chars > limits.max_prompt_chars:
+        raise ApiError(400, f"the prompt has {chars} characters; at most {limits.max_prompt_chars} "
+                       "(polyrl serve --max-prompt-chars)", param, code="context_length_exceeded")
+
+
+def check_budget(prompts: int, n: int, limits: Limits) -> None:
+    """prompts x n completions, capped so one request cannot fill the server's memory."""
+    if prompts * n > limits.max_completions:
+        raise ApiError(400, f"{prompts} prompts x n={n} asks for {prompts * n} completions; at most "
+                       f"{limits.max_completions} per request (polyrl serve --max-completions)", "n")
+
+
+def check_prompt_tokens(tokens: int, param: str, limits: Limits) -> None:
+    """The engines need room for at least one new token: prompt tokens < max_length."""
+    if tokens >= limits.max_length:
+        raise ApiError(400, f"the prompt has {tokens} tokens; this model's context is {limits.max_length} "
+                       f"tokens (polyrl serve --max-length), so prompts must be shorter than that",
+                       param, code="context_length_exceeded")

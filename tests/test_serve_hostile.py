@@ -1,0 +1,292 @@
+"""``polyrl serve`` against a hostile or overloading client: every bad request is a 4xx with a
+reason, nothing hangs, load gets 503 + Retry-After instead of resets, a huge request does not
+starve a small one. A real server subprocess on 127.0.0.1, on the tiny model, with small caps."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from serve_util import raw_exchange, start_server, status_of
+
+pytestmark = pytest.mark.faults
+
+CHAT = [{"role": "user", "content": "What is 2 + 3?"}]
+READ_TIMEOUT_S = 2.0
+CAPS = ("--max-length", "128", "--max-batch-size", "4", "--max-n", "64", "--max-prompts", "4",
+        "--max-completions", "64", "--max-prompt-chars", "2000", "--max-body-bytes", "65536",
+        "--max-tokens-limit", "64", "--max-queue", "8", "--max-connections", "24",
+        "--read-timeout-s", str(READ_TIMEOUT_S), "--allow-fault-control")
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir):
+    started = start_server(tiny_model_dir, *CAPS)
+    yield started
+    started.stop()
+
+
+def _error(reply: bytes) -> dict:
+    return json.loads(reply.partition(b"\r\n\r\n")[2])["error"]
+
+
+@pytest.mark.parametrize(("header", "status"), [
+    (b"Content-Length: -1\r\n", 400),
+    (b"Content-Length: abc\r\n", 400),
+    (b"Content-Length: 1e3\r\n", 400),
+    (b"", 411),
+    (b"Transfer-Encoding: chunked\r\n", 411),
+    (b"Content-Length: 104857600\r\n", 413),  # 100 MB announced: refused before a byte is read
+    (b"Content-Length: 999999999999999999999999999999\r\n", 413),
+], ids=["negative", "letters", "float", "missing", "chunked", "100MB", "huge"])
+def test_bad_content_length_is_answered_at_once_and_closed(server, header, status):
+    request = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n" + header + b"\r\n" + b'{"prompt": "x"'
+    reply, seconds = raw_exchange(server.url, request, read_s=10)
+    assert status_of(reply) == status, reply[:300]
+    assert seconds < 5
+    assert b"Connection: close" in reply
+    error = _error(reply)
+    assert error["param"] in ("Content-Length", "Transfer-Encoding") and error["message"]
+    assert server.get("/health").status_code == 200
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def test_a_100mb_prompt_sent_in_full_is_refused_without_growing_the_server(server):
+    body = b'{"prompt": "' + b"a" * (100 * 1024 * 1024) + b'"}'
+    before = _rss_mb(server.proc.pid)
+    host, port = server.url.removeprefix("http://").split(":")
+    reply = b""
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body))
+        try:
+            sock.sendall(body)  # the server answers 413 and closes: sending may be cut short
+        except OSError:
+            pass
+        try:
+            reply = sock.recv(65536)
+        except OSError:
+            pass
+    assert status_of(reply) in (0, 413)  # 0: the reset on the unread body came before the reply
+    assert server.get("/health").status_code == 200
+    assert _rss_mb(server.proc.pid) - before < 50
+
+
+def test_expect_100_continue_with_an_oversized_body_is_refused_before_it_is_sent(server):
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+               b"Content-Length: 104857600\r\n\r\n")
+    reply, seconds = raw_exchange(server.url, request, read_s=10)
+    assert status_of(reply) == 413 and b"100 Continue" not in reply and seconds < 5
+
+
+def _held_open_s(sock: socket.socket, trickle: bytes, limit_s: float) -> tuple[float, bytes]:
+    """Send ``trickle`` every 0.3 s until the server closes the connection: (seconds, reply)."""
+    t0, reply = time.monotonic(), b""
+    sock.settimeout(0.3)
+    while time.monotonic() - t0 < limit_s:
+        try:
+            sock.sendall(trickle)
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        except TimeoutError:
+            continue
+        except OSError:  # reset or broken pipe: closed
+            break
+    return time.monotonic() - t0, reply
+
+
+def test_slowloris_headers_and_partial_bodies_are_cut_off_while_others_are_served(server):
+    host, port = server.url.removeprefix("http://").split(":")
+    results: dict[str, tuple[float, bytes]] = {}
+
+    def slow_headers() -> None:
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+            results["headers"] = _held_open_s(sock, b"X-Slow: 1\r\n", 30)
+
+    def partial_body() -> None:
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")
+            results["body"] = _held_open_s(sock, b"m", 30)
+
+    def idle() -> None:
+        with socket.create_connection((host, int(port))) as sock:
+            results["idle"] = _held_open_s(sock, b"", 30)
+
+    threads = [threading.Thread(target=f) for f in (slow_headers, partial_body, idle)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    answer = server.post("/v1/completions", json={"prompt": "1 + 1 =", "max_tokens": 4, "temperature": 0})
+    assert answer.status_code == 200 and time.monotonic() - t0 < 10  # not blocked by the slow ones
+    for t in threads:
+        t.join(40)
+    bound = READ_TIMEOUT_S + 3  # the deadline plus the watcher's tick and scheduling slack
+    for name, (seconds, reply) in results.items():
+        assert seconds < bound, (name, seconds)
+    assert status_of(results["body"][1]) in (0, 408)  # 408 when the socket still takes the answer
+
+
+BAD = [
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}', None),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "temperature": Infinity}', None),
+    ("/v1/chat/completions", {"messages": CHAT, "temperature": 1e308}, "temperature"),
+    ("/v1/chat/completions", {"messages": CHAT, "temperature": 10 ** 400}, "temperature"),
+    ("/v1/chat/completions", {"messages": CHAT, "temperature": -0.5}, "temperature"),
+    ("/v1/chat/completions", {"messages": CHAT, "temperature": "hot"}, "temperature"),
+    ("/v1/chat/completions", {"messages": CHAT, "top_p": 0}, "top_p"),
+    ("/v1/chat/completions", {"messages": CHAT, "top_p": 1.5}, "top_p"),
+    ("/v1/chat/completions", {"messages": CHAT, "top_k": -5}, "top_k"),
+    ("/v1/chat/completions", {"messages": CHAT, "top_k": 2 ** 40}, "top_k"),
+    ("/v1/chat/completions", {"messages": CHAT, "n": 0}, "n"),
+    ("/v1/chat/completions", {"messages": CHAT, "n": 10 ** 9}, "n"),
+    ("/v1/chat/completions", {"messages": CHAT, "n": 2.5}, "n"),
+    ("/v1/chat/completions", {"messages": CHAT, "n": True}, "n"),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 10 ** 12}, "max_tokens"),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 65}, "max_tokens"),
+    ("/v1/chat/completions", {"messages": CHAT, "max_completion_tokens": 0}, "max_completion_tokens"),
+    ("/v1/chat/completions", {"messages": CHAT, "seed": -1}, "seed"),
+    ("/v1/chat/completions", {"messages": CHAT, "seed": 2 ** 63}, "seed"),
+    ("/v1/chat/completions", {"messages": CHAT, "seed": 2 ** 64 + 5}, "seed"),
+    ("/v1/chat/completions", {"messages": CHAT, "stop": 5}, "stop"),
+    ("/v1/chat/completions", {"messages": CHAT, "stop": ["a"] * 17}, "stop"),
+    ("/v1/chat/completions", {"messages": "hi"}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": 1, "content": "hi"}]}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a" * 2500}]}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": " seven" * 150}]}, "messages"),
+    ("/v1/completions", {"prompt": " seven" * 150}, "prompt"),
+    ("/v1/completions", {"prompt": ["a"] * 5}, "prompt"),
+    ("/v1/completions", {"prompt": ["a", "b"], "n": 40}, "n"),
+    ("/v1/completions", {"prompt": "a", "logprobs": 100}, "logprobs"),
+    ("/v1/completions", b"[1, 2]", None),
+    ("/v1/completions", b'{"prompt": "a", "n": 1' + b"0" * 5000 + b"}", None),  # beyond int parsing
+    ("/v1/completions", b"[" * 30000 + b"]" * 30000, None),
+    ("/v1/completions", b"\xff\xfe{", None),
+]
+
+
+def test_every_bad_value_is_a_400_naming_the_field(server):
+    server.reset()
+    for path, body, param in BAD:
+        kw = {"content": body} if isinstance(body, bytes) else {"json": body}
+        r = server.post(path, **kw)
+        assert r.status_code == 400, (path, str(body)[:80], r.status_code, r.text[:300])
+        error = r.json()["error"]
+        assert error["type"] == "invalid_request_error" and error["message"]
+        assert error["param"] == param, (str(body)[:80], error)
+    too_long = server.post("/v1/completions", json={"prompt": " seven" * 150}).json()["error"]
+    assert "128" in too_long["message"] and too_long["code"] == "context_length_exceeded"
+    # the limits are not stricter than they say: the edges are accepted
+    edge = {"messages": CHAT, "max_tokens": 64, "seed": 2 ** 63 - 1, "temperature": 0, "top_k": -1, "n": 2}
+    assert server.post("/v1/chat/completions", json=edge).status_code == 200
+    stats = server.stats()
+    assert stats["answered"] == 1 and stats["in_flight"] == 0
+
+
+def test_fifty_parallel_clients_get_an_answer_or_a_retry_after_never_a_reset(server):
+    server.reset()
+    clients = 60
+    barrier = threading.Barrier(clients)
+    outcomes: list[object] = [None] * clients
+
+    def client(i: int) -> None:
+        with httpx.Client(timeout=60, trust_env=False) as c:  # a connection of its own
+            barrier.wait()
+            try:
+                r = c.post(f"{server.url}/v1/completions", json={"prompt": f"{i} +", "max_tokens": 8})
+                outcomes[i] = (r.status_code, r.headers.get("Retry-After"))
+            except httpx.HTTPError as exc:
+                outcomes[i] = exc
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    errors = [o for o in outcomes if not isinstance(o, tuple)]
+    assert not errors, errors[:3]
+    statuses = [o[0] for o in outcomes]
+    assert set(statuses) <= {200, 503}, statuses
+    assert statuses.count(200) >= 8
+    assert all(o[1] is not None and int(o[1]) >= 1 for o in outcomes if o[0] == 503)
+    stats = server.stats()  # each 503 is counted as what it was: queue full or connections capped
+    assert stats["overloaded"] + stats["refused_connections"] == statuses.count(503)
+    # after the burst the server is idle again and serves the clients that were told to retry
+    retried = [server.post("/v1/completions", json={"prompt": "again", "max_tokens": 4}).status_code
+               for o in outcomes if o[0] == 503][:10]
+    assert all(s == 200 for s in retried)
+    server.wait_idle()
+    assert server.stats()["in_flight"] == 0
+
+
+def test_a_huge_n_request_does_not_starve_a_small_one(server):
+    server.reset()
+    huge_s: list[float] = []
+
+    def huge() -> None:
+        t0 = time.monotonic()
+        r = server.post("/v1/completions", json={"prompt": "Count:", "n": 64, "max_tokens": 64,
+                                                 "temperature": 1.0})
+        assert r.status_code == 200 and len(r.json()["choices"]) == 64
+        huge_s.append(time.monotonic() - t0)
+
+    thread = threading.Thread(target=huge)
+    t_start = time.monotonic()
+    thread.start()
+    while server.stats()["batches"] < 1 and time.monotonic() - t_start < 30:
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    small = server.post("/v1/completions", json={"prompt": "1 + 1 =", "max_tokens": 4, "temperature": 0})
+    small_s = time.monotonic() - t0
+    assert small.status_code == 200
+    assert thread.is_alive(), "the huge request ended before the small one was sent: make it bigger"
+    thread.join(120)
+    # the huge request runs as 16 units of 4 completions; the small one waits for about one
+    assert small_s < huge_s[0] / 3, (small_s, huge_s[0])
+    assert server.stats()["batches"] >= 17
+
+
+def test_the_stdlib_refusals_are_json_too(server):
+    reply, _ = raw_exchange(server.url, b"GARBAGE\r\n\r\n")
+    assert status_of(reply) == 400 and _error(reply)["message"]
+    reply, _ = raw_exchange(server.url, b"BREW /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status_of(reply) == 501 and _error(reply)["message"]
+
+
+def _serve_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([sys.executable, "-m", "polyrl.cli", "serve", "--model", "unused", "--port", "0", *args],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (("--allow-weight-push",), "--weight-push-token-file"),
+    (("--allow-weight-push", "--insecure-weight-push", "--host", "0.0.0.0"), "--insecure-weight-push"),
+    (("--insecure-weight-push",), "--insecure-weight-push"),
+    (("--allow-weight-push", "--weight-push-token-env", "POLYRL_TEST_UNSET_VAR"), "--weight-push-token-env"),
+    (("--allow-weight-push", "--weight-push-token-file", "/nonexistent/token"), "--weight-push-token-file"),
+    (("--max-n", "0"), "--max-n"),
+    (("--read-timeout-s", "-1"), "--read-timeout-s"),
+], ids=["no-token", "insecure-not-loopback", "insecure-without-push", "empty-env", "missing-file", "max-n",
+        "timeout"])
+def test_unsafe_or_invalid_startup_is_one_error_line(args, field):
+    done = _serve_cli(*args)
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and field in lines[-1], lines[-3:]
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,171 @@
+"""The fair scheduler in front of the engine (unit tests with a recording fake engine: the
+scheduler's job is order and bookkeeping, which a real model would only make slow to observe)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from polyrl.serving.api_error import ApiError
+from polyrl.serving.scheduler import FairScheduler, plan_units
+from polyrl.types import Completion, SamplingParams
+
+
+class RecordingEngine:
+    """Answers ``prompt#k`` for each completion; records each call; can hold calls until released."""
+
+    def __init__(self, hold: bool = False) -> None:
+        self.calls: list[tuple[list[str], SamplingParams]] = []
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        if not hold:
+            self.release.set()
+
+    def generate(self, prompts, sampling):
+        self.calls.append((list(prompts), sampling))
+        self.entered.set()
+        assert self.release.wait(10)
+        if any(p == "boom" for p in prompts):
+            raise RuntimeError("engine failed")
+        return [Completion(i, [1], [2], [0.0], text=f"{p}#{len(self.calls)}.{k}")
+                for i, p in enumerate(prompts) for k in range(sampling.n)]
+
+
+def _submit(scheduler, prompts, sampling, out, key):
+    def run():
+        try:
+            out[key] = scheduler.submit(prompts, sampling)
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            out[key] = exc
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _queued(scheduler, count):
+    deadline = time.monotonic() + 5
+    while scheduler.queued() < count and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def test_units_cover_every_completion_within_the_batch_size():
+    s = SamplingParams(n=10, seed=7)
+    units = plan_units(3, s, 4)
+    assert [(u.prompt_indices, u.sampling.n) for u in units] == [([p], k) for p in range(3) for k in (4, 4, 2)]
+    assert [u.sampling.seed for u in units] == list(range(7, 16))
+    assert [(u.prompt_indices, u.sampling.n) for u in plan_units(5, SamplingParams(n=2), 4)] == \
+        [([0, 1], 2), ([2, 3], 2), ([4], 2)]
+    one = plan_units(2, SamplingParams(n=2, seed=3), 4)
+    assert len(one) == 1 and one[0].sampling == SamplingParams(n=2, seed=3)  # fits: unchanged
+
+
+def test_a_small_request_waits_for_one_unit_of_a_huge_one_not_all_of_it():
+    engine = RecordingEngine(hold=True)
+    scheduler = FairScheduler(engine.generate, max_batch_size=4, max_queue=8)
+    out: dict[str, object] = {}
+    threads = [_submit(scheduler, ["huge"], SamplingParams(n=16, max_new_tokens=4), out, "huge")]
+    assert engine.entered.wait(5)  # the first unit of the huge request is being generated
+    threads.append(_submit(scheduler, ["small"], SamplingParams(n=1, max_new_tokens=4), out, "small"))
+    _queued(scheduler, 2)
+    engine.release.set()
+    for t in threads:
+        t.join(10)
+    order = [prompts for prompts, _ in engine.calls]
+    assert order == [["huge"], ["huge"], ["small"], ["huge"], ["huge"]]  # FIFO would put it last
+    assert len(out["huge"]) == 16 and [c.text.split("#")[0] for c in out["huge"]] == ["huge"] * 16
+    assert [c.prompt_index for c in out["huge"]] == [0] * 16 and len(out["small"]) == 1
+
+
+def test_compatible_requests_share_a_call_and_seeded_ones_never_do():
+    engine = RecordingEngine(hold=True)
+    scheduler = FairScheduler(engine.generate, max_batch_size=8, max_queue=16)
+    out: dict[str, object] = {}
+    first = _submit(scheduler, ["first"], SamplingParams(max_new_tokens=2), out, "first")
+    assert engine.entered.wait(5)
+    threads = [first] + [_submit(scheduler, [f"p{i}"], SamplingParams(max_new_tokens=2), out, f"p{i}")
+                         for i in range(3)]
+    threads.append(_submit(scheduler, ["seeded"], SamplingParams(max_new_tokens=2, seed=1), out, "seeded"))
+    threads.append(_submit(scheduler, ["p3"], SamplingParams(max_new_tokens=2, seed=1), out, "p3"))
+    _queued(scheduler, 6)
+    engine.release.set()
+    for t in threads:
+        t.join(10)
+    calls = [sorted(prompts) for prompts, _ in engine.calls]
+    assert calls[0] == ["first"] and ["p0", "p1", "p2"] in calls
+    assert ["seeded"] in calls and ["p3"] in calls  # same seed, still apart: results do not depend on load
+    for key in ("p0", "p1", "p2", "seeded", "p3"):
+        assert [c.text.split("#")[0] for c in out[key]] == [key] and out[key][0].prompt_index == 0
+
+
+def test_a_full_queue_answers_503_with_retry_after_at_once():
+    engine = RecordingEngine(hold=True)
+    scheduler = FairScheduler(engine.generate, max_batch_size=4, max_queue=2)
+    out: dict[str, object] = {}
+    threads = [_submit(scheduler, [f"p{i}"], SamplingParams(seed=i), out, f"p{i}") for i in range(2)]
+    _queued(scheduler, 2)
+    t0 = time.monotonic()
+    with pytest.raises(ApiError) as refused:
+        scheduler.submit(["one too many"], SamplingParams())
+    assert time.monotonic() - t0 < 1
+    assert refused.value.status == 503 and int(refused.value.headers["Retry-After"]) >= 1
+    engine.release.set()
+    for t in threads:
+        t.join(10)
+    assert all(isinstance(out[k], list) for k in ("p0", "p1"))
+
+
+def test_a_failing_batch_fails_only_its_requests_and_weight_loads_go_first():
+    engine = RecordingEngine(hold=True)
+    scheduler = FairScheduler(engine.generate, max_batch_size=4, max_queue=8)
+    out: dict[str, object] = {}
+    threads = [_submit(scheduler, ["boom"], SamplingParams(n=8, seed=0), out, "boom")]
+    assert engine.entered.wait(5)
+    threads.append(_submit(scheduler, ["fine"], SamplingParams(seed=5), out, "fine"))
+    _queued(scheduler, 2)
+    loaded = []
+    loader = threading.Thread(target=lambda: loaded.append(scheduler.run_exclusive(lambda: len(engine.calls))))
+    loader.start()
+    time.sleep(0.05)
+    engine.release.set()
+    for t in [*threads, loader]:
+        t.join(10)
+    assert isinstance(out["boom"], RuntimeError) and isinstance(out["fine"], list)
+    assert loaded == [1]  # ran right after the batch in progress, before anything queued
+    assert [p for p, _ in engine.calls] == [["boom"], ["fine"]]  # the failed request's other unit dropped
+
+
+def test_an_engine_answering_the_wrong_count_fails_the_request_and_the_thread_lives_on():
+    calls = []
+
+    def short(prompts, sampling):
+        calls.append(prompts)
+        if prompts == ["short"]:
+            return []
+        return [Completion(i, [1], [2], [0.0], text=p) for i, p in enumerate(prompts) for _ in range(sampling.n)]
+
+    scheduler = FairScheduler(short, max_batch_size=4, max_queue=4)
+    with pytest.raises(RuntimeError, match="returned 0 completions"):
+        scheduler.submit(["short"], SamplingParams(n=2))
+    assert [c.text for c in scheduler.submit(["next"], SamplingParams(n=2))] == ["next", "next"]
+    assert scheduler.queued() == 0
+
+
+def test_a_weight_load_never_lands_inside_a_request():
+    engine = RecordingEngine(hold=True)
+    scheduler = FairScheduler(engine.generate, max_batch_size=4, max_queue=8)
+    out: dict[str, object] = {}
+    threads = [_submit(scheduler, ["huge"], SamplingParams(n=12), out, "huge")]  # three units
+    assert engine.entered.wait(5)
+    loader = threading.Thread(target=lambda: out.update(load=scheduler.run_exclusive(
+        lambda: [p for p, _ in engine.calls])))
+    loader.start()
+    time.sleep(0.05)
+    threads.append(_submit(scheduler, ["later"], SamplingParams(), out, "later"))
+    _queued(scheduler, 2)
+    engine.release.set()
+    for t in [*threads, loader]:
+        t.join(10)
+    assert out["load"] == [["huge"]] * 3  # after all of the started request, before the new one
+    assert [p for p, _ in engine.calls] == [["huge"]] * 3 + [["later"]]

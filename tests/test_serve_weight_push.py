@@ -1,0 +1,108 @@
+"""``POST /polyrl/weights``: only with the shared secret, and only weights that fit the model.
+Every refusal leaves the served weights as they were (greedy generation is unchanged); a good
+push with the token does change them, which is what makes that equality mean something."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from serve_util import start_server
+
+pytestmark = pytest.mark.faults
+
+TOKEN = "push-secret-" + "c0ffee" * 6
+HEADER = "X-Polyrl-Weight-Token"
+
+
+@pytest.fixture(scope="module")
+def token_file(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("secret") / "token"
+    path.write_text(TOKEN + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, token_file):
+    started = start_server(tiny_model_dir, "--allow-weight-push", "--weight-push-token-file", token_file)
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def original(tiny_model_dir) -> dict[str, np.ndarray]:
+    from pathlib import Path
+
+    weights: dict[str, np.ndarray] = {}
+    for f in sorted(Path(tiny_model_dir).glob("*.safetensors")):
+        weights.update(load_file(str(f)))
+    return {k: v.astype(np.float32) for k, v in weights.items()}
+
+
+def greedy(server) -> list[list[int]]:
+    r = server.post("/v1/completions", json={"prompt": ["The cat", "1 2 3"], "max_tokens": 8, "temperature": 0,
+                                             "return_token_ids": True})
+    assert r.status_code == 200, r.text
+    return [c["token_ids"] for c in r.json()["choices"]]
+
+
+def push(server, path, token: str | None = TOKEN):
+    headers = {HEADER: token} if token is not None else {}
+    return server.post("/polyrl/weights", json={"path": str(path)}, headers=headers)
+
+
+def test_pushes_without_the_token_or_with_bad_payloads_change_nothing(server, original, tmp_path):
+    before, version = greedy(server), server.stats()["weight_version"]
+    rng = np.random.default_rng(0)
+    changed = {k: v + rng.normal(0, 0.5, v.shape).astype(np.float32) for k, v in original.items()}
+    save_file(changed, str(tmp_path / "changed.safetensors"))
+
+    assert push(server, tmp_path / "changed.safetensors", token=None).status_code == 401
+    assert push(server, tmp_path / "changed.safetensors", token="wrong").status_code == 403
+    assert push(server, tmp_path / "changed.safetensors", token=TOKEN[:-1]).status_code == 403
+
+    name = next(iter(original))
+    bad: dict[str, tuple[dict[str, np.ndarray] | bytes, int, str]] = {
+        "renamed": ({**{k: v for k, v in changed.items() if k != name}, name + ".x": changed[name]}, 422,
+                    "unknown"),
+        "missing": ({k: v for k, v in changed.items() if k != name}, 422, "missing"),
+        "shape": ({**changed, name: changed[name][..., :-1].copy()}, 422, "shape"),
+        "dtype": ({**changed, name: changed[name].astype(np.float16)}, 422, "F16"),
+        "nan": ({**changed, name: np.where(changed[name] > 0, np.nan, changed[name]).astype(np.float32)}, 422,
+                "NaN"),
+        "garbage": (b"\x10\x00\x00\x00\x00\x00\x00\x00not a header at all", 400, "not a readable"),
+    }
+    for label, (payload, status, words) in bad.items():
+        path = tmp_path / f"{label}.safetensors"
+        if isinstance(payload, bytes):
+            path.write_bytes(payload)
+        else:
+            save_file(payload, str(path))
+        r = push(server, path)
+        assert r.status_code == status, (label, r.text)
+        assert words in r.json()["error"]["message"], (label, r.json())
+    (tmp_path / "empty-dir").mkdir()
+    for path in (tmp_path / "nowhere.safetensors", tmp_path / "empty-dir", tmp_path / "renamed.safetensors.txt"):
+        assert push(server, path).status_code == 400, path
+    assert server.post("/polyrl/weights", json={}, headers={HEADER: TOKEN}).status_code == 400
+    assert server.post("/polyrl/weights", content=b"{", headers={HEADER: TOKEN}).status_code == 400
+
+    assert greedy(server) == before and server.stats()["weight_version"] == version
+
+    # the same file with the token is loaded, and generation changes; pushing the original restores it
+    assert push(server, tmp_path / "changed.safetensors").status_code == 200
+    assert greedy(server) != before
+    save_file(original, str(tmp_path / "original.safetensors"))
+    assert push(server, tmp_path / "original.safetensors").status_code == 200
+    assert greedy(server) == before
+    assert server.stats()["weight_version"] == version + 2
+
+
+def test_insecure_push_works_without_a_token_on_loopback_only_when_asked(tiny_model_dir, original, tmp_path):
+    save_file(original, str(tmp_path / "original.safetensors"))
+    server = start_server(tiny_model_dir, "--allow-weight-push", "--insecure-weight-push")
+    try:
+        assert push(server, tmp_path / "original.safetensors", token=None).status_code == 200
+    finally:
+        server.stop()
