@@ -186,23 +186,29 @@ def _kill(proc: subprocess.Popen) -> None:
         pass
     proc.poll()
     end = time.monotonic() + 2.0
-    while time.monotonic() < end:
-        try:
-            os.killpg(proc.pid, 0)
-        except (ProcessLookupError, PermissionError):
-            break
-        proc.poll()
+    while time.monotonic() < end and _alive_in_group(proc.pid):
         time.sleep(0.002)
+        proc.poll()
+
+
+def _alive_in_group(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` is still running (zombies waiting for the host's init to
+    reap them do not count: they hold nothing)."""
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
-        log.error("sandboxed process did not die", pid=proc.pid)
-    for stream in (proc.stdin, proc.stdout):
-        if stream is not None:
-            try:
-                stream.close()
-            except OSError:
-                pass
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
 
 
 _launches: dict[tuple[Any, ...], isolation.Launch] = {}
