@@ -131,7 +131,7 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int) -> tupl
         cmd += ["--ro-bind", path, path]
     cmd += ["--proc", "/proc", "--dev", "/dev",
             "--size", str(int(disk_mb) * 1024 * 1024), "--perms", "1777", "--tmpfs", SANDBOX_HOME,
-            "--chdir", SANDBOX_HOME]
+            "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SANDBOX_HOME]
     for key, value in sandbox_env(SANDBOX_HOME).items():
         cmd += ["--setenv", key, value]
     drop: list[str] = []
