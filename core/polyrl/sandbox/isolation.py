@@ -18,7 +18,6 @@ import os
 import pwd
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Sequence

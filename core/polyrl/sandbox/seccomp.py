@@ -40,7 +40,7 @@ def compiled_filter() -> tuple[bytes | None, str]:
 def _build() -> tuple[bytes | None, str]:
     try:
         import pyseccomp as sc
-    except (ImportError, OSError, AttributeError) as exc:  # not installed, or no libseccomp.so
+    except (ImportError, OSError, AttributeError, RuntimeError) as exc:  # not installed, or no libseccomp.so
         return None, f"off: no libseccomp bindings ({type(exc).__name__}: {exc}); namespaces and no capabilities only"
     try:
         rules = sc.SyscallFilter(sc.ALLOW)
