@@ -1,4 +1,8 @@
-"""The trainer's end of the pipes to one sample: JSON-line requests and answers, captured output.
+"""The trainer's end of the pipes to one sample: requests, answers, captured output.
+
+Requests go out as length-prefixed ``marshal`` (only the trainer writes them; the sample reads them
+without importing anything); answers come back as JSON lines, which is all the trainer ever parses
+from a sample (``marshal.loads`` on a sample's bytes could crash the trainer).
 
 Why its own module: every read and write here is bounded (a deadline, an output cap, a message
 cap), so a sample that stops reading, floods its output or never answers costs its own time slot
@@ -8,6 +12,7 @@ and nothing else.
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import selectors
 import subprocess
@@ -59,7 +64,8 @@ class Channel:
     def send(self, message: dict[str, Any]) -> None:
         if self.dead:
             raise self.dead
-        pending = memoryview((json.dumps(message) + "\n").encode("utf-8"))
+        body = marshal.dumps(message)
+        pending = memoryview(len(body).to_bytes(8, "big") + body)
         self.selector.register(self.to_fd, selectors.EVENT_WRITE)
         try:
             while pending:

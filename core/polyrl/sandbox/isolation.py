@@ -47,6 +47,7 @@ class Launch:
     ids: tuple[int, int] | None  # (uid, gid) a host temp dir must belong to
     seccomp_program: bytes | None
     report: dict[str, str]
+    site_dirs: tuple[str, ...] = ()
 
     def argv(self, python_args: Sequence[str], seccomp_fd: int | None) -> list[str]:
         cmd = list(self.prefix)
@@ -83,6 +84,15 @@ def probe(cmd: Sequence[str], expect: str | None = None, pass_fds: Sequence[int]
 
 
 _IDENTITY = "import sys; print(sys.version, sys.prefix, sys.base_prefix)"
+
+
+def site_dirs(python: str) -> list[str]:
+    """The interpreter's site-packages folders. The sample's Python starts with ``-S`` (no ``site``:
+    processing every ``.pth`` file of a venv with editable installs is half its start-up time) and
+    the server adds these folders itself, so installed packages (numpy, ...) stay importable."""
+    done = subprocess.run([python, "-I", "-c", "import site; print(chr(10).join(site.getsitepackages()))"],
+                          capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+    return [line for line in done.stdout.decode().splitlines() if line.strip()] if done.returncode == 0 else []
 
 
 def interpreter_paths(python: str) -> list[str]:
@@ -182,6 +192,11 @@ def resolve_user(user: Any) -> tuple[tuple[int, int] | None, str, bool]:
 
 def choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
     """The strongest level that works here for these options (see the module docstring)."""
+    launch = _choose(isolation, user, python, disk_mb)
+    return attrs.evolve(launch, site_dirs=tuple(site_dirs(python)))
+
+
+def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
     if isolation not in LEVELS:
         raise RewardError(f"code_tests: isolation must be auto, require or off, got {isolation!r}. "
                           "Fix: isolation = \"auto\"")

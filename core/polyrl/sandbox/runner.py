@@ -119,7 +119,7 @@ class Sandbox:
                 os.write(w, self.launch.seccomp_program)  # a few hundred bytes: fits the pipe
                 os.close(w)
                 pass_fds = (seccomp_r,)
-            argv = self.launch.argv(["-I", "-B", "-c", SERVER_SOURCE], seccomp_r if pass_fds else None)
+            argv = self.launch.argv(["-I", "-S", "-B", "-c", SERVER_SOURCE], seccomp_r if pass_fds else None)
             if self.launch.level == "bwrap":
                 argv[1:1] = ["--setenv", MARKER_ENV, "1"]
             try:
@@ -133,10 +133,14 @@ class Sandbox:
                 if seccomp_r >= 0:
                     os.close(seccomp_r)
             channel = Channel(proc, t0 + self.limits.timeout_s, self.limits.max_output_bytes)
+            result = None
             try:
                 result = self._talk(channel, code, steps, setup)
             finally:
-                _finish(proc, min(t0 + self.limits.timeout_s, time.monotonic() + 0.5))
+                if result is not None and result.status in ("ok", "error"):  # done: let it flush its output
+                    _finish(proc, min(t0 + self.limits.timeout_s, time.monotonic() + 0.5))
+                else:
+                    _kill(proc)
                 channel.collect_rest()
                 channel.close()
             result.output = channel.text()
@@ -151,7 +155,7 @@ class Sandbox:
         session = Session(channel)
         try:
             hello = channel.ask({"code": code, "setup": setup or "", "limits": self.limits.for_server(),
-                                 "audit": self.audit_hook})
+                                 "audit": self.audit_hook, "site": list(self.launch.site_dirs)})
             fds = hello.get("fds")
             fds = [int(fd) for fd in fds] if isinstance(fds, list) and all(type(f) is int for f in fds) else []
             if hello.get("ok") is not True:

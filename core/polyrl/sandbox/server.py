@@ -5,11 +5,14 @@
 # data the harness compares itself: nothing here decides whether a test passed, so a sample that
 # rewrites this file's functions at run time gains nothing it could not get by returning values.
 #
-# Channel: requests arrive on the original stdin, answers leave on the original stdout, one JSON
-# line each; both are moved to private descriptors before the sample runs, fd 0 becomes /dev/null
+# Channel: requests arrive on the original stdin (marshal, length-prefixed: the trainer writes them,
+# and marshal costs no import), answers leave on the original stdout as one JSON line each (the
+# trainer parses JSON, never marshal, from a sample; ``_dumps`` writes it without importing json,
+# whose ``re`` import would double a trivial sample's start-up time); both are moved to private descriptors before the sample runs, fd 0 becomes /dev/null
 # and fd 1 a copy of fd 2 (the captured output), so ``print`` cannot corrupt the channel by
 # accident.
-import json
+import _json
+import marshal
 import os
 import resource
 import sys
@@ -28,6 +31,16 @@ def _limits(lim):
             resource.setrlimit(getattr(resource, name), (soft, hard))
         except (ValueError, OSError, AttributeError):
             pass
+
+
+def _site(folders):
+    """What ``site`` would have given, minus ``.pth`` processing (the server starts with -S)."""
+    sys.path.extend(f for f in folders if os.path.isdir(f) and f not in sys.path)
+    try:
+        import site
+        site.setquit()  # exit() and quit() exist in a solution's namespace as usual
+    except Exception:
+        pass
 
 
 def _private_channel():
@@ -50,22 +63,47 @@ def _private_channel():
     return rfd, wfd, extra
 
 
+def _dumps(value):
+    """JSON for the shapes the server sends (str-keyed dicts, lists, str, int, bool, None)."""
+    kind = type(value)
+    if value is None:
+        return "null"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return str(value)
+    if kind is str:
+        return _json.encode_basestring_ascii(value)
+    if kind is list or kind is tuple:
+        return "[" + ",".join([_dumps(item) for item in value]) + "]"
+    if kind is dict:
+        return "{" + ",".join([_json.encode_basestring_ascii(str(k)) + ":" + _dumps(v) for k, v in value.items()]) + "}"
+    raise TypeError("cannot send a %s" % kind.__name__)
+
+
 class _Channel:
     def __init__(self, rfd, wfd):
-        self.rfd, self.wfd, self.buf = rfd, wfd, b""
-        self.read, self.write, self.loads, self.dumps = os.read, os.write, json.loads, json.dumps
+        self.rfd, self.wfd = rfd, wfd
+        self.read, self.write, self.loads, self.dumps = os.read, os.write, marshal.loads, _dumps
 
-    def recv(self):
-        while b"\n" not in self.buf:
-            chunk = self.read(self.rfd, 1 << 16)
+    def _exactly(self, n):
+        data = b""
+        while len(data) < n:
+            chunk = self.read(self.rfd, n - len(data))
             if not chunk:
                 return None
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return self.loads(line.decode("utf-8"))
+            data += chunk
+        return data
+
+    def recv(self):
+        head = self._exactly(8)
+        if head is None:
+            return None
+        body = self._exactly(int.from_bytes(head, "big"))
+        return None if body is None else self.loads(body)
 
     def send(self, message):
-        data = (self.dumps(message) + "\n").encode("utf-8")
+        data = (self.dumps(message) + "\n").encode("ascii")
         while data:
             data = data[self.write(self.wfd, data):]
 
@@ -140,6 +178,7 @@ def _main():
     rfd, wfd, extra = _private_channel()
     chan = _Channel(rfd, wfd)
     job = chan.recv()
+    _site(job.get("site") or [])
     _limits(job["limits"])
     root = os.path.realpath(os.getcwd())
     try:
