@@ -52,6 +52,13 @@ FORGERIES = {
                          "__main__._Channel.send = send\n" + WRONG,
     "malformed_answer": "import __main__\n__main__._Session.handle = lambda self, req: "
                         "self.names() if req['op'] == 'names' else ['i', '1e99999']\n" + WRONG,
+    "deep_json": "import __main__, os\n_orig = __main__._Channel.send\n"
+                 "def send(self, message):\n    if 'fds' in message:\n        return _orig(self, message)\n"
+                 "    os.write(self.wfd, b'{\"ok\": true, \"v\": ' + b'[' * 200000 + b']' * 200000 + b'}\\n')\n"
+                 "__main__._Channel.send = send\n" + WRONG,
+    "trainer_module": "import __main__\n_names = __main__._Session.names\n"
+                      "__main__._Session.names = lambda self: {**_names(self), 'add': ['m', 'polyrl.cli'], "
+                      "'__builtins__': ['d', []]}\n",
     "handle_lookalike": "def add(a, b):\n    return ['r', 0, 'callable', 'int']\n",
     "background_writer": "import os, threading, time\ndef spam():\n    while True:\n        for fd in (3, 4, 1):\n"
                          f"            try:\n                os.write(fd, {FORGE_WRITE})\n            except OSError:\n"

@@ -97,7 +97,7 @@ class Channel:
         self.inbox = bytearray(rest)
         try:
             answer = json.loads(line.decode("utf-8"))
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
             self._stop("crashed", "the sample wrote something else on the answer channel")
         if not isinstance(answer, dict):
             self._stop("crashed", "the sample wrote something else on the answer channel")

@@ -11,7 +11,8 @@ Limits (documented in ``polyrl.rewards.code``): arguments must be plain data or 
 returned (a lambda cannot be sent), and a test sees in-place changes to its arguments only through
 values the sample returns. Builtins always mean the trainer's builtins: a solution cannot shadow
 ``sorted`` or ``isinstance`` for the tests. A module the solution imported is imported here by
-name (standard library and modules the trainer already loaded), never taken from the sample.
+name (standard library only), never taken from the sample; tests that use other packages import
+them themselves (or in ``setup``).
 """
 
 from __future__ import annotations
@@ -133,8 +134,10 @@ class Session:
     def names(self, data: Any) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise ProtocolError("the sample's names are not a mapping")
-        return {str(name): self.value(value) for name, value in data.items()
-                if isinstance(name, str) and name.isidentifier() and name not in _BUILTIN_NAMES}
+        # never a builtin's name, never a dunder (``__builtins__`` would replace every builtin)
+        return {name: self.value(value) for name, value in data.items()
+                if type(name) is str and name.isidentifier() and name not in _BUILTIN_NAMES
+                and not name.startswith("__")}
 
 
 def remote_exception(exc: Any) -> BaseException:
@@ -163,12 +166,12 @@ class _Unavailable:
 def local_module(name: str) -> Any:
     """The trainer's own copy of a module the solution imported (never the sample's object)."""
     top = name.split(".")[0]
-    if name in sys.modules and top not in UNSAFE_MODULES:
-        return sys.modules[name]
     if top in sys.stdlib_module_names and top not in UNSAFE_MODULES:
+        if name in sys.modules:
+            return sys.modules[name]
         try:
             return importlib.import_module(name)
-        except ImportError:
+        except Exception:  # noqa: BLE001 - not importable here (or not a module name at all)
             pass
     return _Unavailable(name)
 

@@ -97,7 +97,7 @@ class Sandbox:
                        "timeout": f"on: {self.limits.timeout_s:g} s wall clock, then SIGKILL to the sample's "
                                   "process group" + (" and PID namespace" if self.launch.level != "off" else "")}
         if self.launch.level != "bwrap" and isolation == "auto":
-            log.warning("code sandbox runs without full OS isolation", level=self.launch.level,
+            log.warning("code sandbox runs without full OS isolation", isolation_level=self.launch.level,
                         why=self.report["isolation"])
 
     @property
