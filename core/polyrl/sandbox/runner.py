@@ -158,6 +158,8 @@ class Sandbox:
                                  "audit": self.audit_hook, "site": list(self.launch.site_dirs)})
             fds = hello.get("fds")
             fds = [int(fd) for fd in fds] if isinstance(fds, list) and all(type(f) is int for f in fds) else []
+            if fds:  # the server closed them before the solution ran; still, something leaks them
+                log.warning("descriptors beyond stdin/stdout/stderr reached a sample", fds=fds)
             if hello.get("ok") is not True:
                 exc = hello.get("exc")
                 error = ": ".join(map(str, exc))[:500] if isinstance(exc, list) else "error"
