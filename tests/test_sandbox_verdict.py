@@ -127,3 +127,14 @@ def test_shadowed_builtins_and_fake_modules_do_not_reach_the_tests(isolation, au
               "import math\ndef area(r):\n    return math.pi * r * r\n", "def triple():\n    return [1, 2, 3]\n"]
     res = score(honest, rows=rows, isolation=isolation, audit_hook=audit_hook)
     np.testing.assert_array_equal(res.total, [1.0] * len(honest))
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_a_malformed_answer_is_no_exception_a_test_can_expect(isolation, audit_hook):
+    """Garbage on the channel ends the sample; it is not an exception a test's ``except`` catches."""
+    rows = [{"prompt": "p", "tests": "try:\n    add(1, 2)\nexcept Exception:\n    raised = True\nelse:\n"
+                                     "    raised = False\nassert raised\n"}]
+    res = score([FORGERIES["malformed_answer"]], rows=rows, isolation=isolation, audit_hook=audit_hook)
+    assert res.total[0] == 0.0
+    honest = "def add(a, b):\n    raise ValueError('no')\n"  # raising really is what this test wants
+    assert score([honest], rows=rows, isolation=isolation, audit_hook=audit_hook).total[0] == 1.0

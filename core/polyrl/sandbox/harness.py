@@ -110,9 +110,13 @@ class Session:
     def ask(self, op: str, **fields: Any) -> Any:
         self.dirty = True
         answer = self.channel.ask({"op": op, **fields})
-        if answer.get("ok") is True:
+        if answer.get("ok") is not True:
+            raise remote_exception(answer.get("exc"))
+        try:
             return self.value(answer.get("v"))
-        raise remote_exception(answer.get("exc"))
+        except ProtocolError as exc:  # a malformed answer ends the sample: no test may catch it
+            self.channel.dead = SampleStopped("crashed", f"protocol: {exc}")
+            raise self.channel.dead from None
 
     def ask_raw_names(self) -> Any:
         answer = self.channel.ask({"op": "names"})

@@ -18,7 +18,7 @@ import math
 MAX_DEPTH = 64
 
 
-class ProtocolError(ValueError):
+class ProtocolError(Exception):
     """A message that is not a well-formed encoded value (the sample broke the protocol)."""
 
 
