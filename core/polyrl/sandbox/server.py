@@ -119,6 +119,10 @@ class _Session:
         data = encode(value)
         if data is not None:
             return data
+        if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+            data = encode(value.item())  # a numpy scalar (np.int64(6)) is sent as the number it is
+            if data is not None:
+                return data
         if type(value) is type(sys):
             return ["m", value.__name__ if type(value.__name__) is str else "?"]
         self.refs.append(value)
@@ -188,7 +192,7 @@ def _main():
         chan.send({"ok": False, "exc": _describe(exc), "fds": extra})
         return
     if job["audit"]:
-        _install_audit_hook(root)
+        _install_audit_hook(root, bool(job.get("native")))
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
     try:
         if setup is not None:
@@ -215,9 +219,11 @@ def _main():
         chan.send(answer)
 
 
-def _install_audit_hook(root):
+def _install_audit_hook(root, native):
     """The inner, Python-level layer: refuses process creation, sockets, signals to others and
-    writes outside the sample's folder. The kernel layers outside hold without it."""
+    writes outside the sample's folder. The kernel layers outside hold without it. ``native``
+    (only behind bubblewrap, whose walls do not depend on this hook) lets ctypes load, which
+    numpy needs; without bubblewrap ctypes would be a way around the hook."""
     realpath, join, getcwd, fsdecode, getpid = (os.path.realpath, os.path.join, os.getcwd,
                                                 os.fsdecode, os.getpid)
     prefix = root + os.sep
@@ -230,9 +236,10 @@ def _install_audit_hook(root):
         "webbrowser.open", "urllib.Request", "http.client.connect", "ftplib.connect",
         "smtplib.connect", "imaplib.open", "nntplib.connect", "poplib.connect", "telnetlib.Telnet.open",
     })
-    denied_prefixes = ("socket.", "ctypes.", "_ctypes.")
-    blocked_modules = frozenset({"ctypes", "_ctypes", "_posixsubprocess", "cffi", "_cffi_backend",
-                                 "_xxsubinterpreters", "_xxinterpchannels", "_interpreters"})
+    denied_prefixes = ("socket.",) if native else ("socket.", "ctypes.", "_ctypes.")
+    blocked_modules = {"_posixsubprocess", "_xxsubinterpreters", "_xxinterpchannels", "_interpreters"}
+    if not native:
+        blocked_modules |= {"ctypes", "_ctypes", "cffi", "_cffi_backend"}
     path_events = {
         "os.remove": ((0,), (1,)), "os.rmdir": ((0,), (1,)), "os.rename": ((0, 1), (2, 3)),
         "os.link": ((0, 1), (2, 3)), "os.symlink": ((1,), (2,)), "os.mkdir": ((0,), (2,)),
