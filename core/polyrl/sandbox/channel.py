@@ -69,14 +69,13 @@ class Channel:
         self.selector.register(self.to_fd, selectors.EVENT_WRITE)
         try:
             while pending:
-                for key in self._wait():
-                    if key.fd == self.to_fd:
-                        try:
-                            pending = pending[os.write(self.to_fd, pending[:65536]):]
-                        except BlockingIOError:
-                            pass
-                        except (BrokenPipeError, OSError):
-                            self._stop("crashed", "the sample closed its input")
+                if self._wait():  # the input pipe has room
+                    try:
+                        pending = pending[os.write(self.to_fd, pending[:65536]):]
+                    except BlockingIOError:
+                        pass
+                    except OSError:  # BrokenPipeError: it is gone
+                        self._stop("crashed", "the sample closed its input")
         finally:
             self.selector.unregister(self.to_fd)
 
@@ -84,15 +83,7 @@ class Channel:
         if self.dead:
             raise self.dead
         while b"\n" not in self.inbox:
-            for key in self._wait():
-                if key.fd != self.from_fd:
-                    continue
-                data = os.read(self.from_fd, 65536)
-                if not data:
-                    self._stop("crashed", "the sample ended without an answer")
-                self.inbox += data
-                if len(self.inbox) > MAX_MESSAGE_BYTES:
-                    self._stop("crashed", f"an answer over {MAX_MESSAGE_BYTES} bytes")
+            self._wait()
         line, _, rest = bytes(self.inbox).partition(b"\n")
         self.inbox = bytearray(rest)
         try:
@@ -124,18 +115,19 @@ class Channel:
         self.dead = SampleStopped(status, detail)
         raise self.dead
 
-    def _wait(self, until: float | None = None) -> list[selectors.SelectorKey]:
-        """Ready keys other than stderr (stderr is read here); raises at the deadline."""
-        until = self.deadline if until is None else until
-        remaining = until - time.monotonic()
+    def _wait(self) -> bool:
+        """Wait for any pipe (at most until the deadline, where it raises); read what arrived on
+        the output and answer pipes; True when the input pipe can take more."""
+        remaining = self.deadline - time.monotonic()
         if remaining <= 0:
-            if until >= self.deadline:
-                self._stop("timeout")
-            return []
-        ready = []
+            self._stop("timeout")
+        writable = False
         for key, _ in self.selector.select(min(remaining, 0.5)):
+            if key.fd == self.to_fd:
+                writable = True
+                continue
+            data = os.read(key.fd, 65536)
             if key.fd == self.err_fd:
-                data = os.read(self.err_fd, 65536)
                 if not data:
                     self.selector.unregister(self.err_fd)
                     self.err_open = False
@@ -144,5 +136,9 @@ class Channel:
                 if len(self.output) > self.max_output_bytes:
                     self._stop("output_limit")
             else:
-                ready.append(key)
-        return ready
+                if not data:
+                    self._stop("crashed", "the sample ended without an answer")
+                self.inbox += data
+                if len(self.inbox) > MAX_MESSAGE_BYTES:
+                    self._stop("crashed", f"an answer over {MAX_MESSAGE_BYTES} bytes")
+        return writable
