@@ -68,8 +68,9 @@ huge output / full disk     the trainer reads output through a pipe and kills th
 
 What is NOT isolated, or only partly:
     * The tests and ``setup`` run in the trainer's process (they are the dataset's code, trusted
-      like a reward function). Only the sample's answers reach them, as plain values. A test that
-      loops forever on its own holds a worker thread; a sample cannot cause that.
+      like a reward function). Only the sample's answers reach them, as plain values of at most
+      8 MB each; the timeout bounds waiting for the sample, not the tests' own computing (a test
+      that loops forever on its own holds a worker thread).
     * What the tests can express: arguments must be plain data or values the sample returned (a
       lambda cannot be sent); an object the solution returns compares equal only to itself, so
       ``assert make_point() == Point(1, 2)`` fails even when the solution is right (numpy scalars
