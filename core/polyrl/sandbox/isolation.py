@@ -131,16 +131,16 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int) -> tupl
             cmd += ["--symlink", os.readlink(host), host]
         elif os.path.isdir(host):
             cmd += ["--ro-bind", host, host]
-    made: set[str] = set()
-    for path in interpreter_paths(python):
+    cmd += ["--proc", "/proc", "--dev", "/dev",
+            "--size", str(int(disk_mb) * 1024 * 1024), "--perms", "1777", "--tmpfs", SANDBOX_HOME]
+    made: set[str] = {SANDBOX_HOME}
+    for path in interpreter_paths(python):  # after the tmpfs: a venv under /tmp stays visible
         for folder in _ancestors(path):
             if folder not in made and not any(folder == f"/{n}" for n in ROOT_LINKS + ("usr",)):
                 made.add(folder)
                 cmd += ["--perms", "0755", "--dir", folder]
         cmd += ["--ro-bind", path, path]
-    cmd += ["--proc", "/proc", "--dev", "/dev",
-            "--size", str(int(disk_mb) * 1024 * 1024), "--perms", "1777", "--tmpfs", SANDBOX_HOME,
-            "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SANDBOX_HOME]
+    cmd += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SANDBOX_HOME]
     for key, value in sandbox_env(SANDBOX_HOME).items():
         cmd += ["--setenv", key, value]
     drop: list[str] = []
