@@ -69,3 +69,21 @@ def test_options_isolation_and_its_old_name():
         _options({"isolation": "off", "namespaces": "off"})
     with pytest.raises(RewardError, match="disk_mb must be a number > 0"):
         _options({"disk_mb": 0})
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+def test_an_interpreter_under_tmp_is_bound_read_only(tmp_path):
+    """A venv under /tmp (CI runners) is bound after the sample's /tmp tmpfs, so it stays visible."""
+    import subprocess
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    box = Sandbox(SandboxLimits(timeout_s=10), python=str(venv / "bin" / "python"), isolation="require")
+    code = f"import os\nopen({str(venv / 'pyvenv.cfg')!r}, 'a').write('x')\n"
+    before = (venv / "pyvenv.cfg").read_text()
+    result = box.run(code, TESTS)
+    assert result.status == "error" and ("Read-only file system" in result.error
+                                         or "Permission denied" in result.error), result
+    assert (venv / "pyvenv.cfg").read_text() == before
+    assert box.run(HALF, TESTS).passed == [True, False]
