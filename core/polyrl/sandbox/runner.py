@@ -143,6 +143,8 @@ class Sandbox:
                     _kill(proc)
                 channel.collect_rest()
                 channel.close()
+                if proc.stderr is not None:
+                    proc.stderr.close()
             result.output = channel.text()
             result.returncode = proc.returncode
             result.duration_s = time.monotonic() - t0
@@ -191,11 +193,19 @@ def _kill(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    proc.poll()
+    try:
+        proc.wait(timeout=10)  # our child (bwrap, or the interpreter): reaped here
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
+        log.error("sandboxed process did not die", pid=proc.pid)
     end = time.monotonic() + 2.0
     while time.monotonic() < end and _alive_in_group(proc.pid):
         time.sleep(0.002)
-        proc.poll()
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            try:
+                stream.close()
+            except OSError:
+                pass
 
 
 def _alive_in_group(pgid: int) -> bool:
