@@ -21,6 +21,15 @@ $(VENV)/.installed: pyproject.toml plugins/torch_backend/pyproject.toml plugins/
 	    || echo "warning: could not install libopenblas0-pthread; MLX will use its slow reference BLAS"; \
 	  else echo "note: install libopenblas0-pthread for fast MLX on CPU (polyrl doctor tells)"; fi; \
 	fi
+	@# the code_tests sandbox isolates samples with bubblewrap (and seccomp through libseccomp);
+	@# without them it falls back to weaker isolation and says so (polyrl.rewards.code)
+	@if [ "$$(uname)" = Linux ] && ! command -v bwrap >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get install -y -qq bubblewrap libseccomp2 >/dev/null 2>&1 || \
+	     (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap libseccomp2 >/dev/null 2>&1)) \
+	    || echo "warning: could not install bubblewrap; code_tests samples get weaker isolation"; \
+	  else echo "note: install bubblewrap for the code_tests sandbox's full isolation"; fi; \
+	fi
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# exactly this torch: a looser spec would pull gigabytes of CUDA wheels

@@ -143,6 +143,8 @@ MALICIOUS = {
 @pytest.mark.parametrize("name", sorted(MALICIOUS))
 def test_malicious_sample_is_contained(name):
     code, status, detail = MALICIOUS[name]
+    if name == "ctypes" and LEVEL.level == "bwrap":  # allowed behind bubblewrap (numpy needs it): contained
+        status, detail = "ok", None
     before = my_children()
     result = Sandbox(SandboxLimits(timeout_s=1.5, memory_mb=256, max_output_bytes=4096)).run(code, parse_tests(TESTS))
     assert result.status == status, (result.status, result.error, result.output[:200])
@@ -213,17 +215,17 @@ def test_malicious_batch_costs_zero_and_good_samples_still_score():
 
 # --- the kernel layers alone (audit hook off) -------------------------------------------------------
 
-namespaces = Sandbox(SandboxLimits(timeout_s=1)).report["namespaces"]
-needs_ns = pytest.mark.skipif(not namespaces.startswith("on"), reason=f"no namespaces here: {namespaces}")
+LEVEL = Sandbox(SandboxLimits(timeout_s=1))
+needs_ns = pytest.mark.skipif(LEVEL.level == "off", reason=f"no namespaces here: {LEVEL.report['isolation']}")
 
 
 @needs_ns
 def test_pid_namespace_kills_every_descendant():
     """With the Python guard off, forked children (bounded here) all die when the sample ends."""
-    code = ("import os, time\nfor _ in range(20):\n    if os.fork() == 0:\n        time.sleep(60)\n"
+    code = ("import os, time\nfor _ in range(8):\n    if os.fork() == 0:\n        time.sleep(60)\n"
             "        os._exit(0)\nprint('forked', flush=True)\nwhile True:\n    pass\n")
-    result = Sandbox(SandboxLimits(timeout_s=1.5), audit_hook=False).run(code, parse_tests(TESTS))
-    assert result.status == "timeout" and "forked" in result.output
+    result = Sandbox(SandboxLimits(timeout_s=1.5, max_processes=64), audit_hook=False).run(code, parse_tests(TESTS))
+    assert result.status == "timeout" and "forked" in result.output, result
     deadline = time.monotonic() + 5
     while sandbox_processes() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -239,7 +241,8 @@ def test_network_namespace_blocks_connections_without_the_audit_hook():
     code = f"import socket\nsocket.create_connection(('127.0.0.1', {listener.getsockname()[1]}), timeout=1)\n"
     try:
         result = Sandbox(SandboxLimits(timeout_s=3), audit_hook=False).run(code, parse_tests(TESTS))
-        assert result.status == "error" and "unreachable" in (result.error or "").lower()
+        assert result.status == "error", result
+        assert "unreachable" in result.error.lower() or "refused" in result.error.lower(), result.error
         with pytest.raises(socket.timeout):
             listener.accept()
     finally:
@@ -254,13 +257,14 @@ def _nobody_box() -> Sandbox | None:
         return None
     try:
         return Sandbox(SandboxLimits(timeout_s=2, max_processes=4), python=SYSTEM_PYTHON, user="nobody",
-                       audit_hook=False)
+                       audit_hook=False, isolation="off")
     except RewardError:
         return None
 
 
 def test_unprivileged_user_layer(tmp_path):
-    """As root, samples can run as ``nobody``: kernel file permissions and RLIMIT_NPROC then hold."""
+    """As root, samples run as ``nobody`` even without namespaces (isolation = "off"): kernel file
+    permissions and RLIMIT_NPROC then hold."""
     box = _nobody_box()
     if box is None:
         pytest.skip("needs root and an interpreter user nobody can run")
@@ -279,5 +283,7 @@ def test_unprivileged_user_layer(tmp_path):
 
 def test_isolation_report_names_every_layer():
     report = Sandbox(SandboxLimits(timeout_s=1)).report
-    assert set(report) == {"namespaces", "user", "audit_hook", "rlimits", "timeout"}
+    assert set(report) == {"isolation", "filesystem", "seccomp", "descriptors", "user", "audit_hook", "rlimits",
+                           "timeout", "verdict"}
     assert report["audit_hook"] == "on"
+    assert report["verdict"].startswith("computed by the trainer")

@@ -1,0 +1,267 @@
+"""How a sample's process is isolated by the operating system, decided once per configuration.
+
+Levels, strongest first (``isolation = "auto"`` takes the first that works here and warns when it
+is not the first; ``"require"`` refuses anything less than the first; ``"off"`` uses the last):
+
+``bwrap``       bubblewrap: fresh mount, PID (own /proc), network, IPC, UTS and cgroup namespaces
+                (and a user namespace when not root); the only filesystem is a read-only view of
+                /usr and the interpreter's folders plus a size-capped private tmpfs at /tmp; no
+                capabilities; the sample's uid is an unprivileged user; seccomp filter if built.
+``unshare``     util-linux unshare: network and PID namespaces only, files of the host visible
+                (kernel permissions of the unprivileged user still apply), disk capped per file.
+``off``         a plain subprocess: rlimits, the Python audit hook and the timeout only.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from polyrl.errors import RewardError
+from polyrl.sandbox import seccomp
+
+LEVELS = ("auto", "require", "off")
+#: What the sample sees at / (besides /usr): the merged-/usr links or folders of the host.
+ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+#: Where the sample lives inside bubblewrap: its cwd, HOME and TMPDIR.
+SANDBOX_HOME = "/tmp"
+
+
+@attrs.define(frozen=True)
+class Launch:
+    """How to start one sample: ``argv(python_args)`` and the report of what it gets."""
+
+    level: str  # "bwrap", "unshare" or "off"
+    prefix: tuple[str, ...]
+    suffix: tuple[str, ...]  # between the prefix's end and the interpreter (privilege drop)
+    python: str
+    private_tmp: bool  # the sample's folder is a tmpfs inside the sandbox (else a host temp dir)
+    ids: tuple[int, int] | None  # (uid, gid) a host temp dir must belong to
+    seccomp_program: bytes | None
+    report: dict[str, str]
+    site_dirs: tuple[str, ...] = ()
+
+    def argv(self, python_args: Sequence[str], seccomp_fd: int | None) -> list[str]:
+        cmd = list(self.prefix)
+        if seccomp_fd is not None:
+            cmd += ["--seccomp", str(seccomp_fd)]
+        return cmd + list(self.suffix) + [self.python, *python_args]
+
+
+_lock = threading.Lock()
+_probes: dict[tuple[str, ...], str | None] = {}
+
+
+def probe(cmd: Sequence[str], expect: str | None = None, pass_fds: Sequence[int] = ()) -> str | None:
+    """None when ``cmd`` exits 0 (printing ``expect`` when given), else why not. Cached per command."""
+    key = tuple(cmd) + (expect or "",)
+    with _lock:
+        if key in _probes and not pass_fds:
+            return _probes[key]
+    try:
+        done = subprocess.run(list(cmd), stdin=subprocess.DEVNULL, capture_output=True, timeout=30,
+                              cwd=tempfile.gettempdir(), env={"PATH": "/usr/bin:/bin"}, pass_fds=tuple(pass_fds))
+        if done.returncode != 0:
+            lines = done.stderr.decode(errors="replace").strip().splitlines()
+            reason: str | None = lines[-1] if lines else f"exit {done.returncode}"
+        elif expect is not None and done.stdout.decode(errors="replace").strip() != expect:
+            reason = f"it runs a different Python there ({done.stdout.decode(errors='replace').strip()!r})"
+        else:
+            reason = None
+    except (OSError, subprocess.SubprocessError) as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+    with _lock:
+        _probes[key] = reason
+    return reason
+
+
+_IDENTITY = "import sys; print(sys.version, sys.prefix, sys.base_prefix)"
+
+
+def site_dirs(python: str) -> list[str]:
+    """The interpreter's site-packages folders. The sample's Python starts with ``-S`` (no ``site``:
+    processing every ``.pth`` file of a venv with editable installs is half its start-up time) and
+    the server adds these folders itself, so installed packages (numpy, ...) stay importable."""
+    done = subprocess.run([python, "-I", "-c", "import site; print(chr(10).join(site.getsitepackages()))"],
+                          capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+    return [line for line in done.stdout.decode().splitlines() if line.strip()] if done.returncode == 0 else []
+
+
+def interpreter_paths(python: str) -> list[str]:
+    """Folders the interpreter needs (its prefix, base prefix, real binary's folder), outside /usr."""
+    done = subprocess.run([python, "-I", "-c", "import os, sys; print(sys.prefix); print(sys.base_prefix); "
+                           "print(os.path.dirname(os.path.realpath(sys.executable)))"],
+                          capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise RewardError(f"code_tests: cannot run {python!r}: {done.stderr.decode(errors='replace')[-200:]}. "
+                          "Fix: set options.python to a working interpreter")
+    paths = []
+    for line in done.stdout.decode().splitlines() + [os.path.dirname(os.path.realpath(python))]:
+        real = os.path.realpath(line.strip())
+        if real and not real.startswith("/usr/") and real not in paths:
+            paths.append(real)
+    return sorted(p for p in paths if not any(p.startswith(q + "/") for q in paths))
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.strip("/").split("/")[:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int) -> tuple[list[str], list[str]]:
+    """(bwrap command up to the program, privilege drop to run before the interpreter)."""
+    bwrap = shutil.which("bwrap") or "bwrap"
+    root = os.geteuid() == 0
+    cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+           "--die-with-parent", "--clearenv"]
+    if not root:
+        cmd += ["--unshare-user"]
+    cmd += ["--ro-bind", "/usr", "/usr"]
+    for name in ROOT_LINKS:
+        host = "/" + name
+        if os.path.islink(host):
+            cmd += ["--symlink", os.readlink(host), host]
+        elif os.path.isdir(host):
+            cmd += ["--ro-bind", host, host]
+    cmd += ["--proc", "/proc", "--dev", "/dev",
+            "--size", str(int(disk_mb) * 1024 * 1024), "--perms", "1777", "--tmpfs", SANDBOX_HOME]
+    made: set[str] = {SANDBOX_HOME}
+    for path in interpreter_paths(python):  # after the tmpfs: a venv under /tmp stays visible
+        for folder in _ancestors(path):
+            if folder not in made and not any(folder == f"/{n}" for n in ROOT_LINKS + ("usr",)):
+                made.add(folder)
+                cmd += ["--perms", "0755", "--dir", folder]
+        cmd += ["--ro-bind", path, path]
+    cmd += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SANDBOX_HOME]
+    for key, value in sandbox_env(SANDBOX_HOME).items():
+        cmd += ["--setenv", key, value]
+    drop: list[str] = []
+    if root and ids is not None:
+        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        drop = drop_privileges(ids) + ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+    else:
+        cmd += ["--cap-drop", "ALL"]
+    return cmd, drop
+
+
+def sandbox_env(home: str) -> dict[str, str]:
+    """The sample's whole environment: nothing of the trainer's (no keys, no PYTHON* variables)."""
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": home, "TMP": home, "TEMP": home,
+            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1"}
+
+
+def drop_privileges(ids: tuple[int, int]) -> list[str]:
+    setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+    return [setpriv, f"--reuid={ids[0]}", f"--regid={ids[1]}", "--clear-groups"]
+
+
+def resolve_user(user: Any) -> tuple[tuple[int, int] | None, str, bool]:
+    """(uid, gid) to run samples as or None, a sentence for the report, and whether it was asked
+    for explicitly (then failing to use it is an error, not a fallback)."""
+    if user in (None, "none", False):
+        return None, "off (user = none)" + (": samples run as root without capabilities" if os.geteuid() == 0 else ""), False
+    auto = user == "auto"
+    if auto:
+        if os.geteuid() != 0:
+            return None, f"on: the trainer's own unprivileged uid {os.geteuid()}", False
+        user = "nobody"
+    try:
+        entry = pwd.getpwuid(int(user)) if str(user).isdigit() else pwd.getpwnam(str(user))
+    except (KeyError, ValueError):
+        if auto:
+            return None, "off: no user 'nobody'", False
+        raise RewardError(f"code_tests: user {user!r} does not exist. Fix: user = \"auto\", \"none\" or an "
+                          "existing user") from None
+    if entry.pw_uid == os.geteuid():
+        return None, f"on: already running as {entry.pw_name}", False
+    if os.geteuid() != 0:
+        raise RewardError(f"code_tests: only root can run samples as {user!r}. Fix: user = \"auto\" or \"none\"")
+    if entry.pw_uid == 0:
+        raise RewardError("code_tests: user must not be root. Fix: user = \"auto\" (nobody) or an unprivileged user")
+    return (entry.pw_uid, entry.pw_gid), f"on: samples run as {entry.pw_name} (uid {entry.pw_uid})", not auto
+
+
+def choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
+    """The strongest level that works here for these options (see the module docstring)."""
+    launch = _choose(isolation, user, python, disk_mb)
+    return attrs.evolve(launch, site_dirs=tuple(site_dirs(python)))
+
+
+def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
+    if isolation not in LEVELS:
+        raise RewardError(f"code_tests: isolation must be auto, require or off, got {isolation!r}. "
+                          "Fix: isolation = \"auto\"")
+    ids, user_report, explicit = resolve_user(user)
+    program, seccomp_report = seccomp.compiled_filter()
+    expected = subprocess.run([python, "-I", "-c", _IDENTITY], capture_output=True, timeout=30,
+                              stdin=subprocess.DEVNULL).stdout.decode(errors="replace").strip()
+    base = {"user": user_report, "audit_hook": "on", "verdict": "computed by the trainer from typed values"}
+    reasons: list[str] = []
+    if isolation != "off":
+        if shutil.which("bwrap") is None:
+            reasons.append("bwrap not found (apt-get install bubblewrap)")
+        else:
+            prefix, drop = bwrap_prefix(python, ids, disk_mb)
+            fd_args: list[str] = []
+            fds: tuple[int, ...] = ()
+            r = w = -1
+            if program is not None:
+                r, w = os.pipe()
+                os.write(w, program)
+                os.close(w)
+                fd_args, fds = ["--seccomp", str(r)], (r,)
+            try:
+                why = probe(prefix + fd_args + drop + [python, "-I", "-c", _IDENTITY], expected, pass_fds=fds)
+            finally:
+                if r >= 0:
+                    os.close(r)
+            if why is None:
+                return Launch("bwrap", tuple(prefix), tuple(drop), python, True, ids, program, {
+                    **base, "isolation": "bwrap: own mount, PID (fresh /proc), network, IPC, UTS namespaces"
+                    + ("" if os.geteuid() == 0 else " and user namespace") + "; no capabilities",
+                    "filesystem": f"read-only /usr and interpreter folders; writable: a {disk_mb} MB private tmpfs only",
+                    "seccomp": seccomp_report,
+                    "descriptors": "only stdin/stdout/stderr reach the sample (the server checks and reports)"})
+            reasons.append(f"bwrap does not work here ({why})")
+        if isolation == "require":
+            raise RewardError(f"code_tests: isolation = \"require\" but {'; '.join(reasons)}. Fix: install "
+                              "bubblewrap and allow namespaces (or run as root), or set isolation = \"auto\"")
+        unshare = shutil.which("unshare")
+        if unshare:
+            prefix = [unshare, "--net", "--pid", "--fork", "--kill-child"]
+            if os.geteuid() != 0:
+                prefix = [unshare, "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child"]
+            drop = drop_privileges(ids) if ids else []
+            why = probe(prefix + drop + [python, "-I", "-c", _IDENTITY], expected)
+            if why is not None and ids is not None and not explicit:
+                ids, drop, user_report = None, [], f"off: {python} cannot run as that user ({why})"
+                base["user"] = user_report
+                why = probe(prefix + [python, "-I", "-c", _IDENTITY], expected)
+            if why is None:
+                return Launch("unshare", tuple(prefix), tuple(drop), python, False, ids, None, {
+                    **base, "isolation": "PARTIAL (unshare): network and PID namespaces; " + "; ".join(reasons),
+                    "filesystem": "host files visible (kernel permissions apply); disk capped per file only",
+                    "seccomp": "off: needs bwrap", "descriptors": "only stdin/stdout/stderr (close_fds)"})
+            reasons.append(f"unshare does not work here ({why})")
+        else:
+            reasons.append("unshare not found")
+    drop = drop_privileges(ids) if ids else []
+    if ids is not None and probe(drop + [python, "-I", "-c", _IDENTITY], expected) is not None:
+        if explicit:
+            raise RewardError(f"code_tests: {python} cannot run as user {user!r}. Fix: install an interpreter "
+                              "that user can run and set options.python, or set user = \"none\"")
+        ids, drop, base["user"] = None, [], f"off: {python} cannot run as that user"
+    why_off = "isolation = off" if isolation == "off" else "; ".join(reasons)
+    return Launch("off", (), tuple(drop), python, False, ids, None, {
+        **base, "isolation": f"OFF ({why_off}): a plain subprocess",
+        "filesystem": "host files visible; disk capped per file only", "seccomp": "off",
+        "descriptors": "only stdin/stdout/stderr (close_fds)"})

@@ -1,0 +1,245 @@
+"""``Sandbox``: start one sample under the chosen isolation, run the tests against it, clean up."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from polyrl.errors import RewardError
+from polyrl.logs import get_logger
+from polyrl.sandbox import isolation
+from polyrl.sandbox.channel import Channel, SampleStopped
+from polyrl.sandbox.harness import Session, run_tests
+from polyrl.sandbox.values import ProtocolError
+
+log = get_logger("polyrl.sandbox")
+
+#: Environment variable set in every sample's process (tests look for leftovers by it).
+MARKER_ENV = "POLYRL_SANDBOX"
+
+_HERE = Path(__file__).parent
+#: The program the sample's interpreter runs: the value encoder, then the server loop.
+SERVER_SOURCE = (_HERE / "values.py").read_text() + "\n\n" + (_HERE / "server.py").read_text()
+
+
+@attrs.define(frozen=True)
+class SandboxLimits:
+    timeout_s: float = 5.0
+    cpu_s: int | None = None  # None -> ceil(timeout_s) + 1
+    memory_mb: int = 1024
+    file_size_mb: int = 16
+    max_open_files: int = 64
+    max_processes: int = 16
+    max_output_bytes: int = 65536
+    disk_mb: int = 64
+
+    def for_server(self) -> dict[str, int]:
+        return {
+            "cpu_s": int(self.cpu_s if self.cpu_s is not None else math.ceil(self.timeout_s) + 1),
+            "memory_bytes": int(self.memory_mb) * 1024 * 1024,
+            "file_size_bytes": int(min(self.file_size_mb, self.disk_mb)) * 1024 * 1024,
+            "max_open_files": int(self.max_open_files),
+            "max_processes": int(self.max_processes),
+        }
+
+
+@attrs.define
+class SandboxResult:
+    """What one sample gave: ``status`` is "ok" (ran; ``passed`` per test), "error" (the solution
+    or setup raised: every test failed), "timeout", "output_limit" or "crashed" (ended, or broke
+    the protocol, before the tests were done)."""
+
+    status: str
+    passed: list[bool] = attrs.field(factory=list)
+    error: str | None = None
+    output: str = ""
+    returncode: int | None = None
+    duration_s: float = 0.0
+    inherited_fds: list[int] = attrs.field(factory=list)
+
+    @property
+    def fraction(self) -> float:
+        if self.status not in ("ok", "error") or not self.passed:
+            return 0.0
+        return sum(self.passed) / len(self.passed)
+
+    @property
+    def all_passed(self) -> bool:
+        return self.status == "ok" and bool(self.passed) and all(self.passed)
+
+
+class Sandbox:
+    """Runs a solution in an isolated process and its tests here (see ``polyrl.rewards.code``)."""
+
+    def __init__(self, limits: SandboxLimits | None = None, *, python: str | None = None,
+                 isolation: str = "auto", user: Any = "auto", audit_hook: bool = True) -> None:
+        self.limits = limits or SandboxLimits()
+        self.python = python or sys.executable
+        self.audit_hook = bool(audit_hook)
+        self.launch = _choose(isolation, user, self.python, self.limits.disk_mb)
+        rlimits = "on: CPU, address space, file size, open files, core; processes " + (
+            "(not enforced: root)" if os.geteuid() == 0 and self.launch.ids is None else "on")
+        self.report = {**self.launch.report,
+                       "audit_hook": "on" if self.audit_hook else "off (audit_hook = false)",
+                       "rlimits": rlimits,
+                       "timeout": f"on: {self.limits.timeout_s:g} s wall clock, then SIGKILL to the sample's "
+                                  "process group" + (" and PID namespace" if self.launch.level != "off" else "")}
+        if self.launch.level != "bwrap" and isolation == "auto":
+            log.warning("code sandbox runs without full OS isolation", isolation_level=self.launch.level,
+                        why=self.report["isolation"])
+
+    @property
+    def level(self) -> str:
+        return self.launch.level
+
+    def run(self, code: str, steps: Sequence[tuple[str, bool]], setup: str = "") -> SandboxResult:
+        t0 = time.monotonic()
+        folder = None if self.launch.private_tmp else tempfile.mkdtemp(prefix="polyrl-sandbox-")
+        seccomp_r = -1
+        try:
+            if folder is not None and self.launch.ids is not None:
+                os.chown(folder, *self.launch.ids)
+            home = folder or isolation.SANDBOX_HOME
+            env = {**isolation.sandbox_env(home), MARKER_ENV: "1"}
+            pass_fds: tuple[int, ...] = ()
+            if self.launch.seccomp_program is not None:
+                seccomp_r, w = os.pipe()
+                os.write(w, self.launch.seccomp_program)  # a few hundred bytes: fits the pipe
+                os.close(w)
+                pass_fds = (seccomp_r,)
+            argv = self.launch.argv(["-I", "-S", "-B", "-c", SERVER_SOURCE], seccomp_r if pass_fds else None)
+            if self.launch.level == "bwrap":
+                argv[1:1] = ["--setenv", MARKER_ENV, "1"]
+            try:
+                proc = subprocess.Popen(argv, cwd=folder or tempfile.gettempdir(), env=env,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        close_fds=True, pass_fds=pass_fds, start_new_session=True)
+            except OSError as exc:
+                raise RewardError(f"code_tests: cannot start {argv[0]!r}: {exc}. Fix: set options.python to a "
+                                  "working interpreter, or isolation = \"off\"") from exc
+            finally:
+                if seccomp_r >= 0:
+                    os.close(seccomp_r)
+            channel = Channel(proc, t0 + self.limits.timeout_s, self.limits.max_output_bytes)
+            result = None
+            try:
+                result = self._talk(channel, code, steps, setup)
+            finally:
+                if result is not None and result.status in ("ok", "error"):  # done: let it flush its output
+                    _finish(proc, min(t0 + self.limits.timeout_s, time.monotonic() + 0.5))
+                else:
+                    _kill(proc)
+                channel.collect_rest()
+                channel.close()
+                if proc.stderr is not None:
+                    proc.stderr.close()
+            result.output = channel.text()
+            result.returncode = proc.returncode
+            result.duration_s = time.monotonic() - t0
+            return result
+        finally:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+
+    def _talk(self, channel: Channel, code: str, steps: Sequence[tuple[str, bool]], setup: str) -> SandboxResult:
+        session = Session(channel)
+        try:
+            hello = channel.ask({"code": code, "setup": setup or "", "limits": self.limits.for_server(),
+                                 "audit": self.audit_hook, "site": list(self.launch.site_dirs),
+                                 "native": self.launch.level == "bwrap"})
+            fds = hello.get("fds")
+            fds = [int(fd) for fd in fds] if isinstance(fds, list) and all(type(f) is int for f in fds) else []
+            if fds:  # the server closed them before the solution ran; still, something leaks them
+                log.warning("descriptors beyond stdin/stdout/stderr reached a sample", fds=fds)
+            if hello.get("ok") is not True:
+                exc = hello.get("exc")
+                error = ": ".join(map(str, exc))[:500] if isinstance(exc, list) else "error"
+                return SandboxResult("error", [False] * sum(1 for _, t in steps if t), error=error, inherited_fds=fds)
+            passed = run_tests(session, hello, steps, setup)
+            return SandboxResult("ok", passed, inherited_fds=fds)
+        except SampleStopped as stop:
+            return SandboxResult(stop.status, error=stop.detail or None)
+        except ProtocolError as exc:
+            return SandboxResult("crashed", error=f"protocol: {exc}")
+
+
+def _finish(proc: subprocess.Popen, until: float) -> None:
+    """Close the sample's input (it flushes its output and exits), wait a moment, then kill."""
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(timeout=max(0.0, until - time.monotonic()))
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    _kill(proc)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL to the sample's whole process group, and wait until it is gone (a sample that left
+    the group dies with its PID namespace at the bwrap level)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)  # our child (bwrap, or the interpreter): reaped here
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
+        log.error("sandboxed process did not die", pid=proc.pid)
+    end = time.monotonic() + 2.0
+    while time.monotonic() < end and _alive_in_group(proc.pid):
+        time.sleep(0.002)
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+def _alive_in_group(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` is still running (zombies waiting for the host's init to
+    reap them do not count: they hold nothing)."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+_launches: dict[tuple[Any, ...], isolation.Launch] = {}
+_launch_lock = threading.Lock()
+
+
+def _choose(level: str, user: Any, python: str, disk_mb: int) -> isolation.Launch:
+    key = (level, str(user), python, disk_mb)
+    with _launch_lock:
+        if key not in _launches:
+            _launches[key] = isolation.choose(level, user, python, disk_mb)
+        return _launches[key]
+
+
+def isolation_report(**options: Any) -> dict[str, str]:
+    """Which isolation layers a ``Sandbox`` with these options gets on this machine, and why."""
+    return Sandbox(**options).report

@@ -1,0 +1,298 @@
+# The sample's side of the sandbox. It runs alone inside the sandbox as
+#     python -I -B -c <values.py + this file>
+# (no polyrl there), reads the job from stdin, runs setup + solution, then answers the harness's
+# requests (call a function, read an attribute, ...) until stdin closes. Its answers are only ever
+# data the harness compares itself: nothing here decides whether a test passed, so a sample that
+# rewrites this file's functions at run time gains nothing it could not get by returning values.
+#
+# Channel: requests arrive on the original stdin (marshal, length-prefixed: the trainer writes them,
+# and marshal costs no import), answers leave on the original stdout as one JSON line each (the
+# trainer parses JSON, never marshal, from a sample; ``_dumps`` writes it without importing json,
+# whose ``re`` import would double a trivial sample's start-up time); both are moved to private descriptors before the sample runs, fd 0 becomes /dev/null
+# and fd 1 a copy of fd 2 (the captured output), so ``print`` cannot corrupt the channel by
+# accident.
+import _json
+import marshal
+import os
+import resource
+import sys
+
+MAX_ITEMS = 100_000
+
+
+def _limits(lim):
+    for name, soft, hard in (("RLIMIT_CPU", lim["cpu_s"], lim["cpu_s"] + 1),
+                             ("RLIMIT_AS", lim["memory_bytes"], lim["memory_bytes"]),
+                             ("RLIMIT_FSIZE", lim["file_size_bytes"], lim["file_size_bytes"]),
+                             ("RLIMIT_NOFILE", lim["max_open_files"], lim["max_open_files"]),
+                             ("RLIMIT_NPROC", lim["max_processes"], lim["max_processes"]),
+                             ("RLIMIT_CORE", 0, 0)):
+        try:
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+        except (ValueError, OSError, AttributeError):
+            pass
+
+
+def _site(folders):
+    """What ``site`` would have given, minus ``.pth`` processing (the server starts with -S)."""
+    sys.path.extend(f for f in folders if os.path.isdir(f) and f not in sys.path)
+    try:
+        import site
+        site.setquit()  # exit() and quit() exist in a solution's namespace as usual
+    except Exception:
+        pass
+
+
+def _private_channel():
+    """(read fd, write fd) for the channel; every other inherited descriptor is closed and named."""
+    inherited = sorted(int(fd) for fd in os.listdir("/proc/self/fd") if int(fd) > 2) \
+        if os.path.isdir("/proc/self/fd") else []
+    extra = []
+    for fd in inherited:
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue  # the listdir's own descriptor, already closed
+        extra.append(fd)
+        os.close(fd)
+    rfd, wfd = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    return rfd, wfd, extra
+
+
+def _dumps(value):
+    """JSON for the shapes the server sends (str-keyed dicts, lists, str, int, bool, None)."""
+    kind = type(value)
+    if value is None:
+        return "null"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return str(value)
+    if kind is str:
+        return _json.encode_basestring_ascii(value)
+    if kind is list or kind is tuple:
+        return "[" + ",".join([_dumps(item) for item in value]) + "]"
+    if kind is dict:
+        return "{" + ",".join([_json.encode_basestring_ascii(str(k)) + ":" + _dumps(v) for k, v in value.items()]) + "}"
+    raise TypeError("cannot send a %s" % kind.__name__)
+
+
+class _Channel:
+    def __init__(self, rfd, wfd):
+        self.rfd, self.wfd = rfd, wfd
+        self.read, self.write, self.loads, self.dumps = os.read, os.write, marshal.loads, _dumps
+
+    def _exactly(self, n):
+        data = b""
+        while len(data) < n:
+            chunk = self.read(self.rfd, n - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+    def recv(self):
+        head = self._exactly(8)
+        if head is None:
+            return None
+        body = self._exactly(int.from_bytes(head, "big"))
+        return None if body is None else self.loads(body)
+
+    def send(self, message):
+        data = (self.dumps(message) + "\n").encode("ascii")
+        while data:
+            data = data[self.write(self.wfd, data):]
+
+
+class _Session:
+    """Objects the harness refers to by handle, and the answers to its requests."""
+
+    def __init__(self, namespace):
+        self.namespace = namespace
+        self.refs = []
+
+    def out(self, value):
+        data = encode(value)
+        if data is not None:
+            return data
+        if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+            data = encode(value.item())  # a numpy scalar (np.int64(6)) is sent as the number it is
+            if data is not None:
+                return data
+        if type(value) is type(sys):
+            return ["m", value.__name__ if type(value.__name__) is str else "?"]
+        self.refs.append(value)
+        kind = "callable" if callable(value) else "object"
+        return ["r", len(self.refs) - 1, kind, type(value).__name__ if isinstance(type(value).__name__, str) else "?"]
+
+    def arg(self, data):
+        if isinstance(data, list) and data and data[0] == "r":
+            return self.refs[data[1]]
+        if isinstance(data, list) and data and data[0] in ("l", "t") and any(
+                isinstance(d, list) and d and d[0] == "r" for d in data[1]):
+            items = [self.arg(d) for d in data[1]]
+            return items if data[0] == "l" else tuple(items)
+        return decode(data)
+
+    def names(self):
+        return {name: self.out(value) for name, value in list(self.namespace.items())
+                if not (name.startswith("__") and name.endswith("__"))}
+
+    def handle(self, req):
+        op = req["op"]
+        if op == "names":
+            return self.names()
+        obj = self.refs[req["ref"]]
+        if op == "call":
+            args = [self.arg(a) for a in req["args"]]
+            kwargs = {k: self.arg(v) for k, v in req["kwargs"].items()}
+            return self.out(obj(*args, **kwargs))
+        if op == "getattr":
+            return self.out(getattr(obj, req["name"]))
+        if op == "getitem":
+            return self.out(obj[self.arg(req["key"])])
+        if op == "len":
+            return self.out(len(obj))
+        if op == "bool":
+            return self.out(bool(obj))
+        if op == "str":
+            return self.out(str(obj))
+        if op == "iter":
+            items = []
+            for item in obj:
+                items.append(self.out(item))
+                if len(items) > MAX_ITEMS:
+                    raise OverflowError("more than %d items" % MAX_ITEMS)
+            return ["L", items]
+        raise ValueError("unknown request %r" % (op,))
+
+
+def _describe(exc):
+    try:
+        return [type(exc).__name__, str(exc)[:300]]
+    except BaseException:
+        return ["Exception", "error"]
+
+
+def _main():
+    rfd, wfd, extra = _private_channel()
+    chan = _Channel(rfd, wfd)
+    job = chan.recv()
+    _site(job.get("site") or [])
+    _limits(job["limits"])
+    root = os.path.realpath(os.getcwd())
+    try:
+        setup = compile(job["setup"], "<setup>", "exec") if job["setup"] else None
+        solution = compile(job["code"], "<solution>", "exec")
+    except BaseException as exc:
+        chan.send({"ok": False, "exc": _describe(exc), "fds": extra})
+        return
+    if job["audit"]:
+        _install_audit_hook(root, bool(job.get("native")))
+    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    try:
+        if setup is not None:
+            exec(setup, namespace)
+        exec(solution, namespace)
+    except BaseException as exc:
+        chan.send({"ok": False, "exc": _describe(exc), "fds": extra})
+        return
+    session = _Session(namespace)
+    chan.send({"ok": True, "v": session.names(), "fds": extra})
+    while True:
+        req = chan.recv()
+        if req is None:  # the harness is done: hand over the sample's output, then end
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except BaseException:
+                    pass
+            os._exit(0)
+        try:
+            answer = {"ok": True, "v": session.handle(req)}
+        except BaseException as exc:
+            answer = {"ok": False, "exc": _describe(exc)}
+        chan.send(answer)
+
+
+def _install_audit_hook(root, native):
+    """The inner, Python-level layer: refuses process creation, sockets, signals to others and
+    writes outside the sample's folder. The kernel layers outside hold without it. ``native``
+    (only behind bubblewrap, whose walls do not depend on this hook) lets ctypes load, which
+    numpy needs; without bubblewrap ctypes would be a way around the hook."""
+    realpath, join, getcwd, fsdecode, getpid = (os.path.realpath, os.path.join, os.getcwd,
+                                                os.fsdecode, os.getpid)
+    prefix = root + os.sep
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+    allowed_writes = frozenset({"/dev/null"})
+    denied = frozenset({
+        "os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
+        "subprocess.Popen", "pty.spawn", "os.startfile", "os.killpg",
+        "resource.setrlimit", "resource.prlimit", "sys.remote_exec", "os.setns", "os.unshare",
+        "webbrowser.open", "urllib.Request", "http.client.connect", "ftplib.connect",
+        "smtplib.connect", "imaplib.open", "nntplib.connect", "poplib.connect", "telnetlib.Telnet.open",
+    })
+    denied_prefixes = ("socket.",) if native else ("socket.", "ctypes.", "_ctypes.")
+    blocked_modules = {"_posixsubprocess", "_xxsubinterpreters", "_xxinterpchannels", "_interpreters"}
+    if not native:
+        blocked_modules |= {"ctypes", "_ctypes", "cffi", "_cffi_backend"}
+    path_events = {
+        "os.remove": ((0,), (1,)), "os.rmdir": ((0,), (1,)), "os.rename": ((0, 1), (2, 3)),
+        "os.link": ((0, 1), (2, 3)), "os.symlink": ((1,), (2,)), "os.mkdir": ((0,), (2,)),
+        "os.chmod": ((0,), (2,)), "os.chown": ((0,), (3,)), "os.chflags": ((0,), ()),
+        "os.lchflags": ((0,), ()), "os.truncate": ((0,), ()), "os.utime": ((0,), (3,)),
+        "os.setxattr": ((0,), ()), "os.removexattr": ((0,), ()), "shutil.rmtree": ((0,), (1,)),
+        "os.mkfifo": ((0,), (2,)), "os.mknod": ((0,), (3,)),
+    }
+
+    def inside(path):
+        if isinstance(path, int):
+            return True  # a file descriptor: checked when it was opened
+        try:
+            full = realpath(join(getcwd(), fsdecode(path)))
+        except Exception:
+            return False
+        return full == root or full.startswith(prefix)
+
+    def deny(event, detail=""):
+        raise PermissionError("sandbox: %s is not allowed%s" % (event, detail))
+
+    def hook(event, args):
+        if event == "open":
+            path, mode, flags = (tuple(args) + (None, None, None))[:3]
+            writing = (isinstance(flags, int) and flags & write_flags) or (
+                isinstance(mode, str) and any(c in mode for c in "wax+"))
+            if writing and path is not None and not inside(path):
+                if not (isinstance(path, str) and path in allowed_writes):
+                    deny("writing outside the sandbox folder", ": %r" % (path,))
+            return
+        spec = path_events.get(event)
+        if spec is not None:
+            paths, fds = spec
+            for i in fds:
+                if i < len(args) and args[i] is not None and args[i] != -1:
+                    deny(event + " with dir_fd")
+            for i in paths:
+                if i < len(args) and not inside(args[i]):
+                    deny(event + " outside the sandbox folder", ": %r" % (args[i],))
+            return
+        if event == "import":
+            name = str(args[0]) if args else ""
+            if name.split(".")[0] in blocked_modules or name.rsplit(".", 1)[-1] in blocked_modules:
+                deny("importing " + name)
+            return
+        if event == "os.kill":
+            if args and args[0] != getpid():
+                deny("signalling other processes")
+            return
+        if event in denied or event.startswith(denied_prefixes):
+            deny(event)
+
+    sys.addaudithook(hook)
+
+
+_main()

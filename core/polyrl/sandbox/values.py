@@ -1,0 +1,105 @@
+"""Strictly typed values that cross between a sample and the harness.
+
+Why strict: the verdict is computed outside the sample, on values the sample sends back. A value
+is rebuilt here only from exact built-in types (``type(x) is int``, never a subclass), so nothing
+the sample defines (an ``__eq__`` that always says yes, a ``str`` subclass) reaches a comparison.
+Anything else stays in the sample and is referred to by a handle.
+
+The sample's program is this file followed by ``server.py`` (run alone under ``python -I -S``), so
+both sides share one encoder; nothing here imports more than ``math`` because every import in the
+sample's program is paid again for every sample.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: Deepest container nesting accepted (the sample could send a list nested a million deep).
+MAX_DEPTH = 64
+
+
+class ProtocolError(Exception):
+    """A message that is not a well-formed encoded value (the sample broke the protocol)."""
+
+
+def encode(value: object, depth: int = 0) -> list | None:
+    """``value`` as a tagged JSON list, or None when it is not plain data."""
+    if depth > MAX_DEPTH:
+        return None
+    kind = type(value)
+    if value is None:
+        return ["n"]
+    if kind is bool:
+        return ["b", value]
+    if kind is int:
+        try:
+            return ["i", str(value)]
+        except ValueError:  # more digits than sys.get_int_max_str_digits()
+            return None
+    if kind is float:
+        return ["f", repr(value)]
+    if kind is complex:
+        return ["c", repr(value.real), repr(value.imag)]
+    if kind is str:
+        return ["s", value]
+    if kind is bytes:
+        return ["y", value.hex()]
+    if kind in (list, tuple, set, frozenset):
+        items = [encode(item, depth + 1) for item in value]
+        if any(item is None for item in items):
+            return None
+        return [{list: "l", tuple: "t", set: "S", frozenset: "F"}[kind], items]
+    if kind is dict:
+        pairs = [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]
+        if any(k is None or v is None for k, v in pairs):
+            return None
+        return ["d", pairs]
+    return None
+
+
+def _float(text: object) -> float:
+    if not isinstance(text, str) or len(text) > 40:
+        raise ProtocolError("bad float")
+    value = float(text)
+    if not (math.isfinite(value) or text in ("inf", "-inf", "nan")):
+        raise ProtocolError("bad float")
+    return value
+
+
+def decode(data: object, depth: int = 0) -> object:
+    """The value ``encode`` described; ``ProtocolError`` for anything malformed."""
+    if depth > MAX_DEPTH:
+        raise ProtocolError("nested too deep")
+    if not isinstance(data, list) or not data or not isinstance(data[0], str):
+        raise ProtocolError(f"not an encoded value: {str(data)[:80]}")
+    tag, rest = data[0], data[1:]
+    try:
+        if tag == "n" and not rest:
+            return None
+        if tag == "b" and len(rest) == 1 and type(rest[0]) is bool:
+            return rest[0]
+        if tag == "i" and len(rest) == 1 and isinstance(rest[0], str):
+            return int(rest[0])
+        if tag == "f" and len(rest) == 1:
+            return _float(rest[0])
+        if tag == "c" and len(rest) == 2:
+            return complex(_float(rest[0]), _float(rest[1]))
+        if tag == "s" and len(rest) == 1 and type(rest[0]) is str:
+            return rest[0]
+        if tag == "y" and len(rest) == 1 and isinstance(rest[0], str):
+            return bytes.fromhex(rest[0])
+        if tag in ("l", "t", "S", "F") and len(rest) == 1 and isinstance(rest[0], list):
+            items = [decode(item, depth + 1) for item in rest[0]]
+            return {"l": list, "t": tuple, "S": set, "F": frozenset}[tag](items)
+        if tag == "d" and len(rest) == 1 and isinstance(rest[0], list):
+            out = {}
+            for pair in rest[0]:
+                if not isinstance(pair, list) or len(pair) != 2:
+                    raise ProtocolError("bad dict item")
+                out[decode(pair[0], depth + 1)] = decode(pair[1], depth + 1)
+            return out
+    except ProtocolError:
+        raise
+    except (ValueError, TypeError) as exc:  # int('x'), unhashable set items, ...
+        raise ProtocolError(f"bad {tag!r} value: {exc}") from None
+    raise ProtocolError(f"unknown value tag {tag!r}")

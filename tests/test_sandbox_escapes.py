@@ -1,0 +1,237 @@
+"""Escapes a hostile tester used against the Python-level guard, replayed against the OS layers.
+
+Every sample here runs with the audit hook OFF (``audit_hook=False``): what stops it is the
+kernel (bubblewrap namespaces, an unprivileged uid, no capabilities, seccomp, a private tmpfs).
+As root (this machine's default) the suite runs twice, parametrized on the sandbox's ``user``
+option: "auto" (the sample runs as ``nobody``) and "none" (the sample keeps uid 0 but has no
+capabilities and sees only the read-only tree bwrap builds). The trainer itself running
+unprivileged is ``test_unprivileged_trainer_bwrap_layout``: the bwrap command built for a non-root
+caller, run under ``setpriv`` as ``nobody``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from polyrl.errors import RewardError
+from polyrl.rewards.code import parse_tests
+from polyrl.sandbox import Sandbox, SandboxLimits, isolation
+
+pytestmark = pytest.mark.faults
+
+TESTS = parse_tests("assert add(1, 2) == 3\n")
+GOOD = "def add(a, b):\n    return a + b\n"
+
+
+def _bwrap_works() -> str | None:
+    try:
+        Sandbox(SandboxLimits(timeout_s=5), isolation="require")
+    except RewardError as exc:
+        return str(exc)
+    return None
+
+
+WHY_NOT = _bwrap_works()
+needs_bwrap = pytest.mark.skipif(WHY_NOT is not None, reason=f"bubblewrap does not work here: {WHY_NOT}")
+USERS = ["auto", "none"] if os.geteuid() == 0 else ["auto"]
+
+
+@pytest.fixture(params=USERS)
+def box(request) -> Sandbox:
+    if WHY_NOT is not None:
+        pytest.skip(f"bubblewrap does not work here: {WHY_NOT}")
+    limits = SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8, max_output_bytes=200_000, max_processes=64)
+    return Sandbox(limits, isolation="require", user=request.param, audit_hook=False)
+
+
+def run(box: Sandbox, code: str):
+    """Run the attack then a correct ``add``; the attack's prints are in ``result.output``."""
+    result = box.run(code + "\n" + GOOD, TESTS)
+    assert result.status in ("ok", "error"), (result.status, result.error, result.output[-500:])
+    return result
+
+
+def test_the_report_names_the_full_level(box):
+    report = box.report
+    assert box.level == "bwrap"
+    assert report["isolation"].startswith("bwrap")
+    assert "tmpfs" in report["filesystem"]
+
+
+def test_no_inherited_descriptors_and_no_write_through_them(box, tmp_path):
+    """Descriptors the trainer holds (even inheritable ones) never reach the sample."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("intact")
+    leaked = os.open(victim, os.O_RDWR)
+    os.set_inheritable(leaked, True)
+    try:
+        code = ("import os\nfor fd in range(3, 256):\n    for attack in (lambda: os.ftruncate(fd, 0), "
+                "lambda: os.write(fd, b'pwned'), lambda: os.pwrite(fd, b'pwned', 0)):\n"
+                "        try:\n            attack()\n            print('WROTE', fd, flush=True)\n"
+                "        except OSError:\n            pass\n")
+        assert run(box, "").inherited_fds == []
+        result = box.run(code + GOOD, TESTS)  # writing on its own answer channel breaks it: fine
+    finally:
+        os.close(leaked)
+    assert result.fraction == 0.0 or result.status == "ok"
+    assert victim.read_text() == "intact"
+    # the sample's own channel descriptors are the only ones it can write to; they are not files
+    assert all(int(line.split()[1]) < 10 for line in result.output.splitlines() if line.startswith("WROTE"))
+
+
+def test_host_files_are_not_there_and_the_tree_is_read_only(box, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("intact")
+    code = (f"import os\nfor p in ({str(victim)!r}, '/work/main/README.md', '/root/.bashrc', '/etc/shadow',\n"
+            f"          '/usr/bin/python3', {sys.base_prefix + '/bin/python3'!r}):\n"
+            "    try:\n        open(p, 'a').write('pwned')\n        print('WROTE', p, flush=True)\n"
+            "    except OSError as e:\n        print('DENIED', p, e.errno, flush=True)\n"
+            "print('ROOT', sorted(os.listdir('/')), flush=True)\n"
+            "print('WORK', os.listdir('/work/main') if os.path.isdir('/work/main') else [], flush=True)\n"
+            "for d in ('/', '/dev', '/work', '/root', '/proc'):\n"
+            "    try:\n        open(d + '/new-file', 'w').write('x')\n        print('WROTE', d, flush=True)\n"
+            "    except OSError as e:\n        print('DENIED', d, e.errno, flush=True)\n")
+    result = run(box, code)
+    assert "WROTE" not in result.output, result.output
+    assert victim.read_text() == "intact"
+    root_line = next(line for line in result.output.splitlines() if line.startswith("ROOT"))
+    for absent in ("'etc'", "'home'", "'var'", "'opt'"):
+        assert absent not in root_line, root_line
+    work_line = next(line for line in result.output.splitlines() if line.startswith("WORK"))
+    assert work_line in ("WORK []", "WORK ['.venv']"), work_line  # only the interpreter's folders
+
+
+def test_subinterpreter_os_system_runs_as_nobody_inside(box, tmp_path):
+    """The sub-interpreter trick escapes an audit hook; here there is no hook to escape, and what
+    it runs is still inside the namespaces, without capabilities."""
+    marker = tmp_path / "pwned"
+    inner = (f"import os; os.system('id -u; touch {marker} 2>&1; touch /root/pwned-by-sample 2>&1; "
+             "cat /proc/1/environ 2>&1 | head -c 100; echo')")
+    code = ("import _xxsubinterpreters as interp\n"
+            f"interp.run_string(interp.create(), {inner!r})\n")
+    result = run(box, code)
+    assert not marker.exists()
+    assert not os.path.exists("/root/pwned-by-sample")
+    uid = result.output.strip().splitlines()[0]
+    assert uid == ("65534" if box.launch.ids else "0"), result.output
+    if box.launch.ids is None:  # uid 0 in there: still no capability to do anything with it
+        result = run(box, "import os\nos.system('mount -t tmpfs x /tmp 2>&1; echo rc=$?')\n")
+        assert "rc=0" not in result.output, result.output
+
+
+def test_no_way_into_the_host_network_namespace(box):
+    """A 127.0.0.1 listener of the trainer's namespace: the sample's namespace has its own loopback,
+    no host process is visible to nsenter into, and setns/unshare are refused."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.3)
+    port = listener.getsockname()[1]
+    code = (
+        "import os, socket, ctypes\n"
+        "pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+        "print('PIDS', pids, flush=True)\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "for pid in pids + [os.getppid()]:\n"
+        "    try:\n        fd = os.open(f'/proc/{pid}/ns/net', os.O_RDONLY)\n"
+        "    except OSError as e:\n        print('OPEN', pid, e, flush=True)\n        continue\n"
+        "    print('SETNS', pid, libc.setns(fd, 0), ctypes.get_errno(), flush=True)\n"
+        "print('UNSHARE', libc.unshare(0x10000000 | 0x40000000), ctypes.get_errno(), flush=True)\n"
+        f"os.system('nsenter -t 1 -n true 2>&1; unshare -U -r -n true 2>&1')\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {port}), timeout=1)\n    print('CONNECTED', flush=True)\n"
+        "except OSError as e:\n    print('NOCONNECT', e, flush=True)\n"
+    )
+    try:
+        result = run(box, code)
+        with pytest.raises(socket.timeout):
+            listener.accept()
+    finally:
+        listener.close()
+    assert "CONNECTED" not in result.output and "NOCONNECT" in result.output, result.output
+    pids = eval(next(line for line in result.output.splitlines() if line.startswith("PIDS"))[5:])  # noqa: S307
+    assert max(pids) < 50, pids  # its own PID namespace: a handful of small pids, no host process
+    for line in result.output.splitlines():
+        if line.startswith(("SETNS", "UNSHARE")):
+            assert line.split()[-2] == "-1", line  # refused (EPERM by seccomp, or no capability)
+
+
+def test_secrets_of_the_trainer_and_root_only_files_stay_unread(box, tmp_path):
+    secret = "polyrl-test-secret-7d1f"
+    os.environ["POLYRL_TEST_SECRET"] = secret
+    private = tmp_path / "root-only.txt"
+    private.write_text(secret)
+    private.chmod(0o600)
+    code = (
+        "import os, glob\nseen = [repr(dict(os.environ))]\n"
+        f"for path in glob.glob('/proc/*/environ') + ['/proc/{os.getpid()}/environ', {str(private)!r},"
+        " '/root/.bash_history', '/etc/shadow']:\n"
+        "    try:\n        seen.append(open(path, 'rb').read().decode('latin-1'))\n"
+        "    except OSError as e:\n        seen.append(f'{path}: {e.strerror}')\n"
+        "print('\\n'.join(seen), flush=True)\n")
+    try:
+        result = run(box, code)
+    finally:
+        del os.environ["POLYRL_TEST_SECRET"]
+    assert secret not in result.output
+    assert "POLYRL_TEST_SECRET" not in result.output
+
+
+def test_filling_the_disk_stops_at_the_cap(box):
+    """Many files, each under the per-file limit: the private tmpfs (``disk_mb`` = 8) is full first."""
+    code = ("import os\nwritten = 0\ntry:\n    for i in range(1000):\n"
+            "        with open(f'fill{i}', 'wb') as f:\n            f.write(b'x' * 2 ** 20)\n"
+            "        written += 2 ** 20\nexcept OSError as e:\n    print('STOPPED', e.strerror, flush=True)\n"
+            "print('WRITTEN', written, flush=True)\n")
+    free_before = shutil.disk_usage("/tmp").free
+    result = run(box, code)
+    written = int(next(line for line in result.output.splitlines() if line.startswith("WRITTEN")).split()[1])
+    assert "No space left on device" in result.output
+    assert written <= 8 * 2 ** 20
+    assert shutil.disk_usage("/tmp").free > free_before - 4 * 2 ** 20  # the host's /tmp took none of it
+
+
+def test_fork_and_processes_die_with_the_sample(box):
+    code = ("import os, time\nfor _ in range(4):\n    if os.fork() == 0:\n        os.setsid()\n"
+            "        time.sleep(60)\n        os._exit(0)\n")
+    result = run(box, code)
+    assert result.passed == [True]
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "sleep(60)" not in out  # nothing of the sample survives it (PID namespace torn down)
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become nobody")
+def test_unprivileged_trainer_bwrap_layout(monkeypatch, tmp_path):
+    """A trainer that is not root: bwrap adds a user namespace. The command built for that case,
+    run as ``nobody`` with the system interpreter, keeps the same walls."""
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no /usr/bin/python3")
+    monkeypatch.setattr(isolation.os, "geteuid", lambda: 65534)
+    prefix, drop = isolation.bwrap_prefix(python, None, 4)
+    monkeypatch.undo()
+    assert "--unshare-user" in prefix and drop == []
+    secret = tmp_path / "secret"
+    secret.write_text("root-only")
+    secret.chmod(0o600)
+    probe = ("import os\nprint(os.getuid(), sorted(os.listdir('/')), flush=True)\n"
+             f"for p in ('/proc/1/environ', {str(secret)!r}, '/tmp/x'):\n"
+             "    try:\n        print(p, open(p, 'a' if p == '/tmp/x' else 'r').write('y') if p == '/tmp/x' "
+             "else open(p).read()[:20])\n    except OSError as e:\n        print(p, 'DENIED', e.strerror)\n"
+             "print('UNSHARE', os.system('unshare -n true 2>/dev/null'))\n")
+    cmd = isolation.drop_privileges((65534, 65534)) + prefix + [python, "-I", "-c", probe]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    if done.returncode != 0 and "namespace" in done.stderr.lower():
+        pytest.skip(f"unprivileged user namespaces are off here: {done.stderr.strip()[-200:]}")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "root-only" not in out
+    assert "'work'" not in out and "'root'" not in out
+    assert "/tmp/x 1" in out  # its own tmpfs is writable

@@ -1,0 +1,89 @@
+"""Choosing the isolation level: degrade with a warning, or refuse, when the OS features are missing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from polyrl.errors import RewardError
+from polyrl.rewards.code import _options, parse_tests
+from polyrl.sandbox import Sandbox, SandboxLimits, runner
+
+TESTS = parse_tests("assert add(1, 2) == 3\nassert add(1, 1) == 3\n")
+HALF = "def add(a, b):\n    return a + b\n"
+
+
+@pytest.fixture
+def no_bwrap(monkeypatch, tmp_path):
+    """A PATH where bwrap is missing but the other tools (unshare, setpriv) are not."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("unshare", "setpriv"):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setattr(runner, "_launches", {})
+
+
+@pytest.mark.faults
+def test_require_refuses_without_bubblewrap(no_bwrap):
+    with pytest.raises(RewardError, match=r"isolation = \"require\" but bwrap not found.*Fix: install bubblewrap"):
+        Sandbox(SandboxLimits(timeout_s=3), isolation="require")
+
+
+@pytest.mark.faults
+def test_auto_degrades_says_so_and_still_scores(no_bwrap, capsys):
+    box = Sandbox(SandboxLimits(timeout_s=5), isolation="auto")
+    assert box.level in ("unshare", "off")
+    assert box.report["isolation"].startswith(("PARTIAL", "OFF")) and "bwrap not found" in box.report["isolation"]
+    captured = capsys.readouterr()
+    assert "without full OS isolation" in captured.out + captured.err
+    result = box.run(HALF, TESTS)
+    assert result.status == "ok" and result.passed == [True, False]
+
+
+def test_off_is_a_plain_subprocess_and_says_so():
+    box = Sandbox(SandboxLimits(timeout_s=5), isolation="off")
+    assert box.level == "off" and box.report["isolation"].startswith("OFF (isolation = off)")
+    assert box.run(HALF, TESTS).passed == [True, False]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+def test_auto_takes_bubblewrap_when_it_works():
+    box = Sandbox(SandboxLimits(timeout_s=5))
+    assert box.level == "bwrap", box.report
+    assert box.report["seccomp"].startswith(("on", "off: no libseccomp"))
+    if os.geteuid() == 0:
+        assert box.report["user"].startswith("on: samples run as nobody")
+
+
+def test_options_isolation_and_its_old_name():
+    assert _options({"namespaces": "off"})["isolation"] == "off"
+    assert _options({})["isolation"] == "auto"
+    with pytest.raises(RewardError, match="isolation must be .*Fix: isolation = \"auto\""):
+        _options({"isolation": "strict"})
+    with pytest.raises(RewardError, match="both isolation and namespaces"):
+        _options({"isolation": "off", "namespaces": "off"})
+    with pytest.raises(RewardError, match="disk_mb must be a number > 0"):
+        _options({"disk_mb": 0})
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+def test_an_interpreter_under_tmp_is_bound_read_only(tmp_path):
+    """A venv under /tmp (CI runners) is bound after the sample's /tmp tmpfs, so it stays visible."""
+    import subprocess
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    box = Sandbox(SandboxLimits(timeout_s=10), python=str(venv / "bin" / "python"), isolation="require")
+    code = f"import os\nopen({str(venv / 'pyvenv.cfg')!r}, 'a').write('x')\n"
+    before = (venv / "pyvenv.cfg").read_text()
+    result = box.run(code, TESTS)
+    assert result.status == "error" and ("Read-only file system" in result.error
+                                         or "Permission denied" in result.error), result
+    assert (venv / "pyvenv.cfg").read_text() == before
+    assert box.run(HALF, TESTS).passed == [True, False]

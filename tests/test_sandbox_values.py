@@ -1,0 +1,57 @@
+"""The typed values that cross from a sample to the harness: exact round trips, nothing else."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode
+
+scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
+           | st.binary(max_size=20) | st.complex_numbers(allow_nan=False))
+hashables = st.none() | st.booleans() | st.integers() | st.text(max_size=10) | st.binary(max_size=10)
+data = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+                    | st.dictionaries(hashables, inner, max_size=4) | st.frozensets(hashables, max_size=4)
+                    | st.sets(hashables, max_size=4), max_leaves=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data)
+def test_round_trip_is_exact(value):
+    back = decode(encode(value))
+    assert back == value
+    assert type(back) is type(value)
+
+
+def test_nan_and_infinities_survive():
+    assert math.isnan(decode(encode(float("nan"))))
+    assert decode(encode(float("-inf"))) == float("-inf")
+
+
+def test_subclasses_and_objects_are_not_data():
+    class Int(int):
+        pass
+
+    class Str(str):
+        pass
+
+    for value in (Int(3), Str("x"), object(), [1, Int(2)], {"k": Str("v")}, (1, object()), len):
+        assert encode(value) is None
+
+
+def test_depth_and_huge_ints_are_not_data():
+    nested: list = []
+    for _ in range(MAX_DEPTH + 2):
+        nested = [nested]
+    assert encode(nested) is None
+    assert encode(10 ** 5000) is None  # more digits than int() may print
+
+
+@pytest.mark.parametrize("bad", [None, [], ["?"], ["i", 3], ["i", "1e9"], ["b", 1], ["f", "1" * 50], ["s", 5],
+                                 ["S", [["l", []]]], ["d", [["s", "k"]]], "n", ["n", 1], ["y", "zz"]])
+def test_malformed_messages_are_refused(bad):
+    with pytest.raises(ProtocolError):
+        decode(bad)

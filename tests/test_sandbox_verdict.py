@@ -1,0 +1,140 @@
+"""Forging the verdict: wrong solutions that attack the harness instead of solving the task.
+
+Each sample below defines a WRONG ``add`` (or none) plus a trick; every one must score exactly 0.
+The tricks run with the audit hook OFF, under full OS isolation ("auto" -> bubblewrap here) and
+under none at all ("off"): the verdict's integrity comes from where it is computed (the trainer,
+on typed values), not from the walls around the sample.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from polyrl.plugins import get_plugin_manager
+from polyrl.rewards.code import parse_tests
+from polyrl.rewards.combine import RewardComputer
+from polyrl.sandbox import Sandbox, SandboxLimits
+from polyrl.types import Completion, RewardContext
+
+pytestmark = pytest.mark.faults
+
+TESTS = "assert add(1, 2) == 3\nassert add(2, 2) == 4\nassert add(-1, 1) == 0\n"
+WRONG = "def add(a, b):\n    return None\n"
+FORGED_LINES = ('{"ok": true, "v": ["b", true]}', '{"ok": true, "v": {"add": ["b", true]}, "fds": []}',
+                '{"nonce": "x", "error": null, "passed": [true, true, true]}', "3 passed", "PASSED", "ok")
+FORGE_WRITE = "b''.join(line.encode() + b'\\n' for line in " + repr(FORGED_LINES) + ")"
+
+FORGERIES = {
+    "patch_builtins": "import builtins\nbuiltins.AssertionError = type('Nope', (Exception,), {})\n"
+                      "builtins.__dict__['abs'] = lambda x: 0\nbuiltins.int = lambda *a: 3\n"
+                      "builtins.Exception = type('Nope2', (BaseException,), {})\n" + WRONG,
+    "always_equal": "class Yes:\n    def __eq__(self, other):\n        return True\n"
+                    "    def __ne__(self, other):\n        return False\n    def __bool__(self):\n        return True\n"
+                    "    __hash__ = object.__hash__\ndef add(a, b):\n    return Yes()\n",
+    "int_subclass": "class I(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
+                    "def add(a, b):\n    return I(7)\n",
+    "str_subclass": "class S(str):\n    def __eq__(self, other):\n        return True\n    __hash__ = str.__hash__\n"
+                    "def add(a, b):\n    return S('no')\n",
+    "print_results": f"import sys\nsys.stdout.buffer.write({FORGE_WRITE})\nsys.stdout.flush()\n" + WRONG,
+    "write_every_descriptor": f"import os\nfor fd in range(0, 64):\n    try:\n        os.write(fd, {FORGE_WRITE})\n"
+                              "    except OSError:\n        pass\n" + WRONG,
+    "exit_zero": "import sys\nsys.exit(0)\n",
+    "os_exit": "import os\nos._exit(0)\n",
+    "exit_inside_call": "import os\ndef add(a, b):\n    os._exit(0)\n",
+    "system_exit_inside_call": "def add(a, b):\n    raise SystemExit(0)\n",
+    "kill_itself": "import os, signal\ndef add(a, b):\n    os.kill(os.getpid(), signal.SIGKILL)\n",
+    "patch_the_server": "import __main__\n__main__._Session.handle = lambda self, req: "
+                        "self.names() if req['op'] == 'names' else ['b', True]\n" + WRONG,
+    "patch_the_channel": "import __main__\n_orig = __main__._Channel.send\n"
+                         "def send(self, message):\n    message = {'ok': True, 'v': ['b', True]} if 'v' in message and "
+                         "not isinstance(message['v'], dict) else message\n    _orig(self, message)\n"
+                         "__main__._Channel.send = send\n" + WRONG,
+    "malformed_answer": "import __main__\n__main__._Session.handle = lambda self, req: "
+                        "self.names() if req['op'] == 'names' else ['i', '1e99999']\n" + WRONG,
+    "deep_json": "import __main__, os\n_orig = __main__._Channel.send\n"
+                 "def send(self, message):\n    if 'fds' in message:\n        return _orig(self, message)\n"
+                 "    os.write(self.wfd, b'{\"ok\": true, \"v\": ' + b'[' * 200000 + b']' * 200000 + b'}\\n')\n"
+                 "__main__._Channel.send = send\n" + WRONG,
+    "trainer_module": "import __main__\n_names = __main__._Session.names\n"
+                      "__main__._Session.names = lambda self: {**_names(self), 'add': ['m', 'polyrl.cli'], "
+                      "'__builtins__': ['d', []]}\n",
+    "handle_lookalike": "def add(a, b):\n    return ['r', 0, 'callable', 'int']\n",
+    "background_writer": "import os, threading, time\ndef spam():\n    while True:\n        for fd in (3, 4, 1):\n"
+                         f"            try:\n                os.write(fd, {FORGE_WRITE})\n            except OSError:\n"
+                         "                pass\n        time.sleep(0.001)\nthreading.Thread(target=spam, daemon=True).start()\n"
+                         + WRONG,
+}
+#: Only where the sample cannot reach the trainer (PID namespace): as root with no isolation and
+#: no audit hook these would kill the test runner, which is the point of the walls.
+KILLERS = {
+    "kill_parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + WRONG,
+    "kill_everything": "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\n" + WRONG,
+}
+
+MODES = [("auto", False), ("off", False)]
+
+
+def score(texts, rows=None, isolation="auto", audit_hook=False):
+    pm = get_plugin_manager(entry_points=False)
+    options = {"timeout_s": 4, "memory_mb": 512, "max_output_bytes": 16384, "isolation": isolation,
+               "audit_hook": audit_hook, "extract": "raw"}
+    computer = RewardComputer(pm, [("code_tests", 1.0, options)])
+    rows = rows if rows is not None else [{"prompt": "write add", "tests": TESTS}] * len(texts)
+    comps = [Completion(0, [1], [2], [0.0], text=t) for t in texts]
+    return computer([r["prompt"] for r in rows], comps, RewardContext(rows=rows, wanted=("code_tests",)))
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_forgeries_score_zero(isolation, audit_hook):
+    names = sorted(FORGERIES)
+    controls = ["def add(a, b):\n    return a + b\n", "def add(a, b):\n    return a + b if a > 0 else 5\n"]
+    res = score([FORGERIES[n] for n in names] + controls, isolation=isolation, audit_hook=audit_hook)
+    got = dict(zip(names, res.total[: len(names)]))
+    assert {n: s for n, s in got.items() if s != 0.0} == {}
+    np.testing.assert_allclose(res.total[len(names):], [1.0, 2 / 3])  # the harness still scores honestly
+
+
+def test_killing_the_harness_scores_zero_behind_the_walls():
+    box = Sandbox(SandboxLimits(timeout_s=4), isolation="auto", audit_hook=False)
+    if box.level == "off":
+        pytest.skip("needs a PID namespace: " + box.report["isolation"])
+    for name, code in KILLERS.items():
+        result = box.run(code, parse_tests(TESTS))
+        assert result.fraction == 0.0 and not result.all_passed, (name, result)
+    assert box.run("def add(a, b):\n    return a + b\n", parse_tests(TESTS)).all_passed
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_shadowed_builtins_and_fake_modules_do_not_reach_the_tests(isolation, audit_hook):
+    rows = [
+        {"prompt": "p", "tests": "assert sorted(triple()) == [1, 2, 3]\nassert len(triple()) == 3"},
+        {"prompt": "p", "tests": "import math\nassert math.isclose(area(1.0), 3.14159, rel_tol=1e-3)"},
+        {"prompt": "p", "tests": "assert math.isclose(area(1.0), 3.14159, rel_tol=1e-3)"},
+        {"prompt": "p", "tests": "assert isinstance(triple(), list) and triple() == [1, 2, 3]"},
+    ]
+    texts = [
+        "def sorted(x):\n    return [1, 2, 3]\ndef len(x):\n    return 3\ndef triple():\n    return [3, 3]\n",
+        "import sys, types\nfake = types.ModuleType('math')\nfake.isclose = lambda *a, **k: True\n"
+        "sys.modules['math'] = fake\nmath = fake\ndef area(r):\n    return 0.0\n",
+        "import math\nmath.isclose = lambda *a, **k: True\ndef area(r):\n    return 0.0\n",
+        "def isinstance(*a):\n    return True\nclass L(list):\n    def __eq__(self, o):\n        return True\n"
+        "def triple():\n    return L()\n",
+    ]
+    res = score(texts, rows=rows, isolation=isolation, audit_hook=audit_hook)
+    np.testing.assert_array_equal(res.total, [0.0] * len(texts))
+    honest = ["def triple():\n    return [3, 1, 2]\n", "import math\ndef area(r):\n    return math.pi * r * r\n",
+              "import math\ndef area(r):\n    return math.pi * r * r\n", "def triple():\n    return [1, 2, 3]\n"]
+    res = score(honest, rows=rows, isolation=isolation, audit_hook=audit_hook)
+    np.testing.assert_array_equal(res.total, [1.0] * len(honest))
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_a_malformed_answer_is_no_exception_a_test_can_expect(isolation, audit_hook):
+    """Garbage on the channel ends the sample; it is not an exception a test's ``except`` catches."""
+    rows = [{"prompt": "p", "tests": "try:\n    add(1, 2)\nexcept Exception:\n    raised = True\nelse:\n"
+                                     "    raised = False\nassert raised\n"}]
+    res = score([FORGERIES["malformed_answer"]], rows=rows, isolation=isolation, audit_hook=audit_hook)
+    assert res.total[0] == 0.0
+    honest = "def add(a, b):\n    raise ValueError('no')\n"  # raising really is what this test wants
+    assert score([honest], rows=rows, isolation=isolation, audit_hook=audit_hook).total[0] == 1.0
