@@ -57,6 +57,8 @@ from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.types import EngineConfig, Prompt
 
+from polyrl_max.architectures import check_architecture
+
 log = get_logger("polyrl.max")
 
 #: The MAX release this plugin is written against (pipelines API, GenerateIterator.from_contexts).
@@ -272,6 +274,7 @@ class MaxEngine:
         self.device_kind, self.device_spec = resolve_device(config.device)
         tok_dir, self.max_model_dir, self.gguf_file = model_location(config.model, options)
         self.encoding = resolve_encoding(config.dtype, self.device_kind, options, gguf=self.gguf_file)
+        self.architecture = check_architecture(self.max_model_dir, self.encoding, self.device_kind)
         self.max_batch_size = int(options.get("max_batch_size", DEFAULT_MAX_BATCH_SIZE))
         if self.max_batch_size <= 0:
             raise ConfigError("must be > 0", field="options.max_batch_size")
