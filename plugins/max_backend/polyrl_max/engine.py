@@ -157,22 +157,25 @@ GGUF_ENCODINGS = {"F32": "float32", "BF16": "bfloat16", "Q4_0": "q4_0", "Q4_K": 
 
 def gguf_encoding(path: Path) -> str:
     """The MAX encoding of a GGUF file, from its matrices' tensor type (MAX guesses from the file
-    name only, and wrongly for a name without one)."""
+    name only, and wrongly for a name without one).
+
+    MAX 26.7 runs one encoding per model: a file mixing types (llama.cpp's Q4_K_M: Q4_K with
+    Q6_K, Q5_0, Q8_0 matrices) or of a type MAX lacks is refused here, before any compile, with
+    the way out: convert it to a float HF folder, which MAX runs as float32.
+    """
     import gguf
 
-    from collections import Counter
-
     reader = gguf.GGUFReader(str(path))
-    kinds = Counter(t.tensor_type.name for t in reader.tensors if len(t.shape) == 2)
-    # mixed files (Q4_K_M: mostly Q4_K, some Q6_K) are named by their main type, as llama.cpp does
-    main = kinds.most_common(1)[0][0] if kinds else None
-    if main in GGUF_ENCODINGS:
-        return GGUF_ENCODINGS[main]
-    found = ", ".join(sorted(kinds)) or "none"
-    raise ConfigError(f"{path.name} has matrices of type {found}; MAX runs one of "
-                      f"{', '.join(GGUF_ENCODINGS)} per file", field="options.quantization_encoding",
-                      fix="set [backends.options] quantization_encoding to the file's encoding, or "
-                          "convert the GGUF (llama.cpp's llama-quantize) to q4_k / q6_k / f32")
+    kinds = sorted({t.tensor_type.name for t in reader.tensors if len(t.shape) == 2})
+    if len(kinds) == 1 and kinds[0] in GGUF_ENCODINGS:
+        return GGUF_ENCODINGS[kinds[0]]
+    what = (f"mixes the quantisation types {', '.join(kinds)}" if len(kinds) > 1
+            else f"has matrices of type {kinds[0] if kinds else 'none'}")
+    raise ConfigError(
+        f"{path.name} {what}; MAX 26.7 runs one of {', '.join(GGUF_ENCODINGS)} per model",
+        field="options.max_model_path",
+        fix=f"convert it to a float HF folder (`polyrl convert {path} OUT --to hf`, dequantised by "
+            "the torch backend) and generate from that folder (float32 on CPU)")
 
 
 def resolve_encoding(dtype: str, device_kind: str, options: Mapping[str, Any],
@@ -290,6 +293,10 @@ class MaxEngine:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
+        if self.gguf_file is not None:  # MAX runs the GGUF: our ids must be the ids it was made for
+            from polyrl.gguf_vocab import check_gguf_tokenizer
+
+            check_gguf_tokenizer(self.tokenizer, self.gguf_file, converted=False)
         self.model, self.load_seconds, self.compiled = self._load(options)
         self.pipeline = self.model.pipeline
         self.eos_ids = self._eos_ids()
