@@ -194,14 +194,15 @@ def repair_tokenizer(tokenizer: Any, vocab: GGUFVocab) -> Any:
     """Fix what transformers' GGUF conversion gets wrong, keeping the tokenizer's special tokens,
     post-processor and chat template: SentencePiece vocabularies get the SentencePiece encoding
     (:func:`spm_backend`); byte-level BPE ones the pre-tokenizer their ``pre`` names
-    (transformers applies GPT-2's split to every one)."""
+    (transformers applies GPT-2's split to every one) and a byte-level decoder."""
     backend = tokenizer.backend_tokenizer
     if vocab.model == "llama":
         for name, part in spm_backend(vocab).items():
             setattr(backend, name, part)
     elif vocab.model == "gpt2" and vocab.pre in BPE_PRE_SPLITS:
-        from tokenizers import Regex, pre_tokenizers
+        from tokenizers import Regex, decoders, pre_tokenizers
 
+        backend.decoder = decoders.ByteLevel()  # transformers strips a leading space for "llama" files
         backend.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(BPE_PRE_SPLITS[vocab.pre]), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
