@@ -109,7 +109,7 @@ def test_max_equals_torch_and_takes_pushed_weights(arch_root, model_type, tied):
         np.testing.assert_allclose(a, b, atol=1e-4)
     assert ([c.completion_ids.tolist() for c in gen.generate(CHATS, greedy)]
             == [c.completion_ids.tolist() for c in ref.generate(CHATS, greedy)])
-    gen.close()
+    gen.raw.close()
 
 
 def test_table_matches_the_installed_max_registry():
