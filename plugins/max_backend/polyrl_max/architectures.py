@@ -57,6 +57,21 @@ def cpu_float32_architectures() -> list[str]:
     return [t for t, a in MAX_ARCHITECTURES.items() if "float32" in a.encodings]
 
 
+def describe() -> str:
+    """One line for ``polyrl doctor``: each architecture with where it runs."""
+    return "; ".join(f"{t} ({'cpu float32, ' if 'float32' in a.encodings else ''}gpu "
+                     f"{'/'.join(a.encodings)})" for t, a in MAX_ARCHITECTURES.items())
+
+
+def capability_table() -> dict[str, dict]:
+    """model_type -> the fields of ``polyrl.types.ArchSupport`` (generate, train, deviation,
+    notes), for the core's per-architecture capability table."""
+    return {t: {"generate": True, "train": False, "logprob_deviation": a.logprob_deviation,
+                "notes": f"devices: {', '.join(a.devices())}; encodings: "
+                         f"{', '.join(a.encodings + a.quantized)}" + (f"; {a.notes}" if a.notes else "")}
+            for t, a in MAX_ARCHITECTURES.items()}
+
+
 def read_architecture(model_dir: Path) -> tuple[str | None, str | None]:
     """(model_type, architectures[0]) of a model folder's config.json; Nones when unreadable."""
     try:
