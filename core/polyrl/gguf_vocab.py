@@ -81,7 +81,14 @@ class GGUFVocab:
 
 def read_vocab(path: str | Path) -> GGUFVocab | None:
     """The tokenizer data of a GGUF file, None if it holds none (the ``gguf`` package reads the
-    metadata; tensors are memory-mapped, not read)."""
+    metadata; tensors are memory-mapped, not read). Cached per file version: an import checks
+    the tokenizer it converts and the one it saved."""
+    stat = Path(path).stat()
+    return _read_vocab(str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=4)
+def _read_vocab(path: str, mtime_ns: int, size: int) -> GGUFVocab | None:
     try:
         import gguf
     except ImportError as exc:
