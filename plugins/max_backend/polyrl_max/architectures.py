@@ -7,7 +7,8 @@ MAX compiles for minutes. ``tests/test_max_architectures.py`` checks this table 
 installed registry, so a MAX upgrade that changes it fails loudly.
 
 MAX refuses ``bfloat16`` on CPU, so an architecture whose only encoding is ``bfloat16`` (Mistral,
-Gemma 3 in 26.7) runs on a GPU only. The log-prob deviations are measured by
+Gemma 3 in 26.7) runs on a GPU only; Qwen3 declares float32 but its layers need an accelerator
+(measured: the CPU load fails in ``max.nn.comm.Allreduce``). The log-prob deviations are measured by
 ``test_max_equals_torch_and_takes_pushed_weights`` (tiny random models, greedy and sampled
 tokens, max |MAX - torch float32| per token).
 """
@@ -29,12 +30,18 @@ class MaxArchitecture:
     hf_class: str  # the ``architectures[0]`` entry of config.json MAX dispatches on
     encodings: tuple[str, ...]  # float encodings MAX accepts (quantized ones listed apart)
     quantized: tuple[str, ...] = ()
+    #: MAX's CPU path works (False where the pipeline needs an accelerator whatever the encoding)
+    cpu: bool = True
     #: measured max |log-prob(MAX) - log-prob(torch float32)| on CPU; None = not measured here
     logprob_deviation: float | None = None
     notes: str = ""
 
     def devices(self) -> tuple[str, ...]:
-        return ("cpu", "gpu") if "float32" in self.encodings else ("gpu",)
+        return ("cpu", "gpu") if self.runs_on_cpu else ("gpu",)
+
+    @property
+    def runs_on_cpu(self) -> bool:
+        return self.cpu and "float32" in self.encodings
 
 
 #: model_type (config.json) -> what MAX 26.7 runs. Exhaustive for polyrl: others are refused.
@@ -42,9 +49,11 @@ MAX_ARCHITECTURES: dict[str, MaxArchitecture] = {
     "llama": MaxArchitecture("LlamaForCausalLM", ("float32", "bfloat16"),
                              quantized=("q4_0", "q4_k", "q6_k"), logprob_deviation=1.4e-6,
                              notes="also GGUF files of one quantisation type"),
-    "qwen2": MaxArchitecture("Qwen2ForCausalLM", ("float32", "bfloat16")),
-    "qwen3": MaxArchitecture("Qwen3ForCausalLM", ("float32", "bfloat16")),
-    "phi3": MaxArchitecture("Phi3ForCausalLM", ("float32", "bfloat16")),
+    "qwen2": MaxArchitecture("Qwen2ForCausalLM", ("float32", "bfloat16"), logprob_deviation=4.8e-7),
+    "qwen3": MaxArchitecture("Qwen3ForCausalLM", ("float32", "bfloat16"), cpu=False,
+                             notes="MAX 26.7's Qwen3 layers build an Allreduce over accelerators even "
+                                   "for one device, so its pipeline fails on CPU: GPU only"),
+    "phi3": MaxArchitecture("Phi3ForCausalLM", ("float32", "bfloat16"), logprob_deviation=4.8e-7),
     "mistral": MaxArchitecture("MistralForCausalLM", ("bfloat16",),
                                notes="MAX 26.7 declares bfloat16 only: GPU only"),
     "gemma3_text": MaxArchitecture("Gemma3ForCausalLM", ("bfloat16",),
@@ -54,12 +63,12 @@ MAX_ARCHITECTURES: dict[str, MaxArchitecture] = {
 
 def cpu_float32_architectures() -> list[str]:
     """model_types MAX runs on CPU (float32)."""
-    return [t for t, a in MAX_ARCHITECTURES.items() if "float32" in a.encodings]
+    return [t for t, a in MAX_ARCHITECTURES.items() if a.runs_on_cpu]
 
 
 def describe() -> str:
     """One line for ``polyrl doctor``: each architecture with where it runs."""
-    return "; ".join(f"{t} ({'cpu float32, ' if 'float32' in a.encodings else ''}gpu "
+    return "; ".join(f"{t} ({'cpu float32, ' if a.runs_on_cpu else ''}gpu "
                      f"{'/'.join(a.encodings)})" for t, a in MAX_ARCHITECTURES.items())
 
 
@@ -99,10 +108,11 @@ def check_architecture(model_dir: Path, encoding: str | None, device_kind: str) 
             f"it runs {able}", field="model",
             fix="generate with the torch or mlx backend ([backends] generate = \"torch\"), or use a "
                 "model of a supported architecture")
-    if device_kind == "cpu" and "float32" not in arch.encodings:
+    if device_kind == "cpu" and not arch.runs_on_cpu:
+        why = arch.notes if arch.cpu else "it needs bfloat16, which MAX runs on a GPU only"
         raise ConfigError(
-            f"MAX {arch.hf_class} needs bfloat16, which MAX runs on a GPU only, and this run asks "
-            "for the CPU", field="device",
+            f"MAX runs {arch.hf_class} on a GPU only ({why}) and this run asks for the CPU",
+            field="device",
             fix="run it with device = \"gpu\" where MAX supports the GPU, or generate with the torch "
                 "backend on CPU ([backends] generate = \"torch\")")
     if encoding is None:
