@@ -222,3 +222,15 @@ def test_torch_dequantises_a_mixed_quantisation_gguf_on_convert(tmp_path, tiny_m
         np.testing.assert_allclose(weights[hf_name], want.reshape(weights[hf_name].shape), atol=1e-6)
         original = load_file(str(Path(tiny_model_dir) / "model.safetensors"))[hf_name]
         assert 0 < float(np.abs(weights[hf_name] - original).max()) < 0.05  # really quantised
+
+
+@pytest.mark.faults
+def test_polyrl_convert_prints_one_error_line_for_a_broken_vocabulary(spm, tmp_path, tiny_model_dir, capsys):
+    from polyrl.cli import main
+
+    path = write_gguf(tiny_model_dir, tmp_path / "g", vocab=_broken_spm(spm), copy_files=False)
+    assert main(["convert", str(path), str(tmp_path / "hf"), "--to", "hf"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    line = next(x for x in err if x.startswith("error: "))
+    assert "differently from the GGUF's own 'llama' tokenizer" in line and "Fix:" in line
+    assert "Traceback" not in "\n".join(err)
