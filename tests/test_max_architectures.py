@@ -124,3 +124,24 @@ def test_table_matches_the_installed_max_registry():
         declared = {str(e) for e in registered.supported_encodings}
         assert set(arch.encodings) | set(arch.quantized) <= declared, (model_type, declared)
         assert ("float32" in declared) == ("float32" in arch.encodings), (model_type, declared)
+
+
+@pytest.mark.parametrize(("model_type", "encoding", "device", "refused_field"), [
+    ("llama", "q4_k", "cpu", None),
+    ("qwen2", "q4_k", "cpu", "dtype"),      # MAX's Qwen2 has no quantized encodings
+    ("mistral", "bfloat16", "gpu", None),
+    ("mistral", "float32", "gpu", "dtype"),
+    ("qwen3", "float32", "gpu", None),
+    ("phi3", "float32", "cpu", None),
+])
+def test_encoding_and_device_rules(tmp_path, model_type, encoding, device, refused_field):
+    from polyrl_max.architectures import check_architecture
+
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model_type": model_type, "architectures": [MAX_ARCHITECTURES[model_type].hf_class]}))
+    if refused_field is None:
+        assert check_architecture(tmp_path, encoding, device) is MAX_ARCHITECTURES[model_type]
+    else:
+        with pytest.raises(ConfigError) as err:
+            check_architecture(tmp_path, encoding, device)
+        assert err.value.field == refused_field and encoding in str(err.value)
