@@ -161,7 +161,11 @@ def _spm_encoder(vocab: GGUFVocab):
         raise ConfigError("checking a SentencePiece GGUF tokenizer needs the sentencepiece package",
                           field="model", fix='pip install "sentencepiece>=0.2"') from exc
     processor = spm.SentencePieceProcessor()
-    processor.LoadFromSerializedProto(spm_model_proto(vocab))
+    try:
+        processor.LoadFromSerializedProto(spm_model_proto(vocab))
+    except RuntimeError as exc:  # duplicate or empty pieces, no unknown piece...
+        raise ConfigError(f"the GGUF's SentencePiece vocabulary is not a valid tokenizer: {exc}",
+                          field="model", fix="use the original HF model folder instead of the GGUF") from None
     return lambda text: list(processor.EncodeAsIds(text))
 
 
@@ -253,6 +257,11 @@ def _bpe_encoder(vocab: GGUFVocab):
             if (parts[best], parts[best + 1]) not in ranks:
                 break
             parts[best:best + 2] = [parts[best] + parts[best + 1]]
+        missing = [p for p in parts if p not in ids]
+        if missing:
+            raise ConfigError(f"the GGUF's BPE merges make {missing[0]!r}, which is not in its "
+                              "vocabulary", field="model",
+                              fix="use the original HF model folder instead of the GGUF")
         return [ids[p] for p in parts]
 
     return lambda text: [i for chunk in pattern.findall(text) for i in word(chunk)]
