@@ -234,3 +234,16 @@ def test_polyrl_convert_prints_one_error_line_for_a_broken_vocabulary(spm, tmp_p
     line = next(x for x in err if x.startswith("error: "))
     assert "differently from the GGUF's own 'llama' tokenizer" in line and "Fix:" in line
     assert "Traceback" not in "\n".join(err)
+
+
+@pytest.mark.faults
+def test_bpe_merges_outside_the_vocabulary_are_an_error(tmp_path, tiny_model_dir):
+    vocab = bpe_vocab(tiny_model_dir)
+    made = "".join(vocab["merges"][0].split(" "))  # the first merge's result
+    tokens = ["<renamed>" if t == made else t for t in vocab["tokens"]]
+    path = _tokenizer_only_gguf(tmp_path / "g", "llama", dict(vocab, tokens=tokens))
+    encode = reference_encoder(read_vocab(path))
+    with pytest.raises(ConfigError, match="not in its vocabulary") as err:
+        for text in ROUND_TRIP_TEXTS:
+            encode(text)
+    assert err.value.field == "model"
