@@ -145,3 +145,18 @@ def test_encoding_and_device_rules(tmp_path, model_type, encoding, device, refus
         with pytest.raises(ConfigError) as err:
             check_architecture(tmp_path, encoding, device)
         assert err.value.field == refused_field and encoding in str(err.value)
+
+
+@pytest.mark.faults
+def test_cli_prints_one_error_line_for_a_cpu_run_of_a_gpu_only_architecture(arch_root, capsys):
+    _usable()
+    from polyrl.cli import main
+
+    llama, root = arch_root
+    folder = build_arch_model(llama, "mistral", root / "mistral-cli")
+    assert main(["generate", "hi", "--backend", "max", "--model", folder, "--max-new-tokens", "2"]) == 2
+    captured = capsys.readouterr()
+    line = next(x for x in captured.err.splitlines() if x.startswith("error: "))
+    assert "MistralForCausalLM on a GPU only" in line and "Fix:" in line
+    everything = captured.out + captured.err
+    assert "Traceback" not in everything and "max_loading" not in everything  # before MAX loads
