@@ -5,8 +5,8 @@ Why ``max.pipelines.AutoModel`` and not a hand-written Graph-API decoder
     * Exactness: AutoModel runs MAX's own Llama-family pipeline (paged KV cache, ragged prefill,
       its fused sampler). Measured on the tiny test model its greedy tokens equal transformers'
       and its log-probs agree to ~1e-6 (see ``tests/test_max_backend.py``); a hand-written decoder
-      would have to earn that for every architecture MAX already supports (Llama, Qwen, Mistral,
-      Gemma, ... and GGUF-quantized weights).
+      would have to earn that for every architecture MAX already supports (which ones, with which
+      encodings and devices: ``architectures.py``, checked before anything compiles).
     * Control: what the high-level ``generate()`` lacks, its building blocks give.
       ``GenerateIterator.from_contexts`` runs *our* ``TextContext`` rows, one ``execute`` per
       ``step()``, in our thread, with our per-row seed, sampling knobs and **logits processors**.
