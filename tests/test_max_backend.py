@@ -233,9 +233,10 @@ def test_hybrid_max_generates_torch_trains_and_the_reward_rises(gen, tiny_model_
 
 @pytest.mark.slow  # a GGUF Llama runs with interleaved RoPE: another MAX graph, minutes to compile
 def test_gguf_file_loads_and_takes_hf_weights(gen, ref, tiny_model_dir, tmp_path):
-    from gguf_util import write_gguf
+    from gguf_util import bpe_vocab, write_gguf
 
-    gguf_path = write_gguf(tiny_model_dir, tmp_path / "gguf")
+    # with its vocabulary: the engine checks the tokenizer beside it encodes like the GGUF's own
+    gguf_path = write_gguf(tiny_model_dir, tmp_path / "gguf", vocab=bpe_vocab(tiny_model_dir))
     engine = make_engine(tiny_model_dir, max_model_path=str(gguf_path))
     assert engine.raw.gguf_file == gguf_path
     greedy = SamplingParams(max_new_tokens=10, temperature=0.0)

@@ -5,8 +5,8 @@ Why ``max.pipelines.AutoModel`` and not a hand-written Graph-API decoder
     * Exactness: AutoModel runs MAX's own Llama-family pipeline (paged KV cache, ragged prefill,
       its fused sampler). Measured on the tiny test model its greedy tokens equal transformers'
       and its log-probs agree to ~1e-6 (see ``tests/test_max_backend.py``); a hand-written decoder
-      would have to earn that for every architecture MAX already supports (Llama, Qwen, Mistral,
-      Gemma, ... and GGUF-quantized weights).
+      would have to earn that for every architecture MAX already supports (which ones, with which
+      encodings and devices: ``architectures.py``, checked before anything compiles).
     * Control: what the high-level ``generate()`` lacks, its building blocks give.
       ``GenerateIterator.from_contexts`` runs *our* ``TextContext`` rows, one ``execute`` per
       ``step()``, in our thread, with our per-row seed, sampling knobs and **logits processors**.
@@ -56,6 +56,8 @@ import numpy as np
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.types import EngineConfig, Prompt
+
+from polyrl_max.architectures import check_architecture
 
 log = get_logger("polyrl.max")
 
@@ -155,22 +157,25 @@ GGUF_ENCODINGS = {"F32": "float32", "BF16": "bfloat16", "Q4_0": "q4_0", "Q4_K": 
 
 def gguf_encoding(path: Path) -> str:
     """The MAX encoding of a GGUF file, from its matrices' tensor type (MAX guesses from the file
-    name only, and wrongly for a name without one)."""
+    name only, and wrongly for a name without one).
+
+    MAX 26.7 runs one encoding per model: a file mixing types (llama.cpp's Q4_K_M: Q4_K with
+    Q6_K, Q5_0, Q8_0 matrices) or of a type MAX lacks is refused here, before any compile, with
+    the way out: convert it to a float HF folder, which MAX runs as float32.
+    """
     import gguf
 
-    from collections import Counter
-
     reader = gguf.GGUFReader(str(path))
-    kinds = Counter(t.tensor_type.name for t in reader.tensors if len(t.shape) == 2)
-    # mixed files (Q4_K_M: mostly Q4_K, some Q6_K) are named by their main type, as llama.cpp does
-    main = kinds.most_common(1)[0][0] if kinds else None
-    if main in GGUF_ENCODINGS:
-        return GGUF_ENCODINGS[main]
-    found = ", ".join(sorted(kinds)) or "none"
-    raise ConfigError(f"{path.name} has matrices of type {found}; MAX runs one of "
-                      f"{', '.join(GGUF_ENCODINGS)} per file", field="options.quantization_encoding",
-                      fix="set [backends.options] quantization_encoding to the file's encoding, or "
-                          "convert the GGUF (llama.cpp's llama-quantize) to q4_k / q6_k / f32")
+    kinds = sorted({t.tensor_type.name for t in reader.tensors if len(t.shape) == 2})
+    if len(kinds) == 1 and kinds[0] in GGUF_ENCODINGS:
+        return GGUF_ENCODINGS[kinds[0]]
+    what = (f"mixes the quantisation types {', '.join(kinds)}" if len(kinds) > 1
+            else f"has matrices of type {kinds[0] if kinds else 'none'}")
+    raise ConfigError(
+        f"{path.name} {what}; MAX 26.7 runs one of {', '.join(GGUF_ENCODINGS)} per model",
+        field="options.max_model_path",
+        fix=f"convert it to a float HF folder (`polyrl convert {path} OUT --to hf`, dequantised by "
+            "the torch backend) and generate from that folder (float32 on CPU)")
 
 
 def resolve_encoding(dtype: str, device_kind: str, options: Mapping[str, Any],
@@ -272,6 +277,7 @@ class MaxEngine:
         self.device_kind, self.device_spec = resolve_device(config.device)
         tok_dir, self.max_model_dir, self.gguf_file = model_location(config.model, options)
         self.encoding = resolve_encoding(config.dtype, self.device_kind, options, gguf=self.gguf_file)
+        self.architecture = check_architecture(self.max_model_dir, self.encoding, self.device_kind)
         self.max_batch_size = int(options.get("max_batch_size", DEFAULT_MAX_BATCH_SIZE))
         if self.max_batch_size <= 0:
             raise ConfigError("must be > 0", field="options.max_batch_size")
@@ -287,6 +293,10 @@ class MaxEngine:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
+        if self.gguf_file is not None:  # MAX runs the GGUF: our ids must be the ids it was made for
+            from polyrl.gguf_vocab import check_gguf_tokenizer
+
+            check_gguf_tokenizer(self.tokenizer, self.gguf_file, converted=False)
         self.model, self.load_seconds, self.compiled = self._load(options)
         self.pipeline = self.model.pipeline
         self.eos_ids = self._eos_ids()

