@@ -315,3 +315,19 @@ def test_weights_pushed_to_a_remote_server_keep_tied_and_untied_heads(tie, serve
             trainer.train_step(TrainBatch(seqs, -np.linspace(-1, 1, len(seqs))), Objective())
     finally:
         server.stop()
+
+
+def test_readme_architecture_table_is_the_rendered_measurements():
+    """README's table is what tools/architectures_table.py renders from the measurements and the
+    backends' declared capabilities: a stale hand edit or an unrendered capability change fails."""
+    import importlib.util
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("architectures_table", root / "tools" / "architectures_table.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    expected = tool.render(json.loads(tool.RESULTS.read_text()))
+    readme = (root / "README.md").read_text()
+    shown = re.search(r"<!-- architectures:start -->\n(.*?)<!-- architectures:end -->", readme, re.DOTALL)
+    assert shown is not None and shown.group(1) == expected, "run: python tools/architectures_table.py"

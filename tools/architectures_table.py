@@ -32,9 +32,18 @@ def _cell(archs: dict, model_type: str) -> str:
         return "no"
     roles = [r for r in ("generate", "train") if arch[r]]
     text = " + ".join(roles) if roles else "no"
+    devices = arch.get("devices") or ()
+    if roles and devices and "cpu" not in devices:
+        text += " (GPU only)"
     if model_type not in archs:
         text += " (untested)"
     return text
+
+
+def _deviation(archs: dict, model_type: str) -> str:
+    """A backend's declared (test-measured) log-prob gap to torch, or a dash when unmeasured."""
+    value = (archs.get(model_type) or {}).get("logprob_deviation")
+    return f"{value:.1e}" if value is not None else "-"
 
 
 def render(results: dict) -> str:
@@ -42,15 +51,16 @@ def render(results: dict) -> str:
     declared = {b: (reg.status(b).capabilities.get("architectures") or {}) if b in reg.names() else {}
                 for b in BACKENDS}
     rows = ["| architecture (`model_type`) | tied head | torch | MLX | MAX "
-            "| max \\|Δ log-prob\\| torch vs MLX | notes |",
-            "|---|---|---|---|---|---|---|"]
+            "| max \\|Δ log-prob\\| MLX vs torch | max \\|Δ log-prob\\| MAX vs torch | notes |",
+            "|---|---|---|---|---|---|---|---|"]
     for model_type, measured in sorted(results["architectures"].items()):
         gap = max(v for k, v in measured.items() if k.startswith("logprob_gap"))
         notes = "; ".join(f"{b}: {declared[b][model_type]['notes']}" for b in BACKENDS
                           if model_type in declared[b] and declared[b][model_type].get("notes"))
         rows.append(f"| `{model_type}` | {'yes' if measured['tie_word_embeddings'] else 'no'} "
                     f"| {_cell(declared['torch'], model_type)} | {_cell(declared['mlx'], model_type)} "
-                    f"| {_cell(declared['max'], model_type)} | {gap:.1e} | {notes} |")
+                    f"| {_cell(declared['max'], model_type)} | {gap:.1e} | {_deviation(declared['max'], model_type)} "
+                    f"| {notes} |")
     return "\n".join(rows) + "\n"
 
 

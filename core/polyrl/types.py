@@ -279,6 +279,8 @@ class ArchSupport:
     fast_path: bool = False
     #: measured max |log-prob - torch float32 log-prob| on a tiny random model; None = unmeasured
     logprob_deviation: float | None = None
+    #: devices this architecture runs on with this backend; empty = every device the backend has
+    devices: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     notes: str = ""
 
 

@@ -76,7 +76,8 @@ def capability_table() -> dict[str, dict]:
     """model_type -> the fields of ``polyrl.types.ArchSupport`` (generate, train, deviation,
     notes), for the core's per-architecture capability table."""
     return {t: {"generate": True, "train": False, "logprob_deviation": a.logprob_deviation,
-                "notes": f"devices: {', '.join(a.devices())}; encodings: "
+                "devices": a.devices(),
+                "notes": f"encodings: "
                          f"{', '.join(a.encodings + a.quantized)}" + (f"; {a.notes}" if a.notes else "")}
             for t, a in MAX_ARCHITECTURES.items()}
 

@@ -16,7 +16,8 @@ from importlib import metadata
 from typing import Any
 
 from polyrl.hookspecs import hookimpl
-from polyrl.types import BackendSpec, Capabilities, EngineConfig
+from polyrl.types import ArchSupport, BackendSpec, Capabilities, EngineConfig
+from polyrl_max.architectures import capability_table
 
 BACKEND = "max"
 DISTRIBUTION = "polyrl-max"
@@ -59,6 +60,9 @@ def _devices() -> tuple[str, ...]:
 CAPABILITIES = Capabilities(
     generate=True, logprobs=True, train_step=False, lora=False, weight_export=False,
     weight_import=True, checkpoint=False, dtypes=("float32", "bfloat16"), devices=_devices(),
+    # exhaustive (no "*"): MAX's pipeline registry runs only these; device/encoding limits are
+    # in each entry's notes and checked by the engine before compiling
+    architectures={t: ArchSupport(**fields) for t, fields in capability_table().items()},
 )
 
 
