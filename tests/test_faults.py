@@ -111,7 +111,7 @@ def test_kill_9_mid_run_then_resume_equals_the_uninterrupted_run(tiny_model_dir,
 def test_incomplete_or_corrupt_checkpoints_are_never_chosen(tmp_path):
     root = tmp_path / "checkpoints"
     for step in (1, 2, 3):
-        ckpt.write_checkpoint(root, step, {"step": step}, lambda d: Path(d).mkdir())
+        ckpt.write_checkpoint(root, step, {"step": step}, lambda model, state: Path(model).mkdir())
     assert ckpt.latest_checkpoint(root).name == "step-00000003"
     (root / "step-00000003" / ckpt.MARKER).unlink()  # crashed before the marker
     (root / "step-00000002" / ckpt.STATE_FILE).write_text('{"step": 2, "sampl')  # truncated

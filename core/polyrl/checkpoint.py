@@ -1,12 +1,21 @@
-"""Atomic checkpoint directories: a crash never leaves a checkpoint that looks complete.
+"""Checkpoint directories that never lie: atomic, checksummed, verified before use.
 
-A checkpoint is written into ``.tmp-step-XXXXXXXX``, every file fsynced, a ``COMPLETE`` marker
-(with the step) written last, then the directory is renamed to ``step-XXXXXXXX`` and its parent
-fsynced. Only directories with a valid marker are ever chosen for ``--resume``.
+Layout of one checkpoint (``checkpoints/step-XXXXXXXX/``)::
+
+    model/               the policy as a plain HF folder (+ ``adapter/`` for LoRA): shippable
+    engine_state/        the backend's optimizer, RNG and (LoRA) base weights: never shipped
+    trainer_state.json   step, data position, Python/numpy RNG, the run's config
+    MANIFEST.json        sha256 and size of every file above
+    COMPLETE             written last: {"step": N}
+
+It is written into ``.tmp-step-XXXXXXXX``, every file fsynced, the manifest then the marker
+written, and the directory renamed into place (parent fsynced). At resume the newest checkpoint
+whose files match its manifest is used; a damaged newer one is skipped with a warning naming it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -14,8 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from polyrl import strict_json
+
 MARKER = "COMPLETE"
+MANIFEST = "MANIFEST.json"
 STATE_FILE = "trainer_state.json"
+MODEL_DIR = "model"
+ENGINE_STATE_DIR = "engine_state"
+_HASH_CHUNK = 1 << 20
 
 
 def _fsync_dir(path: Path) -> None:
@@ -34,47 +49,109 @@ def _fsync_tree(path: Path) -> None:
         _fsync_dir(Path(root))
 
 
+def write_file_synced(path: Path, text: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def checkpoint_dir(root: Path, step: int) -> Path:
     return root / f"step-{step:08d}"
 
 
+def _files(folder: Path) -> list[str]:
+    skip = {MARKER, MANIFEST}
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                  if p.is_file() and str(p.relative_to(folder)) not in skip)
+
+
+def _manifest(folder: Path) -> dict[str, Any]:
+    return {"format": 1, "files": {rel: {"sha256": sha256(folder / rel), "size": (folder / rel).stat().st_size}
+                                   for rel in _files(folder)}}
+
+
 def write_checkpoint(
-    root: str | Path, step: int, state: dict[str, Any], write_model: Callable[[str], None]
+    root: str | Path, step: int, state: dict[str, Any], write_engine: Callable[[str, str], None]
 ) -> Path:
-    """Write a checkpoint for ``step`` atomically; ``write_model(dir)`` saves the engine's part."""
+    """Write a checkpoint for ``step`` atomically; ``write_engine(model_dir, engine_state_dir)``
+    saves the backend's part. On any failure the partial directory is removed and the previous
+    checkpoints are untouched (the caller prunes only after success)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = checkpoint_dir(root, step)
     tmp = root / f".tmp-{final.name}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    write_model(str(tmp / "model"))
-    (tmp / STATE_FILE).write_text(json.dumps(state, indent=1, sort_keys=True))
-    _fsync_tree(tmp)
-    marker = tmp / MARKER
-    with open(marker, "w") as fh:
-        fh.write(json.dumps({"step": step}))
-        fh.flush()
-        os.fsync(fh.fileno())
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    _fsync_dir(root)
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        write_engine(str(tmp / MODEL_DIR), str(tmp / ENGINE_STATE_DIR))
+        write_file_synced(tmp / STATE_FILE, strict_json.dumps(state, indent=1, sort_keys=True))
+        _fsync_tree(tmp)
+        write_file_synced(tmp / MANIFEST, strict_json.dumps(_manifest(tmp), indent=1, sort_keys=True))
+        write_file_synced(tmp / MARKER, json.dumps({"step": step}))
+        _fsync_dir(tmp)
+        old = root / f".old-{final.name}"
+        if final.exists():  # the same step again: set the old one aside until the new one is in place
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(final, old)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
     return final
 
 
 def is_complete(path: Path) -> bool:
+    """Cheap check (no hashing): the marker names this directory's step and the state parses."""
     try:
         marker = json.loads((path / MARKER).read_text())
         json.loads((path / STATE_FILE).read_text())
     except (OSError, ValueError):
         return False
-    return path.name == f"step-{int(marker.get('step', -1)):08d}"
+    return isinstance(marker, dict) and path.name == f"step-{int(marker.get('step', -1)):08d}"
+
+
+def verify(path: Path, only: str | None = None) -> str | None:
+    """Why ``path`` cannot be trusted (a missing, truncated or altered file), or None when every
+    file matches the manifest written at save time. ``only`` restricts the check to a subfolder
+    (``model``: the weights alone, for a weights-only resume)."""
+    if not is_complete(path):
+        return f"no valid {MARKER} marker or {STATE_FILE}"
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+        files = manifest["files"]
+    except FileNotFoundError:
+        return f"no {MANIFEST} (written by an older polyrl; checksums cannot be verified)"
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{MANIFEST} is unreadable"
+    wanted = {rel: meta for rel, meta in files.items() if only is None or rel.startswith(only + "/")}
+    if only is not None and not wanted:
+        return f"no {only}/ files in its manifest"
+    for rel, meta in sorted(wanted.items()):
+        file = path / rel
+        if not file.is_file():
+            return f"{rel} is missing"
+        if file.stat().st_size != meta["size"]:
+            return f"{rel} has {file.stat().st_size} bytes, {meta['size']} were written"
+        if sha256(file) != meta["sha256"]:
+            return f"{rel} does not match its checksum"
+    return None
 
 
 def complete_checkpoints(root: str | Path) -> list[Path]:
-    """Complete checkpoints under ``root``, oldest first."""
+    """Checkpoints under ``root`` with a valid marker (not yet checksum-verified), oldest first."""
     root = Path(root)
     if not root.is_dir():
         return []
@@ -87,14 +164,29 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
+def newest_verified(root: str | Path, only: str | None = None) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """(the newest checkpoint whose files match its manifest, [(newer ones skipped, why)])."""
+    skipped: list[tuple[Path, str]] = []
+    root = Path(root)
+    candidates = sorted((p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-")),
+                        key=lambda p: p.name) if root.is_dir() else []
+    for path in reversed(candidates):
+        problem = verify(path, only=only)
+        if problem is None:
+            return path, skipped
+        skipped.append((path, problem))
+    return None, skipped
+
+
 def read_state(path: Path) -> dict[str, Any]:
     return json.loads((path / STATE_FILE).read_text())
 
 
 def prune(root: str | Path, keep: int) -> None:
-    """Delete all but the newest ``keep`` complete checkpoints and any stale temp dirs."""
+    """Delete all but the newest ``keep`` complete checkpoints, and stale temp dirs. Called only
+    after a save succeeded, so the newest kept one is always the one just written."""
     root = Path(root)
-    for stale in root.glob(".tmp-step-*"):
+    for stale in [*root.glob(".tmp-step-*"), *root.glob(".old-step-*")]:
         shutil.rmtree(stale, ignore_errors=True)
     for old in complete_checkpoints(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
