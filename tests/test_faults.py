@@ -30,44 +30,10 @@ from polyrl.registry import Registry
 from polyrl.trainer import TooManySkippedSteps, Trainer
 from polyrl.types import EngineConfig, SamplingParams, StepMetrics
 
+from crash_util import POLYRL, final_weights, metric_steps, train, write_config
 from toy_dist import activate, install_toy_dists
 
 pytestmark = pytest.mark.faults
-
-POLYRL = [sys.executable, "-m", "polyrl.cli"]
-REWARD = """
-def digits(prompts, completions, **kwargs):
-    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
-"""
-
-
-def write_config(tmp_path: Path, model: str, out: Path, **train) -> Path:
-    (tmp_path / "reward.py").write_text(REWARD)
-    settings = {"steps": 6, "prompts_per_step": 2, "threads": 1, "checkpoint_every": 1,
-                "keep_checkpoints": 10, "output_dir": f'"{out}"', **train}
-    config = tmp_path / f"{out.name}.toml"
-    config.write_text(
-        f'[model]\npath = "{model}"\n[generation]\ngroup_size = 4\nmax_new_tokens = 8\n'
-        '[optimizer]\nlr = 1e-3\n[data]\ntask = "arithmetic"\n'
-        f'[[rewards]]\nfunction = "{tmp_path / "reward.py"}:digits"\n[train]\n'
-        + "".join(f"{k} = {v}\n" for k, v in settings.items())
-    )
-    return config
-
-
-def train(config: Path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([*POLYRL, "train", str(config), "--no-progress", *extra],
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def final_weights(out: Path) -> dict[str, np.ndarray]:
-    from safetensors.numpy import load_file
-
-    return load_file(str(ckpt.latest_checkpoint(out / "checkpoints") / "model" / "model.safetensors"))
-
-
-def metric_steps(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
 # --- crash safety -------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from polyrl import strict_json
+from polyrl.errors import PolyrlError
 
 MARKER = "COMPLETE"
 MANIFEST = "MANIFEST.json"
@@ -31,6 +32,46 @@ STATE_FILE = "trainer_state.json"
 MODEL_DIR = "model"
 ENGINE_STATE_DIR = "engine_state"
 _HASH_CHUNK = 1 << 20
+#: Free space below which a failed write is reported as a full disk: backends' writers (torch.save,
+#: safetensors) often report ENOSPC as their own error types without the errno.
+_NEARLY_FULL_BYTES = 256 * 1024
+
+
+class CheckpointWriteError(PolyrlError):
+    """Writing a checkpoint failed; the partial directory is gone, older checkpoints are intact."""
+
+    def __init__(self, step: int, reason: str, disk_problem: bool) -> None:
+        self.step, self.reason, self.disk_problem = step, reason, disk_problem
+        super().__init__(f"cannot write checkpoint step {step}: {reason}")
+
+
+def _os_error(exc: BaseException | None) -> OSError | None:
+    """The OSError behind ``exc`` (a backend's hook error wraps it), or None."""
+    while exc is not None:
+        if isinstance(exc, OSError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _free_bytes(path: Path) -> int | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _why(exc: Exception, root: Path) -> tuple[str, bool]:
+    """(a readable reason, whether it is the disk's fault) for a failed write, judged before the
+    partial directory is deleted (deleting it frees the space again)."""
+    os_error = _os_error(exc)
+    if os_error is not None and os_error.errno is not None:
+        return os_error.strerror or str(os_error), True
+    free = _free_bytes(root)
+    if free is not None and free < _NEARLY_FULL_BYTES:
+        return f"No space left on device ({free} bytes free; the writer said: {exc})", True
+    return str(exc), False
 
 
 def _fsync_dir(path: Path) -> None:
@@ -106,6 +147,10 @@ def write_checkpoint(
             os.replace(final, old)
         os.replace(tmp, final)
         _fsync_dir(root)
+    except Exception as exc:
+        reason, disk_problem = _why(exc, root)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointWriteError(step, reason, disk_problem) from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

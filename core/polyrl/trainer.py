@@ -62,15 +62,6 @@ class OutputWriteError(PolyrlError):
     """A file of the run could not be written (disk full, read-only); the last good checkpoint is kept."""
 
 
-def _os_cause(exc: BaseException | None) -> OSError | None:
-    """The OSError behind ``exc`` (a backend's hook error wraps it), or None."""
-    while exc is not None:
-        if isinstance(exc, OSError):
-            return exc
-        exc = exc.__cause__
-    return None
-
-
 def _rng_states() -> dict[str, Any]:
     """Python's and numpy's global RNG states as JSON (a user's reward may draw from them)."""
     version, internal, gauss = random.getstate()
@@ -458,21 +449,21 @@ class Trainer:
         try:
             path = ckpt.write_checkpoint(self.checkpoint_root, self.step, self._state(),
                                          self.train_engine.save_checkpoint)
-        except (OSError, PolyrlError) as exc:
-            cause = _os_cause(exc)
-            if cause is None:
+        except ckpt.CheckpointWriteError as exc:
+            if not exc.disk_problem:
                 raise
-            raise self._write_failed(f"checkpoint step {self.step}", cause) from None
+            raise self._write_failed(f"checkpoint of step {self.step}", exc.reason) from None
         self._saved_step = self.step
         ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints)
         log.info("checkpoint saved", path=str(path), step=self.step)
         return path
 
-    def _write_failed(self, what: str, cause: OSError) -> OutputWriteError:
+    def _write_failed(self, what: str, cause: OSError | str) -> OutputWriteError:
         last = ckpt.latest_checkpoint(self.checkpoint_root)
         kept = f"the last good checkpoint {last} is kept" if last else "no checkpoint was written yet"
+        reason = cause if isinstance(cause, str) else cause.strerror or str(cause)
         return OutputWriteError(
-            f"cannot write the {what} into {self.output_dir}: {cause.strerror or cause}; {kept}. "
+            f"cannot write the {what} into {self.output_dir}: {reason}; {kept}. "
             "Fix: free space or make train.output_dir writable, then continue with `polyrl train "
             "CONFIG --resume`")
 
