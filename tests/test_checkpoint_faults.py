@@ -227,10 +227,10 @@ def test_changed_lr_and_steps_at_resume_are_logged_by_the_cli(tiny_model_dir, tm
 
 
 @pytest.mark.parametrize(("field", "old", "new"), [
-    ("train.seed", "[train]\n", "[train]\nseed = 7\n"),
     ("generation.group_size", "group_size = 4", "group_size = 2"),
     ("algorithm.beta", "[train]\n", "[algorithm]\nbeta = 0.1\n[train]\n"),
-    ("model.path", "[model]\npath = \"", "[model]\npath = \"{copy}"),
+    ("data.options", 'task = "arithmetic"', 'task = "arithmetic"\noptions = {seed = 3}'),
+    ("model.path", "", ""),  # the same weights in another folder: still another model.path
 ])
 def test_a_config_change_that_breaks_exactness_is_refused(tiny_model_dir, tmp_path, clean_run, field, old, new):
     import shutil
@@ -238,13 +238,24 @@ def test_a_config_change_that_breaks_exactness_is_refused(tiny_model_dir, tmp_pa
     _, out = crash_config(tmp_path, tiny_model_dir, clean_run)
     _copy_run(clean_run, out, upto=2)
     config = write_config(tmp_path, tiny_model_dir, out, steps=8, reward_dir=clean_run.parent)
-    if field == "model.path":  # the same weights in another folder: still another model.path
+    if field == "model.path":
         shutil.copytree(tiny_model_dir, tmp_path / "copy")
-        config.write_text(config.read_text().replace(f'path = "{tiny_model_dir}"', f'path = "{tmp_path / "copy"}"'))
-    else:
-        config.write_text(config.read_text().replace(old, new, 1))
-    one_clear_error(train(config, "--resume"), "config changed at resume", field, "--resume-weights-only")
+        old, new = f'path = "{tiny_model_dir}"', f'path = "{tmp_path / "copy"}"'
+    config.write_text(config.read_text().replace(old, new, 1))
+    trainer = Trainer(RunConfig.from_toml(config))
+    with pytest.raises(ConfigError, match=r"config changed at resume.*--resume-weights-only") as caught:
+        trainer.resume()
+    assert caught.value.field == field and caught.value.message.count(" -> ") == 1  # that change alone
+    trainer.lock.release()
     assert [m["step"] for m in metric_steps(out)] == list(range(8))  # nothing was touched (copied run)
+
+
+def test_a_refused_config_change_is_one_error_line_from_the_cli(tiny_model_dir, tmp_path, clean_run):
+    _, out = crash_config(tmp_path, tiny_model_dir, clean_run)
+    _copy_run(clean_run, out, upto=2)
+    config = write_config(tmp_path, tiny_model_dir, out, steps=8, seed=7, reward_dir=clean_run.parent)
+    one_clear_error(train(config, "--resume"), "config changed at resume", "train.seed 0 -> 7",
+                    "--resume-weights-only")
 
 
 # --- one trainer per output_dir -------------------------------------------------------------------
@@ -274,10 +285,9 @@ def test_a_second_trainer_is_refused_and_a_killed_holder_does_not_block(tiny_mod
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     assert (out / ".polyrl.lock").read_text().strip() == str(holder.pid)  # the stale note stays...
-    lock = OutputDirLock(out)
-    lock.acquire()  # ... and does not block
-    lock.release()
-    assert train(write_config(tmp_path, tiny_model_dir, out, steps=1)).returncode == 0
+    trainer = Trainer(RunConfig.from_toml(write_config(tmp_path, tiny_model_dir, out, steps=1)))
+    assert trainer.run(progress=False)["steps"] == 1  # ... and does not block
+    assert not trainer.lock.held
 
 
 # --- full disk, read-only output_dir --------------------------------------------------------------
