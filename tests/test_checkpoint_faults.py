@@ -81,33 +81,40 @@ def assert_matches_clean(out: Path, clean: Path) -> None:
 
 
 def test_kill_9_at_random_moments_in_a_loop_then_resume_equals_the_clean_run(tiny_model_dir, tmp_path, clean_run):
-    """Checkpoints every step, so a random kill often lands inside a checkpoint write (a temp dir
-    is left, or the rename has not happened). Several kills, each followed by --resume; the
-    finished run has every step once in metrics.jsonl and the clean run's weights, bitwise."""
+    """Checkpoints every step. Several kills, each followed by --resume: every other one lands
+    while a checkpoint is being written (its temp dir exists), the others at a random moment.
+    The finished run has every step once in metrics.jsonl and the clean run's weights, bitwise."""
     config, out = crash_config(tmp_path, tiny_model_dir)
+    root = out / "checkpoints"
     rng = random.Random()
-    kills = 0
-    for _ in range(4):
-        done_before = len(ckpt.complete_checkpoints(out / "checkpoints"))
+    kills = mid_write = 0
+    for attempt in range(4):
+        done_before = len(ckpt.complete_checkpoints(root))
         if done_before >= 7:
             break
-        args = [*POLYRL, "train", str(config), "--no-progress", *(["--resume"] if kills else [])]
+        args = [*POLYRL, "train", str(config), "--no-progress", *(["--resume"] if attempt else [])]
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 180
-        # wait for this process to get past its start-up (a new checkpoint or a metrics line) ...
-        while len(ckpt.complete_checkpoints(out / "checkpoints")) <= done_before and proc.poll() is None:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        time.sleep(rng.uniform(0, 0.4))  # ... then kill it at a random moment
+        if attempt % 2 == 0:  # the moment a checkpoint write is under way
+            while not any(root.glob(".tmp-step-*")) and proc.poll() is None:
+                assert time.monotonic() < deadline
+                time.sleep(0.002)
+        else:  # past start-up (a new checkpoint), then a random moment
+            while len(ckpt.complete_checkpoints(root)) <= done_before and proc.poll() is None:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            time.sleep(rng.uniform(0, 0.4))
         if proc.poll() is not None:
             assert proc.returncode == 0, proc.communicate()[1][-3000:]
             break  # it finished first: nothing to kill
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         kills += 1
-    assert kills >= 1
+        mid_write += any(root.glob(".tmp-step-*"))  # the write was cut short
+    assert kills >= 2 and mid_write >= 1, (kills, mid_write)
     resumed = train(config, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert not any(root.glob(".tmp-step-*"))  # cleaned up by the next successful save
     assert_matches_clean(out, clean_run)
 
 
