@@ -395,3 +395,22 @@ def test_a_skipped_step_writes_null_not_nan(tmp_path, monkeypatch):
     newest = ckpt.latest_checkpoint(tmp_path / "run" / "checkpoints")
     for name in (ckpt.STATE_FILE, ckpt.MANIFEST, ckpt.MARKER):
         strict_loads((newest / name).read_text())
+
+
+def test_changed_lr_at_resume_reaches_the_mlx_optimizer_too(tiny_model_dir, tmp_path):
+    """MLX keeps the learning rate inside its optimizer state: the restored state must not win."""
+    from polyrl.registry import get_registry
+
+    status = get_registry().status("mlx")
+    if not status.available:
+        pytest.skip(f"mlx not usable here: {status.reason}")
+    out = tmp_path / "run"
+    first = Trainer(RunConfig.from_toml(write_config(tmp_path, tiny_model_dir, out, backend="mlx", steps=2)))
+    first.run(progress=False)
+    resumed = Trainer(RunConfig.from_toml(write_config(tmp_path, tiny_model_dir, out, backend="mlx",
+                                                       lr="2e-3", steps=3)))
+    assert resumed.resume() and resumed.step == 2
+    optimizer = resumed.train_engine.raw.optimizer
+    assert float(optimizer.learning_rate) == pytest.approx(2e-3)
+    assert int(optimizer.state["step"]) == 2  # the Adam state itself was restored
+    resumed.lock.release()
