@@ -178,6 +178,22 @@ def test_a_bit_flip_is_caught_by_the_checksum(tmp_path):
     assert skipped == [(root / "step-00000002", "model/w.bin does not match its checksum")]
 
 
+def test_a_deleted_or_edited_manifest_does_not_pass_and_old_checkpoints_still_load(tmp_path):
+    root = tmp_path / "checkpoints"
+    for step in (1, 2, 3):
+        ckpt.write_checkpoint(root, step, {"step": step}, lambda model, state: Path(model).mkdir())
+    (root / "step-00000003" / ckpt.MANIFEST).unlink()
+    manifest = root / "step-00000002" / ckpt.MANIFEST
+    manifest.write_text(manifest.read_text().replace('"format": 1', '"format": 1 '))
+    assert ckpt.verify(root / "step-00000003") == "MANIFEST.json is missing"
+    assert ckpt.verify(root / "step-00000002") == "MANIFEST.json does not match the checksum in COMPLETE"
+    legacy = root / "step-00000001"  # as polyrl wrote it before manifests: marker without checksum
+    (legacy / ckpt.MARKER).write_text('{"step": 1}')
+    (legacy / ckpt.MANIFEST).unlink()
+    assert ckpt.is_unverifiable(legacy) and ckpt.verify(legacy) is None
+    assert ckpt.newest_verified(root)[0] == legacy
+
+
 def test_missing_optimizer_state_is_an_error_unless_weights_only(tiny_model_dir, tmp_path, clean_run):
     config, out = crash_config(tmp_path, tiny_model_dir, clean_run)
     _copy_run(clean_run, out, upto=3)

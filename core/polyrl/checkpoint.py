@@ -6,7 +6,7 @@ Layout of one checkpoint (``checkpoints/step-XXXXXXXX/``)::
     engine_state/        the backend's optimizer, RNG and (LoRA) base weights: never shipped
     trainer_state.json   step, data position, Python/numpy RNG, the run's config
     MANIFEST.json        sha256 and size of every file above
-    COMPLETE             written last: {"step": N}
+    COMPLETE             written last: {"step": N, "manifest_sha256": ...}
 
 It is written into ``.tmp-step-XXXXXXXX``, every file fsynced, the manifest then the marker
 written, and the directory renamed into place (parent fsynced). At resume the newest checkpoint
@@ -138,7 +138,7 @@ def write_checkpoint(
         write_file_synced(tmp / STATE_FILE, strict_json.dumps(state, indent=1, sort_keys=True))
         _fsync_tree(tmp)
         write_file_synced(tmp / MANIFEST, strict_json.dumps(_manifest(tmp), indent=1, sort_keys=True))
-        write_file_synced(tmp / MARKER, json.dumps({"step": step}))
+        write_file_synced(tmp / MARKER, json.dumps({"step": step, "manifest_sha256": sha256(tmp / MANIFEST)}))
         _fsync_dir(tmp)
         old = root / f".old-{final.name}"
         if final.exists():  # the same step again: set the old one aside until the new one is in place
@@ -168,17 +168,30 @@ def is_complete(path: Path) -> bool:
     return isinstance(marker, dict) and path.name == f"step-{int(marker.get('step', -1)):08d}"
 
 
+def is_unverifiable(path: Path) -> bool:
+    """A checkpoint written before manifests existed: its marker names no manifest checksum."""
+    try:
+        return "manifest_sha256" not in json.loads((path / MARKER).read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
 def verify(path: Path, only: str | None = None) -> str | None:
     """Why ``path`` cannot be trusted (a missing, truncated or altered file), or None when every
     file matches the manifest written at save time. ``only`` restricts the check to a subfolder
-    (``model``: the weights alone, for a weights-only resume)."""
+    (``model``: the weights alone, for a weights-only resume). A checkpoint from before manifests
+    (see ``is_unverifiable``) passes on its marker alone; the caller warns about it."""
     if not is_complete(path):
         return f"no valid {MARKER} marker or {STATE_FILE}"
+    if is_unverifiable(path):
+        return None
     try:
+        if sha256(path / MANIFEST) != json.loads((path / MARKER).read_text())["manifest_sha256"]:
+            return f"{MANIFEST} does not match the checksum in {MARKER}"
         manifest = json.loads((path / MANIFEST).read_text())
         files = manifest["files"]
     except FileNotFoundError:
-        return f"no {MANIFEST} (written by an older polyrl; checksums cannot be verified)"
+        return f"{MANIFEST} is missing"
     except (OSError, ValueError, KeyError, TypeError):
         return f"{MANIFEST} is unreadable"
     wanted = {rel: meta for rel, meta in files.items() if only is None or rel.startswith(only + "/")}

@@ -495,6 +495,9 @@ class Trainer:
                 self._start_over()
                 return False
         assert found is not None
+        if ckpt.is_unverifiable(found):
+            log.warning("checkpoint written before checksums: resumed without verifying its files",
+                        checkpoint=str(found))
         state = ckpt.read_state(found)
         missing = [k for k in ("step", "sampler", "python_random", "numpy_random") if k not in state]
         if missing and not weights_only:
