@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
 
-from polyrl import logs
+from polyrl import logs, strict_json
 from polyrl.config import RunConfig
 from polyrl.trainer import Trainer
 
@@ -49,8 +48,8 @@ def main() -> int:
         "reward_curve": str(out / "reward_curve.png"),
         "metrics": str(out / "metrics.jsonl"),
     }
-    (out / "demo_result.json").write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
+    (out / "demo_result.json").write_text(strict_json.dumps(result, indent=2))  # NaN -> null
+    print(strict_json.dumps(result, indent=2))
     print(f"\nheld-out accuracy: {before:.1%} -> {after:.1%} in {elapsed / 60:.1f} min")
     return 0
 

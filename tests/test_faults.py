@@ -1,17 +1,15 @@
 """Fault injection: crashes, signals, numerical faults, hostile plugins, bad input (`make test-faults`).
 
-The crash tests run the real CLI (`polyrl train`) in a subprocess on the tiny local model with the
-torch backend, kill it, and compare with an uninterrupted run of the same seed.
+The signal tests run the real CLI (`polyrl train`) in a subprocess on the tiny local model with
+the torch backend; the kill -9 / damaged-checkpoint tests live in tests/test_checkpoint_faults.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -30,89 +28,23 @@ from polyrl.registry import Registry
 from polyrl.trainer import TooManySkippedSteps, Trainer
 from polyrl.types import EngineConfig, SamplingParams, StepMetrics
 
+from crash_util import POLYRL, metric_steps, train, write_config
 from toy_dist import activate, install_toy_dists
 
 pytestmark = pytest.mark.faults
-
-POLYRL = [sys.executable, "-m", "polyrl.cli"]
-REWARD = """
-def digits(prompts, completions, **kwargs):
-    texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]  # chat: TRL's messages
-    return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
-"""
-
-
-def write_config(tmp_path: Path, model: str, out: Path, **train) -> Path:
-    (tmp_path / "reward.py").write_text(REWARD)
-    settings = {"steps": 6, "prompts_per_step": 2, "threads": 1, "checkpoint_every": 1,
-                "keep_checkpoints": 10, "output_dir": f'"{out}"', **train}
-    config = tmp_path / f"{out.name}.toml"
-    config.write_text(
-        f'[model]\npath = "{model}"\n[generation]\ngroup_size = 4\nmax_new_tokens = 8\n'
-        '[optimizer]\nlr = 1e-3\n[data]\ntask = "arithmetic"\n'
-        f'[[rewards]]\nfunction = "{tmp_path / "reward.py"}:digits"\n[train]\n'
-        + "".join(f"{k} = {v}\n" for k, v in settings.items())
-    )
-    return config
-
-
-def train(config: Path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([*POLYRL, "train", str(config), "--no-progress", *extra],
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def final_weights(out: Path) -> dict[str, np.ndarray]:
-    from safetensors.numpy import load_file
-
-    return load_file(str(ckpt.latest_checkpoint(out / "checkpoints") / "model" / "model.safetensors"))
-
-
-def metric_steps(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
 # --- crash safety -------------------------------------------------------------------------------
 
 
-def test_kill_9_mid_run_then_resume_equals_the_uninterrupted_run(tiny_model_dir, tmp_path):
-    """SIGKILL at a random moment after a checkpoint; --resume ends bitwise where a clean run ends."""
-    clean_out, crash_out = tmp_path / "clean", tmp_path / "crash"
-    steps = 30  # long enough that the kill always lands mid-run (a tiny-model step takes ~0.1 s)
-    clean = train(write_config(tmp_path, tiny_model_dir, clean_out, steps=steps))
-    assert clean.returncode == 0, clean.stderr
-
-    config = write_config(tmp_path, tiny_model_dir, crash_out, steps=steps)
-    proc = subprocess.Popen([*POLYRL, "train", str(config), "--no-progress"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wanted = random.Random().randint(1, 4)  # a random moment: after checkpoint k, plus jitter
-    deadline = time.monotonic() + 180
-    while len(ckpt.complete_checkpoints(crash_out / "checkpoints")) < wanted:
-        assert proc.poll() is None and time.monotonic() < deadline, "run ended before the kill"
-        time.sleep(0.02)
-    time.sleep(random.Random().uniform(0, 0.2))
-    assert proc.poll() is None, "run ended before the kill"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    killed_at = ckpt.latest_checkpoint(crash_out / "checkpoints")
-    assert killed_at is not None and ckpt.read_state(killed_at)["step"] < steps
-
-    resumed = train(config, "--resume")
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resumed" in resumed.stderr
-    a, b = final_weights(clean_out), final_weights(crash_out)
-    assert a.keys() == b.keys()
-    for name in a:
-        np.testing.assert_array_equal(a[name], b[name], err_msg=name)  # bitwise on CPU
-    clean_steps, crash_steps = metric_steps(clean_out), metric_steps(crash_out)
-    assert [m["step"] for m in crash_steps] == list(range(steps))  # each step exactly once
-    assert [m["reward_mean"] for m in crash_steps] == [m["reward_mean"] for m in clean_steps]
+# kill -9 at random moments (checkpoint writes included) then --resume, damaged checkpoints, the
+# output_dir lock, config changes at resume, a full disk: tests/test_checkpoint_faults.py
 
 
 def test_incomplete_or_corrupt_checkpoints_are_never_chosen(tmp_path):
     root = tmp_path / "checkpoints"
     for step in (1, 2, 3):
-        ckpt.write_checkpoint(root, step, {"step": step}, lambda d: Path(d).mkdir())
+        ckpt.write_checkpoint(root, step, {"step": step}, lambda model, state: Path(model).mkdir())
     assert ckpt.latest_checkpoint(root).name == "step-00000003"
     (root / "step-00000003" / ckpt.MARKER).unlink()  # crashed before the marker
     (root / "step-00000002" / ckpt.STATE_FILE).write_text('{"step": 2, "sampl')  # truncated

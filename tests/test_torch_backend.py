@@ -675,7 +675,8 @@ output_dir = "{tmp_path / 'run'}"
     newest = sorted((tmp_path / "run" / "checkpoints").glob("step-*"))[-1]
     assert newest.name == "step-00000030" and (newest / "COMPLETE").exists()
     assert (newest / "model" / "model.safetensors").exists()  # HF format, loadable by transformers
-    assert any((newest / "model" / "torch_state").iterdir())  # optimizer state beside it
+    assert any((newest / "engine_state").iterdir())  # optimizer state beside the model, not in it
+    assert not (newest / "model" / "torch_state").exists()
 
 
 @pytest.mark.parametrize(("section", "key", "value", "field"), [

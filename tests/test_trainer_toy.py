@@ -76,7 +76,7 @@ def test_resume_continues_exactly(toy, tmp_path):
 
 def test_incomplete_checkpoint_is_never_chosen(tmp_path):
     root = tmp_path / "ck"
-    ckpt.write_checkpoint(root, 1, {"step": 1}, lambda d: None)
+    ckpt.write_checkpoint(root, 1, {"step": 1}, lambda model, state: None)
     broken = root / "step-00000002"
     broken.mkdir()
     (broken / "trainer_state.json").write_text("{")

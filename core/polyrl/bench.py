@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from polyrl import speed_records
+from polyrl import speed_records, strict_json
 from polyrl.engine import Engine
 from polyrl.registry import get_registry
 from polyrl.types import EngineConfig, LoraConfig, SamplingParams, TokenSequence, TrainBatch
@@ -210,7 +210,7 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
             from polyrl.bench_report import write_chart
 
             report["chart"] = write_chart(report, Path(output).with_suffix(".png"))
-        Path(output).write_text(json.dumps(report, indent=2))
+        Path(output).write_text(strict_json.dumps(report, indent=2))  # NaN -> null: strict JSON
     return report
 
 

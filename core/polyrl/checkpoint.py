@@ -1,12 +1,21 @@
-"""Atomic checkpoint directories: a crash never leaves a checkpoint that looks complete.
+"""Checkpoint directories that never lie: atomic, checksummed, verified before use.
 
-A checkpoint is written into ``.tmp-step-XXXXXXXX``, every file fsynced, a ``COMPLETE`` marker
-(with the step) written last, then the directory is renamed to ``step-XXXXXXXX`` and its parent
-fsynced. Only directories with a valid marker are ever chosen for ``--resume``.
+Layout of one checkpoint (``checkpoints/step-XXXXXXXX/``)::
+
+    model/               the policy as a plain HF folder (+ ``adapter/`` for LoRA): shippable
+    engine_state/        the backend's optimizer, RNG and (LoRA) base weights: never shipped
+    trainer_state.json   step, data position, Python/numpy RNG, the run's config
+    MANIFEST.json        sha256 and size of every file above
+    COMPLETE             written last: {"step": N, "manifest_sha256": ...}
+
+It is written into ``.tmp-step-XXXXXXXX``, every file fsynced, the manifest then the marker
+written, and the directory renamed into place (parent fsynced). At resume the newest checkpoint
+whose files match its manifest is used; a damaged newer one is skipped with a warning naming it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -14,8 +23,55 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from polyrl import strict_json
+from polyrl.errors import PolyrlError
+
 MARKER = "COMPLETE"
+MANIFEST = "MANIFEST.json"
 STATE_FILE = "trainer_state.json"
+MODEL_DIR = "model"
+ENGINE_STATE_DIR = "engine_state"
+_HASH_CHUNK = 1 << 20
+#: Free space below which a failed write is reported as a full disk: backends' writers (torch.save,
+#: safetensors) often report ENOSPC as their own error types without the errno.
+_NEARLY_FULL_BYTES = 256 * 1024
+
+
+class CheckpointWriteError(PolyrlError):
+    """Writing a checkpoint failed; the partial directory is gone, older checkpoints are intact."""
+
+    def __init__(self, step: int, reason: str, disk_problem: bool) -> None:
+        self.step, self.reason, self.disk_problem = step, reason, disk_problem
+        super().__init__(f"cannot write checkpoint step {step}: {reason}")
+
+
+def _os_error(exc: BaseException | None) -> OSError | None:
+    """The OSError behind ``exc`` (a backend's hook error wraps it), or None."""
+    while exc is not None:
+        if isinstance(exc, OSError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _free_bytes(path: Path) -> int | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _why(exc: Exception, root: Path) -> tuple[str, bool]:
+    """(a readable reason, whether it is the disk's fault) for a failed write, judged before the
+    partial directory is deleted (deleting it frees the space again)."""
+    os_error = _os_error(exc)
+    if os_error is not None and os_error.errno is not None:
+        return os_error.strerror or str(os_error), True
+    free = _free_bytes(root)
+    if free is not None and free < _NEARLY_FULL_BYTES:
+        return f"No space left on device ({free} bytes free; the writer said: {exc})", True
+    return str(exc), False
 
 
 def _fsync_dir(path: Path) -> None:
@@ -34,47 +90,126 @@ def _fsync_tree(path: Path) -> None:
         _fsync_dir(Path(root))
 
 
+def write_file_synced(path: Path, text: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def checkpoint_dir(root: Path, step: int) -> Path:
     return root / f"step-{step:08d}"
 
 
+def _files(folder: Path) -> list[str]:
+    skip = {MARKER, MANIFEST}
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                  if p.is_file() and str(p.relative_to(folder)) not in skip)
+
+
+def _manifest(folder: Path) -> dict[str, Any]:
+    return {"format": 1, "files": {rel: {"sha256": sha256(folder / rel), "size": (folder / rel).stat().st_size}
+                                   for rel in _files(folder)}}
+
+
 def write_checkpoint(
-    root: str | Path, step: int, state: dict[str, Any], write_model: Callable[[str], None]
+    root: str | Path, step: int, state: dict[str, Any], write_engine: Callable[[str, str], None]
 ) -> Path:
-    """Write a checkpoint for ``step`` atomically; ``write_model(dir)`` saves the engine's part."""
+    """Write a checkpoint for ``step`` atomically; ``write_engine(model_dir, engine_state_dir)``
+    saves the backend's part. On any failure the partial directory is removed and the previous
+    checkpoints are untouched (the caller prunes only after success)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = checkpoint_dir(root, step)
     tmp = root / f".tmp-{final.name}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    write_model(str(tmp / "model"))
-    (tmp / STATE_FILE).write_text(json.dumps(state, indent=1, sort_keys=True))
-    _fsync_tree(tmp)
-    marker = tmp / MARKER
-    with open(marker, "w") as fh:
-        fh.write(json.dumps({"step": step}))
-        fh.flush()
-        os.fsync(fh.fileno())
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    _fsync_dir(root)
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        write_engine(str(tmp / MODEL_DIR), str(tmp / ENGINE_STATE_DIR))
+        write_file_synced(tmp / STATE_FILE, strict_json.dumps(state, indent=1, sort_keys=True))
+        _fsync_tree(tmp)
+        write_file_synced(tmp / MANIFEST, strict_json.dumps(_manifest(tmp), indent=1, sort_keys=True))
+        write_file_synced(tmp / MARKER, json.dumps({"step": step, "manifest_sha256": sha256(tmp / MANIFEST)}))
+        _fsync_dir(tmp)
+        old = root / f".old-{final.name}"
+        if final.exists():  # the same step again: set the old one aside until the new one is in place
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(final, old)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+    except Exception as exc:
+        reason, disk_problem = _why(exc, root)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointWriteError(step, reason, disk_problem) from exc
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
     return final
 
 
 def is_complete(path: Path) -> bool:
+    """Cheap check (no hashing): the marker names this directory's step and the state parses."""
     try:
         marker = json.loads((path / MARKER).read_text())
         json.loads((path / STATE_FILE).read_text())
     except (OSError, ValueError):
         return False
-    return path.name == f"step-{int(marker.get('step', -1)):08d}"
+    return isinstance(marker, dict) and path.name == f"step-{int(marker.get('step', -1)):08d}"
+
+
+def is_unverifiable(path: Path) -> bool:
+    """A checkpoint written before manifests existed: its marker names no manifest checksum."""
+    try:
+        return "manifest_sha256" not in json.loads((path / MARKER).read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def verify(path: Path, only: str | None = None) -> str | None:
+    """Why ``path`` cannot be trusted (a missing, truncated or altered file), or None when every
+    file matches the manifest written at save time. ``only`` restricts the check to a subfolder
+    (``model``: the weights alone, for a weights-only resume). A checkpoint from before manifests
+    (see ``is_unverifiable``) passes on its marker alone; the caller warns about it."""
+    if not is_complete(path):
+        return f"no valid {MARKER} marker or {STATE_FILE}"
+    if is_unverifiable(path):
+        return None
+    try:
+        if sha256(path / MANIFEST) != json.loads((path / MARKER).read_text())["manifest_sha256"]:
+            return f"{MANIFEST} does not match the checksum in {MARKER}"
+        manifest = json.loads((path / MANIFEST).read_text())
+        files = manifest["files"]
+    except FileNotFoundError:
+        return f"{MANIFEST} is missing"
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{MANIFEST} is unreadable"
+    wanted = {rel: meta for rel, meta in files.items() if only is None or rel.startswith(only + "/")}
+    if only is not None and not wanted:
+        return f"no {only}/ files in its manifest"
+    for rel, meta in sorted(wanted.items()):
+        file = path / rel
+        if not file.is_file():
+            return f"{rel} is missing"
+        if file.stat().st_size != meta["size"]:
+            return f"{rel} has {file.stat().st_size} bytes, {meta['size']} were written"
+        if sha256(file) != meta["sha256"]:
+            return f"{rel} does not match its checksum"
+    return None
 
 
 def complete_checkpoints(root: str | Path) -> list[Path]:
-    """Complete checkpoints under ``root``, oldest first."""
+    """Checkpoints under ``root`` with a valid marker (not yet checksum-verified), oldest first."""
     root = Path(root)
     if not root.is_dir():
         return []
@@ -87,14 +222,29 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
+def newest_verified(root: str | Path, only: str | None = None) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """(the newest checkpoint whose files match its manifest, [(newer ones skipped, why)])."""
+    skipped: list[tuple[Path, str]] = []
+    root = Path(root)
+    candidates = sorted((p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-")),
+                        key=lambda p: p.name) if root.is_dir() else []
+    for path in reversed(candidates):
+        problem = verify(path, only=only)
+        if problem is None:
+            return path, skipped
+        skipped.append((path, problem))
+    return None, skipped
+
+
 def read_state(path: Path) -> dict[str, Any]:
     return json.loads((path / STATE_FILE).read_text())
 
 
 def prune(root: str | Path, keep: int) -> None:
-    """Delete all but the newest ``keep`` complete checkpoints and any stale temp dirs."""
+    """Delete all but the newest ``keep`` complete checkpoints, and stale temp dirs. Called only
+    after a save succeeded, so the newest kept one is always the one just written."""
     root = Path(root)
-    for stale in root.glob(".tmp-step-*"):
+    for stale in [*root.glob(".tmp-step-*"), *root.glob(".old-step-*")]:
         shutil.rmtree(stale, ignore_errors=True)
     for old in complete_checkpoints(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)

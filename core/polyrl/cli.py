@@ -158,15 +158,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     if overrides:
         config = attrs.evolve(config, train=attrs.evolve(config.train, **overrides))
     trainer = Trainer(config)
-    if args.resume is not None:
-        resumed = trainer.resume(args.resume or None)
+    if args.resume is not None or args.resume_weights_only:
+        resumed = trainer.resume(args.resume or None, weights_only=args.resume_weights_only)
         if not resumed:
             print("no complete checkpoint found; starting from step 0", file=sys.stderr)
     summary = trainer.run(progress=not args.no_progress)
     summary.pop("history", None)
     if trainer.rank != 0:  # under a launcher every rank returns the same summary: print it once
         return 0
-    _print_json(summary)
+    from polyrl import strict_json
+
+    print(strict_json.dumps(summary, indent=2, default=str))
     if summary.get("stopped_early"):
         print(f"stopped on request after step {summary['steps']}; checkpoint {summary['checkpoint']}. "
               f"Continue with: polyrl train {args.config} --resume", file=sys.stderr)
@@ -249,7 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train from a TOML config")
     p.add_argument("config")
     p.add_argument("--resume", nargs="?", const="", default=None,
-                   help="continue from the newest complete checkpoint (or the one given)")
+                   help="continue from the newest checkpoint that verifies (or the one given)")
+    p.add_argument("--resume-weights-only", action="store_true",
+                   help="continue from a checkpoint's weights alone: fresh optimizer and RNG, config "
+                   "changes applied (for a checkpoint whose optimizer or RNG state is missing)")
     p.add_argument("--steps", type=int, help="override train.steps")
     p.add_argument("--output-dir", help="override train.output_dir")
     p.add_argument("--no-progress", action="store_true")

@@ -127,10 +127,11 @@ class Engine:
         if not self._call("import_weights", weights=weights):
             raise self._fail("import_weights", "this backend cannot import weights")
 
-    def save_checkpoint(self, path: str) -> None:
-        if not self._call("save_checkpoint", path=path):
+    def save_checkpoint(self, path: str, state_path: str | None = None) -> None:
+        """The shippable model into ``path``; optimizer/RNG state into ``state_path`` (beside it)."""
+        if not self._call("save_checkpoint", path=path, state_path=state_path):
             raise self._fail("save_checkpoint", "this backend cannot save checkpoints")
 
-    def load_checkpoint(self, path: str) -> None:
-        if not self._call("load_checkpoint", path=path):
+    def load_checkpoint(self, path: str, state_path: str | None = None, weights_only: bool = False) -> None:
+        if not self._call("load_checkpoint", path=path, state_path=state_path, weights_only=weights_only):
             raise self._fail("load_checkpoint", "this backend cannot load checkpoints")

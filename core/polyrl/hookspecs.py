@@ -171,18 +171,30 @@ def import_weights(engine: Any, weights: NamedWeights) -> bool | None:
 
 
 @hookspec(firstresult=True)
-def save_checkpoint(engine: Any, path: str) -> bool | None:
-    """Write the model (HF layout, safetensors), adapters and optimizer state under ``path``.
+def save_checkpoint(engine: Any, path: str, state_path: str | None) -> bool | None:
+    """Write the policy as a shippable model under ``path`` and the rest under ``state_path``.
 
-    The core makes the directory atomic (written to a temp dir, fsynced, renamed). Under a
-    multi-process launcher every rank calls it at the same point (a backend that shards weights
-    gathers them here); only rank 0's ``path`` is kept, the others get a scratch folder that is
+    ``path`` gets a plain HF folder (config, tokenizer with its chat template, merged
+    ``model.safetensors``; for LoRA also the adapter in ``path/adapter/``): the user ships it, so
+    it must never hold optimizer state. ``state_path`` (a sibling folder) gets what exact
+    resumption needs besides: optimizer state, RNG state, LoRA base weights. ``state_path`` None
+    (a direct engine call) means "inside ``path``".
+
+    The core makes the checkpoint atomic and checksummed (temp dir, fsync, manifest, rename). Under
+    a multi-process launcher every rank calls it at the same point (a backend that shards weights
+    gathers them here); only rank 0's folders are kept, the others get scratch folders that are
     deleted afterwards, so a backend may skip writing on ranks other than 0."""
 
 
 @hookspec(firstresult=True)
-def load_checkpoint(engine: Any, path: str) -> bool | None:
-    """Restore what ``save_checkpoint`` wrote so a resumed run continues exactly."""
+def load_checkpoint(engine: Any, path: str, state_path: str | None, weights_only: bool) -> bool | None:
+    """Restore what ``save_checkpoint`` wrote so a resumed run continues exactly.
+
+    A piece exact resumption needs (optimizer or RNG state) that is missing is an error (raise
+    ``polyrl.errors.ConfigError`` naming it), unless ``weights_only``: then load the weights alone
+    and leave optimizer and RNG fresh. Hyper-parameters (learning rate, betas, weight decay) come
+    from the engine's current config, not from the saved optimizer state: a resumed run may change
+    them on purpose."""
 
 
 # --- data parallelism ----------------------------------------------------------------------------

@@ -22,7 +22,9 @@ atomically; SIGINT/SIGTERM finish the current step, checkpoint and return.
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
 import signal
 import tempfile
 import time
@@ -35,7 +37,7 @@ import attrs
 import numpy as np
 
 from polyrl import checkpoint as ckpt
-from polyrl import speed_records
+from polyrl import resume_config, speed_records, strict_json
 from polyrl.config import RunConfig
 from polyrl.data import Dataset, PromptSampler, load_train_and_eval
 from polyrl.engine import Engine
@@ -48,6 +50,7 @@ from polyrl.rewards.functions import load_function_reward
 from polyrl.rewards.guard import RewardCancelled
 from polyrl.rewards.trl_compat import TrainerState
 from polyrl.rollouts import Rollout, RolloutAhead
+from polyrl.run_lock import OutputDirLock
 from polyrl.types import Completion, EngineConfig, RewardContext, TokenSequence, TrainBatch
 
 log = get_logger("polyrl.trainer")
@@ -55,6 +58,10 @@ log = get_logger("polyrl.trainer")
 
 class TooManySkippedSteps(PolyrlError):
     """Training produced non-finite losses/gradients too many steps in a row."""
+
+
+class OutputWriteError(PolyrlError):
+    """A file of the run could not be written (disk full, read-only); the last good checkpoint is kept."""
 
 
 def _rng_states() -> dict[str, Any]:
@@ -101,6 +108,9 @@ class Trainer:
         self.config = config
         self.output_dir = Path(config.train.output_dir)
         self.checkpoint_root = self.output_dir / "checkpoints"
+        self.final_model_dir = self.output_dir / "model"
+        self.lock = OutputDirLock(self.output_dir)
+        self._resumed = False
         function_plugins = [
             load_function_reward(r.function, name=r.label) for r in config.rewards if r.function
         ]
@@ -448,68 +458,196 @@ class Trainer:
             "sampler": self.sampler.state(),
             **_rng_states(),
             "config_model": self.config.model.path,
+            "config": resume_config.snapshot(self.config),
             "pending_rollout": pending.as_state() if pending else None,
         }
 
+    def _own_output_dir(self) -> None:
+        """Take the output_dir lock (rank 0 writes for everyone under a launcher)."""
+        if self.rank == 0:
+            self.lock.acquire()
+
     def save(self) -> Path:
         """Checkpoint. Under a launcher every rank calls the backend (sharded weights are gathered
-        collectively) but only rank 0 writes; the others pass a scratch folder that is deleted."""
+        collectively) but only rank 0 writes; the others pass a scratch folder that is deleted.
+        A failed write leaves every earlier checkpoint as it was (pruning happens after success)."""
         if self.rank != 0:
             with tempfile.TemporaryDirectory(prefix="polyrl-rank-scratch-") as scratch:
-                self.train_engine.save_checkpoint(str(Path(scratch) / "model"))
+                self.train_engine.save_checkpoint(str(Path(scratch) / ckpt.MODEL_DIR),
+                                                  str(Path(scratch) / ckpt.ENGINE_STATE_DIR))
             self._saved_step = self.step
             return ckpt.checkpoint_dir(self.checkpoint_root, self.step)
-        path = ckpt.write_checkpoint(self.checkpoint_root, self.step, self._state(),
-                                     self.train_engine.save_checkpoint)
+        self._own_output_dir()
+        try:
+            path = ckpt.write_checkpoint(self.checkpoint_root, self.step, self._state(),
+                                         self.train_engine.save_checkpoint)
+        except ckpt.CheckpointWriteError as exc:
+            if not exc.disk_problem:
+                raise
+            raise self._write_failed(f"checkpoint of step {self.step}", exc.reason) from None
         self._saved_step = self.step
         ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints)
         log.info("checkpoint saved", path=str(path), step=self.step)
         return path
 
-    def resume(self, path: str | Path | None = None) -> bool:
-        """Restore the newest complete checkpoint (or ``path``); False when there is none."""
-        found = Path(path) if path else ckpt.latest_checkpoint(self.checkpoint_root)
-        if found is None:
-            return False
-        if not ckpt.is_complete(found):
-            raise ConfigError(f"{found} is not a complete checkpoint", field="--resume",
-                              fix="point at a step-XXXXXXXX directory with a COMPLETE marker")
+    def _write_failed(self, what: str, cause: OSError | str) -> OutputWriteError:
+        last = ckpt.latest_checkpoint(self.checkpoint_root)
+        kept = f"the last good checkpoint {last} is kept" if last else "no checkpoint was written yet"
+        reason = cause if isinstance(cause, str) else cause.strerror or str(cause)
+        return OutputWriteError(
+            f"cannot write the {what} into {self.output_dir}: {reason}; {kept}. "
+            "Fix: free space or make train.output_dir writable, then continue with `polyrl train "
+            "CONFIG --resume`")
+
+    def resume(self, path: str | Path | None = None, weights_only: bool = False) -> bool:
+        """Restore the newest checkpoint that verifies (or ``path``); False when there is none,
+        and then the run starts over (metrics of steps no checkpoint holds are dropped).
+
+        ``weights_only``: load the policy weights alone (the checkpoint's optimizer, RNG or engine
+        state may be missing or damaged); the optimizer and RNG start fresh, step and data
+        position continue when the checkpoint still has them, and config changes are applied."""
+        self._own_output_dir()
+        only = ckpt.MODEL_DIR if weights_only else None
+        if path:
+            found: Path | None = Path(path)
+            problem = ckpt.verify(found, only=only)
+            if problem:
+                raise ConfigError(f"{found} cannot be resumed: {problem}", field="--resume",
+                                  fix=self._resume_fix(weights_only))
+        else:
+            found, skipped = ckpt.newest_verified(self.checkpoint_root, only=only)
+            for bad, why in skipped:
+                log.warning("checkpoint skipped: it does not verify", checkpoint=str(bad), problem=why)
+            if found is None and skipped:
+                raise ConfigError(
+                    f"no checkpoint under {self.checkpoint_root} can be resumed: "
+                    + "; ".join(f"{p.name}: {why}" for p, why in skipped),
+                    field="--resume", fix=self._resume_fix(weights_only))
+            if found is None:
+                self._start_over()
+                return False
+        assert found is not None
+        if ckpt.is_unverifiable(found):
+            log.warning("checkpoint written before checksums: resumed without verifying its files",
+                        checkpoint=str(found))
         state = ckpt.read_state(found)
-        self.train_engine.load_checkpoint(str(found / "model"))
-        self.sampler.load_state(state["sampler"])
-        self.step = int(state["step"])
+        missing = [k for k in ("step", "sampler", "python_random", "numpy_random") if k not in state]
+        if missing and not weights_only:
+            raise ConfigError(f"{found} lacks {', '.join(missing)} in {ckpt.STATE_FILE}", field="--resume",
+                              fix=self._resume_fix(False))
+        for change in resume_config.check(state.get("config"), self.config, weights_only):
+            log.warning(f"config changed at resume: {change}", applied=True)
+        self.train_engine.load_checkpoint(str(found / ckpt.MODEL_DIR), str(found / ckpt.ENGINE_STATE_DIR),
+                                          weights_only=weights_only)
+        if "sampler" in state:
+            self.sampler.load_state(state["sampler"])
+        self.step = int(state.get("step", 0))
         pending = state.get("pending_rollout")
         if pending:  # sampled ahead by the interrupted run (overlap): train on exactly it
             self.sampler.load_state(pending["sampler_before"])
-            if self.config.generation.overlap:
+            if self.config.generation.overlap and not weights_only:
                 self.rollouts.put(Rollout.from_state(pending, self._draw()[0]))
             # else: its rows are drawn again and sampled on-policy
-        _restore_rng_states(state)
+        if weights_only:
+            log.warning("resumed weights only: optimizer and RNG start fresh", path=str(found), step=self.step)
+        else:
+            _restore_rng_states(state)
         self.history = self._rewind_metrics()
+        self._resumed = True
+        self._saved_step = None if weights_only else self.step  # that checkpoint already holds this step
         self._generator_version = -1  # the train engine's weights were just replaced
         self._sync_weights(self.step)
-        log.info("resumed", path=str(found), step=self.step)
+        log.info("resumed", path=str(found), step=self.step, weights_only=weights_only)
         return True
 
+    @staticmethod
+    def _resume_fix(weights_only: bool) -> str:
+        if weights_only:
+            return "its model/ folder is damaged too: delete the checkpoints to start over"
+        return ("resume with --resume-weights-only to load the weights alone (fresh optimizer and "
+                "RNG), or delete the damaged checkpoints to start over")
+
+    def _start_over(self) -> None:
+        """A fresh start in ``output_dir``: metrics of a run that left no checkpoint (killed before
+        its first one) are dropped, since this run writes those steps again; the checkpoints and
+        final model of an earlier finished run are moved aside, never mixed with this run's."""
+        if self.rank != 0:
+            return
+        self._own_output_dir()
+        earlier = [p for p in (self.checkpoint_root, self.final_model_dir) if p.exists()]
+        if earlier:
+            aside = self.output_dir / "previous" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            aside.mkdir(parents=True, exist_ok=True)
+            for item in [*earlier, self.output_dir / "metrics.jsonl"]:
+                if item.exists():
+                    item.replace(aside / item.name)
+            log.warning("output_dir held an earlier run; it was moved aside, this run starts at step 0",
+                        moved_to=str(aside), fix="use --resume to continue a run instead")
+        self.step = 0
+        self.history = self._rewind_metrics()
+
     def _rewind_metrics(self) -> list[dict[str, Any]]:
-        """Drop metrics.jsonl lines of steps after the checkpoint (a crash wrote them, the resumed
-        run writes them again), so the file holds each step exactly once. Atomic rewrite."""
+        """Keep metrics.jsonl lines of steps before ``self.step`` only, each step once (a crash
+        wrote later ones, the resumed run writes them again). Atomic rewrite."""
         path = self.output_dir / "metrics.jsonl"
         if not path.exists():
             return []
-        kept = []
+        by_step: dict[int, dict[str, Any]] = {}
         for line in path.read_text().splitlines():
             try:
                 record = json.loads(line)
             except ValueError:  # a line cut short by the crash
                 continue
-            if isinstance(record, dict) and int(record.get("step", -1)) < self.step:
-                kept.append(record)
+            if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] < self.step:
+                by_step[record["step"]] = record  # the last line of a step belongs to this lineage
+        kept = [by_step[k] for k in sorted(by_step)]
         if self.rank == 0:  # one writer under a launcher
             tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-            tmp.replace(path)
+            try:
+                with open(tmp, "w") as fh:
+                    fh.write("".join(strict_json.dumps(r) + "\n" for r in kept))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                tmp.replace(path)
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                raise self._write_failed("rewound metrics.jsonl", exc) from None
         return kept
+
+    def _append_metrics(self, metrics: dict[str, Any]) -> None:
+        """One strict-JSON line per step (NaN -> null), flushed before the step is checkpointed."""
+        line = strict_json.dumps(metrics) + "\n"
+        path = self.output_dir / "metrics.jsonl"
+        try:
+            with open(path, "a") as fh:
+                fh.write(line)
+                fh.flush()
+        except OSError as exc:
+            raise self._write_failed(f"metrics of step {metrics.get('step')}", exc) from None
+
+    def export_final_model(self, checkpoint: Path) -> Path:
+        """``output_dir/model``: the checkpoint's shippable model folder (HF layout, tokenizer, chat
+        template; LoRA: merged weights + ``adapter/``), without optimizer or RNG state. Copied into
+        a temp folder then renamed, so a crash never leaves a half-written one."""
+        src = checkpoint / ckpt.MODEL_DIR
+        tmp = self.output_dir / ".tmp-model"
+        old = self.output_dir / ".old-model"
+        try:
+            for stale in (tmp, old):
+                if stale.exists():
+                    shutil.rmtree(stale)
+            shutil.copytree(src, tmp)
+            if self.final_model_dir.exists():
+                self.final_model_dir.replace(old)
+            tmp.replace(self.final_model_dir)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if old.exists() and not self.final_model_dir.exists():
+                old.replace(self.final_model_dir)
+            raise self._write_failed("final model", exc) from None
+        shutil.rmtree(old, ignore_errors=True)
+        log.info("final model written", path=str(self.final_model_dir))
+        return self.final_model_dir
 
     # --- driver --------------------------------------------------------------------------------
 
@@ -533,13 +671,18 @@ class Trainer:
                 signal.signal(sig, handler)
 
     def run(self, progress: bool = True) -> dict[str, Any]:
-        """Train until ``train.steps``; returns a summary (final metrics, eval before/after)."""
-        self.output_dir.mkdir(parents=True, exist_ok=True)
+        """Train until ``train.steps``; returns a summary (final metrics, eval before/after).
+
+        The output_dir is locked for the whole run; a run not resumed starts over there."""
+        self._own_output_dir()
+        if not self._resumed and self.step == 0:
+            self._start_over()
         summary: dict[str, Any] = {"output_dir": str(self.output_dir)}
         try:
             self._run(summary, progress)
         finally:
             self.rollouts.close()  # a rollout sampled ahead finishes first (or was checkpointed)
+            self.lock.release()
         summary["steps"] = self.step
         summary["history"] = self.history
         return summary
@@ -548,7 +691,6 @@ class Trainer:
         from polyrl.progress import step_progress
 
         c = self.config
-        metrics_path = self.output_dir / "metrics.jsonl"
         if self.eval_dataset is not None and self.step == 0:
             summary["eval_before"] = self.evaluate()
             if self.rank == 0:
@@ -568,8 +710,7 @@ class Trainer:
                 self.step += 1
                 self.history.append(metrics)
                 if self.rank == 0:
-                    with open(metrics_path, "a") as fh:
-                        fh.write(json.dumps(metrics) + "\n")
+                    self._append_metrics(metrics)
                 log.info("step", **({"rank": self.rank} if self.world_size > 1 else {}), **{k: (round(v, 4) if isinstance(v, float) else v)
                                     for k, v in metrics.items() if not k.startswith("reward/")})
                 advance(metrics)
@@ -592,7 +733,10 @@ class Trainer:
         self.rollouts.pending()  # under overlap the generator lags one update: leave it on the
         self._sync_weights(self.step)  # trained policy, as without overlap
         last = ckpt.checkpoint_dir(self.checkpoint_root, self.step)
-        summary["checkpoint"] = str(last if self._saved_step == self.step else self.save())
+        last = last if self._saved_step == self.step else self.save()
+        summary["checkpoint"] = str(last)
+        if self.rank == 0:
+            summary["model"] = str(self.export_final_model(last))
         if self.stop_requested:
             log.warning("stopped early on request", step=self.step)
             summary["stopped_early"] = True

@@ -190,18 +190,18 @@ def import_weights(engine: Any, weights: Any) -> bool | None:
 
 
 @hookimpl
-def save_checkpoint(engine: Any, path: str) -> bool | None:
+def save_checkpoint(engine: Any, path: str, state_path: str | None) -> bool | None:
     if not _ours(engine):
         return None
     from polyrl_mlx.weights import save_checkpoint as run
 
-    return run(engine, path)
+    return run(engine, path, state_path)
 
 
 @hookimpl
-def load_checkpoint(engine: Any, path: str) -> bool | None:
+def load_checkpoint(engine: Any, path: str, state_path: str | None, weights_only: bool) -> bool | None:
     if not _ours(engine):
         return None
     from polyrl_mlx.weights import load_checkpoint as run
 
-    return run(engine, path)
+    return run(engine, path, state_path, weights_only=weights_only)

@@ -36,6 +36,7 @@ from polyrl_mlx._mx import mx, nn
 from polyrl_mlx.engine import MLXEngine
 
 STATE_DIR = "mlx_state"
+ADAPTER_DIR = "adapter"
 FORMAT = 1
 QUANT_KEYS = ("quantization", "quantization_config")
 
@@ -225,22 +226,25 @@ def _mlx_adapter_config(engine: MLXEngine) -> dict[str, Any]:
                                 "dropout": lora.dropout, "keys": engine.lora_keys}}
 
 
-def save_checkpoint(engine: MLXEngine, path: str) -> bool:
-    """Merged HF model at ``path``; optimizer, key, adapters (and LoRA base) in ``mlx_state/``."""
+def save_checkpoint(engine: MLXEngine, path: str, state_path: str | None = None) -> bool:
+    """Merged HF model at ``path`` (LoRA adapters, mlx-lm format, in ``path/adapter/``);
+    optimizer, key and the LoRA base in ``state_path`` (default ``path/mlx_state``)."""
     from mlx.utils import tree_flatten
 
     folder = Path(path)
-    state = folder / STATE_DIR
+    state = Path(state_path) if state_path else folder / STATE_DIR
     state.mkdir(parents=True, exist_ok=True)
     with mx.stream(engine.device):
         save_hf_folder(folder, hf_tensors(engine.model), engine.hf_config, engine.tokenizer,
                        source=engine.model_dir)
         if engine.lora is not None:
+            adapter = folder / ADAPTER_DIR
+            adapter.mkdir(exist_ok=True)
             adapters = {k: v for k, v in tree_flatten(engine.model.parameters())
                         if k.rsplit(".", 1)[-1] in ("lora_a", "lora_b")}
-            mx.save_safetensors(str(state / "adapters.safetensors"), adapters)
+            mx.save_safetensors(str(adapter / "adapters.safetensors"), adapters)
             adapter_config = json.dumps(_mlx_adapter_config(engine), indent=2)
-            (state / "adapter_config.json").write_text(adapter_config + "\n")
+            (adapter / "adapter_config.json").write_text(adapter_config + "\n")
             if engine.base_replaced:
                 base = {k: v for k, v in tree_flatten(engine.model.parameters())
                         if k.rsplit(".", 1)[-1] not in ("lora_a", "lora_b")}
@@ -257,38 +261,58 @@ def save_checkpoint(engine: MLXEngine, path: str) -> bool:
     return True
 
 
-def load_checkpoint(engine: MLXEngine, path: str) -> bool:
+def _missing_piece(piece: str, file: Path) -> Exception:
+    from polyrl.errors import ConfigError
+
+    return ConfigError(f"checkpoint has no {piece} ({file} is missing)", field="--resume",
+                       fix="resume with --resume-weights-only to load the weights alone (fresh optimizer and RNG)")
+
+
+def load_checkpoint(engine: MLXEngine, path: str, state_path: str | None = None,
+                    weights_only: bool = False) -> bool:
     """Restore weights (base + adapters for LoRA), optimizer and key so training continues exactly.
 
-    A checkpoint of another backend (a plain HF folder) loads too: its merged weights are
-    imported (LoRA adapters reset) and the optimizer starts fresh.
+    A checkpoint of another backend (a plain HF folder) loads with ``weights_only``: its merged
+    weights are imported (LoRA adapters reset) and the optimizer starts fresh. Otherwise a
+    missing optimizer or RNG file is an error naming it. The learning rate comes from this
+    engine's config (MLX keeps it inside the optimizer state).
     """
     from mlx.utils import tree_unflatten
 
     folder = Path(path)
     if not (folder / "model.safetensors").exists():
         raise FileNotFoundError(f"{folder} is not a checkpoint (no model.safetensors)")
-    state = folder / STATE_DIR
+    state = Path(state_path) if state_path and Path(state_path).is_dir() else folder / STATE_DIR
     meta = json.loads((state / "engine.json").read_text()) if (state / "engine.json").exists() else {}
+    opt_file = state / "optimizer.safetensors"
+    if not weights_only:
+        if engine.optimizer is not None and not opt_file.exists():
+            raise _missing_piece("optimizer state", opt_file)
+        if not (state / "rng.safetensors").exists():
+            raise _missing_piece("RNG state", state / "rng.safetensors")
+    adapter = folder / ADAPTER_DIR
+    if not (adapter / "adapters.safetensors").exists():
+        adapter = state  # written before adapters moved beside the model
     with mx.stream(engine.device):
-        exact_lora = (engine.lora is not None and meta.get("lora")
-                      and (state / "adapters.safetensors").exists())
+        exact_lora = (not weights_only and engine.lora is not None and meta.get("lora")
+                      and (adapter / "adapters.safetensors").exists())
         if exact_lora:
             if (state / "base_model.safetensors").exists():
                 engine.model.load_weights(str(state / "base_model.safetensors"), strict=False)
                 engine.base_replaced = True
-            engine.model.load_weights(list(mx.load(str(state / "adapters.safetensors")).items()),
+            engine.model.load_weights(list(mx.load(str(adapter / "adapters.safetensors")).items()),
                                       strict=False)
             mx.eval(engine.model.parameters())
         else:
             import_weights(engine, mx_to_numpy(mx.load(str(folder / "model.safetensors"))))
+        if weights_only:
+            return True
         same_kind = bool(meta.get("lora")) == (engine.lora is not None)
-        opt_file = state / "optimizer.safetensors"
-        if engine.optimizer is not None and opt_file.exists() and same_kind:
+        if engine.optimizer is not None and same_kind:
             engine.optimizer.state = tree_unflatten(list(mx.load(str(opt_file)).items()))
+            engine.optimizer.learning_rate = engine.config.optimizer.lr
             mx.eval(engine.optimizer.state)
-        if (state / "rng.safetensors").exists():
-            engine.rng_key = mx.load(str(state / "rng.safetensors"))["sampler_key"]
+        engine.rng_key = mx.load(str(state / "rng.safetensors"))["sampler_key"]
     return True
 
 

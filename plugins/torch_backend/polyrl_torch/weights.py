@@ -166,8 +166,9 @@ def _version() -> str:
         return "0+unknown"
 
 
-def save_checkpoint(engine: TorchEngine, path: str) -> bool:
-    """Merged HF model at ``path``; adapters in ``adapter/``; optimizer, RNG, base in ``torch_state/``.
+def save_checkpoint(engine: TorchEngine, path: str, state_path: str | None = None) -> bool:
+    """Merged HF model at ``path`` (adapters in ``path/adapter/``); optimizer, RNG and the LoRA
+    base in ``state_path`` (default ``path/torch_state``, the layout of a direct engine call).
 
     Under torchrun every rank calls this (FSDP shards must be gathered); only rank 0 writes.
     """
@@ -182,8 +183,8 @@ def save_checkpoint(engine: TorchEngine, path: str) -> bool:
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     _save_hf_model(engine, folder, weights)
-    state = folder / STATE_DIR
-    state.mkdir(exist_ok=True)
+    state = Path(state_path) if state_path else folder / STATE_DIR
+    state.mkdir(parents=True, exist_ok=True)
     if engine.lora is not None:
         engine.model.save_pretrained(str(folder / ADAPTER_DIR), selected_adapters=[ADAPTER])
         _save_tensors(hf_state_dict(engine, merged=False), state / "base_model.safetensors")
@@ -200,17 +201,43 @@ def save_checkpoint(engine: TorchEngine, path: str) -> bool:
     return True
 
 
-def load_checkpoint(engine: TorchEngine, path: str) -> bool:
-    """Restore weights (base + adapters for LoRA), optimizer and RNG so training continues exactly."""
+def _missing_piece(piece: str, file: Path) -> Exception:
+    from polyrl.errors import ConfigError
+
+    return ConfigError(f"checkpoint has no {piece} ({file} is missing)", field="--resume",
+                       fix="resume with --resume-weights-only to load the weights alone (fresh optimizer and RNG)")
+
+
+def _apply_config_hyperparameters(engine: TorchEngine) -> None:
+    """The saved optimizer state carries the old run's lr/betas/...: the current config wins."""
+    opt = engine.config.optimizer
+    for group in engine.require_optimizer().param_groups:
+        group.update(lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps, weight_decay=opt.weight_decay,
+                     fused=engine.fused_optimizer())  # the saving engine's kernel choice is not ours
+
+
+def load_checkpoint(engine: TorchEngine, path: str, state_path: str | None = None,
+                    weights_only: bool = False) -> bool:
+    """Restore weights (base + adapters for LoRA), optimizer and RNG so training continues exactly.
+
+    ``weights_only``: the merged weights alone (LoRA adapters reset); optimizer and RNG stay fresh.
+    Otherwise a missing optimizer or RNG file is an error naming it.
+    """
     from safetensors.torch import load_file
 
     folder = Path(path)
     model_file = folder / "model.safetensors"
     if not model_file.exists():
         raise FileNotFoundError(f"{folder} is not a torch-backend checkpoint (no model.safetensors)")
-    state = folder / STATE_DIR
+    state = Path(state_path) if state_path and Path(state_path).is_dir() else folder / STATE_DIR
     meta = json.loads((state / "engine.json").read_text()) if (state / "engine.json").exists() else {}
-    exact_lora = engine.lora is not None and meta.get("lora") and (folder / ADAPTER_DIR).is_dir()
+    if not weights_only:
+        if engine.optimizer is not None and not (state / "optimizer.pt").exists():
+            raise _missing_piece("optimizer state", state / "optimizer.pt")
+        if not (state / "rng.pt").exists():
+            raise _missing_piece("RNG state", state / "rng.pt")
+    exact_lora = (not weights_only and engine.lora is not None and meta.get("lora")
+                  and (folder / ADAPTER_DIR).is_dir())
     if exact_lora:
         from peft.utils import set_peft_model_state_dict
 
@@ -221,8 +248,10 @@ def load_checkpoint(engine: TorchEngine, path: str) -> bool:
             raise ValueError(f"adapter keys not in this model: {result.unexpected_keys[:3]}")
     else:
         import_weights(engine, load_file(str(model_file)))  # merged model; LoRA adapters reset
+    if weights_only:
+        return True
     same_kind = bool(meta.get("lora")) == (engine.lora is not None)
-    if engine.optimizer is not None and (state / "optimizer.pt").exists() and same_kind:
+    if engine.optimizer is not None and same_kind:
         if engine.fsdp is not None:  # full state by index -> this rank's shards
             full = torch.load(state / "optimizer.pt", map_location="cpu", weights_only=True)
             engine.fsdp.load_optimizer_state(engine.optimizer, full)
@@ -230,12 +259,10 @@ def load_checkpoint(engine: TorchEngine, path: str) -> bool:
             engine.optimizer.load_state_dict(
                 torch.load(state / "optimizer.pt", map_location=engine.device, weights_only=True)
             )
-        for group in engine.optimizer.param_groups:  # the saving engine's kernel choice is not ours
-            group["fused"] = engine.fused_optimizer()
-    if (state / "rng.pt").exists():
-        rng = torch.load(state / "rng.pt", weights_only=True)
-        torch.set_rng_state(rng["torch"])
-        engine.generator.set_state(rng["sampler"])
-        if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+        _apply_config_hyperparameters(engine)
+    rng = torch.load(state / "rng.pt", weights_only=True)
+    torch.set_rng_state(rng["torch"])
+    engine.generator.set_state(rng["sampler"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
     return True

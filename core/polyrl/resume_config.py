@@ -1,0 +1,84 @@
+"""What may change between a checkpoint and the run that resumes it.
+
+A checkpoint stores the run's config. At resume every changed field is either *applied and
+logged* (a knob that does not change what the resumed steps mean: learning rate, step count,
+checkpoint cadence...) or *refused* with one error naming all of them (anything that would make
+the resumed run a different experiment than the checkpointed one: model, algorithm, data,
+rewards, seed...). Nothing is silently ignored. ``--resume-weights-only`` starts a new
+experiment from the weights, so there every change is applied and logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import attrs
+
+from polyrl.config import RunConfig
+from polyrl.errors import ConfigError
+
+#: Fields a resumed run takes from its new config (prefix match on the dotted name).
+APPLIED = (
+    "optimizer.lr", "optimizer.max_grad_norm", "optimizer.weight_decay", "optimizer.betas",
+    "optimizer.eps", "optimizer.micro_batch_size",
+    "train.steps", "train.checkpoint_every", "train.keep_checkpoints", "train.max_consecutive_skips",
+    "train.threads", "train.output_dir",
+    "eval.every", "eval.reward", "eval.max_new_tokens",
+    "generation.overlap",  # a pending rollout is trained on (overlap) or drawn again on-policy
+)
+
+
+def snapshot(config: RunConfig) -> dict[str, Any]:
+    """The config as flat ``{"section.key": value}`` JSON values (inline rows by their hash)."""
+    data = attrs.asdict(config)
+    rows = data.get("data", {}).get("rows")
+    if rows is not None:
+        text = json.dumps(rows, sort_keys=True, default=str).encode()
+        data["data"]["rows"] = "sha256:" + hashlib.sha256(text).hexdigest()
+    flat: dict[str, Any] = {}
+    for section, value in data.items():
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                flat[f"{section}.{key}"] = _plain(inner)
+        else:
+            flat[section] = _plain(value)
+    return flat
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _is_applied(field: str) -> bool:
+    return any(field == p or field.startswith(p + ".") for p in APPLIED)
+
+
+def changes(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """[(field, saved value, current value)] for every field that differs."""
+    return [(k, saved.get(k), current.get(k)) for k in sorted(set(saved) | set(current))
+            if saved.get(k) != current.get(k)]
+
+
+def describe(change: tuple[str, Any, Any]) -> str:
+    field, old, new = change
+    return f"{field} {old!r} -> {new!r}"
+
+
+def check(saved: dict[str, Any] | None, config: RunConfig, weights_only: bool) -> list[str]:
+    """The changes to log as applied; raises ``ConfigError`` naming every refused change."""
+    if not saved:
+        return []
+    found = changes(saved, snapshot(config))
+    refused = [c for c in found if not weights_only and not _is_applied(c[0])]
+    if refused:
+        first = refused[0][0]
+        raise ConfigError(
+            "config changed at resume in a way that breaks exact resumption: "
+            + "; ".join(describe(c) for c in refused),
+            field=first,
+            fix="restore the checkpoint's values, or start from its weights with --resume-weights-only "
+            "(fresh optimizer and RNG), or train into a new output_dir",
+        )
+    return [describe(c) for c in found]

@@ -1,0 +1,90 @@
+"""One trainer per output directory: an advisory ``flock`` held for the whole run.
+
+Why flock: the kernel releases it when the holder dies (even by ``kill -9``), so a stale lock
+never blocks the next run, and nothing has to guess whether a recorded pid is still alive. The
+holder's pid is written into the file only to name it in the error a second trainer gets.
+
+The lock belongs to the process: several ``Trainer`` objects of one process on one directory
+share it (a test or notebook that stops one and resumes in another); another process is refused.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from polyrl.errors import ConfigError, PolyrlError
+
+LOCK_FILE = ".polyrl.lock"
+
+
+class OutputDirBusy(ConfigError):
+    """Another live process holds the output directory."""
+
+
+#: lock file (resolved) -> [fd, holders in this process]
+_HELD: dict[str, list[int]] = {}
+
+
+class OutputDirLock:
+    """``acquire()`` takes the lock (idempotent per object); ``release()`` drops this object's hold."""
+
+    def __init__(self, output_dir: Path) -> None:
+        self.path = Path(output_dir) / LOCK_FILE
+        self._key: str | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._key is not None
+
+    def acquire(self) -> None:
+        if self._key is not None:
+            return
+        key = str(self.path.parent.resolve() / LOCK_FILE)
+        if key in _HELD:
+            _HELD[key][1] += 1
+            self._key = key
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise unwritable(self.path.parent, exc) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise OutputDirBusy(
+                f"output_dir {self.path.parent} is in use by another trainer (pid {holder})",
+                field="train.output_dir",
+                fix="wait for that run to finish (or stop it), or give this run another output_dir",
+            ) from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:  # a full disk: the lock still holds, only the pid note is missing
+            pass
+        _HELD[key] = [fd, 1]
+        self._key = key
+
+    def release(self) -> None:
+        if self._key is None:
+            return
+        held = _HELD[self._key]
+        held[1] -= 1
+        if held[1] == 0:
+            del _HELD[self._key]
+            fcntl.flock(held[0], fcntl.LOCK_UN)
+            os.close(held[0])
+        self._key = None
+
+
+def unwritable(path: Path, exc: OSError) -> PolyrlError:
+    """The one-line error for an output path the run cannot write (read-only, full, no rights)."""
+    return ConfigError(
+        f"cannot write to output_dir {path}: {exc.strerror or exc}",
+        field="train.output_dir",
+        fix="free space or make it writable, or point train.output_dir (--output-dir) elsewhere",
+    )

@@ -1,0 +1,71 @@
+"""Helpers for the crash/resume tests: a tiny-model run config, the real CLI, strict readers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from polyrl import checkpoint as ckpt
+
+POLYRL = [sys.executable, "-m", "polyrl.cli"]
+REWARD = """
+def digits(prompts, completions, **kwargs):
+    texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]  # chat: TRL's messages
+    return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
+"""
+
+
+def write_config(tmp_path: Path, model: str, out: Path, lr: str = "1e-3", backend: str = "torch",
+                 extra: str = "", reward_dir: Path | None = None, **train) -> Path:
+    """A run config in ``tmp_path``; ``reward_dir``: where reward.py lives (another run's folder,
+    so that a copy of that run resumes with an unchanged config)."""
+    reward = (reward_dir or tmp_path) / "reward.py"
+    reward.write_text(REWARD)
+    settings = {"steps": 6, "prompts_per_step": 2, "threads": 1, "checkpoint_every": 1,
+                "keep_checkpoints": 10, "output_dir": f'"{out}"', **train}
+    config = tmp_path / f"{out.name}.toml"
+    config.write_text(
+        f'[model]\npath = "{model}"\n[backends]\ntrain = "{backend}"\n'
+        '[generation]\ngroup_size = 4\nmax_new_tokens = 8\n'
+        f'[optimizer]\nlr = {lr}\n[data]\ntask = "arithmetic"\n'
+        f'[[rewards]]\nfunction = "{reward}:digits"\n{extra}[train]\n'
+        + "".join(f"{k} = {v}\n" for k, v in settings.items())
+    )
+    return config
+
+
+def train(config: Path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([*POLYRL, "train", str(config), "--no-progress", *extra],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def strict_loads(text: str):
+    """json.loads that refuses NaN/Infinity tokens (they are not JSON)."""
+    def reject(token: str):
+        raise ValueError(f"not JSON: {token}")
+
+    return json.loads(text, parse_constant=reject)
+
+
+def metric_steps(out: Path) -> list[dict]:
+    return [strict_loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def checkpoint_weights(path: Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    return load_file(str(path / "model" / "model.safetensors"))
+
+
+def final_weights(out: Path) -> dict[str, np.ndarray]:
+    return checkpoint_weights(ckpt.latest_checkpoint(out / "checkpoints"))
+
+
+def assert_same_weights(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)  # bitwise on CPU

@@ -1,0 +1,432 @@
+"""Checkpoints that never lie (`make test-faults`): kills at random moments, damaged and
+incomplete checkpoints, two trainers on one output_dir, config changes at resume, a full disk,
+a read-only output_dir, strict JSON. Runs the real CLI and the real torch backend on the tiny
+model; a run killed and resumed must end bitwise where an uninterrupted run ends.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from crash_util import (
+    POLYRL,
+    assert_same_weights,
+    checkpoint_weights,
+    final_weights,
+    metric_steps,
+    strict_loads,
+    train,
+    write_config,
+)
+from polyrl import checkpoint as ckpt
+from polyrl.config import RunConfig
+from polyrl.errors import ConfigError
+from polyrl.run_lock import OutputDirBusy, OutputDirLock
+from polyrl.trainer import OutputWriteError, Trainer
+
+pytestmark = pytest.mark.faults
+
+
+def errors_in(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def one_clear_error(result: subprocess.CompletedProcess, *expected: str) -> str:
+    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = errors_in(result.stderr)
+    assert len(errors) == 1, result.stderr[-3000:]
+    for text in expected:
+        assert text in errors[0], errors[0]
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def clean_run(tiny_model_dir, tmp_path_factory):
+    """An uninterrupted 8-step run (checkpoint every step): the reference every crash must match."""
+    tmp = tmp_path_factory.mktemp("clean")
+    out = tmp / "clean"
+    result = train(write_config(tmp, tiny_model_dir, out, steps=8))
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def crash_config(tmp_path: Path, tiny_model_dir: str, clean: Path | None = None,
+                 **settings) -> tuple[Path, Path]:
+    """The clean run's config, writing into ``tmp_path/crash``; ``clean``: share its reward file
+    (a copy of the clean run then resumes with an unchanged config)."""
+    out = tmp_path / "crash"
+    reward_dir = clean.parent if clean else None
+    return write_config(tmp_path, tiny_model_dir, out, reward_dir=reward_dir, **{"steps": 8, **settings}), out
+
+
+def assert_matches_clean(out: Path, clean: Path) -> None:
+    assert [m["step"] for m in metric_steps(out)] == list(range(8))  # each step exactly once
+    assert [m["reward_mean"] for m in metric_steps(out)] == [m["reward_mean"] for m in metric_steps(clean)]
+    assert_same_weights(final_weights(clean), final_weights(out))
+    assert ckpt.latest_checkpoint(out / "checkpoints").name == "step-00000008"
+
+
+# --- kill -9 at random moments, including during checkpoint writes ---------------------------------
+
+
+def test_kill_9_at_random_moments_in_a_loop_then_resume_equals_the_clean_run(tiny_model_dir, tmp_path, clean_run):
+    """Checkpoints every step. Several kills, each followed by --resume: every other one lands
+    while a checkpoint is being written (its temp dir exists), the others at a random moment.
+    The finished run has every step once in metrics.jsonl and the clean run's weights, bitwise."""
+    config, out = crash_config(tmp_path, tiny_model_dir)
+    root = out / "checkpoints"
+    rng = random.Random()
+    kills = mid_write = 0
+    for attempt in range(4):
+        done_before = len(ckpt.complete_checkpoints(root))
+        if done_before >= 7:
+            break
+        args = [*POLYRL, "train", str(config), "--no-progress", *(["--resume"] if attempt else [])]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 180
+        if attempt % 2 == 0:  # the moment a checkpoint write is under way
+            while not any(root.glob(".tmp-step-*")) and proc.poll() is None:
+                assert time.monotonic() < deadline
+                time.sleep(0.002)
+        else:  # past start-up (a new checkpoint), then a random moment
+            while len(ckpt.complete_checkpoints(root)) <= done_before and proc.poll() is None:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            time.sleep(rng.uniform(0, 0.4))
+        if proc.poll() is not None:
+            assert proc.returncode == 0, proc.communicate()[1][-3000:]
+            break  # it finished first: nothing to kill
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        mid_write += any(root.glob(".tmp-step-*"))  # the write was cut short
+    assert kills >= 2 and mid_write >= 1, (kills, mid_write)
+    resumed = train(config, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert not any(root.glob(".tmp-step-*"))  # cleaned up by the next successful save
+    assert_matches_clean(out, clean_run)
+
+
+def test_kill_9_before_the_first_checkpoint_then_resume_starts_over_without_duplicates(
+        tiny_model_dir, tmp_path, clean_run):
+    config, out = crash_config(tmp_path, tiny_model_dir, checkpoint_every=0)
+    proc = subprocess.Popen([*POLYRL, "train", str(config), "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while not (out / "metrics.jsonl").exists() or len((out / "metrics.jsonl").read_text().splitlines()) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not ckpt.complete_checkpoints(out / "checkpoints")
+    resumed = train(config, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "no complete checkpoint found; starting from step 0" in resumed.stderr
+    assert [m["step"] for m in metric_steps(out)] == list(range(8))
+    assert [m["reward_mean"] for m in metric_steps(out)] == [m["reward_mean"] for m in metric_steps(clean_run)]
+    assert_same_weights(final_weights(clean_run), final_weights(out))
+
+
+# --- damaged checkpoints --------------------------------------------------------------------------
+
+
+def _copy_run(src: Path, dst: Path, upto: int) -> None:
+    """A copy of a finished run as a run killed right after checkpoint ``upto`` would leave it."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    for path in (dst / "checkpoints").glob("step-*"):
+        if int(path.name.split("-")[1]) > upto:
+            shutil.rmtree(path)
+    shutil.rmtree(dst / "model")
+
+
+def test_truncated_newest_model_falls_back_to_the_previous_checkpoint(tiny_model_dir, tmp_path, clean_run):
+    config, out = crash_config(tmp_path, tiny_model_dir, clean_run)
+    _copy_run(clean_run, out, upto=6)
+    model = out / "checkpoints" / "step-00000006" / "model" / "model.safetensors"
+    with open(model, "r+b") as fh:
+        fh.truncate(model.stat().st_size // 2)
+    resumed = train(config, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    skipped = [line for line in resumed.stderr.splitlines() if "checkpoint skipped" in line]
+    assert len(skipped) == 1 and "step-00000006" in skipped[0] and "model/model.safetensors" in skipped[0]
+    assert "step=5" in next(line for line in resumed.stderr.splitlines() if "resumed" in line)
+    assert_matches_clean(out, clean_run)
+
+
+def test_a_bit_flip_is_caught_by_the_checksum(tmp_path):
+    root = tmp_path / "checkpoints"
+    for step in (1, 2):
+        ckpt.write_checkpoint(root, step, {"step": step},
+                              lambda model, state: (Path(model).mkdir(), (Path(model) / "w.bin").write_bytes(b"\0" * 64)))
+    target = root / "step-00000002" / "model" / "w.bin"
+    target.write_bytes(b"\0" * 63 + b"\1")  # same size, one bit differs
+    found, skipped = ckpt.newest_verified(root)
+    assert found.name == "step-00000001"
+    assert skipped == [(root / "step-00000002", "model/w.bin does not match its checksum")]
+
+
+def test_a_deleted_or_edited_manifest_does_not_pass_and_old_checkpoints_still_load(tmp_path):
+    root = tmp_path / "checkpoints"
+    for step in (1, 2, 3):
+        ckpt.write_checkpoint(root, step, {"step": step}, lambda model, state: Path(model).mkdir())
+    (root / "step-00000003" / ckpt.MANIFEST).unlink()
+    manifest = root / "step-00000002" / ckpt.MANIFEST
+    manifest.write_text(manifest.read_text().replace('"format": 1', '"format": 1 '))
+    assert ckpt.verify(root / "step-00000003") == "MANIFEST.json is missing"
+    assert ckpt.verify(root / "step-00000002") == "MANIFEST.json does not match the checksum in COMPLETE"
+    legacy = root / "step-00000001"  # as polyrl wrote it before manifests: marker without checksum
+    (legacy / ckpt.MARKER).write_text('{"step": 1}')
+    (legacy / ckpt.MANIFEST).unlink()
+    assert ckpt.is_unverifiable(legacy) and ckpt.verify(legacy) is None
+    assert ckpt.newest_verified(root)[0] == legacy
+
+
+def test_missing_optimizer_state_is_an_error_unless_weights_only(tiny_model_dir, tmp_path, clean_run):
+    config, out = crash_config(tmp_path, tiny_model_dir, clean_run)
+    _copy_run(clean_run, out, upto=3)
+    for path in (out / "checkpoints").glob("step-*"):
+        (path / "engine_state" / "optimizer.pt").unlink()
+    one_clear_error(train(config, "--resume"), "optimizer.pt is missing", "--resume-weights-only", "step-00000003")
+
+    resumed = train(config, "--resume-weights-only")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed weights only: optimizer and RNG start fresh" in resumed.stderr
+    assert [m["step"] for m in metric_steps(out)] == list(range(8))  # continued at step 3, once each
+    assert metric_steps(out)[:3] == metric_steps(clean_run)[:3]
+
+
+def test_the_backend_refuses_a_checkpoint_without_optimizer_or_rng_state(tiny_model_dir, tmp_path):
+    """The same rule one level down: a backend asked for an exact load names the missing piece."""
+    from polyrl.engine import Engine
+    from polyrl.registry import get_registry
+    from polyrl.types import EngineConfig
+
+    engine = Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, threads=1))
+    engine.save_checkpoint(str(tmp_path / "model"), str(tmp_path / "state"))
+    assert not (tmp_path / "model" / "torch_state").exists()  # nothing but the model in model/
+    (tmp_path / "state" / "rng.pt").unlink()
+    with pytest.raises(ConfigError, match="no RNG state.*--resume-weights-only"):
+        engine.load_checkpoint(str(tmp_path / "model"), str(tmp_path / "state"))
+    engine.load_checkpoint(str(tmp_path / "model"), str(tmp_path / "state"), weights_only=True)
+
+
+# --- config changes at resume ---------------------------------------------------------------------
+
+
+def test_changed_lr_at_resume_is_applied_to_the_restored_optimizer(tiny_model_dir, tmp_path, clean_run):
+    _, out = crash_config(tmp_path, tiny_model_dir, clean_run)
+    _copy_run(clean_run, out, upto=4)
+    config = write_config(tmp_path, tiny_model_dir, out, lr="2e-3", steps=8, reward_dir=clean_run.parent)
+    trainer = Trainer(RunConfig.from_toml(config))
+    assert trainer.resume()
+    groups = trainer.train_engine.raw.optimizer.param_groups
+    assert groups and all(g["lr"] == 2e-3 for g in groups)  # not the saved optimizer's 1e-3
+    assert len(trainer.train_engine.raw.optimizer.state) > 0  # Adam moments were restored
+    trainer.lock.release()
+
+
+def test_changed_lr_and_steps_at_resume_are_logged_by_the_cli(tiny_model_dir, tmp_path, clean_run):
+    _, out = crash_config(tmp_path, tiny_model_dir, clean_run)
+    _copy_run(clean_run, out, upto=4)
+    config = write_config(tmp_path, tiny_model_dir, out, lr="2e-3", steps=5, reward_dir=clean_run.parent)
+    resumed = train(config, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "config changed at resume: optimizer.lr 0.001 -> 0.002" in resumed.stderr
+    assert "config changed at resume: train.steps 8 -> 5" in resumed.stderr
+    assert [m["step"] for m in metric_steps(out)] == list(range(5))
+
+
+@pytest.mark.parametrize(("field", "old", "new"), [
+    ("generation.group_size", "group_size = 4", "group_size = 2"),
+    ("algorithm.beta", "[train]\n", "[algorithm]\nbeta = 0.1\n[train]\n"),
+    ("data.options", 'task = "arithmetic"', 'task = "arithmetic"\noptions = {seed = 3}'),
+    ("model.path", "", ""),  # the same weights in another folder: still another model.path
+])
+def test_a_config_change_that_breaks_exactness_is_refused(tiny_model_dir, tmp_path, clean_run, field, old, new):
+    import shutil
+
+    _, out = crash_config(tmp_path, tiny_model_dir, clean_run)
+    _copy_run(clean_run, out, upto=2)
+    config = write_config(tmp_path, tiny_model_dir, out, steps=8, reward_dir=clean_run.parent)
+    if field == "model.path":
+        shutil.copytree(tiny_model_dir, tmp_path / "copy")
+        old, new = f'path = "{tiny_model_dir}"', f'path = "{tmp_path / "copy"}"'
+    config.write_text(config.read_text().replace(old, new, 1))
+    trainer = Trainer(RunConfig.from_toml(config))
+    with pytest.raises(ConfigError, match=r"config changed at resume.*--resume-weights-only") as caught:
+        trainer.resume()
+    assert caught.value.field == field and caught.value.message.count(" -> ") == 1  # that change alone
+    trainer.lock.release()
+    assert [m["step"] for m in metric_steps(out)] == list(range(8))  # nothing was touched (copied run)
+
+
+def test_a_refused_config_change_is_one_error_line_from_the_cli(tiny_model_dir, tmp_path, clean_run):
+    _, out = crash_config(tmp_path, tiny_model_dir, clean_run)
+    _copy_run(clean_run, out, upto=2)
+    config = write_config(tmp_path, tiny_model_dir, out, steps=8, seed=7, reward_dir=clean_run.parent)
+    one_clear_error(train(config, "--resume"), "config changed at resume", "train.seed 0 -> 7",
+                    "--resume-weights-only")
+
+
+# --- one trainer per output_dir -------------------------------------------------------------------
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from polyrl.run_lock import OutputDirLock
+OutputDirLock(Path(sys.argv[1])).acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_second_trainer_is_refused_and_a_killed_holder_does_not_block(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = train(write_config(tmp_path, tiny_model_dir, out, steps=1))
+        one_clear_error(result, "in use by another trainer", f"pid {holder.pid}", "train.output_dir")
+        assert not (out / "metrics.jsonl").exists()
+        with pytest.raises(OutputDirBusy, match=f"pid {holder.pid}"):
+            OutputDirLock(out).acquire()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert (out / ".polyrl.lock").read_text().strip() == str(holder.pid)  # the stale note stays...
+    trainer = Trainer(RunConfig.from_toml(write_config(tmp_path, tiny_model_dir, out, steps=1)))
+    assert trainer.run(progress=False)["steps"] == 1  # ... and does not block
+    assert not trainer.lock.held
+
+
+# --- full disk, read-only output_dir --------------------------------------------------------------
+
+
+@contextmanager
+def tmpfs(path: Path, size_kib: int):
+    """A small tmpfs at ``path`` (needs root and mount rights; the test is skipped without)."""
+    path.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(path)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def _dir_kib(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) // 1024
+
+
+def test_disk_full_during_a_checkpoint_is_one_error_and_keeps_the_last_good_one(
+        tiny_model_dir, tmp_path, clean_run):
+    one = _dir_kib(clean_run / "checkpoints" / "step-00000001")
+    with tmpfs(tmp_path / "disk", size_kib=int(one * 1.6)) as disk:  # room for one checkpoint, not two
+        out = disk / "run"
+        result = train(write_config(tmp_path, tiny_model_dir, out, steps=8, keep_checkpoints=1))
+        one_clear_error(result, "No space left on device", "step-00000001", "--resume")
+        assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-00000001"]  # no temp dir left
+        assert ckpt.verify(out / "checkpoints" / "step-00000001") is None
+        assert_same_weights(checkpoint_weights(clean_run / "checkpoints" / "step-00000001"),
+                            checkpoint_weights(out / "checkpoints" / "step-00000001"))
+        assert [m["step"] for m in metric_steps(out)] == [0, 1]
+
+
+def test_disk_full_while_writing_metrics_is_one_error(tiny_model_dir, tmp_path, monkeypatch):
+    """The fault injected at the write itself (any machine): open() of metrics.jsonl fails ENOSPC."""
+    import builtins
+
+    import polyrl.trainer as trainer_module
+
+    real_open = builtins.open
+
+    def full_disk_open(file, mode="r", *args, **kwargs):
+        if str(file).endswith("metrics.jsonl") and "a" in mode:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "open", full_disk_open, raising=False)
+    config = RunConfig.from_toml(write_config(tmp_path, tiny_model_dir, tmp_path / "run", steps=3))
+    trainer = Trainer(config)
+    with pytest.raises(OutputWriteError, match="No space left on device.*Fix: free space"):
+        trainer.run(progress=False)
+    assert not trainer.lock.held  # released on the way out
+
+
+def test_read_only_output_dir_is_one_error(tiny_model_dir, tmp_path):
+    with tmpfs(tmp_path / "ro", size_kib=1024) as disk:
+        (disk / "run").mkdir()
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        result = train(write_config(tmp_path, tiny_model_dir, disk / "run", steps=2))
+        one_clear_error(result, "Read-only file system", "train.output_dir")
+
+
+# --- strict JSON ----------------------------------------------------------------------------------
+
+
+def test_every_output_file_is_strict_json_with_null_for_nan(tmp_path):
+    from polyrl import strict_json
+
+    text = strict_json.dumps({"loss": float("nan"), "x": [float("inf"), 1.5], "n": __import__("numpy").float32(2)})
+    assert strict_loads(text) == {"loss": None, "x": [None, 1.5], "n": 2.0}
+
+
+def test_a_skipped_step_writes_null_not_nan(tmp_path, monkeypatch):
+    """DAPO drops every group of equal rewards: loss is NaN in memory, null in every file."""
+    from toy_dist import activate, install_toy_dists
+
+    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "broken,badreg")
+    deactivate = activate(install_toy_dists(tmp_path / "site"))
+    try:
+        (tmp_path / "const.py").write_text("def const(prompts, completions, **kw):\n    return [1.0] * len(completions)\n")
+        config = RunConfig.from_dict({
+            "model": {"path": "toy-model"}, "backends": {"train": "toy"},
+            "generation": {"group_size": 4, "max_new_tokens": 8},
+            "algorithm": {"name": "dapo", "overlong_buffer": None},
+            "data": {"task": "arithmetic", "options": {"count": 16}},
+            "rewards": [{"function": f"{tmp_path / 'const.py'}:const"}],
+            "train": {"steps": 2, "prompts_per_step": 2, "output_dir": str(tmp_path / "run")},
+        })
+        Trainer(config).run(progress=False)
+    finally:
+        deactivate()
+    lines = metric_steps(tmp_path / "run")
+    assert [m["loss"] for m in lines] == [None, None] and all(m["skipped"] for m in lines)
+    newest = ckpt.latest_checkpoint(tmp_path / "run" / "checkpoints")
+    for name in (ckpt.STATE_FILE, ckpt.MANIFEST, ckpt.MARKER):
+        strict_loads((newest / name).read_text())
+
+
+def test_changed_lr_at_resume_reaches_the_mlx_optimizer_too(tiny_model_dir, tmp_path):
+    """MLX keeps the learning rate inside its optimizer state: the restored state must not win."""
+    from polyrl.registry import get_registry
+
+    status = get_registry().status("mlx")
+    if not status.available:
+        pytest.skip(f"mlx not usable here: {status.reason}")
+    out = tmp_path / "run"
+    first = Trainer(RunConfig.from_toml(write_config(tmp_path, tiny_model_dir, out, backend="mlx", steps=2)))
+    first.run(progress=False)
+    resumed = Trainer(RunConfig.from_toml(write_config(tmp_path, tiny_model_dir, out, backend="mlx",
+                                                       lr="2e-3", steps=3)))
+    assert resumed.resume() and resumed.step == 2
+    optimizer = resumed.train_engine.raw.optimizer
+    assert float(optimizer.learning_rate) == pytest.approx(2e-3)
+    assert int(optimizer.state["step"]) == 2  # the Adam state itself was restored
+    resumed.lock.release()
