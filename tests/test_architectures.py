@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import secrets
 from pathlib import Path
 
 import numpy as np
@@ -303,10 +304,14 @@ def test_weights_pushed_to_a_remote_server_keep_tied_and_untied_heads(tie, serve
     trainer = _engine(path, "torch")
     seqs = [TokenSequence.of(c) for c in trainer.generate(CHATS, SamplingParams(max_new_tokens=8, n=2, seed=3))]
     trainer.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs))), Objective())
-    server = start_server(path, "--backend", server_backend, "--allow-weight-push")
+    token = models / f"push-token-{tie}"
+    token.write_text(secrets.token_hex(16))
+    server = start_server(path, "--backend", server_backend, "--allow-weight-push",
+                          "--weight-push-token-file", str(token))
     try:
         remote = Engine(get_registry(), "remote", EngineConfig(
-            model="unused", role="generate", options={"servers": [f"{server.url}/v1"]}))
+            model="unused", role="generate", options={"servers": [f"{server.url}/v1"],
+                                                      "weight_push_token_file": str(token)}))
         for _ in range(2):  # the second push is where a loaded MLX Gemma 3 used to raise
             remote.import_weights(trainer.export_weights())
             out = remote.generate(CHATS, SamplingParams(max_new_tokens=6, n=2, seed=1))

@@ -55,6 +55,7 @@ import attrs
 import numpy as np
 
 from polyrl.errors import ConfigError, PluginError
+from polyrl.shared_secret import read_shared_secret
 from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
 from polyrl.types import (BackendSpec, Capabilities, Completion, EngineConfig, NamedWeights, Prompt,
@@ -85,28 +86,10 @@ WEIGHT_TOKEN_HEADER = "X-Polyrl-Weight-Token"  # what polyrl serve checks (polyr
 
 def weight_push_token(options: RemoteOptions) -> str | None:
     """The shared secret for ``POST /polyrl/weights``, read once when the engine starts."""
-    env, path = options.weight_push_token_env, options.weight_push_token_file
-    if env and path:
-        raise ConfigError("give the weight-push token one way", field="backends.options.weight_push_token_file",
-                          fix="set weight_push_token_env or weight_push_token_file, not both")
-    if env:
-        token = os.environ.get(env, "").strip()
-        if not token:
-            raise ConfigError(f"environment variable {env} is empty", field="backends.options.weight_push_token_env",
-                              fix=f"export {env}=<the token given to polyrl serve> before the run")
-        return token
-    if path:
-        try:
-            with open(path, encoding="utf-8") as f:
-                token = f.read().strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read {path!r}: {exc}", field="backends.options.weight_push_token_file",
-                              fix="give the file polyrl serve reads with --weight-push-token-file") from None
-        if not token:
-            raise ConfigError(f"{path!r} is empty", field="backends.options.weight_push_token_file",
-                              fix="write the token polyrl serve expects into it")
-        return token
-    return None
+    return read_shared_secret(options.weight_push_token_file, options.weight_push_token_env,
+                              path_field="backends.options.weight_push_token_file",
+                              env_field="backends.options.weight_push_token_env",
+                              hint="the token given to polyrl serve")
 
 
 def remote_options(options: Mapping[str, Any]) -> RemoteOptions:

@@ -18,6 +18,7 @@ import attrs
 import numpy as np
 
 from polyrl.errors import ConfigError
+from polyrl.shared_secret import read_shared_secret
 from polyrl.serving.api_error import ApiError
 
 TOKEN_HEADER = "X-Polyrl-Weight-Token"
@@ -29,27 +30,9 @@ SAFETENSORS_DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "
 
 def load_token(token_file: str | None, token_env: str | None) -> str | None:
     """The shared secret from ``--weight-push-token-file`` or ``--weight-push-token-env``."""
-    if token_file and token_env:
-        raise ConfigError("give the token one way", field="--weight-push-token-file",
-                          fix="use --weight-push-token-file or --weight-push-token-env, not both")
-    if token_file:
-        try:
-            with open(token_file, encoding="utf-8") as f:
-                token = f.read().strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read {token_file!r}: {exc}", field="--weight-push-token-file",
-                              fix="give a readable file holding the token on one line") from None
-        if not token:
-            raise ConfigError(f"{token_file!r} is empty", field="--weight-push-token-file",
-                              fix="write a token into it, e.g. `openssl rand -hex 32 > FILE`")
-        return token
-    if token_env:
-        token = os.environ.get(token_env, "").strip()
-        if not token:
-            raise ConfigError(f"environment variable {token_env} is empty", field="--weight-push-token-env",
-                              fix=f"export {token_env}=<a token>, e.g. $(openssl rand -hex 32)")
-        return token
-    return None
+    return read_shared_secret(token_file, token_env, path_field="--weight-push-token-file",
+                              env_field="--weight-push-token-env",
+                              hint="a token, e.g. from `openssl rand -hex 32`")
 
 
 def check_startup(allow: bool, token: str | None, insecure: bool, host: str) -> None:
