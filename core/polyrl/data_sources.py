@@ -122,6 +122,20 @@ def _digest(paths: Sequence[Path | str]) -> str:
 # --- JSON ---------------------------------------------------------------------------------------
 
 
+def _json(text: str, path: Path, lineno: int | None, field: str, fix: str) -> Any:
+    """``json.loads`` whose failures (bad syntax, nesting too deep for the parser) are one
+    ConfigError naming the file and line, never a traceback."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}:{lineno or exc.lineno} is not valid JSON ({exc.msg})", field=field,
+                          fix=fix) from None
+    except RecursionError:
+        where = f"{path}:{lineno}" if lineno else str(path)
+        raise ConfigError(f"{where} nests JSON too deeply to parse", field=field,
+                          fix='write flat objects like {"prompt": "...", "answer": "..."}') from None
+
+
 def read_json_rows(path: Path, field: str = "data.path") -> list[Any]:
     """Rows of a JSON-lines file (or a .json file holding one array of objects)."""
     if path.suffix.lower() == ".json":
@@ -129,17 +143,11 @@ def read_json_rows(path: Path, field: str = "data.path") -> list[Any]:
         stripped = raw.lstrip()
         if stripped.startswith(b"["):
             try:
-                rows = json.loads(raw.decode("utf-8"))
+                text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise ConfigError(f"{path} is not valid UTF-8 (byte {exc.start})", field=field,
                                   fix="save the file as UTF-8") from None
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{exc.lineno} is not valid JSON ({exc.msg})", field=field,
-                                  fix="write one JSON array of objects, or one object per line") from None
-            except RecursionError:
-                raise ConfigError(f"{path} nests JSON too deeply to parse", field=field,
-                                  fix='write flat objects like {"prompt": "...", "answer": "..."}') from None
-            return list(rows)
+            return list(_json(text, path, None, field, "write one JSON array of objects, or one object per line"))
     rows: list[Any] = []
     with path.open("rb") as fh:
         for lineno, raw_line in enumerate(fh, 1):
@@ -150,14 +158,7 @@ def read_json_rows(path: Path, field: str = "data.path") -> list[Any]:
                                   fix="save the file as UTF-8") from None
             if not line.strip():
                 continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{lineno} is not valid JSON ({exc.msg})", field=field,
-                                  fix="write one JSON object per line") from None
-            except RecursionError:
-                raise ConfigError(f"{path}:{lineno} nests JSON too deeply to parse", field=field,
-                                  fix='write flat objects like {"prompt": "...", "answer": "..."}') from None
+            rows.append(_json(line, path, lineno, field, "write one JSON object per line"))
             if not isinstance(rows[-1], dict):
                 raise ConfigError(f"{path}:{lineno} is a JSON {type(rows[-1]).__name__}, not an object",
                                   field=field, fix='write objects like {"prompt": "...", "answer": "..."}')
