@@ -149,7 +149,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from polyrl.config import RunConfig
     from polyrl.trainer import Trainer
 
-    config = RunConfig.from_toml(args.config)
+    config = RunConfig.from_toml(args.config, tuple(args.set))
     overrides: dict[str, Any] = {}
     if args.steps is not None:
         overrides["steps"] = args.steps
@@ -257,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "changes applied (for a checkpoint whose optimizer or RNG state is missing)")
     p.add_argument("--steps", type=int, help="override train.steps")
     p.add_argument("--output-dir", help="override train.output_dir")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any config key, e.g. --set algorithm.beta=0.04 (repeatable; "
+                   "VALUE is a TOML literal, else a string)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)
 

@@ -288,7 +288,8 @@ class RunConfig:
         )
 
     @classmethod
-    def from_toml(cls, path: str | Path) -> RunConfig:
+    def from_toml(cls, path: str | Path, overrides: tuple[str, ...] = ()) -> RunConfig:
+        """The config in the TOML file ``path``, with ``KEY=VALUE`` ``overrides`` (``--set``) applied."""
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} not found", field="config",
@@ -311,6 +312,10 @@ class RunConfig:
         except RecursionError:
             raise ConfigError(f"{path} nests tables or arrays too deeply to parse", field="config",
                               fix="flatten the nesting; no polyrl setting nests more than a few levels") from None
+        if overrides:
+            from polyrl.config_overrides import apply_overrides
+
+            data = apply_overrides(data, overrides)
         return cls.from_dict(data)
 
 

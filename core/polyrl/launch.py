@@ -42,6 +42,8 @@ def torchrun_command(args: argparse.Namespace) -> list[str]:
         cmd += ["--steps", str(args.steps)]
     if args.output_dir is not None:
         cmd += ["--output-dir", args.output_dir]
+    for assignment in args.set:
+        cmd += ["--set", assignment]
     return cmd
 
 
@@ -71,4 +73,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="continue from the newest complete checkpoint (any world size)")
     p.add_argument("--steps", type=int, help="override train.steps")
     p.add_argument("--output-dir", help="override train.output_dir")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any config key on every process (see polyrl train --set)")
     p.add_argument("--dry-run", action="store_true", help="print the torchrun command instead")

@@ -1,0 +1,76 @@
+"""``polyrl train CONFIG --set key=value``: change any config key from the command line.
+
+Why the overrides go into the parsed TOML table and not into the built config: the table then
+takes exactly the path a file takes (``RunConfig.from_dict``), so an override gets the same key,
+type and range checks as the same line in the file, and an unknown key is named the same way.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from polyrl.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+FIX = "write --set SECTION.KEY=VALUE, e.g. --set algorithm.beta=0.04 or --set rewards.0.weight=0.5"
+
+
+def parse_value(raw: str) -> Any:
+    """A TOML literal (``0.04``, ``true``, ``[0.9, 0.99]``, ``"x"``), else the text itself as a string."""
+    try:
+        return tomllib.loads(f"value = {raw}")["value"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def parse_assignment(text: str) -> tuple[list[str], Any]:
+    """``"algorithm.beta=0.04"`` -> ``(["algorithm", "beta"], 0.04)``."""
+    key, sep, raw = text.partition("=")
+    parts = key.strip().split(".")
+    if not sep or any(not p.strip() for p in parts):
+        raise ConfigError(f"{text!r} is not KEY=VALUE", field="--set", fix=FIX)
+    if len(parts) < 2:
+        raise ConfigError(f"{key.strip()!r} names a section, not a key", field="--set", fix=FIX)
+    return [p.strip() for p in parts], parse_value(raw.strip())
+
+
+def apply_overrides(data: Mapping[str, Any], assignments: Iterable[str]) -> dict[str, Any]:
+    """A copy of the parsed config ``data`` with every ``KEY=VALUE`` assignment set, in order.
+
+    Missing tables are created (``--set lora.rank=8`` on a config without ``[lora]``); an array
+    entry is addressed by its index (``rewards.0.weight``). Unknown keys are left for
+    ``RunConfig.from_dict`` to reject, so the message matches the file's."""
+    out = copy.deepcopy(dict(data))
+    for text in assignments:
+        parts, value = parse_assignment(text)
+        node: Any = out
+        for depth, part in enumerate(parts[:-1]):
+            where = ".".join(parts[: depth + 1])
+            if isinstance(node, list):
+                node = node[_index(node, part, where)]
+            elif isinstance(node, dict):
+                node = node.setdefault(part, {})
+            else:
+                raise ConfigError(f"{where} is a value, not a table", field=where, fix=FIX)
+        last, where = parts[-1], ".".join(parts)
+        if isinstance(node, list):
+            node[_index(node, last, where)] = value
+        elif isinstance(node, dict):
+            node[last] = value
+        else:
+            raise ConfigError(f"{'.'.join(parts[:-1])} is a value, not a table", field=where, fix=FIX)
+    return out
+
+
+def _index(items: list[Any], part: str, where: str) -> int:
+    if not part.isdigit() or int(part) >= len(items):
+        raise ConfigError(f"no entry {part!r}: the array has {len(items)}", field=where,
+                          fix=f"use an index from 0 to {len(items) - 1}")
+    return int(part)

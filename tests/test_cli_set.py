@@ -1,0 +1,106 @@
+"""``polyrl train CONFIG --set KEY=VALUE``: any key, TOML literals, the file's own validation."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from polyrl.cli import main
+from polyrl.config import RunConfig
+from polyrl.config_overrides import apply_overrides, parse_value
+from polyrl.errors import ConfigError
+
+CONFIG = """
+[model]
+path = "tiny-llama"
+[data]
+task = "arithmetic"
+[algorithm]
+name = "grpo"
+beta = 0.0
+[[rewards]]
+name = "numeric_match"
+[[rewards]]
+name = "format_number"
+weight = 0.5
+"""
+
+
+@pytest.fixture()
+def config_file(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+def test_values_are_toml_literals_else_strings():
+    assert parse_value("0.04") == 0.04 and isinstance(parse_value("7"), int)
+    assert parse_value("true") is True
+    assert parse_value("[0.9, 0.99]") == [0.9, 0.99]
+    assert parse_value('"quoted"') == "quoted"
+    assert parse_value("train.parquet") == "train.parquet"  # not TOML: the text itself
+    assert parse_value("a b=c") == "a b=c"
+
+
+def test_overrides_reach_every_kind_of_key(config_file):
+    config = RunConfig.from_toml(config_file, (
+        "algorithm.beta=0.04", "data.options={count = 12}", "optimizer.betas=[0.8, 0.9]",
+        "rewards.1.weight=2", "lora.rank=4", "train.steps=3", "train.steps=5"))
+    assert config.algorithm.beta == 0.04
+    assert config.data.options == {"count": 12}  # an inline table
+    assert tuple(config.optimizer.betas) == (0.8, 0.9)
+    assert config.rewards[1].weight == 2 and config.rewards[0].weight == 1.0
+    assert config.lora is not None and config.lora.rank == 4  # a missing table is created
+    assert config.train.steps == 5  # repeated: the last one wins
+    assert config.algorithm.name == "grpo"
+
+
+def test_the_file_is_not_changed(config_file):
+    RunConfig.from_toml(config_file, ("algorithm.beta=0.04",))
+    assert config_file.read_text() == CONFIG
+    data = {"algorithm": {"beta": 0.0}}
+    apply_overrides(data, ["algorithm.beta=1"])
+    assert data == {"algorithm": {"beta": 0.0}}
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(("assignment", "field", "words"), [
+    ("algorithm.nosuch=1", "algorithm.nosuch", "unknown key"),
+    ("nosuch.key=1", "nosuch", "unknown section"),
+    ("generation.tempreature=0.5", "generation.tempreature", "temperature"),
+    ("algorithm.beta=-1", "algorithm.beta", ">= 0"),
+    ("optimizer.lr=nan", "optimizer.lr", "nan"),
+    ("train.steps=many", "train.steps", "expected"),
+    ("rewards.5.weight=1", "rewards.5", "no entry"),
+    ("algorithm.beta.x=1", "algorithm.beta.x", "not a table"),
+    ("data.path=x.parquet", "data", "exactly one of"),  # the file's cross-field rules too
+    ("algorithm.beta", "--set", "KEY=VALUE"),
+    ("algorithm=1", "--set", "section"),
+    ("=1", "--set", "KEY=VALUE"),
+])
+def test_bad_overrides_are_named_like_the_file(config_file, assignment, field, words):
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_toml(config_file, (assignment,))
+    assert info.value.field == field
+    assert words in str(info.value)
+
+
+@pytest.mark.faults
+def test_cli_prints_one_error_line_for_an_unknown_key(config_file, capsys):
+    assert main(["train", str(config_file), "--set", "algorithm.bta=0.04"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "algorithm.bta" in err[0]
+    assert "beta" in err[0]  # the fix suggests the close match
+
+
+def test_launch_forwards_every_set(config_file):
+    out = subprocess.run(
+        [sys.executable, "-m", "polyrl.cli", "launch", str(config_file), "--dry-run",
+         "--set", "algorithm.beta=0.04", "--set", "data.path=x y.parquet"],
+        capture_output=True, text=True, timeout=60)
+    if out.returncode != 0 and "torch" in out.stderr:
+        pytest.skip("torchrun needs torch")
+    assert out.returncode == 0, out.stderr
+    assert "--set algorithm.beta=0.04 --set data.path=x y.parquet" in out.stdout
