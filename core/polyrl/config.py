@@ -194,12 +194,21 @@ class TrainSection:
 
 @attrs.define(frozen=True)
 class EvalSection:
-    """Greedy evaluation on held-out prompts (before training, every ``every`` steps, at the end)."""
+    """Evaluation on held-out prompts (before training, every ``every`` steps, at the end): greedy
+    accuracy, and pass@``pass_k`` from ``samples`` sampled completions per prompt when ``samples`` > 0."""
 
     count: int = 0  # held-out prompts; 0 disables evaluation
     every: int = 0
     reward: str = "numeric_match"
     max_new_tokens: int | None = None
+    samples: int = 0  # sampled completions per prompt for pass@k; 0: greedy only
+    pass_k: int = 1
+    pass_threshold: float = 1.0  # a sample counts as correct when its reward is at least this
+
+    def __attrs_post_init__(self) -> None:
+        if self.samples and self.pass_k > self.samples:
+            raise ConfigError(f"pass@{self.pass_k} needs at least {self.pass_k} samples, got {self.samples}",
+                              field="eval.pass_k", fix=f"raise eval.samples to {self.pass_k} or more, or lower eval.pass_k")
 
 
 @attrs.define(frozen=True)

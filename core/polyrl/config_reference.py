@@ -108,10 +108,13 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "max_consecutive_skips": "stop after this many non-finite (NaN/Inf) steps in a row",
     },
     "eval": {
-        "count": "held-out prompts for greedy evaluation (0 = off)",
-        "every": "evaluate every N steps (0 = before and after only)",
-        "reward": "reward that decides correctness (accuracy = share scoring >= 1)",
+        "count": "held-out prompts for evaluation (0 = off)",
+        "every": "evaluate every N steps (0 = before and after only); results go on that step's metrics line",
+        "reward": "any reward as the eval metric; greedy accuracy is its mean",
         "max_new_tokens": "completion cap for evaluation (unset = generation.max_new_tokens)",
+        "samples": "sampled completions per prompt for pass@k (0 = greedy only); generation's temperature, or 1.0 if greedy",
+        "pass_k": "k of the unbiased pass@k estimate (at most `samples`); pass@1 is reported too",
+        "pass_threshold": "a sample counts as correct for pass@k when its reward is at least this",
     },
 }
 

@@ -51,6 +51,8 @@ from polyrl.rewards.guard import RewardCancelled
 from polyrl.rewards.trl_compat import TrainerState
 from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.run_lock import OutputDirLock
+from polyrl import evaluation
+from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.types import Completion, EngineConfig, RewardContext, TokenSequence, TrainBatch
 
 log = get_logger("polyrl.trainer")
@@ -414,12 +416,17 @@ class Trainer:
         metrics["time/step"] = round(total, 4)
         metrics["generate_seconds"] = round(rollout.seconds, 4)  # its own duration, ahead or not
         metrics["tokens_per_s"] = float(lengths.sum() / max(rollout.seconds, 1e-9))
+        trained = sum(len(completions[i].prompt_ids) + len(completions[i].completion_ids) for i in idx)
+        metrics.update(common_step_metrics(completions, rewards, c.generation.group_size,
+                                           {**times, "generate": rollout.seconds}, trained * algo.num_iterations))
         return metrics
 
     # --- evaluation ----------------------------------------------------------------------------
 
-    def evaluate(self) -> dict[str, float]:
-        """Greedy accuracy (the eval reward's mean) on the held-out prompts.
+    def evaluate(self, phase: str = "during") -> dict[str, float]:
+        """Greedy accuracy (the eval reward's mean) on the held-out prompts and, with
+        ``eval.samples`` > 0, the sampled reward mean and unbiased pass@k. Each completion and its
+        reward go to ``eval_completions.jsonl`` under ``phase`` (before / during / after).
 
         Under a launcher every rank calls it and scores its share of the rows (rows[rank::world]);
         the scores are gathered, so every rank returns the same numbers for the whole set.
@@ -432,22 +439,47 @@ class Trainer:
         everything = list(self.eval_dataset)
         rows = everything[self.rank::self.world_size]
         prompts = [row[c.data.prompt_column] for row in rows]
-        sampling = c.generation.sampling(0)
-        import attrs as _attrs
-
-        sampling = _attrs.evolve(sampling, temperature=0.0, n=1,
-                                 max_new_tokens=ev.max_new_tokens or sampling.max_new_tokens)
-        completions = self.gen_engine.generate(prompts, sampling)
-        timeouts = {r.label: r.timeout_s for r in c.rewards if r.label == ev.reward}
-        computer = RewardComputer(self.registry.pm, [(ev.reward, 1.0, {})], columns=_columns(everything),
-                                  timeouts=timeouts, should_stop=lambda: self.stop_requested)
-        context = RewardContext(rows=rows, wanted=(ev.reward,), options={ev.reward: {}},
-                                completion_ids=[x.completion_ids for x in completions])
-        scores = np.asarray(computer(prompts, completions, context).total, dtype=np.float64) \
-            if rows else np.zeros(0)
+        greedy_sampling = attrs.evolve(c.generation.sampling(0), temperature=0.0, n=1,
+                                       max_new_tokens=ev.max_new_tokens or c.generation.max_new_tokens)
+        greedy, records = self._eval_pass(rows, prompts, greedy_sampling, phase)
+        sampled = None
+        if ev.samples:
+            sampling = attrs.evolve(greedy_sampling, temperature=c.generation.temperature or 1.0,
+                                    n=ev.samples, seed=_step_seed(c.train.seed + 1, self.step) + 104_729 * self.rank)
+            sampled, more = self._eval_pass(rows, prompts, sampling, phase)
+            records += more
         if self.world_size > 1:
-            scores = np.concatenate(self.train_engine.all_gather(scores))
-        return {"eval_accuracy": float(np.nanmean(scores)), "eval_count": len(everything)}
+            gathered = self.train_engine.all_gather((greedy, sampled, records))
+            greedy = np.concatenate([g for g, _, _ in gathered])
+            sampled = np.concatenate([x for _, x, _ in gathered]) if ev.samples else None
+            records = [r for _, _, rs in gathered for r in rs]
+        if self.rank == 0 and records:
+            try:
+                evaluation.append_records(self.output_dir, records)
+            except OSError as exc:
+                raise self._write_failed("eval completions", exc) from None
+        return evaluation.eval_metrics(greedy, sampled, ev.samples, ev.pass_k, ev.pass_threshold, len(everything))
+
+    def _eval_pass(self, rows: list[dict[str, Any]], prompts: list[Any], sampling: Any,
+                   phase: str) -> tuple[np.ndarray, list[dict[str, Any]]]:
+        """Generate ``sampling.n`` completions per eval row, score them with ``eval.reward``."""
+        ev = self.config.eval
+        if not rows:
+            return np.zeros(0), []
+        completions = self.gen_engine.generate(prompts, sampling)
+        per_completion = [row for row in rows for _ in range(sampling.n)]
+        timeouts = {r.label: r.timeout_s for r in self.config.rewards if r.label == ev.reward}
+        computer = RewardComputer(self.registry.pm, [(ev.reward, 1.0, {})], columns=_columns(rows),
+                                  timeouts=timeouts, should_stop=lambda: self.stop_requested)
+        context = RewardContext(rows=per_completion, wanted=(ev.reward,), options={ev.reward: {}},
+                                completion_ids=[x.completion_ids for x in completions])
+        scores = np.asarray(computer([p for p in prompts for _ in range(sampling.n)], completions,
+                                     context).total, dtype=np.float64)
+        records = evaluation.completion_records(phase, self.step, [p for p in prompts], [x.text for x in completions],
+                                                scores, sampling.n, greedy=sampling.temperature == 0)
+        for record in records:  # the prompt's index in the whole eval set, not this rank's share
+            record["prompt_index"] = self.rank + record["prompt_index"] * self.world_size
+        return scores, records
 
     # --- checkpoints ---------------------------------------------------------------------------
 
@@ -578,7 +610,7 @@ class Trainer:
         if earlier:
             aside = self.output_dir / "previous" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
             aside.mkdir(parents=True, exist_ok=True)
-            for item in [*earlier, self.output_dir / "metrics.jsonl"]:
+            for item in [*earlier, self.output_dir / "metrics.jsonl", self.output_dir / evaluation.COMPLETIONS_FILE]:
                 if item.exists():
                     item.replace(aside / item.name)
             log.warning("output_dir held an earlier run; it was moved aside, this run starts at step 0",
@@ -590,6 +622,11 @@ class Trainer:
         """Keep metrics.jsonl lines of steps before ``self.step`` only, each step once (a crash
         wrote later ones, the resumed run writes them again). Atomic rewrite."""
         path = self.output_dir / "metrics.jsonl"
+        if self.rank == 0:
+            try:
+                evaluation.rewind_records(self.output_dir, self.step)  # the same lineage as the metrics
+            except OSError as exc:
+                raise self._write_failed("rewound eval completions", exc) from None
         if not path.exists():
             return []
         by_step: dict[int, dict[str, Any]] = {}
@@ -692,10 +729,11 @@ class Trainer:
 
         c = self.config
         if self.eval_dataset is not None and self.step == 0:
-            summary["eval_before"] = self.evaluate()
+            summary["eval_before"] = self.evaluate("before")
             if self.rank == 0:
                 log.info("evaluation before training", **summary["eval_before"])
         skips = 0
+        last_eval: tuple[int, dict[str, float]] | None = None
         with self._graceful_signals(), step_progress(c.train.steps, self.step, enabled=progress) as advance:
             while self.step < c.train.steps and not self.stop_requested:
                 try:
@@ -708,6 +746,9 @@ class Trainer:
                     self._save_last_good_state()
                     raise
                 self.step += 1
+                if c.eval.every and self.eval_dataset is not None and self.step % c.eval.every == 0:
+                    last_eval = (self.step, self.evaluate())  # on the step's line: a resume rewinds both
+                    metrics.update(evaluation.as_step_keys(last_eval[1]))
                 self.history.append(metrics)
                 if self.rank == 0:
                     self._append_metrics(metrics)
@@ -726,10 +767,6 @@ class Trainer:
                     )
                 if c.train.checkpoint_every and self.step % c.train.checkpoint_every == 0:
                     self.save()
-                if c.eval.every and self.eval_dataset is not None and self.step % c.eval.every == 0:
-                    ev = self.evaluate()
-                    if self.rank == 0:
-                        log.info("evaluation", step=self.step, **ev)
         self.rollouts.pending()  # under overlap the generator lags one update: leave it on the
         self._sync_weights(self.step)  # trained policy, as without overlap
         last = ckpt.checkpoint_dir(self.checkpoint_root, self.step)
@@ -741,8 +778,11 @@ class Trainer:
             log.warning("stopped early on request", step=self.step)
             summary["stopped_early"] = True
         if self.eval_dataset is not None:
+            if last_eval is not None and last_eval[0] == self.step:  # the same weights were just evaluated
+                summary["eval_after"] = last_eval[1]
+                return
             try:
-                summary["eval_after"] = self.evaluate()
+                summary["eval_after"] = self.evaluate("after")
             except RewardCancelled as exc:  # a second reward stuck after a stop request
                 log.warning("evaluation after training abandoned on the stop request", reward=str(exc))
                 return

@@ -1,0 +1,108 @@
+"""Evaluation arithmetic and its files: unbiased pass@k, the eval metrics, ``eval_completions.jsonl``.
+
+Why pass@k from ``n`` samples with the unbiased estimator (Chen et al., 2021, "Evaluating Large
+Language Models Trained on Code") instead of "k samples, any correct": drawing exactly k samples
+gives a high-variance estimate; drawing n >= k and counting all k-subsets averages over them
+exactly, with no extra generation. The trainer generates and scores; this module only does the
+arithmetic and writes the records, so it is testable without a model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from polyrl import strict_json
+
+COMPLETIONS_FILE = "eval_completions.jsonl"
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """P(at least one of k samples drawn without replacement from n is correct), c of n correct:
+    ``1 - C(n-c, k) / C(n, k)``, as a product so large n does not overflow."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def mean_pass_at_k(scores: np.ndarray, samples: int, k: int, threshold: float) -> float:
+    """pass@k over prompts: ``scores`` holds ``samples`` rewards per prompt, prompt after prompt;
+    a sample is correct when its reward is at least ``threshold`` (a failed reward is not)."""
+    per_prompt = np.asarray(scores, dtype=np.float64).reshape(-1, samples)
+    correct = (np.nan_to_num(per_prompt, nan=-np.inf) >= threshold).sum(axis=1)
+    return float(np.mean([pass_at_k(samples, int(c), k) for c in correct])) if len(correct) else float("nan")
+
+
+def eval_metrics(greedy: np.ndarray, sampled: np.ndarray | None, samples: int, k: int,
+                 threshold: float, count: int) -> dict[str, float]:
+    """The numbers of one evaluation. ``eval_accuracy`` is the greedy reward's mean (the name the
+    summary always had); sampled keys appear only when ``eval.samples`` > 0."""
+    out: dict[str, float] = {
+        "eval_accuracy": float(np.nanmean(greedy)) if np.isfinite(greedy).any() else float("nan"),
+        "eval_count": count,
+    }
+    if sampled is not None and samples > 0:
+        out["eval_sampled_reward_mean"] = float(np.nanmean(sampled)) if np.isfinite(sampled).any() else float("nan")
+        out[f"eval_pass@{k}"] = mean_pass_at_k(sampled, samples, k, threshold)
+        if k != 1:
+            out["eval_pass@1"] = mean_pass_at_k(sampled, samples, 1, threshold)
+    return out
+
+
+def as_step_keys(result: dict[str, float]) -> dict[str, float]:
+    """``eval_accuracy`` -> ``eval/accuracy``: the keys an evaluation adds to its step's metrics line."""
+    return {"eval/" + key.removeprefix("eval_"): value for key, value in result.items()}
+
+
+def completion_records(phase: str, after_steps: int, prompts: Sequence[Any], texts: Sequence[str],
+                       scores: np.ndarray, samples: int, greedy: bool) -> list[dict[str, Any]]:
+    """One record per completion; ``samples`` completions per prompt, in prompt order."""
+    return [{"phase": phase, "after_steps": after_steps, "greedy": greedy, "prompt_index": i // samples,
+             "sample": i % samples, "prompt": prompts[i // samples], "completion": text, "reward": float(score)}
+            for i, (text, score) in enumerate(zip(texts, scores))]
+
+
+def append_records(output_dir: Path, records: Sequence[dict[str, Any]]) -> None:
+    """Append strict-JSON lines to ``eval_completions.jsonl`` (flushed: a crash loses no finished eval)."""
+    with open(output_dir / COMPLETIONS_FILE, "a") as fh:
+        fh.write("".join(strict_json.dumps(r) + "\n" for r in records))
+        fh.flush()
+
+
+def keep_record(record: Any, step: int) -> bool:
+    """Whether an eval record survives a resume at ``step``: evaluations up to the checkpoint ran
+    before it was written; the final evaluation runs again and ``before`` only on a fresh start."""
+    if not isinstance(record, dict) or not isinstance(record.get("after_steps"), int):
+        return False
+    phase = record.get("phase")
+    if phase == "before":
+        return step > 0
+    return phase == "during" and record["after_steps"] <= step
+
+
+def rewind_records(output_dir: Path, step: int) -> None:
+    """Rewrite ``eval_completions.jsonl`` with the records a run resumed at ``step`` keeps (atomic)."""
+    path = output_dir / COMPLETIONS_FILE
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:  # a line cut short by the crash
+            continue
+        if keep_record(record, step):
+            kept.append(record)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        fh.write("".join(strict_json.dumps(r) + "\n" for r in kept))
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)

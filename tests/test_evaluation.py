@@ -1,0 +1,148 @@
+"""Evaluation during training: unbiased pass@k, eval keys on the step's metrics line, the
+completions file, the metrics users expect on every step, and rewind on resume."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+
+from polyrl import evaluation
+from polyrl.config import RunConfig
+from polyrl.errors import ConfigError
+from polyrl.step_metrics import frac_reward_zero_std
+
+
+# --- the estimator -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", range(1, 8))
+def test_pass_at_k_equals_brute_force_enumeration_of_k_subsets(n):
+    for c in range(n + 1):
+        correct = [True] * c + [False] * (n - c)
+        for k in range(1, n + 1):
+            subsets = list(itertools.combinations(correct, k))
+            expected = sum(any(s) for s in subsets) / len(subsets)
+            assert evaluation.pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12), (n, c, k)
+
+
+def test_pass_at_k_stays_finite_for_large_n_and_rejects_impossible_counts():
+    value = evaluation.pass_at_k(2000, 3, 100)
+    assert 0 < value < 1 and math.isfinite(value)
+    assert value == pytest.approx(1 - math.comb(1997, 100) / math.comb(2000, 100), rel=1e-9)
+    for n, c, k in ((4, 5, 1), (4, 1, 5), (4, 1, 0), (4, -1, 1)):
+        with pytest.raises(ValueError):
+            evaluation.pass_at_k(n, c, k)
+
+
+def test_mean_pass_at_k_uses_the_threshold_and_counts_a_failed_reward_as_wrong():
+    scores = np.array([1.0, 0.0, 0.0, 0.0,   # prompt 0: 1 of 4
+                       0.5, 0.5, np.nan, 2.0])  # prompt 1: 1 of 4 at threshold 1 (nan is wrong)
+    assert evaluation.mean_pass_at_k(scores, 4, 1, 1.0) == pytest.approx(0.25)
+    assert evaluation.mean_pass_at_k(scores, 4, 2, 1.0) == pytest.approx(0.5)
+    assert evaluation.mean_pass_at_k(scores, 4, 1, 0.5) == pytest.approx((0.25 + 0.75) / 2)
+
+
+def test_frac_reward_zero_std_counts_flat_groups():
+    rewards = np.array([1, 1, 1, 1, 0, 1, 0, 0, 2, 2, np.nan, 2.0])
+    assert frac_reward_zero_std(rewards, 4) == pytest.approx(2 / 3)
+
+
+@pytest.mark.faults
+def test_pass_k_above_samples_is_a_config_error():
+    base = {"model": {"path": "tiny-llama"}, "data": {"task": "arithmetic"}, "rewards": [{"name": "numeric_match"}]}
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_dict({**base, "eval": {"count": 2, "samples": 2, "pass_k": 4}})
+    assert info.value.field == "eval.pass_k" and "eval.samples" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_dict({**base, "eval": {"samples": -1}})
+    assert info.value.field == "eval.samples"
+
+
+def test_rewind_keeps_evaluations_up_to_the_checkpoint(tmp_path):
+    records = [{"phase": "before", "after_steps": 0}, {"phase": "during", "after_steps": 1},
+               {"phase": "during", "after_steps": 2}, {"phase": "after", "after_steps": 2}]
+    path = tmp_path / evaluation.COMPLETIONS_FILE
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"phase": "dur')  # a torn line
+    evaluation.rewind_records(tmp_path, 1)
+    assert [json.loads(x) for x in path.read_text().splitlines()] == records[:2]
+    evaluation.rewind_records(tmp_path, 0)
+    assert path.read_text() == ""
+
+
+# --- a real tiny-model run -----------------------------------------------------------------------
+
+
+def _config(tiny_model_dir, out, **train) -> RunConfig:
+    return RunConfig.from_dict({
+        "model": {"path": tiny_model_dir, "max_length": 256},
+        "generation": {"group_size": 2, "max_new_tokens": 6, "temperature": 1.0},
+        "data": {"task": "arithmetic", "options": {"count": 16, "digits": 1}},
+        "rewards": [{"name": "numeric_match"}],
+        "eval": {"count": 3, "every": 1, "samples": 4, "pass_k": 2, "pass_threshold": 0.0},
+        "train": {"steps": 2, "prompts_per_step": 2, "threads": 1, "output_dir": str(out), **train},
+    })
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _check_against_records(line, records, after_steps):
+    """The line's eval numbers, recomputed from the saved completions of that evaluation."""
+    mine = [r for r in records if r["phase"] == "during" and r["after_steps"] == after_steps]
+    greedy = [r["reward"] for r in mine if r["greedy"]]
+    sampled = sorted((r for r in mine if not r["greedy"]), key=lambda r: (r["prompt_index"], r["sample"]))
+    assert len(greedy) == 3 and len(sampled) == 12
+    assert line["eval/accuracy"] == pytest.approx(np.mean(greedy))
+    correct = [sum(r["reward"] >= 0.0 for r in sampled if r["prompt_index"] == p) for p in range(3)]
+    assert line["eval/pass@2"] == pytest.approx(np.mean([evaluation.pass_at_k(4, c, 2) for c in correct]))
+    assert line["eval/pass@1"] == pytest.approx(np.mean([c / 4 for c in correct]))
+    assert line["eval/count"] == 3
+
+
+def test_tiny_model_run_writes_eval_lines_completions_and_step_metrics(tiny_model_dir, tmp_path):
+    from polyrl.trainer import Trainer
+
+    out = tmp_path / "run"
+    summary = Trainer(_config(tiny_model_dir, out)).run(progress=False)
+    lines = _lines(out / "metrics.jsonl")
+    records = _lines(out / evaluation.COMPLETIONS_FILE)
+    assert [x["step"] for x in lines] == [0, 1]
+    for after_steps, line in enumerate(lines, start=1):
+        _check_against_records(line, records, after_steps)
+        lengths = (line["completions/min_length"], line["completions/mean_length"], line["completions/max_length"])
+        assert 1 <= lengths[0] <= lengths[1] <= lengths[2] <= 6
+        assert 0 <= line["completions/clipped_ratio"] <= 1 and 0 <= line["frac_reward_zero_std"] <= 1
+        assert line["perf/generate_tokens_per_s"] > 0 and line["perf/score_tokens_per_s"] > 0
+        assert line["perf/peak_rss_mb"] > 50  # torch alone is bigger than that
+        if not line.get("skipped"):
+            assert line["perf/train_tokens_per_s"] > 0
+    assert {r["phase"] for r in records} == {"before", "during"}  # after == the last step's: reused
+    assert summary["eval_after"] == {k.replace("eval/", "eval_"): v for k, v in lines[-1].items()
+                                     if k.startswith("eval/")}
+    assert summary["eval_before"]["eval_count"] == 3 and "eval_pass@2" in summary["eval_before"]
+    assert all(isinstance(r["completion"], str) and isinstance(r["prompt"], (str, list)) for r in records)
+
+
+def test_resume_rewinds_eval_completions_with_the_metrics(tiny_model_dir, tmp_path):
+    from polyrl.trainer import Trainer
+
+    out = tmp_path / "run"
+    Trainer(_config(tiny_model_dir, out, checkpoint_every=1, keep_checkpoints=3)).run(progress=False)
+    first = _lines(out / evaluation.COMPLETIONS_FILE)
+    trainer = Trainer(_config(tiny_model_dir, out, checkpoint_every=1, keep_checkpoints=3))
+    assert trainer.resume(out / "checkpoints" / "step-00000001")
+    trainer.run(progress=False)
+    again = _lines(out / evaluation.COMPLETIONS_FILE)
+    lines = _lines(out / "metrics.jsonl")
+    assert [x["step"] for x in lines] == [0, 1]
+    count = {(r["phase"], r["after_steps"]): 0 for r in again}
+    for r in again:
+        count[(r["phase"], r["after_steps"])] += 1
+    assert count == {("before", 0): 15, ("during", 1): 15, ("during", 2): 15}
+    assert again[:30] == first[:30]  # the kept lineage is untouched
+    _check_against_records(lines[1], again, 2)
