@@ -1,4 +1,4 @@
-"""The ``polyrl`` command: train | launch | backends | rewards | doctor | generate | serve | bench | convert."""
+"""The ``polyrl`` command: train | launch | backends | rewards | doctor | generate | serve | bench | convert | report."""
 
 from __future__ import annotations
 
@@ -83,6 +83,19 @@ def cmd_rewards(args: argparse.Namespace) -> int:
     console.print(table)
     for e in errors:
         console.print(f"[red]reward plugin {e.name!r} ({e.distribution or 'unknown dist'}) failed to load:[/] {e.error}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from polyrl.report import load_run, write_html, write_png
+
+    load_run(args.run_dir)  # a folder without metrics is one error line before matplotlib loads
+    png = write_png(args.run_dir, args.output or Path(args.run_dir) / "report.png")
+    print(f"chart: {png}")
+    if args.html:
+        print(f"page: {write_html(args.run_dir, png, args.html)}")
     return 0
 
 
@@ -318,6 +331,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", default="bench/results.json", help="JSON report; the chart goes beside it (.png)")
     p.add_argument("--json", action="store_true", help="print the whole JSON report instead of the table")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("report", help="draw a run's curves (PNG) and an HTML page with its metrics table")
+    p.add_argument("run_dir", help="the run's train.output_dir")
+    p.add_argument("--output", default=None, help="the PNG (default RUN_DIR/report.png)")
+    p.add_argument("--html", default=None, help="also write a self-contained HTML page here")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("config-reference", help="print every TOML config key with its default (Markdown)")
     p.set_defaults(func=cmd_config_reference)

@@ -1,0 +1,190 @@
+"""``polyrl report RUN_DIR``: the curves of a run as one PNG, and a self-contained HTML page.
+
+Why a report built from the run directory alone: ``metrics.jsonl`` and ``eval_completions.jsonl``
+are everything a run writes about its progress, so the report works for any run (finished,
+crashed, resumed, from any backend) without the config or the model. Panels whose metrics a run
+does not have (no KL term, a backend without entropy) are left out rather than drawn empty.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from polyrl import evaluation
+from polyrl.errors import ConfigError
+
+METRICS_FILE = "metrics.jsonl"
+PLOT_FIX = "pip install 'polyrl[plot]' (matplotlib)"
+
+
+@attrs.frozen
+class Panel:
+    """One chart: a title and which metric keys it draws."""
+
+    title: str
+    wants: Callable[[str], bool]
+    log_scale: bool = False
+
+
+PANELS: tuple[Panel, ...] = (
+    Panel("reward", lambda k: k in ("reward_mean",) or (k.startswith("reward/") and k.endswith("/mean"))),
+    Panel("evaluation", lambda k: k.startswith("eval/") and k != "eval/count"),
+    Panel("loss", lambda k: k in ("loss", "grad_norm")),
+    Panel("KL to reference", lambda k: k == "kl" or k.startswith("kl/") or k.endswith("/kl")),
+    Panel("entropy", lambda k: "entropy" in k),
+    Panel("clipping and flat groups", lambda k: k in ("clip_fraction", "completions/clipped_ratio",
+                                                      "frac_reward_zero_std") or k.startswith("clip/")),
+    Panel("completion length (tokens)", lambda k: k.startswith("completions/") and k.endswith("_length")
+          or k == "completion_len_mean"),
+    Panel("throughput (tokens/s)", lambda k: k.startswith("perf/") and k.endswith("tokens_per_s")
+          or k == "tokens_per_s", log_scale=True),
+    Panel("step time (s)", lambda k: k.startswith("time/")),
+    Panel("peak memory (MiB)", lambda k: k == "perf/peak_rss_mb"),
+)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def load_run(run_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The run's step lines (one per step, the last of each) and its eval completion records."""
+    run = Path(run_dir)
+    path = run / METRICS_FILE
+    if not run.is_dir():
+        raise ConfigError(f"{str(run)!r} is not a directory", field="RUN_DIR",
+                          fix="pass a run's train.output_dir (the folder with metrics.jsonl)")
+    by_step: dict[int, dict[str, Any]] = {}
+    if path.is_file():
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:  # a line cut short by a crash
+                continue
+            if isinstance(record, dict) and isinstance(record.get("step"), int):
+                by_step[record["step"]] = record
+    if not by_step:
+        raise ConfigError(f"{str(run)!r} has no step metrics ({METRICS_FILE} missing or empty)", field="RUN_DIR",
+                          fix="pass a run's train.output_dir after at least one training step")
+    records: list[dict[str, Any]] = []
+    completions = run / evaluation.COMPLETIONS_FILE
+    if completions.is_file():
+        for line in completions.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+    return [by_step[k] for k in sorted(by_step)], records
+
+
+def series(lines: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """Every numeric metric as (x, value) points. Training metrics sit at their step; an
+    evaluation on step s's line measured the weights after s + 1 updates, so it sits at s + 1, and
+    the greedy accuracy before training (from the completion records) at 0."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for line in lines:
+        for key, value in line.items():
+            number = _number(value)
+            if key == "step" or number is None:
+                continue
+            x = line["step"] + 1 if key.startswith("eval/") else line["step"]
+            out.setdefault(key, []).append((float(x), number))
+    before = [r["reward"] for r in records if r.get("phase") == "before" and r.get("greedy")
+              and _number(r.get("reward")) is not None]
+    if before and "eval/accuracy" in out:
+        out["eval/accuracy"].insert(0, (0.0, sum(before) / len(before)))
+    return out
+
+
+def panels_for(data: dict[str, list[tuple[float, float]]]) -> list[tuple[Panel, list[str]]]:
+    """The panels that have at least one series here, with their keys."""
+    chosen = []
+    for panel in PANELS:
+        keys = sorted(k for k in data if panel.wants(k))
+        if keys:
+            chosen.append((panel, keys))
+    return chosen
+
+
+def write_png(run_dir: str | Path, output: str | Path) -> Path:
+    """Draw the run's panels into ``output`` (PNG); raises ConfigError without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("polyrl report draws with matplotlib, which is not installed", field="report",
+                          fix=PLOT_FIX) from None
+    lines, records = load_run(run_dir)
+    data = series(lines, records)
+    chosen = panels_for(data)
+    cols = 2
+    rows = max(1, math.ceil(len(chosen) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(12, 3.2 * rows), squeeze=False)
+    for ax, (panel, keys) in zip(axes.flat, chosen):
+        for key in keys:
+            xs, ys = zip(*data[key])
+            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=key)
+        if panel.title == "reward" and "reward_std" in data and "reward_mean" in data:
+            mean, std = dict(data["reward_mean"]), dict(data["reward_std"])
+            xs = [x for x in mean if x in std]
+            ax.fill_between(xs, [mean[x] - std[x] for x in xs], [mean[x] + std[x] for x in xs], alpha=0.2,
+                            label="reward_std")
+        if panel.log_scale and all(y > 0 for k in keys for _, y in data[k]):
+            ax.set_yscale("log")
+        ax.set_title(panel.title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(chosen):]:
+        ax.axis("off")
+    fig.suptitle(f"{Path(run_dir).resolve().name}: {len(lines)} steps")
+    fig.tight_layout()
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out
+
+
+def _cell(value: Any) -> str:
+    number = _number(value)
+    if number is not None and not isinstance(value, int):
+        return f"{number:.4g}"
+    return html.escape("" if value is None else str(value))
+
+
+def write_html(run_dir: str | Path, png: Path, output: str | Path) -> Path:
+    """A single HTML file: the PNG embedded as base64 and every step's metrics as a table."""
+    lines, _ = load_run(run_dir)
+    keys: list[str] = []
+    for line in lines:
+        keys += [k for k in line if k not in keys and not isinstance(line[k], (dict, list))]
+    image = base64.b64encode(png.read_bytes()).decode("ascii")
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
+    body = "".join("<tr>" + "".join(f"<td>{_cell(line.get(k))}</td>" for k in keys) + "</tr>" for line in lines)
+    title = html.escape(f"polyrl report: {Path(run_dir).resolve().name}")
+    page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>"
+            "<style>body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;font-size:12px}"
+            "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{position:sticky;top:0;"
+            "background:#eee}div.t{overflow:auto;max-height:60vh}</style></head><body>"
+            f"<h1>{title}</h1><img alt=\"curves\" style=\"max-width:100%\" src=\"data:image/png;base64,{image}\">"
+            f"<h2>metrics.jsonl ({len(lines)} steps)</h2><div class=\"t\"><table><tr>{head}</tr>{body}"
+            "</table></div></body></html>\n")
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return out
