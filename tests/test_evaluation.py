@@ -99,6 +99,7 @@ def _check_against_records(line, records, after_steps):
     assert len(greedy) == 3 and len(sampled) == 12
     assert line["eval/accuracy"] == pytest.approx(np.mean(greedy))
     correct = [sum(r["reward"] >= 0.0 for r in sampled if r["prompt_index"] == p) for p in range(3)]
+    assert all(r["correct"] == (r["reward"] >= 0.0) for r in mine)
     assert line["eval/pass@2"] == pytest.approx(np.mean([evaluation.pass_at_k(4, c, 2) for c in correct]))
     assert line["eval/pass@1"] == pytest.approx(np.mean([c / 4 for c in correct]))
     assert line["eval/count"] == 3

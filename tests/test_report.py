@@ -71,6 +71,12 @@ def test_panels_follow_the_metrics_the_run_has(run_dir):
     assert "entropy" not in titles  # no backend here reports it: skipped, not drawn empty
     accuracy = data["eval/accuracy"]
     assert [x for x, _ in accuracy] == [0.0, 1.0, 2.0, 3.0]  # before training, then after each update
+    before = [r for r in records if r["phase"] == "before"]
+    assert accuracy[0][1] == pytest.approx(sum(r["reward"] for r in before if r["greedy"]) / 2)
+    for key in ("eval/pass@1", "eval/pass@2", "eval/sampled_reward_mean"):
+        assert data[key][0][0] == 0.0 and len(data[key]) == 4  # recomputed from the records
+    throughput = next(keys for p, keys in panels_for(data) if p.title.startswith("throughput"))
+    assert "perf/generate_tokens_per_s" in throughput and "tokens_per_s" not in throughput  # no duplicate
     # dropping a series drops its panel
     stripped = [{k: v for k, v in line.items() if k != "kl"} for line in lines]
     assert "KL to reference" not in [p.title for p, _ in panels_for(series(stripped, records))]

@@ -62,10 +62,12 @@ def as_step_keys(result: dict[str, float]) -> dict[str, float]:
 
 
 def completion_records(phase: str, after_steps: int, prompts: Sequence[Any], texts: Sequence[str],
-                       scores: np.ndarray, samples: int, greedy: bool) -> list[dict[str, Any]]:
-    """One record per completion; ``samples`` completions per prompt, in prompt order."""
+                       scores: np.ndarray, samples: int, greedy: bool, threshold: float) -> list[dict[str, Any]]:
+    """One record per completion; ``samples`` completions per prompt, in prompt order. ``correct``
+    is what pass@k counted (reward at least ``threshold``)."""
     return [{"phase": phase, "after_steps": after_steps, "greedy": greedy, "prompt_index": i // samples,
-             "sample": i % samples, "prompt": prompts[i // samples], "completion": text, "reward": float(score)}
+             "sample": i % samples, "prompt": prompts[i // samples], "completion": text, "reward": float(score),
+             "correct": bool(np.isfinite(score) and score >= threshold)}
             for i, (text, score) in enumerate(zip(texts, scores))]
 
 

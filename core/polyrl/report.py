@@ -51,6 +51,10 @@ PANELS: tuple[Panel, ...] = (
 )
 
 
+#: Older keys drawn only when their newer name is absent (runs from before the newer names).
+SUPERSEDED = {"tokens_per_s": "perf/generate_tokens_per_s", "completion_len_mean": "completions/mean_length"}
+
+
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
@@ -101,10 +105,31 @@ def series(lines: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]]) -
                 continue
             x = line["step"] + 1 if key.startswith("eval/") else line["step"]
             out.setdefault(key, []).append((float(x), number))
-    before = [r["reward"] for r in records if r.get("phase") == "before" and r.get("greedy")
-              and _number(r.get("reward")) is not None]
-    if before and "eval/accuracy" in out:
-        out["eval/accuracy"].insert(0, (0.0, sum(before) / len(before)))
+    for key, value in _before_training(records, out).items():
+        out[key].insert(0, (0.0, value))
+    return out
+
+
+def _before_training(records: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[str, float]:
+    """The evaluation before training, recomputed from its completion records (it has no step
+    line): greedy accuracy, sampled reward mean and pass@k, for the eval keys the steps have."""
+    before = [r for r in records if r.get("phase") == "before" and _number(r.get("reward")) is not None]
+    greedy = [r["reward"] for r in before if r.get("greedy")]
+    sampled = [r for r in before if not r.get("greedy")]
+    out: dict[str, float] = {}
+    if greedy and "eval/accuracy" in keys:
+        out["eval/accuracy"] = sum(greedy) / len(greedy)
+    if sampled and "eval/sampled_reward_mean" in keys:
+        out["eval/sampled_reward_mean"] = sum(r["reward"] for r in sampled) / len(sampled)
+    per_prompt: dict[Any, list[bool]] = {}
+    for r in sampled:
+        per_prompt.setdefault(r.get("prompt_index"), []).append(bool(r.get("correct")))
+    for key in keys:
+        k = key.removeprefix("eval/pass@")
+        if key.startswith("eval/pass@") and k.isdigit() and per_prompt:
+            n = min(len(v) for v in per_prompt.values())
+            if 1 <= int(k) <= n:
+                out[key] = sum(evaluation.pass_at_k(len(v), sum(v), int(k)) for v in per_prompt.values()) / len(per_prompt)
     return out
 
 
@@ -112,7 +137,7 @@ def panels_for(data: dict[str, list[tuple[float, float]]]) -> list[tuple[Panel, 
     """The panels that have at least one series here, with their keys."""
     chosen = []
     for panel in PANELS:
-        keys = sorted(k for k in data if panel.wants(k))
+        keys = sorted(k for k in data if panel.wants(k) and SUPERSEDED.get(k) not in data)
         if keys:
             chosen.append((panel, keys))
     return chosen
@@ -148,7 +173,7 @@ def write_png(run_dir: str | Path, output: str | Path) -> Path:
         ax.set_title(panel.title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6, ncol=2 if len(keys) > 4 else 1)
     for ax in list(axes.flat)[len(chosen):]:
         ax.axis("off")
     fig.suptitle(f"{Path(run_dir).resolve().name}: {len(lines)} steps")

@@ -476,7 +476,8 @@ class Trainer:
         scores = np.asarray(computer([p for p in prompts for _ in range(sampling.n)], completions,
                                      context).total, dtype=np.float64)
         records = evaluation.completion_records(phase, self.step, [p for p in prompts], [x.text for x in completions],
-                                                scores, sampling.n, greedy=sampling.temperature == 0)
+                                                scores, sampling.n, greedy=sampling.temperature == 0,
+                                                threshold=ev.pass_threshold)
         for record in records:  # the prompt's index in the whole eval set, not this rank's share
             record["prompt_index"] = self.rank + record["prompt_index"] * self.world_size
         return scores, records
