@@ -748,8 +748,11 @@ class Trainer:
                     raise
                 self.step += 1
                 if c.eval.every and self.eval_dataset is not None and self.step % c.eval.every == 0:
-                    last_eval = (self.step, self.evaluate())  # on the step's line: a resume rewinds both
-                    metrics.update(evaluation.as_step_keys(last_eval[1]))
+                    try:
+                        last_eval = (self.step, self.evaluate())  # on the step's line: a resume rewinds both
+                        metrics.update(evaluation.as_step_keys(last_eval[1]))
+                    except RewardCancelled as exc:  # the step trained: keep it, without its evaluation
+                        log.warning("evaluation abandoned on the stop request", step=self.step, reward=str(exc))
                 self.history.append(metrics)
                 if self.rank == 0:
                     self._append_metrics(metrics)
