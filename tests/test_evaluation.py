@@ -77,14 +77,18 @@ def test_rewind_keeps_evaluations_up_to_the_checkpoint(tmp_path):
 
 
 def _config(tiny_model_dir, out, **train) -> RunConfig:
-    return RunConfig.from_dict({
+    return RunConfig.from_dict(_config_dict(tiny_model_dir, out, **train))
+
+
+def _config_dict(tiny_model_dir, out, **train) -> dict:
+    return {
         "model": {"path": tiny_model_dir, "max_length": 256},
         "generation": {"group_size": 2, "max_new_tokens": 6, "temperature": 1.0},
         "data": {"task": "arithmetic", "options": {"count": 16, "digits": 1}},
         "rewards": [{"name": "numeric_match"}],
         "eval": {"count": 3, "every": 1, "samples": 4, "pass_k": 2, "pass_threshold": 0.0},
         "train": {"steps": 2, "prompts_per_step": 2, "threads": 1, "output_dir": str(out), **train},
-    })
+    }
 
 
 def _lines(path):
@@ -147,3 +151,38 @@ def test_resume_rewinds_eval_completions_with_the_metrics(tiny_model_dir, tmp_pa
     assert count == {("before", 0): 15, ("during", 1): 15, ("during", 2): 15}
     assert again[:30] == first[:30]  # the kept lineage is untouched
     _check_against_records(lines[1], again, 2)
+
+
+@pytest.mark.faults
+def test_a_stop_request_during_a_mid_run_evaluation_keeps_the_trained_step(tiny_model_dir, tmp_path, monkeypatch):
+    """The eval reward hangs after the first update while a stop is requested: the step's update
+    is kept (its line written without eval keys, then checkpointed) and the run ends cleanly."""
+    import threading
+
+    from polyrl.rewards import guard
+    from polyrl.rewards.functions import function_reward_plugin
+    from polyrl.trainer import Trainer
+
+    monkeypatch.setattr(guard, "STOP_GRACE_S", 0.2)
+    release = threading.Event()
+    holder: dict = {}
+
+    def hangs_after_training(completions, **kw):
+        if holder["trainer"].step > 0:
+            holder["trainer"].stop_requested = True  # as SIGINT's handler does
+            release.wait(60)
+        return [0.0] * len(completions)
+
+    config = RunConfig.from_dict({**_config_dict(tiny_model_dir, tmp_path / "run"),
+                                  "eval": {"count": 2, "every": 1, "reward": "hangs_after_training"}})
+    trainer = Trainer(config, extra_plugins=(function_reward_plugin(hangs_after_training),))
+    holder["trainer"] = trainer
+    try:
+        summary = trainer.run(progress=False)
+    finally:
+        release.set()
+    lines = _lines(tmp_path / "run" / "metrics.jsonl")
+    assert summary["steps"] == 1 and summary.get("stopped_early") and "eval_after" not in summary
+    assert [x["step"] for x in lines] == [0] and not any(k.startswith("eval/") for k in lines[0])
+    assert summary["checkpoint"].endswith("step-00000001")
+
