@@ -133,6 +133,7 @@ RULES: dict[str, Rule] = {
     "eval.count": _int(0, fix="0 disables evaluation"),
     "eval.every": _int(0, fix="0 evaluates only before and after training"),
     "eval.max_new_tokens": _int(1, MAX_TOKENS, optional=True, fix="unset uses generation.max_new_tokens"),
+    "logging.completions_per_step": _int(0, 4096, fix="e.g. 4; 0 turns the completions log off"),
     "rewards.weight": _float(fix="e.g. 1.0; a negative weight penalises"),
     "rewards.timeout_s": _float(0, low_open=True, fix="seconds one reward call may take, e.g. timeout_s = 600"),
 }
