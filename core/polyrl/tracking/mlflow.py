@@ -1,4 +1,5 @@
-"""MLflow: a local file store under ``output_dir/mlruns`` (or ``MLFLOW_TRACKING_URI`` when set),
+"""MLflow: a local file store under ``output_dir/mlruns`` (or ``MLFLOW_TRACKING_URI`` when set;
+``mlflow ui --backend-store-uri output_dir/mlruns`` shows it),
 through a client of its own (no global active run). Completions are a JSON artifact per step,
 ``completions/step_<n>.json``, in the column layout ``mlflow.log_table`` writes."""
 
@@ -34,7 +35,12 @@ class MlflowTracker:
         from mlflow.tracking import MlflowClient
 
         self._metric = Metric
-        self.uri = os.environ.get("MLFLOW_TRACKING_URI") or (context.output_dir / STORE_DIR).resolve().as_uri()
+        self.uri = os.environ.get("MLFLOW_TRACKING_URI") or ""
+        if not self.uri:
+            # MLflow 3 keeps the file store working but asks for an opt-in; its database stores
+            # need SQLAlchemy, which the skinny build leaves out
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            self.uri = (context.output_dir / STORE_DIR).resolve().as_uri()
         self.client = MlflowClient(tracking_uri=self.uri)
         experiment = self.client.get_experiment_by_name(context.project)
         exp_id = experiment.experiment_id if experiment else self.client.create_experiment(context.project)
