@@ -24,6 +24,7 @@ from polyrl.redact import MASK
 from polyrl.registry import Registry
 from polyrl.tracking import TrackerSpec
 from polyrl.tracking import completions as clog
+from polyrl.tracking.session import RunTracking, hyperparameters
 from polyrl.trainer import Trainer
 from polyrl.types import Completion
 
@@ -164,6 +165,33 @@ def test_bad_logging_settings_name_the_field(tmp_path, logging, field):
     with pytest.raises(ConfigError) as err:
         RunConfig.from_dict(config_dict(tmp_path, "m", **logging))
     assert err.value.field == field
+
+
+@pytest.mark.faults
+def test_a_tracker_that_cannot_start_stops_the_run_start_and_closes_the_others(tmp_path):
+    opened = Recorder("fine")
+
+    def explode(context):
+        raise OSError("disk full")
+
+    tracking = RunTracking(specs=[TrackerSpec(name="fine", create=lambda c: opened),
+                                  TrackerSpec(name="boom", create=explode)],
+                           output_dir=tmp_path, completions_per_step=1, run_name="r", project="p", config={})
+    with pytest.raises(ConfigError) as err:
+        tracking.open()
+    assert err.value.field == "logging.report_to" and "'boom'" in str(err.value) and "disk full" in str(err.value)
+    assert opened.closed and tracking.trackers == {}
+
+
+def test_hyperparameters_mask_credentials(tmp_path):
+    data = config_dict(tmp_path, "m")
+    data["rewards"].append({"name": "llm_judge", "options": {"api_key": "hunter2hunter2", "model": "judge",
+                                                            "url": "https://user:pw12345@host/v1"}})
+    params = hyperparameters(RunConfig.from_dict(data))
+    judge = params["rewards"][1]["options"]
+    assert judge["api_key"] == MASK and judge["model"] == "judge" and "pw12345" not in judge["url"]
+    assert params["optimizer"]["lr"] == 1e-5 and params["logging"]["completions_per_step"] == 4
+    json.dumps(params, allow_nan=False)  # plain, strict data
 
 
 # --- completions log -----------------------------------------------------------------------------

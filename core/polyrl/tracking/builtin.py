@@ -14,7 +14,7 @@ from polyrl.hookspecs import hookimpl
 from polyrl.tracking.spec import TrackerContext, TrackerSpec
 
 
-def _installed(module: str, extra: str) -> Callable[[], str | None]:
+def _installed(module: str) -> Callable[[], str | None]:
     def probe() -> str | None:
         if importlib.util.find_spec(module) is None:
             return f"the {module!r} package is not installed"
@@ -47,5 +47,5 @@ BUILTIN_TRACKERS = (
 def polyrl_register_trackers(register: Callable[[TrackerSpec], None]) -> None:
     for name, module, cls, library, extra, summary in BUILTIN_TRACKERS:
         register(TrackerSpec(name=name, create=_lazy(module, cls), summary=summary,
-                             probe=_installed(library, extra), install_hint=f"pip install 'polyrl[{extra}]'",
+                             probe=_installed(library), install_hint=f"pip install 'polyrl[{extra}]'",
                              distribution="polyrl"))

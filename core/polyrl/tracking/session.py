@@ -145,10 +145,11 @@ def for_run(config: Any, registry: Any, rank: int) -> RunTracking:
         specs=resolve_specs(registry, section.report_to), output_dir=output_dir,
         completions_per_step=section.completions_per_step,
         run_name=section.run_name or output_dir.resolve().name, project=section.project,
-        config=_plain_config(config), writer=rank == 0)
+        config=hyperparameters(config), writer=rank == 0)
 
 
-def _plain_config(config: Any) -> dict[str, Any]:
+def hyperparameters(config: Any) -> dict[str, Any]:
+    """The run config as plain data for a tracker's hyper-parameter view, credentials masked."""
     from polyrl import strict_json
 
     def value(v: Any) -> Any:
