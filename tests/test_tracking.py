@@ -238,10 +238,11 @@ def test_a_tracker_failing_mid_run_is_dropped_once_and_training_continues(tmp_pa
     data = config_dict(tmp_path, tiny_model_dir, steps=3, report_to=["good", "bad"], completions_per_step=3)
     summary = Trainer(RunConfig.from_dict(data), extra_plugins=(good, bad)).run(progress=False)
     assert summary["steps"] == 3
-    assert [s for s, _ in good.metrics] == [1, 2, 3] and [s for s, _ in bad.metrics] == []
+    assert [s for s, _ in good.metrics] == [0, 1, 2]
+    assert [s for s, _ in bad.metrics] == [0] and [s for s, _ in bad.completions] == [0]  # then dropped
     assert bad.closed and good.closed
     assert all(m["lr"] == 1e-5 and "reward_mean" in m for _, m in good.metrics)
-    assert [(s, len(r)) for s, r in good.completions] == [(1, 3), (2, 3), (3, 3)]
+    assert [(s, len(r)) for s, r in good.completions] == [(0, 3), (1, 3), (2, 3)]
     err = capsys.readouterr().err
     assert err.count("tracker 'bad' failed and was dropped") == 1 and "dashboard unreachable" in err
     assert "lr=1e-05" in err and "lr=0.0" not in err  # small numbers stay readable in the log lines

@@ -70,9 +70,9 @@ def test_tensorboard_event_files_hold_scalars_and_completion_text(run):
     acc.Reload()
     assert {"reward_mean", "loss", "lr", "reward/digits/mean"} <= set(acc.Tags()["scalars"])
     lr = acc.Scalars("lr")
-    assert [e.step for e in lr] == [1, 2] and all(e.value == pytest.approx(1e-5) for e in lr)
+    assert [e.step for e in lr] == [0, 1] and all(e.value == pytest.approx(1e-5) for e in lr)
     text = acc.Tensors("completions")
-    assert [t.step for t in text] == [1, 2]
+    assert [t.step for t in text] == [0, 1]
     first = text[0].tensor_proto.string_val[0].decode()
     assert first.startswith("| step | prompt | completion |")
     assert len(first.strip().splitlines()) == 2 + 2  # header, rule, two records
@@ -94,7 +94,7 @@ def test_wandb_offline_run_holds_history_and_completion_tables(run):
         record.ParseFromString(data)
         if record.WhichOneof("record_type") == "history":
             history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
-    assert [h["_step"] for h in history] == [1, 2]
+    assert [h["_step"] for h in history] == [0, 1]
     assert all(h["lr"] == 1e-5 and "reward_mean" in h for h in history)
     assert all(h["completions/_type"] == "table-file" and h["completions/nrows"] == 2 for h in history)
     table = json.loads((run_dir / "files" / history[0]["completions/path"]).read_text())
@@ -112,11 +112,11 @@ def test_mlflow_store_holds_metrics_params_and_completion_artifacts(run):
     assert found.info.run_name == "tracked" and found.info.status == "FINISHED"
     assert found.data.params["optimizer.lr"] == "1e-05"
     history = client.get_metric_history(found.info.run_id, "lr")
-    assert [(m.step, m.value) for m in history] == [(1, 1e-5), (2, 1e-5)]
-    assert [m.step for m in client.get_metric_history(found.info.run_id, "reward/digits/mean")] == [1, 2]
+    assert [(m.step, m.value) for m in history] == [(0, 1e-5), (1, 1e-5)]
+    assert [m.step for m in client.get_metric_history(found.info.run_id, "reward/digits/mean")] == [0, 1]
     names = sorted(a.path for a in client.list_artifacts(found.info.run_id, "completions"))
-    assert names == ["completions/step_000001.json", "completions/step_000002.json"]
-    local = client.download_artifacts(found.info.run_id, "completions/step_000002.json", str(out / "dl"))
+    assert names == ["completions/step_000000.json", "completions/step_000001.json"]
+    local = client.download_artifacts(found.info.run_id, "completions/step_000001.json", str(out / "dl"))
     table = json.loads(Path(local).read_text())
     assert table["data"] == table_rows(records[2:])
 
@@ -139,7 +139,7 @@ def test_trackio_store_holds_metrics_and_completion_tables(run):
     runs, logs = json.loads(proc.stdout.strip().splitlines()[-1])
     assert runs == ["tracked"]
     scalars = [entry for entry in logs if "lr" in entry]
-    assert [(e["step"], e["lr"]) for e in scalars] == [(1, 1e-5), (2, 1e-5)]
+    assert [(e["step"], e["lr"]) for e in scalars] == [(0, 1e-5), (1, 1e-5)]
     tables = [entry for entry in logs if "completions" in entry]
-    assert [e["step"] for e in tables] == [1, 2]
+    assert [e["step"] for e in tables] == [0, 1]
     assert "_type" in json.dumps(tables[0]["completions"]) and records[0]["finish_reason"] in json.dumps(tables[0])

@@ -719,7 +719,7 @@ class Trainer:
                 self.history.append(metrics)
                 if self.rank == 0:
                     self._append_metrics(metrics)
-                    self.tracking.publish(metrics, self.step)
+                    self.tracking.publish(metrics)
                 log.info("step", **({"rank": self.rank} if self.world_size > 1 else {}), **{k: (readable(v) if isinstance(v, float) else v)
                                     for k, v in metrics.items() if not k.startswith("reward/")})
                 advance(metrics)

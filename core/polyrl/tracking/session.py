@@ -103,10 +103,12 @@ class RunTracking:
                 step, prompts, completions, scored.per_reward, scored.total, advantages,
                 self.completions_per_step, seed, self.redact)
 
-    def publish(self, metrics: Mapping[str, Any], step: int) -> None:
-        """The step's completions to completions.jsonl, then metrics and completions to trackers."""
+    def publish(self, metrics: Mapping[str, Any]) -> None:
+        """The step's completions to completions.jsonl, then metrics and completions to trackers,
+        at the step number metrics.jsonl and completions.jsonl use (``metrics["step"]``)."""
         if not self.writer:
             return
+        step = int(metrics["step"])
         records, self._pending = self._pending, []
         if records:
             clog.append(self.completions_path, records)
