@@ -1,4 +1,4 @@
-"""The ``polyrl`` command: train | launch | backends | rewards | doctor | generate | serve | bench | convert | report."""
+"""The ``polyrl`` command: train | launch | backends | rewards | trackers | doctor | generate | serve | bench | convert | report."""
 
 from __future__ import annotations
 
@@ -96,6 +96,33 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"chart: {png}")
     if args.html:
         print(f"page: {write_html(args.run_dir, png, args.html)}")
+    return 0
+
+
+def cmd_trackers(args: argparse.Namespace) -> int:
+    reg = _registry()
+    statuses = reg.tracker_statuses()
+    errors = [e for e in reg.load_errors if e.group in ("polyrl.trackers", "polyrl_register_trackers")]
+    if args.json:
+        _print_json({"trackers": [s.as_dict() for s in statuses],
+                     "load_errors": [{"name": e.name, "distribution": e.distribution, "error": e.error}
+                                     for e in errors]})
+        return 0
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=escape("polyrl trackers ([logging] report_to = [...])"))
+    for col in ("tracker", "usable", "from", "what it writes", "why not / fix"):
+        table.add_column(col)
+    for s in statuses:
+        why = "" if s.available else f"{s.reason} ({s.install_hint})"
+        table.add_row(s.name, "yes" if s.available else "no", s.distribution, escape(s.summary), escape(why))
+    console.print(table)
+    for e in errors:
+        console.print(f"[red]tracker plugin {e.name!r} ({e.distribution or 'unknown dist'}) failed to load:[/] "
+                      f"{escape(e.error)}")
     return 0
 
 
@@ -289,6 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rewards", help="list the rewards a run config can name, and where they come from")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_rewards)
+
+    p = sub.add_parser("trackers", help="list the experiment trackers [logging] report_to can name")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_trackers)
 
     p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API (e.g. for a judge)")
     from polyrl.serve import add_arguments as serve_arguments

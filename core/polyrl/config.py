@@ -1,7 +1,7 @@
 """The run configuration: one TOML file (or the Python API) describing a whole training run.
 
 Sections mirror the TOML tables: ``[model]``, ``[lora]``, ``[backends]``, ``[generation]``,
-``[algorithm]``, ``[optimizer]``, ``[data]``, ``[[rewards]]``, ``[train]``, ``[eval]``.
+``[algorithm]``, ``[optimizer]``, ``[data]``, ``[[rewards]]``, ``[train]``, ``[eval]``, ``[logging]``.
 See README.md ("Config reference") for every key.
 """
 
@@ -212,6 +212,23 @@ class EvalSection:
 
 
 @attrs.define(frozen=True)
+class LoggingSection:
+    """Where a run is shown besides metrics.jsonl: experiment trackers and the completions log."""
+
+    report_to: list[str] = attrs.field(factory=list)  # e.g. ["tensorboard", "wandb"]; `polyrl trackers`
+    completions_per_step: int = 4  # sampled completions logged per step; 0 turns the log off
+    project: str = "polyrl"  # the tracker's project / experiment name
+    run_name: str | None = None  # default: the output_dir's folder name
+
+    def __attrs_post_init__(self) -> None:
+        if isinstance(self.report_to, str) or not all(isinstance(n, str) and n for n in self.report_to):
+            raise ConfigError(f"must be a list of tracker names, got {self.report_to!r}", field="logging.report_to",
+                              fix='e.g. report_to = ["tensorboard"]; `polyrl trackers` lists them')
+        if len(set(self.report_to)) != len(self.report_to):
+            raise ConfigError("names a tracker twice", field="logging.report_to", fix="list each tracker once")
+
+
+@attrs.define(frozen=True)
 class RunConfig:
     model: ModelSection
     data: DataSection
@@ -223,6 +240,7 @@ class RunConfig:
     lora: LoraConfig | None = attrs.field(default=None, converter=as_lora_config)
     train: TrainSection = attrs.field(factory=TrainSection)
     eval: EvalSection = attrs.field(factory=EvalSection)
+    logging: LoggingSection = attrs.field(factory=LoggingSection)
 
     def __attrs_post_init__(self) -> None:
         if not self.rewards:
@@ -237,7 +255,7 @@ class RunConfig:
         sections: list[tuple[str, Any]] = [
             ("model", self.model), ("backends", self.backends), ("generation", self.generation),
             ("algorithm", self.algorithm), ("optimizer", self.optimizer), ("train", self.train),
-            ("eval", self.eval), ("data", self.data),
+            ("eval", self.eval), ("data", self.data), ("logging", self.logging),
         ]
         if self.lora is not None:
             sections.append(("lora", self.lora))
@@ -294,6 +312,7 @@ class RunConfig:
             lora=build(LoraConfig, data["lora"], "lora") if "lora" in data else None,
             train=build(TrainSection, data.get("train", {}), "train"),
             eval=build(EvalSection, data.get("eval", {}), "eval"),
+            logging=build(LoggingSection, data.get("logging", {}), "logging"),
         )
 
     @classmethod

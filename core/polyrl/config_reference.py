@@ -116,6 +116,13 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "pass_k": "k of the unbiased pass@k estimate (at most `samples`); pass@1 is reported too",
         "pass_threshold": "a sample counts as correct for pass@k when its reward is at least this",
     },
+    "logging": {
+        "report_to": 'experiment trackers, e.g. ["tensorboard", "wandb", "mlflow", "trackio"] '
+                     "(`polyrl trackers` lists them)",
+        "completions_per_step": "sampled completions per step to completions.jsonl and the trackers (0 = off)",
+        "project": "the trackers' project / experiment name",
+        "run_name": "the trackers' run name (unset = the output_dir folder name)",
+    },
 }
 
 _TABLE_HEADERS = {"rewards": "[[rewards]]"}
@@ -124,7 +131,7 @@ _TABLE_HEADERS = {"rewards": "[[rewards]]"}
 def _section_classes() -> dict[str, type]:
     """TOML table name -> the attrs class that validates it."""
     from polyrl.algorithms.presets import AlgorithmConfig
-    from polyrl.config import (BackendsSection, DataSection, EvalSection, GenerationSection,
+    from polyrl.config import (BackendsSection, DataSection, EvalSection, GenerationSection, LoggingSection,
                                ModelSection, RewardSection, TrainSection)
     from polyrl.types import LoraConfig, OptimizerConfig
 
@@ -132,6 +139,7 @@ def _section_classes() -> dict[str, type]:
         "model": ModelSection, "backends": BackendsSection, "generation": GenerationSection,
         "algorithm": AlgorithmConfig, "optimizer": OptimizerConfig, "lora": LoraConfig,
         "data": DataSection, "rewards": RewardSection, "train": TrainSection, "eval": EvalSection,
+        "logging": LoggingSection,
     }
 
 

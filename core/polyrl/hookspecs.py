@@ -1,7 +1,8 @@
 """The backend contract: everything a polyrl plugin author needs to read.
 
 A plugin is a module (or object) with functions marked ``@hookimpl`` whose names match the specs
-below; it is found through an entry point in group ``polyrl.backends`` (or ``polyrl.rewards``)::
+below; it is found through an entry point in group ``polyrl.backends`` (or ``polyrl.rewards``,
+``polyrl.trackers``)::
 
     # pyproject.toml of your distribution
     [project.entry-points."polyrl.backends"]
@@ -75,6 +76,7 @@ if TYPE_CHECKING:  # pragma: no cover - for readers and type checkers only
         TokenSequence,
         TrainBatch,
     )
+    from polyrl.tracking.spec import TrackerSpec
 
 PROJECT_NAME = "polyrl"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
@@ -96,6 +98,19 @@ def polyrl_register_backends(register: Callable[[BackendSpec], None]) -> None:
 @hookspec
 def polyrl_register_rewards(register: Callable[[RewardSpec], None]) -> None:
     """Announce the reward names this plugin computes in ``reward`` (listing and validation)."""
+
+
+@hookspec
+def polyrl_register_trackers(register: Callable[[TrackerSpec], None]) -> None:
+    """Announce experiment trackers by calling ``register(TrackerSpec(name=..., create=...))``.
+
+    Found through entry-point group ``polyrl.trackers``; a run uses the ones its ``[logging]
+    report_to`` names. ``create(TrackerContext)`` returns an object with ``log_metrics(metrics,
+    step)``, ``log_completions(records, step)`` and ``close()`` (``polyrl.tracking.Tracker``);
+    import the tracking library there, not at module import, and answer ``probe()`` with a reason
+    string when it is missing. A tracker that raises mid-run is reported once and dropped; the run
+    goes on.
+    """
 
 
 @hookspec(firstresult=True)

@@ -79,3 +79,11 @@ def get_logger(name: str = "polyrl") -> Any:
     if not structlog.is_configured():
         configure()
     return structlog.get_logger(name)
+
+
+def readable(value: float, digits: int = 4) -> float:
+    """``value`` shortened for a log line without losing small numbers: 4 decimals for magnitudes
+    of 1 and more, else ``digits`` significant digits (``round(1e-5, 4)`` would print ``lr=0.0``)."""
+    if value != value or value in (float("inf"), float("-inf")) or value == 0 or abs(value) >= 1:
+        return round(value, digits) if value == value and abs(value) != float("inf") else value
+    return float(f"{value:.{digits}g}")

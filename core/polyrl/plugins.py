@@ -1,6 +1,7 @@
 """Finding and loading plugins: entry points, allow/deny lists, and broken-plugin isolation.
 
-Plugins come from entry points in groups ``polyrl.backends`` and ``polyrl.rewards``, plus the
+Plugins come from entry points in groups ``polyrl.backends``, ``polyrl.rewards`` and
+``polyrl.trackers``, plus the core's built-in trackers, the
 core's built-in reward plugins (``BUILTIN_REWARD_PLUGINS``: the simple rewards, the LLM judge, the
 sandboxed code reward and reward models; none imports torch or httpx until it is used) and any
 object passed to ``get_plugin_manager(extra=...)``.
@@ -25,7 +26,7 @@ import pluggy
 
 from polyrl import hookspecs
 
-ENTRY_POINT_GROUPS = ("polyrl.backends", "polyrl.rewards")
+ENTRY_POINT_GROUPS = ("polyrl.backends", "polyrl.rewards", "polyrl.trackers")
 
 #: The core's own reward plugins: (registered name, module).
 BUILTIN_REWARD_PLUGINS = (
@@ -35,6 +36,8 @@ BUILTIN_REWARD_PLUGINS = (
 )
 #: The core's own backend: rollouts from OpenAI-compatible servers (no compute library needed).
 BUILTIN_BACKEND_PLUGINS = (("polyrl-remote", "polyrl.remote"),)
+#: The core's own trackers (TensorBoard, W&B, MLflow, trackio; each library imported only when used).
+BUILTIN_TRACKER_PLUGINS = (("polyrl-builtin-trackers", "polyrl.tracking.builtin"),)
 ALLOW_ENV = "POLYRL_LOAD_PLUGINS"
 DENY_ENV = "POLYRL_DISABLE_PLUGINS"
 
@@ -121,7 +124,7 @@ def get_plugin_manager(extra: Iterable[Any] = (), entry_points: bool = True) -> 
     import importlib
 
     pm = PolyrlPluginManager()
-    for name, module in (*BUILTIN_REWARD_PLUGINS, *BUILTIN_BACKEND_PLUGINS):
+    for name, module in (*BUILTIN_REWARD_PLUGINS, *BUILTIN_BACKEND_PLUGINS, *BUILTIN_TRACKER_PLUGINS):
         pm.register(importlib.import_module(module), name=name)
     if entry_points:
         pm.load_entry_points()

@@ -22,6 +22,7 @@ import attrs
 from polyrl import hub
 from polyrl.errors import BackendUnavailable, ConfigError, PluginError
 from polyrl.plugins import PluginLoadError, PolyrlPluginManager, get_plugin_manager
+from polyrl.tracking.spec import TrackerSpec, TrackerStatus
 from polyrl.types import BackendSpec, EngineConfig, RewardSpec
 
 
@@ -49,6 +50,7 @@ class Registry:
         self.pm = pm or get_plugin_manager()
         self._backends: dict[str, BackendSpec] = {}
         self._rewards: dict[str, RewardSpec] = {}
+        self._trackers: dict[str, TrackerSpec] = {}
         self._owners: dict[str, Any] = {}  # backend name -> the plugin object that registered it
         self.hook_errors: list[PluginLoadError] = []
         self._collect()
@@ -60,6 +62,7 @@ class Registry:
         for hook_name, sink, kind in (
             ("polyrl_register_backends", self._backends, BackendSpec),
             ("polyrl_register_rewards", self._rewards, RewardSpec),
+            ("polyrl_register_trackers", self._trackers, TrackerSpec),
         ):
             caller = getattr(self.pm.hook, hook_name)
             for impl in caller.get_hookimpls():
@@ -110,6 +113,23 @@ class Registry:
 
     def rewards(self) -> list[RewardSpec]:
         return [self._rewards[n] for n in self.reward_names()]
+
+    def trackers_by_name(self) -> dict[str, TrackerSpec]:
+        """Experiment trackers a run's ``[logging] report_to`` can name."""
+        return dict(self._trackers)
+
+    def tracker_statuses(self) -> list[TrackerStatus]:
+        """Each tracker and whether its library is installed here (``polyrl trackers``)."""
+        out = []
+        for name in sorted(self._trackers):
+            spec = self._trackers[name]
+            try:
+                reason = spec.probe()
+            except Exception as exc:  # noqa: BLE001 - a probe that raises means "unusable"
+                reason = f"probe raised {type(exc).__name__}: {exc}"
+            out.append(TrackerStatus(name=name, available=reason is None, reason=reason, summary=spec.summary,
+                                     install_hint=spec.install_hint, distribution=spec.distribution))
+        return out
 
     def spec(self, name: str) -> BackendSpec:
         try:

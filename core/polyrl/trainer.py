@@ -42,7 +42,7 @@ from polyrl.config import RunConfig
 from polyrl.data import Dataset, PromptSampler, load_train_and_eval
 from polyrl.engine import Engine
 from polyrl.errors import ConfigError, PolyrlError, RewardError
-from polyrl.logs import get_logger
+from polyrl.logs import get_logger, readable
 from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry
 from polyrl.rewards.combine import RewardComputer
@@ -53,6 +53,7 @@ from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.run_lock import OutputDirLock
 from polyrl import evaluation
 from polyrl.step_metrics import step_metrics as common_step_metrics
+from polyrl.tracking.session import for_run as tracking_for_run
 from polyrl.types import Completion, EngineConfig, RewardContext, TokenSequence, TrainBatch
 
 log = get_logger("polyrl.trainer")
@@ -141,6 +142,7 @@ class Trainer:
         self._generator_version = -1  # updates the generate engine's weights have seen (-1: unknown)
         self._saved_step: int | None = None  # the step of the last checkpoint this run wrote
         self.history: list[dict[str, Any]] = []
+        self.tracking = tracking_for_run(config, self.registry, self.rank)  # unknown tracker: error now
         self._load_engines()
 
     # --- setup ---------------------------------------------------------------------------------
@@ -368,6 +370,8 @@ class Trainer:
         advantages = algo.advantages(all_shaped, c.generation.group_size)
         global_kept = int((keep & np.isfinite(all_shaped)).sum())
         keep, advantages = keep[mine] & np.isfinite(shaped), advantages[mine]
+        self.tracking.collect(self.step, [r[c.data.prompt_column] for r in self._rows_per_completion(rows)],
+                              completions, scored, advantages, seed=_step_seed(c.train.seed, self.step))
         rewards = np.concatenate([r for r, _ in everyone])  # metrics describe the global batch
         metrics: dict[str, Any] = {
             "step": self.step,
@@ -586,6 +590,7 @@ class Trainer:
         else:
             _restore_rng_states(state)
         self.history = self._rewind_metrics()
+        self.tracking.rewind(self.step)
         self._resumed = True
         self._saved_step = None if weights_only else self.step  # that checkpoint already holds this step
         self._generator_version = -1  # the train engine's weights were just replaced
@@ -611,13 +616,15 @@ class Trainer:
         if earlier:
             aside = self.output_dir / "previous" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
             aside.mkdir(parents=True, exist_ok=True)
-            for item in [*earlier, self.output_dir / "metrics.jsonl", self.output_dir / evaluation.COMPLETIONS_FILE]:
+            for item in [*earlier, self.output_dir / "metrics.jsonl", self.output_dir / evaluation.COMPLETIONS_FILE,
+                         self.tracking.completions_path]:
                 if item.exists():
                     item.replace(aside / item.name)
             log.warning("output_dir held an earlier run; it was moved aside, this run starts at step 0",
                         moved_to=str(aside), fix="use --resume to continue a run instead")
         self.step = 0
         self.history = self._rewind_metrics()
+        self.tracking.rewind(self.step)
 
     def _rewind_metrics(self) -> list[dict[str, Any]]:
         """Keep metrics.jsonl lines of steps before ``self.step`` only, each step once (a crash
@@ -717,8 +724,10 @@ class Trainer:
             self._start_over()
         summary: dict[str, Any] = {"output_dir": str(self.output_dir)}
         try:
+            self.tracking.open()
             self._run(summary, progress)
         finally:
+            self.tracking.close()
             self.rollouts.close()  # a rollout sampled ahead finishes first (or was checkpointed)
             self.lock.release()
         summary["steps"] = self.step
@@ -756,7 +765,8 @@ class Trainer:
                 self.history.append(metrics)
                 if self.rank == 0:
                     self._append_metrics(metrics)
-                log.info("step", **({"rank": self.rank} if self.world_size > 1 else {}), **{k: (round(v, 4) if isinstance(v, float) else v)
+                    self.tracking.publish(metrics)
+                log.info("step", **({"rank": self.rank} if self.world_size > 1 else {}), **{k: (readable(v) if isinstance(v, float) else v)
                                     for k, v in metrics.items() if not k.startswith("reward/")})
                 advance(metrics)
                 if self.world_size > 1:  # a signal may reach the ranks on either side of a step

@@ -136,6 +136,7 @@ RULES: dict[str, Rule] = {
     "eval.samples": _int(0, 4096, fix="sampled completions per prompt for pass@k, e.g. 8; 0 evaluates greedily only"),
     "eval.pass_k": _int(1, 4096, fix="k of pass@k, at most eval.samples, e.g. 1 or 4"),
     "eval.pass_threshold": _float(fix="the eval reward at or above which a sample is correct, e.g. 1.0"),
+    "logging.completions_per_step": _int(0, 4096, fix="e.g. 4; 0 turns the completions log off"),
     "rewards.weight": _float(fix="e.g. 1.0; a negative weight penalises"),
     "rewards.timeout_s": _float(0, low_open=True, fix="seconds one reward call may take, e.g. timeout_s = 600"),
 }

@@ -1,0 +1,125 @@
+"""The completions log: a sample of each step's prompts, completions, rewards and advantages.
+
+Why: metrics say a reward went up, not how; reading what the policy writes is how reward hacking
+is caught. Each step appends ``completions_per_step`` records to ``output_dir/completions.jsonl``
+(strict JSON) and hands them to the trackers. Text passes through ``polyrl.redact`` first: a prompt
+or completion that quotes a credential must not end up in a dashboard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from polyrl import strict_json
+from polyrl.redact import Redactor
+
+FILE_NAME = "completions.jsonl"
+#: The keys of every record, in table-column order.
+COLUMNS = ("step", "prompt", "completion", "rewards", "reward", "advantage", "finish_reason")
+
+
+def _redact(value: Any, redact: Redactor) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {str(k): _redact(v, redact) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact(v, redact) for v in value]
+    return value
+
+
+def _number(value: Any) -> float | None:
+    value = float(value)
+    return value if np.isfinite(value) else None
+
+
+def pick(count: int, total: int, seed: int) -> list[int]:
+    """``count`` distinct indices of ``total``, drawn with ``seed`` (repeatable on resume), in order."""
+    if count >= total:
+        return list(range(total))
+    return sorted(np.random.default_rng(seed).choice(total, size=count, replace=False).tolist())
+
+
+def sample_records(step: int, prompts: Sequence[Any], completions: Sequence[Any],
+                   per_reward: Mapping[str, Sequence[float]], total: Sequence[float],
+                   advantages: Sequence[float], count: int, seed: int,
+                   redact: Redactor = Redactor()) -> list[dict[str, Any]]:
+    """Up to ``count`` records of this step; ``prompts`` aligned with ``completions``."""
+    records = []
+    for i in pick(count, len(completions), seed):
+        records.append({
+            "step": step,
+            "prompt": _redact(prompts[i], redact),
+            "completion": redact(completions[i].text),
+            "rewards": {name: _number(scores[i]) for name, scores in per_reward.items()},
+            "reward": _number(total[i]),
+            "advantage": _number(advantages[i]),
+            "finish_reason": completions[i].finish_reason,
+        })
+    return records
+
+
+def cell(value: Any) -> Any:
+    """A record value as a table cell: text and numbers stay, structures become JSON text."""
+    if isinstance(value, (Mapping, list, tuple)):
+        return strict_json.dumps(value, ensure_ascii=False)
+    return value
+
+
+def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
+    """The records as a Markdown table (TensorBoard's Text dashboard renders it)."""
+    def escape(value: Any) -> str:
+        text = "" if value is None else str(cell(value))
+        return text.replace("|", "\\|").replace("\n", "<br>")
+
+    head = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
+    return head + "".join("| " + " | ".join(escape(r[c]) for c in COLUMNS) + " |\n" for r in records)
+
+
+def append(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
+    """Append ``records`` as strict-JSON lines, flushed (the step is checkpointed after this)."""
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write("".join(strict_json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        fh.flush()
+
+
+def rewind(path: Path, before_step: int) -> int:
+    """Keep the records of steps before ``before_step`` only, each step's from its last writing
+    (a crashed run wrote later steps; the resumed run writes them again). Atomic rewrite; returns
+    how many records remain. Mirrors ``Trainer._rewind_metrics`` for a file with many lines a step."""
+    if not path.exists():
+        return 0
+    by_step: dict[int, list[str]] = {}
+    previous: int | None = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:  # a line cut short by the crash
+            previous = None
+            continue
+        step = record.get("step") if isinstance(record, dict) else None
+        if not isinstance(step, int) or step >= before_step:
+            previous = None
+            continue
+        if step != previous:  # a new block of this step: an earlier one belonged to a dead lineage
+            by_step[step] = []
+        by_step[step].append(line)
+        previous = step
+    kept = [line for step in sorted(by_step) for line in by_step[step]]
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write("".join(line + "\n" for line in kept))
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    return len(kept)

@@ -1,0 +1,66 @@
+"""What a tracker plugin provides: a ``TrackerSpec`` naming it and a ``Tracker`` the run writes to.
+
+The core never imports a tracking library; each spec's ``create`` does, when a run asks for it, and
+its ``probe`` says beforehand (cheaply) whether the library is installed, so a config that names a
+missing tracker fails before any model is loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+
+
+@attrs.define(frozen=True)
+class TrackerContext:
+    """What a tracker needs to open its run."""
+
+    output_dir: Path  # the run's output_dir; local trackers write under it
+    run_name: str
+    project: str
+    config: Mapping[str, Any]  # the run config as plain data (hyper-parameters)
+
+
+class Tracker(Protocol):
+    """One open experiment-tracker run. Every method may raise: the run drops that tracker."""
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Numeric metrics of ``step`` (already finite floats)."""
+
+    def log_completions(self, records: Sequence[Mapping[str, Any]], step: int) -> None:
+        """The step's sampled completions (``polyrl.tracking.completions.COLUMNS`` keys)."""
+
+    def close(self) -> None:
+        """Flush and finish the run."""
+
+
+def _always_usable() -> str | None:
+    return None
+
+
+@attrs.define
+class TrackerSpec:
+    """A tracker as ``[logging] report_to`` names it and ``polyrl trackers`` lists it."""
+
+    name: str
+    create: Callable[[TrackerContext], Tracker]
+    summary: str = ""
+    probe: Callable[[], str | None] = _always_usable  # a reason string when unusable here
+    install_hint: str = ""
+    distribution: str = ""
+
+
+@attrs.define(frozen=True)
+class TrackerStatus:
+    name: str
+    available: bool
+    reason: str | None
+    summary: str
+    install_hint: str
+    distribution: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)

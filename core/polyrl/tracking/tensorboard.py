@@ -1,0 +1,39 @@
+"""TensorBoard: event files under ``output_dir/tensorboard`` written with tensorboard's own writer
+(no torch or TensorFlow needed). Completions go to the Text dashboard as one table per step."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from polyrl.tracking.completions import markdown_table
+from polyrl.tracking.spec import TrackerContext
+
+LOG_DIR = "tensorboard"
+
+
+class TensorBoardTracker:
+    def __init__(self, context: TrackerContext) -> None:
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+        from tensorboard.plugins.text.summary_v2 import text_pb
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self._event, self._summary, self._text_pb = event_pb2.Event, summary_pb2.Summary, text_pb
+        self.log_dir = context.output_dir / LOG_DIR
+        self._writer = EventFileWriter(str(self.log_dir))
+
+    def _add(self, summary: Any, step: int) -> None:
+        self._writer.add_event(self._event(wall_time=time.time(), step=step, summary=summary))
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        values = [self._summary.Value(tag=k, simple_value=v) for k, v in metrics.items()]
+        self._add(self._summary(value=values), step)
+        self._writer.flush()
+
+    def log_completions(self, records: Sequence[Mapping[str, Any]], step: int) -> None:
+        self._add(self._text_pb("completions", markdown_table(records)), step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()

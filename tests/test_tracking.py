@@ -1,0 +1,294 @@
+"""Trackers as plugins and the completions log: discovery, broken-plugin isolation, config errors,
+a tracker failing mid-run (dropped, training goes on), completions.jsonl rewound on resume, and
+small numbers such as ``lr`` kept readable in the step log lines.
+
+The runs train the tiny llama on the torch backend; the trackers here are small recording plugins
+(the real libraries are exercised in tests/test_tracking_libraries.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from toy_dist import write_dist
+
+from polyrl import cli
+from polyrl.config import RunConfig
+from polyrl.errors import ConfigError
+from polyrl.hookspecs import hookimpl
+from polyrl.logs import readable
+from polyrl.plugins import get_plugin_manager
+from polyrl.redact import MASK
+from polyrl.registry import Registry
+from polyrl.tracking import TrackerSpec
+from polyrl.tracking import completions as clog
+from polyrl.tracking.session import RunTracking, hyperparameters
+from polyrl.trainer import Trainer
+from polyrl.types import Completion
+
+REWARD = """
+def digits(prompts, completions, **kwargs):
+    texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+    return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
+"""
+
+
+def config_dict(tmp_path: Path, model: str, steps: int = 2, **logging) -> dict:
+    reward = tmp_path / "reward.py"
+    reward.write_text(REWARD)
+    return {
+        "model": {"path": model},
+        "generation": {"group_size": 4, "max_new_tokens": 6},
+        "optimizer": {"lr": 1e-5},
+        "data": {"task": "arithmetic", "options": {"count": 16}},
+        "rewards": [{"function": f"{reward}:digits"}],
+        "train": {"steps": steps, "prompts_per_step": 2, "threads": 1, "checkpoint_every": 1,
+                  "keep_checkpoints": 5, "output_dir": str(tmp_path / "run")},
+        "logging": logging,
+    }
+
+
+class Recorder:
+    """A tracker plugin that keeps what it is given; ``fail_at`` makes ``log_metrics`` raise there."""
+
+    def __init__(self, name: str, fail_at: int | None = None) -> None:
+        self.name, self.fail_at = name, fail_at
+        self.metrics: list[tuple[int, dict]] = []
+        self.completions: list[tuple[int, list]] = []
+        self.closed = False
+
+    @hookimpl
+    def polyrl_register_trackers(self, register):
+        register(TrackerSpec(name=self.name, create=lambda context: self, summary="records calls"))
+
+    def log_metrics(self, metrics, step):
+        if step == self.fail_at:
+            raise RuntimeError("dashboard unreachable")
+        self.metrics.append((step, dict(metrics)))
+
+    def log_completions(self, records, step):
+        self.completions.append((step, list(records)))
+
+    def close(self):
+        self.closed = True
+
+
+def completion(text: str) -> Completion:
+    return Completion(prompt_index=0, prompt_ids=[1, 2], completion_ids=[3], logprobs=[-0.5], text=text,
+                      finish_reason="stop")
+
+
+# --- discovery -----------------------------------------------------------------------------------
+
+
+@pytest.mark.faults
+def test_tracker_plugins_come_from_entry_points_and_broken_ones_are_listed(tmp_path, monkeypatch, capsys):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "polyrl_tracker_good.py").write_text(
+        "from polyrl.hookspecs import hookimpl\n"
+        "from polyrl.tracking import TrackerSpec\n"
+        "@hookimpl\n"
+        "def polyrl_register_trackers(register):\n"
+        "    register(TrackerSpec(name='mytracker', create=lambda ctx: None, summary='mine',\n"
+        "                         probe=lambda: 'needs libmine', install_hint='pip install mine'))\n")
+    (site / "polyrl_tracker_import.py").write_text("raise ImportError('no module named dashboard_sdk')\n")
+    (site / "polyrl_tracker_register.py").write_text(
+        "from polyrl.hookspecs import hookimpl\n"
+        "@hookimpl\n"
+        "def polyrl_register_trackers(register):\n"
+        "    raise RuntimeError('tracker registration exploded')\n")
+    write_dist(site, "polyrl-tracker-good", "1.0", {"polyrl.trackers": {"good": "polyrl_tracker_good"}})
+    write_dist(site, "polyrl-tracker-import", "1.0", {"polyrl.trackers": {"badimport": "polyrl_tracker_import"}})
+    write_dist(site, "polyrl-tracker-register", "1.0", {"polyrl.trackers": {"badreg": "polyrl_tracker_register"}})
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr("polyrl.registry._registry", None)
+    monkeypatch.delenv("POLYRL_LOAD_PLUGINS", raising=False)
+    monkeypatch.delenv("POLYRL_DISABLE_PLUGINS", raising=False)
+
+    assert cli.main(["trackers", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    by_name = {t["name"]: t for t in listing["trackers"]}
+    assert {"tensorboard", "wandb", "mlflow", "trackio", "mytracker"} <= set(by_name)
+    mine = by_name["mytracker"]
+    assert (mine["available"], mine["reason"], mine["distribution"]) == (False, "needs libmine", "polyrl-tracker-good")
+    errors = {e["name"]: e["error"] for e in listing["load_errors"]}
+    assert "ImportError: no module named dashboard_sdk" in errors["badimport"]
+    assert "tracker registration exploded" in errors["badreg"]
+
+    assert cli.main(["trackers"]) == 0  # the table names the broken plugins too
+    table = capsys.readouterr().out
+    assert "mytracker" in table and "badimport" in table and "badreg" in table
+
+
+def test_unknown_or_uninstalled_tracker_is_one_error_line_before_models_load(tmp_path, monkeypatch, capsys):
+    data = config_dict(tmp_path, "no-such-model-is-loaded", report_to=["tensorbored"])
+    monkeypatch.setenv("POLYRL_LOAD_PLUGINS", "")
+    with pytest.raises(ConfigError) as err:
+        Trainer(RunConfig.from_dict(data))
+    assert err.value.field == "logging.report_to" and "'tensorbored'" in str(err.value)
+    assert "tensorboard" in str(err.value)  # the known ones are named
+
+    missing = Recorder("needs_lib")
+    spec_probe = TrackerSpec(name="needs_lib", create=lambda c: missing, probe=lambda: "libdash is not installed",
+                             install_hint="pip install 'polyrl[dash]'")
+
+    class Plugin:
+        @hookimpl
+        def polyrl_register_trackers(self, register):
+            register(spec_probe)
+
+    data["logging"] = {"report_to": ["needs_lib"]}
+    with pytest.raises(ConfigError) as err:
+        Trainer(RunConfig.from_dict(data), extra_plugins=(Plugin(),))
+    assert "libdash is not installed" in str(err.value) and "polyrl[dash]" in str(err.value)
+
+    config = tmp_path / "bad.toml"
+    config.write_text(f'[model]\npath = "x"\n[data]\ntask = "arithmetic"\n[[rewards]]\nname = "numeric_match"\n'
+                      f'[train]\noutput_dir = "{tmp_path / "o"}"\n[logging]\nreport_to = ["nope"]\n')
+    assert cli.main(["train", str(config), "--no-progress"]) != 0
+    err_lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err_lines) == 1 and "logging.report_to" in err_lines[0] and "'nope'" in err_lines[0]
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("logging, field", [
+    ({"report_to": "tensorboard"}, "logging.report_to"),
+    ({"report_to": ["wandb", "wandb"]}, "logging.report_to"),
+    ({"completions_per_step": -1}, "logging.completions_per_step"),
+    ({"completions_per_step": 1.5}, "logging.completions_per_step"),
+    ({"completions_per_stpe": 2}, "logging.completions_per_stpe"),
+])
+def test_bad_logging_settings_name_the_field(tmp_path, logging, field):
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict(config_dict(tmp_path, "m", **logging))
+    assert err.value.field == field
+
+
+@pytest.mark.faults
+def test_a_tracker_that_cannot_start_stops_the_run_start_and_closes_the_others(tmp_path):
+    opened = Recorder("fine")
+
+    def explode(context):
+        raise OSError("disk full")
+
+    tracking = RunTracking(specs=[TrackerSpec(name="fine", create=lambda c: opened),
+                                  TrackerSpec(name="boom", create=explode)],
+                           output_dir=tmp_path, completions_per_step=1, run_name="r", project="p", config={})
+    with pytest.raises(ConfigError) as err:
+        tracking.open()
+    assert err.value.field == "logging.report_to" and "'boom'" in str(err.value) and "disk full" in str(err.value)
+    assert opened.closed and tracking.trackers == {}
+
+
+def test_hyperparameters_mask_credentials(tmp_path):
+    data = config_dict(tmp_path, "m")
+    data["rewards"].append({"name": "llm_judge", "options": {"api_key": "hunter2hunter2", "model": "judge",
+                                                            "url": "https://user:pw12345@host/v1"}})
+    params = hyperparameters(RunConfig.from_dict(data))
+    judge = params["rewards"][1]["options"]
+    assert judge["api_key"] == MASK and judge["model"] == "judge" and "pw12345" not in judge["url"]
+    assert params["optimizer"]["lr"] == 1e-5 and params["logging"]["completions_per_step"] == 4
+    json.dumps(params, allow_nan=False)  # plain, strict data
+
+
+# --- completions log -----------------------------------------------------------------------------
+
+
+def test_completion_records_are_sampled_repeatably_and_redacted():
+    texts = [f"answer {i}" for i in range(7)] + ["my key is sk-abcdefghijklmnop ok"]
+    comps = [completion(t) for t in texts]
+    args = (3, ["Q: what is 2+2? api_key=hunter2secret"] * 8, comps, {"digits": [0.1 * i for i in range(8)]},
+            [float(i) for i in range(8)], [float("nan")] + [0.5] * 7)
+    first = clog.sample_records(*args, count=8, seed=11)
+    assert [r["completion"] for r in first][:7] == texts[:7]
+    assert first[7]["completion"] == f"my key is {MASK} ok"
+    assert "hunter2secret" not in first[0]["prompt"]
+    assert first[0]["advantage"] is None and first[1]["advantage"] == 0.5  # NaN is written as null
+    assert first[2]["rewards"] == {"digits": pytest.approx(0.2)} and first[2]["reward"] == 2.0
+    assert set(first[0]) == set(clog.COLUMNS) and first[0]["finish_reason"] == "stop"
+    some = clog.sample_records(*args, count=3, seed=11)
+    assert len(some) == 3 and some == clog.sample_records(*args, count=3, seed=11)
+
+
+def test_rewind_keeps_earlier_steps_from_their_last_writing(tmp_path):
+    path = tmp_path / "completions.jsonl"
+    lines = [{"step": 0, "c": "a"}, {"step": 0, "c": "b"}, {"step": 1, "c": "dead"}, {"step": 2, "c": "dead"},
+             {"step": 1, "c": "new1"}, {"step": 1, "c": "new2"}, {"step": 2, "c": "later"}]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"step": 3, "c": "cut sho')
+    assert clog.rewind(path, 2) == 4
+    kept = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["c"] for r in kept] == ["a", "b", "new1", "new2"]
+
+
+def test_readable_keeps_significant_digits_of_small_numbers():
+    assert readable(1e-5) == 1e-5 and readable(3.14159e-7) == 3.142e-7
+    assert readable(0.123456) == 0.1235 and readable(1234.56789) == 1234.5679 and readable(0.0) == 0.0
+    assert readable(float("inf")) == float("inf") and readable(float("nan")) != readable(float("nan"))
+
+
+# --- in a run --------------------------------------------------------------------------------------
+
+
+@pytest.mark.faults
+def test_a_tracker_failing_mid_run_is_dropped_once_and_training_continues(tmp_path, tiny_model_dir, capsys):
+    good, bad = Recorder("good"), Recorder("bad", fail_at=1)
+    data = config_dict(tmp_path, tiny_model_dir, steps=3, report_to=["good", "bad"], completions_per_step=3)
+    summary = Trainer(RunConfig.from_dict(data), extra_plugins=(good, bad)).run(progress=False)
+    assert summary["steps"] == 3
+    assert [s for s, _ in good.metrics] == [0, 1, 2]
+    assert [s for s, _ in bad.metrics] == [0] and [s for s, _ in bad.completions] == [0]  # then dropped
+    assert bad.closed and good.closed
+    assert all(m["lr"] == 1e-5 and "reward_mean" in m for _, m in good.metrics)
+    assert [(s, len(r)) for s, r in good.completions] == [(0, 3), (1, 3), (2, 3)]
+    err = capsys.readouterr().err
+    assert err.count("tracker 'bad' failed and was dropped") == 1 and "dashboard unreachable" in err
+    assert "lr=1e-05" in err and "lr=0.0" not in err  # small numbers stay readable in the log lines
+    records = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert records == [r for _, rs in good.completions for r in rs]
+    assert all(isinstance(r["completion"], str) and r["rewards"].keys() == {"digits"} for r in records)
+
+
+def test_completions_log_is_rewound_on_resume(tmp_path, tiny_model_dir):
+    data = config_dict(tmp_path, tiny_model_dir, steps=2, completions_per_step=2)
+    Trainer(RunConfig.from_dict(data)).run(progress=False)
+    path = tmp_path / "run" / "completions.jsonl"
+    before = path.read_text().splitlines()
+    assert [json.loads(x)["step"] for x in before] == [0, 0, 1, 1]
+    # a crash after the step-2 checkpoint was due: lines of steps 2 and 3 exist but no checkpoint
+    with open(path, "a") as fh:
+        fh.write('{"step": 2, "completion": "lost"}\n{"step": 3, "completion": "lost"}\n{"step": 3, "com')
+    data["train"]["steps"] = 3
+    trainer = Trainer(RunConfig.from_dict(data))
+    assert trainer.resume()
+    trainer.run(progress=False)
+    after = path.read_text().splitlines()
+    assert after[:4] == before
+    assert [json.loads(x)["step"] for x in after] == [0, 0, 1, 1, 2, 2]
+    assert "lost" not in path.read_text()
+
+
+def test_completions_log_off_writes_no_file(tmp_path, tiny_model_dir):
+    data = config_dict(tmp_path, tiny_model_dir, steps=1, completions_per_step=0)
+    Trainer(RunConfig.from_dict(data)).run(progress=False)
+    assert (tmp_path / "run" / "metrics.jsonl").exists()
+    assert not (tmp_path / "run" / "completions.jsonl").exists()
+
+
+def test_registry_lists_builtin_trackers_without_importing_them():
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from polyrl.plugins import get_plugin_manager\n"
+            "from polyrl.registry import Registry\n"
+            "reg = Registry(get_plugin_manager(entry_points=False))\n"
+            "names = {'tensorboard', 'wandb', 'mlflow', 'trackio'}\n"
+            "assert names <= set(reg.trackers_by_name()), reg.trackers_by_name()\n"
+            "reg.tracker_statuses()\n"
+            "assert not names & set(sys.modules), names & set(sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

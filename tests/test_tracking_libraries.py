@@ -1,0 +1,145 @@
+"""The built-in trackers against the real libraries: one short run of the tiny llama reports to
+TensorBoard, W&B (offline), MLflow (local file store) and trackio at once, then each library's own
+reader reads back what it wrote: the scalars per step (``lr`` unrounded) and the completions table,
+which must hold exactly the records of ``completions.jsonl``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from polyrl.config import RunConfig
+from polyrl.trainer import Trainer
+
+# looked up, not imported: trackio fixes its store folder when first imported
+_missing = [lib for lib in ("tensorboard", "wandb", "mlflow", "trackio") if importlib.util.find_spec(lib) is None]
+pytestmark = pytest.mark.skipif(bool(_missing), reason=f"not installed: {_missing} (pip install 'polyrl[trackers]')")
+
+REWARD = "def digits(prompts, completions, **kw):\n    return [float(len(c) % 3) for c in completions]\n"
+STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tiny_model_dir) -> tuple[Path, list[dict]]:
+    tmp = tmp_path_factory.mktemp("trackers")
+    (tmp / "reward.py").write_text(REWARD)
+    out = tmp / "run"
+    data = {
+        "model": {"path": tiny_model_dir},
+        "generation": {"group_size": 4, "max_new_tokens": 6},
+        "optimizer": {"lr": 1e-5},
+        "data": {"task": "arithmetic", "options": {"count": 16}},
+        "rewards": [{"function": f"{tmp / 'reward.py'}:digits"}],
+        "train": {"steps": STEPS, "prompts_per_step": 2, "threads": 1, "output_dir": str(out)},
+        "logging": {"report_to": ["tensorboard", "wandb", "mlflow", "trackio"], "completions_per_step": 2,
+                    "run_name": "tracked", "project": "polyrl-test"},
+    }
+    env = {k: os.environ.get(k) for k in ("WANDB_MODE", "TRACKIO_DIR", "MLFLOW_TRACKING_URI")}
+    for key in env:
+        os.environ.pop(key, None)
+    try:
+        Trainer(RunConfig.from_dict(data)).run(progress=False)
+    finally:
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    records = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 0, 1, 1]
+    return out, records
+
+
+def table_rows(records: list[dict]) -> list[list]:
+    """The records as the trackers' table rows (structures as JSON text, like ``cell``)."""
+    from polyrl.tracking.completions import COLUMNS, cell
+
+    return [[cell(r[c]) for c in COLUMNS] for r in records]
+
+
+def test_tensorboard_event_files_hold_scalars_and_completion_text(run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out, records = run
+    acc = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    assert {"reward_mean", "loss", "lr", "reward/digits/mean"} <= set(acc.Tags()["scalars"])
+    lr = acc.Scalars("lr")
+    assert [e.step for e in lr] == [0, 1] and all(e.value == pytest.approx(1e-5) for e in lr)
+    text = acc.Tensors("completions")
+    assert [t.step for t in text] == [0, 1]
+    first = text[0].tensor_proto.string_val[0].decode()
+    assert first.startswith("| step | prompt | completion |")
+    assert len(first.strip().splitlines()) == 2 + 2  # header, rule, two records
+    assert records[0]["finish_reason"] in first
+
+
+def test_wandb_offline_run_holds_history_and_completion_tables(run):
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal.datastore import DataStore
+
+    out, records = run
+    (run_dir,) = (out / "wandb").glob("offline-run-*")
+    (log_file,) = run_dir.glob("run-*.wandb")  # what `wandb sync` uploads
+    store = DataStore()
+    store.open_for_scan(str(log_file))
+    history = []
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        if record.WhichOneof("record_type") == "history":
+            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
+    assert [h["_step"] for h in history] == [0, 1]
+    assert all(h["lr"] == 1e-5 and "reward_mean" in h for h in history)
+    assert all(h["completions/_type"] == "table-file" and h["completions/nrows"] == 2 for h in history)
+    table = json.loads((run_dir / "files" / history[0]["completions/path"]).read_text())
+    assert table["data"] == table_rows(records[:2])
+
+
+def test_mlflow_store_holds_metrics_params_and_completion_artifacts(run):
+    from mlflow.tracking import MlflowClient
+
+    out, records = run
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(tracking_uri=(out / "mlruns").resolve().as_uri())
+    experiment = client.get_experiment_by_name("polyrl-test")
+    (found,) = client.search_runs([experiment.experiment_id])
+    assert found.info.run_name == "tracked" and found.info.status == "FINISHED"
+    assert found.data.params["optimizer.lr"] == "1e-05"
+    history = client.get_metric_history(found.info.run_id, "lr")
+    assert [(m.step, m.value) for m in history] == [(0, 1e-5), (1, 1e-5)]
+    assert [m.step for m in client.get_metric_history(found.info.run_id, "reward/digits/mean")] == [0, 1]
+    names = sorted(a.path for a in client.list_artifacts(found.info.run_id, "completions"))
+    assert names == ["completions/step_000000.json", "completions/step_000001.json"]
+    local = client.download_artifacts(found.info.run_id, "completions/step_000001.json", str(out / "dl"))
+    table = json.loads(Path(local).read_text())
+    assert table["data"] == table_rows(records[2:])
+
+
+def test_trackio_store_holds_metrics_and_completion_tables(run):
+    out, records = run
+    code = (
+        "import json, sys\n"
+        "from trackio.sqlite_storage import SQLiteStorage\n"
+        "print(json.dumps([SQLiteStorage.get_runs('polyrl-test'), SQLiteStorage.get_logs('polyrl-test', 'tracked')],"
+        " default=str))\n"
+    )
+    import subprocess
+    import sys
+
+    # trackio fixes its store folder at import (TRACKIO_DIR): read it from a fresh interpreter
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TRACKIO_DIR": str(out / "trackio")})
+    assert proc.returncode == 0, proc.stderr
+    runs, logs = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert runs == ["tracked"]
+    scalars = [entry for entry in logs if "lr" in entry]
+    assert [(e["step"], e["lr"]) for e in scalars] == [(0, 1e-5), (1, 1e-5)]
+    tables = [entry for entry in logs if "completions" in entry]
+    assert [e["step"] for e in tables] == [0, 1]
+    assert "_type" in json.dumps(tables[0]["completions"]) and records[0]["finish_reason"] in json.dumps(tables[0])
