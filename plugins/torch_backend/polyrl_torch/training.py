@@ -17,12 +17,14 @@ import numpy as np
 import torch
 
 from polyrl.algorithms.objective import Objective
+from polyrl.algorithms.reference import MISMATCH_THRESHOLD
 from polyrl.types import StepMetrics, TrainBatch
 from polyrl_torch import distributed
 from polyrl_torch.engine import TorchEngine
 from polyrl_torch.scoring import token_logprobs
 
 LogProbs = torch.Tensor | Sequence[torch.Tensor]
+MISMATCH_KEYS = ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected")
 
 
 def _padded(values: LogProbs | None, like: torch.Tensor) -> torch.Tensor | None:
@@ -46,13 +48,15 @@ def objective_loss(
     ref_logp: LogProbs | None = None,
     mask: torch.Tensor | None = None,
     *,
+    sampler_logp: LogProbs | None = None,
     num_sequences: int | None = None,
     num_tokens: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The aggregated policy loss (scalar tensor) and detached sums ``kl_sum``, ``clip_sum``, ``tokens``.
 
     ``logp`` is a list of 1-D tensors (one per sequence) or a ``[B, T]`` tensor with ``mask``;
-    ``old_logp``/``ref_logp`` have the same layout and are constants. ``old_logp=None`` means
+    ``old_logp``/``ref_logp``/``sampler_logp`` have the same layout and are constants; with
+    ``sampler_logp`` the stats add ``mismatch_*_sum`` (see ``reference.mismatch_metrics``). ``old_logp=None`` means
     the detached ``logp`` (ratio 1, gradient intact). ``num_sequences``/``num_tokens`` are the
     counts of the whole batch when this call sees one micro-batch of it (default: this batch).
     Computation happens in ``logp``'s dtype (pass float64 to compare with the numpy reference).
@@ -75,19 +79,44 @@ def objective_loss(
     old = lp.detach() if old is None else torch.where(valid, old, zero)
     adv = torch.as_tensor(advantages, dtype=lp.dtype, device=lp.device).reshape(-1, 1)
 
-    ratio = torch.exp(lp - old)
+    lengths_t = valid.sum(dim=1)
+    log_ratio = torch.where(valid, lp - old, zero)
+    if objective.importance_sampling_level == "sequence":  # GSPO: exp(mean log ratio), per sequence
+        seq = log_ratio.sum(dim=1, keepdim=True) / lengths_t.clamp(min=1).to(lp.dtype)[:, None]
+        ratio = torch.exp(seq).expand_as(lp)
+    else:
+        ratio = torch.exp(log_ratio)
     low, high = 1.0 - objective.clip_eps_low, 1.0 + objective.clip_eps_high
-    unclipped = -adv * ratio
-    clipped_loss = -adv * torch.clamp(ratio, low, high)
-    # the clipped branch is flat wherever it is the larger one: its slope is 0 (as the reference)
-    use_unclipped = unclipped >= clipped_loss
-    loss = torch.where(use_unclipped, unclipped, clipped_loss.detach())
-    clipped = ((adv > 0) & (ratio > high)) | ((adv < 0) & (ratio < low))
-    if objective.dual_clip is not None:
-        cap = (-adv * objective.dual_clip).expand_as(loss)
-        dual = (adv < 0) & (loss > cap)
-        loss = torch.where(dual, cap, loss)
-        clipped = clipped | dual
+    if objective.policy_loss == "cispo":  # clipped, detached weight on a REINFORCE term
+        loss = -adv * torch.clamp(ratio, max=high).detach() * lp
+        clipped = ratio.detach() > high
+    else:
+        unclipped = -adv * ratio
+        clipped_loss = -adv * torch.clamp(ratio, low, high)
+        # the clipped branch is flat wherever it is the larger one: its slope is 0 (as the reference)
+        use_unclipped = unclipped >= clipped_loss
+        loss = torch.where(use_unclipped, unclipped, clipped_loss.detach())
+        clipped = ((adv > 0) & (ratio > high)) | ((adv < 0) & (ratio < low))
+        if objective.dual_clip is not None:
+            cap = (-adv * objective.dual_clip).expand_as(loss)
+            dual = (adv < 0) & (loss > cap)
+            loss = torch.where(dual, cap, loss)
+            clipped = clipped | dual
+    mismatch = {}
+    sampler = _padded(sampler_logp, lp)
+    if sampler is not None:  # the trainer's behaviour log-probs vs the sampler's, constants
+        delta = torch.where(valid, old.detach() - sampler, zero)
+        weight, corrected = _mismatch_weights(delta, valid, objective)
+        if objective.corrects_mismatch:
+            loss = loss * weight
+        mismatch = {
+            "mismatch_abs_sum": torch.where(valid, delta.abs(), zero).sum(),
+            "mismatch_kl_sum": torch.where(valid, torch.exp(delta) - delta - 1.0, zero).sum(),
+            "mismatch_over_sum": (valid & (delta.abs() > MISMATCH_THRESHOLD)).sum(),
+            "mismatch_corrected_sum": (valid & corrected).sum(),
+        }
+    elif objective.corrects_mismatch:
+        raise ValueError("mismatch_correction needs the sampler's log-probs (TrainBatch.sampler_logprobs)")
 
     kl = torch.zeros_like(lp)
     if objective.beta > 0:
@@ -103,7 +132,6 @@ def objective_loss(
             kl = torch.exp(delta) - delta - 1.0
         loss = loss + objective.beta * kl
 
-    lengths_t = valid.sum(dim=1)
     n_seq = lp.shape[0] if num_sequences is None else num_sequences
     n_tok = int(lengths_t.sum()) if num_tokens is None else num_tokens
     if objective.loss_aggregation == "seq_mean_token_mean":
@@ -117,8 +145,25 @@ def objective_loss(
         "kl_sum": torch.where(valid, kl, zero).detach().sum(),
         "clip_sum": (clipped & valid).sum(),
         "tokens": lengths_t.sum(),
+        **mismatch,
     }
     return total, stats
+
+
+def _mismatch_weights(delta: torch.Tensor, valid: torch.Tensor,
+                      objective: Objective) -> tuple[torch.Tensor, torch.Tensor]:
+    """TIS/MIS correction weight per token (detached) and where the cap changed it."""
+    if objective.mismatch_level == "sequence":
+        delta = delta.sum(dim=1, keepdim=True).expand_as(delta)
+    w = torch.exp(delta)
+    over = w > objective.mismatch_cap
+    if objective.mismatch_correction == "tis":
+        w = torch.clamp(w, max=objective.mismatch_cap)
+    elif objective.mismatch_correction == "mis":
+        w = torch.where(over, torch.zeros_like(w), w)
+    else:
+        return torch.ones_like(w), torch.zeros_like(over)
+    return torch.where(valid, w, torch.zeros_like(w)), over
 
 
 def _grad_norm(params: list[torch.nn.Parameter], max_norm: float | None) -> float:
@@ -165,6 +210,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     optimizer.zero_grad(set_to_none=True)
     engine.model.train()
     loss_sum, kl_sum, clip_sum, finite = 0.0, 0.0, 0.0, True
+    mismatch: dict[str, float] = {}
     clock = {"forward": 0.0, "backward": 0.0, "grad_sync": 0.0, "optimizer": 0.0}  # phases, seconds
     try:
         for start in starts:
@@ -180,11 +226,15 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                     constants(batch.old_logprobs, idx),
                     constants(batch.ref_logprobs, idx) if objective.beta > 0 else None,
                     num_sequences=global_n, num_tokens=total_tokens,
+                    sampler_logp=constants(batch.sampler_logprobs, idx),
                 )
                 value = float(loss.detach())
                 loss_sum += value
                 kl_sum += float(stats["kl_sum"])
                 clip_sum += float(stats["clip_sum"])
+                for key in MISMATCH_KEYS:
+                    if f"{key}_sum" in stats:
+                        mismatch[key] = mismatch.get(key, 0.0) + float(stats[f"{key}_sum"])
                 if not math.isfinite(value):
                     finite = False
                     if not sharded:  # FSDP ranks must still run their backward (a collective)
@@ -207,7 +257,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     clock["grad_sync"] = t3 - t2
     grad_norm = _grad_norm(params, engine.config.optimizer.max_grad_norm) if finite else float("nan")
     denom = max(total_tokens, 1)
-    extra = {"lr": float(optimizer.param_groups[0]["lr"])}
+    extra = {"lr": float(optimizer.param_groups[0]["lr"]), **{k: v / denom for k, v in mismatch.items()}}
     metrics = dict(loss=loss_sum, grad_norm=grad_norm, kl=kl_sum / denom,
                    clip_fraction=clip_sum / denom, tokens=total_tokens, extra=extra)
     if not (finite and math.isfinite(grad_norm)):
