@@ -19,14 +19,27 @@ from polyrl.algorithms.objective import Objective
 MISMATCH_THRESHOLD = 0.1
 
 
-def _ratio(logp: np.ndarray, old: np.ndarray, obj: Objective) -> tuple[np.ndarray, np.ndarray]:
-    """Per-token importance ratio and its derivative w.r.t. that token's log-prob."""
+def _ratio(logp: np.ndarray, old: np.ndarray, obj: Objective) -> np.ndarray:
+    """Per-token importance ratio (GSPO: the sequence's, repeated over its tokens).
+
+    Its derivative w.r.t. the log of its argument is the ratio itself: ``d r_t / d logp_t = r_t``
+    at token level; at sequence level ``d s / d logp_t = s / |y|`` for every token (see
+    ``_spread``)."""
     if obj.importance_sampling_level == "sequence":  # GSPO: exp of the mean log ratio
-        n = max(len(logp), 1)
         s = float(np.exp(np.mean(logp - old))) if len(logp) else 1.0
-        return np.full(len(logp), s), np.full(len(logp), s / n)
-    ratio = np.exp(logp - old)
-    return ratio, ratio
+        return np.full(len(logp), s)
+    return np.exp(logp - old)
+
+
+def _spread(policy_grad: np.ndarray, obj: Objective) -> np.ndarray:
+    """Per-token gradients of the policy term once chained through the ratio.
+
+    At token level each token's loss depends on its own log-prob only. At sequence level every
+    token's loss depends on the shared ratio ``s``, which moves by ``s / |y|`` per token: the
+    sequence's summed slope is shared evenly among its tokens."""
+    if obj.importance_sampling_level == "sequence" and obj.policy_loss != "cispo" and len(policy_grad):
+        return np.full(len(policy_grad), policy_grad.sum() / len(policy_grad))
+    return policy_grad
 
 
 def mismatch_weights(old: np.ndarray, sampler: np.ndarray, obj: Objective) -> tuple[np.ndarray, np.ndarray]:
@@ -48,9 +61,13 @@ def mismatch_weights(old: np.ndarray, sampler: np.ndarray, obj: Objective) -> tu
 def _token_terms(
     logp: np.ndarray, old: np.ndarray, ref: np.ndarray | None, sampler: np.ndarray | None, adv: float,
     obj: Objective,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per-token (loss, d loss / d logp, kl, clipped) for one sequence."""
-    ratio, dratio = _ratio(logp, old, obj)
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-token (loss, policy slope, kl slope, kl, clipped) for one sequence.
+
+    The policy slope is d loss_t / d log r_t (``_spread`` turns it into d loss / d logp once the
+    aggregation weights are applied); the KL slope is d loss_t / d logp_t."""
+    ratio = _ratio(logp, old, obj)
+    dratio = ratio
     low, high = 1.0 - obj.clip_eps_low, 1.0 + obj.clip_eps_high
     if obj.policy_loss == "cispo":
         weight = np.minimum(ratio, high)  # detached: a constant factor
@@ -76,7 +93,7 @@ def _token_terms(
             raise ValueError("mismatch_correction needs the sampler's log-probs")
         w, _ = mismatch_weights(old, sampler, obj)
         loss, grad = loss * w, grad * w
-    kl = np.zeros_like(logp)
+    kl, kl_grad = np.zeros_like(logp), np.zeros_like(logp)
     if obj.beta > 0:
         if ref is None:
             raise ValueError("beta > 0 needs reference log-probs")
@@ -88,8 +105,7 @@ def _token_terms(
         else:  # k3
             kl, kl_grad = np.exp(delta) - delta - 1.0, 1.0 - np.exp(delta)
         loss = loss + obj.beta * kl
-        grad = grad + obj.beta * kl_grad
-    return loss, grad, kl, clipped.astype(np.float64)
+    return loss, grad, obj.beta * kl_grad, kl, clipped.astype(np.float64)
 
 
 def mismatch_metrics(
@@ -155,7 +171,7 @@ def policy_loss(
     weights = token_weights([len(x) for x in logp], objective)
     total, kl_sum, clip_sum, n_tokens = 0.0, 0.0, 0.0, 0
     for i, lp in enumerate(logp):
-        loss, _, kl, clipped = _token_terms(
+        loss, _, _, kl, clipped = _token_terms(
             lp, old[i], None if ref is None else ref[i], None if sampler is None else sampler[i],
             float(advantages[i]), objective,
         )
@@ -183,9 +199,9 @@ def policy_loss_grad(
     weights = token_weights([len(x) for x in logp], objective)
     grads = []
     for i, lp in enumerate(logp):
-        _, grad, _, _ = _token_terms(
+        _, policy_grad, kl_grad, _, _ = _token_terms(
             lp, old[i], None if ref is None else ref[i], None if sampler is None else sampler[i],
             float(advantages[i]), objective,
         )
-        grads.append(grad * weights[i])
+        grads.append(_spread(policy_grad * weights[i], objective) + kl_grad * weights[i])
     return grads
