@@ -395,8 +395,9 @@ class Trainer:
             if algo.beta > 0 and not seqs:  # an empty shard still takes part in the step
                 ref = []
             times["logprobs"] = time.perf_counter() - t0
+            # the sampler's own log-probs: the backend measures (and may correct) the mismatch
             batch = TrainBatch(seqs, advantages[idx], old_logprobs=old, ref_logprobs=ref,
-                               temperature=temperature)
+                               temperature=temperature, sampler_logprobs=[completions[i].logprobs for i in idx])
             t0 = time.perf_counter()
             objective = algo.objective(c.generation.max_new_tokens)
             for _ in range(algo.num_iterations):
