@@ -366,6 +366,7 @@ class Trainer:
         advantages = algo.advantages(all_shaped, c.generation.group_size)
         global_kept = int((keep & np.isfinite(all_shaped)).sum())
         keep, advantages = keep[mine] & np.isfinite(shaped), advantages[mine]
+        keep &= algo.untruncated_mask([x.finish_reason for x in completions])
         rewards = np.concatenate([r for r, _ in everyone])  # metrics describe the global batch
         metrics: dict[str, Any] = {
             "step": self.step,

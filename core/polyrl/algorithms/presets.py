@@ -123,6 +123,7 @@ class AlgorithmConfig:
     mismatch_correction: str = "none"  # none | tis | mis (sampler-trainer mismatch)
     mismatch_level: str = "token"  # token | sequence
     mismatch_cap: float = 2.0
+    mask_truncated_completions: bool = False  # drop completions cut at the length limit (TRL/DAPO)
 
     def __attrs_post_init__(self) -> None:
         self._validate_choices()
@@ -142,8 +143,9 @@ class AlgorithmConfig:
         ):
             if value not in valid:
                 _fail(field, f"unknown {field} {value!r}", f"use one of {', '.join(valid)}")
-        if not isinstance(self.dynamic_sampling, (bool, np.bool_)):
-            _fail("dynamic_sampling", f"must be true or false, got {self.dynamic_sampling!r}")
+        for flag in ("dynamic_sampling", "mask_truncated_completions"):
+            if not isinstance(getattr(self, flag), (bool, np.bool_)):
+                _fail(flag, f"must be true or false, got {getattr(self, flag)!r}")
 
     def _validate_numbers(self) -> None:
         for field in ("epsilon", "beta", "overlong_penalty", "mismatch_cap"):
@@ -271,6 +273,15 @@ class AlgorithmConfig:
         if not self.dynamic_sampling:
             return np.ones(groups.size, dtype=bool)
         return expand_group_mask(dynamic_sampling_mask(rewards, group_size), group_size)
+
+    def untruncated_mask(self, finish_reasons: list[str]) -> np.ndarray:
+        """Per-sample bool mask: with ``mask_truncated_completions``, False for completions cut at
+        the length limit (their reward judges an unfinished answer; DAPO and TRL leave them out of
+        the loss). They still count in the group's advantage baseline, as in TRL."""
+        reasons = np.asarray(finish_reasons, dtype=object)
+        if not self.mask_truncated_completions:
+            return np.ones(len(reasons), dtype=bool)
+        return reasons != "length"
 
     def shape_rewards(
         self,
