@@ -225,3 +225,102 @@ def test_mlx_loss_equals_reference(case, variant, aggregation):
         assert clip_sum.item() / tokens == pytest.approx(metrics["clip_fraction"], abs=1e-12)
         for key in ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected"):
             assert stats[key].item() / tokens == pytest.approx(metrics[key], rel=1e-6, abs=1e-9), key
+
+
+# --- entropy: bonus and high-entropy token selection -----------------------------------------------
+
+ENTROPY_CASES = [(0.0, 0.5, "ppo"), (0.01, 1.0, "ppo"), (0.02, 0.3, "cispo"), (0.01, 0.5, "ppo")]
+
+
+def _entropy_objective(coef, quantile, loss) -> Objective:
+    return Objective(clip_eps_high=4.0 if loss == "cispo" else 0.28, policy_loss=loss, beta=0.05,
+                     loss_aggregation="token_mean", entropy_coef=coef, top_entropy_quantile=quantile)
+
+
+def test_top_entropy_quantile_keeps_the_high_entropy_tokens():
+    obj = Objective(top_entropy_quantile=0.5, loss_aggregation="token_mean")
+    logp = [np.array([-1.0, -1.0, -1.0, -1.0])]
+    ent = [np.array([0.1, 2.0, 0.5, 3.0])]  # median (linear) 1.25: tokens 1 and 3 stay
+    loss, metrics = policy_loss(logp, [1.0], obj, entropies=ent)
+    assert loss == pytest.approx(-2 / 4)
+    np.testing.assert_allclose(policy_loss_grad(logp, [1.0], obj, entropies=ent)[0], [0, -0.25, 0, -0.25])
+    assert metrics["entropy"] == pytest.approx(5.6 / 4) and metrics["entropy_selected"] == 0.5
+
+
+def test_entropy_bonus_lowers_the_loss_by_coef_times_mean_entropy():
+    obj = Objective(entropy_coef=0.1, loss_aggregation="token_mean")
+    logp, ent = [np.array([-1.0, -2.0])], [np.array([1.0, 3.0])]
+    assert policy_loss(logp, [0.0], obj, entropies=ent)[0] == pytest.approx(-0.1 * 2.0)
+
+
+def test_entropy_settings_are_validated():
+    with pytest.raises(ConfigError) as err:
+        AlgorithmConfig.preset("grpo", top_entropy_quantile=0.0)
+    assert err.value.field == "algorithm.top_entropy_quantile"
+    with pytest.raises(ConfigError) as err:
+        AlgorithmConfig.preset("grpo", entropy_coef=-1.0)
+    assert err.value.field == "algorithm.entropy_coef"
+
+
+@pytest.mark.parametrize(("case", "setting"), list(enumerate(ENTROPY_CASES)))
+def test_torch_entropy_terms_equal_reference(case, setting):
+    torch = pytest.importorskip("torch")
+    from polyrl.algorithms.reference import entropy_grad
+    from polyrl_torch.training import objective_loss
+
+    obj = _entropy_objective(*setting)
+    lengths, logp, old, ref, sampler, adv = _inputs(100 + case)
+    ent = [np.random.default_rng(case).uniform(0.1, 4.0, n) for n in lengths]
+    expected, metrics = policy_loss(logp, adv, obj, old, ref, sampler, ent)
+    grads = policy_loss_grad(logp, adv, obj, old, ref, sampler, ent)
+    lp_t = [torch.tensor(x, requires_grad=True) for x in logp]
+    ent_t = [torch.tensor(x, requires_grad=True) for x in ent]
+    loss, stats = objective_loss(lp_t, torch.tensor(adv), obj, [torch.tensor(x) for x in old],
+                                 [torch.tensor(x) for x in ref], sampler_logp=[torch.tensor(x) for x in sampler],
+                                 entropy=ent_t)
+    loss.backward()
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-10, abs=1e-12)
+    for g, t in zip(grads, lp_t):
+        np.testing.assert_allclose(t.grad.numpy(), g, rtol=1e-9, atol=1e-12)
+    for g, t in zip(entropy_grad(lengths, obj), ent_t):  # no bonus: entropy only selects, no gradient
+        np.testing.assert_allclose(np.zeros(len(g)) if t.grad is None else t.grad.numpy(), g, rtol=1e-9, atol=1e-12)
+    tokens = int(stats["tokens"])
+    assert float(stats["entropy_sum"]) / tokens == pytest.approx(metrics["entropy"])
+    assert float(stats["entropy_selected_sum"]) / tokens == pytest.approx(metrics["entropy_selected"])
+
+
+@pytest.mark.parametrize(("case", "setting"), list(enumerate(ENTROPY_CASES)))
+def test_mlx_entropy_terms_equal_reference(case, setting):
+    from polyrl.algorithms.reference import entropy_grad
+    from polyrl.registry import get_registry
+
+    status = get_registry().status("mlx")
+    if not status.available:
+        pytest.skip(f"mlx not usable here: {status.reason}")
+    from polyrl_mlx._mx import mx
+    from polyrl_mlx.training import objective_loss, token_weights
+
+    obj = _entropy_objective(*setting)
+    lengths, logp, old, ref, sampler, adv = _inputs(100 + case)
+    ent = [np.random.default_rng(case).uniform(0.1, 4.0, n) for n in lengths]
+    expected, metrics = policy_loss(logp, adv, obj, old, ref, sampler, ent)
+    expected_grad = np.concatenate(policy_loss_grad(logp, adv, obj, old, ref, sampler, ent))
+    with mx.stream(mx.cpu):
+        f64 = mx.float64
+        w = mx.array(token_weights(lengths, obj, len(lengths), sum(lengths)), dtype=f64)
+        a = mx.array(np.repeat(adv, lengths), dtype=f64)
+        o, r, s = (mx.array(np.concatenate(x), dtype=f64) for x in (old, ref, sampler))
+        segments = mx.array(np.repeat(np.arange(len(lengths)), lengths))
+        stats: dict = {}
+
+        def f(x, e):
+            return objective_loss(x, a, w, obj, o, r, sampler_logp=s, segments=segments, stats=stats, entropy=e)
+
+        (loss, _, _), (grad, egrad) = mx.value_and_grad(f, argnums=(0, 1))(
+            mx.array(np.concatenate(logp), dtype=f64), mx.array(np.concatenate(ent), dtype=f64))
+        assert loss.item() == pytest.approx(expected, rel=1e-6, abs=1e-7)
+        np.testing.assert_allclose(np.array(grad), expected_grad, rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(np.array(egrad), np.concatenate(entropy_grad(lengths, obj)), rtol=1e-6, atol=1e-12)
+        tokens = sum(lengths)
+        assert stats["entropy"].item() / tokens == pytest.approx(metrics["entropy"], rel=1e-9)
+        assert stats["entropy_selected"].item() / tokens == pytest.approx(metrics["entropy_selected"])

@@ -61,6 +61,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "mismatch_correction": "sampler-trainer mismatch: `none`, `tis` (truncate the weight) or `mis` (mask above the cap)",
         "mismatch_level": "`token` or `sequence` (product over the completion) correction weight",
         "mismatch_cap": "cap on the trainer/sampler probability ratio (> 1) for tis/mis",
+        "entropy_coef": "entropy bonus: loss -= coef * entropy of the trainer's next-token distribution",
+        "top_entropy_quantile": "policy loss only on the top-q highest-entropy tokens (1.0 = all; 0.2 in the paper)",
         "mask_truncated_completions": "leave completions cut at max_new_tokens out of the loss (TRL, DAPO)",
         "max_completion_length": "length the overlong shaping and Dr.GRPO normaliser use",
     },

@@ -35,6 +35,13 @@ trainer's ``pi_old``. The policy term is multiplied by the detached weight
 ``w = pi_old / pi_sampler`` per token (``mismatch_level="token"``) or its product over the
 sequence (``"sequence"``), capped: ``"tis"`` truncates ``w`` at ``mismatch_cap``, ``"mis"`` masks
 (weight 0) tokens/sequences whose ``w`` exceeds it. The KL term is not reweighted (as TRL).
+
+Entropy (``H_t`` of the trainer's own next-token distribution, from the training forward):
+``entropy_coef`` adds the bonus ``-entropy_coef * H_t`` to every token's loss (verl's
+``entropy_coeff``); ``top_entropy_quantile = q < 1`` keeps the policy term only on tokens whose
+entropy is at least the batch's (1 - q) quantile (Wang et al. 2025, "Beyond the 80/20 rule",
+arXiv 2506.01939; TRL's ``top_entropy_quantile``). The quantile is taken over the tokens one
+loss call sees: the micro-batch, as in TRL.
 """
 
 from __future__ import annotations
@@ -69,6 +76,13 @@ class Objective:
     mismatch_correction: str = "none"  # none | tis | mis
     mismatch_level: str = "token"  # token | sequence
     mismatch_cap: float = 2.0
+    entropy_coef: float = 0.0  # loss -= entropy_coef * H_t (aggregated like the policy term)
+    top_entropy_quantile: float = 1.0  # policy term only on the batch's top-q entropy tokens
+
+    @property
+    def needs_entropy(self) -> bool:
+        """Whether the loss (not just the metric) depends on the trainer's token entropies."""
+        return self.entropy_coef != 0 or self.top_entropy_quantile < 1.0
 
     @property
     def corrects_mismatch(self) -> bool:
@@ -113,5 +127,12 @@ class Objective:
         if not self.mismatch_cap > 1.0:
             raise ConfigError(f"must be > 1, got {self.mismatch_cap}", field="algorithm.mismatch_cap",
                               fix="2.0 is usual (TRL's cap is 3.0)")
+        if not (self.entropy_coef >= 0 and self.entropy_coef < float("inf")):
+            raise ConfigError(f"must be a finite number >= 0, got {self.entropy_coef}",
+                              field="algorithm.entropy_coef", fix="0 disables the bonus; 1e-3 is usual")
+        if not 0 < self.top_entropy_quantile <= 1:
+            raise ConfigError(f"must be in (0, 1], got {self.top_entropy_quantile}",
+                              field="algorithm.top_entropy_quantile",
+                              fix="1.0 trains every token; 0.2 keeps the top 20% (Wang et al. 2025)")
         if self.max_completion_length <= 0:
             raise ConfigError("must be > 0", field="algorithm.max_completion_length")

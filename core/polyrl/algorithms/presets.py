@@ -123,6 +123,8 @@ class AlgorithmConfig:
     mismatch_correction: str = "none"  # none | tis | mis (sampler-trainer mismatch)
     mismatch_level: str = "token"  # token | sequence
     mismatch_cap: float = 2.0
+    entropy_coef: float = 0.0
+    top_entropy_quantile: float = 1.0
     mask_truncated_completions: bool = False  # drop completions cut at the length limit (TRL/DAPO)
 
     def __attrs_post_init__(self) -> None:
@@ -148,11 +150,11 @@ class AlgorithmConfig:
                 _fail(flag, f"must be true or false, got {getattr(self, flag)!r}")
 
     def _validate_numbers(self) -> None:
-        for field in ("epsilon", "beta", "overlong_penalty", "mismatch_cap"):
+        for field in ("epsilon", "beta", "overlong_penalty", "mismatch_cap", "entropy_coef", "top_entropy_quantile"):
             if not _is_number(getattr(self, field)):
                 _fail(field, f"must be a number, got {getattr(self, field)!r}")
         for field in ("epsilon", "epsilon_high", "dual_clip", "beta", "overlong_buffer", "overlong_penalty",
-                      "mismatch_cap"):
+                      "mismatch_cap", "entropy_coef", "top_entropy_quantile"):
             value = getattr(self, field)
             if _is_number(value) and not math.isfinite(float(value)):  # nan passes every < and >= test
                 _fail(field, f"must be a finite number, got {value!r}", "TOML's nan and inf are not valid here")
@@ -164,6 +166,11 @@ class AlgorithmConfig:
                   "DAPO's clip-higher uses 0.28")
         if self.dual_clip is not None and (not _is_number(self.dual_clip) or self.dual_clip <= 1):
             _fail("dual_clip", f"must be > 1 or unset, got {self.dual_clip!r}", "3.0 is usual")
+        if self.entropy_coef < 0:
+            _fail("entropy_coef", f"must be >= 0, got {self.entropy_coef}", "0 disables the bonus; 1e-3 is usual")
+        if not 0 < self.top_entropy_quantile <= 1:
+            _fail("top_entropy_quantile", f"must be in (0, 1], got {self.top_entropy_quantile}",
+                  "1.0 trains every token; 0.2 keeps the top 20% highest-entropy tokens")
         if self.mismatch_cap <= 1:
             _fail("mismatch_cap", f"must be > 1, got {self.mismatch_cap}", "2.0 is usual (TRL's cap is 3.0)")
         if self.policy_loss == "cispo" and self.importance_sampling_level != "token":
@@ -260,6 +267,8 @@ class AlgorithmConfig:
             mismatch_correction=self.mismatch_correction,
             mismatch_level=self.mismatch_level,
             mismatch_cap=float(self.mismatch_cap),
+            entropy_coef=float(self.entropy_coef),
+            top_entropy_quantile=float(self.top_entropy_quantile),
             **kwargs,
         )
 

@@ -60,7 +60,7 @@ def mismatch_weights(old: np.ndarray, sampler: np.ndarray, obj: Objective) -> tu
 
 def _token_terms(
     logp: np.ndarray, old: np.ndarray, ref: np.ndarray | None, sampler: np.ndarray | None, adv: float,
-    obj: Objective,
+    obj: Objective, selected: np.ndarray | None = None, entropy: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per-token (loss, policy slope, kl slope, kl, clipped) for one sequence.
 
@@ -93,6 +93,10 @@ def _token_terms(
             raise ValueError("mismatch_correction needs the sampler's log-probs")
         w, _ = mismatch_weights(old, sampler, obj)
         loss, grad = loss * w, grad * w
+    if selected is not None:  # top_entropy_quantile: the policy term on high-entropy tokens only
+        loss, grad = loss * selected, grad * selected
+    if obj.entropy_coef and entropy is not None:
+        loss = loss - obj.entropy_coef * entropy
     kl, kl_grad = np.zeros_like(logp), np.zeros_like(logp)
     if obj.beta > 0:
         if ref is None:
@@ -146,6 +150,25 @@ def token_weights(lengths: Sequence[int], obj: Objective) -> list[np.ndarray]:
     return out
 
 
+def entropy_selection(entropies: Sequence[np.ndarray] | None, obj: Objective) -> list[np.ndarray] | None:
+    """Per-token 0/1: entropy at least the batch's (1 - q) quantile (numpy's linear
+    interpolation, as ``torch.quantile``); None when every token is kept."""
+    if obj.top_entropy_quantile >= 1.0:
+        return None
+    if entropies is None:
+        raise ValueError("top_entropy_quantile < 1 needs the trainer's token entropies")
+    flat = np.concatenate([np.asarray(e, np.float64) for e in entropies]) if len(entropies) else np.zeros(0)
+    if not flat.size:
+        return [np.zeros(0) for _ in entropies]
+    threshold = np.quantile(flat, 1.0 - obj.top_entropy_quantile)
+    return [(np.asarray(e, np.float64) >= threshold).astype(np.float64) for e in entropies]
+
+
+def entropy_grad(lengths: Sequence[int], obj: Objective) -> list[np.ndarray]:
+    """d loss / d entropy per token (the bonus is linear in each token's entropy)."""
+    return [-obj.entropy_coef * w for w in token_weights(lengths, obj)]
+
+
 def _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs=None):
     logp = [np.asarray(x, dtype=np.float64) for x in logprobs]
     old = logp if old_logprobs is None else [np.asarray(x, dtype=np.float64) for x in old_logprobs]
@@ -161,19 +184,25 @@ def policy_loss(
     old_logprobs: Sequence[np.ndarray] | None = None,
     ref_logprobs: Sequence[np.ndarray] | None = None,
     sampler_logprobs: Sequence[np.ndarray] | None = None,
+    entropies: Sequence[np.ndarray] | None = None,
 ) -> tuple[float, dict[str, float]]:
     """The batch loss and its metrics (``kl`` and ``clip_fraction`` are token means; with
-    ``sampler_logprobs`` also the ``mismatch_*`` ones of ``mismatch_metrics``).
+    ``sampler_logprobs`` also the ``mismatch_*`` ones of ``mismatch_metrics``; with
+    ``entropies``, the trainer's per-token entropies, ``entropy`` and ``entropy_selected``).
 
     ``old_logprobs`` None means old == current (detached), as in a single-iteration step.
     """
     logp, old, ref, sampler = _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs)
     weights = token_weights([len(x) for x in logp], objective)
+    if objective.entropy_coef and entropies is None:
+        raise ValueError("entropy_coef needs the trainer's token entropies")
+    selected = entropy_selection(entropies, objective)
     total, kl_sum, clip_sum, n_tokens = 0.0, 0.0, 0.0, 0
     for i, lp in enumerate(logp):
         loss, _, _, kl, clipped = _token_terms(
             lp, old[i], None if ref is None else ref[i], None if sampler is None else sampler[i],
-            float(advantages[i]), objective,
+            float(advantages[i]), objective, None if selected is None else selected[i],
+            None if entropies is None else np.asarray(entropies[i], np.float64),
         )
         total += float(np.sum(loss * weights[i]))
         kl_sum += float(kl.sum())
@@ -183,6 +212,9 @@ def policy_loss(
     metrics = {"kl": kl_sum / denom, "clip_fraction": clip_sum / denom, "tokens": n_tokens}
     if sampler is not None:
         metrics.update(mismatch_metrics(old, sampler, objective))
+    if entropies is not None:
+        metrics["entropy"] = float(sum(np.sum(e) for e in entropies)) / denom
+        metrics["entropy_selected"] = 1.0 if selected is None else float(sum(x.sum() for x in selected)) / denom
     return total, metrics
 
 
@@ -193,15 +225,18 @@ def policy_loss_grad(
     old_logprobs: Sequence[np.ndarray] | None = None,
     ref_logprobs: Sequence[np.ndarray] | None = None,
     sampler_logprobs: Sequence[np.ndarray] | None = None,
+    entropies: Sequence[np.ndarray] | None = None,
 ) -> list[np.ndarray]:
-    """d loss / d logprobs, one array per sequence (old/ref/sampler log-probs are constants)."""
+    """d loss / d logprobs, one array per sequence (old/ref/sampler log-probs are constants; the
+    entropy bonus depends on the entropies, not on these log-probs: see ``entropy_grad``)."""
     logp, old, ref, sampler = _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs)
     weights = token_weights([len(x) for x in logp], objective)
+    selected = entropy_selection(entropies, objective)
     grads = []
     for i, lp in enumerate(logp):
         _, policy_grad, kl_grad, _, _ = _token_terms(
             lp, old[i], None if ref is None else ref[i], None if sampler is None else sampler[i],
-            float(advantages[i]), objective,
+            float(advantages[i]), objective, None if selected is None else selected[i],
         )
         grads.append(_spread(policy_grad * weights[i], objective) + kl_grad * weights[i])
     return grads

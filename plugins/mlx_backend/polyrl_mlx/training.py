@@ -56,12 +56,14 @@ def objective_loss(
     sampler_logp: mx.array | None = None,
     segments: mx.array | None = None,
     stats: dict[str, mx.array] | None = None,
+    entropy: mx.array | None = None,
 ) -> tuple[mx.array, mx.array, mx.array]:
     """(loss, kl_sum, clip_sum) over flat per-token arrays.
 
     ``segments`` (each token's sequence index) is needed by the sequence-level forms (GSPO's
     ratio, sequence-level mismatch correction). With ``sampler_logp``, ``stats`` (a dict, if
-    given) receives the ``mismatch_*`` token sums (see ``reference.mismatch_metrics``).
+    given) receives the ``mismatch_*`` token sums (see ``reference.mismatch_metrics``); with
+    ``entropy`` (per token, differentiable) also ``entropy`` and ``entropy_selected`` sums.
 
     ``advantages`` and ``weights`` are per token (a sequence's advantage repeated over its
     tokens); ``old_logp=None`` means the detached ``logp`` (ratio 1, gradient intact). The math
@@ -109,6 +111,21 @@ def objective_loss(
         }
     elif objective.corrects_mismatch:
         raise ValueError("mismatch_correction needs the sampler's log-probs (TrainBatch.sampler_logprobs)")
+    if objective.needs_entropy and entropy is None:
+        raise ValueError("entropy_coef / top_entropy_quantile need the trainer's token entropies")
+    if entropy is not None:
+        ent = entropy.astype(dtype)
+        if objective.entropy_coef == 0:
+            ent = mx.stop_gradient(ent)
+        selected = mx.ones(ent.shape, dtype=mx.bool_)
+        if objective.top_entropy_quantile < 1.0 and ent.size:  # policy term on high-entropy tokens
+            threshold = _quantile(mx.stop_gradient(ent), 1.0 - objective.top_entropy_quantile)
+            selected = mx.stop_gradient(ent) >= threshold
+            loss = mx.where(selected, loss, mx.zeros_like(loss))
+        if objective.entropy_coef:
+            loss = loss - objective.entropy_coef * ent
+        mismatch["entropy"] = mx.stop_gradient(ent).sum()
+        mismatch["entropy_selected"] = selected.astype(dtype).sum()
     kl = mx.zeros_like(logp)
     if objective.beta > 0:
         if ref_logp is None:
@@ -125,6 +142,14 @@ def objective_loss(
     if stats is not None:
         stats.update(mismatch)
     return total, mx.stop_gradient(kl).sum(), clipped.astype(dtype).sum()
+
+
+def _quantile(values: mx.array, q: float) -> mx.array:
+    """Linear-interpolation quantile of a flat array (numpy's and torch's default)."""
+    ordered = mx.sort(values)
+    pos = (values.size - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def _segment_mean(values: mx.array, segments: mx.array) -> mx.array:
@@ -213,10 +238,11 @@ def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Object
 
             def loss_fn(chunk=chunk, adv=adv, weights=weights, old=old, ref=ref, sampler=sampler,
                         segments=segments):
-                logp, _ = flat_logprobs(engine, chunk, temperature)
+                entropy: list[mx.array] = []
+                logp, _ = flat_logprobs(engine, chunk, temperature, entropy=entropy)
                 mismatch: dict[str, mx.array] = {}
                 out = objective_loss(logp, adv, weights, objective, old, ref, sampler_logp=sampler,
-                                     segments=segments, stats=mismatch)
+                                     segments=segments, stats=mismatch, entropy=entropy[0])
                 return (*out, mismatch)  # aux outputs: only the first is differentiated
 
             (loss, kl, clipped, mismatch), g = nn.value_and_grad(model, loss_fn)()
@@ -264,7 +290,7 @@ def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> St
         loss=sums["loss"], grad_norm=grad_norm, kl=sums["kl"] / denom,
         clip_fraction=sums["clipped"] / denom, tokens=total_tokens, skipped=skipped,
         extra={"lr": float(lr.item() if isinstance(lr, mx.array) else lr),
-               **{k: v / denom for k, v in sums.items() if k.startswith("mismatch_")}},
+               **{k: v / denom for k, v in sums.items() if k.startswith(("mismatch_", "entropy"))}},
     )
 
 

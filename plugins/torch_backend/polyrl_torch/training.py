@@ -21,10 +21,11 @@ from polyrl.algorithms.reference import MISMATCH_THRESHOLD
 from polyrl.types import StepMetrics, TrainBatch
 from polyrl_torch import distributed
 from polyrl_torch.engine import TorchEngine
-from polyrl_torch.scoring import token_logprobs
+from polyrl_torch.scoring import token_logprobs, token_logprobs_with_entropy
 
 LogProbs = torch.Tensor | Sequence[torch.Tensor]
-MISMATCH_KEYS = ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected")
+MISMATCH_KEYS = ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected", "entropy",
+                 "entropy_selected")
 
 
 def _padded(values: LogProbs | None, like: torch.Tensor) -> torch.Tensor | None:
@@ -49,6 +50,7 @@ def objective_loss(
     mask: torch.Tensor | None = None,
     *,
     sampler_logp: LogProbs | None = None,
+    entropy: LogProbs | None = None,
     num_sequences: int | None = None,
     num_tokens: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -56,7 +58,9 @@ def objective_loss(
 
     ``logp`` is a list of 1-D tensors (one per sequence) or a ``[B, T]`` tensor with ``mask``;
     ``old_logp``/``ref_logp``/``sampler_logp`` have the same layout and are constants; with
-    ``sampler_logp`` the stats add ``mismatch_*_sum`` (see ``reference.mismatch_metrics``). ``old_logp=None`` means
+    ``sampler_logp`` the stats add ``mismatch_*_sum`` (see ``reference.mismatch_metrics``).
+    ``entropy`` (same layout, differentiable when ``entropy_coef`` is set) adds ``entropy_sum``
+    and ``entropy_selected_sum`` and drives ``entropy_coef`` / ``top_entropy_quantile``. ``old_logp=None`` means
     the detached ``logp`` (ratio 1, gradient intact). ``num_sequences``/``num_tokens`` are the
     counts of the whole batch when this call sees one micro-batch of it (default: this batch).
     Computation happens in ``logp``'s dtype (pass float64 to compare with the numpy reference).
@@ -118,6 +122,22 @@ def objective_loss(
         }
     elif objective.corrects_mismatch:
         raise ValueError("mismatch_correction needs the sampler's log-probs (TrainBatch.sampler_logprobs)")
+    ent = _padded(entropy, lp)
+    if objective.needs_entropy and ent is None:
+        raise ValueError("entropy_coef / top_entropy_quantile need the trainer's token entropies")
+    if ent is not None:
+        ent = torch.where(valid, ent, zero)
+        selected = valid
+        if objective.top_entropy_quantile < 1.0:  # the policy term on the high-entropy tokens only
+            flat = ent.detach()[valid].double()
+            if flat.numel():
+                threshold = torch.quantile(flat, 1.0 - objective.top_entropy_quantile)
+                selected = valid & (ent.detach().double() >= threshold)
+            loss = torch.where(selected, loss, zero)
+        if objective.entropy_coef:
+            loss = loss - objective.entropy_coef * ent
+        mismatch["entropy_sum"] = ent.detach().sum()
+        mismatch["entropy_selected_sum"] = selected.sum()
 
     kl = torch.zeros_like(lp)
     if objective.beta > 0:
@@ -221,13 +241,20 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                 loss = _padding_loss(engine, temperature)
             else:
                 part = [seqs[i] for i in idx]
-                logp = engine.fsdp.root.per_sequence(part, temperature) if sharded else token_logprobs(engine, part, temperature)
+                entropy = None
+                if sharded:
+                    if objective.needs_entropy:
+                        raise ValueError("entropy_coef / top_entropy_quantile are not supported under FSDP yet")
+                    logp = engine.fsdp.root.per_sequence(part, temperature)
+                else:
+                    logp, entropy = token_logprobs_with_entropy(engine, part, temperature,
+                                                                differentiable=objective.entropy_coef != 0)
                 loss, stats = objective_loss(
                     logp, torch.as_tensor(batch.advantages[start:idx.stop]), objective,
                     constants(batch.old_logprobs, idx),
                     constants(batch.ref_logprobs, idx) if objective.beta > 0 else None,
                     num_sequences=global_n, num_tokens=total_tokens,
-                    sampler_logp=constants(batch.sampler_logprobs, idx),
+                    sampler_logp=constants(batch.sampler_logprobs, idx), entropy=entropy,
                 )
                 value = float(loss.detach())
                 loss_sum += value
