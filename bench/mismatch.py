@@ -57,7 +57,8 @@ def main() -> None:
     deltas = np.concatenate([np.asarray(t, np.float64) - s for t, s in zip(trainer_lp, sampler_lp)])
     result = {
         "model": args.model, "generate": args.generate, "train": args.train, "tokens": int(deltas.size),
-        **metrics, "max_abs_delta": float(np.abs(deltas).max()), "p99_abs_delta": float(np.quantile(np.abs(deltas), 0.99)),
+        **metrics, "max_abs_delta": float(np.abs(deltas).max()),
+        "p99_abs_delta": float(np.quantile(np.abs(deltas), 0.99)),
         "load_s": round(load_s, 1), "cpu": platform.processor() or platform.machine(),
     }
     out = Path(args.out or f"bench/results/mismatch_{Path(args.model).name}_{args.generate}_{args.train}.json")
