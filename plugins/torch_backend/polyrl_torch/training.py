@@ -276,8 +276,14 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     t2 = time.perf_counter()
 
     if distributed.active():  # every rank must take part, even one whose shard was empty or NaN
-        loss_sum, kl_sum, clip_sum, bad = distributed.sum_scalars(
-            [loss_sum if finite else 0.0, kl_sum, clip_sum, 0.0 if finite else 1.0], engine.device)
+        # the metric sums every rank reports (an empty shard contributes zeros)
+        expected = (MISMATCH_KEYS[:4] if batch.sampler_logprobs is not None else ()) + \
+            (() if sharded else MISMATCH_KEYS[4:])
+        summed = distributed.sum_scalars(
+            [loss_sum if finite else 0.0, kl_sum, clip_sum, 0.0 if finite else 1.0]
+            + [mismatch.get(k, 0.0) for k in expected], engine.device)
+        loss_sum, kl_sum, clip_sum, bad = summed[:4]
+        mismatch = dict(zip(expected, summed[4:]))
         finite = bad == 0
         if finite and not sharded:  # FSDP already summed them (reduce-scatter in backward)
             distributed.sum_gradients(params)
