@@ -324,3 +324,36 @@ def test_mlx_entropy_terms_equal_reference(case, setting):
         tokens = sum(lengths)
         assert stats["entropy"].item() / tokens == pytest.approx(metrics["entropy"], rel=1e-9)
         assert stats["entropy_selected"].item() / tokens == pytest.approx(metrics["entropy_selected"])
+
+
+# --- through the CLI: one error line naming the field ---------------------------------------------
+
+CLI_BAD = {
+    "correction": ('mismatch_correction = "truncate"', "algorithm.mismatch_correction"),
+    "cap": ("mismatch_cap = 0.5", "algorithm.mismatch_cap"),
+    "quantile": ("top_entropy_quantile = 1.5", "algorithm.top_entropy_quantile"),
+    "cispo_sequence": ('name = "cispo"\nimportance_sampling_level = "sequence"', "algorithm.importance_sampling_level"),
+}
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("name", sorted(CLI_BAD))
+def test_bad_algorithm_settings_are_one_error_line_from_the_cli(tmp_path, name):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    body, field = CLI_BAD[name]
+    path = tmp_path / "run.toml"
+    path.write_text('[model]\npath = "tiny-llama"\n[data]\ntask = "arithmetic"\n[[rewards]]\n'
+                    f'name = "numeric_match"\n[algorithm]\n{body}\n')
+    core = Path(__file__).resolve().parents[1] / "core"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(core), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-m", "polyrl.cli", "train", str(path)], capture_output=True,
+                            text=True, timeout=120, env=env)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
