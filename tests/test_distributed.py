@@ -66,6 +66,10 @@ def test_two_ranks_match_one_process_on_the_same_global_batch(tiny_model_dir, tm
     np.testing.assert_allclose(double["losses"], single["losses"], rtol=1e-5, atol=1e-6)
     assert len(set(np.round(single["losses"], 6))) > 1  # the loss moves: the weights did change
     assert double["checksum"] == pytest.approx(single["checksum"], rel=1e-6)
+    # step metrics are global: the mismatch (constant inputs) and the trainer's entropy
+    np.testing.assert_allclose(double["mismatch_abs"], single["mismatch_abs"], rtol=1e-6)
+    assert single["mismatch_abs"][0] > 0
+    np.testing.assert_allclose(double["entropy"], single["entropy"], rtol=1e-5)
 
 
 def test_fsdp_two_ranks_match_one_process_and_checkpoints_cross_world_sizes(tiny_model_dir, tmp_path):

@@ -36,7 +36,7 @@ def toy_config(tmp_path, **train) -> dict:
     }
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "dapo", "dr_grpo", "rloo", "reinforce"])
+@pytest.mark.parametrize("algorithm", ["grpo", "dapo", "dr_grpo", "rloo", "reinforce", "gspo", "cispo"])
 def test_reward_rises_for_every_algorithm(toy, tmp_path, algorithm):
     data = toy_config(tmp_path)
     data["algorithm"] = {"name": algorithm}

@@ -43,7 +43,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                    "`concurrent_generate`, one process; give each side its cores with train.threads)",
     },
     "algorithm": {
-        "name": "preset: `grpo`, `dapo`, `dr_grpo`, `rloo`, `reinforce`; other keys override it",
+        "name": "preset: `grpo`, `dapo`, `dr_grpo`, `rloo`, `reinforce`, `gspo`, `cispo`; other keys override it",
         "advantage": "`group` (GRPO), `rloo` (leave-one-out), `reinforce` (batch baseline)",
         "scale_rewards": "divide by the std of the `group`, the `batch`, or `none` (Dr.GRPO)",
         "epsilon": "lower clip: ratio >= 1 - epsilon",
@@ -56,6 +56,14 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "dynamic_sampling": "drop groups whose rewards are all equal (DAPO)",
         "overlong_buffer": "soft overlong penalty zone: tokens (int) or fraction of the max length",
         "overlong_penalty": "penalty at the hard limit (linear inside the buffer)",
+        "policy_loss": "`ppo` (clipped surrogate) or `cispo` (clipped, detached IS weight; MiniMax-M1)",
+        "importance_sampling_level": "`token` ratio or `sequence` (GSPO: exp of the mean log ratio)",
+        "mismatch_correction": "sampler-trainer mismatch: `none`, `tis` (truncate the weight) or `mis` (mask above the cap)",
+        "mismatch_level": "`token` or `sequence` (product over the completion) correction weight",
+        "mismatch_cap": "cap on the trainer/sampler probability ratio (> 1) for tis/mis",
+        "entropy_coef": "entropy bonus: loss -= coef * entropy of the trainer's next-token distribution",
+        "top_entropy_quantile": "policy loss only on the top-q highest-entropy tokens (1.0 = all; 0.2 in the paper)",
+        "mask_truncated_completions": "leave completions cut at max_new_tokens out of the loss (TRL, DAPO)",
         "max_completion_length": "length the overlong shaping and Dr.GRPO normaliser use",
     },
     "optimizer": {

@@ -372,6 +372,7 @@ class Trainer:
         keep, advantages = keep[mine] & np.isfinite(shaped), advantages[mine]
         self.tracking.collect(self.step, [r[c.data.prompt_column] for r in self._rows_per_completion(rows)],
                               completions, scored, advantages, seed=_step_seed(c.train.seed, self.step))
+        keep &= algo.untruncated_mask([x.finish_reason for x in completions])
         rewards = np.concatenate([r for r, _ in everyone])  # metrics describe the global batch
         metrics: dict[str, Any] = {
             "step": self.step,
@@ -401,8 +402,9 @@ class Trainer:
             if algo.beta > 0 and not seqs:  # an empty shard still takes part in the step
                 ref = []
             times["logprobs"] = time.perf_counter() - t0
+            # the sampler's own log-probs: the backend measures (and may correct) the mismatch
             batch = TrainBatch(seqs, advantages[idx], old_logprobs=old, ref_logprobs=ref,
-                               temperature=temperature)
+                               temperature=temperature, sampler_logprobs=[completions[i].logprobs for i in idx])
             t0 = time.perf_counter()
             objective = algo.objective(c.generation.max_new_tokens)
             for _ in range(algo.num_iterations):

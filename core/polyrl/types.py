@@ -102,7 +102,9 @@ class TrainBatch:
 
     ``old_logprobs`` None means "the policy that generated is the one being trained, unchanged":
     the backend then uses its own detached log-probs (ratio 1, gradient intact), saving a pass.
-    ``ref_logprobs`` is only needed when the objective's ``beta > 0``.
+    ``ref_logprobs`` is only needed when the objective's ``beta > 0``. ``sampler_logprobs`` are
+    the generator's own log-probs: backends measure the sampler-trainer mismatch against them and
+    use them for the objective's ``mismatch_correction``.
     """
 
     sequences: list[TokenSequence]
@@ -110,12 +112,13 @@ class TrainBatch:
     old_logprobs: list[np.ndarray] | None = None
     ref_logprobs: list[np.ndarray] | None = None
     temperature: float = 1.0
+    sampler_logprobs: list[np.ndarray] | None = None
 
     def __attrs_post_init__(self) -> None:
         n = len(self.sequences)
         if len(self.advantages) != n:
             raise ValueError(f"{len(self.advantages)} advantages for {n} sequences")
-        for name in ("old_logprobs", "ref_logprobs"):
+        for name in ("old_logprobs", "ref_logprobs", "sampler_logprobs"):
             values = getattr(self, name)
             if values is None:
                 continue

@@ -50,7 +50,10 @@ def main() -> None:
     # the rollout's log-probs as "old" (as with num_iterations > 1): the ratio, hence the loss,
     # moves as the weights move; a KL term against the same values adds its gradient too
     start = engine.logprobs(shard, 1.0)
-    batch = TrainBatch(shard, advantages[mine], old_logprobs=start, ref_logprobs=start, temperature=1.0)
+    # a sampler a little off the trainer: the mismatch metrics must sum over ranks
+    sampler = [lp + 0.05 * np.sin(np.arange(len(lp), dtype=np.float32)) for lp in start]
+    batch = TrainBatch(shard, advantages[mine], old_logprobs=start, ref_logprobs=start, temperature=1.0,
+                       sampler_logprobs=sampler)
     objective = AlgorithmConfig.preset("grpo", loss_aggregation=args.aggregation, beta=0.1).objective(8)
     steps = [engine.train_step(batch, objective) for _ in range(args.steps)]
     weights = engine.export_weights()
@@ -63,6 +66,8 @@ def main() -> None:
         with open(args.out, "w") as fh:
             json.dump({"losses": [m.loss for m in steps], "grad_norms": [m.grad_norm for m in steps],
                        "checksum": checksum, "world": world,
+                       "mismatch_abs": [m.extra.get("mismatch_abs") for m in steps],
+                       "entropy": [m.extra.get("entropy") for m in steps],
                        "generated": [int(t) for t in tokens[0].completion_ids]}, fh)
 
 

@@ -15,6 +15,33 @@ advantage estimator (see ``advantages.py``) and in the knobs below:
   - ``token_mean`` (DAPO, TRL "bnpo"/"dapo"): sum over all tokens / total tokens in the batch;
   - ``seq_mean_token_sum_norm`` (Dr.GRPO): sum over all tokens / (sequences * max_completion_length),
     a constant normaliser that removes the length bias.
+
+Two alternatives to the token-level PPO ratio (both verified against ``reference.py``):
+
+* ``importance_sampling_level = "sequence"`` (GSPO, Zheng et al. 2025, arXiv 2507.18071): one
+  ratio per completion, ``s = exp(mean_t(logp_t - old_t))`` (the length-normalised sequence
+  likelihood ratio), clipped like the token ratio; every token of the sequence shares it, and its
+  gradient spreads evenly (``d s / d logp_t = s / |y|``). Token ratios are noisy per token; the
+  sequence ratio matches the sequence-level reward.
+* ``policy_loss = "cispo"`` (MiniMax-M1, arXiv 2506.13585): the loss is
+  ``-sg(min(r_t, 1 + clip_eps_high)) * A * logp_t`` — the importance weight is clipped and
+  detached, but no token's gradient is dropped (PPO zeroes clipped tokens, which kills rare
+  "fork" tokens). The paper sets no effective lower bound; like TRL, only the upper one is used.
+
+Sampler-trainer mismatch correction (Yao et al. 2025, "Your efficient RL framework secretly brings
+you off-policy RL training"): the sampler (MAX, MLX, a server) and the trainer compute slightly
+different probabilities for the same weights, so the samples come from ``pi_sampler``, not from the
+trainer's ``pi_old``. The policy term is multiplied by the detached weight
+``w = pi_old / pi_sampler`` per token (``mismatch_level="token"``) or its product over the
+sequence (``"sequence"``), capped: ``"tis"`` truncates ``w`` at ``mismatch_cap``, ``"mis"`` masks
+(weight 0) tokens/sequences whose ``w`` exceeds it. The KL term is not reweighted (as TRL).
+
+Entropy (``H_t`` of the trainer's own next-token distribution, from the training forward):
+``entropy_coef`` adds the bonus ``-entropy_coef * H_t`` to every token's loss (verl's
+``entropy_coeff``); ``top_entropy_quantile = q < 1`` keeps the policy term only on tokens whose
+entropy is at least the batch's (1 - q) quantile (Wang et al. 2025, "Beyond the 80/20 rule",
+arXiv 2506.01939; TRL's ``top_entropy_quantile``). The quantile is taken over the tokens one
+loss call sees: the micro-batch, as in TRL.
 """
 
 from __future__ import annotations
@@ -30,6 +57,9 @@ KLEstimator = Literal["k1", "k2", "k3"]
 
 LOSS_AGGREGATIONS: tuple[str, ...] = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+POLICY_LOSSES: tuple[str, ...] = ("ppo", "cispo")
+IS_LEVELS: tuple[str, ...] = ("token", "sequence")
+MISMATCH_CORRECTIONS: tuple[str, ...] = ("none", "tis", "mis")
 
 
 @attrs.define(frozen=True)
@@ -41,6 +71,22 @@ class Objective:
     kl_estimator: str = "k3"
     loss_aggregation: str = "seq_mean_token_mean"
     max_completion_length: int = 256  # the constant of seq_mean_token_sum_norm
+    policy_loss: str = "ppo"  # ppo (clipped surrogate) | cispo
+    importance_sampling_level: str = "token"  # token | sequence (GSPO)
+    mismatch_correction: str = "none"  # none | tis | mis
+    mismatch_level: str = "token"  # token | sequence
+    mismatch_cap: float = 2.0
+    entropy_coef: float = 0.0  # loss -= entropy_coef * H_t (aggregated like the policy term)
+    top_entropy_quantile: float = 1.0  # policy term only on the batch's top-q entropy tokens
+
+    @property
+    def needs_entropy(self) -> bool:
+        """Whether the loss (not just the metric) depends on the trainer's token entropies."""
+        return self.entropy_coef != 0 or self.top_entropy_quantile < 1.0
+
+    @property
+    def corrects_mismatch(self) -> bool:
+        return self.mismatch_correction != "none"
 
     def __attrs_post_init__(self) -> None:
         if self.clip_eps_low < 0 or self.clip_eps_high < 0:
@@ -66,5 +112,27 @@ class Objective:
                 field="algorithm.loss_aggregation",
                 fix=f"use one of {', '.join(LOSS_AGGREGATIONS)}",
             )
+        for name, value, valid in (
+            ("policy_loss", self.policy_loss, POLICY_LOSSES),
+            ("importance_sampling_level", self.importance_sampling_level, IS_LEVELS),
+            ("mismatch_correction", self.mismatch_correction, MISMATCH_CORRECTIONS),
+            ("mismatch_level", self.mismatch_level, IS_LEVELS),
+        ):
+            if value not in valid:
+                raise ConfigError(f"unknown {name} {value!r}", field=f"algorithm.{name}",
+                                  fix=f"use one of {', '.join(valid)}")
+        if self.policy_loss == "cispo" and self.importance_sampling_level != "token":
+            raise ConfigError("cispo weights each token by its own ratio; it has no sequence-level form",
+                              field="algorithm.importance_sampling_level", fix='use "token" with cispo')
+        if not self.mismatch_cap > 1.0:
+            raise ConfigError(f"must be > 1, got {self.mismatch_cap}", field="algorithm.mismatch_cap",
+                              fix="2.0 is usual (TRL's cap is 3.0)")
+        if not (self.entropy_coef >= 0 and self.entropy_coef < float("inf")):
+            raise ConfigError(f"must be a finite number >= 0, got {self.entropy_coef}",
+                              field="algorithm.entropy_coef", fix="0 disables the bonus; 1e-3 is usual")
+        if not 0 < self.top_entropy_quantile <= 1:
+            raise ConfigError(f"must be in (0, 1], got {self.top_entropy_quantile}",
+                              field="algorithm.top_entropy_quantile",
+                              fix="1.0 trains every token; 0.2 keeps the top 20% (Wang et al. 2025)")
         if self.max_completion_length <= 0:
             raise ConfigError("must be > 0", field="algorithm.max_completion_length")

@@ -17,6 +17,8 @@ dapo       group       group    token_mean              .2 / .28    dynamic samp
 dr_grpo    group       none     seq_mean_token_sum_norm .2 / .2     no std scaling, no length norm
 rloo       rloo        none     token_mean              .2 / .2     leave-one-out baseline
 reinforce  reinforce   none     token_mean              .2 / .2     batch-mean baseline
+gspo       group       group    seq_mean_token_mean     3e-4/4e-4   sequence-level ratio
+cispo      group       group    token_mean              .2 / 4.0    clipped, detached IS weight
 =========  ==========  =======  ======================  ==========  =============================
 
 * DAPO (Yu et al. 2025): clip-higher ``eps_high = 0.28``, token-level loss, dynamic sampling,
@@ -28,6 +30,13 @@ reinforce  reinforce   none     token_mean              .2 / .2     batch-mean b
 * RLOO (Ahmadian et al. 2024): the baseline is the mean of the *other* samples of the prompt;
   rewards are not std-scaled (as in the paper); token-mean aggregation so that long and short
   completions weigh per token, the same choice as DAPO.
+* GSPO (Zheng et al. 2025, arXiv 2507.18071): ``importance_sampling_level="sequence"``, the
+  length-normalised sequence ratio, clipped at the paper's 3e-4 / 4e-4 (a sequence ratio sits much
+  closer to 1 than a token ratio, so the band is narrow).
+* CISPO (MiniMax-M1, arXiv 2506.13585): ``policy_loss="cispo"``; the cap on the detached weight is
+  ``1 + epsilon_high`` = 5 (ScaleRL's choice, TRL's ``epsilon_high=5`` for cispo), token-mean.
+* Every preset takes ``mismatch_correction`` ("none" | "tis" | "mis"), ``mismatch_level``
+  ("token" | "sequence") and ``mismatch_cap``: see ``objective.py``.
 * REINFORCE: batch-mean baseline, no std scaling. With ``num_iterations = 1`` the ratio is
   always 1, so the clip has no effect and the loss is plain policy gradient.
 
@@ -47,11 +56,18 @@ import attrs
 import numpy as np
 
 from polyrl.algorithms.advantages import ADVANTAGE_ESTIMATORS, SCALE_REWARDS, as_groups, compute_advantages
-from polyrl.algorithms.objective import KL_ESTIMATORS, LOSS_AGGREGATIONS, Objective
+from polyrl.algorithms.objective import (
+    IS_LEVELS,
+    KL_ESTIMATORS,
+    LOSS_AGGREGATIONS,
+    MISMATCH_CORRECTIONS,
+    POLICY_LOSSES,
+    Objective,
+)
 from polyrl.algorithms.shaping import dynamic_sampling_mask, expand_group_mask, shape_overlong
 from polyrl.errors import ConfigError
 
-ALGORITHMS: tuple[str, ...] = ("grpo", "dapo", "dr_grpo", "rloo", "reinforce")
+ALGORITHMS: tuple[str, ...] = ("grpo", "dapo", "dr_grpo", "rloo", "reinforce", "gspo", "cispo")
 
 #: Each preset's values for the fields that differ from the class defaults (which are GRPO's).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -67,6 +83,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "dr_grpo": {"scale_rewards": "none", "loss_aggregation": "seq_mean_token_sum_norm"},
     "rloo": {"advantage": "rloo", "scale_rewards": "none", "loss_aggregation": "token_mean"},
     "reinforce": {"advantage": "reinforce", "scale_rewards": "none", "loss_aggregation": "token_mean"},
+    "gspo": {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4},
+    "cispo": {"policy_loss": "cispo", "epsilon_high": 4.0, "loss_aggregation": "token_mean"},
 }
 
 
@@ -100,6 +118,14 @@ class AlgorithmConfig:
     overlong_buffer: int | float | None = None  # tokens (int) or fraction of max length (0..1)
     overlong_penalty: float = 1.0
     max_completion_length: int | None = None
+    policy_loss: str = "ppo"  # ppo | cispo
+    importance_sampling_level: str = "token"  # token | sequence (GSPO)
+    mismatch_correction: str = "none"  # none | tis | mis (sampler-trainer mismatch)
+    mismatch_level: str = "token"  # token | sequence
+    mismatch_cap: float = 2.0
+    entropy_coef: float = 0.0
+    top_entropy_quantile: float = 1.0
+    mask_truncated_completions: bool = False  # drop completions cut at the length limit (TRL/DAPO)
 
     def __attrs_post_init__(self) -> None:
         self._validate_choices()
@@ -112,17 +138,23 @@ class AlgorithmConfig:
             ("scale_rewards", self.scale_rewards, SCALE_REWARDS),
             ("kl_estimator", self.kl_estimator, KL_ESTIMATORS),
             ("loss_aggregation", self.loss_aggregation, LOSS_AGGREGATIONS),
+            ("policy_loss", self.policy_loss, POLICY_LOSSES),
+            ("importance_sampling_level", self.importance_sampling_level, IS_LEVELS),
+            ("mismatch_correction", self.mismatch_correction, MISMATCH_CORRECTIONS),
+            ("mismatch_level", self.mismatch_level, IS_LEVELS),
         ):
             if value not in valid:
                 _fail(field, f"unknown {field} {value!r}", f"use one of {', '.join(valid)}")
-        if not isinstance(self.dynamic_sampling, (bool, np.bool_)):
-            _fail("dynamic_sampling", f"must be true or false, got {self.dynamic_sampling!r}")
+        for flag in ("dynamic_sampling", "mask_truncated_completions"):
+            if not isinstance(getattr(self, flag), (bool, np.bool_)):
+                _fail(flag, f"must be true or false, got {getattr(self, flag)!r}")
 
     def _validate_numbers(self) -> None:
-        for field in ("epsilon", "beta", "overlong_penalty"):
+        for field in ("epsilon", "beta", "overlong_penalty", "mismatch_cap", "entropy_coef", "top_entropy_quantile"):
             if not _is_number(getattr(self, field)):
                 _fail(field, f"must be a number, got {getattr(self, field)!r}")
-        for field in ("epsilon", "epsilon_high", "dual_clip", "beta", "overlong_buffer", "overlong_penalty"):
+        for field in ("epsilon", "epsilon_high", "dual_clip", "beta", "overlong_buffer", "overlong_penalty",
+                      "mismatch_cap", "entropy_coef", "top_entropy_quantile"):
             value = getattr(self, field)
             if _is_number(value) and not math.isfinite(float(value)):  # nan passes every < and >= test
                 _fail(field, f"must be a finite number, got {value!r}", "TOML's nan and inf are not valid here")
@@ -134,6 +166,16 @@ class AlgorithmConfig:
                   "DAPO's clip-higher uses 0.28")
         if self.dual_clip is not None and (not _is_number(self.dual_clip) or self.dual_clip <= 1):
             _fail("dual_clip", f"must be > 1 or unset, got {self.dual_clip!r}", "3.0 is usual")
+        if self.entropy_coef < 0:
+            _fail("entropy_coef", f"must be >= 0, got {self.entropy_coef}", "0 disables the bonus; 1e-3 is usual")
+        if not 0 < self.top_entropy_quantile <= 1:
+            _fail("top_entropy_quantile", f"must be in (0, 1], got {self.top_entropy_quantile}",
+                  "1.0 trains every token; 0.2 keeps the top 20% highest-entropy tokens")
+        if self.mismatch_cap <= 1:
+            _fail("mismatch_cap", f"must be > 1, got {self.mismatch_cap}", "2.0 is usual (TRL's cap is 3.0)")
+        if self.policy_loss == "cispo" and self.importance_sampling_level != "token":
+            _fail("importance_sampling_level", "cispo weights each token by its own ratio; it has no "
+                  "sequence-level form", 'use "token" with policy_loss = "cispo"')
         if self.beta < 0:
             _fail("beta", f"must be >= 0, got {self.beta}", "0 disables the KL term")
         if not _is_int(self.num_iterations) or self.num_iterations < 1:
@@ -220,6 +262,13 @@ class AlgorithmConfig:
             beta=float(self.beta),
             kl_estimator=self.kl_estimator,
             loss_aggregation=self.loss_aggregation,
+            policy_loss=self.policy_loss,
+            importance_sampling_level=self.importance_sampling_level,
+            mismatch_correction=self.mismatch_correction,
+            mismatch_level=self.mismatch_level,
+            mismatch_cap=float(self.mismatch_cap),
+            entropy_coef=float(self.entropy_coef),
+            top_entropy_quantile=float(self.top_entropy_quantile),
             **kwargs,
         )
 
@@ -233,6 +282,15 @@ class AlgorithmConfig:
         if not self.dynamic_sampling:
             return np.ones(groups.size, dtype=bool)
         return expand_group_mask(dynamic_sampling_mask(rewards, group_size), group_size)
+
+    def untruncated_mask(self, finish_reasons: list[str]) -> np.ndarray:
+        """Per-sample bool mask: with ``mask_truncated_completions``, False for completions cut at
+        the length limit (their reward judges an unfinished answer; DAPO and TRL leave them out of
+        the loss). They still count in the group's advantage baseline, as in TRL."""
+        reasons = np.asarray(finish_reasons, dtype=object)
+        if not self.mask_truncated_completions:
+            return np.ones(len(reasons), dtype=bool)
+        return reasons != "length"
 
     def shape_rewards(
         self,

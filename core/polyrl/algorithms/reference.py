@@ -15,26 +15,89 @@ import numpy as np
 from polyrl.algorithms.objective import Objective
 
 
+#: |trainer - sampler| log-prob gap (nats) above which a token counts in ``mismatch_over``.
+MISMATCH_THRESHOLD = 0.1
+
+
+def _ratio(logp: np.ndarray, old: np.ndarray, obj: Objective) -> np.ndarray:
+    """Per-token importance ratio (GSPO: the sequence's, repeated over its tokens).
+
+    Its derivative w.r.t. the log of its argument is the ratio itself: ``d r_t / d logp_t = r_t``
+    at token level; at sequence level ``d s / d logp_t = s / |y|`` for every token (see
+    ``_spread``)."""
+    if obj.importance_sampling_level == "sequence":  # GSPO: exp of the mean log ratio
+        s = float(np.exp(np.mean(logp - old))) if len(logp) else 1.0
+        return np.full(len(logp), s)
+    return np.exp(logp - old)
+
+
+def _spread(policy_grad: np.ndarray, obj: Objective) -> np.ndarray:
+    """Per-token gradients of the policy term once chained through the ratio.
+
+    At token level each token's loss depends on its own log-prob only. At sequence level every
+    token's loss depends on the shared ratio ``s``, which moves by ``s / |y|`` per token: the
+    sequence's summed slope is shared evenly among its tokens."""
+    if obj.importance_sampling_level == "sequence" and obj.policy_loss != "cispo" and len(policy_grad):
+        return np.full(len(policy_grad), policy_grad.sum() / len(policy_grad))
+    return policy_grad
+
+
+def mismatch_weights(old: np.ndarray, sampler: np.ndarray, obj: Objective) -> tuple[np.ndarray, np.ndarray]:
+    """The detached correction weight per token and whether the cap changed it (TIS/MIS)."""
+    delta = old - sampler
+    if obj.mismatch_level == "sequence":
+        delta = np.full(len(old), float(delta.sum()))
+    w = np.exp(delta)
+    over = w > obj.mismatch_cap
+    if obj.mismatch_correction == "tis":
+        w = np.minimum(w, obj.mismatch_cap)
+    elif obj.mismatch_correction == "mis":
+        w = np.where(over, 0.0, w)
+    else:
+        w, over = np.ones_like(w), np.zeros_like(over)
+    return w, over
+
+
 def _token_terms(
-    logp: np.ndarray, old: np.ndarray, ref: np.ndarray | None, adv: float, obj: Objective
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per-token (loss, d loss / d logp, kl, clipped) for one sequence."""
-    ratio = np.exp(logp - old)
+    logp: np.ndarray, old: np.ndarray, ref: np.ndarray | None, sampler: np.ndarray | None, adv: float,
+    obj: Objective, selected: np.ndarray | None = None, entropy: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-token (loss, policy slope, kl slope, kl, clipped) for one sequence.
+
+    The policy slope is d loss_t / d log r_t (``_spread`` turns it into d loss / d logp once the
+    aggregation weights are applied); the KL slope is d loss_t / d logp_t."""
+    ratio = _ratio(logp, old, obj)
+    dratio = ratio
     low, high = 1.0 - obj.clip_eps_low, 1.0 + obj.clip_eps_high
-    clipped_ratio = np.clip(ratio, low, high)
-    unclipped_loss = -adv * ratio
-    clipped_loss = -adv * clipped_ratio
-    loss = np.maximum(unclipped_loss, clipped_loss)
-    # d(-A r)/dlogp = -A r; the clipped branch has zero slope outside [low, high].
-    grad = np.where(unclipped_loss >= clipped_loss, -adv * ratio, 0.0)
-    clipped = ((adv > 0) & (ratio > high)) | ((adv < 0) & (ratio < low))
-    if obj.dual_clip is not None and adv < 0:
-        cap = -adv * obj.dual_clip
-        dual = loss > cap
-        loss = np.where(dual, cap, loss)
-        grad = np.where(dual, 0.0, grad)
-        clipped = clipped | dual
-    kl = np.zeros_like(logp)
+    if obj.policy_loss == "cispo":
+        weight = np.minimum(ratio, high)  # detached: a constant factor
+        loss = -adv * weight * logp
+        grad = -adv * weight
+        clipped = ratio > high
+    else:
+        clipped_ratio = np.clip(ratio, low, high)
+        unclipped_loss = -adv * ratio
+        clipped_loss = -adv * clipped_ratio
+        loss = np.maximum(unclipped_loss, clipped_loss)
+        # d(-A r)/dlogp = -A dr/dlogp; the clipped branch has zero slope outside [low, high].
+        grad = np.where(unclipped_loss >= clipped_loss, -adv * dratio, 0.0)
+        clipped = ((adv > 0) & (ratio > high)) | ((adv < 0) & (ratio < low))
+        if obj.dual_clip is not None and adv < 0:
+            cap = -adv * obj.dual_clip
+            dual = loss > cap
+            loss = np.where(dual, cap, loss)
+            grad = np.where(dual, 0.0, grad)
+            clipped = clipped | dual
+    if obj.corrects_mismatch:
+        if sampler is None:
+            raise ValueError("mismatch_correction needs the sampler's log-probs")
+        w, _ = mismatch_weights(old, sampler, obj)
+        loss, grad = loss * w, grad * w
+    if selected is not None:  # top_entropy_quantile: the policy term on high-entropy tokens only
+        loss, grad = loss * selected, grad * selected
+    if obj.entropy_coef and entropy is not None:
+        loss = loss - obj.entropy_coef * entropy
+    kl, kl_grad = np.zeros_like(logp), np.zeros_like(logp)
     if obj.beta > 0:
         if ref is None:
             raise ValueError("beta > 0 needs reference log-probs")
@@ -46,8 +109,29 @@ def _token_terms(
         else:  # k3
             kl, kl_grad = np.exp(delta) - delta - 1.0, 1.0 - np.exp(delta)
         loss = loss + obj.beta * kl
-        grad = grad + obj.beta * kl_grad
-    return loss, grad, kl, clipped.astype(np.float64)
+    return loss, grad, obj.beta * kl_grad, kl, clipped.astype(np.float64)
+
+
+def mismatch_metrics(
+    trainer_logprobs: Sequence[np.ndarray], sampler_logprobs: Sequence[np.ndarray], obj: Objective
+) -> dict[str, float]:
+    """Token means of the sampler-trainer gap: ``mismatch_abs`` (mean |delta log-prob|),
+    ``mismatch_kl`` (k3 estimate of KL(sampler || trainer) from the sampler's own samples),
+    ``mismatch_over`` (share with |delta| > ``MISMATCH_THRESHOLD``) and ``mismatch_corrected``
+    (share whose correction weight the cap changed)."""
+    abs_sum = kl_sum = over_sum = corrected_sum = 0.0
+    n = 0
+    for t, s in zip(trainer_logprobs, sampler_logprobs):
+        t, s = np.asarray(t, np.float64), np.asarray(s, np.float64)
+        d = t - s
+        abs_sum += float(np.abs(d).sum())
+        kl_sum += float((np.exp(d) - d - 1.0).sum())
+        over_sum += float((np.abs(d) > MISMATCH_THRESHOLD).sum())
+        corrected_sum += float(mismatch_weights(t, s, obj)[1].sum())
+        n += len(d)
+    n = max(n, 1)
+    return {"mismatch_abs": abs_sum / n, "mismatch_kl": kl_sum / n, "mismatch_over": over_sum / n,
+            "mismatch_corrected": corrected_sum / n}
 
 
 def token_weights(lengths: Sequence[int], obj: Objective) -> list[np.ndarray]:
@@ -66,11 +150,31 @@ def token_weights(lengths: Sequence[int], obj: Objective) -> list[np.ndarray]:
     return out
 
 
-def _inputs(logprobs, old_logprobs, ref_logprobs):
+def entropy_selection(entropies: Sequence[np.ndarray] | None, obj: Objective) -> list[np.ndarray] | None:
+    """Per-token 0/1: entropy at least the batch's (1 - q) quantile (numpy's linear
+    interpolation, as ``torch.quantile``); None when every token is kept."""
+    if obj.top_entropy_quantile >= 1.0:
+        return None
+    if entropies is None:
+        raise ValueError("top_entropy_quantile < 1 needs the trainer's token entropies")
+    flat = np.concatenate([np.asarray(e, np.float64) for e in entropies]) if len(entropies) else np.zeros(0)
+    if not flat.size:
+        return [np.zeros(0) for _ in entropies]
+    threshold = np.quantile(flat, 1.0 - obj.top_entropy_quantile)
+    return [(np.asarray(e, np.float64) >= threshold).astype(np.float64) for e in entropies]
+
+
+def entropy_grad(lengths: Sequence[int], obj: Objective) -> list[np.ndarray]:
+    """d loss / d entropy per token (the bonus is linear in each token's entropy)."""
+    return [-obj.entropy_coef * w for w in token_weights(lengths, obj)]
+
+
+def _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs=None):
     logp = [np.asarray(x, dtype=np.float64) for x in logprobs]
     old = logp if old_logprobs is None else [np.asarray(x, dtype=np.float64) for x in old_logprobs]
     ref = None if ref_logprobs is None else [np.asarray(x, dtype=np.float64) for x in ref_logprobs]
-    return logp, old, ref
+    sampler = None if sampler_logprobs is None else [np.asarray(x, dtype=np.float64) for x in sampler_logprobs]
+    return logp, old, ref, sampler
 
 
 def policy_loss(
@@ -79,24 +183,39 @@ def policy_loss(
     objective: Objective,
     old_logprobs: Sequence[np.ndarray] | None = None,
     ref_logprobs: Sequence[np.ndarray] | None = None,
+    sampler_logprobs: Sequence[np.ndarray] | None = None,
+    entropies: Sequence[np.ndarray] | None = None,
 ) -> tuple[float, dict[str, float]]:
-    """The batch loss and its metrics (``kl`` and ``clip_fraction`` are token means).
+    """The batch loss and its metrics (``kl`` and ``clip_fraction`` are token means; with
+    ``sampler_logprobs`` also the ``mismatch_*`` ones of ``mismatch_metrics``; with
+    ``entropies``, the trainer's per-token entropies, ``entropy`` and ``entropy_selected``).
 
     ``old_logprobs`` None means old == current (detached), as in a single-iteration step.
     """
-    logp, old, ref = _inputs(logprobs, old_logprobs, ref_logprobs)
+    logp, old, ref, sampler = _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs)
     weights = token_weights([len(x) for x in logp], objective)
+    if objective.entropy_coef and entropies is None:
+        raise ValueError("entropy_coef needs the trainer's token entropies")
+    selected = entropy_selection(entropies, objective)
     total, kl_sum, clip_sum, n_tokens = 0.0, 0.0, 0.0, 0
     for i, lp in enumerate(logp):
-        loss, _, kl, clipped = _token_terms(
-            lp, old[i], None if ref is None else ref[i], float(advantages[i]), objective
+        loss, _, _, kl, clipped = _token_terms(
+            lp, old[i], None if ref is None else ref[i], None if sampler is None else sampler[i],
+            float(advantages[i]), objective, None if selected is None else selected[i],
+            None if entropies is None else np.asarray(entropies[i], np.float64),
         )
         total += float(np.sum(loss * weights[i]))
         kl_sum += float(kl.sum())
         clip_sum += float(clipped.sum())
         n_tokens += len(lp)
     denom = max(n_tokens, 1)
-    return total, {"kl": kl_sum / denom, "clip_fraction": clip_sum / denom, "tokens": n_tokens}
+    metrics = {"kl": kl_sum / denom, "clip_fraction": clip_sum / denom, "tokens": n_tokens}
+    if sampler is not None:
+        metrics.update(mismatch_metrics(old, sampler, objective))
+    if entropies is not None:
+        metrics["entropy"] = float(sum(np.sum(e) for e in entropies)) / denom
+        metrics["entropy_selected"] = 1.0 if selected is None else float(sum(x.sum() for x in selected)) / denom
+    return total, metrics
 
 
 def policy_loss_grad(
@@ -105,14 +224,19 @@ def policy_loss_grad(
     objective: Objective,
     old_logprobs: Sequence[np.ndarray] | None = None,
     ref_logprobs: Sequence[np.ndarray] | None = None,
+    sampler_logprobs: Sequence[np.ndarray] | None = None,
+    entropies: Sequence[np.ndarray] | None = None,
 ) -> list[np.ndarray]:
-    """d loss / d logprobs, one array per sequence (old/ref log-probs are constants)."""
-    logp, old, ref = _inputs(logprobs, old_logprobs, ref_logprobs)
+    """d loss / d logprobs, one array per sequence (old/ref/sampler log-probs are constants; the
+    entropy bonus depends on the entropies, not on these log-probs: see ``entropy_grad``)."""
+    logp, old, ref, sampler = _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs)
     weights = token_weights([len(x) for x in logp], objective)
+    selected = entropy_selection(entropies, objective)
     grads = []
     for i, lp in enumerate(logp):
-        _, grad, _, _ = _token_terms(
-            lp, old[i], None if ref is None else ref[i], float(advantages[i]), objective
+        _, policy_grad, kl_grad, _, _ = _token_terms(
+            lp, old[i], None if ref is None else ref[i], None if sampler is None else sampler[i],
+            float(advantages[i]), objective, None if selected is None else selected[i],
         )
-        grads.append(grad * weights[i])
+        grads.append(_spread(policy_grad * weights[i], objective) + kl_grad * weights[i])
     return grads

@@ -166,8 +166,12 @@ class BackendConformance(GenerationConformance):
             Objective(beta=0.1, kl_estimator="k3", dual_clip=3.0),
             Objective(beta=0.1, kl_estimator="k1"),
             Objective(beta=0.1, kl_estimator="k2", loss_aggregation="token_mean"),
+            Objective(importance_sampling_level="sequence", clip_eps_low=0.05, clip_eps_high=0.05),
+            Objective(policy_loss="cispo", clip_eps_high=0.2, loss_aggregation="token_mean"),
+            Objective(mismatch_correction="tis", mismatch_cap=1.2, beta=0.1),
+            Objective(mismatch_correction="mis", mismatch_level="sequence", mismatch_cap=1.5),
         ],
-        ids=["grpo", "dapo", "dr_grpo", "k3_dual", "k1", "k2"],
+        ids=["grpo", "dapo", "dr_grpo", "k3_dual", "k1", "k2", "gspo", "cispo", "tis_token", "mis_sequence"],
     )
     def test_reported_loss_equals_reference(self, model_dir, objective):
         engine = self._engine(model_dir)
@@ -178,8 +182,11 @@ class BackendConformance(GenerationConformance):
         old = [lp + rng.normal(0, 0.3, len(lp)).astype(np.float32) for lp in current]
         ref = [lp + rng.normal(0, 0.3, len(lp)).astype(np.float32) for lp in current]
         adv = rng.standard_normal(len(seqs)).astype(np.float32)
-        expected, metrics = policy_loss(current, adv, objective, old, ref if objective.beta else None)
-        got = engine.train_step(TrainBatch(seqs, adv, old, ref if objective.beta else None), objective)
+        # a sampler that disagrees with the trainer (as another backend or a server would)
+        sampler = [lp + rng.normal(0, 0.3, len(lp)).astype(np.float32) for lp in old]
+        ref_in = ref if objective.beta else None
+        expected, metrics = policy_loss(current, adv, objective, old, ref_in, sampler)
+        got = engine.train_step(TrainBatch(seqs, adv, old, ref_in, sampler_logprobs=sampler), objective)
         assert not got.skipped
         assert got.loss == pytest.approx(expected, rel=1e-3, abs=1e-4)
         assert got.clip_fraction == pytest.approx(metrics["clip_fraction"], abs=1e-6)

@@ -59,10 +59,12 @@ def layout(sequences: Sequence[TokenSequence], pad_id: int):
 
 
 def flat_logprobs(engine: MLXEngine, sequences: Sequence[TokenSequence],
-                  temperature: float) -> tuple[mx.array, list[int]]:
+                  temperature: float, entropy: list[mx.array] | None = None) -> tuple[mx.array, list[int]]:
     """float32 log-probs of all completion tokens, concatenated, and each sequence's length.
 
     Differentiable (call it inside ``nn.value_and_grad``); one forward for all ``sequences``.
+    Given a list, ``entropy`` receives each position's entropy of the trainer's next-token
+    distribution (flat, differentiable), from the same logits.
     """
     ids, row, pos, target, lengths = layout(sequences, engine.pad_id)
     ids, row, pos, target = mx.array(ids), mx.array(row), mx.array(pos), mx.array(target)
@@ -83,7 +85,10 @@ def flat_logprobs(engine: MLXEngine, sequences: Sequence[TokenSequence],
     if temperature != 1.0:
         logits = logits / temperature
     picked = mx.take_along_axis(logits, target[:, None], axis=-1)[:, 0]
-    return picked - mx.logsumexp(logits, axis=-1), lengths
+    lse = mx.logsumexp(logits, axis=-1)
+    if entropy is not None:  # H = lse - E_p[logit]
+        entropy.append(lse - (mx.softmax(logits, axis=-1) * logits).sum(axis=-1))
+    return picked - lse, lengths
 
 
 def shared_prompt_forward_allowed(engine: MLXEngine) -> bool:

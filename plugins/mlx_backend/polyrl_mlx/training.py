@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from polyrl.algorithms.objective import Objective
+from polyrl.algorithms.reference import MISMATCH_THRESHOLD
 from polyrl.types import StepMetrics, TrainBatch
 
 from polyrl_mlx._mx import mx, nn, optim
@@ -51,8 +52,18 @@ def objective_loss(
     objective: Objective,
     old_logp: mx.array | None = None,
     ref_logp: mx.array | None = None,
+    *,
+    sampler_logp: mx.array | None = None,
+    segments: mx.array | None = None,
+    stats: dict[str, mx.array] | None = None,
+    entropy: mx.array | None = None,
 ) -> tuple[mx.array, mx.array, mx.array]:
     """(loss, kl_sum, clip_sum) over flat per-token arrays.
+
+    ``segments`` (each token's sequence index) is needed by the sequence-level forms (GSPO's
+    ratio, sequence-level mismatch correction). With ``sampler_logp``, ``stats`` (a dict, if
+    given) receives the ``mismatch_*`` token sums (see ``reference.mismatch_metrics``); with
+    ``entropy`` (per token, differentiable) also ``entropy`` and ``entropy_selected`` sums.
 
     ``advantages`` and ``weights`` are per token (a sequence's advantage repeated over its
     tokens); ``old_logp=None`` means the detached ``logp`` (ratio 1, gradient intact). The math
@@ -61,19 +72,60 @@ def objective_loss(
     dtype = logp.dtype
     adv = advantages.astype(dtype)
     old = mx.stop_gradient(logp) if old_logp is None else old_logp.astype(dtype)
-    ratio = mx.exp(logp - old)
+    log_ratio = logp - old
+    if objective.importance_sampling_level == "sequence":  # GSPO: exp(mean log ratio), per sequence
+        if segments is None:
+            raise ValueError("sequence-level importance sampling needs the per-token sequence index")
+        ratio = mx.exp(_segment_mean(log_ratio, segments))
+    else:
+        ratio = mx.exp(log_ratio)
     low, high = 1.0 - objective.clip_eps_low, 1.0 + objective.clip_eps_high
-    unclipped = -adv * ratio
-    clipped_loss = mx.stop_gradient(-adv * mx.clip(ratio, low, high))
-    # where the clipped branch is the larger one it is flat: slope 0, as in the reference
-    loss = mx.where(unclipped >= clipped_loss, unclipped, clipped_loss)
     r = mx.stop_gradient(ratio)
-    clipped = ((adv > 0) & (r > high)) | ((adv < 0) & (r < low))
-    if objective.dual_clip is not None:
-        cap = -adv * objective.dual_clip
-        dual = (adv < 0) & (mx.stop_gradient(loss) > cap)
-        loss = mx.where(dual, cap, loss)
-        clipped = clipped | dual
+    if objective.policy_loss == "cispo":  # clipped, detached weight on a REINFORCE term
+        loss = -adv * mx.minimum(r, high) * logp
+        clipped = r > high
+    else:
+        unclipped = -adv * ratio
+        clipped_loss = mx.stop_gradient(-adv * mx.clip(ratio, low, high))
+        # where the clipped branch is the larger one it is flat: slope 0, as in the reference
+        loss = mx.where(unclipped >= clipped_loss, unclipped, clipped_loss)
+        clipped = ((adv > 0) & (r > high)) | ((adv < 0) & (r < low))
+        if objective.dual_clip is not None:
+            cap = -adv * objective.dual_clip
+            dual = (adv < 0) & (mx.stop_gradient(loss) > cap)
+            loss = mx.where(dual, cap, loss)
+            clipped = clipped | dual
+    mismatch: dict[str, mx.array] = {}
+    if sampler_logp is not None:  # the trainer's behaviour log-probs vs the sampler's, constants
+        delta = mx.stop_gradient(old) - sampler_logp.astype(dtype)
+        weight, corrected = _mismatch_weights(delta, segments, objective)
+        if objective.corrects_mismatch:
+            loss = loss * weight
+        mismatch = {
+            "mismatch_abs": mx.abs(delta).sum(),
+            # the gaps are often ~1e-7, where float32 exp(d) - d - 1 is all rounding: the series there
+            "mismatch_kl": mx.where(mx.abs(delta) < 1e-3, delta * delta * (0.5 + delta / 6.0),
+                                    mx.exp(delta) - delta - 1.0).sum(),
+            "mismatch_over": (mx.abs(delta) > MISMATCH_THRESHOLD).astype(dtype).sum(),
+            "mismatch_corrected": corrected.astype(dtype).sum(),
+        }
+    elif objective.corrects_mismatch:
+        raise ValueError("mismatch_correction needs the sampler's log-probs (TrainBatch.sampler_logprobs)")
+    if objective.needs_entropy and entropy is None:
+        raise ValueError("entropy_coef / top_entropy_quantile need the trainer's token entropies")
+    if entropy is not None:
+        ent = entropy.astype(dtype)
+        if objective.entropy_coef == 0:
+            ent = mx.stop_gradient(ent)
+        selected = mx.ones(ent.shape, dtype=mx.bool_)
+        if objective.top_entropy_quantile < 1.0 and ent.size:  # policy term on high-entropy tokens
+            threshold = _quantile(mx.stop_gradient(ent), 1.0 - objective.top_entropy_quantile)
+            selected = mx.stop_gradient(ent) >= threshold
+            loss = mx.where(selected, loss, mx.zeros_like(loss))
+        if objective.entropy_coef:
+            loss = loss - objective.entropy_coef * ent
+        mismatch["entropy"] = mx.stop_gradient(ent).sum()
+        mismatch["entropy_selected"] = selected.astype(dtype).sum()
     kl = mx.zeros_like(logp)
     if objective.beta > 0:
         if ref_logp is None:
@@ -87,7 +139,46 @@ def objective_loss(
             kl = mx.exp(delta) - delta - 1.0
         loss = loss + objective.beta * kl
     total = (loss * weights.astype(dtype)).sum()
+    if stats is not None:
+        stats.update(mismatch)
     return total, mx.stop_gradient(kl).sum(), clipped.astype(dtype).sum()
+
+
+def _quantile(values: mx.array, q: float) -> mx.array:
+    """Linear-interpolation quantile of a flat array (numpy's and torch's default)."""
+    ordered = mx.sort(values)
+    pos = (values.size - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _segment_mean(values: mx.array, segments: mx.array) -> mx.array:
+    """Each token's sequence mean of ``values`` (flat layout; ``segments`` = sequence index)."""
+    n_seq = int(segments.max().item()) + 1 if segments.size else 0
+    onehot = (segments[:, None] == mx.arange(n_seq)[None, :]).astype(values.dtype)  # [tokens, seqs]
+    sums = (values[:, None] * onehot).sum(axis=0)
+    counts = mx.maximum(onehot.sum(axis=0), 1.0)
+    return (onehot * (sums / counts)[None, :]).sum(axis=1)
+
+
+def _mismatch_weights(delta: mx.array, segments: mx.array | None,
+                      objective: Objective) -> tuple[mx.array, mx.array]:
+    """TIS/MIS correction weight per token (detached) and where the cap changed it."""
+    if objective.mismatch_level == "sequence":
+        if segments is None:
+            raise ValueError("sequence-level mismatch correction needs the per-token sequence index")
+        n_seq = int(segments.max().item()) + 1 if segments.size else 0
+        onehot = (segments[:, None] == mx.arange(n_seq)[None, :]).astype(delta.dtype)
+        delta = (onehot * (delta[:, None] * onehot).sum(axis=0)[None, :]).sum(axis=1)
+    w = mx.exp(delta)
+    over = w > objective.mismatch_cap
+    if objective.mismatch_correction == "tis":
+        w = mx.minimum(w, objective.mismatch_cap)
+    elif objective.mismatch_correction == "mis":
+        w = mx.where(over, mx.zeros_like(w), w)
+    else:
+        return mx.ones_like(w), mx.zeros_like(over)
+    return w, over
 
 
 def _flat(values: list[np.ndarray] | None, idx: range) -> mx.array | None:
@@ -142,14 +233,23 @@ def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Object
             weights = mx.array(token_weights(lengths, objective, n, total_tokens).astype(np.float32))
             old = _flat(batch.old_logprobs, idx)
             ref = _flat(batch.ref_logprobs, idx) if objective.beta > 0 else None
+            sampler = _flat(batch.sampler_logprobs, idx)
+            segments = mx.array(np.repeat(np.arange(len(lengths)), lengths))
 
-            def loss_fn(chunk=chunk, adv=adv, weights=weights, old=old, ref=ref):
-                logp, _ = flat_logprobs(engine, chunk, temperature)
-                return objective_loss(logp, adv, weights, objective, old, ref)
+            def loss_fn(chunk=chunk, adv=adv, weights=weights, old=old, ref=ref, sampler=sampler,
+                        segments=segments):
+                entropy: list[mx.array] = []
+                logp, _ = flat_logprobs(engine, chunk, temperature, entropy=entropy)
+                mismatch: dict[str, mx.array] = {}
+                out = objective_loss(logp, adv, weights, objective, old, ref, sampler_logp=sampler,
+                                     segments=segments, stats=mismatch, entropy=entropy[0])
+                return (*out, mismatch)  # aux outputs: only the first is differentiated
 
-            (loss, kl, clipped), g = nn.value_and_grad(model, loss_fn)()
+            (loss, kl, clipped, mismatch), g = nn.value_and_grad(model, loss_fn)()
             grads = _tree_add(grads, g)
-            mx.eval(loss, kl, clipped, grads)
+            mx.eval(loss, kl, clipped, grads, *mismatch.values())
+            for key, value in mismatch.items():
+                sums[key] = sums.get(key, 0.0) + value.item()
             sums["loss"] += loss.item()
             sums["kl"] += kl.item()
             sums["clipped"] += clipped.item()
@@ -189,7 +289,8 @@ def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> St
     return StepMetrics(
         loss=sums["loss"], grad_norm=grad_norm, kl=sums["kl"] / denom,
         clip_fraction=sums["clipped"] / denom, tokens=total_tokens, skipped=skipped,
-        extra={"lr": float(lr.item() if isinstance(lr, mx.array) else lr)},
+        extra={"lr": float(lr.item() if isinstance(lr, mx.array) else lr),
+               **{k: v / denom for k, v in sums.items() if k.startswith(("mismatch_", "entropy"))}},
     )
 
 

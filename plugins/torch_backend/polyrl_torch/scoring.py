@@ -38,12 +38,18 @@ SCORE_BATCH_TOKENS = 8192
 
 
 def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
-                    temperature: float, softcap: float | None) -> torch.Tensor:
+                    temperature: float, softcap: float | None, entropy: str = "none"):
+    """The targets' log-probs; with ``entropy`` "metric" (detached) or "grad" also each row's
+    entropy of the whole next-token distribution, from the same log-softmax."""
     logits = head(hidden).float()
     if softcap:
         logits = torch.tanh(logits / softcap) * softcap
     logp = torch.log_softmax(logits / temperature, dim=-1)
-    return logp.gather(-1, targets[:, None])[:, 0]
+    picked = logp.gather(-1, targets[:, None])[:, 0]
+    if entropy == "none":
+        return picked
+    full = logp if entropy == "grad" else logp.detach()
+    return picked, -(full.exp() * full).sum(-1)
 
 
 def shared_prompt_forward_allowed(engine: TorchEngine) -> bool:
@@ -136,8 +142,21 @@ def token_logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temp
     One forward for all ``sequences``: the caller decides the (micro-)batch size.
     ``share_prompts=False`` forces one backbone call (FSDP's training forward needs a fixed count).
     """
+    return _score(engine, sequences, temperature, share_prompts, "none")[0]
+
+
+def token_logprobs_with_entropy(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature: float,
+                                differentiable: bool = False) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """``token_logprobs`` and each completion position's entropy of the trainer's distribution,
+    from the logits that forward already computes (detached unless ``differentiable``)."""
+    logps, entropies = _score(engine, sequences, temperature, True, "grad" if differentiable else "metric")
+    return logps, entropies  # type: ignore[return-value]
+
+
+def _score(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature: float,
+           share_prompts: bool, entropy: str) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
     if not sequences:
-        return []
+        return [], ([] if entropy != "none" else None)
     if any(len(s.prompt_ids) == 0 for s in sequences):
         raise ValueError("every sequence needs at least one prompt token to predict its first completion token")
     device = engine.device
@@ -158,15 +177,21 @@ def token_logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temp
     kept_mb = selected.shape[0] * head.weight.shape[0] * 8 / 2**20
     cap_mb = float(engine.config.options.get("logits_memory_mb", LOGITS_MEMORY_MB))
     recompute = torch.is_grad_enabled() and kept_mb > cap_mb
-    pieces = []
+    pieces, ent_pieces = [], []
     for start in range(0, selected.shape[0], chunk):
-        args = (head, selected[start:start + chunk], target[start:start + chunk], temperature, softcap)
-        if recompute:
-            pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False))
+        args = (head, selected[start:start + chunk], target[start:start + chunk], temperature, softcap, entropy)
+        out = checkpoint(_chunk_logprobs, *args, use_reentrant=False) if recompute else _chunk_logprobs(*args)
+        if entropy == "none":
+            pieces.append(out)
         else:
-            pieces.append(_chunk_logprobs(*args))
-    flat = torch.cat(pieces) if pieces else selected.new_zeros(0, dtype=torch.float32)
-    return list(torch.split(flat, lengths))
+            pieces.append(out[0])
+            ent_pieces.append(out[1])
+    empty = selected.new_zeros(0, dtype=torch.float32)
+    flat = torch.cat(pieces) if pieces else empty
+    if entropy == "none":
+        return list(torch.split(flat, lengths)), None
+    ent = torch.cat(ent_pieces) if ent_pieces else empty
+    return list(torch.split(flat, lengths)), list(torch.split(ent, lengths))
 
 
 def logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature: float,

@@ -17,12 +17,15 @@ import numpy as np
 import torch
 
 from polyrl.algorithms.objective import Objective
+from polyrl.algorithms.reference import MISMATCH_THRESHOLD
 from polyrl.types import StepMetrics, TrainBatch
 from polyrl_torch import distributed
 from polyrl_torch.engine import TorchEngine
-from polyrl_torch.scoring import token_logprobs
+from polyrl_torch.scoring import token_logprobs, token_logprobs_with_entropy
 
 LogProbs = torch.Tensor | Sequence[torch.Tensor]
+MISMATCH_KEYS = ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected", "entropy",
+                 "entropy_selected")
 
 
 def _padded(values: LogProbs | None, like: torch.Tensor) -> torch.Tensor | None:
@@ -46,13 +49,18 @@ def objective_loss(
     ref_logp: LogProbs | None = None,
     mask: torch.Tensor | None = None,
     *,
+    sampler_logp: LogProbs | None = None,
+    entropy: LogProbs | None = None,
     num_sequences: int | None = None,
     num_tokens: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The aggregated policy loss (scalar tensor) and detached sums ``kl_sum``, ``clip_sum``, ``tokens``.
 
     ``logp`` is a list of 1-D tensors (one per sequence) or a ``[B, T]`` tensor with ``mask``;
-    ``old_logp``/``ref_logp`` have the same layout and are constants. ``old_logp=None`` means
+    ``old_logp``/``ref_logp``/``sampler_logp`` have the same layout and are constants; with
+    ``sampler_logp`` the stats add ``mismatch_*_sum`` (see ``reference.mismatch_metrics``).
+    ``entropy`` (same layout, differentiable when ``entropy_coef`` is set) adds ``entropy_sum``
+    and ``entropy_selected_sum`` and drives ``entropy_coef`` / ``top_entropy_quantile``. ``old_logp=None`` means
     the detached ``logp`` (ratio 1, gradient intact). ``num_sequences``/``num_tokens`` are the
     counts of the whole batch when this call sees one micro-batch of it (default: this batch).
     Computation happens in ``logp``'s dtype (pass float64 to compare with the numpy reference).
@@ -75,19 +83,61 @@ def objective_loss(
     old = lp.detach() if old is None else torch.where(valid, old, zero)
     adv = torch.as_tensor(advantages, dtype=lp.dtype, device=lp.device).reshape(-1, 1)
 
-    ratio = torch.exp(lp - old)
+    lengths_t = valid.sum(dim=1)
+    log_ratio = torch.where(valid, lp - old, zero)
+    if objective.importance_sampling_level == "sequence":  # GSPO: exp(mean log ratio), per sequence
+        seq = log_ratio.sum(dim=1, keepdim=True) / lengths_t.clamp(min=1).to(lp.dtype)[:, None]
+        ratio = torch.exp(seq).expand_as(lp)
+    else:
+        ratio = torch.exp(log_ratio)
     low, high = 1.0 - objective.clip_eps_low, 1.0 + objective.clip_eps_high
-    unclipped = -adv * ratio
-    clipped_loss = -adv * torch.clamp(ratio, low, high)
-    # the clipped branch is flat wherever it is the larger one: its slope is 0 (as the reference)
-    use_unclipped = unclipped >= clipped_loss
-    loss = torch.where(use_unclipped, unclipped, clipped_loss.detach())
-    clipped = ((adv > 0) & (ratio > high)) | ((adv < 0) & (ratio < low))
-    if objective.dual_clip is not None:
-        cap = (-adv * objective.dual_clip).expand_as(loss)
-        dual = (adv < 0) & (loss > cap)
-        loss = torch.where(dual, cap, loss)
-        clipped = clipped | dual
+    if objective.policy_loss == "cispo":  # clipped, detached weight on a REINFORCE term
+        loss = -adv * torch.clamp(ratio, max=high).detach() * lp
+        clipped = ratio.detach() > high
+    else:
+        unclipped = -adv * ratio
+        clipped_loss = -adv * torch.clamp(ratio, low, high)
+        # the clipped branch is flat wherever it is the larger one: its slope is 0 (as the reference)
+        use_unclipped = unclipped >= clipped_loss
+        loss = torch.where(use_unclipped, unclipped, clipped_loss.detach())
+        clipped = ((adv > 0) & (ratio > high)) | ((adv < 0) & (ratio < low))
+        if objective.dual_clip is not None:
+            cap = (-adv * objective.dual_clip).expand_as(loss)
+            dual = (adv < 0) & (loss > cap)
+            loss = torch.where(dual, cap, loss)
+            clipped = clipped | dual
+    mismatch = {}
+    sampler = _padded(sampler_logp, lp)
+    if sampler is not None:  # the trainer's behaviour log-probs vs the sampler's, constants
+        delta = torch.where(valid, old.detach() - sampler, zero)
+        weight, corrected = _mismatch_weights(delta, valid, objective)
+        if objective.corrects_mismatch:
+            loss = loss * weight
+        mismatch = {
+            "mismatch_abs_sum": torch.where(valid, delta.abs(), zero).sum(),
+            # float64 + expm1: the gaps are often ~1e-7, where float32 exp(d) - d - 1 is all rounding
+            "mismatch_kl_sum": torch.where(valid, torch.expm1(delta.double()) - delta.double(), 0.0).sum(),
+            "mismatch_over_sum": (valid & (delta.abs() > MISMATCH_THRESHOLD)).sum(),
+            "mismatch_corrected_sum": (valid & corrected).sum(),
+        }
+    elif objective.corrects_mismatch:
+        raise ValueError("mismatch_correction needs the sampler's log-probs (TrainBatch.sampler_logprobs)")
+    ent = _padded(entropy, lp)
+    if objective.needs_entropy and ent is None:
+        raise ValueError("entropy_coef / top_entropy_quantile need the trainer's token entropies")
+    if ent is not None:
+        ent = torch.where(valid, ent, zero)
+        selected = valid
+        if objective.top_entropy_quantile < 1.0:  # the policy term on the high-entropy tokens only
+            flat = ent.detach()[valid].double()
+            if flat.numel():
+                threshold = torch.quantile(flat, 1.0 - objective.top_entropy_quantile)
+                selected = valid & (ent.detach().double() >= threshold)
+            loss = torch.where(selected, loss, zero)
+        if objective.entropy_coef:
+            loss = loss - objective.entropy_coef * ent
+        mismatch["entropy_sum"] = ent.detach().sum()
+        mismatch["entropy_selected_sum"] = selected.sum()
 
     kl = torch.zeros_like(lp)
     if objective.beta > 0:
@@ -103,7 +153,6 @@ def objective_loss(
             kl = torch.exp(delta) - delta - 1.0
         loss = loss + objective.beta * kl
 
-    lengths_t = valid.sum(dim=1)
     n_seq = lp.shape[0] if num_sequences is None else num_sequences
     n_tok = int(lengths_t.sum()) if num_tokens is None else num_tokens
     if objective.loss_aggregation == "seq_mean_token_mean":
@@ -117,8 +166,25 @@ def objective_loss(
         "kl_sum": torch.where(valid, kl, zero).detach().sum(),
         "clip_sum": (clipped & valid).sum(),
         "tokens": lengths_t.sum(),
+        **mismatch,
     }
     return total, stats
+
+
+def _mismatch_weights(delta: torch.Tensor, valid: torch.Tensor,
+                      objective: Objective) -> tuple[torch.Tensor, torch.Tensor]:
+    """TIS/MIS correction weight per token (detached) and where the cap changed it."""
+    if objective.mismatch_level == "sequence":
+        delta = delta.sum(dim=1, keepdim=True).expand_as(delta)
+    w = torch.exp(delta)
+    over = w > objective.mismatch_cap
+    if objective.mismatch_correction == "tis":
+        w = torch.clamp(w, max=objective.mismatch_cap)
+    elif objective.mismatch_correction == "mis":
+        w = torch.where(over, torch.zeros_like(w), w)
+    else:
+        return torch.ones_like(w), torch.zeros_like(over)
+    return torch.where(valid, w, torch.zeros_like(w)), over
 
 
 def _grad_norm(params: list[torch.nn.Parameter], max_norm: float | None) -> float:
@@ -165,6 +231,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     optimizer.zero_grad(set_to_none=True)
     engine.model.train()
     loss_sum, kl_sum, clip_sum, finite = 0.0, 0.0, 0.0, True
+    mismatch: dict[str, float] = {}
     clock = {"forward": 0.0, "backward": 0.0, "grad_sync": 0.0, "optimizer": 0.0}  # phases, seconds
     try:
         for start in starts:
@@ -174,17 +241,28 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                 loss = _padding_loss(engine, temperature)
             else:
                 part = [seqs[i] for i in idx]
-                logp = engine.fsdp.root.per_sequence(part, temperature) if sharded else token_logprobs(engine, part, temperature)
+                entropy = None
+                if sharded:
+                    if objective.needs_entropy:
+                        raise ValueError("entropy_coef / top_entropy_quantile are not supported under FSDP yet")
+                    logp = engine.fsdp.root.per_sequence(part, temperature)
+                else:
+                    logp, entropy = token_logprobs_with_entropy(engine, part, temperature,
+                                                                differentiable=objective.entropy_coef != 0)
                 loss, stats = objective_loss(
                     logp, torch.as_tensor(batch.advantages[start:idx.stop]), objective,
                     constants(batch.old_logprobs, idx),
                     constants(batch.ref_logprobs, idx) if objective.beta > 0 else None,
                     num_sequences=global_n, num_tokens=total_tokens,
+                    sampler_logp=constants(batch.sampler_logprobs, idx), entropy=entropy,
                 )
                 value = float(loss.detach())
                 loss_sum += value
                 kl_sum += float(stats["kl_sum"])
                 clip_sum += float(stats["clip_sum"])
+                for key in MISMATCH_KEYS:
+                    if f"{key}_sum" in stats:
+                        mismatch[key] = mismatch.get(key, 0.0) + float(stats[f"{key}_sum"])
                 if not math.isfinite(value):
                     finite = False
                     if not sharded:  # FSDP ranks must still run their backward (a collective)
@@ -198,8 +276,14 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     t2 = time.perf_counter()
 
     if distributed.active():  # every rank must take part, even one whose shard was empty or NaN
-        loss_sum, kl_sum, clip_sum, bad = distributed.sum_scalars(
-            [loss_sum if finite else 0.0, kl_sum, clip_sum, 0.0 if finite else 1.0], engine.device)
+        # the metric sums every rank reports (an empty shard contributes zeros)
+        expected = (MISMATCH_KEYS[:4] if batch.sampler_logprobs is not None else ()) + \
+            (() if sharded else MISMATCH_KEYS[4:])
+        summed = distributed.sum_scalars(
+            [loss_sum if finite else 0.0, kl_sum, clip_sum, 0.0 if finite else 1.0]
+            + [mismatch.get(k, 0.0) for k in expected], engine.device)
+        loss_sum, kl_sum, clip_sum, bad = summed[:4]
+        mismatch = dict(zip(expected, summed[4:]))
         finite = bad == 0
         if finite and not sharded:  # FSDP already summed them (reduce-scatter in backward)
             distributed.sum_gradients(params)
@@ -207,7 +291,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     clock["grad_sync"] = t3 - t2
     grad_norm = _grad_norm(params, engine.config.optimizer.max_grad_norm) if finite else float("nan")
     denom = max(total_tokens, 1)
-    extra = {"lr": float(optimizer.param_groups[0]["lr"])}
+    extra = {"lr": float(optimizer.param_groups[0]["lr"]), **{k: v / denom for k, v in mismatch.items()}}
     metrics = dict(loss=loss_sum, grad_norm=grad_norm, kl=kl_sum / denom,
                    clip_fraction=clip_sum / denom, tokens=total_tokens, extra=extra)
     if not (finite and math.isfinite(grad_norm)):

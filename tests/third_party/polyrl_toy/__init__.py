@@ -87,7 +87,7 @@ def train_step(engine, batch, objective):
         return None
     logp = engine.logp(batch.temperature)
     lps = [logp[s.completion_ids] for s in batch.sequences]
-    args = (lps, batch.advantages, objective, batch.old_logprobs, batch.ref_logprobs)
+    args = (lps, batch.advantages, objective, batch.old_logprobs, batch.ref_logprobs, batch.sampler_logprobs)
     loss, metrics = policy_loss(*args)
     grads = policy_loss_grad(*args)
     probs = np.exp(logp)
