@@ -38,6 +38,7 @@ import numpy as np
 
 from polyrl import checkpoint as ckpt
 from polyrl import resume_config, speed_records, strict_json
+from polyrl.backend_features import check_backend_features, with_total_steps
 from polyrl.config import RunConfig
 from polyrl.data import Dataset, PromptSampler, load_train_and_eval
 from polyrl.engine import Engine
@@ -151,8 +152,10 @@ class Trainer:
         return EngineConfig(
             model=model, role=role, dtype=c.model.dtype, device=c.model.device, seed=c.train.seed,
             threads=c.train.threads, lora=c.lora if role == "train" else None,
-            optimizer=c.optimizer, max_length=c.model.max_length, options=dict(c.backends.options),
+            optimizer=with_total_steps(c.optimizer, c.train.steps * c.algorithm.num_iterations),
+            max_length=c.model.max_length, options=dict(c.backends.options),
             trust_remote_code=c.model.trust_remote_code,
+            gradient_checkpointing=c.train.gradient_checkpointing and role == "train",
         )
 
     def _choose_generate_backend(self, config: RunConfig) -> RunConfig:
@@ -222,6 +225,7 @@ class Trainer:
                 )
         reg.check_architecture(c.backends.generate_backend, gen_model, "generate",
                                field="generation.max_model_path" if gen_model != model else "model.path")
+        check_backend_features(c, reg)
         if c.generation.overlap and not reg.spec(c.backends.generate_backend).capabilities.concurrent_generate:
             raise ConfigError(
                 f"backend {c.backends.generate_backend!r} does not declare concurrent_generate (its "

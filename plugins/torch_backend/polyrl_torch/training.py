@@ -20,6 +20,7 @@ from polyrl.algorithms.objective import Objective
 from polyrl.types import StepMetrics, TrainBatch
 from polyrl_torch import distributed
 from polyrl_torch.engine import TorchEngine
+from polyrl_torch.schedule import apply_scheduled_lr
 from polyrl_torch.scoring import token_logprobs
 
 LogProbs = torch.Tensor | Sequence[torch.Tensor]
@@ -207,7 +208,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     clock["grad_sync"] = t3 - t2
     grad_norm = _grad_norm(params, engine.config.optimizer.max_grad_norm) if finite else float("nan")
     denom = max(total_tokens, 1)
-    extra = {"lr": float(optimizer.param_groups[0]["lr"])}
+    extra = {"lr": apply_scheduled_lr(engine)}
     metrics = dict(loss=loss_sum, grad_norm=grad_norm, kl=kl_sum / denom,
                    clip_fraction=clip_sum / denom, tokens=total_tokens, extra=extra)
     if not (finite and math.isfinite(grad_norm)):
