@@ -21,6 +21,15 @@ SAMPLING_FEATURES: dict[str, tuple[float, str]] = {
 }
 
 
+def refuse_unsupported_sampling(sampling: Any, backend: str, supported: tuple[str, ...] = ()) -> None:
+    """For a backend's own ``generate``: a ``SamplingParams`` knob it cannot honour is an error,
+    never silently dropped (the same check the trainer makes up front from ``Capabilities``)."""
+    for field, (off, feature) in SAMPLING_FEATURES.items():
+        if getattr(sampling, field) != off and feature not in supported:
+            raise ConfigError(f"backend {backend!r} does not support {field}", field=f"generation.{field}",
+                              fix=f"set {field} = {off}, or generate with torch or mlx")
+
+
 def with_total_steps(optimizer: OptimizerConfig, total: int) -> OptimizerConfig:
     """The run's optimizer settings with the schedule's span filled in when the user left it unset."""
     return optimizer if optimizer.total_steps is not None else attrs.evolve(optimizer, total_steps=total)
