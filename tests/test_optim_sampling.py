@@ -245,3 +245,21 @@ def test_sampling_fields_are_validated():
     with pytest.raises(ConfigError, match="repetition_penalty"):
         SamplingParams(repetition_penalty=0.0)
     assert math.isclose(SamplingParams(min_p=0.05).min_p, 0.05)
+
+
+def test_training_run_with_schedule_checkpointing_and_sampling_knobs(tiny_model_dir, tmp_path):
+    """A real torch run through the trainer: the lr each step logs follows the schedule over
+    train.steps, with checkpointing and both sampling knobs on."""
+    from polyrl.trainer import Trainer
+
+    make_engine("torch", tiny_model_dir, role="generate")  # skips when torch is unusable
+    data = {**BASE, "model": {"path": tiny_model_dir},
+            "generation": {"group_size": 2, "max_new_tokens": 6, "min_p": 0.05, "repetition_penalty": 1.2},
+            "optimizer": {"lr": 1e-3, "schedule": "linear", "warmup_steps": 1, "min_lr_ratio": 0.5},
+            "train": {"steps": 4, "prompts_per_step": 2, "threads": 1, "gradient_checkpointing": True,
+                      "output_dir": str(tmp_path / "run")}}
+    trainer = Trainer(RunConfig.from_dict(data))
+    assert trainer.train_engine.raw.causal_lm.is_gradient_checkpointing
+    history = trainer.run(progress=False)["history"]
+    assert [m["lr"] for m in history] == pytest.approx([1e-3 * lr_multiplier(k, "linear", 1, 4, 0.5)
+                                                        for k in range(4)])
