@@ -20,7 +20,7 @@ from polyrl.engine import Engine
 from polyrl.errors import ConfigError
 from polyrl.registry import get_registry
 from polyrl.schedules import lr_multiplier
-from polyrl.types import EngineConfig, OptimizerConfig, SamplingParams, TokenSequence, TrainBatch
+from polyrl.types import EngineConfig, LoraConfig, OptimizerConfig, SamplingParams, TokenSequence, TrainBatch
 
 torch = pytest.importorskip("torch")
 
@@ -121,13 +121,14 @@ def _checkpointing_active(engine: Engine) -> bool:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_gradient_checkpointing_gives_the_same_step(backend, tiny_model_dir):
+@pytest.mark.parametrize("lora", [None, LoraConfig(rank=4, alpha=8.0)], ids=["full", "lora"])
+def test_gradient_checkpointing_gives_the_same_step(backend, lora, tiny_model_dir):
     # both on the one-pass forward (a checkpointed training forward never shares prompts), so
     # the only difference is the recomputation; Adam's first step is ~lr x sign(g), which would
     # turn float-order noise in a near-zero gradient into a visible weight difference
     options = {"shared_prompt_forward": False}
-    plain = make_engine(backend, tiny_model_dir, options=options)
-    ckpt = make_engine(backend, tiny_model_dir, gradient_checkpointing=True, options=options)
+    plain = make_engine(backend, tiny_model_dir, options=options, lora=lora)
+    ckpt = make_engine(backend, tiny_model_dir, gradient_checkpointing=True, options=options, lora=lora)
     assert _checkpointing_active(ckpt) and not _checkpointing_active(plain)
     batch = batch_of(plain, tokens=8)
     ma, mb = plain.train_step(batch, Objective()), ckpt.train_step(batch, Objective())
