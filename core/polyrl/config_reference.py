@@ -59,6 +59,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "overlong_buffer": "soft overlong penalty zone: tokens (int) or fraction of the max length",
         "overlong_penalty": "penalty at the hard limit (linear inside the buffer)",
         "max_completion_length": "length the overlong shaping and Dr.GRPO normaliser use",
+        "ref_sync_every": "refresh the KL reference every N steps (TR-DPO, TRL's `sync_ref_model`; 0 = never; loads a separate reference engine, saved in checkpoints)",
+        "ref_sync_alpha": "refresh mix: reference = alpha x policy + (1 - alpha) x reference (TRL's `ref_model_mixup_alpha`)",
     },
     "optimizer": {
         "lr": "AdamW learning rate",

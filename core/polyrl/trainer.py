@@ -39,6 +39,7 @@ import numpy as np
 from polyrl import checkpoint as ckpt
 from polyrl import resume_config, speed_records, strict_json
 from polyrl.backend_features import check_backend_features, with_total_steps
+from polyrl.ref_sync import ReferenceSync, needs_own_reference
 from polyrl.config import RunConfig
 from polyrl.data import Dataset, PromptSampler, load_train_and_eval
 from polyrl.engine import Engine
@@ -246,13 +247,16 @@ class Trainer:
             ref_model = (reg.resolve_model(c.model.reference_path, field="model.reference_path")
                          if c.model.reference_path else model)
             probe = None
-            if ref_model == model and c.backends.reference_backend == c.backends.train:
+            if (ref_model == model and c.backends.reference_backend == c.backends.train
+                    and not needs_own_reference(c.algorithm)):
                 # e.g. a LoRA engine answers for its frozen base with adapters disabled
                 probe = self.train_engine.logprobs([TokenSequence([1], [1])], 1.0, reference=True)
             if probe is None:
                 self.ref_engine = Engine(
                     reg, c.backends.reference_backend, self._engine_config("reference", ref_model)
                 )
+        self.ref_sync = ReferenceSync(self.train_engine, self.ref_engine, c.algorithm.ref_sync_every,
+                                      c.algorithm.ref_sync_alpha)
         log.info("engines ready", train=c.backends.train, generate=c.backends.generate_backend,
                  reference=(c.backends.reference_backend if self.ref_engine else "train engine")
                  if c.algorithm.beta > 0 else "none", model=model, seconds=round(time.perf_counter() - t0, 2))
@@ -484,7 +488,7 @@ class Trainer:
         self._own_output_dir()
         try:
             path = ckpt.write_checkpoint(self.checkpoint_root, self.step, self._state(),
-                                         self.train_engine.save_checkpoint)
+                                         self.ref_sync.writer(self.train_engine.save_checkpoint))
         except ckpt.CheckpointWriteError as exc:
             if not exc.disk_problem:
                 raise
@@ -543,6 +547,8 @@ class Trainer:
             log.warning(f"config changed at resume: {change}", applied=True)
         self.train_engine.load_checkpoint(str(found / ckpt.MODEL_DIR), str(found / ckpt.ENGINE_STATE_DIR),
                                           weights_only=weights_only)
+        if not weights_only:
+            self.ref_sync.load(found)  # a refreshed reference (algorithm.ref_sync_every)
         if "sampler" in state:
             self.sampler.load_state(state["sampler"])
         self.step = int(state.get("step", 0))
@@ -712,6 +718,7 @@ class Trainer:
                     self._save_last_good_state()
                     raise
                 self.step += 1
+                self.ref_sync.after_step(self.step)
                 self.history.append(metrics)
                 if self.rank == 0:
                     self._append_metrics(metrics)

@@ -125,6 +125,8 @@ RULES: dict[str, Rule] = {
     "lora.rank": _int(1, 4096, fix="e.g. 16"),
     "lora.alpha": _float(0, low_open=True, fix="e.g. 32 (twice the rank)"),
     "lora.dropout": _float(0, 1, high_open=True, fix="0.0 or e.g. 0.05"),
+    "algorithm.ref_sync_every": _int(0, fix="0 never refreshes the reference; e.g. 64"),
+    "algorithm.ref_sync_alpha": _float(0, 1, low_open=True, fix="1.0 copies the policy; TRL's default is 0.6"),
     "optimizer.warmup_steps": _int(0, fix="0 disables warmup; e.g. warmup_steps = 10"),
     "optimizer.min_lr_ratio": _float(0, 1, fix="0.0 decays to zero; e.g. 0.1 ends at lr / 10"),
     "optimizer.total_steps": _int(1, optional=True,

@@ -100,6 +100,8 @@ class AlgorithmConfig:
     overlong_buffer: int | float | None = None  # tokens (int) or fraction of max length (0..1)
     overlong_penalty: float = 1.0
     max_completion_length: int | None = None
+    ref_sync_every: int = 0  # refresh the reference every N steps (TR-DPO; 0 = never)
+    ref_sync_alpha: float = 0.6  # reference <- alpha x policy + (1 - alpha) x reference
 
     def __attrs_post_init__(self) -> None:
         self._validate_choices()
