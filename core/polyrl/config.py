@@ -77,6 +77,8 @@ class GenerationSection:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
     stop: list[str] = attrs.field(factory=list)
     max_model_path: str | None = None  # a different file for the generator (e.g. a GGUF for MAX)
     overlap: bool = False  # sample step k+1 while training on step k (one step of policy lag)
@@ -94,6 +96,7 @@ class GenerationSection:
             return SamplingParams(
                 max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
                 top_k=self.top_k, stop=tuple(self.stop), seed=seed, n=self.group_size,
+                min_p=self.min_p, repetition_penalty=self.repetition_penalty,
             )
         except ConfigError as exc:
             raise exc.under("generation") from None
@@ -181,6 +184,7 @@ class TrainSection:
     checkpoint_every: int = 0  # 0: only at the end
     keep_checkpoints: int = 2
     max_consecutive_skips: int = 3  # stop after this many non-finite steps in a row
+    gradient_checkpointing: bool = False  # recompute activations in backward (memory for compute)
 
     def __attrs_post_init__(self) -> None:
         for name in ("steps", "prompts_per_step", "keep_checkpoints", "max_consecutive_skips"):

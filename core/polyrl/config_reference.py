@@ -36,6 +36,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "temperature": "sampling temperature (0 = greedy)",
         "top_p": "nucleus sampling mass (1 = off)",
         "top_k": "top-k sampling (0 = off)",
+        "min_p": "min-p sampling: keep tokens with probability >= min_p x the top one's (0 = off; torch, MLX)",
+        "repetition_penalty": "transformers' repetition penalty on prompt + completion tokens (1 = off; torch, MLX)",
         "stop": "stop strings; the completion ends after the first one",
         "max_model_path": "a different file for the generator (e.g. a GGUF for MAX)",
         "overlap": "sample step k+1 on a worker thread while step k trains (one step of policy lag, "
@@ -65,6 +67,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "top_entropy_quantile": "policy loss only on the top-q highest-entropy tokens (1.0 = all; 0.2 in the paper)",
         "mask_truncated_completions": "leave completions cut at max_new_tokens out of the loss (TRL, DAPO)",
         "max_completion_length": "length the overlong shaping and Dr.GRPO normaliser use",
+        "ref_sync_every": "refresh the KL reference every N steps (TR-DPO, TRL's `sync_ref_model`; 0 = never; loads a separate reference engine, saved in checkpoints)",
+        "ref_sync_alpha": "refresh mix: reference = alpha x policy + (1 - alpha) x reference (TRL's `ref_model_mixup_alpha`)",
     },
     "optimizer": {
         "lr": "AdamW learning rate",
@@ -73,6 +77,10 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "eps": "AdamW epsilon",
         "max_grad_norm": "global-norm gradient clipping (unset = off)",
         "micro_batch_size": "sequences per forward/backward (gradient accumulation); unset = all",
+        "schedule": "lr after warmup: `constant`, `linear` or `cosine` decay (same on torch and MLX, exact on resume)",
+        "warmup_steps": "optimizer updates over which the lr rises linearly from 0 (0 = off)",
+        "min_lr_ratio": "linear/cosine decay ends at lr x min_lr_ratio",
+        "total_steps": "updates the decay spans; unset = train.steps x algorithm.num_iterations",
     },
     "lora": {
         "rank": "adapter rank (the table's presence turns LoRA on)",
@@ -114,6 +122,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "checkpoint_every": "steps between checkpoints (0 = only at the end)",
         "keep_checkpoints": "how many complete checkpoints to keep",
         "max_consecutive_skips": "stop after this many non-finite (NaN/Inf) steps in a row",
+        "gradient_checkpointing": "recompute decoder-layer activations in backward: less memory, more compute (torch, MLX)",
     },
     "eval": {
         "count": "held-out prompts for evaluation (0 = off)",

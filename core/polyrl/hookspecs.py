@@ -32,8 +32,16 @@ How dispatch works
 
 Rules every backend follows (the conformance kit in ``polyrl.testing`` checks them)
     * Token ids and log-probs come from the generator itself; text is for humans only.
-    * ``generate`` log-probs are under ``softmax(logits / temperature)`` before top-p/top-k;
-      ``logprobs``/``train_step`` with the same temperature reproduce them (within float error).
+    * ``generate`` log-probs are under ``softmax(logits / temperature)`` before the sampling-only
+      processors (repetition penalty, top-k, top-p, min-p); ``logprobs``/``train_step`` with the
+      same temperature reproduce them (within float error). The token is drawn from the
+      processed distribution. ``min_p``/``repetition_penalty`` are optional features: declare
+      them in ``Capabilities.sampling`` and honour them, or leave them out and refuse them (the
+      core refuses a run asking a backend for an undeclared one before anything loads).
+    * ``train_step`` sets the learning rate for each update from ``polyrl.schedules.lr_at`` and
+      the optimizer's own count of applied updates (so a resumed run continues the schedule
+      exactly), reports it as ``StepMetrics.extra["lr"]``, and honours
+      ``EngineConfig.gradient_checkpointing`` when ``Capabilities.gradient_checkpointing``.
     * ``train_step`` loss equals ``polyrl.algorithms.reference.policy_loss`` on the same inputs,
       for every objective; one call is one optimizer step (micro-batches accumulate inside).
     * Weights cross backends as HF-named numpy arrays (``export_weights``/``import_weights``).

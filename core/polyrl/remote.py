@@ -54,6 +54,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from polyrl.backend_features import refuse_unsupported_sampling
 from polyrl.errors import ConfigError, PluginError
 from polyrl.shared_secret import read_shared_secret
 from polyrl.hookspecs import hookimpl
@@ -174,6 +175,7 @@ class RemoteEngine:
                           "Fix: check that the servers in backends.options.servers are up")
 
     def generate_one(self, index: int, prompt: Prompt, sampling: SamplingParams) -> list[Completion]:
+        refuse_unsupported_sampling(sampling, "remote")  # the OpenAI-style API has no min_p
         body: dict[str, Any] = {
             "model": self.model, "n": sampling.n, "max_tokens": sampling.max_new_tokens,
             "temperature": sampling.temperature, "top_p": sampling.top_p, "return_token_ids": True,

@@ -38,6 +38,8 @@ import numpy as np
 
 from polyrl import checkpoint as ckpt
 from polyrl import resume_config, speed_records, strict_json
+from polyrl.backend_features import check_backend_features, with_total_steps
+from polyrl.ref_sync import ReferenceSync, needs_own_reference
 from polyrl.config import RunConfig
 from polyrl.data import Dataset, PromptSampler, load_train_and_eval
 from polyrl.engine import Engine
@@ -155,8 +157,10 @@ class Trainer:
         return EngineConfig(
             model=model, role=role, dtype=c.model.dtype, device=c.model.device, seed=c.train.seed,
             threads=c.train.threads, lora=c.lora if role == "train" else None,
-            optimizer=c.optimizer, max_length=c.model.max_length, options=dict(c.backends.options),
+            optimizer=with_total_steps(c.optimizer, c.train.steps * c.algorithm.num_iterations),
+            max_length=c.model.max_length, options=dict(c.backends.options),
             trust_remote_code=c.model.trust_remote_code,
+            gradient_checkpointing=c.train.gradient_checkpointing and role == "train",
         )
 
     def _choose_generate_backend(self, config: RunConfig) -> RunConfig:
@@ -226,6 +230,7 @@ class Trainer:
                 )
         reg.check_architecture(c.backends.generate_backend, gen_model, "generate",
                                field="generation.max_model_path" if gen_model != model else "model.path")
+        check_backend_features(c, reg)
         if c.generation.overlap and not reg.spec(c.backends.generate_backend).capabilities.concurrent_generate:
             raise ConfigError(
                 f"backend {c.backends.generate_backend!r} does not declare concurrent_generate (its "
@@ -246,13 +251,16 @@ class Trainer:
             ref_model = (reg.resolve_model(c.model.reference_path, field="model.reference_path")
                          if c.model.reference_path else model)
             probe = None
-            if ref_model == model and c.backends.reference_backend == c.backends.train:
+            if (ref_model == model and c.backends.reference_backend == c.backends.train
+                    and not needs_own_reference(c.algorithm)):
                 # e.g. a LoRA engine answers for its frozen base with adapters disabled
                 probe = self.train_engine.logprobs([TokenSequence([1], [1])], 1.0, reference=True)
             if probe is None:
                 self.ref_engine = Engine(
                     reg, c.backends.reference_backend, self._engine_config("reference", ref_model)
                 )
+        self.ref_sync = ReferenceSync(self.train_engine, self.ref_engine, c.algorithm.ref_sync_every,
+                                      c.algorithm.ref_sync_alpha)
         log.info("engines ready", train=c.backends.train, generate=c.backends.generate_backend,
                  reference=(c.backends.reference_backend if self.ref_engine else "train engine")
                  if c.algorithm.beta > 0 else "none", model=model, seconds=round(time.perf_counter() - t0, 2))
@@ -519,7 +527,7 @@ class Trainer:
         self._own_output_dir()
         try:
             path = ckpt.write_checkpoint(self.checkpoint_root, self.step, self._state(),
-                                         self.train_engine.save_checkpoint)
+                                         self.ref_sync.writer(self.train_engine.save_checkpoint))
         except ckpt.CheckpointWriteError as exc:
             if not exc.disk_problem:
                 raise
@@ -578,6 +586,8 @@ class Trainer:
             log.warning(f"config changed at resume: {change}", applied=True)
         self.train_engine.load_checkpoint(str(found / ckpt.MODEL_DIR), str(found / ckpt.ENGINE_STATE_DIR),
                                           weights_only=weights_only)
+        if not weights_only:
+            self.ref_sync.load(found)  # a refreshed reference (algorithm.ref_sync_every)
         if "sampler" in state:
             self.sampler.load_state(state["sampler"])
         self.step = int(state.get("step", 0))
@@ -758,6 +768,7 @@ class Trainer:
                     self._save_last_good_state()
                     raise
                 self.step += 1
+                self.ref_sync.after_step(self.step)
                 if c.eval.every and self.eval_dataset is not None and self.step % c.eval.every == 0:
                     try:
                         last_eval = (self.step, self.evaluate())  # on the step's line: a resume rewinds both

@@ -41,8 +41,11 @@ class SamplingParams:
     """How to sample. Every backend must honour every field (a silently ignored field is a bug).
 
     ``temperature == 0`` means greedy decoding. Log-probs returned by ``generate`` are taken from
-    the temperature-scaled distribution *before* top-p/top-k truncation, which is the distribution
-    ``logprobs``/``train_step`` reproduce when given the same ``temperature``.
+    the temperature-scaled distribution *before* the sampling-only processors (repetition
+    penalty, top-k, top-p, min-p), which is the distribution ``logprobs``/``train_step``
+    reproduce when given the same ``temperature``; the token itself is drawn from the processed
+    distribution. Processing order (transformers'): repetition penalty on the raw logits, then
+    temperature, then top-k, top-p, min-p.
     """
 
     max_new_tokens: int = attrs.field(default=64, validator=_positive)
@@ -52,6 +55,10 @@ class SamplingParams:
     stop: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     seed: int | None = None
     n: int = attrs.field(default=1, validator=_positive)  # completions per prompt (group size)
+    #: keep tokens whose probability is >= min_p x the top token's (0 disables it)
+    min_p: float = 0.0
+    #: CTRL-style penalty on tokens already in prompt or completion (1.0 disables it)
+    repetition_penalty: float = 1.0
 
     def __attrs_post_init__(self) -> None:
         if self.temperature < 0:
@@ -60,6 +67,10 @@ class SamplingParams:
             raise ConfigError("top_p must be in (0, 1]", field="top_p")
         if self.top_k < 0:
             raise ConfigError("top_k must be >= 0 (0 disables it)", field="top_k")
+        if not 0 <= self.min_p <= 1:
+            raise ConfigError("min_p must be in [0, 1] (0 disables it)", field="min_p")
+        if not self.repetition_penalty > 0:
+            raise ConfigError("repetition_penalty must be > 0 (1.0 disables it)", field="repetition_penalty")
 
 
 @attrs.define
@@ -243,6 +254,19 @@ class OptimizerConfig:
     eps: float = 1e-8
     max_grad_norm: float | None = 1.0
     micro_batch_size: int | None = None  # sequences per forward/backward; None = whole batch
+    #: lr schedule after warmup: "constant", "linear" or "cosine" (``polyrl.schedules``)
+    schedule: str = "constant"
+    warmup_steps: int = 0  # optimizer updates over which the lr rises linearly from 0
+    min_lr_ratio: float = 0.0  # linear/cosine decay ends at lr * min_lr_ratio
+    #: updates the decay spans; None = the run's train.steps x algorithm.num_iterations
+    total_steps: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        from polyrl.schedules import SCHEDULES
+
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"unknown schedule {self.schedule!r}", field="schedule",
+                              fix=f"use one of {', '.join(SCHEDULES)}")
 
 
 @attrs.define(frozen=True)
@@ -265,6 +289,8 @@ class EngineConfig:
     options: dict[str, Any] = attrs.field(factory=dict)  # backend-specific knobs
     #: Run Python shipped inside a model folder. Off by default: a model is data, not code.
     trust_remote_code: bool = False
+    #: Recompute decoder-layer activations during backward (role "train" only).
+    gradient_checkpointing: bool = False
 
 
 @attrs.define(frozen=True)
@@ -302,6 +328,11 @@ class Capabilities:
     concurrent_generate: bool = False
     dtypes: tuple[str, ...] = ("float32",)
     devices: tuple[str, ...] = ("cpu",)
+    #: optional ``SamplingParams`` features honoured by ``generate`` ("min_p", "repetition_penalty");
+    #: a run asking for one the generate backend lacks is refused up front
+    sampling: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    #: ``EngineConfig.gradient_checkpointing`` is honoured by ``train_step``
+    gradient_checkpointing: bool = False
     #: ``model_type`` -> ArchSupport. Empty means "not declared": the core then checks nothing
     #: and the backend's own loader decides. A declared table is exhaustive: a model_type
     #: missing from it is refused before any weights load; a ``"*"`` entry covers every

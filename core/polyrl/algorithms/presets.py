@@ -126,6 +126,8 @@ class AlgorithmConfig:
     entropy_coef: float = 0.0
     top_entropy_quantile: float = 1.0
     mask_truncated_completions: bool = False  # drop completions cut at the length limit (TRL/DAPO)
+    ref_sync_every: int = 0  # refresh the reference every N steps (TR-DPO; 0 = never)
+    ref_sync_alpha: float = 0.6  # reference <- alpha x policy + (1 - alpha) x reference
 
     def __attrs_post_init__(self) -> None:
         self._validate_choices()

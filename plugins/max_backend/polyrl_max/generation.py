@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from polyrl.errors import ConfigError
 from polyrl.stopping import StopStrings
+from polyrl.backend_features import refuse_unsupported_sampling
 from polyrl.types import Completion, Prompt, SamplingParams
 
 from polyrl_max.engine import MaxEngine
@@ -27,6 +28,10 @@ from polyrl_max.runner import LogitsRecorder, run_rows, token_logprob
 
 
 def generate(engine: MaxEngine, prompts: Sequence[Prompt], sampling: SamplingParams) -> list[Completion]:
+    # MAX's SamplingParams has min_p/repetition_penalty, but only in pipelines built with
+    # enable_penalties, and whether our LogitsRecorder sees logits before or after them is not
+    # verified: refused (the capability table says so too) rather than risk wrong log-probs
+    refuse_unsupported_sampling(sampling, "max")
     if not prompts:
         return []
     n = sampling.n

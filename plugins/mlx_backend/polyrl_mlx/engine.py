@@ -162,6 +162,10 @@ class MLXEngine:
             else:
                 self.model.freeze()
             self.model.eval()  # no dropout unless LoRA dropout asks (training turns it on)
+            if config.gradient_checkpointing and is_train:
+                from polyrl_mlx.checkpointing import enable_gradient_checkpointing
+
+                enable_gradient_checkpointing(self.model)
 
             #: The sampler's key when a call passes no seed: repeatable for a given engine seed.
             self.rng_key = mx.random.key(int(config.seed))

@@ -25,6 +25,7 @@ taken at temperature 1 (as the torch backend does).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -36,8 +37,27 @@ from polyrl_mlx._mx import mx
 from polyrl_mlx.engine import MLXEngine
 
 
-def filter_logits(scaled: mx.array, top_k: int, top_p: float) -> mx.array:
-    """Mask (to -inf) tokens outside top-k, then outside the top-p nucleus of what is left.
+def penalize_repeats(logits: mx.array, seen: mx.array, penalty: float) -> mx.array:
+    """transformers' ``RepetitionPenaltyLogitsProcessor``: tokens already in the row (``seen``, a
+    ``[rows, vocab]`` bool mask of prompt + completion so far) have positive logits divided by
+    ``penalty`` and negative ones multiplied; 1.0 leaves the logits as they are."""
+    if penalty == 1.0:
+        return logits
+    penalized = mx.where(logits < 0, logits * penalty, logits / penalty)
+    return mx.where(seen, penalized, logits)
+
+
+def _seen_tokens(prompt_ids: list[list[int]], n: int, vocab: int) -> np.ndarray:
+    """``[samples, vocab]`` mask of each sample's prompt tokens (the repetition penalty's history)."""
+    seen = np.zeros((len(prompt_ids) * n, vocab), dtype=bool)
+    for i, ids in enumerate(prompt_ids):
+        seen[i * n:(i + 1) * n, np.minimum(np.asarray(ids, dtype=np.int64), vocab - 1)] = True
+    return seen
+
+
+def filter_logits(scaled: mx.array, top_k: int, top_p: float, min_p: float = 0.0) -> mx.array:
+    """Mask (to -inf) tokens outside top-k, then outside the top-p nucleus of what is left, then
+    below ``min_p`` x the top token's probability (transformers' order).
 
     The most likely token always survives, so ``top_k=1`` or a tiny ``top_p`` are greedy.
     """
@@ -55,6 +75,9 @@ def filter_logits(scaled: mx.array, top_k: int, top_p: float) -> mx.array:
         keep = mx.maximum((mass_before < top_p).sum(axis=-1, keepdims=True), 1)
         threshold = mx.take_along_axis(desc, keep - 1, axis=-1)
         out = mx.where(out < threshold, neg_inf, out)
+    if min_p > 0.0:  # p_i < min_p * p_max  <=>  logit_i < logit_max + log(min_p)
+        top = out.max(axis=-1, keepdims=True)
+        out = mx.where(out < top + math.log(min_p), neg_inf, out)
     return out
 
 
@@ -142,20 +165,27 @@ def _generate(engine: MLXEngine, prompts: Sequence[Prompt], sampling: SamplingPa
     finish = ["length"] * total
     active = np.arange(total)  # sample index of each batch row
     vocab = logits.shape[-1]
+    penalty = float(sampling.repetition_penalty)
+    seen = _seen_tokens(prompt_ids, n, vocab) if penalty != 1.0 else None
 
     for _ in range(max(budgets)):
+        # log-probs of the model's own (temperature-scaled) distribution; the token is drawn
+        # from the processed one (SamplingParams docstring)
         scaled = logits / temperature
         logp_all = scaled - mx.logsumexp(scaled, axis=-1, keepdims=True)
+        processed = logits if seen is None else penalize_repeats(logits, mx.array(seen[active]), penalty)
         if greedy:
-            chosen = mx.argmax(logits, axis=-1)
+            chosen = mx.argmax(processed, axis=-1)
         else:
             pairs = _split(row_keys)
             row_keys = pairs[:, 0]
             noise = _gumbel(vocab)(pairs[:, 1])
-            kept = filter_logits(scaled, sampling.top_k, sampling.top_p)
+            kept = filter_logits(processed / temperature, sampling.top_k, sampling.top_p, sampling.min_p)
             chosen = mx.argmax(kept + noise, axis=-1)
         chosen_lp = mx.take_along_axis(logp_all, chosen[:, None], axis=-1)[:, 0]
         mx.eval(chosen, chosen_lp)
+        if seen is not None:
+            seen[active, np.asarray(chosen.tolist(), dtype=np.int64)] = True
 
         keep_rows: list[int] = []
         for row, (sample, tok, lp) in enumerate(zip(active.tolist(), chosen.tolist(), chosen_lp.tolist())):
@@ -189,4 +219,4 @@ def _generate(engine: MLXEngine, prompts: Sequence[Prompt], sampling: SamplingPa
     ]
 
 
-__all__ = ["filter_logits", "generate"]
+__all__ = ["filter_logits", "generate", "penalize_repeats"]

@@ -97,6 +97,8 @@ def shared_prompt_forward_allowed(engine: MLXEngine) -> bool:
     itself (Gemma 3's per-layer ``is_sliding``); other sliding-window models take the full path."""
     if not engine.config.options.get("shared_prompt_forward", True):
         return False
+    if engine.config.gradient_checkpointing and engine.model.training:
+        return False  # its per-layer caches would bypass the checkpointed layers (checkpointing.py)
     backbone = getattr(engine.model, "model", None)
     if not all(hasattr(backbone, a) for a in ("embed_tokens", "layers", "norm")):
         return False

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.reference import MISMATCH_THRESHOLD
+from polyrl.schedules import lr_at
 from polyrl.types import StepMetrics, TrainBatch
 
 from polyrl_mlx._mx import mx, nn, optim
@@ -280,12 +281,12 @@ def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> St
             grad_norm = float(norm.item())
             finite = math.isfinite(grad_norm)
         skipped = not finite or grads is None
+        lr = apply_scheduled_lr(engine)
         if not skipped:
             optimizer.update(engine.model, grads)
             mx.eval(engine.model.parameters(), optimizer.state)
 
     denom = max(total_tokens, 1)
-    lr = optimizer.learning_rate
     return StepMetrics(
         loss=sums["loss"], grad_norm=grad_norm, kl=sums["kl"] / denom,
         clip_fraction=sums["clipped"] / denom, tokens=total_tokens, skipped=skipped,
@@ -294,4 +295,14 @@ def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> St
     )
 
 
-__all__ = ["accumulate_gradients", "objective_loss", "token_weights", "train_step"]
+def apply_scheduled_lr(engine: MLXEngine) -> float:
+    """Set the optimizer's lr for the coming update from its own update counter (``step``, saved
+    with the optimizer state, so a resumed run continues the schedule exactly) and return it;
+    the formula is ``polyrl.schedules``' (the torch backend's too)."""
+    optimizer = engine.require_optimizer()
+    lr = lr_at(engine.config.optimizer, int(optimizer.step.item()))
+    optimizer.learning_rate = lr
+    return lr
+
+
+__all__ = ["accumulate_gradients", "apply_scheduled_lr", "objective_loss", "token_weights", "train_step"]

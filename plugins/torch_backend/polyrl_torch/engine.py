@@ -110,6 +110,8 @@ class TorchEngine:
         model.requires_grad_(config.role == "train" and config.lora is None)
 
         self.lora = config.lora
+        if config.gradient_checkpointing and config.role == "train":
+            enable_gradient_checkpointing(model)
         if config.lora is not None:
             model = self._add_lora(model, config.lora)
         self.model = model
@@ -259,6 +261,16 @@ class TorchEngine:
         return (f"TorchEngine(model={self.config.model!r}, role={self.config.role!r}, "
                 f"device={self.device}, dtype={self.config.dtype}, lora={self.lora is not None}, "
                 f"pid={os.getpid()})")
+
+
+def enable_gradient_checkpointing(model: Any) -> None:
+    """transformers' per-decoder-layer activation checkpointing, non-reentrant: it needs no
+    input that requires grad (LoRA freezes the embeddings) and gives gradients equal to the
+    plain backward's. It only acts in train mode, which ``train_step`` switches on."""
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise ConfigError(f"{type(model).__name__} does not support gradient checkpointing",
+                          field="train.gradient_checkpointing", fix="set train.gradient_checkpointing = false")
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def _load_pretrained(folder: str, extra: dict[str, Any], **model_kwargs: Any) -> tuple[Any, Any]:

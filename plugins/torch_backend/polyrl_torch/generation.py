@@ -26,8 +26,19 @@ from polyrl.types import Completion, Prompt, SamplingParams
 from polyrl_torch.engine import TorchEngine
 
 
-def filter_logits(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Mask (to -inf) tokens outside top-k, then outside the top-p nucleus (HF order).
+def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """transformers' ``RepetitionPenaltyLogitsProcessor``: every token already in the row (``seen``,
+    a ``[rows, vocab]`` bool mask of prompt + completion so far) has its logit divided by
+    ``penalty`` when positive, multiplied when negative; 1.0 leaves the logits as they are."""
+    if penalty == 1.0:
+        return logits
+    penalized = torch.where(logits < 0, logits * penalty, logits / penalty)
+    return torch.where(seen, penalized, logits)
+
+
+def filter_logits(scaled: torch.Tensor, top_k: int, top_p: float, min_p: float = 0.0) -> torch.Tensor:
+    """Mask (to -inf) tokens outside top-k, then outside the top-p nucleus, then below
+    ``min_p`` x the top token's probability (HF order).
 
     The top token always survives, so ``top_k=1`` or a tiny ``top_p`` reduce to greedy.
     """
@@ -43,6 +54,9 @@ def filter_logits(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
         drop_sorted[..., 0] = False
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         out = out.masked_fill(drop, float("-inf"))
+    if min_p > 0.0:  # p_i < min_p * p_max  <=>  logit_i < logit_max + log(min_p)
+        top = out.max(dim=-1, keepdim=True).values
+        out = out.masked_fill(out < top + torch.log(torch.tensor(min_p, dtype=out.dtype)), float("-inf"))
     return out
 
 
@@ -67,6 +81,14 @@ def _left_pad(rows: list[list[int]], pad_id: int, device: torch.device):
         ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
         mask[i, width - len(row):] = 1
     return ids.to(device), mask.to(device)
+
+
+def _seen_tokens(prompt_ids: list[list[int]], n: int, vocab: int, device: torch.device) -> torch.Tensor:
+    """``[samples, vocab]`` mask of each sample's prompt tokens (the repetition penalty's history)."""
+    seen = torch.zeros((len(prompt_ids) * n, vocab), dtype=torch.bool, device=device)
+    for i, ids in enumerate(prompt_ids):
+        seen[i * n:(i + 1) * n, torch.tensor(ids, dtype=torch.long, device=device).clamp(max=vocab - 1)] = True
+    return seen
 
 
 def _next_logits(engine: TorchEngine, **inputs) -> torch.Tensor:
@@ -134,14 +156,21 @@ def _generate(engine: TorchEngine, prompts, sampling: SamplingParams, cache_cls)
     if not greedy:  # row s, column t: sample s's draw at step t (see module docstring)
         draws = torch.rand((total, sampling.max_new_tokens), generator=generator, device=device,
                            dtype=torch.float64)
+    penalty = float(sampling.repetition_penalty)
+    seen = _seen_tokens(prompt_ids, n, logits.shape[-1], device) if penalty != 1.0 else None
     for step in range(max(budgets)):
-        scaled = logits / temperature
-        logp_all = torch.log_softmax(scaled, dim=-1)
+        # log-probs of the model's own (temperature-scaled) distribution; the token is drawn
+        # from the processed one (SamplingParams docstring)
+        logp_all = torch.log_softmax(logits / temperature, dim=-1)
+        processed = logits if seen is None else penalize_repeats(logits, seen[active], penalty)
         if greedy:
-            chosen = logits.argmax(dim=-1)
+            chosen = processed.argmax(dim=-1)
         else:
-            chosen = sample_kept(filter_logits(scaled, sampling.top_k, sampling.top_p), draws[active, step])
+            kept = filter_logits(processed / temperature, sampling.top_k, sampling.top_p, sampling.min_p)
+            chosen = sample_kept(kept, draws[active, step])
         chosen_lp = logp_all.gather(-1, chosen[:, None])[:, 0]
+        if seen is not None:
+            seen[active, chosen] = True
 
         keep_rows: list[int] = []
         for row, (sample, tok, lp) in enumerate(zip(active.tolist(), chosen.tolist(), chosen_lp.tolist())):

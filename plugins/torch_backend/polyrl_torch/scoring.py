@@ -53,8 +53,12 @@ def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.
 
 
 def shared_prompt_forward_allowed(engine: TorchEngine) -> bool:
-    """Off for sliding-window attention (its cache drops old keys) or when the user says so."""
+    """Off for sliding-window attention (its cache drops old keys) or when the user says so, and
+    in a checkpointed training forward (transformers drops the KV cache there, so the tails
+    would not see their prompt)."""
     if not engine.config.options.get("shared_prompt_forward", True):
+        return False
+    if engine.config.gradient_checkpointing and engine.model.training:
         return False
     config = engine.causal_lm.config
     return not (getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True))

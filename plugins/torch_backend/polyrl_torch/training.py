@@ -21,6 +21,7 @@ from polyrl.algorithms.reference import MISMATCH_THRESHOLD
 from polyrl.types import StepMetrics, TrainBatch
 from polyrl_torch import distributed
 from polyrl_torch.engine import TorchEngine
+from polyrl_torch.schedule import apply_scheduled_lr
 from polyrl_torch.scoring import token_logprobs, token_logprobs_with_entropy
 
 LogProbs = torch.Tensor | Sequence[torch.Tensor]
@@ -291,7 +292,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     clock["grad_sync"] = t3 - t2
     grad_norm = _grad_norm(params, engine.config.optimizer.max_grad_norm) if finite else float("nan")
     denom = max(total_tokens, 1)
-    extra = {"lr": float(optimizer.param_groups[0]["lr"]), **{k: v / denom for k, v in mismatch.items()}}
+    extra = {"lr": apply_scheduled_lr(engine), **{k: v / denom for k, v in mismatch.items()}}
     metrics = dict(loss=loss_sum, grad_norm=grad_norm, kl=kl_sum / denom,
                    clip_fraction=clip_sum / denom, tokens=total_tokens, extra=extra)
     if not (finite and math.isfinite(grad_norm)):

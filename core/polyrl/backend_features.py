@@ -1,0 +1,52 @@
+"""Up-front refusal of optional features (sampling knobs, gradient checkpointing) a backend lacks.
+
+Why: ``SamplingParams`` says every backend honours every field, so a generator that cannot do
+min-p must not silently sample without it; the run is refused before any model loads, naming
+the field, the backend and the fix. Backends declare what they honour in ``Capabilities``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from polyrl.errors import ConfigError
+from polyrl.types import OptimizerConfig
+
+#: ``generation`` field -> (its "off" value, the ``Capabilities.sampling`` feature name)
+SAMPLING_FEATURES: dict[str, tuple[float, str]] = {
+    "min_p": (0.0, "min_p"),
+    "repetition_penalty": (1.0, "repetition_penalty"),
+}
+
+
+def refuse_unsupported_sampling(sampling: Any, backend: str, supported: tuple[str, ...] = ()) -> None:
+    """For a backend's own ``generate``: a ``SamplingParams`` knob it cannot honour is an error,
+    never silently dropped (the same check the trainer makes up front from ``Capabilities``)."""
+    for field, (off, feature) in SAMPLING_FEATURES.items():
+        if getattr(sampling, field) != off and feature not in supported:
+            raise ConfigError(f"backend {backend!r} does not support {field}", field=f"generation.{field}",
+                              fix=f"set {field} = {off}, or generate with torch or mlx")
+
+
+def with_total_steps(optimizer: OptimizerConfig, total: int) -> OptimizerConfig:
+    """The run's optimizer settings with the schedule's span filled in when the user left it unset."""
+    return optimizer if optimizer.total_steps is not None else attrs.evolve(optimizer, total_steps=total)
+
+
+def check_backend_features(config: Any, registry: Any) -> None:
+    """Raise ``ConfigError`` when ``config`` (a ``RunConfig``) asks for a feature its backends lack."""
+    gen_name = config.backends.generate_backend
+    gen_caps = registry.spec(gen_name).capabilities
+    for field, (off, feature) in SAMPLING_FEATURES.items():
+        if getattr(config.generation, field) != off and feature not in gen_caps.sampling:
+            raise ConfigError(
+                f"generate backend {gen_name!r} does not support {field}", field=f"generation.{field}",
+                fix=f"set generation.{field} = {off}, or generate with a backend that declares "
+                f"it (`polyrl backends`; torch and mlx do)")
+    train_name = config.backends.train
+    if config.train.gradient_checkpointing and not registry.spec(train_name).capabilities.gradient_checkpointing:
+        raise ConfigError(f"train backend {train_name!r} does not support gradient checkpointing",
+                          field="train.gradient_checkpointing",
+                          fix="set train.gradient_checkpointing = false, or train with torch or mlx")
