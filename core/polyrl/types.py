@@ -297,6 +297,9 @@ class Capabilities:
     checkpoint: bool = False
     #: ``generate`` may run on a worker thread while another engine trains (generation.overlap)
     concurrent_generate: bool = False
+    #: trains under a multi-process launcher (WORLD_SIZE > 1): implements ``all_gather`` and
+    #: normalises its loss by the global batch; without it the core refuses a multi-rank run
+    data_parallel: bool = False
     dtypes: tuple[str, ...] = ("float32",)
     devices: tuple[str, ...] = ("cpu",)
     #: ``model_type`` -> ArchSupport. Empty means "not declared": the core then checks nothing
