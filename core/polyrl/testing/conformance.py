@@ -313,30 +313,49 @@ class BackendConformance(GenerationConformance):
         ids=["grpo", "k3_dual_token_mean", "dr_grpo_kl"],
     )
     def test_gradient_equals_reference_gradient(self, model_dir, objective):
-        """One plain gradient-descent step of size ``lr`` changes the reference loss by
-        ``-lr * |grad|^2`` (first order) exactly when the backend's gradient is the reference's
-        (``policy_loss_grad`` chained through its log-probs) and ``grad_norm`` is its norm.
+        """The backend's gradient G is d(reference loss)/d(weights), with ``policy_loss_grad``
+        chained through its own log-probs. Measured through plain gradient-descent steps of size
+        ``lr`` on two batches A and B (same rollouts, different advantages), to first order:
 
-        Two engines: the first measures the gradient's size so the second takes a step small
-        enough for first order to hold and large enough to measure in float32.
+        * a step on A changes loss A by ``-lr |G_A|^2`` (``grad_norm`` is |G_A|), and
+        * a step on A changes loss B by ``-lr G_B.G_A``, as a step on B changes loss A: the
+          cross terms agree only when each step follows its loss's true gradient.
+
+        A probe engine first measures |G_A| so the steps are small enough for first order to hold
+        and large enough to measure in float32.
         """
         probe = self._engine(model_dir)
-        batch, _ = _perturbed_batch(probe)
-        norm = probe.train_step(batch, objective).grad_norm
-        assert np.isfinite(norm) and norm > 0
-        lr = 2e-3 / norm**2  # aims at a loss change of about 2e-3
-        engine = self._engine(model_dir, optimizer=_sgd_like(lr, norm))
-        ref = batch.ref_logprobs if objective.beta else None
-        before = engine.logprobs(batch.sequences, 1.0)
-        loss_before, _ = policy_loss(before, batch.advantages, objective, batch.old_logprobs, ref)
-        got = engine.train_step(batch, objective)
-        assert not got.skipped
-        assert got.grad_norm == pytest.approx(norm, rel=1e-3), "same batch, same weights: same gradient"
-        loss_after, _ = policy_loss(engine.logprobs(batch.sequences, 1.0), batch.advantages, objective,
-                                    batch.old_logprobs, ref)
-        assert loss_after - loss_before == pytest.approx(-lr * norm**2, rel=0.1), (
-            "the step moved the loss differently from what the reported gradient predicts: the "
+        batch_a, _ = _perturbed_batch(probe)
+        rng = np.random.default_rng(11)
+        batch_b = TrainBatch(batch_a.sequences, rng.standard_normal(len(batch_a.sequences)).astype(np.float32),
+                             batch_a.old_logprobs, batch_a.ref_logprobs)
+        norm_a = probe.train_step(batch_a, objective).grad_norm
+        assert np.isfinite(norm_a) and norm_a > 0
+        lr = 2e-3 / norm_a**2  # aims at a loss change of about 2e-3
+        ref = batch_a.ref_logprobs if objective.beta else None
+
+        def losses(engine: Engine) -> np.ndarray:
+            lps = engine.logprobs(batch_a.sequences, 1.0)
+            return np.array([policy_loss(lps, b.advantages, objective, b.old_logprobs, ref)[0]
+                             for b in (batch_a, batch_b)])
+
+        changes, norms = [], []
+        for batch in (batch_a, batch_b):
+            engine = self._engine(model_dir, optimizer=_sgd_like(lr, norm_a))
+            before = losses(engine)
+            got = engine.train_step(batch, objective)
+            assert not got.skipped
+            changes.append(losses(engine) - before)
+            norms.append(got.grad_norm)
+        assert norms[0] == pytest.approx(norm_a, rel=1e-3), "same batch, same weights: same gradient"
+        assert changes[0][0] == pytest.approx(-lr * norm_a**2, rel=0.05), (
+            "a step moved its own loss differently from what the reported gradient predicts: the "
             "gradient is not d(reference loss)/d(weights), or grad_norm is not its norm")
+        assert changes[1][1] == pytest.approx(-lr * norms[1] ** 2, rel=0.05), (
+            "batch B: the gradient is not d(reference loss)/d(weights), or grad_norm is not its norm")
+        assert abs(changes[0][1] - changes[1][0]) <= 0.05 * lr * norms[0] * norms[1], (
+            f"cross terms differ ({changes[0][1]:.3g} vs {changes[1][0]:.3g}): the gradient is not the "
+            "reference loss's")
 
     def test_micro_batches_give_the_same_step(self, model_dir):
         """``optimizer.micro_batch_size`` only saves memory: loss, gradient and update are those of
@@ -381,8 +400,10 @@ class BackendConformance(GenerationConformance):
         resumed.load_checkpoint(str(path), str(state))
         for a, b in zip(first.logprobs(batch.sequences, 1.0), resumed.logprobs(batch.sequences, 1.0)):
             np.testing.assert_allclose(a, b, atol=self.logprob_atol, err_msg="weights not restored")
-        first.train_step(plain, Objective())
-        resumed.train_step(plain, Objective())
+        # the opposite push: an optimizer with momentum state moves differently from a fresh one
+        reverse = TrainBatch(batch.sequences, -batch.advantages)
+        first.train_step(reverse, Objective())
+        resumed.train_step(reverse, Objective())
         for a, b in zip(first.logprobs(batch.sequences, 1.0), resumed.logprobs(batch.sequences, 1.0)):
             np.testing.assert_allclose(a, b, atol=self.logprob_atol,
                                        err_msg="the step after resuming differs: optimizer state not restored")
