@@ -329,8 +329,8 @@ Probe = Callable[[], "str | None"]
 class BackendSpec:
     """A backend as registered by a plugin through ``polyrl_register_backends``.
 
-    ``load(EngineConfig) -> engine`` builds the engine object the compute hooks receive; each
-    plugin recognises its own engines (``isinstance``) and returns None for others.
+    ``load(EngineConfig) -> engine`` builds the engine object the compute hooks receive; only
+    the plugin that registered the backend is asked to answer them (see ``polyrl.hookspecs``).
     """
 
     name: str
