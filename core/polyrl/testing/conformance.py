@@ -186,6 +186,37 @@ class GenerationConformance:
             engine.generate([too_long], SamplingParams(max_new_tokens=4))
         assert info.value.field == "model.max_length"
 
+    def test_eos_is_part_of_the_completion(self, model_dir):
+        """An EOS that ends a completion is its last id (with its log-prob), finish "stop".
+
+        The model is made uniform (final norm weight 0, so every logit is 0) through
+        ``import_weights``; EOS then comes up about once in 512 tokens, at log-prob -log(V).
+        """
+        import json
+
+        from safetensors.numpy import load_file
+
+        if not self.capabilities().weight_import:
+            pytest.skip(f"backend {self.backend!r} does not import weights")
+        folder = Path(model_dir)
+        eos = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]
+        eos_ids = set(eos if isinstance(eos, list) else [eos])
+        weights = load_file(str(folder / "model.safetensors"))
+        weights["model.norm.weight"] = np.zeros_like(weights["model.norm.weight"])
+        vocab = weights["model.embed_tokens.weight"].shape[0]
+        engine = self._engine(model_dir)
+        engine.import_weights(weights)
+        out = engine.generate(CHATS, SamplingParams(max_new_tokens=48, n=32, seed=0))
+        ended = [c for c in out if c.finish_reason == "stop"]
+        assert ended, "no completion ended with EOS in 3072 uniform draws (expected about 6)"
+        for c in out:
+            ids = c.completion_ids.tolist()
+            hits = [i for i, t in enumerate(ids) if t in eos_ids]
+            assert hits in ([], [len(ids) - 1]), "generation went on after EOS"
+            assert (c.finish_reason == "stop") == bool(hits), "EOS must be in completion_ids, finish 'stop'"
+            if hits:
+                assert c.logprobs[-1] == pytest.approx(-np.log(vocab), abs=1e-3)
+
     def test_generate_on_a_worker_thread_when_declared(self, engine):
         """``concurrent_generate`` (generation.overlap) promises generate works off the main thread."""
         from concurrent.futures import ThreadPoolExecutor
