@@ -97,29 +97,25 @@ def toy_config(tmp_path, rewards=None, backend="toy", **train) -> RunConfig:
 
 class NonFiniteSteps:
     """Backend "faulty": the toy backend whose chosen train_step calls report a non-finite loss,
-    as a real backend does when it skips such a step. Its engine is a ToyEngine, so every other
-    hook falls through to the toy plugin."""
+    as a real backend does when it skips such a step (its other hooks are the toy's)."""
 
     def __init__(self, bad_calls: set[int]) -> None:
+        from polyrl_toy import ToyPlugin
+
+        class Faulty(ToyPlugin):
+            @hookimpl
+            def train_step(inner, engine, batch, objective):
+                self.calls += 1
+                if self.calls in self.bad_calls:
+                    return StepMetrics(loss=float("nan"), grad_norm=float("inf"), skipped=True)
+                return super().train_step(engine, batch, objective)
+
         self.bad_calls, self.calls = bad_calls, 0
-
-    @hookimpl
-    def polyrl_register_backends(self, register):
-        from polyrl.types import BackendSpec
-        from polyrl_toy import ToyEngine
-
-        register(BackendSpec(name="faulty", load=ToyEngine.load, distribution="tests"))
-
-    @hookimpl
-    def train_step(self, engine, batch, objective):
-        self.calls += 1
-        if self.calls in self.bad_calls:
-            return StepMetrics(loss=float("nan"), grad_norm=float("inf"), skipped=True)
-        return None
+        self.plugin = Faulty("faulty")
 
 
 def test_isolated_non_finite_steps_are_skipped_and_the_run_goes_on(toy, tmp_path):
-    summary = Trainer(toy_config(tmp_path, backend="faulty"), extra_plugins=(NonFiniteSteps({2, 5}),)).run(progress=False)
+    summary = Trainer(toy_config(tmp_path, backend="faulty"), extra_plugins=(NonFiniteSteps({2, 5}).plugin,)).run(progress=False)
     assert summary["steps"] == 8
     skipped = [m["step"] for m in metric_steps(tmp_path / "run") if m.get("skipped")]
     assert skipped == [1, 4]
@@ -127,7 +123,7 @@ def test_isolated_non_finite_steps_are_skipped_and_the_run_goes_on(toy, tmp_path
 
 def test_too_many_non_finite_steps_in_a_row_stop_with_a_fix(toy, tmp_path):
     trainer = Trainer(toy_config(tmp_path, backend="faulty", max_consecutive_skips=3),
-                      extra_plugins=(NonFiniteSteps({3, 4, 5, 6}),))
+                      extra_plugins=(NonFiniteSteps({3, 4, 5, 6}).plugin,))
     with pytest.raises(TooManySkippedSteps, match="3 steps in a row.*Fix: lower optimizer.lr"):
         trainer.run(progress=False)
     assert ckpt.latest_checkpoint(tmp_path / "run" / "checkpoints") is not None  # nothing lost

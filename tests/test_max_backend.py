@@ -187,7 +187,8 @@ class TestMaxConformance(GenerationConformance):
     logprob_atol = 1e-4
 
     @pytest.fixture(scope="class")
-    def model_dir(self, tiny_model_dir) -> str:
+    @classmethod
+    def model_dir(cls, tiny_model_dir) -> str:
         return tiny_model_dir  # the same model as above: no second compile
 
 

@@ -53,3 +53,52 @@ def activate(root: Path):
             sys.modules.pop(mod, None)
 
     return deactivate
+
+
+HOSTILE_MODULES = ("polyrl_typo", "polyrl_toy_fork", "polyrl_bad_alias")
+
+
+def install_hostile_dists(root: Path) -> Path:
+    """Plugins an outside author might ship by mistake, as real distributions under ``root``:
+    a misspelt hook name, a second distribution claiming the backend name "toy", and a model
+    alias hook that raises."""
+    (root / "polyrl_typo.py").write_text(
+        "from polyrl.hookspecs import hookimpl\n"
+        "from polyrl.types import BackendSpec\n"
+        "@hookimpl\n"
+        "def polyrl_register_backends(register):\n"
+        "    register(BackendSpec(name='typo', load=lambda config: object()))\n"
+        "@hookimpl\n"
+        "def generat(engine, prompts, sampling):\n"
+        "    return None\n"
+    )
+    write_dist(root, "polyrl-typo", "0.1", {"polyrl.backends": {"typo": "polyrl_typo"}})
+    (root / "polyrl_toy_fork.py").write_text(
+        "from polyrl.hookspecs import hookimpl\n"
+        "from polyrl.types import BackendSpec\n"
+        "@hookimpl\n"
+        "def polyrl_register_backends(register):\n"
+        "    register(BackendSpec(name='toy', load=lambda config: object()))\n"
+    )
+    write_dist(root, "polyrl-toy-fork", "2.0", {"polyrl.backends": {"toyfork": "polyrl_toy_fork"}})
+    (root / "polyrl_bad_alias.py").write_text(
+        "from polyrl.hookspecs import hookimpl\n"
+        "@hookimpl\n"
+        "def polyrl_resolve_model(name):\n"
+        "    if name == 'explode':\n"
+        "        raise KeyError('alias table corrupt')\n"
+        "    return None\n"
+    )
+    write_dist(root, "polyrl-bad-alias", "0.3", {"polyrl.backends": {"badalias": "polyrl_bad_alias"}})
+    return root
+
+
+def activate_hostile(root: Path):
+    deactivate_toy = activate(install_toy_dists(install_hostile_dists(root)))
+
+    def deactivate() -> None:
+        deactivate_toy()
+        for mod in HOSTILE_MODULES:
+            sys.modules.pop(mod, None)
+
+    return deactivate

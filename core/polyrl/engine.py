@@ -35,7 +35,7 @@ class Engine:
         self.config = config
         self.distribution = registry.spec(backend).distribution
         self.raw: Any = registry.load(backend, config)
-        self._hook_callers: dict[str, tuple[Any, Any]] = {}
+        self._hook_callers: dict[str, Any] = {}
 
     def _fail(self, hook: str, problem: str) -> PluginError:
         return PluginError(
@@ -43,32 +43,22 @@ class Engine:
             f"hook {hook}: {problem}"
         )
 
-    def _callers(self, hook: str) -> tuple[Any, Any]:
-        """(the hook restricted to the plugin that registered this backend, the hook without it).
+    def _owner_hook(self, hook: str) -> Any:
+        """The hook restricted to the plugin that registered this backend.
 
-        Why: hooks are firstresult, so with a plain call a third-party plugin that raises (or
-        answers) for engines that are not its own would break every other backend. The owner
-        answers first; only when it returns None do the other plugins get the call (a plugin may
-        extend another backend's engines), and the owner is not asked twice.
+        Why: a compute hook answered by whichever plugin speaks first lets a third-party plugin
+        hijack (or break) another backend's engines, and an error would blame the wrong backend.
+        A plugin that wants to change one hook of another backend registers its own backend name.
         """
         if hook not in self._hook_callers:
             pm, owner = self.registry.pm, self.registry.owner(self.backend)
-            if owner is None:
-                self._hook_callers[hook] = (None, getattr(pm.hook, hook))
-            else:
-                others = [p for p in pm.get_plugins() if p is not owner]
-                self._hook_callers[hook] = (pm.subset_hook_caller(hook, remove_plugins=others),
-                                            pm.subset_hook_caller(hook, remove_plugins=[owner]))
+            others = [p for p in pm.get_plugins() if p is not owner]
+            self._hook_callers[hook] = pm.subset_hook_caller(hook, remove_plugins=others)
         return self._hook_callers[hook]
 
     def _call(self, hook: str, **kwargs: Any) -> Any:
         try:
-            owner, rest = self._callers(hook)
-            if owner is not None:
-                out = owner(engine=self.raw, **kwargs)
-                if out is not None:
-                    return out
-            return rest(engine=self.raw, **kwargs)
+            return self._owner_hook(hook)(engine=self.raw, **kwargs)
         except (PluginError, ConfigError):
             raise  # already names the plugin, or the user's setting at fault
         except Exception as exc:
@@ -77,7 +67,7 @@ class Engine:
     def generate(self, prompts: Sequence[Prompt], sampling: SamplingParams) -> list[Completion]:
         out = self._call("generate", prompts=list(prompts), sampling=sampling)
         if out is None:
-            raise self._fail("generate", "no plugin implements it for this engine")
+            raise self._fail("generate", "its plugin does not implement it (hooks are answered only by the plugin that registered the backend)")
         if not isinstance(out, list) or not all(isinstance(c, Completion) for c in out):
             raise self._fail("generate", f"returned {type(out).__name__}, expected list[Completion]")
         if len(out) != len(prompts) * sampling.n:
@@ -95,7 +85,7 @@ class Engine:
         if out is None:
             if reference:
                 return None
-            raise self._fail("logprobs", "no plugin implements it for this engine")
+            raise self._fail("logprobs", "its plugin does not implement it (hooks are answered only by the plugin that registered the backend)")
         if len(out) != len(sequences):
             raise self._fail("logprobs", f"returned {len(out)} arrays for {len(sequences)} sequences")
         result = []
@@ -112,10 +102,16 @@ class Engine:
             raise self._fail("train_step", f"returned {type(out).__name__}, expected StepMetrics")
         return out
 
-    def all_gather(self, value: Any) -> list[Any]:
+    def all_gather(self, value: Any, world_size: int = 1) -> list[Any]:
         """``value`` from every rank of a data-parallel run (``[value]`` when running alone)."""
         out = self._call("all_gather", value=value)
-        return [value] if out is None else list(out)
+        if out is None and world_size > 1:
+            raise self._fail("all_gather", f"returned None under WORLD_SIZE={world_size}: each rank would "
+                                           "train on its own shard with per-rank advantages")
+        result = [value] if out is None else list(out)
+        if world_size > 1 and len(result) != world_size:
+            raise self._fail("all_gather", f"returned {len(result)} values for WORLD_SIZE={world_size}")
+        return result
 
     def export_weights(self) -> NamedWeights:
         out = self._call("export_weights")

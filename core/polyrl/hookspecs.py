@@ -20,15 +20,47 @@ below; it is found through an entry point in group ``polyrl.backends`` (or ``pol
 
     @hookimpl
     def generate(engine, prompts, sampling):
-        if not isinstance(engine, MyEngine):
-            return None          # not ours: pluggy asks the next plugin
         return [...]             # list[Completion]
 
 How dispatch works
-    The compute hooks (``generate``, ``logprobs``, ``train_step``, weight and checkpoint hooks)
-    are ``firstresult``: every plugin is asked in turn and the first non-None answer wins. Each
-    plugin answers only for the engines its own ``load`` created. ``reward`` is the exception:
-    every reward plugin answers, and the core combines the answers with the configured weights.
+    The compute hooks (``generate``, ``logprobs``, ``train_step``, ``all_gather``, weight and
+    checkpoint hooks) are answered only by the plugin that registered the engine's backend:
+    another plugin is never asked, so it can neither hijack nor break your engines, and a hook
+    you do not implement is reported as yours ("its plugin does not implement it"). To change
+    one hook of another backend, register a backend of your own name. ``reward`` is the
+    exception: every reward plugin answers, and the core combines the answers with the
+    configured weights. ``polyrl_resolve_model`` asks each plugin in turn; one that raises, or
+    returns something other than an existing path or None, is named in the error.
+
+What the core does with a faulty plugin
+    * An ``@hookimpl`` whose name is no hook here (a misspelling) drops that whole plugin: it is
+      listed by ``polyrl backends``/``polyrl doctor`` with its entry point and the fix, and
+      every other plugin keeps working. So does a plugin that fails to import.
+    * Two distributions registering the same backend name make that name unusable, with an
+      error naming both distributions (never "last one wins").
+    * Under a launcher (``WORLD_SIZE`` > 1) only a backend declaring
+      ``Capabilities.data_parallel`` may train; the others are refused before any work.
+
+Answers to what an author would otherwise guess
+    * Errors: raise ``polyrl.errors.ConfigError(message, field=..., fix=...)`` for anything the
+      user can fix (``field`` is the dotted config key, e.g. ``"model.max_length"``); it is shown
+      as one ``error:`` line. Any other exception is reported as your plugin's fault
+      (``PluginError`` naming backend and distribution).
+    * Temperature 0 means greedy (argmax); the log-probs returned are then under the plain
+      ``softmax(logits)``, i.e. temperature 1. ``top_k``/``top_p`` filter what is sampled, not
+      the log-probs returned.
+    * An EOS token that ends a completion is part of ``completion_ids`` (with its log-prob):
+      training must see the decision to stop. ``finish_reason`` is then "stop".
+    * ``text`` is the decoded ``completion_ids`` and keeps the stop string that ended it (the
+      last token is the one that completed it); the core trims nothing.
+    * ``EngineConfig.max_length`` caps prompt + completion tokens: the completion gets
+      ``min(max_new_tokens, max_length - len(prompt_ids))`` tokens, and a prompt of
+      ``max_length`` tokens or more is a ``ConfigError`` on ``model.max_length``.
+    * ``EngineConfig.threads`` is the number of CPU threads your compute may use in this
+      process (e.g. ``torch.set_num_threads``); None leaves the library's default. Per-thread
+      settings must be applied inside each call (see ``generate``).
+    * ``optimizer`` is AdamW as ``OptimizerConfig`` describes it (global-norm clipping by
+      ``max_grad_norm``, None for none); ``StepMetrics.grad_norm`` is the norm before clipping.
 
 Rules every backend follows (the conformance kit in ``polyrl.testing`` checks them)
     * Token ids and log-probs come from the generator itself; text is for humans only.
@@ -43,7 +75,12 @@ Rules every backend follows (the conformance kit in ``polyrl.testing`` checks th
       exactly), reports it as ``StepMetrics.extra["lr"]``, and honours
       ``EngineConfig.gradient_checkpointing`` when ``Capabilities.gradient_checkpointing``.
     * ``train_step`` loss equals ``polyrl.algorithms.reference.policy_loss`` on the same inputs,
-      for every objective; one call is one optimizer step (micro-batches accumulate inside).
+      for every objective, and its gradient is that loss's (``policy_loss_grad`` chained through
+      your log-probs); one call is one optimizer step (micro-batches accumulate inside and
+      change nothing but memory); a non-finite step returns ``skipped=True`` and leaves weights
+      and optimizer state untouched.
+    * Checkpoints resume exactly: after ``load_checkpoint`` the next step equals the one the
+      saving engine would take (weights *and* optimizer state).
     * Weights cross backends as HF-named numpy arrays (``export_weights``/``import_weights``).
     * Declare the model architectures you run in ``Capabilities.architectures``: a dict from
       the HF ``config.json`` ``model_type`` (``"llama"``, ``"qwen2"``, ``"qwen3"``,
@@ -234,8 +271,9 @@ def all_gather(engine: Any, value: Any) -> list[Any] | None:
     The trainer shards each step's prompts over the ranks (``RANK``/``WORLD_SIZE`` from the
     environment) and gathers the shaped rewards with this hook, so advantages and reward metrics
     are computed on the global batch. A backend that trains data-parallel implements it (the torch
-    backend with ``torch.distributed``) and normalises its loss by the global batch in
-    ``train_step``; return None when this process runs alone.
+    backend with ``torch.distributed``), normalises its loss by the global batch in
+    ``train_step`` and declares ``Capabilities.data_parallel``; return None when this process
+    runs alone (None under ``WORLD_SIZE`` > 1 is an error naming the backend).
     """
 
 

@@ -5,8 +5,10 @@ Plugins come from entry points in groups ``polyrl.backends``, ``polyrl.rewards``
 core's built-in reward plugins (``BUILTIN_REWARD_PLUGINS``: the simple rewards, the LLM judge, the
 sandboxed code reward and reward models; none imports torch or httpx until it is used) and any
 object passed to ``get_plugin_manager(extra=...)``.
-A plugin that fails to import is recorded in ``load_errors`` (with its distribution) instead of
-taking the process down; ``polyrl backends`` and ``polyrl doctor`` show those errors.
+A plugin that fails to import, or that marks a function ``@hookimpl`` under a name that is no
+hook (a misspelling), is recorded in ``load_errors`` (with its entry point, distribution and the
+fix) and left out instead of taking every command down; ``polyrl backends`` and ``polyrl doctor``
+show those errors.
 
 Environment:
     POLYRL_LOAD_PLUGINS     comma-separated entry-point names: load only these ("" loads none)
@@ -118,6 +120,33 @@ class PolyrlPluginManager(pluggy.PluginManager):
                     continue
                 self.plugin_info[ep.name] = PluginInfo(ep.name, group, dist, version)
 
+    def drop_plugins_with_unknown_hooks(self) -> None:
+        """Unregister each plugin with an ``@hookimpl`` that matches no hook, recording why.
+
+        Why: pluggy's ``check_pending`` raises on the first such plugin, so one misspelt hook in
+        one installed distribution would break every polyrl command with a traceback.
+        """
+        known = sorted(n for n in vars(self.hook) if not n.startswith("_") and getattr(self.hook, n).has_spec())
+        bad: dict[str, list[str]] = {}
+        for hook_name, caller in list(vars(self.hook).items()):
+            if hook_name.startswith("_") or caller.has_spec():
+                continue
+            for impl in caller.get_hookimpls():
+                if not impl.optionalhook:
+                    bad.setdefault(impl.plugin_name, []).append(hook_name)
+        for name, hooks in bad.items():
+            info = self.plugin_info.pop(name, None)
+            self.unregister(name=name)
+            unknown = ", ".join(repr(h) for h in sorted(hooks))
+            self.load_errors.append(PluginLoadError(
+                name=name,
+                group=info.group if info else "extra",
+                distribution=info.distribution if info else "",
+                error=(f"plugin {name!r} implements unknown hook(s) {unknown} (a misspelt @hookimpl?); "
+                       f"it was not loaded. Fix: rename to one of {', '.join(known)} "
+                       f"(see polyrl.hookspecs), or disable it with {DENY_ENV}={name}"),
+            ))
+
 
 def get_plugin_manager(extra: Iterable[Any] = (), entry_points: bool = True) -> PolyrlPluginManager:
     """A fresh plugin manager with the built-ins, entry-point plugins and ``extra`` registered."""
@@ -130,5 +159,6 @@ def get_plugin_manager(extra: Iterable[Any] = (), entry_points: bool = True) -> 
         pm.load_entry_points()
     for i, plugin in enumerate(extra):
         pm.register(plugin, name=getattr(plugin, "__name__", None) or f"extra-{i}")
-    pm.check_pending()
+    pm.drop_plugins_with_unknown_hooks()
+    pm.check_pending()  # nothing left to find: kept as a guard
     return pm

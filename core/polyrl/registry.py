@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from polyrl import hub
-from polyrl.errors import BackendUnavailable, ConfigError, PluginError
+from polyrl.errors import BackendUnavailable, ConfigError, PluginError, PolyrlError
 from polyrl.plugins import PluginLoadError, PolyrlPluginManager, get_plugin_manager
 from polyrl.tracking.spec import TrackerSpec, TrackerStatus
 from polyrl.types import BackendSpec, EngineConfig, RewardSpec
@@ -52,8 +52,20 @@ class Registry:
         self._rewards: dict[str, RewardSpec] = {}
         self._trackers: dict[str, TrackerSpec] = {}
         self._owners: dict[str, Any] = {}  # backend name -> the plugin object that registered it
+        #: backend name -> the distributions that all registered it (unusable until one is removed)
+        self._conflicts: dict[str, list[str]] = {}
         self.hook_errors: list[PluginLoadError] = []
         self._collect()
+        for name, dists in self._conflicts.items():
+            self.hook_errors.append(PluginLoadError(
+                name=name, group="polyrl_register_backends", distribution=" and ".join(dists),
+                error=self._conflict_text(name)))
+
+    def _conflict_text(self, name: str) -> str:
+        dists = self._conflicts[name]
+        return (f"backend name {name!r} is registered by {len(dists)} distributions: {', '.join(dists)}; "
+                f"polyrl will not guess which one you meant. Fix: `pip uninstall` all but one of them, "
+                f"or disable the others' entry points with POLYRL_DISABLE_PLUGINS")
 
     # --- collection ----------------------------------------------------------------------------
 
@@ -77,6 +89,11 @@ class Registry:
                         )
                     if not spec.distribution:
                         spec.distribution = _dist
+                    if _kind is BackendSpec and spec.name in _sink and self._owners.get(spec.name) is not _plugin:
+                        # Why: "last one wins" would run a different backend than the user chose.
+                        dists = self._conflicts.setdefault(spec.name, [_sink[spec.name].distribution or "?"])
+                        dists.append(spec.distribution or "?")
+                        return
                     _sink[spec.name] = spec
                     if _kind is BackendSpec:
                         self._owners[spec.name] = _plugin
@@ -143,10 +160,13 @@ class Registry:
 
     def status(self, name: str) -> BackendStatus:
         spec = self.spec(name)
-        try:
-            reason = spec.probe()
-        except Exception as exc:  # noqa: BLE001 - a probe that raises means "unusable"
-            reason = f"probe raised {type(exc).__name__}: {exc}"
+        if name in self._conflicts:
+            reason: str | None = self._conflict_text(name)
+        else:
+            try:
+                reason = spec.probe()
+            except Exception as exc:  # noqa: BLE001 - a probe that raises means "unusable"
+                reason = f"probe raised {type(exc).__name__}: {exc}"
         return BackendStatus(
             name=spec.name,
             available=reason is None,
@@ -191,6 +211,15 @@ class Registry:
                     + (f"; it may still {other} it" if caps.supports(model_type, other) else ""),
             )
 
+    def check_data_parallel(self, name: str, world_size: int, field: str = "backends.train") -> None:
+        """Refuse a multi-rank run (``WORLD_SIZE`` > 1) on a backend that does not declare
+        ``Capabilities.data_parallel``: each rank would silently train on its own shard."""
+        if world_size > 1 and not self.spec(name).capabilities.data_parallel:
+            able = [n for n in self.names() if self._backends[n].capabilities.data_parallel]
+            raise ConfigError(
+                f"backend {name!r} does not train data-parallel, but WORLD_SIZE={world_size}",
+                field=field, fix=f"run one process (no launcher), or train with {', '.join(able) or 'a data-parallel backend'}")
+
     def check_dtype(self, name: str, dtype: str, role: str, field: str = "model.dtype") -> None:
         """Refuse up front a dtype the backend does not declare (``Capabilities.dtypes``)."""
         dtypes = self.spec(name).capabilities.dtypes
@@ -201,12 +230,36 @@ class Registry:
     def resolve_model(self, name: str, field: str = "model.path") -> str:
         """A model alias resolved by a plugin, a Hub id (``org/name``) found in the local HF
         cache, or ``name`` itself (a path). An uncached Hub id is a ``ConfigError`` on ``field``."""
-        resolved = self.pm.hook.polyrl_resolve_model(name=name)
+        resolved = self._resolve_alias(name)
         if resolved:
             return resolved
         if hub.looks_like_hub_id(name):
             return hub.resolve_cached(name, field=field)
         return name
+
+
+    def _resolve_alias(self, name: str) -> str | None:
+        """Ask each plugin in turn (as pluggy would), naming the plugin that raises or returns
+        something that is not a path: such a fault is the plugin's, not the user's ``model.path``."""
+        for impl in reversed(self.pm.hook.polyrl_resolve_model.get_hookimpls()):
+            who = f"plugin {impl.plugin_name!r} ({self.pm.distribution_of(impl.plugin) or 'unknown distribution'})"
+            fix = f"Fix: report it to the plugin's authors, or disable it with POLYRL_DISABLE_PLUGINS={impl.plugin_name}"
+            try:
+                out = impl.function(name=name)
+            except PolyrlError:
+                raise  # the plugin's own actionable error (e.g. a ConfigError naming the model)
+            except Exception as exc:  # noqa: BLE001 - one plugin must not break model lookup
+                raise PluginError(f"{who} hook polyrl_resolve_model raised {type(exc).__name__}: {exc}. {fix}") from exc
+            if out is None:
+                continue
+            if not isinstance(out, (str, Path)) or not str(out):
+                raise PluginError(f"{who} hook polyrl_resolve_model returned {type(out).__name__} "
+                                  f"for {name!r}, expected a path (str) or None. {fix}")
+            if not Path(out).exists():
+                raise PluginError(f"{who} hook polyrl_resolve_model resolved {name!r} to {str(out)!r}, "
+                                  f"which does not exist. {fix}")
+            return str(out)
+        return None
 
 
 def model_type_of(model_path: str) -> str | None:

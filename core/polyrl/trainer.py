@@ -130,6 +130,7 @@ class Trainer:
         )
         self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed)
         self.rank, self.world_size = _launcher_rank()
+        self.registry.check_data_parallel(config.backends.train, self.world_size)
         if self.world_size > config.train.prompts_per_step:
             raise ConfigError(
                 f"{self.world_size} processes but only {config.train.prompts_per_step} prompts per step",
@@ -370,7 +371,7 @@ class Trainer:
         times["reward"] = time.perf_counter() - t0
 
         # advantages (and batch-level statistics) over the global batch, then this rank's part
-        everyone = self.train_engine.all_gather((rewards, shaped)) if self.world_size > 1 else [(rewards, shaped)]
+        everyone = self.train_engine.all_gather((rewards, shaped), self.world_size) if self.world_size > 1 else [(rewards, shaped)]
         offset = sum(len(r) for r, _ in everyone[: self.rank])
         all_shaped = np.concatenate([s for _, s in everyone])
         mine = slice(offset, offset + len(shaped))

@@ -326,6 +326,9 @@ class Capabilities:
     checkpoint: bool = False
     #: ``generate`` may run on a worker thread while another engine trains (generation.overlap)
     concurrent_generate: bool = False
+    #: trains under a multi-process launcher (WORLD_SIZE > 1): implements ``all_gather`` and
+    #: normalises its loss by the global batch; without it the core refuses a multi-rank run
+    data_parallel: bool = False
     dtypes: tuple[str, ...] = ("float32",)
     devices: tuple[str, ...] = ("cpu",)
     #: optional ``SamplingParams`` features honoured by ``generate`` ("min_p", "repetition_penalty");
@@ -360,8 +363,8 @@ Probe = Callable[[], "str | None"]
 class BackendSpec:
     """A backend as registered by a plugin through ``polyrl_register_backends``.
 
-    ``load(EngineConfig) -> engine`` builds the engine object the compute hooks receive; each
-    plugin recognises its own engines (``isinstance``) and returns None for others.
+    ``load(EngineConfig) -> engine`` builds the engine object the compute hooks receive; only
+    the plugin that registered the backend is asked to answer them (see ``polyrl.hookspecs``).
     """
 
     name: str

@@ -9,25 +9,37 @@ backend that does not train) and names its backend::
         backend = "mine"
         # optional: compare log-probs with another installed backend on the same weights
         compare_with = "torch"
+        # optional: plugin objects to register besides the installed entry points
+        plugins = (MyPlugin(),)
 
 pytest then runs every check below on a tiny local Llama (built without any hub, see
 ``polyrl.testing.tiny_model``). The checks use only the public hooks, so they hold for any
-implementation: token ids and log-probs come from the sampler, seeds repeat, stop strings and
-lengths are honoured, the reported loss equals the numpy reference, and weights move between
-backends without changing what the model computes.
+implementation: token ids and log-probs come from the sampler (before top-p/top-k; at
+temperature 0 under the plain softmax), seeds repeat, stop strings and lengths (``max_new_tokens``
+and ``max_length``) are honoured, the reported loss equals the numpy reference, the gradient
+equals the reference's (``policy_loss_grad``, measured through one optimizer step), micro-batching
+changes nothing, non-finite steps leave the weights alone, every parameter survives an
+export/import round trip, and a checkpoint resumes exactly (weights and optimizer state).
+
+Each check is a plain method: ``MyKit().test_checkpoint_resumes_exactly(model_dir, tmp_path)``
+runs it outside pytest's collection too (the kit's own mutation tests do that).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
+import attrs
 import numpy as np
 import pytest
 
 from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.reference import policy_loss
 from polyrl.engine import Engine
-from polyrl.registry import get_registry
+from polyrl.errors import ConfigError
+from polyrl.plugins import get_plugin_manager
+from polyrl.registry import Registry, get_registry
 from polyrl.types import EngineConfig, OptimizerConfig, SamplingParams, TokenSequence, TrainBatch
 
 CHATS = [
@@ -43,25 +55,46 @@ class GenerationConformance:
     backend: ClassVar[str] = ""
     compare_with: ClassVar[str | None] = None
     logprob_atol: ClassVar[float] = 2e-4
+    #: plugin objects registered besides the installed entry points (a backend under test that
+    #: is not installed, e.g. the kit's own mutation tests)
+    plugins: ClassVar[tuple[Any, ...]] = ()
+    _registries: ClassVar[dict[int, Registry]] = {}
 
     @pytest.fixture(scope="class")
-    def model_dir(self, tmp_path_factory) -> str:
+    @classmethod
+    def model_dir(cls, tmp_path_factory) -> str:
         from polyrl.testing.tiny_model import build_tiny_llama
 
         return build_tiny_llama(str(tmp_path_factory.mktemp("conformance") / "tiny"))
 
-    def _engine(self, model_dir: str, role: str = "train", backend: str | None = None) -> Engine:
-        reg = get_registry()
-        name = backend or self.backend
+    @classmethod
+    def registry(cls) -> Registry:
+        if not cls.plugins:
+            return get_registry()
+        key = id(cls.plugins)
+        if key not in cls._registries:
+            cls._registries[key] = Registry(get_plugin_manager(extra=cls.plugins))
+        return cls._registries[key]
+
+    @classmethod
+    def _engine(cls, model_dir: str, role: str = "train", backend: str | None = None,
+                optimizer: OptimizerConfig | None = None, max_length: int = 1024) -> Engine:
+        reg = cls.registry()
+        name = backend or cls.backend
         status = reg.status(name)
         if not status.available:
             pytest.skip(f"backend {name!r} not usable here: {status.reason}")
-        return Engine(reg, name, EngineConfig(model=model_dir, role=role, threads=1,
-                                              optimizer=OptimizerConfig(lr=1e-2)))
+        return Engine(reg, name, EngineConfig(model=model_dir, role=role, threads=1, max_length=max_length,
+                                              optimizer=optimizer or OptimizerConfig(lr=1e-2)))
+
+    @classmethod
+    def capabilities(cls):
+        return cls.registry().spec(cls.backend).capabilities
 
     @pytest.fixture(scope="class")
-    def engine(self, model_dir) -> Engine:
-        return self._engine(model_dir, role="generate")
+    @classmethod
+    def engine(cls, model_dir) -> Engine:
+        return cls._engine(model_dir, role="generate")
 
     # --- generate ------------------------------------------------------------------------------
 
@@ -75,9 +108,12 @@ class GenerationConformance:
             assert c.finish_reason in ("stop", "length")
         assert np.array_equal(out[0].prompt_ids, out[2].prompt_ids)
 
-    @pytest.mark.parametrize("temperature", [1.0, 0.7])
-    def test_sampler_logprobs_equal_scored_logprobs(self, engine, temperature):
-        out = engine.generate(CHATS, SamplingParams(max_new_tokens=8, n=2, seed=1, temperature=temperature))
+    @pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 1.0), (0.7, 0, 1.0), (1.0, 5, 0.9)],
+                             ids=["t1", "t0.7", "topk_topp"])
+    def test_sampler_logprobs_equal_scored_logprobs(self, engine, temperature, top_k, top_p):
+        """Log-probs are under softmax(logits / temperature) *before* top-k/top-p filtering."""
+        out = engine.generate(CHATS, SamplingParams(max_new_tokens=8, n=2, seed=1, temperature=temperature,
+                                                    top_k=top_k, top_p=top_p))
         scored = engine.logprobs([TokenSequence.of(c) for c in out], temperature)
         for c, lp in zip(out, scored):
             np.testing.assert_allclose(c.logprobs, lp, atol=self.logprob_atol)
@@ -95,8 +131,14 @@ class GenerationConformance:
         greedy = engine.generate(CHATS, SamplingParams(max_new_tokens=8, temperature=0.0))
         again = engine.generate(CHATS, SamplingParams(max_new_tokens=8, temperature=0.0))
         top1 = engine.generate(CHATS, SamplingParams(max_new_tokens=8, temperature=1.0, top_k=1, seed=3))
-        for g, a, t in zip(greedy, again, top1):
+        tiny_p = engine.generate(CHATS, SamplingParams(max_new_tokens=8, temperature=1.0, top_p=1e-6, seed=4))
+        for g, a, t, p in zip(greedy, again, top1, tiny_p):
             assert g.completion_ids.tolist() == a.completion_ids.tolist() == t.completion_ids.tolist()
+            assert p.completion_ids.tolist() == g.completion_ids.tolist()  # the top token always survives
+        # at temperature 0 the log-probs are under the plain softmax (temperature 1)
+        scored = engine.logprobs([TokenSequence.of(g) for g in greedy], 1.0)
+        for g, lp in zip(greedy, scored):
+            np.testing.assert_allclose(g.logprobs, lp, atol=self.logprob_atol)
 
     def test_length_limit_reports_length(self, engine):
         out = engine.generate(CHATS, SamplingParams(max_new_tokens=3, temperature=0.0))
@@ -113,13 +155,73 @@ class GenerationConformance:
         stopped = engine.generate(CHATS[:1], SamplingParams(max_new_tokens=12, temperature=0.0, stop=(stop,)))[0]
         assert stopped.finish_reason == "stop"
         assert len(stopped.completion_ids) < len(free.completion_ids)
-        assert stop in stopped.text or stopped.text.endswith(stop[:1])
+        assert stopped.completion_ids.tolist() == free.completion_ids[: len(stopped.completion_ids)].tolist()
+        assert stop in stopped.text  # the text keeps the stop string (ids end with its last token)
+
+    def test_max_length_caps_prompt_plus_completion(self, engine):
+        """``EngineConfig.max_length`` counts prompt + completion tokens; a prompt that leaves no
+        room is the user's ``model.max_length`` error, not a crash. Checked at the engine's own
+        max_length with long prompts (a backend that compiles per max_length compiles nothing new)."""
+        limit = engine.config.max_length
+
+        def chat(words: int) -> list[dict[str, str]]:
+            return [{"role": "user", "content": " one" * words}]
+
+        def prompt_len(words: int) -> int:
+            return len(engine.generate([chat(words)], SamplingParams(max_new_tokens=1))[0].prompt_ids)
+
+        base, per_word = prompt_len(10), (prompt_len(30) - prompt_len(10)) / 20
+        words = int((limit - 6 - base) / per_word) + 10
+        while prompt_len(words) > limit - 2:  # leave 1..a few tokens of room
+            words -= 1
+        out = engine.generate([chat(words)], SamplingParams(max_new_tokens=64, n=2, seed=0))
+        room = limit - len(out[0].prompt_ids)
+        assert 1 <= room < 64
+        for c in out:
+            assert 1 <= len(c.completion_ids) <= room
+            if c.finish_reason == "length":
+                assert len(c.completion_ids) == room
+        too_long = chat(words + int(20 / per_word) + 5)
+        with pytest.raises(ConfigError) as info:
+            engine.generate([too_long], SamplingParams(max_new_tokens=4))
+        assert info.value.field == "model.max_length"
+
+    def test_eos_is_part_of_the_completion(self, model_dir):
+        """An EOS that ends a completion is its last id (with its log-prob), finish "stop".
+
+        The model is made uniform (final norm weight 0, so every logit is 0) through
+        ``import_weights``; EOS then comes up about once in 512 tokens, at log-prob -log(V).
+        """
+        import json
+
+        from safetensors.numpy import load_file
+
+        if not self.capabilities().weight_import:
+            pytest.skip(f"backend {self.backend!r} does not import weights")
+        folder = Path(model_dir)
+        eos = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]
+        eos_ids = set(eos if isinstance(eos, list) else [eos])
+        weights = load_file(str(folder / "model.safetensors"))
+        weights["model.norm.weight"] = np.zeros_like(weights["model.norm.weight"])
+        vocab = weights["model.embed_tokens.weight"].shape[0]
+        engine = self._engine(model_dir)
+        engine.import_weights(weights)
+        out = engine.generate(CHATS, SamplingParams(max_new_tokens=48, n=32, seed=0))
+        ended = [c for c in out if c.finish_reason == "stop"]
+        assert ended, "no completion ended with EOS in 3072 uniform draws (expected about 6)"
+        for c in out:
+            ids = c.completion_ids.tolist()
+            hits = [i for i, t in enumerate(ids) if t in eos_ids]
+            assert hits in ([], [len(ids) - 1]), "generation went on after EOS"
+            assert (c.finish_reason == "stop") == bool(hits), "EOS must be in completion_ids, finish 'stop'"
+            if hits:
+                assert c.logprobs[-1] == pytest.approx(-np.log(vocab), abs=1e-3)
 
     def test_generate_on_a_worker_thread_when_declared(self, engine):
         """``concurrent_generate`` (generation.overlap) promises generate works off the main thread."""
         from concurrent.futures import ThreadPoolExecutor
 
-        if not get_registry().spec(self.backend).capabilities.concurrent_generate:
+        if not self.capabilities().concurrent_generate:
             pytest.skip(f"backend {self.backend!r} does not declare concurrent_generate")
         sampling = SamplingParams(max_new_tokens=8, n=2, seed=9)
         here = engine.generate(CHATS, sampling)
@@ -129,9 +231,30 @@ class GenerationConformance:
             assert a.completion_ids.tolist() == b.completion_ids.tolist()
             np.testing.assert_allclose(a.logprobs, b.logprobs, atol=self.logprob_atol)
 
-    # --- training ------------------------------------------------------------------------------
-
     # --- weights -------------------------------------------------------------------------------
+
+    def test_every_weight_survives_export_and_import(self, model_dir):
+        """Import then export returns each parameter as imported, and the import changes what
+        the model computes (one backend, every parameter, not just one projection)."""
+        caps = self.capabilities()
+        if not (caps.weight_export and caps.weight_import):
+            pytest.skip(f"backend {self.backend!r} does not both export and import weights")
+        engine = self._engine(model_dir)
+        seqs = [TokenSequence.of(c) for c in engine.generate(CHATS, SamplingParams(max_new_tokens=6, seed=2))]
+        before = engine.logprobs(seqs, 1.0)
+        original = {k: np.array(v, copy=True) for k, v in engine.export_weights().items()}
+        perturbed = _perturb_every_weight(original)
+        engine.import_weights(perturbed)
+        back = engine.export_weights()
+        assert sorted(back) == sorted(perturbed)
+        for name, value in perturbed.items():
+            np.testing.assert_allclose(np.asarray(back[name], np.float32), value, atol=1e-6, rtol=1e-5,
+                                       err_msg=f"weight {name} changed in an import/export round trip")
+        moved = engine.logprobs(seqs, 1.0)
+        assert any(np.abs(a - b).max() > 1e-4 for a, b in zip(before, moved)), "import had no effect"
+        engine.import_weights(original)
+        for a, b in zip(before, engine.logprobs(seqs, 1.0)):
+            np.testing.assert_allclose(a, b, atol=self.logprob_atol)
 
     def test_weights_round_trip_across_backends(self, model_dir):
         other = self.compare_with
@@ -143,15 +266,47 @@ class GenerationConformance:
         seqs = [TokenSequence.of(c) for c in out]
         for a, b in zip(mine.logprobs(seqs, 1.0), theirs.logprobs(seqs, 1.0)):
             np.testing.assert_allclose(a, b, atol=self.logprob_atol)
-        caps = get_registry().spec(self.backend).capabilities
-        if caps.weight_import:
-            weights = theirs.export_weights()
-            perturbed = {k: v + np.float32(0.01) if k.endswith("q_proj.weight") else v
-                         for k, v in weights.items()}
+        if self.capabilities().weight_import:
+            perturbed = _perturb_every_weight(theirs.export_weights())
             mine.import_weights(perturbed)
             theirs.import_weights(perturbed)
             for a, b in zip(mine.logprobs(seqs, 1.0), theirs.logprobs(seqs, 1.0)):
                 np.testing.assert_allclose(a, b, atol=self.logprob_atol)
+
+
+def _perturb_every_weight(weights: Any) -> dict[str, np.ndarray]:
+    """Each floating array plus small noise scaled to its spread: a wrong, dropped or swapped
+    parameter on import then shows up in what the model computes."""
+    rng = np.random.default_rng(0)
+    out = {}
+    for name, value in weights.items():
+        arr = np.asarray(value)
+        if np.issubdtype(arr.dtype, np.floating):
+            arr = arr.astype(np.float32)
+            arr = arr + rng.normal(0, 0.05 * (float(arr.std()) + 1e-2), arr.shape).astype(np.float32)
+        out[name] = arr
+    return out
+
+
+def _sgd_like(lr: float, grad_norm: float = 1.0) -> OptimizerConfig:
+    """AdamW whose first step is plain gradient descent with step ``lr``: with betas (0, 0) the
+    first update is ``lr' * g / (|g| + eps)`` (bias correction or not), and with ``eps`` far above
+    every |g| that is ``(lr' / eps) * g``. No clipping, no weight decay."""
+    eps = 1e4 * max(1.0, grad_norm)
+    return OptimizerConfig(lr=lr * eps, betas=(0.0, 0.0), eps=eps, weight_decay=0.0, max_grad_norm=None)
+
+
+def _perturbed_batch(engine: Engine, seed: int = 4, n: int = 2) -> tuple[TrainBatch, list[np.ndarray]]:
+    """Rollouts of ``engine`` with old/ref log-probs moved off the current ones (ratios != 1, so
+    clipping and the KL term are exercised) and random advantages."""
+    out = engine.generate(CHATS, SamplingParams(max_new_tokens=6, n=n, seed=seed))
+    seqs = [TokenSequence.of(c) for c in out]
+    rng = np.random.default_rng(seed)
+    current = engine.logprobs(seqs, 1.0)
+    old = [lp + rng.normal(0, 0.3, len(lp)).astype(np.float32) for lp in current]
+    ref = [lp + rng.normal(0, 0.3, len(lp)).astype(np.float32) for lp in current]
+    adv = rng.standard_normal(len(seqs)).astype(np.float32)
+    return TrainBatch(seqs, adv, old, ref), current
 
 
 class BackendConformance(GenerationConformance):
@@ -200,3 +355,105 @@ class BackendConformance(GenerationConformance):
         engine.train_step(TrainBatch(seqs, np.array([1.0, -1.0])), Objective())
         after = [lp.sum() for lp in engine.logprobs(seqs, 1.0)]
         assert after[0] > before[0] and after[1] < before[1]
+
+    @pytest.mark.parametrize(
+        "objective",
+        [Objective(), Objective(beta=0.1, kl_estimator="k3", dual_clip=3.0, loss_aggregation="token_mean"),
+         Objective(loss_aggregation="seq_mean_token_sum_norm", max_completion_length=8, beta=0.05)],
+        ids=["grpo", "k3_dual_token_mean", "dr_grpo_kl"],
+    )
+    def test_gradient_equals_reference_gradient(self, model_dir, objective):
+        """The backend's gradient G is d(reference loss)/d(weights), with ``policy_loss_grad``
+        chained through its own log-probs. Measured through plain gradient-descent steps of size
+        ``lr`` on two batches A and B (same rollouts, different advantages), to first order:
+
+        * a step on A changes loss A by ``-lr |G_A|^2`` (``grad_norm`` is |G_A|), and
+        * a step on A changes loss B by ``-lr G_B.G_A``, as a step on B changes loss A: the
+          cross terms agree only when each step follows its loss's true gradient.
+
+        A probe engine first measures |G_A| so the steps are small enough for first order to hold
+        and large enough to measure in float32.
+        """
+        probe = self._engine(model_dir)
+        batch_a, _ = _perturbed_batch(probe)
+        rng = np.random.default_rng(11)
+        batch_b = TrainBatch(batch_a.sequences, rng.standard_normal(len(batch_a.sequences)).astype(np.float32),
+                             batch_a.old_logprobs, batch_a.ref_logprobs)
+        norm_a = probe.train_step(batch_a, objective).grad_norm
+        assert np.isfinite(norm_a) and norm_a > 0
+        lr = 2e-3 / norm_a**2  # aims at a loss change of about 2e-3
+        ref = batch_a.ref_logprobs if objective.beta else None
+
+        def losses(engine: Engine) -> np.ndarray:
+            lps = engine.logprobs(batch_a.sequences, 1.0)
+            return np.array([policy_loss(lps, b.advantages, objective, b.old_logprobs, ref)[0]
+                             for b in (batch_a, batch_b)])
+
+        changes, norms = [], []
+        for batch in (batch_a, batch_b):
+            engine = self._engine(model_dir, optimizer=_sgd_like(lr, norm_a))
+            before = losses(engine)
+            got = engine.train_step(batch, objective)
+            assert not got.skipped
+            changes.append(losses(engine) - before)
+            norms.append(got.grad_norm)
+        assert norms[0] == pytest.approx(norm_a, rel=1e-3), "same batch, same weights: same gradient"
+        assert changes[0][0] == pytest.approx(-lr * norm_a**2, rel=0.05), (
+            "a step moved its own loss differently from what the reported gradient predicts: the "
+            "gradient is not d(reference loss)/d(weights), or grad_norm is not its norm")
+        assert changes[1][1] == pytest.approx(-lr * norms[1] ** 2, rel=0.05), (
+            "batch B: the gradient is not d(reference loss)/d(weights), or grad_norm is not its norm")
+        assert abs(changes[0][1] - changes[1][0]) <= 0.05 * lr * norms[0] * norms[1], (
+            f"cross terms differ ({changes[0][1]:.3g} vs {changes[1][0]:.3g}): the gradient is not the "
+            "reference loss's")
+
+    def test_micro_batches_give_the_same_step(self, model_dir):
+        """``optimizer.micro_batch_size`` only saves memory: loss, gradient and update are those of
+        the whole batch (the loss aggregation spans the batch, not each micro-batch)."""
+        objective = Objective(loss_aggregation="token_mean", beta=0.1)
+        whole = self._engine(model_dir, optimizer=_sgd_like(1e-2))
+        batch, _ = _perturbed_batch(whole)
+        split_opt = attrs.evolve(_sgd_like(1e-2), micro_batch_size=1)
+        split = self._engine(model_dir, optimizer=split_opt)
+        a, b = whole.train_step(batch, objective), split.train_step(batch, objective)
+        assert b.loss == pytest.approx(a.loss, rel=1e-3, abs=1e-5)
+        assert b.grad_norm == pytest.approx(a.grad_norm, rel=1e-3)
+        assert b.tokens == a.tokens
+        for x, y in zip(whole.logprobs(batch.sequences, 1.0), split.logprobs(batch.sequences, 1.0)):
+            np.testing.assert_allclose(x, y, atol=self.logprob_atol)
+
+    def test_non_finite_step_is_skipped_and_leaves_the_weights(self, model_dir):
+        engine = self._engine(model_dir)
+        batch, _ = _perturbed_batch(engine)
+        before = engine.logprobs(batch.sequences, 1.0)
+        poisoned = TrainBatch(batch.sequences, np.full(len(batch.sequences), np.nan, np.float32))
+        got = engine.train_step(poisoned, Objective())
+        assert got.skipped, "a NaN loss must be reported as skipped"
+        for a, b in zip(before, engine.logprobs(batch.sequences, 1.0)):
+            np.testing.assert_allclose(a, b, atol=1e-6, err_msg="a skipped step changed the weights")
+        healthy = engine.train_step(TrainBatch(batch.sequences, batch.advantages), Objective())
+        assert not healthy.skipped and np.isfinite(healthy.loss)
+        assert all(np.all(np.isfinite(lp)) for lp in engine.logprobs(batch.sequences, 1.0))
+
+    def test_checkpoint_resumes_exactly(self, model_dir, tmp_path):
+        """Weights and optimizer state come back: a resumed engine's next step equals the
+        uninterrupted engine's."""
+        if not self.capabilities().checkpoint:
+            pytest.skip(f"backend {self.backend!r} does not declare checkpoint")
+        first = self._engine(model_dir)
+        batch, _ = _perturbed_batch(first)
+        plain = TrainBatch(batch.sequences, batch.advantages)
+        first.train_step(plain, Objective())
+        path, state = Path(tmp_path) / "model", Path(tmp_path) / "state"
+        first.save_checkpoint(str(path), str(state))
+        resumed = self._engine(model_dir)
+        resumed.load_checkpoint(str(path), str(state))
+        for a, b in zip(first.logprobs(batch.sequences, 1.0), resumed.logprobs(batch.sequences, 1.0)):
+            np.testing.assert_allclose(a, b, atol=self.logprob_atol, err_msg="weights not restored")
+        # the opposite push: an optimizer with momentum state moves differently from a fresh one
+        reverse = TrainBatch(batch.sequences, -batch.advantages)
+        first.train_step(reverse, Objective())
+        resumed.train_step(reverse, Objective())
+        for a, b in zip(first.logprobs(batch.sequences, 1.0), resumed.logprobs(batch.sequences, 1.0)):
+            np.testing.assert_allclose(a, b, atol=self.logprob_atol,
+                                       err_msg="the step after resuming differs: optimizer state not restored")

@@ -243,14 +243,20 @@ def _write(folder: Path, params: dict) -> None:
     from safetensors.numpy import save_file
 
     vocab_size = params["vocab_size"]
-    tok = _train_tokenizer(vocab_size)
-    if tok.get_vocab_size() != vocab_size:
-        raise ValueError(
-            f"the built-in text yields only {tok.get_vocab_size()} BPE tokens, fewer than "
-            f"vocab_size={vocab_size}; pick a smaller vocab_size"
-        )
-    ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
-    tok.save(str(folder / "tokenizer.json"))
+    if params.get("tokenizer") == "bytes":
+        from polyrl.testing.byte_tokenizer import byte_level_tokenizer_json
+
+        ids = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
+        (folder / "tokenizer.json").write_text(json.dumps(byte_level_tokenizer_json(SPECIAL_TOKENS)) + "\n")
+    else:
+        tok = _train_tokenizer(vocab_size)
+        if tok.get_vocab_size() != vocab_size:
+            raise ValueError(
+                f"the built-in text yields only {tok.get_vocab_size()} BPE tokens, fewer than "
+                f"vocab_size={vocab_size}; pick a smaller vocab_size"
+            )
+        ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
+        tok.save(str(folder / "tokenizer.json"))
     shape = {k: params[k] for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads",
                                     "intermediate_size", "vocab_size")}
     shape.update(arch=params.get("arch", "llama"), tie=params.get("tie", False))
@@ -294,11 +300,15 @@ def build_tiny_llama(
     num_heads: int = 4,
     num_kv_heads: int = 2,
     intermediate_size: int = 128,
-    vocab_size: int = 512,
+    vocab_size: int | None = None,
     seed: int = 0,
     max_position_embeddings: int = 1024,
+    tokenizer: str = "bpe",
 ) -> str:
     """Write (once) a random Llama with a trained BPE tokenizer to ``path``; return the path.
+
+    ``tokenizer="bytes"`` writes a byte-level tokenizer without merges instead (no
+    ``tokenizers`` package needed: the whole build then uses numpy, safetensors and json).
 
     A folder that already holds a complete build with the same parameters is reused as is. A
     build with other parameters is replaced; a non-empty folder that is not a build is refused
@@ -308,7 +318,7 @@ def build_tiny_llama(
     return build_tiny_model(
         path, arch="llama", hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
         num_kv_heads=num_kv_heads, intermediate_size=intermediate_size, vocab_size=vocab_size,
-        seed=seed, max_position_embeddings=max_position_embeddings,
+        seed=seed, max_position_embeddings=max_position_embeddings, tokenizer=tokenizer,
     )
 
 
@@ -322,11 +332,15 @@ def build_tiny_model(
     num_heads: int = 4,
     num_kv_heads: int = 2,
     intermediate_size: int = 128,
-    vocab_size: int = 512,
+    vocab_size: int | None = None,
     seed: int = 0,
     max_position_embeddings: int = 1024,
+    tokenizer: str = "bpe",
 ) -> str:
     """Like ``build_tiny_llama`` for any family in ``ARCHITECTURES`` (HF ``model_type``).
+
+    ``tokenizer``: "bpe" (trained with ``tokenizers``; ``vocab_size`` defaults to 512) or
+    "bytes" (no ``tokenizers`` needed; the vocabulary is the 256 bytes plus the special tokens).
 
     ``tie_word_embeddings`` defaults to the family's usual choice. Gemma 3 gets hidden size 80
     by default: its embedding scale sqrt(80) is not a bfloat16 number, so a backend that rounds
@@ -337,6 +351,17 @@ def build_tiny_model(
     tie = ARCHITECTURES[arch][1] if tie_word_embeddings is None else bool(tie_word_embeddings)
     if hidden_size is None:
         hidden_size = 80 if arch == "gemma3_text" else 64
+    if tokenizer not in ("bpe", "bytes"):
+        raise ValueError(f"unknown tokenizer {tokenizer!r}; known: bpe, bytes")
+    if tokenizer == "bytes":
+        from polyrl.testing.byte_tokenizer import vocab_size as byte_vocab_size
+
+        if vocab_size not in (None, byte_vocab_size(SPECIAL_TOKENS)):
+            raise ValueError(f"tokenizer='bytes' has exactly {byte_vocab_size(SPECIAL_TOKENS)} tokens; "
+                             "leave vocab_size unset")
+        vocab_size = byte_vocab_size(SPECIAL_TOKENS)
+    elif vocab_size is None:
+        vocab_size = 512
     if num_heads % num_kv_heads or (ARCHITECTURES[arch][2] is None and hidden_size % num_heads):
         raise ValueError("hidden_size must divide by num_heads and num_heads by num_kv_heads")
     params = {
@@ -347,6 +372,8 @@ def build_tiny_model(
     }
     if arch != "llama" or tie:  # a default Llama keeps its old marker (existing caches stay valid)
         params.update(arch=arch, tie=tie)
+    if tokenizer != "bpe":
+        params["tokenizer"] = tokenizer
     target = Path(path).expanduser().resolve()
     if _marker(target) == params:
         return str(target)

@@ -40,7 +40,7 @@ def generate(engine: MaxEngine, prompts: Sequence[Prompt], sampling: SamplingPar
     for i, ids in enumerate(prompt_ids):
         if len(ids) >= limit:
             raise ConfigError(f"prompt {i} has {len(ids)} tokens, not below max_length={limit}",
-                              field="max_length", fix="raise max_length or shorten the prompt")
+                              field="model.max_length", fix="raise model.max_length or shorten the prompt")
     total = len(prompt_ids) * n
     budgets = [min(sampling.max_new_tokens, limit - len(prompt_ids[s // n])) for s in range(total)]
     seed = int(sampling.seed) if sampling.seed is not None else engine.next_seed()

@@ -143,7 +143,7 @@ def _generate(engine: MLXEngine, prompts: Sequence[Prompt], sampling: SamplingPa
     for i, ids in enumerate(prompt_ids):
         if len(ids) >= limit:
             raise ConfigError(f"prompt {i} has {len(ids)} tokens, not below max_length={limit}",
-                              field="max_length", fix="raise max_length or shorten the prompt")
+                              field="model.max_length", fix="raise model.max_length or shorten the prompt")
     budgets = [min(sampling.max_new_tokens, limit - len(ids)) for ids in prompt_ids for _ in range(n)]
     total = len(budgets)
 

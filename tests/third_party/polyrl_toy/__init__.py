@@ -4,7 +4,9 @@ The "model" is a learnable table of next-token logits shared by every position (
 policy over a 16-token vocabulary): small enough to train in milliseconds, real enough that the
 core loop's generate -> reward -> advantage -> update path must work for its reward to rise.
 Gradients are exact: ``polyrl.algorithms.reference.policy_loss_grad`` gives d loss / d logp, and
-d logp_t / d logits = onehot(token_t) - softmax(logits).
+d logp_t / d logits = onehot(token_t) - softmax(logits); the optimizer is AdamW as
+``OptimizerConfig`` describes it (the conformance kit's gradient check relies on that).
+``ToyPlugin`` is the same backend as a class under another name, for tests that change one hook.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class ToyEngine:
         self.config = config
         self.logits = np.zeros(VOCAB)
         self.lr = config.optimizer.lr
+        self.m, self.v, self.t = np.zeros(VOCAB), np.zeros(VOCAB), 0
 
     @classmethod
     def load(cls, config) -> ToyEngine:
@@ -96,9 +99,24 @@ def train_step(engine, batch, objective):
         for tok, gt in zip(seq.completion_ids, g):
             dlogits += gt * (np.eye(VOCAB)[tok] - probs)
     norm = float(np.linalg.norm(dlogits))
-    engine.logits -= engine.lr * dlogits
+    if not np.isfinite(loss) or not np.isfinite(norm):
+        return StepMetrics(loss=float(loss), grad_norm=norm, skipped=True, tokens=batch.num_tokens)
+    _adamw(engine, dlogits, norm)
     return StepMetrics(loss=loss, grad_norm=norm, kl=metrics["kl"],
                        clip_fraction=metrics["clip_fraction"], tokens=batch.num_tokens)
+
+
+def _adamw(engine: ToyEngine, grad: np.ndarray, norm: float) -> None:
+    opt = engine.config.optimizer
+    if opt.max_grad_norm is not None and norm > opt.max_grad_norm:
+        grad = grad * (opt.max_grad_norm / norm)
+    b1, b2 = opt.betas
+    engine.t += 1
+    engine.m = b1 * engine.m + (1 - b1) * grad
+    engine.v = b2 * engine.v + (1 - b2) * grad**2
+    m_hat, v_hat = engine.m / (1 - b1**engine.t), engine.v / (1 - b2**engine.t)
+    engine.logits *= 1 - opt.lr * opt.weight_decay
+    engine.logits -= opt.lr * m_hat / (np.sqrt(v_hat) + opt.eps)
 
 
 @hookimpl
@@ -115,23 +133,30 @@ def import_weights(engine, weights):
 
 
 @hookimpl
-def save_checkpoint(engine, path):
+def save_checkpoint(engine, path, state_path=None):
     if not isinstance(engine, ToyEngine):
         return None
     import os
 
     os.makedirs(path, exist_ok=True)
     np.save(os.path.join(path, "logits.npy"), engine.logits)
+    state = state_path or path
+    os.makedirs(state, exist_ok=True)
+    np.savez(os.path.join(state, "adam.npz"), m=engine.m, v=engine.v, t=engine.t)
     return True
 
 
 @hookimpl
-def load_checkpoint(engine, path):
+def load_checkpoint(engine, path, state_path=None, weights_only=False):
     if not isinstance(engine, ToyEngine):
         return None
     import os
 
     engine.logits = np.load(os.path.join(path, "logits.npy"))
+    adam = os.path.join(state_path or path, "adam.npz")
+    if not weights_only and os.path.exists(adam):
+        with np.load(adam) as saved:
+            engine.m, engine.v, engine.t = saved["m"], saved["v"], int(saved["t"])
     return True
 
 
@@ -153,3 +178,47 @@ def reward(prompts, completions, context):
         return None
     return {"toy_sevens": [float(np.mean(c.completion_ids == 7)) if len(c.completion_ids) else 0.0
                            for c in completions]}
+
+
+class ToyPlugin:
+    """The toy backend registered as ``name``: subclass it and override one hook to build a
+    backend with a known fault (the conformance kit's mutation tests do)."""
+
+    capabilities = Capabilities(generate=True, logprobs=True, train_step=True,
+                                weight_export=True, weight_import=True, checkpoint=True)
+
+    def __init__(self, name: str = "toy-variant") -> None:
+        self.name = name
+
+    @hookimpl
+    def polyrl_register_backends(self, register):
+        register(BackendSpec(name=self.name, load=ToyEngine.load, capabilities=self.capabilities,
+                             distribution="tests"))
+
+    @hookimpl
+    def generate(self, engine, prompts, sampling):
+        return generate(engine, prompts, sampling)
+
+    @hookimpl
+    def logprobs(self, engine, sequences, temperature, reference):
+        return logprobs(engine, sequences, temperature, reference)
+
+    @hookimpl
+    def train_step(self, engine, batch, objective):
+        return train_step(engine, batch, objective)
+
+    @hookimpl
+    def export_weights(self, engine):
+        return export_weights(engine)
+
+    @hookimpl
+    def import_weights(self, engine, weights):
+        return import_weights(engine, weights)
+
+    @hookimpl
+    def save_checkpoint(self, engine, path, state_path):
+        return save_checkpoint(engine, path, state_path)
+
+    @hookimpl
+    def load_checkpoint(self, engine, path, state_path, weights_only):
+        return load_checkpoint(engine, path, state_path, weights_only)

@@ -1,0 +1,165 @@
+"""One faulty plugin must never break the others, nor let an error blame the wrong party.
+
+The hostile plugins are real distributions with entry points (``toy_dist.install_hostile_dists``),
+discovered exactly as ``pip install`` would leave them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from polyrl.engine import Engine
+from polyrl.errors import BackendUnavailable, ConfigError, PluginError
+from polyrl.hookspecs import hookimpl
+from polyrl.plugins import get_plugin_manager
+from polyrl.registry import Registry
+from polyrl.types import BackendSpec, Capabilities, EngineConfig, SamplingParams, TokenSequence
+
+from toy_dist import activate_hostile
+
+pytestmark = pytest.mark.faults
+
+
+@pytest.fixture()
+def hostile(tmp_path, monkeypatch):
+    monkeypatch.delenv("POLYRL_LOAD_PLUGINS", raising=False)
+    monkeypatch.delenv("POLYRL_DISABLE_PLUGINS", raising=False)
+    deactivate = activate_hostile(tmp_path)
+    yield tmp_path
+    deactivate()
+
+
+def test_misspelt_hook_drops_only_that_plugin_naming_entry_point_and_fix(hostile, monkeypatch):
+    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "toyfork")
+    reg = Registry()
+    errors = {e.name: e for e in reg.load_errors}
+    typo = errors["typo"]
+    assert typo.distribution == "polyrl-typo" and typo.group == "polyrl.backends"
+    assert "'generat'" in typo.error and "POLYRL_DISABLE_PLUGINS=typo" in typo.error
+    assert "generate" in typo.error  # the known hook names, so the typo is obvious
+    assert "typo" not in reg.names()  # unregistered: none of its hooks run
+    assert not reg.pm.has_plugin("typo")
+    engine = Engine(reg, "toy", EngineConfig(model="toy-model"))  # the rest keep working
+    assert len(engine.generate(["ab"], SamplingParams(max_new_tokens=3, n=2, seed=0))) == 2
+
+
+def test_cli_lists_the_misspelt_plugin_and_still_works(hostile, monkeypatch, capsys):
+    from polyrl import registry
+    from polyrl.cli import main
+
+    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "toyfork")
+    registry.get_registry(refresh=True)
+    try:
+        assert main(["backends", "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+    finally:
+        monkeypatch.delenv("POLYRL_DISABLE_PLUGINS")
+        registry.get_registry(refresh=True)
+    assert "toy" in {b["name"] for b in data["backends"]}
+    typo = next(e for e in data["load_errors"] if e["name"] == "typo")
+    assert typo["distribution"] == "polyrl-typo" and "generat" in typo["error"]
+
+
+def test_duplicate_backend_name_is_an_error_naming_both_distributions(hostile):
+    reg = Registry()
+    status = reg.status("toy")
+    assert not status.available
+    assert "polyrl-toy" in status.reason and "polyrl-toy-fork" in status.reason
+    with pytest.raises(BackendUnavailable, match="polyrl-toy.*polyrl-toy-fork|polyrl-toy-fork.*polyrl-toy"):
+        reg.load("toy", EngineConfig(model="toy-model"))
+    conflict = next(e for e in reg.load_errors if e.name == "toy")
+    assert "POLYRL_DISABLE_PLUGINS" in conflict.error
+
+
+def test_disabling_one_of_the_duplicates_makes_the_name_usable(hostile, monkeypatch):
+    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "toyfork")
+    reg = Registry()
+    assert reg.status("toy").available and reg.status("toy").distribution == "polyrl-toy"
+
+
+class _Hijacker:
+    """Answers every compute hook for every engine, as a careless plugin would."""
+
+    @hookimpl
+    def generate(self, engine, prompts, sampling):
+        raise RuntimeError("hijacker ran")
+
+    @hookimpl
+    def logprobs(self, engine, sequences, temperature, reference):
+        return [np.zeros(len(s.completion_ids), np.float32) for s in sequences]
+
+
+class _GenerateOnly:
+    @hookimpl
+    def polyrl_register_backends(self, register):
+        register(BackendSpec(name="genonly", load=lambda c: object(), distribution="polyrl-genonly",
+                             capabilities=Capabilities(generate=True, logprobs=False)))
+
+
+def test_compute_hooks_are_answered_only_by_the_owning_plugin(hostile, monkeypatch):
+    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "toyfork")
+    reg = Registry(get_plugin_manager(extra=[_Hijacker(), _GenerateOnly()]))
+    toy = Engine(reg, "toy", EngineConfig(model="toy-model"))
+    out = toy.generate(["ab"], SamplingParams(max_new_tokens=4, n=2, seed=3))  # the hijacker is never asked
+    scored = toy.logprobs([TokenSequence.of(c) for c in out])
+    assert all(np.all(lp < 0) for lp in scored)  # the toy's, not the hijacker's zeros
+    genonly = Engine(reg, "genonly", EngineConfig(model="x"))
+    with pytest.raises(PluginError, match="'genonly' \\(polyrl-genonly\\) hook logprobs: its plugin does not"):
+        genonly.logprobs([TokenSequence.of(out[0])])
+
+
+def test_multi_rank_run_is_refused_for_a_backend_without_data_parallel(hostile, monkeypatch, tmp_path):
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "toyfork")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    config = RunConfig.from_dict({
+        "model": {"path": "toy-model"}, "backends": {"train": "toy"},
+        "data": {"task": "arithmetic", "options": {"count": 16}}, "rewards": [{"name": "toy_sevens"}],
+        "train": {"steps": 1, "prompts_per_step": 4, "output_dir": str(tmp_path / "run")},
+    })
+    with pytest.raises(ConfigError, match="'toy' does not train data-parallel, but WORLD_SIZE=2") as info:
+        Trainer(config)
+    assert info.value.field == "backends.train" and "torch" in info.value.fix
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_all_gather_answering_none_under_several_ranks_is_the_backends_fault(hostile, monkeypatch):
+    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "toyfork")
+    engine = Engine(Registry(), "toy", EngineConfig(model="toy-model"))
+    assert engine.all_gather(5) == [5]
+    with pytest.raises(PluginError, match="toy.*all_gather.*WORLD_SIZE=2"):
+        engine.all_gather(5, world_size=2)
+
+
+class _AliasReturns:
+    def __init__(self, value) -> None:
+        self.value = value
+        self.__name__ = f"alias-returns-{type(value).__name__}"
+
+    @hookimpl
+    def polyrl_resolve_model(self, name):
+        return self.value if name == "my-alias" else None
+
+
+def test_model_alias_hook_that_raises_names_the_plugin(hostile, monkeypatch):
+    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "toyfork")
+    reg = Registry()
+    with pytest.raises(PluginError, match="'badalias' \\(polyrl-bad-alias\\).*KeyError.*POLYRL_DISABLE_PLUGINS=badalias"):
+        reg.resolve_model("explode")
+    assert reg.resolve_model("toy-model") == "/"  # other aliases still resolve
+    assert reg.resolve_model(str(hostile)) == str(hostile)  # a plain path is the path
+
+
+@pytest.mark.parametrize("garbage, complaint", [(42, "returned int"), ("/no/such/model/dir", "does not exist")])
+def test_model_alias_hook_returning_garbage_blames_the_plugin_not_the_user(garbage, complaint):
+    plugin = _AliasReturns(garbage)
+    reg = Registry(get_plugin_manager(extra=[plugin], entry_points=False))
+    with pytest.raises(PluginError, match=f"{plugin.__name__}.*{complaint}") as info:
+        reg.resolve_model("my-alias")
+    assert not isinstance(info.value, ConfigError)
