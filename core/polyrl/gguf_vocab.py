@@ -30,6 +30,7 @@ from typing import Any
 import attrs
 
 from polyrl.errors import ConfigError
+from polyrl.byte_level import byte_to_char
 
 #: Texts every GGUF import encodes both ways: ASCII, runs of spaces, digits, accents and other
 #: scripts, emoji (byte fallback), code with tabs and newlines.
@@ -224,21 +225,6 @@ def repair_tokenizer(tokenizer: Any, vocab: GGUFVocab) -> Any:
 # --- byte-level BPE ("gpt2") ---------------------------------------------------------------------
 
 
-@lru_cache(maxsize=1)
-def _byte_to_unicode() -> dict[int, str]:
-    """GPT-2's printable stand-in character for each byte."""
-    kept = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
-        + list(range(ord("®"), ord("ÿ") + 1))
-    table, extra = {}, 0
-    for b in range(256):
-        if b in kept:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
-
-
 def _bpe_encoder(vocab: GGUFVocab):
     import regex
 
@@ -248,7 +234,7 @@ def _bpe_encoder(vocab: GGUFVocab):
     pattern = regex.compile(split)
     ranks = {tuple(m.split(" ", 1)): r for r, m in enumerate(vocab.merges)}
     ids = {t: i for i, t in enumerate(vocab.tokens)}
-    to_unicode = _byte_to_unicode()
+    to_unicode = byte_to_char()
 
     def word(chunk: str) -> list[int]:
         parts = [to_unicode[b] for b in chunk.encode("utf-8")]

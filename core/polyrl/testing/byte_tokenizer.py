@@ -12,18 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-
-def byte_to_char() -> dict[int, str]:
-    """GPT-2's reversible map from the 256 bytes to printable characters (byte-level BPE)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
+from polyrl.byte_level import byte_to_char
 
 
 def vocab_size(special_tokens: Sequence[str]) -> int:
