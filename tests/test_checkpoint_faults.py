@@ -352,7 +352,7 @@ def test_disk_full_while_writing_metrics_is_one_error(tiny_model_dir, tmp_path, 
     """The fault injected at the write itself (any machine): open() of metrics.jsonl fails ENOSPC."""
     import builtins
 
-    import polyrl.trainer as trainer_module
+    import polyrl.strict_json as writer_module  # every JSON-lines file of a run is written there
 
     real_open = builtins.open
 
@@ -361,7 +361,7 @@ def test_disk_full_while_writing_metrics_is_one_error(tiny_model_dir, tmp_path, 
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(file))
         return real_open(file, mode, *args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "open", full_disk_open, raising=False)
+    monkeypatch.setattr(writer_module, "open", full_disk_open, raising=False)
     config = RunConfig.from_toml(write_config(tmp_path, tiny_model_dir, tmp_path / "run", steps=3))
     trainer = Trainer(config)
     with pytest.raises(OutputWriteError, match="No space left on device.*Fix: free space"):

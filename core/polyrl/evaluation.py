@@ -9,8 +9,6 @@ arithmetic and writes the records, so it is testable without a model.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -73,9 +71,7 @@ def completion_records(phase: str, after_steps: int, prompts: Sequence[Any], tex
 
 def append_records(output_dir: Path, records: Sequence[dict[str, Any]]) -> None:
     """Append strict-JSON lines to ``eval_completions.jsonl`` (flushed: a crash loses no finished eval)."""
-    with open(output_dir / COMPLETIONS_FILE, "a") as fh:
-        fh.write("".join(strict_json.dumps(r) + "\n" for r in records))
-        fh.flush()
+    strict_json.append_lines(output_dir / COMPLETIONS_FILE, records)
 
 
 def keep_record(record: Any, step: int) -> bool:
@@ -92,19 +88,6 @@ def keep_record(record: Any, step: int) -> bool:
 def rewind_records(output_dir: Path, step: int) -> None:
     """Rewrite ``eval_completions.jsonl`` with the records a run resumed at ``step`` keeps (atomic)."""
     path = output_dir / COMPLETIONS_FILE
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:  # a line cut short by the crash
-            continue
-        if keep_record(record, step):
-            kept.append(record)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        fh.write("".join(strict_json.dumps(r) + "\n" for r in kept))
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
+    if path.exists():
+        strict_json.rewrite_lines(path, (line for line, record in strict_json.read_lines(path)
+                                         if record is not None and keep_record(record, step)))

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,3 +35,37 @@ def sanitize(value: Any) -> Any:
 def dumps(value: Any, **kwargs: Any) -> str:
     """``json.dumps`` that can only produce strict JSON (``allow_nan=False`` after sanitising)."""
     return json.dumps(sanitize(value), allow_nan=False, **kwargs)
+
+
+def append_lines(path: Path, records: Iterable[Any]) -> None:
+    """Append ``records`` to a JSON-lines file, one strict line each, flushed: a step's lines are
+    on disk before the step is checkpointed."""
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write("".join(dumps(r, ensure_ascii=False) + "\n" for r in records))
+        fh.flush()
+
+
+def read_lines(path: Path) -> list[tuple[str, Any]]:
+    """Each line of a JSON-lines file with its value; None for a line a crash cut short."""
+    pairs: list[tuple[str, Any]] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            pairs.append((line, json.loads(line)))
+        except ValueError:
+            pairs.append((line, None))
+    return pairs
+
+
+def rewrite_lines(path: Path, lines: Iterable[str]) -> None:
+    """Replace a JSON-lines file by ``lines`` atomically (temp file, fsync, rename), so a crash
+    during a resume's rewind leaves the old file or the new one, never a mix."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write("".join(line + "\n" for line in lines))
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise

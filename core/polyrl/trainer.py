@@ -21,7 +21,6 @@ atomically; SIGINT/SIGTERM finish the current step, checkpoint and return.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -91,8 +90,6 @@ def _restore_rng_states(state: dict[str, Any]) -> None:
 
 def _launcher_rank() -> tuple[int, int]:
     """(rank, world size) from a multi-process launcher's environment (torchrun sets both)."""
-    import os
-
     return int(os.environ.get("RANK", "0") or 0), int(os.environ.get("WORLD_SIZE", "1") or 1)
 
 
@@ -651,35 +648,21 @@ class Trainer:
         if not path.exists():
             return []
         by_step: dict[int, dict[str, Any]] = {}
-        for line in path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:  # a line cut short by the crash
-                continue
+        for _, record in strict_json.read_lines(path):
             if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] < self.step:
                 by_step[record["step"]] = record  # the last line of a step belongs to this lineage
         kept = [by_step[k] for k in sorted(by_step)]
         if self.rank == 0:  # one writer under a launcher
-            tmp = path.with_name(path.name + ".tmp")
             try:
-                with open(tmp, "w") as fh:
-                    fh.write("".join(strict_json.dumps(r) + "\n" for r in kept))
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                tmp.replace(path)
+                strict_json.rewrite_lines(path, (strict_json.dumps(r) for r in kept))
             except OSError as exc:
-                tmp.unlink(missing_ok=True)
                 raise self._write_failed("rewound metrics.jsonl", exc) from None
         return kept
 
     def _append_metrics(self, metrics: dict[str, Any]) -> None:
         """One strict-JSON line per step (NaN -> null), flushed before the step is checkpointed."""
-        line = strict_json.dumps(metrics) + "\n"
-        path = self.output_dir / "metrics.jsonl"
         try:
-            with open(path, "a") as fh:
-                fh.write(line)
-                fh.flush()
+            strict_json.append_lines(self.output_dir / "metrics.jsonl", [metrics])
         except OSError as exc:
             raise self._write_failed(f"metrics of step {metrics.get('step')}", exc) from None
 

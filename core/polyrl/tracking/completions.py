@@ -8,8 +8,6 @@ or completion that quotes a credential must not end up in a dashboard.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -84,9 +82,7 @@ def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
 
 def append(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
     """Append ``records`` as strict-JSON lines, flushed (the step is checkpointed after this)."""
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write("".join(strict_json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-        fh.flush()
+    strict_json.append_lines(path, records)
 
 
 def rewind(path: Path, before_step: int) -> int:
@@ -97,14 +93,9 @@ def rewind(path: Path, before_step: int) -> int:
         return 0
     by_step: dict[int, list[str]] = {}
     previous: int | None = None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:  # a line cut short by the crash
-            previous = None
-            continue
+    for line, record in strict_json.read_lines(path):
         step = record.get("step") if isinstance(record, dict) else None
-        if not isinstance(step, int) or step >= before_step:
+        if not isinstance(step, int) or step >= before_step:  # cut short by the crash, or later
             previous = None
             continue
         if step != previous:  # a new block of this step: an earlier one belonged to a dead lineage
@@ -112,14 +103,5 @@ def rewind(path: Path, before_step: int) -> int:
         by_step[step].append(line)
         previous = step
     kept = [line for step in sorted(by_step) for line in by_step[step]]
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write("".join(line + "\n" for line in kept))
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
+    strict_json.rewrite_lines(path, kept)
     return len(kept)
