@@ -19,9 +19,7 @@ from polyrl.config import RunConfig
 from polyrl.errors import ConfigError
 from polyrl.hookspecs import hookimpl
 from polyrl.logs import readable
-from polyrl.plugins import get_plugin_manager
 from polyrl.redact import MASK
-from polyrl.registry import Registry
 from polyrl.tracking import TrackerSpec
 from polyrl.tracking import completions as clog
 from polyrl.tracking.session import RunTracking, hyperparameters

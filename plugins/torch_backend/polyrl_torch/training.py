@@ -22,7 +22,7 @@ from polyrl.types import StepMetrics, TrainBatch
 from polyrl_torch import distributed
 from polyrl_torch.engine import TorchEngine
 from polyrl_torch.schedule import apply_scheduled_lr
-from polyrl_torch.scoring import token_logprobs, token_logprobs_with_entropy
+from polyrl_torch.scoring import token_logprobs_with_entropy
 
 LogProbs = torch.Tensor | Sequence[torch.Tensor]
 MISMATCH_KEYS = ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected", "entropy",
