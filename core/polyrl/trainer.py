@@ -93,11 +93,6 @@ def _launcher_rank() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0") or 0), int(os.environ.get("WORLD_SIZE", "1") or 1)
 
 
-def _columns(rows: list[dict[str, Any]]) -> list[str]:
-    """Every column of the dataset's rows (the union: a row may lack one)."""
-    return list(dict.fromkeys(key for row in rows for key in row))
-
-
 def _step_seed(seed: int, step: int) -> int:
     """A per-step seed derived from the run seed, so a resumed run samples the same."""
     return (seed * 1_000_003 + step * 7919) % (2**31 - 1)
@@ -122,7 +117,7 @@ class Trainer:
         self.stop_requested = False
         self.rewards = RewardComputer(
             self.registry.pm, [(r.label, r.weight, dict(r.options)) for r in config.rewards],
-            columns=_columns(self.dataset.rows), timeouts={r.label: r.timeout_s for r in config.rewards},
+            columns=self.dataset.columns, timeouts={r.label: r.timeout_s for r in config.rewards},
             should_stop=lambda: self.stop_requested,
         )
         self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed)
@@ -323,7 +318,7 @@ class Trainer:
         cfg = self.config
         state = TrainerState.for_run(
             step=self.step, max_steps=cfg.train.steps, prompts_per_step=cfg.train.prompts_per_step,
-            group_size=cfg.generation.group_size, dataset_size=len(self.dataset.rows),
+            group_size=cfg.generation.group_size, dataset_size=len(self.dataset),
             history=list(self.history), save_steps=cfg.train.checkpoint_every, eval_steps=cfg.eval.every,
             rank=self.rank)
         context = RewardContext(
@@ -481,7 +476,8 @@ class Trainer:
         completions = self.gen_engine.generate(prompts, sampling)
         per_completion = [row for row in rows for _ in range(sampling.n)]
         timeouts = {r.label: r.timeout_s for r in self.config.rewards if r.label == ev.reward}
-        computer = RewardComputer(self.registry.pm, [(ev.reward, 1.0, {})], columns=_columns(rows),
+        computer = RewardComputer(self.registry.pm, [(ev.reward, 1.0, {})],
+                                  columns=self.eval_dataset.columns,
                                   timeouts=timeouts, should_stop=lambda: self.stop_requested)
         context = RewardContext(rows=per_completion, wanted=(ev.reward,), options={ev.reward: {}},
                                 completion_ids=[x.completion_ids for x in completions])
