@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from polyrl.config import DataSection, RunConfig
-from polyrl.data import PromptSampler, from_rows, load_dataset, load_train_and_eval
+from polyrl.data import Dataset, PromptSampler, from_rows, load_dataset, load_train_and_eval
 from polyrl.errors import ConfigError
 
 ROWS = [
@@ -252,8 +252,17 @@ def seen(prompts, completions, answer, **kwargs):
 
 def test_trainer_on_parquet_with_mapping_system_prompt_and_eval_file(tiny_model_dir, tmp_path, monkeypatch):
     """The real trainer on the tiny model: mapped columns and the system prompt reach the engine and
-    the rewards; evaluation reads the separate eval file."""
+    the rewards; evaluation reads the separate eval file; no memory-mapped dataset is ever turned
+    into a list of every row (the trainer once did, at start and on each step)."""
     from polyrl.trainer import Trainer
+
+    every_row = Dataset.rows.fget
+
+    def refuse_materialising(dataset):
+        assert not dataset.arrow_backed, "the trainer materialised every row of a memory-mapped dataset"
+        return every_row(dataset)
+
+    monkeypatch.setattr(Dataset, "rows", property(refuse_materialising))
 
     train_file = _write(tmp_path, TEXT_ROWS[:8], "train.parquet")
     eval_file = _write(tmp_path, TEXT_ROWS[8:], "eval.parquet")
