@@ -357,3 +357,35 @@ def test_bad_algorithm_settings_are_one_error_line_from_the_cli(tmp_path, name):
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+# --- loss masks (multi-turn episodes) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("objective", [Objective(beta=0.1), Objective(importance_sampling_level="sequence"),
+                                       Objective(loss_aggregation="token_mean", top_entropy_quantile=0.5)],
+                         ids=["grpo_kl", "gspo", "entropy_quantile"])
+def test_masked_tokens_are_left_out_as_if_absent(objective):
+    """A mask restricts every rule to the sampled tokens: the masked loss equals the loss of the
+    shortened sequences, and the inserted tokens get exactly zero gradient."""
+    rng = np.random.default_rng(5)
+    lengths = [7, 4, 9]
+    logp = [rng.normal(-2, 0.5, n) for n in lengths]
+    old = [x + rng.normal(0, 0.2, len(x)) for x in logp]
+    ref = [x + rng.normal(0, 0.2, len(x)) for x in logp]
+    ent = [rng.random(n) for n in lengths]
+    masks = [rng.random(n) < 0.5 for n in lengths]
+    for m in masks:
+        m[0] = True
+    adv = [1.0, -0.5, 0.3]
+    cut = lambda xs: [x[m] for x, m in zip(xs, masks)]  # noqa: E731
+    loss, metrics = policy_loss(logp, adv, objective, old, ref, entropies=ent, masks=masks)
+    short_loss, short_metrics = policy_loss(cut(logp), adv, objective, cut(old), cut(ref), entropies=cut(ent))
+    assert loss == pytest.approx(short_loss, rel=1e-12)
+    assert metrics == pytest.approx(short_metrics)
+    assert metrics["tokens"] == sum(int(m.sum()) for m in masks)
+    grads = policy_loss_grad(logp, adv, objective, old, ref, entropies=ent, masks=masks)
+    short = policy_loss_grad(cut(logp), adv, objective, cut(old), cut(ref), entropies=cut(ent))
+    for g, s, m, n in zip(grads, short, masks, lengths):
+        assert len(g) == n and np.all(g[~m] == 0.0)
+        np.testing.assert_allclose(g[m], s, rtol=1e-12)

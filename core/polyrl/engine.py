@@ -6,7 +6,7 @@ answers with the wrong type or length is reported by name instead of failing far
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from polyrl.types import (
     Prompt,
     SamplingParams,
     StepMetrics,
+    TokenPrompt,
     TokenSequence,
     TrainBatch,
 )
@@ -74,7 +75,19 @@ class Engine:
             raise self._fail(
                 "generate", f"returned {len(out)} completions for {len(prompts)} prompts x n={sampling.n}"
             )
+        for c in out:  # token prompts are used verbatim: anything else would train on other ids
+            prompt = prompts[c.prompt_index] if 0 <= c.prompt_index < len(prompts) else None
+            if isinstance(prompt, TokenPrompt) and not np.array_equal(c.prompt_ids, prompt.ids):
+                raise self._fail("generate", "changed a TokenPrompt's ids (a token prompt must be used "
+                                             "verbatim: no chat template, no BOS)")
         return out
+
+    def encode_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None,
+                    add_generation_prompt: bool = False) -> np.ndarray | None:
+        """The chat template's token ids for ``messages``; None when the backend has no tokenizer."""
+        out = self._call("encode_chat", messages=list(messages), tools=None if tools is None else list(tools),
+                         add_generation_prompt=add_generation_prompt)
+        return None if out is None else np.asarray(out, dtype=np.int64).reshape(-1)
 
     def logprobs(
         self, sequences: Sequence[TokenSequence], temperature: float = 1.0, reference: bool = False

@@ -2,7 +2,7 @@
 
 A plugin is a module (or object) with functions marked ``@hookimpl`` whose names match the specs
 below; it is found through an entry point in group ``polyrl.backends`` (or ``polyrl.rewards``,
-``polyrl.trackers``)::
+``polyrl.trackers``, ``polyrl.environments``)::
 
     # pyproject.toml of your distribution
     [project.entry-points."polyrl.backends"]
@@ -96,6 +96,21 @@ Rules every backend follows (the conformance kit in ``polyrl.testing`` checks th
       accept the tied table with or without it (when present it equals the embedding).
     * Never import another backend; never import anything heavy at module import time if it
       can fail: do it in ``load`` and report problems through the ``probe``.
+
+Multi-turn episodes (agents, tools, environments)
+    An episode is one token sequence: the first prompt, then segments the model sampled (its own
+    ids and log-probs, trained) and segments the core inserted (chat-template glue between turns,
+    tool results, observations; never trained). Three things make that exact, and each backend
+    that trains or generates for episodes provides them:
+
+    * ``generate`` accepts ``polyrl.types.TokenPrompt``: token ids used verbatim (no template, no
+      BOS added); ``prompt_ids`` of the completion is exactly those ids. Turn k+1 continues from
+      the ids of turn k, so a sampled token is never decoded and re-encoded.
+    * ``logprobs`` and ``train_step`` honour ``TokenSequence.mask``: one log-prob per completion
+      token as always, and a loss that sees only the True tokens, equal to
+      ``policy_loss(..., masks=batch.masks)`` of the numpy reference.
+    * ``encode_chat`` renders messages with the model's chat template (``tools=`` included) and
+      tokenizes them; the core builds the inserted segments from differences of such renderings.
 """
 
 from __future__ import annotations
@@ -121,6 +136,7 @@ if TYPE_CHECKING:  # pragma: no cover - for readers and type checkers only
         TokenSequence,
         TrainBatch,
     )
+    from polyrl.agents.spec import EnvironmentSpec, ToolSpec
     from polyrl.tracking.spec import TrackerSpec
 
 PROJECT_NAME = "polyrl"
@@ -155,6 +171,31 @@ def polyrl_register_trackers(register: Callable[[TrackerSpec], None]) -> None:
     import the tracking library there, not at module import, and answer ``probe()`` with a reason
     string when it is missing. A tracker that raises mid-run is reported once and dropped; the run
     goes on.
+    """
+
+
+@hookspec
+def polyrl_register_environments(register: Callable[[EnvironmentSpec], None]) -> None:
+    """Announce multi-turn environments by calling ``register(EnvironmentSpec(name=..., create=...))``.
+
+    Found through entry-point group ``polyrl.environments``; a run uses the one its ``[environment]
+    name`` names. ``create(options)`` is called once per episode and returns an object with
+    ``reset(row) -> list[message]`` (the first observation: the prompt messages, from the dataset
+    row) and ``step(assistant_message) -> polyrl.agents.Observation(messages, reward, done)``,
+    either of them may be ``async def`` (``polyrl.agents.Environment``). It may also list
+    ``tools`` (plain functions) the model can call during the episode. An environment that raises
+    ends that episode (reported in the run's metrics), never the run.
+    """
+
+
+@hookspec
+def polyrl_register_tools(register: Callable[[ToolSpec], None]) -> None:
+    """Announce tools by calling ``register(ToolSpec(name=..., function=...))``.
+
+    A tool is a plain Python function with type hints and a docstring (its JSON schema for the
+    chat template's ``tools=`` comes from them); ``[environment] tools = [...]`` names the ones a
+    run offers the model. Found through entry-point group ``polyrl.environments`` too. A tool that
+    raises or runs past its timeout becomes an error message the model reads, never a crash.
     """
 
 
@@ -215,6 +256,20 @@ def train_step(engine: Any, batch: TrainBatch, objective: Objective) -> StepMetr
     ``StepMetrics.extra``; an objective the backend cannot compute (e.g. ``entropy_coef`` without
     entropies) must raise, never be silently ignored. A non-finite loss or gradient must not touch
     the weights: return ``StepMetrics(..., skipped=True)``.
+    """
+
+
+@hookspec(firstresult=True)
+def encode_chat(
+    engine: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+    add_generation_prompt: bool,
+) -> np.ndarray | None:
+    """``messages`` rendered with the model's chat template and tokenized: int64 token ids.
+
+    Exactly what ``generate`` does to a chat prompt (same template, same special tokens, no BOS
+    beyond what the template writes), with ``tools`` (JSON schemas, as transformers'
+    ``apply_chat_template(tools=...)``) passed to the template. The core asks the generate engine
+    first and the train engine when the generate backend has no tokenizer (a remote server).
     """
 
 

@@ -16,9 +16,26 @@ import numpy as np
 
 from polyrl.errors import ConfigError
 
-#: A prompt is raw text (used verbatim) or a chat (list of {"role", "content"} messages, rendered
-#: with the model's chat template and a generation prompt by the backend that owns the tokenizer).
-Prompt = Union[str, Sequence[Mapping[str, str]]]
+@attrs.define(frozen=True, eq=False)
+class TokenPrompt:
+    """A prompt given as token ids, used verbatim: no chat template, no BOS added, no decoding.
+
+    How a multi-turn episode continues: turn k+1 is generated from the exact ids of the
+    conversation so far (the model's own sampled ids plus the inserted glue), never from
+    re-tokenized text. ``Completion.prompt_ids`` of such a prompt equals ``ids``.
+    """
+
+    ids: np.ndarray = attrs.field(converter=lambda v: np.asarray(v, dtype=np.int64).reshape(-1))
+
+    def __attrs_post_init__(self) -> None:
+        if not len(self.ids):
+            raise ConfigError("a TokenPrompt needs at least one token id", field="prompt")
+
+
+#: A prompt is raw text (used verbatim), a chat (list of {"role", "content"} messages, rendered
+#: with the model's chat template and a generation prompt by the backend that owns the tokenizer),
+#: or a ``TokenPrompt`` (token ids used verbatim).
+Prompt = Union[str, Sequence[Mapping[str, str]], TokenPrompt]
 
 FinishReason = Literal["stop", "length"]
 
@@ -29,6 +46,15 @@ def _ids(value: Any) -> np.ndarray:
 
 def _floats(value: Any) -> np.ndarray:
     return np.asarray(value, dtype=np.float32).reshape(-1)
+
+
+def _optional_mask(value: Any) -> np.ndarray | None:
+    return None if value is None else np.asarray(value, dtype=bool).reshape(-1)
+
+
+def loss_mask(completion_ids: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """The 0/1 loss mask of a completion as a bool array (``None`` = every token is trained)."""
+    return np.ones(len(completion_ids), dtype=bool) if mask is None else mask
 
 
 def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -87,24 +113,51 @@ class Completion:
     logprobs: np.ndarray = attrs.field(converter=_floats)
     text: str = ""
     finish_reason: FinishReason = "length"
+    #: Multi-turn episodes only (set by the core, never by ``generate``): True where the token was
+    #: sampled by the model (trained), False where the core inserted it (chat-template glue, tool
+    #: results, observations). ``logprobs`` is 0.0 at inserted positions.
+    mask: np.ndarray | None = attrs.field(default=None, converter=_optional_mask)
+    #: Episodes only: the conversation after the prompt as chat messages (assistant turns with
+    #: their tool calls, tool results, observations), what TRL-style reward functions receive.
+    messages: list[dict[str, Any]] | None = None
+    #: Episodes only: the environment's reward and the episode's counters (turns, tool calls...).
+    info: dict[str, Any] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         if len(self.completion_ids) != len(self.logprobs):
             raise ValueError(
                 f"completion has {len(self.completion_ids)} ids but {len(self.logprobs)} log-probs"
             )
+        if self.mask is not None and len(self.mask) != len(self.completion_ids):
+            raise ValueError(f"completion has {len(self.completion_ids)} ids but a mask of {len(self.mask)}")
 
 
 @attrs.define
 class TokenSequence:
-    """A prompt and a completion, as token ids; the unit ``logprobs`` and ``train_step`` score."""
+    """A prompt and a completion, as token ids; the unit ``logprobs`` and ``train_step`` score.
+
+    ``mask`` (multi-turn episodes) marks the completion tokens the loss sees: the model's sampled
+    segments (True) as opposed to inserted ones (False: template glue, tool results). ``logprobs``
+    still returns one value per completion token; ``train_step`` trains as if the masked-out
+    tokens were context only (see ``polyrl.algorithms.reference.policy_loss``'s ``masks``).
+    """
 
     prompt_ids: np.ndarray = attrs.field(converter=_ids)
     completion_ids: np.ndarray = attrs.field(converter=_ids)
+    mask: np.ndarray | None = attrs.field(default=None, converter=_optional_mask)
+
+    def __attrs_post_init__(self) -> None:
+        if self.mask is not None and len(self.mask) != len(self.completion_ids):
+            raise ValueError(f"mask has {len(self.mask)} entries for {len(self.completion_ids)} completion ids")
 
     @classmethod
     def of(cls, completion: Completion) -> TokenSequence:
-        return cls(completion.prompt_ids, completion.completion_ids)
+        return cls(completion.prompt_ids, completion.completion_ids, completion.mask)
+
+    @property
+    def loss_mask(self) -> np.ndarray:
+        """The mask as bools, all True when ``mask`` is None."""
+        return loss_mask(self.completion_ids, self.mask)
 
 
 @attrs.define
@@ -141,7 +194,15 @@ class TrainBatch:
 
     @property
     def num_tokens(self) -> int:
-        return int(sum(len(s.completion_ids) for s in self.sequences))
+        """Completion tokens the loss sees (masked-out tokens of episodes excluded)."""
+        return int(sum(int(s.loss_mask.sum()) for s in self.sequences))
+
+    @property
+    def masks(self) -> list[np.ndarray] | None:
+        """Per-sequence loss masks, or None when no sequence has one (single-turn batches)."""
+        if all(s.mask is None for s in self.sequences):
+            return None
+        return [s.loss_mask for s in self.sequences]
 
 
 @attrs.define
@@ -336,6 +397,12 @@ class Capabilities:
     sampling: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     #: ``EngineConfig.gradient_checkpointing`` is honoured by ``train_step``
     gradient_checkpointing: bool = False
+    #: ``generate`` accepts ``TokenPrompt`` (ids verbatim) and ``encode_chat`` answers (or, for a
+    #: backend without a tokenizer, returns None and the train engine's tokenizer is used):
+    #: what multi-turn episodes need from a generator
+    token_prompts: bool = False
+    #: ``logprobs``/``train_step`` honour ``TokenSequence.mask`` (episodes' inserted tokens)
+    loss_mask: bool = False
     #: ``model_type`` -> ArchSupport. Empty means "not declared": the core then checks nothing
     #: and the backend's own loader decides. A declared table is exhaustive: a model_type
     #: missing from it is refused before any weights load; a ``"*"`` entry covers every

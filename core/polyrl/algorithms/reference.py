@@ -164,17 +164,45 @@ def entropy_selection(entropies: Sequence[np.ndarray] | None, obj: Objective) ->
     return [(np.asarray(e, np.float64) >= threshold).astype(np.float64) for e in entropies]
 
 
-def entropy_grad(lengths: Sequence[int], obj: Objective) -> list[np.ndarray]:
-    """d loss / d entropy per token (the bonus is linear in each token's entropy)."""
-    return [-obj.entropy_coef * w for w in token_weights(lengths, obj)]
+def entropy_grad(lengths: Sequence[int], obj: Objective,
+                 masks: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+    """d loss / d entropy per token (the bonus is linear in each token's entropy; 0 on
+    masked-out tokens)."""
+    kept = lengths if masks is None else [int(np.asarray(m, dtype=bool).sum()) for m in masks]
+    return _unmask([-obj.entropy_coef * w for w in token_weights(kept, obj)], masks, lengths)
 
 
-def _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs=None):
-    logp = [np.asarray(x, dtype=np.float64) for x in logprobs]
-    old = logp if old_logprobs is None else [np.asarray(x, dtype=np.float64) for x in old_logprobs]
-    ref = None if ref_logprobs is None else [np.asarray(x, dtype=np.float64) for x in ref_logprobs]
-    sampler = None if sampler_logprobs is None else [np.asarray(x, dtype=np.float64) for x in sampler_logprobs]
+def _masked(arrays, masks):
+    """Each array restricted to its mask's True positions (the tokens the loss sees)."""
+    if arrays is None or masks is None:
+        return arrays
+    return [np.asarray(a)[np.asarray(m, dtype=bool)] for a, m in zip(arrays, masks)]
+
+
+def _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs=None, masks=None):
+    """float64 copies, restricted to the masked-in tokens when ``masks`` is given.
+
+    A mask (multi-turn episodes) is applied first, so every rule of the objective (the ratio,
+    GSPO's sequence mean, the aggregation's token counts, the entropy quantile) sees the sampled
+    tokens alone, exactly as if the inserted ones were part of the prompt."""
+    logp = _masked([np.asarray(x, dtype=np.float64) for x in logprobs], masks)
+    old = logp if old_logprobs is None else _masked([np.asarray(x, dtype=np.float64) for x in old_logprobs], masks)
+    ref = None if ref_logprobs is None else _masked([np.asarray(x, dtype=np.float64) for x in ref_logprobs], masks)
+    sampler = (None if sampler_logprobs is None
+               else _masked([np.asarray(x, dtype=np.float64) for x in sampler_logprobs], masks))
     return logp, old, ref, sampler
+
+
+def _unmask(grads: list[np.ndarray], masks, lengths: Sequence[int]) -> list[np.ndarray]:
+    """Per-token gradients back on the full completions (0 on masked-out tokens)."""
+    if masks is None:
+        return grads
+    out = []
+    for g, m, n in zip(grads, masks, lengths):
+        full = np.zeros(n, dtype=np.float64)
+        full[np.asarray(m, dtype=bool)] = g
+        out.append(full)
+    return out
 
 
 def policy_loss(
@@ -185,14 +213,18 @@ def policy_loss(
     ref_logprobs: Sequence[np.ndarray] | None = None,
     sampler_logprobs: Sequence[np.ndarray] | None = None,
     entropies: Sequence[np.ndarray] | None = None,
+    masks: Sequence[np.ndarray] | None = None,
 ) -> tuple[float, dict[str, float]]:
     """The batch loss and its metrics (``kl`` and ``clip_fraction`` are token means; with
     ``sampler_logprobs`` also the ``mismatch_*`` ones of ``mismatch_metrics``; with
     ``entropies``, the trainer's per-token entropies, ``entropy`` and ``entropy_selected``).
 
     ``old_logprobs`` None means old == current (detached), as in a single-iteration step.
+    ``masks`` (one bool array per sequence, multi-turn episodes) leaves the False tokens out of
+    everything: loss, aggregation counts and metrics (``TokenSequence.mask``).
     """
-    logp, old, ref, sampler = _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs)
+    logp, old, ref, sampler = _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs, masks)
+    entropies = _masked(entropies, masks)
     weights = token_weights([len(x) for x in logp], objective)
     if objective.entropy_coef and entropies is None:
         raise ValueError("entropy_coef needs the trainer's token entropies")
@@ -226,10 +258,14 @@ def policy_loss_grad(
     ref_logprobs: Sequence[np.ndarray] | None = None,
     sampler_logprobs: Sequence[np.ndarray] | None = None,
     entropies: Sequence[np.ndarray] | None = None,
+    masks: Sequence[np.ndarray] | None = None,
 ) -> list[np.ndarray]:
     """d loss / d logprobs, one array per sequence (old/ref/sampler log-probs are constants; the
-    entropy bonus depends on the entropies, not on these log-probs: see ``entropy_grad``)."""
-    logp, old, ref, sampler = _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs)
+    entropy bonus depends on the entropies, not on these log-probs: see ``entropy_grad``).
+    Masked-out tokens (``masks``) get a zero gradient."""
+    lengths = [len(x) for x in logprobs]
+    logp, old, ref, sampler = _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs, masks)
+    entropies = _masked(entropies, masks)
     weights = token_weights([len(x) for x in logp], objective)
     selected = entropy_selection(entropies, objective)
     grads = []
@@ -239,4 +275,4 @@ def policy_loss_grad(
             float(advantages[i]), objective, None if selected is None else selected[i],
         )
         grads.append(_spread(policy_grad * weights[i], objective) + kl_grad * weights[i])
-    return grads
+    return _unmask(grads, masks, lengths)

@@ -40,7 +40,7 @@ from polyrl.engine import Engine
 from polyrl.errors import ConfigError
 from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry, get_registry
-from polyrl.types import EngineConfig, OptimizerConfig, SamplingParams, TokenSequence, TrainBatch
+from polyrl.types import EngineConfig, OptimizerConfig, SamplingParams, TokenPrompt, TokenSequence, TrainBatch
 
 CHATS = [
     [{"role": "user", "content": "What is 2 + 3?"}],
@@ -233,6 +233,48 @@ class GenerationConformance:
 
     # --- weights -------------------------------------------------------------------------------
 
+    # --- multi-turn episodes: token prompts --------------------------------------------------
+
+    def _needs_token_prompts(self, engine: Engine) -> None:
+        if not engine.capabilities.token_prompts:
+            pytest.skip(f"backend {self.backend!r} does not declare Capabilities.token_prompts")
+
+    def test_token_prompt_is_used_verbatim(self, engine):
+        """A chat prompt and the same ids given as a ``TokenPrompt`` generate the same tokens, and
+        the token prompt's ids come back unchanged as ``prompt_ids``."""
+        self._needs_token_prompts(engine)
+        greedy = SamplingParams(max_new_tokens=6, temperature=0.0)
+        chat = engine.generate(CHATS[:1], greedy)[0]
+        again = engine.generate([TokenPrompt(chat.prompt_ids)], greedy)[0]
+        np.testing.assert_array_equal(again.prompt_ids, chat.prompt_ids)
+        np.testing.assert_array_equal(again.completion_ids, chat.completion_ids)
+        np.testing.assert_allclose(again.logprobs, chat.logprobs, atol=self.logprob_atol)
+
+    def test_continuing_from_ids_equals_one_generation(self, engine):
+        """Greedy: generating k tokens, then continuing from prompt + those k ids, gives the tokens
+        of one longer generation (how turn k+1 continues from the exact ids of turn k)."""
+        self._needs_token_prompts(engine)
+        greedy = SamplingParams(max_new_tokens=8, temperature=0.0)
+        whole = engine.generate(CHATS[1:], greedy)[0]
+        if len(whole.completion_ids) < 4:
+            pytest.skip("the tiny model stopped before 4 tokens; nothing to continue")
+        k = len(whole.completion_ids) // 2
+        head = np.concatenate([whole.prompt_ids, whole.completion_ids[:k]])
+        rest = engine.generate([TokenPrompt(head)], attrs.evolve(greedy, max_new_tokens=8 - k))[0]
+        np.testing.assert_array_equal(rest.completion_ids, whole.completion_ids[k:])
+        np.testing.assert_allclose(rest.logprobs, whole.logprobs[k:], atol=self.logprob_atol)
+
+    def test_encode_chat_is_the_generate_prompt(self, engine):
+        """``encode_chat`` renders exactly what ``generate`` feeds the model for a chat prompt."""
+        self._needs_token_prompts(engine)
+        ids = engine.encode_chat(CHATS[0], None, add_generation_prompt=True)
+        if ids is None:
+            pytest.skip(f"backend {self.backend!r} has no tokenizer (the core uses the train engine's)")
+        chat = engine.generate(CHATS[:1], SamplingParams(max_new_tokens=1, temperature=0.0))[0]
+        np.testing.assert_array_equal(ids, chat.prompt_ids)
+        longer = engine.encode_chat(CHATS[0] + [{"role": "assistant", "content": "5"}], None, False)
+        assert len(longer) > len(ids) - 3 and not np.array_equal(longer, ids)
+
     def test_every_weight_survives_export_and_import(self, model_dir):
         """Import then export returns each parameter as imported, and the import changes what
         the model computes (one backend, every parameter, not just one projection)."""
@@ -309,8 +351,88 @@ def _perturbed_batch(engine: Engine, seed: int = 4, n: int = 2) -> tuple[TrainBa
     return TrainBatch(seqs, adv, old, ref), current
 
 
+def _episode_masks(batch: TrainBatch, seed: int = 3) -> list[np.ndarray]:
+    """Random loss masks standing for an episode's sampled (True) and inserted (False) tokens,
+    each with at least one True and, where long enough, at least one False."""
+    rng = np.random.default_rng(seed)
+    masks = []
+    for seq in batch.sequences:
+        m = rng.random(len(seq.completion_ids)) < 0.6
+        m[0] = True
+        if len(m) > 1:
+            m[-1] = False
+        masks.append(m)
+    return masks
+
+
+def _with_masks(batch: TrainBatch, masks: list[np.ndarray], advantages: np.ndarray | None = None) -> TrainBatch:
+    seqs = [TokenSequence(s.prompt_ids, s.completion_ids, m) for s, m in zip(batch.sequences, masks)]
+    return TrainBatch(seqs, batch.advantages if advantages is None else advantages, batch.old_logprobs,
+                      batch.ref_logprobs, batch.temperature, batch.sampler_logprobs)
+
+
 class BackendConformance(GenerationConformance):
     """Every check, for a backend that also trains (``capabilities.train_step``)."""
+
+    def _needs_loss_mask(self, engine: Engine) -> None:
+        if not engine.capabilities.loss_mask:
+            pytest.skip(f"backend {self.backend!r} does not declare Capabilities.loss_mask")
+
+    @pytest.mark.parametrize(
+        "objective",
+        [Objective(beta=0.1, kl_estimator="k3"),
+         Objective(loss_aggregation="token_mean", clip_eps_high=0.28),
+         Objective(importance_sampling_level="sequence", clip_eps_low=0.05, clip_eps_high=0.05)],
+        ids=["grpo_kl", "dapo", "gspo"],
+    )
+    def test_masked_loss_equals_reference(self, model_dir, objective):
+        """An episode's inserted tokens (mask False) are context only: the loss, its token count and
+        clip fraction equal the reference's with ``masks``."""
+        engine = self._engine(model_dir)
+        self._needs_loss_mask(engine)
+        batch, current = _perturbed_batch(engine)
+        masks = _episode_masks(batch)
+        masked = _with_masks(batch, masks)
+        ref = batch.ref_logprobs if objective.beta else None
+        masked = attrs.evolve(masked, ref_logprobs=ref)
+        expected, metrics = policy_loss(current, batch.advantages, objective, batch.old_logprobs, ref, masks=masks)
+        got = engine.train_step(masked, objective)
+        assert not got.skipped
+        assert got.loss == pytest.approx(expected, rel=1e-3, abs=1e-4)
+        assert got.tokens == metrics["tokens"] == masked.num_tokens
+        assert got.clip_fraction == pytest.approx(metrics["clip_fraction"], abs=1e-6)
+
+    def test_masked_gradient_equals_reference_gradient(self, model_dir):
+        """The gradient of a masked batch is the masked reference loss's: training on an inserted
+        token (a tool result the model never sampled) moves the loss off the prediction. Same
+        first-order measurement as ``test_gradient_equals_reference_gradient``."""
+        objective = Objective(loss_aggregation="token_mean")
+        probe = self._engine(model_dir)
+        self._needs_loss_mask(probe)
+        plain, _ = _perturbed_batch(probe)
+        masks = _episode_masks(plain)
+        batch_a = _with_masks(plain, masks)
+        batch_b = _with_masks(plain, masks, np.random.default_rng(12).standard_normal(len(masks)).astype(np.float32))
+        norm_a = probe.train_step(batch_a, objective).grad_norm
+        assert np.isfinite(norm_a) and norm_a > 0
+        lr = 2e-3 / norm_a**2
+
+        def losses(engine: Engine) -> np.ndarray:
+            lps = engine.logprobs(plain.sequences, 1.0)
+            return np.array([policy_loss(lps, b.advantages, objective, b.old_logprobs, masks=masks)[0]
+                             for b in (batch_a, batch_b)])
+
+        changes, norms = [], []
+        for batch in (batch_a, batch_b):
+            engine = self._engine(model_dir, optimizer=_sgd_like(lr, norm_a))
+            before = losses(engine)
+            got = engine.train_step(batch, objective)
+            changes.append(losses(engine) - before)
+            norms.append(got.grad_norm)
+        assert changes[0][0] == pytest.approx(-lr * norm_a**2, rel=0.05), (
+            "a masked step moved its own loss differently from its gradient: inserted tokens are trained, "
+            "or the masked loss is not the reference's")
+        assert abs(changes[0][1] - changes[1][0]) <= 0.05 * lr * norms[0] * norms[1]
 
     @pytest.mark.parametrize(
         "objective",
