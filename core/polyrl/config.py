@@ -1,7 +1,8 @@
 """The run configuration: one TOML file (or the Python API) describing a whole training run.
 
 Sections mirror the TOML tables: ``[model]``, ``[lora]``, ``[backends]``, ``[generation]``,
-``[algorithm]``, ``[optimizer]``, ``[data]``, ``[[rewards]]``, ``[train]``, ``[eval]``, ``[logging]``.
+``[algorithm]``, ``[optimizer]``, ``[data]``, ``[[rewards]]``, ``[train]``, ``[eval]``, ``[logging]``,
+``[environment]``.
 See README.md ("Config reference") for every key.
 """
 
@@ -233,6 +234,33 @@ class LoggingSection:
 
 
 @attrs.define(frozen=True)
+class EnvironmentSection:
+    """Multi-turn episodes: an environment and/or tools (``polyrl environments`` lists both).
+
+    Absent (no ``name`` and no ``tools``), a step is single-turn as always. Each episode is one
+    exact token sequence (``polyrl.agents.episodes``); only the model's own tokens are trained.
+    """
+
+    name: str | None = None  # a registered environment; None: the dataset prompt, plus tools
+    tools: list[str] = attrs.field(factory=list)  # registered names, "module:function" or "file.py:function"
+    max_turns: int = 4  # assistant turns per episode
+    max_episode_tokens: int = 512  # tokens after the first prompt, sampled and inserted
+    tool_timeout_s: float = 10.0  # per tool call; a call past it becomes an error the model reads
+    max_concurrent_tools: int = 8  # tool calls running at once across the step's episodes
+    tool_format: str = "auto"  # how tool calls are written: auto, hermes, llama3, mistral
+    options: dict[str, Any] = attrs.field(factory=dict)  # handed to the environment's create()
+
+    @property
+    def enabled(self) -> bool:
+        return self.name is not None or bool(self.tools)
+
+    def __attrs_post_init__(self) -> None:
+        if isinstance(self.tools, str) or not all(isinstance(t, str) and t for t in self.tools):
+            raise ConfigError(f"must be a list of tool names, got {self.tools!r}", field="environment.tools",
+                              fix='e.g. tools = ["calculator"]; `polyrl environments` lists them')
+
+
+@attrs.define(frozen=True)
 class RunConfig:
     model: ModelSection
     data: DataSection
@@ -245,6 +273,7 @@ class RunConfig:
     train: TrainSection = attrs.field(factory=TrainSection)
     eval: EvalSection = attrs.field(factory=EvalSection)
     logging: LoggingSection = attrs.field(factory=LoggingSection)
+    environment: EnvironmentSection = attrs.field(factory=EnvironmentSection)
 
     def __attrs_post_init__(self) -> None:
         if not self.rewards:
@@ -260,6 +289,7 @@ class RunConfig:
             ("model", self.model), ("backends", self.backends), ("generation", self.generation),
             ("algorithm", self.algorithm), ("optimizer", self.optimizer), ("train", self.train),
             ("eval", self.eval), ("data", self.data), ("logging", self.logging),
+            ("environment", self.environment),
         ]
         if self.lora is not None:
             sections.append(("lora", self.lora))
@@ -274,6 +304,11 @@ class RunConfig:
                     f"{tokens} leaves no room for the prompt in model.max_length = {limit}", field=field,
                     fix=f"lower {field} or raise model.max_length (prompt + completion tokens)",
                 )
+        env = self.environment
+        if env.enabled and env.max_episode_tokens >= limit:
+            raise ConfigError(f"{env.max_episode_tokens} leaves no room for the prompt in model.max_length = {limit}",
+                              field="environment.max_episode_tokens",
+                              fix="lower it or raise model.max_length (prompt + episode tokens)")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
@@ -317,6 +352,7 @@ class RunConfig:
             train=build(TrainSection, data.get("train", {}), "train"),
             eval=build(EvalSection, data.get("eval", {}), "eval"),
             logging=build(LoggingSection, data.get("logging", {}), "logging"),
+            environment=build(EnvironmentSection, data.get("environment", {}), "environment"),
         )
 
     @classmethod

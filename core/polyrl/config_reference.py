@@ -140,6 +140,16 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "project": "the trackers' project / experiment name",
         "run_name": "the trackers' run name (unset = the output_dir folder name)",
     },
+    "environment": {
+        "name": "a registered multi-turn environment (`polyrl environments`); unset with `tools`: the dataset prompt plus tools",
+        "tools": 'tools the model may call: registered names (`calculator`, `python`), `"module:function"` or `"file.py:function"`',
+        "max_turns": "assistant turns per episode",
+        "max_episode_tokens": "tokens after the first prompt (sampled and inserted); an episode reaching it ends as `length`",
+        "tool_timeout_s": "seconds per tool call; a call past it becomes an error message the model reads",
+        "max_concurrent_tools": "tool calls running at once across the step's episodes",
+        "tool_format": "how tool calls are parsed: `auto`, `hermes` (`<tool_call>{...}</tool_call>`), `llama3`, `mistral`",
+        "options": "table handed to the environment's `create(options)`",
+    },
 }
 
 _TABLE_HEADERS = {"rewards": "[[rewards]]"}
@@ -148,15 +158,15 @@ _TABLE_HEADERS = {"rewards": "[[rewards]]"}
 def _section_classes() -> dict[str, type]:
     """TOML table name -> the attrs class that validates it."""
     from polyrl.algorithms.presets import AlgorithmConfig
-    from polyrl.config import (BackendsSection, DataSection, EvalSection, GenerationSection, LoggingSection,
-                               ModelSection, RewardSection, TrainSection)
+    from polyrl.config import (BackendsSection, DataSection, EnvironmentSection, EvalSection, GenerationSection,
+                               LoggingSection, ModelSection, RewardSection, TrainSection)
     from polyrl.types import LoraConfig, OptimizerConfig
 
     return {
         "model": ModelSection, "backends": BackendsSection, "generation": GenerationSection,
         "algorithm": AlgorithmConfig, "optimizer": OptimizerConfig, "lora": LoraConfig,
         "data": DataSection, "rewards": RewardSection, "train": TrainSection, "eval": EvalSection,
-        "logging": LoggingSection,
+        "logging": LoggingSection, "environment": EnvironmentSection,
     }
 
 

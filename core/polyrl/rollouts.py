@@ -42,7 +42,9 @@ class Rollout:
             "completions": [
                 {"prompt_index": int(c.prompt_index), "prompt_ids": c.prompt_ids.tolist(),
                  "completion_ids": c.completion_ids.tolist(), "logprobs": c.logprobs.tolist(),
-                 "text": c.text, "finish_reason": c.finish_reason}
+                 "text": c.text, "finish_reason": c.finish_reason,
+                 **({} if c.mask is None else {"mask": c.mask.astype(int).tolist(), "messages": c.messages,
+                                               "info": c.info})}
                 for c in self.completions
             ],
         }

@@ -55,7 +55,7 @@ from polyrl.run_lock import OutputDirLock
 from polyrl import evaluation
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.tracking.session import for_run as tracking_for_run
-from polyrl.types import Completion, EngineConfig, RewardContext, TokenSequence, TrainBatch
+from polyrl.types import Completion, EngineConfig, RewardContext, SamplingParams, TokenSequence, TrainBatch
 
 log = get_logger("polyrl.trainer")
 
@@ -138,7 +138,9 @@ class Trainer:
         self._saved_step: int | None = None  # the step of the last checkpoint this run wrote
         self.history: list[dict[str, Any]] = []
         self.tracking = tracking_for_run(config, self.registry, self.rank)  # unknown tracker: error now
+        self._env_plan = self._check_environment()  # before the models load: a bad tool name errs now
         self._load_engines()
+        self.episodes = self._episode_runner()
 
     # --- setup ---------------------------------------------------------------------------------
 
@@ -155,6 +157,27 @@ class Trainer:
             trust_remote_code=c.model.trust_remote_code,
             gradient_checkpointing=c.train.gradient_checkpointing and role == "train",
         )
+
+    def _check_environment(self) -> Any:
+        if not self.config.environment.enabled:
+            return None
+        from polyrl.agents.setup import check_environment
+
+        return check_environment(self.config, self.registry)
+
+    def _episode_runner(self) -> Any:
+        """Multi-turn episodes (``[environment]``), or None: single-turn completions."""
+        if self._env_plan is None:
+            return None
+        from polyrl.agents.setup import build_runner
+
+        return build_runner(self.config, self._env_plan, self.gen_engine, self.train_engine)
+
+    def _sample(self, rows: list[dict[str, Any]], sampling: SamplingParams) -> list[Completion]:
+        """Completions for ``rows``: episodes when an environment or tools are configured."""
+        if self.episodes is not None:
+            return self.episodes.run(rows, sampling)
+        return self.gen_engine.generate([row[self.config.data.prompt_column] for row in rows], sampling)
 
     def _choose_generate_backend(self, config: RunConfig) -> RunConfig:
         """Resolve ``backends.generate = "auto"``: the fastest usable backend ``polyrl bench``
@@ -281,9 +304,8 @@ class Trainer:
     def _generate(self, step: int, rows: list[dict[str, Any]]) -> list[Completion]:
         """Step ``step``'s completions (on the rollout worker thread under overlap)."""
         c = self.config
-        prompts = [row[c.data.prompt_column] for row in rows]
         seed = _step_seed(c.train.seed, step) + 104_729 * self.rank
-        return self.gen_engine.generate(prompts, c.generation.sampling(seed))
+        return self._sample(rows, c.generation.sampling(seed))
 
     def _rollout(self, times: dict[str, float]) -> Rollout:
         """This step's rollout: sampled ahead during the last step, or now. Under overlap, then
@@ -426,6 +448,10 @@ class Trainer:
         trained = sum(len(completions[i].prompt_ids) + len(completions[i].completion_ids) for i in idx)
         metrics.update(common_step_metrics(completions, rewards, c.generation.group_size,
                                            {**times, "generate": rollout.seconds}, trained * algo.num_iterations))
+        if self.episodes is not None:
+            from polyrl.agents.setup import episode_metrics
+
+            metrics.update(episode_metrics(completions))
         return metrics
 
     # --- evaluation ----------------------------------------------------------------------------
@@ -473,7 +499,7 @@ class Trainer:
         ev = self.config.eval
         if not rows:
             return np.zeros(0), []
-        completions = self.gen_engine.generate(prompts, sampling)
+        completions = self._sample(rows, sampling)
         per_completion = [row for row in rows for _ in range(sampling.n)]
         timeouts = {r.label: r.timeout_s for r in self.config.rewards if r.label == ev.reward}
         computer = RewardComputer(self.registry.pm, [(ev.reward, 1.0, {})],

@@ -148,6 +148,10 @@ RULES: dict[str, Rule] = {
     "eval.pass_k": _int(1, 4096, fix="k of pass@k, at most eval.samples, e.g. 1 or 4"),
     "eval.pass_threshold": _float(fix="the eval reward at or above which a sample is correct, e.g. 1.0"),
     "logging.completions_per_step": _int(0, 4096, fix="e.g. 4; 0 turns the completions log off"),
+    "environment.max_turns": _int(1, 1024, fix="assistant turns per episode, e.g. 4"),
+    "environment.max_episode_tokens": _int(1, MAX_TOKENS, fix="tokens after the first prompt, e.g. 512"),
+    "environment.tool_timeout_s": _float(0, low_open=True, fix="seconds per tool call, e.g. 10"),
+    "environment.max_concurrent_tools": _int(1, 4096, fix="tool calls at once across a step, e.g. 8"),
     "rewards.weight": _float(fix="e.g. 1.0; a negative weight penalises"),
     "rewards.timeout_s": _float(0, low_open=True, fix="seconds one reward call may take, e.g. timeout_s = 600"),
 }
@@ -158,7 +162,8 @@ PAIR_RULES: dict[str, Rule] = {
 }
 
 #: Free-form tables that only get the generic checks.
-FREE_TABLES: tuple[str, ...] = ("backends.options", "data.options", "data.columns", "rewards.options")
+FREE_TABLES: tuple[str, ...] = ("backends.options", "data.options", "data.columns", "rewards.options",
+                                "environment.options")
 
 
 def rule_key(path: str) -> str:

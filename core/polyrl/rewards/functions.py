@@ -157,7 +157,8 @@ class FunctionReward:
             state = TrainerState(global_step=context.step)
         kwargs.update(
             prompts=list(prompts),
-            completions=[trl_completion(p, t) for p, t in zip(prompts, texts)],
+            completions=[trl_completion(p, t, getattr(c, "messages", None))
+                         for p, t, c in zip(prompts, texts, completions)],
             completion_ids=[[int(t) for t in x] for x in ids],
             trainer_state=state, log_extra=call_log.log_extra, log_metric=call_log.log_metric,
         )

@@ -41,8 +41,14 @@ def is_conversational(prompt: Any) -> bool:
     return isinstance(first, Mapping) and "role" in first and "content" in first
 
 
-def trl_completion(prompt: Any, text: str) -> Any:
-    """The completion as TRL hands it over: one assistant message for a chat prompt, else text."""
+def trl_completion(prompt: Any, text: str, messages: list[dict[str, Any]] | None = None) -> Any:
+    """The completion as TRL hands it over: one assistant message for a chat prompt, else text.
+
+    A multi-turn episode (``messages`` given) is its whole conversation after the prompt, as TRL
+    hands tool-using completions over: assistant turns (with ``tool_calls``), tool results and
+    observations. Its ``text`` is the last assistant turn (the answer), never a tool's output."""
+    if messages is not None and is_conversational(prompt):
+        return [dict(m) for m in messages]
     return [{"role": "assistant", "content": text}] if is_conversational(prompt) else text
 
 

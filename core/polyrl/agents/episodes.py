@@ -1,0 +1,266 @@
+"""Multi-turn episodes, exact to the token: generate, call tools / the environment, continue.
+
+An episode is built as one token sequence: the first prompt (the chat template applied to the
+environment's first messages, with the tools' schemas), then alternating segments:
+
+* sampled: the generator's own ids and log-probs for one assistant turn (loss mask True);
+* inserted: the template's glue after that turn, the tool results or the environment's
+  observation, and the next assistant header (loss mask False, log-prob 0).
+
+Turn k+1 is generated from ``TokenPrompt(prompt + segments so far)``: what the model sampled is
+never decoded and re-encoded (the text is decoded for parsing tool calls and for rewards only).
+The result is an ordinary ``Completion`` whose ``mask`` marks the sampled tokens, so the rest of
+the trainer (rewards, advantages, the loss, checkpoints) handles episodes like single turns.
+
+All episodes of a step advance together: each turn is one batched ``generate`` call over the
+episodes still running, and their tool calls and environment steps of that turn run concurrently
+(bounded by the tool box).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from polyrl.agents.glue import ChatGlue, EncodeChat
+from polyrl.logs import get_logger
+from polyrl.types import Completion, Prompt, SamplingParams, TokenPrompt
+
+log = get_logger(__name__)
+
+Generate = Callable[[Sequence[Prompt], SamplingParams], list[Completion]]
+
+
+@attrs.define(frozen=True)
+class EpisodeLimits:
+    """How long an episode may run."""
+
+    max_turns: int = 4  # assistant turns (generate calls) per episode
+    #: tokens after the first prompt, sampled and inserted together; each turn samples at most
+    #: ``min(max_new_tokens, what is left)``
+    max_episode_tokens: int = 512
+
+
+@attrs.define
+class _Episode:
+    """One running episode's state."""
+
+    index: int  # its position in the step's output (prompt-major, as generate's groups)
+    row: Mapping[str, Any]
+    env: Any
+    first_messages: list[dict[str, Any]]
+    prompt_ids: np.ndarray
+    ids: list[int] = attrs.field(factory=list)
+    logprobs: list[float] = attrs.field(factory=list)
+    mask: list[bool] = attrs.field(factory=list)
+    texts: list[str] = attrs.field(factory=list)
+    messages: list[dict[str, Any]] = attrs.field(factory=list)
+    turns: int = 0
+    done: bool = False
+    finish_reason: str = "stop"
+    env_reward: float | None = None
+    tool_calls: int = 0
+    tool_errors: int = 0
+    format_errors: int = 0
+    env_error: str | None = None
+
+    def context(self) -> list[dict[str, Any]]:
+        return [*self.first_messages, *self.messages]
+
+    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None, sampled: bool) -> None:
+        self.ids.extend(int(i) for i in ids)
+        self.logprobs.extend([float(x) for x in logprobs] if logprobs is not None else [0.0] * len(ids))
+        self.mask.extend([sampled] * len(ids))
+
+    def completion(self, prompt_index: int, decode_text: str) -> Completion:
+        info = {"turns": self.turns, "tool_calls": self.tool_calls, "tool_errors": self.tool_errors,
+                "format_errors": self.format_errors, "env_reward": self.env_reward}
+        if self.env_error is not None:
+            info["env_error"] = self.env_error
+        return Completion(prompt_index=prompt_index, prompt_ids=self.prompt_ids,
+                          completion_ids=np.asarray(self.ids, dtype=np.int64),
+                          logprobs=np.asarray(self.logprobs, dtype=np.float32), text=decode_text,
+                          finish_reason=self.finish_reason, mask=np.asarray(self.mask, dtype=bool),
+                          messages=list(self.messages), info=info)
+
+
+def as_messages(prompt: Any) -> list[dict[str, Any]]:
+    """A dataset prompt as chat messages (a text prompt becomes one user message)."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    return [dict(m) for m in prompt]
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+def tools_system_text(schemas: Sequence[Mapping[str, Any]]) -> str:
+    """Tool instructions for a template that ignores ``tools=`` (e.g. SmolLM2's plain ChatML):
+    the Hermes/Qwen convention, which ``polyrl.agents.parsing`` reads back."""
+    listing = "\n".join(json.dumps(s, sort_keys=True) for s in schemas)
+    return ("You may call tools. Available tools, as JSON schemas:\n<tools>\n" + listing + "\n</tools>\n"
+            "To call one, write <tool_call>{\"name\": <tool name>, \"arguments\": {<arguments>}}</tool_call> "
+            "and stop; its result comes back in a tool message. Then give the final answer.")
+
+
+class EpisodeRunner:
+    """Runs a step's episodes; see the module docstring.
+
+    ``make_environment(row)`` returns a fresh environment per episode, or None for plain tool use
+    (the episode then ends at the first turn without a tool call). ``toolbox`` runs tool calls
+    (``polyrl.agents.tools.ToolBox``); ``parse(text)`` finds them in a turn's text.
+    """
+
+    def __init__(self, generate: Generate, encode_chat: EncodeChat, limits: EpisodeLimits,
+                 make_environment: Callable[[], Any] | None = None, toolbox: Any = None,
+                 parse: Callable[[str], Any] | None = None, prompt_column: str = "prompt") -> None:
+        self.generate = generate
+        self.limits = limits
+        self.make_environment = make_environment
+        self.toolbox = toolbox
+        self.parse = parse
+        self.prompt_column = prompt_column
+        schemas = list(getattr(toolbox, "schemas", None) or [])
+        self.glue = ChatGlue(encode_chat, schemas or None)
+        self._template_ignores_tools: bool | None = None
+
+    # --- first observation ------------------------------------------------------------------
+
+    async def _reset(self, index: int, row: Mapping[str, Any]) -> _Episode:
+        env = self.make_environment() if self.make_environment is not None else None
+        if env is not None:
+            first = as_messages(await _maybe_await(env.reset(row)))
+        else:
+            first = as_messages(row[self.prompt_column])
+        first = self._with_tool_instructions(first)
+        return _Episode(index=index, row=row, env=env, first_messages=first, prompt_ids=self.glue.prompt(first))
+
+    def _with_tool_instructions(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The tools go through the template's ``tools=``; a template that ignores them gets them
+        described in a system message instead (otherwise the model would never hear of them)."""
+        if not self.glue.tools:
+            return messages
+        if self._template_ignores_tools is None:
+            with_tools = self.glue.encode(messages, True)
+            tools, self.glue.tools = self.glue.tools, None
+            try:
+                without = self.glue.encode(messages, True)
+            finally:
+                self.glue.tools = tools
+            self._template_ignores_tools = bool(np.array_equal(with_tools, without))
+        if not self._template_ignores_tools:
+            return messages
+        text = tools_system_text(self.glue.tools)
+        if messages and messages[0].get("role") == "system":
+            return [{**messages[0], "content": f"{messages[0]['content']}\n\n{text}"}, *messages[1:]]
+        return [{"role": "system", "content": text}, *messages]
+
+    # --- one turn -----------------------------------------------------------------------------
+
+    async def _respond(self, ep: _Episode, turn: Completion) -> None:
+        """After a sampled turn: the tools' or the environment's answer, or the episode's end."""
+        text = turn.text
+        parsed = self.parse(text) if self.parse is not None and self.glue.tools else None
+        calls = list(getattr(parsed, "calls", []) or [])
+        errors = list(getattr(parsed, "errors", []) or [])
+        assistant: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:
+            assistant["tool_calls"] = [{"type": "function", "id": c.id,
+                                        "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+        ep.messages.append(assistant)
+        new: list[dict[str, Any]] = []
+        if calls or errors:
+            ep.tool_calls += len(calls)
+            ep.format_errors += len(errors)
+            results = await self.toolbox.run(calls) if calls else []
+            ep.tool_errors += sum(1 for r in results if str(r.get("content", "")).startswith("error"))
+            new = [*results, *({"role": "tool", "name": "error", "content": f"error: {e}"} for e in errors)]
+        elif ep.env is not None:
+            try:
+                obs = await _maybe_await(ep.env.step(assistant))
+            except Exception as exc:  # an environment bug ends its episode, not the run
+                ep.env_error = f"{type(exc).__name__}: {exc}"
+                log.warning("environment step failed; episode ended", error=ep.env_error)
+                ep.done = True
+                return
+            if obs.reward is not None:
+                ep.env_reward = (ep.env_reward or 0.0) + float(obs.reward)
+            new = [dict(m) for m in obs.messages]
+            ep.done = bool(obs.done) or not new
+        else:
+            ep.done = True  # a plain answer: the episode is over
+        if ep.done:
+            return
+        if ep.turns >= self.limits.max_turns:
+            ep.done = True
+            return
+        inserted = np.concatenate([self.glue.close_turn(ep.first_messages, turn.completion_ids),
+                                   self.glue.observation(ep.context()[:-1], assistant, new)])
+        if len(ep.ids) + len(inserted) >= self.limits.max_episode_tokens:
+            ep.done, ep.finish_reason = True, "length"
+            return
+        ep.add(inserted, None, sampled=False)
+        ep.messages.extend(new)
+
+    async def _respond_all(self, pairs: list[tuple[_Episode, Completion]]) -> None:
+        await asyncio.gather(*(self._respond(ep, turn) for ep, turn in pairs))
+
+    # --- the step --------------------------------------------------------------------------
+
+    def run(self, rows: Sequence[Mapping[str, Any]], sampling: SamplingParams) -> list[Completion]:
+        """``sampling.n`` episodes per row, grouped by row as ``generate``'s completions are."""
+        n = sampling.n
+        episodes = asyncio.run(self._reset_all(rows, n))
+        turn = 0
+        while True:
+            active = [ep for ep in episodes if not ep.done]
+            if not active:
+                break
+            # one call for every running episode: the longest budget left, each cut to its own after
+            budget = max(self.limits.max_episode_tokens - len(ep.ids) for ep in active)
+            max_new = max(1, min(sampling.max_new_tokens, budget))
+            if turn == 0 and self._groups_share_prompts(episodes, n):
+                # one prompt x n, exactly as a single-turn step samples its groups
+                params = attrs.evolve(sampling, max_new_tokens=max_new)
+                outs = self.generate([TokenPrompt(ep.prompt_ids) for ep in episodes[::n]], params)
+            else:
+                params = attrs.evolve(sampling, n=1, max_new_tokens=max_new,
+                                      seed=None if sampling.seed is None else sampling.seed + 7919 * turn)
+                prompts = [TokenPrompt(np.concatenate([ep.prompt_ids, np.asarray(ep.ids, dtype=np.int64)]))
+                           for ep in active]
+                outs = self.generate(prompts, params)
+            for ep, out in zip(active, outs):
+                room = self.limits.max_episode_tokens - len(ep.ids)
+                if len(out.completion_ids) > room:  # the sampler's own tokens, cut at this episode's budget
+                    out = attrs.evolve(out, completion_ids=out.completion_ids[:room], logprobs=out.logprobs[:room],
+                                       finish_reason="length")
+                ep.add(out.completion_ids, out.logprobs, sampled=True)
+                ep.texts.append(out.text)
+                ep.turns += 1
+                if out.finish_reason == "length":
+                    ep.messages.append({"role": "assistant", "content": out.text})
+                    ep.done, ep.finish_reason = True, "length"
+            asyncio.run(self._respond_all([(ep, out) for ep, out in zip(active, outs) if not ep.done]))
+            turn += 1
+        return [ep.completion(ep.index // n, self._text(ep)) for ep in episodes]
+
+    @staticmethod
+    def _groups_share_prompts(episodes: list[_Episode], n: int) -> bool:
+        return all(np.array_equal(ep.prompt_ids, episodes[ep.index - ep.index % n].prompt_ids) for ep in episodes)
+
+    async def _reset_all(self, rows: Sequence[Mapping[str, Any]], n: int) -> list[_Episode]:
+        return list(await asyncio.gather(*(self._reset(i * n + j, row) for i, row in enumerate(rows)
+                                           for j in range(n))))
+
+    @staticmethod
+    def _text(ep: _Episode) -> str:
+        """The episode's answer: its last assistant turn. Never the whole transcript, whose tool
+        results and observations would let a text reward score the environment's words."""
+        return ep.texts[-1] if ep.texts else ""

@@ -1,0 +1,106 @@
+"""From a run's ``[environment]`` to an ``EpisodeRunner``: checked before any model loads.
+
+Kept out of the trainer so the trainer only asks "episodes or single turns?".
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
+from polyrl.agents.parsing import parse_tool_calls
+from polyrl.agents.tools import ToolBox, resolve_tools
+from polyrl.errors import ConfigError
+
+
+@attrs.define
+class EnvironmentPlan:
+    """What ``check_environment`` resolved: the tools and the environment factory."""
+
+    tools: list[Callable[..., Any]]
+    make_environment: Callable[[], Any] | None
+
+
+def check_environment(config: Any, registry: Any) -> EnvironmentPlan | None:
+    """Resolve ``[environment]`` (None when the run is single-turn); every mistake is a
+    ``ConfigError`` naming the key, raised before the models load."""
+    env = config.environment
+    if not env.enabled:
+        return None
+    for role, backend, capability, what in (
+        ("generate", config.backends.generate_backend, "token_prompts", "generate from token ids"),
+        ("train", config.backends.train, "loss_mask", "train on masked episodes"),
+    ):
+        caps = registry.spec(backend).capabilities
+        if not getattr(caps, capability):
+            raise ConfigError(
+                f"backend {backend!r} cannot {what} (Capabilities.{capability}), which multi-turn "
+                "episodes need", field=f"backends.{role}" if role == "generate" else "backends.train",
+                fix="use torch or mlx (or a backend declaring it; `polyrl backends --json` shows capabilities)")
+    if env.tool_format not in ("auto", "hermes", "llama3", "mistral"):
+        raise ConfigError(f"unknown tool_format {env.tool_format!r}", field="environment.tool_format",
+                          fix="use auto, hermes, llama3 or mistral")
+    tools = resolve_tools(env.tools, registry)
+    make_environment = None
+    if env.name is not None:
+        specs = registry.environments_by_name()
+        if env.name not in specs:
+            raise ConfigError(f"unknown environment {env.name!r}", field="environment.name",
+                              fix=f"use one of {', '.join(sorted(specs)) or '(none installed)'}; "
+                                  "`polyrl environments` lists them")
+        spec = specs[env.name]
+        reason = spec.probe() if spec.probe is not None else None
+        if reason:
+            raise ConfigError(f"environment {env.name!r} is not usable here: {reason}", field="environment.name",
+                              fix=spec.install_hint or "see `polyrl environments`")
+        options = dict(env.options)
+        make_environment = functools.partial(spec.create, options)
+    return EnvironmentPlan(tools=tools, make_environment=make_environment)
+
+
+def _chat_encoder(engines: Sequence[Any]) -> Callable[..., np.ndarray]:
+    """The first engine whose backend has a tokenizer (a remote generator has none)."""
+    probe = [{"role": "user", "content": "hi"}]
+    for engine in engines:
+        if engine.encode_chat(probe, None, True) is not None:
+            return engine.encode_chat
+    raise ConfigError("no engine of this run can apply the chat template (encode_chat)", field="backends",
+                      fix="train with torch or mlx, whose tokenizers render the episodes' turns")
+
+
+def build_runner(config: Any, plan: EnvironmentPlan, gen_engine: Any, train_engine: Any) -> EpisodeRunner:
+    env = config.environment
+    toolbox = ToolBox(plan.tools, timeout_s=env.tool_timeout_s, max_concurrency=env.max_concurrent_tools) \
+        if plan.tools else None
+    parse = functools.partial(parse_tool_calls, fmt=env.tool_format)
+    return EpisodeRunner(gen_engine.generate, _chat_encoder([gen_engine, train_engine]),
+                         EpisodeLimits(max_turns=env.max_turns, max_episode_tokens=env.max_episode_tokens),
+                         make_environment=plan.make_environment, toolbox=toolbox, parse=parse,
+                         prompt_column=config.data.prompt_column)
+
+
+def episode_metrics(completions: Sequence[Any]) -> dict[str, float]:
+    """Per-step means over the step's episodes (empty for single-turn completions)."""
+    infos: list[Mapping[str, Any]] = [c.info for c in completions if c.mask is not None]
+    if not infos:
+        return {}
+    n = len(infos)
+    out = {
+        "episode/turns_mean": sum(i["turns"] for i in infos) / n,
+        "episode/tool_calls_mean": sum(i["tool_calls"] for i in infos) / n,
+        "episode/tool_call_share": sum(1 for i in infos if i["tool_calls"] > 0) / n,
+        "episode/tool_error_share": sum(1 for i in infos if i["tool_errors"] > 0) / n,
+        "episode/format_error_share": sum(1 for i in infos if i["format_errors"] > 0) / n,
+        "episode/env_error_share": sum(1 for i in infos if i.get("env_error")) / n,
+        "episode/sampled_token_share": float(sum(int(c.mask.sum()) for c in completions if c.mask is not None)
+                                             / max(1, sum(len(c.mask) for c in completions if c.mask is not None))),
+    }
+    rewards = [i["env_reward"] for i in infos if i.get("env_reward") is not None]
+    if rewards:
+        out["episode/env_reward_mean"] = sum(rewards) / len(rewards)
+    return out
