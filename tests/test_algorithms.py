@@ -113,6 +113,27 @@ def test_clip_fraction_counts_tokens():
     assert metrics["tokens"] == 4
 
 
+def test_clip_regions_by_hand():
+    """Low = A < 0 and ratio < 1 - eps_low, high = A > 0 and ratio > 1 + eps_high, token means of
+    the whole batch; they add up to clip_fraction without dual clip."""
+    obj = Objective()  # eps 0.2 both sides
+    ratios = [np.array([1.5, 1.0, 0.5, 0.7]), np.array([1.5, 0.5, 0.9])]
+    logp = [np.log(r) for r in ratios]
+    old = [np.zeros(4), np.zeros(3)]
+    _, m = policy_loss(logp, [1.0, -1.0], obj, old)
+    # A > 0: 1.5 is high-clipped (0.5, 0.7 are not clipped: the unclipped branch wins); A < 0: 0.5 low
+    assert m["clip_high_fraction"] == pytest.approx(1 / 7)
+    assert m["clip_low_fraction"] == pytest.approx(1 / 7)
+    assert m["clip_fraction"] == pytest.approx(m["clip_low_fraction"] + m["clip_high_fraction"])
+    # CISPO caps the weight above only, whatever the advantage's sign
+    _, c = policy_loss(logp, [1.0, -1.0], Objective(policy_loss="cispo"), old)
+    assert c["clip_low_fraction"] == 0.0 and c["clip_high_fraction"] == pytest.approx(2 / 7)
+    # masked-out tokens are not counted, in the numerator or the denominator
+    masks = [np.array([True, False, False, False]), np.array([False, True, False])]
+    _, mm = policy_loss(logp, [1.0, -1.0], obj, old, masks=masks)
+    assert mm["clip_high_fraction"] == pytest.approx(0.5) and mm["clip_low_fraction"] == pytest.approx(0.5)
+
+
 @pytest.mark.parametrize(("kl", "value", "grad"), [
     ("k1", 1.0, 1.0),
     ("k2", 0.5, 1.0),  # 0.5 * (r - l)^2 with r - l = -1; d/dl = -(r - l) = 1

@@ -17,7 +17,7 @@ import torch
 
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
-from polyrl.types import ALL_LINEAR, EngineConfig, Prompt
+from polyrl.types import ALL_LINEAR, EngineConfig, Prompt, TokenPrompt
 from polyrl_torch import distributed, sharding
 
 #: float16 runs on CPU too (torch 2.x has the kernels) but is no faster there than bfloat16;
@@ -236,23 +236,42 @@ class TorchEngine:
     # --- prompts -------------------------------------------------------------------------------
 
     def encode_prompt(self, prompt: Prompt) -> list[int]:
-        """Token ids as the model sees the prompt (chat template + generation prompt for chats)."""
+        """Token ids as the model sees the prompt: a ``TokenPrompt``'s ids verbatim, text with the
+        tokenizer's special tokens, a chat through ``encode_chat`` with the generation prompt."""
+        if isinstance(prompt, TokenPrompt):
+            rows = int(self.causal_lm.config.vocab_size)
+            bad = [int(i) for i in prompt.ids if not 0 <= i < rows]
+            if bad:
+                raise ConfigError(f"a TokenPrompt holds ids outside this model's vocabulary (0..{rows - 1}): "
+                                  f"{bad[:5]}", field="prompt",
+                                  fix="build token prompts with this model's tokenizer (encode_chat)")
+            return [int(i) for i in prompt.ids]  # an episode's exact ids: never re-tokenized
         tok = self.tokenizer
         if isinstance(prompt, str):
             ids = tok(prompt, add_special_tokens=True)["input_ids"]
         else:
-            if not getattr(tok, "chat_template", None):
-                raise ConfigError(
-                    f"the tokenizer of {self.config.model!r} has no chat template but a chat prompt "
-                    "was given", field="model",
-                    fix="use an instruct model with a chat template, or give plain-text prompts",
-                )
-            text = tok.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
-            ids = tok(text, add_special_tokens=False)["input_ids"]
+            ids = self.encode_chat(prompt, None, add_generation_prompt=True)
         if not ids:
             start = tok.bos_token_id if tok.bos_token_id is not None else self.pad_id
             ids = [int(start)]  # an empty prompt still needs one position to predict from
         return [int(i) for i in ids]
+
+    def encode_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+                    add_generation_prompt: bool) -> list[int]:
+        """``messages`` through the tokenizer's chat template, tokenized: the one rendering both
+        chat prompts and multi-turn episodes use, so the glue an episode inserts between turns is
+        exactly what a chat prompt would have had (same template, no BOS beyond the template's)."""
+        tok = self.tokenizer
+        if not getattr(tok, "chat_template", None):
+            raise ConfigError(
+                f"the tokenizer of {self.config.model!r} has no chat template but a chat prompt "
+                "was given", field="model",
+                fix="use an instruct model with a chat template, or give plain-text prompts",
+            )
+        encoded = tok.apply_chat_template([dict(m) for m in messages], tools=None if tools is None else list(tools),
+                                          add_generation_prompt=add_generation_prompt, tokenize=True,
+                                          return_dict=True)
+        return [int(i) for i in encoded["input_ids"]]
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)

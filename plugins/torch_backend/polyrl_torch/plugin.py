@@ -93,6 +93,7 @@ CAPABILITIES_BASE = dict(
     generate=True, logprobs=True, train_step=True, lora=True, weight_export=True,
     weight_import=True, checkpoint=True, concurrent_generate=True, data_parallel=True,
     sampling=("min_p", "repetition_penalty"), gradient_checkpointing=True,
+    token_prompts=True, loss_mask=True,
     dtypes=("float32", "bfloat16", "float16"),
     architectures=ARCHITECTURES,
 )
@@ -191,6 +192,16 @@ def generate(engine: Any, prompts: Sequence[Any], sampling: Any) -> list | None:
     from polyrl_torch.generation import generate as run
 
     return run(engine, prompts, sampling)
+
+
+@hookimpl
+def encode_chat(engine: Any, messages: Sequence[Any], tools: Sequence[Any] | None,
+                add_generation_prompt: bool) -> Any:
+    if not _ours(engine):
+        return None
+    import numpy as np
+
+    return np.asarray(engine.encode_chat(messages, tools, add_generation_prompt), dtype=np.int64)
 
 
 @hookimpl

@@ -27,6 +27,18 @@ from polyrl_torch.scoring import token_logprobs_with_entropy
 LogProbs = torch.Tensor | Sequence[torch.Tensor]
 MISMATCH_KEYS = ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected", "entropy",
                  "entropy_selected")
+#: Token counts reported as fractions in ``StepMetrics.extra`` (TRL's clip_ratio/low_mean, high_mean).
+CLIP_REGION_KEYS = ("clip_low", "clip_high")
+
+
+def masked_in(values: list[torch.Tensor] | None, masks: list[torch.Tensor] | None) -> list[torch.Tensor] | None:
+    """Each sequence's values at its loss-mask's True positions: an episode's inserted tokens
+    leave before the objective sees anything, so every rule (ratio, GSPO's mean, counts, entropy
+    quantile) runs on the sampled tokens alone, as the reference's ``masks`` do; indexing keeps
+    the graph, so the inserted tokens' log-probs get no gradient."""
+    if values is None or masks is None:
+        return values
+    return [v[m] for v, m in zip(values, masks)]
 
 
 def _padded(values: LogProbs | None, like: torch.Tensor) -> torch.Tensor | None:
@@ -55,7 +67,8 @@ def objective_loss(
     num_sequences: int | None = None,
     num_tokens: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The aggregated policy loss (scalar tensor) and detached sums ``kl_sum``, ``clip_sum``, ``tokens``.
+    """The aggregated policy loss (scalar tensor) and detached sums ``kl_sum``, ``clip_sum``,
+    ``clip_low_sum``, ``clip_high_sum`` (``reference.clip_regions``), ``tokens``.
 
     ``logp`` is a list of 1-D tensors (one per sequence) or a ``[B, T]`` tensor with ``mask``;
     ``old_logp``/``ref_logp``/``sampler_logp`` have the same layout and are constants; with
@@ -94,14 +107,16 @@ def objective_loss(
     low, high = 1.0 - objective.clip_eps_low, 1.0 + objective.clip_eps_high
     if objective.policy_loss == "cispo":  # clipped, detached weight on a REINFORCE term
         loss = -adv * torch.clamp(ratio, max=high).detach() * lp
-        clipped = ratio.detach() > high
+        clipped = clip_high = ratio.detach() > high
+        clip_low = torch.zeros_like(clipped)
     else:
         unclipped = -adv * ratio
         clipped_loss = -adv * torch.clamp(ratio, low, high)
         # the clipped branch is flat wherever it is the larger one: its slope is 0 (as the reference)
         use_unclipped = unclipped >= clipped_loss
         loss = torch.where(use_unclipped, unclipped, clipped_loss.detach())
-        clipped = ((adv > 0) & (ratio > high)) | ((adv < 0) & (ratio < low))
+        clip_low, clip_high = (adv < 0) & (ratio < low), (adv > 0) & (ratio > high)
+        clipped = clip_low | clip_high
         if objective.dual_clip is not None:
             cap = (-adv * objective.dual_clip).expand_as(loss)
             dual = (adv < 0) & (loss > cap)
@@ -166,6 +181,8 @@ def objective_loss(
     stats = {
         "kl_sum": torch.where(valid, kl, zero).detach().sum(),
         "clip_sum": (clipped & valid).sum(),
+        "clip_low_sum": (clip_low & valid).sum(),
+        "clip_high_sum": (clip_high & valid).sum(),
         "tokens": lengths_t.sum(),
         **mismatch,
     }
@@ -218,10 +235,18 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     params = engine.trainable_parameters()
     temperature = float(batch.temperature) or 1.0
 
+    all_masks = batch.masks  # None for single-turn batches: nothing is indexed
+
+    def mask_of(idx: range) -> list[torch.Tensor] | None:
+        if all_masks is None:
+            return None
+        return [torch.as_tensor(all_masks[i], dtype=torch.bool, device=engine.device) for i in idx]
+
     def constants(values: list[np.ndarray] | None, idx: range) -> list[torch.Tensor] | None:
         if values is None:
             return None
-        return [torch.as_tensor(np.asarray(values[i], dtype=np.float32), device=engine.device) for i in idx]
+        return masked_in([torch.as_tensor(np.asarray(values[i], dtype=np.float32), device=engine.device)
+                          for i in idx], mask_of(idx))
 
     starts = list(range(0, n, micro))
     sharded = engine.fsdp is not None
@@ -233,6 +258,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     engine.model.train()
     loss_sum, kl_sum, clip_sum, finite = 0.0, 0.0, 0.0, True
     mismatch: dict[str, float] = {}
+    regions = dict.fromkeys(CLIP_REGION_KEYS, 0.0)
     clock = {"forward": 0.0, "backward": 0.0, "grad_sync": 0.0, "optimizer": 0.0}  # phases, seconds
     try:
         for start in starts:
@@ -250,6 +276,8 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                 else:
                     logp, entropy = token_logprobs_with_entropy(engine, part, temperature,
                                                                 differentiable=objective.entropy_coef != 0)
+                keep = mask_of(idx)
+                logp, entropy = masked_in(logp, keep), masked_in(entropy, keep)
                 loss, stats = objective_loss(
                     logp, torch.as_tensor(batch.advantages[start:idx.stop]), objective,
                     constants(batch.old_logprobs, idx),
@@ -261,6 +289,8 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                 loss_sum += value
                 kl_sum += float(stats["kl_sum"])
                 clip_sum += float(stats["clip_sum"])
+                for key in CLIP_REGION_KEYS:
+                    regions[key] += float(stats[f"{key}_sum"])
                 for key in MISMATCH_KEYS:
                     if f"{key}_sum" in stats:
                         mismatch[key] = mismatch.get(key, 0.0) + float(stats[f"{key}_sum"])
@@ -282,9 +312,10 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
             (() if sharded else MISMATCH_KEYS[4:])
         summed = distributed.sum_scalars(
             [loss_sum if finite else 0.0, kl_sum, clip_sum, 0.0 if finite else 1.0]
-            + [mismatch.get(k, 0.0) for k in expected], engine.device)
+            + [regions[k] for k in CLIP_REGION_KEYS] + [mismatch.get(k, 0.0) for k in expected], engine.device)
         loss_sum, kl_sum, clip_sum, bad = summed[:4]
-        mismatch = dict(zip(expected, summed[4:]))
+        regions = dict(zip(CLIP_REGION_KEYS, summed[4:4 + len(CLIP_REGION_KEYS)]))
+        mismatch = dict(zip(expected, summed[4 + len(CLIP_REGION_KEYS):]))
         finite = bad == 0
         if finite and not sharded:  # FSDP already summed them (reduce-scatter in backward)
             distributed.sum_gradients(params)
@@ -292,7 +323,8 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     clock["grad_sync"] = t3 - t2
     grad_norm = _grad_norm(params, engine.config.optimizer.max_grad_norm) if finite else float("nan")
     denom = max(total_tokens, 1)
-    extra = {"lr": apply_scheduled_lr(engine), **{k: v / denom for k, v in mismatch.items()}}
+    extra = {"lr": apply_scheduled_lr(engine), **{k: v / denom for k, v in mismatch.items()},
+             **{f"{k}_fraction": v / denom for k, v in regions.items()}}
     metrics = dict(loss=loss_sum, grad_norm=grad_norm, kl=kl_sum / denom,
                    clip_fraction=clip_sum / denom, tokens=total_tokens, extra=extra)
     if not (finite and math.isfinite(grad_norm)):
