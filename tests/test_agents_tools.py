@@ -318,3 +318,28 @@ def test_concurrency_is_bounded_across_all_episodes_of_a_step():
 def test_two_tools_with_one_name_are_refused():
     with pytest.raises(ConfigError, match="two tools are named 'divide'"):
         ToolBox([divide, search, divide])
+
+
+@pytest.mark.faults
+def test_a_timeout_the_tool_raises_itself_is_its_error_not_the_box_timeout():
+    async def fetch(url: str) -> str:
+        """Fetch a page.
+
+        Args:
+            url: The address.
+        """
+        raise TimeoutError("upstream took too long")
+
+    def fetch_sync(url: str) -> str:
+        """Fetch a page.
+
+        Args:
+            url: The address.
+        """
+        raise TimeoutError("upstream took too long")
+
+    box = ToolBox([fetch, fetch_sync], timeout_s=30)
+    out = run(box, [ToolCall("fetch", {"url": "u"}), ToolCall("fetch_sync", {"url": "u"})])
+    assert [m["content"] for m in out] == [f"error: tool {n!r} raised TimeoutError: upstream took too long"
+                                           for n in ("fetch", "fetch_sync")]
+    assert box.counts["raised"] == 2 and box.counts["timeout"] == 0

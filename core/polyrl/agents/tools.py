@@ -303,10 +303,10 @@ class ToolBox:
         if int(max_concurrency) < 1:
             raise ConfigError(f"tool concurrency must be >= 1, got {max_concurrency!r}",
                               field="environment.max_tool_concurrency", fix="set a positive integer")
-        named = (dict(functions) if isinstance(functions, Mapping)
+        named = (list(functions.items()) if isinstance(functions, Mapping)
                  else [(getattr(fn, "__name__", ""), fn) for fn in functions])
         self._tools: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {}
-        for name, fn in (named.items() if isinstance(named, dict) else named):
+        for name, fn in named:
             if name in self._tools:
                 raise ConfigError(f"two tools are named {name!r}", field=FIELD,
                                   fix="give each tool a distinct name (rename one function)")
@@ -362,11 +362,9 @@ class ToolBox:
         async with self._semaphore():
             try:
                 if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
-                    result = await asyncio.wait_for(fn(**call.arguments), self.timeout_s)
+                    result = await self._in_task(call.name, fn, call.arguments)
                 else:
                     result = await self._in_thread(call.name, fn, call.arguments)
-            except (asyncio.TimeoutError, TimeoutError):
-                raise _Failed("timeout", f"tool {call.name!r} did not finish within {self.timeout_s:g} s") from None
             except _Failed:
                 raise
             except BaseException as exc:  # noqa: BLE001 - the model reads what its call did
@@ -374,6 +372,22 @@ class ToolBox:
                     raise
                 raise _Failed("raised", f"tool {call.name!r} raised {_describe(exc)}") from None
         return self._content(call.name, result)
+
+    def _timed_out(self, name: str) -> _Failed:
+        return _Failed("timeout", f"tool {name!r} did not finish within {self.timeout_s:g} s")
+
+    async def _in_task(self, name: str, fn: Callable[..., Any], arguments: dict[str, Any]) -> Any:
+        # asyncio.wait, not wait_for: a TimeoutError the tool raises itself is its own error, not ours
+        task = asyncio.ensure_future(fn(**arguments))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=self.timeout_s)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if not done:
+            task.cancel()
+            raise self._timed_out(name)
+        return task.result()
 
     async def _in_thread(self, name: str, fn: Callable[..., Any], arguments: dict[str, Any]) -> Any:
         loop = asyncio.get_running_loop()
@@ -404,11 +418,11 @@ class ToolBox:
         threading.Thread(target=target, name="polyrl-tool", daemon=True).start()
         try:
             return await asyncio.wait_for(future, self.timeout_s)
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:  # only wait_for's: the tool's own errors arrive as _Failed
             self.abandoned += 1
             log.warning("tool call abandoned past its timeout (its thread keeps running)",
                         tool=name, timeout_s=self.timeout_s, abandoned=self.abandoned)
-            raise
+            raise self._timed_out(name) from None
 
     def _content(self, name: str, result: Any) -> str:
         if isinstance(result, str):
