@@ -110,15 +110,27 @@ def test_unknown_format_is_a_programming_error():
         parse_tool_calls("x", fmt="xml")
 
 
-_PIECES = st.sampled_from(["<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", "{", "}",
+_PIECES = st.sampled_from(["<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", "functools[",
+                           "<|tool_call|>", "<|/tool_call|>", "{", "}",
                            "[", "]", '"name"', ":", '"arguments"', ",", '"f"', "1", " ", "\n", "null", '"'])
 
 
 @pytest.mark.faults
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_PIECES | st.text(max_size=5), max_size=30), st.sampled_from(["auto", "hermes", "llama3", "mistral"]))
+@given(st.lists(_PIECES | st.text(max_size=5), max_size=30), st.sampled_from(["auto", "hermes", "llama3", "mistral", "phi4"]))
 def test_parsing_never_raises_on_any_model_output(pieces, fmt):
     turn = parse_tool_calls("".join(pieces), fmt=fmt)
     assert all(isinstance(c.arguments, dict) and c.name for c in turn.calls)
     assert all(isinstance(e, str) and e for e in turn.errors)
     json.dumps([c.as_message_entry() for c in turn.calls])  # every call can go back into a template
+
+
+def test_phi4_mini_functools_and_tag_forms():
+    expected = [ToolCall("f", {"a": 1}, "call00000"), ToolCall("g", {"b": 2}, "call00001")]
+    assert parse_tool_calls('Sure: functools[{"name": "f", "arguments": {"a": 1}}, '
+                            '{"name": "g", "parameters": {"b": 2}}]').calls == expected
+    turn = parse_tool_calls('<|tool_call|>[{"type": "function", "function": {"name": "f", "arguments": {"a": 1}}}, '
+                            '{"name": "g", "arguments": {"b": 2}}]<|/tool_call|> done')
+    assert (turn.calls, turn.content, turn.errors) == (expected, "done", [])
+    turn = parse_tool_calls('functools[{"name": "f", "arguments": ', fmt="phi4")
+    assert turn.calls == [] and "not valid JSON" in turn.errors[0]

@@ -16,7 +16,13 @@ mistral (v0.3+)    ``[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]``;    
                    newer templates ``[TOOL_CALLS]name[ARGS]{...}``
 gemma3_text        the template ignores ``tools``; prompt for the Hermes form     "hermes"
 phi3 (Phi-3/3.5)   the template ignores ``tools``; prompt for the Hermes form     "hermes"
+phi3 (Phi-4-mini)  ``functools[{"name": ..., "arguments": {...}}, ...]`` or       "phi4"
+                   ``<|tool_call|>[...]<|/tool_call|>``; its template reads the
+                   tools from the system message's ``tools`` key, not ``tools=``
 =================  ===========================================================  ==========
+
+A call object may also be wrapped as ``{"type": "function", "function": {"name", "arguments"}}``
+(the OpenAI form some fine-tunes copy); it is unwrapped.
 
 ``fmt="auto"`` recognises each form by its markers. Markers that are special tokens
 (``<|python_tag|>``, ``[TOOL_CALLS]``, ``[ARGS]``) only appear in text decoded with special
@@ -34,12 +40,14 @@ import attrs
 
 from polyrl.agents.tools import ToolCall
 
-FORMATS = ("auto", "hermes", "llama3", "mistral")
+FORMATS = ("auto", "hermes", "llama3", "mistral", "phi4")
 
 _HERMES = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _PYTHON_TAG = "<|python_tag|>"
 _MISTRAL = "[TOOL_CALLS]"
 _MISTRAL_ARGS = "[ARGS]"
+_PHI4_TAG = re.compile(r"<\|tool_call\|>(.*?)(?:<\|/tool_call\|>|\Z)", re.DOTALL)
+_FUNCTOOLS = "functools["
 _MAX_SHOWN = 120  # characters of a malformed call quoted back to the model
 
 
@@ -71,6 +79,8 @@ def _decode_object(raw: str) -> tuple[Any, str | None]:
 
 def _to_call(obj: Any, index: int, raw: str, args_keys: tuple[str, ...]) -> tuple[ToolCall | None, str | None]:
     """A ``ToolCall`` from a decoded ``{"name", "arguments"|"parameters"}`` object, or the error."""
+    if isinstance(obj, dict) and "name" not in obj and isinstance(obj.get("function"), dict):
+        obj = {**obj["function"], **({"id": obj["id"]} if "id" in obj else {})}
     if not isinstance(obj, dict):
         return None, f"tool call must be a JSON object with \"name\" and \"arguments\": {_short(raw)}"
     name = obj.get("name")
@@ -163,6 +173,33 @@ def _mistral(text: str) -> ParsedTurn:
     return ParsedTurn(head.strip(), calls, errors)
 
 
+def _calls_from_json(raw: str, calls: list[ToolCall], errors: list[str]) -> None:
+    """Append the call(s) of one JSON object or list (text after it is ignored)."""
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(raw.strip())
+    except ValueError as exc:
+        errors.append(f"tool call is not valid JSON ({exc.msg} at column {exc.colno}): {_short(raw)}")
+        return
+    for item in obj if isinstance(obj, list) else [obj]:
+        call, error = _to_call(item, len(calls) + len(errors), json.dumps(item), ("arguments", "parameters"))
+        (calls.append(call) if call else errors.append(error))
+
+
+def _phi4(text: str) -> ParsedTurn:
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    content = text
+    if _PHI4_TAG.search(text):
+        for match in _PHI4_TAG.finditer(text):
+            _calls_from_json(match.group(1), calls, errors)
+        content = _PHI4_TAG.sub("", text)
+    elif _FUNCTOOLS in text:
+        start = text.index(_FUNCTOOLS)
+        content = text[:start]
+        _calls_from_json(text[start + len(_FUNCTOOLS) - 1:], calls, errors)
+    return ParsedTurn(content.strip(), calls, errors)
+
+
 def parse_tool_calls(text: str, fmt: str = "auto") -> ParsedTurn:
     """Split an assistant turn into its text and its tool calls, in ``fmt`` (see the table above).
 
@@ -175,6 +212,8 @@ def parse_tool_calls(text: str, fmt: str = "auto") -> ParsedTurn:
         return _hermes(text)
     if fmt == "mistral" or (fmt == "auto" and _MISTRAL in text):
         return _mistral(text) if _MISTRAL in text else ParsedTurn(text.strip())
+    if fmt == "phi4" or (fmt == "auto" and ("<|tool_call|>" in text or _FUNCTOOLS in text)):
+        return _phi4(text)
     if fmt in ("llama3", "auto"):
         return _llama3(text)
     return ParsedTurn(text.strip())  # pragma: no cover - every format is handled above
