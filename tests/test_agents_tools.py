@@ -343,3 +343,39 @@ def test_a_timeout_the_tool_raises_itself_is_its_error_not_the_box_timeout():
     assert [m["content"] for m in out] == [f"error: tool {n!r} raised TimeoutError: upstream took too long"
                                            for n in ("fetch", "fetch_sync")]
     assert box.counts["raised"] == 2 and box.counts["timeout"] == 0
+
+
+class Board:
+    """An environment's state with a tool bound to it."""
+
+    def __init__(self) -> None:
+        self.marks: list[str] = []
+
+    def mark(self, cell: str) -> str:
+        """Mark a cell.
+
+        Args:
+            cell: The cell, e.g. "b2".
+        """
+        self.marks.append(cell)
+        return f"marked {cell}"
+
+
+def test_episode_tools_extend_the_step_box_and_share_its_bound_and_counts():
+    shared = ToolBox([divide], max_concurrency=2)
+    boards = [Board(), Board()]
+    boxes = [shared.extended([b.mark]) for b in boards]
+    assert [s["function"]["name"] for s in boxes[0].schemas] == ["divide", "mark"]
+    assert tool_schema(boards[0].mark)["function"]["parameters"]["required"] == ["cell"]  # no self
+
+    async def step() -> list[list[dict]]:
+        return await asyncio.gather(boxes[0].run([ToolCall("mark", {"cell": "a1"})]),
+                                    boxes[1].run([ToolCall("mark", {"cell": "c3"}), ToolCall("divide", {"a": 1, "b": 1})]))
+
+    out = asyncio.run(step())
+    assert [m["content"] for m in out[0] + out[1]] == ["marked a1", "marked c3", "1.0"]
+    assert [b.marks for b in boards] == [["a1"], ["c3"]]  # each episode's state got its own calls
+    assert shared.counts["calls"] == 3 and boxes[0]._semaphores is shared._semaphores
+    assert shared.extended([]) is shared
+    with pytest.raises(ConfigError, match="the environment's tool\\(s\\) 'divide' clash"):
+        shared.extended([divide])

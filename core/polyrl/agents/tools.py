@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import inspect
 import json
 import re
@@ -315,9 +316,27 @@ class ToolBox:
         self.max_concurrency = int(max_concurrency)
         self.max_result_chars = int(max_result_chars)
         self.counts: collections.Counter[str] = collections.Counter()
-        self.abandoned = 0
         self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary())
+
+    @property
+    def abandoned(self) -> int:
+        """Calls whose thread was left running past the timeout (it cannot be killed)."""
+        return self.counts["abandoned"]
+
+    def extended(self, functions: Sequence[Callable[..., Any]]) -> ToolBox:
+        """A box with ``functions`` added (e.g. one episode's environment tools, bound to its state)
+        that shares this box's bound, counts and limits: the bound still holds across the step."""
+        if not functions:
+            return self
+        extra = ToolBox(functions)  # checks their schemas and that their names are distinct
+        clash = sorted(set(extra._tools) & set(self._tools))
+        if clash:
+            raise ConfigError(f"the environment's tool(s) {', '.join(map(repr, clash))} clash with [environment] tools",
+                              field=FIELD, fix="drop the duplicate from [environment] tools or rename one")
+        box = copy.copy(self)  # shallow: the same counts and semaphores
+        box._tools = {**self._tools, **extra._tools}
+        return box
 
     @property
     def names(self) -> list[str]:
@@ -419,7 +438,7 @@ class ToolBox:
         try:
             return await asyncio.wait_for(future, self.timeout_s)
         except TimeoutError:  # only wait_for's: the tool's own errors arrive as _Failed
-            self.abandoned += 1
+            self.counts["abandoned"] += 1
             log.warning("tool call abandoned past its timeout (its thread keeps running)",
                         tool=name, timeout_s=self.timeout_s, abandoned=self.abandoned)
             raise self._timed_out(name) from None
