@@ -62,7 +62,8 @@ def polyrl_register_tools(register):
 
 @pytest.fixture
 def third_party(tmp_path, monkeypatch):
-    """A good environment plugin, one that fails to import and one whose register hook raises."""
+    """A good environment plugin, one that fails to import, one whose register hook raises and one
+    with a misspelt hook."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "polyrl_env_good.py").write_text(GOOD_PLUGIN)
@@ -72,6 +73,12 @@ def third_party(tmp_path, monkeypatch):
         "@hookimpl\n"
         "def polyrl_register_tools(register):\n"
         "    raise RuntimeError('tool registration exploded')\n")
+    (site / "polyrl_env_typo.py").write_text(
+        "from polyrl.hookspecs import hookimpl\n"
+        "@hookimpl\n"
+        "def polyrl_register_environment(register):\n"  # singular: no such hook
+        "    pass\n")
+    write_dist(site, "polyrl-env-typo", "1.0", {"polyrl.environments": {"envtypo": "polyrl_env_typo"}})
     write_dist(site, "polyrl-env-good", "1.0", {"polyrl.environments": {"envgood": "polyrl_env_good"}})
     write_dist(site, "polyrl-env-import", "1.0", {"polyrl.environments": {"envimport": "polyrl_env_import"}})
     write_dist(site, "polyrl-env-register", "1.0", {"polyrl.environments": {"envreg": "polyrl_env_register"}})
@@ -82,7 +89,7 @@ def third_party(tmp_path, monkeypatch):
     yield site
     import sys
 
-    for mod in ("polyrl_env_good", "polyrl_env_import", "polyrl_env_register"):
+    for mod in ("polyrl_env_good", "polyrl_env_import", "polyrl_env_register", "polyrl_env_typo"):
         sys.modules.pop(mod, None)
 
 
@@ -111,6 +118,8 @@ def test_environment_plugins_from_entry_points_and_broken_ones_isolated(third_pa
     assert "ImportError: no module named gymnasium" in errors["envimport"]
     assert "tool registration exploded" in errors["envreg"]
     assert "calculator" in errors
+    assert "unknown hook(s) 'polyrl_register_environment'" in errors["envtypo"]
+    assert "polyrl_register_environments" in errors["envtypo"]  # the fix names the right hook
 
     assert cli.main(["environments"]) == 0  # the table names the broken plugins too
     table = capsys.readouterr().out
