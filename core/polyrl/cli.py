@@ -1,4 +1,4 @@
-"""The ``polyrl`` command: train | launch | backends | rewards | trackers | doctor | generate | serve | bench | convert | report."""
+"""The ``polyrl`` command: train | launch | backends | rewards | trackers | environments | doctor | generate | serve | bench | convert | report."""
 
 from __future__ import annotations
 
@@ -122,6 +122,35 @@ def cmd_trackers(args: argparse.Namespace) -> int:
     console.print(table)
     for e in errors:
         console.print(f"[red]tracker plugin {e.name!r} ({e.distribution or 'unknown dist'}) failed to load:[/] "
+                      f"{escape(e.error)}")
+    return 0
+
+
+def cmd_environments(args: argparse.Namespace) -> int:
+    reg = _registry()
+    statuses = reg.environment_statuses()
+    errors = [e for e in reg.load_errors if e.group in (
+        "polyrl.environments", "polyrl_register_environments", "polyrl_register_tools")]
+    if args.json:
+        _print_json({"environments": [s.as_dict() for s in statuses if s.kind == "environment"],
+                     "tools": [s.as_dict() for s in statuses if s.kind == "tool"],
+                     "load_errors": [{"name": e.name, "distribution": e.distribution, "error": e.error}
+                                     for e in errors]})
+        return 0
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=escape("polyrl environments ([environment] name = ..., tools = [...])"))
+    for col in ("kind", "name", "usable", "from", "what it does", "why not / fix"):
+        table.add_column(col)
+    for s in statuses:
+        why = "" if s.available else f"{s.reason}" + (f" ({s.install_hint})" if s.install_hint else "")
+        table.add_row(s.kind, s.name, "yes" if s.available else "no", s.distribution, escape(s.summary), escape(why))
+    console.print(table)
+    for e in errors:
+        console.print(f"[red]environment/tool plugin {e.name!r} ({e.distribution or 'unknown dist'}) failed to load:[/] "
                       f"{escape(e.error)}")
     return 0
 
@@ -320,6 +349,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("trackers", help="list the experiment trackers [logging] report_to can name")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_trackers)
+
+    p = sub.add_parser("environments", help="list the multi-turn environments and tools [environment] can name")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_environments)
 
     p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API (e.g. for a judge)")
     from polyrl.serve import add_arguments as serve_arguments

@@ -184,7 +184,11 @@ def polyrl_register_environments(register: Callable[[EnvironmentSpec], None]) ->
     row) and ``step(assistant_message) -> polyrl.agents.Observation(messages, reward, done)``,
     either of them may be ``async def`` (``polyrl.agents.Environment``). It may also list
     ``tools`` (plain functions) the model can call during the episode. An environment that raises
-    ends that episode (reported in the run's metrics), never the run.
+    ends that episode (reported in the run's metrics), never the run. The episodes of one group
+    get the same row: an environment that draws a task at random should seed it from the row (as
+    the built-in ``guess_number`` does) so that the group's episodes are comparable. ``probe()``
+    answers cheaply why it cannot run here (a missing package), or None; two distributions
+    registering one name make it unusable until one is removed (``polyrl environments`` says so).
     """
 
 

@@ -1,7 +1,8 @@
 """Finding and loading plugins: entry points, allow/deny lists, and broken-plugin isolation.
 
-Plugins come from entry points in groups ``polyrl.backends``, ``polyrl.rewards`` and
-``polyrl.trackers``, plus the core's built-in trackers, the
+Plugins come from entry points in groups ``polyrl.backends``, ``polyrl.rewards``,
+``polyrl.trackers`` and ``polyrl.environments`` (environments and tools), plus the core's built-in
+trackers, its built-in tools and environment (``polyrl.agents.builtin``), the
 core's built-in reward plugins (``BUILTIN_REWARD_PLUGINS``: the simple rewards, the LLM judge, the
 sandboxed code reward and reward models; none imports torch or httpx until it is used) and any
 object passed to ``get_plugin_manager(extra=...)``.
@@ -28,7 +29,7 @@ import pluggy
 
 from polyrl import hookspecs
 
-ENTRY_POINT_GROUPS = ("polyrl.backends", "polyrl.rewards", "polyrl.trackers")
+ENTRY_POINT_GROUPS = ("polyrl.backends", "polyrl.rewards", "polyrl.trackers", "polyrl.environments")
 
 #: The core's own reward plugins: (registered name, module).
 BUILTIN_REWARD_PLUGINS = (
@@ -40,6 +41,8 @@ BUILTIN_REWARD_PLUGINS = (
 BUILTIN_BACKEND_PLUGINS = (("polyrl-remote", "polyrl.remote"),)
 #: The core's own trackers (TensorBoard, W&B, MLflow, trackio; each library imported only when used).
 BUILTIN_TRACKER_PLUGINS = (("polyrl-builtin-trackers", "polyrl.tracking.builtin"),)
+#: The core's own tools (calculator, sandboxed python) and environment (guess_number).
+BUILTIN_ENVIRONMENT_PLUGINS = (("polyrl-builtin-environments", "polyrl.agents.builtin"),)
 ALLOW_ENV = "POLYRL_LOAD_PLUGINS"
 DENY_ENV = "POLYRL_DISABLE_PLUGINS"
 
@@ -153,7 +156,8 @@ def get_plugin_manager(extra: Iterable[Any] = (), entry_points: bool = True) -> 
     import importlib
 
     pm = PolyrlPluginManager()
-    for name, module in (*BUILTIN_REWARD_PLUGINS, *BUILTIN_BACKEND_PLUGINS, *BUILTIN_TRACKER_PLUGINS):
+    for name, module in (*BUILTIN_REWARD_PLUGINS, *BUILTIN_BACKEND_PLUGINS, *BUILTIN_TRACKER_PLUGINS,
+                         *BUILTIN_ENVIRONMENT_PLUGINS):
         pm.register(importlib.import_module(module), name=name)
     if entry_points:
         pm.load_entry_points()

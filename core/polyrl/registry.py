@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from polyrl import hub
+from polyrl.agents.spec import EnvironmentSpec, EnvironmentStatus, ToolSpec, probe_status
 from polyrl.errors import BackendUnavailable, ConfigError, PluginError, PolyrlError
 from polyrl.plugins import PluginLoadError, PolyrlPluginManager, get_plugin_manager
 from polyrl.tracking.spec import TrackerSpec, TrackerStatus
@@ -51,6 +52,11 @@ class Registry:
         self._backends: dict[str, BackendSpec] = {}
         self._rewards: dict[str, RewardSpec] = {}
         self._trackers: dict[str, TrackerSpec] = {}
+        self._environments: dict[str, EnvironmentSpec] = {}
+        self._tools: dict[str, ToolSpec] = {}
+        #: (kind, name) -> the plugin that registered it / the distributions that all did
+        self._agent_owners: dict[tuple[str, str], Any] = {}
+        self._agent_conflicts: dict[tuple[str, str], list[str]] = {}
         self._owners: dict[str, Any] = {}  # backend name -> the plugin object that registered it
         #: backend name -> the distributions that all registered it (unusable until one is removed)
         self._conflicts: dict[str, list[str]] = {}
@@ -60,6 +66,10 @@ class Registry:
             self.hook_errors.append(PluginLoadError(
                 name=name, group="polyrl_register_backends", distribution=" and ".join(dists),
                 error=self._conflict_text(name)))
+        for (kind, name), dists in self._agent_conflicts.items():
+            self.hook_errors.append(PluginLoadError(
+                name=name, group=f"polyrl_register_{kind}s", distribution=" and ".join(dists),
+                error=self._agent_conflict_text(kind, name)))
 
     def _conflict_text(self, name: str) -> str:
         dists = self._conflicts[name]
@@ -75,6 +85,8 @@ class Registry:
             ("polyrl_register_backends", self._backends, BackendSpec),
             ("polyrl_register_rewards", self._rewards, RewardSpec),
             ("polyrl_register_trackers", self._trackers, TrackerSpec),
+            ("polyrl_register_environments", self._environments, EnvironmentSpec),
+            ("polyrl_register_tools", self._tools, ToolSpec),
         ):
             caller = getattr(self.pm.hook, hook_name)
             for impl in caller.get_hookimpls():
@@ -94,6 +106,8 @@ class Registry:
                         dists = self._conflicts.setdefault(spec.name, [_sink[spec.name].distribution or "?"])
                         dists.append(spec.distribution or "?")
                         return
+                    if _kind in (EnvironmentSpec, ToolSpec) and self._agent_conflict(spec, _sink, _plugin):
+                        return
                     _sink[spec.name] = spec
                     if _kind is BackendSpec:
                         self._owners[spec.name] = _plugin
@@ -110,6 +124,22 @@ class Registry:
                             traceback=traceback.format_exc(),
                         )
                     )
+
+    def _agent_conflict(self, spec: EnvironmentSpec | ToolSpec, sink: dict[str, Any], plugin: Any) -> bool:
+        """Record an environment/tool name claimed by two plugins (True: do not register it)."""
+        key = ("environment" if isinstance(spec, EnvironmentSpec) else "tool", spec.name)
+        owner = self._agent_owners.setdefault(key, plugin)
+        if owner is plugin:
+            return False
+        dists = self._agent_conflicts.setdefault(key, [sink[spec.name].distribution or "?"])
+        dists.append(spec.distribution or "?")
+        return True
+
+    def _agent_conflict_text(self, kind: str, name: str) -> str:
+        dists = self._agent_conflicts[(kind, name)]
+        return (f"{kind} name {name!r} is registered by {len(dists)} distributions: {', '.join(dists)}; "
+                f"polyrl will not guess which one you meant. Fix: `pip uninstall` all but one of them, "
+                f"or disable the others' entry points with POLYRL_DISABLE_PLUGINS")
 
     # --- queries -------------------------------------------------------------------------------
 
@@ -146,6 +176,25 @@ class Registry:
                 reason = f"probe raised {type(exc).__name__}: {exc}"
             out.append(TrackerStatus(name=name, available=reason is None, reason=reason, summary=spec.summary,
                                      install_hint=spec.install_hint, distribution=spec.distribution))
+        return out
+
+    def environments_by_name(self) -> dict[str, EnvironmentSpec]:
+        """Multi-turn environments an ``[environment] name`` can name."""
+        return dict(self._environments)
+
+    def tools_by_name(self) -> dict[str, ToolSpec]:
+        """Registered tools an ``[environment] tools`` list can name."""
+        return dict(self._tools)
+
+    def environment_statuses(self) -> list[EnvironmentStatus]:
+        """Each environment, then each tool, and whether it runs here (``polyrl environments``)."""
+        out = []
+        for kind, specs in (("environment", self._environments), ("tool", self._tools)):
+            for name in sorted(specs):
+                status = probe_status(kind, specs[name])
+                if (kind, name) in self._agent_conflicts:
+                    status = attrs.evolve(status, available=False, reason=self._agent_conflict_text(kind, name))
+                out.append(status)
         return out
 
     def spec(self, name: str) -> BackendSpec:

@@ -213,9 +213,9 @@ def function_reward_plugin(fn: Callable[..., Any], name: str | None = None) -> F
     return FunctionReward(fn, name=name)
 
 
-def _import_file(path: Path, spec: str) -> Any:
+def _import_file(path: Path, spec: str, field: str = "rewards.function") -> Any:
     if not path.is_file():
-        raise ConfigError(f"reward file {str(path)!r} not found (from {spec!r})", field="rewards.function",
+        raise ConfigError(f"file {str(path)!r} not found (from {spec!r})", field=field,
                           fix="give an existing .py file, relative to the working directory or absolute")
     digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
     module_name = f"polyrl_user_reward_{path.stem}_{digest}"
@@ -223,7 +223,7 @@ def _import_file(path: Path, spec: str) -> Any:
         return sys.modules[module_name]
     module_spec = importlib.util.spec_from_file_location(module_name, path)
     if module_spec is None or module_spec.loader is None:
-        raise ConfigError(f"cannot import {str(path)!r} as Python", field="rewards.function",
+        raise ConfigError(f"cannot import {str(path)!r} as Python", field=field,
                           fix="point at a .py file")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[module_name] = module
@@ -232,19 +232,19 @@ def _import_file(path: Path, spec: str) -> Any:
     except Exception as exc:
         del sys.modules[module_name]
         raise ConfigError(f"importing {str(path)!r} raised {type(exc).__name__}: {exc}",
-                          field="rewards.function", fix="fix the error in that file") from exc
+                          field=field, fix="fix the error in that file") from exc
     return module
 
 
-def _import_module(name: str, spec: str) -> Any:
+def _import_module(name: str, spec: str, field: str = "rewards.function") -> Any:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
-        raise ConfigError(f"module {name!r} not found (from {spec!r}): {exc}", field="rewards.function",
+        raise ConfigError(f"module {name!r} not found (from {spec!r}): {exc}", field=field,
                           fix="install the package, add its folder to PYTHONPATH, or use "
                           "\"path/to/file.py:function\"") from exc
     except Exception as exc:
-        raise ConfigError(f"importing {name!r} raised {type(exc).__name__}: {exc}", field="rewards.function",
+        raise ConfigError(f"importing {name!r} raised {type(exc).__name__}: {exc}", field=field,
                           fix="fix the error in that module") from exc
 
 

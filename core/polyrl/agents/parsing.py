@@ -1,0 +1,219 @@
+"""Tool calls read from the model's text, in the format its chat template taught it.
+
+Which format each supported architecture's template uses when given ``tools=`` (the templates
+shipped with the families' instruct models; the tiny test models and SmolLM2 use a plain ChatML
+template that does not render tools at all, so with them a tools prompt must come from the
+system message):
+
+=================  ===========================================================  ==========
+architecture       tool-call format in the model's output                        ``fmt``
+=================  ===========================================================  ==========
+qwen2 (Qwen2.5)    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``   "hermes"
+qwen3              the same (several blocks per turn)                            "hermes"
+llama (3.1-3.3)    the whole message is ``{"name": ..., "parameters": {...}}``,  "llama3"
+                   optionally after ``<|python_tag|>``
+mistral (v0.3+)    ``[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]``;      "mistral"
+                   newer templates ``[TOOL_CALLS]name[ARGS]{...}``
+gemma3_text        the template ignores ``tools``; prompt for the Hermes form     "hermes"
+phi3 (Phi-3/3.5)   the template ignores ``tools``; prompt for the Hermes form     "hermes"
+phi3 (Phi-4-mini)  ``functools[{"name": ..., "arguments": {...}}, ...]`` or       "phi4"
+                   ``<|tool_call|>[...]<|/tool_call|>``; its template reads the
+                   tools from the system message's ``tools`` key, not ``tools=``
+=================  ===========================================================  ==========
+
+A call object may also be wrapped as ``{"type": "function", "function": {"name", "arguments"}}``
+(the OpenAI form some fine-tunes copy); it is unwrapped.
+
+``fmt="auto"`` recognises each form by its markers. Markers that are special tokens
+(``<|python_tag|>``, ``[TOOL_CALLS]``, ``[ARGS]``) only appear in text decoded with special
+tokens kept. Nothing here raises on model output: a malformed call (bad JSON, no name, arguments
+that are not an object) is an entry of ``errors`` that the episode shows to the model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import attrs
+
+from polyrl.agents.tools import ToolCall
+
+FORMATS = ("auto", "hermes", "llama3", "mistral", "phi4")
+
+_HERMES = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+_PYTHON_TAG = "<|python_tag|>"
+_MISTRAL = "[TOOL_CALLS]"
+_MISTRAL_ARGS = "[ARGS]"
+_PHI4_TAG = re.compile(r"<\|tool_call\|>(.*?)(?:<\|/tool_call\|>|\Z)", re.DOTALL)
+_FUNCTOOLS = "functools["
+_MAX_SHOWN = 120  # characters of a malformed call quoted back to the model
+
+
+@attrs.define
+class ParsedTurn:
+    """An assistant turn split into its text and its tool calls (plus what could not be read)."""
+
+    content: str
+    calls: list[ToolCall] = attrs.field(factory=list)
+    errors: list[str] = attrs.field(factory=list)
+
+
+def _call_id(index: int) -> str:
+    # Mistral's templates require 9 alphanumeric characters; unique within a turn is enough.
+    return f"call{index:05d}"
+
+
+def _short(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "..."
+
+
+def _decode_object(raw: str) -> tuple[Any, str | None]:
+    try:
+        return json.loads(raw), None
+    except ValueError as exc:
+        return None, f"tool call is not valid JSON ({exc.msg} at column {exc.colno}): {_short(raw)}"
+
+
+def _to_call(obj: Any, index: int, raw: str, args_keys: tuple[str, ...]) -> tuple[ToolCall | None, str | None]:
+    """A ``ToolCall`` from a decoded ``{"name", "arguments"|"parameters"}`` object, or the error."""
+    if isinstance(obj, dict) and "name" not in obj and isinstance(obj.get("function"), dict):
+        obj = {**obj["function"], **({"id": obj["id"]} if "id" in obj else {})}
+    if not isinstance(obj, dict):
+        return None, f"tool call must be a JSON object with \"name\" and \"arguments\": {_short(raw)}"
+    name = obj.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return None, f"tool call has no \"name\": {_short(raw)}"
+    arguments: Any = {}
+    for key in args_keys:
+        if key in obj:
+            arguments = obj[key]
+            break
+    if isinstance(arguments, str):  # some models write the arguments as a JSON string
+        decoded, error = _decode_object(arguments) if arguments.strip() else ({}, None)
+        if error:
+            return None, f"arguments of tool call {name!r} are a string that is not JSON: {_short(arguments)}"
+        arguments = decoded
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return None, f"arguments of tool call {name!r} must be a JSON object, got {_short(json.dumps(arguments))}"
+    call_id = obj.get("id")
+    return ToolCall(name=name.strip(), arguments=arguments,
+                    id=call_id if isinstance(call_id, str) and call_id else _call_id(index)), None
+
+
+def _hermes(text: str) -> ParsedTurn:
+    calls, errors = [], []
+    for i, match in enumerate(_HERMES.finditer(text)):
+        body = match.group(1)
+        closed = match.group(0).endswith("</tool_call>")
+        obj, error = _decode_object(body)
+        if error:
+            errors.append(error if closed else f"unterminated <tool_call> (no </tool_call>): {_short(body)}")
+            continue
+        call, error = _to_call(obj, i, body, ("arguments", "parameters"))
+        (calls.append(call) if call else errors.append(error))
+    content = _HERMES.sub("", text).strip()
+    return ParsedTurn(content, calls, errors)
+
+
+def _llama3(text: str) -> ParsedTurn:
+    stripped = text.strip()
+    tagged = stripped.startswith(_PYTHON_TAG)
+    body = stripped[len(_PYTHON_TAG):].strip() if tagged else stripped
+    if not tagged and not body.startswith("{"):
+        return ParsedTurn(text.strip())
+    obj, error = _decode_object(body)
+    if error:
+        if not tagged:  # plain text that merely starts with "{": not a call attempt
+            return ParsedTurn(text.strip())
+        if not body.startswith("{"):
+            error = f"only JSON tool calls {{\"name\": ..., \"parameters\": {{...}}}} are understood: {_short(body)}"
+        return ParsedTurn("", [], [error])
+    if not tagged and not (isinstance(obj, dict) and "name" in obj and ("parameters" in obj or "arguments" in obj)):
+        return ParsedTurn(text.strip())  # a JSON answer, not a call
+    call, error = _to_call(obj, 0, body, ("parameters", "arguments"))
+    return ParsedTurn("", [call] if call else [], [] if call else [error])
+
+
+def _mistral(text: str) -> ParsedTurn:
+    head, _, rest = text.partition(_MISTRAL)
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    chunks = [c for c in rest.split(_MISTRAL) if c.strip()]
+    for chunk in chunks:
+        chunk = chunk.strip()
+        if chunk.startswith("["):  # [TOOL_CALLS][{...}, {...}]
+            obj, error = _decode_object(chunk)
+            if error:
+                errors.append(error)
+                continue
+            if not isinstance(obj, list):
+                obj = [obj]
+            for item in obj:
+                call, error = _to_call(item, len(calls) + len(errors), json.dumps(item), ("arguments", "parameters"))
+                (calls.append(call) if call else errors.append(error))
+        elif _MISTRAL_ARGS in chunk:  # [TOOL_CALLS]name[ARGS]{...}
+            name, _, raw = chunk.partition(_MISTRAL_ARGS)
+            args, error = _decode_object(raw)
+            if error:
+                errors.append(f"arguments of tool call {name.strip()!r}: {error}")
+                continue
+            call, error = _to_call({"name": name, "arguments": args}, len(calls) + len(errors), chunk, ("arguments",))
+            (calls.append(call) if call else errors.append(error))
+        else:
+            obj, error = _decode_object(chunk)
+            call, error2 = (None, error) if error else _to_call(obj, len(calls) + len(errors), chunk, ("arguments", "parameters"))
+            (calls.append(call) if call else errors.append(error2 or "malformed tool call"))
+    if not chunks:
+        errors.append(f"{_MISTRAL} is followed by no call")
+    return ParsedTurn(head.strip(), calls, errors)
+
+
+def _calls_from_json(raw: str, calls: list[ToolCall], errors: list[str]) -> None:
+    """Append the call(s) of one JSON object or list (text after it is ignored)."""
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(raw.strip())
+    except ValueError as exc:
+        errors.append(f"tool call is not valid JSON ({exc.msg} at column {exc.colno}): {_short(raw)}")
+        return
+    for item in obj if isinstance(obj, list) else [obj]:
+        call, error = _to_call(item, len(calls) + len(errors), json.dumps(item), ("arguments", "parameters"))
+        (calls.append(call) if call else errors.append(error))
+
+
+def _phi4(text: str) -> ParsedTurn:
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    content = text
+    if _PHI4_TAG.search(text):
+        for match in _PHI4_TAG.finditer(text):
+            _calls_from_json(match.group(1), calls, errors)
+        content = _PHI4_TAG.sub("", text)
+    elif _FUNCTOOLS in text:
+        start = text.index(_FUNCTOOLS)
+        content = text[:start]
+        _calls_from_json(text[start + len(_FUNCTOOLS) - 1:], calls, errors)
+    return ParsedTurn(content.strip(), calls, errors)
+
+
+def parse_tool_calls(text: str, fmt: str = "auto") -> ParsedTurn:
+    """Split an assistant turn into its text and its tool calls, in ``fmt`` (see the table above).
+
+    ``content`` is the text without the calls. Never raises on model output; an unknown ``fmt``
+    is a programming error (ValueError).
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown tool-call format {fmt!r}; known: {', '.join(FORMATS)}")
+    if fmt == "hermes" or (fmt == "auto" and "<tool_call>" in text):
+        return _hermes(text)
+    if fmt == "mistral" or (fmt == "auto" and _MISTRAL in text):
+        return _mistral(text) if _MISTRAL in text else ParsedTurn(text.strip())
+    if fmt == "phi4" or (fmt == "auto" and ("<|tool_call|>" in text or _FUNCTOOLS in text)):
+        return _phi4(text)
+    if fmt in ("llama3", "auto"):
+        return _llama3(text)
+    return ParsedTurn(text.strip())  # pragma: no cover - every format is handled above

@@ -1,0 +1,47 @@
+"""Telling a model about its tools when its chat template does not.
+
+Templates of tool-trained families render ``tools=`` themselves (see ``polyrl.agents.parsing``).
+Others (SmolLM2, Gemma 3, Phi-3, the tiny test models) drop it silently, and the model would never
+learn the tools exist. For those the episode puts ``tools_system_prompt(schemas)`` in the system
+message: the tool schemas and the Hermes ``<tool_call>`` form, which ``parse_tool_calls`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+Message = Mapping[str, Any]
+
+
+def tools_system_prompt(schemas: Sequence[Mapping[str, Any]]) -> str:
+    """Instructions listing ``schemas`` (``tool_schema`` output) and how to call them."""
+    listing = "\n".join(json.dumps(s, ensure_ascii=False, sort_keys=True) for s in schemas)
+    return ("You can call tools. Their JSON schemas, one per line:\n"
+            f"<tools>\n{listing}\n</tools>\n"
+            "To call one, write a JSON object with the tool's name and its arguments between tags, "
+            "one call per block:\n"
+            '<tool_call>\n{"name": "<tool name>", "arguments": {"<argument>": <value>}}\n</tool_call>\n'
+            "Each result comes back in a message from the tool.")
+
+
+def template_ignores_tools(encode: Callable[[list[dict[str, Any]], Sequence[Mapping[str, Any]] | None], Sequence[int]],
+                           schemas: Sequence[Mapping[str, Any]]) -> bool:
+    """True when rendering with ``tools=schemas`` gives the same tokens as without (``encode`` is
+    the engine's ``encode_chat(messages, tools)`` with ``add_generation_prompt=True``)."""
+    if not schemas:
+        return False
+    probe = [{"role": "user", "content": "hi"}]
+    return list(encode(probe, schemas)) == list(encode(probe, None))
+
+
+def with_tools_prompt(messages: Sequence[Message], schemas: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with the tools prompt added to the system message (or a new one first)."""
+    prompt = tools_system_prompt(schemas)
+    out = [dict(m) for m in messages]
+    if out and out[0].get("role") == "system":
+        out[0]["content"] = f"{out[0].get('content') or ''}\n\n{prompt}".strip()
+    else:
+        out.insert(0, {"role": "system", "content": prompt})
+    return out

@@ -1,0 +1,160 @@
+"""What an environment or tool plugin provides, and the status ``polyrl environments`` shows.
+
+An *environment* drives one multi-turn episode: ``reset(row)`` turns a dataset row into the first
+messages, then each assistant turn goes to ``step`` and comes back as an ``Observation`` (messages
+the model reads next, an optional per-turn reward, ``done``). A *tool* is a plain function the
+model may call; its JSON schema comes from its type hints and docstring (``polyrl.agents.tools``).
+
+Both are announced through the same register hooks (``polyrl_register_environments``,
+``polyrl_register_tools``) by the core's built-ins and by third-party distributions alike, so the
+core never special-cases its own.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+Message = dict[str, Any]
+
+
+@attrs.define
+class Observation:
+    """What the environment answers to one assistant turn.
+
+    ``messages`` are appended to the conversation (usually ``user`` or ``tool`` roles) and the
+    model continues from them unless ``done``. ``reward`` is this turn's reward (None: none given);
+    the episode's reward combines them with the configured reward functions (see hookspecs).
+    """
+
+    messages: list[Message] = attrs.field(factory=list)
+    reward: float | None = None
+    done: bool = False
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """One episode's state. ``reset`` and ``step`` may each be plain or ``async def``.
+
+    An environment may also carry ``tools: list[Callable]``: plain functions offered to the model
+    for this episode on top of ``[environment] tools`` (read with ``environment_tools``).
+    """
+
+    def reset(self, row: Mapping[str, Any]) -> list[Message] | Awaitable[list[Message]]:
+        """The first messages of the episode (system/user), built from the dataset ``row``."""
+
+    def step(self, assistant_message: Message) -> Observation | Awaitable[Observation]:
+        """React to the model's turn (``{"role": "assistant", "content": ...}``, plus
+        ``tool_calls`` when it called tools)."""
+
+
+def _always_usable() -> str | None:
+    return None
+
+
+@attrs.define
+class EnvironmentSpec:
+    """An environment as ``[environment] name`` names it and ``polyrl environments`` lists it.
+
+    ``create(options)`` is called once per episode with the run's ``[environment] options`` and
+    returns a fresh ``Environment``: episodes of a step run concurrently, so they share no state
+    unless the plugin means them to. ``probe`` answers (cheaply) why it cannot run here, or None.
+    """
+
+    name: str
+    create: Callable[[Mapping[str, Any]], Environment]
+    summary: str = ""
+    probe: Callable[[], str | None] = _always_usable
+    install_hint: str = ""
+    distribution: str = ""
+
+
+@attrs.define
+class ToolSpec:
+    """A tool as ``[environment] tools`` names it: ``name`` is what the model calls (the schema
+    takes it over from the function's ``__name__``)."""
+
+    name: str
+    function: Callable[..., Any]
+    summary: str = ""
+    probe: Callable[[], str | None] = _always_usable
+    install_hint: str = ""
+    distribution: str = ""
+
+
+@attrs.define(frozen=True)
+class EnvironmentStatus:
+    """An environment or tool (``kind``) as ``polyrl environments [--json]`` shows it."""
+
+    kind: str  # "environment" or "tool"
+    name: str
+    available: bool
+    reason: str | None
+    summary: str
+    install_hint: str
+    distribution: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def probe_status(kind: str, spec: EnvironmentSpec | ToolSpec) -> EnvironmentStatus:
+    """Ask ``spec.probe``; a probe that raises means "unusable", with what it raised."""
+    try:
+        reason = spec.probe()
+    except Exception as exc:  # noqa: BLE001 - a broken probe must not break the listing
+        reason = f"probe raised {type(exc).__name__}: {exc}"
+    return EnvironmentStatus(kind=kind, name=spec.name, available=reason is None, reason=reason,
+                             summary=spec.summary, install_hint=spec.install_hint,
+                             distribution=spec.distribution)
+
+
+def environment_tools(env: Any) -> list[Callable[..., Any]]:
+    """The tools an environment instance offers (its optional ``tools`` attribute), checked."""
+    tools = getattr(env, "tools", None)
+    if tools is None:
+        return []
+    if not isinstance(tools, (list, tuple)) or not all(callable(t) for t in tools):
+        raise TypeError(f"{type(env).__name__}.tools must be a list of functions, got {tools!r}")
+    return list(tools)
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+async def reset_environment(env: Any, row: Mapping[str, Any]) -> list[Message]:
+    """``env.reset(row)`` (awaited when async), checked to be a non-empty list of messages.
+
+    Raises TypeError naming the environment class on a malformed answer; the episode runner
+    ends that episode with it (never the run)."""
+    messages = await _maybe_await(env.reset(row))
+    _check_messages(env, "reset", messages)
+    if not messages:
+        raise TypeError(f"{type(env).__name__}.reset returned no messages; the model needs a prompt")
+    return list(messages)
+
+
+async def step_environment(env: Any, assistant_message: Message) -> Observation:
+    """``env.step(message)`` (awaited when async), checked to be an ``Observation``."""
+    obs = await _maybe_await(env.step(assistant_message))
+    if not isinstance(obs, Observation):
+        raise TypeError(f"{type(env).__name__}.step returned {type(obs).__name__}, expected "
+                        "polyrl.agents.Observation(messages=..., reward=..., done=...)")
+    _check_messages(env, "step", obs.messages)
+    if obs.reward is not None and not isinstance(obs.reward, (int, float)):
+        raise TypeError(f"{type(env).__name__}.step gave reward {obs.reward!r}; expected a number or None")
+    return obs
+
+
+def _check_messages(env: Any, method: str, messages: Any) -> None:
+    if not isinstance(messages, list):
+        raise TypeError(f"{type(env).__name__}.{method} returned {type(messages).__name__}, expected a list "
+                        "of {'role': ..., 'content': ...} messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or "content" not in m:
+            raise TypeError(f"{type(env).__name__}.{method} message {i} is {m!r}; expected "
+                            "{'role': str, 'content': ...}")

@@ -1,0 +1,467 @@
+"""Tools the model can call: JSON schemas from plain functions, and a box that runs calls safely.
+
+``tool_schema(fn)`` gives the form transformers' ``apply_chat_template(tools=...)`` expects (the
+same result as ``transformers.utils.get_json_schema``, wrapped in ``{"type": "function"}``; the
+core must not import transformers, so it is rebuilt here from type hints and a Google-style
+docstring).
+
+``ToolBox.run(calls)`` answers every call with one ``tool`` message and never raises: an unknown
+tool, arguments that do not fit the schema, a tool that raises (``sys.exit``/``os._exit``
+included), one past its timeout, or a result that is neither text nor JSON each become an
+``error: ...`` text the model reads on its next turn. The run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import copy
+import inspect
+import json
+import re
+import threading
+import types
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+import attrs
+
+from polyrl.errors import ConfigError
+from polyrl.logs import get_logger
+from polyrl.rewards import guard
+
+log = get_logger("polyrl.agents.tools")
+
+FIELD = "environment.tools"
+
+# --- schemas ---------------------------------------------------------------------------------------
+
+_BASIC: dict[Any, dict[str, Any]] = {
+    int: {"type": "integer"}, float: {"type": "number"}, str: {"type": "string"},
+    bool: {"type": "boolean"}, type(None): {"type": "null"}, Any: {},
+}
+_SECTION = re.compile(r"^\s*(Args|Arguments|Returns|Raises|Yields|Examples?|Notes?):\s*$")
+_ARG_LINE = re.compile(r"^(\s*)(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+_CHOICES = re.compile(r"\(choices:\s*(.*?)\)\s*$", re.IGNORECASE)
+
+
+def _bad_tool(fn_name: str, problem: str, fix: str) -> ConfigError:
+    return ConfigError(f"tool {fn_name!r}: {problem}", field=FIELD, fix=fix)
+
+
+def _type_schema(hint: Any, fn_name: str, param: str) -> dict[str, Any]:
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is None:
+        if hint in _BASIC:
+            return dict(_BASIC[hint])
+        if hint in (list, tuple):
+            return {"type": "array"}
+        if hint is dict:
+            return {"type": "object"}
+        raise _bad_tool(fn_name, f"argument {param!r} has type {hint!r}, which JSON cannot carry",
+                        "use str, int, float, bool, list[...], dict[str, ...], Literal[...] or Optional[...]")
+    if origin is Union or origin is types.UnionType:
+        subtypes = [_type_schema(t, fn_name, param) for t in args if t is not type(None)]
+        if len(subtypes) == 1:
+            out = subtypes[0]
+        elif all(isinstance(s.get("type"), str) for s in subtypes):
+            out = {"type": sorted(s["type"] for s in subtypes)}
+        else:
+            out = {"anyOf": subtypes}
+        if type(None) in args:
+            out["nullable"] = True
+        return out
+    if origin is Literal:
+        kinds: list[str] = []
+        for value in args:
+            kind = _BASIC.get(type(value), {}).get("type")
+            if kind is None:
+                raise _bad_tool(fn_name, f"Literal of argument {param!r} holds {value!r}",
+                                "use only str, int, float, bool or None literals")
+            if kind not in kinds:
+                kinds.append(kind)
+        return {"type": kinds[0] if len(kinds) == 1 else kinds, "enum": list(args)}
+    if origin is list:
+        return {"type": "array", "items": _type_schema(args[0], fn_name, param)} if args else {"type": "array"}
+    if origin is tuple:
+        if not args:
+            return {"type": "array"}
+        if len(args) == 1 or ... in args:
+            raise _bad_tool(fn_name, f"argument {param!r} is a {hint!r}", "use list[...] for a variable length")
+        return {"type": "array", "prefixItems": [_type_schema(t, fn_name, param) for t in args]}
+    if origin is dict:
+        out = {"type": "object"}
+        if len(args) == 2:
+            out["additionalProperties"] = _type_schema(args[1], fn_name, param)
+        return out
+    raise _bad_tool(fn_name, f"argument {param!r} has type {hint!r}, which JSON cannot carry",
+                    "use str, int, float, bool, list[...], dict[str, ...], Literal[...] or Optional[...]")
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str], str | None]:
+    """(description, {argument: description}, returns) of a Google-style docstring."""
+    description: list[str] = []
+    params: dict[str, list[str]] = {}
+    returns: list[str] = []
+    section, current, base_indent = "", None, None
+    for line in doc.splitlines():
+        head = _SECTION.match(line)
+        if head:
+            section, current, base_indent = head.group(1).lower(), None, None
+            continue
+        if not section:
+            description.append(line)
+        elif section in ("args", "arguments"):
+            arg = _ARG_LINE.match(line)
+            indent = len(line) - len(line.lstrip())
+            if arg and (base_indent is None or indent <= base_indent):
+                base_indent = indent
+                current = arg.group(2).lstrip("*")
+                params[current] = [arg.group(3)]
+            elif current is not None and line.strip():
+                params[current].append(line.strip())
+        elif section == "returns":
+            returns.append(line.strip())
+    text = lambda lines: " ".join(part.strip() for part in lines if part.strip())  # noqa: E731
+    return ("\n".join(description).strip(), {k: text(v) for k, v in params.items()},
+            text(returns) or None)
+
+
+def tool_schema(fn: Callable[..., Any], name: str | None = None) -> dict[str, Any]:
+    """``{"type": "function", "function": {"name", "description", "parameters"}}`` for ``fn``.
+
+    Every argument needs a type hint and a line under ``Args:`` in the docstring: the model only
+    knows what a tool does from them. ``(choices: [...])`` ending an argument's line becomes its
+    ``enum``. Raises ``ConfigError`` (field ``environment.tools``) naming what is missing.
+    """
+    fn_name = name or getattr(fn, "__name__", None) or type(fn).__name__
+    doc = inspect.getdoc(fn)
+    if not doc:
+        raise _bad_tool(fn_name, "has no docstring", "describe what it does and each argument under Args:")
+    try:
+        hints = get_type_hints(fn)
+    except Exception as exc:  # noqa: BLE001 - an unresolvable annotation
+        raise _bad_tool(fn_name, f"its type hints cannot be resolved ({exc})", "import the types it names") from exc
+    description, arg_docs, returns_doc = _parse_docstring(doc)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for i, (pname, param) in enumerate(inspect.signature(fn).parameters.items()):
+        if i == 0 and pname in ("self", "cls") and param.annotation is inspect.Parameter.empty:
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+            raise _bad_tool(fn_name, f"argument {pname!r} is {param.kind.description}",
+                            "give the tool plain named arguments (the model calls it with a JSON object)")
+        if pname not in hints:
+            raise _bad_tool(fn_name, f"argument {pname!r} has no type hint", f"annotate it, e.g. {pname}: str")
+        if pname not in arg_docs:
+            raise _bad_tool(fn_name, f"the docstring does not describe argument {pname!r}",
+                            f"add a line '{pname}: what it is' under Args:")
+        schema = _type_schema(hints[pname], fn_name, pname)
+        text = arg_docs[pname]
+        choices = _CHOICES.search(text)
+        if choices:
+            try:
+                schema["enum"] = [c.strip() if isinstance(c, str) else c for c in json.loads(choices.group(1))]
+            except ValueError as exc:
+                raise _bad_tool(fn_name, f"the choices of argument {pname!r} are not a JSON list",
+                                'write (choices: ["a", "b"])') from exc
+            text = text[: choices.start()].strip()
+        schema["description"] = text
+        properties[pname] = schema
+        if param.default is inspect.Parameter.empty:
+            required.append(pname)
+    parameters: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        parameters["required"] = required
+    function: dict[str, Any] = {"name": fn_name, "description": description, "parameters": parameters}
+    if "return" in hints:
+        ret = _type_schema(hints["return"], fn_name, "return")
+        if returns_doc is not None:
+            ret["description"] = returns_doc
+        function["return"] = ret
+    return {"type": "function", "function": function}
+
+
+# --- argument checking -----------------------------------------------------------------------------
+
+_JSON_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+}
+
+
+def _json_type(value: Any) -> str:
+    for kind in ("boolean", "integer", "number", "string", "null", "array", "object"):
+        if _JSON_TYPES[kind](value):
+            return kind
+    return type(value).__name__
+
+
+def value_problem(schema: Mapping[str, Any], value: Any, where: str) -> str | None:
+    """Why ``value`` does not fit ``schema`` (the subset ``tool_schema`` writes), or None."""
+    if value is None and schema.get("nullable"):
+        return None
+    if "anyOf" in schema:
+        if all(value_problem(s, value, where) for s in schema["anyOf"]):
+            return f"{where} must be one of {[s.get('type', 'any') for s in schema['anyOf']]}, got {_json_type(value)}"
+        return None
+    kind = schema.get("type")
+    if kind is not None:
+        kinds = [kind] if isinstance(kind, str) else list(kind)
+        if not any(_JSON_TYPES.get(k, lambda v: True)(value) for k in kinds):
+            return f"{where} must be {' or '.join(kinds)}, got {_json_type(value)} {value!r:.60}"
+    if "enum" in schema and value not in schema["enum"]:
+        return f"{where} must be one of {schema['enum']}, got {value!r:.60}"
+    if isinstance(value, list):
+        if "prefixItems" in schema:
+            items = schema["prefixItems"]
+            if len(value) != len(items):
+                return f"{where} must have {len(items)} items, got {len(value)}"
+            for i, (s, v) in enumerate(zip(items, value)):
+                if problem := value_problem(s, v, f"{where}[{i}]"):
+                    return problem
+        elif "items" in schema:
+            for i, v in enumerate(value):
+                if problem := value_problem(schema["items"], v, f"{where}[{i}]"):
+                    return problem
+    if isinstance(value, dict) and isinstance(schema.get("additionalProperties"), Mapping):
+        for k, v in value.items():
+            if problem := value_problem(schema["additionalProperties"], v, f"{where}[{k!r}]"):
+                return problem
+    return None
+
+
+def arguments_problem(parameters: Mapping[str, Any], arguments: Any) -> str | None:
+    """Why ``arguments`` (a call's JSON object) do not fit a tool's ``parameters``, or None."""
+    if not isinstance(arguments, dict):
+        return f"arguments must be a JSON object, got {_json_type(arguments)}"
+    props = parameters.get("properties", {})
+    unknown = sorted(set(arguments) - set(props))
+    if unknown:
+        return f"unexpected argument(s) {', '.join(map(repr, unknown))} (it takes: {', '.join(props) or 'none'})"
+    missing = [p for p in parameters.get("required", []) if p not in arguments]
+    if missing:
+        return f"missing required argument(s) {', '.join(map(repr, missing))}"
+    for pname, value in arguments.items():
+        if problem := value_problem(props[pname], value, f"argument {pname!r}"):
+            return problem
+    return None
+
+
+# --- calls ----------------------------------------------------------------------------------------
+
+
+@attrs.define(frozen=True)
+class ToolCall:
+    """One call the model asked for. ``id`` pairs it with its result (``tool_call_id``)."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str = ""
+
+    def as_message_entry(self) -> dict[str, Any]:
+        """This call as an entry of an assistant message's ``tool_calls`` (transformers' form)."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+def error_message(text: str, name: str = "invalid_tool_call", call_id: str = "") -> dict[str, Any]:
+    """A ``tool`` message carrying an error the model should read (e.g. a malformed call)."""
+    message = {"role": "tool", "name": name, "content": f"error: {text}"}
+    if call_id:
+        message["tool_call_id"] = call_id
+    return message
+
+
+class _Failed(Exception):
+    def __init__(self, kind: str, text: str) -> None:
+        super().__init__(text)
+        self.kind, self.text = kind, text
+
+
+class ToolBox:
+    """The tools of a run, called with a timeout each and at most ``max_concurrency`` at once.
+
+    One box serves every episode of a step: the bound holds across all of them (one semaphore
+    per event loop, so a box outlives ``asyncio.run`` calls). Synchronous tools run on daemon
+    threads. A thread cannot be killed: one past its timeout is *abandoned* (it keeps running in
+    the background, counted in ``abandoned``) while the model reads a timeout error, so a tool
+    that may hang for good must bound itself (the ``python`` tool kills its sandboxed process).
+    An ``async def`` tool is cancelled at its timeout, unless it blocks the event loop.
+    ``counts`` tallies calls and each kind of failure (for the run's metrics).
+    """
+
+    def __init__(self, functions: Sequence[Callable[..., Any]] | Mapping[str, Callable[..., Any]] = (),
+                 timeout_s: float = 30.0, max_concurrency: int = 4, max_result_chars: int = 16384) -> None:
+        if not timeout_s > 0:
+            raise ConfigError(f"tool timeout must be > 0 seconds, got {timeout_s!r}", field="environment.tool_timeout_s",
+                              fix="set a positive number of seconds")
+        if int(max_concurrency) < 1:
+            raise ConfigError(f"tool concurrency must be >= 1, got {max_concurrency!r}",
+                              field="environment.max_tool_concurrency", fix="set a positive integer")
+        named = (list(functions.items()) if isinstance(functions, Mapping)
+                 else [(getattr(fn, "__name__", ""), fn) for fn in functions])
+        self._tools: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {}
+        for name, fn in named:
+            if name in self._tools:
+                raise ConfigError(f"two tools are named {name!r}", field=FIELD,
+                                  fix="give each tool a distinct name (rename one function)")
+            self._tools[name] = (fn, tool_schema(fn, name=name))
+        self.timeout_s = float(timeout_s)
+        self.max_concurrency = int(max_concurrency)
+        self.max_result_chars = int(max_result_chars)
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary())
+
+    @property
+    def abandoned(self) -> int:
+        """Calls whose thread was left running past the timeout (it cannot be killed)."""
+        return self.counts["abandoned"]
+
+    def extended(self, functions: Sequence[Callable[..., Any]]) -> ToolBox:
+        """A box with ``functions`` added (e.g. one episode's environment tools, bound to its state)
+        that shares this box's bound, counts and limits: the bound still holds across the step."""
+        if not functions:
+            return self
+        extra = ToolBox(functions)  # checks their schemas and that their names are distinct
+        clash = sorted(set(extra._tools) & set(self._tools))
+        if clash:
+            raise ConfigError(f"the environment's tool(s) {', '.join(map(repr, clash))} clash with [environment] tools",
+                              field=FIELD, fix="drop the duplicate from [environment] tools or rename one")
+        box = copy.copy(self)  # shallow: the same counts and semaphores
+        box._tools = {**self._tools, **extra._tools}
+        return box
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    @property
+    def schemas(self) -> list[dict[str, Any]]:
+        """The JSON schemas for the chat template's ``tools=``, in the order given."""
+        return [schema for _, schema in self._tools.values()]
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        sem = self._semaphores.get(loop)
+        if sem is None:
+            sem = self._semaphores[loop] = asyncio.Semaphore(self.max_concurrency)
+        return sem
+
+    async def run(self, calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
+        """One ``{"role": "tool", "name", "content", "tool_call_id"}`` message per call, in order."""
+        return list(await asyncio.gather(*(self._answer(call) for call in calls)))
+
+    async def _answer(self, call: ToolCall) -> dict[str, Any]:
+        self.counts["calls"] += 1
+        try:
+            content = await self._call(call)
+        except _Failed as failed:
+            self.counts[failed.kind] += 1
+            return error_message(failed.text, name=call.name, call_id=call.id)
+        message = {"role": "tool", "name": call.name, "content": content}
+        if call.id:
+            message["tool_call_id"] = call.id
+        return message
+
+    async def _call(self, call: ToolCall) -> str:
+        entry = self._tools.get(call.name)
+        if entry is None:
+            raise _Failed("unknown_tool", f"unknown tool {call.name!r}; the tools are: {', '.join(self._tools) or 'none'}")
+        fn, schema = entry
+        problem = arguments_problem(schema["function"]["parameters"], call.arguments)
+        if problem:
+            raise _Failed("bad_arguments", f"bad arguments for tool {call.name!r}: {problem}")
+        async with self._semaphore():
+            try:
+                if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+                    result = await self._in_task(call.name, fn, call.arguments)
+                else:
+                    result = await self._in_thread(call.name, fn, call.arguments)
+            except _Failed:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - the model reads what its call did
+                if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+                    raise
+                raise _Failed("raised", f"tool {call.name!r} raised {_describe(exc)}") from None
+        return self._content(call.name, result)
+
+    def _timed_out(self, name: str) -> _Failed:
+        return _Failed("timeout", f"tool {name!r} did not finish within {self.timeout_s:g} s")
+
+    async def _in_task(self, name: str, fn: Callable[..., Any], arguments: dict[str, Any]) -> Any:
+        # asyncio.wait, not wait_for: a TimeoutError the tool raises itself is its own error, not ours
+        task = asyncio.ensure_future(fn(**arguments))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=self.timeout_s)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if not done:
+            task.cancel()
+            raise self._timed_out(name)
+        return task.result()
+
+    async def _in_thread(self, name: str, fn: Callable[..., Any], arguments: dict[str, Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def settle(ok: bool, value: Any) -> None:
+            if future.done():
+                return
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(_Failed("raised", value))
+
+        def target() -> None:
+            guard.register_reward_thread()  # os._exit in the tool raises here instead of ending the run
+            try:
+                outcome = (True, fn(**arguments))
+            except BaseException as exc:  # noqa: BLE001 - SystemExit and RewardExit included
+                outcome = (False, f"tool {name!r} raised {_describe(exc)}")
+            finally:
+                guard.unregister_reward_thread()
+            try:
+                loop.call_soon_threadsafe(settle, *outcome)
+            except RuntimeError:  # the loop is gone: nobody waits for this abandoned call
+                pass
+
+        guard.install_exit_guard()
+        threading.Thread(target=target, name="polyrl-tool", daemon=True).start()
+        try:
+            return await asyncio.wait_for(future, self.timeout_s)
+        except TimeoutError:  # only wait_for's: the tool's own errors arrive as _Failed
+            self.counts["abandoned"] += 1
+            log.warning("tool call abandoned past its timeout (its thread keeps running)",
+                        tool=name, timeout_s=self.timeout_s, abandoned=self.abandoned)
+            raise self._timed_out(name) from None
+
+    def _content(self, name: str, result: Any) -> str:
+        if isinstance(result, str):
+            text = result
+        else:
+            try:
+                text = json.dumps(result, ensure_ascii=False, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                self.counts["bad_result"] += 1
+                return f"error: tool {name!r} returned a {type(result).__name__}, which is neither text nor JSON ({exc})"
+        if len(text) > self.max_result_chars:
+            cut = len(text) - self.max_result_chars
+            text = f"{text[: self.max_result_chars]}\n... [{cut} more characters cut]"
+        return text
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, guard.RewardExit):
+        return f"os._exit({exc.code}) (the run goes on)"
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}) (the run goes on)"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,136 @@
+"""Reading tool calls out of model text in the Hermes/Qwen, Llama-3.x and Mistral forms: calls and
+the remaining text come out right, and malformed output becomes an error entry, never an exception."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from polyrl.agents import ToolCall, parse_tool_calls
+
+
+def test_hermes_several_calls_and_the_text_around_them():
+    text = ('Let me compute.\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+3"}}\n</tool_call>\n'
+            '<tool_call>{"name": "python", "arguments": "{\\"code\\": \\"print(1)\\"}"}</tool_call>')
+    turn = parse_tool_calls(text)
+    assert turn.content == "Let me compute."
+    assert turn.calls == [ToolCall("calculator", {"expression": "2+3"}, "call00000"),
+                          ToolCall("python", {"code": "print(1)"}, "call00001")]
+    assert turn.errors == []
+    assert parse_tool_calls(text, fmt="hermes") == turn
+
+
+def test_hermes_accepts_parameters_and_a_call_cut_at_its_closing_tag():
+    # a stop string "</tool_call>" leaves the closing tag out of the text
+    turn = parse_tool_calls('<tool_call>{"name": "f", "parameters": {"a": 1}}')
+    assert turn.calls == [ToolCall("f", {"a": 1}, "call00000")] and turn.errors == [] and turn.content == ""
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(("body", "words"), [
+    ('{"name": "f", "arguments": {"a": 1}', "not valid JSON"),
+    ('{"arguments": {"a": 1}}', 'has no "name"'),
+    ('{"name": "", "arguments": {}}', 'has no "name"'),
+    ('{"name": "f", "arguments": [1, 2]}', "arguments of tool call 'f' must be a JSON object"),
+    ('{"name": "f", "arguments": "{oops"}', "arguments of tool call 'f' are a string that is not JSON"),
+    ('["f", {"a": 1}]', "must be a JSON object"),
+])
+def test_hermes_malformed_calls_are_errors_and_good_ones_still_run(body, words):
+    turn = parse_tool_calls(f'ok <tool_call>{body}</tool_call><tool_call>{{"name": "g"}}</tool_call>')
+    assert turn.content == "ok"
+    assert turn.calls == [ToolCall("g", {}, "call00001")]
+    assert len(turn.errors) == 1 and words in turn.errors[0]
+
+
+def test_hermes_unterminated_garbage_says_so():
+    turn = parse_tool_calls("thinking <tool_call>{\"name\": \"f\", \"argu")
+    assert turn.calls == [] and "unterminated <tool_call>" in turn.errors[0] and turn.content == "thinking"
+
+
+def test_llama3_json_call_with_and_without_python_tag():
+    call = ToolCall("get_weather", {"city": "Paris"}, "call00000")
+    plain = '{"name": "get_weather", "parameters": {"city": "Paris"}}'
+    assert parse_tool_calls(plain).calls == [call]
+    assert parse_tool_calls("<|python_tag|>" + plain).calls == [call]
+    assert parse_tool_calls(plain, fmt="llama3").content == ""
+
+
+@pytest.mark.parametrize("text", ['{"answer": 42}', "{not json, just braces}", "The answer is 42.",
+                                  '{"name": "Ada"}'])
+def test_llama3_text_that_is_not_a_call_stays_text(text):
+    turn = parse_tool_calls(text)
+    assert (turn.content, turn.calls, turn.errors) == (text, [], [])
+
+
+@pytest.mark.faults
+def test_llama3_python_tag_with_something_else_is_an_error():
+    turn = parse_tool_calls('<|python_tag|>brave_search.call(query="x")')
+    assert turn.calls == [] and "only JSON tool calls" in turn.errors[0]
+    turn = parse_tool_calls('<|python_tag|>{"name": "f", "parameters": ')
+    assert turn.calls == [] and "not valid JSON" in turn.errors[0]
+
+
+def test_mistral_list_form_keeps_ids_and_text_before():
+    text = ('Sure. [TOOL_CALLS][{"name": "f", "arguments": {"a": 1}, "id": "abc123XYZ"}, '
+            '{"name": "g", "arguments": {}}]')
+    turn = parse_tool_calls(text)
+    assert turn.content == "Sure."
+    assert turn.calls == [ToolCall("f", {"a": 1}, "abc123XYZ"), ToolCall("g", {}, "call00001")]
+    assert all(len(c.id) == 9 and c.id.isalnum() for c in turn.calls)  # what Mistral templates demand
+
+
+def test_mistral_args_form_several_calls():
+    turn = parse_tool_calls('[TOOL_CALLS]f[ARGS]{"a": 1}[TOOL_CALLS]g[ARGS]{"b": [2]}', fmt="mistral")
+    assert turn.calls == [ToolCall("f", {"a": 1}, "call00000"), ToolCall("g", {"b": [2]}, "call00001")]
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(("text", "words"), [
+    ("[TOOL_CALLS]", "followed by no call"),
+    ('[TOOL_CALLS][{"name": "f", "arguments": {]', "not valid JSON"),
+    ('[TOOL_CALLS]f[ARGS]{"a": ', "arguments of tool call 'f'"),
+    ('[TOOL_CALLS][{"arguments": {}}]', 'has no "name"'),
+])
+def test_mistral_malformed_calls_are_errors(text, words):
+    turn = parse_tool_calls(text)
+    assert turn.calls == [] and words in turn.errors[0]
+
+
+def test_a_forced_format_ignores_the_others_markers():
+    text = '{"name": "f", "parameters": {}}'
+    assert parse_tool_calls(text, fmt="hermes").calls == []
+    assert parse_tool_calls(text, fmt="mistral").content == text
+
+
+def test_unknown_format_is_a_programming_error():
+    with pytest.raises(ValueError, match="unknown tool-call format 'xml'"):
+        parse_tool_calls("x", fmt="xml")
+
+
+_PIECES = st.sampled_from(["<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", "functools[",
+                           "<|tool_call|>", "<|/tool_call|>", "{", "}",
+                           "[", "]", '"name"', ":", '"arguments"', ",", '"f"', "1", " ", "\n", "null", '"'])
+
+
+@pytest.mark.faults
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PIECES | st.text(max_size=5), max_size=30), st.sampled_from(["auto", "hermes", "llama3", "mistral", "phi4"]))
+def test_parsing_never_raises_on_any_model_output(pieces, fmt):
+    turn = parse_tool_calls("".join(pieces), fmt=fmt)
+    assert all(isinstance(c.arguments, dict) and c.name for c in turn.calls)
+    assert all(isinstance(e, str) and e for e in turn.errors)
+    json.dumps([c.as_message_entry() for c in turn.calls])  # every call can go back into a template
+
+
+def test_phi4_mini_functools_and_tag_forms():
+    expected = [ToolCall("f", {"a": 1}, "call00000"), ToolCall("g", {"b": 2}, "call00001")]
+    assert parse_tool_calls('Sure: functools[{"name": "f", "arguments": {"a": 1}}, '
+                            '{"name": "g", "parameters": {"b": 2}}]').calls == expected
+    turn = parse_tool_calls('<|tool_call|>[{"type": "function", "function": {"name": "f", "arguments": {"a": 1}}}, '
+                            '{"name": "g", "arguments": {"b": 2}}]<|/tool_call|> done')
+    assert (turn.calls, turn.content, turn.errors) == (expected, "done", [])
+    turn = parse_tool_calls('functools[{"name": "f", "arguments": ', fmt="phi4")
+    assert turn.calls == [] and "not valid JSON" in turn.errors[0]

@@ -1,0 +1,353 @@
+"""Environments and tools as plugins: entry-point discovery, broken plugins isolated, name conflicts
+refused, ``polyrl environments [--json]``, config errors for bad ``[environment]`` entries, and the
+built-ins doing their job (the calculator, the python tool really running in the sandbox, the
+guess_number game played to the end)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from toy_dist import write_dist
+
+from polyrl import cli
+from polyrl.agents import Environment, Observation, ToolBox, ToolCall, reset_environment, step_environment
+from polyrl.agents import builtin
+from polyrl.agents.loading import resolve_environment, resolve_tools
+from polyrl.errors import ConfigError
+from polyrl.registry import Registry
+
+# --- discovery and isolation ------------------------------------------------------------------------
+
+GOOD_PLUGIN = '''
+from polyrl.hookspecs import hookimpl
+from polyrl.agents import EnvironmentSpec, Observation, ToolSpec
+
+
+def lookup(key: str) -> str:
+    """Look a word up.
+
+    Args:
+        key: The word.
+    """
+    return key[::-1]
+
+
+class Echo:
+    def __init__(self, options):
+        self.options = options
+
+    def reset(self, row):
+        return [{"role": "user", "content": row["q"]}]
+
+    async def step(self, message):
+        return Observation([{"role": "user", "content": "again"}], reward=0.5, done=True)
+
+
+@hookimpl
+def polyrl_register_environments(register):
+    register(EnvironmentSpec(name="echo", create=Echo, summary="echoes"))
+    register(EnvironmentSpec(name="needs_gym", create=Echo, summary="a gym game",
+                             probe=lambda: "the gymnasium package is not installed",
+                             install_hint="pip install gymnasium"))
+
+
+@hookimpl
+def polyrl_register_tools(register):
+    register(ToolSpec(name="reverse", function=lookup, summary="reverses"))
+    register(ToolSpec(name="calculator", function=lookup, summary="a second calculator"))
+'''
+
+
+@pytest.fixture
+def third_party(tmp_path, monkeypatch):
+    """A good environment plugin, one that fails to import, one whose register hook raises and one
+    with a misspelt hook."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "polyrl_env_good.py").write_text(GOOD_PLUGIN)
+    (site / "polyrl_env_import.py").write_text("raise ImportError('no module named gymnasium')\n")
+    (site / "polyrl_env_register.py").write_text(
+        "from polyrl.hookspecs import hookimpl\n"
+        "@hookimpl\n"
+        "def polyrl_register_tools(register):\n"
+        "    raise RuntimeError('tool registration exploded')\n")
+    (site / "polyrl_env_typo.py").write_text(
+        "from polyrl.hookspecs import hookimpl\n"
+        "@hookimpl\n"
+        "def polyrl_register_environment(register):\n"  # singular: no such hook
+        "    pass\n")
+    write_dist(site, "polyrl-env-typo", "1.0", {"polyrl.environments": {"envtypo": "polyrl_env_typo"}})
+    write_dist(site, "polyrl-env-good", "1.0", {"polyrl.environments": {"envgood": "polyrl_env_good"}})
+    write_dist(site, "polyrl-env-import", "1.0", {"polyrl.environments": {"envimport": "polyrl_env_import"}})
+    write_dist(site, "polyrl-env-register", "1.0", {"polyrl.environments": {"envreg": "polyrl_env_register"}})
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr("polyrl.registry._registry", None)
+    monkeypatch.delenv("POLYRL_LOAD_PLUGINS", raising=False)
+    monkeypatch.delenv("POLYRL_DISABLE_PLUGINS", raising=False)
+    yield site
+    import sys
+
+    for mod in ("polyrl_env_good", "polyrl_env_import", "polyrl_env_register", "polyrl_env_typo"):
+        sys.modules.pop(mod, None)
+
+
+def test_builtins_are_registered_like_any_plugin():
+    reg = Registry()
+    assert {"guess_number"} <= set(reg.environments_by_name())
+    assert {"calculator", "python"} <= set(reg.tools_by_name())
+    statuses = {(s.kind, s.name): s for s in reg.environment_statuses()}
+    assert statuses[("tool", "calculator")].available and statuses[("tool", "python")].distribution == "polyrl"
+    assert isinstance(reg.environments_by_name()["guess_number"].create({}), Environment)
+
+
+@pytest.mark.faults
+def test_environment_plugins_from_entry_points_and_broken_ones_isolated(third_party, capsys):
+    assert cli.main(["environments", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    envs = {e["name"]: e for e in listing["environments"]}
+    tools = {t["name"]: t for t in listing["tools"]}
+    assert envs["echo"]["available"] and envs["echo"]["distribution"] == "polyrl-env-good"
+    assert (envs["needs_gym"]["available"], envs["needs_gym"]["reason"]) == (False, "the gymnasium package is not installed")
+    assert tools["reverse"]["available"] and tools["python"]["available"] and envs["guess_number"]["available"]
+    # two distributions claim "calculator": neither is used, and the listing says why
+    assert not tools["calculator"]["available"]
+    assert "registered by 2 distributions: polyrl, polyrl-env-good" in tools["calculator"]["reason"]
+    errors = {e["name"]: e["error"] for e in listing["load_errors"]}
+    assert "ImportError: no module named gymnasium" in errors["envimport"]
+    assert "tool registration exploded" in errors["envreg"]
+    assert "calculator" in errors
+    assert "unknown hook(s) 'polyrl_register_environment'" in errors["envtypo"]
+    assert "polyrl_register_environments" in errors["envtypo"]  # the fix names the right hook
+
+    assert cli.main(["environments"]) == 0  # the table names the broken plugins too
+    table = capsys.readouterr().out
+    assert "echo" in table and "envimport" in table and "envreg" in table and "gymnasium" in table
+
+
+@pytest.mark.faults
+def test_third_party_tools_and_environments_resolve_and_bad_ones_are_config_errors(third_party):
+    from polyrl.registry import get_registry
+
+    reg = get_registry()
+    [reverse] = resolve_tools(["reverse"], reg)
+    assert asyncio.run(ToolBox([reverse]).run([ToolCall("reverse", {"key": "abc"})]))[0]["content"] == "cba"
+    with pytest.raises(ConfigError, match="registered by 2 distributions") as err:
+        resolve_tools(["reverse", "calculator"], reg)
+    assert err.value.field == "environment.tools[1]"
+    env = resolve_environment("echo", reg).create({"k": 1})
+    assert asyncio.run(reset_environment(env, {"q": "hi"})) == [{"role": "user", "content": "hi"}]
+    assert asyncio.run(step_environment(env, {"role": "assistant", "content": "x"})).reward == 0.5
+    with pytest.raises(ConfigError, match="environment 'needs_gym' cannot run here: the gymnasium") as err:
+        resolve_environment("needs_gym", reg)
+    assert "pip install gymnasium" in str(err.value) and err.value.field == "environment.name"
+
+
+# --- resolving names ----------------------------------------------------------------------------------
+
+USER_TOOLS = '''
+def word_count(text: str) -> int:
+    """Count the words.
+
+    Args:
+        text: Some text.
+    """
+    return len(text.split())
+
+
+def undocumented(text: str) -> int:
+    return 0
+
+
+NOT_A_FUNCTION = 3
+
+
+class Counter:
+    def __init__(self, options):
+        self.limit = options.get("limit", 1)
+
+    def reset(self, row):
+        return [{"role": "user", "content": "count"}]
+
+    def step(self, message):
+        return Observation(done=True)
+
+
+from polyrl.agents import Observation
+'''
+
+
+def test_tools_by_registered_name_module_and_file(tmp_path, monkeypatch):
+    (tmp_path / "my_tools.py").write_text(USER_TOOLS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = Registry()
+    tools = resolve_tools(["calculator", "my_tools:word_count", f"{tmp_path}/my_tools.py:word_count"][:2], reg)
+    assert [t.__name__ for t in tools] == ["calculator", "word_count"]
+    [from_file] = resolve_tools([f"{tmp_path}/my_tools.py:word_count"], reg)
+    assert from_file("a b c") == 3
+    spec = resolve_environment(f"{tmp_path}/my_tools.py:Counter", reg)
+    assert spec.create({"limit": 4}).limit == 4
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(("entries", "index", "words"), [
+    (["calculator", "abacus"], 1, "unknown tool 'abacus' (registered: calculator, python"),
+    (["FILE:missing"], 0, "has no attribute 'missing'"),
+    (["FILE:NOT_A_FUNCTION"], 0, "is a int, not a function"),
+    (["FILE:undocumented"], 0, "tool 'undocumented': has no docstring"),
+    (["no/such/file.py:f"], 0, "not found"),
+    (["no_such_module_xyz:f"], 0, "module 'no_such_module_xyz' not found"),
+    (["calculator", "calculator"], 1, "two tools are named 'calculator'"),
+    (["FILE:word_count", "FILE:word_count"], 1, "two tools are named 'word_count'"),
+    ([""], 0, "is not a name"),
+])
+def test_bad_tool_entries_are_one_config_error_naming_the_entry(tmp_path, entries, index, words):
+    (tmp_path / "my_tools.py").write_text(USER_TOOLS)
+    entries = [e.replace("FILE", str(tmp_path / "my_tools.py")) for e in entries]
+    with pytest.raises(ConfigError) as err:
+        resolve_tools(entries, Registry())
+    assert words in str(err.value) and "Fix:" in str(err.value)
+    assert err.value.field == f"environment.tools[{index}]"
+
+
+def test_tools_must_be_a_list_and_the_environment_must_exist():
+    with pytest.raises(ConfigError, match="must be a list") as err:
+        resolve_tools("calculator", Registry())  # type: ignore[arg-type]
+    assert err.value.field == "environment.tools"
+    with pytest.raises(ConfigError, match="unknown environment 'maze' \\(registered: guess_number"):
+        resolve_environment("maze", Registry())
+
+
+# --- the calculator ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("expression", "answer"), [
+    ("2 + 3 * 4", "14"), ("(2 + 3) * 4", "20"), ("-(7 // 2) % 5", "2"), ("2 ** 100", str(2 ** 100)),
+    ("1 / 4", "0.25"), ("-2.5 * -2", "5.0"), ("+3", "3"), ("2 ** -1", "0.5"),
+])
+def test_calculator_computes_exact_arithmetic(expression, answer):
+    assert builtin.calculator(expression) == answer
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(("expression", "words"), [
+    ("__import__('os').system('true')", "is not allowed"),
+    ("x + 1", "'x' is not allowed"),
+    ("(1).real", "is not allowed"),
+    ("'a' * 3", "is not allowed"),
+    ("9 ** 9 ** 9", "too large"),
+    ("10 ** 5000", "exponent 5000 is too large"),
+    ("7 ** 2000", "is too large"),
+    ("2 ** 4000 * 2 ** 4000", "too large"),
+    ("1 / 0", "division by zero"),
+    ("(-8) ** 0.5", "not a real number"),
+    ("1e308 * 10", "not a finite number"),
+    ("1 +", "cannot read"),
+    ("1" + "+1" * 600, "longer than 1000 characters"),
+])
+def test_calculator_refusals_reach_the_model_as_errors(expression, words):
+    [message] = asyncio.run(ToolBox([builtin.calculator]).run([ToolCall("calculator", {"expression": expression})]))
+    assert message["content"].startswith("error: tool 'calculator' raised ValueError") and words in message["content"]
+
+
+# --- the python tool (really sandboxed) ------------------------------------------------------------------
+
+
+def test_python_tool_runs_code_in_the_sandbox():
+    box = ToolBox([builtin.python])
+    calls = [ToolCall("python", {"code": "print(sum(range(10)))\nimport socket\nsocket.socket()"}),
+             ToolCall("python", {"code": "x = 6\nx * 7"}),
+             ToolCall("python", {"code": "print('partial')\nraise KeyError('k')"}),
+             ToolCall("python", {"code": "def f(:"}),
+             ToolCall("python", {"code": "open('/work/brief/common.md').read()"})]
+    out = [m["content"] for m in asyncio.run(box.run(calls))]
+    assert out[0].startswith("45\nerror: ") and "socket" in out[0]  # no network in the sandbox
+    assert out[1] == "42\n"
+    assert out[2] == "partial\nerror: KeyError: 'k'"
+    assert out[3].startswith("error: SyntaxError")
+    assert out[4].startswith("error: FileNotFoundError") or out[4].startswith("error: PermissionError")
+
+
+@pytest.mark.faults
+def test_python_tool_stops_a_program_that_never_ends(monkeypatch):
+    monkeypatch.setattr(builtin, "PYTHON_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(builtin, "_sandbox", None)
+    [message] = asyncio.run(ToolBox([builtin.python], timeout_s=30).run([ToolCall("python", {"code": "while True: pass"})]))
+    assert message["content"] == "error: the program ran past 1 s and was stopped"
+    monkeypatch.setattr(builtin, "_sandbox", None)  # the next user gets the default limits back
+
+
+# --- guess_number ----------------------------------------------------------------------------------------
+
+
+def play(env, guesses: list[str]) -> list[Observation]:
+    async def go() -> list[Observation]:
+        out = []
+        for text in guesses:
+            out.append(await step_environment(env, {"role": "assistant", "content": text}))
+            if out[-1].done:
+                break
+        return out
+
+    return asyncio.run(go())
+
+
+def test_guess_number_gives_feedback_and_rewards_success():
+    env = builtin.GuessNumber({"max_guesses": 5})
+    first = asyncio.run(reset_environment(env, {"secret": "37"}))
+    assert "between 1 and 100" in first[0]["content"] and first[0]["role"] == "user"
+    obs = play(env, ["I guess 50", "hmm", "Is it 20?", "37"])
+    assert [o.messages[0]["content"] for o in obs] == [
+        "Lower. 4 guesses left.", "Answer with one integer between 1 and 100. 3 guesses left.",
+        "Higher. 2 guesses left.", "Correct! It was 37."]
+    assert [(o.reward, o.done) for o in obs] == [(None, False)] * 3 + [(1.0, True)]
+
+
+def test_guess_number_ends_with_zero_when_the_guesses_run_out():
+    env = builtin.GuessNumber({"max_guesses": 2, "low": 0, "high": 9})
+    asyncio.run(reset_environment(env, {"secret": 3}))
+    obs = play(env, ["5", "4", "3"])
+    assert len(obs) == 2 and (obs[-1].reward, obs[-1].done) == (0.0, True)
+    assert obs[-1].messages[0]["content"] == "Lower. No guesses left; it was 3."
+
+
+def test_guess_number_seeded_secret_is_the_same_for_one_row_and_differs_across_rows():
+    def secret(row: dict, seed: int = 0) -> int:
+        env = builtin.GuessNumber({"seed": seed})
+        env.reset(row)
+        return env.secret
+
+    rows = [{"id": i} for i in range(20)]
+    assert [secret(r) for r in rows] == [secret(dict(r)) for r in rows]  # every episode of a group plays one game
+    assert len({secret(r) for r in rows}) > 10
+    assert [secret(r, 1) for r in rows] != [secret(r) for r in rows]
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(("options", "field"), [
+    ({"hgih": 10}, "environment.options"), ({"low": 5, "high": 5}, "environment.options.low"),
+    ({"max_guesses": 0}, "environment.options.max_guesses"), ({"low": "1"}, "environment.options.low"),
+    ({"reward": "one"}, "environment.options.reward"),
+])
+def test_guess_number_bad_options_are_config_errors(options, field):
+    with pytest.raises(ConfigError) as err:
+        builtin.GuessNumber(options)
+    assert err.value.field == field and "Fix:" in str(err.value)
+
+
+@pytest.mark.faults
+def test_malformed_environment_answers_are_type_errors_naming_the_class():
+    class Broken:
+        def reset(self, row):
+            return "hello"
+
+        async def step(self, message):
+            return {"done": True}
+
+    with pytest.raises(TypeError, match="Broken.reset returned str"):
+        asyncio.run(reset_environment(Broken(), {}))
+    with pytest.raises(TypeError, match="Broken.step returned dict, expected polyrl.agents.Observation"):
+        asyncio.run(step_environment(Broken(), {"role": "assistant", "content": ""}))
+    with pytest.raises(ValueError, match="row column 'secret' is 500"):
+        builtin.GuessNumber({}).reset({"secret": 500})
