@@ -112,6 +112,20 @@ def _token_terms(
     return loss, grad, obj.beta * kl_grad, kl, clipped.astype(np.float64)
 
 
+def clip_regions(logp: np.ndarray, old: np.ndarray, adv: float, obj: Objective) -> tuple[np.ndarray, np.ndarray]:
+    """Per-token 0/1: clipped at the low end (adv < 0, ratio < 1 - eps_low) and at the high end
+    (adv > 0, ratio > 1 + eps_high; CISPO, whose weight is capped above only: ratio > 1 + eps_high
+    whatever the advantage's sign). TRL's ``clip_ratio/low_mean`` and ``high_mean``: which side
+    of the trust region the updates hit tells whether eps_low or eps_high binds. Dual-clip's cap
+    counts in ``clip_fraction`` only."""
+    ratio = _ratio(logp, old, obj)
+    high = ratio > 1.0 + obj.clip_eps_high
+    if obj.policy_loss == "cispo":
+        return np.zeros(len(ratio)), high.astype(np.float64)
+    low = (adv < 0) & (ratio < 1.0 - obj.clip_eps_low)
+    return low.astype(np.float64), ((adv > 0) & high).astype(np.float64)
+
+
 def mismatch_metrics(
     trainer_logprobs: Sequence[np.ndarray], sampler_logprobs: Sequence[np.ndarray], obj: Objective
 ) -> dict[str, float]:
@@ -215,7 +229,8 @@ def policy_loss(
     entropies: Sequence[np.ndarray] | None = None,
     masks: Sequence[np.ndarray] | None = None,
 ) -> tuple[float, dict[str, float]]:
-    """The batch loss and its metrics (``kl`` and ``clip_fraction`` are token means; with
+    """The batch loss and its metrics (``kl``, ``clip_fraction``, ``clip_low_fraction`` and
+    ``clip_high_fraction`` (``clip_regions``) are token means; with
     ``sampler_logprobs`` also the ``mismatch_*`` ones of ``mismatch_metrics``; with
     ``entropies``, the trainer's per-token entropies, ``entropy`` and ``entropy_selected``).
 
@@ -230,6 +245,7 @@ def policy_loss(
         raise ValueError("entropy_coef needs the trainer's token entropies")
     selected = entropy_selection(entropies, objective)
     total, kl_sum, clip_sum, n_tokens = 0.0, 0.0, 0.0, 0
+    low_sum = high_sum = 0.0
     for i, lp in enumerate(logp):
         loss, _, _, kl, clipped = _token_terms(
             lp, old[i], None if ref is None else ref[i], None if sampler is None else sampler[i],
@@ -239,9 +255,12 @@ def policy_loss(
         total += float(np.sum(loss * weights[i]))
         kl_sum += float(kl.sum())
         clip_sum += float(clipped.sum())
+        low, high = clip_regions(lp, old[i], float(advantages[i]), objective)
+        low_sum, high_sum = low_sum + float(low.sum()), high_sum + float(high.sum())
         n_tokens += len(lp)
     denom = max(n_tokens, 1)
-    metrics = {"kl": kl_sum / denom, "clip_fraction": clip_sum / denom, "tokens": n_tokens}
+    metrics = {"kl": kl_sum / denom, "clip_fraction": clip_sum / denom, "tokens": n_tokens,
+               "clip_low_fraction": low_sum / denom, "clip_high_fraction": high_sum / denom}
     if sampler is not None:
         metrics.update(mismatch_metrics(old, sampler, objective))
     if entropies is not None:
