@@ -106,14 +106,14 @@ def objective_loss(
             loss = mx.where(dual, cap, loss)
             clipped = clipped | dual
     # which side of the trust region binds (reference.clip_regions); dual-clip counts in clipped only
-    mismatch: dict[str, mx.array] = {"clip_low_fraction": clipped_low.astype(dtype).sum(),
-                                     "clip_high_fraction": clipped_high.astype(dtype).sum()}
+    extras: dict[str, mx.array] = {"clip_low_fraction": clipped_low.astype(dtype).sum(),
+                                   "clip_high_fraction": clipped_high.astype(dtype).sum()}
     if sampler_logp is not None:  # the trainer's behaviour log-probs vs the sampler's, constants
         delta = mx.stop_gradient(old) - sampler_logp.astype(dtype)
         weight, corrected = _mismatch_weights(delta, segments, objective)
         if objective.corrects_mismatch:
             loss = loss * weight
-        mismatch = {
+        extras |= {
             "mismatch_abs": mx.abs(delta).sum(),
             # the gaps are often ~1e-7, where float32 exp(d) - d - 1 is all rounding: the series there
             "mismatch_kl": mx.where(mx.abs(delta) < 1e-3, delta * delta * (0.5 + delta / 6.0),
@@ -136,8 +136,8 @@ def objective_loss(
             loss = mx.where(selected, loss, mx.zeros_like(loss))
         if objective.entropy_coef:
             loss = loss - objective.entropy_coef * ent
-        mismatch["entropy"] = mx.stop_gradient(ent).sum()
-        mismatch["entropy_selected"] = selected.astype(dtype).sum()
+        extras["entropy"] = mx.stop_gradient(ent).sum()
+        extras["entropy_selected"] = selected.astype(dtype).sum()
     kl = mx.zeros_like(logp)
     if objective.beta > 0:
         if ref_logp is None:
@@ -152,7 +152,7 @@ def objective_loss(
         loss = loss + objective.beta * kl
     total = (loss * weights.astype(dtype)).sum()
     if stats is not None:
-        stats.update(mismatch)
+        stats.update(extras)
     return total, mx.stop_gradient(kl).sum(), clipped.astype(dtype).sum()
 
 
