@@ -309,18 +309,23 @@ class MLXEngine:
 
     @property
     def vocab_size(self) -> int:
-        """Rows of the embedding table: the ids the model can take."""
+        """Rows of the embedding table (the ids the model can take; a padded table may have more
+        than the tokenizer knows), from the config when the model hides its table."""
+        embed = getattr(getattr(self.model, "model", None), "embed_tokens", None)
+        weight = getattr(embed, "weight", None)
+        if weight is not None:
+            return int(weight.shape[0])
         text_config = self.hf_config.get("text_config") or {}
         return int(self.hf_config.get("vocab_size") or text_config.get("vocab_size") or len(self.tokenizer))
 
     def checked_ids(self, ids: Sequence[int]) -> list[int]:
         """Token-prompt ids as ints, refused (``ConfigError`` on ``prompt``) when one is outside
         the vocabulary: an out-of-range id would read past the embedding table silently."""
-        out = [int(i) for i in ids]
-        bad = [i for i in out if not 0 <= i < self.vocab_size]
+        out, vocab = [int(i) for i in ids], self.vocab_size
+        bad = [i for i in out if not 0 <= i < vocab]
         if bad:
             raise ConfigError(f"token prompt holds id {bad[0]} outside this model's vocabulary "
-                              f"(0..{self.vocab_size - 1})", field="prompt",
+                              f"(0..{vocab - 1})", field="prompt",
                               fix="build token prompts with this model's tokenizer (engine.encode_chat)")
         return out
 
