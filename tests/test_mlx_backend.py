@@ -84,7 +84,8 @@ def test_registered_with_honest_capabilities():
     status = get_registry().status("mlx")
     assert status.distribution == "polyrl-mlx" and status.version
     caps = status.capabilities
-    for key in ("generate", "logprobs", "train_step", "lora", "weight_export", "weight_import", "checkpoint"):
+    for key in ("generate", "logprobs", "train_step", "lora", "weight_export", "weight_import", "checkpoint",
+                "token_prompts", "loss_mask"):
         assert caps[key], key
     assert "float32" in caps["dtypes"] and "cpu" in caps["devices"]
 

@@ -16,12 +16,12 @@ weights have no gradient. Such a config is refused with a ``ConfigError`` naming
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from polyrl.errors import ConfigError
-from polyrl.types import EngineConfig, Prompt
+from polyrl.types import EngineConfig, Prompt, TokenPrompt
 
 from polyrl_mlx import blas
 from polyrl_mlx._mx import mx, nn, optim
@@ -274,26 +274,60 @@ class MLXEngine:
     # --- prompts -------------------------------------------------------------------------------
 
     def encode_prompt(self, prompt: Prompt) -> list[int]:
-        """Token ids as the model sees the prompt (chat template + generation prompt for chats).
+        """Token ids as the model sees the prompt (chat template + generation prompt for chats;
+        a ``TokenPrompt``'s ids verbatim, so an episode's next turn continues from exact ids).
 
         Same rules as the torch backend, so both feed a model identical ids for one prompt.
         """
-        tok = self.tokenizer
+        if isinstance(prompt, TokenPrompt):
+            return self.checked_ids(prompt.ids)
         if isinstance(prompt, str):
-            ids = tok(prompt, add_special_tokens=True)["input_ids"]
+            ids = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
         else:
-            if not getattr(tok, "chat_template", None):
-                raise ConfigError(
-                    f"the tokenizer of {self.config.model!r} has no chat template but a chat prompt "
-                    "was given", field="model",
-                    fix="use an instruct model with a chat template, or give plain-text prompts",
-                )
-            text = tok.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
-            ids = tok(text, add_special_tokens=False)["input_ids"]
+            ids = self.encode_chat(prompt, None, add_generation_prompt=True)
         if not ids:
+            tok = self.tokenizer
             start = tok.bos_token_id if tok.bos_token_id is not None else self.pad_id
             ids = [int(start)]  # an empty prompt still needs one position to predict from
         return [int(i) for i in ids]
+
+    def encode_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+                    add_generation_prompt: bool) -> list[int]:
+        """``messages`` through the tokenizer's chat template (``tools`` passed to it), tokenized
+        without added special tokens: the one rendering ``generate`` uses for chat prompts, so
+        the core's differences of renderings line up with what the model saw."""
+        tok = self.tokenizer
+        if not getattr(tok, "chat_template", None):
+            raise ConfigError(
+                f"the tokenizer of {self.config.model!r} has no chat template but a chat prompt "
+                "was given", field="model",
+                fix="use an instruct model with a chat template, or give plain-text prompts",
+            )
+        text = tok.apply_chat_template([dict(m) for m in messages], tools=None if tools is None else list(tools),
+                                       tokenize=False, add_generation_prompt=add_generation_prompt)
+        return [int(i) for i in tok(text, add_special_tokens=False)["input_ids"]]
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the embedding table (the ids the model can take; a padded table may have more
+        than the tokenizer knows), from the config when the model hides its table."""
+        embed = getattr(getattr(self.model, "model", None), "embed_tokens", None)
+        weight = getattr(embed, "weight", None)
+        if weight is not None:
+            return int(weight.shape[0])
+        text_config = self.hf_config.get("text_config") or {}
+        return int(self.hf_config.get("vocab_size") or text_config.get("vocab_size") or len(self.tokenizer))
+
+    def checked_ids(self, ids: Sequence[int]) -> list[int]:
+        """Token-prompt ids as ints, refused (``ConfigError`` on ``prompt``) when one is outside
+        the vocabulary: an out-of-range id would read past the embedding table silently."""
+        out, vocab = [int(i) for i in ids], self.vocab_size
+        bad = [i for i in out if not 0 <= i < vocab]
+        if bad:
+            raise ConfigError(f"token prompt holds id {bad[0]} outside this model's vocabulary "
+                              f"(0..{vocab - 1})", field="prompt",
+                              fix="build token prompts with this model's tokenizer (engine.encode_chat)")
+        return out
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)

@@ -76,6 +76,7 @@ CAPABILITIES = Capabilities(
     weight_import=True, checkpoint=True, dtypes=("float32", "bfloat16", "float16"),
     devices=_devices(), architectures=ARCHITECTURES,
     sampling=("min_p", "repetition_penalty"), gradient_checkpointing=True,
+    token_prompts=True, loss_mask=True,
 )
 
 
@@ -149,6 +150,16 @@ def generate(engine: Any, prompts: Sequence[Any], sampling: Any) -> list | None:
     from polyrl_mlx.generation import generate as run
 
     return run(engine, prompts, sampling)
+
+
+@hookimpl
+def encode_chat(engine: Any, messages: Sequence[Any], tools: Sequence[Any] | None,
+                add_generation_prompt: bool) -> Any:
+    if not _ours(engine):
+        return None
+    import numpy as np
+
+    return np.asarray(engine.encode_chat(messages, tools, add_generation_prompt), dtype=np.int64)
 
 
 @hookimpl

@@ -9,6 +9,12 @@ per-token weight: the aggregation (``seq_mean_token_mean``, ``token_mean``,
 token counts. So with micro-batches (``OptimizerConfig.micro_batch_size``) the summed micro-batch
 losses and gradients are exactly the full-batch loss and gradient.
 
+Multi-turn episodes: a sequence's ``mask`` marks its sampled tokens. The forward scores every
+completion token (inserted ones are context the next sampled token depends on), then only the
+masked-in tokens' log-probs go into ``objective_loss``, so every rule (ratio, GSPO's sequence mean,
+the aggregation's counts, the entropy quantile, the metrics) sees them alone, as the reference's
+``masks`` prescribe, and an inserted token gets no gradient of its own.
+
 The step: ``nn.value_and_grad`` per micro-batch, gradients summed, global-norm clipping
 (``optim.clip_grad_norm``), one AdamW update. A non-finite loss or gradient norm leaves weights
 and optimizer state untouched and reports ``skipped=True``.
@@ -24,7 +30,7 @@ import numpy as np
 from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.reference import MISMATCH_THRESHOLD
 from polyrl.schedules import lr_at
-from polyrl.types import StepMetrics, TrainBatch
+from polyrl.types import StepMetrics, TokenSequence, TrainBatch
 
 from polyrl_mlx._mx import mx, nn, optim
 from polyrl_mlx.engine import MLXEngine
@@ -62,8 +68,9 @@ def objective_loss(
     """(loss, kl_sum, clip_sum) over flat per-token arrays.
 
     ``segments`` (each token's sequence index) is needed by the sequence-level forms (GSPO's
-    ratio, sequence-level mismatch correction). With ``sampler_logp``, ``stats`` (a dict, if
-    given) receives the ``mismatch_*`` token sums (see ``reference.mismatch_metrics``); with
+    ratio, sequence-level mismatch correction). ``stats`` (a dict, if given) receives the
+    ``clip_low_fraction``/``clip_high_fraction`` token sums (``reference.clip_regions``); with
+    ``sampler_logp`` also the ``mismatch_*`` ones (see ``reference.mismatch_metrics``); with
     ``entropy`` (per token, differentiable) also ``entropy`` and ``entropy_selected`` sums.
 
     ``advantages`` and ``weights`` are per token (a sequence's advantage repeated over its
@@ -84,25 +91,29 @@ def objective_loss(
     r = mx.stop_gradient(ratio)
     if objective.policy_loss == "cispo":  # clipped, detached weight on a REINFORCE term
         loss = -adv * mx.minimum(r, high) * logp
-        clipped = r > high
+        clipped = clipped_high = r > high
+        clipped_low = mx.zeros(r.shape, dtype=mx.bool_)  # CISPO's weight is capped above only
     else:
         unclipped = -adv * ratio
         clipped_loss = mx.stop_gradient(-adv * mx.clip(ratio, low, high))
         # where the clipped branch is the larger one it is flat: slope 0, as in the reference
         loss = mx.where(unclipped >= clipped_loss, unclipped, clipped_loss)
-        clipped = ((adv > 0) & (r > high)) | ((adv < 0) & (r < low))
+        clipped_low, clipped_high = (adv < 0) & (r < low), (adv > 0) & (r > high)
+        clipped = clipped_low | clipped_high
         if objective.dual_clip is not None:
             cap = -adv * objective.dual_clip
             dual = (adv < 0) & (mx.stop_gradient(loss) > cap)
             loss = mx.where(dual, cap, loss)
             clipped = clipped | dual
-    mismatch: dict[str, mx.array] = {}
+    # which side of the trust region binds (reference.clip_regions); dual-clip counts in clipped only
+    extras: dict[str, mx.array] = {"clip_low_fraction": clipped_low.astype(dtype).sum(),
+                                   "clip_high_fraction": clipped_high.astype(dtype).sum()}
     if sampler_logp is not None:  # the trainer's behaviour log-probs vs the sampler's, constants
         delta = mx.stop_gradient(old) - sampler_logp.astype(dtype)
         weight, corrected = _mismatch_weights(delta, segments, objective)
         if objective.corrects_mismatch:
             loss = loss * weight
-        mismatch = {
+        extras |= {
             "mismatch_abs": mx.abs(delta).sum(),
             # the gaps are often ~1e-7, where float32 exp(d) - d - 1 is all rounding: the series there
             "mismatch_kl": mx.where(mx.abs(delta) < 1e-3, delta * delta * (0.5 + delta / 6.0),
@@ -125,8 +136,8 @@ def objective_loss(
             loss = mx.where(selected, loss, mx.zeros_like(loss))
         if objective.entropy_coef:
             loss = loss - objective.entropy_coef * ent
-        mismatch["entropy"] = mx.stop_gradient(ent).sum()
-        mismatch["entropy_selected"] = selected.astype(dtype).sum()
+        extras["entropy"] = mx.stop_gradient(ent).sum()
+        extras["entropy_selected"] = selected.astype(dtype).sum()
     kl = mx.zeros_like(logp)
     if objective.beta > 0:
         if ref_logp is None:
@@ -141,7 +152,7 @@ def objective_loss(
         loss = loss + objective.beta * kl
     total = (loss * weights.astype(dtype)).sum()
     if stats is not None:
-        stats.update(mismatch)
+        stats.update(extras)
     return total, mx.stop_gradient(kl).sum(), clipped.astype(dtype).sum()
 
 
@@ -182,11 +193,22 @@ def _mismatch_weights(delta: mx.array, segments: mx.array | None,
     return w, over
 
 
-def _flat(values: list[np.ndarray] | None, idx: range) -> mx.array | None:
+def kept_tokens(sequences: Sequence[TokenSequence]) -> mx.array | None:
+    """Flat indices of the completion tokens the loss sees (``TokenSequence.mask`` True), or
+    None when no sequence is masked (every token counts, nothing to gather)."""
+    if all(s.mask is None for s in sequences):
+        return None
+    flat = np.concatenate([s.loss_mask for s in sequences]) if sequences else np.zeros(0, bool)
+    return mx.array(np.flatnonzero(flat).astype(np.int32))
+
+
+def _flat(values: list[np.ndarray] | None, idx: range, keep: mx.array | None = None) -> mx.array | None:
+    """Per-sequence arrays of ``idx`` concatenated (the flat layout), restricted to ``keep``."""
     if values is None:
         return None
     parts = [np.asarray(values[i], dtype=np.float32).reshape(-1) for i in idx]
-    return mx.array(np.concatenate(parts) if parts else np.zeros(0, np.float32))
+    out = mx.array(np.concatenate(parts) if parts else np.zeros(0, np.float32))
+    return out if keep is None else out[keep]
 
 
 def _tree_add(a, b):
@@ -227,23 +249,27 @@ def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Object
         for start in range(0, n, micro):
             idx = range(start, min(n, start + micro))
             chunk = [seqs[i] for i in idx]
-            lengths = [len(s.completion_ids) for s in chunk]
+            keep = kept_tokens(chunk)  # flat positions the loss sees (None: all of them)
+            lengths = [int(s.loss_mask.sum()) for s in chunk]
             if sum(lengths) == 0:
                 continue
             adv = mx.array(np.repeat(np.asarray(batch.advantages[start:idx.stop], np.float32), lengths))
             weights = mx.array(token_weights(lengths, objective, n, total_tokens).astype(np.float32))
-            old = _flat(batch.old_logprobs, idx)
-            ref = _flat(batch.ref_logprobs, idx) if objective.beta > 0 else None
-            sampler = _flat(batch.sampler_logprobs, idx)
+            old = _flat(batch.old_logprobs, idx, keep)
+            ref = _flat(batch.ref_logprobs, idx, keep) if objective.beta > 0 else None
+            sampler = _flat(batch.sampler_logprobs, idx, keep)
             segments = mx.array(np.repeat(np.arange(len(lengths)), lengths))
 
             def loss_fn(chunk=chunk, adv=adv, weights=weights, old=old, ref=ref, sampler=sampler,
-                        segments=segments):
+                        segments=segments, keep=keep):
                 entropy: list[mx.array] = []
                 logp, _ = flat_logprobs(engine, chunk, temperature, entropy=entropy)
+                ent = entropy[0]
+                if keep is not None:  # inserted tokens are context only: out of every rule
+                    logp, ent = logp[keep], ent[keep]
                 mismatch: dict[str, mx.array] = {}
                 out = objective_loss(logp, adv, weights, objective, old, ref, sampler_logp=sampler,
-                                     segments=segments, stats=mismatch, entropy=entropy[0])
+                                     segments=segments, stats=mismatch, entropy=ent)
                 return (*out, mismatch)  # aux outputs: only the first is differentiated
 
             (loss, kl, clipped, mismatch), g = nn.value_and_grad(model, loss_fn)()
@@ -291,7 +317,7 @@ def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> St
         loss=sums["loss"], grad_norm=grad_norm, kl=sums["kl"] / denom,
         clip_fraction=sums["clipped"] / denom, tokens=total_tokens, skipped=skipped,
         extra={"lr": float(lr.item() if isinstance(lr, mx.array) else lr),
-               **{k: v / denom for k, v in sums.items() if k.startswith(("mismatch_", "entropy"))}},
+               **{k: v / denom for k, v in sums.items() if k.startswith(("mismatch_", "entropy", "clip_"))}},
     )
 
 
