@@ -15,6 +15,7 @@ from polyrl.algorithms.objective import Objective
 from polyrl.errors import ConfigError, PluginError
 from polyrl.registry import Registry
 from polyrl.types import (
+    Capabilities,
     Completion,
     EngineConfig,
     NamedWeights,
@@ -37,6 +38,11 @@ class Engine:
         self.distribution = registry.spec(backend).distribution
         self.raw: Any = registry.load(backend, config)
         self._hook_callers: dict[str, Any] = {}
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the backend declared it can do (``BackendSpec.capabilities``)."""
+        return self.registry.spec(self.backend).capabilities
 
     def _fail(self, hook: str, problem: str) -> PluginError:
         return PluginError(
