@@ -41,7 +41,7 @@ class Engine:
 
     @property
     def capabilities(self) -> Capabilities:
-        """What the backend declared it can do (``BackendSpec.capabilities``)."""
+        """What this engine's backend declared (the conformance kit's episode checks read it)."""
         return self.registry.spec(self.backend).capabilities
 
     def _fail(self, hook: str, problem: str) -> PluginError:
