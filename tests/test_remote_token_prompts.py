@@ -70,9 +70,14 @@ def test_a_token_prompt_comes_back_verbatim_even_where_retokenizing_would_change
     assert out[2].prompt_ids.tolist() == tok(text)["input_ids"]  # text prompts in the same batch still work
 
 
-def test_a_chat_and_its_ids_as_a_token_prompt_generate_the_same_tokens(remote):
+def test_a_chat_rendered_by_the_train_engine_generates_remotely_as_the_chat_does(remote, registry, tiny_model_dir):
+    """The core's path for a remote generator: the train engine's ``encode_chat`` renders the chat,
+    the ids go to the server as a token prompt, and the answer is the server's own chat answer."""
     chat = remote.generate([CHAT], GREEDY)[0]
-    again = remote.generate([TokenPrompt(chat.prompt_ids)], GREEDY)[0]
+    trainer_side = Engine(registry, "torch", EngineConfig(model=tiny_model_dir, role="train", threads=1))
+    ids = trainer_side.encode_chat(CHAT, None, add_generation_prompt=True)
+    np.testing.assert_array_equal(ids, chat.prompt_ids)
+    again = remote.generate([TokenPrompt(ids)], GREEDY)[0]
     np.testing.assert_array_equal(again.prompt_ids, chat.prompt_ids)
     np.testing.assert_array_equal(again.completion_ids, chat.completion_ids)
     np.testing.assert_allclose(again.logprobs, chat.logprobs, atol=1e-5)
