@@ -14,7 +14,7 @@ from polyrl.engine import Engine
 from polyrl.errors import ConfigError
 from polyrl.registry import get_registry
 from polyrl.testing.conformance import GenerationConformance
-from polyrl.types import EngineConfig, SamplingParams, TokenSequence
+from polyrl.types import EngineConfig, SamplingParams, TokenPrompt, TokenSequence
 
 CHATS = [
     [{"role": "user", "content": "What is 2 + 3?"}],
@@ -179,6 +179,36 @@ def test_prompt_longer_than_max_length_is_a_config_error(gen):
     with pytest.raises(ConfigError) as err:
         gen.generate(["word " * 2000], SamplingParams(max_new_tokens=4))
     assert err.value.field == "model.max_length"  # the config key a user sets, as on torch and MLX
+
+
+TOOLS_TEMPLATE = (  # the tiny model's ChatML with a system line listing the tools, as real templates do
+    "{% if tools %}{{ '<|im_start|>system\\nTools: ' }}{% for t in tools %}{{ t['function']['name'] + ' ' }}"
+    "{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}"
+)
+
+
+def test_encode_chat_passes_tools_to_the_template(gen):
+    tok = gen.raw.tokenizer
+    original = tok.chat_template
+    tool = {"type": "function", "function": {"name": "add", "description": "Add two integers.", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}
+    tok.chat_template = TOOLS_TEMPLATE + original
+    try:
+        with_tools = gen.encode_chat(CHATS[0], [tool], add_generation_prompt=True)
+        without = gen.encode_chat(CHATS[0], None, add_generation_prompt=True)
+    finally:
+        tok.chat_template = original
+    assert "Tools: add" in tok.decode(with_tools.tolist(), skip_special_tokens=False)
+    assert with_tools[-len(without):].tolist() == without.tolist()
+    assert without.tolist() == gen.generate(CHATS[:1], SamplingParams(max_new_tokens=1))[0].prompt_ids.tolist()
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("bad", [-1, 10 ** 6], ids=["negative", "past-vocab"])
+def test_token_ids_outside_the_vocabulary_are_a_config_error(gen, bad):
+    with pytest.raises(ConfigError, match="outside this model's vocabulary") as err:
+        gen.generate([TokenPrompt([1, 2, bad])], SamplingParams(max_new_tokens=2))
+    assert err.value.field == "prompt"
 
 
 class TestMaxConformance(GenerationConformance):

@@ -83,7 +83,7 @@ def test_errors_are_openai_shaped(server):
         (server.post("/v1/chat/completions", json={"messages": CHAT, "stream": True}), 400),
         (server.post("/v1/chat/completions", json={"messages": []}), 400),
         (server.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 0}), 400),
-        (server.post("/v1/completions", json={"prompt": [1, 2, 3]}), 400),
+        (server.post("/v1/completions", json={"prompt": [1, -2, 3]}), 400),
         (server.get("/v1/nothing"), 404),
     ]
     for response, status in cases:

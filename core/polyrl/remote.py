@@ -6,9 +6,13 @@
     [backends.options]
     servers = ["http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"]
 
-Each prompt is one ``/v1/chat/completions`` (chat prompts) or ``/v1/completions`` (text prompts)
-request with ``n = group_size``, ``logprobs`` and ``return_token_ids``: the token ids and sampler
-log-probs come from the server's generator itself, never from re-tokenizing text. Requests are
+Each prompt is one ``/v1/chat/completions`` (chat prompts) or ``/v1/completions`` (text prompts, and
+``TokenPrompt``s sent as OpenAI's token-id prompt) request with ``n = group_size``, ``logprobs`` and
+``return_token_ids``: the token ids and sampler log-probs come from the server's generator itself,
+never from re-tokenizing text. A token-id prompt must come back as the same ``prompt_token_ids``
+(else a PluginError: the server re-tokenized it), which is how a multi-turn episode continues from
+the exact ids of its last turn. The backend has no tokenizer, so ``encode_chat`` answers None and
+the core renders chats with the train engine's. Requests are
 spread round-robin over the servers, ``max_concurrency`` at a time per server; a failed request
 (timeout, connection error, HTTP 408/429/5xx) is retried on the next server with exponential
 backoff and jitter.
@@ -60,7 +64,7 @@ from polyrl.shared_secret import read_shared_secret
 from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
 from polyrl.types import (BackendSpec, Capabilities, Completion, EngineConfig, NamedWeights, Prompt,
-                          SamplingParams)
+                          SamplingParams, TokenPrompt)
 
 log = get_logger("polyrl.remote")
 NAME = "remote"
@@ -186,15 +190,21 @@ class RemoteEngine:
             body["stop"] = list(sampling.stop)
         if sampling.seed is not None:
             body["seed"] = int(sampling.seed) + index  # distinct per prompt, same on every server
-        chat = not isinstance(prompt, str)
+        chat = not isinstance(prompt, (str, TokenPrompt))
         if chat:
             body.update(messages=list(prompt), logprobs=True)
+        elif isinstance(prompt, TokenPrompt):
+            body.update(prompt=[int(t) for t in prompt.ids], logprobs=0)  # OpenAI's token-id prompt
         else:
             body.update(prompt=prompt, logprobs=0)
         with self._lock:
             first = next(self._next) % len(self.options.servers)
         data = self.post("/chat/completions" if chat else "/completions", body, first)
-        return [_completion(index, choice, chat) for choice in data["choices"]]
+        out = [_completion(index, choice, chat) for choice in data["choices"]]
+        if isinstance(prompt, TokenPrompt):
+            for c in out:
+                check_verbatim(prompt, c)
+        return out
 
     def push_weights(self, weights: NamedWeights) -> float:
         """Write the weights once, have every server load them; seconds taken."""
@@ -242,6 +252,19 @@ def _error_code(response: Any) -> str | None:
         return None
 
 
+def check_verbatim(prompt: TokenPrompt, completion: Completion) -> None:
+    """The server must have generated from exactly the ids sent: a server that decoded them and
+    tokenized the text again (or added a BOS) continues a different sequence than the episode's."""
+    if np.array_equal(completion.prompt_ids, prompt.ids):
+        return
+    got = completion.prompt_ids
+    at = next((i for i, (a, b) in enumerate(zip(got, prompt.ids)) if a != b), min(len(got), len(prompt.ids)))
+    raise PluginError(f"the server answered a token-id prompt of {len(prompt.ids)} ids with prompt_token_ids of "
+                      f"{len(got)} ids, differing from position {at}: it re-tokenized the prompt (or added a "
+                      "BOS) instead of using the ids verbatim. Fix: use `polyrl serve` or a server that takes "
+                      "token-id prompts verbatim (vLLM does)")
+
+
 def _completion(index: int, choice: dict[str, Any], chat: bool) -> Completion:
     ids, prompt_ids = choice.get("token_ids"), choice.get("prompt_token_ids")
     if ids is None or prompt_ids is None:
@@ -271,7 +294,7 @@ def polyrl_register_backends(register: Callable[[BackendSpec], None]) -> None:
         name=NAME, load=RemoteEngine, distribution="polyrl",
         summary="rollouts from OpenAI-compatible servers (polyrl serve, vLLM, max serve), load-balanced",
         capabilities=Capabilities(generate=True, logprobs=False, train_step=False, weight_import=True,
-                                  concurrent_generate=True),
+                                  concurrent_generate=True, token_prompts=True),
         version="1", probe=_probe,
         install_hint="pip install httpx safetensors (core dependencies)",
     ))
@@ -293,6 +316,14 @@ def generate(engine: Any, prompts: Sequence[Prompt], sampling: SamplingParams) -
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(prompts)))) as pool:
         parts = list(pool.map(lambda ip: engine.generate_one(ip[0], ip[1], sampling), enumerate(prompts)))
     return [c for part in parts for c in part]
+
+
+@hookimpl
+def encode_chat(engine: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+                add_generation_prompt: bool) -> np.ndarray | None:
+    """None: a remote server's tokenizer is out of reach, so the core renders chats with the train
+    engine's tokenizer (the same model's) and sends the ids as token-id prompts."""
+    return None
 
 
 @hookimpl

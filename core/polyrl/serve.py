@@ -12,7 +12,10 @@ overloaded), ``POST /polyrl/stats/reset``, — only with ``--allow-weight-push``
 two batches (how a trainer keeps remote generation on-policy; see ``polyrl.serving.weight_push``
 for the shared secret and the checks), and — only with ``--allow-fault-control`` — ``POST
 /polyrl/faults`` to change the fault injection below. ``"return_token_ids": true`` (vLLM's
-extension) adds each choice's ``token_ids`` and ``prompt_token_ids``.
+extension) adds each choice's ``token_ids`` and ``prompt_token_ids``. ``/v1/completions`` also takes
+token-id prompts, as OpenAI's API and vLLM do (``"prompt": [ids]`` or a list of such lists): used
+verbatim, no chat template and no BOS, so a multi-turn client continues from the exact ids of its
+last turn instead of re-tokenized text; an id outside the model's vocabulary is a 400.
 
 Why the standard library (``http.server.ThreadingHTTPServer``) and not starlette + uvicorn: the
 server exists to put a local model behind the API for judges, tests and quick experiments, and
@@ -74,9 +77,10 @@ from polyrl.serving.api_error import ApiError
 from polyrl.serving.connections import Deadlines, Refuser
 from polyrl.serving.limits import Limits, content_length
 from polyrl.serving.scheduler import FairScheduler
+from polyrl.serving.vocab import embedding_rows
 from polyrl.serving.weight_push import (TOKEN_HEADER, WeightSpec, check_startup, check_token, load_token,
                                         read_checked)
-from polyrl.types import Completion, Prompt, SamplingParams
+from polyrl.types import Completion, Prompt, SamplingParams, TokenPrompt
 
 log = get_logger("polyrl.serve")
 
@@ -177,6 +181,9 @@ class PolyrlServer(ThreadingHTTPServer):
         self.scheduler = FairScheduler(engine.generate, max_batch_size, self.limits.max_queue, self._count_batch)
         self.token_text = TokenText(engine, model_path)
         self._encode = getattr(getattr(engine, "raw", engine), "encode_prompt", None)
+        #: whether the backend takes token-id prompts, and the ids it can embed
+        self.token_prompts = bool(getattr(getattr(engine, "capabilities", None), "token_prompts", False))
+        self.vocab_size = embedding_rows(model_path, getattr(getattr(engine, "raw", engine), "tokenizer", None))
         self._tokenizer_lock = threading.Lock()  # handler threads take turns: tokenizers keep per-call state
         self.created = int(time.time())
         self._rng = random.Random(0)
@@ -226,6 +233,13 @@ class PolyrlServer(ThreadingHTTPServer):
 
     def check_prompt_tokens(self, prompt: Prompt, param: str) -> None:
         """400 naming the context when the prompt (chat template applied) does not fit the model."""
+        if isinstance(prompt, TokenPrompt):
+            if not self.token_prompts:
+                backend = getattr(self.engine, "backend", "this")
+                raise ApiError(400, f"the {backend} backend behind this server cannot generate from token-id "
+                               "prompts (Capabilities.token_prompts); send the prompt as text", param)
+            req.check_prompt_tokens(len(prompt.ids), param, self.limits)
+            return
         if self._encode is None:
             return
         with self._tokenizer_lock:
@@ -516,7 +530,7 @@ class Handler(BaseHTTPRequestHandler):
     def completions(self) -> tuple[int, Any]:
         body = self._body()
         self._check_model(body)
-        prompts = req.completion_prompts(body, self.server.limits)
+        prompts = req.completion_prompts(body, self.server.limits, self.server.vocab_size)
         if body.get("echo"):
             raise ApiError(400, "echo=true is not supported by polyrl serve", "echo")
         logprobs = body.get("logprobs")

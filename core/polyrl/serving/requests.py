@@ -14,7 +14,7 @@ from typing import Any
 from polyrl.errors import ConfigError
 from polyrl.serving.api_error import ApiError
 from polyrl.serving.limits import SEED_LIMIT, Limits
-from polyrl.types import SamplingParams
+from polyrl.types import Prompt, SamplingParams, TokenPrompt
 
 TEMPERATURE_MAX = 10.0
 TOP_K_MAX = 2 ** 31 - 1
@@ -112,19 +112,57 @@ def chat_messages(body: dict[str, Any], limits: Limits) -> list[dict[str, str]]:
     return out
 
 
-def completion_prompts(body: dict[str, Any], limits: Limits) -> list[str]:
-    """``prompt`` (a string or a list of strings) for ``/v1/completions``."""
+def completion_prompts(body: dict[str, Any], limits: Limits, vocab_size: int | None) -> list[Prompt]:
+    """``prompt`` for ``/v1/completions``: a string, a list of strings, a list of token ids (one
+    token-id prompt, as in OpenAI's and vLLM's API) or a list of such lists.
+
+    Token ids become ``TokenPrompt``s (used verbatim, no template or BOS): how a multi-turn episode
+    continues from the exact ids of its last turn. Each id must be an integer in ``[0,
+    vocab_size)``: an id past the embedding table would crash the backend or read another row.
+    """
     prompt = body.get("prompt")
-    prompts = [prompt] if isinstance(prompt, str) else prompt
-    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
-        raise ApiError(400, "prompt must be a string or a list of strings (token-id prompts are "
-                       "not supported)", "prompt")
+    if isinstance(prompt, str):
+        prompts: Any = [prompt]
+    elif isinstance(prompt, list) and prompt and all(isinstance(t, (int, float)) for t in prompt):
+        prompts = [prompt]  # one token-id prompt (non-integers among them are refused below)
+    else:
+        prompts = prompt
+    if not isinstance(prompts, list) or not prompts or not all(
+            isinstance(p, str) or isinstance(p, list) for p in prompts):
+        raise ApiError(400, "prompt must be a string, a list of strings, a list of token ids or a list "
+                       "of token-id lists", "prompt")
     if len(prompts) > limits.max_prompts:
         raise ApiError(400, f"prompt lists {len(prompts)} prompts; at most {limits.max_prompts} per request "
                        "(polyrl serve --max-prompts)", "prompt")
+    out: list[Prompt] = []
     for p in prompts:
-        _check_chars(len(p), "prompt", limits)
-    return prompts
+        if isinstance(p, str):
+            _check_chars(len(p), "prompt", limits)
+            out.append(p)
+        else:
+            out.append(token_prompt(p, limits, vocab_size))
+    return out
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def token_prompt(ids: list[Any], limits: Limits, vocab_size: int | None) -> TokenPrompt:
+    """One token-id prompt, every id checked: a bad id is a 400 naming ``prompt``, never a 500."""
+    if not ids:
+        raise ApiError(400, "a token-id prompt needs at least one id, got []", "prompt")
+    check_prompt_tokens(len(ids), "prompt", limits)  # before looking at each id: the list is bounded
+    for position, value in enumerate(ids):
+        if not _is_id(value):
+            raise ApiError(400, f"token ids must be integers; prompt id {position} is "
+                           f"{json.dumps(value)[:40]}", "prompt")
+        if value < 0 or (vocab_size is not None and value >= vocab_size):
+            accepted = f"[0, {vocab_size})" if vocab_size is not None else ">= 0"
+            shown = str(value) if len(str(value)) <= 40 else str(value)[:20] + "..."
+            raise ApiError(400, f"token ids must be in {accepted} (this model's vocabulary); prompt id "
+                           f"{position} is {shown}", "prompt")
+    return TokenPrompt(ids)
 
 
 def _check_chars(chars: int, param: str, limits: Limits) -> None:

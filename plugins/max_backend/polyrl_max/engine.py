@@ -55,7 +55,7 @@ import numpy as np
 
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
-from polyrl.types import EngineConfig, Prompt
+from polyrl.types import EngineConfig, Prompt, TokenPrompt
 
 from polyrl_max.architectures import check_architecture
 
@@ -433,24 +433,46 @@ class MaxEngine:
     # --- prompts -------------------------------------------------------------------------------
 
     def encode_prompt(self, prompt: Prompt) -> list[int]:
-        """Token ids as the model sees the prompt (chat template + generation prompt for chats);
-        the same rules as the torch backend, so both feed a model identical ids."""
+        """Token ids as the model sees the prompt (chat template + generation prompt for chats,
+        a ``TokenPrompt``'s ids verbatim); the same rules as the torch backend, so both feed a
+        model identical ids."""
         tok = self.tokenizer
+        if isinstance(prompt, TokenPrompt):
+            return self.checked_ids(prompt.ids)
         if isinstance(prompt, str):
             ids = tok(prompt, add_special_tokens=True)["input_ids"]
         else:
-            if not getattr(tok, "chat_template", None):
-                raise ConfigError(
-                    f"the tokenizer of {self.config.model!r} has no chat template but a chat prompt "
-                    "was given", field="model",
-                    fix="use an instruct model with a chat template, or give plain-text prompts",
-                )
-            text = tok.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
-            ids = tok(text, add_special_tokens=False)["input_ids"]
+            ids = self.encode_chat(prompt, None, add_generation_prompt=True)
         if not ids:
             start = tok.bos_token_id if tok.bos_token_id is not None else self.pad_id
             ids = [int(start)]  # an empty prompt still needs one position to predict from
         return [int(i) for i in ids]
+
+    def encode_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+                    add_generation_prompt: bool) -> list[int]:
+        """The chat template rendered (``tools`` passed to it) and tokenized with no special tokens
+        added beyond what the template writes: what ``generate`` feeds the model for a chat."""
+        tok = self.tokenizer
+        if not getattr(tok, "chat_template", None):
+            raise ConfigError(
+                f"the tokenizer of {self.config.model!r} has no chat template but a chat prompt "
+                "was given", field="model",
+                fix="use an instruct model with a chat template, or give plain-text prompts",
+            )
+        text = tok.apply_chat_template(list(messages), tools=None if tools is None else list(tools),
+                                       tokenize=False, add_generation_prompt=add_generation_prompt)
+        return [int(i) for i in tok(text, add_special_tokens=False)["input_ids"]]
+
+    def checked_ids(self, ids: Any) -> list[int]:
+        """A token prompt's ids, each one a row of the compiled embedding table: MAX does not
+        bounds-check its gather, so an id past the table reads other memory instead of failing."""
+        values = np.asarray(ids, dtype=np.int64).reshape(-1)
+        rows = self.logits_width or self.vocab_size
+        bad = values[(values < 0) | (values >= rows)] if rows else values[values < 0]
+        if len(bad):
+            raise ConfigError(f"token id {int(bad[0])} is outside this model's vocabulary [0, {rows or 'vocab'})",
+                              field="prompt", fix="give token ids of this model's tokenizer")
+        return values.tolist()
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)

@@ -9,6 +9,10 @@ sampling temperature before truncation — the contract's distribution (see ``ru
 for why MAX's own ``output_logprobs`` cannot be used). Greedy (``temperature == 0``) runs as
 ``top_k = 1`` and reports temperature-1 log-probs, like the torch backend.
 
+Prompts are encoded by ``MaxEngine.encode_prompt`` with the torch backend's rules; a
+``TokenPrompt``'s ids are used verbatim (no template, no BOS), which is how a multi-turn episode
+continues from the exact ids of its last turn.
+
 The EOS token ends a row and is kept in ``completion_ids`` (the policy must learn to emit it); a
 stop string ends a row after the token that completes it.
 """

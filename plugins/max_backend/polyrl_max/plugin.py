@@ -60,6 +60,7 @@ def _devices() -> tuple[str, ...]:
 CAPABILITIES = Capabilities(
     generate=True, logprobs=True, train_step=False, lora=False, weight_export=False,
     weight_import=True, checkpoint=False, dtypes=("float32", "bfloat16"), devices=_devices(),
+    token_prompts=True,  # TokenPrompt ids verbatim and encode_chat: multi-turn episodes generate here
     # exhaustive (no "*"): MAX's pipeline registry runs only these; device/encoding limits are
     # in each entry's notes and checked by the engine before compiling
     architectures={t: ArchSupport(**fields) for t, fields in capability_table().items()},
@@ -115,6 +116,14 @@ def generate(engine: Any, prompts: Sequence[Any], sampling: Any) -> list | None:
     from polyrl_max.generation import generate as run
 
     return run(engine, prompts, sampling)
+
+
+@hookimpl
+def encode_chat(engine: Any, messages: Sequence[Any], tools: Sequence[Any] | None,
+                add_generation_prompt: bool) -> list | None:
+    if not _ours(engine):
+        return None
+    return engine.encode_chat(messages, tools, add_generation_prompt)
 
 
 @hookimpl
