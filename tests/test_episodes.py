@@ -8,15 +8,16 @@ rendering of the whole conversation, while only the sampled turns carry mask Tru
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 
-import attrs
 import numpy as np
 import pytest
 
 from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
 from polyrl.agents.glue import ChatGlue
+from polyrl.agents.parsing import parse_tool_calls
+from polyrl.agents.spec import Observation
+from polyrl.agents.tools import ToolBox
 from polyrl.types import Completion, SamplingParams, TokenPrompt
 
 START, END = 1000, 1001
@@ -84,40 +85,21 @@ class ScriptedModel:
         return out
 
 
-@attrs.define
-class Call:
-    name: str
-    arguments: dict
-    id: str = "call_0"
+def calc(a: int, b: int) -> str:
+    """Multiply two numbers.
+
+    Args:
+        a: the first factor
+        b: the second factor
+    """
+    return str(a * b)
 
 
-@attrs.define
-class Parsed:
-    content: str
-    calls: list
-    errors: list
+def Box() -> ToolBox:  # noqa: N802 - reads like the class it builds
+    return ToolBox([calc], timeout_s=5, max_concurrency=2)
 
 
-def parse(text: str) -> Parsed:
-    calls, errors = [], []
-    for body in re.findall(r"<tool_call>(.*?)</tool_call>", text, re.S):
-        try:
-            data = json.loads(body)
-            calls.append(Call(data["name"], data["arguments"]))
-        except (ValueError, KeyError) as exc:
-            errors.append(f"malformed tool call: {exc}")
-    return Parsed(text, calls, errors)
-
-
-class Box:
-    schemas = [{"type": "function", "function": {"name": "calc", "parameters": {}}}]
-
-    def __init__(self) -> None:
-        self.seen: list[Call] = []
-
-    async def run(self, calls):
-        self.seen += calls
-        return [{"role": "tool", "name": c.name, "content": str(c.arguments["a"] * c.arguments["b"])} for c in calls]
+parse = parse_tool_calls
 
 
 ROWS = [{"prompt": [{"role": "user", "content": "What is 123 * 456?"}]},
@@ -134,10 +116,10 @@ def test_episode_ids_are_the_templates_rendering_and_only_sampled_tokens_are_tra
     out = runner(model).run(ROWS, SamplingParams(max_new_tokens=120, n=2, seed=1))
     assert len(out) == 4 and [c.prompt_index for c in out] == [0, 0, 1, 1]
     c = out[0]
-    tool = {"type": "function", "function": {"name": "calc", "parameters": {}}}
+    tool = Box().schemas[0]
     full = [*ROWS[0]["prompt"],
             {"role": "assistant", "content": decode(encode_text(model.reply("What is 123 * 456")[0]))},
-            {"role": "tool", "content": "56088"}, {"role": "assistant", "content": "The answer is 56088."}]
+            {"role": "tool", "content": "56088", "name": "calc", "tool_call_id": c.messages[1].get("tool_call_id")}, {"role": "assistant", "content": "The answer is 56088."}]
     whole = encode_chat(full, [tool], False)
     episode = np.concatenate([c.prompt_ids, c.completion_ids])
     # the template closes the last turn with "\n" after <|im_end|>; the episode ends at <|im_end|>
@@ -167,7 +149,7 @@ def test_a_malformed_call_becomes_an_observation_and_the_turn_limit_ends_the_epi
         ROWS[:1], SamplingParams(max_new_tokens=60, n=2))
     c = out[0]
     assert c.info["format_errors"] >= 1 and c.info["turns"] == 2
-    assert c.messages[1]["role"] == "tool" and c.messages[1]["content"].startswith("error: malformed")
+    assert c.messages[1]["role"] == "tool" and c.messages[1]["content"].startswith("error:")
 
 
 def test_a_turn_cut_at_the_length_limit_ends_the_episode_as_length():
@@ -194,8 +176,6 @@ class Guess:
         return [{"role": "user", "content": "Guess my number."}]
 
     async def step(self, message):
-        from types import SimpleNamespace as Observation  # replaced by polyrl.agents.spec.Observation at merge
-
         guess = int(re.findall(r"\d+", message["content"])[-1])
         if guess == self.secret:
             return Observation(messages=[], reward=1.0, done=True)
@@ -222,7 +202,7 @@ def test_an_environment_that_raises_ends_its_episode_not_the_run():
 
 
 def test_glue_closes_the_turn_after_the_sampled_end_token():
-    glue = ChatGlue(encode_chat, None)
+    glue = ChatGlue(encode_chat)
     context = [{"role": "user", "content": "hi"}]
     assert decode(glue.turn_end(context)) == "<|im_end|>\n"
     assert decode(glue.close_turn(context, np.array(encode_text("ok<|im_end|>")))) == "\n"
@@ -238,6 +218,7 @@ def test_tools_are_described_in_a_system_message_when_the_template_ignores_them(
     episode = asyncio.run(run._reset(0, ROWS[0]))
     assert episode.first_messages[0]["role"] == "system" and "<tool_call>" in episode.first_messages[0]["content"]
     assert '"calc"' in episode.first_messages[0]["content"]
+    np.testing.assert_array_equal(episode.prompt_ids, plain(episode.first_messages, None, True))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -20,8 +20,6 @@ episodes still running, and their tool calls and environment steps of that turn 
 from __future__ import annotations
 
 import asyncio
-import inspect
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +27,9 @@ import attrs
 import numpy as np
 
 from polyrl.agents.glue import ChatGlue, EncodeChat
+from polyrl.agents.prompting import with_tools_prompt
+from polyrl.agents.spec import environment_tools, reset_environment, step_environment
+from polyrl.agents.tools import ToolBox, error_message
 from polyrl.logs import get_logger
 from polyrl.types import Completion, Prompt, SamplingParams, TokenPrompt
 
@@ -56,6 +57,7 @@ class _Episode:
     env: Any
     first_messages: list[dict[str, Any]]
     prompt_ids: np.ndarray
+    toolbox: ToolBox | None = None
     ids: list[int] = attrs.field(factory=list)
     logprobs: list[float] = attrs.field(factory=list)
     mask: list[bool] = attrs.field(factory=list)
@@ -97,19 +99,6 @@ def as_messages(prompt: Any) -> list[dict[str, Any]]:
     return [dict(m) for m in prompt]
 
 
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
-
-
-def tools_system_text(schemas: Sequence[Mapping[str, Any]]) -> str:
-    """Tool instructions for a template that ignores ``tools=`` (e.g. SmolLM2's plain ChatML):
-    the Hermes/Qwen convention, which ``polyrl.agents.parsing`` reads back."""
-    listing = "\n".join(json.dumps(s, sort_keys=True) for s in schemas)
-    return ("You may call tools. Available tools, as JSON schemas:\n<tools>\n" + listing + "\n</tools>\n"
-            "To call one, write <tool_call>{\"name\": <tool name>, \"arguments\": {<arguments>}}</tool_call> "
-            "and stop; its result comes back in a tool message. Then give the final answer.")
-
-
 class EpisodeRunner:
     """Runs a step's episodes; see the module docstring.
 
@@ -119,7 +108,7 @@ class EpisodeRunner:
     """
 
     def __init__(self, generate: Generate, encode_chat: EncodeChat, limits: EpisodeLimits,
-                 make_environment: Callable[[], Any] | None = None, toolbox: Any = None,
+                 make_environment: Callable[[], Any] | None = None, toolbox: ToolBox | None = None,
                  parse: Callable[[str], Any] | None = None, prompt_column: str = "prompt") -> None:
         self.generate = generate
         self.limits = limits
@@ -127,64 +116,68 @@ class EpisodeRunner:
         self.toolbox = toolbox
         self.parse = parse
         self.prompt_column = prompt_column
-        schemas = list(getattr(toolbox, "schemas", None) or [])
-        self.glue = ChatGlue(encode_chat, schemas or None)
+        self.glue = ChatGlue(encode_chat)
         self._template_ignores_tools: bool | None = None
 
     # --- first observation ------------------------------------------------------------------
 
     async def _reset(self, index: int, row: Mapping[str, Any]) -> _Episode:
         env = self.make_environment() if self.make_environment is not None else None
+        toolbox = self.toolbox
         if env is not None:
-            first = as_messages(await _maybe_await(env.reset(row)))
+            try:
+                first = as_messages(await reset_environment(env, row))
+            except Exception as exc:  # a broken environment ends its episode (empty, untrained), not the run
+                error = f"{type(exc).__name__}: {exc}"
+                log.warning("environment reset failed; episode ended", error=error)
+                first = as_messages(row.get(self.prompt_column, ""))
+                return _Episode(index=index, row=row, env=None, first_messages=first, prompt_ids=self.glue.prompt(first),
+                                done=True, env_error=error)
+            own = environment_tools(env)
+            if own:  # tools bound to this episode's environment; the step's bound still holds
+                toolbox = toolbox.extended(own) if toolbox is not None else ToolBox(own)
         else:
             first = as_messages(row[self.prompt_column])
-        first = self._with_tool_instructions(first)
-        return _Episode(index=index, row=row, env=env, first_messages=first, prompt_ids=self.glue.prompt(first))
+        first = self._with_tool_instructions(first, toolbox)
+        return _Episode(index=index, row=row, env=env, first_messages=first, toolbox=toolbox,
+                        prompt_ids=self.glue.prompt(first, toolbox.schemas if toolbox is not None else None))
 
-    def _with_tool_instructions(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _with_tool_instructions(self, messages: list[dict[str, Any]], toolbox: Any) -> list[dict[str, Any]]:
         """The tools go through the template's ``tools=``; a template that ignores them gets them
         described in a system message instead (otherwise the model would never hear of them)."""
-        if not self.glue.tools:
+        schemas = toolbox.schemas if toolbox is not None else []
+        if not schemas:
             return messages
         if self._template_ignores_tools is None:
-            with_tools = self.glue.encode(messages, True)
-            tools, self.glue.tools = self.glue.tools, None
-            try:
-                without = self.glue.encode(messages, True)
-            finally:
-                self.glue.tools = tools
-            self._template_ignores_tools = bool(np.array_equal(with_tools, without))
-        if not self._template_ignores_tools:
-            return messages
-        text = tools_system_text(self.glue.tools)
-        if messages and messages[0].get("role") == "system":
-            return [{**messages[0], "content": f"{messages[0]['content']}\n\n{text}"}, *messages[1:]]
-        return [{"role": "system", "content": text}, *messages]
+            with_tools = self.glue.encode(messages, True, schemas)
+            self._template_ignores_tools = bool(np.array_equal(with_tools, self.glue.encode(messages, True, None)))
+        return with_tools_prompt(messages, schemas) if self._template_ignores_tools else messages
 
     # --- one turn -----------------------------------------------------------------------------
 
     async def _respond(self, ep: _Episode, turn: Completion) -> None:
-        """After a sampled turn: the tools' or the environment's answer, or the episode's end."""
+        """After a sampled turn: the tools' or the environment's answer, or the episode's end.
+
+        A turn with tool calls (or malformed ones) is answered by the tool box; a turn without
+        any by the environment's ``step`` (no environment: the episode is over)."""
         text = turn.text
-        parsed = self.parse(text) if self.parse is not None and self.glue.tools else None
-        calls = list(getattr(parsed, "calls", []) or [])
-        errors = list(getattr(parsed, "errors", []) or [])
+        parsed = self.parse(text) if self.parse is not None and ep.toolbox is not None else None
+        calls = list(parsed.calls) if parsed is not None else []
+        errors = list(parsed.errors) if parsed is not None else []
         assistant: dict[str, Any] = {"role": "assistant", "content": text}
         if calls:
-            assistant["tool_calls"] = [{"type": "function", "id": c.id,
-                                        "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+            assistant["tool_calls"] = [c.as_message_entry() for c in calls]
         ep.messages.append(assistant)
         new: list[dict[str, Any]] = []
         if calls or errors:
             ep.tool_calls += len(calls)
             ep.format_errors += len(errors)
-            results = await self.toolbox.run(calls) if calls else []
-            ep.tool_errors += sum(1 for r in results if str(r.get("content", "")).startswith("error"))
-            new = [*results, *({"role": "tool", "name": "error", "content": f"error: {e}"} for e in errors)]
+            results = await ep.toolbox.run(calls) if calls else []
+            ep.tool_errors += sum(1 for r in results if str(r.get("content", "")).startswith("error:"))
+            new = [*results, *(error_message(e) for e in errors)]
         elif ep.env is not None:
             try:
-                obs = await _maybe_await(ep.env.step(assistant))
+                obs = await step_environment(ep.env, assistant)
             except Exception as exc:  # an environment bug ends its episode, not the run
                 ep.env_error = f"{type(exc).__name__}: {exc}"
                 log.warning("environment step failed; episode ended", error=ep.env_error)
@@ -201,8 +194,9 @@ class EpisodeRunner:
         if ep.turns >= self.limits.max_turns:
             ep.done = True
             return
-        inserted = np.concatenate([self.glue.close_turn(ep.first_messages, turn.completion_ids),
-                                   self.glue.observation(ep.context()[:-1], assistant, new)])
+        schemas = ep.toolbox.schemas if ep.toolbox is not None else None
+        inserted = np.concatenate([self.glue.close_turn(ep.first_messages, turn.completion_ids, schemas),
+                                   self.glue.observation(ep.context()[:-1], assistant, new, schemas)])
         if len(ep.ids) + len(inserted) >= self.limits.max_episode_tokens:
             ep.done, ep.finish_reason = True, "length"
             return

@@ -37,14 +37,14 @@ def _starts_with(ids: np.ndarray, prefix: np.ndarray) -> bool:
 class ChatGlue:
     """Computes inserted segments for one model's chat template (and one tool list)."""
 
-    def __init__(self, encode_chat: EncodeChat, tools: Sequence[Mapping[str, Any]] | None) -> None:
+    def __init__(self, encode_chat: EncodeChat) -> None:
         self._encode = encode_chat
-        self.tools = list(tools) if tools else None
         self._turn_end: np.ndarray | None = None
 
-    def encode(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool) -> np.ndarray:
+    def encode(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool,
+               tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
         try:
-            ids = self._encode(list(messages), self.tools, add_generation_prompt)
+            ids = self._encode(list(messages), list(tools) if tools else None, add_generation_prompt)
         except ConfigError:
             raise
         except Exception as exc:  # a template that cannot render a role (e.g. no "tool" role)
@@ -56,18 +56,18 @@ class ChatGlue:
                     "environment that answers with 'user' messages") from exc
         return np.asarray(ids, dtype=np.int64).reshape(-1)
 
-    def prompt(self, messages: Sequence[Mapping[str, Any]]) -> np.ndarray:
-        """The first prompt's ids: the messages and a generation prompt."""
-        return self.encode(messages, add_generation_prompt=True)
+    def prompt(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
+        """The first prompt's ids: the messages (and tools) and a generation prompt."""
+        return self.encode(messages, True, tools)
 
-    def turn_end(self, context: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    def turn_end(self, context: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
         """What the template writes after an assistant message's content (e.g. ``<|im_end|>\\n``),
         found as the common tail of two renderings with different stand-in contents."""
         if self._turn_end is None:
-            head = self.encode(context, add_generation_prompt=True)
+            head = self.encode(context, True, tools)
             tails = []
             for text in (_PROBE_A, _PROBE_B):
-                ids = self.encode([*context, {"role": "assistant", "content": text}], False)
+                ids = self.encode([*context, {"role": "assistant", "content": text}], False, tools)
                 if not _starts_with(ids, head):
                     raise ConfigError(
                         "the chat template renders an assistant reply that does not continue its own "
@@ -77,25 +77,27 @@ class ChatGlue:
             self._turn_end = _common_suffix(tails[0], tails[1])
         return self._turn_end
 
-    def close_turn(self, context: Sequence[Mapping[str, Any]], sampled: np.ndarray) -> np.ndarray:
+    def close_turn(self, context: Sequence[Mapping[str, Any]], sampled: np.ndarray,
+                   tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
         """The rest of the turn-end marker after a sampled turn: the sampled ids already hold its
         first tokens when the model stopped on the end-of-turn token."""
-        end = self.turn_end(context)
+        end = self.turn_end(context, tools)
         for k in range(min(len(end), len(sampled)), 0, -1):
             if np.array_equal(sampled[len(sampled) - k:], end[:k]):
                 return end[k:]
         return end
 
     def observation(self, context: Sequence[Mapping[str, Any]], assistant: Mapping[str, Any],
-                    new_messages: Sequence[Mapping[str, Any]]) -> np.ndarray:
+                    new_messages: Sequence[Mapping[str, Any]],
+                    tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
         """The ids of ``new_messages`` plus the next generation prompt, as the template renders
         them after ``assistant`` (whose text is replaced by a stand-in: only its tool calls, which
         some templates check tool results against, are kept)."""
         stand_in = {"role": "assistant", "content": _PROBE_A}
         if assistant.get("tool_calls"):
             stand_in["tool_calls"] = assistant["tool_calls"]
-        before = self.encode([*context, stand_in], add_generation_prompt=False)
-        after = self.encode([*context, stand_in, *new_messages], add_generation_prompt=True)
+        before = self.encode([*context, stand_in], False, tools)
+        after = self.encode([*context, stand_in, *new_messages], True, tools)
         if not _starts_with(after, before):
             raise ConfigError(
                 "the chat template renders earlier turns differently once new messages follow them, "

@@ -13,8 +13,9 @@ import attrs
 import numpy as np
 
 from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
+from polyrl.agents.loading import resolve_environment, resolve_tools
 from polyrl.agents.parsing import parse_tool_calls
-from polyrl.agents.tools import ToolBox, resolve_tools
+from polyrl.agents.tools import ToolBox
 from polyrl.errors import ConfigError
 
 
@@ -46,20 +47,13 @@ def check_environment(config: Any, registry: Any) -> EnvironmentPlan | None:
         raise ConfigError(f"unknown tool_format {env.tool_format!r}", field="environment.tool_format",
                           fix="use auto, hermes, llama3 or mistral")
     tools = resolve_tools(env.tools, registry)
+    if tools:  # schemas checked now (a missing docstring or hint is an error before models load)
+        ToolBox(tools, timeout_s=env.tool_timeout_s, max_concurrency=env.max_concurrent_tools)
     make_environment = None
     if env.name is not None:
-        specs = registry.environments_by_name()
-        if env.name not in specs:
-            raise ConfigError(f"unknown environment {env.name!r}", field="environment.name",
-                              fix=f"use one of {', '.join(sorted(specs)) or '(none installed)'}; "
-                                  "`polyrl environments` lists them")
-        spec = specs[env.name]
-        reason = spec.probe() if spec.probe is not None else None
-        if reason:
-            raise ConfigError(f"environment {env.name!r} is not usable here: {reason}", field="environment.name",
-                              fix=spec.install_hint or "see `polyrl environments`")
-        options = dict(env.options)
-        make_environment = functools.partial(spec.create, options)
+        spec = resolve_environment(env.name, registry)
+        make_environment = functools.partial(spec.create, dict(env.options))
+        make_environment()  # its options are checked now, before any model loads
     return EnvironmentPlan(tools=tools, make_environment=make_environment)
 
 

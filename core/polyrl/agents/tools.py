@@ -303,7 +303,7 @@ class ToolBox:
                               fix="set a positive number of seconds")
         if int(max_concurrency) < 1:
             raise ConfigError(f"tool concurrency must be >= 1, got {max_concurrency!r}",
-                              field="environment.max_tool_concurrency", fix="set a positive integer")
+                              field="environment.max_concurrent_tools", fix="set a positive integer")
         named = (list(functions.items()) if isinstance(functions, Mapping)
                  else [(getattr(fn, "__name__", ""), fn) for fn in functions])
         self._tools: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {}
