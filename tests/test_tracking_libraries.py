@@ -36,6 +36,7 @@ def run(tmp_path_factory, tiny_model_dir) -> tuple[Path, list[dict]]:
         "data": {"task": "arithmetic", "options": {"count": 16}},
         "rewards": [{"function": f"{tmp / 'reward.py'}:digits"}],
         "train": {"steps": STEPS, "prompts_per_step": 2, "threads": 1, "output_dir": str(out)},
+        "eval": {"count": 2, "max_new_tokens": 4},
         "logging": {"report_to": ["tensorboard", "wandb", "mlflow", "trackio"], "completions_per_step": 2,
                     "run_name": "tracked", "project": "polyrl-test"},
     }
@@ -77,6 +78,12 @@ def test_tensorboard_event_files_hold_scalars_and_completion_text(run):
     assert first.startswith("| step | prompt | completion |")
     assert len(first.strip().splitlines()) == 2 + 2  # header, rule, two records
     assert records[0]["finish_reason"] in first
+    # evaluations outside a step's line reach the tracker too: before training, after the last step
+    assert [e.step for e in acc.Scalars("eval_before/accuracy")] == [0]
+    assert [e.step for e in acc.Scalars("eval/accuracy")] == [STEPS - 1]
+    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else None
+    if summary is not None:
+        assert acc.Scalars("eval/accuracy")[0].value == pytest.approx(summary["eval_after"]["eval_accuracy"])
 
 
 def test_wandb_offline_run_holds_history_and_completion_tables(run):

@@ -760,6 +760,8 @@ class Trainer:
             summary["eval_before"] = self.evaluate("before")
             if self.rank == 0:
                 log.info("evaluation before training", **summary["eval_before"])
+                self.tracking.publish_eval({"eval_before/" + k.removeprefix("eval_"): v
+                                            for k, v in summary["eval_before"].items()}, step=0)
         skips = 0
         last_eval: tuple[int, dict[str, float]] | None = None
         with self._graceful_signals(), step_progress(c.train.steps, self.step, enabled=progress) as advance:
@@ -821,3 +823,5 @@ class Trainer:
                 return
             if self.rank == 0:
                 log.info("evaluation after training", **summary["eval_after"])
+                # on the last step's line: the weights after that step are the ones evaluated
+                self.tracking.publish_eval(evaluation.as_step_keys(summary["eval_after"]), step=max(self.step - 1, 0))

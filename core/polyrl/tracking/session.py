@@ -118,6 +118,15 @@ class RunTracking:
             if records and name in self.trackers:
                 self._call(name, "log_completions", records, step)
 
+    def publish_eval(self, metrics: Mapping[str, Any], step: int) -> None:
+        """An evaluation outside a step's line (before training, after the last step) to the
+        trackers; metrics.jsonl keeps it in the run summary instead."""
+        if not self.writer:
+            return
+        numbers = numeric_metrics(metrics)
+        for name in list(self.trackers):
+            self._call(name, "log_metrics", numbers, step)
+
     def _call(self, name: str, method: str, payload: Any, step: int) -> None:
         try:
             getattr(self.trackers[name], method)(payload, step)
