@@ -108,6 +108,8 @@ def _add_vocab(writer, vocab: dict) -> None:
     if "add_space_prefix" in vocab:
         writer.add_add_space_prefix(vocab["add_space_prefix"])
     writer.add_add_bos_token(vocab.get("add_bos", False))
+    if "chat_template" in vocab:
+        writer.add_chat_template(vocab["chat_template"])
 
 
 def spm_vocab(vocab_size: int, *, add_space_prefix: bool = True) -> dict:

@@ -55,13 +55,22 @@ def _metrics(out: Path) -> list[dict]:
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean"])
+@pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean --masks"])
 def test_two_ranks_match_one_process_on_the_same_global_batch(tiny_model_dir, tmp_path, aggregation):
+    """token_mean runs with episode loss masks (``--masks``, unevenly kept per rank): its global
+    token normaliser must count masked-in tokens only (the single process equals the masked
+    reference, two ranks equal the single process)."""
     assert TORCHRUN, "torchrun comes with torch"
-    single = _run([sys.executable, str(SCRIPT), tiny_model_dir, "--out", str(tmp_path / "one.json"),
-                   "--aggregation", aggregation], tmp_path / "one.json")
-    double = _run([*TWO_RANKS, str(SCRIPT), tiny_model_dir, "--out", str(tmp_path / "two.json"),
-                   "--aggregation", aggregation], tmp_path / "two.json")
+    args = ["--aggregation", *aggregation.split()]
+    single = _run([sys.executable, str(SCRIPT), tiny_model_dir, "--out", str(tmp_path / "one.json"), *args],
+                  tmp_path / "one.json")
+    double = _run([*TWO_RANKS, str(SCRIPT), tiny_model_dir, "--out", str(tmp_path / "two.json"), *args],
+                  tmp_path / "two.json")
+    if "--masks" in args:
+        kept = single["tokens"][0]  # masked-in tokens of the global batch, on both world sizes
+        assert double["tokens"][0] == kept and 0 < kept < single["completion_tokens"]
+        assert single["losses"][0] == pytest.approx(single["reference_loss"], rel=1e-4, abs=1e-6)
+        np.testing.assert_allclose(double["clip_high_fraction"], single["clip_high_fraction"], atol=1e-9)
     assert single["world"] == 1 and double["world"] == 2
     np.testing.assert_allclose(double["losses"], single["losses"], rtol=1e-5, atol=1e-6)
     assert len(set(np.round(single["losses"], 6))) > 1  # the loss moves: the weights did change
@@ -75,18 +84,21 @@ def test_two_ranks_match_one_process_on_the_same_global_batch(tiny_model_dir, tm
 def test_fsdp_two_ranks_match_one_process_and_checkpoints_cross_world_sizes(tiny_model_dir, tmp_path):
     """FSDP2 (weights, gradients and AdamW state sharded over 2 gloo ranks, uneven micro-batch
     counts) trains exactly as one unsharded process; its checkpoint is the same full state, and a
-    checkpoint of either kind resumes in the other."""
+    checkpoint of either kind resumes in the other. The batch carries episode loss masks: the
+    sharded forward's log-probs are restricted to the sampled tokens as the plain one's are."""
     import torch
     from safetensors.torch import load_file
 
     def script(*args: str) -> list[str]:
-        return [str(SCRIPT), tiny_model_dir, *args]
+        return [str(SCRIPT), tiny_model_dir, "--masks", *args]
 
     single = _run([sys.executable, *script("--out", str(tmp_path / "one.json"), "--save", str(tmp_path / "one"))],
                   tmp_path / "one.json")
     sharded = _run([*TWO_RANKS, *script("--out", str(tmp_path / "two.json"), "--fsdp",
                                         "--save", str(tmp_path / "two"))], tmp_path / "two.json")
     assert single["world"] == 1 and sharded["world"] == 2
+    assert single["losses"][0] == pytest.approx(single["reference_loss"], rel=1e-4, abs=1e-6)
+    assert sharded["tokens"] == single["tokens"] and single["tokens"][0] < single["completion_tokens"]
     np.testing.assert_allclose(sharded["losses"], single["losses"], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(sharded["grad_norms"], single["grad_norms"], rtol=1e-5)
     assert len(set(np.round(single["losses"], 6))) > 1

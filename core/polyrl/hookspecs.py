@@ -256,8 +256,8 @@ def train_step(engine: Any, batch: TrainBatch, objective: Objective) -> StepMetr
     The loss must equal ``polyrl.algorithms.reference.policy_loss(...)`` on the same inputs
     (loss aggregation over the *whole* batch even when micro-batching), including
     ``batch.sampler_logprobs`` when the objective corrects the sampler-trainer mismatch. Report the
-    reference's ``mismatch_*`` metrics (and ``entropy`` when the loss sees token entropies) in
-    ``StepMetrics.extra``; an objective the backend cannot compute (e.g. ``entropy_coef`` without
+    reference's ``clip_low_fraction``/``clip_high_fraction`` and ``mismatch_*`` metrics (and
+    ``entropy`` when the loss sees token entropies) in ``StepMetrics.extra``; an objective the backend cannot compute (e.g. ``entropy_coef`` without
     entropies) must raise, never be silently ignored. A non-finite loss or gradient must not touch
     the weights: return ``StepMetrics(..., skipped=True)``.
     """

@@ -40,7 +40,8 @@ PANELS: tuple[Panel, ...] = (
     Panel("loss", lambda k: k in ("loss", "grad_norm")),
     Panel("KL to reference", lambda k: k == "kl" or k.startswith("kl/") or k.endswith("/kl")),
     Panel("entropy", lambda k: "entropy" in k),
-    Panel("clipping and flat groups", lambda k: k in ("clip_fraction", "completions/clipped_ratio",
+    Panel("clipping and flat groups", lambda k: k in ("clip_fraction", "clip_low_fraction",
+                                                      "clip_high_fraction", "completions/clipped_ratio",
                                                       "frac_reward_zero_std") or k.startswith("clip/")),
     Panel("completion length (tokens)", lambda k: k.startswith("completions/") and k.endswith("_length")
           or k == "completion_len_mean"),

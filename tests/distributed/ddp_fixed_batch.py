@@ -32,6 +32,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--save")
     parser.add_argument("--resume")
+    parser.add_argument("--masks", action="store_true",
+                        help="episode loss masks: the global token count must be of masked-in tokens")
     args = parser.parse_args()
     torch.manual_seed(0)
     engine = Engine(get_registry(), "torch", EngineConfig(
@@ -44,6 +46,9 @@ def main() -> None:
     sequences = [TokenSequence(rng.integers(5, 200, size=4), rng.integers(5, 200, size=int(rng.integers(2, 9))))
                  for _ in range(5)]  # uneven completion lengths: token-level normalisers matter
     advantages = rng.normal(size=5)
+    if args.masks:  # every third token sampled, the rest inserted: ranks keep uneven counts
+        masks = [np.arange(len(s.completion_ids)) % 3 == 0 for s in sequences]
+        sequences = [TokenSequence(s.prompt_ids, s.completion_ids, m) for s, m in zip(sequences, masks)]
     # 5 rows in micro-batches of 2: rank 0 runs two (3 rows), rank 1 one (2 rows); FSDP pads rank 1
     mine = [i for i in range(5) if i % world == rank]
     shard = [sequences[i] for i in mine]
@@ -55,6 +60,12 @@ def main() -> None:
     batch = TrainBatch(shard, advantages[mine], old_logprobs=start, ref_logprobs=start, temperature=1.0,
                        sampler_logprobs=sampler)
     objective = AlgorithmConfig.preset("grpo", loss_aggregation=args.aggregation, beta=0.1).objective(8)
+    reference = None
+    if args.masks and world == 1:  # the numpy reference on the global batch, before any step
+        from polyrl.algorithms.reference import policy_loss
+
+        reference = policy_loss(start, advantages, objective, start, start, sampler,
+                                masks=[s.loss_mask for s in sequences])[0]
     steps = [engine.train_step(batch, objective) for _ in range(args.steps)]
     weights = engine.export_weights()
     checksum = float(sum(np.abs(w).astype(np.float64).sum() for w in weights.values()))
@@ -68,6 +79,9 @@ def main() -> None:
                        "checksum": checksum, "world": world,
                        "mismatch_abs": [m.extra.get("mismatch_abs") for m in steps],
                        "entropy": [m.extra.get("entropy") for m in steps],
+                       "tokens": [m.tokens for m in steps], "reference_loss": reference,
+                       "completion_tokens": sum(len(s.completion_ids) for s in sequences),
+                       "clip_high_fraction": [m.extra.get("clip_high_fraction") for m in steps],
                        "generated": [int(t) for t in tokens[0].completion_ids]}, fh)
 
 

@@ -242,11 +242,12 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
             return None
         return [torch.as_tensor(all_masks[i], dtype=torch.bool, device=engine.device) for i in idx]
 
-    def constants(values: list[np.ndarray] | None, idx: range) -> list[torch.Tensor] | None:
+    def constants(values: list[np.ndarray] | None, idx: range,
+                  keep: list[torch.Tensor] | None) -> list[torch.Tensor] | None:
         if values is None:
             return None
         return masked_in([torch.as_tensor(np.asarray(values[i], dtype=np.float32), device=engine.device)
-                          for i in idx], mask_of(idx))
+                          for i in idx], keep)
 
     starts = list(range(0, n, micro))
     sharded = engine.fsdp is not None
@@ -280,10 +281,10 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                 logp, entropy = masked_in(logp, keep), masked_in(entropy, keep)
                 loss, stats = objective_loss(
                     logp, torch.as_tensor(batch.advantages[start:idx.stop]), objective,
-                    constants(batch.old_logprobs, idx),
-                    constants(batch.ref_logprobs, idx) if objective.beta > 0 else None,
+                    constants(batch.old_logprobs, idx, keep),
+                    constants(batch.ref_logprobs, idx, keep) if objective.beta > 0 else None,
                     num_sequences=global_n, num_tokens=total_tokens,
-                    sampler_logp=constants(batch.sampler_logprobs, idx), entropy=entropy,
+                    sampler_logp=constants(batch.sampler_logprobs, idx, keep), entropy=entropy,
                 )
                 value = float(loss.detach())
                 loss_sum += value
