@@ -9,7 +9,7 @@ boundary: each backend pads or packs the way its hardware likes).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import attrs
 import numpy as np
@@ -35,7 +35,7 @@ class TokenPrompt:
 #: A prompt is raw text (used verbatim), a chat (list of {"role", "content"} messages, rendered
 #: with the model's chat template and a generation prompt by the backend that owns the tokenizer),
 #: or a ``TokenPrompt`` (token ids used verbatim).
-Prompt = Union[str, Sequence[Mapping[str, str]], TokenPrompt]
+Prompt = str | Sequence[Mapping[str, str]] | TokenPrompt
 
 FinishReason = Literal["stop", "length"]
 
