@@ -147,7 +147,7 @@ class FunctionReward:
             except ConfigError as exc:
                 raise RewardError(str(exc)) from None
         if context.completion_ids is not None:
-            ids = context.completion_ids
+            ids: Sequence[Any] = context.completion_ids
         else:
             ids = [getattr(c, "completion_ids", []) for c in completions]
         texts = [c if isinstance(c, str) else c.text for c in completions]
