@@ -8,7 +8,7 @@ export TOKENIZERS_PARALLELISM := false
 export MODULAR_TELEMETRY_ENABLED := 0
 export MAX_SERVE_DISABLE_TELEMETRY := 1
 
-.PHONY: install test test-slow test-faults test-all demo bench clean
+.PHONY: install lint test test-slow test-faults test-all demo bench clean
 
 $(VENV)/.installed: pyproject.toml plugins/torch_backend/pyproject.toml plugins/mlx_backend/pyproject.toml \
                     plugins/max_backend/pyproject.toml Makefile
@@ -42,6 +42,11 @@ $(VENV)/.installed: pyproject.toml plugins/torch_backend/pyproject.toml plugins/
 	touch $@
 
 install: $(VENV)/.installed
+
+# ruff and mypy, both configured in pyproject.toml
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/python -m mypy
 
 test: install
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -19,7 +19,7 @@ import attrs
 from polyrl.errors import ConfigError
 from polyrl.validators import PAIR_RULES, RULES, check_pair, rule_key, shown
 
-T = TypeVar("T")
+T = TypeVar("T", bound=attrs.AttrsInstance)
 
 
 def _type_name(tp: Any) -> str:

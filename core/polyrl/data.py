@@ -67,7 +67,7 @@ class Dataset:
         self.column_map = dict(columns or {})
         self.system_prompt = system_prompt
         self._arrow = rows if isinstance(rows, ArrowRows) else None
-        self._rows: list[Any] | None = None if self._arrow is not None else list(rows)
+        self._rows: list[Any] | None = None if isinstance(rows, ArrowRows) else list(rows)
         if len(self) == 0:
             what = f"dataset {self.name!r}" if self.name else "the dataset"
             raise ConfigError(f"{what} has no rows", field="data",

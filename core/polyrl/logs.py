@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
@@ -32,7 +33,7 @@ def _scrub(key: str, value: Any) -> Any:
     return value
 
 
-def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+def _redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     for key in list(event):
         event[key] = _scrub("" if key == "event" else key, event[key])
     return event

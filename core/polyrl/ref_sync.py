@@ -63,7 +63,7 @@ class ReferenceSync:
         folder.mkdir(parents=True, exist_ok=True)
         weights = {k: np.asarray(v) for k, v in self.ref_engine.export_weights().items()}
         with open(folder / WEIGHTS_FILE, "wb") as f:
-            np.savez(f, **weights)
+            np.savez(f, **weights)  # type: ignore[arg-type]  # numpy's stub: a name could be allow_pickle
 
     def writer(self, save_engine):
         """``checkpoint.write_checkpoint``'s engine writer: the policy's part, then the reference."""

@@ -12,7 +12,7 @@ import base64
 import html
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,7 @@ def series(lines: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]]) -
     return out
 
 
-def _before_training(records: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[str, float]:
+def _before_training(records: Sequence[dict[str, Any]], keys: Collection[str]) -> dict[str, float]:
     """The evaluation before training, recomputed from its completion records (it has no step
     line): greedy accuracy, sampled reward mean and pass@k, for the eval keys the steps have."""
     before = [r for r in records if r.get("phase") == "before" and _number(r.get("reward")) is not None]
@@ -166,8 +166,8 @@ def write_png(run_dir: str | Path, output: str | Path) -> Path:
             ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=key)
         if panel.title == "reward" and "reward_std" in data and "reward_mean" in data:
             mean, std = dict(data["reward_mean"]), dict(data["reward_std"])
-            xs = [x for x in mean if x in std]
-            ax.fill_between(xs, [mean[x] - std[x] for x in xs], [mean[x] + std[x] for x in xs], alpha=0.2,
+            both = [x for x in mean if x in std]
+            ax.fill_between(both, [mean[x] - std[x] for x in both], [mean[x] + std[x] for x in both], alpha=0.2,
                             label="reward_std")
         if panel.log_scale and all(y > 0 for k in keys for _, y in data[k]):
             ax.set_yscale("log")

@@ -194,7 +194,7 @@ class PolyrlServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host}:{port}"  # type: ignore[str-bytes-safe]  # an AF_INET host is a str
 
     # --- connections ---------------------------------------------------------------------------
 
@@ -301,7 +301,7 @@ class Handler(BaseHTTPRequestHandler):
     error_content_type = "application/json"
 
     def setup(self) -> None:
-        self.timeout = self.server.limits.read_timeout_s  # each recv/send; Deadlines bound the whole
+        self.timeout = self.server.limits.read_timeout_s  # type: ignore[misc]  # each recv/send; Deadlines bound the whole
         super().setup()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
@@ -315,7 +315,7 @@ class Handler(BaseHTTPRequestHandler):
         deadlines.set(conn, seconds)
         try:
             try:
-                started = bool(self.rfile.peek(1))
+                started = bool(self.rfile.peek(1))  # type: ignore[attr-defined]  # a BufferedReader (rbufsize -1)
             except OSError:  # socket timeout or reset while idle
                 started = False
             if not started:

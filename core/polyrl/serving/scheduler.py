@@ -169,6 +169,7 @@ class FairScheduler:
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller
                     future.set_exception(exc)
                 continue
+            assert batch is not None  # no action was due, so a batch was taken
             try:
                 self._generate(batch)
             except BaseException as exc:  # noqa: BLE001 - this thread must outlive any one batch

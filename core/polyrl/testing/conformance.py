@@ -345,6 +345,7 @@ def _perturbed_batch(engine: Engine, seed: int = 4, n: int = 2) -> tuple[TrainBa
     seqs = [TokenSequence.of(c) for c in out]
     rng = np.random.default_rng(seed)
     current = engine.logprobs(seqs, 1.0)
+    assert current is not None  # None only for reference=True
     old = [lp + rng.normal(0, 0.3, len(lp)).astype(np.float32) for lp in current]
     ref = [lp + rng.normal(0, 0.3, len(lp)).astype(np.float32) for lp in current]
     adv = rng.standard_normal(len(seqs)).astype(np.float32)
@@ -419,6 +420,7 @@ class BackendConformance(GenerationConformance):
 
         def losses(engine: Engine) -> np.ndarray:
             lps = engine.logprobs(plain.sequences, 1.0)
+            assert lps is not None
             return np.array([policy_loss(lps, b.advantages, objective, b.old_logprobs, masks=masks)[0]
                              for b in (batch_a, batch_b)])
 
@@ -508,6 +510,7 @@ class BackendConformance(GenerationConformance):
 
         def losses(engine: Engine) -> np.ndarray:
             lps = engine.logprobs(batch_a.sequences, 1.0)
+            assert lps is not None
             return np.array([policy_loss(lps, b.advantages, objective, b.old_logprobs, ref)[0]
                              for b in (batch_a, batch_b)])
 

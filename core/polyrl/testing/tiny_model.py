@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -364,7 +365,7 @@ def build_tiny_model(
         vocab_size = 512
     if num_heads % num_kv_heads or (ARCHITECTURES[arch][2] is None and hidden_size % num_heads):
         raise ValueError("hidden_size must divide by num_heads and num_heads by num_kv_heads")
-    params = {
+    params: dict[str, Any] = {
         "format": FORMAT_VERSION, "hidden_size": hidden_size, "num_layers": num_layers,
         "num_heads": num_heads, "num_kv_heads": num_kv_heads,
         "intermediate_size": intermediate_size, "vocab_size": vocab_size, "seed": seed,

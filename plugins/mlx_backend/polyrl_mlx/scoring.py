@@ -202,7 +202,7 @@ def shared_prompt_hidden(backbone, sequences: Sequence[TokenSequence], owners: l
             key = np.concatenate([np.arange(width), width + np.arange(tail_width)])[None, :]
             tail_window = tail_mask & ((query - key) < window)[None]
         taken = mx.array(bucket_owners.astype(np.int32))
-        row_caches = [_Cache(c.keys[taken], c.values[taken]) for c in caches]
+        row_caches = [_Cache(c.keys[taken], c.values[taken]) for c in caches]  # type: ignore[index]  # filled
         rest = _run_layers(backbone, mx.array(tail_ids), tail_mask, row_caches, tail_window, embed_scale)
         pieces.append(rest.reshape(-1, rest.shape[-1]))
         filled += len(bucket) * tail_width

@@ -221,6 +221,7 @@ def save_hf_folder(folder: Path, tensors: Mapping[str, mx.array], config: Mappin
 
 def _mlx_adapter_config(engine: MLXEngine) -> dict[str, Any]:
     lora = engine.lora
+    assert lora is not None  # only a LoRA engine saves adapters
     return {"fine_tune_type": "lora", "num_layers": len(engine.model.layers),
             "lora_parameters": {"rank": lora.rank, "scale": lora.alpha / lora.rank,
                                 "dropout": lora.dropout, "keys": engine.lora_keys}}

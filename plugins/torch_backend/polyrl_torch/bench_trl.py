@@ -123,7 +123,7 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
         "backend": "trl", "load_s": load_s, "step_s": step_s, "generate_s": gen_s,
         "scoring_s": rollout_s - gen_s if rollout_s is not None and gen_s is not None else None,
         "forward_s": fwd_s,
-        "backward_s": ts_s - rollout_s - fwd_s if None not in (ts_s, rollout_s, fwd_s) else None,
+        "backward_s": ts_s - rollout_s - fwd_s if None not in (ts_s, rollout_s, fwd_s) else None,  # type: ignore[operator]
         "optimizer_s": step_s - ts_s if ts_s is not None else None,
         "train_step_s": step_s - gen_s if gen_s is not None else None,
         "tokens_per_step": float(np.median(tokens)),

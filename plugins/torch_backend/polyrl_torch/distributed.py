@@ -111,10 +111,10 @@ def sum_gradients(params: Sequence[torch.nn.Parameter]) -> None:
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    flat = torch.cat([p.grad.reshape(-1) for p in params])  # type: ignore[union-attr]  # set above
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     offset = 0
     for p in params:
-        n = p.grad.numel()
-        p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+        n = p.grad.numel()  # type: ignore[union-attr]
+        p.grad.copy_(flat[offset:offset + n].view_as(p.grad))  # type: ignore[union-attr, arg-type]
         offset += n

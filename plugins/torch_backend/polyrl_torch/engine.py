@@ -126,7 +126,7 @@ class TorchEngine:
             params = [p for p in self.model.parameters() if p.requires_grad]
             opt = config.optimizer
             self.optimizer = torch.optim.AdamW(
-                params, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps, weight_decay=opt.weight_decay,
+                params, lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay,
                 fused=self.fused_optimizer(),
             )
 

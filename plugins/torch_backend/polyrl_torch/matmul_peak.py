@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 
-def measure(threads: int, seconds_per_size: float = 1.0) -> dict[str, float]:
+def measure(threads: int, seconds_per_size: float = 1.0) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(threads)

@@ -89,7 +89,7 @@ ARCHITECTURES = {
                      notes="any transformers AutoModelForCausalLM model_type, untested by polyrl"),
 }
 
-CAPABILITIES_BASE = dict(
+CAPABILITIES_BASE: dict[str, Any] = dict(
     generate=True, logprobs=True, train_step=True, lora=True, weight_export=True,
     weight_import=True, checkpoint=True, concurrent_generate=True, data_parallel=True,
     sampling=("min_p", "repetition_penalty"), gradient_checkpointing=True,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -218,7 +219,7 @@ def _padding_loss(engine: TorchEngine, temperature: float) -> torch.Tensor:
     """A zero loss through the whole model: a rank with fewer micro-batches joins FSDP's collectives."""
     from polyrl_torch.sharding import dummy_sequence
 
-    return engine.fsdp.root([dummy_sequence(engine)], temperature).sum() * 0.0
+    return engine.fsdp.root([dummy_sequence(engine)], temperature).sum() * 0.0  # type: ignore[union-attr]
 
 
 def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> StepMetrics:
@@ -273,7 +274,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                 if sharded:
                     if objective.needs_entropy:
                         raise ValueError("entropy_coef / top_entropy_quantile are not supported under FSDP yet")
-                    logp = engine.fsdp.root.per_sequence(part, temperature)
+                    logp = engine.fsdp.root.per_sequence(part, temperature)  # type: ignore[union-attr]  # sharded
                 else:
                     logp, entropy = token_logprobs_with_entropy(engine, part, temperature,
                                                                 differentiable=objective.entropy_coef != 0)
@@ -326,7 +327,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     denom = max(total_tokens, 1)
     extra = {"lr": apply_scheduled_lr(engine), **{k: v / denom for k, v in mismatch.items()},
              **{f"{k}_fraction": v / denom for k, v in regions.items()}}
-    metrics = dict(loss=loss_sum, grad_norm=grad_norm, kl=kl_sum / denom,
+    metrics: dict[str, Any] = dict(loss=loss_sum, grad_norm=grad_norm, kl=kl_sum / denom,
                    clip_fraction=clip_sum / denom, tokens=total_tokens, extra=extra)
     if not (finite and math.isfinite(grad_norm)):
         optimizer.zero_grad(set_to_none=True)

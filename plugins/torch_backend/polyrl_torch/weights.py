@@ -22,6 +22,7 @@ import json
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,7 +39,7 @@ FORMAT = 1
 # --- names ---------------------------------------------------------------------------------------
 
 
-def _lora_layers(engine: TorchEngine) -> dict[str, torch.nn.Module]:
+def _lora_layers(engine: TorchEngine) -> dict[str, Any]:
     if engine.lora is None:
         return {}
     from peft.tuners.lora import LoraLayer
@@ -190,7 +191,7 @@ def save_checkpoint(engine: TorchEngine, path: str, state_path: str | None = Non
         _save_tensors(hf_state_dict(engine, merged=False), state / "base_model.safetensors")
     if optimizer_state is not None:
         torch.save(optimizer_state, state / "optimizer.pt")
-    rng = {"torch": torch.get_rng_state(), "sampler": engine.generator.get_state()}
+    rng: dict[str, Any] = {"torch": torch.get_rng_state(), "sampler": engine.generator.get_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
     torch.save(rng, state / "rng.pt")
@@ -247,7 +248,7 @@ def load_checkpoint(engine: TorchEngine, path: str, state_path: str | None = Non
         if getattr(result, "unexpected_keys", None):
             raise ValueError(f"adapter keys not in this model: {result.unexpected_keys[:3]}")
     else:
-        import_weights(engine, load_file(str(model_file)))  # merged model; LoRA adapters reset
+        import_weights(engine, load_file(str(model_file)))  # type: ignore[arg-type]  # merged model; LoRA adapters reset
     if weights_only:
         return True
     same_kind = bool(meta.get("lora")) == (engine.lora is not None)
