@@ -33,7 +33,7 @@ def add(x: int, y: float = 1.5) -> float:
     return x + y
 
 
-def search(query: str, limit: Optional[int] = None, tags: list[str] | None = None,
+def search(query: str, limit: Optional[int] = None, tags: list[str] | None = None,  # noqa: UP045 - tested spelling
            mode: Literal["fast", "exact"] = "fast") -> list[str]:
     """Search the notes.
 
@@ -46,7 +46,7 @@ def search(query: str, limit: Optional[int] = None, tags: list[str] | None = Non
     return [query] * (limit or 1)
 
 
-def brew(drink: str, sizes: dict[str, int], point: tuple[float, float], value: Union[int, str]) -> None:
+def brew(drink: str, sizes: dict[str, int], point: tuple[float, float], value: Union[int, str]) -> None:  # noqa: UP007 - tested spelling
     """Brew something.
 
     Args:

@@ -106,7 +106,8 @@ ROWS = [{"prompt": [{"role": "user", "content": "What is 123 * 456?"}]},
         {"prompt": [{"role": "user", "content": "What is 7 * 8?"}]}]
 
 
-def runner(model, box=None, limits=EpisodeLimits(max_turns=4, max_episode_tokens=400), env=None):
+def runner(model, box=None, limits=None, env=None):
+    limits = limits or EpisodeLimits(max_turns=4, max_episode_tokens=400)
     return EpisodeRunner(model.generate, encode_chat, limits, make_environment=env,
                          toolbox=box or Box(), parse=parse)
 
@@ -119,7 +120,8 @@ def test_episode_ids_are_the_templates_rendering_and_only_sampled_tokens_are_tra
     tool = Box().schemas[0]
     full = [*ROWS[0]["prompt"],
             {"role": "assistant", "content": decode(encode_text(model.reply("What is 123 * 456")[0]))},
-            {"role": "tool", "content": "56088", "name": "calc", "tool_call_id": c.messages[1].get("tool_call_id")}, {"role": "assistant", "content": "The answer is 56088."}]
+            {"role": "tool", "content": "56088", "name": "calc", "tool_call_id": c.messages[1].get("tool_call_id")},
+            {"role": "assistant", "content": "The answer is 56088."}]
     whole = encode_chat(full, [tool], False)
     episode = np.concatenate([c.prompt_ids, c.completion_ids])
     # the template closes the last turn with "\n" after <|im_end|>; the episode ends at <|im_end|>

@@ -191,7 +191,7 @@ class RemoteEngine:
         if sampling.seed is not None:
             body["seed"] = int(sampling.seed) + index  # distinct per prompt, same on every server
         chat = not isinstance(prompt, (str, TokenPrompt))
-        if chat:
+        if not isinstance(prompt, (str, TokenPrompt)):
             body.update(messages=list(prompt), logprobs=True)
         elif isinstance(prompt, TokenPrompt):
             body.update(prompt=[int(t) for t in prompt.ids], logprobs=0)  # OpenAI's token-id prompt

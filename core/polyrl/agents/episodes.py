@@ -31,7 +31,7 @@ from polyrl.agents.prompting import with_tools_prompt
 from polyrl.agents.spec import environment_tools, reset_environment, step_environment
 from polyrl.agents.tools import ToolBox, error_message
 from polyrl.logs import get_logger
-from polyrl.types import Completion, Prompt, SamplingParams, TokenPrompt
+from polyrl.types import Completion, FinishReason, Prompt, SamplingParams, TokenPrompt
 
 log = get_logger(__name__)
 
@@ -65,7 +65,7 @@ class _Episode:
     messages: list[dict[str, Any]] = attrs.field(factory=list)
     turns: int = 0
     done: bool = False
-    finish_reason: str = "stop"
+    finish_reason: FinishReason = "stop"
     env_reward: float | None = None
     tool_calls: int = 0
     tool_errors: int = 0
@@ -75,13 +75,13 @@ class _Episode:
     def context(self) -> list[dict[str, Any]]:
         return [*self.first_messages, *self.messages]
 
-    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None, sampled: bool) -> None:
+    def add(self, ids: Sequence[int] | np.ndarray, logprobs: Sequence[float] | np.ndarray | None, sampled: bool) -> None:
         self.ids.extend(int(i) for i in ids)
         self.logprobs.extend([float(x) for x in logprobs] if logprobs is not None else [0.0] * len(ids))
         self.mask.extend([sampled] * len(ids))
 
     def completion(self, prompt_index: int, decode_text: str) -> Completion:
-        info = {"turns": self.turns, "tool_calls": self.tool_calls, "tool_errors": self.tool_errors,
+        info: dict[str, Any] = {"turns": self.turns, "tool_calls": self.tool_calls, "tool_errors": self.tool_errors,
                 "format_errors": self.format_errors, "env_reward": self.env_reward}
         if self.env_error is not None:
             info["env_error"] = self.env_error
@@ -172,7 +172,7 @@ class EpisodeRunner:
         if calls or errors:
             ep.tool_calls += len(calls)
             ep.format_errors += len(errors)
-            results = await ep.toolbox.run(calls) if calls else []
+            results = await ep.toolbox.run(calls) if calls and ep.toolbox is not None else []
             ep.tool_errors += sum(1 for r in results if str(r.get("content", "")).startswith("error:"))
             new = [*results, *(error_message(e) for e in errors)]
         elif ep.env is not None:

@@ -73,8 +73,15 @@ def _short(text: str) -> str:
 def _decode_object(raw: str) -> tuple[Any, str | None]:
     try:
         return json.loads(raw), None
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return None, f"tool call is not valid JSON ({exc.msg} at column {exc.colno}): {_short(raw)}"
+
+
+def _collect(call: ToolCall | None, error: str | None, calls: list[ToolCall], errors: list[str]) -> None:
+    if call is not None:
+        calls.append(call)
+    else:
+        errors.append(error or "malformed tool call")
 
 
 def _to_call(obj: Any, index: int, raw: str, args_keys: tuple[str, ...]) -> tuple[ToolCall | None, str | None]:
@@ -106,7 +113,8 @@ def _to_call(obj: Any, index: int, raw: str, args_keys: tuple[str, ...]) -> tupl
 
 
 def _hermes(text: str) -> ParsedTurn:
-    calls, errors = [], []
+    calls: list[ToolCall] = []
+    errors: list[str] = []
     for i, match in enumerate(_HERMES.finditer(text)):
         body = match.group(1)
         closed = match.group(0).endswith("</tool_call>")
@@ -115,7 +123,7 @@ def _hermes(text: str) -> ParsedTurn:
             errors.append(error if closed else f"unterminated <tool_call> (no </tool_call>): {_short(body)}")
             continue
         call, error = _to_call(obj, i, body, ("arguments", "parameters"))
-        (calls.append(call) if call else errors.append(error))
+        _collect(call, error, calls, errors)
     content = _HERMES.sub("", text).strip()
     return ParsedTurn(content, calls, errors)
 
@@ -136,7 +144,7 @@ def _llama3(text: str) -> ParsedTurn:
     if not tagged and not (isinstance(obj, dict) and "name" in obj and ("parameters" in obj or "arguments" in obj)):
         return ParsedTurn(text.strip())  # a JSON answer, not a call
     call, error = _to_call(obj, 0, body, ("parameters", "arguments"))
-    return ParsedTurn("", [call] if call else [], [] if call else [error])
+    return ParsedTurn("", [call] if call else [], [] if call else [error or "malformed tool call"])
 
 
 def _mistral(text: str) -> ParsedTurn:
@@ -155,7 +163,7 @@ def _mistral(text: str) -> ParsedTurn:
                 obj = [obj]
             for item in obj:
                 call, error = _to_call(item, len(calls) + len(errors), json.dumps(item), ("arguments", "parameters"))
-                (calls.append(call) if call else errors.append(error))
+                _collect(call, error, calls, errors)
         elif _MISTRAL_ARGS in chunk:  # [TOOL_CALLS]name[ARGS]{...}
             name, _, raw = chunk.partition(_MISTRAL_ARGS)
             args, error = _decode_object(raw)
@@ -163,7 +171,7 @@ def _mistral(text: str) -> ParsedTurn:
                 errors.append(f"arguments of tool call {name.strip()!r}: {error}")
                 continue
             call, error = _to_call({"name": name, "arguments": args}, len(calls) + len(errors), chunk, ("arguments",))
-            (calls.append(call) if call else errors.append(error))
+            _collect(call, error, calls, errors)
         else:
             obj, error = _decode_object(chunk)
             call, error2 = (None, error) if error else _to_call(obj, len(calls) + len(errors), chunk, ("arguments", "parameters"))
@@ -177,12 +185,12 @@ def _calls_from_json(raw: str, calls: list[ToolCall], errors: list[str]) -> None
     """Append the call(s) of one JSON object or list (text after it is ignored)."""
     try:
         obj, _ = json.JSONDecoder().raw_decode(raw.strip())
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         errors.append(f"tool call is not valid JSON ({exc.msg} at column {exc.colno}): {_short(raw)}")
         return
     for item in obj if isinstance(obj, list) else [obj]:
         call, error = _to_call(item, len(calls) + len(errors), json.dumps(item), ("arguments", "parameters"))
-        (calls.append(call) if call else errors.append(error))
+        _collect(call, error, calls, errors)
 
 
 def _phi4(text: str) -> ParsedTurn:

@@ -380,7 +380,7 @@ class ToolBox:
             raise _Failed("bad_arguments", f"bad arguments for tool {call.name!r}: {problem}")
         async with self._semaphore():
             try:
-                if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+                if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):  # noqa: B004 - an async __call__, not callability
                     result = await self._in_task(call.name, fn, call.arguments)
                 else:
                     result = await self._in_thread(call.name, fn, call.arguments)

@@ -280,7 +280,7 @@ class MLXEngine:
         Same rules as the torch backend, so both feed a model identical ids for one prompt.
         """
         if isinstance(prompt, TokenPrompt):
-            return self.checked_ids(prompt.ids)
+            return self.checked_ids(prompt.ids.tolist())
         if isinstance(prompt, str):
             ids = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
         else:

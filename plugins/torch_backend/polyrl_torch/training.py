@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -279,7 +279,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                     logp, entropy = token_logprobs_with_entropy(engine, part, temperature,
                                                                 differentiable=objective.entropy_coef != 0)
                 keep = mask_of(idx)
-                logp, entropy = masked_in(logp, keep), masked_in(entropy, keep)
+                logp, entropy = cast(list[torch.Tensor], masked_in(logp, keep)), masked_in(entropy, keep)
                 loss, stats = objective_loss(
                     logp, torch.as_tensor(batch.advantages[start:idx.stop]), objective,
                     constants(batch.old_logprobs, idx, keep),
