@@ -32,6 +32,7 @@ ARITHMETIC_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "eval_fraction": 0.2,
     "chat": True,
+    "instruction": "Answer with the number only.",  # follows the question in the prompt
 }
 
 
@@ -73,6 +74,9 @@ def _arithmetic_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     frac = opts["eval_fraction"]
     if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac < 1:
         raise _option_error("eval_fraction", f"must be in (0, 1), got {frac!r}")
+    if not isinstance(opts["instruction"], str):
+        raise _option_error("instruction", f"must be a string, got {opts['instruction']!r}",
+                            'e.g. instruction = "Use the calculator."')
     if not isinstance(opts["chat"], bool):
         raise _option_error("chat", f"must be true or false, got {opts['chat']!r}")
     return opts
@@ -81,7 +85,7 @@ def _arithmetic_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
 def arithmetic(
     options: Mapping[str, Any] | None = None, split: str = "train", prompt_column: str = "prompt"
 ) -> list[dict[str, Any]]:
-    """Rows of the arithmetic task. Options: count, ops, digits, seed, eval_fraction, chat."""
+    """Rows of the arithmetic task. Options: count, ops, digits, seed, eval_fraction, chat, instruction."""
     if split not in SPLITS:
         raise ConfigError(f"unknown split {split!r}", field="split", fix=f"use one of {', '.join(SPLITS)}")
     opts = _arithmetic_options(options)
@@ -103,7 +107,7 @@ def arithmetic(
         if problem_split(question, opts["eval_fraction"]) != split:
             continue
         answer = a + b if op == "+" else a - b if op == "-" else a * b
-        content = f"{question} Answer with the number only."
+        content = f"{question} {opts['instruction']}".strip()
         prompt: Any = [{"role": "user", "content": content}] if opts["chat"] else content
         rows.append({prompt_column: prompt, "answer": str(answer), "question": question})
     return rows

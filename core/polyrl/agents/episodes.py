@@ -109,13 +109,15 @@ class EpisodeRunner:
 
     def __init__(self, generate: Generate, encode_chat: EncodeChat, limits: EpisodeLimits,
                  make_environment: Callable[[], Any] | None = None, toolbox: ToolBox | None = None,
-                 parse: Callable[[str], Any] | None = None, prompt_column: str = "prompt") -> None:
+                 parse: Callable[[str], Any] | None = None, prompt_column: str = "prompt",
+                 tools_prompt_format: str = "hermes") -> None:
         self.generate = generate
         self.limits = limits
         self.make_environment = make_environment
         self.toolbox = toolbox
         self.parse = parse
         self.prompt_column = prompt_column
+        self.tools_prompt_format = tools_prompt_format  # how a template without tools hears of them
         self.glue = ChatGlue(encode_chat)
         self._template_ignores_tools: bool | None = None
 
@@ -151,7 +153,9 @@ class EpisodeRunner:
         if self._template_ignores_tools is None:
             with_tools = self.glue.encode(messages, True, schemas)
             self._template_ignores_tools = bool(np.array_equal(with_tools, self.glue.encode(messages, True, None)))
-        return with_tools_prompt(messages, schemas) if self._template_ignores_tools else messages
+        if not self._template_ignores_tools:
+            return messages
+        return with_tools_prompt(messages, schemas, self.tools_prompt_format)
 
     # --- one turn -----------------------------------------------------------------------------
 

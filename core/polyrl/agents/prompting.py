@@ -15,9 +15,16 @@ from typing import Any
 Message = Mapping[str, Any]
 
 
-def tools_system_prompt(schemas: Sequence[Mapping[str, Any]]) -> str:
-    """Instructions listing ``schemas`` (``tool_schema`` output) and how to call them."""
+def tools_system_prompt(schemas: Sequence[Mapping[str, Any]], fmt: str = "hermes") -> str:
+    """Instructions listing ``schemas`` (``tool_schema`` output) and how to call them: the Hermes
+    ``<tool_call>`` form, or with ``fmt="json"`` a bare call object at the start of the reply."""
     listing = "\n".join(json.dumps(s, ensure_ascii=False, sort_keys=True) for s in schemas)
+    if fmt == "json":
+        return ("You can call tools. Their JSON schemas, one per line:\n"
+                f"<tools>\n{listing}\n</tools>\n"
+                "To call one, reply with only a JSON object with the tool's name and its arguments:\n"
+                '{"name": "<tool name>", "arguments": {"<argument>": <value>}}\n'
+                "The result comes back in a message from the tool; then give the answer.")
     return ("You can call tools. Their JSON schemas, one per line:\n"
             f"<tools>\n{listing}\n</tools>\n"
             "To call one, write a JSON object with the tool's name and its arguments between tags, "
@@ -36,9 +43,10 @@ def template_ignores_tools(encode: Callable[[list[dict[str, Any]], Sequence[Mapp
     return list(encode(probe, schemas)) == list(encode(probe, None))
 
 
-def with_tools_prompt(messages: Sequence[Message], schemas: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def with_tools_prompt(messages: Sequence[Message], schemas: Sequence[Mapping[str, Any]],
+                      fmt: str = "hermes") -> list[dict[str, Any]]:
     """``messages`` with the tools prompt added to the system message (or a new one first)."""
-    prompt = tools_system_prompt(schemas)
+    prompt = tools_system_prompt(schemas, fmt)
     out = [dict(m) for m in messages]
     if out and out[0].get("role") == "system":
         out[0]["content"] = f"{out[0].get('content') or ''}\n\n{prompt}".strip()

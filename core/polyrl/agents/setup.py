@@ -14,7 +14,7 @@ import numpy as np
 
 from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
 from polyrl.agents.loading import resolve_environment, resolve_tools
-from polyrl.agents.parsing import parse_tool_calls
+from polyrl.agents.parsing import FORMATS, parse_tool_calls
 from polyrl.agents.tools import ToolBox
 from polyrl.errors import ConfigError
 
@@ -43,9 +43,9 @@ def check_environment(config: Any, registry: Any) -> EnvironmentPlan | None:
                 f"backend {backend!r} cannot {what} (Capabilities.{capability}), which multi-turn "
                 "episodes need", field=f"backends.{role}" if role == "generate" else "backends.train",
                 fix="use torch or mlx (or a backend declaring it; `polyrl backends --json` shows capabilities)")
-    if env.tool_format not in ("auto", "hermes", "llama3", "mistral"):
+    if env.tool_format not in FORMATS:
         raise ConfigError(f"unknown tool_format {env.tool_format!r}", field="environment.tool_format",
-                          fix="use auto, hermes, llama3 or mistral")
+                          fix=f"use one of {', '.join(FORMATS)}")
     tools = resolve_tools(env.tools, registry)
     if tools:  # schemas checked now (a missing docstring or hint is an error before models load)
         ToolBox(tools, timeout_s=env.tool_timeout_s, max_concurrency=env.max_concurrent_tools)
@@ -75,7 +75,8 @@ def build_runner(config: Any, plan: EnvironmentPlan, gen_engine: Any, train_engi
     return EpisodeRunner(gen_engine.generate, _chat_encoder([gen_engine, train_engine]),
                          EpisodeLimits(max_turns=env.max_turns, max_episode_tokens=env.max_episode_tokens),
                          make_environment=plan.make_environment, toolbox=toolbox, parse=parse,
-                         prompt_column=config.data.prompt_column)
+                         prompt_column=config.data.prompt_column,
+                         tools_prompt_format="json" if env.tool_format == "json" else "hermes")
 
 
 def episode_metrics(completions: Sequence[Any]) -> dict[str, float]:
