@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from polyrl.agents.episodes import as_messages
-from polyrl.algorithms.presets import ALGORITHMS
+from polyrl.algorithms.presets import ALGORITHMS, AlgorithmConfig
 from polyrl.algorithms.reference import policy_loss
 from polyrl.config import RunConfig
 from polyrl.trainer import Trainer
@@ -164,9 +164,20 @@ def test_trained_episodes_are_exact_on_torch(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("variant", [*ALGORITHMS, "grpo+lora"])
-def test_every_preset_and_lora_train_a_step_of_episodes(tiny_model_dir, tmp_path, variant):
+def test_every_preset_and_lora_train_a_step_of_episodes(tiny_model_dir, tmp_path, variant, monkeypatch):
+    """One step each. An episode is longer than one turn's max_new_tokens: DAPO's overlong limit
+    and Dr.GRPO's normaliser are the episode's token budget, not a turn's."""
     algorithm, _, lora = variant.partition("+")
     sections = {"lora": {"rank": 4, "alpha": 8}} if lora else {}
+    shaping: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []
+    shape_rewards = AlgorithmConfig.shape_rewards
+
+    def recording_shape_rewards(self, rewards, lengths, max_completion_length=None):
+        out = shape_rewards(self, rewards, lengths, max_completion_length)
+        shaping.append((np.asarray(rewards), np.asarray(lengths), out, max_completion_length))
+        return out
+
+    monkeypatch.setattr(AlgorithmConfig, "shape_rewards", recording_shape_rewards)
     trainer = Trainer(agent_config(tiny_model_dir, tmp_path / "run", algorithm=algorithm, **sections))
     rec = Recorder(trainer)
     before = trainer.train_engine.export_weights()
@@ -176,3 +187,10 @@ def test_every_preset_and_lora_train_a_step_of_episodes(tiny_model_dir, tmp_path
     check_step_is_exact(rec, 0, tokenizer_decode(trainer))
     after = trainer.train_engine.export_weights()
     assert any(not np.array_equal(before[k], after[k]) for k in after), "the step changed no weight"
+    (raw, lengths, shaped, limit), = shaping
+    assert limit == MAX_EPISODE_TOKENS and lengths.max() > 16  # episodes outgrow one turn's 16 tokens
+    if algorithm == "dapo":  # no penalty below the budget minus the buffer (0.2 of it)
+        short = lengths <= MAX_EPISODE_TOKENS - round(0.2 * MAX_EPISODE_TOKENS)
+        assert short.any() and np.array_equal(shaped[short], raw[short])
+    if algorithm == "dr_grpo":
+        assert rec.objectives[0].max_completion_length == MAX_EPISODE_TOKENS
