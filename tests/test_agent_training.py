@@ -194,3 +194,100 @@ def test_every_preset_and_lora_train_a_step_of_episodes(tiny_model_dir, tmp_path
         assert short.any() and np.array_equal(shaped[short], raw[short])
     if algorithm == "dr_grpo":
         assert rec.objectives[0].max_completion_length == MAX_EPISODE_TOKENS
+
+
+# --- 3. overlap, checkpoint and resume ---------------------------------------------------------------
+
+
+def test_overlap_resume_with_a_pending_rollout_of_episodes_continues_exactly(tiny_model_dir, tmp_path):
+    """Saved while step 2's episodes are being sampled: the checkpoint holds them (masks, messages,
+    episode info), and the resumed run trains on them and ends on the clean run's weights."""
+    from polyrl import checkpoint as ckpt
+
+    def config(out: Path) -> RunConfig:
+        return agent_config(tiny_model_dir, out, generation={"overlap": True}, train={"steps": 5})
+
+    clean = Trainer(config(tmp_path / "clean"))
+    clean_summary = clean.run(progress=False)
+
+    interrupted = Trainer(config(tmp_path / "crash"))
+    for _ in range(2):
+        interrupted.history.append(interrupted.train_one_step())
+        interrupted.step += 1
+    saved = interrupted.save()
+    interrupted.rollouts.close()
+    pending = ckpt.read_state(saved)["pending_rollout"]
+    assert pending["step"] == 2 and pending["policy_version"] == 1
+
+    resumed = Trainer(config(tmp_path / "crash"))
+    assert resumed.resume()
+    rollout = resumed.rollouts.pending()
+    assert rollout is not None and rollout.step == 2
+    episodes = rollout.completions
+    assert all(c.mask is not None and c.info["turns"] >= 1 for c in episodes)
+    assert any(c.info["turns"] > 1 and (~c.mask).any() and c.messages for c in episodes)
+    summary = resumed.run(progress=False)
+    tail, expected = summary["history"][-3:], clean_summary["history"][2:]
+    assert [m["step"] for m in tail] == [2, 3, 4]
+    assert [m["policy_lag"] for m in tail] == [1, 1, 1]
+    for key in ("reward_mean", "loss", "completion_len_mean", "tokens", "episode/turns_mean",
+                "episode/sampled_token_share", "episode/env_error_share"):
+        assert [m[key] for m in tail] == [m[key] for m in expected], key
+    assert all(m["episode/turns_mean"] > 1 for m in tail)
+    a, b = clean.train_engine.export_weights(), resumed.train_engine.export_weights()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+# --- 7. a broken third-party environment -------------------------------------------------------------
+
+BROKEN_ENV = '''
+import itertools
+
+from polyrl.agents import Observation
+
+_count = itertools.count()
+
+
+class Flaky:
+    """Every other episode's environment raises on its second step."""
+
+    def __init__(self, options):
+        self.broken = next(_count) % 2 == 1
+        self.steps = 0
+
+    def reset(self, row):
+        return [{"role": "user", "content": "Say anything."}]
+
+    def step(self, message):
+        self.steps += 1
+        if self.broken and self.steps == 2:
+            raise RuntimeError("the environment's backend went away")
+        return Observation([{"role": "user", "content": "Go on."}], reward=0.25)
+
+
+def make(options):
+    return Flaky(options)
+'''
+
+
+@pytest.mark.faults
+def test_an_environment_that_raises_ends_its_episodes_and_the_run_finishes(tiny_model_dir, tmp_path):
+    (tmp_path / "flaky_env.py").write_text(BROKEN_ENV)
+    out = tmp_path / "run"
+    config = agent_config(tiny_model_dir, out, environment={"name": f"{tmp_path / 'flaky_env.py'}:make",
+                                                            "max_turns": 4}, train={"steps": 2})
+    trainer = Trainer(config)
+    rec = Recorder(trainer)
+    summary = trainer.run(progress=False)
+    assert summary["steps"] == 2
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [0, 1]
+    for m in lines:
+        assert m["episode/env_error_share"] == pytest.approx(0.5)
+        assert np.isfinite(m["loss"])
+    for completions in rec.completions:
+        failed = [c for c in completions if "env_error" in c.info]
+        assert failed and all("went away" in c.info["env_error"] and c.info["turns"] == 2 for c in failed)
+        # what was sampled before the failure is kept: two turns, the first one's feedback between
+        assert all(len(runs_of(c.mask, True)) == 2 and len(runs_of(c.mask, False)) == 1 for c in failed)
