@@ -133,6 +133,14 @@ def tokenizer_decode(trainer: Trainer):
     return lambda ids: tok.decode([int(i) for i in ids], skip_special_tokens=False)
 
 
+def file_decode(model_dir: str):
+    """The model folder's own tokenizer (for backends that keep theirs elsewhere)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    return lambda ids: tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+
 # --- 1. exactness on torch ---------------------------------------------------------------------------
 
 
@@ -291,3 +299,19 @@ def test_an_environment_that_raises_ends_its_episodes_and_the_run_finishes(tiny_
         assert failed and all("went away" in c.info["env_error"] and c.info["turns"] == 2 for c in failed)
         # what was sampled before the failure is kept: two turns, the first one's feedback between
         assert all(len(runs_of(c.mask, True)) == 2 and len(runs_of(c.mask, False)) == 1 for c in failed)
+
+
+# --- 4. MLX --------------------------------------------------------------------------------------------
+
+
+def test_mlx_trains_episodes_with_masks_equal_to_the_reference(tiny_model_dir, tmp_path):
+    """The same run on MLX (generate and train): sampled log-probs are the trainer's and the
+    masked loss is the numpy reference's."""
+    pytest.importorskip("mlx")
+    trainer = Trainer(agent_config(tiny_model_dir, tmp_path / "run", backends={"train": "mlx"}))
+    assert trainer.train_engine.backend == trainer.gen_engine.backend == "mlx"
+    rec = Recorder(trainer)
+    metrics = trainer.train_one_step()
+    assert not metrics.get("skipped"), metrics
+    assert metrics["episode/turns_mean"] > 1
+    check_step_is_exact(rec, 0, file_decode(tiny_model_dir))
