@@ -315,3 +315,53 @@ def test_mlx_trains_episodes_with_masks_equal_to_the_reference(tiny_model_dir, t
     assert not metrics.get("skipped"), metrics
     assert metrics["episode/turns_mean"] > 1
     check_step_is_exact(rec, 0, file_decode(tiny_model_dir))
+
+
+# --- 5. remote generation ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def push_server(tiny_model_dir, tmp_path_factory):
+    """A real ``polyrl serve`` on 127.0.0.1 that accepts the trainer's weight pushes."""
+    from serve_util import start_server
+
+    token = tmp_path_factory.mktemp("secret") / "push-token"
+    token.write_text("agent-test-" + "5c1e" * 8 + "\n")
+    server = start_server(tiny_model_dir, "--allow-weight-push", "--weight-push-token-file", str(token))
+    yield server, str(token)
+    server.stop()
+
+
+def test_remote_generation_runs_episodes_from_the_train_engines_token_prompts(tiny_model_dir, tmp_path,
+                                                                            push_server):
+    """``backends.generate = "remote"``: the server has no chat encoder for the trainer, so every
+    turn is a ``TokenPrompt`` built with the train engine's ``encode_chat``; the server generates
+    from those ids verbatim, and its log-probs are the trainer's on the sampled tokens."""
+    server, token = push_server
+    trainer = Trainer(agent_config(tiny_model_dir, tmp_path / "run", backends={
+        "train": "torch", "generate": "remote",
+        "options": {"servers": [f"{server.url}/v1"], "weight_push_token_file": token}}))
+    assert trainer.gen_engine.backend == "remote"
+    assert trainer.gen_engine.encode_chat([{"role": "user", "content": "hi"}], None, True) is None
+    sent: list[list[Any]] = []
+    generate = trainer.gen_engine.generate
+
+    def recording_generate(prompts, sampling):
+        out = generate(prompts, sampling)
+        sent.append(list(prompts))
+        for c in out:  # what came back was generated from exactly the ids sent
+            np.testing.assert_array_equal(c.prompt_ids, prompts[c.prompt_index].ids)
+        return out
+
+    trainer.gen_engine.generate = recording_generate
+    trainer.episodes.generate = recording_generate
+    rec = Recorder(trainer)
+    metrics = trainer.train_one_step()
+    assert not metrics.get("skipped"), metrics
+    assert metrics["episode/turns_mean"] > 1 and len(sent) > 1  # later turns were generated remotely too
+    assert all(isinstance(p, TokenPrompt) for prompts in sent for p in prompts)
+    encode = trainer.train_engine.encode_chat
+    for c in rec.completions[0]:
+        first = as_messages(rec.rows[0][c.prompt_index]["prompt"])
+        np.testing.assert_array_equal(c.prompt_ids, encode(first, None, True))
+    check_step_is_exact(rec, 0, tokenizer_decode(trainer))
