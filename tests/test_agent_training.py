@@ -13,6 +13,7 @@ works with them.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -365,3 +366,48 @@ def test_remote_generation_runs_episodes_from_the_train_engines_token_prompts(ti
         first = as_messages(rec.rows[0][c.prompt_index]["prompt"])
         np.testing.assert_array_equal(c.prompt_ids, encode(first, None, True))
     check_step_is_exact(rec, 0, tokenizer_decode(trainer))
+
+
+# --- 6. torchrun data parallelism ------------------------------------------------------------------------
+
+
+def test_two_ranks_train_masked_batches_as_one_process(tiny_model_dir, tmp_path):
+    """A fixed batch with episode masks (token_mean: the normaliser is the global count of trained
+    tokens, which the ranks hold unevenly): two gloo ranks give one process's losses and weights."""
+    from test_distributed import SCRIPT, TORCHRUN, TWO_RANKS, _run
+
+    assert TORCHRUN, "torchrun comes with torch"
+    args = [str(SCRIPT), tiny_model_dir, "--aggregation", "token_mean", "--steps", "2"]
+    single = _run([sys.executable, *args, "--masked", "--out", str(tmp_path / "one.json")], tmp_path / "one.json")
+    double = _run([*TWO_RANKS, *args, "--masked", "--out", str(tmp_path / "two.json")], tmp_path / "two.json")
+    unmasked = _run([sys.executable, *args, "--out", str(tmp_path / "all.json")], tmp_path / "all.json")
+    assert double["world"] == 2
+    np.testing.assert_allclose(double["losses"], single["losses"], rtol=1e-5, atol=1e-6)
+    assert double["checksum"] == pytest.approx(single["checksum"], rel=1e-6)
+    assert not np.allclose(single["losses"], unmasked["losses"])  # the masks did change the loss
+
+
+def test_polyrl_launch_trains_episodes_on_two_ranks(tiny_model_dir, tmp_path):
+    """``polyrl launch`` with an ``[environment]``: each rank runs its prompts' episodes, the step's
+    metrics are the global batch's, and one process resumes the run."""
+    from test_distributed import _metrics, _polyrl
+
+    out = tmp_path / "run"
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'[model]\npath = "{tiny_model_dir}"\n'
+        f'[generation]\ngroup_size = 4\nmax_new_tokens = 16\nstop = {json.dumps(STOPS)}\n'
+        '[optimizer]\nlr = 1e-2\n[data]\ntask = "arithmetic"\n'
+        '[[rewards]]\nname = "environment"\n'
+        '[[rewards]]\nname = "length_penalty"\nweight = 0.5\noptions = { target = 2, unit = "chars" }\n'
+        f'[environment]\nname = "guess_number"\nmax_turns = 3\nmax_episode_tokens = {MAX_EPISODE_TOKENS}\n'
+        f'[train]\nsteps = 2\nprompts_per_step = 2\nthreads = 1\noutput_dir = "{out}"\n')
+    _polyrl("launch", "--nproc-per-node", "2", str(config))
+    lines = _metrics(out)
+    assert [m["step"] for m in lines] == [0, 1]  # written once, by rank 0
+    for m in lines:
+        assert not m.get("skipped") and np.isfinite(m["loss"])
+        assert m["samples_kept"] == 8  # the global batch: 2 prompts x 4, one prompt per rank
+        assert m["episode/turns_mean"] > 1
+    _polyrl("train", str(config), "--resume", "--steps", "3", "--no-progress")
+    assert [m["step"] for m in _metrics(out)] == [0, 1, 2]
