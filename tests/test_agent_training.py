@@ -32,12 +32,12 @@ STOPS = ["a", "e", " "]
 MAX_EPISODE_TOKENS = 96
 
 
-def agent_config(model: str, out: Path, algorithm: str = "grpo", environment: dict[str, Any] | None = None,
+def agent_config(model: str, out: Path, algorithm: str | dict[str, Any] = "grpo", environment: dict[str, Any] | None = None,
                  train: dict[str, Any] | None = None, **sections: Any) -> RunConfig:
     """A tiny guess_number run; the length penalty makes the rewards of a group differ."""
     data: dict[str, Any] = {
         "model": {"path": model},
-        "algorithm": {"name": algorithm},
+        "algorithm": algorithm if isinstance(algorithm, dict) else {"name": algorithm},
         "generation": {"group_size": 4, "max_new_tokens": 16, "stop": STOPS},
         "optimizer": {"lr": 1e-2},
         "data": {"task": "arithmetic", "options": {"count": 64}},
@@ -411,3 +411,48 @@ def test_polyrl_launch_trains_episodes_on_two_ranks(tiny_model_dir, tmp_path):
         assert m["episode/turns_mean"] > 1
     _polyrl("train", str(config), "--resume", "--steps", "3", "--no-progress")
     assert [m["step"] for m in _metrics(out)] == [0, 1, 2]
+
+
+# --- the rest of a run: KL, several iterations, micro-batches, evaluation, logs, plain resume ----------
+
+
+def test_episodes_with_kl_iterations_micro_batches_eval_and_an_exact_resume(tiny_model_dir, tmp_path):
+    """KL to the reference and ``num_iterations = 2`` (old log-probs re-scored on masked
+    sequences), micro-batches of 2: every ``train_step`` call's loss is the masked reference's.
+    Evaluation runs episodes scored by the environment's reward, the completions logs are written,
+    and a run stopped after a checkpoint resumes to the uninterrupted run's metrics and weights."""
+
+    def config(out: Path, steps: int) -> RunConfig:
+        return agent_config(tiny_model_dir, out, algorithm={"name": "grpo", "num_iterations": 2, "beta": 0.05},
+                            optimizer={"micro_batch_size": 2},
+                            eval={"count": 2, "every": 2, "reward": "environment", "samples": 2},
+                            train={"steps": steps, "checkpoint_every": 1})
+
+    clean = Trainer(config(tmp_path / "clean", 3))
+    rec = Recorder(clean)
+    clean_summary = clean.run(progress=False)
+    assert len(rec.batches) == 6  # 3 steps x 2 iterations
+    for batch, current, objective, result in zip(rec.batches, rec.current, rec.objectives, rec.results):
+        masks = [seq.loss_mask for seq in batch.sequences]
+        assert batch.old_logprobs is not None and batch.ref_logprobs is not None
+        expected, _ = policy_loss(current, batch.advantages, objective, batch.old_logprobs, batch.ref_logprobs,
+                                  batch.sampler_logprobs, masks=masks)
+        assert result.loss == pytest.approx(expected, rel=1e-4, abs=1e-6)
+    assert any((~seq.loss_mask).any() for batch in rec.batches for seq in batch.sequences)
+    assert clean_summary["eval_after"]["eval_count"] == 2
+    evals = [json.loads(x) for x in (tmp_path / "clean" / "eval_completions.jsonl").read_text().splitlines()]
+    assert {e["phase"] for e in evals} >= {"before", "after"} and all(e["reward"] in (0.0, 1.0) for e in evals)
+    assert (tmp_path / "clean" / "completions.jsonl").stat().st_size > 0
+
+    first = Trainer(config(tmp_path / "stopped", 2))
+    first.run(progress=False)
+    resumed = Trainer(config(tmp_path / "stopped", 3))
+    assert resumed.resume()
+    summary = resumed.run(progress=False)
+    last, expected = summary["history"][-1], clean_summary["history"][-1]
+    assert last["step"] == 2
+    for key in ("reward_mean", "loss", "kl", "tokens", "episode/turns_mean", "episode/sampled_token_share"):
+        assert last[key] == expected[key], key
+    a, b = clean.train_engine.export_weights(), resumed.train_engine.export_weights()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
