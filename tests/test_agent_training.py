@@ -456,3 +456,52 @@ def test_episodes_with_kl_iterations_micro_batches_eval_and_an_exact_resume(tiny
     a, b = clean.train_engine.export_weights(), resumed.train_engine.export_weights()
     for name in a:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+RESET_FAILS_ENV = '''
+import itertools
+
+from polyrl.agents import Observation
+
+_count = itertools.count()
+
+
+class ResetFails:
+    """Every third episode's environment cannot start."""
+
+    def __init__(self, options):
+        self.broken = next(_count) % 3 == 1
+
+    def reset(self, row):
+        if self.broken:
+            raise RuntimeError("no game today")
+        return [{"role": "user", "content": "Say anything."}]
+
+    def step(self, message):
+        return Observation([{"role": "user", "content": "Go on."}], reward=0.25)
+
+
+def make(options):
+    return ResetFails(options)
+'''
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_an_environment_that_cannot_reset_gives_empty_untrained_episodes(tiny_model_dir, tmp_path, backend):
+    """A failed reset ends its episode before any turn: an empty completion in the batch, which
+    both trainers take (it adds no token to the loss) while the other episodes train."""
+    if backend == "mlx":
+        pytest.importorskip("mlx")
+    (tmp_path / "reset_env.py").write_text(RESET_FAILS_ENV)
+    trainer = Trainer(agent_config(tiny_model_dir, tmp_path / "run", backends={"train": backend},
+                                   environment={"name": f"{tmp_path / 'reset_env.py'}:make"}))
+    rec = Recorder(trainer)
+    metrics = trainer.train_one_step()
+    assert not metrics.get("skipped") and np.isfinite(metrics["loss"])
+    assert 0 < metrics["episode/env_error_share"] < 1
+    empty = [c for c in rec.completions[0] if "env_error" in c.info]
+    assert empty and all(len(c.completion_ids) == 0 and c.info["turns"] == 0 for c in empty)
+    assert all("no game today" in c.info["env_error"] for c in empty)
+    masks = [seq.loss_mask for seq in rec.batches[0].sequences]
+    assert rec.results[0].tokens == sum(int(m.sum()) for m in masks) > 0
