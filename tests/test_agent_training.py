@@ -161,6 +161,10 @@ def test_trained_episodes_are_exact_on_torch(tiny_model_dir, tmp_path):
         check_step_is_exact(rec, step, tokenizer_decode(trainer))
         assert history[step]["episode/turns_mean"] > 1
         assert 0 < history[step]["episode/sampled_token_share"] < 1
+        # throughput counts what the generator sampled, not the environment's inserted tokens
+        sampled = sum(int(c.mask.sum()) for c in rec.completions[step])
+        assert sampled < sum(len(c.completion_ids) for c in rec.completions[step])
+        assert history[step]["tokens_per_s"] * history[step]["generate_seconds"] == pytest.approx(sampled, rel=0.02)
     # each episode's first prompt is the chat template of the environment's first message
     encode = trainer.train_engine.encode_chat
     for rows, completions in zip(rec.rows, rec.completions):

@@ -53,6 +53,7 @@ from polyrl.rewards.trl_compat import TrainerState
 from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.run_lock import OutputDirLock
 from polyrl import evaluation
+from polyrl.step_metrics import sampled_tokens
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.tracking.session import for_run as tracking_for_run
 from polyrl.types import Completion, EngineConfig, RewardContext, SamplingParams, TokenSequence, TrainBatch
@@ -451,7 +452,7 @@ class Trainer:
         metrics.update({f"time/{k}": round(v, 4) for k, v in times.items()})
         metrics["time/step"] = round(total, 4)
         metrics["generate_seconds"] = round(rollout.seconds, 4)  # its own duration, ahead or not
-        metrics["tokens_per_s"] = float(lengths.sum() / max(rollout.seconds, 1e-9))
+        metrics["tokens_per_s"] = float(sampled_tokens(completions) / max(rollout.seconds, 1e-9))
         trained = sum(len(completions[i].prompt_ids) + len(completions[i].completion_ids) for i in idx)
         metrics.update(common_step_metrics(completions, rewards, c.generation.group_size,
                                            {**times, "generate": rollout.seconds}, trained * algo.num_iterations))
