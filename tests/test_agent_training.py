@@ -509,3 +509,26 @@ def test_an_environment_that_cannot_reset_gives_empty_untrained_episodes(tiny_mo
     assert all("no game today" in c.info["env_error"] for c in empty)
     masks = [seq.loss_mask for seq in rec.batches[0].sequences]
     assert rec.results[0].tokens == sum(int(m.sum()) for m in masks) > 0
+
+
+def test_remote_generation_with_overlap_trains_episodes_sampled_a_step_behind(tiny_model_dir, tmp_path,
+                                                                              push_server):
+    """Overlap with a remote generator: the next step's episodes are sampled on the server while
+    this step trains; their ratio is to the server's own log-probs (policy lag 1)."""
+    server, token = push_server
+    out = tmp_path / "run"
+    trainer = Trainer(agent_config(tiny_model_dir, out, generation={"overlap": True}, train={"steps": 3},
+                                   backends={"train": "torch", "generate": "remote",
+                                             "options": {"servers": [f"{server.url}/v1"],
+                                                         "weight_push_token_file": token}}))
+    rec = Recorder(trainer, score_before=False)
+    summary = trainer.run(progress=False)
+    history = summary["history"]
+    assert [m["policy_lag"] for m in history] == [0, 1, 1]
+    assert all(not m.get("skipped") and m["episode/turns_mean"] > 1 for m in history)
+    for batch, completions in zip(rec.batches[1:], rec.completions[1:]):
+        assert batch.old_logprobs is not None
+        for seq, old in zip(batch.sequences, batch.old_logprobs):
+            c = completion_for(seq, completions)
+            np.testing.assert_array_equal(old, c.logprobs)
+            np.testing.assert_array_equal(seq.loss_mask, c.mask)
