@@ -129,13 +129,8 @@ def check_step_is_exact(rec: Recorder, step: int, decode, sampler_atol: float = 
     assert result.loss == pytest.approx(expected, rel=1e-4, abs=1e-6)
 
 
-def tokenizer_decode(trainer: Trainer):
-    tok = trainer.train_engine.raw.tokenizer
-    return lambda ids: tok.decode([int(i) for i in ids], skip_special_tokens=False)
-
-
 def file_decode(model_dir: str):
-    """The model folder's own tokenizer (for backends that keep theirs elsewhere)."""
+    """The model folder's own tokenizer, as text with the special tokens shown (any backend)."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
@@ -158,7 +153,7 @@ def test_trained_episodes_are_exact_on_torch(tiny_model_dir, tmp_path):
         trainer.step += 1
         history.append(metrics)
     for step in range(2):
-        check_step_is_exact(rec, step, tokenizer_decode(trainer))
+        check_step_is_exact(rec, step, file_decode(tiny_model_dir))
         assert history[step]["episode/turns_mean"] > 1
         assert 0 < history[step]["episode/sampled_token_share"] < 1
         # throughput counts what the generator sampled, not the environment's inserted tokens
@@ -197,7 +192,7 @@ def test_every_preset_and_lora_train_a_step_of_episodes(tiny_model_dir, tmp_path
     metrics = trainer.train_one_step()
     assert not metrics.get("skipped"), metrics
     assert np.isfinite(metrics["loss"]) and metrics["episode/turns_mean"] > 1
-    check_step_is_exact(rec, 0, tokenizer_decode(trainer))
+    check_step_is_exact(rec, 0, file_decode(tiny_model_dir))
     after = trainer.train_engine.export_weights()
     assert any(not np.array_equal(before[k], after[k]) for k in after), "the step changed no weight"
     (raw, lengths, shaped, limit), = shaping
@@ -369,7 +364,7 @@ def test_remote_generation_runs_episodes_from_the_train_engines_token_prompts(ti
     for c in rec.completions[0]:
         first = as_messages(rec.rows[0][c.prompt_index]["prompt"])
         np.testing.assert_array_equal(c.prompt_ids, encode(first, None, True))
-    check_step_is_exact(rec, 0, tokenizer_decode(trainer))
+    check_step_is_exact(rec, 0, file_decode(tiny_model_dir))
 
 
 # --- 6. torchrun data parallelism ------------------------------------------------------------------------
