@@ -56,13 +56,19 @@ def peak_rss_mb() -> float:
     return float(peak / 2**20 if sys.platform == "darwin" else peak / 1024)  # bytes on macOS, KiB on Linux
 
 
+def sampled_tokens(completions: Sequence[Completion]) -> int:
+    """Tokens the generator sampled: an episode's inserted tokens (tool results, the environment's
+    words, template glue) were never generated, so its mask's True entries only."""
+    return int(sum(len(c.completion_ids) if c.mask is None else int(np.count_nonzero(c.mask)) for c in completions))
+
+
 def step_metrics(completions: Sequence[Completion], rewards: np.ndarray, group_size: int,
                  seconds: Mapping[str, float], trained_tokens: int) -> dict[str, Any]:
     """All of the above for one step. ``seconds`` has the phases' durations (``generate`` is the
     rollout's own, ``reward`` the scoring, ``train`` the update); ``trained_tokens`` counts the
     prompt and completion tokens of the sequences the update saw."""
-    generated = int(sum(len(c.completion_ids) for c in completions))
-    tokens = {"generate": generated, "score": generated, "train": trained_tokens}
+    scored = int(sum(len(c.completion_ids) for c in completions))
+    tokens = {"generate": sampled_tokens(completions), "score": scored, "train": trained_tokens}
     phases = {"generate": seconds.get("generate", 0.0), "score": seconds.get("reward", 0.0),
               "train": seconds.get("train", 0.0)}
     return {

@@ -53,6 +53,7 @@ from polyrl.rewards.trl_compat import TrainerState
 from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.run_lock import OutputDirLock
 from polyrl import evaluation
+from polyrl.step_metrics import sampled_tokens
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.tracking.session import for_run as tracking_for_run
 from polyrl.types import Completion, EngineConfig, RewardContext, SamplingParams, TokenSequence, TrainBatch
@@ -172,6 +173,13 @@ class Trainer:
         from polyrl.agents.setup import build_runner
 
         return build_runner(self.config, self._env_plan, self.gen_engine, self.train_engine)
+
+    @property
+    def _max_completion_tokens(self) -> int:
+        """The longest completion a step can hold (DAPO's overlong limit, Dr.GRPO's normaliser): an
+        episode's budget of sampled and inserted tokens, which turns' max_new_tokens would undercount."""
+        env = self.config.environment
+        return env.max_episode_tokens if env.enabled else self.config.generation.max_new_tokens
 
     def _sample(self, rows: list[dict[str, Any]], sampling: SamplingParams) -> list[Completion]:
         """Completions for ``rows``: episodes when an environment or tools are configured."""
@@ -381,7 +389,7 @@ class Trainer:
             raise
         rewards = np.asarray(scored.total, dtype=np.float64)
         lengths = np.array([len(x.completion_ids) for x in completions])
-        shaped = algo.shape_rewards(rewards, lengths, c.generation.max_new_tokens)
+        shaped = algo.shape_rewards(rewards, lengths, self._max_completion_tokens)
         times["reward"] = time.perf_counter() - t0
 
         # advantages (and batch-level statistics) over the global batch, then this rank's part
@@ -429,7 +437,7 @@ class Trainer:
             batch = TrainBatch(seqs, advantages[idx], old_logprobs=old, ref_logprobs=ref,
                                temperature=temperature, sampler_logprobs=[completions[i].logprobs for i in idx])
             t0 = time.perf_counter()
-            objective = algo.objective(c.generation.max_new_tokens)
+            objective = algo.objective(self._max_completion_tokens)
             for _ in range(algo.num_iterations):
                 step_metrics = self.train_engine.train_step(batch, objective)
                 if step_metrics.skipped:
@@ -444,7 +452,7 @@ class Trainer:
         metrics.update({f"time/{k}": round(v, 4) for k, v in times.items()})
         metrics["time/step"] = round(total, 4)
         metrics["generate_seconds"] = round(rollout.seconds, 4)  # its own duration, ahead or not
-        metrics["tokens_per_s"] = float(lengths.sum() / max(rollout.seconds, 1e-9))
+        metrics["tokens_per_s"] = float(sampled_tokens(completions) / max(rollout.seconds, 1e-9))
         trained = sum(len(completions[i].prompt_ids) + len(completions[i].completion_ids) for i in idx)
         metrics.update(common_step_metrics(completions, rewards, c.generation.group_size,
                                            {**times, "generate": rollout.seconds}, trained * algo.num_iterations))

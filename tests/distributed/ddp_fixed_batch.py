@@ -34,6 +34,7 @@ def main() -> None:
     parser.add_argument("--resume")
     parser.add_argument("--masks", action="store_true",
                         help="episode loss masks: the global token count must be of masked-in tokens")
+    parser.add_argument("--masked", action="store_true", help="episode-style loss masks (every third token inserted)")
     args = parser.parse_args()
     torch.manual_seed(0)
     engine = Engine(get_registry(), "torch", EngineConfig(
@@ -45,6 +46,9 @@ def main() -> None:
     rng = np.random.default_rng(0)
     sequences = [TokenSequence(rng.integers(5, 200, size=4), rng.integers(5, 200, size=int(rng.integers(2, 9))))
                  for _ in range(5)]  # uneven completion lengths: token-level normalisers matter
+    if args.masked:  # the ranks' trained-token counts differ from their completion lengths
+        sequences = [TokenSequence(s.prompt_ids, s.completion_ids, np.arange(len(s.completion_ids)) % 3 != 1)
+                     for s in sequences]
     advantages = rng.normal(size=5)
     if args.masks:  # every third token sampled, the rest inserted: ranks keep uneven counts
         masks = [np.arange(len(s.completion_ids)) % 3 == 0 for s in sequences]

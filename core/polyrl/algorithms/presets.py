@@ -42,8 +42,8 @@ cispo      group       group    token_mean              .2 / 4.0    clipped, det
 
 ``max_completion_length`` is the generation limit (``generation.max_new_tokens``). It is needed by
 Dr.GRPO's normaliser and by overlong shaping. Leave it None and the ``max_completion_length``
-argument of ``objective()`` / ``shape_rewards()`` is used (the trainer passes max_new_tokens);
-set it and it wins over that argument.
+argument of ``objective()`` / ``shape_rewards()`` is used (the trainer passes max_new_tokens, or
+``environment.max_episode_tokens`` for multi-turn episodes); set it and it wins over that argument.
 """
 
 from __future__ import annotations

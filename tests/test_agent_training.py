@@ -1,0 +1,529 @@
+"""Multi-turn episodes through the whole trainer on tiny models (issue 16, point 5).
+
+The built-in ``guess_number`` environment drives real multi-turn episodes without tool calls: the
+random tiny model's turns end at a stop string ("a", "e", " "), the environment answers "Higher." /
+"Lower." / "Answer with one integer...", and the next turn is sampled from the exact ids so far.
+Every test runs real engines (torch, MLX, a ``polyrl serve`` subprocess, torchrun) and checks
+what the episodes must guarantee: the sampled tokens' log-probs are the trainer's, only they are
+trained (the loss is the numpy reference's with masks), and every other feature of a run (each
+algorithm preset, LoRA, overlap with checkpoint/resume, remote generation, data parallelism)
+works with them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from polyrl.agents.episodes import as_messages
+from polyrl.algorithms.presets import ALGORITHMS, AlgorithmConfig
+from polyrl.algorithms.reference import policy_loss
+from polyrl.config import RunConfig
+from polyrl.trainer import Trainer
+from polyrl.types import Completion, TokenPrompt
+
+#: Turns end at these strings, so the random model's episodes go several turns.
+STOPS = ["a", "e", " "]
+MAX_EPISODE_TOKENS = 96
+
+
+def agent_config(model: str, out: Path, algorithm: str | dict[str, Any] = "grpo", environment: dict[str, Any] | None = None,
+                 train: dict[str, Any] | None = None, **sections: Any) -> RunConfig:
+    """A tiny guess_number run; the length penalty makes the rewards of a group differ."""
+    data: dict[str, Any] = {
+        "model": {"path": model},
+        "algorithm": algorithm if isinstance(algorithm, dict) else {"name": algorithm},
+        "generation": {"group_size": 4, "max_new_tokens": 16, "stop": STOPS},
+        "optimizer": {"lr": 1e-2},
+        "data": {"task": "arithmetic", "options": {"count": 64}},
+        "rewards": [{"name": "environment"},
+                    {"name": "length_penalty", "weight": 0.5, "options": {"target": 2, "unit": "chars"}}],
+        "environment": {"name": "guess_number", "max_turns": 3, "max_episode_tokens": MAX_EPISODE_TOKENS,
+                        **(environment or {})},
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(out), **(train or {})},
+    }
+    for key, value in sections.items():
+        data[key] = {**data.get(key, {}), **value}
+    return RunConfig.from_dict(data)
+
+
+class Recorder:
+    """Wraps a trainer's sampling and ``train_step`` to keep what they saw.
+
+    ``current`` holds the train engine's log-probs of each batch just before its update (the
+    weights the batch was sampled with, on-policy)."""
+
+    def __init__(self, trainer: Trainer, score_before: bool = True) -> None:
+        self.rows: list[list[dict[str, Any]]] = []
+        self.completions: list[list[Completion]] = []
+        self.batches: list[Any] = []
+        self.objectives: list[Any] = []
+        self.current: list[list[np.ndarray]] = []
+        self.results: list[Any] = []
+        sample, train_step = trainer._sample, trainer.train_engine.train_step
+
+        def recording_sample(rows, sampling):
+            out = sample(rows, sampling)
+            self.rows.append(list(rows))
+            self.completions.append(out)
+            return out
+
+        def recording_train_step(batch, objective):
+            if score_before:
+                self.current.append(trainer.train_engine.logprobs(batch.sequences, batch.temperature))
+            self.batches.append(batch)
+            self.objectives.append(objective)
+            result = train_step(batch, objective)
+            self.results.append(result)
+            return result
+
+        trainer._sample = recording_sample
+        trainer.train_engine.train_step = recording_train_step
+
+
+def runs_of(mask: np.ndarray, value: bool) -> list[slice]:
+    """The maximal runs of ``value`` in ``mask``, as slices."""
+    out, start = [], None
+    for i, m in enumerate([*mask.tolist(), not value]):
+        if m == value and start is None:
+            start = i
+        elif m != value and start is not None:
+            out.append(slice(start, i))
+            start = None
+    return out
+
+
+def completion_for(seq: Any, completions: list[Completion]) -> Completion:
+    return next(c for c in completions if np.array_equal(c.completion_ids, seq.completion_ids)
+                and np.array_equal(c.prompt_ids, seq.prompt_ids))
+
+
+def check_step_is_exact(rec: Recorder, step: int, decode, sampler_atol: float = 1e-4) -> None:
+    """Step ``step``'s batch: masks are the episodes', the sampled tokens' log-probs are the
+    trainer's, inserted segments are the environment's words, and the loss is the reference's."""
+    batch, current, completions = rec.batches[step], rec.current[step], rec.completions[step]
+    masks = [seq.loss_mask for seq in batch.sequences]
+    assert batch.old_logprobs is None  # on-policy, one iteration: the ratio is to the current policy
+    assert any((~m).any() for m in masks), "no episode went past one turn: nothing is masked"
+    for seq, mask, sampler, scored in zip(batch.sequences, masks, batch.sampler_logprobs, current):
+        c = completion_for(seq, completions)
+        np.testing.assert_array_equal(mask, c.mask)
+        np.testing.assert_allclose(sampler[mask], scored[mask], atol=sampler_atol)
+        assert np.all(sampler[~mask] == 0)  # inserted tokens were never sampled
+        feedback = [m["content"] for m in c.messages if m["role"] == "user"]
+        inserted = runs_of(mask, False)
+        assert len(inserted) == len(feedback) == c.info["turns"] - 1
+        for span, words in zip(inserted, feedback):
+            text = decode(seq.completion_ids[span])
+            assert f"<|im_start|>user\n{words}<|im_end|>\n" in text, (text, words)
+            assert text.endswith("<|im_start|>assistant\n"), text
+    expected, ref_metrics = policy_loss(current, batch.advantages, rec.objectives[step], batch.old_logprobs,
+                                        batch.ref_logprobs, batch.sampler_logprobs, masks=masks)
+    result = rec.results[step]
+    assert result.tokens == ref_metrics["tokens"] == sum(int(m.sum()) for m in masks)
+    assert result.loss == pytest.approx(expected, rel=1e-4, abs=1e-6)
+
+
+def file_decode(model_dir: str):
+    """The model folder's own tokenizer, as text with the special tokens shown (any backend)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    return lambda ids: tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+
+# --- 1. exactness on torch ---------------------------------------------------------------------------
+
+
+def test_trained_episodes_are_exact_on_torch(tiny_model_dir, tmp_path):
+    """Two steps: every sampled token's log-prob is the trainer's on the full sequence, inserted
+    tokens are the environment's feedback in the template's glue, and the loss is the masked
+    reference's (the second step on the weights the first one changed)."""
+    trainer = Trainer(agent_config(tiny_model_dir, tmp_path / "run", train={"steps": 2}))
+    rec = Recorder(trainer)
+    history = []
+    for _ in range(2):
+        metrics = trainer.train_one_step()
+        assert not metrics.get("skipped"), metrics
+        trainer.step += 1
+        history.append(metrics)
+    for step in range(2):
+        check_step_is_exact(rec, step, file_decode(tiny_model_dir))
+        assert history[step]["episode/turns_mean"] > 1
+        assert 0 < history[step]["episode/sampled_token_share"] < 1
+        # throughput counts what the generator sampled, not the environment's inserted tokens
+        sampled = sum(int(c.mask.sum()) for c in rec.completions[step])
+        assert sampled < sum(len(c.completion_ids) for c in rec.completions[step])
+        assert history[step]["tokens_per_s"] * history[step]["generate_seconds"] == pytest.approx(sampled, rel=0.02)
+    # each episode's first prompt is the chat template of the environment's first message
+    encode = trainer.train_engine.encode_chat
+    for rows, completions in zip(rec.rows, rec.completions):
+        for c in completions:
+            first = as_messages(rows[c.prompt_index]["prompt"])  # guess_number keeps the row's prompt
+            np.testing.assert_array_equal(c.prompt_ids, encode(first, None, True))
+
+
+# --- 2. every algorithm preset, and LoRA -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", [*ALGORITHMS, "grpo+lora"])
+def test_every_preset_and_lora_train_a_step_of_episodes(tiny_model_dir, tmp_path, variant, monkeypatch):
+    """One step each. An episode is longer than one turn's max_new_tokens: DAPO's overlong limit
+    and Dr.GRPO's normaliser are the episode's token budget, not a turn's."""
+    algorithm, _, lora = variant.partition("+")
+    sections = {"lora": {"rank": 4, "alpha": 8}} if lora else {}
+    shaping: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []
+    shape_rewards = AlgorithmConfig.shape_rewards
+
+    def recording_shape_rewards(self, rewards, lengths, max_completion_length=None):
+        out = shape_rewards(self, rewards, lengths, max_completion_length)
+        shaping.append((np.asarray(rewards), np.asarray(lengths), out, max_completion_length))
+        return out
+
+    monkeypatch.setattr(AlgorithmConfig, "shape_rewards", recording_shape_rewards)
+    trainer = Trainer(agent_config(tiny_model_dir, tmp_path / "run", algorithm=algorithm, **sections))
+    rec = Recorder(trainer)
+    before = trainer.train_engine.export_weights()
+    metrics = trainer.train_one_step()
+    assert not metrics.get("skipped"), metrics
+    assert np.isfinite(metrics["loss"]) and metrics["episode/turns_mean"] > 1
+    check_step_is_exact(rec, 0, file_decode(tiny_model_dir))
+    after = trainer.train_engine.export_weights()
+    assert any(not np.array_equal(before[k], after[k]) for k in after), "the step changed no weight"
+    (raw, lengths, shaped, limit), = shaping
+    assert limit == MAX_EPISODE_TOKENS and lengths.max() > 16  # episodes outgrow one turn's 16 tokens
+    if algorithm == "dapo":  # no penalty below the budget minus the buffer (0.2 of it)
+        short = lengths <= MAX_EPISODE_TOKENS - round(0.2 * MAX_EPISODE_TOKENS)
+        assert short.any() and np.array_equal(shaped[short], raw[short])
+    if algorithm == "dr_grpo":
+        assert rec.objectives[0].max_completion_length == MAX_EPISODE_TOKENS
+
+
+# --- 3. overlap, checkpoint and resume ---------------------------------------------------------------
+
+
+def test_overlap_resume_with_a_pending_rollout_of_episodes_continues_exactly(tiny_model_dir, tmp_path):
+    """Saved while step 2's episodes are being sampled: the checkpoint holds them (masks, messages,
+    episode info), and the resumed run trains on them and ends on the clean run's weights."""
+    from polyrl import checkpoint as ckpt
+
+    def config(out: Path) -> RunConfig:
+        return agent_config(tiny_model_dir, out, generation={"overlap": True}, train={"steps": 5})
+
+    clean = Trainer(config(tmp_path / "clean"))
+    clean_summary = clean.run(progress=False)
+
+    interrupted = Trainer(config(tmp_path / "crash"))
+    for _ in range(2):
+        interrupted.history.append(interrupted.train_one_step())
+        interrupted.step += 1
+    saved = interrupted.save()
+    interrupted.rollouts.close()
+    pending = ckpt.read_state(saved)["pending_rollout"]
+    assert pending["step"] == 2 and pending["policy_version"] == 1
+
+    resumed = Trainer(config(tmp_path / "crash"))
+    assert resumed.resume()
+    rollout = resumed.rollouts.pending()
+    assert rollout is not None and rollout.step == 2
+    episodes = rollout.completions
+    assert all(c.mask is not None and c.info["turns"] >= 1 for c in episodes)
+    assert any(c.info["turns"] > 1 and (~c.mask).any() and c.messages for c in episodes)
+    summary = resumed.run(progress=False)
+    tail, expected = summary["history"][-3:], clean_summary["history"][2:]
+    assert [m["step"] for m in tail] == [2, 3, 4]
+    assert [m["policy_lag"] for m in tail] == [1, 1, 1]
+    for key in ("reward_mean", "loss", "completion_len_mean", "tokens", "episode/turns_mean",
+                "episode/sampled_token_share", "episode/env_error_share"):
+        assert [m[key] for m in tail] == [m[key] for m in expected], key
+    assert all(m["episode/turns_mean"] > 1 for m in tail)
+    a, b = clean.train_engine.export_weights(), resumed.train_engine.export_weights()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+# --- 7. a broken third-party environment -------------------------------------------------------------
+
+BROKEN_ENV = '''
+import itertools
+
+from polyrl.agents import Observation
+
+_count = itertools.count()
+
+
+class Flaky:
+    """Every other episode's environment raises on its second step."""
+
+    def __init__(self, options):
+        self.broken = next(_count) % 2 == 1
+        self.steps = 0
+
+    def reset(self, row):
+        return [{"role": "user", "content": "Say anything."}]
+
+    def step(self, message):
+        self.steps += 1
+        if self.broken and self.steps == 2:
+            raise RuntimeError("the environment's backend went away")
+        return Observation([{"role": "user", "content": "Go on."}], reward=0.25)
+
+
+def make(options):
+    return Flaky(options)
+'''
+
+
+@pytest.mark.faults
+def test_an_environment_that_raises_ends_its_episodes_and_the_run_finishes(tiny_model_dir, tmp_path):
+    (tmp_path / "flaky_env.py").write_text(BROKEN_ENV)
+    out = tmp_path / "run"
+    config = agent_config(tiny_model_dir, out, environment={"name": f"{tmp_path / 'flaky_env.py'}:make",
+                                                            "max_turns": 4}, train={"steps": 2})
+    trainer = Trainer(config)
+    rec = Recorder(trainer)
+    summary = trainer.run(progress=False)
+    assert summary["steps"] == 2
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [0, 1]
+    for m in lines:
+        assert m["episode/env_error_share"] == pytest.approx(0.5)
+        assert np.isfinite(m["loss"])
+    for completions in rec.completions:
+        failed = [c for c in completions if "env_error" in c.info]
+        assert failed and all("went away" in c.info["env_error"] and c.info["turns"] == 2 for c in failed)
+        # what was sampled before the failure is kept: two turns, the first one's feedback between
+        assert all(len(runs_of(c.mask, True)) == 2 and len(runs_of(c.mask, False)) == 1 for c in failed)
+
+
+# --- 4. MLX --------------------------------------------------------------------------------------------
+
+
+def test_mlx_trains_episodes_with_masks_equal_to_the_reference(tiny_model_dir, tmp_path):
+    """The same run on MLX (generate and train): sampled log-probs are the trainer's and the
+    masked loss is the numpy reference's."""
+    pytest.importorskip("mlx")
+    trainer = Trainer(agent_config(tiny_model_dir, tmp_path / "run", backends={"train": "mlx"}))
+    assert trainer.train_engine.backend == trainer.gen_engine.backend == "mlx"
+    rec = Recorder(trainer)
+    metrics = trainer.train_one_step()
+    assert not metrics.get("skipped"), metrics
+    assert metrics["episode/turns_mean"] > 1
+    check_step_is_exact(rec, 0, file_decode(tiny_model_dir))
+
+
+# --- 5. remote generation ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def push_server(tiny_model_dir, tmp_path_factory):
+    """A real ``polyrl serve`` on 127.0.0.1 that accepts the trainer's weight pushes."""
+    from serve_util import start_server
+
+    token = tmp_path_factory.mktemp("secret") / "push-token"
+    token.write_text("agent-test-" + "5c1e" * 8 + "\n")
+    server = start_server(tiny_model_dir, "--allow-weight-push", "--weight-push-token-file", str(token))
+    yield server, str(token)
+    server.stop()
+
+
+def test_remote_generation_runs_episodes_from_the_train_engines_token_prompts(tiny_model_dir, tmp_path,
+                                                                            push_server):
+    """``backends.generate = "remote"``: the server has no chat encoder for the trainer, so every
+    turn is a ``TokenPrompt`` built with the train engine's ``encode_chat``; the server generates
+    from those ids verbatim, and its log-probs are the trainer's on the sampled tokens."""
+    server, token = push_server
+    trainer = Trainer(agent_config(tiny_model_dir, tmp_path / "run", backends={
+        "train": "torch", "generate": "remote",
+        "options": {"servers": [f"{server.url}/v1"], "weight_push_token_file": token}}))
+    assert trainer.gen_engine.backend == "remote"
+    assert trainer.gen_engine.encode_chat([{"role": "user", "content": "hi"}], None, True) is None
+    sent: list[list[Any]] = []
+    generate = trainer.gen_engine.generate
+
+    def recording_generate(prompts, sampling):
+        out = generate(prompts, sampling)
+        sent.append(list(prompts))
+        for c in out:  # what came back was generated from exactly the ids sent
+            np.testing.assert_array_equal(c.prompt_ids, prompts[c.prompt_index].ids)
+        return out
+
+    trainer.gen_engine.generate = recording_generate
+    trainer.episodes.generate = recording_generate
+    rec = Recorder(trainer)
+    metrics = trainer.train_one_step()
+    assert not metrics.get("skipped"), metrics
+    assert metrics["episode/turns_mean"] > 1 and len(sent) > 1  # later turns were generated remotely too
+    assert all(isinstance(p, TokenPrompt) for prompts in sent for p in prompts)
+    encode = trainer.train_engine.encode_chat
+    for c in rec.completions[0]:
+        first = as_messages(rec.rows[0][c.prompt_index]["prompt"])
+        np.testing.assert_array_equal(c.prompt_ids, encode(first, None, True))
+    check_step_is_exact(rec, 0, file_decode(tiny_model_dir))
+
+
+# --- 6. torchrun data parallelism ------------------------------------------------------------------------
+
+
+def test_two_ranks_train_masked_batches_as_one_process(tiny_model_dir, tmp_path):
+    """A fixed batch with episode masks (token_mean: the normaliser is the global count of trained
+    tokens, which the ranks hold unevenly): two gloo ranks give one process's losses and weights."""
+    from test_distributed import SCRIPT, TORCHRUN, TWO_RANKS, _run
+
+    assert TORCHRUN, "torchrun comes with torch"
+    args = [str(SCRIPT), tiny_model_dir, "--aggregation", "token_mean", "--steps", "2"]
+    single = _run([sys.executable, *args, "--masked", "--out", str(tmp_path / "one.json")], tmp_path / "one.json")
+    double = _run([*TWO_RANKS, *args, "--masked", "--out", str(tmp_path / "two.json")], tmp_path / "two.json")
+    unmasked = _run([sys.executable, *args, "--out", str(tmp_path / "all.json")], tmp_path / "all.json")
+    assert double["world"] == 2
+    np.testing.assert_allclose(double["losses"], single["losses"], rtol=1e-5, atol=1e-6)
+    assert double["checksum"] == pytest.approx(single["checksum"], rel=1e-6)
+    assert not np.allclose(single["losses"], unmasked["losses"])  # the masks did change the loss
+
+
+def test_polyrl_launch_trains_episodes_on_two_ranks(tiny_model_dir, tmp_path):
+    """``polyrl launch`` with an ``[environment]``: each rank runs its prompts' episodes, the step's
+    metrics are the global batch's, and one process resumes the run."""
+    from test_distributed import _metrics, _polyrl
+
+    out = tmp_path / "run"
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'[model]\npath = "{tiny_model_dir}"\n'
+        f'[generation]\ngroup_size = 4\nmax_new_tokens = 16\nstop = {json.dumps(STOPS)}\n'
+        '[optimizer]\nlr = 1e-2\n[data]\ntask = "arithmetic"\n'
+        '[[rewards]]\nname = "environment"\n'
+        '[[rewards]]\nname = "length_penalty"\nweight = 0.5\noptions = { target = 2, unit = "chars" }\n'
+        f'[environment]\nname = "guess_number"\nmax_turns = 3\nmax_episode_tokens = {MAX_EPISODE_TOKENS}\n'
+        f'[train]\nsteps = 2\nprompts_per_step = 2\nthreads = 1\noutput_dir = "{out}"\n')
+    _polyrl("launch", "--nproc-per-node", "2", str(config))
+    lines = _metrics(out)
+    assert [m["step"] for m in lines] == [0, 1]  # written once, by rank 0
+    for m in lines:
+        assert not m.get("skipped") and np.isfinite(m["loss"])
+        assert m["samples_kept"] == 8  # the global batch: 2 prompts x 4, one prompt per rank
+        assert m["episode/turns_mean"] > 1
+    _polyrl("train", str(config), "--resume", "--steps", "3", "--no-progress")
+    assert [m["step"] for m in _metrics(out)] == [0, 1, 2]
+
+
+# --- the rest of a run: KL, several iterations, micro-batches, evaluation, logs, plain resume ----------
+
+
+def test_episodes_with_kl_iterations_micro_batches_eval_and_an_exact_resume(tiny_model_dir, tmp_path):
+    """KL to the reference and ``num_iterations = 2`` (old log-probs re-scored on masked
+    sequences), micro-batches of 2: every ``train_step`` call's loss is the masked reference's.
+    Evaluation runs episodes scored by the environment's reward, the completions logs are written,
+    and a run stopped after a checkpoint resumes to the uninterrupted run's metrics and weights."""
+
+    def config(out: Path, steps: int) -> RunConfig:
+        return agent_config(tiny_model_dir, out, algorithm={"name": "grpo", "num_iterations": 2, "beta": 0.05},
+                            optimizer={"micro_batch_size": 2},
+                            eval={"count": 2, "every": 2, "reward": "environment", "samples": 2},
+                            train={"steps": steps, "checkpoint_every": 1})
+
+    clean = Trainer(config(tmp_path / "clean", 3))
+    rec = Recorder(clean)
+    clean_summary = clean.run(progress=False)
+    assert len(rec.batches) == 6  # 3 steps x 2 iterations
+    for batch, current, objective, result in zip(rec.batches, rec.current, rec.objectives, rec.results):
+        masks = [seq.loss_mask for seq in batch.sequences]
+        assert batch.old_logprobs is not None and batch.ref_logprobs is not None
+        expected, _ = policy_loss(current, batch.advantages, objective, batch.old_logprobs, batch.ref_logprobs,
+                                  batch.sampler_logprobs, masks=masks)
+        assert result.loss == pytest.approx(expected, rel=1e-4, abs=1e-6)
+    assert any((~seq.loss_mask).any() for batch in rec.batches for seq in batch.sequences)
+    assert clean_summary["eval_after"]["eval_count"] == 2
+    evals = [json.loads(x) for x in (tmp_path / "clean" / "eval_completions.jsonl").read_text().splitlines()]
+    assert {e["phase"] for e in evals} >= {"before", "after"} and all(e["reward"] in (0.0, 1.0) for e in evals)
+    assert (tmp_path / "clean" / "completions.jsonl").stat().st_size > 0
+
+    first = Trainer(config(tmp_path / "stopped", 2))
+    first.run(progress=False)
+    resumed = Trainer(config(tmp_path / "stopped", 3))
+    assert resumed.resume()
+    summary = resumed.run(progress=False)
+    last, expected = summary["history"][-1], clean_summary["history"][-1]
+    assert last["step"] == 2
+    for key in ("reward_mean", "loss", "kl", "tokens", "episode/turns_mean", "episode/sampled_token_share"):
+        assert last[key] == expected[key], key
+    a, b = clean.train_engine.export_weights(), resumed.train_engine.export_weights()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+RESET_FAILS_ENV = '''
+import itertools
+
+from polyrl.agents import Observation
+
+_count = itertools.count()
+
+
+class ResetFails:
+    """Every third episode's environment cannot start."""
+
+    def __init__(self, options):
+        self.broken = next(_count) % 3 == 1
+
+    def reset(self, row):
+        if self.broken:
+            raise RuntimeError("no game today")
+        return [{"role": "user", "content": "Say anything."}]
+
+    def step(self, message):
+        return Observation([{"role": "user", "content": "Go on."}], reward=0.25)
+
+
+def make(options):
+    return ResetFails(options)
+'''
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_an_environment_that_cannot_reset_gives_empty_untrained_episodes(tiny_model_dir, tmp_path, backend):
+    """A failed reset ends its episode before any turn: an empty completion in the batch, which
+    both trainers take (it adds no token to the loss) while the other episodes train."""
+    if backend == "mlx":
+        pytest.importorskip("mlx")
+    (tmp_path / "reset_env.py").write_text(RESET_FAILS_ENV)
+    trainer = Trainer(agent_config(tiny_model_dir, tmp_path / "run", backends={"train": backend},
+                                   environment={"name": f"{tmp_path / 'reset_env.py'}:make"}))
+    rec = Recorder(trainer)
+    metrics = trainer.train_one_step()
+    assert not metrics.get("skipped") and np.isfinite(metrics["loss"])
+    assert 0 < metrics["episode/env_error_share"] < 1
+    empty = [c for c in rec.completions[0] if "env_error" in c.info]
+    assert empty and all(len(c.completion_ids) == 0 and c.info["turns"] == 0 for c in empty)
+    assert all("no game today" in c.info["env_error"] for c in empty)
+    masks = [seq.loss_mask for seq in rec.batches[0].sequences]
+    assert rec.results[0].tokens == sum(int(m.sum()) for m in masks) > 0
+
+
+def test_remote_generation_with_overlap_trains_episodes_sampled_a_step_behind(tiny_model_dir, tmp_path,
+                                                                              push_server):
+    """Overlap with a remote generator: the next step's episodes are sampled on the server while
+    this step trains; their ratio is to the server's own log-probs (policy lag 1)."""
+    server, token = push_server
+    out = tmp_path / "run"
+    trainer = Trainer(agent_config(tiny_model_dir, out, generation={"overlap": True}, train={"steps": 3},
+                                   backends={"train": "torch", "generate": "remote",
+                                             "options": {"servers": [f"{server.url}/v1"],
+                                                         "weight_push_token_file": token}}))
+    rec = Recorder(trainer, score_before=False)
+    summary = trainer.run(progress=False)
+    history = summary["history"]
+    assert [m["policy_lag"] for m in history] == [0, 1, 1]
+    assert all(not m.get("skipped") and m["episode/turns_mean"] > 1 for m in history)
+    for batch, completions in zip(rec.batches[1:], rec.completions[1:]):
+        assert batch.old_logprobs is not None
+        for seq, old in zip(batch.sequences, batch.old_logprobs):
+            c = completion_for(seq, completions)
+            np.testing.assert_array_equal(old, c.logprobs)
+            np.testing.assert_array_equal(seq.loss_mask, c.mask)
