@@ -527,3 +527,26 @@ def test_remote_generation_with_overlap_trains_episodes_sampled_a_step_behind(ti
             c = completion_for(seq, completions)
             np.testing.assert_array_equal(old, c.logprobs)
             np.testing.assert_array_equal(seq.loss_mask, c.mask)
+
+
+def test_the_completions_log_shows_whole_episodes(tiny_model_dir, tmp_path):
+    """completions.jsonl holds an episode's conversation, not only its last turn."""
+    import json as _json
+
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    config = RunConfig.from_dict({
+        "model": {"path": tiny_model_dir, "max_length": 512},
+        "generation": {"group_size": 2, "max_new_tokens": 6, "stop": ["a", "e", " "]},
+        "data": {"task": "arithmetic", "options": {"count": 8}},
+        "environment": {"name": "guess_number", "max_turns": 3, "max_episode_tokens": 120},
+        "rewards": [{"name": "environment"}, {"name": "length_penalty", "options": {"target": 4}}],
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")},
+        "logging": {"completions_per_step": 4},
+    })
+    Trainer(config).run(progress=False)
+    records = [_json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
+    assert records and all(isinstance(r["completion"], list) for r in records)
+    assert any(len(r["completion"]) > 1 and r["completion"][1]["role"] == "user" for r in records)
+    assert all(r["completion"][0]["role"] == "assistant" for r in records)

@@ -54,13 +54,22 @@ def sample_records(step: int, prompts: Sequence[Any], completions: Sequence[Any]
         records.append({
             "step": step,
             "prompt": _redact(prompts[i], redact),
-            "completion": redact(completions[i].text),
+            "completion": _redact(_shown(completions[i]), redact),
             "rewards": {name: _number(scores[i]) for name, scores in per_reward.items()},
             "reward": _number(total[i]),
             "advantage": _number(advantages[i]),
             "finish_reason": completions[i].finish_reason,
         })
     return records
+
+
+def _shown(completion: Any) -> Any:
+    """The completion's text, or for a multi-turn episode its whole conversation after the prompt
+    (assistant turns, tool calls, tool results, observations): reward hacking hides in any turn."""
+    messages = getattr(completion, "messages", None)
+    if not messages:
+        return completion.text
+    return [{k: v for k, v in m.items() if k in ("role", "content", "tool_calls", "name")} for m in messages]
 
 
 def cell(value: Any) -> Any:
