@@ -550,3 +550,7 @@ def test_the_completions_log_shows_whole_episodes(tiny_model_dir, tmp_path):
     assert records and all(isinstance(r["completion"], list) for r in records)
     assert any(len(r["completion"]) > 1 and r["completion"][1]["role"] == "user" for r in records)
     assert all(r["completion"][0]["role"] == "assistant" for r in records)
+    line = _json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert line["clip_ratio/region_mean"] == line["clip_fraction"]  # TRL's names for the clip regions
+    assert line["clip_ratio/low_mean"] == line["clip_low_fraction"]
+    assert line["clip_ratio/high_mean"] == line["clip_high_fraction"]

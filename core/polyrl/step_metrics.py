@@ -62,6 +62,17 @@ def sampled_tokens(completions: Sequence[Completion]) -> int:
     return int(sum(len(c.completion_ids) if c.mask is None else int(np.count_nonzero(c.mask)) for c in completions))
 
 
+#: TRL's names for the ratio clip fractions a backend reports (``clip_low_fraction``...)
+TRL_CLIP_NAMES = {"clip_low_fraction": "clip_ratio/low_mean", "clip_high_fraction": "clip_ratio/high_mean",
+                  "clip_fraction": "clip_ratio/region_mean"}
+
+
+def clip_region_metrics(train_metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The update's clip fractions under TRL's names: below 1 - eps_low with a negative advantage,
+    above 1 + eps_high with a positive one, and either (the clipped region)."""
+    return {trl: float(train_metrics[ours]) for ours, trl in TRL_CLIP_NAMES.items() if ours in train_metrics}
+
+
 def step_metrics(completions: Sequence[Completion], rewards: np.ndarray, group_size: int,
                  seconds: Mapping[str, float], trained_tokens: int) -> dict[str, Any]:
     """All of the above for one step. ``seconds`` has the phases' durations (``generate`` is the

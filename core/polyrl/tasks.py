@@ -32,7 +32,8 @@ ARITHMETIC_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "eval_fraction": 0.2,
     "chat": True,
-    "instruction": "Answer with the number only.",  # follows the question in the prompt
+    # follows the question in the prompt; "{expression}" in it becomes the problem, e.g. "12 * 34"
+    "instruction": "Answer with the number only.",
 }
 
 
@@ -107,7 +108,8 @@ def arithmetic(
         if problem_split(question, opts["eval_fraction"]) != split:
             continue
         answer = a + b if op == "+" else a - b if op == "-" else a * b
-        content = f"{question} {opts['instruction']}".strip()
+        instruction = opts["instruction"].replace("{expression}", f"{a} {op} {b}")
+        content = f"{question} {instruction}".strip()
         prompt: Any = [{"role": "user", "content": content}] if opts["chat"] else content
         rows.append({prompt_column: prompt, "answer": str(answer), "question": question})
     return rows

@@ -54,6 +54,7 @@ from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.run_lock import OutputDirLock
 from polyrl import evaluation
 from polyrl.step_metrics import sampled_tokens
+from polyrl.step_metrics import clip_region_metrics
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.tracking.session import for_run as tracking_for_run
 from polyrl.types import Completion, EngineConfig, RewardContext, SamplingParams, TokenSequence, TrainBatch
@@ -444,6 +445,7 @@ class Trainer:
                     break
             times["train"] = time.perf_counter() - t0
             metrics.update(step_metrics.as_dict())
+            metrics.update(clip_region_metrics(metrics))
         if metrics.get("skipped"):
             self._generator_version = self.step + 1  # the weights did not change
         elif not c.generation.overlap:

@@ -19,7 +19,10 @@ temperature 0 under the plain softmax), seeds repeat, stop strings and lengths (
 and ``max_length``) are honoured, the reported loss equals the numpy reference, the gradient
 equals the reference's (``policy_loss_grad``, measured through one optimizer step), micro-batching
 changes nothing, non-finite steps leave the weights alone, every parameter survives an
-export/import round trip, and a checkpoint resumes exactly (weights and optimizer state).
+export/import round trip, and a checkpoint resumes exactly (weights and optimizer state). For
+multi-turn episodes (when the backend declares ``token_prompts``/``loss_mask``): a ``TokenPrompt``
+is used verbatim, continuing from ids equals one longer generation, ``encode_chat`` is what
+``generate`` feeds the model, and a masked batch's loss and gradient are the reference's.
 
 Each check is a plain method: ``MyKit().test_checkpoint_resumes_exactly(model_dir, tmp_path)``
 runs it outside pytest's collection too (the kit's own mutation tests do that).
