@@ -34,13 +34,16 @@ def test_loaded_by_file_path_it_plays_a_whole_game():
     assert env.step({"role": "assistant", "content": "crane"}) == Observation([], reward=1.0, done=True)
 
 
-def test_the_json_tool_format_reads_a_call_opening_the_reply_and_keeps_the_rest():
+def test_the_json_tool_format_reads_the_first_call_object_and_keeps_the_rest():
     turn = parse_tool_calls('{"name": "calculator", "arguments": {"expression": "2 * 3"}} then I answer', "json")
     assert [c.name for c in turn.calls] == ["calculator"] and turn.calls[0].arguments == {"expression": "2 * 3"}
     assert turn.content == "then I answer"
     fenced = parse_tool_calls('```json\n{"name": "calculator", "parameters": {"expression": "1"}}\n```', "json")
     assert fenced.calls and fenced.content == ""
     assert parse_tool_calls("The answer is 6.", "json").calls == []
+    prose = parse_tool_calls('Here it is:\n{"name": "calculator", "arguments": {"expression": "7"}}', "json")
+    assert prose.calls[0].arguments == {"expression": "7"} and prose.content == "Here it is:"
+    assert parse_tool_calls('A set {1, 2} and {"a": 1}', "json").calls == []
     broken = parse_tool_calls('{"name": "calculator", "arguments": {', "json")
     assert not broken.calls and broken.errors and "not valid JSON" in broken.errors[0]
-    assert '{"name": "<tool name>"' in tools_system_prompt([], "json")
+    assert '{"name": "<tool>"' in tools_system_prompt([], "json")

@@ -22,9 +22,9 @@ phi3 (Phi-4-mini)  ``functools[{"name": ..., "arguments": {...}}, ...]`` or     
 =================  ===========================================================  ==========
 
 ``fmt="json"`` is polyrl's own form for templates without a tool format when the tools prompt
-asks for it (``polyrl.agents.prompting``): the message *starts* with a call object
-``{"name": ..., "arguments": {...}}`` (``parameters`` accepted too); text after it is kept as
-content. Small models write this form far more readily than tagged ones.
+asks for it (``polyrl.agents.prompting``): the first call object ``{"name": ..., "arguments":
+{...}}`` (``parameters`` accepted too) anywhere in the reply, prose around it kept as content.
+Small models write this form far more readily than tagged ones.
 
 A call object may also be wrapped as ``{"type": "function", "function": {"name", "arguments"}}``
 (the OpenAI form some fine-tunes copy); it is unwrapped.
@@ -152,26 +152,25 @@ def _llama3(text: str) -> ParsedTurn:
     return ParsedTurn("", [call] if call else [], [] if call else [error or "malformed tool call"])
 
 
-def _leading_json(text: str) -> ParsedTurn:
-    """A call object at the start of the message (optionally in a ```json fence), text after it."""
-    body = text.strip()
-    fence = re.match(r"```(?:json)?\s*", body)
-    if fence:
-        body = body[fence.end():]
-    if not body.startswith("{"):
-        return ParsedTurn(text.strip())
-    try:
-        obj, end = json.JSONDecoder().raw_decode(body)
-    except json.JSONDecodeError as exc:
-        if '"name"' not in body:  # prose that starts with a brace: not a call attempt
-            return ParsedTurn(text.strip())
-        return ParsedTurn("", [], [f"tool call is not valid JSON ({exc.msg} at column {exc.colno}): {_short(body)}"])
-    if not (isinstance(obj, dict) and "name" in obj and ("arguments" in obj or "parameters" in obj)):
-        return ParsedTurn(text.strip())  # a JSON answer, not a call
-    rest = body[end:].lstrip()
-    rest = rest[3:].lstrip() if fence and rest.startswith("```") else rest
-    call, error = _to_call(obj, 0, body[:end], ("arguments", "parameters"))
-    return ParsedTurn(rest, [call] if call else [], [] if call else [error or "malformed tool call"])
+def _json_call(text: str) -> ParsedTurn:
+    """The first call object in the reply (prose or a ```json fence around it is kept as content)."""
+    decoder = json.JSONDecoder()
+    broken: str | None = None
+    for match in re.finditer(r"\{", text):
+        start = match.start()
+        try:
+            obj, end = decoder.raw_decode(text, start)
+        except json.JSONDecodeError as exc:
+            if broken is None and re.match(r'\{\s*"name"', text[start:]):
+                broken = f"tool call is not valid JSON ({exc.msg} at column {exc.colno}): {_short(text[start:])}"
+            continue
+        if isinstance(obj, dict) and "name" in obj and ("arguments" in obj or "parameters" in obj):
+            call, error = _to_call(obj, 0, text[start:end], ("arguments", "parameters"))
+            content = (text[:start] + text[end:]).replace("```json", "").replace("```", "").strip()
+            return ParsedTurn(content, [call] if call else [], [] if call else [error or "malformed tool call"])
+    if broken is not None:
+        return ParsedTurn(text.strip(), [], [broken])
+    return ParsedTurn(text.strip())
 
 
 def _mistral(text: str) -> ParsedTurn:
@@ -250,7 +249,7 @@ def parse_tool_calls(text: str, fmt: str = "auto") -> ParsedTurn:
     if fmt == "phi4" or (fmt == "auto" and ("<|tool_call|>" in text or _FUNCTOOLS in text)):
         return _phi4(text)
     if fmt == "json":
-        return _leading_json(text)
+        return _json_call(text)
     if fmt in ("llama3", "auto"):
         return _llama3(text)
     return ParsedTurn(text.strip())  # pragma: no cover - every format is handled above

@@ -19,18 +19,25 @@ def tools_system_prompt(schemas: Sequence[Mapping[str, Any]], fmt: str = "hermes
     """Instructions listing ``schemas`` (``tool_schema`` output) and how to call them: the Hermes
     ``<tool_call>`` form, or with ``fmt="json"`` a bare call object at the start of the reply."""
     listing = "\n".join(json.dumps(s, ensure_ascii=False, sort_keys=True) for s in schemas)
-    if fmt == "json":
-        return ("You can call tools. Their JSON schemas, one per line:\n"
-                f"<tools>\n{listing}\n</tools>\n"
-                "To call one, reply with only a JSON object with the tool's name and its arguments:\n"
-                '{"name": "<tool name>", "arguments": {"<argument>": <value>}}\n'
-                "The result comes back in a message from the tool; then give the answer.")
+    if fmt == "json":  # for small models: one plain line per tool, no schema to imitate
+        lines = "\n".join(f"- {_signature(s)}" for s in schemas)
+        return (f"You can use these tools:\n{lines}\n"
+                'To use one, reply with only {"name": "<tool>", "arguments": {...}}; '
+                "its result comes back, then answer.")
     return ("You can call tools. Their JSON schemas, one per line:\n"
             f"<tools>\n{listing}\n</tools>\n"
             "To call one, write a JSON object with the tool's name and its arguments between tags, "
             "one call per block:\n"
             '<tool_call>\n{"name": "<tool name>", "arguments": {"<argument>": <value>}}\n</tool_call>\n'
             "Each result comes back in a message from the tool.")
+
+
+def _signature(schema: Mapping[str, Any]) -> str:
+    """``name(arg: type, ...): description`` from a tool schema."""
+    fn = schema.get("function", schema)
+    props = fn.get("parameters", {}).get("properties", {})
+    args = ", ".join(f"{name}: {spec.get('type', 'any')}" for name, spec in props.items())
+    return f"{fn.get('name')}({args}): {fn.get('description', '')}".rstrip(": ")
 
 
 def template_ignores_tools(encode: Callable[[list[dict[str, Any]], Sequence[Mapping[str, Any]] | None], Sequence[int]],
