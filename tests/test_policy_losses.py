@@ -155,7 +155,7 @@ def test_presets_name_their_objectives():
     ({"mismatch_level": "batch"}, "algorithm.mismatch_level"),
     ({"mismatch_cap": 1.0}, "algorithm.mismatch_cap"),
     ({"mismatch_cap": float("nan")}, "algorithm.mismatch_cap"),
-    ({"policy_loss": "sapo"}, "algorithm.policy_loss"),
+    ({"policy_loss": "sapo_v2"}, "algorithm.policy_loss"),
     ({"policy_loss": "cispo", "importance_sampling_level": "sequence"}, "algorithm.importance_sampling_level"),
 ])
 def test_bad_settings_name_the_field(overrides, field):
