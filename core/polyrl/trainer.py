@@ -37,6 +37,7 @@ import numpy as np
 
 from polyrl import checkpoint as ckpt
 from polyrl import resume_config, speed_records, strict_json
+from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.backend_features import check_backend_features, with_total_steps
 from polyrl.ref_sync import ReferenceSync, needs_own_reference
 from polyrl.config import RunConfig
@@ -330,6 +331,18 @@ class Trainer:
         assert out is not None
         return out
 
+    def _kl_in_reward(self, shaped: np.ndarray, completions: list[Completion]) -> tuple[np.ndarray, np.ndarray]:
+        """Rewards minus beta x each sequence's summed KL to the reference (``algorithm.kl_in_reward``),
+        from the trainer's log-probs of the sampled tokens (the behaviour policy, as verl's
+        ``old_log_prob``), and the per-sequence KL sums (logged as ``kl_in_reward``)."""
+        algo = self.config.algorithm
+        seqs = [TokenSequence.of(x) for x in completions]
+        temperature = self.config.generation.temperature or 1.0
+        policy = self.train_engine.logprobs(seqs, temperature) if seqs or self.world_size > 1 else []
+        ref = self._ref_logprobs(seqs, temperature) if seqs else []
+        return kl_penalized_rewards(shaped, list(policy or []), list(ref), algo.beta, algo.kl_estimator,
+                                    [s.mask for s in seqs])
+
     def _rows_per_completion(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         n = self.config.generation.group_size
         return [row for row in rows for _ in range(n)]
@@ -382,6 +395,7 @@ class Trainer:
         rewards = np.asarray(scored.total, dtype=np.float64)
         lengths = np.array([len(x.completion_ids) for x in completions])
         shaped = algo.shape_rewards(rewards, lengths, c.generation.max_new_tokens)
+        shaped, reward_kl = self._kl_in_reward(shaped, completions) if algo.kl_in_reward else (shaped, None)
         times["reward"] = time.perf_counter() - t0
 
         # advantages (and batch-level statistics) over the global batch, then this rank's part
@@ -405,6 +419,7 @@ class Trainer:
             "samples_kept": global_kept,
             "policy_lag": lag,
             **{f"reward/{k}/{m}": v for k, ms in scored.metrics.items() for m, v in ms.items()},
+            **({} if reward_kl is None else {"kl_in_reward": float(np.mean(reward_kl)) if len(reward_kl) else 0.0}),
         }
         idx = np.flatnonzero(keep)
         if global_kept == 0:
@@ -421,8 +436,9 @@ class Trainer:
             elif algo.num_iterations > 1 and (seqs or self.world_size > 1):
                 # an empty shard still calls: a sharded (FSDP) backend gathers weights collectively
                 old = self.train_engine.logprobs(seqs, temperature)
-            ref = self._ref_logprobs(seqs, temperature) if algo.beta > 0 and seqs else None
-            if algo.beta > 0 and not seqs:  # an empty shard still takes part in the step
+            kl_in_loss = algo.beta > 0 and not algo.kl_in_reward
+            ref = self._ref_logprobs(seqs, temperature) if kl_in_loss and seqs else None
+            if kl_in_loss and not seqs:  # an empty shard still takes part in the step
                 ref = []
             times["logprobs"] = time.perf_counter() - t0
             # the sampler's own log-probs: the backend measures (and may correct) the mismatch
