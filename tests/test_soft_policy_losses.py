@@ -168,8 +168,9 @@ def test_sapo_slope_at_ratio_one_is_the_policy_gradient():
     """At r = 1 the gate's slope 4 sigma (1 - sigma) is 1: SAPO starts exactly where PPO does."""
     obj = Objective(policy_loss="sapo", loss_aggregation="token_mean")
     logp = [np.array([-1.0, -2.0]), np.array([-0.5])]
+    ppo = Objective(loss_aggregation="token_mean")
     np.testing.assert_allclose(np.concatenate(policy_loss_grad(logp, [2.0, -1.0], obj)),
-                               np.concatenate(policy_loss_grad(logp, [2.0, -1.0], Objective(loss_aggregation="token_mean"))))
+                               np.concatenate(policy_loss_grad(logp, [2.0, -1.0], ppo)))
     loss, metrics = policy_loss(logp, [2.0, -1.0], obj)
     assert loss == pytest.approx((-2.0 * 2 * 2.0 / 1.0 + 1.0 * 2 / 1.05) / 3)  # -A * 4/tau * 1/2 per token
     assert metrics["clip_fraction"] == 0.0

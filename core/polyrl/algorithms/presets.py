@@ -288,6 +288,7 @@ class AlgorithmConfig:
             )
         elif max_completion_length is not None or self.max_completion_length is not None:
             kwargs["max_completion_length"] = self._max_length(max_completion_length, "the objective")
+        kwargs.update({name: float(getattr(self, name)) for name in SOFT_LOSS_FIELDS})
         return Objective(
             clip_eps_low=float(self.epsilon),
             clip_eps_high=self.clip_eps_high,
@@ -302,7 +303,6 @@ class AlgorithmConfig:
             mismatch_cap=float(self.mismatch_cap),
             entropy_coef=float(self.entropy_coef),
             top_entropy_quantile=float(self.top_entropy_quantile),
-            **{name: float(getattr(self, name)) for name in SOFT_LOSS_FIELDS},
             **kwargs,
         )
 
