@@ -333,6 +333,8 @@ CLI_BAD = {
     "cap": ("mismatch_cap = 0.5", "algorithm.mismatch_cap"),
     "quantile": ("top_entropy_quantile = 1.5", "algorithm.top_entropy_quantile"),
     "cispo_sequence": ('name = "cispo"\nimportance_sampling_level = "sequence"', "algorithm.importance_sampling_level"),
+    "sapo_temperature": ('name = "sapo"\nsapo_temperature_neg = 0', "algorithm.sapo_temperature_neg"),
+    "kl_in_reward_no_beta": ("kl_in_reward = true", "algorithm.kl_in_reward"),
 }
 
 
