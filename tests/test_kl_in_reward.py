@@ -103,3 +103,66 @@ def test_tiny_llama_run_shapes_each_reward_by_its_summed_k1_kl(tiny_model_dir, t
     assert np.abs(seen[1]["kl"]).max() > 1e-2  # step 1: it has moved, and the reward feels it
     assert history[1]["kl_in_reward"] == pytest.approx(float(np.mean(seen[1]["kl"])), rel=1e-3, abs=1e-4)
     assert history[1]["kl"] == 0.0  # no KL term in the loss
+
+
+# --- the adaptive coefficient (verl's kl_ctrl.type = "adaptive") -----------------------------------
+
+
+def test_adaptive_coefficient_moves_by_the_clipped_relative_error():
+    from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
+
+    assert adapted_kl_coef(0.1, 0.2, 8, target=0.1, horizon=16) == pytest.approx(0.1 * (1 + 0.2 * 0.5))  # clipped
+    assert adapted_kl_coef(0.1, 0.09, 8, target=0.1, horizon=16) == pytest.approx(0.1 * (1 - 0.1 * 0.5))
+    assert adapted_kl_coef(0.1, 0.0, 8, target=0.1, horizon=16) == pytest.approx(0.1 * (1 - 0.2 * 0.5))
+    assert batch_kl([0.4, 0.3], [4, 1]) == pytest.approx((0.1 + 0.3) / 2)  # token mean, then sequence mean
+
+
+@pytest.mark.parametrize(("overrides", "field"), [
+    ({"kl_ctrl": "adaptive", "beta": 0.1}, "algorithm.kl_ctrl"),  # steers the reward's KL only
+    ({"kl_ctrl": "pid", "beta": 0.1, "kl_in_reward": True}, "algorithm.kl_ctrl"),
+    ({"kl_target": 0.0, "beta": 0.1, "kl_in_reward": True}, "algorithm.kl_target"),
+    ({"kl_horizon": 0, "beta": 0.1, "kl_in_reward": True}, "algorithm.kl_horizon"),
+])
+def test_bad_kl_controller_settings_name_the_field(overrides, field):
+    from polyrl.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        AlgorithmConfig.preset("grpo", **overrides)
+    assert err.value.field == field and err.value.fix
+
+
+def test_adaptive_coefficient_is_logged_and_resumed(tiny_model_dir, tmp_path):
+    """Step 0's KL is 0 (the policy is the reference), far under the target: the coefficient
+    shrinks by the full 20% x samples / horizon. A checkpoint carries it, and a resumed run
+    continues from it instead of restarting at beta."""
+    if not get_registry().status("torch").available:
+        pytest.skip("torch backend not usable here")
+    from polyrl.trainer import Trainer
+
+    (tmp_path / "reward.py").write_text(REWARD)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"Write numbers {i}:"}) + "\n" for i in range(8)))
+
+    def config(steps: int) -> RunConfig:
+        return RunConfig.from_dict({
+            "model": {"path": tiny_model_dir},
+            "backends": {"train": "torch", "generate": "torch"},
+            "generation": {"group_size": 4, "max_new_tokens": 6},
+            "algorithm": {"name": "grpo", "beta": 0.2, "kl_in_reward": True, "kl_ctrl": "adaptive",
+                          "kl_target": 0.1, "kl_horizon": 16},
+            "optimizer": {"lr": 5e-3},
+            "data": {"path": str(prompts)},
+            "rewards": [{"function": f"{tmp_path / 'reward.py'}:digits"}],
+            "train": {"steps": steps, "prompts_per_step": 2, "threads": 1, "checkpoint_every": 2,
+                      "output_dir": str(tmp_path / "run")},
+        })
+
+    first = Trainer(config(2))
+    history = first.run(progress=False)["history"]
+    assert history[0]["kl_coef"] == pytest.approx(0.2)
+    assert history[1]["kl_coef"] == pytest.approx(0.2 * (1 - 0.2 * 8 / 16))
+    assert first.kl_coef != pytest.approx(history[1]["kl_coef"])  # updated after step 1 too
+    resumed = Trainer(config(3))
+    assert resumed.kl_coef == 0.2
+    assert resumed.resume()
+    assert resumed.kl_coef == pytest.approx(first.kl_coef, rel=1e-12)

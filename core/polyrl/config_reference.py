@@ -80,6 +80,10 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "vespo_lambda_neg": "VESPO weight decay lambda (> 0) for negative advantages",
         "kl_in_reward": "subtract beta x each sequence's summed KL from its reward instead of adding a KL "
                         "loss term (verl's `use_kl_in_reward`; needs beta > 0)",
+        "kl_ctrl": "`fixed` (beta throughout) or `adaptive` (kl_in_reward's coefficient steered to kl_target, "
+                   "Ziegler et al. 2019; verl's `kl_ctrl.type`)",
+        "kl_target": "adaptive kl_ctrl: the target KL (each sequence's token mean, averaged over the batch)",
+        "kl_horizon": "adaptive kl_ctrl: samples over which the coefficient moves by at most 20%",
     },
     "optimizer": {
         "lr": "AdamW learning rate",

@@ -136,6 +136,8 @@ RULES: dict[str, Rule] = {
     "algorithm.vespo_lambda_pos": _float(0, low_open=True, fix="TRL's default is 3.0"),
     "algorithm.vespo_k_neg": _float(0, fix="TRL's default is 3.0"),
     "algorithm.vespo_lambda_neg": _float(0, low_open=True, fix="TRL's default is 2.0"),
+    "algorithm.kl_target": _float(0, low_open=True, fix="verl's default is 0.1"),
+    "algorithm.kl_horizon": _int(1, fix="verl's default is 10000"),
     "optimizer.warmup_steps": _int(0, fix="0 disables warmup; e.g. warmup_steps = 10"),
     "optimizer.min_lr_ratio": _float(0, 1, fix="0.0 decays to zero; e.g. 0.1 ends at lr / 10"),
     "optimizer.total_steps": _int(1, optional=True,

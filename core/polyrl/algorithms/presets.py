@@ -67,6 +67,7 @@ import attrs
 import numpy as np
 
 from polyrl.algorithms.advantages import ADVANTAGE_ESTIMATORS, SCALE_REWARDS, as_groups, compute_advantages
+from polyrl.algorithms.kl_control import KL_CONTROLLERS
 from polyrl.algorithms.objective import (
     IS_LEVELS,
     KL_ESTIMATORS,
@@ -154,6 +155,9 @@ class AlgorithmConfig:
     vespo_k_neg: float = 3.0  # ... for A < 0
     vespo_lambda_neg: float = 2.0
     kl_in_reward: bool = False  # beta x summed KL subtracted from the reward, not added to the loss
+    kl_ctrl: str = "fixed"  # fixed | adaptive (kl_in_reward's coefficient, verl's kl_ctrl.type)
+    kl_target: float = 0.1  # adaptive: the KL (token mean per sequence) the coefficient steers to
+    kl_horizon: int = 10000  # adaptive: samples over which a full 20% correction is applied
 
     def __attrs_post_init__(self) -> None:
         self._validate_choices()
@@ -171,6 +175,7 @@ class AlgorithmConfig:
             ("importance_sampling_level", self.importance_sampling_level, IS_LEVELS),
             ("mismatch_correction", self.mismatch_correction, MISMATCH_CORRECTIONS),
             ("mismatch_level", self.mismatch_level, IS_LEVELS),
+            ("kl_ctrl", self.kl_ctrl, KL_CONTROLLERS),
         ):
             if value not in valid:
                 _fail(field, f"unknown {field} {value!r}", f"use one of {', '.join(valid)}")
@@ -211,6 +216,13 @@ class AlgorithmConfig:
         if self.kl_in_reward and self.beta == 0:
             _fail("kl_in_reward", "needs beta > 0 (beta is the KL coefficient in the reward)",
                   "set algorithm.beta (e.g. 0.001, verl's kl_coef) or kl_in_reward = false")
+        if self.kl_ctrl == "adaptive" and not self.kl_in_reward:
+            _fail("kl_ctrl", "the adaptive coefficient steers the KL in the reward only",
+                  'set kl_in_reward = true, or kl_ctrl = "fixed"')
+        if not _is_number(self.kl_target) or not 0 < self.kl_target < math.inf:
+            _fail("kl_target", f"must be a finite number > 0, got {self.kl_target!r}", "verl's default is 0.1")
+        if not _is_int(self.kl_horizon) or self.kl_horizon < 1:
+            _fail("kl_horizon", f"must be an integer >= 1, got {self.kl_horizon!r}", "verl's default is 10000")
         if not _is_int(self.num_iterations) or self.num_iterations < 1:
             _fail("num_iterations", f"must be an integer >= 1, got {self.num_iterations!r}")
         if self.overlong_penalty < 0:
