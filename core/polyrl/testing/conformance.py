@@ -383,8 +383,11 @@ class BackendConformance(GenerationConformance):
         "objective",
         [Objective(beta=0.1, kl_estimator="k3"),
          Objective(loss_aggregation="token_mean", clip_eps_high=0.28),
-         Objective(importance_sampling_level="sequence", clip_eps_low=0.05, clip_eps_high=0.05)],
-        ids=["grpo_kl", "dapo", "gspo"],
+         Objective(importance_sampling_level="sequence", clip_eps_low=0.05, clip_eps_high=0.05),
+         Objective(policy_loss="sapo", importance_sampling_level="sequence"),
+         Objective(policy_loss="vespo", loss_aggregation="token_mean"),
+         Objective(importance_sampling_level="sequence", loss_aggregation="seq_mean_token_sum")],
+        ids=["grpo_kl", "dapo", "gspo", "sapo_sequence", "vespo", "luspo"],
     )
     def test_masked_loss_equals_reference(self, model_dir, objective):
         """An episode's inserted tokens (mask False) are context only: the loss, its token count and
