@@ -166,3 +166,21 @@ def test_adaptive_coefficient_is_logged_and_resumed(tiny_model_dir, tmp_path):
     assert resumed.kl_coef == 0.2
     assert resumed.resume()
     assert resumed.kl_coef == pytest.approx(first.kl_coef, rel=1e-12)
+
+
+def test_a_checkpoint_from_before_these_fields_resumes():
+    """A snapshot without the new algorithm fields (written by an older version) is the same
+    experiment while they stay at their defaults, and a different one once they are switched on."""
+    from polyrl import resume_config
+    from polyrl.errors import ConfigError
+
+    base = {"model": {"path": "tiny"}, "data": {"task": "arithmetic"}, "rewards": [{"name": "numeric_match"}],
+            "algorithm": {"name": "grpo", "beta": 0.1}}
+    new_fields = ("algorithm.kl_in_reward", "algorithm.kl_ctrl", "algorithm.kl_target", "algorithm.kl_horizon",
+                  "algorithm.sapo_temperature_pos", "algorithm.vespo_k_neg")
+    old = {k: v for k, v in resume_config.snapshot(RunConfig.from_dict(base)).items() if k not in new_fields}
+    assert resume_config.check(old, RunConfig.from_dict(base), weights_only=False) == []
+    switched = {**base, "algorithm": {"name": "grpo", "beta": 0.1, "kl_in_reward": True}}
+    with pytest.raises(ConfigError) as err:
+        resume_config.check(old, RunConfig.from_dict(switched), weights_only=False)
+    assert err.value.field == "algorithm.kl_in_reward"
