@@ -43,9 +43,10 @@ luspo      group       group    seq_mean_token_sum      3e-4/4e-4   sequence rat
   batch's token mean; ``luspo``: per-sequence token sum) and TRL's parameter defaults. TRL leaves
   LUSPO's clip at its generic 0.2 and warns unless the ratio is sequence-level; the preset sets the
   sequence level with GSPO's band, since LUSPO is GSPO re-weighted by length.
-* ``kl_in_reward = true`` (verl's ``use_kl_in_reward``, fixed ``kl_ctrl``): ``beta`` times the
-  sequence's summed KL estimate (``kl_estimator``; k1 is verl's default ``kl_penalty="kl"``) is
-  subtracted from its reward before advantages, and the loss has no KL term.
+* ``kl_in_reward = true`` (verl's ``use_kl_in_reward``): ``beta`` times the sequence's summed KL
+  estimate (``kl_estimator``; k1 is verl's default ``kl_penalty="kl"``) is subtracted from its
+  reward before advantages, and the loss has no KL term. ``kl_ctrl = "adaptive"`` steers that
+  coefficient towards ``kl_target`` (see ``kl_control.py``); "fixed" keeps ``beta``.
 * Every preset takes ``mismatch_correction`` ("none" | "tis" | "mis"), ``mismatch_level``
   ("token" | "sequence") and ``mismatch_cap``: see ``objective.py``.
 * REINFORCE: batch-mean baseline, no std scaling. With ``num_iterations = 1`` the ratio is
