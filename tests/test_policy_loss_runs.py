@@ -1,5 +1,5 @@
-"""GSPO and CISPO train the tiny Llama end to end on torch (the reward rises), and a hybrid run
-(MLX samples, torch trains) logs the sampler-trainer mismatch every step and corrects it."""
+"""GSPO, CISPO, SAPO, VESPO and LUSPO train the tiny Llama end to end on torch (the reward rises),
+and a hybrid run (MLX samples, torch trains) logs the sampler-trainer mismatch every step and corrects it."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def _run(tiny_model_dir, tmp_path, algorithm: dict, train: str = "torch", genera
     return Trainer(config).run(progress=False)["history"]
 
 
-@pytest.mark.parametrize("name", ["gspo", "cispo"])
+@pytest.mark.parametrize("name", ["gspo", "cispo", "sapo", "vespo", "luspo"])
 def test_torch_run_raises_the_reward(name, tiny_model_dir, tmp_path):
     history = _run(tiny_model_dir, tmp_path, {"name": name})
     rewards = [m["reward_mean"] for m in history]

@@ -155,7 +155,7 @@ def test_presets_name_their_objectives():
     ({"mismatch_level": "batch"}, "algorithm.mismatch_level"),
     ({"mismatch_cap": 1.0}, "algorithm.mismatch_cap"),
     ({"mismatch_cap": float("nan")}, "algorithm.mismatch_cap"),
-    ({"policy_loss": "sapo"}, "algorithm.policy_loss"),
+    ({"policy_loss": "sapo_v2"}, "algorithm.policy_loss"),
     ({"policy_loss": "cispo", "importance_sampling_level": "sequence"}, "algorithm.importance_sampling_level"),
 ])
 def test_bad_settings_name_the_field(overrides, field):
@@ -333,6 +333,8 @@ CLI_BAD = {
     "cap": ("mismatch_cap = 0.5", "algorithm.mismatch_cap"),
     "quantile": ("top_entropy_quantile = 1.5", "algorithm.top_entropy_quantile"),
     "cispo_sequence": ('name = "cispo"\nimportance_sampling_level = "sequence"', "algorithm.importance_sampling_level"),
+    "sapo_temperature": ('name = "sapo"\nsapo_temperature_neg = 0', "algorithm.sapo_temperature_neg"),
+    "kl_in_reward_no_beta": ("kl_in_reward = true", "algorithm.kl_in_reward"),
 }
 
 

@@ -36,7 +36,8 @@ def toy_config(tmp_path, **train) -> dict:
     }
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "dapo", "dr_grpo", "rloo", "reinforce", "gspo", "cispo"])
+@pytest.mark.parametrize("algorithm", ["grpo", "dapo", "dr_grpo", "rloo", "reinforce", "gspo", "cispo", "sapo",
+                                       "vespo", "luspo"])
 def test_reward_rises_for_every_algorithm(toy, tmp_path, algorithm):
     data = toy_config(tmp_path)
     data["algorithm"] = {"name": algorithm}

@@ -45,7 +45,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                    "`concurrent_generate`, one process; give each side its cores with train.threads)",
     },
     "algorithm": {
-        "name": "preset: `grpo`, `dapo`, `dr_grpo`, `rloo`, `reinforce`, `gspo`, `cispo`; other keys override it",
+        "name": "preset: `grpo`, `dapo`, `dr_grpo`, `rloo`, `reinforce`, `gspo`, `cispo`, `sapo`, `vespo`, `luspo`; "
+                "other keys override it",
         "advantage": "`group` (GRPO), `rloo` (leave-one-out), `reinforce` (batch baseline)",
         "scale_rewards": "divide by the std of the `group`, the `batch`, or `none` (Dr.GRPO)",
         "epsilon": "lower clip: ratio >= 1 - epsilon",
@@ -53,12 +54,14 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "dual_clip": "dual-clip bound for negative advantages (e.g. 3.0); unset = off",
         "beta": "KL coefficient against the reference (0 = no reference pass)",
         "kl_estimator": "`k1`, `k2` or `k3` (Schulman's estimators)",
-        "loss_aggregation": "`seq_mean_token_mean` (GRPO), `token_mean` (DAPO), `seq_mean_token_sum_norm` (Dr.GRPO)",
+        "loss_aggregation": "`seq_mean_token_mean` (GRPO), `token_mean` (DAPO), `seq_mean_token_sum_norm` (Dr.GRPO), "
+                            "`seq_mean_token_sum` (LUSPO)",
         "num_iterations": "optimizer steps per rollout batch (> 1 makes the ratio matter)",
         "dynamic_sampling": "drop groups whose rewards are all equal (DAPO)",
         "overlong_buffer": "soft overlong penalty zone: tokens (int) or fraction of the max length",
         "overlong_penalty": "penalty at the hard limit (linear inside the buffer)",
-        "policy_loss": "`ppo` (clipped surrogate) or `cispo` (clipped, detached IS weight; MiniMax-M1)",
+        "policy_loss": "`ppo` (clipped surrogate), `cispo` (clipped, detached IS weight; MiniMax-M1), `sapo` "
+                       "(sigmoid gate instead of the clip) or `vespo` (detached gamma weight of the sequence ratio)",
         "importance_sampling_level": "`token` ratio or `sequence` (GSPO: exp of the mean log ratio)",
         "mismatch_correction": "sampler-trainer mismatch: `none`, `tis` (truncate the weight) or `mis` (mask above the cap)",
         "mismatch_level": "`token` or `sequence` (product over the completion) correction weight",
@@ -69,6 +72,18 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "max_completion_length": "length the overlong shaping and Dr.GRPO normaliser use",
         "ref_sync_every": "refresh the KL reference every N steps (TR-DPO, TRL's `sync_ref_model`; 0 = never; loads a separate reference engine, saved in checkpoints)",
         "ref_sync_alpha": "refresh mix: reference = alpha x policy + (1 - alpha) x reference (TRL's `ref_model_mixup_alpha`)",
+        "sapo_temperature_pos": "SAPO gate temperature for positive advantages (> 0; TRL's name and default)",
+        "sapo_temperature_neg": "SAPO gate temperature for the other advantages (> 0)",
+        "vespo_k_pos": "VESPO weight power k for advantages >= 0: down-weights sequences with ratio < 1",
+        "vespo_lambda_pos": "VESPO weight decay lambda (> 0) for advantages >= 0: down-weights ratio > 1",
+        "vespo_k_neg": "VESPO weight power k for negative advantages",
+        "vespo_lambda_neg": "VESPO weight decay lambda (> 0) for negative advantages",
+        "kl_in_reward": "subtract beta x each sequence's summed KL from its reward instead of adding a KL "
+                        "loss term (verl's `use_kl_in_reward`; needs beta > 0)",
+        "kl_ctrl": "`fixed` (beta throughout) or `adaptive` (kl_in_reward's coefficient steered to kl_target, "
+                   "Ziegler et al. 2019; verl's `kl_ctrl.type`)",
+        "kl_target": "adaptive kl_ctrl: the target KL (each sequence's token mean, averaged over the batch)",
+        "kl_horizon": "adaptive kl_ctrl: samples over which the coefficient moves by at most 20%",
     },
     "optimizer": {
         "lr": "AdamW learning rate",

@@ -61,6 +61,27 @@ def changes(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, A
             if saved.get(k) != current.get(k)]
 
 
+def _added_at_default(change: tuple[str, Any, Any], saved: dict[str, Any], config: RunConfig) -> bool:
+    """A field the checkpoint's version did not have, left at its default: the resumed run
+    behaves as the checkpointed one did (e.g. a new algorithm knob that is off by default)."""
+    field, _, current = change
+    if field in saved or "." not in field:
+        return False
+    section, key = field.split(".", 1)
+    record = getattr(config, section, None)
+    if record is None or not attrs.has(type(record)):
+        return False
+    spec = attrs.fields_dict(type(record)).get(key)
+    if spec is None or spec.default is attrs.NOTHING:
+        return False
+    default: Any = spec.default
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        if default.takes_self:
+            return False
+        default = default.factory()
+    return bool(_plain(default) == current)
+
+
 def describe(change: tuple[str, Any, Any]) -> str:
     field, old, new = change
     return f"{field} {old!r} -> {new!r}"
@@ -70,7 +91,7 @@ def check(saved: dict[str, Any] | None, config: RunConfig, weights_only: bool) -
     """The changes to log as applied; raises ``ConfigError`` naming every refused change."""
     if not saved:
         return []
-    found = changes(saved, snapshot(config))
+    found = [c for c in changes(saved, snapshot(config)) if not _added_at_default(c, saved, config)]
     refused = [c for c in found if not weights_only and not _is_applied(c[0])]
     if refused:
         first = refused[0][0]

@@ -37,6 +37,8 @@ import numpy as np
 
 from polyrl import checkpoint as ckpt
 from polyrl import resume_config, speed_records, strict_json
+from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
+from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.backend_features import check_backend_features, with_total_steps
 from polyrl.ref_sync import ReferenceSync, needs_own_reference
 from polyrl.config import RunConfig
@@ -135,6 +137,7 @@ class Trainer:
                 "need a checkpoint of its own)", field="generation.overlap",
                 fix="set generation.overlap = false, or train in one process")
         self.step = 0
+        self.kl_coef = float(config.algorithm.beta)  # kl_in_reward's coefficient (kl_ctrl adapts it)
         self.rollouts = RolloutAhead(self._generate)
         self._generator_version = -1  # updates the generate engine's weights have seen (-1: unknown)
         self._saved_step: int | None = None  # the step of the last checkpoint this run wrote
@@ -339,6 +342,29 @@ class Trainer:
         assert out is not None
         return out
 
+    def _kl_in_reward(self, shaped: np.ndarray, completions: list[Completion]) -> tuple[np.ndarray, dict[str, float]]:
+        """Rewards minus the KL coefficient x each sequence's summed KL to the reference
+        (``algorithm.kl_in_reward``), from the trainer's log-probs of the sampled tokens (the
+        behaviour policy, as verl's ``old_log_prob``), and the step's metrics: ``kl_in_reward``
+        (this rank's mean summed KL) and ``kl_coef`` (the coefficient these rewards used). The
+        coefficient is beta, or with ``kl_ctrl = "adaptive"`` beta steered after each batch
+        (``polyrl.algorithms.kl_control``; checkpointed in the trainer state)."""
+        algo = self.config.algorithm
+        seqs = [TokenSequence.of(x) for x in completions]
+        temperature = self.config.generation.temperature or 1.0
+        policy = self.train_engine.logprobs(seqs, temperature) if seqs or self.world_size > 1 else []
+        ref = self._ref_logprobs(seqs, temperature) if seqs else []
+        used = self.kl_coef
+        shaped, sums = kl_penalized_rewards(shaped, list(policy or []), list(ref), used, algo.kl_estimator,
+                                            [s.mask for s in seqs])
+        if algo.kl_ctrl == "adaptive":  # every rank steers by the global batch's KL
+            mine = (sums, [int(s.loss_mask.sum()) for s in seqs])
+            parts = self.train_engine.all_gather(mine, self.world_size) if self.world_size > 1 else [mine]
+            kl = batch_kl([x for p in parts for x in p[0]], [n for p in parts for n in p[1]])
+            self.kl_coef = adapted_kl_coef(used, kl, sum(len(p[0]) for p in parts), algo.kl_target,
+                                           algo.kl_horizon)
+        return shaped, {"kl_in_reward": float(np.mean(sums)) if len(sums) else 0.0, "kl_coef": used}
+
     def _rows_per_completion(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         n = self.config.generation.group_size
         return [row for row in rows for _ in range(n)]
@@ -391,6 +417,7 @@ class Trainer:
         rewards = np.asarray(scored.total, dtype=np.float64)
         lengths = np.array([len(x.completion_ids) for x in completions])
         shaped = algo.shape_rewards(rewards, lengths, self._max_completion_tokens)
+        shaped, kl_metrics = self._kl_in_reward(shaped, completions) if algo.kl_in_reward else (shaped, {})
         times["reward"] = time.perf_counter() - t0
 
         # advantages (and batch-level statistics) over the global batch, then this rank's part
@@ -414,6 +441,7 @@ class Trainer:
             "samples_kept": global_kept,
             "policy_lag": lag,
             **{f"reward/{k}/{m}": v for k, ms in scored.metrics.items() for m, v in ms.items()},
+            **kl_metrics,
         }
         idx = np.flatnonzero(keep)
         if global_kept == 0:
@@ -430,8 +458,9 @@ class Trainer:
             elif algo.num_iterations > 1 and (seqs or self.world_size > 1):
                 # an empty shard still calls: a sharded (FSDP) backend gathers weights collectively
                 old = self.train_engine.logprobs(seqs, temperature)
-            ref = self._ref_logprobs(seqs, temperature) if algo.beta > 0 and seqs else None
-            if algo.beta > 0 and not seqs:  # an empty shard still takes part in the step
+            kl_in_loss = algo.beta > 0 and not algo.kl_in_reward
+            ref = self._ref_logprobs(seqs, temperature) if kl_in_loss and seqs else None
+            if kl_in_loss and not seqs:  # an empty shard still takes part in the step
                 ref = []
             times["logprobs"] = time.perf_counter() - t0
             # the sampler's own log-probs: the backend measures (and may correct) the mismatch
@@ -538,6 +567,7 @@ class Trainer:
             "config_model": self.config.model.path,
             "config": resume_config.snapshot(self.config),
             "pending_rollout": pending.as_state() if pending else None,
+            "kl_coef": self.kl_coef,
         }
 
     def _own_output_dir(self) -> None:
@@ -622,6 +652,7 @@ class Trainer:
         if "sampler" in state:
             self.sampler.load_state(state["sampler"])
         self.step = int(state.get("step", 0))
+        self.kl_coef = float(state.get("kl_coef", self.config.algorithm.beta))
         pending = state.get("pending_rollout")
         if pending:  # sampled ahead by the interrupted run (overlap): train on exactly it
             self.sampler.load_state(pending["sampler_before"])

@@ -28,6 +28,25 @@ Two alternatives to the token-level PPO ratio (both verified against ``reference
   detached, but no token's gradient is dropped (PPO zeroes clipped tokens, which kills rare
   "fork" tokens). The paper sets no effective lower bound; like TRL, only the upper one is used.
 
+Two soft alternatives to the hard clip (TRL 1.16's ``loss_type`` of the same names):
+
+* ``policy_loss = "sapo"`` (Soft Adaptive Policy Optimization, arXiv 2511.20347): the clip is
+  replaced by a sigmoid gate, ``-A * (4 / tau) * sigmoid(tau * (r - 1))``, with ``tau`` =
+  ``sapo_temperature_pos`` for A > 0 and ``sapo_temperature_neg`` otherwise. Its slope
+  ``-4 A sigma (1 - sigma) r`` equals PPO's ``-A r`` at ``r = 1`` and fades smoothly as the ratio
+  leaves 1, instead of dropping to 0 at the clip edge. Works at token or sequence (GSPO) level.
+* ``policy_loss = "vespo"`` (Variational Sequence-Level Soft Policy Optimization): a detached
+  sequence weight ``phi(w) = exp(lambda + k log w - lambda w)`` (a gamma shape, ``phi(1) = 1``) of
+  the sequence ratio ``w = prod_t r_t`` (log-ratios clamped as TRL's ``get_gamma_weights``), on a
+  REINFORCE term ``-phi * A * logp_t``; ``(k, lambda)`` = ``vespo_k_pos``/``vespo_lambda_pos`` for
+  A >= 0, ``vespo_k_neg``/``vespo_lambda_neg`` otherwise. The weight computes its own sequence
+  ratio, so ``importance_sampling_level`` must stay "token"; a mismatch correction's token
+  weights are folded into ``w`` (as TRL) instead of multiplying the loss.
+
+``loss_aggregation = "seq_mean_token_sum"`` is LUSPO's (Length-Unbiased Sequence Policy
+Optimization, TRL ``loss_type="luspo"``): each sequence's token *sum*, averaged over sequences, so a
+sequence-level (GSPO) loss weighs a sequence by its length instead of dividing it away.
+
 Sampler-trainer mismatch correction (Yao et al. 2025, "Your efficient RL framework secretly brings
 you off-policy RL training"): the sampler (MAX, MLX, a server) and the trainer compute slightly
 different probabilities for the same weights, so the samples come from ``pi_sampler``, not from the
@@ -55,9 +74,10 @@ from polyrl.errors import ConfigError
 LossAggregation = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
 KLEstimator = Literal["k1", "k2", "k3"]
 
-LOSS_AGGREGATIONS: tuple[str, ...] = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
+LOSS_AGGREGATIONS: tuple[str, ...] = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm",
+                                      "seq_mean_token_sum")
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
-POLICY_LOSSES: tuple[str, ...] = ("ppo", "cispo")
+POLICY_LOSSES: tuple[str, ...] = ("ppo", "cispo", "sapo", "vespo")
 IS_LEVELS: tuple[str, ...] = ("token", "sequence")
 MISMATCH_CORRECTIONS: tuple[str, ...] = ("none", "tis", "mis")
 
@@ -71,13 +91,19 @@ class Objective:
     kl_estimator: str = "k3"
     loss_aggregation: str = "seq_mean_token_mean"
     max_completion_length: int = 256  # the constant of seq_mean_token_sum_norm
-    policy_loss: str = "ppo"  # ppo (clipped surrogate) | cispo
+    policy_loss: str = "ppo"  # ppo (clipped surrogate) | cispo | sapo | vespo
     importance_sampling_level: str = "token"  # token | sequence (GSPO)
     mismatch_correction: str = "none"  # none | tis | mis
     mismatch_level: str = "token"  # token | sequence
     mismatch_cap: float = 2.0
     entropy_coef: float = 0.0  # loss -= entropy_coef * H_t (aggregated like the policy term)
     top_entropy_quantile: float = 1.0  # policy term only on the batch's top-q entropy tokens
+    sapo_temperature_pos: float = 1.0  # SAPO gate temperature for A > 0 (TRL's default)
+    sapo_temperature_neg: float = 1.05  # ... for A <= 0
+    vespo_k_pos: float = 2.0  # VESPO gamma shape for A >= 0 (TRL's defaults)
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0  # ... for A < 0
+    vespo_lambda_neg: float = 2.0
 
     @property
     def needs_entropy(self) -> bool:
@@ -124,6 +150,7 @@ class Objective:
         if self.policy_loss == "cispo" and self.importance_sampling_level != "token":
             raise ConfigError("cispo weights each token by its own ratio; it has no sequence-level form",
                               field="algorithm.importance_sampling_level", fix='use "token" with cispo')
+        self._validate_soft_losses()
         if not self.mismatch_cap > 1.0:
             raise ConfigError(f"must be > 1, got {self.mismatch_cap}", field="algorithm.mismatch_cap",
                               fix="2.0 is usual (TRL's cap is 3.0)")
@@ -136,3 +163,23 @@ class Objective:
                               fix="1.0 trains every token; 0.2 keeps the top 20% (Wang et al. 2025)")
         if self.max_completion_length <= 0:
             raise ConfigError("must be > 0", field="algorithm.max_completion_length")
+
+    def _validate_soft_losses(self) -> None:
+        """SAPO's temperatures and VESPO's gamma parameters (checked whatever the policy loss, so a
+        bad value is caught before someone switches to it)."""
+        for name in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_lambda_pos", "vespo_lambda_neg"):
+            value = getattr(self, name)
+            if not (0 < value < float("inf")):
+                raise ConfigError(f"must be a finite number > 0, got {value}", field=f"algorithm.{name}",
+                                  fix="TRL's defaults: sapo 1.0 / 1.05, vespo lambda 3.0 / 2.0")
+        for name in ("vespo_k_pos", "vespo_k_neg"):
+            value = getattr(self, name)
+            if not (0 <= value < float("inf")):
+                raise ConfigError(f"must be a finite number >= 0, got {value}", field=f"algorithm.{name}",
+                                  fix="TRL's defaults: 2.0 (A >= 0) and 3.0 (A < 0)")
+        if self.policy_loss == "vespo" and self.importance_sampling_level != "token":
+            raise ConfigError("vespo computes its own sequence-level weight; the ratio level must be token",
+                              field="algorithm.importance_sampling_level", fix='use "token" with vespo')
+        if self.policy_loss == "vespo" and self.corrects_mismatch and self.mismatch_level != "token":
+            raise ConfigError("vespo folds the mismatch correction's token weights into its sequence weight",
+                              field="algorithm.mismatch_level", fix='use "token" with vespo (as TRL)')

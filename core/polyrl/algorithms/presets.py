@@ -19,6 +19,9 @@ rloo       rloo        none     token_mean              .2 / .2     leave-one-ou
 reinforce  reinforce   none     token_mean              .2 / .2     batch-mean baseline
 gspo       group       group    seq_mean_token_mean     3e-4/4e-4   sequence-level ratio
 cispo      group       group    token_mean              .2 / 4.0    clipped, detached IS weight
+sapo       group       group    seq_mean_token_mean     (none)      sigmoid gate, tau 1.0 / 1.05
+vespo      group       group    token_mean              (none)      gamma sequence weight
+luspo      group       group    seq_mean_token_sum      3e-4/4e-4   sequence ratio, length-weighted
 =========  ==========  =======  ======================  ==========  =============================
 
 * DAPO (Yu et al. 2025): clip-higher ``eps_high = 0.28``, token-level loss, dynamic sampling,
@@ -35,6 +38,15 @@ cispo      group       group    token_mean              .2 / 4.0    clipped, det
   closer to 1 than a token ratio, so the band is narrow).
 * CISPO (MiniMax-M1, arXiv 2506.13585): ``policy_loss="cispo"``; the cap on the detached weight is
   ``1 + epsilon_high`` = 5 (ScaleRL's choice, TRL's ``epsilon_high=5`` for cispo), token-mean.
+* SAPO (arXiv 2511.20347), VESPO and LUSPO (arXiv 2602.05261) are TRL 1.16's ``loss_type`` values
+  of those names, with TRL's aggregation for each (``sapo``: per-sequence token mean; ``vespo``: the
+  batch's token mean; ``luspo``: per-sequence token sum) and TRL's parameter defaults. TRL leaves
+  LUSPO's clip at its generic 0.2 and warns unless the ratio is sequence-level; the preset sets the
+  sequence level with GSPO's band, since LUSPO is GSPO re-weighted by length.
+* ``kl_in_reward = true`` (verl's ``use_kl_in_reward``): ``beta`` times the sequence's summed KL
+  estimate (``kl_estimator``; k1 is verl's default ``kl_penalty="kl"``) is subtracted from its
+  reward before advantages, and the loss has no KL term. ``kl_ctrl = "adaptive"`` steers that
+  coefficient towards ``kl_target`` (see ``kl_control.py``); "fixed" keeps ``beta``.
 * Every preset takes ``mismatch_correction`` ("none" | "tis" | "mis"), ``mismatch_level``
   ("token" | "sequence") and ``mismatch_cap``: see ``objective.py``.
 * REINFORCE: batch-mean baseline, no std scaling. With ``num_iterations = 1`` the ratio is
@@ -56,6 +68,7 @@ import attrs
 import numpy as np
 
 from polyrl.algorithms.advantages import ADVANTAGE_ESTIMATORS, SCALE_REWARDS, as_groups, compute_advantages
+from polyrl.algorithms.kl_control import KL_CONTROLLERS
 from polyrl.algorithms.objective import (
     IS_LEVELS,
     KL_ESTIMATORS,
@@ -67,7 +80,8 @@ from polyrl.algorithms.objective import (
 from polyrl.algorithms.shaping import dynamic_sampling_mask, expand_group_mask, shape_overlong
 from polyrl.errors import ConfigError
 
-ALGORITHMS: tuple[str, ...] = ("grpo", "dapo", "dr_grpo", "rloo", "reinforce", "gspo", "cispo")
+ALGORITHMS: tuple[str, ...] = ("grpo", "dapo", "dr_grpo", "rloo", "reinforce", "gspo", "cispo", "sapo", "vespo",
+                               "luspo")
 
 #: Each preset's values for the fields that differ from the class defaults (which are GRPO's).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -85,7 +99,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     "reinforce": {"advantage": "reinforce", "scale_rewards": "none", "loss_aggregation": "token_mean"},
     "gspo": {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4},
     "cispo": {"policy_loss": "cispo", "epsilon_high": 4.0, "loss_aggregation": "token_mean"},
+    "sapo": {"policy_loss": "sapo"},
+    "vespo": {"policy_loss": "vespo", "loss_aggregation": "token_mean"},
+    "luspo": {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4,
+              "loss_aggregation": "seq_mean_token_sum"},
 }
+#: The soft losses' parameters (TRL's ``GRPOConfig`` names and defaults); validated by ``Objective``.
+SOFT_LOSS_FIELDS: tuple[str, ...] = ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos",
+                                     "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
 
 
 def _fail(name: str, message: str, fix: str | None = None) -> NoReturn:
@@ -118,7 +139,7 @@ class AlgorithmConfig:
     overlong_buffer: int | float | None = None  # tokens (int) or fraction of max length (0..1)
     overlong_penalty: float = 1.0
     max_completion_length: int | None = None
-    policy_loss: str = "ppo"  # ppo | cispo
+    policy_loss: str = "ppo"  # ppo | cispo | sapo | vespo
     importance_sampling_level: str = "token"  # token | sequence (GSPO)
     mismatch_correction: str = "none"  # none | tis | mis (sampler-trainer mismatch)
     mismatch_level: str = "token"  # token | sequence
@@ -128,10 +149,21 @@ class AlgorithmConfig:
     mask_truncated_completions: bool = False  # drop completions cut at the length limit (TRL/DAPO)
     ref_sync_every: int = 0  # refresh the reference every N steps (TR-DPO; 0 = never)
     ref_sync_alpha: float = 0.6  # reference <- alpha x policy + (1 - alpha) x reference
+    sapo_temperature_pos: float = 1.0  # SAPO's gate temperature for A > 0
+    sapo_temperature_neg: float = 1.05  # ... for A <= 0
+    vespo_k_pos: float = 2.0  # VESPO's gamma weight for A >= 0: power ...
+    vespo_lambda_pos: float = 3.0  # ... and decay
+    vespo_k_neg: float = 3.0  # ... for A < 0
+    vespo_lambda_neg: float = 2.0
+    kl_in_reward: bool = False  # beta x summed KL subtracted from the reward, not added to the loss
+    kl_ctrl: str = "fixed"  # fixed | adaptive (kl_in_reward's coefficient, verl's kl_ctrl.type)
+    kl_target: float = 0.1  # adaptive: the KL (token mean per sequence) the coefficient steers to
+    kl_horizon: int = 10000  # adaptive: samples over which a full 20% correction is applied
 
     def __attrs_post_init__(self) -> None:
         self._validate_choices()
         self._validate_numbers()
+        self.objective(1)  # the objective's own rules (soft-loss parameters, vespo's ratio level)
 
     def _validate_choices(self) -> None:
         for field, value, valid in (
@@ -144,19 +176,21 @@ class AlgorithmConfig:
             ("importance_sampling_level", self.importance_sampling_level, IS_LEVELS),
             ("mismatch_correction", self.mismatch_correction, MISMATCH_CORRECTIONS),
             ("mismatch_level", self.mismatch_level, IS_LEVELS),
+            ("kl_ctrl", self.kl_ctrl, KL_CONTROLLERS),
         ):
             if value not in valid:
                 _fail(field, f"unknown {field} {value!r}", f"use one of {', '.join(valid)}")
-        for flag in ("dynamic_sampling", "mask_truncated_completions"):
+        for flag in ("dynamic_sampling", "mask_truncated_completions", "kl_in_reward"):
             if not isinstance(getattr(self, flag), (bool, np.bool_)):
                 _fail(flag, f"must be true or false, got {getattr(self, flag)!r}")
 
     def _validate_numbers(self) -> None:
-        for field in ("epsilon", "beta", "overlong_penalty", "mismatch_cap", "entropy_coef", "top_entropy_quantile"):
+        for field in ("epsilon", "beta", "overlong_penalty", "mismatch_cap", "entropy_coef", "top_entropy_quantile",
+                      *SOFT_LOSS_FIELDS):
             if not _is_number(getattr(self, field)):
                 _fail(field, f"must be a number, got {getattr(self, field)!r}")
         for field in ("epsilon", "epsilon_high", "dual_clip", "beta", "overlong_buffer", "overlong_penalty",
-                      "mismatch_cap", "entropy_coef", "top_entropy_quantile"):
+                      "mismatch_cap", "entropy_coef", "top_entropy_quantile", *SOFT_LOSS_FIELDS):
             value = getattr(self, field)
             if _is_number(value) and not math.isfinite(float(value)):  # nan passes every < and >= test
                 _fail(field, f"must be a finite number, got {value!r}", "TOML's nan and inf are not valid here")
@@ -180,6 +214,16 @@ class AlgorithmConfig:
                   "sequence-level form", 'use "token" with policy_loss = "cispo"')
         if self.beta < 0:
             _fail("beta", f"must be >= 0, got {self.beta}", "0 disables the KL term")
+        if self.kl_in_reward and self.beta == 0:
+            _fail("kl_in_reward", "needs beta > 0 (beta is the KL coefficient in the reward)",
+                  "set algorithm.beta (e.g. 0.001, verl's kl_coef) or kl_in_reward = false")
+        if self.kl_ctrl == "adaptive" and not self.kl_in_reward:
+            _fail("kl_ctrl", "the adaptive coefficient steers the KL in the reward only",
+                  'set kl_in_reward = true, or kl_ctrl = "fixed"')
+        if not _is_number(self.kl_target) or not 0 < self.kl_target < math.inf:
+            _fail("kl_target", f"must be a finite number > 0, got {self.kl_target!r}", "verl's default is 0.1")
+        if not _is_int(self.kl_horizon) or self.kl_horizon < 1:
+            _fail("kl_horizon", f"must be an integer >= 1, got {self.kl_horizon!r}", "verl's default is 10000")
         if not _is_int(self.num_iterations) or self.num_iterations < 1:
             _fail("num_iterations", f"must be an integer >= 1, got {self.num_iterations!r}")
         if self.overlong_penalty < 0:
@@ -257,11 +301,12 @@ class AlgorithmConfig:
             )
         elif max_completion_length is not None or self.max_completion_length is not None:
             kwargs["max_completion_length"] = self._max_length(max_completion_length, "the objective")
+        kwargs.update({name: float(getattr(self, name)) for name in SOFT_LOSS_FIELDS})
         return Objective(
             clip_eps_low=float(self.epsilon),
             clip_eps_high=self.clip_eps_high,
             dual_clip=None if self.dual_clip is None else float(self.dual_clip),
-            beta=float(self.beta),
+            beta=0.0 if self.kl_in_reward else float(self.beta),  # in the reward, not the loss
             kl_estimator=self.kl_estimator,
             loss_aggregation=self.loss_aggregation,
             policy_loss=self.policy_loss,

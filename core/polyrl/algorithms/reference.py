@@ -17,6 +17,10 @@ from polyrl.algorithms.objective import Objective
 
 #: |trainer - sampler| log-prob gap (nats) above which a token counts in ``mismatch_over``.
 MISMATCH_THRESHOLD = 0.1
+#: VESPO's clamps on log-ratios (TRL's ``get_gamma_weights``): per token [-20, 20], the
+#: sequence's log w in [log 1e-8, 20], so w^k and exp(-lambda w) stay finite.
+VESPO_LOG_MIN = float(np.log(1e-8))
+VESPO_LOG_MAX = 20.0
 
 
 def _ratio(logp: np.ndarray, old: np.ndarray, obj: Objective) -> np.ndarray:
@@ -37,7 +41,7 @@ def _spread(policy_grad: np.ndarray, obj: Objective) -> np.ndarray:
     At token level each token's loss depends on its own log-prob only. At sequence level every
     token's loss depends on the shared ratio ``s``, which moves by ``s / |y|`` per token: the
     sequence's summed slope is shared evenly among its tokens."""
-    if obj.importance_sampling_level == "sequence" and obj.policy_loss != "cispo" and len(policy_grad):
+    if obj.importance_sampling_level == "sequence" and obj.policy_loss in ("ppo", "sapo") and len(policy_grad):
         return np.full(len(policy_grad), policy_grad.sum() / len(policy_grad))
     return policy_grad
 
@@ -58,6 +62,27 @@ def mismatch_weights(old: np.ndarray, sampler: np.ndarray, obj: Objective) -> tu
     return w, over
 
 
+def vespo_weight(logp: np.ndarray, old: np.ndarray, sampler: np.ndarray | None, adv: float,
+                 obj: Objective) -> float:
+    """VESPO's detached sequence weight ``phi(w) = exp(lambda + k log w - lambda w)``.
+
+    ``log w`` is the sum of the clamped token log-ratios, plus the clamped logs of the mismatch
+    correction's token weights when one is on (TRL folds ``importance_sampling_ratio`` in here
+    instead of multiplying the loss). ``(k, lambda)`` follow the advantage's sign (A >= 0: pos)."""
+    log_w = float(np.clip(logp - old, -VESPO_LOG_MAX, VESPO_LOG_MAX).sum())
+    if obj.corrects_mismatch:
+        if sampler is None:
+            raise ValueError("mismatch_correction needs the sampler's log-probs")
+        w, _ = mismatch_weights(old, sampler, obj)
+        with np.errstate(divide="ignore"):
+            log_w += float(np.clip(np.log(w), VESPO_LOG_MIN, VESPO_LOG_MAX).sum())
+    log_w = float(np.clip(log_w, VESPO_LOG_MIN, VESPO_LOG_MAX))
+    k, lam = (obj.vespo_k_pos, obj.vespo_lambda_pos) if adv >= 0 else (obj.vespo_k_neg, obj.vespo_lambda_neg)
+    lam = max(lam, 1e-4)
+    phi = float(np.exp(lam + k * log_w - lam * np.exp(log_w)))
+    return phi if np.isfinite(phi) else 0.0
+
+
 def _token_terms(
     logp: np.ndarray, old: np.ndarray, ref: np.ndarray | None, sampler: np.ndarray | None, adv: float,
     obj: Objective, selected: np.ndarray | None = None, entropy: np.ndarray | None = None,
@@ -74,6 +99,17 @@ def _token_terms(
         loss = -adv * weight * logp
         grad = -adv * weight
         clipped = ratio > high
+    elif obj.policy_loss == "sapo":  # a sigmoid gate instead of the clip: nothing is clipped
+        tau = obj.sapo_temperature_pos if adv > 0 else obj.sapo_temperature_neg
+        gate = 1.0 / (1.0 + np.exp(-tau * (ratio - 1.0)))
+        loss = -adv * gate * 4.0 / tau
+        grad = -adv * 4.0 * gate * (1.0 - gate) * dratio  # d/dlogp of -A (4/tau) sigmoid(tau (r - 1))
+        clipped = np.zeros(len(ratio), dtype=bool)
+    elif obj.policy_loss == "vespo":  # detached sequence weight on a REINFORCE term
+        phi = vespo_weight(logp, old, sampler, adv, obj)
+        loss = -adv * phi * logp
+        grad = np.full(len(logp), -adv * phi)
+        clipped = np.zeros(len(logp), dtype=bool)
     else:
         clipped_ratio = np.clip(ratio, low, high)
         unclipped_loss = -adv * ratio
@@ -88,7 +124,7 @@ def _token_terms(
             loss = np.where(dual, cap, loss)
             grad = np.where(dual, 0.0, grad)
             clipped = clipped | dual
-    if obj.corrects_mismatch:
+    if obj.corrects_mismatch and obj.policy_loss != "vespo":  # vespo folds it into its weight
         if sampler is None:
             raise ValueError("mismatch_correction needs the sampler's log-probs")
         w, _ = mismatch_weights(old, sampler, obj)
@@ -120,6 +156,8 @@ def clip_regions(logp: np.ndarray, old: np.ndarray, adv: float, obj: Objective) 
     counts in ``clip_fraction`` only."""
     ratio = _ratio(logp, old, obj)
     high = ratio > 1.0 + obj.clip_eps_high
+    if obj.policy_loss in ("sapo", "vespo"):  # soft weights: no clip region
+        return np.zeros(len(ratio)), np.zeros(len(ratio))
     if obj.policy_loss == "cispo":
         return np.zeros(len(ratio)), high.astype(np.float64)
     low = (adv < 0) & (ratio < 1.0 - obj.clip_eps_low)
@@ -158,6 +196,8 @@ def token_weights(lengths: Sequence[int], obj: Objective) -> list[np.ndarray]:
             w = 1.0 / (n_seq * max(n, 1))
         elif obj.loss_aggregation == "token_mean":
             w = 1.0 / total
+        elif obj.loss_aggregation == "seq_mean_token_sum":  # LUSPO: a sequence weighs its length
+            w = 1.0 / n_seq
         else:  # seq_mean_token_sum_norm
             w = 1.0 / (n_seq * obj.max_completion_length)
         out.append(np.full(n, w, dtype=np.float64))

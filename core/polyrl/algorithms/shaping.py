@@ -66,3 +66,42 @@ def shape_overlong(
     if len(pen) != len(r):
         raise ValueError(f"{len(r)} rewards but {len(pen)} lengths")
     return r + pen
+
+
+def kl_estimate(logprobs: np.ndarray, ref_logprobs: np.ndarray, estimator: str) -> np.ndarray:
+    """Per-token KL(policy || reference) estimate from the sampled tokens' log-probs: k1
+    ``l - r`` (verl's ``kl_penalty="kl"``), k2 ``(l - r)^2 / 2`` (``"mse"``), k3
+    ``exp(r - l) - (r - l) - 1`` (``"low_var_kl"``)."""
+    delta = np.asarray(ref_logprobs, np.float64) - np.asarray(logprobs, np.float64)
+    if estimator == "k1":
+        return -delta
+    if estimator == "k2":
+        return 0.5 * delta**2
+    if estimator == "k3":
+        return np.expm1(delta) - delta
+    raise ValueError(f"unknown KL estimator {estimator!r}")
+
+
+def kl_penalized_rewards(
+    rewards: np.ndarray | list[float],
+    logprobs: list[np.ndarray],
+    ref_logprobs: list[np.ndarray],
+    beta: float,
+    estimator: str = "k1",
+    masks: list[np.ndarray | None] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """KL in the reward (verl's ``use_kl_in_reward`` with a fixed ``kl_ctrl``): each sequence's
+    reward minus ``beta`` times its summed per-token KL estimate, and those sums.
+
+    An outcome reward sits on the last token, so subtracting the token penalties and summing
+    the returns is subtracting the sequence sum. ``masks`` (multi-turn episodes) keep inserted
+    tokens out of the sum: the policy did not choose them. A NaN reward stays NaN."""
+    r = np.asarray(rewards, dtype=np.float64).reshape(-1)
+    if not len(r) == len(logprobs) == len(ref_logprobs):
+        raise ValueError(f"{len(r)} rewards but {len(logprobs)} log-prob and {len(ref_logprobs)} reference rows")
+    sums = np.zeros(len(r))
+    for i, (lp, ref) in enumerate(zip(logprobs, ref_logprobs)):
+        kl = kl_estimate(lp, ref, estimator)
+        mask = None if masks is None else masks[i]
+        sums[i] = float(kl.sum() if mask is None else kl[np.asarray(mask, dtype=bool)].sum())
+    return r - beta * sums, sums

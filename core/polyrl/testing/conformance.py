@@ -386,8 +386,11 @@ class BackendConformance(GenerationConformance):
         "objective",
         [Objective(beta=0.1, kl_estimator="k3"),
          Objective(loss_aggregation="token_mean", clip_eps_high=0.28),
-         Objective(importance_sampling_level="sequence", clip_eps_low=0.05, clip_eps_high=0.05)],
-        ids=["grpo_kl", "dapo", "gspo"],
+         Objective(importance_sampling_level="sequence", clip_eps_low=0.05, clip_eps_high=0.05),
+         Objective(policy_loss="sapo", importance_sampling_level="sequence"),
+         Objective(policy_loss="vespo", loss_aggregation="token_mean"),
+         Objective(importance_sampling_level="sequence", loss_aggregation="seq_mean_token_sum")],
+        ids=["grpo_kl", "dapo", "gspo", "sapo_sequence", "vespo", "luspo"],
     )
     def test_masked_loss_equals_reference(self, model_dir, objective):
         """An episode's inserted tokens (mask False) are context only: the loss, its token count and
@@ -452,8 +455,16 @@ class BackendConformance(GenerationConformance):
             Objective(policy_loss="cispo", clip_eps_high=0.2, loss_aggregation="token_mean"),
             Objective(mismatch_correction="tis", mismatch_cap=1.2, beta=0.1),
             Objective(mismatch_correction="mis", mismatch_level="sequence", mismatch_cap=1.5),
+            Objective(policy_loss="sapo", beta=0.1),
+            Objective(policy_loss="sapo", importance_sampling_level="sequence", mismatch_correction="tis"),
+            Objective(policy_loss="vespo", loss_aggregation="token_mean", beta=0.1),
+            Objective(policy_loss="vespo", loss_aggregation="token_mean", mismatch_correction="mis",
+                      mismatch_cap=1.5),
+            Objective(importance_sampling_level="sequence", loss_aggregation="seq_mean_token_sum",
+                      clip_eps_low=0.05, clip_eps_high=0.05),
         ],
-        ids=["grpo", "dapo", "dr_grpo", "k3_dual", "k1", "k2", "gspo", "cispo", "tis_token", "mis_sequence"],
+        ids=["grpo", "dapo", "dr_grpo", "k3_dual", "k1", "k2", "gspo", "cispo", "tis_token", "mis_sequence",
+             "sapo_kl", "sapo_sequence_tis", "vespo_kl", "vespo_mis", "luspo"],
     )
     def test_reported_loss_equals_reference(self, model_dir, objective):
         engine = self._engine(model_dir)
@@ -486,8 +497,12 @@ class BackendConformance(GenerationConformance):
     @pytest.mark.parametrize(
         "objective",
         [Objective(), Objective(beta=0.1, kl_estimator="k3", dual_clip=3.0, loss_aggregation="token_mean"),
-         Objective(loss_aggregation="seq_mean_token_sum_norm", max_completion_length=8, beta=0.05)],
-        ids=["grpo", "k3_dual_token_mean", "dr_grpo_kl"],
+         Objective(loss_aggregation="seq_mean_token_sum_norm", max_completion_length=8, beta=0.05),
+         Objective(policy_loss="sapo", beta=0.05),
+         Objective(policy_loss="vespo", loss_aggregation="token_mean", beta=0.05),
+         Objective(importance_sampling_level="sequence", loss_aggregation="seq_mean_token_sum",
+                   clip_eps_low=0.05, clip_eps_high=0.05)],
+        ids=["grpo", "k3_dual_token_mean", "dr_grpo_kl", "sapo_kl", "vespo_kl", "luspo"],
     )
     def test_gradient_equals_reference_gradient(self, model_dir, objective):
         """The backend's gradient G is d(reference loss)/d(weights), with ``policy_loss_grad``
@@ -503,6 +518,11 @@ class BackendConformance(GenerationConformance):
         """
         probe = self._engine(model_dir)
         batch_a, _ = _perturbed_batch(probe)
+        if objective.policy_loss == "vespo":
+            # vespo's sequence weight is detached (TRL's too): its gradient is the loss's own only
+            # where the weight cannot move, i.e. old = current (weight 1; policy_loss_grad checks
+            # the detached form against TRL and finite differences elsewhere)
+            batch_a = attrs.evolve(batch_a, old_logprobs=None)
         rng = np.random.default_rng(11)
         batch_b = TrainBatch(batch_a.sequences, rng.standard_normal(len(batch_a.sequences)).astype(np.float32),
                              batch_a.old_logprobs, batch_a.ref_logprobs)

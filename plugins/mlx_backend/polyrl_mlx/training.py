@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 from polyrl.algorithms.objective import Objective
-from polyrl.algorithms.reference import MISMATCH_THRESHOLD
+from polyrl.algorithms.reference import MISMATCH_THRESHOLD, VESPO_LOG_MAX, VESPO_LOG_MIN
 from polyrl.schedules import lr_at
 from polyrl.types import StepMetrics, TokenSequence, TrainBatch
 
@@ -46,6 +46,8 @@ def token_weights(lengths: Sequence[int], objective: Objective, num_sequences: i
             w = 1.0 / (num_sequences * max(n, 1))
         elif objective.loss_aggregation == "token_mean":
             w = 1.0 / max(num_tokens, 1)
+        elif objective.loss_aggregation == "seq_mean_token_sum":  # LUSPO
+            w = 1.0 / num_sequences
         else:  # seq_mean_token_sum_norm (Dr.GRPO)
             w = 1.0 / (num_sequences * objective.max_completion_length)
         out.append(np.full(n, w))
@@ -89,10 +91,26 @@ def objective_loss(
         ratio = mx.exp(log_ratio)
     low, high = 1.0 - objective.clip_eps_low, 1.0 + objective.clip_eps_high
     r = mx.stop_gradient(ratio)
+    if sampler_logp is not None:  # the trainer's behaviour log-probs vs the sampler's, constants
+        delta = mx.stop_gradient(old) - sampler_logp.astype(dtype)
+        weight, corrected = _mismatch_weights(delta, segments, objective)
+    elif objective.corrects_mismatch:
+        raise ValueError("mismatch_correction needs the sampler's log-probs (TrainBatch.sampler_logprobs)")
     if objective.policy_loss == "cispo":  # clipped, detached weight on a REINFORCE term
         loss = -adv * mx.minimum(r, high) * logp
         clipped = clipped_high = r > high
         clipped_low = mx.zeros(r.shape, dtype=mx.bool_)  # CISPO's weight is capped above only
+    elif objective.policy_loss == "sapo":  # a sigmoid gate instead of the clip
+        tau = mx.where(adv > 0, mx.array(objective.sapo_temperature_pos, dtype=dtype),
+                       mx.array(objective.sapo_temperature_neg, dtype=dtype))
+        loss = -adv * mx.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau
+        clipped = clipped_low = clipped_high = mx.zeros(r.shape, dtype=mx.bool_)
+    elif objective.policy_loss == "vespo":  # detached sequence weight on a REINFORCE term
+        if segments is None:
+            raise ValueError("vespo's sequence weight needs the per-token sequence index")
+        folded = weight if objective.corrects_mismatch else None
+        loss = -adv * _vespo_weight(mx.stop_gradient(log_ratio), segments, adv, objective, folded) * logp
+        clipped = clipped_low = clipped_high = mx.zeros(r.shape, dtype=mx.bool_)
     else:
         unclipped = -adv * ratio
         clipped_loss = mx.stop_gradient(-adv * mx.clip(ratio, low, high))
@@ -108,10 +126,8 @@ def objective_loss(
     # which side of the trust region binds (reference.clip_regions); dual-clip counts in clipped only
     extras: dict[str, mx.array] = {"clip_low_fraction": clipped_low.astype(dtype).sum(),
                                    "clip_high_fraction": clipped_high.astype(dtype).sum()}
-    if sampler_logp is not None:  # the trainer's behaviour log-probs vs the sampler's, constants
-        delta = mx.stop_gradient(old) - sampler_logp.astype(dtype)
-        weight, corrected = _mismatch_weights(delta, segments, objective)
-        if objective.corrects_mismatch:
+    if sampler_logp is not None:
+        if objective.corrects_mismatch and objective.policy_loss != "vespo":  # vespo folded it in
             loss = loss * weight
         extras |= {
             "mismatch_abs": mx.abs(delta).sum(),
@@ -121,8 +137,6 @@ def objective_loss(
             "mismatch_over": (mx.abs(delta) > MISMATCH_THRESHOLD).astype(dtype).sum(),
             "mismatch_corrected": corrected.astype(dtype).sum(),
         }
-    elif objective.corrects_mismatch:
-        raise ValueError("mismatch_correction needs the sampler's log-probs (TrainBatch.sampler_logprobs)")
     if objective.needs_entropy and entropy is None:
         raise ValueError("entropy_coef / top_entropy_quantile need the trainer's token entropies")
     if entropy is not None:
@@ -162,6 +176,29 @@ def _quantile(values: mx.array, q: float) -> mx.array:
     pos = (values.size - 1) * q
     lo, hi = math.floor(pos), math.ceil(pos)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _segment_sum(values: mx.array, segments: mx.array) -> mx.array:
+    """Each token's sequence sum of ``values`` (flat layout; ``segments`` = sequence index)."""
+    n_seq = int(segments.max().item()) + 1 if segments.size else 0
+    onehot = (segments[:, None] == mx.arange(n_seq)[None, :]).astype(values.dtype)  # [tokens, seqs]
+    return (onehot * (values[:, None] * onehot).sum(axis=0)[None, :]).sum(axis=1)
+
+
+def _vespo_weight(log_ratio: mx.array, segments: mx.array, adv: mx.array, objective: Objective,
+                  correction: mx.array | None) -> mx.array:
+    """VESPO's detached sequence weight, per token (``reference.vespo_weight``)."""
+    log_w = _segment_sum(mx.clip(log_ratio, -VESPO_LOG_MAX, VESPO_LOG_MAX), segments)
+    if correction is not None:  # the mismatch correction's token weights, folded in (as TRL)
+        log_w = log_w + _segment_sum(mx.clip(mx.log(correction), VESPO_LOG_MIN, VESPO_LOG_MAX), segments)
+    log_w = mx.clip(log_w, VESPO_LOG_MIN, VESPO_LOG_MAX)
+    nonneg = adv >= 0
+    dtype = log_w.dtype
+    k = mx.where(nonneg, mx.array(objective.vespo_k_pos, dtype=dtype), mx.array(objective.vespo_k_neg, dtype=dtype))
+    lam = mx.where(nonneg, mx.array(max(objective.vespo_lambda_pos, 1e-4), dtype=dtype),
+                   mx.array(max(objective.vespo_lambda_neg, 1e-4), dtype=dtype))
+    phi = mx.exp(lam + k * log_w - lam * mx.exp(log_w))
+    return mx.stop_gradient(mx.where(mx.isfinite(phi), phi, mx.zeros_like(phi)))
 
 
 def _segment_mean(values: mx.array, segments: mx.array) -> mx.array:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from polyrl.algorithms.objective import Objective
-from polyrl.algorithms.reference import MISMATCH_THRESHOLD
+from polyrl.algorithms.reference import MISMATCH_THRESHOLD, VESPO_LOG_MAX, VESPO_LOG_MIN
 from polyrl.types import StepMetrics, TrainBatch
 from polyrl_torch import distributed
 from polyrl_torch.engine import TorchEngine
@@ -106,10 +106,25 @@ def objective_loss(
     else:
         ratio = torch.exp(log_ratio)
     low, high = 1.0 - objective.clip_eps_low, 1.0 + objective.clip_eps_high
+    sampler = _padded(sampler_logp, lp)
+    if sampler is not None:  # the trainer's behaviour log-probs vs the sampler's, constants
+        delta = torch.where(valid, old.detach() - sampler, zero)
+        weight, corrected = _mismatch_weights(delta, valid, objective)
+    elif objective.corrects_mismatch:
+        raise ValueError("mismatch_correction needs the sampler's log-probs (TrainBatch.sampler_logprobs)")
     if objective.policy_loss == "cispo":  # clipped, detached weight on a REINFORCE term
         loss = -adv * torch.clamp(ratio, max=high).detach() * lp
         clipped = clip_high = ratio.detach() > high
         clip_low = torch.zeros_like(clipped)
+    elif objective.policy_loss == "sapo":  # a sigmoid gate instead of the clip
+        tau = torch.where(adv > 0, adv.new_tensor(objective.sapo_temperature_pos),
+                          adv.new_tensor(objective.sapo_temperature_neg))
+        loss = -adv * torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau
+        clipped = clip_low = clip_high = torch.zeros_like(valid)
+    elif objective.policy_loss == "vespo":  # detached sequence weight on a REINFORCE term
+        folded = weight if objective.corrects_mismatch else None
+        loss = -adv * _vespo_weight(log_ratio, valid, adv, objective, folded) * lp
+        clipped = clip_low = clip_high = torch.zeros_like(valid)
     else:
         unclipped = -adv * ratio
         clipped_loss = -adv * torch.clamp(ratio, low, high)
@@ -124,11 +139,8 @@ def objective_loss(
             loss = torch.where(dual, cap, loss)
             clipped = clipped | dual
     mismatch = {}
-    sampler = _padded(sampler_logp, lp)
-    if sampler is not None:  # the trainer's behaviour log-probs vs the sampler's, constants
-        delta = torch.where(valid, old.detach() - sampler, zero)
-        weight, corrected = _mismatch_weights(delta, valid, objective)
-        if objective.corrects_mismatch:
+    if sampler is not None:
+        if objective.corrects_mismatch and objective.policy_loss != "vespo":  # vespo folded it in
             loss = loss * weight
         mismatch = {
             "mismatch_abs_sum": torch.where(valid, delta.abs(), zero).sum(),
@@ -137,8 +149,6 @@ def objective_loss(
             "mismatch_over_sum": (valid & (delta.abs() > MISMATCH_THRESHOLD)).sum(),
             "mismatch_corrected_sum": (valid & corrected).sum(),
         }
-    elif objective.corrects_mismatch:
-        raise ValueError("mismatch_correction needs the sampler's log-probs (TrainBatch.sampler_logprobs)")
     ent = _padded(entropy, lp)
     if objective.needs_entropy and ent is None:
         raise ValueError("entropy_coef / top_entropy_quantile need the trainer's token entropies")
@@ -176,6 +186,8 @@ def objective_loss(
         weight = 1.0 / (n_seq * lengths_t.clamp(min=1).to(lp.dtype))
     elif objective.loss_aggregation == "token_mean":
         weight = lp.new_full((lp.shape[0],), 1.0 / max(n_tok, 1))
+    elif objective.loss_aggregation == "seq_mean_token_sum":  # LUSPO
+        weight = lp.new_full((lp.shape[0],), 1.0 / n_seq)
     else:  # seq_mean_token_sum_norm (Dr.GRPO)
         weight = lp.new_full((lp.shape[0],), 1.0 / (n_seq * objective.max_completion_length))
     total = torch.where(valid, loss * weight[:, None], zero).sum()
@@ -188,6 +200,23 @@ def objective_loss(
         **mismatch,
     }
     return total, stats
+
+
+@torch.no_grad()
+def _vespo_weight(log_ratio: torch.Tensor, valid: torch.Tensor, adv: torch.Tensor, objective: Objective,
+                  correction: torch.Tensor | None) -> torch.Tensor:
+    """VESPO's detached per-sequence weight ``[B, 1]`` (``reference.vespo_weight``)."""
+    zero = log_ratio.new_zeros(())
+    log_w = torch.where(valid, log_ratio.clamp(-VESPO_LOG_MAX, VESPO_LOG_MAX), zero).sum(dim=1, keepdim=True)
+    if correction is not None:  # the mismatch correction's token weights, folded in (as TRL)
+        log_c = torch.log(correction).clamp(VESPO_LOG_MIN, VESPO_LOG_MAX)
+        log_w = log_w + torch.where(valid, log_c, zero).sum(dim=1, keepdim=True)
+    log_w = log_w.clamp(VESPO_LOG_MIN, VESPO_LOG_MAX)
+    nonneg = adv >= 0
+    k = torch.where(nonneg, adv.new_tensor(objective.vespo_k_pos), adv.new_tensor(objective.vespo_k_neg))
+    lam = torch.where(nonneg, adv.new_tensor(objective.vespo_lambda_pos),
+                      adv.new_tensor(objective.vespo_lambda_neg)).clamp(min=1e-4)
+    return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def _mismatch_weights(delta: torch.Tensor, valid: torch.Tensor,
