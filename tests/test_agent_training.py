@@ -544,8 +544,12 @@ def test_the_completions_log_shows_whole_episodes(tiny_model_dir, tmp_path):
         "rewards": [{"name": "environment"}, {"name": "length_penalty", "options": {"target": 4}}],
         "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")},
         "logging": {"completions_per_step": 4},
+        "eval": {"count": 2, "reward": "environment"},
     })
-    Trainer(config).run(progress=False)
+    summary = Trainer(config).run(progress=False)
+    assert 0.0 <= summary["eval_after"]["eval_tool_call_share"] <= 1.0  # held-out episodes
+    evals = [_json.loads(line) for line in (tmp_path / "run" / "eval_completions.jsonl").read_text().splitlines()]
+    assert evals and all(isinstance(r["completion"], list) and "tool_calls" in r for r in evals)
     records = [_json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
     assert records and all(isinstance(r["completion"], list) for r in records)
     assert any(len(r["completion"]) > 1 and r["completion"][1]["role"] == "user" for r in records)

@@ -530,7 +530,11 @@ class Trainer:
                 evaluation.append_records(self.output_dir, records)
             except OSError as exc:
                 raise self._write_failed("eval completions", exc) from None
-        return evaluation.eval_metrics(greedy, sampled, ev.samples, ev.pass_k, ev.pass_threshold, len(everything))
+        out = evaluation.eval_metrics(greedy, sampled, ev.samples, ev.pass_k, ev.pass_threshold, len(everything))
+        episodes = [r for r in records if r["greedy"] and "tool_calls" in r]
+        if episodes:  # share of held-out episodes with a well-formed tool call
+            out["eval_tool_call_share"] = sum(1 for r in episodes if r["tool_calls"] > 0) / len(episodes)
+        return out
 
     def _eval_pass(self, rows: list[dict[str, Any]], prompts: list[Any], sampling: Any,
                    phase: str) -> tuple[np.ndarray, list[dict[str, Any]]]:
@@ -552,8 +556,11 @@ class Trainer:
         records = evaluation.completion_records(phase, self.step, [p for p in prompts], [x.text for x in completions],
                                                 scores, sampling.n, greedy=sampling.temperature == 0,
                                                 threshold=ev.pass_threshold)
-        for record in records:  # the prompt's index in the whole eval set, not this rank's share
-            record["prompt_index"] = self.rank + record["prompt_index"] * self.world_size
+        for record, completion in zip(records, completions):
+            record["prompt_index"] = self.rank + record["prompt_index"] * self.world_size  # in the whole set
+            if completion.mask is not None:  # an episode: its conversation and whether it called a tool
+                record["completion"] = completion.messages
+                record["tool_calls"] = int(completion.info.get("tool_calls", 0))
         return scores, records
 
     # --- checkpoints ---------------------------------------------------------------------------
