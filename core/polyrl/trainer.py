@@ -36,7 +36,8 @@ import attrs
 import numpy as np
 
 from polyrl import checkpoint as ckpt
-from polyrl import resume_config, speed_records, strict_json
+from polyrl import resume_config, strict_json
+from polyrl.bench import speed_records
 from polyrl.backend_features import check_backend_features, with_total_steps
 from polyrl.ref_sync import ReferenceSync, needs_own_reference
 from polyrl.config import RunConfig
