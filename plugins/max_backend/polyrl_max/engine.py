@@ -294,7 +294,7 @@ class MaxEngine:
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
         if self.gguf_file is not None:  # MAX runs the GGUF: our ids must be the ids it was made for
-            from polyrl.gguf_vocab import check_gguf_tokenizer
+            from polyrl.backend_kit.gguf_vocab import check_gguf_tokenizer
 
             check_gguf_tokenizer(self.tokenizer, self.gguf_file, converted=False)
         self.model, self.load_seconds, self.compiled = self._load(options)

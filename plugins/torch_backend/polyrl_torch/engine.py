@@ -310,7 +310,7 @@ def _load_pretrained(folder: str, extra: dict[str, Any], **model_kwargs: Any) ->
         raise ConfigError(f"cannot read a tokenizer and config from {folder!r}: {exc}",
                           field="model.path", fix=fix) from None
     if extra.get("gguf_file"):
-        from polyrl.gguf_vocab import check_gguf_tokenizer
+        from polyrl.backend_kit.gguf_vocab import check_gguf_tokenizer
 
         tokenizer = check_gguf_tokenizer(tokenizer, Path(folder) / extra["gguf_file"], converted=True)
     rows = getattr(hf_config, "vocab_size", None)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import torch
 
 from polyrl.errors import ConfigError
-from polyrl.stopping import StopStrings
+from polyrl.backend_kit.stopping import StopStrings
 from polyrl.types import Completion, Prompt, SamplingParams
 from polyrl_torch.engine import TorchEngine
 
