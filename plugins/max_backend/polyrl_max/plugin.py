@@ -86,11 +86,6 @@ def _load(config: EngineConfig) -> Any:
     return MaxEngine(config)
 
 
-def _ours(engine: Any) -> bool:
-    module = sys.modules.get("polyrl_max.engine")
-    return module is not None and isinstance(engine, module.MaxEngine)
-
-
 @hookimpl
 def polyrl_register_backends(register) -> None:
     register(
@@ -111,8 +106,6 @@ def polyrl_register_backends(register) -> None:
 
 @hookimpl
 def generate(engine: Any, prompts: Sequence[Any], sampling: Any) -> list | None:
-    if not _ours(engine):
-        return None
     from polyrl_max.generation import generate as run
 
     return run(engine, prompts, sampling)
@@ -121,15 +114,11 @@ def generate(engine: Any, prompts: Sequence[Any], sampling: Any) -> list | None:
 @hookimpl
 def encode_chat(engine: Any, messages: Sequence[Any], tools: Sequence[Any] | None,
                 add_generation_prompt: bool) -> list | None:
-    if not _ours(engine):
-        return None
     return engine.encode_chat(messages, tools, add_generation_prompt)
 
 
 @hookimpl
 def logprobs(engine: Any, sequences: Sequence[Any], temperature: float, reference: bool) -> list | None:
-    if not _ours(engine):
-        return None
     from polyrl_max.scoring import logprobs as run
 
     return run(engine, sequences, temperature, reference)
@@ -137,8 +126,6 @@ def logprobs(engine: Any, sequences: Sequence[Any], temperature: float, referenc
 
 @hookimpl
 def import_weights(engine: Any, weights: Any) -> bool | None:
-    if not _ours(engine):
-        return None
     from polyrl_max.weights import import_weights as run
 
     return run(engine, weights)

@@ -124,12 +124,6 @@ def _load(config: EngineConfig) -> Any:
     return TorchEngine(config)
 
 
-def _ours(engine: Any) -> bool:
-    """True for engines this plugin built; never imports torch (no engine -> not loaded)."""
-    module = sys.modules.get("polyrl_torch.engine")
-    return module is not None and isinstance(engine, module.TorchEngine)
-
-
 # --- discovery -----------------------------------------------------------------------------------
 
 
@@ -187,8 +181,6 @@ def polyrl_convert_model(src: str, dst: str, to: str, quantize_bits: int | None)
 
 @hookimpl
 def generate(engine: Any, prompts: Sequence[Any], sampling: Any) -> list | None:
-    if not _ours(engine):
-        return None
     from polyrl_torch.generation import generate as run
 
     return run(engine, prompts, sampling)
@@ -197,8 +189,6 @@ def generate(engine: Any, prompts: Sequence[Any], sampling: Any) -> list | None:
 @hookimpl
 def encode_chat(engine: Any, messages: Sequence[Any], tools: Sequence[Any] | None,
                 add_generation_prompt: bool) -> Any:
-    if not _ours(engine):
-        return None
     import numpy as np
 
     return np.asarray(engine.encode_chat(messages, tools, add_generation_prompt), dtype=np.int64)
@@ -206,8 +196,6 @@ def encode_chat(engine: Any, messages: Sequence[Any], tools: Sequence[Any] | Non
 
 @hookimpl
 def logprobs(engine: Any, sequences: Sequence[Any], temperature: float, reference: bool) -> list | None:
-    if not _ours(engine):
-        return None
     from polyrl_torch.scoring import logprobs as run
 
     return run(engine, sequences, temperature, reference)
@@ -215,8 +203,6 @@ def logprobs(engine: Any, sequences: Sequence[Any], temperature: float, referenc
 
 @hookimpl
 def train_step(engine: Any, batch: Any, objective: Any) -> Any:
-    if not _ours(engine):
-        return None
     from polyrl_torch.training import train_step as run
 
     return run(engine, batch, objective)
@@ -227,8 +213,6 @@ def train_step(engine: Any, batch: Any, objective: Any) -> Any:
 
 @hookimpl
 def export_weights(engine: Any) -> Any:
-    if not _ours(engine):
-        return None
     from polyrl_torch.weights import export_weights as run
 
     return run(engine)
@@ -236,8 +220,6 @@ def export_weights(engine: Any) -> Any:
 
 @hookimpl
 def import_weights(engine: Any, weights: Any) -> bool | None:
-    if not _ours(engine):
-        return None
     from polyrl_torch.weights import import_weights as run
 
     return run(engine, weights)
@@ -245,8 +227,6 @@ def import_weights(engine: Any, weights: Any) -> bool | None:
 
 @hookimpl
 def save_checkpoint(engine: Any, path: str, state_path: str | None) -> bool | None:
-    if not _ours(engine):
-        return None
     from polyrl_torch.weights import save_checkpoint as run
 
     return run(engine, path, state_path)
@@ -254,8 +234,6 @@ def save_checkpoint(engine: Any, path: str, state_path: str | None) -> bool | No
 
 @hookimpl
 def load_checkpoint(engine: Any, path: str, state_path: str | None, weights_only: bool) -> bool | None:
-    if not _ours(engine):
-        return None
     from polyrl_torch.weights import load_checkpoint as run
 
     return run(engine, path, state_path, weights_only=weights_only)
@@ -264,8 +242,6 @@ def load_checkpoint(engine: Any, path: str, state_path: str | None, weights_only
 @hookimpl
 def all_gather(engine: Any, value: Any) -> list[Any] | None:
     """Objects from every rank under torchrun (the trainer gathers rewards with it)."""
-    if not _ours(engine):
-        return None
     from polyrl_torch import distributed
 
     return distributed.all_gather_objects(value) if distributed.active() else None
