@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
+from polyrl.backend_kit.versions import installed_version
 from polyrl.hookspecs import hookimpl
 from polyrl.types import BackendSpec, Capabilities, EngineConfig
 
@@ -25,12 +26,6 @@ BACKEND = "mlx"
 DISTRIBUTION = "polyrl-mlx"
 INSTALL_HINT = "pip install polyrl[mlx]"
 
-
-def _version() -> str:
-    try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 @functools.lru_cache(maxsize=1)
@@ -115,7 +110,7 @@ def polyrl_register_backends(register) -> None:
             install_hint=INSTALL_HINT,
             summary="Apple MLX + mlx-lm (Metal on Apple silicon, OpenBLAS on Linux CPUs): "
                     "exact-logprob sampling, GRPO-family training, LoRA/QLoRA, 4/8-bit models",
-            version=_version(),
+            version=installed_version(DISTRIBUTION),
             diagnostics=_diagnostics,
         )
     )

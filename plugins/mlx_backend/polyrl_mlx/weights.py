@@ -25,11 +25,11 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from polyrl.backend_kit.versions import installed_version
 from polyrl.types import NamedWeights
 
 from polyrl_mlx._mx import mx, nn
@@ -195,12 +195,6 @@ def import_weights(engine: MLXEngine, weights: NamedWeights) -> bool:
 # --- checkpoints ---------------------------------------------------------------------------------
 
 
-def _version() -> str:
-    try:
-        return metadata.version("polyrl-mlx")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
-
 
 def save_hf_folder(folder: Path, tensors: Mapping[str, mx.array], config: Mapping[str, Any],
                    tokenizer: Any, source: Path | None = None) -> None:
@@ -254,7 +248,7 @@ def save_checkpoint(engine: MLXEngine, path: str, state_path: str | None = None)
             opt_state = dict(tree_flatten(engine.optimizer.state))
             mx.save_safetensors(str(state / "optimizer.safetensors"), opt_state)
         mx.save_safetensors(str(state / "rng.safetensors"), {"sampler_key": engine.rng_key})
-    meta = {"format": FORMAT, "polyrl_mlx": _version(), "mlx": mx.__version__,
+    meta = {"format": FORMAT, "polyrl_mlx": installed_version("polyrl-mlx"), "mlx": mx.__version__,
             "lora": engine.lora is not None, "dtype": engine.config.dtype,
             "base_replaced": engine.base_replaced, "optimizer": engine.optimizer is not None,
             "quantization": engine.quantization}

@@ -13,10 +13,10 @@ import os
 import platform
 import sys
 from collections.abc import Mapping, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from polyrl.backend_kit.versions import installed_version
 from polyrl.hookspecs import hookimpl
 from polyrl.types import ArchSupport, BackendSpec, Capabilities, EngineConfig
 
@@ -26,12 +26,6 @@ INSTALL_HINT = "pip install polyrl[torch]"
 TINY_ALIAS = "tiny-llama"
 SMOLLM2_ALIAS = "smollm2-135m-instruct"
 
-
-def _version() -> str:
-    try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 def _missing_package() -> str | None:
@@ -137,7 +131,7 @@ def polyrl_register_backends(register) -> None:
             probe=_probe,
             install_hint=INSTALL_HINT,
             summary="PyTorch + transformers: exact-logprob sampling, GRPO-family training, LoRA (peft)",
-            version=_version(),
+            version=installed_version(DISTRIBUTION),
             diagnostics=_diagnostics,
         )
     )

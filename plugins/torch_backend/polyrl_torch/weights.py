@@ -20,13 +20,13 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from polyrl.backend_kit.versions import installed_version
 from polyrl.types import NamedWeights
 from polyrl_torch import distributed
 from polyrl_torch.engine import ADAPTER, TorchEngine
@@ -160,12 +160,6 @@ def _save_hf_model(engine: TorchEngine, folder: Path, weights: Mapping[str, torc
     _save_tensors(weights, folder / "model.safetensors")
 
 
-def _version() -> str:
-    try:
-        return metadata.version("polyrl-torch")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
-
 
 def save_checkpoint(engine: TorchEngine, path: str, state_path: str | None = None) -> bool:
     """Merged HF model at ``path`` (adapters in ``path/adapter/``); optimizer, RNG and the LoRA
@@ -195,7 +189,7 @@ def save_checkpoint(engine: TorchEngine, path: str, state_path: str | None = Non
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
     torch.save(rng, state / "rng.pt")
-    meta = {"format": FORMAT, "polyrl_torch": _version(), "torch": torch.__version__,
+    meta = {"format": FORMAT, "polyrl_torch": installed_version("polyrl-torch"), "torch": torch.__version__,
             "lora": engine.lora is not None, "dtype": engine.config.dtype,
             "optimizer": engine.optimizer is not None}
     (state / "engine.json").write_text(json.dumps(meta, indent=1) + "\n")
