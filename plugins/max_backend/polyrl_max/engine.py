@@ -14,15 +14,14 @@ Why ``max.pipelines.AutoModel`` and not a hand-written Graph-API decoder
       (exact sampler log-probs at any temperature, see ``generation.py``) or overwrite them
       (teacher forcing, see ``scoring.py``); ``remove(row)`` ends a row on a stop string.
     * Weights: the compiled decoder (a ``max.engine.Model``) has ``reload(registry)``, which
-      swaps every weight buffer in place without recompiling (~1-2 ms on the tiny model,
-      see ``weights.py``).
+      swaps every weight buffer in place without recompiling (see ``weights.py``).
     The cost of the choice: a few private-but-documented attributes (``pipeline._pipeline_model``
     and its ``.model``/``.state_dict``, named by MAX's own ``BatchPipeline`` protocol) are read in
     exactly one place, :meth:`MaxEngine.decoder_model`, which fails loudly if MAX moves them.
 
 Compilation
-    MAX compiles one graph per (architecture shapes, ``max_length``, dtype, device): 1-3 minutes
-    on a 2-core CPU. ``max_batch_size`` does *not* change the graph (measured), ``max_length``
+    MAX compiles one graph per (architecture shapes, ``max_length``, dtype, device), which takes
+    minutes on a CPU. ``max_batch_size`` does *not* change the graph (measured), ``max_length``
     does, so keep it fixed across runs. Compiled graphs are cached on disk under
     ``$MODULAR_CACHE_DIR``, which this engine points at ``<polyrl cache>/max`` unless the user set
     it (or ``options["cache_dir"]``), so a second run loads in seconds. A background thread logs

@@ -30,7 +30,7 @@ INSTALL_HINT = "pip install polyrl[mlx]"
 
 @functools.lru_cache(maxsize=1)
 def _import_error() -> str | None:
-    """Why ``mlx.core`` cannot be imported here, or None (imports it once: ~10 ms)."""
+    """Why ``mlx.core`` cannot be imported here, or None (imports it once, then remembers)."""
     try:
         if importlib.util.find_spec("mlx") is None:
             return "not installed"
