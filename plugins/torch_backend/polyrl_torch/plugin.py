@@ -23,7 +23,6 @@ from polyrl.types import ArchSupport, BackendSpec, Capabilities, EngineConfig
 BACKEND = "torch"
 DISTRIBUTION = "polyrl-torch"
 INSTALL_HINT = "pip install polyrl[torch]"
-TINY_ALIAS = "tiny-llama"
 SMOLLM2_ALIAS = "smollm2-135m-instruct"
 
 
@@ -139,12 +138,7 @@ def polyrl_register_backends(register) -> None:
 
 @hookimpl
 def polyrl_resolve_model(name: str) -> str | None:
-    """``tiny-llama`` (built in the cache, no torch needed) and ``smollm2-135m-instruct``."""
-    if name == TINY_ALIAS:
-        from polyrl.cache import default_cache_dir
-        from polyrl.testing.tiny_model import build_tiny_llama
-
-        return build_tiny_llama(default_cache_dir() / "models" / TINY_ALIAS)
+    """``smollm2-135m-instruct`` (``tiny-llama`` is the core's: ``polyrl.testing.aliases``)."""
     if name == SMOLLM2_ALIAS:
         if _missing_package():
             return None  # another plugin may be able to provide it without torch
