@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from polyrl.backend_kit.tokens import pad_token_id
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.types import EngineConfig, Prompt, TokenPrompt
@@ -299,7 +300,7 @@ class MaxEngine:
         self.model, self.load_seconds, self.compiled = self._load(options)
         self.pipeline = self.model.pipeline
         self.eos_ids = self._eos_ids()
-        self.pad_id = self._pad_id()
+        self.pad_id = pad_token_id(self.tokenizer)
         #: Token ids MAX may emit (its tokenizer's count) and the model's logits width.
         self.vocab_size = getattr(self.pipeline.tokenizer, "tokenizer_vocab_size", None)
         self.logits_width = _config_vocab_size(self.max_model_dir)
@@ -361,12 +362,6 @@ class MaxEngine:
             elif isinstance(value, (Sequence, set, frozenset)):
                 ids.update(int(v) for v in value)
         return frozenset(ids)
-
-    def _pad_id(self) -> int:
-        for value in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id):
-            if isinstance(value, int):
-                return value
-        return 0
 
     # --- MAX internals, read in one place ------------------------------------------------------
 

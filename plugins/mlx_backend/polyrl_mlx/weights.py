@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from polyrl.backend_kit.checkpoints import missing_piece
 from polyrl.backend_kit.versions import installed_version
 from polyrl.types import NamedWeights
 
@@ -256,13 +257,6 @@ def save_checkpoint(engine: MLXEngine, path: str, state_path: str | None = None)
     return True
 
 
-def _missing_piece(piece: str, file: Path) -> Exception:
-    from polyrl.errors import ConfigError
-
-    return ConfigError(f"checkpoint has no {piece} ({file} is missing)", field="--resume",
-                       fix="resume with --resume-weights-only to load the weights alone (fresh optimizer and RNG)")
-
-
 def load_checkpoint(engine: MLXEngine, path: str, state_path: str | None = None,
                     weights_only: bool = False) -> bool:
     """Restore weights (base + adapters for LoRA), optimizer and key so training continues exactly.
@@ -282,9 +276,9 @@ def load_checkpoint(engine: MLXEngine, path: str, state_path: str | None = None,
     opt_file = state / "optimizer.safetensors"
     if not weights_only:
         if engine.optimizer is not None and not opt_file.exists():
-            raise _missing_piece("optimizer state", opt_file)
+            raise missing_piece("optimizer state", opt_file)
         if not (state / "rng.safetensors").exists():
-            raise _missing_piece("RNG state", state / "rng.safetensors")
+            raise missing_piece("RNG state", state / "rng.safetensors")
     adapter = folder / ADAPTER_DIR
     if not (adapter / "adapters.safetensors").exists():
         adapter = state  # written before adapters moved beside the model

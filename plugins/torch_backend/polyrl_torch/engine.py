@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from polyrl.backend_kit.tokens import pad_token_id
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.types import ALL_LINEAR, EngineConfig, Prompt, TokenPrompt
@@ -116,7 +117,7 @@ class TorchEngine:
             model = self._add_lora(model, config.lora)
         self.model = model
         self.eos_ids = self._eos_ids()
-        self.pad_id = self._pad_id()
+        self.pad_id = pad_token_id(self.tokenizer)
 
         #: The FSDP2 units, or None (not asked for, or one process).
         self.fsdp = sharding.shard(self) if shard else None
@@ -170,12 +171,6 @@ class TorchEngine:
             elif isinstance(value, Sequence):
                 ids.update(int(v) for v in value)
         return frozenset(ids)
-
-    def _pad_id(self) -> int:
-        for value in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id):
-            if isinstance(value, int):
-                return value
-        return 0
 
     # --- accessors -----------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from polyrl.backend_kit.checkpoints import missing_piece
 from polyrl.backend_kit.versions import installed_version
 from polyrl.types import NamedWeights
 from polyrl_torch import distributed
@@ -196,13 +197,6 @@ def save_checkpoint(engine: TorchEngine, path: str, state_path: str | None = Non
     return True
 
 
-def _missing_piece(piece: str, file: Path) -> Exception:
-    from polyrl.errors import ConfigError
-
-    return ConfigError(f"checkpoint has no {piece} ({file} is missing)", field="--resume",
-                       fix="resume with --resume-weights-only to load the weights alone (fresh optimizer and RNG)")
-
-
 def _apply_config_hyperparameters(engine: TorchEngine) -> None:
     """The saved optimizer state carries the old run's lr/betas/...: the current config wins."""
     opt = engine.config.optimizer
@@ -228,9 +222,9 @@ def load_checkpoint(engine: TorchEngine, path: str, state_path: str | None = Non
     meta = json.loads((state / "engine.json").read_text()) if (state / "engine.json").exists() else {}
     if not weights_only:
         if engine.optimizer is not None and not (state / "optimizer.pt").exists():
-            raise _missing_piece("optimizer state", state / "optimizer.pt")
+            raise missing_piece("optimizer state", state / "optimizer.pt")
         if not (state / "rng.pt").exists():
-            raise _missing_piece("RNG state", state / "rng.pt")
+            raise missing_piece("RNG state", state / "rng.pt")
     exact_lora = (not weights_only and engine.lora is not None and meta.get("lora")
                   and (folder / ADAPTER_DIR).is_dir())
     if exact_lora:
