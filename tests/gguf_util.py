@@ -119,7 +119,7 @@ def spm_vocab(vocab_size: int, *, add_space_prefix: bool = True) -> dict:
     import io
 
     import sentencepiece as spm
-    from polyrl.gguf_vocab import sentencepiece_proto_module
+    from polyrl.backend_kit.gguf_vocab import sentencepiece_proto_module
 
     pb = sentencepiece_proto_module()
 

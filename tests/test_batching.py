@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from polyrl.batching import length_buckets
+from polyrl.backend_kit.batching import length_buckets
 
 
 def _cost(lengths: list[int], groups: list[list[int]], call_cost: int) -> int:

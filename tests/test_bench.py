@@ -12,7 +12,7 @@ from polyrl.bench import run_bench
 @pytest.fixture(autouse=True)
 def private_speed_records(tmp_path, monkeypatch):
     """Benches record generation speeds (speed_records); keep the user's cache out of it."""
-    monkeypatch.setattr("polyrl.speed_records.default_cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setattr("polyrl.bench.speed_records.default_cache_dir", lambda: tmp_path / "cache")
 
 
 def test_bench_reports_each_backend_in_its_own_process(tiny_model_dir, tmp_path):
@@ -68,7 +68,7 @@ def test_bench_times_hf_generate_as_the_generation_baseline(tiny_model_dir, tmp_
     """``hf_generate``: transformers' ``model.generate`` on the same prompts in its own process;
     each backend gets its generation speed-up over it, and it never enters the speed records
     that ``generate = "auto"`` chooses from."""
-    from polyrl import speed_records
+    from polyrl.bench import speed_records
 
     report = run_bench(model=tiny_model_dir, backends=["torch"], prompts=2, group_size=3,
                        max_new_tokens=5, threads=1, steps=2, output=None, generate_only=True,

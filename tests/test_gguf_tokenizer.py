@@ -16,7 +16,7 @@ import pytest
 
 from gguf_util import _add_vocab, bpe_vocab, spm_vocab, write_gguf
 from polyrl.errors import ConfigError
-from polyrl.gguf_vocab import (ROUND_TRIP_TEXTS, CONTROL, check_gguf_tokenizer, read_vocab,
+from polyrl.backend_kit.gguf_vocab import (ROUND_TRIP_TEXTS, CONTROL, check_gguf_tokenizer, read_vocab,
                                reference_encoder, verify_tokenizer)
 
 VOCAB_SIZE = 512  # the tiny Llama's embedding rows

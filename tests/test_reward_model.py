@@ -23,7 +23,7 @@ COMPLETIONS = ["5", "Paris is the capital of France, a country in Europe.", "red
 
 @pytest.fixture(scope="module")
 def rm_path(tmp_path_factory) -> str:
-    from polyrl_torch.tiny_reward_model import build_tiny_reward_model
+    from polyrl_torch.testing.tiny_reward_model import build_tiny_reward_model
 
     return build_tiny_reward_model(tmp_path_factory.mktemp("models") / "tiny-rm")
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from polyrl import speed_records
+from polyrl.bench import speed_records
 from polyrl.bench import run_bench
 from polyrl.config import RunConfig
 from polyrl.registry import get_registry
@@ -15,7 +15,7 @@ from polyrl.trainer import Trainer
 
 @pytest.fixture()
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setattr("polyrl.speed_records.default_cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setattr("polyrl.bench.speed_records.default_cache_dir", lambda: tmp_path / "cache")
     return tmp_path / "cache"
 
 

@@ -290,7 +290,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result)
     else:
-        from polyrl.bench_report import print_table
+        from polyrl.bench.report import print_table
 
         print_table(result)
         print(args.output)

@@ -43,6 +43,8 @@ BUILTIN_BACKEND_PLUGINS = (("polyrl-remote", "polyrl.remote"),)
 BUILTIN_TRACKER_PLUGINS = (("polyrl-builtin-trackers", "polyrl.tracking.builtin"),)
 #: The core's own tools (calculator, sandboxed python) and environment (guess_number).
 BUILTIN_ENVIRONMENT_PLUGINS = (("polyrl-builtin-environments", "polyrl.agents.builtin"),)
+#: The core's own model alias (``tiny-llama``: built with numpy + tokenizers, loaded by every backend).
+BUILTIN_MODEL_PLUGINS = (("polyrl-tiny-models", "polyrl.testing.aliases"),)
 ALLOW_ENV = "POLYRL_LOAD_PLUGINS"
 DENY_ENV = "POLYRL_DISABLE_PLUGINS"
 
@@ -157,7 +159,7 @@ def get_plugin_manager(extra: Iterable[Any] = (), entry_points: bool = True) -> 
 
     pm = PolyrlPluginManager()
     for name, module in (*BUILTIN_REWARD_PLUGINS, *BUILTIN_BACKEND_PLUGINS, *BUILTIN_TRACKER_PLUGINS,
-                         *BUILTIN_ENVIRONMENT_PLUGINS):
+                         *BUILTIN_ENVIRONMENT_PLUGINS, *BUILTIN_MODEL_PLUGINS):
         pm.register(importlib.import_module(module), name=name)
     if entry_points:
         pm.load_entry_points()

@@ -36,14 +36,12 @@ import attrs
 import numpy as np
 
 from polyrl import checkpoint as ckpt
-from polyrl import resume_config, speed_records, strict_json
+from polyrl import resume_config, strict_json
 from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
 from polyrl.algorithms.shaping import kl_penalized_rewards
-from polyrl.backend_features import check_backend_features, with_total_steps
-from polyrl.ref_sync import ReferenceSync, needs_own_reference
 from polyrl.config import RunConfig
 from polyrl.data import Dataset, PromptSampler, load_train_and_eval
-from polyrl.engine import Engine
+from polyrl.engines import choose_generate_backend, load_engines
 from polyrl.errors import ConfigError, PolyrlError, RewardError
 from polyrl.logs import get_logger, readable
 from polyrl.plugins import get_plugin_manager
@@ -59,7 +57,7 @@ from polyrl.step_metrics import sampled_tokens
 from polyrl.step_metrics import clip_region_metrics
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.tracking.session import for_run as tracking_for_run
-from polyrl.types import Completion, EngineConfig, RewardContext, SamplingParams, TokenSequence, TrainBatch
+from polyrl.types import Completion, RewardContext, SamplingParams, TokenSequence, TrainBatch
 
 log = get_logger("polyrl.trainer")
 
@@ -116,7 +114,7 @@ class Trainer:
             load_function_reward(r.function, name=r.label) for r in config.rewards if r.function
         ]
         self.registry = Registry(get_plugin_manager(extra=(*extra_plugins, *function_plugins)))
-        self.config = config = self._choose_generate_backend(config)
+        self.config = config = choose_generate_backend(config, self.registry)
         self.dataset, self.eval_dataset = self._datasets()
         self.stop_requested = False
         self.rewards = RewardComputer(
@@ -139,29 +137,20 @@ class Trainer:
         self.step = 0
         self.kl_coef = float(config.algorithm.beta)  # kl_in_reward's coefficient (kl_ctrl adapts it)
         self.rollouts = RolloutAhead(self._generate)
-        self._generator_version = -1  # updates the generate engine's weights have seen (-1: unknown)
         self._saved_step: int | None = None  # the step of the last checkpoint this run wrote
         self.history: list[dict[str, Any]] = []
         self.tracking = tracking_for_run(config, self.registry, self.rank)  # unknown tracker: error now
         self._env_plan = self._check_environment()  # before the models load: a bad tool name errs now
-        self._load_engines()
+        self.engines = load_engines(config, self.registry)
+        self.model_path, self.train_engine = self.engines.model_path, self.engines.train
+        self.gen_engine, self.ref_engine = self.engines.generate, self.engines.reference
+        self.ref_sync = self.engines.ref_sync
         self.episodes = self._episode_runner()
 
     # --- setup ---------------------------------------------------------------------------------
 
     def _datasets(self) -> tuple[Dataset, Dataset | None]:
         return load_train_and_eval(self.config.data, self.config.eval.count)
-
-    def _engine_config(self, role: str, model: str) -> EngineConfig:
-        c = self.config
-        return EngineConfig(
-            model=model, role=role, dtype=c.model.dtype, device=c.model.device, seed=c.train.seed,
-            threads=c.train.threads, lora=c.lora if role == "train" else None,
-            optimizer=with_total_steps(c.optimizer, c.train.steps * c.algorithm.num_iterations),
-            max_length=c.model.max_length, options=dict(c.backends.options),
-            trust_remote_code=c.model.trust_remote_code,
-            gradient_checkpointing=c.train.gradient_checkpointing and role == "train",
-        )
 
     def _check_environment(self) -> Any:
         if not self.config.environment.enabled:
@@ -191,119 +180,7 @@ class Trainer:
             return self.episodes.run(rows, sampling)
         return self.gen_engine.generate([row[self.config.data.prompt_column] for row in rows], sampling)
 
-    def _choose_generate_backend(self, config: RunConfig) -> RunConfig:
-        """Resolve ``backends.generate = "auto"``: the fastest usable backend ``polyrl bench``
-        measured for this model on this machine, else the train backend (see speed_records)."""
-        b = config.backends
-        if b.generate != "auto":
-            return config
-        usable = [s.name for s in self.registry.statuses()
-                  if s.available and s.capabilities.get("generate")
-                  and (s.name == b.train or s.capabilities.get("weight_import"))
-                  and (not config.generation.overlap or s.capabilities.get("concurrent_generate"))]
-        model = self.registry.resolve_model(config.model.path)
-        found = speed_records.fastest(model, usable)
-        if found:
-            chosen, speeds = found
-            log.info("generate backend chosen", backend=chosen, why="fastest measured here by polyrl bench",
-                     tokens_per_s={k: round(v, 1) for k, v in speeds.items()})
-        else:
-            chosen = b.train
-            log.info("generate backend chosen", backend=chosen,
-                     why="no polyrl bench measurement for this model on this machine: the train backend "
-                     "(run `polyrl bench --generate-only --model ...` to measure)")
-        return attrs.evolve(config, backends=attrs.evolve(b, generate=chosen))
-
-    def _check_backend_names(self) -> None:
-        """Fail before loading anything when a role names a backend that is not installed."""
-        c, known = self.config, self.registry.names()
-        roles = [("train", c.backends.train), ("generate", c.backends.generate_backend)]
-        if c.algorithm.beta > 0:
-            roles.append(("reference", c.backends.reference_backend))
-        for role, name in roles:
-            if name not in known:
-                raise ConfigError(
-                    f"unknown backend {name!r} (installed: {', '.join(known) or 'none'})",
-                    field=f"backends.{role}",
-                    fix=f"install its plugin (e.g. `pip install polyrl[{name}]`) or name an installed "
-                    "backend; `polyrl backends` lists them",
-                )
-
-    def _load_engines(self) -> None:
-        c, reg = self.config, self.registry
-        self._check_backend_names()
-        model = reg.resolve_model(c.model.path)
-        if not Path(model).exists():
-            raise ConfigError(
-                f"model {c.model.path!r} is neither a local path nor a known alias",
-                field="model.path",
-                fix="give an existing HF folder/GGUF file, or an alias like smollm2-135m-instruct "
-                "(needs polyrl[torch])",
-            )
-        self.model_path = model
-        reg.check_architecture(c.backends.train, model, "train")
-        reg.check_dtype(c.backends.train, c.model.dtype, "train")
-        reg.check_dtype(c.backends.generate_backend, c.model.dtype, "generate")
-        t0 = time.perf_counter()
-        self.train_engine = Engine(reg, c.backends.train, self._engine_config("train", model))
-        gen_model = model
-        if c.generation.max_model_path:
-            gen_model = reg.resolve_model(c.generation.max_model_path, field="generation.max_model_path")
-            if not Path(gen_model).exists():
-                raise ConfigError(
-                    f"max_model_path {c.generation.max_model_path!r} does not exist",
-                    field="generation.max_model_path",
-                    fix="point it at the file or folder the generate backend should load (e.g. a "
-                    ".gguf for MAX), or remove it to generate from model.path",
-                )
-        reg.check_architecture(c.backends.generate_backend, gen_model, "generate",
-                               field="generation.max_model_path" if gen_model != model else "model.path")
-        check_backend_features(c, reg)
-        if c.generation.overlap and not reg.spec(c.backends.generate_backend).capabilities.concurrent_generate:
-            raise ConfigError(
-                f"backend {c.backends.generate_backend!r} does not declare concurrent_generate (its "
-                "generate running on a worker thread while training runs)", field="generation.overlap",
-                fix="set generation.overlap = false, or generate with a backend that declares it "
-                "(`polyrl backends` shows capabilities; torch and remote do)")
-        if c.generation.overlap and c.train.threads is None:
-            log.warning("generation.overlap with train.threads unset: the sampler and the trainer each "
-                        "use every core and slow each other down", fix="set train.threads to half the cores")
-        shared = c.backends.generate_backend == c.backends.train and gen_model == model
-        if shared and not c.generation.overlap:
-            self.gen_engine = self.train_engine
-        else:  # overlap needs a second copy: the train engine's weights change while it samples
-            self.gen_engine = Engine(reg, c.backends.generate_backend, self._engine_config("generate", gen_model))
-        self._sync_weights(0)
-        self.ref_engine: Engine | None = None
-        if c.algorithm.beta > 0:
-            ref_model = (reg.resolve_model(c.model.reference_path, field="model.reference_path")
-                         if c.model.reference_path else model)
-            probe = None
-            if (ref_model == model and c.backends.reference_backend == c.backends.train
-                    and not needs_own_reference(c.algorithm)):
-                # e.g. a LoRA engine answers for its frozen base with adapters disabled
-                probe = self.train_engine.logprobs([TokenSequence([1], [1])], 1.0, reference=True)
-            if probe is None:
-                self.ref_engine = Engine(
-                    reg, c.backends.reference_backend, self._engine_config("reference", ref_model)
-                )
-        self.ref_sync = ReferenceSync(self.train_engine, self.ref_engine, c.algorithm.ref_sync_every,
-                                      c.algorithm.ref_sync_alpha)
-        log.info("engines ready", train=c.backends.train, generate=c.backends.generate_backend,
-                 reference=(c.backends.reference_backend if self.ref_engine else "train engine")
-                 if c.algorithm.beta > 0 else "none", model=model, seconds=round(time.perf_counter() - t0, 2))
-
     # --- the loop ------------------------------------------------------------------------------
-
-    def _sync_weights(self, version: int) -> float:
-        """Push the train engine's weights (``version`` updates) to the generator; the seconds it took."""
-        if version == self._generator_version:
-            return 0.0
-        t0 = time.perf_counter()
-        if self.gen_engine is not self.train_engine:
-            self.gen_engine.import_weights(self.train_engine.export_weights())
-        self._generator_version = version
-        return time.perf_counter() - t0
 
     def _draw(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The next batch's rows for this rank, and the prompt sampler's state before drawing them."""
@@ -326,13 +203,13 @@ class Trainer:
         rollout = self.rollouts.take(self.step)
         if rollout is None:
             rows, before = self._draw()
-            rollout = self.rollouts.sample(self.step, rows, before, self._generator_version)
+            rollout = self.rollouts.sample(self.step, rows, before, self.engines.generator_version)
         times["generate"] = time.perf_counter() - t0
         if self.config.generation.overlap:
-            times["sync"] = self._sync_weights(self.step)
+            times["sync"] = self.engines.sync_weights(self.step)
             if self.step + 1 < self.config.train.steps:
                 rows, before = self._draw()
-                self.rollouts.start(self.step + 1, rows, before, self._generator_version)
+                self.rollouts.start(self.step + 1, rows, before, self.engines.generator_version)
         return rollout
 
     def _ref_logprobs(self, seqs: list[TokenSequence], temperature: float) -> list[np.ndarray]:
@@ -476,9 +353,9 @@ class Trainer:
             metrics.update(step_metrics.as_dict())
             metrics.update(clip_region_metrics(metrics))
         if metrics.get("skipped"):
-            self._generator_version = self.step + 1  # the weights did not change
+            self.engines.generator_version = self.step + 1  # the weights did not change
         elif not c.generation.overlap:
-            times["sync"] = self._sync_weights(self.step + 1)
+            times["sync"] = self.engines.sync_weights(self.step + 1)
         total = time.perf_counter() - t_step
         metrics.update({f"time/{k}": round(v, 4) for k, v in times.items()})
         metrics["time/step"] = round(total, 4)
@@ -506,7 +383,7 @@ class Trainer:
         if self.eval_dataset is None:
             return {}
         self.rollouts.pending()  # the generator is busy until the rollout sampled ahead is done
-        self._sync_weights(self.step)
+        self.engines.sync_weights(self.step)
         ev, c = self.config.eval, self.config
         everything = list(self.eval_dataset)
         rows = everything[self.rank::self.world_size]
@@ -674,8 +551,8 @@ class Trainer:
         self.tracking.rewind(self.step)
         self._resumed = True
         self._saved_step = None if weights_only else self.step  # that checkpoint already holds this step
-        self._generator_version = -1  # the train engine's weights were just replaced
-        self._sync_weights(self.step)
+        self.engines.generator_version = -1  # the train engine's weights were just replaced
+        self.engines.sync_weights(self.step)
         log.info("resumed", path=str(found), step=self.step, weights_only=weights_only)
         return True
 
@@ -852,7 +729,7 @@ class Trainer:
                 if c.train.checkpoint_every and self.step % c.train.checkpoint_every == 0:
                     self.save()
         self.rollouts.pending()  # under overlap the generator lags one update: leave it on the
-        self._sync_weights(self.step)  # trained policy, as without overlap
+        self.engines.sync_weights(self.step)  # trained policy, as without overlap
         last = ckpt.checkpoint_dir(self.checkpoint_root, self.step)
         last = last if self._saved_step == self.step else self.save()
         summary["checkpoint"] = str(last)

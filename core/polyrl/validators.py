@@ -71,7 +71,7 @@ class Rule:
             return False
         if self.integer and not isinstance(value, int):
             return False
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):  # an int is finite (and may not fit a float)
             return False
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False

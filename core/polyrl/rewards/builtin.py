@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from polyrl.errors import RewardError
+from polyrl.rewards.inputs import completion_text
 from polyrl.rewards.options import merged
 from polyrl.hookspecs import hookimpl
 from polyrl.types import Completion, Prompt, RewardContext, RewardSpec
@@ -101,10 +102,6 @@ def last_number(text: str) -> float | None:
 # --- helpers -----------------------------------------------------------------------------------
 
 
-def _text(completion: Completion | str) -> str:
-    return completion if isinstance(completion, str) else completion.text
-
-
 def _options(name: str, context: RewardContext, allowed: dict[str, Any]) -> dict[str, Any]:
     return merged(name, context.options.get(name), allowed)
 
@@ -141,7 +138,7 @@ def exact_match(completions: Sequence[Completion | str], context: RewardContext)
         if answer is None:
             out.append(None)
             continue
-        got = normalize_answer(extract_answer(_text(completion), opts["extract"]), opts["case_sensitive"])
+        got = normalize_answer(extract_answer(completion_text(completion), opts["extract"]), opts["case_sensitive"])
         out.append(1.0 if got == normalize_answer(str(answer), opts["case_sensitive"]) else 0.0)
     return out
 
@@ -167,7 +164,7 @@ def numeric_match(completions: Sequence[Completion | str], context: RewardContex
             out.append(None)
             continue
         expected = _as_float(answer, opts["column"], i)
-        got = last_number(_text(completion))
+        got = last_number(completion_text(completion))
         out.append(1.0 if got is not None and math.isfinite(got) and abs(got - expected) <= tol else 0.0)
     return out
 
@@ -189,7 +186,7 @@ def regex_format(completions: Sequence[Completion | str], context: RewardContext
             f"regex_format: invalid pattern {pattern!r}: {exc}. Fix: correct options.pattern"
         ) from None
     test = regex.search if opts["match"] == "search" else regex.fullmatch
-    return [1.0 if test(_text(c)) else 0.0 for c in completions]
+    return [1.0 if test(completion_text(c)) else 0.0 for c in completions]
 
 
 def length_penalty(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
@@ -203,7 +200,7 @@ def length_penalty(completions: Sequence[Completion | str], context: RewardConte
     out: Scores = []
     for i, completion in enumerate(completions):
         if opts["unit"] == "chars":
-            length = len(_text(completion))
+            length = len(completion_text(completion))
         elif isinstance(completion, Completion):
             length = len(completion.completion_ids)
         elif context.completion_ids is not None:

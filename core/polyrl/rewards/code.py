@@ -99,6 +99,7 @@ import attrs
 from polyrl.errors import RewardError
 from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
+from polyrl.rewards.inputs import completion_text
 from polyrl.rewards.options import merged, positive_number
 from polyrl.sandbox import MARKER_ENV, Sandbox, SandboxLimits, SandboxResult, isolation_report
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
@@ -208,10 +209,6 @@ def sandbox_for(opts: Mapping[str, Any]) -> Sandbox:
         return _sandboxes[key]
 
 
-def _text(completion: Completion | str) -> str:
-    return completion if isinstance(completion, str) else completion.text
-
-
 async def score_code(completions: Sequence[Completion | str], rows: Sequence[Mapping[str, Any]],
                      options: Mapping[str, Any] | None) -> RewardScores:
     """Run every completion against its row's tests; scores and metrics (see the module doc)."""
@@ -235,7 +232,7 @@ async def score_code(completions: Sequence[Completion | str], rows: Sequence[Map
             setup = row.get(setup_column) or ""
             if not isinstance(setup, str):
                 raise RewardError(f"{NAME}: setup column {setup_column!r} of row {i} is not a string of code")
-        jobs.append((i, extract_code(_text(completion), opts["extract"]), steps, setup))
+        jobs.append((i, extract_code(completion_text(completion), opts["extract"]), steps, setup))
     box = sandbox_for(opts)
     sem = asyncio.Semaphore(int(opts["max_workers"]))
 

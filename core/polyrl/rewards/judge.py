@@ -83,6 +83,7 @@ import attrs
 
 from polyrl.errors import RewardError
 from polyrl.rewards import judge_score
+from polyrl.rewards.inputs import completion_text
 from polyrl.rewards.options import merged, positive_number, required_text
 from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
@@ -443,10 +444,6 @@ async def _judge_all(opts: JudgeOptions, requests: list[tuple[str, list[dict[str
 # --- the reward --------------------------------------------------------------------------------
 
 
-def _text(completion: Completion | str) -> str:
-    return completion if isinstance(completion, str) else completion.text
-
-
 async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | str],
                 rows: Sequence[Mapping[str, Any]], options: Mapping[str, Any] | None) -> RewardScores:
     """Score ``completions`` with the judge; returns scores (None = no score) and metrics."""
@@ -455,7 +452,7 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
     keys: list[str] = []
     messages_of: dict[str, list[dict[str, str]]] = {}
     for i in range(n):
-        user = render_rubric(opts.rubric, prompts[i], _text(completions[i]), rows[i] if i < len(rows) else {},
+        user = render_rubric(opts.rubric, prompts[i], completion_text(completions[i]), rows[i] if i < len(rows) else {},
                              opts.scale)
         messages = _messages(opts, user)
         key = cache_key(opts, messages)

@@ -8,13 +8,13 @@ the client did not ask. Each check names the field and the accepted range.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from polyrl.errors import ConfigError
 from polyrl.serving.api_error import ApiError
 from polyrl.serving.limits import SEED_LIMIT, Limits
 from polyrl.types import Prompt, SamplingParams, TokenPrompt
+from polyrl.validators import Rule, shown
 
 TEMPERATURE_MAX = 10.0
 TOP_K_MAX = 2 ** 31 - 1
@@ -36,25 +36,16 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _number(body: dict[str, Any], key: str, default: Any, *, integer: bool, low: float, high: float,
-            low_open: bool = False) -> Any:
+def _number(body: dict[str, Any], key: str, default: Any, rule: Rule) -> Any:
+    """``body[key]`` checked by the config's own range rule (one kind of rule, one kind of message)."""
     value = body.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ApiError(400, f"{key} must be a number, got {json.dumps(value)[:40]}", key)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ApiError(400, f"{key} must be finite, got {value}", key)
-    if integer and isinstance(value, float):
-        if not value.is_integer():
-            raise ApiError(400, f"{key} must be an integer, got {value}", key)
-        value = int(value)
-    if (value <= low if low_open else value < low) or value > high:
-        shown = str(value) if len(str(value)) <= 40 else str(value)[:20] + "..."
-        accepted = (f"an integer in [{int(low)}, {int(high)}]" if integer
-                    else f"in {'(' if low_open else '['}{low:g}, {high:g}]")
-        raise ApiError(400, f"{key} must be {accepted}, got {shown}", key)
-    return int(value) if integer else float(value)
+    if rule.integer and isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON clients may send 5.0 for 5
+    if not rule.accepts(value):
+        raise ApiError(400, f"{key} must be {rule.describe()}, got {shown(value, 40)}", key)
+    return int(value) if rule.integer else float(value)
 
 
 def sampling(body: dict[str, Any], limits: Limits, default_max_tokens: int) -> SamplingParams:
@@ -62,8 +53,8 @@ def sampling(body: dict[str, Any], limits: Limits, default_max_tokens: int) -> S
     if body.get("stream"):
         raise ApiError(400, "stream=true is not supported by polyrl serve; send stream=false", "stream")
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    max_tokens = _number(body, key, min(default_max_tokens, limits.max_tokens_limit), integer=True,
-                         low=1, high=limits.max_tokens_limit)
+    max_tokens = _number(body, key, min(default_max_tokens, limits.max_tokens_limit),
+                         Rule(integer=True, low=1, high=limits.max_tokens_limit))
     stop = body.get("stop") or ()
     if isinstance(stop, str):
         stop = (stop,)
@@ -75,11 +66,11 @@ def sampling(body: dict[str, Any], limits: Limits, default_max_tokens: int) -> S
     if top_k == -1:  # vLLM's "disabled"
         top_k = 0
     values = {
-        "temperature": _number(body, "temperature", 1.0, integer=False, low=0, high=TEMPERATURE_MAX),
-        "top_p": _number(body, "top_p", 1.0, integer=False, low=0, high=1, low_open=True),
-        "top_k": _number({"top_k": top_k}, "top_k", 0, integer=True, low=0, high=TOP_K_MAX),
-        "n": _number(body, "n", 1, integer=True, low=1, high=limits.max_n),
-        "seed": _number(body, "seed", None, integer=True, low=0, high=SEED_LIMIT - 1),
+        "temperature": _number(body, "temperature", 1.0, Rule(integer=False, low=0, high=TEMPERATURE_MAX)),
+        "top_p": _number(body, "top_p", 1.0, Rule(integer=False, low=0, high=1, low_open=True)),
+        "top_k": _number({"top_k": top_k}, "top_k", 0, Rule(integer=True, low=0, high=TOP_K_MAX)),
+        "n": _number(body, "n", 1, Rule(integer=True, low=1, high=limits.max_n)),
+        "seed": _number(body, "seed", None, Rule(integer=True, low=0, high=SEED_LIMIT - 1)),
     }
     try:
         return SamplingParams(max_new_tokens=max_tokens, stop=tuple(stop), **values)

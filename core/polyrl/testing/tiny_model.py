@@ -7,7 +7,7 @@ core must not import torch. So the folder is written from scratch with only ligh
 ``safetensors.numpy`` writes them under the tensor names HF Llama uses.
 
     >>> from polyrl.testing.tiny_model import build_tiny_llama
-    >>> path = build_tiny_llama("/tmp/tiny")          # ~1 s the first time, cached afterwards
+    >>> path = build_tiny_llama("/tmp/tiny")          # built the first time, cached afterwards
 
 The result is deterministic for a seed (weights and tokenizer), so tests may compare numbers
 across processes and backends.

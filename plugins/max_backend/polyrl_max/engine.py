@@ -14,15 +14,14 @@ Why ``max.pipelines.AutoModel`` and not a hand-written Graph-API decoder
       (exact sampler log-probs at any temperature, see ``generation.py``) or overwrite them
       (teacher forcing, see ``scoring.py``); ``remove(row)`` ends a row on a stop string.
     * Weights: the compiled decoder (a ``max.engine.Model``) has ``reload(registry)``, which
-      swaps every weight buffer in place without recompiling (~1-2 ms on the tiny model,
-      see ``weights.py``).
+      swaps every weight buffer in place without recompiling (see ``weights.py``).
     The cost of the choice: a few private-but-documented attributes (``pipeline._pipeline_model``
     and its ``.model``/``.state_dict``, named by MAX's own ``BatchPipeline`` protocol) are read in
     exactly one place, :meth:`MaxEngine.decoder_model`, which fails loudly if MAX moves them.
 
 Compilation
-    MAX compiles one graph per (architecture shapes, ``max_length``, dtype, device): 1-3 minutes
-    on a 2-core CPU. ``max_batch_size`` does *not* change the graph (measured), ``max_length``
+    MAX compiles one graph per (architecture shapes, ``max_length``, dtype, device), which takes
+    minutes on a CPU. ``max_batch_size`` does *not* change the graph (measured), ``max_length``
     does, so keep it fixed across runs. Compiled graphs are cached on disk under
     ``$MODULAR_CACHE_DIR``, which this engine points at ``<polyrl cache>/max`` unless the user set
     it (or ``options["cache_dir"]``), so a second run loads in seconds. A background thread logs
@@ -53,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from polyrl.backend_kit.tokens import pad_token_id
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.types import EngineConfig, Prompt, TokenPrompt
@@ -294,13 +294,13 @@ class MaxEngine:
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
         if self.gguf_file is not None:  # MAX runs the GGUF: our ids must be the ids it was made for
-            from polyrl.gguf_vocab import check_gguf_tokenizer
+            from polyrl.backend_kit.gguf_vocab import check_gguf_tokenizer
 
             check_gguf_tokenizer(self.tokenizer, self.gguf_file, converted=False)
         self.model, self.load_seconds, self.compiled = self._load(options)
         self.pipeline = self.model.pipeline
         self.eos_ids = self._eos_ids()
-        self.pad_id = self._pad_id()
+        self.pad_id = pad_token_id(self.tokenizer)
         #: Token ids MAX may emit (its tokenizer's count) and the model's logits width.
         self.vocab_size = getattr(self.pipeline.tokenizer, "tokenizer_vocab_size", None)
         self.logits_width = _config_vocab_size(self.max_model_dir)
@@ -362,12 +362,6 @@ class MaxEngine:
             elif isinstance(value, (Sequence, set, frozenset)):
                 ids.update(int(v) for v in value)
         return frozenset(ids)
-
-    def _pad_id(self) -> int:
-        for value in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id):
-            if isinstance(value, int):
-                return value
-        return 0
 
     # --- MAX internals, read in one place ------------------------------------------------------
 

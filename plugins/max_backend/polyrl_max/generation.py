@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from polyrl.errors import ConfigError
-from polyrl.stopping import StopStrings
+from polyrl.backend_kit.stopping import StopStrings
 from polyrl.backend_features import refuse_unsupported_sampling
 from polyrl.types import Completion, Prompt, SamplingParams
 

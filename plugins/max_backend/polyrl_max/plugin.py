@@ -12,9 +12,9 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Mapping, Sequence
-from importlib import metadata
 from typing import Any
 
+from polyrl.backend_kit.versions import installed_version
 from polyrl.hookspecs import hookimpl
 from polyrl.types import ArchSupport, BackendSpec, Capabilities, EngineConfig
 from polyrl_max.architectures import capability_table
@@ -23,12 +23,6 @@ BACKEND = "max"
 DISTRIBUTION = "polyrl-max"
 INSTALL_HINT = "pip install polyrl[max]"
 
-
-def _version(dist: str = DISTRIBUTION) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 def _probe() -> str | None:
@@ -42,7 +36,7 @@ def _probe() -> str | None:
                 return f"{pip_name} not installed: {INSTALL_HINT}"
         except (ImportError, ValueError):
             return f"{pip_name} not installed: {INSTALL_HINT}"
-    installed = _version("max")
+    installed = installed_version("max")
     from polyrl_max.engine import MAX_VERSION
 
     if not installed.startswith(MAX_VERSION):
@@ -72,7 +66,7 @@ def _diagnostics() -> Mapping[str, str]:
 
     from polyrl_max.architectures import describe
 
-    info = {"max": _version("max"), "compile_cache": str(configure_environment({})),
+    info = {"max": installed_version("max"), "compile_cache": str(configure_environment({})),
             "architectures": describe()}
     from max.driver import accelerator_count
 
@@ -84,11 +78,6 @@ def _load(config: EngineConfig) -> Any:
     from polyrl_max.engine import MaxEngine
 
     return MaxEngine(config)
-
-
-def _ours(engine: Any) -> bool:
-    module = sys.modules.get("polyrl_max.engine")
-    return module is not None and isinstance(engine, module.MaxEngine)
 
 
 @hookimpl
@@ -103,7 +92,7 @@ def polyrl_register_backends(register) -> None:
             summary="Modular MAX pipelines: compiled generation (Llama, Qwen2, Qwen3, Phi-3 on CPU; "
                     "Mistral, Gemma 3 bfloat16 on GPU) with exact per-token log-probs, "
                     "teacher-forced scoring, weight hot reload without recompiling",
-            version=_version(),
+            version=installed_version(DISTRIBUTION),
             diagnostics=_diagnostics,
         )
     )
@@ -111,8 +100,6 @@ def polyrl_register_backends(register) -> None:
 
 @hookimpl
 def generate(engine: Any, prompts: Sequence[Any], sampling: Any) -> list | None:
-    if not _ours(engine):
-        return None
     from polyrl_max.generation import generate as run
 
     return run(engine, prompts, sampling)
@@ -121,15 +108,11 @@ def generate(engine: Any, prompts: Sequence[Any], sampling: Any) -> list | None:
 @hookimpl
 def encode_chat(engine: Any, messages: Sequence[Any], tools: Sequence[Any] | None,
                 add_generation_prompt: bool) -> list | None:
-    if not _ours(engine):
-        return None
     return engine.encode_chat(messages, tools, add_generation_prompt)
 
 
 @hookimpl
 def logprobs(engine: Any, sequences: Sequence[Any], temperature: float, reference: bool) -> list | None:
-    if not _ours(engine):
-        return None
     from polyrl_max.scoring import logprobs as run
 
     return run(engine, sequences, temperature, reference)
@@ -137,8 +120,6 @@ def logprobs(engine: Any, sequences: Sequence[Any], temperature: float, referenc
 
 @hookimpl
 def import_weights(engine: Any, weights: Any) -> bool | None:
-    if not _ours(engine):
-        return None
     from polyrl_max.weights import import_weights as run
 
     return run(engine, weights)

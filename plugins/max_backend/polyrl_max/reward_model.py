@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from polyrl.backend_kit.reward_text import render_pair
 from polyrl.errors import RewardError
 from polyrl.rewards.options import merged, required_text, whole_number
 from polyrl.hookspecs import hookimpl
@@ -67,16 +68,6 @@ def load(path: str) -> tuple[Any, Any]:
         return _loaded[path]
 
 
-def _render(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool) -> str:
-    if chat_template and getattr(tokenizer, "chat_template", None):
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]  # type: ignore[union-attr]  # FIXME: TokenPrompt
-        messages.append({"role": "assistant", "content": completion})
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
-    if isinstance(prompt, str):
-        return prompt + completion
-    return "\n".join(str(m.get("content", "")) for m in prompt) + completion  # type: ignore[union-attr]  # FIXME: TokenPrompt
-
-
 def score_texts(prompts: Sequence[Prompt], completions: Sequence[str],
                 options: Mapping[str, Any] | None) -> list[float]:
     opts = _options(options)
@@ -91,7 +82,7 @@ def score_texts(prompts: Sequence[Prompt], completions: Sequence[str],
     if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < labels:
         raise RewardError(f"{NAME}: label must be in 0..{labels - 1}, got {label!r}")
     max_length = min(opts["max_length"], classifier.max_positions)
-    texts = [_render(tokenizer, p, c, opts["chat_template"]) for p, c in zip(prompts, completions)]
+    texts = [render_pair(tokenizer, p, c, opts["chat_template"]) for p, c in zip(prompts, completions)]
     templated = opts["chat_template"] and bool(getattr(tokenizer, "chat_template", None))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token

@@ -1,14 +1,14 @@
 """Fast BLAS for MLX's CPU backend on Linux, with nothing for the user to do.
 
 The ``mlx[cpu]`` wheel for Linux links ``libmlx.so`` against a bundled *reference* BLAS
-(``mlx_cpu.libs/libblas-*.so``): float32 matmuls run at ~3 GFLOP/s, 20-45x slower than
-OpenBLAS on the same machine. ``libmlx.so`` resolves ``cblas_sgemm`` & co. dynamically, and the
-dynamic linker looks in the global scope before a library's own dependencies, so loading
-OpenBLAS with ``RTLD_GLOBAL`` *before* ``import mlx.core`` makes MLX use it. That is all this
-module does: :func:`preload` finds a ``libopenblas`` (``$POLYRL_OPENBLAS``, the Debian/Ubuntu
-``libopenblas0-pthread`` locations, or the linker's search path) and loads it; every module of
-this package that needs MLX imports it through :mod:`polyrl_mlx._mx`, which calls
-:func:`preload` first.
+(``mlx_cpu.libs/libblas-*.so``): float32 matmuls run an order of magnitude slower than with
+OpenBLAS on the same machine (``polyrl doctor`` measures the one in use). ``libmlx.so`` resolves
+``cblas_sgemm`` & co. dynamically, and the dynamic linker looks in the global scope before a
+library's own dependencies, so loading OpenBLAS with ``RTLD_GLOBAL`` *before* ``import mlx.core``
+makes MLX use it. That is all this module does: :func:`preload` finds a ``libopenblas``
+(``$POLYRL_OPENBLAS``, the Debian/Ubuntu ``libopenblas0-pthread`` locations, or the linker's
+search path) and loads it; every module of this package that needs MLX imports it through
+:mod:`polyrl_mlx._mx`, which calls :func:`preload` first.
 
 :func:`blas_status` says, in one line, which BLAS MLX will call (``polyrl doctor`` shows it);
 :func:`set_threads` sets OpenBLAS's thread count at run time.

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from polyrl.backend_kit.tokens import pad_token_id
 from polyrl.errors import ConfigError
 from polyrl.types import EngineConfig, Prompt, TokenPrompt
 
@@ -141,7 +142,7 @@ class MLXEngine:
             self.tok_wrapper = tokenizer
             self.tokenizer = tokenizer._tokenizer  # the transformers tokenizer
             self.eos_ids = frozenset(int(i) for i in (tokenizer.eos_token_ids or ()))
-            self.pad_id = self._pad_id()
+            self.pad_id = pad_token_id(self.tokenizer)
 
             self.lora = config.lora
             self.lora_keys: list[str] = []
@@ -224,13 +225,6 @@ class MLXEngine:
     def reset_optimizer(self) -> None:
         if self.optimizer is not None:
             self.optimizer = self._make_optimizer()
-
-    def _pad_id(self) -> int:
-        tok = self.tokenizer
-        for value in (tok.pad_token_id, tok.eos_token_id):
-            if isinstance(value, int):
-                return value
-        return 0
 
     # --- accessors -----------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from polyrl.errors import ConfigError
-from polyrl.stopping import StopStrings
+from polyrl.backend_kit.stopping import StopStrings
 from polyrl.types import Completion, Prompt, SamplingParams
 
 from polyrl_mlx._mx import mx

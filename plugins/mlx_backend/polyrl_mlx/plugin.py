@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
+from polyrl.backend_kit.versions import installed_version
 from polyrl.hookspecs import hookimpl
 from polyrl.types import BackendSpec, Capabilities, EngineConfig
 
@@ -26,16 +27,10 @@ DISTRIBUTION = "polyrl-mlx"
 INSTALL_HINT = "pip install polyrl[mlx]"
 
 
-def _version() -> str:
-    try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
-
 
 @functools.lru_cache(maxsize=1)
 def _import_error() -> str | None:
-    """Why ``mlx.core`` cannot be imported here, or None (imports it once: ~10 ms)."""
+    """Why ``mlx.core`` cannot be imported here, or None (imports it once, then remembers)."""
     try:
         if importlib.util.find_spec("mlx") is None:
             return "not installed"
@@ -101,12 +96,6 @@ def _load(config: EngineConfig) -> Any:
     return MLXEngine(config)
 
 
-def _ours(engine: Any) -> bool:
-    """True for engines this plugin built; never imports MLX (no engine -> not loaded)."""
-    module = sys.modules.get("polyrl_mlx.engine")
-    return module is not None and isinstance(engine, module.MLXEngine)
-
-
 # --- discovery -----------------------------------------------------------------------------------
 
 
@@ -121,7 +110,7 @@ def polyrl_register_backends(register) -> None:
             install_hint=INSTALL_HINT,
             summary="Apple MLX + mlx-lm (Metal on Apple silicon, OpenBLAS on Linux CPUs): "
                     "exact-logprob sampling, GRPO-family training, LoRA/QLoRA, 4/8-bit models",
-            version=_version(),
+            version=installed_version(DISTRIBUTION),
             diagnostics=_diagnostics,
         )
     )
@@ -145,8 +134,6 @@ def polyrl_convert_model(src: str, dst: str, to: str, quantize_bits: int | None)
 
 @hookimpl
 def generate(engine: Any, prompts: Sequence[Any], sampling: Any) -> list | None:
-    if not _ours(engine):
-        return None
     from polyrl_mlx.generation import generate as run
 
     return run(engine, prompts, sampling)
@@ -155,8 +142,6 @@ def generate(engine: Any, prompts: Sequence[Any], sampling: Any) -> list | None:
 @hookimpl
 def encode_chat(engine: Any, messages: Sequence[Any], tools: Sequence[Any] | None,
                 add_generation_prompt: bool) -> Any:
-    if not _ours(engine):
-        return None
     import numpy as np
 
     return np.asarray(engine.encode_chat(messages, tools, add_generation_prompt), dtype=np.int64)
@@ -164,8 +149,6 @@ def encode_chat(engine: Any, messages: Sequence[Any], tools: Sequence[Any] | Non
 
 @hookimpl
 def logprobs(engine: Any, sequences: Sequence[Any], temperature: float, reference: bool) -> list | None:
-    if not _ours(engine):
-        return None
     from polyrl_mlx.scoring import logprobs as run
 
     return run(engine, sequences, temperature, reference)
@@ -173,8 +156,6 @@ def logprobs(engine: Any, sequences: Sequence[Any], temperature: float, referenc
 
 @hookimpl
 def train_step(engine: Any, batch: Any, objective: Any) -> Any:
-    if not _ours(engine):
-        return None
     from polyrl_mlx.training import train_step as run
 
     return run(engine, batch, objective)
@@ -185,8 +166,6 @@ def train_step(engine: Any, batch: Any, objective: Any) -> Any:
 
 @hookimpl
 def export_weights(engine: Any) -> Any:
-    if not _ours(engine):
-        return None
     from polyrl_mlx.weights import export_weights as run
 
     return run(engine)
@@ -194,8 +173,6 @@ def export_weights(engine: Any) -> Any:
 
 @hookimpl
 def import_weights(engine: Any, weights: Any) -> bool | None:
-    if not _ours(engine):
-        return None
     from polyrl_mlx.weights import import_weights as run
 
     return run(engine, weights)
@@ -203,8 +180,6 @@ def import_weights(engine: Any, weights: Any) -> bool | None:
 
 @hookimpl
 def save_checkpoint(engine: Any, path: str, state_path: str | None) -> bool | None:
-    if not _ours(engine):
-        return None
     from polyrl_mlx.weights import save_checkpoint as run
 
     return run(engine, path, state_path)
@@ -212,8 +187,6 @@ def save_checkpoint(engine: Any, path: str, state_path: str | None) -> bool | No
 
 @hookimpl
 def load_checkpoint(engine: Any, path: str, state_path: str | None, weights_only: bool) -> bool | None:
-    if not _ours(engine):
-        return None
     from polyrl_mlx.weights import load_checkpoint as run
 
     return run(engine, path, state_path, weights_only=weights_only)

@@ -25,7 +25,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-from polyrl.batching import BUCKET_CALL_TOKENS, length_batches, length_buckets, prompt_groups
+from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS, length_batches, length_buckets, prompt_groups
 from polyrl.types import TokenSequence
 
 from polyrl_mlx._mx import mx
@@ -155,7 +155,7 @@ def shared_prompt_hidden(backbone, sequences: Sequence[TokenSequence], owners: l
     Pass 1 runs the distinct prompts *left*-padded (so they all end at the same position, the
     rotary offset of pass 2) with their padding masked out; pass 2 runs each row's completion
     tokens, right-padded, against its prompt's keys/values (taken per row by owner), one call per
-    length bucket (``polyrl.batching.length_buckets``: less padding when some rows stopped early).
+    length bucket (``polyrl.backend_kit.batching.length_buckets``: less padding when some rows stopped early).
     Rotary embeddings only see relative positions, so the left padding shifts nothing. A padding
     query attends to itself only (an all-masked row would give NaN that 0-weights cannot cancel).
     With ``window`` (Gemma 3), sliding layers also drop keys ``window`` or more positions back,

@@ -25,11 +25,12 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from polyrl.backend_kit.checkpoints import missing_piece
+from polyrl.backend_kit.versions import installed_version
 from polyrl.types import NamedWeights
 
 from polyrl_mlx._mx import mx, nn
@@ -195,12 +196,6 @@ def import_weights(engine: MLXEngine, weights: NamedWeights) -> bool:
 # --- checkpoints ---------------------------------------------------------------------------------
 
 
-def _version() -> str:
-    try:
-        return metadata.version("polyrl-mlx")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
-
 
 def save_hf_folder(folder: Path, tensors: Mapping[str, mx.array], config: Mapping[str, Any],
                    tokenizer: Any, source: Path | None = None) -> None:
@@ -254,19 +249,12 @@ def save_checkpoint(engine: MLXEngine, path: str, state_path: str | None = None)
             opt_state = dict(tree_flatten(engine.optimizer.state))
             mx.save_safetensors(str(state / "optimizer.safetensors"), opt_state)
         mx.save_safetensors(str(state / "rng.safetensors"), {"sampler_key": engine.rng_key})
-    meta = {"format": FORMAT, "polyrl_mlx": _version(), "mlx": mx.__version__,
+    meta = {"format": FORMAT, "polyrl_mlx": installed_version("polyrl-mlx"), "mlx": mx.__version__,
             "lora": engine.lora is not None, "dtype": engine.config.dtype,
             "base_replaced": engine.base_replaced, "optimizer": engine.optimizer is not None,
             "quantization": engine.quantization}
     (state / "engine.json").write_text(json.dumps(meta, indent=1) + "\n")
     return True
-
-
-def _missing_piece(piece: str, file: Path) -> Exception:
-    from polyrl.errors import ConfigError
-
-    return ConfigError(f"checkpoint has no {piece} ({file} is missing)", field="--resume",
-                       fix="resume with --resume-weights-only to load the weights alone (fresh optimizer and RNG)")
 
 
 def load_checkpoint(engine: MLXEngine, path: str, state_path: str | None = None,
@@ -288,9 +276,9 @@ def load_checkpoint(engine: MLXEngine, path: str, state_path: str | None = None,
     opt_file = state / "optimizer.safetensors"
     if not weights_only:
         if engine.optimizer is not None and not opt_file.exists():
-            raise _missing_piece("optimizer state", opt_file)
+            raise missing_piece("optimizer state", opt_file)
         if not (state / "rng.safetensors").exists():
-            raise _missing_piece("RNG state", state / "rng.safetensors")
+            raise missing_piece("RNG state", state / "rng.safetensors")
     adapter = folder / ADAPTER_DIR
     if not (adapter / "adapters.safetensors").exists():
         adapter = state  # written before adapters moved beside the model

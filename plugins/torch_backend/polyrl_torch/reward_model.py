@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from polyrl.backend_kit.reward_text import render_pair
 from polyrl.errors import RewardError
 from polyrl.rewards.options import merged, required_text, whole_number
 from polyrl.hookspecs import hookimpl
@@ -91,16 +92,6 @@ def load_reward_model(path: str, device: str = "cpu", dtype: str = "float32") ->
         return model, tokenizer
 
 
-def _render(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool) -> str:
-    if chat_template and getattr(tokenizer, "chat_template", None):
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]  # type: ignore[union-attr]  # FIXME: TokenPrompt
-        messages.append({"role": "assistant", "content": completion})
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
-    if isinstance(prompt, str):
-        return prompt + completion
-    return "\n".join(str(m.get("content", "")) for m in prompt) + completion  # type: ignore[union-attr]  # FIXME: TokenPrompt
-
-
 def score_texts(prompts: Sequence[Prompt], completions: Sequence[str], options: Mapping[str, Any] | None) -> list[float]:
     """Reward-model scores of (prompt, completion) pairs, in batches of ``batch_size``."""
     opts = _options(options)
@@ -116,7 +107,7 @@ def score_texts(prompts: Sequence[Prompt], completions: Sequence[str], options: 
         label = 0
     if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < num_labels:
         raise RewardError(f"{NAME}: label must be in 0..{num_labels - 1}, got {label!r}")
-    texts = [_render(tokenizer, p, c, opts["chat_template"]) for p, c in zip(prompts, completions)]
+    texts = [render_pair(tokenizer, p, c, opts["chat_template"]) for p, c in zip(prompts, completions)]
     templated = opts["chat_template"] and bool(getattr(tokenizer, "chat_template", None))
     scores: list[float] = []
     with torch.inference_mode():

@@ -12,8 +12,8 @@ GRPO scores ``n`` completions of each prompt. When prompts repeat in a batch, ea
 runs through the backbone once and its KV cache is shared by the rows of its group (indexed per
 row, so under autograd the gradients of all rows flow back into the one prompt computation); only
 the completion tokens run per row. Same log-probs to float tolerance, ~(n-1)/n fewer prompt FLOPs.
-The completion tokens are run in length buckets (``polyrl.batching.length_buckets``): with 32
-rows of which some stopped early, one right-padded call computed ~15 % padding.
+The completion tokens are run in length buckets (``polyrl.backend_kit.batching.length_buckets``):
+when some rows stopped early, one right-padded call would spend its time on padding.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from polyrl.batching import BUCKET_CALL_TOKENS, length_batches, length_buckets, prompt_groups
+from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS, length_batches, length_buckets, prompt_groups
 from polyrl.types import TokenSequence
 from polyrl_torch.engine import TorchEngine
 

@@ -20,13 +20,14 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from polyrl.backend_kit.checkpoints import missing_piece
+from polyrl.backend_kit.versions import installed_version
 from polyrl.types import NamedWeights
 from polyrl_torch import distributed
 from polyrl_torch.engine import ADAPTER, TorchEngine
@@ -160,12 +161,6 @@ def _save_hf_model(engine: TorchEngine, folder: Path, weights: Mapping[str, torc
     _save_tensors(weights, folder / "model.safetensors")
 
 
-def _version() -> str:
-    try:
-        return metadata.version("polyrl-torch")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
-
 
 def save_checkpoint(engine: TorchEngine, path: str, state_path: str | None = None) -> bool:
     """Merged HF model at ``path`` (adapters in ``path/adapter/``); optimizer, RNG and the LoRA
@@ -195,18 +190,11 @@ def save_checkpoint(engine: TorchEngine, path: str, state_path: str | None = Non
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
     torch.save(rng, state / "rng.pt")
-    meta = {"format": FORMAT, "polyrl_torch": _version(), "torch": torch.__version__,
+    meta = {"format": FORMAT, "polyrl_torch": installed_version("polyrl-torch"), "torch": torch.__version__,
             "lora": engine.lora is not None, "dtype": engine.config.dtype,
             "optimizer": engine.optimizer is not None}
     (state / "engine.json").write_text(json.dumps(meta, indent=1) + "\n")
     return True
-
-
-def _missing_piece(piece: str, file: Path) -> Exception:
-    from polyrl.errors import ConfigError
-
-    return ConfigError(f"checkpoint has no {piece} ({file} is missing)", field="--resume",
-                       fix="resume with --resume-weights-only to load the weights alone (fresh optimizer and RNG)")
 
 
 def _apply_config_hyperparameters(engine: TorchEngine) -> None:
@@ -234,9 +222,9 @@ def load_checkpoint(engine: TorchEngine, path: str, state_path: str | None = Non
     meta = json.loads((state / "engine.json").read_text()) if (state / "engine.json").exists() else {}
     if not weights_only:
         if engine.optimizer is not None and not (state / "optimizer.pt").exists():
-            raise _missing_piece("optimizer state", state / "optimizer.pt")
+            raise missing_piece("optimizer state", state / "optimizer.pt")
         if not (state / "rng.pt").exists():
-            raise _missing_piece("RNG state", state / "rng.pt")
+            raise missing_piece("RNG state", state / "rng.pt")
     exact_lora = (not weights_only and engine.lora is not None and meta.get("lora")
                   and (folder / ADAPTER_DIR).is_dir())
     if exact_lora:

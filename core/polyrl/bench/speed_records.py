@@ -1,7 +1,7 @@
 """Which backend generates fastest on this machine: measured by ``polyrl bench``, read by ``auto``.
 
-``backends.generate = "auto"`` should not guess from a rule of thumb (on our 2-core CPU torch
-samples 1.4x faster than MAX; on a GPU the order may flip), so every ``polyrl bench`` run stores
+``backends.generate = "auto"`` should not guess from a rule of thumb (which backend samples
+fastest depends on the model, the CPU or GPU and the thread count), so every ``polyrl bench`` run stores
 each backend's generation tokens/s for its model under this machine's key in
 ``<cache>/generate_speed.json`` (``$POLYRL_CACHE`` or ``~/.cache/polyrl``). ``auto`` then picks
 the fastest usable backend measured for the run's model; with no measurement it keeps generation

@@ -32,7 +32,7 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from polyrl.bench import _prompts
+    from polyrl.bench.workload import bench_prompts
 
     torch.set_num_threads(threads)
     t0 = time.perf_counter()
@@ -41,7 +41,7 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
     lm = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
     load_s = time.perf_counter() - t0
     texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
-             for p in _prompts(prompts)]
+             for p in bench_prompts(prompts)]
     inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
     eos = lm.generation_config.eos_token_id
     eos_ids = {int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None}

@@ -30,12 +30,12 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from polyrl.bench import _prompts
+    from polyrl.bench.workload import bench_prompts
     from polyrl.types import LoraConfig
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    rows = _prompts(prompts)
+    rows = bench_prompts(prompts)
     dataset = Dataset.from_list([{"prompt": p} for p in rows] * (steps + 1))
     completion_tokens: list[int] = []
 

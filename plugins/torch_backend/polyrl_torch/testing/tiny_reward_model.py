@@ -1,6 +1,6 @@
 """A tiny random sequence-classification Llama (one label) for reward-model tests; needs torch.
 
-    >>> from polyrl_torch.tiny_reward_model import build_tiny_reward_model
+    >>> from polyrl_torch.testing.tiny_reward_model import build_tiny_reward_model
     >>> path = build_tiny_reward_model("/tmp/tiny-rm")   # the tiny tokenizer, random weights
 
 Built from ``build_tiny_llama``'s tokenizer and config (``LlamaForSequenceClassification``,

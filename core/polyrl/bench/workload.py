@@ -5,7 +5,7 @@ child process, one after another, on the same model, prompts, group size, comple
 thread count. Reported per backend: seconds per phase (generate, log-probs, forward, backward,
 optimizer), tokens/s, peak RSS, ratios to the first backend and to TRL, and each phase's achieved
 FLOP/s as a fraction of the machine's fp32 matmul peak measured in the same run
-(``polyrl.flops`` counts the workload's FLOPs). Output: JSON, a PNG chart, a table.
+(``polyrl.bench.flops`` counts the workload's FLOPs). Output: JSON, a PNG chart, a table.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from polyrl import speed_records, strict_json
+from polyrl import strict_json
+from polyrl.bench import speed_records
 from polyrl.engine import Engine
 from polyrl.registry import get_registry
 from polyrl.types import EngineConfig, LoraConfig, SamplingParams, TokenSequence, TrainBatch
@@ -31,7 +32,8 @@ from polyrl.types import EngineConfig, LoraConfig, SamplingParams, TokenSequence
 TRAIN_PHASES = ("forward", "backward", "grad_sync", "optimizer")
 
 
-def _prompts(count: int) -> list[Any]:
+def bench_prompts(count: int) -> list[Any]:
+    """The bench's chat prompts (seeded): every backend and baseline gets the same ones."""
     rng = np.random.default_rng(0)
     return [[{"role": "user", "content": f"What is {a} + {b}? Answer with the number only."}]
             for a, b in rng.integers(10, 99, size=(count, 2))]
@@ -55,7 +57,7 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
     gen_s, lp_s, train_s, tokens = [], [], [], []
     phases: dict[str, list[float]] = {p: [] for p in TRAIN_PHASES}
     shapes = []
-    batch_prompts = _prompts(prompts)
+    batch_prompts = bench_prompts(prompts)
     for step in range(steps):
         sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, n=group_size, seed=step)
         t = time.perf_counter()
@@ -104,12 +106,12 @@ def _child(module: str, args: list[Any], name: str) -> dict[str, Any]:
 
 def _trl(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
          lora: bool) -> dict[str, Any]:
-    """TRL's GRPOTrainer on the same workload, in a child process (``polyrl_torch.bench_trl``)."""
+    """TRL's GRPOTrainer on the same workload, in a child process (``polyrl_torch.bench.trl_grpo``)."""
     import importlib.util
 
     if importlib.util.find_spec("trl") is None or importlib.util.find_spec("polyrl_torch") is None:
         return {"backend": "trl", "error": "trl is not installed: pip install 'polyrl-torch[bench]'"}
-    return _child("polyrl_torch.bench_trl", [model, prompts, group_size, max_new_tokens, threads, steps, lora],
+    return _child("polyrl_torch.bench.trl_grpo", [model, prompts, group_size, max_new_tokens, threads, steps, lora],
                   "trl")
 
 
@@ -120,7 +122,7 @@ def _hf_generate(model: str, prompts: int, group_size: int, max_new_tokens: int,
 
     if importlib.util.find_spec("polyrl_torch") is None:
         return {"backend": "hf-generate", "error": "needs the torch backend: pip install 'polyrl[torch]'"}
-    return _child("polyrl_torch.bench_hf_generate", [model, prompts, group_size, max_new_tokens, threads, steps],
+    return _child("polyrl_torch.bench.hf_generate", [model, prompts, group_size, max_new_tokens, threads, steps],
                   "hf-generate")
 
 
@@ -129,7 +131,7 @@ def matmul_peak(threads: int) -> dict[str, Any]:
     import importlib.util
 
     if importlib.util.find_spec("polyrl_torch") is not None:
-        found = _child("polyrl_torch.matmul_peak", threads, "matmul_peak")  # type: ignore[arg-type]
+        found = _child("polyrl_torch.bench.matmul_peak", threads, "matmul_peak")  # type: ignore[arg-type]
         if "error" not in found:
             return found
     a = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32)
@@ -144,7 +146,7 @@ def matmul_peak(threads: int) -> dict[str, Any]:
 
 def add_utilisation(result: dict[str, Any], model_dir: str, peak_gflops: float, lora: bool) -> None:
     """Each timed phase's workload FLOP/s and its fraction of the measured matmul peak."""
-    from polyrl.flops import ModelShape, step_flops
+    from polyrl.bench.flops import ModelShape, step_flops
 
     shapes = result.get("shapes")
     if not shapes or not (Path(model_dir) / "config.json").exists():
@@ -207,12 +209,9 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         if chart:
-            from polyrl.bench_report import write_chart
+            from polyrl.bench.report import write_chart
 
             report["chart"] = write_chart(report, Path(output).with_suffix(".png"))
         Path(output).write_text(strict_json.dumps(report, indent=2))  # NaN -> null: strict JSON
     return report
 
-
-if __name__ == "__main__":  # one backend, in a child process of run_bench
-    print(json.dumps(bench_backend(*json.loads(sys.argv[1]))))

@@ -1,0 +1,187 @@
+"""A run's engines: which backend does what, the models they load, and the weight push between them.
+
+Why a module of its own: checking backend names, resolving models, refusing unsupported feature
+combinations and deciding whether generation shares the train engine are setup, not the
+algorithm; keeping them here lets ``Trainer``'s step read as generate -> reward -> update -> sync.
+Every check that can fail runs before the engine it guards loads, so a bad config errs in seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import attrs
+
+from polyrl.backend_features import check_backend_features, with_total_steps
+from polyrl.bench import speed_records
+from polyrl.config import RunConfig
+from polyrl.engine import Engine
+from polyrl.errors import ConfigError
+from polyrl.logs import get_logger
+from polyrl.ref_sync import ReferenceSync, needs_own_reference
+from polyrl.registry import Registry
+from polyrl.types import EngineConfig, TokenSequence
+
+log = get_logger("polyrl.trainer")
+
+
+@attrs.define
+class RunEngines:
+    """The loaded engines of a run. ``generate`` is ``train`` itself when they can share one copy;
+    ``reference`` is None when the train engine answers reference log-probs (or ``beta = 0``)."""
+
+    model_path: str
+    train: Engine
+    generate: Engine
+    reference: Engine | None
+    ref_sync: ReferenceSync
+    #: updates the generate engine's weights have seen (-1: unknown)
+    generator_version: int = -1
+
+    def sync_weights(self, version: int) -> float:
+        """Push the train engine's weights (``version`` updates) to the generator; the seconds it took."""
+        if version == self.generator_version:
+            return 0.0
+        t0 = time.perf_counter()
+        _push_weights(self.train, self.generate)
+        self.generator_version = version
+        return time.perf_counter() - t0
+
+
+def _push_weights(train: Engine, generate: Engine) -> None:
+    if generate is not train:
+        generate.import_weights(train.export_weights())
+
+
+def choose_generate_backend(config: RunConfig, registry: Registry) -> RunConfig:
+    """Resolve ``backends.generate = "auto"``: the fastest usable backend ``polyrl bench``
+    measured for this model on this machine, else the train backend (see speed_records)."""
+    b = config.backends
+    if b.generate != "auto":
+        return config
+    usable = [s.name for s in registry.statuses()
+              if s.available and s.capabilities.get("generate")
+              and (s.name == b.train or s.capabilities.get("weight_import"))
+              and (not config.generation.overlap or s.capabilities.get("concurrent_generate"))]
+    model = registry.resolve_model(config.model.path)
+    found = speed_records.fastest(model, usable)
+    if found:
+        chosen, speeds = found
+        log.info("generate backend chosen", backend=chosen, why="fastest measured here by polyrl bench",
+                 tokens_per_s={k: round(v, 1) for k, v in speeds.items()})
+    else:
+        chosen = b.train
+        log.info("generate backend chosen", backend=chosen,
+                 why="no polyrl bench measurement for this model on this machine: the train backend "
+                 "(run `polyrl bench --generate-only --model ...` to measure)")
+    return attrs.evolve(config, backends=attrs.evolve(b, generate=chosen))
+
+
+def check_backend_names(config: RunConfig, registry: Registry) -> None:
+    """Fail before loading anything when a role names a backend that is not installed."""
+    c, known = config, registry.names()
+    roles = [("train", c.backends.train), ("generate", c.backends.generate_backend)]
+    if c.algorithm.beta > 0:
+        roles.append(("reference", c.backends.reference_backend))
+    for role, name in roles:
+        if name not in known:
+            raise ConfigError(
+                f"unknown backend {name!r} (installed: {', '.join(known) or 'none'})",
+                field=f"backends.{role}",
+                fix=f"install its plugin (e.g. `pip install polyrl[{name}]`) or name an installed "
+                "backend; `polyrl backends` lists them",
+            )
+
+
+def engine_config(config: RunConfig, role: str, model: str) -> EngineConfig:
+    """What an engine of ``role`` ("train", "generate", "reference") is built with."""
+    c = config
+    return EngineConfig(
+        model=model, role=role, dtype=c.model.dtype, device=c.model.device, seed=c.train.seed,
+        threads=c.train.threads, lora=c.lora if role == "train" else None,
+        optimizer=with_total_steps(c.optimizer, c.train.steps * c.algorithm.num_iterations),
+        max_length=c.model.max_length, options=dict(c.backends.options),
+        trust_remote_code=c.model.trust_remote_code,
+        gradient_checkpointing=c.train.gradient_checkpointing and role == "train",
+    )
+
+
+def _generate_model(config: RunConfig, registry: Registry, model: str) -> str:
+    """The generate engine's model: ``generation.max_model_path`` (e.g. a GGUF for MAX), else ``model``."""
+    if not config.generation.max_model_path:
+        return model
+    gen_model = registry.resolve_model(config.generation.max_model_path, field="generation.max_model_path")
+    if not Path(gen_model).exists():
+        raise ConfigError(
+            f"max_model_path {config.generation.max_model_path!r} does not exist",
+            field="generation.max_model_path",
+            fix="point it at the file or folder the generate backend should load (e.g. a "
+            ".gguf for MAX), or remove it to generate from model.path",
+        )
+    return gen_model
+
+
+def _check_overlap(config: RunConfig, registry: Registry) -> None:
+    c = config
+    if c.generation.overlap and not registry.spec(c.backends.generate_backend).capabilities.concurrent_generate:
+        raise ConfigError(
+            f"backend {c.backends.generate_backend!r} does not declare concurrent_generate (its "
+            "generate running on a worker thread while training runs)", field="generation.overlap",
+            fix="set generation.overlap = false, or generate with a backend that declares it "
+            "(`polyrl backends` shows capabilities; torch and remote do)")
+    if c.generation.overlap and c.train.threads is None:
+        log.warning("generation.overlap with train.threads unset: the sampler and the trainer each "
+                    "use every core and slow each other down", fix="set train.threads to half the cores")
+
+
+def _reference_engine(config: RunConfig, registry: Registry, model: str, train: Engine) -> Engine | None:
+    """A separate reference engine, or None when ``beta = 0`` or the train engine answers for it."""
+    c = config
+    if c.algorithm.beta <= 0:
+        return None
+    ref_model = (registry.resolve_model(c.model.reference_path, field="model.reference_path")
+                 if c.model.reference_path else model)
+    if (ref_model == model and c.backends.reference_backend == c.backends.train
+            and not needs_own_reference(c.algorithm)):
+        # e.g. a LoRA engine answers for its frozen base with adapters disabled
+        if train.logprobs([TokenSequence([1], [1])], 1.0, reference=True) is not None:
+            return None
+    return Engine(registry, c.backends.reference_backend, engine_config(c, "reference", ref_model))
+
+
+def load_engines(config: RunConfig, registry: Registry) -> RunEngines:
+    """Check the backends and models, then load the train, generate and reference engines; the
+    generator starts with the train engine's weights."""
+    c, reg = config, registry
+    check_backend_names(c, reg)
+    model = reg.resolve_model(c.model.path)
+    if not Path(model).exists():
+        raise ConfigError(
+            f"model {c.model.path!r} is neither a local path nor a known alias",
+            field="model.path",
+            fix="give an existing HF folder/GGUF file, or an alias like smollm2-135m-instruct "
+            "(needs polyrl[torch])",
+        )
+    reg.check_architecture(c.backends.train, model, "train")
+    reg.check_dtype(c.backends.train, c.model.dtype, "train")
+    reg.check_dtype(c.backends.generate_backend, c.model.dtype, "generate")
+    t0 = time.perf_counter()
+    train = Engine(reg, c.backends.train, engine_config(c, "train", model))
+    gen_model = _generate_model(c, reg, model)
+    reg.check_architecture(c.backends.generate_backend, gen_model, "generate",
+                           field="generation.max_model_path" if gen_model != model else "model.path")
+    check_backend_features(c, reg)
+    _check_overlap(c, reg)
+    shared = c.backends.generate_backend == c.backends.train and gen_model == model
+    if shared and not c.generation.overlap:
+        generate = train
+    else:  # overlap needs a second copy: the train engine's weights change while it samples
+        generate = Engine(reg, c.backends.generate_backend, engine_config(c, "generate", gen_model))
+    _push_weights(train, generate)  # before the reference loads, as the generator's version 0
+    reference = _reference_engine(c, reg, model, train)
+    ref_sync = ReferenceSync(train, reference, c.algorithm.ref_sync_every, c.algorithm.ref_sync_alpha)
+    log.info("engines ready", train=c.backends.train, generate=c.backends.generate_backend,
+             reference=(c.backends.reference_backend if reference else "train engine")
+             if c.algorithm.beta > 0 else "none", model=model, seconds=round(time.perf_counter() - t0, 2))
+    return RunEngines(model, train, generate, reference, ref_sync, generator_version=0)
