@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.tokens import pad_token_id
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
@@ -447,12 +448,7 @@ class MaxEngine:
         """The chat template rendered (``tools`` passed to it) and tokenized with no special tokens
         added beyond what the template writes: what ``generate`` feeds the model for a chat."""
         tok = self.tokenizer
-        if not getattr(tok, "chat_template", None):
-            raise ConfigError(
-                f"the tokenizer of {self.config.model!r} has no chat template but a chat prompt "
-                "was given", field="model",
-                fix="use an instruct model with a chat template, or give plain-text prompts",
-            )
+        require_chat_template(tok, self.config.model)
         text = tok.apply_chat_template(list(messages), tools=None if tools is None else list(tools),
                                        tokenize=False, add_generation_prompt=add_generation_prompt)
         return [int(i) for i in tok(text, add_special_tokens=False)["input_ids"]]

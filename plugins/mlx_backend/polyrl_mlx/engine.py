@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.tokens import pad_token_id
 from polyrl.errors import ConfigError
 from polyrl.types import EngineConfig, Prompt, TokenPrompt
@@ -291,12 +292,7 @@ class MLXEngine:
         without added special tokens: the one rendering ``generate`` uses for chat prompts, so
         the core's differences of renderings line up with what the model saw."""
         tok = self.tokenizer
-        if not getattr(tok, "chat_template", None):
-            raise ConfigError(
-                f"the tokenizer of {self.config.model!r} has no chat template but a chat prompt "
-                "was given", field="model",
-                fix="use an instruct model with a chat template, or give plain-text prompts",
-            )
+        require_chat_template(tok, self.config.model)
         text = tok.apply_chat_template([dict(m) for m in messages], tools=None if tools is None else list(tools),
                                        tokenize=False, add_generation_prompt=add_generation_prompt)
         return [int(i) for i in tok(text, add_special_tokens=False)["input_ids"]]

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.tokens import pad_token_id
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
@@ -257,12 +258,7 @@ class TorchEngine:
         chat prompts and multi-turn episodes use, so the glue an episode inserts between turns is
         exactly what a chat prompt would have had (same template, no BOS beyond the template's)."""
         tok = self.tokenizer
-        if not getattr(tok, "chat_template", None):
-            raise ConfigError(
-                f"the tokenizer of {self.config.model!r} has no chat template but a chat prompt "
-                "was given", field="model",
-                fix="use an instruct model with a chat template, or give plain-text prompts",
-            )
+        require_chat_template(tok, self.config.model)
         encoded = tok.apply_chat_template([dict(m) for m in messages], tools=None if tools is None else list(tools),
                                           add_generation_prompt=add_generation_prompt, tokenize=True,
                                           return_dict=True)
