@@ -75,6 +75,17 @@ def _right_padded(rows: Sequence[np.ndarray], pad_id: int) -> tuple[torch.Tensor
     return ids, mask
 
 
+def _take(values: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor | None = None) -> torch.Tensor:
+    """``values[rows]`` (or ``values[rows, cols]``) through ``index_select``, because the backward
+    must be deterministic: advanced indexing's backward (``index_put_`` with accumulate) adds the
+    rows that share an index with atomic float adds across threads on CPU, so two identical runs
+    differed in the last bits of the prompt's gradient and then drifted apart (the demo, issue 19);
+    ``index_select``'s backward (``index_add_``) adds them in a fixed order."""
+    if cols is None:
+        return values.index_select(0, rows)
+    return values.flatten(0, 1).index_select(0, rows * values.shape[1] + cols)
+
+
 def _full_hidden(engine: TorchEngine, sequences: Sequence[TokenSequence]) -> torch.Tensor:
     """Backbone states that predict each completion token, every row run whole (no sharing)."""
     rows = [np.concatenate([s.prompt_ids, s.completion_ids[:-1]]) for s in sequences]
@@ -84,8 +95,8 @@ def _full_hidden(engine: TorchEngine, sequences: Sequence[TokenSequence]) -> tor
     b = np.concatenate([np.full(len(s.completion_ids), i) for i, s in enumerate(sequences)])
     t = np.concatenate([np.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + len(s.completion_ids))
                         for s in sequences])
-    return hidden[torch.from_numpy(b.astype(np.int64)).to(engine.device),
-                  torch.from_numpy(t.astype(np.int64)).to(engine.device)]
+    return _take(hidden, torch.from_numpy(b.astype(np.int64)).to(engine.device),
+                 torch.from_numpy(t.astype(np.int64)).to(engine.device))
 
 
 def _shared_prompt_hidden(engine: TorchEngine, sequences: Sequence[TokenSequence], owners: list[int],
@@ -109,7 +120,7 @@ def _shared_prompt_hidden(engine: TorchEngine, sequences: Sequence[TokenSequence
     owner = torch.tensor(owners, dtype=torch.long)
     prompt_len = prompt_mask.sum(dim=1)
     # the state at each row's last prompt token predicts its first completion token
-    heads = first[owner.to(device), (prompt_len[owner] - 1).to(device)]
+    heads = _take(first, owner.to(device), (prompt_len[owner] - 1).to(device))
 
     tails = [np.asarray(s.completion_ids[:-1], dtype=np.int64) for s in sequences]
     rest: list[torch.Tensor | None] = [None] * len(sequences)  # row i's states after token 0
@@ -121,7 +132,7 @@ def _shared_prompt_hidden(engine: TorchEngine, sequences: Sequence[TokenSequence
         row_owner = owner[rows]
         index = row_owner.to(device)
         bucket_cache = DynamicCache(config=config, ddp_cache_data=[
-            (layer.keys[index], layer.values[index]) for layer in cache.layers])
+            (_take(layer.keys, index), _take(layer.values, index)) for layer in cache.layers])
         tail_ids, tail_mask = _right_padded([tails[i] for i in bucket], engine.pad_id)
         positions = prompt_len[row_owner][:, None] + torch.arange(tail_ids.shape[1])[None, :]
         mask = torch.cat([prompt_mask[row_owner], tail_mask], dim=1)
