@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
@@ -58,6 +58,10 @@ from polyrl.step_metrics import clip_region_metrics
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.tracking.session import for_run as tracking_for_run
 from polyrl.types import Completion, RewardContext, SamplingParams, TokenSequence, TrainBatch
+
+if TYPE_CHECKING:  # imported lazily at run time: single-turn runs never load the agents package
+    from polyrl.agents.episodes import EpisodeRunner
+    from polyrl.agents.setup import EnvironmentPlan
 
 log = get_logger("polyrl.trainer")
 
@@ -152,14 +156,14 @@ class Trainer:
     def _datasets(self) -> tuple[Dataset, Dataset | None]:
         return load_train_and_eval(self.config.data, self.config.eval.count)
 
-    def _check_environment(self) -> Any:
+    def _check_environment(self) -> EnvironmentPlan | None:
         if not self.config.environment.enabled:
             return None
         from polyrl.agents.setup import check_environment
 
         return check_environment(self.config, self.registry)
 
-    def _episode_runner(self) -> Any:
+    def _episode_runner(self) -> EpisodeRunner | None:
         """Multi-turn episodes (``[environment]``), or None: single-turn completions."""
         if self._env_plan is None:
             return None

@@ -7,16 +7,22 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
 
 from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
+from polyrl.agents.glue import EncodeChat
 from polyrl.agents.loading import resolve_environment, resolve_tools
 from polyrl.agents.parsing import FORMATS, parse_tool_calls
 from polyrl.agents.tools import ToolBox
-from polyrl.errors import ConfigError
+from polyrl.errors import ConfigError, PluginError
+
+if TYPE_CHECKING:
+    from polyrl.config import RunConfig
+    from polyrl.engine import Engine
+    from polyrl.registry import Registry
 
 
 @attrs.define
@@ -27,7 +33,7 @@ class EnvironmentPlan:
     make_environment: Callable[[], Any] | None
 
 
-def check_environment(config: Any, registry: Any) -> EnvironmentPlan | None:
+def check_environment(config: RunConfig, registry: Registry) -> EnvironmentPlan | None:
     """Resolve ``[environment]`` (None when the run is single-turn); every mistake is a
     ``ConfigError`` naming the key, raised before the models load."""
     env = config.environment
@@ -57,17 +63,27 @@ def check_environment(config: Any, registry: Any) -> EnvironmentPlan | None:
     return EnvironmentPlan(tools=tools, make_environment=make_environment)
 
 
-def _chat_encoder(engines: Sequence[Any]) -> Callable[..., np.ndarray]:
+def _chat_encoder(engines: Sequence[Engine]) -> EncodeChat:
     """The first engine whose backend has a tokenizer (a remote generator has none)."""
     probe = [{"role": "user", "content": "hi"}]
     for engine in engines:
         if engine.encode_chat(probe, None, True) is not None:
-            return engine.encode_chat
+            return _never_none(engine)
     raise ConfigError("no engine of this run can apply the chat template (encode_chat)", field="backends",
                       fix="train with torch or mlx, whose tokenizers render the episodes' turns")
 
 
-def build_runner(config: Any, plan: EnvironmentPlan, gen_engine: Any, train_engine: Any) -> EpisodeRunner:
+def _never_none(engine: Engine) -> EncodeChat:
+    def encode(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+               add_generation_prompt: bool) -> np.ndarray:
+        ids = engine.encode_chat(messages, tools, add_generation_prompt)
+        if ids is None:  # it answered the probe: a None now is the plugin's fault
+            raise PluginError(f"backend {engine.backend!r}: encode_chat returned None mid-run")
+        return ids
+    return encode
+
+
+def build_runner(config: RunConfig, plan: EnvironmentPlan, gen_engine: Engine, train_engine: Engine) -> EpisodeRunner:
     env = config.environment
     toolbox = ToolBox(plan.tools, timeout_s=env.tool_timeout_s, max_concurrency=env.max_concurrent_tools) \
         if plan.tools else None

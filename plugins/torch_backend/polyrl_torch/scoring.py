@@ -145,8 +145,9 @@ def _shared_prompt_hidden(engine: TorchEngine, sequences: Sequence[TokenSequence
     for i, s in enumerate(sequences):
         if len(s.completion_ids):  # an empty completion has nothing to score
             pieces.append(heads[i: i + 1])
-            if rest[i] is not None:
-                pieces.append(rest[i])
+            tail = rest[i]
+            if tail is not None:
+                pieces.append(tail)
     return torch.cat(pieces)
 
 
