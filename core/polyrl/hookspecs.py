@@ -183,8 +183,9 @@ def polyrl_register_environments(register: Callable[[EnvironmentSpec], None]) ->
     ``reset(row) -> list[message]`` (the first observation: the prompt messages, from the dataset
     row) and ``step(assistant_message) -> polyrl.agents.Observation(messages, reward, done)``,
     either of them may be ``async def`` (``polyrl.agents.Environment``). It may also list
-    ``tools`` (plain functions) the model can call during the episode. An environment that raises
-    ends that episode (reported in the run's metrics), never the run. The episodes of one group
+    ``tools`` (plain functions) the model can call during the episode. A turn with tool calls is
+    answered by the tools; a turn without is handed to ``step``. An environment that raises ends
+    that episode (reported in the run's metrics), never the run. The episodes of one group
     get the same row: an environment that draws a task at random should seed it from the row (as
     the built-in ``guess_number`` does) so that the group's episodes are comparable. ``probe()``
     answers cheaply why it cannot run here (a missing package), or None; two distributions
