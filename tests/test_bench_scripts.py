@@ -1,4 +1,4 @@
-"""bench/summarize_runs.py: README figures read from a run's own files, not copied by hand."""
+"""bench/summarize_runs.py and bench/mismatch.py: README figures come from runs and samplers, not by hand."""
 
 from __future__ import annotations
 
@@ -55,3 +55,30 @@ def test_a_run_without_eval_or_mismatch_says_so(tmp_path):
     assert summary["held_out_accuracy_before"] is None and summary["held_out_accuracy_after"] is None
     assert summary["reward_mean_last_2"] == 0.5
     assert not any(key.startswith("mismatch") for key in summary)
+
+
+def test_mismatch_bench_samples_from_the_generate_model(tiny_model_dir, tmp_path):
+    """``--generate-model``: the sampler loads its own weights while torch scores ``--model``'s, so
+    another seed's weights give a large gap and the same weights none."""
+    import os
+    import subprocess
+    import sys
+
+    from polyrl.testing.tiny_model import build_tiny_llama
+
+    other = build_tiny_llama(tmp_path / "other", seed=1)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+    def run(gen_model: str, name: str) -> dict:
+        out = tmp_path / f"{name}.json"
+        subprocess.run([sys.executable, str(BENCH.with_name("mismatch.py")), "--model", tiny_model_dir,
+                        "--generate", "torch", "--train", "torch", "--generate-model", gen_model,
+                        "--prompts", "2", "--n", "2", "--max-new-tokens", "4", "--out", str(out)],
+                       check=True, capture_output=True, text=True, env=env, timeout=300)
+        return json.loads(out.read_text())
+
+    same, different = run(tiny_model_dir, "same"), run(str(other), "different")
+    assert same["generate_model"] == tiny_model_dir and different["generate_model"] == str(other)
+    assert same["tokens"] > 0 and same["mismatch_abs"] < 1e-4
+    assert different["mismatch_abs"] > 100 * max(same["mismatch_abs"], 1e-6)
+    assert different["cpu"]["threads"] == 1
