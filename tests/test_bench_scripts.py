@@ -1,0 +1,84 @@
+"""bench/summarize_runs.py and bench/mismatch.py: README figures come from runs and samplers, not by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "summarize_runs.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("summarize_runs", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write_run(run: Path, rewards: list[float], correct_before: list[bool], correct_after: list[bool],
+               with_mismatch: bool) -> None:
+    run.mkdir()
+    lines = []
+    for step, reward in enumerate(rewards):
+        m = {"step": step, "reward_mean": reward, "time/step": 2.0}
+        if with_mismatch:
+            m.update(mismatch_abs=0.5 + step, mismatch_over=0.25, mismatch_corrected=0.1, mismatch_kl=0.2)
+        lines.append(json.dumps(m))
+    lines.append(json.dumps({"step": len(rewards) - 1, "eval_accuracy": 0.5}))  # an eval line, no reward
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    evals = [{"phase": "before", "correct": c} for c in correct_before]
+    evals += [{"phase": "after", "correct": c} for c in correct_after]
+    (run / "eval_completions.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+
+
+def test_summary_reads_accuracy_rewards_and_mismatch(tmp_path):
+    run = tmp_path / "run"
+    _write_run(run, [0.0, 0.5, 1.0], [True, False, False, False], [True, True, True, False], True)
+    summary = _module().summarize(run, last=2)
+    assert summary["steps"] == 3
+    assert summary["held_out_accuracy_before"] == 0.25
+    assert summary["held_out_accuracy_after"] == 0.75
+    assert summary["reward_first_step"] == 0.0
+    assert summary["reward_mean_last_2"] == 0.75
+    assert summary["reward_per_step"] == [0.0, 0.5, 1.0]
+    assert summary["seconds_in_steps"] == 6.0
+    assert summary["mismatch_abs_per_step"] == [0.5, 1.5, 2.5]
+    assert summary["mismatch_corrected_per_step"] == [0.1, 0.1, 0.1]
+
+
+def test_a_run_without_eval_or_mismatch_says_so(tmp_path):
+    run = tmp_path / "run"
+    _write_run(run, [0.25, 0.75], [], [], False)
+    (run / "eval_completions.jsonl").unlink()
+    summary = _module().summarize(run, last=10)
+    assert summary["held_out_accuracy_before"] is None and summary["held_out_accuracy_after"] is None
+    assert summary["reward_mean_last_2"] == 0.5
+    assert not any(key.startswith("mismatch") for key in summary)
+
+
+def test_mismatch_bench_samples_from_the_generate_model(tiny_model_dir, tmp_path):
+    """``--generate-model``: the sampler loads its own weights while torch scores ``--model``'s, so
+    another seed's weights give a large gap and the same weights none."""
+    import os
+    import subprocess
+    import sys
+
+    from polyrl.testing.tiny_model import build_tiny_llama
+
+    other = build_tiny_llama(tmp_path / "other", seed=1)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+    def run(gen_model: str, name: str) -> dict:
+        out = tmp_path / f"{name}.json"
+        subprocess.run([sys.executable, str(BENCH.with_name("mismatch.py")), "--model", tiny_model_dir,
+                        "--generate", "torch", "--train", "torch", "--generate-model", gen_model,
+                        "--prompts", "2", "--n", "2", "--max-new-tokens", "4", "--out", str(out)],
+                       check=True, capture_output=True, text=True, env=env, timeout=300)
+        return json.loads(out.read_text())
+
+    same, different = run(tiny_model_dir, "same"), run(str(other), "different")
+    assert same["generate_model"] == tiny_model_dir and different["generate_model"] == str(other)
+    assert same["tokens"] > 0 and same["mismatch_abs"] < 1e-4
+    assert different["mismatch_abs"] > 100 * max(same["mismatch_abs"], 1e-6)
+    assert different["cpu"]["threads"] == 1
