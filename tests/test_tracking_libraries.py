@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from polyrl.config import RunConfig
-from polyrl.trainer import Trainer
 
 # looked up, not imported: trackio fixes its store folder when first imported
 _missing = [lib for lib in ("tensorboard", "wandb", "mlflow", "trackio") if importlib.util.find_spec(lib) is None]
@@ -40,17 +38,17 @@ def run(tmp_path_factory, tiny_model_dir) -> tuple[Path, list[dict]]:
         "logging": {"report_to": ["tensorboard", "wandb", "mlflow", "trackio"], "completions_per_step": 2,
                     "run_name": "tracked", "project": "polyrl-test"},
     }
-    env = {k: os.environ.get(k) for k in ("WANDB_MODE", "TRACKIO_DIR", "MLFLOW_TRACKING_URI")}
-    for key in env:
-        os.environ.pop(key, None)
-    try:
-        Trainer(RunConfig.from_dict(data)).run(progress=False)
-    finally:
-        for key, value in env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    # a fresh interpreter, as a user's run is: trackio fixes its store folder when first imported,
+    # and other tests import it in this process (TRL's GRPOTrainer module does)
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "TRACKIO_DIR", "MLFLOW_TRACKING_URI")}
+    code = ("import json, sys\nfrom polyrl.config import RunConfig\nfrom polyrl.trainer import Trainer\n"
+            "Trainer(RunConfig.from_dict(json.loads(sys.argv[1]))).run(progress=False)\n")
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(data)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
     records = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 0, 1, 1]
     return out, records
