@@ -17,25 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 
-
-def cpu_info() -> dict[str, object]:
-    """lscpu's model name and AVX-512 flags: the figures are only comparable on the same CPU."""
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except OSError:
-        text = ""
-    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    flags = fields.get("Flags", "").split()
-    return {"model": fields.get("Model name", platform.processor()).strip(), "cpus": os.cpu_count(),
-            "avx512": sorted(f for f in flags if f.startswith("avx512")), "threads": 1}
+from polyrl.bench.machine import cpu_info
 
 
 def main() -> None:
@@ -80,7 +67,7 @@ def main() -> None:
         "generate_model": args.generate_model or args.model, "tokens": int(deltas.size),
         **metrics, "max_abs_delta": float(np.abs(deltas).max()),
         "p99_abs_delta": float(np.quantile(np.abs(deltas), 0.99)),
-        "load_s": round(load_s, 1), "cpu": cpu_info(),
+        "load_s": round(load_s, 1), "cpu": cpu_info(threads=1),
     }
     gen_tag = f"_{Path(args.generate_model).name}" if args.generate_model else ""
     out = Path(args.out or f"bench/results/mismatch_{Path(args.model).name}_{args.generate}{gen_tag}_{args.train}.json")

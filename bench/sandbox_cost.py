@@ -20,13 +20,12 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 from polyrl.rewards.code import score_code, sandbox_for, _options
+from polyrl.bench.machine import cpu_info
 
 TESTS = "assert add(1, 2) == 3\nassert add(2, 2) == 4\nassert add(-1, 1) == 0\n"
 SOLUTION = "Here you go:\n```python\ndef add(a, b):\n    return a + b\n```\n"
@@ -35,17 +34,6 @@ LEVELS = {
     "python_guard": {"isolation": "off", "audit_hook": True},
     "bwrap": {"isolation": "require", "audit_hook": True},
 }
-
-
-def cpu_info() -> dict[str, object]:
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except OSError:
-        text = ""
-    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    flags = fields.get("Flags", "").split()
-    return {"model": fields.get("Model name", platform.processor()).strip(), "cpus": os.cpu_count(),
-            "avx512": sorted(f for f in flags if f.startswith("avx512"))}
 
 
 def one_run(level: dict[str, object], samples: int, workers: int) -> dict[str, float]:

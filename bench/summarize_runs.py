@@ -12,24 +12,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import platform
-import subprocess
 from pathlib import Path
 
+from polyrl.bench.machine import cpu_info
+
 MISMATCH_KEYS = ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected")
-
-
-def cpu_info(threads: int) -> dict[str, object]:
-    """lscpu's model name and AVX-512 flags: timings are only comparable on the same CPU."""
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except OSError:
-        text = ""
-    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    flags = fields.get("Flags", "").split()
-    return {"model": fields.get("Model name", platform.processor()).strip(), "cpus": os.cpu_count(),
-            "avx512": sorted(f for f in flags if f.startswith("avx512")), "threads": threads}
 
 
 def _jsonl(path: Path) -> list[dict]:
