@@ -225,3 +225,23 @@ def test_tools_are_described_in_a_system_message_when_the_template_ignores_them(
 
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__])
+
+
+class FailsOnSomeRows(Guess):
+    def reset(self, row):
+        if row.get("fail"):
+            raise RuntimeError("no game for this row")
+        return [{"role": "user", "content": "Guess my number."}]
+
+
+def test_a_group_whose_reset_failed_does_not_shift_the_others_turns():
+    """Episodes ended at reset are left out of turn 1's call; the running ones get their own samples."""
+    model = ScriptedModel(first_turn="plain")
+    rows = [{"prompt": "What is 7 * 8?", "fail": True}, {"prompt": "What is 7 * 8?"}]
+    out = EpisodeRunner(model.generate, encode_chat, EpisodeLimits(3, 400), make_environment=FailsOnSomeRows,
+                        toolbox=None, parse=parse).run(rows, SamplingParams(max_new_tokens=40, n=2))
+    assert all("no game" in c.info["env_error"] and len(c.completion_ids) == 0 for c in out[:2])
+    assert model.calls and all("Guess my number." in decode(p) for call in model.calls for p in call)
+    for c in out[2:]:
+        assert c.info["turns"] == 1 and c.info["env_reward"] == 1.0
+        assert decode(c.prompt_ids).endswith("Guess my number.<|im_end|>\n<|im_start|>assistant\n")

@@ -27,7 +27,7 @@ import attrs
 import numpy as np
 
 from polyrl.agents.glue import ChatGlue, EncodeChat
-from polyrl.agents.prompting import with_tools_prompt
+from polyrl.agents.prompting import template_ignores_tools, with_tools_prompt
 from polyrl.agents.spec import environment_tools, reset_environment, step_environment
 from polyrl.agents.tools import ToolBox, error_message
 from polyrl.logs import get_logger
@@ -150,9 +150,9 @@ class EpisodeRunner:
         schemas = toolbox.schemas if toolbox is not None else []
         if not schemas:
             return messages
-        if self._template_ignores_tools is None:
-            with_tools = self.glue.encode(messages, True, schemas)
-            self._template_ignores_tools = bool(np.array_equal(with_tools, self.glue.encode(messages, True, None)))
+        if self._template_ignores_tools is None:  # a property of the template: asked once
+            self._template_ignores_tools = template_ignores_tools(
+                lambda probe, tools: self.glue.encode(probe, True, tools).tolist(), schemas)
         if not self._template_ignores_tools:
             return messages
         return with_tools_prompt(messages, schemas, self.tools_prompt_format)
@@ -224,7 +224,7 @@ class EpisodeRunner:
             # one call for every running episode: the longest budget left, each cut to its own after
             budget = max(self.limits.max_episode_tokens - len(ep.ids) for ep in active)
             max_new = max(1, min(sampling.max_new_tokens, budget))
-            if turn == 0 and self._groups_share_prompts(episodes, n):
+            if turn == 0 and len(active) == len(episodes) and self._groups_share_prompts(episodes, n):
                 # one prompt x n, exactly as a single-turn step samples its groups
                 params = attrs.evolve(sampling, max_new_tokens=max_new)
                 outs = self.generate([TokenPrompt(ep.prompt_ids) for ep in episodes[::n]], params)
