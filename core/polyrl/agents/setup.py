@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 
 @attrs.define
 class EnvironmentPlan:
-    """What ``check_environment`` resolved: the tools and the environment factory."""
+    """What ``check_environment`` resolved: the run's tool box and the environment factory."""
 
-    tools: list[Callable[..., Any]]
+    toolbox: ToolBox | None
     make_environment: Callable[[], Any] | None
 
 
@@ -47,20 +47,21 @@ def check_environment(config: RunConfig, registry: Registry) -> EnvironmentPlan 
         if not getattr(caps, capability):
             raise ConfigError(
                 f"backend {backend!r} cannot {what} (Capabilities.{capability}), which multi-turn "
-                "episodes need", field=f"backends.{role}" if role == "generate" else "backends.train",
+                "episodes need", field=f"backends.{role}",
                 fix="use torch or mlx (or a backend declaring it; `polyrl backends --json` shows capabilities)")
     if env.tool_format not in FORMATS:
         raise ConfigError(f"unknown tool_format {env.tool_format!r}", field="environment.tool_format",
                           fix=f"use one of {', '.join(FORMATS)}")
     tools = resolve_tools(env.tools, registry)
-    if tools:  # schemas checked now (a missing docstring or hint is an error before models load)
-        ToolBox(tools, timeout_s=env.tool_timeout_s, max_concurrency=env.max_concurrent_tools)
+    # built now: a tool's schema (a missing docstring or hint) is an error before models load
+    toolbox = ToolBox(tools, timeout_s=env.tool_timeout_s, max_concurrency=env.max_concurrent_tools) \
+        if tools else None
     make_environment = None
     if env.name is not None:
         spec = resolve_environment(env.name, registry)
         make_environment = functools.partial(spec.create, dict(env.options))
         make_environment()  # its options are checked now, before any model loads
-    return EnvironmentPlan(tools=tools, make_environment=make_environment)
+    return EnvironmentPlan(toolbox=toolbox, make_environment=make_environment)
 
 
 def _chat_encoder(engines: Sequence[Engine]) -> EncodeChat:
@@ -85,12 +86,10 @@ def _never_none(engine: Engine) -> EncodeChat:
 
 def build_runner(config: RunConfig, plan: EnvironmentPlan, gen_engine: Engine, train_engine: Engine) -> EpisodeRunner:
     env = config.environment
-    toolbox = ToolBox(plan.tools, timeout_s=env.tool_timeout_s, max_concurrency=env.max_concurrent_tools) \
-        if plan.tools else None
     parse = functools.partial(parse_tool_calls, fmt=env.tool_format)
     return EpisodeRunner(gen_engine.generate, _chat_encoder([gen_engine, train_engine]),
                          EpisodeLimits(max_turns=env.max_turns, max_episode_tokens=env.max_episode_tokens),
-                         make_environment=plan.make_environment, toolbox=toolbox, parse=parse,
+                         make_environment=plan.make_environment, toolbox=plan.toolbox, parse=parse,
                          prompt_column=config.data.prompt_column,
                          tools_prompt_format="json" if env.tool_format == "json" else "hermes")
 
