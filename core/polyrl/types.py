@@ -91,6 +91,9 @@ class SamplingParams:
     min_p: float = 0.0
     #: CTRL-style penalty on tokens already in prompt or completion (1.0 disables it)
     repetition_penalty: float = 1.0
+    #: keep sampling after an end-of-sequence token until ``max_new_tokens`` (vLLM's meaning): for
+    #: benchmarks that need fixed lengths; the EOS token is an ordinary sampled token then
+    ignore_eos: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.temperature < 0:

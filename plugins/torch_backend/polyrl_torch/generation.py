@@ -176,7 +176,7 @@ def _generate(engine: TorchEngine, prompts, sampling: SamplingParams, cache_cls)
         for row, (sample, tok, lp) in enumerate(zip(active.tolist(), chosen.tolist(), chosen_lp.tolist())):
             tokens[sample].append(tok)
             logps[sample].append(lp)
-            if tok in engine.eos_ids or stop.hit(tokens[sample]):
+            if (tok in engine.eos_ids and not sampling.ignore_eos) or stop.hit(tokens[sample]):
                 finish[sample] = "stop"
             elif len(tokens[sample]) < budgets[sample]:
                 keep_rows.append(row)
