@@ -8,9 +8,9 @@ from the batch (``batch_select_indices`` again) so the remaining rows decode fas
 
 Randomness: one uniform number per sample and step, drawn up front as a ``[samples,
 max_new_tokens]`` table from the call's generator; each step picks the token where the kept
-distribution's cumulative probability (float64) first exceeds the sample's number (inverse-CDF
-sampling: one draw per token instead of a noise value per vocabulary entry, a measurable share of
-generation time with a large vocabulary). Sample ``s``'s tokens therefore depend only on the seed, ``s`` and its
+distribution's cumulative probability first exceeds the sample's number (inverse-CDF sampling, in
+two levels, see ``sample_probs``: one draw per token instead of a noise value per vocabulary
+entry, a measurable share of generation time with a large vocabulary). Sample ``s``'s tokens therefore depend only on the seed, ``s`` and its
 prompt: not on which other rows happen to have finished, nor on how many prompts share the call.
 """
 
@@ -24,6 +24,7 @@ from polyrl.errors import ConfigError
 from polyrl.backend_kit.stopping import StopStrings
 from polyrl.types import Completion, Prompt, SamplingParams
 from polyrl_torch.engine import TorchEngine
+from polyrl_torch.kv_cache import preallocate
 
 
 def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
@@ -61,16 +62,43 @@ def filter_logits(scaled: torch.Tensor, top_k: int, top_p: float, min_p: float =
 
 
 
+#: Vocabulary entries per block of the two-level inverse CDF (``sample_probs``).
+CDF_BLOCK = 256
+
+
 def sample_kept(kept: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
     """Per row, the token whose cumulative probability first exceeds ``draw`` x the total mass.
 
     ``kept`` holds logits with excluded tokens at -inf (probability 0, never chosen); ``draws``
-    are uniform in [0, 1). Cumulated in float64 so that 49k-entry vocabularies keep the tail exact.
+    are uniform in [0, 1).
     """
-    cdf = torch.softmax(kept, dim=-1).double().cumsum(dim=-1)
-    picked = torch.searchsorted(cdf, (draws * cdf[:, -1])[:, None], right=True)[:, 0]
-    last_kept = (cdf < cdf[:, -1:]).sum(dim=-1)  # a draw rounding up to the total lands here
-    return torch.minimum(picked, last_kept)
+    return sample_probs(torch.softmax(kept, dim=-1), draws)
+
+
+def sample_probs(probs: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling from ``probs`` (``[rows, vocab]``, zeros never chosen), in two levels.
+
+    A flat float64 cumulative sum over a 49k vocabulary costs more than the rest of a sampling
+    step; so the draw first picks a block of ``CDF_BLOCK`` entries from the blocks' masses, then
+    the entry inside that block from a float64 cumulative sum of its ``CDF_BLOCK`` values. Inside a
+    block every entry keeps float64 resolution, so however unlikely a kept token is, it stays
+    reachable; the blocks' masses are float32 sums (relative error ~1e-7 in the block's chance).
+    """
+    rows, vocab = probs.shape
+    pad = (-vocab) % CDF_BLOCK
+    blocks = torch.nn.functional.pad(probs, (0, pad)).view(rows, -1, CDF_BLOCK)
+    block_cdf = blocks.sum(dim=-1).double().cumsum(dim=-1)
+    total = block_cdf[:, -1]
+    target = draws * total
+    block = torch.searchsorted(block_cdf, target[:, None], right=True)[:, 0]
+    last_block = (block_cdf < total[:, None]).sum(dim=-1)  # a draw rounding up to the total lands here
+    block = torch.minimum(block, last_block)
+    before = torch.where(block > 0, block_cdf.gather(-1, (block - 1).clamp(min=0)[:, None])[:, 0],
+                         torch.zeros_like(total))
+    inner = blocks[torch.arange(rows, device=probs.device), block].double().cumsum(dim=-1) + before[:, None]
+    picked = torch.searchsorted(inner, target[:, None], right=True)[:, 0]
+    last_kept = (inner < inner[:, -1:]).sum(dim=-1)  # the block's last entry with mass
+    return block * CDF_BLOCK + torch.minimum(picked, last_kept)
 
 
 def _left_pad(rows: list[list[int]], pad_id: int, device: torch.device):
@@ -138,7 +166,7 @@ def _generate(engine: TorchEngine, prompts, sampling: SamplingParams, cache_cls)
         unique.setdefault(tuple(ids), len(unique))
     input_ids, attention = _left_pad([list(u) for u in unique], engine.pad_id, device)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    cache = cache_cls(config=engine.causal_lm.config)
+    cache = preallocate(cache_cls(config=engine.causal_lm.config), input_ids.shape[1] + max(budgets))
     logits = _next_logits(engine, input_ids=input_ids, attention_mask=attention,
                           position_ids=positions, past_key_values=cache)
     rows = [unique[tuple(ids)] for ids in prompt_ids for _ in range(n)]
@@ -158,14 +186,21 @@ def _generate(engine: TorchEngine, prompts, sampling: SamplingParams, cache_cls)
                            dtype=torch.float64)
     penalty = float(sampling.repetition_penalty)
     seen = _seen_tokens(prompt_ids, n, logits.shape[-1], device) if penalty != 1.0 else None
+    # no processor changes the distribution: draw straight from the softmax of the scaled logits
+    unprocessed = (seen is None and sampling.min_p == 0.0 and sampling.top_p >= 1.0
+                   and (sampling.top_k == 0 or sampling.top_k >= logits.shape[-1]))
     for step in range(max(budgets)):
         # log-probs of the model's own (temperature-scaled) distribution; the token is drawn
         # from the processed one (SamplingParams docstring)
-        logp_all = torch.log_softmax(logits / temperature, dim=-1)
-        processed = logits if seen is None else penalize_repeats(logits, seen[active], penalty)
+        scaled = logits if temperature == 1.0 else logits / temperature
+        logp_all = torch.log_softmax(scaled, dim=-1)
         if greedy:
+            processed = logits if seen is None else penalize_repeats(logits, seen[active], penalty)
             chosen = processed.argmax(dim=-1)
+        elif unprocessed:
+            chosen = sample_probs(torch.softmax(scaled, dim=-1), draws[active, step])
         else:
+            processed = logits if seen is None else penalize_repeats(logits, seen[active], penalty)
             kept = filter_logits(processed / temperature, sampling.top_k, sampling.top_p, sampling.min_p)
             chosen = sample_kept(kept, draws[active, step])
         chosen_lp = logp_all.gather(-1, chosen[:, None])[:, 0]

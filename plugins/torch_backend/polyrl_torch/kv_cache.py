@@ -1,0 +1,93 @@
+"""A KV cache whose per-layer buffers are allocated once for the whole generation.
+
+Why: transformers' ``DynamicLayer`` appends each decode step's keys and values with ``torch.cat``,
+copying the layer's whole cache every step, so the copying grows with the square of the
+completion length (at hundreds of tokens it rivals the attention itself). The sampler knows the
+longest sequence up front (padded prompt + token budget), so each layer writes into a buffer of
+that capacity and hands attention a view of the filled part: the same values, no copies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers.cache_utils import DynamicLayer
+
+
+class PreallocatedLayer(DynamicLayer):
+    """``DynamicLayer`` with keys/values as views of buffers holding ``capacity`` positions."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+        self._keys: torch.Tensor | None = None
+        self._values: torch.Tensor | None = None
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        batch, heads, _, dim = key_states.shape
+        self._keys = key_states.new_empty((batch, heads, self.capacity, dim))
+        self._values = value_states.new_empty((batch, heads, self.capacity, value_states.shape[-1]))
+        self.length = 0
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        assert self._keys is not None and self._values is not None
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:  # more than promised: grow rather than fail
+            self._grow(max(end, 2 * self.capacity))
+        self._keys[:, :, self.length:end] = key_states
+        self._values[:, :, self.length:end] = value_states
+        self.length = end
+        self.keys = self._keys[:, :, :end]
+        self.values = self._values[:, :, :end]
+        return self.keys, self.values
+
+    def _grow(self, capacity: int) -> None:
+        assert self._keys is not None and self._values is not None
+        keys = self._keys.new_empty((*self._keys.shape[:2], capacity, self._keys.shape[-1]))
+        values = self._values.new_empty((*self._values.shape[:2], capacity, self._values.shape[-1]))
+        keys[:, :, :self.length] = self._keys[:, :, :self.length]
+        values[:, :, :self.length] = self._values[:, :, :self.length]
+        self._keys, self._values, self.capacity = keys, values, capacity
+
+    def get_seq_length(self) -> int:
+        return self.length if self.is_initialized else 0
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep (or repeat) the batch rows ``indices``: only the filled positions are copied."""
+        if not self.length or self._keys is None or self._values is None:
+            return
+        keys = self._keys.new_empty((len(indices), *self._keys.shape[1:]))
+        values = self._values.new_empty((len(indices), *self._values.shape[1:]))
+        keys[:, :, :self.length] = self._keys[:, :, :self.length].index_select(0, indices)
+        values[:, :, :self.length] = self._values[:, :, :self.length].index_select(0, indices)
+        self._keys, self._values = keys, values
+        self.keys = keys[:, :, :self.length]
+        self.values = values[:, :, :self.length]
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.length:
+            rows = self._keys.shape[0] if self._keys is not None else 0
+            self.batch_select_indices(torch.arange(rows, device=self.device).repeat_interleave(repeats))
+
+    def crop(self, max_length: int) -> None:
+        if max_length < 0:
+            max_length = self.length - abs(max_length)
+        if self.length > max_length and self._keys is not None and self._values is not None:
+            self.length = max_length
+            self.keys = self._keys[:, :, :max_length]
+            self.values = self._values[:, :, :max_length]
+
+
+def preallocate(cache: Any, capacity: int) -> Any:
+    """Swap ``cache``'s plain full-attention layers for preallocated ones (others stay as they are:
+    sliding-window layers drop old keys, which a fixed buffer does not model)."""
+    cache.layers = [PreallocatedLayer(capacity) if type(layer) is DynamicLayer else layer
+                    for layer in cache.layers]
+    return cache

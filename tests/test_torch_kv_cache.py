@@ -1,0 +1,91 @@
+"""The torch sampler's preallocated KV cache and two-level inverse CDF change speed, not results.
+
+Both are checked against what they replace on the same inputs: transformers' ``DynamicLayer``
+(cat per step) must give bitwise the same tokens and log-probs, including rows that finish early
+and are dropped from the batch; the two-level draw must pick the same token as a flat float64
+cumulative sum wherever the draw is not within rounding of a boundary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from polyrl.engine import Engine
+from polyrl.registry import get_registry
+from polyrl.types import EngineConfig, SamplingParams
+
+torch = pytest.importorskip("torch")
+
+CHATS = [
+    [{"role": "user", "content": "What is 2 + 3?"}],
+    [{"role": "user", "content": "Name a colour, please, and say why."}],
+]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir) -> Engine:
+    return Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="generate", seed=0))
+
+
+def _generate(engine: Engine, sampling: SamplingParams, preallocated: bool, monkeypatch) -> list:
+    import polyrl_torch.generation as generation
+
+    if not preallocated:
+        monkeypatch.setattr(generation, "preallocate", lambda cache, capacity: cache)
+    out = engine.generate(CHATS, sampling)
+    monkeypatch.undo()
+    return out
+
+
+@pytest.mark.parametrize("sampling", [
+    SamplingParams(max_new_tokens=24, n=3, seed=5),
+    SamplingParams(max_new_tokens=24, n=2, seed=1, stop=("e",)),  # rows finish early and are dropped
+    SamplingParams(max_new_tokens=16, n=2, temperature=0.0),
+    SamplingParams(max_new_tokens=16, n=2, seed=2, top_p=0.7, repetition_penalty=1.3),
+])
+def test_preallocated_cache_gives_the_same_samples(engine, sampling, monkeypatch):
+    fast = _generate(engine, sampling, True, monkeypatch)
+    slow = _generate(engine, sampling, False, monkeypatch)
+    assert [c.completion_ids.tolist() for c in fast] == [c.completion_ids.tolist() for c in slow]
+    for a, b in zip(fast, slow):
+        np.testing.assert_array_equal(a.logprobs, b.logprobs)
+    if sampling.stop:
+        assert len({len(c.completion_ids) for c in fast}) > 1, "no row finished early: the drop path was not run"
+
+
+def test_layer_grows_past_its_capacity_and_selects_rows():
+    from polyrl_torch.kv_cache import PreallocatedLayer
+
+    layer = PreallocatedLayer(capacity=3)
+    keys = torch.arange(2 * 1 * 2 * 4, dtype=torch.float32).view(2, 1, 2, 4)
+    layer.update(keys, keys + 100)
+    more = torch.full((2, 1, 3, 4), -1.0)
+    k, v = layer.update(more, more)  # 5 positions > capacity 3: grows, keeps what was written
+    assert k.shape == (2, 1, 5, 4) and layer.get_seq_length() == 5
+    assert torch.equal(k[:, :, :2], keys) and torch.equal(v[:, :, :2], keys + 100)
+    layer.batch_select_indices(torch.tensor([1, 1, 0]))
+    assert layer.keys.shape == (3, 1, 5, 4)
+    assert torch.equal(layer.keys[0], k[1]) and torch.equal(layer.keys[2], k[0])
+    layer.crop(4)
+    assert layer.get_seq_length() == 4 and layer.keys.shape[-2] == 4
+
+
+@pytest.mark.parametrize("vocab", [257, 1000, 49152])
+def test_two_level_draw_matches_a_flat_float64_cdf(vocab):
+    from polyrl_torch.generation import sample_probs
+
+    gen = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(64, vocab, generator=gen) * 4
+    logits[:, ::7] = float("-inf")  # excluded tokens, including at block edges
+    probs = torch.softmax(logits, dim=-1)
+    draws = torch.rand(64, generator=gen, dtype=torch.float64)
+    cdf = probs.double().cumsum(dim=-1)
+    flat = torch.searchsorted(cdf, (draws * cdf[:, -1])[:, None], right=True)[:, 0]
+    picked = sample_probs(probs, draws)
+    assert bool((probs.gather(-1, picked[:, None]) > 0).all())
+    # away from a boundary (the two sums round differently by ~1e-7) both pick the same token
+    margin = (draws * cdf[:, -1] - cdf.gather(-1, (flat - 1).clamp(min=0)[:, None])[:, 0]).abs()
+    clear = margin > 1e-6
+    assert clear.sum() > 50
+    assert torch.equal(picked[clear], flat[clear])
