@@ -21,6 +21,8 @@ from polyrl.errors import ConfigError
 from polyrl.registry import Registry, get_registry
 from polyrl.types import Capabilities, EngineConfig, SamplingParams
 
+from toy_dist import activate, install_toy_dists
+
 BASE = {"model": {"path": "tiny-llama"}, "data": {"task": "arithmetic"}, "rewards": [{"name": "numeric_match"}]}
 CHATS = [[{"role": "user", "content": "Count to five."}], [{"role": "user", "content": "Name a colour."}]]
 
@@ -52,6 +54,27 @@ def test_a_generate_backend_not_declaring_ignore_eos_is_refused_up_front():
     assert "'plain'" in str(info.value) and "generation.ignore_eos = false" in str(info.value)
     check_backend_features(RunConfig.from_dict(BASE), plain)  # not asked for: nothing to refuse
     check_backend_features(asking, OneBackendRegistry(Capabilities(generate=True, sampling=("ignore_eos",))))
+
+
+@pytest.fixture()
+def toy(tmp_path, monkeypatch):
+    """The numpy toy backend, a real entry-point plugin that does not declare ``ignore_eos``."""
+    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "broken,badreg")
+    deactivate = activate(install_toy_dists(tmp_path / "site"))
+    yield
+    deactivate()
+
+
+@pytest.mark.faults
+def test_the_python_api_refuses_ignore_eos_on_a_backend_without_it_before_training(toy, tmp_path):
+    from polyrl import api
+
+    with pytest.raises(ConfigError) as info:
+        api.run(api.grpo, policy=api.Agent("toy-model", backend="toy"), prompts=["p0", "p1"],
+                rewards=["toy_sevens"], generation_config=api.GenerationConfig(max_new_tokens=4, ignore_eos=True),
+                grpo_config=api.GRPOConfig(steps=1, output_dir=str(tmp_path / "api")), progress=False)
+    assert info.value.field == "generation.ignore_eos" and "'toy'" in str(info.value)
+    assert not (tmp_path / "api" / "metrics.jsonl").exists()  # refused before any step ran
 
 
 @pytest.mark.faults
