@@ -16,7 +16,7 @@ pytest then runs every check below on a tiny local Llama (built without any hub,
 ``polyrl.testing.tiny_model``). The checks use only the public hooks, so they hold for any
 implementation: token ids and log-probs come from the sampler (before top-p/top-k; at
 temperature 0 under the plain softmax), seeds repeat, stop strings and lengths (``max_new_tokens``
-and ``max_length``) are honoured, the reported loss equals the numpy reference, the gradient
+and ``max_length``) are honoured, ``ignore_eos`` (where declared) samples on past EOS, the reported loss equals the numpy reference, the gradient
 equals the reference's (``policy_loss_grad``, measured through one optimizer step), micro-batching
 changes nothing, non-finite steps leave the weights alone, every parameter survives an
 export/import round trip, and a checkpoint resumes exactly (weights and optimizer state). For
