@@ -59,6 +59,7 @@ class GenerationConfig:
     top_k: int = 0
     min_p: float = 0.0
     repetition_penalty: float = 1.0
+    ignore_eos: bool = False
     group_size: int = 4
     stop: tuple[str, ...] = ()
     max_model_path: str | None = None
@@ -127,7 +128,7 @@ def run(
         generation=GenerationSection(group_size=gen.group_size, max_new_tokens=gen.max_new_tokens,
                                      temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k,
                                      min_p=gen.min_p, repetition_penalty=gen.repetition_penalty,
-                                     stop=list(gen.stop), max_model_path=gen.max_model_path),
+                                     ignore_eos=gen.ignore_eos, stop=list(gen.stop), max_model_path=gen.max_model_path),
         algorithm=AlgorithmConfig.preset(algorithm, **overrides),
         optimizer=OptimizerConfig(lr=cfg.learning_rate, max_grad_norm=cfg.max_grad_norm),
         lora=policy.lora,

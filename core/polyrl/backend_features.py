@@ -15,10 +15,16 @@ from polyrl.errors import ConfigError
 from polyrl.types import OptimizerConfig
 
 #: ``generation`` field -> (its "off" value, the ``Capabilities.sampling`` feature name)
-SAMPLING_FEATURES: dict[str, tuple[float, str]] = {
+SAMPLING_FEATURES: dict[str, tuple[float | bool, str]] = {
     "min_p": (0.0, "min_p"),
     "repetition_penalty": (1.0, "repetition_penalty"),
+    "ignore_eos": (False, "ignore_eos"),
 }
+
+
+def _toml(value: float | bool) -> str:
+    """``value`` as the user writes it in the TOML config (``false``, not Python's ``False``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def refuse_unsupported_sampling(sampling: Any, backend: str, supported: tuple[str, ...] = ()) -> None:
@@ -27,7 +33,8 @@ def refuse_unsupported_sampling(sampling: Any, backend: str, supported: tuple[st
     for field, (off, feature) in SAMPLING_FEATURES.items():
         if getattr(sampling, field) != off and feature not in supported:
             raise ConfigError(f"backend {backend!r} does not support {field}", field=f"generation.{field}",
-                              fix=f"set {field} = {off}, or generate with torch or mlx")
+                              fix=f"set {field} = {_toml(off)}, or generate with a backend that declares it "
+                              "(`polyrl backends`)")
 
 
 def with_total_steps(optimizer: OptimizerConfig, total: int) -> OptimizerConfig:
@@ -43,8 +50,8 @@ def check_backend_features(config: Any, registry: Any) -> None:
         if getattr(config.generation, field) != off and feature not in gen_caps.sampling:
             raise ConfigError(
                 f"generate backend {gen_name!r} does not support {field}", field=f"generation.{field}",
-                fix=f"set generation.{field} = {off}, or generate with a backend that declares "
-                f"it (`polyrl backends`; torch and mlx do)")
+                fix=f"set generation.{field} = {_toml(off)}, or generate with a backend that "
+                "declares it (`polyrl backends`)")
     train_name = config.backends.train
     if config.train.gradient_checkpointing and not registry.spec(train_name).capabilities.gradient_checkpointing:
         raise ConfigError(f"train backend {train_name!r} does not support gradient checkpointing",

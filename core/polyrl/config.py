@@ -80,6 +80,7 @@ class GenerationSection:
     top_k: int = 0
     min_p: float = 0.0
     repetition_penalty: float = 1.0
+    ignore_eos: bool = False  # sample on past EOS to max_new_tokens (fixed-length benchmarks)
     stop: list[str] = attrs.field(factory=list)
     max_model_path: str | None = None  # a different file for the generator (e.g. a GGUF for MAX)
     overlap: bool = False  # sample step k+1 while training on step k (one step of policy lag)
@@ -97,7 +98,7 @@ class GenerationSection:
             return SamplingParams(
                 max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
                 top_k=self.top_k, stop=tuple(self.stop), seed=seed, n=self.group_size,
-                min_p=self.min_p, repetition_penalty=self.repetition_penalty,
+                min_p=self.min_p, repetition_penalty=self.repetition_penalty, ignore_eos=self.ignore_eos,
             )
         except ConfigError as exc:
             raise exc.under("generation") from None

@@ -38,6 +38,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "top_k": "top-k sampling (0 = off)",
         "min_p": "min-p sampling: keep tokens with probability >= min_p x the top one's (0 = off; torch, MLX)",
         "repetition_penalty": "transformers' repetition penalty on prompt + completion tokens (1 = off; torch, MLX)",
+        "ignore_eos": "keep sampling past an end-of-sequence token until `max_new_tokens` (vLLM's meaning): "
+                      "fixed completion lengths for benchmarks, not for training",
         "stop": "stop strings; the completion ends after the first one",
         "max_model_path": "a different file for the generator (e.g. a GGUF for MAX)",
         "overlap": "sample step k+1 on a worker thread while step k trains (one step of policy lag, "

@@ -67,9 +67,10 @@ Rules every backend follows (the conformance kit in ``polyrl.testing`` checks th
     * ``generate`` log-probs are under ``softmax(logits / temperature)`` before the sampling-only
       processors (repetition penalty, top-k, top-p, min-p); ``logprobs``/``train_step`` with the
       same temperature reproduce them (within float error). The token is drawn from the
-      processed distribution. ``min_p``/``repetition_penalty`` are optional features: declare
-      them in ``Capabilities.sampling`` and honour them, or leave them out and refuse them (the
-      core refuses a run asking a backend for an undeclared one before anything loads).
+      processed distribution. ``min_p``/``repetition_penalty``/``ignore_eos`` are optional
+      features: declare them in ``Capabilities.sampling`` and honour them, or leave them out and
+      refuse them (the core refuses a run asking a backend for an undeclared one before anything
+      loads; ``polyrl.backend_features.refuse_unsupported_sampling`` inside ``generate``).
     * ``train_step`` sets the learning rate for each update from ``polyrl.schedules.lr_at`` and
       the optimizer's own count of applied updates (so a resumed run continues the schedule
       exactly), reports it as ``StepMetrics.extra["lr"]``, and honours

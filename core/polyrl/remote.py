@@ -68,6 +68,9 @@ from polyrl.types import (BackendSpec, Capabilities, Completion, EngineConfig, N
 
 log = get_logger("polyrl.remote")
 NAME = "remote"
+#: optional ``SamplingParams`` features sent to the servers (``ignore_eos`` is a body field of
+#: vLLM, SGLang, MAX serve and polyrl serve; OpenAI's API has no min_p or repetition penalty)
+SAMPLING = ("ignore_eos",)
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 
@@ -179,7 +182,7 @@ class RemoteEngine:
                           "Fix: check that the servers in backends.options.servers are up")
 
     def generate_one(self, index: int, prompt: Prompt, sampling: SamplingParams) -> list[Completion]:
-        refuse_unsupported_sampling(sampling, "remote")  # the OpenAI-style API has no min_p
+        refuse_unsupported_sampling(sampling, "remote", SAMPLING)  # the OpenAI-style API has no min_p
         body: dict[str, Any] = {
             "model": self.model, "n": sampling.n, "max_tokens": sampling.max_new_tokens,
             "temperature": sampling.temperature, "top_p": sampling.top_p, "return_token_ids": True,
@@ -188,6 +191,8 @@ class RemoteEngine:
             body["top_k"] = sampling.top_k
         if sampling.stop:
             body["stop"] = list(sampling.stop)
+        if sampling.ignore_eos:  # vLLM's, SGLang's, MAX serve's and polyrl serve's extension field
+            body["ignore_eos"] = True
         if sampling.seed is not None:
             body["seed"] = int(sampling.seed) + index  # distinct per prompt, same on every server
         chat = not isinstance(prompt, (str, TokenPrompt))
@@ -294,7 +299,7 @@ def polyrl_register_backends(register: Callable[[BackendSpec], None]) -> None:
         name=NAME, load=RemoteEngine, distribution="polyrl",
         summary="rollouts from OpenAI-compatible servers (polyrl serve, vLLM, max serve), load-balanced",
         capabilities=Capabilities(generate=True, logprobs=False, train_step=False, weight_import=True,
-                                  concurrent_generate=True, token_prompts=True),
+                                  concurrent_generate=True, token_prompts=True, sampling=SAMPLING),
         version="1", probe=_probe,
         install_hint="pip install httpx safetensors (core dependencies)",
     ))

@@ -27,7 +27,8 @@ handlers queue their prompts and one generation thread serves them round-robin i
 
 Sampling: ``temperature`` (default 1, at most 10), ``top_p``, ``top_k`` (extension),
 ``max_tokens`` / ``max_completion_tokens`` (default 256, at most ``--max-tokens-limit``), ``n``
-(at most ``--max-n``), ``stop``, ``seed`` (0 to 2**63-1). Log-probs: chat ``"logprobs": true``
+(at most ``--max-n``), ``stop``, ``seed`` (0 to 2**63-1), ``ignore_eos`` (vLLM's extension, a JSON
+boolean: sample on past EOS to ``max_tokens``). Log-probs: chat ``"logprobs": true``
 gives ``choices[i].logprobs.content`` with each sampled token's log-prob; ``/v1/completions``
 ``"logprobs": k`` gives ``tokens``/``token_logprobs``/``text_offset``. They are the sampler's own
 log-probs (the backend's ``generate`` contract: the temperature-scaled distribution before

@@ -401,8 +401,8 @@ class Capabilities:
     data_parallel: bool = False
     dtypes: tuple[str, ...] = ("float32",)
     devices: tuple[str, ...] = ("cpu",)
-    #: optional ``SamplingParams`` features honoured by ``generate`` ("min_p", "repetition_penalty");
-    #: a run asking for one the generate backend lacks is refused up front
+    #: optional ``SamplingParams`` features honoured by ``generate`` ("min_p", "repetition_penalty",
+    #: "ignore_eos"); a run asking for one the generate backend lacks is refused up front
     sampling: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple)
     #: ``EngineConfig.gradient_checkpointing`` is honoured by ``train_step``
     gradient_checkpointing: bool = False

@@ -49,7 +49,7 @@ def _number(body: dict[str, Any], key: str, default: Any, rule: Rule) -> Any:
 
 
 def sampling(body: dict[str, Any], limits: Limits, default_max_tokens: int) -> SamplingParams:
-    """OpenAI's sampling fields (plus ``top_k``) checked against ``limits``."""
+    """OpenAI's sampling fields (plus vLLM's ``top_k`` and ``ignore_eos``) checked against ``limits``."""
     if body.get("stream"):
         raise ApiError(400, "stream=true is not supported by polyrl serve; send stream=false", "stream")
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
@@ -62,6 +62,12 @@ def sampling(body: dict[str, Any], limits: Limits, default_max_tokens: int) -> S
         raise ApiError(400, "stop must be a non-empty string or a list of them", "stop")
     if len(stop) > limits.max_stops:
         raise ApiError(400, f"stop has {len(stop)} strings; at most {limits.max_stops}", "stop")
+    ignore_eos = body.get("ignore_eos")
+    if ignore_eos is None:  # absent or null, like every other optional field here
+        ignore_eos = False
+    if not isinstance(ignore_eos, bool):  # "false" or 0 would otherwise be read one way or the other
+        raise ApiError(400, f"ignore_eos must be a JSON boolean (true or false), got {shown(ignore_eos, 40)}",
+                       "ignore_eos")
     top_k = body.get("top_k")
     if top_k == -1:  # vLLM's "disabled"
         top_k = 0
@@ -73,7 +79,7 @@ def sampling(body: dict[str, Any], limits: Limits, default_max_tokens: int) -> S
         "seed": _number(body, "seed", None, Rule(integer=True, low=0, high=SEED_LIMIT - 1)),
     }
     try:
-        return SamplingParams(max_new_tokens=max_tokens, stop=tuple(stop), **values)
+        return SamplingParams(max_new_tokens=max_tokens, stop=tuple(stop), ignore_eos=ignore_eos, **values)
     except ConfigError as exc:
         raise ApiError(400, str(exc), exc.field) from None
 

@@ -16,7 +16,7 @@ pytest then runs every check below on a tiny local Llama (built without any hub,
 ``polyrl.testing.tiny_model``). The checks use only the public hooks, so they hold for any
 implementation: token ids and log-probs come from the sampler (before top-p/top-k; at
 temperature 0 under the plain softmax), seeds repeat, stop strings and lengths (``max_new_tokens``
-and ``max_length``) are honoured, the reported loss equals the numpy reference, the gradient
+and ``max_length``) are honoured, ``ignore_eos`` (where declared) samples on past EOS, the reported loss equals the numpy reference, the gradient
 equals the reference's (``policy_loss_grad``, measured through one optimizer step), micro-batching
 changes nothing, non-finite steps leave the weights alone, every parameter survives an
 export/import round trip, and a checkpoint resumes exactly (weights and optimizer state). For
@@ -195,15 +195,12 @@ class GenerationConformance:
         The model is made uniform (final norm weight 0, so every logit is 0) through
         ``import_weights``; EOS then comes up about once in 512 tokens, at log-prob -log(V).
         """
-        import json
-
         from safetensors.numpy import load_file
 
         if not self.capabilities().weight_import:
             pytest.skip(f"backend {self.backend!r} does not import weights")
         folder = Path(model_dir)
-        eos = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]
-        eos_ids = set(eos if isinstance(eos, list) else [eos])
+        eos_ids = _eos_ids(model_dir)
         weights = load_file(str(folder / "model.safetensors"))
         weights["model.norm.weight"] = np.zeros_like(weights["model.norm.weight"])
         vocab = weights["model.embed_tokens.weight"].shape[0]
@@ -219,6 +216,35 @@ class GenerationConformance:
             assert (c.finish_reason == "stop") == bool(hits), "EOS must be in completion_ids, finish 'stop'"
             if hits:
                 assert c.logprobs[-1] == pytest.approx(-np.log(vocab), abs=1e-3)
+
+    def test_ignore_eos_samples_on_to_max_new_tokens(self, engine):
+        """``ignore_eos`` (declared in ``Capabilities.sampling``): EOS becomes an ordinary token.
+
+        Seeded rows are drawn until some end early on EOS; the same seed with ``ignore_eos``
+        gives every row the same ids up to that point (EOS included), then goes on to exactly
+        ``max_new_tokens`` with finish "length" and log-probs that ``logprobs`` reproduces.
+        Checked in this direction because a random tiny model cannot be made to emit EOS on
+        demand; its EOS probability is about 1/vocab (1/512 for the kit's model), so the 6144
+        seeded draws below hold a dozen on average (none at all: odds of about 1e-5).
+        """
+        if "ignore_eos" not in self.capabilities().sampling:
+            pytest.skip(f"backend {self.backend!r} does not declare ignore_eos in Capabilities.sampling")
+        eos_ids = _eos_ids(engine.config.model)
+        budget = 48
+        stopping = SamplingParams(max_new_tokens=budget, n=64, seed=5, temperature=1.5)
+        stopped = engine.generate(CHATS, stopping)
+        early = [i for i, c in enumerate(stopped) if c.finish_reason == "stop"]
+        assert early, "no seeded row ended on EOS: the check below would prove nothing"
+        full = engine.generate(CHATS, attrs.evolve(stopping, ignore_eos=True))
+        for s, f in zip(stopped, full):
+            assert len(f.completion_ids) == len(f.logprobs) == budget, "ignore_eos must run to max_new_tokens"
+            assert f.finish_reason == "length"
+            assert f.completion_ids[: len(s.completion_ids)].tolist() == s.completion_ids.tolist()
+        went_past = [full[i] for i in early]
+        assert all(any(t in eos_ids for t in c.completion_ids[:-1].tolist()) for c in went_past)
+        scored = engine.logprobs([TokenSequence.of(c) for c in went_past], stopping.temperature)
+        for c, lp in zip(went_past, scored):
+            np.testing.assert_allclose(c.logprobs, lp, atol=self.logprob_atol)
 
     def test_generate_on_a_worker_thread_when_declared(self, engine):
         """``concurrent_generate`` (generation.overlap) promises generate works off the main thread."""
@@ -317,6 +343,14 @@ class GenerationConformance:
             theirs.import_weights(perturbed)
             for a, b in zip(mine.logprobs(seqs, 1.0), theirs.logprobs(seqs, 1.0)):
                 np.testing.assert_allclose(a, b, atol=self.logprob_atol)
+
+
+def _eos_ids(model_dir: str) -> set[int]:
+    """The model's end-of-sequence ids, from its ``generation_config.json``."""
+    import json
+
+    eos = json.loads((Path(model_dir) / "generation_config.json").read_text())["eos_token_id"]
+    return set(eos if isinstance(eos, list) else [eos])
 
 
 def _perturb_every_weight(weights: Any) -> dict[str, np.ndarray]:

@@ -14,7 +14,8 @@ Prompts are encoded by ``MaxEngine.encode_prompt`` with the torch backend's rule
 continues from the exact ids of its last turn.
 
 The EOS token ends a row and is kept in ``completion_ids`` (the policy must learn to emit it); a
-stop string ends a row after the token that completes it.
+stop string ends a row after the token that completes it. With ``ignore_eos`` the row's MAX
+context tracks no EOS at all and EOS is an ordinary token: the row runs to its token budget.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from polyrl.backend_features import refuse_unsupported_sampling
 from polyrl.types import Completion, Prompt, SamplingParams
 
 from polyrl_max.engine import MaxEngine
+from polyrl_max.plugin import SAMPLING
 from polyrl_max.runner import LogitsRecorder, run_rows, token_logprob
 
 
@@ -35,7 +37,7 @@ def generate(engine: MaxEngine, prompts: Sequence[Prompt], sampling: SamplingPar
     # MAX's SamplingParams has min_p/repetition_penalty, but only in pipelines built with
     # enable_penalties, and whether our LogitsRecorder sees logits before or after them is not
     # verified: refused (the capability table says so too) rather than risk wrong log-probs
-    refuse_unsupported_sampling(sampling, "max")
+    refuse_unsupported_sampling(sampling, "max", SAMPLING)
     if not prompts:
         return []
     n = sampling.n
@@ -61,7 +63,7 @@ def generate(engine: MaxEngine, prompts: Sequence[Prompt], sampling: SamplingPar
     def build(s: int):
         return engine.new_context(prompt_ids[s // n], budgets[s], temperature=temperature,
                                   top_k=top_k, top_p=top_p, seed=engine.row_seed(seed, s),
-                                  processor=recorders[s])
+                                  processor=recorders[s], stop_on_eos=not sampling.ignore_eos)
 
     def on_tokens(s: int, new: list[int]) -> bool:
         if len(new) != 1:  # one decode step = one token without speculative decoding
@@ -73,7 +75,7 @@ def generate(engine: MaxEngine, prompts: Sequence[Prompt], sampling: SamplingPar
             raise RuntimeError("MAX did not call the logits processor for this step")
         tokens[s].append(token)
         logps[s].append(token_logprob(row, token, temperature))
-        if token in engine.eos_ids or stops.hit(tokens[s]):
+        if (token in engine.eos_ids and not sampling.ignore_eos) or stops.hit(tokens[s]):
             finish[s] = "stop"
             return True
         return len(tokens[s]) >= budgets[s]

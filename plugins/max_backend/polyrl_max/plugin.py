@@ -22,6 +22,9 @@ from polyrl_max.architectures import capability_table
 BACKEND = "max"
 DISTRIBUTION = "polyrl-max"
 INSTALL_HINT = "pip install polyrl[max]"
+#: optional ``SamplingParams`` features ``generate`` honours (ignore_eos: MAX's own EOS tracking is
+#: switched off for the row); min_p/repetition_penalty are refused, see generation.py
+SAMPLING = ("ignore_eos",)
 
 
 
@@ -55,6 +58,7 @@ CAPABILITIES = Capabilities(
     generate=True, logprobs=True, train_step=False, lora=False, weight_export=False,
     weight_import=True, checkpoint=False, dtypes=("float32", "bfloat16"), devices=_devices(),
     token_prompts=True,  # TokenPrompt ids verbatim and encode_chat: multi-turn episodes generate here
+    sampling=SAMPLING,
     # exhaustive (no "*"): MAX's pipeline registry runs only these; device/encoding limits are
     # in each entry's notes and checked by the engine before compiling
     architectures={t: ArchSupport(**fields) for t, fields in capability_table().items()},

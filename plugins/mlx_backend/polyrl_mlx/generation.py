@@ -191,7 +191,7 @@ def _generate(engine: MLXEngine, prompts: Sequence[Prompt], sampling: SamplingPa
         for row, (sample, tok, lp) in enumerate(zip(active.tolist(), chosen.tolist(), chosen_lp.tolist())):
             tokens[sample].append(int(tok))
             logps[sample].append(float(lp))
-            if tok in engine.eos_ids or stop.hit(tokens[sample]):
+            if (tok in engine.eos_ids and not sampling.ignore_eos) or stop.hit(tokens[sample]):
                 finish[sample] = "stop"
             elif len(tokens[sample]) < budgets[sample]:
                 keep_rows.append(row)

@@ -70,7 +70,7 @@ CAPABILITIES = Capabilities(
     generate=True, logprobs=True, train_step=True, lora=True, weight_export=True,
     weight_import=True, checkpoint=True, dtypes=("float32", "bfloat16", "float16"),
     devices=_devices(), architectures=ARCHITECTURES,
-    sampling=("min_p", "repetition_penalty"), gradient_checkpointing=True,
+    sampling=("min_p", "repetition_penalty", "ignore_eos"), gradient_checkpointing=True,
     token_prompts=True, loss_mask=True,
 )
 

@@ -85,7 +85,7 @@ ARCHITECTURES = {
 CAPABILITIES_BASE: dict[str, Any] = dict(
     generate=True, logprobs=True, train_step=True, lora=True, weight_export=True,
     weight_import=True, checkpoint=True, concurrent_generate=True, data_parallel=True,
-    sampling=("min_p", "repetition_penalty"), gradient_checkpointing=True,
+    sampling=("min_p", "repetition_penalty", "ignore_eos"), gradient_checkpointing=True,
     token_prompts=True, loss_mask=True,
     dtypes=("float32", "bfloat16", "float16"),
     architectures=ARCHITECTURES,
