@@ -32,7 +32,7 @@ from polyrl_torch.engine import TorchEngine
 CHUNK_ELEMENTS = 1 << 24
 #: MB of logits (and their log-softmax) a training forward may keep for backward (option
 #: ``logits_memory_mb``); above it each chunk is recomputed in backward instead.
-LOGITS_MEMORY_MB = 512
+LOGITS_MEMORY_MB = 1024
 #: Tokens per no-grad forward when scoring many sequences (option ``score_batch_tokens``).
 SCORE_BATCH_TOKENS = 8192
 
@@ -44,7 +44,8 @@ def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.
     logits = head(hidden).float()
     if softcap:
         logits = torch.tanh(logits / softcap) * softcap
-    logp = torch.log_softmax(logits / temperature, dim=-1)
+    # dividing by 1.0 would still write (and, under autograd, back-propagate) a whole logits copy
+    logp = torch.log_softmax(logits if temperature == 1.0 else logits / temperature, dim=-1)
     picked = logp.gather(-1, targets[:, None])[:, 0]
     if entropy == "none":
         return picked
