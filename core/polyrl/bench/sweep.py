@@ -95,10 +95,11 @@ def compare(point_result: dict[str, Any]) -> None:
 
 def run_point(point: SweepPoint, model_dir: str, backend: str, threads: int, peak_gflops: float, *,
               trl: bool, timeout: float | None, trl_timeout: float | None) -> dict[str, Any]:
-    """polyrl, then TRL, on one point, each in its own child process; both with MFU per phase."""
+    """polyrl, then TRL, on one point, each in its own child process; both with MFU per phase.
+    Both sides leave their first step out of the medians when there are more (lazy initialisation)."""
     started = time.time()
     ours = _child("polyrl.bench", [backend, model_dir, point.prompts, point.group_size, point.length, threads,
-                                   point.steps, point.lora, False, True], backend, timeout)
+                                   point.steps, point.lora, False, True, 1], backend, timeout)
     sides = {"polyrl": ours}
     if trl:
         sides["trl"] = _trl(model_dir, point.prompts, point.group_size, point.length, threads, point.steps,
@@ -155,7 +156,7 @@ def run_sweep(model: str, points: Sequence[SweepPoint], output: str | Path, *, b
     if report is None:
         if path.exists() and not resume:
             path.unlink()
-        report = {"machine": {**cpu_info(threads), "matmul_peak": matmul_peak(threads)},
+        report = {"machine": strict_json.sanitize({**cpu_info(threads), "matmul_peak": matmul_peak(threads)}),
                   "settings": settings, "points": []}
     report["command"] = list(command if command is not None else sys.argv)
     done = {p["key"] for p in report["points"]}
@@ -165,8 +166,8 @@ def run_sweep(model: str, points: Sequence[SweepPoint], output: str | Path, *, b
             if on_point:
                 on_point(point, "skipped")
             continue
-        report["points"].append(run_point(point, resolved, backend, threads, peak, trl=trl,
-                                          timeout=timeout, trl_timeout=trl_timeout))
+        result = run_point(point, resolved, backend, threads, peak, trl=trl, timeout=timeout, trl_timeout=trl_timeout)
+        report["points"].append(strict_json.sanitize(result))  # as the file holds it (NaN -> null)
         done.add(point.key)
         save(report, path)
         if on_point:

@@ -45,9 +45,11 @@ def _median(xs: list[float]) -> float:
 
 def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_tokens: int,
                   threads: int, steps: int, lora: bool, generate_only: bool = False,
-                  ignore_eos: bool = False) -> dict[str, Any]:
+                  ignore_eos: bool = False, warmup_steps: int = 0) -> dict[str, Any]:
     """Time one backend; seconds per phase (medians over ``steps``), tokens/s, the shapes.
-    ``ignore_eos``: every completion is ``max_new_tokens`` long (fixed-length benchmarks)."""
+    ``ignore_eos``: every completion is ``max_new_tokens`` long (fixed-length benchmarks).
+    ``warmup_steps``: the first steps run but are left out of the medians (as TRL's bench leaves
+    out its first step, which pays for lazy initialisation); never all of them."""
     from polyrl.algorithms.objective import Objective
 
     reg = get_registry()
@@ -84,6 +86,9 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
             for p in TRAIN_PHASES:
                 if f"time/{p}" in metrics.extra:
                     phases[p].append(float(metrics.extra[f"time/{p}"]))
+    skip = min(warmup_steps, steps - 1)
+    gen_s, lp_s, train_s, tokens = gen_s[skip:], lp_s[skip:], train_s[skip:], tokens[skip:]
+    phases = {p: v[skip:] for p, v in phases.items()}
     out.update(
         generate_s=_median(gen_s), logprobs_s=_median(lp_s), train_step_s=_median(train_s),
         tokens_per_step=_median([float(t) for t in tokens]),
@@ -91,6 +96,7 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         shapes=shapes[len(shapes) // 2],  # a representative step (the median one by index)
         completion_lens_seen=sorted({n for s in shapes for n in s["completion_lens"]}),  # every step's
+        steps_timed=len(gen_s),
     )
     out.update({f"{p}_s": _median(v) for p, v in phases.items() if v})
     # a GRPO step: generate, then update (the old-log-prob pass equals the current policy with one
