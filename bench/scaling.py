@@ -29,7 +29,8 @@ def positive_ints(text: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers (e.g. 32,128,512)")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of integers (e.g. 32,128,512)") from None
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: give positive integers, e.g. 32,128,512")
     return values
