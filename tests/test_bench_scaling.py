@@ -98,6 +98,25 @@ def test_sweep_writes_chart_and_markdown_table(sweep, tmp_path):
     rows = [line for line in table[2:] if line.startswith("| scaling")]
     assert len(rows) == 2 and all(row.endswith("| ok |") for row in rows)
     assert rows[0].count("|") == table[0].count("|")
+    (trend,) = [line for line in table if line.startswith("- ")]
+    assert trend.startswith("- group 2, full: x TRL per step ") and "from 8 to 16 tokens" in trend
+
+
+def test_script_resumes_a_finished_sweep_without_rerunning_and_writes_png_and_md(sweep, eos_heavy_model,
+                                                                                  tmp_path, capsys):
+    """``bench/scaling.py --resume`` on a report holding every point: no child runs; the chart
+    and the README table are written beside the JSON and the table printed."""
+    _, output = sweep
+    copy = tmp_path / "scaling.json"
+    shutil.copy(output, copy)
+    code = _script().main(["--model", eos_heavy_model, "--lengths", "8,16", "--groups", "2", "--lora", "full",
+                           "--tokens-per-step", "32", "--steps", "2", "--resume", "--output", str(copy)])
+    assert code == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == ["skipped: scaling/len8/g2/p2/full/s2", "skipped: scaling/len16/g2/p1/full/s2"]
+    assert copy.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert copy.with_suffix(".md").read_text() in captured.out
+    assert json.loads(copy.read_text())["points"] == json.loads(output.read_text())["points"]
 
 
 def test_resume_skips_done_points_and_records_a_trl_timeout(sweep, eos_heavy_model, tmp_path):

@@ -120,25 +120,27 @@ def write_sweep_chart(report: dict[str, Any], path: Path) -> str | None:
     if not series:
         return None
     fig, (speed, memory, mfu) = plt.subplots(1, 3, figsize=(15, 4.5))
-    for name, points in series.items():
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, (name, points) in enumerate(series.items()):
+        colour = colours[index % len(colours)]  # one colour per line, solid polyrl, dashed TRL
         xs = [p["workload"]["length"] for p in points]
         ratios = [_number(p.get("trl_over_polyrl", {}).get("step")) for p in points]
         if any(r is not None for r in ratios) and not name.startswith("memory"):
-            speed.plot(xs, [r if r is not None else float("nan") for r in ratios], "o-", label=name)
+            speed.plot(xs, [r if r is not None else float("nan") for r in ratios], "o-", color=colour, label=name)
         for side, style in (("polyrl", "-"), ("trl", "--")):
             rss = [_number((p.get(side) or {}).get("peak_rss_mb")) for p in points]
             if any(r is not None for r in rss):
                 memory.plot(xs, [r / 1024 if r is not None else float("nan") for r in rss], "o" + style,
-                            label=f"{side}, {name}")
+                            color=colour, label=f"{side}, {name}")
     first = next((v for k, v in series.items() if not k.startswith("memory")), None)
     if first:
         xs = [p["workload"]["length"] for p in first]
         for side, style in (("polyrl", "-"), ("trl", "--")):
-            for phase in ("generate", "train"):
+            for phase, colour in (("generate", colours[0]), ("train", colours[1])):
                 values = [_number((p.get(side) or {}).get(f"{phase}_mfu")) for p in first]
                 if any(v is not None for v in values):
                     mfu.plot(xs, [100 * v if v is not None else float("nan") for v in values], "o" + style,
-                             label=f"{side} {phase}")
+                             color=colour, label=f"{side} {phase}")
         mfu.set_title(f"(c) MFU per phase ({next(k for k in series if not k.startswith('memory'))})", fontsize=9)
     speed.axhline(1.0, color="grey", linewidth=0.8)
     speed.set_title("(a) speed-up vs TRL (TRL step s / polyrl step s)", fontsize=9)
@@ -146,8 +148,11 @@ def write_sweep_chart(report: dict[str, Any], path: Path) -> str | None:
     memory.set_title("(b) peak RSS (solid polyrl, dashed TRL)", fontsize=9)
     memory.set_ylabel("GiB")
     mfu.set_ylabel("% of measured fp32 matmul peak")
+    lengths = sorted({p["workload"]["length"] for points in series.values() for p in points})
     for ax in (speed, memory, mfu):
         ax.set_xscale("log", base=2)
+        ax.set_xticks(lengths, [str(n) for n in lengths])
+        ax.minorticks_off()
         ax.set_xlabel("completion length (tokens)")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
@@ -159,6 +164,28 @@ def write_sweep_chart(report: dict[str, Any], path: Path) -> str | None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return str(path)
+
+
+def _change(short: dict[str, Any], long: dict[str, Any], key: str) -> str:
+    a, b = (_number(p["trl_over_polyrl"].get(key)) for p in (short, long))
+    return "-" if a is None or b is None else f"{a:.2f}x -> {b:.2f}x"
+
+
+def lead_trends(report: dict[str, Any]) -> list[str]:
+    """For each scaling line with two compared points or more: polyrl's lead over TRL at its
+    shortest and longest length, per phase, so where the lead shrinks (and in which phase) reads
+    off directly."""
+    lines = []
+    for name, points in sweep_series(report).items():
+        ok = [p for p in points if p.get("trl_over_polyrl") and not name.startswith("memory")]
+        if len(ok) < 2:
+            continue
+        short, long = ok[0], ok[-1]
+        lines.append(f"{name}: x TRL per step {_change(short, long, 'step')} from {short['workload']['length']} "
+                     f"to {long['workload']['length']} tokens (generate {_change(short, long, 'generate')}, "
+                     f"train {_change(short, long, 'train_step')}, "
+                     f"TRL/polyrl peak RSS {_change(short, long, 'peak_rss')})")
+    return lines
 
 
 def sweep_markdown(report: dict[str, Any]) -> str:
@@ -184,9 +211,9 @@ def sweep_markdown(report: dict[str, Any]) -> str:
             f"{fmt(ours.get('generate_mfu'), '.1%')} / {fmt(ours.get('train_mfu'), '.1%')}",
             f"{fmt(trl.get('generate_mfu'), '.1%')} / {fmt(trl.get('train_mfu'), '.1%')}",
             str(p["status"]).replace("|", "/")]) + " |")
+    lines += ["", *(f"- {line}" for line in lead_trends(report)), ""]
     m, s = report["machine"], report["settings"]
     peak = m["matmul_peak"]
-    lines.append("")
     lines.append(f"{s['model']}, {s['backend']} backend vs TRL, {s['threads']} thread(s), {s['steps']} step(s) "
                  f"per point (medians), about {s['tokens_per_step']} sampled tokens per step, fixed lengths; "
                  f"{m.get('model')}, fp32 matmul peak {fmt(peak.get('peak_gflops'), '.1f')} GFLOP/s "
