@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from polyrl.bench.report import sweep_markdown, write_sweep_chart
-from polyrl.bench.sweep import plan_points, prompts_for, run_sweep
+from polyrl.bench.sweep import compare, length_check, plan_points, prompts_for, run_sweep
 from polyrl.bench.workload import run_child
 from polyrl.errors import ConfigError
 
@@ -151,6 +151,22 @@ def test_points_use_fewer_prompts_at_long_lengths():
     assert len(points) == 2 * 2 * 2 + 1 and len({p.key for p in points}) == len(points)
     memory = points[-1]
     assert (memory.kind, memory.length, memory.prompts, memory.group_size, memory.steps) == ("memory", 2048, 1, 2, 1)
+
+
+def test_a_point_whose_lengths_differ_is_flagged_not_compared():
+    """A side that stopped early (a backend without ``ignore_eos``) did less work: no ratio."""
+    full, short = {"completion_lens_seen": [16], "step_s": 2.0}, {"completion_lens_seen": [3, 16], "step_s": 1.0}
+    point = {"polyrl": short, "trl": full, "lengths": length_check(16, {"polyrl": short, "trl": full})}
+    compare(point)
+    assert point["lengths"] == {"requested": 16, "polyrl_lens": [3, 16], "trl_lens": [16], "equal": False}
+    assert point["status"] == "lengths differ: not compared" and "trl_over_polyrl" not in point
+    alone = {"polyrl": full, "lengths": length_check(16, {"polyrl": full})}
+    compare(alone)
+    assert alone["status"] == "ok (polyrl only)"
+    crashed = {"polyrl": full, "trl": {"backend": "trl", "error": "killed by SIGKILL"},
+               "lengths": length_check(16, {"polyrl": full})}
+    compare(crashed)
+    assert crashed["status"] == "trl killed by SIGKILL" and "trl_over_polyrl" not in crashed
 
 
 @pytest.mark.faults

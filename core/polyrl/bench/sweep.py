@@ -73,24 +73,23 @@ def length_check(requested: int, sides: dict[str, dict[str, Any]]) -> dict[str, 
 
 
 def compare(point_result: dict[str, Any]) -> None:
-    """Ratios of TRL to polyrl (above 1: polyrl is faster / TRL uses more), only for a point where
-    both ran and produced the requested lengths."""
+    """The point's ``status`` and, where both sides ran and produced the requested lengths, the
+    ratios of TRL to polyrl (above 1: polyrl is faster / TRL uses more memory)."""
     ours, trl = point_result["polyrl"], point_result.get("trl")
-    if trl is None or "error" in ours or "error" in trl:
-        point_result["status"] = "; ".join(f"{side} {r['error']}" for side, r in
-                                           (("polyrl", ours), ("trl", trl or {})) if "error" in r) or "ok"
-        return
-    if not point_result["lengths"]["equal"]:
+    failed = [f"{side} {r['error']}" for side, r in (("polyrl", ours), ("trl", trl or {})) if "error" in r]
+    if failed:
+        point_result["status"] = "; ".join(failed)
+    elif not point_result["lengths"]["equal"]:
         point_result["status"] = "lengths differ: not compared"
-        return
-    point_result["status"] = "ok"
-    ratios = {}
-    for key in ("step_s", "generate_s", "train_step_s"):
-        if ours.get(key) and trl.get(key):
-            ratios[key.removesuffix("_s")] = trl[key] / ours[key]
-    if ours.get("peak_rss_mb") and trl.get("peak_rss_mb"):
-        ratios["peak_rss"] = trl["peak_rss_mb"] / ours["peak_rss_mb"]
-    point_result["trl_over_polyrl"] = ratios
+    elif trl is None:
+        point_result["status"] = "ok (polyrl only)"
+    else:
+        point_result["status"] = "ok"
+        ratios = {key.removesuffix("_s"): trl[key] / ours[key]
+                  for key in ("step_s", "generate_s", "train_step_s") if ours.get(key) and trl.get(key)}
+        if ours.get("peak_rss_mb") and trl.get("peak_rss_mb"):
+            ratios["peak_rss"] = trl["peak_rss_mb"] / ours["peak_rss_mb"]
+        point_result["trl_over_polyrl"] = ratios
 
 
 def run_point(point: SweepPoint, model_dir: str, backend: str, threads: int, peak_gflops: float, *,
