@@ -211,11 +211,12 @@ def sweep_markdown(report: dict[str, Any]) -> str:
             f"{fmt(ours.get('generate_mfu'), '.1%')} / {fmt(ours.get('train_mfu'), '.1%')}",
             f"{fmt(trl.get('generate_mfu'), '.1%')} / {fmt(trl.get('train_mfu'), '.1%')}",
             str(p["status"]).replace("|", "/")]) + " |")
-    lines += ["", *(f"- {line}" for line in lead_trends(report)), ""]
+    trends = lead_trends(report)
+    lines += ["", *(f"- {line}" for line in trends), *([""] if trends else [])]
     m, s = report["machine"], report["settings"]
     peak = m["matmul_peak"]
     lines.append(f"{s['model']}, {s['backend']} backend vs TRL, {s['threads']} thread(s), {s['steps']} step(s) "
-                 f"per point (medians), about {s['tokens_per_step']} sampled tokens per step, fixed lengths; "
+                 f"per point (medians; the first left out when there are more), about {s['tokens_per_step']} sampled tokens per step, fixed lengths; "
                  f"{m.get('model')}, fp32 matmul peak {fmt(peak.get('peak_gflops'), '.1f')} GFLOP/s "
                  f"({peak.get('library')}). x TRL = TRL's seconds / polyrl's (above 1: polyrl faster).")
     return "\n".join(lines) + "\n"
