@@ -87,3 +87,136 @@ def print_table(report: dict[str, Any]) -> None:
     peak = report["machine"]["matmul_peak"]
     console.print(f"matmul peak {peak['peak_gflops']:.1f} GFLOP/s ({peak.get('library')}, "
                   f"{report['machine']['threads']} thread(s)); chart: {report.get('chart') or 'none (pip install matplotlib)'}")
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and value == value else None
+
+
+def sweep_series(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The sweep's points grouped into lines over completion length: one per group size and
+    full/LoRA for the scaling points, one for the memory-only points; each sorted by length."""
+    series: dict[str, list[dict[str, Any]]] = {}
+    for p in report["points"]:
+        w = p["workload"]
+        name = ("memory: 1 prompt x 2" if w["kind"] == "memory"
+                else f"group {w['group_size']}, {'LoRA' if w['lora'] else 'full'}")
+        series.setdefault(name, []).append(p)
+    return {k: sorted(v, key=lambda p: p["workload"]["length"]) for k, v in series.items()}
+
+
+def write_sweep_chart(report: dict[str, Any], path: Path) -> str | None:
+    """Three panels against completion length: (a) TRL's step time over polyrl's, one line per
+    group size and full/LoRA; (b) peak RSS of both frameworks; (c) MFU per phase of both, for the
+    first scaling line. None without matplotlib or without a point that ran."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    series = sweep_series(report)
+    if not series:
+        return None
+    fig, (speed, memory, mfu) = plt.subplots(1, 3, figsize=(15, 4.5))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, (name, points) in enumerate(series.items()):
+        colour = colours[index % len(colours)]  # one colour per line, solid polyrl, dashed TRL
+        xs = [p["workload"]["length"] for p in points]
+        ratios = [_number(p.get("trl_over_polyrl", {}).get("step")) for p in points]
+        if any(r is not None for r in ratios) and not name.startswith("memory"):
+            speed.plot(xs, [r if r is not None else float("nan") for r in ratios], "o-", color=colour, label=name)
+        for side, style in (("polyrl", "-"), ("trl", "--")):
+            rss = [_number((p.get(side) or {}).get("peak_rss_mb")) for p in points]
+            if any(r is not None for r in rss):
+                memory.plot(xs, [r / 1024 if r is not None else float("nan") for r in rss], "o" + style,
+                            color=colour, label=f"{side}, {name}")
+    first = next((v for k, v in series.items() if not k.startswith("memory")), None)
+    if first:
+        xs = [p["workload"]["length"] for p in first]
+        for side, style in (("polyrl", "-"), ("trl", "--")):
+            for phase, colour in (("generate", colours[0]), ("train", colours[1])):
+                values = [_number((p.get(side) or {}).get(f"{phase}_mfu")) for p in first]
+                if any(v is not None for v in values):
+                    mfu.plot(xs, [100 * v if v is not None else float("nan") for v in values], "o" + style,
+                             color=colour, label=f"{side} {phase}")
+        mfu.set_title(f"(c) MFU per phase ({next(k for k in series if not k.startswith('memory'))})", fontsize=9)
+    speed.axhline(1.0, color="grey", linewidth=0.8)
+    speed.set_title("(a) speed-up vs TRL (TRL step s / polyrl step s)", fontsize=9)
+    speed.set_ylabel("x TRL")
+    memory.set_title("(b) peak RSS (solid polyrl, dashed TRL)", fontsize=9)
+    memory.set_ylabel("GiB")
+    mfu.set_ylabel("% of measured fp32 matmul peak")
+    lengths = sorted({p["workload"]["length"] for points in series.values() for p in points})
+    for ax in (speed, memory, mfu):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lengths, [str(n) for n in lengths])
+        ax.minorticks_off()
+        ax.set_xlabel("completion length (tokens)")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    m, s = report["machine"], report["settings"]
+    fig.suptitle(f"{Path(str(s['model'])).name}, {s['backend']} vs TRL, {s['threads']} thread(s), {m.get('model')}",
+                 fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
+
+
+def _change(short: dict[str, Any], long: dict[str, Any], key: str) -> str:
+    a, b = (_number(p["trl_over_polyrl"].get(key)) for p in (short, long))
+    return "-" if a is None or b is None else f"{a:.2f}x -> {b:.2f}x"
+
+
+def lead_trends(report: dict[str, Any]) -> list[str]:
+    """For each scaling line with two compared points or more: polyrl's lead over TRL at its
+    shortest and longest length, per phase, so where the lead shrinks (and in which phase) reads
+    off directly."""
+    lines = []
+    for name, points in sweep_series(report).items():
+        ok = [p for p in points if p.get("trl_over_polyrl") and not name.startswith("memory")]
+        if len(ok) < 2:
+            continue
+        short, long = ok[0], ok[-1]
+        lines.append(f"{name}: x TRL per step {_change(short, long, 'step')} from {short['workload']['length']} "
+                     f"to {long['workload']['length']} tokens (generate {_change(short, long, 'generate')}, "
+                     f"train {_change(short, long, 'train_step')}, "
+                     f"TRL/polyrl peak RSS {_change(short, long, 'peak_rss')})")
+    return lines
+
+
+def sweep_markdown(report: dict[str, Any]) -> str:
+    """The sweep as a markdown table (one row per point), ready to paste into the README."""
+
+    def fmt(value: Any, spec: str = ".2f") -> str:
+        number = _number(value)
+        return "-" if number is None else format(number, spec)
+
+    head = ("| kind | length | group | prompts | LoRA | polyrl step s | TRL step s | x TRL step | x TRL generate "
+            "| x TRL train | polyrl tok/s | TRL tok/s | polyrl RSS MB | TRL RSS MB | polyrl MFU gen/train "
+            "| TRL MFU gen/train | status |")
+    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for p in report["points"]:
+        w, ours, trl = p["workload"], p["polyrl"], p.get("trl") or {}
+        ratio = p.get("trl_over_polyrl", {})
+        lines.append("| " + " | ".join([
+            w["kind"], str(w["length"]), str(w["group_size"]), str(w["prompts"]), "yes" if w["lora"] else "no",
+            fmt(ours.get("step_s")), fmt(trl.get("step_s")), fmt(ratio.get("step")), fmt(ratio.get("generate")),
+            fmt(ratio.get("train_step")), fmt(ours.get("generate_tokens_per_s"), ".0f"),
+            fmt(trl.get("generate_tokens_per_s"), ".0f"), fmt(ours.get("peak_rss_mb"), ".0f"),
+            fmt(trl.get("peak_rss_mb"), ".0f"),
+            f"{fmt(ours.get('generate_mfu'), '.1%')} / {fmt(ours.get('train_mfu'), '.1%')}",
+            f"{fmt(trl.get('generate_mfu'), '.1%')} / {fmt(trl.get('train_mfu'), '.1%')}",
+            str(p["status"]).replace("|", "/")]) + " |")
+    trends = lead_trends(report)
+    lines += ["", *(f"- {line}" for line in trends), *([""] if trends else [])]
+    m, s = report["machine"], report["settings"]
+    peak = m["matmul_peak"]
+    lines.append(f"{s['model']}, {s['backend']} backend vs TRL, {s['threads']} thread(s), {s['steps']} step(s) "
+                 f"per point (medians; the first left out when there are more), about {s['tokens_per_step']} sampled tokens per step, fixed lengths; "
+                 f"{m.get('model')}, fp32 matmul peak {fmt(peak.get('peak_gflops'), '.1f')} GFLOP/s "
+                 f"({peak.get('library')}). x TRL = TRL's seconds / polyrl's (above 1: polyrl faster).")
+    return "\n".join(lines) + "\n"

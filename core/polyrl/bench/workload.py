@@ -44,8 +44,12 @@ def _median(xs: list[float]) -> float:
 
 
 def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_tokens: int,
-                  threads: int, steps: int, lora: bool, generate_only: bool = False) -> dict[str, Any]:
-    """Time one backend; seconds per phase (medians over ``steps``), tokens/s, the shapes."""
+                  threads: int, steps: int, lora: bool, generate_only: bool = False,
+                  ignore_eos: bool = False, warmup_steps: int = 0) -> dict[str, Any]:
+    """Time one backend; seconds per phase (medians over ``steps``), tokens/s, the shapes.
+    ``ignore_eos``: every completion is ``max_new_tokens`` long (fixed-length benchmarks).
+    ``warmup_steps``: the first steps run but are left out of the medians (as TRL's bench leaves
+    out its first step, which pays for lazy initialisation); never all of them."""
     from polyrl.algorithms.objective import Objective
 
     reg = get_registry()
@@ -59,7 +63,8 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
     shapes = []
     batch_prompts = bench_prompts(prompts)
     for step in range(steps):
-        sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, n=group_size, seed=step)
+        sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, n=group_size, seed=step,
+                                  ignore_eos=ignore_eos)
         t = time.perf_counter()
         completions = engine.generate(batch_prompts, sampling)
         gen_s.append(time.perf_counter() - t)
@@ -81,12 +86,17 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
             for p in TRAIN_PHASES:
                 if f"time/{p}" in metrics.extra:
                     phases[p].append(float(metrics.extra[f"time/{p}"]))
+    skip = min(warmup_steps, steps - 1)
+    gen_s, lp_s, train_s, tokens = gen_s[skip:], lp_s[skip:], train_s[skip:], tokens[skip:]
+    phases = {p: v[skip:] for p, v in phases.items()}
     out.update(
         generate_s=_median(gen_s), logprobs_s=_median(lp_s), train_step_s=_median(train_s),
         tokens_per_step=_median([float(t) for t in tokens]),
         generate_tokens_per_s=_median([t / s for t, s in zip(tokens, gen_s)]),
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         shapes=shapes[len(shapes) // 2],  # a representative step (the median one by index)
+        completion_lens_seen=sorted({n for s in shapes for n in s["completion_lens"]}),  # every step's
+        steps_timed=len(gen_s),
     )
     out.update({f"{p}_s": _median(v) for p, v in phases.items() if v})
     # a GRPO step: generate, then update (the old-log-prob pass equals the current policy with one
@@ -95,35 +105,66 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
     return out
 
 
-def _child(module: str, args: list[Any], name: str) -> dict[str, Any]:
-    """Run ``python -m module JSON-ARGS`` and parse its last stdout line (its own process and RSS)."""
-    done = subprocess.run([sys.executable, "-m", module, json.dumps(args)], capture_output=True, text=True)
+def child_failure(returncode: int, stderr: str) -> str:
+    """What a failed child died of, in one line: the signal (SIGKILL is how the kernel's OOM
+    killer ends a process), a Python MemoryError, or its last stderr lines."""
+    import signal
+
+    tail = " | ".join(stderr.strip().splitlines()[-5:])
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        oom = " (out of memory? the kernel's OOM killer sends SIGKILL)" if name == "SIGKILL" else ""
+        return f"killed by {name}{oom}" + (f": {tail}" if tail else "")
+    if "MemoryError" in stderr or "out of memory" in stderr.lower():
+        return f"out of memory: {tail}"
+    return tail or f"exit {returncode}"
+
+
+def run_child(argv: list[str], name: str, timeout: float | None = None) -> dict[str, Any]:
+    """Run a bench child and parse its last stdout line (a JSON object; its own process and RSS).
+    A child past ``timeout`` seconds is killed and recorded as timed out; a crash (signal, OOM,
+    traceback) is recorded as an ``error``: one point's failure never ends a bench."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"backend": name, "error": f"timed out after {timeout:g} s", "timed_out": True}
     if done.returncode != 0:
-        tail = done.stderr.strip().splitlines()[-5:]
-        return {"backend": name, "error": " | ".join(tail) or f"exit {done.returncode}"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        return {"backend": name, "error": child_failure(done.returncode, done.stderr),
+                "returncode": done.returncode}
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"backend": name, "error": f"no result line on stdout: {done.stdout[-200:]!r}"}
+
+
+def _child(module: str, args: Any, name: str, timeout: float | None = None) -> dict[str, Any]:
+    """``python -m module JSON-ARGS`` as a bench child (see ``run_child``)."""
+    return run_child([sys.executable, "-m", module, json.dumps(args)], name, timeout)
 
 
 def _trl(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
-         lora: bool) -> dict[str, Any]:
+         lora: bool, ignore_eos: bool = False, timeout: float | None = None) -> dict[str, Any]:
     """TRL's GRPOTrainer on the same workload, in a child process (``polyrl_torch.bench.trl_grpo``)."""
     import importlib.util
 
     if importlib.util.find_spec("trl") is None or importlib.util.find_spec("polyrl_torch") is None:
         return {"backend": "trl", "error": "trl is not installed: pip install 'polyrl-torch[bench]'"}
-    return _child("polyrl_torch.bench.trl_grpo", [model, prompts, group_size, max_new_tokens, threads, steps, lora],
-                  "trl")
+    return _child("polyrl_torch.bench.trl_grpo",
+                  [model, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos], "trl", timeout)
 
 
 def _hf_generate(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int,
-                 steps: int) -> dict[str, Any]:
+                 steps: int, ignore_eos: bool = False) -> dict[str, Any]:
     """transformers' ``generate`` on the same prompts, in a child process (the generation baseline)."""
     import importlib.util
 
     if importlib.util.find_spec("polyrl_torch") is None:
         return {"backend": "hf-generate", "error": "needs the torch backend: pip install 'polyrl[torch]'"}
-    return _child("polyrl_torch.bench.hf_generate", [model, prompts, group_size, max_new_tokens, threads, steps],
-                  "hf-generate")
+    return _child("polyrl_torch.bench.hf_generate",
+                  [model, prompts, group_size, max_new_tokens, threads, steps, ignore_eos], "hf-generate")
 
 
 def matmul_peak(threads: int) -> dict[str, Any]:
@@ -131,7 +172,7 @@ def matmul_peak(threads: int) -> dict[str, Any]:
     import importlib.util
 
     if importlib.util.find_spec("polyrl_torch") is not None:
-        found = _child("polyrl_torch.bench.matmul_peak", threads, "matmul_peak")  # type: ignore[arg-type]
+        found = _child("polyrl_torch.bench.matmul_peak", threads, "matmul_peak")
         if "error" not in found:
             return found
     a = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32)
@@ -166,24 +207,25 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
               group_size: int = 4, max_new_tokens: int = 32, threads: int = 1, steps: int = 3,
               lora: bool = False, output: str | None = "bench/results.json",
               generate_only: bool = False, trl: bool = False, hf_generate: bool = False,
-              chart: bool = True) -> dict[str, Any]:
+              chart: bool = True, ignore_eos: bool = False) -> dict[str, Any]:
     """Bench ``backends`` (default: every usable one), then TRL (``trl``) and transformers'
-    ``generate`` (``hf_generate``: each backend's ``generate_speedup_vs_hf``) on the same workload."""
+    ``generate`` (``hf_generate``: each backend's ``generate_speedup_vs_hf``) on the same workload.
+    ``ignore_eos``: every side samples exactly ``max_new_tokens`` per completion."""
     reg = get_registry()
     names = backends or reg.available()
     resolved = reg.resolve_model(model)
     peak = matmul_peak(threads)
     results = [_child("polyrl.bench", [n, resolved, prompts, group_size, max_new_tokens, threads, steps, lora,
-                                       generate_only], n) for n in names]
+                                       generate_only, ignore_eos], n) for n in names]
     if trl:
-        results.append(_trl(resolved, prompts, group_size, max_new_tokens, threads, steps, lora))
+        results.append(_trl(resolved, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos))
         for r in results[:-1]:
             if results[-1].get("step_s") and r.get("step_s"):
                 r["speedup_vs_trl"] = results[-1]["step_s"] / r["step_s"]
                 if results[-1].get("peak_rss_mb"):
                     r["rss_vs_trl"] = r["peak_rss_mb"] / results[-1]["peak_rss_mb"]
     if hf_generate:
-        hf = _hf_generate(resolved, prompts, group_size, max_new_tokens, threads, steps)
+        hf = _hf_generate(resolved, prompts, group_size, max_new_tokens, threads, steps, ignore_eos)
         for r in results:
             if hf.get("generate_s") and r.get("generate_s"):
                 r["generate_speedup_vs_hf"] = hf["generate_s"] / r["generate_s"]
@@ -201,7 +243,8 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
                     "cpus": os.cpu_count(), "threads": threads, "matmul_peak": peak},
         "workload": {"model": model, "prompts": prompts, "group_size": group_size,
                      "max_new_tokens": max_new_tokens, "steps": steps, "lora": lora,
-                     "generate_only": generate_only, "trl": trl, "hf_generate": hf_generate},
+                     "generate_only": generate_only, "trl": trl, "hf_generate": hf_generate,
+                     "ignore_eos": ignore_eos},
         "results": results,
     }
     # what `generate = "auto"` chooses from: polyrl's own backends only

@@ -5,6 +5,7 @@ folder, chat-templated prompts, ``group_size`` samples per prompt (``num_return_
 each prompt is prefilled once per sample, as HF does), completion length, temperature 1 with no
 top-k/top-p truncation, float32 and thread count as the backends' runs. A child process of the
 bench; prints one JSON line: median seconds per call over the steps, tokens/s, peak RSS.
+``ignore_eos`` (fixed lengths) sets ``min_new_tokens = max_new_tokens``: EOS is masked until then.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def _generated_lengths(new_tokens: Any, eos_ids: set[int]) -> list[int]:
 
 
 def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int,
-        steps: int) -> dict[str, Any]:
+        steps: int, ignore_eos: bool = False) -> dict[str, Any]:
     import numpy as np
     import torch
     import transformers
@@ -46,6 +47,7 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
     eos = lm.generation_config.eos_token_id
     eos_ids = {int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None}
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
+    fixed_length = {"min_new_tokens": max_new_tokens} if ignore_eos else {}
     seconds, tokens, lengths = [], [], []
     for step in range(steps):
         torch.manual_seed(step)
@@ -53,7 +55,7 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
         with torch.inference_mode():
             out = lm.generate(**inputs, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
                               num_return_sequences=group_size, max_new_tokens=max_new_tokens,
-                              pad_token_id=pad_id)
+                              pad_token_id=pad_id, **fixed_length)
         seconds.append(time.perf_counter() - t)
         lengths = _generated_lengths(out[:, inputs["input_ids"].shape[1]:], eos_ids)
         tokens.append(sum(lengths))

@@ -5,7 +5,10 @@ seed, thread count, optimizer (AdamW, lr, clip 1.0), beta = 0 and LoRA settings 
 ``polyrl.bench`` uses, one optimizer step per generation round (``num_iterations = 1``, the whole
 group batch in one step). TRL is a bench-only dependency (``pip install polyrl-torch[bench]``).
 Prints one JSON line: seconds per step and per phase (median over the steps after the first,
-which pays for lazy initialisation), tokens/s, peak RSS and one step's prompt/completion lengths.
+which pays for lazy initialisation), tokens/s, peak RSS, one step's prompt/completion lengths and
+every completion length seen. ``ignore_eos`` (fixed-length benchmarks) passes
+``min_new_tokens = max_completion_length`` through ``GRPOConfig.generation_kwargs``: transformers
+then masks the EOS tokens until that length, so no completion ends early.
 
 Phases are timed by wrapping the trainer's own methods (TRL 1.16 names): ``_generate`` (rollouts),
 ``_generate_and_score_completions`` minus it (rewards, advantages, any old/ref log-probs: "scoring"),
@@ -23,7 +26,7 @@ from typing import Any
 
 
 def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
-        lora: bool) -> dict[str, Any]:
+        lora: bool, ignore_eos: bool = False) -> dict[str, Any]:
     import numpy as np
     import torch
     from datasets import Dataset
@@ -79,6 +82,7 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
         temperature=1.0, top_p=1.0, beta=0.0, learning_rate=1e-5, max_grad_norm=1.0,
         max_steps=steps, seed=0, logging_steps=1, report_to=[], save_strategy="no",
         dataloader_num_workers=0, shuffle_dataset=False, disable_dropout=True,
+        generation_kwargs={"min_new_tokens": max_new_tokens} if ignore_eos else None,
     )
     peft = None
     if lora:
@@ -130,6 +134,7 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
         "generate_tokens_per_s": float(np.median(tokens)) / gen_s if gen_s else None,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "shapes": shapes[len(shapes) // 2] if shapes else None,
+        "completion_lens_seen": sorted({n for s in shapes for n in s["completion_lens"]}),
         "steps_timed": len(measured), "trl_version": __import__("trl").__version__,
     }
 
