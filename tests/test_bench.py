@@ -56,6 +56,11 @@ def test_bench_runs_trl_on_the_same_workload(tiny_model_dir):
     assert trl["trl_version"] == "1.16.0" and trl["step_s"] > 0 and trl["steps_timed"] >= 1
     assert 0 < trl["tokens_per_step"] <= 2 * 2 * 4
     assert ours["speedup_vs_trl"] == pytest.approx(trl["step_s"] / ours["step_s"])
+    # the FLOP floor: the workload's FLOPs at the measured peak, and what it allows against TRL
+    work = ours["workload_gflop"]
+    assert ours["flop_floor_s"] == pytest.approx((work["generate"] + work["train"]) / report["machine"]["matmul_peak"]["peak_gflops"])
+    assert ours["max_speedup_vs_trl"] == pytest.approx(trl["step_s"] / ours["flop_floor_s"])
+    assert ours["peak_share_for_3x_trl"] == pytest.approx(3 / ours["max_speedup_vs_trl"])
     # TRL's phases, timed around its own methods, fit inside its step
     phases = [trl[k] for k in ("generate_s", "scoring_s", "forward_s", "backward_s", "optimizer_s")]
     assert all(p is not None and p >= 0 for p in phases), trl

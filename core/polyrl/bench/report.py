@@ -84,6 +84,11 @@ def print_table(report: dict[str, Any]) -> None:
     if not console.is_terminal:
         console = Console(stderr=True, width=160)  # logs and pipes: no truncated columns
     console.print(table)
+    for r in report["results"]:
+        if r.get("max_speedup_vs_trl"):
+            console.print(f"{r['backend']}: FLOP floor {r['flop_floor_s']:.1f} s/step at the measured peak; TRL's step "
+                          f"is {r['max_speedup_vs_trl']:.2f}x that, so 3x TRL needs "
+                          f"{r['peak_share_for_3x_trl']:.0%} of the peak across the whole step")
     peak = report["machine"]["matmul_peak"]
     console.print(f"matmul peak {peak['peak_gflops']:.1f} GFLOP/s ({peak.get('library')}, "
                   f"{report['machine']['threads']} thread(s)); chart: {report.get('chart') or 'none (pip install matplotlib)'}")

@@ -201,6 +201,18 @@ def add_utilisation(result: dict[str, Any], model_dir: str, peak_gflops: float, 
             result[f"{phase}_gflops"] = work[phase] / seconds / 1e9
             result[f"{phase}_mfu"] = result[f"{phase}_gflops"] / peak_gflops
     result["workload_gflop"] = {k: v / 1e9 for k, v in work.items()}
+    # the step's FLOPs at the measured peak: no framework's step can be shorter on this machine
+    result["flop_floor_s"] = (work["generate"] + work["train"]) / 1e9 / peak_gflops
+
+
+def add_flop_floor_lead(results: list[dict[str, Any]], trl: dict[str, Any]) -> None:
+    """How far ahead of TRL the arithmetic lets a backend get: TRL's step over the FLOP floor
+    (``max_speedup_vs_trl``), and the share of the peak a whole step needs for 3x TRL."""
+    for r in results:
+        floor, trl_step = r.get("flop_floor_s"), trl.get("step_s")
+        if floor and trl_step:
+            r["max_speedup_vs_trl"] = trl_step / floor
+            r["peak_share_for_3x_trl"] = floor / (trl_step / 3.0)
 
 
 def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prompts: int = 8,
@@ -233,6 +245,8 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
     for r in results:
         if "error" not in r:
             add_utilisation(r, resolved, peak["peak_gflops"], lora)
+    if trl and "error" not in results[len(names)]:
+        add_flop_floor_lead(results[:len(names)], results[len(names)])
     base = results[0] if results else {}
     for r in results:
         for key in ("generate_s", "logprobs_s", "train_step_s"):
