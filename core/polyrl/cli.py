@@ -286,7 +286,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     result = run_bench(model=args.model, backends=args.backends, prompts=args.prompts,
                        group_size=args.group_size, max_new_tokens=args.max_new_tokens,
                        threads=args.threads, steps=args.steps, lora=args.lora, output=args.output,
-                       generate_only=args.generate_only, trl=args.trl, hf_generate=args.hf_generate)
+                       generate_only=args.generate_only, trl=args.trl, hf_generate=args.hf_generate,
+                       mlx_lm_lora=args.mlx_lm_lora)
     if args.json:
         _print_json(result)
     else:
@@ -390,6 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lora", action="store_true")
     p.add_argument("--generate-only", action="store_true", help="time generation alone (e.g. MAX vs torch)")
     p.add_argument("--trl", action="store_true", help="also run TRL's GRPOTrainer on the same workload")
+    p.add_argument("--mlx-lm-lora", action="store_true",
+                   help="also run mlx-lm-lora's GRPO on the same workload (the MLX backend's peer)")
     p.add_argument("--hf-generate", action="store_true",
                    help="also time transformers' model.generate on the same prompts (generation baseline)")
     p.add_argument("--output", default="bench/results.json", help="JSON report; the chart goes beside it (.png)")

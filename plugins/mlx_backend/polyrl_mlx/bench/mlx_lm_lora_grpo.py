@@ -26,11 +26,13 @@ to evaluate inside the timing: MLX is lazy and would otherwise defer it to the s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import resource
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,20 @@ class _NoStopTokenizer:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+@contextlib.contextmanager
+def _replaced(module: Any, attrs: dict[str, Any]) -> Iterator[None]:
+    """``module``'s attributes swapped for ``attrs`` while inside (restored after, even on error),
+    so a caller running :func:`run` twice in one process times each run once."""
+    saved = {name: getattr(module, name) for name in attrs}
+    for name, value in attrs.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)
 
 
 def _prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
@@ -85,7 +101,7 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
     load_s = time.perf_counter() - t0
     before = {k: mx.array(v) for k, v in tree_flatten(net.trainable_parameters())}
 
-    rows = [(_prompt_ids(tokenizer, p), [], p[0]["content"], "") for p in bench_prompts(prompts)]
+    rows: list[tuple[list[int], list[int], str, str]] = [(_prompt_ids(tokenizer, p), [], p[0]["content"], "") for p in bench_prompts(prompts)]
     reward_rng = np.random.default_rng(seed)
 
     def bench_reward(prompts: list[str], completions: list[str], answer: list[str], types: Any,
@@ -124,9 +140,9 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
                        "owners": [int(i) for i in indices]})
         return completions, texts, indices
 
-    grpo.generate_grpo = timed(generate_and_record, "generate", first=True)
-    grpo._rollout_rewards = timed(grpo._rollout_rewards, "scoring")
-    grpo._grpo_value_and_grad = timed(grpo._grpo_value_and_grad, "forward_backward")
+    wrapped = {"generate_grpo": timed(generate_and_record, "generate", first=True),
+               "_rollout_rewards": timed(grpo._rollout_rewards, "scoring"),
+               "_grpo_value_and_grad": timed(grpo._grpo_value_and_grad, "forward_backward")}
 
     opt = OptimizerConfig()
     optimizer = optim.AdamW(learning_rate=opt.lr, betas=list(opt.betas), eps=opt.eps,
@@ -137,9 +153,9 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
         update(model_, gradients)
         mx.eval(model_.parameters(), optimizer.state)
 
-    optimizer.update = timed(update_now, "optimizer")  # type: ignore[method-assign]
+    optimizer.update = timed(update_now, "optimizer")
 
-    class StepTimer(TrainingCallback):  # type: ignore[misc]
+    class StepTimer(TrainingCallback):
         """Called once per step (steps_per_report=1), after the step's arrays are evaluated."""
 
         def on_train_loss_report(self, train_info: dict) -> None:
@@ -147,7 +163,7 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
             phases.append(dict(current))
             losses.append(float(train_info["train_loss"]))
 
-    with tempfile.TemporaryDirectory(prefix="polyrl-bench-mlx-lm-lora-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="polyrl-bench-mlx-lm-lora-") as tmp, _replaced(grpo, wrapped):
         adapter_file = Path(tmp) / "adapters.safetensors"
         args = grpo.GRPOTrainingArgs(
             batch_size=prompts, iters=steps, steps_per_report=1, steps_per_eval=10**9,
