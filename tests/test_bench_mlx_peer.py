@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from polyrl.bench import run_bench
-
 pytest.importorskip("polyrl_mlx", reason="the MLX backend's peer needs the MLX backend")
 pytest.importorskip("mlx_lm_lora", reason="mlx-lm-lora is the bench-only extra polyrl-mlx[bench]")
-
-
-@pytest.fixture(autouse=True)
-def private_speed_records(tmp_path, monkeypatch):
-    """Benches record generation speeds (speed_records); keep the user's cache out of it."""
-    monkeypatch.setattr("polyrl.bench.speed_records.default_cache_dir", lambda: tmp_path / "cache")
 
 
 def all_linear_lora_params(model_dir: str, rank: int) -> int:
@@ -33,9 +28,15 @@ def test_bench_runs_mlx_lm_lora_beside_the_mlx_backend(tiny_model_dir, tmp_path)
     from polyrl.types import LoraConfig
 
     out = tmp_path / "bench.json"
-    report = run_bench(model=tiny_model_dir, backends=["mlx"], prompts=2, group_size=2, max_new_tokens=4,
-                       threads=1, steps=2, lora=True, mlx_lm_lora=True, output=str(out))
-    assert json.loads(out.read_text()) == report and report["workload"]["mlx_lm_lora"] is True
+    done = subprocess.run(
+        [sys.executable, "-m", "polyrl.cli", "bench", "--model", tiny_model_dir, "--backends", "mlx",
+         "--mlx-lm-lora", "--lora", "--prompts", "2", "--group-size", "2", "--max-new-tokens", "4",
+         "--threads", "1", "--steps", "2", "--output", str(out)],
+        capture_output=True, text=True, env={**os.environ, "POLYRL_CACHE": str(tmp_path / "cache")}, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "x mlx-lm-lora" in done.stderr  # the table's column
+    report = json.loads(out.read_text())
+    assert report["workload"]["mlx_lm_lora"] is True and report["workload"]["lora"] is True
     ours, peer = report["results"]
     assert ours["backend"] == "mlx" and "error" not in ours, ours
     assert peer["backend"] == "mlx-lm-lora" and "error" not in peer, peer
