@@ -46,7 +46,7 @@ def test_bench_runs_mlx_lm_lora_beside_the_mlx_backend(tiny_model_dir, tmp_path)
     assert peer["saved_weights_moved_l2"] > 0
     # the same LoRA as polyrl's (rank, every linear layer of the blocks), and the same BLAS
     assert peer["trainable_params"] == all_linear_lora_params(tiny_model_dir, LoraConfig().rank)
-    assert peer["blas"].startswith("OpenBLAS")
+    assert peer["blas"].startswith("OpenBLAS") and peer["dtype"] == "float32" and "cpu" in peer["device"]
     # the same workload: 2 prompts x 2 completions of at most 4 tokens, the bench's prompt lengths
     assert len(peer["shapes"]["completion_lens"]) == 4 and 0 < peer["tokens_per_step"] <= 16
     assert sorted(set(peer["shapes"]["prompt_lens"])) == sorted(set(ours["shapes"]["prompt_lens"]))

@@ -5,7 +5,8 @@ LoRA layers) and its own training loop (``mlx_lm_lora.trainer.grpo_trainer.train
 same model folder, prompts, group size, completion length, seed, thread count and LoRA settings
 as ``polyrl.bench`` uses; beta = 0 (it then scores no reference model), temperature 1 with no
 top-p/top-k, AdamW with polyrl's defaults, one optimizer step per generation round, float32
-weights (the dtype polyrl's MLX backend trains in on CPU, the one OpenBLAS speeds up). OpenBLAS is
+weights on polyrl's default device (the CPU; float32 is the dtype polyrl's MLX backend trains in
+there, the one OpenBLAS speeds up). OpenBLAS is
 loaded before MLX exactly as polyrl-mlx loads it, so both sides call the same BLAS.
 
 Where it differs and cannot be told otherwise: it has no gradient clipping (polyrl clips at 1.0);
@@ -85,8 +86,14 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
     from polyrl.bench.workload import bench_prompts
     from polyrl.types import EngineConfig, LoraConfig, OptimizerConfig
 
+    from polyrl_mlx.engine import _device
+
     blas.set_threads(threads)
-    seed = EngineConfig(model=model).seed
+    engine_defaults = EngineConfig(model=model)
+    # the device polyrl's bench loads its MLX engine on (the CPU, also on Apple silicon, where
+    # mlx-lm-lora would otherwise pick the GPU)
+    mx.set_default_device(_device(engine_defaults.device))
+    seed = engine_defaults.seed
     mx.random.seed(seed)  # LoRA's A matrices draw from the global generator (as in train.py)
     np.random.seed(seed)
     layers = int(json.loads((Path(model) / "config.json").read_text())["num_hidden_layers"])
@@ -95,7 +102,8 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
                     "num_layers": layers} if lora else None)
     t0 = time.perf_counter()
     net, tokenizer, _ = from_pretrained(model=model, lora_config=lora_config)
-    net.update(tree_map(lambda v: v.astype(mx.float32) if mx.issubdtype(v.dtype, mx.floating) else v,
+    dtype = getattr(mx, engine_defaults.dtype)  # polyrl's bench trains in its engines' default dtype
+    net.update(tree_map(lambda v: v.astype(dtype) if mx.issubdtype(v.dtype, mx.floating) else v,
                         net.parameters()))
     mx.eval(net.parameters())
     load_s = time.perf_counter() - t0
@@ -201,7 +209,7 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
         "steps_timed": len(seconds) - first, "losses": losses,
         "trainable_params": int(sum(v.size for v in before.values())),
         "saved_weights_moved_l2": moved ** 0.5, "ignore_eos": ignore_eos, "grad_clip": None,
-        "blas": blas.blas_status(), "mlx_lm_lora_version": mlx_lm_lora.__version__,
+        "device": str(mx.default_device()), "dtype": engine_defaults.dtype, "blas": blas.blas_status(), "mlx_lm_lora_version": mlx_lm_lora.__version__,
     }
 
 
