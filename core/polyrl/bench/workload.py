@@ -123,7 +123,7 @@ def _mlx_lm_lora(model: str, prompts: int, group_size: int, max_new_tokens: int,
     if importlib.util.find_spec("polyrl_mlx") is None:
         return {"backend": "mlx-lm-lora", "error": "needs the MLX backend: pip install 'polyrl-mlx[bench]'"}
     if importlib.util.find_spec("mlx_lm_lora") is None:
-        return {"backend": "mlx-lm-lora", "error": "mlx-lm-lora is not installed: pip install 'polyrl-mlx[bench]'"}
+        return {"backend": "mlx-lm-lora", "error": "mlx-lm-lora missing: pip install 'polyrl-mlx[bench]'"}
     return _child("polyrl_mlx.bench.mlx_lm_lora_grpo",
                   [model, prompts, group_size, max_new_tokens, threads, steps, lora], "mlx-lm-lora")
 

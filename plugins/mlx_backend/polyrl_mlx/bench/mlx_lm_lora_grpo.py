@@ -15,8 +15,9 @@ differentiates the loss in ``prompts``-row micro-batches. mlx-lm-lora is a bench
 (``pip install 'polyrl-mlx[bench]'``).
 
 Prints one JSON line: seconds per step and per phase (median over the steps after the first,
-which pays for MLX's compiles), tokens/s, peak RSS, one step's prompt/completion lengths, the
-losses, and how far training moved the weights it saved (proof that it trained).
+which pays for MLX's compiles; that one is ``first_step_s``), tokens/s, peak RSS, one step's
+prompt/completion lengths, the losses, and how far training moved the weights it saved (proof
+that it trained).
 
 Phases are timed by wrapping the trainer module's own functions (mlx-lm-lora 5.10 names):
 ``generate_grpo`` (rollouts), ``_rollout_rewards`` (rewards and group advantages: "scoring"),
@@ -206,7 +207,7 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
         "generate_tokens_per_s": step_tokens / gen_s if gen_s else None,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "shapes": shapes[len(shapes) // 2] if shapes else None,
-        "steps_timed": len(seconds) - first, "losses": losses,
+        "steps_timed": len(seconds) - first, "first_step_s": seconds[0] if seconds else None, "losses": losses,
         "trainable_params": int(sum(v.size for v in before.values())),
         "saved_weights_moved_l2": moved ** 0.5, "ignore_eos": ignore_eos, "grad_clip": None,
         "device": str(mx.default_device()), "dtype": engine_defaults.dtype, "blas": blas.blas_status(), "mlx_lm_lora_version": mlx_lm_lora.__version__,
