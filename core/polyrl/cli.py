@@ -287,7 +287,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                        group_size=args.group_size, max_new_tokens=args.max_new_tokens,
                        threads=args.threads, steps=args.steps, lora=args.lora, output=args.output,
                        generate_only=args.generate_only, trl=args.trl, hf_generate=args.hf_generate,
-                       ignore_eos=args.ignore_eos)
+                       mlx_lm_lora=args.mlx_lm_lora, ignore_eos=args.ignore_eos)
     if args.json:
         _print_json(result)
     else:
@@ -391,6 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lora", action="store_true")
     p.add_argument("--generate-only", action="store_true", help="time generation alone (e.g. MAX vs torch)")
     p.add_argument("--trl", action="store_true", help="also run TRL's GRPOTrainer on the same workload")
+    p.add_argument("--mlx-lm-lora", action="store_true",
+                   help="also run mlx-lm-lora's GRPO on the same workload (the MLX backend's peer)")
     p.add_argument("--hf-generate", action="store_true",
                    help="also time transformers' model.generate on the same prompts (generation baseline)")
     p.add_argument("--ignore-eos", action="store_true",

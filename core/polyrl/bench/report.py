@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 #: Phases of one GRPO step, in the order they run (seconds keys in a bench result).
-STEP_PHASES = ("generate", "scoring", "forward", "backward", "grad_sync", "optimizer")
+#: ``forward_backward``: a trainer that evaluates loss and gradient as one (mlx-lm-lora's).
+STEP_PHASES = ("generate", "scoring", "forward", "backward", "forward_backward", "grad_sync", "optimizer")
 
 
 def step_phases(result: dict[str, Any]) -> dict[str, float]:
@@ -43,6 +44,8 @@ def write_chart(report: dict[str, Any], path: Path) -> str | None:
         note = f"{r['step_s']:.1f} s"
         if r.get("speedup_vs_trl"):
             note += f"  ({r['speedup_vs_trl']:.2f}x TRL)"
+        if r.get("speedup_vs_mlx_lm_lora"):
+            note += f"  ({r['speedup_vs_mlx_lm_lora']:.2f}x mlx-lm-lora)"
         ax.text(left[y], y, " " + note, va="center")
     w, m = report["workload"], report["machine"]
     ax.set_xlabel("seconds per GRPO step")
@@ -69,7 +72,7 @@ def print_table(report: dict[str, Any]) -> None:
 
     table = Table(title="polyrl bench (seconds per step; MFU = fraction of the measured matmul peak)")
     for col in ("backend", "step s", "generate s", "forward s", "backward s", "optimizer s", "tok/s",
-                "gen MFU", "train MFU", "peak RSS MB", "x TRL", "gen x HF"):
+                "gen MFU", "train MFU", "peak RSS MB", "x TRL", "x mlx-lm-lora", "gen x HF"):
         table.add_column(col, justify="right")
     for r in report["results"]:
         if "error" in r:
@@ -79,6 +82,7 @@ def print_table(report: dict[str, Any]) -> None:
                       fmt(r.get("backward_s")), fmt(r.get("optimizer_s")), fmt(r.get("generate_tokens_per_s"), ".0f"),
                       fmt(r.get("generate_mfu"), ".0%"), fmt(r.get("train_mfu"), ".0%"),
                       fmt(r.get("peak_rss_mb"), ".0f"), fmt(r.get("speedup_vs_trl")),
+                      fmt(r.get("speedup_vs_mlx_lm_lora")),
                       fmt(r.get("generate_speedup_vs_hf")))
     console = Console(stderr=True)
     if not console.is_terminal:

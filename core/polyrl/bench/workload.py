@@ -1,7 +1,7 @@
 """``polyrl bench``: the same rollout + update workload on each backend (and TRL), side by side.
 
-One run, one process tree: each backend (and TRL's ``GRPOTrainer`` with ``--trl``) runs in its own
-child process, one after another, on the same model, prompts, group size, completion length and
+One run, one process tree: each backend (and TRL's ``GRPOTrainer`` with ``--trl``, mlx-lm-lora's
+GRPO with ``--mlx-lm-lora``) runs in its own child process, one after another, on the same model, prompts, group size, completion length and
 thread count. Reported per backend: seconds per phase (generate, log-probs, forward, backward,
 optimizer), tokens/s, peak RSS, ratios to the first backend and to TRL, and each phase's achieved
 FLOP/s as a fraction of the machine's fp32 matmul peak measured in the same run
@@ -156,6 +156,19 @@ def _trl(model: str, prompts: int, group_size: int, max_new_tokens: int, threads
                   [model, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos], "trl", timeout)
 
 
+def _mlx_lm_lora(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
+                 lora: bool, ignore_eos: bool = False) -> dict[str, Any]:
+    """mlx-lm-lora's GRPO on the same workload, in a child process (``polyrl_mlx.bench.mlx_lm_lora_grpo``)."""
+    import importlib.util
+
+    if importlib.util.find_spec("polyrl_mlx") is None:
+        return {"backend": "mlx-lm-lora", "error": "needs the MLX backend: pip install 'polyrl-mlx[bench]'"}
+    if importlib.util.find_spec("mlx_lm_lora") is None:
+        return {"backend": "mlx-lm-lora", "error": "mlx-lm-lora missing: pip install 'polyrl-mlx[bench]'"}
+    return _child("polyrl_mlx.bench.mlx_lm_lora_grpo",
+                  [model, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos], "mlx-lm-lora")
+
+
 def _hf_generate(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int,
                  steps: int, ignore_eos: bool = False) -> dict[str, Any]:
     """transformers' ``generate`` on the same prompts, in a child process (the generation baseline)."""
@@ -194,7 +207,8 @@ def add_utilisation(result: dict[str, Any], model_dir: str, peak_gflops: float, 
         return
     work = step_flops(ModelShape.from_config(model_dir), shapes["prompt_lens"], shapes["completion_lens"],
                       shapes["owners"], lora=lora)
-    train_compute = sum(result.get(f"{p}_s") or 0.0 for p in ("forward", "backward")) or result.get("train_step_s")
+    train_compute = (sum(result.get(f"{p}_s") or 0.0 for p in ("forward", "backward", "forward_backward"))
+                     or result.get("train_step_s"))
     timed = {"generate": result.get("generate_s"), "logprobs": result.get("logprobs_s"), "train": train_compute}
     for phase, seconds in timed.items():
         if seconds and seconds == seconds and seconds > 0:
@@ -219,9 +233,10 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
               group_size: int = 4, max_new_tokens: int = 32, threads: int = 1, steps: int = 3,
               lora: bool = False, output: str | None = "bench/results.json",
               generate_only: bool = False, trl: bool = False, hf_generate: bool = False,
-              chart: bool = True, ignore_eos: bool = False) -> dict[str, Any]:
-    """Bench ``backends`` (default: every usable one), then TRL (``trl``) and transformers'
-    ``generate`` (``hf_generate``: each backend's ``generate_speedup_vs_hf``) on the same workload.
+              mlx_lm_lora: bool = False, chart: bool = True, ignore_eos: bool = False) -> dict[str, Any]:
+    """Bench ``backends`` (default: every usable one), then TRL (``trl``), mlx-lm-lora's GRPO
+    (``mlx_lm_lora``: each MLX result's ``speedup_vs_mlx_lm_lora``) and transformers' ``generate``
+    (``hf_generate``: each backend's ``generate_speedup_vs_hf``) on the same workload.
     ``ignore_eos``: every side samples exactly ``max_new_tokens`` per completion."""
     reg = get_registry()
     names = backends or reg.available()
@@ -236,6 +251,14 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
                 r["speedup_vs_trl"] = results[-1]["step_s"] / r["step_s"]
                 if results[-1].get("peak_rss_mb"):
                     r["rss_vs_trl"] = r["peak_rss_mb"] / results[-1]["peak_rss_mb"]
+    if mlx_lm_lora:
+        peer = _mlx_lm_lora(resolved, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos)
+        for r in results:  # the peer is an MLX trainer: it is the anchor of the MLX backend only
+            if r["backend"] == "mlx" and peer.get("step_s") and r.get("step_s"):
+                r["speedup_vs_mlx_lm_lora"] = peer["step_s"] / r["step_s"]
+                if peer.get("peak_rss_mb") and r.get("peak_rss_mb"):
+                    r["rss_vs_mlx_lm_lora"] = r["peak_rss_mb"] / peer["peak_rss_mb"]
+        results.append(peer)
     if hf_generate:
         hf = _hf_generate(resolved, prompts, group_size, max_new_tokens, threads, steps, ignore_eos)
         for r in results:
@@ -258,7 +281,7 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
         "workload": {"model": model, "prompts": prompts, "group_size": group_size,
                      "max_new_tokens": max_new_tokens, "steps": steps, "lora": lora,
                      "generate_only": generate_only, "trl": trl, "hf_generate": hf_generate,
-                     "ignore_eos": ignore_eos},
+                     "mlx_lm_lora": mlx_lm_lora, "ignore_eos": ignore_eos},
         "results": results,
     }
     # what `generate = "auto"` chooses from: polyrl's own backends only

@@ -1,0 +1,1 @@
+"""Bench children for the MLX backend (``polyrl bench``): peers run on the same workload."""
