@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "summarize_runs.py"
 
 
@@ -82,3 +84,22 @@ def test_mismatch_bench_samples_from_the_generate_model(tiny_model_dir, tmp_path
     assert same["tokens"] > 0 and same["mismatch_abs"] < 1e-4
     assert different["mismatch_abs"] > 100 * max(same["mismatch_abs"], 1e-6)
     assert different["cpu"]["threads"] == 1
+
+
+def test_decode_matmul_bench_measures_each_row_count_and_dtype(tiny_model_dir, tmp_path):
+    """bench/decode_matmul.py: a rate per dtype and row count for the model's own shapes, with the
+    weight bytes it streamed; more rows reuse each weight more, so they cannot be slower per FLOP
+    by a wide margin on any CPU (a broken FLOP count or timing loop would show here)."""
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location("decode_matmul", Path(__file__).parent.parent / "bench" / "decode_matmul.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "decode.json"
+    assert module.main(["--model", tiny_model_dir, "--rows", "1,64", "--dtypes", "float32", "--seconds", "0.2",
+                        "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    rates = report["decode"]["float32"]
+    assert set(rates) == {"1", "64"} and report["square_peak"]["peak_gflops"] > 0
+    assert all(v["gflops"] > 0 and v["weight_gb_per_s"] > 0 and v["step_ms"] > 0 for v in rates.values())
+    assert rates["64"]["gflops"] > rates["1"]["gflops"]
+    assert module.main(["--rows", "four"]) == 2
