@@ -8,6 +8,7 @@ user's config is reported as a ``ConfigError`` naming the field and the fix.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -91,6 +92,14 @@ def has_native_bf16(flags: frozenset[str]) -> bool:
     return any(f in flags for f in NATIVE_BF16_FLAGS)
 
 
+@functools.cache
+def warn_emulated_bf16() -> None:
+    """Once per process: every engine of a run would otherwise repeat it."""
+    get_logger("polyrl.torch").warning(
+        "compute_dtype bfloat16 on a CPU without native bfloat16 (no avx512_bf16 / amx_bf16 flag): "
+        "its bfloat16 matmuls may be slower than float32", fix="remove model.compute_dtype")
+
+
 def peft_target_modules(lora: Any) -> str | list[str]:
     """peft's spelling: the string "all-linear" (a one-item list would be read as a module name)."""
     return ALL_LINEAR if lora.all_linear else list(lora.target_modules)
@@ -148,6 +157,9 @@ class TorchEngine:
 
         #: the sampler's ``compute_dtype`` model (``polyrl_torch.generation_weights``), made on first use
         self.generation_copy: Any = None
+        #: counts writes to the weights that tensor version counters miss (fused AdamW's kernel
+        #: updates in place without bumping them); the generation copy compares it
+        self.weight_updates = 0
         self.optimizer: torch.optim.Optimizer | None = None
         if config.role == "train":
             params = [p for p in self.model.parameters() if p.requires_grad]
@@ -171,9 +183,7 @@ class TorchEngine:
                               field="model.compute_dtype",
                               fix=f"use one of {', '.join(COMPUTE_DTYPES)}, or remove it to compute in model.dtype")
         if self.device.type == "cpu" and not has_native_bf16(cpu_flags()):
-            get_logger("polyrl.torch").warning(
-                "compute_dtype bfloat16 on a CPU without native bfloat16 (no avx512_bf16 / amx_bf16 "
-                "flag): its bfloat16 matmuls may be slower than float32", fix="remove model.compute_dtype")
+            warn_emulated_bf16()
         return DTYPES[config.compute_dtype]
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:

@@ -1,15 +1,15 @@
 """A ``compute_dtype`` copy of the policy that only the sampler runs (mixed precision generation).
 
-Why a copy rather than autocast around the decode loop: autocast re-casts every float32 weight
-to bfloat16 on each decode step for frozen (LoRA base) weights, and its cast cache does not pay
-off for a decode step's small activations either, so it measured slower than plain float32
-decoding; one bfloat16 copy halves the bytes each step reads and runs native bfloat16 matmuls.
+Why a copy rather than autocast around the decode loop: autocast casts the float32 weights to
+bfloat16 again and again (every decode step for frozen LoRA base weights) and measured no faster
+than float32 decoding, slower for full fine-tuning (README, Performance); one bfloat16 copy halves
+the bytes each decode step reads and runs native bfloat16 matmuls.
 
 The copy is a plain transformers model (no peft layers) holding the weights ``export_weights``
 would give (LoRA folded in), rounded to ``compute_dtype``. It is rebuilt lazily: before each
-``generate`` the live parameters' storage and in-place version counters are compared with those
-it was made from, so an optimizer step, ``import_weights``, a LoRA reset or a checkpoint load all
-refresh it without each having to remember to.
+``generate`` the live parameters' storage and in-place version counters, and the engine's update
+count, are compared with those it was made from, so an optimizer step, ``import_weights``, a
+LoRA reset or a checkpoint load all refresh it (``TorchEngine.weight_updates`` covers the writes version counters miss).
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import torch
 from polyrl_torch.engine import TorchEngine
 
 
-def weights_fingerprint(engine: TorchEngine) -> tuple[tuple[int, int], ...]:
-    """Each parameter's (storage address, in-place write count): changes whenever a weight does."""
-    return tuple((p.data_ptr(), p._version) for p in engine.model.parameters())
+def weights_fingerprint(engine: TorchEngine) -> tuple[Any, ...]:
+    """The engine's update count and each parameter's (storage address, in-place write count):
+    changes whenever a weight does (the count covers fused AdamW, which bumps no version)."""
+    return (engine.weight_updates, *((p.data_ptr(), p._version) for p in engine.model.parameters()))
 
 
 class GenerationCopy:
@@ -39,7 +40,7 @@ class GenerationCopy:
                                                            attn_implementation=attn)
         self.model.to(engine.device).eval().requires_grad_(False)
         self.model.generation_config = source.generation_config
-        self._made_from: tuple[tuple[int, int], ...] = ()
+        self._made_from: tuple[Any, ...] = ()
 
     def current(self, engine: TorchEngine) -> Any:
         """The copy, first refreshed if any of the engine's weights changed since it was made."""

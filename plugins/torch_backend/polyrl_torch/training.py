@@ -364,6 +364,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
         optimizer.zero_grad(set_to_none=True)
         return StepMetrics(**metrics, skipped=True)
     optimizer.step()
+    engine.weight_updates += 1
     optimizer.zero_grad(set_to_none=True)
     clock["optimizer"] = time.perf_counter() - t3
     extra.update({f"time/{k}": round(v, 4) for k, v in clock.items()})
