@@ -286,7 +286,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     result = run_bench(model=args.model, backends=args.backends, prompts=args.prompts,
                        group_size=args.group_size, max_new_tokens=args.max_new_tokens,
                        threads=args.threads, steps=args.steps, lora=args.lora, output=args.output,
-                       generate_only=args.generate_only, trl=args.trl, hf_generate=args.hf_generate)
+                       generate_only=args.generate_only, trl=args.trl, hf_generate=args.hf_generate,
+                       compute_dtype=args.compute_dtype)
     if args.json:
         _print_json(result)
     else:
@@ -392,6 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trl", action="store_true", help="also run TRL's GRPOTrainer on the same workload")
     p.add_argument("--hf-generate", action="store_true",
                    help="also time transformers' model.generate on the same prompts (generation baseline)")
+    p.add_argument("--compute-dtype", choices=["bfloat16"], default=None,
+                   help="mixed precision: float32 weights, matmuls in this dtype, for polyrl's engines and TRL "
+                        "(bf16=True) alike; utilisation is then against this dtype's matmul peak")
     p.add_argument("--output", default="bench/results.json", help="JSON report; the chart goes beside it (.png)")
     p.add_argument("--json", action="store_true", help="print the whole JSON report instead of the table")
     p.set_defaults(func=cmd_bench)
