@@ -73,7 +73,7 @@ def test_bf16_compute_keeps_float32_masters_and_tracks_float32(tiny_model_dir, v
 def test_bf16_sampler_logprobs_reproduced_and_copy_follows_updates(tiny_model_dir):
     mixed = _engine(tiny_model_dir, compute_dtype="bfloat16")
     sampling = SamplingParams(max_new_tokens=10, n=2, seed=3, temperature=1.0)
-    for step in range(2):
+    for _ in range(2):
         completions = mixed.generate(PROMPTS, sampling)
         seqs = [TokenSequence.of(c) for c in completions]
         scored = mixed.logprobs(seqs, 1.0)
