@@ -2,7 +2,7 @@
 
 Why a copy rather than autocast around the decode loop: autocast casts the float32 weights to
 bfloat16 again and again (every decode step for frozen LoRA base weights) and measured no faster
-than float32 decoding, slower for full fine-tuning (README, Performance); one bfloat16 copy halves
+than float32 decoding, slower for full fine-tuning, on an AVX512-BF16 CPU; one bfloat16 copy halves
 the bytes each decode step reads and runs native bfloat16 matmuls.
 
 The copy is a plain transformers model (no peft layers) holding the weights ``export_weights``
