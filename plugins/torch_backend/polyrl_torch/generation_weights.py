@@ -32,12 +32,15 @@ class GenerationCopy:
 
     def __init__(self, engine: TorchEngine) -> None:
         from transformers import AutoModelForCausalLM
+        from transformers.initialization import no_init_weights
 
         assert engine.compute_dtype is not None
         source = engine.causal_lm
         attn = getattr(source.config, "_attn_implementation", None) or "sdpa"
-        self.model: Any = AutoModelForCausalLM.from_config(source.config, dtype=engine.compute_dtype,
-                                                           attn_implementation=attn)
+        with no_init_weights():  # every weight is overwritten by ``current``: skip the random init
+            self.model: Any = AutoModelForCausalLM.from_config(source.config, dtype=engine.compute_dtype,
+                                                               attn_implementation=attn)
+        self.model.tie_weights()  # init_weights (skipped) is what ties them; a no-op when untied
         self.model.to(engine.device).eval().requires_grad_(False)
         self.model.generation_config = source.generation_config
         self._made_from: tuple[Any, ...] = ()
