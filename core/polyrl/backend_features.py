@@ -57,3 +57,22 @@ def check_backend_features(config: Any, registry: Any) -> None:
         raise ConfigError(f"train backend {train_name!r} does not support gradient checkpointing",
                           field="train.gradient_checkpointing",
                           fix="set train.gradient_checkpointing = false, or train with torch or mlx")
+
+
+def check_compute_dtype(config: Any, registry: Any) -> None:
+    """Refuse ``model.compute_dtype`` up front when a backend of the run does not declare it in
+    ``Capabilities.compute_dtypes``: it would otherwise compute in ``model.dtype`` without a word.
+    Equal to ``model.dtype`` it asks for nothing and passes everywhere."""
+    wanted = config.model.compute_dtype
+    if wanted is None or wanted == config.model.dtype:
+        return
+    roles = [("train", config.backends.train), ("generate", config.backends.generate_backend)]
+    if config.algorithm.beta > 0:
+        roles.append(("reference", config.backends.reference_backend))
+    for role, name in roles:
+        offered = registry.spec(name).capabilities.compute_dtypes
+        if wanted not in offered:
+            raise ConfigError(
+                f"{role} backend {name!r} does not offer compute_dtype {wanted!r}", field="model.compute_dtype",
+                fix=f"remove model.compute_dtype (or use one of {', '.join(offered)})" if offered else
+                "remove model.compute_dtype, or use a backend that declares it (`polyrl backends`; torch does)")

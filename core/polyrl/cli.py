@@ -287,7 +287,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                        group_size=args.group_size, max_new_tokens=args.max_new_tokens,
                        threads=args.threads, steps=args.steps, lora=args.lora, output=args.output,
                        generate_only=args.generate_only, trl=args.trl, hf_generate=args.hf_generate,
-                       mlx_lm_lora=args.mlx_lm_lora, ignore_eos=args.ignore_eos)
+                       mlx_lm_lora=args.mlx_lm_lora, ignore_eos=args.ignore_eos,
+                       compute_dtype=args.compute_dtype)
     if args.json:
         _print_json(result)
     else:
@@ -397,6 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also time transformers' model.generate on the same prompts (generation baseline)")
     p.add_argument("--ignore-eos", action="store_true",
                    help="every side samples exactly --max-new-tokens per completion (same work on each side)")
+    p.add_argument("--compute-dtype", choices=["bfloat16"], default=None,
+                   help="mixed precision: float32 weights, matmuls in this dtype, for polyrl's engines and TRL "
+                        "(bf16=True) alike; utilisation is then against this dtype's matmul peak")
     p.add_argument("--output", default="bench/results.json", help="JSON report; the chart goes beside it (.png)")
     p.add_argument("--json", action="store_true", help="print the whole JSON report instead of the table")
     p.set_defaults(func=cmd_bench)

@@ -35,6 +35,9 @@ MODEL_DTYPES = ("float32", "bfloat16", "float16")
 class ModelSection:
     path: str = ""  # local HF folder, GGUF file, Hub id in the local HF cache, or an alias
     dtype: str = "float32"
+    #: mixed precision: matmuls in this dtype, weights and optimizer state kept in ``dtype``;
+    #: None = compute in ``dtype`` itself (no autocast)
+    compute_dtype: str | None = None
     device: str = "cpu"
     max_length: int = 1024
     reference_path: str | None = None  # the KL reference, when not the initial policy itself
@@ -51,6 +54,9 @@ class ModelSection:
             raise ConfigError(f"unknown dtype {self.dtype!r}", field="model.dtype",
                               fix=f"use one of {', '.join(MODEL_DTYPES)} (`polyrl backends` lists "
                                   "each backend's)")
+        if self.compute_dtype is not None and self.compute_dtype not in MODEL_DTYPES:
+            raise ConfigError(f"unknown compute_dtype {self.compute_dtype!r}", field="model.compute_dtype",
+                              fix=f"use one of {', '.join(MODEL_DTYPES)}, or remove it to compute in model.dtype")
 
 
 @attrs.define(frozen=True)

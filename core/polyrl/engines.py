@@ -13,7 +13,7 @@ from pathlib import Path
 
 import attrs
 
-from polyrl.backend_features import check_backend_features, with_total_steps
+from polyrl.backend_features import check_backend_features, check_compute_dtype, with_total_steps
 from polyrl.bench import speed_records
 from polyrl.config import RunConfig
 from polyrl.engine import Engine
@@ -98,7 +98,7 @@ def engine_config(config: RunConfig, role: str, model: str) -> EngineConfig:
     """What an engine of ``role`` ("train", "generate", "reference") is built with."""
     c = config
     return EngineConfig(
-        model=model, role=role, dtype=c.model.dtype, device=c.model.device, seed=c.train.seed,
+        model=model, role=role, dtype=c.model.dtype, compute_dtype=c.model.compute_dtype, device=c.model.device, seed=c.train.seed,
         threads=c.train.threads, lora=c.lora if role == "train" else None,
         optimizer=with_total_steps(c.optimizer, c.train.steps * c.algorithm.num_iterations),
         max_length=c.model.max_length, options=dict(c.backends.options),
@@ -166,6 +166,7 @@ def load_engines(config: RunConfig, registry: Registry) -> RunEngines:
     reg.check_architecture(c.backends.train, model, "train")
     reg.check_dtype(c.backends.train, c.model.dtype, "train")
     reg.check_dtype(c.backends.generate_backend, c.model.dtype, "generate")
+    check_compute_dtype(c, reg)
     t0 = time.perf_counter()
     train = Engine(reg, c.backends.train, engine_config(c, "train", model))
     gen_model = _generate_model(c, reg, model)

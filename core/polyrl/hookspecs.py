@@ -75,6 +75,9 @@ Rules every backend follows (the conformance kit in ``polyrl.testing`` checks th
       the optimizer's own count of applied updates (so a resumed run continues the schedule
       exactly), reports it as ``StepMetrics.extra["lr"]``, and honours
       ``EngineConfig.gradient_checkpointing`` when ``Capabilities.gradient_checkpointing``.
+    * ``EngineConfig.compute_dtype`` (mixed precision: compute in it, keep weights and optimizer
+      state in ``dtype``) only reaches a backend listing it in ``Capabilities.compute_dtypes``;
+      its log-probs then agree with a ``dtype`` run to that precision only.
     * ``train_step`` loss equals ``polyrl.algorithms.reference.policy_loss`` on the same inputs,
       for every objective, and its gradient is that loss's (``policy_loss_grad`` chained through
       your log-probs); one call is one optimizer step (micro-batches accumulate inside and

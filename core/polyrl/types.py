@@ -350,6 +350,11 @@ class EngineConfig:
     model: str
     role: str = "train"
     dtype: str = "float32"
+    #: Mixed precision: forward/backward matmuls (autocast) in this dtype while the weights and
+    #: the optimizer state stay in ``dtype`` (e.g. float32 masters, bfloat16 compute, where the
+    #: CPU has native bfloat16). None: compute in ``dtype``. Only for backends declaring it in
+    #: ``Capabilities.compute_dtypes``.
+    compute_dtype: str | None = None
     device: str = "cpu"
     seed: int = 0
     threads: int | None = None
@@ -400,6 +405,9 @@ class Capabilities:
     #: normalises its loss by the global batch; without it the core refuses a multi-rank run
     data_parallel: bool = False
     dtypes: tuple[str, ...] = ("float32",)
+    #: ``EngineConfig.compute_dtype`` values honoured (mixed precision over ``dtype`` weights);
+    #: a run asking for one its backends lack is refused up front
+    compute_dtypes: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple)
     devices: tuple[str, ...] = ("cpu",)
     #: optional ``SamplingParams`` features honoured by ``generate`` ("min_p", "repetition_penalty",
     #: "ignore_eos"); a run asking for one the generate backend lacks is refused up front

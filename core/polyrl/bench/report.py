@@ -96,6 +96,9 @@ def print_table(report: dict[str, Any]) -> None:
     peak = report["machine"]["matmul_peak"]
     console.print(f"matmul peak {peak['peak_gflops']:.1f} GFLOP/s ({peak.get('library')}, "
                   f"{report['machine']['threads']} thread(s)); chart: {report.get('chart') or 'none (pip install matplotlib)'}")
+    for dtype, other in report["machine"].get("matmul_peaks", {}).items():
+        if dtype != "float32":  # a --compute-dtype run's MFU is against this one
+            console.print(f"{dtype} matmul peak {other['peak_gflops']:.1f} GFLOP/s (MFU of {dtype} runs)")
 
 
 def _number(value: Any) -> float | None:

@@ -4,8 +4,9 @@ One run, one process tree: each backend (and TRL's ``GRPOTrainer`` with ``--trl`
 GRPO with ``--mlx-lm-lora``) runs in its own child process, one after another, on the same model, prompts, group size, completion length and
 thread count. Reported per backend: seconds per phase (generate, log-probs, forward, backward,
 optimizer), tokens/s, peak RSS, ratios to the first backend and to TRL, and each phase's achieved
-FLOP/s as a fraction of the machine's fp32 matmul peak measured in the same run
-(``polyrl.bench.flops`` counts the workload's FLOPs). Output: JSON, a PNG chart, a table.
+FLOP/s as a fraction of the machine's matmul peak measured in the same run, in the precision the
+matmuls ran in (``--compute-dtype bfloat16``: the bfloat16 peak; ``polyrl.bench.flops`` counts
+the workload's FLOPs). Output: JSON, a PNG chart, a table.
 """
 
 from __future__ import annotations
@@ -45,19 +46,25 @@ def _median(xs: list[float]) -> float:
 
 def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_tokens: int,
                   threads: int, steps: int, lora: bool, generate_only: bool = False,
-                  ignore_eos: bool = False, warmup_steps: int = 0) -> dict[str, Any]:
+                  ignore_eos: bool = False, warmup_steps: int = 0,
+                  compute_dtype: str | None = None) -> dict[str, Any]:
     """Time one backend; seconds per phase (medians over ``steps``), tokens/s, the shapes.
     ``ignore_eos``: every completion is ``max_new_tokens`` long (fixed-length benchmarks).
     ``warmup_steps``: the first steps run but are left out of the medians (as TRL's bench leaves
-    out its first step, which pays for lazy initialisation); never all of them."""
+    out its first step, which pays for lazy initialisation); never all of them.
+    ``compute_dtype``: mixed precision (float32 weights, matmuls in this dtype)."""
     from polyrl.algorithms.objective import Objective
 
     reg = get_registry()
     t0 = time.perf_counter()
     caps = reg.spec(name).capabilities
+    if compute_dtype is not None and compute_dtype not in caps.compute_dtypes:
+        return {"backend": name, "error": f"backend {name!r} does not offer compute_dtype {compute_dtype!r}"}
     engine = Engine(reg, name, EngineConfig(model=model, role="train" if caps.train_step else "generate",
-                                            threads=threads, lora=LoraConfig() if lora and caps.lora else None))
-    out: dict[str, Any] = {"backend": name, "load_s": time.perf_counter() - t0}
+                                            threads=threads, lora=LoraConfig() if lora and caps.lora else None,
+                                            compute_dtype=compute_dtype))
+    out: dict[str, Any] = {"backend": name, "load_s": time.perf_counter() - t0,
+                           "compute_dtype": compute_dtype or "float32"}
     gen_s, lp_s, train_s, tokens = [], [], [], []
     phases: dict[str, list[float]] = {p: [] for p in TRAIN_PHASES}
     shapes = []
@@ -146,14 +153,16 @@ def _child(module: str, args: Any, name: str, timeout: float | None = None) -> d
 
 
 def _trl(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
-         lora: bool, ignore_eos: bool = False, timeout: float | None = None) -> dict[str, Any]:
+         lora: bool, ignore_eos: bool = False, timeout: float | None = None,
+         compute_dtype: str | None = None) -> dict[str, Any]:
     """TRL's GRPOTrainer on the same workload, in a child process (``polyrl_torch.bench.trl_grpo``)."""
     import importlib.util
 
     if importlib.util.find_spec("trl") is None or importlib.util.find_spec("polyrl_torch") is None:
         return {"backend": "trl", "error": "trl is not installed: pip install 'polyrl-torch[bench]'"}
     return _child("polyrl_torch.bench.trl_grpo",
-                  [model, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos], "trl", timeout)
+                  [model, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos, compute_dtype], "trl",
+                  timeout)
 
 
 def _mlx_lm_lora(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
@@ -180,12 +189,13 @@ def _hf_generate(model: str, prompts: int, group_size: int, max_new_tokens: int,
                   [model, prompts, group_size, max_new_tokens, threads, steps, ignore_eos], "hf-generate")
 
 
-def matmul_peak(threads: int) -> dict[str, Any]:
-    """The fp32 matmul peak at ``threads``: torch's in a child process, else numpy's here."""
+def matmul_peak(threads: int, dtype: str = "float32") -> dict[str, Any]:
+    """The ``dtype`` matmul peak at ``threads``: torch's in a child process, else numpy's float32
+    one here (its ``dtype`` field says which was measured)."""
     import importlib.util
 
     if importlib.util.find_spec("polyrl_torch") is not None:
-        found = _child("polyrl_torch.bench.matmul_peak", threads, "matmul_peak")
+        found = _child("polyrl_torch.bench.matmul_peak", [threads, dtype], "matmul_peak")
         if "error" not in found:
             return found
     a = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32)
@@ -195,7 +205,7 @@ def matmul_peak(threads: int) -> dict[str, Any]:
         a @ a
         reps += 1
     return {"peak_gflops": 2.0 * 1024**3 * reps / (time.perf_counter() - start) / 1e9,
-            "threads": "numpy default", "library": "numpy " + np.__version__}
+            "threads": "numpy default", "dtype": "float32", "library": "numpy " + np.__version__}
 
 
 def add_utilisation(result: dict[str, Any], model_dir: str, peak_gflops: float, lora: bool) -> None:
@@ -233,19 +243,26 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
               group_size: int = 4, max_new_tokens: int = 32, threads: int = 1, steps: int = 3,
               lora: bool = False, output: str | None = "bench/results.json",
               generate_only: bool = False, trl: bool = False, hf_generate: bool = False,
-              mlx_lm_lora: bool = False, chart: bool = True, ignore_eos: bool = False) -> dict[str, Any]:
+              mlx_lm_lora: bool = False, chart: bool = True, ignore_eos: bool = False,
+              compute_dtype: str | None = None) -> dict[str, Any]:
     """Bench ``backends`` (default: every usable one), then TRL (``trl``), mlx-lm-lora's GRPO
     (``mlx_lm_lora``: each MLX result's ``speedup_vs_mlx_lm_lora``) and transformers' ``generate``
     (``hf_generate``: each backend's ``generate_speedup_vs_hf``) on the same workload.
-    ``ignore_eos``: every side samples exactly ``max_new_tokens`` per completion."""
+    ``ignore_eos``: every side samples exactly ``max_new_tokens`` per completion;
+    ``compute_dtype`` (e.g. bfloat16) runs polyrl's engines and TRL in that mixed precision."""
     reg = get_registry()
     names = backends or reg.available()
     resolved = reg.resolve_model(model)
     peak = matmul_peak(threads)
+    peaks = {"float32": peak}
+    if compute_dtype is not None and compute_dtype != "float32":
+        peaks[compute_dtype] = matmul_peak(threads, compute_dtype)
     results = [_child("polyrl.bench", [n, resolved, prompts, group_size, max_new_tokens, threads, steps, lora,
-                                       generate_only, ignore_eos], n) for n in names]
+                                       generate_only, ignore_eos, 1 if steps > 1 else 0, compute_dtype], n)
+               for n in names]
     if trl:
-        results.append(_trl(resolved, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos))
+        results.append(_trl(resolved, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos,
+                            compute_dtype=compute_dtype))
         for r in results[:-1]:
             if results[-1].get("step_s") and r.get("step_s"):
                 r["speedup_vs_trl"] = results[-1]["step_s"] / r["step_s"]
@@ -266,8 +283,10 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
                 r["generate_speedup_vs_hf"] = hf["generate_s"] / r["generate_s"]
         results.append(hf)
     for r in results:
-        if "error" not in r:
-            add_utilisation(r, resolved, peak["peak_gflops"], lora)
+        if "error" not in r:  # against the peak of the precision its matmuls ran in
+            used = peaks.get(r.get("compute_dtype", "float32"), peak)
+            r["mfu_peak_dtype"] = used.get("dtype", "float32")
+            add_utilisation(r, resolved, used["peak_gflops"], lora)
     if trl and "error" not in results[len(names)]:
         add_flop_floor_lead(results[:len(names)], results[len(names)])
     base = results[0] if results else {}
@@ -277,11 +296,13 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
                 r[f"{key}_vs_{base['backend']}"] = r[key] / base[key]
     report = {
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "cpus": os.cpu_count(), "threads": threads, "matmul_peak": peak},
+                    "cpus": os.cpu_count(), "threads": threads, "matmul_peak": peak,
+                    "matmul_peaks": peaks},
         "workload": {"model": model, "prompts": prompts, "group_size": group_size,
                      "max_new_tokens": max_new_tokens, "steps": steps, "lora": lora,
                      "generate_only": generate_only, "trl": trl, "hf_generate": hf_generate,
-                     "mlx_lm_lora": mlx_lm_lora, "ignore_eos": ignore_eos},
+                     "mlx_lm_lora": mlx_lm_lora, "ignore_eos": ignore_eos,
+                     "compute_dtype": compute_dtype or "float32"},
         "results": results,
     }
     # what `generate = "auto"` chooses from: polyrl's own backends only

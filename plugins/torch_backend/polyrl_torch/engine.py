@@ -8,6 +8,7 @@ user's config is reported as a ``ConfigError`` naming the field and the fix.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -27,6 +28,22 @@ from polyrl_torch import distributed, sharding
 DTYPES: Mapping[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16,
                                      "float16": torch.float16}
 ADAPTER = "default"  # the single peft adapter name this backend uses
+#: ``EngineConfig.compute_dtype`` values this backend runs under autocast (mixed precision)
+COMPUTE_DTYPES = ("bfloat16",)
+#: /proc/cpuinfo flags of a CPU with native bfloat16 dot products (AVX512-BF16, AMX)
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags from /proc/cpuinfo (empty where there is none, e.g. macOS)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
 
 
 def _resolve_device(name: str) -> torch.device:
@@ -70,6 +87,19 @@ def _model_location(model: str, options: Mapping[str, Any]) -> tuple[str, str | 
     return str(path), gguf
 
 
+def has_native_bf16(flags: frozenset[str]) -> bool:
+    """Whether these CPU flags name a native bfloat16 dot product (else torch emulates it)."""
+    return any(f in flags for f in NATIVE_BF16_FLAGS)
+
+
+@functools.cache
+def warn_emulated_bf16() -> None:
+    """Once per process: every engine of a run would otherwise repeat it."""
+    get_logger("polyrl.torch").warning(
+        "compute_dtype bfloat16 on a CPU without native bfloat16 (no avx512_bf16 / amx_bf16 flag): "
+        "its bfloat16 matmuls may be slower than float32", fix="remove model.compute_dtype")
+
+
 def peft_target_modules(lora: Any) -> str | list[str]:
     """peft's spelling: the string "all-linear" (a one-item list would be read as a module name)."""
     return ALL_LINEAR if lora.all_linear else list(lora.target_modules)
@@ -89,6 +119,8 @@ class TorchEngine:
             get_logger("polyrl.torch").warning(
                 "float16 on CPU: torch has no fast float16 matmul on most CPUs, it runs far slower "
                 "than bfloat16 (README, Backends)", fix="use dtype bfloat16 on CPU")
+        #: autocast's dtype when mixed precision is on (None: compute in ``self.dtype``)
+        self.compute_dtype = self._compute_dtype(config)
         if config.role == "train":
             self.device = distributed.local_device(self.device)  # cuda:LOCAL_RANK under torchrun
             distributed.init_from_env(self.device)  # a no-op outside torchrun
@@ -123,6 +155,11 @@ class TorchEngine:
         #: The FSDP2 units, or None (not asked for, or one process).
         self.fsdp = sharding.shard(self) if shard else None
 
+        #: the sampler's ``compute_dtype`` model (``polyrl_torch.generation_weights``), made on first use
+        self.generation_copy: Any = None
+        #: counts writes to the weights that tensor version counters miss (fused AdamW's kernel
+        #: updates in place without bumping them); the generation copy compares it
+        self.weight_updates = 0
         self.optimizer: torch.optim.Optimizer | None = None
         if config.role == "train":
             params = [p for p in self.model.parameters() if p.requires_grad]
@@ -137,6 +174,25 @@ class TorchEngine:
         the tensors (much faster for models of many small tensors), FSDP's sharded parameters
         included; other devices keep the per-tensor loop."""
         return self.device.type in ("cpu", "cuda")
+
+    def _compute_dtype(self, config: EngineConfig) -> torch.dtype | None:
+        if config.compute_dtype is None or config.compute_dtype == config.dtype:
+            return None
+        if config.compute_dtype not in COMPUTE_DTYPES:
+            raise ConfigError(f"compute_dtype {config.compute_dtype!r} is not supported by the torch backend",
+                              field="model.compute_dtype",
+                              fix=f"use one of {', '.join(COMPUTE_DTYPES)}, or remove it to compute in model.dtype")
+        if self.device.type == "cpu" and not has_native_bf16(cpu_flags()):
+            warn_emulated_bf16()
+        return DTYPES[config.compute_dtype]
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """Mixed precision for a block of forward computation: matmuls in ``compute_dtype`` on
+        the ``dtype`` weights (cast copies), or nothing when it is off. Backward runs outside it,
+        as torch recommends; the scorers upcast logits before their log-softmax either way."""
+        if self.compute_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.compute_dtype)
 
     def use_configured_threads(self) -> None:
         """Apply ``threads`` to the calling thread: an OpenMP team size is per thread, so a worker

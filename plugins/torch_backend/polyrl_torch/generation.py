@@ -25,6 +25,7 @@ from polyrl.backend_kit.stopping import StopStrings
 from polyrl.types import Completion, Prompt, SamplingParams
 from polyrl_torch.engine import TorchEngine
 from polyrl_torch.kv_cache import preallocate
+from polyrl_torch.generation_weights import GenerationCopy
 
 
 def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
@@ -119,8 +120,8 @@ def _seen_tokens(prompt_ids: list[list[int]], n: int, vocab: int, device: torch.
     return seen
 
 
-def _next_logits(engine: TorchEngine, **inputs) -> torch.Tensor:
-    out = engine.model(**inputs, use_cache=True, logits_to_keep=1)
+def _next_logits(model, **inputs) -> torch.Tensor:
+    out = model(**inputs, use_cache=True, logits_to_keep=1)
     return out.logits[:, -1, :].float()
 
 
@@ -132,14 +133,20 @@ def generate(engine: TorchEngine, prompts: Sequence[Prompt], sampling: SamplingP
     model_was_training = engine.model.training
     engine.model.eval()
     try:
+        if engine.compute_dtype is not None and engine.fsdp is None:  # mixed precision: see generation_weights
+            if engine.generation_copy is None:
+                engine.generation_copy = GenerationCopy(engine)
+            model = engine.generation_copy.current(engine)
+            with torch.inference_mode():
+                return _generate(engine, model, prompts, sampling, DynamicCache)
         # gather (FSDP) and fold LoRA outside inference mode
-        with engine.full_weights(), engine.adapters_merged(), torch.inference_mode():
-            return _generate(engine, prompts, sampling, DynamicCache)
+        with engine.full_weights(), engine.adapters_merged(), torch.inference_mode(), engine.autocast():
+            return _generate(engine, engine.model, prompts, sampling, DynamicCache)
     finally:
         engine.model.train(model_was_training)
 
 
-def _generate(engine: TorchEngine, prompts, sampling: SamplingParams, cache_cls) -> list[Completion]:
+def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cache_cls) -> list[Completion]:
     if not prompts:
         return []
     n, device = sampling.n, engine.device
@@ -167,7 +174,7 @@ def _generate(engine: TorchEngine, prompts, sampling: SamplingParams, cache_cls)
     input_ids, attention = _left_pad([list(u) for u in unique], engine.pad_id, device)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     cache = preallocate(cache_cls(config=engine.causal_lm.config), input_ids.shape[1] + max(budgets))
-    logits = _next_logits(engine, input_ids=input_ids, attention_mask=attention,
+    logits = _next_logits(model, input_ids=input_ids, attention_mask=attention,
                           position_ids=positions, past_key_values=cache)
     rows = [unique[tuple(ids)] for ids in prompt_ids for _ in range(n)]
     if rows != list(range(len(unique))):
@@ -223,7 +230,7 @@ def _generate(engine: TorchEngine, prompts, sampling: SamplingParams, cache_cls)
             active, chosen = active[index], chosen[index]
             attention, next_pos = attention[index], next_pos[index]
         attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=-1)
-        logits = _next_logits(engine, input_ids=chosen[:, None], attention_mask=attention,
+        logits = _next_logits(model, input_ids=chosen[:, None], attention_mask=attention,
                               position_ids=next_pos[:, None], past_key_values=cache)
         next_pos = next_pos + 1
 

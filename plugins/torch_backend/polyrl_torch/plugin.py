@@ -88,6 +88,7 @@ CAPABILITIES_BASE: dict[str, Any] = dict(
     sampling=("min_p", "repetition_penalty", "ignore_eos"), gradient_checkpointing=True,
     token_prompts=True, loss_mask=True,
     dtypes=("float32", "bfloat16", "float16"),
+    compute_dtypes=("bfloat16",),  # autocast over float32 weights (polyrl_torch.engine.COMPUTE_DTYPES)
     architectures=ARCHITECTURES,
 )
 

@@ -223,7 +223,7 @@ def logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temperatur
     engine.model.eval()
     try:
         context = engine.model.disable_adapter() if reference else engine.adapters_merged()
-        with engine.full_weights(), context, torch.inference_mode():
+        with engine.full_weights(), context, torch.inference_mode(), engine.autocast():
             for group in length_batches(sequences, budget):
                 lps = token_logprobs(engine, [sequences[i] for i in group], temperature)
                 for i, lp in zip(group, lps):

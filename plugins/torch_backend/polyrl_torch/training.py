@@ -296,17 +296,19 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
             t0 = time.perf_counter()
             idx = range(start, min(n, start + micro))
             if sharded and not len(idx):
-                loss = _padding_loss(engine, temperature)
+                with engine.autocast():
+                    loss = _padding_loss(engine, temperature)
             else:
                 part = [seqs[i] for i in idx]
                 entropy = None
-                if sharded:
-                    if objective.needs_entropy:
-                        raise ValueError("entropy_coef / top_entropy_quantile are not supported under FSDP yet")
-                    logp = engine.fsdp.root.per_sequence(part, temperature)  # type: ignore[union-attr]  # sharded
-                else:
-                    logp, entropy = token_logprobs_with_entropy(engine, part, temperature,
-                                                                differentiable=objective.entropy_coef != 0)
+                if sharded and objective.needs_entropy:
+                    raise ValueError("entropy_coef / top_entropy_quantile are not supported under FSDP yet")
+                with engine.autocast():  # mixed precision: the forward only, backward outside
+                    if sharded:
+                        logp = engine.fsdp.root.per_sequence(part, temperature)  # type: ignore[union-attr]
+                    else:
+                        logp, entropy = token_logprobs_with_entropy(engine, part, temperature,
+                                                                    differentiable=objective.entropy_coef != 0)
                 keep = mask_of(idx)
                 logp, entropy = cast(list[torch.Tensor], masked_in(logp, keep)), masked_in(entropy, keep)
                 loss, stats = objective_loss(
@@ -362,6 +364,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
         optimizer.zero_grad(set_to_none=True)
         return StepMetrics(**metrics, skipped=True)
     optimizer.step()
+    engine.weight_updates += 1
     optimizer.zero_grad(set_to_none=True)
     clock["optimizer"] = time.perf_counter() - t3
     extra.update({f"time/{k}": round(v, 4) for k, v in clock.items()})

@@ -114,6 +114,7 @@ def _assign(engine: TorchEngine, weights: Mapping[str, np.ndarray | torch.Tensor
         _check_names_and_shapes(weights, shapes, missing)
         engine.fsdp.load_state_dict(weights)
         return
+    engine.weight_updates += 1
     targets = _named_tensors(engine)
     covered = {targets[n].data_ptr() for n in weights if n in targets}
     missing = [n for n, t in targets.items() if t.data_ptr() not in covered]

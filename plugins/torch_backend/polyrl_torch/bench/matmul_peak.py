@@ -1,7 +1,9 @@
-"""The machine's fp32 matmul peak as torch sees it, for ``polyrl bench``'s utilisation figures.
+"""The machine's matmul peak as torch sees it, for ``polyrl bench``'s utilisation figures.
 
 Runs in a child process with the bench's thread count. Square products of a few sizes; the best
-rate is the peak a phase is compared with (what this CPU + torch's BLAS can reach at all).
+rate is the peak a phase is compared with (what this CPU + torch's BLAS can reach at all). With
+``dtype`` bfloat16 (a ``--compute-dtype bfloat16`` bench) the products are bfloat16: a mixed
+precision run's utilisation is against the peak of the precision its matmuls run in.
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ import time
 from typing import Any
 
 
-def measure(threads: int, seconds_per_size: float = 1.0) -> dict[str, Any]:
+def measure(threads: int, seconds_per_size: float = 1.0, dtype: str = "float32") -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(threads)
     rates = {}
     for n in (512, 1024, 2048):
-        a, b = torch.randn(n, n), torch.randn(n, n)
+        a, b = torch.randn(n, n, dtype=getattr(torch, dtype)), torch.randn(n, n, dtype=getattr(torch, dtype))
         torch.mm(a, b)  # warm-up: thread pool, packing buffers
         reps, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds_per_size:
@@ -26,8 +28,10 @@ def measure(threads: int, seconds_per_size: float = 1.0) -> dict[str, Any]:
             reps += 1
         rates[str(n)] = 2.0 * n**3 * reps / (time.perf_counter() - start) / 1e9
     return {"peak_gflops": max(rates.values()), "by_size_gflops": rates, "threads": threads,
-            "library": "torch " + torch.__version__}
+            "dtype": dtype, "library": "torch " + torch.__version__}
 
 
 if __name__ == "__main__":
-    print(json.dumps(measure(int(sys.argv[1]))))
+    args = json.loads(sys.argv[1])  # threads, or [threads, dtype]
+    threads, dtype = (args, "float32") if isinstance(args, int) else args
+    print(json.dumps(measure(int(threads), dtype=dtype)))

@@ -1,7 +1,8 @@
 """TRL's ``GRPOTrainer`` on polyrl's bench workload, for ``polyrl bench --trl`` (a child process).
 
 The anchor users compare against: the same model folder, prompts, group size, completion length,
-seed, thread count, optimizer (AdamW, lr, clip 1.0), beta = 0 and LoRA settings as
+seed, thread count, optimizer (AdamW, lr, clip 1.0), beta = 0, LoRA settings and precision
+(float32 weights; ``bf16=True``, accelerate's autocast, for ``--compute-dtype bfloat16``) as
 ``polyrl.bench`` uses, one optimizer step per generation round (``num_iterations = 1``, the whole
 group batch in one step). TRL is a bench-only dependency (``pip install polyrl-torch[bench]``).
 Prints one JSON line: seconds per step and per phase (median over the steps after the first,
@@ -26,7 +27,7 @@ from typing import Any
 
 
 def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
-        lora: bool, ignore_eos: bool = False) -> dict[str, Any]:
+        lora: bool, ignore_eos: bool = False, compute_dtype: str | None = None) -> dict[str, Any]:
     import numpy as np
     import torch
     from datasets import Dataset
@@ -76,7 +77,10 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
 
     batch = prompts * group_size
     config = GRPOConfig(
-        output_dir="/tmp/polyrl-bench-trl", use_cpu=True, bf16=False, fp16=False,
+        output_dir="/tmp/polyrl-bench-trl", use_cpu=True, bf16=compute_dtype == "bfloat16", fp16=False,
+        # float32 weights in both modes (TRL's default today, said explicitly): bf16=True is then
+        # accelerate's autocast over float32 masters, the same mixed precision as polyrl's
+        model_init_kwargs={"dtype": "float32"},
         gradient_checkpointing=False, per_device_train_batch_size=batch,
         gradient_accumulation_steps=1, num_generations=group_size, max_completion_length=max_new_tokens,
         temperature=1.0, top_p=1.0, beta=0.0, learning_rate=1e-5, max_grad_norm=1.0,
@@ -136,6 +140,8 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
         "shapes": shapes[len(shapes) // 2] if shapes else None,
         "completion_lens_seen": sorted({n for s in shapes for n in s["completion_lens"]}),
         "steps_timed": len(measured), "trl_version": __import__("trl").__version__,
+        "param_dtype": str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
+        "compute_dtype": compute_dtype or "float32",
     }
 
 
