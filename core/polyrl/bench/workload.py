@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 
 from polyrl import strict_json
@@ -28,6 +29,11 @@ from polyrl.bench import speed_records
 from polyrl.engine import Engine
 from polyrl.registry import get_registry
 from polyrl.types import EngineConfig, LoraConfig, SamplingParams, TokenSequence, TrainBatch
+
+#: Tokens ``max_length`` leaves for a bench prompt beyond the completion (they are ~50 long).
+BENCH_PROMPT_ROOM = 256
+#: ``EngineConfig``'s own default, kept when the completions fit in it.
+DEFAULT_MAX_LENGTH: int = attrs.fields(EngineConfig).max_length.default  # type: ignore[assignment]
 
 #: Train-step phases a backend may report in ``StepMetrics.extra`` (seconds).
 TRAIN_PHASES = ("forward", "backward", "grad_sync", "optimizer")
@@ -62,7 +68,9 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
         return {"backend": name, "error": f"backend {name!r} does not offer compute_dtype {compute_dtype!r}"}
     engine = Engine(reg, name, EngineConfig(model=model, role="train" if caps.train_step else "generate",
                                             threads=threads, lora=LoraConfig() if lora and caps.lora else None,
-                                            compute_dtype=compute_dtype))
+                                            compute_dtype=compute_dtype,
+                                            # room for the bench prompts plus every requested token
+                                            max_length=max(DEFAULT_MAX_LENGTH, max_new_tokens + BENCH_PROMPT_ROOM)))
     out: dict[str, Any] = {"backend": name, "load_s": time.perf_counter() - t0,
                            "compute_dtype": compute_dtype or "float32"}
     gen_s, lp_s, train_s, tokens = [], [], [], []
