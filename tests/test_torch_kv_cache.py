@@ -32,7 +32,7 @@ def _generate(engine: Engine, sampling: SamplingParams, preallocated: bool, monk
     import polyrl_torch.generation as generation
 
     if not preallocated:
-        monkeypatch.setattr(generation, "preallocate", lambda cache, capacity: cache)
+        monkeypatch.setattr(generation, "preallocate", lambda cache, capacity, dtype=None: cache)
     out = engine.generate(CHATS, sampling)
     monkeypatch.undo()
     return out
@@ -89,3 +89,23 @@ def test_two_level_draw_matches_a_flat_float64_cdf(vocab):
     clear = margin > 1e-6
     assert clear.sum() > 50
     assert torch.equal(picked[clear], flat[clear])
+
+
+def test_bf16_sampler_attends_in_its_float32_cache_dtype():
+    """A bfloat16 query against the float32 cache: float32 attention of the same inputs, the output
+    back in bfloat16; same-dtype inputs take transformers' SDPA unchanged."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from polyrl_torch.kv_cache import attention_in_cache_dtype
+
+    module = torch.nn.Module()
+    module.is_causal = True
+    gen = torch.Generator().manual_seed(0)
+    query = torch.randn(2, 4, 1, 8, generator=gen).bfloat16()
+    key, value = torch.randn(2, 4, 5, 8, generator=gen), torch.randn(2, 4, 5, 8, generator=gen)
+    out, _ = attention_in_cache_dtype(module, query, key, value, None)
+    expected, _ = sdpa_attention_forward(module, query.float(), key, value, None)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, expected.to(torch.bfloat16))
+    same, _ = attention_in_cache_dtype(module, query.float(), key, value, None)
+    assert torch.equal(same, expected)

@@ -173,7 +173,9 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
         unique.setdefault(tuple(ids), len(unique))
     input_ids, attention = _left_pad([list(u) for u in unique], engine.pad_id, device)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    cache = preallocate(cache_cls(config=engine.causal_lm.config), input_ids.shape[1] + max(budgets))
+    copy = engine.generation_copy if model is not engine.model else None
+    cache = preallocate(cache_cls(config=engine.causal_lm.config), input_ids.shape[1] + max(budgets),
+                        copy.cache_dtype if copy is not None else None)
     logits = _next_logits(model, input_ids=input_ids, attention_mask=attention,
                           position_ids=positions, past_key_values=cache)
     rows = [unique[tuple(ids)] for ids in prompt_ids for _ in range(n)]

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from polyrl_torch.engine import TorchEngine
+from polyrl_torch.kv_cache import register_cache_dtype_attention
 
 
 def weights_fingerprint(engine: TorchEngine) -> tuple[Any, ...]:
@@ -37,12 +38,20 @@ class GenerationCopy:
         assert engine.compute_dtype is not None
         source = engine.causal_lm
         attn = getattr(source.config, "_attn_implementation", None) or "sdpa"
+        if attn == "sdpa" and engine.device.type == "cpu":  # a float32 KV cache: see kv_cache
+            attn = register_cache_dtype_attention()
+            self.cache_dtype: torch.dtype | None = torch.float32
+        else:
+            self.cache_dtype = None
         with no_init_weights():  # every weight is overwritten by ``current``: skip the random init
             self.model: Any = AutoModelForCausalLM.from_config(source.config, dtype=engine.compute_dtype,
                                                                attn_implementation=attn)
         self.model.tie_weights()  # init_weights (skipped) is what ties them; a no-op when untied
         self.model.to(engine.device).eval().requires_grad_(False)
         self.model.generation_config = source.generation_config
+        # the prefill's last position is a strided [rows, 1, hidden] view: torch's bfloat16 matmul
+        # copied the whole expanded lm_head weight for it; a contiguous input takes the plain mm
+        self.model.get_output_embeddings().register_forward_pre_hook(lambda _, args: (args[0].contiguous(),))
         self._made_from: tuple[Any, ...] = ()
 
     def current(self, engine: TorchEngine) -> Any:

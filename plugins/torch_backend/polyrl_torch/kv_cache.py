@@ -18,18 +18,20 @@ from transformers.cache_utils import DynamicLayer
 class PreallocatedLayer(DynamicLayer):
     """``DynamicLayer`` with keys/values as views of buffers holding ``capacity`` positions."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.capacity = capacity
+        #: the buffers' dtype when not the keys' own (a bfloat16 model with a float32 cache)
+        self.buffer_dtype = dtype
         self.length = 0
         self._keys: torch.Tensor | None = None
         self._values: torch.Tensor | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.dtype, self.device = key_states.dtype, key_states.device
+        self.dtype, self.device = self.buffer_dtype or key_states.dtype, key_states.device
         batch, heads, _, dim = key_states.shape
-        self._keys = key_states.new_empty((batch, heads, self.capacity, dim))
-        self._values = value_states.new_empty((batch, heads, self.capacity, value_states.shape[-1]))
+        self._keys = key_states.new_empty((batch, heads, self.capacity, dim), dtype=self.dtype)
+        self._values = value_states.new_empty((batch, heads, self.capacity, value_states.shape[-1]), dtype=self.dtype)
         self.length = 0
         self.is_initialized = True
 
@@ -85,9 +87,42 @@ class PreallocatedLayer(DynamicLayer):
             self.values = self._values[:, :, :max_length]
 
 
-def preallocate(cache: Any, capacity: int) -> Any:
+def preallocate(cache: Any, capacity: int, dtype: torch.dtype | None = None) -> Any:
     """Swap ``cache``'s plain full-attention layers for preallocated ones (others stay as they are:
-    sliding-window layers drop old keys, which a fixed buffer does not model)."""
-    cache.layers = [PreallocatedLayer(capacity) if type(layer) is DynamicLayer else layer
+    sliding-window layers drop old keys, which a fixed buffer does not model); ``dtype`` stores
+    the keys and values in another dtype than the model's (see ``generation_weights``)."""
+    cache.layers = [PreallocatedLayer(capacity, dtype) if type(layer) is DynamicLayer else layer
                     for layer in cache.layers]
     return cache
+
+
+def attention_in_cache_dtype(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                             attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' SDPA attention, run in the KV cache's dtype when it differs from the query's.
+
+    Why: torch's CPU flash attention is ~3x slower in bfloat16 than in float32 for a decode step's
+    one query row, so a bfloat16 sampler keeps its cache in float32 (one new row converted per
+    step) and attends in float32; the output goes back to the model's dtype."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if key.dtype == query.dtype:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    if attention_mask is not None and attention_mask.is_floating_point():
+        attention_mask = attention_mask.to(key.dtype)
+    out, weights = sdpa_attention_forward(module, query.to(key.dtype), key, value, attention_mask, **kwargs)
+    return out.to(query.dtype), weights
+
+
+#: The name ``attention_in_cache_dtype`` is registered under with transformers.
+CACHE_DTYPE_ATTENTION = "polyrl_sdpa_cache_dtype"
+
+
+def register_cache_dtype_attention() -> str:
+    """Register ``attention_in_cache_dtype`` (and SDPA's own masks for it: transformers builds a
+    model's attention mask by the attention implementation's name) and return its name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(CACHE_DTYPE_ATTENTION, attention_in_cache_dtype)
+    AttentionMaskInterface.register(CACHE_DTYPE_ATTENTION, sdpa_mask)
+    return CACHE_DTYPE_ATTENTION
