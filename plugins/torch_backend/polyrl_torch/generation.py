@@ -136,9 +136,9 @@ def generate(engine: TorchEngine, prompts: Sequence[Prompt], sampling: SamplingP
         if engine.compute_dtype is not None and engine.fsdp is None:  # mixed precision: see generation_weights
             if engine.generation_copy is None:
                 engine.generation_copy = GenerationCopy(engine)
-            model = engine.generation_copy.current(engine)
+            copy = engine.generation_copy
             with torch.inference_mode():
-                return _generate(engine, model, prompts, sampling, DynamicCache)
+                return _generate(engine, copy.current(engine), prompts, sampling, DynamicCache, copy.cache_dtype)
         # gather (FSDP) and fold LoRA outside inference mode
         with engine.full_weights(), engine.adapters_merged(), torch.inference_mode(), engine.autocast():
             return _generate(engine, engine.model, prompts, sampling, DynamicCache)
@@ -146,7 +146,10 @@ def generate(engine: TorchEngine, prompts: Sequence[Prompt], sampling: SamplingP
         engine.model.train(model_was_training)
 
 
-def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cache_cls) -> list[Completion]:
+def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cache_cls,
+              cache_dtype: torch.dtype | None = None) -> list[Completion]:
+    """``model`` samples (the engine's own, or its mixed-precision copy, whose KV cache is kept in
+    ``cache_dtype``)."""
     if not prompts:
         return []
     n, device = sampling.n, engine.device
@@ -173,9 +176,7 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
         unique.setdefault(tuple(ids), len(unique))
     input_ids, attention = _left_pad([list(u) for u in unique], engine.pad_id, device)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    copy = engine.generation_copy if model is not engine.model else None
-    cache = preallocate(cache_cls(config=engine.causal_lm.config), input_ids.shape[1] + max(budgets),
-                        copy.cache_dtype if copy is not None else None)
+    cache = preallocate(cache_cls(config=engine.causal_lm.config), input_ids.shape[1] + max(budgets), cache_dtype)
     logits = _next_logits(model, input_ids=input_ids, attention_mask=attention,
                           position_ids=positions, past_key_values=cache)
     rows = [unique[tuple(ids)] for ids in prompt_ids for _ in range(n)]
@@ -195,22 +196,17 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
                            dtype=torch.float64)
     penalty = float(sampling.repetition_penalty)
     seen = _seen_tokens(prompt_ids, n, logits.shape[-1], device) if penalty != 1.0 else None
-    # no processor changes the distribution: draw straight from the softmax of the scaled logits
-    unprocessed = (seen is None and sampling.min_p == 0.0 and sampling.top_p >= 1.0
-                   and (sampling.top_k == 0 or sampling.top_k >= logits.shape[-1]))
     for step in range(max(budgets)):
         # log-probs of the model's own (temperature-scaled) distribution; the token is drawn
         # from the processed one (SamplingParams docstring)
         scaled = logits if temperature == 1.0 else logits / temperature
         logp_all = torch.log_softmax(scaled, dim=-1)
+        processed = logits if seen is None else penalize_repeats(logits, seen[active], penalty)
         if greedy:
-            processed = logits if seen is None else penalize_repeats(logits, seen[active], penalty)
             chosen = processed.argmax(dim=-1)
-        elif unprocessed:
-            chosen = sample_probs(torch.softmax(scaled, dim=-1), draws[active, step])
-        else:
-            processed = logits if seen is None else penalize_repeats(logits, seen[active], penalty)
-            kept = filter_logits(processed / temperature, sampling.top_k, sampling.top_p, sampling.min_p)
+        else:  # without a repetition penalty the processed logits are the scaled ones: no second division
+            kept = filter_logits(scaled if seen is None else processed / temperature, sampling.top_k,
+                                 sampling.top_p, sampling.min_p)
             chosen = sample_kept(kept, draws[active, step])
         chosen_lp = logp_all.gather(-1, chosen[:, None])[:, 0]
         if seen is not None:
