@@ -22,7 +22,7 @@ import attrs
 
 from polyrl import strict_json
 from polyrl.bench.machine import cpu_info
-from polyrl.bench.workload import _child, _trl, add_utilisation, matmul_peak
+from polyrl.bench.workload import _trl, add_utilisation, backend_child, matmul_peak
 from polyrl.errors import ConfigError
 from polyrl.registry import get_registry
 
@@ -97,8 +97,8 @@ def run_point(point: SweepPoint, model_dir: str, backend: str, threads: int, pea
     """polyrl, then TRL, on one point, each in its own child process; both with MFU per phase.
     Both sides leave their first step out of the medians when there are more (lazy initialisation)."""
     started = time.time()
-    ours = _child("polyrl.bench", [backend, model_dir, point.prompts, point.group_size, point.length, threads,
-                                   point.steps, point.lora, False, True, 1], backend, timeout)
+    ours = backend_child(backend, model_dir, point.prompts, point.group_size, point.length, threads, point.steps,
+                         point.lora, ignore_eos=True, timeout=timeout)
     sides = {"polyrl": ours}
     if trl:
         sides["trl"] = _trl(model_dir, point.prompts, point.group_size, point.length, threads, point.steps,

@@ -160,6 +160,15 @@ def _child(module: str, args: Any, name: str, timeout: float | None = None) -> d
     return run_child([sys.executable, "-m", module, json.dumps(args)], name, timeout)
 
 
+def backend_child(name: str, model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int,
+                  steps: int, lora: bool, *, generate_only: bool = False, ignore_eos: bool = False,
+                  compute_dtype: str | None = None, timeout: float | None = None) -> dict[str, Any]:
+    """``bench_backend`` for one polyrl backend in a child process (``python -m polyrl.bench``), its
+    first step left out of the medians when there are more (as TRL's child leaves out its own)."""
+    return _child("polyrl.bench", [name, model, prompts, group_size, max_new_tokens, threads, steps, lora,
+                                   generate_only, ignore_eos, 1, compute_dtype], name, timeout)
+
+
 def _trl(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
          lora: bool, ignore_eos: bool = False, timeout: float | None = None,
          compute_dtype: str | None = None) -> dict[str, Any]:
@@ -265,8 +274,8 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
     peaks = {"float32": peak}
     if compute_dtype is not None and compute_dtype != "float32":
         peaks[compute_dtype] = matmul_peak(threads, compute_dtype)
-    results = [_child("polyrl.bench", [n, resolved, prompts, group_size, max_new_tokens, threads, steps, lora,
-                                       generate_only, ignore_eos, 1 if steps > 1 else 0, compute_dtype], n)
+    results = [backend_child(n, resolved, prompts, group_size, max_new_tokens, threads, steps, lora,
+                             generate_only=generate_only, ignore_eos=ignore_eos, compute_dtype=compute_dtype)
                for n in names]
     if trl:
         results.append(_trl(resolved, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos,
