@@ -29,3 +29,15 @@ def judge_server(tiny_model_dir):
     server = start_server(tiny_model_dir, "--allow-fault-control")
     yield server
     server.stop()
+
+
+@pytest.fixture()
+def toy(tmp_path, monkeypatch):
+    """The numpy toy backend (a real entry-point plugin, ``tests/third_party/polyrl_toy``) installed
+    for one test, beside two broken plugins that POLYRL_DISABLE_PLUGINS keeps out of its way."""
+    from toy_dist import activate, install_toy_dists
+
+    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "broken,badreg")
+    deactivate = activate(install_toy_dists(tmp_path / "site"))
+    yield
+    deactivate()

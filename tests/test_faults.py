@@ -29,7 +29,6 @@ from polyrl.trainer import TooManySkippedSteps, Trainer
 from polyrl.types import EngineConfig, SamplingParams, StepMetrics
 
 from crash_util import POLYRL, metric_steps, train, write_config
-from toy_dist import activate, install_toy_dists
 
 pytestmark = pytest.mark.faults
 
@@ -75,14 +74,6 @@ def test_signal_finishes_the_step_checkpoints_and_exits_zero(tiny_model_dir, tmp
 
 
 # --- numerical faults ---------------------------------------------------------------------------
-
-
-@pytest.fixture()
-def toy(tmp_path, monkeypatch):
-    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "broken,badreg")
-    deactivate = activate(install_toy_dists(tmp_path / "site"))
-    yield
-    deactivate()
 
 
 def toy_config(tmp_path, rewards=None, backend="toy", **train) -> RunConfig:

@@ -21,7 +21,6 @@ from polyrl.errors import ConfigError
 from polyrl.registry import Registry, get_registry
 from polyrl.types import Capabilities, EngineConfig, SamplingParams
 
-from toy_dist import activate, install_toy_dists
 
 BASE = {"model": {"path": "tiny-llama"}, "data": {"task": "arithmetic"}, "rewards": [{"name": "numeric_match"}]}
 CHATS = [[{"role": "user", "content": "Count to five."}], [{"role": "user", "content": "Name a colour."}]]
@@ -56,17 +55,9 @@ def test_a_generate_backend_not_declaring_ignore_eos_is_refused_up_front():
     check_backend_features(asking, OneBackendRegistry(Capabilities(generate=True, sampling=("ignore_eos",))))
 
 
-@pytest.fixture()
-def toy(tmp_path, monkeypatch):
-    """The numpy toy backend, a real entry-point plugin that does not declare ``ignore_eos``."""
-    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "broken,badreg")
-    deactivate = activate(install_toy_dists(tmp_path / "site"))
-    yield
-    deactivate()
-
-
 @pytest.mark.faults
 def test_the_python_api_refuses_ignore_eos_on_a_backend_without_it_before_training(toy, tmp_path):
+    """The toy backend (``toy`` fixture, a real entry-point plugin) does not declare ``ignore_eos``."""
     from polyrl import api
 
     with pytest.raises(ConfigError) as info:

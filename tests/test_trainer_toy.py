@@ -12,16 +12,6 @@ from polyrl.config import RunConfig
 from polyrl.errors import ConfigError, RewardError
 from polyrl.trainer import Trainer
 
-from toy_dist import activate, install_toy_dists
-
-
-@pytest.fixture()
-def toy(tmp_path, monkeypatch):
-    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "broken,badreg")
-    deactivate = activate(install_toy_dists(tmp_path / "site"))
-    yield
-    deactivate()
-
 
 def toy_config(tmp_path, **train) -> dict:
     return {
