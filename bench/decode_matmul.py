@@ -9,12 +9,14 @@ from memory, so the rate is set by how the BLAS streams weights, not by its squa
 (``polyrl bench``'s MFU denominator). This measures that rate for the model's own shapes, each
 layer's weights distinct (as in a real step, where they do not stay in cache), for float32 and,
 where torch has it, bfloat16: the ceiling of generation MFU at a given row count, the same for
-every framework that calls torch's matmul.
+every framework that calls torch's matmul. ``decode_packed`` is the same step on weights packed
+once for oneDNN (``polyrl_torch.generation_weights.PackedLinear``, what polyrl's CPU sampler runs).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -36,8 +38,20 @@ def layer_weights(shape: ModelShape, dtype: object, layers: int) -> list[list[ob
     return [[torch.randn(o, i).to(dtype) for o, i in dims] for _ in range(layers)]
 
 
-def rate(shape: ModelShape, rows: int, dtype_name: str, seconds: float) -> dict[str, float]:
-    """GFLOP/s of one decode step's matmuls (backbone, then ``lm_head``) at ``rows`` rows."""
+def packed(weight: object) -> object:
+    """The sampler's packed layer holding ``weight``."""
+    import torch
+
+    from polyrl_torch.generation_weights import PackedLinear
+
+    layer = PackedLinear(torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=weight.dtype))
+    layer.pack(weight)
+    return layer
+
+
+def rate(shape: ModelShape, rows: int, dtype_name: str, seconds: float, pack: bool = False) -> dict[str, float]:
+    """GFLOP/s of one decode step's matmuls (backbone, then ``lm_head``) at ``rows`` rows, with
+    torch's matmul or (``pack``) on packed weights."""
     import torch
     import torch.nn.functional as F
 
@@ -45,12 +59,15 @@ def rate(shape: ModelShape, rows: int, dtype_name: str, seconds: float) -> dict[
     weights = layer_weights(shape, dtype, shape.layers)
     head = torch.randn(shape.vocab, shape.hidden).to(dtype)
     x = {n: torch.randn(rows, n).to(dtype) for n in {shape.hidden, shape.intermediate, shape.heads * shape.head_dim}}
+    layers = [[packed(w) if pack else functools.partial(F.linear, weight=w) for w in layer] for layer in weights]
+    head_layer = packed(head) if pack else functools.partial(F.linear, weight=head)
+    inputs = [[x[w.shape[1]] for w in layer] for layer in weights]
 
     def step() -> None:
-        for layer in weights:
-            for w in layer:
-                F.linear(x[w.shape[1]], w)
-        F.linear(x[shape.hidden], head)
+        for layer, xs in zip(layers, inputs):
+            for linear, inp in zip(layer, xs):
+                linear(inp)
+        head_layer(x[shape.hidden])
 
     step()
     count, start = 0, time.perf_counter()
@@ -83,11 +100,17 @@ def main(argv: list[str] | None = None) -> int:
     from polyrl_torch.bench.matmul_peak import measure
 
     shape = ModelShape.from_config(get_registry().resolve_model(args.model))
+    from polyrl_torch.generation_weights import packing_available
+
+    dtypes = args.dtypes.split(",")
     report = {"machine": cpu_info(args.threads), "model": args.model, "square_peak": measure(args.threads),
-              "decode": {d: {str(r): rate(shape, r, d, args.seconds) for r in rows} for d in args.dtypes.split(",")}}
+              "decode": {d: {str(r): rate(shape, r, d, args.seconds) for r in rows} for d in dtypes},
+              "decode_packed": {d: {str(r): rate(shape, r, d, args.seconds, pack=True) for r in rows} for d in dtypes
+                                if packing_available(torch.device("cpu"), getattr(torch, d))}}
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(strict_json.dumps(report, indent=2))
-    print(json.dumps({d: {r: round(v["gflops"], 1) for r, v in by.items()} for d, by in report["decode"].items()}))
+    for kind in ("decode", "decode_packed"):
+        print(kind, json.dumps({d: {r: round(v["gflops"], 1) for r, v in by.items()} for d, by in report[kind].items()}))
     print(f"square fp32 peak {report['square_peak']['peak_gflops']:.1f} GFLOP/s; {args.output}")
     return 0
 

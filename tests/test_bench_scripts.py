@@ -102,4 +102,6 @@ def test_decode_matmul_bench_measures_each_row_count_and_dtype(tiny_model_dir, t
     assert set(rates) == {"1", "64"} and report["square_peak"]["peak_gflops"] > 0
     assert all(v["gflops"] > 0 and v["weight_gb_per_s"] > 0 and v["step_ms"] > 0 for v in rates.values())
     assert rates["64"]["gflops"] > rates["1"]["gflops"]
+    packed = report["decode_packed"]["float32"]  # the sampler's packed weights: same FLOP count
+    assert set(packed) == {"1", "64"} and packed["64"]["gflops"] > packed["1"]["gflops"] > 0
     assert module.main(["--rows", "four"]) == 2

@@ -91,21 +91,42 @@ def test_two_level_draw_matches_a_flat_float64_cdf(vocab):
     assert torch.equal(picked[clear], flat[clear])
 
 
-def test_bf16_sampler_attends_in_its_float32_cache_dtype():
-    """A bfloat16 query against the float32 cache: float32 attention of the same inputs, the output
-    back in bfloat16; same-dtype inputs take transformers' SDPA unchanged."""
+def test_grouped_sdpa_equals_transformers_sdpa_with_a_mask():
+    """Grouped-query attention with a padding mask: the same output as transformers' SDPA (which
+    copies the keys and values per query head), for a decode step and for a prefill."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from polyrl_torch.kv_cache import attention_in_cache_dtype
+    from polyrl_torch.attention import grouped_sdpa
+
+    module = torch.nn.Module()
+    module.is_causal, module.num_key_value_groups = True, 3
+    gen = torch.Generator().manual_seed(0)
+    for queries in (1, 5):
+        query = torch.randn(2, 6, queries, 8, generator=gen)
+        key, value = torch.randn(2, 2, 7, 8, generator=gen), torch.randn(2, 2, 7, 8, generator=gen)
+        mask = torch.ones(2, 1, queries, 7, dtype=torch.bool).tril(diagonal=7 - queries)
+        mask[0, :, :, :2] = False  # row 0 left-padded
+        out, _ = grouped_sdpa(module, query, key, value, mask, scaling=0.3)
+        expected, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.3)
+        assert out.shape == (2, queries, 6, 8)
+        torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_bf16_sampler_attends_in_its_float32_cache_dtype():
+    """A bfloat16 query against the float32 cache: float32 attention of the same inputs, the output
+    back in bfloat16; same-dtype inputs are attended in their own dtype."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from polyrl_torch.attention import grouped_sdpa
 
     module = torch.nn.Module()
     module.is_causal = True
     gen = torch.Generator().manual_seed(0)
     query = torch.randn(2, 4, 1, 8, generator=gen).bfloat16()
     key, value = torch.randn(2, 4, 5, 8, generator=gen), torch.randn(2, 4, 5, 8, generator=gen)
-    out, _ = attention_in_cache_dtype(module, query, key, value, None)
+    out, _ = grouped_sdpa(module, query, key, value, None)
     expected, _ = sdpa_attention_forward(module, query.float(), key, value, None)
     assert out.dtype == torch.bfloat16
     assert torch.equal(out, expected.to(torch.bfloat16))
-    same, _ = attention_in_cache_dtype(module, query.float(), key, value, None)
+    same, _ = grouped_sdpa(module, query.float(), key, value, None)
     assert torch.equal(same, expected)

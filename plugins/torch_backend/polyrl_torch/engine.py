@@ -22,6 +22,8 @@ from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.types import ALL_LINEAR, EngineConfig, Prompt, TokenPrompt
 from polyrl_torch import distributed, sharding
+from polyrl_torch.attention import register_grouped_sdpa
+from polyrl_torch.generation_weights import packing_requested
 
 #: float16 runs on CPU too (torch 2.x has the kernels) but is no faster there than bfloat16;
 #: it is for GPUs without bfloat16 and for matching a float16 generator.
@@ -126,6 +128,7 @@ class TorchEngine:
             distributed.init_from_env(self.device)  # a no-op outside torchrun
         # FSDP2 when asked for under torchrun (a no-op alone): see polyrl_torch.sharding
         shard = config.role == "train" and sharding.requested(config.options) and distributed.active()
+        packing_requested(config.options)  # a bad value fails at load, not at the first generate
         self.use_configured_threads()
         torch.manual_seed(config.seed)  # LoRA init draws from the global generator
         #: The sampler's generator when a call passes no seed: repeatable per engine seed.
@@ -138,6 +141,8 @@ class TorchEngine:
         extra["trust_remote_code"] = bool(config.trust_remote_code)  # explicit: never on by accident
         self.tokenizer, model = _load_pretrained(
             folder, extra, dtype=self.dtype, attn_implementation=config.options.get("attn_implementation", "sdpa"))
+        if self.device.type == "cpu" and getattr(model.config, "_attn_implementation", None) == "sdpa":
+            model.set_attn_implementation(register_grouped_sdpa())  # no per-head key/value copies: see attention
         if not shard:
             model.to(self.device)  # FSDP moves each unit's shards itself: the whole model never is
         model.eval()
@@ -155,7 +160,7 @@ class TorchEngine:
         #: The FSDP2 units, or None (not asked for, or one process).
         self.fsdp = sharding.shard(self) if shard else None
 
-        #: the sampler's ``compute_dtype`` model (``polyrl_torch.generation_weights``), made on first use
+        #: the sampler's packed / ``compute_dtype`` model (``polyrl_torch.generation_weights``), made on first use
         self.generation_copy: Any = None
         #: counts writes to the weights that tensor version counters miss (fused AdamW's kernel
         #: updates in place without bumping them); the generation copy compares it

@@ -25,7 +25,7 @@ from polyrl.backend_kit.stopping import StopStrings
 from polyrl.types import Completion, Prompt, SamplingParams
 from polyrl_torch.engine import TorchEngine
 from polyrl_torch.kv_cache import preallocate
-from polyrl_torch.generation_weights import GenerationCopy
+from polyrl_torch.generation_weights import GenerationCopy, uses_generation_copy
 
 
 def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
@@ -133,7 +133,7 @@ def generate(engine: TorchEngine, prompts: Sequence[Prompt], sampling: SamplingP
     model_was_training = engine.model.training
     engine.model.eval()
     try:
-        if engine.compute_dtype is not None and engine.fsdp is None:  # mixed precision: see generation_weights
+        if uses_generation_copy(engine):  # packed weights / mixed precision: see generation_weights
             if engine.generation_copy is None:
                 engine.generation_copy = GenerationCopy(engine)
             copy = engine.generation_copy

@@ -1,25 +1,151 @@
-"""A ``compute_dtype`` copy of the policy that only the sampler runs (mixed precision generation).
+"""The sampler's own copy of the policy: its linear weights packed for oneDNN, in ``compute_dtype``.
 
-Why a copy rather than autocast around the decode loop: autocast casts the float32 weights to
-bfloat16 again and again (every decode step for frozen LoRA base weights) and measured no faster
-than float32 decoding, slower for full fine-tuning, on an AVX512-BF16 CPU; one bfloat16 copy halves
-the bytes each decode step reads and runs native bfloat16 matmuls.
+Why a copy at all: a decode step multiplies a few rows by every weight once, and at those shapes
+torch's default matmul (MKL sgemm, which re-packs the weight on every call) is bound by how it
+streams weights, not by arithmetic (``bench/decode_matmul.py``). Packing each weight once into
+oneDNN's blocked layout, as torch's own compiler does for frozen inference graphs, lifts that
+rate severalfold at a few rows and by about a third at tens of rows; the copy is re-packed only
+when a weight changed. Mixed precision uses the same copy: autocast would cast the float32
+weights to bfloat16 again every decode step, so the copy holds them in ``compute_dtype`` once.
 
 The copy is a plain transformers model (no peft layers) holding the weights ``export_weights``
-would give (LoRA folded in), rounded to ``compute_dtype``. It is rebuilt lazily: before each
-``generate`` the live parameters' storage and in-place version counters, and the engine's update
-count, are compared with those it was made from, so an optimizer step, ``import_weights``, a
-LoRA reset or a checkpoint load all refresh it (``TorchEngine.weight_updates`` covers the writes version counters miss).
+would give (LoRA folded in), each ``nn.Linear`` replaced by a ``PackedLinear`` where oneDNN can pack
+it. It is refreshed lazily: before each ``generate`` the live parameters' storage and in-place
+version counters, and the engine's update count, are compared with those it was made from, so an
+optimizer step, ``import_weights``, a LoRA reset or a checkpoint load all refresh it
+(``TorchEngine.weight_updates`` covers the writes version counters miss). It costs one more copy of
+the model's memory; ``backends.options.packed_generation = false`` turns packing off.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from polyrl_torch.engine import TorchEngine
-from polyrl_torch.kv_cache import register_cache_dtype_attention
+from polyrl.errors import ConfigError
+from polyrl_torch.attention import GROUPED_SDPA, register_grouped_sdpa
+
+if TYPE_CHECKING:
+    from polyrl_torch.engine import TorchEngine
+
+#: The row count oneDNN is told to expect when it picks the packed layout; measured on an
+#: AVX-512 CPU, a large hint gave the fastest layout for 4, 32 and 368 rows alike.
+PACKING_ROWS_HINT = 512
+PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def packing_requested(options: Mapping[str, Any]) -> bool:
+    """``backends.options.packed_generation`` (default on), checked to be a boolean."""
+    value = options.get("packed_generation", True)
+    if not isinstance(value, bool):
+        raise ConfigError(f"backends.options.packed_generation must be true or false, not {value!r}",
+                          field="backends.options.packed_generation",
+                          fix="write packed_generation = false to sample with the training weights (or remove it)")
+    return value
+
+
+def packing_available(device: torch.device, dtype: torch.dtype) -> bool:
+    """oneDNN packs weights for CPU matmuls in float32 and bfloat16 (when torch was built with it)."""
+    return (device.type == "cpu" and dtype in PACKABLE_DTYPES and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+
+
+def sampler_dtype(engine: TorchEngine) -> torch.dtype:
+    return engine.compute_dtype or engine.dtype
+
+
+def uses_generation_copy(engine: TorchEngine) -> bool:
+    """Whether the sampler runs a copy: mixed precision, or packed weights on this CPU (never
+    under FSDP, whose shards are gathered only for the call)."""
+    if engine.fsdp is not None:
+        return False
+    return engine.compute_dtype is not None or (
+        packing_requested(engine.config.options) and packing_available(engine.device, sampler_dtype(engine)))
+
+
+class PackedLinear(torch.nn.Module):
+    """``nn.Linear`` whose weight lives in oneDNN's blocked layout (set by ``pack``)."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.bias = linear.bias  # a plain parameter: load_state_dict fills it
+        self.dtype = linear.weight.dtype
+        self.packed: torch.Tensor | None = None
+
+    def pack(self, weight: torch.Tensor) -> None:
+        """Pack ``weight`` (``[out, in]``, any dtype: rounded to the copy's)."""
+        self.packed = None  # freed first: the allocator hands the same memory back (no fresh page faults)
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(self.dtype).contiguous(),
+                                                              PACKING_ROWS_HINT)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        assert self.packed is not None, "PackedLinear used before pack()"
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, self.bias, "none", [], "")
+
+
+class GenerationCopy:
+    """The sampler's model, refreshed from the engine when its weights changed."""
+
+    def __init__(self, engine: TorchEngine) -> None:
+        from transformers import AutoModelForCausalLM
+        from transformers.initialization import no_init_weights
+
+        source = engine.causal_lm
+        dtype = sampler_dtype(engine)
+        attn = getattr(source.config, "_attn_implementation", None) or "sdpa"
+        #: the KV cache's dtype when not the model's: bfloat16 samplers attend in float32 (see attention)
+        self.cache_dtype: torch.dtype | None = None
+        if attn in ("sdpa", GROUPED_SDPA) and engine.device.type == "cpu":
+            attn = register_grouped_sdpa()
+            if engine.compute_dtype is not None:
+                self.cache_dtype = torch.float32
+        with no_init_weights():  # every weight is overwritten by ``current``: skip the random init
+            self.model: Any = AutoModelForCausalLM.from_config(source.config, dtype=dtype, attn_implementation=attn)
+        self.model.tie_weights()  # init_weights (skipped) is what ties them; a no-op when untied
+        self.model.to(engine.device).eval().requires_grad_(False)
+        self.model.generation_config = source.generation_config
+        #: HF name of each packed linear's weight -> the module that packs it
+        self.packed: dict[str, PackedLinear] = {}
+        if packing_requested(engine.config.options) and packing_available(engine.device, dtype):
+            self.packed = _pack_linears(self.model)
+        else:
+            # the prefill's last position is a strided [rows, 1, hidden] view: torch's bfloat16 matmul
+            # copied the whole expanded lm_head weight for it; a contiguous input takes the plain mm
+            self.model.get_output_embeddings().register_forward_pre_hook(lambda _, args: (args[0].contiguous(),))
+        self._made_from: tuple[Any, ...] = ()
+
+    def current(self, engine: TorchEngine) -> Any:
+        """The copy, first refreshed if any of the engine's weights changed since it was made."""
+        fingerprint = weights_fingerprint(engine)
+        if fingerprint != self._made_from:
+            self._refresh(engine)
+            self._made_from = fingerprint
+        return self.model
+
+    def _refresh(self, engine: TorchEngine) -> None:
+        from polyrl_torch.weights import hf_state_dict
+
+        with torch.no_grad():
+            state = hf_state_dict(engine)  # LoRA folded, tied duplicates dropped
+            linear = {name: state.pop(name) for name in list(state) if name in self.packed}
+            missing, unexpected = self.model.load_state_dict(state, strict=False)
+            missing = [k for k in missing if k not in self.packed]
+            tied = {k for k in missing if k in _tied_names(self.model)}
+            if unexpected or set(missing) - tied:
+                raise RuntimeError(f"generation copy out of step with the model: missing "
+                                   f"{sorted(set(missing) - tied)[:3]}, unexpected {unexpected[:3]}")
+            for name, module in self.packed.items():
+                # a tied output layer has no tensor of its own: it packs the (loaded) input embeddings
+                module.pack(linear[name] if name in linear else self._tied_source(name))
+
+    def _tied_source(self, name: str) -> torch.Tensor:
+        output = self.model.get_output_embeddings()
+        if output is None or self.packed.get(name) is not output:
+            raise RuntimeError(f"generation copy: no weight for {name} in the model's state")
+        return self.model.get_input_embeddings().weight
 
 
 def weights_fingerprint(engine: TorchEngine) -> tuple[Any, ...]:
@@ -28,47 +154,16 @@ def weights_fingerprint(engine: TorchEngine) -> tuple[Any, ...]:
     return (engine.weight_updates, *((p.data_ptr(), p._version) for p in engine.model.parameters()))
 
 
-class GenerationCopy:
-    """The sampler's ``compute_dtype`` model, refreshed from the engine when its weights changed."""
-
-    def __init__(self, engine: TorchEngine) -> None:
-        from transformers import AutoModelForCausalLM
-        from transformers.initialization import no_init_weights
-
-        assert engine.compute_dtype is not None
-        source = engine.causal_lm
-        attn = getattr(source.config, "_attn_implementation", None) or "sdpa"
-        if attn == "sdpa" and engine.device.type == "cpu":  # a float32 KV cache: see kv_cache
-            attn = register_cache_dtype_attention()
-            self.cache_dtype: torch.dtype | None = torch.float32
-        else:
-            self.cache_dtype = None
-        with no_init_weights():  # every weight is overwritten by ``current``: skip the random init
-            self.model: Any = AutoModelForCausalLM.from_config(source.config, dtype=engine.compute_dtype,
-                                                               attn_implementation=attn)
-        self.model.tie_weights()  # init_weights (skipped) is what ties them; a no-op when untied
-        self.model.to(engine.device).eval().requires_grad_(False)
-        self.model.generation_config = source.generation_config
-        # the prefill's last position is a strided [rows, 1, hidden] view: torch's bfloat16 matmul
-        # copied the whole expanded lm_head weight for it; a contiguous input takes the plain mm
-        self.model.get_output_embeddings().register_forward_pre_hook(lambda _, args: (args[0].contiguous(),))
-        self._made_from: tuple[Any, ...] = ()
-
-    def current(self, engine: TorchEngine) -> Any:
-        """The copy, first refreshed if any of the engine's weights changed since it was made."""
-        fingerprint = weights_fingerprint(engine)
-        if fingerprint != self._made_from:
-            from polyrl_torch.weights import hf_state_dict
-
-            with torch.no_grad():
-                state = hf_state_dict(engine)  # LoRA folded, tied duplicates dropped
-                missing, unexpected = self.model.load_state_dict(state, strict=False)
-                tied = {k for k in missing if k in _tied_names(self.model)}
-                if unexpected or set(missing) - tied:
-                    raise RuntimeError(f"generation copy out of step with the model: missing "
-                                       f"{sorted(set(missing) - tied)[:3]}, unexpected {unexpected[:3]}")
-            self._made_from = fingerprint
-        return self.model
+def _pack_linears(model: Any) -> dict[str, PackedLinear]:
+    """Replace every ``nn.Linear`` of ``model`` by a ``PackedLinear``; keyed by its weight's HF name."""
+    out: dict[str, PackedLinear] = {}
+    for name, module in list(model.named_modules()):
+        if type(module) is torch.nn.Linear:
+            parent_name, _, attr = name.rpartition(".")
+            packed = PackedLinear(module)
+            setattr(model.get_submodule(parent_name) if parent_name else model, attr, packed)
+            out[f"{name}.weight"] = packed
+    return out
 
 
 def _tied_names(model: Any) -> set[str]:

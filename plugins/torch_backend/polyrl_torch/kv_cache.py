@@ -94,35 +94,3 @@ def preallocate(cache: Any, capacity: int, dtype: torch.dtype | None = None) -> 
     cache.layers = [PreallocatedLayer(capacity, dtype) if type(layer) is DynamicLayer else layer
                     for layer in cache.layers]
     return cache
-
-
-def attention_in_cache_dtype(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                             attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """transformers' SDPA attention, run in the KV cache's dtype when it differs from the query's.
-
-    Why: torch's CPU flash attention is ~3x slower in bfloat16 than in float32 for a decode step's
-    one query row, so a bfloat16 sampler keeps its cache in float32 (one new row converted per
-    step) and attends in float32; the output goes back to the model's dtype."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    if key.dtype == query.dtype:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    if attention_mask is not None and attention_mask.is_floating_point():
-        attention_mask = attention_mask.to(key.dtype)
-    out, weights = sdpa_attention_forward(module, query.to(key.dtype), key, value, attention_mask, **kwargs)
-    return out.to(query.dtype), weights
-
-
-#: The name ``attention_in_cache_dtype`` is registered under with transformers.
-CACHE_DTYPE_ATTENTION = "polyrl_sdpa_cache_dtype"
-
-
-def register_cache_dtype_attention() -> str:
-    """Register ``attention_in_cache_dtype`` (and SDPA's own masks for it: transformers builds a
-    model's attention mask by the attention implementation's name) and return its name."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(CACHE_DTYPE_ATTENTION, attention_in_cache_dtype)
-    AttentionMaskInterface.register(CACHE_DTYPE_ATTENTION, sdpa_mask)
-    return CACHE_DTYPE_ATTENTION
