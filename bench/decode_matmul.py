@@ -44,7 +44,8 @@ def packed(weight: object) -> object:
 
     from polyrl_torch.generation_weights import PackedLinear
 
-    layer = PackedLinear(torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=weight.dtype))
+    shape_only = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=weight.dtype, device="meta")
+    layer = PackedLinear(shape_only)
     layer.pack(weight)
     return layer
 

@@ -148,8 +148,8 @@ def generate(engine: TorchEngine, prompts: Sequence[Prompt], sampling: SamplingP
 
 def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cache_cls,
               cache_dtype: torch.dtype | None = None) -> list[Completion]:
-    """``model`` samples (the engine's own, or its mixed-precision copy, whose KV cache is kept in
-    ``cache_dtype``)."""
+    """``model`` samples (the engine's own, or its packed / mixed-precision copy, whose KV cache is
+    kept in ``cache_dtype``)."""
     if not prompts:
         return []
     n, device = sampling.n, engine.device

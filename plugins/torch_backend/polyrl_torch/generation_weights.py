@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from polyrl.errors import ConfigError
-from polyrl_torch.attention import GROUPED_SDPA, register_grouped_sdpa
+from polyrl_torch.attention import GROUPED_SDPA
 
 if TYPE_CHECKING:
     from polyrl_torch.engine import TorchEngine
@@ -56,13 +56,15 @@ def sampler_dtype(engine: TorchEngine) -> torch.dtype:
     return engine.compute_dtype or engine.dtype
 
 
+def packs_weights(engine: TorchEngine) -> bool:
+    """Whether the sampler's copy holds packed linear weights: asked for (the default) and possible here."""
+    return packing_requested(engine.config.options) and packing_available(engine.device, sampler_dtype(engine))
+
+
 def uses_generation_copy(engine: TorchEngine) -> bool:
     """Whether the sampler runs a copy: mixed precision, or packed weights on this CPU (never
     under FSDP, whose shards are gathered only for the call)."""
-    if engine.fsdp is not None:
-        return False
-    return engine.compute_dtype is not None or (
-        packing_requested(engine.config.options) and packing_available(engine.device, sampler_dtype(engine)))
+    return engine.fsdp is None and (engine.compute_dtype is not None or packs_weights(engine))
 
 
 class PackedLinear(torch.nn.Module):
@@ -94,22 +96,18 @@ class GenerationCopy:
         from transformers.initialization import no_init_weights
 
         source = engine.causal_lm
-        dtype = sampler_dtype(engine)
-        attn = getattr(source.config, "_attn_implementation", None) or "sdpa"
+        attn = getattr(source.config, "_attn_implementation", None) or "sdpa"  # the engine's (CPU: grouped)
         #: the KV cache's dtype when not the model's: bfloat16 samplers attend in float32 (see attention)
-        self.cache_dtype: torch.dtype | None = None
-        if attn in ("sdpa", GROUPED_SDPA) and engine.device.type == "cpu":
-            attn = register_grouped_sdpa()
-            if engine.compute_dtype is not None:
-                self.cache_dtype = torch.float32
+        self.cache_dtype = torch.float32 if engine.compute_dtype is not None and attn == GROUPED_SDPA else None
         with no_init_weights():  # every weight is overwritten by ``current``: skip the random init
-            self.model: Any = AutoModelForCausalLM.from_config(source.config, dtype=dtype, attn_implementation=attn)
+            self.model: Any = AutoModelForCausalLM.from_config(source.config, dtype=sampler_dtype(engine),
+                                                               attn_implementation=attn)
         self.model.tie_weights()  # init_weights (skipped) is what ties them; a no-op when untied
         self.model.to(engine.device).eval().requires_grad_(False)
         self.model.generation_config = source.generation_config
         #: HF name of each packed linear's weight -> the module that packs it
         self.packed: dict[str, PackedLinear] = {}
-        if packing_requested(engine.config.options) and packing_available(engine.device, dtype):
+        if packs_weights(engine):
             self.packed = _pack_linears(self.model)
         else:
             # the prefill's last position is a strided [rows, 1, hidden] view: torch's bfloat16 matmul
