@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -100,6 +102,11 @@ def test_trainer_pushes_weights_to_every_server_each_step(servers, tiny_model_di
     assert [m["policy_lag"] for m in metrics] == ([0, 1, 1] if overlap else [0, 0, 0])
     pushed_in_step = metrics[1:] if overlap else metrics  # overlap's step 0 samples the initial weights
     assert all(m["time/sync"] > 0 for m in pushed_in_step)
+    # only the latest weights stay on disk, and the temporary folder goes with the engine
+    folder = trainer.gen_engine.raw.weights_dir()
+    assert [p.name for p in Path(folder).iterdir()] == ["policy-00000004.safetensors"]
+    trainer.gen_engine.raw.close()
+    assert not Path(folder).exists()
 
 
 def test_a_dead_server_fails_over_to_the_other(servers, tiny_model_dir):
@@ -137,6 +144,12 @@ def test_a_weight_push_without_the_token_is_refused_with_the_fix(servers, monkey
     with pytest.raises(PluginError, match="HTTP 403"):
         wrong.import_weights(weights)
     assert servers[0].stats()["weight_version"] == before  # nothing was loaded
+    # the refused weights were written to a temporary folder; it goes when the engine does
+    folders = [Path(e.raw.weights_dir()) for e in (tokenless, wrong)]
+    assert all(f.is_dir() and f.name.startswith("polyrl-weights-") for f in folders)
+    del tokenless, wrong
+    gc.collect()
+    assert not any(f.exists() for f in folders)
     with pytest.raises(ConfigError, match="backends.options.weight_push_token_env"):
         Engine(reg, "remote", remote_config(servers[:1], served_model=SERVED_NAME,
                                             weight_push_token_env="POLYRL_TEST_UNSET_TOKEN_VAR"))

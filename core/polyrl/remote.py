@@ -37,7 +37,8 @@ Options (``[backends.options]``; every engine of the run sees them, only this ba
 ``servers`` (required, list of base URLs ending in ``/v1``), ``served_model`` (the model name the
 servers serve; default: whatever ``/v1/models`` lists first), ``timeout_s`` (120), ``retries`` (3),
 ``backoff_s`` (0.5), ``max_concurrency`` (4 per server), ``weight_push`` (true), ``weights_dir``
-(default: a temporary folder), ``api_key_env``, and the weight-push shared secret that ``polyrl
+(default: a temporary folder, made at the first push and removed with the engine or at exit, so runs
+do not fill /tmp with their last weights; a given folder is left in place), ``api_key_env``, and the weight-push shared secret that ``polyrl
 serve --weight-push-token-file/--weight-push-token-env`` expects: ``weight_push_token_env`` (the
 name of an environment variable holding it) or ``weight_push_token_file`` (a file holding it). It
 goes in the ``X-Polyrl-Weight-Token`` header of weight pushes only, never to generation requests.
@@ -48,9 +49,11 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import shutil
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -143,7 +146,7 @@ class RemoteEngine:
         self.model = self.options.served_model or self._served_model(self.options.servers[0])
         self._next = itertools.count()
         self._lock = threading.Lock()
-        self._weights_dir = self.options.weights_dir or tempfile.mkdtemp(prefix="polyrl-weights-")
+        self._temp_weights: tuple[str, weakref.finalize] | None = None  # folder we made, its remover
         self.weight_version = 0
         token = weight_push_token(self.options)
         self._push_headers = {WEIGHT_TOKEN_HEADER: token} if token else {}
@@ -217,19 +220,35 @@ class RemoteEngine:
 
         t0 = time.perf_counter()
         self.weight_version += 1
-        path = os.path.join(self._weights_dir, f"policy-{self.weight_version:08d}.safetensors")
+        folder = self.weights_dir()
+        path = os.path.join(folder, f"policy-{self.weight_version:08d}.safetensors")
         tmp = path + ".tmp"
         save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, tmp)
         os.replace(tmp, path)
         for i in range(len(self.options.servers)):
             self.post_to(i, "/polyrl/weights", {"path": path}, headers=self._push_headers)
-        previous = os.path.join(self._weights_dir, f"policy-{self.weight_version - 1:08d}.safetensors")
+        previous = os.path.join(folder, f"policy-{self.weight_version - 1:08d}.safetensors")
         if os.path.exists(previous):
             os.remove(previous)
         seconds = time.perf_counter() - t0
         log.info("weights pushed", servers=len(self.options.servers), version=self.weight_version,
                  seconds=round(seconds, 3))
         return seconds
+
+    def weights_dir(self) -> str:
+        """Where pushed weights are written: ``weights_dir`` as given, else a temporary folder made on
+        first use and removed when the engine goes (or the process exits)."""
+        if self.options.weights_dir:
+            return self.options.weights_dir
+        if self._temp_weights is None or not self._temp_weights[1].alive:
+            folder = tempfile.mkdtemp(prefix="polyrl-weights-")
+            self._temp_weights = folder, weakref.finalize(self, shutil.rmtree, folder, ignore_errors=True)
+        return self._temp_weights[0]
+
+    def close(self) -> None:
+        """Remove the temporary weights folder now (a given ``weights_dir`` is left in place)."""
+        if self._temp_weights is not None:
+            self._temp_weights[1]()
 
     def post_to(self, server_index: int, path: str, body: dict[str, Any],
                 headers: dict[str, str] | None = None) -> dict[str, Any]:
