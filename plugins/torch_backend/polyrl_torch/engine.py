@@ -24,6 +24,7 @@ from polyrl.types import ALL_LINEAR, EngineConfig, Prompt, TokenPrompt
 from polyrl_torch import distributed, sharding
 from polyrl_torch.attention import register_grouped_sdpa
 from polyrl_torch.generation_weights import packing_requested
+from polyrl_torch.host_memory import retain_freed_memory, retain_requested
 
 #: float16 runs on CPU too (torch 2.x has the kernels) but is no faster there than bfloat16;
 #: it is for GPUs without bfloat16 and for matching a float16 generator.
@@ -129,6 +130,8 @@ class TorchEngine:
         # FSDP2 when asked for under torchrun (a no-op alone): see polyrl_torch.sharding
         shard = config.role == "train" and sharding.requested(config.options) and distributed.active()
         packing_requested(config.options)  # a bad value fails at load, not at the first generate
+        if retain_requested(config.options) and self.device.type == "cpu":
+            retain_freed_memory()  # no page faults for every large tensor: see polyrl_torch.host_memory
         self.use_configured_threads()
         torch.manual_seed(config.seed)  # LoRA init draws from the global generator
         #: The sampler's generator when a call passes no seed: repeatable per engine seed.

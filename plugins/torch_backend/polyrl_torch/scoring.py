@@ -27,6 +27,7 @@ from torch.utils.checkpoint import checkpoint
 from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS, length_batches, length_buckets, prompt_groups
 from polyrl.types import TokenSequence
 from polyrl_torch.engine import TorchEngine
+from polyrl_torch.target_logprobs import target_logprobs
 
 #: Logit elements per chunk (64 MB in float32).
 CHUNK_ELEMENTS = 1 << 24
@@ -40,8 +41,12 @@ SCORE_BATCH_TOKENS = 8192
 def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
                     temperature: float, softcap: float | None, entropy: str = "none"):
     """The targets' log-probs; with ``entropy`` "metric" (detached) or "grad" also each row's
-    entropy of the whole next-token distribution, from the same log-softmax."""
-    logits = head(hidden).float()
+    entropy of the whole next-token distribution."""
+    logits = head(hidden)
+    if not softcap and entropy != "grad":  # the common case: one fused step (polyrl_torch.target_logprobs)
+        picked, ent = target_logprobs(logits, targets, temperature, with_entropy=entropy == "metric")
+        return picked if entropy == "none" else (picked, ent)
+    logits = logits.float()
     if softcap:
         logits = torch.tanh(logits / softcap) * softcap
     # dividing by 1.0 would still write (and, under autograd, back-propagate) a whole logits copy
@@ -189,9 +194,12 @@ def _score(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature:
     head = lm.get_output_embeddings()
     softcap = getattr(lm.config, "final_logit_softcapping", None)
     chunk = max(1, CHUNK_ELEMENTS // head.weight.shape[0])
-    # under autograd each chunk keeps its logits and log-softmax (8 bytes per logit) for backward
-    # unless recomputed; recompute (one more lm_head matmul) only when they would not fit the cap
-    kept_mb = selected.shape[0] * head.weight.shape[0] * 8 / 2**20
+    # under autograd each chunk keeps its logits for backward (as computed: 2 bytes each under
+    # bfloat16 mixed precision; the softcap / entropy-gradient path keeps float32 logits and
+    # log-softmax, 8) unless recomputed; recompute (one more lm_head matmul) only above the cap
+    fused = not softcap and entropy != "grad"
+    per_logit = torch.finfo(engine.compute_dtype or engine.dtype).bits // 8 if fused else 8
+    kept_mb = selected.shape[0] * head.weight.shape[0] * per_logit / 2**20
     cap_mb = float(engine.config.options.get("logits_memory_mb", LOGITS_MEMORY_MB))
     recompute = torch.is_grad_enabled() and kept_mb > cap_mb
     pieces, ent_pieces = [], []
