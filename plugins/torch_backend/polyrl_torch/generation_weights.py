@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from polyrl.errors import ConfigError
+from polyrl.backend_kit.options import bool_option
 from polyrl_torch.attention import GROUPED_SDPA
 
 if TYPE_CHECKING:
@@ -38,12 +38,8 @@ PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
 
 def packing_requested(options: Mapping[str, Any]) -> bool:
     """``backends.options.packed_generation`` (default on), checked to be a boolean."""
-    value = options.get("packed_generation", True)
-    if not isinstance(value, bool):
-        raise ConfigError(f"backends.options.packed_generation must be true or false, not {value!r}",
-                          field="backends.options.packed_generation",
-                          fix="write packed_generation = false to sample with the training weights (or remove it)")
-    return value
+    return bool_option(options, "packed_generation", True,
+                       fix="write packed_generation = false to sample with the training weights (or remove it)")
 
 
 def packing_available(device: torch.device, dtype: torch.dtype) -> bool:

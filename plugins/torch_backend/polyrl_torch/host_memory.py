@@ -23,7 +23,7 @@ import platform
 from collections.abc import Mapping
 from typing import Any
 
-from polyrl.errors import ConfigError
+from polyrl.backend_kit.options import bool_option
 from polyrl.logs import get_logger
 
 #: ``mallopt`` parameters (glibc's ``malloc.h``).
@@ -42,17 +42,14 @@ _applied: bool | None = None
 
 def retain_requested(options: Mapping[str, Any]) -> bool:
     """``backends.options.retain_freed_memory`` (default on), checked to be a boolean."""
-    value = options.get("retain_freed_memory", True)
-    if not isinstance(value, bool):
-        raise ConfigError(f"backends.options.retain_freed_memory must be true or false, not {value!r}",
-                          field="backends.options.retain_freed_memory",
-                          fix="write retain_freed_memory = false to keep the C library's defaults (or remove it)")
-    return value
+    return bool_option(options, "retain_freed_memory", True,
+                       fix="write retain_freed_memory = false to keep the C library's defaults (or remove it)")
 
 
 def retain_freed_memory() -> bool:
-    """Ask glibc to serve large blocks from its heap and never trim it; True when it took effect.
-    A no-op (False) with another C library (macOS, musl), where the defaults stay."""
+    """Ask glibc to serve blocks below ``MMAP_FROM_BYTES`` from its heap and to trim the heap only
+    past ``TRIM_FROM_BYTES`` free; True when it took effect. A no-op (False) with another C library
+    (macOS, musl), where the defaults stay."""
     global _applied
     if _applied is not None:
         return _applied

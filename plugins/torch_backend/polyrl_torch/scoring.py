@@ -38,12 +38,18 @@ LOGITS_MEMORY_MB = 1024
 SCORE_BATCH_TOKENS = 8192
 
 
+def _one_step(softcap: float | None, entropy: str) -> bool:
+    """Whether a chunk's log-probs take ``polyrl_torch.target_logprobs`` (everything but a logit
+    softcap or an entropy that needs its own gradient, which keep the composite path)."""
+    return not softcap and entropy != "grad"
+
+
 def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
                     temperature: float, softcap: float | None, entropy: str = "none"):
     """The targets' log-probs; with ``entropy`` "metric" (detached) or "grad" also each row's
     entropy of the whole next-token distribution."""
     logits = head(hidden)
-    if not softcap and entropy != "grad":  # the common case: one fused step (polyrl_torch.target_logprobs)
+    if _one_step(softcap, entropy):
         picked, ent = target_logprobs(logits, targets, temperature, with_entropy=entropy == "metric")
         return picked if entropy == "none" else (picked, ent)
     logits = logits.float()
@@ -197,8 +203,7 @@ def _score(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature:
     # under autograd each chunk keeps its logits for backward (as computed: 2 bytes each under
     # bfloat16 mixed precision; the softcap / entropy-gradient path keeps float32 logits and
     # log-softmax, 8) unless recomputed; recompute (one more lm_head matmul) only above the cap
-    fused = not softcap and entropy != "grad"
-    per_logit = torch.finfo(engine.compute_dtype or engine.dtype).bits // 8 if fused else 8
+    per_logit = torch.finfo(engine.compute_dtype or engine.dtype).bits // 8 if _one_step(softcap, entropy) else 8
     kept_mb = selected.shape[0] * head.weight.shape[0] * per_logit / 2**20
     cap_mb = float(engine.config.options.get("logits_memory_mb", LOGITS_MEMORY_MB))
     recompute = torch.is_grad_enabled() and kept_mb > cap_mb

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from polyrl.backend_kit.options import bool_option
 from polyrl.errors import ConfigError
 from polyrl.types import TokenSequence
 from polyrl_torch import distributed
@@ -42,11 +43,7 @@ PREFIX = "lm."
 
 
 def requested(options: Mapping[str, Any]) -> bool:
-    value = options.get("fsdp", False)
-    if not isinstance(value, bool):
-        raise ConfigError(f"backends.options.fsdp must be true or false, not {value!r}",
-                          field="backends.options.fsdp", fix="write fsdp = true (or remove it)")
-    return value
+    return bool_option(options, "fsdp", False, fix="write fsdp = true (or remove it)")
 
 
 class TrainingForward(torch.nn.Module):
