@@ -21,6 +21,8 @@ def test_bench_reports_each_backend_in_its_own_process(tiny_model_dir, tmp_path)
                        max_new_tokens=4, threads=1, steps=1, output=str(out))
     assert json.loads(out.read_text()) == report
     assert report["machine"]["threads"] == 1
+    assert report["machine"]["model"] and report["machine"]["cpus"] >= 1  # figures name their CPU
+    assert "isa_limits" not in report["machine"]  # none set: the CPU's own kernels
     first, second = report["results"]
     for r in (first, second):
         assert "error" not in r, r
@@ -85,3 +87,18 @@ def test_bench_times_hf_generate_as_the_generation_baseline(tiny_model_dir, tmp_
     assert ours["generate_speedup_vs_hf"] == pytest.approx(hf["generate_s"] / ours["generate_s"])
     measured = speed_records.load().get(speed_records.machine_key(), {})
     assert set(next(iter(measured.values()))) == {"torch"}
+
+
+def test_an_instruction_set_cap_is_recorded_and_takes_effect(monkeypatch):
+    """``ATEN_CPU_CAPABILITY`` etc. make an AVX-512 CPU run its AVX2 kernels (a stand-in for an
+    AVX2-only machine): the report must say so, and the peak's child must have run under it."""
+    from polyrl.bench.machine import cpu_info
+    from polyrl.bench.workload import matmul_peak
+
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert cpu_info()["isa_limits"] == {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert matmul_peak(1)["cpu_capability"] == "DEFAULT"
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    assert "isa_limits" not in cpu_info()

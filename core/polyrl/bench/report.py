@@ -93,7 +93,13 @@ def print_table(report: dict[str, Any]) -> None:
             console.print(f"{r['backend']}: FLOP floor {r['flop_floor_s']:.1f} s/step at the measured peak; TRL's step "
                           f"is {r['max_speedup_vs_trl']:.2f}x that, so 3x TRL needs "
                           f"{r['peak_share_for_3x_trl']:.0%} of the peak across the whole step")
-    peak = report["machine"]["matmul_peak"]
+    machine = report["machine"]
+    if machine.get("model"):
+        console.print(f"CPU: {machine['model']}, {machine.get('cpus')} CPUs, AVX-512: "
+                      f"{', '.join(machine.get('avx512') or []) or 'none'}")
+    if machine.get("isa_limits"):
+        console.print(f"instruction set capped by {machine['isa_limits']}: these are not this CPU's own figures")
+    peak = machine["matmul_peak"]
     console.print(f"matmul peak {peak['peak_gflops']:.1f} GFLOP/s ({peak.get('library')}, "
                   f"{report['machine']['threads']} thread(s)); chart: {report.get('chart') or 'none (pip install matplotlib)'}")
     for dtype, other in report["machine"].get("matmul_peaks", {}).items():

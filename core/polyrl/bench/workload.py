@@ -12,7 +12,6 @@ the workload's FLOPs). Output: JSON, a PNG chart, a table.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import resource
 import subprocess
@@ -26,6 +25,7 @@ import numpy as np
 
 from polyrl import strict_json
 from polyrl.bench import speed_records
+from polyrl.bench.machine import cpu_info
 from polyrl.engine import Engine
 from polyrl.registry import get_registry
 from polyrl.types import EngineConfig, LoraConfig, SamplingParams, TokenSequence, TrainBatch
@@ -312,8 +312,8 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
             if base.get(key) and r.get(key) is not None and r[key] == r[key]:
                 r[f"{key}_vs_{base['backend']}"] = r[key] / base[key]
     report = {
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "cpus": os.cpu_count(), "threads": threads, "matmul_peak": peak,
+        "machine": {**cpu_info(threads), "platform": platform.platform(),
+                    "processor": platform.processor() or platform.machine(), "matmul_peak": peak,
                     "matmul_peaks": peaks},
         "workload": {"model": model, "prompts": prompts, "group_size": group_size,
                      "max_new_tokens": max_new_tokens, "steps": steps, "lora": lora,

@@ -28,7 +28,8 @@ def measure(threads: int, seconds_per_size: float = 1.0, dtype: str = "float32")
             reps += 1
         rates[str(n)] = 2.0 * n**3 * reps / (time.perf_counter() - start) / 1e9
     return {"peak_gflops": max(rates.values()), "by_size_gflops": rates, "threads": threads,
-            "dtype": dtype, "library": "torch " + torch.__version__}
+            "dtype": dtype, "library": "torch " + torch.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}  # the ISA ATen's kernels use here
 
 
 if __name__ == "__main__":
