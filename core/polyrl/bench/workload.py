@@ -311,7 +311,7 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
         for key in ("generate_s", "logprobs_s", "train_step_s"):
             if base.get(key) and r.get(key) is not None and r[key] == r[key]:
                 r[f"{key}_vs_{base['backend']}"] = r[key] / base[key]
-    report = {
+    report: dict[str, Any] = {
         "machine": {**cpu_info(threads), "platform": platform.platform(),
                     "processor": platform.processor() or platform.machine(), "matmul_peak": peak,
                     "matmul_peaks": peaks},
