@@ -28,6 +28,8 @@ def test_bench_reports_each_backend_in_its_own_process(tiny_model_dir, tmp_path)
         assert "error" not in r, r
         assert r["generate_s"] > 0 and r["train_step_s"] > 0 and r["tokens_per_step"] >= 4
         assert r["peak_rss_mb"] > 50
+    for r in (first, second):  # every timed step is kept: the run's spread
+        assert len(r["step_s_each"]) == r["steps_timed"] == 1 and r["step_s_each"][0] == pytest.approx(r["step_s"])
     assert first["generate_s_vs_torch"] == pytest.approx(1.0)
     assert second["generate_s_vs_torch"] == pytest.approx(second["generate_s"] / first["generate_s"])
     # the train step's phases add up to (at most) the step; utilisation is against the measured peak
@@ -56,6 +58,7 @@ def test_bench_runs_trl_on_the_same_workload(tiny_model_dir):
     ours, trl = report["results"]
     assert trl["backend"] == "trl" and "error" not in trl, trl
     assert trl["trl_version"] == "1.16.0" and trl["step_s"] > 0 and trl["steps_timed"] >= 1
+    assert len(trl["step_s_each"]) == trl["steps_timed"] and min(trl["step_s_each"]) <= trl["step_s"]
     assert 0 < trl["tokens_per_step"] <= 2 * 2 * 4
     assert ours["speedup_vs_trl"] == pytest.approx(trl["step_s"] / ours["step_s"])
     # the FLOP floor: the workload's FLOPs at the measured peak, and what it allows against TRL

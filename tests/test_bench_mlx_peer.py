@@ -41,6 +41,7 @@ def test_bench_runs_mlx_lm_lora_beside_the_mlx_backend(tiny_model_dir, tmp_path)
     assert ours["backend"] == "mlx" and "error" not in ours, ours
     assert peer["backend"] == "mlx-lm-lora" and "error" not in peer, peer
     assert peer["mlx_lm_lora_version"] == "5.10.2" and peer["steps_timed"] == 1 and peer["first_step_s"] > 0
+    assert peer["step_s_each"] == [pytest.approx(peer["step_s"])]
     # it really trained: its loss was computed each step and the adapters it saved moved
     assert len(peer["losses"]) == 2 and all(loss == loss for loss in peer["losses"])
     assert peer["saved_weights_moved_l2"] > 0

@@ -89,6 +89,11 @@ def print_table(report: dict[str, Any]) -> None:
         console = Console(stderr=True, width=160)  # logs and pipes: no truncated columns
     console.print(table)
     for r in report["results"]:
+        each = [x for x in r.get("step_s_each") or [] if isinstance(x, (int, float))]
+        if len(each) > 1:
+            console.print(f"{r['backend']}: {len(each)} timed steps, {min(each):.2f}-{max(each):.2f} s "
+                          f"(median {r['step_s']:.2f})")
+    for r in report["results"]:
         if r.get("max_speedup_vs_trl"):
             console.print(f"{r['backend']}: FLOP floor {r['flop_floor_s']:.1f} s/step at the measured peak; TRL's step "
                           f"is {r['max_speedup_vs_trl']:.2f}x that, so 3x TRL needs "

@@ -117,6 +117,8 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
     # a GRPO step: generate, then update (the old-log-prob pass equals the current policy with one
     # update per batch and is skipped, as TRL skips it)
     out["step_s"] = out["generate_s"] + (out["train_step_s"] if train_s else 0.0)
+    # every timed step, not only the median: the spread within one run (a noisy machine shows here)
+    out["step_s_each"] = [g + t for g, t in zip(gen_s, train_s)] if train_s else list(gen_s)
     return out
 
 

@@ -139,7 +139,7 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "shapes": shapes[len(shapes) // 2] if shapes else None,
         "completion_lens_seen": sorted({n for s in shapes for n in s["completion_lens"]}),
-        "steps_timed": len(measured), "trl_version": __import__("trl").__version__,
+        "steps_timed": len(measured), "step_s_each": [float(x) for x in measured], "trl_version": __import__("trl").__version__,
         "param_dtype": str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
         "compute_dtype": compute_dtype or "float32",
     }
