@@ -130,3 +130,29 @@ def test_bf16_sampler_attends_in_its_float32_cache_dtype():
     assert torch.equal(out, expected.to(torch.bfloat16))
     same, _ = grouped_sdpa(module, query.float(), key, value, None)
     assert torch.equal(same, expected)
+
+
+def test_bf16_training_attention_runs_in_float32_even_under_autocast():
+    """Autocast hands attention bfloat16 queries, keys and values; torch's CPU flash attention is
+    2-3x slower in bfloat16 at training lengths, so they are attended in float32 (autocast off for
+    the call: it would cast them back), the output and the gradients in bfloat16."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from polyrl_torch.attention import grouped_sdpa
+
+    module = torch.nn.Module()
+    module.is_causal, module.num_key_value_groups = True, 3
+    gen = torch.Generator().manual_seed(0)
+    query = torch.randn(2, 6, 5, 8, generator=gen).bfloat16().requires_grad_()
+    key = torch.randn(2, 2, 5, 8, generator=gen).bfloat16().requires_grad_()
+    value = torch.randn(2, 2, 5, 8, generator=gen).bfloat16().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = grouped_sdpa(module, query, key, value, None)
+        in_bf16, _ = sdpa_attention_forward(module, query, key, value, None)
+    expected, _ = sdpa_attention_forward(module, query.float(), key.float(), value.float(), None)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, expected.to(torch.bfloat16))
+    assert not torch.equal(in_bf16, out)  # what autocast alone would have computed differs
+    out.float().square().sum().backward()
+    assert query.grad is not None and key.grad is not None and value.grad is not None
+    assert query.grad.dtype == key.grad.dtype == value.grad.dtype == torch.bfloat16

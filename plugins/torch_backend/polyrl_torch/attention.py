@@ -1,4 +1,4 @@
-"""Attention on CPU: torch's SDPA with grouped key/value heads, in the keys' dtype.
+"""Attention on CPU: torch's SDPA with grouped key/value heads, 16-bit inputs attended in float32.
 
 Why not transformers' own ``sdpa`` attention: with an attention mask (left-padded prompts, shared
 prompt caches: polyrl always has one) it expands the keys and values of grouped-query models to one
@@ -9,9 +9,12 @@ key/value heads for 9 query heads) a decode step's attention ran about 8x faster
 training forward and backward ~10-15 % faster, with the same outputs. The torch backend loads
 CPU models with it in place of ``sdpa``.
 
-Why a cache dtype of its own: torch's CPU flash attention is ~3x slower in bfloat16 than in
-float32 for a decode step's one query row, so a bfloat16 sampler keeps its cache in float32 (one
-new row converted per step) and attends in float32; the output goes back to the model's dtype.
+Why float32 for 16-bit inputs: torch's CPU flash attention is slower in bfloat16 than in float32,
+~3x for a decode step's one query row and 2-3x for a short sequence's forward + backward (it is
+never faster at the lengths measured, up to 512 tokens), so 16-bit queries, keys and values are
+attended in float32 (autocast, which would cast them back, is off for the call) and the output
+returns in the query's dtype. A bfloat16 sampler keeps its KV cache in float32 for the same reason
+(one new row converted per step instead of the whole cache).
 """
 
 from __future__ import annotations
@@ -20,23 +23,33 @@ from typing import Any
 
 import torch
 
+#: Floating dtypes attended in float32 on the CPU.
+SIXTEEN_BIT = (torch.bfloat16, torch.float16)
+
 
 def grouped_sdpa(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                  is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers' ``sdpa_attention_forward`` (same arguments, same result) without ``repeat_kv``,
-    computed in ``key``'s dtype; the output ``[batch, queries, heads, dim]`` in ``query``'s."""
+    computed in float32 when any input is a 16-bit float (else in their own dtype); the output
+    ``[batch, queries, heads, dim]`` in ``query``'s dtype."""
     out_dtype = query.dtype
-    if key.dtype != query.dtype:
-        query = query.to(key.dtype)
-        if attention_mask is not None and attention_mask.is_floating_point():
-            attention_mask = attention_mask.to(key.dtype)
+    dtype = attention_dtype(query.dtype, key.dtype)
+    query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
+    if attention_mask is not None and attention_mask.is_floating_point():
+        attention_mask = attention_mask.to(dtype)
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling,
-        is_causal=bool(query.shape[2] > 1 and attention_mask is None and causal),
-        enable_gqa=getattr(module, "num_key_value_groups", 1) > 1)
+    with torch.autocast(query.device.type, enabled=False):  # autocast would cast back to 16 bits
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling,
+            is_causal=bool(query.shape[2] > 1 and attention_mask is None and causal),
+            enable_gqa=getattr(module, "num_key_value_groups", 1) > 1)
     return out.transpose(1, 2).contiguous().to(out_dtype), None
+
+
+def attention_dtype(query: torch.dtype, key: torch.dtype) -> torch.dtype:
+    """float32 when either side is a 16-bit float (see the module docstring), else the key's."""
+    return torch.float32 if query in SIXTEEN_BIT or key in SIXTEEN_BIT else key
 
 
 #: The name ``grouped_sdpa`` is registered under with transformers.
