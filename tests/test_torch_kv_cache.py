@@ -112,9 +112,9 @@ def test_grouped_sdpa_equals_transformers_sdpa_with_a_mask():
         torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
 
 
-def test_bf16_sampler_attends_in_its_float32_cache_dtype():
-    """A bfloat16 query against the float32 cache: float32 attention of the same inputs, the output
-    back in bfloat16; same-dtype inputs are attended in their own dtype."""
+def test_bf16_query_against_a_float32_cache_attends_in_float32():
+    """A bfloat16 query against float32 keys: float32 attention of the same inputs, the output
+    back in bfloat16; float32 inputs are attended in their own dtype."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     from polyrl_torch.attention import grouped_sdpa

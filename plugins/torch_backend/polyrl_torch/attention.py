@@ -13,8 +13,9 @@ Why float32 for 16-bit inputs: torch's CPU flash attention is slower in bfloat16
 ~3x for a decode step's one query row and 2-3x for a short sequence's forward + backward (it is
 never faster at the lengths measured, up to 512 tokens), so 16-bit queries, keys and values are
 attended in float32 (autocast, which would cast them back, is off for the call) and the output
-returns in the query's dtype. A bfloat16 sampler keeps its KV cache in float32 for the same reason
-(one new row converted per step instead of the whole cache).
+returns in the query's dtype. The KV cache stays in the keys' own dtype: a bfloat16 sampler's keys
+are bfloat16 values either way, and converting its cache each step measured as fast as keeping a
+float32 copy, at half the memory.
 """
 
 from __future__ import annotations

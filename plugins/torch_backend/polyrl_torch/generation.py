@@ -138,7 +138,7 @@ def generate(engine: TorchEngine, prompts: Sequence[Prompt], sampling: SamplingP
                 engine.generation_copy = GenerationCopy(engine)
             copy = engine.generation_copy
             with torch.inference_mode():
-                return _generate(engine, copy.current(engine), prompts, sampling, DynamicCache, copy.cache_dtype)
+                return _generate(engine, copy.current(engine), prompts, sampling, DynamicCache)
         # gather (FSDP) and fold LoRA outside inference mode
         with engine.full_weights(), engine.adapters_merged(), torch.inference_mode(), engine.autocast():
             return _generate(engine, engine.model, prompts, sampling, DynamicCache)
@@ -146,10 +146,8 @@ def generate(engine: TorchEngine, prompts: Sequence[Prompt], sampling: SamplingP
         engine.model.train(model_was_training)
 
 
-def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cache_cls,
-              cache_dtype: torch.dtype | None = None) -> list[Completion]:
-    """``model`` samples (the engine's own, or its packed / mixed-precision copy, whose KV cache is
-    kept in ``cache_dtype``)."""
+def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cache_cls) -> list[Completion]:
+    """``model`` samples (the engine's own, or its packed / mixed-precision copy)."""
     if not prompts:
         return []
     n, device = sampling.n, engine.device
@@ -176,7 +174,7 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
         unique.setdefault(tuple(ids), len(unique))
     input_ids, attention = _left_pad([list(u) for u in unique], engine.pad_id, device)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    cache = preallocate(cache_cls(config=engine.causal_lm.config), input_ids.shape[1] + max(budgets), cache_dtype)
+    cache = preallocate(cache_cls(config=engine.causal_lm.config), input_ids.shape[1] + max(budgets))
     logits = _next_logits(model, input_ids=input_ids, attention_mask=attention,
                           position_ids=positions, past_key_values=cache)
     rows = [unique[tuple(ids)] for ids in prompt_ids for _ in range(n)]

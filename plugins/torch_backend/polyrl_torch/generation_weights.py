@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from polyrl.backend_kit.options import bool_option
-from polyrl_torch.attention import GROUPED_SDPA
 
 if TYPE_CHECKING:
     from polyrl_torch.engine import TorchEngine
@@ -93,8 +92,6 @@ class GenerationCopy:
 
         source = engine.causal_lm
         attn = getattr(source.config, "_attn_implementation", None) or "sdpa"  # the engine's (CPU: grouped)
-        #: the KV cache's dtype when not the model's: bfloat16 samplers attend in float32 (see attention)
-        self.cache_dtype = torch.float32 if engine.compute_dtype is not None and attn == GROUPED_SDPA else None
         with no_init_weights():  # every weight is overwritten by ``current``: skip the random init
             self.model: Any = AutoModelForCausalLM.from_config(source.config, dtype=sampler_dtype(engine),
                                                                attn_implementation=attn)

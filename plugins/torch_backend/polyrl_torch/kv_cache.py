@@ -18,20 +18,18 @@ from transformers.cache_utils import DynamicLayer
 class PreallocatedLayer(DynamicLayer):
     """``DynamicLayer`` with keys/values as views of buffers holding ``capacity`` positions."""
 
-    def __init__(self, capacity: int, dtype: torch.dtype | None = None) -> None:
+    def __init__(self, capacity: int) -> None:
         super().__init__()
         self.capacity = capacity
-        #: the buffers' dtype when not the keys' own (a bfloat16 model with a float32 cache)
-        self.buffer_dtype = dtype
         self.length = 0
         self._keys: torch.Tensor | None = None
         self._values: torch.Tensor | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.dtype, self.device = self.buffer_dtype or key_states.dtype, key_states.device
+        self.dtype, self.device = key_states.dtype, key_states.device
         batch, heads, _, dim = key_states.shape
-        self._keys = key_states.new_empty((batch, heads, self.capacity, dim), dtype=self.dtype)
-        self._values = value_states.new_empty((batch, heads, self.capacity, value_states.shape[-1]), dtype=self.dtype)
+        self._keys = key_states.new_empty((batch, heads, self.capacity, dim))
+        self._values = value_states.new_empty((batch, heads, self.capacity, value_states.shape[-1]))
         self.length = 0
         self.is_initialized = True
 
@@ -87,10 +85,9 @@ class PreallocatedLayer(DynamicLayer):
             self.values = self._values[:, :, :max_length]
 
 
-def preallocate(cache: Any, capacity: int, dtype: torch.dtype | None = None) -> Any:
+def preallocate(cache: Any, capacity: int) -> Any:
     """Swap ``cache``'s plain full-attention layers for preallocated ones (others stay as they are:
-    sliding-window layers drop old keys, which a fixed buffer does not model); ``dtype`` stores
-    the keys and values in another dtype than the model's (see ``generation_weights``)."""
-    cache.layers = [PreallocatedLayer(capacity, dtype) if type(layer) is DynamicLayer else layer
+    sliding-window layers drop old keys, which a fixed buffer does not model)."""
+    cache.layers = [PreallocatedLayer(capacity) if type(layer) is DynamicLayer else layer
                     for layer in cache.layers]
     return cache
