@@ -105,3 +105,23 @@ def test_an_instruction_set_cap_is_recorded_and_takes_effect(monkeypatch):
     monkeypatch.delenv("ATEN_CPU_CAPABILITY")
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
     assert "isa_limits" not in cpu_info()
+
+
+def test_printed_report_names_the_cpu_its_caps_and_each_sides_spread(capsys):
+    """What `polyrl bench` prints under its table: the CPU with its SIMD flags (an AVX2-only CPU
+    shows avx2, not an empty AVX-512 list), any instruction-set cap, and each side's timed steps."""
+    from polyrl.bench.report import print_table
+
+    peak = {"peak_gflops": 50.0, "library": "torch"}
+    report = {
+        "machine": {"model": "Some CPU", "cpus": 2, "simd_flags": ["avx", "avx2", "fma"], "threads": 1,
+                    "isa_limits": {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "matmul_peak": peak, "matmul_peaks": {}},
+        "results": [{"backend": "torch", "step_s": 10.5, "step_s_each": [10.0, 11.0]},
+                    {"backend": "trl", "step_s": 30.0, "step_s_each": [30.0]}],
+    }
+    print_table(report)
+    err = capsys.readouterr().err
+    assert "CPU: Some CPU, 2 CPUs, SIMD: avx, avx2, fma" in err
+    assert "instruction set capped by {'ONEDNN_MAX_CPU_ISA': 'AVX2'}" in err
+    assert "torch: 2 timed steps, 10.00-11.00 s (the table's step s: 10.50)" in err
+    assert "trl: 1 timed steps" not in err  # one step has no spread to show

@@ -92,7 +92,7 @@ def print_table(report: dict[str, Any]) -> None:
         each = [x for x in r.get("step_s_each") or [] if isinstance(x, (int, float))]
         if len(each) > 1:
             console.print(f"{r['backend']}: {len(each)} timed steps, {min(each):.2f}-{max(each):.2f} s "
-                          f"(median {r['step_s']:.2f})")
+                          f"(the table's step s: {r['step_s']:.2f})")
     for r in report["results"]:
         if r.get("max_speedup_vs_trl"):
             console.print(f"{r['backend']}: FLOP floor {r['flop_floor_s']:.1f} s/step at the measured peak; TRL's step "
@@ -100,14 +100,14 @@ def print_table(report: dict[str, Any]) -> None:
                           f"{r['peak_share_for_3x_trl']:.0%} of the peak across the whole step")
     machine = report["machine"]
     if machine.get("model"):
-        console.print(f"CPU: {machine['model']}, {machine.get('cpus')} CPUs, AVX-512: "
-                      f"{', '.join(machine.get('avx512') or []) or 'none'}")
+        console.print(f"CPU: {machine['model']}, {machine.get('cpus')} CPUs, SIMD: "
+                      f"{', '.join(machine.get('simd_flags') or []) or 'none listed'}")
     if machine.get("isa_limits"):
         console.print(f"instruction set capped by {machine['isa_limits']}: these are not this CPU's own figures")
     peak = machine["matmul_peak"]
     console.print(f"matmul peak {peak['peak_gflops']:.1f} GFLOP/s ({peak.get('library')}, "
-                  f"{report['machine']['threads']} thread(s)); chart: {report.get('chart') or 'none (pip install matplotlib)'}")
-    for dtype, other in report["machine"].get("matmul_peaks", {}).items():
+                  f"{machine['threads']} thread(s)); chart: {report.get('chart') or 'none (pip install matplotlib)'}")
+    for dtype, other in machine.get("matmul_peaks", {}).items():
         if dtype != "float32":  # a --compute-dtype run's MFU is against this one
             console.print(f"{dtype} matmul peak {other['peak_gflops']:.1f} GFLOP/s (MFU of {dtype} runs)")
 
