@@ -1,4 +1,4 @@
-"""torchrun with gloo on CPU: two ranks give the loss curve and weights of one process."""
+"""torchrun with gloo on CPU (NCCL on a GPU): ranks give the loss curve and weights of one process."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _launch_config(tmp_path: Path, model: str, prompts: int, sections: str) -> t
     out = tmp_path / "run"
     config = tmp_path / "run.toml"
     config.write_text(
-        f'[model]\npath = "{model}"\n{sections}[generation]\ngroup_size = 4\nmax_new_tokens = 8\n'
+        f'[model]\npath = "{model}"\ndevice = "cpu"\n{sections}[generation]\ngroup_size = 4\nmax_new_tokens = 8\n'
         f'[data]\ntask = "arithmetic"\n[[rewards]]\nfunction = "{tmp_path / "reward.py"}:digits"\n'
         f'[train]\nsteps = 3\nprompts_per_step = {prompts}\nthreads = 1\ncheckpoint_every = 1\n'
         f'output_dir = "{out}"\n')
@@ -79,6 +79,31 @@ def test_two_ranks_match_one_process_on_the_same_global_batch(tiny_model_dir, tm
     np.testing.assert_allclose(double["mismatch_abs"], single["mismatch_abs"], rtol=1e-6)
     assert single["mismatch_abs"][0] > 0
     np.testing.assert_allclose(double["entropy"], single["entropy"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_one_launched_rank_runs_the_collectives_and_matches_one_process(tiny_model_dir, tmp_path, device):
+    """``torchrun --nproc_per_node 1`` joins a process group of one (gloo on the CPU, NCCL on CUDA:
+    the collectives of a larger world, runnable on a one-GPU machine); plain and FSDP2 training
+    there equal one process without a group."""
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU here: the NCCL variant runs where torch sees one")
+    one_rank = [str(TORCHRUN), "--standalone", "--nproc_per_node", "1"]
+    for fsdp in ([], ["--fsdp"]):
+        args = [tiny_model_dir, "--device", device, "--masks", *fsdp]
+        alone = _run([sys.executable, str(SCRIPT), *args, "--out", str(tmp_path / "alone.json")],
+                     tmp_path / "alone.json")
+        ranked = _run([*one_rank, str(SCRIPT), *args, "--out", str(tmp_path / "ranked.json")],
+                      tmp_path / "ranked.json")
+        assert alone["process_group"] is None
+        assert ranked["process_group"] == ("nccl" if device == "cuda" else "gloo")
+        assert ranked["device"].startswith(device) and alone["device"].startswith(device)
+        np.testing.assert_allclose(ranked["losses"], alone["losses"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(ranked["grad_norms"], alone["grad_norms"], rtol=1e-5)
+        assert ranked["checksum"] == pytest.approx(alone["checksum"], rel=1e-6)
+        assert len(set(np.round(alone["losses"], 6))) > 1
 
 
 def test_fsdp_two_ranks_match_one_process_and_checkpoints_cross_world_sizes(tiny_model_dir, tmp_path):
@@ -189,7 +214,7 @@ def test_sigterm_to_the_launcher_stops_every_rank_after_the_same_step_with_a_che
     out = tmp_path / "run"
     config = tmp_path / "run.toml"
     config.write_text(
-        f'[model]\npath = "{tiny_model_dir}"\n[generation]\ngroup_size = 2\nmax_new_tokens = 4\n'
+        f'[model]\npath = "{tiny_model_dir}"\ndevice = "cpu"\n[generation]\ngroup_size = 2\nmax_new_tokens = 4\n'
         '[optimizer]\nlr = 1e-3\n[data]\ntask = "arithmetic"\n[[rewards]]\nname = "numeric_match"\n'
         f'[train]\nsteps = 5000\nprompts_per_step = 2\nthreads = 1\noutput_dir = "{out}"\n')
     proc = subprocess.Popen([sys.executable, "-m", "polyrl.cli", "launch", "--nproc-per-node", "2",

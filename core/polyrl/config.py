@@ -38,7 +38,9 @@ class ModelSection:
     #: mixed precision: matmuls in this dtype, weights and optimizer state kept in ``dtype``;
     #: None = compute in ``dtype`` itself (no autocast)
     compute_dtype: str | None = None
-    device: str = "cpu"
+    #: "auto": the backend's accelerator when this machine has one (CUDA for torch, a GPU for MAX,
+    #: Metal for MLX), else the CPU: one recipe runs on a GPU box and a laptop unchanged
+    device: str = "auto"
     max_length: int = 1024
     reference_path: str | None = None  # the KL reference, when not the initial policy itself
     trust_remote_code: bool = False  # run Python shipped in the model folder (only when asked)

@@ -587,7 +587,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed on start)")
     p.add_argument("--threads", type=int, default=None, help="backend compute threads")
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="auto",
+                   help="auto (the backend's accelerator when there is one, else cpu), cpu, cuda, gpu, ...")
     p.add_argument("--max-length", type=int, default=d.max_length,
                    help="prompt + completion tokens; longer prompts get a 400")
     p.add_argument("--max-batch-size", type=int, default=DEFAULT_BATCH,

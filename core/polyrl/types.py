@@ -355,7 +355,7 @@ class EngineConfig:
     #: CPU has native bfloat16). None: compute in ``dtype``. Only for backends declaring it in
     #: ``Capabilities.compute_dtypes``.
     compute_dtype: str | None = None
-    device: str = "cpu"
+    device: str = "auto"  # the backend's accelerator when there is one, else the CPU
     seed: int = 0
     threads: int | None = None
     lora: LoraConfig | None = attrs.field(default=None, converter=as_lora_config)

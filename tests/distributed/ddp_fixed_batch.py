@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--aggregation", default="seq_mean_token_mean")
     parser.add_argument("--fsdp", action="store_true")
+    parser.add_argument("--device", default="cpu", help="cpu: gloo ranks; cuda: NCCL, one GPU per rank")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--save")
     parser.add_argument("--resume")
@@ -38,7 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     engine = Engine(get_registry(), "torch", EngineConfig(
-        model=args.model, role="train", threads=1, seed=0, options={"fsdp": args.fsdp},
+        model=args.model, role="train", threads=1, seed=0, options={"fsdp": args.fsdp}, device=args.device,
         optimizer=OptimizerConfig(lr=1e-2, max_grad_norm=1.0, micro_batch_size=2)))
     if args.resume:
         engine.load_checkpoint(args.resume)
@@ -80,7 +81,8 @@ def main() -> None:
     if rank == 0:
         with open(args.out, "w") as fh:
             json.dump({"losses": [m.loss for m in steps], "grad_norms": [m.grad_norm for m in steps],
-                       "checksum": checksum, "world": world,
+                       "checksum": checksum, "world": world, "device": str(engine.raw.device),
+                       "process_group": torch.distributed.get_backend() if torch.distributed.is_initialized() else None,
                        "mismatch_abs": [m.extra.get("mismatch_abs") for m in steps],
                        "entropy": [m.extra.get("entropy") for m in steps],
                        "tokens": [m.tokens for m in steps], "reference_loss": reference,

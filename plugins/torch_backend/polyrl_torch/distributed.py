@@ -27,18 +27,33 @@ def env_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1") or 1)
 
 
+def launched() -> bool:
+    """Whether a launcher (torchrun, or one setting the same ``env://`` variables) started this
+    process as a rank: then it joins a process group, even a group of one (``--nproc-per-node 1``
+    on a one-GPU machine runs the same collectives, NCCL's on CUDA, as a larger world)."""
+    return "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+
+
 def local_device(device: torch.device) -> torch.device:
     """Under torchrun, ``cuda`` without an index means this process's GPU (``LOCAL_RANK``)."""
-    if env_world_size() <= 1 or device.type != "cuda" or device.index is not None:
+    if not launched() or device.type != "cuda" or device.index is not None:
         return device
-    local = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0") or 0))
+    rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    if rank >= torch.cuda.device_count():
+        from polyrl.errors import ConfigError
+
+        raise ConfigError(f"torchrun started local rank {rank}, but this machine has {torch.cuda.device_count()} "
+                          "CUDA GPU(s): NCCL needs one GPU per rank", field="model.device",
+                          fix="start at most one process per GPU (--nproc-per-node), or set "
+                              'model.device = "cpu" to train the ranks on the CPU (gloo)')
+    local = torch.device("cuda", rank)
     torch.cuda.set_device(local)
     return local
 
 
 def init_from_env(device: torch.device) -> None:
     """Join the process group torchrun describes (once per process); nothing outside torchrun."""
-    if env_world_size() <= 1 or not dist.is_available() or dist.is_initialized():
+    if not launched() or not dist.is_available() or dist.is_initialized():
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend=backend)
@@ -68,7 +83,8 @@ def _leave() -> None:
 
 
 def active() -> bool:
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    """In a process group (of any size: a launched single rank runs the collectives too)."""
+    return dist.is_available() and dist.is_initialized()
 
 
 def rank() -> int:

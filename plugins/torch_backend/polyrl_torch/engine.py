@@ -55,7 +55,7 @@ def _resolve_device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError as exc:
-        raise ConfigError(f"unknown device {name!r}", field="device", fix="use cpu, cuda or cuda:N") from exc
+        raise ConfigError(f"unknown device {name!r}", field="device", fix="use auto, cpu, cuda or cuda:N") from exc
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("cuda requested but torch sees no CUDA device", field="device",
                           fix="use device='cpu' or install a CUDA build of torch==2.13.0")

@@ -13,7 +13,7 @@ Options (``[[rewards]] name = "reward_model"``); unknown options are an error:
 ``chat_template``  true (default): render ``prompt + [assistant: completion]`` with the tokenizer's
                    chat template when it has one; false: the prompt text followed by the completion
 ``label``          which logit is the score (default: 0 when the model has one label; required otherwise)
-``device``         "cpu" (default), "cuda", "mps"...
+``device``         "auto" (default: CUDA when torch sees a GPU, else the CPU), "cpu", "cuda", "mps"...
 ``dtype``          "float32" (default), "bfloat16", "float16"
 
 Sequences are right-padded and the model pools its last non-padding token, so a batch scores the
@@ -36,7 +36,7 @@ from polyrl.types import Completion, Prompt, RewardContext, RewardScores, Reward
 
 NAME = "reward_model"
 DEFAULTS: dict[str, Any] = {"path": None, "batch_size": 8, "max_length": 1024, "chat_template": True,
-                            "label": None, "device": "cpu", "dtype": "float32"}
+                            "label": None, "device": "auto", "dtype": "float32"}
 
 _loaded: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 _lock = threading.Lock()
@@ -52,7 +52,24 @@ def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
     return opts
 
 
-def load_reward_model(path: str, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
+def torch_device(name: str) -> Any:
+    """``auto`` -> CUDA when torch sees a GPU, else the CPU; a device torch cannot use is a RewardError."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as exc:
+        raise RewardError(f"{NAME}: unknown device {name!r}. Fix: options.device = \"auto\", \"cpu\", "
+                          "\"cuda\" or \"cuda:N\"") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RewardError(f"{NAME}: device {name!r} asked for, but torch sees no CUDA GPU here. "
+                          "Fix: options.device = \"auto\" or \"cpu\"")
+    return device
+
+
+def load_reward_model(path: str, device: str = "auto", dtype: str = "float32") -> tuple[Any, Any]:
     """(model, tokenizer) for ``path``, loaded once per process (eval mode, right padding)."""
     key = (path, device, dtype)
     with _lock:
@@ -74,6 +91,7 @@ def load_reward_model(path: str, device: str = "cpu", dtype: str = "float32") ->
         torch_dtype = getattr(torch, dtype, None)
         if not isinstance(torch_dtype, torch.dtype):
             raise RewardError(f"{NAME}: unknown dtype {dtype!r}. Fix: float32, bfloat16 or float16")
+        target = torch_device(device)  # before loading: a bad device fails fast
         try:
             tokenizer = AutoTokenizer.from_pretrained(resolved)
             model = AutoModelForSequenceClassification.from_pretrained(resolved, dtype=torch_dtype)
@@ -87,7 +105,7 @@ def load_reward_model(path: str, device: str = "cpu", dtype: str = "float32") ->
             tokenizer.pad_token = tokenizer.eos_token
         if model.config.pad_token_id is None:
             model.config.pad_token_id = tokenizer.pad_token_id
-        model.to(device).eval()
+        model.to(target).eval()
         _loaded[key] = (model, tokenizer)
         return model, tokenizer
 
@@ -114,7 +132,7 @@ def score_texts(prompts: Sequence[Prompt], completions: Sequence[str], options: 
         for start in range(0, len(texts), opts["batch_size"]):
             batch = tokenizer(texts[start:start + opts["batch_size"]], return_tensors="pt", padding=True,
                               truncation=True, max_length=opts["max_length"],
-                              add_special_tokens=not templated).to(opts["device"])
+                              add_special_tokens=not templated).to(model.device)
             logits = model(**batch).logits
             scores += [float(x) for x in logits[:, label].float().cpu()]
     return scores

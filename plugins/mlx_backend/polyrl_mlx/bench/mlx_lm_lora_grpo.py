@@ -5,8 +5,8 @@ LoRA layers) and its own training loop (``mlx_lm_lora.trainer.grpo_trainer.train
 same model folder, prompts, group size, completion length, seed, thread count and LoRA settings
 as ``polyrl.bench`` uses; beta = 0 (it then scores no reference model), temperature 1 with no
 top-p/top-k, AdamW with polyrl's defaults, one optimizer step per generation round, float32
-weights on polyrl's default device (the CPU; float32 is the dtype polyrl's MLX backend trains in
-there, the one OpenBLAS speeds up). OpenBLAS is
+weights on polyrl's default device (``auto``: Metal on Apple silicon, the CPU where MLX has no GPU;
+on the CPU float32 is the dtype polyrl's MLX backend trains in, the one OpenBLAS speeds up). OpenBLAS is
 loaded before MLX exactly as polyrl-mlx loads it, so both sides call the same BLAS.
 
 Where it differs and cannot be told otherwise: it has no gradient clipping (polyrl clips at 1.0);
@@ -37,6 +37,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import attrs
 
 
 class _NoStopTokenizer:
@@ -73,7 +75,7 @@ def _prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
 
 
 def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
-        lora: bool, ignore_eos: bool = False) -> dict[str, Any]:
+        lora: bool, ignore_eos: bool = False, device: str | None = None) -> dict[str, Any]:
     from polyrl_mlx import blas
     from polyrl_mlx._mx import mx, optim  # OpenBLAS first, as the backend does
 
@@ -91,8 +93,10 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
 
     blas.set_threads(threads)
     engine_defaults = EngineConfig(model=model)
-    # the device polyrl's bench loads its MLX engine on (the CPU, also on Apple silicon, where
-    # mlx-lm-lora would otherwise pick the GPU)
+    if device:
+        engine_defaults = attrs.evolve(engine_defaults, device=device)
+    # the device polyrl's bench loads its MLX engine on (``--device``, default ``auto``), so both
+    # sides run on the same device whatever MLX's own default is
     mx.set_default_device(_device(engine_defaults.device))
     seed = engine_defaults.seed
     mx.random.seed(seed)  # LoRA's A matrices draw from the global generator (as in train.py)
