@@ -125,3 +125,56 @@ def test_printed_report_names_the_cpu_its_caps_and_each_sides_spread(capsys):
     assert "instruction set capped by {'ONEDNN_MAX_CPU_ISA': 'AVX2'}" in err
     assert "torch: 2 timed steps, 10.00-11.00 s (the table's step s: 10.50)" in err
     assert "trl: 1 timed steps" not in err  # one step has no spread to show
+
+
+def test_every_side_names_the_device_it_ran_on(tiny_model_dir):
+    """``--device`` (default ``auto``) reaches each child; the report says where the peak and each
+    side ran (the CPU here: no accelerator on this machine)."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this test reads a CPU-only machine's report")
+    report = run_bench(model=tiny_model_dir, backends=["torch"], prompts=1, group_size=2, max_new_tokens=3,
+                       threads=1, steps=1, output=None, generate_only=True, hf_generate=True,
+                       compute_dtype="bfloat16", device="cpu")
+    assert report["workload"]["device"] == "cpu" and report["machine"]["device"] == "cpu"
+    assert report["machine"]["matmul_peak"]["device"] == "cpu"
+    ours, hf = report["results"]
+    assert ours["device"] == "cpu" and hf["device"] == "cpu"
+    assert hf["dtype"] == "bfloat16"  # HF samples in the precision polyrl's sampler runs in
+    assert ours["generate_mfu"] > 0 and "mfu_note" not in ours
+
+
+def test_a_device_the_machine_lacks_is_one_error_line(tiny_model_dir, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: nothing to refuse")
+    env = {**os.environ, "POLYRL_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "polyrl.cli", "bench", "--model", tiny_model_dir, "--backends",
+                           "torch", "--steps", "1", "--device", "cuda", "--output", str(tmp_path / "b.json")],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]  # one line, no traceback
+    assert done.stderr.startswith("error: --device:") and "sees no CUDA device" in done.stderr
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_no_utilisation_against_another_devices_peak(tiny_model_dir):
+    """MLX on Metal beside a peak torch measured on the CPU: no MFU, a note saying why."""
+    from polyrl.bench.workload import add_utilisations, engine_device, on_cpu
+
+    shapes = {"prompt_lens": [5, 5], "completion_lens": [3, 3], "owners": [0, 0]}
+    on_gpu = {"backend": "mlx", "device": "Device(gpu, 0)", "generate_s": 1.0, "shapes": shapes}
+    here = {"backend": "torch", "device": "cpu", "generate_s": 1.0, "shapes": shapes}
+    add_utilisations([on_gpu, here], {"float32": {"peak_gflops": 10.0, "device": "cpu"}}, tiny_model_dir, False)
+    assert "generate_mfu" not in on_gpu and "Device(gpu, 0)" in on_gpu["mfu_note"]
+    assert here["generate_mfu"] > 0 and "mfu_note" not in here
+    assert on_cpu("Device(cpu, 0)") and on_cpu("cpu") and not on_cpu("cuda:0") and not on_cpu("gpu:0")
+
+    class Max:
+        device_spec = "gpu:0"
+
+    assert engine_device(Max()) == "gpu:0" and engine_device(object()) == "unknown"

@@ -288,7 +288,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                        threads=args.threads, steps=args.steps, lora=args.lora, output=args.output,
                        generate_only=args.generate_only, trl=args.trl, hf_generate=args.hf_generate,
                        mlx_lm_lora=args.mlx_lm_lora, ignore_eos=args.ignore_eos,
-                       compute_dtype=args.compute_dtype)
+                       compute_dtype=args.compute_dtype, device=args.device)
     if args.json:
         _print_json(result)
     else:
@@ -401,6 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compute-dtype", choices=["bfloat16"], default=None,
                    help="mixed precision: float32 weights, matmuls in this dtype, for polyrl's engines and TRL "
                         "(bf16=True) alike; utilisation is then against this dtype's matmul peak")
+    p.add_argument("--device", default="auto",
+                   help="every side's device: auto (CUDA, a GPU or Metal when there is one, else the CPU), "
+                        "cpu, cuda, ...; the matmul peak is measured there too")
     p.add_argument("--output", default="bench/results.json", help="JSON report; the chart goes beside it (.png)")
     p.add_argument("--json", action="store_true", help="print the whole JSON report instead of the table")
     p.set_defaults(func=cmd_bench)

@@ -105,6 +105,9 @@ def print_table(report: dict[str, Any]) -> None:
     if machine.get("isa_limits"):
         console.print(f"instruction set capped by {machine['isa_limits']}: these are not this CPU's own figures")
     peak = machine["matmul_peak"]
+    if peak.get("device", "cpu") != "cpu":
+        console.print(f"device: {machine.get('device')} ({peak.get('device')}, CUDA {peak.get('cuda_version')}); "
+                      "the peaks below and every side ran there")
     console.print(f"matmul peak {peak['peak_gflops']:.1f} GFLOP/s ({peak.get('library')}, "
                   f"{machine['threads']} thread(s)); chart: {report.get('chart') or 'none (pip install matplotlib)'}")
     for dtype, other in machine.get("matmul_peaks", {}).items():

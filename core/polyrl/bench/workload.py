@@ -27,6 +27,7 @@ from polyrl import strict_json
 from polyrl.bench import speed_records
 from polyrl.bench.machine import cpu_info
 from polyrl.engine import Engine
+from polyrl.errors import ConfigError
 from polyrl.registry import get_registry
 from polyrl.types import EngineConfig, LoraConfig, SamplingParams, TokenSequence, TrainBatch
 
@@ -46,6 +47,21 @@ def bench_prompts(count: int) -> list[Any]:
             for a, b in rng.integers(10, 99, size=(count, 2))]
 
 
+def engine_device(raw: Any) -> str:
+    """Where a loaded backend engine runs, as it says (torch ``cuda:0``, MLX ``Device(gpu, 0)``,
+    MAX ``gpu:0``): ``device = "auto"`` is resolved by the backend, so ask it."""
+    for attr in ("device", "device_spec"):
+        value = getattr(raw, attr, None)
+        if value is not None:
+            return str(value)
+    return "unknown"
+
+
+def on_cpu(device: str) -> bool:
+    """Whether a device as ``engine_device`` or the matmul peak names it is the CPU."""
+    return "cpu" in device.lower()
+
+
 def _median(xs: list[float]) -> float:
     return float(np.median(xs)) if xs else float("nan")
 
@@ -53,12 +69,13 @@ def _median(xs: list[float]) -> float:
 def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_tokens: int,
                   threads: int, steps: int, lora: bool, generate_only: bool = False,
                   ignore_eos: bool = False, warmup_steps: int = 0,
-                  compute_dtype: str | None = None) -> dict[str, Any]:
+                  compute_dtype: str | None = None, device: str = "auto") -> dict[str, Any]:
     """Time one backend; seconds per phase (medians over ``steps``), tokens/s, the shapes.
     ``ignore_eos``: every completion is ``max_new_tokens`` long (fixed-length benchmarks).
     ``warmup_steps``: the first steps run but are left out of the medians (as TRL's bench leaves
     out its first step, which pays for lazy initialisation); never all of them.
-    ``compute_dtype``: mixed precision (float32 weights, matmuls in this dtype)."""
+    ``compute_dtype``: mixed precision (float32 weights, matmuls in this dtype). ``device``: the
+    engine's (``auto``: the backend's accelerator when there is one)."""
     from polyrl.algorithms.objective import Objective
 
     reg = get_registry()
@@ -68,11 +85,12 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
         return {"backend": name, "error": f"backend {name!r} does not offer compute_dtype {compute_dtype!r}"}
     engine = Engine(reg, name, EngineConfig(model=model, role="train" if caps.train_step else "generate",
                                             threads=threads, lora=LoraConfig() if lora and caps.lora else None,
-                                            compute_dtype=compute_dtype,
+                                            compute_dtype=compute_dtype, device=device,
                                             # room for the bench prompts plus every requested token
                                             max_length=max(DEFAULT_MAX_LENGTH, max_new_tokens + BENCH_PROMPT_ROOM)))
     out: dict[str, Any] = {"backend": name, "load_s": time.perf_counter() - t0,
-                           "compute_dtype": compute_dtype or "float32"}
+                           "compute_dtype": compute_dtype or "float32", "device": engine_device(engine.raw)}
+    device_peak_mb: list[float] = []
     gen_s, lp_s, train_s, tokens = [], [], [], []
     phases: dict[str, list[float]] = {p: [] for p in TRAIN_PHASES}
     shapes = []
@@ -101,6 +119,8 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
             for p in TRAIN_PHASES:
                 if f"time/{p}" in metrics.extra:
                     phases[p].append(float(metrics.extra[f"time/{p}"]))
+            if "memory/device_peak_mb" in metrics.extra:  # an accelerator's high-water mark
+                device_peak_mb.append(float(metrics.extra["memory/device_peak_mb"]))
     skip = min(warmup_steps, steps - 1)
     gen_s, lp_s, train_s, tokens = gen_s[skip:], lp_s[skip:], train_s[skip:], tokens[skip:]
     phases = {p: v[skip:] for p, v in phases.items()}
@@ -114,6 +134,8 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
         steps_timed=len(gen_s),
     )
     out.update({f"{p}_s": _median(v) for p, v in phases.items() if v})
+    if device_peak_mb:
+        out["peak_device_mb"] = max(device_peak_mb)
     # a GRPO step: generate, then update (the old-log-prob pass equals the current policy with one
     # update per batch and is skipped, as TRL skips it)
     out["step_s"] = out["generate_s"] + (out["train_step_s"] if train_s else 0.0)
@@ -164,28 +186,29 @@ def _child(module: str, args: Any, name: str, timeout: float | None = None) -> d
 
 def backend_child(name: str, model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int,
                   steps: int, lora: bool, *, generate_only: bool = False, ignore_eos: bool = False,
-                  compute_dtype: str | None = None, timeout: float | None = None) -> dict[str, Any]:
+                  compute_dtype: str | None = None, timeout: float | None = None,
+                  device: str = "auto") -> dict[str, Any]:
     """``bench_backend`` for one polyrl backend in a child process (``python -m polyrl.bench``), its
     first step left out of the medians when there are more (as TRL's child leaves out its own)."""
     return _child("polyrl.bench", [name, model, prompts, group_size, max_new_tokens, threads, steps, lora,
-                                   generate_only, ignore_eos, 1, compute_dtype], name, timeout)
+                                   generate_only, ignore_eos, 1, compute_dtype, device], name, timeout)
 
 
 def _trl(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
          lora: bool, ignore_eos: bool = False, timeout: float | None = None,
-         compute_dtype: str | None = None) -> dict[str, Any]:
+         compute_dtype: str | None = None, device: str = "auto") -> dict[str, Any]:
     """TRL's GRPOTrainer on the same workload, in a child process (``polyrl_torch.bench.trl_grpo``)."""
     import importlib.util
 
     if importlib.util.find_spec("trl") is None or importlib.util.find_spec("polyrl_torch") is None:
         return {"backend": "trl", "error": "trl is not installed: pip install 'polyrl-torch[bench]'"}
     return _child("polyrl_torch.bench.trl_grpo",
-                  [model, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos, compute_dtype], "trl",
-                  timeout)
+                  [model, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos, compute_dtype,
+                   device], "trl", timeout)
 
 
 def _mlx_lm_lora(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
-                 lora: bool, ignore_eos: bool = False) -> dict[str, Any]:
+                 lora: bool, ignore_eos: bool = False, device: str = "auto") -> dict[str, Any]:
     """mlx-lm-lora's GRPO on the same workload, in a child process (``polyrl_mlx.bench.mlx_lm_lora_grpo``)."""
     import importlib.util
 
@@ -194,29 +217,36 @@ def _mlx_lm_lora(model: str, prompts: int, group_size: int, max_new_tokens: int,
     if importlib.util.find_spec("mlx_lm_lora") is None:
         return {"backend": "mlx-lm-lora", "error": "mlx-lm-lora missing: pip install 'polyrl-mlx[bench]'"}
     return _child("polyrl_mlx.bench.mlx_lm_lora_grpo",
-                  [model, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos], "mlx-lm-lora")
+                  [model, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos, device],
+                  "mlx-lm-lora")
 
 
 def _hf_generate(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int,
-                 steps: int, ignore_eos: bool = False) -> dict[str, Any]:
+                 steps: int, ignore_eos: bool = False, compute_dtype: str | None = None,
+                 device: str = "auto") -> dict[str, Any]:
     """transformers' ``generate`` on the same prompts, in a child process (the generation baseline)."""
     import importlib.util
 
     if importlib.util.find_spec("polyrl_torch") is None:
         return {"backend": "hf-generate", "error": "needs the torch backend: pip install 'polyrl[torch]'"}
     return _child("polyrl_torch.bench.hf_generate",
-                  [model, prompts, group_size, max_new_tokens, threads, steps, ignore_eos], "hf-generate")
+                  [model, prompts, group_size, max_new_tokens, threads, steps, ignore_eos, compute_dtype, device],
+                  "hf-generate")
 
 
-def matmul_peak(threads: int, dtype: str = "float32") -> dict[str, Any]:
-    """The ``dtype`` matmul peak at ``threads``: torch's in a child process, else numpy's float32
-    one here (its ``dtype`` field says which was measured)."""
+def matmul_peak(threads: int, dtype: str = "float32", device: str = "auto") -> dict[str, Any]:
+    """The ``dtype`` matmul peak at ``threads`` on ``device`` (``auto``: CUDA when torch sees a GPU):
+    torch's in a child process, else numpy's float32 one on this CPU (its ``dtype`` and ``device``
+    fields say which was measured)."""
     import importlib.util
 
     if importlib.util.find_spec("polyrl_torch") is not None:
-        found = _child("polyrl_torch.bench.matmul_peak", [threads, dtype], "matmul_peak")
+        found = _child("polyrl_torch.bench.matmul_peak", [threads, dtype, device], "matmul_peak")
         if "error" not in found:
             return found
+        if device not in ("auto", "cpu"):  # a CPU peak would misstate every MFU of an accelerator run
+            raise ConfigError(f"cannot measure the matmul peak on device {device!r}: {found['error']}",
+                              field="--device", fix="name a device this machine has (cpu, cuda, cuda:N) or auto")
     a = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32)
     a @ a
     reps, start = 0, time.perf_counter()
@@ -224,7 +254,7 @@ def matmul_peak(threads: int, dtype: str = "float32") -> dict[str, Any]:
         a @ a
         reps += 1
     return {"peak_gflops": 2.0 * 1024**3 * reps / (time.perf_counter() - start) / 1e9,
-            "threads": "numpy default", "dtype": "float32", "library": "numpy " + np.__version__}
+            "threads": "numpy default", "dtype": "float32", "library": "numpy " + np.__version__, "device": "cpu"}
 
 
 def add_utilisation(result: dict[str, Any], model_dir: str, peak_gflops: float, lora: bool) -> None:
@@ -248,6 +278,23 @@ def add_utilisation(result: dict[str, Any], model_dir: str, peak_gflops: float, 
     result["flop_floor_s"] = (work["generate"] + work["train"]) / 1e9 / peak_gflops
 
 
+def add_utilisations(results: list[dict[str, Any]], peaks: dict[str, dict[str, Any]], model_dir: str,
+                     lora: bool) -> None:
+    """``add_utilisation`` for each result that ran where the peaks were measured, against the peak of
+    the precision its matmuls ran in; a side on another device (MLX on Metal beside a CPU peak) gets
+    an ``mfu_note`` instead of a utilisation against the wrong device's peak."""
+    base = peaks["float32"]
+    for r in results:
+        if "error" in r:
+            continue
+        if on_cpu(str(r.get("device", "cpu"))) != on_cpu(str(base.get("device", "cpu"))):
+            r["mfu_note"] = f"no matmul peak measured on {r.get('device')} (the peak ran on {base.get('device')})"
+            continue
+        used = peaks.get(r.get("compute_dtype", "float32"), base)
+        r["mfu_peak_dtype"] = used.get("dtype", "float32")
+        add_utilisation(r, model_dir, used["peak_gflops"], lora)
+
+
 def add_flop_floor_lead(results: list[dict[str, Any]], trl: dict[str, Any]) -> None:
     """How far ahead of TRL the arithmetic lets a backend get: TRL's step over the FLOP floor
     (``max_speedup_vs_trl``), and the share of the peak a whole step needs for 3x TRL."""
@@ -263,32 +310,36 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
               lora: bool = False, output: str | None = "bench/results.json",
               generate_only: bool = False, trl: bool = False, hf_generate: bool = False,
               mlx_lm_lora: bool = False, chart: bool = True, ignore_eos: bool = False,
-              compute_dtype: str | None = None) -> dict[str, Any]:
+              compute_dtype: str | None = None, device: str = "auto") -> dict[str, Any]:
     """Bench ``backends`` (default: every usable one), then TRL (``trl``), mlx-lm-lora's GRPO
     (``mlx_lm_lora``: each MLX result's ``speedup_vs_mlx_lm_lora``) and transformers' ``generate``
     (``hf_generate``: each backend's ``generate_speedup_vs_hf``) on the same workload.
     ``ignore_eos``: every side samples exactly ``max_new_tokens`` per completion;
-    ``compute_dtype`` (e.g. bfloat16) runs polyrl's engines and TRL in that mixed precision."""
+    ``compute_dtype`` (e.g. bfloat16) runs polyrl's engines and TRL in that mixed precision (and
+    ``generate`` on weights of that dtype); ``device`` is every side's (``auto``: CUDA, a GPU or Metal
+    when the machine has one, else the CPU; the matmul peak is measured on the same device)."""
     reg = get_registry()
     names = backends or reg.available()
     resolved = reg.resolve_model(model)
-    peak = matmul_peak(threads)
+    peak = matmul_peak(threads, device=device)
     peaks = {"float32": peak}
     if compute_dtype is not None and compute_dtype != "float32":
-        peaks[compute_dtype] = matmul_peak(threads, compute_dtype)
+        peaks[compute_dtype] = matmul_peak(threads, compute_dtype, device)
     results = [backend_child(n, resolved, prompts, group_size, max_new_tokens, threads, steps, lora,
-                             generate_only=generate_only, ignore_eos=ignore_eos, compute_dtype=compute_dtype)
+                             generate_only=generate_only, ignore_eos=ignore_eos, compute_dtype=compute_dtype,
+                             device=device)
                for n in names]
     if trl:
         results.append(_trl(resolved, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos,
-                            compute_dtype=compute_dtype))
+                            compute_dtype=compute_dtype, device=device))
         for r in results[:-1]:
             if results[-1].get("step_s") and r.get("step_s"):
                 r["speedup_vs_trl"] = results[-1]["step_s"] / r["step_s"]
                 if results[-1].get("peak_rss_mb"):
                     r["rss_vs_trl"] = r["peak_rss_mb"] / results[-1]["peak_rss_mb"]
     if mlx_lm_lora:
-        peer = _mlx_lm_lora(resolved, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos)
+        peer = _mlx_lm_lora(resolved, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos,
+                            device)
         for r in results:  # the peer is an MLX trainer: it is the anchor of the MLX backend only
             if r["backend"] == "mlx" and peer.get("step_s") and r.get("step_s"):
                 r["speedup_vs_mlx_lm_lora"] = peer["step_s"] / r["step_s"]
@@ -296,16 +347,13 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
                     r["rss_vs_mlx_lm_lora"] = r["peak_rss_mb"] / peer["peak_rss_mb"]
         results.append(peer)
     if hf_generate:
-        hf = _hf_generate(resolved, prompts, group_size, max_new_tokens, threads, steps, ignore_eos)
+        hf = _hf_generate(resolved, prompts, group_size, max_new_tokens, threads, steps, ignore_eos,
+                          compute_dtype, device)
         for r in results:
             if hf.get("generate_s") and r.get("generate_s"):
                 r["generate_speedup_vs_hf"] = hf["generate_s"] / r["generate_s"]
         results.append(hf)
-    for r in results:
-        if "error" not in r:  # against the peak of the precision its matmuls ran in
-            used = peaks.get(r.get("compute_dtype", "float32"), peak)
-            r["mfu_peak_dtype"] = used.get("dtype", "float32")
-            add_utilisation(r, resolved, used["peak_gflops"], lora)
+    add_utilisations(results, peaks, resolved, lora)
     if trl and "error" not in results[len(names)]:
         add_flop_floor_lead(results[:len(names)], results[len(names)])
     base = results[0] if results else {}
@@ -316,16 +364,20 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
     report: dict[str, Any] = {
         "machine": {**cpu_info(threads), "platform": platform.platform(),
                     "processor": platform.processor() or platform.machine(), "matmul_peak": peak,
-                    "matmul_peaks": peaks},
+                    "matmul_peaks": peaks,
+                    # where the peak (and so every side, on the same device spec) ran: "cpu", or a GPU's name
+                    "device": peak.get("device_name") or peak.get("device", "cpu")},
         "workload": {"model": model, "prompts": prompts, "group_size": group_size,
                      "max_new_tokens": max_new_tokens, "steps": steps, "lora": lora,
                      "generate_only": generate_only, "trl": trl, "hf_generate": hf_generate,
                      "mlx_lm_lora": mlx_lm_lora, "ignore_eos": ignore_eos,
-                     "compute_dtype": compute_dtype or "float32"},
+                     "compute_dtype": compute_dtype or "float32", "device": device},
         "results": results,
     }
-    # what `generate = "auto"` chooses from: polyrl's own backends only
-    speed_records.record(resolved, [r for r in results if r["backend"] in names], threads)
+    # what `generate = "auto"` chooses from: polyrl's own backends only, measured on the CPU (the
+    # device a recorded speed is keyed by is this machine's CPU, so accelerator runs stay out)
+    if peak.get("device", "cpu") == "cpu":
+        speed_records.record(resolved, [r for r in results if r["backend"] in names], threads)
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         if chart:

@@ -244,6 +244,13 @@ def _grad_norm(params: list[torch.nn.Parameter], max_norm: float | None) -> floa
     return float(torch.nn.utils.get_total_norm(grads))
 
 
+def wait_for_device(device: torch.device) -> None:
+    """Block until ``device`` has run what was queued on it: CUDA runs ahead of Python, so a phase
+    clock read without this times the launches, not the work. A no-op on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _padding_loss(engine: TorchEngine, temperature: float) -> torch.Tensor:
     """A zero loss through the whole model: a rank with fewer micro-batches joins FSDP's collectives."""
     from polyrl_torch.sharding import dummy_sequence
@@ -331,8 +338,9 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                     finite = False
                     if not sharded:  # FSDP ranks must still run their backward (a collective)
                         break
-            t1 = time.perf_counter()
+            t1 = time.perf_counter()  # the forward's float(loss) above waited for the device
             loss.backward()
+            wait_for_device(engine.device)  # else a GPU's backward would be billed to what reads next
             clock["forward"] += t1 - t0
             clock["backward"] += time.perf_counter() - t1
     finally:
@@ -366,6 +374,9 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     optimizer.step()
     engine.weight_updates += 1
     optimizer.zero_grad(set_to_none=True)
+    wait_for_device(engine.device)
     clock["optimizer"] = time.perf_counter() - t3
     extra.update({f"time/{k}": round(v, 4) for k, v in clock.items()})
+    if engine.device.type == "cuda":  # the GPU memory high-water mark so far (generation included)
+        extra["memory/device_peak_mb"] = round(torch.cuda.max_memory_allocated(engine.device) / 2**20, 1)
     return StepMetrics(**metrics)

@@ -3,7 +3,8 @@
 The baseline the generation goal is stated against ("MAX at least 2x HF generate"): the same model
 folder, chat-templated prompts, ``group_size`` samples per prompt (``num_return_sequences``, so
 each prompt is prefilled once per sample, as HF does), completion length, temperature 1 with no
-top-k/top-p truncation, float32 and thread count as the backends' runs. A child process of the
+top-k/top-p truncation, thread count and device as the backends' runs; its weights are float32, or
+the ``compute_dtype`` polyrl's sampler runs in (bfloat16 weights: HF's fastest way to sample in it). A child process of the
 bench; prints one JSON line: median seconds per call over the steps, tokens/s, peak RSS.
 ``ignore_eos`` (fixed lengths) sets ``min_new_tokens = max_new_tokens``: EOS is masked until then.
 """
@@ -27,23 +28,32 @@ def _generated_lengths(new_tokens: Any, eos_ids: set[int]) -> list[int]:
 
 
 def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int,
-        steps: int, ignore_eos: bool = False) -> dict[str, Any]:
+        steps: int, ignore_eos: bool = False, compute_dtype: str | None = None,
+        device: str = "cpu") -> dict[str, Any]:
     import numpy as np
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from polyrl.bench.workload import bench_prompts
+    from polyrl_torch.bench.matmul_peak import _device
 
     torch.set_num_threads(threads)
+    where = _device(device)
+    dtype = getattr(torch, compute_dtype or "float32")
+
+    def sync() -> None:
+        if where.type == "cuda":
+            torch.cuda.synchronize(where)
+
     t0 = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(model)
     tokenizer.padding_side = "left"
-    lm = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    lm = AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to(where).eval()
     load_s = time.perf_counter() - t0
     texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
              for p in bench_prompts(prompts)]
-    inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(where)
     eos = lm.generation_config.eos_token_id
     eos_ids = {int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None}
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
@@ -51,11 +61,13 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
     seconds, tokens, lengths = [], [], []
     for step in range(steps):
         torch.manual_seed(step)
+        sync()
         t = time.perf_counter()
         with torch.inference_mode():
             out = lm.generate(**inputs, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
                               num_return_sequences=group_size, max_new_tokens=max_new_tokens,
                               pad_token_id=pad_id, **fixed_length)
+        sync()
         seconds.append(time.perf_counter() - t)
         lengths = _generated_lengths(out[:, inputs["input_ids"].shape[1]:], eos_ids)
         tokens.append(sum(lengths))
@@ -66,7 +78,8 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
         "generate_tokens_per_s": float(np.median([n / s for n, s in zip(tokens, seconds)])),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "prompt_tokens_padded": int(inputs["input_ids"].numel()), "completion_lens": lengths,
-        "transformers_version": transformers.__version__,
+        "transformers_version": transformers.__version__, "device": where.type, "dtype": str(dtype).removeprefix("torch."),
+        **({"peak_device_mb": torch.cuda.max_memory_allocated(where) / 2**20} if where.type == "cuda" else {}),
     }
 
 

@@ -14,7 +14,8 @@ then masks the EOS tokens until that length, so no completion ends early.
 Phases are timed by wrapping the trainer's own methods (TRL 1.16 names): ``_generate`` (rollouts),
 ``_generate_and_score_completions`` minus it (rewards, advantages, any old/ref log-probs: "scoring"),
 ``compute_loss`` (the training forward), ``training_step`` minus those two (backward), and the rest
-of the optimizer step (clip, AdamW, zero_grad: "optimizer").
+of the optimizer step (clip, AdamW, zero_grad: "optimizer"). On CUDA (``device``) every clock read
+waits for the GPU's queue, as polyrl's own phase clocks do.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from typing import Any
 
 
 def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
-        lora: bool, ignore_eos: bool = False, compute_dtype: str | None = None) -> dict[str, Any]:
+        lora: bool, ignore_eos: bool = False, compute_dtype: str | None = None,
+        device: str = "cpu") -> dict[str, Any]:
     import numpy as np
     import torch
     from datasets import Dataset
@@ -37,8 +39,18 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
     from polyrl.bench.workload import bench_prompts
     from polyrl.types import LoraConfig
 
+    from polyrl_torch.bench.matmul_peak import _device
+
     torch.set_num_threads(threads)
     torch.manual_seed(0)
+    where = _device(device)
+    if where.type not in ("cpu", "cuda"):
+        raise SystemExit(f"error: the TRL bench runs on cpu or cuda, not {device!r}")
+    cuda = where.type == "cuda"
+
+    def sync() -> None:  # the GPU runs ahead of Python: read the clock once its queue is done
+        if cuda:
+            torch.cuda.synchronize(where)
     rows = bench_prompts(prompts)
     dataset = Dataset.from_list([{"prompt": p} for p in rows] * (steps + 1))
     completion_tokens: list[int] = []
@@ -58,9 +70,11 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
 
         def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
             self.current = {}
+            sync()
             self._t = time.perf_counter()
 
         def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+            sync()
             self.seconds.append(time.perf_counter() - self._t)
             self.phases.append(self.current)
 
@@ -68,16 +82,18 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
             inner = getattr(obj, method)
 
             def timed(*args: Any, **kwargs: Any) -> Any:
+                sync()
                 t = time.perf_counter()
                 try:
                     return inner(*args, **kwargs)
                 finally:
+                    sync()
                     self.current[phase] = self.current.get(phase, 0.0) + time.perf_counter() - t
             setattr(obj, method, timed)
 
     batch = prompts * group_size
     config = GRPOConfig(
-        output_dir="/tmp/polyrl-bench-trl", use_cpu=True, bf16=compute_dtype == "bfloat16", fp16=False,
+        output_dir="/tmp/polyrl-bench-trl", use_cpu=not cuda, bf16=compute_dtype == "bfloat16", fp16=False,
         # float32 weights in both modes (TRL's default today, said explicitly): bf16=True is then
         # accelerate's autocast over float32 masters, the same mixed precision as polyrl's
         model_init_kwargs={"dtype": "float32"},
@@ -141,7 +157,8 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
         "completion_lens_seen": sorted({n for s in shapes for n in s["completion_lens"]}),
         "steps_timed": len(measured), "step_s_each": [float(x) for x in measured], "trl_version": __import__("trl").__version__,
         "param_dtype": str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
-        "compute_dtype": compute_dtype or "float32",
+        "compute_dtype": compute_dtype or "float32", "device": where.type,
+        **({"peak_device_mb": torch.cuda.max_memory_allocated(where) / 2**20} if cuda else {}),
     }
 
 
