@@ -1,0 +1,118 @@
+"""bench/gpu_suite.sh and its helpers: what a GPU session runs must work before a GPU is lent.
+
+The suite cannot meet a GPU here; its rehearsal (``GPU_SUITE_REHEARSE=1``: every section on the
+CPU at toy sizes) runs the same script, model builder, bench commands and summary end to end.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = ROOT / "bench" / "gpu_suite.sh"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_prepared_models_carry_the_real_tokenizer_and_the_real_shapes(tmp_path):
+    pytest.importorskip("polyrl_torch", reason="the embedded SmolLM2 comes with the torch backend")
+    models = _load("gpu_models")
+    small, large = models.prepare(tmp_path)
+    assert not list(small.glob("*.safetensors")) and (small / "tokenizer.json").stat().st_size > 1_000_000
+    assert (large / "tokenizer.json").read_bytes() == (small / "tokenizer.json").read_bytes()
+    small_cfg, large_cfg = (json.loads((d / "config.json").read_text()) for d in (small, large))
+    assert models.parameter_count(small_cfg) == 134_515_008  # SmolLM2-135M's own count
+    assert 1.70e9 < models.parameter_count(large_cfg) < 1.72e9  # SmolLM2-1.7B's shape
+    assert large_cfg["vocab_size"] == small_cfg["vocab_size"] == 49152
+
+
+def test_built_random_weights_load_and_generate_in_polyrl(tmp_path):
+    pytest.importorskip("polyrl_torch", reason="needs the torch backend")
+    from polyrl.engine import Engine
+    from polyrl.registry import get_registry
+    from polyrl.types import EngineConfig, SamplingParams
+
+    models = _load("gpu_models")
+    models.prepare(tmp_path)
+    (folder,) = models.build(tmp_path, ["smollm2-135m-shape"], device="cpu", num_layers=1)
+    assert json.loads((folder / "config.json").read_text())["num_hidden_layers"] == 1
+    engine = Engine(get_registry(), "torch", EngineConfig(model=str(folder), role="generate", threads=1))
+    (done,) = engine.generate([[{"role": "user", "content": "2 + 2?"}]],
+                              SamplingParams(max_new_tokens=4, ignore_eos=True, seed=0))
+    assert len(done.completion_ids) == 4 and len(done.logprobs) == 4
+    with pytest.raises(SystemExit, match="run `python bench/gpu_models.py prepare"):
+        models.build(tmp_path / "elsewhere", ["smollm2-1.7b-shape"], device="cpu")
+
+
+def test_summary_reads_a_bench_report_and_junit_counts(tmp_path):
+    summary = _load("gpu_summary")
+    report = {"workload": {"model": "/m/smollm2-1.7b-shape", "prompts": 8, "group_size": 8, "max_new_tokens": 256,
+                           "lora": True, "compute_dtype": "bfloat16"},
+              "machine": {"device": "NVIDIA H100 80GB HBM3", "matmul_peak": {"peak_gflops": 60000.0},
+                          "matmul_peaks": {"bfloat16": {"peak_gflops": 750000.0}}},
+              "results": [{"backend": "torch", "step_s": 2.0, "generate_s": 1.5, "train_step_s": 0.5,
+                           "generate_mfu": 0.1, "train_mfu": 0.4, "peak_device_mb": 30000.0,
+                           "speedup_vs_trl": 3.5, "generate_speedup_vs_hf": 4.0},
+                          {"backend": "trl", "error": "CUDA out of memory"}]}
+    (tmp_path / "bench_x.json").write_text(json.dumps(report))
+    (tmp_path / "tests.xml").write_text(
+        '<testsuites><testsuite tests="3" failures="1" errors="0" skipped="1">'
+        '<testcase classname="tests.test_a" name="test_ok"/>'
+        '<testcase classname="tests.test_a" name="test_bad"><failure message="x"/></testcase>'
+        '<testcase classname="tests.test_a" name="test_skip"><skipped/></testcase></testsuite></testsuites>')
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_summary.py"), str(tmp_path)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "tests: 1 passed, 1 failed, 0 errors, 1 skipped" in out and "FAILED tests.test_a.test_bad" in out
+    assert "smollm2-1.7b-shape 8x8x256 LoRA bfloat16 on NVIDIA H100 80GB HBM3 (peak 750 TFLOP/s)" in out
+    assert "3.50x TRL" in out and "generate 4.00x HF" in out and "GPU mem 30000 MB" in out
+    assert "trl          error: CUDA out of memory" in out
+    assert all(line in out for line in summary.bench_rows(report))  # the script prints what the module renders
+
+
+def test_the_suite_parses_and_refuses_an_unknown_section(tmp_path):
+    assert subprocess.run(["bash", "-n", str(SUITE)]).returncode == 0
+    env = {**os.environ, "GPU_SUITE_REHEARSE": "1", "RESULTS": str(tmp_path), "PYTHON": sys.executable}
+    env.pop("OUT", None)
+    done = subprocess.run(["bash", str(SUITE), "benchmark-all"], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2
+    assert "error: unknown section 'benchmark-all'. Fix: use env, tests, small, large, max or all" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_suite_rehearses_every_section_on_the_cpu(tmp_path):
+    """The whole suite at toy sizes on the CPU: models built, each bench JSON written with polyrl,
+    TRL and HF generate on the device asked for, the tests' junit counts and the summary."""
+    pytest.importorskip("trl", reason="the bench runs TRL beside polyrl (polyrl-torch[bench])")
+    models = tmp_path / "models"
+    _load("gpu_models").prepare(models)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "GPU_SUITE_REHEARSE": "1", "GPU_SUITE_MODELS": str(models), "OUT": str(out),
+           "RESULTS": str(tmp_path / "results"), "PYTHON": sys.executable, "POLYRL_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run(["bash", str(SUITE), "env", "tests", "small", "large"], capture_output=True, text=True,
+                          env=env, timeout=1200)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = tmp_path / "results"
+    for name in ("bench_135m_0.json", "bench_1.7b_0.json"):
+        report = json.loads((results / name).read_text())
+        sides = {r["backend"]: r for r in report["results"]}
+        assert set(sides) == {"torch", "trl", "hf-generate"}
+        assert all("error" not in r for r in sides.values()), sides
+        assert report["workload"]["device"] == "cpu" and sides["torch"]["device"] == "cpu"
+        assert sides["torch"]["speedup_vs_trl"] > 0 and sides["torch"]["generate_speedup_vs_hf"] > 0
+    summary = (out / "summary.txt").read_text()
+    assert "tests: " in summary and " 0 failed" in summary
+    assert summary.count("x TRL") == 2 and (out / "gpu_results.tgz").stat().st_size > 1000
+    assert "python " in (results / "env.txt").read_text()
