@@ -46,10 +46,25 @@ class ModelShape:
         kv_out = 2 * self.kv_heads * self.head_dim
         return self.hidden * (q_out + kv_out) + q_out * self.hidden + 3 * self.hidden * self.intermediate
 
+    @property
+    def layer_linear_dims(self) -> int:
+        """Sum of (in + out) over one layer's seven linears: what a rank-r adapter on each costs per
+        token (``2 r (in + out)`` FLOPs forward)."""
+        q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return ((self.hidden + q_out) * 2 + (self.hidden + kv_out) * 2
+                + (self.hidden + self.intermediate) * 3)
+
+    def token_linear_flops(self) -> float:
+        """Forward FLOPs of one token through the backbone's linears (every layer)."""
+        return self.layers * 2.0 * self.layer_params
+
+    def token_attention_flops(self, context: int) -> float:
+        """Forward FLOPs of one token's attention over ``context`` positions (scores and weighted sum)."""
+        return self.layers * 4.0 * self.heads * self.head_dim * context
+
     def token_flops(self, context: int) -> float:
         """Forward FLOPs of one token through the backbone, attending over ``context`` positions."""
-        attention = 4 * self.heads * self.head_dim * context  # scores and the weighted sum
-        return self.layers * (2.0 * self.layer_params + attention)
+        return self.token_linear_flops() + self.token_attention_flops(context)
 
     @property
     def head_flops(self) -> float:
@@ -79,14 +94,41 @@ def group_forward_flops(shape: ModelShape, prompt_lens: Sequence[int], completio
     return total
 
 
+def group_forward_parts(shape: ModelShape, prompt_lens: Sequence[int], completion_lens: Sequence[int],
+                        owners: Sequence[int]) -> dict[str, float]:
+    """``group_forward_flops`` split: the backbone's linears, attention, ``lm_head``, and the number of
+    token positions through the backbone (each distinct prompt's once)."""
+    seen: set[int] = set()
+    tokens, attention, heads = 0, 0.0, 0
+    for owner, p, c in zip(owners, prompt_lens, completion_lens):
+        if owner not in seen:
+            tokens += p
+            attention += sum(shape.token_attention_flops(i + 1) for i in range(p))
+            seen.add(owner)
+        tokens += c
+        attention += sum(shape.token_attention_flops(p + j + 1) for j in range(c))
+        heads += c
+    return {"linear": tokens * shape.token_linear_flops(), "attention": attention,
+            "head": heads * shape.head_flops, "tokens": float(tokens)}
+
+
 def step_flops(shape: ModelShape, prompt_lens: Sequence[int], completion_lens: Sequence[int],
-               owners: Sequence[int], *, lora: bool) -> dict[str, float]:
+               owners: Sequence[int], *, lora: bool, lora_rank: int = 16) -> dict[str, float]:
     """Minimum FLOPs of each phase of one GRPO step.
 
-    ``generate``: prefill once per prompt, one forward per new token (``lm_head`` each step).
-    ``logprobs``: one teacher-forced forward. ``train``: forward plus backward, the backward being
-    twice the forward for full-parameter training (input and weight gradients) and about once for
-    LoRA (input gradients only; the adapters' own are negligible).
+    ``generate``: prefill once per prompt, one forward per new token (``lm_head`` each step; LoRA
+    adapters folded into the weights). ``logprobs``: one teacher-forced forward. ``train``: forward
+    plus backward. Full-parameter: the backward is twice the forward (input and weight gradients; for
+    attention, the gradients of its two products' inputs). LoRA (rank ``lora_rank`` on all seven
+    linears of every layer, polyrl's default): the frozen linears and ``lm_head`` need input gradients
+    only (1x their forward), attention still 2x, and the adapters add their own forward, input and
+    weight gradients (3 x ``2 r (in + out)`` per token and linear).
     """
-    forward = group_forward_flops(shape, prompt_lens, completion_lens, owners)
-    return {"generate": forward, "logprobs": forward, "train": forward * (2.0 if lora else 3.0)}
+    parts = group_forward_parts(shape, prompt_lens, completion_lens, owners)
+    forward = parts["linear"] + parts["attention"] + parts["head"]
+    if not lora:
+        train = 3.0 * forward
+    else:
+        adapters = 3.0 * parts["tokens"] * shape.layers * 2.0 * lora_rank * shape.layer_linear_dims
+        train = 2.0 * (parts["linear"] + parts["head"]) + 3.0 * parts["attention"] + adapters
+    return {"generate": forward, "logprobs": forward, "train": train}
