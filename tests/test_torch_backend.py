@@ -383,6 +383,27 @@ def _logprobs_and_grads(engine: Engine, seqs, weights) -> tuple[list[np.ndarray]
     return [lp.detach().numpy() for lp in lps], grads
 
 
+def test_long_completions_after_a_short_prompt_run_whole(tiny_model_dir, monkeypatch):
+    """The shared-prompt forward is taken where it saves work (short completions of repeated
+    prompts) and left where its masked attention would cost more than the prompts it saves."""
+    from polyrl_torch import scoring
+
+    calls: list[str] = []
+    for path, name in ((scoring._shared_prompt_hidden, "shared"), (scoring._full_hidden, "full")):
+        def counted(*args, _f=path, _name=name, **kwargs):
+            calls.append(_name)
+            return _f(*args, **kwargs)
+        monkeypatch.setattr(scoring, path.__name__, counted)
+    engine = make_engine(tiny_model_dir)
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(5, 200, size=30) for _ in range(3)]
+    short = [TokenSequence(prompts[i // 4], rng.integers(5, 200, size=4)) for i in range(12)]
+    long = [TokenSequence(prompts[0][:3], rng.integers(5, 200, size=400)) for _ in range(2)]
+    engine.logprobs(short, 1.0)
+    engine.logprobs(long, 1.0)
+    assert calls == ["shared", "full"]
+
+
 def test_shared_prompt_forward_equals_the_full_forward(tiny_model_dir, monkeypatch):
     """Each distinct prompt runs once and its rows reuse its KV cache: the same log-probs and the
     same gradients as running every row whole, with ragged prompts and completions."""

@@ -27,6 +27,36 @@ def prompt_groups(sequences: Sequence[TokenSequence]) -> tuple[list[int], list[n
     return owners, prompts
 
 
+#: A masked attention call's cost per (query, key) pair relative to a causal one's: CPU flash
+#: attention with an explicit mask visits every key block (no causal skipping) but each block costs
+#: a little less; fitted on SmolLM2 training steps (1 thread, AVX-512): 512 x 4 tokens favoured the
+#: shared prompt by 3 %, 1024 x 2 the whole rows by 8 %.
+MASKED_ATTENTION_WEIGHT = 0.8
+
+
+def shared_prompt_pays(prompt_lens: Sequence[int], completion_lens: Sequence[int], owners: Sequence[int],
+                       linear_flops_per_token: float, attention_flops_per_pair: float) -> bool:
+    """Whether running each distinct prompt once and its rows' completions after its KV cache costs
+    less than running every row whole.
+
+    Sharing saves the repeated prompts' linears but runs the completions' attention with a mask
+    (the cache's padding and offset), which skips no block, where whole rows attend causally. Short
+    completions after a shared prompt (GRPO's usual batch) gain; a long completion after a short
+    prompt loses: at 1024 completion tokens after a 46-token prompt the whole rows were 8 % faster.
+    Costs are FLOP estimates: ``linear_flops_per_token`` through the backbone's weights,
+    ``attention_flops_per_pair`` per (query, key) pair over all layers.
+    """
+    lin, att = linear_flops_per_token, attention_flops_per_pair
+    whole = sum(lin * (p + c) + att * (p + c) * (p + c + 1) / 2 for p, c in zip(prompt_lens, completion_lens))
+    width = max(prompt_lens, default=0)  # the shared cache is padded to its longest prompt
+    firsts: dict[int, int] = {}
+    for owner, p in zip(owners, prompt_lens):
+        firsts.setdefault(owner, p)
+    shared = sum(lin * p + att * width * p for p in firsts.values())
+    shared += sum(lin * c + MASKED_ATTENTION_WEIGHT * att * c * (width + c) for c in completion_lens)
+    return shared < whole
+
+
 def length_batches(sequences: Sequence[TokenSequence], budget: int) -> list[list[int]]:
     """Indices grouped by similar length (less padding), each group under ``budget`` padded tokens.
 

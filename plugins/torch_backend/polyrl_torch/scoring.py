@@ -11,7 +11,9 @@ so no attention mask is needed and position ids are the plain ``arange`` the sam
 GRPO scores ``n`` completions of each prompt. When prompts repeat in a batch, each distinct prompt
 runs through the backbone once and its KV cache is shared by the rows of its group (indexed per
 row, so under autograd the gradients of all rows flow back into the one prompt computation); only
-the completion tokens run per row. Same log-probs to float tolerance, ~(n-1)/n fewer prompt FLOPs.
+the completion tokens run per row. Same log-probs to float tolerance, ~(n-1)/n fewer prompt FLOPs,
+but the completions then attend with a mask (no causal block skipping): where that costs more than
+the prompts save (long completions after short prompts, ``shared_prompt_pays``) rows run whole.
 The completion tokens are run in length buckets (``polyrl.backend_kit.batching.length_buckets``):
 when some rows stopped early, one right-padded call would spend its time on padding.
 """
@@ -24,7 +26,13 @@ import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS, length_batches, length_buckets, prompt_groups
+from polyrl.backend_kit.batching import (
+    BUCKET_CALL_TOKENS,
+    length_batches,
+    length_buckets,
+    prompt_groups,
+    shared_prompt_pays,
+)
 from polyrl.types import TokenSequence
 from polyrl_torch.engine import TorchEngine
 from polyrl_torch.target_logprobs import target_logprobs
@@ -74,6 +82,36 @@ def shared_prompt_forward_allowed(engine: TorchEngine) -> bool:
         return False
     config = engine.causal_lm.config
     return not (getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True))
+
+
+def _costs_per_token(engine: TorchEngine) -> tuple[float, float] | None:
+    """(FLOPs per token through the decoder's weights, attention FLOPs per (query, key) pair over all
+    layers), from the model itself; None when its config does not say (then prompts are shared)."""
+    if "_forward_costs" in vars(engine):  # measured once per engine: the model's shape is fixed
+        known: tuple[float, float] | None = vars(engine)["_forward_costs"]
+        return known
+    config = engine.causal_lm.config
+    heads, layers = getattr(config, "num_attention_heads", None), getattr(config, "num_hidden_layers", None)
+    hidden = getattr(config, "hidden_size", None)
+    costs = None
+    if heads and layers and hidden:
+        head_dim = getattr(config, "head_dim", None) or hidden // heads
+        decoder = engine.causal_lm.get_decoder()
+        embed = decoder.get_input_embeddings()
+        weights = sum(p.numel() for p in decoder.parameters()) - (embed.weight.numel() if embed is not None else 0)
+        costs = (2.0 * weights, 4.0 * heads * head_dim * layers)
+    engine._forward_costs = costs  # type: ignore[attr-defined]
+    return costs
+
+
+def sharing_pays(engine: TorchEngine, sequences: Sequence[TokenSequence], owners: list[int]) -> bool:
+    """``shared_prompt_pays`` for this batch on this model (the option ``shared_prompt_forward``
+    and the cases it cannot run are ``shared_prompt_forward_allowed``'s)."""
+    costs = _costs_per_token(engine)
+    if costs is None:
+        return True
+    return shared_prompt_pays([len(s.prompt_ids) for s in sequences], [len(s.completion_ids) for s in sequences],
+                              owners, *costs)
 
 
 def _right_padded(rows: Sequence[np.ndarray], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -190,7 +228,8 @@ def _score(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature:
     device = engine.device
     lm = engine.causal_lm
     owners, prompts = prompt_groups(sequences)
-    if share_prompts and len(prompts) < len(sequences) and shared_prompt_forward_allowed(engine):
+    if (share_prompts and len(prompts) < len(sequences) and shared_prompt_forward_allowed(engine)
+            and sharing_pays(engine, sequences, owners)):
         selected = _shared_prompt_hidden(engine, sequences, owners, prompts)
     else:
         selected = _full_hidden(engine, sequences)
