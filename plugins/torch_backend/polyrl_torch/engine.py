@@ -108,6 +108,18 @@ def peft_target_modules(lora: Any) -> str | list[str]:
     return ALL_LINEAR if lora.all_linear else list(lora.target_modules)
 
 
+def merged_weight(layer: Any, weight: torch.Tensor) -> torch.Tensor:
+    """A new tensor ``weight + scale * B @ A`` for a peft LoRA ``Linear``: one fused ``addmm`` (peft's
+    ``get_delta_weight`` writes the product, then its scaled copy, then the sum: three passes over
+    every adapted weight before each generation); other layer kinds go through peft."""
+    a, b = layer.lora_A[ADAPTER].weight, layer.lora_B[ADAPTER].weight
+    plain = (a.dim() == 2 and not getattr(layer, "fan_in_fan_out", False)
+             and not (getattr(layer, "use_dora", {}) or {}).get(ADAPTER, False))
+    if not plain:
+        return weight + layer.get_delta_weight(ADAPTER).to(weight.dtype)
+    return torch.addmm(weight, b.to(weight.dtype), a.to(weight.dtype), alpha=float(layer.scaling[ADAPTER]))
+
+
 class TorchEngine:
     """One loaded model. ``model`` is what the hooks run (a ``PeftModel`` when LoRA is on)."""
 
@@ -280,7 +292,7 @@ class TorchEngine:
                 for layer in layers:
                     weight = layer.get_base_layer().weight
                     swapped.append((weight, weight.data))
-                    weight.data = weight.data + layer.get_delta_weight(ADAPTER)
+                    weight.data = merged_weight(layer, weight.data)
             with self.model.disable_adapter():
                 yield
         finally:

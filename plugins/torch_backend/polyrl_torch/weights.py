@@ -30,7 +30,7 @@ from polyrl.backend_kit.checkpoints import missing_piece
 from polyrl.backend_kit.versions import installed_version
 from polyrl.types import NamedWeights
 from polyrl_torch import distributed
-from polyrl_torch.engine import ADAPTER, TorchEngine
+from polyrl_torch.engine import ADAPTER, TorchEngine, merged_weight
 
 STATE_DIR = "torch_state"
 ADAPTER_DIR = "adapter"
@@ -73,7 +73,7 @@ def hf_state_dict(engine: TorchEngine, merged: bool = True) -> dict[str, torch.T
             module = layers.get(name.rsplit(".", 1)[0])
             if module is not None and name.endswith(".weight") and not module.merged:
                 if ADAPTER in module.active_adapters and not getattr(module, "disable_adapters", False):
-                    value = value + module.get_delta_weight(ADAPTER).to(value.dtype)
+                    value = merged_weight(module, value)
             out[name] = value
     return out
 
