@@ -720,3 +720,24 @@ def test_cli_bad_paths_and_backends_are_one_clear_error(tiny_model_dir, tmp_path
     err = capsys.readouterr().err
     assert field in err and "Traceback" not in err, err
     assert "fix" in err.lower() or "known" in err.lower() or "installed" in err.lower(), err
+
+
+def test_the_sampler_folds_lora_as_peft_would(tiny_model_dir):
+    """``merged_weight`` (one addmm) gives peft's ``W + get_delta_weight``, with adapters that moved."""
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    from polyrl_torch.engine import ADAPTER, merged_weight
+
+    engine = make_engine(tiny_model_dir, lora=LoraConfig(rank=4, alpha=8.0))
+    layers = [m for m in engine.raw.model.modules() if isinstance(m, LoraLayer)]
+    assert len(layers) >= 7
+    torch.manual_seed(0)
+    for layer in layers:
+        torch.nn.init.normal_(layer.lora_B[ADAPTER].weight, std=0.1)  # B starts at zero: move it
+        base = layer.get_base_layer().weight.data
+        want = base + layer.get_delta_weight(ADAPTER)
+        got = merged_weight(layer, base)
+        assert got.data_ptr() != base.data_ptr()  # a new tensor: the frozen base is untouched
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+        assert not torch.equal(got, base)
