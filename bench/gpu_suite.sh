@@ -4,16 +4,17 @@
 #   here, once per checkout:  bash bench/gpu_wheels.sh && python bench/gpu_models.py prepare --out .gpu/models
 #   on the GPU machine:       bash bench/gpu_suite.sh [SECTION ...]
 #                             (the device tool: carry [".whl", ".gpu"]; one call holds 10 minutes, so
-#                              run the sections over a few calls: env tests | small | large | max)
+#                              run the sections over a few calls: env tests | small small-long | large ...)
 #
 # Sections, default all in this order:
 #   env     GPU, driver, versions; installs the carried wheels and this tree (polyrl, polyrl-torch)
 #   tests   the CUDA-relevant tests, on CUDA (device "auto" picks it): torch backend, conformance kit,
 #           mixed precision, distributed (NCCL and FSDP2 on one rank), device selection
-#   small   polyrl bench vs TRL (bf16, same run) and HF generate on the SmolLM2-135M shape, 8x8x256 and 8x8x1024
-#   large   the same on the SmolLM2-1.7B shape: full and LoRA at 8x8x256, full at 8x8x1024
+#   small, small-long            polyrl bench vs TRL (bf16, same run) and HF generate on the SmolLM2-135M
+#                                shape, 8x8x256 and 2x8x1024 (one JSON each)
+#   large, large-lora, large-long the same on the SmolLM2-1.7B shape: full and LoRA at 8x8x256, full at 2x8x1024
 #   max     MAX on the GPU beside torch and HF generate (only where MAX is importable there)
-# Results: JSON per bench, logs and summary.txt in $RESULTS (default: $OUT/../gpu-results when the device
+# Results: JSON per bench, logs and summary.txt in $RESULTS (default: /tmp/gpu-results when the device
 # tool's $OUT is set, else bench/results/gpu); with $OUT set they come back as $OUT/gpu_results.tgz plus
 # $OUT/summary.txt. The summary table prints last.
 # GPU_SUITE_REHEARSE=1 runs every section on the CPU at toy sizes: it checks this script where there is no GPU.
@@ -27,24 +28,21 @@ MODELS=${GPU_SUITE_MODELS:-$ROOT/.gpu/models}
 mkdir -p "$RESULTS"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 if [ "$REHEARSE" = 1 ]; then
-  PY=${PYTHON:-$ROOT/.venv/bin/python}; DEVICE=cpu
-  SIZES_SMALL=("--prompts 2 --group-size 2 --max-new-tokens 8 --steps 2")
-  SIZES_LARGE=("--prompts 2 --group-size 2 --max-new-tokens 8 --steps 2")
+  PY=${PYTHON:-$ROOT/.venv/bin/python}; DEVICE=cpu; THREADS=1
+  SHORT="--prompts 2 --group-size 2 --max-new-tokens 8 --steps 2"; LONG=$SHORT
   TESTS=(tests/test_device_selection.py)
-  THREADS=1
 else
-  PY=${PYTHON:-python3}; DEVICE=cuda
-  SIZES_SMALL=("--prompts 8 --group-size 8 --max-new-tokens 256 --steps 3"
-               "--prompts 8 --group-size 8 --max-new-tokens 1024 --steps 3")
-  SIZES_LARGE=("--prompts 8 --group-size 8 --max-new-tokens 256 --steps 3"
-               "--prompts 8 --group-size 8 --max-new-tokens 256 --steps 3 --lora"
-               "--prompts 8 --group-size 8 --max-new-tokens 1024 --steps 3")
+  PY=${PYTHON:-python3}; DEVICE=cuda; THREADS=8
+  # the long points use 2 prompts: 8 x 8 x 1024 tokens would keep ~70k positions of activations
+  # (~1.5 MB each for SmolLM2 without checkpointing), past an H100's 80 GB on either side
+  SHORT="--prompts 8 --group-size 8 --max-new-tokens 256 --steps 3"
+  LONG="--prompts 2 --group-size 8 --max-new-tokens 1024 --steps 3"
   TESTS=(tests/test_device_selection.py tests/test_torch_backend.py tests/test_torch_kv_cache.py
          tests/test_torch_mixed_precision.py tests/test_torch_target_logprobs.py tests/test_torch_episodes.py
          tests/test_conformance_kit.py tests/test_policy_loss_runs.py tests/test_determinism.py
          tests/test_distributed.py)
-  THREADS=8
 fi
+SMALL=smollm2-135m-shape LARGE=smollm2-1.7b-shape
 
 say() { printf '\n=== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 
@@ -95,9 +93,8 @@ section_tests() {
 bench() {  # bench NAME MODEL ARGS...: polyrl vs TRL (bf16 both) and HF generate, one JSON
   local name=$1 model=$2; shift 2
   say "bench $name"
-  # shellcheck disable=SC2068  # the sizes are word lists on purpose
   timeout 580 "$PY" -m polyrl.cli bench --model "$model" --backends torch --device "$DEVICE" \
-    --compute-dtype bfloat16 --ignore-eos --threads "$THREADS" --trl --hf-generate $@ \
+    --compute-dtype bfloat16 --ignore-eos --threads "$THREADS" --trl --hf-generate "$@" \
     --output "$RESULTS/bench_$name.json" 2>&1 | tail -22
 }
 
@@ -107,20 +104,11 @@ models() {  # random weights for the shapes asked for (seconds on a GPU)
   "$PY" bench/gpu_models.py build --out "$MODELS" --only "$@" "${depth[@]}" || return 1
 }
 
-section_small() {
-  models smollm2-135m-shape || return 1
-  local i=0
-  for sizes in "${SIZES_SMALL[@]}"; do
-    bench "135m_$i" "$MODELS/smollm2-135m-shape" $sizes; i=$((i + 1))
-  done
-}
-
-section_large() {
-  models smollm2-1.7b-shape || return 1
-  local i=0
-  for sizes in "${SIZES_LARGE[@]}"; do
-    bench "1.7b_$i" "$MODELS/smollm2-1.7b-shape" $sizes; i=$((i + 1))
-  done
+bench_section() {  # bench_section NAME MODEL SIZES [--lora]
+  local name=$1 model=$2 sizes=$3; shift 3
+  models "$model" || return 1
+  # shellcheck disable=SC2086  # the sizes are a word list on purpose
+  bench "$name" "$MODELS/$model" $sizes "$@"
 }
 
 section_max() {
@@ -130,20 +118,26 @@ section_max() {
       | tee "$RESULTS/max.txt"
     return 0
   fi
-  models smollm2-135m-shape || return 1
+  models "$SMALL" || return 1
   timeout 580 "$PY" -m polyrl.cli bench --model "$MODELS/smollm2-135m-shape" --backends max torch --device "$DEVICE" \
-    --generate-only --hf-generate --ignore-eos --threads "$THREADS" ${SIZES_SMALL[0]} \
+    --generate-only --hf-generate --ignore-eos --threads "$THREADS" $SHORT \
     --output "$RESULTS/bench_max_generate.json" 2>&1 | tail -22
 }
 
 install || { echo "error: installing the carried wheels or this tree failed (see above)"; exit 2; }
 if [ "$REHEARSE" != 1 ]; then export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"; fi
 sections=("$@")
-if [ ${#sections[@]} -eq 0 ] || [ "${sections[0]}" = all ]; then sections=(env tests small large max); fi
+ALL=(env tests small small-long large large-lora large-long max)
+if [ ${#sections[@]} -eq 0 ] || [ "${sections[0]}" = all ]; then sections=("${ALL[@]}"); fi
 for s in "${sections[@]}"; do
   case $s in
-    env|tests|small|large|max) "section_$s" ;;
-    *) echo "error: unknown section '$s'. Fix: use env, tests, small, large, max or all"; exit 2 ;;
+    env|tests|max) "section_$s" ;;
+    small) bench_section 135m_short "$SMALL" "$SHORT" ;;
+    small-long) bench_section 135m_long "$SMALL" "$LONG" ;;
+    large) bench_section 1.7b_short "$LARGE" "$SHORT" ;;
+    large-lora) bench_section 1.7b_short_lora "$LARGE" "$SHORT" --lora ;;
+    large-long) bench_section 1.7b_long "$LARGE" "$LONG" ;;
+    *) echo "error: unknown section '$s'. Fix: use one of ${ALL[*]}, or all"; exit 2 ;;
   esac
 done
 "$PY" bench/gpu_summary.py "$RESULTS" | tee "$RESULTS/summary.txt"

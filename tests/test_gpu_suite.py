@@ -87,7 +87,8 @@ def test_the_suite_parses_and_refuses_an_unknown_section(tmp_path):
     env.pop("OUT", None)
     done = subprocess.run(["bash", str(SUITE), "benchmark-all"], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 2
-    assert "error: unknown section 'benchmark-all'. Fix: use env, tests, small, large, max or all" in done.stdout
+    assert ("error: unknown section 'benchmark-all'. Fix: use one of env tests small small-long large large-lora "
+            "large-long max, or all") in done.stdout
 
 
 @pytest.mark.slow
@@ -101,17 +102,18 @@ def test_the_suite_rehearses_every_section_on_the_cpu(tmp_path):
     out.mkdir()
     env = {**os.environ, "GPU_SUITE_REHEARSE": "1", "GPU_SUITE_MODELS": str(models), "OUT": str(out),
            "RESULTS": str(tmp_path / "results"), "PYTHON": sys.executable, "POLYRL_CACHE": str(tmp_path / "cache")}
-    done = subprocess.run(["bash", str(SUITE), "env", "tests", "small", "large"], capture_output=True, text=True,
-                          env=env, timeout=1200)
+    done = subprocess.run(["bash", str(SUITE), "env", "tests", "small", "large-lora"], capture_output=True,
+                          text=True, env=env, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = tmp_path / "results"
-    for name in ("bench_135m_0.json", "bench_1.7b_0.json"):
+    for name in ("bench_135m_short.json", "bench_1.7b_short_lora.json"):
         report = json.loads((results / name).read_text())
         sides = {r["backend"]: r for r in report["results"]}
         assert set(sides) == {"torch", "trl", "hf-generate"}
         assert all("error" not in r for r in sides.values()), sides
         assert report["workload"]["device"] == "cpu" and sides["torch"]["device"] == "cpu"
         assert sides["torch"]["speedup_vs_trl"] > 0 and sides["torch"]["generate_speedup_vs_hf"] > 0
+        assert report["workload"]["lora"] == name.endswith("_lora.json")
     summary = (out / "summary.txt").read_text()
     assert "tests: " in summary and " 0 failed" in summary
     assert summary.count("x TRL") == 2 and (out / "gpu_results.tgz").stat().st_size > 1000
