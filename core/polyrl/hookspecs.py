@@ -56,6 +56,10 @@ Answers to what an author would otherwise guess
     * ``EngineConfig.max_length`` caps prompt + completion tokens: the completion gets
       ``min(max_new_tokens, max_length - len(prompt_ids))`` tokens, and a prompt of
       ``max_length`` tokens or more is a ``ConfigError`` on ``model.max_length``.
+    * ``EngineConfig.device`` defaults to ``"auto"``: run on your accelerator when this machine
+      has one your library can use, else on the CPU; a named device you cannot use is a
+      ``ConfigError`` on ``device`` with the fix. Expose the resolved one as ``engine.device``
+      (``polyrl bench`` reads it to compare each side against the peak of the same device).
     * ``EngineConfig.threads`` is the number of CPU threads your compute may use in this
       process (e.g. ``torch.set_num_threads``); None leaves the library's default. Per-thread
       settings must be applied inside each call (see ``generate``).
