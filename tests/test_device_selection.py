@@ -70,3 +70,19 @@ def test_more_torchrun_ranks_than_gpus_is_an_error_naming_the_fix(monkeypatch):
     with pytest.raises(ConfigError, match="local rank 1.*1 CUDA GPU") as err:
         distributed.local_device(torch.device("cuda"))
     assert "--nproc-per-node" in str(err.value.fix) and 'model.device = "cpu"' in str(err.value.fix)
+
+
+def test_only_a_launcher_makes_a_single_process_a_rank(monkeypatch):
+    from polyrl_torch import distributed
+
+    for name in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    assert not distributed.launched()
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    assert not distributed.launched()  # no rendezvous port: a stray variable, not torchrun
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    assert distributed.launched()
+    monkeypatch.delenv("MASTER_ADDR")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert distributed.launched()  # a larger world always joins (and says so if it cannot)

@@ -30,8 +30,12 @@ def env_world_size() -> int:
 def launched() -> bool:
     """Whether a launcher (torchrun, or one setting the same ``env://`` variables) started this
     process as a rank: then it joins a process group, even a group of one (``--nproc-per-node 1``
-    on a one-GPU machine runs the same collectives, NCCL's on CUDA, as a larger world)."""
-    return "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+    on a one-GPU machine runs the same collectives, NCCL's on CUDA, as a larger world). A world of
+    one counts only with its whole rendezvous address set, so a stray ``WORLD_SIZE=1`` in a plain
+    process's environment changes nothing."""
+    if env_world_size() > 1:
+        return True
+    return all(name in os.environ for name in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
 def local_device(device: torch.device) -> torch.device:
