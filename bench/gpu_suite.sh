@@ -124,11 +124,17 @@ section_max() {
     --output "$RESULTS/bench_max_generate.json" 2>&1 | tail -22
 }
 
-install || { echo "error: installing the carried wheels or this tree failed (see above)"; exit 2; }
-if [ "$REHEARSE" != 1 ]; then export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"; fi
 sections=("$@")
 ALL=(env tests small small-long large large-lora large-long max)
 if [ ${#sections[@]} -eq 0 ] || [ "${sections[0]}" = all ]; then sections=("${ALL[@]}"); fi
+for s in "${sections[@]}"; do  # every name checked before anything installs or runs
+  case " ${ALL[*]} " in
+    *" $s "*) ;;
+    *) echo "error: unknown section '$s'. Fix: use one of ${ALL[*]}, or all"; exit 2 ;;
+  esac
+done
+install || { echo "error: installing the carried wheels or this tree failed (see above)"; exit 2; }
+if [ "$REHEARSE" != 1 ]; then export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"; fi
 for s in "${sections[@]}"; do
   case $s in
     env|tests|max) "section_$s" ;;
@@ -137,7 +143,6 @@ for s in "${sections[@]}"; do
     large) bench_section 1.7b_short "$LARGE" "$SHORT" ;;
     large-lora) bench_section 1.7b_short_lora "$LARGE" "$SHORT" --lora ;;
     large-long) bench_section 1.7b_long "$LARGE" "$LONG" ;;
-    *) echo "error: unknown section '$s'. Fix: use one of ${ALL[*]}, or all"; exit 2 ;;
   esac
 done
 "$PY" bench/gpu_summary.py "$RESULTS" | tee "$RESULTS/summary.txt"

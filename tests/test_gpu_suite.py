@@ -85,8 +85,10 @@ def test_the_suite_parses_and_refuses_an_unknown_section(tmp_path):
     assert subprocess.run(["bash", "-n", str(SUITE)]).returncode == 0
     env = {**os.environ, "GPU_SUITE_REHEARSE": "1", "RESULTS": str(tmp_path), "PYTHON": sys.executable}
     env.pop("OUT", None)
-    done = subprocess.run(["bash", str(SUITE), "benchmark-all"], capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run(["bash", str(SUITE), "env", "benchmark-all"], capture_output=True, text=True, env=env,
+                          timeout=60)
     assert done.returncode == 2
+    assert not (tmp_path / "env.txt").exists()  # refused before any section ran
     assert ("error: unknown section 'benchmark-all'. Fix: use one of env tests small small-long large large-lora "
             "large-long max, or all") in done.stdout
 
