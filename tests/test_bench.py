@@ -125,6 +125,25 @@ def test_printed_report_names_the_cpu_its_caps_and_each_sides_spread(capsys):
     assert "instruction set capped by {'ONEDNN_MAX_CPU_ISA': 'AVX2'}" in err
     assert "torch: 2 timed steps, 10.00-11.00 s (the table's step s: 10.50)" in err
     assert "trl: 1 timed steps" not in err  # one step has no spread to show
+    assert "peak GPU" not in err  # a CPU run has no device memory column
+
+
+def test_printed_report_of_a_gpu_run_names_the_gpu_and_its_memory(capsys):
+    from polyrl.bench.report import print_table
+
+    peak = {"peak_gflops": 700000.0, "library": "torch", "device": "cuda", "cuda_version": "13.0",
+            "device_name": "NVIDIA H100 80GB HBM3"}
+    report = {
+        "machine": {"model": "Some CPU", "cpus": 16, "simd_flags": ["avx2"], "threads": 8, "matmul_peak": peak,
+                    "matmul_peaks": {}, "device": "NVIDIA H100 80GB HBM3"},
+        "results": [{"backend": "torch", "step_s": 2.0, "peak_rss_mb": 3000.0, "peak_device_mb": 41234.0},
+                    {"backend": "mlx", "step_s": 3.0, "mfu_note": "no matmul peak measured on Device(gpu, 0)"}],
+    }
+    print_table(report)
+    err = capsys.readouterr().err
+    assert "device: NVIDIA H100 80GB HBM3 (cuda, CUDA 13.0)" in err
+    assert "peak GPU" in err and "41234" in err
+    assert "mlx: no matmul peak measured on Device(gpu, 0)" in err
 
 
 def test_every_side_names_the_device_it_ran_on(tiny_model_dir):

@@ -71,8 +71,11 @@ def print_table(report: dict[str, Any]) -> None:
         return format(value, spec) if isinstance(value, (int, float)) and value == value else "-"
 
     table = Table(title="polyrl bench (seconds per step; MFU = fraction of the measured matmul peak)")
+    # an accelerator run's memory is the device's high-water mark (host RSS is beside the point there)
+    on_device = any("peak_device_mb" in r for r in report["results"])
     for col in ("backend", "step s", "generate s", "forward s", "backward s", "optimizer s", "tok/s",
-                "gen MFU", "train MFU", "peak RSS MB", "x TRL", "x mlx-lm-lora", "gen x HF"):
+                "gen MFU", "train MFU", "peak RSS MB", *(("peak GPU MB",) if on_device else ()),
+                "x TRL", "x mlx-lm-lora", "gen x HF"):
         table.add_column(col, justify="right")
     for r in report["results"]:
         if "error" in r:
@@ -81,13 +84,18 @@ def print_table(report: dict[str, Any]) -> None:
         table.add_row(r["backend"], fmt(r.get("step_s")), fmt(r.get("generate_s")), fmt(r.get("forward_s")),
                       fmt(r.get("backward_s")), fmt(r.get("optimizer_s")), fmt(r.get("generate_tokens_per_s"), ".0f"),
                       fmt(r.get("generate_mfu"), ".0%"), fmt(r.get("train_mfu"), ".0%"),
-                      fmt(r.get("peak_rss_mb"), ".0f"), fmt(r.get("speedup_vs_trl")),
-                      fmt(r.get("speedup_vs_mlx_lm_lora")),
+                      fmt(r.get("peak_rss_mb"), ".0f"),
+                      *((fmt(r.get("peak_device_mb"), ".0f"),) if on_device else ()),
+                      fmt(r.get("speedup_vs_trl")), fmt(r.get("speedup_vs_mlx_lm_lora")),
                       fmt(r.get("generate_speedup_vs_hf")))
+
     console = Console(stderr=True)
     if not console.is_terminal:
         console = Console(stderr=True, width=160)  # logs and pipes: no truncated columns
     console.print(table)
+    for r in report["results"]:
+        if r.get("mfu_note"):
+            console.print(f"{r['backend']}: {r['mfu_note']}")
     for r in report["results"]:
         each = [x for x in r.get("step_s_each") or [] if isinstance(x, (int, float))]
         if len(each) > 1:
