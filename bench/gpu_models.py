@@ -32,6 +32,9 @@ SMOLLM2_1_7B = {"hidden_size": 2048, "intermediate_size": 8192, "num_attention_h
                 "rope_parameters": {"rope_theta": 130000.0, "rope_type": "default"}}
 
 MODELS = ("smollm2-135m-shape", "smollm2-1.7b-shape")
+#: What ``prepare`` meant each folder to be: ``build`` refuses weights of another depth (a quick
+#: check's) in a folder a bench would read.
+SHAPE_MARK = ".polyrl-shape.json"
 
 
 def parameter_count(config: dict[str, Any]) -> int:
@@ -59,6 +62,7 @@ def prepare(out: Path, source: str = "smollm2-135m-instruct") -> list[Path]:
                 shutil.copy2(folder / file, target / file)
         config = {**base, **overrides, "dtype": "float32"}
         (target / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        (target / SHAPE_MARK).write_text(json.dumps({"num_hidden_layers": config["num_hidden_layers"]}) + "\n")
         written.append(target)
     return written
 
@@ -78,10 +82,16 @@ def build(out: Path, only: list[str] | None = None, device: str = "auto", num_la
         if not (target / "config.json").exists():
             raise SystemExit(f"error: {target} has no config.json. Fix: run `python bench/gpu_models.py prepare "
                              f"--out {out}` first (where the embedded SmolLM2 is installed) and carry the folder")
+        config = AutoConfig.from_pretrained(target)
         if (target / "model.safetensors").exists() or (target / "model.safetensors.index.json").exists():
+            meant = json.loads((target / SHAPE_MARK).read_text())["num_hidden_layers"] if (
+                target / SHAPE_MARK).exists() else config.num_hidden_layers
+            if config.num_hidden_layers != (num_layers or meant):
+                raise SystemExit(f"error: {target} holds a {config.num_hidden_layers}-layer build, not the "
+                                 f"{num_layers or meant} layers asked for. Fix: delete the folder and run "
+                                 f"`python bench/gpu_models.py prepare --out {out}` again")
             built.append(target)
             continue
-        config = AutoConfig.from_pretrained(target)
         if num_layers is not None:
             config.num_hidden_layers = num_layers
             config.save_pretrained(target)

@@ -24,7 +24,11 @@ ROOT=$PWD
 REHEARSE=${GPU_SUITE_REHEARSE:-0}
 if [ -n "${OUT:-}" ]; then RESULTS=${RESULTS:-/tmp/gpu-results}; else RESULTS=${RESULTS:-$ROOT/bench/results/gpu}; fi
 SITE=${GPU_SUITE_SITE:-/tmp/polyrl-site}
-MODELS=${GPU_SUITE_MODELS:-$ROOT/.gpu/models}
+if [ "$REHEARSE" = 1 ]; then  # its 2-layer builds never land where a GPU run reads its models
+  MODELS=${GPU_SUITE_MODELS:-/tmp/polyrl-gpu-rehearsal/models}
+else
+  MODELS=${GPU_SUITE_MODELS:-$ROOT/.gpu/models}
+fi
 mkdir -p "$RESULTS"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 if [ "$REHEARSE" = 1 ]; then
@@ -134,6 +138,9 @@ for s in "${sections[@]}"; do  # every name checked before anything installs or 
   esac
 done
 install || { echo "error: installing the carried wheels or this tree failed (see above)"; exit 2; }
+if [ "$REHEARSE" = 1 ] && [ ! -f "$MODELS/$SMALL/config.json" ]; then
+  "$PY" bench/gpu_models.py prepare --out "$MODELS" || exit 2
+fi
 if [ "$REHEARSE" != 1 ]; then export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"; fi
 for s in "${sections[@]}"; do
   case $s in

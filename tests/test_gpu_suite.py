@@ -54,6 +54,11 @@ def test_built_random_weights_load_and_generate_in_polyrl(tmp_path):
     assert len(done.completion_ids) == 4 and len(done.logprobs) == 4
     with pytest.raises(SystemExit, match="run `python bench/gpu_models.py prepare"):
         models.build(tmp_path / "elsewhere", ["smollm2-1.7b-shape"], device="cpu")
+    # a quick check's 1-layer weights are never taken for the bench model (the GPU run would skip
+    # building and time a one-layer model)
+    with pytest.raises(SystemExit, match="holds a 1-layer build, not the 30 layers"):
+        models.build(tmp_path, ["smollm2-135m-shape"], device="cpu")
+    assert models.build(tmp_path, ["smollm2-135m-shape"], device="cpu", num_layers=1) == [folder]
 
 
 def test_summary_reads_a_bench_report_and_junit_counts(tmp_path):
