@@ -74,8 +74,9 @@ def build(out: Path, only: list[str] | None = None, device: str = "auto", num_la
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    where = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                         ("cpu" if device == "auto" else device))
+    from polyrl_torch.devices import resolve_device
+
+    where = resolve_device(device)
     built = []
     for name in only or list(MODELS):
         target = out / name

@@ -21,22 +21,22 @@ def test_the_default_device_is_auto_in_the_config_and_the_engine_config():
 
 
 def test_auto_is_cuda_when_torch_sees_a_gpu_and_the_cpu_otherwise(monkeypatch):
-    from polyrl_torch.engine import _resolve_device
+    from polyrl_torch.devices import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert _resolve_device("auto") == torch.device("cpu")
+    assert resolve_device("auto") == torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert _resolve_device("auto").type == "cuda"
+    assert resolve_device("auto").type == "cuda"
 
 
 def test_cuda_asked_for_where_there_is_none_names_the_fix(monkeypatch):
-    from polyrl_torch.engine import _resolve_device
+    from polyrl_torch.devices import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ConfigError, match="no CUDA device"):
-        _resolve_device("cuda")
+        resolve_device("cuda")
     with pytest.raises(ConfigError, match="auto, cpu, cuda"):
-        _resolve_device("gpu-please")
+        resolve_device("gpu-please")
 
 
 def test_an_auto_engine_on_this_machine_runs_where_torch_says(tiny_model_dir):

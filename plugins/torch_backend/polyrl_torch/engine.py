@@ -23,6 +23,7 @@ from polyrl.logs import get_logger
 from polyrl.types import ALL_LINEAR, EngineConfig, Prompt, TokenPrompt
 from polyrl_torch import distributed, sharding
 from polyrl_torch.attention import register_grouped_sdpa
+from polyrl_torch.devices import resolve_device
 from polyrl_torch.generation_weights import packing_requested
 from polyrl_torch.host_memory import retain_freed_memory, retain_requested
 
@@ -47,21 +48,6 @@ def cpu_flags() -> frozenset[str]:
         if line.startswith("flags"):
             return frozenset(line.split(":", 1)[1].split())
     return frozenset()
-
-
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(name)
-    except RuntimeError as exc:
-        raise ConfigError(f"unknown device {name!r}", field="device", fix="use auto, cpu, cuda or cuda:N") from exc
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("cuda requested but torch sees no CUDA device", field="device",
-                          fix="use device='cpu' or install a CUDA build of torch==2.13.0")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("mps requested but not available", field="device", fix="use device='cpu'")
-    return device
 
 
 def _model_location(model: str, options: Mapping[str, Any]) -> tuple[str, str | None]:
@@ -129,7 +115,7 @@ class TorchEngine:
             raise ConfigError(f"dtype {config.dtype!r} is not supported by the torch backend",
                               field="dtype", fix=f"use one of {', '.join(DTYPES)}")
         self.dtype = DTYPES[config.dtype]
-        self.device = _resolve_device(config.device)
+        self.device = resolve_device(config.device)
         if self.dtype == torch.float16 and self.device.type == "cpu":
             get_logger("polyrl.torch").warning(
                 "float16 on CPU: torch has no fast float16 matmul on most CPUs, it runs far slower "

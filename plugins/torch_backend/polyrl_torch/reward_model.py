@@ -53,20 +53,16 @@ def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def torch_device(name: str) -> Any:
-    """``auto`` -> CUDA when torch sees a GPU, else the CPU; a device torch cannot use is a RewardError."""
-    import torch
+    """``polyrl_torch.devices.resolve_device`` (``auto``: CUDA when torch sees a GPU, else the CPU),
+    a device torch cannot use being a RewardError on ``options.device``."""
+    from polyrl.errors import ConfigError
+    from polyrl_torch.devices import resolve_device
 
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError) as exc:
-        raise RewardError(f"{NAME}: unknown device {name!r}. Fix: options.device = \"auto\", \"cpu\", "
-                          "\"cuda\" or \"cuda:N\"") from exc
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RewardError(f"{NAME}: device {name!r} asked for, but torch sees no CUDA GPU here. "
-                          "Fix: options.device = \"auto\" or \"cpu\"")
-    return device
+        return resolve_device(name)
+    except ConfigError as exc:
+        raise RewardError(f"{NAME}: {exc.message}. Fix: options.device = \"auto\" or \"cpu\" (\"cuda\" or "
+                          "\"cuda:N\" where torch sees a GPU)") from exc
 
 
 def load_reward_model(path: str, device: str = "auto", dtype: str = "float32") -> tuple[Any, Any]:

@@ -21,6 +21,7 @@ from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.reference import MISMATCH_THRESHOLD, VESPO_LOG_MAX, VESPO_LOG_MIN
 from polyrl.types import StepMetrics, TrainBatch
 from polyrl_torch import distributed
+from polyrl_torch.devices import wait_for_device
 from polyrl_torch.engine import TorchEngine
 from polyrl_torch.schedule import apply_scheduled_lr
 from polyrl_torch.scoring import token_logprobs_with_entropy
@@ -242,13 +243,6 @@ def _grad_norm(params: list[torch.nn.Parameter], max_norm: float | None) -> floa
     if not grads:
         return 0.0
     return float(torch.nn.utils.get_total_norm(grads))
-
-
-def wait_for_device(device: torch.device) -> None:
-    """Block until ``device`` has run what was queued on it: CUDA runs ahead of Python, so a phase
-    clock read without this times the launches, not the work. A no-op on the CPU."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _padding_loss(engine: TorchEngine, temperature: float) -> torch.Tensor:

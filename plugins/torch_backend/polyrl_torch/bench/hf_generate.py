@@ -36,15 +36,11 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from polyrl.bench.workload import bench_prompts
-    from polyrl_torch.bench.matmul_peak import _device
+    from polyrl_torch.devices import resolve_device, wait_for_device
 
     torch.set_num_threads(threads)
-    where = _device(device)
+    where = resolve_device(device)
     dtype = getattr(torch, compute_dtype or "float32")
-
-    def sync() -> None:
-        if where.type == "cuda":
-            torch.cuda.synchronize(where)
 
     t0 = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(model)
@@ -61,13 +57,13 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
     seconds, tokens, lengths = [], [], []
     for step in range(steps):
         torch.manual_seed(step)
-        sync()
+        wait_for_device(where)
         t = time.perf_counter()
         with torch.inference_mode():
             out = lm.generate(**inputs, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
                               num_return_sequences=group_size, max_new_tokens=max_new_tokens,
                               pad_token_id=pad_id, **fixed_length)
-        sync()
+        wait_for_device(where)
         seconds.append(time.perf_counter() - t)
         lengths = _generated_lengths(out[:, inputs["input_ids"].shape[1]:], eos_ids)
         tokens.append(sum(lengths))

@@ -19,29 +19,21 @@ CPU_SIZES = (512, 1024, 2048)
 CUDA_SIZES = (2048, 4096, 8192)
 
 
-def _device(name: str) -> Any:
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def measure(threads: int, seconds_per_size: float = 1.0, dtype: str = "float32",
             device: str = "cpu") -> dict[str, Any]:
     import torch
 
+    from polyrl.errors import ConfigError
+    from polyrl_torch.devices import resolve_device, wait_for_device
+
     torch.set_num_threads(threads)
-    where = _device(device)
+    try:
+        where = resolve_device(device)
+    except ConfigError as exc:
+        return {"error": f"torch {torch.__version__}: {exc.message}", "device": device}
     cuda = where.type == "cuda"
-    if cuda and not torch.cuda.is_available():
-        return {"error": f"torch {torch.__version__} sees no CUDA device here", "device": device}
     if where.type not in ("cpu", "cuda"):
         return {"error": f"the matmul peak is measured on cpu or cuda, not {device!r}", "device": device}
-
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize(where)
 
     rates = {}
     for n in CUDA_SIZES if cuda else CPU_SIZES:
@@ -49,13 +41,13 @@ def measure(threads: int, seconds_per_size: float = 1.0, dtype: str = "float32",
         a = torch.randn(n, n, dtype=getattr(torch, dtype), device=where, generator=gen)
         b = torch.randn(n, n, dtype=getattr(torch, dtype), device=where, generator=gen)
         torch.mm(a, b)  # warm-up: thread pool, packing buffers, the GPU's kernel choice
-        sync()
+        wait_for_device(where)
         reps, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds_per_size:
             for _ in range(10 if cuda else 1):  # queue several products between reads of the clock
                 torch.mm(a, b)
                 reps += 1
-            sync()
+            wait_for_device(where)
         rates[str(n)] = 2.0 * n**3 * reps / (time.perf_counter() - start) / 1e9
     out = {"peak_gflops": max(rates.values()), "by_size_gflops": rates, "threads": threads,
            "dtype": dtype, "library": "torch " + torch.__version__, "device": where.type,

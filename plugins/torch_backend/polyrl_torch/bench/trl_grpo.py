@@ -39,18 +39,18 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
     from polyrl.bench.workload import bench_prompts
     from polyrl.types import LoraConfig
 
-    from polyrl_torch.bench.matmul_peak import _device
+    from polyrl_torch.devices import resolve_device, wait_for_device
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    where = _device(device)
+    where = resolve_device(device)
     if where.type not in ("cpu", "cuda"):
         raise SystemExit(f"error: the TRL bench runs on cpu or cuda, not {device!r}")
     cuda = where.type == "cuda"
 
     def sync() -> None:  # the GPU runs ahead of Python: read the clock once its queue is done
-        if cuda:
-            torch.cuda.synchronize(where)
+        wait_for_device(where)
+
     rows = bench_prompts(prompts)
     dataset = Dataset.from_list([{"prompt": p} for p in rows] * (steps + 1))
     completion_tokens: list[int] = []
