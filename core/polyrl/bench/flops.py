@@ -62,42 +62,17 @@ class ModelShape:
         """Forward FLOPs of one token's attention over ``context`` positions (scores and weighted sum)."""
         return self.layers * 4.0 * self.heads * self.head_dim * context
 
-    def token_flops(self, context: int) -> float:
-        """Forward FLOPs of one token through the backbone, attending over ``context`` positions."""
-        return self.token_linear_flops() + self.token_attention_flops(context)
-
     @property
     def head_flops(self) -> float:
         """Forward FLOPs of ``lm_head`` for one position."""
         return 2.0 * self.hidden * self.vocab
 
 
-def sequence_forward_flops(shape: ModelShape, prompt_len: int, completion_len: int, *,
-                           prompt_shared: bool, head_on_prompt: bool = False) -> float:
-    """Forward FLOPs for one completion; its prompt counted only when not ``prompt_shared``."""
-    total = 0.0
-    if not prompt_shared:
-        total += sum(shape.token_flops(i + 1) for i in range(prompt_len))
-        total += shape.head_flops * prompt_len if head_on_prompt else 0.0
-    total += sum(shape.token_flops(prompt_len + j + 1) for j in range(completion_len))
-    return total + shape.head_flops * completion_len
-
-
-def group_forward_flops(shape: ModelShape, prompt_lens: Sequence[int], completion_lens: Sequence[int],
-                        owners: Sequence[int]) -> float:
-    """Forward FLOPs of a batch where each distinct prompt (``owners``) runs once."""
-    seen: set[int] = set()
-    total = 0.0
-    for owner, p, c in zip(owners, prompt_lens, completion_lens):
-        total += sequence_forward_flops(shape, p, c, prompt_shared=owner in seen)
-        seen.add(owner)
-    return total
-
-
 def group_forward_parts(shape: ModelShape, prompt_lens: Sequence[int], completion_lens: Sequence[int],
                         owners: Sequence[int]) -> dict[str, float]:
-    """``group_forward_flops`` split: the backbone's linears, attention, ``lm_head``, and the number of
-    token positions through the backbone (each distinct prompt's once)."""
+    """Forward FLOPs of a batch where each distinct prompt (``owners``) runs once, split: the
+    backbone's linears, attention over the real context, ``lm_head`` on completion positions only,
+    and the number of token positions through the backbone."""
     seen: set[int] = set()
     tokens, attention, heads = 0, 0.0, 0
     for owner, p, c in zip(owners, prompt_lens, completion_lens):
@@ -110,6 +85,13 @@ def group_forward_parts(shape: ModelShape, prompt_lens: Sequence[int], completio
         heads += c
     return {"linear": tokens * shape.token_linear_flops(), "attention": attention,
             "head": heads * shape.head_flops, "tokens": float(tokens)}
+
+
+def group_forward_flops(shape: ModelShape, prompt_lens: Sequence[int], completion_lens: Sequence[int],
+                        owners: Sequence[int]) -> float:
+    """Forward FLOPs of a batch where each distinct prompt (``owners``) runs once."""
+    parts = group_forward_parts(shape, prompt_lens, completion_lens, owners)
+    return parts["linear"] + parts["attention"] + parts["head"]
 
 
 def step_flops(shape: ModelShape, prompt_lens: Sequence[int], completion_lens: Sequence[int],

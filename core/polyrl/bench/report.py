@@ -88,7 +88,6 @@ def print_table(report: dict[str, Any]) -> None:
                       *((fmt(r.get("peak_device_mb"), ".0f"),) if on_device else ()),
                       fmt(r.get("speedup_vs_trl")), fmt(r.get("speedup_vs_mlx_lm_lora")),
                       fmt(r.get("generate_speedup_vs_hf")))
-
     console = Console(stderr=True)
     if not console.is_terminal:
         console = Console(stderr=True, width=160)  # logs and pipes: no truncated columns
