@@ -172,6 +172,28 @@ BAD = [
     ("/v1/completions", {"prompt": ["a"] * 5}, "prompt"),
     ("/v1/completions", {"prompt": ["a", "b"], "n": 40}, "n"),
     ("/v1/completions", {"prompt": "a", "logprobs": 100}, "logprobs"),
+    # fields that would change the answer and are not done: refused, never silently ignored
+    ("/v1/completions", {"prompt": "a", "logprobs": 5}, "logprobs"),  # alternatives are not computed
+    ("/v1/completions", {"prompt": "a", "echo": True}, "echo"),
+    ("/v1/completions", {"prompt": "a", "best_of": 3}, "best_of"),
+    ("/v1/completions", {"prompt": "a", "suffix": "end"}, "suffix"),
+    ("/v1/completions", {"prompt": "a", "logit_bias": {"50256": -100}}, "logit_bias"),
+    ("/v1/chat/completions", {"messages": CHAT, "logit_bias": {"5": 10}}, "logit_bias"),
+    ("/v1/chat/completions", {"messages": CHAT, "presence_penalty": 0.5}, "presence_penalty"),
+    ("/v1/chat/completions", {"messages": CHAT, "frequency_penalty": -1}, "frequency_penalty"),
+    ("/v1/chat/completions", {"messages": CHAT, "min_tokens": 4}, "min_tokens"),
+    ("/v1/chat/completions", {"messages": CHAT, "response_format": {"type": "json_object"}}, "response_format"),
+    ("/v1/chat/completions", {"messages": CHAT, "tools": [{"type": "function", "function": {"name": "f"}}],
+                              "tool_choice": "required"}, "tools"),
+    ("/v1/chat/completions", {"messages": CHAT, "tool_choice": {"type": "function"}}, "tool_choice"),
+    ("/v1/chat/completions", {"messages": CHAT, "top_logprobs": 5, "logprobs": True}, "top_logprobs"),
+    ("/v1/chat/completions", {"messages": CHAT, "logprobs": "yes"}, "logprobs"),
+    ("/v1/chat/completions", {"messages": CHAT, "repetition_penalty": 0}, "repetition_penalty"),
+    ("/v1/chat/completions", {"messages": CHAT, "min_p": 1.5}, "min_p"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": ["hello", 5]}]}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image_url", "image_url": {"url": "http://x/cat.png"}}]}]}, "messages"),
     ("/v1/completions", b"[1, 2]", None),
     ("/v1/completions", b'{"prompt": "a", "n": 1' + b"0" * 5000 + b"}", None),  # beyond int parsing
     ("/v1/completions", b"[" * 30000 + b"]" * 30000, None),
@@ -193,8 +215,18 @@ def test_every_bad_value_is_a_400_naming_the_field(server):
     # the limits are not stricter than they say: the edges are accepted
     edge = {"messages": CHAT, "max_tokens": 64, "seed": 2 ** 63 - 1, "temperature": 0, "top_k": -1, "n": 2}
     assert server.post("/v1/chat/completions", json=edge).status_code == 200
+    # what clients send by default (the "off" values of the refused fields) is accepted
+    defaults = {"messages": [{"role": "user", "content": [{"type": "text", "text": "What is 2 + 3?"}]}],
+                "max_tokens": 4, "logit_bias": {}, "presence_penalty": 0, "frequency_penalty": 0.0,
+                "response_format": {"type": "text"}, "tools": [], "tool_choice": "none", "top_logprobs": 0,
+                "logprobs": False, "min_tokens": 0}
+    assert server.post("/v1/chat/completions", json=defaults).status_code == 200
+    plain = {"prompt": "a", "max_tokens": 4, "logprobs": 0, "echo": False, "best_of": 1, "suffix": None}
+    reply = server.post("/v1/completions", json=plain).json()["choices"][0]
+    assert len(reply["logprobs"]["token_logprobs"]) == len(reply["logprobs"]["tokens"]) >= 1
+    assert reply["logprobs"]["top_logprobs"] is None  # none were asked for, none are pretended
     stats = server.stats()
-    assert stats["answered"] == 1 and stats["in_flight"] == 0
+    assert stats["answered"] == 3 and stats["in_flight"] == 0
 
 
 def test_fifty_parallel_clients_get_an_answer_or_a_retry_after_never_a_reset(server):
@@ -290,3 +322,53 @@ def test_unsafe_or_invalid_startup_is_one_error_line(args, field):
     lines = done.stderr.strip().splitlines()
     assert lines[-1].startswith("error: ") and field in lines[-1], lines[-3:]
     assert "Traceback" not in done.stderr
+
+
+def test_sigterm_while_generating_answers_every_client_and_exits_cleanly(tiny_model_dir):
+    """Stopping mid-batch: the batch running finishes, every waiting client gets a 503 with
+    Retry-After (none a reset connection), and the process exits 0 instead of aborting while
+    its generation thread is inside torch."""
+    import os
+    import signal
+
+    started = start_server(tiny_model_dir, *CAPS)
+    outcomes: dict[str, object] = {}
+
+    def client(name: str, body: dict) -> None:
+        with httpx.Client(timeout=120, trust_env=False) as c:
+            try:
+                r = c.post(f"{started.url}/v1/completions", json=body)
+                outcomes[name] = (r.status_code, r.headers.get("Retry-After"), r.json())
+            except httpx.HTTPError as exc:
+                outcomes[name] = exc
+
+    try:
+        # 64 completions in units of 4: many batches, so the signal lands while one is generating
+        huge = threading.Thread(target=client, args=("huge", {"prompt": "Count:", "n": 64, "max_tokens": 64,
+                                                               "ignore_eos": True}))
+        huge.start()
+        deadline = time.monotonic() + 60
+        while started.stats()["batches"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        others = [threading.Thread(target=client, args=(f"small{i}", {"prompt": f"{i} +", "max_tokens": 8}))
+                  for i in range(3)]
+        for t in others:
+            t.start()
+        while started.stats()["queued"] < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert huge.is_alive(), "the huge request ended before the signal: make it bigger"
+        os.kill(started.proc.pid, signal.SIGTERM)
+        for t in [huge, *others]:
+            t.join(60)
+        rc = started.proc.wait(timeout=60)
+        log = started.log()
+    finally:
+        started.stop()
+    assert rc == 0 and "Traceback" not in log and "terminate called" not in log, log
+    assert not [o for o in outcomes.values() if not isinstance(o, tuple)], outcomes
+    assert len(outcomes) == 4
+    for status, retry_after, body in outcomes.values():  # type: ignore[misc]
+        assert status in (200, 503), body
+        if status == 503:
+            assert body["error"]["code"] == "shutting_down" and int(retry_after) >= 1
+    assert outcomes["huge"][0] == 503  # type: ignore[index]  # most of its units never ran

@@ -169,3 +169,43 @@ def test_a_weight_load_never_lands_inside_a_request():
         t.join(10)
     assert out["load"] == [["huge"]] * 3  # after all of the started request, before the new one
     assert [p for p, _ in engine.calls] == [["huge"]] * 3 + [["later"]]
+
+
+def test_closing_finishes_the_running_batch_and_refuses_the_rest_at_once():
+    engine = RecordingEngine(hold=True)
+    scheduler = FairScheduler(engine.generate, max_batch_size=4, max_queue=8)
+    out: dict[str, object] = {}
+    threads = [_submit(scheduler, ["running"], SamplingParams(n=4, seed=1), out, "running")]
+    assert engine.entered.wait(5)
+    threads.append(_submit(scheduler, ["waiting"], SamplingParams(seed=2), out, "waiting"))
+    threads.append(_submit(scheduler, ["huge"], SamplingParams(n=12), out, "huge"))
+    _queued(scheduler, 3)
+    loads: list[object] = []
+
+    def load() -> None:
+        try:
+            loads.append(scheduler.run_exclusive(lambda: "loaded"))
+        except ApiError as exc:
+            loads.append(exc)
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    scheduler.close()
+    threads[1].join(5)
+    threads[2].join(5)
+    loader.join(5)
+    assert time.monotonic() - t0 < 1, "waiting requests were not refused at once"
+    for refused in (out["waiting"], out["huge"], loads[0]):
+        assert isinstance(refused, ApiError) and refused.status == 503 and refused.code == "shutting_down"
+        assert int(refused.headers["Retry-After"]) >= 1
+    with pytest.raises(ApiError) as late:
+        scheduler.submit(["late"], SamplingParams())
+    assert late.value.status == 503 and late.value.code == "shutting_down"
+    assert not scheduler.join(0.1), "the thread ended while its batch was still generating"
+    engine.release.set()
+    threads[0].join(5)
+    assert [c.text for c in out["running"]] == ["running#1.0", "running#1.1", "running#1.2", "running#1.3"]
+    assert scheduler.join(5), "the generation thread did not end after its last batch"
+    assert [p for p, _ in engine.calls] == [["running"]]

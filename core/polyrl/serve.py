@@ -30,15 +30,23 @@ Sampling: ``temperature`` (default 1, at most 10), ``top_p``, ``top_k`` (extensi
 (at most ``--max-n``), ``stop``, ``seed`` (0 to 2**63-1), ``ignore_eos`` (vLLM's extension, a JSON
 boolean: sample on past EOS to ``max_tokens``). Log-probs: chat ``"logprobs": true``
 gives ``choices[i].logprobs.content`` with each sampled token's log-prob; ``/v1/completions``
-``"logprobs": k`` gives ``tokens``/``token_logprobs``/``text_offset``. They are the sampler's own
+``"logprobs": 0`` gives ``tokens``/``token_logprobs``/``text_offset``. They are the sampler's own
 log-probs (the backend's ``generate`` contract: the temperature-scaled distribution before
-top-p/top-k). Alternatives (``top_logprobs``) are not computed by the generate contract:
-``top_logprobs`` lists come back empty.
+top-p/top-k). Alternatives are not computed by the generate contract, so chat ``top_logprobs`` above
+0 and ``/v1/completions`` ``logprobs`` above 0 are refused. vLLM's ``min_p`` and
+``repetition_penalty`` are honoured. Every other field that would change the answer and is not
+done here (``logit_bias``, presence/frequency penalties, ``response_format`` other than text,
+``tools``, ``min_tokens``, ``best_of``, ``suffix``, ``echo``, non-text content parts) is a 400 naming
+it when set, never silently ignored (``polyrl.serving.requests.UNHONOURED``).
 
 Bad requests are 4xx with a reason in OpenAI's error shape, never a 500 or a hang: 411/400/413 for
 a missing, malformed or too large Content-Length, 400 for bad JSON, wrong types, out-of-range
 sampling values and prompts over the context, 408 for a request not received within
 ``--read-timeout-s``, 503 + Retry-After when the queue or the connection cap is full.
+
+Stopping: SIGTERM or SIGINT lets the batch generating now finish and answers its requests, answers
+every waiting request 503 + Retry-After (``shutting_down``), refuses new ones the same way, then
+exits 0; a second signal exits at once.
 
 Security: binds 127.0.0.1 unless ``--host`` says otherwise; ``--api-key-env NAME`` makes it
 require ``Authorization: Bearer <value of $NAME>``. There is no TLS.
@@ -90,6 +98,8 @@ DEFAULT_MAX_TOKENS = 256
 # call has a fixed cost per decoding step, so small units cost a big request throughput; why not
 # larger: a small request may wait for one unit of each request ahead of it.
 DEFAULT_BATCH = 32
+#: On stopping, how long answered requests get to send their responses before the process exits.
+DRAIN_S = 10.0
 __all__ = ["ApiError", "Faults", "Limits", "PolyrlServer", "add_arguments", "build_server", "run"]
 
 
@@ -287,6 +297,17 @@ class PolyrlServer(ThreadingHTTPServer):
         with self.lock:
             self.stats.answered += 1
         return out
+
+    def drain(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for the generation requests in flight to be answered (after the
+        scheduler stopped they only have their response left to send); whether they were."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            with self.lock:
+                if not self.stats.in_flight:
+                    return True
+            time.sleep(0.02)
+        return False
 
 
 def _usage(completions: list[Completion], per_prompt: int) -> dict[str, int]:
@@ -510,12 +531,12 @@ class Handler(BaseHTTPRequestHandler):
         body = self._body()
         self._check_model(body)
         messages = req.chat_messages(body, self.server.limits)
+        want_logprobs = req.chat_logprobs(body)
         sampling = req.sampling(body, self.server.limits, DEFAULT_MAX_TOKENS)
         req.check_budget(1, sampling.n, self.server.limits)
         self.server.check_prompt_tokens(messages, "messages")
         self.server.before_generation()
         completions = self.server.generate([messages], sampling)
-        want_logprobs = bool(body.get("logprobs"))
         choices = []
         for i, c in enumerate(completions):
             choices.append(self._token_ids({
@@ -532,12 +553,7 @@ class Handler(BaseHTTPRequestHandler):
         body = self._body()
         self._check_model(body)
         prompts = req.completion_prompts(body, self.server.limits, self.server.vocab_size)
-        if body.get("echo"):
-            raise ApiError(400, "echo=true is not supported by polyrl serve", "echo")
-        logprobs = body.get("logprobs")
-        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
-                                     or not 0 <= logprobs <= 20):
-            raise ApiError(400, "logprobs must be an integer in [0, 20] (or null)", "logprobs")
+        logprobs = req.completion_logprobs(body)
         sampling = req.sampling(body, self.server.limits, 16)  # OpenAI's default for /v1/completions
         req.check_budget(len(prompts), sampling.n, self.server.limits)
         for p in prompts:
@@ -548,14 +564,14 @@ class Handler(BaseHTTPRequestHandler):
         for i, c in enumerate(completions):
             entry: dict[str, Any] = {"index": i, "text": self.server.text_of(c), "logprobs": None,
                                      "finish_reason": c.finish_reason}
-            if logprobs is not None:
+            if logprobs:
                 tokens = [self.server.token_text(t) for t in c.completion_ids.tolist()]
                 offsets, pos = [], 0
                 for t in tokens:
                     offsets.append(pos)
                     pos += len(t)
                 entry["logprobs"] = {"tokens": tokens, "token_logprobs": [float(x) for x in c.logprobs],
-                                     "top_logprobs": [{} for _ in tokens] if logprobs else None,
+                                     "top_logprobs": None,
                                      "text_offset": offsets}
             choices.append(self._token_ids(entry, c, body))
         return 200, {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
@@ -674,7 +690,16 @@ def run(args: argparse.Namespace) -> int:
         log.warning("serving beyond this machine: anyone who can reach it can use the model",
                     host=args.host, api_key=bool(server.api_key))
 
+    stopping = threading.Event()
+
     def stop(signum: int, frame: Any) -> None:
+        if stopping.is_set():  # asked twice: do not wait for the batch
+            log.warning("stopping now, without finishing the running batch", signal=signal.Signals(signum).name)
+            os._exit(128 + signum)
+        stopping.set()
+        log.info("stopping: finishing the running batch, answering waiting requests 503 "
+                 "(signal again to stop at once)", signal=signal.Signals(signum).name)
+        server.scheduler.close()
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
@@ -682,6 +707,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"polyrl serve: listening on {server.url}/v1 (model {server.model_name!r})", flush=True)
     try:
         server.serve_forever(poll_interval=0.2)
+        server.scheduler.close()  # a no-op after a signal; serve_forever also ends on an error
+        while not server.scheduler.join(timeout=0.5):  # short waits: a second signal is handled
+            pass
+        server.drain(DRAIN_S)
     finally:
         server.server_close()
     return 0

@@ -24,3 +24,11 @@ def overloaded(message: str, retry_after_s: int = 1) -> ApiError:
     """503 with Retry-After: the server is busy, the request was fine; the client should retry."""
     return ApiError(503, message, kind="server_error", code="overloaded",
                     headers={"Retry-After": str(max(1, int(retry_after_s)))})
+
+
+def shutting_down() -> ApiError:
+    """503 with Retry-After for requests a stopping server will not run: another replica, or this
+    one restarted, can answer them."""
+    return ApiError(503, "the server is shutting down; retry after the Retry-After seconds (on a "
+                    "restarted or another server)", kind="server_error", code="shutting_down",
+                    headers={"Retry-After": "5"})

@@ -18,6 +18,44 @@ from polyrl.validators import Rule, shown
 
 TEMPERATURE_MAX = 10.0
 TOP_K_MAX = 2 ** 31 - 1
+REPETITION_PENALTY_MAX = 10.0
+
+
+def _off(*values: Any) -> Any:
+    """A check that a field is absent (null) or one of ``values``: what leaves the output unchanged."""
+    return lambda v: v is None or any(v == x and type(v) is type(x) for x in values)
+
+
+def _zero(v: Any) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0)
+
+
+#: OpenAI / vLLM fields that change what the client gets back and that polyrl serve does not
+#: honour: set to anything but their "off" value they are refused (400 naming them), because an
+#: answer that ignores them answers a question the client did not ask. -> (is off, how to fix)
+UNHONOURED: dict[str, tuple[Any, str]] = {
+    "logit_bias": (_off({}), "send no logit_bias"),
+    "presence_penalty": (_zero, "send 0 or use repetition_penalty (vLLM's extension, supported)"),
+    "frequency_penalty": (_zero, "send 0 or use repetition_penalty (vLLM's extension, supported)"),
+    "min_tokens": (_zero, "send 0; ignore_eos = true samples to max_tokens"),
+    "response_format": (lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text" and len(v) == 1),
+                        "send no response_format (or {\"type\": \"text\"}): constrained output is not supported"),
+    "tools": (_off([]), "describe the tools in the prompt: tool calling is not supported"),
+    "functions": (_off([]), "describe the functions in the prompt: function calling is not supported"),
+    "tool_choice": (_off("none", "auto"), "send no tool_choice"),
+    "function_call": (_off("none", "auto"), "send no function_call"),
+    "best_of": (_off(1), "send best_of = 1 (or none) and n for several completions"),
+    "suffix": (_off(""), "send no suffix: insertion is not supported"),
+    "echo": (_off(False), "send echo = false: the prompt is not returned"),
+    "top_logprobs": (_zero, "send 0 (or none): only each sampled token's log-prob is computed"),
+}
+
+
+def refuse_unhonoured(body: dict[str, Any]) -> None:
+    """A 400 naming the first field set to something polyrl serve would silently not do."""
+    for key, (is_off, fix) in UNHONOURED.items():
+        if key in body and not is_off(body[key]):
+            raise ApiError(400, f"{key} = {shown(body[key], 60)} is not supported by polyrl serve; {fix}", key)
 
 
 def _reject_constant(name: str) -> Any:
@@ -52,6 +90,7 @@ def sampling(body: dict[str, Any], limits: Limits, default_max_tokens: int) -> S
     """OpenAI's sampling fields (plus vLLM's ``top_k`` and ``ignore_eos``) checked against ``limits``."""
     if body.get("stream"):
         raise ApiError(400, "stream=true is not supported by polyrl serve; send stream=false", "stream")
+    refuse_unhonoured(body)
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     max_tokens = _number(body, key, min(default_max_tokens, limits.max_tokens_limit),
                          Rule(integer=True, low=1, high=limits.max_tokens_limit))
@@ -77,6 +116,10 @@ def sampling(body: dict[str, Any], limits: Limits, default_max_tokens: int) -> S
         "top_k": _number({"top_k": top_k}, "top_k", 0, Rule(integer=True, low=0, high=TOP_K_MAX)),
         "n": _number(body, "n", 1, Rule(integer=True, low=1, high=limits.max_n)),
         "seed": _number(body, "seed", None, Rule(integer=True, low=0, high=SEED_LIMIT - 1)),
+        # vLLM's extensions, done by every backend's sampler
+        "min_p": _number(body, "min_p", 0.0, Rule(integer=False, low=0, high=1)),
+        "repetition_penalty": _number(body, "repetition_penalty", 1.0,
+                                      Rule(integer=False, low=0, high=REPETITION_PENALTY_MAX, low_open=True)),
     }
     try:
         return SamplingParams(max_new_tokens=max_tokens, stop=tuple(stop), ignore_eos=ignore_eos, **values)
@@ -95,10 +138,7 @@ def chat_messages(body: dict[str, Any], limits: Limits) -> list[dict[str, str]]:
             raise ApiError(400, "each message needs a string role and a content", "messages")
         content = m.get("content")
         if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
-            parts = [part.get("text", "") for part in content if isinstance(part, dict)]
-            if not all(isinstance(p, str) for p in parts):
-                raise ApiError(400, "message content parts must have string text", "messages")
-            content = "".join(parts)
+            content = "".join(_text_part(part) for part in content)
         if content is None:
             content = ""
         if not isinstance(content, str):
@@ -107,6 +147,36 @@ def chat_messages(body: dict[str, Any], limits: Limits) -> list[dict[str, str]]:
         out.append({"role": m["role"], "content": content})
     _check_chars(chars, "messages", limits)
     return out
+
+
+def _text_part(part: Any) -> str:
+    """One content part's text; any other kind (an image, audio, a bare value) is a 400, not an
+    empty string the model would answer as if the part were not there."""
+    if not isinstance(part, dict) or part.get("type", "text") != "text" or not isinstance(part.get("text"), str):
+        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        raise ApiError(400, f"message content parts must be text parts ({{\"type\": \"text\", \"text\": "
+                       f"...}}); got {shown(kind, 40)}: polyrl serve reads text only", "messages")
+    return str(part["text"])
+
+
+def chat_logprobs(body: dict[str, Any]) -> bool:
+    """Chat's ``logprobs``: a JSON boolean (or null); "yes" or 1 would be read one way or the other."""
+    value = body.get("logprobs")
+    if value is not None and not isinstance(value, bool):
+        raise ApiError(400, f"logprobs must be a JSON boolean (or null), got {shown(value, 40)}", "logprobs")
+    return bool(value)
+
+
+def completion_logprobs(body: dict[str, Any]) -> bool:
+    """``/v1/completions``' ``logprobs``: 0 gives the sampled tokens' log-probs; more asks for that
+    many alternatives per token, which the generate contract does not compute (refused)."""
+    value = body.get("logprobs")
+    if value is None:
+        return False
+    if isinstance(value, bool) or not isinstance(value, int) or value != 0:
+        raise ApiError(400, f"logprobs must be 0 (the sampled tokens' log-probs) or null, got "
+                       f"{shown(value, 40)}: polyrl serve does not compute alternative tokens", "logprobs")
+    return True
 
 
 def completion_prompts(body: dict[str, Any], limits: Limits, vocab_size: int | None) -> list[Prompt]:

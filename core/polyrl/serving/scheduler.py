@@ -12,6 +12,10 @@ A weight load (``run_exclusive``) waits for the requests already started and goe
 started yet: no request's completions mix two policies, and a stream of requests cannot hold a
 trainer's push back for longer than the started ones take.
 
+Stopping (``close``) lets the batch generating now finish and answers every other request 503 at
+once: a batch cannot be cut short, and the interpreter must not exit while this thread is inside
+the backend (torch aborts the process then, and every client loses its connection unanswered).
+
 Seeded requests stay reproducible: their cut depends only on the request itself (unit ``i`` is
 seeded ``seed + i``; a request that fits one unit keeps its seed), and their units never share a
 ``generate`` call with another request's.
@@ -27,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from polyrl.serving.api_error import overloaded
+from polyrl.serving.api_error import overloaded, shutting_down
 from polyrl.serving.limits import SEED_LIMIT
 from polyrl.types import Completion, Prompt, SamplingParams
 
@@ -92,6 +96,7 @@ class FairScheduler:
         self._actions: collections.deque[tuple[Callable[[], Any], Future]] = collections.deque()
         self._cond = threading.Condition()
         self._pending = 0  # requests submitted and not yet answered (waiting or running)
+        self._closing = False
         self.thread = threading.Thread(target=self._run, name="polyrl-serve-generate", daemon=True)
         self.thread.start()
 
@@ -104,6 +109,8 @@ class FairScheduler:
         """The completions (``sampling.n`` per prompt, in prompt order); 503 when the queue is full."""
         job = Job(list(prompts), collections.deque(plan_units(len(prompts), sampling, self.max_batch_size)))
         with self._cond:
+            if self._closing:
+                raise shutting_down()
             if self._pending >= self.max_queue:
                 raise overloaded(f"the server has {self._pending} requests queued (polyrl serve "
                                  "--max-queue); retry after the Retry-After seconds")
@@ -122,9 +129,32 @@ class FairScheduler:
         weights; requests not started yet wait for it, so a trainer's push is not starved."""
         future: Future = Future()
         with self._cond:
+            if self._closing:
+                raise shutting_down()
             self._actions.append((action, future))
             self._cond.notify()
         return future.result()
+
+    def close(self) -> None:
+        """Stop: no new requests; the batch generating now finishes and answers its requests; every
+        request still waiting (and every waiting weight load) gets a 503 at once; the thread ends."""
+        with self._cond:
+            self._closing = True
+            jobs, actions = list(self._jobs), list(self._actions)
+            self._jobs.clear()
+            self._actions.clear()
+            self._cond.notify_all()
+        refusal = shutting_down()
+        for job in jobs:
+            if not job.future.done():
+                job.future.set_exception(refusal)
+        for _, future in actions:
+            future.set_exception(refusal)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the generation thread to end (after ``close``); whether it has."""
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
 
     def _next_batch(self, started_only: bool = False) -> list[tuple[Job, Unit]]:
         """Round-robin: the first waiting request's next unit, then the next unit of each
@@ -154,6 +184,8 @@ class FairScheduler:
         while True:
             with self._cond:
                 while not self._jobs and not self._actions:
+                    if self._closing:
+                        return
                     self._cond.wait()
                 action, batch = None, None
                 if not self._actions:
