@@ -221,12 +221,14 @@ def test_every_bad_value_is_a_400_naming_the_field(server):
                 "response_format": {"type": "text"}, "tools": [], "tool_choice": "none", "top_logprobs": 0,
                 "logprobs": False, "min_tokens": 0}
     assert server.post("/v1/chat/completions", json=defaults).status_code == 200
+    vllm = {"messages": CHAT, "max_tokens": 4, "min_p": 0.05, "repetition_penalty": 1.3}
+    assert server.post("/v1/chat/completions", json=vllm).status_code == 200
     plain = {"prompt": "a", "max_tokens": 4, "logprobs": 0, "echo": False, "best_of": 1, "suffix": None}
     reply = server.post("/v1/completions", json=plain).json()["choices"][0]
     assert len(reply["logprobs"]["token_logprobs"]) == len(reply["logprobs"]["tokens"]) >= 1
     assert reply["logprobs"]["top_logprobs"] is None  # none were asked for, none are pretended
     stats = server.stats()
-    assert stats["answered"] == 3 and stats["in_flight"] == 0
+    assert stats["answered"] == 4 and stats["in_flight"] == 0
 
 
 def test_fifty_parallel_clients_get_an_answer_or_a_retry_after_never_a_reset(server):
