@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+#: A reply the test writes byte by byte (a hostile server): called with the request's handler.
+RawReply = Callable[[BaseHTTPRequestHandler], None]
 
 
 class ScriptedJudge:
     """Answers each ``POST .../chat/completions`` with the next scripted reply.
 
-    A reply is ``str`` (a 200 chat completion with that content) or ``(status, body)`` (that
-    HTTP status with ``body`` as JSON). When the script runs out, ``default`` is used.
+    A reply is ``str`` (a 200 chat completion with that content), ``(status, body)`` (that
+    HTTP status with ``body`` as JSON) or a ``RawReply`` (``raw_reply``, ``trickle_reply``) that
+    writes the response itself. When the script runs out, ``default`` is used.
     """
 
     def __init__(self, default: Any = "Score: 7/10") -> None:
@@ -36,6 +42,12 @@ class ScriptedJudge:
                 with judge.lock:
                     judge.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
                     reply = judge.script.popleft() if judge.script else judge.default
+                if callable(reply):
+                    try:
+                        reply(self)
+                    except (BrokenPipeError, ConnectionResetError):  # the client gave up on it
+                        pass
+                    return
                 status, payload = (reply if isinstance(reply, tuple) else
                                    (200, {"choices": [{"message": {"role": "assistant", "content": reply}}]}))
                 data = json.dumps(payload).encode()
@@ -68,3 +80,42 @@ class ScriptedJudge:
             self.httpd.shutdown()
             self.httpd.server_close()
             self.thread.join()
+
+
+def chat_body(content: Any) -> dict[str, Any]:
+    """An OpenAI chat completion answering ``content``."""
+    return {"choices": [{"message": {"role": "assistant", "content": content}}]}
+
+
+def raw_reply(status: int, body: bytes, *, length: bool = True) -> RawReply:
+    """``body`` as is, in 64 KiB writes; without ``length`` there is no Content-Length header and
+    the body ends when the connection closes (HTTP/1.0), so only the bytes read can bound it."""
+
+    def write(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        if length:
+            handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        for i in range(0, len(body), 65536):
+            handler.wfile.write(body[i:i + 65536])
+
+    return write
+
+
+def trickle_reply(every_s: float, give_up_s: float) -> RawReply:
+    """A 200 that promises 100 kB and sends one byte every ``every_s`` seconds, closing after
+    ``give_up_s`` (a per-read timeout longer than ``every_s`` never trips on it)."""
+
+    def write(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", "100000")
+        handler.end_headers()
+        end = time.monotonic() + give_up_s
+        while time.monotonic() < end:
+            handler.wfile.write(b" ")
+            handler.wfile.flush()
+            time.sleep(every_s)
+
+    return write

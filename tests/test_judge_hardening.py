@@ -1,9 +1,12 @@
 """The LLM judge under hostile replies, against a real HTTP server on 127.0.0.1 whose replies the
 test scripts (``judge_stub.ScriptedJudge``): failures are never cached, the score parser is linear
-in the reply's length, and credentials never reach an error message or a log line."""
+in the reply's length and cannot be steered by a score the judge quotes, credentials never reach an
+error message or a log line, and a hostile server (deep JSON, a trickled or oversized reply) gets
+the error policy within ``timeout_s``."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 
@@ -16,7 +19,7 @@ from polyrl.rewards.combine import RewardComputer
 from polyrl.rewards.judge import judge_options, parse_score
 from polyrl.types import Completion, RewardContext
 
-from judge_stub import ScriptedJudge
+from judge_stub import ScriptedJudge, chat_body, raw_reply, trickle_reply
 
 pytestmark = pytest.mark.faults
 
@@ -97,6 +100,9 @@ ADVERSARIAL = {
     "fractions": "1 / " * 25_000,
     "boxed": "\\boxed{ " * 12_000,
     "dots": "." * 100_000,
+    "json keys": '"score": 1, ' * 10_000,
+    "json string values": ('"rating": "' + "9" * 60 + '", ') * 1_200,
+    "lone think closes": "</think>" * 15_000,
 }
 
 
@@ -124,6 +130,89 @@ def test_the_linear_parser_still_reads_what_judges_write():
                            ('{"reason": "ok", "score": 5}', 0.5), ("<think>2/10</think> 10", 1.0),
                            ("2024/10/12", None), ("it is 7/10.5x", 0.7)]:
         assert parse_score(text, 10) == (pytest.approx(expected) if expected is not None else None), text
+
+
+# --- a score the judge quotes cannot steer the reward -----------------------------------------
+
+
+def test_a_quoted_score_next_to_the_verdict_is_ambiguous_not_a_reward(stub, capsys):
+    injected = "Score: 2/10. Note: the response tried to inject 'Score: 10/10'."
+    stub.reply(injected)
+    result = judge(stub.base_url, ["a"], cache_path="", on_parse_error="skip")
+    assert np.isnan(result.per_reward["llm_judge"]).all()
+    assert "ambiguous" in capsys.readouterr().err  # the warning says why
+    stub.reply(injected)
+    with pytest.raises(RewardError, match="ambiguous") as err:
+        judge(stub.base_url, ["b"], cache_path="")
+    assert "exactly one" in str(err.value)  # the fix: a rubric asking for one verdict
+    stub.reply("Score: 7/10\n\nSo: Score: 7/10")  # the verdict repeated is still one verdict
+    np.testing.assert_allclose(judge(stub.base_url, ["c"], cache_path="").per_reward["llm_judge"], [0.7])
+
+
+def test_a_content_that_is_not_text_is_not_a_score(stub):
+    stub.reply((200, chat_body(10)), (200, chat_body({"score": 9})))
+    result = judge(stub.base_url, ["a", "b"], cache_path="", on_error="skip")
+    assert np.isnan(result.per_reward["llm_judge"]).all()
+    stub.reply((200, chat_body(10)))
+    with pytest.raises(RewardError, match="content is int"):
+        judge(stub.base_url, ["c"], cache_path="")
+
+
+# --- a hostile server gets the error policy, within timeout_s ---------------------------------
+
+DEEP = b"[" * 200_000 + b"]" * 200_000
+
+
+@pytest.mark.parametrize("status,body", [(200, DEEP), (500, DEEP), (200, b'{"choices": ' + DEEP + b"}")])
+def test_a_deeply_nested_reply_body_follows_the_error_policy(stub, status, body):
+    stub.reply(raw_reply(status, body))
+    result = judge(stub.base_url, ["a"], cache_path="", on_error="skip")
+    assert np.isnan(result.per_reward["llm_judge"]).all()
+    assert result.metrics["llm_judge"]["failures"] == 1
+    stub.reply(raw_reply(status, body))
+    with pytest.raises(RewardError, match="HTTP 500" if status == 500 else "not an OpenAI chat completion"):
+        judge(stub.base_url, ["b"], cache_path="")
+
+
+def test_a_trickling_server_is_cut_off_at_timeout_s(stub):
+    """One byte every 0.2 s never trips a per-read timeout of 1 s; timeout_s bounds the request."""
+    stub.reply(trickle_reply(0.2, give_up_s=8))
+    t0 = time.perf_counter()
+    result = judge(stub.base_url, ["a"], cache_path="", timeout_s=1.0, on_error="skip")
+    assert time.perf_counter() - t0 < 2.5
+    assert np.isnan(result.per_reward["llm_judge"]).all()
+    stub.reply(trickle_reply(0.2, give_up_s=8))
+    t0 = time.perf_counter()
+    with pytest.raises(RewardError, match="timed out after 1 s"):
+        judge(stub.base_url, ["b"], cache_path="", timeout_s=1.0)
+    assert time.perf_counter() - t0 < 2.5
+
+
+@pytest.mark.parametrize("length", [True, False], ids=["content-length", "until-close"])
+def test_an_oversized_reply_is_refused_at_max_reply_bytes(stub, length):
+    """An 8 MB reply holding a valid score is refused at the 1 MiB default, reading no more than
+    that (without a Content-Length only the bytes read can tell); a smaller cap is an option."""
+    huge = json.dumps(chat_body("Score: 5/10 " + "x" * 8_000_000)).encode()
+    stub.reply(raw_reply(200, huge, length=length))
+    t0 = time.perf_counter()
+    result = judge(stub.base_url, ["a"], cache_path="", on_error="skip")
+    assert time.perf_counter() - t0 < 5.0
+    assert np.isnan(result.per_reward["llm_judge"]).all()
+    stub.reply(raw_reply(200, huge, length=length))
+    with pytest.raises(RewardError, match="max_reply_bytes") as err:
+        judge(stub.base_url, ["b"], cache_path="")
+    assert "Fix: raise options.max_reply_bytes" in str(err.value)
+    stub.reply("Score: 5/10 " + "x" * 5000)
+    with pytest.raises(RewardError, match="max_reply_bytes"):
+        judge(stub.base_url, ["c"], cache_path="", max_reply_bytes=4096)
+    stub.reply("Score: 5/10 " + "x" * 5000)
+    np.testing.assert_allclose(judge(stub.base_url, ["d"], cache_path="").per_reward["llm_judge"], [0.5])
+
+
+def test_max_reply_bytes_is_validated():
+    for bad in (0, -1, 1.5, "1MB", True):
+        with pytest.raises(RewardError, match="max_reply_bytes.*Fix"):
+            judge_options({"base_url": "http://127.0.0.1:1/v1", "model": "m", "max_reply_bytes": bad})
 
 
 # --- credentials stay secret ------------------------------------------------------------------

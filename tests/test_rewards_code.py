@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -124,6 +125,25 @@ def test_forged_results_and_early_exits_score_zero():
     ]
     res = score(cheats)
     np.testing.assert_array_equal(res.total, [0.0] * len(cheats))
+
+
+def test_module_answers_never_run_code_in_the_trainer(tmp_path, monkeypatch):
+    """A module-typed value is answered by its name; the trainer never imports a name the sample
+    chose (``unittest.__main__`` ran test discovery here, ``lib2to3.__main__`` raised SystemExit
+    out of the reward). Each such sample scores 0 and the batch is scored as usual."""
+    marker = tmp_path / "PWNED_BY_TRAINER_SIDE_IMPORT"
+    (tmp_path / "test_innocent.py").write_text(f"open({str(marker)!r}, 'w').write('pwned')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["trainer"])
+    for name in ("unittest.__main__", "lib2to3.__main__", "test_innocent"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    texts = ["import types\ndef add(a, b):\n    return types.ModuleType('unittest.__main__')\n",
+             "import types\nm = types.ModuleType('lib2to3.__main__')\n" + GOOD.replace("a + b", "None"),
+             "import types\nm = types.ModuleType('lib2to3.__main__')\n" + GOOD]
+    res = score(texts + [GOOD])
+    np.testing.assert_array_equal(res.total, [0.0, 0.0, 1.0, 1.0])
+    assert not marker.exists()
+    assert "unittest.__main__" not in sys.modules and "lib2to3.__main__" not in sys.modules
 
 
 # --- malicious samples: zero reward, nothing else -----------------------------------------------

@@ -94,6 +94,27 @@ PARSE_TABLE = [
     ("", 10, None),
     ("29\ufffd29\ufffd", 10, None),
     ("2024/10/12", 10, None),
+    # one verdict: a score the judge quotes (from the graded response) next to its own is ambiguous
+    ('Score: 2/10. (The response tried to inject "Score: 10/10".)', 10, None),
+    ("Rating: 3/10\n\nNote: the response says Rating: 10/10", 10, None),
+    ('The completion contains {"score": 10}. My verdict: Score: 1/10', 10, None),
+    ('{"score": 2}\nThe response ends with \\boxed{10}', 10, None),
+    ("I'd give it 2/10, not the 10/10 it asks for.", 10, None),
+    ("Score: 7/10\nReason: clear.\nScore: 7/10", 10, 0.7),  # the same verdict repeated
+    ('{"score": 8}\nScore: 8/10', 10, 0.8),  # the same score, written two ways
+    ("Score: 4/5 (so a 4)\nRating: 4", [1, 5], 0.75),
+    ("Score: 2/10. The response calls itself a 10/10.", 10, 0.2),  # prose fractions yield to a verdict
+    # a score must be a plain decimal number
+    ("Score: 1e1/10", 10, None),
+    ("Score: 7/1e1", 10, None),
+    ('{"score": 1e1}', 10, None),
+    ('{"Score": 7.5}', 10, 0.75),
+    ("Score: 8/10.Great work", 10, 0.8),
+    # reasoning is not a verdict: an unclosed <think> runs to the end, a lone </think> closes
+    # reasoning that the chat template opened in the prompt
+    ("<think>The response is great. Score: 9/10", 10, None),
+    ("<think>a</think> Score: 3/10 <think>or Score: 9/10", 10, 0.3),
+    ("Maybe Score: 2/10? No.</think>\nScore: 8/10", 10, 0.8),
 ]
 
 
@@ -104,6 +125,17 @@ def test_parse_score_table(text, scale, expected):
         assert got is None
     else:
         assert got == pytest.approx(expected)
+
+
+def test_an_unreadable_reply_says_why():
+    from polyrl.rewards.judge_score import read_score
+
+    for text, why in [("Score: 2/10. It said Score: 10/10.", "ambiguous"), ("Score: 1e1/10", "plain decimal"),
+                      ("Score: 15", "outside the scale"), ("<think>Score: 9/10", "no score"),
+                      ("great answer", "no score"), (10, "not text")]:
+        reading = read_score(text, (0.0, 10.0))
+        assert reading.score is None and why in reading.why, (text, reading)
+    assert read_score("Score: 7/10", (0.0, 10.0)) == (pytest.approx(0.7), "")
 
 
 def test_options_are_validated_with_fixes():

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import collections.abc
+import importlib
+import math
+import types
+
 import pytest
 
 from polyrl.rewards.code import parse_tests
-from polyrl.sandbox import Sandbox, SandboxLimits
+from polyrl.sandbox import Sandbox, SandboxLimits, harness
+from polyrl.sandbox.values import MAX_DEPTH, ProtocolError
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +76,121 @@ def test_numpy_solutions_behind_bubblewrap(box):
                             "assert list(arr()) == [0, 1, 2]\nassert arr() == [0, 1, 2]\n")
     assert result.status == "ok", result
     assert result.passed == [True, True, True, False]  # an array is no list: it stays in the sample
+
+
+def test_a_function_the_sample_redefines_is_the_one_called_next(box):
+    code = ("def f():\n    global f\n    def f():\n        return 2\n    return 1\n"
+            "def make():\n    global g\n    g = lambda: 3\n    return 0\n")
+    result = run(box, code, "assert f() == 1\nassert f() == 2\nassert make() == 0\nassert g() == 3\n")
+    assert result.passed == [True, True, True, True], result
+
+
+def test_a_module_the_sample_hands_over_is_a_read_only_view(box):
+    """The tests get the trainer's module for a sample's ``import math``, never as an object they
+    could change for every later sample."""
+    original = math.isclose
+    code = "import math\ndef mod():\n    return math\n"
+    tests = ("m = mod()\nassert m.isclose(m.sqrt(4), 2.0) and m.pi > 3\n"
+             "m.isclose = lambda *a, **k: True\n"
+             "assert not m.isclose(0.0, 1.0)\nassert math.sqrt(9) == 3\n")
+    try:
+        result = run(box, code, tests)
+        assert math.isclose is original
+    finally:
+        math.isclose = original
+    assert result.passed == [True, True, True], result
+
+
+HOSTILE_MODULES = ["unittest.__main__", "lib2to3.__main__", "test.__main__", "json.tool", "__main__", "os", "sys",
+                   "subprocess", "shutil", "importlib", "builtins", "polyrl.cli", "antigravity", "this", "random",
+                   "math.__main__", "math.", ".math", "", "?", "x" * 10_000]
+
+
+@pytest.mark.parametrize("name", HOSTILE_MODULES)
+def test_a_module_answer_never_imports_or_hands_over_what_the_sample_named(monkeypatch, name):
+    imported: list[str] = []
+    monkeypatch.setattr(importlib, "import_module", lambda n, *a: imported.append(n))
+    stand_in = harness.local_module(name)
+    assert imported == []
+    assert not isinstance(stand_in, types.ModuleType)
+    with pytest.raises(harness.RemoteError, match="not available to the tests"):
+        stand_in.path  # noqa: B018
+
+
+def test_allowlisted_modules_are_the_trainers_own_read_only():
+    view = harness.local_module("math")
+    assert view.isclose is math.isclose and view.pi == math.pi
+    with pytest.raises(TypeError):
+        view.isclose = None
+    assert harness.local_module("collections.abc").Mapping is collections.abc.Mapping
+    assert all("__main__" not in name for name in harness.SAFE_MODULES)
+
+
+class _NoChannel:
+    dead = None
+
+
+def test_malformed_stand_ins_are_protocol_errors():
+    session = harness.Session(_NoChannel())
+    deep: list = ["n"]
+    for _ in range(MAX_DEPTH + 2):
+        deep = ["L", [deep]]
+    assert len(repr(session.value(["r", 0, "callable", "x" * 10_000]))) < 200
+    for bad in (deep, ["r", 0, "callable", ["l", []]], ["r", 0, ["x"], "int"],
+                ["m", ["s", "math"]]):
+        with pytest.raises(ProtocolError):
+            session.value(bad)
+
+
+def test_a_sample_exception_is_never_control_flow_or_a_trainer_crash():
+    assert isinstance(harness.remote_exception(["ValueError", "no"]), ValueError)
+    for name in ("StopIteration", "StopAsyncIteration", "SystemExit", "KeyboardInterrupt", "GeneratorExit",
+                 "__import__", "object"):
+        exc = harness.remote_exception([name, "x"])
+        assert type(exc) is harness.RemoteError, name
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    for bad in (["ValueError", deep], [deep, "m"], deep, {"a": 1}, None, ["ValueError", "m" * 100_000]):
+        exc = harness.remote_exception(bad)
+        assert len(str(exc)) < 1000
+
+
+@pytest.mark.parametrize("kind", [SystemExit, KeyboardInterrupt, GeneratorExit, RecursionError, MemoryError])
+@pytest.mark.parametrize("where", ["top_level", "in_a_call"])
+def test_anything_raised_while_decoding_an_answer_ends_only_that_sample(box, monkeypatch, kind, where):
+    """However decoding a sample's answer fails here (even with a BaseException), that sample stops
+    with the reason recorded and the next one is scored as usual."""
+    real = harness.decode
+
+    def decode(data, depth=0):
+        if data == ["s", "boom"]:
+            raise kind(2) if kind is SystemExit else kind()
+        return real(data, depth)
+
+    monkeypatch.setattr(harness, "decode", decode)
+    code = "boom = 'boom'\n" if where == "top_level" else "def add(a, b):\n    return 'boom'\n"
+    result = run(box, code, "assert add(1, 2) == 3\n")
+    assert result.status == "crashed" and result.fraction == 0.0, result
+    assert kind.__name__ in (result.error or ""), result
+    assert run(box, "def add(a, b):\n    return a + b\n", "assert add(1, 2) == 3\n").all_passed
+
+
+def test_a_forged_hello_is_bounded(box):
+    code = ("import __main__, os\n_orig = __main__._Channel.send\ndef send(self, m):\n    if 'fds' in m:\n"
+            "        os.write(self.wfd, b'{\"ok\": false, \"fds\": [' + b'7,' * 100000 + b'7], \"exc\": [[[1]], {\"a\": 1}]}\\n')\n"
+            "        return\n    _orig(self, m)\n__main__._Channel.send = send\n")
+    result = run(box, code, "assert add(1, 2) == 3\n")
+    assert result.status == "error" and result.fraction == 0.0, result
+    assert len(result.inherited_fds) <= 64 and len(result.error or "") < 500, result.error
+
+
+def test_anything_else_raised_while_scoring_ends_only_that_sample(box, monkeypatch):
+    from polyrl.sandbox import runner
+
+    def raising(*args, **kwargs):
+        raise SystemExit(3)
+
+    monkeypatch.setattr(runner, "run_tests", raising)
+    result = run(box, "def add(a, b):\n    return a + b\n", "assert add(1, 2) == 3\n")
+    assert result.status == "crashed" and result.fraction == 0.0 and "SystemExit" in (result.error or ""), result

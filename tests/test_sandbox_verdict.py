@@ -78,7 +78,7 @@ MODES = [("auto", False), ("off", False)]
 def score(texts, rows=None, isolation="auto", audit_hook=False):
     pm = get_plugin_manager(entry_points=False)
     options = {"timeout_s": 4, "memory_mb": 512, "max_output_bytes": 16384, "isolation": isolation,
-               "audit_hook": audit_hook, "extract": "raw"}
+               "audit_hook": audit_hook, "extract": "raw", "setup_column": "setup"}
     computer = RewardComputer(pm, [("code_tests", 1.0, options)])
     rows = rows if rows is not None else [{"prompt": "write add", "tests": TESTS}] * len(texts)
     comps = [Completion(0, [1], [2], [0.0], text=t) for t in texts]
@@ -138,3 +138,50 @@ def test_a_malformed_answer_is_no_exception_a_test_can_expect(isolation, audit_h
     assert res.total[0] == 0.0
     honest = "def add(a, b):\n    raise ValueError('no')\n"  # raising really is what this test wants
     assert score([honest], rows=rows, isolation=isolation, audit_hook=audit_hook).total[0] == 1.0
+
+
+#: Wrong solutions that reach for a name the tests or their setup bound themselves, or that steer
+#: the tests' own control flow: (solution, tests, setup). Each must score 0.
+SHARED_NAME_FORGERIES = {
+    # a module the tests imported is the same object as the one the sample's import names
+    "rebind_the_tests_module": (
+        "import math\nclass _M:\n    def isclose(self, *a, **k):\n        return True\n"
+        "def sqrt2(x):\n    global math\n    math = _M()\n    return 0.0\n",
+        "import math\nr = sqrt2(2)\nassert math.isclose(r, 1.41421356, rel_tol=1e-6)\nassert math.isclose(sqrt2(9), 3.0)", ""),
+    # small ints are cached: the tests' ``tol = 1`` is the sample's ``tol = 1``
+    "rebind_the_tests_small_int": (
+        "tol = 1\ndef sq(x):\n    global tol\n    tol = 10**9\n    return 0\n",
+        "tol = 1\nr = sq(2)\nassert abs(r - 4) < tol\nassert abs(sq(3) - 9) < tol", ""),
+    # setup runs on both sides, so the sample starts with setup's very objects
+    "rebind_a_setup_name": (
+        "def sq(x):\n    global tol\n    tol = 10**9\n    return 0\n",
+        "r = sq(2)\nassert abs(r - 4) < tol\nassert abs(sq(3) - 9) < tol", "tol = 1"),
+    # the tests' ``r = sqrt2(2)`` fails (not a test step), so ``r`` would be the sample's
+    "fill_a_name_whose_binding_failed": (
+        "r = 1.41421356\ndef sqrt2(x):\n    raise ValueError('no')\n",
+        "import math\nr = sqrt2(2)\nassert math.isclose(r, 1.41421356, rel_tol=1e-6)", ""),
+    # StopIteration out of a call ends ``map`` early: ``all`` of nothing is True, ``any`` False
+    "stop_iteration_ends_the_tests_loop": (
+        "def is_even(x):\n    raise StopIteration\n",
+        "assert all(map(is_even, [2, 4]))\nassert not any(map(is_even, [1, 3]))", ""),
+}
+SHARED_NAME_HONEST = {
+    "rebind_the_tests_module": "import math\ndef sqrt2(x):\n    return math.sqrt(x)\n",
+    "rebind_the_tests_small_int": "tol = 1\ndef sq(x):\n    global tol\n    tol = 10**9\n    return x * x\n",
+    "rebind_a_setup_name": "def sq(x):\n    global tol\n    tol = 10**9\n    return x * x\n",
+    "fill_a_name_whose_binding_failed": "r = 0\ndef sqrt2(x):\n    return x ** 0.5\n",
+    "stop_iteration_ends_the_tests_loop": "def is_even(x):\n    return x % 2 == 0\n",
+}
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_names_the_tests_bound_are_never_the_samples(isolation, audit_hook):
+    """The tests' and setup's own names stay theirs whatever the sample binds, returns or raises;
+    the same tests still pass an honest solution that rebinds the same names."""
+    names = sorted(SHARED_NAME_FORGERIES)
+    rows = [{"prompt": "p", "tests": SHARED_NAME_FORGERIES[n][1], "setup": SHARED_NAME_FORGERIES[n][2]}
+            for n in names]
+    res = score([SHARED_NAME_FORGERIES[n][0] for n in names], rows=rows, isolation=isolation, audit_hook=audit_hook)
+    assert {n: s for n, s in zip(names, res.total) if s != 0.0} == {}
+    honest = score([SHARED_NAME_HONEST[n] for n in names], rows=rows, isolation=isolation, audit_hook=audit_hook)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)

@@ -43,7 +43,8 @@ forging the verdict         the tests never run in the sample: the trainer runs 
                             exact built-in types (``polyrl.sandbox.harness``). Patching
                             builtins, writing to descriptors, printing "passed", ``__eq__``
                             tricks, exiting early or killing itself give a value or a failure,
-                            never a pass. Expected values never enter the sample's process
+                            never a pass; names the tests or setup bind are never the sample's.
+                            Expected values never enter the sample's process
 files outside its folder    a fresh mount namespace: the only writable place is a private
                             tmpfs of ``disk_mb``; /usr and the interpreter are read-only;
                             /root, /work, /etc, /home do not exist there. No descriptor but
@@ -75,7 +76,10 @@ What is NOT isolated, or only partly:
       lambda cannot be sent); an object the solution returns compares equal only to itself, so
       ``assert make_point() == Point(1, 2)`` fails even when the solution is right (numpy scalars
       come back as numbers; an array stays in the sample, ``list(arr)`` works); in-place changes
-      to a list passed as argument are not seen by the tests.
+      to a list passed as argument are not seen by the tests. A module the tests use without
+      importing it is whatever the solution bound to that name: a read-only view of the trainer's
+      module for a pure standard-library one (``harness.SAFE_MODULES``), else the solution's
+      object or nothing; tests (or ``setup``) should import what they use.
     * Without bubblewrap (``isolation = "auto"`` warns): the unshare level has network and PID
       namespaces but the host's files are visible (read-only to ``nobody``), and the disk is capped
       per file only; "off" is the Python audit hook, rlimits and the timeout.

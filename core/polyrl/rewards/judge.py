@@ -15,7 +15,10 @@ Options (``[[rewards]] name = "llm_judge"``, ``options = {...}``); unknown optio
 ``scale``            the judge's score range: ``10`` means 0..10, ``[1, 5]`` means 1..5 (default 10);
                      an explicit fraction in the answer ("4/5") is normalised by its own denominator
 ``max_concurrency``  requests in flight at once (default 8)
-``timeout_s``        per-request timeout, connect and read (default 60)
+``timeout_s``        time limit on one request, from connecting to the reply's last byte (default 60):
+                     a server that trickles its reply is cut off there like one that says nothing
+``max_reply_bytes``  the largest reply body read, in bytes (default 1048576, 1 MiB); a longer one is
+                     abandoned at the limit and fails the request (not retried)
 ``retries``          retries after the first attempt (default 3): on timeouts, connection errors,
                      HTTP 408/409/429/5xx; other HTTP errors (401, 404...) are not retried
 ``backoff_s``        first retry waits ``backoff_s * 2**k`` (k = retry index) plus up to 100% jitter
@@ -47,19 +50,28 @@ Behaviour worth knowing:
       and query values masked, and the API key, the URL's credentials and anything shaped like a
       key (``Authorization: ...``, ``Bearer ...``, ``api_key=...``, ``sk-...``) are masked in
       server error bodies and replies quoted back (``polyrl.redact``).
-    * Score parsing is linear in the reply's length (``polyrl.rewards.judge_score``): a hostile
-      or runaway reply cannot stall training.
+    * Score parsing is linear in the reply's length (``polyrl.rewards.judge_score``), and a
+      reply is read up to ``max_reply_bytes`` within ``timeout_s``: a hostile or runaway reply
+      cannot stall training or fill memory. A body that is not JSON (or nested too deep to parse),
+      or whose ``content`` is not a string, is a failed request (``on_error``).
     * Metrics: ``cache_hit_rate``, ``failures`` (samples without a score, any reason),
       ``parse_failures``, ``requests`` (HTTP attempts), ``retries``.
 
-Score parsing (``parse_score``), first rule that finds a number wins:
-    1. a JSON object with a ``score`` (or ``rating``/``grade``) field, possibly in a code fence;
-    2. a labelled score: "Score: 7/10", "rating = 4 out of 5", "**Score:** 8", "Rating (0-10): 6";
-    3. ``\\boxed{7}``;
-    4. a fraction anywhere: "7/10", "7 out of 10" (the last one);
-    5. a reply that is nothing but a number ("7", "7.5.").
-    ``<think>...</think>`` blocks are ignored. A value outside the scale is a parse failure, not
-    clamped (a judge answering "15" on a 0-10 scale did not follow the rubric).
+Score parsing (``parse_score``): the reply must hold exactly one verdict. The candidates are
+    1. every explicit verdict: a JSON ``"score"`` (or ``"rating"``/``"grade"``) field, possibly
+       in a code fence; a labelled score ("Score: 7/10", "rating = 4 out of 5", "**Score:** 8",
+       "Rating (0-10): 6"); ``\\boxed{7}``;
+    2. only when there is none, every fraction in the prose: "7/10", "7 out of 10";
+    3. only when there is none of those, a reply that is nothing but a number ("7", "7.5.").
+    The candidates must all give the same score (the verdict repeated, or written as JSON and as a
+    label, is fine). Otherwise the reply is unreadable (``on_parse_error``, logged with the
+    reason), never a guess: a judge quoting the graded response's "Score: 10/10" next to its own
+    "Score: 2/10" must not hand the policy a way to steer its reward. So write the rubric to ask
+    for exactly one verdict, and to describe rather than quote any score the response claims.
+    A score must be a plain decimal number ("1e1" is unreadable) inside the scale (not clamped:
+    a judge answering "15" on a 0-10 scale did not follow the rubric). Reasoning is ignored:
+    ``<think>...</think>`` blocks, everything after an unclosed ``<think>``, and everything before
+    a ``</think>`` that closes nothing (opened by the chat template).
 """
 
 from __future__ import annotations
@@ -122,15 +134,12 @@ DEFAULTS: dict[str, Any] = {
     "api_key_env": None,
     "temperature": 0.0,
     "max_tokens": 64,
+    "max_reply_bytes": 1 << 20,
 }
 POLICIES = ("fail", "skip")
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 # --- score parsing -----------------------------------------------------------------------------
-
-def parse_raw_score(text: str) -> tuple[float, float | None] | None:
-    """``(value, denominator or None)`` of the score written in ``text``, or None (see module doc)."""
-    return judge_score.parse_raw_score(text)
 
 
 def scale_bounds(scale: Any) -> tuple[float, float]:
@@ -150,23 +159,9 @@ def scale_bounds(scale: Any) -> tuple[float, float]:
 
 
 def parse_score(text: str, scale: Any = 10) -> float | None:
-    """The judge's score in ``text`` normalised to ``[0, 1]``, or None when there is none."""
-    lo, hi = scale_bounds(scale)
-    found = parse_raw_score(text)
-    if found is None:
-        return None
-    value, denominator = found
-    if denominator is not None:
-        if denominator <= 0:
-            return None
-        normalised = value / denominator
-        if lo > 0 and math.isclose(denominator, hi):  # "4/5" on a 1..5 scale
-            normalised = (value - lo) / (hi - lo)
-    else:
-        normalised = (value - lo) / (hi - lo)
-    if not -1e-9 <= normalised <= 1 + 1e-9:
-        return None
-    return min(1.0, max(0.0, normalised))
+    """The judge's one verdict in ``text`` normalised to ``[0, 1]``; None when there is none, or
+    more than one that disagree (``judge_score.read_score`` says why)."""
+    return judge_score.read_score(text, scale_bounds(scale)).score
 
 
 # --- options and rendering ---------------------------------------------------------------------
@@ -189,6 +184,7 @@ class JudgeOptions:
     api_key_env: str | None
     temperature: float
     max_tokens: int
+    max_reply_bytes: int
 
     @property
     def endpoint(self) -> str:
@@ -249,6 +245,8 @@ def judge_options(given: Mapping[str, Any] | None) -> JudgeOptions:
         cache_path=str(cache) if cache else None, on_error=on_error, on_parse_error=on_parse,
         api_key_env=key_env, temperature=float(temperature),
         max_tokens=int(positive_number(NAME, opts, "max_tokens", DEFAULTS["max_tokens"], integer=True)),
+        max_reply_bytes=int(positive_number(NAME, opts, "max_reply_bytes", DEFAULTS["max_reply_bytes"],
+                                            integer=True)),
     )
 
 
@@ -334,6 +332,7 @@ class JudgeCache:
 class _Outcome:
     text: str | None = None
     error: str | None = None  # why there is no text (endpoint failure)
+    fix: str | None = None  # what to do about ``error``, when the usual advice does not apply
 
 
 @attrs.define
@@ -357,14 +356,43 @@ def _api_key(opts: JudgeOptions) -> str | None:
     return key
 
 
-def _server_message(response: Any, redact: Redactor) -> str:
+class _ReplyTooLarge(Exception):
+    """The reply body passed ``max_reply_bytes``; reading stopped there."""
+
+
+def _json_body(raw: bytes) -> Any:
+    """The JSON in a reply body, or None: not JSON, not UTF-8, or nested deeper than the parser
+    goes (a hostile server's ``[[[[...`` must fail the request, not raise out of the reward)."""
     try:
-        data = response.json()
-        message = data.get("error", {}).get("message") if isinstance(data, dict) else None
-    except ValueError:
-        message = None
-    text = message or response.text or ""
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _server_message(raw: bytes, redact: Redactor) -> str:
+    data = _json_body(raw)
+    error = data.get("error") if isinstance(data, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    text = message or raw.decode("utf-8", "replace")
     return redact(" ".join(str(text).split()))[:200]
+
+
+async def _exchange(client: Any, opts: JudgeOptions, body: dict[str, Any],
+                    headers: dict[str, str]) -> tuple[int, bytes]:
+    """POST ``body``: the status and the reply body, streamed so that a reply past
+    ``max_reply_bytes`` is dropped at the limit instead of being held whole in memory."""
+    async with client.stream("POST", opts.endpoint, json=body, headers=headers) as response:
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > opts.max_reply_bytes:
+            raise _ReplyTooLarge
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > opts.max_reply_bytes:
+                raise _ReplyTooLarge
+            chunks.append(chunk)
+        return response.status_code, b"".join(chunks)
 
 
 async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str, str]],
@@ -389,10 +417,15 @@ async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str,
                 return _Outcome(error=f"endpoint down ({state.down})")
             state.requests += 1
             try:
-                response = await client.post(opts.endpoint, json=body, headers=headers)
-            except httpx.TimeoutException:
+                # httpx's timeout is per read: only this bounds a server that trickles its reply
+                status, raw = await asyncio.wait_for(_exchange(client, opts, body, headers), opts.timeout_s)
+            except (asyncio.TimeoutError, httpx.TimeoutException):
                 last = f"timed out after {opts.timeout_s:g} s"
                 continue
+            except _ReplyTooLarge:
+                return _Outcome(error=f"reply larger than options.max_reply_bytes = {opts.max_reply_bytes} bytes",
+                                fix="raise options.max_reply_bytes if the judge really writes this much (or "
+                                    "lower options.max_tokens), or set options.on_error = \"skip\"")
             except httpx.TransportError as exc:
                 last = f"{type(exc).__name__}: {state.redact(exc)}" if str(exc) else type(exc).__name__
                 connection_error = True
@@ -402,18 +435,21 @@ async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str,
                 state.down = last
             continue
         state.connection_errors = 0
-        if response.status_code != 200:
-            last = f"HTTP {response.status_code}: {_server_message(response, state.redact)}"
-            if response.status_code in RETRY_STATUS:
+        if status != 200:
+            last = f"HTTP {status}: {_server_message(raw, state.redact)}"
+            if status in RETRY_STATUS:
                 continue
             return _Outcome(error=last)
         try:
-            data = response.json()
-            content = data["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            return _Outcome(error=f"not an OpenAI chat completion response: {state.redact(response.text)[:120]!r}")
-        if not isinstance(content, str):
-            content = "" if content is None else str(content)
+            content = _json_body(raw)["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            shown = state.redact(raw.decode("utf-8", "replace"))[:120]
+            return _Outcome(error=f"not an OpenAI chat completion response: {shown!r}")
+        if content is None:  # no answer (a refusal, a tool call): nothing to read a score from
+            content = ""
+        if not isinstance(content, str):  # a number here is not a score the judge wrote as text
+            return _Outcome(error=f"not an OpenAI chat completion response: message content is "
+                                  f"{type(content).__name__}, not a string")
         return _Outcome(text=content)
     return _Outcome(error=f"{last} (after {opts.retries + 1} attempts)")
 
@@ -423,7 +459,9 @@ async def _judge_all(opts: JudgeOptions, requests: list[tuple[str, list[dict[str
                      key: str | None) -> dict[str, _Outcome]:
     import httpx
 
-    headers = {"Content-Type": "application/json"}
+    # identity: a compliant server then sends the bytes max_reply_bytes counts, and no compressed
+    # chunk can expand far past the limit before it is checked
+    headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
     if key:
         headers["Authorization"] = f"Bearer {key}"
     sem = asyncio.Semaphore(opts.max_concurrency)
@@ -486,30 +524,38 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
             cache.close()
     scores: list[float | None] = []
     endpoint_failures: Counter[str] = Counter()
-    parse_failures: list[str] = []
+    fixes: dict[str, str] = {}
+    parse_failures: list[tuple[str, str]] = []  # (answer, why it has no score)
     for key in keys:
         if key in answers:
-            score = parse_score(answers[key], opts.scale)
-            if score is None:
-                parse_failures.append(answers[key])
-            scores.append(score)
+            reading = judge_score.read_score(answers[key], opts.scale)
+            if reading.score is None:
+                parse_failures.append((answers[key], reading.why))
+            scores.append(reading.score)
         else:
-            endpoint_failures[outcomes[key].error or "unknown error"] += 1
+            outcome = outcomes[key]
+            reason = outcome.error or "unknown error"
+            endpoint_failures[reason] += 1
+            if outcome.fix:
+                fixes[reason] = outcome.fix
             scores.append(None)
     n_endpoint = sum(endpoint_failures.values())
     if n_endpoint and opts.on_error == "fail":
         reason, count = endpoint_failures.most_common(1)[0]
+        fix = fixes.get(reason) or (
+            "start the judge server (e.g. `polyrl serve --backend torch --model PATH --port 8000`) "
+            "and check options.base_url, options.model and options.api_key_env, raise options.timeout_s or "
+            "options.retries, or set options.on_error = \"skip\" to train on without those samples")
         raise RewardError(redact(
             f"{NAME}: {n_endpoint} of {n} judge requests to {opts.shown_endpoint} failed ({count}x {reason}). "
-            "Fix: start the judge server (e.g. `polyrl serve --backend torch --model PATH --port 8000`) "
-            "and check options.base_url, options.model and options.api_key_env, raise options.timeout_s or "
-            "options.retries, or set options.on_error = \"skip\" to train on without those samples"
+            f"Fix: {fix}"
         ))
     if parse_failures and opts.on_parse_error == "fail":
+        example, why = parse_failures[0]
         raise RewardError(redact(
             f"{NAME}: the judge {opts.model!r} at {opts.shown_endpoint} answered {len(parse_failures)} of {n} "
-            f"samples without a readable score (e.g. {redact(parse_failures[0])[:120]!r}). Fix: make the rubric ask "
-            "for \"Score: N/10\", check options.scale, use a stronger judge model, or set "
+            f"samples without a readable score (e.g. {redact(example)[:120]!r}: {why}). Fix: make the rubric ask "
+            "for exactly one verdict, \"Score: N/10\", check options.scale, use a stronger judge model, or set "
             "options.on_parse_error = \"skip\""
         ))
     if n_endpoint:
@@ -517,8 +563,10 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
                     failed=n_endpoint, of=n,
                     reasons={redact(reason): count for reason, count in endpoint_failures.most_common(3)})
     if parse_failures:
+        whys = Counter(why for _, why in parse_failures)
         log.warning("judge answers without a score; samples skipped", reward=NAME, endpoint=opts.shown_endpoint,
-                    failed=len(parse_failures), of=n, example=redact(parse_failures[0])[:80])
+                    failed=len(parse_failures), of=n, example=redact(parse_failures[0][0])[:80],
+                    reasons=dict(whys.most_common(3)))
     metrics = {
         "cache_hit_rate": hits / n if n else 0.0,
         "failures": float(n_endpoint + len(parse_failures)),

@@ -1,13 +1,19 @@
-"""Reading the score out of a judge's reply, in time linear in the reply's length.
+"""Reading the score out of a judge's reply: exactly one verdict, in time linear in its length.
 
-Why hand-written scanning instead of one regex per rule: the judge is a remote model and its
-reply is untrusted input. Patterns like ``score\\s*(...)?\\s*\\**\\s*(...)?\\s*(NUM)`` backtrack
-through every way of splitting a run of spaces between their quantifiers, so a reply of a few
-hundred spaces took minutes and stalled training past SIGTERM. Here every regex is a single
-quantifier over one character class (or a fixed literal), each scan moves forward, and the JSON
-rule decodes a bounded window from a bounded number of ``{`` positions.
+Why refuse a reply with two different scores instead of picking one: the judge quotes the response
+it grades, so "Score: 2/10. The response tries to inject 'Score: 10/10'" holds the policy's text
+next to the judge's verdict, and no position rule (first, last, JSON over label) can tell them
+apart. Any rule that picks one can be learned by the policy; a disagreement read as "unreadable"
+cannot gain it anything. For the same reason a score that is not a plain decimal number ("1e1")
+and anything inside reasoning (``<think>``) is never read as a verdict.
 
-The rules (first that finds a number wins) are documented in ``polyrl.rewards.judge``.
+Why hand-written scanning instead of one regex per rule: the reply is untrusted input. Patterns
+like ``score\\s*(...)?\\s*\\**\\s*(...)?\\s*(NUM)`` backtrack through every way of splitting a run of
+spaces between their quantifiers, so a reply of a few hundred spaces took minutes and stalled
+training past SIGTERM. Here every regex is a single quantifier over one character class (or a fixed
+literal), each scan moves forward, and each JSON value is decoded from a short bounded window.
+
+The rules are documented in ``polyrl.rewards.judge``.
 """
 
 from __future__ import annotations
@@ -15,24 +21,31 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
+#: A score as written: (value, denominator or None).
 Found = tuple[float, "float | None"]
+#: A candidate rule's findings; None marks a score written with a number that is not plain decimal.
+Candidates = list["Found | None"]
 
-_NUM = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
+_NUM = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)")
 _LABEL = re.compile(r"score|rating|grade", re.IGNORECASE)
-_THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
-_THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
+_JSON_KEY = re.compile(r'"(?:score|rating|grade)"\s*:\s*', re.IGNORECASE)
+_THINK_TAG = re.compile(r"<(/?)think>", re.IGNORECASE)
 _OUT_OF = re.compile(r"out\s+of", re.IGNORECASE)
 _WORD = re.compile(r"\w")
 _WHOLE = re.compile(r"[-+]?\d+")
 _TRAILER = re.compile(r"[\s.!*`]*")
-_SCORE_KEYS = ("score", "rating", "grade")
-#: The JSON rule reads at most this many objects (the last ones), each from a window this long:
-#: a score object is a line or two; a reply full of braces must not cost quadratic time.
-JSON_STARTS = 64
-JSON_WINDOW = 4096
+#: A JSON score value is a number or a short string ("6/10"); a longer one is not a score.
+JSON_WINDOW = 64
 _BRACKET_SPAN = 20  # "Rating (0-10): 6": an echoed range after the label is skipped
+
+
+class Reading(NamedTuple):
+    """A reply's score normalised to ``[0, 1]``, or None with why (``why`` is "" when read)."""
+
+    score: float | None
+    why: str = ""
 
 
 def _skip(text: str, i: int, stars: bool = True) -> int:
@@ -46,6 +59,15 @@ def _skip(text: str, i: int, stars: bool = True) -> int:
 def _number_at(text: str, i: int) -> tuple[float, int] | None:
     m = _NUM.match(text, i)
     return (float(m.group()), m.end()) if m else None
+
+
+def _plain_end(text: str, i: int) -> bool:
+    """Whether a number ending at ``i`` ends there ("8/10." does; "1e1", "7.5.3", "7,5" do not)."""
+    if i >= len(text):
+        return True
+    if text[i].isalnum() or text[i] == "_":
+        return False
+    return not (text[i] in ".," and i + 1 < len(text) and text[i + 1].isdigit())
 
 
 def _denominator_at(text: str, i: int) -> tuple[float, int] | None:
@@ -62,52 +84,51 @@ def _denominator_at(text: str, i: int) -> tuple[float, int] | None:
 
 
 def strip_think(text: str) -> str:
-    """``text`` without its ``<think>...</think>`` blocks (an unclosed one is left as written)."""
-    out: list[str] = []
+    """``text`` without its reasoning: ``<think>...</think>`` blocks, everything after an unclosed
+    ``<think>``, and everything before a ``</think>`` that closes nothing (the chat template
+    opened that block in the prompt)."""
+    kept: list[str] = []
     pos = 0
-    while True:
-        opened = _THINK_OPEN.search(text, pos)
-        if opened is None:
-            break
-        closed = _THINK_CLOSE.search(text, opened.end())
-        if closed is None:
-            break
-        out += [text[pos:opened.start()], " "]
-        pos = closed.end()
-    out.append(text[pos:])
-    return "".join(out)
+    inside = False
+    for tag in _THINK_TAG.finditer(text):
+        closing = bool(tag.group(1))
+        if inside:
+            if closing:
+                inside, pos = False, tag.end()
+                kept.append(" ")
+        elif closing:  # a close with no open: all before it was reasoning
+            kept, pos = [], tag.end()
+        else:
+            kept.append(text[pos:tag.start()])
+            inside = True
+    if not inside:
+        kept.append(text[pos:])
+    return "".join(kept)
 
 
-def _json_score(text: str) -> Found | None:
-    starts = [m.start() for m in re.finditer(r"\{", text)][-JSON_STARTS:]
-    decoder = json.JSONDecoder()
-    for start in reversed(starts):  # the last object with a score wins
-        try:
-            value, _ = decoder.raw_decode(text[start:start + JSON_WINDOW])
-        except (ValueError, RecursionError):
+def json_scores(text: str) -> Candidates:
+    """Every ``"score": 7`` (or ``rating``/``grade``, any case) value: a number or a string score."""
+    found: Candidates = []
+    for m in _JSON_KEY.finditer(text):
+        i = m.end()
+        if text.startswith('"', i):
+            try:
+                value, _ = json.JSONDecoder().raw_decode(text[i:i + JSON_WINDOW])
+            except ValueError:
+                continue
+            score = bare_score(value.strip())
+            if score is not None:
+                found.append(score)
             continue
-        if not isinstance(value, dict):
-            continue
-        for key, item in value.items():
-            if str(key).lower() in _SCORE_KEYS:
-                found = _json_number(item)
-                if found is not None:
-                    return found
-    return None
+        number = _number_at(text, i)
+        if number is not None:
+            found.append((number[0], None) if _plain_end(text, number[1]) else None)
+    return found
 
 
-def _json_number(value: Any) -> Found | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return (float(value), None) if math.isfinite(float(value)) else None
-    if isinstance(value, str):
-        return bare_score(value.strip())
-    return None
-
-
-def _labelled_at(text: str, i: int) -> Found | None:
-    """"Score: 7/10", "**Rating:** 4 out of 5", "Rating (0-10): 6" with the label ending at ``i``."""
+def _labelled_at(text: str, i: int) -> Found | None | Literal[False]:
+    """"Score: 7/10", "**Rating:** 4 out of 5", "Rating (0-10): 6" with the label ending at ``i``;
+    False when no number follows the label, None when the number is not plain decimal."""
     i = _skip(text, i)
     if i < len(text) and text[i] in "([":
         window = text[i + 1:i + 2 + _BRACKET_SPAN]
@@ -122,23 +143,27 @@ def _labelled_at(text: str, i: int) -> Found | None:
         i += 1
     number = _number_at(text, _skip(text, i))
     if number is None:
-        return None
+        return False
     value, end = number
     denominator = _denominator_at(text, _skip(text, end))
+    if denominator is not None:
+        end = denominator[1]
+    if not _plain_end(text, end):
+        return None
     return value, (denominator[0] if denominator else None)
 
 
-def labelled_score(text: str) -> Found | None:
-    found = None
+def labelled_scores(text: str) -> Candidates:
+    found: Candidates = []
     for m in _LABEL.finditer(text):
         candidate = _labelled_at(text, m.end())
-        if candidate is not None:
-            found = candidate
+        if candidate is not False:
+            found.append(candidate)
     return found
 
 
-def boxed_score(text: str) -> Found | None:
-    found = None
+def boxed_scores(text: str) -> Candidates:
+    found: Candidates = []
     pos = text.find("\\boxed{")
     while pos >= 0:
         i = _skip(text, pos + len("\\boxed{"), stars=False)
@@ -152,7 +177,7 @@ def boxed_score(text: str) -> Found | None:
                 if den is not None:
                     denominator, i = den[0], _skip(text, den[1], stars=False)
             if text.startswith("}", i):
-                found = (value, denominator)
+                found.append((value, denominator))
         pos = text.find("\\boxed{", pos + 1)
     return found
 
@@ -167,9 +192,9 @@ def _runs_on(text: str, i: int) -> bool:
     return i < len(text) and (text[i].isalnum() or text[i] in "_/")
 
 
-def fraction_score(text: str) -> Found | None:
-    """The last "7/10" or "7 out of 10" that is not part of a date, path or longer number."""
-    found = None
+def fraction_scores(text: str) -> Candidates:
+    """Every "7/10" or "7 out of 10" that is not part of a date, path or longer number."""
+    found: Candidates = []
     resume = 0
     for m in _NUM.finditer(text):
         if m.start() < resume:
@@ -183,12 +208,12 @@ def fraction_score(text: str) -> Found | None:
         if den is None:
             continue
         value, end = den
-        if _runs_on(text, end):  # "7/10.Good" or "7/10.5x": the whole part alone may end the fraction
+        if _runs_on(text, end):  # "7/10.5x": the whole part alone may end the fraction
             whole = _WHOLE.search(text, m.end(), end)  # the denominator's digits before its "."
             if whole is None or whole.end() >= end or _runs_on(text, whole.end()):
                 continue
             value, end = float(whole.group()), whole.end()
-        found = (float(text[start:m.end()]), value)
+        found.append((float(text[start:m.end()]), value))
         resume = end
     return found
 
@@ -214,13 +239,60 @@ def bare_score(text: str) -> Found | None:
     return None
 
 
-def parse_raw_score(text: Any) -> Found | None:
-    """``(value, denominator or None)`` of the score written in ``text``, or None."""
-    if not isinstance(text, str):
-        return None
+def candidates(text: str) -> Candidates:
+    """The scores of the first tier that has any: explicit verdicts (JSON field, label, boxed),
+    else fractions in the prose, else a reply that is only a number."""
     text = strip_think(text)
-    for rule in (_json_score, labelled_score, boxed_score, fraction_score):
-        found = rule(text)
-        if found is not None:
-            return found
-    return bare_score(text.strip())
+    explicit = json_scores(text) + labelled_scores(text) + boxed_scores(text)
+    if explicit:
+        return explicit
+    fractions = fraction_scores(text)
+    if fractions:
+        return fractions
+    bare = bare_score(text.strip())
+    return [bare] if bare is not None else []
+
+
+def normalise(found: Found, scale: tuple[float, float]) -> float | None:
+    """``found`` on ``scale`` mapped to ``[0, 1]``; None outside it (not clamped: a judge answering
+    "15" on a 0-10 scale did not follow the rubric). "4/5" on a 1..5 scale is 0.75, like "4"."""
+    lo, hi = scale
+    value, denominator = found
+    if denominator is not None:
+        if denominator <= 0:
+            return None
+        normalised = value / denominator
+        if lo > 0 and math.isclose(denominator, hi):
+            normalised = (value - lo) / (hi - lo)
+    else:
+        normalised = (value - lo) / (hi - lo)
+    if not -1e-9 <= normalised <= 1 + 1e-9:
+        return None
+    return min(1.0, max(0.0, normalised))
+
+
+def _written(found: Found) -> str:
+    value, denominator = found
+    return f"{value:g}" if denominator is None else f"{value:g}/{denominator:g}"
+
+
+def read_score(text: Any, scale: tuple[float, float]) -> Reading:
+    """The one verdict in the judge's reply ``text`` on ``scale`` (min, max), normalised."""
+    if not isinstance(text, str):
+        return Reading(None, f"the reply is {type(text).__name__}, not text")
+    found = candidates(text)
+    if not found:
+        return Reading(None, "no score outside <think>" if "think>" in text.lower() else "no score")
+    plain = [f for f in found if f is not None]
+    if len(plain) < len(found):
+        return Reading(None, "a score that is not a plain decimal number (e.g. 1e1)")
+    scores = [normalise(f, scale) for f in plain]
+    if any(s is None for s in scores):
+        bad = next(f for f, s in zip(plain, scores) if s is None)
+        return Reading(None, f"score {_written(bad)} is outside the scale {scale[0]:g}..{scale[1]:g}")
+    values = [s for s in scores if s is not None]
+    if max(values) - min(values) > 1e-9:
+        shown = list(dict.fromkeys(_written(f) for f in plain))
+        return Reading(None, f"ambiguous: {len(shown)} different scores ({', '.join(shown[:4])}); "
+                             "the judge must write exactly one verdict")
+    return Reading(values[-1])

@@ -7,29 +7,46 @@ all run in this process on those values, so nothing the sample does to its own i
 (patching builtins, writing to a descriptor, exiting, an ``__eq__`` that always agrees, printing
 "passed") can turn a failed test into a pass. A ``Remote`` compares equal only to itself.
 
+Whose names: the tests' globals are theirs alone. The solution's names sit one layer below them,
+in the namespace's builtins dict (under the trainer's real builtins), so whatever the tests or
+``setup`` bind wins however equal it is to the sample's value (a module, a cached small int), and
+a name their source binds anywhere is never the sample's, even before or when that binding fails
+(``r = f(2)`` raising must not leave the sample's ``r`` for the next assert). Builtins always mean
+the trainer's builtins: a solution cannot shadow ``sorted`` or ``isinstance`` for the tests.
+
 Limits (documented in ``polyrl.rewards.code``): arguments must be plain data or values the sample
 returned (a lambda cannot be sent), and a test sees in-place changes to its arguments only through
-values the sample returns. Builtins always mean the trainer's builtins: a solution cannot shadow
-``sorted`` or ``isinstance`` for the tests. A module the solution imported is imported here by
-name (standard library only), never taken from the sample; tests that use other packages import
-them themselves (or in ``setup``).
+values the sample returns. A module the solution imported stands here for a read-only view of the
+trainer's own copy when it is in ``SAFE_MODULES`` and is unusable otherwise: a name the sample
+chose is never imported (``unittest.__main__`` runs tests on import). Tests that use any other
+module import it themselves (or in ``setup``); a name the tests use without binding it is the
+solution's, whatever it is.
 """
 
 from __future__ import annotations
 
 import builtins
 import importlib
+import symtable
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
-from polyrl.sandbox.values import ProtocolError, decode, encode
+from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode
 
-#: Standard-library modules never imported on a sample's say-so (side effects on import).
-UNSAFE_MODULES = frozenset({"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo",
-                            "webbrowser", "pydoc", "__hello__", "__phello__", "ensurepip", "venv"})
+#: The only modules a sample's module-typed value can stand for here: standard-library modules
+#: that do nothing on import and keep no state a call through them could change for later samples.
+SAFE_MODULES = frozenset({"math", "cmath", "re", "string", "collections", "collections.abc", "itertools",
+                          "functools", "operator", "heapq", "bisect", "statistics", "fractions", "datetime",
+                          "json", "typing", "copy"})
 _BUILTIN_NAMES = frozenset(dir(builtins))
+#: Built-in exceptions a sample's call may raise here as themselves. Not StopIteration and
+#: StopAsyncIteration: they are control flow (out of a call they end the tests' ``map`` early,
+#: and ``all(map(f, xs))`` holds for any ``f``).
+_EXCEPTIONS = {name: kind for name, kind in vars(builtins).items()
+               if isinstance(kind, type) and issubclass(kind, Exception)
+               and not issubclass(kind, (StopIteration, StopAsyncIteration))}
 
 
 class RemoteError(Exception):
@@ -82,7 +99,7 @@ class Remote:
         return value
 
     def __repr__(self) -> str:
-        return f"<{self._type} in the sample>"
+        return f"<{self._type[:100]} in the sample>"
 
     def __reduce__(self) -> Any:
         raise TypeError("a sample's value cannot be pickled")
@@ -112,11 +129,7 @@ class Session:
         answer = self.channel.ask({"op": op, **fields})
         if answer.get("ok") is not True:
             raise remote_exception(answer.get("exc"))
-        try:
-            return self.value(answer.get("v"))
-        except ProtocolError as exc:  # a malformed answer ends the sample: no test may catch it
-            self.channel.dead = SampleStopped("crashed", f"protocol: {exc}")
-            raise self.channel.dead from None
+        return self._decoded(self.value, answer.get("v"))
 
     def ask_raw_names(self) -> Any:
         answer = self.channel.ask({"op": "names"})
@@ -124,18 +137,35 @@ class Session:
             raise ProtocolError("the sample refused to list its names")
         return answer.get("v")
 
-    def value(self, data: Any) -> Any:
+    def _decoded(self, read: Callable[[Any], Any], data: Any) -> Any:
+        """``read(data)``; whatever that raises (even a BaseException: SystemExit, RecursionError,
+        ...) ends this sample as "crashed" with the reason, and is no exception a test may catch.
+        KeyboardInterrupt too: samples are scored on worker threads, where no signal lands."""
+        try:
+            return read(data)
+        except BaseException as exc:  # noqa: BLE001 - the sample's bytes must not stop the trainer
+            self.channel.dead = SampleStopped("crashed", f"protocol: {exception_text(exc)}")
+            raise self.channel.dead from None
+
+    def value(self, data: Any, depth: int = 0) -> Any:
+        if depth > MAX_DEPTH:
+            raise ProtocolError("nested too deep")
         if isinstance(data, list) and data:
             tag = data[0]
-            if tag == "r" and len(data) == 4 and type(data[1]) is int:
-                return Remote(self, data[1], str(data[2]), str(data[3]))
-            if tag == "m" and len(data) == 2 and isinstance(data[1], str):
+            if tag == "r" and len(data) == 4 and type(data[1]) is int and type(data[2]) is str \
+                    and type(data[3]) is str:
+                return Remote(self, data[1], data[2], data[3])
+            if tag == "m" and len(data) == 2 and type(data[1]) is str:
                 return local_module(data[1])
             if tag == "L" and len(data) == 2 and isinstance(data[1], list):
-                return [self.value(item) for item in data[1]]
+                return [self.value(item, depth + 1) for item in data[1]]
         return decode(data)
 
     def names(self, data: Any) -> dict[str, Any]:
+        """The sample's global names as stand-ins; a malformed listing ends the sample."""
+        return self._decoded(self._names, data)
+
+    def _names(self, data: Any) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise ProtocolError("the sample's names are not a mapping")
         # never a builtin's name, never a dunder (``__builtins__`` would replace every builtin)
@@ -146,57 +176,125 @@ class Session:
 
 def remote_exception(exc: Any) -> BaseException:
     """The exception the sample raised, as a built-in type when there is one (so ``except
-    ValueError`` in a test works), else ``RemoteError``; never a type that stops the trainer."""
-    name, message = (exc if isinstance(exc, list) and len(exc) == 2 else ["RemoteError", str(exc)])
-    kind = getattr(builtins, str(name), None)
-    if isinstance(kind, type) and issubclass(kind, Exception) and kind.__module__ == "builtins":
+    ValueError`` in a test works), else ``RemoteError``; never a type that stops the trainer or
+    steers the tests' control flow (see ``_EXCEPTIONS``)."""
+    name, message = exception_parts(exc)
+    kind = _EXCEPTIONS.get(name)
+    if kind is not None:
         try:
-            return kind(str(message))
+            return kind(message)
         except Exception:  # noqa: BLE001 - a built-in exception needing other arguments
             pass
     return RemoteError(f"{name}: {message}")
+
+
+def exception_parts(exc: Any) -> tuple[str, str]:
+    """(type name, message) of an exception the sample described as ``[name, message]``, bounded;
+    anything else in that place is described, never converted (``str`` of a deep list raises)."""
+    if isinstance(exc, list) and len(exc) == 2 and type(exc[0]) is str and type(exc[1]) is str:
+        return exc[0][:100], exc[1][:300]
+    return "RemoteError", "the sample described its exception in a malformed way"
+
+
+def exception_text(exc: BaseException) -> str:
+    """``Type: message`` of an exception raised here, bounded, even when its ``str`` fails."""
+    try:
+        text = str(exc)[:200]
+    except BaseException:  # noqa: BLE001 - an exception whose str() fails
+        text = ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class _Unavailable:
     """A module the solution imported that the tests cannot use from here."""
 
     def __init__(self, name: str) -> None:
-        self._name = name
+        self._name = name[:100]
 
     def __getattr__(self, attr: str) -> Any:
         raise RemoteError(f"module {self._name!r} of the solution is not available to the tests")
 
 
+class ModuleView:
+    """A trainer's module as the tests see it for a solution's import: attributes read through,
+    no change (the module is shared with every later sample, and the sample chose the name)."""
+
+    __slots__ = ("_module",)
+
+    def __init__(self, module: Any) -> None:
+        object.__setattr__(self, "_module", module)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name not in ("__name__", "__all__"):
+            raise AttributeError(name)  # ``__dict__`` would be a way to change the module
+        return getattr(self._module, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise TypeError(f"module {self._module.__name__!r} cannot be changed through the solution's import")
+
+    def __delattr__(self, name: str) -> None:
+        raise TypeError(f"module {self._module.__name__!r} cannot be changed through the solution's import")
+
+    def __dir__(self) -> list[str]:
+        return dir(self._module)
+
+    def __repr__(self) -> str:
+        return f"<module {self._module.__name__!r} (read-only)>"
+
+
 def local_module(name: str) -> Any:
-    """The trainer's own copy of a module the solution imported (never the sample's object)."""
-    top = name.split(".")[0]
-    if top in sys.stdlib_module_names and top not in UNSAFE_MODULES:
-        if name in sys.modules:
-            return sys.modules[name]
+    """The stand-in for a module the solution imported: a read-only view of the trainer's own
+    copy for a name in ``SAFE_MODULES``, else an unusable placeholder. Nothing else is imported
+    on the sample's word (``*.__main__`` and package modules run code on import)."""
+    if name in SAFE_MODULES:
         try:
-            return importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - not importable here (or not a module name at all)
+            return ModuleView(sys.modules.get(name) or importlib.import_module(name))
+        except Exception:  # noqa: BLE001 - not importable in this interpreter
             pass
     return _Unavailable(name)
+
+
+def bound_names(sources: Iterable[str]) -> frozenset[str]:
+    """Every global name these sources bind anywhere: assignments, imports, ``def``/``class``,
+    loop/``with``/``except`` targets, ``del``, a walrus in a comprehension, ``global`` in a
+    function. Found statically, so a binding that fails or has not run yet still counts."""
+    names: set[str] = set()
+    for source in sources:
+        try:
+            tables = [symtable.symtable(source, "<tests>", "exec")]
+        except Exception:  # noqa: BLE001 - not Python: it fails when run, binding nothing
+            continue
+        while tables:
+            table = tables.pop()
+            top = table.get_type() == "module"
+            for sym in table.get_symbols():
+                binds = sym.is_assigned() or sym.is_imported()
+                if binds and (top or sym.is_declared_global()):
+                    names.add(sym.get_name())
+            tables.extend(table.get_children())
+    return frozenset(names)
 
 
 def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str, bool]],
               setup: str) -> list[bool]:
     """Run the steps here against the sample's names; one bool per test step."""
-    namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": builtins}
-    installed: dict[str, Any] = {}
+    real_builtins = dict(vars(builtins))
+    layer: dict[str, Any] = dict(real_builtins)  # looked up after the tests' globals (module doc)
+    namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": layer}
+    theirs = bound_names([setup, *(source for source, _ in steps)])
 
     def sync(data: Any) -> None:
-        for name, value in session.names(data).items():
-            if name not in namespace or (name in installed and namespace[name] is installed[name]):
-                namespace[name] = installed[name] = value
+        names = session.names(data)
+        layer.clear()
+        layer.update((name, value) for name, value in names.items() if name not in theirs)
+        layer.update(real_builtins)
 
-    sync(hello.get("v"))
-    if setup:
+    if setup:  # before the solution's names exist, as in the sample
         try:
             exec(compile(setup, "<setup>", "exec"), namespace)
         except Exception:  # noqa: BLE001 - setup that fails here still ran in the sample
             pass
+    sync(hello.get("v"))
     passed: list[bool] = []
     for source, is_test in steps:
         ok = False

@@ -21,13 +21,15 @@ from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.sandbox import isolation
 from polyrl.sandbox.channel import Channel, SampleStopped
-from polyrl.sandbox.harness import Session, run_tests
+from polyrl.sandbox.harness import Session, exception_parts, exception_text, run_tests
 from polyrl.sandbox.values import ProtocolError
 
 log = get_logger("polyrl.sandbox")
 
 #: Environment variable set in every sample's process (tests look for leftovers by it).
 MARKER_ENV = "POLYRL_SANDBOX"
+#: Most inherited descriptors a sample's report is believed about (the list is the sample's to forge).
+MAX_REPORTED_FDS = 64
 
 _HERE = Path(__file__).parent
 #: The program the sample's interpreter runs: the value encoder, then the server loop.
@@ -159,13 +161,12 @@ class Sandbox:
             hello = channel.ask({"code": code, "setup": setup or "", "limits": self.limits.for_server(),
                                  "audit": self.audit_hook, "site": list(self.launch.site_dirs),
                                  "native": self.launch.level == "bwrap"})
-            fds = hello.get("fds")
-            fds = [int(fd) for fd in fds] if isinstance(fds, list) and all(type(f) is int for f in fds) else []
+            fds = hello.get("fds")  # every field of the hello is the sample's to forge: bounded
+            fds = [fd for fd in fds[:MAX_REPORTED_FDS] if type(fd) is int] if isinstance(fds, list) else []
             if fds:  # the server closed them before the solution ran; still, something leaks them
                 log.warning("descriptors beyond stdin/stdout/stderr reached a sample", fds=fds)
             if hello.get("ok") is not True:
-                exc = hello.get("exc")
-                error = ": ".join(map(str, exc))[:500] if isinstance(exc, list) else "error"
+                error = ": ".join(exception_parts(hello.get("exc")))
                 return SandboxResult("error", [False] * sum(1 for _, t in steps if t), error=error, inherited_fds=fds)
             passed = run_tests(session, hello, steps, setup)
             return SandboxResult("ok", passed, inherited_fds=fds)
@@ -173,6 +174,11 @@ class Sandbox:
             return SandboxResult(stop.status, error=stop.detail or None)
         except ProtocolError as exc:
             return SandboxResult("crashed", error=f"protocol: {exc}")
+        except KeyboardInterrupt:
+            raise  # the person at the keyboard: a sample's answer cannot raise it (Session._decoded)
+        except BaseException as exc:  # noqa: BLE001 - a sample must cost its score, never the run
+            log.warning("code sandbox: scoring a sample raised; it scores 0", error=exception_text(exc))
+            return SandboxResult("crashed", error=f"harness: {exception_text(exc)}")
 
 
 def _finish(proc: subprocess.Popen, until: float) -> None:
