@@ -558,3 +558,149 @@ def test_the_completions_log_shows_whole_episodes(tiny_model_dir, tmp_path):
     assert line["clip_ratio/region_mean"] == line["clip_fraction"]  # TRL's names for the clip regions
     assert line["clip_ratio/low_mean"] == line["clip_low_fraction"]
     assert line["clip_ratio/high_mean"] == line["clip_high_fraction"]
+
+
+# --- 9. environment code that exits, hangs or always fails, under the real CLI ------------------------
+
+FAULTY_ENV = '''
+import itertools, os, sys, time
+from pathlib import Path
+
+from polyrl.agents import Observation
+
+MODE = os.environ["POLYRL_TEST_ENV_MODE"]
+_count = itertools.count()
+
+
+class Faulty:
+    """Every other episode's environment misbehaves in ``step`` (MODE says how)."""
+
+    def __init__(self, options):
+        self.broken = next(_count) % 2 == 1
+
+    def reset(self, row):
+        if MODE == "reset_raise":
+            raise ValueError("reset boom")
+        return [{"role": "user", "content": "Say anything."}]
+
+    def step(self, message):
+        if self.broken or MODE == "stuck_all":
+            if MODE == "sys_exit":
+                sys.exit(0)
+            if MODE == "keyboard_interrupt":
+                raise KeyboardInterrupt
+            if MODE in ("stuck", "stuck_all"):
+                Path(os.environ["POLYRL_TEST_REACHED"]).touch()
+                time.sleep(10**6)
+        return Observation([{"role": "user", "content": "Go on."}], reward=0.25)
+
+
+def make(options):
+    return Faulty(options)
+'''
+
+
+def faulty_env_run(tmp_path: Path, model: str, mode: str, steps: int, env_timeout_s: float = 60.0,
+                   checkpoint_every: int = 0) -> tuple[Path, Path, dict[str, str]]:
+    """A `polyrl train` config whose environment misbehaves as ``mode`` says."""
+    import os
+
+    (tmp_path / "faulty_env.py").write_text(FAULTY_ENV)
+    out = tmp_path / "run"
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'[model]\npath = "{model}"\n[backends]\ntrain = "torch"\n'
+        f'[generation]\ngroup_size = 2\nmax_new_tokens = 8\nstop = {json.dumps(STOPS)}\n'
+        '[data]\ntask = "arithmetic"\n[[rewards]]\nname = "environment"\n'
+        '[[rewards]]\nname = "length_penalty"\nweight = 0.5\noptions = {target = 2, unit = "chars"}\n'
+        f'[environment]\nname = "{tmp_path / "faulty_env.py"}:make"\nmax_turns = 3\nmax_episode_tokens = 64\n'
+        f'env_timeout_s = {env_timeout_s}\n'
+        f'[train]\nsteps = {steps}\nprompts_per_step = 2\nthreads = 1\ncheckpoint_every = {checkpoint_every}\n'
+        f'output_dir = "{out}"\n')
+    env = {**os.environ, "POLYRL_TEST_ENV_MODE": mode, "POLYRL_TEST_REACHED": str(tmp_path / "reached")}
+    return config, out, env
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("mode", ["sys_exit", "keyboard_interrupt", "stuck"])
+def test_environment_code_that_exits_or_hangs_ends_its_episodes_and_the_cli_run_finishes(tiny_model_dir, tmp_path,
+                                                                                      mode):
+    """sys.exit (once: a traceback and exit code 0 with nothing saved), KeyboardInterrupt, and a
+    step that never returns (once: a run that hung for good): each ends its episode, recorded,
+    and the run trains to the end and exits 0."""
+    import subprocess
+
+    from crash_util import POLYRL, metric_steps
+
+    config, out, env = faulty_env_run(tmp_path, tiny_model_dir, mode, steps=2, env_timeout_s=3)
+    proc = subprocess.run([*POLYRL, "train", str(config), "--no-progress"], capture_output=True, text=True,
+                          env=env, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "error:" not in proc.stderr
+    lines = metric_steps(out)
+    assert [m["step"] for m in lines] == [0, 1]
+    assert all(m["episode/env_error_share"] == pytest.approx(0.5) and not m.get("skipped") for m in lines)
+    expected = {"sys_exit": "SystemExit(0)", "keyboard_interrupt": "KeyboardInterrupt",
+                "stuck": "step did not return within 3 s"}[mode]
+    assert expected in proc.stderr and "environment step failed; episode ended" in proc.stderr
+    assert (out / "model").is_dir()
+
+
+@pytest.mark.faults
+def test_an_environment_that_fails_every_episode_skips_steps_then_stops_with_one_error(tiny_model_dir, tmp_path):
+    """Once: `torch.cat(): expected a non-empty list of Tensors` from the backend. Now each such
+    step is skipped (nothing reaches train_step, its metrics are written) and after a few in a row
+    the run stops with one error naming the environment and what it raised, checkpointed."""
+    import subprocess
+
+    from crash_util import POLYRL, metric_steps
+
+    from polyrl.agents.episodes import MAX_FAILED_ROLLOUTS
+
+    config, out, env = faulty_env_run(tmp_path, tiny_model_dir, "reset_raise", steps=10)
+    proc = subprocess.run([*POLYRL, "train", str(config), "--no-progress"], capture_output=True, text=True,
+                          env=env, timeout=400)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "faulty_env.py:make" in errors[0] and "ValueError: reset boom" in errors[0]
+    assert errors[0].count("Fix:") == 1
+    lines = metric_steps(out)
+    assert len(lines) == MAX_FAILED_ROLLOUTS
+    assert all(m["skipped"] and m["episode/env_error_share"] == 1.0 for m in lines)
+    assert "every episode of this rollout ended in an environment error" in proc.stderr
+    assert (out / "checkpoints" / f"step-{MAX_FAILED_ROLLOUTS:08d}" / "COMPLETE").exists()
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_real_stop_signal_while_an_environment_step_hangs_stops_the_run_gracefully(tiny_model_dir, tmp_path,
+                                                                                    signame):
+    """A real SIGTERM / Ctrl-C is the trainer's, never mistaken for the environment's: the stuck
+    step is abandoned at env_timeout_s, the step finishes, is checkpointed, and the run exits 0."""
+    import signal
+    import subprocess
+    import time
+
+    from crash_util import POLYRL, metric_steps
+
+    config, out, env = faulty_env_run(tmp_path, tiny_model_dir, "stuck_all", steps=1000, env_timeout_s=4)
+    proc = subprocess.Popen([*POLYRL, "train", str(config), "--no-progress"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 240
+        while not (tmp_path / "reached").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.1)
+        t0 = time.monotonic()
+        proc.send_signal(getattr(signal, signame))
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert time.monotonic() - t0 < 60
+    assert "stop requested; finishing the current step" in stderr and "Traceback" not in stderr
+    assert "step did not return within 4 s" in stderr
+    assert [m["step"] for m in metric_steps(out)] == [0]
+    assert (out / "checkpoints" / "step-00000001" / "COMPLETE").exists()

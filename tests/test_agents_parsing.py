@@ -134,3 +134,61 @@ def test_phi4_mini_functools_and_tag_forms():
     assert (turn.calls, turn.content, turn.errors) == (expected, "done", [])
     turn = parse_tool_calls('functools[{"name": "f", "arguments": ', fmt="phi4")
     assert turn.calls == [] and "not valid JSON" in turn.errors[0]
+
+
+# --- hostile call bodies: deep nesting, huge integers, lone surrogates ------------------------------
+
+#: How each format wraps one call object (the JSON form also as a bare reply).
+_WRAP = {
+    "hermes": lambda body: f"<tool_call>{body}</tool_call>",
+    "auto": lambda body: f"<tool_call>{body}</tool_call>",
+    "llama3": lambda body: f"<|python_tag|>{body}",
+    "mistral": lambda body: f"[TOOL_CALLS][{body}]",
+    "phi4": lambda body: f"functools[{body}]",
+    "json": lambda body: body,
+}
+
+
+def _hostile_bodies(depth: int, digits: int) -> list[str]:
+    deep_list = "[" * depth + "]" * depth
+    deep_object = '{"a": ' * depth + "1" + "}" * depth
+    return [
+        '{"name": "calculator", "arguments": ' + "[" * depth,  # unterminated, as the sweep found it
+        '{"name": "calculator", "arguments": {"x": ' + deep_list + "}}",
+        '{"name": "calculator", "arguments": ' + deep_object + "}",
+        '{"name": "calculator", "arguments": {"expression": ' + "9" * digits + "}}",
+        '{"name": "calculator", "arguments": "{\\"x\\": ' + "9" * digits + '}"}',  # arguments as a JSON string
+    ]
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("fmt", sorted(_WRAP))
+def test_deep_nesting_and_huge_integers_are_malformed_calls_in_every_format(fmt):
+    for body in _hostile_bodies(5000, 4400):
+        turn = parse_tool_calls(_WRAP[fmt](body), fmt=fmt)
+        assert turn.calls == [], (fmt, body[:60])
+        assert len(turn.errors) == 1 and turn.errors[0], (fmt, body[:60])
+        if fmt == "mistral":  # its list form is re-serialised per item: bounded as well
+            assert all(len(e) < 400 for e in turn.errors)
+
+
+@pytest.mark.faults
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 3000), st.integers(1, 6000), st.sampled_from(sorted(_WRAP)), st.sampled_from(["", "Sure. "]))
+def test_parsing_never_raises_on_any_depth_or_integer_size(depth, digits, fmt, prefix):
+    for body in _hostile_bodies(depth, digits):
+        turn = parse_tool_calls(prefix + _WRAP[fmt](body), fmt=fmt)
+        for call in turn.calls:  # a call that was read is shallow and renders back to JSON
+            json.dumps(call.as_message_entry())
+        assert all(isinstance(e, str) and e for e in turn.errors)
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("fmt", sorted(_WRAP))
+def test_lone_surrogate_escapes_in_a_call_become_replacement_characters(fmt):
+    body = '{"name": "echo\\ud800", "arguments": {"x\\udfff": "a\\ud800b", "y": ["\\udc00"]}, "id": "c\\ud801"}'
+    turn = parse_tool_calls(_WRAP[fmt](body), fmt=fmt)
+    assert len(turn.calls) == 1
+    call = turn.calls[0]
+    assert call.name == "echo\ufffd" and call.arguments == {"x\ufffd": "a\ufffdb", "y": ["\ufffd"]}
+    json.dumps(call.as_message_entry(), ensure_ascii=False).encode("utf-8")  # a tokenizer can take it

@@ -379,3 +379,42 @@ def test_episode_tools_extend_the_step_box_and_share_its_bound_and_counts():
     assert shared.extended([]) is shared
     with pytest.raises(ConfigError, match="the environment's tool\\(s\\) 'divide' clash"):
         shared.extended([divide])
+
+
+def echo(x: str) -> str:
+    """Echo the text.
+
+    Args:
+        x: the text
+    """
+    return x
+
+
+def surrogate_result(n: int) -> Any:
+    """A result holding lone surrogates.
+
+    Args:
+        n: which kind
+    """
+    if n == 0:
+        return "bad \udcff\ud800 text"
+    if n == 1:
+        return {"k\ud800": ["v\udfff"]}
+    raise ValueError("broken \ud800 message")
+
+
+@pytest.mark.faults
+def test_tool_messages_never_carry_lone_surrogates_a_tokenizer_refuses():
+    """A tool echoing the model's escape, returning one, or raising with one: every message the
+    box writes is valid UTF-8 (U+FFFD in their place), so the chat template can render it."""
+    box = ToolBox([echo, surrogate_result])
+    out = run(box, [ToolCall("echo", {"x": "a\ud800"}, "c1"), ToolCall("surrogate_result", {"n": 0}),
+                    ToolCall("surrogate_result", {"n": 1}), ToolCall("surrogate_result", {"n": 2}),
+                    ToolCall("nope\ud800", {}, "id\udc00")])
+    for message in out:
+        for value in message.values():
+            value.encode("utf-8")
+    assert out[0]["content"] == "a\ufffd" and out[1]["content"] == "bad \ufffd\ufffd text"
+    assert out[2]["content"] == '{"k\ufffd": ["v\ufffd"]}'
+    assert out[3]["content"].startswith("error:") and "broken \ufffd message" in out[3]["content"]
+    assert out[4]["name"] == "nope\ufffd" and out[4]["tool_call_id"] == "id\ufffd"

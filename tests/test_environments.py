@@ -351,3 +351,67 @@ def test_malformed_environment_answers_are_type_errors_naming_the_class():
         asyncio.run(step_environment(Broken(), {"role": "assistant", "content": ""}))
     with pytest.raises(ValueError, match="row column 'secret' is 500"):
         builtin.GuessNumber({}).reset({"secret": 500})
+
+
+class Answers:
+    """An environment whose reset and step return what it is given."""
+
+    def __init__(self, first=None, obs=None):
+        self.first, self.obs = first, obs
+
+    def reset(self, row):
+        return self.first
+
+    def step(self, message):
+        return self.obs
+
+
+def _user(content):
+    return [{"role": "user", "content": content}]
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(("obs", "words"), [
+    (Observation(_user("x"), reward=10**400), "reward int 1000000"),  # passes an isinstance check, overflows float()
+    (Observation(_user("x"), reward=float("nan")), "reward float nan"),
+    (Observation(_user("x"), reward=float("-inf")), "reward float -inf"),
+    (Observation(_user("x"), reward=True), "reward bool True"),
+    (Observation(_user("x"), reward="1.0"), "reward str '1.0'"),
+    (Observation(_user("x"), done="no"), "done str 'no'"),  # would read as True
+    (Observation(_user("x"), done=None), "done NoneType None"),
+    (Observation(_user(12345)), "content int 12345"),
+    (Observation(_user(None)), "content NoneType None"),
+    (Observation(_user([{"type": "text", "text": "x"}, 5])), "content list"),
+    (Observation(_user({"a": 1})), "content dict"),
+    (Observation(_user("bad \udcff text")), "content holds a lone surrogate"),
+    (Observation([{"role": "user\ud800", "content": "x"}]), "role holds a lone surrogate"),
+])
+def test_bad_observation_values_are_type_errors_naming_the_field(obs, words):
+    with pytest.raises(TypeError, match="Answers.step") as err:
+        asyncio.run(step_environment(Answers(obs=obs), {"role": "assistant", "content": ""}))
+    assert words in str(err.value)
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("content", [12345, None, ["x"], {"a": 1}, "\ud800"])
+def test_bad_reset_message_content_is_a_type_error(content):
+    with pytest.raises(TypeError, match=r"Answers.reset message 0 (has content|content holds)"):
+        asyncio.run(reset_environment(Answers(first=_user(content)), {}))
+
+
+def test_good_observations_pass_numpy_values_included():
+    import numpy as np
+
+    for reward, done in [(1, True), (0.5, False), (None, False), (np.float32(0.25), np.bool_(True)), (np.int64(2), False)]:
+        obs = Observation(_user("more"), reward=reward, done=done)
+        assert asyncio.run(step_environment(Answers(obs=obs), {"role": "assistant", "content": ""})) is obs
+
+
+@pytest.mark.parametrize("value", [0, -1, "60", float("nan"), True])
+def test_env_timeout_s_must_be_a_positive_number(value):
+    from polyrl.config import RunConfig
+
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict({"model": {"path": "m"}, "data": {"task": "arithmetic"}, "rewards": [{"name": "environment"}],
+                             "environment": {"name": "guess_number", "env_timeout_s": value}})
+    assert err.value.field == "environment.env_timeout_s" and "Fix:" in str(err.value)

@@ -245,3 +245,245 @@ def test_a_group_whose_reset_failed_does_not_shift_the_others_turns():
     for c in out[2:]:
         assert c.info["turns"] == 1 and c.info["env_reward"] == 1.0
         assert decode(c.prompt_ids).endswith("Guess my number.<|im_end|>\n<|im_start|>assistant\n")
+
+
+# --- environment code that misbehaves ends its episode, never the run -------------------------------
+
+import os  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+from polyrl.agents.episodes import MAX_FAILED_ROLLOUTS, EnvironmentFailed  # noqa: E402
+from polyrl.agents.glue import RenderError  # noqa: E402
+from polyrl.agents.setup import untrainable  # noqa: E402
+from polyrl.errors import ConfigError  # noqa: E402
+
+_FAULTS = {
+    "sys.exit": (lambda: sys.exit(0), "SystemExit(0)"),
+    "KeyboardInterrupt": (lambda: (_ for _ in ()).throw(KeyboardInterrupt()), "KeyboardInterrupt"),
+    "os._exit": (lambda: os._exit(3), "os._exit(3)"),
+    "RuntimeError": (lambda: (_ for _ in ()).throw(RuntimeError("boom")), "RuntimeError: boom"),
+}
+
+
+def env_runner(model, make, timeout_s=5.0, encode=encode_chat):
+    return EpisodeRunner(model.generate, encode, EpisodeLimits(3, 400), make_environment=make, toolbox=None,
+                         parse=parse, env_timeout_s=timeout_s, environment_name="faulty")
+
+
+def faulty(where: str, fault, is_async: bool = False):
+    """A factory of Guess games whose ``where`` (create / reset / step) runs ``fault`` on every
+    other episode (create: from the second episode on, as a factory that works at config check)."""
+    count = iter(range(10**6))
+
+    class Game(Guess):
+        def __init__(self) -> None:
+            super().__init__()
+            self.broken = next(count) % 2 == 1
+
+        def reset(self, row):
+            if where == "reset" and self.broken:
+                fault()
+            return super().reset(row)
+
+    class SyncGame(Game):
+        def step(self, message):
+            if where == "step" and self.broken:
+                fault()
+            return asyncio.run(Guess.step(self, message))
+
+    class AsyncGame(Game):
+        async def step(self, message):
+            if where == "step" and self.broken:
+                fault()
+            return await Guess.step(self, message)
+
+    made = iter(range(10**6))
+
+    def make():
+        if where == "create" and next(made) % 2 == 1:
+            fault()
+        return (AsyncGame if is_async else SyncGame)()
+    return make
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("where", ["create", "reset", "step"])
+@pytest.mark.parametrize("kind", sorted(_FAULTS))
+@pytest.mark.parametrize("is_async", [False, True])
+def test_environment_code_that_exits_or_interrupts_ends_its_episode_not_the_run(where, kind, is_async):
+    """sys.exit / KeyboardInterrupt / os._exit raised by the environment's own code are its errors:
+    the episode ends with them recorded, the others play on."""
+    fault, words = _FAULTS[kind]
+    out = env_runner(ScriptedModel(first_turn="plain"), faulty(where, fault, is_async)).run(
+        [{"prompt": "x"}] * 2, SamplingParams(max_new_tokens=40, n=2))
+    failed = [c for c in out if "env_error" in c.info]
+    assert len(failed) == 2 and all(words in c.info["env_error"] for c in failed)
+    assert all(c.info["env_reward"] == 1.0 for c in out if "env_error" not in c.info)
+
+
+class Stuck(Guess):
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+
+    def step(self, message):
+        if self.how == "sleep":
+            time.sleep(10**6)
+        if self.how == "blocking_async":
+            async def blocks():
+                time.sleep(10**6)  # blocks its event loop: only a thread bounds it
+            return blocks()
+
+        async def waits():
+            await asyncio.sleep(10**6)
+        return waits()
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("how", ["sleep", "blocking_async", "async_wait"])
+def test_an_environment_call_past_env_timeout_s_ends_the_episode_and_leaves_only_a_daemon(how):
+    t0 = time.monotonic()
+    out = env_runner(ScriptedModel(first_turn="plain"), lambda: Stuck(how), timeout_s=0.5).run(
+        [{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
+    assert time.monotonic() - t0 < 10
+    assert all("step did not return within 0.5 s (environment.env_timeout_s)" in c.info["env_error"] for c in out)
+    stuck = [t for t in threading.enumerate() if t.name.startswith("polyrl-env")]
+    assert stuck and all(t.daemon for t in stuck)  # nothing keeps the process alive at exit
+
+
+class KeepsAConnection(Guess):
+    """State tied to the thread that made it (sqlite refuses any other) and to the event loop (an
+    asyncio primitive bound in reset, used in step): one episode's calls must share both."""
+
+    steps: list[int] = []
+
+    def reset(self, row):
+        import sqlite3
+
+        self.secret = 13  # the scripted model always says 12: every turn reaches step
+        self.db = sqlite3.connect(":memory:")
+        self.db.execute("create table guesses (n int)")
+        return super().reset(row)
+
+    async def step(self, message):
+        if not hasattr(self, "lock"):
+            self.lock = asyncio.Lock()
+        async with self.lock:  # bound to the loop of its first use: another loop raises
+            await asyncio.sleep(0)
+        self.db.execute("insert into guesses values (1)")  # ProgrammingError on another thread
+        KeepsAConnection.steps.append(self.db.execute("select count(*) from guesses").fetchone()[0])
+        return await super().step(message)
+
+
+def test_an_environments_calls_share_one_thread_and_one_event_loop():
+    before = {t.ident for t in threading.enumerate()}
+    model = ScriptedModel(first_turn="plain")
+    out = env_runner(model, KeepsAConnection).run([{"prompt": "x"}] * 2, SamplingParams(max_new_tokens=40, n=2))
+    assert all("env_error" not in c.info and c.info["turns"] == 3 for c in out), [c.info for c in out]
+    assert sorted(KeepsAConnection.steps) == [1] * 4 + [2] * 4 + [3] * 4  # 4 episodes, a step per turn
+    deadline = time.monotonic() + 5  # the episodes' threads end with the rollout
+    while time.monotonic() < deadline and [t for t in threading.enumerate()
+                                           if t.ident not in before and t.name.startswith("polyrl-env")]:
+        time.sleep(0.01)
+    assert not [t for t in threading.enumerate() if t.ident not in before and t.name.startswith("polyrl-env")]
+
+
+class Answers(Guess):
+    """Answers the first turn with ``obs``."""
+
+    obs: Observation
+
+    def step(self, message):
+        return self.obs
+
+
+def answering(obs):
+    def make():
+        env = Answers()
+        env.obs = obs
+        return env
+    return make
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(("obs", "words"), [
+    (Observation([], reward=10**400, done=True), "gave reward int"),
+    (Observation([{"role": "user", "content": "more"}], reward=0.0, done="no"), "gave done str 'no'"),
+    (Observation([], reward=float("nan"), done=True), "gave reward float nan"),
+    (Observation([{"role": "user", "content": 12345}]), "has content int 12345"),
+    (Observation([{"role": "user", "content": "bad \udcff"}]), "lone surrogate"),
+    (Observation([{"role": "user", "content": "more"}], reward=1e308), "sum to inf"),
+])
+def test_a_bad_observation_ends_its_episode_as_an_environment_error(obs, words):
+    out = env_runner(ScriptedModel(first_turn="plain"), answering(obs)).run(
+        [{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
+    assert all(words in c.info["env_error"] for c in out)
+
+
+def picky_encode(messages, tools, add_generation_prompt):
+    """A template that refuses any message saying "unrenderable"."""
+    if any("unrenderable" in str(m["content"]) for m in messages):
+        raise ValueError("this template cannot render that")
+    return encode_chat(messages, tools, add_generation_prompt)
+
+
+@pytest.mark.faults
+def test_a_template_failure_mid_episode_ends_that_episode_only():
+    obs = Observation([{"role": "user", "content": "unrenderable"}], reward=0.5)
+    out = env_runner(ScriptedModel(first_turn="plain"), answering(obs), encode=picky_encode).run(
+        [{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
+    assert all("cannot render this conversation" in c.info["env_error"] and c.info["turns"] == 1 for c in out)
+
+
+class Greets(Guess):
+    """Its first message cannot be rendered for a row marked ``bad``."""
+
+    def reset(self, row):
+        return [{"role": "user", "content": "unrenderable" if row.get("bad") else "Guess my number."}]
+
+
+@pytest.mark.faults
+def test_a_first_prompt_the_template_refuses_is_a_config_error_only_when_no_episode_can_start():
+    run = env_runner(ScriptedModel(first_turn="plain"), Greets, encode=picky_encode)
+    out = run.run([{"prompt": "x", "bad": True}, {"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
+    assert all("cannot render" in c.info["env_error"] for c in out[:2])
+    assert all(c.info["env_reward"] == 1.0 for c in out[2:])
+    with pytest.raises(RenderError, match="cannot render this conversation") as err:
+        run.run([{"prompt": "x", "bad": True}], SamplingParams(max_new_tokens=40, n=2))
+    assert isinstance(err.value, ConfigError) and err.value.field == "environment"
+
+
+class NeverStarts(Guess):
+    def reset(self, row):
+        if row.get("fail"):
+            raise ValueError("reset boom")
+        return super().reset(row)
+
+
+@pytest.mark.faults
+def test_rollouts_whose_every_episode_failed_are_untrainable_and_stop_the_run_after_a_few():
+    run = env_runner(ScriptedModel(first_turn="plain"), NeverStarts)
+    sampling = SamplingParams(max_new_tokens=40, n=2)
+    half = run.run([{"prompt": "x", "fail": True}, {"prompt": "x"}], sampling)
+    assert untrainable(half).tolist() == [True, True, False, False]  # the failed resets have no token
+    assert run.failed_rollouts == 0 and run.failure() is None
+    for k in range(1, MAX_FAILED_ROLLOUTS + 1):
+        assert run.failure() is None
+        out = run.run([{"prompt": "x", "fail": True}], sampling)
+        assert untrainable(out).all() and run.failed_rollouts == k
+    failure = run.failure()
+    assert isinstance(failure, EnvironmentFailed)
+    assert str(failure).count("Fix:") == 1
+    assert f"environment 'faulty': every episode of the last {MAX_FAILED_ROLLOUTS} rollouts" in str(failure)
+    assert "ValueError: reset boom" in str(failure)
+    run.run([{"prompt": "x"}], sampling)  # one that works starts the count over
+    assert run.failed_rollouts == 0 and run.failure() is None
+
+
+def test_episodes_that_failed_after_sampling_stay_trainable_when_others_worked():
+    model = ScriptedModel(first_turn="plain")
+    out = env_runner(model, faulty("step", _FAULTS["RuntimeError"][0])).run([{"prompt": "x"}] * 2,
+                                                                             SamplingParams(max_new_tokens=40, n=2))
+    assert any("env_error" in c.info for c in out) and not untrainable(out).any()

@@ -255,6 +255,7 @@ class EnvironmentSection:
     max_turns: int = 4  # assistant turns per episode
     max_episode_tokens: int = 512  # tokens after the first prompt, sampled and inserted
     tool_timeout_s: float = 10.0  # per tool call; a call past it becomes an error the model reads
+    env_timeout_s: float = 60.0  # per call of the environment (create, reset, step); past it the episode ends
     max_concurrent_tools: int = 8  # tool calls running at once across the step's episodes
     tool_format: str = "auto"  # how tool calls are written: auto, hermes, llama3, mistral
     options: dict[str, Any] = attrs.field(factory=dict)  # handed to the environment's create()

@@ -164,6 +164,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "max_turns": "assistant turns per episode",
         "max_episode_tokens": "tokens after the first prompt (sampled and inserted); an episode reaching it ends as `length`",
         "tool_timeout_s": "seconds per tool call; a call past it becomes an error message the model reads",
+        "env_timeout_s": "seconds per call of the environment's code (create, reset, step); a call past it ends that episode as an environment error",
         "max_concurrent_tools": "tool calls running at once across the step's episodes",
         "tool_format": "how tool calls are parsed: `auto`, `hermes` (`<tool_call>{...}</tool_call>`), `llama3`, `mistral`, `phi4`, `json` (a call object opening the reply; for templates without a tool format, e.g. SmolLM2)",
         "options": "table handed to the environment's `create(options)`",

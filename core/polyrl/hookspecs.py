@@ -192,8 +192,10 @@ def polyrl_register_environments(register: Callable[[EnvironmentSpec], None]) ->
     row) and ``step(assistant_message) -> polyrl.agents.Observation(messages, reward, done)``,
     either of them may be ``async def`` (``polyrl.agents.Environment``). It may also list
     ``tools`` (plain functions) the model can call during the episode. A turn with tool calls is
-    answered by the tools; a turn without is handed to ``step``. An environment that raises ends
-    that episode (reported in the run's metrics), never the run. The episodes of one group
+    answered by the tools; a turn without is handed to ``step``. Each call runs on a thread of its
+    own within ``[environment] env_timeout_s``. An environment that raises (``sys.exit``
+    included), runs past that limit or answers with a malformed ``Observation`` ends that episode
+    (reported in the run's metrics), never the run. The episodes of one group
     get the same row: an environment that draws a task at random should seed it from the row (as
     the built-in ``guess_number`` does) so that the group's episodes are comparable. ``probe()``
     answers cheaply why it cannot run here (a missing package), or None; two distributions

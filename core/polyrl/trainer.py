@@ -299,6 +299,10 @@ class Trainer:
         lengths = np.array([len(x.completion_ids) for x in completions])
         shaped = algo.shape_rewards(rewards, lengths, self._max_completion_tokens)
         shaped, kl_metrics = self._kl_in_reward(shaped, completions) if algo.kl_in_reward else (shaped, {})
+        if self.episodes is not None:  # episodes with nothing to train on count as unscored
+            from polyrl.agents.setup import untrainable
+
+            shaped = np.where(untrainable(completions), np.nan, shaped)
         times["reward"] = time.perf_counter() - t0
 
         # advantages (and batch-level statistics) over the global batch, then this rank's part
@@ -326,8 +330,8 @@ class Trainer:
         }
         idx = np.flatnonzero(keep)
         if global_kept == 0:
-            log.warning("no informative samples this step (all groups had equal rewards); skipping update",
-                        step=self.step)
+            log.warning("no informative samples this step (all groups had equal rewards, or no episode to "
+                        "train on); skipping update", step=self.step)
             metrics.update(skipped=True, loss=float("nan"))
         else:
             seqs = [TokenSequence.of(completions[i]) for i in idx]
@@ -724,6 +728,10 @@ class Trainer:
                     self.stop_requested = any(self.train_engine.all_gather(self.stop_requested))
                 skipped_update = bool(metrics.get("skipped")) and "grad_norm" in metrics
                 skips = skips + 1 if skipped_update else 0
+                failed = self.episodes.failure() if self.episodes is not None else None
+                if failed is not None:  # an environment that never works: stop, with what it raised
+                    self.save()
+                    raise failed
                 if skips >= c.train.max_consecutive_skips:
                     self.save()
                     raise TooManySkippedSteps(

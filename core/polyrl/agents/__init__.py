@@ -2,7 +2,8 @@
 
 ``spec`` is what a plugin provides, ``tools`` turns functions into schemas and runs calls safely,
 ``parsing`` reads calls out of the model's text, ``prompting`` tells the model about its tools
-when its chat template does not, ``loading`` resolves ``[environment]`` names. The episode loop itself lives in
+when its chat template does not, ``loading`` resolves ``[environment]`` names,
+``threads`` runs plugin code on daemon threads with a time limit. The episode loop itself lives in
 ``polyrl.agents.episodes``.
 """
 

@@ -15,6 +15,14 @@ the trainer (rewards, advantages, the loss, checkpoints) handles episodes like s
 All episodes of a step advance together: each turn is one batched ``generate`` call over the
 episodes still running, and their tool calls and environment steps of that turn run concurrently
 (bounded by the tool box).
+
+The environment's code (its factory, ``reset``, ``step``) runs on a daemon thread of the episode's
+own, with a time limit per call (``polyrl.agents.threads.Worker``: one thread and event loop per
+environment, so state it ties to either keeps working from ``reset`` to the last ``step``): whatever it raises (``sys.exit`` included), a call past
+the limit, or an answer that is not a valid ``Observation`` ends that episode as an environment
+error (``info["env_error"]``), never the run. A rollout in which every episode ended so is not
+trained (``untrainable``); ``MAX_FAILED_ROLLOUTS`` of them in a row stop the run
+(``EnvironmentFailed``), since an environment that never works cannot be trained against.
 """
 
 from __future__ import annotations
@@ -26,16 +34,33 @@ from typing import Any
 import attrs
 import numpy as np
 
-from polyrl.agents.glue import ChatGlue, EncodeChat
+from polyrl.agents.glue import ChatGlue, EncodeChat, RenderError
 from polyrl.agents.prompting import template_ignores_tools, with_tools_prompt
-from polyrl.agents.spec import environment_tools, reset_environment, step_environment
+from polyrl.agents.spec import checked_reset, checked_step, environment_tools
+from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe, finished
 from polyrl.agents.tools import ToolBox, error_message
+from polyrl.errors import PolyrlError
 from polyrl.logs import get_logger
 from polyrl.types import Completion, FinishReason, Prompt, SamplingParams, TokenPrompt
 
 log = get_logger(__name__)
 
 Generate = Callable[[Sequence[Prompt], SamplingParams], list[Completion]]
+
+#: Rollouts in a row whose every episode ended in an environment error before the run stops.
+MAX_FAILED_ROLLOUTS = 3
+
+
+class EnvironmentFailed(PolyrlError):
+    """Every episode of ``MAX_FAILED_ROLLOUTS`` rollouts in a row ended in an environment error."""
+
+
+class _EnvError(Exception):
+    """An environment call failed; ``text`` says how (the episode's ``env_error``)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
 
 
 @attrs.define(frozen=True)
@@ -57,6 +82,7 @@ class _Episode:
     env: Any
     first_messages: list[dict[str, Any]]
     prompt_ids: np.ndarray
+    worker: Worker | None = None  # where the environment's code runs (None: no environment)
     toolbox: ToolBox | None = None
     ids: list[int] = attrs.field(factory=list)
     logprobs: list[float] = attrs.field(factory=list)
@@ -71,6 +97,7 @@ class _Episode:
     tool_errors: int = 0
     format_errors: int = 0
     env_error: str | None = None
+    render_error: RenderError | None = None  # the template refused its first messages
 
     def context(self) -> list[dict[str, Any]]:
         return [*self.first_messages, *self.messages]
@@ -110,7 +137,8 @@ class EpisodeRunner:
     def __init__(self, generate: Generate, encode_chat: EncodeChat, limits: EpisodeLimits,
                  make_environment: Callable[[], Any] | None = None, toolbox: ToolBox | None = None,
                  parse: Callable[[str], Any] | None = None, prompt_column: str = "prompt",
-                 tools_prompt_format: str = "hermes") -> None:
+                 tools_prompt_format: str = "hermes", env_timeout_s: float = 60.0,
+                 environment_name: str | None = None) -> None:
         self.generate = generate
         self.limits = limits
         self.make_environment = make_environment
@@ -120,29 +148,80 @@ class EpisodeRunner:
         self.tools_prompt_format = tools_prompt_format  # how a template without tools hears of them
         self.glue = ChatGlue(encode_chat)
         self._template_ignores_tools: bool | None = None
+        self.env_timeout_s = float(env_timeout_s)  # per call of the environment's code
+        self.environment_name = environment_name  # how warnings and errors name it
+        self.failed_rollouts = 0  # rollouts in a row whose every episode ended in an environment error
+        self.last_env_error: str | None = None
+
+    # --- the environment's code -----------------------------------------------------------------
+
+    @property
+    def _env_name(self) -> str:
+        return self.environment_name or ("tools" if self.make_environment is None else "environment")
+
+    async def _env_call(self, worker: Worker, what: str, fn: Callable[[], Any]) -> Any:
+        """``fn()`` (the environment's code and the checks of its answer) on the episode's worker
+        with the time limit; ``_EnvError`` with what went wrong, logged naming the environment."""
+        try:
+            return await worker.call(fn, self.env_timeout_s)
+        except CallRaised as raised:
+            error = describe(raised.cause)
+        except CallTimedOut:
+            error = (f"{what} did not return within {self.env_timeout_s:g} s (environment.env_timeout_s); "
+                     "abandoned, its thread may keep running")
+        log.warning(f"environment {what} failed; episode ended", environment=self._env_name, error=error)
+        raise _EnvError(error)
+
+    def _ended(self, ep: _Episode, error: str) -> None:
+        ep.env_error, ep.done = error, True
 
     # --- first observation ------------------------------------------------------------------
 
     async def _reset(self, index: int, row: Mapping[str, Any]) -> _Episode:
-        env = self.make_environment() if self.make_environment is not None else None
         toolbox = self.toolbox
-        if env is not None:
+        env, worker = None, None
+        if self.make_environment is not None:
+            make = self.make_environment
+            worker = Worker(name=f"polyrl-env-{index}")
             try:
-                first = as_messages(await reset_environment(env, row))
-            except Exception as exc:  # a broken environment ends its episode (empty, untrained), not the run
-                error = f"{type(exc).__name__}: {exc}"
-                log.warning("environment reset failed; episode ended", error=error)
-                first = as_messages(row.get(self.prompt_column, ""))
-                return _Episode(index=index, row=row, env=None, first_messages=first, prompt_ids=self.glue.prompt(first),
-                                done=True, env_error=error)
-            own = environment_tools(env)
+                env = await self._env_call(worker, "create", make)
+                first, own = await self._env_call(worker, "reset", lambda: self._first_messages(env, row))
+            except _EnvError as failed:  # a broken environment ends its episode (empty, untrained), not the run
+                worker.close()
+                return self._failed_at_reset(index, row, failed.text)
             if own:  # tools bound to this episode's environment; the step's bound still holds
                 toolbox = toolbox.extended(own) if toolbox is not None else ToolBox(own)
         else:
             first = as_messages(row[self.prompt_column])
         first = self._with_tool_instructions(first, toolbox)
-        return _Episode(index=index, row=row, env=env, first_messages=first, toolbox=toolbox,
-                        prompt_ids=self.glue.prompt(first, toolbox.schemas if toolbox is not None else None))
+        try:
+            prompt_ids = self.glue.prompt(first, toolbox.schemas if toolbox is not None else None)
+        except RenderError as exc:
+            if env is None:  # the dataset's prompt: the run's setup is at fault
+                raise
+            log.warning("the chat template cannot render the environment's first messages; episode ended",
+                        environment=self._env_name, error=str(exc))
+            if worker is not None:
+                worker.close()
+            episode = self._failed_at_reset(index, row, str(exc))
+            episode.render_error = exc
+            return episode
+        return _Episode(index=index, row=row, env=env, first_messages=first, toolbox=toolbox, prompt_ids=prompt_ids,
+                        worker=worker)
+
+    @staticmethod
+    def _first_messages(env: Any, row: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[Callable[..., Any]]]:
+        """On the environment's thread: its checked first messages and the tools it offers."""
+        return as_messages(checked_reset(env, finished(env.reset(row)))), environment_tools(env)
+
+    def _failed_at_reset(self, index: int, row: Mapping[str, Any], error: str) -> _Episode:
+        first = as_messages(row.get(self.prompt_column, ""))
+        try:
+            prompt_ids = self.glue.prompt(first)
+        except RenderError:
+            prompt_ids = np.zeros(0, dtype=np.int64)
+        return _Episode(index=index, row=row, env=None, first_messages=first, prompt_ids=prompt_ids,
+                        done=True, env_error=error)
 
     def _with_tool_instructions(self, messages: list[dict[str, Any]], toolbox: Any) -> list[dict[str, Any]]:
         """The tools go through the template's ``tools=``; a template that ignores them gets them
@@ -179,16 +258,22 @@ class EpisodeRunner:
             results = await ep.toolbox.run(calls) if calls and ep.toolbox is not None else []
             ep.tool_errors += sum(1 for r in results if str(r.get("content", "")).startswith("error:"))
             new = [*results, *(error_message(e) for e in errors)]
-        elif ep.env is not None:
-            try:
-                obs = await step_environment(ep.env, assistant)
-            except Exception as exc:  # an environment bug ends its episode, not the run
-                ep.env_error = f"{type(exc).__name__}: {exc}"
-                log.warning("environment step failed; episode ended", error=ep.env_error)
-                ep.done = True
+        elif ep.env is not None and ep.worker is not None:
+            env = ep.env
+            try:  # an environment bug ends its episode, not the run
+                obs = await self._env_call(ep.worker, "step",
+                                           lambda: checked_step(env, finished(env.step(assistant))))
+            except _EnvError as failed:
+                self._ended(ep, failed.text)
                 return
             if obs.reward is not None:
-                ep.env_reward = (ep.env_reward or 0.0) + float(obs.reward)
+                total = (ep.env_reward or 0.0) + float(obs.reward)
+                if not np.isfinite(total):
+                    self._ended(ep, f"the environment's rewards of this episode sum to {total}")
+                    log.warning("environment step failed; episode ended", environment=self._env_name,
+                                error=ep.env_error)
+                    return
+                ep.env_reward = total
             new = [dict(m) for m in obs.messages]
             ep.done = bool(obs.done) or not new
         else:
@@ -199,8 +284,14 @@ class EpisodeRunner:
             ep.done = True
             return
         schemas = ep.toolbox.schemas if ep.toolbox is not None else None
-        inserted = np.concatenate([self.glue.close_turn(ep.first_messages, turn.completion_ids, schemas),
-                                   self.glue.observation(ep.context()[:-1], assistant, new, schemas)])
+        try:
+            inserted = np.concatenate([self.glue.close_turn(ep.first_messages, turn.completion_ids, schemas),
+                                       self.glue.observation(ep.context()[:-1], assistant, new, schemas)])
+        except RenderError as exc:  # this conversation's content, not the run: the episode ends here
+            self._ended(ep, str(exc))
+            log.warning("the chat template cannot render this episode's next turn; episode ended",
+                        environment=self._env_name, error=ep.env_error)
+            return
         if len(ep.ids) + len(inserted) >= self.limits.max_episode_tokens:
             ep.done, ep.finish_reason = True, "length"
             return
@@ -216,6 +307,18 @@ class EpisodeRunner:
         """``sampling.n`` episodes per row, grouped by row as ``generate``'s completions are."""
         n = sampling.n
         episodes = asyncio.run(self._reset_all(rows, n))
+        try:
+            self._run_turns(episodes, sampling)
+        finally:
+            for ep in episodes:
+                if ep.worker is not None:
+                    ep.worker.close()
+        self._count_failures(episodes)
+        return [ep.completion(ep.index // n, self._text(ep)) for ep in episodes]
+
+    def _run_turns(self, episodes: list[_Episode], sampling: SamplingParams) -> None:
+        """Generate and respond, turn after turn, until every episode is done."""
+        n = sampling.n
         turn = 0
         while True:
             active = [ep for ep in episodes if not ep.done]
@@ -247,15 +350,41 @@ class EpisodeRunner:
                     ep.done, ep.finish_reason = True, "length"
             asyncio.run(self._respond_all([(ep, out) for ep, out in zip(active, outs) if not ep.done]))
             turn += 1
-        return [ep.completion(ep.index // n, self._text(ep)) for ep in episodes]
+
+    def _count_failures(self, episodes: list[_Episode]) -> None:
+        errors = [ep.env_error for ep in episodes if ep.env_error is not None]
+        if not episodes or len(errors) < len(episodes):
+            self.failed_rollouts = 0
+            return
+        self.failed_rollouts += 1
+        self.last_env_error = errors[-1]
+        log.warning("every episode of this rollout ended in an environment error; it is not trained",
+                    environment=self._env_name, env_error_share=1.0, error=self.last_env_error,
+                    in_a_row=self.failed_rollouts, stop_at=MAX_FAILED_ROLLOUTS)
+
+    def failure(self) -> EnvironmentFailed | None:
+        """The error that stops the run once ``MAX_FAILED_ROLLOUTS`` rollouts in a row had every
+        episode end in an environment error; None before that."""
+        if self.failed_rollouts < MAX_FAILED_ROLLOUTS:
+            return None
+        text = (f"environment {self._env_name!r}: every episode of the last {self.failed_rollouts} rollouts "
+                f"ended in an error; the last: {self.last_env_error}")
+        if ". Fix: " not in text:
+            text += (". Fix: make the environment's reset/step work on these rows (run it on one row by hand), "
+                     "or raise environment.env_timeout_s if its calls are slow")
+        return EnvironmentFailed(text)
 
     @staticmethod
     def _groups_share_prompts(episodes: list[_Episode], n: int) -> bool:
         return all(np.array_equal(ep.prompt_ids, episodes[ep.index - ep.index % n].prompt_ids) for ep in episodes)
 
     async def _reset_all(self, rows: Sequence[Mapping[str, Any]], n: int) -> list[_Episode]:
-        return list(await asyncio.gather(*(self._reset(i * n + j, row) for i, row in enumerate(rows)
-                                           for j in range(n))))
+        episodes = list(await asyncio.gather(*(self._reset(i * n + j, row) for i, row in enumerate(rows)
+                                               for j in range(n))))
+        refused = [ep.render_error for ep in episodes if ep.render_error is not None]
+        if refused and all(ep.done for ep in episodes):  # no first prompt rendered: the setup is at fault
+            raise refused[0]
+        return episodes
 
     @staticmethod
     def _text(ep: _Episode) -> str:

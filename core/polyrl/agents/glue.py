@@ -17,6 +17,11 @@ import numpy as np
 
 from polyrl.errors import ConfigError
 
+class RenderError(ConfigError):
+    """The chat template raised on a conversation: a config error on an episode's first prompt,
+    an ended episode after that (the conversation's content, not the setup, may be at fault)."""
+
+
 #: ``encode_chat(messages, tools, add_generation_prompt) -> ids`` (the ``encode_chat`` hook).
 EncodeChat = Callable[[Sequence[Mapping[str, Any]], "Sequence[Mapping[str, Any]] | None", bool], np.ndarray]
 
@@ -49,7 +54,7 @@ class ChatGlue:
             raise
         except Exception as exc:  # a template that cannot render a role (e.g. no "tool" role)
             roles = sorted({str(m.get("role")) for m in messages})
-            raise ConfigError(
+            raise RenderError(
                 f"the model's chat template cannot render this conversation (roles {', '.join(roles)}): "
                 f"{type(exc).__name__}: {exc}", field="environment",
                 fix="use a model whose chat template renders tool/observation messages, or an "

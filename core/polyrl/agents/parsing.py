@@ -43,7 +43,7 @@ from typing import Any
 
 import attrs
 
-from polyrl.agents.tools import ToolCall
+from polyrl.agents.tools import ToolCall, clean_text
 
 FORMATS = ("auto", "hermes", "llama3", "mistral", "phi4", "json")
 
@@ -54,6 +54,8 @@ _MISTRAL_ARGS = "[ARGS]"
 _PHI4_TAG = re.compile(r"<\|tool_call\|>(.*?)(?:<\|/tool_call\|>|\Z)", re.DOTALL)
 _FUNCTOOLS = "functools["
 _MAX_SHOWN = 120  # characters of a malformed call quoted back to the model
+MAX_DEPTH = 32  # nesting of a call's JSON; deeper is malformed (templates and checks recurse on it)
+_DECODER = json.JSONDecoder()
 
 
 @attrs.define
@@ -75,9 +77,55 @@ def _short(text: str) -> str:
     return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "..."
 
 
+def _checked(obj: Any, text: str, start: int) -> Any:
+    """A decoded call, its strings made renderable (``clean_text``); nesting past ``MAX_DEPTH``
+    is unreadable (measured without recursion: the model chose the depth)."""
+    stack = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise json.JSONDecodeError(f"nested deeper than {MAX_DEPTH} levels", text, start)
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return _cleaned(obj)
+
+
+def _cleaned(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_text(k): _cleaned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cleaned(v) for v in value]
+    return value
+
+
+def _raw_decode(text: str, start: int = 0) -> tuple[Any, int]:
+    """``json.JSONDecoder.raw_decode`` for model output: anything it cannot read, an integer past
+    Python's digit limit (ValueError) or nesting past the recursion limit included, is a
+    ``JSONDecodeError``, which every caller turns into an error the model reads."""
+    try:
+        obj, end = _DECODER.raw_decode(text, start)
+    except json.JSONDecodeError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        what = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
+        raise json.JSONDecodeError(what, text, start) from None
+    return _checked(obj, text, start), end
+
+
+def _loads(raw: str) -> Any:
+    """``json.loads`` for model output (see ``_raw_decode``): one value, whitespace around it."""
+    start = len(raw) - len(raw.lstrip())
+    obj, end = _raw_decode(raw, start)
+    if raw[end:].strip():
+        raise json.JSONDecodeError("Extra data", raw, end)
+    return obj
+
+
 def _decode_object(raw: str) -> tuple[Any, str | None]:
     try:
-        return json.loads(raw), None
+        return _loads(raw), None
     except json.JSONDecodeError as exc:
         return None, f"tool call is not valid JSON ({exc.msg} at column {exc.colno}): {_short(raw)}"
 
@@ -154,12 +202,11 @@ def _llama3(text: str) -> ParsedTurn:
 
 def _json_call(text: str) -> ParsedTurn:
     """The first call object in the reply (prose or a ```json fence around it is kept as content)."""
-    decoder = json.JSONDecoder()
     broken: str | None = None
     for match in re.finditer(r"\{", text):
         start = match.start()
         try:
-            obj, end = decoder.raw_decode(text, start)
+            obj, end = _raw_decode(text, start)
         except json.JSONDecodeError as exc:
             if broken is None and re.match(r'\{\s*"name"', text[start:]):
                 broken = f"tool call is not valid JSON ({exc.msg} at column {exc.colno}): {_short(text[start:])}"
@@ -210,7 +257,7 @@ def _mistral(text: str) -> ParsedTurn:
 def _calls_from_json(raw: str, calls: list[ToolCall], errors: list[str]) -> None:
     """Append the call(s) of one JSON object or list (text after it is ignored)."""
     try:
-        obj, _ = json.JSONDecoder().raw_decode(raw.strip())
+        obj, _ = _raw_decode(raw.strip())
     except json.JSONDecodeError as exc:
         errors.append(f"tool call is not valid JSON ({exc.msg} at column {exc.colno}): {_short(raw)}")
         return

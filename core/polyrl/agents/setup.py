@@ -91,7 +91,20 @@ def build_runner(config: RunConfig, plan: EnvironmentPlan, gen_engine: Engine, t
                          EpisodeLimits(max_turns=env.max_turns, max_episode_tokens=env.max_episode_tokens),
                          make_environment=plan.make_environment, toolbox=plan.toolbox, parse=parse,
                          prompt_column=config.data.prompt_column,
-                         tools_prompt_format="json" if env.tool_format == "json" else "hermes")
+                         tools_prompt_format="json" if env.tool_format == "json" else "hermes",
+                         env_timeout_s=env.env_timeout_s, environment_name=env.name)
+
+
+def untrainable(completions: Sequence[Any]) -> np.ndarray:
+    """Per completion: True for an episode with nothing to train on. That is one with no token
+    (its reset failed), and every episode of a step in which all ended in an environment error
+    (their rewards say how the environment broke, not how the model did). The trainer drops
+    them like unscored samples; a step with nothing left is skipped, never sent to train_step."""
+    empty = np.array([c.mask is not None and len(c.completion_ids) == 0 for c in completions], dtype=bool)
+    episodes = [c for c in completions if c.mask is not None]
+    if episodes and all(c.info.get("env_error") for c in episodes):
+        return np.array([c.mask is not None for c in completions], dtype=bool)
+    return empty
 
 
 def episode_metrics(completions: Sequence[Any]) -> dict[str, float]:

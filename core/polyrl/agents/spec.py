@@ -13,10 +13,13 @@ core never special-cases its own.
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
+import numpy as np
 
 Message = dict[str, Any]
 
@@ -25,9 +28,11 @@ Message = dict[str, Any]
 class Observation:
     """What the environment answers to one assistant turn.
 
-    ``messages`` are appended to the conversation (usually ``user`` or ``tool`` roles) and the
-    model continues from them unless ``done``. ``reward`` is this turn's reward (None: none given);
-    the episode's reward combines them with the configured reward functions (see hookspecs).
+    ``messages`` are appended to the conversation (usually ``user`` or ``tool`` roles; each
+    ``content`` a str) and the model continues from them unless ``done`` (a bool). ``reward`` is
+    this turn's reward, a finite number (None: none given); the episode's reward combines them
+    with the configured reward functions (see hookspecs). Any other value ends the episode as an
+    environment error: it is never read as something else.
     """
 
     messages: list[Message] = attrs.field(factory=list)
@@ -37,7 +42,9 @@ class Observation:
 
 @runtime_checkable
 class Environment(Protocol):
-    """One episode's state. ``reset`` and ``step`` may each be plain or ``async def``.
+    """One episode's state. ``reset`` and ``step`` may each be plain or ``async def``. Each call
+    runs on a thread of its own (an ``async def`` on that thread's own event loop) within
+    ``[environment] env_timeout_s``; the episodes of a step run concurrently.
 
     An environment may also carry ``tools: list[Callable]``: plain functions offered to the model
     for this episode on top of ``[environment] tools`` (read with ``environment_tools``).
@@ -129,32 +136,76 @@ async def _maybe_await(value: Any) -> Any:
 async def reset_environment(env: Any, row: Mapping[str, Any]) -> list[Message]:
     """``env.reset(row)`` (awaited when async), checked to be a non-empty list of messages.
 
-    Raises TypeError naming the environment class on a malformed answer; the episode runner
-    ends that episode with it (never the run)."""
-    messages = await _maybe_await(env.reset(row))
+    Raises TypeError naming the environment class on a malformed answer (the episode runner
+    calls ``checked_reset`` on its own thread and ends that episode with it, never the run)."""
+    return checked_reset(env, await _maybe_await(env.reset(row)))
+
+
+async def step_environment(env: Any, assistant_message: Message) -> Observation:
+    """``env.step(message)`` (awaited when async), checked to be an ``Observation``."""
+    return checked_step(env, await _maybe_await(env.step(assistant_message)))
+
+
+def checked_reset(env: Any, messages: Any) -> list[Message]:
+    """What ``reset`` returned, if it is a non-empty list of renderable messages; else TypeError."""
     _check_messages(env, "reset", messages)
     if not messages:
         raise TypeError(f"{type(env).__name__}.reset returned no messages; the model needs a prompt")
     return list(messages)
 
 
-async def step_environment(env: Any, assistant_message: Message) -> Observation:
-    """``env.step(message)`` (awaited when async), checked to be an ``Observation``."""
-    obs = await _maybe_await(env.step(assistant_message))
+def checked_step(env: Any, obs: Any) -> Observation:
+    """What ``step`` returned, if it is an ``Observation`` the episode can use as it is: renderable
+    messages, a finite real ``reward`` (or None) and a bool ``done``. A bad value is a TypeError
+    naming the field, never read as something else (``done="no"`` is not True)."""
+    name = type(env).__name__
     if not isinstance(obs, Observation):
-        raise TypeError(f"{type(env).__name__}.step returned {type(obs).__name__}, expected "
+        raise TypeError(f"{name}.step returned {type(obs).__name__}, expected "
                         "polyrl.agents.Observation(messages=..., reward=..., done=...)")
     _check_messages(env, "step", obs.messages)
-    if obs.reward is not None and not isinstance(obs.reward, (int, float)):
-        raise TypeError(f"{type(env).__name__}.step gave reward {obs.reward!r}; expected a number or None")
+    if obs.reward is not None:
+        reward = obs.reward
+        try:
+            finite = (isinstance(reward, numbers.Real) and not isinstance(reward, (bool, np.bool_))
+                      and math.isfinite(float(reward)))
+        except (OverflowError, ValueError, TypeError):
+            finite = False
+        if not finite:
+            raise TypeError(f"{name}.step gave reward {_shown(reward)}; expected a finite number or None")
+    if not isinstance(obs.done, (bool, np.bool_)):
+        raise TypeError(f"{name}.step gave done {_shown(obs.done)}; expected True or False")
     return obs
 
 
+def _shown(value: Any) -> str:
+    try:
+        text = f"{type(value).__name__} {value!r}"
+    except Exception:  # noqa: BLE001 - e.g. an int past the digit limit
+        text = f"{type(value).__name__} (cannot be shown)"
+    return text if len(text) <= 120 else text[:120] + "..."
+
+
 def _check_messages(env: Any, method: str, messages: Any) -> None:
+    name = type(env).__name__
     if not isinstance(messages, list):
-        raise TypeError(f"{type(env).__name__}.{method} returned {type(messages).__name__}, expected a list "
+        raise TypeError(f"{name}.{method} returned {type(messages).__name__}, expected a list "
                         "of {'role': ..., 'content': ...} messages")
     for i, m in enumerate(messages):
         if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or "content" not in m:
-            raise TypeError(f"{type(env).__name__}.{method} message {i} is {m!r}; expected "
-                            "{'role': str, 'content': ...}")
+            raise TypeError(f"{name}.{method} message {i} is {_shown(m)}; expected "
+                            "{'role': str, 'content': str}")
+        if not isinstance(m["content"], str):
+            raise TypeError(f"{name}.{method} message {i} has content {_shown(m['content'])}; expected a str "
+                            "(the chat template renders text)")
+        for key in ("role", "content"):
+            if not _encodable(m[key]):
+                raise TypeError(f"{name}.{method} message {i} {key} holds a lone surrogate, which no tokenizer "
+                                "can encode (decode bytes with errors='replace')")
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -19,7 +19,6 @@ import copy
 import inspect
 import json
 import re
-import threading
 import types
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -29,7 +28,7 @@ import attrs
 
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
-from polyrl.rewards import guard
+from polyrl.agents.threads import CallRaised, CallTimedOut, call_in_thread, describe
 
 log = get_logger("polyrl.agents.tools")
 
@@ -270,12 +269,27 @@ class ToolCall:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` with each lone surrogate (which UTF-8, and so every tokenizer, refuses) replaced
+    by U+FFFD. A tool's result or a JSON escape the model wrote can hold one; left in, the chat
+    template would fail and stop the run."""
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
+
+
+def tool_message(content: str, name: str, call_id: str = "") -> dict[str, Any]:
+    """The ``tool`` message answering a call, its text made renderable (``clean_text``)."""
+    message = {"role": "tool", "name": clean_text(name), "content": clean_text(content)}
+    if call_id:
+        message["tool_call_id"] = clean_text(call_id)
+    return message
+
+
 def error_message(text: str, name: str = "invalid_tool_call", call_id: str = "") -> dict[str, Any]:
     """A ``tool`` message carrying an error the model should read (e.g. a malformed call)."""
-    message = {"role": "tool", "name": name, "content": f"error: {text}"}
-    if call_id:
-        message["tool_call_id"] = call_id
-    return message
+    return tool_message(f"error: {text}", name, call_id)
 
 
 class _Failed(Exception):
@@ -365,10 +379,7 @@ class ToolBox:
         except _Failed as failed:
             self.counts[failed.kind] += 1
             return error_message(failed.text, name=call.name, call_id=call.id)
-        message = {"role": "tool", "name": call.name, "content": content}
-        if call.id:
-            message["tool_call_id"] = call.id
-        return message
+        return tool_message(content, call.name, call.id)
 
     async def _call(self, call: ToolCall) -> str:
         entry = self._tools.get(call.name)
@@ -389,7 +400,7 @@ class ToolBox:
             except BaseException as exc:  # noqa: BLE001 - the model reads what its call did
                 if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
                     raise
-                raise _Failed("raised", f"tool {call.name!r} raised {_describe(exc)}") from None
+                raise _Failed("raised", f"tool {call.name!r} raised {describe(exc)}") from None
         return self._content(call.name, result)
 
     def _timed_out(self, name: str) -> _Failed:
@@ -409,35 +420,11 @@ class ToolBox:
         return task.result()
 
     async def _in_thread(self, name: str, fn: Callable[..., Any], arguments: dict[str, Any]) -> Any:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-
-        def settle(ok: bool, value: Any) -> None:
-            if future.done():
-                return
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(_Failed("raised", value))
-
-        def target() -> None:
-            guard.register_reward_thread()  # os._exit in the tool raises here instead of ending the run
-            try:
-                outcome = (True, fn(**arguments))
-            except BaseException as exc:  # noqa: BLE001 - SystemExit and RewardExit included
-                outcome = (False, f"tool {name!r} raised {_describe(exc)}")
-            finally:
-                guard.unregister_reward_thread()
-            try:
-                loop.call_soon_threadsafe(settle, *outcome)
-            except RuntimeError:  # the loop is gone: nobody waits for this abandoned call
-                pass
-
-        guard.install_exit_guard()
-        threading.Thread(target=target, name="polyrl-tool", daemon=True).start()
         try:
-            return await asyncio.wait_for(future, self.timeout_s)
-        except TimeoutError:  # only wait_for's: the tool's own errors arrive as _Failed
+            return await call_in_thread(lambda: fn(**arguments), self.timeout_s, name="polyrl-tool")
+        except CallRaised as raised:
+            raise _Failed("raised", f"tool {name!r} raised {describe(raised.cause)}") from None
+        except CallTimedOut:
             self.counts["abandoned"] += 1
             log.warning("tool call abandoned past its timeout (its thread keeps running)",
                         tool=name, timeout_s=self.timeout_s, abandoned=self.abandoned)
@@ -456,12 +443,3 @@ class ToolBox:
             cut = len(text) - self.max_result_chars
             text = f"{text[: self.max_result_chars]}\n... [{cut} more characters cut]"
         return text
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, guard.RewardExit):
-        return f"os._exit({exc.code}) (the run goes on)"
-    if isinstance(exc, SystemExit):
-        return f"SystemExit({exc.code!r}) (the run goes on)"
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

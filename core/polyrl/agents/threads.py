@@ -1,0 +1,157 @@
+"""Plugin code (a tool, an environment) on a daemon thread, awaited with a time limit.
+
+Why a thread: a call that never returns must not hang the run. The episode's event loop waits
+for the thread with a deadline and, past it, *abandons* the call (a thread cannot be killed; a
+daemon does not keep the process alive at exit). Whatever the code raises on its own thread,
+``SystemExit``, ``KeyboardInterrupt`` and ``os._exit`` (intercepted there, as on reward threads)
+included, comes back as ``CallRaised``: it is the plugin's, never a real Ctrl-C, which Python
+delivers to the main thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from polyrl.rewards import guard
+
+
+class CallRaised(Exception):
+    """The code raised ``cause`` (any BaseException)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+class CallTimedOut(Exception):
+    """The code did not return within the time limit; its thread was abandoned."""
+
+
+async def _awaited(value: Any) -> Any:
+    return await value
+
+
+_local = threading.local()  # a Worker thread's own event loop
+
+
+def finished(value: Any) -> Any:
+    """``value``, or what it resolves to when awaitable (run to the end on this thread's own event
+    loop, so an ``async def`` that blocks its loop is bounded like a plain function). On a
+    ``Worker`` that loop is the worker's, the same for every call: what an async environment makes
+    on it in ``reset`` (a client, a lock) still works in ``step``."""
+    if not inspect.isawaitable(value):
+        return value
+    loop = getattr(_local, "loop", None)
+    return loop.run_until_complete(_awaited(value)) if loop is not None else asyncio.run(_awaited(value))
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.done():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(CallRaised(value))
+
+
+class Worker:
+    """One daemon thread, with its own event loop, that runs one environment's calls in order.
+
+    Why one per environment rather than one per call: an environment is an object with state, and
+    state is often tied to the thread or the loop that made it (an sqlite connection refuses any
+    other thread, an async client any other loop). Its factory, ``reset`` and every ``step`` run
+    here. A call past its limit abandons the worker with it (the environment is unusable then)."""
+
+    def __init__(self, name: str = "polyrl-env") -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[bool, Any], None]] | None] = \
+            queue.SimpleQueue()
+        guard.install_exit_guard()
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def _serve(self) -> None:
+        guard.register_reward_thread()  # os._exit here raises instead of ending the run
+        loop = _local.loop = asyncio.new_event_loop()
+        try:
+            while (job := self._jobs.get()) is not None:
+                fn, settle = job
+                try:
+                    outcome = (True, fn())
+                except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt, RewardExit included
+                    outcome = (False, exc)
+                settle(*outcome)
+        finally:
+            guard.unregister_reward_thread()
+            try:
+                loop.close()
+            except Exception:  # noqa: BLE001 - a loop the environment left running
+                pass
+
+    async def call(self, fn: Callable[[], Any], timeout_s: float) -> Any:
+        """``fn()`` on this worker; its result, or ``CallRaised`` / ``CallTimedOut``."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def settle(ok: bool, value: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(_settle, future, ok, value)
+            except RuntimeError:  # the loop is gone: nobody waits for this abandoned call
+                pass
+
+        self._jobs.put((fn, settle))
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:  # only wait_for's: the code's own errors arrive as CallRaised
+            raise CallTimedOut(fn) from None
+
+    def close(self) -> None:
+        """Let the thread end once its current call (if any) returns."""
+        self._jobs.put(None)
+
+
+async def call_in_thread(fn: Callable[[], Any], timeout_s: float, name: str = "polyrl-plugin") -> Any:
+    """``fn()`` on a fresh daemon thread; its result, or ``CallRaised`` / ``CallTimedOut``."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if future.done():
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(CallRaised(value))
+
+    def target() -> None:
+        guard.register_reward_thread()  # os._exit here raises instead of ending the run
+        try:
+            outcome = (True, fn())
+        except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt, RewardExit included
+            outcome = (False, exc)
+        finally:
+            guard.unregister_reward_thread()
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop is gone: nobody waits for this abandoned call
+            pass
+
+    guard.install_exit_guard()
+    threading.Thread(target=target, name=name, daemon=True).start()
+    try:
+        return await asyncio.wait_for(future, timeout_s)
+    except TimeoutError:  # only wait_for's: the code's own errors arrive as CallRaised
+        raise CallTimedOut(name) from None
+
+
+def describe(exc: BaseException) -> str:
+    """What the plugin code raised, in words (exits named as such: the run goes on)."""
+    if isinstance(exc, guard.RewardExit):
+        return f"os._exit({exc.code}) (the run goes on)"
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}) (the run goes on)"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
