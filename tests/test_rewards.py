@@ -82,17 +82,27 @@ def test_length_penalty_tokens_and_chars():
     np.testing.assert_allclose(res.total, [0.0, -0.5])
 
 
+def test_a_row_dependent_error_names_the_problem_and_one_fix():
+    with pytest.raises(RewardError, match=r"needs column 'gold'.*answer, prompt.*Fix: add a 'gold' column") as info:
+        score([("numeric_match", 1.0, {"column": "gold"})], ["42"])
+    assert "reward 'numeric_match' from polyrl raised" in str(info.value)
+    assert str(info.value).count("Fix:") == 1
+
+
 @pytest.mark.parametrize(("reward", "options", "match"), [
-    ("numeric_match", {"column": "gold"}, r"needs column 'gold'.*answer, prompt.*Fix: add a 'gold' column"),
-    ("regex_format", {}, r"needs option 'pattern'"),
+    ("regex_format", {}, r"needs option 'pattern'.*Fix: set options.pattern"),
     ("regex_format", {"pattern": "("}, r"invalid pattern"),
-    ("length_penalty", {}, r"needs option 'target'"),
+    ("length_penalty", {}, r"needs option 'target'.*Fix: set options.target = 128"),
+    ("length_penalty", {"target": 0}, r"target must be a number > 0"),
     ("exact_match", {"colum": "x"}, r"no option 'colum'"),
 ])
-def test_builtin_errors_name_the_problem_and_fix(reward, options, match):
-    with pytest.raises(RewardError, match=match) as info:
-        score([(reward, 1.0, options)], ["42"])
-    assert f"reward '{reward}' from polyrl raised" in str(info.value)
+def test_bad_builtin_options_are_refused_when_the_rewards_are_set_up(reward, options, match):
+    """Before any model loads or sample is scored (not after the first rollout), with one Fix."""
+    pm = get_plugin_manager(entry_points=False)
+    with pytest.raises(ConfigError, match=match) as info:
+        RewardComputer(pm, [(reward, 1.0, options)])
+    assert info.value.field == "rewards[0].options"
+    assert str(info.value).count("Fix:") <= 1
 
 
 def test_numeric_match_non_numeric_answer():

@@ -362,6 +362,10 @@ def reward(
     dataset columns of sample ``i``. Return ``polyrl.types.RewardScores(scores, metrics={...})``
     instead of a list to add per-reward metrics (logged as ``reward/<name>/<metric>``).
 
+    A reward plugin may also define ``check_options(name, options)``, called once when the run is
+    set up for each configured reward it provides: raise ``RewardError("... . Fix: ...")`` for bad
+    options, so the user hears of them before any model loads, not after the first rollout.
+
     A reward plugin whose work is I/O bound may also define ``is_async = True`` and a coroutine
     ``await_reward(prompts, completions, context)`` answering like ``reward``: the core then
     awaits it concurrently with the other async rewards of the step.

@@ -237,6 +237,16 @@ BUILTIN_REWARDS: dict[str, tuple[Callable[[Sequence[Any], RewardContext], Scores
 # --- the plugin hooks --------------------------------------------------------------------------
 
 
+def check_options(name: str, options: Mapping[str, Any]) -> None:
+    """Check a built-in reward's options when the run is set up (``RewardSet`` calls this): each
+    reward checks its options before it looks at a completion, so it runs on none. A missing
+    ``target`` or an unknown option is then one error before any model loads, not after the
+    first rollout."""
+    if name in BUILTIN_REWARDS and name != "environment":
+        BUILTIN_REWARDS[name][0]([], RewardContext(rows=[], wanted=(name,), options={name: options},
+                                                   completion_ids=[]))
+
+
 @hookimpl
 def polyrl_register_rewards(register: Callable[[RewardSpec], None]) -> None:
     for name, (_, summary) in BUILTIN_REWARDS.items():

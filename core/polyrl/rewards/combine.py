@@ -122,6 +122,13 @@ class RewardComputer:
                     check(columns)
         for i, (name, _, options) in enumerate(self.rewards):
             plugin = self._owner[name]
+            check_options = getattr(plugin, "check_options", None)  # a plugin that checks up front
+            if callable(check_options):
+                try:
+                    check_options(name, options)
+                except RewardError as exc:
+                    problem, _, fix = str(exc).partition(". Fix: ")
+                    raise ConfigError(problem, field=f"rewards[{i}].options", fix=fix or None) from None
             if options and callable(getattr(plugin, "check_binding", None)):  # a Python function
                 raise ConfigError(
                     f"reward function {name!r} was given options ({', '.join(sorted(options))}), which a "
@@ -226,6 +233,9 @@ class RewardComputer:
         if isinstance(exc, SystemExit):
             return self._fail(provider, name, f"raised SystemExit({exc.code!r}) (sys.exit)",
                               "return scores (None for a sample without reward) or raise an exception")
+        if isinstance(exc, RewardError) and ". Fix: " in str(exc):  # it says how already: one Fix
+            problem, _, fix = str(exc).partition(". Fix: ")
+            return self._fail(provider, name, f"raised {type(exc).__name__}: {problem}", fix)
         return self._fail(provider, name, f"raised {type(exc).__name__}: {exc}",
                           "fix the reward function (or its options / dataset columns), or remove it "
                           "from the config")
