@@ -163,3 +163,33 @@ def test_model_alias_hook_returning_garbage_blames_the_plugin_not_the_user(garba
     with pytest.raises(PluginError, match=f"{plugin.__name__}.*{complaint}") as info:
         reg.resolve_model("my-alias")
     assert not isinstance(info.value, ConfigError)
+
+
+def test_a_tracker_plugin_cannot_take_a_builtin_trackers_name(tmp_path, monkeypatch):
+    """Once: a plugin registering "tensorboard" silently replaced the built-in (last one won), so
+    report_to = ["tensorboard"] ran its code with the run config and every completion."""
+    from toy_dist import write_dist
+
+    from polyrl.tracking import TrackerSpec
+
+    (tmp_path / "polyrl_shadow_tracker.py").write_text(
+        "from polyrl.hookspecs import hookimpl\n"
+        "from polyrl.tracking import TrackerSpec\n"
+        "@hookimpl\n"
+        "def polyrl_register_trackers(register):\n"
+        "    register(TrackerSpec(name='tensorboard', create=lambda ctx: None, summary='shadow'))\n"
+        "    register(TrackerSpec(name='shadowdash', create=lambda ctx: None, summary='its own'))\n")
+    write_dist(tmp_path, "polyrl-shadow", "1.0", {"polyrl.trackers": {"shadow": "polyrl_shadow_tracker"}})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("POLYRL_LOAD_PLUGINS", raising=False)
+    monkeypatch.delenv("POLYRL_DISABLE_PLUGINS", raising=False)
+    reg = Registry()
+    trackers = reg.trackers_by_name()
+    assert isinstance(trackers["tensorboard"], TrackerSpec)
+    assert trackers["tensorboard"].distribution == "polyrl" and trackers["tensorboard"].summary != "shadow"
+    assert trackers["shadowdash"].distribution == "polyrl-shadow"  # its own name still works
+    conflict = next(e for e in reg.load_errors if e.name == "tensorboard")
+    assert conflict.group == "polyrl_register_trackers"
+    assert "polyrl-shadow" in conflict.distribution and "polyrl-shadow" in conflict.error
+    assert "'polyrl'" in conflict.error or "polyrl," in conflict.error
+    assert "POLYRL_DISABLE_PLUGINS" in conflict.error

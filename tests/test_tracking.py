@@ -158,6 +158,8 @@ def test_unknown_or_uninstalled_tracker_is_one_error_line_before_models_load(tmp
     ({"completions_per_step": -1}, "logging.completions_per_step"),
     ({"completions_per_step": 1.5}, "logging.completions_per_step"),
     ({"completions_per_stpe": 2}, "logging.completions_per_stpe"),
+    ({"tracker_timeout_s": 0}, "logging.tracker_timeout_s"),
+    ({"tracker_timeout_s": "slow"}, "logging.tracker_timeout_s"),
 ])
 def test_bad_logging_settings_name_the_field(tmp_path, logging, field):
     with pytest.raises(ConfigError) as err:
@@ -290,3 +292,327 @@ def test_registry_lists_builtin_trackers_without_importing_them():
             "assert not names & set(sys.modules), names & set(sys.modules)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+# --- hostile text, trackers that exit or hang ----------------------------------------------------
+
+
+def test_text_written_is_valid_utf8_and_each_text_is_capped(tmp_path):
+    """A lone surrogate (valid JSON from a server: "\\ud800") once crashed the run in
+    completions.jsonl's writer; a 5 MB completion was written whole to every tracker."""
+    from polyrl import strict_json
+
+    huge = completion("\ud800 lone " + "x" * 200_000)
+    records = clog.sample_records(0, ["Q \udfff"], [huge], {"r": [1.0]}, [1.0], [0.0], count=1, seed=0)
+    text = records[0]["completion"]
+    assert text.startswith("\ufffd lone ") and records[0]["prompt"] == "Q \ufffd"
+    assert len(text) < clog.MAX_TEXT_CHARS + 200 and text.endswith(clog.cut_marker(200_007 - clog.MAX_TEXT_CHARS))
+    path = tmp_path / "completions.jsonl"
+    clog.append(path, records)
+    assert json.loads(path.read_bytes().decode("utf-8"))["completion"] == text  # strict UTF-8, strict JSON
+
+    other = tmp_path / "other.jsonl"  # the writer itself never emits a surrogate, whoever calls it
+    strict_json.append_lines(other, [{"t": "a\ud800b", "\udc00k": ["\ud83d\ude00", float("nan")]}])
+    assert json.loads(other.read_bytes().decode("utf-8")) == {"t": "a\ufffdb", "\ufffdk": ["\U0001f600", None]}
+    assert strict_json.dumps({"t": "\ud800"}) == '{"t": "\\ufffd"}'  # not an escaped lone surrogate either
+
+
+class Boom(BaseException):
+    """Not an Exception: what a careless tracker library may raise."""
+
+
+class Hostile(Recorder):
+    """A Recorder whose ``where`` method raises ``raised`` (any BaseException) or blocks."""
+
+    def __init__(self, name: str, where: str, raised: BaseException | None = None,
+                 release: object | None = None) -> None:
+        super().__init__(name)
+        self.where, self.raised, self.release = where, raised, release
+
+    def _act(self, method: str) -> None:
+        if method != self.where:
+            return
+        if self.raised is not None:
+            raise self.raised
+        self.release.wait()  # blocks until the test ends
+
+    def log_metrics(self, metrics, step):
+        self._act("log_metrics")
+        super().log_metrics(metrics, step)
+
+    def log_completions(self, records, step):
+        self._act("log_completions")
+        super().log_completions(records, step)
+
+    def close(self):
+        self._act("close")
+        super().close()
+
+
+def tracking_of(tmp_path: Path, *trackers: Recorder, timeout_s: float = 60.0) -> RunTracking:
+    return RunTracking(specs=[TrackerSpec(name=t.name, create=lambda c, t=t: t) for t in trackers],
+                       output_dir=tmp_path, completions_per_step=1, run_name="r", project="p", config={},
+                       timeout_s=timeout_s)
+
+
+def publish_steps(tracking: RunTracking, steps: int) -> None:
+    for step in range(steps):
+        tracking.collect(step, ["q"], [completion(f"a{step}")], type("S", (), {"per_reward": {}, "total": [1.0]}),
+                         [0.0], seed=step)
+        tracking.publish({"step": step, "loss": 0.5})
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("raised", [SystemExit(4), KeyboardInterrupt(), Boom("evil base"), GeneratorExit()],
+                         ids=["exit", "kbi", "base", "genexit"])
+@pytest.mark.parametrize("where", ["log_metrics", "log_completions", "close"])
+def test_a_tracker_raising_any_base_exception_is_dropped_once_and_the_others_go_on(tmp_path, capsys, raised,
+                                                                                   where):
+    """Once: SystemExit ended the run with the tracker's exit code and no message or checkpoint,
+    a custom BaseException with a traceback. Tracker code runs on its own thread: whatever it
+    raises there is the tracker's, never a real Ctrl-C."""
+    good, bad = Recorder("good"), Hostile("bad", where, raised)
+    tracking = tracking_of(tmp_path, bad, good)
+    tracking.open()
+    publish_steps(tracking, 3)
+    tracking.close()
+    assert [s for s, _ in good.metrics] == [0, 1, 2] and [s for s, _ in good.completions] == [0, 1, 2]
+    assert good.closed and tracking.trackers == {}
+    err = capsys.readouterr().err
+    word = "failed to close" if where == "close" else "failed and was dropped"
+    assert err.count(f"tracker 'bad' {word}") == 1 and type(raised).__name__ in err, err
+
+
+@pytest.mark.faults
+def test_a_tracker_that_exits_or_hangs_at_start_is_one_config_error(tmp_path):
+    import threading
+
+    def exits(context):
+        raise SystemExit(3)
+
+    release = threading.Event()
+
+    def hangs(context):
+        release.wait()
+
+    opened = Recorder("fine")
+    try:
+        for create, timeout_s, words in ((exits, 60.0, "SystemExit(3)"), (hangs, 0.3, "did not start within 0.3 s")):
+            tracking = RunTracking(specs=[TrackerSpec(name="fine", create=lambda c: opened),
+                                          TrackerSpec(name="bad", create=create)],
+                                   output_dir=tmp_path, completions_per_step=1, run_name="r", project="p",
+                                   config={}, timeout_s=timeout_s)
+            opened.closed = False
+            with pytest.raises(ConfigError) as err:
+                tracking.open()
+            assert err.value.field == "logging.report_to" and "'bad'" in str(err.value) and words in str(err.value)
+            assert opened.closed and tracking.trackers == {}
+    finally:
+        release.set()
+
+
+@pytest.mark.faults
+def test_a_tracker_that_hangs_is_dropped_at_tracker_timeout_s_and_the_others_keep_their_order(tmp_path, capsys):
+    """Once: a log_metrics that never returned hung the run for good (SIGTERM could not free it)."""
+    import threading
+    import time
+
+    release = threading.Event()
+    good, stuck, stuck_close = Recorder("good"), Hostile("stuck", "log_completions", release=release), \
+        Hostile("stuck_close", "close", release=release)
+    tracking = tracking_of(tmp_path, stuck, good, stuck_close, timeout_s=0.5)
+    try:
+        tracking.open()
+        t0 = time.monotonic()
+        publish_steps(tracking, 3)
+        tracking.close()
+        assert time.monotonic() - t0 < 5
+    finally:
+        release.set()
+    assert [s for s, _ in good.metrics] == [0, 1, 2] and [s for s, _ in good.completions] == [0, 1, 2]
+    assert [s for s, _ in stuck.metrics] == [0] and not stuck.completions and not stuck.closed
+    assert [s for s, _ in stuck_close.completions] == [0, 1, 2]
+    err = capsys.readouterr().err
+    assert err.count("tracker 'stuck' failed and was dropped") == 1
+    assert "did not return within 0.5 s (logging.tracker_timeout_s)" in err
+    assert err.count("tracker 'stuck_close' failed to close") == 1
+
+
+@pytest.mark.faults
+def test_a_real_ctrl_c_while_waiting_for_a_tracker_is_not_taken_for_the_trackers(tmp_path):
+    """SIGINT reaches the main thread only: it stops the caller and the tracker is not blamed."""
+    import os
+    import signal
+    import threading
+
+    release = threading.Event()
+    slow = Hostile("slow", "log_metrics", release=release)
+    tracking = tracking_of(tmp_path, slow, timeout_s=30)
+    tracking.open()
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            publish_steps(tracking, 1)
+    finally:
+        release.set()
+        timer.cancel()
+    assert "slow" in tracking.trackers
+    tracking.close()
+
+
+@pytest.mark.faults
+def test_a_completions_log_that_cannot_be_written_does_not_end_the_run(tmp_path, capsys):
+    good = Recorder("good")
+    tracking = tracking_of(tmp_path, good)
+    tracking.completions_path.mkdir()  # writing it raises IsADirectoryError
+    tracking.open()
+    publish_steps(tracking, 2)
+    tracking.close()
+    assert [s for s, _ in good.metrics] == [0, 1] and [s for s, _ in good.completions] == [0, 1]
+    err = capsys.readouterr().err
+    assert err.count("completions log could not be written") == 1 and "IsADirectoryError" in err
+
+
+# --- end to end: `polyrl train` with hostile trackers and hostile text ---------------------------
+
+HOSTILE_TRACKERS = '''
+import os, sys, threading
+from pathlib import Path
+from polyrl.hookspecs import hookimpl
+from polyrl.tracking import TrackerSpec
+
+class Boom(BaseException):
+    pass
+
+ACTS = {  # name: (method, what it does at step 0)
+    "exit_log": ("log_metrics", lambda: sys.exit(4)),
+    "base_completions": ("log_completions", lambda: (_ for _ in ()).throw(Boom("evil base"))),
+    "kbi_log": ("log_metrics", lambda: (_ for _ in ()).throw(KeyboardInterrupt())),
+    "osexit_completions": ("log_completions", lambda: os._exit(9)),
+    "exit_close": ("close", lambda: sys.exit(5)),
+    "hang_log": ("log_metrics", lambda: (Path(os.environ["REACHED"]).touch(), threading.Event().wait())),
+}
+
+class Tracker:
+    def __init__(self, name):
+        self.method, self.act = ACTS[name]
+    def _maybe(self, method, step=0):
+        if method == self.method and step == 0:
+            self.act()
+    def log_metrics(self, metrics, step):
+        self._maybe("log_metrics", step)
+    def log_completions(self, records, step):
+        self._maybe("log_completions", step)
+    def close(self):
+        self._maybe("close")
+
+@hookimpl
+def polyrl_register_trackers(register):
+    for name in ACTS:
+        register(TrackerSpec(name=name, create=lambda ctx, name=name: Tracker(name)))
+'''
+
+
+@pytest.mark.faults
+def test_cli_run_survives_trackers_that_exit_raise_base_exceptions_or_hang(tmp_path, tiny_model_dir):
+    """Once: sys.exit in a tracker ended `polyrl train` with its code and nothing saved, and a
+    tracker stuck in log_metrics hung the run even through SIGTERM. Now each is dropped with one
+    warning; a real SIGTERM while one hangs stops the run, checkpointed, exit 0."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "polyrl_hostile_trackers.py").write_text(HOSTILE_TRACKERS)
+    write_dist(site, "polyrl-hostile-trackers", "1.0", {"polyrl.trackers": {"hostile": "polyrl_hostile_trackers"}})
+    names = ["exit_log", "base_completions", "kbi_log", "osexit_completions", "exit_close", "hang_log"]
+    out = tmp_path / "run"
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'[model]\npath = "{tiny_model_dir}"\n[generation]\ngroup_size = 2\nmax_new_tokens = 4\n'
+        '[data]\ntask = "arithmetic"\n[[rewards]]\nname = "numeric_match"\n'
+        f'[train]\nsteps = 1000\nprompts_per_step = 2\nthreads = 1\ncheckpoint_every = 0\noutput_dir = "{out}"\n'
+        f'[logging]\nreport_to = {json.dumps(names)}\ntracker_timeout_s = 3\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+           "REACHED": str(tmp_path / "reached")}
+    env.pop("POLYRL_LOAD_PLUGINS", None)
+    env.pop("POLYRL_DISABLE_PLUGINS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "polyrl.cli", "train", str(config), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "reached").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "Traceback" not in stderr and "error:" not in stderr, stderr[-3000:]
+    assert "stop requested; finishing the current step" in stderr
+    for name in names[:-2]:
+        assert stderr.count(f"tracker '{name}' failed and was dropped") == 1, (name, stderr[-3000:])
+    assert stderr.count("tracker 'hang_log' failed and was dropped") == 1
+    assert "did not return within 3 s" in stderr and "SystemExit(4)" in stderr and "os._exit(9)" in stderr
+    assert stderr.count("tracker 'exit_close' failed to close") == 1
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [0]
+    assert (out / "checkpoints" / "step-00000001" / "COMPLETE").exists() and (out / "model").is_dir()
+
+
+WEIRD_BACKEND = '''
+import attrs
+import polyrl_toy
+from polyrl.hookspecs import hookimpl
+
+class Weird(polyrl_toy.ToyPlugin):
+    """The toy backend whose completion text holds a lone surrogate and 200,000 more characters."""
+
+    @hookimpl
+    def generate(self, engine, prompts, sampling):
+        out = polyrl_toy.generate(engine, prompts, sampling)
+        return [attrs.evolve(c, text="\\ud800 lone " + "x" * 200_000) for c in out]
+
+PLUGIN = Weird("weird")
+'''
+
+
+@pytest.mark.faults
+def test_cli_run_with_a_lone_surrogate_and_a_huge_completion_text_finishes(tmp_path):
+    """Once: `UnicodeEncodeError: surrogates not allowed` from completions.jsonl's writer ended
+    the run with a traceback and no checkpoint; a 5 MB text was logged whole every step."""
+    import os
+    import subprocess
+    import sys
+
+    from toy_dist import install_toy_dists
+
+    site = install_toy_dists(tmp_path / "site")
+    (site / "polyrl_weird_backend.py").write_text(WEIRD_BACKEND)
+    write_dist(site, "polyrl-weird", "1.0", {"polyrl.backends": {"weird": "polyrl_weird_backend:PLUGIN"}})
+    out = tmp_path / "run"
+    config = tmp_path / "run.toml"
+    config.write_text(
+        '[model]\npath = "toy-model"\n[backends]\ntrain = "weird"\n[generation]\ngroup_size = 2\nmax_new_tokens = 4\n'
+        '[data]\ntask = "arithmetic"\n[[rewards]]\nname = "toy_sevens"\n'
+        f'[train]\nsteps = 2\nprompts_per_step = 2\noutput_dir = "{out}"\n'
+        '[logging]\nreport_to = ["tensorboard"]\ncompletions_per_step = 2\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+           "POLYRL_DISABLE_PLUGINS": "broken,badreg"}
+    env.pop("POLYRL_LOAD_PLUGINS", None)
+    proc = subprocess.run([sys.executable, "-m", "polyrl.cli", "train", str(config), "--no-progress"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "error:" not in proc.stderr and "warning" not in proc.stderr.lower()
+    assert (out / "checkpoints" / "step-00000002" / "COMPLETE").exists()
+    lines = (out / "completions.jsonl").read_bytes().decode("utf-8").splitlines()  # strict UTF-8
+    assert len(lines) == 4 and all(len(line) < clog.MAX_TEXT_CHARS + 1000 for line in lines)
+    text = json.loads(lines[0])["completion"]
+    assert text.startswith("\ufffd lone ") and clog.cut_marker(200_007 - clog.MAX_TEXT_CHARS) in text
+    events = list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and sum(e.stat().st_size for e in events) < 4 * clog.MAX_TEXT_CHARS + 100_000

@@ -233,6 +233,7 @@ class LoggingSection:
     completions_per_step: int = 4  # sampled completions logged per step; 0 turns the log off
     project: str = "polyrl"  # the tracker's project / experiment name
     run_name: str | None = None  # default: the output_dir's folder name
+    tracker_timeout_s: float = 60.0  # per tracker call; past it the tracker is dropped, the run goes on
 
     def __attrs_post_init__(self) -> None:
         if isinstance(self.report_to, str) or not all(isinstance(n, str) and n for n in self.report_to):

@@ -157,6 +157,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "completions_per_step": "sampled completions per step to completions.jsonl and the trackers (0 = off)",
         "project": "the trackers' project / experiment name",
         "run_name": "the trackers' run name (unset = the output_dir folder name)",
+        "tracker_timeout_s": "seconds one tracker call may take; past it a tracker that is starting stops the "
+                             "run, one that is logging is dropped and the run goes on",
     },
     "environment": {
         "name": "a registered multi-turn environment (`polyrl environments`); unset with `tools`: the dataset prompt plus tools",

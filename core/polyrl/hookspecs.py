@@ -177,8 +177,10 @@ def polyrl_register_trackers(register: Callable[[TrackerSpec], None]) -> None:
     report_to`` names. ``create(TrackerContext)`` returns an object with ``log_metrics(metrics,
     step)``, ``log_completions(records, step)`` and ``close()`` (``polyrl.tracking.Tracker``);
     import the tracking library there, not at module import, and answer ``probe()`` with a reason
-    string when it is missing. A tracker that raises mid-run is reported once and dropped; the run
-    goes on.
+    string when it is missing. ``create`` and every later call run on a thread of the tracker's
+    own, in order, each within ``[logging] tracker_timeout_s``: a tracker that raises mid-run
+    (``SystemExit`` included) or outlasts the limit is reported once and dropped; the run goes on.
+    A name is the first registration's: registering a taken one (a built-in's) is a load error.
     """
 
 

@@ -106,7 +106,7 @@ class Registry:
                         dists = self._conflicts.setdefault(spec.name, [_sink[spec.name].distribution or "?"])
                         dists.append(spec.distribution or "?")
                         return
-                    if _kind in (EnvironmentSpec, ToolSpec) and self._agent_conflict(spec, _sink, _plugin):
+                    if _kind in (EnvironmentSpec, ToolSpec, TrackerSpec) and self._agent_conflict(spec, _sink, _plugin):
                         return
                     _sink[spec.name] = spec
                     if _kind is BackendSpec:
@@ -125,9 +125,12 @@ class Registry:
                         )
                     )
 
-    def _agent_conflict(self, spec: EnvironmentSpec | ToolSpec, sink: dict[str, Any], plugin: Any) -> bool:
-        """Record an environment/tool name claimed by two plugins (True: do not register it)."""
-        key = ("environment" if isinstance(spec, EnvironmentSpec) else "tool", spec.name)
+    def _agent_conflict(self, spec: EnvironmentSpec | ToolSpec | TrackerSpec, sink: dict[str, Any],
+                        plugin: Any) -> bool:
+        """Record an environment/tool/tracker name claimed by two plugins (True: do not register it)."""
+        kind = ("environment" if isinstance(spec, EnvironmentSpec) else "tool" if isinstance(spec, ToolSpec)
+                else "tracker")
+        key = (kind, spec.name)
         owner = self._agent_owners.setdefault(key, plugin)
         if owner is plugin:
             return False
@@ -137,6 +140,11 @@ class Registry:
 
     def _agent_conflict_text(self, kind: str, name: str) -> str:
         dists = self._agent_conflicts[(kind, name)]
+        if kind == "tracker":  # the first keeps it: the core's trackers load first, so none is replaced
+            return (f"tracker name {name!r} is registered by {len(dists)} distributions: {', '.join(dists)}; "
+                    f"the first ({dists[0]}) keeps it and the others' are ignored. Fix: rename the tracker "
+                    f"in the later plugin, `pip uninstall` it, or disable its entry point with "
+                    f"POLYRL_DISABLE_PLUGINS")
         return (f"{kind} name {name!r} is registered by {len(dists)} distributions: {', '.join(dists)}; "
                 f"polyrl will not guess which one you meant. Fix: `pip uninstall` all but one of them, "
                 f"or disable the others' entry points with POLYRL_DISABLE_PLUGINS")

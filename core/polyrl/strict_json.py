@@ -1,8 +1,11 @@
-"""Strict JSON for every file polyrl writes: NaN and infinities become ``null``.
+"""Strict JSON for every file polyrl writes: NaN and infinities become ``null``, lone
+surrogates U+FFFD.
 
 Why: ``json.dumps`` writes bare ``NaN``/``Infinity`` tokens by default, which are not JSON; jq,
 JavaScript and most readers then fail on the whole file. A metric that is not a number (a skipped
-step's loss) is honestly "no value", so it is written as ``null``.
+step's loss) is honestly "no value", so it is written as ``null``. A Python string may hold a lone
+surrogate (``"\\ud800"`` is valid JSON from a server), which UTF-8 cannot encode: writing it
+raised mid-run, and escaping it would only move the failure to every strict reader.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -17,12 +21,25 @@ from typing import Any
 import numpy as np
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """``text`` as valid Unicode: a surrogate pair becomes its character, a lone one U+FFFD."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 def sanitize(value: Any) -> Any:
-    """``value`` with non-finite floats replaced by None and numpy scalars/arrays made plain."""
+    """``value`` with non-finite floats replaced by None, text made valid Unicode (``valid_text``)
+    and numpy scalars/arrays made plain."""
+    if isinstance(value, str):
+        return valid_text(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {str(k): sanitize(v) for k, v in value.items()}
+        return {valid_text(str(k)): sanitize(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [sanitize(v) for v in value]
     if isinstance(value, np.generic):

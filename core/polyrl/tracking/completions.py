@@ -3,7 +3,10 @@
 Why: metrics say a reward went up, not how; reading what the policy writes is how reward hacking
 is caught. Each step appends ``completions_per_step`` records to ``output_dir/completions.jsonl``
 (strict JSON) and hands them to the trackers. Text passes through ``polyrl.redact`` first: a prompt
-or completion that quotes a credential must not end up in a dashboard.
+or completion that quotes a credential must not end up in a dashboard. Each text is then cut to
+``MAX_TEXT_CHARS`` (a runaway 5 MB completion would otherwise add its size, times the sample, to the
+file and every dashboard each step) and made valid Unicode, since trackers' formats (TensorBoard's
+protobufs, JSON) cannot carry a lone surrogate.
 """
 
 from __future__ import annotations
@@ -20,11 +23,26 @@ from polyrl.redact import Redactor
 FILE_NAME = "completions.jsonl"
 #: The keys of every record, in table-column order.
 COLUMNS = ("step", "prompt", "completion", "rewards", "reward", "advantage", "finish_reason")
+#: Characters of one text (a prompt, a completion, a message's content) kept in a record.
+MAX_TEXT_CHARS = 65_536
+
+
+def cut_marker(dropped: int) -> str:
+    """What ends a text cut to ``MAX_TEXT_CHARS`` (``dropped``: the characters left out)."""
+    return f" [... {dropped} more characters cut by polyrl]"
+
+
+def _shown_text(text: str, redact: Redactor) -> str:
+    text = redact(strict_json.valid_text(text))
+    if len(text) > MAX_TEXT_CHARS:
+        text = text[:MAX_TEXT_CHARS] + cut_marker(len(text) - MAX_TEXT_CHARS)
+    return text
 
 
 def _redact(value: Any, redact: Redactor) -> Any:
+    """``value`` with every text redacted, valid and cut to ``MAX_TEXT_CHARS``."""
     if isinstance(value, str):
-        return redact(value)
+        return _shown_text(value, redact)
     if isinstance(value, Mapping):
         return {str(k): _redact(v, redact) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -60,7 +78,7 @@ def sample_records(step: int, prompts: Sequence[Any], completions: Sequence[Any]
             "advantage": _number(advantages[i]),
             "finish_reason": completions[i].finish_reason,
         })
-    return records
+    return strict_json.sanitize(records)  # trackers get exactly what the file holds
 
 
 def _shown(completion: Any) -> Any:

@@ -3,7 +3,10 @@
 Why one object: the trainer makes one call per event (checked at build, opened at run start,
 samples collected in the step, published after metrics.jsonl, closed at the end), and a tracker
 failing mid-run is contained here: reported once, dropped, and training goes on, since losing a
-dashboard must never cost a run.
+dashboard must never cost a run. "Failing" includes raising any BaseException (``sys.exit``) and
+not returning within ``[logging] tracker_timeout_s``: each tracker runs on its own thread
+(``polyrl.tracking.calls``). The completions log is written here too, and failing to write it
+turns it off with one warning rather than ending the run.
 """
 
 from __future__ import annotations
@@ -11,15 +14,19 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from polyrl.agents.threads import describe
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.redact import MASK, Redactor
+from polyrl.strict_json import valid_text
 from polyrl.tracking import completions as clog
+from polyrl.tracking.calls import CallRaised, CallTimedOut, TrackerThread
 from polyrl.tracking.spec import Tracker, TrackerContext, TrackerSpec
 
 log = get_logger("polyrl.tracking")
@@ -32,7 +39,7 @@ def numeric_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
         if isinstance(value, (bool, int, float)) and key != "step":
             number = float(value)
             if math.isfinite(number):
-                out[key] = number
+                out[valid_text(key)] = number
     return out
 
 
@@ -68,8 +75,11 @@ class RunTracking:
     config: Mapping[str, Any]
     writer: bool = True  # rank 0
     redact: Redactor = attrs.field(factory=Redactor)
+    timeout_s: float = 60.0  # per tracker call ([logging] tracker_timeout_s)
     trackers: dict[str, Tracker] = attrs.field(factory=dict)
+    _threads: dict[str, TrackerThread] = attrs.field(factory=dict)
     _pending: list[dict[str, Any]] = attrs.field(factory=list)
+    _file_ok: bool = True  # False once completions.jsonl could not be written
 
     @property
     def completions_path(self) -> Path:
@@ -81,27 +91,38 @@ class RunTracking:
             clog.rewind(self.completions_path, step)
 
     def open(self) -> None:
-        """Open every tracker; one that fails to open is an error (the user asked for it)."""
+        """Open every tracker, each on its own thread; one that fails to open is an error (the user
+        asked for it)."""
         if not self.writer or self.trackers:
             return
         context = TrackerContext(output_dir=self.output_dir, run_name=self.run_name, project=self.project,
                                  config=self.config)
         for spec in self.specs:
+            thread = TrackerThread(name=f"polyrl-tracker-{spec.name}")
             try:
-                self.trackers[spec.name] = spec.create(context)
-            except Exception as exc:
+                self.trackers[spec.name] = thread.call(partial(spec.create, context), self.timeout_s)
+            except (CallRaised, CallTimedOut) as exc:
+                thread.close()
                 self.close()
-                raise ConfigError(f"tracker {spec.name!r} failed to start: {type(exc).__name__}: {exc}",
-                                  field="logging.report_to",
-                                  fix=f"fix the cause above or remove {spec.name!r} from report_to") from None
+                why = (f"did not start within {self.timeout_s:g} s" if isinstance(exc, CallTimedOut)
+                       else f"failed to start: {describe(exc.cause).removesuffix(' (the run goes on)')}")
+                raise ConfigError(f"tracker {spec.name!r} {why}", field="logging.report_to",
+                                  fix=f"fix the cause above, raise logging.tracker_timeout_s if it is only slow, "
+                                      f"or remove {spec.name!r} from report_to") from None
+            self._threads[spec.name] = thread
 
     def collect(self, step: int, prompts: Sequence[Any], completions: Sequence[Any], scored: Any,
                 advantages: Sequence[float] | Any, seed: int) -> None:
         """Remember this step's sample; ``publish`` writes it once the step is taken."""
         if self.writer and self.completions_per_step > 0:
-            self._pending = clog.sample_records(
-                step, prompts, completions, scored.per_reward, scored.total, advantages,
-                self.completions_per_step, seed, self.redact)
+            try:
+                self._pending = clog.sample_records(
+                    step, prompts, completions, scored.per_reward, scored.total, advantages,
+                    self.completions_per_step, seed, self.redact)
+            except Exception as exc:  # noqa: BLE001 - a log of samples must never cost the run
+                self._pending, self.completions_per_step = [], 0
+                log.warning("completions could not be sampled; the completions log is off for the rest of "
+                            "this run", step=step, error=f"{type(exc).__name__}: {exc}")
 
     def publish(self, metrics: Mapping[str, Any]) -> None:
         """The step's completions to completions.jsonl, then metrics and completions to trackers,
@@ -110,8 +131,8 @@ class RunTracking:
             return
         step = int(metrics["step"])
         records, self._pending = self._pending, []
-        if records:
-            clog.append(self.completions_path, records)
+        if records and self._file_ok:
+            self._write_completions(records)
         numbers = numeric_metrics(metrics)
         for name in list(self.trackers):
             self._call(name, "log_metrics", numbers, step)
@@ -127,20 +148,44 @@ class RunTracking:
         for name in list(self.trackers):
             self._call(name, "log_metrics", numbers, step)
 
-    def _call(self, name: str, method: str, payload: Any, step: int) -> None:
+    def _write_completions(self, records: list[dict[str, Any]]) -> None:
         try:
-            getattr(self.trackers[name], method)(payload, step)
-        except Exception as exc:  # noqa: BLE001 - a tracker must never stop training
-            tracker = self.trackers.pop(name)
-            log.warning(f"tracker {name!r} failed and was dropped; training continues",
-                        step=step, error=f"{type(exc).__name__}: {exc}")
+            clog.append(self.completions_path, records)
+        except Exception as exc:  # noqa: BLE001 - a log of samples must never cost the run
+            self._file_ok = False
+            log.warning("completions log could not be written; the file is off for the rest of this run "
+                        "(trackers still get the samples)",
+                        path=str(self.completions_path), error=f"{type(exc).__name__}: {exc}")
+
+    def _call(self, name: str, method: str, payload: Any, step: int) -> None:
+        tracker = self.trackers[name]
+        try:
+            self._threads[name].call(lambda: getattr(tracker, method)(payload, step), self.timeout_s)
+        except CallRaised as exc:  # anything it raised, SystemExit included: a tracker never stops training
+            self._drop(name, step, describe(exc.cause), close=True)
+        except CallTimedOut:
+            self._drop(name, step, f"{method} did not return within {self.timeout_s:g} s "
+                                   "(logging.tracker_timeout_s); its thread was abandoned", close=False)
+
+    def _drop(self, name: str, step: int, error: str, close: bool) -> None:
+        tracker = self.trackers.pop(name)
+        log.warning(f"tracker {name!r} failed and was dropped; training continues", step=step, error=error)
+        if close:  # a tracker stuck in a call would only block its close behind it
             self._close_one(name, tracker)
+        else:
+            self._threads.pop(name).close()
 
     def _close_one(self, name: str, tracker: Tracker) -> None:
+        thread = self._threads.pop(name)
         try:
-            tracker.close()
-        except Exception as exc:  # noqa: BLE001
-            log.warning(f"tracker {name!r} failed to close", error=f"{type(exc).__name__}: {exc}")
+            thread.call(tracker.close, self.timeout_s)
+        except CallRaised as exc:
+            log.warning(f"tracker {name!r} failed to close", error=describe(exc.cause))
+        except CallTimedOut:
+            log.warning(f"tracker {name!r} failed to close",
+                        error=f"close did not return within {self.timeout_s:g} s (logging.tracker_timeout_s)")
+        finally:
+            thread.close()
 
     def close(self) -> None:
         while self.trackers:
@@ -154,7 +199,7 @@ def for_run(config: Any, registry: Any, rank: int) -> RunTracking:
     output_dir = Path(config.train.output_dir)
     return RunTracking(
         specs=resolve_specs(registry, section.report_to), output_dir=output_dir,
-        completions_per_step=section.completions_per_step,
+        completions_per_step=section.completions_per_step, timeout_s=section.tracker_timeout_s,
         run_name=section.run_name or output_dir.resolve().name, project=section.project,
         config=hyperparameters(config), writer=rank == 0)
 
