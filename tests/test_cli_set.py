@@ -98,9 +98,9 @@ def test_cli_prints_one_error_line_for_an_unknown_key(config_file, capsys):
 def test_launch_forwards_every_set(config_file):
     out = subprocess.run(
         [sys.executable, "-m", "polyrl.cli", "launch", str(config_file), "--dry-run",
-         "--set", "algorithm.beta=0.04", "--set", "data.path=x y.parquet"],
+         "--set", "algorithm.beta=0.04", "--set", "train.output_dir=x y"],
         capture_output=True, text=True, timeout=60)
     if out.returncode != 0 and "torch" in out.stderr:
         pytest.skip("torchrun needs torch")
     assert out.returncode == 0, out.stderr
-    assert "--set algorithm.beta=0.04 --set data.path=x y.parquet" in out.stdout
+    assert "--set algorithm.beta=0.04 --set 'train.output_dir=x y'" in out.stdout  # shell-quoted

@@ -12,10 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from polyrl.launch import cpu_count
+
 pytest.importorskip("torch")
 SCRIPT = Path(__file__).parent / "distributed" / "ddp_fixed_batch.py"
 TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
 TWO_RANKS = [str(TORCHRUN), "--standalone", "--nproc_per_node", "2"]
+#: ``polyrl launch`` refuses more CPU ranks than CPUs (raw torchrun above does not)
+TWO_CPUS = pytest.mark.skipif(cpu_count() < 2, reason="polyrl launch needs a CPU per rank")
 
 
 def _checked(cmd: list[str]) -> subprocess.CompletedProcess:
@@ -151,6 +155,7 @@ def test_fsdp_two_ranks_match_one_process_and_checkpoints_cross_world_sizes(tiny
     assert into_fsdp["checksum"] != pytest.approx(sharded["checksum"], rel=1e-6)  # it trained on
 
 
+@TWO_CPUS
 def test_polyrl_launch_with_fsdp_trains_evaluates_checkpoints_and_resumes_in_one_process(
         tiny_model_dir, tmp_path):
     """The whole trainer under FSDP: 3 prompts on 2 ranks (uneven shards), num_iterations=2 (old
@@ -171,6 +176,7 @@ def test_polyrl_launch_with_fsdp_trains_evaluates_checkpoints_and_resumes_in_one
     assert [m["step"] for m in _metrics(out)] == [0, 1, 2, 3]
 
 
+@TWO_CPUS
 def test_polyrl_launch_two_ranks_writes_once_and_resumes_on_one_process(tiny_model_dir, tmp_path):
     """``polyrl launch`` runs torchrun: two ranks shard the prompts; rank 0 alone writes metrics and checkpoints; a single process
     resumes the run (a different world size) and continues from the same step."""
@@ -187,23 +193,102 @@ def test_polyrl_launch_two_ranks_writes_once_and_resumes_on_one_process(tiny_mod
     assert [m["step"] for m in _metrics(out)] == [0, 1, 2, 3]
 
 
-def test_launch_builds_the_multi_node_torchrun_command_and_rejects_bad_flags(capsys):
+LAUNCH_CONFIG = ('[model]\npath = "tiny-llama"\n[data]\ntask = "arithmetic"\n[[rewards]]\nname = "numeric_match"\n'
+                 '[train]\nsteps = 2\nprompts_per_step = 2\n')
+
+
+@pytest.fixture()
+def launch_toml(tmp_path: Path) -> Path:
+    """A valid config whose output_dir is ``tmp_path/run``: a rank that starts would create it."""
+    path = tmp_path / "run.toml"
+    path.write_text(LAUNCH_CONFIG + f'output_dir = "{tmp_path / "run"}"\n')
+    return path
+
+
+def _launch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "polyrl.cli", "launch", *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_launch_builds_the_multi_node_torchrun_command_and_rejects_bad_flags(launch_toml, capsys, monkeypatch):
+    import shlex
+
+    from polyrl import launch
     from polyrl.cli import main
 
-    assert main(["launch", "run.toml", "--nproc-per-node", "4", "--nnodes", "2",
-                 "--rdzv-endpoint", "node0:29400", "--resume", "--dry-run"]) == 0
-    printed = capsys.readouterr().out.split()
+    monkeypatch.setattr(launch, "cuda_gpu_count", lambda: 0)
+    monkeypatch.setattr(launch, "cpu_count", lambda: 8)
+    assert main(["launch", str(launch_toml), "--nproc-per-node", "4", "--nnodes", "2",
+                 "--rdzv-endpoint", "node0:29400", "--set", "train.prompts_per_step=8", "--resume", "--dry-run"]) == 0
+    printed = shlex.split(capsys.readouterr().out)
     assert printed[1:4] == ["-m", "torch.distributed.run", "--nproc_per_node"] and printed[4] == "4"
     assert "--standalone" not in printed
     assert printed[printed.index("--rdzv-endpoint") + 1] == "node0:29400"
     assert printed[printed.index("--nnodes") + 1] == "2"
-    assert printed[-4:] == ["train", "run.toml", "--no-progress", "--resume"]
-    assert main(["launch", "run.toml", "--nnodes", "2", "--dry-run"]) == 2
+    assert printed[-6:] == ["train", str(launch_toml), "--no-progress", "--resume", "--set", "train.prompts_per_step=8"]
+    assert main(["launch", str(launch_toml), "--nnodes", "2", "--dry-run"]) == 2
     assert "--rdzv-endpoint" in capsys.readouterr().err
-    assert main(["launch", "run.toml", "--nproc-per-node", "0", "--dry-run"]) == 2
+    assert main(["launch", str(launch_toml), "--nproc-per-node", "0", "--dry-run"]) == 2
     assert "--nproc-per-node" in capsys.readouterr().err
 
 
+@pytest.mark.faults
+@pytest.mark.parametrize("device, gpus, nproc, says", [
+    ("auto", 0, 9, "8 CPU"),  # no GPU: the ranks train on the CPU
+    ("cpu", 2, 9, "8 CPU"),
+    ("auto", 2, 3, "2 CUDA GPU"),  # as a rank would refuse it: one GPU per rank
+    ("cuda", 0, 1, "0 CUDA GPU"),
+])
+def test_more_ranks_than_the_machine_holds_is_refused_naming_the_flag(
+        launch_toml, capsys, monkeypatch, device, gpus, nproc, says):
+    from polyrl import launch
+    from polyrl.cli import main
+
+    monkeypatch.setattr(launch, "cuda_gpu_count", lambda: gpus)
+    monkeypatch.setattr(launch, "cpu_count", lambda: 8)
+    sets = ["--set", f"model.device={device}", "--set", "train.prompts_per_step=16"]
+    assert main(["launch", str(launch_toml), "--nproc-per-node", str(nproc), *sets, "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --nproc-per-node: ") and says in err[0], err
+    fits = main(["launch", str(launch_toml), "--nproc-per-node", str(max(1, nproc - 1)), *sets, "--dry-run"])
+    assert fits == (2 if device == "cuda" else 0)  # one rank per GPU or CPU is the limit
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("args, says", [
+    (["nope.toml"], "config file 'nope.toml' not found"),
+    (["{config}", "--set", "x.y=1"], "unknown section [x]"),
+    (["{config}", "--steps", "-5"], "train.steps: must be >= 1"),
+    (["{config}", "--nproc-per-node", "100000"], "--nproc-per-node"),
+    (["{config}", "--set", "train.prompts_per_step=1", "--dry-run"], "train.prompts_per_step"),
+    (["nope.toml", "--dry-run"], "config file 'nope.toml' not found"),
+])
+def test_a_bad_launch_is_one_error_line_before_any_rank_starts(launch_toml, tmp_path, args, says):
+    """The launcher loads the config as every rank would, so a bad one is refused once, here,
+    not once per rank under torchrun's ChildFailedError traceback."""
+    out = _launch(*(a.replace("{config}", str(launch_toml)) for a in args), cwd=tmp_path)
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(err) == 1 and err[0].startswith("error: ") and says in err[0], out.stderr
+    assert not out.stdout and not (tmp_path / "run").exists()  # no rank started, no command printed
+
+
+def test_dry_run_prints_a_command_that_pastes_into_a_shell_as_these_arguments(launch_toml, tmp_path):
+    import shlex
+
+    out = _launch(str(launch_toml), "--dry-run", "--nproc-per-node", "1", "--nnodes", "2", "--rdzv-endpoint", "not a host",
+                  "--rdzv-id", "$(touch pwned)", "--set", "train.output_dir=out dir; `touch pwned`",
+                  cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    argv = shlex.split(out.stdout)
+    assert argv[argv.index("--rdzv-id") + 1] == "$(touch pwned)"
+    assert argv[argv.index("--rdzv-endpoint") + 1] == "not a host"
+    assert argv[-2:] == ["--set", "train.output_dir=out dir; `touch pwned`"]
+    pasted = subprocess.run(["bash", "-c", "printf '%s\\n' " + out.stdout.strip()], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert pasted.stdout.splitlines() == argv and not (tmp_path / "pwned").exists()
+
+
+@TWO_CPUS
 def test_sigterm_to_the_launcher_stops_every_rank_after_the_same_step_with_a_checkpoint(
         tiny_model_dir, tmp_path):
     """Slurm/Kubernetes stop a job with SIGTERM to the launcher; torchrun forwards it to the ranks,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +13,12 @@ import pytest
 from polyrl.config import RunConfig
 from polyrl.engine import Engine
 from polyrl.errors import ConfigError, PluginError
+from polyrl.hookspecs import hookimpl
+from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry
 from polyrl.trainer import Trainer
-from polyrl.types import EngineConfig, SamplingParams, TokenSequence
+from polyrl.types import (BackendSpec, Capabilities, Completion, EngineConfig, SamplingParams, TokenPrompt,
+                          TokenSequence)
 
 from serve_util import SERVED_NAME, start_server
 
@@ -153,3 +157,273 @@ def test_a_weight_push_without_the_token_is_refused_with_the_fix(servers, monkey
     with pytest.raises(ConfigError, match="backends.options.weight_push_token_env"):
         Engine(reg, "remote", remote_config(servers[:1], served_model=SERVED_NAME,
                                             weight_push_token_env="POLYRL_TEST_UNSET_TOKEN_VAR"))
+
+
+# --- a hostile OpenAI-compatible server on 127.0.0.1 -------------------------------------------------
+
+
+class Hostile:
+    """An OpenAI-compatible server whose replies misbehave as ``mode`` says (set per test)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.mode = "ok"
+        self.requests: list[tuple[str, dict]] = []
+        self.weight_replies: list[tuple[int, str]] = []  # (status, body) per push, then 200
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def send(self, code: int, data: str | bytes, ctype: str = "application/json") -> None:
+                data = data.encode() if isinstance(data, str) else data
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self.send(200, json.dumps({"data": [{"id": "hostile"}]}))
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                owner.requests.append((self.path, body))
+                if self.path.startswith("/polyrl/weights"):
+                    code, text = owner.weight_replies.pop(0) if owner.weight_replies else (200, '{"ok": true}')
+                    return self.send(code, text)
+                owner.reply(self, body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def choice(self, i: int, body: dict) -> dict:
+        prompt = body.get("prompt")
+        c = {"index": i, "token_ids": [10 + i, 11, 12, 13], "finish_reason": "length", "text": "not the ids",
+             "prompt_token_ids": prompt if isinstance(prompt, list) else [1, 2, 3],
+             "logprobs": {"token_logprobs": [-0.5, -0.6, -0.7, -0.8]}}
+        field, _, value = self.mode.partition("=")
+        if field == "logprob":
+            c["logprobs"]["token_logprobs"][1] = json.loads(value)
+        elif field in ("token_ids", "finish_reason", "prompt_token_ids"):
+            c[field] = json.loads(value)
+        elif field == "no_finish_reason":
+            del c["finish_reason"]
+        return c
+
+    def reply(self, handler, body: dict) -> None:
+        n = int(body.get("n", 1))
+        if self.mode.startswith("raw="):
+            return handler.send(200, self.mode[4:], "text/html")
+        if self.mode == "deep":
+            return handler.send(200, "[" * 100_000 + "]" * 100_000)
+        choices = [self.choice(i, body) for i in range(n)]
+        if self.mode == "skew":  # n+1 choices, then n-1
+            self.skewed = not getattr(self, "skewed", False)
+            choices = choices + [self.choice(n, body)] if self.skewed else choices[:-1]
+        data = json.dumps({"choices": choices}).encode()
+        if self.mode == "trickle":
+            handler.send_response(200)
+            handler.send_header("Content-Length", str(len(data)))
+            handler.end_headers()
+            for b in data:
+                handler.wfile.write(bytes([b]))
+                handler.wfile.flush()
+                time.sleep(0.05)
+            return
+        if self.mode == "huge":
+            data = b'{"pad": "' + b"a" * (4 << 20) + b'", ' + data[1:]
+        handler.send(200, data)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture()
+def hostile():
+    server = Hostile()
+    yield server
+    server.stop()
+
+
+def hostile_engine(*servers: Hostile, model: str = "unused", **options) -> Engine:
+    return Engine(Registry(), "remote", EngineConfig(model=model, role="generate", options={
+        "servers": [s.url for s in servers], "retries": 1, "backoff_s": 0.01, "weight_push": False, **options}))
+
+
+TOKEN_PROMPTS = [TokenPrompt([1, 2, 3]), TokenPrompt([4, 5])]
+
+
+@pytest.mark.faults
+def test_a_reply_with_a_wrong_number_of_choices_is_refused_not_credited_to_another_prompt(hostile):
+    hostile.mode = "skew"  # prompt 0's request gets 3 choices, prompt 1's gets 1: 4 in total
+    engine = hostile_engine(hostile, retries=0, max_concurrency=1)
+    with pytest.raises(PluginError, match=rf"{hostile.url}: (3|1) choices for a request of n=2"):
+        engine.generate(TOKEN_PROMPTS, SamplingParams(max_new_tokens=4, n=2))
+
+
+class _Shuffler:
+    """A backend that returns the right number of completions, credited to the wrong prompts."""
+
+    @hookimpl
+    def polyrl_register_backends(self, register) -> None:
+        register(BackendSpec(name="shuffler", load=lambda c: self, distribution="polyrl-shuffler",
+                             capabilities=Capabilities(generate=True)))
+
+    @hookimpl
+    def generate(self, engine, prompts, sampling):
+        order = [0] * (sampling.n + 1) + [1] * (len(prompts) * sampling.n - sampling.n - 1)
+        return [Completion(i, np.array([1]), np.array([2]), np.array([-0.1], np.float32)) for i in order]
+
+
+@pytest.mark.faults
+def test_the_engine_refuses_completions_out_of_prompt_order_from_any_backend():
+    engine = Engine(Registry(get_plugin_manager(extra=[_Shuffler()])), "shuffler", EngineConfig(model="m"))
+    with pytest.raises(PluginError, match=r"'shuffler'.*prompt indices \[0, 0, 0, 1\].*n=2 in prompt order"):
+        engine.generate(["a", "b"], SamplingParams(max_new_tokens=1, n=2))
+
+
+BAD_VALUES = [
+    ("token_ids=[10.9, 11.5]", "`token_ids`[0] is float"),
+    ("token_ids=[true, false]", "`token_ids`[0] is bool"),
+    ('token_ids=["10", "11"]', "`token_ids`[0] is str"),
+    ("token_ids=[[10], [11]]", "`token_ids`[0] is list"),
+    ("token_ids=[]", "`token_ids` is list [], not a non-empty list"),
+    ("token_ids=[10, -5, 12, 13]", "`token_ids`[1] = -5 is outside"),
+    ("token_ids=[10, 999999, 12, 13]", "`token_ids`[1] = 999999 is outside the model's vocabulary [0, 512)"),
+    ("prompt_token_ids=[]", "`prompt_token_ids` is list"),
+    ("logprob=NaN", "`logprobs.token_logprobs`[1] is float nan"),
+    ("logprob=Infinity", "is float inf"),
+    ("logprob=-Infinity", "is float -inf"),
+    ("logprob=0.5", "is float 0.5, not a finite log-prob <= 0"),
+    ("logprob=null", "is null"),
+    ('logprob="-0.5"', "is str '-0.5'"),
+    ('finish_reason="garbage"', "`finish_reason` is str 'garbage', not one of stop, length"),
+    ("finish_reason=12345", "`finish_reason` is int 12345"),
+    ("finish_reason=null", "`finish_reason` is null"),
+    ("no_finish_reason", "`finish_reason` is null"),
+    ("raw=<html>Bad Gateway</html>", "the reply is not JSON"),
+    ('raw={"id": "x"}', "`choices` is null"),
+    ('raw={"choices": null}', "`choices` is null"),
+    ("raw=[1, 2, 3]", "the reply is a JSON list"),
+    ("deep", "the reply is not JSON (RecursionError)"),
+]
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(("mode", "says"), BAD_VALUES, ids=[m for m, _ in BAD_VALUES])
+def test_a_bad_value_in_a_reply_is_an_error_naming_the_server_and_the_field(hostile, tiny_model_dir, mode, says):
+    hostile.mode = mode
+    engine = hostile_engine(hostile, model=tiny_model_dir)
+    assert engine.raw.tokenizer.vocab == 512  # the tiny model's embedding rows, from its config.json
+    with pytest.raises(PluginError) as err:
+        engine.generate(TOKEN_PROMPTS, SamplingParams(max_new_tokens=4, n=2))
+    assert f"last: {hostile.url}: " in str(err.value) and says in str(err.value), str(err.value)
+    assert "Fix: use `polyrl serve`" in str(err.value)
+
+
+@pytest.mark.faults
+def test_a_log_prob_a_hair_above_zero_is_float_rounding_and_clipped(hostile):
+    hostile.mode = "logprob=0.00005"
+    out = hostile_engine(hostile).generate(TOKEN_PROMPTS, SamplingParams(max_new_tokens=4, n=2))
+    assert all(c.logprobs[1] == 0.0 for c in out)
+
+
+@pytest.mark.faults
+def test_a_malformed_reply_fails_over_to_the_next_server(hostile):
+    good = Hostile()
+    try:
+        hostile.mode = "raw=<html>502 from a proxy</html>"
+        out = hostile_engine(hostile, good).generate(TOKEN_PROMPTS * 2, SamplingParams(max_new_tokens=4, n=2))
+        assert len(out) == 8
+    finally:
+        good.stop()
+
+
+@pytest.mark.faults
+def test_timeout_s_bounds_a_whole_reply_from_a_trickling_server(hostile):
+    hostile.mode = "trickle"  # a byte every 0.05 s: each read is quick, the reply takes ~20 s
+    engine = hostile_engine(hostile, retries=0, timeout_s=1)
+    t0 = time.monotonic()
+    with pytest.raises(PluginError, match="not complete within timeout_s = 1 s"):
+        engine.generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))
+    assert time.monotonic() - t0 < 4
+
+
+@pytest.mark.faults
+def test_a_reply_over_max_reply_bytes_is_refused(hostile):
+    hostile.mode = "huge"
+    with pytest.raises(PluginError, match=r"over backends.options.max_reply_bytes = 1048576"):
+        hostile_engine(hostile, max_reply_bytes=1 << 20).generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))
+    assert len(hostile_engine(hostile).generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))) == 2
+    with pytest.raises(ConfigError, match="backends.options.max_reply_bytes"):
+        hostile_engine(hostile, max_reply_bytes=0)
+
+
+def test_chats_are_rendered_with_the_models_template_and_the_text_is_the_decode_of_the_ids(hostile, tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    chat = [{"role": "user", "content": "What is 47 - 13?"}]
+    out = hostile_engine(hostile, model=tiny_model_dir).generate([chat], SamplingParams(max_new_tokens=4, n=2))
+    trainer_side = Engine(Registry(), "torch", EngineConfig(model=tiny_model_dir, role="train", threads=1))
+    rendered = trainer_side.encode_chat(chat, None, add_generation_prompt=True).tolist()
+    [(path, body)] = hostile.requests
+    assert path == "/v1/completions" and body["prompt"] == rendered  # a token-id prompt, not messages
+    assert all(c.prompt_ids.tolist() == rendered for c in out)  # what the trainer trains on
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    assert [c.text for c in out] == [tok.decode(c.completion_ids.tolist(), skip_special_tokens=True) for c in out]
+    assert "not the ids" not in [c.text for c in out]  # the server's text is not what is scored
+    hostile.mode = 'prompt_token_ids=[5, 5, 5]'  # a server answering for another prompt is refused
+    with pytest.raises(PluginError, match="re-tokenized the prompt"):
+        hostile_engine(hostile, model=tiny_model_dir).generate([chat], SamplingParams(max_new_tokens=4, n=2))
+
+
+@pytest.mark.faults
+def test_a_busy_server_gets_the_weight_push_retried(hostile):
+    weights = {"w": np.zeros(2, np.float32)}
+    hostile.weight_replies = [(503, "busy"), (429, "slow down")]
+    engine = hostile_engine(hostile, weight_push=True, retries=2)
+    engine.import_weights(weights)  # the third attempt is answered 200
+    assert [p for p, _ in hostile.requests].count("/polyrl/weights") == 3
+    hostile.weight_replies = [(503, "busy")] * 3
+    with pytest.raises(PluginError) as err:
+        engine.import_weights(weights)
+    message = str(err.value)
+    assert f"{hostile.url} was unavailable for /polyrl/weights in 3 attempts; last: HTTP 503: busy" in message
+    assert "--resume" in message and "allow-weight-push" not in message  # the push itself works
+    hostile.weight_replies = [(200, "<html>ok</html>")]
+    with pytest.raises(PluginError, match=rf"{hostile.url} answered /polyrl/weights with HTTP 200 but not a JSON"):
+        engine.import_weights(weights)
+
+
+@pytest.mark.faults
+def test_a_failed_weight_push_keeps_the_trained_steps_in_a_checkpoint(hostile, tiny_model_dir, tmp_path):
+    from polyrl.checkpoint import latest_checkpoint
+
+    (tmp_path / "reward.py").write_text(REWARD)
+    # the push at engine start and after step 0 succeed; after step 1 the server stays busy
+    hostile.weight_replies = [(200, "{}"), (200, "{}")] + [(503, "busy")] * 2
+    config = RunConfig.from_dict({
+        "model": {"path": tiny_model_dir},
+        "backends": {"train": "torch", "generate": "remote",
+                     "options": {"servers": [hostile.url], "retries": 1, "backoff_s": 0.01}},
+        "generation": {"group_size": 2, "max_new_tokens": 4},
+        "data": {"task": "arithmetic"},
+        "rewards": [{"function": f"{tmp_path / 'reward.py'}:digits"}],
+        "train": {"steps": 3, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")},
+    })
+    trainer = Trainer(config)
+    with pytest.raises(PluginError, match="was unavailable for /polyrl/weights"):
+        trainer.run(progress=False)
+    assert trainer.step == 2  # step 1 trained before its push failed, and is recorded
+    assert latest_checkpoint(trainer.checkpoint_root) == trainer.checkpoint_root / "step-00000002"
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [0, 1]

@@ -5,6 +5,9 @@ from __future__ import annotations
 import base64
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -63,7 +66,8 @@ def test_report_png_and_html_of_a_real_run(run_dir, tmp_path, capsys):
 
 
 def test_panels_follow_the_metrics_the_run_has(run_dir):
-    lines, records = load_run(run_dir)
+    run = load_run(run_dir)
+    lines, records = run.lines, run.records
     data = series(lines, records)
     titles = [p.title for p, _ in panels_for(data)]
     for wanted in ("reward", "evaluation", "KL to reference", "entropy", "completion length (tokens)",
@@ -104,3 +108,66 @@ def test_a_missing_run_dir_is_one_error_line(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a directory" in err[0]
+
+
+def _report(run: Path) -> subprocess.CompletedProcess:
+    """The real ``polyrl report`` command on ``run``, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "polyrl.cli", "report", str(run)], capture_output=True,
+                          text=True, timeout=300)
+
+
+def _steps(*steps: int) -> list[str]:
+    return [json.dumps({"step": s, "loss": 1.0 + s, "reward_mean": 0.1 * s}) for s in steps]
+
+
+@pytest.mark.faults
+def test_a_deeply_nested_line_is_skipped_and_counted_not_a_traceback(tmp_path):
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "metrics.jsonl").write_text("\n".join([*_steps(0), deep, *_steps(1), "not json", *_steps(2)]) + "\n")
+    (tmp_path / "eval_completions.jsonl").write_text(deep + "\n" + json.dumps(
+        {"phase": "before", "greedy": True, "reward": 1.0, "after_steps": 0}) + "\n")
+    out = _report(tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr and "RecursionError" not in out.stderr
+    warned = [x for x in out.stderr.splitlines() if "warning" in x]
+    assert len(warned) == 2, out.stderr  # one line per file and kind of fault
+    metrics = next(x for x in warned if "metrics.jsonl" in x)
+    assert "2 unreadable lines" in metrics and "line 2" in metrics  # the count and where to look first
+    assert "eval_completions.jsonl" in next(x for x in warned if x is not metrics) and "line 1" in out.stderr
+    assert (tmp_path / "report.png").read_bytes().startswith(PNG_MAGIC)
+
+
+@pytest.mark.faults
+def test_a_cut_short_last_line_is_named_as_a_run_stopped_mid_write(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("\n".join([*_steps(0, 1), '{"step": 2, "lo']))
+    out = _report(tmp_path)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    warned = [x for x in out.stderr.splitlines() if "warning" in x]
+    assert len(warned) == 1 and "line 3" in warned[0] and "stopped" in warned[0], out.stderr
+    assert "unreadable" not in warned[0]  # normal for a killed run, not called corruption
+
+
+@pytest.mark.faults
+def test_steps_logged_twice_keep_the_later_line_and_bad_steps_are_counted(tmp_path):
+    """A resumed run's steps after its checkpoint are logged again: the later line is this lineage's."""
+    lines = [*_steps(0, 1), json.dumps({"step": 1, "loss": 9.0}), json.dumps({"step": "2", "loss": 3.0}),
+             json.dumps({"step": True, "loss": 3.0}), json.dumps({"step": 1.5, "loss": 3.0}), "[1, 2]", *_steps(2)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    run = load_run(tmp_path)
+    assert [(x["step"], x["loss"]) for x in run.lines] == [(0, 1.0), (1, 9.0), (2, 3.0)]
+    out = _report(tmp_path)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    warned = [x for x in out.stderr.splitlines() if "warning" in x]
+    assert len(warned) == 2, out.stderr
+    assert any("1 step logged more than once" in x and "line 3" in x for x in warned)
+    assert any("4 lines without a step number" in x and "line 4" in x for x in warned)
+
+
+def test_a_line_separator_inside_a_completion_does_not_split_its_record(tmp_path):
+    """JSON written with ensure_ascii=False keeps U+2028 raw; only "\\n" ends a JSON line."""
+    (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(0)) + "\n")
+    record = {"phase": "before", "greedy": True, "reward": 1.0, "text": "a\u2028b\x85c\u2029d"}
+    (tmp_path / "eval_completions.jsonl").write_text(json.dumps(record, ensure_ascii=False) + "\n",
+                                                     encoding="utf-8")
+    run = load_run(tmp_path)
+    assert run.records == [record] and not run.warnings

@@ -7,10 +7,13 @@ import json
 import os
 import platform
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from polyrl import __version__
 from polyrl.errors import PolyrlError
+
+if TYPE_CHECKING:
+    from polyrl.config import RunConfig
 
 
 def _print_json(data: Any) -> None:
@@ -89,13 +92,16 @@ def cmd_rewards(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from polyrl.logs import get_logger
     from polyrl.report import load_run, write_html, write_png
 
-    load_run(args.run_dir)  # a folder without metrics is one error line before matplotlib loads
-    png = write_png(args.run_dir, args.output or Path(args.run_dir) / "report.png")
+    run = load_run(args.run_dir)  # a folder without metrics is one error line before matplotlib loads
+    for warning in run.warnings:
+        get_logger("polyrl.report").warning(warning)
+    png = write_png(run, args.output or Path(args.run_dir) / "report.png")
     print(f"chart: {png}")
     if args.html:
-        print(f"page: {write_html(args.run_dir, png, args.html)}")
+        print(f"page: {write_html(run, png, args.html)}")
     return 0
 
 
@@ -212,11 +218,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if report["load_errors"] else 0
 
 
-def cmd_train(args: argparse.Namespace) -> int:
+def train_config(args: argparse.Namespace) -> RunConfig:
+    """The config ``polyrl train`` runs: the file, its ``--set`` overrides, then ``--steps`` and
+    ``--output-dir``, all validated. ``polyrl launch`` checks it too, before starting any rank."""
     import attrs
 
     from polyrl.config import RunConfig
-    from polyrl.trainer import Trainer
 
     config = RunConfig.from_toml(args.config, tuple(args.set))
     overrides: dict[str, Any] = {}
@@ -226,7 +233,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         overrides["output_dir"] = args.output_dir
     if overrides:
         config = attrs.evolve(config, train=attrs.evolve(config.train, **overrides))
-    trainer = Trainer(config)
+    return config
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from polyrl.trainer import Trainer
+
+    trainer = Trainer(train_config(args))
     if args.resume is not None or args.resume_weights_only:
         resumed = trainer.resume(args.resume or None, weights_only=args.resume_weights_only)
         if not resumed:

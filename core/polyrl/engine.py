@@ -81,6 +81,13 @@ class Engine:
             raise self._fail(
                 "generate", f"returned {len(out)} completions for {len(prompts)} prompts x n={sampling.n}"
             )
+        # the trainer pairs completions with rows by position: prompt 0's n, then prompt 1's, ...
+        order = [c.prompt_index for c in out]
+        if order != [i for i in range(len(prompts)) for _ in range(sampling.n)]:
+            raise self._fail("generate", f"returned completions for prompt indices {order[:12]}"
+                                         f"{'...' if len(order) > 12 else ''}; expected each prompt's "
+                                         f"n={sampling.n} in prompt order (a sample credited to another "
+                                         "prompt is scored against that prompt's row)")
         for c in out:  # token prompts are used verbatim: anything else would train on other ids
             prompt = prompts[c.prompt_index] if 0 <= c.prompt_index < len(prompts) else None
             if isinstance(prompt, TokenPrompt) and not np.array_equal(c.prompt_ids, prompt.ids):

@@ -3,7 +3,9 @@
 Why a wrapper and not our own launcher: torchrun (``torch.distributed.run``) already does process
 spawning, rendezvous, restarts and multi-node; polyrl only has to build its command line. The core
 never imports torch here: the command is executed with the current interpreter, and a missing torch
-is reported before anything starts.
+is reported before anything starts. So is a bad config, or more ranks than this machine holds: the
+launcher loads the config as every rank would, so an error is one line here, not one per rank
+under torchrun's ChildFailedError traceback.
 """
 
 from __future__ import annotations
@@ -11,9 +13,18 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shlex
+import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 from polyrl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from polyrl.config import RunConfig
+
+#: How long the GPU count may take (torch's import on a cold disk is the slow part).
+PROBE_TIMEOUT_S = 300
 
 
 def torchrun_command(args: argparse.Namespace) -> list[str]:
@@ -47,14 +58,70 @@ def torchrun_command(args: argparse.Namespace) -> list[str]:
     return cmd
 
 
+def cpu_count() -> int:
+    """The CPUs this process may run on (its affinity mask, as under taskset or Slurm)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity else os.cpu_count() or 1
+
+
+def cuda_gpu_count() -> int:
+    """The CUDA GPUs torch sees here, asked in a child process so the core never imports torch."""
+    probe = [sys.executable, "-c", "import torch; print(torch.cuda.device_count())"]
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"importing torch to count the GPUs took over {PROBE_TIMEOUT_S} s", field="polyrl launch",
+                          fix="check that `python -c 'import torch'` works on this machine") from None
+    if done.returncode != 0 or not done.stdout.strip().isdigit():
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConfigError(f"torch cannot be imported here ({last})", field="polyrl launch",
+                          fix="pip install 'polyrl[torch]' in this environment")
+    return int(done.stdout)
+
+
+def check_ranks_fit(nproc: int, device: str) -> None:
+    """At most one rank per GPU on a CUDA run (a rank past the GPU count is refused at its start,
+    NCCL needs a GPU each) and one per CPU otherwise. ``auto`` is CUDA when torch sees a GPU, as
+    the torch backend resolves it."""
+    gpus = cuda_gpu_count() if device == "auto" or device.startswith("cuda") else 0
+    if device.startswith("cuda") or gpus:
+        if nproc > gpus:
+            raise ConfigError(f"{nproc} rank(s) on {device}, but this machine has {gpus} CUDA GPU(s): NCCL needs "
+                              "one GPU per rank", field="--nproc-per-node",
+                              fix='start at most one process per GPU, or set model.device = "cpu" to train '
+                                  "the ranks on the CPU (gloo)")
+        return
+    cpus = cpu_count()
+    if nproc > cpus:
+        raise ConfigError(f"{nproc} rank(s) on the CPU, but this machine has {cpus} CPU(s)", field="--nproc-per-node",
+                          fix=f"start at most {cpus} processes here (one per CPU)")
+
+
+def check_world(config: RunConfig, world_size: int) -> None:
+    """The rules the trainer applies to the world size on every rank, checked once here."""
+    if world_size > config.train.prompts_per_step:
+        raise ConfigError(f"{world_size} processes but only {config.train.prompts_per_step} prompts per step",
+                          field="train.prompts_per_step", fix=f"set it to at least {world_size} (one per rank)")
+    if config.generation.overlap and world_size > 1:
+        raise ConfigError("overlap is not supported under a launcher yet", field="generation.overlap",
+                          fix="set generation.overlap = false, or train in one process")
+
+
 def cmd_launch(args: argparse.Namespace) -> int:
-    """Replace this process by torchrun (signals then reach torchrun, which forwards them)."""
+    """Check the flags, the config and this machine, then replace this process by torchrun
+    (signals then reach torchrun, which forwards them). ``--dry-run`` checks the same, then prints
+    the command shell-quoted, so pasting it passes each argument as is and runs nothing else."""
     if importlib.util.find_spec("torch") is None:
         raise ConfigError("torchrun comes with torch, which is not installed", field="polyrl launch",
                           fix="pip install 'polyrl[torch]'")
     cmd = torchrun_command(args)
+    from polyrl.cli import train_config
+
+    config = train_config(args)
+    check_ranks_fit(args.nproc_per_node, config.model.device)
+    check_world(config, args.nproc_per_node * args.nnodes)
     if args.dry_run:
-        print(" ".join(cmd))
+        print(shlex.join(cmd))
         return 0
     env = dict(os.environ)
     # torchrun defaults OMP_NUM_THREADS to 1 per process; train.threads in the config still wins
@@ -75,4 +142,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output-dir", help="override train.output_dir")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key on every process (see polyrl train --set)")
-    p.add_argument("--dry-run", action="store_true", help="print the torchrun command instead")
+    p.add_argument("--dry-run", action="store_true", help="check everything, then print the torchrun command (shell-quoted) instead")

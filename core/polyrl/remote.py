@@ -6,20 +6,28 @@
     [backends.options]
     servers = ["http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"]
 
-Each prompt is one ``/v1/chat/completions`` (chat prompts) or ``/v1/completions`` (text prompts, and
-``TokenPrompt``s sent as OpenAI's token-id prompt) request with ``n = group_size``, ``logprobs`` and
+Each prompt is one ``/v1/completions`` request with ``n = group_size``, ``logprobs`` and
 ``return_token_ids``: the token ids and sampler log-probs come from the server's generator itself,
-never from re-tokenizing text. A token-id prompt must come back as the same ``prompt_token_ids``
-(else a PluginError: the server re-tokenized it), which is how a multi-turn episode continues from
-the exact ids of its last turn. The backend has no tokenizer, so ``encode_chat`` answers None and
-the core renders chats with the train engine's. Requests are
-spread round-robin over the servers, ``max_concurrency`` at a time per server; a failed request
-(timeout, connection error, HTTP 408/429/5xx) is retried on the next server with exponential
-backoff and jitter.
+never from re-tokenizing text. Chat prompts are rendered here with the model's own chat template
+(``polyrl.remote_tokenizer``: the model folder's tokenizer, as the train backends render them) and
+sent as OpenAI's token-id prompt, like ``TokenPrompt``s; a token-id prompt must come back as the
+same ``prompt_token_ids`` (else a PluginError: the server re-tokenized it), so the trainer trains on
+the prompt it rendered, and a multi-turn episode continues from the exact ids of its last turn. A
+completion's text is the decode of its ids (the server's text is not scored). Only without a
+tokenizer at the model path (an engine built by hand) do chats go to ``/v1/chat/completions`` for
+the server to render, with a warning. Every reply is checked (``polyrl.remote_replies``): exactly
+``n`` choices, ids ints in the vocabulary, log-probs finite and <= 0, ``finish_reason`` stop or
+length. Requests are spread round-robin over the servers, ``max_concurrency`` at a time per
+server; a failed attempt (timeout, connection error, HTTP 408/429/5xx, or a 200 reply that is not
+JSON, too large, or fails those checks) is retried on the next server with exponential backoff and
+jitter. ``encode_chat`` answers None (no engine-owned tokenizer for episodes): the core renders an
+episode's turns with the train engine's and sends them as token-id prompts.
 
 Weights: after each training step the trainer calls ``import_weights``; this backend writes them
 once as safetensors under ``weights_dir`` and asks every server to load them (``POST
-/polyrl/weights``), so the next rollouts come from the policy being trained. Which servers can:
+/polyrl/weights``), so the next rollouts come from the policy being trained. A push answered
+408/429/5xx (a server busy between batches) is retried on that server with the same backoff; one
+that still fails stops the run after the trainer checkpoints the steps it trained. Which servers can:
 
 ============================  ====================================================================
 server                        weight push after each step
@@ -35,7 +43,9 @@ vLLM                          not through this backend; set ``weight_push = fals
 
 Options (``[backends.options]``; every engine of the run sees them, only this backend reads them):
 ``servers`` (required, list of base URLs ending in ``/v1``), ``served_model`` (the model name the
-servers serve; default: whatever ``/v1/models`` lists first), ``timeout_s`` (120), ``retries`` (3),
+servers serve; default: whatever ``/v1/models`` lists first), ``timeout_s`` (120: a whole reply,
+checked as its bytes arrive), ``max_reply_bytes`` (64 MiB: n completions with ids and log-probs fit
+many times over; a larger reply fails the attempt), ``retries`` (3, generation and weight pushes),
 ``backoff_s`` (0.5), ``max_concurrency`` (4 per server), ``weight_push`` (true), ``weights_dir``
 (default: a temporary folder, made at the first push and removed with the engine or at exit, so runs
 do not fill /tmp with their last weights; a given folder is left in place), ``api_key_env``, and the weight-push shared secret that ``polyrl
@@ -47,6 +57,7 @@ goes in the ``X-Polyrl-Weight-Token`` header of weight pushes only, never to gen
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 import shutil
@@ -56,7 +67,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import numpy as np
@@ -66,6 +77,8 @@ from polyrl.errors import ConfigError, PluginError
 from polyrl.shared_secret import read_shared_secret
 from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
+from polyrl.remote_replies import BadReply, completion, json_body, reply_choices
+from polyrl.remote_tokenizer import ModelTokenizer
 from polyrl.types import (BackendSpec, Capabilities, Completion, EngineConfig, NamedWeights, Prompt,
                           SamplingParams, TokenPrompt)
 
@@ -75,6 +88,7 @@ NAME = "remote"
 #: vLLM, SGLang, MAX serve and polyrl serve; OpenAI's API has no min_p or repetition penalty)
 SAMPLING = ("ignore_eos",)
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+_T = TypeVar("_T")
 
 
 @attrs.define(frozen=True)
@@ -90,6 +104,7 @@ class RemoteOptions:
     api_key_env: str | None = None
     weight_push_token_env: str | None = None
     weight_push_token_file: str | None = None
+    max_reply_bytes: int = 64 << 20
 
 
 WEIGHT_TOKEN_HEADER = "X-Polyrl-Weight-Token"  # what polyrl serve checks (polyrl.serving.weight_push)
@@ -123,6 +138,10 @@ def remote_options(options: Mapping[str, Any]) -> RemoteOptions:
     for key in ("retries", "max_concurrency"):
         if key in values and (not isinstance(values[key], int) or isinstance(values[key], bool) or values[key] < 0):
             raise ConfigError("must be an integer >= 0", field=f"backends.options.{key}")
+    size = values.get("max_reply_bytes", 1)
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise ConfigError("must be an integer > 0 (bytes)", field="backends.options.max_reply_bytes",
+                          fix="e.g. max_reply_bytes = 67108864 (64 MiB)")
     return RemoteOptions(servers=tuple(s.rstrip("/") for s in servers), **values)
 
 
@@ -141,13 +160,17 @@ class RemoteEngine:
                 raise ConfigError(f"environment variable {self.options.api_key_env} is not set",
                                   field="backends.options.api_key_env", fix="export it before the run")
             headers["Authorization"] = f"Bearer {key}"
+        # identity: the bytes max_reply_bytes counts are the bytes held, no compressed chunk expands past it
+        headers["Accept-Encoding"] = "identity"
         limits = httpx.Limits(max_connections=self.options.max_concurrency * len(self.options.servers))
         self.client = httpx.Client(timeout=self.options.timeout_s, headers=headers, limits=limits, trust_env=False)
+        self.tokenizer = ModelTokenizer(config.model)
         self.model = self.options.served_model or self._served_model(self.options.servers[0])
         self._next = itertools.count()
         self._lock = threading.Lock()
         self._temp_weights: tuple[str, weakref.finalize] | None = None  # folder we made, its remover
         self.weight_version = 0
+        self._warned_unrendered = False
         token = weight_push_token(self.options)
         self._push_headers = {WEIGHT_TOKEN_HEADER: token} if token else {}
 
@@ -163,26 +186,60 @@ class RemoteEngine:
 
     # --- requests ------------------------------------------------------------------------------
 
-    def post(self, path: str, body: dict[str, Any], first_server: int) -> dict[str, Any]:
-        """POST to one server, moving to the next on retryable failures; the answer's JSON."""
-        servers, last = self.options.servers, "no attempt"
+    def _exchange(self, url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        """POST ``body``: the status and the reply body, read as it streams in so that neither a
+        server trickling bytes (httpx's timeout is per read) nor one sending gigabytes can hold the
+        trainer: past ``timeout_s`` or ``max_reply_bytes`` the attempt fails."""
+        opts = self.options
+        deadline = time.monotonic() + opts.timeout_s
+        try:
+            with self.client.stream("POST", url, json=body, headers=headers) as response:
+                declared = response.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > opts.max_reply_bytes:
+                    raise _AttemptFailed(f"a reply of {declared} bytes is over backends.options.max_reply_bytes "
+                                         f"= {opts.max_reply_bytes}")
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > opts.max_reply_bytes:
+                        raise _AttemptFailed("the reply passed backends.options.max_reply_bytes = "
+                                             f"{opts.max_reply_bytes}")
+                    if time.monotonic() > deadline:
+                        raise _AttemptFailed(f"the reply was not complete within timeout_s = {opts.timeout_s:g} s")
+                    chunks.append(chunk)
+                return response.status_code, b"".join(chunks)
+        except _AttemptFailed:
+            raise
+        except Exception as exc:  # noqa: BLE001 - httpx transport errors and timeouts
+            raise _AttemptFailed(f"{type(exc).__name__}: {exc}") from None
+
+    def _backoff(self, attempt: int) -> None:
+        if attempt:
+            delay = self.options.backoff_s * 2 ** (attempt - 1)
+            time.sleep(delay + random.uniform(0, delay))
+
+    def post(self, path: str, body: dict[str, Any], first_server: int, parse: Callable[[Any], _T]) -> _T:
+        """POST to one server, moving to the next on a failed attempt: a timeout, a connection
+        error, HTTP 408/429/5xx, or a 200 whose body ``parse`` refuses (``BadReply``: a proxy's
+        HTML page, a malformed or untrainable reply). What ``parse`` makes of the JSON."""
+        servers, last, bad_reply = self.options.servers, "no attempt", False
         for attempt in range(self.options.retries + 1):
             server = servers[(first_server + attempt) % len(servers)]
-            if attempt:
-                delay = self.options.backoff_s * 2 ** (attempt - 1)
-                time.sleep(delay + random.uniform(0, delay))
+            self._backoff(attempt)
             try:
-                response = self.client.post(f"{server}{path}", json=body)
-            except Exception as exc:  # noqa: BLE001 - httpx transport errors and timeouts
-                last = f"{server}: {type(exc).__name__}: {exc}"
+                status, raw = self._exchange(f"{server}{path}", body)
+                if status == 200:
+                    return parse(json_body(raw))
+            except (_AttemptFailed, BadReply) as exc:
+                last, bad_reply = f"{server}: {exc}", isinstance(exc, BadReply)
                 continue
-            if response.status_code == 200:
-                return response.json()
-            last = f"{server}: HTTP {response.status_code}: {response.text[:200]}"
-            if response.status_code not in RETRY_STATUS:
+            last, bad_reply = f"{server}: HTTP {status}: {_shown(raw)}", False
+            if status not in RETRY_STATUS:
                 break
-        raise PluginError(f"remote generation failed after {attempt + 1} attempts; last: {last}. "
-                          "Fix: check that the servers in backends.options.servers are up")
+        fix = ("use `polyrl serve`, or a server whose replies follow OpenAI's completions format with "
+               "return_token_ids (vLLM)") if bad_reply else "check that the servers in backends.options.servers are up"
+        raise PluginError(f"remote generation failed after {attempt + 1} attempts; last: {last}. Fix: {fix}")
 
     def generate_one(self, index: int, prompt: Prompt, sampling: SamplingParams) -> list[Completion]:
         refuse_unsupported_sampling(sampling, "remote", SAMPLING)  # the OpenAI-style API has no min_p
@@ -207,12 +264,32 @@ class RemoteEngine:
             body.update(prompt=prompt, logprobs=0)
         with self._lock:
             first = next(self._next) % len(self.options.servers)
-        data = self.post("/chat/completions" if chat else "/completions", body, first)
-        out = [_completion(index, choice, chat) for choice in data["choices"]]
-        if isinstance(prompt, TokenPrompt):
-            for c in out:
-                check_verbatim(prompt, c)
-        return out
+        tok = self.tokenizer
+
+        def parse(data: Any) -> list[Completion]:
+            out = [completion(index, c, chat, tok.vocab, tok.decode if tok.can_decode else None)
+                   for c in reply_choices(data, sampling.n)]
+            if isinstance(prompt, TokenPrompt):
+                for c in out:
+                    check_verbatim(prompt, c)
+            return out
+
+        return self.post("/chat/completions" if chat else "/completions", body, first, parse)
+    def rendered(self, prompts: Sequence[Prompt]) -> list[Prompt]:
+        """Chats rendered with the model's chat template into token-id prompts (see
+        ``polyrl.remote_tokenizer``); with no tokenizer at hand the servers render them, unchecked."""
+        chats = [not isinstance(p, (str, TokenPrompt)) for p in prompts]
+        if not any(chats):
+            return list(prompts)
+        if not self.tokenizer.can_render:
+            if not self._warned_unrendered:
+                self._warned_unrendered = True
+                log.warning("no chat template at the model path: the servers render chat prompts and their "
+                            "prompt ids are trained on unchecked", model=self.config.model,
+                            fix="give the engine the model's HF folder (the trainer does)")
+            return list(prompts)
+        return [TokenPrompt(self.tokenizer.render(p)) if chat else p  # type: ignore[arg-type]
+                for p, chat in zip(prompts, chats)]
 
     def push_weights(self, weights: NamedWeights) -> float:
         """Write the weights once, have every server load them; seconds taken."""
@@ -253,29 +330,57 @@ class RemoteEngine:
     def post_to(self, server_index: int, path: str, body: dict[str, Any],
                 headers: dict[str, str] | None = None) -> dict[str, Any]:
         """POST a server-root ``path`` (e.g. ``/polyrl/weights``, beside ``/v1``) to exactly this
-        server: weights must reach every one, so there is no failing over."""
+        server: weights must reach every one, so there is no failing over, but a busy server
+        (timeout, HTTP 408/429/5xx) is retried with the generation requests' backoff."""
         server = self.options.servers[server_index]
         root = server[: -len("/v1")] if server.endswith("/v1") else server
-        response = self.client.post(f"{root}{path}", json=body, headers=headers)
-        if response.status_code in (401, 403) and _error_code(response) in ("missing_token", "invalid_token"):
-            raise PluginError(f"{server} refused the weight push: HTTP {response.status_code}: "
-                              f"{response.text[:200]}. Fix: set backends.options.weight_push_token_env (or "
-                              "weight_push_token_file) to the token polyrl serve was started with")
-        if response.status_code != 200:
-            raise PluginError(f"{server} refused {path}: HTTP {response.status_code}: {response.text[:200]}. "
-                              "Fix: start `polyrl serve` with --allow-weight-push and a token "
-                              "(--weight-push-token-file), or set "
-                              "backends.options.weight_push = false (rollouts then go off-policy)")
-        return response.json()
+        last = "no attempt"
+        for attempt in range(self.options.retries + 1):
+            self._backoff(attempt)
+            try:
+                status, raw = self._exchange(f"{root}{path}", body, headers)
+            except _AttemptFailed as exc:
+                last = str(exc)
+                continue
+            if status == 200:
+                try:
+                    data = json_body(raw)
+                except BadReply:
+                    data = None
+                if not isinstance(data, dict):
+                    raise PluginError(f"{server} answered {path} with HTTP 200 but not a JSON object: "
+                                      f"{_shown(raw)!r}. Fix: point backends.options.servers at `polyrl serve` "
+                                      "(it takes weight pushes), or set backends.options.weight_push = false")
+                return data
+            if status in (401, 403) and _error_code(raw) in ("missing_token", "invalid_token"):
+                raise PluginError(f"{server} refused the weight push: HTTP {status}: "
+                                  f"{_shown(raw)}. Fix: set backends.options.weight_push_token_env (or "
+                                  "weight_push_token_file) to the token polyrl serve was started with")
+            last = f"HTTP {status}: {_shown(raw)}"
+            if status not in RETRY_STATUS:
+                raise PluginError(f"{server} refused {path}: {last}. "
+                                  "Fix: start `polyrl serve` with --allow-weight-push and a token "
+                                  "(--weight-push-token-file), or set "
+                                  "backends.options.weight_push = false (rollouts then go off-policy)")
+        raise PluginError(f"{server} was unavailable for {path} in {self.options.retries + 1} attempts; last: "
+                          f"{last}. Fix: check that the server is up and not overloaded (raise "
+                          "backends.options.retries or backoff_s to wait longer), then resume the run with --resume")
 
 
-def _error_code(response: Any) -> str | None:
+class _AttemptFailed(Exception):
+    """One request failed in a way the next attempt may not: a timeout, a connection error, too big a reply."""
+
+
+def _shown(raw: bytes) -> str:
+    return raw[:200].decode("utf-8", "replace")
+
+
+def _error_code(raw: bytes) -> str | None:
     try:
-        return response.json()["error"]["code"]
+        code = json.loads(raw)["error"]["code"]
     except Exception:  # noqa: BLE001 - not the OpenAI error shape
         return None
-
-
+    return code if isinstance(code, str) else None
 def check_verbatim(prompt: TokenPrompt, completion: Completion) -> None:
     """The server must have generated from exactly the ids sent: a server that decoded them and
     tokenized the text again (or added a BOS) continues a different sequence than the episode's."""
@@ -287,26 +392,6 @@ def check_verbatim(prompt: TokenPrompt, completion: Completion) -> None:
                       f"{len(got)} ids, differing from position {at}: it re-tokenized the prompt (or added a "
                       "BOS) instead of using the ids verbatim. Fix: use `polyrl serve` or a server that takes "
                       "token-id prompts verbatim (vLLM does)")
-
-
-def _completion(index: int, choice: dict[str, Any], chat: bool) -> Completion:
-    ids, prompt_ids = choice.get("token_ids"), choice.get("prompt_token_ids")
-    if ids is None or prompt_ids is None:
-        raise PluginError("the server returned no token ids (return_token_ids): polyrl trains on the "
-                          "generator's own ids and will not re-tokenize text. Fix: use `polyrl serve` "
-                          "or a vLLM recent enough to support return_token_ids")
-    if chat:
-        entries = (choice.get("logprobs") or {}).get("content") or []
-        logprobs = [e["logprob"] for e in entries]
-        text = (choice.get("message") or {}).get("content") or ""
-    else:
-        logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
-        text = choice.get("text") or ""
-    if len(logprobs) != len(ids):
-        raise PluginError(f"the server returned {len(logprobs)} log-probs for {len(ids)} tokens")
-    return Completion(index, np.asarray(prompt_ids, dtype=np.int64), np.asarray(ids, dtype=np.int64),
-                      np.asarray(logprobs, dtype=np.float32), text=text,
-                      finish_reason=choice.get("finish_reason") or "length")
 
 
 # --- hooks ------------------------------------------------------------------------------------------
@@ -336,6 +421,7 @@ def _probe() -> str | None:
 def generate(engine: Any, prompts: Sequence[Prompt], sampling: SamplingParams) -> list[Completion] | None:
     if not isinstance(engine, RemoteEngine):
         return None
+    prompts = engine.rendered(prompts)
     workers = engine.options.max_concurrency * len(engine.options.servers)
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(prompts)))) as pool:
         parts = list(pool.map(lambda ip: engine.generate_one(ip[0], ip[1], sampling), enumerate(prompts)))

@@ -62,36 +62,102 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def load_run(run_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The run's step lines (one per step, the last of each) and its eval completion records."""
+@attrs.frozen
+class RunData:
+    """What a run directory holds for its report, and what had to be left out of it (said, not
+    dropped silently: a chart missing steps must not pass for the whole run)."""
+
+    name: str
+    lines: list[dict[str, Any]]  # one per step, the last line of each, in step order
+    records: list[dict[str, Any]]  # the eval completion records
+    warnings: tuple[str, ...] = ()  # one sentence per kind of line left out
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _read_jsonl(path: Path) -> tuple[list[tuple[int, Any]], list[str]]:
+    """(line number, value) of each line that parses, and what was left out. Only "\\n" ends a line:
+    the files are written with ``ensure_ascii=False``, so a completion may hold U+2028 or U+0085
+    raw, which ``str.splitlines`` would split on. A line nested too deeply for the parser is as
+    unreadable as a garbled one."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror}", field="RUN_DIR",
+                          fix="check the file's permissions") from None
+    rows = text.split("\n")
+    complete = rows[-1] == ""  # the file ends with a newline: its last line was written whole
+    if complete:
+        rows.pop()
+    parsed: list[tuple[int, Any]] = []
+    bad: list[int] = []
+    for number, row in enumerate(rows, start=1):
+        if not row.strip():
+            continue
+        try:
+            parsed.append((number, json.loads(row)))
+        except (ValueError, RecursionError):
+            bad.append(number)
+    warnings = []
+    if bad and not complete and bad[-1] == len(rows):  # a run killed mid-write: expected, not damage
+        warnings.append(f"{path}: line {bad.pop()}, the last, is cut short (the run stopped while writing it); "
+                        "it is left out")
+    if bad:
+        warnings.insert(0, f"{path}: {_plural(len(bad), 'unreadable line')} left out (first: line {bad[0]}); "
+                           "the file was damaged or edited")
+    return parsed, warnings
+
+
+def _is_step(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """The run's step lines and eval completion records, with a warning for each kind of line left
+    out. A step logged twice keeps its later line, as a resume's own rewind of metrics.jsonl does:
+    the steps after a checkpoint are logged again by the run that continued from it."""
     run = Path(run_dir)
     path = run / METRICS_FILE
     if not run.is_dir():
         raise ConfigError(f"{str(run)!r} is not a directory", field="RUN_DIR",
                           fix="pass a run's train.output_dir (the folder with metrics.jsonl)")
     by_step: dict[int, dict[str, Any]] = {}
+    warnings: list[str] = []
     if path.is_file():
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:  # a line cut short by a crash
+        parsed, warnings = _read_jsonl(path)
+        stepless: list[int] = []
+        repeated: list[int] = []
+        for number, record in parsed:
+            if not isinstance(record, dict) or not _is_step(record.get("step")):
+                stepless.append(number)
                 continue
-            if isinstance(record, dict) and isinstance(record.get("step"), int):
-                by_step[record["step"]] = record
+            if record["step"] in by_step:
+                repeated.append(number)
+            by_step[record["step"]] = record
+        if stepless:
+            warnings.append(f"{path}: {_plural(len(stepless), 'line')} without a step number left out "
+                            f"(first: line {stepless[0]})")
+        if repeated:
+            warnings.append(f"{path}: {_plural(len(repeated), 'step')} logged more than once (first: line "
+                            f"{repeated[0]}); the later line of each is drawn")
     if not by_step:
-        raise ConfigError(f"{str(run)!r} has no step metrics ({METRICS_FILE} missing or empty)", field="RUN_DIR",
+        why = "; ".join(warnings) or f"{METRICS_FILE} missing or empty"
+        raise ConfigError(f"{str(run)!r} has no step metrics ({why})", field="RUN_DIR",
                           fix="pass a run's train.output_dir after at least one training step")
     records: list[dict[str, Any]] = []
     completions = run / evaluation.COMPLETIONS_FILE
     if completions.is_file():
-        for line in completions.read_text(errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-    return [by_step[k] for k in sorted(by_step)], records
+        parsed, more = _read_jsonl(completions)
+        warnings += more
+        records = [r for _, r in parsed if isinstance(r, dict)]
+        if len(records) < len(parsed):
+            first = next(n for n, r in parsed if not isinstance(r, dict))
+            warnings.append(f"{completions}: {_plural(len(parsed) - len(records), 'line')} that "
+                            f"{'is' if len(parsed) - len(records) == 1 else 'are'} not a record left out "
+                            f"(first: line {first})")
+    return RunData(run.resolve().name, [by_step[k] for k in sorted(by_step)], records, tuple(warnings))
 
 
 def series(lines: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
@@ -144,7 +210,7 @@ def panels_for(data: dict[str, list[tuple[float, float]]]) -> list[tuple[Panel, 
     return chosen
 
 
-def write_png(run_dir: str | Path, output: str | Path) -> Path:
+def write_png(run: RunData, output: str | Path) -> Path:
     """Draw the run's panels into ``output`` (PNG); raises ConfigError without matplotlib."""
     try:
         import matplotlib
@@ -154,8 +220,8 @@ def write_png(run_dir: str | Path, output: str | Path) -> Path:
     except ImportError:
         raise ConfigError("polyrl report draws with matplotlib, which is not installed", field="report",
                           fix=PLOT_FIX) from None
-    lines, records = load_run(run_dir)
-    data = series(lines, records)
+    lines = run.lines
+    data = series(lines, run.records)
     chosen = panels_for(data)
     cols = 2
     rows = max(1, math.ceil(len(chosen) / cols))
@@ -177,7 +243,7 @@ def write_png(run_dir: str | Path, output: str | Path) -> Path:
         ax.legend(fontsize=6, ncol=2 if len(keys) > 4 else 1)
     for ax in list(axes.flat)[len(chosen):]:
         ax.axis("off")
-    fig.suptitle(f"{Path(run_dir).resolve().name}: {len(lines)} steps")
+    fig.suptitle(f"{run.name}: {len(lines)} steps")
     fig.tight_layout()
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -193,16 +259,16 @@ def _cell(value: Any) -> str:
     return html.escape("" if value is None else str(value))
 
 
-def write_html(run_dir: str | Path, png: Path, output: str | Path) -> Path:
+def write_html(run: RunData, png: Path, output: str | Path) -> Path:
     """A single HTML file: the PNG embedded as base64 and every step's metrics as a table."""
-    lines, _ = load_run(run_dir)
+    lines = run.lines
     keys: list[str] = []
     for line in lines:
         keys += [k for k in line if k not in keys and not isinstance(line[k], (dict, list))]
     image = base64.b64encode(png.read_bytes()).decode("ascii")
     head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
     body = "".join("<tr>" + "".join(f"<td>{_cell(line.get(k))}</td>" for k in keys) + "</tr>" for line in lines)
-    title = html.escape(f"polyrl report: {Path(run_dir).resolve().name}")
+    title = html.escape(f"polyrl report: {run.name}")
     page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>"
             "<style>body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;font-size:12px}"
             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{position:sticky;top:0;"

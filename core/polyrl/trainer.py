@@ -121,6 +121,8 @@ class Trainer:
         self.config = config = choose_generate_backend(config, self.registry)
         self.dataset, self.eval_dataset = self._datasets()
         self.stop_requested = False
+        #: a weight push that failed after its step trained: raised once the step is recorded
+        self._sync_failed: PolyrlError | None = None
         self.rewards = RewardComputer(
             self.registry.pm, [(r.label, r.weight, dict(r.options)) for r in config.rewards],
             columns=self.dataset.columns, timeouts={r.label: r.timeout_s for r in config.rewards},
@@ -210,7 +212,12 @@ class Trainer:
             rollout = self.rollouts.sample(self.step, rows, before, self.engines.generator_version)
         times["generate"] = time.perf_counter() - t0
         if self.config.generation.overlap:
-            times["sync"] = self.engines.sync_weights(self.step)
+            try:
+                times["sync"] = self.engines.sync_weights(self.step)
+            except PolyrlError:  # nothing of this step trained: resume samples it again, same prompts
+                self._unscored(rollout)
+                self._save_last_good_state()
+                raise
             if self.step + 1 < self.config.train.steps:
                 rows, before = self._draw()
                 self.rollouts.start(self.step + 1, rows, before, self.engines.generator_version)
@@ -363,7 +370,10 @@ class Trainer:
         if metrics.get("skipped"):
             self.engines.generator_version = self.step + 1  # the weights did not change
         elif not c.generation.overlap:
-            times["sync"] = self.engines.sync_weights(self.step + 1)
+            try:
+                times["sync"] = self.engines.sync_weights(self.step + 1)
+            except PolyrlError as exc:  # the update is in: record and checkpoint it, then stop (_run)
+                self._sync_failed = exc
         total = time.perf_counter() - t_step
         metrics.update({f"time/{k}": round(v, 4) for k, v in times.items()})
         metrics["time/step"] = round(total, 4)
@@ -724,6 +734,10 @@ class Trainer:
                 log.info("step", **({"rank": self.rank} if self.world_size > 1 else {}), **{k: (readable(v) if isinstance(v, float) else v)
                                     for k, v in metrics.items() if not k.startswith("reward/")})
                 advance(metrics)
+                if self._sync_failed is not None:  # the step trained; the generator missed its weights
+                    push_failed, self._sync_failed = self._sync_failed, None
+                    self.save()  # a resume pushes the weights again before sampling
+                    raise push_failed
                 if self.world_size > 1:  # a signal may reach the ranks on either side of a step
                     self.stop_requested = any(self.train_engine.all_gather(self.stop_requested))
                 skipped_update = bool(metrics.get("skipped")) and "grad_norm" in metrics

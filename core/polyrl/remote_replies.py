@@ -1,0 +1,115 @@
+"""What a generation server's 200 reply must hold before the remote backend trains on it.
+
+Why strict: every value here becomes training data. A float id truncated to an int, a bool read
+as 0/1, a positive or NaN log-prob, an unknown ``finish_reason`` or one choice too many for a
+prompt would each train the policy on something the server never sampled, silently. So a reply is
+either exactly what the OpenAI completions format with ``return_token_ids`` says, or a ``BadReply``
+naming the field, which the backend treats as a failed attempt on that server.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from polyrl.types import Completion
+
+#: a sampler's log-prob is <= 0; float32 rounding of a near-certain token may land a hair above
+LOGPROB_TOLERANCE = 1e-4
+FINISH_REASONS = ("stop", "length")
+
+
+class BadReply(Exception):
+    """A 200 reply that is not a usable completion response; the message names what was wrong."""
+
+
+def json_body(raw: bytes) -> Any:
+    """The reply's JSON (a proxy's HTML page, or ``[[[[...`` past the parser's depth, is a BadReply)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        shown = raw[:80].decode("utf-8", "replace")
+        raise BadReply(f"the reply is not JSON ({type(exc).__name__}): {shown!r}") from None
+
+
+def reply_choices(data: Any, n: int) -> list[dict[str, Any]]:
+    """Exactly ``n`` choice objects: more or fewer would credit samples to another prompt's group."""
+    if not isinstance(data, dict):
+        raise BadReply(f"the reply is a JSON {type(data).__name__}, not an object with `choices`")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        raise BadReply(f"`choices` is {_kind(choices)}, not a list of objects")
+    if len(choices) != n:
+        raise BadReply(f"{len(choices)} choices for a request of n={n}")
+    return choices
+
+
+def token_ids(value: Any, field: str, vocab: int | None) -> np.ndarray:
+    """A non-empty list of real ints (no bools, floats, strings or lists), each a row of the
+    vocabulary (``[0, vocab)``; ``>= 0`` when its size is unknown)."""
+    if value is None:
+        raise BadReply(f"`{field}` is missing: polyrl trains on the generator's own ids and will not "
+                       "re-tokenize text (use `polyrl serve`, or a vLLM recent enough for return_token_ids)")
+    if not isinstance(value, list) or not value:
+        raise BadReply(f"`{field}` is {_kind(value)}, not a non-empty list of token ids")
+    for i, v in enumerate(value):
+        if type(v) is not int:
+            raise BadReply(f"`{field}`[{i}] is {_kind(v)}, not an integer token id")
+        if v < 0 or (vocab is not None and v >= vocab):
+            raise BadReply(f"`{field}`[{i}] = {v} is outside the model's vocabulary [0, {vocab or 'vocab'})")
+    return np.asarray(value, dtype=np.int64)
+
+
+def logprobs(values: Any, field: str, count: int) -> np.ndarray:
+    """``count`` finite numbers <= 0 (``LOGPROB_TOLERANCE`` above 0 is float rounding, clipped to 0)."""
+    if not isinstance(values, list):
+        raise BadReply(f"`{field}` is {_kind(values)}, not a list of log-probs")
+    if len(values) != count:
+        raise BadReply(f"{len(values)} log-probs in `{field}` for {count} tokens")
+    for i, v in enumerate(values):
+        if type(v) not in (int, float) or not math.isfinite(v) or v > LOGPROB_TOLERANCE:
+            raise BadReply(f"`{field}`[{i}] is {_kind(v)}, not a finite log-prob <= 0")
+    return np.minimum(np.asarray(values, dtype=np.float32), 0.0)
+
+
+def completion(index: int, choice: dict[str, Any], chat: bool, vocab: int | None,
+               decode: Callable[[Sequence[int]], str] | None) -> Completion:
+    """One checked choice; its text is ``decode(ids)`` when the model's tokenizer is at hand, so a
+    reward never scores text other than the ids the policy trains on."""
+    prompt_ids = token_ids(choice.get("prompt_token_ids"), "prompt_token_ids", vocab)
+    ids = token_ids(choice.get("token_ids"), "token_ids", vocab)
+    raw_lp = choice.get("logprobs")
+    if not isinstance(raw_lp, dict):
+        raise BadReply(f"`logprobs` is {_kind(raw_lp)}, not an object")
+    if chat:
+        entries = raw_lp.get("content")
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise BadReply(f"`logprobs.content` is {_kind(entries)}, not a list of objects")
+        lps = logprobs([e.get("logprob") for e in entries], "logprobs.content[].logprob", len(ids))
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, dict) else None
+    else:
+        lps = logprobs(raw_lp.get("token_logprobs"), "logprobs.token_logprobs", len(ids))
+        text = choice.get("text")
+    reason = choice.get("finish_reason")
+    if not isinstance(reason, str) or reason not in FINISH_REASONS:
+        raise BadReply(f"`finish_reason` is {_kind(reason)}, not one of {', '.join(FINISH_REASONS)}")
+    if decode is not None:
+        text = decode(ids.tolist())
+    elif text is None:
+        text = ""
+    elif not isinstance(text, str):
+        raise BadReply(f"the completion text is {_kind(text)}, not a string")
+    return Completion(index, prompt_ids, ids, lps, text=text, finish_reason="stop" if reason == "stop" else "length")
+
+
+def _kind(value: Any) -> str:
+    """A value as an error shows it: its type and a short repr."""
+    if value is None:
+        return "null"
+    shown = repr(value)
+    return f"{type(value).__name__} {shown[:40]}{'...' if len(shown) > 40 else ''}"

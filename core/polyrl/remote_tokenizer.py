@@ -1,0 +1,61 @@
+"""The model's own tokenizer, as the remote backend uses it: render chats, decode ids, bound ids.
+
+Why the backend needs one although the servers tokenize: the trainer trains on the prompt ids and
+the reward scores the text. Letting a server render a chat (its template, its tokenizer, or a
+hostile one's ``prompt_token_ids``) would train the policy on contexts it never sees, and trusting
+its ``text`` would reward ids for text they do not decode to. So chats are rendered here with the
+model's chat template exactly as the train backends render them (``apply_chat_template``, generation
+prompt, no BOS beyond the template's), sent as token-id prompts the server must use verbatim, and
+each completion's text is the decode of its ids (``skip_special_tokens``, as the train backends do).
+The files are the ones the train engine loads (``EngineConfig.model``, the run's model folder).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from polyrl.logs import get_logger
+from polyrl.serving.vocab import embedding_rows
+
+log = get_logger("polyrl.remote")
+
+
+class ModelTokenizer:
+    """``transformers``' tokenizer of the model folder, or nothing (no folder, no tokenizer files)."""
+
+    def __init__(self, model_path: str) -> None:
+        self._tok: Any = None
+        self._lock = threading.Lock()  # one tokenizer object shared by the request threads
+        folder = model_path if model_path and os.path.isdir(model_path) else None
+        if folder and any(os.path.isfile(os.path.join(folder, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
+            try:
+                from transformers import AutoTokenizer
+
+                self._tok = AutoTokenizer.from_pretrained(folder)
+            except Exception as exc:  # noqa: BLE001 - any failure: no local checks, said once
+                log.warning("cannot load the model's tokenizer; chats go to the servers to render and "
+                            "their text is used unchecked", model=folder, error=f"{type(exc).__name__}: {exc}")
+        #: rows of the embedding table: a returned id past it would fail (or wrap) in the trainer
+        self.vocab: int | None = embedding_rows(folder, self._tok) if folder else None
+
+    @property
+    def can_decode(self) -> bool:
+        return self._tok is not None
+
+    @property
+    def can_render(self) -> bool:
+        return self._tok is not None and bool(getattr(self._tok, "chat_template", None))
+
+    def render(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        """A chat prompt's ids: the chat template with the generation prompt, as ``encode_chat``."""
+        with self._lock:
+            encoded = self._tok.apply_chat_template([dict(m) for m in messages], add_generation_prompt=True,
+                                                    tokenize=True, return_dict=True)
+        return [int(i) for i in encoded["input_ids"]]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        with self._lock:
+            return str(self._tok.decode(list(ids), skip_special_tokens=True))
