@@ -387,6 +387,21 @@ def test_every_output_file_is_strict_json_with_null_for_nan(tmp_path):
     assert strict_loads(text) == {"loss": None, "x": [None, 1.5], "n": 2.0}
 
 
+def test_json_lines_are_read_back_whole_whatever_a_record_holds(tmp_path):
+    """Records are split at newlines only (a completion may hold U+2028 or U+0085, which
+    ``splitlines`` also breaks at), and a line nested past the parser's depth is a damaged line,
+    not a RecursionError that stops a resume."""
+    from polyrl import strict_json
+
+    path = tmp_path / "completions.jsonl"
+    records = [{"text": "one\u2028two\x85three"}, {"text": "plain"}]
+    strict_json.append_lines(path, records)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write("[" * 100_000 + "]" * 100_000 + "\n")
+    pairs = strict_json.read_lines(path)
+    assert [record for _, record in pairs] == [*records, None]
+
+
 def test_a_skipped_step_writes_null_not_nan(tmp_path, monkeypatch):
     """DAPO drops every group of equal rewards: loss is NaN in memory, null in every file."""
     from toy_dist import activate, install_toy_dists

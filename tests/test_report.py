@@ -171,3 +171,21 @@ def test_a_line_separator_inside_a_completion_does_not_split_its_record(tmp_path
                                                      encoding="utf-8")
     run = load_run(tmp_path)
     assert run.records == [record] and not run.warnings
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(("flags", "words"), [
+    (["--output", "{run}/out.txt"], "--output: '{run}/out.txt' does not end in .png"),
+    (["--output", "{run}/metrics.jsonl/r.png"], "--output: '{run}/metrics.jsonl' is a file, not a folder"),
+    (["--html", "{run}"], "--html: '{run}' does not end in .html"),
+    (["--html", "{run}/page.html"], "--html: '{run}/page.html' is a directory"),
+])
+def test_an_output_path_that_cannot_be_written_is_one_error_line_before_drawing(tmp_path, capsys, flags, words):
+    (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(0, 1)) + "\n")
+    (tmp_path / "page.html").mkdir()
+    args = [f.format(run=tmp_path) for f in flags]
+    assert main(["report", str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and words.format(run=tmp_path) in err[0], err
+    assert "Fix:" in err[0]
+    assert not (tmp_path / "report.png").exists()  # nothing drawn

@@ -93,12 +93,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from polyrl.logs import get_logger
-    from polyrl.report import load_run, write_html, write_png
+    from polyrl.report import check_outputs, load_run, write_html, write_png
 
-    run = load_run(args.run_dir)  # a folder without metrics is one error line before matplotlib loads
+    run = load_run(args.run_dir)
+    png_path = args.output or Path(args.run_dir) / "report.png"
+    check_outputs(png_path, args.html)  # a folder without metrics is one error line before matplotlib loads
     for warning in run.warnings:
         get_logger("polyrl.report").warning(warning)
-    png = write_png(run, args.output or Path(args.run_dir) / "report.png")
+    png = write_png(run, png_path)
     print(f"chart: {png}")
     if args.html:
         print(f"page: {write_html(run, png, args.html)}")

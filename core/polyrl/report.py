@@ -210,6 +210,24 @@ def panels_for(data: dict[str, list[tuple[float, float]]]) -> list[tuple[Panel, 
     return chosen
 
 
+def check_outputs(png: str | Path, html: str | Path | None) -> None:
+    """Refuse output paths that cannot be written before drawing anything (a directory, a path
+    under a file, an image format other than PNG): one error line instead of a traceback."""
+    for flag, path, suffix in (("--output", Path(png), ".png"), ("--html", Path(html) if html else None, ".html")):
+        if path is None:
+            continue
+        if path.suffix.lower() not in (suffix, ".htm" if suffix == ".html" else suffix):
+            raise ConfigError(f"{str(path)!r} does not end in {suffix}", field=flag,
+                              fix=f"name the file with {suffix}, e.g. {flag} report{suffix}")
+        if path.is_dir():
+            raise ConfigError(f"{str(path)!r} is a directory", field=flag,
+                              fix=f"give a file path, e.g. {flag} {path / ('report' + suffix)}")
+        folder = next(p for p in path.absolute().parents if p.exists())  # missing folders are created
+        if not folder.is_dir():
+            raise ConfigError(f"{str(folder)!r} is a file, not a folder", field=flag,
+                              fix="choose a path under a folder")
+
+
 def write_png(run: RunData, output: str | Path) -> Path:
     """Draw the run's panels into ``output`` (PNG); raises ConfigError without matplotlib."""
     try:

@@ -65,10 +65,14 @@ def append_lines(path: Path, records: Iterable[Any]) -> None:
 def read_lines(path: Path) -> list[tuple[str, Any]]:
     """Each line of a JSON-lines file with its value; None for a line a crash cut short."""
     pairs: list[tuple[str, Any]] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    # "\n" only: splitlines() also breaks at U+2028 / U+0085, which a completion's text may hold
+    # (written unescaped), and would cut that record in two
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        if not line.strip():
+            continue
         try:
             pairs.append((line, json.loads(line)))
-        except ValueError:
+        except (ValueError, RecursionError):  # cut short, or nested past the parser's depth
             pairs.append((line, None))
     return pairs
 
