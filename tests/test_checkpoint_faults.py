@@ -445,3 +445,24 @@ def test_changed_lr_at_resume_reaches_the_mlx_optimizer_too(tiny_model_dir, tmp_
     assert float(optimizer.learning_rate) == pytest.approx(2e-3)
     assert int(optimizer.state["step"]) == 2  # the Adam state itself was restored
     resumed.lock.release()
+
+
+@pytest.mark.parametrize(("target", "words"), [
+    ("missing", ["does not exist", "the newest checkpoint there is", "step-00000008"]),
+    ("config", ["is a file, not a checkpoint folder"]),
+    ("checkpoints", ["is a folder of checkpoints, not one checkpoint", "step-00000008"]),
+    ("run", ["is a folder of checkpoints, not one checkpoint", "step-00000008"]),
+    ("empty", ["is not a polyrl checkpoint"]),
+])
+def test_a_resume_path_that_is_not_a_checkpoint_says_so_before_anything_loads(clean_run, tmp_path, tiny_model_dir,
+                                                                            target, words):
+    """A mistyped or wrong path used to read as a damaged checkpoint ("no valid COMPLETE marker"),
+    with a fix inviting the user to delete checkpoints, and only after the engines had loaded."""
+    config = write_config(tmp_path, tiny_model_dir, tmp_path / "out", steps=8)
+    (tmp_path / "empty").mkdir()
+    path = {"missing": clean_run / "checkpoints" / "step-00000099", "config": config,
+            "checkpoints": clean_run / "checkpoints", "run": clean_run, "empty": tmp_path / "empty"}[target]
+    result = train(config, "--resume", str(path))
+    error = one_clear_error(result, "--resume", *words)
+    assert "delete" not in error
+    assert not (tmp_path / "out").exists()  # refused before the run started

@@ -199,3 +199,20 @@ def test_generate_flags_get_the_same_rules_as_the_config():
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert lines[0].startswith("error: --temperature: must be a finite number") and "Fix:" in lines[0]
+
+
+@pytest.mark.parametrize(("settings", "field", "words"), [
+    ({"algorithm": {"ref_sync_every": 2}}, "algorithm.ref_sync_every", "beta = 0 never uses"),
+    ({"model": {"path": "tiny-llama", "reference_path": "elsewhere"}}, "model.reference_path",
+     "algorithm.beta = 0 turns off"),
+    ({"eval": {"count": 4, "pass_k": 5}}, "eval.pass_k", "pass@5 needs at least 5 samples, got 0"),
+    ({"environment": {"tools": ["calculator"], "options": {"x": 1}}}, "environment.options", "none is named"),
+])
+def test_a_setting_that_would_have_no_effect_is_refused(settings, field, words):
+    """Accepted silently, these did nothing (no KL term to refresh a reference for, no samples for
+    pass@k, no environment to hand options to): the user believed a setting that was not applied."""
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_dict({**MINIMAL, **settings})
+    assert field in str(info.value) and words in str(info.value) and "Fix:" in str(info.value), str(info.value)
+    if field in ("algorithm.ref_sync_every", "model.reference_path"):  # with a KL term they apply
+        RunConfig.from_dict({**MINIMAL, **settings, "algorithm": {**settings.get("algorithm", {}), "beta": 0.04}})

@@ -208,6 +208,30 @@ def verify(path: Path, only: str | None = None) -> str | None:
     return None
 
 
+def not_a_checkpoint(path: Path) -> tuple[str, str] | None:
+    """(what is wrong, how to fix it) when ``path`` is not a checkpoint folder at all: missing, a
+    file, a run's or a checkpoints folder; None when it looks like one (``verify`` then checks
+    it). Why: "no valid marker" for a mistyped path sent users to delete good checkpoints."""
+    inside = complete_checkpoints(path) or complete_checkpoints(path / "checkpoints")
+    if inside:
+        return (f"{path} is a folder of checkpoints, not one checkpoint",
+                f"pass one of them, e.g. --resume {inside[-1]} (the newest), or --resume without a "
+                "path to resume the newest that verifies")
+    if not path.exists():
+        near = latest_checkpoint(path.parent) if path.parent.is_dir() else None
+        return (f"{path} does not exist",
+                f"check the path{f'; the newest checkpoint there is {near}' if near else ''}, or use "
+                "--resume without a path to resume the newest checkpoint of train.output_dir")
+    if not path.is_dir():
+        return (f"{path} is a file, not a checkpoint folder",
+                "pass a checkpoint folder (output_dir/checkpoints/step-NNNNNNNN), or --resume without a "
+                "path; the config goes first: polyrl train CONFIG --resume")
+    if not (path / MARKER).exists() and not (path / STATE_FILE).exists() and not (path / MODEL_DIR).exists():
+        return (f"{path} is not a polyrl checkpoint (no {MARKER}, {STATE_FILE} or {MODEL_DIR}/ in it)",
+                "pass a checkpoint folder (output_dir/checkpoints/step-NNNNNNNN), or --resume without a path")
+    return None
+
+
 def complete_checkpoints(root: str | Path) -> list[Path]:
     """Checkpoints under ``root`` with a valid marker (not yet checksum-verified), oldest first."""
     root = Path(root)

@@ -239,9 +239,18 @@ def train_config(args: argparse.Namespace) -> RunConfig:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from polyrl import checkpoint
+    from polyrl.errors import ConfigError
     from polyrl.trainer import Trainer
 
-    trainer = Trainer(train_config(args))
+    config = train_config(args)
+    if args.resume:  # a mistyped path is one line before any model loads
+        wrong = checkpoint.not_a_checkpoint(Path(args.resume))
+        if wrong:
+            raise ConfigError(wrong[0], field="--resume", fix=wrong[1])
+    trainer = Trainer(config)
     if args.resume is not None or args.resume_weights_only:
         resumed = trainer.resume(args.resume or None, weights_only=args.resume_weights_only)
         if not resumed:

@@ -220,7 +220,7 @@ class EvalSection:
     pass_threshold: float = 1.0  # a sample counts as correct when its reward is at least this
 
     def __attrs_post_init__(self) -> None:
-        if self.samples and self.pass_k > self.samples:
+        if self.pass_k > max(self.samples, 1):  # greedy evaluation (samples = 0) has one answer per prompt
             raise ConfigError(f"pass@{self.pass_k} needs at least {self.pass_k} samples, got {self.samples}",
                               field="eval.pass_k", fix=f"raise eval.samples to {self.pass_k} or more, or lower eval.pass_k")
 
@@ -269,6 +269,10 @@ class EnvironmentSection:
         if isinstance(self.tools, str) or not all(isinstance(t, str) and t for t in self.tools):
             raise ConfigError(f"must be a list of tool names, got {self.tools!r}", field="environment.tools",
                               fix='e.g. tools = ["calculator"]; `polyrl environments` lists them')
+        if self.options and self.name is None:  # they go to the environment's create(): there is none
+            raise ConfigError(f"options ({', '.join(sorted(map(str, self.options)))}) are for an environment, "
+                              "and none is named", field="environment.options",
+                              fix="set environment.name (`polyrl environments` lists them), or remove the options")
 
 
 @attrs.define(frozen=True)
@@ -315,6 +319,10 @@ class RunConfig:
                     f"{tokens} leaves no room for the prompt in model.max_length = {limit}", field=field,
                     fix=f"lower {field} or raise model.max_length (prompt + completion tokens)",
                 )
+        if self.model.reference_path is not None and self.algorithm.beta == 0:
+            raise ConfigError("the reference model is used only by the KL term, which algorithm.beta = 0 turns off",
+                              field="model.reference_path",
+                              fix="set algorithm.beta > 0 (e.g. 0.04), or remove model.reference_path")
         env = self.environment
         if env.enabled and env.max_episode_tokens >= limit:
             raise ConfigError(f"{env.max_episode_tokens} leaves no room for the prompt in model.max_length = {limit}",

@@ -520,6 +520,9 @@ class Trainer:
         only = ckpt.MODEL_DIR if weights_only else None
         if path:
             found: Path | None = Path(path)
+            wrong = ckpt.not_a_checkpoint(Path(path))
+            if wrong:
+                raise ConfigError(wrong[0], field="--resume", fix=wrong[1])
             problem = ckpt.verify(Path(path), only=only)
             if problem:
                 raise ConfigError(f"{found} cannot be resumed: {problem}", field="--resume",

@@ -217,6 +217,9 @@ class AlgorithmConfig:
         if self.kl_in_reward and self.beta == 0:
             _fail("kl_in_reward", "needs beta > 0 (beta is the KL coefficient in the reward)",
                   "set algorithm.beta (e.g. 0.001, verl's kl_coef) or kl_in_reward = false")
+        if self.ref_sync_every and self.beta == 0:  # the reference exists only for the KL term
+            _fail("ref_sync_every", "refreshes the KL reference, which beta = 0 never uses",
+                  "set algorithm.beta > 0 (e.g. 0.04) for a KL term, or ref_sync_every = 0")
         if self.kl_ctrl == "adaptive" and not self.kl_in_reward:
             _fail("kl_ctrl", "the adaptive coefficient steers the KL in the reward only",
                   'set kl_in_reward = true, or kl_ctrl = "fixed"')
