@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from polyrl.data import Dataset, PromptSampler, from_rows, load_dataset, load_jsonl, split_dataset
+from polyrl.data import (
+    Dataset,
+    PromptSampler,
+    check_prompt_lengths,
+    from_rows,
+    load_dataset,
+    load_jsonl,
+    split_dataset,
+)
 from polyrl.errors import ConfigError
 from polyrl.tasks import arithmetic
 
@@ -161,3 +170,123 @@ def test_sampler_refuses_a_different_dataset_or_seed():
     assert info.value.field == "train.seed"
     with pytest.raises(ConfigError):
         PromptSampler(ds, 0)
+
+
+# --- chat roles, encodings, option errors --------------------------------------------------------
+
+
+@pytest.mark.parametrize(("role", "hint"), [("wizard", "use one of"), ("usr", "did you mean 'user'"),
+                                            ("User", "did you mean 'user'"), ("Assistant", "did you mean 'assistant'")])
+def test_unknown_chat_roles_are_refused_naming_the_line(tmp_path, role, hint):
+    path = tmp_path / "roles.jsonl"
+    good = json.dumps({"prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"},
+                                  {"role": "assistant", "content": "a"}, {"role": "tool", "content": "t"},
+                                  {"role": "user", "content": "go"}]})
+    bad = json.dumps({"prompt": [{"role": "system", "content": "s"}, {"role": role, "content": "hi"}]})
+    path.write_text(f"{good}\n\n{good}\n{bad}\n")
+    with pytest.raises(ConfigError) as info:
+        load_dataset(path=str(path))
+    text = str(info.value)
+    assert info.value.field == "data" and f"{path} line 4 (row 2)" in text and repr(role) in text, text
+    assert hint in info.value.fix, info.value.fix
+
+
+def test_known_chat_roles_pass():
+    rows = [{"prompt": [{"role": r, "content": "x"}, {"role": "user", "content": "y"}]}
+            for r in ("system", "user", "assistant", "tool", "developer", "ipython")]
+    assert len(from_rows(rows)) == 6
+
+
+@pytest.mark.parametrize("name", ["bom.jsonl", "bom.json"])
+def test_a_utf8_bom_is_read_transparently(tmp_path, name):
+    path = tmp_path / name
+    rows = [{"prompt": "hi", "answer": "1"}, {"prompt": "yo", "answer": "2"}]
+    text = json.dumps(rows) if name.endswith(".json") else "".join(json.dumps(r) + "\n" for r in rows)
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert load_dataset(path=str(path)).rows == rows
+
+
+def test_a_bom_after_the_first_line_is_still_an_error(tmp_path):
+    path = tmp_path / "mid.jsonl"
+    path.write_bytes(b'{"prompt": "a"}\n\xef\xbb\xbf{"prompt": "b"}\n')
+    with pytest.raises(ConfigError, match=r"mid.jsonl:2 is not valid JSON"):
+        load_dataset(path=str(path))
+
+
+def test_a_non_text_prompt_is_shown_with_its_type(tmp_path):
+    path = tmp_path / "int.jsonl"
+    path.write_text('{"prompt": 0}\n')
+    with pytest.raises(ConfigError) as info:
+        load_dataset(path=str(path))
+    assert "got 0 (int)" in str(info.value) and "'0'" not in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"task": "arithmetic", "options": {"count": 0}}, "data.options.count"),
+    ({"task": "arithmetic", "options": {"digits": 0}}, "data.options.digits"),
+    ({"task": "arithmetic", "options": {"seed": -1}}, "data.options.seed"),
+    ({"rows": [{"prompt": "a"}, {"prompt": "b"}], "options": {"count": -1}}, "data.options.count"),
+    ({"rows": [{"prompt": "a"}, {"prompt": "b"}], "options": {"seed": "x"}}, "data.options.seed"),
+])
+def test_integer_option_errors_say_how_to_fix_them(kwargs, field):
+    with pytest.raises(ConfigError) as info:
+        load_dataset(**kwargs)
+    assert info.value.field == field and info.value.fix, str(info.value)
+
+
+# --- prompt lengths, checked once at startup ----------------------------------------------------
+
+
+def _words(prompt) -> int:
+    """A stand-in tokenizer: one token per word (chat: per word of every message, plus 2 per turn)."""
+    if isinstance(prompt, str):
+        return len(prompt.split())
+    return sum(len(m["content"].split()) + 2 for m in prompt)
+
+
+def _huge_mid(tmp_path) -> Path:
+    path = tmp_path / "huge_mid.jsonl"
+    lines = [json.dumps({"prompt": f"short {i}", "answer": str(i)}) for i in range(10)]
+    lines.insert(5, json.dumps({"prompt": "word " * 500, "answer": "x"}))  # line 6, row 5
+    lines.insert(2, "")  # a blank line: the long row is now on line 7, still row 5
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_an_overlong_prompt_is_named_by_file_line_and_row(tmp_path):
+    path = _huge_mid(tmp_path)
+    ds = load_dataset(path=str(path))
+    with pytest.raises(ConfigError) as info:
+        check_prompt_lengths(ds, _words, 64)
+    text = str(info.value)
+    assert info.value.field == "model.max_length"
+    assert f"{path} line 7 (row 5)" in text and "500 tokens" in text and "max_length = 64" in text, text
+    assert "raise model.max_length" in info.value.fix and "data.drop_overlong" in info.value.fix
+    assert check_prompt_lengths(ds, _words, 501) == (ds, 0)  # 500 < 501 fits
+
+
+def test_overlong_rows_are_counted_and_can_be_dropped(tmp_path):
+    ds = from_rows([{"prompt": "a " * n} for n in (3, 80, 5, 90, 2)], name="mine")
+    with pytest.raises(ConfigError, match=r"row 1 of mine: .*80 tokens.*2 of 5 prompts") as info:
+        check_prompt_lengths(ds, _words, 10)
+    assert info.value.field == "model.max_length"
+    kept, dropped = check_prompt_lengths(ds, _words, 10, drop=True)
+    assert dropped == 2 and [len(p.split()) for p in kept.prompts()] == [3, 5, 2]
+    with pytest.raises(ConfigError, match="every prompt"):
+        check_prompt_lengths(ds, _words, 2, drop=True)
+
+
+def test_held_out_rows_keep_their_place_in_the_file(tmp_path):
+    path = _huge_mid(tmp_path)
+    train = load_dataset(path=str(path), options={"eval_count": 4, "seed": 3})
+    held = load_dataset(path=str(path), options={"eval_count": 4, "seed": 3}, split="eval")
+    which = train if any(len(p.split()) > 100 for p in train.prompts()) else held
+    with pytest.raises(ConfigError, match=rf"{path} line 7 \(row 5\)"):
+        check_prompt_lengths(which, _words, 64)
+
+
+def test_the_chat_the_model_sees_is_measured():
+    """A system prompt counts: the rendered chat is what generation encodes."""
+    ds = from_rows([{"prompt": "one two three"}], system_prompt="a b c d e f g h")
+    with pytest.raises(ConfigError, match="15 tokens"):  # (8 + 2) + (3 + 2)
+        check_prompt_lengths(ds, _words, 15)

@@ -160,3 +160,53 @@ def test_kill_9_then_resume_on_parquet_draws_the_same_rows(tiny_model_dir, tmp_p
     a, b = weights(clean_out), weights(crash_out)
     for name in a:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+# --- an overlong prompt is found when the data loads, not when its batch is drawn ------------------
+
+
+def _overlong_config(tmp_path: Path, model: str, extra: str = "") -> tuple[Path, Path, Path]:
+    data = tmp_path / "huge_mid.jsonl"
+    lines = [f'{{"prompt": "What is {i} + {i}?", "answer": "{2 * i}"}}' for i in range(10)]
+    lines.insert(5, '{"prompt": "' + "many words " * 200 + '", "answer": "0"}')  # line 6 (row 5)
+    data.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    config = tmp_path / "long.toml"
+    config.write_text(
+        f'[model]\npath = "{model}"\nmax_length = 64\n[generation]\ngroup_size = 2\nmax_new_tokens = 4\n'
+        f'[data]\npath = "{data}"\n{extra}[[rewards]]\nname = "numeric_match"\n'
+        f'[train]\nsteps = 1\nprompts_per_step = 1\nthreads = 1\noutput_dir = "{out}"\n')
+    return config, data, out
+
+
+def test_an_overlong_prompt_stops_the_run_before_step_0(tiny_model_dir, tmp_path):
+    config, data, out = _overlong_config(tmp_path, tiny_model_dir)
+    result = _train(config)  # one step of one prompt: the long row is (almost surely) never drawn
+    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert f"{data} line 6 (row 5)" in errors[0] and "max_length = 64" in errors[0], errors[0]
+    assert "raise model.max_length" in errors[0] and "data.drop_overlong" in errors[0], errors[0]
+    assert not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text().strip()
+
+
+def test_an_overlong_eval_prompt_is_named_too(tiny_model_dir, tmp_path):
+    evals = tmp_path / "eval.jsonl"
+    evals.write_text('{"prompt": "What is 1 + 1?", "answer": "2"}\n{"prompt": "' + "x y " * 200 + '", "answer": "0"}\n')
+    config, data, out = _overlong_config(tmp_path, tiny_model_dir, f'eval_path = "{evals}"\n')
+    text = config.read_text().replace(f'path = "{data}"', f'path = "{tmp_path / "short.jsonl"}"')
+    (tmp_path / "short.jsonl").write_text('{"prompt": "What is 2 + 2?", "answer": "4"}\n')
+    config.write_text(text + "[eval]\ncount = 2\nreward = \"numeric_match\"\n")
+    result = _train(config)
+    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"{evals} line 2 (row 1)" in errors[0], result.stderr[-3000:]
+
+
+def test_drop_overlong_skips_those_rows_with_a_warning(tiny_model_dir, tmp_path):
+    config, data, out = _overlong_config(tmp_path, tiny_model_dir, "drop_overlong = true\n")
+    result = _train(config, "--set", "train.steps=3", "--set", "train.prompts_per_step=4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "dropped 1 of 11" in result.stderr and "max_length" in result.stderr, result.stderr[-3000:]
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 3

@@ -304,3 +304,33 @@ def test_a_file_rewritten_with_the_same_mtime_is_read_again(tmp_path, cache):
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     second = load_dataset(path=str(path), cache_dir=cache)
     assert second.rows == ROWS[3:6] and second.fingerprint() != first.fingerprint()
+
+
+def test_arrow_chat_roles_are_checked(tmp_path, cache):
+    rows = [dict(r) for r in ROWS]
+    rows[7] = {**rows[7], "prompt": [{"role": "system", "content": "s"}, {"role": "usr", "content": "hi"}]}
+    with pytest.raises(ConfigError) as info:
+        load_dataset(path=str(_write(tmp_path, rows, "roles.parquet")), cache_dir=cache)
+    assert info.value.field == "data" and "row 7 of roles.parquet" in str(info.value) and "'usr'" in str(info.value)
+    assert "did you mean 'user'" in info.value.fix
+
+
+def test_a_csv_with_a_bom_keeps_its_first_column_name(tmp_path, cache):
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbfprompt,answer\nhi,1\n")
+    assert load_dataset(path=str(path), cache_dir=cache).prompts() == ["hi"]
+
+
+def test_arrow_rows_are_named_by_their_place_in_the_source(tmp_path, cache):
+    from polyrl.data import check_prompt_lengths
+
+    rows = [{"prompt": "short", "answer": "1"} for _ in range(12)]
+    rows[9] = {"prompt": "long " * 50, "answer": "2"}
+    path = _write(tmp_path, rows, "lens.parquet")
+    for split in ("train", "eval"):
+        ds = load_dataset(path=str(path), cache_dir=cache, options={"eval_count": 5, "seed": 2}, split=split)
+        if any(len(p.split()) > 10 for p in ds.prompts()):
+            with pytest.raises(ConfigError, match=r"row 9 of lens.parquet: the prompt has 50 tokens"):
+                check_prompt_lengths(ds, lambda p: len(p.split()), 20)
+            kept, dropped = check_prompt_lengths(ds, lambda p: len(p.split()), 20, drop=True)
+            assert dropped == 1 and kept.arrow_backed and len(kept) == len(ds) - 1

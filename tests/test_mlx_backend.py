@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -554,6 +555,34 @@ def test_tied_embeddings_sync_with_torch(tiny_model_dir, tmp_path):
     mine.import_weights(theirs.export_weights())
     for a, b in zip(mine.logprobs(seqs, 1.0), theirs.logprobs(seqs, 1.0)):
         np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+@pytest.mark.parametrize(("damage", "said"), [
+    ("cut", "truncated or corrupt"), ("fewer", "does not match its weights"), ("more", "does not match its weights")])
+@pytest.mark.parametrize("to", ["mlx", "hf"])
+def test_convert_of_a_damaged_folder_is_one_error_naming_it(tiny_model_dir, tmp_path, damage, said, to):
+    """Weights cut short (an interrupted copy) or a config.json whose layer count disagrees with
+    the weights: one ConfigError naming the folder, a few tensors and the fix; nothing written."""
+    _usable("mlx")
+    from polyrl_mlx.convert import convert
+
+    src = tmp_path / damage
+    shutil.copytree(tiny_model_dir, src)
+    if damage == "cut":
+        weights = src / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 3])
+    else:
+        config = json.loads((src / "config.json").read_text())
+        config["num_hidden_layers"] += 1 if damage == "more" else -1
+        (src / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError) as err:
+        convert(str(src), str(tmp_path / "out"), to=to)
+    text = str(err.value)
+    assert err.value.field == "src" and str(src) in text and said in text, text
+    assert len(text) < 600 and ("re-download" in err.value.fix), text
+    if damage != "cut":
+        assert "model.layers." in text and "config.json" in err.value.fix, text
+    assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir()] == [damage]
 
 
 def test_a_converted_mlx_model_loads_in_torch(tiny_model_dir, tmp_path, gen):

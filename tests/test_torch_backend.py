@@ -136,6 +136,63 @@ def test_clear_errors(tiny_model_dir, tmp_path):
         engine.train_step(TrainBatch([TokenSequence([1, 2, 3], [4, 5])], [1.0]), Objective())
 
 
+@pytest.mark.parametrize(("key", "value"), [
+    ("shared_prompt_forward", "no"), ("bucket_call_tokens", "abc"), ("bucket_call_tokens", -1),
+    ("score_batch_tokens", 0), ("logits_memory_mb", -5), ("logits_memory_mb", "1e3"),
+    ("attn_implementation", ""), ("gguf_file", 3), ("fsdp", "yes"), ("packed_generation", 1),
+])
+def test_a_bad_backend_option_fails_at_load_naming_it(tiny_model_dir, key, value):
+    """Checked when the engine loads (any role), not at the first scoring call inside a train step."""
+    with pytest.raises(ConfigError) as err:
+        make_engine(tiny_model_dir, role="generate", options={key: value})
+    assert err.value.field == f"backends.options.{key}" and err.value.fix, err.value
+
+
+def test_backend_options_reach_the_engine_typed(tiny_model_dir):
+    engine = make_engine(tiny_model_dir, role="generate", options={
+        "shared_prompt_forward": False, "bucket_call_tokens": 0, "score_batch_tokens": 64, "logits_memory_mb": 0})
+    from polyrl_torch.scoring import shared_prompt_forward_allowed
+
+    opts = engine.raw.options
+    assert (opts.bucket_call_tokens, opts.score_batch_tokens, opts.logits_memory_mb) == (0, 64, 0.0)
+    assert not shared_prompt_forward_allowed(engine.raw)
+
+
+def _damaged_copy(tiny_model_dir: str, dst: Path, *, layers: int | None = None, cut: bool = False) -> str:
+    """The tiny model with its weights cut short (an interrupted copy) or config.json's layer count changed."""
+    shutil.copytree(tiny_model_dir, dst)
+    if cut:
+        weights = dst / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 3])
+    if layers is not None:
+        config = json.loads((dst / "config.json").read_text())
+        (dst / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers}))
+    return str(dst)
+
+
+def test_truncated_weights_are_one_error_naming_the_file_and_the_fix(tiny_model_dir, tmp_path):
+    model = _damaged_copy(tiny_model_dir, tmp_path / "cut", cut=True)
+    with pytest.raises(ConfigError) as err:
+        make_engine(model, role="generate")
+    text = str(err.value)
+    assert err.value.field == "model.path" and model in text, text
+    assert "truncated or corrupt" in text and "re-download" in err.value.fix, text
+
+
+@pytest.mark.parametrize(("extra_layers", "kind"), [(2, "missing"), (-1, "unexpected")])
+def test_config_json_disagreeing_with_the_weights_is_refused(tiny_model_dir, tmp_path, extra_layers, kind):
+    """More layers in config.json than in the weights would train random layers; fewer would
+    silently drop trained ones. Both are refused, naming how many tensors and some of them."""
+    layers = json.loads((Path(tiny_model_dir) / "config.json").read_text())["num_hidden_layers"]
+    model = _damaged_copy(tiny_model_dir, tmp_path / kind, layers=layers + extra_layers)
+    with pytest.raises(ConfigError) as err:
+        make_engine(model, role="generate")
+    text = str(err.value)
+    assert err.value.field == "model.path" and model in text and kind in text, text
+    assert f"model.layers.{min(layers, layers + extra_layers)}." in text, text  # an example tensor
+    assert "config.json" in err.value.fix, text
+
+
 # --- generation ----------------------------------------------------------------------------------
 
 
@@ -720,6 +777,21 @@ def test_cli_bad_paths_and_backends_are_one_clear_error(tiny_model_dir, tmp_path
     err = capsys.readouterr().err
     assert field in err and "Traceback" not in err, err
     assert "fix" in err.lower() or "known" in err.lower() or "installed" in err.lower(), err
+
+
+def test_cli_refuses_a_misspelt_backend_option_before_loading(tiny_model_dir, tmp_path, capsys):
+    """A typo in the free-form [backends.options] is refused with a did-you-mean, as every other
+    section's unknown keys are, instead of silently doing nothing."""
+    from polyrl.cli import main
+
+    config = tmp_path / "typo.toml"
+    config.write_text(f'[model]\npath = "{tiny_model_dir}"\n[data]\ntask = "arithmetic"\n'
+                      f'[train]\nsteps = 1\noutput_dir = "{tmp_path / "run"}"\n'
+                      '[backends.options]\npacked_generaton = false\n[[rewards]]\nname = "numeric_match"\n')
+    assert main(["train", str(config), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "backends.options.packed_generaton" in err and "did you mean 'packed_generation'" in err, err
+    assert "Traceback" not in err and not (tmp_path / "run").exists(), err
 
 
 def test_the_sampler_folds_lora_as_peft_would(tiny_model_dir):

@@ -29,7 +29,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "generate": "backend for rollouts (default: the train backend), e.g. `mlx`, `max`, `remote`; "
                     "`auto`: the fastest `polyrl bench` measured for this model on this machine",
         "reference": "backend for reference log-probs (default: the train backend)",
-        "options": "table passed to every engine as `EngineConfig.options` (e.g. `max_model_path`; torch: `fsdp = true` shards training under torchrun, `packed_generation = false` samples with the training weights instead of a packed CPU copy, `retain_freed_memory = false` lets glibc return freed memory to the OS (page faults on every large tensor), `shared_prompt_forward`, `logits_memory_mb`, `score_batch_tokens`, `bucket_call_tokens`)",
+        "options": "table passed to every engine as `EngineConfig.options` (e.g. `max_model_path`; torch: `fsdp = true` shards training under torchrun, `packed_generation = false` samples with the training weights instead of a packed CPU copy, `retain_freed_memory = false` lets glibc return freed memory to the OS (page faults on every large tensor), `shared_prompt_forward`, `logits_memory_mb`, `score_batch_tokens`, `bucket_call_tokens`, `attn_implementation`, `gguf_file`); a key no backend of the run declares is refused with a did-you-mean, and torch checks each value's type and range when it loads",
     },
     "generation": {
         "group_size": "completions per prompt (>= 2: advantages are group-relative)",
@@ -123,6 +123,9 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "options": "task options (`count`, `digits`, `ops`, `seed` for `arithmetic`); for other sources "
                    "`count`, `eval_count` and `seed` of the hold-out",
         "rows": "inline rows (Python API only)",
+        "drop_overlong": "leave out (with a warning counting them) prompts of `model.max_length` tokens or more, "
+                         "measured with the chat template when the model loads; unset, the first is an error "
+                         "naming its file and line",
     },
     "rewards": {
         "name": "a registered reward (`polyrl rewards` lists them)",

@@ -20,22 +20,33 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from polyrl.data_arrow import ITER_BLOCK, ArrowRows, check_prompt_column
-from polyrl.data_sources import load_cached, load_files, read_json_rows
+from polyrl.data_arrow import CHAT_ROLES, ITER_BLOCK, ArrowRows, check_prompt_column, unknown_role
+from polyrl.data_sources import RowOrigins, load_cached, load_files, read_json_rows
 from polyrl.errors import ConfigError
+from polyrl.logs import get_logger
 from polyrl.tasks import SPLITS, TASKS
 from polyrl.types import Prompt
 
-def _check_prompt(value: Any, index: int, column: str) -> None:
+log = get_logger("polyrl.data")
+
+
+def _shown(value: Any) -> str:
+    """A bad value as the user wrote it, with its type: ``0 (int)``, not ``'0'``."""
+    text = repr(value)
+    return f"{text[:80]}{'...' if len(text) > 80 else ''} ({type(value).__name__})"
+
+
+def _check_prompt(value: Any, where: str, column: str) -> None:
     if isinstance(value, str):
         if not value.strip():
-            raise ConfigError(f"row {index}: the prompt in column {column!r} is empty", field="data",
+            raise ConfigError(f"{where}: the prompt in column {column!r} is empty", field="data",
                               fix="remove empty prompts from the dataset")
         return
     ok = isinstance(value, Sequence) and len(value) > 0 and all(
@@ -44,10 +55,13 @@ def _check_prompt(value: Any, index: int, column: str) -> None:
     )
     if not ok:
         raise ConfigError(
-            f"row {index}: column {column!r} must hold a string or a list of "
-            f"{{\"role\": ..., \"content\": ...}} messages, got {str(value)[:80]!r}",
+            f"{where}: column {column!r} must hold a string or a list of "
+            f"{{\"role\": ..., \"content\": ...}} messages, got {_shown(value)}",
             field="data", fix="store plain text or chat messages in the prompt column",
         )
+    for m in value:
+        if m["role"] not in CHAT_ROLES:
+            raise unknown_role(m["role"], where, column)
 
 
 class Dataset:
@@ -61,6 +75,7 @@ class Dataset:
 
     def __init__(self, rows: Sequence[Mapping[str, Any]] | ArrowRows, prompt_column: str = "prompt", name: str = "",
                  *, columns: Mapping[str, str] | None = None, system_prompt: str | None = None,
+                 origins: RowOrigins | None = None, _source_rows: np.ndarray | None = None,
                  _checked: bool = False) -> None:
         self.prompt_column = prompt_column
         self.name = name
@@ -68,6 +83,9 @@ class Dataset:
         self.system_prompt = system_prompt
         self._arrow = rows if isinstance(rows, ArrowRows) else None
         self._rows: list[Any] | None = None if isinstance(rows, ArrowRows) else list(rows)
+        #: JSON rows: where each source row came from; which source row each of ours is (None: the same)
+        self._origins = origins
+        self._source_rows = _source_rows
         if len(self) == 0:
             what = f"dataset {self.name!r}" if self.name else "the dataset"
             raise ConfigError(f"{what} has no rows", field="data",
@@ -89,25 +107,33 @@ class Dataset:
                 if column not in names:
                     raise ConfigError(f"{self.name} has no column {column!r} (its columns: {', '.join(names)})",
                                       field=f"data.columns.{target}", fix="map it to one of those columns")
-            check_prompt_column(self._arrow.table.data.table, source, repr(self.name))
+            check_prompt_column(self._arrow.table.data.table, source, self.name)
             return
         for i, row in enumerate(self._rows or ()):
             if not isinstance(row, Mapping):
-                raise ConfigError(f"row {i} is a {type(row).__name__}, not an object", field="data",
+                raise ConfigError(f"{self.where(i)} is a {type(row).__name__}, not an object", field="data",
                                   fix='each row must be a JSON object such as {"prompt": "...", "answer": "..."}')
             for target, column in self.column_map.items():
                 if column not in row and target != self.prompt_column:
-                    raise ConfigError(f"row {i} has no column {column!r}", field=f"data.columns.{target}",
+                    raise ConfigError(f"{self.where(i)} has no column {column!r}", field=f"data.columns.{target}",
                                       fix="map it to a column every row has")
             if source not in row:
                 present = ", ".join(sorted(map(str, row))) or "none"
                 mapped = self.prompt_column in self.column_map
                 raise ConfigError(
-                    f"row {i} has no column {source!r} (its columns: {present})",
+                    f"{self.where(i)} has no column {source!r} (its columns: {present})",
                     field=f"data.columns.{self.prompt_column}" if mapped else "data.prompt_column",
                     fix="set data.prompt_column to the column that holds the prompts",
                 )
-            _check_prompt(row[source], i, source)
+            _check_prompt(row[source], self.where(i), source)
+
+    def where(self, index: int) -> str:
+        """Where row ``index`` lives in its source, for errors: ``data/x.jsonl line 7 (row 5)`` for
+        JSON files, ``row 5 of x.parquet`` otherwise (0-based, counted before any hold-out)."""
+        if self._arrow is not None:
+            return f"row {int(self._arrow._base([index])[0])} of {self.name}"
+        row = int(self._source_rows[index]) if self._source_rows is not None else index
+        return self._origins.describe(row) if self._origins is not None else f"row {row} of {self.name}"
 
     # --- rows as the trainer and rewards see them -----------------------------------------------
 
@@ -169,12 +195,16 @@ class Dataset:
 
     def select(self, indices: Sequence[int] | np.ndarray) -> Dataset:
         rows: list[Any] | ArrowRows
+        source_rows = None
         if self._arrow is not None:
             rows = self._arrow.select(indices)
         else:
             rows = [self._rows[int(i)] for i in indices]  # type: ignore[index]
+            picked = np.asarray(indices, dtype=np.int64).reshape(-1)
+            source_rows = picked if self._source_rows is None else self._source_rows[picked]
         return Dataset(rows, self.prompt_column, self.name, columns=self.column_map,
-                       system_prompt=self.system_prompt, _checked=True)
+                       system_prompt=self.system_prompt, origins=self._origins, _source_rows=source_rows,
+                       _checked=True)
 
     def fingerprint(self) -> str:
         """A content hash: a resumed run checks it is reading the same data.
@@ -214,10 +244,11 @@ def load_jsonl(path: str | os.PathLike[str], prompt_column: str = "prompt") -> D
     if not p.is_file():
         raise ConfigError(f"data file {str(p)!r} not found", field="data.path",
                           fix="give the path of an existing .jsonl file")
-    rows = read_json_rows(p)
+    origins = RowOrigins()
+    rows = read_json_rows(p, origins=origins)
     if not rows:
         raise ConfigError(f"data file {str(p)!r} has no rows", field="data.path", fix="add JSON lines to it")
-    return Dataset(rows, prompt_column, p.name)
+    return Dataset(rows, prompt_column, p.name, origins=origins)
 
 
 def load_source(
@@ -235,13 +266,14 @@ def load_source(
 ) -> Dataset:
     """Every row of a file source (``path``: files, a glob, a save_to_disk folder) or of a cached
     Hub dataset (``name`` + ``config`` + ``source_split``), before any hold-out."""
+    origins = None
     if name is not None:
         rows: list[Any] | ArrowRows = load_cached(name, config, source_split, cache_dir, split_field)
         label = f"{name}:{source_split or 'train'}"
     else:
-        rows, label = load_files(path, split=source_split, cache_dir=cache_dir,  # type: ignore[arg-type]
-                                 field=field, split_field=split_field)
-    return Dataset(rows, prompt_column, label, columns=columns, system_prompt=system_prompt)
+        rows, label, origins = load_files(path, split=source_split, cache_dir=cache_dir,  # type: ignore[arg-type]
+                                          field=field, split_field=split_field)
+    return Dataset(rows, prompt_column, label, columns=columns, system_prompt=system_prompt, origins=origins)
 
 
 def load_task(
@@ -276,7 +308,8 @@ def _file_split(dataset: Dataset, options: Mapping[str, Any], split: str) -> Dat
     for key in FILE_OPTIONS:
         value = options.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ConfigError(f"must be an integer >= 0, got {value!r}", field=f"data.options.{key}")
+            raise ConfigError(f"must be an integer >= 0, got {_shown(value)}", field=f"data.options.{key}",
+                              fix=f"e.g. options = {{{key} = {0 if key == 'seed' else 100}}}, or remove it")
     eval_count = int(options.get("eval_count") or 0)
     if eval_count:
         train, held = split_dataset(dataset, eval_count, int(options.get("seed") or 0))
@@ -357,6 +390,44 @@ def load_train_and_eval(data: Any, eval_count: int) -> tuple[Dataset, Dataset | 
         return train, held.select(range(min(eval_count, len(held))))
     options["eval_count"] = eval_count  # hold eval_count rows out of the training source
     return _file_split(everything, options, "train"), _file_split(everything, options, "eval")
+
+
+def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int], max_length: int,
+                         *, drop: bool = False) -> tuple[Dataset, int]:
+    """(dataset, rows dropped): every prompt must be shorter than ``max_length`` tokens as
+    ``count_tokens`` measures it (the generate engine's own encoding, chat template included).
+
+    Why at startup, in one pass: generation refuses an overlong prompt only when its batch is
+    drawn, possibly hours in, and names it by its place in the batch. Here the first one is an
+    error naming its file and line (and how many there are); with ``drop`` they are left out.
+    """
+    t0 = time.perf_counter()
+    over: list[int] = []
+    first = 0
+    for start in range(0, len(dataset), ITER_BLOCK):
+        block = dataset.take(range(start, min(start + ITER_BLOCK, len(dataset))))
+        for i, row in enumerate(block, start):
+            tokens = count_tokens(row[dataset.prompt_column])
+            if tokens >= max_length:
+                first = first or tokens
+                over.append(i)
+    log.info("prompt lengths checked", dataset=dataset.name, rows=len(dataset), overlong=len(over),
+             seconds=round(time.perf_counter() - t0, 2))
+    if not over:
+        return dataset, 0
+    if not drop:
+        more = f" ({len(over)} of {len(dataset)} prompts are that long)" if len(over) > 1 else ""
+        raise ConfigError(
+            f"{dataset.where(over[0])}: the prompt has {first} tokens as the model sees it (chat template "
+            f"included), not below model.max_length = {max_length}{more}", field="model.max_length",
+            fix="raise model.max_length (prompt + completion tokens), shorten or remove that row, "
+                "or set data.drop_overlong = true to leave overlong rows out")
+    if len(over) == len(dataset):
+        raise ConfigError(f"every prompt of {dataset.name} has {max_length} tokens or more", field="model.max_length",
+                          fix="raise model.max_length, or use shorter prompts")
+    log.warning(f"dropped {len(over)} of {len(dataset)} prompts of {dataset.name}: {max_length} tokens or "
+                "more (model.max_length)", first=dataset.where(over[0]))
+    return dataset.select(np.setdiff1d(np.arange(len(dataset)), over)), len(over)
 
 
 # --- sampling ----------------------------------------------------------------------------------

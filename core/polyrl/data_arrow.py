@@ -7,6 +7,7 @@ kernels (no Python dict per row), and gather the few rows a batch needs by index
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from collections.abc import Sequence
 from typing import Any
@@ -17,6 +18,19 @@ from polyrl.errors import ConfigError
 
 #: Rows gathered per call when iterating over a whole dataset (bounded memory).
 ITER_BLOCK = 1024
+
+#: Roles a prompt's messages may take: those chat templates render (``developer``: OpenAI-style
+#: templates; ``ipython``: Llama 3.x tool results) and the ones episodes write. Anything else is
+#: a typo ("usr", "User") that a template would render as a turn of its own, silently.
+CHAT_ROLES = ("system", "user", "assistant", "tool", "developer", "ipython")
+
+
+def unknown_role(role: Any, where: str, column: str) -> ConfigError:
+    """The error for a message whose role no chat template knows, with a did-you-mean."""
+    close = difflib.get_close_matches(str(role).lower(), CHAT_ROLES, n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return ConfigError(f"{where}: a message in column {column!r} has the role {role!r}", field="data",
+                       fix=f"{hint}use one of {', '.join(CHAT_ROLES)} (lower case)")
 
 
 def _pa() -> tuple[Any, Any]:
@@ -82,7 +96,21 @@ def check_prompt_column(table: Any, column: str, name: str) -> None:
         if len(bad):
             raise ConfigError(f"row {offset + int(bad[0])} of {name}: the prompt in column {column!r} {why}",
                               field="data", fix="remove or fix that row")
+        if not _is_text(chunk.type):
+            _check_roles(chunk, offset, name, column)
         offset += len(chunk)
+
+
+def _check_roles(chunk: Any, offset: int, name: str, column: str) -> None:
+    """Every message's role is one of ``CHAT_ROLES`` (checked with one Arrow kernel per chunk)."""
+    pa, pc = _pa()
+    roles = pc.struct_field(pc.list_flatten(chunk), "role")
+    known = pc.fill_null(pc.is_in(roles, value_set=pa.array(CHAT_ROLES)), True).to_numpy(zero_copy_only=False)
+    if known.all():
+        return
+    first = int(np.flatnonzero(~known)[0])
+    row = offset + int(pc.list_parent_indices(chunk).to_numpy(zero_copy_only=False)[first])
+    raise unknown_role(roles[first].as_py(), f"row {row} of {name}", column)
 
 
 def _clean_message(message: dict[str, Any]) -> dict[str, Any]:

@@ -9,11 +9,14 @@ here, when such a source is read, so the core still starts without touching it.
 
 from __future__ import annotations
 
+import bisect
+import codecs
 import contextlib
 import glob
 import hashlib
 import json
 import os
+from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -136,10 +139,35 @@ def _json(text: str, path: Path, lineno: int | None, field: str, fix: str) -> An
                           fix='write flat objects like {"prompt": "...", "answer": "..."}') from None
 
 
-def read_json_rows(path: Path, field: str = "data.path") -> list[Any]:
-    """Rows of a JSON-lines file (or a .json file holding one array of objects)."""
+class RowOrigins:
+    """Where each JSON row came from (file and line), so an error can point at it in an editor.
+
+    Kept as one int32 per row (line number; 0 for an element of a .json array) plus the row
+    each file starts at: a million-row JSONL costs 4 MB, not a tuple per row.
+    """
+
+    def __init__(self) -> None:
+        self.files: list[str] = []
+        self.starts: list[int] = []
+        self.lines = array("i")
+
+    def add(self, path: Path, lines: Sequence[int]) -> None:
+        self.files.append(str(path))
+        self.starts.append(len(self.lines))
+        self.lines.extend(lines)
+
+    def describe(self, row: int) -> str:
+        """``data/x.jsonl line 7 (row 5)``: the 1-based line, and the 0-based row within that file."""
+        k = bisect.bisect_right(self.starts, row) - 1
+        line, within = self.lines[row], row - self.starts[k]
+        return f"{self.files[k]} line {line} (row {within})" if line else f"row {within} of {self.files[k]}"
+
+
+def read_json_rows(path: Path, field: str = "data.path", origins: RowOrigins | None = None) -> list[Any]:
+    """Rows of a JSON-lines file (or a .json file holding one array of objects); each row's line
+    goes to ``origins`` when given. A UTF-8 byte order mark (Excel, Windows editors) is skipped."""
     if path.suffix.lower() == ".json":
-        raw = path.read_bytes()
+        raw = path.read_bytes().removeprefix(codecs.BOM_UTF8)
         stripped = raw.lstrip()
         if stripped.startswith(b"["):
             try:
@@ -147,10 +175,16 @@ def read_json_rows(path: Path, field: str = "data.path") -> list[Any]:
             except UnicodeDecodeError as exc:
                 raise ConfigError(f"{path} is not valid UTF-8 (byte {exc.start})", field=field,
                                   fix="save the file as UTF-8") from None
-            return list(_json(text, path, None, field, "write one JSON array of objects, or one object per line"))
+            items = list(_json(text, path, None, field, "write one JSON array of objects, or one object per line"))
+            if origins is not None:
+                origins.add(path, [0] * len(items))
+            return items
     rows: list[Any] = []
+    lines: list[int] = []
     with path.open("rb") as fh:
         for lineno, raw_line in enumerate(fh, 1):
+            if lineno == 1:
+                raw_line = raw_line.removeprefix(codecs.BOM_UTF8)
             try:
                 line = raw_line.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -159,9 +193,12 @@ def read_json_rows(path: Path, field: str = "data.path") -> list[Any]:
             if not line.strip():
                 continue
             rows.append(_json(line, path, lineno, field, "write one JSON object per line"))
+            lines.append(lineno)
             if not isinstance(rows[-1], dict):
                 raise ConfigError(f"{path}:{lineno} is a JSON {type(rows[-1]).__name__}, not an object",
                                   field=field, fix='write objects like {"prompt": "...", "answer": "..."}')
+    if origins is not None:
+        origins.add(path, lines)
     return rows
 
 
@@ -193,11 +230,13 @@ def _arrow_rows(dataset: Any, digest: str | None, what: str) -> ArrowRows:
 
 
 def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir: str | None = None,
-               field: str = "data.path", split_field: str = "data.split") -> tuple[list[Any] | ArrowRows, str]:
-    """(rows, display name) of ``path``: JSON rows as dicts, everything else Arrow-backed."""
+               field: str = "data.path", split_field: str = "data.split",
+               ) -> tuple[list[Any] | ArrowRows, str, RowOrigins | None]:
+    """(rows, display name, where each JSON row came from) of ``path``: JSON rows as dicts,
+    everything else Arrow-backed (its rows are named by their index in the source)."""
     paths = expand_paths(path, field)
     if paths[0].is_dir():
-        return _load_folder(paths[0], split, field, split_field), paths[0].name
+        return _load_folder(paths[0], split, field, split_field), paths[0].name, None
     if split is not None:
         raise ConfigError("files have no splits", field=split_field,
                           fix="remove it, or hold rows out with data.options.eval_count / data.eval_path")
@@ -205,11 +244,12 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
     kind = _format(paths, field)
     if kind == "json":
         rows: list[Any] = []
+        origins = RowOrigins()
         for p in paths:
-            rows += read_json_rows(p, field)
+            rows += read_json_rows(p, field, origins)
         if not rows:
             raise ConfigError(f"data file {str(paths[0])!r} has no rows", field=field, fix="add JSON lines to it")
-        return rows, name
+        return rows, name, origins
     builder, options = ARROW_FORMATS[paths[0].suffix.lower()]
     for p in paths:
         if p.stat().st_size == 0:
@@ -232,7 +272,7 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
             raise no_rows from None
         raise ConfigError(f"cannot read {name} as {builder}: {_reason(exc)}", field=field,
                           fix=f"check that the file is a valid {builder} file (re-export it)") from None
-    return _arrow_rows(loaded, digest, name), name
+    return _arrow_rows(loaded, digest, name), name, None
 
 
 def _parquet_rows(paths: list[Path], field: str) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 import attrs
 
 from polyrl.backend_features import check_backend_features, check_compute_dtype, with_total_steps
+from polyrl.backend_kit.options import check_option_keys
 from polyrl.bench import speed_records
 from polyrl.config import RunConfig
 from polyrl.engine import Engine
@@ -94,6 +95,26 @@ def check_backend_names(config: RunConfig, registry: Registry) -> None:
             )
 
 
+def _run_backends(config: RunConfig) -> list[str]:
+    """The backends this run loads engines of (the reference one only when ``beta > 0``)."""
+    b = config.backends
+    names = [b.train, b.generate_backend] + ([b.reference_backend] if config.algorithm.beta > 0 else [])
+    return list(dict.fromkeys(names))
+
+
+def check_backend_options(config: RunConfig, registry: Registry) -> None:
+    """Refuse a ``backends.options`` key that no backend of the run reads, before anything loads
+    (the table is free-form, so a typo would otherwise silently do nothing). Skipped when a
+    backend of the run does not declare its keys (``BackendSpec.options`` None)."""
+    known: dict[str, tuple[str, ...]] = {}
+    for name in _run_backends(config):
+        keys = registry.spec(name).options
+        if keys is None:
+            return
+        known[name] = keys
+    check_option_keys(config.backends.options, known)
+
+
 def engine_config(config: RunConfig, role: str, model: str) -> EngineConfig:
     """What an engine of ``role`` ("train", "generate", "reference") is built with."""
     c = config
@@ -155,6 +176,7 @@ def load_engines(config: RunConfig, registry: Registry) -> RunEngines:
     generator starts with the train engine's weights."""
     c, reg = config, registry
     check_backend_names(c, reg)
+    check_backend_options(c, reg)
     model = reg.resolve_model(c.model.path)
     if not Path(model).exists():
         raise ConfigError(

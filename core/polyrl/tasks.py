@@ -47,7 +47,9 @@ def _int_option(options: Mapping[str, Any], key: str, low: int, high: int | None
         high is not None and value > high
     ):
         bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
-        raise _option_error(key, f"must be an integer {bound}, got {value!r}")
+        example = ARITHMETIC_DEFAULTS[key] if low <= ARITHMETIC_DEFAULTS[key] else low
+        raise _option_error(key, f"must be an integer {bound}, got {value!r}",
+                            f"e.g. options = {{{key} = {example}}} (default {ARITHMETIC_DEFAULTS[key]})")
     return int(value)
 
 

@@ -40,7 +40,7 @@ from polyrl import resume_config, strict_json
 from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
 from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.config import RunConfig
-from polyrl.data import Dataset, PromptSampler, load_train_and_eval
+from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train_and_eval
 from polyrl.engines import choose_generate_backend, load_engines
 from polyrl.errors import ConfigError, PolyrlError, RewardError
 from polyrl.logs import get_logger, readable
@@ -128,7 +128,6 @@ class Trainer:
             columns=self.dataset.columns, timeouts={r.label: r.timeout_s for r in config.rewards},
             should_stop=lambda: self.stop_requested,
         )
-        self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed)
         self.rank, self.world_size = _launcher_rank()
         self.registry.check_data_parallel(config.backends.train, self.world_size)
         if self.world_size > config.train.prompts_per_step:
@@ -151,12 +150,29 @@ class Trainer:
         self.model_path, self.train_engine = self.engines.model_path, self.engines.train
         self.gen_engine, self.ref_engine = self.engines.generate, self.engines.reference
         self.ref_sync = self.engines.ref_sync
+        self.dataset, self.eval_dataset = self._fit_prompts()  # needs the tokenizer; before step 0
+        self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed)
         self.episodes = self._episode_runner()
 
     # --- setup ---------------------------------------------------------------------------------
 
     def _datasets(self) -> tuple[Dataset, Dataset | None]:
         return load_train_and_eval(self.config.data, self.config.eval.count)
+
+    def _fit_prompts(self) -> tuple[Dataset, Dataset | None]:
+        """The datasets with every prompt checked against model.max_length once, encoded as
+        generation encodes it (``check_prompt_lengths``). The train engine's tokenizer is asked
+        first: it is local even when the generator is a server. An environment writes its own
+        first messages, so its prompts are left to generation."""
+        encoders = (getattr(e.raw, "encode_prompt", None) for e in (self.train_engine, self.gen_engine))
+        encode = next((f for f in encoders if callable(f)), None)
+        if encode is None or self.config.environment.name is not None:
+            return self.dataset, self.eval_dataset
+        limit, drop = self.config.model.max_length, self.config.data.drop_overlong
+        train, _ = check_prompt_lengths(self.dataset, lambda p: len(encode(p)), limit, drop=drop)
+        if self.eval_dataset is None:
+            return train, None
+        return train, check_prompt_lengths(self.eval_dataset, lambda p: len(encode(p)), limit, drop=drop)[0]
 
     def _check_environment(self) -> EnvironmentPlan | None:
         if not self.config.environment.enabled:

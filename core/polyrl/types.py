@@ -17,6 +17,10 @@ import numpy as np
 from polyrl.errors import ConfigError
 
 
+def _optional_keys(value: Iterable[str] | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(value)
+
+
 def _as_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
     """``tuple`` as an attrs converter that mypy can type (the builtin's type variable stays unsolved)."""
     return tuple(value)
@@ -461,6 +465,10 @@ class BackendSpec:
     distribution: str = ""  # filled in by the registry from the entry point
     #: Optional extra facts for ``polyrl doctor`` (e.g. which BLAS is active), name -> text.
     diagnostics: Callable[[], Mapping[str, str]] | None = None
+    #: The ``[backends.options]`` keys this backend reads. Every engine of a run sees the whole
+    #: table, so the core refuses a key that no backend of the run declares (a typo would do
+    #: nothing); None means "not declared" and turns that check off for runs using this backend.
+    options: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_keys)
 
 
 @attrs.define

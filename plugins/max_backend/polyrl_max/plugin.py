@@ -98,6 +98,7 @@ def polyrl_register_backends(register) -> None:
                     "teacher-forced scoring, weight hot reload without recompiling",
             version=installed_version(DISTRIBUTION),
             diagnostics=_diagnostics,
+            options=("cache_dir", "max_batch_size", "max_model_path", "max_overrides", "quantization_encoding"),  # the [backends.options] keys it reads
         )
     )
 

@@ -22,6 +22,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from polyrl.errors import ConfigError
 
@@ -56,13 +57,45 @@ def _check(src: str, dst: str, to: str, quantize_bits: int | None) -> tuple[Path
     return source.resolve(), target.resolve()
 
 
-def _to_mlx(source: Path, out: Path, quantize_bits: int | None, group_size: int) -> None:
-    from mlx_lm.utils import load, quantize_model, save
+def _load(source: Path) -> tuple[Any, Any, dict[str, Any]]:
+    """mlx-lm's ``load`` (lazy), its failures on a damaged folder as one ConfigError on ``src``.
+
+    mlx raises RuntimeError for weights cut short (an interrupted copy or download) and ValueError
+    listing every tensor when config.json and the weights disagree (e.g. its layer count).
+    """
+    from mlx_lm.utils import load
 
     from polyrl_mlx.engine import config_overrides
 
-    model, tokenizer, config = load(str(source), return_config=True, lazy=True,
-                                    model_config=config_overrides(source) or None)
+    try:
+        model, tokenizer, config = load(str(source), return_config=True, lazy=True,
+                                        model_config=config_overrides(source) or None)
+    except RuntimeError as exc:
+        raise ConfigError(f"the weights in {str(source)!r} are truncated or corrupt ({_summary(exc)})",
+                          field="src", fix="re-copy or re-download the model's *.safetensors files") from None
+    except ValueError as exc:
+        if not any(word in str(exc).split("\n", 1)[0] for word in ("parameters", "shape")):
+            raise ConfigError(f"mlx-lm cannot load {str(source)!r}: {_summary(exc)}", field="src",
+                              fix="give an HF or MLX model folder of an architecture mlx-lm supports") from None
+        raise ConfigError(f"config.json in {str(source)!r} does not match its weights: {_summary(exc)}",
+                          field="src", fix="use the config.json saved with these weights (e.g. "
+                          "num_hidden_layers, hidden_size), or re-copy / re-download the model folder") from None
+    return model, tokenizer, config
+
+
+def _summary(exc: Exception) -> str:
+    """mlx's message cut to its first line plus three of the tensors it lists (it lists them all)."""
+    head, _, rest = str(exc).strip().partition("\n")
+    names = [n.strip().rstrip(",.") for n in rest.splitlines() if n.strip()]
+    if not names:
+        return head.rstrip(": ") or type(exc).__name__
+    return head.rstrip(": ") + ": " + ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
+def _to_mlx(source: Path, out: Path, quantize_bits: int | None, group_size: int) -> None:
+    from mlx_lm.utils import quantize_model, save
+
+    model, tokenizer, config = _load(source)
     if quantize_bits is not None:
         if config.get("quantization"):
             raise ConfigError(f"{source} is already quantized", field="quantize_bits",
@@ -73,13 +106,9 @@ def _to_mlx(source: Path, out: Path, quantize_bits: int | None, group_size: int)
 
 
 def _to_hf(source: Path, out: Path) -> None:
-    from mlx_lm.utils import load
-
-    from polyrl_mlx.engine import config_overrides
     from polyrl_mlx.weights import hf_tensors, save_hf_folder
 
-    model, tokenizer, config = load(str(source), return_config=True, lazy=True,
-                                    model_config=config_overrides(source) or None)
+    model, tokenizer, config = _load(source)
     save_hf_folder(out, hf_tensors(model), config, tokenizer._tokenizer, source=source)
 
 

@@ -112,6 +112,7 @@ def polyrl_register_backends(register) -> None:
                     "exact-logprob sampling, GRPO-family training, LoRA/QLoRA, 4/8-bit models",
             version=installed_version(DISTRIBUTION),
             diagnostics=_diagnostics,
+            options=("bucket_call_tokens", "score_batch_tokens", "shared_prompt_forward"),  # the [backends.options] keys it reads
         )
     )
 

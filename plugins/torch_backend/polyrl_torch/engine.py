@@ -26,6 +26,7 @@ from polyrl_torch.attention import register_grouped_sdpa
 from polyrl_torch.devices import resolve_device
 from polyrl_torch.generation_weights import packing_requested
 from polyrl_torch.host_memory import retain_freed_memory, retain_requested
+from polyrl_torch.options import TorchOptions
 
 #: float16 runs on CPU too (torch 2.x has the kernels) but is no faster there than bfloat16;
 #: it is for GPUs without bfloat16 and for matching a float16 generator.
@@ -50,7 +51,7 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
-def _model_location(model: str, options: Mapping[str, Any]) -> tuple[str, str | None]:
+def _model_location(model: str, gguf: str | None) -> tuple[str, str | None]:
     """(folder, gguf file name or None) for a HF folder, a ``.gguf`` file, or a folder + option."""
     path = Path(model).expanduser()
     if not path.exists():
@@ -65,14 +66,13 @@ def _model_location(model: str, options: Mapping[str, Any]) -> tuple[str, str | 
             raise ConfigError(f"{model!r} is a file but not a .gguf file", field="model",
                               fix="point at the model folder (with config.json) or a .gguf file")
         return str(path.parent), path.name
-    gguf = options.get("gguf_file")
     if gguf is None and not (path / "config.json").exists():
         ggufs = sorted(p.name for p in path.glob("*.gguf"))
         if len(ggufs) == 1:
             gguf = ggufs[0]
         else:
-            raise ConfigError(f"{model!r} has no config.json", field="model",
-                              fix="point at a HF model folder, or set options.gguf_file")
+            raise ConfigError(f"{model!r} has no config.json", field="model.path",
+                              fix="point at a HF model folder, or set backends.options.gguf_file")
     return str(path), gguf
 
 
@@ -125,9 +125,11 @@ class TorchEngine:
         if config.role == "train":
             self.device = distributed.local_device(self.device)  # cuda:LOCAL_RANK under torchrun
             distributed.init_from_env(self.device)  # a no-op outside torchrun
+        #: every option checked now (a bad value fails at load, not at the first generate or step)
+        self.options = TorchOptions.read(config.options)
+        packing_requested(config.options)
         # FSDP2 when asked for under torchrun (a no-op alone): see polyrl_torch.sharding
-        shard = config.role == "train" and sharding.requested(config.options) and distributed.active()
-        packing_requested(config.options)  # a bad value fails at load, not at the first generate
+        shard = sharding.requested(config.options) and config.role == "train" and distributed.active()
         if retain_requested(config.options) and self.device.type == "cpu":
             retain_freed_memory()  # no page faults for every large tensor: see polyrl_torch.host_memory
         self.use_configured_threads()
@@ -136,12 +138,12 @@ class TorchEngine:
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed)
 
-        folder, gguf_file = _model_location(config.model, config.options)
+        folder, gguf_file = _model_location(config.model, self.options.gguf_file)
         self.model_dir, self.gguf_file = folder, gguf_file
         extra: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
         extra["trust_remote_code"] = bool(config.trust_remote_code)  # explicit: never on by accident
         self.tokenizer, model = _load_pretrained(
-            folder, extra, dtype=self.dtype, attn_implementation=config.options.get("attn_implementation", "sdpa"))
+            folder, extra, dtype=self.dtype, attn_implementation=self.options.attn_implementation)
         if self.device.type == "cpu" and getattr(model.config, "_attn_implementation", None) == "sdpa":
             model.set_attn_implementation(register_grouped_sdpa())  # no per-head key/value copies: see attention
         if not shard:
@@ -374,10 +376,46 @@ def _load_pretrained(folder: str, extra: dict[str, Any], **model_kwargs: Any) ->
             field="model.path",
             fix="use the tokenizer saved with this model (tokenizer files in the same folder)",
         )
+    from safetensors import SafetensorError
+
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, **model_kwargs, **extra)
+        model, info = AutoModelForCausalLM.from_pretrained(folder, **model_kwargs, **extra,
+                                                           output_loading_info=True)
+    except SafetensorError as exc:  # e.g. an interrupted copy or download: the header or data is cut short
+        raise ConfigError(f"the weights in {folder!r} are truncated or corrupt ({_first_line(exc)})",
+                          field="model.path",
+                          fix="re-copy or re-download the model's *.safetensors files") from None
     except (OSError, ValueError, RuntimeError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"cannot load the model weights from {folder!r}: {first_line}",
+        raise ConfigError(f"cannot load the model weights from {folder!r}: {_first_line(exc)}",
                           field="model.path", fix=fix) from None
+    check_weights_match(folder, info)
     return tokenizer, model
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def check_weights_match(folder: str, info: Mapping[str, Any]) -> None:
+    """Refuse a model whose config.json and weights disagree (transformers' ``output_loading_info``).
+
+    transformers loads such a model anyway: a parameter the weights lack is randomly initialised
+    and a tensor the model has no place for is dropped, with only a warning table on stderr, so a
+    config.json saying 32 layers over 30 layers of weights would train two random layers. The
+    benign cases (an lm_head tied to the embeddings, non-persistent buffers such as rotary
+    ``inv_freq``, keys a model class declares ignorable) never appear in ``info``.
+    """
+    for kind, keys in (("missing", info.get("missing_keys")), ("unexpected", info.get("unexpected_keys")),
+                       ("mismatched", info.get("mismatched_keys"))):
+        names = sorted(str(k[0] if isinstance(k, tuple) else k) for k in keys or ())
+        if names:
+            shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            why = {"missing": "the weights lack them (they would be random)",
+                   "unexpected": "config.json's model has no place for them (they would be dropped)",
+                   "mismatched": "their shapes differ from config.json's"}[kind]
+            raise ConfigError(
+                f"config.json in {folder!r} does not match its weights: {len(names)} {kind} tensor(s), "
+                f"{why}: {shown}", field="model.path",
+                fix="use the config.json saved with these weights (e.g. num_hidden_layers, hidden_size), "
+                    "or re-copy / re-download the model folder")

@@ -19,6 +19,7 @@ from typing import Any
 from polyrl.backend_kit.versions import installed_version
 from polyrl.hookspecs import hookimpl
 from polyrl.types import ArchSupport, BackendSpec, Capabilities, EngineConfig
+from polyrl_torch.options import KEYS as OPTION_KEYS
 
 BACKEND = "torch"
 DISTRIBUTION = "polyrl-torch"
@@ -133,6 +134,7 @@ def polyrl_register_backends(register) -> None:
             summary="PyTorch + transformers: exact-logprob sampling, GRPO-family training, LoRA (peft)",
             version=installed_version(DISTRIBUTION),
             diagnostics=_diagnostics,
+            options=OPTION_KEYS,
         )
     )
 

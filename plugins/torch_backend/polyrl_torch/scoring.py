@@ -27,7 +27,6 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from polyrl.backend_kit.batching import (
-    BUCKET_CALL_TOKENS,
     length_batches,
     length_buckets,
     prompt_groups,
@@ -39,11 +38,6 @@ from polyrl_torch.target_logprobs import target_logprobs
 
 #: Logit elements per chunk (64 MB in float32).
 CHUNK_ELEMENTS = 1 << 24
-#: MB of logits (and their log-softmax) a training forward may keep for backward (option
-#: ``logits_memory_mb``); above it each chunk is recomputed in backward instead.
-LOGITS_MEMORY_MB = 1024
-#: Tokens per no-grad forward when scoring many sequences (option ``score_batch_tokens``).
-SCORE_BATCH_TOKENS = 8192
 
 
 def _one_step(softcap: float | None, entropy: str) -> bool:
@@ -76,7 +70,7 @@ def shared_prompt_forward_allowed(engine: TorchEngine) -> bool:
     """Off for sliding-window attention (its cache drops old keys) or when the user says so, and
     in a checkpointed training forward (transformers drops the KV cache there, so the tails
     would not see their prompt)."""
-    if not engine.config.options.get("shared_prompt_forward", True):
+    if not engine.options.shared_prompt_forward:
         return False
     if engine.config.gradient_checkpointing and engine.model.training:
         return False
@@ -174,7 +168,7 @@ def _shared_prompt_hidden(engine: TorchEngine, sequences: Sequence[TokenSequence
 
     tails = [np.asarray(s.completion_ids[:-1], dtype=np.int64) for s in sequences]
     rest: list[torch.Tensor | None] = [None] * len(sequences)  # row i's states after token 0
-    call_tokens = int(engine.config.options.get("bucket_call_tokens", BUCKET_CALL_TOKENS))
+    call_tokens = engine.options.bucket_call_tokens
     for bucket in length_buckets([len(t) for t in tails], call_tokens):
         if max(len(tails[i]) for i in bucket) == 0:
             continue  # one-token (or empty) completions: their head state is all they need
@@ -244,7 +238,7 @@ def _score(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature:
     # log-softmax, 8) unless recomputed; recompute (one more lm_head matmul) only above the cap
     per_logit = torch.finfo(engine.compute_dtype or engine.dtype).bits // 8 if _one_step(softcap, entropy) else 8
     kept_mb = selected.shape[0] * head.weight.shape[0] * per_logit / 2**20
-    cap_mb = float(engine.config.options.get("logits_memory_mb", LOGITS_MEMORY_MB))
+    cap_mb = engine.options.logits_memory_mb
     recompute = torch.is_grad_enabled() and kept_mb > cap_mb
     pieces, ent_pieces = [], []
     for start in range(0, selected.shape[0], chunk):
@@ -269,7 +263,7 @@ def logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temperatur
     if reference and engine.lora is None:
         return None  # the core then loads a separate reference engine
     temperature = float(temperature) or 1.0
-    budget = int(engine.config.options.get("score_batch_tokens", SCORE_BATCH_TOKENS))
+    budget = engine.options.score_batch_tokens
     out: list[np.ndarray | None] = [None] * len(sequences)
     was_training = engine.model.training
     engine.model.eval()

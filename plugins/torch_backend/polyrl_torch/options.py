@@ -1,0 +1,59 @@
+"""The torch backend's ``[backends.options]``: every key it reads, typed, ranged and read once.
+
+Why one place: the engine reads them all when it loads, so a bad value fails then, naming
+``backends.options.<key>``, not at the first scoring call deep inside a train step; and ``KEYS``
+is what the plugin declares, so the core refuses a key no backend of the run reads (a typo).
+Imports no torch: the plugin module registers ``KEYS`` at every polyrl start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS
+from polyrl.backend_kit.options import bool_option, float_option, int_option, text_option
+
+#: MB of logits (and their log-softmax) a training forward may keep for backward; above it each
+#: chunk is recomputed in backward instead (0: always recompute).
+LOGITS_MEMORY_MB = 1024
+#: Tokens per no-grad forward when scoring many sequences.
+SCORE_BATCH_TOKENS = 8192
+
+#: Every key this backend reads (``fsdp``, ``packed_generation`` and ``retain_freed_memory`` are read
+#: by ``sharding``, ``generation_weights`` and ``host_memory``; the engine checks them at load too).
+KEYS = ("attn_implementation", "bucket_call_tokens", "fsdp", "gguf_file", "logits_memory_mb",
+        "packed_generation", "retain_freed_memory", "score_batch_tokens", "shared_prompt_forward")
+
+
+@attrs.frozen
+class TorchOptions:
+    """The scoring and loading switches, checked (see ``read``)."""
+
+    shared_prompt_forward: bool = True
+    bucket_call_tokens: int = BUCKET_CALL_TOKENS
+    score_batch_tokens: int = SCORE_BATCH_TOKENS
+    logits_memory_mb: float = LOGITS_MEMORY_MB
+    attn_implementation: str = "sdpa"
+    gguf_file: str | None = None
+
+    @classmethod
+    def read(cls, options: Mapping[str, Any]) -> TorchOptions:
+        """From ``EngineConfig.options``; a wrong type or range is a ConfigError naming the key."""
+        gguf = text_option(options, "gguf_file", None,
+                           fix="name the .gguf file inside model.path, e.g. gguf_file = \"model-q8_0.gguf\"")
+        return cls(
+            shared_prompt_forward=bool_option(options, "shared_prompt_forward", True,
+                                              fix="write shared_prompt_forward = false (or remove it)"),
+            bucket_call_tokens=int_option(options, "bucket_call_tokens", BUCKET_CALL_TOKENS, minimum=0,
+                                          fix=f"give the tokens one extra forward costs (default {BUCKET_CALL_TOKENS})"),
+            score_batch_tokens=int_option(options, "score_batch_tokens", SCORE_BATCH_TOKENS, minimum=1,
+                                          fix=f"give tokens per scoring forward (default {SCORE_BATCH_TOKENS})"),
+            logits_memory_mb=float_option(options, "logits_memory_mb", LOGITS_MEMORY_MB, minimum=0,
+                                          fix=f"give MB of logits kept for backward (default {LOGITS_MEMORY_MB})"),
+            attn_implementation=text_option(options, "attn_implementation", "sdpa",
+                                            fix='use a transformers attention, e.g. "sdpa" or "eager"') or "sdpa",
+            gguf_file=gguf,
+        )
