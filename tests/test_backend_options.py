@@ -107,6 +107,7 @@ def test_every_installed_backend_declares_its_option_keys():
     from polyrl.registry import get_registry
 
     reg = get_registry()
-    for name in ("torch", "mlx", "max"):
+    for name in ("torch", "mlx", "max", "remote"):
         if name in reg.names():
             assert reg.spec(name).options, name
+    assert {"servers", "timeout_s", "weight_push", "max_reply_bytes"} <= set(reg.spec("remote").options or ())

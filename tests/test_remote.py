@@ -128,6 +128,9 @@ def test_errors_name_the_option_and_the_fix(servers):
         Engine(reg, "remote", EngineConfig(model="x", options={}))
     with pytest.raises(ConfigError, match="cannot list the models"):
         Engine(reg, "remote", EngineConfig(model="x", options={"servers": ["http://127.0.0.1:9/v1"]}))
+    with pytest.raises(ConfigError, match=r"backends\.options\.weight_push: must be true or false.*Fix"):
+        Engine(reg, "remote", EngineConfig(model="x", options={"servers": ["http://127.0.0.1:9/v1"],
+                                                                "weight_push": "no"}))
     engine = Engine(reg, "remote", EngineConfig(model="x", options={
         "servers": ["http://127.0.0.1:9/v1"], "served_model": "m", "retries": 1, "backoff_s": 0.01}))
     with pytest.raises(PluginError, match="servers in backends.options.servers are up"):

@@ -135,6 +135,9 @@ def remote_options(options: Mapping[str, Any]) -> RemoteOptions:
     for key in ("api_key_env", "weights_dir", "weight_push_token_env", "weight_push_token_file"):
         if key in values and not (values[key] is None or isinstance(values[key], str) and values[key]):
             raise ConfigError("must be a non-empty string", field=f"backends.options.{key}")
+    if "weight_push" in values and not isinstance(values["weight_push"], bool):  # "no" would read as true
+        raise ConfigError(f"must be true or false, got {values['weight_push']!r}", field="backends.options.weight_push",
+                          fix="weight_push = false samples off-policy from servers that cannot take weights")
     for key in ("retries", "max_concurrency"):
         if key in values and (not isinstance(values[key], int) or isinstance(values[key], bool) or values[key] < 0):
             raise ConfigError("must be an integer >= 0", field=f"backends.options.{key}")
@@ -406,6 +409,7 @@ def polyrl_register_backends(register: Callable[[BackendSpec], None]) -> None:
                                   concurrent_generate=True, token_prompts=True, sampling=SAMPLING),
         version="1", probe=_probe,
         install_hint="pip install httpx safetensors (core dependencies)",
+        options=tuple(f.name for f in attrs.fields(RemoteOptions)),
     ))
 
 
