@@ -707,3 +707,14 @@ def test_length_bucketed_completions_equal_one_padded_call(tiny_model_dir):
     assert len({len(s.completion_ids) for s in seqs}) >= 4
     _assert_same_logprobs_and_gradients(per_length, one_call, noisy_batch(one_call, seqs, beta=False),
                                         Objective(max_completion_length=8))
+
+
+@pytest.mark.parametrize(("options", "key"), [
+    ({"shared_prompt_forward": "no"}, "shared_prompt_forward"),  # a string read as true before
+    ({"bucket_call_tokens": "abc"}, "bucket_call_tokens"),
+    ({"score_batch_tokens": 0}, "score_batch_tokens"),
+])
+def test_a_bad_backend_option_fails_at_load_naming_it(tiny_model_dir, options, key):
+    with pytest.raises(ConfigError) as info:
+        make_engine(tiny_model_dir, options=options)
+    assert f"backends.options.{key}" in str(info.value) and "Fix:" in str(info.value)

@@ -20,7 +20,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
+from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS
 from polyrl.backend_kit.chat import require_chat_template
+from polyrl.backend_kit.options import bool_option, int_option
 from polyrl.backend_kit.tokens import pad_token_id
 from polyrl.errors import ConfigError
 from polyrl.types import EngineConfig, Prompt, TokenPrompt
@@ -113,6 +117,32 @@ class Float32AdamW(optim.AdamW):
         return updated.astype(parameter.dtype)
 
 
+#: Tokens (padded rows x width) per no-grad forward when scoring many sequences
+#: (``backends.options.score_batch_tokens``).
+SCORE_BATCH_TOKENS = 8192
+
+
+@attrs.frozen
+class ScoringOptions:
+    """The ``[backends.options]`` keys this backend reads, typed and ranged (a string "no" for a
+    switch would otherwise read as true); a bad one is a ConfigError naming the key."""
+
+    shared_prompt_forward: bool = True
+    bucket_call_tokens: int = BUCKET_CALL_TOKENS
+    score_batch_tokens: int = SCORE_BATCH_TOKENS
+
+    @classmethod
+    def read(cls, options: Mapping[str, Any]) -> ScoringOptions:
+        return cls(
+            shared_prompt_forward=bool_option(options, "shared_prompt_forward", True,
+                                              fix="write shared_prompt_forward = false (or remove it)"),
+            bucket_call_tokens=int_option(options, "bucket_call_tokens", BUCKET_CALL_TOKENS, minimum=0,
+                                          fix=f"give the tokens one extra forward costs (default {BUCKET_CALL_TOKENS})"),
+            score_batch_tokens=int_option(options, "score_batch_tokens", SCORE_BATCH_TOKENS, minimum=1,
+                                          fix=f"give tokens per scoring forward (default {SCORE_BATCH_TOKENS})"),
+        )
+
+
 class MLXEngine:
     """One loaded model; the compute hooks receive it."""
 
@@ -120,6 +150,8 @@ class MLXEngine:
         import mlx_lm
 
         self.config = config
+        #: the [backends.options] this backend reads, checked now, not at the first scoring call
+        self.options = ScoringOptions.read(config.options)
         if config.dtype not in DTYPES:
             raise ConfigError(f"dtype {config.dtype!r} is not supported by the mlx backend",
                               field="dtype", fix=f"use one of {', '.join(DTYPES)}")

@@ -32,9 +32,6 @@ from polyrl_mlx._mx import mx
 from polyrl_mlx.architectures import backbone_embed_scale
 from polyrl_mlx.engine import MLXEngine
 
-#: Tokens (padded rows x width) per no-grad forward when scoring many sequences
-#: (``EngineConfig.options["score_batch_tokens"]``).
-SCORE_BATCH_TOKENS = 8192
 
 
 def layout(sequences: Sequence[TokenSequence], pad_id: int):
@@ -72,7 +69,7 @@ def flat_logprobs(engine: MLXEngine, sequences: Sequence[TokenSequence],
     owners, prompts = prompt_groups(sequences)
     if parts is not None and len(prompts) < len(sequences) and shared_prompt_forward_allowed(engine):
         backbone, head = parts
-        call_tokens = int(engine.config.options.get("bucket_call_tokens", BUCKET_CALL_TOKENS))
+        call_tokens = engine.options.bucket_call_tokens
         hidden = shared_prompt_hidden(backbone, sequences, owners, prompts, engine.pad_id, call_tokens,
                                       window=sliding_window(engine), embed_scale=backbone_embed_scale(engine))
         logits = head(hidden).astype(mx.float32)
@@ -95,7 +92,7 @@ def shared_prompt_forward_allowed(engine: MLXEngine) -> bool:
     """Off when the user says so, or when the backbone is not a plain stack of layers
     (``embed_tokens`` / ``layers`` / ``norm``) whose sliding windows, if any, this module masks
     itself (Gemma 3's per-layer ``is_sliding``); other sliding-window models take the full path."""
-    if not engine.config.options.get("shared_prompt_forward", True):
+    if not engine.options.shared_prompt_forward:
         return False
     if engine.config.gradient_checkpointing and engine.model.training:
         return False  # its per-layer caches would bypass the checkpointed layers (checkpointing.py)
@@ -234,7 +231,7 @@ def logprobs(engine: MLXEngine, sequences: Sequence[TokenSequence], temperature:
     if reference and engine.lora is None:
         return None  # the core then loads a separate reference engine
     temperature = float(temperature) or 1.0
-    budget = int(engine.config.options.get("score_batch_tokens", SCORE_BATCH_TOKENS))
+    budget = engine.options.score_batch_tokens
     out: list[np.ndarray | None] = [None] * len(sequences)
     context = adapters_disabled(engine) if reference else contextlib.nullcontext()
     with mx.stream(engine.device), context:
