@@ -7,6 +7,7 @@ import json
 import pytest
 
 from polyrl.bench import run_bench
+from polyrl.errors import ConfigError
 
 
 @pytest.fixture(autouse=True)
@@ -197,3 +198,98 @@ def test_no_utilisation_against_another_devices_peak(tiny_model_dir):
         device_spec = "gpu:0"
 
     assert engine_device(Max()) == "gpu:0" and engine_device(object()) == "unknown"
+
+
+def _bench_cli(tmp_path, *argv):
+    """``polyrl bench ARGV`` in a subprocess (what a user runs); its own cache."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "POLYRL_CACHE": str(tmp_path / "cache")}
+    return subprocess.run([sys.executable, "-m", "polyrl.cli", "bench", *argv], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--prompts", "0"), ("--prompts", "-1"), ("--group-size", "0"), ("--group-size", "1"),
+    ("--max-new-tokens", "0"), ("--steps", "0"), ("--steps", "-1"), ("--threads", "0"),
+])
+def test_nonsense_workload_is_one_error_line_before_anything_runs(tmp_path, flag, value):
+    out = tmp_path / "b.json"
+    done = _bench_cli(tmp_path, "--model", str(tmp_path / "never-loaded"), "--backends", "torch", flag, value,
+                      "--output", str(out))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]  # one line, no traceback
+    assert done.stderr.startswith(f"error: {flag}:") and "Fix:" in done.stderr
+    assert not out.exists() and not out.with_suffix(".png").exists()
+
+
+def test_group_size_one_is_a_generation_only_workload():
+    """A GRPO step needs a group to compare within; timing generation alone does not."""
+    from polyrl.bench.args import check_workload
+
+    check_workload(prompts=1, group_size=1, max_new_tokens=1, threads=1, steps=1, generate_only=True)
+    with pytest.raises(ConfigError, match="--group-size.*--generate-only"):
+        check_workload(prompts=1, group_size=1, max_new_tokens=1, threads=1, steps=1, generate_only=False)
+    with pytest.raises(ConfigError, match="--group-size"):  # TRL's GRPO trains even with --generate-only
+        check_workload(prompts=1, group_size=1, max_new_tokens=1, threads=1, steps=1, generate_only=True,
+                       trains_baseline=True)
+
+
+@pytest.mark.parametrize("backends, needle", [
+    (["nope"], "unknown backend 'nope' (known: "),
+    (["torch", "remote"], "backends.options.servers"),
+])
+def test_an_unknown_or_unbenchable_backend_is_one_error_line(tmp_path, backends, needle):
+    out = tmp_path / "b.json"
+    done = _bench_cli(tmp_path, "--backends", *backends, "--steps", "1", "--output", str(out))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert done.stderr.startswith("error: --backends:") and needle in done.stderr and "Fix:" in done.stderr
+    assert not out.exists()
+
+
+def test_the_default_backends_leave_out_remote():
+    """``remote`` needs servers (backends.options.servers), which bench has no flag for."""
+    from polyrl.bench.args import bench_backends
+    from polyrl.registry import get_registry
+
+    reg = get_registry()
+    assert "remote" in reg.available()
+    default = bench_backends(reg, None)
+    assert "remote" not in default and default and set(default) <= set(reg.available())
+    assert bench_backends(reg, ["torch"]) == ["torch"]
+
+
+@pytest.mark.parametrize("output, needle", [
+    ("/proc/x.json", "cannot write"),
+    ("{tmp}", "is a directory"),
+    ("{tmp}/file.txt/b.json", "is a file, not a folder"),
+])
+def test_an_unwritable_output_is_one_error_line_before_any_benchmark(tmp_path, output, needle):
+    (tmp_path / "file.txt").write_text("x")
+    done = _bench_cli(tmp_path, "--backends", "torch", "--steps", "1", "--output", output.format(tmp=tmp_path))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert done.stderr.startswith("error: --output:") and needle in done.stderr and "Fix:" in done.stderr
+
+
+def test_a_child_that_dies_in_a_traceback_is_one_line_in_the_table(capsys):
+    """The result's ``error`` is the exception's line; the traceback stays in ``stderr_tail``."""
+    import sys
+
+    from polyrl.bench.report import print_table
+    from polyrl.bench.workload import run_child
+
+    code = ("def load():\n    raise ValueError('header too short: the file is truncated')\n"
+            "def outer():\n    load()\nouter()\n")
+    result = run_child([sys.executable, "-c", code], "torch")
+    assert result["error"] == "ValueError: header too short: the file is truncated"
+    assert "Traceback" in result["stderr_tail"] and "in outer" in result["stderr_tail"]
+    machine = {"model": "Some CPU", "cpus": 2, "simd_flags": ["avx2"], "threads": 1,
+               "matmul_peak": {"peak_gflops": 50.0, "library": "torch"}, "matmul_peaks": {}}
+    print_table({"machine": machine, "results": [result]})
+    err = capsys.readouterr().err
+    assert "torch: failed: ValueError: header too short: the file is truncated" in err
+    assert "in outer" not in err and "Traceback" not in err

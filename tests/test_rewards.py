@@ -202,6 +202,19 @@ def test_non_finite_or_wrong_type_scores_are_rejected(bad):
         score([("odd", 1.0, {})], ["a"], extra=[function_reward_plugin(odd)])
 
 
+@pytest.mark.parametrize("bad", [10**400, -(10**400), 10**5000, np.float64("inf")],
+                         ids=["1e400", "-1e400", "1e5000", "np-inf"])
+def test_a_number_past_floats_range_is_a_bad_score_not_a_traceback(bad):
+    """A huge int is as unusable as inf: one RewardError naming the reward, a short value (the
+    repr of 10**5000 would itself raise, and would not fit on a line)."""
+    def huge(prompts, completions, **kw):
+        return [bad] * len(completions)
+
+    with pytest.raises(RewardError, match=r"reward 'huge' .*returned .* for sample 0.*Fix: return finite") as info:
+        score([("huge", 1.0, {})], ["a", "b"], extra=[function_reward_plugin(huge)])
+    assert len(str(info.value)) < 400
+
+
 def test_none_handling_and_weights():
     def first(prompts, completions, **kw):
         return [1.0, None, None]

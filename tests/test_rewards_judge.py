@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from polyrl.errors import RewardError
+from polyrl.errors import ConfigError, RewardError
 from polyrl.plugins import get_plugin_manager
 from polyrl.rewards.combine import RewardComputer
 from polyrl.rewards.functions import function_reward_plugin
@@ -158,6 +158,48 @@ def test_rubric_placeholders_columns_and_literal_braces():
     rubric = 'Q: {prompt}\nA: {completion}\nRef: {answer}\nReply {"score": <{scale_min}-{scale_max}>} {unknown}'
     text = render_rubric(rubric, [{"role": "user", "content": "2+2?"}], "4", {"answer": "4"}, (0.0, 10.0))
     assert text == 'Q: 2+2?\nA: 4\nRef: 4\nReply {"score": <0-10>} {unknown}'
+
+
+GOOD = {"base_url": "http://127.0.0.1:1/v1", "model": "m"}
+
+
+@pytest.mark.parametrize("options, needle", [
+    ({**GOOD, "bogus": 1}, "no option 'bogus'"),
+    ({**GOOD, "base_url": "not a url"}, "not an http(s) URL"),
+    ({**GOOD, "scale": 0}, "min < max"),
+    ({**GOOD, "rubric": "Grade {prompt}"}, "{completion}"),
+])
+def test_bad_judge_options_are_refused_when_the_rewards_are_set_up(options, needle):
+    """Before any model loads (RewardComputer is built before the engines), not after a rollout;
+    no server is needed to find out."""
+    with pytest.raises(ConfigError, match="Fix:") as info:
+        RewardComputer(get_plugin_manager(entry_points=False), [("llm_judge", 1.0, options)])
+    assert info.value.field == "rewards[0].options" and needle in str(info.value)
+    assert str(info.value).count("Fix:") == 1
+
+
+@pytest.mark.parametrize("rubric, needle", [
+    ("Grade {answr}: {completion}. Rating (0-10):", "did you mean {answer}"),
+    ("Q: {Prompt} A: {completion}", "did you mean {prompt}"),
+    ("Ref: {reference} A: {completion}", "not a dataset column"),
+])
+def test_a_rubric_placeholder_that_is_no_column_is_refused_up_front(rubric, needle):
+    """A typo'd ``{answr}`` would reach the judge as written: it would never see the answer."""
+    with pytest.raises(ConfigError, match="Fix:") as info:
+        RewardComputer(get_plugin_manager(entry_points=False), [("llm_judge", 1.0, {**GOOD, "rubric": rubric})],
+                       columns=["prompt", "answer"])
+    assert info.value.field == "rewards[0].options" and "options.rubric" in str(info.value)
+    assert needle in str(info.value)
+    assert "{{" in str(info.value)  # says how to write braces meant literally
+
+
+def test_rubric_placeholders_known_to_the_dataset_and_literal_braces_pass_the_check():
+    rubric = ('Q: {prompt} A: {completion} Ref: {answer} {scale_min}-{scale_max} '
+              'Reply {"score": N} or \\boxed{{N}} {{answer}}')
+    RewardComputer(get_plugin_manager(entry_points=False), [("llm_judge", 1.0, {**GOOD, "rubric": rubric})],
+                   columns=["prompt", "answer"])
+    text = render_rubric(rubric, "2+2?", "4", {"answer": "4"}, (0.0, 10.0))
+    assert text == 'Q: 2+2? A: 4 Ref: 4 0-10 Reply {"score": N} or \\boxed{N} {answer}'
 
 
 def test_rewards_command_lists_the_new_rewards(capsys):

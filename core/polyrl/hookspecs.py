@@ -366,7 +366,9 @@ def reward(
 
     A reward plugin may also define ``check_options(name, options)``, called once when the run is
     set up for each configured reward it provides: raise ``RewardError("... . Fix: ...")`` for bad
-    options, so the user hears of them before any model loads, not after the first rollout.
+    options, so the user hears of them before any model loads, not after the first rollout. One
+    that also takes a ``columns`` argument gets the dataset's column names (None when unknown), to
+    check options that name columns (the LLM judge's rubric placeholders).
 
     A reward plugin whose work is I/O bound may also define ``is_async = True`` and a coroutine
     ``await_reward(prompts, completions, context)`` answering like ``reward``: the core then

@@ -79,7 +79,7 @@ def print_table(report: dict[str, Any]) -> None:
         table.add_column(col, justify="right")
     for r in report["results"]:
         if "error" in r:
-            table.add_row(r["backend"], f"error: {r['error'][:60]}")
+            table.add_row(r["backend"], "failed (below)")
             continue
         table.add_row(r["backend"], fmt(r.get("step_s")), fmt(r.get("generate_s")), fmt(r.get("forward_s")),
                       fmt(r.get("backward_s")), fmt(r.get("optimizer_s")), fmt(r.get("generate_tokens_per_s"), ".0f"),
@@ -92,6 +92,10 @@ def print_table(report: dict[str, Any]) -> None:
     if not console.is_terminal:
         console = Console(stderr=True, width=160)  # logs and pipes: no truncated columns
     console.print(table)
+    for r in report["results"]:
+        if "error" in r:  # one line: the exception, not the traceback (the JSON's stderr_tail has it)
+            lines = str(r["error"]).strip().splitlines() or ["?"]
+            console.print(f"{r['backend']}: failed: {lines[-1][:300]}", markup=False, highlight=False)
     for r in report["results"]:
         if r.get("mfu_note"):
             console.print(f"{r['backend']}: {r['mfu_note']}")

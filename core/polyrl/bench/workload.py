@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import resource
 import subprocess
 import sys
@@ -25,6 +26,7 @@ import numpy as np
 
 from polyrl import strict_json
 from polyrl.bench import speed_records
+from polyrl.bench.args import bench_backends, check_output, check_workload
 from polyrl.bench.machine import cpu_info
 from polyrl.engine import Engine
 from polyrl.errors import ConfigError
@@ -144,22 +146,34 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
     return out
 
 
+#: Lines of a failed child's stderr kept in its result (``stderr_tail``): its traceback.
+STDERR_TAIL_LINES = 40
+
+
+def _last_line(stderr: str) -> str:
+    """A traceback's last line, the exception, with its module path cut
+    (``polyrl.errors.ConfigError: ...`` -> ``ConfigError: ...``)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return re.sub(r"^(?:\w+\.)+(\w+: )", r"\1", lines[-1]) if lines else ""
+
+
 def child_failure(returncode: int, stderr: str) -> str:
     """What a failed child died of, in one line: the signal (SIGKILL is how the kernel's OOM
-    killer ends a process), a Python MemoryError, or its last stderr lines."""
+    killer ends a process), a Python MemoryError, or the exception it raised (its traceback goes
+    to the result's ``stderr_tail``, not here: this is what the table shows)."""
     import signal
 
-    tail = " | ".join(stderr.strip().splitlines()[-5:])
+    last = _last_line(stderr)
     if returncode < 0:
         try:
             name = signal.Signals(-returncode).name
         except ValueError:
             name = f"signal {-returncode}"
         oom = " (out of memory? the kernel's OOM killer sends SIGKILL)" if name == "SIGKILL" else ""
-        return f"killed by {name}{oom}" + (f": {tail}" if tail else "")
+        return f"killed by {name}{oom}" + (f": {last}" if last else "")
     if "MemoryError" in stderr or "out of memory" in stderr.lower():
-        return f"out of memory: {tail}"
-    return tail or f"exit {returncode}"
+        return f"out of memory: {last}"
+    return last or f"exit {returncode}"
 
 
 def run_child(argv: list[str], name: str, timeout: float | None = None) -> dict[str, Any]:
@@ -172,7 +186,8 @@ def run_child(argv: list[str], name: str, timeout: float | None = None) -> dict[
         return {"backend": name, "error": f"timed out after {timeout:g} s", "timed_out": True}
     if done.returncode != 0:
         return {"backend": name, "error": child_failure(done.returncode, done.stderr),
-                "returncode": done.returncode}
+                "returncode": done.returncode,
+                "stderr_tail": "\n".join(done.stderr.strip().splitlines()[-STDERR_TAIL_LINES:])}
     try:
         return json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
@@ -311,15 +326,20 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
               generate_only: bool = False, trl: bool = False, hf_generate: bool = False,
               mlx_lm_lora: bool = False, chart: bool = True, ignore_eos: bool = False,
               compute_dtype: str | None = None, device: str = "auto") -> dict[str, Any]:
-    """Bench ``backends`` (default: every usable one), then TRL (``trl``), mlx-lm-lora's GRPO
+    """Bench ``backends`` (default: every usable one but ``remote``), then TRL (``trl``), mlx-lm-lora's GRPO
     (``mlx_lm_lora``: each MLX result's ``speedup_vs_mlx_lm_lora``) and transformers' ``generate``
     (``hf_generate``: each backend's ``generate_speedup_vs_hf``) on the same workload.
     ``ignore_eos``: every side samples exactly ``max_new_tokens`` per completion;
     ``compute_dtype`` (e.g. bfloat16) runs polyrl's engines and TRL in that mixed precision (and
     ``generate`` on weights of that dtype); ``device`` is every side's (``auto``: CUDA, a GPU or Metal
-    when the machine has one, else the CPU; the matmul peak is measured on the same device)."""
+    when the machine has one, else the CPU; the matmul peak is measured on the same device).
+    The arguments are checked first (``polyrl.bench.args``): a bad one is a ``ConfigError``
+    before anything is measured or written."""
+    check_workload(prompts, group_size, max_new_tokens, threads, steps, generate_only,
+                   trains_baseline=trl or mlx_lm_lora)
     reg = get_registry()
-    names = backends or reg.available()
+    names = bench_backends(reg, backends)
+    check_output(output)
     resolved = reg.resolve_model(model)
     peak = matmul_peak(threads, device=device)
     peaks = {"float32": peak}

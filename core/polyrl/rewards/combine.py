@@ -20,7 +20,8 @@ Every call runs on a reward thread (``polyrl.rewards.guard``) with a time limit 
 (``timeouts``, default ``DEFAULT_TIMEOUT_S``) and gives up on a stop request (``should_stop``), so
 a reward that hangs, calls ``sys.exit`` or ``os._exit`` becomes one ``RewardError`` naming it (or
 ``RewardCancelled`` on a stop) instead of a hung or silently ended trainer. Function rewards'
-signatures are checked against the dataset's ``columns`` at construction.
+signatures are checked against the dataset's ``columns`` at construction, and so are the options of
+each reward whose plugin defines ``check_options`` (given ``columns`` too when it takes them).
 
 Metrics per reward: ``mean``/``std`` over the scored samples, ``latency_s``, ``none_count`` (samples
 the reward skipped; logged), plus whatever the plugin reported through
@@ -31,6 +32,7 @@ each as ``reward/<name>/<metric>``.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -81,7 +83,30 @@ def _is_score(value: Any) -> bool:
         return True
     if isinstance(value, (bool, np.bool_)):
         return True
-    return isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(float(value))
+    if not isinstance(value, (int, float, np.integer, np.floating)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an int past float's range is as unusable as inf
+        return False
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """A score as an error line quotes it: a huge int by its size (its repr may itself raise, past
+    4300 digits), anything else cut to ``limit`` characters."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _takes_columns(check_options: Callable[..., Any]) -> bool:
+    """Whether a plugin's ``check_options`` takes the dataset's ``columns`` (hookspecs: optional)."""
+    try:
+        parameters = inspect.signature(check_options).parameters
+    except (TypeError, ValueError):  # no signature to read: call it the documented way
+        return False
+    return "columns" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
 class RewardComputer:
@@ -125,7 +150,10 @@ class RewardComputer:
             check_options = getattr(plugin, "check_options", None)  # a plugin that checks up front
             if callable(check_options):
                 try:
-                    check_options(name, options)
+                    if _takes_columns(check_options):
+                        check_options(name, options, columns=columns)
+                    else:
+                        check_options(name, options)
                 except RewardError as exc:
                     problem, _, fix = str(exc).partition(". Fix: ")
                     raise ConfigError(problem, field=f"rewards[{i}].options", fix=fix or None) from None
@@ -303,7 +331,7 @@ class RewardComputer:
                              "return one score per completion (None to skip a sample)")
         for i, value in enumerate(scores):
             if not _is_score(value):
-                raise self._fail(provider, name, f"returned {value!r} for sample {i}",
+                raise self._fail(provider, name, f"returned {_shown(value)} for sample {i}",
                                  "return finite floats, or None for a sample without reward")
         return np.array([np.nan if v is None else float(v) for v in scores], dtype=np.float64)
 

@@ -10,7 +10,10 @@ Options (``[[rewards]] name = "llm_judge"``, ``options = {...}``); unknown optio
 ``model``            required: the model name the server serves
 ``rubric``           the user message; placeholders ``{prompt}``, ``{completion}`` (required),
                      ``{scale_min}``, ``{scale_max}`` and ``{<column>}`` for any dataset column (e.g. a
-                     reference ``{answer}``). Other braces are left alone, so JSON examples are safe.
+                     reference ``{answer}``). Every ``{word}`` is a placeholder: one that is neither
+                     of these is an error when the run is set up (a typo'd ``{answr}`` would reach
+                     the judge as written); write ``{{word}}`` to send ``{word}`` itself. Other
+                     braces are left alone, so JSON examples (``{"score": N}``) are safe.
 ``system``           the system message (None for none)
 ``scale``            the judge's score range: ``10`` means 0..10, ``[1, 5]`` means 1..5 (default 10);
                      an explicit fraction in the answer ("4/5") is normalised by its own denominator
@@ -77,6 +80,7 @@ Score parsing (``parse_score``): the reply must hold exactly one verdict. The ca
 from __future__ import annotations
 
 import asyncio
+import difflib
 import hashlib
 import json
 import math
@@ -86,7 +90,7 @@ import re
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -260,16 +264,44 @@ def prompt_text(prompt: Prompt) -> str:
     return "\n".join(f"{m.get('role', 'user')}: {m.get('content', '')}" for m in messages)
 
 
-_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+#: ``{{name}}`` (an escaped, literal ``{name}``) or a ``{name}`` placeholder.
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}|\{(\w+)\}")
+#: The placeholders every rubric may use besides the dataset's columns.
+BUILTIN_PLACEHOLDERS = ("prompt", "completion", "scale_min", "scale_max")
 
 
 def render_rubric(rubric: str, prompt: Prompt, completion: str, row: Mapping[str, Any],
                   scale: tuple[float, float]) -> str:
-    """Fill the rubric's ``{name}`` placeholders (others, like JSON examples, stay as written)."""
+    """Fill the rubric's ``{name}`` placeholders; ``{{name}}`` becomes ``{name}``; other braces,
+    like JSON examples, stay as written."""
     values: dict[str, str] = {str(k): str(v) for k, v in row.items() if v is not None}
     values.update(prompt=prompt_text(prompt), completion=completion,
                   scale_min=f"{scale[0]:g}", scale_max=f"{scale[1]:g}")
-    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), rubric)
+
+    def fill(match: re.Match[str]) -> str:
+        if match.group(1) is not None:
+            return "{" + match.group(1) + "}"
+        return values.get(match.group(2), match.group(0))
+
+    return _PLACEHOLDER.sub(fill, rubric)
+
+
+def check_rubric_columns(rubric: str, columns: Collection[str]) -> None:
+    """Refuse a ``{name}`` placeholder that is neither built in nor a dataset column: rendering
+    would leave it as written, so the judge would grade without the value it was meant to see."""
+    known = [*BUILTIN_PLACEHOLDERS, *(str(c) for c in columns)]
+    for match in _PLACEHOLDER.finditer(rubric):
+        name = match.group(2)
+        if name is None or name in known:
+            continue
+        lowered = {k.lower(): k for k in known}
+        close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.6)
+        hint = f"did you mean {{{lowered[close[0]]}}}? Else use " if close else "use "
+        shown = ", ".join(sorted(str(c) for c in columns)) or "none"
+        raise RewardError(
+            f"{NAME}: options.rubric uses {{{name}}}, which is not a dataset column (columns: {shown}) nor "
+            "one of {prompt}, {completion}, {scale_min}, {scale_max}, so the judge would see it as written. "
+            f"Fix: {hint}a column's name, or write {{{{{name}}}}} to send {{{name}}} literally")
 
 
 def _messages(opts: JudgeOptions, user: str) -> list[dict[str, str]]:
@@ -578,6 +610,18 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
 
 
 # --- the plugin hooks --------------------------------------------------------------------------
+
+
+def check_options(name: str, options: Mapping[str, Any], columns: Collection[str] | None = None) -> None:
+    """Check the judge's options, and the rubric's placeholders against the dataset's ``columns``
+    when known, when the run is set up (``RewardComputer``): before any model loads, not after
+    the first rollout, and without a server."""
+    if name != NAME:
+        return
+    opts = judge_options(options)
+    if columns is not None:
+        check_rubric_columns(opts.rubric, columns)
+
 
 #: RewardComputer awaits ``await_reward`` concurrently with the step's other async rewards.
 is_async = True

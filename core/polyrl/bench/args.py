@@ -1,0 +1,80 @@
+"""``polyrl bench``'s arguments, checked before anything runs: a nonsense workload, a backend that
+does not exist or cannot be benched, or an output that cannot be written is one ``error:`` line
+naming the flag, not a table of zeros (or a traceback) after minutes of measuring."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from polyrl.errors import BackendUnavailable, ConfigError
+from polyrl.registry import Registry
+from polyrl.remote import NAME as REMOTE
+from polyrl.validators import Rule
+
+#: Each workload flag's range; the group's lower bound depends on what is timed (``check_workload``).
+_RULES = {
+    "--prompts": Rule(integer=True, low=1, fix="e.g. --prompts 8"),
+    "--max-new-tokens": Rule(integer=True, low=1, fix="e.g. --max-new-tokens 32"),
+    "--threads": Rule(integer=True, low=1, high=4096, fix="e.g. --threads 1 (CPU threads per side)"),
+    "--steps": Rule(integer=True, low=1, fix="e.g. --steps 3 (the first is left out of the medians when there are more)"),
+}
+
+
+def check_workload(prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
+                   generate_only: bool, trains_baseline: bool = False) -> None:
+    """Refuse a workload with nothing to time. A train step needs a group of at least 2 (GRPO
+    compares completions within a group; TRL refuses fewer); timing generation alone
+    (``generate_only`` with no training baseline, ``trains_baseline``) may sample one per prompt."""
+    for flag, value in (("--prompts", prompts), ("--max-new-tokens", max_new_tokens), ("--threads", threads),
+                        ("--steps", steps)):
+        _RULES[flag].check(value, flag)
+    alone = generate_only and not trains_baseline
+    fix = ("e.g. --group-size 4" if alone else
+           "e.g. --group-size 4; 1 is for timing generation alone (--generate-only, without --trl/--mlx-lm-lora)")
+    Rule(integer=True, low=1 if alone else 2, high=65536, fix=fix).check(group_size, "--group-size")
+
+
+def bench_backends(reg: Registry, backends: Sequence[str] | None) -> list[str]:
+    """The backends to bench: the named ones, each known and benchable, or by default every usable
+    one but ``remote`` (it generates on servers named in ``backends.options.servers``, which
+    ``polyrl bench`` has no flag for: it would only ever fail)."""
+    if not backends:
+        return [name for name in reg.available() if name != REMOTE]
+    for name in backends:
+        try:
+            reg.spec(name)
+        except BackendUnavailable:
+            raise ConfigError(f"unknown backend {name!r} (known: {', '.join(reg.names()) or 'none installed'})",
+                              field="--backends", fix="name known backends (`polyrl backends` lists them), or "
+                              "install the plugin that provides it") from None
+        if name == REMOTE:
+            raise ConfigError(f"{REMOTE!r} generates on servers named in backends.options.servers, which "
+                              "polyrl bench cannot set", field="--backends",
+                              fix="bench the backend those servers run (e.g. --backends torch) on their machine")
+    return list(backends)
+
+
+def check_output(output: str | os.PathLike[str] | None) -> None:
+    """Refuse a report path (``X.json``, the chart beside it as ``X.png``) that cannot be written,
+    before any benchmark runs; folders that do not exist yet are created when the report is
+    written, so the nearest existing one must take a file. Probing leaves nothing behind."""
+    if output is None:
+        return
+    path = Path(output)
+    for target in (path, path.with_suffix(".png")):
+        if target.is_dir():
+            raise ConfigError(f"{str(target)!r} is a directory", field="--output",
+                              fix=f"give a file path, e.g. --output {path / 'results.json'}")
+    folder = next(p for p in path.absolute().parents if p.exists())
+    if not folder.is_dir():
+        raise ConfigError(f"{str(folder)!r} is a file, not a folder", field="--output",
+                          fix="choose a path under a folder, e.g. --output bench/results.json")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot write in {str(folder)!r}: {exc.strerror or exc}", field="--output",
+                          fix="choose a writable path, e.g. --output bench/results.json") from None
