@@ -114,37 +114,13 @@ class Worker:
 
 
 async def call_in_thread(fn: Callable[[], Any], timeout_s: float, name: str = "polyrl-plugin") -> Any:
-    """``fn()`` on a fresh daemon thread; its result, or ``CallRaised`` / ``CallTimedOut``."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-
-    def settle(ok: bool, value: Any) -> None:
-        if future.done():
-            return
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(CallRaised(value))
-
-    def target() -> None:
-        guard.register_reward_thread()  # os._exit here raises instead of ending the run
-        try:
-            outcome = (True, fn())
-        except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt, RewardExit included
-            outcome = (False, exc)
-        finally:
-            guard.unregister_reward_thread()
-        try:
-            loop.call_soon_threadsafe(settle, *outcome)
-        except RuntimeError:  # the loop is gone: nobody waits for this abandoned call
-            pass
-
-    guard.install_exit_guard()
-    threading.Thread(target=target, name=name, daemon=True).start()
+    """``fn()`` on a fresh daemon thread (a one-call ``Worker``); its result, or ``CallRaised`` /
+    ``CallTimedOut``."""
+    worker = Worker(name=name)
     try:
-        return await asyncio.wait_for(future, timeout_s)
-    except TimeoutError:  # only wait_for's: the code's own errors arrive as CallRaised
-        raise CallTimedOut(name) from None
+        return await worker.call(fn, timeout_s)
+    finally:
+        worker.close()
 
 
 def describe(exc: BaseException) -> str:

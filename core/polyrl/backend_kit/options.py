@@ -61,6 +61,27 @@ def text_option(options: Mapping[str, Any], name: str, default: str | None, fix:
     return value
 
 
+#: Tokens (padded rows x width) per no-grad forward when a backend scores many sequences.
+SCORE_BATCH_TOKENS = 8192
+#: The keys ``scoring_options`` reads: every backend with the shared-prompt scorer declares them.
+SCORING_KEYS = ("bucket_call_tokens", "score_batch_tokens", "shared_prompt_forward")
+
+
+def scoring_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The switches of the scoring built on ``polyrl.backend_kit.batching`` (torch and MLX read the
+    same three), checked: ``shared_prompt_forward``, ``bucket_call_tokens``, ``score_batch_tokens``."""
+    from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS
+
+    return {
+        "shared_prompt_forward": bool_option(options, "shared_prompt_forward", True,
+                                             fix="write shared_prompt_forward = false (or remove it)"),
+        "bucket_call_tokens": int_option(options, "bucket_call_tokens", BUCKET_CALL_TOKENS, minimum=0,
+                                         fix=f"give the tokens one extra forward costs (default {BUCKET_CALL_TOKENS})"),
+        "score_batch_tokens": int_option(options, "score_batch_tokens", SCORE_BATCH_TOKENS, minimum=1,
+                                         fix=f"give tokens per scoring forward (default {SCORE_BATCH_TOKENS})"),
+    }
+
+
 def check_option_keys(options: Mapping[str, Any], known: Mapping[str, tuple[str, ...]]) -> None:
     """Refuse a key of ``options`` that none of ``known`` (backend name -> the keys it reads)
     reads: a typo would otherwise be silently ignored. Names the closest key, else all of them."""

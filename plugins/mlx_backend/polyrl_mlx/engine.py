@@ -24,7 +24,7 @@ import attrs
 
 from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS
 from polyrl.backend_kit.chat import require_chat_template
-from polyrl.backend_kit.options import bool_option, int_option
+from polyrl.backend_kit.options import SCORE_BATCH_TOKENS, scoring_options
 from polyrl.backend_kit.tokens import pad_token_id
 from polyrl.errors import ConfigError
 from polyrl.types import EngineConfig, Prompt, TokenPrompt
@@ -117,11 +117,6 @@ class Float32AdamW(optim.AdamW):
         return updated.astype(parameter.dtype)
 
 
-#: Tokens (padded rows x width) per no-grad forward when scoring many sequences
-#: (``backends.options.score_batch_tokens``).
-SCORE_BATCH_TOKENS = 8192
-
-
 @attrs.frozen
 class ScoringOptions:
     """The ``[backends.options]`` keys this backend reads, typed and ranged (a string "no" for a
@@ -133,14 +128,7 @@ class ScoringOptions:
 
     @classmethod
     def read(cls, options: Mapping[str, Any]) -> ScoringOptions:
-        return cls(
-            shared_prompt_forward=bool_option(options, "shared_prompt_forward", True,
-                                              fix="write shared_prompt_forward = false (or remove it)"),
-            bucket_call_tokens=int_option(options, "bucket_call_tokens", BUCKET_CALL_TOKENS, minimum=0,
-                                          fix=f"give the tokens one extra forward costs (default {BUCKET_CALL_TOKENS})"),
-            score_batch_tokens=int_option(options, "score_batch_tokens", SCORE_BATCH_TOKENS, minimum=1,
-                                          fix=f"give tokens per scoring forward (default {SCORE_BATCH_TOKENS})"),
-        )
+        return cls(**scoring_options(options))
 
 
 class MLXEngine:

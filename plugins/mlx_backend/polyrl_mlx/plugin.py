@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
+from polyrl.backend_kit.options import SCORING_KEYS
 from polyrl.backend_kit.versions import installed_version
 from polyrl.hookspecs import hookimpl
 from polyrl.types import BackendSpec, Capabilities, EngineConfig
@@ -112,7 +113,7 @@ def polyrl_register_backends(register) -> None:
                     "exact-logprob sampling, GRPO-family training, LoRA/QLoRA, 4/8-bit models",
             version=installed_version(DISTRIBUTION),
             diagnostics=_diagnostics,
-            options=("bucket_call_tokens", "score_batch_tokens", "shared_prompt_forward"),  # the [backends.options] keys it reads
+            options=SCORING_KEYS,  # the [backends.options] keys it reads (polyrl_mlx.engine.ScoringOptions)
         )
     )
 

@@ -14,13 +14,11 @@ from typing import Any
 import attrs
 
 from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS
-from polyrl.backend_kit.options import bool_option, float_option, int_option, text_option
+from polyrl.backend_kit.options import SCORE_BATCH_TOKENS, float_option, scoring_options, text_option
 
 #: MB of logits (and their log-softmax) a training forward may keep for backward; above it each
 #: chunk is recomputed in backward instead (0: always recompute).
 LOGITS_MEMORY_MB = 1024
-#: Tokens per no-grad forward when scoring many sequences.
-SCORE_BATCH_TOKENS = 8192
 
 #: Every key this backend reads (``fsdp``, ``packed_generation`` and ``retain_freed_memory`` are read
 #: by ``sharding``, ``generation_weights`` and ``host_memory``; the engine checks them at load too).
@@ -45,12 +43,7 @@ class TorchOptions:
         gguf = text_option(options, "gguf_file", None,
                            fix="name the .gguf file inside model.path, e.g. gguf_file = \"model-q8_0.gguf\"")
         return cls(
-            shared_prompt_forward=bool_option(options, "shared_prompt_forward", True,
-                                              fix="write shared_prompt_forward = false (or remove it)"),
-            bucket_call_tokens=int_option(options, "bucket_call_tokens", BUCKET_CALL_TOKENS, minimum=0,
-                                          fix=f"give the tokens one extra forward costs (default {BUCKET_CALL_TOKENS})"),
-            score_batch_tokens=int_option(options, "score_batch_tokens", SCORE_BATCH_TOKENS, minimum=1,
-                                          fix=f"give tokens per scoring forward (default {SCORE_BATCH_TOKENS})"),
+            **scoring_options(options),
             logits_memory_mb=float_option(options, "logits_memory_mb", LOGITS_MEMORY_MB, minimum=0,
                                           fix=f"give MB of logits kept for backward (default {LOGITS_MEMORY_MB})"),
             attn_implementation=text_option(options, "attn_implementation", "sdpa",
