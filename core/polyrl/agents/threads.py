@@ -60,12 +60,13 @@ def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
 
 
 class Worker:
-    """One daemon thread, with its own event loop, that runs one environment's calls in order.
+    """One daemon thread, with its own event loop, that runs one plugin object's calls in order
+    (an environment's factory, ``reset`` and every ``step``; a tracker's ``create``, logs, ``close``).
 
-    Why one per environment rather than one per call: an environment is an object with state, and
-    state is often tied to the thread or the loop that made it (an sqlite connection refuses any
-    other thread, an async client any other loop). Its factory, ``reset`` and every ``step`` run
-    here. A call past its limit abandons the worker with it (the environment is unusable then)."""
+    Why one per object rather than one per call: such an object has state, and state is often tied
+    to the thread or the loop that made it (an sqlite connection refuses any other thread, an async
+    client any other loop). A call past its limit abandons the worker with it (the object is
+    unusable then)."""
 
     def __init__(self, name: str = "polyrl-env") -> None:
         self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[bool, Any], None]] | None] = \
@@ -107,6 +108,23 @@ class Worker:
             return await asyncio.wait_for(future, timeout_s)
         except TimeoutError:  # only wait_for's: the code's own errors arrive as CallRaised
             raise CallTimedOut(fn) from None
+
+    def call_blocking(self, fn: Callable[[], Any], timeout_s: float) -> Any:
+        """``call`` for code outside an event loop. The caller waits on an Event, so a signal handler
+        still runs meanwhile and a real Ctrl-C raises here, in the caller."""
+        done, outcome = threading.Event(), []
+
+        def settle(ok: bool, value: Any) -> None:
+            outcome.append((ok, value))
+            done.set()
+
+        self._jobs.put((fn, settle))
+        if not done.wait(timeout_s):
+            raise CallTimedOut(fn)
+        ok, value = outcome[0]
+        if not ok:
+            raise CallRaised(value)
+        return value
 
     def close(self) -> None:
         """Let the thread end once its current call (if any) returns."""

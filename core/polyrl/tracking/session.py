@@ -5,7 +5,9 @@ samples collected in the step, published after metrics.jsonl, closed at the end)
 failing mid-run is contained here: reported once, dropped, and training goes on, since losing a
 dashboard must never cost a run. "Failing" includes raising any BaseException (``sys.exit``) and
 not returning within ``[logging] tracker_timeout_s``: each tracker runs on its own thread
-(``polyrl.tracking.calls``). The completions log is written here too, and failing to write it
+(``polyrl.agents.threads.Worker``: a tracker that blocks must not hang the run, and one that raises
+``SystemExit`` or calls ``os._exit`` there must not end it; a real Ctrl-C still reaches the main
+thread). The completions log is written here too, and failing to write it
 turns it off with one warning rather than ending the run.
 """
 
@@ -20,13 +22,12 @@ from typing import Any
 
 import attrs
 
-from polyrl.agents.threads import describe
+from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.redact import MASK, Redactor
 from polyrl.strict_json import valid_text
 from polyrl.tracking import completions as clog
-from polyrl.tracking.calls import CallRaised, CallTimedOut, TrackerThread
 from polyrl.tracking.spec import Tracker, TrackerContext, TrackerSpec
 
 log = get_logger("polyrl.tracking")
@@ -77,7 +78,7 @@ class RunTracking:
     redact: Redactor = attrs.field(factory=Redactor)
     timeout_s: float = 60.0  # per tracker call ([logging] tracker_timeout_s)
     trackers: dict[str, Tracker] = attrs.field(factory=dict)
-    _threads: dict[str, TrackerThread] = attrs.field(factory=dict)
+    _threads: dict[str, Worker] = attrs.field(factory=dict)
     _pending: list[dict[str, Any]] = attrs.field(factory=list)
     _file_ok: bool = True  # False once completions.jsonl could not be written
 
@@ -98,9 +99,9 @@ class RunTracking:
         context = TrackerContext(output_dir=self.output_dir, run_name=self.run_name, project=self.project,
                                  config=self.config)
         for spec in self.specs:
-            thread = TrackerThread(name=f"polyrl-tracker-{spec.name}")
+            thread = Worker(name=f"polyrl-tracker-{spec.name}")
             try:
-                self.trackers[spec.name] = thread.call(partial(spec.create, context), self.timeout_s)
+                self.trackers[spec.name] = thread.call_blocking(partial(spec.create, context), self.timeout_s)
             except (CallRaised, CallTimedOut) as exc:
                 thread.close()
                 self.close()
@@ -160,7 +161,7 @@ class RunTracking:
     def _call(self, name: str, method: str, payload: Any, step: int) -> None:
         tracker = self.trackers[name]
         try:
-            self._threads[name].call(lambda: getattr(tracker, method)(payload, step), self.timeout_s)
+            self._threads[name].call_blocking(lambda: getattr(tracker, method)(payload, step), self.timeout_s)
         except CallRaised as exc:  # anything it raised, SystemExit included: a tracker never stops training
             self._drop(name, step, describe(exc.cause), close=True)
         except CallTimedOut:
@@ -178,7 +179,7 @@ class RunTracking:
     def _close_one(self, name: str, tracker: Tracker) -> None:
         thread = self._threads.pop(name)
         try:
-            thread.call(tracker.close, self.timeout_s)
+            thread.call_blocking(tracker.close, self.timeout_s)
         except CallRaised as exc:
             log.warning(f"tracker {name!r} failed to close", error=describe(exc.cause))
         except CallTimedOut:

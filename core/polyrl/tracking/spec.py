@@ -25,7 +25,7 @@ class TrackerContext:
 
 
 class Tracker(Protocol):
-    """One open experiment-tracker run, called on a thread of its own (``polyrl.tracking.calls``).
+    """One open experiment-tracker run, called on a thread of its own (``polyrl.agents.threads.Worker``).
     Every method may raise anything or hang past ``tracker_timeout_s``: the run drops that tracker."""
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
