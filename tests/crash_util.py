@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +43,26 @@ def write_config(tmp_path: Path, model: str, out: Path, lr: str = "1e-3", backen
 def train(config: Path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([*POLYRL, "train", str(config), "--no-progress", *extra],
                           capture_output=True, text=True, timeout=timeout)
+
+
+def signal_when_reached(proc: subprocess.Popen, marker: Path, sig: int = signal.SIGTERM, wait_s: float = 240,
+                        settle_s: float = 0.0) -> tuple[str, float]:
+    """Wait until the run ``proc`` creates ``marker`` (a plugin's "I am here now"), send it ``sig``
+    ``settle_s`` later, and let it finish: (its stderr, seconds from the signal to its exit). A run
+    that exits or takes past ``wait_s`` first fails the test; one still running at the end is killed."""
+    try:
+        deadline = time.monotonic() + wait_s
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.1)
+        time.sleep(settle_s)
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=120)
+        return stderr, time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def strict_loads(text: str):

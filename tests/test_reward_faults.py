@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from crash_util import signal_when_reached
 
 from polyrl.errors import RewardError
 from polyrl.plugins import get_plugin_manager
@@ -207,17 +207,7 @@ def test_sigterm_while_a_reward_is_stuck_stops_and_checkpoints(tiny_model_dir, t
     config, out = write_run(tmp_path, tiny_model_dir, "stuck")
     proc = subprocess.Popen([*POLYRL, "train", str(config), "--no-progress"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 240
-        while not (tmp_path / "reached").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "the run never reached step 2"
-            time.sleep(0.1)
-        time.sleep(0.3)
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    stderr, _ = signal_when_reached(proc, tmp_path / "reached", settle_s=0.3)
     assert proc.returncode == 0, stderr[-3000:]
     assert "stop requested while a reward ran" in stderr and "digits" in stderr, stderr[-3000:]
     assert (out / "checkpoints" / "step-00000002" / "COMPLETE").exists()

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from crash_util import signal_when_reached
 from toy_dist import write_dist
 
 from polyrl import cli
@@ -520,10 +521,8 @@ def test_cli_run_survives_trackers_that_exit_raise_base_exceptions_or_hang(tmp_p
     tracker stuck in log_metrics hung the run even through SIGTERM. Now each is dropped with one
     warning; a real SIGTERM while one hangs stops the run, checkpointed, exit 0."""
     import os
-    import signal
     import subprocess
     import sys
-    import time
 
     site = tmp_path / "site"
     site.mkdir()
@@ -543,16 +542,7 @@ def test_cli_run_survives_trackers_that_exit_raise_base_exceptions_or_hang(tmp_p
     env.pop("POLYRL_DISABLE_PLUGINS", None)
     proc = subprocess.Popen([sys.executable, "-m", "polyrl.cli", "train", str(config), "--no-progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        deadline = time.monotonic() + 300
-        while not (tmp_path / "reached").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    stderr, _ = signal_when_reached(proc, tmp_path / "reached", wait_s=300)
     assert proc.returncode == 0, stderr[-3000:]
     assert "Traceback" not in stderr and "error:" not in stderr, stderr[-3000:]
     assert "stop requested; finishing the current step" in stderr
