@@ -418,3 +418,15 @@ def _algorithm(name: Any, overrides: dict[str, Any]) -> AlgorithmConfig:
     base = AlgorithmConfig.preset(name)
     checked = build(AlgorithmConfig, {**attrs.asdict(base), **overrides}, "algorithm")
     return checked
+
+
+def check_world_size(config: RunConfig, world_size: int) -> None:
+    """The rules a run of ``world_size`` processes must meet: checked by the trainer on every rank
+    and by ``polyrl launch`` once, before it starts any."""
+    if world_size > config.train.prompts_per_step:
+        raise ConfigError(f"{world_size} processes but only {config.train.prompts_per_step} prompts per step",
+                          field="train.prompts_per_step", fix=f"set it to at least {world_size} (one per rank)")
+    if config.generation.overlap and world_size > 1:
+        raise ConfigError("overlap is not supported under a launcher yet (each rank's pending rollout would "
+                          "need a checkpoint of its own)", field="generation.overlap",
+                          fix="set generation.overlap = false, or train in one process")

@@ -16,12 +16,8 @@ import os
 import shlex
 import subprocess
 import sys
-from typing import TYPE_CHECKING
 
 from polyrl.errors import ConfigError
-
-if TYPE_CHECKING:
-    from polyrl.config import RunConfig
 
 #: How long the GPU count may take (torch's import on a cold disk is the slow part).
 PROBE_TIMEOUT_S = 300
@@ -97,16 +93,6 @@ def check_ranks_fit(nproc: int, device: str) -> None:
                           fix=f"start at most {cpus} processes here (one per CPU)")
 
 
-def check_world(config: RunConfig, world_size: int) -> None:
-    """The rules the trainer applies to the world size on every rank, checked once here."""
-    if world_size > config.train.prompts_per_step:
-        raise ConfigError(f"{world_size} processes but only {config.train.prompts_per_step} prompts per step",
-                          field="train.prompts_per_step", fix=f"set it to at least {world_size} (one per rank)")
-    if config.generation.overlap and world_size > 1:
-        raise ConfigError("overlap is not supported under a launcher yet", field="generation.overlap",
-                          fix="set generation.overlap = false, or train in one process")
-
-
 def cmd_launch(args: argparse.Namespace) -> int:
     """Check the flags, the config and this machine, then replace this process by torchrun
     (signals then reach torchrun, which forwards them). ``--dry-run`` checks the same, then prints
@@ -116,10 +102,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
                           fix="pip install 'polyrl[torch]'")
     cmd = torchrun_command(args)
     from polyrl.cli import train_config
+    from polyrl.config import check_world_size
 
     config = train_config(args)
     check_ranks_fit(args.nproc_per_node, config.model.device)
-    check_world(config, args.nproc_per_node * args.nnodes)
+    check_world_size(config, args.nproc_per_node * args.nnodes)
     if args.dry_run:
         print(shlex.join(cmd))
         return 0

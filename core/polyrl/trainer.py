@@ -39,7 +39,7 @@ from polyrl import checkpoint as ckpt
 from polyrl import resume_config, strict_json
 from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
 from polyrl.algorithms.shaping import kl_penalized_rewards
-from polyrl.config import RunConfig
+from polyrl.config import RunConfig, check_world_size
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train_and_eval
 from polyrl.engines import choose_generate_backend, load_engines
 from polyrl.errors import ConfigError, PolyrlError, RewardError
@@ -130,15 +130,7 @@ class Trainer:
         )
         self.rank, self.world_size = _launcher_rank()
         self.registry.check_data_parallel(config.backends.train, self.world_size)
-        if self.world_size > config.train.prompts_per_step:
-            raise ConfigError(
-                f"{self.world_size} processes but only {config.train.prompts_per_step} prompts per step",
-                field="train.prompts_per_step", fix=f"set it to at least {self.world_size} (one per rank)")
-        if config.generation.overlap and self.world_size > 1:
-            raise ConfigError(
-                "overlap is not supported under a launcher yet (each rank's pending rollout would "
-                "need a checkpoint of its own)", field="generation.overlap",
-                fix="set generation.overlap = false, or train in one process")
+        check_world_size(config, self.world_size)
         self.step = 0
         self.kl_coef = float(config.algorithm.beta)  # kl_in_reward's coefficient (kl_ctrl adapts it)
         self.rollouts = RolloutAhead(self._generate)
