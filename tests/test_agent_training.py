@@ -13,6 +13,7 @@ works with them.
 from __future__ import annotations
 
 import json
+import string
 import sys
 from pathlib import Path
 from typing import Any
@@ -608,9 +609,13 @@ def faulty_env_run(tmp_path: Path, model: str, mode: str, steps: int, env_timeou
     (tmp_path / "faulty_env.py").write_text(FAULTY_ENV)
     out = tmp_path / "run"
     config = tmp_path / "run.toml"
+    # every first turn must end at a stop, never at max_new_tokens: an episode cut by length ends
+    # before any `step`, so whether a misbehaving environment is reached would depend on which episode
+    # the (thread-ordered) count marks broken. Any letter, digit or space stops the random model.
+    stops = sorted(set(string.ascii_letters + string.digits + " "))
     config.write_text(
         f'[model]\npath = "{model}"\n[backends]\ntrain = "torch"\n'
-        f'[generation]\ngroup_size = 2\nmax_new_tokens = 8\nstop = {json.dumps(STOPS)}\n'
+        f'[generation]\ngroup_size = 2\nmax_new_tokens = 8\nstop = {json.dumps(stops)}\n'
         '[data]\ntask = "arithmetic"\n[[rewards]]\nname = "environment"\n'
         '[[rewards]]\nname = "length_penalty"\nweight = 0.5\noptions = {target = 2, unit = "chars"}\n'
         f'[environment]\nname = "{tmp_path / "faulty_env.py"}:make"\nmax_turns = 3\nmax_episode_tokens = 64\n'
