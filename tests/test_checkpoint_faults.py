@@ -1,7 +1,8 @@
 """Checkpoints that never lie (`make test-faults`): kills at random moments, damaged and
 incomplete checkpoints, two trainers on one output_dir, config changes at resume, a full disk,
-a read-only output_dir, strict JSON. Runs the real CLI and the real torch backend on the tiny
-model; a run killed and resumed must end bitwise where an uninterrupted run ends.
+a read-only output_dir, strict JSON, earlier runs kept in previous/. Runs the real CLI and the
+real torch backend on the tiny model; a run killed and resumed must end bitwise where an
+uninterrupted run ends.
 """
 
 from __future__ import annotations
@@ -466,3 +467,147 @@ def test_a_resume_path_that_is_not_a_checkpoint_says_so_before_anything_loads(cl
     error = one_clear_error(result, "--resume", *words)
     assert "delete" not in error
     assert not (tmp_path / "out").exists()  # refused before the run started
+
+
+# --- earlier runs set aside in previous/ (train.keep_previous_runs) ---------------------------------
+
+
+def _trainer_in(tmp_path: Path, tiny_model_dir: str, out: Path, **train_settings) -> Trainer:
+    return Trainer(RunConfig.from_toml(write_config(tmp_path, tiny_model_dir, out, steps=1, **train_settings)))
+
+
+def _leave_a_finished_run(out: Path, tag: str) -> None:
+    """What a finished run leaves in ``out`` (checkpoint, final model, metrics), marked ``tag``."""
+    for folder in (out / "checkpoints" / "step-00000001" / "model", out / "model"):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "weights").write_text(tag)
+    (out / "metrics.jsonl").write_text(f'{{"step": 0, "tag": "{tag}"}}\n')
+
+
+def _set_aside(out: Path) -> list[str]:
+    """The tags of the runs in ``out/previous``, oldest folder first (by name)."""
+    from polyrl.previous_runs import earlier_runs
+
+    return [(p / "model" / "weights").read_text() for p in earlier_runs(out / "previous")]
+
+
+def test_fresh_starts_keep_only_the_newest_previous_runs(tiny_model_dir, tmp_path):
+    from structlog.testing import capture_logs
+
+    out = tmp_path / "run"
+    trainer = _trainer_in(tmp_path, tiny_model_dir, out, keep_previous_runs=2)
+    folders = []
+    with capture_logs() as logs:
+        for tag in ("first", "second", "third"):  # three fresh starts, likely within one second
+            _leave_a_finished_run(out, tag)
+            trainer._start_over()
+            folders.append(sorted(p.name for p in (out / "previous").iterdir()))
+    assert _set_aside(out) == ["second", "third"]
+    assert [len(names) for names in folders] == [1, 2, 2]  # one folder each, none merged
+    first = folders[0][0]  # the folder that held "first"
+    assert first not in folders[2]
+    deleted = [e for e in logs if e["event"].startswith("older runs in previous/ deleted")]
+    assert len(deleted) == 1 and deleted[0]["log_level"] == "warning"
+    assert deleted[0]["deleted"] == [str(out / "previous" / first)]
+    assert "train.keep_previous_runs" in deleted[0]["fix"] and "keep more" in deleted[0]["fix"]
+    assert trainer.run(progress=False)["steps"] == 1  # the current run's own files are untouched
+    assert ckpt.latest_checkpoint(out / "checkpoints").name == "step-00000001"
+    assert _set_aside(out) == ["second", "third"]
+
+
+def test_starts_within_one_second_get_their_own_folder(tmp_path):
+    from polyrl.previous_runs import earlier_runs, new_aside_dir
+
+    made = [new_aside_dir(tmp_path, now=1_700_000_000) for _ in range(11)]
+    assert [p.name for p in made] == ["20231114T221320Z"] + [f"20231114T221320Z-{n}" for n in range(2, 12)]
+    assert earlier_runs(tmp_path) == made  # oldest first: -10 after -9
+    later = new_aside_dir(tmp_path, now=1_700_000_001)
+    assert earlier_runs(tmp_path)[-1] == later
+
+
+def test_keep_previous_runs_0_deletes_the_earlier_run_instead(tiny_model_dir, tmp_path):
+    from structlog.testing import capture_logs
+
+    out = tmp_path / "run"
+    (out / "previous" / "20200101T000000Z" / "model").mkdir(parents=True)  # set aside by an older setting
+    (out / "previous" / "20200101T000000Z" / "model" / "weights").write_text("older")
+    _leave_a_finished_run(out, "earlier")
+    trainer = _trainer_in(tmp_path, tiny_model_dir, out, keep_previous_runs=0)
+    with capture_logs() as logs:
+        assert trainer.run(progress=False)["steps"] == 1
+    assert list((out / "previous").iterdir()) == []
+    assert [m["step"] for m in metric_steps(out)] == [0] and "tag" not in metric_steps(out)[0]
+    assert (out / "model" / "model.safetensors").exists()  # this run's own model
+    warned = [e for e in logs if "it was deleted" in e["event"]]
+    assert len(warned) == 1 and "train.keep_previous_runs = 0" in warned[0]["event"]
+    assert "train.keep_previous_runs >= 1" in warned[0]["fix"]
+    assert not any("moved aside" in e["event"] for e in logs)
+
+
+def test_only_our_timestamp_folders_in_previous_are_ever_deleted(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    previous = out / "previous"
+    (previous / "my-best-run").mkdir(parents=True)
+    (previous / "my-best-run" / "weights").write_text("mine")
+    (previous / "20200101T000000Z.bak").mkdir()
+    (previous / "notes.txt").write_text("mine")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "weights").write_text("mine")
+    (previous / "20200101T000001Z").symlink_to(elsewhere, target_is_directory=True)
+    _leave_a_finished_run(out, "earlier")
+    trainer = _trainer_in(tmp_path, tiny_model_dir, out, keep_previous_runs=0)
+    trainer._start_over()
+    trainer.lock.release()
+    assert sorted(p.name for p in previous.iterdir()) == [
+        "20200101T000000Z.bak", "20200101T000001Z", "my-best-run", "notes.txt"]
+    assert (previous / "my-best-run" / "weights").read_text() == "mine"
+    assert (elsewhere / "weights").read_text() == "mine"
+
+
+def test_a_previous_run_that_cannot_be_deleted_is_a_warning_not_a_crash(tiny_model_dir, tmp_path, monkeypatch):
+    import shutil
+
+    from structlog.testing import capture_logs
+
+    out = tmp_path / "run"
+    stuck = out / "previous" / "20200101T000000Z"
+    (stuck / "model").mkdir(parents=True)
+    (stuck / "model" / "weights").write_text("stuck")
+    real_rmtree = shutil.rmtree
+
+    def rmtree(path, *args, **kwargs):
+        if Path(path) == stuck:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    _leave_a_finished_run(out, "earlier")
+    trainer = _trainer_in(tmp_path, tiny_model_dir, out)  # the default keeps 1
+    with capture_logs() as logs:
+        assert trainer.run(progress=False)["steps"] == 1
+    assert _set_aside(out) == ["stuck", "earlier"]  # kept, and the run went on
+    failed = [e for e in logs if "could not be deleted" in e["event"]]
+    assert len(failed) == 1 and failed[0]["path"] == str(stuck) and "Permission denied" in failed[0]["error"]
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    ("-1", ["must be an integer >= 0, got -1"]),
+    ("1.5", ["expected int, got float 1.5", "whole number"]),
+    ('"2"', ["expected int, got str '2'"]),
+    ("true", ["expected int, got bool True"]),
+])
+def test_a_bad_keep_previous_runs_is_one_error_line(tiny_model_dir, tmp_path, value, words):
+    config = write_config(tmp_path, tiny_model_dir, tmp_path / "run", steps=1, keep_previous_runs=value)
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_toml(config)
+    assert err.value.field == "train.keep_previous_runs"
+    for text in words:
+        assert text in str(err.value), str(err.value)
+    assert "Fix:" in str(err.value)
+
+
+def test_a_negative_keep_previous_runs_stops_the_cli_before_anything_runs(tiny_model_dir, tmp_path):
+    result = train(write_config(tmp_path, tiny_model_dir, tmp_path / "run", steps=1, keep_previous_runs=-1))
+    one_clear_error(result, "train.keep_previous_runs", "must be an integer >= 0", "Fix:")
+    assert not (tmp_path / "run").exists()

@@ -175,6 +175,53 @@ def test_bad_config_names_the_field(tiny_model_dir, tmp_path):
     assert err.value.field == "device"
 
 
+@pytest.mark.parametrize("bad", [0, -3, 2.5, "8", True, None])
+def test_a_bad_max_batch_size_names_the_toml_key_before_anything_loads(tiny_model_dir, bad):
+    """Named as the user writes it ([backends] options = {max_batch_size = ...}), like the torch and
+    remote backends' options; 2.5 and "8" were read as 2 and 8 (or raised a bare ValueError)."""
+    from polyrl_max.engine import DEFAULT_MAX_BATCH_SIZE, max_batch_size
+
+    assert max_batch_size({}) == DEFAULT_MAX_BATCH_SIZE and max_batch_size({"max_batch_size": 1}) == 1
+    with pytest.raises(ConfigError) as err:
+        max_batch_size({"max_batch_size": bad})
+    assert err.value.field == "backends.options.max_batch_size" and "integer >= 1" in str(err.value)
+    assert err.value.fix
+    _usable("max")
+    with pytest.raises(ConfigError) as err:  # the engine checks it first: no compile, no model load
+        make_engine(tiny_model_dir, max_batch_size=bad)
+    assert err.value.field == "backends.options.max_batch_size"
+
+
+def test_a_bad_max_model_path_names_the_toml_key(tiny_model_dir, tmp_path):
+    from polyrl_max.engine import model_location
+
+    with pytest.raises(ConfigError, match="does not exist") as err:
+        model_location(tiny_model_dir, {"max_model_path": str(tmp_path / "missing.gguf")})
+    assert err.value.field == "backends.options.max_model_path" and err.value.fix
+    (tmp_path / "weights.bin").write_bytes(b"")
+    with pytest.raises(ConfigError, match="not a .gguf file") as err:
+        model_location(tiny_model_dir, {"max_model_path": str(tmp_path / "weights.bin")})
+    assert err.value.field == "backends.options.max_model_path"
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(ConfigError, match="no config.json") as err:
+        model_location(tiny_model_dir, {"max_model_path": str(tmp_path / "folder")})
+    assert err.value.field == "backends.options.max_model_path"
+    with pytest.raises(ConfigError, match="no config.json") as err:  # the model itself: its own field
+        model_location(str(tmp_path / "folder"), {})
+    assert err.value.field == "model"
+
+
+def test_a_sequence_past_max_length_names_model_max_length_when_scoring():
+    from types import SimpleNamespace
+
+    from polyrl_max.scoring import logprobs
+
+    engine = SimpleNamespace(max_length=4)  # the check runs before the engine is used
+    with pytest.raises(ConfigError, match="more than max_length=4") as err:
+        logprobs(engine, [TokenSequence([1, 2, 3], [4, 5])], 1.0, reference=False)
+    assert err.value.field == "model.max_length" and "raise model.max_length" in err.value.fix
+
+
 def test_prompt_longer_than_max_length_is_a_config_error(gen):
     with pytest.raises(ConfigError) as err:
         gen.generate(["word " * 2000], SamplingParams(max_new_tokens=4))

@@ -142,6 +142,9 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "output_dir": "metrics.jsonl, checkpoints/ and the final model go here",
         "checkpoint_every": "steps between checkpoints (0 = only at the end)",
         "keep_checkpoints": "how many complete checkpoints to keep",
+        "keep_previous_runs": "earlier runs kept in `previous/` when a fresh run starts in the same output_dir "
+                              "(the newest N; older ones are deleted with a warning; 0 = delete the earlier run "
+                              "instead of moving it aside)",
         "max_consecutive_skips": "stop after this many non-finite (NaN/Inf) steps in a row",
         "gradient_checkpointing": "recompute decoder-layer activations in backward: less memory, more compute (torch, MLX)",
     },

@@ -23,7 +23,8 @@ from polyrl.errors import ConfigError
 APPLIED = (
     "optimizer.lr", "optimizer.max_grad_norm", "optimizer.weight_decay", "optimizer.betas",
     "optimizer.eps", "optimizer.micro_batch_size",
-    "train.steps", "train.checkpoint_every", "train.keep_checkpoints", "train.max_consecutive_skips",
+    "train.steps", "train.checkpoint_every", "train.keep_checkpoints", "train.keep_previous_runs",
+    "train.max_consecutive_skips",
     "train.threads", "train.output_dir",
     "eval.every", "eval.reward", "eval.max_new_tokens",
     "generation.overlap",  # a pending rollout is trained on (overlap) or drawn again on-policy

@@ -36,7 +36,7 @@ import attrs
 import numpy as np
 
 from polyrl import checkpoint as ckpt
-from polyrl import resume_config, strict_json
+from polyrl import previous_runs, resume_config, strict_json
 from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
 from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.config import RunConfig, check_world_size
@@ -595,20 +595,17 @@ class Trainer:
     def _start_over(self) -> None:
         """A fresh start in ``output_dir``: metrics of a run that left no checkpoint (killed before
         its first one) are dropped, since this run writes those steps again; the checkpoints and
-        final model of an earlier finished run are moved aside, never mixed with this run's."""
+        final model of an earlier finished run are moved aside, never mixed with this run's, and
+        only the newest ``train.keep_previous_runs`` runs set aside are kept (``previous_runs``)."""
         if self.rank != 0:
             return
         self._own_output_dir()
         earlier = [p for p in (self.checkpoint_root, self.final_model_dir) if p.exists()]
         if earlier:
-            aside = self.output_dir / "previous" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            aside.mkdir(parents=True, exist_ok=True)
-            for item in [*earlier, self.output_dir / "metrics.jsonl", self.output_dir / evaluation.COMPLETIONS_FILE,
-                         self.tracking.completions_path]:
-                if item.exists():
-                    item.replace(aside / item.name)
-            log.warning("output_dir held an earlier run; it was moved aside, this run starts at step 0",
-                        moved_to=str(aside), fix="use --resume to continue a run instead")
+            previous_runs.set_aside(
+                self.output_dir, [*earlier, self.output_dir / "metrics.jsonl",
+                                  self.output_dir / evaluation.COMPLETIONS_FILE, self.tracking.completions_path],
+                keep=self.config.train.keep_previous_runs)
         self.step = 0
         self.history = self._rewind_metrics()
         self.tracking.rewind(self.step)

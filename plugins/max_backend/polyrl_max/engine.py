@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from polyrl.backend_kit.chat import require_chat_template
+from polyrl.backend_kit.options import int_option
 from polyrl.backend_kit.tokens import pad_token_id
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
@@ -156,9 +157,9 @@ def resolve_device(name: str) -> tuple[str, str]:
 GGUF_ENCODINGS = {"F32": "float32", "BF16": "bfloat16", "Q4_0": "q4_0", "Q4_K": "q4_k", "Q6_K": "q6_k"}
 
 
-def gguf_encoding(path: Path) -> str:
+def gguf_encoding(path: Path, field: str = "model") -> str:
     """The MAX encoding of a GGUF file, from its matrices' tensor type (MAX guesses from the file
-    name only, and wrongly for a name without one).
+    name only, and wrongly for a name without one). ``field``: the setting that named the file.
 
     MAX 26.7 runs one encoding per model: a file mixing types (llama.cpp's Q4_K_M: Q4_K with
     Q6_K, Q5_0, Q8_0 matrices) or of a type MAX lacks is refused here, before any compile, with
@@ -174,7 +175,7 @@ def gguf_encoding(path: Path) -> str:
             else f"has matrices of type {kinds[0] if kinds else 'none'}")
     raise ConfigError(
         f"{path.name} {what}; MAX 26.7 runs one of {', '.join(GGUF_ENCODINGS)} per model",
-        field="options.max_model_path",
+        field=field,
         fix=f"convert it to a float HF folder (`polyrl convert {path} OUT --to hf`, dequantised by "
             "the torch backend) and generate from that folder (float32 on CPU)")
 
@@ -186,7 +187,7 @@ def resolve_encoding(dtype: str, device_kind: str, options: Mapping[str, Any],
     if explicit:
         encoding = str(explicit)
     elif gguf is not None:
-        return gguf_encoding(gguf)
+        return gguf_encoding(gguf, _model_field(options))
     elif dtype == "auto":
         encoding = "bfloat16" if device_kind == "gpu" else "float32"
     elif dtype in FLOAT_ENCODINGS:
@@ -200,6 +201,18 @@ def resolve_encoding(dtype: str, device_kind: str, options: Mapping[str, Any],
     return encoding
 
 
+def _model_field(options: Mapping[str, Any]) -> str:
+    """The setting that names what MAX loads, as the user writes it: the option, else the model."""
+    return "backends.options.max_model_path" if options.get("max_model_path") else "model"
+
+
+def max_batch_size(options: Mapping[str, Any]) -> int:
+    """``backends.options.max_batch_size``: rows per MAX batch, a whole number >= 1."""
+    return int_option(options, "max_batch_size", DEFAULT_MAX_BATCH_SIZE, minimum=1,
+                      fix=f"give the rows MAX runs in one batch, e.g. {DEFAULT_MAX_BATCH_SIZE} (the "
+                          "default; larger requests run in chunks)")
+
+
 def model_location(model: str, options: Mapping[str, Any]) -> tuple[Path, Path, Path | None]:
     """(tokenizer folder, folder MAX loads, GGUF weight file or None)."""
     path = Path(model).expanduser()
@@ -209,12 +222,14 @@ def model_location(model: str, options: Mapping[str, Any]) -> tuple[Path, Path, 
                               "or resolve an alias first (registry.resolve_model('tiny-llama'))")
     tok_dir = path.parent if path.is_file() else path
     target = Path(options.get("max_model_path") or path).expanduser()
+    field = _model_field(options)
     if not target.exists():
-        raise ConfigError(f"max_model_path {str(target)!r} does not exist", field="options.max_model_path")
+        raise ConfigError(f"max_model_path {str(target)!r} does not exist", field=field,
+                          fix="point it at a .gguf file or a model folder MAX loads, or remove it")
     gguf: Path | None = None
     if target.is_file():
         if target.suffix != ".gguf":
-            raise ConfigError(f"{str(target)!r} is a file but not a .gguf file", field="model",
+            raise ConfigError(f"{str(target)!r} is a file but not a .gguf file", field=field,
                               fix="point at the model folder (with config.json) or a .gguf file")
         gguf, target = target, target.parent
     elif not any(target.glob("*.safetensors")):
@@ -224,7 +239,7 @@ def model_location(model: str, options: Mapping[str, Any]) -> tuple[Path, Path, 
     if not (target / "config.json").exists():
         raise ConfigError(
             f"{str(target)!r} has no config.json; MAX reads the architecture from it",
-            field="model",
+            field=field,
             fix="convert the GGUF to an HF folder first (`polyrl convert MODEL --to hf`), or put "
                 "the model's config.json and tokenizer next to the .gguf",
         )
@@ -274,14 +289,12 @@ class MaxEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         options = dict(config.options)
+        self.max_batch_size = max_batch_size(options)  # checked before anything loads or compiles
         self.cache_dir = configure_environment(options)
         self.device_kind, self.device_spec = resolve_device(config.device)
         tok_dir, self.max_model_dir, self.gguf_file = model_location(config.model, options)
         self.encoding = resolve_encoding(config.dtype, self.device_kind, options, gguf=self.gguf_file)
         self.architecture = check_architecture(self.max_model_dir, self.encoding, self.device_kind)
-        self.max_batch_size = int(options.get("max_batch_size", DEFAULT_MAX_BATCH_SIZE))
-        if self.max_batch_size <= 0:
-            raise ConfigError("must be > 0", field="options.max_batch_size")
         self.max_length = int(config.max_length)
         if config.lora is not None:
             raise ConfigError("the max backend cannot run LoRA adapters in-process", field="lora",

@@ -36,7 +36,8 @@ def logprobs(engine: MaxEngine, sequences: Sequence[TokenSequence], temperature:
                               fix="give at least one prompt token (e.g. BOS) to predict from")
         if total > engine.max_length:
             raise ConfigError(f"sequence {i} has {total} tokens, more than max_length={engine.max_length}",
-                              field="max_length", fix="raise max_length (the MAX graph is compiled for it)")
+                              field="model.max_length",
+                              fix="raise model.max_length (the MAX graph is compiled for it)")
     forcers = {i: TeacherForcer(sequences[i].completion_ids.tolist(), temperature, engine.logits_width)
                for i in todo}
 

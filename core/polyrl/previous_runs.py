@@ -1,0 +1,118 @@
+"""Earlier runs set aside in ``output_dir/previous/``, and how many of them are kept.
+
+Why: a fresh (not resumed) run in an output_dir that holds a finished run moves that run's
+checkpoints, final model and metrics aside instead of mixing them with its own. Each rerun into
+the same output_dir sets one more run aside; unbounded, ``previous/`` grows until the disk is
+full, and a full disk mid-run is the crash a run must not have. ``train.keep_previous_runs``
+bounds it: the newest N are kept, 0 deletes the earlier run instead.
+
+Only folders named here (``20250101T120000Z``, ``20250101T120000Z-2`` for a second run set aside
+within the same second) are ever deleted; anything else in ``previous/`` is left alone. A folder
+that cannot be deleted is a warning, never a crash: the new run goes on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shutil
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from polyrl.logs import get_logger
+
+log = get_logger("polyrl.previous_runs")
+
+PREVIOUS_DIR = "previous"
+_STAMP = "%Y%m%dT%H%M%SZ"
+_NAME = re.compile(r"(\d{8}T\d{6}Z)(?:-([1-9]\d{0,8}))?")
+
+
+def aside_key(name: str) -> tuple[str, int] | None:
+    """The sort key (older first) of a folder name this module makes; None for any other name."""
+    match = _NAME.fullmatch(name)
+    if match is None:
+        return None
+    return match.group(1), int(match.group(2) or 1)
+
+
+def new_aside_dir(root: Path, now: float | None = None) -> Path:
+    """A new empty folder under ``root`` named by the UTC time (``now``: seconds since the epoch).
+    Created with a plain ``mkdir``, so a second start within the same second gets ``...Z-2``
+    rather than merging into the first one's folder."""
+    stamp = time.strftime(_STAMP, time.gmtime(now))
+    root.mkdir(parents=True, exist_ok=True)
+    for n in itertools.count(1):
+        path = root / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def earlier_runs(root: Path) -> list[Path]:
+    """The runs set aside under ``root``, oldest first by name. Symlinks and entries with other
+    names are not ours and are never listed."""
+    try:
+        entries = list(root.iterdir())
+    except FileNotFoundError:
+        return []
+    ours = [(key, p.name, p) for p in entries
+            if (key := aside_key(p.name)) is not None and p.is_dir() and not p.is_symlink()]
+    return [p for *_, p in sorted(ours)]
+
+
+def _delete(paths: Iterable[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Delete each folder; (deleted, [(not deleted, why)])."""
+    deleted: list[Path] = []
+    failed: list[tuple[Path, str]] = []
+    for path in paths:
+        try:
+            shutil.rmtree(path)
+        except OSError as exc:
+            failed.append((path, exc.strerror or str(exc)))
+        else:
+            deleted.append(path)
+    return deleted, failed
+
+
+def prune(root: Path, keep: int, newest: Path, protect: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Delete all but the ``keep`` newest runs under ``root``. ``newest`` (the run just set aside)
+    counts as the newest whatever its name, so a clock set back never deletes it first; a folder
+    holding ``protect`` (the current output_dir) is never deleted. (deleted, [(not deleted, why)])."""
+    runs = [p for p in earlier_runs(root) if p != newest]
+    if newest.is_dir():
+        runs.append(newest)
+    doomed = runs[: max(len(runs) - keep, 0)]
+    here = protect.resolve()
+    return _delete(p for p in doomed if not here.is_relative_to(p.resolve()))
+
+
+def set_aside(output_dir: Path, items: Iterable[Path], keep: int) -> Path:
+    """Move ``items`` (an earlier run's files in ``output_dir``) into a new folder under
+    ``output_dir/previous/``, then keep only the ``keep`` newest runs there (0: not even this
+    one), logging what was deleted and how to keep more. Returns the folder they were moved to."""
+    aside = new_aside_dir(output_dir / PREVIOUS_DIR)
+    for item in items:
+        if item.exists():
+            item.replace(aside / item.name)
+    deleted, failed = prune(output_dir / PREVIOUS_DIR, keep, newest=aside, protect=output_dir)
+    setting = f"train.keep_previous_runs = {keep}"
+    if aside in deleted:
+        log.warning(f"output_dir held an earlier run; it was deleted ({setting}), this run starts at step 0",
+                    deleted=str(aside), fix="set train.keep_previous_runs >= 1 to keep earlier runs under "
+                                            "previous/, or use --resume to continue a run instead")
+    else:
+        log.warning("output_dir held an earlier run; it was moved aside, this run starts at step 0",
+                    moved_to=str(aside), fix="use --resume to continue a run instead")
+    older = [str(p) for p in deleted if p != aside]
+    if older:
+        log.warning(f"older runs in previous/ deleted ({setting} keeps the newest {keep})", deleted=older,
+                    fix="raise train.keep_previous_runs to keep more, or move them out of previous/ first")
+    for path, why in failed:
+        log.warning("an earlier run in previous/ could not be deleted; this run goes on", path=str(path),
+                    error=why, fix="delete it by hand to free its disk space")
+    return aside
