@@ -389,6 +389,40 @@ def test_chats_are_rendered_with_the_models_template_and_the_text_is_the_decode_
         hostile_engine(hostile, model=tiny_model_dir).generate([chat], SamplingParams(max_new_tokens=4, n=2))
 
 
+def test_text_prompts_are_sent_as_the_ids_the_train_backend_encodes(hostile, tiny_model_dir):
+    """A text prompt goes as the token ids the train engine encodes it to (an empty one as one
+    position), and those are the ids trained on; a server tokenizing it its own way is refused."""
+    texts = ["What is 47 - 13?", ""]
+    out = hostile_engine(hostile, model=tiny_model_dir).generate(texts, SamplingParams(max_new_tokens=4, n=2))
+    trainer_side = Engine(Registry(), "torch", EngineConfig(model=tiny_model_dir, role="train", threads=1))
+    encoded = [trainer_side.raw.encode_prompt(t) for t in texts]
+    assert len(encoded[1]) == 1
+    assert sorted(body["prompt"] for _, body in hostile.requests) == sorted(encoded)  # ids, not text
+    assert [c.prompt_ids.tolist() for c in out] == [encoded[0]] * 2 + [encoded[1]] * 2
+    # a server whose tokenizer splits the text otherwise (one token per character here)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    spelled = [i for ch in texts[0] for i in tok(ch, add_special_tokens=False)["input_ids"]]
+    assert spelled != encoded[0]
+    hostile.mode = f"prompt_token_ids={json.dumps(spelled)}"
+    with pytest.raises(PluginError, match="re-tokenized the prompt"):
+        hostile_engine(hostile, model=tiny_model_dir).generate(texts[:1], SamplingParams(max_new_tokens=4, n=2))
+
+
+def test_without_a_tokenizer_text_goes_as_text_with_one_warning(hostile):
+    from structlog.testing import capture_logs
+
+    engine = hostile_engine(hostile, model="unused")  # an engine built by hand: no model folder
+    with capture_logs() as logs:
+        for _ in range(2):
+            out = engine.generate(["What is 47 - 13?"], SamplingParams(max_new_tokens=4, n=2))
+    assert [body["prompt"] for _, body in hostile.requests] == ["What is 47 - 13?"] * 2
+    assert all(c.prompt_ids.tolist() == [1, 2, 3] for c in out)  # the server's tokenization, unchecked
+    warned = [e for e in logs if "servers tokenize text prompts" in e.get("event", "")]
+    assert len(warned) == 1 and warned[0]["log_level"] == "warning" and "HF folder" in warned[0]["fix"]
+
+
 @pytest.mark.faults
 def test_a_busy_server_gets_the_weight_push_retried(hostile):
     weights = {"w": np.zeros(2, np.float32)}

@@ -83,6 +83,23 @@ def test_a_chat_rendered_by_the_train_engine_generates_remotely_as_the_chat_does
     np.testing.assert_allclose(again.logprobs, chat.logprobs, atol=1e-5)
 
 
+def test_a_text_prompt_encoded_here_generates_as_the_server_does_from_the_text(remote, server, registry,
+                                                                              tiny_model_dir):
+    """With the model folder at hand a text prompt goes as the train engine's ids; `polyrl serve`
+    generates from them what it generates from the text itself (the same encoding rule)."""
+    text = "Hello world, count"
+    local = Engine(registry, "remote", EngineConfig(model=tiny_model_dir, role="generate",
+                                                    options={"servers": [f"{server.url}/v1"]}))
+    encoded = local.raw.tokenizer.encode_text(text)
+    trainer_side = Engine(registry, "torch", EngineConfig(model=tiny_model_dir, role="train", threads=1))
+    assert encoded == trainer_side.raw.encode_prompt(text)
+    [ours] = local.generate([text], GREEDY)
+    [theirs] = remote.generate([text], GREEDY)  # no tokenizer: sent as text
+    assert ours.prompt_ids.tolist() == theirs.prompt_ids.tolist() == encoded
+    np.testing.assert_array_equal(ours.completion_ids, theirs.completion_ids)
+    np.testing.assert_allclose(ours.logprobs, theirs.logprobs, atol=1e-5)
+
+
 def test_continuing_from_ids_through_the_server_equals_one_long_greedy_generation(remote):
     """Turn k+1 from the exact ids of turn k: k greedy tokens, then the rest from prompt + those k
     ids, gives the tokens and log-probs of one generation of the whole length."""

@@ -8,20 +8,22 @@
 
 Each prompt is one ``/v1/completions`` request with ``n = group_size``, ``logprobs`` and
 ``return_token_ids``: the token ids and sampler log-probs come from the server's generator itself,
-never from re-tokenizing text. Chat prompts are rendered here with the model's own chat template
-(``polyrl.remote_tokenizer``: the model folder's tokenizer, as the train backends render them) and
-sent as OpenAI's token-id prompt, like ``TokenPrompt``s; a token-id prompt must come back as the
-same ``prompt_token_ids`` (else a PluginError: the server re-tokenized it), so the trainer trains on
-the prompt it rendered, and a multi-turn episode continues from the exact ids of its last turn. A
-completion's text is the decode of its ids (the server's text is not scored). Only without a
-tokenizer at the model path (an engine built by hand) do chats go to ``/v1/chat/completions`` for
-the server to render, with a warning. Every reply is checked (``polyrl.remote_replies``): exactly
-``n`` choices, ids ints in the vocabulary, log-probs finite and <= 0, ``finish_reason`` stop or
-length. Requests are spread round-robin over the servers, ``max_concurrency`` at a time per
-server; a failed attempt (timeout, connection error, HTTP 408/429/5xx, or a 200 reply that is not
-JSON, too large, or fails those checks) is retried on the next server with exponential backoff and
-jitter. ``encode_chat`` answers None (no engine-owned tokenizer for episodes): the core renders an
-episode's turns with the train engine's and sends them as token-id prompts.
+never from re-tokenizing text. Text and chat prompts are encoded here with the model's own
+tokenizer (``polyrl.remote_tokenizer``: the model folder's, text with its special tokens and chats
+with its chat template, as the train backends encode them) and sent as OpenAI's token-id prompt,
+like ``TokenPrompt``s; a token-id prompt must come back as the same ``prompt_token_ids`` (else a
+PluginError: the server re-tokenized it), so the trainer trains on the prompt it encoded (the ids
+the startup prompt-length check counted), and a multi-turn episode continues from the exact ids of
+its last turn. A completion's text is the decode of its ids (the server's text is not scored).
+Only without a tokenizer at the model path (an engine built by hand) does text go as text and a
+chat to ``/v1/chat/completions``, for the server to tokenize, with a warning for each kind. Every
+reply is checked (``polyrl.remote_replies``): exactly ``n`` choices, ids ints in the vocabulary,
+log-probs finite and <= 0, ``finish_reason`` stop or length. Requests are spread round-robin over
+the servers, ``max_concurrency`` at a time per server; a failed attempt (timeout, connection
+error, HTTP 408/429/5xx, or a 200 reply that is not JSON, too large, or fails those checks) is
+retried on the next server with exponential backoff and jitter. ``encode_chat`` answers None (no
+engine-owned tokenizer for episodes): the core renders an episode's turns with the train engine's
+and sends them as token-id prompts.
 
 Weights: after each training step the trainer calls ``import_weights``; this backend writes them
 once as safetensors under ``weights_dir`` and asks every server to load them (``POST
@@ -76,6 +78,7 @@ from polyrl.backend_features import refuse_unsupported_sampling
 from polyrl.errors import ConfigError, PluginError
 from polyrl.shared_secret import read_shared_secret
 from polyrl.hookspecs import hookimpl
+from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge
 from polyrl.logs import get_logger
 from polyrl.remote_replies import BadReply, completion, json_body, reply_choices
 from polyrl.remote_tokenizer import ModelTokenizer
@@ -89,6 +92,13 @@ NAME = "remote"
 SAMPLING = ("ignore_eos",)
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 _T = TypeVar("_T")
+#: the one-time warning for each kind of prompt the servers tokenize because this side cannot
+_UNENCODED = {
+    "text": "no tokenizer at the model path: the servers tokenize text prompts and their prompt ids are "
+            "trained on unchecked",
+    "chat": "no chat template at the model path: the servers render chat prompts and their prompt ids are "
+            "trained on unchecked",
+}
 
 
 @attrs.define(frozen=True)
@@ -163,8 +173,7 @@ class RemoteEngine:
                 raise ConfigError(f"environment variable {self.options.api_key_env} is not set",
                                   field="backends.options.api_key_env", fix="export it before the run")
             headers["Authorization"] = f"Bearer {key}"
-        # identity: the bytes max_reply_bytes counts are the bytes held, no compressed chunk expands past it
-        headers["Accept-Encoding"] = "identity"
+        headers.update(IDENTITY_ENCODING)  # the bytes max_reply_bytes counts are the bytes held
         limits = httpx.Limits(max_connections=self.options.max_concurrency * len(self.options.servers))
         self.client = httpx.Client(timeout=self.options.timeout_s, headers=headers, limits=limits, trust_env=False)
         self.tokenizer = ModelTokenizer(config.model)
@@ -173,7 +182,7 @@ class RemoteEngine:
         self._lock = threading.Lock()
         self._temp_weights: tuple[str, weakref.finalize] | None = None  # folder we made, its remover
         self.weight_version = 0
-        self._warned_unrendered = False
+        self._warned_unencoded: set[str] = set()  # prompt kinds sent for the servers to tokenize
         token = weight_push_token(self.options)
         self._push_headers = {WEIGHT_TOKEN_HEADER: token} if token else {}
 
@@ -197,21 +206,14 @@ class RemoteEngine:
         deadline = time.monotonic() + opts.timeout_s
         try:
             with self.client.stream("POST", url, json=body, headers=headers) as response:
-                declared = response.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > opts.max_reply_bytes:
-                    raise _AttemptFailed(f"a reply of {declared} bytes is over backends.options.max_reply_bytes "
-                                         f"= {opts.max_reply_bytes}")
-                chunks: list[bytes] = []
-                size = 0
+                reply = CappedBody(opts.max_reply_bytes, response.headers.get("content-length"))
                 for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > opts.max_reply_bytes:
-                        raise _AttemptFailed("the reply passed backends.options.max_reply_bytes = "
-                                             f"{opts.max_reply_bytes}")
+                    reply.feed(chunk)
                     if time.monotonic() > deadline:
                         raise _AttemptFailed(f"the reply was not complete within timeout_s = {opts.timeout_s:g} s")
-                    chunks.append(chunk)
-                return response.status_code, b"".join(chunks)
+                return response.status_code, reply.body()
+        except ReplyTooLarge as exc:
+            raise _AttemptFailed(exc.describe("backends.options.max_reply_bytes")) from None
         except _AttemptFailed:
             raise
         except Exception as exc:  # noqa: BLE001 - httpx transport errors and timeouts
@@ -278,21 +280,29 @@ class RemoteEngine:
             return out
 
         return self.post("/chat/completions" if chat else "/completions", body, first, parse)
+
     def rendered(self, prompts: Sequence[Prompt]) -> list[Prompt]:
-        """Chats rendered with the model's chat template into token-id prompts (see
-        ``polyrl.remote_tokenizer``); with no tokenizer at hand the servers render them, unchecked."""
-        chats = [not isinstance(p, (str, TokenPrompt)) for p in prompts]
-        if not any(chats):
-            return list(prompts)
-        if not self.tokenizer.can_render:
-            if not self._warned_unrendered:
-                self._warned_unrendered = True
-                log.warning("no chat template at the model path: the servers render chat prompts and their "
-                            "prompt ids are trained on unchecked", model=self.config.model,
-                            fix="give the engine the model's HF folder (the trainer does)")
-            return list(prompts)
-        return [TokenPrompt(self.tokenizer.render(p)) if chat else p  # type: ignore[arg-type]
-                for p, chat in zip(prompts, chats)]
+        """Text and chats encoded with the model's tokenizer (and chat template) into token-id
+        prompts, as the train backends encode them (see ``polyrl.remote_tokenizer``); what it
+        cannot encode here goes to the servers to tokenize, unchecked, said once per kind."""
+        tok = self.tokenizer
+        out: list[Prompt] = []
+        for p in prompts:
+            if isinstance(p, TokenPrompt):
+                out.append(p)
+            elif isinstance(p, str):
+                out.append(TokenPrompt(tok.encode_text(p)) if tok.can_encode else self._unencoded(p, "text"))
+            else:
+                out.append(TokenPrompt(tok.render(p)) if tok.can_render else self._unencoded(p, "chat"))
+        return out
+
+    def _unencoded(self, prompt: Prompt, kind: str) -> Prompt:
+        """``prompt`` as given, for the servers to tokenize; the first one of its ``kind`` warns."""
+        if kind not in self._warned_unencoded:
+            self._warned_unencoded.add(kind)
+            log.warning(_UNENCODED[kind], model=self.config.model,
+                        fix="give the engine the model's HF folder (the trainer does)")
+        return prompt
 
     def push_weights(self, weights: NamedWeights) -> float:
         """Write the weights once, have every server load them; seconds taken."""

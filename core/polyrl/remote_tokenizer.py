@@ -1,12 +1,13 @@
-"""The model's own tokenizer, as the remote backend uses it: render chats, decode ids, bound ids.
+"""The model's own tokenizer, as the remote backend uses it: encode prompts, decode ids, bound ids.
 
 Why the backend needs one although the servers tokenize: the trainer trains on the prompt ids and
-the reward scores the text. Letting a server render a chat (its template, its tokenizer, or a
+the reward scores the text. Letting a server tokenize a prompt (its template, its tokenizer, or a
 hostile one's ``prompt_token_ids``) would train the policy on contexts it never sees, and trusting
-its ``text`` would reward ids for text they do not decode to. So chats are rendered here with the
-model's chat template exactly as the train backends render them (``apply_chat_template``, generation
-prompt, no BOS beyond the template's), sent as token-id prompts the server must use verbatim, and
-each completion's text is the decode of its ids (``skip_special_tokens``, as the train backends do).
+its ``text`` would reward ids for text they do not decode to. So prompts are encoded here exactly
+as the train backends encode them (text with the tokenizer's special tokens, an empty text as one
+position; chats through ``apply_chat_template`` with the generation prompt, no BOS beyond the
+template's), sent as token-id prompts the server must use verbatim, and each completion's text is
+the decode of its ids (``skip_special_tokens``, as the train backends do).
 The files are the ones the train engine loads (``EngineConfig.model``, the run's model folder).
 """
 
@@ -17,6 +18,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from polyrl.backend_kit.tokens import text_prompt_ids
 from polyrl.logs import get_logger
 from polyrl.serving.vocab import embedding_rows
 
@@ -36,7 +38,7 @@ class ModelTokenizer:
 
                 self._tok = AutoTokenizer.from_pretrained(folder)
             except Exception as exc:  # noqa: BLE001 - any failure: no local checks, said once
-                log.warning("cannot load the model's tokenizer; chats go to the servers to render and "
+                log.warning("cannot load the model's tokenizer; prompts go to the servers to tokenize and "
                             "their text is used unchecked", model=folder, error=f"{type(exc).__name__}: {exc}")
         #: rows of the embedding table: a returned id past it would fail (or wrap) in the trainer
         self.vocab: int | None = embedding_rows(folder, self._tok) if folder else None
@@ -46,8 +48,20 @@ class ModelTokenizer:
         return self._tok is not None
 
     @property
+    def can_encode(self) -> bool:
+        """Text prompts can be encoded here (any tokenizer can; chats need ``can_render``)."""
+        return self._tok is not None
+
+    @property
     def can_render(self) -> bool:
         return self._tok is not None and bool(getattr(self._tok, "chat_template", None))
+
+    def encode_text(self, text: str) -> list[int]:
+        """A text prompt's ids, as the train backends' ``encode_prompt`` makes them (and so as the
+        startup prompt-length check counted them): special tokens added, and an empty text given
+        one position to predict from (the BOS, else the pad id)."""
+        with self._lock:
+            return text_prompt_ids(self._tok, text)
 
     def render(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """A chat prompt's ids: the chat template with the generation prompt, as ``encode_chat``."""

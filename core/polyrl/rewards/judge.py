@@ -102,6 +102,7 @@ from polyrl.rewards import judge_score
 from polyrl.rewards.inputs import completion_text
 from polyrl.rewards.options import merged, positive_number, required_text
 from polyrl.hookspecs import hookimpl
+from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge
 from polyrl.logs import get_logger
 from polyrl.redact import Redactor, display_url, url_secrets
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
@@ -388,10 +389,6 @@ def _api_key(opts: JudgeOptions) -> str | None:
     return key
 
 
-class _ReplyTooLarge(Exception):
-    """The reply body passed ``max_reply_bytes``; reading stopped there."""
-
-
 def _json_body(raw: bytes) -> Any:
     """The JSON in a reply body, or None: not JSON, not UTF-8, or nested deeper than the parser
     goes (a hostile server's ``[[[[...`` must fail the request, not raise out of the reward)."""
@@ -414,17 +411,10 @@ async def _exchange(client: Any, opts: JudgeOptions, body: dict[str, Any],
     """POST ``body``: the status and the reply body, streamed so that a reply past
     ``max_reply_bytes`` is dropped at the limit instead of being held whole in memory."""
     async with client.stream("POST", opts.endpoint, json=body, headers=headers) as response:
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > opts.max_reply_bytes:
-            raise _ReplyTooLarge
-        chunks: list[bytes] = []
-        size = 0
+        reply = CappedBody(opts.max_reply_bytes, response.headers.get("content-length"))
         async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > opts.max_reply_bytes:
-                raise _ReplyTooLarge
-            chunks.append(chunk)
-        return response.status_code, b"".join(chunks)
+            reply.feed(chunk)
+        return response.status_code, reply.body()
 
 
 async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str, str]],
@@ -454,7 +444,7 @@ async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str,
             except (asyncio.TimeoutError, httpx.TimeoutException):
                 last = f"timed out after {opts.timeout_s:g} s"
                 continue
-            except _ReplyTooLarge:
+            except ReplyTooLarge:
                 return _Outcome(error=f"reply larger than options.max_reply_bytes = {opts.max_reply_bytes} bytes",
                                 fix="raise options.max_reply_bytes if the judge really writes this much (or "
                                     "lower options.max_tokens), or set options.on_error = \"skip\"")
@@ -491,9 +481,7 @@ async def _judge_all(opts: JudgeOptions, requests: list[tuple[str, list[dict[str
                      key: str | None) -> dict[str, _Outcome]:
     import httpx
 
-    # identity: a compliant server then sends the bytes max_reply_bytes counts, and no compressed
-    # chunk can expand far past the limit before it is checked
-    headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+    headers = {"Content-Type": "application/json", **IDENTITY_ENCODING}  # max_reply_bytes counts what is held
     if key:
         headers["Authorization"] = f"Bearer {key}"
     sem = asyncio.Semaphore(opts.max_concurrency)

@@ -54,7 +54,7 @@ import numpy as np
 
 from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.options import int_option
-from polyrl.backend_kit.tokens import pad_token_id
+from polyrl.backend_kit.tokens import given_a_start, pad_token_id, text_prompt_ids
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.types import EngineConfig, Prompt, TokenPrompt
@@ -448,13 +448,8 @@ class MaxEngine:
         if isinstance(prompt, TokenPrompt):
             return self.checked_ids(prompt.ids)
         if isinstance(prompt, str):
-            ids = tok(prompt, add_special_tokens=True)["input_ids"]
-        else:
-            ids = self.encode_chat(prompt, None, add_generation_prompt=True)
-        if not ids:
-            start = tok.bos_token_id if tok.bos_token_id is not None else self.pad_id
-            ids = [int(start)]  # an empty prompt still needs one position to predict from
-        return [int(i) for i in ids]
+            return text_prompt_ids(tok, prompt)
+        return given_a_start(self.tokenizer, self.encode_chat(prompt, None, add_generation_prompt=True))
 
     def encode_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                     add_generation_prompt: bool) -> list[int]:

@@ -25,7 +25,7 @@ import attrs
 from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS
 from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.options import SCORE_BATCH_TOKENS, scoring_options
-from polyrl.backend_kit.tokens import pad_token_id
+from polyrl.backend_kit.tokens import given_a_start, pad_token_id, text_prompt_ids
 from polyrl.errors import ConfigError
 from polyrl.types import EngineConfig, Prompt, TokenPrompt
 
@@ -297,14 +297,8 @@ class MLXEngine:
         if isinstance(prompt, TokenPrompt):
             return self.checked_ids(prompt.ids.tolist())
         if isinstance(prompt, str):
-            ids = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
-        else:
-            ids = self.encode_chat(prompt, None, add_generation_prompt=True)
-        if not ids:
-            tok = self.tokenizer
-            start = tok.bos_token_id if tok.bos_token_id is not None else self.pad_id
-            ids = [int(start)]  # an empty prompt still needs one position to predict from
-        return [int(i) for i in ids]
+            return text_prompt_ids(self.tokenizer, prompt)
+        return given_a_start(self.tokenizer, self.encode_chat(prompt, None, add_generation_prompt=True))
 
     def encode_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                     add_generation_prompt: bool) -> list[int]:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from polyrl.backend_kit.chat import require_chat_template
-from polyrl.backend_kit.tokens import pad_token_id
+from polyrl.backend_kit.tokens import given_a_start, pad_token_id, text_prompt_ids
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.types import ALL_LINEAR, EngineConfig, Prompt, TokenPrompt
@@ -308,13 +308,8 @@ class TorchEngine:
             return [int(i) for i in prompt.ids]  # an episode's exact ids: never re-tokenized
         tok = self.tokenizer
         if isinstance(prompt, str):
-            ids = tok(prompt, add_special_tokens=True)["input_ids"]
-        else:
-            ids = self.encode_chat(prompt, None, add_generation_prompt=True)
-        if not ids:
-            start = tok.bos_token_id if tok.bos_token_id is not None else self.pad_id
-            ids = [int(start)]  # an empty prompt still needs one position to predict from
-        return [int(i) for i in ids]
+            return text_prompt_ids(tok, prompt)
+        return given_a_start(self.tokenizer, self.encode_chat(prompt, None, add_generation_prompt=True))
 
     def encode_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                     add_generation_prompt: bool) -> list[int]:

@@ -1,0 +1,53 @@
+"""A reply body read up to a byte cap, for the HTTP clients that talk to servers polyrl does not trust.
+
+Why: the remote generation backend and the LLM judge both read replies from servers that may be
+broken or hostile; one sending gigabytes must fail the request at the cap, not fill the trainer's
+memory. Both read the body as it streams in and feed it here, chunk by chunk, so the rule (a
+declared ``Content-Length`` over the cap fails before any byte is read; otherwise the bytes as
+they arrive are counted) lives in one place. Each caller bounds the time itself (a per-chunk
+deadline in a thread, ``asyncio.wait_for`` in a coroutine) and words the error for its option.
+"""
+
+from __future__ import annotations
+
+#: request headers that make the bytes counted the bytes held: a compliant server then sends the
+#: body uncompressed, and no compressed chunk can expand far past the cap before it is checked
+IDENTITY_ENCODING = {"Accept-Encoding": "identity"}
+
+
+class ReplyTooLarge(Exception):
+    """A reply body past its cap; reading stopped there. ``declared``: the ``Content-Length`` that
+    announced it, or None when the bytes read passed the cap."""
+
+    def __init__(self, limit: int, declared: int | None) -> None:
+        self.limit, self.declared = limit, declared
+        super().__init__(f"reply body over {limit} bytes")
+
+    def describe(self, option: str) -> str:
+        """The error as a user reads it, naming the ``option`` that sets the cap."""
+        if self.declared is not None:
+            return f"a reply of {self.declared} bytes is over {option} = {self.limit}"
+        return f"the reply passed {option} = {self.limit}"
+
+
+class CappedBody:
+    """The bytes of one reply body, refused (``ReplyTooLarge``) past ``limit`` bytes."""
+
+    def __init__(self, limit: int, content_length: str | None = None) -> None:
+        """``content_length``: the reply's header as sent; a number over ``limit`` fails now."""
+        self.limit = limit
+        self.size = 0
+        self._chunks: list[bytes] = []
+        declared = content_length or ""
+        if declared.isdigit() and int(declared) > limit:
+            raise ReplyTooLarge(limit, int(declared))
+
+    def feed(self, chunk: bytes) -> None:
+        """Keep ``chunk``, unless it takes the body past the cap."""
+        self.size += len(chunk)
+        if self.size > self.limit:
+            raise ReplyTooLarge(self.limit, None)
+        self._chunks.append(chunk)
+
+    def body(self) -> bytes:
+        return b"".join(self._chunks)

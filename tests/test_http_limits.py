@@ -1,0 +1,28 @@
+"""``polyrl.http_limits.CappedBody``: the byte cap the remote backend and the LLM judge read replies under."""
+
+from __future__ import annotations
+
+import pytest
+
+from polyrl.http_limits import CappedBody, ReplyTooLarge
+
+
+def test_a_declared_length_over_the_cap_fails_before_any_byte_is_read():
+    with pytest.raises(ReplyTooLarge) as err:
+        CappedBody(100, "101")
+    assert err.value.declared == 101
+    assert err.value.describe("options.max_reply_bytes") == "a reply of 101 bytes is over options.max_reply_bytes = 100"
+    for header in ("100", None, "", "not-a-number", "-5"):  # at the cap, absent or unreadable: count the bytes
+        CappedBody(100, header)
+
+
+def test_the_bytes_read_are_kept_up_to_the_cap_and_refused_one_past_it():
+    body = CappedBody(10, None)
+    for chunk in (b"abcd", b"", b"efghij"):
+        body.feed(chunk)
+    assert body.body() == b"abcdefghij" and body.size == 10
+    with pytest.raises(ReplyTooLarge) as err:
+        body.feed(b"k")
+    assert err.value.declared is None
+    assert err.value.describe("backends.options.max_reply_bytes") == "the reply passed backends.options.max_reply_bytes = 10"
+    assert body.body() == b"abcdefghij"  # the chunk past the cap is not held
