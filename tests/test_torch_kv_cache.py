@@ -32,7 +32,7 @@ def _generate(engine: Engine, sampling: SamplingParams, preallocated: bool, monk
     import polyrl_torch.generation as generation
 
     if not preallocated:
-        monkeypatch.setattr(generation, "preallocate", lambda cache, capacity, dtype=None: cache)
+        monkeypatch.setattr(generation, "preallocate", lambda cache, capacity, widen_16bit=False: cache)
     out = engine.generate(CHATS, sampling)
     monkeypatch.undo()
     return out
@@ -156,3 +156,31 @@ def test_bf16_training_attention_runs_in_float32_even_under_autocast():
     out.float().square().sum().backward()
     assert query.grad is not None and key.grad is not None and value.grad is not None
     assert query.grad.dtype == key.grad.dtype == value.grad.dtype == torch.bfloat16
+
+
+def test_a_bfloat16_samplers_float32_cache_gives_the_same_samples(tiny_model_dir, monkeypatch):
+    """Long runs hold a 16-bit sampler's cache in float32 (attention widens it anyway): the values
+    are the same, so tokens and log-probs must be bitwise those of the 16-bit cache."""
+    import polyrl_torch.generation as generation
+    import polyrl_torch.kv_cache as kv_cache
+
+    engine = Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="generate", seed=0,
+                                                          compute_dtype="bfloat16"))
+    made: list[torch.dtype] = []
+    init = kv_cache.PreallocatedLayer.lazy_initialization
+
+    def spy(self, keys, values):
+        init(self, keys, values)
+        made.append(self._keys.dtype)
+
+    monkeypatch.setattr(kv_cache.PreallocatedLayer, "lazy_initialization", spy)
+    sampling = SamplingParams(max_new_tokens=20, n=2, seed=3, stop=("e",))
+    runs = {}
+    for widen in (False, True):
+        monkeypatch.setattr(generation, "FLOAT32_CACHE_FROM_TOKENS", 0 if widen else 10**9)
+        made.clear()
+        runs[widen] = engine.generate(CHATS, sampling)
+        assert set(made) == {torch.float32 if widen else torch.bfloat16}
+    assert [c.completion_ids.tolist() for c in runs[True]] == [c.completion_ids.tolist() for c in runs[False]]
+    for a, b in zip(runs[True], runs[False]):
+        np.testing.assert_array_equal(a.logprobs, b.logprobs)

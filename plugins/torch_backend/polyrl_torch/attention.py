@@ -13,9 +13,10 @@ Why float32 for 16-bit inputs: torch's CPU flash attention is slower in bfloat16
 ~3x for a decode step's one query row and 2-3x for a short sequence's forward + backward (it is
 never faster at the lengths measured, up to 512 tokens), so 16-bit queries, keys and values are
 attended in float32 (autocast, which would cast them back, is off for the call) and the output
-returns in the query's dtype. The KV cache stays in the keys' own dtype: a bfloat16 sampler's keys
-are bfloat16 values either way, and converting its cache each step measured as fast as keeping a
-float32 copy, at half the memory.
+returns in the query's dtype. A bfloat16 sampler's KV cache stays in bfloat16 for short completions
+(widening it at each step costs less than moving twice the bytes) and is held in float32 for long
+ones, where widening the whole cache at every step costs more (``polyrl_torch.generation``'s
+``FLOAT32_CACHE_FROM_TOKENS``; ``bench/kv_cache_dtype.py``).
 """
 
 from __future__ import annotations

@@ -120,6 +120,17 @@ def _seen_tokens(prompt_ids: list[list[int]], n: int, vocab: int, device: torch.
     return seen
 
 
+#: From this many new tokens a 16-bit sampler's KV cache is held in float32 on the CPU
+#: (``polyrl_torch.kv_cache``): attention converts a 16-bit cache whole at every decode step, a
+#: cost that grows with the length; below it the wider cache's extra memory traffic costs more.
+FLOAT32_CACHE_FROM_TOKENS = 256
+
+
+def widens_cache(device: torch.device, new_tokens: int) -> bool:
+    """Whether a 16-bit sampler's cache is held in float32 (CPU attention is float32; long runs)."""
+    return device.type == "cpu" and new_tokens >= FLOAT32_CACHE_FROM_TOKENS
+
+
 def _next_logits(model, **inputs) -> torch.Tensor:
     out = model(**inputs, use_cache=True, logits_to_keep=1)
     return out.logits[:, -1, :].float()
@@ -174,7 +185,8 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
         unique.setdefault(tuple(ids), len(unique))
     input_ids, attention = _left_pad([list(u) for u in unique], engine.pad_id, device)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    cache = preallocate(cache_cls(config=engine.causal_lm.config), input_ids.shape[1] + max(budgets))
+    cache = preallocate(cache_cls(config=engine.causal_lm.config), input_ids.shape[1] + max(budgets),
+                        widen_16bit=widens_cache(device, max(budgets)))
     logits = _next_logits(model, input_ids=input_ids, attention_mask=attention,
                           position_ids=positions, past_key_values=cache)
     rows = [unique[tuple(ids)] for ids in prompt_ids for _ in range(n)]

@@ -5,6 +5,11 @@ copying the layer's whole cache every step, so the copying grows with the square
 completion length (at hundreds of tokens it rivals the attention itself). The sampler knows the
 longest sequence up front (padded prompt + token budget), so each layer writes into a buffer of
 that capacity and hands attention a view of the filled part: the same values, no copies.
+
+The buffers may hold 16-bit keys and values in float32 (``preallocate``'s ``widen_16bit``): a
+bfloat16 sampler's keys and values are attended in float32 on the CPU (``polyrl_torch.attention``),
+so a bfloat16 cache is converted whole at every decode step, while a float32 one is converted once
+per position, as it is written. Same values either way (bfloat16 widens to float32 exactly).
 """
 
 from __future__ import annotations
@@ -18,18 +23,20 @@ from transformers.cache_utils import DynamicLayer
 class PreallocatedLayer(DynamicLayer):
     """``DynamicLayer`` with keys/values as views of buffers holding ``capacity`` positions."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, widen_16bit: bool = False) -> None:
         super().__init__()
         self.capacity = capacity
+        self.widen_16bit = widen_16bit
         self.length = 0
         self._keys: torch.Tensor | None = None
         self._values: torch.Tensor | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.dtype, self.device = key_states.dtype, key_states.device
+        wide = self.widen_16bit and key_states.dtype in (torch.bfloat16, torch.float16)
+        self.dtype, self.device = torch.float32 if wide else key_states.dtype, key_states.device
         batch, heads, _, dim = key_states.shape
-        self._keys = key_states.new_empty((batch, heads, self.capacity, dim))
-        self._values = value_states.new_empty((batch, heads, self.capacity, value_states.shape[-1]))
+        self._keys = key_states.new_empty((batch, heads, self.capacity, dim), dtype=self.dtype)
+        self._values = value_states.new_empty((batch, heads, self.capacity, value_states.shape[-1]), dtype=self.dtype)
         self.length = 0
         self.is_initialized = True
 
@@ -85,9 +92,10 @@ class PreallocatedLayer(DynamicLayer):
             self.values = self._values[:, :, :max_length]
 
 
-def preallocate(cache: Any, capacity: int) -> Any:
-    """Swap ``cache``'s plain full-attention layers for preallocated ones (others stay as they are:
-    sliding-window layers drop old keys, which a fixed buffer does not model)."""
-    cache.layers = [PreallocatedLayer(capacity) if type(layer) is DynamicLayer else layer
+def preallocate(cache: Any, capacity: int, widen_16bit: bool = False) -> Any:
+    """Swap ``cache``'s plain full-attention layers for preallocated ones (16-bit keys held in
+    float32 with ``widen_16bit``); others stay as they are: sliding-window layers drop old keys,
+    which a fixed buffer does not model."""
+    cache.layers = [PreallocatedLayer(capacity, widen_16bit) if type(layer) is DynamicLayer else layer
                     for layer in cache.layers]
     return cache
