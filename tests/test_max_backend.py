@@ -192,6 +192,111 @@ def test_a_bad_max_batch_size_names_the_toml_key_before_anything_loads(tiny_mode
     assert err.value.field == "backends.options.max_batch_size"
 
 
+@pytest.mark.parametrize(("key", "bad", "says"), [
+    ("cache_dir", 5, "non-empty string"),
+    ("cache_dir", "", "non-empty string"),  # was the working directory: MAX's cache landed in cwd
+    ("max_model_path", 5, "non-empty string"),
+    ("max_model_path", "", "non-empty string"),  # was silently the model itself
+    ("quantization_encoding", True, "non-empty string"),  # was the encoding "True"
+    ("max_overrides", "enable_prefix_caching", "table"),
+    ("max_overrides", ["devices"], "table"),
+    ("max_overrides", 3, "table"),
+    ("max_overrides", {"devices": "gpu"}, "may not set 'devices'"),  # replaced the checked device
+    ("max_overrides", {"max_length": 4096}, "may not set 'max_length'"),
+])
+def test_bad_max_options_name_the_toml_key_before_anything_loads(tiny_model_dir, tmp_path, monkeypatch,
+                                                                  key, bad, says):
+    """Read raw, these died with a bare TypeError/ValueError, or were silently misread; each is now
+    one ConfigError naming ``backends.options.<key>``, raised before MAX is imported or compiles."""
+    monkeypatch.chdir(tmp_path)
+    _usable("max")
+    with pytest.raises(ConfigError, match=says) as err:
+        make_engine(tiny_model_dir, **{key: bad})
+    assert err.value.field == f"backends.options.{key}" and err.value.fix
+    assert not list(tmp_path.iterdir())  # no compile cache written into the working directory
+
+
+def _model_of_type(folder, model_type: str, hf_class: str) -> str:
+    import json
+
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": model_type, "architectures": [hf_class]}))
+    return str(folder)
+
+
+def test_the_cpu_refusal_gives_the_architectures_own_reason(tmp_path):
+    """Qwen3 declares float32 but MAX's layers need an accelerator; the error blamed bfloat16."""
+    from pathlib import Path
+
+    from polyrl_max.architectures import check_architecture
+
+    model = _model_of_type(tmp_path / "qwen3", "qwen3", "Qwen3ForCausalLM")
+    with pytest.raises(ConfigError, match="Allreduce") as err:
+        check_architecture(Path(model), "float32", "cpu")
+    assert "bfloat16" not in str(err.value) and err.value.field == "device"
+    model = _model_of_type(tmp_path / "mistral", "mistral", "MistralForCausalLM")
+    with pytest.raises(ConfigError, match="bfloat16 only"):
+        check_architecture(Path(model), "bfloat16", "cpu")
+
+
+def test_a_model_max_cannot_generate_is_refused_before_the_trainer_loads(tmp_path, monkeypatch):
+    """generate = "max" with a model MAX does not run (here: no such architecture, or Qwen3 on an
+    explicit CPU, which MAX declares GPU-only): one ConfigError before *any* engine loads; the torch
+    trainer used to load the model first and MAX refused only afterwards."""
+    import polyrl.engines as engines
+    from polyrl.config import RunConfig
+
+    _usable("max")
+    _usable("torch")
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("an engine was loaded before the generate model was checked")
+
+    monkeypatch.setattr(engines, "Engine", no_load)
+    cases = [(_model_of_type(tmp_path / "mamba", "mamba", "MambaForCausalLM"), "auto", "model.path", "'mamba'"),
+             (_model_of_type(tmp_path / "qwen3", "qwen3", "Qwen3ForCausalLM"), "cpu", "model.device", "Allreduce")]
+    for model, device, field, says in cases:
+        config = RunConfig.from_dict({
+            "model": {"path": model, "device": device},
+            "backends": {"train": "torch", "generate": "max"},
+            "data": {"task": "arithmetic"},
+            "rewards": [{"name": "numeric_match"}],
+            "train": {"output_dir": str(tmp_path / "run")},
+        })
+        with pytest.raises(ConfigError, match=says) as err:
+            engines.load_engines(config, get_registry())
+        assert err.value.field == field and "'max'" in str(err.value) and err.value.fix
+    registry = get_registry()  # a GPU, or "auto" (MAX may find one): the engine decides when it loads
+    registry.check_architecture("max", cases[1][0], "generate", device="gpu")
+    registry.check_architecture("max", cases[1][0], "generate", device="auto")
+
+
+def test_train_on_max_names_backends_train_not_the_models_architecture(tiny_model_dir):
+    """MAX never trains; the refusal said "cannot train architecture 'llama'" on model.path."""
+    with pytest.raises(ConfigError, match="does not train") as err:
+        get_registry().check_architecture("max", tiny_model_dir, "train")
+    assert err.value.field == "backends.train" and "torch" in err.value.fix
+
+
+def test_an_explicit_quantization_encoding_is_named_by_its_own_errors(tiny_model_dir):
+    """An encoding the user set as an option was blamed on ``dtype`` (with "set dtype" as the fix)."""
+    from pathlib import Path
+
+    from polyrl_max.architectures import check_architecture
+    from polyrl_max.engine import resolve_encoding
+
+    option = "backends.options.quantization_encoding"
+    with pytest.raises(ConfigError, match="bfloat16") as err:
+        resolve_encoding("float32", "cpu", {"quantization_encoding": "bfloat16"}, gguf=None)
+    assert err.value.field == option and "quantization_encoding" in err.value.fix
+    with pytest.raises(ConfigError, match="float64") as err:
+        check_architecture(Path(tiny_model_dir), "float64", "cpu", encoding_field=option)
+    assert err.value.field == option and "quantization_encoding" in err.value.fix
+    with pytest.raises(ConfigError) as err:  # dtype's own errors still name dtype
+        resolve_encoding("bfloat16", "cpu", {}, gguf=None)
+    assert err.value.field == "dtype"
+
+
 def test_a_bad_max_model_path_names_the_toml_key(tiny_model_dir, tmp_path):
     from polyrl_max.engine import model_location
 

@@ -185,15 +185,15 @@ def load_engines(config: RunConfig, registry: Registry) -> RunEngines:
             fix="give an existing HF folder/GGUF file, or an alias like smollm2-135m-instruct "
             "(needs polyrl[torch])",
         )
-    reg.check_architecture(c.backends.train, model, "train")
+    reg.check_architecture(c.backends.train, model, "train", device=c.model.device)
+    gen_model = _generate_model(c, reg, model)  # both roles' models checked before either loads
+    reg.check_architecture(c.backends.generate_backend, gen_model, "generate", device=c.model.device,
+                           field="generation.max_model_path" if gen_model != model else "model.path")
     reg.check_dtype(c.backends.train, c.model.dtype, "train")
     reg.check_dtype(c.backends.generate_backend, c.model.dtype, "generate")
     check_compute_dtype(c, reg)
     t0 = time.perf_counter()
     train = Engine(reg, c.backends.train, engine_config(c, "train", model))
-    gen_model = _generate_model(c, reg, model)
-    reg.check_architecture(c.backends.generate_backend, gen_model, "generate",
-                           field="generation.max_model_path" if gen_model != model else "model.path")
     check_backend_features(c, reg)
     _check_overlap(c, reg)
     shared = c.backends.generate_backend == c.backends.train and gen_model == model

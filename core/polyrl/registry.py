@@ -249,13 +249,28 @@ class Registry:
             raise BackendUnavailable(f"backend {name!r} is not usable here: {status.reason}.{hint}")
         return self.spec(name).load(config)
 
-    def check_architecture(self, name: str, model_path: str, role: str, field: str = "model.path") -> None:
+    def check_architecture(self, name: str, model_path: str, role: str, field: str = "model.path",
+                           device: str | None = None) -> None:
         """Refuse up front, naming backend and architecture, a model the backend declares it
-        cannot run in ``role`` ("generate" or "train"); silent when undeclared or unreadable."""
+        cannot run in ``role`` ("generate" or "train"), or (``device="cpu"``) not on the CPU
+        (``ArchSupport.devices``); silent when undeclared or unreadable."""
         model_type = model_type_of(model_path)
         if model_type is None:
             return
         caps = self.spec(name).capabilities
+        if role == "train" and not caps.train_step:  # no architecture is the reason: it never trains
+            able = [n for n in self.names() if self._backends[n].capabilities.train_step]
+            raise ConfigError(f"backend {name!r} does not train (no train_step)", field="backends.train",
+                              fix=f"train with {' or '.join(able) or 'a training backend'}"
+                                  + (f", and set generate = {name!r} to generate with it" if caps.generate else ""))
+        arch = caps.architectures.get(model_type, caps.architectures.get("*"))
+        if (device or "").strip().lower() == "cpu" and arch is not None and arch.devices \
+                and "cpu" not in arch.devices and caps.supports(model_type, role):
+            raise ConfigError(
+                f"backend {name!r} runs architecture {model_type!r} on {', '.join(arch.devices)} only, "
+                f"and this run asks for the CPU" + (f" ({arch.notes})" if arch.notes else ""),
+                field="model.device",
+                fix=f"run it on a device {name!r} supports for it, or pick another backend for {role}")
         if caps.supports(model_type, role) is False:
             able = sorted(t for t in caps.architectures if t != "*" and caps.supports(t, role))
             other = "generate" if role == "train" else "train"

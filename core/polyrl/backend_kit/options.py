@@ -61,6 +61,17 @@ def text_option(options: Mapping[str, Any], name: str, default: str | None, fix:
     return value
 
 
+def table_option(options: Mapping[str, Any], name: str, fix: str) -> dict[str, Any]:
+    """``backends.options.<name>``: a TOML table with string keys (``{}`` when absent), for a
+    backend that passes a library's own settings through; a string or list is refused, never
+    splatted into the library's keyword arguments."""
+    value = options.get(name, {})
+    if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+        raise ConfigError(f"backends.options.{name} must be a table of settings, not {value!r}",
+                          field=_field(name), fix=fix)
+    return dict(value)
+
+
 #: Tokens (padded rows x width) per no-grad forward when a backend scores many sequences.
 SCORE_BATCH_TOKENS = 8192
 #: The keys ``scoring_options`` reads: every backend with the shared-prompt scorer declares them.

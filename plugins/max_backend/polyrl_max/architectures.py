@@ -92,10 +92,13 @@ def read_architecture(model_dir: Path) -> tuple[str | None, str | None]:
     return config.get("model_type"), classes[0]
 
 
-def check_architecture(model_dir: Path, encoding: str | None, device_kind: str) -> MaxArchitecture | None:
+def check_architecture(model_dir: Path, encoding: str | None, device_kind: str,
+                       encoding_field: str = "dtype") -> MaxArchitecture | None:
     """Refuse, before MAX compiles anything, a model MAX cannot run with this encoding/device.
 
-    ``encoding`` None means "from the GGUF file" (already resolved and checked by the caller).
+    ``encoding`` None means "from the GGUF file" (already resolved and checked by the caller);
+    ``encoding_field`` is the setting it came from (``dtype``, or the explicit
+    ``backends.options.quantization_encoding``), named by the error.
     Returns the architecture entry, or None for a folder without a readable config (MAX reports).
     """
     model_type, hf_class = read_architecture(model_dir)
@@ -110,7 +113,7 @@ def check_architecture(model_dir: Path, encoding: str | None, device_kind: str) 
             fix="generate with the torch or mlx backend ([backends] generate = \"torch\"), or use a "
                 "model of a supported architecture")
     if device_kind == "cpu" and not arch.runs_on_cpu:
-        why = arch.notes if arch.cpu else "it needs bfloat16, which MAX runs on a GPU only"
+        why = arch.notes or "it needs bfloat16, which MAX runs on a GPU only"  # notes say why
         raise ConfigError(
             f"MAX runs {arch.hf_class} on a GPU only ({why}) and this run asks for the CPU",
             field="device",
@@ -121,6 +124,8 @@ def check_architecture(model_dir: Path, encoding: str | None, device_kind: str) 
     if encoding not in arch.encodings + arch.quantized:
         raise ConfigError(
             f"MAX runs {arch.hf_class} only as {', '.join(arch.encodings + arch.quantized)}, "
-            f"not {encoding}", field="dtype",
-            fix=f"set dtype to one of {', '.join(arch.encodings)}")
+            f"not {encoding}", field=encoding_field,
+            fix=(f"set dtype to one of {', '.join(arch.encodings)}" if encoding_field == "dtype" else
+                 f"set quantization_encoding to one of {', '.join(arch.encodings + arch.quantized)}, "
+                 "or remove it to follow dtype"))
     return arch

@@ -53,19 +53,21 @@ from typing import Any
 import numpy as np
 
 from polyrl.backend_kit.chat import require_chat_template
-from polyrl.backend_kit.options import int_option
 from polyrl.backend_kit.tokens import given_a_start, pad_token_id, text_prompt_ids
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.types import EngineConfig, Prompt, TokenPrompt
 
+from polyrl_max import options as max_options
 from polyrl_max.architectures import check_architecture
+from polyrl_max.options import DEFAULT_MAX_BATCH_SIZE, max_batch_size
+
+__all__ = ["DEFAULT_MAX_BATCH_SIZE", "MaxEngine", "max_batch_size"]
 
 log = get_logger("polyrl.max")
 
 #: The MAX release this plugin is written against (pipelines API, GenerateIterator.from_contexts).
 MAX_VERSION = "26.7"
-DEFAULT_MAX_BATCH_SIZE = 32
 #: Seconds between "still compiling" messages while a load is slow.
 PROGRESS_EVERY_S = 30.0
 #: Row ``i`` of a call samples with ``seed + i * ROW_SEED_STRIDE`` (MAX's own stride: a row's
@@ -83,7 +85,7 @@ def configure_environment(options: Mapping[str, Any]) -> Path:
     """
     os.environ.setdefault("MODULAR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("MAX_SERVE_DISABLE_TELEMETRY", "1")
-    wanted = options.get("cache_dir")
+    wanted: str | Path | None = max_options.cache_dir(options)
     if wanted is None and os.environ.get("MODULAR_CACHE_DIR"):
         return Path(os.environ["MODULAR_CACHE_DIR"])
     if wanted is None:
@@ -183,9 +185,9 @@ def gguf_encoding(path: Path, field: str = "model") -> str:
 def resolve_encoding(dtype: str, device_kind: str, options: Mapping[str, Any],
                      gguf: Path | None) -> str | None:
     """The MAX ``quantization_encoding``: float32 on CPU, bfloat16 on GPU for ``dtype='auto'``."""
-    explicit = options.get("quantization_encoding")
+    explicit = max_options.quantization_encoding(options)
     if explicit:
-        encoding = str(explicit)
+        encoding = explicit
     elif gguf is not None:
         return gguf_encoding(gguf, _model_field(options))
     elif dtype == "auto":
@@ -196,21 +198,26 @@ def resolve_encoding(dtype: str, device_kind: str, options: Mapping[str, Any],
         raise ConfigError(f"dtype {dtype!r} is not supported by the max backend", field="dtype",
                           fix="use float32, bfloat16 (GPU only) or auto")
     if encoding == "bfloat16" and device_kind == "cpu":
+        if explicit:
+            raise ConfigError("MAX refuses bfloat16 on CPU", field=ENCODING_FIELD,
+                              fix='use quantization_encoding = "float32" on CPU (bfloat16 needs a GPU)')
         raise ConfigError("MAX refuses bfloat16 on CPU", field="dtype",
                           fix="use dtype='float32' on CPU (bfloat16 needs a GPU)")
     return encoding
 
 
+#: The setting an explicit MAX encoding comes from, as the user writes it.
+ENCODING_FIELD = "backends.options.quantization_encoding"
+
+
+def encoding_field(options: Mapping[str, Any]) -> str:
+    """The setting that chose the encoding: the option when given, else ``dtype``."""
+    return ENCODING_FIELD if max_options.quantization_encoding(options) else "dtype"
+
+
 def _model_field(options: Mapping[str, Any]) -> str:
     """The setting that names what MAX loads, as the user writes it: the option, else the model."""
-    return "backends.options.max_model_path" if options.get("max_model_path") else "model"
-
-
-def max_batch_size(options: Mapping[str, Any]) -> int:
-    """``backends.options.max_batch_size``: rows per MAX batch, a whole number >= 1."""
-    return int_option(options, "max_batch_size", DEFAULT_MAX_BATCH_SIZE, minimum=1,
-                      fix=f"give the rows MAX runs in one batch, e.g. {DEFAULT_MAX_BATCH_SIZE} (the "
-                          "default; larger requests run in chunks)")
+    return "backends.options.max_model_path" if max_options.max_model_path(options) else "model"
 
 
 def model_location(model: str, options: Mapping[str, Any]) -> tuple[Path, Path, Path | None]:
@@ -221,7 +228,7 @@ def model_location(model: str, options: Mapping[str, Any]) -> tuple[Path, Path, 
                           fix="give a local HF model folder (or a .gguf next to its config.json), "
                               "or resolve an alias first (registry.resolve_model('tiny-llama'))")
     tok_dir = path.parent if path.is_file() else path
-    target = Path(options.get("max_model_path") or path).expanduser()
+    target = Path(max_options.max_model_path(options) or path).expanduser()
     field = _model_field(options)
     if not target.exists():
         raise ConfigError(f"max_model_path {str(target)!r} does not exist", field=field,
@@ -289,12 +296,14 @@ class MaxEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         options = dict(config.options)
-        self.max_batch_size = max_batch_size(options)  # checked before anything loads or compiles
+        max_options.check(options)  # every option, before anything loads or compiles
+        self.max_batch_size = max_batch_size(options)
         self.cache_dir = configure_environment(options)
         self.device_kind, self.device_spec = resolve_device(config.device)
         tok_dir, self.max_model_dir, self.gguf_file = model_location(config.model, options)
         self.encoding = resolve_encoding(config.dtype, self.device_kind, options, gguf=self.gguf_file)
-        self.architecture = check_architecture(self.max_model_dir, self.encoding, self.device_kind)
+        self.architecture = check_architecture(self.max_model_dir, self.encoding, self.device_kind,
+                                               encoding_field=encoding_field(options))
         self.max_length = int(config.max_length)
         if config.lora is not None:
             raise ConfigError("the max backend cannot run LoRA adapters in-process", field="lora",
@@ -345,7 +354,7 @@ class MaxEngine:
             kwargs["quantization_encoding"] = self.encoding
         if self.gguf_file is not None:
             kwargs["weight_path"] = [str(self.gguf_file)]
-        kwargs.update(options.get("max_overrides") or {})
+        kwargs.update(max_options.max_overrides(options))
         before = _compiled_artifacts(self.cache_dir)
         log.info("max_loading", model=str(self.max_model_dir), device=self.device_spec,
                  encoding=self.encoding or "from gguf", max_length=self.max_length,

@@ -18,6 +18,7 @@ from polyrl.backend_kit.versions import installed_version
 from polyrl.hookspecs import hookimpl
 from polyrl.types import ArchSupport, BackendSpec, Capabilities, EngineConfig
 from polyrl_max.architectures import capability_table
+from polyrl_max.options import KEYS as OPTION_KEYS
 
 BACKEND = "max"
 DISTRIBUTION = "polyrl-max"
@@ -98,7 +99,7 @@ def polyrl_register_backends(register) -> None:
                     "teacher-forced scoring, weight hot reload without recompiling",
             version=installed_version(DISTRIBUTION),
             diagnostics=_diagnostics,
-            options=("cache_dir", "max_batch_size", "max_model_path", "max_overrides", "quantization_encoding"),  # the [backends.options] keys it reads
+            options=OPTION_KEYS,  # the [backends.options] keys it reads (polyrl_max.options)
         )
     )
 

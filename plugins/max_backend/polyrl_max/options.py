@@ -1,0 +1,78 @@
+"""The max backend's ``[backends.options]``: every key it reads, typed and read before MAX loads.
+
+Why one place: these values were read raw, so ``cache_dir = 5`` or ``max_overrides = "x"`` died
+with a bare TypeError/ValueError, ``cache_dir = ""`` silently put MAX's compile cache (~80 MB) in
+the working directory, and ``max_overrides = {devices = "gpu"}`` silently replaced the device,
+length and encoding polyrl had checked. Each reader names ``backends.options.<key>`` and the fix.
+Imports no ``max``: the plugin registers ``KEYS`` at every polyrl start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from polyrl.backend_kit.options import int_option, table_option, text_option
+from polyrl.errors import ConfigError
+
+DEFAULT_MAX_BATCH_SIZE = 32
+#: Every key this backend reads (the plugin declares them; the core refuses any other key).
+KEYS = ("cache_dir", "max_batch_size", "max_model_path", "max_overrides", "quantization_encoding")
+#: ``AutoModel`` arguments polyrl sets from its own checked settings -> the setting to use instead.
+RESERVED_OVERRIDES = {
+    "model_path": "model.path (or backends.options.max_model_path)",
+    "weight_path": "backends.options.max_model_path",
+    "devices": "model.device",
+    "device_specs": "model.device",
+    "max_batch_size": "backends.options.max_batch_size",
+    "max_length": "model.max_length",
+    "quantization_encoding": "backends.options.quantization_encoding (or model.dtype)",
+}
+
+
+def max_batch_size(options: Mapping[str, Any]) -> int:
+    """``backends.options.max_batch_size``: rows per MAX batch, a whole number >= 1."""
+    return int_option(options, "max_batch_size", DEFAULT_MAX_BATCH_SIZE, minimum=1,
+                      fix=f"give the rows MAX runs in one batch, e.g. {DEFAULT_MAX_BATCH_SIZE} (the "
+                          "default; larger requests run in chunks)")
+
+
+def cache_dir(options: Mapping[str, Any]) -> str | None:
+    """``backends.options.cache_dir``: the compile cache folder, or None for the default."""
+    return text_option(options, "cache_dir", None,
+                       fix='give a folder path, e.g. cache_dir = "~/.cache/polyrl/max", or remove it')
+
+
+def max_model_path(options: Mapping[str, Any]) -> str | None:
+    """``backends.options.max_model_path``: what MAX loads instead of the model, or None."""
+    return text_option(options, "max_model_path", None,
+                       fix="give a .gguf file or a model folder MAX loads, or remove it")
+
+
+def quantization_encoding(options: Mapping[str, Any]) -> str | None:
+    """``backends.options.quantization_encoding``: an explicit MAX encoding, or None (from dtype)."""
+    return text_option(options, "quantization_encoding", None,
+                       fix='give a MAX encoding, e.g. "float32", "q4_k", or remove it to follow dtype')
+
+
+def max_overrides(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``backends.options.max_overrides``: extra flat ``PipelineArgs`` fields for ``AutoModel``;
+    one that polyrl sets itself is refused with the setting that owns it."""
+    overrides = table_option(options, "max_overrides",
+                             fix="write a table of MAX PipelineArgs fields, e.g. "
+                                 "max_overrides = {enable_prefix_caching = false}")
+    for key in sorted(overrides):
+        if key in RESERVED_OVERRIDES:
+            raise ConfigError(f"backends.options.max_overrides may not set {key!r}: polyrl sets it "
+                              "from its own checked settings", field="backends.options.max_overrides",
+                              fix=f"remove {key!r} from max_overrides and set {RESERVED_OVERRIDES[key]}")
+    return overrides
+
+
+def check(options: Mapping[str, Any]) -> None:
+    """Check every key at once, before anything loads or compiles (a ConfigError names the key)."""
+    max_batch_size(options)
+    cache_dir(options)
+    max_model_path(options)
+    quantization_encoding(options)
+    max_overrides(options)
