@@ -86,6 +86,7 @@ def build(cls: type[T], data: Any, path: str) -> T:
         key = unknown[0]
         close = difflib.get_close_matches(key, list(fields), n=1)
         fix = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(sorted(fields))}"
+        fix = getattr(cls, "KEY_HINTS", {}).get(key, fix)  # a name from another library, e.g. peft's
         raise ConfigError(f"unknown key {key!r}", field=f"{path}.{key}", fix=fix)
     kwargs: dict[str, Any] = {}
     for name, value in data.items():

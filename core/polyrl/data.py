@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from polyrl.data_arrow import CHAT_ROLES, ITER_BLOCK, ArrowRows, check_prompt_column, unknown_role
+from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, ArrowRows, check_prompt_column,
+                               final_assistant_error, image_column_error, unknown_role)
 from polyrl.data_sources import RowOrigins, load_cached, load_files, read_json_rows
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
@@ -62,6 +63,8 @@ def _check_prompt(value: Any, where: str, column: str) -> None:
     for m in value:
         if m["role"] not in CHAT_ROLES:
             raise unknown_role(m["role"], where, column)
+    if value[-1]["role"] == "assistant":
+        raise final_assistant_error(where, column)
 
 
 class Dataset:
@@ -107,12 +110,18 @@ class Dataset:
                 if column not in names:
                     raise ConfigError(f"{self.name} has no column {column!r} (its columns: {', '.join(names)})",
                                       field=f"data.columns.{target}", fix="map it to one of those columns")
+            for column in IMAGE_COLUMNS:
+                if column in names:
+                    raise image_column_error(column, self.name)
             check_prompt_column(self._arrow.table.data.table, source, self.name)
             return
         for i, row in enumerate(self._rows or ()):
             if not isinstance(row, Mapping):
                 raise ConfigError(f"{self.where(i)} is a {type(row).__name__}, not an object", field="data",
                                   fix='each row must be a JSON object such as {"prompt": "...", "answer": "..."}')
+            for column in IMAGE_COLUMNS:
+                if column in row:
+                    raise image_column_error(column, self.where(i))
             for target, column in self.column_map.items():
                 if column not in row and target != self.prompt_column:
                     raise ConfigError(f"{self.where(i)} has no column {column!r}", field=f"data.columns.{target}",

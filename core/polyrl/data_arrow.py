@@ -105,12 +105,41 @@ def _check_roles(chunk: Any, offset: int, name: str, column: str) -> None:
     """Every message's role is one of ``CHAT_ROLES`` (checked with one Arrow kernel per chunk)."""
     pa, pc = _pa()
     roles = pc.struct_field(pc.list_flatten(chunk), "role")
+    parents = pc.list_parent_indices(chunk).to_numpy(zero_copy_only=False)
     known = pc.fill_null(pc.is_in(roles, value_set=pa.array(CHAT_ROLES)), True).to_numpy(zero_copy_only=False)
-    if known.all():
-        return
-    first = int(np.flatnonzero(~known)[0])
-    row = offset + int(pc.list_parent_indices(chunk).to_numpy(zero_copy_only=False)[first])
-    raise unknown_role(roles[first].as_py(), f"row {row} of {name}", column)
+    if not known.all():
+        first = int(np.flatnonzero(~known)[0])
+        raise unknown_role(roles[first].as_py(), f"row {offset + int(parents[first])} of {name}", column)
+    if len(parents):  # each row's last message: where the next message belongs to another row
+        last = np.append(parents[1:] != parents[:-1], True)
+        assistant = pc.fill_null(pc.equal(roles, "assistant"), False).to_numpy(zero_copy_only=False) & last
+        if assistant.any():
+            row = offset + int(parents[int(np.flatnonzero(assistant)[0])])
+            raise final_assistant_error(f"row {row} of {name}", column)
+
+
+#: Columns TRL feeds a vision-language model (its GRPOTrainer's signature columns).
+IMAGE_COLUMNS = ("image", "images")
+
+
+def image_column_error(column: str, name: str) -> ConfigError:
+    """The error for TRL's VLM input columns: polyrl trains text-only models, and training on the
+    text alone while the images are quietly dropped would be another experiment than asked."""
+    return ConfigError(
+        f"{name} has a column {column!r}: TRL passes it to a vision-language model as its input, but "
+        "polyrl trains text-only models and would drop the images silently", field="data",
+        fix=f"remove the {column!r} column, or rename it (e.g. {column}_path) if only a reward reads it")
+
+
+def final_assistant_error(where: str, column: str) -> ConfigError:
+    """The error for a chat prompt ending with an assistant message. TRL continues that message
+    (a prefill, ``continue_final_message``); polyrl's chat encoding opens a new assistant turn after
+    it, so the model would read the prefill, or a dataset's answer, as a finished turn."""
+    return ConfigError(
+        f"{where}: the prompt in column {column!r} ends with an assistant message, which TRL would "
+        "continue and polyrl would close, starting a new assistant turn after it", field="data",
+        fix="end each prompt with a user or tool message (a 'messages' column of whole conversations "
+            "holds the answer: move it to an answer column)")
 
 
 def _clean_message(message: dict[str, Any]) -> dict[str, Any]:

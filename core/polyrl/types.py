@@ -9,7 +9,7 @@ boundary: each backend pads or packs the way its hardware likes).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import attrs
 import numpy as np
@@ -261,6 +261,20 @@ class LoraConfig:
     adapts only those. ``LoraConfig.from_peft`` converts a ``peft.LoraConfig``.
     """
 
+    #: What a [lora] key written with peft's name (as TRL users do) should be: ``build`` gives it as
+    #: the fix instead of a list of valid keys.
+    KEY_HINTS: ClassVar[dict[str, str]] = {
+        "r": "polyrl names peft's r 'rank': write rank = ...",
+        "lora_alpha": "polyrl names peft's lora_alpha 'alpha': write alpha = ...",
+        "lora_dropout": "polyrl names peft's lora_dropout 'dropout': write dropout = ...",
+        "bias": "remove it: polyrl trains no biases, which is peft's default bias = \"none\"",
+        "task_type": "remove it: polyrl's adapters are always a causal LM's (peft's CAUSAL_LM)",
+        "modules_to_save": "remove it: polyrl trains the adapters only; leave out [lora] to train every weight",
+        **{key: f"remove it: peft's {key} is not supported by polyrl (it would train something else)"
+           for key in ("use_rslora", "use_dora", "init_lora_weights", "layers_to_transform", "layers_pattern",
+                       "rank_pattern", "alpha_pattern", "fan_in_fan_out", "exclude_modules", "lora_bias")},
+    }
+
     rank: int = attrs.field(default=16, validator=_positive)
     alpha: float = 32.0
     dropout: float = 0.0
@@ -489,14 +503,20 @@ class RewardScores(list):
     name clash)::
 
         return {"llm_judge": RewardScores(scores, metrics={"cache_hit_rate": 0.5, "failures": 1})}
+
+    ``extra`` holds columns of one value per completion for the completions log (what a TRL
+    reward function hands ``log_extra``), e.g. ``{"parsed_answer": ["4", None, ...]}``.
     """
 
-    def __init__(self, scores: Any = (), metrics: Mapping[str, float] | None = None) -> None:
+    def __init__(self, scores: Any = (), metrics: Mapping[str, float] | None = None,
+                 extra: Mapping[str, Sequence[Any]] | None = None) -> None:
         super().__init__(scores)
         self.metrics: dict[str, float] = dict(metrics or {})
+        self.extra: dict[str, list[Any]] = {str(k): list(v) for k, v in (extra or {}).items()}
 
     def __repr__(self) -> str:
-        return f"RewardScores({list(self)!r}, metrics={self.metrics!r})"
+        extra = f", extra={self.extra!r}" if self.extra else ""
+        return f"RewardScores({list(self)!r}, metrics={self.metrics!r}{extra})"
 
 
 @attrs.define

@@ -26,7 +26,8 @@ each reward whose plugin defines ``check_options`` (given ``columns`` too when i
 Metrics per reward: ``mean``/``std`` over the scored samples, ``latency_s``, ``none_count`` (samples
 the reward skipped; logged), plus whatever the plugin reported through
 ``polyrl.types.RewardScores.metrics`` (e.g. ``cache_hit_rate``, ``failures``); the trainer logs
-each as ``reward/<name>/<metric>``.
+each as ``reward/<name>/<metric>``. ``RewardScores.extra`` columns (TRL's ``log_extra``) go to the
+completions log. A sample no reward scored is a warning, as in TRL.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ class RewardResult:
     per_reward: dict[str, np.ndarray]
     #: name -> mean, std, latency_s, none_count, plus the plugin's own (cache_hit_rate, failures...)
     metrics: dict[str, dict[str, float]]
+    #: extra completions-log columns the rewards reported (TRL's ``log_extra``), one value per sample
+    extra: dict[str, list[Any]] = attrs.field(factory=dict)
 
 
 @attrs.define
@@ -349,6 +352,28 @@ class RewardComputer:
             out[str(key)] = float(value)
         return out
 
+    def _extra_columns(self, provider: _Provider, name: str, answer: Any, n: int) -> dict[str, list[Any]]:
+        extra = getattr(answer[name], "extra", None)
+        if not isinstance(extra, Mapping):
+            return {}
+        for column, values in extra.items():
+            if len(values) != n:
+                raise self._fail(provider, name, f"logged {len(values)} values for the extra column {column!r}, "
+                                 f"expected {n}", "pass log_extra one value per completion")
+        return {str(k): list(v) for k, v in extra.items()}
+
+    @staticmethod
+    def _warn_unscored(scored: np.ndarray, prompts: Sequence[Prompt], step: int) -> None:
+        """TRL warns when every reward function returned None for a sample; so does polyrl, since
+        such a sample is left out of training and a step of them trains nothing."""
+        missing = np.flatnonzero(~scored)
+        if missing.size:
+            first = repr(prompts[int(missing[0])])
+            log.warning("no reward scored some samples (every reward returned None for them); they are left "
+                        "out of training", samples=int(missing.size), of=int(scored.size), step=step,
+                        first_prompt=first if len(first) <= 120 else first[:117] + "...",
+                        fix="make at least one reward return a number for every sample")
+
     def __call__(
         self, prompts: Sequence[Prompt], completions: Sequence[Completion], context: RewardContext
     ) -> RewardResult:
@@ -372,6 +397,7 @@ class RewardComputer:
                 answers[id(provider)] = result
         per_reward: dict[str, np.ndarray] = {}
         metrics: dict[str, dict[str, float]] = {}
+        extra: dict[str, list[Any]] = {}
         for provider in self._providers:
             answer, latency = answers[id(provider)]
             for name in provider.names:
@@ -385,6 +411,7 @@ class RewardComputer:
                     "none_count": int(n - valid.size),
                 }
                 metrics[name].update(self._extra_metrics(provider, name, answer))
+                extra.update(self._extra_columns(provider, name, answer, n))
                 if valid.size < n:
                     log.info("reward skipped samples", reward=name, skipped=int(n - valid.size), of=n,
                              step=context.step)
@@ -396,5 +423,6 @@ class RewardComputer:
             total[ok] += weight * scores[ok]
             scored |= ok
         total[~scored] = np.nan
+        self._warn_unscored(scored, prompts, context.step)
         ordered = {name: per_reward[name] for name in self.names}
-        return RewardResult(total=total, per_reward=ordered, metrics=metrics)
+        return RewardResult(total=total, per_reward=ordered, metrics=metrics, extra=extra)

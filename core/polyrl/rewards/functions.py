@@ -12,10 +12,14 @@ for chat prompts; ``completion_ids`` the sampled token ids; every dataset column
 "prompt"/"completion"/"completion_ids" comes as a list aligned with the completions (a row without
 the column gives None); ``trainer_state`` is a ``polyrl.rewards.trl_compat.TrainerState``
 (``global_step``, ``max_steps``, ``epoch``...); ``log_metric(name, value)`` logs a scalar as
-``reward/<function>/<name>`` (the mean of the call's values); ``log_extra(column, values)`` is
-accepted and goes to the debug log (polyrl has no completions table). A function that does not
-take ``**kwargs`` receives only the arguments it names (TRL would raise TypeError instead).
-None skips a sample, as in TRL.
+``reward/<function>/<name>`` (the mean of the call's values); ``log_extra(column, values)`` adds
+one value per completion to the sampled records of ``completions.jsonl`` (under ``extra``), as
+TRL adds a column to its completions table. A function that does not take ``**kwargs`` receives
+only the arguments it names (TRL would raise TypeError instead). None skips a sample, as in TRL.
+The return value may be a list, tuple, numpy array, 1-d torch tensor or generator of numbers,
+bools or None (what TRL accepts). Each call gets its own copies of the prompts and columns, so a
+function that edits them in place changes nothing outside its call. A callable object is named
+after its class, a ``functools.partial`` after the function it wraps (TRL's names).
 
 Backwards compatibility: polyrl used to call ``fn(prompts, completions, **columns)``
 positionally. A function whose first two parameters are named ``prompts`` and ``completions``
@@ -40,7 +44,7 @@ import math
 import sys
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +54,8 @@ from polyrl.errors import ConfigError, RewardError
 from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
 from polyrl.rewards import guard
-from polyrl.rewards.trl_compat import (NOT_PASSED_COLUMNS, TrainerState, accepted_arguments, check_binding,
+from polyrl.rewards.trl_compat import (NOT_PASSED_COLUMNS, TrainerState, accepted_arguments, as_score_list,
+                                      callable_name, check_binding, is_async_callable, private_copy,
                                       trl_completion)
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
@@ -84,12 +89,18 @@ def run_coroutine(coro: Any) -> Any:
     return box["value"]
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 class _CallLog:
     """What one call reported through ``log_metric``/``log_extra``."""
 
     def __init__(self, reward: str) -> None:
         self.reward = reward
         self.metrics: dict[str, list[float]] = defaultdict(list)
+        self.extra: dict[str, list[Any]] = defaultdict(list)
 
     def log_metric(self, name: str, value: float) -> None:
         if not isinstance(name, str) or isinstance(value, bool) or not isinstance(
@@ -99,7 +110,11 @@ class _CallLog:
         self.metrics[name].append(float(value))
 
     def log_extra(self, column: str, values: list[Any]) -> None:
-        log.debug("reward extra column", reward=self.reward, column=column, values=list(values)[:8])
+        """TRL's extra completions-table column: polyrl adds it to the completions log."""
+        if not isinstance(column, str) or isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+            raise RewardError(f"reward {self.reward!r} called log_extra({column!r}, {_short(values)}). "
+                              "Fix: pass a column name (str) and a list with one value per completion")
+        self.extra[column].extend(values)
 
     def means(self) -> dict[str, float]:
         return {name: float(np.mean(values)) for name, values in self.metrics.items()}
@@ -113,11 +128,9 @@ class FunctionReward:
             raise ConfigError(f"{fn!r} is not callable", field="rewards.function",
                               fix="point at a function taking (completions, **kwargs), as for TRL")
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", None) or "reward"
+        self.name = name or callable_name(fn)
         self.origin = origin or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', self.name)}"
-        self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-            getattr(fn, "__call__", None)  # noqa: B004 - a callable object's method, checked for async
-        )
+        self.is_async = is_async_callable(fn)
         #: pluggy registers the plugin under this name (unique per reward name).
         self.__name__ = f"polyrl-function-reward:{self.name}"
         self._accepted = accepted_arguments(fn)  # None: takes **kwargs
@@ -151,12 +164,13 @@ class FunctionReward:
         else:
             ids = [getattr(c, "completion_ids", []) for c in completions]
         texts = [c if isinstance(c, str) else c.text for c in completions]
-        kwargs: dict[str, Any] = {c: [row.get(c) for row in rows] for c in columns}
+        # every call gets its own copies: see trl_compat.private_copy
+        kwargs: dict[str, Any] = {c: [private_copy(row.get(c)) for row in rows] for c in columns}
         state = context.trainer_state
         if state is None:
             state = TrainerState(global_step=context.step)
         kwargs.update(
-            prompts=list(prompts),
+            prompts=[private_copy(p) for p in prompts],
             completions=[trl_completion(p, t, getattr(c, "messages", None))
                          for p, t, c in zip(prompts, texts, completions)],
             completion_ids=[[int(t) for t in x] for x in ids],
@@ -167,12 +181,11 @@ class FunctionReward:
         return kwargs
 
     def _answer(self, result: Any, call_log: _CallLog) -> dict[str, Any]:
+        if not isinstance(result, RewardScores):  # one with its own metrics stays as it is
+            result = as_score_list(result)
         metrics = call_log.means()
-        if metrics:
-            if isinstance(result, np.ndarray):
-                result = result.tolist()
-            if isinstance(result, (list, tuple)):
-                result = RewardScores(result, metrics=metrics)
+        if (metrics or call_log.extra) and isinstance(result, list):
+            result = RewardScores(result, metrics=metrics, extra=dict(call_log.extra))
         return {self.name: result}
 
     async def await_reward(
@@ -205,7 +218,13 @@ class FunctionReward:
             return run_coroutine(self.await_reward(prompts, completions, context))
         call_log = _CallLog(self.name)
         result = self.fn(**self._arguments(prompts, completions, context, call_log))
+        if inspect.isawaitable(result):  # a callable that hides its async (a wrapper without async def)
+            result = run_coroutine(_awaited(result))
         return self._answer(result, call_log)
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
 
 
 def function_reward_plugin(fn: Callable[..., Any], name: str | None = None) -> FunctionReward:

@@ -12,9 +12,11 @@ and the check that every parameter of a function can be filled before any model 
 
 from __future__ import annotations
 
+import copy
+import functools
 import inspect
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -48,8 +50,60 @@ def trl_completion(prompt: Any, text: str, messages: list[dict[str, Any]] | None
     hands tool-using completions over: assistant turns (with ``tool_calls``), tool results and
     observations. Its ``text`` is the last assistant turn (the answer), never a tool's output."""
     if messages is not None and is_conversational(prompt):
-        return [dict(m) for m in messages]
+        return [private_copy(dict(m)) for m in messages]
     return [{"role": "assistant", "content": text}] if is_conversational(prompt) else text
+
+
+def callable_name(fn: Any) -> str:
+    """A reward's name as TRL derives it: a ``functools.partial`` is named after the function it
+    wraps, a callable object without ``__name__`` after its class."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    name = getattr(fn, "__name__", None)
+    return name if isinstance(name, str) and name else type(fn).__name__
+
+
+def is_async_callable(fn: Any) -> bool:
+    """Whether calling ``fn`` gives a coroutine: an ``async def``, a partial of one, or an object
+    whose ``__call__`` is one."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None))  # noqa: B004 - a callable object's method, checked for async
+
+
+def private_copy(value: Any) -> Any:
+    """A deep copy of ``value`` for one reward call. Why: the trainer repeats one row object per
+    completion and JSON rows live in memory for the whole run, so a reward that edits its
+    arguments in place (``prompts[i].append(...)``) would change the other rewards' inputs, the
+    completions log and every later step's prompts. A value that cannot be copied is passed as is."""
+    if value is None or isinstance(value, (str, bytes, int, float, bool)):
+        return value
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # noqa: BLE001 - an uncopyable object (a lock, a handle) from the Python API
+        return value
+
+
+def as_score_list(result: Any) -> Any:
+    """A reward's return value read as TRL reads it (it iterates the value and converts the items
+    with ``torch.tensor``): a numpy array or a torch tensor becomes a list, a generator is drawn,
+    and 0-d tensors/arrays inside a list become numbers. Anything else is returned unchanged for
+    the scores check to name."""
+    if isinstance(result, (list, tuple)):
+        return [_as_number(x) for x in result]
+    if callable(getattr(result, "tolist", None)) and getattr(result, "ndim", None) == 1:
+        return result.tolist()  # numpy arrays and torch tensors (on any device) alike
+    if isinstance(result, Iterator):
+        return [_as_number(x) for x in result]
+    return result
+
+
+def _as_number(value: Any) -> Any:
+    """A 0-d array or tensor (``torch.tensor(1.0)``) as the Python number it holds."""
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        return value.item()
+    return value
 
 
 @attrs.define

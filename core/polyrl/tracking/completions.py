@@ -62,11 +62,27 @@ def pick(count: int, total: int, seed: int) -> list[int]:
     return sorted(np.random.default_rng(seed).choice(total, size=count, replace=False).tolist())
 
 
+def _plain(value: Any) -> Any:
+    """A reward's extra value as JSON holds it: numbers, text, lists and tables stay (numpy's made
+    plain by ``strict_json.sanitize``), any other object becomes its repr."""
+    if value is None or isinstance(value, (str, int, float, bool, np.generic)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return repr(value)
+
+
 def sample_records(step: int, prompts: Sequence[Any], completions: Sequence[Any],
                    per_reward: Mapping[str, Sequence[float]], total: Sequence[float],
                    advantages: Sequence[float], count: int, seed: int,
-                   redact: Redactor = Redactor()) -> list[dict[str, Any]]:
-    """Up to ``count`` records of this step; ``prompts`` aligned with ``completions``."""
+                   redact: Redactor = Redactor(),
+                   extra: Mapping[str, Sequence[Any]] | None = None) -> list[dict[str, Any]]:
+    """Up to ``count`` records of this step; ``prompts`` aligned with ``completions``. ``extra``
+    (columns reward functions logged with TRL's ``log_extra``) adds an ``extra`` table to each."""
     records = []
     for i in pick(count, len(completions), seed):
         records.append({
@@ -78,6 +94,8 @@ def sample_records(step: int, prompts: Sequence[Any], completions: Sequence[Any]
             "advantage": _number(advantages[i]),
             "finish_reason": completions[i].finish_reason,
         })
+        if extra:
+            records[-1]["extra"] = {str(k): _redact(_plain(v[i]), redact) for k, v in extra.items()}
     return strict_json.sanitize(records)  # trackers get exactly what the file holds
 
 

@@ -119,7 +119,7 @@ class RunTracking:
             try:
                 self._pending = clog.sample_records(
                     step, prompts, completions, scored.per_reward, scored.total, advantages,
-                    self.completions_per_step, seed, self.redact)
+                    self.completions_per_step, seed, self.redact, extra=getattr(scored, "extra", None))
             except Exception as exc:  # noqa: BLE001 - a log of samples must never cost the run
                 self._pending, self.completions_per_step = [], 0
                 log.warning("completions could not be sampled; the completions log is off for the rest of "

@@ -1,0 +1,252 @@
+"""What a TRL user brings, probed against TRL 1.16's own behaviour (``GRPOTrainer._calculate_rewards``,
+``trl.trainer.utils.get_callable_name``, ``trl.data_utils.apply_chat_template``):
+
+- return values TRL reads (it iterates them into ``torch.tensor``): tensors, lists of 0-d tensors,
+  generators;
+- reward names TRL derives for callable objects and ``functools.partial``;
+- a reward that edits its arguments in place must not change other rewards' inputs or the data;
+- ``log_extra`` columns reach the completions log (TRL's completions table);
+- a sample no reward scored is a warning (TRL warns);
+- dataset shapes TRL reads differently from what polyrl would do (VLM ``image``/``images``
+  columns, a prompt ending with an assistant message that TRL continues) are one error;
+- peft's ``LoraConfig`` names in ``[lora]`` get a fix naming polyrl's key.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from polyrl.errors import ConfigError, RewardError
+from polyrl.rewards.trl_compat import callable_name
+from polyrl.tracking.completions import sample_records
+from polyrl.types import Completion
+
+from test_trl_rewards import CHAT, scored
+
+ROWS = [{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"}]
+
+
+def _gen(completions, **kwargs):
+    return (float(i) for i, _ in enumerate(completions))
+
+
+@pytest.mark.parametrize("make", [
+    lambda torch: torch.tensor([0.0, 1.0]),
+    lambda torch: [torch.tensor(0.0), torch.tensor(1.0)],
+    lambda torch: torch.tensor([0.0, 1.0], dtype=torch.bfloat16),
+    lambda torch: [np.float32(0.0), np.array(1.0)],
+], ids=["tensor", "list-of-0d-tensors", "bf16-tensor", "numpy-scalars-and-0d-array"])
+def test_tensor_results_are_read_as_trl_reads_them(make):
+    torch = pytest.importorskip("torch")
+
+    def tensor_reward(completions, **kwargs):
+        return make(torch)
+
+    res = scored([tensor_reward], ["x", "y"], ROWS, columns=["prompt", "answer"])
+    np.testing.assert_array_equal(res.total, [0.0, 1.0])
+
+
+def test_a_generator_is_drawn_like_trl_does():
+    res = scored([_gen], ["x", "y"], ROWS, columns=["prompt", "answer"])
+    np.testing.assert_array_equal(res.total, [0.0, 1.0])
+
+
+def test_a_2d_tensor_is_still_an_error_naming_the_reward():
+    torch = pytest.importorskip("torch")
+
+    def grid(completions, **kwargs):
+        return torch.zeros(2, 1)
+
+    with pytest.raises(RewardError, match=r"reward 'grid' .*returned Tensor, not a list of scores"):
+        scored([grid], ["x", "y"], ROWS)
+
+
+class LengthScorer:
+    def __call__(self, completions, **kwargs):
+        return [float(len(c)) for c in completions]
+
+
+class AsyncScorer:
+    async def __call__(self, completions, **kwargs):
+        return [2.0] * len(completions)
+
+
+def _scaled(completions, scale, **kwargs):
+    return [scale] * len(completions)
+
+
+def test_callable_objects_and_partials_are_named_as_trl_names_them():
+    """Two callable objects used to be both named 'reward' (then 'configured twice')."""
+    fns = [LengthScorer(), AsyncScorer(), functools.partial(_scaled, scale=3.0),
+           functools.partial(AsyncScorer())]
+    assert [callable_name(f) for f in fns] == ["LengthScorer", "AsyncScorer", "_scaled", "AsyncScorer"]
+    res = scored(fns[:3], ["xy", "z"], ROWS)
+    assert list(res.per_reward) == ["LengthScorer", "AsyncScorer", "_scaled"]
+    np.testing.assert_array_equal(res.total, [2.0 + 2.0 + 3.0, 1.0 + 2.0 + 3.0])
+
+
+def test_a_partial_of_an_async_callable_object_is_awaited():
+    res = scored([functools.partial(AsyncScorer())], ["x", "y"], ROWS)
+    np.testing.assert_array_equal(res.total, [2.0, 2.0])
+
+
+def test_a_reward_that_edits_its_inputs_changes_nothing_outside_its_call():
+    """The trainer repeats one row object per completion; JSON rows live for the whole run."""
+    row = {"prompt": [dict(m) for m in CHAT], "answer": [4], "meta": {"k": 1}}
+    rows = [row, row]  # as Trainer._rows_per_completion hands them over
+    seen = {}
+
+    def vandal(prompts, completions, answer, meta, **kwargs):
+        prompts[0].append({"role": "assistant", "content": "MUTATED"})
+        prompts[1][0]["content"] = "changed"
+        answer[0].append(99)
+        meta[1]["k"] = 2
+        completions[0][0]["content"] = "changed"
+        return [0.0] * len(completions)
+
+    def reader(prompts, completions, answer, meta, **kwargs):
+        seen.update(prompts=prompts, answer=answer, meta=meta, completions=completions)
+        return [1.0] * len(completions)
+
+    scored([vandal, reader], ["x", "y"], rows, columns=["prompt", "answer", "meta"])
+    assert row == {"prompt": CHAT, "answer": [4], "meta": {"k": 1}}
+    assert seen["prompts"] == [CHAT, CHAT] and seen["answer"] == [[4], [4]]
+    assert seen["meta"] == [{"k": 1}, {"k": 1}]
+    assert seen["completions"][0] == [{"role": "assistant", "content": "x"}]
+
+
+def test_log_extra_columns_reach_the_completions_records():
+    def judge(completions, log_extra, **kwargs):
+        log_extra("verdict", [f"v{i}" for i in range(len(completions))])
+        log_extra("score", np.array([0.5] * len(completions)))
+        return [1.0] * len(completions)
+
+    res = scored([judge], ["x", "y"], ROWS)
+    assert res.extra == {"verdict": ["v0", "v1"], "score": [0.5, 0.5]}
+    comps = [Completion(0, [1], [5], [0.0], text=t) for t in ("x", "y")]
+    records = sample_records(3, ["a", "b"], comps, res.per_reward, res.total, [0.0, 0.0], 2, 0, extra=res.extra)
+    assert [r["extra"] for r in records] == [{"verdict": "v0", "score": 0.5}, {"verdict": "v1", "score": 0.5}]
+    json.dumps(records, allow_nan=False)  # strict JSON, as the file holds it
+
+
+def test_log_extra_of_the_wrong_length_is_named():
+    def short(completions, log_extra, **kwargs):
+        log_extra("verdict", ["only one"])
+        return [1.0] * len(completions)
+
+    with pytest.raises(RewardError, match=r"reward 'short' .*extra column 'verdict', expected 2.*Fix: pass"):
+        scored([short], ["x", "y"], ROWS)
+
+
+def test_a_sample_no_reward_scored_is_a_warning_as_in_trl():
+    from structlog.testing import capture_logs
+
+    def never(completions, **kwargs):
+        return [None, 1.0]
+
+    with capture_logs() as logs:
+        res = scored([never], ["x", "y"], ROWS)
+    assert np.isnan(res.total[0]) and res.total[1] == 1.0
+    warned = [e for e in logs if e["log_level"] == "warning" and "no reward scored" in e["event"]]
+    assert len(warned) == 1 and warned[0]["samples"] == 1 and warned[0]["first_prompt"] == "'a'"
+
+
+# --- datasets as TRL users have them ------------------------------------------------------------
+
+def _load(tmp_path, rows, fmt, prompt_column="prompt"):
+    from polyrl.data import load_dataset
+
+    path = tmp_path / f"d.{fmt}"
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        import datasets
+
+        datasets.Dataset.from_list(rows).to_parquet(str(path))
+    return load_dataset(path=str(path), prompt_column=prompt_column)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+@pytest.mark.parametrize("column", ["image", "images"])
+def test_a_vlm_image_column_is_refused_not_dropped(tmp_path, fmt, column):
+    rows = [{"prompt": "Describe it.", column: "cat.png"}]
+    with pytest.raises(ConfigError, match=rf"column '{column}'.*text-only.*Fix: remove the '{column}' column"):
+        _load(tmp_path, rows, fmt)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_a_prompt_ending_with_an_assistant_message_is_refused(tmp_path, fmt):
+    """TRL continues a final assistant message; polyrl would close it and open a new turn. A
+    'messages' column (whole conversations, answer last) as the prompt is the common case."""
+    ok = [{"role": "user", "content": "2+2?"}]
+    rows = [{"messages": ok}, {"messages": [*ok, {"role": "assistant", "content": "4"}]}]
+    with pytest.raises(ConfigError, match=r"row 1.*ends with an assistant message.*Fix: end each prompt"):
+        _load(tmp_path, rows, fmt, prompt_column="messages")
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_an_assistant_turn_inside_the_prompt_is_fine(tmp_path, fmt):
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1?"},
+            {"role": "assistant", "content": "2"}, {"role": "user", "content": "2+2?"}]
+    dataset = _load(tmp_path, [{"prompt": chat, "n": 1}, {"prompt": chat[1:2], "n": 2}], fmt)
+    assert dataset[0]["prompt"] == chat
+
+
+# --- LoRA written with peft's names ---------------------------------------------------------------
+
+@pytest.mark.parametrize("key, value, fix", [
+    ("r", 8, "polyrl names peft's r 'rank'"),
+    ("lora_alpha", 16, "'alpha'"),
+    ("bias", "none", "polyrl trains no biases"),
+    ("modules_to_save", ["lm_head"], "trains the adapters only"),
+    ("task_type", "CAUSAL_LM", "causal LM"),
+    ("use_dora", True, "use_dora is not supported"),
+])
+def test_peft_names_in_lora_get_polyrl_s_name_as_the_fix(key, value, fix):
+    from polyrl.config import RunConfig
+
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_dict({"model": {"path": "x"}, "data": {"task": "arithmetic"},
+                             "rewards": [{"name": "numeric_match"}], "lora": {key: value}})
+    assert info.value.field == f"lora.{key}"
+    assert fix in str(info.value), str(info.value)
+
+
+# --- end to end: polyrl train with a reward that edits its inputs and logs extra columns ----------
+
+REWARDS = '''
+def vandal(prompts, completions, answer, **kwargs):
+    for p in prompts:
+        p.append({"role": "assistant", "content": "MUTATED"})
+    for a in answer:
+        a.append(99)
+    return [0.0] * len(completions)
+
+def witness(prompts, completions, answer, log_extra, **kwargs):
+    assert all(len(p) == 2 for p in prompts) and all(a == [4] for a in answer), (prompts, answer)
+    log_extra("turns", [len(p) for p in prompts])
+    return [float(len(c[0]["content"])) for c in completions]
+'''
+
+
+def test_a_run_with_an_editing_reward_trains_on_its_own_data(tiny_model_dir, tmp_path, monkeypatch):
+    from polyrl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rw.py").write_text(REWARDS)
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    (tmp_path / "d.jsonl").write_text(json.dumps({"prompt": chat, "answer": [4]}) + "\n")
+    (tmp_path / "run.toml").write_text(
+        f'[model]\npath = "{tiny_model_dir}"\n[generation]\ngroup_size = 2\nmax_new_tokens = 4\n'
+        '[data]\npath = "d.jsonl"\n[[rewards]]\nfunction = "rw.py:vandal"\n[[rewards]]\nfunction = "rw.py:witness"\n'
+        '[train]\nsteps = 2\nprompts_per_step = 1\nthreads = 1\noutput_dir = "out"\n')
+    assert main(["train", "run.toml", "--no-progress"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "out" / "completions.jsonl").read_text().splitlines()]
+    assert {r["step"] for r in records} == {0, 1}
+    assert all(r["prompt"] == chat and r["extra"] == {"turns": 2} for r in records), records
+    sys.modules.pop("rw", None)
