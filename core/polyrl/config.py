@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from polyrl.algorithms.presets import AlgorithmConfig
+from polyrl.algorithms.presets import AlgorithmConfig, check_given_keys_act
 from polyrl.configtools import build
 from polyrl.errors import ConfigError
 from polyrl.types import LoraConfig, OptimizerConfig, SamplingParams, as_lora_config
@@ -327,6 +327,12 @@ class RunConfig:
                               field="model.reference_path",
                               fix="set algorithm.beta > 0 (e.g. 0.04), or remove model.reference_path")
         env = self.environment
+        gen = self.generation
+        if self.algorithm.mask_truncated_completions and gen.ignore_eos and not gen.stop and not env.enabled:
+            raise ConfigError("with generation.ignore_eos every completion runs to max_new_tokens, so every one "
+                              "is truncated and masked out: nothing would ever train",
+                              field="algorithm.mask_truncated_completions",
+                              fix="set it to false, or generation.ignore_eos = false")
         if env.enabled and env.max_episode_tokens >= limit:
             raise ConfigError(f"{env.max_episode_tokens} leaves no room for the prompt in model.max_length = {limit}",
                               field="environment.max_episode_tokens",
@@ -419,6 +425,7 @@ def _algorithm(name: Any, overrides: dict[str, Any]) -> AlgorithmConfig:
                               fix=f"valid keys: {', '.join(sorted(fields))}")
     base = AlgorithmConfig.preset(name)
     checked = build(AlgorithmConfig, {**attrs.asdict(base), **overrides}, "algorithm")
+    check_given_keys_act(checked, overrides)
     return checked
 
 

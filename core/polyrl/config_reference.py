@@ -71,7 +71,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "mismatch_cap": "cap on the trainer/sampler probability ratio (> 1) for tis/mis",
         "entropy_coef": "entropy bonus: loss -= coef * entropy of the trainer's next-token distribution",
         "top_entropy_quantile": "policy loss only on the top-q highest-entropy tokens (1.0 = all; 0.2 in the paper)",
-        "mask_truncated_completions": "leave completions cut at max_new_tokens out of the loss (TRL, DAPO)",
+        "mask_truncated_completions": ("leave completions cut at max_new_tokens out of the loss (TRL, DAPO); "
+                                       "refused with generation.ignore_eos, which cuts every one"),
         "max_completion_length": "length the overlong shaping and Dr.GRPO normaliser use",
         "ref_sync_every": "refresh the KL reference every N steps (TR-DPO, TRL's `sync_ref_model`; 0 = never; loads a separate reference engine, saved in checkpoints)",
         "ref_sync_alpha": "refresh mix: reference = alpha x policy + (1 - alpha) x reference (TRL's `ref_model_mixup_alpha`)",

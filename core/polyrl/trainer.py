@@ -99,6 +99,14 @@ def _launcher_rank() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0") or 0), int(os.environ.get("WORLD_SIZE", "1") or 1)
 
 
+def _overflow_message(shaped: np.ndarray) -> str:
+    """The error for a reward total that overflowed float64 (each score was finite on its own)."""
+    first = int(np.flatnonzero(np.isinf(shaped))[0])
+    return (f"the weighted reward total of sample {first} is {shaped[first]} (each score is finite, but the "
+            "weighted sum, overlong shaping or KL penalty overflows float64). Fix: scale the reward scores or "
+            "[[rewards]] weights down")
+
+
 def _step_seed(seed: int, step: int) -> int:
     """A per-step seed derived from the run seed, so a resumed run samples the same."""
     return (seed * 1_000_003 + step * 7919) % (2**31 - 1)
@@ -320,19 +328,25 @@ class Trainer:
             shaped = np.where(untrainable(completions), np.nan, shaped)
         times["reward"] = time.perf_counter() - t0
 
-        # advantages (and batch-level statistics) over the global batch, then this rank's part
-        everyone = self.train_engine.all_gather((rewards, shaped), self.world_size) if self.world_size > 1 else [(rewards, shaped)]
-        offset = sum(len(r) for r, _ in everyone[: self.rank])
-        all_shaped = np.concatenate([s for _, s in everyone])
+        if np.isinf(shaped).any():  # a score x weight (or a KL penalty) past float64's range
+            self._unscored(rollout)
+            raise RewardError(_overflow_message(shaped))
+        # advantages (and batch-level statistics) over the global batch, then this rank's part;
+        # truncated completions (mask_truncated_completions) stay in the baseline, out of the loss
+        untruncated = algo.untruncated_mask([x.finish_reason for x in completions])
+        mine_all = (rewards, shaped, untruncated)
+        everyone = self.train_engine.all_gather(mine_all, self.world_size) if self.world_size > 1 else [mine_all]
+        offset = sum(len(r) for r, _, _ in everyone[: self.rank])
+        all_shaped = np.concatenate([s for _, s, _ in everyone])
         mine = slice(offset, offset + len(shaped))
         keep = algo.keep_mask(all_shaped, c.generation.group_size)
         advantages = algo.advantages(all_shaped, c.generation.group_size)
-        global_kept = int((keep & np.isfinite(all_shaped)).sum())
-        keep, advantages = keep[mine] & np.isfinite(shaped), advantages[mine]
+        keep &= np.isfinite(all_shaped) & np.concatenate([u for _, _, u in everyone])
+        global_kept = int(keep.sum())  # the samples the update trains on, over every rank
+        keep, advantages = keep[mine], advantages[mine]
         self.tracking.collect(self.step, [r[c.data.prompt_column] for r in self._rows_per_completion(rows)],
                               completions, scored, advantages, seed=_step_seed(c.train.seed, self.step))
-        keep &= algo.untruncated_mask([x.finish_reason for x in completions])
-        rewards = np.concatenate([r for r, _ in everyone])  # metrics describe the global batch
+        rewards = np.concatenate([r for r, _, _ in everyone])  # metrics describe the global batch
         metrics: dict[str, Any] = {
             "step": self.step,
             "reward_mean": float(np.nanmean(rewards)) if np.isfinite(rewards).any() else float("nan"),
@@ -345,8 +359,9 @@ class Trainer:
         }
         idx = np.flatnonzero(keep)
         if global_kept == 0:
-            log.warning("no informative samples this step (all groups had equal rewards, or no episode to "
-                        "train on); skipping update", step=self.step)
+            log.warning("no informative samples this step (all groups had equal rewards, every completion "
+                        "was truncated under mask_truncated_completions, or no episode to train on); "
+                        "skipping update", step=self.step)
             metrics.update(skipped=True, loss=float("nan"))
         else:
             seqs = [TokenSequence.of(completions[i]) for i in idx]

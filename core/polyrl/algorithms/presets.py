@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 import attrs
@@ -107,6 +108,49 @@ PRESETS: dict[str, dict[str, Any]] = {
 #: The soft losses' parameters (TRL's ``GRPOConfig`` names and defaults); validated by ``Objective``.
 SOFT_LOSS_FIELDS: tuple[str, ...] = ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos",
                                      "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
+
+
+#: Keys that act only under some setting: (key, whether it acts, why it does not, the fix). A key
+#: given explicitly where it would do nothing is refused (a silently ignored knob reads as a tuned
+#: one); the preset's own values never are.
+_Rule = tuple[str, Callable[["AlgorithmConfig"], bool], Callable[["AlgorithmConfig"], str], str]
+_SAPO = ("sapo_temperature_pos", "sapo_temperature_neg")
+_VESPO = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
+
+
+def _loss(a: AlgorithmConfig) -> str:
+    return f"policy_loss {a.policy_loss!r} does not use it"
+
+
+_CONDITIONAL: tuple[_Rule, ...] = (
+    ("epsilon", lambda a: a.policy_loss == "ppo" or (a.policy_loss == "cispo" and a.epsilon_high is None),
+     _loss, 'the lower clip binds with policy_loss "ppo" only (cispo caps its weight at 1 + epsilon_high); '
+     "remove it"),
+    ("epsilon_high", lambda a: a.policy_loss in ("ppo", "cispo"), _loss,
+     'sapo and vespo have no clip: remove it, or use policy_loss "ppo" or "cispo"'),
+    ("dual_clip", lambda a: a.dual_clip is None or a.policy_loss == "ppo", _loss,
+     'the dual clip caps the PPO surrogate only: remove it, or use policy_loss "ppo"'),
+    *((name, lambda a: a.policy_loss == "sapo", _loss, 'remove it, or set policy_loss = "sapo"') for name in _SAPO),
+    *((name, lambda a: a.policy_loss == "vespo", _loss, 'remove it, or set policy_loss = "vespo"') for name in _VESPO),
+    ("kl_estimator", lambda a: a.beta > 0, lambda a: "beta = 0 has no KL term",
+     "set algorithm.beta > 0 (e.g. 0.04), or remove it"),
+    *((name, lambda a: a.kl_ctrl == "adaptive", lambda a: 'kl_ctrl "fixed" keeps beta as it is',
+       'set kl_ctrl = "adaptive" (with kl_in_reward = true), or remove it') for name in ("kl_target", "kl_horizon")),
+    ("ref_sync_alpha", lambda a: a.ref_sync_every > 0, lambda a: "ref_sync_every = 0 never refreshes the reference",
+     "set ref_sync_every > 0, or remove it"),
+    ("overlong_penalty", lambda a: a.overlong_buffer is not None, lambda a: "overlong shaping is off",
+     "set overlong_buffer (e.g. 0.2 of the max length), or remove it"),
+    *((name, lambda a: a.mismatch_correction != "none", lambda a: 'mismatch_correction "none" corrects nothing',
+       'set mismatch_correction = "tis" or "mis", or remove it') for name in ("mismatch_level", "mismatch_cap")),
+)
+
+
+def check_given_keys_act(config: AlgorithmConfig, given: Iterable[str]) -> None:
+    """Refuse a key the user set (``given``) that ``config`` never reads (``_CONDITIONAL``)."""
+    keys = set(given)
+    for name, acts, why, fix in _CONDITIONAL:
+        if name in keys and not acts(config):
+            _fail(name, f"is set but does nothing here: {why(config)}", fix)
 
 
 def _fail(name: str, message: str, fix: str | None = None) -> NoReturn:
@@ -261,7 +305,9 @@ class AlgorithmConfig:
                 close = difflib.get_close_matches(key, fields, n=1)
                 fix = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(fields)}"
                 _fail(key, f"unknown algorithm setting {key!r}", fix)
-        return cls(name=name, **{**PRESETS[name], **overrides})
+        config = cls(name=name, **{**PRESETS[name], **overrides})
+        check_given_keys_act(config, overrides)
+        return config
 
     # --- derived values ------------------------------------------------------------------------
 
