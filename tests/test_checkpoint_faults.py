@@ -282,6 +282,38 @@ def test_a_refused_config_change_is_one_error_line_from_the_cli(tiny_model_dir, 
                     "--resume-weights-only")
 
 
+def test_a_resume_on_another_train_backend_is_refused_before_any_engine_loads(tiny_model_dir, tmp_path, clean_run,
+                                                                              monkeypatch):
+    """A torch checkpoint resumed with backends.train = "mlx": the saved config decides the
+    refusal, so it comes before the engines load (it used to come after both models had loaded)."""
+    from polyrl.registry import get_registry
+
+    status = get_registry().status("mlx")
+    if not status.available:
+        pytest.skip(f"mlx not usable here: {status.reason}")
+    _, out = crash_config(tmp_path, tiny_model_dir, clean_run)
+    _copy_run(clean_run, out, upto=2)
+    config = write_config(tmp_path, tiny_model_dir, out, backend="mlx", steps=8, reward_dir=clean_run.parent)
+    result = train(config, "--resume")
+    one_clear_error(result, "config changed at resume", "backends.train 'torch' -> 'mlx'", "--resume-weights-only")
+    assert "checkpoint skipped" not in result.stderr
+
+    def no_engines(*args, **kwargs):
+        raise AssertionError("the engines loaded before the resume was refused")
+
+    monkeypatch.setattr("polyrl.trainer.load_engines", no_engines)
+    with pytest.raises(ConfigError, match=r"backends.train 'torch' -> 'mlx'") as caught:
+        Trainer(RunConfig.from_toml(config), resume="")
+    assert caught.value.field == "backends.train"
+    import fcntl
+
+    from polyrl.run_lock import LOCK_FILE
+
+    with open(out / LOCK_FILE, "a") as lock:  # the early check let go of the output_dir
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    assert [m["step"] for m in metric_steps(out)] == list(range(8))  # nothing was touched (copied run)
+
+
 # --- one trainer per output_dir -------------------------------------------------------------------
 
 

@@ -146,6 +146,60 @@ def test_zero_variance_groups_give_no_update_and_no_nan(toy, tmp_path, algorithm
             assert not m["skipped"] and m["grad_norm"] == 0.0 and np.isfinite(m["loss"])
 
 
+NONE_REWARD = """
+def never_scores(prompts, completions, **kw):
+    return [None] * len(completions)
+
+def scores_on_steps(prompts, completions, trainer_state, **kw):
+    return [1.0 if trainer_state.global_step in (2, 5) else None] * len(completions)
+"""
+
+
+def test_rewards_that_never_score_stop_the_run_naming_them(toy, tmp_path):
+    """Every reward returned None for every sample: the step's warning says so (not "equal
+    rewards"), and max_consecutive_skips such steps checkpoint and stop the run with a fix."""
+    from structlog.testing import capture_logs
+
+    (tmp_path / "none.py").write_text(NONE_REWARD)
+    config = toy_config(tmp_path, rewards=[{"function": f"{tmp_path / 'none.py'}:never_scores"}],
+                        max_consecutive_skips=2, checkpoint_every=0)
+    with capture_logs() as logs, pytest.raises(TooManySkippedSteps) as raised:
+        Trainer(config).run(progress=False)  # old code: all 8 steps ran, training nothing
+    message = str(raised.value)
+    assert "2 steps in a row no reward scored any sample" in message and "never_scores" in message
+    assert "Fix: make at least one of them return a number" in message
+    assert ckpt.read_state(ckpt.latest_checkpoint(tmp_path / "run" / "checkpoints"))["step"] == 2
+    warned = [e["event"] for e in logs if e["event"].startswith("no informative samples")]
+    assert len(warned) == 2 and all("no reward scored any of the 16 samples" in w for w in warned)
+    assert not any("equal" in w for w in warned)
+
+
+def test_steps_no_reward_scored_count_only_in_a_row(toy, tmp_path):
+    (tmp_path / "none.py").write_text(NONE_REWARD)
+    config = toy_config(tmp_path, rewards=[{"function": f"{tmp_path / 'none.py'}:scores_on_steps"}],
+                        max_consecutive_skips=3)
+    summary = Trainer(config).run(progress=False)
+    assert summary["steps"] == 8
+    assert [m["step"] for m in summary["history"] if m["skipped"]] == [0, 1, 3, 4, 6, 7]
+
+
+def test_equal_reward_groups_under_dynamic_sampling_never_stop_the_run(toy, tmp_path):
+    """A saturated model under DAPO has nothing to train on every step: legitimate, not counted."""
+    from structlog.testing import capture_logs
+
+    (tmp_path / "const.py").write_text("def const(prompts, completions, **kw):\n    return [1.0] * len(completions)\n")
+    data = toy_config(tmp_path, rewards=[{"function": f"{tmp_path / 'const.py'}:const"}], steps=3,
+                      max_consecutive_skips=1)
+    config = attrs.evolve(data, algorithm=AlgorithmConfig.preset("dapo", overlong_buffer=None))
+    with capture_logs() as logs:
+        summary = Trainer(config).run(progress=False)
+    assert summary["steps"] == 3 and all(m["skipped"] for m in summary["history"])
+    warned = [e["event"] for e in logs if e["event"].startswith("no informative samples")]
+    assert len(warned) == 3
+    assert all("16 of 16 samples are in groups whose rewards were all equal" in w for w in warned)
+    assert not any("no reward scored" in w for w in warned)
+
+
 # --- hostile plugins ----------------------------------------------------------------------------
 
 

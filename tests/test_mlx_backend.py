@@ -718,3 +718,19 @@ def test_a_bad_backend_option_fails_at_load_naming_it(tiny_model_dir, options, k
     with pytest.raises(ConfigError) as info:
         make_engine(tiny_model_dir, options=options)
     assert f"backends.options.{key}" in str(info.value) and "Fix:" in str(info.value)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_half_precision_on_the_cpu_warns_as_torch_does(tiny_model_dir, dtype):
+    """MLX's CPU build runs both half precisions ~30x slower than float32 (README, Backends):
+    like torch's float16 on a CPU, it is a warning with the fix, not a silent slow run."""
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        make_engine(tiny_model_dir, dtype=dtype, device="cpu")
+    slow = [e for e in logs if e["log_level"] == "warning" and "slower than float32" in e["event"]]
+    if dtype == "float32":
+        assert slow == []
+    else:
+        assert len(slow) == 1 and slow[0]["event"].startswith(f"{dtype} on CPU")
+        assert slow[0]["fix"] == "use dtype float32 with the mlx backend on a CPU"

@@ -254,3 +254,24 @@ def test_under_overlap_a_failed_step_resumes_on_exactly_its_rollout(tiny_model_d
     summary = trainer.run(progress=False)
     assert summary["steps"] == 4
     assert seen[2] == seen[-1]  # the resumed step scored the failed step's completions
+
+
+def test_rewards_that_never_score_stop_the_cli_run_with_one_error(tiny_model_dir, tmp_path):
+    """A reward returning None for every sample (a misread column, say) stops the run after
+    train.max_consecutive_skips steps, checkpointed, instead of running every step training nothing."""
+    (tmp_path / "reward.py").write_text("def unscored(completions, **kw):\n    return [None] * len(completions)\n")
+    out = tmp_path / "run"
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'[model]\npath = "{tiny_model_dir}"\n[generation]\ngroup_size = 2\nmax_new_tokens = 4\n'
+        f'[data]\ntask = "arithmetic"\n[[rewards]]\nfunction = "{tmp_path / "reward.py"}:unscored"\n'
+        f'[train]\nsteps = 50\nprompts_per_step = 1\nthreads = 1\ncheckpoint_every = 0\n'
+        f'max_consecutive_skips = 2\noutput_dir = "{out}"\n')
+    proc = train(config)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])  # old code: 0, after 50 empty steps
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "no reward scored any sample" in errors[0], proc.stderr[-3000:]
+    assert "unscored" in errors[0] and "Fix:" in errors[0] and "Traceback" not in proc.stderr
+    assert "no reward scored any of the 2 samples" in proc.stderr
+    assert (out / "checkpoints" / "step-00000002" / "COMPLETE").exists()
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2

@@ -250,8 +250,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         wrong = checkpoint.not_a_checkpoint(Path(args.resume))
         if wrong:
             raise ConfigError(wrong[0], field="--resume", fix=wrong[1])
-    trainer = Trainer(config)
-    if args.resume is not None or args.resume_weights_only:
+    resuming = args.resume is not None or args.resume_weights_only
+    # the checkpoint is chosen and its saved config checked before any model loads
+    trainer = Trainer(config, resume=(args.resume or "") if resuming else None, weights_only=args.resume_weights_only)
+    if resuming:
         resumed = trainer.resume(args.resume or None, weights_only=args.resume_weights_only)
         if not resumed:
             print("no complete checkpoint found; starting from step 0", file=sys.stderr)

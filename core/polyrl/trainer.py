@@ -36,7 +36,7 @@ import attrs
 import numpy as np
 
 from polyrl import checkpoint as ckpt
-from polyrl import previous_runs, resume_config, strict_json
+from polyrl import previous_runs, resume_config, skip_causes, strict_json
 from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
 from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.config import RunConfig, check_world_size
@@ -67,7 +67,8 @@ log = get_logger("polyrl.trainer")
 
 
 class TooManySkippedSteps(PolyrlError):
-    """Training produced non-finite losses/gradients too many steps in a row."""
+    """Training produced non-finite losses/gradients, or no reward scored any sample, too many
+    steps in a row."""
 
 
 class OutputWriteError(PolyrlError):
@@ -115,7 +116,11 @@ def _step_seed(seed: int, step: int) -> int:
 class Trainer:
     """Runs a ``RunConfig``. Build it, then call ``run()``; ``evaluate()`` works any time."""
 
-    def __init__(self, config: RunConfig, extra_plugins: tuple[Any, ...] = ()) -> None:
+    def __init__(self, config: RunConfig, extra_plugins: tuple[Any, ...] = (), *,
+                 resume: str | Path | None = None, weights_only: bool = False) -> None:
+        """``resume``: the ``resume()`` to come ("" for the newest checkpoint, or its path). Its
+        checkpoint is chosen, verified and its saved config checked now, before any model loads,
+        so a refused resume (another backends.train, a changed model...) costs no engine load."""
         self.config = config
         self.output_dir = Path(config.train.output_dir)
         self.checkpoint_root = self.output_dir / "checkpoints"
@@ -131,6 +136,8 @@ class Trainer:
         self.stop_requested = False
         #: a weight push that failed after its step trained: raised once the step is recorded
         self._sync_failed: PolyrlError | None = None
+        #: the last step's rewards were all None (no reward scored any sample): counted toward the stop
+        self._nothing_scored = False
         self.rewards = RewardComputer(
             self.registry.pm, [(r.label, r.weight, dict(r.options)) for r in config.rewards],
             columns=self.dataset.columns, timeouts={r.label: r.timeout_s for r in config.rewards},
@@ -139,6 +146,20 @@ class Trainer:
         self.rank, self.world_size = _launcher_rank()
         self.registry.check_data_parallel(config.backends.train, self.world_size)
         check_world_size(config, self.world_size)
+        #: (the resume() arguments, their checkpoint and state) checked before the engines loaded
+        self._checked_resume: tuple[tuple[str | None, bool], tuple[Path, dict[str, Any]] | None] | None = None
+        try:
+            if resume is not None:
+                self._own_output_dir()
+                request = (str(resume) or None, weights_only)
+                self._checked_resume = (request, self._resume_point(*request))
+            self._load(config)
+        except BaseException:
+            self.lock.release()  # taken for the early resume check; this trainer never came to be
+            raise
+
+    def _load(self, config: RunConfig) -> None:
+        """The trackers, environment and engines, then the prompts fitted to the tokenizer."""
         self.step = 0
         self.kl_coef = float(config.algorithm.beta)  # kl_in_reward's coefficient (kl_ctrl adapts it)
         self.rollouts = RolloutAhead(self._generate)
@@ -339,14 +360,16 @@ class Trainer:
         offset = sum(len(r) for r, _, _ in everyone[: self.rank])
         all_shaped = np.concatenate([s for _, s, _ in everyone])
         mine = slice(offset, offset + len(shaped))
-        keep = algo.keep_mask(all_shaped, c.generation.group_size)
+        group_kept = algo.keep_mask(all_shaped, c.generation.group_size)
         advantages = algo.advantages(all_shaped, c.generation.group_size)
-        keep &= np.isfinite(all_shaped) & np.concatenate([u for _, _, u in everyone])
+        all_untruncated = np.concatenate([u for _, _, u in everyone])
+        keep = group_kept & np.isfinite(all_shaped) & all_untruncated
         global_kept = int(keep.sum())  # the samples the update trains on, over every rank
         keep, advantages = keep[mine], advantages[mine]
         self.tracking.collect(self.step, [r[c.data.prompt_column] for r in self._rows_per_completion(rows)],
                               completions, scored, advantages, seed=_step_seed(c.train.seed, self.step))
         rewards = np.concatenate([r for r, _, _ in everyone])  # metrics describe the global batch
+        self._nothing_scored = skip_causes.nothing_scored(rewards)  # the same on every rank
         metrics: dict[str, Any] = {
             "step": self.step,
             "reward_mean": float(np.nanmean(rewards)) if np.isfinite(rewards).any() else float("nan"),
@@ -359,9 +382,12 @@ class Trainer:
         }
         idx = np.flatnonzero(keep)
         if global_kept == 0:
-            log.warning("no informative samples this step (all groups had equal rewards, every completion "
-                        "was truncated under mask_truncated_completions, or no episode to train on); "
-                        "skipping update", step=self.step)
+            causes = skip_causes.empty_step_causes(rewards, all_shaped, all_untruncated, group_kept)
+            fix = ({"fix": "make at least one reward function return a number for each completion (None "
+                           f"means no reward); {c.train.max_consecutive_skips} such steps in a row stop the run"}
+                   if self._nothing_scored else {})
+            log.warning(f"no informative samples this step ({'; '.join(causes)}); skipping update",
+                        step=self.step, **fix)
             metrics.update(skipped=True, loss=float("nan"))
         else:
             seqs = [TokenSequence.of(completions[i]) for i in idx]
@@ -410,6 +436,14 @@ class Trainer:
 
             metrics.update(episode_metrics(completions))
         return metrics
+
+    def _unscored_message(self, steps: int) -> str:
+        """The stop after ``steps`` steps in a row that no reward scored, naming the rewards."""
+        names = ", ".join(r.label for r in self.config.rewards)
+        return (f"{steps} steps in a row no reward scored any sample (the reward functions {names} returned "
+                "None for every completion); stopping, the state checkpointed. Fix: make at least one of them "
+                "return a number for each completion (None means no reward: check the dataset columns and "
+                "answer format it reads), then continue with `polyrl train CONFIG --resume`")
 
     # --- evaluation ----------------------------------------------------------------------------
 
@@ -540,39 +574,16 @@ class Trainer:
         state may be missing or damaged); the optimizer and RNG start fresh, step and data
         position continue when the checkpoint still has them, and config changes are applied."""
         self._own_output_dir()
-        only = ckpt.MODEL_DIR if weights_only else None
-        if path:
-            found: Path | None = Path(path)
-            wrong = ckpt.not_a_checkpoint(Path(path))
-            if wrong:
-                raise ConfigError(wrong[0], field="--resume", fix=wrong[1])
-            problem = ckpt.verify(Path(path), only=only)
-            if problem:
-                raise ConfigError(f"{found} cannot be resumed: {problem}", field="--resume",
-                                  fix=self._resume_fix(weights_only))
+        request = (str(path) if path else None, weights_only)
+        if self._checked_resume is not None and self._checked_resume[0] == request:
+            point = self._checked_resume[1]
         else:
-            found, skipped = ckpt.newest_verified(self.checkpoint_root, only=only)
-            for bad, why in skipped:
-                log.warning("checkpoint skipped: it does not verify", checkpoint=str(bad), problem=why)
-            if found is None and skipped:
-                raise ConfigError(
-                    f"no checkpoint under {self.checkpoint_root} can be resumed: "
-                    + "; ".join(f"{p.name}: {why}" for p, why in skipped),
-                    field="--resume", fix=self._resume_fix(weights_only))
-            if found is None:
-                self._start_over()
-                return False
-        assert found is not None
-        if ckpt.is_unverifiable(found):
-            log.warning("checkpoint written before checksums: resumed without verifying its files",
-                        checkpoint=str(found))
-        state = ckpt.read_state(found)
-        missing = [k for k in ("step", "sampler", "python_random", "numpy_random") if k not in state]
-        if missing and not weights_only:
-            raise ConfigError(f"{found} lacks {', '.join(missing)} in {ckpt.STATE_FILE}", field="--resume",
-                              fix=self._resume_fix(False))
-        for change in resume_config.check(state.get("config"), self.config, weights_only):
-            log.warning(f"config changed at resume: {change}", applied=True)
+            point = self._resume_point(path, weights_only)
+        self._checked_resume = None
+        if point is None:
+            self._start_over()
+            return False
+        found, state = point
         self.train_engine.load_checkpoint(str(found / ckpt.MODEL_DIR), str(found / ckpt.ENGINE_STATE_DIR),
                                           weights_only=weights_only)
         if not weights_only:
@@ -599,6 +610,44 @@ class Trainer:
         self.engines.sync_weights(self.step)
         log.info("resumed", path=str(found), step=self.step, weights_only=weights_only)
         return True
+
+    def _resume_point(self, path: str | Path | None, weights_only: bool) -> tuple[Path, dict[str, Any]] | None:
+        """The checkpoint a resume restores (``path``, or the newest that verifies) and its saved
+        state, checked against this run's config: a refused change raises. None when there is no
+        checkpoint. It needs no engine, so a resume that cannot go on is refused before any loads."""
+        only = ckpt.MODEL_DIR if weights_only else None
+        if path:
+            found: Path | None = Path(path)
+            wrong = ckpt.not_a_checkpoint(Path(path))
+            if wrong:
+                raise ConfigError(wrong[0], field="--resume", fix=wrong[1])
+            problem = ckpt.verify(Path(path), only=only)
+            if problem:
+                raise ConfigError(f"{found} cannot be resumed: {problem}", field="--resume",
+                                  fix=self._resume_fix(weights_only))
+        else:
+            found, skipped = ckpt.newest_verified(self.checkpoint_root, only=only)
+            for bad, why in skipped:
+                log.warning("checkpoint skipped: it does not verify", checkpoint=str(bad), problem=why)
+            if found is None and skipped:
+                raise ConfigError(
+                    f"no checkpoint under {self.checkpoint_root} can be resumed: "
+                    + "; ".join(f"{p.name}: {why}" for p, why in skipped),
+                    field="--resume", fix=self._resume_fix(weights_only))
+            if found is None:
+                return None
+        assert found is not None
+        if ckpt.is_unverifiable(found):
+            log.warning("checkpoint written before checksums: resumed without verifying its files",
+                        checkpoint=str(found))
+        state = ckpt.read_state(found)
+        missing = [k for k in ("step", "sampler", "python_random", "numpy_random") if k not in state]
+        if missing and not weights_only:
+            raise ConfigError(f"{found} lacks {', '.join(missing)} in {ckpt.STATE_FILE}", field="--resume",
+                              fix=self._resume_fix(False))
+        for change in resume_config.check(state.get("config"), self.config, weights_only):
+            log.warning(f"config changed at resume: {change}", applied=True)
+        return found, state
 
     @staticmethod
     def _resume_fix(weights_only: bool) -> str:
@@ -729,7 +778,7 @@ class Trainer:
                 log.info("evaluation before training", **summary["eval_before"])
                 self.tracking.publish_eval({"eval_before/" + k.removeprefix("eval_"): v
                                             for k, v in summary["eval_before"].items()}, step=0)
-        skips = 0
+        skips = unscored = 0
         last_eval: tuple[int, dict[str, float]] | None = None
         with self._graceful_signals(), step_progress(c.train.steps, self.step, enabled=progress) as advance:
             while self.step < c.train.steps and not self.stop_requested:
@@ -765,6 +814,7 @@ class Trainer:
                     self.stop_requested = any(self.train_engine.all_gather(self.stop_requested))
                 skipped_update = bool(metrics.get("skipped")) and "grad_norm" in metrics
                 skips = skips + 1 if skipped_update else 0
+                unscored = unscored + 1 if self._nothing_scored else 0
                 failed = self.episodes.failure() if self.episodes is not None else None
                 if failed is not None:  # an environment that never works: stop, with what it raised
                     self.save()
@@ -775,6 +825,9 @@ class Trainer:
                         f"{skips} steps in a row had a non-finite loss or gradient; stopping. "
                         "Fix: lower optimizer.lr, set optimizer.max_grad_norm, or check the rewards"
                     )
+                if unscored >= c.train.max_consecutive_skips:
+                    self.save()
+                    raise TooManySkippedSteps(self._unscored_message(unscored))
                 if c.train.checkpoint_every and self.step % c.train.checkpoint_every == 0:
                     self.save()
         self.rollouts.pending()  # under overlap the generator lags one update: leave it on the

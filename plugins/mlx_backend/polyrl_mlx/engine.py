@@ -27,6 +27,7 @@ from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.options import SCORE_BATCH_TOKENS, scoring_options
 from polyrl.backend_kit.tokens import given_a_start, pad_token_id, text_prompt_ids
 from polyrl.errors import ConfigError
+from polyrl.logs import get_logger
 from polyrl.types import EngineConfig, Prompt, TokenPrompt
 
 from polyrl_mlx import blas
@@ -50,6 +51,15 @@ def _device(name: str) -> Any:
         return mx.gpu
     raise ConfigError(f"unknown device {name!r} for the mlx backend", field="device",
                       fix="use cpu, gpu or auto")
+
+
+def warn_slow_half_precision(dtype: str, device: Any) -> None:
+    """float16/bfloat16 on MLX's CPU device: its CPU build has no fast half-precision matmul
+    (README, Backends: 0.3-0.4 GFLOP/s against 10 for float32), so a run would be ~30x slower."""
+    if dtype in ("float16", "bfloat16") and device == mx.cpu:
+        get_logger("polyrl.mlx").warning(
+            f"{dtype} on CPU: MLX's CPU build multiplies half precision ~30x slower than float32 "
+            "(README, Backends)", fix="use dtype float32 with the mlx backend on a CPU")
 
 
 def _model_dir(model: str) -> Path:
@@ -145,6 +155,7 @@ class MLXEngine:
                               field="dtype", fix=f"use one of {', '.join(DTYPES)}")
         self.dtype = getattr(mx, config.dtype)
         self.device = _device(config.device)
+        warn_slow_half_precision(config.dtype, self.device)
         blas.set_threads(config.threads)
         self.model_dir = _model_dir(config.model)
 
