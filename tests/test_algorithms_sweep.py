@@ -117,6 +117,8 @@ INERT = [
     ("grpo", {"overlong_penalty": 0.5}, "algorithm.overlong_penalty", "overlong_buffer"),
     ("dapo", {"mismatch_cap": 3.0}, "algorithm.mismatch_cap", '"tis" or "mis"'),
     ("grpo", {"mismatch_level": "sequence"}, "algorithm.mismatch_level", '"tis" or "mis"'),
+    # TRL's generation limit written under [algorithm]: polyrl's key there only feeds Dr.GRPO / overlong shaping
+    ("grpo", {"max_completion_length": 256}, "algorithm.max_completion_length", "generation.max_new_tokens"),
 ]
 
 
@@ -143,6 +145,8 @@ def test_a_key_that_does_nothing_in_its_configuration_is_refused(name, keys, fie
     ("grpo", {"beta": 0.01, "kl_in_reward": True, "kl_ctrl": "adaptive", "kl_target": 0.2, "kl_horizon": 50}),
     ("sapo", {"sapo_temperature_pos": 2.0}), ("vespo", {"vespo_k_neg": 1.0}),
     ("grpo", {"mismatch_correction": "mis", "mismatch_level": "sequence", "mismatch_cap": 3.0}),
+    ("dr_grpo", {"max_completion_length": 256}), ("dapo", {"max_completion_length": 256}),
+    ("grpo", {"overlong_buffer": 0.2, "max_completion_length": 256}),
 ])
 def test_keys_that_act_and_the_presets_own_values_are_accepted(name, keys, tmp_path):
     data = {"model": {"path": str(tmp_path)}, "data": {"task": "arithmetic"},

@@ -15,9 +15,10 @@ from typing import Any
 
 import attrs
 
-from polyrl.algorithms.presets import AlgorithmConfig, check_given_keys_act
-from polyrl.configtools import build
+from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig, check_given_keys_act
+from polyrl.configtools import build, unknown_key_fix
 from polyrl.errors import ConfigError
+from polyrl.trl_names import trl_fix
 from polyrl.types import LoraConfig, OptimizerConfig, SamplingParams, as_lora_config
 from polyrl.validators import check_depth, check_record
 
@@ -196,7 +197,7 @@ class TrainSection:
     keep_checkpoints: int = 2
     #: earlier runs kept in output_dir/previous/ when a fresh run starts there; 0: deleted instead
     keep_previous_runs: int = 1
-    max_consecutive_skips: int = 3  # stop after this many non-finite steps in a row
+    max_consecutive_skips: int = 3  # stop after this many non-finite (or unscored) steps in a row
     gradient_checkpointing: bool = False  # recompute activations in backward (memory for compute)
 
     def __attrs_post_init__(self) -> None:
@@ -337,6 +338,35 @@ class RunConfig:
             raise ConfigError(f"{env.max_episode_tokens} leaves no room for the prompt in model.max_length = {limit}",
                               field="environment.max_episode_tokens",
                               fix="lower it or raise model.max_length (prompt + episode tokens)")
+        self._check_overlong_buffer()
+        self._check_greedy_groups()
+
+    def _check_overlong_buffer(self) -> None:
+        """A token buffer longer than the completions it shapes is refused here, not at the first
+        step after the models load (the trainer resolves it against the same length)."""
+        algo, env = self.algorithm, self.environment
+        buf = algo.overlong_buffer
+        if buf is None or isinstance(buf, float):  # a fraction always fits
+            return
+        if algo.max_completion_length is not None:  # an explicit length wins (checked by AlgorithmConfig)
+            return
+        length, source = ((env.max_episode_tokens, "environment.max_episode_tokens") if env.enabled
+                          else (self.generation.max_new_tokens, "generation.max_new_tokens"))
+        if buf > length:
+            raise ConfigError(f"{buf} tokens exceeds the completion length it shapes, {source} = {length}",
+                              field="algorithm.overlong_buffer",
+                              fix=f"use at most {length} tokens or a fraction such as 0.2, or raise {source}")
+
+    def _check_greedy_groups(self) -> None:
+        """Greedy sampling gives a group ``group_size`` identical completions, so a group-relative
+        advantage is 0 for every sample and nothing trains; an environment may still vary them."""
+        gen = self.generation
+        if gen.temperature != 0 or self.environment.enabled or self.algorithm.advantage not in GROUP_RELATIVE_ADVANTAGES:
+            return
+        raise ConfigError(f"0 (greedy) samples the {gen.group_size} completions of a group identically, so "
+                          f"{self.algorithm.name}'s group-relative advantage is always 0 and nothing would train",
+                          field="generation.temperature",
+                          fix="use a temperature > 0, e.g. 1.0 (greedy evaluation needs no setting: eval is greedy)")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
@@ -347,8 +377,9 @@ class RunConfig:
         known = {f.name for f in attrs.fields(cls)}
         for key in data:
             if key not in known:
+                trl = trl_fix(str(key), data[key])  # a GRPOConfig name written outside any table
                 raise ConfigError(
-                    f"unknown section [{key}]", field=key, fix=f"valid sections: {', '.join(sorted(known))}"
+                    f"unknown section [{key}]", field=key, fix=trl or f"valid sections: {', '.join(sorted(known))}"
                 )
         for key, value in data.items():
             if key == "rewards":
@@ -418,11 +449,11 @@ class RunConfig:
 def _algorithm(name: Any, overrides: dict[str, Any]) -> AlgorithmConfig:
     if not isinstance(name, str):
         raise ConfigError("must be a string", field="algorithm.name")
-    fields = {f.name for f in attrs.fields(AlgorithmConfig)}
-    for key in overrides:
+    fields = [f.name for f in attrs.fields(AlgorithmConfig)]
+    for key, value in overrides.items():
         if key not in fields:
             raise ConfigError(f"unknown key {key!r}", field=f"algorithm.{key}",
-                              fix=f"valid keys: {', '.join(sorted(fields))}")
+                              fix=unknown_key_fix(key, value, fields))
     base = AlgorithmConfig.preset(name)
     checked = build(AlgorithmConfig, {**attrs.asdict(base), **overrides}, "algorithm")
     check_given_keys_act(checked, overrides)

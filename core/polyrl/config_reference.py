@@ -34,7 +34,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
     "generation": {
         "group_size": "completions per prompt (>= 2: advantages are group-relative)",
         "max_new_tokens": "completion length cap",
-        "temperature": "sampling temperature (0 = greedy)",
+        "temperature": "sampling temperature (0 = greedy; refused with a group-relative advantage and no environment: every group would be identical)",
         "top_p": "nucleus sampling mass (1 = off)",
         "top_k": "top-k sampling (0 = off)",
         "min_p": "min-p sampling: keep tokens with probability >= min_p x the top one's (0 = off; torch, MLX)",
@@ -61,7 +61,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                             "`seq_mean_token_sum` (LUSPO)",
         "num_iterations": "optimizer steps per rollout batch (> 1 makes the ratio matter)",
         "dynamic_sampling": "drop groups whose rewards are all equal (DAPO)",
-        "overlong_buffer": "soft overlong penalty zone: tokens (int) or fraction of the max length",
+        "overlong_buffer": "soft overlong penalty zone: tokens (int, at most the max length) or fraction of the max length",
         "overlong_penalty": "penalty at the hard limit (linear inside the buffer)",
         "policy_loss": "`ppo` (clipped surrogate), `cispo` (clipped, detached IS weight; MiniMax-M1), `sapo` "
                        "(sigmoid gate instead of the clip) or `vespo` (detached gamma weight of the sequence ratio)",

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import attrs
 
 from polyrl.errors import ConfigError
+from polyrl.trl_names import trl_fix, trl_value_fix
 from polyrl.validators import PAIR_RULES, RULES, check_pair, rule_key, shown
 
 T = TypeVar("T", bound=attrs.AttrsInstance)
@@ -73,6 +74,18 @@ def _type_fix(tp: Any) -> str:
     return f"write a {_type_name(tp)}"
 
 
+def unknown_key_fix(key: str, value: Any, valid: list[str], hints: Mapping[str, str] | None = None) -> str:
+    """The fix for an unknown key: the section's own hint (e.g. peft's names under [lora]), then
+    where TRL's ``GRPOConfig`` name lives in polyrl, then a close valid key, then the valid keys."""
+    if hints and key in hints:
+        return hints[key]
+    trl = trl_fix(key, value)
+    if trl is not None:
+        return trl
+    close = difflib.get_close_matches(key, valid, n=1)
+    return f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(sorted(valid))}"
+
+
 def build(cls: type[T], data: Any, path: str) -> T:
     """Construct ``cls`` from a TOML table, validating keys and types."""
     if isinstance(data, cls):
@@ -84,9 +97,7 @@ def build(cls: type[T], data: Any, path: str) -> T:
     unknown = sorted(set(data) - set(fields))
     if unknown:
         key = unknown[0]
-        close = difflib.get_close_matches(key, list(fields), n=1)
-        fix = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(sorted(fields))}"
-        fix = getattr(cls, "KEY_HINTS", {}).get(key, fix)  # a name from another library, e.g. peft's
+        fix = unknown_key_fix(key, data[key], list(fields), getattr(cls, "KEY_HINTS", None))
         raise ConfigError(f"unknown key {key!r}", field=f"{path}.{key}", fix=fix)
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
@@ -94,7 +105,7 @@ def build(cls: type[T], data: Any, path: str) -> T:
         field = f"{path}.{name}"
         if not _matches(value, tp):
             raise ConfigError(f"expected {_type_name(tp)}, got {type(value).__name__} {shown(value)}",
-                              field=field, fix=_type_fix(tp))
+                              field=field, fix=trl_value_fix(field, value) or _type_fix(tp))
         key = rule_key(field)  # the range rules first: their messages carry the fix
         if key in RULES:
             RULES[key].check(value, field)

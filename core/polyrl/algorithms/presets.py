@@ -80,6 +80,8 @@ from polyrl.algorithms.objective import (
 )
 from polyrl.algorithms.shaping import dynamic_sampling_mask, expand_group_mask, shape_overlong
 from polyrl.errors import ConfigError
+from polyrl.configtools import unknown_key_fix
+from polyrl.trl_names import trl_value_fix
 
 ALGORITHMS: tuple[str, ...] = ("grpo", "dapo", "dr_grpo", "rloo", "reinforce", "gspo", "cispo", "sapo", "vespo",
                                "luspo")
@@ -105,6 +107,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "luspo": {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4,
               "loss_aggregation": "seq_mean_token_sum"},
 }
+#: Estimators whose baseline is the prompt's own group: a group of identical samples gets 0 (the
+#: ``reinforce`` batch baseline compares across prompts, so greedy groups still differ there).
+GROUP_RELATIVE_ADVANTAGES: tuple[str, ...] = ("group", "rloo")
 #: The soft losses' parameters (TRL's ``GRPOConfig`` names and defaults); validated by ``Objective``.
 SOFT_LOSS_FIELDS: tuple[str, ...] = ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos",
                                      "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
@@ -140,6 +145,11 @@ _CONDITIONAL: tuple[_Rule, ...] = (
      "set ref_sync_every > 0, or remove it"),
     ("overlong_penalty", lambda a: a.overlong_buffer is not None, lambda a: "overlong shaping is off",
      "set overlong_buffer (e.g. 0.2 of the max length), or remove it"),
+    ("max_completion_length",
+     lambda a: a.overlong_buffer is not None or a.loss_aggregation == "seq_mean_token_sum_norm",
+     lambda a: "it sets only Dr.GRPO's normaliser and overlong shaping, and neither is on",
+     "TRL's max_completion_length (the generation limit) is polyrl's generation.max_new_tokens: "
+     "write max_new_tokens = N in [generation] and remove it here"),
     *((name, lambda a: a.mismatch_correction != "none", lambda a: 'mismatch_correction "none" corrects nothing',
        'set mismatch_correction = "tis" or "mis", or remove it') for name in ("mismatch_level", "mismatch_cap")),
 )
@@ -223,7 +233,8 @@ class AlgorithmConfig:
             ("kl_ctrl", self.kl_ctrl, KL_CONTROLLERS),
         ):
             if value not in valid:
-                _fail(field, f"unknown {field} {value!r}", f"use one of {', '.join(valid)}")
+                _fail(field, f"unknown {field} {value!r}",
+                      trl_value_fix(f"algorithm.{field}", value) or f"use one of {', '.join(valid)}")
         for flag in ("dynamic_sampling", "mask_truncated_completions", "kl_in_reward"):
             if not isinstance(getattr(self, flag), (bool, np.bool_)):
                 _fail(flag, f"must be true or false, got {getattr(self, flag)!r}")
@@ -300,11 +311,9 @@ class AlgorithmConfig:
             hint = f"did you mean {close[0]!r}? " if close else ""
             _fail("name", f"unknown algorithm {name!r}", f"{hint}use one of {', '.join(ALGORITHMS)}")
         fields = sorted(f.name for f in attrs.fields(cls) if f.name != "name")
-        for key in overrides:
+        for key, value in overrides.items():
             if key not in fields:
-                close = difflib.get_close_matches(key, fields, n=1)
-                fix = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(fields)}"
-                _fail(key, f"unknown algorithm setting {key!r}", fix)
+                _fail(key, f"unknown algorithm setting {key!r}", unknown_key_fix(key, value, fields))
         config = cls(name=name, **{**PRESETS[name], **overrides})
         check_given_keys_act(config, overrides)
         return config
