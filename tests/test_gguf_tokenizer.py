@@ -198,7 +198,8 @@ def test_max_refuses_a_mixed_quantisation_gguf_with_the_convert_fix(tmp_path, ti
                quant={"attn_": "Q8_0", "ffn_": "Q4_0", "token_embd": "Q5_0"})
     with pytest.raises(ConfigError, match="mixes the quantisation types F32, Q4_0, Q5_0, Q8_0") as err:
         Engine(get_registry(), "max", EngineConfig(model=str(tmp_path / "q"), role="generate"))
-    assert "polyrl convert" in err.value.fix and err.value.field == "options.max_model_path"
+    # the GGUF came from the model path, not from backends.options.max_model_path: the error names that field
+    assert "polyrl convert" in err.value.fix and err.value.field == "model"
 
 
 def test_torch_dequantises_a_mixed_quantisation_gguf_on_convert(tmp_path, tiny_model_dir):
