@@ -52,6 +52,7 @@ def test_a_failing_backend_is_reported_not_fatal(tmp_path):
     assert only["backend"] == "torch" and "missing-model" in only["error"]
 
 
+@pytest.mark.slow  # a side-by-side run of several children: make test-slow (CI runs it)
 def test_bench_runs_trl_on_the_same_workload(tiny_model_dir):
     pytest.importorskip("trl", reason="trl is the bench-only extra polyrl-torch[bench]")
     report = run_bench(model=tiny_model_dir, backends=["torch"], prompts=2, group_size=2,
@@ -75,6 +76,7 @@ def test_bench_runs_trl_on_the_same_workload(tiny_model_dir):
     assert len(trl["shapes"]["completion_lens"]) == 4 and trl["generate_mfu"] > 0
 
 
+@pytest.mark.slow  # a side-by-side run of several children: make test-slow (CI runs it)
 def test_bench_times_hf_generate_as_the_generation_baseline(tiny_model_dir, tmp_path):
     """``hf_generate``: transformers' ``model.generate`` on the same prompts in its own process;
     each backend gets its generation speed-up over it, and it never enters the speed records
@@ -147,6 +149,7 @@ def test_printed_report_of_a_gpu_run_names_the_gpu_and_its_memory(capsys):
     assert "mlx: no matmul peak measured on Device(gpu, 0)" in err
 
 
+@pytest.mark.slow  # a side-by-side run of several children: make test-slow (CI runs it)
 def test_every_side_names_the_device_it_ran_on(tiny_model_dir):
     """``--device`` (default ``auto``) reaches each child; the report says where the peak and each
     side ran (the CPU here: no accelerator on this machine)."""

@@ -17,6 +17,7 @@ import pytest
 from polyrl.bench.workload import bench_backend
 
 
+@pytest.mark.slow  # a side-by-side run of several children: make test-slow (CI runs it)
 def test_bench_cli_runs_polyrl_and_trl_in_bf16_mixed_precision(tiny_model_dir, tmp_path):
     pytest.importorskip("trl", reason="trl is the bench-only extra polyrl-torch[bench]")
     out = tmp_path / "bench.json"

@@ -24,6 +24,7 @@ def all_linear_lora_params(model_dir: str, rank: int) -> int:
     return rank * per_layer * c["num_hidden_layers"]
 
 
+@pytest.mark.slow  # a side-by-side run of several children: make test-slow (CI runs it)
 def test_bench_runs_mlx_lm_lora_beside_the_mlx_backend(tiny_model_dir, tmp_path):
     from polyrl.types import LoraConfig
 

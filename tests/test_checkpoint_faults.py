@@ -81,6 +81,7 @@ def assert_matches_clean(out: Path, clean: Path) -> None:
 # --- kill -9 at random moments, including during checkpoint writes ---------------------------------
 
 
+@pytest.mark.slow  # dozens of kill -9 / resume rounds: make test-slow (CI runs it)
 def test_kill_9_at_random_moments_in_a_loop_then_resume_equals_the_clean_run(tiny_model_dir, tmp_path, clean_run):
     """Checkpoints every step. Several kills, each followed by --resume: every other one lands
     while a checkpoint is being written (its temp dir exists), the others at a random moment.

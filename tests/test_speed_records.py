@@ -55,6 +55,7 @@ def test_auto_without_a_measurement_keeps_generation_in_the_train_backend(cache,
     assert trainer.gen_engine is trainer.train_engine
 
 
+@pytest.mark.slow  # a side-by-side run of several children: make test-slow (CI runs it)
 def test_bench_measures_and_auto_trains_with_the_fastest(cache, tiny_model_dir, tmp_path):
     candidates = [n for n in ("torch", "mlx") if n in get_registry().available()]
     if len(candidates) < 2:
