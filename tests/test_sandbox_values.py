@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode
+from polyrl.sandbox.values import MAX_DEPTH, MAX_SAME_HASH, ProtocolError, decode, encode
 
 scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
            | st.binary(max_size=20) | st.complex_numbers(allow_nan=False))
@@ -55,3 +55,17 @@ def test_depth_and_huge_ints_are_not_data():
 def test_malformed_messages_are_refused(bad):
     with pytest.raises(ProtocolError):
         decode(bad)
+
+
+def test_values_built_to_share_a_hash_are_refused():
+    """More than MAX_SAME_HASH distinct values of one container with one hash: a protocol error
+    (as a set, dict keys or values, or a list a test might turn into a set); equal values are one."""
+    p = 2**61 - 1
+    colliding = [i * p for i in range(MAX_SAME_HASH + 1)]
+    for value in (set(colliding), dict.fromkeys(colliding), dict(enumerate(colliding)),
+                  colliding, tuple(colliding)):
+        with pytest.raises(ProtocolError, match="collide"):
+            decode(encode(value))
+    fine = [0] * 1000 + colliding[:MAX_SAME_HASH] + [-1, -2, float("nan"), float("nan")]
+    back = decode(encode(fine))
+    assert back[:-2] == fine[:-2] and len(back) == len(fine)

@@ -8,6 +8,9 @@ on typed values), not from the walls around the sample.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -185,3 +188,60 @@ def test_names_the_tests_bound_are_never_the_samples(isolation, audit_hook):
     assert {n: s for n, s in zip(names, res.total) if s != 0.0} == {}
     honest = score([SHARED_NAME_HONEST[n] for n in names], rows=rows, isolation=isolation, audit_hook=audit_hook)
     assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
+
+#: A test that expects a raise and accepts any exception; the last step, so no later request
+#: would notice that the sample had stopped.
+CATCH_ALL = ["try:\n    r = add(1, 2)\nexcept Exception:\n    r = 'raised'\nassert r == 'raised'"]
+STOPPED = {
+    "timeout": "def add(a, b):\n    while True:\n        pass\n",
+    "exit_inside_call": FORGERIES["exit_inside_call"],
+    "malformed_answer": FORGERIES["malformed_answer"],
+}
+
+
+@pytest.mark.parametrize("isolation", ["auto", "off"])
+def test_a_sample_that_stopped_scores_zero_whatever_the_test_caught(isolation):
+    """Timing out, dying or breaking the protocol inside a call is no exception a test's
+    ``except Exception`` turns into a pass (it was, on the last step: status "ok", score 1)."""
+    box = Sandbox(SandboxLimits(timeout_s=1.5, memory_mb=512), isolation=isolation, audit_hook=False)
+    for name, code in STOPPED.items():
+        result = box.run(code, parse_tests(CATCH_ALL))
+        assert (result.status, result.fraction) == ({"timeout": "timeout"}.get(name, "crashed"), 0.0), (name, result)
+    assert box.run("def add(a, b):\n    raise ValueError('no')\n", parse_tests(CATCH_ALL)).all_passed
+
+
+#: Ints that all share hash 0 (multiples of 2**61 - 1): a set of them costs n**2 comparisons.
+COLLIDING = 30_000
+COLLIDE_FORGED = (  # a set on the wire, written past the sample's own encoder
+    "import __main__, os\n_send = __main__._Channel.send\n"
+    "def send(self, m):\n    if 'fds' in m or m.get('ok') is not True:\n        return _send(self, m)\n"
+    f"    body = ','.join('[\"i\",\"%d\"]' % (i * (2**61 - 1)) for i in range({COLLIDING}))\n"
+    "    os.write(self.wfd, ('{\"ok\": true, \"v\": [\"S\", [' + body + ']]}\\n').encode())\n"
+    "__main__._Channel.send = send\ndef add(a, b):\n    return 0\n")
+COLLIDE_LIST = f"def add(a, b):\n    return [i * (2**61 - 1) for i in range({COLLIDING})]\n"
+
+
+def test_values_built_to_collide_cost_the_sample_not_the_trainer():
+    """Decoding a forged set of colliding ints took the trainer ~6 s here (~8 min at the 8 MB
+    answer cap, holding the GIL) after a 4 s timeout; a plain list of them did the same in a
+    test's ``set(...)``. Now the answer is a protocol error: the sample is "crashed", at once."""
+    box = Sandbox(SandboxLimits(timeout_s=4, memory_mb=512), isolation="auto", audit_hook=False)
+    tests = parse_tests("assert add(1, 2) == 3\nassert len(set(add(1, 2))) == 3\n")
+    for name, code in {"forged_set": COLLIDE_FORGED, "plain_list": COLLIDE_LIST}.items():
+        result = box.run(code, tests)
+        assert result.status == "crashed" and "collide" in (result.error or ""), (name, result.status, result.error)
+    honest = "def add(a, b):\n    return a + b if b != 2 else [0] * 50000 + list(range(3)) + [-1, -2, (1, 2)]\n"
+    assert box.run(honest, parse_tests("assert add(1, 1) == 2\nassert len(set(add(1, 2))) == 6\n")).all_passed
+
+
+def test_asserts_count_under_python_dash_o():
+    """``python -O`` (or PYTHONOPTIMIZE) compiled the tests' asserts away: every wrong solution
+    scored 1."""
+    script = ("import asyncio, sys\nfrom polyrl.rewards.code import score_code\n"
+              f"rows = [{{'tests': {TESTS!r}}}] * 2\n"
+              f"r = asyncio.run(score_code([{WRONG!r}, 'def add(a, b):\\n    return a + b\\n'], rows, "
+              "{'extract': 'raw', 'timeout_s': 4}))\nprint(sys.flags.optimize, list(r))\n")
+    done = subprocess.run([sys.executable, "-O", "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "1 [0.0, 1.0]"

@@ -82,7 +82,10 @@ What is NOT isolated, or only partly:
       object or nothing; tests (or ``setup``) should import what they use.
     * Without bubblewrap (``isolation = "auto"`` warns): the unshare level has network and PID
       namespaces but the host's files are visible (read-only to ``nobody``), and the disk is capped
-      per file only; "off" is the Python audit hook, rlimits and the timeout.
+      per file only; "off" is the Python audit hook, rlimits and the timeout. The audit hook runs
+      inside the sample, which can switch it off (``gc`` reaches it); past it, "off" leaves the
+      host's network and ``setsid`` processes that outlive the kill to the sample: hostile
+      samples (an RL policy) need bubblewrap (``isolation = "require"``).
     * seccomp needs the ``pyseccomp`` package and libseccomp; without them namespaces and the
       dropped capabilities remain (``isolation_report()["seccomp"]`` says).
     * CPU share and disk bandwidth are not throttled (only bounded in time and size).

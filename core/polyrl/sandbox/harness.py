@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
-from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode
+from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode, spread
 
 #: The only modules a sample's module-typed value can stand for here: standard-library modules
 #: that do nothing on import and keep no state a call through them could change for later samples.
@@ -158,7 +158,7 @@ class Session:
             if tag == "m" and len(data) == 2 and type(data[1]) is str:
                 return local_module(data[1])
             if tag == "L" and len(data) == 2 and isinstance(data[1], list):
-                return [self.value(item, depth + 1) for item in data[1]]
+                return spread([self.value(item, depth + 1) for item in data[1]])
         return decode(data)
 
     def names(self, data: Any) -> dict[str, Any]:
@@ -291,7 +291,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
 
     if setup:  # before the solution's names exist, as in the sample
         try:
-            exec(compile(setup, "<setup>", "exec"), namespace)
+            exec(compile(setup, "<setup>", "exec", optimize=0), namespace)
         except Exception:  # noqa: BLE001 - setup that fails here still ran in the sample
             pass
     sync(hello.get("v"))
@@ -301,8 +301,8 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
         if session.dirty:  # a call may have changed the sample's globals
             sync(session.ask_raw_names())
             session.dirty = False
-        try:
-            exec(compile(source, "<test>", "exec"), namespace)
+        try:  # optimize=0: under ``python -O`` (or PYTHONOPTIMIZE) compile would drop every assert
+            exec(compile(source, "<test>", "exec", optimize=0), namespace)
             ok = True
         except SampleStopped:
             raise
@@ -310,6 +310,8 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
             raise
         except BaseException:  # noqa: BLE001 - any other failure of a test is a failed test
             ok = False
+        if session.channel.dead is not None:  # the sample stopped, whatever the test's ``except`` did
+            raise session.channel.dead
         if is_test:
             passed.append(ok)
     return passed

@@ -16,6 +16,11 @@ import math
 
 #: Deepest container nesting accepted (the sample could send a list nested a million deep).
 MAX_DEPTH = 64
+#: Most distinct values of one container that may share a hash. Int, float and tuple hashes are
+#: not randomised, so a sample can send values built to collide (multiples of 2**61 - 1): a set,
+#: a dict, or a test's ``set(result)`` of n of them costs n**2 comparisons in the trainer, holding
+#: the GIL long past the sample's timeout. Honest data has one or two values per hash.
+MAX_SAME_HASH = 16
 
 
 class ProtocolError(Exception):
@@ -57,6 +62,32 @@ def encode(value: object, depth: int = 0) -> list | None:
     return None
 
 
+def spread(items: list) -> list:
+    """``items``, unless more than ``MAX_SAME_HASH`` distinct ones share a hash (``ProtocolError``).
+    Equal values (``[0] * 1000``) are one value; the cost is at most ``MAX_SAME_HASH`` comparisons
+    per item."""
+    if len(items) <= MAX_SAME_HASH:
+        return items
+    classes: dict = {}
+    for item in items:
+        try:
+            key = hash(item)
+        except TypeError:  # a list or dict: never a set member or a dict key
+            continue
+        same = classes.get(key)
+        if same is None:
+            classes[key] = [item]
+            continue
+        for other in same:
+            if item is other or item == other:
+                break
+        else:
+            same.append(item)
+            if len(same) > MAX_SAME_HASH:
+                raise ProtocolError("values built to collide in hash tables")
+    return items
+
+
 def _float(text: object) -> float:
     if not isinstance(text, str) or len(text) > 40:
         raise ProtocolError("bad float")
@@ -89,15 +120,15 @@ def decode(data: object, depth: int = 0) -> object:
         if tag == "y" and len(rest) == 1 and isinstance(rest[0], str):
             return bytes.fromhex(rest[0])
         if tag in ("l", "t", "S", "F") and len(rest) == 1 and isinstance(rest[0], list):
-            items = [decode(item, depth + 1) for item in rest[0]]
+            items = spread([decode(item, depth + 1) for item in rest[0]])
             return {"l": list, "t": tuple, "S": set, "F": frozenset}[tag](items)
         if tag == "d" and len(rest) == 1 and isinstance(rest[0], list):
-            out = {}
             for pair in rest[0]:
                 if not isinstance(pair, list) or len(pair) != 2:
                     raise ProtocolError("bad dict item")
-                out[decode(pair[0], depth + 1)] = decode(pair[1], depth + 1)
-            return out
+            keys = spread([decode(pair[0], depth + 1) for pair in rest[0]])
+            values = spread([decode(pair[1], depth + 1) for pair in rest[0]])
+            return dict(zip(keys, values))
     except ProtocolError:
         raise
     except (ValueError, TypeError) as exc:  # int('x'), unhashable set items, ...
