@@ -138,6 +138,32 @@ def test_errors_name_the_option_and_the_fix(servers):
 
 
 @pytest.mark.faults
+def test_replies_from_other_weights_than_the_pushed_ones_are_refused_not_trained_on(servers, tiny_model_dir,
+                                                                                   push_token_file, tmp_path):
+    """A server that no longer serves what this engine pushed (another client pushed, or it restarted
+    on its initial weights) fails the attempt with an error saying so; the next push heals it."""
+    from safetensors.numpy import load_file, save_file
+
+    weights = {k: v.astype(np.float32) for k, v in load_file(str(Path(tiny_model_dir) / "model.safetensors")).items()}
+    engine = Engine(Registry(), "remote", EngineConfig(model=tiny_model_dir, role="generate", options={
+        "servers": [f"{servers[0].url}/v1"], "weight_push_token_file": push_token_file, "retries": 1,
+        "backoff_s": 0.01}))
+    engine.import_weights(weights)
+    prompt, sampling = [TokenPrompt([5, 6, 7])], SamplingParams(max_new_tokens=4, n=2, temperature=0.0)
+    assert len(engine.generate(prompt, sampling)) == 2
+    save_file({k: v + 0.5 for k, v in weights.items()}, str(tmp_path / "other.safetensors"))
+    token = Path(push_token_file).read_text().strip()
+    assert servers[0].post("/polyrl/weights", json={"path": str(tmp_path / "other.safetensors")},
+                           headers={"X-Polyrl-Weight-Token": token}).status_code == 200  # another trainer
+    with pytest.raises(PluginError) as err:
+        engine.generate(prompt, sampling)
+    assert "that this trainer pushed to this server (it restarted on its initial weights, or another client " \
+           "pushed others)" in str(err.value) and "--resume" in str(err.value)
+    engine.import_weights(weights)
+    assert len(engine.generate(prompt, sampling)) == 2
+
+
+@pytest.mark.faults
 def test_a_weight_push_without_the_token_is_refused_with_the_fix(servers, monkeypatch):
     reg = Registry()
     weights = {"unused": np.zeros(1, np.float32)}

@@ -171,6 +171,29 @@ def test_a_weight_load_never_lands_inside_a_request():
     assert [p for p, _ in engine.calls] == [["huge"]] * 3 + [["later"]]
 
 
+def test_each_request_is_tagged_with_the_weights_all_its_units_ran_on():
+    engine, version = RecordingEngine(hold=True), {"now": 0}
+    scheduler = FairScheduler(engine.generate, max_batch_size=4, max_queue=8, tag=lambda: version["now"])
+    out: dict[str, object] = {}
+
+    def submit(key: str, prompt: str, n: int) -> threading.Thread:
+        thread = threading.Thread(target=lambda: out.update({key: scheduler.submit_tagged([prompt], SamplingParams(n=n))}))
+        thread.start()
+        return thread
+
+    threads = [submit("huge", "huge", 12)]  # three units; the load queued during the first waits for all
+    assert engine.entered.wait(5)
+    loader = threading.Thread(target=lambda: scheduler.run_exclusive(lambda: version.update(now=1)))
+    loader.start()
+    time.sleep(0.05)
+    threads.append(submit("later", "later", 1))
+    _queued(scheduler, 2)
+    engine.release.set()
+    for t in [*threads, loader]:
+        t.join(10)
+    assert out["huge"][1] == 0 and len(out["huge"][0]) == 12 and out["later"][1] == 1  # type: ignore[index]
+
+
 def test_closing_finishes_the_running_batch_and_refuses_the_rest_at_once():
     engine = RecordingEngine(hold=True)
     scheduler = FairScheduler(engine.generate, max_batch_size=4, max_queue=8)

@@ -106,3 +106,63 @@ def test_insecure_push_works_without_a_token_on_loopback_only_when_asked(tiny_mo
         assert push(server, tmp_path / "original.safetensors", token=None).status_code == 200
     finally:
         server.stop()
+
+
+def test_every_reply_names_the_weights_that_generated_it_while_pushes_race_with_requests(server, original,
+                                                                                           tmp_path):
+    """8 clients generate while weights A and B are pushed in turn: every reply's weights_version is
+    the push whose weights generated all of its completions (the greedy ids of A or of B)."""
+    import threading
+
+    rng = np.random.default_rng(1)
+    save_file(original, str(tmp_path / "A.safetensors"))
+    save_file({k: v + rng.normal(0, 0.5, v.shape).astype(np.float32) for k, v in original.items()},
+              str(tmp_path / "B.safetensors"))
+    greedy_of, which = {}, {}
+    for name in "AB":
+        answer = push(server, tmp_path / f"{name}.safetensors").json()
+        r = server.post("/v1/completions", json={"prompt": [[5, 6, 7], [9]], "max_tokens": 6, "temperature": 0,
+                                                 "n": 2, "return_token_ids": True}).json()
+        assert (r["weights_version"], r["weights_id"]) == (answer["version"], answer["weights_id"])
+        assert answer["weights_id"] == server.stats()["weights_id"]
+        greedy_of[name], which[answer["version"]] = [c["token_ids"] for c in r["choices"]], name
+    assert greedy_of["A"] != greedy_of["B"]
+    replies: list[tuple[int, list[list[int]]]] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        import httpx
+
+        with httpx.Client(base_url=server.url, timeout=60, trust_env=False) as c:
+            while not stop.is_set():
+                r = c.post("/v1/completions", json={"prompt": [[5, 6, 7], [9]], "max_tokens": 6, "temperature": 0,
+                                                    "n": 2, "return_token_ids": True}).json()
+                replies.append((r["weights_version"], [ch["token_ids"] for ch in r["choices"]]))
+
+    threads = [threading.Thread(target=client) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for i in range(6):
+        name = "AB"[i % 2]
+        which[push(server, tmp_path / f"{name}.safetensors").json()["version"]] = name
+    stop.set()
+    for t in threads:
+        t.join()
+    assert len({version for version, _ in replies}) >= 2 and replies
+    assert all(ids == greedy_of[which[version]] for version, ids in replies)
+
+
+def test_a_tensor_in_two_files_or_an_unknown_field_is_refused_and_nothing_loads(server, original, tmp_path):
+    before, version = greedy(server), server.stats()["weight_version"]
+    names = sorted(original)
+    changed = {k: v + 1.0 for k, v in original.items()}
+    (tmp_path / "split").mkdir()
+    save_file({k: changed[k] for k in names[:3]}, str(tmp_path / "split" / "a.safetensors"))
+    save_file({k: changed[k] for k in names[2:]}, str(tmp_path / "split" / "b.safetensors"))
+    r = push(server, tmp_path / "split")
+    assert r.status_code == 422 and f"{names[2]} is in both" in r.json()["error"]["message"], r.text
+    save_file(changed, str(tmp_path / "changed.safetensors"))
+    r = server.post("/polyrl/weights", json={"path": str(tmp_path / "changed.safetensors"), "dtype": "bfloat16"},
+                    headers={HEADER: TOKEN})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "dtype", r.text
+    assert greedy(server) == before and server.stats()["weight_version"] == version

@@ -18,7 +18,10 @@ its last turn. A completion's text is the decode of its ids (the server's text i
 Only without a tokenizer at the model path (an engine built by hand) does text go as text and a
 chat to ``/v1/chat/completions``, for the server to tokenize, with a warning for each kind. Every
 reply is checked (``polyrl.remote_replies``): exactly ``n`` choices, ids ints in the vocabulary,
-log-probs finite and <= 0, ``finish_reason`` stop or length. Requests are spread round-robin over
+log-probs finite and <= 0, ``finish_reason`` stop or length, and, once weights were pushed to a
+server that names them (``polyrl serve``'s ``weights_id``), from exactly those weights: a server
+restarted on its initial weights (or pushed to by another client) fails the attempt instead of
+feeding the trainer off-policy samples. Requests are spread round-robin over
 the servers, ``max_concurrency`` at a time per server; a failed attempt (timeout, connection
 error, HTTP 408/429/5xx, or a 200 reply that is not JSON, too large, or fails those checks) is
 retried on the next server with exponential backoff and jitter. ``encode_chat`` answers None (no
@@ -80,7 +83,7 @@ from polyrl.shared_secret import read_shared_secret
 from polyrl.hookspecs import hookimpl
 from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge
 from polyrl.logs import get_logger
-from polyrl.remote_replies import BadReply, completion, json_body, reply_choices
+from polyrl.remote_replies import BadReply, StaleWeights, check_weights, completion, json_body, reply_choices
 from polyrl.remote_tokenizer import ModelTokenizer
 from polyrl.types import (BackendSpec, Capabilities, Completion, EngineConfig, NamedWeights, Prompt,
                           SamplingParams, TokenPrompt)
@@ -182,6 +185,7 @@ class RemoteEngine:
         self._lock = threading.Lock()
         self._temp_weights: tuple[str, weakref.finalize] | None = None  # folder we made, its remover
         self.weight_version = 0
+        self._pushed: dict[int, str] = {}  # server index -> the weights_id its last push answered
         self._warned_unencoded: set[str] = set()  # prompt kinds sent for the servers to tokenize
         token = weight_push_token(self.options)
         self._push_headers = {WEIGHT_TOKEN_HEADER: token} if token else {}
@@ -228,22 +232,28 @@ class RemoteEngine:
         """POST to one server, moving to the next on a failed attempt: a timeout, a connection
         error, HTTP 408/429/5xx, or a 200 whose body ``parse`` refuses (``BadReply``: a proxy's
         HTML page, a malformed or untrainable reply). What ``parse`` makes of the JSON."""
-        servers, last, bad_reply = self.options.servers, "no attempt", False
+        servers, last, bad_reply, stale = self.options.servers, "no attempt", False, False
         for attempt in range(self.options.retries + 1):
-            server = servers[(first_server + attempt) % len(servers)]
+            index = (first_server + attempt) % len(servers)
+            server = servers[index]
             self._backoff(attempt)
             try:
                 status, raw = self._exchange(f"{server}{path}", body)
                 if status == 200:
-                    return parse(json_body(raw))
+                    data = json_body(raw)
+                    check_weights(data, self._pushed.get(index))
+                    return parse(data)
             except (_AttemptFailed, BadReply) as exc:
-                last, bad_reply = f"{server}: {exc}", isinstance(exc, BadReply)
+                last, bad_reply, stale = f"{server}: {exc}", isinstance(exc, BadReply), isinstance(exc, StaleWeights)
                 continue
-            last, bad_reply = f"{server}: HTTP {status}: {_shown(raw)}", False
+            last, bad_reply, stale = f"{server}: HTTP {status}: {_shown(raw)}", False, False
             if status not in RETRY_STATUS:
                 break
         fix = ("use `polyrl serve`, or a server whose replies follow OpenAI's completions format with "
                "return_token_ids (vLLM)") if bad_reply else "check that the servers in backends.options.servers are up"
+        if stale:
+            fix = ("give each trainer servers of its own, then resume with --resume (the run pushes its weights "
+                   "to every server when it starts)")
         raise PluginError(f"remote generation failed after {attempt + 1} attempts; last: {last}. Fix: {fix}")
 
     def generate_one(self, index: int, prompt: Prompt, sampling: SamplingParams) -> list[Completion]:
@@ -316,7 +326,10 @@ class RemoteEngine:
         save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, tmp)
         os.replace(tmp, path)
         for i in range(len(self.options.servers)):
-            self.post_to(i, "/polyrl/weights", {"path": path}, headers=self._push_headers)
+            answer = self.post_to(i, "/polyrl/weights", {"path": path}, headers=self._push_headers)
+            weights_id = answer.get("weights_id")
+            if isinstance(weights_id, str):  # polyrl serve names the weights its replies come from
+                self._pushed[i] = weights_id
         previous = os.path.join(folder, f"policy-{self.weight_version - 1:08d}.safetensors")
         if os.path.exists(previous):
             os.remove(previous)

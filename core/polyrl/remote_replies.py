@@ -36,6 +36,23 @@ def json_body(raw: bytes) -> Any:
         raise BadReply(f"the reply is not JSON ({type(exc).__name__}): {shown!r}") from None
 
 
+class StaleWeights(BadReply):
+    """A reply from other weights than the ones this client last pushed to that server."""
+
+
+def check_weights(data: Any, pushed: str | None) -> None:
+    """The reply must come from the weights last pushed to its server (``weights_id``, which ``polyrl
+    serve`` puts in push answers and replies): a server that restarted is back on its initial weights,
+    and one another client pushed to serves those, so its samples would be off-policy, silently.
+    ``pushed`` None: nothing to compare (no push yet, or a server that does not name its weights)."""
+    if pushed is None:
+        return
+    got = data.get("weights_id") if isinstance(data, dict) else None
+    if got != pushed:
+        raise StaleWeights(f"the reply came from weights {_kind(got)}, not {pushed!r} that this trainer pushed to "
+                           "this server (it restarted on its initial weights, or another client pushed others)")
+
+
 def reply_choices(data: Any, n: int) -> list[dict[str, Any]]:
     """Exactly ``n`` choice objects: more or fewer would credit samples to another prompt's group."""
     if not isinstance(data, dict):

@@ -12,7 +12,11 @@ overloaded), ``POST /polyrl/stats/reset``, — only with ``--allow-weight-push``
 two batches (how a trainer keeps remote generation on-policy; see ``polyrl.serving.weight_push``
 for the shared secret and the checks), and — only with ``--allow-fault-control`` — ``POST
 /polyrl/faults`` to change the fault injection below. ``"return_token_ids": true`` (vLLM's
-extension) adds each choice's ``token_ids`` and ``prompt_token_ids``. ``/v1/completions`` also takes
+extension) adds each choice's ``token_ids`` and ``prompt_token_ids``. Every generation reply names the
+weights that produced all of its completions: ``weights_version`` (0 for the weights the server
+started with, then one more per load) and ``weights_id`` (this server process's random id and that
+version, which ``POST /polyrl/weights`` answers too), so a client that pushed weights can tell a
+reply from other weights, e.g. from a server that restarted on its initial ones. ``/v1/completions`` also takes
 token-id prompts, as OpenAI's API and vLLM do (``"prompt": [ids]`` or a list of such lists): used
 verbatim, no chat template and no BOS, so a multi-turn client continues from the exact ids of its
 last turn instead of re-tokenized text; an id outside the model's vocabulary is a 400.
@@ -88,7 +92,7 @@ from polyrl.serving.limits import Limits, content_length
 from polyrl.serving.scheduler import FairScheduler
 from polyrl.serving.vocab import embedding_rows
 from polyrl.serving.weight_push import (TOKEN_HEADER, WeightSpec, check_startup, check_token, load_token,
-                                        read_checked)
+                                        push_path, read_checked)
 from polyrl.types import Completion, Prompt, SamplingParams, TokenPrompt
 
 log = get_logger("polyrl.serve")
@@ -131,7 +135,7 @@ class Stats:
     errors: int = 0
     overloaded: int = 0  # answered 503 because the queue was full
     refused_connections: int = 0  # answered 503 because --max-connections were open
-    weight_version: int = 0  # weight loads through POST /polyrl/weights
+    weight_version: int = 0  # weight loads through POST /polyrl/weights (never reset: it names the weights)
     weight_load_s: float = 0.0  # the last one's duration
 
 
@@ -189,13 +193,18 @@ class PolyrlServer(ThreadingHTTPServer):
         self.weight_spec = weight_spec
         self.stats = Stats()
         self.lock = threading.Lock()
-        self.scheduler = FairScheduler(engine.generate, max_batch_size, self.limits.max_queue, self._count_batch)
+        #: this process's id in every ``weights_id``: a restarted server's version 0 is not the last one's
+        self.instance = uuid.uuid4().hex[:12]
+        self.scheduler = FairScheduler(engine.generate, max_batch_size, self.limits.max_queue, self._count_batch,
+                                       tag=self.weights_id)
         self.token_text = TokenText(engine, model_path)
         self._encode = getattr(getattr(engine, "raw", engine), "encode_prompt", None)
         #: whether the backend takes token-id prompts, and the ids it can embed
         self.token_prompts = bool(getattr(getattr(engine, "capabilities", None), "token_prompts", False))
         self.vocab_size = embedding_rows(model_path, getattr(getattr(engine, "raw", engine), "tokenizer", None))
         self._tokenizer_lock = threading.Lock()  # handler threads take turns: tokenizers keep per-call state
+        #: one weight push is read and loaded at a time: racing pushes hold one extra copy of the weights, not N
+        self.push_lock = threading.Lock()
         self.created = int(time.time())
         self._rng = random.Random(0)
         self.deadlines = Deadlines()
@@ -236,6 +245,23 @@ class PolyrlServer(ThreadingHTTPServer):
                 self._connections -= 1
 
     # --- requests ------------------------------------------------------------------------------
+
+    def weights_id(self) -> str:
+        """The served weights' id, ``<instance>-<version>`` (read on the generation thread between loads)."""
+        with self.lock:
+            return f"{self.instance}-{self.stats.weight_version}"
+
+    def load_weights(self, weights: Any) -> tuple[int, str]:
+        """Import ``weights`` between two batches and count the version on that same thread, so no
+        batch runs on the new weights under the old id; the new (version, weights_id)."""
+        def load() -> tuple[int, str]:
+            self.engine.import_weights(weights)
+            with self.lock:
+                self.stats.weight_version += 1
+                version = self.stats.weight_version
+            return version, f"{self.instance}-{version}"
+
+        return self.scheduler.run_exclusive(load)
 
     def _count_batch(self, prompts: int) -> None:
         with self.lock:
@@ -286,9 +312,10 @@ class PolyrlServer(ThreadingHTTPServer):
                 return _garbage(self._rng, max(8, len(completion.text)))
         return completion.text
 
-    def generate(self, prompts: list[Prompt], sampling: SamplingParams) -> list[Completion]:
+    def generate(self, prompts: list[Prompt], sampling: SamplingParams) -> tuple[list[Completion], str]:
+        """The completions and the ``weights_id`` of the weights that generated them all."""
         try:
-            out = self.scheduler.submit(prompts, sampling)
+            out, weights = self.scheduler.submit_tagged(prompts, sampling)
         except ApiError as exc:
             if exc.status == 503:
                 with self.lock:
@@ -296,7 +323,7 @@ class PolyrlServer(ThreadingHTTPServer):
             raise
         with self.lock:
             self.stats.answered += 1
-        return out
+        return out, weights
 
     def drain(self, seconds: float) -> bool:
         """Wait up to ``seconds`` for the generation requests in flight to be answered (after the
@@ -308,6 +335,11 @@ class PolyrlServer(ThreadingHTTPServer):
                     return True
             time.sleep(0.02)
         return False
+
+
+def _weights(weights_id: str) -> dict[str, Any]:
+    """The reply fields naming the weights that generated it (see the module docstring)."""
+    return {"weights_version": int(weights_id.rsplit("-", 1)[1]), "weights_id": weights_id}
 
 
 def _usage(completions: list[Completion], per_prompt: int) -> dict[str, int]:
@@ -476,12 +508,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def stats(self) -> tuple[int, Any]:
         with self.server.lock:
-            return 200, {**attrs.asdict(self.server.stats), "queued": self.server.scheduler.queued()}
+            stats = self.server.stats
+            return 200, {**attrs.asdict(stats), "weights_id": f"{self.server.instance}-{stats.weight_version}",
+                         "queued": self.server.scheduler.queued()}
 
     def reset_stats(self) -> tuple[int, Any]:
         with self.server.lock:
-            in_flight = self.server.stats.in_flight
-            self.server.stats = Stats(in_flight=in_flight, max_in_flight=in_flight)
+            old = self.server.stats
+            self.server.stats = Stats(in_flight=old.in_flight, max_in_flight=old.in_flight,
+                                      weight_version=old.weight_version, weight_load_s=old.weight_load_s)
         return 200, {"status": "reset"}
 
     def set_faults(self) -> tuple[int, Any]:
@@ -497,19 +532,18 @@ class Handler(BaseHTTPRequestHandler):
         if not server.allow_weight_push:
             raise ApiError(403, "weight push is off; start the server with --allow-weight-push")
         check_token(self.headers.get(TOKEN_HEADER), server.weight_push_token)
-        path = self._body().get("path")
-        if server.weight_spec is None:  # a server built without one: read it off the model, between batches
-            server.weight_spec = WeightSpec.of(server.scheduler.run_exclusive(server.engine.export_weights))
-        weights = read_checked(path, server.weight_spec)
-        t0 = time.perf_counter()
-        server.scheduler.run_exclusive(lambda: server.engine.import_weights(weights))
-        seconds = time.perf_counter() - t0
+        path = push_path(self._body())
+        with server.push_lock:
+            if server.weight_spec is None:  # a server built without one: read it off the model, between batches
+                server.weight_spec = WeightSpec.of(server.scheduler.run_exclusive(server.engine.export_weights))
+            weights = read_checked(path, server.weight_spec)
+            t0 = time.perf_counter()
+            version, weights_id = server.load_weights(weights)
+            seconds = time.perf_counter() - t0
         with server.lock:
-            server.stats.weight_version += 1
             server.stats.weight_load_s = seconds
-            version = server.stats.weight_version
         log.info("weights loaded", path=path, tensors=len(weights), seconds=round(seconds, 4), version=version)
-        return 200, {"version": version, "tensors": len(weights), "seconds": seconds}
+        return 200, {"version": version, "weights_id": weights_id, "tensors": len(weights), "seconds": seconds}
 
     @staticmethod
     def _token_ids(entry: dict[str, Any], c: Completion, body: dict[str, Any]) -> dict[str, Any]:
@@ -536,7 +570,7 @@ class Handler(BaseHTTPRequestHandler):
         req.check_budget(1, sampling.n, self.server.limits)
         self.server.check_prompt_tokens(messages, "messages")
         self.server.before_generation()
-        completions = self.server.generate([messages], sampling)
+        completions, weights = self.server.generate([messages], sampling)
         choices = []
         for i, c in enumerate(completions):
             choices.append(self._token_ids({
@@ -547,7 +581,7 @@ class Handler(BaseHTTPRequestHandler):
             }, c, body))
         return 200, {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
                      "created": int(time.time()), "model": self.server.model_name, "choices": choices,
-                     "usage": _usage(completions, sampling.n)}
+                     "usage": _usage(completions, sampling.n), **_weights(weights)}
 
     def completions(self) -> tuple[int, Any]:
         body = self._body()
@@ -559,7 +593,7 @@ class Handler(BaseHTTPRequestHandler):
         for p in prompts:
             self.server.check_prompt_tokens(p, "prompt")
         self.server.before_generation()
-        completions = self.server.generate(list(prompts), sampling)
+        completions, weights = self.server.generate(list(prompts), sampling)
         choices = []
         for i, c in enumerate(completions):
             entry: dict[str, Any] = {"index": i, "text": self.server.text_of(c), "logprobs": None,
@@ -576,7 +610,7 @@ class Handler(BaseHTTPRequestHandler):
             choices.append(self._token_ids(entry, c, body))
         return 200, {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                      "model": self.server.model_name, "choices": choices,
-                     "usage": _usage(completions, sampling.n)}
+                     "usage": _usage(completions, sampling.n), **_weights(weights)}
 
 
 ROUTES = {

@@ -10,7 +10,9 @@ it a request is answered 503 with Retry-After at once, never left to time out.
 
 A weight load (``run_exclusive``) waits for the requests already started and goes before those not
 started yet: no request's completions mix two policies, and a stream of requests cannot hold a
-trainer's push back for longer than the started ones take.
+trainer's push back for longer than the started ones take. Each request is answered with the
+``tag`` (the served weights' id) read when its first unit ran, which is therefore the id of the
+weights every one of its completions came from.
 
 Stopping (``close``) lets the batch generating now finish and answers every other request 503 at
 once: a batch cannot be cut short, and the interpreter must not exit while this thread is inside
@@ -53,6 +55,7 @@ class Job:
     future: Future = attrs.field(factory=Future)
     done: dict[int, list[Completion]] = attrs.field(factory=dict)
     started: bool = False  # a unit has run or is running: the rest must see the same weights
+    tag: Any = None  # the scheduler's ``tag()`` when the first unit ran: the weights all units use
 
     def finish_unit(self, unit: Unit, out: list[Completion]) -> None:
         per_prompt = unit.sampling.n
@@ -87,8 +90,10 @@ class FairScheduler:
     """Owns the engine on one thread; requests queue here and are served round-robin."""
 
     def __init__(self, generate: Callable[[list[Prompt], SamplingParams], list[Completion]],
-                 max_batch_size: int, max_queue: int, on_batch: Callable[[int], None] | None = None) -> None:
+                 max_batch_size: int, max_queue: int, on_batch: Callable[[int], None] | None = None,
+                 tag: Callable[[], Any] | None = None) -> None:
         self.generate = generate
+        self.tag = tag or (lambda: None)
         self.max_batch_size = max(1, int(max_batch_size))
         self.max_queue = max(1, int(max_queue))
         self.on_batch = on_batch or (lambda prompts: None)
@@ -107,6 +112,10 @@ class FairScheduler:
 
     def submit(self, prompts: list[Prompt], sampling: SamplingParams) -> list[Completion]:
         """The completions (``sampling.n`` per prompt, in prompt order); 503 when the queue is full."""
+        return self.submit_tagged(prompts, sampling)[0]
+
+    def submit_tagged(self, prompts: list[Prompt], sampling: SamplingParams) -> tuple[list[Completion], Any]:
+        """``submit``, and the ``tag()`` of the weights that generated every one of the completions."""
         job = Job(list(prompts), collections.deque(plan_units(len(prompts), sampling, self.max_batch_size)))
         with self._cond:
             if self._closing:
@@ -118,7 +127,7 @@ class FairScheduler:
             self._jobs.append(job)
             self._cond.notify()
         try:
-            return job.future.result()
+            return job.future.result(), job.tag
         finally:
             with self._cond:
                 self._pending -= 1
@@ -175,7 +184,8 @@ class FairScheduler:
                     served.append(job)
                     size += unit_size
         for job in served:
-            job.started = True
+            if not job.started:  # actions run on this thread, so the tag is that of the weights loaded now
+                job.started, job.tag = True, self.tag()
         self._jobs = collections.deque([job for job in order if job not in served]
                                        + [job for job in served if job.units])
         return batch

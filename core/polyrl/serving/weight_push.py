@@ -79,6 +79,16 @@ class WeightSpec:
         return cls({k: (tuple(int(d) for d in v.shape), np.dtype(v.dtype).name) for k, v in weights.items()})
 
 
+def push_path(body: dict[str, Any]) -> Any:
+    """The body's ``path``; any other field is a 400 (a trainer that meant something by it, e.g. a
+    dtype or a version to load, must not have it silently ignored)."""
+    unknown = sorted(set(body) - {"path"})
+    if unknown:
+        raise ApiError(400, f"unknown field {unknown[0][:60]!r}: a weight push takes only {{\"path\": "
+                       "DIR_OR_FILE}", unknown[0][:60])
+    return body.get("path")
+
+
 def safetensors_files(path: Any) -> list[str]:
     if not isinstance(path, str) or not path:
         raise ApiError(400, "give the path of a .safetensors file or a folder of them", "path")
@@ -99,8 +109,12 @@ def _header(files: list[str]) -> dict[str, tuple[tuple[int, ...], str, str]]:
         try:
             with safe_open(f, framework="numpy") as st:
                 for name in st.keys():
+                    if name in found:  # which copy would load is an accident of file order
+                        raise _mismatch(f"{name} is in both {found[name][2]!r} and {f!r}")
                     piece = st.get_slice(name)
                     found[name] = (tuple(int(d) for d in piece.get_shape()), str(piece.get_dtype()), f)
+        except ApiError:
+            raise
         except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
             raise ApiError(400, f"{f!r} is not a readable safetensors file: {type(exc).__name__}: {exc}",
                            "path") from None
