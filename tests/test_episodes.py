@@ -207,8 +207,10 @@ def test_glue_closes_the_turn_after_the_sampled_end_token():
     glue = ChatGlue(encode_chat)
     context = [{"role": "user", "content": "hi"}]
     assert decode(glue.turn_end(context)) == "<|im_end|>\n"
-    assert decode(glue.close_turn(context, np.array(encode_text("ok<|im_end|>")))) == "\n"
-    assert decode(glue.close_turn(context, np.array(encode_text("ok")))) == "<|im_end|>\n"
+    turn, obs = {"role": "assistant", "content": "ok"}, [{"role": "user", "content": "more"}]
+    after = "<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n"
+    assert decode(glue.after_turn(context, turn, np.array(encode_text("ok<|im_end|>")), obs)) == "\n" + after
+    assert decode(glue.after_turn(context, turn, np.array(encode_text("ok")), obs)) == "<|im_end|>\n" + after
 
 
 def test_tools_are_described_in_a_system_message_when_the_template_ignores_them():
@@ -487,3 +489,95 @@ def test_episodes_that_failed_after_sampling_stay_trainable_when_others_worked()
     out = env_runner(model, faulty("step", _FAULTS["RuntimeError"][0])).run([{"prompt": "x"}] * 2,
                                                                              SamplingParams(max_new_tokens=40, n=2))
     assert any("env_error" in c.info for c in out) and not untrainable(out).any()
+
+
+# --- templates that render the last assistant turn differently; rows; model.max_length -------------
+
+
+def eos_at_end_encode(messages, tools, add_generation_prompt):
+    """Phi-3's habit: a conversation that ends without a generation prompt ends with the EOS; and
+    like Phi-3 it renders no ``tool`` role."""
+    text = render([m for m in messages if m["role"] != "tool"], tools, add_generation_prompt)
+    return np.asarray(encode_text(text + ("" if add_generation_prompt else "<|im_end|>")), dtype=np.int64)
+
+
+def think_on_last_encode(messages, tools, add_generation_prompt):
+    """Qwen3's habit: an empty <think> block before the last assistant turn's text only."""
+    shown = [dict(m) for m in messages]
+    if not add_generation_prompt and shown and shown[-1]["role"] == "assistant":
+        shown[-1]["content"] = "<think></think>" + shown[-1]["content"]
+    return encode_chat(shown, tools, add_generation_prompt)
+
+
+class Unsolved(Guess):
+    def __init__(self) -> None:
+        self.secret = 99
+
+
+@pytest.mark.parametrize("encode", [eos_at_end_encode, think_on_last_encode])
+def test_templates_that_render_the_last_assistant_turn_differently_still_join_turns_exactly(encode):
+    """The glue is what follows the assistant's text mid-conversation, whatever the template does
+    to a conversation's last turn (these raised a ConfigError that stopped the run)."""
+    model = ScriptedModel(first_turn="plain")
+    out = env_runner(model, Unsolved, encode=encode).run([{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=1))
+    c = out[0]
+    assert "env_error" not in c.info and c.info["turns"] == 3
+    text = decode(c.completion_ids)
+    turn = "I think 12.<|im_end|>"
+    assert text == (turn + "\n<|im_start|>user\nhigher<|im_end|>\n<|im_start|>assistant\n") * 2 + turn
+    assert decode(c.completion_ids[c.mask]) == turn * 3
+    # turn k+1 was generated from exactly the ids of turn k and the glue after it
+    prompts = [call[0] for call in model.calls]
+    for before, after in zip(prompts, prompts[1:]):
+        np.testing.assert_array_equal(after[: len(before)], before)
+    np.testing.assert_array_equal(prompts[-1], np.concatenate([c.prompt_ids, c.completion_ids[: len(prompts[-1]) - len(c.prompt_ids)]]))
+
+
+def test_a_template_that_drops_tool_messages_ends_the_episode_instead_of_hiding_the_result():
+    model = ScriptedModel()
+    out = EpisodeRunner(model.generate, eos_at_end_encode, EpisodeLimits(4, 400), toolbox=Box(),
+                        parse=parse).run(ROWS[:1], SamplingParams(max_new_tokens=200, n=1))
+    assert "drops 'tool' messages" in out[0].info["env_error"]
+    assert out[0].info["turns"] == 1 and out[0].mask.all()  # the model never went on without the result
+
+
+class EditsTheRow(Guess):
+    def reset(self, row):
+        seen = row["answer"]
+        row["answer"] = "999"
+        row["prompt"].append({"role": "user", "content": "MUTATED"})
+        return [{"role": "user", "content": f"Guess my number ({seen})."}]
+
+
+def test_an_environment_editing_its_row_changes_neither_its_siblings_nor_what_the_rewards_read():
+    rows = [{"prompt": [{"role": "user", "content": "x"}], "answer": "12"}]
+    out = env_runner(ScriptedModel(first_turn="plain"), EditsTheRow).run(rows, SamplingParams(max_new_tokens=40, n=4))
+    assert rows == [{"prompt": [{"role": "user", "content": "x"}], "answer": "12"}]
+    assert all(decode(c.prompt_ids).count("(12)") == 1 for c in out)
+
+
+class Chatty(Guess):
+    """Long first messages on rows asking for them, long feedback always."""
+
+    def reset(self, row):
+        return [{"role": "user", "content": "Guess my number." + "!" * row.get("pad", 0)}]
+
+    async def step(self, message):
+        return Observation([{"role": "user", "content": "no, " * 10}])
+
+
+def test_episodes_never_outgrow_model_max_length():
+    """An environment writes its first messages and observations itself: a first prompt past
+    model.max_length ends that episode as an environment error, and a turn or an observation that
+    would pass it ends the episode as ``length`` (torch refused the next turn's prompt: the run
+    stopped)."""
+    model = ScriptedModel(first_turn="plain")
+    limits = EpisodeLimits(max_turns=10, max_episode_tokens=400, max_length=120)
+    out = EpisodeRunner(model.generate, encode_chat, limits, make_environment=Chatty, parse=parse).run(
+        [{"prompt": "x"}, {"prompt": "x", "pad": 200}], SamplingParams(max_new_tokens=40, n=2))
+    assert all(len(p) < 120 for call in model.calls for p in call)
+    fits, too_long = out[:2], out[2:]
+    assert all(c.finish_reason == "length" and len(c.prompt_ids) + len(c.completion_ids) <= 120 for c in fits)
+    assert all(c.info["turns"] >= 2 and "env_error" not in c.info for c in fits)
+    assert all(len(c.completion_ids) == 0 and "not below model.max_length = 120" in c.info["env_error"]
+               for c in too_long)

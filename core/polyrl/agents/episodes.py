@@ -41,6 +41,7 @@ from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe, fi
 from polyrl.agents.tools import ToolBox, error_message
 from polyrl.errors import PolyrlError
 from polyrl.logs import get_logger
+from polyrl.rewards.trl_compat import private_copy
 from polyrl.types import Completion, FinishReason, Prompt, SamplingParams, TokenPrompt
 
 log = get_logger(__name__)
@@ -71,6 +72,15 @@ class EpisodeLimits:
     #: tokens after the first prompt, sampled and inserted together; each turn samples at most
     #: ``min(max_new_tokens, what is left)``
     max_episode_tokens: int = 512
+    #: ``model.max_length``: the first prompt and the episode's tokens together stay within it (an
+    #: environment writes its own first messages and observations, so no startup check sees them)
+    max_length: int | None = None
+
+    def cap(self, prompt_tokens: int) -> int:
+        """The most tokens an episode whose first prompt has ``prompt_tokens`` may hold after it."""
+        if self.max_length is None:
+            return self.max_episode_tokens
+        return min(self.max_episode_tokens, self.max_length - prompt_tokens)
 
 
 @attrs.define
@@ -206,13 +216,26 @@ class EpisodeRunner:
             episode = self._failed_at_reset(index, row, str(exc))
             episode.render_error = exc
             return episode
+        limit = self.limits.max_length
+        if limit is not None and len(prompt_ids) >= limit:  # this row's content, not the run: the episode ends
+            error = (f"the first prompt has {len(prompt_ids)} tokens as the model sees it (chat template included), "
+                     f"not below model.max_length = {limit}")
+            log.warning("an episode's first prompt does not fit; episode ended", environment=self._env_name,
+                        error=error)
+            if worker is not None:
+                worker.close()
+            return _Episode(index=index, row=row, env=None, first_messages=first, prompt_ids=prompt_ids, done=True,
+                            env_error=error)
         return _Episode(index=index, row=row, env=env, first_messages=first, toolbox=toolbox, prompt_ids=prompt_ids,
                         worker=worker)
 
     @staticmethod
     def _first_messages(env: Any, row: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[Callable[..., Any]]]:
-        """On the environment's thread: its checked first messages and the tools it offers."""
-        return as_messages(checked_reset(env, finished(env.reset(row)))), environment_tools(env)
+        """On the environment's thread: its checked first messages and the tools it offers. The
+        environment gets a copy of the row: the group's episodes share one row object, which the
+        rewards and the completions log read afterwards, so an environment editing it in place
+        would change its siblings' games and what the rewards score."""
+        return as_messages(checked_reset(env, finished(env.reset(private_copy(row))))), environment_tools(env)
 
     def _failed_at_reset(self, index: int, row: Mapping[str, Any], error: str) -> _Episode:
         first = as_messages(row.get(self.prompt_column, ""))
@@ -285,14 +308,13 @@ class EpisodeRunner:
             return
         schemas = ep.toolbox.schemas if ep.toolbox is not None else None
         try:
-            inserted = np.concatenate([self.glue.close_turn(ep.first_messages, turn.completion_ids, schemas),
-                                       self.glue.observation(ep.context()[:-1], assistant, new, schemas)])
+            inserted = self.glue.after_turn(ep.context()[:-1], assistant, turn.completion_ids, new, schemas)
         except RenderError as exc:  # this conversation's content, not the run: the episode ends here
             self._ended(ep, str(exc))
             log.warning("the chat template cannot render this episode's next turn; episode ended",
                         environment=self._env_name, error=ep.env_error)
             return
-        if len(ep.ids) + len(inserted) >= self.limits.max_episode_tokens:
+        if len(ep.ids) + len(inserted) >= self.limits.cap(len(ep.prompt_ids)):
             ep.done, ep.finish_reason = True, "length"
             return
         ep.add(inserted, None, sampled=False)
@@ -325,7 +347,7 @@ class EpisodeRunner:
             if not active:
                 break
             # one call for every running episode: the longest budget left, each cut to its own after
-            budget = max(self.limits.max_episode_tokens - len(ep.ids) for ep in active)
+            budget = max(self.limits.cap(len(ep.prompt_ids)) - len(ep.ids) for ep in active)
             max_new = max(1, min(sampling.max_new_tokens, budget))
             if turn == 0 and len(active) == len(episodes) and self._groups_share_prompts(episodes, n):
                 # one prompt x n, exactly as a single-turn step samples its groups
@@ -338,7 +360,7 @@ class EpisodeRunner:
                            for ep in active]
                 outs = self.generate(prompts, params)
             for ep, out in zip(active, outs):
-                room = self.limits.max_episode_tokens - len(ep.ids)
+                room = self.limits.cap(len(ep.prompt_ids)) - len(ep.ids)
                 if len(out.completion_ids) > room:  # the sampler's own tokens, cut at this episode's budget
                     out = attrs.evolve(out, completion_ids=out.completion_ids[:room], logprobs=out.logprobs[:room],
                                        finish_reason="length")

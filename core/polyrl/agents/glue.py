@@ -3,9 +3,12 @@
 Why a module of its own: this is where polyrl differs from peers that re-render the whole
 conversation as text each turn. Nothing sampled is ever re-encoded here; only the template's own
 glue (the rest of the assistant turn's end marker, the tool/observation messages, the next
-``assistant`` header) is tokenized, as the *difference* between two renderings of a conversation
-that differ only by the new messages. Those renderings use stand-in assistant text, so the
-difference never depends on what the model wrote.
+``assistant`` header) is tokenized. The glue is read off renderings of the conversation with
+stand-in assistant text: what follows the stand-in is the same for any text, so it never depends
+on what the model wrote. Only what *follows* the assistant's turn is taken, so a template may
+render earlier turns differently once more messages follow them (Phi-3 ends a conversation with
+its EOS, Qwen3 shows an empty ``<think>`` block on the last assistant turn only): the sampled ids
+stay as sampled either way.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numpy as np
 
 from polyrl.errors import ConfigError
 
+
 class RenderError(ConfigError):
     """The chat template raised on a conversation: a config error on an episode's first prompt,
     an ended episode after that (the conversation's content, not the setup, may be at fault)."""
@@ -26,6 +30,8 @@ class RenderError(ConfigError):
 EncodeChat = Callable[[Sequence[Mapping[str, Any]], "Sequence[Mapping[str, Any]] | None", bool], np.ndarray]
 
 _PROBE_A, _PROBE_B = "a", "b c d"
+_FIX = ("use a model whose chat template renders tool/observation messages after assistant turns, "
+        "or an environment that answers with 'user' messages")
 
 
 def _common_suffix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -35,8 +41,28 @@ def _common_suffix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a[len(a) - n:] if n else a[:0]
 
 
-def _starts_with(ids: np.ndarray, prefix: np.ndarray) -> bool:
-    return len(ids) >= len(prefix) and bool(np.array_equal(ids[: len(prefix)], prefix))
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
+
+
+def _find(ids: np.ndarray, part: np.ndarray) -> int:
+    """The first index of ``part`` in ``ids``, or -1."""
+    for i in range(len(ids) - len(part) + 1):
+        if np.array_equal(ids[i:i + len(part)], part):
+            return i
+    return -1
+
+
+def _stand_in(text: str, assistant: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """An assistant message with stand-in text; the real one's tool calls are kept, since some
+    templates check tool results against them."""
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if assistant is not None and assistant.get("tool_calls"):
+        message["tool_calls"] = assistant["tool_calls"]
+    return message
 
 
 class ChatGlue:
@@ -45,6 +71,7 @@ class ChatGlue:
     def __init__(self, encode_chat: EncodeChat) -> None:
         self._encode = encode_chat
         self._turn_end: np.ndarray | None = None
+        self._renders_role: dict[str, bool] = {}
 
     def encode(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool,
                tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
@@ -56,56 +83,73 @@ class ChatGlue:
             roles = sorted({str(m.get("role")) for m in messages})
             raise RenderError(
                 f"the model's chat template cannot render this conversation (roles {', '.join(roles)}): "
-                f"{type(exc).__name__}: {exc}", field="environment",
-                fix="use a model whose chat template renders tool/observation messages, or an "
-                    "environment that answers with 'user' messages") from exc
+                f"{type(exc).__name__}: {exc}", field="environment", fix=_FIX) from exc
         return np.asarray(ids, dtype=np.int64).reshape(-1)
 
     def prompt(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
         """The first prompt's ids: the messages (and tools) and a generation prompt."""
         return self.encode(messages, True, tools)
 
+    def _after(self, context: Sequence[Mapping[str, Any]], text: str, assistant: Mapping[str, Any] | None,
+               new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> np.ndarray:
+        return self.encode([*context, _stand_in(text, assistant), *new_messages], True, tools)
+
+    def _follows(self, context: Sequence[Mapping[str, Any]], assistant: Mapping[str, Any] | None,
+                 new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> np.ndarray:
+        """What the template writes after the assistant message's text, up to the next generation
+        prompt: the common tail of two renderings that differ only by the stand-in text."""
+        a = self._after(context, _PROBE_A, assistant, new_messages, tools)
+        b = self._after(context, _PROBE_B, assistant, new_messages, tools)
+        if np.array_equal(a, b):
+            raise RenderError("the model's chat template does not render the assistant's text, so the "
+                              "episode's turns cannot be joined", field="environment", fix=_FIX)
+        return _common_suffix(a, b)
+
     def turn_end(self, context: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
-        """What the template writes after an assistant message's content (e.g. ``<|im_end|>\\n``),
-        found as the common tail of two renderings with different stand-in contents."""
+        """What the template writes after an assistant message's content mid-conversation (e.g.
+        ``<|im_end|>\\n``): the part that an assistant turn ending the conversation and one
+        followed by a user message share (Phi-3 writes its EOS only after the last one)."""
         if self._turn_end is None:
-            head = self.encode(context, True, tools)
-            tails = []
-            for text in (_PROBE_A, _PROBE_B):
-                ids = self.encode([*context, {"role": "assistant", "content": text}], False, tools)
-                if not _starts_with(ids, head):
-                    raise ConfigError(
-                        "the chat template renders an assistant reply that does not continue its own "
-                        "generation prompt, so episode turns cannot be joined exactly", field="environment",
-                        fix="use a model whose chat template appends assistant turns (ChatML, Llama 3, ...)")
-                tails.append(ids[len(head):])
-            self._turn_end = _common_suffix(tails[0], tails[1])
+            followed = self._follows(context, None, [{"role": "user", "content": _PROBE_A}], tools)
+            last = _common_suffix(*(self.encode([*context, _stand_in(text)], False, tools)
+                                    for text in (_PROBE_A, _PROBE_B)))
+            self._turn_end = _common_prefix(followed, last)
         return self._turn_end
 
-    def close_turn(self, context: Sequence[Mapping[str, Any]], sampled: np.ndarray,
+    def _check_roles(self, context: Sequence[Mapping[str, Any]], assistant: Mapping[str, Any],
+                     new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> None:
+        """A template that drops a role's messages (Phi-3 renders no ``tool`` role) would leave the
+        model without the tool's answer, silently: refused once per role instead."""
+        for role in sorted({str(m.get("role")) for m in new_messages} - set(self._renders_role)):
+            a, b = (self._after(context, _PROBE_A, assistant,
+                                [{**m, "content": text} if m.get("role") == role else m for m in new_messages], tools)
+                    for text in (_PROBE_A, _PROBE_B))
+            self._renders_role[role] = not np.array_equal(a, b)
+        dropped = sorted(r for r in {str(m.get("role")) for m in new_messages} if not self._renders_role[r])
+        if dropped:
+            raise RenderError(f"the model's chat template drops {', '.join(map(repr, dropped))} messages, so the "
+                              "model would never read them", field="environment", fix=_FIX)
+
+    def after_turn(self, context: Sequence[Mapping[str, Any]], assistant: Mapping[str, Any], sampled: np.ndarray,
+                   new_messages: Sequence[Mapping[str, Any]],
                    tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
-        """The rest of the turn-end marker after a sampled turn: the sampled ids already hold its
-        first tokens when the model stopped on the end-of-turn token."""
+        """The ids inserted after a sampled turn (``assistant``, whose text the model sampled as
+        ``sampled``, in ``context``): the rest of its end marker (the sampled ids already hold its
+        first tokens when the model stopped on the end-of-turn token), ``new_messages`` and the
+        next generation prompt, as the template renders them."""
         end = self.turn_end(context, tools)
+        self._check_roles(context, assistant, new_messages, tools)
+        follows = self._follows(context, assistant, new_messages, tools)
+        # a turn with tool calls: the template renders the calls (already sampled) before the end
+        at = _find(follows, end) if len(end) and assistant.get("tool_calls") else 0
+        if not np.array_equal(follows[at:at + len(end)], end):
+            raise RenderError("the model's chat template ends this assistant turn differently from its plain "
+                              "turns, so the episode's turns cannot be joined", field="environment", fix=_FIX)
+        return np.concatenate([self._rest_of(end, sampled), follows[at + len(end):]])
+
+    @staticmethod
+    def _rest_of(end: np.ndarray, sampled: np.ndarray) -> np.ndarray:
         for k in range(min(len(end), len(sampled)), 0, -1):
             if np.array_equal(sampled[len(sampled) - k:], end[:k]):
                 return end[k:]
         return end
-
-    def observation(self, context: Sequence[Mapping[str, Any]], assistant: Mapping[str, Any],
-                    new_messages: Sequence[Mapping[str, Any]],
-                    tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
-        """The ids of ``new_messages`` plus the next generation prompt, as the template renders
-        them after ``assistant`` (whose text is replaced by a stand-in: only its tool calls, which
-        some templates check tool results against, are kept)."""
-        stand_in = {"role": "assistant", "content": _PROBE_A}
-        if assistant.get("tool_calls"):
-            stand_in["tool_calls"] = assistant["tool_calls"]
-        before = self.encode([*context, stand_in], False, tools)
-        after = self.encode([*context, stand_in, *new_messages], True, tools)
-        if not _starts_with(after, before):
-            raise ConfigError(
-                "the chat template renders earlier turns differently once new messages follow them, "
-                "so the episode cannot continue from the exact ids sampled", field="environment",
-                fix="use a model whose chat template appends messages without rewriting earlier ones")
-        return after[len(before):]

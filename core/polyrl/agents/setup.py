@@ -88,7 +88,8 @@ def build_runner(config: RunConfig, plan: EnvironmentPlan, gen_engine: Engine, t
     env = config.environment
     parse = functools.partial(parse_tool_calls, fmt=env.tool_format)
     return EpisodeRunner(gen_engine.generate, _chat_encoder([gen_engine, train_engine]),
-                         EpisodeLimits(max_turns=env.max_turns, max_episode_tokens=env.max_episode_tokens),
+                         EpisodeLimits(max_turns=env.max_turns, max_episode_tokens=env.max_episode_tokens,
+                                       max_length=config.model.max_length),
                          make_environment=plan.make_environment, toolbox=plan.toolbox, parse=parse,
                          prompt_column=config.data.prompt_column,
                          tools_prompt_format="json" if env.tool_format == "json" else "hermes",

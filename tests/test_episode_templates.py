@@ -1,0 +1,106 @@
+"""Episodes on a real tokenizer whose chat template ends a conversation with its EOS (Phi-3's way).
+
+Such a template renders a conversation's last assistant turn differently from a turn followed by
+more messages; the episode glue must still be exactly what follows an assistant turn
+mid-conversation, and every turn must continue from the exact ids of the turns before it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from polyrl.config import RunConfig
+from polyrl.trainer import Trainer
+
+#: Phi-3's layout: <|user|> / <|assistant|> headers, <|end|> after each turn, and the EOS after a
+#: conversation rendered without a generation prompt.
+TEMPLATE = (
+    "{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + '<|end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}")
+SPECIALS = ["<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+
+
+def with_template(tiny_model_dir: str, dst: Path) -> str:
+    """The tiny Llama with the template above, its markers added as special tokens (rows appended
+    to the embedding and the head) and ``<|end|>`` a stop token, as in Phi-3's generation config."""
+    from safetensors.numpy import load_file, save_file
+    from tokenizers import AddedToken, Tokenizer
+
+    shutil.copytree(tiny_model_dir, dst)
+    tok = Tokenizer.from_file(str(dst / "tokenizer.json"))
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS])
+    tok.save(str(dst / "tokenizer.json"))
+    settings = json.loads((dst / "tokenizer_config.json").read_text())
+    settings.update(chat_template=TEMPLATE, additional_special_tokens=SPECIALS)
+    settings.pop("added_tokens_decoder", None)
+    (dst / "tokenizer_config.json").write_text(json.dumps(settings))
+    (dst / "special_tokens_map.json").unlink(missing_ok=True)
+    tensors = dict(load_file(str(dst / "model.safetensors")))
+    rows, rng = tok.get_vocab_size(), np.random.default_rng(0)
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        w = tensors[name]
+        tensors[name] = np.concatenate([w, rng.standard_normal((rows - len(w), w.shape[1])).astype(w.dtype) * 0.02])
+    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((dst / "config.json").read_text())
+    stops = [tok.token_to_id("<|end|>"), tok.token_to_id("<|im_end|>")]
+    config.update(vocab_size=rows, eos_token_id=stops)
+    (dst / "config.json").write_text(json.dumps(config))
+    (dst / "generation_config.json").write_text(json.dumps({"eos_token_id": stops}))
+    return str(dst)
+
+
+@pytest.fixture(scope="module")
+def phi3_style_model(tiny_model_dir, tmp_path_factory) -> str:
+    return with_template(tiny_model_dir, tmp_path_factory.mktemp("models") / "eos-at-end")
+
+
+def test_episodes_on_a_template_that_ends_conversations_with_eos_are_exact(phi3_style_model, tmp_path):
+    """guess_number on the tiny model (turns end at a stop string or <|end|>): no episode error,
+    each turn's prompt is the previous turn's prompt + its sampled ids + the glue, the sampled ids
+    are the ones trained (mask True), and each glue is the feedback in the template's markers
+    (before the fix every step stopped the run: 'renders earlier turns differently')."""
+    from transformers import AutoTokenizer
+
+    config = RunConfig.from_dict({
+        "model": {"path": phi3_style_model, "max_length": 256},
+        "generation": {"group_size": 2, "max_new_tokens": 12, "stop": ["a", "e", " "]},
+        "data": {"task": "arithmetic", "options": {"count": 8}},
+        "rewards": [{"name": "environment"}],
+        "environment": {"name": "guess_number", "max_turns": 3, "max_episode_tokens": 96},
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")}})
+    trainer = Trainer(config)
+    calls: list[tuple[list[np.ndarray], list[np.ndarray]]] = []
+    generate = trainer.episodes.generate
+
+    def recording(prompts, sampling):
+        out = generate(prompts, sampling)
+        calls.append(([np.asarray(p.ids) for p in prompts], [c.completion_ids for c in out]))
+        return out
+
+    trainer.episodes.generate = recording
+    sampled: list = []
+    sample = trainer._sample
+    trainer._sample = lambda rows, sampling: sampled.extend(sample(rows, sampling)) or sampled
+    metrics = trainer.train_one_step()
+    assert not metrics["skipped"] and metrics["episode/env_error_share"] == 0 and metrics["episode/turns_mean"] > 1
+    decode = AutoTokenizer.from_pretrained(phi3_style_model).decode
+    turns = [(p, c) for prompts, outs in calls[1:] for p, c in zip(prompts, outs)]  # turns 2.. (one per episode)
+    for c in sampled:
+        full = np.concatenate([c.prompt_ids, c.completion_ids])
+        starts = [i for i in range(1, len(c.mask)) if c.mask[i] and not c.mask[i - 1]]
+        assert c.mask[0] and len(starts) == c.info["turns"] - 1
+        for start in starts:  # the prompt of turn k+1 is exactly this episode's ids so far
+            prompt = full[: len(c.prompt_ids) + start]
+            assert any(np.array_equal(p, prompt) and np.array_equal(ids, c.completion_ids[start:start + len(ids)])
+                       for p, ids in turns)
+        feedback = [m["content"] for m in c.messages if m["role"] == "user"]
+        glue = [c.completion_ids[i:j] for i, j in zip(
+            [k for k in range(1, len(c.mask)) if not c.mask[k] and c.mask[k - 1]], starts)]
+        for ids, words in zip(glue, feedback):
+            text = decode(ids)
+            assert f"<|user|>\n{words}<|end|>\n<|assistant|>\n" in text and "<|endoftext|>" not in text, text
