@@ -140,8 +140,9 @@ def test_errors_name_the_option_and_the_fix(servers):
 @pytest.mark.faults
 def test_replies_from_other_weights_than_the_pushed_ones_are_refused_not_trained_on(servers, tiny_model_dir,
                                                                                    push_token_file, tmp_path):
-    """A server that no longer serves what this engine pushed (another client pushed, or it restarted
-    on its initial weights) fails the attempt with an error saying so; the next push heals it."""
+    """A server that no longer serves what this engine pushed because another client pushed to it
+    fails the attempt with an error saying so (pushing back would fight that trainer); the next
+    push heals it. (A restarted server is pushed to again: test_remote_restart.py.)"""
     from safetensors.numpy import load_file, save_file
 
     weights = {k: v.astype(np.float32) for k, v in load_file(str(Path(tiny_model_dir) / "model.safetensors")).items()}
@@ -155,10 +156,12 @@ def test_replies_from_other_weights_than_the_pushed_ones_are_refused_not_trained
     token = Path(push_token_file).read_text().strip()
     assert servers[0].post("/polyrl/weights", json={"path": str(tmp_path / "other.safetensors")},
                            headers={"X-Polyrl-Weight-Token": token}).status_code == 200  # another trainer
+    version = servers[0].stats()["weight_version"]
     with pytest.raises(PluginError) as err:
         engine.generate(prompt, sampling)
-    assert "that this trainer pushed to this server (it restarted on its initial weights, or another client " \
-           "pushed others)" in str(err.value) and "--resume" in str(err.value)
+    assert "that this trainer pushed to this server (another client pushed others to it)" in str(err.value)
+    assert "give each trainer servers of its own" in str(err.value) and "--resume" in str(err.value)
+    assert servers[0].stats()["weight_version"] == version  # not pushed back
     engine.import_weights(weights)
     assert len(engine.generate(prompt, sampling)) == 2
 
@@ -201,6 +204,7 @@ class Hostile:
         self.mode = "ok"
         self.requests: list[tuple[str, dict]] = []
         self.weight_replies: list[tuple[int, str]] = []  # (status, body) per push, then 200
+        self.process: int | None = None  # set: polyrl serve's weights ids, a new process before every reply
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -225,6 +229,8 @@ class Hostile:
                 owner.requests.append((self.path, body))
                 if self.path.startswith("/polyrl/weights"):
                     code, text = owner.weight_replies.pop(0) if owner.weight_replies else (200, '{"ok": true}')
+                    if code == 200 and owner.process is not None:
+                        text = json.dumps({"weights_id": f"process{owner.process}-1"})
                     return self.send(code, text)
                 owner.reply(self, body)
 
@@ -257,7 +263,11 @@ class Hostile:
         if self.mode == "skew":  # n+1 choices, then n-1
             self.skewed = not getattr(self, "skewed", False)
             choices = choices + [self.choice(n, body)] if self.skewed else choices[:-1]
-        data = json.dumps({"choices": choices}).encode()
+        reply: dict = {"choices": choices}
+        if self.process is not None:
+            self.process += 1
+            reply["weights_id"] = f"process{self.process}-0"
+        data = json.dumps(reply).encode()
         if self.mode == "trickle":
             handler.send_response(200)
             handler.send_header("Content-Length", str(len(data)))
@@ -447,6 +457,35 @@ def test_without_a_tokenizer_text_goes_as_text_with_one_warning(hostile):
     assert all(c.prompt_ids.tolist() == [1, 2, 3] for c in out)  # the server's tokenization, unchecked
     warned = [e for e in logs if "servers tokenize text prompts" in e.get("event", "")]
     assert len(warned) == 1 and warned[0]["log_level"] == "warning" and "HF folder" in warned[0]["fix"]
+
+
+@pytest.mark.faults
+def test_a_server_that_keeps_restarting_is_pushed_to_once_per_attempt_then_the_run_stops(hostile):
+    hostile.process = 0
+    engine = hostile_engine(hostile, weight_push=True, retries=1)
+    engine.import_weights({"w": np.zeros(2, np.float32)})
+    with pytest.raises(PluginError) as err:
+        engine.generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))
+    paths = [p for p, _ in hostile.requests]
+    # two attempts, each: a reply from a new process, the weights again, the request again
+    assert paths == ["/polyrl/weights"] + ["/v1/completions", "/polyrl/weights", "/v1/completions"] * 2
+    assert len({body["path"] for p, body in hostile.requests if p == "/polyrl/weights"}) == 1  # the same file
+    message = str(err.value)
+    assert "failed after 2 attempts" in message and "the server restarted on its initial weights" in message
+    assert "find out why the server restarted" in message and "--resume" in message
+
+
+@pytest.mark.faults
+def test_a_restarted_server_is_not_pushed_to_when_the_last_weights_file_is_gone(hostile):
+    hostile.process = 0
+    engine = hostile_engine(hostile, weight_push=True, retries=0)
+    engine.import_weights({"w": np.zeros(2, np.float32)})
+    (pushed,) = [body["path"] for p, body in hostile.requests if p == "/polyrl/weights"]
+    Path(pushed).unlink()
+    with pytest.raises(PluginError, match=r"restarted on its initial weights.*the weights file last pushed "
+                                          rf"\({pushed}\) is gone.*Fix: find out why the server restarted"):
+        engine.generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))
+    assert [p for p, _ in hostile.requests].count("/polyrl/weights") == 1
 
 
 @pytest.mark.faults

@@ -231,6 +231,29 @@ def test_every_bad_value_is_a_400_naming_the_field(server):
     assert stats["answered"] == 4 and stats["in_flight"] == 0
 
 
+@pytest.mark.parametrize(("path", "body", "param"), [
+    ("/v1/completions", {"prompt": "2 + \ud800 ="}, "prompt"),
+    ("/v1/completions", {"prompt": ["fine", "\udfff"]}, "prompt"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "2 + \ud800"}]}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": "\udc80"}]}]},
+     "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "us\ud800er", "content": "hi"}]}, "messages"),
+], ids=["prompt", "prompt-list", "messages", "content-part", "role"])
+def test_a_lone_surrogate_is_a_400_naming_the_field_and_asking_for_utf8(server, path, body, param):
+    """JSON's "\\ud800" escape decodes to a lone surrogate, which no tokenizer can encode (polyrl's
+    own client cannot either): a 400 saying so, not a tokenizer's TypeError text."""
+    raw = json.dumps({**body, "max_tokens": 2}).encode()  # ASCII JSON: the escape goes as it is
+    assert b"\\u" in raw
+    r = server.post(path, content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text[:300]
+    error = r.json()["error"]
+    assert error["param"] == param and error["type"] == "invalid_request_error"
+    assert f"{param} holds a lone surrogate" in error["message"] and "valid UTF-8" in error["message"]
+    assert "TypeError" not in error["message"]
+    ok = {**body, "prompt": "2 + 3 ="} if "prompt" in body else {"messages": CHAT}
+    assert server.post(path, json={**ok, "max_tokens": 2}).status_code == 200
+
+
 def test_fifty_parallel_clients_get_an_answer_or_a_retry_after_never_a_reset(server):
     server.reset()
     clients = 60

@@ -20,11 +20,12 @@ chat to ``/v1/chat/completions``, for the server to tokenize, with a warning for
 reply is checked (``polyrl.remote_replies``): exactly ``n`` choices, ids ints in the vocabulary,
 log-probs finite and <= 0, ``finish_reason`` stop or length, and, once weights were pushed to a
 server that names them (``polyrl serve``'s ``weights_id``), from exactly those weights: a server
-restarted on its initial weights (or pushed to by another client) fails the attempt instead of
-feeding the trainer off-policy samples. Requests are spread round-robin over
-the servers, ``max_concurrency`` at a time per server; a failed attempt (timeout, connection
-error, HTTP 408/429/5xx, or a 200 reply that is not JSON, too large, or fails those checks) is
-retried on the next server with exponential backoff and jitter. ``encode_chat`` answers None (no
+pushed to by another client fails the attempt instead of feeding the trainer off-policy samples; one
+that restarted on its initial weights (another process id in ``weights_id``) is given the last
+pushed weights again and asked once more (once per attempt), with a warning. Requests are spread
+round-robin over the servers, ``max_concurrency`` at a time per server; a failed attempt (timeout,
+connection error, HTTP 408/429/5xx, or a 200 reply that is not JSON, too large, or fails those
+checks) is retried on the next server with exponential backoff and jitter. ``encode_chat`` answers None (no
 engine-owned tokenizer for episodes): the core renders an episode's turns with the train engine's
 and sends them as token-id prompts.
 
@@ -83,7 +84,8 @@ from polyrl.shared_secret import read_shared_secret
 from polyrl.hookspecs import hookimpl
 from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge
 from polyrl.logs import get_logger
-from polyrl.remote_replies import BadReply, StaleWeights, check_weights, completion, json_body, reply_choices
+from polyrl.remote_replies import (BadReply, ServerRestarted, StaleWeights, check_weights, completion, json_body,
+                                   reply_choices, restarted)
 from polyrl.remote_tokenizer import ModelTokenizer
 from polyrl.types import (BackendSpec, Capabilities, Completion, EngineConfig, NamedWeights, Prompt,
                           SamplingParams, TokenPrompt)
@@ -186,6 +188,8 @@ class RemoteEngine:
         self._temp_weights: tuple[str, weakref.finalize] | None = None  # folder we made, its remover
         self.weight_version = 0
         self._pushed: dict[int, str] = {}  # server index -> the weights_id its last push answered
+        self._weights_file: str | None = None  # what the last push loaded, pushed again to a restarted server
+        self._push_lock = threading.Lock()  # pushes and re-pushes: one at a time, _pushed read whole
         self._warned_unencoded: set[str] = set()  # prompt kinds sent for the servers to tokenize
         token = weight_push_token(self.options)
         self._push_headers = {WEIGHT_TOKEN_HEADER: token} if token else {}
@@ -232,29 +236,70 @@ class RemoteEngine:
         """POST to one server, moving to the next on a failed attempt: a timeout, a connection
         error, HTTP 408/429/5xx, or a 200 whose body ``parse`` refuses (``BadReply``: a proxy's
         HTML page, a malformed or untrainable reply). What ``parse`` makes of the JSON."""
-        servers, last, bad_reply, stale = self.options.servers, "no attempt", False, False
+        servers, last, failure = self.options.servers, "no attempt", None
         for attempt in range(self.options.retries + 1):
             index = (first_server + attempt) % len(servers)
             server = servers[index]
             self._backoff(attempt)
             try:
-                status, raw = self._exchange(f"{server}{path}", body)
+                status, raw, data = self._attempt(index, f"{server}{path}", body)
                 if status == 200:
-                    data = json_body(raw)
-                    check_weights(data, self._pushed.get(index))
                     return parse(data)
             except (_AttemptFailed, BadReply) as exc:
-                last, bad_reply, stale = f"{server}: {exc}", isinstance(exc, BadReply), isinstance(exc, StaleWeights)
+                last, failure = f"{server}: {exc}", exc
                 continue
-            last, bad_reply, stale = f"{server}: HTTP {status}: {_shown(raw)}", False, False
+            last, failure = f"{server}: HTTP {status}: {_shown(raw)}", None
             if status not in RETRY_STATUS:
                 break
-        fix = ("use `polyrl serve`, or a server whose replies follow OpenAI's completions format with "
-               "return_token_ids (vLLM)") if bad_reply else "check that the servers in backends.options.servers are up"
-        if stale:
-            fix = ("give each trainer servers of its own, then resume with --resume (the run pushes its weights "
-                   "to every server when it starts)")
-        raise PluginError(f"remote generation failed after {attempt + 1} attempts; last: {last}. Fix: {fix}")
+        raise PluginError(f"remote generation failed after {attempt + 1} attempts; last: {last}. "
+                          f"Fix: {_fix_for(failure)}")
+
+    def _attempt(self, index: int, url: str, body: dict[str, Any], heal: bool = True) -> tuple[int, bytes, Any]:
+        """One attempt on server ``index``: its status, body, and (on a 200) the JSON, from the
+        weights last pushed to it. A reply from a restarted server gets those weights pushed to it
+        again and the request sent once more (``heal``), so a long run outlives an OOM kill or a
+        reboot of a server; only once, so one that keeps restarting fails the attempt instead."""
+        status, raw = self._exchange(url, body)
+        if status != 200:
+            return status, raw, None
+        data = json_body(raw)
+        try:
+            check_weights(data, self._pushed.get(index))
+        except ServerRestarted as exc:
+            if not heal:
+                raise
+            self._push_again(index, exc)
+            return self._attempt(index, url, body, heal=False)
+        return status, raw, data
+
+    def _push_again(self, index: int, restart: ServerRestarted) -> None:
+        """Push the last weights file again to server ``index``, which answered from another
+        process (``restart``): once per restart, as requests on other threads that met the same
+        restart find it pushed already. Failing to: ``ServerRestarted`` or ``_AttemptFailed``."""
+        server = self.options.servers[index]
+        with self._push_lock:
+            pushed, path = self._pushed.get(index), self._weights_file
+            if pushed is None or not restarted(restart.got, pushed):
+                return  # pushed to this process already (another request's restart): just ask again
+            if path is None or not os.path.exists(path):
+                raise ServerRestarted(f"{restart}, and the weights file last pushed ({path}) is gone, so it cannot "
+                                      "be pushed again", restart.got)
+            log.warning("a server restarted on its initial weights: pushing the last weights to it again",
+                        server=server, reply_weights_id=restart.got, pushed_weights_id=pushed, weights=path)
+            try:
+                answer = self.post_to(index, "/polyrl/weights", {"path": path}, headers=self._push_headers)
+            except PluginError as exc:
+                raise _AttemptFailed(f"{restart}; pushing the last weights to it again failed: {exc}") from None
+            self._record_push(index, answer)
+
+    def _record_push(self, index: int, answer: dict[str, Any]) -> None:
+        """Remember which weights a push answer says server ``index`` now serves (polyrl serve names
+        them; a server that does not is never compared)."""
+        weights_id = answer.get("weights_id")
+        if isinstance(weights_id, str):
+            self._pushed[index] = weights_id
+        else:
+            self._pushed.pop(index, None)
 
     def generate_one(self, index: int, prompt: Prompt, sampling: SamplingParams) -> list[Completion]:
         refuse_unsupported_sampling(sampling, "remote", SAMPLING)  # the OpenAI-style API has no min_p
@@ -325,11 +370,10 @@ class RemoteEngine:
         tmp = path + ".tmp"
         save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, tmp)
         os.replace(tmp, path)
-        for i in range(len(self.options.servers)):
-            answer = self.post_to(i, "/polyrl/weights", {"path": path}, headers=self._push_headers)
-            weights_id = answer.get("weights_id")
-            if isinstance(weights_id, str):  # polyrl serve names the weights its replies come from
-                self._pushed[i] = weights_id
+        with self._push_lock:
+            self._weights_file = path
+            for i in range(len(self.options.servers)):
+                self._record_push(i, self.post_to(i, "/polyrl/weights", {"path": path}, headers=self._push_headers))
         previous = os.path.join(folder, f"policy-{self.weight_version - 1:08d}.safetensors")
         if os.path.exists(previous):
             os.remove(previous)
@@ -395,6 +439,20 @@ class RemoteEngine:
 
 class _AttemptFailed(Exception):
     """One request failed in a way the next attempt may not: a timeout, a connection error, too big a reply."""
+
+
+def _fix_for(failure: Exception | None) -> str:
+    """The fix a generation request that failed every attempt names, by what failed the last one."""
+    if isinstance(failure, ServerRestarted):
+        return ("find out why the server restarted (its log: out of memory?), then resume with --resume (the run "
+                "pushes its weights to every server when it starts)")
+    if isinstance(failure, StaleWeights):
+        return ("give each trainer servers of its own, then resume with --resume (the run pushes its weights to "
+                "every server when it starts)")
+    if isinstance(failure, BadReply):
+        return ("use `polyrl serve`, or a server whose replies follow OpenAI's completions format with "
+                "return_token_ids (vLLM)")
+    return "check that the servers in backends.options.servers are up"
 
 
 def _shown(raw: bytes) -> str:

@@ -40,17 +40,50 @@ class StaleWeights(BadReply):
     """A reply from other weights than the ones this client last pushed to that server."""
 
 
+class ServerRestarted(StaleWeights):
+    """A reply from another server process than the one the last push reached: it restarted (an
+    OOM kill, a reboot) and is back on its initial weights, which pushing the last weights again
+    mends; ``got`` is the reply's ``weights_id``."""
+
+    def __init__(self, message: str, got: str) -> None:
+        super().__init__(message)
+        self.got = got
+
+
+def weights_instance(weights_id: Any) -> str | None:
+    """The server process part of a ``polyrl serve`` ``weights_id`` (``<instance>-<version>``), or
+    None for anything else (no id, another server's value)."""
+    if not isinstance(weights_id, str):
+        return None
+    instance, sep, version = weights_id.rpartition("-")
+    return instance if sep and instance and version.isdigit() else None
+
+
+def restarted(got: Any, pushed: str) -> bool:
+    """Whether ``got`` comes from another process than the one that answered the push of
+    ``pushed``: both well-formed ids, different instances. Same instance, other version: another
+    client pushed to that process (pushing back would fight that trainer), not a restart."""
+    was, now = weights_instance(pushed), weights_instance(got)
+    return was is not None and now is not None and was != now
+
+
 def check_weights(data: Any, pushed: str | None) -> None:
     """The reply must come from the weights last pushed to its server (``weights_id``, which ``polyrl
-    serve`` puts in push answers and replies): a server that restarted is back on its initial weights,
-    and one another client pushed to serves those, so its samples would be off-policy, silently.
+    serve`` puts in push answers and replies): a server that restarted is back on its initial weights
+    (``ServerRestarted``), and one another client pushed to serves those (``StaleWeights``), so its
+    samples would be off-policy, silently.
     ``pushed`` None: nothing to compare (no push yet, or a server that does not name its weights)."""
     if pushed is None:
         return
     got = data.get("weights_id") if isinstance(data, dict) else None
-    if got != pushed:
-        raise StaleWeights(f"the reply came from weights {_kind(got)}, not {pushed!r} that this trainer pushed to "
-                           "this server (it restarted on its initial weights, or another client pushed others)")
+    if got == pushed:
+        return
+    if restarted(got, pushed):
+        raise ServerRestarted(f"the reply came from weights {got!r} of another server process than the one "
+                              f"this trainer pushed {pushed!r} to (the server restarted on its initial weights)",
+                              str(got))
+    raise StaleWeights(f"the reply came from weights {_kind(got)}, not {pushed!r} that this trainer pushed to "
+                       "this server (another client pushed others to it)")
 
 
 def reply_choices(data: Any, n: int) -> list[dict[str, Any]]:

@@ -144,6 +144,8 @@ def chat_messages(body: dict[str, Any], limits: Limits) -> list[dict[str, str]]:
         if not isinstance(content, str):
             raise ApiError(400, "message content must be a string or a list of text parts", "messages")
         chars += len(content) + len(m["role"])
+        _check_utf8(m["role"], "messages")
+        _check_utf8(content, "messages")
         out.append({"role": m["role"], "content": content})
     _check_chars(chars, "messages", limits)
     return out
@@ -205,6 +207,7 @@ def completion_prompts(body: dict[str, Any], limits: Limits, vocab_size: int | N
     for p in prompts:
         if isinstance(p, str):
             _check_chars(len(p), "prompt", limits)
+            _check_utf8(p, "prompt")
             out.append(p)
         else:
             out.append(token_prompt(p, limits, vocab_size))
@@ -230,6 +233,21 @@ def token_prompt(ids: list[Any], limits: Limits, vocab_size: int | None) -> Toke
             raise ApiError(400, f"token ids must be in {accepted} (this model's vocabulary); prompt id "
                            f"{position} is {shown}", "prompt")
     return TokenPrompt(ids)
+
+
+def _check_utf8(text: str, param: str) -> None:
+    """400 for a lone surrogate (JSON's ``"\\ud800"`` escape decodes to one): UTF-8 cannot encode
+    it, so no tokenizer reads it. Refused, not replaced with U+FFFD: polyrl's own clients encode
+    prompts with the model's tokenizer, which fails on it too, so a replacement here would generate
+    from a prompt no client wrote."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ApiError(400, f"{param} holds a lone surrogate ({text[exc.start]!r} at character {exc.start}), "
+                       "which is not valid UTF-8 text: send valid UTF-8 (decode bytes with errors='replace')",
+                       param) from None
 
 
 def _check_chars(chars: int, param: str, limits: Limits) -> None:
