@@ -44,7 +44,8 @@ def test_defaults_and_presets():
     [
         (with_("generation", temperature="hot"), "generation.temperature", "expected float"),
         (with_("generation", temprature=0.7), "generation.temprature", "did you mean 'temperature'"),
-        (with_("generation", group_size=1), "generation.group_size", "[2, "),
+        (with_("generation", group_size=1), "generation.group_size", 'algorithm.name = "reinforce"'),
+        (with_("generation", group_size=0), "generation.group_size", "[1, "),
         (with_("generation", top_p=1.5), "generation.top_p", "(0, 1]"),
         (with_("train", steps=0), "train.steps", ">= 1"),
         (with_("algorithm", name="ppo2"), "algorithm.name", "grpo"),

@@ -95,11 +95,6 @@ class GenerationSection:
     overlap: bool = False  # sample step k+1 while training on step k (one step of policy lag)
 
     def __attrs_post_init__(self) -> None:
-        if self.group_size < 2:
-            raise ConfigError(
-                "must be >= 2: group-relative advantages need several samples per prompt",
-                field="generation.group_size",
-            )
         self.sampling(0)  # validates the sampling fields
 
     def sampling(self, seed: int | None) -> SamplingParams:
@@ -340,6 +335,7 @@ class RunConfig:
                               fix="lower it or raise model.max_length (prompt + episode tokens)")
         self._check_overlong_buffer()
         self._check_greedy_groups()
+        self._check_group_size()
 
     def _check_overlong_buffer(self) -> None:
         """A token buffer longer than the completions it shapes is refused here, not at the first
@@ -367,6 +363,21 @@ class RunConfig:
                           f"{self.algorithm.name}'s group-relative advantage is always 0 and nothing would train",
                           field="generation.temperature",
                           fix="use a temperature > 0, e.g. 1.0 (greedy evaluation needs no setting: eval is greedy)")
+
+    def _check_group_size(self) -> None:
+        """One sample per prompt trains only where no statistic is taken over a prompt's group
+        (REINFORCE's batch baseline, unscaled or batch-scaled), and then the batch needs two."""
+        size, algo = self.generation.group_size, self.algorithm
+        if size >= 2:
+            return
+        needed = algo.needs_groups()
+        if needed is not None:
+            raise ConfigError(f"must be >= 2 here, got {size}: {needed[0]}", field="generation.group_size",
+                              fix=needed[1])
+        if self.train.prompts_per_step < 2:
+            raise ConfigError(f"{self.train.prompts_per_step} prompt x 1 sample per step: {algo.name}'s batch-mean "
+                              "baseline equals the only reward, so every advantage is 0 and nothing trains",
+                              field="train.prompts_per_step", fix="use 2 or more, or generation.group_size >= 2")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:

@@ -32,7 +32,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "options": "table passed to every engine as `EngineConfig.options` (e.g. `max_model_path`; torch: `fsdp = true` shards training under torchrun, `packed_generation = false` samples with the training weights instead of a packed CPU copy, `retain_freed_memory = false` lets glibc return freed memory to the OS (page faults on every large tensor), `shared_prompt_forward`, `logits_memory_mb`, `score_batch_tokens`, `bucket_call_tokens`, `attn_implementation`, `gguf_file`); a key no backend of the run declares is refused with a did-you-mean, and torch and MAX check each value's type and range when they load",
     },
     "generation": {
-        "group_size": "completions per prompt (>= 2: advantages are group-relative)",
+        "group_size": "completions per prompt (>= 2; 1 only for `reinforce`: its baseline is the batch mean)",
         "max_new_tokens": "completion length cap",
         "temperature": "sampling temperature (0 = greedy; refused with a group-relative advantage and no environment: every group would be identical)",
         "top_p": "nucleus sampling mass (1 = off)",

@@ -3,9 +3,10 @@
 Why a wrapper and not our own launcher: torchrun (``torch.distributed.run``) already does process
 spawning, rendezvous, restarts and multi-node; polyrl only has to build its command line. The core
 never imports torch here: the command is executed with the current interpreter, and a missing torch
-is reported before anything starts. So is a bad config, or more ranks than this machine holds: the
-launcher loads the config as every rank would, so an error is one line here, not one per rank
-under torchrun's ChildFailedError traceback.
+is reported before anything starts. So is a bad config, more ranks than this machine holds, or a
+``--resume`` whose checkpoint another config wrote (model, backends...): the launcher loads the
+config and checks that checkpoint as every rank would, so an error is one line here, not one per
+rank under torchrun's ChildFailedError traceback.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def torchrun_command(args: argparse.Namespace) -> list[str]:
     cmd += ["train", args.config, "--no-progress"]
     if args.resume is not None:
         cmd += ["--resume"] + ([args.resume] if args.resume else [])
+    if args.resume_weights_only:
+        cmd.append("--resume-weights-only")
     if args.steps is not None:
         cmd += ["--steps", str(args.steps)]
     if args.output_dir is not None:
@@ -107,6 +110,13 @@ def cmd_launch(args: argparse.Namespace) -> int:
     config = train_config(args)
     check_ranks_fit(args.nproc_per_node, config.model.device)
     check_world_size(config, args.nproc_per_node * args.nnodes)
+    if args.resume is not None or args.resume_weights_only:  # refused: one line here, not one per rank
+        from polyrl.engines import choose_generate_backend
+        from polyrl.registry import get_registry
+        from polyrl.resume_point import resume_point
+
+        resume_point(choose_generate_backend(config, get_registry()), args.resume or None,
+                     weights_only=args.resume_weights_only)
     if args.dry_run:
         print(shlex.join(cmd))
         return 0
@@ -125,6 +135,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rdzv-id", default="polyrl", help="job id shared by the nodes of one run")
     p.add_argument("--resume", nargs="?", const="", default=None,
                    help="continue from the newest complete checkpoint (any world size)")
+    p.add_argument("--resume-weights-only", action="store_true",
+                   help="continue from a checkpoint's weights alone: fresh optimizer and RNG (see polyrl train)")
     p.add_argument("--steps", type=int, help="override train.steps")
     p.add_argument("--output-dir", help="override train.output_dir")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

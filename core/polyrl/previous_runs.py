@@ -6,6 +6,10 @@ the same output_dir sets one more run aside; unbounded, ``previous/`` grows unti
 full, and a full disk mid-run is the crash a run must not have. ``train.keep_previous_runs``
 bounds it: the newest N are kept, 0 deletes the earlier run instead.
 
+``previous/`` may be on another filesystem (a symlink to a bigger disk): a rename there fails with
+EXDEV, so the item is copied whole beside its destination, renamed into place, and only then deleted
+where it was; a copy that fails half-way is removed and the original stays.
+
 Only folders named here (``20250101T120000Z``, ``20250101T120000Z-2`` for a second run set aside
 within the same second) are ever deleted; anything else in ``previous/`` is left alone. A folder
 that cannot be deleted is a warning, never a crash: the new run goes on.
@@ -13,6 +17,7 @@ that cannot be deleted is a warning, never a crash: the new run goes on.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import re
 import shutil
@@ -20,6 +25,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from polyrl.errors import PolyrlError
 from polyrl.logs import get_logger
 
 log = get_logger("polyrl.previous_runs")
@@ -27,6 +33,10 @@ log = get_logger("polyrl.previous_runs")
 PREVIOUS_DIR = "previous"
 _STAMP = "%Y%m%dT%H%M%SZ"
 _NAME = re.compile(r"(\d{8}T\d{6}Z)(?:-([1-9]\d{0,8}))?")
+
+
+class SetAsideError(PolyrlError):
+    """An earlier run could not be moved into previous/; nothing of it was deleted."""
 
 
 def aside_key(name: str) -> tuple[str, int] | None:
@@ -91,14 +101,97 @@ def prune(root: Path, keep: int, newest: Path, protect: Path) -> tuple[list[Path
     return _delete(p for p in doomed if not here.is_relative_to(p.resolve()))
 
 
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _copy(item: Path, dest: Path) -> None:
+    """A whole copy of ``item`` at ``dest``: written under a hidden name, then renamed into place,
+    so a half copy is never taken for the run (and is removed when the copy fails)."""
+    partial = dest.with_name(f".{dest.name}.partial")
+    try:
+        if item.is_dir() and not item.is_symlink():
+            shutil.copytree(item, partial, symlinks=True)
+        else:
+            shutil.copy2(item, partial, follow_symlinks=False)
+        partial.replace(dest)
+    except OSError:
+        try:
+            _remove(partial)
+        except OSError:
+            pass  # a half copy under its hidden name; the original is whole either way
+        raise
+
+
+def _undo(renamed: list[tuple[Path, Path]], copied: list[tuple[Path, Path]]) -> bool:
+    """Put back what a failed set-aside moved (renames reversed, copies removed); True if all went back."""
+    whole = True
+    for item, dest in reversed(renamed):
+        try:
+            dest.replace(item)
+        except OSError:
+            whole = False  # it stays whole in previous/
+    for _, dest in copied:
+        try:
+            _remove(dest)
+        except OSError:
+            pass  # an extra copy; the original was never touched
+    return whole
+
+
+def move_aside(items: Iterable[Path], aside: Path) -> None:
+    """Move ``items`` into ``aside``, all or none. A rename across filesystems (EXDEV) becomes a
+    copy, and the originals of copies are deleted only once every item is in place."""
+    renamed: list[tuple[Path, Path]] = []
+    copied: list[tuple[Path, Path]] = []
+    try:
+        for item in items:
+            if not (item.exists() or item.is_symlink()):
+                continue
+            dest = aside / item.name
+            try:
+                item.replace(dest)
+                renamed.append((item, dest))
+                continue
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+            _copy(item, dest)
+            copied.append((item, dest))
+    except OSError as exc:
+        back = ("the earlier run was left where it was" if _undo(renamed, copied)
+                else f"part of the earlier run is in {aside}, the rest where it was")
+        raise SetAsideError(f"could not move {item} into {aside.parent} ({exc.strerror or exc}); {back}, "
+                            "nothing was deleted. Fix: free space or make previous/ writable, or move the "
+                            "earlier run out of the output_dir yourself, then start again") from exc
+    stuck: list[str] = []
+    for item, _ in copied:
+        try:
+            _remove(item)
+        except OSError as exc:
+            stuck.append(f"{item.name} ({exc.strerror or exc})")
+    if stuck:
+        raise SetAsideError(f"the earlier run was copied whole to {aside}, but not all of {', '.join(stuck)} could "
+                            "be deleted from the output_dir. Fix: delete those yourself (their copies are "
+                            "complete), then start again")
+
+
 def set_aside(output_dir: Path, items: Iterable[Path], keep: int) -> Path:
     """Move ``items`` (an earlier run's files in ``output_dir``) into a new folder under
     ``output_dir/previous/``, then keep only the ``keep`` newest runs there (0: not even this
     one), logging what was deleted and how to keep more. Returns the folder they were moved to."""
     aside = new_aside_dir(output_dir / PREVIOUS_DIR)
-    for item in items:
-        if item.exists():
-            item.replace(aside / item.name)
+    try:
+        move_aside(items, aside)
+    except SetAsideError:
+        try:
+            aside.rmdir()  # nothing moved yet: no empty folder to count as a run
+        except OSError:
+            pass
+        raise
     deleted, failed = prune(output_dir / PREVIOUS_DIR, keep, newest=aside, protect=output_dir)
     setting = f"train.keep_previous_runs = {keep}"
     if aside in deleted:

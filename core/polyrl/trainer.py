@@ -27,7 +27,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,10 +42,11 @@ from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.config import RunConfig, check_world_size
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train_and_eval
 from polyrl.engines import choose_generate_backend, load_engines
-from polyrl.errors import ConfigError, PolyrlError, RewardError
+from polyrl.errors import PolyrlError, RewardError
 from polyrl.logs import get_logger, readable
 from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry
+from polyrl.resume_point import resume_point
 from polyrl.rewards.combine import RewardComputer
 from polyrl.rewards.functions import load_function_reward
 from polyrl.rewards.guard import RewardCancelled
@@ -62,6 +63,7 @@ from polyrl.types import Completion, RewardContext, SamplingParams, TokenSequenc
 if TYPE_CHECKING:  # imported lazily at run time: single-turn runs never load the agents package
     from polyrl.agents.episodes import EpisodeRunner
     from polyrl.agents.setup import EnvironmentPlan
+    from polyrl.algorithms.presets import AlgorithmConfig
 
 log = get_logger("polyrl.trainer")
 
@@ -108,6 +110,27 @@ def _overflow_message(shaped: np.ndarray) -> str:
             "[[rewards]] weights down")
 
 
+#: Every train backend receives advantages as float32 (``TrainBatch``): past this they become inf.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _unrepresentable_advantages(advantages: np.ndarray, algo: AlgorithmConfig,
+                                per_reward: Mapping[str, np.ndarray]) -> str | None:
+    """The error for advantages past float32's range, or None. Unscaled estimators (REINFORCE, RLOO,
+    scale_rewards = "none") keep the rewards' own scale, and no rescale keeps their update the same
+    (the gradient's size is the advantage's), so the step is refused, naming the reward, instead of
+    training on inf (a NaN loss, skipped steps, then a stop that blamed the learning rate)."""
+    top = float(np.max(np.abs(advantages), initial=0.0))
+    if top <= _FLOAT32_MAX:
+        return None
+    spans = {name: float(np.nanmax(np.abs(v), initial=0.0)) for name, v in per_reward.items() if np.isfinite(v).any()}
+    name = max(spans, key=lambda k: spans[k]) if spans else "the reward"
+    return (f"{algo.name}'s advantages reach {top:.3g} with scale_rewards = {algo.scale_rewards!r} (the rewards' own "
+            f"scale; reward {name!r} scored up to {spans.get(name, float('nan')):.3g}), past float32's "
+            f"{_FLOAT32_MAX:.3g} that every train backend computes in. Fix: scale reward {name!r} down, or set "
+            'algorithm.scale_rewards = "batch" (scale-free advantages)')
+
+
 def _step_seed(seed: int, step: int) -> int:
     """A per-step seed derived from the run seed, so a resumed run samples the same."""
     return (seed * 1_000_003 + step * 7919) % (2**31 - 1)
@@ -120,7 +143,8 @@ class Trainer:
                  resume: str | Path | None = None, weights_only: bool = False) -> None:
         """``resume``: the ``resume()`` to come ("" for the newest checkpoint, or its path). Its
         checkpoint is chosen, verified and its saved config checked now, before any model loads,
-        so a refused resume (another backends.train, a changed model...) costs no engine load."""
+        so a refused resume (another backends.train, a changed model...) costs no engine load;
+        ``run()`` then resumes it unless ``resume()`` was called first."""
         self.config = config
         self.output_dir = Path(config.train.output_dir)
         self.checkpoint_root = self.output_dir / "checkpoints"
@@ -361,7 +385,12 @@ class Trainer:
         all_shaped = np.concatenate([s for _, s, _ in everyone])
         mine = slice(offset, offset + len(shaped))
         group_kept = algo.keep_mask(all_shaped, c.generation.group_size)
-        advantages = algo.advantages(all_shaped, c.generation.group_size)
+        with np.errstate(over="ignore"):  # a spread past float64 is inf here, refused just below
+            advantages = algo.advantages(all_shaped, c.generation.group_size)
+        too_big = _unrepresentable_advantages(advantages, algo, scored.per_reward)
+        if too_big is not None:  # the same global advantages on every rank: all refuse together
+            self._unscored(rollout)
+            raise RewardError(too_big)
         all_untruncated = np.concatenate([u for _, _, u in everyone])
         keep = group_kept & np.isfinite(all_shaped) & all_untruncated
         global_kept = int(keep.sum())  # the samples the update trains on, over every rank
@@ -612,49 +641,7 @@ class Trainer:
         return True
 
     def _resume_point(self, path: str | Path | None, weights_only: bool) -> tuple[Path, dict[str, Any]] | None:
-        """The checkpoint a resume restores (``path``, or the newest that verifies) and its saved
-        state, checked against this run's config: a refused change raises. None when there is no
-        checkpoint. It needs no engine, so a resume that cannot go on is refused before any loads."""
-        only = ckpt.MODEL_DIR if weights_only else None
-        if path:
-            found: Path | None = Path(path)
-            wrong = ckpt.not_a_checkpoint(Path(path))
-            if wrong:
-                raise ConfigError(wrong[0], field="--resume", fix=wrong[1])
-            problem = ckpt.verify(Path(path), only=only)
-            if problem:
-                raise ConfigError(f"{found} cannot be resumed: {problem}", field="--resume",
-                                  fix=self._resume_fix(weights_only))
-        else:
-            found, skipped = ckpt.newest_verified(self.checkpoint_root, only=only)
-            for bad, why in skipped:
-                log.warning("checkpoint skipped: it does not verify", checkpoint=str(bad), problem=why)
-            if found is None and skipped:
-                raise ConfigError(
-                    f"no checkpoint under {self.checkpoint_root} can be resumed: "
-                    + "; ".join(f"{p.name}: {why}" for p, why in skipped),
-                    field="--resume", fix=self._resume_fix(weights_only))
-            if found is None:
-                return None
-        assert found is not None
-        if ckpt.is_unverifiable(found):
-            log.warning("checkpoint written before checksums: resumed without verifying its files",
-                        checkpoint=str(found))
-        state = ckpt.read_state(found)
-        missing = [k for k in ("step", "sampler", "python_random", "numpy_random") if k not in state]
-        if missing and not weights_only:
-            raise ConfigError(f"{found} lacks {', '.join(missing)} in {ckpt.STATE_FILE}", field="--resume",
-                              fix=self._resume_fix(False))
-        for change in resume_config.check(state.get("config"), self.config, weights_only):
-            log.warning(f"config changed at resume: {change}", applied=True)
-        return found, state
-
-    @staticmethod
-    def _resume_fix(weights_only: bool) -> str:
-        if weights_only:
-            return "its model/ folder is damaged too: delete the checkpoints to start over"
-        return ("resume with --resume-weights-only to load the weights alone (fresh optimizer and "
-                "RNG), or delete the damaged checkpoints to start over")
+        return resume_point(self.config, path, weights_only)
 
     def _start_over(self) -> None:
         """A fresh start in ``output_dir``: metrics of a run that left no checkpoint (killed before
@@ -754,7 +741,10 @@ class Trainer:
 
         The output_dir is locked for the whole run; a run not resumed starts over there."""
         self._own_output_dir()
-        if not self._resumed and self.step == 0:
+        if self._checked_resume is not None:  # Trainer(config, resume=...) then run(): resume as asked
+            path, weights_only = self._checked_resume[0]
+            self.resume(path, weights_only=weights_only)
+        elif not self._resumed and self.step == 0:
             self._start_over()
         summary: dict[str, Any] = {"output_dir": str(self.output_dir)}
         try:

@@ -97,8 +97,8 @@ def _float(low: float | None = None, high: float | None = None, **kw: Any) -> Ru
 RULES: dict[str, Rule] = {
     "model.max_length": _int(2, MAX_TOKENS, fix="prompt + completion tokens, e.g. 1024; at most "
                                                 "the model's context length"),
-    "generation.group_size": _int(2, 65536, fix="group-relative advantages need several samples per "
-                                                "prompt; 4 to 16 is usual"),
+    "generation.group_size": _int(1, 65536, fix="4 to 16 is usual; 1 only for REINFORCE (every other "
+                                                "advantage compares the samples of one prompt)"),
     "generation.max_new_tokens": _int(1, MAX_TOKENS, fix="e.g. 64; it must also stay below model.max_length"),
     "generation.temperature": _float(0, fix="0 is greedy, 1.0 samples the model as is"),
     "generation.top_p": _float(0, 1, low_open=True, fix="1.0 disables nucleus sampling"),

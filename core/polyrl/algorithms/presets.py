@@ -381,6 +381,21 @@ class AlgorithmConfig:
         """One advantage per sample (NaN rewards -> 0); see ``polyrl.algorithms.advantages``."""
         return compute_advantages(rewards, group_size, self.advantage, self.scale_rewards)
 
+    def needs_groups(self) -> tuple[str, str] | None:
+        """(why, fix) where this configuration needs two or more samples per prompt, None where one
+        trains: REINFORCE's batch-mean baseline compares across prompts, every other estimator within one."""
+        if self.advantage in GROUP_RELATIVE_ADVANTAGES:
+            return (f"{self.name}'s advantage ({self.advantage!r}) compares the samples of one prompt, so a single "
+                    "sample always gets 0 and nothing trains",
+                    'use 2 or more (4 to 16 is usual), or algorithm.name = "reinforce" (a batch-mean baseline)')
+        if self.scale_rewards == "group":
+            return ('scale_rewards = "group" divides by the std of one prompt\'s samples, 0 for a single one',
+                    'use 2 or more, or algorithm.scale_rewards = "batch" or "none"')
+        if self.dynamic_sampling:
+            return ("dynamic_sampling drops every group whose rewards are all equal, as a single sample's are",
+                    "use 2 or more, or algorithm.dynamic_sampling = false")
+        return None
+
     def keep_mask(self, rewards: np.ndarray | list[float], group_size: int) -> np.ndarray:
         """Per-sample bool mask of samples worth training on (DAPO dynamic sampling when on)."""
         groups = as_groups(rewards, group_size)

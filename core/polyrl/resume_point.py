@@ -1,0 +1,66 @@
+"""Which checkpoint a resume restores, and whether it may: chosen, verified and its saved config
+checked against the new one with no engine loaded, so a resume that cannot go on is refused in
+the trainer (``Trainer(config, resume=...)``) and in ``polyrl launch`` (before torchrun starts a
+rank) as one error line, not after minutes of model loading.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from polyrl import checkpoint as ckpt
+from polyrl import resume_config
+from polyrl.config import RunConfig
+from polyrl.errors import ConfigError
+from polyrl.logs import get_logger
+
+log = get_logger("polyrl.trainer")
+
+
+def resume_point(config: RunConfig, path: str | Path | None, weights_only: bool) -> tuple[Path, dict[str, Any]] | None:
+    """The checkpoint a resume restores (``path``, or the newest that verifies) and its saved
+    state, checked against this run's config: a refused change raises. None when there is no
+    checkpoint. It needs no engine, so a resume that cannot go on is refused before any loads
+    (by the trainer and by ``polyrl launch``, before torchrun starts a rank)."""
+    root = Path(config.train.output_dir) / "checkpoints"
+    only = ckpt.MODEL_DIR if weights_only else None
+    if path:
+        found: Path | None = Path(path)
+        wrong = ckpt.not_a_checkpoint(Path(path))
+        if wrong:
+            raise ConfigError(wrong[0], field="--resume", fix=wrong[1])
+        problem = ckpt.verify(Path(path), only=only)
+        if problem:
+            raise ConfigError(f"{found} cannot be resumed: {problem}", field="--resume",
+                              fix=resume_fix(weights_only))
+    else:
+        found, skipped = ckpt.newest_verified(root, only=only)
+        for bad, why in skipped:
+            log.warning("checkpoint skipped: it does not verify", checkpoint=str(bad), problem=why)
+        if found is None and skipped:
+            raise ConfigError(
+                f"no checkpoint under {root} can be resumed: "
+                + "; ".join(f"{p.name}: {why}" for p, why in skipped),
+                field="--resume", fix=resume_fix(weights_only))
+        if found is None:
+            return None
+    assert found is not None
+    if ckpt.is_unverifiable(found):
+        log.warning("checkpoint written before checksums: resumed without verifying its files",
+                    checkpoint=str(found))
+    state = ckpt.read_state(found)
+    missing = [k for k in ("step", "sampler", "python_random", "numpy_random") if k not in state]
+    if missing and not weights_only:
+        raise ConfigError(f"{found} lacks {', '.join(missing)} in {ckpt.STATE_FILE}", field="--resume",
+                          fix=resume_fix(False))
+    for change in resume_config.check(state.get("config"), config, weights_only):
+        log.warning(f"config changed at resume: {change}", applied=True)
+    return found, state
+
+
+def resume_fix(weights_only: bool) -> str:
+    if weights_only:
+        return "its model/ folder is damaged too: delete the checkpoints to start over"
+    return ("resume with --resume-weights-only to load the weights alone (fresh optimizer and "
+            "RNG), or delete the damaged checkpoints to start over")

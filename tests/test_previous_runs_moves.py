@@ -1,0 +1,117 @@
+"""An earlier run set aside into a previous/ on another filesystem (os.replace fails with EXDEV):
+moved by copy then delete, and never lost when the copy fails half-way."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from polyrl import previous_runs
+from polyrl.previous_runs import SetAsideError, earlier_runs, set_aside
+
+
+def _earlier_run(out: Path) -> list[Path]:
+    """A finished run's files in ``out`` (a checkpoint with a symlink in it, the model, metrics)."""
+    step = out / "checkpoints" / "step-00000001"
+    (step / "model").mkdir(parents=True)
+    (step / "model" / "weights").write_text("step 1 weights")
+    (step / "latest").symlink_to("model")
+    (out / "model").mkdir()
+    (out / "model" / "weights").write_text("final weights")
+    (out / "metrics.jsonl").write_text('{"step": 0}\n')
+    return [out / "checkpoints", out / "model", out / "metrics.jsonl", out / "completions.jsonl"]
+
+
+def _cross_device(monkeypatch: pytest.MonkeyPatch, out: Path) -> list[str]:
+    """Renames out of ``out`` fail as they do between filesystems (the OS's answer, faked); those
+    within previous/ (one filesystem) work. Returns the names renamed into place."""
+    real_replace = os.replace
+    renamed: list[str] = []
+
+    def replace(src, dst):
+        if Path(src).parent == out:
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), str(src), None, str(dst))
+        renamed.append(Path(dst).name)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    return renamed
+
+
+def test_a_cross_filesystem_move_copies_then_deletes(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    items = _earlier_run(out)
+    renamed = _cross_device(monkeypatch, out)
+    aside = set_aside(out, items, keep=1)  # old code: OSError [Errno 18] traceback
+    assert (aside / "checkpoints" / "step-00000001" / "model" / "weights").read_text() == "step 1 weights"
+    assert (aside / "checkpoints" / "step-00000001" / "latest").is_symlink()  # links copied as links
+    assert (aside / "model" / "weights").read_text() == "final weights"
+    assert (aside / "metrics.jsonl").read_text() == '{"step": 0}\n'
+    assert sorted(renamed) == ["checkpoints", "metrics.jsonl", "model"]  # each copy renamed into place
+    assert not any(p.exists() for p in items)  # the originals went only after their copies were whole
+    assert sorted(p.name for p in aside.iterdir()) == ["checkpoints", "metrics.jsonl", "model"]
+
+
+def test_a_copy_that_fails_half_way_loses_nothing(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    items = _earlier_run(out)
+    _cross_device(monkeypatch, out)
+    real_copyfile = shutil.copyfile
+    copied = []
+
+    def copyfile(src, dst, *args, **kwargs):  # the other disk fills up after one file
+        if copied:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+        copied.append(src)
+        return real_copyfile(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "copyfile", copyfile)
+    with pytest.raises(SetAsideError) as caught:
+        set_aside(out, items, keep=1)
+    message = str(caught.value)
+    assert "No space left on device" in message and "left where it was" in message and "Fix:" in message
+    assert (out / "checkpoints" / "step-00000001" / "model" / "weights").read_text() == "step 1 weights"
+    assert (out / "checkpoints" / "step-00000001" / "latest").is_symlink()
+    assert (out / "model" / "weights").read_text() == "final weights"
+    assert (out / "metrics.jsonl").read_text() == '{"step": 0}\n'
+    assert earlier_runs(out / "previous") == []  # no half copy, no empty folder counted as a run
+    assert list((out / "previous").iterdir()) == []
+
+
+def test_an_original_that_cannot_be_deleted_after_its_copy_is_one_error(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    items = _earlier_run(out)
+    _cross_device(monkeypatch, out)
+
+    def remove(path: Path) -> None:
+        raise OSError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    monkeypatch.setattr(previous_runs, "_remove", remove)
+    with pytest.raises(SetAsideError, match="copied whole to .*checkpoints .*model .*Fix: delete"):
+        set_aside(out, items, keep=1)
+    (aside,) = earlier_runs(out / "previous")
+    assert (aside / "checkpoints" / "step-00000001" / "model" / "weights").read_text() == "step 1 weights"
+    assert (out / "checkpoints" / "step-00000001" / "model" / "weights").read_text() == "step 1 weights"
+
+
+def test_a_previous_folder_on_a_real_other_filesystem(tmp_path):
+    """No fake: previous/ is a symlink into /dev/shm (tmpfs) where that is another filesystem."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev or not os.access(shm, os.W_OK):
+        pytest.skip("no writable second filesystem at /dev/shm")
+    elsewhere = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        out = tmp_path / "run"
+        items = _earlier_run(out)
+        (out / "previous").symlink_to(elsewhere, target_is_directory=True)
+        aside = set_aside(out, items, keep=1)
+        assert aside.resolve().parent == elsewhere.resolve()
+        assert (aside / "model" / "weights").read_text() == "final weights"
+        assert not (out / "model").exists() and not (out / "checkpoints").exists()
+    finally:
+        shutil.rmtree(elsewhere)

@@ -1,0 +1,112 @@
+"""The early resume refusal (a checkpoint written by another model or backend) through every entry
+that resumes: the Python API's Trainer(config, resume=...) and `polyrl launch --resume` (torchrun,
+gloo on the CPU). Each refuses before any engine loads, as one error; a matching resume goes on."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crash_util import write_config
+from polyrl.config import RunConfig
+from polyrl.errors import ConfigError
+from polyrl.registry import get_registry
+from polyrl.trainer import Trainer
+
+
+@pytest.fixture(scope="module")
+def finished(tiny_model_dir, tmp_path_factory) -> tuple[Path, Path]:
+    """(the config, the output_dir) of a 1-step run with its checkpoint, made once."""
+    if not get_registry().status("torch").available:
+        pytest.skip("torch backend not usable here")
+    tmp = tmp_path_factory.mktemp("resume")
+    config = write_config(tmp, tiny_model_dir, tmp / "run", steps=1)
+    assert Trainer(RunConfig.from_toml(config)).run(progress=False)["steps"] == 1
+    return config, tmp / "run"
+
+
+@pytest.fixture()
+def run_copy(finished, tmp_path) -> tuple[Path, Path]:
+    """A private copy of that run (the same config, output_dir moved), so each test may resume it."""
+    config, out = finished
+    mine = tmp_path / "run"
+    shutil.copytree(out, mine)
+    text = config.read_text().replace(f'"{out}"', f'"{mine}"')
+    (tmp_path / "run.toml").write_text(text)
+    return tmp_path / "run.toml", mine
+
+
+@pytest.fixture()
+def no_engine(monkeypatch):
+    import polyrl.trainer
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an engine was loaded before the resume was checked")
+
+    monkeypatch.setattr(polyrl.trainer, "load_engines", refuse)
+
+
+@pytest.mark.parametrize("change", [["model.path=\"elsewhere\""], ["backends.train=\"mlx\""]])
+def test_the_api_refuses_a_changed_resume_before_any_engine_loads(run_copy, no_engine, change):
+    config_path, out = run_copy
+    if change[0].startswith("model.path"):
+        shutil.copytree(Path(RunConfig.from_toml(config_path).model.path), config_path.parent / "elsewhere")
+        change = [f'model.path="{config_path.parent / "elsewhere"}"']
+    config = RunConfig.from_toml(config_path, overrides=change)
+    with pytest.raises(ConfigError, match="config changed at resume") as caught:
+        Trainer(config, resume="")
+    assert "\n" not in str(caught.value)
+    assert (out / "checkpoints" / "step-00000001").is_dir() and not (out / "previous").exists()
+
+
+def test_the_api_resumes_when_given_resume_and_run(run_copy):
+    """Trainer(config, resume="").run() checked the checkpoint, then started over: the run it was
+    asked to continue was moved into previous/ and step 0 trained again."""
+    config_path, out = run_copy
+    config = RunConfig.from_toml(config_path, overrides=["train.steps=2"])
+    summary = Trainer(config, resume="").run(progress=False)
+    assert summary["steps"] == 2 and [m["step"] for m in summary["history"]] == [0, 1]
+    assert not (out / "previous").exists()  # nothing set aside: it continued
+    assert (out / "checkpoints" / "step-00000002").is_dir()
+
+
+def _launch(config: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "polyrl.cli", "launch", str(config), "--nproc-per-node", "1",
+                           "--resume", *extra], capture_output=True, text=True, timeout=240)
+
+
+@pytest.mark.parametrize("change", ['backends.train="mlx"', 'model.max_length=512'])
+def test_launch_refuses_a_changed_resume_as_one_line_before_torchrun(run_copy, change):
+    """Each rank refused it (before its engines loaded), then torchrun printed its ChildFailedError
+    traceback: now the launcher refuses once and starts no rank."""
+    config_path, out = run_copy
+    result = _launch(config_path, "--set", change)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and "ChildFailedError" not in result.stderr, result.stderr[-2000:]
+    assert len(errors) == 1 and "config changed at resume" in errors[0] and change.split("=")[0] in errors[0]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000001"]
+
+
+def test_launch_resumes_a_matching_run(run_copy):
+    config_path, out = run_copy
+    result = _launch(config_path, "--steps", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "checkpoints" / "step-00000002").is_dir() and not (out / "previous").exists()
+
+
+def test_launch_passes_resume_weights_only_to_every_rank(run_copy):
+    """The refusal's fix names --resume-weights-only, which `polyrl launch` did not take: it is
+    checked by the launcher as a weights-only resume (a change a full resume refuses is applied)
+    and handed to the ranks."""
+    config_path, _ = run_copy
+    result = subprocess.run([sys.executable, "-m", "polyrl.cli", "launch", str(config_path), "--nproc-per-node", "1",
+                             "--resume-weights-only", "--set", "model.max_length=512", "--dry-run"],
+                            capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-2000:]
+    command = result.stdout.strip().splitlines()[-1]
+    assert "--resume-weights-only" in command.split() and "polyrl.cli train" in command
