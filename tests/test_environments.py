@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from decimal import Decimal
 
 import pytest
 from toy_dist import write_dist
@@ -219,6 +220,117 @@ def test_tools_must_be_a_list_and_the_environment_must_exist():
         resolve_environment("maze", Registry())
 
 
+@pytest.mark.faults
+def test_an_unknown_name_names_the_environment_plugins_that_failed_to_load(third_party):
+    """A config naming the environment of a plugin that failed to import (or whose register hook
+    raised) was told only "unknown environment": now the error names the broken plugins and why."""
+    from polyrl.registry import get_registry
+
+    with pytest.raises(ConfigError) as err:
+        resolve_environment("envimport", get_registry())
+    text = str(err.value)
+    assert err.value.field == "environment.name" and "\n" not in text
+    assert "unknown environment 'envimport'" in text and "failed to load" in text
+    assert "'envimport' (polyrl-env-import): ImportError: no module named gymnasium" in text
+    assert "tool registration exploded" in text
+    with pytest.raises(ConfigError, match="'envimport' \\(polyrl-env-import\\)") as err:
+        resolve_tools(["wordle_hint"], get_registry())
+    assert err.value.field == "environment.tools[0]"
+    assert resolve_environment("echo", get_registry()).name == "echo"  # the good plugin still works
+
+
+BAD_FACTORIES = '''
+import time
+
+from polyrl.agents import Observation
+
+
+class Game:
+    def __init__(self, options):
+        pass
+
+    def reset(self, row):
+        return [{"role": "user", "content": "hi"}]
+
+    def step(self, message):
+        return Observation(done=True)
+
+
+def raises(options):
+    raise ValueError("factory boom")
+
+
+def returns_none(options):
+    return None
+
+
+def returns_class(options):
+    return Game
+
+
+def no_arguments():
+    return Game({})
+
+
+def exits(options):
+    raise SystemExit(3)
+
+
+def slow(options):
+    time.sleep(60)
+    return Game(options)
+
+
+_ONE = Game({})
+
+
+def singleton(options):
+    return _ONE
+'''
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(("factory", "words"), [
+    ("raises", "failed when called with environment.options: ValueError: factory boom"),
+    ("returns_none", "the factory returned NoneType None, which has no reset or step method"),
+    ("returns_class", "the factory returned the class Game, not an instance of it (return Game(options))"),
+    ("no_arguments", "TypeError: no_arguments() takes 0 positional arguments but 1 was given"),
+    ("exits", "failed when called with environment.options: SystemExit(3)."),
+    ("slow", "did not return within 0.5 s (environment.env_timeout_s"),
+    ("singleton", "returned the same Game object twice; episodes run concurrently"),
+])
+def test_a_bad_environment_factory_is_one_error_line_before_any_model_loads(tmp_path, capsys, factory, words):
+    """Each was a traceback (raises, wrong arguments), a silent exit with the factory's code, a run
+    that 'trained' with every episode an environment error (None, a class), a setup that blocked
+    as long as the factory (slow), or concurrent episodes sharing one object without a word."""
+    import time
+
+    (tmp_path / "factories.py").write_text(BAD_FACTORIES)
+    config = tmp_path / "run.toml"
+    config.write_text(
+        '[model]\npath = "no/such/model"\n[data]\ntask = "arithmetic"\n[[rewards]]\nname = "environment"\n'
+        f'[environment]\nname = "{tmp_path / "factories.py"}:{factory}"\nenv_timeout_s = 0.5\n'
+        f'[train]\nsteps = 1\noutput_dir = "{tmp_path / "run"}"\n')
+    started = time.monotonic()
+    assert cli.main(["train", str(config)]) == 2
+    assert time.monotonic() - started < 10
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: environment.name: ") and "\n" not in err and "Traceback" not in err
+    assert words in err and "Fix:" in err and "the run goes on" not in err
+
+
+def test_a_call_blocking_limit_past_what_a_thread_can_wait_is_no_limit():
+    """Event.wait(1e300) raises OverflowError: a huge env/tracker timeout (any finite number is
+    accepted) failed every call instead of waiting."""
+    from polyrl.agents.threads import Worker
+
+    worker = Worker()
+    try:
+        assert worker.call_blocking(lambda: 5, 1e300) == 5
+    finally:
+        worker.close()
+
+
 # --- the calculator ------------------------------------------------------------------------------------
 
 
@@ -377,6 +489,8 @@ def _user(content):
     (Observation(_user("x"), reward=float("-inf")), "reward float -inf"),
     (Observation(_user("x"), reward=True), "reward bool True"),
     (Observation(_user("x"), reward="1.0"), "reward str '1.0'"),
+    # a finite Decimal is refused (not numbers.Real) and the message must not call it "not finite"
+    (Observation(_user("x"), reward=Decimal("0.5")), "reward Decimal Decimal('0.5'); expected a finite real number"),
     (Observation(_user("x"), done="no"), "done str 'no'"),  # would read as True
     (Observation(_user("x"), done=None), "done NoneType None"),
     (Observation(_user(12345)), "content int 12345"),

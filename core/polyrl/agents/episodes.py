@@ -36,7 +36,7 @@ import numpy as np
 
 from polyrl.agents.glue import ChatGlue, EncodeChat, RenderError
 from polyrl.agents.prompting import template_ignores_tools, with_tools_prompt
-from polyrl.agents.spec import checked_reset, checked_step, environment_tools
+from polyrl.agents.spec import checked_environment, checked_reset, checked_step, environment_tools
 from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe, finished
 from polyrl.agents.tools import ToolBox, error_message
 from polyrl.errors import PolyrlError
@@ -194,7 +194,7 @@ class EpisodeRunner:
             make = self.make_environment
             worker = Worker(name=f"polyrl-env-{index}")
             try:
-                env = await self._env_call(worker, "create", make)
+                env = await self._env_call(worker, "create", lambda: checked_environment(make()))
                 first, own = await self._env_call(worker, "reset", lambda: self._first_messages(env, row))
             except _EnvError as failed:  # a broken environment ends its episode (empty, untrained), not the run
                 worker.close()

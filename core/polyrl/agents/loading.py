@@ -90,7 +90,8 @@ def resolve_tools(names: Sequence[str], registry: Registry) -> list[Callable[...
             fn = _load_object(entry, field, "tool function")
         else:
             known = ", ".join(sorted(registered)) or "none"
-            raise ConfigError(f"unknown tool {entry!r} (registered: {known})", field=field,
+            raise ConfigError(f"unknown tool {entry!r} (registered: {known}){_failed_plugins(registry)}",
+                              field=field,
                               fix='pick a registered tool (`polyrl environments`), or name your own as '
                                   '"package.module:function" or "path/to/file.py:function"')
         try:
@@ -124,9 +125,26 @@ def resolve_environment(name: str, registry: Registry) -> EnvironmentSpec:
         factory = _load_object(name, ENVIRONMENT_FIELD, "factory taking the options and returning an environment")
         return EnvironmentSpec(name=name, create=factory, summary="loaded from " + name)
     known = ", ".join(sorted(registered)) or "none"
-    raise ConfigError(f"unknown environment {name!r} (registered: {known})", field=ENVIRONMENT_FIELD,
+    raise ConfigError(f"unknown environment {name!r} (registered: {known}){_failed_plugins(registry)}",
+                      field=ENVIRONMENT_FIELD,
                       fix='pick a registered environment (`polyrl environments`), or name your own as '
                           '"package.module:factory" or "path/to/file.py:factory"')
+
+
+#: Where an environment or tool plugin's failure is recorded (its import, or a register hook).
+_PLUGIN_GROUPS = ("polyrl.environments", "polyrl_register_environments", "polyrl_register_tools")
+
+
+def _failed_plugins(registry: Registry) -> str:
+    """The environment/tool plugins that failed to load, for an "unknown name" error: the name
+    asked for is often one of theirs, and "unknown" alone hides that it is installed but broken."""
+    failed = [e for e in registry.load_errors if e.group in _PLUGIN_GROUPS and "registered by" not in e.error]
+    if not failed:
+        return ""
+    shown = "; ".join(f"{e.name!r} ({e.distribution or 'unknown distribution'}): {' '.join(e.error.split())}"
+                      for e in failed[:3])
+    more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
+    return f"; environment plugins that failed to load: {shown}{more} (`polyrl environments` lists them)"
 
 
 __all__ = ["resolve_environment", "resolve_tools"]

@@ -14,8 +14,10 @@ import numpy as np
 
 from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
 from polyrl.agents.glue import EncodeChat
-from polyrl.agents.loading import resolve_environment, resolve_tools
+from polyrl.agents.loading import ENVIRONMENT_FIELD, resolve_environment, resolve_tools
 from polyrl.agents.parsing import FORMATS, parse_tool_calls
+from polyrl.agents.spec import checked_environment
+from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe
 from polyrl.agents.tools import ToolBox
 from polyrl.errors import ConfigError, PluginError
 
@@ -60,8 +62,44 @@ def check_environment(config: RunConfig, registry: Registry) -> EnvironmentPlan 
     if env.name is not None:
         spec = resolve_environment(env.name, registry)
         make_environment = functools.partial(spec.create, dict(env.options))
-        make_environment()  # its options are checked now, before any model loads
+        check_factory(make_environment, env.name, env.env_timeout_s)  # its options too, before any model loads
     return EnvironmentPlan(toolbox=toolbox, make_environment=make_environment)
+
+
+def check_factory(make: Callable[[], Any], name: str, timeout_s: float) -> None:
+    """Call the environment factory twice as the episodes will (on a worker thread, within
+    ``env_timeout_s``): what it raises, a slow factory, a result that is no environment instance
+    or the same object twice is one ``ConfigError`` now. Why: otherwise every episode ends in an
+    environment error after the models load (or the check blocks for as long as the factory does),
+    and one object shared by concurrent episodes mixes their games without any error."""
+    worker = Worker(name="polyrl-env-check")
+    try:
+        first, second = (_create(worker, make, name, timeout_s) for _ in range(2))
+    finally:
+        worker.close()
+    if first is second:
+        raise ConfigError(f"the factory {name!r} returned the same {type(first).__name__} object twice; "
+                          "episodes run concurrently, one environment each", field=ENVIRONMENT_FIELD,
+                          fix="return a new instance per call (e.g. return MyEnv(options)); keep an "
+                              "episode's state on it, not in module globals or class attributes")
+
+
+def _create(worker: Worker, make: Callable[[], Any], name: str, timeout_s: float) -> Any:
+    try:
+        return worker.call_blocking(lambda: checked_environment(make()), timeout_s)
+    except CallRaised as raised:
+        if isinstance(raised.cause, ConfigError):  # the environment's own check of its options
+            raise raised.cause from None
+        raise ConfigError(f"the factory {name!r} failed when called with environment.options: "
+                          f"{describe(raised.cause, run_goes_on=False)}", field=ENVIRONMENT_FIELD,
+                          fix="point at a factory taking the options dict and returning a new environment "
+                              "(e.g. def create(options): return MyEnv(options)); call it by hand with "
+                              "these options to see why") from None
+    except CallTimedOut:
+        raise ConfigError(f"the factory {name!r} did not return within {timeout_s:g} s "
+                          "(environment.env_timeout_s; it runs once per episode)", field=ENVIRONMENT_FIELD,
+                          fix="make the factory faster (do slow setup once, at import), or raise "
+                              "environment.env_timeout_s") from None
 
 
 def _chat_encoder(engines: Sequence[Engine]) -> EncodeChat:

@@ -66,9 +66,9 @@ def _always_usable() -> str | None:
 class EnvironmentSpec:
     """An environment as ``[environment] name`` names it and ``polyrl environments`` lists it.
 
-    ``create(options)`` is called once per episode with the run's ``[environment] options`` and
-    returns a fresh ``Environment``: episodes of a step run concurrently, so they share no state
-    unless the plugin means them to. ``probe`` answers (cheaply) why it cannot run here, or None.
+    ``create(options)`` is called once per episode with the run's ``[environment] options`` (and
+    twice before any model loads, as a check) and returns a fresh ``Environment``: episodes of a
+    step run concurrently, so they share no state unless the plugin means them to. ``probe`` answers (cheaply) why it cannot run here, or None.
     """
 
     name: str
@@ -129,6 +129,20 @@ def environment_tools(env: Any) -> list[Callable[..., Any]]:
     return list(tools)
 
 
+def checked_environment(env: Any) -> Any:
+    """What a factory returned, if it is an environment instance (``reset`` and ``step`` callable);
+    else TypeError. Why: None, a class or any other object would only fail at its first call, as
+    an error in every episode, far from the factory that made it."""
+    if isinstance(env, type):
+        raise TypeError(f"the factory returned the class {env.__name__}, not an instance of it "
+                        f"(return {env.__name__}(options))")
+    missing = [m for m in ("reset", "step") if not callable(getattr(env, m, None))]
+    if missing:
+        raise TypeError(f"the factory returned {_shown(env)}, which has no {' or '.join(missing)} method; "
+                        "expected an environment (reset(row) and step(message))")
+    return env
+
+
 async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
@@ -171,7 +185,8 @@ def checked_step(env: Any, obs: Any) -> Observation:
         except (OverflowError, ValueError, TypeError):
             finite = False
         if not finite:
-            raise TypeError(f"{name}.step gave reward {_shown(reward)}; expected a finite number or None")
+            raise TypeError(f"{name}.step gave reward {_shown(reward)}; expected a finite real number "
+                            "(int, float, a numpy number; float(x) of a Decimal) or None")
     if not isinstance(obs.done, (bool, np.bool_)):
         raise TypeError(f"{name}.step gave done {_shown(obs.done)}; expected True or False")
     return obs

@@ -119,7 +119,7 @@ class Worker:
             done.set()
 
         self._jobs.put((fn, settle))
-        if not done.wait(timeout_s):
+        if not done.wait(min(timeout_s, threading.TIMEOUT_MAX)):  # a larger wait is an OverflowError
             raise CallTimedOut(fn)
         ok, value = outcome[0]
         if not ok:
@@ -141,11 +141,12 @@ async def call_in_thread(fn: Callable[[], Any], timeout_s: float, name: str = "p
         worker.close()
 
 
-def describe(exc: BaseException) -> str:
-    """What the plugin code raised, in words (exits named as such: the run goes on)."""
+def describe(exc: BaseException, run_goes_on: bool = True) -> str:
+    """What the plugin code raised, in words (exits named as such, and by default that the run goes on)."""
+    goes_on = " (the run goes on)" if run_goes_on else ""
     if isinstance(exc, guard.RewardExit):
-        return f"os._exit({exc.code}) (the run goes on)"
+        return f"os._exit({exc.code}){goes_on}"
     if isinstance(exc, SystemExit):
-        return f"SystemExit({exc.code!r}) (the run goes on)"
+        return f"SystemExit({exc.code!r}){goes_on}"
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
