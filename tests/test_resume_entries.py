@@ -99,6 +99,19 @@ def test_launch_resumes_a_matching_run(run_copy):
     assert (out / "checkpoints" / "step-00000002").is_dir() and not (out / "previous").exists()
 
 
+def test_launch_logs_each_applied_change_once(run_copy):
+    """The launcher's early check and the rank's trainer both logged "config changed at resume:
+    ... applied": every change showed twice. The launcher now refuses only; the rank says it."""
+    config_path, out = run_copy
+    result = _launch(config_path, "--set", "train.steps=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = [line.split("config changed at resume: ", 1)[1] for line in result.stderr.splitlines()
+            if "config changed at resume: " in line]
+    assert any(c.startswith("train.steps 1 -> 2") for c in said), result.stderr[-3000:]
+    assert len(said) == len(set(said)), said  # the copy's moved output_dir is a change too: each once
+    assert (out / "checkpoints" / "step-00000002").is_dir()
+
+
 def test_launch_passes_resume_weights_only_to_every_rank(run_copy):
     """The refusal's fix names --resume-weights-only, which `polyrl launch` did not take: it is
     checked by the launcher as a weights-only resume (a change a full resume refuses is applied)

@@ -282,6 +282,7 @@ def _check_flags(args: argparse.Namespace, rules: dict[str, str]) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from polyrl.engine import Engine
+    from polyrl.text_validity import check_prompt
     from polyrl.types import EngineConfig, SamplingParams
 
     _check_flags(args, {"max_new_tokens": "generation.max_new_tokens", "temperature": "generation.temperature",
@@ -289,6 +290,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
                         "threads": "train.threads"})
     if args.n < 1:
         raise PolyrlError(f"--n must be an integer >= 1, got {args.n}. Fix: e.g. --n 4")
+    # before the model loads: bytes that are not UTF-8 in the argument reach Python as surrogates
+    check_prompt(args.prompt, "the command line", fix="pass the prompt as UTF-8 text (check the terminal's encoding)")
     reg = _registry()
     model = reg.resolve_model(args.model)
     engine = Engine(reg, args.backend, EngineConfig(model=model, role="generate", threads=args.threads))

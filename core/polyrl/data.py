@@ -28,11 +28,12 @@ from typing import Any
 import numpy as np
 
 from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, ArrowRows, check_prompt_column,
-                               final_assistant_error, image_column_error, unknown_role)
+                               check_text_columns, final_assistant_error, image_column_error, unknown_role)
 from polyrl.data_sources import RowOrigins, load_cached, load_files, read_json_rows
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.tasks import SPLITS, TASKS
+from polyrl.text_validity import row_surrogate, surrogate_error
 from polyrl.types import Prompt
 
 log = get_logger("polyrl.data")
@@ -114,6 +115,7 @@ class Dataset:
                 if column in names:
                     raise image_column_error(column, self.name)
             check_prompt_column(self._arrow.table.data.table, source, self.name)
+            check_text_columns(self._arrow.table.data.table, self.name)
             return
         for i, row in enumerate(self._rows or ()):
             if not isinstance(row, Mapping):
@@ -243,6 +245,10 @@ def from_rows(rows: Sequence[Mapping[str, Any]], prompt_column: str = "prompt", 
     """A dataset from in-memory row dicts (copied, so later edits do not leak in)."""
     if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Sequence):
         raise ConfigError(f"rows must be a list of dicts, got {type(rows).__name__}", field="data.rows")
+    for i, row in enumerate(rows):  # JSON files are checked as read (read_json_rows), Arrow by column
+        bad = row_surrogate(row) if isinstance(row, Mapping) else None
+        if bad is not None:
+            raise surrogate_error(f"row {i} of {name}", f"column {bad[0]!r}", bad[1])
     return Dataset([dict(r) if isinstance(r, Mapping) else r for r in rows], prompt_column, name,
                    columns=columns, system_prompt=system_prompt)
 
@@ -402,9 +408,10 @@ def load_train_and_eval(data: Any, eval_count: int) -> tuple[Dataset, Dataset | 
 
 
 def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int], max_length: int,
-                         *, drop: bool = False) -> tuple[Dataset, int]:
+                         *, drop: bool = False, counted: str = "chat template included") -> tuple[Dataset, int]:
     """(dataset, rows dropped): every prompt must be shorter than ``max_length`` tokens as
-    ``count_tokens`` measures it (the generate engine's own encoding, chat template included).
+    ``count_tokens`` measures it (the generate engine's own encoding, chat template included;
+    ``counted`` says what else it adds, e.g. an episode's tool instructions).
 
     Why at startup, in one pass: generation refuses an overlong prompt only when its batch is
     drawn, possibly hours in, and names it by its place in the batch. Here the first one is an
@@ -427,8 +434,8 @@ def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int]
     if not drop:
         more = f" ({len(over)} of {len(dataset)} prompts are that long)" if len(over) > 1 else ""
         raise ConfigError(
-            f"{dataset.where(over[0])}: the prompt has {first} tokens as the model sees it (chat template "
-            f"included), not below model.max_length = {max_length}{more}", field="model.max_length",
+            f"{dataset.where(over[0])}: the prompt has {first} tokens as the model sees it ({counted}), "
+            f"not below model.max_length = {max_length}{more}", field="model.max_length",
             fix="raise model.max_length (prompt + completion tokens), shorten or remove that row, "
                 "or set data.drop_overlong = true to leave overlong rows out")
     if len(over) == len(dataset):

@@ -16,6 +16,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -23,6 +24,10 @@ from typing import Any
 
 from polyrl.data_arrow import ArrowRows
 from polyrl.errors import ConfigError
+from polyrl.text_validity import row_surrogate, surrogate_error
+
+#: A JSON escape that decodes to a surrogate (U+D800-U+DFFF): only a line holding one is walked.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 #: file suffix -> (🤗 packaged builder, extra builder options)
 ARROW_FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -176,6 +181,9 @@ def read_json_rows(path: Path, field: str = "data.path", origins: RowOrigins | N
                 raise ConfigError(f"{path} is not valid UTF-8 (byte {exc.start})", field=field,
                                   fix="save the file as UTF-8") from None
             items = list(_json(text, path, None, field, "write one JSON array of objects, or one object per line"))
+            if _SURROGATE_ESCAPE.search(text):
+                for i, item in enumerate(items):
+                    _refuse_surrogates(item, f"row {i} of {path}", field)
             if origins is not None:
                 origins.add(path, [0] * len(items))
             return items
@@ -197,9 +205,19 @@ def read_json_rows(path: Path, field: str = "data.path", origins: RowOrigins | N
             if not isinstance(rows[-1], dict):
                 raise ConfigError(f"{path}:{lineno} is a JSON {type(rows[-1]).__name__}, not an object",
                                   field=field, fix='write objects like {"prompt": "...", "answer": "..."}')
+            if _SURROGATE_ESCAPE.search(line):
+                _refuse_surrogates(rows[-1], f"{path}:{lineno}", field)
     if origins is not None:
         origins.add(path, lines)
     return rows
+
+
+def _refuse_surrogates(row: Any, where: str, field: str) -> None:
+    """A lone surrogate from a ``\\ud800`` escape is an error naming the line and column: never
+    replaced, see ``polyrl.text_validity``. (A pair of escapes decodes to one valid character.)"""
+    bad = row_surrogate(row) if isinstance(row, dict) else None
+    if bad is not None:
+        raise surrogate_error(where, f"column {bad[0]!r}", bad[1], field=field)
 
 
 # --- 🤗 datasets --------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import numpy as np
 from polyrl.algorithms.objective import Objective
 from polyrl.errors import ConfigError, PluginError
 from polyrl.registry import Registry
+from polyrl.text_validity import check_prompt
 from polyrl.types import (
     Capabilities,
     Completion,
@@ -72,6 +73,9 @@ class Engine:
             raise self._fail(hook, f"raised {type(exc).__name__}: {exc}") from exc
 
     def generate(self, prompts: Sequence[Prompt], sampling: SamplingParams) -> list[Completion]:
+        for i, given in enumerate(prompts):  # the caller's text, not the plugin, is at fault
+            if not isinstance(given, TokenPrompt):
+                check_prompt(given, f"prompt {i}")
         out = self._call("generate", prompts=list(prompts), sampling=sampling)
         if out is None:
             raise self._fail("generate", "its plugin does not implement it (hooks are answered only by the plugin that registered the backend)")

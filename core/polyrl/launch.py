@@ -116,7 +116,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         from polyrl.resume_point import resume_point
 
         resume_point(choose_generate_backend(config, get_registry()), args.resume or None,
-                     weights_only=args.resume_weights_only)
+                     weights_only=args.resume_weights_only, announce=False)  # the rank says what is applied
     if args.dry_run:
         print(shlex.join(cmd))
         return 0

@@ -21,6 +21,7 @@ from typing import Any
 from polyrl.backend_kit.tokens import text_prompt_ids
 from polyrl.logs import get_logger
 from polyrl.serving.vocab import embedding_rows
+from polyrl.text_validity import check_prompt
 
 log = get_logger("polyrl.remote")
 
@@ -59,12 +60,15 @@ class ModelTokenizer:
     def encode_text(self, text: str) -> list[int]:
         """A text prompt's ids, as the train backends' ``encode_prompt`` makes them (and so as the
         startup prompt-length check counted them): special tokens added, and an empty text given
-        one position to predict from (the BOS, else the pad id)."""
+        one position to predict from (the BOS, else the pad id). A lone surrogate is a ConfigError
+        naming it (``polyrl.text_validity``), not the tokenizer's bare TypeError."""
+        check_prompt(text, "a text prompt")
         with self._lock:
             return text_prompt_ids(self._tok, text)
 
     def render(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """A chat prompt's ids: the chat template with the generation prompt, as ``encode_chat``."""
+        check_prompt(list(messages), "a chat prompt")
         with self._lock:
             encoded = self._tok.apply_chat_template([dict(m) for m in messages], add_generation_prompt=True,
                                                     tokenize=True, return_dict=True)

@@ -18,11 +18,16 @@ from polyrl.logs import get_logger
 log = get_logger("polyrl.trainer")
 
 
-def resume_point(config: RunConfig, path: str | Path | None, weights_only: bool) -> tuple[Path, dict[str, Any]] | None:
+def resume_point(config: RunConfig, path: str | Path | None, weights_only: bool,
+                 *, announce: bool = True) -> tuple[Path, dict[str, Any]] | None:
     """The checkpoint a resume restores (``path``, or the newest that verifies) and its saved
     state, checked against this run's config: a refused change raises. None when there is no
     checkpoint. It needs no engine, so a resume that cannot go on is refused before any loads
-    (by the trainer and by ``polyrl launch``, before torchrun starts a rank)."""
+    (by the trainer and by ``polyrl launch``, before torchrun starts a rank).
+
+    ``announce=False`` (the launcher's early check) raises the same refusals but logs no warning:
+    the trainer in the rank runs this again and says each applied change and skipped checkpoint
+    once; the launcher saying them too doubled every line."""
     root = Path(config.train.output_dir) / "checkpoints"
     only = ckpt.MODEL_DIR if weights_only else None
     if path:
@@ -36,7 +41,7 @@ def resume_point(config: RunConfig, path: str | Path | None, weights_only: bool)
                               fix=resume_fix(weights_only))
     else:
         found, skipped = ckpt.newest_verified(root, only=only)
-        for bad, why in skipped:
+        for bad, why in skipped if announce else ():
             log.warning("checkpoint skipped: it does not verify", checkpoint=str(bad), problem=why)
         if found is None and skipped:
             raise ConfigError(
@@ -46,7 +51,7 @@ def resume_point(config: RunConfig, path: str | Path | None, weights_only: bool)
         if found is None:
             return None
     assert found is not None
-    if ckpt.is_unverifiable(found):
+    if announce and ckpt.is_unverifiable(found):
         log.warning("checkpoint written before checksums: resumed without verifying its files",
                     checkpoint=str(found))
     state = ckpt.read_state(found)
@@ -55,7 +60,8 @@ def resume_point(config: RunConfig, path: str | Path | None, weights_only: bool)
         raise ConfigError(f"{found} lacks {', '.join(missing)} in {ckpt.STATE_FILE}", field="--resume",
                           fix=resume_fix(False))
     for change in resume_config.check(state.get("config"), config, weights_only):
-        log.warning(f"config changed at resume: {change}", applied=True)
+        if announce:
+            log.warning(f"config changed at resume: {change}", applied=True)
     return found, state
 
 

@@ -42,6 +42,7 @@ from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.config import RunConfig, check_world_size
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train_and_eval
 from polyrl.engines import choose_generate_backend, load_engines
+from polyrl.episode_prompts import first_prompt_counter
 from polyrl.errors import PolyrlError, RewardError
 from polyrl.logs import get_logger, readable
 from polyrl.plugins import get_plugin_manager
@@ -195,9 +196,9 @@ class Trainer:
         self.model_path, self.train_engine = self.engines.model_path, self.engines.train
         self.gen_engine, self.ref_engine = self.engines.generate, self.engines.reference
         self.ref_sync = self.engines.ref_sync
+        self.episodes = self._episode_runner()
         self.dataset, self.eval_dataset = self._fit_prompts()  # needs the tokenizer; before step 0
         self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed)
-        self.episodes = self._episode_runner()
 
     # --- setup ---------------------------------------------------------------------------------
 
@@ -207,17 +208,22 @@ class Trainer:
     def _fit_prompts(self) -> tuple[Dataset, Dataset | None]:
         """The datasets with every prompt checked against model.max_length once, encoded as
         generation encodes it (``check_prompt_lengths``). The train engine's tokenizer is asked
-        first: it is local even when the generator is a server. An environment writes its own
-        first messages, so its prompts are left to generation."""
+        first: it is local even when the generator is a server. Episodes on tools alone count
+        their first prompt with the tool instructions (``first_prompt_counter``); an environment
+        writes its own first messages, so its prompts are left to the episode runner."""
         encoders = (getattr(e.raw, "encode_prompt", None) for e in (self.train_engine, self.gen_engine))
         encode = next((f for f in encoders if callable(f)), None)
-        if encode is None or self.config.environment.name is not None:
+        count = (lambda p: len(encode(p))) if encode is not None else None
+        counted = "chat template included"
+        if self.episodes is not None:  # tools alone: with their instructions; an environment: None
+            count, counted = first_prompt_counter(self.episodes), "chat template and tool instructions included"
+        if count is None:
             return self.dataset, self.eval_dataset
         limit, drop = self.config.model.max_length, self.config.data.drop_overlong
-        train, _ = check_prompt_lengths(self.dataset, lambda p: len(encode(p)), limit, drop=drop)
+        train, _ = check_prompt_lengths(self.dataset, count, limit, drop=drop, counted=counted)
         if self.eval_dataset is None:
             return train, None
-        return train, check_prompt_lengths(self.eval_dataset, lambda p: len(encode(p)), limit, drop=drop)[0]
+        return train, check_prompt_lengths(self.eval_dataset, count, limit, drop=drop, counted=counted)[0]
 
     def _check_environment(self) -> EnvironmentPlan | None:
         if not self.config.environment.enabled:

@@ -246,6 +246,14 @@ class EpisodeRunner:
         return _Episode(index=index, row=row, env=None, first_messages=first, prompt_ids=prompt_ids,
                         done=True, env_error=error)
 
+    def first_prompt_ids(self, prompt: Prompt) -> np.ndarray:
+        """The ids of the first prompt an episode on a dataset row with ``prompt`` samples from
+        (no environment: the row's prompt, the tool instructions and the chat template), as
+        ``_reset`` encodes it; the startup length check counts these."""
+        toolbox = self.toolbox
+        first = self._with_tool_instructions(as_messages(prompt), toolbox)
+        return self.glue.prompt(first, toolbox.schemas if toolbox is not None else None)
+
     def _with_tool_instructions(self, messages: list[dict[str, Any]], toolbox: Any) -> list[dict[str, Any]]:
         """The tools go through the template's ``tools=``; a template that ignores them gets them
         described in a system message instead (otherwise the model would never hear of them)."""
