@@ -189,3 +189,16 @@ def test_an_output_path_that_cannot_be_written_is_one_error_line_before_drawing(
     assert len(err) == 1 and err[0].startswith("error: ") and words.format(run=tmp_path) in err[0], err
     assert "Fix:" in err[0]
     assert not (tmp_path / "report.png").exists()  # nothing drawn
+
+
+@pytest.mark.faults
+def test_an_integer_past_float_range_is_left_out_not_a_traceback(tmp_path):
+    """JSON allows any integer: one past float range in metrics.jsonl was an OverflowError
+    traceback from the chart and the HTML table."""
+    lines = [*_steps(0), json.dumps({"step": 1, "loss": 10 ** 400, "reward_mean": 0.2}), *_steps(2)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    assert series(load_run(tmp_path).lines, [])["loss"] == [(0.0, 1.0), (2.0, 3.0)]
+    out = subprocess.run([sys.executable, "-m", "polyrl.cli", "report", str(tmp_path), "--html",
+                          str(tmp_path / "r.html")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert str(10 ** 400) in (tmp_path / "r.html").read_text()  # the table shows it as written

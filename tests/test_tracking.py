@@ -606,3 +606,107 @@ def test_cli_run_with_a_lone_surrogate_and_a_huge_completion_text_finishes(tmp_p
     assert text.startswith("\ufffd lone ") and clog.cut_marker(200_007 - clog.MAX_TEXT_CHARS) in text
     events = list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert events and sum(e.stat().st_size for e in events) < 4 * clog.MAX_TEXT_CHARS + 100_000
+
+
+# --- hostile metrics and trackers that edit what they get ----------------------------------------
+
+
+def test_hostile_metric_values_and_names_reach_tensorboard_or_are_skipped_with_one_warning(tmp_path, capsys):
+    """Once: numpy scalars (a backend's or reward's own metrics) never reached a tracker, silently,
+    and an int past float range raised OverflowError out of the step. Read back with TensorBoard's
+    own reader."""
+    pytest.importorskip("tensorboard")
+    import numpy as np
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from polyrl.registry import get_registry
+
+    registry = get_registry()
+    tracking = RunTracking(specs=[registry.trackers_by_name()["tensorboard"]], output_dir=tmp_path,
+                           completions_per_step=0, run_name="r", project="p", config={})
+    long_name = "long/" + "n" * 300
+    hostile = {"np32": np.float32(1.5), "np64": np.float64(2.5), "npint": np.int64(7), "npbool": np.bool_(True),
+               "with space/and slash": 3.0, "unicode/précision ü 🚀": 4.0, long_name: 5.0, "flag": False,
+               "nan": float("nan"), "inf": float("-inf"), "none": None, "text": "abc", "huge_int": 10 ** 400}
+    tracking.open()
+    for step in range(2):
+        tracking.publish({"step": step, **hostile})
+    tracking.close()
+    assert tracking.trackers == {}  # closed normally, not dropped
+    acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    got = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    want = {"np32": 1.5, "np64": 2.5, "npint": 7.0, "npbool": 1.0, "with space/and slash": 3.0,
+            "unicode/précision ü 🚀": 4.0, long_name: 5.0, "flag": 0.0}
+    assert got == {tag: [(0, v), (1, v)] for tag, v in want.items()}
+    err = capsys.readouterr().err
+    assert "dropped" not in err
+    for key in ("text", "huge_int"):  # left out with one warning each, not one per step
+        assert err.count(f"metric={key}") == 1, err
+    assert "metric=nan" not in err and "metric=none" not in err  # a skipped step's NaN loss is routine
+
+
+def test_each_tracker_gets_its_own_copy_of_the_metrics_and_records(tmp_path):
+    """Once: every tracker got the same dict and records list, so one that edited them (popped a
+    key, rewrote a completion) changed what the trackers after it logged."""
+
+    class Editor(Recorder):
+        def log_metrics(self, metrics, step):
+            metrics.pop("loss")
+            metrics["injected"] = 1.0
+            super().log_metrics(metrics, step)
+
+        def log_completions(self, records, step):
+            records[0]["completion"] = "EDITED"
+            records.append({"step": step})
+            super().log_completions(records, step)
+
+    editor, after = Editor("editor"), Recorder("after")
+    tracking = tracking_of(tmp_path, editor, after)
+    tracking.open()
+    publish_steps(tracking, 2)
+    tracking.close()
+    assert [m for _, m in after.metrics] == [{"loss": 0.5}, {"loss": 0.5}]
+    assert [[r["completion"] for r in rs] for _, rs in after.completions] == [["a0"], ["a1"]]
+    lines = [json.loads(line) for line in tracking.completions_path.read_text().splitlines()]
+    assert [r["completion"] for r in lines] == ["a0", "a1"]
+
+
+def test_mlflow_names_are_names_mlflow_takes():
+    """Once: ``eval/pass@4`` (any run with eval.samples) made MLflow refuse the whole batch and the
+    tracker was dropped at its first step; so did a name past 250 characters."""
+    from polyrl.tracking.mlflow import MAX_NAME_CHARS, mlflow_name
+
+    assert mlflow_name("eval/pass@4") == "eval/pass_at_4"
+    assert mlflow_name("reward/f1 (v2)/mean") == "reward/f1 _v2_/mean"
+    assert mlflow_name("a//b/") == "a/b" and mlflow_name("/x/./y/..") == "x/_/y/_" and mlflow_name("..") == "_"
+    assert mlflow_name("précision/ü") == "précision/ü" and mlflow_name("lr") == "lr"
+    assert len(mlflow_name("x" * 300)) == MAX_NAME_CHARS and mlflow_name("@@@") == "_at__at__at_"
+    validation = pytest.importorskip("mlflow.utils.validation")
+    for name in ("eval/pass@4", "a//b/", "/x/./y/..", "x" * 300, "emoji 🚀", "tab\there", "x" * 249 + "/y"):
+        validation._validate_metric_name(mlflow_name(name))  # MLflow's own check
+        validation._validate_length_limit("Metric name", validation.MAX_ENTITY_KEY_LENGTH, mlflow_name(name))
+
+
+def test_tensorboard_after_a_resume_shows_each_step_once_with_the_resumed_runs_values(tmp_path):
+    """Once: a run killed after step 3 and resumed from its step-2 checkpoint showed steps 2 and 3
+    twice in TensorBoard (the dead lineage's values beside the resumed run's)."""
+    pytest.importorskip("tensorboard")
+    import time
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from polyrl.registry import get_registry
+
+    spec = get_registry().trackers_by_name()["tensorboard"]
+    for steps, loss in ((range(0, 4), 1.0), (range(2, 4), 2.0)):  # the crashed run, then its resume
+        tracking = RunTracking(specs=[spec], output_dir=tmp_path, completions_per_step=0, run_name="r",
+                               project="p", config={})
+        tracking.open()
+        for step in steps:
+            tracking.publish({"step": step, "loss": loss})
+        tracking.close()
+        time.sleep(1.1)  # event file names carry the second they were opened
+    acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(0, 1.0), (1, 1.0), (2, 2.0), (3, 2.0)]

@@ -34,7 +34,8 @@ def run(tmp_path_factory, tiny_model_dir) -> tuple[Path, list[dict]]:
         "data": {"task": "arithmetic", "options": {"count": 16}},
         "rewards": [{"function": f"{tmp / 'reward.py'}:digits"}],
         "train": {"steps": STEPS, "prompts_per_step": 2, "threads": 1, "output_dir": str(out)},
-        "eval": {"count": 2, "max_new_tokens": 4},
+        # sampled evaluation: eval/pass@2 is a name MLflow refuses as it is (it dropped the tracker)
+        "eval": {"count": 2, "max_new_tokens": 4, "samples": 2, "pass_k": 2},
         "logging": {"report_to": ["tensorboard", "wandb", "mlflow", "trackio"], "completions_per_step": 2,
                     "run_name": "tracked", "project": "polyrl-test"},
     }
@@ -119,6 +120,9 @@ def test_mlflow_store_holds_metrics_params_and_completion_artifacts(run):
     history = client.get_metric_history(found.info.run_id, "lr")
     assert [(m.step, m.value) for m in history] == [(0, 1e-5), (1, 1e-5)]
     assert [m.step for m in client.get_metric_history(found.info.run_id, "reward/digits/mean")] == [0, 1]
+    # eval/pass@2 under a name MLflow takes, before training and after the last step
+    assert [m.step for m in client.get_metric_history(found.info.run_id, "eval_before/pass_at_2")] == [0]
+    assert [m.step for m in client.get_metric_history(found.info.run_id, "eval/pass_at_2")] == [STEPS - 1]
     names = sorted(a.path for a in client.list_artifacts(found.info.run_id, "completions"))
     assert names == ["completions/step_000000.json", "completions/step_000001.json"]
     local = client.download_artifacts(found.info.run_id, "completions/step_000001.json", str(out / "dl"))

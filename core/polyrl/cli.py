@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -251,13 +252,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         if wrong:
             raise ConfigError(wrong[0], field="--resume", fix=wrong[1])
     resuming = args.resume is not None or args.resume_weights_only
-    # the checkpoint is chosen and its saved config checked before any model loads
-    trainer = Trainer(config, resume=(args.resume or "") if resuming else None, weights_only=args.resume_weights_only)
-    if resuming:
-        resumed = trainer.resume(args.resume or None, weights_only=args.resume_weights_only)
-        if not resumed:
-            print("no complete checkpoint found; starting from step 0", file=sys.stderr)
-    summary = trainer.run(progress=not args.no_progress)
+    # stdout holds the summary alone (`polyrl train x.toml > summary.json`): what a tracker library
+    # (trackio's banner) or a reward prints during the run goes to stderr
+    with contextlib.redirect_stdout(sys.stderr):
+        # the checkpoint is chosen and its saved config checked before any model loads
+        trainer = Trainer(config, resume=(args.resume or "") if resuming else None,
+                          weights_only=args.resume_weights_only)
+        if resuming:
+            resumed = trainer.resume(args.resume or None, weights_only=args.resume_weights_only)
+            if not resumed:
+                print("no complete checkpoint found; starting from step 0", file=sys.stderr)
+        summary = trainer.run(progress=not args.no_progress)
     summary.pop("history", None)
     if trainer.rank != 0:  # under a launcher every rank returns the same summary: print it once
         return 0

@@ -1,16 +1,28 @@
 """Logging setup: structlog key=value lines on stderr, JSON lines when asked.
 
 Secrets never reach the log: values of keys that look like credentials are redacted.
+
+Under ``--log-json`` (``POLYRL_LOG_JSON=1``) every stderr line is one JSON object, so a log shipper
+parses all of them: text that other code writes to ``sys.stderr`` (a library's banner or progress
+bar, ``print(..., file=sys.stderr)``, the ``error:`` line) is wrapped as ``{"event": text, ...}``,
+a Python warning is one event, and an uncaught exception one event with its traceback.
 """
 
 from __future__ import annotations
 
+import atexit
+import datetime
+import json as jsonlib
 import logging
 import os
 import re
 import sys
-from collections.abc import MutableMapping
-from typing import Any
+import threading
+import traceback
+import warnings
+from collections.abc import Iterable, MutableMapping
+from types import TracebackType
+from typing import Any, TextIO
 
 import structlog
 
@@ -40,13 +52,145 @@ def _redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[
 
 
 class _Stderr:
-    """Writes to whatever ``sys.stderr`` is now (pytest and notebooks swap it)."""
+    """Writes to whatever ``sys.stderr`` is now (pytest and notebooks swap it); under JSON lines,
+    each event whole, never joined to another writer's unfinished line."""
 
     def write(self, text: str) -> int:
-        return sys.stderr.write(text)
+        stream = sys.stderr
+        if isinstance(stream, JsonLinesStderr):
+            return stream.write_event(text)
+        return stream.write(text)
 
     def flush(self) -> None:
         sys.stderr.flush()
+
+
+def _now() -> str:
+    """The timestamp structlog's ``TimeStamper(fmt="iso", utc=True)`` writes."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _json_line(line: str) -> str | None:
+    """``line`` as one JSON object: unchanged when it is one, else wrapped (a terminal shows only
+    what follows the last carriage return, as of a progress bar); None for a blank line."""
+    if line.startswith("{"):
+        try:
+            if isinstance(jsonlib.loads(line), dict):
+                return line
+        except ValueError:
+            pass
+    text = line.rsplit("\r", 1)[-1].rstrip()
+    if not text.strip():
+        return None
+    level = "error" if text.startswith(("error:", "Traceback")) else "info"
+    event = {"event": _scrub("", text), "level": level, "logger": "stderr", "timestamp": _now()}
+    return jsonlib.dumps(event)  # ASCII: a lone surrogate in a library's text still encodes
+
+
+class JsonLinesStderr:
+    """``sys.stderr`` under ``--log-json``: each line written becomes one JSON object
+    (``_json_line``) on the stream it replaced. A line is held until its newline (a progress bar
+    redraws one with carriage returns); ``isatty`` is False, so libraries draw no live displays."""
+
+    def __init__(self, target: TextIO) -> None:
+        self.target = target
+        self._partial = ""
+        self._lock = threading.RLock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            lines = (self._partial + text).split("\n")
+            self._partial = lines.pop()
+            out = [j for j in map(_json_line, lines) if j is not None]
+            if out:
+                self.target.write("".join(j + "\n" for j in out))
+        return len(text)
+
+    def write_event(self, text: str) -> int:
+        """Write polyrl's own rendered event (JSON lines, newline included) as it is, after any
+        unfinished line of another writer, which becomes a line of its own."""
+        with self._lock:
+            if self._partial:
+                self.write("\n")
+            self.target.write(text)
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        self.target.flush()
+
+    def finish(self) -> None:
+        """Write a last line that never got its newline."""
+        with self._lock:
+            if self._partial:
+                self.write("\n")
+            self.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:  # encoding, errors, fileno...: the stream's own
+        return getattr(self.target, name)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None) -> None:
+    if file is not None and file is not sys.stderr:  # a warning shown to a file of the caller's own
+        _ORIGINAL_HOOKS[0](message, category, filename, lineno, file, line)
+        return
+    structlog.get_logger("py.warnings").warning(str(message), category=category.__name__,
+                                                source=f"{filename}:{lineno}")
+
+
+def _uncaught(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+    structlog.get_logger("polyrl").critical(
+        f"uncaught {kind.__name__}: {value}", exception="".join(traceback.format_exception(kind, value, tb)))
+
+
+def _uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit:
+        return
+    assert args.exc_value is not None  # as the default hook, which formats it
+    structlog.get_logger("polyrl").critical(
+        f"uncaught {args.exc_type.__name__} in thread {getattr(args.thread, 'name', '?')}: {args.exc_value}",
+        exception="".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)))
+
+
+_ORIGINAL_HOOKS = (warnings.showwarning, sys.excepthook, threading.excepthook)
+_exit_registered = False
+
+
+def _json_stderr(on: bool) -> None:
+    """Wrap (or unwrap) ``sys.stderr`` and the warning / uncaught-exception hooks for JSON lines;
+    unwrapping puts back only what is still polyrl's (a test harness may have swapped it since)."""
+    global _exit_registered
+    if on:
+        if not isinstance(sys.stderr, JsonLinesStderr):
+            sys.stderr = JsonLinesStderr(sys.stderr)
+        if not _exit_registered:  # a last line without its newline is written too
+            atexit.register(_json_stderr, False)
+            _exit_registered = True
+        warnings.showwarning = _show_warning
+        sys.excepthook, threading.excepthook = _uncaught, _uncaught_in_thread
+        return
+    stream = sys.stderr
+    if isinstance(stream, JsonLinesStderr):
+        stream.finish()
+        sys.stderr = stream.target
+    if warnings.showwarning is _show_warning:
+        warnings.showwarning = _ORIGINAL_HOOKS[0]
+    if sys.excepthook is _uncaught:
+        sys.excepthook = _ORIGINAL_HOOKS[1]
+    if threading.excepthook is _uncaught_in_thread:
+        threading.excepthook = _ORIGINAL_HOOKS[2]
+
+
+def json_mode() -> bool:
+    """Whether stderr is JSON lines now (progress bars stay off then)."""
+    return isinstance(sys.stderr, JsonLinesStderr)
 
 
 def configure(json: bool | None = None, level: str | None = None) -> None:
@@ -57,6 +201,7 @@ def configure(json: bool | None = None, level: str | None = None) -> None:
     renderer: Any = (
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     )
+    _json_stderr(json)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -66,7 +211,8 @@ def configure(json: bool | None = None, level: str | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level_name, logging.INFO)),
-        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
+        # one write per event (the print logger writes the newline apart)
+        logger_factory=structlog.WriteLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
 

@@ -1,4 +1,5 @@
-"""Rich progress for long work (training steps), silent when not wanted or not a terminal."""
+"""Rich progress for long work (training steps), silent when not wanted or when stderr is JSON
+lines (``--log-json``: a bar is no event a log shipper can read, and the step lines say the same)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from polyrl.logs import json_mode
+
 
 @contextmanager
 def step_progress(total: int, start: int = 0, enabled: bool = True) -> Iterator[Callable[[dict[str, Any]], None]]:
     """Yield ``advance(metrics)``; shows reward and seconds per step beside the bar."""
-    if not enabled:
+    if not enabled or json_mode():
         yield lambda _metrics: None
         return
     console = Console(file=sys.stderr)

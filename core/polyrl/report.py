@@ -57,9 +57,15 @@ SUPERSEDED = {"tokens_per_s": "perf/generate_tokens_per_s", "completion_len_mean
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    """``value`` as a float to draw, None when it is no finite number (an int past float range
+    too: JSON allows any integer, and one in a hand-edited file was a traceback)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 @attrs.frozen

@@ -1,21 +1,41 @@
 """MLflow: a local file store under ``output_dir/mlruns`` (or ``MLFLOW_TRACKING_URI`` when set;
 ``mlflow ui --backend-store-uri output_dir/mlruns`` shows it),
 through a client of its own (no global active run). Completions are a JSON artifact per step,
-``completions/step_<n>.json``, in the column layout ``mlflow.log_table`` writes."""
+``completions/step_<n>.json``, in the column layout ``mlflow.log_table`` writes.
+
+MLflow refuses a whole batch over one name it does not take (``eval/pass@4``, a reward named
+with ``@`` or ``(``, a name past 250 characters), which dropped the tracker at its first step:
+names are mapped to ones it takes (``mlflow_name``), said once each in the log."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from polyrl.logs import get_logger
 from polyrl.strict_json import dumps
 from polyrl.tracking.completions import COLUMNS, cell
 from polyrl.tracking.spec import TrackerContext
 
+log = get_logger("polyrl.tracking")
+
 STORE_DIR = "mlruns"
+#: MLflow's longest metric or param name.
+MAX_NAME_CHARS = 250
+#: What MLflow takes in a name on every platform (its own rule, without the colon Windows refuses).
+_REFUSED = re.compile(r"[^/\w.\- ]")
+
+
+def mlflow_name(name: str) -> str:
+    """``name`` as MLflow takes it: ``@`` read as ``_at_`` (``pass@4`` -> ``pass_at_4``), any other
+    refused character ``_``, cut to ``MAX_NAME_CHARS``, and no empty, ``.`` or ``..`` path part
+    (MLflow refuses a name that a path normalisation would change)."""
+    text = _REFUSED.sub("_", name.replace("@", "_at_"))[:MAX_NAME_CHARS]
+    return "/".join("_" if part in (".", "..") else part for part in text.split("/") if part) or "_"
 
 
 def _flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -25,7 +45,7 @@ def _flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         if isinstance(value, Mapping):
             out.update(_flat_params(value, f"{name}."))
         else:
-            out[name] = json.dumps(value, default=str)[:500]  # MLflow caps a param's length
+            out.setdefault(mlflow_name(name), json.dumps(value, default=str)[:500])  # MLflow caps a value
     return out
 
 
@@ -35,6 +55,8 @@ class MlflowTracker:
         from mlflow.tracking import MlflowClient
 
         self._metric = Metric
+        self._names: dict[str, str | None] = {}  # metric name -> MLflow's (None: taken by another)
+        self._taken: dict[str, str] = {}  # MLflow name -> the metric name that has it
         self.uri = os.environ.get("MLFLOW_TRACKING_URI") or ""
         if not self.uri:
             # MLflow 3 keeps the file store working but asks for an opt-in; its database stores
@@ -49,9 +71,23 @@ class MlflowTracker:
         for i in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(self.run_id, params=params[i:i + 100])
 
+    def _name(self, name: str) -> str | None:
+        """The MLflow name of metric ``name`` (decided once); None when another metric has it."""
+        if name not in self._names:
+            wanted = mlflow_name(name)
+            owner = self._taken.setdefault(wanted, name)
+            self._names[name] = wanted if owner == name else None
+            if owner != name:
+                log.warning("mlflow: metric left out, its MLflow name is another metric's", metric=name,
+                            mlflow_name=wanted, other=owner)
+            elif wanted != name:
+                log.info("mlflow: metric renamed to a name MLflow takes", metric=name, mlflow_name=wanted)
+        return self._names[name]
+
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[self._metric(k, v, now, step) for k, v in metrics.items()])
+        named = ((self._name(k), v) for k, v in metrics.items())
+        self.client.log_batch(self.run_id, metrics=[self._metric(k, v, now, step) for k, v in named if k])
 
     def log_completions(self, records: Sequence[Mapping[str, Any]], step: int) -> None:
         table = {"columns": list(COLUMNS), "data": [[cell(r[c]) for c in COLUMNS] for r in records]}

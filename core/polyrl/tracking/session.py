@@ -13,7 +13,9 @@ turns it off with one warning rather than ending the run.
 
 from __future__ import annotations
 
+import copy
 import math
+import numbers
 import re
 from collections.abc import Mapping, Sequence
 from functools import partial
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import numpy as np
 
 from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe
 from polyrl.errors import ConfigError
@@ -33,14 +36,29 @@ from polyrl.tracking.spec import Tracker, TrackerContext, TrackerSpec
 log = get_logger("polyrl.tracking")
 
 
-def numeric_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
-    """The finite numbers of a step's metrics (booleans as 0/1); trackers take nothing else."""
+def numeric_metrics(metrics: Mapping[str, Any], said: set[str] | None = None) -> dict[str, float]:
+    """The finite numbers of a step's metrics as floats (booleans as 0/1, numpy scalars a backend or
+    reward returned included); trackers take nothing else. A non-finite number or None (a skipped
+    step's loss) is left out silently, as metrics.jsonl writes it ``null``; any other value left out
+    (text, an int past float range) is a warning, once per key when ``said`` keeps the keys told."""
     out = {}
     for key, value in metrics.items():
-        if isinstance(value, (bool, int, float)) and key != "step":
-            number = float(value)
-            if math.isfinite(number):
-                out[valid_text(key)] = number
+        if key == "step" or value is None:
+            continue
+        number = None
+        if isinstance(value, (numbers.Real, np.bool_)):
+            try:
+                number = float(value)
+            except OverflowError:  # an int past float range
+                pass
+        if number is None:
+            if said is None or key not in said:
+                log.warning("metric left out of the trackers: not a number they take (metrics.jsonl keeps it)",
+                            metric=valid_text(str(key)), value=valid_text(repr(value))[:200])
+                if said is not None:
+                    said.add(key)
+        elif math.isfinite(number):
+            out[valid_text(str(key))] = number
     return out
 
 
@@ -81,6 +99,7 @@ class RunTracking:
     _threads: dict[str, Worker] = attrs.field(factory=dict)
     _pending: list[dict[str, Any]] = attrs.field(factory=list)
     _file_ok: bool = True  # False once completions.jsonl could not be written
+    _not_numbers: set[str] = attrs.field(factory=set)  # metric keys already warned about
 
     @property
     def completions_path(self) -> Path:
@@ -134,9 +153,9 @@ class RunTracking:
         records, self._pending = self._pending, []
         if records and self._file_ok:
             self._write_completions(records)
-        numbers = numeric_metrics(metrics)
+        numeric = numeric_metrics(metrics, self._not_numbers)
         for name in list(self.trackers):
-            self._call(name, "log_metrics", numbers, step)
+            self._call(name, "log_metrics", numeric, step)
             if records and name in self.trackers:
                 self._call(name, "log_completions", records, step)
 
@@ -145,9 +164,9 @@ class RunTracking:
         trackers; metrics.jsonl keeps it in the run summary instead."""
         if not self.writer:
             return
-        numbers = numeric_metrics(metrics)
+        numeric = numeric_metrics(metrics, self._not_numbers)
         for name in list(self.trackers):
-            self._call(name, "log_metrics", numbers, step)
+            self._call(name, "log_metrics", numeric, step)
 
     def _write_completions(self, records: list[dict[str, Any]]) -> None:
         try:
@@ -160,6 +179,7 @@ class RunTracking:
 
     def _call(self, name: str, method: str, payload: Any, step: int) -> None:
         tracker = self.trackers[name]
+        payload = copy.deepcopy(payload)  # its own: one that edits what it got must not change the next's
         try:
             self._threads[name].call_blocking(lambda: getattr(tracker, method)(payload, step), self.timeout_s)
         except CallRaised as exc:  # anything it raised, SystemExit included: a tracker never stops training

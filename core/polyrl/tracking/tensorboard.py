@@ -1,5 +1,9 @@
 """TensorBoard: event files under ``output_dir/tensorboard`` written with tensorboard's own writer
-(no torch or TensorFlow needed). Completions go to the Text dashboard as one table per step."""
+(no torch or TensorFlow needed). Completions go to the Text dashboard as one table per step.
+
+Each writer starts with a session-start event at its first step: TensorBoard then hides what the
+folder's earlier files hold from that step on, so after a ``--resume`` (or a fresh start in the
+same output_dir) the curves show this run's steps once, not also the lineage that crashed."""
 
 from __future__ import annotations
 
@@ -20,10 +24,16 @@ class TensorBoardTracker:
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         self._event, self._summary, self._text_pb = event_pb2.Event, summary_pb2.Summary, text_pb
+        self._session_log = event_pb2.SessionLog
+        self._started = False
         self.log_dir = context.output_dir / LOG_DIR
         self._writer = EventFileWriter(str(self.log_dir))
 
     def _add(self, summary: Any, step: int) -> None:
+        if not self._started:  # a restart at ``step``: earlier files' events from it on are stale
+            start = self._session_log(status=self._session_log.START)
+            self._writer.add_event(self._event(wall_time=time.time(), step=step, session_log=start))
+            self._started = True
         self._writer.add_event(self._event(wall_time=time.time(), step=step, summary=summary))
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
