@@ -4,7 +4,6 @@ the trainer decides, direct calls against the numpy formulas where the estimator
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 from polyrl.config import RunConfig
 from polyrl.registry import get_registry
 from polyrl.trainer import Trainer
+from small_runs import small_run_settings
 
 REWARD = """
 def varied(prompts, completions, **kwargs):
@@ -24,20 +24,7 @@ def varied(prompts, completions, **kwargs):
 
 def _settings(tiny_model_dir: str, tmp_path: Path, **sections: Any) -> dict[str, Any]:
     """A 2-step run's config table (2 prompts x 2 samples, 2 new tokens); ``sections`` update it."""
-    (tmp_path / "reward.py").write_text(REWARD)
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"Count to {i}:"}) + "\n" for i in range(8)))
-    data: dict[str, Any] = {
-        "model": {"path": tiny_model_dir},
-        "generation": {"group_size": 2, "max_new_tokens": 2},
-        "optimizer": {"lr": 1e-3},
-        "data": {"path": str(prompts)},
-        "rewards": [{"function": f"{tmp_path / 'reward.py'}:varied"}],
-        "train": {"steps": 2, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")},
-    }
-    for name, values in sections.items():
-        data[name] = values if isinstance(values, list) else {**data.get(name, {}), **values}
-    return data
+    return small_run_settings(tiny_model_dir, tmp_path, REWARD, "varied", steps=2, prompts_per_step=2, **sections)
 
 
 def _config(tiny_model_dir: str, tmp_path: Path, **sections: Any) -> RunConfig:

@@ -3,7 +3,6 @@ Real trainer runs on the tiny Llama (torch): the config rule and the refusal are
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from polyrl.config import RunConfig
 from polyrl.errors import ConfigError, RewardError
 from polyrl.registry import get_registry
 from polyrl.trainer import Trainer
+from small_runs import small_run_settings
 
 REWARDS = """
 def varied(prompts, completions, **kwargs):
@@ -30,20 +30,7 @@ def past_float64(prompts, completions, **kwargs):
 
 
 def _settings(model: str, tmp_path: Path, reward: str = "varied", **sections: Any) -> dict[str, Any]:
-    (tmp_path / "rewards.py").write_text(REWARDS)
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"Count to {i}:"}) + "\n" for i in range(8)))
-    data: dict[str, Any] = {
-        "model": {"path": model},
-        "generation": {"group_size": 2, "max_new_tokens": 2},
-        "optimizer": {"lr": 1e-3},
-        "data": {"path": str(prompts)},
-        "rewards": [{"function": f"{tmp_path / 'rewards.py'}:{reward}"}],
-        "train": {"steps": 1, "prompts_per_step": 4, "threads": 1, "output_dir": str(tmp_path / "run")},
-    }
-    for name, values in sections.items():
-        data[name] = {**data.get(name, {}), **values}
-    return data
+    return small_run_settings(model, tmp_path, REWARDS, reward, steps=1, prompts_per_step=4, **sections)
 
 
 def _torch() -> None:
