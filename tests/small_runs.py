@@ -27,3 +27,20 @@ def small_run_settings(model: str, tmp_path: Path, source: str, reward: str, *, 
     for name, values in sections.items():
         data[name] = values if isinstance(values, list) else {**data.get(name, {}), **values}
     return data
+
+
+def cli_error_line(model: str, tmp_path: Path, extra_toml: str) -> str:
+    """The one ``error:`` line `polyrl train` prints for an arithmetic run on ``model`` whose
+    config ends with ``extra_toml``; the exit status must be 2 and no traceback shown."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "run.toml"
+    config.write_text(f'[model]\npath = "{model}"\n[data]\ntask = "arithmetic"\n'
+                      f'[[rewards]]\nname = "numeric_match"\n{extra_toml}')
+    result = subprocess.run([sys.executable, "-m", "polyrl.cli", "train", str(config), "--no-progress"],
+                            capture_output=True, text=True, timeout=120)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert len(errors) == 1, result.stderr[-2000:]
+    return errors[0]

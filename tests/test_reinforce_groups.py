@@ -3,8 +3,6 @@ Real trainer runs on the tiny Llama (torch): the config rule and the refusal are
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,7 @@ from polyrl.config import RunConfig
 from polyrl.errors import ConfigError, RewardError
 from polyrl.registry import get_registry
 from polyrl.trainer import Trainer
-from small_runs import small_run_settings
+from small_runs import cli_error_line, small_run_settings
 
 REWARDS = """
 def varied(prompts, completions, **kwargs):
@@ -77,15 +75,9 @@ def test_reinforce_with_one_sample_in_the_whole_batch_is_refused(tmp_path):
 
 
 def test_grpo_at_group_size_one_is_one_error_line_from_the_cli(tiny_model_dir, tmp_path):
-    config = tmp_path / "run.toml"
-    config.write_text(f'[model]\npath = "{tiny_model_dir}"\n[data]\ntask = "arithmetic"\n'
-                      '[[rewards]]\nname = "numeric_match"\n[generation]\ngroup_size = 1\n')
-    result = subprocess.run([sys.executable, "-m", "polyrl.cli", "train", str(config), "--no-progress"],
-                            capture_output=True, text=True, timeout=120)
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert len(errors) == 1 and errors[0].startswith("error: generation.group_size: must be >= 2 here, got 1")
-    assert 'algorithm.name = "reinforce"' in errors[0]
+    error = cli_error_line(tiny_model_dir, tmp_path, "[generation]\ngroup_size = 1\n")
+    assert error.startswith("error: generation.group_size: must be >= 2 here, got 1")
+    assert 'algorithm.name = "reinforce"' in error
 
 
 # --- unscaled advantages past float32 ------------------------------------------------------------
