@@ -149,6 +149,21 @@ def test_a_quoted_score_next_to_the_verdict_is_ambiguous_not_a_reward(stub, caps
     np.testing.assert_allclose(judge(stub.base_url, ["c"], cache_path="").per_reward["llm_judge"], [0.7])
 
 
+@pytest.mark.parametrize("reply", [
+    'The response claims "Score: 10/10", but I give it 3/10.',
+    'The response writes {"score": 10} itself. I rate it 2 out of 10.',
+    "It boxes \\boxed{10} as its own grade. Overall: 4/10.",
+])
+def test_a_quoted_verdict_does_not_outrank_the_judges_own_fraction(stub, reply):
+    """The policy's "Score: 10/10", quoted by the judge, used to win over the judge's own "3/10"
+    because labels were read before prose fractions: now both count, and two scores read as none."""
+    stub.reply(reply)
+    result = judge(stub.base_url, ["Score: 10/10"], cache_path="", on_parse_error="skip")
+    assert np.isnan(result.per_reward["llm_judge"]).all()
+    assert parse_score("Score: 7/10. Two of the three steps (2/3) are right.") == pytest.approx(0.7)
+    assert parse_score("Score: 7/10, i.e. 7/10.") == pytest.approx(0.7)
+
+
 def test_a_content_that_is_not_text_is_not_a_score(stub):
     stub.reply((200, chat_body(10)), (200, chat_body({"score": 9})))
     result = judge(stub.base_url, ["a", "b"], cache_path="", on_error="skip")

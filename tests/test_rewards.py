@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from polyrl.errors import ConfigError, RewardError
 from polyrl.hookspecs import hookimpl
 from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry
-from polyrl.rewards.builtin import extract_answer, last_number, normalize_answer
+from polyrl.rewards.builtin import boxed_answers, extract_answer, last_number, normalize_answer
 from polyrl.rewards.combine import RewardComputer
 from polyrl.rewards.functions import function_reward_plugin, load_function_reward
 from polyrl.types import Completion, RewardContext, RewardSpec
@@ -235,6 +236,29 @@ def test_unknown_reward_name_lists_known_ones():
     with pytest.raises(ConfigError, match=r"unknown reward 'numeric_mach'.*exact_match.*numeric_match") as info:
         RewardComputer(get_plugin_manager(entry_points=False), [("numeric_mach", 1.0, {})])
     assert info.value.field == "rewards"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("\\boxed{1} \\boxed{2} \\boxed{42}", 0.0),  # every candidate listed: no reward
+    ("\\boxed{41} no wait, \\boxed{42}", 0.0),  # two different final answers (math-verify: 0)
+    ("So \\boxed{42}. Check: 6*7 = 42, so \\boxed{ 42 }.", 1.0),  # one answer, repeated
+    ("\\boxed{\\boxed{42}}", 1.0),  # a box inside a box is one answer
+    ("\\boxed{7} \\boxed{ and then \\boxed{42}", 0.0),  # an unclosed box hides no earlier box
+])
+def test_exact_match_gives_nothing_for_several_different_boxed_answers(text, expected):
+    assert score([("exact_match", 1.0, {})], [text]).per_reward["exact_match"][0] == expected
+
+
+def test_exact_match_skips_an_empty_answer_instead_of_rewarding_an_empty_completion():
+    rows = [{"prompt": "q", "answer": a} for a in ("", " $ ", "42")]
+    got = score([("exact_match", 1.0, {})], ["", "\\boxed{}", "\\boxed{42}"], rows=rows)
+    assert np.isnan(got.per_reward["exact_match"][:2]).all() and got.per_reward["exact_match"][2] == 1.0
+
+
+def test_boxed_answers_is_linear_on_thousands_of_unclosed_boxes():
+    started = time.perf_counter()
+    assert boxed_answers("\\boxed{" * 100_000 + "\\boxed{3}") == ["3"]
+    assert time.perf_counter() - started < 2.0
 
 
 def test_rows_must_align_with_completions():

@@ -103,7 +103,10 @@ PARSE_TABLE = [
     ("Score: 7/10\nReason: clear.\nScore: 7/10", 10, 0.7),  # the same verdict repeated
     ('{"score": 8}\nScore: 8/10', 10, 0.8),  # the same score, written two ways
     ("Score: 4/5 (so a 4)\nRating: 4", [1, 5], 0.75),
-    ("Score: 2/10. The response calls itself a 10/10.", 10, 0.2),  # prose fractions yield to a verdict
+    # a fraction over the scale's maximum next to a verdict is a second score: whose is whose cannot
+    # be told ("the response claims Score: 10/10, I give it 2/10" is the mirror image)
+    ("Score: 2/10. The response calls itself a 10/10.", 10, None),
+    ("Score: 2/10. Two of three steps (2/3) are wrong.", 10, 0.2),  # other fractions yield to a verdict
     # a score must be a plain decimal number
     ("Score: 1e1/10", 10, None),
     ("Score: 7/1e1", 10, None),

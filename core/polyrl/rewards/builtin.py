@@ -7,7 +7,9 @@ silently ignored). Options:
 ``exact_match``      1.0 when the completion's final answer equals the row's answer, else 0.0.
     ``column`` ("answer"), ``extract`` ("auto" | "last_line" | "full"), ``case_sensitive`` (false).
     How "auto" finds the final answer, first rule that applies:
-    1. the content of the last ``\\boxed{...}`` (braces balanced);
+    1. the content of the last ``\\boxed{...}`` (braces balanced); a completion with several boxes
+       holding different answers ("\\boxed{3} or \\boxed{4}") scores 0, as math-verify (TRL's
+       ``accuracy_reward``) scores it: listing candidates must not pay;
     2. the text after the last "####" (GSM8K), "answer:" or "answer is", up to the end of that line;
     3. the last non-empty line.
     Both sides are then normalised: surrounding whitespace, markdown ``*``/``_``, ``$``, quotes and
@@ -22,7 +24,9 @@ silently ignored). Options:
 ``length_penalty``   ``-scale * max(0, length - target) / target`` (0 within the target).
     ``target`` (required, > 0), ``unit`` ("tokens" | "chars", default "tokens"), ``scale`` (1.0).
 
-A row whose answer cell is None gets score None (no reward), so it is dropped, not punished.
+A row whose answer cell is None gets score None (no reward), so it is dropped, not punished; so does
+an ``exact_match`` answer that is empty after normalising (TRL skips a gold answer it cannot parse):
+else an empty completion would be rewarded as correct.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from polyrl.types import Completion, Prompt, RewardContext, RewardSpec
 
 _MARKER = re.compile(r"####|answer\s*:|answer\s+is\s*:?", re.IGNORECASE)
 _SIGN = r"(?:(?<![\w.])-)?"  # a "-" right after a digit or letter is an operator, not a sign
+_BOX_TOKEN = re.compile(r"\\boxed\{|[{}]")
 _NUMBER = re.compile(_SIGN + r"(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|\.\d+)")
 
 
@@ -59,6 +64,28 @@ def last_boxed(text: str) -> str | None:
             if depth == 0:
                 return text[i:j]
     return None  # unbalanced: ignore the box
+
+
+def boxed_answers(text: str) -> list[str]:
+    """The contents of every outermost balanced ``\\boxed{...}``, in order (one pass: linear even
+    for thousands of unclosed boxes). A box inside another box is part of that box's answer."""
+    stack: list[int] = []  # content start of an open box, or -1 for a plain "{"
+    spans: list[tuple[int, int]] = []
+    for m in _BOX_TOKEN.finditer(text):
+        token = m.group()
+        if token == "}":
+            if stack and (start := stack.pop()) >= 0:
+                spans.append((start, m.start()))
+        else:
+            stack.append(m.end() if token != "{" else -1)
+    spans.sort()
+    out: list[str] = []
+    covered = -1
+    for start, end in spans:
+        if start > covered:
+            out.append(text[start:end])
+            covered = end
+    return out
 
 
 def extract_answer(text: str, mode: str = "auto") -> str:
@@ -138,8 +165,17 @@ def exact_match(completions: Sequence[Completion | str], context: RewardContext)
         if answer is None:
             out.append(None)
             continue
-        got = normalize_answer(extract_answer(completion_text(completion), opts["extract"]), opts["case_sensitive"])
-        out.append(1.0 if got == normalize_answer(str(answer), opts["case_sensitive"]) else 0.0)
+        gold = normalize_answer(str(answer), opts["case_sensitive"])
+        if not gold:
+            out.append(None)
+            continue
+        text = completion_text(completion)
+        if opts["extract"] == "auto" and len(
+                {normalize_answer(box, opts["case_sensitive"]) for box in boxed_answers(text)}) > 1:
+            out.append(0.0)
+            continue
+        got = normalize_answer(extract_answer(text, opts["extract"]), opts["case_sensitive"])
+        out.append(1.0 if got == gold else 0.0)
     return out
 
 

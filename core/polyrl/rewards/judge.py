@@ -64,7 +64,9 @@ Score parsing (``parse_score``): the reply must hold exactly one verdict. The ca
     1. every explicit verdict: a JSON ``"score"`` (or ``"rating"``/``"grade"``) field, possibly
        in a code fence; a labelled score ("Score: 7/10", "rating = 4 out of 5", "**Score:** 8",
        "Rating (0-10): 6"); ``\\boxed{7}``;
-    2. only when there is none, every fraction in the prose: "7/10", "7 out of 10";
+    2. only when there is none, every fraction in the prose: "7/10", "7 out of 10" (next to an
+       explicit verdict, the fractions over the scale's maximum count too: "the response claims
+       Score: 10/10, I give it 3/10" is two scores, not the policy's 10);
     3. only when there is none of those, a reply that is nothing but a number ("7", "7.5.").
     The candidates must all give the same score (the verdict repeated, or written as JSON and as a
     label, is fine). Otherwise the reply is unreadable (``on_parse_error``, logged with the

@@ -239,14 +239,18 @@ def bare_score(text: str) -> Found | None:
     return None
 
 
-def candidates(text: str) -> Candidates:
+def candidates(text: str, scale: tuple[float, float] | None = None) -> Candidates:
     """The scores of the first tier that has any: explicit verdicts (JSON field, label, boxed),
-    else fractions in the prose, else a reply that is only a number."""
+    else fractions in the prose, else a reply that is only a number. Next to explicit verdicts,
+    the prose fractions over the scale's maximum ("3/10" on 0..10) count too: in "the response
+    claims 'Score: 10/10'; I give it 3/10" the label is the policy's, the fraction the judge's."""
     text = strip_think(text)
     explicit = json_scores(text) + labelled_scores(text) + boxed_scores(text)
-    if explicit:
-        return explicit
     fractions = fraction_scores(text)
+    if explicit:
+        if scale is not None:
+            explicit += [f for f in fractions if f is not None and f[1] is not None and math.isclose(f[1], scale[1])]
+        return explicit
     if fractions:
         return fractions
     bare = bare_score(text.strip())
@@ -280,7 +284,7 @@ def read_score(text: Any, scale: tuple[float, float]) -> Reading:
     """The one verdict in the judge's reply ``text`` on ``scale`` (min, max), normalised."""
     if not isinstance(text, str):
         return Reading(None, f"the reply is {type(text).__name__}, not text")
-    found = candidates(text)
+    found = candidates(text, scale)
     if not found:
         return Reading(None, "no score outside <think>" if "think>" in text.lower() else "no score")
     plain = [f for f in found if f is not None]
