@@ -17,6 +17,10 @@ returns in the query's dtype. A bfloat16 sampler's KV cache stays in bfloat16 fo
 (widening it at each step costs less than moving twice the bytes) and is held in float32 for long
 ones, where widening the whole cache at every step costs more (``polyrl_torch.generation``'s
 ``FLOAT32_CACHE_FROM_TOKENS``; ``bench/kv_cache_dtype.py``).
+
+Why eager for some families: SDPA has no soft-cap of the attention scores, and transformers' SDPA
+attention silently ignores a family's ``attn_logit_softcapping`` (Gemma 2: log-probs 0.7 nats off
+the model's on a tiny model), so such models run transformers' eager attention (``needs_eager_attention``).
 """
 
 from __future__ import annotations
@@ -67,3 +71,9 @@ def register_grouped_sdpa() -> str:
     AttentionInterface.register(GROUPED_SDPA, grouped_sdpa)
     AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)
     return GROUPED_SDPA
+
+
+def needs_eager_attention(config: Any) -> bool:
+    """Whether the model soft-caps its attention scores (SDPA cannot) and runs SDPA now."""
+    softcap = getattr(config, "attn_logit_softcapping", None)
+    return bool(softcap) and getattr(config, "_attn_implementation", None) in ("sdpa", GROUPED_SDPA)

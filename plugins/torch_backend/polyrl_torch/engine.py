@@ -22,7 +22,7 @@ from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.types import ALL_LINEAR, EngineConfig, Prompt, TokenPrompt
 from polyrl_torch import distributed, sharding
-from polyrl_torch.attention import register_grouped_sdpa
+from polyrl_torch.attention import needs_eager_attention, register_grouped_sdpa
 from polyrl_torch.devices import resolve_device
 from polyrl_torch.generation_weights import packing_requested
 from polyrl_torch.host_memory import retain_freed_memory, retain_requested
@@ -144,11 +144,14 @@ class TorchEngine:
         extra["trust_remote_code"] = bool(config.trust_remote_code)  # explicit: never on by accident
         self.tokenizer, model = _load_pretrained(
             folder, extra, dtype=self.dtype, attn_implementation=self.options.attn_implementation)
-        if self.device.type == "cpu" and getattr(model.config, "_attn_implementation", None) == "sdpa":
+        if needs_eager_attention(model.config):
+            model.set_attn_implementation("eager")  # SDPA would drop the attention soft-cap: see attention
+        elif self.device.type == "cpu" and getattr(model.config, "_attn_implementation", None) == "sdpa":
             model.set_attn_implementation(register_grouped_sdpa())  # no per-head key/value copies: see attention
         if not shard:
             model.to(self.device)  # FSDP moves each unit's shards itself: the whole model never is
         model.eval()
+        disable_dropout(model)  # before LoRA: the adapters' own dropout is the user's lora.dropout
         model.requires_grad_(config.role == "train" and config.lora is None)
 
         self.lora = config.lora
@@ -216,16 +219,21 @@ class TorchEngine:
         from peft import get_peft_model
 
         names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+        linear = linear_module_names(model)
         missing = [] if lora.all_linear else [t for t in lora.target_modules if t not in names]
         if missing:
-            raise ConfigError(f"LoRA target modules {missing} do not exist in this model",
+            raise ConfigError(f"LoRA target modules {missing} do not exist in this "
+                              f"{getattr(model.config, 'model_type', '?')} model",
                               field="lora.target_modules",
-                              fix='use "all-linear" or module names of the model, e.g. q_proj, v_proj')
+                              fix=f'use "all-linear" or this model\'s linear layers: {", ".join(linear)}')
         peft_config = PeftLoraConfig(
             r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-            target_modules=peft_target_modules(lora), task_type="CAUSAL_LM", bias="none",
+            target_modules=list(linear) if lora.all_linear else peft_target_modules(lora),
+            task_type="CAUSAL_LM", bias="none",
         )
-        return get_peft_model(model, peft_config, adapter_name=ADAPTER)
+        peft_model = get_peft_model(model, peft_config, adapter_name=ADAPTER)
+        refuse_unfoldable_adapters(peft_model, linear)
+        return peft_model
 
     def _eos_ids(self) -> frozenset[int]:
         ids: set[int] = set()
@@ -330,6 +338,48 @@ class TorchEngine:
         return (f"TorchEngine(model={self.config.model!r}, role={self.config.role!r}, "
                 f"device={self.device}, dtype={self.config.dtype}, lora={self.lora is not None}, "
                 f"pid={os.getpid()})")
+
+
+def disable_dropout(model: Any) -> None:
+    """Zero the model's own dropout (GPT-2's config has 0.1 everywhere): the training forward runs
+    in train mode, and with dropout on, the trainer's log-probs of the sampled tokens are another
+    policy's (1.0 nats mean gap to the sampler's on a tiny GPT-2), which the ratio, the KL and the
+    mismatch correction all read as off-policy. ``nn.Dropout`` layers and the float rates attention
+    modules keep (``attention_dropout``, ``attn_pdrop``, ...) are set to 0."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+            continue
+        for name, value in list(vars(module).items()):
+            if "dropout" in name and isinstance(value, float) and value > 0:
+                setattr(module, name, 0.0)
+
+
+def linear_module_names(model: Any) -> list[str]:
+    """Leaf names of the decoder's linear layers (``nn.Linear``, and GPT-2's ``Conv1D``), the output
+    head left out: what "all-linear" adapts. Resolved here rather than by peft, whose "all-linear"
+    also adapts the fused expert tensors of some MoE models (Qwen3-MoE) through parameter wrappers,
+    which polyrl cannot fold into the exported weights (``refuse_unfoldable_adapters``)."""
+    from transformers.pytorch_utils import Conv1D
+
+    head = model.get_output_embeddings()
+    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                   if isinstance(module, (torch.nn.Linear, Conv1D)) and module is not head and name})
+
+
+def refuse_unfoldable_adapters(model: Any, linear: Sequence[str]) -> None:
+    """Every LoRA layer must be peft's ``Linear`` (folded as ``W + scale * B @ A`` for generation,
+    weight export and checkpoints); others (a MoE's fused experts, embeddings) would train an
+    adapter the sampler and every exported weight silently leave out."""
+    from peft.tuners.lora import Linear as LoraLinear
+    from peft.tuners.lora import LoraLayer
+
+    other = sorted({name for name, m in model.named_modules()
+                    if isinstance(m, LoraLayer) and not isinstance(m, LoraLinear)})
+    if other:
+        raise ConfigError(f"LoRA would adapt {other[:3]}, which are not linear layers: the torch backend "
+                          "folds LoRA into linear layers only", field="lora.target_modules",
+                          fix=f"list linear layers only, e.g. {', '.join(linear)}; or train without [lora]")
 
 
 def enable_gradient_checkpointing(model: Any) -> None:

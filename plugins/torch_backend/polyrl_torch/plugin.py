@@ -72,15 +72,28 @@ def _devices() -> tuple[str, ...]:
     return tuple(devices)
 
 
-#: Tested on tiny models by tests/test_architectures.py (the trainer every other backend's
-#: log-probs are measured against); any other model_type transformers loads runs untested.
+_WINDOW = "sliding-window layers: no shared-prompt forward"
+_MOE_LORA = "LoRA adapts the linear layers; the fused experts train with full weights only"
+
+#: Tested on tiny models by tests/test_architectures.py (against MLX: the trainer every other
+#: backend's log-probs are measured against) and tests/test_hf_families.py (torch against the
+#: family's own eager forward); any other model_type transformers loads runs untested, behind a
+#: load-time check that the scorer reproduces the model's logits (``output_head``).
 ARCHITECTURES = {
     **{name: ArchSupport(generate=True, train=True, fast_path=True)
-       for name in ("llama", "mistral", "qwen2", "qwen3", "phi3")},
-    "gemma3_text": ArchSupport(generate=True, train=True, fast_path=False,
-                               notes="sliding-window layers: no shared-prompt forward"),
+       for name in ("llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "gpt_neox", "olmo2", "phi",
+                    "stablelm", "smollm3", "falcon")},
+    "gemma3_text": ArchSupport(generate=True, train=True, fast_path=False, notes=_WINDOW),
+    "gemma2": ArchSupport(generate=True, train=True, fast_path=False,
+                          notes=f"{_WINDOW}; attention soft-cap: eager attention"),
+    "starcoder2": ArchSupport(generate=True, train=True, fast_path=False, notes=_WINDOW),
+    "granite": ArchSupport(generate=True, train=True, fast_path=True, notes="logits / logits_scaling in the scorer"),
+    "cohere": ArchSupport(generate=True, train=True, fast_path=True, notes="logits * logit_scale in the scorer"),
+    "qwen2_moe": ArchSupport(generate=True, train=True, fast_path=True, notes=_MOE_LORA),
+    "qwen3_moe": ArchSupport(generate=True, train=True, fast_path=True, notes=_MOE_LORA),
     "*": ArchSupport(generate=True, train=True,
-                     notes="any transformers AutoModelForCausalLM model_type, untested by polyrl"),
+                     notes="any other transformers AutoModelForCausalLM model_type, untested by polyrl: refused "
+                           "at load when its forward's logits differ from polyrl's scorer"),
 }
 
 CAPABILITIES_BASE: dict[str, Any] = dict(
@@ -115,8 +128,12 @@ def _diagnostics() -> Mapping[str, str]:
 
 def _load(config: EngineConfig) -> Any:
     from polyrl_torch.engine import TorchEngine
+    from polyrl_torch.output_head import check_scorer_matches_model
 
-    return TorchEngine(config)
+    engine = TorchEngine(config)
+    if getattr(engine.causal_lm.config, "model_type", None) not in ARCHITECTURES:
+        check_scorer_matches_model(engine)  # "*": an untested family's forward may transform its logits
+    return engine
 
 
 # --- discovery -----------------------------------------------------------------------------------

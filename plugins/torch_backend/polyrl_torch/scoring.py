@@ -34,6 +34,7 @@ from polyrl.backend_kit.batching import (
 )
 from polyrl.types import TokenSequence
 from polyrl_torch.engine import TorchEngine
+from polyrl_torch.output_head import head_transform
 from polyrl_torch.target_logprobs import target_logprobs
 
 #: Logit elements per chunk (64 MB in float32).
@@ -47,14 +48,17 @@ def _one_step(softcap: float | None, entropy: str) -> bool:
 
 
 def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
-                    temperature: float, softcap: float | None, entropy: str = "none"):
+                    temperature: float, softcap: float | None, entropy: str = "none", scale: float = 1.0):
     """The targets' log-probs; with ``entropy`` "metric" (detached) or "grad" also each row's
-    entropy of the whole next-token distribution."""
+    entropy of the whole next-token distribution. ``scale`` and ``softcap``: the family's own
+    transform of the head's logits (``polyrl_torch.output_head``), applied before the temperature."""
     logits = head(hidden)
-    if _one_step(softcap, entropy):
-        picked, ent = target_logprobs(logits, targets, temperature, with_entropy=entropy == "metric")
+    if _one_step(softcap, entropy):  # a scale alone is a temperature: (x * s) / t = x / (t / s)
+        picked, ent = target_logprobs(logits, targets, temperature / scale, with_entropy=entropy == "metric")
         return picked if entropy == "none" else (picked, ent)
     logits = logits.float()
+    if scale != 1.0:
+        logits = logits * scale
     if softcap:
         logits = torch.tanh(logits / softcap) * softcap
     # dividing by 1.0 would still write (and, under autograd, back-propagate) a whole logits copy
@@ -231,7 +235,8 @@ def _score(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature:
     lengths = [len(s.completion_ids) for s in sequences]
 
     head = lm.get_output_embeddings()
-    softcap = getattr(lm.config, "final_logit_softcapping", None)
+    transform = head_transform(lm.config)
+    softcap = transform.softcap
     chunk = max(1, CHUNK_ELEMENTS // head.weight.shape[0])
     # under autograd each chunk keeps its logits for backward (as computed: 2 bytes each under
     # bfloat16 mixed precision; the softcap / entropy-gradient path keeps float32 logits and
@@ -242,7 +247,8 @@ def _score(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature:
     recompute = torch.is_grad_enabled() and kept_mb > cap_mb
     pieces, ent_pieces = [], []
     for start in range(0, selected.shape[0], chunk):
-        args = (head, selected[start:start + chunk], target[start:start + chunk], temperature, softcap, entropy)
+        args = (head, selected[start:start + chunk], target[start:start + chunk], temperature, softcap, entropy,
+                transform.scale)
         out = checkpoint(_chunk_logprobs, *args, use_reentrant=False) if recompute else _chunk_logprobs(*args)
         if entropy == "none":
             pieces.append(out)

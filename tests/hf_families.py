@@ -1,0 +1,67 @@
+"""Tiny random models of decoder families beyond the Llama-like ones, built with transformers' own
+config classes (``AutoConfig.for_model``) and the tiny Llama's tokenizer.
+
+Test helper (no hub here). Each config keeps the family's quirk at a strength a backend that drops
+it cannot hide: Gemma 2's attention and final soft-caps and 8-token sliding window, Granite's
+embedding/residual/attention/logit multipliers, Cohere's logit scale, GPT-2's Conv1D layers,
+learned positions and 0.1 dropout, partial rotary embeddings (GPT-NeoX, Phi-2, StableLM), Qwen2-
+and Qwen3-MoE's routed (and shared) experts, SmolLM3's layers without RoPE, Starcoder2's sliding
+window, Falcon's fused query_key_value.
+``initializer_range`` 0.2 (not HF's 0.02) so the next-token distributions are far from uniform.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from polyrl.testing.tiny_model import build_tiny_llama
+
+_ATTENTION = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                  max_position_embeddings=1024)
+_GQA = dict(_ATTENTION, num_key_value_heads=2)
+
+#: model_type -> the config values of its tiny model (beyond vocabulary and special ids).
+FAMILIES: dict[str, dict[str, Any]] = {
+    "gpt2": dict(n_embd=64, n_layer=2, n_head=4, n_positions=1024, n_inner=128),
+    "gpt_neox": dict(_ATTENTION, rotary_pct=0.25, tie_word_embeddings=False),
+    "gemma2": dict(_GQA, head_dim=16, sliding_window=8, attn_logit_softcapping=5.0,
+                   final_logit_softcapping=3.0, query_pre_attn_scalar=16),
+    "olmo2": dict(_GQA),
+    "granite": dict(_GQA, embedding_multiplier=12.0, residual_multiplier=0.22, logits_scaling=8.0,
+                    attention_multiplier=0.1),
+    "qwen3_moe": dict(_GQA, head_dim=16, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+                      decoder_sparse_step=1, use_sliding_window=False),
+    "qwen2_moe": dict(_GQA, moe_intermediate_size=32, shared_expert_intermediate_size=64, num_experts=4,
+                      num_experts_per_tok=2, decoder_sparse_step=1, use_sliding_window=False),
+    "cohere": dict(_GQA, logit_scale=0.25),
+    "phi": dict(_ATTENTION, partial_rotary_factor=0.5),
+    "stablelm": dict(_GQA, partial_rotary_factor=0.25),
+    "smollm3": dict(_GQA, num_hidden_layers=4, no_rope_layer_interval=2),
+    "starcoder2": dict(_GQA, sliding_window=8),
+    "falcon": dict(_ATTENTION),
+}
+
+
+def build_family_model(model_type: str, dst: Path, seed: int = 0) -> str:
+    """Write (once) a tiny random ``model_type`` model with the tiny Llama's tokenizer to ``dst``."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if (dst / "config.json").exists():
+        return str(dst)
+    tokenizer_dir = Path(build_tiny_llama(dst.parent / "tokenizer-source"))
+    vocab = json.loads((tokenizer_dir / "config.json").read_text())["vocab_size"]
+    config = AutoConfig.for_model(model_type, vocab_size=vocab, bos_token_id=0, eos_token_id=2, pad_token_id=3,
+                                  initializer_range=0.2, **FAMILIES[model_type])
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    tmp = dst.with_name(dst.name + ".tmp")
+    model.save_pretrained(tmp)
+    for f in tokenizer_dir.iterdir():
+        if f.is_file() and f.name.startswith(("tokenizer", "special_tokens")):
+            shutil.copy(f, tmp / f.name)
+    tmp.rename(dst)
+    return str(dst)
