@@ -18,6 +18,7 @@ import attrs
 from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig, check_given_keys_act
 from polyrl.configtools import build, unknown_key_fix
 from polyrl.errors import ConfigError
+from polyrl.rewards import isolation as reward_isolation
 from polyrl.trl_names import trl_fix
 from polyrl.types import LoraConfig, OptimizerConfig, SamplingParams, as_lora_config
 from polyrl.validators import check_depth, check_record
@@ -168,6 +169,9 @@ class RewardSection:
     weight: float = 1.0
     options: dict[str, Any] = attrs.field(factory=dict)
     timeout_s: float = 600.0  # one call's limit; a stuck reward is an error, not a hung run
+    #: where a function reward's calls run: a reward thread, or a forked child killed at the
+    #: limit; "auto": a child for math-verify rewards (polyrl.rewards.isolation says why)
+    isolation: str = "auto"
 
     def __attrs_post_init__(self) -> None:
         if (self.name is None) == (self.function is None):
@@ -175,6 +179,11 @@ class RewardSection:
                 "each [[rewards]] entry needs exactly one of name or function", field="rewards",
                 fix='e.g. name = "numeric_match" or function = "my_rewards:score"',
             )
+        reward_isolation.check(self.isolation, field="isolation")
+        if self.name is not None and self.isolation != "auto":
+            raise ConfigError(f"isolation applies to function rewards only, not to the registered reward "
+                              f"{self.name!r}", field="isolation",
+                              fix="remove it (a registered reward runs on a reward thread), or use function = ...")
 
     @property
     def label(self) -> str:

@@ -134,6 +134,9 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "weight": "weight in the weighted sum of rewards",
         "options": "reward options (e.g. the judge's `base_url`, `model`, `rubric`)",
         "timeout_s": "seconds one call may take; longer is an error naming the reward",
+        "isolation": "function rewards: `thread` (a reward thread), `process` (each call in a forked child, killed "
+                     "at `timeout_s`; POSIX) or `auto`: `process` for math-verify rewards (TRL's "
+                     "`accuracy_reward`), else `thread`",
     },
     "train": {
         "steps": "optimizer steps (rollout batches when num_iterations = 1)",

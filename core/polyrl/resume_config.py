@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from polyrl.config import RunConfig
+from polyrl.config import RewardSection, RunConfig
 from polyrl.errors import ConfigError
 
 #: Fields a resumed run takes from its new config (prefix match on the dotted name).
@@ -83,6 +83,19 @@ def _added_at_default(change: tuple[str, Any, Any], saved: dict[str, Any], confi
     return bool(_plain(default) == current)
 
 
+def _reward_defaults(saved: dict[str, Any]) -> dict[str, Any]:
+    """``saved`` with each ``[[rewards]]`` entry given the defaults of the keys its version did not
+    have (``isolation``...), as ``_added_at_default`` does for a section's keys: a checkpoint
+    written before a key existed resumes when the key is left at its default."""
+    entries = saved.get("rewards")
+    if not isinstance(entries, list):
+        return saved
+    defaults = {f.name: _plain(f.default) for f in attrs.fields(RewardSection)
+                if f.default is not attrs.NOTHING and not isinstance(f.default, attrs.Factory)}  # type: ignore[arg-type]
+    filled = [{**defaults, **entry} if isinstance(entry, dict) else entry for entry in entries]
+    return {**saved, "rewards": filled}
+
+
 def describe(change: tuple[str, Any, Any]) -> str:
     field, old, new = change
     return f"{field} {old!r} -> {new!r}"
@@ -92,7 +105,7 @@ def check(saved: dict[str, Any] | None, config: RunConfig, weights_only: bool) -
     """The changes to log as applied; raises ``ConfigError`` naming every refused change."""
     if not saved:
         return []
-    found = [c for c in changes(saved, snapshot(config)) if not _added_at_default(c, saved, config)]
+    found = [c for c in changes(_reward_defaults(saved), snapshot(config)) if not _added_at_default(c, saved, config)]
     refused = [c for c in found if not weights_only and not _is_applied(c[0])]
     if refused:
         first = refused[0][0]

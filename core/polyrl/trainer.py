@@ -153,8 +153,9 @@ class Trainer:
         self.lock = OutputDirLock(self.output_dir)
         self._resumed = False
         function_plugins = [
-            load_function_reward(r.function, name=r.label) for r in config.rewards if r.function
+            load_function_reward(r.function, name=r.label, isolation=r.isolation) for r in config.rewards if r.function
         ]
+        self._reward_codes = [reward_code(p.fn) for p in function_plugins]  # as loaded: compared across ranks
         self.registry = Registry(get_plugin_manager(extra=(*extra_plugins, *function_plugins)))
         self.config = config = choose_generate_backend(config, self.registry)
         self.dataset, self.eval_dataset = self._datasets()

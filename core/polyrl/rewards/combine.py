@@ -19,7 +19,10 @@ the same latency for each).
 Every call runs on a reward thread (``polyrl.rewards.guard``) with a time limit per reward
 (``timeouts``, default ``DEFAULT_TIMEOUT_S``) and gives up on a stop request (``should_stop``), so
 a reward that hangs, calls ``sys.exit`` or ``os._exit`` becomes one ``RewardError`` naming it (or
-``RewardCancelled`` on a stop) instead of a hung or silently ended trainer. Function rewards'
+``RewardCancelled`` on a stop) instead of a hung or silently ended trainer. A function reward whose
+``isolation`` is ``"process"`` (``polyrl.rewards.isolation``; the default for math-verify rewards)
+runs each call in a forked child instead (``polyrl.rewards.forked``), killed at the time limit or
+the stop, and never joins the async rewards' event loop. Function rewards'
 signatures are checked against the dataset's ``columns`` at construction, and so are the options of
 each reward whose plugin defines ``check_options`` (given ``columns`` too when it takes them).
 
@@ -45,8 +48,8 @@ import numpy as np
 from polyrl.errors import ConfigError, PolyrlError, RewardError
 from polyrl.logs import get_logger
 from polyrl.plugins import PolyrlPluginManager
-from polyrl.rewards import guard
-from polyrl.rewards.functions import run_coroutine
+from polyrl.rewards import forked, guard
+from polyrl.rewards.functions import FunctionReward, run_coroutine
 from polyrl.types import Completion, Prompt, RewardContext, RewardSpec
 
 RewardRequest = tuple[str, float, Mapping[str, Any]]
@@ -243,10 +246,16 @@ class RewardComputer:
     def _timeout(self, provider: _Provider) -> float:
         return min(self.timeouts[name] for name in provider.names)
 
+    @staticmethod
+    def _in_process(provider: _Provider) -> bool:
+        """A function reward configured (or resolved) to ``isolation = "process"``."""
+        return isinstance(provider.plugin, FunctionReward) and provider.plugin.isolation == "process"
+
     def _call_sync(self, provider: _Provider, args: tuple[Any, ...]) -> tuple[Any, float]:
         t0 = time.perf_counter()
+        call = forked.call_forked if self._in_process(provider) else guard.call_guarded
         try:
-            answer = guard.call_guarded(
+            answer = call(
                 lambda: provider.function(prompts=args[0], completions=args[1], context=args[2]),
                 label=self._label(provider), timeout_s=self._timeout(provider), should_stop=self.should_stop)
         except guard.RewardCallFailed as failed:
@@ -272,10 +281,10 @@ class RewardComputer:
                           "from the config")
 
     def _timed_out(self, provider: _Provider) -> RewardError:
+        fate = ("its process was killed" if self._in_process(provider) else "was abandoned (a thread cannot "
+                "be killed: its work may go on in the background until the trainer exits)")
         return self._fail(
-            provider, self._label(provider),
-            f"did not answer within {self._timeout(provider):g} s and was abandoned (a thread cannot be "
-            "killed: its work may go on in the background until the trainer exits)",
+            provider, self._label(provider), f"did not answer within {self._timeout(provider):g} s and {fate}",
             "find why it hangs (a loop, a request without a timeout), or raise timeout_s in its [[rewards]] "
             "entry")
 
@@ -388,7 +397,8 @@ class RewardComputer:
         pending: list[tuple[_Provider, tuple[Any, ...]]] = []
         for provider in self._providers:
             args = (list(prompts), list(completions), self._context(provider, context, completions))
-            if getattr(provider.plugin, "is_async", False) and hasattr(provider.plugin, "await_reward"):
+            if (getattr(provider.plugin, "is_async", False) and hasattr(provider.plugin, "await_reward")
+                    and not self._in_process(provider)):
                 pending.append((provider, args))
             else:
                 answers[id(provider)] = self._call_sync(provider, args)

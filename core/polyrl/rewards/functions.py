@@ -30,6 +30,11 @@ guessing which argument a positional name means could bind the wrong values sile
 Async functions run on an event loop; ``RewardComputer`` runs all async rewards of a step
 concurrently (``await_reward``), so I/O-bound judges overlap.
 
+``isolation`` (``[[rewards]] isolation``, ``polyrl.rewards.isolation``) says where the calls run:
+on a reward thread, or each call in a forked child that is killed at the time limit (the default
+for math-verify rewards such as TRL's ``accuracy_reward``, whose time limits need a main thread).
+A reward that holds torch/GPU state or changes its own state across calls must stay on the thread.
+
 Load one from a spec string: ``"package.module:function"`` or ``"path/to/file.py:function"``.
 """
 
@@ -54,6 +59,7 @@ from polyrl.errors import ConfigError, RewardError
 from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
 from polyrl.rewards import guard
+from polyrl.rewards.isolation import resolve as resolve_isolation
 from polyrl.rewards.trl_compat import (NOT_PASSED_COLUMNS, TrainerState, accepted_arguments, as_score_list,
                                       callable_name, check_binding, is_async_callable, private_copy,
                                       trl_completion)
@@ -123,10 +129,13 @@ class _CallLog:
 class FunctionReward:
     """A reward plugin wrapping one callable; register it with ``get_plugin_manager(extra=...)``."""
 
-    def __init__(self, fn: Callable[..., Any], name: str | None = None, origin: str | None = None) -> None:
+    def __init__(self, fn: Callable[..., Any], name: str | None = None, origin: str | None = None,
+                 isolation: str = "auto") -> None:
         if not callable(fn):
             raise ConfigError(f"{fn!r} is not callable", field="rewards.function",
                               fix="point at a function taking (completions, **kwargs), as for TRL")
+        #: "thread" or "process" ("auto" resolved): how ``RewardComputer`` runs each call
+        self.isolation = resolve_isolation(fn, isolation)
         self.fn = fn
         self.name = name or callable_name(fn)
         self.origin = origin or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', self.name)}"
@@ -227,9 +236,10 @@ async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
 
-def function_reward_plugin(fn: Callable[..., Any], name: str | None = None) -> FunctionReward:
+def function_reward_plugin(fn: Callable[..., Any], name: str | None = None,
+                           isolation: str = "auto") -> FunctionReward:
     """Wrap ``fn`` as a reward plugin named ``name`` (default: the function's ``__name__``)."""
-    return FunctionReward(fn, name=name)
+    return FunctionReward(fn, name=name, isolation=isolation)
 
 
 def _import_file(path: Path, spec: str, field: str = "rewards.function") -> Any:
@@ -267,8 +277,9 @@ def _import_module(name: str, spec: str, field: str = "rewards.function") -> Any
                           fix="fix the error in that module") from exc
 
 
-def load_function_reward(spec: str, name: str | None = None) -> FunctionReward:
-    """Load ``"package.module:function"`` or ``"path/to/file.py:function"`` as a reward plugin."""
+def load_function_reward(spec: str, name: str | None = None, isolation: str = "auto") -> FunctionReward:
+    """Load ``"package.module:function"`` or ``"path/to/file.py:function"`` as a reward plugin
+    (``isolation``: the ``[[rewards]]`` entry's, see ``polyrl.rewards.isolation``)."""
     if not isinstance(spec, str) or ":" not in spec or spec.endswith(":"):
         raise ConfigError(f"reward function spec {spec!r} has no ':function' part", field="rewards.function",
                           fix='write "package.module:function" or "path/to/file.py:function"')
@@ -285,4 +296,4 @@ def load_function_reward(spec: str, name: str | None = None) -> FunctionReward:
     if not callable(fn):
         raise ConfigError(f"{spec!r} is a {type(fn).__name__}, not a function", field="rewards.function",
                           fix="point at a function taking (completions, **kwargs), as for TRL")
-    return FunctionReward(fn, name=name or attr.rsplit(".", 1)[-1], origin=spec)
+    return FunctionReward(fn, name=name or attr.rsplit(".", 1)[-1], origin=spec, isolation=isolation)

@@ -9,7 +9,9 @@ arguments copied, and the ``log_metric`` callbacks relayed back. A thread runs a
 TRL runs it. The price: a thread cannot be killed, so one that times out or is cancelled is
 *abandoned*: it keeps running in the background (a daemon: it does not keep the process alive)
 while the trainer raises, checkpoints and exits. Reward code that is expected to hang in C or to
-kill its own process should isolate itself (``code_tests`` runs samples in a sandboxed process).
+kill its own process should isolate itself (``code_tests`` runs samples in a sandboxed process),
+or run in a forked child that can be killed (``[[rewards]] isolation = "process"``:
+``polyrl.rewards.forked``, where the same timeout and stop rules apply).
 
 ``sys.exit`` in a reward raises ``SystemExit`` in its thread, which is caught and reported.
 ``os._exit`` would end the whole process at once (exit code as given, no checkpoint), so while
@@ -24,7 +26,7 @@ import posix
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from polyrl.errors import PolyrlError
 
@@ -62,6 +64,11 @@ class RewardCallFailed(Exception):
 def _guarded_exit(code: int) -> None:
     if os.getpid() == _OWNER_PID and threading.get_ident() in _reward_threads:
         raise RewardExit(code)
+    _REAL_EXIT(code)
+
+
+def real_exit(code: int) -> NoReturn:
+    """``os._exit`` itself, guard or not (a forked reward child ends with it)."""
     _REAL_EXIT(code)
 
 

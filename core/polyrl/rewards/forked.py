@@ -1,0 +1,222 @@
+"""Running one reward call in a forked child that can be killed (``[[rewards]] isolation = "process"``).
+
+Why: a reward thread (``polyrl.rewards.guard``) cannot be killed, and Python allows
+``signal.alarm`` only on the main thread, so TRL's ``accuracy_reward`` switches math-verify's time
+limits off there: one completion like ``\\boxed{(10^{10})!}`` keeps sympy busy until the reward's
+``timeout_s`` and stops the run. A child made with ``os.fork()`` has the forking thread as its
+main thread (CPython makes it so), so math-verify's limits work as under TRL; and a child can be
+killed, so nothing keeps running after a timeout or a stop.
+
+Why ``fork`` and not ``multiprocessing``: the child inherits the function and its arguments, so
+closures, lambdas and objects that cannot be pickled work as on a thread; only the result (the
+reward hook's answer: scores, plus what ``log_metric``/``log_extra`` reported) comes back, pickled,
+over a pipe. The price of fork: the child works on a copy of the process, so a reward that keeps
+state across calls loses each call's changes, and one that holds torch/GPU state or runs OpenMP
+code must stay on a thread (CUDA cannot be used after fork, and OpenMP after fork can deadlock).
+POSIX only (``FORK_AVAILABLE``).
+
+The child runs in its own process group (a terminal's Ctrl-C reaches the trainer only, which
+decides, as for a thread: 5 s of grace, then the child is killed) and the whole group is killed
+with SIGKILL on a timeout or a stop, then reaped; on Linux the child is also killed if the trainer
+itself dies while it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import selectors
+import signal
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from polyrl.rewards import guard
+
+FORK_AVAILABLE = hasattr(os, "fork")
+
+_CHUNK = 1 << 16
+
+
+class RewardProcessFailed(Exception):
+    """The reward's child process ended without a usable answer (killed by a signal, or garbage)."""
+
+
+def call_forked(fn: Callable[[], Any], *, label: str, timeout_s: float,
+                should_stop: Callable[[], bool] = lambda: False, poll_s: float = 0.05,
+                stop_grace_s: float | None = None) -> Any:
+    """``fn()`` in a forked child; its (picklable) result, or the errors of ``guard.call_guarded``:
+
+    RewardCallFailed  it raised, exited (``sys.exit``/``os._exit``), crashed or sent garbage
+    RewardTimedOut    it ran longer than ``timeout_s`` (the child was killed)
+    RewardCancelled   ``should_stop()`` was true for ``stop_grace_s`` while it ran (killed)
+    """
+    grace = guard.STOP_GRACE_S if stop_grace_s is None else stop_grace_s
+    for stream in (sys.stdout, sys.stderr):  # else the child's exit would write the parent's buffer again
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed or odd stream is not this call's problem
+            pass
+    parent = os.getpid()
+    read_fd, write_fd = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12 warns on fork in a threaded process: the child execs nothing
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        _child(fn, write_fd, parent)
+    os.close(write_fd)
+    try:
+        os.setpgid(pid, pid)  # also done by the child: whichever runs first
+    except OSError:
+        pass
+    status: int | None = None
+    try:
+        data, status = _wait(pid, read_fd, label, timeout_s, should_stop, poll_s, grace)
+    finally:
+        os.close(read_fd)
+        if status is None:
+            _kill(pid)
+    return _answer(data, status)
+
+
+def _wait(pid: int, fd: int, label: str, timeout_s: float, should_stop: Callable[[], bool],
+          poll_s: float, grace: float) -> tuple[bytes, int]:
+    """The child's bytes and wait status, reading as it writes (a large answer fills the pipe)."""
+    chunks: list[bytes] = []
+    eof = False
+    start = time.monotonic()
+    stop_seen: float | None = None
+    with selectors.DefaultSelector() as selector:  # not select.select: an fd past 1023 is fine
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            if eof:
+                time.sleep(poll_s)
+            elif selector.select(poll_s):
+                chunk = os.read(fd, _CHUNK)
+                chunks.append(chunk)
+                eof = not chunk
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                while not eof and selector.select(0):  # the rest (a process it started may hold the pipe)
+                    chunk = os.read(fd, _CHUNK)
+                    chunks.append(chunk)
+                    eof = not chunk
+                return b"".join(chunks), status
+            now = time.monotonic()
+            if stop_seen is None and should_stop():
+                stop_seen = now
+            if stop_seen is not None and now - stop_seen >= grace:
+                raise guard.RewardCancelled(f"stop requested while reward {label!r} was running (its "
+                                            "process was killed)")
+            if now - start > timeout_s:
+                raise guard.RewardTimedOut(label)
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL the child's process group (the child alone if it has none yet), then reap it."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _answer(data: bytes, status: int) -> Any:
+    if not data:
+        if os.WIFSIGNALED(status):
+            number = os.WTERMSIG(status)
+            try:
+                name = signal.Signals(number).name
+            except ValueError:
+                name = str(number)
+            raise guard.RewardCallFailed(RewardProcessFailed(f"its process was killed by {name} before it "
+                                                             "answered"))
+        raise guard.RewardCallFailed(guard.RewardExit(os.waitstatus_to_exitcode(status)))
+    try:
+        kind, *rest = pickle.loads(data)
+    except Exception as exc:  # noqa: BLE001 - anything unreadable is the reward's error
+        raise guard.RewardCallFailed(RewardProcessFailed(
+            f"its process sent back {len(data)} unreadable bytes ({type(exc).__name__})")) from None
+    if kind == "ok" and len(rest) == 1:
+        return rest[0]
+    if kind == "raised" and len(rest) == 3:
+        raise guard.RewardCallFailed(_exception(*rest))
+    raise guard.RewardCallFailed(RewardProcessFailed(f"its process sent back an unknown answer {kind!r}"))
+
+
+def _exception(type_name: Any, text: Any, pickled: Any) -> BaseException:
+    """What the child raised: the exception itself when it pickles both ways, else one of the same
+    name and message (the error line names it as the thread path would)."""
+    if isinstance(pickled, bytes):
+        try:
+            exc = pickle.loads(pickled)
+        except Exception:  # noqa: BLE001 - e.g. an exception class whose __init__ takes other arguments
+            exc = None
+        if isinstance(exc, BaseException):
+            return exc
+    return type(str(type_name), (Exception,), {})(str(text))
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: the kernel SIGKILLs this child when the thread that forked it ends (a trainer that
+    is killed itself leaves no reward running). Elsewhere the parent's kill on timeout/stop is all."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort: no libc prctl to call
+        return
+    if os.getppid() != parent:  # it died before the prctl took hold
+        guard.real_exit(1)
+
+
+def _child(fn: Callable[[], Any], fd: int, parent: int) -> NoReturn:
+    """Run ``fn`` on this (the child's main) thread, send its answer, exit without cleanup."""
+    code = 0
+    try:
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
+        _die_with_parent(parent)
+        try:
+            payload: tuple[Any, ...] = ("ok", fn())
+        except BaseException as exc:  # noqa: BLE001 - sent to the parent, which reports it
+            payload = _raised(exc)
+        try:
+            data = pickle.dumps(payload)
+        except Exception as exc:  # noqa: BLE001 - the answer holds something that cannot be sent
+            data = pickle.dumps(_raised(RewardProcessFailed(
+                f"its answer could not be sent back ({type(exc).__name__}: {exc})")))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        for stream in (sys.stdout, sys.stderr):  # what the reward printed
+            stream.flush()
+    except BaseException:  # noqa: BLE001 - the parent sees no answer: an error naming the exit code
+        code = 70
+    finally:
+        guard.real_exit(code)
+
+
+def _raised(exc: BaseException) -> tuple[str, str, str, bytes | None]:
+    try:
+        pickled: bytes | None = pickle.dumps(exc)
+    except Exception:  # noqa: BLE001 - sent by name and message instead
+        pickled = None
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001
+        text = repr(type(exc))
+    return "raised", type(exc).__name__, text, pickled

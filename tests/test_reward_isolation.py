@@ -1,0 +1,378 @@
+"""``[[rewards]] isolation``: a function reward's calls in a forked child that is killed at the limit.
+
+The math tests run TRL's own ``accuracy_reward`` (math-verify, sympy) in a real forked child: on a
+reward thread its time limits are off and ``\\boxed{(10^{10})!}`` runs until ``timeout_s``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from polyrl import resume_config
+from polyrl.config import RunConfig
+from polyrl.errors import ConfigError, RewardError
+from polyrl.plugins import get_plugin_manager
+from polyrl.rewards import guard, isolation
+from polyrl.rewards.combine import RewardComputer
+from polyrl.rewards.functions import FunctionReward, function_reward_plugin, load_function_reward
+from polyrl.rewards.guard import RewardCancelled
+from polyrl.types import Completion, RewardContext
+
+from small_runs import cli_error_line
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="process isolation needs os.fork")
+
+CHAT = [{"role": "user", "content": "What is 2 + 2?"}]
+
+
+def computer_for(plugins, timeout_s=30.0, should_stop=None, columns=("prompt", "solution")):
+    return RewardComputer(get_plugin_manager(extra=plugins, entry_points=False),
+                          [(p.name, 1.0, {}) for p in plugins], columns=columns,
+                          timeouts={p.name: timeout_s for p in plugins}, should_stop=should_stop)
+
+
+def score(computer, texts, solution="4"):
+    rows = [{"prompt": CHAT, "solution": solution} for _ in texts]
+    comps = [Completion(0, [1], [7], [0.0], text=t) for t in texts]
+    context = RewardContext(rows=rows, wanted=tuple(computer.names), completion_ids=[[7] for _ in texts])
+    return computer([r["prompt"] for r in rows], comps, context)
+
+
+def assert_reaped(pid: int) -> None:
+    with pytest.raises(ChildProcessError):  # not a child of ours any more: reaped
+        os.waitpid(pid, os.WNOHANG)
+    with pytest.raises(ProcessLookupError):  # and gone
+        os.kill(pid, 0)
+
+
+def reward_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("polyrl-")]
+
+
+@pytest.fixture()
+def forks(monkeypatch):
+    """The pids of the children ``os.fork`` made during the test (the real fork, recorded)."""
+    made: list[int] = []
+    real_fork = os.fork
+
+    def fork() -> int:
+        pid = real_fork()
+        if pid:
+            made.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork)
+    return made
+
+
+# --- TRL's accuracy_reward: math-verify's own limits work in the child -------------------------------
+
+
+@pytest.mark.parametrize("bomb", [r"\boxed{(10^{10})!}", r"\boxed{2^{2^{64}}}"])
+def test_a_sympy_bomb_scores_zero_in_seconds_and_leaves_nothing_behind(bomb, forks):
+    pytest.importorskip("math_verify")
+    from trl.rewards import accuracy_reward
+
+    plugin = function_reward_plugin(accuracy_reward)
+    assert plugin.isolation == "process"  # "auto" for a math-verify reward
+    before = reward_threads()
+    t0 = time.monotonic()
+    res = score(computer_for([plugin], timeout_s=30.0), [bomb, r"\boxed{4}"])
+    assert time.monotonic() - t0 < 15  # math-verify's 5 s verify limit, not the reward's 30 s
+    np.testing.assert_array_equal(res.per_reward["accuracy_reward"], [0.0, 1.0])
+    assert res.extra["answer_parsed"][1] != "[unparseable]"  # log_extra came back from the child
+    assert len(forks) == 1
+    assert_reaped(forks[0])
+    assert reward_threads() == before
+
+
+def test_auto_picks_a_child_for_math_verify_rewards_only():
+    pytest.importorskip("math_verify")
+    from trl.rewards import (accuracy_reward, get_cosine_scaled_reward, reasoning_accuracy_reward,
+                             think_format_reward)
+
+    def mine(completions, **kwargs):
+        return accuracy_reward(completions, **kwargs)
+
+    for fn in (accuracy_reward, reasoning_accuracy_reward, get_cosine_scaled_reward(100),
+               functools.partial(accuracy_reward, log_extra=None)):
+        assert isolation.resolve(fn, "auto") == "process", fn
+    for fn in (think_format_reward, mine, len):
+        assert isolation.resolve(fn, "auto") == "thread", fn
+    assert load_function_reward("trl.rewards:accuracy_reward").isolation == "process"
+    assert load_function_reward("trl.rewards:accuracy_reward", isolation="thread").isolation == "thread"
+
+
+# --- timeouts and stops kill the child -----------------------------------------------------------
+
+
+def sleeper(pid_file: Path):
+    def sleeps_forever(completions, **kwargs):
+        pid_file.write_text(str(os.getpid()))
+        while True:
+            time.sleep(1)
+    return sleeps_forever
+
+
+def test_a_reward_that_never_answers_is_killed_at_its_timeout(tmp_path):
+    pid_file = tmp_path / "pid"
+    plugin = function_reward_plugin(sleeper(pid_file), isolation="process")
+    t0 = time.monotonic()
+    with pytest.raises(RewardError, match=r"within 1 s and its process was killed"):
+        score(computer_for([plugin], timeout_s=1.0), ["a", "b"])
+    assert time.monotonic() - t0 < 5
+    pid = int(pid_file.read_text())
+    assert pid != os.getpid()
+    assert_reaped(pid)
+
+
+def test_a_stop_request_kills_the_child_after_the_grace(tmp_path, monkeypatch):
+    monkeypatch.setattr(guard, "STOP_GRACE_S", 0.2)
+    pid_file = tmp_path / "pid"
+    plugin = function_reward_plugin(sleeper(pid_file), isolation="process")
+    with pytest.raises(RewardCancelled, match="its process was killed"):
+        score(computer_for([plugin], timeout_s=60.0, should_stop=lambda: pid_file.exists()), ["a"])
+    assert_reaped(int(pid_file.read_text()))
+
+
+ORPHAN = """
+import os, sys, time
+from polyrl.rewards.forked import call_forked
+
+def sleeps(path=sys.argv[1]):
+    open(path + ".tmp", "w").write(str(os.getpid()))
+    os.replace(path + ".tmp", path)
+    while True:
+        time.sleep(1)
+
+call_forked(sleeps, label="sleeps", timeout_s=60)
+"""
+
+
+def dead(pid: int) -> bool:
+    try:
+        return "\tZ" in Path(f"/proc/{pid}/status").read_text()  # a zombie is dead, awaiting its reaper
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_trainer_killed_outright_leaves_no_reward_child_running(tmp_path):
+    import subprocess
+
+    pid_file = tmp_path / "pid"
+    trainer = subprocess.Popen([sys.executable, "-c", ORPHAN, str(pid_file)])
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        assert not dead(child)
+    finally:
+        trainer.kill()
+        trainer.wait()
+    deadline = time.monotonic() + 5
+    while not dead(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert dead(child)
+
+
+# --- the child runs any function the thread runs, with the same answer and the same errors ------------
+
+
+def closure_rewards():
+    bonus = 0.25  # captured: a closure cannot be pickled, and need not be
+
+    def closure(completions, solution, log_metric, log_extra, **kwargs):
+        log_metric("length", float(sum(len(c[0]["content"]) for c in completions)))
+        log_extra("seen", [c[0]["content"].upper() for c in completions])
+        log_extra("pid", [os.getpid()] * len(completions))
+        return np.array([float(c[0]["content"].endswith(s)) + bonus for c, s in zip(completions, solution)])
+
+    async def awaited(completions, **kwargs):
+        return [len(c[0]["content"]) * bonus for c in completions]
+
+    return [closure, awaited, lambda completions, **kw: [None, bonus * 2]]
+
+
+def test_a_closure_gives_the_same_answer_in_a_child_as_on_a_thread():
+    texts = ["so 4", "5"]
+    results = {}
+    for mode in ("thread", "process"):
+        plugins = [function_reward_plugin(fn, name=f"r{i}", isolation=mode) for i, fn in enumerate(closure_rewards())]
+        assert [p.isolation for p in plugins] == [mode] * 3
+        results[mode] = score(computer_for(plugins), texts)
+    thread, process = results["thread"], results["process"]
+    assert set(thread.extra.pop("pid")) == {os.getpid()}
+    assert os.getpid() not in process.extra.pop("pid")  # really ran elsewhere
+    np.testing.assert_array_equal(process.total, thread.total)
+    for name in thread.per_reward:
+        np.testing.assert_array_equal(process.per_reward[name], thread.per_reward[name])
+        drop_latency = [{k: v for k, v in m[name].items() if k != "latency_s"} for m in (thread.metrics,
+                                                                                     process.metrics)]
+        assert drop_latency[0] == drop_latency[1]
+    assert process.extra == thread.extra == {"seen": ["SO 4", "5"]}
+    np.testing.assert_array_equal(process.total, [1.25 + 1.0, 0.25 + 0.25 + 0.5])
+
+
+class Odd(Exception):
+    def __init__(self, a, b):  # pickles, but does not unpickle
+        super().__init__(f"{a}/{b}")
+
+
+def raises(completions, **kwargs):
+    raise ValueError("no score for you")
+
+
+def raises_odd(completions, **kwargs):
+    raise Odd(1, 2)
+
+
+def exits(completions, **kwargs):
+    sys.exit(3)
+
+
+def hard_exits(completions, **kwargs):
+    os._exit(4)
+
+
+@pytest.mark.parametrize("fn", [raises, raises_odd, exits, hard_exits])
+def test_a_failing_reward_is_the_same_error_as_on_a_thread(fn):
+    errors = {}
+    for mode in ("thread", "process"):
+        with pytest.raises(RewardError) as caught:
+            score(computer_for([function_reward_plugin(fn, isolation=mode)]), ["4"])
+        errors[mode] = str(caught.value)
+    assert errors["process"] == errors["thread"]
+    assert len(errors["process"].splitlines()) == 1
+
+
+def killed_by_a_signal(completions, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def unsendable(completions, log_extra, **kwargs):
+    log_extra("lock", [threading.Lock()] * len(completions))
+    return [1.0] * len(completions)
+
+
+def answers_garbage(completions, log_extra, **kwargs):
+    log_extra("odd", [Odd(1, 2)] * len(completions))  # pickled in the child, unreadable here
+    return [1.0] * len(completions)
+
+
+@pytest.mark.parametrize("fn, message", [
+    (killed_by_a_signal, "its process was killed by SIGKILL before it answered"),
+    (unsendable, "its answer could not be sent back"),
+    (answers_garbage, "its process sent back [0-9]+ unreadable bytes"),
+])
+def test_a_child_that_dies_or_answers_garbage_is_the_rewards_error(fn, message, forks):
+    with pytest.raises(RewardError, match=message) as caught:
+        score(computer_for([function_reward_plugin(fn, isolation="process")]), ["4"])
+    assert f"reward {fn.__name__!r}" in str(caught.value)
+    assert len(str(caught.value).splitlines()) == 1
+    assert_reaped(forks[0])
+
+
+# --- configuration ---------------------------------------------------------------------------------
+
+
+def config(**reward):
+    return RunConfig.from_dict({"model": {"path": "m"}, "data": {"task": "arithmetic"}, "rewards": [reward]})
+
+
+@pytest.mark.parametrize("reward, message", [
+    ({"function": "m:f", "isolation": "fork"}, "rewards[0].isolation: unknown isolation 'fork'"),
+    ({"function": "m:f", "isolation": 1}, "rewards[0].isolation: expected str"),
+    ({"name": "numeric_match", "isolation": "process"}, "rewards[0].isolation: isolation applies to function "
+                                                        "rewards only"),
+])
+def test_a_bad_isolation_is_one_error_naming_the_field(reward, message):
+    with pytest.raises(ConfigError) as caught:
+        config(**reward)
+    text = str(caught.value)
+    assert text.startswith(message) and "Fix: " in text and len(text.splitlines()) == 1
+
+
+def test_polyrl_train_prints_one_error_line_for_a_bad_isolation(tiny_model_dir, tmp_path):
+    line = cli_error_line(tiny_model_dir, tmp_path, '[[rewards]]\nfunction = "m.py:f"\nisolation = "fork"\n')
+    assert line.startswith("error: rewards[1].isolation: unknown isolation 'fork'. Fix: use \"auto\"")
+
+
+def test_without_fork_process_is_an_error_and_auto_a_thread(monkeypatch):
+    pytest.importorskip("math_verify")
+    from trl.rewards import accuracy_reward
+
+    monkeypatch.setattr(isolation, "FORK_AVAILABLE", False)
+    with pytest.raises(ConfigError, match=r"^rewards\[0\]\.isolation: isolation \"process\" needs os.fork"):
+        config(function="m:f", isolation="process")
+    with pytest.raises(ConfigError, match=r"rewards.isolation: .*needs os.fork"):
+        FunctionReward(accuracy_reward, isolation="process")
+    assert FunctionReward(accuracy_reward).isolation == "thread"
+
+
+def test_a_checkpoint_from_before_isolation_still_resumes():
+    current = config(function="m:f")
+    saved = resume_config.snapshot(current)
+    saved["rewards"] = [{k: v for k, v in entry.items() if k != "isolation"} for entry in saved["rewards"]]
+    assert resume_config.check(saved, current, weights_only=False) == []
+    with pytest.raises(ConfigError, match="rewards"):  # a real change is still refused
+        resume_config.check(saved, config(function="m:f", isolation="thread"), weights_only=False)
+
+
+# --- in a real run (tiny model, torch backend: fork in a process that holds torch) -------------------
+
+
+def run_config(model: str, tmp_path: Path, rewards: list[dict]) -> RunConfig:
+    import json
+
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": f"What is {i} + 2?"}],
+                                        "solution": str(i + 2)}) + "\n" for i in range(2)))
+    return RunConfig.from_dict({
+        "model": {"path": model}, "data": {"path": str(data)},
+        "generation": {"group_size": 2, "max_new_tokens": 4},
+        "rewards": rewards,
+        "train": {"steps": 2, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")},
+    })
+
+
+def test_trls_accuracy_reward_runs_in_a_child_in_a_training_run(tiny_model_dir, tmp_path, forks):
+    pytest.importorskip("math_verify")
+    from polyrl.trainer import Trainer
+
+    config = run_config(tiny_model_dir, tmp_path, [{"function": "trl.rewards:accuracy_reward"}])
+    history = Trainer(config).run(progress=False)["history"]
+    assert [m["reward/accuracy_reward/mean"] for m in history] == [0.0, 0.0]  # a random model boxes nothing
+    assert len(forks) == 2  # one child per call
+    for pid in forks:
+        assert_reaped(pid)
+
+
+PID_REWARD = '''
+import os
+
+
+def pid_reward(completions, log_metric, **kwargs):
+    log_metric("pid", float(os.getpid()))
+    return [0.0] * len(completions)
+'''
+
+
+def test_the_configured_isolation_reaches_the_run(tiny_model_dir, tmp_path):
+    from polyrl.trainer import Trainer
+
+    (tmp_path / "pid_rewards.py").write_text(PID_REWARD)
+    spec = f"{tmp_path / 'pid_rewards.py'}:pid_reward"
+    config = run_config(tiny_model_dir, tmp_path, [{"function": spec, "isolation": "process"}])
+    history = Trainer(config).run(progress=False)["history"]
+    assert all(m["reward/pid_reward/pid"] != os.getpid() for m in history)
