@@ -338,3 +338,110 @@ def test_fsdp_option_is_checked_and_a_no_op_in_one_process(tiny_model_dir, monke
     with pytest.raises(ConfigError) as both:
         sharding.shard(lora.raw)
     assert both.value.field == "backends.options.fsdp" and "LoRA" in str(both.value)
+
+
+def _parent(proc_dir: Path) -> int:
+    try:
+        return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _launch_until_done(cmd: list[str], limit_s: float = 150) -> subprocess.CompletedProcess:
+    """Run a launch, killing its whole process group past ``limit_s`` (a deadlocked rank fails the test)."""
+    import signal
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        out, err = proc.communicate(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        ranks = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit() and _parent(d) == proc.pid]
+        for pid in [proc.pid, *ranks]:  # torchrun starts its ranks in sessions of their own
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _, err = proc.communicate(timeout=30)
+        pytest.fail(f"still running after {limit_s} s (a rank waits in a collective): {err[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@pytest.mark.faults
+def test_a_rank_leaving_while_its_peer_waits_in_a_collective_exits(tmp_path):
+    """gloo's exit barrier never returned on a rank whose peer sat in another collective."""
+    script = Path(__file__).parent / "distributed" / "rank_leaves_mid_collective.py"
+    done = _launch_until_done([*TWO_RANKS, str(script)], limit_s=60)
+    assert done.returncode != 0 and "exitcode  : 3" in done.stderr, done.stderr[-3000:]
+
+
+@TWO_CPUS
+@pytest.mark.faults
+def test_a_reward_failing_on_one_rank_stops_every_rank_together_with_the_state_saved(tiny_model_dir, tmp_path):
+    """Rank 1's reward raises at step 1: both ranks stop there with the same error line (rank 0 sat
+    in the next all_gather forever), and the state before step 1 is checkpointed collectively, as in
+    one process. FSDP with an eval set of one row: rank 1 has no eval prompt but takes part in the
+    sharded generator's weight gather (it skipped it: a gloo collective mismatch aborted the run)."""
+    (tmp_path / "flaky.py").write_text(
+        "import os\ncalls = []\n"
+        "def flaky(prompts, completions, **kw):\n"
+        "    calls.append(1)\n"
+        "    if os.environ['RANK'] == '1' and len(calls) == 2:\n"
+        "        raise ValueError('the grader is down on rank 1')\n"
+        "    return [float(len(c[0]['content']) % 3) for c in completions]\n")
+    out = tmp_path / "run"
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'[model]\npath = "{tiny_model_dir}"\ndevice = "cpu"\n[backends.options]\nfsdp = true\n'
+        '[generation]\ngroup_size = 2\nmax_new_tokens = 4\n[optimizer]\nlr = 1e-3\n[data]\ntask = "arithmetic"\n'
+        f'[[rewards]]\nfunction = "{tmp_path / "flaky.py"}:flaky"\n[eval]\ncount = 1\nreward = "numeric_match"\n'
+        f'[train]\nsteps = 3\nprompts_per_step = 2\nthreads = 1\ncheckpoint_every = 100\noutput_dir = "{out}"\n')
+    done = _launch_until_done([sys.executable, "-m", "polyrl.cli", "launch", "--nproc-per-node", "2", str(config)])
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert done.returncode != 0 and len(set(errors)) == 1 and len(errors) == 2, done.stderr[-3000:]
+    assert "on rank 1 of 2" in errors[0] and "the grader is down on rank 1" in errors[0]
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [0]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000001"]
+
+
+@TWO_CPUS
+@pytest.mark.faults
+def test_ranks_that_loaded_other_reward_code_refuse_to_start_together(tiny_model_dir, tmp_path):
+    """A reward file edited between the ranks' starts (here: code that differs by rank) is one error
+    on every rank before step 0; they trained on one "global" batch scored two ways."""
+    (tmp_path / "edited.py").write_text(
+        "import os\n"
+        "if os.environ['RANK'] == '1':\n    def score(prompts, completions, **kw):\n        return [0.0] * len(completions)\n"
+        "else:\n    def score(prompts, completions, **kw):\n        return [1.0] * len(completions)\n")
+    config, out = _launch_config(tmp_path, tiny_model_dir, prompts=2, sections="")
+    config.write_text(config.read_text().replace(f'{tmp_path / "reward.py"}:digits', f'{tmp_path / "edited.py"}:score'))
+    done = _launch_until_done([sys.executable, "-m", "polyrl.cli", "launch", "--nproc-per-node", "2", str(config)])
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert done.returncode != 0 and errors and all("rank(s) 1 loaded another reward code" in e for e in errors), \
+        done.stderr[-3000:]
+    assert not (out / "metrics.jsonl").exists()
+
+
+@TWO_CPUS
+@pytest.mark.faults
+def test_an_output_dir_another_run_holds_is_refused_by_the_launcher_and_by_every_rank(launch_toml, tmp_path,
+                                                                                     tiny_model_dir):
+    """polyrl launch refuses it before any rank starts; ranks started by torchrun itself (as on many
+    nodes) refuse together: rank 0 alone took the lock, and rank 1 waited for it in a collective."""
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom polyrl.run_lock import OutputDirLock\n"
+                               f"OutputDirLock({str(tmp_path / 'run')!r}).acquire()\nprint('held', flush=True)\n"
+                               "time.sleep(300)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        launched = _launch(str(launch_toml), "--nproc-per-node", "1", "--dry-run", cwd=tmp_path)
+        err = launched.stderr.strip().splitlines()
+        assert launched.returncode == 2 and len(err) == 1, launched.stderr
+        assert err[0].startswith("error: train.output_dir: ") and f"pid {holder.pid}" in err[0]
+        config, _ = _launch_config(tmp_path, tiny_model_dir, prompts=2, sections="")
+        done = _launch_until_done([*TWO_RANKS, "-m", "polyrl.cli", "train", str(config), "--no-progress"])
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+        assert done.returncode != 0 and len(errors) == 2, done.stderr[-3000:]
+        assert all(e.startswith("error: train.output_dir: ") and "in use by another trainer" in e for e in errors)
+    finally:
+        holder.kill()
+        holder.wait()

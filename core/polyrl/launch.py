@@ -3,10 +3,10 @@
 Why a wrapper and not our own launcher: torchrun (``torch.distributed.run``) already does process
 spawning, rendezvous, restarts and multi-node; polyrl only has to build its command line. The core
 never imports torch here: the command is executed with the current interpreter, and a missing torch
-is reported before anything starts. So is a bad config, more ranks than this machine holds, or a
-``--resume`` whose checkpoint another config wrote (model, backends...): the launcher loads the
-config and checks that checkpoint as every rank would, so an error is one line here, not one per
-rank under torchrun's ChildFailedError traceback.
+is reported before anything starts. So is a bad config, more ranks than this machine holds, an
+output_dir another run holds, or a ``--resume`` whose checkpoint another config wrote (model,
+backends...): the launcher loads the config and checks that checkpoint as every rank would, so an
+error is one line here, not one per rank under torchrun's ChildFailedError traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import os
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 from polyrl.errors import ConfigError
 
@@ -110,6 +111,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
     config = train_config(args)
     check_ranks_fit(args.nproc_per_node, config.model.device)
     check_world_size(config, args.nproc_per_node * args.nnodes)
+    if args.nnodes == 1:  # another run's output_dir: refused here (on many nodes, the ranks agree on it)
+        from polyrl.run_lock import check_free
+
+        check_free(Path(config.train.output_dir))
     if args.resume is not None or args.resume_weights_only:  # refused: one line here, not one per rank
         from polyrl.engines import choose_generate_backend
         from polyrl.registry import get_registry

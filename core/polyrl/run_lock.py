@@ -17,6 +17,7 @@ from pathlib import Path
 from polyrl.errors import ConfigError, PolyrlError
 
 LOCK_FILE = ".polyrl.lock"
+OUTPUT_DIR_BUSY_FIX = "wait for that run to finish (or stop it), or give this run another output_dir"
 
 
 class OutputDirBusy(ConfigError):
@@ -59,7 +60,7 @@ class OutputDirLock:
             raise OutputDirBusy(
                 f"output_dir {self.path.parent} is in use by another trainer (pid {holder})",
                 field="train.output_dir",
-                fix="wait for that run to finish (or stop it), or give this run another output_dir",
+                fix=OUTPUT_DIR_BUSY_FIX,
             ) from None
         try:
             os.ftruncate(fd, 0)
@@ -88,3 +89,13 @@ def unwritable(path: Path, exc: OSError) -> PolyrlError:
         field="train.output_dir",
         fix="free space or make it writable, or point train.output_dir (--output-dir) elsewhere",
     )
+
+
+def check_free(output_dir: Path) -> None:
+    """Raise ``OutputDirBusy`` when another process holds ``output_dir`` now (``polyrl launch``
+    asks before it starts any rank). Creates nothing: a directory without a lock file is free."""
+    if not (Path(output_dir) / LOCK_FILE).is_file():
+        return
+    lock = OutputDirLock(Path(output_dir))
+    lock.acquire()
+    lock.release()

@@ -51,9 +51,11 @@ from polyrl.resume_point import resume_point
 from polyrl.rewards.combine import RewardComputer
 from polyrl.rewards.functions import load_function_reward
 from polyrl.rewards.guard import RewardCancelled
+from polyrl.rank_fingerprint import check_same, fingerprint, reward_code
+from polyrl.reward_agreement import agreed_reward_failure, reward_outcome
 from polyrl.rewards.trl_compat import TrainerState
 from polyrl.rollouts import Rollout, RolloutAhead
-from polyrl.run_lock import OutputDirLock
+from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock
 from polyrl import evaluation
 from polyrl.step_metrics import sampled_tokens
 from polyrl.step_metrics import clip_region_metrics
@@ -350,10 +352,11 @@ class Trainer:
             self.rollouts.take(ahead.step)
         self.rollouts.put(rollout)
 
-    def _save_last_good_state(self) -> None:
+    def _save_last_good_state(self, agreed: bool = False) -> None:
         """Checkpoint the state before the failed step, unless that is the newest checkpoint already.
-        Not under a launcher: the other ranks are not at this point, and saving is collective."""
-        if self.world_size == 1 and self._saved_step != self.step:
+        Under a launcher only when every rank fails at this point (``agreed``: a reward failure, see
+        ``agreed_reward_failure``): saving is collective, so a rank failing alone must not start it."""
+        if (self.world_size == 1 or agreed) and self._saved_step != self.step:
             self.save()
 
     def train_one_step(self) -> dict[str, Any]:
@@ -365,11 +368,16 @@ class Trainer:
         lag = self.step - rollout.policy_version
 
         t0 = time.perf_counter()
+        failed: RewardError | RewardCancelled | None = None
         try:
             scored = self._score(rows, completions)
-        except (RewardError, RewardCancelled):
+        except (RewardError, RewardCancelled) as exc:
+            failed = exc
+        if self.world_size > 1:  # a reward failing on one rank: every rank stops here, not in a collective
+            failed = agreed_reward_failure(self.train_engine.all_gather(reward_outcome(failed)), self.rank)
+        if failed is not None:
             self._unscored(rollout)
-            raise
+            raise failed
         rewards = np.asarray(scored.total, dtype=np.float64)
         lengths = np.array([len(x.completion_ids) for x in completions])
         shaped = algo.shape_rewards(rewards, lengths, self._max_completion_tokens)
@@ -380,9 +388,6 @@ class Trainer:
             shaped = np.where(untrainable(completions), np.nan, shaped)
         times["reward"] = time.perf_counter() - t0
 
-        if np.isinf(shaped).any():  # a score x weight (or a KL penalty) past float64's range
-            self._unscored(rollout)
-            raise RewardError(_overflow_message(shaped))
         # advantages (and batch-level statistics) over the global batch, then this rank's part;
         # truncated completions (mask_truncated_completions) stay in the baseline, out of the loss
         untruncated = algo.untruncated_mask([x.finish_reason for x in completions])
@@ -390,6 +395,9 @@ class Trainer:
         everyone = self.train_engine.all_gather(mine_all, self.world_size) if self.world_size > 1 else [mine_all]
         offset = sum(len(r) for r, _, _ in everyone[: self.rank])
         all_shaped = np.concatenate([s for _, s, _ in everyone])
+        if np.isinf(all_shaped).any():  # a score x weight (or a KL penalty) past float64's range, on any rank
+            self._unscored(rollout)
+            raise RewardError(_overflow_message(all_shaped))
         mine = slice(offset, offset + len(shaped))
         group_kept = algo.keep_mask(all_shaped, c.generation.group_size)
         with np.errstate(over="ignore"):  # a spread past float64 is inf here, refused just below
@@ -501,13 +509,20 @@ class Trainer:
         prompts = [row[c.data.prompt_column] for row in rows]
         greedy_sampling = attrs.evolve(c.generation.sampling(0), temperature=0.0, n=1,
                                        max_new_tokens=ev.max_new_tokens or c.generation.max_new_tokens)
-        greedy, records = self._eval_pass(rows, prompts, greedy_sampling, phase)
-        sampled = None
-        if ev.samples:
-            sampling = attrs.evolve(greedy_sampling, temperature=c.generation.temperature or 1.0,
-                                    n=ev.samples, seed=_step_seed(c.train.seed + 1, self.step) + 104_729 * self.rank)
-            sampled, more = self._eval_pass(rows, prompts, sampling, phase)
-            records += more
+        sampled, failed = None, None
+        try:
+            greedy, records = self._eval_pass(rows, prompts, greedy_sampling, phase)
+            if ev.samples:
+                sampling = attrs.evolve(greedy_sampling, temperature=c.generation.temperature or 1.0, n=ev.samples,
+                                        seed=_step_seed(c.train.seed + 1, self.step) + 104_729 * self.rank)
+                sampled, more = self._eval_pass(rows, prompts, sampling, phase)
+                records += more
+        except (RewardError, RewardCancelled) as exc:
+            failed = exc
+        if self.world_size > 1:  # the eval reward failing on one rank: every rank raises it, none waits
+            failed = agreed_reward_failure(self.train_engine.all_gather(reward_outcome(failed)), self.rank)
+        if failed is not None:
+            raise failed
         if self.world_size > 1:
             gathered = self.train_engine.all_gather((greedy, sampled, records))
             greedy = np.concatenate([g for g, _, _ in gathered])
@@ -528,7 +543,9 @@ class Trainer:
                    phase: str) -> tuple[np.ndarray, list[dict[str, Any]]]:
         """Generate ``sampling.n`` completions per eval row, score them with ``eval.reward``."""
         ev = self.config.eval
-        if not rows:
+        if not rows:  # an eval set smaller than the world leaves this rank none
+            if self.world_size > 1:  # a sharded (FSDP) generator gathers its weights collectively: take part
+                self.gen_engine.generate([], sampling)
             return np.zeros(0), []
         completions = self._sample(rows, sampling)
         per_completion = [row for row in rows for _ in range(sampling.n)]
@@ -564,6 +581,29 @@ class Trainer:
             "pending_rollout": pending.as_state() if pending else None,
             "kl_coef": self.kl_coef,
         }
+
+    def _agree_to_start(self) -> None:
+        """Under a launcher, before anything is resumed or set aside: rank 0 takes the output_dir lock,
+        and every rank learns whether it got it and whether the ranks loaded the same files (one
+        gather), so all refuse together instead of rank 0 leaving while the others wait for it."""
+        busy: str | None = None
+        try:
+            self._own_output_dir()
+        except OutputDirBusy as exc:
+            busy = exc.message
+        try:
+            answers = self.train_engine.all_gather((busy, self._fingerprint()))
+            refused = next((b for b, _ in answers if b), None)
+            if refused is not None:
+                raise OutputDirBusy(refused, field="train.output_dir", fix=OUTPUT_DIR_BUSY_FIX)
+            check_same([f for _, f in answers])
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _fingerprint(self) -> dict[str, str]:
+        """What every rank must have loaded alike: the config, the reward code, the prompts."""
+        return fingerprint(resume_config.snapshot(self.config), self._reward_codes, self.dataset, self.eval_dataset)
 
     def _own_output_dir(self) -> None:
         """Take the output_dir lock (rank 0 writes for everyone under a launcher)."""
@@ -747,7 +787,10 @@ class Trainer:
         """Train until ``train.steps``; returns a summary (final metrics, eval before/after).
 
         The output_dir is locked for the whole run; a run not resumed starts over there."""
-        self._own_output_dir()
+        if self.world_size == 1:
+            self._own_output_dir()
+        else:
+            self._agree_to_start()
         if self._checked_resume is not None:  # Trainer(config, resume=...) then run(): resume as asked
             path, weights_only = self._checked_resume[0]
             self.resume(path, weights_only=weights_only)
@@ -786,7 +829,7 @@ class Trainer:
                                 "not taken", step=self.step, reward=str(exc))
                     break
                 except RewardError:
-                    self._save_last_good_state()
+                    self._save_last_good_state(agreed=True)  # every rank raised it at the same point
                     raise
                 self.step += 1
                 self.ref_sync.after_step(self.step)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import threading
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -74,16 +75,32 @@ def _leave() -> None:
     gloo ranks first meet at a barrier, so none closes its connections while a peer is still
     finishing (seen without it: rank 0 aborting with "terminate called without an active
     exception" after its last log line, once in about ten 2-rank runs). A peer that never arrives
-    (it crashed) costs ``EXIT_BARRIER_S`` and the group is torn down anyway.
+    (it crashed) costs ``EXIT_BARRIER_S`` and the group is torn down anyway. A peer still inside
+    another collective (this rank leaves on an error mid-step) does not answer, and gloo's barrier
+    then blocks past its timeout: it waits on a thread for ``EXIT_BARRIER_S`` at most, and this rank
+    exits without tearing the group down, so torchrun sees it gone and stops the peers (they were
+    blocked until gloo's 30-minute collective timeout).
     """
     if not dist.is_initialized():
         return
-    if dist.get_backend() == "gloo":
-        try:
-            dist.monitored_barrier(timeout=timedelta(seconds=EXIT_BARRIER_S))
-        except RuntimeError:
-            pass  # a peer is gone: nothing left to wait for
+    if dist.get_backend() == "gloo" and not _met_at_barrier(EXIT_BARRIER_S):
+        return  # destroying the group would block on the same peers
     dist.destroy_process_group()
+
+
+def _met_at_barrier(seconds: float) -> bool:
+    """Whether every rank reached an exit barrier within ``seconds`` (a gone peer counts as met:
+    gloo reports it at once, and there is nothing left to wait for)."""
+    def meet() -> None:
+        try:
+            dist.monitored_barrier(timeout=timedelta(seconds=seconds))
+        except RuntimeError:
+            pass  # a peer is gone
+
+    waiter = threading.Thread(target=meet, name="polyrl-exit-barrier", daemon=True)
+    waiter.start()
+    waiter.join(seconds + 5)  # the barrier's own timeout, plus its reply
+    return not waiter.is_alive()
 
 
 def active() -> bool:
