@@ -18,14 +18,7 @@ from polyrl.algorithms.objective import Objective
 from polyrl.engine import Engine
 from polyrl.errors import ConfigError
 from polyrl.registry import get_registry
-from polyrl.types import (
-    EngineConfig,
-    LoraConfig,
-    OptimizerConfig,
-    SamplingParams,
-    TokenSequence,
-    TrainBatch,
-)
+from polyrl.types import EngineConfig, LoraConfig, OptimizerConfig, SamplingParams, TokenSequence, TrainBatch
 
 CHATS = [[{"role": "user", "content": "What is 2 + 3? Answer with the number only."}],
          [{"role": "user", "content": "Hi"}]]  # two prompt lengths: the sampler left-pads
