@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import signal
 import sys
 import threading
@@ -265,15 +266,15 @@ def unsendable(completions, log_extra, **kwargs):
     return [1.0] * len(completions)
 
 
-def answers_garbage(completions, log_extra, **kwargs):
-    log_extra("odd", [Odd(1, 2)] * len(completions))  # pickled in the child, unreadable here
+def answers_an_object(completions, log_extra, **kwargs):
+    log_extra("odd", [Odd(1, 2)] * len(completions))  # not JSON data: never pickled across
     return [1.0] * len(completions)
 
 
 @pytest.mark.parametrize("fn, message", [
     (killed_by_a_signal, "its process was killed by SIGKILL before it answered"),
     (unsendable, "its answer could not be sent back"),
-    (answers_garbage, "its process sent back [0-9]+ unreadable bytes"),
+    (answers_an_object, "its answer could not be sent back"),
 ])
 def test_a_child_that_dies_or_answers_garbage_is_the_rewards_error(fn, message, forks):
     with pytest.raises(RewardError, match=message) as caught:
@@ -376,3 +377,14 @@ def test_the_configured_isolation_reaches_the_run(tiny_model_dir, tmp_path):
     config = run_config(tiny_model_dir, tmp_path, [{"function": spec, "isolation": "process"}])
     history = Trainer(config).run(progress=False)["history"]
     assert all(m["reward/pid_reward/pid"] != os.getpid() for m in history)
+
+
+@pytest.mark.parametrize("data", [b"\x80\x03garbage", b'{"kind": "ok"}', b"[1, 2]", b'{"kind": "what"}'])
+def test_bytes_that_are_no_answer_are_the_rewards_error_not_unpickled(data):
+    """The parent reads the child's answer as JSON only (polyrl never unpickles)."""
+    from polyrl.rewards import forked, guard
+
+    with pytest.raises(guard.RewardCallFailed) as caught:
+        forked._answer(data, 0)
+    assert isinstance(caught.value.cause, forked.RewardProcessFailed)
+    assert re.search("unreadable bytes|unknown answer", str(caught.value.cause))

@@ -9,8 +9,9 @@ killed, so nothing keeps running after a timeout or a stop.
 
 Why ``fork`` and not ``multiprocessing``: the child inherits the function and its arguments, so
 closures, lambdas and objects that cannot be pickled work as on a thread; only the result (the
-reward hook's answer: scores, plus what ``log_metric``/``log_extra`` reported) comes back, pickled,
-over a pipe. The price of fork: the child works on a copy of the process, so a reward that keeps
+reward hook's answer: scores, plus what ``log_metric``/``log_extra`` reported) comes back, as JSON
+over a pipe (never pickle: polyrl unpickles nothing; an exception comes back as its type's name and
+message, which is all the error line shows). The price of fork: the child works on a copy of the process, so a reward that keeps
 state across calls loses each call's changes, and one that holds torch/GPU state or runs OpenMP
 code must stay on a thread (CUDA cannot be used after fork, and OpenMP after fork can deadlock).
 POSIX only (``FORK_AVAILABLE``).
@@ -23,8 +24,8 @@ itself dies while it runs.
 
 from __future__ import annotations
 
+import json
 import os
-import pickle
 import selectors
 import signal
 import sys
@@ -33,7 +34,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from polyrl.errors import RewardError
 from polyrl.rewards import guard
+from polyrl.types import RewardScores
 
 FORK_AVAILABLE = hasattr(os, "fork")
 
@@ -142,28 +145,53 @@ def _answer(data: bytes, status: int) -> Any:
                                                              "answered"))
         raise guard.RewardCallFailed(guard.RewardExit(os.waitstatus_to_exitcode(status)))
     try:
-        kind, *rest = pickle.loads(data)
+        message = json.loads(data)
+        kind = message["kind"]
     except Exception as exc:  # noqa: BLE001 - anything unreadable is the reward's error
         raise guard.RewardCallFailed(RewardProcessFailed(
             f"its process sent back {len(data)} unreadable bytes ({type(exc).__name__})")) from None
-    if kind == "ok" and len(rest) == 1:
-        return rest[0]
-    if kind == "raised" and len(rest) == 3:
-        raise guard.RewardCallFailed(_exception(*rest))
+    if kind == "ok" and "answer" in message:
+        return _from_wire(message["answer"])
+    if kind == "raised":
+        raise guard.RewardCallFailed(_exception(message))
     raise guard.RewardCallFailed(RewardProcessFailed(f"its process sent back an unknown answer {kind!r}"))
 
 
-def _exception(type_name: Any, text: Any, pickled: Any) -> BaseException:
-    """What the child raised: the exception itself when it pickles both ways, else one of the same
-    name and message (the error line names it as the thread path would)."""
-    if isinstance(pickled, bytes):
-        try:
-            exc = pickle.loads(pickled)
-        except Exception:  # noqa: BLE001 - e.g. an exception class whose __init__ takes other arguments
-            exc = None
-        if isinstance(exc, BaseException):
-            return exc
-    return type(str(type_name), (Exception,), {})(str(text))
+def _to_wire(answer: Any) -> Any:
+    """The reward hook's answer (``{name: scores}``, scores a list or ``RewardScores``) as JSON data;
+    numpy scalars (a reward's ``log_extra`` values) as numbers. TypeError for anything else."""
+    def plain(value: Any) -> Any:
+        item = getattr(value, "item", None)
+        if callable(item) and getattr(value, "shape", None) == ():
+            return item()
+        raise TypeError(f"{type(value).__name__} is not JSON data")
+
+    if isinstance(answer, dict):
+        answer = {name: {"scores": list(v), "metrics": v.metrics, "extra": v.extra} if isinstance(v, RewardScores)
+                  else v for name, v in answer.items()}
+    return json.loads(json.dumps({"answer": answer}, default=plain))["answer"]
+
+
+def _from_wire(answer: Any) -> Any:
+    if not isinstance(answer, dict):
+        return answer
+    return {name: RewardScores(v["scores"], metrics=v["metrics"], extra=v["extra"])
+            if isinstance(v, dict) and set(v) == {"scores", "metrics", "extra"} else v
+            for name, v in answer.items()}
+
+
+def _exception(message: dict[str, Any]) -> BaseException:
+    """What the child raised, rebuilt from its name and message: the classes the reward error
+    line treats apart (``sys.exit``, ``os._exit``, a ``RewardError`` with its fix) as themselves,
+    any other as an exception of the same name."""
+    name, text, code = str(message.get("type")), str(message.get("text")), message.get("code")
+    if name == "SystemExit":
+        return SystemExit(code)
+    if name == "RewardExit" and isinstance(code, int):
+        return guard.RewardExit(code)
+    if message.get("reward_error"):
+        return RewardError(text)
+    return type(name, (Exception,), {})(text)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -190,15 +218,22 @@ def _child(fn: Callable[[], Any], fd: int, parent: int) -> NoReturn:
         except OSError:
             pass
         _die_with_parent(parent)
+        payload: dict[str, Any]
         try:
-            payload: tuple[Any, ...] = ("ok", fn())
+            result = fn()
         except BaseException as exc:  # noqa: BLE001 - sent to the parent, which reports it
             payload = _raised(exc)
+        else:
+            try:
+                payload = {"kind": "ok", "answer": _to_wire(result)}
+            except Exception as exc:  # noqa: BLE001 - the answer holds something that cannot be sent
+                payload = _raised(RewardProcessFailed(
+                    f"its answer could not be sent back ({type(exc).__name__}: {exc})"))
         try:
-            data = pickle.dumps(payload)
+            data = json.dumps(payload).encode()
         except Exception as exc:  # noqa: BLE001 - the answer holds something that cannot be sent
-            data = pickle.dumps(_raised(RewardProcessFailed(
-                f"its answer could not be sent back ({type(exc).__name__}: {exc})")))
+            data = json.dumps(_raised(RewardProcessFailed(
+                f"its answer could not be sent back ({type(exc).__name__}: {exc})"))).encode()
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
@@ -210,13 +245,13 @@ def _child(fn: Callable[[], Any], fd: int, parent: int) -> NoReturn:
         guard.real_exit(code)
 
 
-def _raised(exc: BaseException) -> tuple[str, str, str, bytes | None]:
-    try:
-        pickled: bytes | None = pickle.dumps(exc)
-    except Exception:  # noqa: BLE001 - sent by name and message instead
-        pickled = None
+def _raised(exc: BaseException) -> dict[str, Any]:
     try:
         text = str(exc)
     except Exception:  # noqa: BLE001
         text = repr(type(exc))
-    return "raised", type(exc).__name__, text, pickled
+    code = exc.code if isinstance(exc, (SystemExit, guard.RewardExit)) else None
+    if code is not None and not isinstance(code, (int, str)):
+        code = str(code)
+    return {"kind": "raised", "type": type(exc).__name__, "text": text, "code": code,
+            "reward_error": isinstance(exc, RewardError)}
