@@ -51,7 +51,7 @@ lint: install
 test: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# minutes each: the embedded model's conversion, extra MAX graph compiles (GGUF, BERT), side-by-side bench runs, the kill -9 loop; CI runs it
+# minutes each: the embedded model's conversion, extra MAX graph compiles (GGUF, BERT), side-by-side bench runs, the kill -9 loop, launched-rank fault runs; CI runs it
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
 

@@ -368,6 +368,7 @@ def _launch_until_done(cmd: list[str], limit_s: float = 150) -> subprocess.Compl
 
 
 @pytest.mark.faults
+@pytest.mark.slow  # two launched ranks: 12-20 s
 def test_a_rank_leaving_while_its_peer_waits_in_a_collective_exits(tmp_path):
     """gloo's exit barrier never returned on a rank whose peer sat in another collective."""
     script = Path(__file__).parent / "distributed" / "rank_leaves_mid_collective.py"
@@ -377,6 +378,7 @@ def test_a_rank_leaving_while_its_peer_waits_in_a_collective_exits(tmp_path):
 
 @TWO_CPUS
 @pytest.mark.faults
+@pytest.mark.slow  # two launched ranks: 12-20 s
 def test_a_reward_failing_on_one_rank_stops_every_rank_together_with_the_state_saved(tiny_model_dir, tmp_path):
     """Rank 1's reward raises at step 1: both ranks stop there with the same error line (rank 0 sat
     in the next all_gather forever), and the state before step 1 is checkpointed collectively, as in
@@ -406,6 +408,7 @@ def test_a_reward_failing_on_one_rank_stops_every_rank_together_with_the_state_s
 
 @TWO_CPUS
 @pytest.mark.faults
+@pytest.mark.slow  # two launched ranks: 12-20 s
 def test_ranks_that_loaded_other_reward_code_refuse_to_start_together(tiny_model_dir, tmp_path):
     """A reward file edited between the ranks' starts (here: code that differs by rank) is one error
     on every rank before step 0; they trained on one "global" batch scored two ways."""
@@ -424,6 +427,7 @@ def test_ranks_that_loaded_other_reward_code_refuse_to_start_together(tiny_model
 
 @TWO_CPUS
 @pytest.mark.faults
+@pytest.mark.slow  # two launched ranks: 12-20 s
 def test_an_output_dir_another_run_holds_is_refused_by_the_launcher_and_by_every_rank(launch_toml, tmp_path,
                                                                                      tiny_model_dir):
     """polyrl launch refuses it before any rank starts; ranks started by torchrun itself (as on many

@@ -64,6 +64,7 @@ def _perturbed_weights(model_dir: str) -> dict[str, np.ndarray]:
     return {k: (v.astype(np.float32) + rng.normal(0, 0.2, v.shape)).astype(np.float32) for k, v in weights.items()}
 
 
+@pytest.mark.slow  # two polyrl serve starts on one port, one after the other: ~16 s
 def test_a_restarted_server_gets_the_last_weights_again_and_serves_from_them(tiny_model_dir, tmp_path):
     from structlog.testing import capture_logs
 
