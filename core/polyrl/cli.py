@@ -468,7 +468,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except PolyrlError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # one write, newline included: ranks under torchrun share stderr, and print's separate
+        # newline write let two ranks' lines run together
+        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.flush()
         return 2
 
 
