@@ -67,7 +67,8 @@ def _rows(dataset: Rows | None) -> str:
         return "-"
     n = len(dataset)
     picks = range(n) if n <= SAMPLED_ROWS else (i * n // SAMPLED_ROWS for i in range(SAMPLED_ROWS))
-    return _digest([n, [dict(dataset[i]) if isinstance(dataset[i], Mapping) else dataset[i] for i in picks]])
+    rows = (dataset[i] for i in picks)  # each row read once (an Arrow dataset decodes it per access)
+    return _digest([n, [dict(row) if isinstance(row, Mapping) else row for row in rows]])
 
 
 def fingerprint(snapshot: Mapping[str, Any], reward_codes: Sequence[str],

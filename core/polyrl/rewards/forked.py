@@ -50,7 +50,7 @@ class RewardProcessFailed(Exception):
 def call_forked(fn: Callable[[], Any], *, label: str, timeout_s: float,
                 should_stop: Callable[[], bool] = lambda: False, poll_s: float = 0.05,
                 stop_grace_s: float | None = None) -> Any:
-    """``fn()`` in a forked child; its (picklable) result, or the errors of ``guard.call_guarded``:
+    """``fn()`` in a forked child; its result (sent back as JSON data), or the errors of ``guard.call_guarded``:
 
     RewardCallFailed  it raised, exited (``sys.exit``/``os._exit``), crashed or sent garbage
     RewardTimedOut    it ran longer than ``timeout_s`` (the child was killed)
@@ -77,7 +77,8 @@ def call_forked(fn: Callable[[], Any], *, label: str, timeout_s: float,
         pass
     status: int | None = None
     try:
-        data, status = _wait(pid, read_fd, label, timeout_s, should_stop, poll_s, grace)
+        watch = guard.CallWatch(label, timeout_s, should_stop, grace, fate=" (its process was killed)")
+        data, status = _wait(pid, read_fd, watch, poll_s)
     finally:
         os.close(read_fd)
         if status is None:
@@ -85,13 +86,10 @@ def call_forked(fn: Callable[[], Any], *, label: str, timeout_s: float,
     return _answer(data, status)
 
 
-def _wait(pid: int, fd: int, label: str, timeout_s: float, should_stop: Callable[[], bool],
-          poll_s: float, grace: float) -> tuple[bytes, int]:
+def _wait(pid: int, fd: int, watch: guard.CallWatch, poll_s: float) -> tuple[bytes, int]:
     """The child's bytes and wait status, reading as it writes (a large answer fills the pipe)."""
     chunks: list[bytes] = []
     eof = False
-    start = time.monotonic()
-    stop_seen: float | None = None
     with selectors.DefaultSelector() as selector:  # not select.select: an fd past 1023 is fine
         selector.register(fd, selectors.EVENT_READ)
         while True:
@@ -108,14 +106,7 @@ def _wait(pid: int, fd: int, label: str, timeout_s: float, should_stop: Callable
                     chunks.append(chunk)
                     eof = not chunk
                 return b"".join(chunks), status
-            now = time.monotonic()
-            if stop_seen is None and should_stop():
-                stop_seen = now
-            if stop_seen is not None and now - stop_seen >= grace:
-                raise guard.RewardCancelled(f"stop requested while reward {label!r} was running (its "
-                                            "process was killed)")
-            if now - start > timeout_s:
-                raise guard.RewardTimedOut(label)
+            watch.check()
 
 
 def _kill(pid: int) -> None:

@@ -100,6 +100,28 @@ def unregister_reward_thread() -> None:
 STOP_GRACE_S = 5.0
 
 
+class CallWatch:
+    """One reward call's time limit and stop grace, checked while it runs (on a thread here, in a
+    forked child in ``polyrl.rewards.forked``): ``check`` raises ``RewardCancelled`` once a stop
+    request has lasted ``grace`` seconds, ``RewardTimedOut`` past ``timeout_s``."""
+
+    def __init__(self, label: str, timeout_s: float, should_stop: Callable[[], bool], grace: float,
+                 fate: str = "") -> None:
+        self.label, self.timeout_s, self.should_stop, self.grace = label, timeout_s, should_stop, grace
+        self.fate = fate  # what became of the call, for the cancel message, e.g. " (its process was killed)"
+        self.start = time.monotonic()
+        self.stop_seen: float | None = None
+
+    def check(self) -> None:
+        now = time.monotonic()
+        if self.stop_seen is None and self.should_stop():
+            self.stop_seen = now
+        if self.stop_seen is not None and now - self.stop_seen >= self.grace:
+            raise RewardCancelled(f"stop requested while reward {self.label!r} was running{self.fate}")
+        if now - self.start > self.timeout_s:
+            raise RewardTimedOut(self.label)
+
+
 def call_guarded(fn: Callable[[], Any], *, label: str, timeout_s: float,
                  should_stop: Callable[[], bool] = lambda: False, poll_s: float = 0.05,
                  stop_grace_s: float | None = None) -> Any:
@@ -126,17 +148,10 @@ def call_guarded(fn: Callable[[], Any], *, label: str, timeout_s: float,
 
     install_exit_guard()
     thread = threading.Thread(target=target, name=f"polyrl-reward-{label}", daemon=True)
-    start = time.monotonic()
-    stop_seen: float | None = None
+    watch = CallWatch(label, timeout_s, should_stop, grace)
     thread.start()
     while not done.wait(poll_s):
-        now = time.monotonic()
-        if stop_seen is None and should_stop():
-            stop_seen = now
-        if stop_seen is not None and now - stop_seen >= grace:
-            raise RewardCancelled(f"stop requested while reward {label!r} was running")
-        if now - start > timeout_s:
-            raise RewardTimedOut(label)
+        watch.check()
     if "error" in box:
         raise RewardCallFailed(box["error"])
     return box.get("value")

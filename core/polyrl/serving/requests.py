@@ -13,6 +13,7 @@ from typing import Any
 from polyrl.errors import ConfigError
 from polyrl.serving.api_error import ApiError
 from polyrl.serving.limits import SEED_LIMIT, Limits
+from polyrl.text_validity import surrogate_at
 from polyrl.types import Prompt, SamplingParams, TokenPrompt
 from polyrl.validators import Rule, shown
 
@@ -239,15 +240,12 @@ def _check_utf8(text: str, param: str) -> None:
     """400 for a lone surrogate (JSON's ``"\\ud800"`` escape decodes to one): UTF-8 cannot encode
     it, so no tokenizer reads it. Refused, not replaced with U+FFFD: polyrl's own clients encode
     prompts with the model's tokenizer, which fails on it too, so a replacement here would generate
-    from a prompt no client wrote."""
-    if text.isascii():
-        return
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ApiError(400, f"{param} holds a lone surrogate ({text[exc.start]!r} at character {exc.start}), "
+    from a prompt no client wrote (the project's rule: ``polyrl.text_validity``)."""
+    at = surrogate_at(text)
+    if at is not None:
+        raise ApiError(400, f"{param} holds a lone surrogate ({text[at]!r} at character {at}), "
                        "which is not valid UTF-8 text: send valid UTF-8 (decode bytes with errors='replace')",
-                       param) from None
+                       param)
 
 
 def _check_chars(chars: int, param: str, limits: Limits) -> None:
