@@ -450,6 +450,9 @@ def test_a_real_ctrl_c_while_waiting_for_a_tracker_is_not_taken_for_the_trackers
     slow = Hostile("slow", "log_metrics", release=release)
     tracking = tracking_of(tmp_path, slow, timeout_s=30)
     tracking.open()
+    # Python's own Ctrl-C handler, whatever this process inherited (a job started in the background
+    # by a non-interactive shell ignores SIGINT, and Python then keeps it ignored)
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
@@ -458,6 +461,7 @@ def test_a_real_ctrl_c_while_waiting_for_a_tracker_is_not_taken_for_the_trackers
     finally:
         release.set()
         timer.cancel()
+        signal.signal(signal.SIGINT, inherited)
     assert "slow" in tracking.trackers
     tracking.close()
 

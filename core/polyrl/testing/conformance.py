@@ -61,7 +61,10 @@ class GenerationConformance:
     #: plugin objects registered besides the installed entry points (a backend under test that
     #: is not installed, e.g. the kit's own mutation tests)
     plugins: ClassVar[tuple[Any, ...]] = ()
-    _registries: ClassVar[dict[int, Registry]] = {}
+    #: registries built for ``plugins``, keyed by the plugin objects' ids and holding the objects
+    #: (a collected plugin's id can be reused by another class's plugin, which then got the stale
+    #: registry without its backend)
+    _registries: ClassVar[dict[tuple[int, ...], tuple[tuple[Any, ...], Registry]]] = {}
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -74,10 +77,10 @@ class GenerationConformance:
     def registry(cls) -> Registry:
         if not cls.plugins:
             return get_registry()
-        key = id(cls.plugins)
+        key = tuple(id(plugin) for plugin in cls.plugins)
         if key not in cls._registries:
-            cls._registries[key] = Registry(get_plugin_manager(extra=cls.plugins))
-        return cls._registries[key]
+            cls._registries[key] = (cls.plugins, Registry(get_plugin_manager(extra=cls.plugins)))
+        return cls._registries[key][1]
 
     @classmethod
     def _engine(cls, model_dir: str, role: str = "train", backend: str | None = None,
