@@ -15,7 +15,7 @@ from polyrl.errors import ConfigError, RewardError
 from polyrl.plugins import get_plugin_manager
 from polyrl.rewards.combine import RewardComputer
 from polyrl.rewards.functions import function_reward_plugin
-from polyrl.rewards.judge import judge_options, parse_score, render_rubric
+from polyrl.rewards.judge import fence_rule, judge_options, parse_score, render_rubric
 from polyrl.types import Completion, RewardContext
 
 from judge_stub import ScriptedJudge
@@ -159,8 +159,9 @@ def test_options_are_validated_with_fixes():
 
 def test_rubric_placeholders_columns_and_literal_braces():
     rubric = 'Q: {prompt}\nA: {completion}\nRef: {answer}\nReply {"score": <{scale_min}-{scale_max}>} {unknown}'
-    text = render_rubric(rubric, [{"role": "user", "content": "2+2?"}], "4", {"answer": "4"}, (0.0, 10.0))
-    assert text == 'Q: 2+2?\nA: 4\nRef: 4\nReply {"score": <0-10>} {unknown}'
+    text = render_rubric(rubric, [{"role": "user", "content": "2+2?"}], "4", {"answer": "4"}, (0.0, 10.0), nonce="N")
+    assert text == (fence_rule("N") + '\n\nQ: <data-N>2+2?</data-N>\nA: <data-N>4</data-N>\nRef: <data-N>4</data-N>\n'
+                    'Reply {"score": <0-10>} {unknown}')
 
 
 GOOD = {"base_url": "http://127.0.0.1:1/v1", "model": "m"}
@@ -201,8 +202,9 @@ def test_rubric_placeholders_known_to_the_dataset_and_literal_braces_pass_the_ch
               'Reply {"score": N} or \\boxed{{N}} {{answer}}')
     RewardComputer(get_plugin_manager(entry_points=False), [("llm_judge", 1.0, {**GOOD, "rubric": rubric})],
                    columns=["prompt", "answer"])
-    text = render_rubric(rubric, "2+2?", "4", {"answer": "4"}, (0.0, 10.0))
-    assert text == 'Q: 2+2? A: 4 Ref: 4 0-10 Reply {"score": N} or \\boxed{N} {answer}'
+    text = render_rubric(rubric + " {fence_rule}", "2+2?", "4", {"answer": "4"}, (0.0, 10.0), nonce="N")
+    assert text == ('Q: <data-N>2+2?</data-N> A: <data-N>4</data-N> Ref: <data-N>4</data-N> 0-10 '
+                    'Reply {"score": N} or \\boxed{N} {answer} ' + fence_rule("N"))
 
 
 def test_rewards_command_lists_the_new_rewards(capsys):

@@ -287,6 +287,9 @@ def encode_chat(
     beyond what the template writes), with ``tools`` (JSON schemas, as transformers'
     ``apply_chat_template(tools=...)``) passed to the template. The core asks the generate engine
     first and the train engine when the generate backend has no tokenizer (a remote server).
+    Only the template's own special tokens are special: a message's text (a tool result, an
+    observation) spelling ``<|im_end|>`` is encoded as those characters, so it cannot end its turn
+    and forge the next (``polyrl.backend_kit.literal_chat.encode_chat_literal`` does both).
     """
 
 

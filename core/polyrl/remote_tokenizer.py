@@ -18,6 +18,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from polyrl.backend_kit.literal_chat import encode_chat_literal
 from polyrl.backend_kit.tokens import text_prompt_ids
 from polyrl.logs import get_logger
 from polyrl.serving.vocab import embedding_rows
@@ -70,9 +71,7 @@ class ModelTokenizer:
         """A chat prompt's ids: the chat template with the generation prompt, as ``encode_chat``."""
         check_prompt(list(messages), "a chat prompt")
         with self._lock:
-            encoded = self._tok.apply_chat_template([dict(m) for m in messages], add_generation_prompt=True,
-                                                    tokenize=True, return_dict=True)
-        return [int(i) for i in encoded["input_ids"]]
+            return encode_chat_literal(self._tok, messages, None, add_generation_prompt=True)
 
     def decode(self, ids: Sequence[int]) -> str:
         with self._lock:

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from polyrl.backend_kit.chat import require_chat_template
+from polyrl.backend_kit.literal_chat import encode_chat_literal
 from polyrl.backend_kit.tokens import given_a_start, pad_token_id, text_prompt_ids
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
@@ -466,9 +467,8 @@ class MaxEngine:
         added beyond what the template writes: what ``generate`` feeds the model for a chat."""
         tok = self.tokenizer
         require_chat_template(tok, self.config.model)
-        text = tok.apply_chat_template(list(messages), tools=None if tools is None else list(tools),
-                                       tokenize=False, add_generation_prompt=add_generation_prompt)
-        return [int(i) for i in tok(text, add_special_tokens=False)["input_ids"]]
+        # a message's text (a tool result, an observation) spelling <|im_end|> stays text
+        return encode_chat_literal(tok, messages, tools, add_generation_prompt)
 
     def checked_ids(self, ids: Any) -> list[int]:
         """A token prompt's ids, each one a row of the compiled embedding table: MAX does not

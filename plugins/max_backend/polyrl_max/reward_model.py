@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from polyrl.backend_kit.reward_text import render_pair
+from polyrl.backend_kit.reward_text import encode_pair
 from polyrl.errors import RewardError
 from polyrl.rewards.options import merged, required_text, whole_number
 from polyrl.hookspecs import hookimpl
@@ -82,16 +82,14 @@ def score_texts(prompts: Sequence[Prompt], completions: Sequence[str],
     if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < labels:
         raise RewardError(f"{NAME}: label must be in 0..{labels - 1}, got {label!r}")
     max_length = min(opts["max_length"], classifier.max_positions)
-    texts = [render_pair(tokenizer, p, c, opts["chat_template"]) for p, c in zip(prompts, completions)]
-    templated = opts["chat_template"] and bool(getattr(tokenizer, "chat_template", None))
+    # special-token strings in the text are text: only the template's (or [CLS]/[SEP]) are special
+    ids = [encode_pair(tokenizer, p, c, opts["chat_template"], max_length) for p, c in zip(prompts, completions)]
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
     tokenizer.padding_side = "right"
     scores: list[float] = []
-    for start in range(0, len(texts), opts["batch_size"]):
-        batch = tokenizer(texts[start:start + opts["batch_size"]], padding=True, truncation=True,
-                          max_length=max_length, return_tensors="np",
-                          add_special_tokens=not templated)  # the template already has them
+    for start in range(0, len(ids), opts["batch_size"]):
+        batch = tokenizer.pad({"input_ids": ids[start:start + opts["batch_size"]]}, return_tensors="np")
         logits = classifier.logits(batch["input_ids"], batch["attention_mask"])
         scores += [float(x) for x in logits[:, label]]
     return scores

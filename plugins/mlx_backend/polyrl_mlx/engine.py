@@ -24,6 +24,7 @@ import attrs
 
 from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS
 from polyrl.backend_kit.chat import require_chat_template
+from polyrl.backend_kit.literal_chat import encode_chat_literal
 from polyrl.backend_kit.options import SCORE_BATCH_TOKENS, scoring_options
 from polyrl.backend_kit.tokens import given_a_start, pad_token_id, text_prompt_ids
 from polyrl.errors import ConfigError
@@ -318,9 +319,8 @@ class MLXEngine:
         the core's differences of renderings line up with what the model saw."""
         tok = self.tokenizer
         require_chat_template(tok, self.config.model)
-        text = tok.apply_chat_template([dict(m) for m in messages], tools=None if tools is None else list(tools),
-                                       tokenize=False, add_generation_prompt=add_generation_prompt)
-        return [int(i) for i in tok(text, add_special_tokens=False)["input_ids"]]
+        # a message's text (a tool result, an observation) spelling <|im_end|> stays text
+        return encode_chat_literal(tok, messages, tools, add_generation_prompt)
 
     @property
     def vocab_size(self) -> int:

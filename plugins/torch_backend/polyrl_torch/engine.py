@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from polyrl.backend_kit.chat import require_chat_template
+from polyrl.backend_kit.literal_chat import encode_chat_literal
 from polyrl.backend_kit.tokens import given_a_start, pad_token_id, text_prompt_ids
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
@@ -326,10 +327,8 @@ class TorchEngine:
         exactly what a chat prompt would have had (same template, no BOS beyond the template's)."""
         tok = self.tokenizer
         require_chat_template(tok, self.config.model)
-        encoded = tok.apply_chat_template([dict(m) for m in messages], tools=None if tools is None else list(tools),
-                                          add_generation_prompt=add_generation_prompt, tokenize=True,
-                                          return_dict=True)
-        return [int(i) for i in encoded["input_ids"]]
+        # a message's text (a tool result, an observation) spelling <|im_end|> stays text
+        return encode_chat_literal(tok, messages, tools, add_generation_prompt)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)

@@ -11,7 +11,10 @@ Options (``[[rewards]] name = "reward_model"``); unknown options are an error:
 ``max_length``     tokens per sequence; longer ones are cut from the left, keeping the completion
                    (default 1024)
 ``chat_template``  true (default): render ``prompt + [assistant: completion]`` with the tokenizer's
-                   chat template when it has one; false: the prompt text followed by the completion
+                   chat template when it has one; false: the prompt text followed by the completion.
+                   Either way only the template's (or the tokenizer's own) special tokens are special:
+                   a completion spelling ``<|im_end|>`` is scored as those characters, never as a
+                   turn it ended (``polyrl.backend_kit.literal_chat``)
 ``label``          which logit is the score (default: 0 when the model has one label; required otherwise)
 ``device``         "auto" (default: CUDA when torch sees a GPU, else the CPU), "cpu", "cuda", "mps"...
 ``dtype``          "float32" (default), "bfloat16", "float16"
@@ -28,7 +31,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from polyrl.backend_kit.reward_text import render_pair
+from polyrl.backend_kit.reward_text import encode_pair
 from polyrl.errors import RewardError
 from polyrl.rewards.options import merged, required_text, whole_number
 from polyrl.hookspecs import hookimpl
@@ -121,14 +124,12 @@ def score_texts(prompts: Sequence[Prompt], completions: Sequence[str], options: 
         label = 0
     if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < num_labels:
         raise RewardError(f"{NAME}: label must be in 0..{num_labels - 1}, got {label!r}")
-    texts = [render_pair(tokenizer, p, c, opts["chat_template"]) for p, c in zip(prompts, completions)]
-    templated = opts["chat_template"] and bool(getattr(tokenizer, "chat_template", None))
+    ids = [encode_pair(tokenizer, p, c, opts["chat_template"], opts["max_length"]) for p, c in zip(prompts, completions)]
     scores: list[float] = []
     with torch.inference_mode():
-        for start in range(0, len(texts), opts["batch_size"]):
-            batch = tokenizer(texts[start:start + opts["batch_size"]], return_tensors="pt", padding=True,
-                              truncation=True, max_length=opts["max_length"],
-                              add_special_tokens=not templated).to(model.device)
+        for start in range(0, len(ids), opts["batch_size"]):
+            batch = tokenizer.pad({"input_ids": ids[start:start + opts["batch_size"]]},
+                                  return_tensors="pt").to(model.device)
             logits = model(**batch).logits
             scores += [float(x) for x in logits[:, label].float().cpu()]
     return scores

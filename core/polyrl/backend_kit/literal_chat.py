@@ -1,0 +1,163 @@
+"""Chat rendering in which what a message says is only ever text, never the tokenizer's control tokens.
+
+Why: a chat template writes its own special tokens (``<|im_start|>``, ``<|im_end|>``) around the
+messages, and tokenizing the rendered string whole also reads those strings where a message merely
+*spells* them. A completion a reward model scores, or a tool result or observation an episode
+inserts, containing ``<|im_end|>\\n<|im_start|>assistant\\n`` would then close its turn and open a
+forged one. Here the template's own special tokens stay special and every special-token string
+inside a message (its content, tool-call arguments, any text it carries) is encoded as the
+ordinary text it is. A conversation none of whose text spells a special token is encoded exactly
+as before: the rendered string, tokenized whole, token for token.
+
+Added tokens the vocabulary does not mark special (Qwen3's ``<think>``) are read as tokens in
+either place: they are how the model itself writes that text, not the template's structure.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+_plain_lock = threading.Lock()
+#: per HF tokenizer: (its size when copied, a Rust copy that encodes special-token strings as text)
+_plain: weakref.WeakKeyDictionary[Any, tuple[int, Any]] = weakref.WeakKeyDictionary()
+_KEEP = ("role", "type")  # structure a template branches on, never free text
+
+
+def special_tokens(tokenizer: Any) -> dict[str, Any]:
+    """The tokenizer's special added tokens by their text (``content -> AddedToken``)."""
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    return {tok.content: tok for tok in decoder.values() if getattr(tok, "special", False) and tok.content}
+
+
+def _rust_plain(tokenizer: Any) -> Any:
+    """A private copy of a fast tokenizer's Rust tokenizer that reads special-token strings as text.
+
+    A copy rather than ``split_special_tokens=True`` per call: transformers sets that as a flag
+    on the shared Rust tokenizer before encoding, so a concurrent call on another thread could
+    flip it back between the two and read the text's special tokens after all."""
+    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    if backend is None:
+        return None
+    from tokenizers import Tokenizer
+
+    with _plain_lock:
+        size = int(backend.get_vocab_size(with_added_tokens=True))
+        try:
+            cached = _plain.get(tokenizer)
+        except TypeError:  # not weakly referenceable: copied each time
+            cached = None
+        if cached is None or cached[0] != size:
+            plain = Tokenizer.from_str(backend.to_str())
+            plain.no_truncation()
+            plain.no_padding()
+            plain.encode_special_tokens = True
+            cached = (size, plain)
+            try:
+                _plain[tokenizer] = cached
+            except TypeError:
+                pass
+        return cached[1]
+
+
+def plain_ids(tokenizer: Any, text: str) -> list[int]:
+    """``text``'s ids with every special-token string in it read as ordinary text; no special
+    tokens added."""
+    plain = _rust_plain(tokenizer)
+    if plain is not None:
+        return [int(i) for i in plain.encode(text, add_special_tokens=False).ids]
+    return [int(i) for i in tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]]
+
+
+def plain_sequence(tokenizer: Any, text: str, max_length: int) -> list[int]:
+    """``text`` as one model input: the tokenizer's own special tokens around it (BERT's ``[CLS]``
+    ... ``[SEP]``), the special-token strings in it read as text, cut to ``max_length`` tokens on
+    the tokenizer's ``truncation_side`` (the wrapping tokens kept, as transformers cuts)."""
+    plain = _rust_plain(tokenizer)
+    if plain is None:
+        return [int(i) for i in tokenizer(text, add_special_tokens=True, split_special_tokens=True, truncation=True,
+                                          max_length=max_length)["input_ids"]]
+    encoding = plain.encode(text, add_special_tokens=False)
+    room = max(1, max_length - int(tokenizer.num_special_tokens_to_add(pair=False)))
+    if len(encoding.ids) > room:
+        encoding.truncate(room, direction=getattr(tokenizer, "truncation_side", "right"))
+    return [int(i) for i in plain.post_process(encoding).ids]
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string a message carries (content, content parts, tool-call names and arguments)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [s for k, v in value.items() if k not in _KEEP for s in _strings(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+class _Hidden:
+    """Stands each special-token string spelled in the messages in for a private-use sentinel, so
+    the template's rendering holds special-token strings only where the template wrote them."""
+
+    def __init__(self, specials: Sequence[str], texts: Sequence[str]) -> None:
+        self.specials = list(specials)
+        used = "".join(texts)
+        self.open, self.close = next((chr(c), chr(c + 1)) for c in range(0xE000, 0xF8FE, 2)
+                                     if chr(c) not in used and chr(c + 1) not in used)
+        self._find = re.compile("|".join(re.escape(s) for s in self.specials))
+        self._back = re.compile(re.escape(self.open) + r"(\d+)" + re.escape(self.close))
+        self._index = {s: i for i, s in enumerate(self.specials)}
+
+    def hide(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self._find.sub(lambda m: f"{self.open}{self._index[m.group(0)]}{self.close}", value)
+        if isinstance(value, Mapping):
+            return {k: v if k in _KEEP else self.hide(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.hide(v) for v in value]
+        return value
+
+    def reveal(self, text: str) -> str:
+        return self._back.sub(lambda m: self.specials[int(m.group(1))], text)
+
+
+def encode_chat_literal(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
+                        tools: Sequence[Mapping[str, Any]] | None = None,
+                        add_generation_prompt: bool = False) -> list[int]:
+    """``messages`` through the tokenizer's chat template, tokenized with no special tokens added
+    beyond the template's; special-token strings spelled inside the messages are read as text."""
+    conversation = [dict(m) for m in messages]
+    kwargs: dict[str, Any] = {"tools": None if tools is None else list(tools), "tokenize": False,
+                              "add_generation_prompt": add_generation_prompt}
+    specials = special_tokens(tokenizer)
+    texts = _strings(conversation)
+    if not any(s in t for t in texts for s in specials):  # nothing to read differently: as always
+        rendered = tokenizer.apply_chat_template(conversation, **kwargs)
+        return [int(i) for i in tokenizer(rendered, add_special_tokens=False)["input_ids"]]
+    hidden = _Hidden(sorted(specials, key=len, reverse=True), texts)
+    rendered = tokenizer.apply_chat_template(hidden.hide(conversation), **kwargs)
+    return _encode_rendered(tokenizer, rendered, specials, hidden)
+
+
+def _encode_rendered(tokenizer: Any, rendered: str, specials: Mapping[str, Any], hidden: _Hidden) -> list[int]:
+    """A rendering whose special-token strings are all the template's: those become their ids
+    (their ``lstrip``/``rstrip`` eating the whitespace beside them, as the tokenizer does), the text
+    between them, the messages' spelled ones put back, is encoded as text."""
+    ids_of = {tok.content: int(i) for i, tok in tokenizer.added_tokens_decoder.items() if tok.content in specials}
+    parts = re.split("(" + "|".join(re.escape(s) for s in hidden.specials) + ")", rendered)
+    for k in range(1, len(parts), 2):  # odd positions: the template's special tokens
+        token = specials[parts[k]]
+        if getattr(token, "lstrip", False):
+            parts[k - 1] = parts[k - 1].rstrip()
+        if getattr(token, "rstrip", False) and k + 1 < len(parts):
+            parts[k + 1] = parts[k + 1].lstrip()
+    ids: list[int] = []
+    for k, part in enumerate(parts):
+        if k % 2:
+            ids.append(ids_of[part])
+        elif part:
+            ids.extend(plain_ids(tokenizer, hidden.reveal(part)))
+    return ids
