@@ -26,8 +26,13 @@ ARCHITECTURES: dict[str, ArchSupport] = {
         notes="embedding scale sqrt(hidden) applied in the model dtype by polyrl (mlx-lm rounds "
               "it to bfloat16); shared-prompt forward masks the sliding-window layers itself"),
     "*": ArchSupport(generate=True, train=True, fast_path=False,
-                     notes="other mlx-lm model types: full forward, untested by polyrl"),
+                     notes="other mlx-lm model types: full forward, untested by polyrl; checked at "
+                           "load (config keys mlx-lm drops, unloaded weights, sampler vs scorer "
+                           "on a probe) and refused on a mismatch"),
 }
+
+#: The model types above that polyrl tests; any other one goes through ``family_check`` at load.
+TESTED_TYPES = frozenset(ARCHITECTURES) - {"*"}
 
 
 def _bfloat16(value: float) -> float:

@@ -58,11 +58,7 @@ def _check(src: str, dst: str, to: str, quantize_bits: int | None) -> tuple[Path
 
 
 def _load(source: Path) -> tuple[Any, Any, dict[str, Any]]:
-    """mlx-lm's ``load`` (lazy), its failures on a damaged folder as one ConfigError on ``src``.
-
-    mlx raises RuntimeError for weights cut short (an interrupted copy or download) and ValueError
-    listing every tensor when config.json and the weights disagree (e.g. its layer count).
-    """
+    """mlx-lm's ``load`` (lazy), its failures on a damaged folder as one ConfigError on ``src``."""
     from mlx_lm.utils import load
 
     from polyrl_mlx.engine import config_overrides
@@ -70,17 +66,31 @@ def _load(source: Path) -> tuple[Any, Any, dict[str, Any]]:
     try:
         model, tokenizer, config = load(str(source), return_config=True, lazy=True,
                                         model_config=config_overrides(source) or None)
-    except RuntimeError as exc:
-        raise ConfigError(f"the weights in {str(source)!r} are truncated or corrupt ({_summary(exc)})",
-                          field="src", fix="re-copy or re-download the model's *.safetensors files") from None
-    except ValueError as exc:
-        if not any(word in str(exc).split("\n", 1)[0] for word in ("parameters", "shape")):
-            raise ConfigError(f"mlx-lm cannot load {str(source)!r}: {_summary(exc)}", field="src",
-                              fix="give an HF or MLX model folder of an architecture mlx-lm supports") from None
-        raise ConfigError(f"config.json in {str(source)!r} does not match its weights: {_summary(exc)}",
-                          field="src", fix="use the config.json saved with these weights (e.g. "
-                          "num_hidden_layers, hidden_size), or re-copy / re-download the model folder") from None
+    except (RuntimeError, ValueError) as exc:
+        raise load_error(exc, source, "src") from None
     return model, tokenizer, config
+
+
+def load_error(exc: Exception, source: Path, field: str) -> ConfigError:
+    """mlx-lm's failure to load ``source`` as one ConfigError on ``field``.
+
+    mlx raises RuntimeError for weights cut short (an interrupted copy or download), ValueError
+    listing every tensor when config.json and the weights disagree (e.g. its layer count),
+    ValueError "Model type X not supported." for a family it has no module for, and TypeError when
+    config.json lacks a key its module requires.
+    """
+    if isinstance(exc, RuntimeError):
+        return ConfigError(f"the weights in {str(source)!r} are truncated or corrupt ({_summary(exc)})",
+                           field=field, fix="re-copy or re-download the model's *.safetensors files")
+    if not any(word in str(exc).split("\n", 1)[0] for word in ("parameters", "shape")):
+        return ConfigError(f"mlx-lm cannot load {str(source)!r}: {_summary(exc)}", field=field,
+                           fix="give an HF or MLX model folder of an architecture mlx-lm supports, "
+                               "or use backend \"torch\"")
+    return ConfigError(f"config.json in {str(source)!r} does not match its weights: {_summary(exc)}",
+                       field=field, fix="use the config.json saved with these weights (e.g. "
+                       "num_hidden_layers, hidden_size), or re-copy / re-download the model folder; if "
+                       "transformers loads it, use backend \"torch\" (mlx-lm's module for this family "
+                       "expects another layout)")
 
 
 def _summary(exc: Exception) -> str:

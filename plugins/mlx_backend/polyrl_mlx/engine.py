@@ -33,7 +33,9 @@ from polyrl.types import EngineConfig, Prompt, TokenPrompt
 
 from polyrl_mlx import blas
 from polyrl_mlx._mx import mx, nn, optim
-from polyrl_mlx.architectures import SPLIT_HEAD_TYPES, exact_embedding_scale
+from polyrl_mlx.architectures import SPLIT_HEAD_TYPES, TESTED_TYPES, exact_embedding_scale
+from polyrl_mlx.convert import load_error
+from polyrl_mlx.family_check import check_untested_family
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -90,7 +92,10 @@ def config_overrides(model_dir: Path) -> dict[str, Any]:
     "rope_type": ...}``), while mlx-lm 0.32's Llama/Qwen/Mistral args read ``rope_theta`` and
     ``rope_scaling`` and silently default the base to 10000: SmolLM2 (base 100000) then computes
     garbage. Lift them to the top level (a per-layer-type nested ``rope_parameters`` is left to
-    the models that read it).
+    the models that read it). It also renamed keys some mlx-lm modules require (their load then
+    fails with a TypeError): GPT-NeoX's ``rotary_pct``/``rotary_emb_base`` (now the nested
+    ``partial_rotary_factor``/``rope_theta``), Qwen3-MoE's ``num_experts`` (``num_local_experts``)
+    and GPT-2's ``n_ctx`` (``n_positions``).
     """
     import json
 
@@ -98,15 +103,21 @@ def config_overrides(model_dir: Path) -> dict[str, Any]:
         config = json.loads((model_dir / "config.json").read_text())
     except (OSError, ValueError):
         return {}
-    params = config.get("rope_parameters")
-    if not isinstance(params, dict) or "rope_theta" not in params:
+    if not isinstance(config, dict):
         return {}
     out: dict[str, Any] = {}
-    if "rope_theta" not in config:
-        out["rope_theta"] = params["rope_theta"]
-    rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type != "default" and not config.get("rope_scaling"):
-        out["rope_scaling"] = dict(params)
+    renamed = {"num_experts": config.get("num_local_experts"), "n_ctx": config.get("n_positions")}
+    params = config.get("rope_parameters")
+    if isinstance(params, dict) and "rope_theta" in params:
+        if "rope_theta" not in config:
+            out["rope_theta"] = params["rope_theta"]
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        if rope_type != "default" and not config.get("rope_scaling"):
+            out["rope_scaling"] = dict(params)
+        if config.get("model_type") == "gpt_neox":
+            renamed.update(rotary_emb_base=params["rope_theta"],
+                           rotary_pct=params.get("partial_rotary_factor", 1.0))
+    out.update({k: v for k, v in renamed.items() if v is not None and k not in config})
     return out
 
 
@@ -161,11 +172,14 @@ class MLXEngine:
         self.model_dir = _model_dir(config.model)
 
         with mx.stream(self.device):
-            model, tokenizer, hf_config = mlx_lm.load(
-                str(self.model_dir), return_config=True,
-                model_config=config_overrides(self.model_dir) or None,
-                trust_remote_code=bool(config.trust_remote_code),
-            )
+            try:
+                model, tokenizer, hf_config = mlx_lm.load(
+                    str(self.model_dir), return_config=True,
+                    model_config=config_overrides(self.model_dir) or None,
+                    trust_remote_code=bool(config.trust_remote_code),
+                )
+            except (RuntimeError, ValueError, TypeError) as exc:  # no module, damaged weights, a key missing
+                raise load_error(exc, self.model_dir, "model.path") from None
             self.hf_config: dict[str, Any] = dict(hf_config)
             self.quantization: dict | None = hf_config.get("quantization")
             self._cast(model)
@@ -176,6 +190,8 @@ class MLXEngine:
             self.tokenizer = tokenizer._tokenizer  # the transformers tokenizer
             self.eos_ids = frozenset(int(i) for i in (tokenizer.eos_token_ids or ()))
             self.pad_id = pad_token_id(self.tokenizer)
+            # a family polyrl has not tested: refused now if it would run other log-probs
+            check_untested_family(self, TESTED_TYPES)
 
             self.lora = config.lora
             self.lora_keys: list[str] = []

@@ -128,6 +128,36 @@ def _prefill(engine: MLXEngine, prompt_ids: list[list[int]]) -> tuple[list, mx.a
     return cache, logits
 
 
+def forced_logprobs(engine: MLXEngine, prompt_ids: list[list[int]], completions: list[list[int]],
+                    n: int = 1) -> list[np.ndarray]:
+    """The sampler's float32 log-probs (temperature 1) of given completions, teacher-forced.
+
+    Runs exactly the sampling path (batched prefill of every prompt, the cache expanded to ``n``
+    rows per prompt with ``filter``, then one cached step per token) but feeds the given tokens
+    instead of drawing them; row ``i * n + j`` follows ``completions[i * n + j]``. All completions
+    must have one length. Why: the load-time check of an untested family (``family_check``)
+    compares it with the scorer's full forward.
+    """
+    steps = {len(c) for c in completions}
+    if len(steps) != 1 or len(completions) != len(prompt_ids) * n:
+        raise ValueError("forced_logprobs needs n completions per prompt, all of one length")
+    cache, logits = _prefill(engine, prompt_ids)
+    if n > 1:
+        group = mx.array(np.repeat(np.arange(len(prompt_ids)), n).astype(np.int32))
+        for c in cache:
+            c.filter(group)
+        logits = logits[group]
+    forced = mx.array(np.asarray(completions, dtype=np.int32))
+    out, length = [], steps.pop()
+    for t in range(length):
+        logp_all = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        out.append(mx.take_along_axis(logp_all, forced[:, t, None], axis=-1)[:, 0])
+        if t + 1 < length:
+            logits = engine.model(forced[:, t, None], cache=cache)[:, -1, :].astype(mx.float32)
+    values = np.array(mx.stack(out, axis=1), dtype=np.float32)
+    return list(values)
+
+
 def generate(engine: MLXEngine, prompts: Sequence[Prompt], sampling: SamplingParams) -> list[Completion]:
     """Sample ``sampling.n`` completions per prompt, grouped by prompt (see module docstring)."""
     with mx.stream(engine.device):
@@ -219,4 +249,4 @@ def _generate(engine: MLXEngine, prompts: Sequence[Prompt], sampling: SamplingPa
     ]
 
 
-__all__ = ["filter_logits", "generate", "penalize_repeats"]
+__all__ = ["filter_logits", "forced_logprobs", "generate", "penalize_repeats"]
