@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from polyrl.errors import ConfigError, RewardError
-from polyrl.rank_fingerprint import check_same, fingerprint, reward_code
+from polyrl.errors import CollectiveTimeout, ConfigError, RewardError
+from polyrl.launch_errors import ENV, first_error, report
+from polyrl.rank_fingerprint import check_same, fingerprint, model_files, reward_code
 from polyrl.reward_agreement import agreed_reward_failure, reward_outcome
 from polyrl.rewards.guard import RewardCancelled
 
@@ -43,3 +44,57 @@ def test_a_rank_with_other_reward_code_or_rows_is_named_in_one_config_error():
         with pytest.raises(ConfigError) as refused:
             check_same([same, same, other])
         assert f"rank(s) 2 loaded another {part} than rank 0 (of 3 ranks)" in str(refused.value)
+
+
+def test_another_checkpoint_at_the_same_model_path_is_named_and_the_same_files_agree(tiny_model_dir, tmp_path):
+    """Ranks compared config, code and data but never the weights: a model.path holding another
+    checkpoint on one node trained silently wrong. The sampled file hash tells a copy from a model
+    whose every tensor moved slightly (as one training step leaves it), cheaply."""
+    import shutil
+    import time
+
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    same, other = tmp_path / "same", tmp_path / "other"
+    shutil.copytree(tiny_model_dir, same)
+    shutil.copytree(tiny_model_dir, other)
+    weights = load_file(str(other / "model.safetensors"))
+    save_file({k: (v + np.float32(1e-3)).astype(v.dtype) if v.dtype.kind == "f" else v for k, v in weights.items()},
+              str(other / "model.safetensors"), metadata={"format": "pt"})
+    t0 = time.perf_counter()
+    theirs = model_files(tiny_model_dir)
+    assert time.perf_counter() - t0 < 1.0
+    assert model_files(same) == theirs and model_files(other) != theirs
+    assert model_files(tiny_model_dir + "/model.safetensors") != model_files(other / "model.safetensors")
+    rows = [{"prompt": "a"}]
+    prints = [fingerprint({}, [], rows, None, weights=model_files(p)) for p in (tiny_model_dir, same, other)]
+    check_same(prints[:2])
+    with pytest.raises(ConfigError) as refused:
+        check_same(prints)
+    assert "rank(s) 2 loaded another model checkpoint than rank 0" in str(refused.value)
+    assert "model.path" in str(refused.value)
+
+
+def test_ranks_error_lines_reach_the_launcher_once_naming_the_rank_only_when_they_differ(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    assert not report("not under polyrl launch: the rank prints it itself")
+    monkeypatch.setenv(ENV, str(tmp_path))
+    for rank, text in (("1", "train.steps: must be >= 1"), ("0", "train.steps: must be >= 1")):
+        monkeypatch.setenv("RANK", rank)
+        assert report(text)
+    assert first_error(tmp_path) == "train.steps: must be >= 1"
+    monkeypatch.setenv("RANK", "0")
+    assert report("another failure on rank 0, later")
+    said = first_error(tmp_path)
+    assert said is not None and said.startswith("rank 1 failed first: train.steps: must be >= 1")
+    assert first_error(tmp_path / "nothing") is None
+
+
+def test_a_collective_timeout_names_the_phase_and_the_setting_to_raise():
+    exc = CollectiveTimeout("all_gather", 5.0, rank=0, world_size=2).during("step 3")
+    text = str(exc)
+    assert exc.field == "train.collective_timeout_s" and "\n" not in text
+    assert "rank 0 of 2 waited 5 s in all_gather during step 3" in text
+    assert "--set train.collective_timeout_s=600" in text
+    assert "during step 3" in str(exc.during("the checkpoint of step 4"))  # the first phase named stays

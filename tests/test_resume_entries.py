@@ -63,6 +63,22 @@ def test_the_api_refuses_a_changed_resume_before_any_engine_loads(run_copy, no_e
     assert (out / "checkpoints" / "step-00000001").is_dir() and not (out / "previous").exists()
 
 
+def test_a_resume_called_after_construction_is_refused_before_any_engine_loads(run_copy, no_engine):
+    """Trainer(config).resume() (no resume= at construction) loaded both models, then refused: the
+    models of a trainer whose output_dir holds a checkpoint now load at first use, after the check."""
+    config_path, out = run_copy
+    shutil.copytree(Path(RunConfig.from_toml(config_path).model.path), config_path.parent / "elsewhere")
+    config = RunConfig.from_toml(config_path, overrides=[f'model.path="{config_path.parent / "elsewhere"}"'])
+    trainer = Trainer(config)
+    try:
+        with pytest.raises(ConfigError, match="config changed at resume") as caught:
+            trainer.resume()
+        assert caught.value.field == "model.path"
+    finally:
+        trainer.lock.release()
+    assert (out / "checkpoints" / "step-00000001").is_dir() and not (out / "previous").exists()
+
+
 def test_the_api_resumes_when_given_resume_and_run(run_copy):
     """Trainer(config, resume="").run() checked the checkpoint, then started over: the run it was
     asked to continue was moved into previous/ and step 0 trained again."""

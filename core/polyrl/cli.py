@@ -468,6 +468,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except PolyrlError as exc:
+        from polyrl.launch_errors import report
+
+        if report(str(exc)):  # a rank under `polyrl launch`: the launcher prints the first rank's line once
+            return 2
         # one write, newline included: ranks under torchrun share stderr, and print's separate
         # newline write let two ranks' lines run together
         sys.stderr.write(f"error: {exc}\n")

@@ -203,6 +203,8 @@ class TrainSection:
     keep_previous_runs: int = 1
     max_consecutive_skips: int = 3  # stop after this many non-finite (or unscored) steps in a row
     gradient_checkpointing: bool = False  # recompute activations in backward (memory for compute)
+    #: under a launcher: how long a rank waits in a collective for the others before it stops the run
+    collective_timeout_s: float = 600.0
 
     def __attrs_post_init__(self) -> None:
         for name in ("steps", "prompts_per_step", "keep_checkpoints", "max_consecutive_skips"):

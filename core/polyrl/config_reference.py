@@ -151,6 +151,9 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                               "instead of moving it aside)",
         "max_consecutive_skips": "stop after this many non-finite (NaN/Inf) steps, or steps no reward scored, in a row",
         "gradient_checkpointing": "recompute decoder-layer activations in backward: less memory, more compute (torch, MLX)",
+        "collective_timeout_s": "under `polyrl launch`: seconds a rank waits in a collective for the others (a rank "
+                                "stuck or far slower) before the run stops with an error naming the step; must "
+                                "cover the longest a rank works alone (its generation, rank 0's checkpoint write)",
     },
     "eval": {
         "count": "held-out prompts for evaluation (0 = off)",

@@ -6,6 +6,7 @@ answers with the wrong type or length is reported by name instead of failing far
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -105,6 +106,16 @@ class Engine:
         out = self._call("encode_chat", messages=list(messages), tools=None if tools is None else list(tools),
                          add_generation_prompt=add_generation_prompt)
         return None if out is None else np.asarray(out, dtype=np.int64).reshape(-1)
+
+    def generation_phase(self) -> contextlib.AbstractContextManager[Any]:
+        """The backend's context for one rollout's ``generate`` calls (``hookspecs.generation_phase``):
+        entered once per rollout on every rank, however many calls its episodes make inside."""
+        out = self._call("generation_phase")
+        if out is None:
+            return contextlib.nullcontext()
+        if not (hasattr(out, "__enter__") and hasattr(out, "__exit__")):
+            raise self._fail("generation_phase", f"returned {type(out).__name__}, expected a context manager or None")
+        return out
 
     def logprobs(
         self, sequences: Sequence[TokenSequence], temperature: float = 1.0, reference: bool = False

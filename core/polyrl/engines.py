@@ -125,6 +125,7 @@ def engine_config(config: RunConfig, role: str, model: str) -> EngineConfig:
         max_length=c.model.max_length, options=dict(c.backends.options),
         trust_remote_code=c.model.trust_remote_code,
         gradient_checkpointing=c.train.gradient_checkpointing and role == "train",
+        collective_timeout_s=c.train.collective_timeout_s,
     )
 
 

@@ -44,3 +44,34 @@ class RewardError(PolyrlError):
 
 class PluginError(PolyrlError):
     """A plugin misbehaved (raised in a hook, returned the wrong type)."""
+
+
+class CollectiveTimeout(ConfigError):
+    """A rank waited past ``train.collective_timeout_s`` in a collective for the others: one of them
+    is stuck (or far slower) outside anything with a timeout of its own. Raised by a backend,
+    which knows the collective; the trainer adds the phase it was in (``during``)."""
+
+    FIELD = "train.collective_timeout_s"
+
+    def __init__(self, collective: str, timeout_s: float, rank: int, world_size: int, phase: str = "") -> None:
+        self.collective, self.timeout_s, self.rank, self.world_size = collective, timeout_s, rank, world_size
+        self.phase = phase
+        super().__init__(self._message(), field=self.FIELD, fix=self._fix())
+
+    def _message(self) -> str:
+        where = f" during {self.phase}" if self.phase else ""
+        return (f"rank {self.rank} of {self.world_size} waited {self.timeout_s:g} s in {self.collective}{where} "
+                f"for the other ranks (train.collective_timeout_s = {self.timeout_s:g}): one of them is stuck or "
+                "far slower (its own log says where it was)")
+
+    def _fix(self) -> str:
+        return (f"if the ranks are only slow, raise it (e.g. --set {self.FIELD}={max(2 * self.timeout_s, 600):g}); "
+                "else find what the late rank waits on, then resume with --resume")
+
+    def during(self, phase: str) -> CollectiveTimeout:
+        """The same error naming the trainer's phase (kept when one is already named)."""
+        if not self.phase:
+            self.phase = phase
+            self.message = self._message()
+            self.args = (self._text(),)
+        return self

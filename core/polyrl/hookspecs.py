@@ -23,14 +23,14 @@ below; it is found through an entry point in group ``polyrl.backends`` (or ``pol
         return [...]             # list[Completion]
 
 How dispatch works
-    The compute hooks (``generate``, ``logprobs``, ``train_step``, ``all_gather``, weight and
-    checkpoint hooks) are answered only by the plugin that registered the engine's backend:
-    another plugin is never asked, so it can neither hijack nor break your engines, and a hook
-    you do not implement is reported as yours ("its plugin does not implement it"). To change
-    one hook of another backend, register a backend of your own name. ``reward`` is the
-    exception: every reward plugin answers, and the core combines the answers with the
-    configured weights. ``polyrl_resolve_model`` asks each plugin in turn; one that raises, or
-    returns something other than an existing path or None, is named in the error.
+    The compute hooks (``generate``, ``generation_phase``, ``logprobs``, ``train_step``,
+    ``all_gather``, weight and checkpoint hooks) are answered only by the plugin that registered
+    the engine's backend: another plugin is never asked, so it can neither hijack nor break your
+    engines, and a hook you do not implement is reported as yours ("its plugin does not
+    implement it"). To change one hook of another backend, register a backend of your own
+    name. ``reward`` is the exception: every reward plugin answers, and the core combines the
+    answers with the configured weights. ``polyrl_resolve_model`` asks each plugin in turn; one
+    that raises, or returns something other than an existing path or None, is named in the error.
 
 What the core does with a faulty plugin
     * An ``@hookimpl`` whose name is no hook here (a misspelling) drops that whole plugin: it is
@@ -124,6 +124,7 @@ Multi-turn episodes (agents, tools, environments)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -248,6 +249,18 @@ def generate(engine: Any, prompts: Sequence[Prompt], sampling: SamplingParams) -
     A backend whose ``Capabilities.concurrent_generate`` is True may be called on a worker thread
     while another engine trains (``generation.overlap``): settings that are per thread (an OpenMP
     team size, a default stream) must be applied inside the call.
+    """
+
+
+@hookspec(firstresult=True)
+def generation_phase(engine: Any) -> AbstractContextManager[None] | None:
+    """A context the core holds around all ``generate`` calls of one rollout (a step's, every turn
+    of its episodes included, or one evaluation pass); optional: None holds nothing.
+
+    Under a launcher every rank enters it exactly once per rollout, while the number of
+    ``generate`` calls inside differs by rank: an episode may end after one turn on one rank and
+    after four on another, and a rank may have no prompt at all. A backend whose ``generate`` needs
+    collectives (gathering sharded weights) runs them on entering and leaving, never per call.
     """
 
 

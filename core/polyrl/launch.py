@@ -2,11 +2,12 @@
 
 Why a wrapper and not our own launcher: torchrun (``torch.distributed.run``) already does process
 spawning, rendezvous, restarts and multi-node; polyrl only has to build its command line. The core
-never imports torch here: the command is executed with the current interpreter, and a missing torch
-is reported before anything starts. So is a bad config, more ranks than this machine holds, an
+imports torch only to run torchrun, after every check: a missing torch is reported before anything
+starts. So is a bad config, more ranks than this machine holds, an
 output_dir another run holds, or a ``--resume`` whose checkpoint another config wrote (model,
 backends...): the launcher loads the config and checks that checkpoint as every rank would, so an
-error is one line here, not one per rank under torchrun's ChildFailedError traceback.
+error is one line here, not one per rank under torchrun's ChildFailedError traceback. An error the
+ranks meet later is one line too: torchrun runs quietly in this process (``polyrl.launch_torchrun``).
 """
 
 from __future__ import annotations
@@ -98,9 +99,9 @@ def check_ranks_fit(nproc: int, device: str) -> None:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    """Check the flags, the config and this machine, then replace this process by torchrun
-    (signals then reach torchrun, which forwards them). ``--dry-run`` checks the same, then prints
-    the command shell-quoted, so pasting it passes each argument as is and runs nothing else."""
+    """Check the flags, the config and this machine, then run torchrun in this process (signals
+    reach it, and it forwards them; ``polyrl.launch_torchrun``). ``--dry-run`` checks the same, then
+    prints the command shell-quoted, so pasting it passes each argument as is and runs nothing else."""
     if importlib.util.find_spec("torch") is None:
         raise ConfigError("torchrun comes with torch, which is not installed", field="polyrl launch",
                           fix="pip install 'polyrl[torch]'")
@@ -125,11 +126,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(shlex.join(cmd))
         return 0
-    env = dict(os.environ)
-    # torchrun defaults OMP_NUM_THREADS to 1 per process; train.threads in the config still wins
-    env.setdefault("OMP_NUM_THREADS", "1")
-    os.execvpe(cmd[0], cmd, env)
-    return 0  # pragma: no cover - execvpe does not return
+    from polyrl.launch_torchrun import run
+
+    return run(cmd[3:])  # after `python -m torch.distributed.run`
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -25,7 +25,7 @@ APPLIED = (
     "optimizer.eps", "optimizer.micro_batch_size",
     "train.steps", "train.checkpoint_every", "train.keep_checkpoints", "train.keep_previous_runs",
     "train.max_consecutive_skips",
-    "train.threads", "train.output_dir",
+    "train.threads", "train.output_dir", "train.collective_timeout_s",
     "eval.every", "eval.reward", "eval.max_new_tokens",
     "generation.overlap",  # a pending rollout is trained on (overlap) or drawn again on-policy
 )

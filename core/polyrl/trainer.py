@@ -43,7 +43,7 @@ from polyrl.config import RunConfig, check_world_size
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train_and_eval
 from polyrl.engines import choose_generate_backend, load_engines
 from polyrl.episode_prompts import first_prompt_counter
-from polyrl.errors import PolyrlError, RewardError
+from polyrl.errors import CollectiveTimeout, PolyrlError, RewardError
 from polyrl.logs import get_logger, readable
 from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry
@@ -51,7 +51,7 @@ from polyrl.resume_point import resume_point
 from polyrl.rewards.combine import RewardComputer
 from polyrl.rewards.functions import load_function_reward
 from polyrl.rewards.guard import RewardCancelled
-from polyrl.rank_fingerprint import check_same, fingerprint, reward_code
+from polyrl.rank_fingerprint import check_same, fingerprint, model_files, reward_code
 from polyrl.reward_agreement import agreed_reward_failure, reward_outcome
 from polyrl.rewards.trl_compat import TrainerState
 from polyrl.rollouts import Rollout, RolloutAhead
@@ -64,7 +64,7 @@ from polyrl.tracking.session import for_run as tracking_for_run
 from polyrl.types import Completion, RewardContext, SamplingParams, TokenSequence, TrainBatch
 
 if TYPE_CHECKING:  # imported lazily at run time: single-turn runs never load the agents package
-    from polyrl.agents.episodes import EpisodeRunner
+    from polyrl.agents.episodes import EnvironmentFailed, EpisodeRunner
     from polyrl.agents.setup import EnvironmentPlan
     from polyrl.algorithms.presets import AlgorithmConfig
 
@@ -98,6 +98,11 @@ def _restore_rng_states(state: dict[str, Any]) -> None:
     if isinstance(npy, dict):
         np.random.set_state((npy["name"], np.asarray(npy["keys"], dtype=np.uint32), npy["pos"],
                              npy["has_gauss"], npy["cached_gaussian"]))
+
+
+#: What ``Trainer._load_engines`` sets: reading one first loads the models (see ``Trainer.__getattr__``).
+_MODEL_ATTRIBUTES = frozenset({"engines", "model_path", "train_engine", "gen_engine", "ref_engine", "ref_sync",
+                               "episodes", "dataset", "eval_dataset", "sampler"})
 
 
 def _launcher_rank() -> tuple[int, int]:
@@ -160,7 +165,8 @@ class Trainer:
         self._reward_codes = [reward_code(p.fn) for p in function_plugins]  # as loaded: compared across ranks
         self.registry = Registry(get_plugin_manager(extra=(*extra_plugins, *function_plugins)))
         self.config = config = choose_generate_backend(config, self.registry)
-        self.dataset, self.eval_dataset = self._datasets()
+        #: the rows as read, before ``_fit_prompts`` checks them against the tokenizer
+        self._source_data = self._datasets()
         self.stop_requested = False
         #: a weight push that failed after its step trained: raised once the step is recorded
         self._sync_failed: PolyrlError | None = None
@@ -168,7 +174,7 @@ class Trainer:
         self._nothing_scored = False
         self.rewards = RewardComputer(
             self.registry.pm, [(r.label, r.weight, dict(r.options)) for r in config.rewards],
-            columns=self.dataset.columns, timeouts={r.label: r.timeout_s for r in config.rewards},
+            columns=self._source_data[0].columns, timeouts={r.label: r.timeout_s for r in config.rewards},
             should_stop=lambda: self.stop_requested,
         )
         self.rank, self.world_size = _launcher_rank()
@@ -176,18 +182,31 @@ class Trainer:
         check_world_size(config, self.world_size)
         #: (the resume() arguments, their checkpoint and state) checked before the engines loaded
         self._checked_resume: tuple[tuple[str | None, bool], tuple[Path, dict[str, Any]] | None] | None = None
+        #: where the run is, named by a collective that times out there (``CollectiveTimeout.during``)
+        self._phase = "loading the models"
         try:
             if resume is not None:
                 self._own_output_dir()
                 request = (str(resume) or None, weights_only)
                 self._checked_resume = (request, self._resume_point(*request))
             self._load(config)
+            if resume is not None or not ckpt.complete_checkpoints(self.checkpoint_root):
+                self._load_models()
+            # else at first use: a resume() checks its checkpoint before any model loads
         except BaseException:
             self.lock.release()  # taken for the early resume check; this trainer never came to be
             raise
 
+    if not TYPE_CHECKING:  # hidden from mypy, which would accept any attribute name otherwise
+        def __getattr__(self, name: str) -> Any:
+            """The models and what needs them, loaded on first use (``_MODEL_ATTRIBUTES``)."""
+            if name not in _MODEL_ATTRIBUTES or self.__dict__.get("_loading_models"):
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            self._load_models()
+            return object.__getattribute__(self, name)
+
     def _load(self, config: RunConfig) -> None:
-        """The trackers, environment and engines, then the prompts fitted to the tokenizer."""
+        """The trackers and environment: what is checked before any model loads."""
         self.step = 0
         self.kl_coef = float(config.algorithm.beta)  # kl_in_reward's coefficient (kl_ctrl adapts it)
         self.rollouts = RolloutAhead(self._generate)
@@ -195,6 +214,17 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.tracking = tracking_for_run(config, self.registry, self.rank)  # unknown tracker: error now
         self._env_plan = self._check_environment()  # before the models load: a bad tool name errs now
+
+    def _load_models(self) -> None:
+        """The engines, then the prompts fitted to the tokenizer. At construction, or (when
+        output_dir holds a checkpoint that ``resume()`` may refuse) when first needed."""
+        self._loading_models = True
+        try:
+            self._load_engines(self.config)
+        finally:
+            self._loading_models = False
+
+    def _load_engines(self, config: RunConfig) -> None:
         self.engines = load_engines(config, self.registry)
         self.model_path, self.train_engine = self.engines.model_path, self.engines.train
         self.gen_engine, self.ref_engine = self.engines.generate, self.engines.reference
@@ -220,13 +250,14 @@ class Trainer:
         counted = "chat template included"
         if self.episodes is not None:  # tools alone: with their instructions; an environment: None
             count, counted = first_prompt_counter(self.episodes), "chat template and tool instructions included"
+        source, source_eval = self._source_data
         if count is None:
-            return self.dataset, self.eval_dataset
+            return source, source_eval
         limit, drop = self.config.model.max_length, self.config.data.drop_overlong
-        train, _ = check_prompt_lengths(self.dataset, count, limit, drop=drop, counted=counted)
-        if self.eval_dataset is None:
+        train, _ = check_prompt_lengths(source, count, limit, drop=drop, counted=counted)
+        if source_eval is None:
             return train, None
-        return train, check_prompt_lengths(self.eval_dataset, count, limit, drop=drop, counted=counted)[0]
+        return train, check_prompt_lengths(source_eval, count, limit, drop=drop, counted=counted)[0]
 
     def _check_environment(self) -> EnvironmentPlan | None:
         if not self.config.environment.enabled:
@@ -251,10 +282,16 @@ class Trainer:
         return env.max_episode_tokens if env.enabled else self.config.generation.max_new_tokens
 
     def _sample(self, rows: list[dict[str, Any]], sampling: SamplingParams) -> list[Completion]:
-        """Completions for ``rows``: episodes when an environment or tools are configured."""
-        if self.episodes is not None:
-            return self.episodes.run(rows, sampling)
-        return self.gen_engine.generate([row[self.config.data.prompt_column] for row in rows], sampling)
+        """Completions for ``rows``: episodes when an environment or tools are configured. The
+        rollout is one generation phase, entered once on every rank whatever its episodes do: a
+        sharded (FSDP) generator gathers its weights there, not per generate call, whose count
+        differs by rank when one rank's episodes end after one turn and another's after four."""
+        with self.gen_engine.generation_phase():
+            if not rows:  # a rank with no eval row still takes part in the phase
+                return []
+            if self.episodes is not None:
+                return self.episodes.run(rows, sampling)
+            return self.gen_engine.generate([row[self.config.data.prompt_column] for row in rows], sampling)
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -481,6 +518,18 @@ class Trainer:
             metrics.update(episode_metrics(completions))
         return metrics
 
+    def _environment_failure(self) -> EnvironmentFailed | None:
+        """The error that stops a run whose environment never works; under a launcher the ranks
+        agree on it (one gather), so none stops alone while its peers wait in the next step."""
+        if self.episodes is None:
+            return None
+        from polyrl.agents.episodes import agreed_failure
+
+        failed = self.episodes.failure()
+        if self.world_size == 1:
+            return failed
+        return agreed_failure(self.train_engine.all_gather(None if failed is None else str(failed)))
+
     def _unscored_message(self, steps: int) -> str:
         """The stop after ``steps`` steps in a row that no reward scored, naming the rewards."""
         names = ", ".join(r.label for r in self.config.rewards)
@@ -499,6 +548,7 @@ class Trainer:
         Under a launcher every rank calls it and scores its share of the rows (rows[rank::world]);
         the scores are gathered, so every rank returns the same numbers for the whole set.
         """
+        self._phase = f"the evaluation {phase} training (step {self.step})"
         if self.eval_dataset is None:
             return {}
         self.rollouts.pending()  # the generator is busy until the rollout sampled ahead is done
@@ -545,7 +595,7 @@ class Trainer:
         ev = self.config.eval
         if not rows:  # an eval set smaller than the world leaves this rank none
             if self.world_size > 1:  # a sharded (FSDP) generator gathers its weights collectively: take part
-                self.gen_engine.generate([], sampling)
+                self._sample(rows, sampling)
             return np.zeros(0), []
         completions = self._sample(rows, sampling)
         per_completion = [row for row in rows for _ in range(sampling.n)]
@@ -602,8 +652,13 @@ class Trainer:
             raise
 
     def _fingerprint(self) -> dict[str, str]:
-        """What every rank must have loaded alike: the config, the reward code, the prompts."""
-        return fingerprint(resume_config.snapshot(self.config), self._reward_codes, self.dataset, self.eval_dataset)
+        """What every rank must have loaded alike: the config, the reward code, the prompts, the models."""
+        ref = self.config.model.reference_path
+        models = [model_files(self.model_path)]
+        if ref:
+            models.append(model_files(self.registry.resolve_model(ref, field="model.reference_path")))
+        return fingerprint(resume_config.snapshot(self.config), self._reward_codes, self.dataset, self.eval_dataset,
+                           weights=",".join(models))
 
     def _own_output_dir(self) -> None:
         """Take the output_dir lock (rank 0 writes for everyone under a launcher)."""
@@ -614,6 +669,7 @@ class Trainer:
         """Checkpoint. Under a launcher every rank calls the backend (sharded weights are gathered
         collectively) but only rank 0 writes; the others pass a scratch folder that is deleted.
         A failed write leaves every earlier checkpoint as it was (pruning happens after success)."""
+        self._phase = f"the checkpoint of step {self.step}"
         if self.rank != 0:
             with tempfile.TemporaryDirectory(prefix="polyrl-rank-scratch-") as scratch:
                 self.train_engine.save_checkpoint(str(Path(scratch) / ckpt.MODEL_DIR),
@@ -787,9 +843,18 @@ class Trainer:
         """Train until ``train.steps``; returns a summary (final metrics, eval before/after).
 
         The output_dir is locked for the whole run; a run not resumed starts over there."""
+        try:
+            return self._run_locked(progress)
+        except CollectiveTimeout as exc:  # a peer is stuck elsewhere: say where this rank waited
+            raise exc.during(self._phase) from exc.__cause__
+
+    def _run_locked(self, progress: bool) -> dict[str, Any]:
+        if "engines" not in self.__dict__:  # deferred at construction: loaded before output_dir changes
+            self._load_models()
         if self.world_size == 1:
             self._own_output_dir()
         else:
+            self._phase = "the start-of-run agreement (what each rank loaded)"
             self._agree_to_start()
         if self._checked_resume is not None:  # Trainer(config, resume=...) then run(): resume as asked
             path, weights_only = self._checked_resume[0]
@@ -822,6 +887,7 @@ class Trainer:
         last_eval: tuple[int, dict[str, float]] | None = None
         with self._graceful_signals(), step_progress(c.train.steps, self.step, enabled=progress) as advance:
             while self.step < c.train.steps and not self.stop_requested:
+                self._phase = f"step {self.step}"
                 try:
                     metrics = self.train_one_step()
                 except RewardCancelled as exc:
@@ -855,7 +921,7 @@ class Trainer:
                 skipped_update = bool(metrics.get("skipped")) and "grad_norm" in metrics
                 skips = skips + 1 if skipped_update else 0
                 unscored = unscored + 1 if self._nothing_scored else 0
-                failed = self.episodes.failure() if self.episodes is not None else None
+                failed = self._environment_failure()
                 if failed is not None:  # an environment that never works: stop, with what it raised
                     self.save()
                     raise failed

@@ -384,6 +384,8 @@ class EngineConfig:
     trust_remote_code: bool = False
     #: Recompute decoder-layer activations during backward (role "train" only).
     gradient_checkpointing: bool = False
+    #: Under a launcher: seconds a collective waits for the other ranks (``train.collective_timeout_s``).
+    collective_timeout_s: float = 600.0
 
 
 @attrs.define(frozen=True)

@@ -151,6 +151,7 @@ RULES: dict[str, Rule] = {
     "train.keep_previous_runs": _int(0, fix="earlier runs to keep in output_dir/previous/, e.g. 1; "
                                             "0 deletes an earlier run instead of moving it aside"),
     "train.max_consecutive_skips": _int(1, fix="e.g. 3"),
+    "train.collective_timeout_s": _float(0, low_open=True, fix="seconds a rank may wait for the others, e.g. 600"),
     "eval.count": _int(0, fix="0 disables evaluation"),
     "eval.every": _int(0, fix="0 evaluates only before and after training"),
     "eval.max_new_tokens": _int(1, MAX_TOKENS, optional=True, fix="unset uses generation.max_new_tokens"),

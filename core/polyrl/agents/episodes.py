@@ -56,6 +56,17 @@ class EnvironmentFailed(PolyrlError):
     """Every episode of ``MAX_FAILED_ROLLOUTS`` rollouts in a row ended in an environment error."""
 
 
+def agreed_failure(failures: Sequence[object]) -> EnvironmentFailed | None:
+    """Under a launcher, the error every rank raises, from each rank's ``failure()`` text (or None)
+    in rank order. Each rank counts its own shard's rollouts, so the global streak of rollouts
+    whose every episode failed is the shortest of theirs: the run stops once every rank's streak
+    reached the limit, with rank 0's text, and on every rank together (a rank stopping alone left
+    its peers waiting for it in the next step's collectives)."""
+    if not failures or any(f is None for f in failures):
+        return None
+    return EnvironmentFailed(str(failures[0]))
+
+
 class _EnvError(Exception):
     """An environment call failed; ``text`` says how (the episode's ``env_error``)."""
 

@@ -15,9 +15,10 @@ gloo on CPU, nccl on CUDA. Outside torchrun every function here is a no-op.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 
 import torch
@@ -56,13 +57,47 @@ def local_device(device: torch.device) -> torch.device:
     return local
 
 
-def init_from_env(device: torch.device) -> None:
-    """Join the process group torchrun describes (once per process); nothing outside torchrun."""
+#: ``train.collective_timeout_s`` as the process group was created with (gloo's default before).
+_timeout_s = 1800.0
+#: A collective timed out: the group is unusable, and the exit barrier would only wait again.
+_timed_out = False
+
+
+def init_from_env(device: torch.device, timeout_s: float = 1800.0) -> None:
+    """Join the process group torchrun describes (once per process); nothing outside torchrun.
+    ``timeout_s`` bounds every collective (gloo's default was 30 minutes): a rank stuck outside
+    anything with a timeout of its own (generation, data, an environment) stops the run then."""
+    global _timeout_s
     if not launched() or not dist.is_available() or dist.is_initialized():
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend=backend)
+    _timeout_s = float(timeout_s)
+    with bounded("init_process_group"):
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=_timeout_s))
     atexit.register(_leave)
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """Whether a collective's error is its timeout (gloo and the store say "timed out"/"timeout")."""
+    text = str(exc).lower()
+    return "timed out" in text or "timeout" in text
+
+
+@contextlib.contextmanager
+def bounded(collective: str) -> Iterator[None]:
+    """Turn a collective's timeout into one ``CollectiveTimeout`` naming ``collective`` and the
+    setting that bounds it (gloo's own text names a C++ file and milliseconds, not what to do)."""
+    global _timed_out
+    try:
+        yield
+    except RuntimeError as exc:
+        if not is_timeout(exc):
+            raise
+        from polyrl.errors import CollectiveTimeout
+
+        _timed_out = True
+        raise CollectiveTimeout(collective, _timeout_s, int(os.environ.get("RANK", "0") or 0),
+                                env_world_size()) from exc
 
 
 #: How long a leaving gloo rank waits for its peers at the exit barrier.
@@ -81,7 +116,7 @@ def _leave() -> None:
     exits without tearing the group down, so torchrun sees it gone and stops the peers (they were
     blocked until gloo's 30-minute collective timeout).
     """
-    if not dist.is_initialized():
+    if not dist.is_initialized() or _timed_out:  # after a timeout a peer is stuck: nothing to meet
         return
     if dist.get_backend() == "gloo" and not _met_at_barrier(EXIT_BARRIER_S):
         return  # destroying the group would block on the same peers
@@ -121,8 +156,9 @@ def sum_scalars(values: Sequence[float], device: torch.device) -> list[float]:
     if not active():
         return list(values)
     t = torch.tensor(list(values), dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return t.tolist()
+    with bounded("all_reduce"):
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t.tolist()
 
 
 def max_int(value: int, device: torch.device) -> int:
@@ -130,14 +166,16 @@ def max_int(value: int, device: torch.device) -> int:
     if not active():
         return value
     t = torch.tensor([value], dtype=torch.int64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return int(t.item())
+    with bounded("all_reduce"):
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t.item())
 
 
 def all_gather_objects(value: object) -> list[object]:
     """``value`` from every rank, in rank order (pickled by torch over the process group)."""
     out: list[object] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, value)
+    with bounded("all_gather"):
+        dist.all_gather_object(out, value)
     return out
 
 
@@ -149,7 +187,8 @@ def sum_gradients(params: Sequence[torch.nn.Parameter]) -> None:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
     flat = torch.cat([p.grad.reshape(-1) for p in params])  # type: ignore[union-attr]  # set above
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    with bounded("the gradient all_reduce"):
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     offset = 0
     for p in params:
         n = p.grad.numel()  # type: ignore[union-attr]

@@ -125,7 +125,7 @@ class TorchEngine:
         self.compute_dtype = self._compute_dtype(config)
         if config.role == "train":
             self.device = distributed.local_device(self.device)  # cuda:LOCAL_RANK under torchrun
-            distributed.init_from_env(self.device)  # a no-op outside torchrun
+            distributed.init_from_env(self.device, config.collective_timeout_s)  # a no-op outside torchrun
         #: every option checked now (a bad value fails at load, not at the first generate or step)
         self.options = TorchOptions.read(config.options)
         packing_requested(config.options)

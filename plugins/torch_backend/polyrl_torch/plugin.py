@@ -195,6 +195,13 @@ def generate(engine: Any, prompts: Sequence[Any], sampling: Any) -> list | None:
 
 
 @hookimpl
+def generation_phase(engine: Any) -> Any:
+    """FSDP: the whole weights gathered once for the rollout, so ranks may call ``generate`` a
+    different number of times inside (``TorchEngine.full_weights``); nothing otherwise."""
+    return engine.full_weights()
+
+
+@hookimpl
 def encode_chat(engine: Any, messages: Sequence[Any], tools: Sequence[Any] | None,
                 add_generation_prompt: bool) -> Any:
     import numpy as np

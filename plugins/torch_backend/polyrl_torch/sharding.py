@@ -11,8 +11,10 @@ What stays full on every rank, and why:
 
 * generation and no-grad scoring run inside :func:`full_weights`: every unit is gathered once and
   kept for the whole call, so ranks may decode different numbers of tokens without per-token
-  collectives. The full weights are held for that call only (1x the model); the gradients and the
-  two AdamW moments (3x) stay sharded, which is what makes a full fine-tune fit.
+  collectives. The trainer holds it over a whole rollout too (the ``generation_phase`` hook), so
+  ranks may also call ``generate`` a different number of times (one rank's episodes end after
+  one turn, another's after four). The full weights are held for that block only (1x the model); the
+  gradients and the two AdamW moments (3x) stay sharded, which is what makes a full fine-tune fit.
 * the training forward runs one backbone call per micro-batch on every rank (no shared-prompt
   split, whose number of calls depends on the data), and ranks run the same number of
   micro-batches (:func:`polyrl_torch.training.train_step` pads with zero-weight ones), because every
@@ -76,7 +78,8 @@ class Sharded:
 
     @contextmanager
     def full_weights(self) -> Iterator[None]:
-        """Gather every unit once and keep it gathered for the block (a collective: all ranks)."""
+        """Gather every unit once and keep it gathered for the block (a collective: all ranks);
+        a block nested inside (a ``generate`` call within a rollout's phase) gathers nothing more."""
         self._depth += 1
         try:
             if self._depth == 1:
