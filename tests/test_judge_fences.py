@@ -25,7 +25,13 @@ def judged(stub: ScriptedJudge, texts: list[str], rows: list[dict], **options) -
     before = stub.count()
     computer([r["prompt"] for r in rows], [Completion(0, [1], [2], [0.0], text=t) for t in texts],
              RewardContext(rows=rows, wanted=("llm_judge",)))
-    return [r["body"]["messages"][-1]["content"] for r in stub.requests[before:]]
+    received = [r["body"]["messages"][-1]["content"] for r in stub.requests[before:]]
+    # the requests go out concurrently: put each back beside its text (fenced whole, so a text that
+    # is a prefix of another is not taken for it)
+    if len(received) != len(texts):  # some were answered from the cache
+        return received
+    return [next((u for u in received if re.search(">" + re.escape(t) + "</data-", u)), received[i])
+            for i, t in enumerate(texts)]
 
 
 def nonce_of(user: str) -> str:
