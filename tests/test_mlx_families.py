@@ -4,13 +4,17 @@ The tiny models of ``hf_families`` (transformers' own config classes, each famil
 through the mlx backend. A family mlx-lm runs as transformers does must sample, score, train and
 sync weights with torch, its sampler, scorer and the model's own eager forward agreeing; one whose
 quirk mlx-lm drops or does not run must be refused when it loads (``polyrl_mlx.family_check``),
-with one ``error:`` on ``model.path``, not load and compute other log-probs.
+with one ``error:`` on ``model.path``, not load and compute other log-probs. The same holds for a
+tested family's sliding window mlx-lm's module does not apply (Mistral, Qwen2/3, Phi-3), while
+Gemma 3's, which it applies, runs as transformers' does. Mixture-of-experts weights cross between
+transformers' fused expert tensors and mlx-lm's stacked ones exactly, in syncs and checkpoints.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +24,7 @@ from polyrl.algorithms.objective import Objective
 from polyrl.engine import Engine
 from polyrl.errors import ConfigError
 from polyrl.registry import get_registry
+from polyrl.testing.tiny_model import build_tiny_model
 from polyrl.types import EngineConfig, OptimizerConfig, SamplingParams, TokenSequence, TrainBatch
 
 CHATS = [[{"role": "user", "content": "What is 2 + 3? Answer with the number only."}],
@@ -28,8 +33,10 @@ CHATS = [[{"role": "user", "content": "What is 2 + 3? Answer with the number onl
 FLOAT_ERROR = 2e-5
 #: families mlx-lm runs as transformers does (sampler == scorer == the model's own forward)
 RUN = ["cohere", "granite", "olmo2", "phi", "qwen2_moe", "qwen3_moe", "smollm3", "stablelm"]
-#: their MLX weights are named otherwise than transformers 5's fused expert tensors: no sync yet
-NO_SYNC = {"qwen2_moe", "qwen3_moe"}
+#: mixture-of-experts families: mlx-lm stacks the experts transformers 5 fuses (polyrl_mlx.expert_names)
+MOE = ["qwen2_moe", "qwen3_moe"]
+#: transformers' name of layer 0's experts (fused ``gate_up_proj`` and ``down_proj``)
+EXPERTS = "model.layers.0.mlp.experts"
 #: families refused at load, and words the error line must hold
 REFUSED = {
     "gemma2": "sliding_window=8",  # mlx-lm's gemma2 attends to the whole past
@@ -52,9 +59,10 @@ def models(tmp_path_factory):
     return tmp_path_factory.mktemp("mlx-families")
 
 
-def _engine(path: str, backend: str = "mlx", role: str = "train") -> Engine:
+def _engine(path: str, backend: str = "mlx", role: str = "train", max_length: int = 1024) -> Engine:
     return Engine(get_registry(), backend, EngineConfig(
-        model=path, role=role, threads=1, optimizer=OptimizerConfig(lr=1e-2, max_grad_norm=None)))
+        model=path, role=role, threads=1, max_length=max_length,
+        optimizer=OptimizerConfig(lr=1e-2, max_grad_norm=None)))
 
 
 def _gap(a, b) -> float:
@@ -91,8 +99,6 @@ def test_family_samples_scores_trains_and_syncs_on_mlx_as_its_own_forward(model_
     assert not metrics.skipped and metrics.extra["mismatch_abs"] < 1e-5
     after = trainer.logprobs(seqs, 1.0)
     assert _gap(sampler, after) > 1e-3, "train_step changed nothing"
-    if model_type in NO_SYNC:
-        return
     torch_engine = _engine(path, "torch")
     torch_engine.import_weights(trainer.export_weights())  # MLX -> torch
     assert _gap(after, torch_engine.logprobs(seqs, 1.0)) < FLOAT_ERROR
@@ -182,3 +188,168 @@ def test_a_checkpoint_tensor_mlx_lm_drops_is_refused_unless_it_is_the_tied_copy(
         with pytest.raises(ConfigError) as err:
             _engine(str(folder), role="generate")
         assert err.value.field == "model.path" and "ignores" in str(err.value) and str(folder) in str(err.value)
+
+
+#: fixed rows for the checkpoint and window tests: 14 and 16 tokens, past a 4-token window
+SEQS = [TokenSequence(np.array([5, 17, 42]), np.array([7, 99, 3, 250, 11, 64, 8, 31, 140, 22, 5])),
+        TokenSequence(np.arange(3, 9), np.arange(20, 30))]
+
+
+def test_expert_layouts_convert_exactly_and_a_missing_expert_is_named():
+    _usable("mlx")
+    import mlx.core as mx
+    from polyrl_mlx.expert_names import to_hf, to_mlx
+
+    rng = np.random.default_rng(0)
+    p = "model.layers.0.mlp"
+    stacked = {f"{p}.switch_mlp.{n}_proj.weight": mx.array(rng.standard_normal(shape).astype(np.float32))
+               for n, shape in (("gate", (3, 2, 4)), ("up", (3, 2, 4)), ("down", (3, 4, 2)))}
+    stacked["model.norm.weight"] = mx.ones((4,))
+    hf = to_hf("qwen3_moe", stacked)
+    assert sorted(hf) == [f"{p}.experts.down_proj", f"{p}.experts.gate_up_proj", "model.norm.weight"]
+    gate_up = np.array(hf[f"{p}.experts.gate_up_proj"])  # [E, 2I, H], each expert's gate rows first
+    assert np.array_equal(gate_up[:, :2], np.array(stacked[f"{p}.switch_mlp.gate_proj.weight"]))
+    per_expert = {f"{p}.experts.{e}.{n}_proj.weight": stacked[f"{p}.switch_mlp.{n}_proj.weight"][e]
+                  for e in range(3) for n in ("gate", "up", "down")}
+    for given in (hf, {**per_expert, "model.norm.weight": mx.ones((4,))}):
+        back = to_mlx("qwen3_moe", given)
+        assert sorted(back) == sorted(stacked)
+        assert all(np.array_equal(np.array(back[k]), np.array(v)) for k, v in stacked.items())
+    assert to_hf("llama", stacked).keys() == stacked.keys()  # only known layouts are converted
+    del per_expert[f"{p}.experts.1.up_proj.weight"]
+    with pytest.raises(ValueError, match=r"switch_mlp.up_proj.weight: the import holds experts \[0, 2\]"):
+        to_mlx("qwen2_moe", per_expert)
+
+
+@pytest.mark.parametrize("model_type", MOE)
+def test_moe_checkpoints_cross_between_torch_and_mlx_exactly(model_type, models, tmp_path):
+    """A torch-trained MoE's checkpoint (transformers' fused experts) loads on MLX, as a checkpoint
+    and as model.path, with torch's log-probs; an MLX-trained one's loads in torch and in
+    transformers' own from_pretrained with MLX's; HF files' per-expert tensors import too."""
+    _usable("mlx", "torch")
+    from safetensors.numpy import load_file
+
+    path = build_family_model(model_type, models / model_type)
+    torch_trainer = _engine(path, "torch")
+    torch_trainer.train_step(TrainBatch(SEQS, np.array([1.0, -1.0])), Objective())
+    want = torch_trainer.logprobs(SEQS, 1.0)
+    torch_trainer.save_checkpoint(str(tmp_path / "torch"))
+    mlx = _engine(path)
+    fresh = mlx.logprobs(SEQS, 1.0)
+    assert _gap(want, fresh) > 1e-3, "torch's train_step changed nothing"
+    mlx.load_checkpoint(str(tmp_path / "torch"), weights_only=True)
+    assert _gap(want, mlx.logprobs(SEQS, 1.0)) < FLOAT_ERROR
+    assert _gap(want, _engine(str(tmp_path / "torch"), role="generate").logprobs(SEQS, 1.0)) < FLOAT_ERROR
+
+    mlx.train_step(TrainBatch(SEQS, np.array([-1.0, 1.0])), Objective())
+    want = mlx.logprobs(SEQS, 1.0)
+    mlx.save_checkpoint(str(tmp_path / "mlx"))
+    torch_engine = _engine(path, "torch", role="generate")
+    torch_engine.load_checkpoint(str(tmp_path / "mlx"), weights_only=True)
+    assert _gap(want, torch_engine.logprobs(SEQS, 1.0)) < FLOAT_ERROR
+    assert _gap(want, _eager_reference(str(tmp_path / "mlx"), SEQS)) < FLOAT_ERROR
+
+    on_disk = load_file(f"{path}/model.safetensors")  # save_pretrained's layout: one tensor per expert
+    assert any(".mlp.experts.0.gate_proj.weight" in name for name in on_disk)
+    mlx.import_weights(on_disk)
+    assert _gap(fresh, mlx.logprobs(SEQS, 1.0)) < FLOAT_ERROR
+
+
+#: tested families whose mlx-lm module does not apply the config's sliding window, and the keys
+#: that make transformers slide their layers
+WINDOW_NOT_APPLIED = {"mistral": {}, "phi3": {},
+                      "qwen2": {"use_sliding_window": True, "max_window_layers": 0},
+                      "qwen3": {"use_sliding_window": True, "max_window_layers": 0}}
+
+
+def _windowed(models, folder: Path, arch: str, **config_keys) -> str:
+    """The tiny ``arch`` model with ``config_keys`` in its config.json, at ``folder``."""
+    shutil.copytree(build_tiny_model(models / arch, arch=arch), folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **config_keys}))
+    return str(folder)
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("arch", sorted(WINDOW_NOT_APPLIED))
+def test_a_sliding_window_mlx_lm_does_not_apply_is_refused_at_load(arch, models, tmp_path):
+    _usable("mlx")
+    folder = _windowed(models, tmp_path / arch, arch, sliding_window=4, **WINDOW_NOT_APPLIED[arch])
+    with pytest.raises(ConfigError) as err:
+        _engine(folder, role="generate")
+    text = str(err.value)
+    assert err.value.field == "model.path" and "sliding_window=4" in text and folder in text, text
+    assert "\n" not in text and "model.max_length" in err.value.fix and "torch" in err.value.fix
+    _engine(folder, role="generate", max_length=4)  # no sequence reaches past the window
+
+
+def test_a_window_no_layer_or_sequence_reaches_loads(models, tmp_path):
+    """Qwen2 with ``use_sliding_window`` off, or on with ``max_window_layers`` = every layer (no layer
+    slides in transformers), and Mistral's window as long as model.max_length: nothing to refuse."""
+    _usable("mlx")
+    _engine(_windowed(models, tmp_path / "off", "qwen2", sliding_window=4), role="generate")
+    _engine(_windowed(models, tmp_path / "none", "qwen2", sliding_window=4, use_sliding_window=True,
+                      max_window_layers=2), role="generate")
+    _engine(_windowed(models, tmp_path / "long", "mistral", sliding_window=64), role="generate", max_length=64)
+
+
+def _mlx_lm_logprobs(folder: str, seqs: list[TokenSequence]) -> list[np.ndarray]:
+    """Log-probs of mlx-lm's own module, without polyrl's engine (and its load-time refusal)."""
+    import mlx.core as mx
+    from polyrl_mlx.engine import load_mlx_lm
+
+    model, _, _ = load_mlx_lm(Path(folder), False)
+    out = []
+    for s in seqs:
+        logits = model(mx.array(np.concatenate([s.prompt_ids, s.completion_ids]))[None])[0].astype(mx.float32)
+        logp = np.array(logits - mx.logsumexp(logits, axis=-1, keepdims=True))[len(s.prompt_ids) - 1:-1]
+        out.append(logp[np.arange(len(s.completion_ids)), s.completion_ids])
+    return out
+
+
+def test_mlx_lm_runs_mistral_without_the_window_transformers_applies(models, tmp_path):
+    """Why the refusal above: mlx-lm's module attends past Mistral's window (a 4-token window, rows
+    of 14 and 16 tokens), transformers' does not; with no window they agree. When mlx-lm applies
+    it, this fails: drop mistral from ``family_check.WINDOW_NOT_APPLIED``."""
+    _usable("mlx", "torch")
+    windowed = _windowed(models, tmp_path / "window", "mistral", sliding_window=4)
+    plain = build_tiny_model(models / "mistral", arch="mistral")
+    assert _gap(_mlx_lm_logprobs(plain, SEQS), _eager_reference(plain, SEQS)) < FLOAT_ERROR
+    assert _gap(_mlx_lm_logprobs(windowed, SEQS), _eager_reference(windowed, SEQS)) > 1e-2
+
+
+def test_gemma3_sliding_window_runs_on_mlx_as_transformers_applies_it(models, tmp_path):
+    """Gemma 3 (a sliding and a global layer) with a 4-token window: mlx-lm applies it, so the MLX
+    sampler, scorer and transformers' eager forward agree on sequences far past the window."""
+    _usable("mlx", "torch")
+    folder = _windowed(models, tmp_path / "gemma3", "gemma3_text", sliding_window=4)
+    engine = _engine(folder, role="generate")
+    out = engine.generate(CHATS, SamplingParams(max_new_tokens=12, n=1, seed=0))
+    seqs = [TokenSequence.of(c) for c in out]
+    assert min(len(s.prompt_ids) for s in seqs) > 4
+    sampler = [c.logprobs for c in out]
+    assert _gap(sampler, engine.logprobs(seqs, 1.0)) < FLOAT_ERROR, "sampler != scorer"
+    eager = _eager_reference(folder, seqs)
+    assert _gap(sampler, eager) < FLOAT_ERROR, "sampler != transformers' forward"
+    wider = _eager_reference(build_tiny_model(models / "gemma3_text", arch="gemma3_text"), seqs)
+    assert _gap(eager, wider) > 1e-3, "the window changed nothing: the test would not see it dropped"
+
+
+def test_a_quantized_moe_generator_takes_and_gives_torchs_expert_weights(models, tmp_path):
+    """An 8-bit MLX Qwen3-MoE (its experts ``QuantizedSwitchLinear``) exports float weights under
+    torch's names, and takes a torch trainer's weights (re-quantized: 8-bit rounding apart, equal)."""
+    _usable("mlx", "torch")
+    from polyrl_mlx.convert import convert
+
+    path = build_family_model("qwen3_moe", models / "qwen3_moe")
+    convert(path, str(tmp_path / "q8"), to="mlx", quantize_bits=8)
+    generator = _engine(str(tmp_path / "q8"), role="generate")
+    trainer = _engine(path, "torch")
+    trainer.train_step(TrainBatch(SEQS, np.array([1.0, -1.0])), Objective())
+    want = trainer.export_weights()
+    before = generator.export_weights()
+    assert sorted(before) == sorted(want) and before[f"{EXPERTS}.gate_up_proj"].dtype == np.float32
+    generator.import_weights(want)
+    after = generator.export_weights()
+    rounding = max(float(np.abs(after[k] - want[k]).max()) for k in want)
+    assert rounding < 1e-2 and float(np.abs(after[f"{EXPERTS}.gate_up_proj"] - before[f"{EXPERTS}.gate_up_proj"]).max()) > 2 * rounding

@@ -4,8 +4,8 @@ The engine loads and holds state; the hooks live in ``generation``, ``scoring``,
 ``weights``. What it loads:
 
 * a Hugging Face folder (``config.json`` + safetensors + tokenizer) or a folder written by
-  ``mlx_lm.convert`` / ``polyrl convert --to mlx``, possibly 4/8-bit quantized, through
-  ``mlx_lm.load`` (offline: a local path never touches a hub);
+  ``mlx_lm.convert`` / ``polyrl convert --to mlx``, possibly 4/8-bit quantized, as
+  ``mlx_lm.load`` does (offline: a local path never touches a hub);
 * LoRA through mlx-lm's tuner layers (``LoRALinear``, ``scale = alpha / rank`` as peft);
 * AdamW (``bias_correction=True``, which is what torch's AdamW does) for ``role="train"``.
 
@@ -35,7 +35,7 @@ from polyrl_mlx import blas
 from polyrl_mlx._mx import mx, nn, optim
 from polyrl_mlx.architectures import SPLIT_HEAD_TYPES, TESTED_TYPES, exact_embedding_scale
 from polyrl_mlx.convert import load_error
-from polyrl_mlx.family_check import check_untested_family
+from polyrl_mlx.family_check import check_family
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -121,6 +121,21 @@ def config_overrides(model_dir: Path) -> dict[str, Any]:
     return out
 
 
+def load_mlx_lm(model_dir: Path, trust_remote_code: bool) -> tuple[Any, Any, dict[str, Any]]:
+    """``mlx_lm.load`` of a local folder (model, tokenizer wrapper, config), with the config keys
+    of ``config_overrides`` and transformers' fused expert tensors read (a folder the torch
+    backend saved: ``expert_names``)."""
+    from mlx_lm.utils import _get_classes, load_model, load_tokenizer
+
+    from polyrl_mlx.expert_names import model_classes
+
+    model, hf_config = load_model(model_dir, model_config=config_overrides(model_dir) or None,
+                                  get_model_classes=model_classes(_get_classes),
+                                  trust_remote_code=trust_remote_code)
+    tokenizer = load_tokenizer(model_dir, eos_token_ids=hf_config.get("eos_token_id", None))
+    return model, tokenizer, hf_config
+
+
 class Float32AdamW(optim.AdamW):
     """AdamW whose moments and arithmetic are float32 whatever the parameters' dtype.
 
@@ -157,8 +172,6 @@ class MLXEngine:
     """One loaded model; the compute hooks receive it."""
 
     def __init__(self, config: EngineConfig) -> None:
-        import mlx_lm
-
         self.config = config
         #: the [backends.options] this backend reads, checked now, not at the first scoring call
         self.options = ScoringOptions.read(config.options)
@@ -173,11 +186,7 @@ class MLXEngine:
 
         with mx.stream(self.device):
             try:
-                model, tokenizer, hf_config = mlx_lm.load(
-                    str(self.model_dir), return_config=True,
-                    model_config=config_overrides(self.model_dir) or None,
-                    trust_remote_code=bool(config.trust_remote_code),
-                )
+                model, tokenizer, hf_config = load_mlx_lm(self.model_dir, bool(config.trust_remote_code))
             except (RuntimeError, ValueError, TypeError) as exc:  # no module, damaged weights, a key missing
                 raise load_error(exc, self.model_dir, "model.path") from None
             self.hf_config: dict[str, Any] = dict(hf_config)
@@ -190,8 +199,9 @@ class MLXEngine:
             self.tokenizer = tokenizer._tokenizer  # the transformers tokenizer
             self.eos_ids = frozenset(int(i) for i in (tokenizer.eos_token_ids or ()))
             self.pad_id = pad_token_id(self.tokenizer)
-            # a family polyrl has not tested: refused now if it would run other log-probs
-            check_untested_family(self, TESTED_TYPES)
+            # a window mlx-lm drops, or a family polyrl has not tested: refused now if it
+            # would run other log-probs
+            check_family(self, TESTED_TYPES)
 
             self.lora = config.lora
             self.lora_keys: list[str] = []

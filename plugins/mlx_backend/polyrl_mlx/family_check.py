@@ -14,6 +14,12 @@ scorer disagree, with no error:
 Each is checked cheaply when such a model loads (config keys, tensor sizes in the safetensors
 headers, one probe batch through both paths), and a mismatch is a ``ConfigError`` on
 ``model.path`` naming the fix, not a run that trains on wrong log-probs.
+
+Tested families are not immune to the first habit: mlx-lm runs ``mistral`` with its llama module,
+which reads ``sliding_window`` but slides only the layers a ``layer_types`` list names (Mistral
+configs have none), and its qwen2, qwen3 and phi3 modules have no window at all, while
+transformers applies the config's window. ``check_window_applied`` refuses such a window when a
+sequence of ``model.max_length`` tokens could reach past it.
 """
 
 from __future__ import annotations
@@ -194,6 +200,47 @@ def check_sampler_matches_scorer(engine: Any) -> None:
             f"(model {str(engine.model_dir)!r})", field="model.path", fix=FIX)
 
 
+#: Tested model types whose mlx-lm module does not apply the sliding window transformers applies
+#: (module docstring); gemma3_text's does, as transformers does.
+WINDOW_NOT_APPLIED = frozenset({"mistral", "phi3", "qwen2", "qwen3"})
+#: transformers' default ``max_window_layers`` (Qwen2/Qwen3 configs): layers from it on slide
+MAX_WINDOW_LAYERS = 28
+
+
+def sliding_layers(config: Mapping[str, Any]) -> int:
+    """How many layers transformers runs with ``config``'s ``sliding_window`` (when it is set).
+
+    Mistral and Phi-3 slide every layer; Qwen2/Qwen3 only with ``use_sliding_window``, then the
+    layers ``layer_types`` names, or those from ``max_window_layers`` on when it is absent."""
+    layers = int(config.get("num_hidden_layers") or 0)
+    if config.get("model_type") not in ("qwen2", "qwen3"):
+        return layers
+    if not config.get("use_sliding_window"):
+        return 0
+    types = config.get("layer_types")
+    if isinstance(types, list):
+        return sum(t == "sliding_attention" for t in types)
+    first = int(config.get("max_window_layers", MAX_WINDOW_LAYERS))
+    return max(0, layers - first)
+
+
+def check_window_applied(engine: Any) -> None:
+    """Refuse a sliding window mlx-lm's module would not apply (``WINDOW_NOT_APPLIED``) when it is
+    shorter than ``model.max_length``: past it, transformers' attention and the MLX one differ."""
+    config, max_length = engine.hf_config, int(engine.config.max_length)
+    window = config.get("sliding_window")
+    if engine.model_type not in WINDOW_NOT_APPLIED or _sliding_window_inert(window, {}, max_length):
+        return
+    if not sliding_layers(config):
+        return
+    raise ConfigError(
+        f"mlx-lm's {engine.model_type!r} module does not apply sliding_window={window} from the config "
+        f"of {str(engine.model_dir)!r} (transformers attends to the last {window} tokens only), and "
+        f"model.max_length={max_length} is longer: the model would compute other log-probs than its "
+        "checkpoint's", field="model.path",
+        fix=f"set model.max_length to at most {window}, or use backend \"torch\", which applies the window")
+
+
 def check_untested_family(engine: Any, tested: set[str] | frozenset[str]) -> None:
     """All three checks, for a model type not in ``tested`` (polyrl's tested list)."""
     if engine.model_type in tested:
@@ -201,3 +248,10 @@ def check_untested_family(engine: Any, tested: set[str] | frozenset[str]) -> Non
     check_config_read(engine)
     check_weights_consumed(engine)
     check_sampler_matches_scorer(engine)
+
+
+def check_family(engine: Any, tested: set[str] | frozenset[str]) -> None:
+    """What the engine runs when a model loads: the window check for every model type, and the
+    checks of an untested one."""
+    check_window_applied(engine)
+    check_untested_family(engine, tested)

@@ -5,10 +5,13 @@ MLX path is its HF name (``model.layers.0.self_attn.q_proj.weight``). Imports dr
 exports carry and a loaded MLX model does not keep (rotary ``inv_freq``, a tied
 ``lm_head.weight``) themselves: mlx-lm's ``sanitize`` is for checkpoints, not loaded models.
 Exports hold one entry per tensor: a tied ``lm_head`` is not repeated, as in HF safetensors files.
+Mixture-of-experts layers are the exception to "MLX path = HF name": their experts cross in
+transformers' fused layout (``polyrl_mlx.expert_names``), which the torch backend exports, imports
+and saves; imports also take HF files' one-tensor-per-expert names.
 
-* Quantized layers (``QuantizedLinear``/``QuantizedEmbedding``) export dequantized float
-  weights; imported float weights are quantized with the layer's own group size, bits and mode,
-  so a 4-bit MLX generator can take a torch trainer's weights.
+* Quantized layers (``QuantizedLinear``/``QuantizedEmbedding``, a MoE's ``QuantizedSwitchLinear``)
+  export dequantized float weights; imported float weights are quantized with the layer's own
+  group size, bits and mode, so a 4-bit MLX generator can take a torch trainer's weights.
 * LoRA: ``export_weights`` merges ``W + scale * (A B)^T`` on the fly (the engine is unchanged).
   ``import_weights`` into a LoRA engine writes the full weights into the *base*, re-draws A, zeroes
   B and resets the optimizer, so the engine then computes exactly the imported weights (as the
@@ -35,6 +38,7 @@ from polyrl.types import NamedWeights
 
 from polyrl_mlx._mx import mx, nn
 from polyrl_mlx.engine import MLXEngine
+from polyrl_mlx.expert_names import to_hf, to_mlx
 
 STATE_DIR = "mlx_state"
 ADAPTER_DIR = "adapter"
@@ -46,7 +50,10 @@ QUANT_KEYS = ("quantization", "quantization_config")
 
 
 def _quantized(module: Any) -> bool:
-    return isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding))
+    """A layer holding packed weights (a quantized MoE's experts: ``QuantizedSwitchLinear``)."""
+    from mlx_lm.models.switch_layers import QuantizedSwitchLinear
+
+    return isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding, QuantizedSwitchLinear))
 
 
 def _dequantize(module: Any) -> mx.array:
@@ -54,9 +61,13 @@ def _dequantize(module: Any) -> mx.array:
                          bits=module.bits, mode=getattr(module, "mode", "affine"))
 
 
+def _model_type(model: Any) -> str:
+    return str(getattr(getattr(model, "args", None), "model_type", "") or "")
+
+
 def hf_tensors(model: Any, merged: bool = True) -> dict[str, mx.array]:
     """HF-named float arrays of ``model``: quantized layers dequantized, LoRA merged (or, with
-    ``merged=False``, the base weights alone)."""
+    ``merged=False``, the base weights alone), experts in transformers' fused layout."""
     from mlx.utils import tree_flatten
     from mlx_lm.tuner.lora import LoRALinear
 
@@ -82,7 +93,7 @@ def hf_tensors(model: Any, merged: bool = True) -> dict[str, mx.array]:
         for leaf in ("weight", "scales", "biases"):
             flat.pop(f"{path}.{leaf}", None)
     out.update(flat)
-    return dict(sorted(out.items()))
+    return dict(sorted(to_hf(_model_type(model), out).items()))
 
 
 def export_weights(engine: MLXEngine) -> NamedWeights:
@@ -135,12 +146,15 @@ def _drop_unkept(weights: Mapping[str, Any], targets: Mapping[str, Any]) -> dict
 
 
 def assign(engine: MLXEngine, weights: Mapping[str, Any]) -> None:
-    """Write HF-named arrays into the model (base weights), checking names and shapes first."""
+    """Write HF-named arrays into the model (base weights), checking names and shapes first.
+
+    Expert tensors come in transformers' fused or per-expert names (``expert_names``)."""
     from mlx.utils import tree_flatten, tree_unflatten
 
     model = engine.model
     targets = _targets(engine)
-    incoming = {k: mx.array(np.asarray(v)) for k, v in _drop_unkept(weights, targets).items()}
+    incoming = to_mlx(engine.model_type, {k: mx.array(np.asarray(v))
+                                          for k, v in _drop_unkept(weights, targets).items()})
     unknown = sorted(set(incoming) - set(targets))
     if unknown:
         raise ValueError(f"{len(unknown)} weight names unknown to this model, e.g. {unknown[:3]}")
