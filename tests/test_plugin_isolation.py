@@ -152,7 +152,7 @@ def test_model_alias_hook_that_raises_names_the_plugin(hostile, monkeypatch):
     reg = Registry()
     with pytest.raises(PluginError, match="'badalias' \\(polyrl-bad-alias\\).*KeyError.*POLYRL_DISABLE_PLUGINS=badalias"):
         reg.resolve_model("explode")
-    assert reg.resolve_model("toy-model") == "/"  # other aliases still resolve
+    assert reg.resolve_model("toy-model").endswith("polyrl_toy")  # other aliases still resolve
     assert reg.resolve_model(str(hostile)) == str(hostile)  # a plain path is the path
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from polyrl import strict_json
 from polyrl.errors import PolyrlError
+from polyrl.folder_links import outside_link
 
 MARKER = "COMPLETE"
 MANIFEST = "MANIFEST.json"
@@ -158,8 +159,16 @@ def write_checkpoint(
     return final
 
 
+def _plain_file(path: Path) -> bool:
+    """A regular file, not a link: a checkpoint is someone's folder to read, never a way out of
+    it (a link to another file, a FIFO that blocks the read)."""
+    return path.is_file() and not path.is_symlink()
+
+
 def is_complete(path: Path) -> bool:
     """Cheap check (no hashing): the marker names this directory's step and the state parses."""
+    if not (_plain_file(path / MARKER) and _plain_file(path / STATE_FILE)):
+        return False
     try:
         marker = json.loads((path / MARKER).read_text())
         json.loads((path / STATE_FILE).read_text())
@@ -180,7 +189,10 @@ def verify(path: Path, only: str | None = None) -> str | None:
     """Why ``path`` cannot be trusted (a missing, truncated or altered file), or None when every
     file matches the manifest written at save time. ``only`` restricts the check to a subfolder
     (``model``: the weights alone, for a weights-only resume). A checkpoint from before manifests
-    (see ``is_unverifiable``) passes on its marker alone; the caller warns about it."""
+    (see ``is_unverifiable``) passes on its marker alone; the caller warns about it. A link leading
+    out of the checkpoint, or a FIFO or device in it, never passes (``polyrl.folder_links``)."""
+    if (strange := outside_link(path)) is not None:
+        return f"{strange[0]} is {strange[1]}"
     if not is_complete(path):
         return f"no valid {MARKER} marker or {STATE_FILE}"
     if is_unverifiable(path):
@@ -198,6 +210,8 @@ def verify(path: Path, only: str | None = None) -> str | None:
     if only is not None and not wanted:
         return f"no {only}/ files in its manifest"
     for rel, meta in sorted(wanted.items()):
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            return f"{MANIFEST} names {rel!r}, outside the checkpoint"
         file = path / rel
         if not file.is_file():
             return f"{rel} is missing"

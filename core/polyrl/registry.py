@@ -22,6 +22,7 @@ import attrs
 from polyrl import hub
 from polyrl.agents.spec import EnvironmentSpec, EnvironmentStatus, ToolSpec, probe_status
 from polyrl.errors import BackendUnavailable, ConfigError, PluginError, PolyrlError
+from polyrl.folder_links import refuse_outside_links
 from polyrl.plugins import PluginLoadError, PolyrlPluginManager, get_plugin_manager
 from polyrl.tracking.spec import TrackerSpec, TrackerStatus
 from polyrl.types import BackendSpec, EngineConfig, RewardSpec
@@ -301,13 +302,13 @@ class Registry:
 
     def resolve_model(self, name: str, field: str = "model.path") -> str:
         """A model alias resolved by a plugin, a Hub id (``org/name``) found in the local HF
-        cache, or ``name`` itself (a path). An uncached Hub id is a ``ConfigError`` on ``field``."""
+        cache, or ``name`` itself (a path). An uncached Hub id is a ``ConfigError`` on ``field``,
+        and so is a folder with a link leading out of it (``polyrl.folder_links``)."""
         resolved = self._resolve_alias(name)
-        if resolved:
-            return resolved
-        if hub.looks_like_hub_id(name):
-            return hub.resolve_cached(name, field=field)
-        return name
+        if not resolved:
+            resolved = hub.resolve_cached(name, field=field) if hub.looks_like_hub_id(name) else name
+        refuse_outside_links(resolved, field)
+        return resolved
 
 
     def _resolve_alias(self, name: str) -> str | None:

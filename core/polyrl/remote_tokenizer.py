@@ -38,7 +38,8 @@ class ModelTokenizer:
             try:
                 from transformers import AutoTokenizer
 
-                self._tok = AutoTokenizer.from_pretrained(folder)
+                # never the folder's own Python (auto_map): transformers would otherwise ask on stdin
+                self._tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
             except Exception as exc:  # noqa: BLE001 - any failure: no local checks, said once
                 log.warning("cannot load the model's tokenizer; prompts go to the servers to tokenize and "
                             "their text is used unchecked", model=folder, error=f"{type(exc).__name__}: {exc}")

@@ -316,7 +316,8 @@ class MaxEngine:
 
         from transformers import AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
+        self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir),
+                                                       trust_remote_code=bool(config.trust_remote_code))
         if self.gguf_file is not None:  # MAX runs the GGUF: our ids must be the ids it was made for
             from polyrl.backend_kit.gguf_vocab import check_gguf_tokenizer
 

@@ -58,7 +58,7 @@ def load(path: str) -> tuple[Any, Any]:
 
         try:
             classifier = EncoderClassifier(path)
-            tokenizer = AutoTokenizer.from_pretrained(path)
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)  # never the folder's own Python
         except (OSError, ValueError, KeyError) as exc:
             raise RewardError(f"{NAME}: cannot load a BERT/DistilBERT classifier from {path!r}: {exc}. "
                               "Fix: point options.path at a *ForSequenceClassification folder with "

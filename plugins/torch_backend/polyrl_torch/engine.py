@@ -20,6 +20,7 @@ from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.literal_chat import encode_chat_literal
 from polyrl.backend_kit.tokens import given_a_start, pad_token_id, text_prompt_ids
 from polyrl.errors import ConfigError
+from polyrl.folder_links import refuse_outside_links
 from polyrl.logs import get_logger
 from polyrl.types import ALL_LINEAR, EngineConfig, Prompt, TokenPrompt
 from polyrl_torch import distributed, sharding
@@ -62,6 +63,7 @@ def _model_location(model: str, gguf: str | None) -> tuple[str, str | None]:
             fix="give a local HF model folder or .gguf file, or resolve an alias first "
             "(registry.resolve_model('tiny-llama') / 'smollm2-135m-instruct')",
         )
+    refuse_outside_links(path, field="model.path")  # also for an engine built without the registry
     if path.is_file():
         if path.suffix != ".gguf":
             raise ConfigError(f"{model!r} is a file but not a .gguf file", field="model",

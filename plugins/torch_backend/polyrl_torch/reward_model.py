@@ -33,6 +33,7 @@ from typing import Any
 
 from polyrl.backend_kit.reward_text import encode_pair
 from polyrl.errors import RewardError
+from polyrl.folder_links import refuse_outside_links
 from polyrl.rewards.options import merged, required_text, whole_number
 from polyrl.hookspecs import hookimpl
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
@@ -92,8 +93,11 @@ def load_reward_model(path: str, device: str = "auto", dtype: str = "float32") -
             raise RewardError(f"{NAME}: unknown dtype {dtype!r}. Fix: float32, bfloat16 or float16")
         target = torch_device(device)  # before loading: a bad device fails fast
         try:
-            tokenizer = AutoTokenizer.from_pretrained(resolved)
-            model = AutoModelForSequenceClassification.from_pretrained(resolved, dtype=torch_dtype)
+            refuse_outside_links(resolved, field="options.path")
+            # never the folder's own Python (auto_map): transformers would otherwise ask on stdin
+            tokenizer = AutoTokenizer.from_pretrained(resolved, trust_remote_code=False)
+            model = AutoModelForSequenceClassification.from_pretrained(resolved, dtype=torch_dtype,
+                                                                       trust_remote_code=False)
         except (OSError, ValueError) as exc:
             raise RewardError(f"{NAME}: cannot load a sequence-classification model from {path!r}: {exc}. "
                               "Fix: point options.path at a folder with config.json, weights and a tokenizer "
