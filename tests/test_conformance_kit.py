@@ -7,13 +7,18 @@ The checks run programmatically (plain method calls), as a backend author's CI c
 
 from __future__ import annotations
 
+import contextlib
+import json
+import re
 import subprocess
 import sys
 
+import attrs
 import numpy as np
 import pytest
 
 from polyrl.algorithms.objective import Objective
+from polyrl.errors import PluginError
 from polyrl.hookspecs import hookimpl
 from polyrl.testing.conformance import BackendConformance
 
@@ -154,3 +159,162 @@ def test_kit_fixtures_raise_no_pytest_deprecation_warning(tmp_path):
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "1 passed" in result.stdout
+
+
+# --- chats whose text spells the template's special tokens -------------------------------------
+
+SPECIALS = {"<|im_start|>": 1, "<|im_end|>": 2}
+
+
+@pytest.fixture
+def chat_model(tmp_path):
+    """A model folder whose tokenizer declares the two chat special tokens (all the kit reads)."""
+    added = [{"id": i, "content": text, "special": True} for text, i in SPECIALS.items()]
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"added_tokens": added}))
+    return str(tmp_path)
+
+
+def _render(messages, add_generation_prompt: bool) -> list[str]:
+    """A ChatML template as pieces: the template's specials, and each message's text."""
+    parts: list[str] = []
+    for m in messages:
+        parts += ["<|im_start|>", m["role"] + "\n" + m["content"], "<|im_end|>", "\n"]
+    return parts + (["<|im_start|>", "assistant\n"] if add_generation_prompt else [])
+
+
+def _text_ids(text: str) -> list[int]:
+    return [3 + ord(ch) % 13 for ch in text]
+
+
+def literal_encoding(messages, add_generation_prompt: bool) -> list[int]:
+    """Only the template's own specials are special: a message's text is characters."""
+    return [t for p in _render(messages, add_generation_prompt)
+            for t in ([SPECIALS[p]] if p in SPECIALS else _text_ids(p))]
+
+
+def naive_encoding(messages, add_generation_prompt: bool) -> list[int]:
+    """The rendered string tokenized whole: a special spelled in a message becomes the token."""
+    text = "".join(_render(messages, add_generation_prompt))
+    pieces = re.split("(" + "|".join(re.escape(s) for s in SPECIALS) + ")", text)
+    return [t for p in pieces if p for t in ([SPECIALS[p]] if p in SPECIALS else _text_ids(p))]
+
+
+def chat_toy(toy_module, generate_encoding, encode_chat_encoding):
+    class ChatToy(toy_module.ToyPlugin):
+        @hookimpl
+        def generate(self, engine, prompts, sampling):
+            out = toy_module.generate(engine, prompts, sampling)
+            return [attrs.evolve(c, prompt_ids=generate_encoding(prompts[c.prompt_index], True)) for c in out]
+
+        @hookimpl
+        def encode_chat(self, engine, messages, tools, add_generation_prompt):
+            return encode_chat_encoding(messages, add_generation_prompt)
+
+    return ChatToy
+
+
+def _check_spelled_specials(plugin, model: str) -> None:
+    kit = kit_for(plugin)
+    kit.test_spelled_special_tokens_in_messages_are_text(kit._engine(model, role="generate"))
+
+
+def test_kit_passes_a_chat_that_reads_spelled_special_tokens_as_text(toy_module, chat_model):
+    _check_spelled_specials(chat_toy(toy_module, literal_encoding, literal_encoding)("toy-literal"), chat_model)
+
+
+def test_kit_catches_encode_chat_reading_a_spelled_im_end_as_the_token(toy_module, chat_model):
+    plugin = chat_toy(toy_module, literal_encoding, naive_encoding)("toy-naive-encode")
+    with pytest.raises(AssertionError, match="encode_chat read special-token strings"):
+        _check_spelled_specials(plugin, chat_model)
+
+
+def test_kit_catches_generate_reading_a_spelled_im_end_as_the_token(toy_module, chat_model):
+    plugin = chat_toy(toy_module, naive_encoding, naive_encoding)("toy-naive-generate")
+    with pytest.raises(AssertionError, match="generate read special-token strings"):
+        _check_spelled_specials(plugin, chat_model)
+
+
+# --- generation_phase --------------------------------------------------------------------------
+
+
+class _Gathered:
+    """A well-behaved phase: something held while inside (a sharded backend's gathered weights)."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def __enter__(self):
+        self.engine.held = getattr(self.engine, "held", 0) + 1
+
+    def __exit__(self, *exc):
+        self.engine.held -= 1
+        return False
+
+
+def phased_toy(toy_module, phase):
+    class PhasedToy(toy_module.ToyPlugin):
+        @hookimpl
+        def generation_phase(self, engine):
+            return phase(engine)
+
+    return PhasedToy
+
+
+def _check_phase(toy_module, phase, name: str) -> None:
+    kit = kit_for(phased_toy(toy_module, phase)(name))
+    kit.test_generation_phase_holds_a_rollout(kit._engine(MODEL, role="generate"))
+
+
+def test_kit_passes_a_fresh_phase_per_rollout_and_no_phase(toy_module):
+    _check_phase(toy_module, _Gathered, "toy-phase-good")
+    _check_phase(toy_module, lambda engine: None, "toy-phase-none")
+
+
+def test_kit_catches_a_phase_that_is_no_context_manager(toy_module):
+    with pytest.raises(PluginError, match="hook generation_phase: returned bool, expected a context manager"):
+        _check_phase(toy_module, lambda engine: True, "toy-phase-bool")
+
+
+def test_kit_catches_a_phase_that_can_be_entered_only_once(toy_module):
+    """One ``@contextmanager`` object built at load and returned for every rollout: the second
+    rollout's ``with`` finds its generator spent."""
+
+    @contextlib.contextmanager
+    def hold():
+        yield
+
+    cached = {}
+
+    def phase(engine):
+        return cached.setdefault(id(engine), hold())
+
+    with pytest.raises(PluginError, match="generation_phase: entering its context raised"):
+        _check_phase(toy_module, phase, "toy-phase-once")
+
+
+def test_kit_catches_a_phase_that_changes_the_model_and_leaves_it_changed(toy_module):
+    class Tilted:
+        def __init__(self, engine) -> None:
+            self.engine = engine
+
+        def __enter__(self):
+            self.engine.logits[3] += 4.0  # e.g. a stale shard gathered over the live weights
+
+        def __exit__(self, *exc):
+            return False
+
+    with pytest.raises(AssertionError, match="samples differently"):
+        _check_phase(toy_module, Tilted, "toy-phase-tilted")
+
+
+# --- declared capabilities without their hooks -------------------------------------------------
+
+
+def test_kit_catches_a_declared_capability_whose_hook_is_missing(toy_module):
+    class NoCheckpointHooks(toy_module.ToyPlugin):
+        save_checkpoint = None  # declares checkpoint=True (ToyPlugin.capabilities) but answers nothing
+        load_checkpoint = None
+
+    kit_for(toy_module.ToyPlugin("toy-all-hooks")).test_every_declared_capability_has_its_hook()
+    with pytest.raises(AssertionError, match=r"save_checkpoint \(declared checkpoint=True\).*load_checkpoint"):
+        kit_for(NoCheckpointHooks("toy-no-ckpt")).test_every_declared_capability_has_its_hook()

@@ -595,3 +595,68 @@ def test_ranks_whose_model_path_holds_other_weights_refuse_to_start(tiny_model_d
     assert done.returncode != 0 and errors, done.stderr[-3000:]
     assert all("rank(s) 1 loaded another model checkpoint than rank 0" in e for e in errors), errors
     assert not (out / "metrics.jsonl").exists()
+
+
+ROW_ENV = '''
+from polyrl.agents import Observation
+
+
+class ByRow:
+    """A row's episodes take 1 to 4 assistant turns, by the row: ranks hold rows of other lengths."""
+
+    def reset(self, row):
+        self.turns, self.seen = 1 + sum(map(ord, str(row))) % 4, 0
+        return [{"role": "user", "content": "Say anything."}]
+
+    def step(self, message):
+        self.seen += 1
+        return Observation([{"role": "user", "content": "Go on."}], reward=float(len(message["content"]) % 3),
+                           done=self.seen >= self.turns)
+
+
+def make(options):
+    return ByRow()
+'''
+
+
+@TWO_CPUS
+@pytest.mark.slow  # two launched ranks: 15-30 s
+def test_a_launched_run_logs_the_whole_batch_once_as_one_process_does(tiny_model_dir, tmp_path):
+    """Metrics, completions.jsonl and TensorBoard of a launched run describe every rank's episodes:
+    episode/* and the reward means were rank 0's half of the batch, and so were the completions
+    log's samples, while reward_mean covered the whole batch. Rank 0 alone writes each series."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (tmp_path / "row_env.py").write_text(ROW_ENV)
+    out = tmp_path / "run"
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'[model]\npath = "{tiny_model_dir}"\ndevice = "cpu"\n'
+        '[generation]\ngroup_size = 2\nmax_new_tokens = 12\nstop = ["a", "e", " "]\n[optimizer]\nlr = 1e-3\n'
+        '[data]\ntask = "arithmetic"\n[[rewards]]\nname = "environment"\n'
+        f'[environment]\nname = "{tmp_path / "row_env.py"}:make"\nmax_turns = 4\nmax_episode_tokens = 96\n'
+        '[logging]\nreport_to = ["tensorboard"]\ncompletions_per_step = 8\n'
+        f'[train]\nsteps = 2\nprompts_per_step = 4\nthreads = 1\noutput_dir = "{out}"\n')
+    done = _launch_until_done([sys.executable, "-m", "polyrl.cli", "launch", "--nproc-per-node", "2", str(config)],
+                              limit_s=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = _metrics(out)
+    assert [m["step"] for m in lines] == [0, 1]
+    records = [json.loads(x) for x in (out / "completions.jsonl").read_text().splitlines()]
+    for m in lines:  # every completion of the step is in the log (8 = 4 prompts x 2)
+        mine = [r for r in records if r["step"] == m["step"]]
+        assert len(mine) == 8 and len({json.dumps(r["prompt"]) for r in mine}) == 4
+        turns = [sum(1 for msg in r["completion"] if msg["role"] == "assistant") for r in mine]
+        assert m["episode/turns_mean"] == pytest.approx(np.mean(turns))
+        scores = [r["rewards"]["environment"] for r in mine]
+        assert m["reward/environment/mean"] == pytest.approx(np.mean(scores))
+        assert m["reward_mean"] == pytest.approx(np.mean([r["reward"] for r in mine]))
+    events = list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(events) == 1  # one writer
+    acc = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    for tag in ("episode/turns_mean", "reward_mean", "loss", "tokens_per_s"):
+        assert [e.step for e in acc.Scalars(tag)] == [0, 1], tag
+    assert acc.Scalars("episode/turns_mean")[1].value == pytest.approx(lines[1]["episode/turns_mean"], rel=1e-6)
+    report = _polyrl("report", str(out))
+    assert "warning" not in report.stderr.lower(), report.stderr[-2000:]

@@ -193,3 +193,70 @@ def test_a_tracker_plugin_cannot_take_a_builtin_trackers_name(tmp_path, monkeypa
     assert "polyrl-shadow" in conflict.distribution and "polyrl-shadow" in conflict.error
     assert "'polyrl'" in conflict.error or "polyrl," in conflict.error
     assert "POLYRL_DISABLE_PLUGINS" in conflict.error
+
+
+def test_a_plugin_requiring_another_polyrl_is_not_loaded_and_says_which(tmp_path, monkeypatch):
+    """An editable or --no-deps install skips pip's requirement check: the core makes it."""
+    import sys
+
+    from polyrl.backend_kit.versions import installed_version
+
+    monkeypatch.delenv("POLYRL_LOAD_PLUGINS", raising=False)
+    monkeypatch.delenv("POLYRL_DISABLE_PLUGINS", raising=False)
+    (tmp_path / "polyrl_future.py").write_text("raise ImportError(\"cannot import name 'new_api' from 'polyrl'\")\n")
+    (tmp_path / "polyrl_fine.py").write_text(
+        "from polyrl.hookspecs import hookimpl\n"
+        "from polyrl.types import BackendSpec\n"
+        "@hookimpl\n"
+        "def polyrl_register_backends(register):\n"
+        "    register(BackendSpec(name='fine', load=lambda config: object()))\n")
+    for name, requires in (("polyrl-future", "polyrl>=99; python_version >= '3'"), ("polyrl-fine", "polyrl>=0.0.1")):
+        info = tmp_path / f"{name.replace('-', '_')}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n"
+                                       f"Requires-Dist: {requires}\nRequires-Dist: polyrl>=50; extra == 'old'\n")
+        module = name.replace("-", "_")
+        (info / "entry_points.txt").write_text(f"[polyrl.backends]\n{name[7:]} = {module}\n")
+        (info / "RECORD").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        reg = Registry()
+    finally:
+        for module in ("polyrl_future", "polyrl_fine"):
+            sys.modules.pop(module, None)
+    future = next(e for e in reg.load_errors if e.name == "future")
+    core = installed_version("polyrl")
+    assert future.distribution == "polyrl-future"
+    assert future.error == (f"polyrl-future 1.0 requires polyrl>=99 but polyrl {core} is installed; it was not "
+                            f"loaded. Fix: pip install 'polyrl>=99', or a polyrl-future release made for polyrl {core}")
+    assert "fine" in reg.names() and not any(e.name == "fine" for e in reg.load_errors)
+
+
+def test_a_backend_whose_plugin_did_not_import_is_named_as_broken_not_as_missing(tmp_path, monkeypatch):
+    """`[backends] train = "broken"` when polyrl-broken is installed but fails to import: the error
+    says so and why, instead of telling the user to install what is installed."""
+    from polyrl.config import RunConfig
+    from polyrl.engines import check_backend_names
+
+    from toy_dist import activate, install_toy_dists
+
+    monkeypatch.delenv("POLYRL_LOAD_PLUGINS", raising=False)
+    monkeypatch.delenv("POLYRL_DISABLE_PLUGINS", raising=False)
+    deactivate = activate(install_toy_dists(tmp_path))
+    try:
+        reg = Registry()
+    finally:
+        deactivate()
+    config = RunConfig.from_dict({"model": {"path": "toy-model"}, "backends": {"train": "broken"},
+                                  "data": {"task": "arithmetic"}, "rewards": [{"name": "numeric_match"}]})
+    with pytest.raises(ConfigError) as info:
+        check_backend_names(config, reg)
+    assert info.value.field == "backends.train"
+    assert str(info.value).startswith("backends.train: backend 'broken' is installed (polyrl-broken) but its plugin "
+                                      "did not load: ImportError: libfoo.so: cannot open shared object")
+    assert "pip install" not in str(info.value)
+    unknown = RunConfig.from_dict({"model": {"path": "toy-model"}, "backends": {"train": "jax"},
+                                   "data": {"task": "arithmetic"}, "rewards": [{"name": "numeric_match"}]})
+    with pytest.raises(ConfigError, match=r"unknown backend 'jax' \(installed: .*; plugins that did not load: "
+                                          r".*broken"):
+        check_backend_names(unknown, reg)

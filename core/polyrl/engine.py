@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from polyrl.algorithms.objective import Objective
-from polyrl.errors import ConfigError, PluginError
+from polyrl.errors import ConfigError, PluginError, PolyrlError
 from polyrl.registry import Registry
 from polyrl.text_validity import check_prompt
 from polyrl.types import (
@@ -38,8 +38,13 @@ class Engine:
         self.backend = backend
         self.config = config
         self.distribution = registry.spec(backend).distribution
-        self.raw: Any = registry.load(backend, config)
         self._hook_callers: dict[str, Any] = {}
+        try:
+            self.raw: Any = registry.load(backend, config)
+        except PolyrlError:
+            raise  # unusable here, or the user's setting at fault: already one clear line
+        except Exception as exc:  # the plugin's load failed: name it, never a bare traceback
+            raise self._fail("load", f"raised {type(exc).__name__}: {exc}") from exc
 
     @property
     def capabilities(self) -> Capabilities:
@@ -93,6 +98,10 @@ class Engine:
                                          f"{'...' if len(order) > 12 else ''}; expected each prompt's "
                                          f"n={sampling.n} in prompt order (a sample credited to another "
                                          "prompt is scored against that prompt's row)")
+        for c in out:
+            if not isinstance(c.text, str) or c.finish_reason not in ("stop", "length"):
+                raise self._fail("generate", f"returned a completion with text {_describe(c.text)} and finish_reason "
+                                             f"{c.finish_reason!r}; expected a str and 'stop' or 'length'")
         for c in out:  # token prompts are used verbatim: anything else would train on other ids
             prompt = prompts[c.prompt_index] if 0 <= c.prompt_index < len(prompts) else None
             if isinstance(prompt, TokenPrompt) and not np.array_equal(c.prompt_ids, prompt.ids):
@@ -105,7 +114,13 @@ class Engine:
         """The chat template's token ids for ``messages``; None when the backend has no tokenizer."""
         out = self._call("encode_chat", messages=list(messages), tools=None if tools is None else list(tools),
                          add_generation_prompt=add_generation_prompt)
-        return None if out is None else np.asarray(out, dtype=np.int64).reshape(-1)
+        if out is None:
+            return None
+        ids = token_ids(out)
+        if ids is None:
+            raise self._fail("encode_chat", f"returned {_describe(out)}, expected a 1-D array of int token ids "
+                                            "(a tokenizer's BatchEncoding or text is not ids)")
+        return ids
 
     def generation_phase(self) -> contextlib.AbstractContextManager[Any]:
         """The backend's context for one rollout's ``generate`` calls (``hookspecs.generation_phase``):
@@ -115,7 +130,7 @@ class Engine:
             return contextlib.nullcontext()
         if not (hasattr(out, "__enter__") and hasattr(out, "__exit__")):
             raise self._fail("generation_phase", f"returned {type(out).__name__}, expected a context manager or None")
-        return out
+        return _Phase(out, self._fail)
 
     def logprobs(
         self, sequences: Sequence[TokenSequence], temperature: float = 1.0, reference: bool = False
@@ -127,20 +142,38 @@ class Engine:
             if reference:
                 return None
             raise self._fail("logprobs", "its plugin does not implement it (hooks are answered only by the plugin that registered the backend)")
+        if not isinstance(out, (list, tuple, np.ndarray)):
+            raise self._fail("logprobs", f"returned {_describe(out)}, expected a list of float arrays")
         if len(out) != len(sequences):
             raise self._fail("logprobs", f"returned {len(out)} arrays for {len(sequences)} sequences")
         result = []
-        for seq, lp in zip(sequences, out):
-            lp = np.asarray(lp, dtype=np.float32).reshape(-1)
-            if len(lp) != len(seq.completion_ids):
-                raise self._fail("logprobs", "an array's length differs from its completion's")
+        for i, (seq, given) in enumerate(zip(sequences, out)):
+            try:
+                lp = np.asarray(given, dtype=np.float32)
+            except (TypeError, ValueError, RuntimeError):
+                raise self._fail("logprobs", f"array {i} is {_describe(given)}, expected floats") from None
+            if lp.ndim != 1 or len(lp) != len(seq.completion_ids):
+                raise self._fail("logprobs", f"array {i} has shape {lp.shape}, expected "
+                                             f"({len(seq.completion_ids)},): one log-prob per completion token")
             result.append(lp)
         return result
 
     def train_step(self, batch: TrainBatch, objective: Objective) -> StepMetrics:
         out = self._call("train_step", batch=batch, objective=objective)
+        if out is None:
+            raise self._fail("train_step", "its plugin does not implement it (hooks are answered only by the plugin "
+                                           "that registered the backend)")
         if not isinstance(out, StepMetrics):
             raise self._fail("train_step", f"returned {type(out).__name__}, expected StepMetrics")
+        for name in ("loss", "grad_norm", "kl", "clip_fraction"):  # logged, compared, written as JSON
+            value = getattr(out, name)
+            try:
+                number = None if isinstance(value, (bool, str, bytes)) else float(value)
+            except (TypeError, ValueError, RuntimeError):
+                number = None
+            if number is None:
+                raise self._fail("train_step", f"StepMetrics.{name} is {_describe(value)}, expected a float")
+            setattr(out, name, number)
         return out
 
     def all_gather(self, value: Any, world_size: int = 1) -> list[Any]:
@@ -158,6 +191,8 @@ class Engine:
         out = self._call("export_weights")
         if out is None:
             raise self._fail("export_weights", "this backend cannot export weights")
+        if not isinstance(out, Mapping) or not all(isinstance(k, str) for k in out):
+            raise self._fail("export_weights", f"returned {_describe(out)}, expected a dict of HF names to arrays")
         return out
 
     def import_weights(self, weights: NamedWeights) -> None:
@@ -172,3 +207,56 @@ class Engine:
     def load_checkpoint(self, path: str, state_path: str | None = None, weights_only: bool = False) -> None:
         if not self._call("load_checkpoint", path=path, state_path=state_path, weights_only=weights_only):
             raise self._fail("load_checkpoint", "this backend cannot load checkpoints")
+
+
+def _describe(value: Any) -> str:
+    """A plugin's wrong answer, short: its type, and its shape/dtype when it has them."""
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        return f"{type(value).__name__} of shape {tuple(shape)} and dtype {dtype}"
+    return type(value).__name__
+
+
+def token_ids(value: Any) -> np.ndarray | None:
+    """``value`` as a 1-D int64 array of token ids (one row of a 2-D array too), or None when it is
+    not one: text, a mapping, floats or negative numbers are never silently read as ids."""
+    if isinstance(value, (str, bytes, Mapping)):
+        return None
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    if arr.ndim == 2 and arr.shape[0] == 1:
+        arr = arr[0]
+    if arr.ndim != 1 or (arr.size and (arr.dtype.kind not in "iu" or arr.min() < 0)):
+        return None
+    return arr.astype(np.int64)
+
+
+class _Phase(contextlib.AbstractContextManager[Any]):
+    """A backend's ``generation_phase`` context as the core holds it: an exception its
+    ``__enter__``/``__exit__`` raises names the plugin, and one raised inside the rollout always
+    propagates (a phase that swallowed it would hand the trainer no completions)."""
+
+    def __init__(self, inner: Any, fail: Any) -> None:
+        self.inner, self.fail = inner, fail
+
+    def __enter__(self) -> Any:
+        try:
+            return self.inner.__enter__()
+        except PolyrlError:
+            raise
+        except Exception as exc:
+            raise self.fail("generation_phase", f"entering its context raised {type(exc).__name__}: {exc}") from exc
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
+        try:
+            self.inner.__exit__(exc_type, exc, tb)
+        except PolyrlError:
+            raise
+        except Exception as failure:
+            if failure is exc:
+                return False
+            raise self.fail("generation_phase",
+                            f"leaving its context raised {type(failure).__name__}: {failure}") from failure
+        return False

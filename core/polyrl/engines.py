@@ -85,10 +85,19 @@ def check_backend_names(config: RunConfig, registry: Registry) -> None:
     roles = [("train", c.backends.train), ("generate", c.backends.generate_backend)]
     if c.algorithm.beta > 0:
         roles.append(("reference", c.backends.reference_backend))
+    failed = [e for e in registry.load_errors if e.group == "polyrl.backends"]
     for role, name in roles:
         if name not in known:
+            broken = next((e for e in failed if e.name == name), None)
+            if broken is not None:  # installed, but its plugin did not load: "install it" would mislead
+                raise ConfigError(
+                    f"backend {name!r} is installed ({broken.distribution or 'unknown distribution'}) but its "
+                    f"plugin did not load: {broken.error}", field=f"backends.{role}",
+                    fix="repair or reinstall that distribution (`polyrl backends` shows the error), or name "
+                    "another backend")
+            others = f"; plugins that did not load: {', '.join(e.name for e in failed)}" if failed else ""
             raise ConfigError(
-                f"unknown backend {name!r} (installed: {', '.join(known) or 'none'})",
+                f"unknown backend {name!r} (installed: {', '.join(known) or 'none'}{others})",
                 field=f"backends.{role}",
                 fix=f"install its plugin (e.g. `pip install polyrl[{name}]`) or name an installed "
                 "backend; `polyrl backends` lists them",

@@ -44,8 +44,15 @@ What the core does with a faulty plugin
 Answers to what an author would otherwise guess
     * Errors: raise ``polyrl.errors.ConfigError(message, field=..., fix=...)`` for anything the
       user can fix (``field`` is the dotted config key, e.g. ``"model.max_length"``); it is shown
-      as one ``error:`` line. Any other exception is reported as your plugin's fault
-      (``PluginError`` naming backend and distribution).
+      as one ``error:`` line. Any other exception, from a hook or from ``BackendSpec.load``, is
+      reported as your plugin's fault (``PluginError`` naming backend, distribution and hook), and
+      so is an answer of the wrong type or shape (``logprobs`` arrays not one float per
+      completion token, ``encode_chat`` anything but 1-D int ids, ``StepMetrics`` fields that are
+      not numbers, ``export_weights`` not a dict).
+    * A hook your ``Capabilities`` declares must be implemented by your plugin (``generate``,
+      ``logprobs``, ``train_step``, ``export_weights``/``import_weights``, ``save_checkpoint``
+      with ``load_checkpoint`` for ``checkpoint``, ``all_gather`` for ``data_parallel``); the
+      conformance kit checks it, else the run fails when it first calls the hook.
     * Temperature 0 means greedy (argmax); the log-probs returned are then under the plain
       ``softmax(logits)``, i.e. temperature 1. ``top_k``/``top_p`` filter what is sampled, not
       the log-probs returned.
@@ -261,6 +268,12 @@ def generation_phase(engine: Any) -> AbstractContextManager[None] | None:
     ``generate`` calls inside differs by rank: an episode may end after one turn on one rank and
     after four on another, and a rank may have no prompt at all. A backend whose ``generate`` needs
     collectives (gathering sharded weights) runs them on entering and leaving, never per call.
+
+    Return a fresh context on each call (one ``@contextlib.contextmanager`` object is spent after
+    one ``with``). ``generate`` samples the same inside as outside (evaluation and direct calls
+    hold no phase), and leaving restores what entering changed. An exception raised inside (a
+    failed rollout) propagates whatever ``__exit__`` answers; one raised by ``__enter__`` or
+    ``__exit__`` is reported as your plugin's fault. The conformance kit checks all of this.
     """
 
 
@@ -302,7 +315,10 @@ def encode_chat(
     first and the train engine when the generate backend has no tokenizer (a remote server).
     Only the template's own special tokens are special: a message's text (a tool result, an
     observation) spelling ``<|im_end|>`` is encoded as those characters, so it cannot end its turn
-    and forge the next (``polyrl.backend_kit.literal_chat.encode_chat_literal`` does both).
+    and forge the next (``polyrl.backend_kit.literal_chat.encode_chat_literal`` does both, for an
+    HF tokenizer). ``generate`` renders a chat prompt the same way. Return the ids as a 1-D int
+    array or list (not a tokenizer's ``BatchEncoding``); None when this engine has no tokenizer.
+    The conformance kit checks both renderings against the model's declared special tokens.
     """
 
 

@@ -6,10 +6,10 @@ trackers, its built-in tools and environment (``polyrl.agents.builtin``), the
 core's built-in reward plugins (``BUILTIN_REWARD_PLUGINS``: the simple rewards, the LLM judge, the
 sandboxed code reward and reward models; none imports torch or httpx until it is used) and any
 object passed to ``get_plugin_manager(extra=...)``.
-A plugin that fails to import, or that marks a function ``@hookimpl`` under a name that is no
-hook (a misspelling), is recorded in ``load_errors`` (with its entry point, distribution and the
-fix) and left out instead of taking every command down; ``polyrl backends`` and ``polyrl doctor``
-show those errors.
+A plugin whose distribution requires another polyrl version, one that fails to import, or one that
+marks a function ``@hookimpl`` under a name that is no hook (a misspelling), is recorded in
+``load_errors`` (with its entry point, distribution and the fix) and left out instead of taking
+every command down; ``polyrl backends`` and ``polyrl doctor`` show those errors.
 
 Environment:
     POLYRL_LOAD_PLUGINS     comma-separated entry-point names: load only these ("" loads none)
@@ -28,6 +28,7 @@ import attrs
 import pluggy
 
 from polyrl import hookspecs
+from polyrl.plugin_requirements import unmet_core_requirement
 
 ENTRY_POINT_GROUPS = ("polyrl.backends", "polyrl.rewards", "polyrl.trackers", "polyrl.environments")
 
@@ -109,6 +110,11 @@ class PolyrlPluginManager(pluggy.PluginManager):
                 if self.has_plugin(ep.name):
                     continue
                 dist, version = _dist_of(ep)
+                conflict = unmet_core_requirement(getattr(ep, "dist", None))
+                if conflict:  # pip would have refused it; an editable or --no-deps install does not
+                    self.load_errors.append(PluginLoadError(name=ep.name, group=group, distribution=dist,
+                                                            error=conflict))
+                    continue
                 try:
                     plugin = ep.load()
                     self.register(plugin, name=ep.name)

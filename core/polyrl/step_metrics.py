@@ -15,21 +15,22 @@ from typing import Any
 
 import numpy as np
 
+from polyrl.step_gather import Shard
 from polyrl.types import Completion
 
 
-def completion_metrics(completions: Sequence[Completion]) -> dict[str, float]:
-    """Length statistics of this rank's completions; ``clipped_ratio`` is the share cut off by
-    ``max_new_tokens`` (finish reason ``length``) rather than ending on their own."""
-    if not completions:
+def completion_metrics(shard: Shard) -> dict[str, float]:
+    """Length statistics of the step's completions (every rank's: ``polyrl.step_gather``);
+    ``clipped_ratio`` is the share cut off by ``max_new_tokens`` (finish reason ``length``) rather
+    than ending on their own."""
+    if not shard.size:
         return {}
-    lengths = np.array([len(c.completion_ids) for c in completions], dtype=np.float64)
-    clipped = np.array([c.finish_reason == "length" for c in completions])
+    lengths = shard.completion_len.astype(np.float64)
     return {
         "completions/mean_length": float(lengths.mean()),
         "completions/min_length": float(lengths.min()),
         "completions/max_length": float(lengths.max()),
-        "completions/clipped_ratio": float(clipped.mean()),
+        "completions/clipped_ratio": float(shard.clipped.mean()),
     }
 
 
@@ -73,18 +74,20 @@ def clip_region_metrics(train_metrics: Mapping[str, Any]) -> dict[str, float]:
     return {trl: float(train_metrics[ours]) for ours, trl in TRL_CLIP_NAMES.items() if ours in train_metrics}
 
 
-def step_metrics(completions: Sequence[Completion], rewards: np.ndarray, group_size: int,
+def step_metrics(shard: Shard, rewards: np.ndarray, group_size: int,
                  seconds: Mapping[str, float], trained_tokens: int) -> dict[str, Any]:
-    """All of the above for one step. ``seconds`` has the phases' durations (``generate`` is the
-    rollout's own, ``reward`` the scoring, ``train`` the update); ``trained_tokens`` counts the
-    prompt and completion tokens of the sequences the update saw."""
-    scored = int(sum(len(c.completion_ids) for c in completions))
-    tokens = {"generate": sampled_tokens(completions), "score": scored, "train": trained_tokens}
+    """All of the above for the whole step (``shard``: every rank's completions, joined).
+    ``seconds`` has the phases' durations (``generate`` the rollout's own, ``reward`` the scoring,
+    ``train`` the update; under a launcher each the slowest rank's, which the job waited for);
+    ``trained_tokens`` counts the prompt and completion tokens of the sequences the update saw.
+    Memory is the largest rank's peak."""
+    tokens = {"generate": int(shard.sampled_len.sum()), "score": int(shard.completion_len.sum()),
+              "train": trained_tokens}
     phases = {"generate": seconds.get("generate", 0.0), "score": seconds.get("reward", 0.0),
               "train": seconds.get("train", 0.0)}
     return {
-        **completion_metrics(completions),
+        **completion_metrics(shard),
         "frac_reward_zero_std": frac_reward_zero_std(rewards, group_size),
         **throughput(tokens, phases),
-        "perf/peak_rss_mb": round(peak_rss_mb(), 1),
+        "perf/peak_rss_mb": round(shard.peak_rss_mb, 1),
     }

@@ -57,8 +57,8 @@ from polyrl.rewards.trl_compat import TrainerState
 from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock
 from polyrl import evaluation
-from polyrl.step_metrics import sampled_tokens
-from polyrl.step_metrics import clip_region_metrics
+from polyrl import step_gather
+from polyrl.step_metrics import clip_region_metrics, peak_rss_mb
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.tracking.session import for_run as tracking_for_run
 from polyrl.types import Completion, RewardContext, SamplingParams, TokenSequence, TrainBatch
@@ -337,11 +337,13 @@ class Trainer:
         assert out is not None
         return out
 
-    def _kl_in_reward(self, shaped: np.ndarray, completions: list[Completion]) -> tuple[np.ndarray, dict[str, float]]:
+    def _kl_in_reward(self, shaped: np.ndarray,
+                      completions: list[Completion]) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
         """Rewards minus the KL coefficient x each sequence's summed KL to the reference
         (``algorithm.kl_in_reward``), from the trainer's log-probs of the sampled tokens (the
-        behaviour policy, as verl's ``old_log_prob``), and the step's metrics: ``kl_in_reward``
-        (this rank's mean summed KL) and ``kl_coef`` (the coefficient these rewards used). The
+        behaviour policy, as verl's ``old_log_prob``), each sequence's summed KL (the step's
+        ``kl_in_reward`` metric is their mean over every rank's) and ``kl_coef`` (the coefficient
+        these rewards used). The
         coefficient is beta, or with ``kl_ctrl = "adaptive"`` beta steered after each batch
         (``polyrl.algorithms.kl_control``; checkpointed in the trainer state)."""
         algo = self.config.algorithm
@@ -358,7 +360,7 @@ class Trainer:
             kl = batch_kl([x for p in parts for x in p[0]], [n for p in parts for n in p[1]])
             self.kl_coef = adapted_kl_coef(used, kl, sum(len(p[0]) for p in parts), algo.kl_target,
                                            algo.kl_horizon)
-        return shaped, {"kl_in_reward": float(np.mean(sums)) if len(sums) else 0.0, "kl_coef": used}
+        return shaped, np.asarray(sums, dtype=np.float64), {"kl_coef": used}
 
     def _rows_per_completion(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         n = self.config.generation.group_size
@@ -418,47 +420,56 @@ class Trainer:
         rewards = np.asarray(scored.total, dtype=np.float64)
         lengths = np.array([len(x.completion_ids) for x in completions])
         shaped = algo.shape_rewards(rewards, lengths, self._max_completion_tokens)
-        shaped, kl_metrics = self._kl_in_reward(shaped, completions) if algo.kl_in_reward else (shaped, {})
-        if self.episodes is not None:  # episodes with nothing to train on count as unscored
-            from polyrl.agents.setup import untrainable
-
-            shaped = np.where(untrainable(completions), np.nan, shaped)
+        kl_sums: np.ndarray | None = None
+        kl_metrics: dict[str, float] = {}
+        if algo.kl_in_reward:
+            shaped, kl_sums, kl_metrics = self._kl_in_reward(shaped, completions)
         times["reward"] = time.perf_counter() - t0
 
         # advantages (and batch-level statistics) over the global batch, then this rank's part;
-        # truncated completions (mask_truncated_completions) stay in the baseline, out of the loss
+        # truncated completions (mask_truncated_completions) stay in the baseline, out of the loss.
+        # Metrics and the untrainable-episode decision take the whole step too (polyrl.step_gather).
         untruncated = algo.untruncated_mask([x.finish_reason for x in completions])
-        mine_all = (rewards, shaped, untruncated)
+        shard = step_gather.Shard.of(completions, per_reward=scored.per_reward, reward_metrics=scored.metrics,
+                                     kl_sums=kl_sums, seconds={"generate": rollout.seconds, "reward": times["reward"]},
+                                     peak_rss_mb=peak_rss_mb())
+        mine_all = (rewards, shaped, untruncated, shard, self._sample_completions(rows, completions, scored))
         everyone = self.train_engine.all_gather(mine_all, self.world_size) if self.world_size > 1 else [mine_all]
-        offset = sum(len(r) for r, _, _ in everyone[: self.rank])
-        all_shaped = np.concatenate([s for _, s, _ in everyone])
+        offset = sum(len(part[0]) for part in everyone[: self.rank])
+        step = step_gather.join([part[3] for part in everyone])
+        all_shaped = np.concatenate([part[1] for part in everyone])
+        if self.episodes is not None:  # episodes with nothing to train on count as unscored, decided step-wide
+            all_shaped = np.where(step_gather.untrainable(step), np.nan, all_shaped)
         if np.isinf(all_shaped).any():  # a score x weight (or a KL penalty) past float64's range, on any rank
             self._unscored(rollout)
             raise RewardError(_overflow_message(all_shaped))
         mine = slice(offset, offset + len(shaped))
         group_kept = algo.keep_mask(all_shaped, c.generation.group_size)
         with np.errstate(over="ignore"):  # a spread past float64 is inf here, refused just below
-            advantages = algo.advantages(all_shaped, c.generation.group_size)
-        too_big = _unrepresentable_advantages(advantages, algo, scored.per_reward)
+            all_advantages = algo.advantages(all_shaped, c.generation.group_size)
+        too_big = _unrepresentable_advantages(all_advantages, algo, step.per_reward)
         if too_big is not None:  # the same global advantages on every rank: all refuse together
             self._unscored(rollout)
             raise RewardError(too_big)
-        all_untruncated = np.concatenate([u for _, _, u in everyone])
-        keep = group_kept & np.isfinite(all_shaped) & all_untruncated
-        global_kept = int(keep.sum())  # the samples the update trains on, over every rank
-        keep, advantages = keep[mine], advantages[mine]
-        self.tracking.collect(self.step, [r[c.data.prompt_column] for r in self._rows_per_completion(rows)],
-                              completions, scored, advantages, seed=_step_seed(c.train.seed, self.step))
-        rewards = np.concatenate([r for r, _, _ in everyone])  # metrics describe the global batch
+        all_untruncated = np.concatenate([part[2] for part in everyone])
+        all_keep = group_kept & np.isfinite(all_shaped) & all_untruncated
+        global_kept = int(all_keep.sum())  # the samples the update trains on, over every rank
+        keep, advantages = all_keep[mine], all_advantages[mine]
+        self.tracking.collect_records(step_gather.step_records(
+            [part[4] for part in everyone], [len(part[0]) for part in everyone], all_advantages))
+        rewards = np.concatenate([part[0] for part in everyone])  # metrics describe the global batch
         self._nothing_scored = skip_causes.nothing_scored(rewards)  # the same on every rank
+        if step.kl_sums is not None:
+            kl_metrics = {"kl_in_reward": float(np.mean(step.kl_sums)) if len(step.kl_sums) else 0.0,
+                          **kl_metrics}
         metrics: dict[str, Any] = {
             "step": self.step,
             "reward_mean": float(np.nanmean(rewards)) if np.isfinite(rewards).any() else float("nan"),
             "reward_std": float(np.nanstd(rewards)) if np.isfinite(rewards).any() else float("nan"),
-            "completion_len_mean": float(lengths.mean()),
+            "completion_len_mean": float(step.completion_len.mean()) if step.size else float("nan"),
             "samples_kept": global_kept,
             "policy_lag": lag,
-            **{f"reward/{k}/{m}": v for k, ms in scored.metrics.items() for m, v in ms.items()},
+            **{f"reward/{k}/{m}": v for k, ms in step.reward_metrics.items() for m, v in ms.items()},
             **kl_metrics,
         }
         idx = np.flatnonzero(keep)
@@ -507,16 +518,28 @@ class Trainer:
         total = time.perf_counter() - t_step
         metrics.update({f"time/{k}": round(v, 4) for k, v in times.items()})
         metrics["time/step"] = round(total, 4)
-        metrics["generate_seconds"] = round(rollout.seconds, 4)  # its own duration, ahead or not
-        metrics["tokens_per_s"] = float(sampled_tokens(completions) / max(rollout.seconds, 1e-9))
-        trained = sum(len(completions[i].prompt_ids) + len(completions[i].completion_ids) for i in idx)
-        metrics.update(common_step_metrics(completions, rewards, c.generation.group_size,
-                                           {**times, "generate": rollout.seconds}, trained * algo.num_iterations))
+        # the rollout's own duration, ahead or not (the slowest rank's), and the job's tokens/s
+        metrics["generate_seconds"] = round(step.seconds["generate"], 4)
+        metrics["tokens_per_s"] = float(step.sampled_len.sum() / max(step.seconds["generate"], 1e-9))
+        trained = int(step.sequence_len[all_keep].sum())  # every rank's kept sequences
+        metrics.update(common_step_metrics(step, rewards, c.generation.group_size,
+                                           {**times, **step.seconds}, trained * algo.num_iterations))
         if self.episodes is not None:
-            from polyrl.agents.setup import episode_metrics
-
-            metrics.update(episode_metrics(completions))
+            metrics.update(step_gather.episode_metrics(step))
         return metrics
+
+    def _sample_completions(self, rows: list[dict[str, Any]], completions: list[Completion],
+                            scored: Any) -> list[tuple[int, int, dict[str, Any]]]:
+        """This rank's part of the step's completions log: (one-process position, index here,
+        record) of its completions among those drawn over the whole step with the step's seed."""
+        c = self.config
+        n = c.generation.group_size
+        positions = step_gather.one_process_positions(len(completions), self.rank, self.world_size, n)
+        here = step_gather.picked_here(self.tracking.completions_per_step, positions, c.train.prompts_per_step * n,
+                                       _step_seed(c.train.seed, self.step))
+        records = self.tracking.sample(self.step, [r[c.data.prompt_column] for r in self._rows_per_completion(rows)],
+                                       completions, scored, here)
+        return [(positions[i], i, record) for i, record in zip(here, records)]
 
     def _environment_failure(self) -> EnvironmentFailed | None:
         """The error that stops a run whose environment never works; under a launcher the ranks

@@ -19,6 +19,7 @@ from polyrl.agents.parsing import FORMATS, parse_tool_calls
 from polyrl.agents.spec import checked_environment
 from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe
 from polyrl.agents.tools import ToolBox
+from polyrl import step_gather
 from polyrl.errors import ConfigError, PluginError
 
 if TYPE_CHECKING:
@@ -135,34 +136,14 @@ def build_runner(config: RunConfig, plan: EnvironmentPlan, gen_engine: Engine, t
 
 
 def untrainable(completions: Sequence[Any]) -> np.ndarray:
-    """Per completion: True for an episode with nothing to train on. That is one with no token
+    """Per completion: True for an episode with nothing to train on (``step_gather.untrainable``,
+    which the trainer applies to the whole step's gathered shard). That is one with no token
     (its reset failed), and every episode of a step in which all ended in an environment error
     (their rewards say how the environment broke, not how the model did). The trainer drops
     them like unscored samples; a step with nothing left is skipped, never sent to train_step."""
-    empty = np.array([c.mask is not None and len(c.completion_ids) == 0 for c in completions], dtype=bool)
-    episodes = [c for c in completions if c.mask is not None]
-    if episodes and all(c.info.get("env_error") for c in episodes):
-        return np.array([c.mask is not None for c in completions], dtype=bool)
-    return empty
+    return step_gather.untrainable(step_gather.Shard.of(completions))
 
 
 def episode_metrics(completions: Sequence[Any]) -> dict[str, float]:
-    """Per-step means over the step's episodes (empty for single-turn completions)."""
-    infos: list[Mapping[str, Any]] = [c.info for c in completions if c.mask is not None]
-    if not infos:
-        return {}
-    n = len(infos)
-    out = {
-        "episode/turns_mean": sum(i["turns"] for i in infos) / n,
-        "episode/tool_calls_mean": sum(i["tool_calls"] for i in infos) / n,
-        "episode/tool_call_share": sum(1 for i in infos if i["tool_calls"] > 0) / n,
-        "episode/tool_error_share": sum(1 for i in infos if i["tool_errors"] > 0) / n,
-        "episode/format_error_share": sum(1 for i in infos if i["format_errors"] > 0) / n,
-        "episode/env_error_share": sum(1 for i in infos if i.get("env_error")) / n,
-        "episode/sampled_token_share": float(sum(int(c.mask.sum()) for c in completions if c.mask is not None)
-                                             / max(1, sum(len(c.mask) for c in completions if c.mask is not None))),
-    }
-    rewards = [i["env_reward"] for i in infos if i.get("env_reward") is not None]
-    if rewards:
-        out["episode/env_reward_mean"] = sum(rewards) / len(rewards)
-    return out
+    """Per-step means over these episodes (empty for single-turn completions)."""
+    return step_gather.episode_metrics(step_gather.Shard.of(completions))

@@ -80,11 +80,14 @@ def sample_records(step: int, prompts: Sequence[Any], completions: Sequence[Any]
                    per_reward: Mapping[str, Sequence[float]], total: Sequence[float],
                    advantages: Sequence[float], count: int, seed: int,
                    redact: Redactor = Redactor(),
-                   extra: Mapping[str, Sequence[Any]] | None = None) -> list[dict[str, Any]]:
+                   extra: Mapping[str, Sequence[Any]] | None = None,
+                   indices: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """Up to ``count`` records of this step; ``prompts`` aligned with ``completions``. ``extra``
-    (columns reward functions logged with TRL's ``log_extra``) adds an ``extra`` table to each."""
+    (columns reward functions logged with TRL's ``log_extra``) adds an ``extra`` table to each.
+    ``indices``: the completions to show, drawn over the whole step by the caller (a launched
+    rank holds part of it), instead of ``count`` drawn here with ``seed``."""
     records = []
-    for i in pick(count, len(completions), seed):
+    for i in pick(count, len(completions), seed) if indices is None else indices:
         records.append({
             "step": step,
             "prompt": _redact(prompts[i], redact),

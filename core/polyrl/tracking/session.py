@@ -144,6 +144,30 @@ class RunTracking:
                 log.warning("completions could not be sampled; the completions log is off for the rest of "
                             "this run", step=step, error=f"{type(exc).__name__}: {exc}")
 
+    def sample(self, step: int, prompts: Sequence[Any], completions: Sequence[Any], scored: Any,
+               indices: Sequence[int]) -> list[dict[str, Any]]:
+        """This rank's records of the step's sample (``indices``: its completions among those drawn
+        over the whole step, ``step_gather.picked_here``), their advantage not known yet. Every
+        rank samples its own, the trainer gathers them, and rank 0 keeps them (``collect_records``)
+        so the log shows the whole batch, as one process's does."""
+        if self.completions_per_step <= 0 or not indices:
+            return []
+        try:
+            return clog.sample_records(step, prompts, completions, scored.per_reward, scored.total,
+                                       [float("nan")] * len(completions), len(indices), 0, self.redact,
+                                       extra=getattr(scored, "extra", None), indices=indices)
+        except Exception as exc:  # noqa: BLE001 - a log of samples must never cost the run
+            self.completions_per_step = 0
+            log.warning("completions could not be sampled; the completions log is off for the rest of "
+                        "this run", step=step, error=f"{type(exc).__name__}: {exc}")
+            return []
+
+    def collect_records(self, records: Sequence[dict[str, Any]]) -> None:
+        """The step's sampled records, gathered from every rank; ``publish`` writes them once the
+        step is taken (rank 0 only)."""
+        if self.writer and self.completions_per_step > 0:
+            self._pending = list(records)
+
     def publish(self, metrics: Mapping[str, Any]) -> None:
         """The step's completions to completions.jsonl, then metrics and completions to trackers,
         at the step number metrics.jsonl and completions.jsonl use (``metrics["step"]``)."""

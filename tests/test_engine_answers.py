@@ -1,0 +1,163 @@
+"""What a backend's hooks answer is checked where the core receives it: a wrong type, shape or dtype,
+a load or a generation phase that raises, is one ``PluginError`` naming backend, distribution and
+hook (one ``error:`` line in a run), never a numpy traceback far away or a silent misreading."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from polyrl.algorithms.objective import Objective
+from polyrl.engine import Engine
+from polyrl.errors import ConfigError, PluginError
+from polyrl.hookspecs import hookimpl
+from polyrl.plugins import get_plugin_manager
+from polyrl.registry import Registry
+from polyrl.types import BackendSpec, Capabilities, Completion, EngineConfig, StepMetrics, TokenSequence, TrainBatch
+
+#: what each hook answers, by the engine's "model" name
+ANSWERS: dict[str, dict[str, object]] = {}
+
+
+def _load(config: EngineConfig) -> str:
+    if config.model == "load-raises":
+        raise RuntimeError("libfoo.so: cannot open shared object file")
+    if config.model == "load-config-error":
+        raise ConfigError("no such model", field="model.path", fix="point it at a model folder")
+    return config.model
+
+
+class _Answers:
+    """A backend answering each hook with ``ANSWERS[engine][hook]`` (None: not answered)."""
+
+    @hookimpl
+    def polyrl_register_backends(self, register):
+        register(BackendSpec(name="answers", load=_load, distribution="polyrl-answers",
+                             capabilities=Capabilities(generate=True, train_step=True)))
+
+    @hookimpl
+    def encode_chat(self, engine, messages, tools, add_generation_prompt):
+        return ANSWERS[engine].get("encode_chat")
+
+    @hookimpl
+    def logprobs(self, engine, sequences, temperature, reference):
+        return ANSWERS[engine].get("logprobs")
+
+    @hookimpl
+    def train_step(self, engine, batch, objective):
+        return ANSWERS[engine].get("train_step")
+
+    @hookimpl
+    def export_weights(self, engine):
+        return ANSWERS[engine].get("export_weights")
+
+    @hookimpl
+    def generate(self, engine, prompts, sampling):
+        return ANSWERS[engine].get("generate")
+
+    @hookimpl
+    def generation_phase(self, engine):
+        return ANSWERS[engine].get("generation_phase")
+
+
+def _engine(name: str, **answers: object) -> Engine:
+    ANSWERS[name] = answers
+    return Engine(Registry(get_plugin_manager(extra=[_Answers()])), "answers", EngineConfig(model=name))
+
+
+PREFIX = r"backend 'answers' \(polyrl-answers\) hook "
+SEQS = [TokenSequence([1, 2], [3, 4, 5])]
+
+
+def test_a_load_that_raises_names_the_plugin_and_a_config_error_stays_the_users():
+    with pytest.raises(PluginError, match=PREFIX + "load: raised RuntimeError: libfoo.so"):
+        _engine("load-raises")
+    with pytest.raises(ConfigError, match="model.path: no such model"):
+        _engine("load-config-error")
+
+
+@pytest.mark.parametrize("answer, shown", [
+    ({"input_ids": [1, 2, 3]}, "dict"),  # a tokenizer's BatchEncoding
+    ("<|im_start|>user", "str"),
+    (np.array([1.5, 2.0]), r"ndarray of shape \(2,\) and dtype float64"),
+    (np.array([3, -1]), "ndarray"),
+    (np.array([[1, 2], [3, 4]]), r"ndarray of shape \(2, 2\)"),
+])
+def test_encode_chat_answering_anything_but_token_ids_is_the_plugins_fault(answer, shown):
+    engine = _engine("encode", encode_chat=answer)
+    with pytest.raises(PluginError, match=PREFIX + f"encode_chat: returned {shown}.*expected a 1-D array of int"):
+        engine.encode_chat([{"role": "user", "content": "hi"}])
+
+
+def test_encode_chat_ids_as_a_list_or_one_row_are_read_as_ids():
+    assert _engine("list", encode_chat=[5, 6, 7]).encode_chat([]).tolist() == [5, 6, 7]
+    one_row = _engine("row", encode_chat=np.array([[5, 6]], np.int32)).encode_chat([])
+    assert one_row.dtype == np.int64 and one_row.tolist() == [5, 6]
+
+
+@pytest.mark.parametrize("answer, problem", [
+    (3.0, "returned float, expected a list of float arrays"),
+    ([["a", "b", "c"]], "array 0 is list, expected floats"),
+    ([np.zeros((3, 8))], r"array 0 has shape \(3, 8\), expected \(3,\)"),
+    ([np.zeros(2)], r"array 0 has shape \(2,\), expected \(3,\)"),
+])
+def test_logprobs_of_the_wrong_type_or_shape_is_the_plugins_fault(answer, problem):
+    with pytest.raises(PluginError, match=PREFIX + "logprobs: " + problem):
+        _engine("lp", logprobs=answer).logprobs(SEQS)
+
+
+def test_train_step_missing_or_with_metrics_that_are_no_numbers_is_the_plugins_fault():
+    batch = TrainBatch(SEQS, np.ones(1))
+    with pytest.raises(PluginError, match=PREFIX + "train_step: its plugin does not implement it"):
+        _engine("no-train").train_step(batch, Objective())
+    with pytest.raises(PluginError, match=PREFIX + "train_step: StepMetrics.loss is NoneType, expected a float"):
+        _engine("none-loss", train_step=StepMetrics(loss=None, grad_norm=1.0)).train_step(batch, Objective())  # type: ignore[arg-type]
+    with pytest.raises(PluginError, match=r"StepMetrics.grad_norm is ndarray of shape \(2,\)"):
+        _engine("vec-norm", train_step=StepMetrics(loss=0.5, grad_norm=np.ones(2))).train_step(  # type: ignore[arg-type]
+            batch, Objective())
+    scalar = _engine("scalar", train_step=StepMetrics(loss=np.float32(0.5), grad_norm=np.array(2.0)))  # type: ignore[arg-type]
+    got = scalar.train_step(batch, Objective())
+    assert type(got.loss) is float and type(got.grad_norm) is float and got.grad_norm == 2.0
+
+
+def test_export_weights_that_are_no_mapping_is_the_plugins_fault():
+    with pytest.raises(PluginError, match=PREFIX + "export_weights: returned list, expected a dict"):
+        _engine("weights", export_weights=[np.zeros(2)]).export_weights()
+
+
+def test_a_completion_whose_text_is_no_string_is_the_plugins_fault():
+    bad = Completion(0, [1], [2], [-0.5], text=None, finish_reason="stop")  # type: ignore[arg-type]
+    from polyrl.types import SamplingParams
+
+    with pytest.raises(PluginError, match=PREFIX + "generate: returned a completion with text NoneType"):
+        _engine("text", generate=[bad]).generate(["hi"], SamplingParams(max_new_tokens=1))
+
+
+class _Phase:
+    def __init__(self, enter: Exception | None = None, leave: Exception | None = None, swallow: bool = False):
+        self.enter, self.leave, self.swallow = enter, leave, swallow
+
+    def __enter__(self):
+        if self.enter:
+            raise self.enter
+
+    def __exit__(self, *exc):
+        if self.leave:
+            raise self.leave
+        return self.swallow
+
+
+def test_a_generation_phase_raising_on_entering_or_leaving_names_the_plugin():
+    with pytest.raises(PluginError, match=PREFIX + "generation_phase: entering its context raised OSError: gather"):
+        with _engine("enter", generation_phase=_Phase(enter=OSError("gather"))).generation_phase():
+            pass
+    with pytest.raises(PluginError, match=PREFIX + "generation_phase: leaving its context raised KeyError"):
+        with _engine("leave", generation_phase=_Phase(leave=KeyError("shard"))).generation_phase():
+            pass
+
+
+def test_a_generation_phase_never_swallows_the_rollouts_error():
+    """A phase whose ``__exit__`` answers True would leave the trainer with no completions."""
+    with pytest.raises(ConfigError, match="model.max_length"):
+        with _engine("swallow", generation_phase=_Phase(swallow=True)).generation_phase():
+            raise ConfigError("prompt too long", field="model.max_length")
