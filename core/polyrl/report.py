@@ -12,9 +12,11 @@ import base64
 import html
 import json
 import math
-from collections.abc import Callable, Collection, Sequence
+import os
+import stat
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import attrs
 
@@ -75,7 +77,7 @@ class RunData:
 
     name: str
     lines: list[dict[str, Any]]  # one per step, the last line of each, in step order
-    records: list[dict[str, Any]]  # the eval completion records
+    records: list[dict[str, Any]]  # the eval completion records of the evaluation before training
     warnings: tuple[str, ...] = ()  # one sentence per kind of line left out
 
 
@@ -83,37 +85,103 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _read_jsonl(path: Path) -> tuple[list[tuple[int, Any]], list[str]]:
-    """(line number, value) of each line that parses, and what was left out. Only "\\n" ends a line:
-    the files are written with ``ensure_ascii=False``, so a completion may hold U+2028 or U+0085
-    raw, which ``str.splitlines`` would split on. A line nested too deeply for the parser is as
-    unreadable as a garbled one."""
+#: The most of metrics.jsonl a report reads: about 100,000 steps of a run's ~1.3 KB lines. Every
+#: step is kept in memory (parsed, several times its size on disk), so a larger file is refused.
+MAX_METRICS_BYTES = 128 * 2**20
+#: The most of eval_completions.jsonl read: only the evaluation before training is kept from it,
+#: but reading a larger file would cost minutes for one point on the chart; it is left out instead.
+MAX_COMPLETIONS_BYTES = 1024 * 2**20
+#: A longer line is counted unreadable without being held in memory whole.
+MAX_LINE_BYTES = 16 * 2**20
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file (a link to one too). Opened without
+    blocking and checked on the open file: a FIFO named metrics.jsonl blocked the report forever,
+    and a device (/dev/zero) is endless."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror}", field="RUN_DIR",
                           fix="check the file's permissions") from None
-    rows = text.split("\n")
-    complete = rows[-1] == ""  # the file ends with a newline: its last line was written whole
-    if complete:
-        rows.pop()
-    parsed: list[tuple[int, Any]] = []
-    bad: list[int] = []
-    for number, row in enumerate(rows, start=1):
-        if not row.strip():
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{str(path)!r} is not a regular file (a FIFO, socket or device: reading it can "
+                          "block forever)", field="RUN_DIR",
+                          fix="pass a run's train.output_dir, whose metrics files polyrl wrote")
+    return os.fdopen(fd, "rb")
+
+
+def _lines(file: BinaryIO) -> Iterator[tuple[bytes | None, bool]]:
+    """Each line without its "\n" (None when longer than ``MAX_LINE_BYTES``: skipped unread), and
+    whether it ended with one. Only "\n" ends a line."""
+    while chunk := file.readline(MAX_LINE_BYTES + 1):
+        if len(chunk) <= MAX_LINE_BYTES or chunk.endswith(b"\n"):
+            yield (chunk[:-1], True) if chunk.endswith(b"\n") else (chunk, False)
             continue
-        try:
-            parsed.append((number, json.loads(row)))
-        except (ValueError, RecursionError):
-            bad.append(number)
+        while chunk and not chunk.endswith(b"\n"):  # the rest of the long line, never held whole
+            chunk = file.readline(MAX_LINE_BYTES)
+        yield None, chunk.endswith(b"\n")
+
+
+@attrs.define
+class _Tally:
+    """How many lines of one kind were left out, and the first one's number (not every number:
+    a damaged file may have millions)."""
+
+    count: int = 0
+    first: int = 0
+
+    def add(self, number: int) -> None:
+        self.count += 1
+        self.first = self.first or number
+
+
+def _read_jsonl(path: Path, take: Callable[[int, Any], None]) -> list[str]:
+    """Hand ``take`` the (line number, value) of each line that parses, one at a time (the file is
+    streamed: only what ``take`` keeps is held), and say what was left out. Only "\\n" ends a line:
+    the files are written with ``ensure_ascii=False``, so a completion may hold U+2028 or U+0085
+    raw, which ``str.splitlines`` would split on. A line nested too deeply for the parser, or
+    longer than ``MAX_LINE_BYTES``, is as unreadable as a garbled one."""
+    bad = _Tally()
+    last_bad = number = 0
+    complete = True  # the file ends with a newline: its last line was written whole
+    with _open_regular(path) as file:
+        for number, (raw, ended) in enumerate(_lines(file), start=1):
+            complete = ended
+            row = None if raw is None else raw.decode("utf-8", errors="replace")
+            if row is not None and not row.strip():
+                continue
+            try:
+                if row is None:
+                    raise ValueError("line too long")
+                value = json.loads(row)
+            except (ValueError, RecursionError):
+                bad.add(number)
+                last_bad = number
+                continue
+            take(number, value)
     warnings = []
-    if bad and not complete and bad[-1] == len(rows):  # a run killed mid-write: expected, not damage
-        warnings.append(f"{path}: line {bad.pop()}, the last, is cut short (the run stopped while writing it); "
+    if bad.count and not complete and last_bad == number:  # a run killed mid-write: expected, not damage
+        warnings.append(f"{path}: line {number}, the last, is cut short (the run stopped while writing it); "
                         "it is left out")
-    if bad:
-        warnings.insert(0, f"{path}: {_plural(len(bad), 'unreadable line')} left out (first: line {bad[0]}); "
+        bad.count -= 1
+    if bad.count:
+        warnings.insert(0, f"{path}: {_plural(bad.count, 'unreadable line')} left out (first: line {bad.first}); "
                            "the file was damaged or edited")
-    return parsed, warnings
+    return warnings
+
+
+def _size(path: Path) -> int:
+    """The size of what ``path`` leads to (0 when it cannot be read: ``_open_regular`` says why)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.0f} MiB"
 
 
 def _is_step(value: Any) -> bool:
@@ -131,38 +199,53 @@ def load_run(run_dir: str | Path) -> RunData:
                           fix="pass a run's train.output_dir (the folder with metrics.jsonl)")
     by_step: dict[int, dict[str, Any]] = {}
     warnings: list[str] = []
-    if path.is_file():
-        parsed, warnings = _read_jsonl(path)
-        stepless: list[int] = []
-        repeated: list[int] = []
-        for number, record in parsed:
+    if path.exists():  # a FIFO or device too, which _open_regular refuses (not "missing")
+        if _size(path) > MAX_METRICS_BYTES:
+            raise ConfigError(
+                f"{str(path)!r} is {_mib(_size(path))}, more than polyrl report reads ({_mib(MAX_METRICS_BYTES)}, "
+                "about 100,000 steps)", field="RUN_DIR",
+                fix=f"report a copy of the run folder whose {METRICS_FILE} keeps fewer lines "
+                    "(e.g. every 10th: awk 'NR % 10 == 1')")
+        stepless, repeated = _Tally(), _Tally()
+
+        def step_line(number: int, record: Any) -> None:
             if not isinstance(record, dict) or not _is_step(record.get("step")):
-                stepless.append(number)
-                continue
+                stepless.add(number)
+                return
             if record["step"] in by_step:
-                repeated.append(number)
+                repeated.add(number)
             by_step[record["step"]] = record
-        if stepless:
-            warnings.append(f"{path}: {_plural(len(stepless), 'line')} without a step number left out "
-                            f"(first: line {stepless[0]})")
-        if repeated:
-            warnings.append(f"{path}: {_plural(len(repeated), 'step')} logged more than once (first: line "
-                            f"{repeated[0]}); the later line of each is drawn")
+
+        warnings = _read_jsonl(path, step_line)
+        if stepless.count:
+            warnings.append(f"{path}: {_plural(stepless.count, 'line')} without a step number left out "
+                            f"(first: line {stepless.first})")
+        if repeated.count:
+            warnings.append(f"{path}: {_plural(repeated.count, 'step')} logged more than once (first: line "
+                            f"{repeated.first}); the later line of each is drawn")
     if not by_step:
         why = "; ".join(warnings) or f"{METRICS_FILE} missing or empty"
         raise ConfigError(f"{str(run)!r} has no step metrics ({why})", field="RUN_DIR",
                           fix="pass a run's train.output_dir after at least one training step")
     records: list[dict[str, Any]] = []
     completions = run / evaluation.COMPLETIONS_FILE
-    if completions.is_file():
-        parsed, more = _read_jsonl(completions)
-        warnings += more
-        records = [r for _, r in parsed if isinstance(r, dict)]
-        if len(records) < len(parsed):
-            first = next(n for n, r in parsed if not isinstance(r, dict))
-            warnings.append(f"{completions}: {_plural(len(parsed) - len(records), 'line')} that "
-                            f"{'is' if len(parsed) - len(records) == 1 else 'are'} not a record left out "
-                            f"(first: line {first})")
+    if completions.exists() and _size(completions) > MAX_COMPLETIONS_BYTES:
+        warnings.append(f"{completions}: {_mib(_size(completions))}, more than polyrl report reads "
+                        f"({_mib(MAX_COMPLETIONS_BYTES)}); the evaluation before training is left out")
+    elif completions.exists():
+        not_records = _Tally()
+
+        def completion_line(number: int, record: Any) -> None:
+            if not isinstance(record, dict):
+                not_records.add(number)
+            elif record.get("phase") == "before":  # all the chart draws of them
+                records.append(record)
+
+        warnings += _read_jsonl(completions, completion_line)
+        if not_records.count:
+            warnings.append(f"{completions}: {_plural(not_records.count, 'line')} that "
+                            f"{'is' if not_records.count == 1 else 'are'} not a record left out "
+                            f"(first: line {not_records.first})")
     return RunData(run.resolve().name, [by_step[k] for k in sorted(by_step)], records, tuple(warnings))
 
 

@@ -14,6 +14,7 @@ from polyrl import resume_config
 from polyrl.config import RunConfig
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
+from polyrl.rollout_state import PENDING_FIX, pending_rollout_problem
 
 log = get_logger("polyrl.trainer")
 
@@ -62,6 +63,11 @@ def resume_point(config: RunConfig, path: str | Path | None, weights_only: bool,
     for change in resume_config.check(state.get("config"), config, weights_only):
         if announce:
             log.warning(f"config changed at resume: {change}", applied=True)
+    # read even by a weights-only resume (its sampler state), whose prompts_per_step may differ
+    problem = pending_rollout_problem(state.get("pending_rollout"), state.get("step"),
+                                      prompts=None if weights_only else config.train.prompts_per_step)
+    if problem is not None:
+        raise ConfigError(f"{found / ckpt.STATE_FILE}: {problem}", field="--resume", fix=PENDING_FIX)
     return found, state
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import attrs
 
+from polyrl.errors import ConfigError
+from polyrl.rollout_state import PENDING_FIX, pending_rollout_problem
 from polyrl.types import Completion
 
 
@@ -51,6 +53,11 @@ class Rollout:
 
     @classmethod
     def from_state(cls, state: dict[str, Any], rows: list[dict[str, Any]]) -> Rollout:
+        """The rollout ``as_state`` wrote; a malformed one (a hand-edited checkpoint) is a
+        ``ConfigError`` naming the field (``resume_point`` names the file too, before any load)."""
+        problem = pending_rollout_problem(state, prompts=len(rows))
+        if problem is not None:
+            raise ConfigError(f"the checkpoint's {problem}", field="--resume", fix=PENDING_FIX)
         completions = [Completion(**c) for c in state["completions"]]
         return cls(step=int(state["step"]), rows=rows, completions=completions,
                    policy_version=int(state["policy_version"]), seconds=float(state["seconds"]),

@@ -19,6 +19,7 @@ import torch
 from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.literal_chat import encode_chat_literal
 from polyrl.backend_kit.tokens import given_a_start, pad_token_id, text_prompt_ids
+from polyrl.backend_kit.weight_headers import config_sizes, refuse_sizes_beyond_weights
 from polyrl.errors import ConfigError
 from polyrl.folder_links import refuse_outside_links
 from polyrl.logs import get_logger
@@ -398,7 +399,9 @@ def _load_pretrained(folder: str, extra: dict[str, Any], **model_kwargs: Any) ->
 
     The tokenizer is checked against ``config.json`` before any weight is read: a tokenizer with
     more ids than the model has embedding rows belongs to another model, and would otherwise fail
-    at the first out-of-range id deep inside ``torch.embedding``.
+    at the first out-of-range id deep inside ``torch.embedding``. So is config.json against the
+    safetensors headers: a config naming more layers or a larger vocabulary than the weights hold
+    cost minutes and gigabytes to build (``polyrl.backend_kit.weight_headers``).
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -422,6 +425,8 @@ def _load_pretrained(folder: str, extra: dict[str, Any], **model_kwargs: Any) ->
             field="model.path",
             fix="use the tokenizer saved with this model (tokenizer files in the same folder)",
         )
+    if not extra.get("gguf_file"):  # config.json's sizes against the safetensors headers: milliseconds
+        refuse_sizes_beyond_weights(folder, config_sizes(hf_config))
     from safetensors import SafetensorError
 
     try:

@@ -28,6 +28,7 @@ import torch
 
 from polyrl.backend_kit.checkpoints import missing_piece
 from polyrl.backend_kit.versions import installed_version
+from polyrl.errors import ConfigError
 from polyrl.types import NamedWeights
 from polyrl_torch import distributed
 from polyrl_torch.engine import ADAPTER, TorchEngine, merged_weight
@@ -206,6 +207,24 @@ def _apply_config_hyperparameters(engine: TorchEngine) -> None:
                      fused=engine.fused_optimizer())  # the saving engine's kernel choice is not ours
 
 
+def _refuse_missing_adapters(engine: TorchEngine, adapters: Mapping[str, torch.Tensor], file: Path) -> None:
+    """``ConfigError`` when ``file`` lacks adapter tensors this model has. peft loads the rest
+    (``strict=False``) and keeps the missing ones at their initial values (B = 0: those adapters
+    silently trained from nothing again), so a resume would not continue the run it names."""
+    from peft.utils import get_peft_model_state_dict
+
+    expected = get_peft_model_state_dict(engine.model, adapter_name=ADAPTER, save_embedding_layers=False)
+    missing = sorted(set(expected) - set(adapters))
+    if missing:
+        shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise ConfigError(
+            f"{file} lacks {len(missing)} of this model's {len(expected)} LoRA adapter tensors "
+            f"({shown}); resuming would restart those adapters from their initial values",
+            field="--resume",
+            fix="resume from a checkpoint whose adapter folder is intact (as polyrl wrote it), or with "
+                "--resume-weights-only to start fresh adapters on its merged weights")
+
+
 def load_checkpoint(engine: TorchEngine, path: str, state_path: str | None = None,
                     weights_only: bool = False) -> bool:
     """Restore weights (base + adapters for LoRA), optimizer and RNG so training continues exactly.
@@ -231,8 +250,10 @@ def load_checkpoint(engine: TorchEngine, path: str, state_path: str | None = Non
     if exact_lora:
         from peft.utils import set_peft_model_state_dict
 
+        adapter_file = folder / ADAPTER_DIR / "adapter_model.safetensors"
+        adapters = load_file(str(adapter_file))
+        _refuse_missing_adapters(engine, adapters, adapter_file)  # before anything is changed
         _assign(engine, load_file(str(state / "base_model.safetensors")))
-        adapters = load_file(str(folder / ADAPTER_DIR / "adapter_model.safetensors"))
         result = set_peft_model_state_dict(engine.model, adapters, adapter_name=ADAPTER)
         if getattr(result, "unexpected_keys", None):
             raise ValueError(f"adapter keys not in this model: {result.unexpected_keys[:3]}")
