@@ -22,6 +22,8 @@ below; it is found through an entry point in group ``polyrl.backends`` (or ``pol
     def generate(engine, prompts, sampling):
         return [...]             # list[Completion]
 
+A complete installable example (pyproject, hooks, conformance tests): ``examples/backend_plugin/``.
+
 How dispatch works
     The compute hooks (``generate``, ``generation_phase``, ``logprobs``, ``train_step``,
     ``all_gather``, weight and checkpoint hooks) are answered only by the plugin that registered
