@@ -5,7 +5,9 @@
     >>> convert("models/tiny-mlx-4bit", "models/tiny-hf", to="hf")     # dequantized float
 
 ``to="mlx"`` writes what ``mlx_lm.convert`` writes (mlx-lm's own ``load``/``quantize_model``/
-``save``), keeping the weights' dtype unless quantizing. ``to="hf"`` writes a plain transformers
+``save``), keeping the weights' dtype unless quantizing. The source is read as the engine reads
+it (``engine.load_mlx_lm``), so a mixture-of-experts folder the torch backend saved (transformers'
+fused experts, which mlx-lm's own ``load`` refuses) converts too. ``to="hf"`` writes a plain transformers
 folder: float weights under HF names (quantized layers dequantized) in ``model.safetensors``
 with ``format=pt`` metadata, ``config.json`` without quantization keys, the tokenizer and
 ``generation_config.json``. Unquantized HF -> MLX -> HF gives bit-identical tensors.
@@ -58,17 +60,15 @@ def _check(src: str, dst: str, to: str, quantize_bits: int | None) -> tuple[Path
 
 
 def _load(source: Path) -> tuple[Any, Any, dict[str, Any]]:
-    """mlx-lm's ``load`` (lazy), its failures on a damaged folder as one ConfigError on ``src``."""
-    from mlx_lm.utils import load
-
-    from polyrl_mlx.engine import config_overrides
+    """The folder as the engine loads it (lazy): mlx-lm's ``load`` plus the config keys and the
+    fused expert tensors it reads (a MoE the torch backend saved); its failures on a damaged
+    folder as one ConfigError on ``src``."""
+    from polyrl_mlx.engine import load_mlx_lm
 
     try:
-        model, tokenizer, config = load(str(source), return_config=True, lazy=True,
-                                        model_config=config_overrides(source) or None)
-    except (RuntimeError, ValueError) as exc:
+        return load_mlx_lm(source, False, lazy=True)
+    except (RuntimeError, ValueError, TypeError) as exc:  # damaged weights, no module, a key missing
         raise load_error(exc, source, "src") from None
-    return model, tokenizer, config
 
 
 def load_error(exc: Exception, source: Path, field: str) -> ConfigError:

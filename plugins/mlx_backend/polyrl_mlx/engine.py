@@ -36,6 +36,7 @@ from polyrl_mlx._mx import mx, nn, optim
 from polyrl_mlx.architectures import SPLIT_HEAD_TYPES, TESTED_TYPES, exact_embedding_scale
 from polyrl_mlx.convert import load_error
 from polyrl_mlx.family_check import check_family
+from polyrl_mlx.packed import check_runs_here
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -121,15 +122,15 @@ def config_overrides(model_dir: Path) -> dict[str, Any]:
     return out
 
 
-def load_mlx_lm(model_dir: Path, trust_remote_code: bool) -> tuple[Any, Any, dict[str, Any]]:
+def load_mlx_lm(model_dir: Path, trust_remote_code: bool, lazy: bool = False) -> tuple[Any, Any, dict[str, Any]]:
     """``mlx_lm.load`` of a local folder (model, tokenizer wrapper, config), with the config keys
     of ``config_overrides`` and transformers' fused expert tensors read (a folder the torch
-    backend saved: ``expert_names``)."""
+    backend saved: ``expert_names``); ``polyrl convert`` reads folders with it too."""
     from mlx_lm.utils import _get_classes, load_model, load_tokenizer
 
     from polyrl_mlx.expert_names import model_classes
 
-    model, hf_config = load_model(model_dir, model_config=config_overrides(model_dir) or None,
+    model, hf_config = load_model(model_dir, lazy=lazy, model_config=config_overrides(model_dir) or None,
                                   get_model_classes=model_classes(_get_classes),
                                   trust_remote_code=trust_remote_code)
     tokenizer = load_tokenizer(model_dir, eos_token_ids=hf_config.get("eos_token_id", None))
@@ -191,6 +192,7 @@ class MLXEngine:
                 raise load_error(exc, self.model_dir, "model.path") from None
             self.hf_config: dict[str, Any] = dict(hf_config)
             self.quantization: dict | None = hf_config.get("quantization")
+            check_runs_here(model, self.device, self.model_dir)  # nvfp4 global scales: GPU only
             self._cast(model)
             self.model = model
             self.embedding_scale_factor = exact_embedding_scale(
@@ -237,17 +239,19 @@ class MLXEngine:
     # --- setup helpers -------------------------------------------------------------------------
 
     def _cast(self, model: Any) -> None:
-        """Floating parameters to the configured dtype (quantized packs are integers: untouched)."""
-        from mlx.utils import tree_map
+        """Floating parameters to the configured dtype (quantized packs are integers: untouched;
+        nvfp4 experts' ``global_scale`` stays float32, as MLX's kernels take it)."""
+        from mlx.utils import tree_map_with_path
 
         dtype = self.dtype
 
-        def cast(v: Any) -> Any:
-            if isinstance(v, mx.array) and mx.issubdtype(v.dtype, mx.floating) and v.dtype != dtype:
+        def cast(path: str, v: Any) -> Any:
+            if (isinstance(v, mx.array) and mx.issubdtype(v.dtype, mx.floating) and v.dtype != dtype
+                    and not path.endswith(".global_scale")):
                 return v.astype(dtype)
             return v
 
-        model.update(tree_map(cast, model.parameters()))
+        model.update(tree_map_with_path(cast, model.parameters()))
 
     def _add_lora(self, lora: Any) -> None:
         from mlx_lm.tuner.utils import linear_to_lora_layers
@@ -315,9 +319,10 @@ class MLXEngine:
         return self.optimizer
 
     def lora_modules(self) -> dict[str, Any]:
-        from mlx_lm.tuner.lora import LoRALinear
+        """Every LoRA layer: linear layers' and a MoE's experts' (``lora_layers``)."""
+        from polyrl_mlx.lora_layers import lora_modules
 
-        return {name: m for name, m in self.model.named_modules() if isinstance(m, LoRALinear)}
+        return lora_modules(self.model)
 
     def next_seed(self) -> int:
         """A fresh sampling seed from the engine's own key stream (calls without a seed)."""

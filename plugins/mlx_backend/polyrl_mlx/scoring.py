@@ -13,8 +13,8 @@ through the backbone once and its keys/values serve every row of its group
 log-probs and gradients to float tolerance; SmolLM2 8x4x32 on one CPU thread: scoring 20 -> 12 s,
 training step 58 -> 33 s.
 
-``reference=True`` on a LoRA engine computes the frozen base: every ``LoRALinear``'s scale is
-set to 0 for the call (``y = W x + 0 * B A x`` is exactly ``W x``) and restored afterwards.
+``reference=True`` on a LoRA engine computes the frozen base: every LoRA layer's scale (a MoE's
+experts' ``LoRASwitchLinear`` too) is set to 0 for the call (``y = W x + 0 * B A x`` is exactly ``W x``) and restored afterwards.
 Without LoRA there is no frozen copy here, so the hook answers None and the core loads a
 reference engine.
 """

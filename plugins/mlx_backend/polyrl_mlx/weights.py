@@ -11,8 +11,10 @@ and saves; imports also take HF files' one-tensor-per-expert names.
 
 * Quantized layers (``QuantizedLinear``/``QuantizedEmbedding``, a MoE's ``QuantizedSwitchLinear``)
   export dequantized float weights; imported float weights are quantized with the layer's own
-  group size, bits and mode, so a 4-bit MLX generator can take a torch trainer's weights.
-* LoRA: ``export_weights`` merges ``W + scale * (A B)^T`` on the fly (the engine is unchanged).
+  group size, bits and mode (and nvfp4 experts' per-expert global scales: ``polyrl_mlx.packed``),
+  so a 4-bit MLX generator can take a torch trainer's weights.
+* LoRA: ``export_weights`` merges ``W + scale * (A B)^T`` on the fly (the engine is unchanged),
+  per expert for a MoE's adapted experts (``LoRASwitchLinear``: ``polyrl_mlx.lora_layers``).
   ``import_weights`` into a LoRA engine writes the full weights into the *base*, re-draws A, zeroes
   B and resets the optimizer, so the engine then computes exactly the imported weights (as the
   torch backend does).
@@ -36,9 +38,11 @@ from polyrl.backend_kit.checkpoints import missing_piece
 from polyrl.backend_kit.versions import installed_version
 from polyrl.types import NamedWeights
 
-from polyrl_mlx._mx import mx, nn
+from polyrl_mlx._mx import mx
 from polyrl_mlx.engine import MLXEngine
 from polyrl_mlx.expert_names import to_hf, to_mlx
+from polyrl_mlx.lora_layers import base_weight, fresh_adapters, lora_modules, merged_weight
+from polyrl_mlx.packed import PACKING_LEAVES, dequantized, is_packed, packed_like
 
 STATE_DIR = "mlx_state"
 ADAPTER_DIR = "adapter"
@@ -49,18 +53,6 @@ QUANT_KEYS = ("quantization", "quantization_config")
 # --- names ---------------------------------------------------------------------------------------
 
 
-def _quantized(module: Any) -> bool:
-    """A layer holding packed weights (a quantized MoE's experts: ``QuantizedSwitchLinear``)."""
-    from mlx_lm.models.switch_layers import QuantizedSwitchLinear
-
-    return isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding, QuantizedSwitchLinear))
-
-
-def _dequantize(module: Any) -> mx.array:
-    return mx.dequantize(module.weight, module.scales, module.get("biases"), group_size=module.group_size,
-                         bits=module.bits, mode=getattr(module, "mode", "affine"))
-
-
 def _model_type(model: Any) -> str:
     return str(getattr(getattr(model, "args", None), "model_type", "") or "")
 
@@ -69,28 +61,22 @@ def hf_tensors(model: Any, merged: bool = True) -> dict[str, mx.array]:
     """HF-named float arrays of ``model``: quantized layers dequantized, LoRA merged (or, with
     ``merged=False``, the base weights alone), experts in transformers' fused layout."""
     from mlx.utils import tree_flatten
-    from mlx_lm.tuner.lora import LoRALinear
 
     flat = dict(tree_flatten(model.parameters()))
     modules = dict(model.named_modules())
-    lora = {p: m for p, m in modules.items() if isinstance(m, LoRALinear)}
+    lora = lora_modules(model)
     out: dict[str, mx.array] = {}
     for path, module in lora.items():
-        if merged:
-            fused = module.fuse(dequantize=True)
-            out[f"{path}.weight"] = fused.weight
-        else:
-            base = module.linear
-            out[f"{path}.weight"] = _dequantize(base) if _quantized(base) else base.weight
+        out[f"{path}.weight"] = merged_weight(module) if merged else base_weight(module)
         if "bias" in module.linear:
             out[f"{path}.bias"] = module.linear.bias
         for key in [k for k in flat if k.startswith(path + ".")]:
             del flat[key]
     for path, module in modules.items():
-        if not _quantized(module) or any(path.startswith(p + ".") for p in lora):
+        if not is_packed(module) or any(path.startswith(p + ".") for p in lora):
             continue
-        out[f"{path}.weight"] = _dequantize(module)
-        for leaf in ("weight", "scales", "biases"):
+        out[f"{path}.weight"] = dequantized(module)
+        for leaf in ("weight", *PACKING_LEAVES):
             flat.pop(f"{path}.{leaf}", None)
     out.update(flat)
     return dict(sorted(to_hf(_model_type(model), out).items()))
@@ -108,11 +94,10 @@ def export_weights(engine: MLXEngine) -> NamedWeights:
 def _targets(engine: MLXEngine) -> dict[str, tuple[str, Any]]:
     """HF name -> (kind, module or parameter path) for every tensor an import must provide."""
     from mlx.utils import tree_flatten
-    from mlx_lm.tuner.lora import LoRALinear
 
     model = engine.model
     modules = dict(model.named_modules())
-    lora = {p for p, m in modules.items() if isinstance(m, LoRALinear)}
+    lora = set(lora_modules(model))
     out: dict[str, tuple[str, Any]] = {}
     for name, _ in tree_flatten(model.parameters()):
         path, leaf = name.rsplit(".", 1)
@@ -121,8 +106,8 @@ def _targets(engine: MLXEngine) -> dict[str, tuple[str, Any]]:
         parent = path[: -len(".linear")]
         hf_path = parent if path.endswith(".linear") and parent in lora else path
         module = modules.get(path)
-        if module is not None and _quantized(module):
-            if leaf in ("scales", "biases"):
+        if module is not None and is_packed(module):
+            if leaf in PACKING_LEAVES:
                 continue
             if leaf == "weight":
                 out[f"{hf_path}.weight"] = ("quantized", path)
@@ -173,15 +158,13 @@ def assign(engine: MLXEngine, weights: Mapping[str, Any]) -> None:
             updates.append((where, value.astype(old.dtype)))
         else:
             module = modules[where]
-            dtype = module.scales.dtype
-            packed = mx.quantize(value.astype(dtype), group_size=module.group_size, bits=module.bits,
-                                 mode=getattr(module, "mode", "affine"))
-            if tuple(packed[0].shape) != tuple(module.weight.shape):
+            try:
+                packed = packed_like(module, value)
+            except ValueError as exc:  # a shape the layer's group size or experts do not divide
+                raise ValueError(f"{name}: {exc}") from None
+            if tuple(packed["weight"].shape) != tuple(module.weight.shape):
                 raise ValueError(f"{name}: shape {tuple(value.shape)} does not fit the quantized layer")
-            updates.append((f"{where}.weight", packed[0]))
-            updates.append((f"{where}.scales", packed[1]))
-            if len(packed) > 2 and packed[2] is not None and "biases" in module:
-                updates.append((f"{where}.biases", packed[2]))
+            updates.extend((f"{where}.{leaf}", array) for leaf, array in packed.items())
     model.update(tree_unflatten(updates))
     mx.eval(model.parameters())
 
@@ -189,10 +172,7 @@ def assign(engine: MLXEngine, weights: Mapping[str, Any]) -> None:
 def reset_adapters(engine: MLXEngine) -> None:
     """A fresh LoRA init (A uniform as mlx-lm draws it, B = 0) and a fresh optimizer."""
     for module in engine.lora_modules().values():
-        in_dims, r = module.lora_a.shape
-        bound = 1 / np.sqrt(in_dims)
-        module.lora_a = mx.random.uniform(low=-bound, high=bound, shape=(in_dims, r))
-        module.lora_b = mx.zeros_like(module.lora_b)
+        fresh_adapters(module)
     engine.reset_optimizer()
     mx.eval(engine.model.parameters())
 
