@@ -65,3 +65,27 @@ def build_family_model(model_type: str, dst: Path, seed: int = 0) -> str:
             shutil.copy(f, tmp / f.name)
     tmp.rename(dst)
     return str(dst)
+
+
+def largest_gap(a: Any, b: Any) -> float:
+    """The largest absolute difference between two lists of per-token log-prob arrays."""
+    import numpy as np
+
+    return max(float(np.abs(np.asarray(x) - np.asarray(y)).max()) for x, y in zip(a, b))
+
+
+def eager_logprobs(path: str, seqs: Any) -> list[Any]:
+    """Each sequence's completion log-probs from the family's own transformers forward (eager
+    attention, float32): what a backend's sampler and scorer must reproduce."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", dtype=torch.float32).eval()
+    out = []
+    with torch.no_grad():
+        for s in seqs:
+            ids = torch.from_numpy(np.concatenate([s.prompt_ids, s.completion_ids]))[None]
+            logp = torch.log_softmax(model(ids).logits[0].float(), dim=-1)[len(s.prompt_ids) - 1:-1]
+            out.append(logp.gather(-1, torch.from_numpy(s.completion_ids)[:, None])[:, 0].numpy())
+    return out

@@ -460,16 +460,21 @@ from polyrl.agents import Observation
 
 
 class Ranked:
-    """Rank r's episodes take options["turns"][r] assistant turns; options["broken_rank"]'s cannot start."""
+    """Rank r's episodes take options["turns"][r] assistant turns, or with options["by_row"] 1 to 4 by
+    the row (ranks holding other rows differ); options["broken_rank"]'s cannot start."""
 
     def __init__(self, options):
         rank = int(os.environ.get("RANK", "0"))
-        self.turns, self.broken = options["turns"][rank], rank == options.get("broken_rank", -1)
+        self.by_row, self.broken = options.get("by_row", False), rank == options.get("broken_rank", -1)
+        self.turns = 0 if self.by_row else options["turns"][rank]
         self.seen = 0
 
     def reset(self, row):
         if self.broken:
             raise ValueError("this rank's game server is down")
+        if self.by_row:
+            self.turns = 1 + sum(map(ord, str(row))) % 4
+        self.seen = 0
         return [{"role": "user", "content": "Say anything."}]
 
     def step(self, message):
@@ -597,28 +602,6 @@ def test_ranks_whose_model_path_holds_other_weights_refuse_to_start(tiny_model_d
     assert not (out / "metrics.jsonl").exists()
 
 
-ROW_ENV = '''
-from polyrl.agents import Observation
-
-
-class ByRow:
-    """A row's episodes take 1 to 4 assistant turns, by the row: ranks hold rows of other lengths."""
-
-    def reset(self, row):
-        self.turns, self.seen = 1 + sum(map(ord, str(row))) % 4, 0
-        return [{"role": "user", "content": "Say anything."}]
-
-    def step(self, message):
-        self.seen += 1
-        return Observation([{"role": "user", "content": "Go on."}], reward=float(len(message["content"]) % 3),
-                           done=self.seen >= self.turns)
-
-
-def make(options):
-    return ByRow()
-'''
-
-
 @TWO_CPUS
 @pytest.mark.slow  # two launched ranks: 15-30 s
 def test_a_launched_run_logs_the_whole_batch_once_as_one_process_does(tiny_model_dir, tmp_path):
@@ -627,7 +610,7 @@ def test_a_launched_run_logs_the_whole_batch_once_as_one_process_does(tiny_model
     log's samples, while reward_mean covered the whole batch. Rank 0 alone writes each series."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    (tmp_path / "row_env.py").write_text(ROW_ENV)
+    (tmp_path / "row_env.py").write_text(RANKED_ENV)
     out = tmp_path / "run"
     config = tmp_path / "run.toml"
     config.write_text(
@@ -635,7 +618,7 @@ def test_a_launched_run_logs_the_whole_batch_once_as_one_process_does(tiny_model
         '[generation]\ngroup_size = 2\nmax_new_tokens = 12\nstop = ["a", "e", " "]\n[optimizer]\nlr = 1e-3\n'
         '[data]\ntask = "arithmetic"\n[[rewards]]\nname = "environment"\n'
         f'[environment]\nname = "{tmp_path / "row_env.py"}:make"\nmax_turns = 4\nmax_episode_tokens = 96\n'
-        '[logging]\nreport_to = ["tensorboard"]\ncompletions_per_step = 8\n'
+        'options = { by_row = true }\n[logging]\nreport_to = ["tensorboard"]\ncompletions_per_step = 8\n'
         f'[train]\nsteps = 2\nprompts_per_step = 4\nthreads = 1\noutput_dir = "{out}"\n')
     done = _launch_until_done([sys.executable, "-m", "polyrl.cli", "launch", "--nproc-per-node", "2", str(config)],
                               limit_s=240)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hf_families import FAMILIES, build_family_model
+from hf_families import FAMILIES, build_family_model, eager_logprobs, largest_gap
 
 from polyrl.algorithms.objective import Objective
 from polyrl.engine import Engine
@@ -36,23 +36,6 @@ def _engine(path: str, role: str = "train", **extra) -> Engine:
         model=path, role=role, threads=1, optimizer=OptimizerConfig(lr=1e-2, max_grad_norm=None), **extra))
 
 
-def _gap(a, b) -> float:
-    return max(float(np.abs(np.asarray(x) - np.asarray(y)).max()) for x, y in zip(a, b))
-
-
-def _eager_reference(path: str, seqs: list[TokenSequence]) -> list[np.ndarray]:
-    """Log-probs from the family's own forward with transformers' eager attention."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", dtype=torch.float32).eval()
-    out = []
-    with torch.no_grad():
-        for s in seqs:
-            ids = torch.from_numpy(np.concatenate([s.prompt_ids, s.completion_ids]))[None]
-            logp = torch.log_softmax(model(ids).logits[0].float(), dim=-1)[len(s.prompt_ids) - 1:-1]
-            out.append(logp.gather(-1, torch.from_numpy(s.completion_ids)[:, None])[:, 0].numpy())
-    return out
 
 
 @pytest.mark.parametrize("model_type", sorted(FAMILIES))
@@ -62,18 +45,18 @@ def test_family_samples_scores_trains_and_syncs_as_its_own_forward(model_type, m
     out = trainer.generate(CHATS, SamplingParams(max_new_tokens=10, n=2, seed=0))
     seqs = [TokenSequence.of(c) for c in out]
     sampler = [c.logprobs for c in out]
-    assert _gap(sampler, trainer.logprobs(seqs, 1.0)) < FLOAT_ERROR, "sampler != scorer"
-    assert _gap(sampler, _eager_reference(path, seqs)) < FLOAT_ERROR, "sampler != the model's own forward"
+    assert largest_gap(sampler, trainer.logprobs(seqs, 1.0)) < FLOAT_ERROR, "sampler != scorer"
+    assert largest_gap(sampler, eager_logprobs(path, seqs)) < FLOAT_ERROR, "sampler != the model's own forward"
     metrics = trainer.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs)), sampler_logprobs=sampler),
                                  Objective())
     assert not metrics.skipped and metrics.extra["mismatch_abs"] < 1e-5  # the training forward is the sampler's
     after = trainer.logprobs(seqs, 1.0)
-    assert _gap(sampler, after) > 1e-3, "train_step changed nothing"
+    assert largest_gap(sampler, after) > 1e-3, "train_step changed nothing"
     generator = _engine(path, "generate")
     generator.import_weights(trainer.export_weights())
-    assert _gap(after, generator.logprobs(seqs, 1.0)) < FLOAT_ERROR
+    assert largest_gap(after, generator.logprobs(seqs, 1.0)) < FLOAT_ERROR
     fresh = generator.generate(CHATS, SamplingParams(max_new_tokens=8, n=2, seed=1))
-    assert _gap([c.logprobs for c in fresh], trainer.logprobs([TokenSequence.of(c) for c in fresh], 1.0)) < FLOAT_ERROR
+    assert largest_gap([c.logprobs for c in fresh], trainer.logprobs([TokenSequence.of(c) for c in fresh], 1.0)) < FLOAT_ERROR
 
 
 def _lora_targets(engine: Engine) -> set[str]:
@@ -93,11 +76,11 @@ def test_default_lora_adapts_the_familys_linear_layers_and_stays_exact(model_typ
     seqs = [TokenSequence.of(c) for c in engine.generate(CHATS, SamplingParams(max_new_tokens=6, n=2, seed=0))]
     assert not engine.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs))), Objective()).skipped
     out = engine.generate(CHATS, SamplingParams(max_new_tokens=6, n=2, seed=1))  # from the folded adapters
-    assert _gap([c.logprobs for c in out], engine.logprobs([TokenSequence.of(c) for c in out], 1.0)) < FLOAT_ERROR
+    assert largest_gap([c.logprobs for c in out], engine.logprobs([TokenSequence.of(c) for c in out], 1.0)) < FLOAT_ERROR
     generator = _engine(path, "generate")
     generator.import_weights(engine.export_weights())
     seqs = [TokenSequence.of(c) for c in out]
-    assert _gap(engine.logprobs(seqs, 1.0), generator.logprobs(seqs, 1.0)) < FLOAT_ERROR
+    assert largest_gap(engine.logprobs(seqs, 1.0), generator.logprobs(seqs, 1.0)) < FLOAT_ERROR
 
 
 @pytest.mark.faults

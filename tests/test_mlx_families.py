@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hf_families import build_family_model
+from hf_families import build_family_model, eager_logprobs, largest_gap
 
 from polyrl.algorithms.objective import Objective
 from polyrl.engine import Engine
@@ -65,23 +65,6 @@ def _engine(path: str, backend: str = "mlx", role: str = "train", max_length: in
         optimizer=OptimizerConfig(lr=1e-2, max_grad_norm=None)))
 
 
-def _gap(a, b) -> float:
-    return max(float(np.abs(np.asarray(x) - np.asarray(y)).max()) for x, y in zip(a, b))
-
-
-def _eager_reference(path: str, seqs: list[TokenSequence]) -> list[np.ndarray]:
-    """Log-probs from the family's own transformers forward (eager attention, float32)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", dtype=torch.float32).eval()
-    out = []
-    with torch.no_grad():
-        for s in seqs:
-            ids = torch.from_numpy(np.concatenate([s.prompt_ids, s.completion_ids]))[None]
-            logp = torch.log_softmax(model(ids).logits[0].float(), dim=-1)[len(s.prompt_ids) - 1:-1]
-            out.append(logp.gather(-1, torch.from_numpy(s.completion_ids)[:, None])[:, 0].numpy())
-    return out
 
 
 @pytest.mark.parametrize("model_type", RUN)
@@ -92,20 +75,20 @@ def test_family_samples_scores_trains_and_syncs_on_mlx_as_its_own_forward(model_
     out = trainer.generate(CHATS, SamplingParams(max_new_tokens=12, n=2, seed=0))
     seqs = [TokenSequence.of(c) for c in out]
     sampler = [c.logprobs for c in out]
-    assert _gap(sampler, trainer.logprobs(seqs, 1.0)) < FLOAT_ERROR, "sampler != scorer"
-    assert _gap(sampler, _eager_reference(path, seqs)) < FLOAT_ERROR, "sampler != the model's own forward"
+    assert largest_gap(sampler, trainer.logprobs(seqs, 1.0)) < FLOAT_ERROR, "sampler != scorer"
+    assert largest_gap(sampler, eager_logprobs(path, seqs)) < FLOAT_ERROR, "sampler != the model's own forward"
     metrics = trainer.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs)), sampler_logprobs=sampler),
                                  Objective())
     assert not metrics.skipped and metrics.extra["mismatch_abs"] < 1e-5
     after = trainer.logprobs(seqs, 1.0)
-    assert _gap(sampler, after) > 1e-3, "train_step changed nothing"
+    assert largest_gap(sampler, after) > 1e-3, "train_step changed nothing"
     torch_engine = _engine(path, "torch")
     torch_engine.import_weights(trainer.export_weights())  # MLX -> torch
-    assert _gap(after, torch_engine.logprobs(seqs, 1.0)) < FLOAT_ERROR
+    assert largest_gap(after, torch_engine.logprobs(seqs, 1.0)) < FLOAT_ERROR
     torch_engine.train_step(TrainBatch(seqs, np.linspace(1, -1, len(seqs))), Objective())
     generator = _engine(path, role="generate")
     generator.import_weights(torch_engine.export_weights())  # torch -> MLX
-    assert _gap(torch_engine.logprobs(seqs, 1.0), generator.logprobs(seqs, 1.0)) < FLOAT_ERROR
+    assert largest_gap(torch_engine.logprobs(seqs, 1.0), generator.logprobs(seqs, 1.0)) < FLOAT_ERROR
 
 
 @pytest.mark.faults
@@ -236,23 +219,23 @@ def test_moe_checkpoints_cross_between_torch_and_mlx_exactly(model_type, models,
     torch_trainer.save_checkpoint(str(tmp_path / "torch"))
     mlx = _engine(path)
     fresh = mlx.logprobs(SEQS, 1.0)
-    assert _gap(want, fresh) > 1e-3, "torch's train_step changed nothing"
+    assert largest_gap(want, fresh) > 1e-3, "torch's train_step changed nothing"
     mlx.load_checkpoint(str(tmp_path / "torch"), weights_only=True)
-    assert _gap(want, mlx.logprobs(SEQS, 1.0)) < FLOAT_ERROR
-    assert _gap(want, _engine(str(tmp_path / "torch"), role="generate").logprobs(SEQS, 1.0)) < FLOAT_ERROR
+    assert largest_gap(want, mlx.logprobs(SEQS, 1.0)) < FLOAT_ERROR
+    assert largest_gap(want, _engine(str(tmp_path / "torch"), role="generate").logprobs(SEQS, 1.0)) < FLOAT_ERROR
 
     mlx.train_step(TrainBatch(SEQS, np.array([-1.0, 1.0])), Objective())
     want = mlx.logprobs(SEQS, 1.0)
     mlx.save_checkpoint(str(tmp_path / "mlx"))
     torch_engine = _engine(path, "torch", role="generate")
     torch_engine.load_checkpoint(str(tmp_path / "mlx"), weights_only=True)
-    assert _gap(want, torch_engine.logprobs(SEQS, 1.0)) < FLOAT_ERROR
-    assert _gap(want, _eager_reference(str(tmp_path / "mlx"), SEQS)) < FLOAT_ERROR
+    assert largest_gap(want, torch_engine.logprobs(SEQS, 1.0)) < FLOAT_ERROR
+    assert largest_gap(want, eager_logprobs(str(tmp_path / "mlx"), SEQS)) < FLOAT_ERROR
 
     on_disk = load_file(f"{path}/model.safetensors")  # save_pretrained's layout: one tensor per expert
     assert any(".mlp.experts.0.gate_proj.weight" in name for name in on_disk)
     mlx.import_weights(on_disk)
-    assert _gap(fresh, mlx.logprobs(SEQS, 1.0)) < FLOAT_ERROR
+    assert largest_gap(fresh, mlx.logprobs(SEQS, 1.0)) < FLOAT_ERROR
 
 
 #: tested families whose mlx-lm module does not apply the config's sliding window, and the keys
@@ -314,8 +297,8 @@ def test_mlx_lm_runs_mistral_without_the_window_transformers_applies(models, tmp
     _usable("mlx", "torch")
     windowed = _windowed(models, tmp_path / "window", "mistral", sliding_window=4)
     plain = build_tiny_model(models / "mistral", arch="mistral")
-    assert _gap(_mlx_lm_logprobs(plain, SEQS), _eager_reference(plain, SEQS)) < FLOAT_ERROR
-    assert _gap(_mlx_lm_logprobs(windowed, SEQS), _eager_reference(windowed, SEQS)) > 1e-2
+    assert largest_gap(_mlx_lm_logprobs(plain, SEQS), eager_logprobs(plain, SEQS)) < FLOAT_ERROR
+    assert largest_gap(_mlx_lm_logprobs(windowed, SEQS), eager_logprobs(windowed, SEQS)) > 1e-2
 
 
 def test_gemma3_sliding_window_runs_on_mlx_as_transformers_applies_it(models, tmp_path):
@@ -328,11 +311,11 @@ def test_gemma3_sliding_window_runs_on_mlx_as_transformers_applies_it(models, tm
     seqs = [TokenSequence.of(c) for c in out]
     assert min(len(s.prompt_ids) for s in seqs) > 4
     sampler = [c.logprobs for c in out]
-    assert _gap(sampler, engine.logprobs(seqs, 1.0)) < FLOAT_ERROR, "sampler != scorer"
-    eager = _eager_reference(folder, seqs)
-    assert _gap(sampler, eager) < FLOAT_ERROR, "sampler != transformers' forward"
-    wider = _eager_reference(build_tiny_model(models / "gemma3_text", arch="gemma3_text"), seqs)
-    assert _gap(eager, wider) > 1e-3, "the window changed nothing: the test would not see it dropped"
+    assert largest_gap(sampler, engine.logprobs(seqs, 1.0)) < FLOAT_ERROR, "sampler != scorer"
+    eager = eager_logprobs(folder, seqs)
+    assert largest_gap(sampler, eager) < FLOAT_ERROR, "sampler != transformers' forward"
+    wider = eager_logprobs(build_tiny_model(models / "gemma3_text", arch="gemma3_text"), seqs)
+    assert largest_gap(eager, wider) > 1e-3, "the window changed nothing: the test would not see it dropped"
 
 
 def test_a_quantized_moe_generator_takes_and_gives_torchs_expert_weights(models, tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hf_families import build_family_model
+from hf_families import build_family_model, eager_logprobs, largest_gap
 
 from polyrl.algorithms.objective import Objective
 from polyrl.engine import Engine
@@ -49,23 +49,6 @@ def _engine(path: str, backend: str = "mlx", role: str = "train", lora: LoraConf
         model=path, role=role, threads=1, lora=lora, optimizer=OptimizerConfig(lr=5e-2, max_grad_norm=None)))
 
 
-def _gap(a, b) -> float:
-    return max(float(np.abs(np.asarray(x) - np.asarray(y)).max()) for x, y in zip(a, b))
-
-
-def _eager(path: str, seqs: list[TokenSequence]) -> list[np.ndarray]:
-    """Log-probs from transformers' own forward of the folder (eager attention, float32)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", dtype=torch.float32).eval()
-    out = []
-    with torch.no_grad():
-        for s in seqs:
-            ids = torch.from_numpy(np.concatenate([s.prompt_ids, s.completion_ids]))[None]
-            logp = torch.log_softmax(model(ids).logits[0].float(), dim=-1)[len(s.prompt_ids) - 1:-1]
-            out.append(logp.gather(-1, torch.from_numpy(s.completion_ids)[:, None])[:, 0].numpy())
-    return out
 
 
 @pytest.mark.parametrize("model_type", MOE)
@@ -83,9 +66,9 @@ def test_lora_on_moe_experts_is_merged_per_expert_wherever_weights_leave_mlx(mod
     base = trainer.logprobs(SEQS, 1.0)
     trainer.train_step(TrainBatch(SEQS, np.array([1.0, -1.0])), Objective())
     after = trainer.logprobs(SEQS, 1.0)
-    assert _gap(base, after) > 1e-3, "train_step changed nothing"
+    assert largest_gap(base, after) > 1e-3, "train_step changed nothing"
     assert all(float(np.abs(np.array(m.lora_b)).max()) > 0 for m in switch), "no expert adapter moved"
-    assert _gap(base, trainer.logprobs(SEQS, 1.0, reference=True)) < FLOAT_ERROR, "reference kept the experts' adapters"
+    assert largest_gap(base, trainer.logprobs(SEQS, 1.0, reference=True)) < FLOAT_ERROR, "reference kept the experts' adapters"
 
     fresh_weights = _engine(path, "torch", role="generate").export_weights()
     merged = trainer.export_weights()
@@ -93,16 +76,16 @@ def test_lora_on_moe_experts_is_merged_per_expert_wherever_weights_leave_mlx(mod
     assert float(np.abs(merged[f"{EXPERTS}.gate_up_proj"] - fresh_weights[f"{EXPERTS}.gate_up_proj"]).max()) > 0
     torch_engine = _engine(path, "torch", role="generate")
     torch_engine.import_weights(merged)
-    assert _gap(after, torch_engine.logprobs(SEQS, 1.0)) < FLOAT_ERROR
+    assert largest_gap(after, torch_engine.logprobs(SEQS, 1.0)) < FLOAT_ERROR
     trainer.save_checkpoint(str(tmp_path / "ckpt"))
-    assert _gap(after, _eager(str(tmp_path / "ckpt"), SEQS)) < FLOAT_ERROR
+    assert largest_gap(after, eager_logprobs(str(tmp_path / "ckpt"), SEQS)) < FLOAT_ERROR
 
     trainer.import_weights(fresh_weights)  # the base model again: every adapter reset to B = 0
-    assert _gap(base, trainer.logprobs(SEQS, 1.0)) < FLOAT_ERROR
+    assert largest_gap(base, trainer.logprobs(SEQS, 1.0)) < FLOAT_ERROR
     assert all(float(np.abs(np.array(m.lora_b)).max()) == 0 for m in switch)
     resumed = _engine(path, lora=LoraConfig(rank=4, alpha=8, target_modules=EXPERT_PROJ))
     resumed.load_checkpoint(str(tmp_path / "ckpt"))  # adapters (experts' too) and base, exactly
-    assert _gap(after, resumed.logprobs(SEQS, 1.0)) < FLOAT_ERROR
+    assert largest_gap(after, resumed.logprobs(SEQS, 1.0)) < FLOAT_ERROR
 
 
 @pytest.mark.parametrize("model_type", MOE)
@@ -124,9 +107,9 @@ def test_convert_reads_a_moe_the_torch_backend_saved(model_type, models, tmp_pat
     mlx_dir = convert(str(tmp_path / "torch"), str(tmp_path / "mlx"), to="mlx")
     names = set(load_file(f"{mlx_dir}/model.safetensors"))
     assert "model.layers.0.mlp.switch_mlp.gate_proj.weight" in names and f"{EXPERTS}.gate_up_proj" not in names
-    assert _gap(want, _engine(mlx_dir, role="generate").logprobs(SEQS, 1.0)) < FLOAT_ERROR
+    assert largest_gap(want, _engine(mlx_dir, role="generate").logprobs(SEQS, 1.0)) < FLOAT_ERROR
     hf_dir = convert(str(tmp_path / "torch"), str(tmp_path / "hf"), to="hf")
-    assert _gap(want, _eager(hf_dir, SEQS)) < FLOAT_ERROR
+    assert largest_gap(want, eager_logprobs(hf_dir, SEQS)) < FLOAT_ERROR
 
 
 def _nvfp4_global_scale_folder(source: str, folder: Path) -> str:
@@ -190,7 +173,7 @@ def test_an_nvfp4_generator_takes_torchs_weights(models, tmp_path):
     got = generator.export_weights()
     name = "model.layers.0.self_attn.q_proj.weight"
     assert float(np.abs(got[name] - want[name]).max()) < float(np.abs(want[name]).max()) / 5
-    assert _gap(trainer.logprobs(SEQS, 1.0), generator.logprobs(SEQS, 1.0)) < 0.5  # 4-bit rounding apart
+    assert largest_gap(trainer.logprobs(SEQS, 1.0), generator.logprobs(SEQS, 1.0)) < 0.5  # 4-bit rounding apart
 
 
 def test_experts_with_global_scales_repack_weights_of_another_range(models, tmp_path):

@@ -128,6 +128,18 @@ def _prefill(engine: MLXEngine, prompt_ids: list[list[int]]) -> tuple[list, mx.a
     return cache, logits
 
 
+def _prefill_rows(engine: MLXEngine, prompt_ids: list[list[int]], n: int) -> tuple[list, mx.array]:
+    """The prompts prefilled once, then the cache and last logits expanded to ``n`` rows per prompt
+    (row ``i * n + j`` continues prompt ``i``): a group shares its prompt's prefill."""
+    cache, logits = _prefill(engine, prompt_ids)
+    if n > 1:
+        group = mx.array(np.repeat(np.arange(len(prompt_ids)), n).astype(np.int32))
+        for c in cache:
+            c.filter(group)
+        logits = logits[group]
+    return cache, logits
+
+
 def forced_logprobs(engine: MLXEngine, prompt_ids: list[list[int]], completions: list[list[int]],
                     n: int = 1) -> list[np.ndarray]:
     """The sampler's float32 log-probs (temperature 1) of given completions, teacher-forced.
@@ -141,12 +153,7 @@ def forced_logprobs(engine: MLXEngine, prompt_ids: list[list[int]], completions:
     steps = {len(c) for c in completions}
     if len(steps) != 1 or len(completions) != len(prompt_ids) * n:
         raise ValueError("forced_logprobs needs n completions per prompt, all of one length")
-    cache, logits = _prefill(engine, prompt_ids)
-    if n > 1:
-        group = mx.array(np.repeat(np.arange(len(prompt_ids)), n).astype(np.int32))
-        for c in cache:
-            c.filter(group)
-        logits = logits[group]
+    cache, logits = _prefill_rows(engine, prompt_ids, n)
     forced = mx.array(np.asarray(completions, dtype=np.int32))
     out, length = [], steps.pop()
     for t in range(length):
@@ -183,12 +190,7 @@ def _generate(engine: MLXEngine, prompts: Sequence[Prompt], sampling: SamplingPa
     temperature = 1.0 if greedy else float(sampling.temperature)
     stop = StopStrings(engine.decode, sampling.stop)
 
-    cache, logits = _prefill(engine, prompt_ids)
-    if n > 1:
-        group = mx.array(np.repeat(np.arange(len(prompt_ids)), n).astype(np.int32))
-        for c in cache:
-            c.filter(group)
-        logits = logits[group]
+    cache, logits = _prefill_rows(engine, prompt_ids, n)
 
     tokens: list[list[int]] = [[] for _ in range(total)]
     logps: list[list[float]] = [[] for _ in range(total)]
