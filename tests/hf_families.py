@@ -89,3 +89,52 @@ def eager_logprobs(path: str, seqs: Any) -> list[Any]:
             logp = torch.log_softmax(model(ids).logits[0].float(), dim=-1)[len(s.prompt_ids) - 1:-1]
             out.append(logp.gather(-1, torch.from_numpy(s.completion_ids)[:, None])[:, 0].numpy())
     return out
+
+
+def require_backends(*names: str) -> None:
+    """Skip, naming the backend, when one of ``names`` is not usable here."""
+    import pytest
+
+    from polyrl.registry import get_registry
+
+    reg = get_registry()
+    for name in names:
+        if name not in reg.names() or not reg.status(name).available:
+            pytest.skip(f"backend {name!r} not usable here")
+
+
+def sample_and_train_as_its_own_forward(trainer: Any, path: str, chats: Any, max_new_tokens: int,
+                                        tolerance: float) -> tuple[list[Any], list[Any]]:
+    """Sample ``chats`` (2 per chat) with ``trainer``; check sampler == scorer == the family's own
+    forward within ``tolerance`` and that one train step moves the log-probs. Returns the
+    sequences and their log-probs after the step."""
+    import numpy as np
+
+    from polyrl.algorithms.objective import Objective
+    from polyrl.types import SamplingParams, TokenSequence, TrainBatch
+
+    out = trainer.generate(chats, SamplingParams(max_new_tokens=max_new_tokens, n=2, seed=0))
+    seqs = [TokenSequence.of(c) for c in out]
+    sampler = [c.logprobs for c in out]
+    assert largest_gap(sampler, trainer.logprobs(seqs, 1.0)) < tolerance, "sampler != scorer"
+    assert largest_gap(sampler, eager_logprobs(path, seqs)) < tolerance, "sampler != the model's own forward"
+    metrics = trainer.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs)), sampler_logprobs=sampler),
+                                 Objective())
+    assert not metrics.skipped and metrics.extra["mismatch_abs"] < 1e-5  # the training forward is the sampler's
+    after = trainer.logprobs(seqs, 1.0)
+    assert largest_gap(sampler, after) > 1e-3, "train_step changed nothing"
+    return seqs, after
+
+
+def train_once_and_save(engine: Any, seqs: Any, folder: str) -> list[Any]:
+    """One train step pushing the first sequence up and the second down, then a checkpoint in
+    ``folder``; the log-probs the trained weights give ``seqs`` (what a loader must reproduce)."""
+    import numpy as np
+
+    from polyrl.algorithms.objective import Objective
+    from polyrl.types import TrainBatch
+
+    engine.train_step(TrainBatch(seqs, np.array([1.0, -1.0])), Objective())
+    want = engine.logprobs(seqs, 1.0)
+    engine.save_checkpoint(folder)
+    return want

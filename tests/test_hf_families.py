@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hf_families import FAMILIES, build_family_model, eager_logprobs, largest_gap
+from hf_families import FAMILIES, build_family_model, largest_gap, sample_and_train_as_its_own_forward
 
 from polyrl.algorithms.objective import Objective
 from polyrl.engine import Engine
@@ -42,16 +42,7 @@ def _engine(path: str, role: str = "train", **extra) -> Engine:
 def test_family_samples_scores_trains_and_syncs_as_its_own_forward(model_type, models):
     path = build_family_model(model_type, models / model_type)
     trainer = _engine(path)
-    out = trainer.generate(CHATS, SamplingParams(max_new_tokens=10, n=2, seed=0))
-    seqs = [TokenSequence.of(c) for c in out]
-    sampler = [c.logprobs for c in out]
-    assert largest_gap(sampler, trainer.logprobs(seqs, 1.0)) < FLOAT_ERROR, "sampler != scorer"
-    assert largest_gap(sampler, eager_logprobs(path, seqs)) < FLOAT_ERROR, "sampler != the model's own forward"
-    metrics = trainer.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs)), sampler_logprobs=sampler),
-                                 Objective())
-    assert not metrics.skipped and metrics.extra["mismatch_abs"] < 1e-5  # the training forward is the sampler's
-    after = trainer.logprobs(seqs, 1.0)
-    assert largest_gap(sampler, after) > 1e-3, "train_step changed nothing"
+    seqs, after = sample_and_train_as_its_own_forward(trainer, path, CHATS, 10, FLOAT_ERROR)
     generator = _engine(path, "generate")
     generator.import_weights(trainer.export_weights())
     assert largest_gap(after, generator.logprobs(seqs, 1.0)) < FLOAT_ERROR

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hf_families import build_family_model, eager_logprobs, largest_gap
+from hf_families import build_family_model, require_backends, eager_logprobs, largest_gap, sample_and_train_as_its_own_forward, train_once_and_save
 
 from polyrl.algorithms.objective import Objective
 from polyrl.engine import Engine
@@ -47,12 +47,6 @@ REFUSED = {
 }
 
 
-def _usable(*names: str) -> None:
-    reg = get_registry()
-    for name in names:
-        if name not in reg.names() or not reg.status(name).available:
-            pytest.skip(f"backend {name!r} not usable here")
-
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
@@ -69,19 +63,10 @@ def _engine(path: str, backend: str = "mlx", role: str = "train", max_length: in
 
 @pytest.mark.parametrize("model_type", RUN)
 def test_family_samples_scores_trains_and_syncs_on_mlx_as_its_own_forward(model_type, models):
-    _usable("mlx", "torch")
+    require_backends("mlx", "torch")
     path = build_family_model(model_type, models / model_type)
     trainer = _engine(path)
-    out = trainer.generate(CHATS, SamplingParams(max_new_tokens=12, n=2, seed=0))
-    seqs = [TokenSequence.of(c) for c in out]
-    sampler = [c.logprobs for c in out]
-    assert largest_gap(sampler, trainer.logprobs(seqs, 1.0)) < FLOAT_ERROR, "sampler != scorer"
-    assert largest_gap(sampler, eager_logprobs(path, seqs)) < FLOAT_ERROR, "sampler != the model's own forward"
-    metrics = trainer.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs)), sampler_logprobs=sampler),
-                                 Objective())
-    assert not metrics.skipped and metrics.extra["mismatch_abs"] < 1e-5
-    after = trainer.logprobs(seqs, 1.0)
-    assert largest_gap(sampler, after) > 1e-3, "train_step changed nothing"
+    seqs, after = sample_and_train_as_its_own_forward(trainer, path, CHATS, 12, FLOAT_ERROR)
     torch_engine = _engine(path, "torch")
     torch_engine.import_weights(trainer.export_weights())  # MLX -> torch
     assert largest_gap(after, torch_engine.logprobs(seqs, 1.0)) < FLOAT_ERROR
@@ -94,7 +79,7 @@ def test_family_samples_scores_trains_and_syncs_on_mlx_as_its_own_forward(model_
 @pytest.mark.faults
 @pytest.mark.parametrize("model_type", sorted(REFUSED))
 def test_family_mlx_lm_runs_otherwise_than_transformers_is_refused_at_load(model_type, models):
-    _usable("mlx")
+    require_backends("mlx")
     path = build_family_model(model_type, models / model_type)
     with pytest.raises(ConfigError) as err:
         _engine(path, role="generate")
@@ -105,7 +90,7 @@ def test_family_mlx_lm_runs_otherwise_than_transformers_is_refused_at_load(model
 
 @pytest.mark.faults
 def test_a_config_without_a_key_mlx_lms_module_requires_is_one_error(models, tmp_path):
-    _usable("mlx")
+    require_backends("mlx")
     folder = tmp_path / "qwen3_moe-no-experts"
     shutil.copytree(build_family_model("qwen3_moe", models / "qwen3_moe"), folder)
     config = json.loads((folder / "config.json").read_text())
@@ -120,7 +105,7 @@ def test_a_config_without_a_key_mlx_lms_module_requires_is_one_error(models, tmp
 def test_a_family_whose_module_cannot_run_the_samplers_padded_batch_is_refused(models, tmp_path):
     """Gemma 2 with a window longer than model.max_length (nothing for mlx-lm to drop): its module
     fails on the sampler's left-padded grouped-query batch, which the load-time probe runs."""
-    _usable("mlx")
+    require_backends("mlx")
     folder = tmp_path / "gemma2-long-window"
     shutil.copytree(build_family_model("gemma2", models / "gemma2"), folder)
     config = json.loads((folder / "config.json").read_text())
@@ -135,7 +120,7 @@ def test_a_family_whose_module_cannot_run_the_samplers_padded_batch_is_refused(m
 def test_a_family_whose_cached_forward_differs_from_its_full_forward_is_refused(models, monkeypatch):
     """A fake of a family whose KV-cache path (the sampler's) computes other logits than its full
     forward (the scorer's): granite's module scaled twice when a cache is given."""
-    _usable("mlx")
+    require_backends("mlx")
     from mlx_lm.models import granite
 
     path = build_family_model("granite", models / "granite")
@@ -153,7 +138,7 @@ def test_a_family_whose_cached_forward_differs_from_its_full_forward_is_refused(
 def test_a_checkpoint_tensor_mlx_lm_drops_is_refused_unless_it_is_the_tied_copy(models, tmp_path):
     """granite's sanitize drops ``lm_head.weight`` when the config ties the head: a checkpoint whose
     head is its own tensor loads silently wrong there; a saved copy of the embedding loses nothing."""
-    _usable("mlx")
+    require_backends("mlx")
     from safetensors.numpy import load_file, save_file
 
     source = build_family_model("granite", models / "granite")
@@ -179,7 +164,7 @@ SEQS = [TokenSequence(np.array([5, 17, 42]), np.array([7, 99, 3, 250, 11, 64, 8,
 
 
 def test_expert_layouts_convert_exactly_and_a_missing_expert_is_named():
-    _usable("mlx")
+    require_backends("mlx")
     import mlx.core as mx
     from polyrl_mlx.expert_names import to_hf, to_mlx
 
@@ -209,14 +194,11 @@ def test_moe_checkpoints_cross_between_torch_and_mlx_exactly(model_type, models,
     """A torch-trained MoE's checkpoint (transformers' fused experts) loads on MLX, as a checkpoint
     and as model.path, with torch's log-probs; an MLX-trained one's loads in torch and in
     transformers' own from_pretrained with MLX's; HF files' per-expert tensors import too."""
-    _usable("mlx", "torch")
+    require_backends("mlx", "torch")
     from safetensors.numpy import load_file
 
     path = build_family_model(model_type, models / model_type)
-    torch_trainer = _engine(path, "torch")
-    torch_trainer.train_step(TrainBatch(SEQS, np.array([1.0, -1.0])), Objective())
-    want = torch_trainer.logprobs(SEQS, 1.0)
-    torch_trainer.save_checkpoint(str(tmp_path / "torch"))
+    want = train_once_and_save(_engine(path, "torch"), SEQS, str(tmp_path / "torch"))
     mlx = _engine(path)
     fresh = mlx.logprobs(SEQS, 1.0)
     assert largest_gap(want, fresh) > 1e-3, "torch's train_step changed nothing"
@@ -256,7 +238,7 @@ def _windowed(models, folder: Path, arch: str, **config_keys) -> str:
 @pytest.mark.faults
 @pytest.mark.parametrize("arch", sorted(WINDOW_NOT_APPLIED))
 def test_a_sliding_window_mlx_lm_does_not_apply_is_refused_at_load(arch, models, tmp_path):
-    _usable("mlx")
+    require_backends("mlx")
     folder = _windowed(models, tmp_path / arch, arch, sliding_window=4, **WINDOW_NOT_APPLIED[arch])
     with pytest.raises(ConfigError) as err:
         _engine(folder, role="generate")
@@ -269,7 +251,7 @@ def test_a_sliding_window_mlx_lm_does_not_apply_is_refused_at_load(arch, models,
 def test_a_window_no_layer_or_sequence_reaches_loads(models, tmp_path):
     """Qwen2 with ``use_sliding_window`` off, or on with ``max_window_layers`` = every layer (no layer
     slides in transformers), and Mistral's window as long as model.max_length: nothing to refuse."""
-    _usable("mlx")
+    require_backends("mlx")
     _engine(_windowed(models, tmp_path / "off", "qwen2", sliding_window=4), role="generate")
     _engine(_windowed(models, tmp_path / "none", "qwen2", sliding_window=4, use_sliding_window=True,
                       max_window_layers=2), role="generate")
@@ -294,7 +276,7 @@ def test_mlx_lm_runs_mistral_without_the_window_transformers_applies(models, tmp
     """Why the refusal above: mlx-lm's module attends past Mistral's window (a 4-token window, rows
     of 14 and 16 tokens), transformers' does not; with no window they agree. When mlx-lm applies
     it, this fails: drop mistral from ``family_check.WINDOW_NOT_APPLIED``."""
-    _usable("mlx", "torch")
+    require_backends("mlx", "torch")
     windowed = _windowed(models, tmp_path / "window", "mistral", sliding_window=4)
     plain = build_tiny_model(models / "mistral", arch="mistral")
     assert largest_gap(_mlx_lm_logprobs(plain, SEQS), eager_logprobs(plain, SEQS)) < FLOAT_ERROR
@@ -304,7 +286,7 @@ def test_mlx_lm_runs_mistral_without_the_window_transformers_applies(models, tmp
 def test_gemma3_sliding_window_runs_on_mlx_as_transformers_applies_it(models, tmp_path):
     """Gemma 3 (a sliding and a global layer) with a 4-token window: mlx-lm applies it, so the MLX
     sampler, scorer and transformers' eager forward agree on sequences far past the window."""
-    _usable("mlx", "torch")
+    require_backends("mlx", "torch")
     folder = _windowed(models, tmp_path / "gemma3", "gemma3_text", sliding_window=4)
     engine = _engine(folder, role="generate")
     out = engine.generate(CHATS, SamplingParams(max_new_tokens=12, n=1, seed=0))
@@ -321,7 +303,7 @@ def test_gemma3_sliding_window_runs_on_mlx_as_transformers_applies_it(models, tm
 def test_a_quantized_moe_generator_takes_and_gives_torchs_expert_weights(models, tmp_path):
     """An 8-bit MLX Qwen3-MoE (its experts ``QuantizedSwitchLinear``) exports float weights under
     torch's names, and takes a torch trainer's weights (re-quantized: 8-bit rounding apart, equal)."""
-    _usable("mlx", "torch")
+    require_backends("mlx", "torch")
     from polyrl_mlx.convert import convert
 
     path = build_family_model("qwen3_moe", models / "qwen3_moe")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hf_families import build_family_model, eager_logprobs, largest_gap
+from hf_families import build_family_model, require_backends, eager_logprobs, largest_gap, train_once_and_save
 
 from polyrl.algorithms.objective import Objective
 from polyrl.engine import Engine
@@ -31,12 +31,6 @@ EXPERTS = "model.layers.0.mlp.experts"
 SEQS = [TokenSequence(np.array([5, 17, 42]), np.array([7, 99, 3, 250, 11, 64, 8, 31, 140, 22, 5])),
         TokenSequence(np.arange(3, 9), np.arange(20, 30))]
 
-
-def _usable(*names: str) -> None:
-    reg = get_registry()
-    for name in names:
-        if name not in reg.names() or not reg.status(name).available:
-            pytest.skip(f"backend {name!r} not usable here")
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +50,7 @@ def test_lora_on_moe_experts_is_merged_per_expert_wherever_weights_leave_mlx(mod
     """After a LoRA step that moved the experts' adapters, torch (import) and transformers (the
     checkpoint) compute the MLX trainer's log-probs; the reference is the base; an import resets
     the experts' adapters too, so the engine then computes exactly the imported weights."""
-    _usable("mlx", "torch")
+    require_backends("mlx", "torch")
     from mlx_lm.tuner.lora import LoRASwitchLinear
 
     path = build_family_model(model_type, models / model_type)
@@ -93,15 +87,12 @@ def test_convert_reads_a_moe_the_torch_backend_saved(model_type, models, tmp_pat
     """A torch checkpoint holds transformers' fused experts, which mlx-lm's own load refuses:
     ``convert --to mlx`` reads it as the engine does and writes mlx-lm's stacked experts, and
     ``--to hf`` writes the fused layout transformers loads, both with torch's log-probs."""
-    _usable("mlx", "torch")
+    require_backends("mlx", "torch")
     from polyrl_mlx.convert import convert
     from safetensors.numpy import load_file
 
     path = build_family_model(model_type, models / model_type)
-    torch_trainer = _engine(path, "torch")
-    torch_trainer.train_step(TrainBatch(SEQS, np.array([1.0, -1.0])), Objective())
-    want = torch_trainer.logprobs(SEQS, 1.0)
-    torch_trainer.save_checkpoint(str(tmp_path / "torch"))
+    want = train_once_and_save(_engine(path, "torch"), SEQS, str(tmp_path / "torch"))
     assert f"{EXPERTS}.gate_up_proj" in load_file(str(tmp_path / "torch" / "model.safetensors"))
 
     mlx_dir = convert(str(tmp_path / "torch"), str(tmp_path / "mlx"), to="mlx")
@@ -128,7 +119,7 @@ def test_nvfp4_experts_with_global_scales_export_their_weights_and_are_refused_o
     """Unpacked without their global scale the experts were off ~10^4x (and the scale leaked out as
     a tensor name torch does not have); on MLX's CPU, where no kernel runs them, the load is refused
     on ``device`` (not as a family MLX cannot run, nor at a tested family's first forward)."""
-    _usable("mlx", "torch")
+    require_backends("mlx", "torch")
     from polyrl_mlx.convert import convert
     from safetensors import safe_open
     from safetensors.numpy import load_file
@@ -156,7 +147,7 @@ def test_an_nvfp4_generator_takes_torchs_weights(models, tmp_path):
     """nvfp4 layers' scales are uint8 codes: an import cast the float weights to them before
     packing (MLX refused to quantize uint8). A Llama packed as mlx-lm packs nvfp4 takes a torch
     trainer's weights."""
-    _usable("mlx", "torch")
+    require_backends("mlx", "torch")
     from mlx_lm.utils import quantize_model, save
     from polyrl.testing.tiny_model import build_tiny_model
     from polyrl_mlx.engine import load_mlx_lm
@@ -179,7 +170,7 @@ def test_an_nvfp4_generator_takes_torchs_weights(models, tmp_path):
 def test_experts_with_global_scales_repack_weights_of_another_range(models, tmp_path):
     """An import re-packs nvfp4 experts with new global scales: weights 10x larger are not clipped
     to the old scale's range (the engine refuses such a model on CPU: packing checked directly)."""
-    _usable("mlx")
+    require_backends("mlx")
     import mlx.core as mx
     from polyrl_mlx.engine import load_mlx_lm
     from polyrl_mlx.packed import dequantized, global_scale, packed_like
