@@ -61,6 +61,7 @@ def test_polyrl_backends_lists_the_example_as_usable(env, tmp_path):
     assert not [e for e in data["load_errors"] if e["distribution"] == "polyrl-example-backend"]
 
 
+@pytest.mark.slow  # the example's whole conformance kit in a subprocess: ~10 s
 def test_the_examples_conformance_tests_pass(env):
     """``pytest`` in the example's folder: every check passes, and the only skips are the
     features the example does not declare (episodes' checks run: it declares them)."""
