@@ -234,3 +234,10 @@ def readable(value: float, digits: int = 4) -> float:
     if value != value or value in (float("inf"), float("-inf")) or value == 0 or abs(value) >= 1:
         return round(value, digits) if value == value and abs(value) != float("inf") else value
     return float(f"{value:.{digits}g}")
+
+
+def log_from_signal_handler(method: Any, event: str, **fields: Any) -> None:
+    """Log from a signal handler without deadlocking: the handler runs on the main thread between
+    two bytecodes, possibly while that thread holds the stderr writer's lock (structlog's is not
+    re-entrant), so the line is written by a short thread once the main thread lets go."""
+    threading.Thread(target=method, args=(event,), kwargs=fields, daemon=True).start()

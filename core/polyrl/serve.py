@@ -84,7 +84,7 @@ from typing import Any
 import attrs
 
 from polyrl.errors import ConfigError
-from polyrl.logs import get_logger
+from polyrl.logs import get_logger, log_from_signal_handler
 from polyrl.serving import requests as req
 from polyrl.serving.api_error import ApiError
 from polyrl.serving.connections import Deadlines, Refuser
@@ -731,8 +731,8 @@ def run(args: argparse.Namespace) -> int:
             log.warning("stopping now, without finishing the running batch", signal=signal.Signals(signum).name)
             os._exit(128 + signum)
         stopping.set()
-        log.info("stopping: finishing the running batch, answering waiting requests 503 "
-                 "(signal again to stop at once)", signal=signal.Signals(signum).name)
+        log_from_signal_handler(log.info, "stopping: finishing the running batch, answering waiting requests 503 "
+                                "(signal again to stop at once)", signal=signal.Signals(signum).name)
         server.scheduler.close()
         threading.Thread(target=server.shutdown, daemon=True).start()
 

@@ -44,7 +44,7 @@ from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train
 from polyrl.engines import choose_generate_backend, load_engines
 from polyrl.episode_prompts import first_prompt_counter
 from polyrl.errors import CollectiveTimeout, PolyrlError, RewardError
-from polyrl.logs import get_logger, readable
+from polyrl.logs import get_logger, log_from_signal_handler, readable
 from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry
 from polyrl.resume_point import resume_point
@@ -847,8 +847,8 @@ class Trainer:
     def _graceful_signals(self) -> Iterator[None]:
         def request_stop(signum: int, _frame: Any) -> None:
             self.stop_requested = True
-            log.warning("stop requested; finishing the current step, then checkpointing",
-                        signal=signal.Signals(signum).name)
+            log_from_signal_handler(log.warning, "stop requested; finishing the current step, then checkpointing",
+                                    signal=signal.Signals(signum).name)
 
         previous = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
