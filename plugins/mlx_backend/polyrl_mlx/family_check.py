@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import json
 import math
-import struct
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from polyrl.backend_kit.weight_headers import tensor_shapes
 from polyrl.errors import ConfigError
 
 #: Largest |log-prob| gap between the sampler's and the scorer's path the probe accepts: float32
@@ -83,21 +82,14 @@ def dropped_quirks(config: Mapping[str, Any], read: set[str], max_length: int) -
             if key in config and key not in read and not inert(config[key], config, max_length)]
 
 
-def _header(path: str) -> dict[str, Any]:
-    """A safetensors file's header (names, dtypes, shapes) without reading its tensors."""
-    with open(path, "rb") as f:
-        size = struct.unpack("<Q", f.read(8))[0]
-        return dict(json.loads(f.read(size)))
+def _weight_files(model_dir: Path) -> list[Path]:
+    """The files mlx-lm loads (``model*.safetensors``)."""
+    return [Path(f) for f in sorted(glob.glob(str(model_dir / "model*.safetensors")))]
 
 
 def checkpoint_sizes(model_dir: Path) -> dict[str, int]:
     """Element count of every tensor in the files mlx-lm loads (``model*.safetensors``)."""
-    out: dict[str, int] = {}
-    for file in sorted(glob.glob(str(model_dir / "model*.safetensors"))):
-        for name, info in _header(file).items():
-            if name != "__metadata__":
-                out[name] = math.prod(info["shape"])
-    return out
+    return {name: math.prod(shape) for name, (_, shape) in tensor_shapes(_weight_files(model_dir)).items()}
 
 
 def _params(model: Any) -> dict[str, Any]:
@@ -111,11 +103,10 @@ def _head_is_tied_copy(engine: Any, params: Mapping[str, Any]) -> bool:
     (the embedding it ties its head to, saved twice): dropping it then loses nothing."""
     from polyrl_mlx._mx import mx
 
-    files = [f for f in sorted(glob.glob(str(engine.model_dir / "model*.safetensors")))
-             if "lm_head.weight" in _header(f)]
+    files = [f for f in _weight_files(engine.model_dir) if "lm_head.weight" in tensor_shapes([f])]
     if not files or "lm_head.weight" in params:
         return False
-    head = mx.load(files[0])["lm_head.weight"]
+    head = mx.load(str(files[0]))["lm_head.weight"]
     return any(tuple(v.shape) == tuple(head.shape) and bool(mx.array_equal(v, head.astype(v.dtype)).item())
                for v in params.values())
 
