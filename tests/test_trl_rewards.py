@@ -8,6 +8,7 @@ The end-to-end runs (tiny model, torch backend) are at the bottom.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import sys
@@ -344,3 +345,170 @@ def test_options_on_a_function_reward_are_refused_not_ignored():
     with pytest.raises(ConfigError, match=r"rewards\[0\].options.*'length_reward' was given options \(scale\)"):
         RewardComputer(get_plugin_manager(extra=[plugin], entry_points=False),
                        [(plugin.name, 1.0, {"scale": 2})], columns=["prompt"])
+
+
+# --- what TRL 1.16 accepts that polyrl used to refuse or misread ---------------------------------
+
+
+def test_log_metric_takes_what_trl_s_log_metric_takes():
+    """TRL sums the values and builds a torch tensor: a 0-d tensor or array and a bool are fine there."""
+    torch = pytest.importorskip("torch")
+
+    def metered(completions, log_metric, **kwargs):
+        scores = torch.tensor([1.0, 0.0])
+        log_metric("mean_score", scores.mean())  # a 0-d tensor, the usual way to get a mean in torch
+        log_metric("numpy_mean", np.array([0.25, 0.75]).mean(keepdims=True)[0, ...])  # a 0-d array
+        log_metric("any_solved", bool(scores.max() > 0))
+        return scores
+
+    res = scored([metered], ["a", "b"], [{"prompt": "p"}] * 2)
+    metrics = res.metrics["metered"]
+    assert (metrics["mean_score"], metrics["numpy_mean"], metrics["any_solved"]) == (0.5, 0.5, 1.0)
+
+
+def _api_run(tmp_path, rewards, prompts=None, **config):
+    """polyrl.api.run on the toy backend, one step of 2 prompts x 2 samples."""
+    from polyrl import api
+
+    return api.run(
+        api.grpo, policy=api.Agent("toy-model", backend="toy"), rewards=rewards,
+        prompts=prompts if prompts is not None else [f"p{i}" for i in range(2)],
+        generation_config=api.GenerationConfig(max_new_tokens=4, group_size=2),
+        grpo_config=api.GRPOConfig(**{"steps": 1, "prompts_per_step": 2, "output_dir": str(tmp_path / "api"),
+                                      **config}),
+        progress=False)
+
+
+class HalfScorer:
+    """A callable object reward (TRL names it after its class)."""
+
+    def __call__(self, completions, **kwargs):
+        return [0.5] * len(completions)
+
+
+def _scaled(completions, scale, **kwargs):
+    return [scale] * len(completions)
+
+
+def test_api_names_partials_and_callable_objects_as_trl_names_them(toy, tmp_path):
+    from trl.trainer.utils import get_callable_name
+
+    rewards = [functools.partial(_scaled, scale=1.0), HalfScorer()]
+    history = _api_run(tmp_path, rewards)["history"]
+    assert [get_callable_name(r) for r in rewards] == ["_scaled", "HalfScorer"]
+    assert history[0]["reward/_scaled/mean"] == 1.0 and history[0]["reward/HalfScorer/mean"] == 0.5
+
+
+def test_api_takes_one_reward_and_trl_s_reward_weights(toy, tmp_path):
+    """GRPOTrainer takes reward_funcs=fn as well as a list, and GRPOConfig(reward_weights=[...])."""
+    one = _api_run(tmp_path / "one", HalfScorer())["history"][0]
+    assert one["reward_mean"] == 0.5
+    rewards = [functools.partial(_scaled, scale=1.0), HalfScorer()]
+    weighted = _api_run(tmp_path / "two", rewards, reward_weights=[1.0, 2.0])["history"][0]
+    assert weighted["reward_mean"] == 1.0 * 1.0 + 2.0 * 0.5
+    with pytest.raises(ConfigError, match=r"grpo_config.reward_weights: reward_weights has 1 weights for 2 "
+                                          r"rewards.*Fix: give 2 weights") as info:
+        _api_run(tmp_path / "bad", rewards, reward_weights=[1.0])
+    assert info.value.field == "grpo_config.reward_weights"
+
+
+def test_log_history_has_trl_s_metric_names(toy, tmp_path):
+    """A curriculum written for TRL reads the last logged mean reward as log_history[-1]["reward"]."""
+    seen = []
+
+    def curriculum(completions, trainer_state, **kwargs):
+        last = trainer_state.log_history[-1] if trainer_state.log_history else {}
+        seen.append((trainer_state.global_step, last.get("reward"), last.get("rewards/curriculum/mean")))
+        return [0.25 * (1 + trainer_state.global_step)] * len(completions)
+
+    _api_run(tmp_path, [curriculum], steps=2)
+    assert seen == [(0, None, None), (1, 0.25, 0.25)]
+
+
+@pytest.mark.parametrize("kind", ["dataset_dict", "string"])
+def test_api_prompts_that_would_iterate_as_other_prompts_are_refused(toy, tmp_path, kind):
+    """load_dataset(...) without split= is a DatasetDict, which iterates as its split names: it
+    would train on the prompt "train"; a lone string would train on its characters."""
+    import datasets
+
+    data = datasets.Dataset.from_list([{"prompt": "What is 1 + 1?", "answer": "2"}] * 2)
+    prompts = datasets.DatasetDict(train=data) if kind == "dataset_dict" else "What is 1 + 1?"
+    fix = r"pass one split, e.g. prompts=dataset\['train'\]" if kind == "dataset_dict" else "pass a list of prompts"
+    with pytest.raises(ConfigError, match=fix) as info:
+        _api_run(tmp_path, [HalfScorer()], prompts=prompts)
+    assert info.value.field == "prompts"
+
+
+def test_api_a_dataset_and_a_reward_model_folder_train_as_in_trl(tiny_model_dir, tmp_path):
+    """TRL's GRPOTrainer(reward_funcs=["path/to/rm", fn], train_dataset=Dataset): the folder is a
+    reward model (polyrl's reward_model), the Dataset's rows are the prompts and columns."""
+    import datasets
+
+    from polyrl import api
+    from polyrl_torch.testing.tiny_reward_model import build_tiny_reward_model
+
+    rm = build_tiny_reward_model(tmp_path / "tiny-rm")
+    seen = []
+
+    def answer_seen(completions, answer, **kwargs):
+        seen.extend(answer)
+        return [0.0] * len(completions)
+
+    data = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": f"What is {i} + 1?"}],
+                                        "answer": str(i + 1)} for i in range(2)])
+    summary = api.run(api.grpo, policy=api.Agent(tiny_model_dir), prompts=data, rewards=[rm, answer_seen],
+                      generation_config=api.GenerationConfig(max_new_tokens=4, group_size=2),
+                      grpo_config=api.GRPOConfig(steps=1, prompts_per_step=2, threads=1,
+                                                 output_dir=str(tmp_path / "run")), progress=False)
+    first = summary["history"][0]
+    assert math.isfinite(first["reward/reward_model/mean"]) and first["reward/answer_seen/mean"] == 0.0
+    assert sorted(seen) == ["1", "1", "2", "2"]
+
+
+def test_api_a_model_object_or_hub_id_as_reward_is_one_clear_error(tiny_model_dir, tmp_path):
+    """TRL loads a Hub id or takes a PreTrainedModel as a reward model; polyrl reads a folder, and
+    says so before any model loads instead of calling the model as a reward function."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    for reward, fix in [(model, r"save it and its tokenizer with save_pretrained\(DIR\) and pass DIR"),
+                        ("my-org/my-reward-model", r"download the model to a folder")]:
+        with pytest.raises(ConfigError, match=fix) as info:
+            _api_run(tmp_path, [HalfScorer(), reward])
+        assert info.value.field == "rewards[1]"
+
+
+#: An environment as TRL 1.16's GRPOTrainer(environment_factory=...) documentation writes one.
+TRL_ENVIRONMENT = '''
+class CounterEnv:
+    def __init__(self):
+        self.count = 0
+
+    def reset(self, **kwargs):
+        self.count = 0
+        return None
+
+    def increment(self, step: int) -> int:
+        """Add to the counter.
+
+        Args:
+            step: How much to add.
+        """
+        self.count += step
+        return self.count
+
+    def get_reward(self):
+        return float(self.count == 3)
+'''
+
+
+def test_a_trl_environment_class_is_one_clear_error(tmp_path):
+    """polyrl would call TRL's environment class with its options dict and then find no step."""
+    from polyrl.agents.loading import resolve_environment
+    from polyrl.registry import Registry
+
+    (tmp_path / "env.py").write_text(TRL_ENVIRONMENT)
+    with pytest.raises(ConfigError, match=r"class CounterEnv with reset but no step: TRL's environment_factory "
+                                          r"shape.*Fix: point at a factory create\(options\)") as info:
+        resolve_environment(f"{tmp_path / 'env.py'}:CounterEnv", Registry())
+    assert info.value.field == "environment.name"

@@ -123,12 +123,29 @@ def resolve_environment(name: str, registry: Registry) -> EnvironmentSpec:
         return registered[name]
     if ":" in name:
         factory = _load_object(name, ENVIRONMENT_FIELD, "factory taking the options and returning an environment")
+        _refuse_trl_environment(factory, name)
         return EnvironmentSpec(name=name, create=factory, summary="loaded from " + name)
     known = ", ".join(sorted(registered)) or "none"
     raise ConfigError(f"unknown environment {name!r} (registered: {known}){_failed_plugins(registry)}",
                       field=ENVIRONMENT_FIELD,
                       fix='pick a registered environment (`polyrl environments`), or name your own as '
                           '"package.module:factory" or "path/to/file.py:factory"')
+
+
+def _refuse_trl_environment(factory: Any, name: str) -> None:
+    """A class with ``reset`` and no ``step`` is TRL's ``environment_factory`` shape (``reset(**row)``
+    returning text for the prompt, its public methods as tools, ``get_reward()``): polyrl would call
+    it with the options dict and then find no ``step``, so say what to write instead, before any
+    model loads."""
+    if not isinstance(factory, type) or not callable(getattr(factory, "reset", None)) or hasattr(factory, "step"):
+        return
+    raise ConfigError(
+        f"environment {name!r} is the class {factory.__name__} with reset but no step: TRL's environment_factory "
+        "shape (reset(**row), public methods as tools, get_reward), which polyrl does not run as is",
+        field=ENVIRONMENT_FIELD,
+        fix="point at a factory create(options) returning an environment with reset(row) -> the first messages, "
+            "step(message) -> polyrl.agents.Observation(messages, reward, done) and a tools list of its methods "
+            '(README: "Environments and tools")')
 
 
 #: Where an environment or tool plugin's failure is recorded (its import, or a register hook).

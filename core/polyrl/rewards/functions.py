@@ -60,9 +60,9 @@ from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
 from polyrl.rewards import guard
 from polyrl.rewards.isolation import resolve as resolve_isolation
-from polyrl.rewards.trl_compat import (NOT_PASSED_COLUMNS, TrainerState, accepted_arguments, as_score_list,
-                                      callable_name, check_binding, is_async_callable, private_copy,
-                                      trl_completion)
+from polyrl.rewards.trl_compat import (NOT_PASSED_COLUMNS, TrainerState, accepted_arguments, as_number,
+                                      as_score_list, callable_name, check_binding, is_async_callable,
+                                      private_copy, trl_completion)
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
 log = get_logger("polyrl.rewards")
@@ -100,6 +100,14 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _finite(value: Any) -> bool:
+    """Whether a number is finite; an int past float's range is not."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 class _CallLog:
     """What one call reported through ``log_metric``/``log_extra``."""
 
@@ -109,9 +117,12 @@ class _CallLog:
         self.extra: dict[str, list[Any]] = defaultdict(list)
 
     def log_metric(self, name: str, value: float) -> None:
-        if not isinstance(name, str) or isinstance(value, bool) or not isinstance(
-                value, (int, float, np.integer, np.floating)) or not math.isfinite(float(value)):
-            raise RewardError(f"reward {self.reward!r} called log_metric({name!r}, {value!r}). "
+        """TRL's scalar metric. Takes what TRL's sum-then-``torch.tensor`` takes: a number, a bool
+        or a 0-d tensor/array (``log_metric("x", rewards.mean())``); NaN and inf are refused."""
+        value = as_number(value)
+        if not isinstance(name, str) or not isinstance(
+                value, (int, float, np.integer, np.floating, np.bool_)) or not _finite(value):
+            raise RewardError(f"reward {self.reward!r} called log_metric({name!r}, {_short(value)}). "
                               "Fix: pass a metric name (str) and a finite number")
         self.metrics[name].append(float(value))
 

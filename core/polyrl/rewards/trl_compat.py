@@ -91,15 +91,15 @@ def as_score_list(result: Any) -> Any:
     and 0-d tensors/arrays inside a list become numbers. Anything else is returned unchanged for
     the scores check to name."""
     if isinstance(result, (list, tuple)):
-        return [_as_number(x) for x in result]
+        return [as_number(x) for x in result]
     if callable(getattr(result, "tolist", None)) and getattr(result, "ndim", None) == 1:
         return result.tolist()  # numpy arrays and torch tensors (on any device) alike
     if isinstance(result, Iterator):
-        return [_as_number(x) for x in result]
+        return [as_number(x) for x in result]
     return result
 
 
-def _as_number(value: Any) -> Any:
+def as_number(value: Any) -> Any:
     """A 0-d array or tensor (``torch.tensor(1.0)``) as the Python number it holds."""
     if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
         return value.item()
@@ -112,7 +112,8 @@ class TrainerState:
 
     ``global_step`` is the number of finished training steps (the step being scored), ``epoch``
     the passes over the training prompts so far (fractional, as in transformers), ``log_history``
-    the metrics of the finished steps. Fields without a polyrl meaning keep transformers' defaults.
+    the metrics of the finished steps (``with_trl_names``). Fields without a polyrl meaning keep
+    transformers' defaults.
     """
 
     epoch: float = 0.0
@@ -145,9 +146,29 @@ class TrainerState:
         return cls(
             epoch=step * prompts_per_step / size, global_step=step, max_steps=max_steps,
             save_steps=save_steps, eval_steps=eval_steps, train_batch_size=prompts_per_step * group_size,
-            num_train_epochs=math.ceil(max_steps * prompts_per_step / size), log_history=history,
+            num_train_epochs=math.ceil(max_steps * prompts_per_step / size),
+            log_history=[with_trl_names(m) for m in history],
             is_local_process_zero=rank == 0, is_world_process_zero=rank == 0,
         )
+
+
+#: polyrl's step metric -> the name TRL's GRPOTrainer logs it under (``state.log_history``).
+TRL_METRIC_NAMES = {"reward_mean": "reward", "completion_len_mean": "completions/mean_length", "lr": "learning_rate"}
+
+
+def with_trl_names(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """One step's metrics for ``trainer_state.log_history``: polyrl's names plus TRL's for the same
+    values (``reward``, ``rewards/<function>/mean``, ``learning_rate``...). Why: a curriculum
+    written for TRL reads ``log_history[-1]["reward"]``, which polyrl logs as ``reward_mean``. Stds
+    keep polyrl's names only: TRL's are Bessel-corrected, polyrl's are not."""
+    out = dict(metrics)
+    for key, value in metrics.items():
+        name = TRL_METRIC_NAMES.get(key)
+        if name is None and key.startswith("reward/") and key.count("/") == 2 and key.endswith("/mean"):
+            name = "rewards/" + key[len("reward/"):]
+        if name is not None:
+            out.setdefault(name, value)
+    return out
 
 
 def _parameters(fn: Callable[..., Any]) -> list[inspect.Parameter] | None:
