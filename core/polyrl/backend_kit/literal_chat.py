@@ -21,6 +21,8 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from polyrl.backend_kit.template_limits import render_chat
+
 _plain_lock = threading.Lock()
 #: per HF tokenizer: (its size when copied, a Rust copy that encodes special-token strings as text)
 _plain: weakref.WeakKeyDictionary[Any, tuple[int, Any]] = weakref.WeakKeyDictionary()
@@ -126,19 +128,18 @@ class _Hidden:
 
 def encode_chat_literal(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
                         tools: Sequence[Mapping[str, Any]] | None = None,
-                        add_generation_prompt: bool = False) -> list[int]:
+                        add_generation_prompt: bool = False, field: str = "model.path") -> list[int]:
     """``messages`` through the tokenizer's chat template, tokenized with no special tokens added
-    beyond the template's; special-token strings spelled inside the messages are read as text."""
+    beyond the template's; special-token strings spelled inside the messages are read as text.
+    The template renders within ``template_limits``' bounds; past one, a ConfigError on ``field``."""
     conversation = [dict(m) for m in messages]
-    kwargs: dict[str, Any] = {"tools": None if tools is None else list(tools), "tokenize": False,
-                              "add_generation_prompt": add_generation_prompt}
     specials = special_tokens(tokenizer)
     texts = _strings(conversation)
     if not any(s in t for t in texts for s in specials):  # nothing to read differently: as always
-        rendered = tokenizer.apply_chat_template(conversation, **kwargs)
+        rendered = render_chat(tokenizer, conversation, tools, add_generation_prompt, field)
         return [int(i) for i in tokenizer(rendered, add_special_tokens=False)["input_ids"]]
     hidden = _Hidden(sorted(specials, key=len, reverse=True), texts)
-    rendered = tokenizer.apply_chat_template(hidden.hide(conversation), **kwargs)
+    rendered = render_chat(tokenizer, hidden.hide(conversation), tools, add_generation_prompt, field)
     return _encode_rendered(tokenizer, rendered, specials, hidden)
 
 

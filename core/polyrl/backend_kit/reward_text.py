@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from polyrl.backend_kit.literal_chat import encode_chat_literal, plain_sequence
+from polyrl.backend_kit.template_limits import render_chat
 from polyrl.types import Prompt
 
 
@@ -18,24 +19,26 @@ def templated(tokenizer: Any, chat_template: bool) -> bool:
     return chat_template and bool(getattr(tokenizer, "chat_template", None))
 
 
-def render_pair(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool) -> str:
-    """The conversation rendered by the reward model's chat template (when asked and it has one),
-    else the prompt's text followed by the completion."""
+def render_pair(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool,
+                field: str = "options.path") -> str:
+    """The conversation rendered by the reward model's chat template (when asked and it has one,
+    within ``template_limits``' bounds: past one, a ConfigError on ``field``), else the prompt's
+    text followed by the completion."""
     if templated(tokenizer, chat_template):
-        return str(tokenizer.apply_chat_template(_conversation(prompt, completion), tokenize=False,
-                                                 add_generation_prompt=False))
+        return render_chat(tokenizer, _conversation(prompt, completion), None, False, field)
     if isinstance(prompt, str):
         return prompt + completion
     return "\n".join(str(m.get("content", "")) for m in prompt) + completion  # type: ignore[union-attr]  # FIXME: TokenPrompt
 
 
-def encode_pair(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool, max_length: int) -> list[int]:
+def encode_pair(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool, max_length: int,
+                field: str = "options.path") -> list[int]:
     """The ids a reward model scores: ``render_pair``'s text, at most ``max_length`` tokens (cut from
     the left, keeping the completion). Only the template's special tokens (or, without one, the
     tokenizer's own, BERT's ``[CLS]``/``[SEP]``) are special: a completion or prompt spelling
     ``<|im_end|>`` gets those characters as text, so it cannot end its turn and write a forged one
     for the model to score (``polyrl.backend_kit.literal_chat``)."""
     if templated(tokenizer, chat_template):
-        ids = encode_chat_literal(tokenizer, _conversation(prompt, completion))
+        ids = encode_chat_literal(tokenizer, _conversation(prompt, completion), field=field)
         return ids[len(ids) - max_length:] if len(ids) > max_length else ids
     return plain_sequence(tokenizer, render_pair(tokenizer, prompt, completion, False), max_length)
