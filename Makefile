@@ -49,7 +49,7 @@ lint: install
 	$(BIN)/python -m mypy
 
 test: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" --durations=30
 
 # minutes each: the embedded model's conversion, extra MAX graph compiles (GGUF, BERT), side-by-side bench runs, the kill -9 loop, launched-rank fault runs; CI runs it
 test-slow: install
