@@ -580,6 +580,51 @@ def test_a_rank_stuck_outside_the_rewards_stops_the_launch_at_the_collective_tim
     assert "Traceback" not in done.stderr and "torchrun's own is in" in done.stderr
 
 
+LATE_TRAIN_STEP = '''
+import os
+
+if os.environ.get("RANK") == "1":  # late into the update's forward: its peer waits in FSDP's all_gather
+    import time
+
+    from polyrl_torch.sharding import TrainingForward
+
+    on_time = TrainingForward.per_sequence
+
+    def late(self, *args, **kwargs):
+        time.sleep(300)
+        return on_time(self, *args, **kwargs)
+
+    TrainingForward.per_sequence = late
+'''
+
+
+@TWO_CPUS
+@pytest.mark.faults
+@pytest.mark.slow  # two launched ranks: 50-80 s (torchrun gives the late rank 30 s after SIGTERM)
+def test_a_timeout_inside_fsdps_own_collectives_is_the_same_one_line_naming_the_phase(tiny_model_dir, tmp_path):
+    """Rank 1 is late into the update's forward, so rank 0 waits in FSDP's all_gather (past polyrl's
+    own all_reduce wrappers of train_step): gloo's raw "Timed out waiting ... ms" came back blamed on the backend's hook, naming
+    neither the phase nor train.collective_timeout_s. The rank-1 delay is injected at interpreter
+    start (sitecustomize); the collectives and the launch are real."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(LATE_TRAIN_STEP)
+    config, _ = _launch_config(tmp_path, tiny_model_dir, prompts=2, sections='[backends.options]\nfsdp = true\n')
+    config.write_text(config.read_text().replace("threads = 1\n", "threads = 1\ncollective_timeout_s = 10\n")
+                      .replace(":digits", ":noise"))
+    (tmp_path / "reward.py").write_text("import random\n\n\ndef noise(completions, **kw):\n"
+                                        "    return [random.random() for _ in completions]  # never a skipped update\n")
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(shim), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    proc = subprocess.run([sys.executable, "-m", "polyrl.cli", "launch", "--nproc-per-node", "2", str(config)],
+                          capture_output=True, text=True, env=env, timeout=200)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
+    assert errors[0].startswith("error: rank 0 of 2 waited 10 s in FSDP's all_gather/reduce_scatter of train_step "
+                                "during step 0"), errors
+    assert "--set train.collective_timeout_s=" in errors[0] and "Traceback" not in proc.stderr
+
+
 @TWO_CPUS
 @pytest.mark.faults
 @pytest.mark.slow  # two launched ranks: 15-25 s

@@ -484,6 +484,22 @@ def test_rollouts_whose_every_episode_failed_are_untrainable_and_stop_the_run_af
     assert run.failed_rollouts == 0 and run.failure() is None
 
 
+def test_a_ranks_share_of_failed_episodes_is_not_warned_about_by_the_rank():
+    """Under a launcher each rank warned that "every episode of this rollout" failed and was not
+    trained when its own share had (the step's other episodes trained): the trainer now says it
+    once, when the whole step's episodes failed (``step_gather.every_episode_failed``)."""
+    from structlog.testing import capture_logs
+
+    run = env_runner(ScriptedModel(first_turn="plain"), NeverStarts)
+    with capture_logs() as logs:
+        out = run.run([{"prompt": "x", "fail": True}], SamplingParams(max_new_tokens=40, n=2))
+    assert untrainable(out).all() and run.failed_rollouts == 1
+    assert not [e for e in logs if "every episode of this rollout" in e["event"]], logs
+    with capture_logs() as logs:
+        run.warn_failed_step(in_a_row=1)
+    assert [e["in_a_row"] for e in logs if "every episode of this rollout" in e["event"]] == [1]
+
+
 def test_episodes_that_failed_after_sampling_stay_trainable_when_others_worked():
     model = ScriptedModel(first_turn="plain")
     out = env_runner(model, faulty("step", _FAULTS["RuntimeError"][0])).run([{"prompt": "x"}] * 2,

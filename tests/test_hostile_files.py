@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from checkpoint_states import SAMPLER, checkpoint_with_state, well_formed_state
+
 from polyrl import checkpoint as ckpt
 from polyrl.errors import ConfigError
 
@@ -216,7 +218,7 @@ def _pending() -> dict:
 
     completions = [Completion(i // 2, [5, 6, 7], [8, 9], [-0.5, -1.25], text="ab", finish_reason="stop")
                    for i in range(4)]
-    state = Rollout(2, [], completions, 1, 0.5, {"seed": 0, "epoch": 0, "position": 4}).as_state()
+    state = Rollout(2, [], completions, 1, 0.5, dict(SAMPLER)).as_state()
     return json.loads(json.dumps(state))
 
 
@@ -231,16 +233,8 @@ def _config(tiny_model_dir: str, tmp_path: Path):
 def _checkpoint(tmp_path: Path, pending_text: str) -> Path:
     """A step-2 checkpoint whose trainer_state.json holds ``pending_text`` as its pending rollout,
     with a manifest that verifies (whoever edits the file can rewrite the manifest too)."""
-    state = {"step": 2, "sampler": {}, "python_random": None, "numpy_random": None, "pending_rollout": None}
-    found = ckpt.write_checkpoint(tmp_path / "run" / "checkpoints", 2, state,
-                                  lambda model, _state: (Path(model).mkdir(), (Path(model) / "w.bin").write_bytes(b"0")))
-    text = (found / ckpt.STATE_FILE).read_text().replace('"pending_rollout": null', f'"pending_rollout": {pending_text}')
-    (found / ckpt.STATE_FILE).write_text(text)
-    manifest = json.loads((found / ckpt.MANIFEST).read_text())
-    manifest["files"][ckpt.STATE_FILE] = {"sha256": ckpt.sha256(found / ckpt.STATE_FILE),
-                                          "size": (found / ckpt.STATE_FILE).stat().st_size}
-    (found / ckpt.MANIFEST).write_text(json.dumps(manifest))
-    (found / ckpt.MARKER).write_text(json.dumps({"step": 2, "manifest_sha256": ckpt.sha256(found / ckpt.MANIFEST)}))
+    text = json.dumps(well_formed_state(2)).replace('"pending_rollout": null', f'"pending_rollout": {pending_text}')
+    found = checkpoint_with_state(tmp_path / "run" / "checkpoints", 2, text)
     assert ckpt.verify(found) is None
     return found
 

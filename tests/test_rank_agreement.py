@@ -3,10 +3,12 @@ the gathered values are given as a gather returns them, in rank order)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from polyrl.errors import CollectiveTimeout, ConfigError, RewardError
-from polyrl.launch_errors import ENV, first_error, report
+from polyrl.launch_errors import ENV, OWNER_ENV, PREFIX, first_error, new_folder, report
 from polyrl.rank_fingerprint import check_same, fingerprint, model_files, reward_code
 from polyrl.reward_agreement import agreed_reward_failure, reward_outcome
 from polyrl.rewards.guard import RewardCancelled
@@ -80,6 +82,7 @@ def test_ranks_error_lines_reach_the_launcher_once_naming_the_rank_only_when_the
     monkeypatch.delenv(ENV, raising=False)
     assert not report("not under polyrl launch: the rank prints it itself")
     monkeypatch.setenv(ENV, str(tmp_path))
+    monkeypatch.setenv(OWNER_ENV, str(os.getppid()))  # the launcher is the rank's parent
     for rank, text in (("1", "train.steps: must be >= 1"), ("0", "train.steps: must be >= 1")):
         monkeypatch.setenv("RANK", rank)
         assert report(text)
@@ -89,6 +92,29 @@ def test_ranks_error_lines_reach_the_launcher_once_naming_the_rank_only_when_the
     said = first_error(tmp_path)
     assert said is not None and said.startswith("rank 1 failed first: train.steps: must be >= 1")
     assert first_error(tmp_path / "nothing") is None
+
+
+def test_a_killed_launchers_folder_is_never_written_or_read_again(tmp_path, monkeypatch):
+    """A launcher killed with -9 left its folder in the temp dir: its ranks still handed their
+    lines to it (no one read them; the run ended silently), and nothing ever deleted them."""
+    import subprocess
+    import sys
+    import tempfile
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    dead = tmp_path / f"{PREFIX}{gone.stdout.strip()}-abc"
+    dead.mkdir()
+    (dead / "rank-0.json").write_text('{"rank": 0, "time": 1, "message": "old failure"}')
+    (dead / "torchrun.log").write_text("its log, named by the message it printed")
+    monkeypatch.setenv(ENV, str(dead))
+    monkeypatch.setenv(OWNER_ENV, gone.stdout.strip())  # not this process's parent: gone
+    assert not report("a rank whose launcher was killed prints its line itself")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    fresh = new_folder()
+    assert fresh.parent == tmp_path and fresh.name.startswith(f"{PREFIX}{os.getpid()}-") and fresh != dead
+    assert first_error(fresh) is None and first_error(dead) is None
+    assert (dead / "torchrun.log").exists()  # only the error lines go
 
 
 def test_a_collective_timeout_names_the_phase_and_the_setting_to_raise():

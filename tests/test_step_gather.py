@@ -78,6 +78,9 @@ def test_dropping_failed_episodes_is_decided_over_the_whole_step():
     assert not step_gather.untrainable(_shard(ROWS, failed)).any()
     everywhere = step_gather.join([_shard(ROWS[0::2], set(ROWS)), _shard(ROWS[1::2], set(ROWS))])
     assert step_gather.untrainable(everywhere).all()
+    # the warning that a step is not trained follows the same whole-step decision (once, by the trainer)
+    assert step_gather.every_episode_failed(ranks[1]) and not step_gather.every_episode_failed(joined)
+    assert step_gather.every_episode_failed(everywhere)
     empty = _batch([0]) + [Completion(prompt_index=1, prompt_ids=[1], completion_ids=[], logprobs=[], mask=[],
                                       info={"turns": 0, "tool_calls": 0, "tool_errors": 0, "format_errors": 0,
                                             "env_error": "reset failed"})]

@@ -33,6 +33,10 @@ STATE_FILE = "trainer_state.json"
 MODEL_DIR = "model"
 ENGINE_STATE_DIR = "engine_state"
 _HASH_CHUNK = 1 << 20
+#: The largest state file ``is_complete`` parses (a step's pending rollout makes it this large).
+PARSED_STATE_BYTES = 64 << 20
+#: A marker is one short line; anything larger is not one.
+_MARKER_BYTES = 4096
 #: Free space below which a failed write is reported as a full disk: backends' writers (torch.save,
 #: safetensors) often report ENOSPC as their own error types without the errno.
 _NEARLY_FULL_BYTES = 256 * 1024
@@ -166,15 +170,21 @@ def _plain_file(path: Path) -> bool:
 
 
 def is_complete(path: Path) -> bool:
-    """Cheap check (no hashing): the marker names this directory's step and the state parses."""
+    """Cheap check (no hashing): the marker names this directory's step and the state parses
+    (one past ``PARSED_STATE_BYTES`` is not parsed here: listing checkpoints parsed a 2 GB file
+    whole; the resume checks its size and fields, ``polyrl.checkpoint_state``)."""
     if not (_plain_file(path / MARKER) and _plain_file(path / STATE_FILE)):
         return False
     try:
+        if (path / MARKER).stat().st_size > _MARKER_BYTES:
+            return False
         marker = json.loads((path / MARKER).read_text())
-        json.loads((path / STATE_FILE).read_text())
-    except (OSError, ValueError):
+        if (path / STATE_FILE).stat().st_size <= PARSED_STATE_BYTES:
+            json.loads((path / STATE_FILE).read_text())
+    except (OSError, ValueError, RecursionError):  # nested past the parser's depth
         return False
-    return isinstance(marker, dict) and path.name == f"step-{int(marker.get('step', -1)):08d}"
+    step = marker.get("step") if isinstance(marker, dict) else None
+    return isinstance(step, int) and not isinstance(step, bool) and path.name == f"step-{step:08d}"
 
 
 def is_unverifiable(path: Path) -> bool:
@@ -204,8 +214,10 @@ def verify(path: Path, only: str | None = None) -> str | None:
         files = manifest["files"]
     except FileNotFoundError:
         return f"{MANIFEST} is missing"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return f"{MANIFEST} is unreadable"
+    if not isinstance(files, dict) or not all(_entry(meta) for meta in files.values()):
+        return f'{MANIFEST} is not {{"files": {{path: {{"sha256": ..., "size": ...}}}}}}'
     wanted = {rel: meta for rel, meta in files.items() if only is None or rel.startswith(only + "/")}
     if only is not None and not wanted:
         return f"no {only}/ files in its manifest"
@@ -220,6 +232,12 @@ def verify(path: Path, only: str | None = None) -> str | None:
         if sha256(file) != meta["sha256"]:
             return f"{rel} does not match its checksum"
     return None
+
+
+def _entry(meta: Any) -> bool:
+    """A manifest entry as ``_manifest`` writes it: a hex digest and a byte count."""
+    return (isinstance(meta, dict) and isinstance(meta.get("sha256"), str)
+            and isinstance(meta.get("size"), int) and not isinstance(meta.get("size"), bool))
 
 
 def not_a_checkpoint(path: Path) -> tuple[str, str] | None:

@@ -4,24 +4,70 @@ Why: ranks that stop together (a config, reward or agreement error every rank ra
 printed the same line, then torchrun its ChildFailedError traceback. Under ``polyrl launch``
 (``ENV`` set) a rank writes its line into the launcher's folder instead, one small JSON file per
 rank, and the launcher prints the first failing rank's line once (``first_error``).
+
+Each launch has its own folder (``new_folder``: ``polyrl-launch-<launcher pid>-<random>`` in the
+temp dir), read only by the launcher that made it. A launcher killed with -9 leaves its folder
+behind: a rank then has no one to hand its line to and prints it itself (``report`` writes only
+for its live parent launcher, ``OWNER_ENV``), and the next launch deletes the error files such
+folders hold (their torchrun.log stays: a failed run's message names it).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
 #: The folder the launcher reads; set by ``polyrl launch`` for the ranks it starts.
 ENV = "POLYRL_LAUNCH_ERRORS"
+#: The launcher's pid: a rank hands its line over only while that process is its parent.
+OWNER_ENV = "POLYRL_LAUNCH_PID"
+PREFIX = "polyrl-launch-"
+
+
+def new_folder() -> Path:
+    """A fresh folder for this launch, named by its pid; first the error files of launches whose
+    launcher is gone are deleted, so no stale line is ever left to read."""
+    root = Path(tempfile.gettempdir())
+    for old in root.glob(f"{PREFIX}*-*"):
+        pid = old.name[len(PREFIX):].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)) and _mine(old):
+            try:
+                for stale in [*old.glob("rank-*.json"), *old.glob("rank-*.tmp")]:
+                    stale.unlink(missing_ok=True)
+                if not any(old.iterdir()):
+                    old.rmdir()
+            except OSError:  # another launch cleaning it too, or unreadable: never a reason not to start
+                continue
+    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive, and not ours to judge
+        return True
+    return True
+
+
+def _mine(folder: Path) -> bool:
+    try:
+        return folder.is_dir() and not folder.is_symlink() and folder.stat().st_uid == os.getuid()
+    except OSError:
+        return False
 
 
 def report(text: str) -> bool:
     """Leave this rank's error line for the launcher; False when there is none (or the folder
-    cannot take it): the caller prints the line itself, so it is never lost."""
-    folder = os.environ.get(ENV)
-    if not folder:
+    cannot take it, or the launcher that made it is no longer this rank's parent: killed, or the
+    variables leaked into another process's environment): the caller prints the line itself, so
+    it is never lost."""
+    folder, owner = os.environ.get(ENV), os.environ.get(OWNER_ENV, "")
+    if not folder or not owner.isdigit() or int(owner) != os.getppid():
         return False
     rank = os.environ.get("RANK", "0")
     record = {"rank": int(rank) if rank.isdigit() else 0, "time": time.time(), "message": text}

@@ -17,13 +17,11 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, TextIO
 
-from polyrl.launch_errors import ENV, first_error
+from polyrl.launch_errors import ENV, OWNER_ENV, first_error, new_folder
 
 #: The exit code of a failed run whose ranks reported an error (as ``polyrl train`` returns).
 ERROR_EXIT = 2
@@ -85,11 +83,11 @@ def _torchrun(argv: list[str]) -> tuple[int, str]:
 def run(argv: list[str]) -> int:
     """Run ``python -m torch.distributed.run argv`` here; its exit code. A failure ends with one
     ``error:`` line (the first failing rank's) and the log's path on stderr."""
-    folder = Path(tempfile.mkdtemp(prefix="polyrl-launch-"))
+    folder = new_folder()
     log_path = folder / "torchrun.log"
     console = sys.stderr
-    before = {name: os.environ.get(name) for name in (ENV, "OMP_NUM_THREADS")}
-    os.environ[ENV] = str(folder)
+    before = {name: os.environ.get(name) for name in (ENV, OWNER_ENV, "OMP_NUM_THREADS")}
+    os.environ[ENV], os.environ[OWNER_ENV] = str(folder), str(os.getpid())
     # torchrun defaults OMP_NUM_THREADS to 1 per process (with a warning); train.threads still wins
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:

@@ -10,6 +10,7 @@ KL against a different model than the uninterrupted run.
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -77,8 +78,15 @@ class ReferenceSync:
         file = Path(checkpoint_dir) / REFERENCE_DIR / WEIGHTS_FILE
         if not self.active or not file.exists():
             return False
-        with np.load(file, allow_pickle=False) as data:
-            self.ref_engine.import_weights({k: data[k] for k in data.files})
+        try:
+            with np.load(file, allow_pickle=False) as data:
+                weights = {k: data[k] for k in data.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, AttributeError) as exc:
+            # a damaged archive (a checkpoint from before manifests is not verified): one line, no traceback
+            raise ConfigError(f"{file} is not the reference weights polyrl wrote ({type(exc).__name__}: {exc})",
+                              field="--resume", fix="resume from another checkpoint (--resume PATH), or with "
+                              "--resume-weights-only (the reference starts again from model.reference_path)") from None
+        self.ref_engine.import_weights(weights)
         return True
 
 

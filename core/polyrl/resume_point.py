@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from polyrl import checkpoint as ckpt
-from polyrl import resume_config
+from polyrl import checkpoint_state, resume_config
 from polyrl.config import RunConfig
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
-from polyrl.rollout_state import PENDING_FIX, pending_rollout_problem
 
 log = get_logger("polyrl.trainer")
 
@@ -55,19 +54,12 @@ def resume_point(config: RunConfig, path: str | Path | None, weights_only: bool,
     if announce and ckpt.is_unverifiable(found):
         log.warning("checkpoint written before checksums: resumed without verifying its files",
                     checkpoint=str(found))
-    state = ckpt.read_state(found)
-    missing = [k for k in ("step", "sampler", "python_random", "numpy_random") if k not in state]
-    if missing and not weights_only:
-        raise ConfigError(f"{found} lacks {', '.join(missing)} in {ckpt.STATE_FILE}", field="--resume",
-                          fix=resume_fix(False))
+    # every field checked (the pending rollout's too, read even by a weights-only resume for its
+    # sampler state) before the saved config is compared: one line naming the file and the field
+    state = checkpoint_state.read(found, config, weights_only)
     for change in resume_config.check(state.get("config"), config, weights_only):
         if announce:
             log.warning(f"config changed at resume: {change}", applied=True)
-    # read even by a weights-only resume (its sampler state), whose prompts_per_step may differ
-    problem = pending_rollout_problem(state.get("pending_rollout"), state.get("step"),
-                                      prompts=None if weights_only else config.train.prompts_per_step)
-    if problem is not None:
-        raise ConfigError(f"{found / ckpt.STATE_FILE}: {problem}", field="--resume", fix=PENDING_FIX)
     return found, state
 
 

@@ -131,15 +131,19 @@ def _joined_reward_metrics(shards: Sequence[Shard]) -> dict[str, dict[str, float
     return out
 
 
+def every_episode_failed(shard: Shard) -> bool:
+    """The step has episodes and every one ended in an environment error (on every rank)."""
+    return bool(shard.episode.any() and shard.env_error[shard.episode].all())
+
+
 def untrainable(shard: Shard) -> np.ndarray:
     """Per sample of the step: True for an episode with nothing to train on. That is one with no
     token (its reset failed), and every episode of a step whose episodes all ended in an
     environment error (their rewards say how the environment broke, not how the model did).
     Decided on the whole step's shard, as one process decides, never on one rank's share."""
-    empty = shard.episode & (shard.completion_len == 0)
-    if shard.episode.any() and shard.env_error[shard.episode].all():
+    if every_episode_failed(shard):
         return shard.episode.copy()
-    return empty
+    return shard.episode & (shard.completion_len == 0)
 
 
 def episode_metrics(shard: Shard) -> dict[str, float]:

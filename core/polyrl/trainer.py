@@ -172,6 +172,8 @@ class Trainer:
         self._sync_failed: PolyrlError | None = None
         #: the last step's rewards were all None (no reward scored any sample): counted toward the stop
         self._nothing_scored = False
+        #: steps in a row whose every episode (on every rank) ended in an environment error
+        self._failed_steps = 0
         self.rewards = RewardComputer(
             self.registry.pm, [(r.label, r.weight, dict(r.options)) for r in config.rewards],
             columns=self._source_data[0].columns, timeouts={r.label: r.timeout_s for r in config.rewards},
@@ -440,6 +442,9 @@ class Trainer:
         all_shaped = np.concatenate([part[1] for part in everyone])
         if self.episodes is not None:  # episodes with nothing to train on count as unscored, decided step-wide
             all_shaped = np.where(step_gather.untrainable(step), np.nan, all_shaped)
+            self._failed_steps = self._failed_steps + 1 if step_gather.every_episode_failed(step) else 0
+            if self._failed_steps and self.rank == 0:  # once, for the whole step
+                self.episodes.warn_failed_step(self._failed_steps)
         if np.isinf(all_shaped).any():  # a score x weight (or a KL penalty) past float64's range, on any rank
             self._unscored(rollout)
             raise RewardError(_overflow_message(all_shaped))

@@ -393,15 +393,21 @@ class EpisodeRunner:
             turn += 1
 
     def _count_failures(self, episodes: list[_Episode]) -> None:
+        """Count this rank's rollouts in a row whose every episode failed (``failure``); the
+        warning is the trainer's, once per step on the whole step (``warn_failed_step``): under a
+        launcher a rank's share is not the step, and each rank said its own."""
         errors = [ep.env_error for ep in episodes if ep.env_error is not None]
         if not episodes or len(errors) < len(episodes):
             self.failed_rollouts = 0
             return
         self.failed_rollouts += 1
         self.last_env_error = errors[-1]
+
+    def warn_failed_step(self, in_a_row: int) -> None:
+        """Say that every episode of the step (every rank's) ended in an environment error."""
         log.warning("every episode of this rollout ended in an environment error; it is not trained",
                     environment=self._env_name, env_error_share=1.0, error=self.last_env_error,
-                    in_a_row=self.failed_rollouts, stop_at=MAX_FAILED_ROLLOUTS)
+                    in_a_row=in_a_row, stop_at=MAX_FAILED_ROLLOUTS)
 
     def failure(self) -> EnvironmentFailed | None:
         """The error that stops the run once ``MAX_FAILED_ROLLOUTS`` rollouts in a row had every

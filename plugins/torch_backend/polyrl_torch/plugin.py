@@ -8,6 +8,7 @@ of ours. A machine without torch therefore still lists the backend, with the pro
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import platform
@@ -187,6 +188,18 @@ def polyrl_convert_model(src: str, dst: str, to: str, quantize_bits: int | None)
 # --- compute -------------------------------------------------------------------------------------
 
 
+def _fsdp_bounded(engine: Any, hook: str) -> contextlib.AbstractContextManager[None]:
+    """Under FSDP a hook runs FSDP's own collectives (each unit's all_gather, the backward's
+    reduce_scatter, the state gathers): a peer late there is the same ``CollectiveTimeout``
+    naming ``train.collective_timeout_s`` as in polyrl's own collectives, not gloo's raw text
+    blamed on the backend. Nothing outside FSDP (a hook's own error stays its own)."""
+    if getattr(engine, "fsdp", None) is None:
+        return contextlib.nullcontext()
+    from polyrl_torch import distributed
+
+    return distributed.bounded(f"FSDP's all_gather/reduce_scatter of {hook}")
+
+
 @hookimpl
 def generate(engine: Any, prompts: Sequence[Any], sampling: Any) -> list | None:
     from polyrl_torch.generation import generate as run
@@ -213,14 +226,16 @@ def encode_chat(engine: Any, messages: Sequence[Any], tools: Sequence[Any] | Non
 def logprobs(engine: Any, sequences: Sequence[Any], temperature: float, reference: bool) -> list | None:
     from polyrl_torch.scoring import logprobs as run
 
-    return run(engine, sequences, temperature, reference)
+    with _fsdp_bounded(engine, "logprobs"):
+        return run(engine, sequences, temperature, reference)
 
 
 @hookimpl
 def train_step(engine: Any, batch: Any, objective: Any) -> Any:
     from polyrl_torch.training import train_step as run
 
-    return run(engine, batch, objective)
+    with _fsdp_bounded(engine, "train_step"):
+        return run(engine, batch, objective)
 
 
 # --- weights and state ---------------------------------------------------------------------------
@@ -230,28 +245,32 @@ def train_step(engine: Any, batch: Any, objective: Any) -> Any:
 def export_weights(engine: Any) -> Any:
     from polyrl_torch.weights import export_weights as run
 
-    return run(engine)
+    with _fsdp_bounded(engine, "export_weights"):
+        return run(engine)
 
 
 @hookimpl
 def import_weights(engine: Any, weights: Any) -> bool | None:
     from polyrl_torch.weights import import_weights as run
 
-    return run(engine, weights)
+    with _fsdp_bounded(engine, "import_weights"):
+        return run(engine, weights)
 
 
 @hookimpl
 def save_checkpoint(engine: Any, path: str, state_path: str | None) -> bool | None:
     from polyrl_torch.weights import save_checkpoint as run
 
-    return run(engine, path, state_path)
+    with _fsdp_bounded(engine, "save_checkpoint"):
+        return run(engine, path, state_path)
 
 
 @hookimpl
 def load_checkpoint(engine: Any, path: str, state_path: str | None, weights_only: bool) -> bool | None:
     from polyrl_torch.weights import load_checkpoint as run
 
-    return run(engine, path, state_path, weights_only=weights_only)
+    with _fsdp_bounded(engine, "load_checkpoint"):
+        return run(engine, path, state_path, weights_only=weights_only)
 
 
 @hookimpl

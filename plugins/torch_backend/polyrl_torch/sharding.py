@@ -83,9 +83,10 @@ class Sharded:
         self._depth += 1
         try:
             if self._depth == 1:
-                self.root.set_reshard_after_forward(False)
-                for unit in self.units:
-                    unit.unshard()
+                with distributed.bounded("FSDP's all_gather of the whole weights (the rollout's generation phase)"):
+                    self.root.set_reshard_after_forward(False)
+                    for unit in self.units:
+                        unit.unshard()
             yield
         finally:
             self._depth -= 1
