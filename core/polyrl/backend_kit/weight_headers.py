@@ -10,7 +10,17 @@ at the start of each file) say what the weights can back, in milliseconds:
 * every decoder layer has tensors numbered by its index (``model.layers.7.``, GPT-2's ``h.7.``):
   the config may not name more layers than the weights number;
 * the input embedding has ``vocab_size`` rows: the config may not name more;
-* ``hidden_size`` is a dimension of the embedding and the norms: it must be some tensor's.
+* ``hidden_size`` is a dimension of the embedding and the norms: it must be some tensor's;
+* ``intermediate_size`` (``moe_intermediate_size``) is a dimension of the MLP's (experts')
+  tensors: it may not exceed the largest dimension of the layers' tensors. A config with a
+  ``moe_intermediate_size`` (Qwen-MoE) uses ``intermediate_size`` only in its dense layers, which
+  it may not have: that one is only bounded by the largest dimension in the weights;
+* a mixture-of-experts layer holds its experts numbered (``experts.7.gate_proj``, Mixtral's
+  ``experts.7.w1``) or stacked (transformers' fused ``experts.gate_up_proj``, mlx-lm's
+  ``switch_mlp``; the first dimension): ``num_experts`` / ``num_local_experts`` may not name more.
+
+The torch policy and reward model check a transformers config (``config_sizes``); mlx-lm and
+MAX, which build from config.json the same way, check the file (``refuse_config_json_beyond_weights``).
 
 Only more than the weights hold is refused here: fewer is cheap, and the loader's own check of
 missing and mismatched tensors refuses it with the tensors' names. A folder without safetensors
@@ -23,13 +33,13 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from polyrl.errors import ConfigError
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
-#: An index names a few thousand shards at most; a larger one is not an index.
+#: An index names a few thousand shards at most; a larger one is not an index (nor a config.json).
 MAX_INDEX_BYTES = 64 * 2**20
 #: Names of the input embedding in the families transformers loads (Llama-likes, GPT-2, GPT-NeoX,
 #: Falcon/Bloom, InternLM); the output head, which has the same rows, when it is all there is.
@@ -41,6 +51,19 @@ FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
 FIX = "use the config.json saved with these weights, or re-download the model folder"
 
 _NUMBER = re.compile(r"(?:^|\.)(\d+)(?:\.|$)")
+_EXPERT = re.compile(r"\.experts\.(\d+)\.")
+#: parts of a name that hold a layer's experts stacked on the first dimension
+STACKED_EXPERTS = (".experts.", ".switch_mlp.", ".block_sparse_moe.")
+#: role -> the config keys that spell it, in the order looked for (a family's own name last:
+#: GPT-2's, Falcon's, DistilBERT's)
+ROLES: dict[str, tuple[str, ...]] = {
+    "layers": ("num_hidden_layers", "n_layer", "n_layers"),
+    "vocab": ("vocab_size",),
+    "hidden": ("hidden_size", "n_embd", "dim"),
+    "intermediate": ("intermediate_size", "n_inner", "ffn_hidden_size", "hidden_dim"),
+    "moe_intermediate": ("moe_intermediate_size",),
+    "experts": ("num_experts", "num_local_experts", "n_routed_experts"),
+}
 
 
 def weight_files(folder: Path) -> list[Path] | None:
@@ -114,10 +137,27 @@ def _embeddings(shapes: Mapping[str, tuple[str, tuple[int, ...]]]) -> list[tuple
     return []
 
 
+def held_experts(shapes: Mapping[str, tuple[str, tuple[int, ...]]]) -> int:
+    """Experts per layer the weights hold: the distinct numbers after ``experts.``, or the first
+    dimension of a layer's stacked expert tensors (3-D); 0 when no expert tensor is recognised."""
+    numbered = {int(m.group(1)) for name in shapes if (m := _EXPERT.search(name)) is not None}
+    stacked = [shape[0] for name, (_, shape) in shapes.items()
+               if len(shape) == 3 and any(part in name for part in STACKED_EXPERTS)]
+    return max([len(numbered), *stacked])
+
+
+def largest_dimension(shapes: Mapping[str, tuple[str, tuple[int, ...]]], layers_only: bool) -> int:
+    """The largest dimension of any tensor (``layers_only``: of the numbered layers' tensors, when
+    there are any); 0 for no tensors."""
+    layered = [shape for name, (_, shape) in shapes.items() if _NUMBER.search(name) is not None]
+    pool = layered if layers_only and layered else [shape for _, shape in shapes.values()]
+    return max((d for shape in pool for d in shape), default=0)
+
+
 def size_problem(shapes: Mapping[str, tuple[str, tuple[int, ...]]], sizes: Mapping[str, tuple[str, int]]
                  ) -> str | None:
     """What config.json claims beyond the weights (``sizes``: role -> (its config.json key, value),
-    roles ``layers``, ``vocab`` and ``hidden``), or None."""
+    roles as in ``ROLES``), or None."""
     if "layers" in sizes:
         key, value = sizes["layers"]
         held = len(numbered_layers(shapes))
@@ -135,35 +175,80 @@ def size_problem(shapes: Mapping[str, tuple[str, tuple[int, ...]]], sizes: Mappi
             widths = sorted({shape[1] for shape in embeddings})
             seen = f" (the embedding's width is {widths[0]})" if len(widths) == 1 else ""
             return f"{key} is {value}, a size no tensor in the weights has{seen}"
+    for role in ("intermediate", "moe_intermediate"):
+        if role in sizes and shapes:
+            key, value = sizes[role]
+            layers_only = not (role == "intermediate" and "moe_intermediate" in sizes)
+            largest = largest_dimension(shapes, layers_only)
+            if value > largest:
+                where = "the layers' tensors" if layers_only else "the weights"
+                return f"{key} is {value}, larger than any dimension of {where} (the largest is {largest})"
+    if "experts" in sizes and (held := held_experts(shapes)):
+        key, value = sizes["experts"]
+        if value > held:
+            return f"{key} is {value}, but the weights hold {held} experts per layer"
     return None
 
 
+def _whole(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def config_sizes(hf_config: Any) -> dict[str, tuple[str, int]]:
-    """role -> (config.json key, value) of a transformers config: its text model's layers, vocabulary
-    and width under the family's own key names (GPT-2's ``n_layer``, a multimodal model's
-    ``text_config.num_hidden_layers``); a size the config does not have as an integer is left out."""
+    """role -> (config.json key, value) of a transformers config or of config.json itself (a
+    dict): its text model's sizes under the family's own key names (GPT-2's ``n_layer``, Mixtral's
+    ``num_local_experts``, a multimodal model's ``text_config.num_hidden_layers``); a size the
+    config does not have as an integer is left out."""
+    if isinstance(hf_config, Mapping):
+        inner = hf_config.get("text_config")
+        text: Any = inner if isinstance(inner, Mapping) else hf_config
+        prefix = "text_config." if text is inner else ""
+        found = {role: next((k for k in keys if _whole(text.get(k))), None) for role, keys in ROLES.items()}
+        return {role: (prefix + key, int(text[key])) for role, key in found.items() if key is not None}
     text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
     prefix = "" if text is hf_config else "text_config."
     aliases = getattr(type(text), "attribute_map", {}) or {}
-    out = {}
-    for role, attr in (("layers", "num_hidden_layers"), ("vocab", "vocab_size"), ("hidden", "hidden_size")):
-        try:
-            value = getattr(text, attr, None)
-        except (AttributeError, TypeError):
-            continue
-        if isinstance(value, int) and not isinstance(value, bool):
-            out[role] = (prefix + str(aliases.get(attr, attr)), value)
+    out: dict[str, tuple[str, int]] = {}
+    for role, attrs in ROLES.items():
+        for attr in attrs:
+            try:
+                value = getattr(text, attr, None)
+            except (AttributeError, TypeError):
+                continue
+            if _whole(value):
+                out[role] = (prefix + str(aliases.get(attr, attr)), value)
+                break
     return out
 
 
-def refuse_sizes_beyond_weights(folder: str | Path, sizes: Mapping[str, tuple[str, int]]) -> None:
-    """``ConfigError`` on ``model.path`` naming config.json and the key when the config claims more
-    layers, vocabulary or width than ``folder``'s safetensors hold; nothing for a folder without
-    safetensors."""
-    files = weight_files(Path(folder))
-    if not files:
-        return
-    problem = size_problem(tensor_shapes(files), sizes)
+def refuse_sizes_beyond_weights(folder: str | Path, sizes: Mapping[str, tuple[str, int]],
+                                field: str = "model.path", files: Iterable[Path] | None = None) -> None:
+    """``ConfigError`` on ``field`` naming config.json and the key when the config claims more
+    than ``folder``'s safetensors hold (``files``: those the caller's loader reads, default
+    ``weight_files``); nothing for a folder without safetensors."""
+    try:
+        found = list(files) if files is not None else weight_files(Path(folder))
+        if not found:
+            return
+        shapes = tensor_shapes(found)
+    except ConfigError as exc:  # a broken index or file, named under the caller's field
+        raise ConfigError(exc.message, field=field, fix=exc.fix) from None
+    problem = size_problem(shapes, sizes)
     if problem is not None:
         raise ConfigError(f"config.json in {str(folder)!r} does not match its weights: {problem}",
-                          field="model.path", fix=FIX)
+                          field=field, fix=FIX)
+
+
+def refuse_config_json_beyond_weights(folder: str | Path, field: str = "model.path",
+                                      files: Iterable[Path] | None = None) -> None:
+    """``refuse_sizes_beyond_weights`` for a loader that reads ``folder/config.json`` itself (mlx-lm,
+    MAX): a config.json that cannot be read as an object is left to that loader's own error."""
+    path = Path(folder) / "config.json"
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_INDEX_BYTES:
+            return
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(data, Mapping):
+        refuse_sizes_beyond_weights(folder, config_sizes(data), field=field, files=files)

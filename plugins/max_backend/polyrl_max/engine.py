@@ -55,6 +55,7 @@ import numpy as np
 from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.literal_chat import encode_chat_literal
 from polyrl.backend_kit.tokens import given_a_start, pad_token_id, text_prompt_ids
+from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.types import EngineConfig, Prompt, TokenPrompt
@@ -305,6 +306,8 @@ class MaxEngine:
         self.encoding = resolve_encoding(config.dtype, self.device_kind, options, gguf=self.gguf_file)
         self.architecture = check_architecture(self.max_model_dir, self.encoding, self.device_kind,
                                                encoding_field=encoding_field(options))
+        if self.gguf_file is None:  # config.json's sizes against the safetensors headers, before MAX builds
+            refuse_config_json_beyond_weights(self.max_model_dir, field=_model_field(options))
         self.max_length = int(config.max_length)
         if config.lora is not None:
             raise ConfigError("the max backend cannot run LoRA adapters in-process", field="lora",

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from polyrl.backend_kit.reward_text import encode_pair
-from polyrl.errors import RewardError
+from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
+from polyrl.errors import ConfigError, RewardError
 from polyrl.rewards.options import merged, required_text, whole_number
 from polyrl.hookspecs import hookimpl
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
@@ -57,8 +59,12 @@ def load(path: str) -> tuple[Any, Any]:
         from polyrl_max.encoder import EncoderClassifier
 
         try:
+            # config.json's sizes against the headers of the files the encoder reads, before its graph
+            refuse_config_json_beyond_weights(path, "options.path", sorted(Path(path).glob("*.safetensors")))
             classifier = EncoderClassifier(path)
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)  # never the folder's own Python
+        except ConfigError as exc:
+            raise RewardError(f"{NAME}: {exc}") from None
         except (OSError, ValueError, KeyError) as exc:
             raise RewardError(f"{NAME}: cannot load a BERT/DistilBERT classifier from {path!r}: {exc}. "
                               "Fix: point options.path at a *ForSequenceClassification folder with "

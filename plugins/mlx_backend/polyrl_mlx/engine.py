@@ -27,6 +27,7 @@ from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.literal_chat import encode_chat_literal
 from polyrl.backend_kit.options import SCORE_BATCH_TOKENS, scoring_options
 from polyrl.backend_kit.tokens import given_a_start, pad_token_id, text_prompt_ids
+from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.types import EngineConfig, Prompt, TokenPrompt
@@ -184,6 +185,9 @@ class MLXEngine:
         warn_slow_half_precision(config.dtype, self.device)
         blas.set_threads(config.threads)
         self.model_dir = _model_dir(config.model)
+        # config.json's sizes against the headers of the files mlx-lm loads, before it builds the model
+        refuse_config_json_beyond_weights(self.model_dir, "model.path",
+                                          sorted(self.model_dir.glob("model*.safetensors")))
 
         with mx.stream(self.device):
             try:

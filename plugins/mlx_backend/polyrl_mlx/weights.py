@@ -43,6 +43,7 @@ from polyrl_mlx.engine import MLXEngine
 from polyrl_mlx.expert_names import to_hf, to_mlx
 from polyrl_mlx.lora_layers import base_weight, fresh_adapters, lora_modules, merged_weight
 from polyrl_mlx.packed import PACKING_LEAVES, dequantized, is_packed, packed_like
+from polyrl_mlx.resume_check import refuse_mismatched_tensors
 
 STATE_DIR = "mlx_state"
 ADAPTER_DIR = "adapter"
@@ -260,7 +261,7 @@ def load_checkpoint(engine: MLXEngine, path: str, state_path: str | None = None,
     missing optimizer or RNG file is an error naming it. The learning rate comes from this
     engine's config (MLX keeps it inside the optimizer state).
     """
-    from mlx.utils import tree_unflatten
+    from mlx.utils import tree_flatten, tree_unflatten
 
     folder = Path(path)
     if not (folder / "model.safetensors").exists():
@@ -280,11 +281,19 @@ def load_checkpoint(engine: MLXEngine, path: str, state_path: str | None = None,
         exact_lora = (not weights_only and engine.lora is not None and meta.get("lora")
                       and (adapter / "adapters.safetensors").exists())
         if exact_lora:
-            if (state / "base_model.safetensors").exists():
-                engine.model.load_weights(str(state / "base_model.safetensors"), strict=False)
+            # each file holds part of the model (strict=False): both checked before either loads
+            params = dict(tree_flatten(engine.model.parameters()))
+            lora = {k: v for k, v in params.items() if k.rsplit(".", 1)[-1] in ("lora_a", "lora_b")}
+            adapters = mx.load(str(adapter / "adapters.safetensors"))
+            refuse_mismatched_tensors(adapter / "adapters.safetensors", adapters, lora, "LoRA adapter tensors")
+            base_file = state / "base_model.safetensors"
+            base = mx.load(str(base_file)) if base_file.exists() else None
+            if base is not None:
+                refuse_mismatched_tensors(base_file, base, {k: v for k, v in params.items() if k not in lora},
+                                          "LoRA base weight tensors")
+                engine.model.load_weights(list(base.items()), strict=False)
                 engine.base_replaced = True
-            engine.model.load_weights(list(mx.load(str(adapter / "adapters.safetensors")).items()),
-                                      strict=False)
+            engine.model.load_weights(list(adapters.items()), strict=False)
             mx.eval(engine.model.parameters())
         else:
             import_weights(engine, mx_to_numpy(mx.load(str(folder / "model.safetensors"))))

@@ -400,8 +400,8 @@ def _load_pretrained(folder: str, extra: dict[str, Any], **model_kwargs: Any) ->
     The tokenizer is checked against ``config.json`` before any weight is read: a tokenizer with
     more ids than the model has embedding rows belongs to another model, and would otherwise fail
     at the first out-of-range id deep inside ``torch.embedding``. So is config.json against the
-    safetensors headers: a config naming more layers or a larger vocabulary than the weights hold
-    cost minutes and gigabytes to build (``polyrl.backend_kit.weight_headers``).
+    safetensors headers: a config naming more layers, a larger vocabulary, wider MLPs or more
+    experts than the weights hold cost minutes and gigabytes to build (``polyrl.backend_kit.weight_headers``).
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 

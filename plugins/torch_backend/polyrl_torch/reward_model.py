@@ -32,7 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from polyrl.backend_kit.reward_text import encode_pair
-from polyrl.errors import RewardError
+from polyrl.backend_kit.weight_headers import config_sizes, refuse_sizes_beyond_weights
+from polyrl.errors import ConfigError, RewardError
 from polyrl.folder_links import refuse_outside_links
 from polyrl.rewards.options import merged, required_text, whole_number
 from polyrl.hookspecs import hookimpl
@@ -59,7 +60,6 @@ def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
 def torch_device(name: str) -> Any:
     """``polyrl_torch.devices.resolve_device`` (``auto``: CUDA when torch sees a GPU, else the CPU),
     a device torch cannot use being a RewardError on ``options.device``."""
-    from polyrl.errors import ConfigError
     from polyrl_torch.devices import resolve_device
 
     try:
@@ -77,7 +77,7 @@ def load_reward_model(path: str, device: str = "auto", dtype: str = "float32") -
             return _loaded[key]
         try:
             import torch
-            from transformers import AutoModelForSequenceClassification, AutoTokenizer
+            from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
         except ImportError as exc:
             raise RewardError(f"{NAME} needs torch and transformers ({exc}). Fix: pip install 'polyrl[torch]'") from exc
         resolved = path
@@ -96,8 +96,13 @@ def load_reward_model(path: str, device: str = "auto", dtype: str = "float32") -
             refuse_outside_links(resolved, field="options.path")
             # never the folder's own Python (auto_map): transformers would otherwise ask on stdin
             tokenizer = AutoTokenizer.from_pretrained(resolved, trust_remote_code=False)
-            model = AutoModelForSequenceClassification.from_pretrained(resolved, dtype=torch_dtype,
-                                                                       trust_remote_code=False)
+            hf_config = AutoConfig.from_pretrained(resolved, trust_remote_code=False)
+            # config.json's sizes against the safetensors headers, before the model is built
+            refuse_sizes_beyond_weights(resolved, config_sizes(hf_config), field="options.path")
+            model = AutoModelForSequenceClassification.from_pretrained(resolved, config=hf_config,
+                                                                       dtype=torch_dtype, trust_remote_code=False)
+        except ConfigError as exc:
+            raise RewardError(f"{NAME}: {exc}") from None
         except (OSError, ValueError) as exc:
             raise RewardError(f"{NAME}: cannot load a sequence-classification model from {path!r}: {exc}. "
                               "Fix: point options.path at a folder with config.json, weights and a tokenizer "
