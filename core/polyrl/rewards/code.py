@@ -56,13 +56,16 @@ network                     a network namespace with only its own loopback; secc
                             ``setns``/``unshare``, so another namespace cannot be entered;
                             audit hook refuses ``socket.*`` events
 privilege                   no capabilities, no_new_privs, an unprivileged uid; seccomp refuses
-                            mount, ptrace, keyctl, bpf, module loading, namespace creation
+                            mount, ptrace, keyctl, bpf, module loading, namespace creation;
+                            /proc is read-only (a uid-0 sample cannot write /proc/sys)
 fork bomb / subprocesses    audit hook refuses fork/exec/spawn/subprocess (and ctypes, except
                             behind bubblewrap, where numpy needs it); RLIMIT_NPROC as
                             ``nobody``; the PID namespace dies with the sample
 infinite loop               wall-clock timeout -> SIGKILL (process group, PID namespace);
                             RLIMIT_CPU as a backstop
-memory bomb                 RLIMIT_AS (``memory_mb``): allocations fail with MemoryError
+memory bomb                 RLIMIT_AS (``memory_mb``) per process: allocations fail with
+                            MemoryError; every sample process has oom_score_adj 1000 (``choom``),
+                            so the OOM killer takes samples, not the trainer
 huge output / full disk     the trainer reads output through a pipe and kills the sample past
                             ``max_output_bytes``; the tmpfs holds ``disk_mb`` in all; RLIMIT_FSIZE
 ==========================  ==================================================================
@@ -88,7 +91,12 @@ What is NOT isolated, or only partly:
       samples (an RL policy) need bubblewrap (``isolation = "require"``).
     * seccomp needs the ``pyseccomp`` package and libseccomp; without them namespaces and the
       dropped capabilities remain (``isolation_report()["seccomp"]`` says).
-    * CPU share and disk bandwidth are not throttled (only bounded in time and size).
+    * CPU share and disk bandwidth are not throttled (only bounded in time and size), and a
+      sample's memory is not capped as a whole (no cgroup): its processes (libc's ``fork`` passes
+      the audit hook behind bubblewrap) together hold up to ``max_processes`` x ``memory_mb``, and
+      with uid 0 (``user = "none"``, or no user ``nobody``) RLIMIT_NPROC does not apply, so only
+      the timeout bounds its process count. The OOM killer takes samples first (without
+      ``choom`` installed the report says so and the trainer may be its choice).
 """
 
 from __future__ import annotations

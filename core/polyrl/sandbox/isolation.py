@@ -10,6 +10,12 @@ is not the first; ``"require"`` refuses anything less than the first; ``"off"`` 
 ``unshare``     util-linux unshare: network and PID namespaces only, files of the host visible
                 (kernel permissions of the unprivileged user still apply), disk capped per file.
 ``off``         a plain subprocess: rlimits, the Python audit hook and the timeout only.
+
+At every level the sample starts under ``choom`` (util-linux) with ``oom_score_adj`` 1000: rlimits
+are per process, so a sample's processes together can hold ``max_processes`` x ``memory_mb``, and
+when that exhausts the machine the kernel's OOM killer must take a sample, never the trainer (with
+the largest memory it is the first choice otherwise). Set by root, the value is also the floor
+the sample cannot go under; behind bubblewrap ``/proc`` is read-only, so it cannot write it at all.
 """
 
 from __future__ import annotations
@@ -48,9 +54,10 @@ class Launch:
     seccomp_program: bytes | None
     report: dict[str, str]
     site_dirs: tuple[str, ...] = ()
+    oom: tuple[str, ...] = ()  # ``choom -n 1000 --`` before everything (module docstring), or ()
 
     def argv(self, python_args: Sequence[str], seccomp_fd: int | None) -> list[str]:
-        cmd = list(self.prefix)
+        cmd = list(self.oom) + list(self.prefix)
         if seccomp_fd is not None:
             cmd += ["--seccomp", str(seccomp_fd)]
         return cmd + list(self.suffix) + [self.python, *python_args]
@@ -140,7 +147,9 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int) -> tupl
                 made.add(folder)
                 cmd += ["--perms", "0755", "--dir", folder]
         cmd += ["--ro-bind", path, path]
-    cmd += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SANDBOX_HOME]
+    # /proc read-only: a sample with uid 0 (user = "none", or no user nobody) could otherwise write
+    # /proc/sys (kernel.core_pattern runs a program as the host's root) and lower its oom_score_adj
+    cmd += ["--remount-ro", "/dev", "--remount-ro", "/proc", "--remount-ro", "/", "--chdir", SANDBOX_HOME]
     for key, value in sandbox_env(SANDBOX_HOME).items():
         cmd += ["--setenv", key, value]
     drop: list[str] = []
@@ -193,7 +202,21 @@ def resolve_user(user: Any) -> tuple[tuple[int, int] | None, str, bool]:
 def choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
     """The strongest level that works here for these options (see the module docstring)."""
     launch = _choose(isolation, user, python, disk_mb)
-    return attrs.evolve(launch, site_dirs=tuple(site_dirs(python)))
+    return attrs.evolve(launch, site_dirs=tuple(site_dirs(python)), oom=oom_first())
+
+
+#: The OOM killer's score adjustment of every sample process: the highest, "kill this first".
+OOM_SCORE_ADJ = 1000
+
+
+def oom_first() -> tuple[str, ...]:
+    """The command prefix that starts a sample as the OOM killer's first choice, or () when
+    ``choom`` is missing or refused here (the sample then competes with the trainer)."""
+    choom = shutil.which("choom")
+    if choom is None:
+        return ()
+    prefix = (choom, "-n", str(OOM_SCORE_ADJ), "--")
+    return prefix if probe([*prefix, "true"]) is None else ()
 
 
 def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:

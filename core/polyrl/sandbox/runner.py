@@ -92,7 +92,9 @@ class Sandbox:
         self.audit_hook = bool(audit_hook)
         self.launch = _choose(isolation, user, self.python, self.limits.disk_mb)
         rlimits = "on: CPU, address space, file size, open files, core; processes " + (
-            "(not enforced: root)" if os.geteuid() == 0 and self.launch.ids is None else "on")
+            "(not enforced: root)" if os.geteuid() == 0 and self.launch.ids is None else "on") + (
+            "; out of memory, samples die first (oom_score_adj 1000)" if self.launch.oom
+            else "; oom_score_adj: off (no choom), the trainer may be the OOM killer's choice")
         self.report = {**self.launch.report,
                        "audit_hook": "on" if self.audit_hook else "off (audit_hook = false)",
                        "rlimits": rlimits,
@@ -122,8 +124,9 @@ class Sandbox:
                 os.close(w)
                 pass_fds = (seccomp_r,)
             argv = self.launch.argv(["-I", "-S", "-B", "-c", SERVER_SOURCE], seccomp_r if pass_fds else None)
-            if self.launch.level == "bwrap":
-                argv[1:1] = ["--setenv", MARKER_ENV, "1"]
+            if self.launch.level == "bwrap":  # right after bwrap itself
+                at = len(self.launch.oom) + 1
+                argv[at:at] = ["--setenv", MARKER_ENV, "1"]
             try:
                 proc = subprocess.Popen(argv, cwd=folder or tempfile.gettempdir(), env=env,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
