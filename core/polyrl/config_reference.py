@@ -105,7 +105,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "rank": "adapter rank (the table's presence turns LoRA on)",
         "alpha": "adapter scale numerator (scale = alpha / rank)",
         "dropout": "adapter dropout",
-        "target_modules": "\"all-linear\" (every linear layer of the decoder blocks, lm_head excluded, whatever the family calls them) or a list of module names",
+        "target_modules": "\"all-linear\" (every linear layer of the decoder blocks, lm_head excluded, whatever the family calls them) or a list of module names (a block path or its end: q_proj, shared_expert.gate_proj); a name reaching no linear layer is an error",
     },
     "data": {
         "task": "built-in task (`arithmetic`)",

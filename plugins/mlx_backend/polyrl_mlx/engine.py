@@ -33,7 +33,7 @@ from polyrl.logs import get_logger
 from polyrl.types import EngineConfig, Prompt, TokenPrompt
 
 from polyrl_mlx import blas
-from polyrl_mlx._mx import mx, nn, optim
+from polyrl_mlx._mx import mx, optim
 from polyrl_mlx.architectures import SPLIT_HEAD_TYPES, TESTED_TYPES, exact_embedding_scale
 from polyrl_mlx.convert import load_error
 from polyrl_mlx.family_check import check_family
@@ -260,26 +260,14 @@ class MLXEngine:
     def _add_lora(self, lora: Any) -> None:
         from mlx_lm.tuner.utils import linear_to_lora_layers
 
-        layers = getattr(self.model, "layers", None)
-        if not layers:
-            raise ConfigError("this model exposes no transformer layers for LoRA", field="lora")
-        if lora.all_linear:  # peft's "all-linear": every linear layer of the blocks (no lm_head)
-            keys = sorted(name for name, m in layers[0].named_modules()
-                          if isinstance(m, (nn.Linear, nn.QuantizedLinear)))
-            missing = [] if keys else list(lora.target_modules)
-        else:
-            keys = sorted({name for name, _ in layers[0].named_modules()
-                           if name and name.rsplit(".", 1)[-1] in lora.target_modules})
-            found = {k.rsplit(".", 1)[-1] for k in keys}
-            missing = [t for t in lora.target_modules if t not in found]
-        if missing:
-            raise ConfigError(f"LoRA target modules {missing} do not exist in this model",
-                              field="lora.target_modules",
-                              fix='use "all-linear" or module names of the model, e.g. q_proj, v_proj')
+        from polyrl_mlx.lora_targets import lora_keys
+
+        # the torch backend's set for the same lora.target_modules (polyrl.backend_kit.lora_targets)
+        keys = lora_keys(self.model, lora, self.model_type)
         self.lora_keys = keys
         self.model.freeze()
         linear_to_lora_layers(
-            self.model, len(layers),
+            self.model, len(self.model.layers),
             {"rank": lora.rank, "scale": lora.alpha / lora.rank, "dropout": lora.dropout, "keys": keys},
         )
 

@@ -222,17 +222,13 @@ class TorchEngine:
         from peft import LoraConfig as PeftLoraConfig
         from peft import get_peft_model
 
-        names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+        from polyrl_torch.lora_targets import peft_targets
+
         linear = linear_module_names(model)
-        missing = [] if lora.all_linear else [t for t in lora.target_modules if t not in names]
-        if missing:
-            raise ConfigError(f"LoRA target modules {missing} do not exist in this "
-                              f"{getattr(model.config, 'model_type', '?')} model",
-                              field="lora.target_modules",
-                              fix=f'use "all-linear" or this model\'s linear layers: {", ".join(linear)}')
         peft_config = PeftLoraConfig(
             r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-            target_modules=list(linear) if lora.all_linear else peft_target_modules(lora),
+            # full module paths: the MLX backend's set for the same lora (polyrl.backend_kit.lora_targets)
+            target_modules=peft_targets(model, lora),
             task_type="CAUSAL_LM", bias="none",
         )
         peft_model = get_peft_model(model, peft_config, adapter_name=ADAPTER)
@@ -359,9 +355,10 @@ def disable_dropout(model: Any) -> None:
 
 def linear_module_names(model: Any) -> list[str]:
     """Leaf names of the decoder's linear layers (``nn.Linear``, and GPT-2's ``Conv1D``), the output
-    head left out: what "all-linear" adapts. Resolved here rather than by peft, whose "all-linear"
-    also adapts the fused expert tensors of some MoE models (Qwen3-MoE) through parameter wrappers,
-    which polyrl cannot fold into the exported weights (``refuse_unfoldable_adapters``)."""
+    head left out: the fix ``refuse_unfoldable_adapters`` names. The adapted set itself comes from
+    ``polyrl_torch.lora_targets`` rather than peft, whose "all-linear" also adapts the fused expert
+    tensors and router of some MoE models (Qwen3-MoE) through parameter wrappers, which polyrl
+    cannot fold into the exported weights and the MLX backend does not adapt under that name."""
     from transformers.pytorch_utils import Conv1D
 
     head = model.get_output_embeddings()
