@@ -251,3 +251,139 @@ def test_a_max_reward_models_config_claiming_more_than_its_weights_is_one_error_
         load(str(model))
     text = str(err.value)
     assert text.startswith("max_reward_model: options.path: config.json") and words in text and "\n" not in text, text
+
+
+# --- the torch reward model: weights that lack, reshape or never had what its config needs ---------
+
+
+@pytest.fixture(scope="module")
+def tiny_rm(tmp_path_factory) -> str:
+    pytest.importorskip("torch")
+    from polyrl_torch.testing.tiny_reward_model import build_tiny_reward_model
+
+    return build_tiny_reward_model(tmp_path_factory.mktemp("rm") / "tiny-rm")
+
+
+def _reweighted(src: str, dst: Path, edit) -> str:
+    """A copy of the model folder ``src`` whose model.safetensors holds ``edit(tensors)``."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    save_file(edit(load_file(str(dst / "model.safetensors"))), str(dst / "model.safetensors"), metadata={"format": "pt"})
+    return str(dst)
+
+
+def _refused(path: str) -> str:
+    from polyrl_torch.reward_model import load_reward_model
+
+    with pytest.raises(RewardError) as err:
+        load_reward_model(path)
+    text = str(err.value)
+    assert text.startswith("reward_model: options.path: ") and "\n" not in text, text
+    return text
+
+
+@pytest.mark.parametrize("edit", ["q_proj dropped", "layer 1 renumbered 5"])
+def test_a_reward_model_whose_weights_lack_tensors_is_refused_naming_them(tiny_rm, tmp_path, edit):
+    """transformers filled the missing tensors with random weights and only warned: every reward
+    was noise. Layer 1 renumbered 5 still holds 2 numbered layers, as config.json says, so the
+    header bound passes it; layer 1 is then missing."""
+    if edit == "q_proj dropped":
+        folder = _reweighted(tiny_rm, tmp_path / "m", lambda t: {k: v for k, v in t.items()
+                                                                 if k != "model.layers.1.self_attn.q_proj.weight"})
+        named = "lack 1 tensor(s) config.json's model needs, which transformers would fill with random weights: " \
+                "model.layers.1.self_attn.q_proj.weight"
+    else:
+        folder = _reweighted(tiny_rm, tmp_path / "m", lambda t: {k.replace("layers.1.", "layers.5."): v
+                                                                 for k, v in t.items()})
+        named = "lack 9 tensor(s) config.json's model needs, which transformers would fill with random weights: " \
+                "model.layers.1.input_layernorm.weight, model.layers.1.mlp.down_proj.weight"
+    text = _refused(folder)
+    assert named in text and "Fix: use the config.json saved with these weights" in text, text
+
+
+def test_a_reward_models_tensor_of_another_shape_is_one_error_line(tiny_rm, tmp_path):
+    """It was a RuntimeError traceback telling to set ignore_mismatched_sizes."""
+    import torch
+
+    folder = _reweighted(tiny_rm, tmp_path / "m",
+                         lambda t: {**t, "model.layers.0.self_attn.q_proj.weight": torch.zeros(3, 3)})
+    text = _refused(folder)
+    assert ("does not match its weights: 1 tensor(s) of another shape: model.layers.0.self_attn.q_proj.weight "
+            "([3, 3] in the weights, [64, 64] in config.json's model)") in text, text
+
+
+def test_a_causal_lm_folder_is_refused_as_a_reward_model_and_real_classifiers_still_score(
+        tiny_rm, tiny_model_dir, tmp_path):
+    """The tiny Llama policy loaded as LlamaForSequenceClassification with a random score head and
+    only a warning: rewards were noise. Real classifiers (the tiny reward model, a config naming
+    fewer layers than its weights hold, BERT/DistilBERT) load and score as before."""
+    import torch
+    from transformers import (BertConfig, BertForSequenceClassification, DistilBertConfig,
+                              DistilBertForSequenceClassification)
+
+    from polyrl_torch.reward_model import score_texts
+
+    text = _refused(tiny_model_dir)
+    assert "is not a sequence-classification reward model (config.json's architectures: LlamaForCausalLM): " \
+           "its weights have no classification head (score.weight)" in text, text
+    assert "*ForSequenceClassification" in text and 'name = "llm_judge"' in text, text
+    torch.manual_seed(0)
+    classifiers = {
+        "bert": BertForSequenceClassification(BertConfig(
+            vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            max_position_embeddings=128, num_labels=1)),
+        "distilbert": DistilBertForSequenceClassification(DistilBertConfig(
+            vocab_size=512, dim=64, n_layers=2, n_heads=4, hidden_dim=128, max_position_embeddings=128, num_labels=1))}
+    folders = [tiny_rm, str(_edited(tiny_rm, tmp_path / "fewer", num_hidden_layers=1))]
+    for name, model in classifiers.items():
+        model.save_pretrained(tmp_path / name)
+        for f in Path(tiny_model_dir).glob("*token*"):
+            shutil.copy(f, tmp_path / name / f.name)
+        folders.append(str(tmp_path / name))
+    for folder in folders:
+        scores = score_texts(["What is 2 + 3?"], ["5"], {"path": folder})
+        assert len(scores) == 1 and np.isfinite(scores[0]), folder
+
+
+# --- polyrl convert (mlx) ------------------------------------------------------------------------------
+
+
+def test_polyrl_convert_to_mlx_refuses_a_config_beyond_its_weights_from_the_headers(tiny_model_dir, tmp_path):
+    """mlx-lm built the 20000 layers (~13 s) before its own refusal; the headers say it at once."""
+    require_backends("mlx")
+    from polyrl_mlx.convert import convert
+
+    model = _edited(tiny_model_dir, tmp_path / "downloaded", num_hidden_layers=20000)
+    with pytest.raises(ConfigError) as err:
+        convert(str(model), str(tmp_path / "out"), to="mlx")
+    assert err.value.field == "src" and "num_hidden_layers is 20000, but the weights hold 2 numbered layers" in str(
+        err.value), str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["DistilBertForMaskedLM", "BertModel"])
+def test_max_reward_model_refuses_a_folder_without_a_classification_head(tiny_model_dir, tmp_path, kind):
+    """It refused with the bare name of the first tensor it missed (a base BertModel's, saved
+    without the ``bert.`` prefix: its embedding), not saying the folder is no reward model."""
+    require_backends("max")
+    torch = pytest.importorskip("torch")
+    import transformers
+
+    from polyrl_max.reward_model import load
+
+    torch.manual_seed(0)
+    config = (transformers.DistilBertConfig(vocab_size=512, dim=64, n_layers=2, n_heads=4, hidden_dim=128,
+                                            max_position_embeddings=128) if kind.startswith("Distil") else
+              transformers.BertConfig(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                      intermediate_size=128, max_position_embeddings=128))
+    getattr(transformers, kind)(config).save_pretrained(tmp_path / "m")
+    for f in Path(tiny_model_dir).glob("*token*"):
+        shutil.copy(f, tmp_path / "m" / f.name)
+    with pytest.raises(RewardError) as err:
+        load(str(tmp_path / "m"))
+    text = str(err.value)
+    head = "pre_classifier.weight" if kind.startswith("Distil") else "bert.pooler.dense.weight"
+    assert text.startswith("max_reward_model: options.path: ") and "\n" not in text, text
+    assert (f"is not a BERT/DistilBERT sequence-classification reward model: its weights have no classification "
+            f"head ({head})") in text and 'name = "llm_judge"' in text, text

@@ -104,3 +104,19 @@ def test_bad_options_name_the_fix(classifier):
     if kind == "bert":
         with pytest.raises(RewardError, match="2 labels"):
             score_texts(PROMPTS, COMPLETIONS, {"path": path})
+
+
+def test_arrow_compute_still_works_after_max_ran_a_model(classifier):
+    """MAX and pyarrow both carry OpenTelemetry's C++ context singleton: after MAX had run a model,
+    pyarrow's first compute call (a Parquet dataset's check) killed the process with SIGSEGV."""
+    import subprocess
+    import sys
+
+    kind, path = classifier
+    code = ("from polyrl_max.reward_model import score_texts\n"
+            f"score_texts(['Hi'], ['there'], {{'path': {path!r}, 'label': {1 if kind == 'bert' else 0}}})\n"
+            "import pyarrow as pa, pyarrow.compute as pc\n"
+            "print(pc.match_substring_regex(pa.array(['a', ' ']), r'^\\s*$').to_pylist())\n")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.strip().endswith("[False, True]")

@@ -468,13 +468,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except PolyrlError as exc:
+        from polyrl.errors import one_line
         from polyrl.launch_errors import report
 
-        if report(str(exc)):  # a rank under `polyrl launch`: the launcher prints the first rank's line once
+        full = str(exc)
+        line = one_line(full)  # a library's multi-line text inside the message stays on this line
+        if report(line, full=full):  # a rank under `polyrl launch`: the launcher prints the first rank's line once
             return 2
         # one write, newline included: ranks under torchrun share stderr, and print's separate
         # newline write let two ranks' lines run together
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write(f"error: {line}\n")
         sys.stderr.flush()
         return 2
 

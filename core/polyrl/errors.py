@@ -2,6 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def one_line(text: str) -> str:
+    """``text`` with each run of whitespace (newlines included) as one space.
+
+    Why: the CLI promises ONE ``error:`` line, and a library's multi-line text wrapped in an error
+    (torch's UnpicklingError, a module's traceback-like message) broke it in two; nothing of the
+    text, its ``Fix:`` part included, is dropped."""
+    return _WHITESPACE.sub(" ", text).strip()
+
 
 class PolyrlError(Exception):
     """Base class: anything polyrl raises on purpose."""

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from polyrl.errors import one_line
+
 #: The folder the launcher reads; set by ``polyrl launch`` for the ranks it starts.
 ENV = "POLYRL_LAUNCH_ERRORS"
 #: The launcher's pid: a rank hands its line over only while that process is its parent.
@@ -61,16 +63,19 @@ def _mine(folder: Path) -> bool:
         return False
 
 
-def report(text: str) -> bool:
+def report(text: str, full: str | None = None) -> bool:
     """Leave this rank's error line for the launcher; False when there is none (or the folder
     cannot take it, or the launcher that made it is no longer this rank's parent: killed, or the
     variables leaked into another process's environment): the caller prints the line itself, so
-    it is never lost."""
+    it is never lost. ``full``: the message before it was made one line (``errors.one_line``),
+    which the launcher keeps in torchrun's log (``full_text``)."""
     folder, owner = os.environ.get(ENV), os.environ.get(OWNER_ENV, "")
     if not folder or not owner.isdigit() or int(owner) != os.getppid():
         return False
     rank = os.environ.get("RANK", "0")
-    record = {"rank": int(rank) if rank.isdigit() else 0, "time": time.time(), "message": text}
+    record: dict[str, object] = {"rank": int(rank) if rank.isdigit() else 0, "time": time.time(), "message": text}
+    if full is not None and full != text:
+        record["full"] = full
     target = Path(folder) / f"rank-{rank}.json"
     partial = target.with_suffix(".tmp")
     try:
@@ -100,7 +105,16 @@ def first_error(folder: str | os.PathLike[str]) -> str | None:
     if not records:
         return None
     first = records[0]
+    message = one_line(first["message"])  # a rank of another polyrl version may have left newlines
     if all(r["message"] == first["message"] for r in records):
-        return str(first["message"])
+        return message
     others = ", ".join(str(r["rank"]) for r in records[1:])
-    return f"rank {first['rank']} failed first: {first['message']} (rank(s) {others} stopped after it)"
+    return f"rank {first['rank']} failed first: {message} (rank(s) {others} stopped after it)"
+
+
+def full_text(folder: str | os.PathLike[str]) -> str | None:
+    """The first failing rank's message as raised, when making it one line changed it (a library's
+    multi-line text inside it); None otherwise."""
+    records = _records(Path(folder))
+    full = records[0].get("full") if records else None
+    return full if isinstance(full, str) else None

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from polyrl.launch_errors import ENV, OWNER_ENV, first_error, new_folder
+from polyrl.launch_errors import ENV, OWNER_ENV, first_error, full_text, new_folder
 
 #: The exit code of a failed run whose ranks reported an error (as ``polyrl train`` returns).
 ERROR_EXIT = 2
@@ -108,6 +108,9 @@ def run(argv: list[str]) -> int:
                       f"(torchrun's own log: {log_path})\n")
         return code
     console.write(f"error: {said or problem}\n")
+    if said and (full := full_text(folder)) is not None:  # the line above, as the rank raised it
+        with open(log_path, "a") as log:
+            log.write(f"error (full text): {full}\n")
     console.write(f"logs: the ranks' output is above; torchrun's own is in {log_path}\n")
     console.flush()
     return ERROR_EXIT if said and code == 1 else code

@@ -772,7 +772,11 @@ class Trainer:
         return True
 
     def _resume_point(self, path: str | Path | None, weights_only: bool) -> tuple[Path, dict[str, Any]] | None:
-        return resume_point(self.config, path, weights_only)
+        point = resume_point(self.config, path, weights_only)
+        check = self.registry.spec(self.config.backends.train).check_checkpoint if point else None
+        if point and check is not None:  # the backend's files, before any model loads
+            check(str(point[0] / ckpt.MODEL_DIR), str(point[0] / ckpt.ENGINE_STATE_DIR), weights_only)
+        return point
 
     def _start_over(self) -> None:
         """A fresh start in ``output_dir``: metrics of a run that left no checkpoint (killed before

@@ -485,6 +485,10 @@ class BackendSpec:
     #: table, so the core refuses a key that no backend of the run declares (a typo would do
     #: nothing); None means "not declared" and turns that check off for runs using this backend.
     options: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_keys)
+    #: ``(model_dir, engine_state_dir, weights_only) -> None``: raises a ``ConfigError`` on
+    #: ``--resume`` when a checkpoint's backend files this resume reads are missing or damaged.
+    #: Called with no engine, before any model loads, so a bad file costs no model load.
+    check_checkpoint: Callable[[str, str, bool], Any] | None = None
 
 
 @attrs.define

@@ -22,6 +22,8 @@ from typing import Any
 import attrs
 import numpy as np
 
+from polyrl_max.arrow_first import set_up_arrow_first
+
 
 @attrs.define(frozen=True)
 class EncoderShape:
@@ -90,6 +92,19 @@ def weight_names(shape: EncoderShape) -> list[str]:
     return names + ["pre_classifier.weight", "pre_classifier.bias", "classifier.weight", "classifier.bias"]
 
 
+#: the tensors of the classification head (and BERT's pooler, which only the head uses): what a
+#: base encoder or masked-LM folder lacks
+HEAD_PREFIXES = ("classifier.", "pre_classifier.", "bert.pooler.")
+
+
+class MissingWeight(KeyError):
+    """A tensor the classifier needs that the folder's safetensors lack (``args[0]``: its name)."""
+
+    def is_head(self) -> bool:
+        """Whether it is the classification head's: the folder is no sequence classifier at all."""
+        return str(self.args[0]).startswith(HEAD_PREFIXES)
+
+
 def load_weights(folder: Path, shape: EncoderShape) -> list[np.ndarray]:
     """The graph's weight inputs from the folder's safetensors (Linear weights transposed once)."""
     from safetensors.numpy import load_file
@@ -99,10 +114,11 @@ def load_weights(folder: Path, shape: EncoderShape) -> list[np.ndarray]:
         tensors.update(load_file(str(f)))
     if not tensors:
         raise FileNotFoundError(f"no .safetensors weights in {folder}")
+    names = weight_names(shape)
+    if missing := [name for name in names if name not in tensors]:  # the head's first: is it a classifier?
+        raise MissingWeight(next((name for name in missing if name.startswith(HEAD_PREFIXES)), missing[0]))
     out = []
-    for name in weight_names(shape):
-        if name not in tensors:
-            raise KeyError(name)
+    for name in names:
         value = np.asarray(tensors[name], dtype=np.float32)
         if name.endswith(".weight") and value.ndim == 2 and "embeddings" not in name:
             value = value.T  # Linear: y = x @ W.T + b; the graph multiplies by W.T directly
@@ -182,6 +198,7 @@ class EncoderClassifier:
         # the classifier's rows are the label count (config.json may omit num_labels)
         self.shape = attrs.evolve(self.shape, labels=int(self.weights[-1].shape[0]))
         self.max_positions = int(self.weights[1].shape[0])
+        set_up_arrow_first()  # before MAX runs anything: see arrow_first
         session = engine.InferenceSession(devices=[CPU()])
         self.model = session.load(build_graph(self.shape, self.weights))
 

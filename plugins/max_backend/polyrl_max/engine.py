@@ -60,6 +60,7 @@ from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.types import EngineConfig, Prompt, TokenPrompt
 
+from polyrl_max.arrow_first import set_up_arrow_first
 from polyrl_max import options as max_options
 from polyrl_max.architectures import check_architecture
 from polyrl_max.options import DEFAULT_MAX_BATCH_SIZE, max_batch_size
@@ -349,6 +350,7 @@ class MaxEngine:
     def _load(self, options: Mapping[str, Any]) -> tuple[Any, float, bool]:
         from max.pipelines import AutoModel
 
+        set_up_arrow_first()  # before MAX runs anything: see arrow_first
         restore_child_environment()
         kwargs: dict[str, Any] = {
             "devices": self.device_spec,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from polyrl.backend_kit.reward_text import encode_pair
@@ -30,6 +30,9 @@ from polyrl.errors import ConfigError, RewardError
 from polyrl.rewards.options import merged, required_text, whole_number
 from polyrl.hookspecs import hookimpl
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
+
+if TYPE_CHECKING:
+    from polyrl_max.encoder import MissingWeight
 
 NAME = "max_reward_model"
 DEFAULTS: dict[str, Any] = {"path": None, "batch_size": 8, "max_length": 512, "label": None,
@@ -56,7 +59,7 @@ def load(path: str) -> tuple[Any, Any]:
         from polyrl_max.engine import configure_environment
 
         configure_environment({})
-        from polyrl_max.encoder import EncoderClassifier
+        from polyrl_max.encoder import EncoderClassifier, MissingWeight
 
         try:
             # config.json's sizes against the headers of the files the encoder reads, before its graph
@@ -65,6 +68,8 @@ def load(path: str) -> tuple[Any, Any]:
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)  # never the folder's own Python
         except ConfigError as exc:
             raise RewardError(f"{NAME}: {exc}") from None
+        except MissingWeight as exc:
+            raise RewardError(missing_weight_error(path, exc)) from None
         except (OSError, ValueError, KeyError) as exc:
             raise RewardError(f"{NAME}: cannot load a BERT/DistilBERT classifier from {path!r}: {exc}. "
                               "Fix: point options.path at a *ForSequenceClassification folder with "
@@ -72,6 +77,19 @@ def load(path: str) -> tuple[Any, Any]:
         tokenizer.truncation_side = "left"
         _loaded[path] = (classifier, tokenizer)
         return _loaded[path]
+
+
+def missing_weight_error(path: str, exc: MissingWeight) -> str:
+    """One line for a folder whose weights lack a tensor the classifier needs: no classification
+    head means the folder is not a reward model (a base encoder, a masked LM)."""
+    if exc.is_head():
+        return (f"{NAME}: options.path: {path!r} is not a BERT/DistilBERT sequence-classification reward model: "
+                f"its weights have no classification head ({exc.args[0]}). Fix: point options.path at a "
+                "*ForSequenceClassification folder (train or convert a reward model), or score with an LLM "
+                "judge (name = \"llm_judge\")")
+    return (f"{NAME}: options.path: the weights in {path!r} lack {exc.args[0]}, which the classifier needs. "
+            "Fix: re-copy or re-download the model folder (a BertForSequenceClassification or "
+            "DistilBertForSequenceClassification saved by transformers)")
 
 
 def score_texts(prompts: Sequence[Prompt], completions: Sequence[str],

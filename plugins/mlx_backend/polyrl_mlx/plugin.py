@@ -21,6 +21,7 @@ from polyrl.backend_kit.versions import installed_version
 from polyrl.hookspecs import hookimpl
 from polyrl.types import BackendSpec, Capabilities, EngineConfig
 
+from polyrl_mlx import state_files
 from polyrl_mlx.architectures import ARCHITECTURES
 
 BACKEND = "mlx"
@@ -114,6 +115,7 @@ def polyrl_register_backends(register) -> None:
             version=installed_version(DISTRIBUTION),
             diagnostics=_diagnostics,
             options=SCORING_KEYS,  # the [backends.options] keys it reads (polyrl_mlx.engine.ScoringOptions)
+            check_checkpoint=state_files.check_checkpoint,  # headers only: imports no MLX
         )
     )
 

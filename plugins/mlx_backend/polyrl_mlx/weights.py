@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from polyrl.backend_kit import engine_state as es
 from polyrl.backend_kit.checkpoints import missing_piece
 from polyrl.backend_kit.versions import installed_version
 from polyrl.types import NamedWeights
@@ -43,6 +44,7 @@ from polyrl_mlx.engine import MLXEngine
 from polyrl_mlx.expert_names import to_hf, to_mlx
 from polyrl_mlx.lora_layers import base_weight, fresh_adapters, lora_modules, merged_weight
 from polyrl_mlx.packed import PACKING_LEAVES, dequantized, is_packed, packed_like
+from polyrl_mlx import state_files
 from polyrl_mlx.resume_check import refuse_mismatched_tensors
 
 STATE_DIR = "mlx_state"
@@ -266,14 +268,11 @@ def load_checkpoint(engine: MLXEngine, path: str, state_path: str | None = None,
     folder = Path(path)
     if not (folder / "model.safetensors").exists():
         raise FileNotFoundError(f"{folder} is not a checkpoint (no model.safetensors)")
-    state = Path(state_path) if state_path and Path(state_path).is_dir() else folder / STATE_DIR
-    meta = json.loads((state / "engine.json").read_text()) if (state / "engine.json").exists() else {}
+    state = state_files.state_folder(path, state_path)
+    meta = state_files.check_checkpoint(path, state_path, weights_only)  # again: a direct call, or edited since
     opt_file = state / "optimizer.safetensors"
-    if not weights_only:
-        if engine.optimizer is not None and not opt_file.exists():
-            raise missing_piece("optimizer state", opt_file)
-        if not (state / "rng.safetensors").exists():
-            raise missing_piece("RNG state", state / "rng.safetensors")
+    if not weights_only and engine.optimizer is not None and not opt_file.exists():
+        raise missing_piece("optimizer state", opt_file)
     adapter = folder / ADAPTER_DIR
     if not (adapter / "adapters.safetensors").exists():
         adapter = state  # written before adapters moved beside the model
@@ -296,15 +295,23 @@ def load_checkpoint(engine: MLXEngine, path: str, state_path: str | None = None,
             engine.model.load_weights(list(adapters.items()), strict=False)
             mx.eval(engine.model.parameters())
         else:
-            import_weights(engine, mx_to_numpy(mx.load(str(folder / "model.safetensors"))))
+            model_file = folder / "model.safetensors"
+            with es.loading(model_file, "model weights", es.WEIGHTS_FIX):
+                weights = mx_to_numpy(mx.load(str(model_file)))
+            with es.fitting(model_file):
+                import_weights(engine, weights)
         if weights_only:
             return True
         same_kind = bool(meta.get("lora")) == (engine.lora is not None)
         if engine.optimizer is not None and same_kind:
-            engine.optimizer.state = tree_unflatten(list(mx.load(str(opt_file)).items()))
+            with es.loading(opt_file, "the optimizer state polyrl saved"):
+                saved = mx.load(str(opt_file))
+            state_files.check_optimizer(opt_file, saved, dict(tree_flatten(engine.model.parameters())))
+            engine.optimizer.state = tree_unflatten(list(saved.items()))
             engine.optimizer.learning_rate = engine.config.optimizer.lr
             mx.eval(engine.optimizer.state)
-        engine.rng_key = mx.load(str(state / "rng.safetensors"))["sampler_key"]
+        with es.loading(state / "rng.safetensors", "the sampler key polyrl saved"):
+            engine.rng_key = mx.load(str(state / "rng.safetensors"))["sampler_key"]
     return True
 
 

@@ -137,6 +137,12 @@ def _load(config: EngineConfig) -> Any:
     return engine
 
 
+def _check_checkpoint(path: str, state_path: str, weights_only: bool) -> None:
+    from polyrl_torch.state_files import check_checkpoint
+
+    check_checkpoint(path, state_path, weights_only)
+
+
 # --- discovery -----------------------------------------------------------------------------------
 
 
@@ -153,6 +159,7 @@ def polyrl_register_backends(register) -> None:
             version=installed_version(DISTRIBUTION),
             diagnostics=_diagnostics,
             options=OPTION_KEYS,
+            check_checkpoint=_check_checkpoint,
         )
     )
 

@@ -38,6 +38,7 @@ from polyrl.folder_links import refuse_outside_links
 from polyrl.rewards.options import merged, required_text, whole_number
 from polyrl.hookspecs import hookimpl
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
+from polyrl_torch.reward_weights import refuse_incomplete_weights
 
 NAME = "reward_model"
 DEFAULTS: dict[str, Any] = {"path": None, "batch_size": 8, "max_length": 1024, "chat_template": True,
@@ -99,10 +100,18 @@ def load_reward_model(path: str, device: str = "auto", dtype: str = "float32") -
             hf_config = AutoConfig.from_pretrained(resolved, trust_remote_code=False)
             # config.json's sizes against the safetensors headers, before the model is built
             refuse_sizes_beyond_weights(resolved, config_sizes(hf_config), field="options.path")
-            model = AutoModelForSequenceClassification.from_pretrained(resolved, config=hf_config,
-                                                                       dtype=torch_dtype, trust_remote_code=False)
+            # the loading info names what transformers would fill with random weights (a missing
+            # tensor, a causal LM's absent score head) or could not load (a tensor of another shape)
+            model, info = AutoModelForSequenceClassification.from_pretrained(
+                resolved, config=hf_config, dtype=torch_dtype, trust_remote_code=False,
+                output_loading_info=True, ignore_mismatched_sizes=True)
+            refuse_incomplete_weights(path, model, info)
         except ConfigError as exc:
             raise RewardError(f"{NAME}: {exc}") from None
+        except RuntimeError as exc:  # e.g. weights cut short while their data is read
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise RewardError(f"{NAME}: options.path: cannot load the weights in {path!r}: {first}. "
+                              "Fix: re-copy or re-download the model folder") from None
         except (OSError, ValueError) as exc:
             raise RewardError(f"{NAME}: cannot load a sequence-classification model from {path!r}: {exc}. "
                               "Fix: point options.path at a folder with config.json, weights and a tokenizer "

@@ -26,16 +26,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from polyrl.backend_kit import engine_state as es
 from polyrl.backend_kit.checkpoints import missing_piece
 from polyrl.backend_kit.versions import installed_version
 from polyrl.errors import ConfigError
 from polyrl.types import NamedWeights
-from polyrl_torch import distributed
+from polyrl_torch import distributed, state_files
 from polyrl_torch.engine import ADAPTER, TorchEngine, merged_weight
+from polyrl_torch.state_files import FORMAT, STATE_DIR
 
-STATE_DIR = "torch_state"
 ADAPTER_DIR = "adapter"
-FORMAT = 1
 
 
 # --- names ---------------------------------------------------------------------------------------
@@ -214,15 +214,23 @@ def _refuse_missing_adapters(engine: TorchEngine, adapters: Mapping[str, torch.T
     from peft.utils import get_peft_model_state_dict
 
     expected = get_peft_model_state_dict(engine.model, adapter_name=ADAPTER, save_embedding_layers=False)
+    fix = ("resume from a checkpoint whose adapter folder is intact (as polyrl wrote it), or with "
+           "--resume-weights-only to start fresh adapters on its merged weights")
     missing = sorted(set(expected) - set(adapters))
     if missing:
         shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
         raise ConfigError(
             f"{file} lacks {len(missing)} of this model's {len(expected)} LoRA adapter tensors "
             f"({shown}); resuming would restart those adapters from their initial values",
-            field="--resume",
-            fix="resume from a checkpoint whose adapter folder is intact (as polyrl wrote it), or with "
-                "--resume-weights-only to start fresh adapters on its merged weights")
+            field="--resume", fix=fix)
+    unexpected = sorted(set(adapters) - set(expected))
+    if unexpected:  # set_peft_model_state_dict would load the rest first, then refuse these
+        raise es.state_error(file, f"holds {len(unexpected)} tensor(s) not among this model's LoRA adapter "
+                                   f"tensors ({', '.join(unexpected[:3])})", fix)
+    for name in sorted(adapters):
+        have, want = tuple(adapters[name].shape), tuple(expected[name].shape)
+        if have != want:
+            raise es.state_error(file, f"holds {name} of shape {list(have)}, but this model's is {list(want)}", fix)
 
 
 def load_checkpoint(engine: TorchEngine, path: str, state_path: str | None = None,
@@ -238,40 +246,49 @@ def load_checkpoint(engine: TorchEngine, path: str, state_path: str | None = Non
     model_file = folder / "model.safetensors"
     if not model_file.exists():
         raise FileNotFoundError(f"{folder} is not a torch-backend checkpoint (no model.safetensors)")
-    state = Path(state_path) if state_path and Path(state_path).is_dir() else folder / STATE_DIR
-    meta = json.loads((state / "engine.json").read_text()) if (state / "engine.json").exists() else {}
-    if not weights_only:
-        if engine.optimizer is not None and not (state / "optimizer.pt").exists():
-            raise missing_piece("optimizer state", state / "optimizer.pt")
-        if not (state / "rng.pt").exists():
-            raise missing_piece("RNG state", state / "rng.pt")
+    state = state_files.state_folder(path, state_path)
+    meta = state_files.check_checkpoint(path, state_path, weights_only)  # again: a direct call, or edited since
+    if not weights_only and engine.optimizer is not None and not (state / "optimizer.pt").exists():
+        raise missing_piece("optimizer state", state / "optimizer.pt")
+    same_kind = bool(meta.get("lora")) == (engine.lora is not None)
+    # the pickled states are read and checked before any weight is replaced
+    optimizer_state = (state_files.load_optimizer(state / "optimizer.pt", engine.optimizer,
+                                                  "cpu" if engine.fsdp is not None else engine.device,
+                                                  sharded=engine.fsdp is not None)
+                       if not weights_only and engine.optimizer is not None and same_kind else None)
+    rng = None if weights_only else state_files.load_rng(state / "rng.pt", engine.generator)
     exact_lora = (not weights_only and engine.lora is not None and meta.get("lora")
                   and (folder / ADAPTER_DIR).is_dir())
     if exact_lora:
         from peft.utils import set_peft_model_state_dict
 
         adapter_file = folder / ADAPTER_DIR / "adapter_model.safetensors"
-        adapters = load_file(str(adapter_file))
+        base_file = state / "base_model.safetensors"
+        with es.loading(adapter_file, "LoRA adapter tensors"):
+            adapters = load_file(str(adapter_file))
         _refuse_missing_adapters(engine, adapters, adapter_file)  # before anything is changed
-        _assign(engine, load_file(str(state / "base_model.safetensors")))
+        with es.loading(base_file, "LoRA base weights"):
+            base = load_file(str(base_file))
+        with es.fitting(base_file, es.FIX):
+            _assign(engine, base)
         result = set_peft_model_state_dict(engine.model, adapters, adapter_name=ADAPTER)
         if getattr(result, "unexpected_keys", None):
             raise ValueError(f"adapter keys not in this model: {result.unexpected_keys[:3]}")
     else:
-        import_weights(engine, load_file(str(model_file)))  # type: ignore[arg-type]  # merged model; LoRA adapters reset
-    if weights_only:
+        with es.loading(model_file, "model weights", es.WEIGHTS_FIX):
+            weights = load_file(str(model_file))
+        with es.fitting(model_file):
+            import_weights(engine, weights)  # type: ignore[arg-type]  # merged model; LoRA adapters reset
+        del weights  # not held while the optimizer state is loaded
+    if rng is None:
         return True
-    same_kind = bool(meta.get("lora")) == (engine.lora is not None)
-    if engine.optimizer is not None and same_kind:
+    if optimizer_state is not None:
         if engine.fsdp is not None:  # full state by index -> this rank's shards
-            full = torch.load(state / "optimizer.pt", map_location="cpu", weights_only=True)
-            engine.fsdp.load_optimizer_state(engine.optimizer, full)
+            engine.fsdp.load_optimizer_state(engine.require_optimizer(), optimizer_state)
         else:
-            engine.optimizer.load_state_dict(
-                torch.load(state / "optimizer.pt", map_location=engine.device, weights_only=True)
-            )
+            with es.loading(state / "optimizer.pt", "this optimizer's state"):
+                engine.require_optimizer().load_state_dict(optimizer_state)
         _apply_config_hyperparameters(engine)
-    rng = torch.load(state / "rng.pt", weights_only=True)
     torch.set_rng_state(rng["torch"])
     engine.generator.set_state(rng["sampler"])
     if "cuda" in rng and torch.cuda.is_available():
