@@ -364,7 +364,10 @@ def load_checkpoint(engine: Any, path: str, state_path: str | None, weights_only
     ``polyrl.errors.ConfigError`` naming it), unless ``weights_only``: then load the weights alone
     and leave optimizer and RNG fresh. Hyper-parameters (learning rate, betas, weight decay) come
     from the engine's current config, not from the saved optimizer state: a resumed run may change
-    them on purpose."""
+    them on purpose. A damaged file is one ``ConfigError(field="--resume")`` naming it
+    (``polyrl.backend_kit.engine_state`` has the checks); what can be told from the files alone
+    (presence, sizes, headers) goes in the optional ``BackendSpec.check_checkpoint``, which the
+    trainer calls before any model loads."""
 
 
 # --- data parallelism ----------------------------------------------------------------------------
