@@ -16,6 +16,7 @@ def private_speed_records(tmp_path, monkeypatch):
     monkeypatch.setattr("polyrl.bench.speed_records.default_cache_dir", lambda: tmp_path / "cache")
 
 
+@pytest.mark.slow  # two bench children, each loading torch and the model
 def test_bench_reports_each_backend_in_its_own_process(tiny_model_dir, tmp_path):
     out = tmp_path / "bench.json"
     report = run_bench(model=tiny_model_dir, backends=["torch", "torch"], prompts=2, group_size=2,

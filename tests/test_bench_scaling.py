@@ -65,6 +65,7 @@ def test_the_eos_heavy_model_stops_early_unless_told_to_ignore_eos(eos_heavy_mod
     assert hf_generate(eos_heavy_model, 1, 4, 16, 1, 1, True)["completion_lens"] == [16] * 4
 
 
+@pytest.mark.slow  # the sweep fixture runs polyrl and TRL side by side
 def test_sweep_runs_polyrl_and_trl_at_fixed_lengths(sweep):
     report, output = sweep
     assert json.loads(output.read_text()) == report
@@ -89,6 +90,7 @@ def test_sweep_runs_polyrl_and_trl_at_fixed_lengths(sweep):
             assert 0 < side["generate_mfu"] < 1.5 and 0 < side["train_mfu"] < 1.5
 
 
+@pytest.mark.slow  # the sweep fixture runs polyrl and TRL side by side
 def test_sweep_writes_chart_and_markdown_table(sweep, tmp_path):
     report, _ = sweep
     chart = write_sweep_chart(report, tmp_path / "scaling.png")
@@ -102,6 +104,7 @@ def test_sweep_writes_chart_and_markdown_table(sweep, tmp_path):
     assert trend.startswith("- group 2, full: x TRL per step ") and "from 8 to 16 tokens" in trend
 
 
+@pytest.mark.slow  # the sweep fixture runs polyrl and TRL side by side
 def test_script_resumes_a_finished_sweep_without_rerunning_and_writes_png_and_md(sweep, eos_heavy_model,
                                                                                   tmp_path, capsys):
     """``bench/scaling.py --resume`` on a report holding every point: no child runs; the chart
@@ -119,6 +122,7 @@ def test_script_resumes_a_finished_sweep_without_rerunning_and_writes_png_and_md
     assert json.loads(copy.read_text())["points"] == json.loads(output.read_text())["points"]
 
 
+@pytest.mark.slow  # the sweep fixture runs polyrl and TRL side by side
 def test_resume_skips_done_points_and_records_a_trl_timeout(sweep, eos_heavy_model, tmp_path):
     report, output = sweep
     resumed_file = tmp_path / "scaling.json"
@@ -138,6 +142,7 @@ def test_resume_skips_done_points_and_records_a_trl_timeout(sweep, eos_heavy_mod
     assert write_sweep_chart(resumed, tmp_path / "scaling.png")
 
 
+@pytest.mark.slow  # the sweep fixture runs polyrl and TRL side by side
 def test_resume_refuses_a_report_made_with_other_settings(sweep, eos_heavy_model):
     _, output = sweep
     with pytest.raises(ConfigError, match="threads") as caught:
