@@ -1,7 +1,8 @@
 """Escapes a hostile tester used against the Python-level guard, replayed against the OS layers.
 
 Every sample here runs with the audit hook OFF (``audit_hook=False``): what stops it is the
-kernel (bubblewrap namespaces, an unprivileged uid, no capabilities, seccomp, a private tmpfs).
+kernel (bubblewrap namespaces, an unprivileged uid, no capabilities, seccomp, which also refuses new
+processes, a private tmpfs).
 As root (this machine's default) the suite runs twice, parametrized on the sandbox's ``user``
 option: "auto" (the sample runs as ``nobody``) and "none" (the sample keeps uid 0 but has no
 capabilities and sees only the read-only tree bwrap builds). The trainer itself running
@@ -11,6 +12,7 @@ caller, run under ``setpriv`` as ``nobody``.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import socket
@@ -108,8 +110,9 @@ def test_host_files_are_not_there_and_the_tree_is_read_only(box, tmp_path):
 
 
 def test_subinterpreter_os_system_runs_as_nobody_inside(box, tmp_path):
-    """The sub-interpreter trick escapes an audit hook; here there is no hook to escape, and what
-    it runs is still inside the namespaces, without capabilities."""
+    """The sub-interpreter trick escapes an audit hook; here there is no hook to escape. With the
+    seccomp filter no shell starts at all (new processes are refused); without it, what it runs
+    is still inside the namespaces, without capabilities."""
     marker = tmp_path / "pwned"
     inner = (f"import os; os.system('id -u; touch {marker} 2>&1; touch /root/pwned-by-sample 2>&1; "
              "cat /proc/1/environ 2>&1 | head -c 100; echo')")
@@ -118,6 +121,9 @@ def test_subinterpreter_os_system_runs_as_nobody_inside(box, tmp_path):
     result = run(box, code)
     assert not marker.exists()
     assert not os.path.exists("/root/pwned-by-sample")
+    if box.launch.seccomp_program is not None:
+        assert not any(line.strip().isdigit() for line in result.output.splitlines()), result.output
+        return
     uid = result.output.strip().splitlines()[0]
     assert uid == ("65534" if box.launch.ids else "0"), result.output
     if box.launch.ids is None:  # uid 0 in there: still no capability to do anything with it
@@ -197,11 +203,17 @@ def test_filling_the_disk_stops_at_the_cap(box):
     assert shutil.disk_usage("/tmp").free > free_before - 4 * 2 ** 20  # the host's /tmp took none of it
 
 
-def test_fork_and_processes_die_with_the_sample(box):
-    code = ("import os, time\nfor _ in range(4):\n    if os.fork() == 0:\n        os.setsid()\n"
-            "        time.sleep(60)\n        os._exit(0)\n")
+def test_fork_is_refused_and_processes_die_with_the_sample(box):
+    """With the seccomp filter a sample cannot fork, hook or not (one process: ``memory_mb`` bounds
+    it in all); without it (no libseccomp) its ``setsid`` children die with the PID namespace."""
+    code = ("import os, time\nforked = 0\nfor _ in range(4):\n    try:\n        pid = os.fork()\n"
+            "    except OSError as e:\n        print('REFUSED', e.errno, flush=True)\n        continue\n"
+            "    if pid == 0:\n        os.setsid()\n        time.sleep(60)\n        os._exit(0)\n"
+            "    forked += 1\nprint('FORKED', forked, flush=True)\n")
     result = run(box, code)
     assert result.passed == [True]
+    if box.launch.seccomp_program is not None:
+        assert "FORKED 0" in result.output and f"REFUSED {errno.EPERM}" in result.output, result.output
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert "sleep(60)" not in out  # nothing of the sample survives it (PID namespace torn down)
 

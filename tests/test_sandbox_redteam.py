@@ -96,3 +96,130 @@ def test_samples_are_the_oom_killers_first_choice_and_stay_it(isolation):
     process, the trainer. Every sample process now has oom_score_adj 1000 and cannot lower it."""
     assert score(OOM_ESCAPE, "assert oom() == (1000, False, 1000)", isolation=isolation) == 1.0
     assert "oom_score_adj 1000" in isolation_report(isolation=isolation)["rlimits"]
+
+
+def _seccomp_on(isolation: str) -> bool:
+    return isolation_report(isolation=isolation)["seccomp"].startswith("on")
+
+
+def _syscall_numbers(*names: str) -> dict[str, int]:
+    """This architecture's numbers for ``names`` (those it has), from libseccomp."""
+    import pyseccomp
+
+    numbers = {name: pyseccomp.resolve_syscall(pyseccomp.system_arch(), name) for name in names}
+    return {name: nr for name, nr in numbers.items() if nr >= 0}
+
+
+USERS = ["auto", "none"] if os.geteuid() == 0 else ["auto"]
+
+#: Starts processes past the audit hook (libc through ctypes), has each child hold ``mb`` MB, and
+#: sums the memory of every process in the sample's PID namespace; a fork bomb; threads.
+PROCESSES = (
+    "import ctypes, os, threading, time\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def rss_mb(pid):\n"
+    "    try:\n"
+    "        for line in open(f'/proc/{pid}/status'):\n"
+    "            if line.startswith('VmRSS:'):\n"
+    "                return int(line.split()[1]) // 1024\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "    return 0\n"
+    "def hold(n, mb):\n"
+    "    children = []\n"
+    "    for _ in range(n):\n"
+    "        pid = libc.fork()\n"
+    "        if pid == 0:\n"
+    "            block = b'x' * (mb << 20)\n"
+    "            libc.pause()\n"
+    "            libc._exit(0)\n"
+    "        if pid > 0:\n"
+    "            children.append(pid)\n"
+    "    end = time.monotonic() + 5\n"
+    "    while time.monotonic() < end and any(rss_mb(pid) < mb for pid in children):\n"
+    "        time.sleep(0.05)\n"
+    "    return len(children), sum(rss_mb(p) for p in os.listdir('/proc') if p.isdigit())\n"
+    "def bomb(n):\n"
+    "    made = 0\n"
+    "    for _ in range(n):\n"
+    "        pid = libc.fork()\n"
+    "        if pid == 0:\n"
+    "            libc.pause()\n"
+    "            libc._exit(0)\n"
+    "        made += pid > 0\n"
+    "    return made\n"
+    "def raw(numbers):\n"
+    "    out = {}\n"
+    "    for name, nr in numbers.items():\n"
+    "        arg = ctypes.create_string_buffer(88) if name == 'clone3' else 17\n"
+    "        pid = libc.syscall(nr, arg, 88 if name == 'clone3' else 0, 0, 0, 0)\n"
+    "        if pid == 0:\n"
+    "            libc._exit(0)\n"
+    "        out[name] = (pid, ctypes.get_errno())\n"
+    "    return out\n"
+    "def shell():\n"
+    "    return libc.system(b'exit 0')\n"
+    "def threads():\n"
+    "    out = []\n"
+    "    workers = [threading.Thread(target=lambda i=i: out.append(i * i)) for i in range(4)]\n"
+    "    for w in workers:\n"
+    "        w.start()\n"
+    "    for w in workers:\n"
+    "        w.join()\n"
+    "    return sorted(out)\n"
+)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("user", USERS)
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_a_sample_is_one_process_so_memory_mb_bounds_it_in_all(isolation, user):
+    """libc's fork (through ctypes, past the audit hook) gave a sample ``max_processes`` processes
+    of ``memory_mb`` each (4 x 200 MB held here under a 512 MB limit), and as uid 0 any number of
+    them. Now seccomp refuses every new process (fork, vfork-style spawn, raw fork/clone; clone3
+    is ENOSYS) and threads still start through glibc's clone fallback."""
+    if not _seccomp_on(isolation):
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    import errno
+
+    numbers = _syscall_numbers("fork", "clone", "clone3")
+    refused = {name: (-1, errno.ENOSYS if name == "clone3" else errno.EPERM) for name in numbers}
+    tests = ("forked, total_mb = hold(4, 200)\nassert (forked, total_mb < 512) == (0, True)\n"
+             "assert bomb(64) == 0\n"
+             f"assert raw({numbers!r}) == {refused!r}\n"
+             "assert shell() != 0\n"
+             "assert threads() == [0, 1, 4, 9]\n")
+    assert score(PROCESSES, tests, isolation=isolation, user=user) == 1.0
+
+
+#: io_uring past the audit hook: set up a ring, enter and register on a bad descriptor.
+IO_URING = (
+    "import ctypes\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def ring(setup, enter, register):\n"
+    "    params = ctypes.create_string_buffer(120)\n"
+    "    fd = libc.syscall(setup, 8, params)\n"
+    "    answers = [(fd, ctypes.get_errno())]\n"
+    "    if fd >= 0:\n"
+    "        libc.close(fd)\n"
+    "    for nr in (enter, register):\n"
+    "        answers.append((libc.syscall(nr, -1, 0, 0, 0, 0, 0), ctypes.get_errno()))\n"
+    "    return answers\n"
+)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_io_uring_is_refused(isolation):
+    """io_uring (a large kernel attack surface, refused by Docker's default profile) worked in a
+    sample: ``io_uring_setup`` gave a ring. Every io_uring call now fails with EPERM from the
+    filter (not EBADF from the kernel for a bad descriptor)."""
+    if not _seccomp_on(isolation):
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    import errno
+
+    nrs = _syscall_numbers("io_uring_setup", "io_uring_enter", "io_uring_register")
+    if len(nrs) != 3:
+        pytest.skip("no io_uring calls on this architecture")
+    call = f"ring({nrs['io_uring_setup']}, {nrs['io_uring_enter']}, {nrs['io_uring_register']})"
+    assert score(IO_URING, f"assert {call} == [(-1, {errno.EPERM})] * 3\n", isolation=isolation) == 1.0

@@ -22,7 +22,8 @@ Options (``[[rewards]] name = "code_tests"``); unknown options are an error:
 ``file_size_mb``      largest file the sample may write (default 16)
 ``disk_mb``           size of the sample's private tmpfs, all its files together (default 64; bwrap)
 ``max_open_files``    (default 64)
-``max_processes``     RLIMIT_NPROC (default 16; see the table: the kernel ignores it for root)
+``max_processes``     RLIMIT_NPROC (default 16; see the table: the kernel ignores it for root);
+                      with bubblewrap's seccomp filter a sample starts no process at all
 ``max_output_bytes``  stdout+stderr kept; more kills the sample, score 0 (default 65536)
 ``max_workers``       samples run at once (default 2)
 ``python``            interpreter for the sample (default: this one; its folders are bound read-only)
@@ -56,16 +57,20 @@ network                     a network namespace with only its own loopback; secc
                             ``setns``/``unshare``, so another namespace cannot be entered;
                             audit hook refuses ``socket.*`` events
 privilege                   no capabilities, no_new_privs, an unprivileged uid; seccomp refuses
-                            mount, ptrace, keyctl, bpf, module loading, namespace creation;
-                            /proc is read-only (a uid-0 sample cannot write /proc/sys)
+                            mount, ptrace, keyctl, bpf, module loading, namespace creation,
+                            io_uring; /proc is read-only (a uid-0 sample cannot write /proc/sys)
 fork bomb / subprocesses    audit hook refuses fork/exec/spawn/subprocess (and ctypes, except
-                            behind bubblewrap, where numpy needs it); RLIMIT_NPROC as
-                            ``nobody``; the PID namespace dies with the sample
+                            behind bubblewrap, where numpy needs it); seccomp refuses fork,
+                            vfork and clone without CLONE_THREAD (clone3: ENOSYS), so the
+                            sample is one process, threads still start; fallbacks: RLIMIT_NPROC
+                            as ``nobody``; the PID namespace dies with the sample
 infinite loop               wall-clock timeout -> SIGKILL (process group, PID namespace);
                             RLIMIT_CPU as a backstop
 memory bomb                 RLIMIT_AS (``memory_mb``) per process: allocations fail with
-                            MemoryError; every sample process has oom_score_adj 1000 (``choom``),
-                            so the OOM killer takes samples, not the trainer
+                            MemoryError; with seccomp the sample is one process (its threads
+                            share it), so ``memory_mb`` bounds the whole sample; every sample
+                            process has oom_score_adj 1000 (``choom``), so the OOM killer takes
+                            samples, not the trainer
 huge output / full disk     the trainer reads output through a pipe and kills the sample past
                             ``max_output_bytes``; the tmpfs holds ``disk_mb`` in all; RLIMIT_FSIZE
 ==========================  ==================================================================
@@ -91,12 +96,15 @@ What is NOT isolated, or only partly:
       samples (an RL policy) need bubblewrap (``isolation = "require"``).
     * seccomp needs the ``pyseccomp`` package and libseccomp; without them namespaces and the
       dropped capabilities remain (``isolation_report()["seccomp"]`` says).
-    * CPU share and disk bandwidth are not throttled (only bounded in time and size), and a
-      sample's memory is not capped as a whole (no cgroup): its processes (libc's ``fork`` passes
-      the audit hook behind bubblewrap) together hold up to ``max_processes`` x ``memory_mb``, and
-      with uid 0 (``user = "none"``, or no user ``nobody``) RLIMIT_NPROC does not apply, so only
-      the timeout bounds its process count. The OOM killer takes samples first (without
-      ``choom`` installed the report says so and the trainer may be its choice).
+    * CPU share and disk bandwidth are not throttled (only bounded in time and size), and memory
+      has no cgroup: ``max_workers`` samples at once hold up to ``max_workers`` x ``memory_mb``.
+      Without the seccomp filter (unshare or off level, or no libseccomp) a sample can fork (the
+      audit hook is Python inside it), its processes together hold up to ``max_processes`` x
+      ``memory_mb``, and with uid 0 (``user = "none"``, or no user ``nobody``) RLIMIT_NPROC does
+      not apply, so only the timeout bounds its process count. The OOM killer takes samples
+      first (without ``choom`` installed the report says so and the trainer may be its choice).
+      No option lets a sample start processes (``audit_hook = false`` lifts the Python guard,
+      not the filter).
 """
 
 from __future__ import annotations

@@ -6,13 +6,15 @@ is not the first; ``"require"`` refuses anything less than the first; ``"off"`` 
 ``bwrap``       bubblewrap: fresh mount, PID (own /proc), network, IPC, UTS and cgroup namespaces
                 (and a user namespace when not root); the only filesystem is a read-only view of
                 /usr and the interpreter's folders plus a size-capped private tmpfs at /tmp; no
-                capabilities; the sample's uid is an unprivileged user; seccomp filter if built.
+                capabilities; the sample's uid is an unprivileged user; seccomp filter if built
+                (it also refuses new processes: the sample is one process, ``memory_mb`` in all).
 ``unshare``     util-linux unshare: network and PID namespaces only, files of the host visible
                 (kernel permissions of the unprivileged user still apply), disk capped per file.
 ``off``         a plain subprocess: rlimits, the Python audit hook and the timeout only.
 
 At every level the sample starts under ``choom`` (util-linux) with ``oom_score_adj`` 1000: rlimits
-are per process, so a sample's processes together can hold ``max_processes`` x ``memory_mb``, and
+are per process, so without the seccomp filter (unshare, off, no libseccomp) a sample's processes
+together can hold ``max_processes`` x ``memory_mb``, and samples run ``max_workers`` at a time;
 when that exhausts the machine the kernel's OOM killer must take a sample, never the trainer (with
 the largest memory it is the first choice otherwise). Set by root, the value is also the floor
 the sample cannot go under; behind bubblewrap ``/proc`` is read-only, so it cannot write it at all.

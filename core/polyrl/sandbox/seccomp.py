@@ -1,10 +1,18 @@
 """A seccomp filter for samples, compiled once with libseccomp (through ``pyseccomp``) if present.
 
 Why: namespaces and a dropped uid already stop most escapes, but the kernel calls that enter or
-create namespaces, mount, trace other processes or load kernel objects are the usual first step of
-a kernel exploit; a sample never needs them, so they fail with EPERM. ``clone3`` fails with ENOSYS
-(its flags cannot be inspected; libc then falls back to ``clone``, whose namespace flags are
-refused) and TIOCSTI (typing into the parent's terminal) is refused.
+create namespaces, mount, trace other processes, load kernel objects or set up io_uring (a large
+kernel attack surface, refused by Docker's default profile too) are the usual first step of a
+kernel exploit; a sample never needs them, so they fail with EPERM. TIOCSTI (typing into the
+parent's terminal) is refused.
+
+One process per sample: rlimits (``memory_mb`` above all) are per process, so a sample forking
+through ctypes (libc's ``fork`` passes the audit hook, which refuses process creation for every
+honest sample anyway) held ``max_processes`` x ``memory_mb``, and as uid 0 RLIMIT_NPROC does not
+apply. ``fork``, ``vfork`` and ``clone`` without ``CLONE_THREAD`` fail with EPERM; threads
+(``CLONE_THREAD`` implies a shared address space) still start, so ``memory_mb`` bounds the whole
+sample. ``clone3`` fails with ENOSYS: its flags live in a struct a filter cannot read, and on
+ENOSYS libc falls back to ``clone`` for threads.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import errno
 import tempfile
 import threading
+from typing import Any
 
 #: Kernel calls refused with EPERM.
 DENIED = (
@@ -20,8 +29,11 @@ DENIED = (
     "pidfd_getfd", "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
     "open_by_handle_at", "name_to_handle_at", "kexec_load", "kexec_file_load", "init_module",
     "finit_module", "delete_module", "syslog", "acct", "swapon", "swapoff", "reboot", "quotactl",
-    "iopl", "ioperm", "personality",
+    "iopl", "ioperm", "personality", "io_uring_setup", "io_uring_enter", "io_uring_register",
 )
+#: Kernel calls that start a process, refused with EPERM (``clone`` is refused unless it makes a thread).
+NEW_PROCESS = ("fork", "vfork")
+CLONE_THREAD = 0x00010000
 CLONE_NEWNS_ANY = 0x7E020000  # every CLONE_NEW* flag (ns, cgroup, uts, ipc, user, pid, net)
 TIOCSTI = 0x5412
 
@@ -50,11 +62,18 @@ def _build() -> tuple[bytes | None, str]:
                 rules.add_rule(sc.ERRNO(errno.EPERM), name)
             except (ValueError, RuntimeError, OSError):
                 skipped.append(name)  # not a call on this architecture
+        for name in NEW_PROCESS:
+            try:
+                rules.add_rule(sc.ERRNO(errno.EPERM), name)
+            except (ValueError, RuntimeError, OSError):
+                pass  # not a call on this architecture (aarch64 has clone only)
+        flags = _clone_flags_arg(sc)
+        rules.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(flags, sc.MASKED_EQ, CLONE_THREAD, 0))
         rules.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
         for bit in range(32):
             flag = 1 << bit
             if CLONE_NEWNS_ANY & flag:
-                rules.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+                rules.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(flags, sc.MASKED_EQ, flag, flag))
         rules.add_rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, TIOCSTI))
         with tempfile.TemporaryFile() as out:  # libseccomp writes to a real descriptor
             rules.export_bpf(out)
@@ -63,5 +82,11 @@ def _build() -> tuple[bytes | None, str]:
     except Exception as exc:  # noqa: BLE001 - any libseccomp failure means "no filter", reported
         return None, f"off: libseccomp failed ({type(exc).__name__}: {exc})"
     names = len(DENIED) - len(skipped)
-    return program, (f"on: {names} calls refused (namespaces, mount, ptrace, keyctl, bpf, modules, ...), "
-                            "clone with namespace flags, TIOCSTI")
+    return program, (f"on: {names} calls refused (namespaces, mount, ptrace, keyctl, bpf, modules, io_uring, "
+                     "...), clone with namespace flags, TIOCSTI; new processes refused (fork, vfork, clone "
+                     "without CLONE_THREAD; clone3 ENOSYS): one process, threads only, memory_mb in all")
+
+
+def _clone_flags_arg(sc: Any) -> int:
+    """Which argument of ``clone`` holds the flags: the first, except on s390 (stack first)."""
+    return 1 if sc.system_arch() in (sc.Arch.S390, sc.Arch.S390X) else 0
