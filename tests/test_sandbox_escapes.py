@@ -20,8 +20,8 @@ import subprocess
 import sys
 
 import pytest
+from bwrap_util import WHY_NOT, needs_bwrap
 
-from polyrl.errors import RewardError
 from polyrl.rewards.code import parse_tests
 from polyrl.sandbox import Sandbox, SandboxLimits, isolation
 
@@ -31,16 +31,6 @@ TESTS = parse_tests("assert add(1, 2) == 3\n")
 GOOD = "def add(a, b):\n    return a + b\n"
 
 
-def _bwrap_works() -> str | None:
-    try:
-        Sandbox(SandboxLimits(timeout_s=5), isolation="require")
-    except RewardError as exc:
-        return str(exc)
-    return None
-
-
-WHY_NOT = _bwrap_works()
-needs_bwrap = pytest.mark.skipif(WHY_NOT is not None, reason=f"bubblewrap does not work here: {WHY_NOT}")
 USERS = ["auto", "none"] if os.geteuid() == 0 else ["auto"]
 
 

@@ -12,27 +12,14 @@ import os
 import shutil
 
 import pytest
+from bwrap_util import needs_bwrap
 
-from polyrl.errors import RewardError
 from polyrl.plugins import get_plugin_manager
 from polyrl.rewards.code import isolation_report
 from polyrl.rewards.combine import RewardComputer
-from polyrl.sandbox import Sandbox, SandboxLimits
 from polyrl.types import Completion, RewardContext
 
 pytestmark = pytest.mark.faults
-
-
-def _bwrap_works() -> str | None:
-    try:
-        Sandbox(SandboxLimits(timeout_s=5), isolation="require")
-    except RewardError as exc:
-        return str(exc)
-    return None
-
-
-WHY_NOT = _bwrap_works()
-needs_bwrap = pytest.mark.skipif(WHY_NOT is not None, reason=f"bubblewrap does not work here: {WHY_NOT}")
 
 
 def score(text: str, tests: str, **options: object) -> float | None:

@@ -223,15 +223,8 @@ def test_real_templates_render_exactly_as_transformers_renders_them(tiny_model_d
     _assert_as_transformers(tok)
 
 
-def test_smollm2s_own_template_renders_exactly_as_transformers_renders_it():
-    models = pytest.importorskip("polyrl_torch.models")
-    try:
-        folder = models.smollm2_gguf_dir()
-    except ConfigError as exc:
-        pytest.skip(str(exc))
-    from transformers import AutoTokenizer
-
-    _assert_as_transformers(AutoTokenizer.from_pretrained(str(folder), gguf_file=models.SMOLLM2_GGUF))
+def test_smollm2s_own_template_renders_exactly_as_transformers_renders_it(smollm2_tokenizer):
+    _assert_as_transformers(smollm2_tokenizer)
 
 
 def _assert_as_transformers(tok) -> None:
