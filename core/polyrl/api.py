@@ -18,6 +18,7 @@ reads TRL's ``reward_funcs`` the way ``GRPOTrainer`` does (see ``reward_entries`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from polyrl.config import (
 )
 from polyrl.errors import ConfigError
 from polyrl.types import LoraConfig, OptimizerConfig, as_lora_config
+from polyrl.validators import shown
 
 grpo, dapo, dr_grpo, rloo, reinforce = "grpo", "dapo", "dr_grpo", "rloo", "reinforce"
 
@@ -67,9 +69,53 @@ class GenerationConfig:
     max_model_path: str | None = None
 
 
+#: polyrl's ``table.key`` -> the ``GRPOConfig`` argument that sets it (the rest go to ``settings``)
+_ARGUMENTS = {"algorithm.beta": "beta", "algorithm.epsilon": "epsilon", "algorithm.epsilon_high": "epsilon_high",
+              "algorithm.num_iterations": "num_iterations", "algorithm.loss_aggregation": "loss_aggregation",
+              "algorithm.scale_rewards": "scale_rewards", "train.steps": "steps", "train.epochs": "epochs",
+              "train.prompts_per_step": "prompts_per_step", "train.seed": "seed", "train.threads": "threads",
+              "train.output_dir": "output_dir", "optimizer.lr": "learning_rate",
+              "optimizer.max_grad_norm": "max_grad_norm", "rewards[].weight": "reward_weights"}
+
+
+def _where(key: str) -> str:
+    """Where polyrl's ``table.key`` is set from Python."""
+    if key in _ARGUMENTS:
+        return f"GRPOConfig({_ARGUMENTS[key]}=...)"
+    table, _, name = key.partition(".")
+    if table == "generation":
+        return f"GenerationConfig({name}=...)"
+    return f"GRPOConfig(settings={{{key!r}: ...}})"
+
+
+def _refuse_unknown_arguments(given: Mapping[str, Any]) -> None:
+    """TRL's names (and typos) as GRPOConfig arguments: one ConfigError naming polyrl's for each,
+    instead of Python's TypeError without a hint."""
+    from polyrl.configtools import unknown_key_fix
+    from polyrl.trl_names import TRL_NAMES
+
+    valid = [f.name for f in attrs.fields(GRPOConfig)]
+    unknown = [k for k in given if k not in valid]
+    if not unknown:
+        return
+    fixes = []
+    for key in unknown:
+        entry = TRL_NAMES.get(key)
+        if entry is None:
+            fixes.append(f"{key}: {unknown_key_fix(key, given[key], valid)}")
+        elif entry.key is None:
+            fixes.append(f"{key}: remove it (TRL's {key} has no polyrl equivalent: {entry.note})")
+        else:
+            fixes.append(f"{key}: TRL's {key} is polyrl's {entry.key}, set with {_where(entry.key)}")
+    raise ConfigError(f"GRPOConfig got {len(unknown)} unknown argument{'s' if len(unknown) > 1 else ''} "
+                      f"({', '.join(unknown)})", field=f"grpo_config.{unknown[0]}",
+                      fix="; ".join(fixes) + " (or pass a trl.GRPOConfig to GRPOConfig.from_trl)")
+
+
 @attrs.define(frozen=True)
 class GRPOConfig:
-    """Algorithm knobs plus the few run settings a notebook user changes most."""
+    """Algorithm knobs plus the few run settings a notebook user changes most. TRL's names as
+    arguments are a ConfigError naming polyrl's; ``from_trl`` reads a ``trl.GRPOConfig``."""
 
     beta: float | None = None
     epsilon: float | None = None
@@ -86,6 +132,57 @@ class GRPOConfig:
     output_dir: str = "runs/api"
     #: TRL's ``reward_weights``: one weight per entry of ``rewards``, in order (default: 1.0 each)
     reward_weights: Sequence[float] | None = None
+    #: TRL's ``num_train_epochs`` (when no ``max_steps``): steps = epochs x prompts / prompts_per_step
+    epochs: float | None = None
+    #: any other polyrl ``table.key`` -> value (``"optimizer.schedule": "linear"``); set over the
+    #: run's other settings (``from_trl`` puts TRL's values here)
+    settings: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> GRPOConfig:
+        _refuse_unknown_arguments(kwargs)
+        return super().__new__(cls)
+
+    @classmethod
+    def from_trl(cls, trl_config: Any) -> GRPOConfig:
+        """``trl_config`` (a ``trl.GRPOConfig``) with TRL's values, defaults included, for every
+        field polyrl has (``polyrl.trl_names``); a changed field polyrl cannot honour is one
+        ConfigError naming it. Logs the values that differ from polyrl's own defaults."""
+        from polyrl.logs import get_logger
+        from polyrl.trl_config import trl_settings
+
+        if not _is_trl_config(trl_config):
+            raise ConfigError(f"from_trl takes a trl.GRPOConfig, got {type(trl_config).__name__}",
+                              field="grpo_config", fix="pass trl.GRPOConfig(...), or build polyrl's GRPOConfig")
+        values = trl_settings(trl_config)
+        ours = _polyrl_defaults()
+        # a value equal to polyrl's own changes nothing; left out, an algorithm preset keeps its own
+        changed = {k: v for k, v in values.items() if k not in ours or ours[k] != v}
+        arguments = {_ARGUMENTS[k]: v for k, v in values.items()
+                     if k in _ARGUMENTS and (k in changed or not k.startswith("algorithm."))}
+        settings = {k: v for k, v in changed.items() if k not in _ARGUMENTS}
+        if "train.epochs" in values:
+            arguments["steps"] = 1  # replaced by epochs once the prompts are known
+        config = cls(**arguments, settings=settings)
+        get_logger("polyrl.api").info("polyrl settings taken from TRL's GRPOConfig (TRL's value where polyrl's "
+                                      "default differs)",
+                                      taken=", ".join(f"{k} = {shown(v)}" for k, v in changed.items()))
+        return config
+
+
+def _is_trl_config(value: Any) -> bool:
+    """A ``trl.GRPOConfig`` (or a subclass), told without importing TRL."""
+    return any(c.__name__ == "GRPOConfig" and c.__module__.startswith("trl.") for c in type(value).__mro__)
+
+
+def _polyrl_defaults() -> dict[str, Any]:
+    """polyrl's own value of each ``table.key`` a TRL config can set (the ``grpo`` preset's for
+    the algorithm), for the log of what TRL's config changed."""
+    sections: dict[str, Any] = {"generation": GenerationSection(), "algorithm": AlgorithmConfig.preset("grpo"),
+                                "optimizer": OptimizerConfig(), "train": TrainSection()}
+    out = {f"{table}.{name}": value for table, record in sections.items() for name, value in attrs.asdict(
+        record, recurse=False).items()}
+    out.update({"train.output_dir": attrs.fields(GRPOConfig).output_dir.default, "train.epochs": None})
+    return out
 
 
 def prompt_rows(prompts: Any) -> list[dict[str, Any]]:
@@ -112,7 +209,8 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None) -> tupl
     """The ``[[rewards]]`` entries and function plugins for ``rewards``, read as TRL reads
     ``reward_funcs``: one reward or a list; a function is named as TRL names it (a partial after
     the function it wraps, a callable object after its class; a repeated name gets ``_2``, ``_3``);
-    a string naming a local model folder is a reward model (polyrl's ``reward_model``). A model
+    a string naming a local model folder is a reward model (polyrl's ``reward_model``, labelled
+    ``reward_model``, ``reward_model_2``... when there are several). A model
     object or a Hub id is one error saying how to pass it; ``weights`` is TRL's ``reward_weights``."""
     from polyrl.rewards.functions import function_reward_plugin
 
@@ -131,9 +229,18 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None) -> tupl
     sections: list[RewardSection] = []
     plugins: list[Any] = []
     names: set[str] = set()
+
+    def unused(base: str) -> str:
+        name, k = base, 1
+        while name in names:
+            k += 1
+            name = f"{base}_{k}"
+        return name
+
     for i, (reward, weight) in enumerate(zip(rewards, weights)):
         if isinstance(reward, str) and (Path(reward) / "config.json").is_file():
-            sections.append(RewardSection(name="reward_model", weight=weight, options={"path": reward}))
+            sections.append(RewardSection(name="reward_model", weight=weight, options={"path": reward},
+                                          label=unused("reward_model")))
         elif isinstance(reward, str) and "/" in reward:
             raise ConfigError(f"rewards[{i}] = {reward!r} is neither a reward name nor a model folder with a "
                               "config.json (TRL would download it as a reward model)", field=f"rewards[{i}]",
@@ -147,10 +254,7 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None) -> tupl
                               fix="save it and its tokenizer with save_pretrained(DIR) and pass DIR in rewards")
         elif callable(reward):
             plugin = function_reward_plugin(reward)
-            name, k = plugin.name, 1
-            while name in names:
-                k += 1
-                name = f"{plugin.name}_{k}"
+            name = unused(plugin.name)
             if name != plugin.name:
                 plugin = function_reward_plugin(reward, name=name)
             plugins.append(plugin)
@@ -158,7 +262,7 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None) -> tupl
         else:
             raise ConfigError(f"rewards[{i}] is {type(reward).__name__}", field=f"rewards[{i}]",
                               fix="pass a reward name, a reward model folder or a callable")
-        names.add(sections[-1].name or "")
+        names.add(sections[-1].label)
     return sections, plugins
 
 
@@ -170,22 +274,33 @@ def run(
     rewards: Sequence[str | Callable[..., Any]] | str | Callable[..., Any] = ("numeric_match",),
     ref_policy: Agent | None = None,
     generation_config: GenerationConfig | None = None,
-    grpo_config: GRPOConfig | None = None,
+    grpo_config: GRPOConfig | Any | None = None,
     eval_count: int = 0,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Train ``policy`` with ``algorithm`` on ``prompts`` (strings, chats, row dicts, or a 🤗
-    ``Dataset``) with ``rewards`` (names, functions, reward model folders: ``reward_entries``)."""
+    ``Dataset``) with ``rewards`` (names, functions, reward model folders: ``reward_entries``);
+    ``grpo_config`` may be a ``trl.GRPOConfig`` (read by ``GRPOConfig.from_trl``)."""
     from polyrl.trainer import Trainer
 
     gen = generation_config or GenerationConfig()
+    if _is_trl_config(grpo_config):
+        grpo_config = GRPOConfig.from_trl(grpo_config)
+    elif grpo_config is not None and not isinstance(grpo_config, GRPOConfig):
+        raise ConfigError(f"grpo_config is a {type(grpo_config).__name__}", field="grpo_config",
+                          fix="pass polyrl.api.GRPOConfig(...) or a trl.GRPOConfig")
     cfg = grpo_config or GRPOConfig()
     rows = prompt_rows(prompts)
     if not rows:
         raise ConfigError("no prompts given", field="prompts", fix="pass at least one prompt")
+    settings = dict(cfg.settings)
+    algorithm = _preset(algorithm, settings.pop("algorithm.name", None))
     overrides = {k: v for k, v in attrs.asdict(cfg).items()
                  if k in {f.name for f in attrs.fields(AlgorithmConfig)} and v is not None}
+    overrides.update({k.partition(".")[2]: settings.pop(k) for k in list(settings) if k.startswith("algorithm.")})
     reward_sections, plugins = reward_entries(rewards, cfg.reward_weights)
+    prompts_per_step = min(cfg.prompts_per_step, len(rows))
+    steps = cfg.steps if cfg.epochs is None else max(1, math.ceil(cfg.epochs * len(rows) / prompts_per_step))
     config = RunConfig(
         model=ModelSection(path=policy.model, dtype=policy.dtype,
                            reference_path=ref_policy.model if ref_policy else None),
@@ -200,8 +315,45 @@ def run(
         algorithm=AlgorithmConfig.preset(algorithm, **overrides),
         optimizer=OptimizerConfig(lr=cfg.learning_rate, max_grad_norm=cfg.max_grad_norm),
         lora=policy.lora,
-        train=TrainSection(steps=cfg.steps, prompts_per_step=min(cfg.prompts_per_step, len(rows)),
+        train=TrainSection(steps=steps, prompts_per_step=prompts_per_step,
                            seed=cfg.seed, threads=cfg.threads, output_dir=cfg.output_dir),
         eval=EvalSection(count=eval_count),
     )
+    config = with_settings(config, settings, generation_config)
     return Trainer(config, extra_plugins=tuple(plugins)).run(progress=progress)
+
+
+def _preset(algorithm: str, from_trl: str | None) -> str:
+    """The preset to run: ``algorithm``, or TRL's loss that is a preset when ``algorithm`` is grpo."""
+    if from_trl is None or from_trl == algorithm:
+        return algorithm
+    if algorithm == grpo:
+        return from_trl
+    raise ConfigError(f"run({algorithm!r}) but the grpo_config's loss_type is the {from_trl!r} preset",
+                      field="grpo_config.loss_type", fix=f"run one of them: run({from_trl!r}, ...) or another loss_type")
+
+
+def with_settings(config: RunConfig, settings: Mapping[str, Any],
+                  generation_config: GenerationConfig | None = None) -> RunConfig:
+    """``config`` with polyrl's ``table.key`` -> value ``settings`` (generation, optimizer, train)
+    set; a value also set differently in an explicit ``generation_config`` is an error."""
+    changes: dict[str, dict[str, Any]] = {}
+    for key, value in settings.items():
+        table, _, name = key.partition(".")
+        section = getattr(config, table, None) if table in ("generation", "optimizer", "train") else None
+        if section is None or name not in {f.name for f in attrs.fields(type(section))}:
+            raise ConfigError(f"unknown setting {key!r}", field=f"grpo_config.settings.{key}",
+                              fix="name a generation.*, optimizer.* or train.* key of the Config reference")
+        if table == "generation" and generation_config is not None:
+            mine = getattr(generation_config, name, None)
+            if mine != getattr(GenerationConfig(), name, None) and mine != value:
+                raise ConfigError(f"{name} is {mine!r} in generation_config and {value!r} in grpo_config",
+                                  field=f"generation_config.{name}", fix="set it in one of them")
+        changes.setdefault(table, {})[name] = value
+    if not changes:
+        return config
+    try:
+        return attrs.evolve(config, **{table: attrs.evolve(getattr(config, table), **values)
+                                       for table, values in changes.items()})
+    except TypeError as exc:
+        raise ConfigError(f"a setting has the wrong type: {exc}", field="grpo_config.settings") from None

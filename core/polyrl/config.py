@@ -172,6 +172,9 @@ class RewardSection:
     #: where a function reward's calls run: a reward thread, or a forked child killed at the
     #: limit; "auto": a child for math-verify rewards (polyrl.rewards.isolation says why)
     isolation: str = "auto"
+    #: what metrics, logs and errors call this entry (``reward/<label>/mean``); default: the name,
+    #: or the function's name. Why: two entries of one reward (two reward-model folders) need two.
+    label: str = ""
 
     def __attrs_post_init__(self) -> None:
         if (self.name is None) == (self.function is None):
@@ -179,15 +182,17 @@ class RewardSection:
                 "each [[rewards]] entry needs exactly one of name or function", field="rewards",
                 fix='e.g. name = "numeric_match" or function = "my_rewards:score"',
             )
+        if not self.label:
+            object.__setattr__(self, "label", self.name or str(self.function).rsplit(":", 1)[-1])
+        elif not isinstance(self.label, str) or "/" in self.label or self.label != self.label.strip():
+            raise ConfigError(f"{self.label!r} cannot name metrics (reward/<label>/mean)", field="label",
+                              fix='use a plain name without "/" or surrounding spaces, e.g. label = "reward_model_2"')
         reward_isolation.check(self.isolation, field="isolation")
         if self.name is not None and self.isolation != "auto":
             raise ConfigError(f"isolation applies to function rewards only, not to the registered reward "
                               f"{self.name!r}", field="isolation",
                               fix="remove it (a registered reward runs on a reward thread), or use function = ...")
 
-    @property
-    def label(self) -> str:
-        return self.name or str(self.function).rsplit(":", 1)[-1]
 
 
 @attrs.define(frozen=True)

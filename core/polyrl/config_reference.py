@@ -137,6 +137,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "isolation": "function rewards: `thread` (a reward thread), `process` (each call in a forked child, killed "
                      "at `timeout_s`; POSIX) or `auto`: `process` for math-verify rewards (TRL's "
                      "`accuracy_reward`), else `thread`",
+        "label": "what metrics (`reward/<label>/mean`), logs and errors call the entry (default: the `name`, or "
+                 "the function's name); two entries of one `name` (two reward-model folders) need distinct labels",
     },
     "train": {
         "steps": "optimizer steps (rollout batches when num_iterations = 1)",

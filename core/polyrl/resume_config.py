@@ -93,6 +93,9 @@ def _reward_defaults(saved: dict[str, Any]) -> dict[str, Any]:
     defaults = {f.name: _plain(f.default) for f in attrs.fields(RewardSection)
                 if f.default is not attrs.NOTHING and not isinstance(f.default, attrs.Factory)}  # type: ignore[arg-type]
     filled = [{**defaults, **entry} if isinstance(entry, dict) else entry for entry in entries]
+    for entry in filled:  # ``label`` (empty by default) is filled from the name, as RewardSection does
+        if isinstance(entry, dict) and not entry.get("label"):
+            entry["label"] = entry.get("name") or str(entry.get("function")).rsplit(":", 1)[-1]
     return {**saved, "rewards": filled}
 
 

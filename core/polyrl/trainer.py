@@ -175,7 +175,7 @@ class Trainer:
         #: steps in a row whose every episode (on every rank) ended in an environment error
         self._failed_steps = 0
         self.rewards = RewardComputer(
-            self.registry.pm, [(r.label, r.weight, dict(r.options)) for r in config.rewards],
+            self.registry.pm, [(r.name or r.label, r.weight, dict(r.options), r.label) for r in config.rewards],
             columns=self._source_data[0].columns, timeouts={r.label: r.timeout_s for r in config.rewards},
             should_stop=lambda: self.stop_requested,
         )

@@ -8,6 +8,7 @@ value to write where TRL's values differ).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
@@ -16,12 +17,20 @@ from polyrl.validators import shown
 
 
 @attrs.frozen
+class Preset:
+    """A TRL value that is a polyrl ``algorithm.name`` preset rather than a value of the key."""
+
+    name: str
+
+
+@attrs.frozen
 class TrlName:
     """Where one ``GRPOConfig`` field lives in polyrl: ``key`` (``table.key``, None: no
-    equivalent), ``values`` (TRL value -> polyrl assignment, when they differ) and ``note``."""
+    equivalent), ``values`` (TRL value -> polyrl value of ``key``, or a ``Preset``, where they
+    differ) and ``note``. ``GRPOConfig.from_trl`` converts with the same entries."""
 
     key: str | None
-    values: dict[Any, str] = attrs.field(factory=dict)
+    values: dict[Any, Any] = attrs.field(factory=dict)
     note: str = ""  # may name the user's value as {value}
 
 
@@ -31,20 +40,16 @@ _SAME = {
                   "mask_truncated_completions", "top_entropy_quantile"),
     "optimizer": ("weight_decay", "max_grad_norm"),
 }
-_LOSS_PRESET = 'set algorithm.name = "{0}" (a preset) instead'
 
 #: The README's GRPOConfig -> polyrl table (tests/test_trl_names.py keeps the two in step).
 TRL_NAMES: dict[str, TrlName] = {
     **{name: TrlName(f"{table}.{name}") for table, names in _SAME.items() for name in names},
-    "scale_rewards": TrlName("algorithm.scale_rewards", values={
-        True: 'write scale_rewards = "group" in [algorithm]', False: 'write scale_rewards = "none" in [algorithm]'}),
+    "scale_rewards": TrlName("algorithm.scale_rewards", values={True: "group", False: "none"}),
     "num_generations": TrlName("generation.group_size"),
     "max_completion_length": TrlName("generation.max_new_tokens"),
     "loss_type": TrlName("algorithm.loss_aggregation", values={
-        **{trl: f'write loss_aggregation = "{ours}" in [algorithm]' for trl, ours in (
-            ("dapo", "token_mean"), ("bnpo", "token_mean"), ("grpo", "seq_mean_token_mean"),
-            ("dr_grpo", "seq_mean_token_sum_norm"))},
-        **{name: _LOSS_PRESET.format(name) for name in ("cispo", "sapo", "luspo", "vespo")},
+        "dapo": "token_mean", "bnpo": "token_mean", "grpo": "seq_mean_token_mean",
+        "dr_grpo": "seq_mean_token_sum_norm", **{name: Preset(name) for name in ("cispo", "sapo", "luspo", "vespo")},
     }, note='"dapo"/"bnpo" = "token_mean", "grpo" = "seq_mean_token_mean", "dr_grpo" = "seq_mean_token_sum_norm"; '
             '"cispo", "sapo", "luspo", "vespo" are algorithm.name presets'),
     "sync_ref_model": TrlName("algorithm.ref_sync_every", note="set ref_sync_every to TRL's ref_model_sync_steps "
@@ -52,7 +57,13 @@ TRL_NAMES: dict[str, TrlName] = {
     "ref_model_sync_steps": TrlName("algorithm.ref_sync_every"),
     "ref_model_mixup_alpha": TrlName("algorithm.ref_sync_alpha"),
     "learning_rate": TrlName("optimizer.lr"),
+    "lr_scheduler_type": TrlName("optimizer.schedule", values={"constant_with_warmup": "constant"}),
+    "warmup_steps": TrlName("optimizer.warmup_steps"),
     "max_steps": TrlName("train.steps"),
+    "num_train_epochs": TrlName("train.steps", note="polyrl counts steps: write steps = {value} x the prompts / "
+                                                    "prompts_per_step in [train]"),
+    "seed": TrlName("train.seed"),
+    "output_dir": TrlName("train.output_dir"),
     "per_device_train_batch_size": TrlName("train.prompts_per_step", note="TRL counts completions, polyrl prompts: "
                                                                           "write prompts_per_step = {value} / "
                                                                           "generation.group_size in [train]"),
@@ -73,10 +84,7 @@ def trl_fix(name: str, value: Any) -> str | None:
         return f"remove it: TRL's {name} has no polyrl equivalent ({entry.note})"
     table, _, key = entry.key.rpartition(".")
     head = f"TRL's {name} is polyrl's {entry.key}"
-    try:
-        translated = entry.values.get(value)
-    except TypeError:  # an unhashable value (a list, a table): no translation to offer
-        translated = None
+    translated = _assignment(entry, value)
     if translated is not None:
         return f"{head}: for {name} = {shown(value)}, {translated}"
     if entry.note:
@@ -91,10 +99,33 @@ def trl_value_fix(field: str, value: Any) -> str | None:
     (``scale_rewards = true``, ``loss_aggregation = "dapo"``)."""
     for name, entry in TRL_NAMES.items():
         if entry.key == field and entry.values:
-            try:
-                translated = entry.values.get(value)
-            except TypeError:
-                return None
+            translated = _assignment(entry, value)
             if translated is not None:
                 return f"this is TRL's {name} = {shown(value)}: {translated}"
     return None
+
+
+def trl_value(entry: TrlName, value: Any) -> Any:
+    """TRL's ``value`` as polyrl's value of ``entry.key`` (a ``Preset`` for a loss that is one)."""
+    try:
+        return entry.values.get(value, value)
+    except TypeError:  # an unhashable value (a list, a table): nothing to translate
+        return value
+
+
+def _assignment(entry: TrlName, value: Any) -> str | None:
+    """What to write for TRL's ``value`` where polyrl spells it differently (None: no translation)."""
+    translated = trl_value(entry, value)
+    if isinstance(translated, Preset):
+        return f'set algorithm.name = "{translated.name}" (a preset) instead'
+    if translated is value or entry.key is None:
+        return None
+    table, _, key = entry.key.rpartition(".")
+    return f"write {key} = {_toml(translated)} in [{table}]"
+
+
+def _toml(value: Any) -> str:
+    """``value`` as TOML writes it (``"group"``, ``true``), for a fix line."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value) if isinstance(value, str) else shown(value)

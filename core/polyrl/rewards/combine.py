@@ -1,7 +1,10 @@
 """Combining reward plugins: validate names up front, call each plugin alone, weigh the answers.
 
 ``RewardComputer(pm, [(name, weight, options), ...])`` checks at construction that a plugin
-provides every requested name (a typo fails before any model loads). Each call then asks each
+provides every requested name (a typo fails before any model loads). An entry may end with a
+``label`` (``(name, weight, options, label)``): scores and metrics are keyed by it, so one
+registered reward can run twice with other options (two reward-model folders); each such entry
+is its own call of the plugin. Each call then asks each
 providing plugin's ``reward`` hook *individually* instead of through ``pm.hook.reward`` so that a
 plugin that raises or answers garbage is named in the error, with its distribution.
 
@@ -52,7 +55,7 @@ from polyrl.rewards import forked, guard
 from polyrl.rewards.functions import FunctionReward, run_coroutine
 from polyrl.types import Completion, Prompt, RewardContext, RewardSpec
 
-RewardRequest = tuple[str, float, Mapping[str, Any]]
+RewardRequest = tuple[str, float, Mapping[str, Any]] | tuple[str, float, Mapping[str, Any], str]
 
 log = get_logger("polyrl.rewards")
 
@@ -81,7 +84,8 @@ class _Provider:
     plugin: Any
     function: Any  # the plugin's ``reward`` hook implementation
     distribution: str
-    names: list[str] = attrs.field(factory=list)
+    names: list[str] = attrs.field(factory=list)  # the registered names the plugin is asked for
+    labels: list[str] = attrs.field(factory=list)  # what the config calls each (scores' keys)
 
 
 def _is_score(value: Any) -> bool:
@@ -125,20 +129,25 @@ class RewardComputer:
             raise ConfigError("no reward configured", field="rewards",
                               fix='add a [[rewards]] table, e.g. name = "numeric_match"')
         self.pm = pm
+        #: (label, weight, options) per entry, and the registered reward each label names
         self.rewards: list[tuple[str, float, dict[str, Any]]] = []
+        self._registered: dict[str, str] = {}
         seen: set[str] = set()
         for i, entry in enumerate(rewards):
-            name, weight, options = entry
-            if name in seen:
-                raise ConfigError(f"reward {name!r} is configured twice", field=f"rewards[{i}]",
-                                  fix="merge the entries or give function rewards distinct names")
+            name, weight, options = entry[:3]
+            label = entry[3] if len(entry) > 3 else name
+            if label in seen:
+                raise ConfigError(f"reward {label!r} is configured twice", field=f"rewards[{i}]",
+                                  fix="merge the entries, give function rewards distinct names, or give one "
+                                      'entry a distinct label (label = "...")')
             if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
-                raise ConfigError(f"weight of reward {name!r} must be a finite number, got {weight!r}",
+                raise ConfigError(f"weight of reward {label!r} must be a finite number, got {weight!r}",
                                   field=f"rewards[{i}].weight")
-            seen.add(name)
-            self.rewards.append((name, float(weight), dict(options or {})))
+            seen.add(label)
+            self._registered[label] = name
+            self.rewards.append((label, float(weight), dict(options or {})))
         self.specs, self._owner, errors = self._discover()
-        self._providers = self._providers_for([name for name, _, _ in self.rewards], errors)
+        self._providers = self._providers_for(errors)
         self.timeouts = {name: float((timeouts or {}).get(name, DEFAULT_TIMEOUT_S)) for name in self.names}
         for name, limit in self.timeouts.items():
             if not limit > 0:
@@ -151,7 +160,8 @@ class RewardComputer:
                 check = getattr(provider.plugin, "check_binding", None)
                 if callable(check):
                     check(columns)
-        for i, (name, _, options) in enumerate(self.rewards):
+        for i, (label, _, options) in enumerate(self.rewards):
+            name = self._registered[label]
             plugin = self._owner[name]
             check_options = getattr(plugin, "check_options", None)  # a plugin that checks up front
             if callable(check_options):
@@ -195,7 +205,10 @@ class RewardComputer:
                 owner[spec.name] = impl.plugin
         return specs, owner, errors
 
-    def _providers_for(self, names: list[str], errors: list[str]) -> list[_Provider]:
+    def _providers_for(self, errors: list[str]) -> list[_Provider]:
+        """One provider per plugin for its rewards, and one more per further label of a name it
+        already serves (the plugin answers each name once per call)."""
+        names = [self._registered[label] for label, _, _ in self.rewards]
         unknown = [n for n in names if n not in self._owner]
         if unknown:
             known = ", ".join(sorted(self._owner)) or "none"
@@ -206,19 +219,22 @@ class RewardComputer:
                 'function = "module:function" for a Python reward',
             )
         impls = {id(i.plugin): i for i in self.pm.hook.reward.get_hookimpls()}
-        providers: dict[int, _Provider] = {}
-        for name in names:
+        providers: list[_Provider] = []
+        for (label, _, _), name in zip(self.rewards, names):
             plugin = self._owner[name]
             if id(plugin) not in impls:
                 raise ConfigError(
                     f"the plugin registering reward {name!r} ({self.specs[name].distribution}) has no "
                     "`reward` hook", field="rewards", fix="report it to the plugin's authors",
                 )
-            if id(plugin) not in providers:
-                providers[id(plugin)] = _Provider(plugin, impls[id(plugin)].function,
-                                                  self.specs[name].distribution or "an unknown plugin")
-            providers[id(plugin)].names.append(name)
-        return list(providers.values())
+            provider = next((p for p in providers if p.plugin is plugin and name not in p.names), None)
+            if provider is None:
+                provider = _Provider(plugin, impls[id(plugin)].function,
+                                     self.specs[name].distribution or "an unknown plugin")
+                providers.append(provider)
+            provider.names.append(name)
+            provider.labels.append(label)
+        return providers
 
     @property
     def names(self) -> list[str]:
@@ -227,9 +243,10 @@ class RewardComputer:
     # --- scoring -----------------------------------------------------------------------------
 
     def _context(self, provider: _Provider, context: RewardContext, completions: Sequence[Any]) -> RewardContext:
-        configured = {name: opts for name, _, opts in self.rewards}
+        configured = {label: opts for label, _, opts in self.rewards}
         options = {
-            name: {**configured[name], **dict(context.options.get(name, {}) or {})} for name in provider.names
+            name: {**configured[label], **dict(context.options.get(label, {}) or {})}
+            for name, label in zip(provider.names, provider.labels)
         }
         ids = context.completion_ids
         if ids is None and all(isinstance(c, Completion) for c in completions):
@@ -241,10 +258,10 @@ class RewardComputer:
 
     @staticmethod
     def _label(provider: _Provider) -> str:
-        return provider.names[0] if len(provider.names) == 1 else "/".join(provider.names)
+        return provider.labels[0] if len(provider.labels) == 1 else "/".join(provider.labels)
 
     def _timeout(self, provider: _Provider) -> float:
-        return min(self.timeouts[name] for name in provider.names)
+        return min(self.timeouts[label] for label in provider.labels)
 
     @staticmethod
     def _in_process(provider: _Provider) -> bool:
@@ -410,20 +427,20 @@ class RewardComputer:
         extra: dict[str, list[Any]] = {}
         for provider in self._providers:
             answer, latency = answers[id(provider)]
-            for name in provider.names:
+            for name, label in zip(provider.names, provider.labels):
                 scores = self._check(provider, name, answer, n)
-                per_reward[name] = scores
+                per_reward[label] = scores
                 valid = scores[~np.isnan(scores)]
-                metrics[name] = {
+                metrics[label] = {
                     "mean": float(valid.mean()) if valid.size else float("nan"),
                     "std": float(valid.std()) if valid.size else float("nan"),
                     "latency_s": float(latency),
                     "none_count": int(n - valid.size),
                 }
-                metrics[name].update(self._extra_metrics(provider, name, answer))
+                metrics[label].update(self._extra_metrics(provider, name, answer))
                 extra.update(self._extra_columns(provider, name, answer, n))
                 if valid.size < n:
-                    log.info("reward skipped samples", reward=name, skipped=int(n - valid.size), of=n,
+                    log.info("reward skipped samples", reward=label, skipped=int(n - valid.size), of=n,
                              step=context.step)
         total = np.zeros(n, dtype=np.float64)
         scored = np.zeros(n, dtype=bool)

@@ -1,0 +1,129 @@
+"""A ``trl.GRPOConfig`` object read as polyrl settings (``polyrl.api.GRPOConfig.from_trl``).
+
+Why: a TRL user hands over the config they already have and expects TRL's behaviour, so every
+field with a polyrl equivalent (``polyrl.trl_names.TRL_NAMES``, the one table) keeps TRL's value,
+TRL's defaults included (``learning_rate`` 1e-6, ``num_generations`` 8, ``seed`` 42...). A field
+that polyrl cannot honour is refused when the user changed it, judged against a ``GRPOConfig``
+built by TRL itself with the same mapped values, so values TRL derives in ``__post_init__``
+(``generation_batch_size``, ``bf16``...) never count as set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+from polyrl.errors import ConfigError
+from polyrl.schedules import SCHEDULES
+from polyrl.trl_names import TRL_NAMES, Preset, trl_value
+from polyrl.validators import shown
+
+#: TrainingArguments fields that change how a run is logged, saved, shown or placed, not what it
+#: trains; polyrl has its own ways (metrics.jsonl, checkpoints, ``Agent(dtype=...)``).
+IGNORED = frozenset({
+    "logging_strategy", "logging_steps", "logging_first_step", "log_on_each_node", "logging_nan_inf_filter",
+    "logging_dir", "log_level", "log_level_replica", "disable_tqdm", "run_name", "project",
+    "include_num_input_tokens_seen", "skip_memory_metrics", "debug", "save_strategy", "save_steps",
+    "save_total_limit", "save_only_model", "save_on_each_node", "enable_jit_checkpoint", "push_to_hub",
+    "hub_token", "hub_private_repo", "hub_model_id", "hub_strategy", "hub_always_push", "hub_revision",
+    "use_cpu", "bf16", "tf32", "local_rank", "do_train", "do_eval", "do_predict", "accelerator_config",
+    "dataloader_drop_last", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
+    "dataloader_prefetch_factor", "remove_unused_columns", "gradient_checkpointing", "gradient_checkpointing_kwargs",
+    "torch_empty_cache_steps", "log_completions", "num_completions_to_print", "log_unique_prompts",
+    "log_multimodal", "pad_to_multiple_of", "use_cache", "optim",
+})
+#: ``optim`` values that are the AdamW polyrl runs (another optimizer is refused).
+ADAMW = frozenset({"adamw_torch", "adamw_torch_fused"})
+#: fields read together with others below, not through their own table entry
+COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
+                      "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
+                      "reward_weights", "loss_type"})
+
+
+def _plain(value: Any) -> Any:
+    """An enum (TRL's ``lr_scheduler_type``, ``optim``) as its value."""
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def _refuse_unsupported(trl_config: Any) -> None:
+    """One ConfigError for the first field the user set that polyrl cannot honour."""
+    handled = {name for name, entry in TRL_NAMES.items() if entry.key is not None} | IGNORED | COMBINED
+    fields = [f for f in dataclasses.fields(trl_config) if f.init]
+    kept = {f.name: getattr(trl_config, f.name) for f in fields if f.name in handled}
+    try:  # TRL's own defaults for everything else, derived from the same handled values
+        reference = type(trl_config)(**kept)
+    except Exception:  # noqa: BLE001 - TRL refused the subset: fall back to the declared defaults
+        reference = None
+    changed: list[tuple[str, Any, Any]] = []
+    for f in fields:
+        if f.name in handled:
+            continue
+        value = getattr(trl_config, f.name)
+        if reference is not None:
+            default = getattr(reference, f.name)
+        elif f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            continue
+        if value != default:
+            changed.append((f.name, value, default))
+    if changed:
+        _refuse(changed)
+    optim = _plain(trl_config.optim)
+    if optim not in ADAMW:
+        raise ConfigError(f"TRL's optim = {shown(optim)} is not the AdamW polyrl trains with",
+                          field="grpo_config.optim", fix="remove it (polyrl uses torch's AdamW)")
+
+
+def _refuse(changed: list[tuple[str, Any, Any]]) -> None:
+    """One ConfigError naming every changed field polyrl cannot honour (the first is ``field``)."""
+    parts = []
+    for name, value, default in changed:
+        entry = TRL_NAMES.get(name)
+        why = f": {entry.note}" if entry is not None and entry.note else ""
+        parts.append(f"{name} = {shown(_plain(value))} (TRL's default: {shown(_plain(default))}){why}")
+    names = ", ".join(name for name, _, _ in changed)
+    raise ConfigError(f"TRL's {'; '.join(parts)}: polyrl has no equivalent", field=f"grpo_config.{changed[0][0]}",
+                      fix=f"remove {names} from the trl.GRPOConfig (polyrl cannot train it that way), or train "
+                          "this run with TRL")
+
+
+def trl_settings(trl_config: Any) -> dict[str, Any]:
+    """polyrl's ``table.key`` -> value for every field of ``trl_config`` with an equivalent
+    (``algorithm.name`` for a loss that is a polyrl preset; ``rewards[].weight`` is TRL's
+    ``reward_weights``); ConfigError for a changed field polyrl cannot honour."""
+    _refuse_unsupported(trl_config)
+    out: dict[str, Any] = {}
+    for name, entry in TRL_NAMES.items():
+        if entry.key is None or name in COMBINED or not hasattr(trl_config, name):
+            continue
+        value = trl_value(entry, _plain(getattr(trl_config, name)))
+        if value is not None:  # TRL's None (min_p, epsilon_high): off, polyrl's default
+            out[entry.key] = value
+    if out.get("optimizer.schedule", "constant") not in SCHEDULES:
+        raise ConfigError(f"TRL's lr_scheduler_type = {shown(out['optimizer.schedule'])} is not a schedule polyrl "
+                          "has", field="grpo_config.lr_scheduler_type",
+                          fix=f"use one of {', '.join(SCHEDULES)} (or constant_with_warmup)")
+    loss = trl_value(TRL_NAMES["loss_type"], trl_config.loss_type)
+    out["algorithm.name" if isinstance(loss, Preset) else "algorithm.loss_aggregation"] = \
+        loss.name if isinstance(loss, Preset) else loss
+    if trl_config.max_steps > 0:
+        out["train.steps"] = trl_config.max_steps
+    else:
+        out["train.epochs"] = float(trl_config.num_train_epochs)
+    completions = trl_config.per_device_train_batch_size * trl_config.gradient_accumulation_steps
+    if completions % trl_config.num_generations:
+        raise ConfigError(f"per_device_train_batch_size x gradient_accumulation_steps = {completions} completions "
+                          f"is not a whole number of groups of num_generations = {trl_config.num_generations}",
+                          field="grpo_config.per_device_train_batch_size",
+                          fix="make it a multiple of num_generations (polyrl counts prompts per step)")
+    out["train.prompts_per_step"] = completions // trl_config.num_generations
+    out["algorithm.ref_sync_every"] = trl_config.ref_model_sync_steps if trl_config.sync_ref_model else 0
+    if trl_config.sync_ref_model:
+        out["algorithm.ref_sync_alpha"] = trl_config.ref_model_mixup_alpha
+    if trl_config.reward_weights is not None:
+        out["rewards[].weight"] = list(trl_config.reward_weights)
+    return out

@@ -1,0 +1,204 @@
+"""A TRL user's GRPOConfig in polyrl's Python API: a real ``trl.GRPOConfig`` read with TRL's values
+(``GRPOConfig.from_trl``, or passed to ``run``), TRL's names as arguments refused naming polyrl's,
+and several reward-model folders each under a label of its own."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from polyrl import api
+from polyrl.config import RewardSection
+from polyrl.errors import ConfigError
+from polyrl.hookspecs import hookimpl
+from polyrl.plugins import get_plugin_manager
+from polyrl.rewards.combine import RewardComputer
+from polyrl.types import Completion, RewardContext, RewardScores, RewardSpec
+
+trl = pytest.importorskip("trl")
+
+
+def trl_config(**kwargs) -> object:
+    """A real trl.GRPOConfig; use_cpu because TRL's own default (bf16) refuses a CPU-only machine."""
+    return trl.GRPOConfig(use_cpu=True, **kwargs)
+
+
+# --- TRL's names as polyrl's GRPOConfig arguments -------------------------------------------------
+
+def test_trl_names_as_arguments_are_one_config_error_naming_polyrls_field():
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig(num_generations=8, learning_rate=1e-6, max_completion_length=256)
+    exc = info.value
+    assert exc.field == "grpo_config.num_generations", exc
+    text = str(exc)
+    assert "TRL's num_generations is polyrl's generation.group_size, set with GenerationConfig(group_size=...)" in text
+    assert "TRL's max_completion_length is polyrl's generation.max_new_tokens" in text
+    assert "learning_rate" not in text.split("Fix:")[0]  # polyrl's own name too: accepted
+    with pytest.raises(ConfigError, match=r"max_steps: TRL's max_steps is polyrl's train.steps, set with "
+                                          r"GRPOConfig\(steps=\.\.\.\)"):
+        api.GRPOConfig(max_steps=5)
+    with pytest.raises(ConfigError, match="did you mean 'steps'"):  # a typo is still a typo
+        api.GRPOConfig(stepz=5)
+    assert api.GRPOConfig(steps=3, learning_rate=1e-6).learning_rate == 1e-6
+
+
+# --- GRPOConfig.from_trl ------------------------------------------------------------------------
+
+def test_an_untouched_trl_config_keeps_trls_defaults_where_they_differ_from_polyrls():
+    ours = api.GRPOConfig.from_trl(trl_config())
+    assert (ours.learning_rate, ours.seed, ours.output_dir) == (1e-6, 42, "trainer_output")
+    assert ours.loss_aggregation == "token_mean"  # TRL's loss_type = "dapo"
+    assert ours.epochs == 3.0 and ours.prompts_per_step == 1  # max_steps = -1: TRL's 3 epochs; 8 completions / 8
+    assert ours.settings["generation.group_size"] == 8
+    assert ours.settings["generation.max_new_tokens"] == trl_config().max_completion_length
+    assert ours.settings["optimizer.schedule"] == "linear"  # TrainingArguments' lr_scheduler_type
+    assert "generation.temperature" not in ours.settings  # the same in both: nothing to carry
+
+
+def test_every_mapped_field_the_user_sets_is_carried():
+    ours = api.GRPOConfig.from_trl(trl_config(
+        max_steps=7, num_generations=4, per_device_train_batch_size=8, gradient_accumulation_steps=2,
+        max_completion_length=32, learning_rate=3e-6, temperature=0.7, top_p=0.9, top_k=20, min_p=0.05,
+        repetition_penalty=1.1, beta=0.04, epsilon=0.1, epsilon_high=0.3, scale_rewards=False, loss_type="dr_grpo",
+        num_iterations=2, weight_decay=0.01, max_grad_norm=0.5, lr_scheduler_type="cosine", warmup_steps=3,
+        sync_ref_model=True, ref_model_sync_steps=16, ref_model_mixup_alpha=0.9, reward_weights=[1.0, 0.5],
+        seed=7, output_dir="runs/x", mask_truncated_completions=True, top_entropy_quantile=0.5))
+    assert (ours.steps, ours.epochs, ours.prompts_per_step) == (7, None, 4)  # 8 x 2 completions / 4
+    assert (ours.learning_rate, ours.beta, ours.epsilon, ours.epsilon_high) == (3e-6, 0.04, 0.1, 0.3)
+    assert (ours.scale_rewards, ours.loss_aggregation, ours.num_iterations) == ("none", "seq_mean_token_sum_norm", 2)
+    assert (ours.max_grad_norm, ours.seed, ours.output_dir, list(ours.reward_weights)) == (0.5, 7, "runs/x", [1.0, 0.5])
+    assert ours.settings == {  # num_generations = 4 is polyrl's group_size already
+        "generation.max_new_tokens": 32, "generation.temperature": 0.7,
+        "generation.top_p": 0.9, "generation.top_k": 20, "generation.min_p": 0.05, "generation.repetition_penalty": 1.1,
+        "optimizer.weight_decay": 0.01, "optimizer.schedule": "cosine", "optimizer.warmup_steps": 3,
+        "algorithm.ref_sync_every": 16, "algorithm.ref_sync_alpha": 0.9, "algorithm.mask_truncated_completions": True,
+        "algorithm.top_entropy_quantile": 0.5}
+
+
+def test_a_loss_type_that_is_a_polyrl_preset_picks_the_preset():
+    ours = api.GRPOConfig.from_trl(trl_config(loss_type="cispo"))
+    assert ours.settings["algorithm.name"] == "cispo" and ours.loss_aggregation is None
+
+
+def test_derived_trl_values_never_count_as_set():
+    """generation_batch_size and steps_per_generation follow the batch size in TRL's __post_init__."""
+    api.GRPOConfig.from_trl(trl_config(per_device_train_batch_size=16, gradient_accumulation_steps=4,
+                                       logging_steps=1, save_steps=5, report_to="none", bf16=False))
+
+
+@pytest.mark.parametrize(("kwargs", "field", "named"), [
+    ({"fp16": True}, "grpo_config.fp16", ["fp16 = True"]),
+    ({"steps_per_generation": 2}, "grpo_config.generation_batch_size", ["steps_per_generation = 2",
+                                                                        "one rollout batch per step"]),
+    ({"multi_objective_aggregation": "normalize_then_sum", "warmup_ratio": 0.1},
+     "grpo_config.warmup_ratio", ["warmup_ratio = 0.1", "multi_objective_aggregation = 'normalize_then_sum'"]),
+    ({"optim": "sgd"}, "grpo_config.optim", ["optim = 'sgd'"]),
+    ({"lr_scheduler_type": "polynomial"}, "grpo_config.lr_scheduler_type", ["'polynomial'"]),
+])
+def test_a_changed_field_polyrl_cannot_honour_is_one_error_naming_it(kwargs, field, named):
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(trl_config(**kwargs))
+    assert info.value.field == field and "Fix:" in str(info.value), info.value
+    for text in named:
+        assert text in str(info.value), info.value
+
+
+def test_from_trl_takes_only_a_trl_config():
+    with pytest.raises(ConfigError, match="from_trl takes a trl.GRPOConfig"):
+        api.GRPOConfig.from_trl({"num_generations": 8})
+
+
+def test_run_refuses_a_loss_preset_other_than_the_algorithm_it_runs(tiny_model_dir, tmp_path):
+    with pytest.raises(ConfigError) as info:
+        api.run(api.dapo, policy=api.Agent(tiny_model_dir), prompts=["1 + 1?"],
+                grpo_config=trl_config(loss_type="sapo", output_dir=str(tmp_path / "run")), progress=False)
+    assert info.value.field == "grpo_config.loss_type", info.value
+
+
+# --- several reward-model folders -----------------------------------------------------------------
+
+def test_reward_model_folders_get_distinct_labels(tmp_path):
+    folders = []
+    for name in ("rm-a", "rm-b", "rm-c"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+        folders.append(str(tmp_path / name))
+    sections, _ = api.reward_entries([folders[0], "numeric_match", folders[1], folders[2]])
+    assert [s.label for s in sections] == ["reward_model", "numeric_match", "reward_model_2", "reward_model_3"]
+    assert [s.name for s in sections] == ["reward_model", "numeric_match", "reward_model", "reward_model"]
+    assert [s.options.get("path") for s in sections] == [folders[0], None, folders[1], folders[2]]
+
+
+class _EchoPath:
+    """A fake reward plugin (core unit test): scores each completion with its options' number."""
+
+    @hookimpl
+    def polyrl_register_rewards(self, register):
+        register(RewardSpec(name="echo", summary="test"))
+
+    @hookimpl
+    def reward(self, prompts, completions, context):
+        if "echo" not in context.wanted:
+            return None
+        return {"echo": RewardScores([float(context.options["echo"]["value"])] * len(completions))}
+
+
+def test_one_reward_twice_under_two_labels_is_called_with_each_entrys_options():
+    pm = get_plugin_manager(extra=(_EchoPath(),))
+    computer = RewardComputer(pm, [("echo", 1.0, {"value": 1}, "echo"), ("echo", 2.0, {"value": 5}, "echo_2")])
+    comps = [Completion(0, [1], [2], [0.0], text="x") for _ in range(2)]
+    result = computer(["p", "p"], comps, RewardContext(rows=[{}, {}], wanted=("echo", "echo_2")))
+    assert result.per_reward["echo"].tolist() == [1.0, 1.0] and result.per_reward["echo_2"].tolist() == [5.0, 5.0]
+    assert result.metrics["echo_2"]["mean"] == 5.0 and result.total.tolist() == [11.0, 11.0]
+    with pytest.raises(ConfigError, match="configured twice") as info:
+        RewardComputer(pm, [("echo", 1.0, {"value": 1}), ("echo", 1.0, {"value": 2})])
+    assert 'label = "..."' in str(info.value)
+
+
+def test_a_label_that_cannot_name_metrics_is_refused():
+    with pytest.raises(ConfigError, match="cannot name metrics") as info:
+        RewardSection(name="reward_model", label="a/b")
+    assert info.value.field == "label"
+    assert RewardSection(function="rewards.py:brevity").label == "brevity"
+
+
+def test_a_checkpoint_from_before_labels_still_resumes_and_a_new_label_is_a_change():
+    from polyrl import resume_config
+    from polyrl.config import RunConfig
+
+    def config(*rewards: dict) -> RunConfig:
+        return RunConfig.from_dict({"model": {"path": "tiny-llama"}, "data": {"task": "arithmetic"},
+                                    "rewards": list(rewards)})
+
+    current = config({"name": "numeric_match"}, {"function": "m:brevity"})
+    saved = resume_config.snapshot(current)
+    saved["rewards"] = [{k: v for k, v in entry.items() if k != "label"} for entry in saved["rewards"]]
+    assert resume_config.check(saved, current, weights_only=False) == []
+    with pytest.raises(ConfigError, match="rewards"):
+        resume_config.check(saved, config({"name": "numeric_match", "label": "math"}, {"function": "m:brevity"}),
+                            weights_only=False)
+
+
+# --- a real tiny run from a trl.GRPOConfig --------------------------------------------------------
+
+def test_a_tiny_run_from_a_trl_config_with_two_reward_model_folders(tiny_model_dir, tmp_path):
+    from polyrl_torch.testing.tiny_reward_model import build_tiny_reward_model
+
+    folders = [build_tiny_reward_model(tmp_path / name) for name in ("rm-a", "rm-b")]
+    out = tmp_path / "trl-out"
+    args = trl_config(output_dir=str(out), max_steps=1, num_generations=2, per_device_train_batch_size=4,
+                      max_completion_length=4, learning_rate=2e-6, seed=3, reward_weights=[1.0, 0.5])
+    summary = api.run(api.grpo, policy=api.Agent(tiny_model_dir), prompts=[f"What is {i} + 1?" for i in range(3)],
+                      rewards=folders, grpo_config=args, progress=False)
+    assert Path(summary["output_dir"]) == out  # TRL's output_dir
+    [step] = summary["history"]  # TRL's max_steps = 1
+    assert math.isfinite(step["reward/reward_model/mean"]) and math.isfinite(step["reward/reward_model_2/mean"])
+    assert step["lr"] == pytest.approx(2e-6)  # TRL's learning rate (its linear decay starts at it)
+    assert step["samples_kept"] == 4 and step["tokens"] <= 16  # 4 completions / num_generations 2; 4 tokens each
+    assert step["reward_mean"] == pytest.approx(step["reward/reward_model/mean"]
+                                                + 0.5 * step["reward/reward_model_2/mean"])  # TRL's reward_weights
+    records = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
+    assert records and all(set(r["rewards"]) == {"reward_model", "reward_model_2"} for r in records)
