@@ -129,6 +129,33 @@ def test_torch_engine_json(full_run, tmp_path, damage, expected):
     _refused_before_loading(config, found, "engine_state/engine.json", expected)
 
 
+def _toml(settings: dict[str, Any]) -> str:
+    """``settings`` as a TOML config file (tables of plain values; a list of tables as ``[[name]]``)."""
+    lines = []
+    for name, value in settings.items():
+        for table in value if isinstance(value, list) else [value]:
+            lines.append(f"[[{name}]]" if isinstance(value, list) else f"[{name}]")
+            lines += [f"{key} = {json.dumps(item)}" for key, item in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def test_polyrl_launch_resume_refuses_a_damaged_engine_file_before_any_rank_starts(full_run, tmp_path):
+    """The launcher checked trainer_state.json alone: a damaged engine.json passed, and each rank
+    torchrun started then loaded the models before refusing it."""
+    config, found = _copy(full_run, tmp_path)
+    file = found / "engine_state" / "engine.json"
+    file.write_text(json.dumps({**json.loads(file.read_text()), "lora": "yes"}))
+    resign(found)
+    toml = tmp_path / "run.toml"
+    toml.write_text(_toml({**full_run, "train": {**full_run["train"], "output_dir": config.train.output_dir}}))
+    done = subprocess.run([sys.executable, "-m", "polyrl.cli", "launch", str(toml), "--nproc-per-node", "1",
+                           "--dry-run", "--resume"], capture_output=True, text=True, timeout=180)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and "Traceback" not in done.stderr and not done.stdout.strip(), done.stderr
+    assert [line for line in lines if line.startswith("error:")] == [lines[-1]], lines
+    assert lines[-1].startswith(f"error: --resume: {file}: ") and '"lora" is a string' in lines[-1], lines
+
+
 # --- torch: rng.pt -------------------------------------------------------------------------------
 
 
@@ -296,6 +323,26 @@ def test_mlx_optimizer_state(tiny_model_dir, tmp_path):
     _mlx_refused(engine, model_dir, state_dir, file, "has shape", before_loading=False)
     file.write_bytes(file.read_bytes()[:-8])
     _mlx_refused(engine, model_dir, state_dir, file, "not a complete safetensors file")
+
+
+def test_mlx_optimizer_state_refused_before_any_weight_is_replaced(tiny_model_dir, tmp_path):
+    """The moments' shapes were checked after the checkpoint's weights were imported: the refused
+    resume left the engine holding the checkpoint's weights instead of its own."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    engine, model_dir, state_dir = _mlx_checkpoint(tiny_model_dir, tmp_path)
+    engine.raw.optimizer.init(engine.raw.model.trainable_parameters())
+    engine.save_checkpoint(str(model_dir), str(state_dir))
+    file = state_dir / "optimizer.safetensors"
+    saved = load_file(str(file))
+    name = next(n for n in saved if n.endswith(".m") and saved[n].ndim == 2)
+    save_file({**saved, name: saved[name][:1]}, str(file))
+    own = {k: np.asarray(v) + 1.0 for k, v in engine.export_weights().items()}
+    engine.import_weights(own)
+    _mlx_refused(engine, model_dir, state_dir, file, "has shape", before_loading=False)
+    after = engine.export_weights()
+    assert all(np.array_equal(own[k], np.asarray(after[k])) for k in own)
 
 
 def test_mlx_model_weights(tiny_model_dir, tmp_path):

@@ -387,3 +387,82 @@ def test_max_reward_model_refuses_a_folder_without_a_classification_head(tiny_mo
     assert text.startswith("max_reward_model: options.path: ") and "\n" not in text, text
     assert (f"is not a BERT/DistilBERT sequence-classification reward model: its weights have no classification "
             f"head ({head})") in text and 'name = "llm_judge"' in text, text
+
+
+# --- a refused folder is one error line: transformers' load report is held back -------------------
+
+
+def _polyrl(*args: str) -> tuple[int, list[str]]:
+    """(exit status, the non-empty stderr lines) of a real ``polyrl`` process."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "polyrl.cli", *args], capture_output=True, text=True, timeout=180)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    return done.returncode, [line for line in done.stderr.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("edit", ["missing", "reshaped"])
+def test_polyrl_generate_on_weights_lacking_or_reshaping_a_tensor_prints_only_the_error_line(
+        tiny_model_dir, tmp_path, edit):
+    """transformers printed its LOAD REPORT table (and its "Loading weights" bar) above the error;
+    a reshaped tensor was then its RuntimeError text naming neither the tensor nor the shapes."""
+    import torch
+
+    name = "model.layers.1.self_attn.q_proj.weight"
+    if edit == "missing":
+        folder = _reweighted(tiny_model_dir, tmp_path / "m", lambda t: {k: v for k, v in t.items() if k != name})
+        words = f"1 missing tensor(s), the weights lack them (they would be random): {name}"
+    else:
+        folder = _reweighted(tiny_model_dir, tmp_path / "m", lambda t: {**t, name: torch.zeros(3, 3)})
+        words = f"1 tensor(s) of another shape: {name} ([3, 3] in the weights, [64, 64] in config.json's model)"
+    status, lines = _polyrl("generate", "hi", "--backend", "torch", "--model", folder, "--max-new-tokens", "2")
+    assert status == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"error: model.path: config.json in {folder!r} does not match its weights: "), lines
+    assert words in lines[0] and "Fix: use the config.json saved with these weights" in lines[0], lines
+
+
+def test_polyrl_train_with_a_reward_model_lacking_a_tensor_prints_no_load_report(tiny_rm, tiny_model_dir, tmp_path):
+    """The run's own log lines, then the one error line: no transformers table between them."""
+    import re
+
+    name = "model.layers.1.self_attn.q_proj.weight"
+    folder = _reweighted(tiny_rm, tmp_path / "rm", lambda t: {k: v for k, v in t.items() if k != name})
+    config = tmp_path / "run.toml"
+    config.write_text(f'[model]\npath = "{tiny_model_dir}"\n[data]\ntask = "arithmetic"\n'
+                      f'[[rewards]]\nname = "reward_model"\noptions = {{path = "{folder}"}}\n'
+                      f'[generation]\nmax_new_tokens = 2\n[train]\nsteps = 1\nprompts_per_step = 2\nthreads = 1\n'
+                      f'output_dir = "{tmp_path / "run"}"\n')
+    status, lines = _polyrl("train", str(config), "--no-progress")
+    assert status == 2 and [line for line in lines if line.startswith("error:")] == [lines[-1]], lines
+    assert f"reward_model: options.path: the weights in {folder!r} lack 1 tensor(s)" in lines[-1], lines
+    assert name in lines[-1], lines
+    logged = re.compile(r"\d{4}-\d\d-\d\dT\S+ \[(info|warning)\s*\] ")
+    assert all(logged.match(line) for line in lines[:-1]), lines
+
+
+def test_transformers_report_is_shown_for_weights_polyrl_accepts_and_dropped_for_refused_ones(tiny_rm, tmp_path):
+    """A config naming fewer layers than the weights hold loads (the extra tensors change no score):
+    transformers' UNEXPECTED report of them still reaches its handlers, once the load is accepted."""
+    import logging
+
+    from polyrl_torch.reward_model import load_reward_model
+
+    class Seen(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.texts: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.texts.append(record.getMessage())
+
+    seen = Seen()
+    logging.getLogger("transformers").addHandler(seen)
+    try:
+        _refused(_reweighted(tiny_rm, tmp_path / "m", lambda t: {k: v for k, v in t.items()
+                                                                 if k != "model.layers.1.self_attn.q_proj.weight"}))
+        assert not any("LOAD REPORT" in text for text in seen.texts), seen.texts
+        load_reward_model(str(_edited(tiny_rm, tmp_path / "fewer", num_hidden_layers=1)))
+        assert any("LOAD REPORT" in text and "UNEXPECTED" in text for text in seen.texts), seen.texts
+    finally:
+        logging.getLogger("transformers").removeHandler(seen)

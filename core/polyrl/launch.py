@@ -5,7 +5,8 @@ spawning, rendezvous, restarts and multi-node; polyrl only has to build its comm
 imports torch only to run torchrun, after every check: a missing torch is reported before anything
 starts. So is a bad config, more ranks than this machine holds, an
 output_dir another run holds, or a ``--resume`` whose checkpoint another config wrote (model,
-backends...): the launcher loads the config and checks that checkpoint as every rank would, so an
+backends...) or whose backend files are damaged (engine.json, rng.pt...): the launcher loads the
+config and checks that checkpoint as every rank would, so an
 error is one line here, not one per rank under torchrun's ChildFailedError traceback. An error the
 ranks meet later is one line too: torchrun runs quietly in this process (``polyrl.launch_torchrun``).
 """
@@ -119,10 +120,13 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if args.resume is not None or args.resume_weights_only:  # refused: one line here, not one per rank
         from polyrl.engines import choose_generate_backend
         from polyrl.registry import get_registry
-        from polyrl.resume_point import resume_point
+        from polyrl.resume_point import check_backend_files, resume_point
 
-        resume_point(choose_generate_backend(config, get_registry()), args.resume or None,
-                     weights_only=args.resume_weights_only, announce=False)  # the rank says what is applied
+        registry = get_registry()
+        config = choose_generate_backend(config, registry)
+        point = resume_point(config, args.resume or None, weights_only=args.resume_weights_only,
+                             announce=False)  # the rank says what is applied
+        check_backend_files(registry, config, point, args.resume_weights_only)  # engine.json, rng.pt...
     if args.dry_run:
         print(shlex.join(cmd))
         return 0

@@ -38,8 +38,8 @@ def _stream_handlers() -> Iterator[logging.StreamHandler[Any]]:
 
 def _repoint(old: Any, new: TextIO) -> None:
     for handler in _stream_handlers():
-        if handler.stream is old:
-            handler.setStream(new)
+        if handler.stream is old and not isinstance(type(handler).__dict__.get("stream"), property):
+            handler.setStream(new)  # a handler whose stream is a property (logging's last resort) reads sys.stderr
 
 
 @contextmanager

@@ -1,19 +1,23 @@
 """Which checkpoint a resume restores, and whether it may: chosen, verified and its saved config
 checked against the new one with no engine loaded, so a resume that cannot go on is refused in
 the trainer (``Trainer(config, resume=...)``) and in ``polyrl launch`` (before torchrun starts a
-rank) as one error line, not after minutes of model loading.
+rank) as one error line, not after minutes of model loading. ``check_backend_files`` adds the
+train backend's own files (``BackendSpec.check_checkpoint``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from polyrl import checkpoint as ckpt
 from polyrl import checkpoint_state, resume_config
 from polyrl.config import RunConfig
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
+
+if TYPE_CHECKING:
+    from polyrl.registry import Registry
 
 log = get_logger("polyrl.trainer")
 
@@ -61,6 +65,16 @@ def resume_point(config: RunConfig, path: str | Path | None, weights_only: bool,
         if announce:
             log.warning(f"config changed at resume: {change}", applied=True)
     return found, state
+
+
+def check_backend_files(registry: Registry, config: RunConfig, point: tuple[Path, dict[str, Any]] | None,
+                        weights_only: bool) -> None:
+    """The train backend's files in ``point`` (engine state, optimizer, weights: presence, sizes,
+    headers) through its optional ``BackendSpec.check_checkpoint``, which needs no engine: a
+    damaged one is one ``--resume`` error before any model loads or any rank starts."""
+    check = registry.spec(config.backends.train).check_checkpoint if point else None
+    if point is not None and check is not None:
+        check(str(point[0] / ckpt.MODEL_DIR), str(point[0] / ckpt.ENGINE_STATE_DIR), weights_only)
 
 
 def resume_fix(weights_only: bool) -> str:

@@ -47,7 +47,7 @@ from polyrl.errors import CollectiveTimeout, PolyrlError, RewardError
 from polyrl.logs import get_logger, log_from_signal_handler, readable
 from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry
-from polyrl.resume_point import resume_point
+from polyrl.resume_point import check_backend_files, resume_point
 from polyrl.rewards.combine import RewardComputer
 from polyrl.rewards.functions import load_function_reward
 from polyrl.rewards.guard import RewardCancelled
@@ -773,9 +773,7 @@ class Trainer:
 
     def _resume_point(self, path: str | Path | None, weights_only: bool) -> tuple[Path, dict[str, Any]] | None:
         point = resume_point(self.config, path, weights_only)
-        check = self.registry.spec(self.config.backends.train).check_checkpoint if point else None
-        if point and check is not None:  # the backend's files, before any model loads
-            check(str(point[0] / ckpt.MODEL_DIR), str(point[0] / ckpt.ENGINE_STATE_DIR), weights_only)
+        check_backend_files(self.registry, self.config, point, weights_only)  # before any model loads
         return point
 
     def _start_over(self) -> None:

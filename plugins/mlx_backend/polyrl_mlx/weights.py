@@ -277,6 +277,14 @@ def load_checkpoint(engine: MLXEngine, path: str, state_path: str | None = None,
     if not (adapter / "adapters.safetensors").exists():
         adapter = state  # written before adapters moved beside the model
     with mx.stream(engine.device):
+        saved_optimizer = None
+        same_kind = bool(meta.get("lora")) == (engine.lora is not None)
+        if not weights_only and engine.optimizer is not None and same_kind:
+            # read and checked against the parameters' shapes (which importing keeps) before any
+            # weight is replaced: a refused file leaves the engine as it was
+            with es.loading(opt_file, "the optimizer state polyrl saved"):
+                saved_optimizer = mx.load(str(opt_file))
+            state_files.check_optimizer(opt_file, saved_optimizer, dict(tree_flatten(engine.model.parameters())))
         exact_lora = (not weights_only and engine.lora is not None and meta.get("lora")
                       and (adapter / "adapters.safetensors").exists())
         if exact_lora:
@@ -302,12 +310,8 @@ def load_checkpoint(engine: MLXEngine, path: str, state_path: str | None = None,
                 import_weights(engine, weights)
         if weights_only:
             return True
-        same_kind = bool(meta.get("lora")) == (engine.lora is not None)
-        if engine.optimizer is not None and same_kind:
-            with es.loading(opt_file, "the optimizer state polyrl saved"):
-                saved = mx.load(str(opt_file))
-            state_files.check_optimizer(opt_file, saved, dict(tree_flatten(engine.model.parameters())))
-            engine.optimizer.state = tree_unflatten(list(saved.items()))
+        if engine.optimizer is not None and saved_optimizer is not None:  # checked above
+            engine.optimizer.state = tree_unflatten(list(saved_optimizer.items()))
             engine.optimizer.learning_rate = engine.config.optimizer.lr
             mx.eval(engine.optimizer.state)
         with es.loading(state / "rng.safetensors", "the sampler key polyrl saved"):

@@ -29,6 +29,8 @@ from polyrl_torch.attention import needs_eager_attention, register_grouped_sdpa
 from polyrl_torch.devices import resolve_device
 from polyrl_torch.generation_weights import packing_requested
 from polyrl_torch.host_memory import retain_freed_memory, retain_requested
+from polyrl_torch.load_report import held_load_report
+from polyrl_torch.loading_info import CONFIG_FIX, refuse_mismatched_shapes, shown
 from polyrl_torch.options import TorchOptions
 
 #: float16 runs on CPU too (torch 2.x has the kernels) but is no faster there than bfloat16;
@@ -426,17 +428,22 @@ def _load_pretrained(folder: str, extra: dict[str, Any], **model_kwargs: Any) ->
         refuse_sizes_beyond_weights(folder, config_sizes(hf_config))
     from safetensors import SafetensorError
 
-    try:
-        model, info = AutoModelForCausalLM.from_pretrained(folder, **model_kwargs, **extra,
-                                                           output_loading_info=True)
-    except SafetensorError as exc:  # e.g. an interrupted copy or download: the header or data is cut short
-        raise ConfigError(f"the weights in {folder!r} are truncated or corrupt ({_first_line(exc)})",
-                          field="model.path",
-                          fix="re-copy or re-download the model's *.safetensors files") from None
-    except (OSError, ValueError, RuntimeError) as exc:
-        raise ConfigError(f"cannot load the model weights from {folder!r}: {_first_line(exc)}",
-                          field="model.path", fix=fix) from None
-    check_weights_match(folder, info)
+    # transformers' report of missing / unexpected / reshaped tensors is shown only when the weights
+    # pass check_weights_match (a refusal is its one error line); a tensor of another shape is
+    # loading info naming it, not a RuntimeError naming neither it nor the shapes
+    with held_load_report():
+        try:
+            model, info = AutoModelForCausalLM.from_pretrained(folder, **model_kwargs, **extra,
+                                                               output_loading_info=True,
+                                                               ignore_mismatched_sizes=True)
+        except SafetensorError as exc:  # e.g. an interrupted copy or download: the header or data is cut short
+            raise ConfigError(f"the weights in {folder!r} are truncated or corrupt ({_first_line(exc)})",
+                              field="model.path",
+                              fix="re-copy or re-download the model's *.safetensors files") from None
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise ConfigError(f"cannot load the model weights from {folder!r}: {_first_line(exc)}",
+                              field="model.path", fix=fix) from None
+        check_weights_match(folder, info)
     return tokenizer, model
 
 
@@ -454,16 +461,12 @@ def check_weights_match(folder: str, info: Mapping[str, Any]) -> None:
     benign cases (an lm_head tied to the embeddings, non-persistent buffers such as rotary
     ``inv_freq``, keys a model class declares ignorable) never appear in ``info``.
     """
-    for kind, keys in (("missing", info.get("missing_keys")), ("unexpected", info.get("unexpected_keys")),
-                       ("mismatched", info.get("mismatched_keys"))):
-        names = sorted(str(k[0] if isinstance(k, tuple) else k) for k in keys or ())
+    for kind, keys in (("missing", info.get("missing_keys")), ("unexpected", info.get("unexpected_keys"))):
+        names = [str(k) for k in keys or ()]
         if names:
-            shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
             why = {"missing": "the weights lack them (they would be random)",
-                   "unexpected": "config.json's model has no place for them (they would be dropped)",
-                   "mismatched": "their shapes differ from config.json's"}[kind]
+                   "unexpected": "config.json's model has no place for them (they would be dropped)"}[kind]
             raise ConfigError(
                 f"config.json in {folder!r} does not match its weights: {len(names)} {kind} tensor(s), "
-                f"{why}: {shown}", field="model.path",
-                fix="use the config.json saved with these weights (e.g. num_hidden_layers, hidden_size), "
-                    "or re-copy / re-download the model folder")
+                f"{why}: {shown(names)}", field="model.path", fix=CONFIG_FIX)
+    refuse_mismatched_shapes(folder, info, "model.path")  # named with both shapes, as for reward_model

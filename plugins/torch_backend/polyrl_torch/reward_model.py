@@ -38,6 +38,7 @@ from polyrl.folder_links import refuse_outside_links
 from polyrl.rewards.options import merged, required_text, whole_number
 from polyrl.hookspecs import hookimpl
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
+from polyrl_torch.load_report import held_load_report
 from polyrl_torch.reward_weights import refuse_incomplete_weights
 
 NAME = "reward_model"
@@ -101,11 +102,13 @@ def load_reward_model(path: str, device: str = "auto", dtype: str = "float32") -
             # config.json's sizes against the safetensors headers, before the model is built
             refuse_sizes_beyond_weights(resolved, config_sizes(hf_config), field="options.path")
             # the loading info names what transformers would fill with random weights (a missing
-            # tensor, a causal LM's absent score head) or could not load (a tensor of another shape)
-            model, info = AutoModelForSequenceClassification.from_pretrained(
-                resolved, config=hf_config, dtype=torch_dtype, trust_remote_code=False,
-                output_loading_info=True, ignore_mismatched_sizes=True)
-            refuse_incomplete_weights(path, model, info)
+            # tensor, a causal LM's absent score head) or could not load (a tensor of another shape);
+            # its own report of them is shown only when the weights are accepted
+            with held_load_report():
+                model, info = AutoModelForSequenceClassification.from_pretrained(
+                    resolved, config=hf_config, dtype=torch_dtype, trust_remote_code=False,
+                    output_loading_info=True, ignore_mismatched_sizes=True)
+                refuse_incomplete_weights(path, model, info)
         except ConfigError as exc:
             raise RewardError(f"{NAME}: {exc}") from None
         except RuntimeError as exc:  # e.g. weights cut short while their data is read

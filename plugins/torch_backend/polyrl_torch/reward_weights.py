@@ -16,16 +16,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from polyrl.errors import ConfigError
+from polyrl_torch.loading_info import CONFIG_FIX, refuse_mismatched_shapes, shown
 
 NOT_A_REWARD_MODEL_FIX = ("point options.path at a reward model (a *ForSequenceClassification folder: train or "
                           "convert one from this model), or score with an LLM judge (name = \"llm_judge\")")
-CONFIG_FIX = ("use the config.json saved with these weights (e.g. num_hidden_layers, hidden_size), "
-              "or re-copy / re-download the model folder")
-
-
-def _shown(names: Iterable[str]) -> str:
-    listed = sorted(names)
-    return ", ".join(listed[:3]) + (", ..." if len(listed) > 3 else "")
 
 
 def head_names(missing: Iterable[str], base_prefix: str) -> list[str]:
@@ -49,20 +43,10 @@ def refuse_incomplete_weights(folder: str, model: Any, info: Mapping[str, Any], 
     if head:
         raise ConfigError(
             f"{folder!r} is not a sequence-classification reward model{_architectures(model)}: its weights "
-            f"have no classification head ({_shown(head)}), which transformers would fill with random "
+            f"have no classification head ({shown(head)}), which transformers would fill with random "
             "weights", field=field, fix=NOT_A_REWARD_MODEL_FIX)
     if missing:
         raise ConfigError(
             f"the weights in {folder!r} lack {len(missing)} tensor(s) config.json's model needs, which "
-            f"transformers would fill with random weights: {_shown(missing)}", field=field, fix=CONFIG_FIX)
-    mismatched = []
-    for entry in info.get("mismatched_keys") or ():
-        if isinstance(entry, tuple) and len(entry) == 3:
-            name, saved, wanted = entry
-            mismatched.append(f"{name} ({list(saved)} in the weights, {list(wanted)} in config.json's model)")
-        else:
-            mismatched.append(str(entry))
-    if mismatched:
-        raise ConfigError(
-            f"config.json in {folder!r} does not match its weights: {len(mismatched)} tensor(s) of another "
-            f"shape: {_shown(mismatched)}", field=field, fix=CONFIG_FIX)
+            f"transformers would fill with random weights: {shown(missing)}", field=field, fix=CONFIG_FIX)
+    refuse_mismatched_shapes(folder, info, field)
