@@ -160,10 +160,13 @@ def test_bf16_training_attention_runs_in_float32_even_under_autocast():
 
 def test_a_bfloat16_samplers_float32_cache_gives_the_same_samples(tiny_model_dir, monkeypatch):
     """Long runs hold a 16-bit sampler's cache in float32 (attention widens it anyway): the values
-    are the same, so tokens and log-probs must be bitwise those of the 16-bit cache."""
+    are the same, so tokens and log-probs must be bitwise those of the 16-bit cache. (A CPU that
+    attends bfloat16 natively never widens: that is the next tests'.)"""
+    import polyrl_torch.attention as attention
     import polyrl_torch.generation as generation
     import polyrl_torch.kv_cache as kv_cache
 
+    monkeypatch.setattr(attention, "native_bf16_attention", lambda: False)
     engine = Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="generate", seed=0,
                                                           compute_dtype="bfloat16"))
     made: list[torch.dtype] = []
@@ -184,3 +187,87 @@ def test_a_bfloat16_samplers_float32_cache_gives_the_same_samples(tiny_model_dir
     assert [c.completion_ids.tolist() for c in runs[True]] == [c.completion_ids.tolist() for c in runs[False]]
     for a, b in zip(runs[True], runs[False]):
         np.testing.assert_array_equal(a.logprobs, b.logprobs)
+
+
+def test_the_sampler_attends_bfloat16_natively_only_where_the_cpu_says_so(monkeypatch):
+    """``sampler_sdpa``: on an AMX CPU bfloat16 queries, keys and values go to torch's kernel as
+    they are (its bfloat16 forward is the faster one there); elsewhere they are widened to float32
+    as in training. float32 inputs are attended as they are either way."""
+    import polyrl_torch.attention as attention
+
+    F = torch.nn.functional
+    module = torch.nn.Module()
+    module.is_causal, module.num_key_value_groups = True, 3
+    gen = torch.Generator().manual_seed(0)
+    query = torch.randn(2, 6, 1, 8, generator=gen).bfloat16()
+    key, value = torch.randn(2, 2, 7, 8, generator=gen).bfloat16(), torch.randn(2, 2, 7, 8, generator=gen).bfloat16()
+    mask = torch.ones(2, 1, 1, 7, dtype=torch.bool)
+    mask[0, :, :, :2] = False
+    native = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, enable_gqa=True).transpose(1, 2)
+    widened = F.scaled_dot_product_attention(query.float(), key.float(), value.float(), attn_mask=mask,
+                                             enable_gqa=True).transpose(1, 2).to(torch.bfloat16)
+    assert not torch.equal(native, widened)  # the two paths are told apart by their rounding
+    for amx, expected in ((True, native), (False, widened)):
+        monkeypatch.setattr(attention, "native_bf16_attention", lambda amx=amx: amx)
+        out, _ = attention.sampler_sdpa(module, query, key, value, mask)
+        assert out.dtype == torch.bfloat16
+        assert torch.equal(out, expected)
+        # training's attention widens whatever the CPU
+        trained, _ = attention.grouped_sdpa(module, query, key, value, mask)
+        assert torch.equal(trained, widened)
+        full, _ = attention.sampler_sdpa(module, query.float(), key.float(), value.float(), mask)
+        assert full.dtype == torch.float32
+
+
+@pytest.mark.parametrize(("amx", "cap", "native"), [
+    (False, None, False), (True, None, True), (True, "AVX2", False), (True, "avx512_core_amx", True),
+    (True, "AVX512_CORE_BF16", False),
+])
+def test_native_bfloat16_attention_needs_amx_not_capped_away(monkeypatch, amx, cap, native):
+    """AMX tiles present and oneDNN not capped below them (the bench's AVX2 runs cap it)."""
+    import polyrl_torch.attention as attention
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    if cap is None:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    else:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    attention.native_bf16_attention.cache_clear()
+    try:
+        assert attention.native_bf16_attention() is native
+    finally:
+        attention.native_bf16_attention.cache_clear()
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_a_bfloat16_sampler_on_amx_keeps_its_cache_bfloat16_and_training_attention_float32(
+        tiny_model_dir, monkeypatch, amx):
+    """The sampler's copy runs ``sampler_sdpa``, the trained model ``grouped_sdpa``. Where bfloat16
+    is attended natively a long run's cache is not widened (nothing would read it in float32), and
+    the sampler's log-probs stay within bfloat16 rounding of the trainer's."""
+    import polyrl_torch.attention as attention
+    import polyrl_torch.generation as generation
+    import polyrl_torch.kv_cache as kv_cache
+
+    monkeypatch.setattr(attention, "native_bf16_attention", lambda: amx)
+    monkeypatch.setattr(generation, "FLOAT32_CACHE_FROM_TOKENS", 0)  # every run counts as long
+    engine = Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="train", seed=0,
+                                                          compute_dtype="bfloat16"))
+    made: list[torch.dtype] = []
+    init = kv_cache.PreallocatedLayer.lazy_initialization
+
+    def spy(self, keys, values):
+        init(self, keys, values)
+        made.append(self._keys.dtype)
+
+    monkeypatch.setattr(kv_cache.PreallocatedLayer, "lazy_initialization", spy)
+    completions = engine.generate(CHATS, SamplingParams(max_new_tokens=12, n=2, seed=3))
+    assert set(made) == {torch.bfloat16 if amx else torch.float32}
+    assert engine.raw.generation_copy.model.config._attn_implementation == attention.SAMPLER_SDPA
+    assert engine.raw.model.config._attn_implementation == attention.GROUPED_SDPA
+    from polyrl.types import TokenSequence
+
+    scored = engine.logprobs([TokenSequence.of(c) for c in completions], 1.0)
+    gap = max(float(np.abs(np.asarray(a) - np.asarray(c.logprobs)).max()) for a, c in zip(scored, completions))
+    assert 0 < gap < 0.03

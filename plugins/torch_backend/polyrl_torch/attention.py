@@ -18,6 +18,16 @@ returns in the query's dtype. A bfloat16 sampler's KV cache stays in bfloat16 fo
 ones, where widening the whole cache at every step costs more (``polyrl_torch.generation``'s
 ``FLOAT32_CACHE_FROM_TOKENS``; ``bench/kv_cache_dtype.py``).
 
+Why the sampler attends bfloat16 natively on a CPU with AMX: there torch's flash kernel multiplies
+bfloat16 blocks with oneDNN's AMX micro-kernels, and its forward (all a sampler runs) is faster in
+bfloat16 than widened to float32: measured 2-7x for decode steps and ~1.4x for a prefill on an
+Intel Xeon with AMX, while its backward stays slower in bfloat16 there too. So the sampler's copy
+registers ``sampler_sdpa`` (``SAMPLER_SDPA``), which keeps bfloat16 where ``native_bf16_attention``
+says so and widens elsewhere; training and ``logprobs`` keep ``grouped_sdpa``'s float32 attention,
+so log-probs that the trainer compares with each other come from one kernel. The sampler's
+log-probs then differ from the trainer's by bfloat16 rounding of the attention as well as of the
+matmuls, which the mismatch metrics report and TIS/MIS correct as before.
+
 Why eager for some families: SDPA has no soft-cap of the attention scores, and transformers' SDPA
 attention silently ignores a family's ``attn_logit_softcapping`` (Gemma 2: log-probs 0.7 nats off
 the model's on a tiny model), so such models run transformers' eager attention (``needs_eager_attention``).
@@ -25,6 +35,8 @@ the model's on a tiny model), so such models run transformers' eager attention (
 
 from __future__ import annotations
 
+import functools
+import os
 from typing import Any
 
 import torch
@@ -35,12 +47,14 @@ SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 
 def grouped_sdpa(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                 is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+                 is_causal: bool | None = None, native_bf16: bool = False,
+                 **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers' ``sdpa_attention_forward`` (same arguments, same result) without ``repeat_kv``,
-    computed in float32 when any input is a 16-bit float (else in their own dtype); the output
-    ``[batch, queries, heads, dim]`` in ``query``'s dtype."""
+    computed in float32 when any input is a 16-bit float (else in their own dtype; ``native_bf16``:
+    bfloat16 inputs stay bfloat16); the output ``[batch, queries, heads, dim]`` in ``query``'s dtype."""
     out_dtype = query.dtype
-    dtype = attention_dtype(query.dtype, key.dtype)
+    native = native_bf16 and query.dtype == key.dtype == value.dtype == torch.bfloat16
+    dtype = torch.bfloat16 if native else attention_dtype(query.dtype, key.dtype)
     query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
     if attention_mask is not None and attention_mask.is_floating_point():
         attention_mask = attention_mask.to(dtype)
@@ -58,22 +72,57 @@ def attention_dtype(query: torch.dtype, key: torch.dtype) -> torch.dtype:
     return torch.float32 if query in SIXTEEN_BIT or key in SIXTEEN_BIT else key
 
 
-#: The name ``grouped_sdpa`` is registered under with transformers.
+#: oneDNN's ISA caps that keep AMX (``ONEDNN_MAX_CPU_ISA``/``DNNL_MAX_CPU_ISA``): any other cap
+#: (e.g. ``AVX2`` or ``AVX512_CORE_BF16``, as the bench's AVX2 runs set) turns AMX off.
+AMX_ISA_CAPS = ("ALL", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX", "AVX10_1_512_AMX_FP16")
+
+
+@functools.cache
+def native_bf16_attention() -> bool:
+    """Whether this CPU's flash attention runs bfloat16 faster than float32: AMX tiles present and
+    not capped away from oneDNN (module docstring). Asked once per process."""
+    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    if probe is None or not probe():
+        return False
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+    return cap is None or cap.strip().upper() in AMX_ISA_CAPS
+
+
+def sampler_sdpa(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                 attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """``grouped_sdpa`` for the sampler: bfloat16 attended natively where ``native_bf16_attention``."""
+    return grouped_sdpa(module, query, key, value, attention_mask,
+                        native_bf16=native_bf16_attention(), **kwargs)
+
+
+#: The names ``grouped_sdpa`` and ``sampler_sdpa`` are registered under with transformers.
 GROUPED_SDPA = "polyrl_grouped_sdpa"
+SAMPLER_SDPA = "polyrl_sampler_sdpa"
 
 
 def register_grouped_sdpa() -> str:
-    """Register ``grouped_sdpa`` (and SDPA's own masks for it: transformers builds a model's
-    attention mask by the attention implementation's name) and return its name."""
+    """Register ``grouped_sdpa`` and ``sampler_sdpa`` (and SDPA's own masks for them: transformers
+    builds a model's attention mask by the attention implementation's name); return the first's name."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    AttentionInterface.register(GROUPED_SDPA, grouped_sdpa)
-    AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)
+    for name, function in ((GROUPED_SDPA, grouped_sdpa), (SAMPLER_SDPA, sampler_sdpa)):
+        AttentionInterface.register(name, function)
+        AttentionMaskInterface.register(name, sdpa_mask)
     return GROUPED_SDPA
+
+
+def sampler_attention(implementation: str) -> str:
+    """The attention a sampler's copy of a model runs, given the model's own."""
+    return SAMPLER_SDPA if implementation == GROUPED_SDPA else implementation
+
+
+def attends_bf16_natively(model: Any) -> bool:
+    """Whether ``model`` (a sampler's copy) keeps bfloat16 keys and values bfloat16 in attention."""
+    return getattr(model.config, "_attn_implementation", None) == SAMPLER_SDPA and native_bf16_attention()
 
 
 def needs_eager_attention(config: Any) -> bool:
     """Whether the model soft-caps its attention scores (SDPA cannot) and runs SDPA now."""
     softcap = getattr(config, "attn_logit_softcapping", None)
-    return bool(softcap) and getattr(config, "_attn_implementation", None) in ("sdpa", GROUPED_SDPA)
+    return bool(softcap) and getattr(config, "_attn_implementation", None) in ("sdpa", GROUPED_SDPA, SAMPLER_SDPA)

@@ -17,12 +17,14 @@ prompt: not on which other rows happen to have finished, nor on how many prompts
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from polyrl.errors import ConfigError
 from polyrl.backend_kit.stopping import StopStrings
 from polyrl.types import Completion, Prompt, SamplingParams
+from polyrl_torch.attention import attends_bf16_natively
 from polyrl_torch.engine import TorchEngine
 from polyrl_torch.kv_cache import preallocate
 from polyrl_torch.generation_weights import GenerationCopy, uses_generation_copy
@@ -126,9 +128,11 @@ def _seen_tokens(prompt_ids: list[list[int]], n: int, vocab: int, device: torch.
 FLOAT32_CACHE_FROM_TOKENS = 256
 
 
-def widens_cache(device: torch.device, new_tokens: int) -> bool:
-    """Whether a 16-bit sampler's cache is held in float32 (CPU attention is float32; long runs)."""
-    return device.type == "cpu" and new_tokens >= FLOAT32_CACHE_FROM_TOKENS
+def widens_cache(device: torch.device, new_tokens: int, model: Any = None) -> bool:
+    """Whether a 16-bit sampler's cache is held in float32 (CPU attention is float32; long runs),
+    never for a ``model`` that attends bfloat16 natively (``polyrl_torch.attention``)."""
+    native = model is not None and attends_bf16_natively(model)
+    return device.type == "cpu" and new_tokens >= FLOAT32_CACHE_FROM_TOKENS and not native
 
 
 def _next_logits(model, **inputs) -> torch.Tensor:
@@ -186,7 +190,7 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
     input_ids, attention = _left_pad([list(u) for u in unique], engine.pad_id, device)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     cache = preallocate(cache_cls(config=engine.causal_lm.config), input_ids.shape[1] + max(budgets),
-                        widen_16bit=widens_cache(device, max(budgets)))
+                        widen_16bit=widens_cache(device, max(budgets), model))
     logits = _next_logits(model, input_ids=input_ids, attention_mask=attention,
                           position_ids=positions, past_key_values=cache)
     rows = [unique[tuple(ids)] for ids in prompt_ids for _ in range(n)]

@@ -19,12 +19,14 @@ the model's memory; ``backends.options.packed_generation = false`` turns packing
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from polyrl.backend_kit.options import bool_option
+from polyrl_torch.attention import sampler_attention
 
 if TYPE_CHECKING:
     from polyrl_torch.engine import TorchEngine
@@ -91,9 +93,11 @@ class GenerationCopy:
         from transformers.initialization import no_init_weights
 
         source = engine.causal_lm
-        attn = getattr(source.config, "_attn_implementation", None) or "sdpa"  # the engine's (CPU: grouped)
+        # the engine's attention (CPU: grouped), in its sampler form (AMX CPUs: bfloat16 natively)
+        attn = sampler_attention(getattr(source.config, "_attn_implementation", None) or "sdpa")
+        config = copy.deepcopy(source.config)  # from_config sets the attention on the config it is given
         with no_init_weights():  # every weight is overwritten by ``current``: skip the random init
-            self.model: Any = AutoModelForCausalLM.from_config(source.config, dtype=sampler_dtype(engine),
+            self.model: Any = AutoModelForCausalLM.from_config(config, dtype=sampler_dtype(engine),
                                                                attn_implementation=attn)
         self.model.tie_weights()  # init_weights (skipped) is what ties them; a no-op when untied
         self.model.to(engine.device).eval().requires_grad_(False)
