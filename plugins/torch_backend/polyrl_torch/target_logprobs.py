@@ -25,9 +25,16 @@ def _rows_per_block(vocab: int) -> int:
     return max(1, BLOCK_ELEMENTS // max(vocab, 1))
 
 
-def _scaled_copy(block: torch.Tensor, scale: float) -> torch.Tensor:
-    """A float32 copy of ``block`` times ``scale`` (a copy even when already float32: the passes
-    below write into it, and the block is the saved logits)."""
+def _needs_copy(block: torch.Tensor, scale: float) -> bool:
+    """Whether the passes need a float32 copy of ``block`` times ``scale``: float32 logits at scale 1
+    are read as they are (they are the saved logits: nothing writes into them)."""
+    return block.dtype != torch.float32 or scale != 1.0
+
+
+def _scaled(block: torch.Tensor, scale: float) -> torch.Tensor:
+    """``block`` times ``scale`` in float32: a copy where ``_needs_copy``, else ``block`` itself."""
+    if not _needs_copy(block, scale):
+        return block
     x = block.to(torch.float32, copy=True)
     return x.mul_(scale) if scale != 1.0 else x
 
@@ -42,12 +49,14 @@ class _TargetLogprobs(torch.autograd.Function):
         step = _rows_per_block(logits.shape[-1])
         for start in range(0, rows, step):
             end = min(rows, start + step)
-            x = _scaled_copy(logits[start:end], scale)
+            copied = _needs_copy(logits[start:end], scale)
+            x = _scaled(logits[start:end], scale)
             # torch's fused log-softmax kernel: one read for the max, one for the sum, one write
             logp = torch.log_softmax(x, dim=-1)
             picked[start:end] = logp.gather(-1, targets[start:end, None])[:, 0]
-            if with_entropy:  # H = -sum(p log p), p = exp(log p) written over the copy
-                entropy[start:end] = -torch.linalg.vecdot(torch.exp(logp, out=x), logp)
+            if with_entropy:  # H = -sum(p log p), p = exp(log p) written over the copy (never the logits)
+                p = torch.exp(logp, out=x) if copied else torch.exp(logp)
+                entropy[start:end] = -torch.linalg.vecdot(p, logp)
         ctx.save_for_backward(logits, targets)
         ctx.scale = scale
         ctx.mark_non_differentiable(entropy)
@@ -62,10 +71,17 @@ class _TargetLogprobs(torch.autograd.Function):
         g = grad_picked.float() * scale
         for start in range(0, logits.shape[0], step):
             end = min(logits.shape[0], start + step)
-            # d(log p_t)/dx = scale * (onehot(t) - softmax(scale * x)), times the incoming gradient
-            p = torch.softmax(_scaled_copy(logits[start:end], scale), dim=-1).mul_(-g[start:end, None])
-            p.scatter_add_(-1, targets[start:end, None], g[start:end, None])
-            grad[start:end] = p
+            block = logits[start:end]
+            # d(log p_t)/dx = scale * (onehot(t) - softmax(scale * x)), times the incoming gradient;
+            # float32 logits at scale 1: the softmax is written straight into the gradient's rows
+            copied = _needs_copy(block, scale)
+            if copied:
+                p = torch.softmax(_scaled(block, scale), dim=-1)
+            else:
+                p = torch.ops.aten._softmax.out(block, -1, False, out=grad[start:end])
+            p.mul_(-g[start:end, None]).scatter_add_(-1, targets[start:end, None], g[start:end, None])
+            if copied:
+                grad[start:end] = p
         return grad, None, None, None
 
 
