@@ -11,6 +11,13 @@ layer's weights distinct (as in a real step, where they do not stay in cache), f
 where torch has it, bfloat16: the ceiling of generation MFU at a given row count, the same for
 every framework that calls torch's matmul. ``decode_packed`` is the same step on weights packed
 once for oneDNN (``polyrl_torch.generation_weights.PackedLinear``, what polyrl's CPU sampler runs).
+
+Why it also measures how fast one thread reads memory: machines differ most there (a core of one
+of this project's CPUs read 8.6 GB/s, another's ~25), and a decode step must stream every weight
+from memory. Each rate then gets its roofline: ``roofline_gflops``, the rate if streaming the
+weights hid entirely behind the arithmetic at the square-matmul peak (or the reverse), and
+``serial_gflops``, the rate if the two took turns; a measured rate near ``serial_gflops`` says
+the step is bound by memory latency, not by the kernel's arithmetic.
 """
 
 from __future__ import annotations
@@ -81,6 +88,30 @@ def rate(shape: ModelShape, rows: int, dtype_name: str, seconds: float, pack: bo
     return {"gflops": flops / elapsed / 1e9, "step_ms": elapsed * 1e3, "weight_gb_per_s": weight_bytes / elapsed / 1e9}
 
 
+def memory_read_gb_per_s(seconds: float, megabytes: int = 512) -> float:
+    """GB/s one thread reads from memory: sums over a float32 buffer larger than any cache here."""
+    import torch
+
+    buffer = torch.ones(megabytes * 2**20 // 4)
+    buffer.sum()  # pages touched before timing
+    count, start = 0, time.perf_counter()
+    while count == 0 or time.perf_counter() - start < seconds:
+        buffer.sum()
+        count += 1
+    return buffer.numel() * 4 * count / (time.perf_counter() - start) / 1e9
+
+
+def with_roofline(measured: dict[str, float], peak_gflops: float, read_gb_per_s: float) -> dict[str, float]:
+    """``measured`` plus the step's two bounds: arithmetic and weight streaming overlapped
+    (``roofline_gflops``) or taking turns (``serial_gflops``), and the measured share of each."""
+    step_s = measured["step_ms"] / 1e3
+    flops, weight_gb = measured["gflops"] * step_s, measured["weight_gb_per_s"] * step_s
+    compute_s, stream_s = flops / peak_gflops, weight_gb / read_gb_per_s
+    roofline, serial = flops / max(compute_s, stream_s), flops / (compute_s + stream_s)
+    return {**measured, "roofline_gflops": roofline, "serial_gflops": serial,
+            "of_roofline": measured["gflops"] / roofline, "of_serial": measured["gflops"] / serial}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2-135m-instruct")
@@ -104,15 +135,26 @@ def main(argv: list[str] | None = None) -> int:
     from polyrl_torch.generation_weights import packing_available
 
     dtypes = args.dtypes.split(",")
-    report = {"machine": cpu_info(args.threads), "model": args.model, "square_peak": measure(args.threads),
-              "decode": {d: {str(r): rate(shape, r, d, args.seconds) for r in rows} for d in dtypes},
-              "decode_packed": {d: {str(r): rate(shape, r, d, args.seconds, pack=True) for r in rows} for d in dtypes
+    peaks = {d: measure(args.threads, dtype=d) for d in dtypes}
+    read = memory_read_gb_per_s(args.seconds)
+
+    def measured(dtype: str, pack: bool) -> dict[str, dict[str, float]]:
+        return {str(r): with_roofline(rate(shape, r, dtype, args.seconds, pack=pack), peaks[dtype]["peak_gflops"], read)
+                for r in rows}
+
+    report = {"machine": cpu_info(args.threads), "model": args.model, "square_peak": peaks.get("float32", measure(args.threads)),
+              "square_peaks": peaks, "memory_read_gb_per_s": read,
+              "decode": {d: measured(d, False) for d in dtypes},
+              "decode_packed": {d: measured(d, True) for d in dtypes
                                 if packing_available(torch.device("cpu"), getattr(torch, d))}}
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(strict_json.dumps(report, indent=2))
     for kind in ("decode", "decode_packed"):
-        print(kind, json.dumps({d: {r: round(v["gflops"], 1) for r, v in by.items()} for d, by in report[kind].items()}))
-    print(f"square fp32 peak {report['square_peak']['peak_gflops']:.1f} GFLOP/s; {args.output}")
+        print(kind, "GFLOP/s (roofline, serial):", json.dumps(
+            {d: {r: [round(v[k], 1) for k in ("gflops", "roofline_gflops", "serial_gflops")] for r, v in by.items()}
+             for d, by in report[kind].items()}))
+    print(f"square peaks {json.dumps({d: round(v['peak_gflops'], 1) for d, v in peaks.items()})} GFLOP/s; "
+          f"one thread reads {read:.1f} GB/s; {args.output}")
     return 0
 
 

@@ -104,4 +104,21 @@ def test_decode_matmul_bench_measures_each_row_count_and_dtype(tiny_model_dir, t
     assert rates["64"]["gflops"] > rates["1"]["gflops"]
     packed = report["decode_packed"]["float32"]  # the sampler's packed weights: same FLOP count
     assert set(packed) == {"1", "64"} and packed["64"]["gflops"] > packed["1"]["gflops"] > 0
+    # the roofline: both bounds above the slower of the two, the overlapped one the higher
+    assert report["memory_read_gb_per_s"] > 0
+    for v in [*rates.values(), *packed.values()]:
+        assert v["roofline_gflops"] >= v["serial_gflops"] > 0
+        assert v["of_roofline"] == pytest.approx(v["gflops"] / v["roofline_gflops"])
+
+
+def test_decode_roofline_is_the_slower_of_arithmetic_and_streaming():
+    """A step of 100 GFLOP streaming 10 GB in 2 s at a 100 GFLOP/s peak and 5 GB/s: arithmetic
+    alone 1 s, streaming alone 2 s: overlapped 2 s (50 GFLOP/s), taking turns 3 s (33.3)."""
+    spec = importlib.util.spec_from_file_location("decode_matmul", Path(__file__).parent.parent / "bench" / "decode_matmul.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = module.with_roofline({"gflops": 50.0, "step_ms": 2000.0, "weight_gb_per_s": 5.0}, 100.0, 5.0)
+    assert out["roofline_gflops"] == pytest.approx(50.0)
+    assert out["serial_gflops"] == pytest.approx(100 / 3)
+    assert out["of_roofline"] == pytest.approx(1.0) and out["of_serial"] == pytest.approx(1.5)
     assert module.main(["--rows", "four"]) == 2
