@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return {str(r): with_roofline(rate(shape, r, dtype, args.seconds, pack=pack), peaks[dtype]["peak_gflops"], read)
                 for r in rows}
 
-    report = {"machine": cpu_info(args.threads), "model": args.model, "square_peak": peaks.get("float32", measure(args.threads)),
+    report = {"machine": cpu_info(args.threads), "model": args.model, "square_peak": peaks["float32"] if "float32" in peaks else measure(args.threads),
               "square_peaks": peaks, "memory_read_gb_per_s": read,
               "decode": {d: measured(d, False) for d in dtypes},
               "decode_packed": {d: measured(d, True) for d in dtypes

@@ -13,7 +13,7 @@ import pytest
 
 from polyrl.engine import Engine
 from polyrl.registry import get_registry
-from polyrl.types import EngineConfig, SamplingParams
+from polyrl.types import EngineConfig, SamplingParams, TokenSequence
 
 torch = pytest.importorskip("torch")
 
@@ -158,17 +158,10 @@ def test_bf16_training_attention_runs_in_float32_even_under_autocast():
     assert query.grad.dtype == key.grad.dtype == value.grad.dtype == torch.bfloat16
 
 
-def test_a_bfloat16_samplers_float32_cache_gives_the_same_samples(tiny_model_dir, monkeypatch):
-    """Long runs hold a 16-bit sampler's cache in float32 (attention widens it anyway): the values
-    are the same, so tokens and log-probs must be bitwise those of the 16-bit cache. (A CPU that
-    attends bfloat16 natively never widens: that is the next tests'.)"""
-    import polyrl_torch.attention as attention
-    import polyrl_torch.generation as generation
+def _cache_dtypes(monkeypatch) -> list:
+    """The dtype of every preallocated KV-cache layer made from now on (the test's monkeypatch undoes it)."""
     import polyrl_torch.kv_cache as kv_cache
 
-    monkeypatch.setattr(attention, "native_bf16_attention", lambda: False)
-    engine = Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="generate", seed=0,
-                                                          compute_dtype="bfloat16"))
     made: list[torch.dtype] = []
     init = kv_cache.PreallocatedLayer.lazy_initialization
 
@@ -177,6 +170,20 @@ def test_a_bfloat16_samplers_float32_cache_gives_the_same_samples(tiny_model_dir
         made.append(self._keys.dtype)
 
     monkeypatch.setattr(kv_cache.PreallocatedLayer, "lazy_initialization", spy)
+    return made
+
+
+def test_a_bfloat16_samplers_float32_cache_gives_the_same_samples(tiny_model_dir, monkeypatch):
+    """Long runs hold a 16-bit sampler's cache in float32 (attention widens it anyway): the values
+    are the same, so tokens and log-probs must be bitwise those of the 16-bit cache. (A CPU that
+    attends bfloat16 natively never widens: that is the next tests'.)"""
+    import polyrl_torch.attention as attention
+    import polyrl_torch.generation as generation
+
+    monkeypatch.setattr(attention, "native_bf16_attention", lambda: False)
+    engine = Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="generate", seed=0,
+                                                          compute_dtype="bfloat16"))
+    made = _cache_dtypes(monkeypatch)
     sampling = SamplingParams(max_new_tokens=20, n=2, seed=3, stop=("e",))
     runs = {}
     for widen in (False, True):
@@ -248,26 +255,16 @@ def test_a_bfloat16_sampler_on_amx_keeps_its_cache_bfloat16_and_training_attenti
     the sampler's log-probs stay within bfloat16 rounding of the trainer's."""
     import polyrl_torch.attention as attention
     import polyrl_torch.generation as generation
-    import polyrl_torch.kv_cache as kv_cache
 
     monkeypatch.setattr(attention, "native_bf16_attention", lambda: amx)
     monkeypatch.setattr(generation, "FLOAT32_CACHE_FROM_TOKENS", 0)  # every run counts as long
     engine = Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="train", seed=0,
                                                           compute_dtype="bfloat16"))
-    made: list[torch.dtype] = []
-    init = kv_cache.PreallocatedLayer.lazy_initialization
-
-    def spy(self, keys, values):
-        init(self, keys, values)
-        made.append(self._keys.dtype)
-
-    monkeypatch.setattr(kv_cache.PreallocatedLayer, "lazy_initialization", spy)
+    made = _cache_dtypes(monkeypatch)
     completions = engine.generate(CHATS, SamplingParams(max_new_tokens=12, n=2, seed=3))
     assert set(made) == {torch.bfloat16 if amx else torch.float32}
     assert engine.raw.generation_copy.model.config._attn_implementation == attention.SAMPLER_SDPA
     assert engine.raw.model.config._attn_implementation == attention.GROUPED_SDPA
-    from polyrl.types import TokenSequence
-
     scored = engine.logprobs([TokenSequence.of(c) for c in completions], 1.0)
     gap = max(float(np.abs(np.asarray(a) - np.asarray(c.logprobs)).max()) for a, c in zip(scored, completions))
     assert 0 < gap < 0.03

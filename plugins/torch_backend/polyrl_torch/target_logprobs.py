@@ -49,8 +49,9 @@ class _TargetLogprobs(torch.autograd.Function):
         step = _rows_per_block(logits.shape[-1])
         for start in range(0, rows, step):
             end = min(rows, start + step)
-            copied = _needs_copy(logits[start:end], scale)
-            x = _scaled(logits[start:end], scale)
+            block = logits[start:end]
+            x = _scaled(block, scale)
+            copied = x is not block
             # torch's fused log-softmax kernel: one read for the max, one for the sum, one write
             logp = torch.log_softmax(x, dim=-1)
             picked[start:end] = logp.gather(-1, targets[start:end, None])[:, 0]
