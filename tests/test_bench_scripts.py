@@ -11,11 +11,16 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "summarize_runs.py"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("summarize_runs", BENCH)
+def _bench(name: str):
+    """``bench/<name>.py`` imported as a module (the bench folder is scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, BENCH.parent / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _module():
+    return _bench("summarize_runs")
 
 
 def _write_run(run: Path, rewards: list[float], correct_before: list[bool], correct_after: list[bool],
@@ -91,9 +96,7 @@ def test_decode_matmul_bench_measures_each_row_count_and_dtype(tiny_model_dir, t
     weight bytes it streamed; more rows reuse each weight more, so they cannot be slower per FLOP
     by a wide margin on any CPU (a broken FLOP count or timing loop would show here)."""
     pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location("decode_matmul", Path(__file__).parent.parent / "bench" / "decode_matmul.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _bench("decode_matmul")
     out = tmp_path / "decode.json"
     assert module.main(["--model", tiny_model_dir, "--rows", "1,64", "--dtypes", "float32", "--seconds", "0.2",
                         "--output", str(out)]) == 0
@@ -114,11 +117,24 @@ def test_decode_matmul_bench_measures_each_row_count_and_dtype(tiny_model_dir, t
 def test_decode_roofline_is_the_slower_of_arithmetic_and_streaming():
     """A step of 100 GFLOP streaming 10 GB in 2 s at a 100 GFLOP/s peak and 5 GB/s: arithmetic
     alone 1 s, streaming alone 2 s: overlapped 2 s (50 GFLOP/s), taking turns 3 s (33.3)."""
-    spec = importlib.util.spec_from_file_location("decode_matmul", Path(__file__).parent.parent / "bench" / "decode_matmul.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _bench("decode_matmul")
     out = module.with_roofline({"gflops": 50.0, "step_ms": 2000.0, "weight_gb_per_s": 5.0}, 100.0, 5.0)
     assert out["roofline_gflops"] == pytest.approx(50.0)
     assert out["serial_gflops"] == pytest.approx(100 / 3)
     assert out["of_roofline"] == pytest.approx(1.0) and out["of_serial"] == pytest.approx(1.5)
     assert module.main(["--rows", "four"]) == 2
+
+
+def test_lora_train_ab_bench_times_both_ways_on_the_same_losses(tiny_model_dir, tmp_path):
+    """bench/lora_train_ab.py: peft's and the fused LoRA layers alternate on one engine; the
+    report holds every round's seconds for both and refuses losses that differ."""
+    pytest.importorskip("peft")
+    module = _bench("lora_train_ab")
+    out = tmp_path / "ab.json"
+    assert module.main(["--model", tiny_model_dir, "--rounds", "2", "--prompts", "2", "--group-size", "2",
+                        "--max-new-tokens", "4", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {k: len(v) for k, v in report["seconds"].items()} == {"peft": 2, "fused": 2}
+    assert report["fused_vs_peft"] == pytest.approx(report["median_s"]["fused"] / report["median_s"]["peft"], abs=1e-3)
+    assert report["machine"]["threads"] == 1 and report["fused_faster_in"].endswith("of 2 rounds")
+    assert module.main(["--rounds", "0"]) == 2

@@ -510,6 +510,44 @@ def test_shared_prompt_forward_equals_the_full_forward(tiny_model_dir, monkeypat
         np.testing.assert_allclose(a, b, atol=2e-5)
 
 
+def test_kept_logits_take_taller_chunks_and_score_the_same(tiny_model_dir, monkeypatch):
+    """Where autograd keeps every chunk's logits anyway the output head runs in taller chunks
+    (KEPT_CHUNK_ELEMENTS); transient logits (no grad, or recomputed over the cap) keep the small
+    ones. Chunking changes the number of head calls only, never the log-probs or gradients."""
+    import torch
+
+    from polyrl_torch import scoring
+
+    engine = make_engine(tiny_model_dir)
+    seqs = rollouts(engine, n=4, seed=5, tokens=8)
+    head = engine.raw.causal_lm.get_output_embeddings()
+    vocab = head.weight.shape[0]
+    rows = sum(len(s.completion_ids) for s in seqs)
+    monkeypatch.setattr(scoring, "CHUNK_ELEMENTS", 3 * vocab)
+    monkeypatch.setattr(scoring, "KEPT_CHUNK_ELEMENTS", 10 * vocab)
+    calls = []
+    hook = head.register_forward_hook(lambda module, args, output: calls.append(args[0].shape[0]))
+    weights = np.linspace(-1.0, 1.0, len(seqs))
+    lp_kept, g_kept = _logprobs_and_grads(engine, seqs, weights)
+    assert max(calls) == 10 and len(calls) == -(-rows // 10)
+    calls.clear()
+    with torch.no_grad():
+        from polyrl_torch.scoring import token_logprobs
+
+        lp_transient = [lp.numpy() for lp in token_logprobs(engine.raw, seqs, 0.8)]
+    assert max(calls) == 3 and len(calls) == -(-rows // 3)
+    monkeypatch.setattr(scoring, "KEPT_CHUNK_ELEMENTS", 10**9)  # one chunk for every row
+    calls.clear()
+    lp_one, g_one = _logprobs_and_grads(engine, seqs, weights)
+    hook.remove()
+    assert calls == [rows]
+    for a, b, c in zip(lp_kept, lp_transient, lp_one):
+        np.testing.assert_allclose(a, c, atol=1e-6)
+        np.testing.assert_allclose(b, c, atol=1e-6)
+    for k in g_one:
+        np.testing.assert_allclose(g_kept[k], g_one[k], atol=1e-6, rtol=1e-5, err_msg=k)
+
+
 def test_length_bucketed_completions_equal_one_padded_call(tiny_model_dir):
     """Completion rows split into length buckets (one backbone call each, all reading the one
     prompt pass) give the log-probs and gradients of a single right-padded call."""
@@ -603,8 +641,11 @@ def test_lora_inference_runs_on_folded_weights_and_leaves_the_base_bitwise(tiny_
     base = {k: p.detach().clone() for k, p in model.named_parameters() if "lora_" not in k}
     storage = {k: p.data_ptr() for k, p in model.named_parameters()}
     adapter_calls = []
-    hooks = [m.register_forward_hook(lambda *_: adapter_calls.append(1))
-             for name, m in model.named_modules() if name.endswith("lora_A.default")]
+    from peft.tuners.lora import LoraLayer
+
+    # a LoRA layer that ran with its adapters on (the fused forward never calls lora_A as a module)
+    hooks = [m.register_forward_hook(lambda layer, *_: None if layer.disable_adapters else adapter_calls.append(1))
+             for m in model.modules() if isinstance(m, LoraLayer)]
     assert hooks
 
     folded = engine.generate(CHATS, SamplingParams(max_new_tokens=6, n=2, seed=12, temperature=0))

@@ -224,6 +224,7 @@ class TorchEngine:
         from peft import LoraConfig as PeftLoraConfig
         from peft import get_peft_model
 
+        from polyrl_torch.lora_linear import fuse_lora_layers
         from polyrl_torch.lora_targets import peft_targets
 
         linear = linear_module_names(model)
@@ -235,6 +236,7 @@ class TorchEngine:
         )
         peft_model = get_peft_model(model, peft_config, adapter_name=ADAPTER)
         refuse_unfoldable_adapters(peft_model, linear)
+        fuse_lora_layers(peft_model, ADAPTER)  # peft's math without its full-width passes: see lora_linear
         return peft_model
 
     def _eos_ids(self) -> frozenset[int]:

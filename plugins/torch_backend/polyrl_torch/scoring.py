@@ -37,8 +37,14 @@ from polyrl_torch.engine import TorchEngine
 from polyrl_torch.output_head import head_transform
 from polyrl_torch.target_logprobs import target_logprobs
 
-#: Logit elements per chunk (64 MB in float32).
+#: Logit elements per chunk (64 MB in float32) where a chunk's logits are transient (no autograd,
+#: or recomputed in backward).
 CHUNK_ELEMENTS = 1 << 24
+#: Logit elements per chunk where autograd keeps every chunk's logits anyway (under the
+#: ``logits_memory_mb`` cap): the output head's matmuls run well below the CPU's peak at a few
+#: hundred rows, so fewer, taller chunks; the cost is one chunk's gradient (256 MB in float32)
+#: alive during backward.
+KEPT_CHUNK_ELEMENTS = 1 << 26
 
 
 def _one_step(softcap: float | None, entropy: str) -> bool:
@@ -237,7 +243,6 @@ def _score(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature:
     head = lm.get_output_embeddings()
     transform = head_transform(lm.config)
     softcap = transform.softcap
-    chunk = max(1, CHUNK_ELEMENTS // head.weight.shape[0])
     # under autograd each chunk keeps its logits for backward (as computed: 2 bytes each under
     # bfloat16 mixed precision; the softcap / entropy-gradient path keeps float32 logits and
     # log-softmax, 8) unless recomputed; recompute (one more lm_head matmul) only above the cap
@@ -245,6 +250,8 @@ def _score(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature:
     kept_mb = selected.shape[0] * head.weight.shape[0] * per_logit / 2**20
     cap_mb = engine.options.logits_memory_mb
     recompute = torch.is_grad_enabled() and kept_mb > cap_mb
+    kept = torch.is_grad_enabled() and not recompute
+    chunk = max(1, (KEPT_CHUNK_ELEMENTS if kept else CHUNK_ELEMENTS) // head.weight.shape[0])
     pieces, ent_pieces = [], []
     for start in range(0, selected.shape[0], chunk):
         args = (head, selected[start:start + chunk], target[start:start + chunk], temperature, softcap, entropy,
