@@ -8,19 +8,15 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "summarize_runs.py"
+BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 def _bench(name: str):
     """``bench/<name>.py`` imported as a module (the bench folder is scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(name, BENCH.parent / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _module():
-    return _bench("summarize_runs")
 
 
 def _write_run(run: Path, rewards: list[float], correct_before: list[bool], correct_after: list[bool],
@@ -42,7 +38,7 @@ def _write_run(run: Path, rewards: list[float], correct_before: list[bool], corr
 def test_summary_reads_accuracy_rewards_and_mismatch(tmp_path):
     run = tmp_path / "run"
     _write_run(run, [0.0, 0.5, 1.0], [True, False, False, False], [True, True, True, False], True)
-    summary = _module().summarize(run, last=2)
+    summary = _bench("summarize_runs").summarize(run, last=2)
     assert summary["steps"] == 3
     assert summary["held_out_accuracy_before"] == 0.25
     assert summary["held_out_accuracy_after"] == 0.75
@@ -58,7 +54,7 @@ def test_a_run_without_eval_or_mismatch_says_so(tmp_path):
     run = tmp_path / "run"
     _write_run(run, [0.25, 0.75], [], [], False)
     (run / "eval_completions.jsonl").unlink()
-    summary = _module().summarize(run, last=10)
+    summary = _bench("summarize_runs").summarize(run, last=10)
     assert summary["held_out_accuracy_before"] is None and summary["held_out_accuracy_after"] is None
     assert summary["reward_mean_last_2"] == 0.5
     assert not any(key.startswith("mismatch") for key in summary)
@@ -78,7 +74,7 @@ def test_mismatch_bench_samples_from_the_generate_model(tiny_model_dir, tmp_path
 
     def run(gen_model: str, name: str) -> dict:
         out = tmp_path / f"{name}.json"
-        subprocess.run([sys.executable, str(BENCH.with_name("mismatch.py")), "--model", tiny_model_dir,
+        subprocess.run([sys.executable, str(BENCH / "mismatch.py"), "--model", tiny_model_dir,
                         "--generate", "torch", "--train", "torch", "--generate-model", gen_model,
                         "--prompts", "2", "--n", "2", "--max-new-tokens", "4", "--out", str(out)],
                        check=True, capture_output=True, text=True, env=env, timeout=300)

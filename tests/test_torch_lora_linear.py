@@ -50,6 +50,20 @@ def _run(model, x: torch.Tensor, grad: torch.Tensor):
     return out, x.grad, adapters
 
 
+def _fused_ran(model, x: torch.Tensor) -> bool:
+    """Whether ``model(x)``'s autograd graph holds a fused LoRA node."""
+    stack, seen = [model(x).grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if node.name() == FUSED_NODE:
+            return True
+        stack.extend(f[0] for f in node.next_functions)
+    return False
+
+
 @pytest.mark.parametrize("alpha", [8.0, 3.0], ids=["power-of-two-scale", "any-scale"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_outputs_and_gradients_equal_peft(alpha, bias):
@@ -75,21 +89,6 @@ def test_an_input_without_gradient_gives_adapter_gradients_only():
         grads.append({n: p.grad for n, p in model.named_parameters() if p.requires_grad})
     for name in grads[1]:
         torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-12, atol=1e-12)
-
-
-def _fused_ran(model, x: torch.Tensor) -> bool:
-    out = model(x)
-    node, seen = out.grad_fn, set()
-    stack = [node]
-    while stack:  # any fused node in the graph
-        n = stack.pop()
-        if n is None or n in seen:
-            continue
-        seen.add(n)
-        if n.name() == FUSED_NODE:
-            return True
-        stack.extend(f[0] for f in n.next_functions)
-    return False
 
 
 def test_peft_keeps_every_case_that_is_not_plain_lora():

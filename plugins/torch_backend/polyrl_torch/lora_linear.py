@@ -6,8 +6,9 @@ the two input gradients in further full-width passes. With the base weights froz
 cost as much as a good share of the matmuls themselves on CPU. Here the scale goes on the rank-r
 intermediate (``r`` columns, not ``out_features``), the adapter product is accumulated into the
 base output by ``addmm_`` (the GEMM's own ``C += A @ B``), and backward accumulates the adapter's
-input gradient into the base one the same way. Same function, same gradients; the order of the
-roundings differs (exactly equal where the scale is a power of two).
+input gradient into the base one the same way. Same function, same gradients up to the order of
+the float roundings (the adapter's sum is added inside the GEMM, B's gradient is reduced in the
+other order), so a long run's last bits, and with them its sampled tokens, can differ from peft's.
 
 Only the plain case runs here (one active adapter, no dropout, no DoRA or other variant, a dense
 ``nn.Linear`` base, adapters enabled and unmerged); anything else goes through peft's own forward,
@@ -59,13 +60,14 @@ class _LoraLinear(torch.autograd.Function):
         return grad_x, grad_w, grad_bias, grad_a, grad_b, None
 
 
-def _plain(layer: Any, adapter: str, x: torch.Tensor, kwargs: dict[str, Any]) -> bool:
-    """Whether ``layer`` computes plain LoRA now (else peft's forward runs, unchanged)."""
-    return (not kwargs and not layer.disable_adapters and not layer.merged
+def _plain(layer: Any, adapter: str, extra: bool) -> bool:
+    """Whether ``layer`` computes plain LoRA now (else peft's forward runs, unchanged);
+    ``extra``: the call passed more than the input (peft's ``adapter_names`` and the like)."""
+    return (not extra and not layer.disable_adapters and not layer.merged
             and list(layer.active_adapters) == [adapter] and adapter not in layer.lora_variant
             and isinstance(layer.lora_dropout[adapter], torch.nn.Identity)
             and type(layer.get_base_layer()) is torch.nn.Linear
-            and not getattr(layer, "fan_in_fan_out", False) and x.dim() >= 1)
+            and not getattr(layer, "fan_in_fan_out", False))
 
 
 def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -74,7 +76,7 @@ def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
 
 def fused_forward(layer: Any, adapter: str, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     """``layer``'s forward: the fused step in the plain case, peft's forward otherwise."""
-    if args or not _plain(layer, adapter, x, kwargs):
+    if not _plain(layer, adapter, bool(args or kwargs)):
         return type(layer).forward(layer, x, *args, **kwargs)
     base = layer.get_base_layer()
     weight, bias = base.weight, base.bias
