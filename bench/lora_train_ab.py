@@ -13,21 +13,17 @@ are required both ways.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from polyrl import strict_json
-from polyrl.bench.machine import cpu_info
-from polyrl.bench.workload import bench_prompts
+from polyrl.bench import ab_workload
 from polyrl.engine import Engine
-from polyrl.registry import get_registry
-from polyrl.types import EngineConfig, LoraConfig, SamplingParams, TokenSequence, TrainBatch
+from polyrl.types import TrainBatch
 
 #: logit elements per chunk of the "before" side (the chunk every pass used before)
 SMALL_CHUNK_ELEMENTS = 1 << 24
@@ -76,33 +72,15 @@ def measure(engine: Engine, batch: TrainBatch, rounds: int, kept_chunk: int) -> 
 def main(argv: list[str] | None = None) -> int:
     import polyrl_torch.scoring as scoring
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--output", type=Path)
-    args = parser.parse_args(argv)
-    if min(args.rounds, args.prompts, args.group_size, args.threads, args.max_new_tokens) < 1:
-        print("error: --rounds, --prompts, --group-size, --max-new-tokens and --threads must be >= 1",
-              file=sys.stderr)
+    args = ab_workload.parser(__doc__.splitlines()[0]).parse_args(argv)
+    if error := ab_workload.workload_error(args):
+        print(error, file=sys.stderr)
         return 2
-    registry = get_registry()
-    engine = Engine(registry, "torch", EngineConfig(
-        model=registry.resolve_model(args.model), role="train", threads=args.threads, lora=LoraConfig(),
-        device="cpu", max_length=args.max_new_tokens + 256))
-    out = engine.generate(bench_prompts(args.prompts), SamplingParams(
-        max_new_tokens=args.max_new_tokens, n=args.group_size, seed=0, ignore_eos=True))
-    seqs = [TokenSequence.of(c) for c in out]
-    batch = TrainBatch(seqs, np.random.default_rng(0).standard_normal(len(seqs)).astype(np.float32))
+    engine, batch = ab_workload.engine_and_batch(args, lora=True)
     result = measure(engine, batch, args.rounds, scoring.KEPT_CHUNK_ELEMENTS)
     print(json.dumps(result), flush=True)
     if args.output:
-        report = {"machine": cpu_info(args.threads), "model": args.model, "prompts": args.prompts,
-                  "group_size": args.group_size, "max_new_tokens": args.max_new_tokens, "rounds": args.rounds,
-                  "lora": "polyrl's default LoraConfig()", **result}
+        report = {**ab_workload.report_header(args), "lora": "polyrl's default LoraConfig()", **result}
         args.output.write_text(strict_json.dumps(report) + "\n")
     return 0
 

@@ -134,3 +134,24 @@ def test_lora_train_ab_bench_times_both_ways_on_the_same_losses(tiny_model_dir, 
     assert report["fused_vs_peft"] == pytest.approx(report["median_s"]["fused"] / report["median_s"]["peft"], abs=1e-3)
     assert report["machine"]["threads"] == 1 and report["fused_faster_in"].endswith("of 2 rounds")
     assert module.main(["--rounds", "0"]) == 2
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_fused_ops_ab_bench_splits_each_way_into_matmuls_and_the_rest(tiny_model_dir, tmp_path, lora):
+    """bench/fused_ops_ab.py: transformers' norms + flash attention and polyrl's fused ones
+    alternate on one engine; each round's profiled step is split into matmul and other CPU time,
+    and both ways trained alike (same loss and gradient norm)."""
+    module = _bench("fused_ops_ab")
+    out = tmp_path / "ab.json"
+    assert module.main(["--model", tiny_model_dir, "--rounds", "2", "--prompts", "2", "--group-size", "2",
+                        "--max-new-tokens", "4", "--output", str(out), *(["--lora"] if lora else [])]) == 0
+    report = json.loads(out.read_text())
+    for way in ("transformers", "fused"):
+        rounds = report["rounds"][way]
+        assert len(rounds["wall_s"]) == 2 and all(m > 0 and o > 0 for m, o in zip(rounds["matmul_s"], rounds["other_s"]))
+    assert report["rounds"]["fused"]["loss"] == pytest.approx(report["rounds"]["transformers"]["loss"], rel=1e-4, abs=1e-6)
+    median = report["median"]
+    assert report["other_s_change"] == pytest.approx(median["fused"]["other_s"] - median["transformers"]["other_s"],
+                                                     abs=1e-3)
+    assert report["training"].startswith("LoRA" if lora else "full")
+    assert module.main(["--rounds", "0"]) == 2

@@ -32,6 +32,7 @@ from polyrl_torch.host_memory import retain_freed_memory, retain_requested
 from polyrl_torch.load_report import held_load_report
 from polyrl_torch.loading_info import CONFIG_FIX, refuse_mismatched_shapes, shown
 from polyrl_torch.options import TorchOptions
+from polyrl_torch.rms_norm import fuse_rms_norms
 
 #: float16 runs on CPU too (torch 2.x has the kernels) but is no faster there than bfloat16;
 #: it is for GPUs without bfloat16 and for matching a float16 generator.
@@ -158,6 +159,7 @@ class TorchEngine:
             model.to(self.device)  # FSDP moves each unit's shards itself: the whole model never is
         model.eval()
         disable_dropout(model)  # before LoRA: the adapters' own dropout is the user's lora.dropout
+        fuse_rms_norms(model)  # float32 RMSNorm in fewer passes over memory: see polyrl_torch.rms_norm
         model.requires_grad_(config.role == "train" and config.lora is None)
 
         self.lora = config.lora
