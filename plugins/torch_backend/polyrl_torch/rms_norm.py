@@ -5,9 +5,9 @@ writes the squares, the normalised copy and the output, and autograd's backward 
 of those ops in further full-width passes. A decoder has two norms per layer and every pass over
 the residual stream is bound by memory bandwidth on CPU, so on a machine reading ~9 GB/s per
 thread they cost a visible share of a training step. Here forward reads ``x`` once for its norm
-and writes the output in two in-cache passes; backward needs four passes, two of them
-matrix-vector products (``polyrl_torch.rms_norm`` in tests/test_torch_rms_norm.py: same values and
-gradients as the formula in float64).
+and writes the output in two in-cache passes; backward writes two full-width tensors and reduces
+with matrix-vector products (one more for the weight's gradient) instead of retracing every op
+(tests/test_torch_rms_norm.py: same values and gradients as the formula in float64).
 
 Only modules whose forward is transformers' Llama RMSNorm code (Llama, Qwen2/3, Mistral and the
 other "copied from Llama" norms; compared by bytecode, not by name, so a family with another
