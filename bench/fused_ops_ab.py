@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,8 +33,9 @@ MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", 
 WAYS = ("transformers", "fused")
 
 
-def set_way(model: Any, fused: bool) -> None:
-    """transformers' norms and flash attention everywhere (``fused=False``), or polyrl's."""
+def set_way(model: Any, fused: bool, fits: Callable[..., bool]) -> None:
+    """transformers' norms and flash attention everywhere (``fused=False``), or polyrl's;
+    ``fits``: polyrl's own ``matmul_attention_fits``."""
     import polyrl_torch.attention as attention
     from polyrl_torch.rms_norm import FUSED_MARK, fuse_rms_norms
 
@@ -42,8 +44,7 @@ def set_way(model: Any, fused: bool) -> None:
             del module.forward  # the class's own forward again
     if fused:
         fuse_rms_norms(model)
-    original = vars(set_way).setdefault("fits", attention.matmul_attention_fits)
-    attention.matmul_attention_fits = original if fused else (lambda *args: False)
+    attention.matmul_attention_fits = fits if fused else (lambda *args: False)
 
 
 def profiled_step(engine: Engine, batch: TrainBatch) -> tuple[float, Any, float, float]:
@@ -63,6 +64,16 @@ def profiled_step(engine: Engine, batch: TrainBatch) -> tuple[float, Any, float,
 
 
 def measure(engine: Engine, batch: TrainBatch, rounds: int, lora: bool) -> dict[str, Any]:
+    import polyrl_torch.attention as attention
+
+    fits = attention.matmul_attention_fits
+    try:
+        return _alternate(engine, batch, rounds, lora, fits)
+    finally:
+        set_way(engine.raw.model, True, fits)  # the engine as it loaded
+
+
+def _alternate(engine: Engine, batch: TrainBatch, rounds: int, lora: bool, fits: Callable[..., bool]) -> dict[str, Any]:
     model = engine.raw.model
     start_state = {k: v.clone() for k, v in model.state_dict().items() if not lora or "lora_" in k}
     optimizer = engine.raw.require_optimizer()
@@ -72,7 +83,7 @@ def measure(engine: Engine, batch: TrainBatch, rounds: int, lora: bool) -> dict[
         for way in (WAYS if r % 2 == 0 else WAYS[::-1]):
             model.load_state_dict(start_state, strict=False)  # both ways step from the same weights
             optimizer.state.clear()
-            set_way(model, way == "fused")
+            set_way(model, way == "fused", fits)
             wall, metrics, matmul, other = profiled_step(engine, batch)
             if r:  # round 0 warms both ways up
                 for key, value in (("wall_s", wall), ("matmul_s", matmul), ("other_s", other),

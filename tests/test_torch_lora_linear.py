@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
 
+from autograd_util import node_names  # noqa: E402
 from polyrl_torch.lora_linear import FUSED_MARK, fuse_lora_layers  # noqa: E402
 
 FUSED_NODE = "_LoraLinearBackward"
@@ -52,16 +53,7 @@ def _run(model, x: torch.Tensor, grad: torch.Tensor):
 
 def _fused_ran(model, x: torch.Tensor) -> bool:
     """Whether ``model(x)``'s autograd graph holds a fused LoRA node."""
-    stack, seen = [model(x).grad_fn], set()
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        if node.name() == FUSED_NODE:
-            return True
-        stack.extend(f[0] for f in node.next_functions)
-    return False
+    return FUSED_NODE in node_names(model(x))
 
 
 @pytest.mark.parametrize("alpha", [8.0, 3.0], ids=["power-of-two-scale", "any-scale"])

@@ -16,6 +16,7 @@ pytest.importorskip("transformers")
 from transformers.models.gemma.modeling_gemma import GemmaRMSNorm  # noqa: E402
 from transformers.models.llama.modeling_llama import LlamaRMSNorm  # noqa: E402
 
+from autograd_util import node_names  # noqa: E402
 from polyrl_torch.rms_norm import FUSED_MARK, fuse_rms_norms, rms_norm  # noqa: E402
 
 
@@ -55,18 +56,7 @@ def test_float32_matches_transformers_llama_norm():
                   grad)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    assert _node_names(ours(x.requires_grad_(True))) & {"_RmsNormBackward"}
-
-
-def _node_names(out: torch.Tensor) -> set[str]:
-    stack, seen = [out.grad_fn], set()
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        stack.extend(n for n, _ in node.next_functions)
-    return {type(n).__name__ for n in seen}
+    assert "_RmsNormBackward" in node_names(ours(x.requires_grad_(True)))
 
 
 def test_other_norms_and_other_dtypes_keep_their_own_forward():
@@ -78,7 +68,7 @@ def test_other_norms_and_other_dtypes_keep_their_own_forward():
     assert fuse_rms_norms(llama) == 1
     x = torch.randn(4, 16, dtype=torch.bfloat16, requires_grad=True)
     out = llama(x)
-    assert "_RmsNormBackward" not in _node_names(out)
+    assert "_RmsNormBackward" not in node_names(out)
     torch.testing.assert_close(out, reference(x), rtol=0, atol=0)  # the module's own forward, bit for bit
 
 
