@@ -155,3 +155,23 @@ def test_fused_ops_ab_bench_splits_each_way_into_matmuls_and_the_rest(tiny_model
                                                      abs=1e-3)
     assert report["training"].startswith("LoRA" if lora else "full")
     assert module.main(["--rounds", "0"]) == 2
+
+
+def test_step_pieces_ab_bench_times_every_way_and_checks_they_agree(tiny_model_dir, tmp_path):
+    """bench/step_pieces_ab.py: the three attention ways give flash's output (to float32 rounding)
+    and each gets a time per round; both sampling ways pick the same tokens; bad flags are refused."""
+    module = _bench("step_pieces_ab")
+    out = tmp_path / "pieces.json"
+    assert module.main(["--model", tiny_model_dir, "--rounds", "2", "--reps", "1", "--prompts", "2",
+                        "--group-size", "2", "--prompt-tokens", "6", "--max-new-tokens", "5", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    for part in ("attention_completion_pass", "attention_prompt_pass"):
+        piece = report[part]
+        assert set(piece["ms_per_layer_fwd_bwd"]) == {"flash_sdpa", "in_place_scores", "baddbmm"}
+        assert all(len(t) == 2 and min(t) > 0 for t in piece["rounds_ms"].values())
+        assert max(piece["max_abs_diff_vs_flash"].values()) < 1e-5
+    assert report["attention_completion_pass"]["queries"] == 4 and report["attention_completion_pass"]["keys"] == 10
+    sampling = report["sampling_step"]
+    assert sampling["same_tokens"] and sampling["rows"] == 4
+    assert all(v > 0 for v in sampling["ms_per_step"].values())
+    assert module.main(["--max-new-tokens", "1"]) == 2 and module.main(["--rounds", "0"]) == 2

@@ -71,14 +71,17 @@ def test_layer_grows_past_its_capacity_and_selects_rows():
     assert layer.get_seq_length() == 4 and layer.keys.shape[-2] == 4
 
 
+@pytest.mark.parametrize("from_logprobs", [False, True])
 @pytest.mark.parametrize("vocab", [257, 1000, 49152])
-def test_two_level_draw_matches_a_flat_float64_cdf(vocab):
+def test_two_level_draw_matches_a_flat_float64_cdf(vocab, from_logprobs):
+    """``from_logprobs``: the probabilities as the sampler takes them when nothing is filtered (the
+    exp of the log-probs it computes anyway); 49152 is a whole number of blocks (no padded copy)."""
     from polyrl_torch.generation import sample_probs
 
     gen = torch.Generator().manual_seed(vocab)
     logits = torch.randn(64, vocab, generator=gen) * 4
     logits[:, ::7] = float("-inf")  # excluded tokens, including at block edges
-    probs = torch.softmax(logits, dim=-1)
+    probs = torch.log_softmax(logits, dim=-1).exp() if from_logprobs else torch.softmax(logits, dim=-1)
     draws = torch.rand(64, generator=gen, dtype=torch.float64)
     cdf = probs.double().cumsum(dim=-1)
     flat = torch.searchsorted(cdf, (draws * cdf[:, -1])[:, None], right=True)[:, 0]

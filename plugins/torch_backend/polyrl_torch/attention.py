@@ -31,10 +31,13 @@ matmuls, which the mismatch metrics report and TIS/MIS correct as before.
 Why two matmuls and a softmax for short training-size calls: torch's CPU flash kernel works in
 blocks sized for long sequences, and at the lengths of a GRPO step's prompt and completion passes
 (a few dozen queries over under a hundred keys) its forward + backward took 1.5x as long as
-``matmul_attention`` (measured on an Intel Xeon, float32, 1 thread: 24.6 vs 16.5 ms a layer for
-32 rows of 31 completion tokens after a 46-token prompt). Materialising the scores costs memory
-that flash avoids, and flash wins from ~250 queries on, so ``matmul_attention_fits`` takes only
-calls whose scores are small.
+``matmul_attention`` (measured on an Intel Xeon, float32, 1 thread: 23.2 vs 16.3 ms a layer for
+32 rows of 31 completion tokens after a 46-token prompt, 6.5 vs 4.1 ms for 8 causal prompts of
+46). Materialising the scores costs memory that flash avoids, and flash wins from ~250 queries
+on, so ``matmul_attention_fits`` takes only calls whose scores are small. The scale and the mask go into the first matmul (``baddbmm``, its
+bias made once per forward for all layers): scaling and masking the scores in place afterwards
+made autograd copy them in backward (21.6 ms a layer above; ``bench/step_pieces_ab.py``). Unmasked
+causal calls (prompts of one length) take this path too, with the mask SDPA's ``is_causal`` means.
 
 Why eager for some families: SDPA has no soft-cap of the attention scores, and transformers' SDPA
 attention silently ignores a family's ``attn_logit_softcapping`` (Gemma 2: log-probs 0.7 nats off
@@ -67,10 +70,13 @@ def grouped_sdpa(module: Any, query: torch.Tensor, key: torch.Tensor, value: tor
     if attention_mask is not None and attention_mask.is_floating_point():
         attention_mask = attention_mask.to(dtype)
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    if (not native and not dropout and attention_mask is not None
-            and matmul_attention_fits(query, key, attention_mask)):
+    # an unmasked causal call (prompts of one length) as the mask SDPA's is_causal means
+    short_mask = (causal_mask(query.shape[2], key.shape[2], query.device, torch.is_inference_mode_enabled())
+                  if attention_mask is None and causal and query.shape[2] > 1 else attention_mask)
+    if (not native and not dropout and short_mask is not None
+            and matmul_attention_fits(query, key, short_mask)):
         with torch.autocast(query.device.type, enabled=False):
-            out = matmul_attention(query, key, value, attention_mask, scaling)
+            out = matmul_attention(query, key, value, short_mask, scaling)
         return out.transpose(1, 2).contiguous().to(out_dtype), None
     with torch.autocast(query.device.type, enabled=False):  # autocast would cast back to 16 bits
         out = torch.nn.functional.scaled_dot_product_attention(
@@ -98,7 +104,57 @@ def matmul_attention_fits(query: torch.Tensor, key: torch.Tensor, mask: torch.Te
             or queries * keys > MATMUL_ATTENTION_MAX_PAIRS or batch * heads * queries * keys > MATMUL_ATTENTION_MAX_SCORES
             or mask.dim() != 4 or mask.shape[1:] != (1, queries, keys) or mask.shape[0] not in (1, batch)):
         return False
-    return bool(mask.any(-1).all())
+    return _every_query_sees_a_key(mask)
+
+
+@functools.lru_cache(maxsize=8)
+def causal_mask(queries: int, keys: int, device: torch.device, inference: bool) -> torch.Tensor:
+    """``[1, 1, queries, keys]``: query i sees keys 0..i, as SDPA's ``is_causal`` (top-left aligned).
+    ``inference``: whether inference mode is on (its tensors are kept apart from autograd's)."""
+    return torch.ones(queries, keys, dtype=torch.bool, device=device).tril()[None, None]
+
+
+class _PerMask:
+    """A value computed from the last attention mask seen, reused while a mask of the same content
+    comes back: every layer of a forward gets the same mask, so its checks and its additive bias are
+    made once per forward instead of once per layer. Compared by content (a copy is kept), not by
+    identity or version counter: inference tensors have none, and a caller may refill a mask."""
+
+    def __init__(self) -> None:
+        #: (copy of the mask, key, value), replaced as one object: a thread reading it never sees
+        #: one mask's copy with another's value
+        self._entry: tuple[torch.Tensor, tuple[Any, ...], Any] | None = None
+
+    def get(self, mask: torch.Tensor, key: tuple[Any, ...], make: Any) -> Any:
+        # values made under inference mode are inference tensors: kept apart from autograd's
+        key = (mask.shape, mask.dtype, mask.device, torch.is_inference_mode_enabled(), *key)
+        entry = self._entry
+        if entry is not None and entry[1] == key and torch.equal(entry[0], mask):
+            return entry[2]
+        value = make()
+        self._entry = (mask.clone(), key, value)
+        return value
+
+
+_seen_checks = _PerMask()
+_biases = _PerMask()
+
+
+def _every_query_sees_a_key(mask: torch.Tensor) -> bool:
+    return bool(_seen_checks.get(mask, (), lambda: bool(mask.any(-1).all())))
+
+
+def _additive_bias(mask: torch.Tensor, kv_heads: int, group: int, dtype: torch.dtype) -> torch.Tensor:
+    """``mask [B or 1, 1, T, S]`` as ``matmul_attention``'s additive scores bias: 0 where a key is
+    seen, the dtype's lowest value where not, laid out ``[B * kv_heads or 1, group * T, S]`` like
+    the stacked scores (a mask shared by all rows stays one row: the bias broadcasts)."""
+    def make() -> torch.Tensor:
+        rows, _, queries, keys = mask.shape
+        bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
+        heads = kv_heads if rows > 1 else 1
+        return bias.view(rows, 1, 1, queries, keys).expand(rows, heads, group, queries, keys).reshape(
+            rows * heads, group * queries, keys)
+    return _biases.get(mask, (kv_heads, group, dtype), make)
 
 
 def matmul_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
@@ -106,18 +162,19 @@ def matmul_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     """``softmax(q k^T * scale + mask) v`` for ``query [B, H, T, D]`` and grouped ``key``/``value``
     ``[B, Hk, S, D]`` (query head h reads key head h // (H / Hk), as ``repeat_kv`` would), boolean
     ``mask``; the output ``[B, H, T, D]``. Each key head's query heads are stacked into one matmul,
-    so keys and values are never copied per query head."""
+    so keys and values are never copied per query head; the scale and the mask's bias go into that
+    matmul (``baddbmm``), so no pass rewrites the scores in place, which autograd would answer with
+    copies of them in backward."""
     batch, heads, queries, dim = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
     group = heads // kv_heads
     scale = scaling if scaling is not None else dim ** -0.5
-    scores = torch.matmul(query.reshape(batch, kv_heads, group * queries, dim), key.transpose(-1, -2))
-    bias = torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device).masked_fill_(
-        ~mask, torch.finfo(scores.dtype).min)
-    # in place on the matmul's output: its backward needs the inputs only
-    scores = scores.view(batch, kv_heads, group, queries, keys).mul_(scale).add_(bias.unsqueeze(2))
-    probs = torch.softmax(scores, dim=-1).view(batch, kv_heads, group * queries, keys)
-    return torch.matmul(probs, value).view(batch, heads, queries, dim)
+    stacked = query.reshape(batch * kv_heads, group * queries, dim)
+    bias = _additive_bias(mask, kv_heads, group, query.dtype)
+    scores = torch.baddbmm(bias, stacked, key.reshape(batch * kv_heads, keys, dim).transpose(1, 2), alpha=scale)
+    probs = torch.softmax(scores, dim=-1)
+    out = torch.bmm(probs, value.reshape(batch * kv_heads, keys, value.shape[-1]))
+    return out.view(batch, heads, queries, value.shape[-1])
 
 
 def attention_dtype(query: torch.dtype, key: torch.dtype) -> torch.dtype:

@@ -89,7 +89,8 @@ def sample_probs(probs: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
     """
     rows, vocab = probs.shape
     pad = (-vocab) % CDF_BLOCK
-    blocks = torch.nn.functional.pad(probs, (0, pad)).view(rows, -1, CDF_BLOCK)
+    padded = torch.nn.functional.pad(probs, (0, pad)) if pad else probs.contiguous()  # pad copies
+    blocks = padded.view(rows, -1, CDF_BLOCK)
     block_cdf = blocks.sum(dim=-1).double().cumsum(dim=-1)
     total = block_cdf[:, -1]
     target = draws * total
@@ -221,7 +222,10 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
         else:  # without a repetition penalty the processed logits are the scaled ones: no second division
             kept = filter_logits(scaled if seen is None else processed / temperature, sampling.top_k,
                                  sampling.top_p, sampling.min_p)
-            chosen = sample_kept(kept, draws[active, step])
+            if kept is scaled:  # nothing filtered: the log-probs' own distribution, one exp pass away
+                chosen = sample_probs(logp_all.exp(), draws[active, step])
+            else:
+                chosen = sample_kept(kept, draws[active, step])
         chosen_lp = logp_all.gather(-1, chosen[:, None])[:, 0]
         if seen is not None:
             seen[active, chosen] = True
