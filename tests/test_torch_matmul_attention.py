@@ -70,40 +70,6 @@ def test_a_mask_refilled_in_place_or_shared_by_all_rows_gets_its_own_bias():
                                        rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("keys", [5, 9])
-def test_an_unmasked_causal_call_runs_as_sdpas_is_causal(keys, monkeypatch):
-    """Prompts of one length reach attention with no mask, meaning causal: the matmul path takes
-    them with SDPA's ``is_causal`` mask (top-left aligned where keys outnumber queries), forward and
-    backward, under autograd and inference mode alike."""
-    from types import SimpleNamespace
-
-    q, k, v, _ = _inputs(keys=keys)
-    module = SimpleNamespace(is_causal=True, num_key_value_groups=3)
-    calls = []
-    real = attention.matmul_attention
-    monkeypatch.setattr(attention, "matmul_attention", lambda *a: calls.append(a[3]) or real(*a))
-    grad = torch.randn(q.shape[0], q.shape[2], q.shape[1], q.shape[3], dtype=q.dtype)
-
-    def run(fn):
-        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-        out = fn(*leaves)
-        out.backward(grad)
-        return [out.detach()] + [t.grad for t in leaves]
-
-    ours = run(lambda a, b, c: attention.grouped_sdpa(module, a, b, c, None)[0])
-    theirs = run(lambda a, b, c: torch.nn.functional.scaled_dot_product_attention(
-        a, b, c, is_causal=True, enable_gqa=True).transpose(1, 2))
-    assert len(calls) == 1 and calls[0].shape == (1, 1, q.shape[2], keys)
-    for a, b in zip(ours, theirs):
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
-    with torch.inference_mode():
-        torch.testing.assert_close(attention.grouped_sdpa(module, q, k, v, None)[0], theirs[0], rtol=1e-12, atol=1e-12)
-    assert len(calls) == 2
-    module.is_causal = False  # a bidirectional module's unmasked call stays SDPA's
-    attention.grouped_sdpa(module, q, k, v, None)
-    assert len(calls) == 2
-
-
 def test_only_valid_short_calls_fit():
     q, k, v, mask = _inputs()
     assert matmul_attention_fits(q, k, mask)
