@@ -34,9 +34,9 @@ blocks sized for long sequences, and at the lengths of a GRPO step's prompt and 
 ``matmul_attention`` (measured on an Intel Xeon, float32, 1 thread: 23.2 vs 16.3 ms a layer for
 32 rows of 31 completion tokens after a 46-token prompt, 6.5 vs 4.1 ms for 8 masked prompts of
 46). Materialising the scores costs memory that flash avoids, and flash wins from ~250 queries
-on, so ``matmul_attention_fits`` takes only calls whose scores are small. The scale and the mask go into the first matmul (``baddbmm``, its
-bias made once per forward for all layers): scaling and masking the scores in place afterwards
-made autograd copy them in backward (21.6 ms a layer above; ``bench/step_pieces_ab.py``). Unmasked
+on, so ``matmul_attention_fits`` takes only calls whose scores are small. The scale and the mask
+go into the first matmul (``baddbmm``, its bias made once per forward for all layers): scaling
+and masking the scores in place afterwards made autograd copy them in backward (21.6 ms a layer above; ``bench/step_pieces_ab.py``). Unmasked
 causal calls (prompts of one length) stay with flash: same function, but routed here they changed
 the demo's float roundings and, through sampling, its held-out results (seed 4: 95.0 -> 40.0 %).
 
