@@ -38,6 +38,19 @@ from polyrl.bench.flops import ModelShape
 from polyrl.registry import get_registry
 
 
+def alternate(ways: list[str], rounds: int, one_round: Callable[[str], float]) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """``one_round(way)`` (milliseconds) for every way, ``rounds`` + 1 times, the order reversed every
+    other round; round 0 only warms up. Returns each way's median and its rounds."""
+    times: dict[str, list[float]] = {w: [] for w in ways}
+    for r in range(rounds + 1):
+        for way in (ways if r % 2 == 0 else ways[::-1]):
+            ms = one_round(way)
+            if r:
+                times[way].append(ms)
+    return ({w: round(float(np.median(t)), 3) for w, t in times.items()},
+            {w: [round(x, 3) for x in t] for w, t in times.items()})
+
+
 def in_place_attention(query: Any, key: Any, value: Any, mask: Any) -> Any:
     """The scores rewritten in place after the matmul (the way ``matmul_attention`` was first written)."""
     import torch
@@ -87,21 +100,20 @@ def time_attention(rows: int, queries: int, keys: int, heads: dict[str, int], ro
     grad = torch.randn(q.shape)
     ways = attention_ways()
     reference = ways["flash_sdpa"](q, k, v, mask).detach()
-    times: dict[str, list[float]] = {w: [] for w in ways}
     diffs = {w: float((f(q, k, v, mask).detach() - reference).abs().max()) for w, f in ways.items()}
-    for r in range(rounds + 1):
-        for way in (list(ways) if r % 2 == 0 else list(ways)[::-1]):
-            def step(fn: Callable[..., Any] = ways[way]) -> None:
-                torch.autograd.grad(fn(q, k, v, mask), (q, k, v), grad)
+
+    def one_round(way: str) -> float:
+        def step() -> None:
+            torch.autograd.grad(ways[way](q, k, v, mask), (q, k, v), grad)
+        step()
+        start = time.perf_counter()
+        for _ in range(reps):
             step()
-            start = time.perf_counter()
-            for _ in range(reps):
-                step()
-            if r:  # round 0 warms every way up
-                times[way].append((time.perf_counter() - start) / reps * 1e3)
+        return (time.perf_counter() - start) / reps * 1e3
+
+    median, rounds_ms = alternate(list(ways), rounds, one_round)
     return {"rows": rows, "queries": queries, "keys": keys, "max_abs_diff_vs_flash": diffs,
-            "ms_per_layer_fwd_bwd": {w: round(float(np.median(t)), 3) for w, t in times.items()},
-            "rounds_ms": {w: [round(x, 3) for x in t] for w, t in times.items()}}
+            "ms_per_layer_fwd_bwd": median, "rounds_ms": rounds_ms}
 
 
 def time_sampling(rows: int, vocab: int, hidden: int, rounds: int, reps: int) -> dict[str, Any]:
@@ -119,23 +131,22 @@ def time_sampling(rows: int, vocab: int, hidden: int, rounds: int, reps: int) ->
         "exp_of_logprobs": lambda logp: logp.exp(),
     }
     picks: dict[str, Any] = {}
-    times: dict[str, list[float]] = {w: [] for w in ways}
-    for r in range(rounds + 1):
-        for way in (list(ways) if r % 2 == 0 else list(ways)[::-1]):
-            spent = 0.0
-            for _ in range(reps):
-                logits = states @ head.t()  # fresh logits, as the head writes them each step
-                start = time.perf_counter()
-                logp = torch.log_softmax(logits, dim=-1)
-                probs = ways[way](logits if way == "second_softmax" else logp)
-                picks[way] = sample_probs(probs, draws)
-                logp.gather(-1, picks[way][:, None])
-                spent += time.perf_counter() - start
-            if r:
-                times[way].append(spent / reps * 1e3)
+
+    def one_round(way: str) -> float:
+        spent = 0.0
+        for _ in range(reps):
+            logits = states @ head.t()  # fresh logits, as the head writes them each step
+            start = time.perf_counter()
+            logp = torch.log_softmax(logits, dim=-1)
+            probs = ways[way](logits if way == "second_softmax" else logp)
+            picks[way] = sample_probs(probs, draws)
+            logp.gather(-1, picks[way][:, None])
+            spent += time.perf_counter() - start
+        return spent / reps * 1e3
+
+    median, rounds_ms = alternate(list(ways), rounds, one_round)
     return {"rows": rows, "vocab": vocab, "same_tokens": bool(torch.equal(picks["second_softmax"], picks["exp_of_logprobs"])),
-            "ms_per_step": {w: round(float(np.median(t)), 3) for w, t in times.items()},
-            "rounds_ms": {w: [round(x, 3) for x in t] for w, t in times.items()}}
+            "ms_per_step": median, "rounds_ms": rounds_ms}
 
 
 def main(argv: list[str] | None = None) -> int:
