@@ -1,5 +1,6 @@
-"""Two small pieces of a GRPO step, each timed in the ways it could be written, alternating in one
-process: short masked attention (forward + backward) and one sampling step's draw.
+"""Small pieces of a GRPO step, each timed in the ways it could be written, alternating in one
+process: short masked attention (forward + backward), one sampling step's draw, and the training
+pass's target log-probs over the output head's logits.
 
     python bench/step_pieces_ab.py --model smollm2-135m-instruct --threads 1 --rounds 6 \\
         --output bench/results/step_pieces_ab_smollm2_1thread.json
@@ -20,6 +21,9 @@ or the flags'.
   log-probs and then either a second softmax for the draw, or the exp of those log-probs (what the
   sampler does when no top-k / top-p / min-p / penalty filters the distribution); both then draw with
   ``polyrl_torch.generation.sample_probs`` and must pick the same tokens.
+* target log-probs with the entropy, forward and backward, over the completion tokens' ``[tokens,
+  vocab]`` logits (``polyrl_torch.target_logprobs``), its row blocks of 16 MB (as first written) or
+  of ``BLOCK_ELEMENTS``; the passes are row-local, so both must give the same bits.
 """
 
 from __future__ import annotations
@@ -149,6 +153,51 @@ def time_sampling(rows: int, vocab: int, hidden: int, rounds: int, reps: int) ->
             "ms_per_step": median, "rounds_ms": rounds_ms}
 
 
+#: The target log-probs' first block size (logit entries), the "before" side of that piece.
+FIRST_TARGET_BLOCK = 1 << 22
+
+
+def time_target_logprobs(tokens: int, vocab: int, hidden: int, rounds: int, reps: int) -> dict[str, Any]:
+    """Per way (block size), milliseconds for the forward with the entropy and for the backward
+    (medians), the output head's matmul excluded; whether both ways gave the same bits."""
+    import torch
+
+    import polyrl_torch.target_logprobs as target
+
+    gen = torch.Generator().manual_seed(0)
+    head = torch.randn(vocab, hidden, generator=gen) * hidden ** -0.5
+    states = torch.randn(tokens, hidden, generator=gen) * 3
+    targets = torch.randint(0, vocab, (tokens,), generator=gen)
+    grad = torch.randn(tokens, generator=gen)
+    blocks = {"blocks_16mb": FIRST_TARGET_BLOCK, "blocks_now": target.BLOCK_ELEMENTS}
+    kept = target.BLOCK_ELEMENTS
+    results: dict[str, tuple[Any, ...]] = {}
+    backward_ms: dict[str, list[float]] = {w: [] for w in blocks}
+
+    def one_round(way: str) -> float:
+        forward = backward = 0.0
+        target.BLOCK_ELEMENTS = blocks[way]
+        try:
+            for _ in range(reps):
+                logits = (states @ head.t()).requires_grad_()  # fresh, as the head writes them
+                start = time.perf_counter()
+                picked, entropy = target.target_logprobs(logits, targets, 1.0, with_entropy=True)
+                middle = time.perf_counter()
+                (logit_grad,) = torch.autograd.grad(picked, logits, grad)
+                forward, backward = forward + middle - start, backward + time.perf_counter() - middle
+                results[way] = (picked.detach(), entropy, logit_grad)
+        finally:
+            target.BLOCK_ELEMENTS = kept
+        backward_ms[way].append(backward / reps * 1e3)
+        return forward / reps * 1e3
+
+    median, rounds_ms = alternate(list(blocks), rounds, one_round)
+    same = all(torch.equal(a, b) for a, b in zip(results["blocks_16mb"], results["blocks_now"]))
+    return {"tokens": tokens, "vocab": vocab, "block_elements": blocks, "same_bits": same,
+            "ms_forward_with_entropy": median, "rounds_ms_forward": rounds_ms,
+            "ms_backward": {w: round(float(np.median(t[1:])), 3) for w, t in backward_ms.items()}}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = ab_workload.parser(__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=20, help="calls per way per round")
@@ -172,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         "attention_prompt_pass": time_attention(args.prompts, args.prompt_tokens, args.prompt_tokens, heads,
                                                 args.rounds, args.reps),
         "sampling_step": time_sampling(rows, shape.vocab, shape.hidden, args.rounds, args.reps),
+        "target_logprobs": time_target_logprobs(rows * args.max_new_tokens, shape.vocab, shape.hidden,
+                                                args.rounds, max(1, args.reps // 10)),
     }
     print(json.dumps({k: v for k, v in report.items() if k != "machine"}), flush=True)
     if args.output:

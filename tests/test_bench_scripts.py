@@ -159,7 +159,8 @@ def test_fused_ops_ab_bench_splits_each_way_into_matmuls_and_the_rest(tiny_model
 
 def test_step_pieces_ab_bench_times_every_way_and_checks_they_agree(tiny_model_dir, tmp_path):
     """bench/step_pieces_ab.py: the three attention ways give flash's output (to float32 rounding)
-    and each gets a time per round; both sampling ways pick the same tokens; bad flags are refused."""
+    and each gets a time per round; both sampling ways pick the same tokens; both target log-prob
+    block sizes give the same bits; bad flags are refused."""
     module = _bench("step_pieces_ab")
     out = tmp_path / "pieces.json"
     assert module.main(["--model", tiny_model_dir, "--rounds", "2", "--reps", "1", "--prompts", "2",
@@ -174,4 +175,8 @@ def test_step_pieces_ab_bench_times_every_way_and_checks_they_agree(tiny_model_d
     sampling = report["sampling_step"]
     assert sampling["same_tokens"] and sampling["rows"] == 4
     assert all(v > 0 for v in sampling["ms_per_step"].values())
+    target = report["target_logprobs"]  # 4 rows x 5 tokens; both block sizes, the same bits
+    assert target["same_bits"] and target["tokens"] == 20
+    assert set(target["ms_forward_with_entropy"]) == set(target["ms_backward"]) == {"blocks_16mb", "blocks_now"}
+    assert all(v > 0 for v in target["ms_backward"].values())
     assert module.main(["--max-new-tokens", "1"]) == 2 and module.main(["--rounds", "0"]) == 2
