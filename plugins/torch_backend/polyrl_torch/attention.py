@@ -36,9 +36,10 @@ blocks sized for long sequences, and at the lengths of a GRPO step's prompt and 
 46). Materialising the scores costs memory that flash avoids, and flash wins from ~250 queries
 on, so ``matmul_attention_fits`` takes only calls whose scores are small. The scale and the mask
 go into the first matmul (``baddbmm``, its bias made once per forward for all layers): scaling
-and masking the scores in place afterwards made autograd copy them in backward (21.6 ms a layer above; ``bench/step_pieces_ab.py``). Unmasked
-causal calls (prompts of one length) stay with flash: same function, but routed here they changed
-the demo's float roundings and, through sampling, its held-out results (seed 4: 95.0 -> 40.0 %).
+and masking the scores in place afterwards made autograd copy them in backward (21.6 ms a layer
+above; ``bench/step_pieces_ab.py``). Unmasked causal calls (prompts of one length) stay with
+flash: same function, but routed here they changed the demo's float roundings and, through
+sampling, its held-out results (seed 4: 95.0 -> 40.0 %).
 
 Why eager for some families: SDPA has no soft-cap of the attention scores, and transformers' SDPA
 attention silently ignores a family's ``attn_logit_softcapping`` (Gemma 2: log-probs 0.7 nats off
