@@ -346,3 +346,21 @@ def test_load_errors_are_clear(tmp_path, spec, match):
     with pytest.raises(ConfigError, match=match) as info:
         load_function_reward(spec)
     assert info.value.field == "rewards.function"
+
+
+def test_a_reward_file_importing_a_module_beside_it_says_to_set_pythonpath(tmp_path):
+    """A reward file is loaded by path, so its folder is not searched (a TRL script's is): the
+    error says so and gives the PYTHONPATH to set, not just "fix the error in that file"."""
+    from polyrl.rewards.functions import load_function_reward
+
+    (tmp_path / "helper_mod.py").write_text("def helper():\n    return 1.0\n")
+    (tmp_path / "uses_helper.py").write_text(
+        "from helper_mod import helper\n\ndef r(completions, **kw):\n    return [helper()] * len(completions)\n")
+    with pytest.raises(ConfigError) as info:
+        load_function_reward(f"{tmp_path}/uses_helper.py:r")
+    assert "ModuleNotFoundError" in str(info.value)
+    assert f"PYTHONPATH={tmp_path.resolve()}" in info.value.fix
+    (tmp_path / "broken.py").write_text("import not_a_module_anywhere_xyz\n")
+    with pytest.raises(ConfigError) as info:
+        load_function_reward(f"{tmp_path}/broken.py:r")
+    assert info.value.fix == "fix the error in that file"

@@ -78,6 +78,13 @@ def test_every_mapped_field_the_user_sets_is_carried():
         "algorithm.top_entropy_quantile": 0.5}
 
 
+@pytest.mark.parametrize("norm", [0.0, -1.0])
+def test_trls_max_grad_norm_of_zero_or_less_turns_clipping_off(norm):
+    """The HF Trainer clips only when max_grad_norm > 0; polyrl's "off" is None (its 0 is refused)."""
+    assert api.GRPOConfig.from_trl(trl_config(max_grad_norm=norm)).max_grad_norm is None
+    assert api.GRPOConfig.from_trl(trl_config()).max_grad_norm == 1.0  # TRL's default, polyrl's too
+
+
 def test_a_loss_type_that_is_a_polyrl_preset_picks_the_preset():
     ours = api.GRPOConfig.from_trl(trl_config(loss_type="cispo"))
     assert ours.settings["algorithm.name"] == "cispo" and ours.loss_aggregation is None
@@ -156,6 +163,25 @@ def test_one_reward_twice_under_two_labels_is_called_with_each_entrys_options():
     with pytest.raises(ConfigError, match="configured twice") as info:
         RewardComputer(pm, [("echo", 1.0, {"value": 1}), ("echo", 1.0, {"value": 2})])
     assert 'label = "..."' in str(info.value)
+
+
+def test_two_toml_entries_with_one_label_are_one_error_line_before_any_plugin_loads(tmp_path):
+    """Two files' ``score`` functions (or one reward twice) default to one label; the config names
+    the second entry and the fix instead of pluggy's 'Plugin name already registered' traceback."""
+    from polyrl.config import RunConfig
+
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "r.py").write_text("def score(completions, **kw):\n    return [1.0] * len(completions)\n")
+    base = {"model": {"path": "tiny-llama"}, "data": {"task": "arithmetic"}}
+    twice = [{"function": f"{tmp_path}/a/r.py:score"}, {"function": f"{tmp_path}/b/r.py:score"}]
+    with pytest.raises(ConfigError, match="labelled 'score', as rewards\\[0\\] is") as info:
+        RunConfig.from_dict({**base, "rewards": twice})
+    assert info.value.field == "rewards[1].label" and 'label = "score_2"' in str(info.value)
+    with pytest.raises(ConfigError, match="reward 'numeric_match' is labelled"):
+        RunConfig.from_dict({**base, "rewards": [{"name": "numeric_match"}, {"name": "numeric_match", "weight": 2}]})
+    labelled = RunConfig.from_dict({**base, "rewards": [twice[0], {**twice[1], "label": "score_b"}]})
+    assert [r.label for r in labelled.rewards] == ["score", "score_b"]
 
 
 def test_a_label_that_cannot_name_metrics_is_refused():

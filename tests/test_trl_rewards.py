@@ -512,3 +512,15 @@ def test_a_trl_environment_class_is_one_clear_error(tmp_path):
                                           r"shape.*Fix: point at a factory create\(options\)") as info:
         resolve_environment(f"{tmp_path / 'env.py'}:CounterEnv", Registry())
     assert info.value.field == "environment.name"
+
+
+def test_a_misspelt_trl_reward_lists_trls_own_reward_functions():
+    """``trl.rewards`` is a lazy module (its exports are not in ``vars`` until imported): the
+    did-you-mean list comes from ``dir``, so it names ``accuracy_reward`` instead of nothing."""
+    pytest.importorskip("trl")
+    from polyrl.rewards.functions import load_function_reward
+
+    with pytest.raises(ConfigError) as info:
+        load_function_reward("trl.rewards:acuracy_reward")
+    assert info.value.field == "rewards.function"
+    assert "accuracy_reward" in info.value.fix and "think_format_reward" in info.value.fix

@@ -311,7 +311,21 @@ class RunConfig:
                 "no reward configured", field="rewards",
                 fix='add a [[rewards]] table, e.g. name = "numeric_match"',
             )
+        self._check_reward_labels()
         self._check_values()
+
+    def _check_reward_labels(self) -> None:
+        """One label per entry: it names the reward's metrics and, for a function, its plugin (two
+        files' ``score`` functions would otherwise both be ``score``)."""
+        first: dict[str, int] = {}
+        for i, reward in enumerate(self.rewards):
+            if reward.label in first:
+                what = f"function {reward.function!r}" if reward.function else f"reward {reward.name!r}"
+                raise ConfigError(
+                    f"{what} is labelled {reward.label!r}, as rewards[{first[reward.label]}] is "
+                    "(a label defaults to the reward's or the function's name)", field=f"rewards[{i}].label",
+                    fix=f'give this entry its own label, e.g. label = "{reward.label}_2", or merge the entries')
+            first[reward.label] = i
 
     def _check_values(self) -> None:
         """Every numeric field in range (``polyrl.validators``), then the limits fields set on each other."""

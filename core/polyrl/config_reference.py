@@ -130,7 +130,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
     },
     "rewards": {
         "name": "a registered reward (`polyrl rewards` lists them)",
-        "function": "`module:function` or `file.py:function`",
+        "function": "`module:function` or `file.py:function` (loaded by path: a module beside the file needs its "
+                    "folder on `PYTHONPATH`)",
         "weight": "weight in the weighted sum of rewards",
         "options": "reward options (e.g. the judge's `base_url`, `model`, `rubric`)",
         "timeout_s": "seconds one call may take; longer is an error naming the reward",
@@ -138,7 +139,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                      "at `timeout_s`; POSIX) or `auto`: `process` for math-verify rewards (TRL's "
                      "`accuracy_reward`), else `thread`",
         "label": "what metrics (`reward/<label>/mean`), logs and errors call the entry (default: the `name`, or "
-                 "the function's name); two entries of one `name` (two reward-model folders) need distinct labels",
+                 "the function's name); two entries with one label (two reward-model folders, two files' `score` "
+                 "functions) are an error until one gets its own",
     },
     "train": {
         "steps": "optimizer steps (rollout batches when num_iterations = 1)",

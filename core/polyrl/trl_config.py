@@ -103,6 +103,9 @@ def trl_settings(trl_config: Any) -> dict[str, Any]:
         value = trl_value(entry, _plain(getattr(trl_config, name)))
         if value is not None:  # TRL's None (min_p, epsilon_high): off, polyrl's default
             out[entry.key] = value
+    clip = out.get("optimizer.max_grad_norm")
+    if isinstance(clip, (int, float)) and not isinstance(clip, bool) and clip <= 0:
+        out["optimizer.max_grad_norm"] = None  # the HF Trainer clips only above 0: 0 turns clipping off
     if out.get("optimizer.schedule", "constant") not in SCHEDULES:
         raise ConfigError(f"TRL's lr_scheduler_type = {shown(out['optimizer.schedule'])} is not a schedule polyrl "
                           "has", field="grpo_config.lr_scheduler_type",

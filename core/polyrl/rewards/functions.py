@@ -272,8 +272,22 @@ def _import_file(path: Path, spec: str, field: str = "rewards.function") -> Any:
     except Exception as exc:
         del sys.modules[module_name]
         raise ConfigError(f"importing {str(path)!r} raised {type(exc).__name__}: {exc}",
-                          field=field, fix="fix the error in that file") from exc
+                          field=field, fix=_import_fix(path, exc)) from exc
     return module
+
+
+def _import_fix(path: Path, exc: Exception) -> str:
+    """The fix for a file that failed to import. A module beside it is not importable: the file is
+    loaded by path, not run as a script (whose folder Python, and so a TRL script, would search)."""
+    missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    if missing:
+        top = missing.split(".")[0]
+        folder = path.resolve().parent
+        if (folder / f"{top}.py").is_file() or (folder / top).is_dir():
+            return (f"{top!r} sits beside the file, whose folder is not on Python's path (it is loaded by path): "
+                    f"run with PYTHONPATH={folder}, or make the folder a package and write function = "
+                    f'"package.module:function"')
+    return "fix the error in that file"
 
 
 def _import_module(name: str, spec: str, field: str = "rewards.function") -> Any:
@@ -288,6 +302,19 @@ def _import_module(name: str, spec: str, field: str = "rewards.function") -> Any
                           fix="fix the error in that module") from exc
 
 
+def _public_callables(module: Any) -> list[str]:
+    """The module's public callables by ``dir`` (which lazy modules such as ``trl.rewards`` answer
+    with their exports, where ``vars`` holds only what was imported so far)."""
+    names = []
+    for name in dir(module):
+        try:
+            if not name.startswith("_") and callable(getattr(module, name)):
+                names.append(name)
+        except Exception:  # a lazy export that fails to import is no choice to offer
+            continue
+    return sorted(names)
+
+
 def load_function_reward(spec: str, name: str | None = None, isolation: str = "auto") -> FunctionReward:
     """Load ``"package.module:function"`` or ``"path/to/file.py:function"`` as a reward plugin
     (``isolation``: the ``[[rewards]]`` entry's, see ``polyrl.rewards.isolation``)."""
@@ -300,7 +327,7 @@ def load_function_reward(spec: str, name: str | None = None, isolation: str = "a
     fn: Any = module
     for part in attr.split("."):
         if not hasattr(fn, part):
-            available = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
+            available = _public_callables(module)
             raise ConfigError(f"{target!r} has no attribute {attr!r}", field="rewards.function",
                               fix=f"use one of: {', '.join(available) or 'no public callables found'}")
         fn = getattr(fn, part)
