@@ -228,3 +228,15 @@ def test_a_tiny_run_from_a_trl_config_with_two_reward_model_folders(tiny_model_d
                                                 + 0.5 * step["reward/reward_model_2/mean"])  # TRL's reward_weights
     records = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
     assert records and all(set(r["rewards"]) == {"reward_model", "reward_model_2"} for r in records)
+
+
+def test_trl_fields_polyrl_has_under_the_same_name_are_carried_and_report_to_is_ignored():
+    """SAPO's and VESPO's shape parameters and entropy_coef are algorithm keys of the same name
+    and meaning; report_to is a logging field (README: logging fields are ignored)."""
+    ours = api.GRPOConfig.from_trl(trl_config(loss_type="sapo", sapo_temperature_pos=2.0, sapo_temperature_neg=1.2,
+                                              entropy_coef=0.01, report_to=["tensorboard"]))
+    assert ours.settings["algorithm.name"] == "sapo"
+    assert (ours.settings["algorithm.sapo_temperature_pos"], ours.settings["algorithm.sapo_temperature_neg"],
+            ours.settings["algorithm.entropy_coef"]) == (2.0, 1.2, 0.01)
+    vespo = api.GRPOConfig.from_trl(trl_config(loss_type="vespo", vespo_k_pos=3.0, vespo_lambda_neg=1.5))
+    assert (vespo.settings["algorithm.vespo_k_pos"], vespo.settings["algorithm.vespo_lambda_neg"]) == (3.0, 1.5)
