@@ -60,6 +60,20 @@ def test_a_trl_name_in_any_section_names_polyrls_key(name):
     assert f"TRL's {name} is polyrl's {key}" in str(exc), exc
 
 
+@pytest.mark.parametrize(("section", "name", "fix"), [
+    ("algorithm", "delta", "TRL's delta has no polyrl equivalent"),  # not "did you mean 'beta'?"
+    ("train", "save_steps", "TRL's save_steps is polyrl's train.checkpoint_every"),  # not 'steps'
+    ("algorithm", "max_tool_calling_iterations", "polyrl's environment.max_turns: write max_turns = 2 in [environment]"),
+    ("train", "report_to", "TRL's report_to is polyrl's logging.report_to"),
+    ("algorithm", "trust_remote_code", "polyrl's model.trust_remote_code"),
+])
+def test_trl_names_from_other_tables_or_without_equivalent_are_not_steered_to_a_close_key(section, name, fix):
+    """A TRL field close to an unrelated polyrl key used to get "did you mean" that key (delta ->
+    beta: the KL coefficient); it now gets polyrl's key of the same meaning, or "no equivalent"."""
+    exc = error(with_(**{section: {name: 2}}))
+    assert exc.field == f"{section}.{name}" and fix in str(exc) and "did you mean" not in str(exc), exc
+
+
 @pytest.mark.parametrize(("value", "fix"), [
     ("dapo", 'loss_aggregation = "token_mean"'), ("bnpo", 'loss_aggregation = "token_mean"'),
     ("grpo", 'loss_aggregation = "seq_mean_token_mean"'), ("dr_grpo", 'loss_aggregation = "seq_mean_token_sum_norm"'),

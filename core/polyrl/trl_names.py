@@ -76,9 +76,25 @@ TRL_NAMES: dict[str, TrlName] = {
 }
 
 
+#: More ``GRPOConfig`` / ``TrainingArguments`` names a TOML writer may bring, for the unknown-key
+#: fix only (``from_trl`` ignores the logging and saving ones, ``trl_config.IGNORED``): without
+#: them a close polyrl key would be suggested instead (``delta`` -> "did you mean 'beta'?").
+TOML_HINTS: dict[str, TrlName] = {
+    "save_steps": TrlName("train.checkpoint_every"),
+    "save_total_limit": TrlName("train.keep_checkpoints"),
+    "report_to": TrlName("logging.report_to"),
+    "run_name": TrlName("logging.run_name"),
+    "gradient_checkpointing": TrlName("train.gradient_checkpointing"),
+    "trust_remote_code": TrlName("model.trust_remote_code"),
+    "max_tool_calling_iterations": TrlName("environment.max_turns"),
+    "logging_steps": TrlName(None, note="polyrl writes every step's metrics to metrics.jsonl"),
+    "delta": TrlName(None, note="polyrl's ratio clipping has no two-sided delta bound"),
+}
+
+
 def trl_fix(name: str, value: Any) -> str | None:
     """The fix for the unknown key ``name`` (set to ``value``) when it is a ``GRPOConfig`` name."""
-    entry = TRL_NAMES.get(name)
+    entry = TRL_NAMES.get(name) or TOML_HINTS.get(name)
     if entry is None:
         return None
     if entry.key is None:
