@@ -290,3 +290,17 @@ def test_the_chat_the_model_sees_is_measured():
     ds = from_rows([{"prompt": "one two three"}], system_prompt="a b c d e f g h")
     with pytest.raises(ConfigError, match="15 tokens"):  # (8 + 2) + (3 + 2)
         check_prompt_lengths(ds, _words, 15)
+
+
+@pytest.mark.parametrize(("message", "says", "fix"), [
+    ({"role": "user", "content": [{"type": "text", "text": "Count to 1:"}]}, "message 0's content is a list of parts",
+     'join the text of its {"type": "text", "text": ...} parts'),
+    ({"role": "user"}, 'message 0 has no string "content"', "chat messages"),
+    ({"content": "hi"}, 'message 0 has no string "role"', "chat messages"),
+])
+def test_a_malformed_chat_message_is_named_with_what_is_wrong_with_it(message, says, fix):
+    """A list of messages used to get "must hold ... a list of {role, content} messages", which it
+    is: the error now says which message is wrong and how (typed content parts: join their text)."""
+    with pytest.raises(ConfigError) as info:
+        Dataset([{"prompt": [message]}])
+    assert says in str(info.value) and fix in info.value.fix, info.value

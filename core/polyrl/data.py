@@ -58,14 +58,46 @@ def _check_prompt(value: Any, where: str, column: str) -> None:
     if not ok:
         raise ConfigError(
             f"{where}: column {column!r} must hold a string or a list of "
-            f"{{\"role\": ..., \"content\": ...}} messages, got {_shown(value)}",
-            field="data", fix="store plain text or chat messages in the prompt column",
-        )
+            f"{{\"role\": ..., \"content\": ...}} messages, got {_shown(value)}{_bad_message(value)}",
+            field="data", fix=_message_fix(value))
     for m in value:
         if m["role"] not in CHAT_ROLES:
             raise unknown_role(m["role"], where, column)
     if value[-1]["role"] == "assistant":
         raise final_assistant_error(where, column)
+
+
+def _first_bad(value: Any) -> tuple[int, Any] | None:
+    """The first message of a chat prompt that is not ``{"role": str, "content": str}``."""
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        return None
+    for i, m in enumerate(value):
+        if not (isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            return i, m
+    return None
+
+
+def _bad_message(value: Any) -> str:
+    """What is wrong with the first bad message, when the prompt is a list of messages."""
+    bad = _first_bad(value)
+    if bad is None:
+        return ""
+    i, m = bad
+    if not isinstance(m, Mapping):
+        return f"; message {i} is a {type(m).__name__}, not a table"
+    if not isinstance(m.get("role"), str):
+        return f"; message {i} has no string \"role\""
+    if isinstance(m.get("content"), list):
+        return f"; message {i}'s content is a list of parts (a multimodal message), not a string"
+    return f"; message {i} has no string \"content\""
+
+
+def _message_fix(value: Any) -> str:
+    bad = _first_bad(value)
+    if bad is not None and isinstance(bad[1], Mapping) and isinstance(bad[1].get("content"), list):
+        return ('write each message\'s content as one string: join the text of its {"type": "text", "text": ...} '
+                "parts (image parts are not supported)")
+    return "store plain text or chat messages in the prompt column"
 
 
 class Dataset:
