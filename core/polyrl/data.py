@@ -51,15 +51,12 @@ def _check_prompt(value: Any, where: str, column: str) -> None:
             raise ConfigError(f"{where}: the prompt in column {column!r} is empty", field="data",
                               fix="remove empty prompts from the dataset")
         return
-    ok = isinstance(value, Sequence) and len(value) > 0 and all(
-        isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-        for m in value
-    )
-    if not ok:
+    problem = _chat_problem(value)
+    if problem is not None:
+        detail, fix = problem
         raise ConfigError(
             f"{where}: column {column!r} must hold a string or a list of "
-            f"{{\"role\": ..., \"content\": ...}} messages, got {_shown(value)}{_bad_message(value)}",
-            field="data", fix=_message_fix(value))
+            f"{{\"role\": ..., \"content\": ...}} messages, got {_shown(value)}{detail}", field="data", fix=fix)
     for m in value:
         if m["role"] not in CHAT_ROLES:
             raise unknown_role(m["role"], where, column)
@@ -67,37 +64,24 @@ def _check_prompt(value: Any, where: str, column: str) -> None:
         raise final_assistant_error(where, column)
 
 
-def _first_bad(value: Any) -> tuple[int, Any] | None:
-    """The first message of a chat prompt that is not ``{"role": str, "content": str}``."""
-    if isinstance(value, str) or not isinstance(value, Sequence):
-        return None
+def _chat_problem(value: Any) -> tuple[str, str] | None:
+    """Why a non-text prompt is not a list of ``{"role": str, "content": str}`` messages (what is
+    wrong with its first bad message, if any) and the fix; None when it is one."""
+    generic = "store plain text or chat messages in the prompt column"
+    if not isinstance(value, Sequence) or len(value) == 0:
+        return "", generic
     for i, m in enumerate(value):
-        if not (isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
-            return i, m
+        if not isinstance(m, Mapping):
+            return f"; message {i} is a {type(m).__name__}, not a table", generic
+        if not isinstance(m.get("role"), str):
+            return f"; message {i} has no string \"role\"", generic
+        if isinstance(m.get("content"), list):
+            return (f"; message {i}'s content is a list of parts (a multimodal message), not a string",
+                    'write each message\'s content as one string: join the text of its {"type": "text", '
+                    '"text": ...} parts (image parts are not supported)')
+        if not isinstance(m.get("content"), str):
+            return f"; message {i} has no string \"content\"", generic
     return None
-
-
-def _bad_message(value: Any) -> str:
-    """What is wrong with the first bad message, when the prompt is a list of messages."""
-    bad = _first_bad(value)
-    if bad is None:
-        return ""
-    i, m = bad
-    if not isinstance(m, Mapping):
-        return f"; message {i} is a {type(m).__name__}, not a table"
-    if not isinstance(m.get("role"), str):
-        return f"; message {i} has no string \"role\""
-    if isinstance(m.get("content"), list):
-        return f"; message {i}'s content is a list of parts (a multimodal message), not a string"
-    return f"; message {i} has no string \"content\""
-
-
-def _message_fix(value: Any) -> str:
-    bad = _first_bad(value)
-    if bad is not None and isinstance(bad[1], Mapping) and isinstance(bad[1].get("content"), list):
-        return ('write each message\'s content as one string: join the text of its {"type": "text", "text": ...} '
-                "parts (image parts are not supported)")
-    return "store plain text or chat messages in the prompt column"
 
 
 class Dataset:
