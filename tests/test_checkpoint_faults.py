@@ -514,6 +514,7 @@ def _leave_a_finished_run(out: Path, tag: str) -> None:
     for folder in (out / "checkpoints" / "step-00000001" / "model", out / "model"):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "weights").write_text(tag)
+        (folder / "config.json").write_text("{}")  # an exported model is a HF model folder
     (out / "metrics.jsonl").write_text(f'{{"step": 0, "tag": "{tag}"}}\n')
 
 
@@ -558,7 +559,7 @@ def test_starts_within_one_second_get_their_own_folder(tmp_path):
     assert earlier_runs(tmp_path)[-1] == later
 
 
-def test_keep_previous_runs_0_deletes_the_earlier_run_instead(tiny_model_dir, tmp_path):
+def test_keep_previous_runs_0_deletes_the_earlier_run_once_this_run_saved_a_trained_step(tiny_model_dir, tmp_path):
     from structlog.testing import capture_logs
 
     out = tmp_path / "run"
@@ -571,10 +572,65 @@ def test_keep_previous_runs_0_deletes_the_earlier_run_instead(tiny_model_dir, tm
     assert list((out / "previous").iterdir()) == []
     assert [m["step"] for m in metric_steps(out)] == [0] and "tag" not in metric_steps(out)[0]
     assert (out / "model" / "model.safetensors").exists()  # this run's own model
-    warned = [e for e in logs if "it was deleted" in e["event"]]
-    assert len(warned) == 1 and "train.keep_previous_runs = 0" in warned[0]["event"]
-    assert "train.keep_previous_runs >= 1" in warned[0]["fix"]
-    assert not any("moved aside" in e["event"] for e in logs)
+    started = [e for e in logs if "moved aside and is deleted" in e["event"]]
+    assert len(started) == 1 and "train.keep_previous_runs = 0" in started[0]["event"]
+    assert "train.keep_previous_runs >= 1" in started[0]["fix"]
+    deleted = [e for e in logs if "set aside at the start was deleted" in e["event"]]
+    assert len(deleted) == 1 and deleted[0]["deleted"] == started[0]["moved_to"]
+    saved = [e for e in logs if e["event"] == "checkpoint saved"]
+    assert [e["step"] for e in saved] == [1]  # the run it replaced waited for this run's trained checkpoint
+    assert logs.index(started[0]) < logs.index(saved[0]) < logs.index(deleted[0])
+
+
+def _failing_start(tmp_path: Path, tiny_model_dir: str, out: Path, keep: int) -> subprocess.CompletedProcess:
+    """A fresh start whose reward returns one score for eight completions: it stops on step 0."""
+    (tmp_path / "bad.py").write_text("def wrong(prompts):\n    return [1.0]\n")
+    config = write_config(tmp_path, tiny_model_dir, out, steps=1, keep_previous_runs=keep)
+    return train(config, "--set", f'rewards.0.function="{tmp_path / "bad.py"}:wrong"')
+
+
+@pytest.mark.parametrize("keep", [0, 1])
+def test_starts_that_fail_before_training_never_cost_a_finished_run(tiny_model_dir, tmp_path, keep):
+    out = tmp_path / "run"
+    assert train(write_config(tmp_path, tiny_model_dir, out, steps=1)).returncode == 0
+    finished = final_weights(out)
+    for _ in range(2):  # each leaves a step-0 checkpoint; counted as a run, the second pushed the first out
+        one_clear_error(_failing_start(tmp_path, tiny_model_dir, out, keep), "returned 1 scores")
+    from polyrl.previous_runs import earlier_runs
+
+    kept = earlier_runs(out / "previous")
+    assert len(kept) == 1
+    assert_same_weights(finished, final_weights(kept[0]))
+    assert [m["step"] for m in metric_steps(kept[0])] == [0] and (kept[0] / "model" / "model.safetensors").exists()
+
+
+def test_files_polyrl_did_not_write_are_never_moved_aside(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    (out / "model").mkdir(parents=True)
+    (out / "model" / "notes.txt").write_text("mine")
+    (out / "checkpoints" / "best").mkdir(parents=True)
+    result = train(write_config(tmp_path, tiny_model_dir, out, steps=1, keep_previous_runs=0))
+    one_clear_error(result, str(out / "checkpoints" / "best"), str(out / "model"), "did not write",
+                    "Fix: move those files out")
+    assert (out / "model" / "notes.txt").read_text() == "mine"
+    assert (out / "checkpoints" / "best").is_dir() and not (out / "previous").exists()
+
+
+def test_a_fresh_start_does_not_move_aside_the_model_it_trains(tiny_model_dir, tmp_path):
+    import shutil
+
+    out = tmp_path / "run"
+    _leave_a_finished_run(out, "earlier")
+    shutil.rmtree(out / "model")
+    shutil.copytree(tiny_model_dir, out / "model")  # model.path points into the earlier run's model/
+    config = write_config(tmp_path, str(out / "model"), out, steps=1)
+    one_clear_error(train(config), "is inside the earlier run", "Fix: copy that model out")
+    assert (out / "model" / "config.json").exists() and not (out / "previous").exists()
+
+
+def test_an_empty_output_dir_is_one_error_line(tiny_model_dir, tmp_path):
+    config = write_config(tmp_path, tiny_model_dir, tmp_path / "run", steps=1, output_dir='" "')
+    one_clear_error(train(config), "train.output_dir: must name a folder", "Fix:")
 
 
 def test_only_our_timestamp_folders_in_previous_are_ever_deleted(tiny_model_dir, tmp_path):
@@ -590,8 +646,7 @@ def test_only_our_timestamp_folders_in_previous_are_ever_deleted(tiny_model_dir,
     (previous / "20200101T000001Z").symlink_to(elsewhere, target_is_directory=True)
     _leave_a_finished_run(out, "earlier")
     trainer = _trainer_in(tmp_path, tiny_model_dir, out, keep_previous_runs=0)
-    trainer._start_over()
-    trainer.lock.release()
+    assert trainer.run(progress=False)["steps"] == 1
     assert sorted(p.name for p in previous.iterdir()) == [
         "20200101T000000Z.bak", "20200101T000001Z", "my-best-run", "notes.txt"]
     assert (previous / "my-best-run" / "weights").read_text() == "mine"

@@ -219,6 +219,9 @@ class TrainSection:
             raise ConfigError("must be >= 0 (0 = only at the end)", field="train.checkpoint_every")
         if self.threads is not None and self.threads < 1:
             raise ConfigError("must be >= 1", field="train.threads")
+        if not self.output_dir.strip():  # "" would be the current directory, moved aside by a fresh start
+            raise ConfigError(f"must name a folder, got {self.output_dir!r}", field="train.output_dir",
+                              fix='e.g. output_dir = "runs/my-run"')
 
 
 @attrs.define(frozen=True)

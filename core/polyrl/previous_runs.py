@@ -13,6 +13,14 @@ where it was; a copy that fails half-way is removed and the original stays.
 Only folders named here (``20250101T120000Z``, ``20250101T120000Z-2`` for a second run set aside
 within the same second) are ever deleted; anything else in ``previous/`` is left alone. A folder
 that cannot be deleted is a warning, never a crash: the new run goes on.
+
+What counts as an earlier run, and when it may go (``earlier_run``): a start that fails on its
+first step leaves only a step-0 checkpoint; set aside, that "run" would count against the limit
+and push a finished run out of ``previous/`` (two failed starts with ``keep_previous_runs = 1``
+deleted it). Such leftovers are removed instead. Files polyrl did not write (notes in ``model/``,
+a folder in ``checkpoints/``) are never moved or deleted: the start stops and names them. And with
+``keep_previous_runs = 0`` the earlier run is deleted only once the new run has saved a trained
+checkpoint (``deferred_prune``), so a start that fails does not cost the run it replaced.
 """
 
 from __future__ import annotations
@@ -89,12 +97,12 @@ def _delete(paths: Iterable[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
     return deleted, failed
 
 
-def prune(root: Path, keep: int, newest: Path, protect: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+def prune(root: Path, keep: int, newest: Path | None, protect: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     """Delete all but the ``keep`` newest runs under ``root``. ``newest`` (the run just set aside)
     counts as the newest whatever its name, so a clock set back never deletes it first; a folder
     holding ``protect`` (the current output_dir) is never deleted. (deleted, [(not deleted, why)])."""
     runs = [p for p in earlier_runs(root) if p != newest]
-    if newest.is_dir():
+    if newest is not None and newest.is_dir():
         runs.append(newest)
     doomed = runs[: max(len(runs) - keep, 0)]
     here = protect.resolve()
@@ -179,10 +187,67 @@ def move_aside(items: Iterable[Path], aside: Path) -> None:
                             "complete), then start again")
 
 
+#: What a checkpoints/ folder of ours holds: checkpoints and the temp folders of one being written.
+_CHECKPOINT_ENTRY = re.compile(r"(?:\.tmp-|\.old-)?step-\d{8}")
+_STEP_ZERO = re.compile(r"(?:\.tmp-|\.old-)?step-0{8}")
+#: A model folder polyrl exported: a HF model (or a LoRA adapter beside the merged one).
+_MODEL_FILES = ("config.json", "adapter_config.json")
+
+
+def _foreign(checkpoint_root: Path, model_dir: Path) -> list[Path]:
+    """Entries that are not what polyrl writes in these two folders (a user's notes, data, models)."""
+    found: list[Path] = []
+    if checkpoint_root.is_symlink() or (checkpoint_root.exists() and not checkpoint_root.is_dir()):
+        found.append(checkpoint_root)
+    elif checkpoint_root.is_dir():
+        found += sorted(p for p in checkpoint_root.iterdir()
+                        if not (_CHECKPOINT_ENTRY.fullmatch(p.name) and p.is_dir() and not p.is_symlink()))
+    if model_dir.is_symlink() or (model_dir.exists() and not model_dir.is_dir()):
+        found.append(model_dir)
+    elif model_dir.is_dir() and not any((model_dir / name).is_file() for name in _MODEL_FILES):
+        found.append(model_dir)
+    return found
+
+
+def _untrained(checkpoint_root: Path, model_dir: Path) -> bool:
+    """True when the folders hold a run that trained nothing: step-0 checkpoints (a start that
+    failed on its first step saves one to resume from) and no final model."""
+    if model_dir.exists() or not checkpoint_root.is_dir():
+        return False
+    return all(_STEP_ZERO.fullmatch(p.name) for p in checkpoint_root.iterdir())
+
+
+def earlier_run(checkpoint_root: Path, model_dir: Path, model_paths: Iterable[str | Path] = ()) -> bool:
+    """Whether the output_dir holds an earlier run to set aside. A run that trained nothing is
+    removed here (it is the initial weights, and would push a real run out of previous/). Raises
+    SetAsideError, before anything moves, when the folders hold files polyrl did not write or the
+    model this run trains (``model_paths``) lives inside them."""
+    foreign = _foreign(checkpoint_root, model_dir)
+    if foreign:
+        shown = ", ".join(str(p) for p in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise SetAsideError(f"train.output_dir holds {shown}, which polyrl did not write (a fresh start moves an "
+                            "earlier run's checkpoints/ and model/ aside, and may delete them later); nothing was "
+                            "moved. Fix: move those files out of the output_dir, or set train.output_dir to "
+                            "another folder")
+    inside = [str(m) for m in model_paths for folder in (checkpoint_root, model_dir)
+              if folder.exists() and Path(m).resolve().is_relative_to(folder.resolve())]
+    if inside:
+        raise SetAsideError(f"the model this run loads ({inside[0]}) is inside the earlier run this fresh start "
+                            "would move aside; nothing was moved. Fix: copy that model out of the output_dir and "
+                            "point model.path at the copy, or continue that run with --resume")
+    if _untrained(checkpoint_root, model_dir):
+        shutil.rmtree(checkpoint_root)
+        log.info("removed the step-0 checkpoint of an earlier start that trained nothing",
+                 path=str(checkpoint_root))
+        return False
+    return checkpoint_root.exists() or model_dir.exists()
+
+
 def set_aside(output_dir: Path, items: Iterable[Path], keep: int) -> Path:
     """Move ``items`` (an earlier run's files in ``output_dir``) into a new folder under
-    ``output_dir/previous/``, then keep only the ``keep`` newest runs there (0: not even this
-    one), logging what was deleted and how to keep more. Returns the folder they were moved to."""
+    ``output_dir/previous/``, then keep only the ``keep`` newest runs there, logging what was
+    deleted and how to keep more. With ``keep`` 0 the run just set aside stays until
+    ``deferred_prune`` runs (after this run's first trained checkpoint). Returns its folder."""
     aside = new_aside_dir(output_dir / PREVIOUS_DIR)
     try:
         move_aside(items, aside)
@@ -192,20 +257,36 @@ def set_aside(output_dir: Path, items: Iterable[Path], keep: int) -> Path:
         except OSError:
             pass
         raise
-    deleted, failed = prune(output_dir / PREVIOUS_DIR, keep, newest=aside, protect=output_dir)
+    deleted, failed = prune(output_dir / PREVIOUS_DIR, max(keep, 1), newest=aside, protect=output_dir)
     setting = f"train.keep_previous_runs = {keep}"
-    if aside in deleted:
-        log.warning(f"output_dir held an earlier run; it was deleted ({setting}), this run starts at step 0",
-                    deleted=str(aside), fix="set train.keep_previous_runs >= 1 to keep earlier runs under "
-                                            "previous/, or use --resume to continue a run instead")
+    if keep == 0:
+        log.warning(f"output_dir held an earlier run; it was moved aside and is deleted ({setting}) once this run "
+                    "saves its first trained checkpoint; this run starts at step 0", moved_to=str(aside),
+                    fix="set train.keep_previous_runs >= 1 to keep earlier runs under previous/, or use --resume "
+                        "to continue a run instead")
     else:
         log.warning("output_dir held an earlier run; it was moved aside, this run starts at step 0",
                     moved_to=str(aside), fix="use --resume to continue a run instead")
-    older = [str(p) for p in deleted if p != aside]
+    _report(deleted, failed, setting, keep)
+    return aside
+
+
+def deferred_prune(output_dir: Path, aside: Path | None) -> None:
+    """``keep_previous_runs = 0``: delete the runs in previous/ (``aside``: the one ``set_aside``
+    moved there at this start, if any), now that this run has a trained checkpoint of its own."""
+    deleted, failed = prune(output_dir / PREVIOUS_DIR, 0, newest=aside, protect=output_dir)
+    if aside is not None and aside in deleted:
+        log.warning("the earlier run set aside at the start was deleted (train.keep_previous_runs = 0): this run "
+                    "has saved a trained checkpoint", deleted=str(aside),
+                    fix="set train.keep_previous_runs >= 1 to keep earlier runs under previous/")
+    _report([p for p in deleted if p != aside], failed, "train.keep_previous_runs = 0", 0)
+
+
+def _report(deleted: list[Path], failed: list[tuple[Path, str]], setting: str, keep: int) -> None:
+    older = [str(p) for p in deleted]
     if older:
         log.warning(f"older runs in previous/ deleted ({setting} keeps the newest {keep})", deleted=older,
                     fix="raise train.keep_previous_runs to keep more, or move them out of previous/ first")
     for path, why in failed:
         log.warning("an earlier run in previous/ could not be deleted; this run goes on", path=str(path),
                     error=why, fix="delete it by hand to free its disk space")
-    return aside

@@ -213,6 +213,9 @@ class Trainer:
         self.kl_coef = float(config.algorithm.beta)  # kl_in_reward's coefficient (kl_ctrl adapts it)
         self.rollouts = RolloutAhead(self._generate)
         self._saved_step: int | None = None  # the step of the last checkpoint this run wrote
+        #: keep_previous_runs = 0 on a fresh start: (the run set aside then, or None); previous/ is
+        #: emptied once this run saves a trained checkpoint, so a start that fails costs nothing
+        self._prune_previous: tuple[Path | None] | None = None
         self.history: list[dict[str, Any]] = []
         self.tracking = tracking_for_run(config, self.registry, self.rank)  # unknown tracker: error now
         self._env_plan = self._check_environment()  # before the models load: a bad tool name errs now
@@ -715,6 +718,9 @@ class Trainer:
         self._saved_step = self.step
         ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints)
         log.info("checkpoint saved", path=str(path), step=self.step)
+        if self._prune_previous is not None and self.step > 0:  # keep_previous_runs = 0: replaced now
+            previous_runs.deferred_prune(self.output_dir, self._prune_previous[0])
+            self._prune_previous = None
         return path
 
     def _write_failed(self, what: str, cause: OSError | str) -> OutputWriteError:
@@ -784,15 +790,25 @@ class Trainer:
         if self.rank != 0:
             return
         self._own_output_dir()
-        earlier = [p for p in (self.checkpoint_root, self.final_model_dir) if p.exists()]
-        if earlier:
-            previous_runs.set_aside(
-                self.output_dir, [*earlier, self.output_dir / "metrics.jsonl",
+        keep = self.config.train.keep_previous_runs
+        aside = None
+        if previous_runs.earlier_run(self.checkpoint_root, self.final_model_dir, self._loaded_model_paths()):
+            aside = previous_runs.set_aside(
+                self.output_dir, [self.checkpoint_root, self.final_model_dir, self.output_dir / "metrics.jsonl",
                                   self.output_dir / evaluation.COMPLETIONS_FILE, self.tracking.completions_path],
-                keep=self.config.train.keep_previous_runs)
+                keep=keep)
+        self._prune_previous = (aside,) if keep == 0 else None
         self.step = 0
         self.history = self._rewind_metrics()
         self.tracking.rewind(self.step)
+
+    def _loaded_model_paths(self) -> list[Path]:
+        """The local folders this run's models load from (a fresh start must not move them aside)."""
+        paths = [Path(self.model_path)]
+        ref = self.config.model.reference_path
+        if ref:
+            paths.append(Path(self.registry.resolve_model(ref, field="model.reference_path")))
+        return [p for p in paths if p.exists()]
 
     def _rewind_metrics(self) -> list[dict[str, Any]]:
         """Keep metrics.jsonl lines of steps before ``self.step`` only, each step once (a crash
