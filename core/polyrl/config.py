@@ -204,7 +204,7 @@ class TrainSection:
     output_dir: str = "runs/polyrl"
     checkpoint_every: int = 0  # 0: only at the end
     keep_checkpoints: int = 2
-    #: earlier runs kept in output_dir/previous/ when a fresh run starts there; 0: deleted instead
+    #: earlier runs kept in output_dir/previous/ when a fresh run starts there; 0: deleted once it trains
     keep_previous_runs: int = 1
     max_consecutive_skips: int = 3  # stop after this many non-finite (or unscored) steps in a row
     gradient_checkpointing: bool = False  # recompute activations in backward (memory for compute)

@@ -152,7 +152,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "keep_checkpoints": "how many complete checkpoints to keep",
         "keep_previous_runs": "earlier runs kept in `previous/` when a fresh run starts in the same output_dir "
                               "(the newest N; older ones are deleted with a warning; 0 = delete the earlier run "
-                              "instead of moving it aside)",
+                              "once the new run has saved a trained checkpoint)",
         "max_consecutive_skips": "stop after this many non-finite (NaN/Inf) steps, or steps no reward scored, in a row",
         "gradient_checkpointing": "recompute decoder-layer activations in backward: less memory, more compute (torch, MLX)",
         "collective_timeout_s": "under `polyrl launch`: seconds a rank waits in a collective for the others (a rank "
