@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -56,9 +57,10 @@ def test_incomplete_or_corrupt_checkpoints_are_never_chosen(tmp_path):
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_finishes_the_step_checkpoints_and_exits_zero(tiny_model_dir, tmp_path, signum):
-    out = tmp_path / "run"
-    config = write_config(tmp_path, tiny_model_dir, out, steps=10_000, checkpoint_every=0)
-    proc = subprocess.Popen([*POLYRL, "train", str(config), "--no-progress"],
+    out = tmp_path / "other run"  # the config names another output_dir: the hint must carry the flags
+    config = write_config(tmp_path, tiny_model_dir, tmp_path / "run", steps=10, checkpoint_every=0)
+    flags = ["--set", "train.seed=3", "--steps", "10000", "--output-dir", str(out)]
+    proc = subprocess.Popen([*POLYRL, "train", str(config), "--no-progress", *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text():
@@ -67,7 +69,9 @@ def test_signal_finishes_the_step_checkpoints_and_exits_zero(tiny_model_dir, tmp
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    assert "stopped on request" in err and "--resume" in err
+    assert "stopped on request" in err
+    hint = err.split("Continue with: ")[1].splitlines()[0]
+    assert shlex.split(hint) == ["polyrl", "train", str(config), *flags, "--resume"]
     done = len(metric_steps(out))
     newest = ckpt.latest_checkpoint(out / "checkpoints")
     assert newest is not None and ckpt.read_state(newest)["step"] == done  # the step finished

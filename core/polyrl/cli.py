@@ -271,8 +271,23 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(strict_json.dumps(summary, indent=2, default=str))
     if summary.get("stopped_early"):
         print(f"stopped on request after step {summary['steps']}; checkpoint {summary['checkpoint']}. "
-              f"Continue with: polyrl train {args.config} --resume", file=sys.stderr)
+              f"Continue with: {resume_command(args)}", file=sys.stderr)
     return 0
+
+
+def resume_command(args: argparse.Namespace) -> str:
+    """The command that continues this run: its config with the same ``--set``, ``--steps`` and
+    ``--output-dir`` (without them it would resume the config's own output_dir, another run)."""
+    import shlex
+
+    words = ["polyrl", "train", str(args.config)]
+    for override in args.set:
+        words += ["--set", override]
+    if args.steps is not None:
+        words += ["--steps", str(args.steps)]
+    if args.output_dir is not None:
+        words += ["--output-dir", args.output_dir]
+    return shlex.join([*words, "--resume"])
 
 
 def _check_flags(args: argparse.Namespace, rules: dict[str, str]) -> None:
