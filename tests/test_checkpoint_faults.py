@@ -699,3 +699,19 @@ def test_a_negative_keep_previous_runs_stops_the_cli_before_anything_runs(tiny_m
     result = train(write_config(tmp_path, tiny_model_dir, tmp_path / "run", steps=1, keep_previous_runs=-1))
     one_clear_error(result, "train.keep_previous_runs", "must be an integer >= 0", "Fix:")
     assert not (tmp_path / "run").exists()
+
+
+def test_the_model_and_checkpoints_get_the_umask_modes_not_owner_only(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    config = write_config(tmp_path, tiny_model_dir, out, steps=1)
+    before = os.umask(0o027)  # inherited by the run: files 0640, folders 0750 (safetensors alone wrote 0600)
+    try:
+        assert train(config).returncode == 0
+    finally:
+        os.umask(before)
+    written = [p for folder in (out / "model", out / "checkpoints") for p in [folder, *folder.rglob("*")]]
+    assert any(p.name == "model.safetensors" for p in written)
+    modes = {p.relative_to(out).as_posix(): oct(p.stat().st_mode & 0o777) for p in written}
+    wrong = {name: mode for name, mode in modes.items()
+             if mode != oct(0o750 if (out / name).is_dir() else 0o640)}
+    assert not wrong, wrong

@@ -25,6 +25,7 @@ from typing import Any
 
 from polyrl import strict_json
 from polyrl.errors import PolyrlError
+from polyrl.file_modes import honour_umask
 from polyrl.folder_links import outside_link
 
 MARKER = "COMPLETE"
@@ -140,6 +141,7 @@ def write_checkpoint(
             shutil.rmtree(tmp)
         tmp.mkdir()
         write_engine(str(tmp / MODEL_DIR), str(tmp / ENGINE_STATE_DIR))
+        honour_umask(tmp)  # safetensors writes 0600: the run's other files are readable by the umask
         write_file_synced(tmp / STATE_FILE, strict_json.dumps(state, indent=1, sort_keys=True))
         _fsync_tree(tmp)
         write_file_synced(tmp / MANIFEST, strict_json.dumps(_manifest(tmp), indent=1, sort_keys=True))

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from polyrl.cache import default_cache_dir
+from polyrl.file_modes import honour_umask
 
 #: Written last; its presence (with matching parameters) means the folder is complete.
 MARKER = ".polyrl-tiny-model.json"
@@ -278,12 +279,7 @@ def _write(folder: Path, params: dict) -> None:
     save_file(_weights(**shape, seed=params["seed"]), str(folder / "model.safetensors"),
               metadata={"format": "pt"})
     (folder / MARKER).write_text(json.dumps(params, sort_keys=True) + "\n")
-    # mkdtemp/safetensors create owner-only modes; give the folder ordinary umask permissions.
-    umask = os.umask(0)
-    os.umask(umask)
-    folder.chmod(0o777 & ~umask)
-    for f in folder.iterdir():
-        f.chmod(0o666 & ~umask)
+    honour_umask(folder)  # mkdtemp/safetensors create owner-only modes
 
 
 def _marker(folder: Path) -> dict | None:

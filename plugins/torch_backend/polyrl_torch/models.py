@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from polyrl.cache import default_cache_dir
+from polyrl.file_modes import honour_umask
 from polyrl.errors import ConfigError
 from polyrl.backend_kit.gguf_vocab import check_gguf_tokenizer
 
@@ -54,16 +55,6 @@ def _align_special_tokens(tokenizer, config) -> None:
         if isinstance(token_id, int) and getattr(tokenizer, f"{attr}_token_id") != token_id:
             setattr(tokenizer, f"{attr}_token", tokenizer.convert_ids_to_tokens(token_id))
     tokenizer.clean_up_tokenization_spaces = False  # transformers ignores it for BPE anyway
-
-
-def _ordinary_permissions(folder: Path) -> None:
-    """mkdtemp and safetensors create owner-only modes; a shared cache wants the umask's."""
-    umask = os.umask(0)
-    os.umask(umask)
-    folder.chmod(0o777 & ~umask)
-    for f in folder.iterdir():
-        if f.is_file():
-            f.chmod(0o666 & ~umask)
 
 
 def _complete(folder: Path) -> bool:
@@ -105,7 +96,7 @@ def gguf_to_hf(src_dir: str, gguf_file: str, dst: str) -> str:
             "source": str(source),
             "seconds": round(time.perf_counter() - t0, 1),
         }) + "\n")
-        _ordinary_permissions(tmp)
+        honour_umask(tmp)  # mkdtemp and safetensors create owner-only modes
         if target.exists() and not _complete(target):
             shutil.rmtree(target)  # a leftover of an interrupted run
         try:
