@@ -77,6 +77,7 @@ NAMED_CASES = [
     ("eval.max_new_tokens", 0), ("model.max_length", 10**12), ("algorithm.beta", math.nan),
     ("algorithm.epsilon_high", math.inf), ("algorithm.dual_clip", math.nan), ("algorithm.overlong_penalty", math.nan),
     ("rewards.weight", math.nan), ("rewards.weight", -math.inf), ("train.threads", 0), ("eval.count", -1),
+    ("train.prompts_per_step", 10**7),  # one step that fills memory for hours, deaf to a stop request
 ]
 
 
@@ -191,14 +192,18 @@ def test_jsonl_with_invalid_utf8_or_deep_nesting_names_the_line(tmp_path):
         load_dataset(path=str(path))
 
 
-def test_generate_flags_get_the_same_rules_as_the_config():
+@pytest.mark.parametrize(("flags", "start"), [
+    (["--temperature", "nan"], "error: --temperature: must be a finite number"),
+    (["--n", "100000000"], "error: --n must be an integer from 1 to 65536, got 100000000"),
+])
+def test_generate_flags_get_the_same_rules_as_the_config(flags, start):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "core"), os.environ.get("PYTHONPATH", "")]),
            "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([sys.executable, "-m", "polyrl.cli", "generate", "hi", "--model", "tiny-llama",
-                             "--temperature", "nan"], capture_output=True, text=True, timeout=120, env=env)
+    result = subprocess.run([sys.executable, "-m", "polyrl.cli", "generate", "hi", "--model", "tiny-llama", *flags],
+                            capture_output=True, text=True, timeout=120, env=env)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: --temperature: must be a finite number") and "Fix:" in lines[0]
+    assert lines[0].startswith(start) and "Fix:" in lines[0], lines[0]
 
 
 @pytest.mark.parametrize(("settings", "field", "words"), [

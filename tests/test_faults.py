@@ -348,3 +348,13 @@ def test_servers_bind_to_localhost_by_default():
 
     args = build_parser().parse_args(["serve"])
     assert args.host == "127.0.0.1"
+
+
+def test_more_prompts_per_step_than_rows_is_a_warning_naming_both(toy, tmp_path):
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        Trainer(toy_config(tmp_path, steps=1, prompts_per_step=100))  # the toy dataset has 64 rows
+    warned = [e for e in logs if "more than the dataset's rows" in e["event"]]
+    assert len(warned) == 1 and (warned[0]["prompts_per_step"], warned[0]["rows"]) == (100, 64)
+    assert "train.prompts_per_step <= 64" in warned[0]["fix"]

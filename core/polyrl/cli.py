@@ -308,8 +308,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     _check_flags(args, {"max_new_tokens": "generation.max_new_tokens", "temperature": "generation.temperature",
                         "top_p": "generation.top_p", "top_k": "generation.top_k", "seed": "train.seed",
                         "threads": "train.threads"})
-    if args.n < 1:
-        raise PolyrlError(f"--n must be an integer >= 1, got {args.n}. Fix: e.g. --n 4")
+    if not 1 <= args.n <= 65536:  # generation.group_size's range: more would only fill memory for hours
+        raise PolyrlError(f"--n must be an integer from 1 to 65536, got {args.n}. Fix: e.g. --n 4")
     # before the model loads: bytes that are not UTF-8 in the argument reach Python as surrogates
     check_prompt(args.prompt, "the command line", fix="pass the prompt as UTF-8 text (check the terminal's encoding)")
     reg = _registry()

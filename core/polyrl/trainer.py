@@ -237,6 +237,10 @@ class Trainer:
         self.episodes = self._episode_runner()
         self.dataset, self.eval_dataset = self._fit_prompts()  # needs the tokenizer; before step 0
         self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed)
+        if config.train.prompts_per_step > len(self.dataset):
+            log.warning("train.prompts_per_step is more than the dataset's rows: each step samples some prompts "
+                        "twice or more", prompts_per_step=config.train.prompts_per_step, rows=len(self.dataset),
+                        fix=f"set train.prompts_per_step <= {len(self.dataset)}, or add rows")
 
     # --- setup ---------------------------------------------------------------------------------
 

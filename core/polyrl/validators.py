@@ -27,6 +27,9 @@ from polyrl.errors import ConfigError
 MAX_NESTING = 32
 #: Above any model's context today; a larger value would only fail later inside an allocator.
 MAX_TOKENS = 1 << 20
+#: Far above any real rollout batch (TRL's largest are a few thousand samples); a larger value only
+#: grows memory for hours inside one step, which a stop request waits for.
+MAX_PROMPTS_PER_STEP = 65536
 #: numpy's seed range (torch accepts more, numpy does not).
 MAX_SEED = 2**32 - 1
 
@@ -143,7 +146,7 @@ RULES: dict[str, Rule] = {
     "optimizer.total_steps": _int(1, optional=True,
                                   fix="leave it unset (train.steps x algorithm.num_iterations)"),
     "train.steps": _int(1, fix="e.g. steps = 100"),
-    "train.prompts_per_step": _int(1, fix="e.g. 8"),
+    "train.prompts_per_step": _int(1, MAX_PROMPTS_PER_STEP, fix="e.g. 8; a step samples group_size completions of each"),
     "train.seed": _int(0, MAX_SEED, fix="any whole number from 0 to 2**32 - 1"),
     "train.threads": _int(1, 4096, optional=True, fix="CPU threads for this process; unset = all cores"),
     "train.checkpoint_every": _int(0, fix="0 saves only at the end"),
