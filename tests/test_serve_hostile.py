@@ -339,14 +339,33 @@ def _serve_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
     (("--allow-weight-push", "--weight-push-token-file", "/nonexistent/token"), "--weight-push-token-file"),
     (("--max-n", "0"), "--max-n"),
     (("--read-timeout-s", "-1"), "--read-timeout-s"),
+    (("--read-timeout-s", "nan"), "--read-timeout-s: must be a finite number > 0, got nan"),
+    (("--port", "-1"), "--port: must be from 0 to 65535, got -1"),
+    (("--port", "70000"), "--port: must be from 0 to 65535, got 70000"),
+    (("--host", "999.1.1.1"), "--host: '999.1.1.1' does not resolve"),
+    (("--host", "192.0.2.1"), "--host: 192.0.2.1 is not an address of this machine"),  # TEST-NET-1, never local
 ], ids=["no-token", "insecure-not-loopback", "insecure-without-push", "empty-env", "missing-file", "max-n",
-        "timeout"])
+        "timeout", "timeout-nan", "port-negative", "port-too-big", "host-bad", "host-not-here"])
 def test_unsafe_or_invalid_startup_is_one_error_line(args, field):
-    done = _serve_cli(*args)
+    done = _serve_cli(*args)  # the model "unused" would fail to load: each error comes before any load
     assert done.returncode == 2, done.stderr[-2000:]
     lines = done.stderr.strip().splitlines()
-    assert lines[-1].startswith("error: ") and field in lines[-1], lines[-3:]
+    assert lines[-1].startswith("error: ") and field in lines[-1] and "Fix:" in lines[-1], lines[-3:]
     assert "Traceback" not in done.stderr
+
+
+def test_a_port_in_use_is_one_error_line_before_the_model_loads():
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = _serve_cli("--port", str(port))
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith(f"error: --port: port {port} on 127.0.0.1 is in use"), lines[-3:]
+    assert "--port 0 picks a free one" in lines[-1] and "Traceback" not in done.stderr
 
 
 def test_sigterm_while_generating_answers_every_client_and_exits_cleanly(tiny_model_dir):

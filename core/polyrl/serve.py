@@ -86,6 +86,7 @@ import attrs
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger, log_from_signal_handler
 from polyrl.serving import requests as req
+from polyrl.serving.address import bind_error, check_address
 from polyrl.serving.api_error import ApiError
 from polyrl.serving.connections import Deadlines, Refuser
 from polyrl.serving.limits import Limits, content_length
@@ -695,6 +696,7 @@ def build_server(args: argparse.Namespace) -> PolyrlServer:
     limits = limits_from(args)
     if args.max_batch_size < 1:
         raise ConfigError(f"must be >= 1, got {args.max_batch_size}", field="--max-batch-size")
+    check_address(args.host, args.port)  # before the model loads
     token = load_token(args.weight_push_token_file, args.weight_push_token_env)
     check_startup(args.allow_weight_push, token, args.insecure_weight_push, args.host)
     api_key = None
@@ -711,10 +713,13 @@ def build_server(args: argparse.Namespace) -> PolyrlServer:
     spec = WeightSpec.of(engine.export_weights()) if args.allow_weight_push else None
     faults = Faults(delay_s=args.fault_delay_s, delay_first=args.fault_delay_first, garbage=args.fault_garbage,
                     fail_503_first=args.fault_503_first, die_after=args.fault_die_after)
-    return PolyrlServer((args.host, args.port), engine, model_name=args.served_model_name or args.model,
-                        model_path=path, max_batch_size=args.max_batch_size, limits=limits,
-                        api_key=api_key, faults=faults, allow_fault_control=args.allow_fault_control,
-                        allow_weight_push=args.allow_weight_push, weight_push_token=token, weight_spec=spec)
+    try:
+        return PolyrlServer((args.host, args.port), engine, model_name=args.served_model_name or args.model,
+                            model_path=path, max_batch_size=args.max_batch_size, limits=limits,
+                            api_key=api_key, faults=faults, allow_fault_control=args.allow_fault_control,
+                            allow_weight_push=args.allow_weight_push, weight_push_token=token, weight_spec=spec)
+    except OSError as exc:  # taken since check_address
+        raise bind_error(args.host, args.port, exc) from None
 
 
 def run(args: argparse.Namespace) -> int:

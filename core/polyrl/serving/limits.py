@@ -7,6 +7,8 @@ Each cap is a ``polyrl serve`` flag; the defaults fit a model with a few thousan
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from polyrl.serving.api_error import ApiError
@@ -32,11 +34,12 @@ class Limits:
 
     def __attrs_post_init__(self) -> None:
         for field in attrs.fields(Limits):
-            if getattr(self, field.name) <= 0:
+            value = getattr(self, field.name)
+            if not (0 < value < math.inf):  # written so that nan fails too (nan <= 0 is False)
                 from polyrl.errors import ConfigError
 
                 flag = "--" + field.name.replace("_", "-")
-                raise ConfigError(f"must be > 0, got {getattr(self, field.name)}", field=flag,
+                raise ConfigError(f"must be a finite number > 0, got {value}", field=flag,
                                   fix=f"give {flag} a positive value")
 
 
