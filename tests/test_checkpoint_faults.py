@@ -134,7 +134,7 @@ def test_kill_9_before_the_first_checkpoint_then_resume_starts_over_without_dupl
     assert not ckpt.complete_checkpoints(out / "checkpoints")
     resumed = train(config, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "no complete checkpoint found; starting from step 0" in resumed.stderr
+    assert "no complete checkpoint found in" in resumed.stderr and "; starting from step 0" in resumed.stderr
     assert [m["step"] for m in metric_steps(out)] == list(range(8))
     assert [m["reward_mean"] for m in metric_steps(out)] == [m["reward_mean"] for m in metric_steps(clean_run)]
     assert_same_weights(final_weights(clean_run), final_weights(out))
@@ -249,6 +249,29 @@ def test_changed_lr_and_steps_at_resume_are_logged_by_the_cli(tiny_model_dir, tm
     assert "config changed at resume: optimizer.lr 0.001 -> 0.002" in resumed.stderr
     assert "config changed at resume: train.steps 8 -> 5" in resumed.stderr
     assert [m["step"] for m in metric_steps(out)] == list(range(5))
+
+
+def test_a_resume_past_train_steps_and_stray_metrics_lines_are_warned_about(tiny_model_dir, tmp_path, clean_run):
+    _, out = crash_config(tmp_path, tiny_model_dir, clean_run)
+    _copy_run(clean_run, out, upto=4)
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    (out / "metrics.jsonl").write_text("\n".join([lines[0], "my note", *lines[1:]]) + "\n")
+    config = write_config(tmp_path, tiny_model_dir, out, steps=3, reward_dir=clean_run.parent)
+    resumed = train(config, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "the checkpoint is at step 4, at or past train.steps = 3: nothing is left to train" in resumed.stderr
+    assert "--steps 14" in resumed.stderr
+    assert "1 line(s) of metrics.jsonl are not step records polyrl wrote; dropped" in resumed.stderr
+    assert [m["step"] for m in metric_steps(out)] == list(range(4))
+
+
+def test_a_resume_into_a_folder_that_does_not_exist_says_so(tiny_model_dir, tmp_path, clean_run):
+    config, _ = crash_config(tmp_path, tiny_model_dir, clean_run)
+    nowhere = tmp_path / "typo"
+    resumed = train(config, "--resume", "--output-dir", str(nowhere), "--steps", "1")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (f"no complete checkpoint found in {nowhere} (the folder did not exist); starting from step 0. "
+            "If a run should be there, check train.output_dir / --output-dir") in resumed.stderr
 
 
 @pytest.mark.parametrize(("field", "old", "new"), [

@@ -104,3 +104,36 @@ def test_launch_forwards_every_set(config_file):
         pytest.skip("torchrun needs torch")
     assert out.returncode == 0, out.stderr
     assert "--set algorithm.beta=0.04 --set 'train.output_dir=x y'" in out.stdout  # shell-quoted
+
+
+def test_a_flag_and_a_set_for_the_same_key_is_one_error_line(config_file, capsys):
+    assert main(["train", str(config_file), "--set", "train.steps=5", "--steps", "8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --steps and --set train.steps=... both set it. "
+                   "Fix: give it once: drop one of --steps and --set train.steps"]
+
+
+@pytest.mark.parametrize(("value", "words"), [("0", "must be >= 1, got 0"),
+                                              ("10000000000", "must be an integer in [1, 1000000000]")])
+def test_steps_out_of_range_name_the_field_and_a_fix(config_file, capsys, value, words):
+    assert main(["train", str(config_file), "--steps", value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "train.steps" in err[0] and words in err[0] and "Fix: e.g." in err[0], err
+
+
+def test_a_folder_given_as_the_config_is_named_as_a_folder(tmp_path, capsys):
+    assert main(["train", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"config file '{tmp_path}' is a directory" in err[0], err
+
+
+def test_ctrl_c_before_a_command_handles_signals_is_one_line_and_exit_130(monkeypatch, capsys):
+    import polyrl.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt  # what Ctrl-C raises while imports or a model load run
+
+    monkeypatch.setattr(cli, "cmd_doctor", interrupted)
+    assert cli.main(["doctor"]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["interrupted (Ctrl-C); a training run continues from its last checkpoint with --resume"]

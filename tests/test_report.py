@@ -202,3 +202,14 @@ def test_an_integer_past_float_range_is_left_out_not_a_traceback(tmp_path):
                           str(tmp_path / "r.html")], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     assert str(10 ** 400) in (tmp_path / "r.html").read_text()  # the table shows it as written
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("name", ["metrics.jsonl", "eval_completions.jsonl"])
+def test_a_folder_where_a_metrics_file_belongs_is_named_as_a_folder(tmp_path, capsys, name):
+    (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(0, 1)) + "\n") if name != "metrics.jsonl" else None
+    (tmp_path / name).mkdir()
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{name}' is a directory, not the file polyrl writes" in err[0], err
+    assert "FIFO" not in err[0]

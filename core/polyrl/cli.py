@@ -227,6 +227,7 @@ def train_config(args: argparse.Namespace) -> RunConfig:
     import attrs
 
     from polyrl.config import RunConfig
+    from polyrl.errors import ConfigError
 
     config = RunConfig.from_toml(args.config, tuple(args.set))
     overrides: dict[str, Any] = {}
@@ -234,6 +235,11 @@ def train_config(args: argparse.Namespace) -> RunConfig:
         overrides["steps"] = args.steps
     if args.output_dir is not None:
         overrides["output_dir"] = args.output_dir
+    set_keys = {item.partition("=")[0].strip() for item in args.set}
+    for key in sorted(set_keys & {f"train.{name}" for name in overrides}):
+        flag = "--" + key.removeprefix("train.").replace("_", "-")
+        raise ConfigError(f"{flag} and --set {key}=... both set it", field=flag,
+                          fix=f"give it once: drop one of {flag} and --set {key}")
     if overrides:
         config = attrs.evolve(config, train=attrs.evolve(config.train, **overrides))
     return config
@@ -252,6 +258,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if wrong:
             raise ConfigError(wrong[0], field="--resume", fix=wrong[1])
     resuming = args.resume is not None or args.resume_weights_only
+    where = Path(config.train.output_dir)
+    existed = where.is_dir()  # before the run takes its lock there
     # stdout holds the summary alone (`polyrl train x.toml > summary.json`): what a tracker library
     # (trackio's banner) or a reward prints during the run goes to stderr
     with contextlib.redirect_stdout(sys.stderr):
@@ -261,7 +269,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         if resuming:
             resumed = trainer.resume(args.resume or None, weights_only=args.resume_weights_only)
             if not resumed:
-                print("no complete checkpoint found; starting from step 0", file=sys.stderr)
+                print(f"no complete checkpoint found in {where}"
+                      f"{'' if existed else ' (the folder did not exist)'}; starting from step 0. "
+                      "If a run should be there, check train.output_dir / --output-dir", file=sys.stderr)
         summary = trainer.run(progress=not args.no_progress)
     summary.pop("history", None)
     if trainer.rank != 0:  # under a launcher every rank returns the same summary: print it once
@@ -495,6 +505,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: {line}\n")
         sys.stderr.flush()
         return 2
+    except KeyboardInterrupt:  # Ctrl-C before a command's own handler is in place (imports, a model load)
+        sys.stderr.write("interrupted (Ctrl-C); a training run continues from its last checkpoint with --resume\n")
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

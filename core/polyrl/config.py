@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -211,10 +211,14 @@ class TrainSection:
     #: under a launcher: how long a rank waits in a collective for the others before it stops the run
     collective_timeout_s: float = 600.0
 
+    _EXAMPLES: ClassVar[dict[str, int]] = {"steps": 100, "prompts_per_step": 8, "keep_checkpoints": 2,
+                                           "max_consecutive_skips": 3}
+
     def __attrs_post_init__(self) -> None:
         for name in ("steps", "prompts_per_step", "keep_checkpoints", "max_consecutive_skips"):
             if getattr(self, name) < 1:
-                raise ConfigError("must be >= 1", field=f"train.{name}")
+                raise ConfigError(f"must be >= 1, got {getattr(self, name)}", field=f"train.{name}",
+                                  fix=f"e.g. {name} = {self._EXAMPLES[name]}")
         if self.checkpoint_every < 0:
             raise ConfigError("must be >= 0 (0 = only at the end)", field="train.checkpoint_every")
         if self.threads is not None and self.threads < 1:
@@ -463,7 +467,9 @@ class RunConfig:
         """The config in the TOML file ``path``, with ``KEY=VALUE`` ``overrides`` (``--set``) applied."""
         path = Path(path)
         if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} not found", field="config",
+            what = ("is a directory" if path.is_dir() else "is not a regular file (a FIFO, a device)"
+                    if path.exists() else "not found")
+            raise ConfigError(f"config file {str(path)!r} {what}", field="config",
                               fix="pass the path of an existing TOML file")
         try:
             raw = path.read_bytes()

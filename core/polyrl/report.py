@@ -104,10 +104,12 @@ def _open_regular(path: Path) -> BinaryIO:
     except OSError as exc:
         raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror}", field="RUN_DIR",
                           fix="check the file's permissions") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
         os.close(fd)
-        raise ConfigError(f"{str(path)!r} is not a regular file (a FIFO, socket or device: reading it can "
-                          "block forever)", field="RUN_DIR",
+        what = ("is a directory, not the file polyrl writes" if stat.S_ISDIR(mode) else
+                "is not a regular file (a FIFO, socket or device: reading it can block forever)")
+        raise ConfigError(f"{str(path)!r} {what}", field="RUN_DIR",
                           fix="pass a run's train.output_dir, whose metrics files polyrl wrote")
     return os.fdopen(fd, "rb")
 

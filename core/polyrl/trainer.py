@@ -779,6 +779,10 @@ class Trainer:
         self.engines.generator_version = -1  # the train engine's weights were just replaced
         self.engines.sync_weights(self.step)
         log.info("resumed", path=str(found), step=self.step, weights_only=weights_only)
+        if self.step >= self.config.train.steps:
+            log.warning(f"the checkpoint is at step {self.step}, at or past train.steps = {self.config.train.steps}: "
+                        "nothing is left to train (the final model is written from it)",
+                        fix=f"raise train.steps above {self.step} to train further, e.g. --steps {self.step + 10}")
         return True
 
     def _resume_point(self, path: str | Path | None, weights_only: bool) -> tuple[Path, dict[str, Any]] | None:
@@ -826,7 +830,14 @@ class Trainer:
         if not path.exists():
             return []
         by_step: dict[int, dict[str, Any]] = {}
-        for _, record in strict_json.read_lines(path):
+        lines = strict_json.read_lines(path)
+        unreadable = [n for n, (_, record) in enumerate(lines, 1)
+                      if not (isinstance(record, dict) and isinstance(record.get("step"), int))]
+        if self.rank == 0 and unreadable and unreadable != [len(lines)]:  # more than a crash's cut-short last line
+            log.warning(f"{len(unreadable)} line(s) of metrics.jsonl are not step records polyrl wrote; dropped",
+                        path=str(path), first_line=unreadable[0],
+                        fix="keep metrics.jsonl to the lines polyrl writes (copy it first to keep the others)")
+        for _, record in lines:
             if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] < self.step:
                 by_step[record["step"]] = record  # the last line of a step belongs to this lineage
         kept = [by_step[k] for k in sorted(by_step)]

@@ -145,7 +145,7 @@ RULES: dict[str, Rule] = {
     "optimizer.min_lr_ratio": _float(0, 1, fix="0.0 decays to zero; e.g. 0.1 ends at lr / 10"),
     "optimizer.total_steps": _int(1, optional=True,
                                   fix="leave it unset (train.steps x algorithm.num_iterations)"),
-    "train.steps": _int(1, fix="e.g. steps = 100"),
+    "train.steps": _int(1, 10**9, fix="e.g. steps = 100"),
     "train.prompts_per_step": _int(1, MAX_PROMPTS_PER_STEP, fix="e.g. 8; a step samples group_size completions of each"),
     "train.seed": _int(0, MAX_SEED, fix="any whole number from 0 to 2**32 - 1"),
     "train.threads": _int(1, 4096, optional=True, fix="CPU threads for this process; unset = all cores"),
