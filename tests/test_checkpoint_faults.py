@@ -180,6 +180,25 @@ def test_a_bit_flip_is_caught_by_the_checksum(tmp_path):
     assert skipped == [(root / "step-00000002", "model/w.bin does not match its checksum")]
 
 
+def test_weights_only_is_suggested_only_where_the_weights_verify(tmp_path):
+    from polyrl.resume_point import resume_fix
+
+    def write(model, state):
+        for folder in (model, state):
+            Path(folder).mkdir()
+            (Path(folder) / "w.bin").write_bytes(b"\0" * 64)
+
+    root = tmp_path / "checkpoints"
+    state_only, both = (ckpt.write_checkpoint(root, step, {"step": step}, write) for step in (1, 2))
+    (state_only / "engine_state" / "w.bin").write_bytes(b"\1")
+    for folder in ("engine_state", "model"):
+        (both / folder / "w.bin").write_bytes(b"\1")
+    assert "--resume-weights-only" in resume_fix(False, [state_only])
+    assert "--resume-weights-only" in resume_fix(False, [both, state_only])  # the older one's weights load
+    for fix in (resume_fix(False, [both]), resume_fix(True, [state_only])):
+        assert "--resume-weights-only" not in fix and "model/ weights are damaged too" in fix, fix
+
+
 def test_a_deleted_or_edited_manifest_does_not_pass_and_old_checkpoints_still_load(tmp_path):
     root = tmp_path / "checkpoints"
     for step in (1, 2, 3):

@@ -42,7 +42,7 @@ def resume_point(config: RunConfig, path: str | Path | None, weights_only: bool,
         problem = ckpt.verify(Path(path), only=only)
         if problem:
             raise ConfigError(f"{found} cannot be resumed: {problem}", field="--resume",
-                              fix=resume_fix(weights_only))
+                              fix=resume_fix(weights_only, [Path(path)]))
     else:
         found, skipped = ckpt.newest_verified(root, only=only)
         for bad, why in skipped if announce else ():
@@ -51,7 +51,7 @@ def resume_point(config: RunConfig, path: str | Path | None, weights_only: bool,
             raise ConfigError(
                 f"no checkpoint under {root} can be resumed: "
                 + "; ".join(f"{p.name}: {why}" for p, why in skipped),
-                field="--resume", fix=resume_fix(weights_only))
+                field="--resume", fix=resume_fix(weights_only, [p for p, _ in skipped]))
         if found is None:
             return None
     assert found is not None
@@ -77,8 +77,11 @@ def check_backend_files(registry: Registry, config: RunConfig, point: tuple[Path
         check(str(point[0] / ckpt.MODEL_DIR), str(point[0] / ckpt.ENGINE_STATE_DIR), weights_only)
 
 
-def resume_fix(weights_only: bool) -> str:
-    if weights_only:
-        return "its model/ folder is damaged too: delete the checkpoints to start over"
+def resume_fix(weights_only: bool, damaged: list[Path]) -> str:
+    """The way past damaged checkpoints: a weights-only resume only where some weights verify
+    (suggesting it for damaged weights sent the user in a circle)."""
+    if weights_only or all(ckpt.verify(p, only=ckpt.MODEL_DIR) is not None for p in damaged):
+        return ("the model/ weights are damaged too: resume an earlier checkpoint with --resume PATH, or "
+                "delete the damaged checkpoints to start over")
     return ("resume with --resume-weights-only to load the weights alone (fresh optimizer and "
             "RNG), or delete the damaged checkpoints to start over")
