@@ -79,6 +79,13 @@ def test_the_file_is_not_changed(config_file):
     ("algorithm.beta", "--set", "KEY=VALUE"),
     ("algorithm=1", "--set", "section"),
     ("=1", "--set", "KEY=VALUE"),
+    ("lr=4", "--set", "write --set optimizer.lr=4"),  # a key without its section
+    ("train.lr=4", "train.lr", "lr belongs to another table: optimizer.lr"),
+    ("num_generations=4", "--set", "TRL's num_generations is polyrl's generation.group_size: "
+                                   "--set generation.group_size=4"),
+    ("scale_rewards=false", "--set", '--set algorithm.scale_rewards="none"'),
+    ("loss_type=cispo", "--set", '--set algorithm.name="cispo"'),
+    ("delta=2", "--set", "TRL's delta has no polyrl equivalent"),
 ])
 def test_bad_overrides_are_named_like_the_file(config_file, assignment, field, words):
     with pytest.raises(ConfigError) as info:

@@ -66,6 +66,10 @@ def test_a_trl_name_in_any_section_names_polyrls_key(name):
     ("algorithm", "max_tool_calling_iterations", "polyrl's environment.max_turns: write max_turns = 2 in [environment]"),
     ("train", "report_to", "TRL's report_to is polyrl's logging.report_to"),
     ("algorithm", "trust_remote_code", "polyrl's model.trust_remote_code"),
+    ("algorithm", "vllm_importance_sampling_correction",  # not 'importance_sampling_level'
+     "TRL's vllm_importance_sampling_correction is polyrl's algorithm.mismatch_correction"),
+    ("algorithm", "vllm_importance_sampling_clip_max", "polyrl's algorithm.mismatch_cap: write mismatch_cap = 2"),
+    ("algorithm", "use_bias_correction_kl", "TRL's use_bias_correction_kl has no polyrl equivalent"),  # not 'mismatch_correction'
 ])
 def test_trl_names_from_other_tables_or_without_equivalent_are_not_steered_to_a_close_key(section, name, fix):
     """A TRL field close to an unrelated polyrl key used to get "did you mean" that key (delta ->
@@ -158,3 +162,10 @@ def test_greedy_groups_are_refused_for_group_relative_advantages(name):
 ])
 def test_greedy_is_allowed_where_the_advantage_can_differ(settings):
     assert RunConfig.from_dict(with_(**settings)).rewards
+
+
+def test_a_key_outside_any_table_is_named_a_key_with_its_table():
+    exc = error(with_(lr=3))
+    assert exc.field == "lr" and str(exc).startswith("unknown key 'lr' outside any section"), exc
+    assert "polyrl's key of that name is optimizer.lr: write lr = ... in [optimizer]" in str(exc)
+    assert "unknown section [nosuch]" in str(error(with_(nosuch={"a": 1})))

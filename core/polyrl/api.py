@@ -91,6 +91,7 @@ def _where(key: str) -> str:
 def _refuse_unknown_arguments(given: Mapping[str, Any]) -> None:
     """TRL's names (and typos) as GRPOConfig arguments: one ConfigError naming polyrl's for each,
     instead of Python's TypeError without a hint."""
+    from polyrl.config import key_owners
     from polyrl.configtools import unknown_key_fix
     from polyrl.trl_names import TRL_NAMES
 
@@ -101,8 +102,11 @@ def _refuse_unknown_arguments(given: Mapping[str, Any]) -> None:
     fixes = []
     for key in unknown:
         entry = TRL_NAMES.get(key)
-        if entry is None:
-            fixes.append(f"{key}: {unknown_key_fix(key, given[key], valid)}")
+        owners = key_owners(key)
+        if entry is None and owners:  # a config key the constructor does not take by name
+            fixes.append(f"{key}: set it with {_where(owners[0])}")
+        elif entry is None:
+            fixes.append(f"{key}: {unknown_key_fix(key, given[key], valid, other_tables=False)}")
         elif entry.key is None:
             fixes.append(f"{key}: remove it (TRL's {key} has no polyrl equivalent: {entry.note})")
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import attrs
 
@@ -195,6 +195,10 @@ class RewardSection:
 
 
 
+#: A sensible value of each count TrainSection requires to be >= 1, for its fix line.
+_TRAIN_EXAMPLES = {"steps": 100, "prompts_per_step": 8, "keep_checkpoints": 2, "max_consecutive_skips": 3}
+
+
 @attrs.define(frozen=True)
 class TrainSection:
     steps: int = 10
@@ -211,14 +215,11 @@ class TrainSection:
     #: under a launcher: how long a rank waits in a collective for the others before it stops the run
     collective_timeout_s: float = 600.0
 
-    _EXAMPLES: ClassVar[dict[str, int]] = {"steps": 100, "prompts_per_step": 8, "keep_checkpoints": 2,
-                                           "max_consecutive_skips": 3}
-
     def __attrs_post_init__(self) -> None:
         for name in ("steps", "prompts_per_step", "keep_checkpoints", "max_consecutive_skips"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"must be >= 1, got {getattr(self, name)}", field=f"train.{name}",
-                                  fix=f"e.g. {name} = {self._EXAMPLES[name]}")
+                                  fix=f"e.g. {name} = {_TRAIN_EXAMPLES[name]}")
         if self.checkpoint_every < 0:
             raise ConfigError("must be >= 0 (0 = only at the end)", field="train.checkpoint_every")
         if self.threads is not None and self.threads < 1:
@@ -426,9 +427,13 @@ class RunConfig:
         for key in data:
             if key not in known:
                 trl = trl_fix(str(key), data[key])  # a GRPOConfig name written outside any table
-                raise ConfigError(
-                    f"unknown section [{key}]", field=key, fix=trl or f"valid sections: {', '.join(sorted(known))}"
-                )
+                owners = key_owners(str(key))
+                if owners:
+                    table, _, name = owners[0].rpartition(".")
+                    trl = trl or f"polyrl's key of that name is {' or '.join(owners)}: write {name} = ... in [{table}]"
+                what = (f"unknown section [{key}]" if isinstance(data[key], (Mapping, list))
+                        else f"unknown key {key!r} outside any section")
+                raise ConfigError(what, field=key, fix=trl or f"valid sections: {', '.join(sorted(known))}")
         for key, value in data.items():
             if key == "rewards":
                 if not isinstance(value, list) or not all(isinstance(r, Mapping) for r in value):
@@ -494,6 +499,21 @@ class RunConfig:
 
             data = apply_overrides(data, overrides)
         return cls.from_dict(data)
+
+
+def section_classes() -> dict[str, type]:
+    """Each config section's name and the attrs class its table builds."""
+    return {"model": ModelSection, "backends": BackendsSection, "generation": GenerationSection,
+            "data": DataSection, "rewards": RewardSection, "algorithm": AlgorithmConfig, "optimizer": OptimizerConfig,
+            "lora": LoraConfig, "train": TrainSection, "eval": EvalSection, "logging": LoggingSection,
+            "environment": EnvironmentSection}
+
+
+def key_owners(key: str) -> list[str]:
+    """``section.key`` for every section that has ``key`` (``lr`` -> ``["optimizer.lr"]``), for the
+    fix of a key written in the wrong table or outside any."""
+    return [f"{name}.{key}" for name, cls in section_classes().items()
+            if any(f.name == key and f.init for f in attrs.fields(cls))]
 
 
 def _algorithm(name: Any, overrides: dict[str, Any]) -> AlgorithmConfig:

@@ -37,8 +37,44 @@ def parse_assignment(text: str) -> tuple[list[str], Any]:
     if not sep or any(not p.strip() for p in parts):
         raise ConfigError(f"{text!r} is not KEY=VALUE", field="--set", fix=FIX)
     if len(parts) < 2:
-        raise ConfigError(f"{key.strip()!r} names a section, not a key", field="--set", fix=FIX)
+        name = key.strip()
+        from polyrl.config import section_classes
+
+        if name in section_classes():
+            raise ConfigError(f"{name!r} names a section, not a key", field="--set", fix=FIX)
+        raise ConfigError(f"{name!r} has no SECTION. before it", field="--set", fix=_bare_key_fix(name, raw.strip()))
     return [p.strip() for p in parts], parse_value(raw.strip())
+
+
+def _bare_key_fix(name: str, raw: str) -> str:
+    """The fix for ``--set NAME=VALUE`` without a section: the section that has ``NAME`` (polyrl's
+    key, or where TRL's ``GRPOConfig`` name lives), else the general form."""
+    from polyrl.config import key_owners
+    from polyrl.trl_names import TOML_HINTS, TRL_NAMES, Preset, trl_value
+
+    entry = TRL_NAMES.get(name) or TOML_HINTS.get(name)
+    if entry is not None and entry.key is None:
+        return f"remove it: TRL's {name} has no polyrl equivalent ({entry.note})"
+    if entry is not None and entry.key is not None:
+        head = f"TRL's {name} is polyrl's {entry.key}"
+        value = parse_value(raw)
+        translated = trl_value(entry, value)
+        if isinstance(translated, Preset):
+            return f'TRL\'s {name} = {raw} is polyrl\'s preset of that name: --set algorithm.name="{translated.name}"'
+        target = entry.key.replace("rewards[]", "rewards.0")
+        if translated is not value:
+            return f"{head}: --set {target}={_toml(translated)}"
+        return f"{head}: --set {target}={raw}" + (f" ({entry.note.format(value=raw)})" if entry.note else "")
+    owners = key_owners(name)
+    if owners:
+        return f"write --set {owners[0]}={raw}" + (f" (also in: {', '.join(owners[1:])})" if owners[1:] else "")
+    return FIX
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f'"{value}"' if isinstance(value, str) else str(value)
 
 
 def apply_overrides(data: Mapping[str, Any], assignments: Iterable[str]) -> dict[str, Any]:

@@ -74,14 +74,22 @@ def _type_fix(tp: Any) -> str:
     return f"write a {_type_name(tp)}"
 
 
-def unknown_key_fix(key: str, value: Any, valid: list[str], hints: Mapping[str, str] | None = None) -> str:
+def unknown_key_fix(key: str, value: Any, valid: list[str], hints: Mapping[str, str] | None = None,
+                    other_tables: bool = True) -> str:
     """The fix for an unknown key: the section's own hint (e.g. peft's names under [lora]), then
-    where TRL's ``GRPOConfig`` name lives in polyrl, then a close valid key, then the valid keys."""
+    where TRL's ``GRPOConfig`` name lives in polyrl, then (``other_tables``) the TOML table that
+    has a key of that name, then a close valid key, then the valid keys."""
     if hints and key in hints:
         return hints[key]
     trl = trl_fix(key, value)
     if trl is not None:
         return trl
+    from polyrl.config import key_owners  # the sections' classes import this module
+
+    owners = key_owners(key) if other_tables else []
+    if owners:  # a key of another table (`[train] lr`)
+        table, _, name = owners[0].rpartition(".")
+        return f"{name} belongs to another table: {' or '.join(owners)} (write it under [{table}])"
     close = difflib.get_close_matches(key, valid, n=1)
     return f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(sorted(valid))}"
 

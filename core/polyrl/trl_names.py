@@ -89,6 +89,15 @@ TOML_HINTS: dict[str, TrlName] = {
     "max_tool_calling_iterations": TrlName("environment.max_turns"),
     "logging_steps": TrlName(None, note="polyrl writes every step's metrics to metrics.jsonl"),
     "delta": TrlName(None, note="polyrl's ratio clipping has no two-sided delta bound"),
+    **{name: TrlName("algorithm.mismatch_correction", note=(
+        'TRL\'s default mode (sequence_mask) is mismatch_correction = "mis" with mismatch_level = "sequence" in '
+        '[algorithm], a *_truncate mode is "tis", false is "none" (the default: polyrl samples with the policy it '
+        "trains, so only another generator, MAX or a remote server, needs it)"))
+       for name in ("vllm_importance_sampling_correction", "vllm_importance_sampling_mode")},
+    **{name: TrlName("algorithm.mismatch_cap") for name in ("vllm_importance_sampling_clip_max",
+                                                              "vllm_importance_sampling_cap")},
+    "use_bias_correction_kl": TrlName(None, note="polyrl adds the KL term without the importance-ratio weight, "
+                                                 "as TRL does with use_bias_correction_kl = false"),
 }
 
 
