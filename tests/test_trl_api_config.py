@@ -113,6 +113,24 @@ def test_a_changed_field_polyrl_cannot_honour_is_one_error_naming_it(kwargs, fie
         assert text in str(info.value), info.value
 
 
+def test_trl_settings_that_are_what_polyrl_does_are_taken_and_agent_ones_name_the_toml_key():
+    same = api.GRPOConfig.from_trl(trl_config(vllm_importance_sampling_correction=False,
+                                              use_bias_correction_kl=False))  # polyrl's own behaviour
+    assert same.settings == api.GRPOConfig.from_trl(trl_config()).settings
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(trl_config(max_tool_calling_iterations=3))
+    assert info.value.field == "grpo_config.max_tool_calling_iterations"
+    assert ("(polyrl's environment.max_turns, which the Python API does not set: use `polyrl train` with a TOML "
+            "config): polyrl's Python API cannot take it") in str(info.value)
+    from structlog.testing import capture_logs
+
+    for beta, bias_correction, warned in ((0.04, True, 1), (0.04, False, 0), (0.0, True, 0)):
+        with capture_logs() as logs:
+            api.GRPOConfig.from_trl(trl_config(beta=beta, use_bias_correction_kl=bias_correction))
+        kl = [e for e in logs if "use_bias_correction_kl" in e["event"]]
+        assert len(kl) == warned and all(e["log_level"] == "warning" for e in kl), logs
+
+
 def test_from_trl_takes_only_a_trl_config():
     with pytest.raises(ConfigError, match="from_trl takes a trl.GRPOConfig"):
         api.GRPOConfig.from_trl({"num_generations": 8})

@@ -16,7 +16,7 @@ from typing import Any
 
 from polyrl.errors import ConfigError
 from polyrl.schedules import SCHEDULES
-from polyrl.trl_names import TRL_NAMES, Preset, trl_value
+from polyrl.trl_names import TOML_HINTS, TRL_NAMES, Preset, trl_value
 from polyrl.validators import shown
 
 #: TrainingArguments fields that change how a run is logged, saved, shown or placed, not what it
@@ -33,6 +33,9 @@ IGNORED = frozenset({
     "torch_empty_cache_steps", "log_completions", "num_completions_to_print", "log_unique_prompts",
     "log_multimodal", "pad_to_multiple_of", "use_cache", "optim",
 })
+#: TRL settings whose value here is what polyrl does anyway (no correction of a generator's
+#: mismatch by default, a KL term without the importance-ratio weight): accepted, not refused.
+POLYRL_BEHAVIOUR = {"vllm_importance_sampling_correction": False, "use_bias_correction_kl": False}
 #: ``optim`` values that are the AdamW polyrl runs (another optimizer is refused).
 ADAMW = frozenset({"adamw_torch", "adamw_torch_fused"})
 #: fields read together with others below, not through their own table entry
@@ -68,7 +71,7 @@ def _refuse_unsupported(trl_config: Any) -> None:
             default = f.default_factory()
         else:
             continue
-        if value != default:
+        if value != default and not (f.name in POLYRL_BEHAVIOUR and value == POLYRL_BEHAVIOUR[f.name]):
             changed.append((f.name, value, default))
     if changed:
         _refuse(changed)
@@ -81,12 +84,17 @@ def _refuse_unsupported(trl_config: Any) -> None:
 def _refuse(changed: list[tuple[str, Any, Any]]) -> None:
     """One ConfigError naming every changed field polyrl cannot honour (the first is ``field``)."""
     parts = []
+    toml_only = []
     for name, value, default in changed:
-        entry = TRL_NAMES.get(name)
+        entry = TRL_NAMES.get(name) or TOML_HINTS.get(name)
         why = f": {entry.note}" if entry is not None and entry.note else ""
+        if entry is not None and entry.key is not None:  # polyrl has it, set in a TOML config only
+            why = f" (polyrl's {entry.key}, which the Python API does not set: use `polyrl train` with a TOML config)"
+            toml_only.append(name)
         parts.append(f"{name} = {shown(_plain(value))} (TRL's default: {shown(_plain(default))}){why}")
     names = ", ".join(name for name, _, _ in changed)
-    raise ConfigError(f"TRL's {'; '.join(parts)}: polyrl has no equivalent", field=f"grpo_config.{changed[0][0]}",
+    what = "polyrl's Python API cannot take it" if len(toml_only) == len(changed) else "polyrl has no equivalent"
+    raise ConfigError(f"TRL's {'; '.join(parts)}: {what}", field=f"grpo_config.{changed[0][0]}",
                       fix=f"remove {names} from the trl.GRPOConfig (polyrl cannot train it that way), or train "
                           "this run with TRL")
 
