@@ -192,6 +192,18 @@ def test_jsonl_with_invalid_utf8_or_deep_nesting_names_the_line(tmp_path):
         load_dataset(path=str(path))
 
 
+def test_a_latin1_csv_names_the_line_and_says_save_as_utf8(tmp_path):
+    from polyrl.data import load_dataset
+
+    path = tmp_path / "rows.csv"
+    path.write_bytes("prompt,answer\nhello,1\ncafé au lait,2\n".encode("latin-1"))
+    with pytest.raises(ConfigError) as info:
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "cache"))
+    assert info.value.field == "data.path"
+    assert "rows.csv line 3, byte 0xe9 at column 4, is not UTF-8 text" in str(info.value)
+    assert "Fix: save the file as UTF-8" in str(info.value)
+
+
 @pytest.mark.parametrize(("flags", "start"), [
     (["--temperature", "nan"], "error: --temperature: must be a finite number"),
     (["--n", "100000000"], "error: --n must be an integer from 1 to 65536, got 100000000"),

@@ -64,6 +64,19 @@ def _offline(datasets: Any) -> Iterator[None]:
         datasets.config.HF_HUB_OFFLINE = before
 
 
+def _first_non_utf8(paths: list[Path]) -> str | None:
+    """Where the first byte that is not UTF-8 is (``file line N, byte 0xe9``), read line by line:
+    pyarrow's own message gives an offset into a block, not a line a user can find."""
+    for path in paths:
+        with open(path, "rb") as fh:
+            for number, line in enumerate(fh, 1):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    return f"{path.name} line {number}, byte 0x{line[exc.start]:02x} at column {exc.start + 1},"
+    return None
+
+
 def _reason(exc: BaseException) -> str:
     """The innermost cause's message, on one line (datasets wraps pyarrow's errors)."""
     while exc.__cause__ is not None or (exc.__context__ is not None and not exc.__suppress_context__):
@@ -288,6 +301,10 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
     except Exception as exc:  # noqa: BLE001 - datasets/pyarrow/pandas raise many kinds; all mean "unreadable"
         if "corresponds to no data" in str(exc):  # a CSV with a header line only
             raise no_rows from None
+        if builder == "csv" and (where := _first_non_utf8(paths)) is not None:
+            raise ConfigError(f"{where} is not UTF-8 text", field=field,
+                              fix="save the file as UTF-8 (a spreadsheet's 'CSV UTF-8'; or iconv -f latin1 -t utf-8 "
+                                  "FILE > NEW.csv when it is Latin-1)") from None
         raise ConfigError(f"cannot read {name} as {builder}: {_reason(exc)}", field=field,
                           fix=f"check that the file is a valid {builder} file (re-export it)") from None
     return _arrow_rows(loaded, digest, name), name, None
