@@ -304,3 +304,17 @@ def test_a_malformed_chat_message_is_named_with_what_is_wrong_with_it(message, s
     with pytest.raises(ConfigError) as info:
         Dataset([{"prompt": [message]}])
     assert says in str(info.value) and fix in info.value.fix, info.value
+
+
+def test_a_parquet_of_multimodal_messages_gets_the_same_fix(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from polyrl.data import load_dataset
+
+    path = tmp_path / "typed.parquet"
+    pq.write_table(pa.table({"prompt": [[{"role": "user", "content": [{"type": "text", "text": "hi"}]}]]}), path)
+    with pytest.raises(ConfigError) as info:
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "cache"))
+    assert "content is a list of parts (multimodal messages), not a string" in str(info.value)
+    assert 'join the text of its {"type": "text", "text": ...} parts' in info.value.fix

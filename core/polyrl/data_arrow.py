@@ -79,6 +79,17 @@ def _bad_rows(chunk: Any) -> tuple[np.ndarray, str]:
     return np.flatnonzero(bad), "has no messages or a message without role/content"
 
 
+def _parts_content(t: Any) -> bool:
+    """``t`` is a list of {role, content} structs whose content is a list (TRL's typed parts)."""
+    pa, _ = _pa()
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not pa.types.is_struct(t.value_type):
+        return False
+    inner = t.value_type
+    names = {inner.field(i).name: inner.field(i).type for i in range(inner.num_fields)}
+    content = names.get("content")
+    return "role" in names and content is not None and (pa.types.is_list(content) or pa.types.is_large_list(content))
+
+
 def check_prompt_column(table: Any, column: str, name: str) -> None:
     """Every row of ``column`` is non-empty text or a non-empty chat; checked chunk by chunk."""
     if column not in table.column_names:
@@ -87,6 +98,12 @@ def check_prompt_column(table: Any, column: str, name: str) -> None:
                           field="data.prompt_column",
                           fix=f'set data.prompt_column, or map one: data.columns = {{{column} = "..."}}')
     data = table.column(column)
+    if _parts_content(data.type):
+        raise ConfigError(
+            f"column {column!r} of {name} holds chat messages whose content is a list of parts (multimodal "
+            "messages), not a string", field="data.prompt_column",
+            fix='write each message\'s content as one string: join the text of its {"type": "text", "text": ...} '
+                "parts (image parts are not supported)")
     if not (_is_text(data.type) or _chat_struct(data.type) is not None):
         raise ConfigError(
             f"column {column!r} of {name} holds {data.type}, not text or chat messages", field="data.prompt_column",
