@@ -18,13 +18,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 import pytest
 
 from polyrl.agents.episodes import as_messages
 from polyrl.algorithms.presets import ALGORITHMS, AlgorithmConfig
 from polyrl.algorithms.reference import policy_loss
-from polyrl.config import RunConfig
+from polyrl.config import RewardSection, RunConfig
 from polyrl.trainer import Trainer
 from polyrl.types import Completion, TokenPrompt
 
@@ -505,6 +506,75 @@ def test_an_environment_that_cannot_reset_gives_empty_untrained_episodes(tiny_mo
     assert all("no game today" in c.info["env_error"] for c in empty)
     masks = [seq.loss_mask for seq in rec.batches[0].sequences]
     assert rec.results[0].tokens == sum(int(m.sum()) for m in masks) > 0
+
+
+TRL_STYLE_REWARD = '''
+import json, os
+
+def first_turn_len(prompts, completions, **kwargs):
+    """TRL's idiom: the first message of each conversation (an empty one raised IndexError)."""
+    with open(os.environ["POLYRL_TEST_PROMPTS_SEEN"], "a") as fh:
+        fh.write(json.dumps(prompts) + "\\n")
+    return [float(len(c[0]["content"])) for c in completions]
+'''
+
+EDITING_ENV = '''
+from polyrl.agents import Observation
+
+
+class Editing:
+    """Rewrites the message step() gets: the episode's record must not change with it."""
+
+    def reset(self, row):
+        return [{"role": "user", "content": "Say anything."}]
+
+    def step(self, message):
+        message["content"], message["role"] = "REWRITTEN BY ENV", "user"
+        return Observation([], reward=0.1, done=True)
+
+
+def make(options):
+    return Editing()
+'''
+
+
+@pytest.mark.faults
+def test_rewards_get_the_environments_prompt_and_never_an_episode_that_did_not_start(tiny_model_dir, tmp_path,
+                                                                                        monkeypatch):
+    """A TRL reward reading completion[0] used to stop the run on an episode whose reset failed
+    (an empty conversation), blaming the reward; and every reward got the dataset's prompt, which
+    the model never saw when the environment wrote its own. Now such episodes are unscored (the
+    step trains on the rest) and the prompts are the environment's first messages."""
+    (tmp_path / "reset_env.py").write_text(RESET_FAILS_ENV)
+    (tmp_path / "trl_reward.py").write_text(TRL_STYLE_REWARD)
+    seen = tmp_path / "prompts.jsonl"
+    monkeypatch.setenv("POLYRL_TEST_PROMPTS_SEEN", str(seen))
+    config = agent_config(tiny_model_dir, tmp_path / "run", environment={"name": f"{tmp_path / 'reset_env.py'}:make"})
+    config = attrs.evolve(config, rewards=[RewardSection(function=f"{tmp_path / 'trl_reward.py'}:first_turn_len")])
+    trainer = Trainer(config)
+    rec = Recorder(trainer)
+    metrics = trainer.run(progress=False)["history"][0]
+    assert not metrics.get("skipped") and np.isfinite(metrics["loss"]) and np.isfinite(metrics["reward_mean"])
+    completions = rec.completions[0]
+    started = [c for c in completions if "env_error" not in c.info]
+    assert 0 < len(started) < len(completions)
+    prompts = [p for line in seen.read_text().splitlines() for p in json.loads(line)]
+    assert len(prompts) == len(started)  # the empty episodes never reached the reward
+    assert all(p == [{"role": "user", "content": "Say anything."}] for p in prompts)
+    logged = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
+    assert logged and all(r["prompt"] == [{"role": "user", "content": "Say anything."}]
+                          for r in logged if r["completion"]), logged[:2]
+
+
+def test_an_environment_editing_the_message_it_gets_does_not_rewrite_the_episode(tiny_model_dir, tmp_path):
+    (tmp_path / "editing_env.py").write_text(EDITING_ENV)
+    trainer = Trainer(agent_config(tiny_model_dir, tmp_path / "run",
+                                   environment={"name": f"{tmp_path / 'editing_env.py'}:make"}))
+    rec = Recorder(trainer)
+    trainer.train_one_step()
+    for c in rec.completions[0]:
+        assert c.messages and c.messages[0]["role"] == "assistant", c.messages
+        assert c.messages[0]["content"] == c.text != "REWRITTEN BY ENV"
 
 
 def test_remote_generation_with_overlap_trains_episodes_sampled_a_step_behind(tiny_model_dir, tmp_path,

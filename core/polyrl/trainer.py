@@ -42,6 +42,7 @@ from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.config import RunConfig, check_world_size
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train_and_eval
 from polyrl.engines import choose_generate_backend, load_engines
+from polyrl import episode_scoring
 from polyrl.episode_prompts import first_prompt_counter
 from polyrl.errors import CollectiveTimeout, PolyrlError, RewardError
 from polyrl.logs import get_logger, log_from_signal_handler, readable
@@ -376,8 +377,19 @@ class Trainer:
         return [row for row in rows for _ in range(n)]
 
     def _score(self, rows: list[dict[str, Any]], completions: list[Completion]) -> Any:
+        """The step's rewards; episodes that never started (an environment error before the first
+        turn) are left unscored rather than handed to the reward functions empty."""
         per_completion = self._rows_per_completion(rows)
-        prompts = [row[self.config.data.prompt_column] for row in per_completion]
+        prompts = episode_scoring.prompts_asked(per_completion, completions, self.config.data.prompt_column)
+        kept = [i for i, c in enumerate(completions) if not episode_scoring.never_started(c)]
+        if len(kept) == len(completions):
+            return self._call_rewards(prompts, per_completion, completions)
+        scored = self._call_rewards([prompts[i] for i in kept], [per_completion[i] for i in kept],
+                                    [completions[i] for i in kept])
+        return episode_scoring.spread(scored, kept, len(completions))
+
+    def _call_rewards(self, prompts: list[Any], per_completion: list[dict[str, Any]],
+                      completions: list[Completion]) -> Any:
         cfg = self.config
         state = TrainerState.for_run(
             step=self.step, max_steps=cfg.train.steps, prompts_per_step=cfg.train.prompts_per_step,
@@ -549,8 +561,8 @@ class Trainer:
         positions = step_gather.one_process_positions(len(completions), self.rank, self.world_size, n)
         here = step_gather.picked_here(self.tracking.completions_per_step, positions, c.train.prompts_per_step * n,
                                        _step_seed(c.train.seed, self.step))
-        records = self.tracking.sample(self.step, [r[c.data.prompt_column] for r in self._rows_per_completion(rows)],
-                                       completions, scored, here)
+        prompts = episode_scoring.prompts_asked(self._rows_per_completion(rows), completions, c.data.prompt_column)
+        records = self.tracking.sample(self.step, prompts, completions, scored, here)
         return [(positions[i], i, record) for i, record in zip(here, records)]
 
     def _environment_failure(self) -> EnvironmentFailed | None:
@@ -639,10 +651,14 @@ class Trainer:
         computer = RewardComputer(self.registry.pm, [(ev.reward, 1.0, {})],
                                   columns=self.eval_dataset.columns,
                                   timeouts=timeouts, should_stop=lambda: self.stop_requested)
-        context = RewardContext(rows=per_completion, wanted=(ev.reward,), options={ev.reward: {}},
-                                completion_ids=[x.completion_ids for x in completions])
-        scores = np.asarray(computer([p for p in prompts for _ in range(sampling.n)], completions,
-                                     context).total, dtype=np.float64)
+        asked = episode_scoring.prompts_asked(per_completion, completions, self.config.data.prompt_column)
+        kept = [i for i, x in enumerate(completions) if not episode_scoring.never_started(x)]
+        scores = np.full(len(completions), np.nan)
+        if kept:  # an episode its environment ended before the first turn stays unscored
+            context = RewardContext(rows=[per_completion[i] for i in kept], wanted=(ev.reward,), options={ev.reward: {}},
+                                    completion_ids=[completions[i].completion_ids for i in kept])
+            scores[kept] = np.asarray(computer([asked[i] for i in kept], [completions[i] for i in kept],
+                                               context).total, dtype=np.float64)
         records = evaluation.completion_records(phase, self.step, [p for p in prompts], [x.text for x in completions],
                                                 scores, sampling.n, greedy=sampling.temperature == 0,
                                                 threshold=ev.pass_threshold)

@@ -133,6 +133,9 @@ class Completion:
     #: Episodes only: the conversation after the prompt as chat messages (assistant turns with
     #: their tool calls, tool results, observations), what TRL-style reward functions receive.
     messages: list[dict[str, Any]] | None = None
+    #: Episodes with an environment only: the first messages its ``reset`` wrote, which the model
+    #: was asked instead of the dataset row's prompt (the prompt rewards and the completions log get).
+    prompt_messages: list[dict[str, Any]] | None = None
     #: Episodes only: the environment's reward and the episode's counters (turns, tool calls...).
     info: dict[str, Any] = attrs.field(factory=dict)
 

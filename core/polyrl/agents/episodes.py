@@ -27,6 +27,7 @@ trained (``untrainable``); ``MAX_FAILED_ROLLOUTS`` of them in a row stop the run
 
 from __future__ import annotations
 
+import copy
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -119,6 +120,8 @@ class _Episode:
     format_errors: int = 0
     env_error: str | None = None
     render_error: RenderError | None = None  # the template refused its first messages
+    #: the environment's first messages (before tool instructions); None: the dataset prompt's
+    asked: list[dict[str, Any]] | None = None
 
     def context(self) -> list[dict[str, Any]]:
         return [*self.first_messages, *self.messages]
@@ -137,7 +140,7 @@ class _Episode:
                           completion_ids=np.asarray(self.ids, dtype=np.int64),
                           logprobs=np.asarray(self.logprobs, dtype=np.float32), text=decode_text,
                           finish_reason=self.finish_reason, mask=np.asarray(self.mask, dtype=bool),
-                          messages=list(self.messages), info=info)
+                          messages=list(self.messages), info=info, prompt_messages=self.asked)
 
 
 def as_messages(prompt: Any) -> list[dict[str, Any]]:
@@ -214,6 +217,7 @@ class EpisodeRunner:
                 toolbox = toolbox.extended(own) if toolbox is not None else ToolBox(own)
         else:
             first = as_messages(row[self.prompt_column])
+        asked = copy.deepcopy(first) if env is not None else None  # what rewards and the log see as the prompt
         first = self._with_tool_instructions(first, toolbox)
         try:
             prompt_ids = self.glue.prompt(first, toolbox.schemas if toolbox is not None else None)
@@ -236,9 +240,9 @@ class EpisodeRunner:
             if worker is not None:
                 worker.close()
             return _Episode(index=index, row=row, env=None, first_messages=first, prompt_ids=prompt_ids, done=True,
-                            env_error=error)
+                            env_error=error, asked=asked)
         return _Episode(index=index, row=row, env=env, first_messages=first, toolbox=toolbox, prompt_ids=prompt_ids,
-                        worker=worker)
+                        worker=worker, asked=asked)
 
     @staticmethod
     def _first_messages(env: Any, row: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[Callable[..., Any]]]:
@@ -302,9 +306,9 @@ class EpisodeRunner:
             new = [*results, *(error_message(e) for e in errors)]
         elif ep.env is not None and ep.worker is not None:
             env = ep.env
-            try:  # an environment bug ends its episode, not the run
-                obs = await self._env_call(ep.worker, "step",
-                                           lambda: checked_step(env, finished(env.step(assistant))))
+            mine = copy.deepcopy(assistant)  # the episode's own record: an environment editing it would rewrite
+            try:  # what the rewards score and the log shows; an environment bug ends its episode, not the run
+                obs = await self._env_call(ep.worker, "step", lambda: checked_step(env, finished(env.step(mine))))
             except _EnvError as failed:
                 self._ended(ep, failed.text)
                 return

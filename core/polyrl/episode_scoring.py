@@ -1,0 +1,53 @@
+"""What the rewards and the completions log get for multi-turn episodes.
+
+Why: two things a TRL-style reward function relies on held only for single-turn rollouts. Its
+``prompts`` were the dataset row's prompt even when an environment's ``reset`` wrote what the model
+was actually asked (an LLM judge scored answers against a question nobody asked); and an episode
+whose environment failed before the model said anything reached it as an empty conversation, so
+the usual ``completion[0]["content"]`` raised and stopped the run, blaming the reward for the
+environment's error. Such episodes are left unscored (as a reward's ``None``): the step trains on
+the rest, and an environment that fails every episode stops the run naming itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from polyrl.rewards.combine import RewardResult
+from polyrl.types import Completion, Prompt
+
+
+def prompts_asked(rows: Sequence[Mapping[str, Any]], completions: Sequence[Completion], column: str) -> list[Prompt]:
+    """Each completion's prompt as the model saw it: an environment's first messages where it wrote
+    them, else the dataset row's prompt (``rows`` is one row per completion)."""
+    return [c.prompt_messages if c.prompt_messages is not None else row[column] for row, c in zip(rows, completions)]
+
+
+def never_started(completion: Completion) -> bool:
+    """An episode that ended in an environment error before the model sampled a token."""
+    return (completion.mask is not None and "env_error" in completion.info
+            and not bool(np.asarray(completion.mask).any()))
+
+
+def spread(result: RewardResult, kept: Sequence[int], n: int) -> RewardResult:
+    """``result`` of the completions at ``kept`` placed among ``n``: the others unscored (NaN, and
+    None in the extra log columns)."""
+    where = np.asarray(kept, dtype=np.int64)
+
+    def full(scores: np.ndarray) -> np.ndarray:
+        out = np.full(n, np.nan, dtype=np.float64)
+        out[where] = scores
+        return out
+
+    extra: dict[str, list[Any]] = {}
+    for name, values in result.extra.items():
+        column: list[Any] = [None] * n
+        for i, value in zip(kept, values):
+            column[i] = value
+        extra[name] = column
+    return attrs.evolve(result, total=full(result.total),
+                        per_reward={k: full(v) for k, v in result.per_reward.items()}, extra=extra)
