@@ -192,6 +192,20 @@ def test_an_output_path_that_cannot_be_written_is_one_error_line_before_drawing(
 
 
 @pytest.mark.faults
+@pytest.mark.parametrize(("flags", "words"), [
+    (["--output", "/proc/polyrl-report.png"], "error: --output: cannot write '/proc/polyrl-report.png'"),
+    (["--html", "/proc/polyrl-report.html"], "error: --html: cannot write '/proc/polyrl-report.html'"),
+])
+def test_a_write_that_fails_while_drawing_is_one_error_line(tmp_path, capsys, flags, words):
+    """/proc takes no new files: the write itself fails (as in a read-only folder or on a full
+    disk), past the path checks; matplotlib's or the HTML write's OSError was a traceback."""
+    (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(0, 1)) + "\n")
+    assert main(["report", str(tmp_path), *flags]) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and err[0].startswith(words) and "Fix: give" in err[0], err
+
+
+@pytest.mark.faults
 def test_an_integer_past_float_range_is_left_out_not_a_traceback(tmp_path):
     """JSON allows any integer: one past float range in metrics.jsonl was an OverflowError
     traceback from the chart and the HTML table."""

@@ -8,6 +8,7 @@ does not have (no KL term, a backend without entropy) are left out rather than d
 
 from __future__ import annotations
 
+import contextlib
 import base64
 import html
 import json
@@ -355,10 +356,24 @@ def write_png(run: RunData, output: str | Path) -> Path:
     fig.suptitle(f"{run.name}: {len(lines)} steps")
     fig.tight_layout()
     out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
+    try:
+        with _writing(out, "--output"):
+            out.parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(out, dpi=90)
+    finally:
+        plt.close(fig)
     return out
+
+
+@contextlib.contextmanager
+def _writing(path: Path, flag: str) -> Iterator[None]:
+    """An OS error writing ``path`` (a read-only folder or file, /proc, a full disk) as one
+    ConfigError naming ``flag``, not a traceback from matplotlib or PIL."""
+    try:
+        yield
+    except OSError as exc:
+        raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror or exc}", field=flag,
+                          fix=f"give {flag} a path in a folder you can write") from None
 
 
 def _cell(value: Any) -> str:
@@ -386,6 +401,7 @@ def write_html(run: RunData, png: Path, output: str | Path) -> Path:
             f"<h2>metrics.jsonl ({len(lines)} steps)</h2><div class=\"t\"><table><tr>{head}</tr>{body}"
             "</table></div></body></html>\n")
     out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    with _writing(out, "--html"):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(page, encoding="utf-8")
     return out
