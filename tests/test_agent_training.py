@@ -577,6 +577,21 @@ def test_an_environment_editing_the_message_it_gets_does_not_rewrite_the_episode
         assert c.messages[0]["content"] == c.text != "REWRITTEN BY ENV"
 
 
+def test_environment_rewards_no_reward_reads_are_warned_about_once(tiny_model_dir, tmp_path):
+    from structlog.testing import capture_logs
+
+    (tmp_path / "editing_env.py").write_text(EDITING_ENV)  # rewards 0.1 a turn
+    config = agent_config(tiny_model_dir, tmp_path / "run", environment={"name": f"{tmp_path / 'editing_env.py'}:make"},
+                          train={"steps": 2})
+    for rewards, warned in ((config.rewards, 0), (config.rewards[1:], 1)):  # with and without name = "environment"
+        trainer = Trainer(attrs.evolve(config, rewards=rewards, train=attrs.evolve(config.train, keep_previous_runs=0)))
+        with capture_logs() as logs:
+            history = trainer.run(progress=False)["history"]
+        assert all(m["episode/env_reward_mean"] == pytest.approx(0.1) for m in history)
+        found = [e for e in logs if "no [[rewards]] entry reads them" in e["event"]]
+        assert len(found) == warned and all('name = "environment"' in e["fix"] for e in found)
+
+
 def test_remote_generation_with_overlap_trains_episodes_sampled_a_step_behind(tiny_model_dir, tmp_path,
                                                                               push_server):
     """Overlap with a remote generator: the next step's episodes are sampled on the server while

@@ -217,6 +217,7 @@ class Trainer:
         #: keep_previous_runs = 0 on a fresh start: (the run set aside then, or None); previous/ is
         #: emptied once this run saves a trained checkpoint, so a start that fails costs nothing
         self._prune_previous: tuple[Path | None] | None = None
+        self._env_reward_warned = False  # _warn_unused_env_reward: once a run
         self.history: list[dict[str, Any]] = []
         self.tracking = tracking_for_run(config, self.registry, self.rank)  # unknown tracker: error now
         self._env_plan = self._check_environment()  # before the models load: a bad tool name errs now
@@ -550,7 +551,20 @@ class Trainer:
                                            {**times, **step.seconds}, trained * algo.num_iterations))
         if self.episodes is not None:
             metrics.update(step_gather.episode_metrics(step))
+            self._warn_unused_env_reward(metrics)
         return metrics
+
+    def _warn_unused_env_reward(self, metrics: dict[str, Any]) -> None:
+        """Once a run: the environment gave rewards that no [[rewards]] entry reads (a TRL
+        environment's success reward, moved over, would silently train nothing)."""
+        if self._env_reward_warned or "episode/env_reward_mean" not in metrics or self.rank != 0:
+            return
+        if any(r.name == "environment" for r in self.config.rewards):
+            return
+        self._env_reward_warned = True
+        log.warning("the environment gives per-turn rewards, but no [[rewards]] entry reads them: they are "
+                    "logged (episode/env_reward_mean), not trained on", step=self.step,
+                    fix='add [[rewards]] name = "environment" (with a weight) to train on them')
 
     def _sample_completions(self, rows: list[dict[str, Any]], completions: list[Completion],
                             scored: Any) -> list[tuple[int, int, dict[str, Any]]]:
