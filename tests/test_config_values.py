@@ -224,6 +224,8 @@ def test_generate_flags_get_the_same_rules_as_the_config(flags, start):
      "algorithm.beta = 0 turns off"),
     ({"eval": {"count": 4, "pass_k": 5}}, "eval.pass_k", "pass@5 needs at least 5 samples, got 0"),
     ({"environment": {"tools": ["calculator"], "options": {"x": 1}}}, "environment.options", "none is named"),
+    ({"environment": {"tools": [], "max_turns": 2, "tool_format": "json"}}, "environment.max_turns",
+     "max_turns, tool_format set, but neither name nor tools: steps stay single-turn"),
 ])
 def test_a_setting_that_would_have_no_effect_is_refused(settings, field, words):
     """Accepted silently, these did nothing (no KL term to refresh a reference for, no samples for

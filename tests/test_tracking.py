@@ -714,3 +714,15 @@ def test_tensorboard_after_a_resume_shows_each_step_once_with_the_resumed_runs_v
     acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0})
     acc.Reload()
     assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(0, 1.0), (1, 1.0), (2, 2.0), (3, 2.0)]
+
+
+@pytest.mark.parametrize(("name", "fix"), [("none", "polyrl's report_to = [] (metrics.jsonl only)"),
+                                           ("all", "polyrl's list of the trackers wanted")])
+def test_trls_report_to_spellings_name_polyrls(name, fix):
+    from polyrl.errors import ConfigError
+    from polyrl.registry import get_registry
+    from polyrl.tracking.session import resolve_specs
+
+    with pytest.raises(ConfigError) as info:
+        resolve_specs(get_registry(), [name])
+    assert info.value.field == "logging.report_to" and f"TRL's report_to = {name!r} is {fix}" in str(info.value)

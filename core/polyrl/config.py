@@ -292,6 +292,13 @@ class EnvironmentSection:
         if isinstance(self.tools, str) or not all(isinstance(t, str) and t for t in self.tools):
             raise ConfigError(f"must be a list of tool names, got {self.tools!r}", field="environment.tools",
                               fix='e.g. tools = ["calculator"]; `polyrl environments` lists them')
+        idle = [f.name for f in attrs.fields(EnvironmentSection) if f.name not in ("name", "tools", "options")
+                and getattr(self, f.name) != f.default]
+        if idle and not self.enabled:  # no episodes run: these settings would silently do nothing
+            raise ConfigError(f"{', '.join(idle)} set, but neither name nor tools: steps stay single-turn",
+                              field=f"environment.{idle[0]}",
+                              fix="set environment.name or environment.tools (`polyrl environments` lists them), "
+                                  "or remove these keys")
         if self.options and self.name is None:  # they go to the environment's create(): there is none
             raise ConfigError(f"options ({', '.join(sorted(map(str, self.options)))}) are for an environment, "
                               "and none is named", field="environment.options",

@@ -69,8 +69,11 @@ def resolve_specs(registry: Any, names: Sequence[str]) -> list[TrackerSpec]:
         spec = registry.trackers_by_name().get(name)
         if spec is None:
             known = ", ".join(sorted(registry.trackers_by_name())) or "none installed"
-            raise ConfigError(f"unknown tracker {name!r} (known: {known})", field="logging.report_to",
-                              fix="name a tracker `polyrl trackers` lists, or install its plugin")
+            fix = "name a tracker `polyrl trackers` lists, or install its plugin"
+            if name in ("none", "all"):  # TRL's report_to spellings
+                fix = (f"TRL's report_to = {name!r} is polyrl's " + ("report_to = [] (metrics.jsonl only)"
+                       if name == "none" else f"list of the trackers wanted, e.g. report_to = [{known.split(', ')[0]!r}]"))
+            raise ConfigError(f"unknown tracker {name!r} (known: {known})", field="logging.report_to", fix=fix)
         try:
             reason = spec.probe()
         except Exception as exc:  # noqa: BLE001 - a probe that raises means "unusable"
