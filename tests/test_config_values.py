@@ -235,3 +235,18 @@ def test_a_setting_that_would_have_no_effect_is_refused(settings, field, words):
     assert field in str(info.value) and words in str(info.value) and "Fix:" in str(info.value), str(info.value)
     if field in ("algorithm.ref_sync_every", "model.reference_path"):  # with a KL term they apply
         RunConfig.from_dict({**MINIMAL, **settings, "algorithm": {**settings.get("algorithm", {}), "beta": 0.04}})
+
+
+def test_generate_says_when_the_models_context_cut_the_completion_short(tiny_model_dir):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "core"), os.environ.get("PYTHONPATH", "")]),
+           "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "-m", "polyrl.cli", "generate", "hi", "--model", tiny_model_dir,
+                             "--max-new-tokens", "4000", "--json", "--threads", "1"],
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    import json
+
+    (completion,) = json.loads(result.stdout)
+    assert completion["finish_reason"] == "length" and len(completion["completion_ids"]) < 4000
+    assert "the completion stopped at the model's context after" in result.stderr
+    assert "before --max-new-tokens 4000" in result.stderr

@@ -329,6 +329,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                               top_p=args.top_p, top_k=args.top_k, seed=args.seed, n=args.n)
     completions = engine.generate([prompt], sampling)
+    short = [len(c.completion_ids) for c in completions
+             if c.finish_reason == "length" and len(c.completion_ids) < args.max_new_tokens]
+    if short:  # the model's context ended the completion before --max-new-tokens did
+        from polyrl.logs import get_logger
+
+        get_logger("polyrl.generate").warning(
+            f"the completion stopped at the model's context after {max(short)} tokens, before --max-new-tokens "
+            f"{args.max_new_tokens}", fix="lower --max-new-tokens (prompt + completion must fit the model's context)")
     if args.json:
         _print_json([{"text": c.text, "completion_ids": c.completion_ids.tolist(),
                       "logprobs": c.logprobs.tolist(), "finish_reason": c.finish_reason}
