@@ -47,7 +47,7 @@ def test_defaults_and_presets():
         (with_("generation", group_size=1), "generation.group_size", 'algorithm.name = "reinforce"'),
         (with_("generation", group_size=0), "generation.group_size", "[1, "),
         (with_("generation", top_p=1.5), "generation.top_p", "(0, 1]"),
-        (with_("train", steps=0), "train.steps", ">= 1"),
+        (with_("train", steps=0), "train.steps", "in [1, 1000000000], got 0"),
         (with_("algorithm", name="ppo2"), "algorithm.name", "grpo"),
         (with_("algorithm", kl_estimator="k9"), "algorithm.kl_estimator", "k3"),
         (with_("algorithm", beta=-1.0), "algorithm.beta", ">= 0"),
