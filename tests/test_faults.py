@@ -358,3 +358,16 @@ def test_more_prompts_per_step_than_rows_is_a_warning_naming_both(toy, tmp_path)
     warned = [e for e in logs if "more than the dataset's rows" in e["event"]]
     assert len(warned) == 1 and (warned[0]["prompts_per_step"], warned[0]["rows"]) == (100, 64)
     assert "train.prompts_per_step <= 64" in warned[0]["fix"]
+
+
+def test_an_eval_reward_that_is_not_one_of_the_runs_rewards_is_a_warning(toy, tmp_path):
+    from structlog.testing import capture_logs
+
+    config = toy_config(tmp_path, steps=1)
+    with capture_logs() as logs:
+        Trainer(attrs.evolve(config, eval=attrs.evolve(config.eval, count=4)))  # eval.reward: numeric_match
+    warned = [e for e in logs if "evaluation scores with eval.reward = 'numeric_match'" in e["event"]]
+    assert len(warned) == 1 and warned[0]["rewards"] == "toy_sevens" and "set eval.reward" in warned[0]["fix"]
+    with capture_logs() as logs:
+        Trainer(attrs.evolve(config, eval=attrs.evolve(config.eval, count=4, reward="toy_sevens")))
+    assert not [e for e in logs if "evaluation scores with" in e["event"]]

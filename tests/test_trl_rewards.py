@@ -167,7 +167,7 @@ def _check(fn, columns=("prompt", "answer")):
     ("def f(completions, answr, **kw):\n    return []", r"parameter 'answr'.*columns \(answer\).*add a 'answr' column"),
     ("def f(prompts, completions, step):\n    return []", r"parameter 'step'.*Fix: read trainer_state.global_step"),
     ("def f(prompt, completions, **kw):\n    return []", r"parameter 'prompt'.*Fix: name it prompts \(plural\)"),
-    ("def f(completions, /, **kw):\n    return []", r"parameter 'completions'.*positional-only.*Fix: remove the '/'"),
+    ("def f(completions, /, **kw):\n    return []", r"positional-only parameter 'completions' \(before a '/'\), which a keyword.*Fix: remove the '/'"),
 ])
 def test_unbindable_parameters_are_one_clear_error(source, match):
     namespace: dict = {}

@@ -239,6 +239,12 @@ class Trainer:
         self.episodes = self._episode_runner()
         self.dataset, self.eval_dataset = self._fit_prompts()  # needs the tokenizer; before step 0
         self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed)
+        ev = config.eval
+        if self.eval_dataset is not None and self.rank == 0 and ev.reward not in {r.label for r in config.rewards}:
+            log.warning(f"evaluation scores with eval.reward = {ev.reward!r}, which is not one of this run's rewards"
+                        + (" (the default; it reads the 'answer' column)" if ev.reward == "numeric_match" else ""),
+                        rewards=", ".join(r.label for r in config.rewards),
+                        fix="set eval.reward to the registered reward that measures success on this data")
         if config.train.prompts_per_step > len(self.dataset):
             log.warning("train.prompts_per_step is more than the dataset's rows: each step samples some prompts "
                         "twice or more", prompts_per_step=config.train.prompts_per_step, rows=len(self.dataset),

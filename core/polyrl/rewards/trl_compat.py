@@ -217,12 +217,12 @@ def check_binding(fn: Callable[..., Any], origin: str, columns: Collection[str])
             continue
         if p.default is not inspect.Parameter.empty:
             continue
-        where = (f"reward function {origin} has parameter {p.name!r}, which nothing fills: reward functions "
-                 "are called by keyword, exactly as TRL's GRPOTrainer calls them, with "
-                 f"{', '.join(TRL_ARGUMENTS)} and the dataset columns "
-                 f"({', '.join(sorted(passed)) or 'none'})")
-        if p.kind is inspect.Parameter.POSITIONAL_ONLY:
-            raise ConfigError(f"{where}; it is positional-only", field="rewards.function",
+        called = ("reward functions are called by keyword, exactly as TRL's GRPOTrainer calls them, with "
+                  f"{', '.join(TRL_ARGUMENTS)} and the dataset columns ({', '.join(sorted(passed)) or 'none'})")
+        if p.kind is inspect.Parameter.POSITIONAL_ONLY:  # the name may be right: the '/' is what is wrong
+            raise ConfigError(f"reward function {origin} has the positional-only parameter {p.name!r} (before a "
+                              f"'/'), which a keyword cannot fill: {called}", field="rewards.function",
                               fix=f"remove the '/' from the signature so {p.name!r} can be passed by name")
+        where = f"reward function {origin} has parameter {p.name!r}, which nothing fills: {called}"
         if p.name not in available:
             raise ConfigError(where, field="rewards.function", fix=_fix_for(p.name))
