@@ -475,7 +475,7 @@ class Ranked:
         if self.by_row:
             self.turns = 1 + sum(map(ord, str(row))) % 4
         self.seen = 0
-        return [{"role": "user", "content": "Say anything."}]
+        return [{"role": "user", "content": f"Say anything about {row['question']!r}."}]  # one prompt per row
 
     def step(self, message):
         self.seen += 1
@@ -674,6 +674,7 @@ def test_a_launched_run_logs_the_whole_batch_once_as_one_process_does(tiny_model
     for m in lines:  # every completion of the step is in the log (8 = 4 prompts x 2)
         mine = [r for r in records if r["step"] == m["step"]]
         assert len(mine) == 8 and len({json.dumps(r["prompt"]) for r in mine}) == 4
+        assert all(r["prompt"][0]["content"].startswith("Say anything about") for r in mine)  # reset's, not the row's
         turns = [sum(1 for msg in r["completion"] if msg["role"] == "assistant") for r in mine]
         assert m["episode/turns_mean"] == pytest.approx(np.mean(turns))
         scores = [r["rewards"]["environment"] for r in mine]
