@@ -509,11 +509,11 @@ class RunConfig:
 
 
 def section_classes() -> dict[str, type]:
-    """Each config section's name and the attrs class its table builds."""
+    """Each TOML table's name and the attrs class that validates it, in the config reference's order."""
     return {"model": ModelSection, "backends": BackendsSection, "generation": GenerationSection,
-            "data": DataSection, "rewards": RewardSection, "algorithm": AlgorithmConfig, "optimizer": OptimizerConfig,
-            "lora": LoraConfig, "train": TrainSection, "eval": EvalSection, "logging": LoggingSection,
-            "environment": EnvironmentSection}
+            "algorithm": AlgorithmConfig, "optimizer": OptimizerConfig, "lora": LoraConfig,
+            "data": DataSection, "rewards": RewardSection, "train": TrainSection, "eval": EvalSection,
+            "logging": LoggingSection, "environment": EnvironmentSection}
 
 
 def key_owners(key: str) -> list[str]:

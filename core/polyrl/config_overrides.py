@@ -50,7 +50,7 @@ def _bare_key_fix(name: str, raw: str) -> str:
     """The fix for ``--set NAME=VALUE`` without a section: the section that has ``NAME`` (polyrl's
     key, or where TRL's ``GRPOConfig`` name lives), else the general form."""
     from polyrl.config import key_owners
-    from polyrl.trl_names import TOML_HINTS, TRL_NAMES, Preset, trl_value
+    from polyrl.trl_names import TOML_HINTS, TRL_NAMES, Preset, toml_literal, trl_value
 
     entry = TRL_NAMES.get(name) or TOML_HINTS.get(name)
     if entry is not None and entry.key is None:
@@ -63,18 +63,12 @@ def _bare_key_fix(name: str, raw: str) -> str:
             return f'TRL\'s {name} = {raw} is polyrl\'s preset of that name: --set algorithm.name="{translated.name}"'
         target = entry.key.replace("rewards[]", "rewards.0")
         if translated is not value:
-            return f"{head}: --set {target}={_toml(translated)}"
+            return f"{head}: --set {target}={toml_literal(translated)}"
         return f"{head}: --set {target}={raw}" + (f" ({entry.note.format(value=raw)})" if entry.note else "")
     owners = key_owners(name)
     if owners:
         return f"write --set {owners[0]}={raw}" + (f" (also in: {', '.join(owners[1:])})" if owners[1:] else "")
     return FIX
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return f'"{value}"' if isinstance(value, str) else str(value)
 
 
 def apply_overrides(data: Mapping[str, Any], assignments: Iterable[str]) -> dict[str, Any]:

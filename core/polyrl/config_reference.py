@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from polyrl.config import RunConfig
+from polyrl.config import RunConfig, section_classes
 
 #: One short line per key, by TOML table. A new field without a line here fails the tests.
 FIELD_DOCS: dict[str, dict[str, str]] = {
@@ -193,21 +193,6 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
 _TABLE_HEADERS = {"rewards": "[[rewards]]"}
 
 
-def _section_classes() -> dict[str, type]:
-    """TOML table name -> the attrs class that validates it."""
-    from polyrl.algorithms.presets import AlgorithmConfig
-    from polyrl.config import (BackendsSection, DataSection, EnvironmentSection, EvalSection, GenerationSection,
-                               LoggingSection, ModelSection, RewardSection, TrainSection)
-    from polyrl.types import LoraConfig, OptimizerConfig
-
-    return {
-        "model": ModelSection, "backends": BackendsSection, "generation": GenerationSection,
-        "algorithm": AlgorithmConfig, "optimizer": OptimizerConfig, "lora": LoraConfig,
-        "data": DataSection, "rewards": RewardSection, "train": TrainSection, "eval": EvalSection,
-        "logging": LoggingSection, "environment": EnvironmentSection,
-    }
-
-
 def _default(field: attrs.Attribute) -> str:
     default: Any = field.default
     if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
@@ -228,7 +213,7 @@ def _default(field: attrs.Attribute) -> str:
 def missing_docs() -> list[str]:
     """``table.key`` for every accepted key that has no line in :data:`FIELD_DOCS`."""
     out = []
-    for table, cls in _section_classes().items():
+    for table, cls in section_classes().items():
         docs = FIELD_DOCS.get(table, {})
         out += [f"{table}.{f.name}" for f in attrs.fields(cls) if f.name not in docs]
     return out
@@ -236,9 +221,9 @@ def missing_docs() -> list[str]:
 
 def render_markdown() -> str:
     """The reference as Markdown: one table per TOML table, keys in declaration order."""
-    assert {f.name for f in attrs.fields(RunConfig)} == set(_section_classes())
+    assert {f.name for f in attrs.fields(RunConfig)} == set(section_classes())
     parts = []
-    for table, cls in _section_classes().items():
+    for table, cls in section_classes().items():
         docs = FIELD_DOCS.get(table, {})
         parts.append(f"**`{_TABLE_HEADERS.get(table, f'[{table}]')}`**\n")
         parts.append("| key | default | meaning |\n|---|---|---|")

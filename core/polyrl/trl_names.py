@@ -147,10 +147,10 @@ def _assignment(entry: TrlName, value: Any) -> str | None:
     if translated is value or entry.key is None:
         return None
     table, _, key = entry.key.rpartition(".")
-    return f"write {key} = {_toml(translated)} in [{table}]"
+    return f"write {key} = {toml_literal(translated)} in [{table}]"
 
 
-def _toml(value: Any) -> str:
+def toml_literal(value: Any) -> str:
     """``value`` as TOML writes it (``"group"``, ``true``), for a fix line."""
     if isinstance(value, bool):
         return "true" if value else "false"
