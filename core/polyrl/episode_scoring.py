@@ -11,7 +11,7 @@ the rest, and an environment that fails every episode stops the run naming itsel
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -51,3 +51,14 @@ def spread(result: RewardResult, kept: Sequence[int], n: int) -> RewardResult:
         extra[name] = column
     return attrs.evolve(result, total=full(result.total),
                         per_reward={k: full(v) for k, v in result.per_reward.items()}, extra=extra)
+
+
+def score_started(score: Callable[[list[Prompt], list[Mapping[str, Any]], list[Completion]], RewardResult],
+                  prompts: Sequence[Prompt], rows: Sequence[Mapping[str, Any]],
+                  completions: Sequence[Completion]) -> RewardResult:
+    """``score(prompts, rows, completions)`` of the episodes that started; the others unscored."""
+    kept = [i for i, c in enumerate(completions) if not never_started(c)]
+    if len(kept) == len(completions):
+        return score(list(prompts), list(rows), list(completions))
+    scored = score([prompts[i] for i in kept], [rows[i] for i in kept], [completions[i] for i in kept])
+    return spread(scored, kept, len(completions))

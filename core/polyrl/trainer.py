@@ -388,15 +388,9 @@ class Trainer:
         turn) are left unscored rather than handed to the reward functions empty."""
         per_completion = self._rows_per_completion(rows)
         prompts = episode_scoring.prompts_asked(per_completion, completions, self.config.data.prompt_column)
-        kept = [i for i, c in enumerate(completions) if not episode_scoring.never_started(c)]
-        if len(kept) == len(completions):
-            return self._call_rewards(prompts, per_completion, completions)
-        scored = self._call_rewards([prompts[i] for i in kept], [per_completion[i] for i in kept],
-                                    [completions[i] for i in kept])
-        return episode_scoring.spread(scored, kept, len(completions))
+        return episode_scoring.score_started(self._call_rewards, prompts, per_completion, completions)
 
-    def _call_rewards(self, prompts: list[Any], per_completion: list[dict[str, Any]],
-                      completions: list[Completion]) -> Any:
+    def _call_rewards(self, prompts: list[Any], per_completion: list[Any], completions: list[Completion]) -> Any:
         cfg = self.config
         state = TrainerState.for_run(
             step=self.step, max_steps=cfg.train.steps, prompts_per_step=cfg.train.prompts_per_step,
@@ -671,14 +665,13 @@ class Trainer:
         computer = RewardComputer(self.registry.pm, [(ev.reward, 1.0, {})],
                                   columns=self.eval_dataset.columns,
                                   timeouts=timeouts, should_stop=lambda: self.stop_requested)
+        def score(asked: list[Any], scored_rows: list[Any], scored: list[Completion]) -> Any:
+            return computer(asked, scored, RewardContext(rows=scored_rows, wanted=(ev.reward,), options={ev.reward: {}},
+                                                         completion_ids=[x.completion_ids for x in scored]))
+
         asked = episode_scoring.prompts_asked(per_completion, completions, self.config.data.prompt_column)
-        kept = [i for i, x in enumerate(completions) if not episode_scoring.never_started(x)]
-        scores = np.full(len(completions), np.nan)
-        if kept:  # an episode its environment ended before the first turn stays unscored
-            context = RewardContext(rows=[per_completion[i] for i in kept], wanted=(ev.reward,), options={ev.reward: {}},
-                                    completion_ids=[completions[i].completion_ids for i in kept])
-            scores[kept] = np.asarray(computer([asked[i] for i in kept], [completions[i] for i in kept],
-                                               context).total, dtype=np.float64)
+        scores = np.asarray(episode_scoring.score_started(score, asked, per_completion, completions).total,
+                            dtype=np.float64)  # an episode ended before its first turn stays unscored (NaN)
         records = evaluation.completion_records(phase, self.step, [p for p in prompts], [x.text for x in completions],
                                                 scores, sampling.n, greedy=sampling.temperature == 0,
                                                 threshold=ev.pass_threshold)
@@ -866,15 +859,15 @@ class Trainer:
         if not path.exists():
             return []
         by_step: dict[int, dict[str, Any]] = {}
-        lines = strict_json.read_lines(path)
-        unreadable = [n for n, (_, record) in enumerate(lines, 1)
-                      if not (isinstance(record, dict) and isinstance(record.get("step"), int))]
-        if self.rank == 0 and unreadable and unreadable != [len(lines)]:  # more than a crash's cut-short last line
+        records = [record for _, record in strict_json.read_lines(path)]
+        steps = [isinstance(r, dict) and isinstance(r.get("step"), int) for r in records]
+        unreadable = [n for n, ok in enumerate(steps, 1) if not ok]
+        if self.rank == 0 and unreadable and unreadable != [len(steps)]:  # more than a crash's cut-short last line
             log.warning(f"{len(unreadable)} line(s) of metrics.jsonl are not step records polyrl wrote; dropped",
                         path=str(path), first_line=unreadable[0],
                         fix="keep metrics.jsonl to the lines polyrl writes (copy it first to keep the others)")
-        for _, record in lines:
-            if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] < self.step:
+        for record, ok in zip(records, steps):
+            if ok and record["step"] < self.step:
                 by_step[record["step"]] = record  # the last line of a step belongs to this lineage
         kept = [by_step[k] for k in sorted(by_step)]
         if self.rank == 0:  # one writer under a launcher
