@@ -4,6 +4,7 @@ the trainer decides, direct calls against the numpy formulas where the estimator
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,8 @@ def test_a_weighted_reward_total_past_float64_is_one_reward_error(tiny_model_dir
     (tmp_path / "huge.py").write_text("def huge(prompts, completions, **kw):\n"
                                       "    return [1e308 * (i % 2) for i in range(len(completions))]\n")
     config = _config(tiny_model_dir, tmp_path, rewards=[{"function": f"{tmp_path / 'huge.py'}:huge", "weight": 2.0}])
-    with pytest.raises(RewardError, match="overflows float64.*Fix: scale the reward"):
+    with pytest.raises(RewardError, match="overflows float64.*Fix: scale the reward"), warnings.catch_warnings():
+        warnings.filterwarnings("error", message="overflow encountered", category=RuntimeWarning)  # one error, no numpy noise
         Trainer(config).run(progress=False)
     metrics = tmp_path / "run" / "metrics.jsonl"
     assert not metrics.exists() or not metrics.read_text()  # the step was not taken

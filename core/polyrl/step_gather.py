@@ -17,6 +17,8 @@ from typing import Any
 import attrs
 import numpy as np
 
+from polyrl.safe_stats import mean_std
+
 #: Reward plugin metrics that count events over the rank's samples: summed over the ranks. Any
 #: other plugin metric is taken as a per-sample mean or rate and averaged, weighted by samples.
 COUNT_METRICS = frozenset({"failures", "parse_failures", "requests", "retries", "timeouts", "violations"})
@@ -112,10 +114,8 @@ def _joined_reward_metrics(shards: Sequence[Shard]) -> dict[str, dict[str, float
         valid = scores[~np.isnan(scores)]
         merged: dict[str, float] = {}
         for key in dict.fromkeys(k for _, m in parts for k in m):
-            if key == "mean":
-                merged[key] = float(valid.mean()) if valid.size else float("nan")
-            elif key == "std":
-                merged[key] = float(valid.std()) if valid.size else float("nan")
+            if key in ("mean", "std"):
+                merged[key] = mean_std(valid)[0 if key == "mean" else 1]
             elif key == "none_count":
                 merged[key] = int(scores.size - valid.size)  # an int, as one process logs
             elif key == "latency_s":

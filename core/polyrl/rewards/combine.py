@@ -52,6 +52,7 @@ from polyrl.errors import ConfigError, PolyrlError, RewardError
 from polyrl.logs import get_logger
 from polyrl.plugins import PolyrlPluginManager
 from polyrl.rewards import forked, guard
+from polyrl.safe_stats import mean_std
 from polyrl.rewards.functions import FunctionReward, run_coroutine
 from polyrl.types import Completion, Prompt, RewardContext, RewardSpec
 
@@ -430,24 +431,26 @@ class RewardComputer:
             for name, label in zip(provider.names, provider.labels):
                 scores = self._check(provider, name, answer, n)
                 per_reward[label] = scores
-                valid = scores[~np.isnan(scores)]
+                mean, std = mean_std(scores)
+                skipped = int(np.isnan(scores).sum())
                 metrics[label] = {
-                    "mean": float(valid.mean()) if valid.size else float("nan"),
-                    "std": float(valid.std()) if valid.size else float("nan"),
+                    "mean": mean,
+                    "std": std,
                     "latency_s": float(latency),
-                    "none_count": int(n - valid.size),
+                    "none_count": skipped,
                 }
                 metrics[label].update(self._extra_metrics(provider, name, answer))
                 extra.update(self._extra_columns(provider, name, answer, n))
-                if valid.size < n:
-                    log.info("reward skipped samples", reward=label, skipped=int(n - valid.size), of=n,
+                if skipped:
+                    log.info("reward skipped samples", reward=label, skipped=skipped, of=n,
                              step=context.step)
         total = np.zeros(n, dtype=np.float64)
         scored = np.zeros(n, dtype=bool)
         for name, weight, _ in self.rewards:
             scores = per_reward[name]
             ok = ~np.isnan(scores)
-            total[ok] += weight * scores[ok]
+            with np.errstate(over="ignore"):  # a total past float64 is inf: the trainer refuses it, naming the fix
+                total[ok] += weight * scores[ok]
             scored |= ok
         total[~scored] = np.nan
         self._warn_unscored(scored, prompts, context.step)
