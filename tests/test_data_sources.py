@@ -212,7 +212,7 @@ def test_eval_path_and_eval_split_from_the_data_section(tmp_path, cache):
 
 def test_data_section_from_toml_tables():
     base = {"model": {"path": "m"}, "rewards": [{"name": "numeric_match"}]}
-    config = RunConfig.from_dict({**base, "data": {
+    config = RunConfig.from_dict({**base, "eval": {"count": 8}, "data": {
         "path": ["a.parquet", "b.parquet"], "columns": {"prompt": "question", "answer": "solution"},
         "system_prompt": "Be brief.", "eval_path": "e.parquet"}})
     assert config.data.columns == {"prompt": "question", "answer": "solution"}
@@ -231,6 +231,22 @@ def test_data_section_from_toml_tables():
         with pytest.raises(ConfigError) as info:
             RunConfig.from_dict({**base, "data": data})
         assert info.value.field == field, (data, info.value)
+
+
+@pytest.mark.parametrize("mapped", [True, False])
+def test_a_missing_prompt_column_names_the_setting_that_chose_it(mapped):
+    """Rows without the prompt column: the error's field and fix name ``data.columns.prompt`` when a
+    mapping chose the column (``set data.prompt_column`` would not help there), else ``data.prompt_column``."""
+    rows = [{"question": "hello", "answer": "1"}]
+    with pytest.raises(ConfigError) as info:
+        load_dataset(rows=rows, columns={"prompt": "x"}) if mapped else load_dataset(rows=rows)
+    err = info.value
+    assert "has no column" in str(err) and "question" in str(err)
+    if mapped:
+        assert err.field == "data.columns.prompt" and "data.columns = {prompt = " in err.fix
+        assert "data.prompt_column" not in err.fix
+    else:
+        assert err.field == "data.prompt_column" and "data.prompt_column" in err.fix
 
 
 def test_in_memory_rows_are_unchanged():

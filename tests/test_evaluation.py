@@ -52,6 +52,23 @@ def test_frac_reward_zero_std_counts_flat_groups():
 
 
 @pytest.mark.faults
+@pytest.mark.parametrize(("data", "eval_settings", "field"), [
+    ({"eval_path": "held_out.jsonl"}, {}, "data.eval_path"),
+    ({"eval_split": "test"}, {}, "data.eval_split"),
+    ({}, {"every": 5}, "eval.every"),
+    ({}, {"reward": "exact_match"}, "eval.reward"),
+])
+def test_eval_settings_with_eval_count_0_are_an_error_not_ignored(data, eval_settings, field):
+    """eval.count = 0 (the default) turns evaluation off: an eval file or schedule given with it
+    used to be ignored without a word."""
+    settings = {"model": {"path": "m"}, "data": {"path": "train.jsonl", **data}, "rewards": [{"name": "numeric_match"}],
+                "eval": eval_settings}
+    with pytest.raises(ConfigError, match="eval.count is 0") as info:
+        RunConfig.from_dict(settings)
+    assert info.value.field == field and "set eval.count" in info.value.fix
+    RunConfig.from_dict({**settings, "eval": {**eval_settings, "count": 4}})  # with a count: accepted
+
+
 def test_pass_k_above_samples_is_a_config_error():
     base = {"model": {"path": "tiny-llama"}, "data": {"task": "arithmetic"}, "rewards": [{"name": "numeric_match"}]}
     with pytest.raises(ConfigError) as info:
@@ -186,3 +203,34 @@ def test_a_stop_request_during_a_mid_run_evaluation_keeps_the_trained_step(tiny_
     assert [x["step"] for x in lines] == [0] and not any(k.startswith("eval/") for k in lines[0])
     assert summary["checkpoint"].endswith("step-00000001")
 
+
+
+def test_an_eval_set_without_the_eval_rewards_column_is_refused_before_any_model_loads(tiny_model_dir, tmp_path,
+                                                                                        monkeypatch):
+    """eval.reward (numeric_match by default) reads 'answer': a held-out file without it used to fail
+    at the first evaluation, after the models loaded; now it is one ConfigError at construction,
+    naming eval.reward. An eval.reward that is one of the run's rewards scores with that entry's
+    options (here its answer column), as training does: it used to get the reward's defaults."""
+    from polyrl.trainer import Trainer
+    from polyrl.types import RewardContext
+
+    train, held_out = tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
+    train.write_text("".join(json.dumps({"prompt": f"{i}+1=", "gold": str(i + 1)}) + "\n" for i in range(4)))
+    held_out.write_text("".join(json.dumps({"prompt": f"{i}+2=", "gold": str(i + 2)}) + "\n" for i in range(3)))
+    settings = _config_dict(tiny_model_dir, tmp_path / "run")
+    settings["data"] = {"path": str(train), "eval_path": str(held_out)}
+    settings["rewards"] = [{"name": "exact_match", "options": {"column": "gold"}}]
+    settings["eval"] = {"count": 3, "every": 1}  # eval.reward: numeric_match, not one of the run's rewards
+    monkeypatch.setattr(Trainer, "_load_models", lambda self: pytest.fail("a model loaded before the check"))
+    with pytest.raises(ConfigError) as info:
+        Trainer(RunConfig.from_dict(settings))
+    assert info.value.field == "eval.reward"
+    assert "held-out set" in str(info.value) and "column 'answer'" in str(info.value) and "prompt, gold" in str(info.value)
+    settings["rewards"] = [{"name": "exact_match", "options": {"column": "gold"}},
+                           {"name": "numeric_match", "options": {"column": "gold"}}]
+    monkeypatch.setattr(Trainer, "_load_models", lambda self: None)
+    trainer = Trainer(RunConfig.from_dict(settings))  # eval.reward = the run's numeric_match: its column
+    trainer.lock.release()
+    result = trainer._eval_rewards(["1+2="], ["3"], RewardContext(rows=[{"prompt": "1+2=", "gold": "3"}],
+                                                                  wanted=("numeric_match",), options={"numeric_match": {}}))
+    assert list(result.total) == [1.0]

@@ -260,7 +260,8 @@ def _bad_inputs(tmp_path: Path, model: str) -> dict[str, tuple[str, str]]:
     """name -> (config text, text the one-line error must contain)."""
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "nocol.jsonl").write_text('{"question": "2+2?"}\n')
-    (tmp_path / "long.jsonl").write_text(json.dumps({"prompt": "word " * 400}) + "\n")
+    (tmp_path / "long.jsonl").write_text(json.dumps({"prompt": "word " * 400, "answer": "1"}) + "\n")
+    (tmp_path / "noanswer.jsonl").write_text(json.dumps({"prompt": "2+2?", "solution": "4"}) + "\n")
     (tmp_path / "short.py").write_text("def short(prompts, completions, **kw):\n    return [1.0]\n")
     (tmp_path / "boom.py").write_text("def boom(prompts, completions, **kw):\n    raise ValueError('bad row')\n")
     mismatched = tmp_path / "mismatched"
@@ -286,6 +287,7 @@ def _bad_inputs(tmp_path: Path, model: str) -> dict[str, tuple[str, str]]:
         "empty dataset": (run(data=f'path = "{tmp_path / "empty.jsonl"}"'), "data.path"),
         "missing column": (run(data=f'path = "{tmp_path / "nocol.jsonl"}"'), "prompt"),
         "prompt too long": (run(data=f'path = "{tmp_path / "long.jsonl"}"'), "model.max_length"),
+        "answer column missing": (run(data=f'path = "{tmp_path / "noanswer.jsonl"}"'), "column 'answer'"),
         "reward wrong length": (run(rewards=f'function = "{tmp_path / "short.py"}:short"'), "short"),
         "reward raises": (run(rewards=f'function = "{tmp_path / "boom.py"}:boom"'), "bad row"),
         "unknown reward": (run(rewards='name = "numeric_mach"'), "numeric_match"),
@@ -296,7 +298,7 @@ def _bad_inputs(tmp_path: Path, model: str) -> dict[str, tuple[str, str]]:
 
 
 @pytest.mark.parametrize("case", ["toml syntax", "wrong type", "misspelt key", "empty dataset", "missing column",
-                                  "prompt too long", "reward wrong length", "reward raises", "unknown reward",
+                                  "prompt too long", "answer column missing", "reward wrong length", "reward raises", "unknown reward",
                                   "mismatched tokenizer", "folder without weights", "unknown backend"])
 def test_bad_input_gives_one_clear_error(tiny_model_dir, tmp_path, case):
     toml, expected = _bad_inputs(tmp_path, tiny_model_dir)[case]

@@ -106,6 +106,20 @@ def test_bad_builtin_options_are_refused_when_the_rewards_are_set_up(reward, opt
     assert str(info.value).count("Fix:") <= 1
 
 
+@pytest.mark.parametrize(("reward", "options", "column"), [
+    ("numeric_match", {}, "answer"), ("exact_match", {"column": "gold"}, "gold")])
+def test_an_answer_column_the_dataset_lacks_is_refused_when_the_rewards_are_set_up(reward, options, column):
+    """Known from the dataset's columns before any model loads (it was an error after the first
+    rollout); a dataset that has the column passes."""
+    pm = get_plugin_manager(entry_points=False)
+    with pytest.raises(ConfigError) as info:
+        RewardComputer(pm, [(reward, 1.0, options)], columns=["prompt", "solution"])
+    err = info.value
+    assert err.field == "rewards[0].options" and f"column {column!r}" in str(err) and "prompt, solution" in str(err)
+    assert f"add a {column!r} column" in err.fix and 'column = "<your answer column>"' in err.fix
+    RewardComputer(pm, [(reward, 1.0, options)], columns=["prompt", column])
+
+
 def test_numeric_match_non_numeric_answer():
     with pytest.raises(RewardError, match="not a number"):
         score([("numeric_match", 1.0, {})], ["42"], rows=[{"prompt": "q", "answer": "Paris"}])

@@ -242,6 +242,10 @@ class EvalSection:
     pass_k: int = 1
     pass_threshold: float = 1.0  # a sample counts as correct when its reward is at least this
 
+    @staticmethod
+    def reward_default() -> str:
+        return str(attrs.fields(EvalSection).reward.default)
+
     def __attrs_post_init__(self) -> None:
         if self.pass_k > max(self.samples, 1):  # greedy evaluation (samples = 0) has one answer per prompt
             raise ConfigError(f"pass@{self.pass_k} needs at least {self.pass_k} samples, got {self.samples}",
@@ -328,6 +332,24 @@ class RunConfig:
             )
         self._check_reward_labels()
         self._check_values()
+        self._check_eval_is_on()
+
+    def _check_eval_is_on(self) -> None:
+        """eval.count = 0 turns evaluation off: an eval file, split or other eval setting given with it
+        would be ignored without a word (an ``eval_path`` with no ``count`` is the usual slip)."""
+        if self.eval.count > 0:
+            return
+        given = [(f, v) for f, v in (("data.eval_path", self.data.eval_path), ("data.eval_split", self.data.eval_split),
+                                     ("eval.every", self.eval.every or None), ("eval.samples", self.eval.samples or None),
+                                     ("eval.max_new_tokens", self.eval.max_new_tokens))
+                 if v is not None]
+        if self.eval.reward != EvalSection.reward_default():
+            given.append(("eval.reward", self.eval.reward))
+        if given:
+            field, value = given[0]
+            raise ConfigError(f"is set ({value!r}) but eval.count is 0, which turns evaluation off: nothing would be "
+                              "evaluated", field=field,
+                              fix=f"set eval.count to the held-out prompts to evaluate (e.g. count = 100), or remove {field}")
 
     def _check_reward_labels(self) -> None:
         """One label per entry: it names the reward's metrics and, for a function, its plugin (two

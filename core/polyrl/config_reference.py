@@ -160,7 +160,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                                 "cover the longest a rank works alone (its generation, rank 0's checkpoint write)",
     },
     "eval": {
-        "count": "held-out prompts for evaluation (0 = off)",
+        "count": "held-out prompts for evaluation (0 = off, and then any other eval setting or "
+                 "`data.eval_path`/`eval_split` is an error)",
         "every": "evaluate every N steps (0 = before and after only); results go on that step's metrics line",
         "reward": "any reward as the eval metric; greedy accuracy is its mean",
         "max_new_tokens": "completion cap for evaluation (unset = generation.max_new_tokens)",

@@ -150,7 +150,9 @@ class Dataset:
                 raise ConfigError(
                     f"{self.where(i)} has no column {source!r} (its columns: {present})",
                     field=f"data.columns.{self.prompt_column}" if mapped else "data.prompt_column",
-                    fix="set data.prompt_column to the column that holds the prompts",
+                    fix=(f"map {self.prompt_column} to the column that holds the prompts, one of those: "
+                         f'data.columns = {{{self.prompt_column} = "..."}}') if mapped
+                    else "set data.prompt_column to the column that holds the prompts",
                 )
             _check_prompt(row[source], self.where(i), source)
 

@@ -36,7 +36,7 @@ import attrs
 import numpy as np
 
 from polyrl import checkpoint as ckpt
-from polyrl import previous_runs, resume_config, skip_causes, strict_json
+from polyrl import previous_runs, resume_config, safe_stats, skip_causes, strict_json
 from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
 from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.config import RunConfig, check_world_size
@@ -44,7 +44,7 @@ from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train
 from polyrl.engines import choose_generate_backend, load_engines
 from polyrl import episode_scoring
 from polyrl.episode_prompts import first_prompt_counter
-from polyrl.errors import CollectiveTimeout, PolyrlError, RewardError
+from polyrl.errors import CollectiveTimeout, ConfigError, PolyrlError, RewardError
 from polyrl.logs import get_logger, log_from_signal_handler, readable
 from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry
@@ -180,6 +180,8 @@ class Trainer:
             columns=self._source_data[0].columns, timeouts={r.label: r.timeout_s for r in config.rewards},
             should_stop=lambda: self.stop_requested,
         )
+        #: scores held-out rows (None: no eval set); made now, so its checks run before any model loads
+        self._eval_rewards = self._eval_reward_computer()
         self.rank, self.world_size = _launcher_rank()
         self.registry.check_data_parallel(config.backends.train, self.world_size)
         check_world_size(config, self.world_size)
@@ -251,6 +253,26 @@ class Trainer:
                         fix=f"set train.prompts_per_step <= {len(self.dataset)}, or add rows")
 
     # --- setup ---------------------------------------------------------------------------------
+
+    def _eval_reward_computer(self) -> RewardComputer | None:
+        """``eval.reward`` over the held-out rows' columns (None without an eval set): an answer
+        column they lack is a ConfigError here, before any model loads, not at the first eval.
+        Where it names one of the run's rewards it scores with that entry's options (its answer
+        column, its pattern...), as training does, not with the reward's defaults."""
+        held_out = self._source_data[1]
+        if held_out is None:
+            return None
+        ev = self.config.eval
+        same = next((r for r in self.config.rewards if r.label == ev.reward), None)
+        spec = (same.name or same.label, 1.0, dict(same.options), same.label) if same is not None else (ev.reward, 1.0, {})
+        timeouts = {same.label: same.timeout_s} if same is not None else {}
+        try:
+            return RewardComputer(self.registry.pm, [spec], columns=held_out.columns,
+                                  timeouts=timeouts, should_stop=lambda: self.stop_requested)
+        except ConfigError as exc:  # its one entry is rewards[0] to the computer: name the real setting
+            field = "eval.reward" if same is None else f"rewards[{self.config.rewards.index(same)}].options"
+            raise ConfigError(f"the held-out set (eval.reward = {ev.reward!r}): {exc.message}", field=field,
+                              fix=exc.fix) from None
 
     def _datasets(self) -> tuple[Dataset, Dataset | None]:
         return load_train_and_eval(self.config.data, self.config.eval.count)
@@ -487,10 +509,11 @@ class Trainer:
         if step.kl_sums is not None:
             kl_metrics = {"kl_in_reward": float(np.mean(step.kl_sums)) if len(step.kl_sums) else 0.0,
                           **kl_metrics}
+        reward_mean, reward_std = safe_stats.mean_std(rewards)
         metrics: dict[str, Any] = {
             "step": self.step,
-            "reward_mean": float(np.nanmean(rewards)) if np.isfinite(rewards).any() else float("nan"),
-            "reward_std": float(np.nanstd(rewards)) if np.isfinite(rewards).any() else float("nan"),
+            "reward_mean": reward_mean,
+            "reward_std": reward_std,
             "completion_len_mean": float(step.completion_len.mean()) if step.size else float("nan"),
             "samples_kept": global_kept,
             "policy_lag": lag,
@@ -660,11 +683,8 @@ class Trainer:
             return np.zeros(0), []
         completions = self._sample(rows, sampling)
         per_completion = [row for row in rows for _ in range(sampling.n)]
-        timeouts = {r.label: r.timeout_s for r in self.config.rewards if r.label == ev.reward}
-        assert self.eval_dataset is not None  # an eval pass runs only with an eval set
-        computer = RewardComputer(self.registry.pm, [(ev.reward, 1.0, {})],
-                                  columns=self.eval_dataset.columns,
-                                  timeouts=timeouts, should_stop=lambda: self.stop_requested)
+        computer = self._eval_rewards
+        assert computer is not None  # an eval pass runs only with an eval set
         def score(asked: list[Any], scored_rows: list[Any], scored: list[Completion]) -> Any:
             return computer(asked, scored, RewardContext(rows=scored_rows, wanted=(ev.reward,), options={ev.reward: {}},
                                                          completion_ids=[x.completion_ids for x in scored]))

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from polyrl.errors import RewardError
@@ -273,14 +273,25 @@ BUILTIN_REWARDS: dict[str, tuple[Callable[[Sequence[Any], RewardContext], Scores
 # --- the plugin hooks --------------------------------------------------------------------------
 
 
-def check_options(name: str, options: Mapping[str, Any]) -> None:
+#: The built-in rewards that read the row's answer from option ``column`` (default "answer").
+ANSWER_READERS = ("exact_match", "numeric_match")
+
+
+def check_options(name: str, options: Mapping[str, Any], columns: Collection[str] | None = None) -> None:
     """Check a built-in reward's options when the run is set up (``RewardSet`` calls this): each
     reward checks its options before it looks at a completion, so it runs on none. A missing
     ``target`` or an unknown option is then one error before any model loads, not after the
-    first rollout."""
+    first rollout; so is an answer column that no row of the dataset (``columns``) has."""
     if name in BUILTIN_REWARDS and name != "environment":
         BUILTIN_REWARDS[name][0]([], RewardContext(rows=[], wanted=(name,), options={name: options},
                                                    completion_ids=[]))
+    if name in ANSWER_READERS and columns is not None:
+        column = (options or {}).get("column", "answer")
+        if column not in columns:
+            raise RewardError(
+                f"reward {name!r} reads the answer from column {column!r}, which the dataset does not have "
+                f"(its columns: {', '.join(map(str, columns)) or 'none'}). Fix: add a {column!r} column to the "
+                f'dataset, or set this reward\'s option column = "<your answer column>"')
 
 
 @hookimpl
