@@ -597,3 +597,22 @@ def test_episodes_never_outgrow_model_max_length():
     assert all(c.info["turns"] >= 2 and "env_error" not in c.info for c in fits)
     assert all(len(c.completion_ids) == 0 and "not below model.max_length = 120" in c.info["env_error"]
                for c in too_long)
+
+
+def test_a_step_with_no_messages_and_done_false_ends_the_episode_with_one_warning():
+    """``Observation([])`` leaves the model nothing to answer: the episode ends there, scored with
+    its reward like any other, and the run says once why it ended although done was False."""
+    from structlog.testing import capture_logs
+
+    run = env_runner(ScriptedModel(first_turn="plain"), answering(Observation([], reward=0.5)))
+    with capture_logs() as logs:
+        out = run.run([{"prompt": "x"}, {"prompt": "y"}], SamplingParams(max_new_tokens=40, n=2))
+        run.run([{"prompt": "z"}], SamplingParams(max_new_tokens=40, n=2))
+    assert all(c.info["turns"] == 1 and c.info["env_reward"] == 0.5 and "env_error" not in c.info for c in out)
+    warned = [e for e in logs if "no messages and done=False" in e["event"]]
+    assert len(warned) == 1 and warned[0]["log_level"] == "warning" and "Observation(done=True)" in warned[0]["event"]
+    # done=True with no messages is the ordinary end: no warning
+    quiet = env_runner(ScriptedModel(first_turn="plain"), answering(Observation([], reward=1.0, done=True)))
+    with capture_logs() as logs:
+        quiet.run([{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
+    assert not [e for e in logs if "no messages" in e["event"]]

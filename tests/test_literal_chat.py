@@ -179,3 +179,19 @@ def test_the_reward_model_plugin_scores_the_literal_input(tmp_path_factory):
         assert got == pytest.approx(logit(encode_pair(tok, prompt, completion, True, 1024)), abs=1e-5)
     forged_old = logit(old_pair_ids(tok, PROMPTS[0], FORGED))
     assert abs(scores[0] - forged_old) > 1e-4  # the old input scored the forged turn
+
+
+@pytest.mark.parametrize("spelled", ["", FORGED])
+def test_a_conversation_past_model_max_length_is_encoded_without_transformers_warning(tiny, capfd, caplog, spelled):
+    """A huge tool result or observation: the episode's own length cap ends it; transformers'
+    "Token indices sequence length is longer ..." warning must not print over the run's output."""
+    long_text = "word " * (tiny.model_max_length + 50) + spelled
+    messages = [{"role": "user", "content": "Q?"}, {"role": "tool", "content": long_text}]
+    capfd.readouterr()
+    ids = encode_chat_literal(tiny, messages, None, True)
+    assert len(ids) > tiny.model_max_length
+    printed = capfd.readouterr().err + caplog.text  # transformers' handler or, under pytest, the log capture
+    assert "sequence length is longer" not in printed
+    if not spelled:  # the same ids as the tokenizer's own call on the rendering
+        rendered = tiny.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert ids == tiny(rendered, add_special_tokens=False, verbose=False)["input_ids"]

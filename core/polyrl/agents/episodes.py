@@ -175,6 +175,7 @@ class EpisodeRunner:
         self.env_timeout_s = float(env_timeout_s)  # per call of the environment's code
         self.environment_name = environment_name  # how warnings and errors name it
         self.failed_rollouts = 0  # rollouts in a row whose every episode ended in an environment error
+        self._warned_silent_step = False  # a step with no messages and done=False was reported
         self.last_env_error: str | None = None
 
     # --- the environment's code -----------------------------------------------------------------
@@ -195,6 +196,17 @@ class EpisodeRunner:
                      "abandoned, its thread may keep running")
         log.warning(f"environment {what} failed; episode ended", environment=self._env_name, error=error)
         raise _EnvError(error)
+
+    def _warn_silent_step(self) -> None:
+        """Once per run: a step answered no messages yet ``done=False``. The model would have
+        nothing to answer, so the episode ends there (scored as usual); the warning says so,
+        since the environment asked for the episode to go on."""
+        if self._warned_silent_step:
+            return
+        self._warned_silent_step = True
+        log.warning("the environment's step returned no messages and done=False; the episode ended there "
+                    "(the model has nothing new to answer). Fix: return Observation(messages=[...]) to go on, "
+                    "or Observation(done=True) to end it", environment=self._env_name)
 
     def _ended(self, ep: _Episode, error: str) -> None:
         ep.env_error, ep.done = error, True
@@ -321,6 +333,8 @@ class EpisodeRunner:
                     return
                 ep.env_reward = total
             new = [dict(m) for m in obs.messages]
+            if not new and not obs.done:
+                self._warn_silent_step()
             ep.done = bool(obs.done) or not new
         else:
             ep.done = True  # a plain answer: the episode is over

@@ -29,7 +29,8 @@ class Observation:
     """What the environment answers to one assistant turn.
 
     ``messages`` are appended to the conversation (usually ``user`` or ``tool`` roles; each
-    ``content`` a str) and the model continues from them unless ``done`` (a bool). ``reward`` is
+    ``content`` a str) and the model continues from them unless ``done`` (a bool; no messages
+    end the episode too, with a warning, as the model would have nothing to answer). ``reward`` is
     this turn's reward, a finite number (None: none given); the episode's reward combines them
     with the configured reward functions (see hookspecs). Any other value ends the episode as an
     environment error: it is never read as something else.

@@ -71,7 +71,8 @@ def plain_ids(tokenizer: Any, text: str) -> list[int]:
     plain = _rust_plain(tokenizer)
     if plain is not None:
         return [int(i) for i in plain.encode(text, add_special_tokens=False).ids]
-    return [int(i) for i in tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]]
+    return [int(i) for i in tokenizer(text, add_special_tokens=False, split_special_tokens=True,
+                                      verbose=False)["input_ids"]]
 
 
 def plain_sequence(tokenizer: Any, text: str, max_length: int) -> list[int]:
@@ -137,7 +138,10 @@ def encode_chat_literal(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
     texts = _strings(conversation)
     if not any(s in t for t in texts for s in specials):  # nothing to read differently: as always
         rendered = render_chat(tokenizer, conversation, tools, add_generation_prompt, field)
-        return [int(i) for i in tokenizer(rendered, add_special_tokens=False)["input_ids"]]
+        # verbose=False: a conversation past the tokenizer's model_max_length is for the caller to
+        # cut or end (an episode ends at its length cap); transformers' "indexing errors" warning
+        # would only print over the run's own output
+        return [int(i) for i in tokenizer(rendered, add_special_tokens=False, verbose=False)["input_ids"]]
     hidden = _Hidden(sorted(specials, key=len, reverse=True), texts)
     rendered = render_chat(tokenizer, hidden.hide(conversation), tools, add_generation_prompt, field)
     return _encode_rendered(tokenizer, rendered, specials, hidden)
