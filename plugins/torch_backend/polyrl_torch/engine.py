@@ -227,14 +227,14 @@ class TorchEngine:
         from peft import get_peft_model
 
         from polyrl_torch.lora_linear import fuse_lora_layers
-        from polyrl_torch.lora_targets import peft_targets
+        from polyrl_torch.lora_targets import peft_targets, transposed_layers
 
         linear = linear_module_names(model)
+        # full module paths: the MLX backend's set for the same lora (polyrl.backend_kit.lora_targets)
+        targets = peft_targets(model, lora)
         peft_config = PeftLoraConfig(
-            r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-            # full module paths: the MLX backend's set for the same lora (polyrl.backend_kit.lora_targets)
-            target_modules=peft_targets(model, lora),
-            task_type="CAUSAL_LM", bias="none",
+            r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
+            fan_in_fan_out=transposed_layers(model, targets), task_type="CAUSAL_LM", bias="none",
         )
         peft_model = get_peft_model(model, peft_config, adapter_name=ADAPTER)
         refuse_unfoldable_adapters(peft_model, linear)

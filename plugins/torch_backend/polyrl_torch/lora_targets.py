@@ -77,4 +77,13 @@ def peft_targets(model: Any, lora: Any) -> list[str]:
     return [f"{prefix}.{i}.{path}" for i, kinds in enumerate(per_block) for path in chosen if path in kinds]
 
 
-__all__ = ["block_modules", "decoder_blocks", "peft_targets"]
+def transposed_layers(model: Any, targets: list[str]) -> bool:
+    """Whether every target is transformers' ``Conv1D`` (GPT-2's layers, weights stored in x out):
+    peft's ``fan_in_fan_out``, said up front; left False, peft sets it itself for each such layer
+    and prints a warning over the run every time."""
+    from transformers.pytorch_utils import Conv1D
+
+    return bool(targets) and all(isinstance(model.get_submodule(path), Conv1D) for path in targets)
+
+
+__all__ = ["block_modules", "decoder_blocks", "peft_targets", "transposed_layers"]
