@@ -1,27 +1,41 @@
-"""Mean and spread of reward values anywhere in float64's range.
+"""Reward arithmetic safe anywhere in float64's range: a power-of-two rescale, and the logged
+mean and spread.
 
-Why not ``np.nanstd``: rewards are a plugin's numbers, and squares of values past ~1e154 overflow
-float64, so rewards of ±1e200 logged ``reward_std`` as inf (written null) with a numpy overflow
-warning on the console. Scaling by a power of two first is exact, and the mean and the spread of
-values within ``[-M, M]`` are at most ``M``, so scaling back cannot overflow.
+Why: rewards are a plugin's numbers, and squares of values past ~1e154 overflow float64, so a std
+of ±1e200 rewards became inf (every std-scaled advantage 0, and ``reward_std`` logged null with a
+numpy overflow warning on the console). Multiplying by a power of two is exact, so values are
+rescaled before such sums and the results scaled back; ordinary values are not touched.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+#: Values up to this magnitude are used as they are; larger ones are scaled by a power of two.
+SAFE_MAGNITUDE = 1e100
+
+
+def power_of_two_scale(values: np.ndarray) -> float:
+    """A power of two that brings values past ``SAFE_MAGNITUDE`` below 1/4 in magnitude (NaN
+    ignored), else 1.0: sums of four scaled values stay finite."""
+    valid = np.abs(values[~np.isnan(values)])
+    top = float(valid.max()) if valid.size else 0.0
+    if top <= SAFE_MAGNITUDE:
+        return 1.0
+    return float(np.ldexp(1.0, -int(np.frexp(top)[1]) - 2))
+
 
 def mean_std(values: np.ndarray) -> tuple[float, float]:
     """Mean and population standard deviation of ``values``' non-NaN entries (NaN, NaN when there
-    are none)."""
+    are none). A mean and a spread of values within ``[-M, M]`` are at most ``M``, so scaling
+    back cannot overflow."""
     x = np.asarray(values, dtype=np.float64)
     x = x[~np.isnan(x)]
     if not x.size:
         return float("nan"), float("nan")
-    peak = float(np.max(np.abs(x)))
-    if not np.isfinite(peak) or peak == 0.0:
+    if not np.isfinite(x).all():
         with np.errstate(invalid="ignore"):
             return float(x.mean()), float(x.std())
-    scale = float(np.ldexp(1.0, -int(np.frexp(peak)[1])))  # brings the largest magnitude into [0.5, 1)
+    scale = power_of_two_scale(x)
     scaled = x * scale
     return float(scaled.mean() / scale), float(scaled.std() / scale)

@@ -112,10 +112,11 @@ def _joined_reward_metrics(shards: Sequence[Shard]) -> dict[str, dict[str, float
         scores = np.concatenate([np.asarray(s.per_reward.get(name, np.full(s.size, np.nan)), dtype=np.float64)
                                  for s in shards])
         valid = scores[~np.isnan(scores)]
+        spread = dict(zip(("mean", "std"), mean_std(valid)))
         merged: dict[str, float] = {}
         for key in dict.fromkeys(k for _, m in parts for k in m):
-            if key in ("mean", "std"):
-                merged[key] = mean_std(valid)[0 if key == "mean" else 1]
+            if key in spread:
+                merged[key] = spread[key]
             elif key == "none_count":
                 merged[key] = int(scores.size - valid.size)  # an int, as one process logs
             elif key == "latency_s":

@@ -35,14 +35,14 @@ from typing import Literal
 
 import numpy as np
 
+from polyrl.safe_stats import power_of_two_scale
+
 AdvantageEstimator = Literal["group", "rloo", "reinforce"]
 ScaleRewards = Literal["group", "batch", "none"]
 
 ADVANTAGE_ESTIMATORS: tuple[str, ...] = ("group", "rloo", "reinforce")
 SCALE_REWARDS: tuple[str, ...] = ("group", "batch", "none")
 DEFAULT_EPS = 1e-4
-#: Rewards up to this magnitude are used as they are; larger ones are scaled by a power of two.
-_SAFE_MAGNITUDE = 1e100
 
 
 def as_groups(rewards: np.ndarray | list[float], group_size: int) -> np.ndarray:
@@ -70,19 +70,6 @@ def _nanstd(x: np.ndarray, axis: int | None) -> np.ndarray:
     sq = np.where(valid, (x - mean) ** 2, 0.0).sum(axis=axis, keepdims=True)
     var = np.where(count > 1, sq / np.maximum(count - 1, 1), 0.0)
     return np.sqrt(var)
-
-
-def _power_of_two_scale(g: np.ndarray) -> float:
-    """A power of two that brings rewards past ``_SAFE_MAGNITUDE`` down near 1 (else 1.0).
-
-    Squares of rewards above ~1e154 overflow float64: the std became inf (every advantage 0) or
-    NaN (differences of inf). Multiplying by a power of two is exact, so the std-scaled advantage
-    ``(s c) / (s std + s eps)`` is bitwise ``c / (std + eps)``; ordinary rewards are not touched."""
-    valid = np.abs(g[~np.isnan(g)])
-    top = float(valid.max()) if valid.size else 0.0
-    if top <= _SAFE_MAGNITUDE:
-        return 1.0
-    return float(np.ldexp(1.0, -int(np.frexp(top)[1]) - 2))  # |g| * scale < 1/4: sums of 4 stay finite
 
 
 def _group_mean(g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -126,7 +113,7 @@ def compute_advantages(
     if scale_rewards not in SCALE_REWARDS:
         raise ValueError(f"unknown scale_rewards {scale_rewards!r}; use one of {SCALE_REWARDS}")
     g = as_groups(rewards, group_size)
-    scale = _power_of_two_scale(g)
+    scale = power_of_two_scale(g)  # exact: (s c) / (s std + s eps) is bitwise c / (std + eps)
     if scale != 1.0:
         g = g * scale
     adv = _centred(g, estimator)
