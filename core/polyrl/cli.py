@@ -355,7 +355,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                        threads=args.threads, steps=args.steps, lora=args.lora, output=args.output,
                        generate_only=args.generate_only, trl=args.trl, hf_generate=args.hf_generate,
                        mlx_lm_lora=args.mlx_lm_lora, ignore_eos=args.ignore_eos,
-                       compute_dtype=args.compute_dtype, device=args.device)
+                       compute_dtype=args.compute_dtype, device=args.device, interleave=args.interleave)
     if args.json:
         _print_json(result)
     else:
@@ -471,6 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto",
                    help="every side's device: auto (CUDA, a GPU or Metal when there is one, else the CPU), "
                         "cpu, cuda, ...; the matmul peak is measured there too")
+    p.add_argument("--interleave", action="store_true",
+                   help="with --trl: run every side at once, stepping in turn (a machine whose speed drifts "
+                        "slows both sides of a step pair alike); all sides' memory is resident together")
     p.add_argument("--output", default="bench/results.json", help="JSON report; the chart goes beside it (.png)")
     p.add_argument("--json", action="store_true", help="print the whole JSON report instead of the table")
     p.set_defaults(func=cmd_bench)

@@ -37,6 +37,16 @@ def check_workload(prompts: int, group_size: int, max_new_tokens: int, threads: 
     Rule(integer=True, low=1 if alone else 2, high=65536, fix=fix).check(group_size, "--group-size")
 
 
+def check_interleave(interleave: bool, trl: bool, generate_only: bool) -> None:
+    """``--interleave`` pairs each backend's steps with TRL's: it needs ``--trl`` and whole steps."""
+    if interleave and not trl:
+        raise ConfigError("--interleave runs the backends and TRL stepping in turn, but --trl is not given",
+                          field="--interleave", fix="add --trl, or drop --interleave")
+    if interleave and generate_only:
+        raise ConfigError("--interleave pairs whole GRPO steps with TRL's; --generate-only times no step",
+                          field="--interleave", fix="drop --generate-only or --interleave")
+
+
 def bench_backends(reg: Registry, backends: Sequence[str] | None) -> list[str]:
     """The backends to bench: the named ones, each known and benchable, or by default every usable
     one but ``remote`` (it generates on servers named in ``backends.options.servers``, which

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,11 @@ def print_table(report: dict[str, Any]) -> None:
         if len(each) > 1:
             console.print(f"{r['backend']}: {len(each)} timed steps, {min(each):.2f}-{max(each):.2f} s "
                           f"(the table's step s: {r['step_s']:.2f})")
+    for r in report["results"]:
+        pairs = [x for x in r.get("speedup_vs_trl_each") or [] if isinstance(x, (int, float))]
+        if pairs:
+            console.print(f"{r['backend']}: interleaved with TRL, x TRL per step pair {min(pairs):.2f}-{max(pairs):.2f} "
+                          f"(median {statistics.median(pairs):.2f})")
     for r in report["results"]:
         if r.get("max_speedup_vs_trl"):
             console.print(f"{r['backend']}: FLOP floor {r['flop_floor_s']:.1f} s/step at the measured peak; TRL's step "

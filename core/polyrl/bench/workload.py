@@ -11,12 +11,8 @@ the workload's FLOPs). Output: JSON, a PNG chart, a table.
 
 from __future__ import annotations
 
-import json
 import platform
-import re
 import resource
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +22,9 @@ import numpy as np
 
 from polyrl import strict_json
 from polyrl.bench import speed_records
-from polyrl.bench.args import bench_backends, check_output, check_workload
+from polyrl.bench.args import bench_backends, check_interleave, check_output, check_workload
+from polyrl.bench.children import _child, child_argv, child_failure, run_child  # noqa: F401 (re-exported)
+from polyrl.bench.lockstep import wait_for_turn
 from polyrl.bench.machine import cpu_info
 from polyrl.engine import Engine
 from polyrl.errors import ConfigError
@@ -94,10 +92,13 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
                            "compute_dtype": compute_dtype or "float32", "device": engine_device(engine.raw)}
     device_peak_mb: list[float] = []
     gen_s, lp_s, train_s, tokens = [], [], [], []
+    spans: list[list[float]] = []  # every step's wall-clock [start, end], warm-up included
     phases: dict[str, list[float]] = {p: [] for p in TRAIN_PHASES}
     shapes = []
     batch_prompts = bench_prompts(prompts)
     for step in range(steps):
+        wait_for_turn()  # a no-op unless ``polyrl bench --interleave`` runs the sides in lockstep
+        spans.append([time.time(), float("nan")])
         sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, n=group_size, seed=step,
                                   ignore_eos=ignore_eos)
         t = time.perf_counter()
@@ -107,6 +108,7 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
         shapes.append({"prompt_lens": [len(c.prompt_ids) for c in completions],
                        "completion_lens": [len(c.completion_ids) for c in completions],
                        "owners": [c.prompt_index for c in completions]})
+        spans[-1][1] = time.time()
         if generate_only:
             continue
         seqs = [TokenSequence.of(c) for c in completions]
@@ -118,6 +120,7 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
             t = time.perf_counter()
             metrics = engine.train_step(TrainBatch(seqs, adv), Objective())
             train_s.append(time.perf_counter() - t)
+            spans[-1][1] = time.time()
             for p in TRAIN_PHASES:
                 if f"time/{p}" in metrics.extra:
                     phases[p].append(float(metrics.extra[f"time/{p}"]))
@@ -134,6 +137,7 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
         shapes=shapes[len(shapes) // 2],  # a representative step (the median one by index)
         completion_lens_seen=sorted({n for s in shapes for n in s["completion_lens"]}),  # every step's
         steps_timed=len(gen_s),
+        step_spans_epoch=spans,
     )
     out.update({f"{p}_s": _median(v) for p, v in phases.items() if v})
     if device_peak_mb:
@@ -146,80 +150,50 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
     return out
 
 
-#: Lines of a failed child's stderr kept in its result (``stderr_tail``): its traceback.
-STDERR_TAIL_LINES = 40
-
-
-def _last_line(stderr: str) -> str:
-    """A traceback's last line, the exception, with its module path cut
-    (``polyrl.errors.ConfigError: ...`` -> ``ConfigError: ...``)."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    return re.sub(r"^(?:\w+\.)+(\w+: )", r"\1", lines[-1]) if lines else ""
-
-
-def child_failure(returncode: int, stderr: str) -> str:
-    """What a failed child died of, in one line: the signal (SIGKILL is how the kernel's OOM
-    killer ends a process), a Python MemoryError, or the exception it raised (its traceback goes
-    to the result's ``stderr_tail``, not here: this is what the table shows)."""
-    import signal
-
-    last = _last_line(stderr)
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        oom = " (out of memory? the kernel's OOM killer sends SIGKILL)" if name == "SIGKILL" else ""
-        return f"killed by {name}{oom}" + (f": {last}" if last else "")
-    if "MemoryError" in stderr or "out of memory" in stderr.lower():
-        return f"out of memory: {last}"
-    return last or f"exit {returncode}"
-
-
-def run_child(argv: list[str], name: str, timeout: float | None = None) -> dict[str, Any]:
-    """Run a bench child and parse its last stdout line (a JSON object; its own process and RSS).
-    A child past ``timeout`` seconds is killed and recorded as timed out; a crash (signal, OOM,
-    traceback) is recorded as an ``error``: one point's failure never ends a bench."""
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"backend": name, "error": f"timed out after {timeout:g} s", "timed_out": True}
-    if done.returncode != 0:
-        return {"backend": name, "error": child_failure(done.returncode, done.stderr),
-                "returncode": done.returncode,
-                "stderr_tail": "\n".join(done.stderr.strip().splitlines()[-STDERR_TAIL_LINES:])}
-    try:
-        return json.loads(done.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        return {"backend": name, "error": f"no result line on stdout: {done.stdout[-200:]!r}"}
-
-
-def _child(module: str, args: Any, name: str, timeout: float | None = None) -> dict[str, Any]:
-    """``python -m module JSON-ARGS`` as a bench child (see ``run_child``)."""
-    return run_child([sys.executable, "-m", module, json.dumps(args)], name, timeout)
+def backend_argv(name: str, model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int,
+                 steps: int, lora: bool, *, generate_only: bool = False, ignore_eos: bool = False,
+                 compute_dtype: str | None = None, device: str = "auto") -> list[str]:
+    """The child running ``bench_backend`` for one polyrl backend (``python -m polyrl.bench``), its
+    first step left out of the medians when there are more (as TRL's child leaves out its own)."""
+    return child_argv("polyrl.bench", [name, model, prompts, group_size, max_new_tokens, threads, steps, lora,
+                                       generate_only, ignore_eos, 1, compute_dtype, device])
 
 
 def backend_child(name: str, model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int,
                   steps: int, lora: bool, *, generate_only: bool = False, ignore_eos: bool = False,
                   compute_dtype: str | None = None, timeout: float | None = None,
                   device: str = "auto") -> dict[str, Any]:
-    """``bench_backend`` for one polyrl backend in a child process (``python -m polyrl.bench``), its
-    first step left out of the medians when there are more (as TRL's child leaves out its own)."""
-    return _child("polyrl.bench", [name, model, prompts, group_size, max_new_tokens, threads, steps, lora,
-                                   generate_only, ignore_eos, 1, compute_dtype, device], name, timeout)
+    """``bench_backend`` for one polyrl backend in a child process (``backend_argv``)."""
+    return run_child(backend_argv(name, model, prompts, group_size, max_new_tokens, threads, steps, lora,
+                                  generate_only=generate_only, ignore_eos=ignore_eos, compute_dtype=compute_dtype,
+                                  device=device), name, timeout)
+
+
+def trl_missing() -> dict[str, Any] | None:
+    """The TRL side's ``error`` result when TRL (or the torch backend it runs beside) is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is None or importlib.util.find_spec("polyrl_torch") is None:
+        return {"backend": "trl", "error": "trl is not installed: pip install 'polyrl-torch[bench]'"}
+    return None
+
+
+def trl_argv(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
+             lora: bool, ignore_eos: bool = False, compute_dtype: str | None = None,
+             device: str = "auto") -> list[str]:
+    """The child running TRL's GRPOTrainer on the same workload (``polyrl_torch.bench.trl_grpo``)."""
+    return child_argv("polyrl_torch.bench.trl_grpo", [model, prompts, group_size, max_new_tokens, threads, steps,
+                                                      lora, ignore_eos, compute_dtype, device])
 
 
 def _trl(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
          lora: bool, ignore_eos: bool = False, timeout: float | None = None,
          compute_dtype: str | None = None, device: str = "auto") -> dict[str, Any]:
-    """TRL's GRPOTrainer on the same workload, in a child process (``polyrl_torch.bench.trl_grpo``)."""
-    import importlib.util
-
-    if importlib.util.find_spec("trl") is None or importlib.util.find_spec("polyrl_torch") is None:
-        return {"backend": "trl", "error": "trl is not installed: pip install 'polyrl-torch[bench]'"}
-    return _child("polyrl_torch.bench.trl_grpo",
-                  [model, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos, compute_dtype,
-                   device], "trl", timeout)
+    """TRL's GRPOTrainer on the same workload, in a child process (``trl_argv``)."""
+    if missing := trl_missing():
+        return missing
+    return run_child(trl_argv(model, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos,
+                              compute_dtype, device), "trl", timeout)
 
 
 def _mlx_lm_lora(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
@@ -320,12 +294,41 @@ def add_flop_floor_lead(results: list[dict[str, Any]], trl: dict[str, Any]) -> N
             r["peak_share_for_3x_trl"] = floor / (trl_step / 3.0)
 
 
+def _interleaved(names: list[str], model: str, prompts: int, group_size: int, max_new_tokens: int,
+                 threads: int, steps: int, lora: bool, ignore_eos: bool, compute_dtype: str | None,
+                 device: str) -> list[dict[str, Any]]:
+    """The backends' results and TRL's (last), every side run at once in lockstep."""
+    from polyrl.bench.lockstep import run_in_lockstep
+
+    children = [(n, backend_argv(n, model, prompts, group_size, max_new_tokens, threads, steps, lora,
+                                 ignore_eos=ignore_eos, compute_dtype=compute_dtype, device=device)) for n in names]
+    missing = trl_missing()
+    if missing is None:
+        children.append(("trl", trl_argv(model, prompts, group_size, max_new_tokens, threads, steps, lora,
+                                         ignore_eos, compute_dtype, device)))
+    results = run_in_lockstep(children, steps)
+    return results + [missing] if missing is not None else results
+
+
+def add_trl_ratios(results: list[dict[str, Any]], trl: dict[str, Any], paired: bool = False) -> None:
+    """Each result's ``speedup_vs_trl`` (TRL's median step over its own) and memory ratio; with
+    ``paired`` (lockstep sides: step i of each ran back to back) also the ratio of every step pair,
+    ``speedup_vs_trl_each``."""
+    for r in results:
+        if trl.get("step_s") and r.get("step_s"):
+            r["speedup_vs_trl"] = trl["step_s"] / r["step_s"]
+            if trl.get("peak_rss_mb"):
+                r["rss_vs_trl"] = r["peak_rss_mb"] / trl["peak_rss_mb"]
+        if paired and trl.get("step_s_each") and r.get("step_s_each"):
+            r["speedup_vs_trl_each"] = [t / s for t, s in zip(trl["step_s_each"], r["step_s_each"]) if s > 0]
+
+
 def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prompts: int = 8,
               group_size: int = 4, max_new_tokens: int = 32, threads: int = 1, steps: int = 3,
               lora: bool = False, output: str | None = "bench/results.json",
               generate_only: bool = False, trl: bool = False, hf_generate: bool = False,
               mlx_lm_lora: bool = False, chart: bool = True, ignore_eos: bool = False,
-              compute_dtype: str | None = None, device: str = "auto") -> dict[str, Any]:
+              compute_dtype: str | None = None, device: str = "auto", interleave: bool = False) -> dict[str, Any]:
     """Bench ``backends`` (default: every usable one but ``remote``), then TRL (``trl``), mlx-lm-lora's GRPO
     (``mlx_lm_lora``: each MLX result's ``speedup_vs_mlx_lm_lora``) and transformers' ``generate``
     (``hf_generate``: each backend's ``generate_speedup_vs_hf``) on the same workload.
@@ -333,10 +336,13 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
     ``compute_dtype`` (e.g. bfloat16) runs polyrl's engines and TRL in that mixed precision (and
     ``generate`` on weights of that dtype); ``device`` is every side's (``auto``: CUDA, a GPU or Metal
     when the machine has one, else the CPU; the matmul peak is measured on the same device).
+    ``interleave``: the backends and TRL run at once, stepping in turn (``polyrl.bench.lockstep``),
+    and each backend's ``speedup_vs_trl_each`` pairs its steps with TRL's.
     The arguments are checked first (``polyrl.bench.args``): a bad one is a ``ConfigError``
     before anything is measured or written."""
     check_workload(prompts, group_size, max_new_tokens, threads, steps, generate_only,
                    trains_baseline=trl or mlx_lm_lora)
+    check_interleave(interleave, trl, generate_only)
     reg = get_registry()
     names = bench_backends(reg, backends)
     check_output(output)
@@ -345,18 +351,19 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
     peaks = {"float32": peak}
     if compute_dtype is not None and compute_dtype != "float32":
         peaks[compute_dtype] = matmul_peak(threads, compute_dtype, device)
-    results = [backend_child(n, resolved, prompts, group_size, max_new_tokens, threads, steps, lora,
-                             generate_only=generate_only, ignore_eos=ignore_eos, compute_dtype=compute_dtype,
-                             device=device)
-               for n in names]
+    if interleave:
+        results = _interleaved(names, resolved, prompts, group_size, max_new_tokens, threads, steps, lora,
+                               ignore_eos, compute_dtype, device)
+    else:
+        results = [backend_child(n, resolved, prompts, group_size, max_new_tokens, threads, steps, lora,
+                                 generate_only=generate_only, ignore_eos=ignore_eos, compute_dtype=compute_dtype,
+                                 device=device)
+                   for n in names]
+        if trl:
+            results.append(_trl(resolved, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos,
+                                compute_dtype=compute_dtype, device=device))
     if trl:
-        results.append(_trl(resolved, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos,
-                            compute_dtype=compute_dtype, device=device))
-        for r in results[:-1]:
-            if results[-1].get("step_s") and r.get("step_s"):
-                r["speedup_vs_trl"] = results[-1]["step_s"] / r["step_s"]
-                if results[-1].get("peak_rss_mb"):
-                    r["rss_vs_trl"] = r["peak_rss_mb"] / results[-1]["peak_rss_mb"]
+        add_trl_ratios(results[:-1], results[-1], paired=interleave)
     if mlx_lm_lora:
         peer = _mlx_lm_lora(resolved, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos,
                             device)
@@ -387,7 +394,7 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
                     "matmul_peaks": peaks,
                     # where the peak (and so every side, on the same device spec) ran: "cpu", or a GPU's name
                     "device": peak.get("device_name") or peak.get("device", "cpu")},
-        "workload": {"model": model, "prompts": prompts, "group_size": group_size,
+        "workload": {"model": model, "prompts": prompts, "group_size": group_size, "interleave": interleave,
                      "max_new_tokens": max_new_tokens, "steps": steps, "lora": lora,
                      "generate_only": generate_only, "trl": trl, "hf_generate": hf_generate,
                      "mlx_lm_lora": mlx_lm_lora, "ignore_eos": ignore_eos,

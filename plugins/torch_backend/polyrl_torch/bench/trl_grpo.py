@@ -36,6 +36,7 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from polyrl.bench.lockstep import wait_for_turn
     from polyrl.bench.workload import bench_prompts
     from polyrl.types import LoraConfig
 
@@ -64,18 +65,22 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
 
         def __init__(self) -> None:
             self.seconds: list[float] = []
+            self.spans: list[list[float]] = []  # every step's wall-clock [start, end], warm-up included
             self.phases: list[dict[str, float]] = []
             self.current: dict[str, float] = {}
             self._t = 0.0
 
         def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
+            wait_for_turn()  # a no-op unless ``polyrl bench --interleave`` runs the sides in lockstep
             self.current = {}
             sync()
             self._t = time.perf_counter()
+            self.spans.append([time.time(), float("nan")])
 
         def on_step_end(self, *args: Any, **kwargs: Any) -> None:
             sync()
             self.seconds.append(time.perf_counter() - self._t)
+            self.spans[-1][1] = time.time()
             self.phases.append(self.current)
 
         def wrap(self, obj: Any, method: str, phase: str) -> None:
@@ -155,7 +160,8 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "shapes": shapes[len(shapes) // 2] if shapes else None,
         "completion_lens_seen": sorted({n for s in shapes for n in s["completion_lens"]}),
-        "steps_timed": len(measured), "step_s_each": [float(x) for x in measured], "trl_version": __import__("trl").__version__,
+        "steps_timed": len(measured), "step_s_each": [float(x) for x in measured],
+        "step_spans_epoch": timer.spans, "trl_version": __import__("trl").__version__,
         "param_dtype": str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
         "compute_dtype": compute_dtype or "float32", "device": where.type,
         **({"peak_device_mb": torch.cuda.max_memory_allocated(where) / 2**20} if cuda else {}),
