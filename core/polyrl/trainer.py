@@ -216,9 +216,10 @@ class Trainer:
         self.kl_coef = float(config.algorithm.beta)  # kl_in_reward's coefficient (kl_ctrl adapts it)
         self.rollouts = RolloutAhead(self._generate)
         self._saved_step: int | None = None  # the step of the last checkpoint this run wrote
-        #: keep_previous_runs = 0 on a fresh start: (the run set aside then, or None); previous/ is
-        #: emptied once this run saves a trained checkpoint, so a start that fails costs nothing
-        self._prune_previous: tuple[Path | None] | None = None
+        #: keep_previous_runs = 0 on a fresh start: previous/ is emptied once this run saves a trained
+        #: checkpoint (so a start that fails costs nothing); ``_set_aside``: the run moved there then
+        self._prune_pending = False
+        self._set_aside: Path | None = None
         self._env_reward_warned = False  # _warn_unused_env_reward: once a run
         self.history: list[dict[str, Any]] = []
         self.tracking = tracking_for_run(config, self.registry, self.rank)  # unknown tracker: error now
@@ -771,9 +772,9 @@ class Trainer:
         self._saved_step = self.step
         ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints)
         log.info("checkpoint saved", path=str(path), step=self.step)
-        if self._prune_previous is not None and self.step > 0:  # keep_previous_runs = 0: replaced now
-            previous_runs.deferred_prune(self.output_dir, self._prune_previous[0])
-            self._prune_previous = None
+        if self._prune_pending and self.step > 0:  # keep_previous_runs = 0: replaced now
+            previous_runs.deferred_prune(self.output_dir, self._set_aside)
+            self._prune_pending = False
         return path
 
     def _write_failed(self, what: str, cause: OSError | str) -> OutputWriteError:
@@ -854,7 +855,7 @@ class Trainer:
                 self.output_dir, [self.checkpoint_root, self.final_model_dir, self.output_dir / "metrics.jsonl",
                                   self.output_dir / evaluation.COMPLETIONS_FILE, self.tracking.completions_path],
                 keep=keep)
-        self._prune_previous = (aside,) if keep == 0 else None
+        self._prune_pending, self._set_aside = keep == 0, aside
         self.step = 0
         self.history = self._rewind_metrics()
         self.tracking.rewind(self.step)

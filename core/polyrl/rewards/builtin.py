@@ -152,11 +152,14 @@ def _required(name: str, opts: dict[str, Any], key: str, example: str) -> Any:
 
 # --- the rewards -------------------------------------------------------------------------------
 
+#: The dataset column exact_match and numeric_match read the reference answer from by default.
+ANSWER_COLUMN = "answer"
+
 Scores = list[float | None]
 
 
 def exact_match(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
-    opts = _options("exact_match", context, {"column": "answer", "extract": "auto", "case_sensitive": False})
+    opts = _options("exact_match", context, {"column": ANSWER_COLUMN, "extract": "auto", "case_sensitive": False})
     if opts["extract"] not in ("auto", "last_line", "full"):
         raise RewardError(f"exact_match: unknown extract {opts['extract']!r}. Fix: use auto, last_line or full")
     out: Scores = []
@@ -191,7 +194,7 @@ def _as_float(value: Any, column: str, index: int) -> float:
 
 
 def numeric_match(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
-    opts = _options("numeric_match", context, {"column": "answer", "tolerance": 1e-6})
+    opts = _options("numeric_match", context, {"column": ANSWER_COLUMN, "tolerance": 1e-6})
     tol = float(opts["tolerance"])
     out: Scores = []
     for i, completion in enumerate(completions):
@@ -273,7 +276,7 @@ BUILTIN_REWARDS: dict[str, tuple[Callable[[Sequence[Any], RewardContext], Scores
 # --- the plugin hooks --------------------------------------------------------------------------
 
 
-#: The built-in rewards that read the row's answer from option ``column`` (default "answer").
+#: The built-in rewards that read the row's answer from option ``column`` (default ``ANSWER_COLUMN``).
 ANSWER_READERS = ("exact_match", "numeric_match")
 
 
@@ -286,7 +289,7 @@ def check_options(name: str, options: Mapping[str, Any], columns: Collection[str
         BUILTIN_REWARDS[name][0]([], RewardContext(rows=[], wanted=(name,), options={name: options},
                                                    completion_ids=[]))
     if name in ANSWER_READERS and columns is not None:
-        column = (options or {}).get("column", "answer")
+        column = (options or {}).get("column", ANSWER_COLUMN)
         if column not in columns:
             raise RewardError(
                 f"reward {name!r} reads the answer from column {column!r}, which the dataset does not have "
