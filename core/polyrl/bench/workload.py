@@ -23,7 +23,7 @@ import numpy as np
 from polyrl import strict_json
 from polyrl.bench import speed_records
 from polyrl.bench.args import bench_backends, check_interleave, check_output, check_workload
-from polyrl.bench.children import _child, child_argv, child_failure, run_child  # noqa: F401 (re-exported)
+from polyrl.bench.children import _child, child_argv, run_child
 from polyrl.bench.lockstep import wait_for_turn
 from polyrl.bench.machine import cpu_info
 from polyrl.engine import Engine
