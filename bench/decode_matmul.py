@@ -10,7 +10,9 @@ from memory, so the rate is set by how the BLAS streams weights, not by its squa
 layer's weights distinct (as in a real step, where they do not stay in cache), for float32 and,
 where torch has it, bfloat16: the ceiling of generation MFU at a given row count, the same for
 every framework that calls torch's matmul. ``decode_packed`` is the same step on weights packed
-once for oneDNN (``polyrl_torch.generation_weights.PackedLinear``, what polyrl's CPU sampler runs).
+once for oneDNN (``polyrl_torch.packed_linear.PackedLinear``), and ``decode_fused`` that step with
+each layer's q/k/v and gate/up weights packed as one matrix each (``FusedProjections``): what
+polyrl's CPU sampler runs.
 
 Why it also measures how fast one thread reads memory: machines differ most there (a core of one
 of this project's CPUs read 8.6 GB/s, another's ~25), and a decode step must stream every weight
@@ -49,7 +51,7 @@ def packed(weight: object) -> object:
     """The sampler's packed layer holding ``weight``."""
     import torch
 
-    from polyrl_torch.generation_weights import PackedLinear
+    from polyrl_torch.packed_linear import PackedLinear
 
     shape_only = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=weight.dtype, device="meta")
     layer = PackedLinear(shape_only)
@@ -57,14 +59,25 @@ def packed(weight: object) -> object:
     return layer
 
 
-def rate(shape: ModelShape, rows: int, dtype_name: str, seconds: float, pack: bool = False) -> dict[str, float]:
+def fused(layer: list[object]) -> list[object]:
+    """A layer's seven weights as four: q/k/v stacked, o, gate/up stacked, down."""
+    import torch
+
+    q, k, v, o, gate, up, down = layer
+    return [torch.cat([q, k, v]), o, torch.cat([gate, up]), down]
+
+
+def rate(shape: ModelShape, rows: int, dtype_name: str, seconds: float, pack: bool = False,
+         fuse: bool = False) -> dict[str, float]:
     """GFLOP/s of one decode step's matmuls (backbone, then ``lm_head``) at ``rows`` rows, with
-    torch's matmul or (``pack``) on packed weights."""
+    torch's matmul or (``pack``) on packed weights, siblings stacked (``fuse``) or not."""
     import torch
     import torch.nn.functional as F
 
     dtype = getattr(torch, dtype_name)
     weights = layer_weights(shape, dtype, shape.layers)
+    if fuse:
+        weights = [fused(layer) for layer in weights]
     head = torch.randn(shape.vocab, shape.hidden).to(dtype)
     x = {n: torch.randn(rows, n).to(dtype) for n in {shape.hidden, shape.intermediate, shape.heads * shape.head_dim}}
     layers = [[packed(w) if pack else functools.partial(F.linear, weight=w) for w in layer] for layer in weights]
@@ -138,18 +151,21 @@ def main(argv: list[str] | None = None) -> int:
     peaks = {d: measure(args.threads, dtype=d) for d in dtypes}
     read = memory_read_gb_per_s(args.seconds)
 
-    def measured(dtype: str, pack: bool) -> dict[str, dict[str, float]]:
-        return {str(r): with_roofline(rate(shape, r, dtype, args.seconds, pack=pack), peaks[dtype]["peak_gflops"], read)
+    def measured(dtype: str, pack: bool, fuse: bool = False) -> dict[str, dict[str, float]]:
+        return {str(r): with_roofline(rate(shape, r, dtype, args.seconds, pack=pack, fuse=fuse),
+                                      peaks[dtype]["peak_gflops"], read)
                 for r in rows}
+
+    packable = [d for d in dtypes if packing_available(torch.device("cpu"), getattr(torch, d))]
 
     report = {"machine": cpu_info(args.threads), "model": args.model, "square_peak": peaks["float32"] if "float32" in peaks else measure(args.threads),
               "square_peaks": peaks, "memory_read_gb_per_s": read,
               "decode": {d: measured(d, False) for d in dtypes},
-              "decode_packed": {d: measured(d, True) for d in dtypes
-                                if packing_available(torch.device("cpu"), getattr(torch, d))}}
+              "decode_packed": {d: measured(d, True) for d in packable},
+              "decode_fused": {d: measured(d, True, fuse=True) for d in packable}}
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(strict_json.dumps(report, indent=2))
-    for kind in ("decode", "decode_packed"):
+    for kind in ("decode", "decode_packed", "decode_fused"):
         print(kind, "GFLOP/s (roofline, serial):", json.dumps(
             {d: {r: [round(v[k], 1) for k in ("gflops", "roofline_gflops", "serial_gflops")] for r, v in by.items()}
              for d, by in report[kind].items()}))
