@@ -9,7 +9,8 @@ its own process at a fixed completion length (polyrl ``ignore_eos``, TRL ``min_n
 max(1, tokens_per_step // (group x length)) prompts so long points use fewer prompts. Memory points
 (``--memory-lengths``) are 1 prompt x 2 completions, one step: peak RSS at long lengths. A side
 past its timeout or crashing (OOM included) is recorded as such. The JSON is saved after every
-point; ``--resume`` skips the points it already holds. Writes the JSON, a PNG beside it (speed-up
+point; ``--resume`` skips the points it already holds. ``--interleave`` runs each speed point's two
+sides at once, stepping in turn, and records each step pair's ratio (memory points stay sequential). Writes the JSON, a PNG beside it (speed-up
 vs TRL, peak RSS and MFU per phase against length) and a markdown table (printed and beside it, .md).
 """
 
@@ -52,6 +53,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--trl", action=argparse.BooleanOptionalAction, default=True, help="run TRL at each point")
     p.add_argument("--timeout", type=float, default=None, help="seconds per polyrl child (default: none)")
     p.add_argument("--trl-timeout", type=float, default=None, help="seconds per TRL child (default: none)")
+    p.add_argument("--interleave", action="store_true",
+                   help="run each speed point's polyrl and TRL at once, stepping in turn (a drifting machine slows "
+                        "both sides of a step pair alike); needs --trl")
     p.add_argument("--resume", action="store_true", help="skip the points already in --output")
     p.add_argument("--output", default="bench/results/scaling.json")
     return p
@@ -64,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and value <= 0:
             print(f"error: --{flag.replace('_', '-')} must be positive, got {value}", file=sys.stderr)
             return 2
+    if args.interleave and not args.trl:
+        print("error: --interleave pairs polyrl's steps with TRL's: drop --no-trl, or drop --interleave", file=sys.stderr)
+        return 2
     modes = {"full": [False], "lora": [True], "both": [False, True]}[args.lora]
     points = plan_points(args.lengths, args.groups, modes, args.tokens_per_step, args.steps, args.memory_lengths)
 
@@ -74,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         report = run_sweep(args.model, points, args.output, backend=args.backend, threads=args.threads,
                            tokens_per_step=args.tokens_per_step, steps=args.steps, trl=args.trl,
                            timeout=args.timeout, trl_timeout=args.trl_timeout, resume=args.resume,
-                           command=[sys.executable, *sys.argv] if argv is None else ["bench/scaling.py", *argv],
+                           interleave=args.interleave, command=[sys.executable, *sys.argv] if argv is None else ["bench/scaling.py", *argv],
                            on_point=progress)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -18,12 +18,13 @@ from polyrl.bench import run_bench
 from polyrl.bench.lockstep import LOCKSTEP_FD_ENV, run_in_lockstep, wait_for_turn
 from polyrl.errors import ConfigError
 
-#: A bench child in miniature: loads for ``load`` seconds, then takes ``steps`` steps of 50 ms,
-#: each after ``wait_for_turn``; ``crash_at`` raises before that step. Prints its spans as JSON.
+#: A bench child in miniature: loads for ``load`` seconds, then takes ``steps`` steps of ``step``
+#: seconds, each after ``wait_for_turn``; ``crash_at`` raises before that step. Prints its spans as JSON.
 CHILD = textwrap.dedent("""
     import json, sys, time
     from polyrl.bench.lockstep import wait_for_turn
     name, steps, load, crash_at = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+    step = float(sys.argv[5])
     time.sleep(load)
     loaded = time.time()
     spans = []
@@ -32,14 +33,14 @@ CHILD = textwrap.dedent("""
         if i == crash_at:
             raise RuntimeError(f"{name} broke at step {i}")
         start = time.time()
-        time.sleep(0.05)
+        time.sleep(step)
         spans.append([start, time.time()])
     print(json.dumps({"backend": name, "loaded": loaded, "spans": spans}))
 """)
 
 
-def child(name: str, steps: int, load: float = 0.0, crash_at: int = -1) -> tuple[str, list[str]]:
-    return name, [sys.executable, "-c", CHILD, name, str(steps), str(load), str(crash_at)]
+def child(name: str, steps: int, load: float = 0.0, crash_at: int = -1, step: float = 0.05) -> tuple[str, list[str]]:
+    return name, [sys.executable, "-c", CHILD, name, str(steps), str(load), str(crash_at), str(step)]
 
 
 def timeline(results: list[dict]) -> list[tuple[float, float, str]]:
@@ -71,10 +72,24 @@ def test_a_side_that_dies_while_loading_does_not_hold_up_the_others():
     assert len(results[2]["spans"]) == 2
 
 
+def test_a_side_past_its_timeout_is_killed_and_recorded_while_the_others_finish():
+    """A timeout counts the parent's waits on that side alone (its loading and its own steps):
+    ``slow`` runs out in its first step, ``hung`` while loading, and ``patient``, whose waits for
+    the others' turns (over 5 s in all) are not its own, finishes."""
+    results = run_in_lockstep([child("slow", 3, step=30.0), child("patient", 3, load=0.5),
+                               child("hung", 3, load=30.0)], steps=3, timeouts=[2.5, 5.0, 3.0])
+    slow, patient, hung = results
+    assert slow == {"backend": "slow", "error": "timed out after 2.5 s", "timed_out": True}
+    assert hung == {"backend": "hung", "error": "timed out after 3 s", "timed_out": True}
+    assert "error" not in patient and len(patient["spans"]) == 3
+    with pytest.raises(ValueError, match="2 timeouts for 1 children"):
+        run_in_lockstep([child("a", 1)], steps=1, timeouts=[1.0, 2.0])
+
+
 def test_a_child_run_alone_never_waits(monkeypatch):
     monkeypatch.delenv(LOCKSTEP_FD_ENV, raising=False)
     wait_for_turn()  # returns at once: no parent, no pipe
-    done = subprocess.run([sys.executable, "-c", CHILD, "solo", "2", "0", "-1"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", CHILD, "solo", "2", "0", "-1", "0.05"], capture_output=True, text=True,
                           timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
     assert len(json.loads(done.stdout)["spans"]) == 2

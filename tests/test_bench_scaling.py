@@ -142,6 +142,37 @@ def test_resume_skips_done_points_and_records_a_trl_timeout(sweep, eos_heavy_mod
     assert write_sweep_chart(resumed, tmp_path / "scaling.png")
 
 
+@pytest.mark.slow  # polyrl and TRL loaded side by side
+def test_an_interleaved_sweep_pairs_each_speed_points_steps_and_keeps_memory_points_sequential(
+        eos_heavy_model, tmp_path):
+    pytest.importorskip("trl", reason="trl is the bench-only extra polyrl-torch[bench]")
+    points = plan_points([8], [2], [False], tokens_per_step=32, steps=3, memory_lengths=[8])
+    report = run_sweep(eos_heavy_model, points, tmp_path / "scaling.json", threads=1, tokens_per_step=32, steps=3,
+                       trl=True, interleave=True, command=["bench/scaling.py", "--interleave"])
+    speed, memory = report["points"]
+    assert report["settings"]["interleave"] is True
+    assert speed["interleaved"] is True and memory["interleaved"] is False
+    for point in (speed, memory):
+        assert point["status"] == "ok" and point["lengths"]["equal"], point["status"]
+    ours, trl = speed["polyrl"], speed["trl"]
+    events = sorted((s, e, r["backend"]) for r in (ours, trl) for s, e in r["step_spans_epoch"])
+    assert [name for _, _, name in events] == ["torch", "trl", "trl", "torch", "torch", "trl"]  # in turn, rotating
+    assert all(end <= next_start for (_, end, _), (next_start, _, _) in zip(events, events[1:]))
+    pairs = speed["trl_over_polyrl_each_step"]
+    assert len(pairs) == 2 and pairs == pytest.approx([t / o for t, o in zip(trl["step_s_each"], ours["step_s_each"])])
+    # the memory point ran its sides one after the other: polyrl's last step ended before TRL's first began
+    assert memory["polyrl"]["step_spans_epoch"][-1][1] <= memory["trl"]["step_spans_epoch"][0][0]
+    assert "trl_over_polyrl_each_step" not in memory
+    table = sweep_markdown(report)
+    assert f"ok; step pairs x TRL {pairs[0]:.2f}, {pairs[1]:.2f} |" in table and "Speed points interleaved" in table
+
+
+def test_the_script_refuses_interleave_without_trl(capsys):
+    assert _script().main(["--interleave", "--no-trl"]) == 2
+    assert capsys.readouterr().err == ("error: --interleave pairs polyrl's steps with TRL's: drop --no-trl, "
+                                       "or drop --interleave\n")
+
+
 @pytest.mark.slow  # the sweep fixture runs polyrl and TRL side by side
 def test_resume_refuses_a_report_made_with_other_settings(sweep, eos_heavy_model):
     _, output = sweep

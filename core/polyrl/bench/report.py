@@ -253,7 +253,7 @@ def sweep_markdown(report: dict[str, Any]) -> str:
             fmt(trl.get("peak_rss_mb"), ".0f"),
             f"{fmt(ours.get('generate_mfu'), '.1%')} / {fmt(ours.get('train_mfu'), '.1%')}",
             f"{fmt(trl.get('generate_mfu'), '.1%')} / {fmt(trl.get('train_mfu'), '.1%')}",
-            str(p["status"]).replace("|", "/")]) + " |")
+            _status(p).replace("|", "/")]) + " |")
     trends = lead_trends(report)
     lines += ["", *(f"- {line}" for line in trends), *([""] if trends else [])]
     m, s = report["machine"], report["settings"]
@@ -261,5 +261,15 @@ def sweep_markdown(report: dict[str, Any]) -> str:
     lines.append(f"{s['model']}, {s['backend']} backend vs TRL, {s['threads']} thread(s), {s['steps']} step(s) "
                  f"per point (medians; the first left out when there are more), about {s['tokens_per_step']} sampled tokens per step, fixed lengths; "
                  f"{m.get('model')}, fp32 matmul peak {fmt(peak.get('peak_gflops'), '.1f')} GFLOP/s "
-                 f"({peak.get('library')}). x TRL = TRL's seconds / polyrl's (above 1: polyrl faster).")
+                 f"({peak.get('library')}). x TRL = TRL's seconds / polyrl's (above 1: polyrl faster)."
+                 + (" Speed points interleaved: both sides loaded at once, stepping in turn; the status gives each"
+                    " step pair's x TRL." if s.get("interleave") else ""))
     return "\n".join(lines) + "\n"
+
+
+def _status(point: dict[str, Any]) -> str:
+    """The point's status, with its step pairs' ratios when its sides ran interleaved."""
+    pairs = point.get("trl_over_polyrl_each_step") or []
+    if not pairs:
+        return str(point["status"])
+    return f"{point['status']}; step pairs x TRL {', '.join(f'{r:.2f}' for r in pairs)}"

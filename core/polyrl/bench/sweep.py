@@ -7,6 +7,12 @@ the same work; the lengths each side really produced are recorded and a point wh
 is flagged, never silently compared. Each side runs in its own child process (``workload``'s
 children) with a timeout, so a slow or crashed side becomes a recorded outcome, not a lost sweep.
 The report is saved after every point, and ``resume`` skips the points already in it.
+
+``interleave`` runs a speed point's two sides at once, stepping in turn (``polyrl.bench.lockstep``,
+as ``polyrl bench --interleave``): a shared machine whose speed drifts between one side's run and
+the other's then slows both sides of a step pair alike, and each pair's ratio is recorded. Memory
+points always run one side after the other: two long-completion processes resident together could
+run the machine out of memory.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ import attrs
 
 from polyrl import strict_json
 from polyrl.bench.machine import cpu_info
-from polyrl.bench.workload import _trl, add_utilisation, backend_child, matmul_peak
+from polyrl.bench.lockstep import run_in_lockstep
+from polyrl.bench.workload import _trl, add_utilisation, backend_argv, backend_child, matmul_peak, trl_argv, trl_missing
 from polyrl.errors import ConfigError
 from polyrl.registry import get_registry
 
@@ -90,24 +97,39 @@ def compare(point_result: dict[str, Any]) -> None:
         if ours.get("peak_rss_mb") and trl.get("peak_rss_mb"):
             ratios["peak_rss"] = trl["peak_rss_mb"] / ours["peak_rss_mb"]
         point_result["trl_over_polyrl"] = ratios
+        if point_result.get("interleaved"):  # step i of each side ran back to back
+            point_result["trl_over_polyrl_each_step"] = [
+                t / o for t, o in zip(trl.get("step_s_each", []), ours.get("step_s_each", [])) if o > 0]
 
 
 def run_point(point: SweepPoint, model_dir: str, backend: str, threads: int, peak_gflops: float, *,
-              trl: bool, timeout: float | None, trl_timeout: float | None) -> dict[str, Any]:
-    """polyrl, then TRL, on one point, each in its own child process; both with MFU per phase.
-    Both sides leave their first step out of the medians when there are more (lazy initialisation)."""
+              trl: bool, timeout: float | None, trl_timeout: float | None,
+              interleave: bool = False) -> dict[str, Any]:
+    """polyrl, then TRL (or both at once: ``interleave``), on one point, each in its own child process;
+    both with MFU per phase.
+    Both sides leave their first step out of the medians when there are more (lazy initialisation).
+    ``interleave``: a speed point's sides run at once, stepping in turn (module docstring)."""
     started = time.time()
-    ours = backend_child(backend, model_dir, point.prompts, point.group_size, point.length, threads, point.steps,
-                         point.lora, ignore_eos=True, timeout=timeout)
-    sides = {"polyrl": ours}
-    if trl:
-        sides["trl"] = _trl(model_dir, point.prompts, point.group_size, point.length, threads, point.steps,
-                            point.lora, ignore_eos=True, timeout=trl_timeout)
+    paired = interleave and trl and point.kind == "scaling" and trl_missing() is None
+    if paired:
+        children = [(backend, backend_argv(backend, model_dir, point.prompts, point.group_size, point.length,
+                                           threads, point.steps, point.lora, ignore_eos=True)),
+                    ("trl", trl_argv(model_dir, point.prompts, point.group_size, point.length, threads,
+                                     point.steps, point.lora, ignore_eos=True))]
+        ours, theirs = run_in_lockstep(children, point.steps, timeouts=[timeout, trl_timeout])
+        sides = {"polyrl": ours, "trl": theirs}
+    else:
+        ours = backend_child(backend, model_dir, point.prompts, point.group_size, point.length, threads,
+                             point.steps, point.lora, ignore_eos=True, timeout=timeout)
+        sides = {"polyrl": ours}
+        if trl:
+            sides["trl"] = _trl(model_dir, point.prompts, point.group_size, point.length, threads, point.steps,
+                                point.lora, ignore_eos=True, timeout=trl_timeout)
     for r in sides.values():
         if "error" not in r:
             add_utilisation(r, model_dir, peak_gflops, point.lora)
     result: dict[str, Any] = {"key": point.key, "workload": attrs.asdict(point), **sides,
-                              "lengths": length_check(point.length, sides),
+                              "lengths": length_check(point.length, sides), "interleaved": paired,
                               "wall_s": time.time() - started}
     compare(result)
     return result
@@ -143,14 +165,15 @@ def save(report: dict[str, Any], path: Path) -> None:
 def run_sweep(model: str, points: Sequence[SweepPoint], output: str | Path, *, backend: str = "torch",
               threads: int = 1, tokens_per_step: int = 1024, steps: int = 2, trl: bool = True,
               timeout: float | None = None, trl_timeout: float | None = None, resume: bool = False,
-              command: Sequence[str] | None = None,
+              interleave: bool = False, command: Sequence[str] | None = None,
               on_point: Callable[[SweepPoint, str], None] | None = None) -> dict[str, Any]:
     """Run ``points`` (skipping those already in ``output`` with ``resume``), saving after each.
-    ``on_point(point, "ran" | "skipped")`` follows progress."""
+    ``on_point(point, "ran" | "skipped")`` follows progress; ``interleave``: see the module docstring."""
     path = Path(output)
     resolved = get_registry().resolve_model(model)
     settings = {"model": model, "backend": backend, "threads": threads, "steps": steps,
-                "tokens_per_step": tokens_per_step, "trl": trl, "timeout_s": timeout, "trl_timeout_s": trl_timeout}
+                "tokens_per_step": tokens_per_step, "trl": trl, "timeout_s": timeout, "trl_timeout_s": trl_timeout,
+                "interleave": interleave}
     report = load_report(path, settings) if resume else None
     if report is None:
         if path.exists() and not resume:
@@ -165,7 +188,8 @@ def run_sweep(model: str, points: Sequence[SweepPoint], output: str | Path, *, b
             if on_point:
                 on_point(point, "skipped")
             continue
-        result = run_point(point, resolved, backend, threads, peak, trl=trl, timeout=timeout, trl_timeout=trl_timeout)
+        result = run_point(point, resolved, backend, threads, peak, trl=trl, timeout=timeout, trl_timeout=trl_timeout,
+                           interleave=interleave)
         report["points"].append(strict_json.sanitize(result))  # as the file holds it (NaN -> null)
         done.add(point.key)
         save(report, path)
