@@ -103,9 +103,13 @@ def test_decode_matmul_bench_measures_each_row_count_and_dtype(tiny_model_dir, t
     assert rates["64"]["gflops"] > rates["1"]["gflops"]
     packed = report["decode_packed"]["float32"]  # the sampler's packed weights: same FLOP count
     assert set(packed) == {"1", "64"} and packed["64"]["gflops"] > packed["1"]["gflops"] > 0
+    fused = report["decode_fused"]["float32"]  # q/k/v and gate/up stacked: the same FLOPs and bytes
+    assert set(fused) == {"1", "64"} and fused["64"]["gflops"] > fused["1"]["gflops"] > 0
+    for rows in ("1", "64"):
+        assert fused[rows]["gflops"] * fused[rows]["step_ms"] == pytest.approx(packed[rows]["gflops"] * packed[rows]["step_ms"])
     # the roofline: both bounds above the slower of the two, the overlapped one the higher
     assert report["memory_read_gb_per_s"] > 0
-    for v in [*rates.values(), *packed.values()]:
+    for v in [*rates.values(), *packed.values(), *fused.values()]:
         assert v["roofline_gflops"] >= v["serial_gflops"] > 0
         assert v["of_roofline"] == pytest.approx(v["gflops"] / v["roofline_gflops"])
 
@@ -119,6 +123,23 @@ def test_decode_roofline_is_the_slower_of_arithmetic_and_streaming():
     assert out["serial_gflops"] == pytest.approx(100 / 3)
     assert out["of_roofline"] == pytest.approx(1.0) and out["of_serial"] == pytest.approx(1.5)
     assert module.main(["--rows", "four"]) == 2
+
+
+def test_fused_projections_ab_bench_alternates_a_fused_and_a_separate_sampler(tiny_model_dir, tmp_path):
+    """bench/fused_projections_ab.py: two samplers on the same weights, one fusing q/k/v and
+    gate/up, take turns; both sample the same tokens, and the report pairs their rounds."""
+    pytest.importorskip("torch")
+    module = _bench("fused_projections_ab")
+    out = tmp_path / "ab.json"
+    assert module.main(["--model", tiny_model_dir, "--rounds", "2", "--prompts", "2", "--group-size", "2",
+                        "--max-new-tokens", "4", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {k: len(v) for k, v in report["generate_s"].items()} == {"fused": 2, "separate": 2}
+    assert report["separate_over_fused_each"] == pytest.approx(
+        [s / f for s, f in zip(report["generate_s"]["separate"], report["generate_s"]["fused"])])
+    assert report["rounds_with_different_tokens"] == 0 and report["worst_logprob_gap"] < 1e-4
+    assert report["compute_dtype"] == "float32" and report["machine"]["threads"] == 1
+    assert module.main(["--rounds", "0"]) == 2
 
 
 def test_lora_train_ab_bench_times_both_ways_on_the_same_losses(tiny_model_dir, tmp_path):
