@@ -10,9 +10,11 @@ from memory, so the rate is set by how the BLAS streams weights, not by its squa
 layer's weights distinct (as in a real step, where they do not stay in cache), for float32 and,
 where torch has it, bfloat16: the ceiling of generation MFU at a given row count, the same for
 every framework that calls torch's matmul. ``decode_packed`` is the same step on weights packed
-once for oneDNN (``polyrl_torch.packed_linear.PackedLinear``), and ``decode_fused`` that step with
-each layer's q/k/v and gate/up weights packed as one matrix each (``FusedProjections``): what
-polyrl's CPU sampler runs.
+once for oneDNN (``polyrl_torch.generation_weights.PackedLinear``, what polyrl's CPU sampler runs),
+and ``decode_fused`` that step with each layer's q/k/v and gate/up weights stacked and packed as
+one matrix each: faster here in isolation at few rows, but a sampler built that way was no faster
+end to end (README, "Tried and not kept: one matmul for sibling projections"), so the sampler
+packs each projection alone.
 
 Why it also measures how fast one thread reads memory: machines differ most there (a core of one
 of this project's CPUs read 8.6 GB/s, another's ~25), and a decode step must stream every weight
@@ -51,7 +53,7 @@ def packed(weight: object) -> object:
     """The sampler's packed layer holding ``weight``."""
     import torch
 
-    from polyrl_torch.packed_linear import PackedLinear
+    from polyrl_torch.generation_weights import PackedLinear
 
     shape_only = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=weight.dtype, device="meta")
     layer = PackedLinear(shape_only)

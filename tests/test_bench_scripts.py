@@ -125,23 +125,6 @@ def test_decode_roofline_is_the_slower_of_arithmetic_and_streaming():
     assert module.main(["--rows", "four"]) == 2
 
 
-def test_fused_projections_ab_bench_alternates_a_fused_and_a_separate_sampler(tiny_model_dir, tmp_path):
-    """bench/fused_projections_ab.py: two samplers on the same weights, one fusing q/k/v and
-    gate/up, take turns; both sample the same tokens, and the report pairs their rounds."""
-    pytest.importorskip("torch")
-    module = _bench("fused_projections_ab")
-    out = tmp_path / "ab.json"
-    assert module.main(["--model", tiny_model_dir, "--rounds", "2", "--prompts", "2", "--group-size", "2",
-                        "--max-new-tokens", "4", "--output", str(out)]) == 0
-    report = json.loads(out.read_text())
-    assert {k: len(v) for k, v in report["generate_s"].items()} == {"fused": 2, "separate": 2}
-    assert report["separate_over_fused_each"] == pytest.approx(
-        [s / f for s, f in zip(report["generate_s"]["separate"], report["generate_s"]["fused"])])
-    assert report["rounds_with_different_tokens"] == 0 and report["worst_logprob_gap"] < 1e-4
-    assert report["compute_dtype"] == "float32" and report["machine"]["threads"] == 1
-    assert module.main(["--rounds", "0"]) == 2
-
-
 def test_lora_train_ab_bench_times_both_ways_on_the_same_losses(tiny_model_dir, tmp_path):
     """bench/lora_train_ab.py: peft's and the fused LoRA layers alternate on one engine; the
     report holds every round's seconds for both and refuses losses that differ."""
