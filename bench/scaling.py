@@ -10,8 +10,9 @@ max(1, tokens_per_step // (group x length)) prompts so long points use fewer pro
 (``--memory-lengths``) are 1 prompt x 2 completions, one step: peak RSS at long lengths. A side
 past its timeout or crashing (OOM included) is recorded as such. The JSON is saved after every
 point; ``--resume`` skips the points it already holds. ``--interleave`` runs each speed point's two
-sides at once, stepping in turn, and records each step pair's ratio (memory points stay sequential). Writes the JSON, a PNG beside it (speed-up
-vs TRL, peak RSS and MFU per phase against length) and a markdown table (printed and beside it, .md).
+sides at once, stepping in turn, and records each step pair's ratio (memory points stay sequential).
+Writes the JSON, a PNG beside it (speed-up vs TRL, peak RSS and MFU per phase against length) and a
+markdown table (printed and beside it, .md).
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         report = run_sweep(args.model, points, args.output, backend=args.backend, threads=args.threads,
                            tokens_per_step=args.tokens_per_step, steps=args.steps, trl=args.trl,
                            timeout=args.timeout, trl_timeout=args.trl_timeout, resume=args.resume,
-                           interleave=args.interleave, command=[sys.executable, *sys.argv] if argv is None else ["bench/scaling.py", *argv],
+                           interleave=args.interleave,
+                           command=[sys.executable, *sys.argv] if argv is None else ["bench/scaling.py", *argv],
                            on_point=progress)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 import select
 import subprocess
-import time
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from typing import IO, Any
 

@@ -29,7 +29,8 @@ import attrs
 from polyrl import strict_json
 from polyrl.bench.machine import cpu_info
 from polyrl.bench.lockstep import run_in_lockstep
-from polyrl.bench.workload import _trl, add_utilisation, backend_argv, backend_child, matmul_peak, trl_argv, trl_missing
+from polyrl.bench.workload import (_trl, add_utilisation, backend_argv, backend_child, matmul_peak, trl_argv,
+                                   trl_missing)
 from polyrl.errors import ConfigError
 from polyrl.registry import get_registry
 
