@@ -28,9 +28,8 @@ import attrs
 
 from polyrl import strict_json
 from polyrl.bench.machine import cpu_info
-from polyrl.bench.lockstep import run_in_lockstep
-from polyrl.bench.workload import (_trl, add_utilisation, backend_argv, backend_child, matmul_peak, trl_argv,
-                                   trl_missing)
+from polyrl.bench.workload import (_trl, add_utilisation, backend_child, matmul_peak, run_interleaved,
+                                   step_pair_ratios, trl_missing)
 from polyrl.errors import ConfigError
 from polyrl.registry import get_registry
 
@@ -99,8 +98,7 @@ def compare(point_result: dict[str, Any]) -> None:
             ratios["peak_rss"] = trl["peak_rss_mb"] / ours["peak_rss_mb"]
         point_result["trl_over_polyrl"] = ratios
         if point_result.get("interleaved"):  # step i of each side ran back to back
-            point_result["trl_over_polyrl_each_step"] = [
-                t / o for t, o in zip(trl.get("step_s_each", []), ours.get("step_s_each", [])) if o > 0]
+            point_result["trl_over_polyrl_each_step"] = step_pair_ratios(trl, ours)
 
 
 def run_point(point: SweepPoint, model_dir: str, backend: str, threads: int, peak_gflops: float, *,
@@ -113,11 +111,9 @@ def run_point(point: SweepPoint, model_dir: str, backend: str, threads: int, pea
     started = time.time()
     paired = interleave and trl and point.kind == "scaling" and trl_missing() is None
     if paired:
-        children = [(backend, backend_argv(backend, model_dir, point.prompts, point.group_size, point.length,
-                                           threads, point.steps, point.lora, ignore_eos=True)),
-                    ("trl", trl_argv(model_dir, point.prompts, point.group_size, point.length, threads,
-                                     point.steps, point.lora, ignore_eos=True))]
-        ours, theirs = run_in_lockstep(children, point.steps, timeouts=[timeout, trl_timeout])
+        ours, theirs = run_interleaved([backend], model_dir, point.prompts, point.group_size, point.length, threads,
+                                       point.steps, point.lora, ignore_eos=True, timeout=timeout,
+                                       trl_timeout=trl_timeout)
         sides = {"polyrl": ours, "trl": theirs}
     else:
         ours = backend_child(backend, model_dir, point.prompts, point.group_size, point.length, threads,

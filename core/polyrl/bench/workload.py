@@ -294,20 +294,29 @@ def add_flop_floor_lead(results: list[dict[str, Any]], trl: dict[str, Any]) -> N
             r["peak_share_for_3x_trl"] = floor / (trl_step / 3.0)
 
 
-def _interleaved(names: list[str], model: str, prompts: int, group_size: int, max_new_tokens: int,
-                 threads: int, steps: int, lora: bool, ignore_eos: bool, compute_dtype: str | None,
-                 device: str) -> list[dict[str, Any]]:
-    """The backends' results and TRL's (last), every side run at once in lockstep."""
+def run_interleaved(names: list[str], model: str, prompts: int, group_size: int, max_new_tokens: int,
+                    threads: int, steps: int, lora: bool, ignore_eos: bool, compute_dtype: str | None = None,
+                    device: str = "auto", timeout: float | None = None,
+                    trl_timeout: float | None = None) -> list[dict[str, Any]]:
+    """The backends' results and TRL's (last), every side run at once in lockstep; ``timeout``
+    (each backend) and ``trl_timeout``: seconds each side may keep the others waiting."""
     from polyrl.bench.lockstep import run_in_lockstep
 
     children = [(n, backend_argv(n, model, prompts, group_size, max_new_tokens, threads, steps, lora,
                                  ignore_eos=ignore_eos, compute_dtype=compute_dtype, device=device)) for n in names]
+    timeouts = [timeout] * len(names)
     missing = trl_missing()
     if missing is None:
         children.append(("trl", trl_argv(model, prompts, group_size, max_new_tokens, threads, steps, lora,
                                          ignore_eos, compute_dtype, device)))
-    results = run_in_lockstep(children, steps)
+        timeouts.append(trl_timeout)
+    results = run_in_lockstep(children, steps, timeouts)
     return results + [missing] if missing is not None else results
+
+
+def step_pair_ratios(trl: dict[str, Any], ours: dict[str, Any]) -> list[float]:
+    """TRL's step time over ours for each step pair of sides run in lockstep (step i of each back to back)."""
+    return [t / o for t, o in zip(trl.get("step_s_each") or [], ours.get("step_s_each") or []) if o > 0]
 
 
 def add_trl_ratios(results: list[dict[str, Any]], trl: dict[str, Any], paired: bool = False) -> None:
@@ -320,7 +329,7 @@ def add_trl_ratios(results: list[dict[str, Any]], trl: dict[str, Any], paired: b
             if trl.get("peak_rss_mb"):
                 r["rss_vs_trl"] = r["peak_rss_mb"] / trl["peak_rss_mb"]
         if paired and trl.get("step_s_each") and r.get("step_s_each"):
-            r["speedup_vs_trl_each"] = [t / s for t, s in zip(trl["step_s_each"], r["step_s_each"]) if s > 0]
+            r["speedup_vs_trl_each"] = step_pair_ratios(trl, r)
 
 
 def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prompts: int = 8,
@@ -352,7 +361,7 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
     if compute_dtype is not None and compute_dtype != "float32":
         peaks[compute_dtype] = matmul_peak(threads, compute_dtype, device)
     if interleave:
-        results = _interleaved(names, resolved, prompts, group_size, max_new_tokens, threads, steps, lora,
+        results = run_interleaved(names, resolved, prompts, group_size, max_new_tokens, threads, steps, lora,
                                ignore_eos, compute_dtype, device)
     else:
         results = [backend_child(n, resolved, prompts, group_size, max_new_tokens, threads, steps, lora,
