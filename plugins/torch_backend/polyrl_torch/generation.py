@@ -25,6 +25,7 @@ from polyrl.errors import ConfigError
 from polyrl.backend_kit.stopping import StopStrings
 from polyrl.types import Completion, Prompt, SamplingParams
 from polyrl_torch.attention import attends_bf16_natively
+from polyrl_torch.decode_step import LlamaDecodeStep
 from polyrl_torch.engine import TorchEngine
 from polyrl_torch.kv_cache import preallocate
 from polyrl_torch.generation_weights import GenerationCopy, uses_generation_copy
@@ -154,7 +155,7 @@ def generate(engine: TorchEngine, prompts: Sequence[Prompt], sampling: SamplingP
                 engine.generation_copy = GenerationCopy(engine)
             copy = engine.generation_copy
             with torch.inference_mode():
-                return _generate(engine, copy.current(engine), prompts, sampling, DynamicCache)
+                return _generate(engine, copy.current(engine), prompts, sampling, DynamicCache, copy.decode_step)
         # gather (FSDP) and fold LoRA outside inference mode
         with engine.full_weights(), engine.adapters_merged(), torch.inference_mode(), engine.autocast():
             return _generate(engine, engine.model, prompts, sampling, DynamicCache)
@@ -162,8 +163,10 @@ def generate(engine: TorchEngine, prompts: Sequence[Prompt], sampling: SamplingP
         engine.model.train(model_was_training)
 
 
-def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cache_cls) -> list[Completion]:
-    """``model`` samples (the engine's own, or its packed / mixed-precision copy)."""
+def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cache_cls,
+              decode_step: LlamaDecodeStep | None = None) -> list[Completion]:
+    """``model`` samples (the engine's own, or its packed / mixed-precision copy); ``decode_step``,
+    when given, computes its single-token steps (``polyrl_torch.decode_step``)."""
     if not prompts:
         return []
     n, device = sampling.n, engine.device
@@ -200,6 +203,8 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
         cache.batch_select_indices(expand)
         logits, attention, positions = logits[expand], attention[expand], positions[expand]
     next_pos = positions[:, -1] + 1
+    if decode_step is not None and not decode_step.usable(cache):
+        decode_step = None
 
     tokens: list[list[int]] = [[] for _ in range(total)]
     logps: list[list[float]] = [[] for _ in range(total)]
@@ -246,8 +251,11 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
             active, chosen = active[index], chosen[index]
             attention, next_pos = attention[index], next_pos[index]
         attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=-1)
-        logits = _next_logits(model, input_ids=chosen[:, None], attention_mask=attention,
-                              position_ids=next_pos[:, None], past_key_values=cache)
+        if decode_step is not None:
+            logits = decode_step(chosen[:, None], attention, next_pos[:, None], cache)
+        else:
+            logits = _next_logits(model, input_ids=chosen[:, None], attention_mask=attention,
+                                  position_ids=next_pos[:, None], past_key_values=cache)
         next_pos = next_pos + 1
 
     return [

@@ -27,6 +27,8 @@ import torch
 
 from polyrl.backend_kit.options import bool_option
 from polyrl_torch.attention import sampler_attention
+from polyrl_torch.decode_step import LlamaDecodeStep
+from polyrl_torch.decode_step import supports as decode_step_supports
 
 if TYPE_CHECKING:
     from polyrl_torch.engine import TorchEngine
@@ -41,6 +43,12 @@ def packing_requested(options: Mapping[str, Any]) -> bool:
     """``backends.options.packed_generation`` (default on), checked to be a boolean."""
     return bool_option(options, "packed_generation", True,
                        fix="write packed_generation = false to sample with the training weights (or remove it)")
+
+
+def lean_decode_requested(options: Mapping[str, Any]) -> bool:
+    """``backends.options.lean_decode`` (default on), checked to be a boolean."""
+    return bool_option(options, "lean_decode", True,
+                       fix="write lean_decode = false to run transformers' forward for every decode step (or remove it)")
 
 
 def packing_available(device: torch.device, dtype: torch.dtype) -> bool:
@@ -110,6 +118,9 @@ class GenerationCopy:
             # the prefill's last position is a strided [rows, 1, hidden] view: torch's bfloat16 matmul
             # copied the whole expanded lm_head weight for it; a contiguous input takes the plain mm
             self.model.get_output_embeddings().register_forward_pre_hook(lambda _, args: (args[0].contiguous(),))
+        #: the copy's single-token step written out (Llama-code models; None: the model's forward)
+        self.decode_step = (LlamaDecodeStep(self.model)
+                            if lean_decode_requested(engine.config.options) and decode_step_supports(self.model) else None)
         self._made_from: tuple[Any, ...] = ()
 
     def current(self, engine: TorchEngine) -> Any:

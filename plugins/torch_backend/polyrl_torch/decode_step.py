@@ -1,0 +1,152 @@
+"""One decode step of a float32 Llama-family sampler copy, written out as the tensor ops it runs.
+
+Why: a decode step's tensors are a few rows wide, so besides its matmuls the step's cost is the
+work around each small op, and transformers' forward adds to it: every layer's call goes through
+keyword plumbing and output records, every forward recomputes the rotary embedding's cosines and
+sines and builds a mask, and each one-token row travels as a 3-D view. ``LlamaDecodeStep`` runs
+the same ops in the same order on the same modules (tests/test_torch_decode_step.py: the same
+tokens and log-probs bit for bit), keeps rows 2-D, looks each position's cosine and sine up in a
+table the model's own rotary module filled once, and passes SDPA the padding mask as the boolean
+``[rows, 1, 1, keys]`` that transformers' SDPA mask is for a single query
+(``bench/decode_step_ab.py`` measures both ways in one process).
+
+Which models: float32 copies attending with polyrl's grouped SDPA (``polyrl_torch.attention``; a
+single query, so its flash-kernel branch, which this step calls directly), whose inner model,
+decoder layers, attention, MLP and norms run transformers' Llama code (compared by bytecode, not by
+name, as ``polyrl_torch.rms_norm`` does, so a family that changed any of them keeps its own
+forward), with a SiLU MLP and a rotary embedding whose values depend only on the position (not
+"dynamic" or "longrope", which rescale with the sequence), and only on a cache of preallocated
+layers. Anything else runs the model's own forward.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+
+from polyrl_torch.attention import GROUPED_SDPA, SAMPLER_SDPA
+from polyrl_torch.kv_cache import PreallocatedLayer
+
+#: Rotary types whose cosine and sine at a position never change (a table holds them).
+FIXED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+#: Positions the rotary table holds at least (it grows when a longer sequence comes).
+MIN_TABLE_POSITIONS = 1024
+
+
+def _llama() -> types.ModuleType | None:
+    try:
+        from transformers.models.llama import modeling_llama
+    except ImportError:  # a transformers without Llama: nothing to match against
+        return None
+    return modeling_llama
+
+
+def _runs(module: Any, reference: Any) -> bool:
+    """Whether ``module``'s class runs ``reference``'s forward (same bytecode, constants and names)."""
+    a = getattr(getattr(type(module), "forward", None), "__code__", None)
+    b = reference.forward.__code__
+    return a is not None and (a.co_code, a.co_consts, a.co_names) == (b.co_code, b.co_consts, b.co_names)
+
+
+def supports(model: Any) -> bool:
+    """Whether ``model`` (a causal LM) is a float32 Llama-code model attending with polyrl's SDPA
+    (``polyrl_torch.attention``), which is what ``LlamaDecodeStep`` reproduces."""
+    llama = _llama()
+    inner = getattr(model, "model", None)
+    if getattr(model.config, "_attn_implementation", None) not in (GROUPED_SDPA, SAMPLER_SDPA):
+        return False
+    if any(p.dtype != torch.float32 for p in model.parameters()):
+        return False
+    if llama is None or inner is None or not _runs(model, llama.LlamaForCausalLM) or not _runs(inner, llama.LlamaModel):
+        return False
+    rotary = getattr(inner, "rotary_emb", None)
+    if rotary is None or getattr(rotary, "rope_type", None) not in FIXED_ROPE_TYPES:
+        return False
+    embed = getattr(inner, "embed_tokens", None)
+    if (type(embed) is not torch.nn.Embedding or embed.max_norm is not None
+            or not _runs(getattr(inner, "norm", None), llama.LlamaRMSNorm)):
+        return False
+    if getattr(model.config, "hidden_act", None) != "silu":
+        return False
+    for layer in inner.layers:
+        attention, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+        if not (_runs(layer, llama.LlamaDecoderLayer) and _runs(attention, llama.LlamaAttention)
+                and _runs(mlp, llama.LlamaMLP) and _runs(getattr(layer, "input_layernorm", None), llama.LlamaRMSNorm)
+                and _runs(getattr(layer, "post_attention_layernorm", None), llama.LlamaRMSNorm)):
+            return False
+    return True
+
+
+def _rms_norm(norm: Any, hidden: torch.Tensor) -> torch.Tensor:
+    """``norm(hidden)``; in float32 through torch's ``rms_norm``, which computes the same values
+    (the same pow, mean, rsqrt and products) with less work around them."""
+    weight = norm.weight
+    if hidden.dtype == weight.dtype == torch.float32:
+        return torch.nn.functional.rms_norm(hidden, weight.shape, weight, norm.variance_epsilon)
+    return norm(hidden)
+
+
+class LlamaDecodeStep:
+    """``model``'s next-token logits for one new token per row, as its own forward computes them."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.inner = model.model
+        #: per layer, the modules a step calls, looked up once (module attribute lookups add up)
+        self.layers = [(layer.input_layernorm, layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
+                        layer.self_attn.o_proj, layer.post_attention_layernorm, layer.mlp.gate_proj,
+                        layer.mlp.up_proj, layer.mlp.down_proj)
+                       for layer in self.inner.layers[: model.config.num_hidden_layers]]
+        attention = self.inner.layers[0].self_attn
+        self.head_dim, self.scaling = attention.head_dim, attention.scaling
+        self.grouped = attention.num_key_value_groups > 1
+        self._cos: torch.Tensor | None = None
+        self._sin: torch.Tensor | None = None
+
+    def usable(self, cache: Any) -> bool:
+        """Whether this step can run on ``cache`` (one preallocated layer per decoder layer)."""
+        layers = getattr(cache, "layers", ())
+        return len(layers) == len(self.layers) and all(type(layer) is PreallocatedLayer for layer in layers)
+
+    def _rotary(self, positions: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cosine and sine for ``positions`` (``[rows]``), as the rotary module gives them."""
+        need = int(positions.max()) + 1
+        if self._cos is None or self._cos.shape[0] < need or self._cos.dtype != like.dtype:
+            count = max(need, MIN_TABLE_POSITIONS, 2 * (self._cos.shape[0] if self._cos is not None else 0))
+            every = torch.arange(count, device=positions.device)[None]
+            cos, sin = self.inner.rotary_emb(like, position_ids=every)  # each entry: its position's alone
+            self._cos, self._sin = cos[0], sin[0]
+        assert self._sin is not None
+        return self._cos[positions], self._sin[positions]
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                 past_key_values: Any) -> torch.Tensor:
+        """Float32 logits ``[rows, vocab]`` for ``input_ids`` ``[rows, 1]`` at ``position_ids``."""
+        rows = input_ids.shape[0]
+        # [rows, hidden]: one token per row throughout, so no op carries a length-1 axis
+        hidden = torch.nn.functional.embedding(input_ids[:, 0], self.inner.embed_tokens.weight)
+        cos, sin = self._rotary(position_ids[:, 0], hidden)  # [rows, head_dim]
+        cos, sin = cos[:, None, :], sin[:, None, :]
+        seen = attention_mask.bool()[:, None, None, :]  # what transformers' mask says for one query per row
+        dim = self.head_dim
+        for (norm, q_proj, k_proj, v_proj, o_proj, mlp_norm, gate, up, down), cache_layer in zip(
+                self.layers, past_key_values.layers):
+            normed = _rms_norm(norm, hidden)
+            query = _rotate(q_proj(normed).view(rows, -1, dim), cos, sin)
+            key = _rotate(k_proj(normed).view(rows, -1, dim), cos, sin)
+            keys, values = cache_layer.update(key[:, :, None, :], v_proj(normed).view(rows, -1, 1, dim))
+            out = torch.nn.functional.scaled_dot_product_attention(
+                query[:, :, None, :], keys, values, attn_mask=seen, scale=self.scaling, enable_gqa=self.grouped)
+            hidden = hidden + o_proj(out.view(rows, -1))
+            normed = _rms_norm(mlp_norm, hidden)
+            hidden = hidden + down(torch.nn.functional.silu(gate(normed)) * up(normed))  # LlamaMLP, SiLU
+        hidden = _rms_norm(self.inner.norm, hidden)
+        return self.model.lm_head(hidden).float()
+
+
+def _rotate(states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """transformers' rotary embedding of ``states`` ``[rows, heads, head_dim]`` (``apply_rotary_pos_emb``)."""
+    half = states.shape[-1] // 2
+    return states * cos + torch.cat((-states[..., half:], states[..., :half]), dim=-1) * sin
