@@ -39,11 +39,14 @@ def test_written_out_steps_sample_what_transformers_forward_does(tiny_model_dir,
     written, plain = _engine(tiny_model_dir, lora), _engine(tiny_model_dir, lora, lean_decode=False)
     samplings = [SamplingParams(max_new_tokens=10, n=2, temperature=0.0),
                  SamplingParams(max_new_tokens=12, n=3, seed=5, temperature=0.8, top_p=0.9, top_k=20),
-                 SamplingParams(max_new_tokens=12, n=2, seed=7, repetition_penalty=1.3)]
+                 SamplingParams(max_new_tokens=12, n=2, seed=7, repetition_penalty=1.3),
+                 SamplingParams(max_new_tokens=16, n=3, seed=9, stop=("e", "o"))]  # rows finish early
     for round_ in range(2):
         for sampling in samplings:
             a, b = written.generate(PROMPTS, sampling), plain.generate(PROMPTS, sampling)
             assert _same(a, b), (round_, sampling)
+            if sampling.stop:  # rows left the batch mid-way (the cache's rows re-selected)
+                assert len({len(c.completion_ids) for c in a}) > 1, [c.text for c in a]
         for engine in (written, plain):  # the same update on both: the copies must follow it
             seqs = [TokenSequence.of(c) for c in engine.generate(PROMPTS[:2], samplings[1])]
             engine.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs)).astype(np.float32)), Objective())
