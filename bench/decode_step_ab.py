@@ -4,6 +4,7 @@
     python bench/decode_step_ab.py --threads 1 --rounds 6 \\
         --output bench/results/decode_step_ab_smollm2_32rows_1thread.json
     # few rows, long completions: --prompts 1 --max-new-tokens 128 --rounds 4
+    # a mixed-precision sampler (bfloat16 copy): --compute-dtype bfloat16
 
 Why: the written-out step saves work around the matmuls of a few-row step, a change of a few
 percent, less than a shared VM's speed drifts between runs, so both ways run on the same engine
@@ -28,14 +29,16 @@ from polyrl.types import EngineConfig, SamplingParams
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = ab_workload.parser(__doc__.split("\n\n")[0]).parse_args(argv)
+    p = ab_workload.parser(__doc__.split("\n\n")[0])
+    p.add_argument("--compute-dtype", choices=["bfloat16"], default=None)
+    args = p.parse_args(argv)
     if error := ab_workload.workload_error(args):
         print(error, file=sys.stderr)
         return 2
     registry = get_registry()
     engine = Engine(registry, "torch", EngineConfig(
         model=registry.resolve_model(args.model), role="train", threads=args.threads, device="cpu",
-        max_length=args.max_new_tokens + 256))
+        compute_dtype=args.compute_dtype, max_length=args.max_new_tokens + 256))
     prompts = bench_prompts(args.prompts)
     engine.generate(prompts, SamplingParams(max_new_tokens=2, seed=0))  # packs the copy now
     copy = engine.raw.generation_copy
@@ -62,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: the two ways sampled different tokens or log-probs", file=sys.stderr)
         return 1
     pairs = [t / w for t, w in zip(seconds["transformers"], seconds["written_out"])]
-    report = {**ab_workload.report_header(args), "generate_s": seconds,
+    report = {**ab_workload.report_header(args), "compute_dtype": args.compute_dtype or "float32",
+              "generate_s": seconds,
               "median_s": {n: statistics.median(v) for n, v in seconds.items()},
               "transformers_over_written_out_each": pairs,
               "transformers_over_written_out_median": statistics.median(pairs), "bit_identical": identical}

@@ -184,3 +184,20 @@ def test_step_pieces_ab_bench_times_every_way_and_checks_they_agree(tiny_model_d
     assert set(target["ms_forward_with_entropy"]) == set(target["ms_backward"]) == {"blocks_16mb", "blocks_now"}
     assert all(v > 0 for v in target["ms_backward"].values())
     assert module.main(["--max-new-tokens", "1"]) == 2 and module.main(["--rounds", "0"]) == 2
+
+
+@pytest.mark.parametrize("compute_dtype", [None, "bfloat16"])
+def test_decode_step_ab_bench_times_both_ways_and_checks_the_same_bits(tiny_model_dir, tmp_path, compute_dtype):
+    """bench/decode_step_ab.py: transformers' forward and the written-out decode step alternate on
+    one engine's copy; every round's seconds for both, bit-identical samples, bad flags refused."""
+    module = _bench("decode_step_ab")
+    out = tmp_path / "decode.json"
+    dtype = ["--compute-dtype", compute_dtype] if compute_dtype else []
+    assert module.main(["--model", tiny_model_dir, "--rounds", "3", "--prompts", "2", "--group-size", "2",
+                        "--max-new-tokens", "6", "--output", str(out), *dtype]) == 0
+    report = json.loads(out.read_text())
+    assert {k: len(v) for k, v in report["generate_s"].items()} == {"transformers": 3, "written_out": 3}
+    assert report["bit_identical"] and report["compute_dtype"] == (compute_dtype or "float32")
+    pairs = [t / w for t, w in zip(report["generate_s"]["transformers"], report["generate_s"]["written_out"])]
+    assert report["transformers_over_written_out_each"] == pytest.approx(pairs)
+    assert module.main(["--rounds", "0"]) == 2

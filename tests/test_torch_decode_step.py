@@ -23,10 +23,10 @@ torch = pytest.importorskip("torch")
 PROMPTS = ["hello there", "count to three, then four, five and six", "a"]
 
 
-def _engine(model_dir: str, lora: bool = False, **options) -> Engine:
+def _engine(model_dir: str, lora: bool = False, compute_dtype: str | None = None, **options) -> Engine:
     return Engine(get_registry(), "torch", EngineConfig(
         model=model_dir, threads=1, seed=0, options=options, optimizer=OptimizerConfig(lr=1e-2),
-        lora=LoraConfig(rank=4, alpha=8) if lora else None))
+        lora=LoraConfig(rank=4, alpha=8) if lora else None, compute_dtype=compute_dtype))
 
 
 def _same(a, b) -> bool:
@@ -34,9 +34,12 @@ def _same(a, b) -> bool:
                for x, y in zip(a, b, strict=True))
 
 
-@pytest.mark.parametrize("lora", [False, True])
-def test_written_out_steps_sample_what_transformers_forward_does(tiny_model_dir, lora):
-    written, plain = _engine(tiny_model_dir, lora), _engine(tiny_model_dir, lora, lean_decode=False)
+@pytest.mark.parametrize(("lora", "compute_dtype", "packed"), [
+    (False, None, True), (True, None, True), (False, "bfloat16", True), (True, "bfloat16", False)])
+def test_written_out_steps_sample_what_transformers_forward_does(tiny_model_dir, lora, compute_dtype, packed):
+    """float32 and bfloat16 copies (mixed precision), packed or plain linear layers."""
+    written = _engine(tiny_model_dir, lora, compute_dtype, packed_generation=packed)
+    plain = _engine(tiny_model_dir, lora, compute_dtype, packed_generation=packed, lean_decode=False)
     samplings = [SamplingParams(max_new_tokens=10, n=2, temperature=0.0),
                  SamplingParams(max_new_tokens=12, n=3, seed=5, temperature=0.8, top_p=0.9, top_k=20),
                  SamplingParams(max_new_tokens=12, n=2, seed=7, repetition_penalty=1.3),
@@ -86,7 +89,8 @@ def test_only_models_running_llama_code_get_the_written_out_step():
     assert supports(_tiny(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}))
     assert not supports(_tiny(hidden_act="gelu"))  # the step's MLP is SiLU
     assert not supports(_tiny(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}))
-    assert not supports(_tiny().to(torch.bfloat16))  # float32 copies only
+    assert supports(_tiny().to(torch.bfloat16))  # a mixed-precision sampler's copy
+    assert not supports(_tiny().to(torch.float16))
     assert not supports(_tiny("qwen2"))  # its attention's forward is not Llama's (sliding window)
     assert not supports(_tiny("mistral"))
 
@@ -95,3 +99,14 @@ def test_lean_decode_switch_must_be_a_boolean(tiny_model_dir):
     with pytest.raises(ConfigError) as err:
         _engine(tiny_model_dir, lean_decode="no")
     assert err.value.field == "backends.options.lean_decode" and "true or false" in str(err.value)
+
+
+def test_written_out_steps_on_a_widened_bfloat16_cache(tiny_model_dir):
+    """Long completions hold a bfloat16 sampler's keys and values in float32 (``FLOAT32_CACHE_FROM_TOKENS``)."""
+    from polyrl_torch.generation import FLOAT32_CACHE_FROM_TOKENS
+
+    sampling = SamplingParams(max_new_tokens=FLOAT32_CACHE_FROM_TOKENS + 4, n=2, seed=3, ignore_eos=True)
+    written = _engine(tiny_model_dir, compute_dtype="bfloat16")
+    plain = _engine(tiny_model_dir, compute_dtype="bfloat16", lean_decode=False)
+    a, b = written.generate(PROMPTS[:2], sampling), plain.generate(PROMPTS[:2], sampling)
+    assert {len(c.completion_ids) for c in a} == {sampling.max_new_tokens} and _same(a, b)

@@ -1,4 +1,4 @@
-"""One decode step of a float32 Llama-family sampler copy, written out as the tensor ops it runs.
+"""One decode step of a Llama-family sampler copy, written out as the tensor ops it runs.
 
 Why: a decode step's tensors are a few rows wide, so besides its matmuls the step's cost is the
 work around each small op, and transformers' forward adds to it: every layer's call goes through
@@ -6,12 +6,12 @@ keyword plumbing and output records, every forward recomputes the rotary embeddi
 sines and builds a mask, and each one-token row travels as a 3-D view. ``LlamaDecodeStep`` runs
 the same ops in the same order on the same modules (tests/test_torch_decode_step.py: the same
 tokens and log-probs bit for bit), keeps rows 2-D, looks each position's cosine and sine up in a
-table the model's own rotary module filled once, and passes SDPA the padding mask as the boolean
-``[rows, 1, 1, keys]`` that transformers' SDPA mask is for a single query
-(``bench/decode_step_ab.py`` measures both ways in one process).
+table the model's own rotary module filled once, and hands the copy's attention function the
+padding mask as the boolean ``[rows, 1, 1, keys]`` that transformers' SDPA mask is for a single
+query (``bench/decode_step_ab.py`` measures both ways in one process).
 
-Which models: float32 copies attending with polyrl's grouped SDPA (``polyrl_torch.attention``; a
-single query, so its flash-kernel branch, which this step calls directly), whose inner model,
+Which models: float32 or bfloat16 copies attending with polyrl's grouped SDPA
+(``polyrl_torch.attention``, called here as the model's layers would call it), whose inner model,
 decoder layers, attention, MLP and norms run transformers' Llama code (compared by bytecode, not by
 name, as ``polyrl_torch.rms_norm`` does, so a family that changed any of them keeps its own
 forward), with a SiLU MLP and a rotary embedding whose values depend only on the position (not
@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from polyrl_torch.attention import GROUPED_SDPA, SAMPLER_SDPA
+from polyrl_torch.attention import GROUPED_SDPA, SAMPLER_SDPA, grouped_sdpa, sampler_sdpa
 from polyrl_torch.kv_cache import PreallocatedLayer
 
 #: Rotary types whose cosine and sine at a position never change (a table holds them).
@@ -51,13 +51,13 @@ def _runs(module: Any, reference: Any) -> bool:
 
 
 def supports(model: Any) -> bool:
-    """Whether ``model`` (a causal LM) is a float32 Llama-code model attending with polyrl's SDPA
-    (``polyrl_torch.attention``), which is what ``LlamaDecodeStep`` reproduces."""
+    """Whether ``model`` (a causal LM) is a float32 or bfloat16 Llama-code model attending with
+    polyrl's SDPA (``polyrl_torch.attention``), which is what ``LlamaDecodeStep`` reproduces."""
     llama = _llama()
     inner = getattr(model, "model", None)
     if getattr(model.config, "_attn_implementation", None) not in (GROUPED_SDPA, SAMPLER_SDPA):
         return False
-    if any(p.dtype != torch.float32 for p in model.parameters()):
+    if any(p.dtype not in (torch.float32, torch.bfloat16) for p in model.parameters()):
         return False
     if llama is None or inner is None or not _runs(model, llama.LlamaForCausalLM) or not _runs(inner, llama.LlamaModel):
         return False
@@ -101,7 +101,10 @@ class LlamaDecodeStep:
                        for layer in self.inner.layers[: model.config.num_hidden_layers]]
         attention = self.inner.layers[0].self_attn
         self.head_dim, self.scaling = attention.head_dim, attention.scaling
-        self.grouped = attention.num_key_value_groups > 1
+        #: the copy's attention function (grouped or sampler SDPA) and a layer to hand it: it reads
+        #: only the layer's grouping, which every layer shares
+        self.attention = sampler_sdpa if model.config._attn_implementation == SAMPLER_SDPA else grouped_sdpa
+        self.attention_module = attention
         self._cos: torch.Tensor | None = None
         self._sin: torch.Tensor | None = None
 
@@ -137,9 +140,9 @@ class LlamaDecodeStep:
             query = _rotate(q_proj(normed).view(rows, -1, dim), cos, sin)
             key = _rotate(k_proj(normed).view(rows, -1, dim), cos, sin)
             keys, values = cache_layer.update(key[:, :, None, :], v_proj(normed).view(rows, -1, 1, dim))
-            out = torch.nn.functional.scaled_dot_product_attention(
-                query[:, :, None, :], keys, values, attn_mask=seen, scale=self.scaling, enable_gqa=self.grouped)
-            hidden = hidden + o_proj(out.view(rows, -1))
+            out, _ = self.attention(self.attention_module, query[:, :, None, :], keys, values, seen,
+                                    dropout=0.0, scaling=self.scaling)
+            hidden = hidden + o_proj(out.reshape(rows, -1))
             normed = _rms_norm(mlp_norm, hidden)
             hidden = hidden + down(torch.nn.functional.silu(gate(normed)) * up(normed))  # LlamaMLP, SiLU
         hidden = _rms_norm(self.inner.norm, hidden)
