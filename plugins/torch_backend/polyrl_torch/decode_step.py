@@ -105,6 +105,7 @@ class LlamaDecodeStep:
         #: only the layer's grouping, which every layer shares
         self.attention = sampler_sdpa if model.config._attn_implementation == SAMPLER_SDPA else grouped_sdpa
         self.attention_module = attention
+        self.grouped = attention.num_key_value_groups > 1
         self._cos: torch.Tensor | None = None
         self._sin: torch.Tensor | None = None
 
@@ -140,13 +141,21 @@ class LlamaDecodeStep:
             query = _rotate(q_proj(normed).view(rows, -1, dim), cos, sin)
             key = _rotate(k_proj(normed).view(rows, -1, dim), cos, sin)
             keys, values = cache_layer.update(key[:, :, None, :], v_proj(normed).view(rows, -1, 1, dim))
-            out, _ = self.attention(self.attention_module, query[:, :, None, :], keys, values, seen,
-                                    dropout=0.0, scaling=self.scaling)
-            hidden = hidden + o_proj(out.reshape(rows, -1))
+            hidden = hidden + o_proj(self._attend(query[:, :, None, :], keys, values, seen).reshape(rows, -1))
             normed = _rms_norm(mlp_norm, hidden)
             hidden = hidden + down(torch.nn.functional.silu(gate(normed)) * up(normed))  # LlamaMLP, SiLU
         hidden = _rms_norm(self.inner.norm, hidden)
         return self.model.lm_head(hidden).float()
+
+    def _attend(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                seen: torch.Tensor) -> torch.Tensor:
+        """The copy's attention for one query per row. In float32 ``grouped_sdpa`` is this very SDPA
+        call (a single query: no matmul branch, no cast) followed by copies the step does not need."""
+        if query.dtype == keys.dtype == values.dtype == torch.float32:
+            return torch.nn.functional.scaled_dot_product_attention(
+                query, keys, values, attn_mask=seen, scale=self.scaling, enable_gqa=self.grouped)
+        out, _ = self.attention(self.attention_module, query, keys, values, seen, dropout=0.0, scaling=self.scaling)
+        return out
 
 
 def _rotate(states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
