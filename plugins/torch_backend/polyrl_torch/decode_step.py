@@ -28,6 +28,7 @@ import torch
 
 from polyrl_torch.attention import GROUPED_SDPA, SAMPLER_SDPA, grouped_sdpa, sampler_sdpa
 from polyrl_torch.kv_cache import PreallocatedLayer
+from polyrl_torch.rms_norm import same_code
 
 #: Rotary types whose cosine and sine at a position never change (a table holds them).
 FIXED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -44,10 +45,9 @@ def _llama() -> types.ModuleType | None:
 
 
 def _runs(module: Any, reference: Any) -> bool:
-    """Whether ``module``'s class runs ``reference``'s forward (same bytecode, constants and names)."""
-    a = getattr(getattr(type(module), "forward", None), "__code__", None)
-    b = reference.forward.__code__
-    return a is not None and (a.co_code, a.co_consts, a.co_names) == (b.co_code, b.co_consts, b.co_names)
+    """Whether ``module``'s class runs ``reference``'s forward (``rms_norm.same_code``)."""
+    code = getattr(getattr(type(module), "forward", None), "__code__", None)
+    return code is not None and same_code(code, reference.forward.__code__)
 
 
 def supports(model: Any) -> bool:
@@ -92,8 +92,12 @@ class LlamaDecodeStep:
     """``model``'s next-token logits for one new token per row, as its own forward computes them."""
 
     def __init__(self, model: Any) -> None:
+        llama = _llama()
+        assert llama is not None, "supports() said yes"
         self.model = model
         self.inner = model.model
+        #: transformers' own rotary embedding of queries and keys (``unsqueeze_dim=1``: heads)
+        self.apply_rotary = llama.apply_rotary_pos_emb
         #: per layer, the modules a step calls, looked up once (module attribute lookups add up)
         self.layers = [(layer.input_layernorm, layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
                         layer.self_attn.o_proj, layer.post_attention_layernorm, layer.mlp.gate_proj,
@@ -131,15 +135,14 @@ class LlamaDecodeStep:
         rows = input_ids.shape[0]
         # [rows, hidden]: one token per row throughout, so no op carries a length-1 axis
         hidden = torch.nn.functional.embedding(input_ids[:, 0], self.inner.embed_tokens.weight)
-        cos, sin = self._rotary(position_ids[:, 0], hidden)  # [rows, head_dim]
-        cos, sin = cos[:, None, :], sin[:, None, :]
+        cos, sin = self._rotary(position_ids[:, 0], hidden)  # [rows, head_dim]: the heads' axis added by apply_rotary
         seen = attention_mask.bool()[:, None, None, :]  # what transformers' mask says for one query per row
         dim = self.head_dim
         for (norm, q_proj, k_proj, v_proj, o_proj, mlp_norm, gate, up, down), cache_layer in zip(
                 self.layers, past_key_values.layers):
             normed = _rms_norm(norm, hidden)
-            query = _rotate(q_proj(normed).view(rows, -1, dim), cos, sin)
-            key = _rotate(k_proj(normed).view(rows, -1, dim), cos, sin)
+            query, key = self.apply_rotary(q_proj(normed).view(rows, -1, dim), k_proj(normed).view(rows, -1, dim),
+                                           cos, sin)
             keys, values = cache_layer.update(key[:, :, None, :], v_proj(normed).view(rows, -1, 1, dim))
             hidden = hidden + o_proj(self._attend(query[:, :, None, :], keys, values, seen).reshape(rows, -1))
             normed = _rms_norm(mlp_norm, hidden)
@@ -157,8 +160,3 @@ class LlamaDecodeStep:
         out, _ = self.attention(self.attention_module, query, keys, values, seen, dropout=0.0, scaling=self.scaling)
         return out
 
-
-def _rotate(states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """transformers' rotary embedding of ``states`` ``[rows, heads, head_dim]`` (``apply_rotary_pos_emb``)."""
-    half = states.shape[-1] // 2
-    return states * cos + torch.cat((-states[..., half:], states[..., :half]), dim=-1) * sin

@@ -67,7 +67,8 @@ def _llama_code() -> types.CodeType | None:
     return LlamaRMSNorm.forward.__code__
 
 
-def _same_code(a: types.CodeType, b: types.CodeType) -> bool:
+def same_code(a: types.CodeType, b: types.CodeType) -> bool:
+    """Whether two functions' code is the same (bytecode, constants, names, locals)."""
     return (a.co_code, a.co_consts, a.co_names, a.co_varnames) == (b.co_code, b.co_consts, b.co_names, b.co_varnames)
 
 
@@ -87,7 +88,7 @@ def fuse_rms_norms(model: torch.nn.Module) -> int:
     for module in model.modules():
         forward = type(module).forward
         if (hasattr(module.forward, FUSED_MARK) or not hasattr(forward, "__code__")
-                or not _same_code(forward.__code__, reference)
+                or not same_code(forward.__code__, reference)
                 or not isinstance(getattr(module, "variance_epsilon", None), (int, float))):
             continue
 
