@@ -83,3 +83,76 @@ def test_packed_generation_switch_must_be_a_boolean(tiny_model_dir):
         _engine(tiny_model_dir, options={"packed_generation": "no"})
     assert err.value.field == "backends.options.packed_generation"
     assert "true or false" in str(err.value)
+
+
+def _packed_group(dt, bias: bool, widths=(40, 16, 16)):
+    from polyrl_torch.generation_weights import PackedLinear, PackedSiblings
+
+    linears = [torch.nn.Linear(24, w, bias=bias, dtype=dt) for w in widths]
+    members = [PackedLinear(linear) for linear in linears]
+    assert PackedSiblings.fits(members)
+    siblings = PackedSiblings(members)
+    for index, member in enumerate(members):
+        member.siblings, member.sibling_index = siblings, index
+    siblings.pack([linear.weight for linear in linears])
+    return linears, members
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_packed_siblings_share_one_matmul_and_each_gets_its_own_columns(dtype, bias):
+    """q/k/v-style siblings on one input: one product (their outputs share storage), each its
+    linear's values; alone, twice, on another input or after an in-place write: still its own."""
+    from polyrl_torch.generation_weights import packing_available
+
+    dt = getattr(torch, dtype)
+    if not packing_available(torch.device("cpu"), dt):
+        pytest.skip("this torch build has no oneDNN weight packing")
+    tol = 1e-5 if dt == torch.float32 else 2e-2
+    linears, members = _packed_group(dt, bias)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, 24, generator=gen).to(dt)
+    outs = [member(x) for member in members]
+    assert len({o.untyped_storage().data_ptr() for o in outs}) == 1  # one wide matmul served all three
+    for out, linear in zip(outs, linears):
+        torch.testing.assert_close(out, linear(x), rtol=tol, atol=tol)
+    # a sibling alone, the same sibling twice, another input, an input written in place
+    y = torch.randn(3, 24, generator=gen).to(dt)
+    torch.testing.assert_close(members[1](y), linears[1](y), rtol=tol, atol=tol)
+    torch.testing.assert_close(members[1](y), linears[1](y), rtol=tol, atol=tol)
+    first = members[0](y)
+    y.mul_(2)
+    torch.testing.assert_close(members[2](y), linears[2](y), rtol=tol, atol=tol)
+    torch.testing.assert_close(first, linears[0](y / 2), rtol=tol, atol=tol)
+    for member in members:
+        member(x)
+    assert members[0].siblings._input is None  # every sibling served once: no activations held
+
+
+def test_only_packed_linears_of_one_width_dtype_and_bias_kind_are_siblings():
+    from polyrl_torch.generation_weights import PackedLinear, PackedSiblings
+
+    def packed(n_in, bias=False, dt=torch.float32):
+        return PackedLinear(torch.nn.Linear(n_in, 8, bias=bias, dtype=dt))
+
+    assert PackedSiblings.fits([packed(4), packed(4)])
+    assert not PackedSiblings.fits([packed(4), packed(6)])
+    assert not PackedSiblings.fits([packed(4), packed(4, bias=True)])
+    assert not PackedSiblings.fits([packed(4), packed(4, dt=torch.bfloat16)])
+    assert not PackedSiblings.fits([packed(4), torch.nn.Linear(4, 8)])
+    assert not PackedSiblings.fits([packed(4), None])
+
+
+def test_packed_copy_joins_each_layers_projections(tiny_model_dir):
+    """The tiny Llama's float32 copy: per layer one packed weight for q/k/v and one for gate/up;
+    a bfloat16 copy packs each linear on its own."""
+    engine = _engine(tiny_model_dir)
+    engine.generate(PROMPTS, SamplingParams(max_new_tokens=2, seed=0))
+    copy = engine.raw.generation_copy
+    layers = engine.raw.causal_lm.config.num_hidden_layers
+    names = sorted(tuple(n.rsplit(".", 2)[-2] for n in names) for _, names in copy.siblings)
+    assert names == sorted([("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")] * layers)
+    assert all(member.packed is None for siblings, _ in copy.siblings for member in siblings.members)
+    mixed = _engine(tiny_model_dir, compute_dtype="bfloat16")  # bfloat16: each linear packed alone
+    mixed.generate(PROMPTS, SamplingParams(max_new_tokens=2, seed=0))
+    assert mixed.raw.generation_copy.packed and mixed.raw.generation_copy.siblings == []
