@@ -1,7 +1,7 @@
 """The CPU sampler's decode steps through transformers' forward, or written out as their tensor ops
 (``polyrl_torch.decode_step``), in one process, alternating.
 
-    python bench/decode_step_ab.py --threads 1 --rounds 6 \
+    python bench/decode_step_ab.py --threads 1 --rounds 6 \\
         --output bench/results/decode_step_ab_smollm2_32rows_1thread.json
     # few rows, long completions: --prompts 1 --max-new-tokens 128 --rounds 4
     # a mixed-precision sampler (bfloat16 copy): --compute-dtype bfloat16
@@ -15,9 +15,17 @@ with the same log-probs, bit for bit.
 
 from __future__ import annotations
 
+import json
+import statistics
 import sys
+import time
 
+from polyrl import strict_json
 from polyrl.bench import ab_workload
+from polyrl.bench.workload import bench_prompts
+from polyrl.engine import Engine
+from polyrl.registry import get_registry
+from polyrl.types import EngineConfig, SamplingParams
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,21 +35,46 @@ def main(argv: list[str] | None = None) -> int:
     if error := ab_workload.workload_error(args):
         print(error, file=sys.stderr)
         return 2
-    engine, prompts = ab_workload.sampling_engine(args, args.compute_dtype)
+    registry = get_registry()
+    engine = Engine(registry, "torch", EngineConfig(
+        model=registry.resolve_model(args.model), role="train", threads=args.threads, device="cpu",
+        compute_dtype=args.compute_dtype, max_length=args.max_new_tokens + 256))
+    prompts = bench_prompts(args.prompts)
+    engine.generate(prompts, SamplingParams(max_new_tokens=2, seed=0))  # packs the copy now
     copy = engine.raw.generation_copy
     written_out = copy.decode_step
     if written_out is None:
         print(f"error: {args.model}'s sampler has no written-out decode step", file=sys.stderr)
         return 2
-    timing = ab_workload.alternate_sampling(engine, prompts, args, {
-        "transformers": lambda: setattr(copy, "decode_step", None),
-        "written_out": lambda: setattr(copy, "decode_step", written_out)})
-    if not timing["bit_identical"]:
+    seconds: dict[str, list[float]] = {"transformers": [], "written_out": []}
+    identical = True
+    for round_ in range(args.rounds):
+        sampling = SamplingParams(max_new_tokens=args.max_new_tokens, n=args.group_size, seed=round_ + 1,
+                                  ignore_eos=True)
+        order = list(seconds) if round_ % 2 == 0 else list(reversed(seconds))
+        outputs = {}
+        for name in order:
+            copy.decode_step = written_out if name == "written_out" else None
+            start = time.perf_counter()
+            outputs[name] = engine.generate(prompts, sampling)
+            seconds[name].append(time.perf_counter() - start)
+        identical &= all(list(a.completion_ids) == list(b.completion_ids) and list(a.logprobs) == list(b.logprobs)
+                         for a, b in zip(outputs["transformers"], outputs["written_out"]))
+        print(f"round {round_}: " + ", ".join(f"{n} {seconds[n][-1]:.2f} s" for n in order), file=sys.stderr)
+    if not identical:
         print("error: the two ways sampled different tokens or log-probs", file=sys.stderr)
         return 1
-    report = {**ab_workload.report_header(args), "compute_dtype": args.compute_dtype or "float32", **timing}
-    ab_workload.write_report(args, report, ("median_s", "transformers_over_written_out_each",
-                                            "transformers_over_written_out_median", "bit_identical"))
+    pairs = [t / w for t, w in zip(seconds["transformers"], seconds["written_out"])]
+    report = {**ab_workload.report_header(args), "compute_dtype": args.compute_dtype or "float32",
+              "generate_s": seconds,
+              "median_s": {n: statistics.median(v) for n, v in seconds.items()},
+              "transformers_over_written_out_each": pairs,
+              "transformers_over_written_out_median": statistics.median(pairs), "bit_identical": identical}
+    print(json.dumps({k: report[k] for k in ("median_s", "transformers_over_written_out_each",
+                                             "transformers_over_written_out_median", "bit_identical")}))
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(strict_json.dumps(report, indent=2) + "\n")
     return 0
 
 

@@ -201,19 +201,3 @@ def test_decode_step_ab_bench_times_both_ways_and_checks_the_same_bits(tiny_mode
     pairs = [t / w for t, w in zip(report["generate_s"]["transformers"], report["generate_s"]["written_out"])]
     assert report["transformers_over_written_out_each"] == pytest.approx(pairs)
     assert module.main(["--rounds", "0"]) == 2
-
-
-def test_sibling_packing_ab_bench_times_both_ways_and_checks_the_same_bits(tiny_model_dir, tmp_path):
-    """bench/sibling_packing_ab.py: one engine's copies with separate and shared sibling weights
-    alternate; every round's seconds for both, bit-identical samples, bad flags refused."""
-    module = _bench("sibling_packing_ab")
-    out = tmp_path / "siblings.json"
-    assert module.main(["--model", tiny_model_dir, "--rounds", "3", "--prompts", "2", "--group-size", "2",
-                        "--max-new-tokens", "6", "--output", str(out)]) == 0
-    report = json.loads(out.read_text())
-    assert {k: len(v) for k, v in report["generate_s"].items()} == {"separate": 3, "shared": 3}
-    assert report["bit_identical"]
-    assert report["sibling_groups"] == 2 * 2  # the tiny Llama: two layers, q/k/v and gate/up each
-    pairs = [a / b for a, b in zip(report["generate_s"]["separate"], report["generate_s"]["shared"])]
-    assert report["separate_over_shared_each"] == pytest.approx(pairs)
-    assert module.main(["--rounds", "0"]) == 2

@@ -10,12 +10,7 @@ weights to bfloat16 again every decode step, so the copy holds them in ``compute
 
 The copy is a plain transformers model (no peft layers) holding the weights ``export_weights``
 would give (LoRA folded in), each ``nn.Linear`` replaced by a ``PackedLinear`` where oneDNN can pack
-it. In float32, sibling projections that read the same input (an attention's
-``q_proj``/``k_proj``/``v_proj``, an MLP's ``gate_proj``/``up_proj``) share one packed weight,
-their rows stacked (``PackedSiblings``): the first sibling's call runs one wide matmul and the
-others take their columns of it as views, a few percent faster for a few-row decode step than two
-or three narrow matmuls, with the same bits (``bench/sibling_packing_ab.py``). Not in bfloat16:
-there oneDNN's kernel for the wide matrix rounds some columns differently and measured no faster. It is refreshed lazily: before each ``generate`` the live parameters' storage and in-place
+it. It is refreshed lazily: before each ``generate`` the live parameters' storage and in-place
 version counters, and the engine's update count, are compared with those it was made from, so an
 optimizer step, ``import_weights``, a LoRA reset or a checkpoint load all refresh it
 (``TorchEngine.weight_updates`` covers the writes version counters miss). It costs one more copy of
@@ -86,9 +81,6 @@ class PackedLinear(torch.nn.Module):
         self.bias = linear.bias  # a plain parameter: load_state_dict fills it
         self.dtype = linear.weight.dtype
         self.packed: torch.Tensor | None = None
-        #: set when it shares a packed weight with its siblings (then ``packed`` stays None)
-        self.siblings: PackedSiblings | None = None
-        self.sibling_index = 0
 
     def pack(self, weight: torch.Tensor) -> None:
         """Pack ``weight`` (``[out, in]``, any dtype: rounded to the copy's)."""
@@ -97,76 +89,14 @@ class PackedLinear(torch.nn.Module):
                                                               PACKING_ROWS_HINT)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.siblings is not None:
-            return self.siblings.output(x, self.sibling_index)
         assert self.packed is not None, "PackedLinear used before pack()"
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, self.bias, "none", [], "")
-
-
-#: Sibling linears that a module's forward calls one after the other on the same input.
-SIBLING_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
-
-
-class PackedSiblings:
-    """One packed weight for sibling linears (rows stacked in ``names`` order). The first sibling
-    called on an input runs the wide matmul; each sibling then takes its columns of that output.
-    Called on any other input (or one written in place since, where torch counts writes), or by a
-    sibling already served, it multiplies again, so a sibling
-    called alone still gets its own product, only with its siblings' columns computed too."""
-
-    def __init__(self, members: list[PackedLinear]) -> None:
-        self.members = members
-        self.widths = [m.out_features for m in members]
-        self.dtype = members[0].dtype
-        self.packed: torch.Tensor | None = None
-        self.bias: torch.Tensor | None = None
-        self._input: torch.Tensor | None = None
-        self._input_version = -1
-        self._parts: tuple[torch.Tensor, ...] = ()
-        self._taken: set[int] = set()
-
-    @staticmethod
-    def fits(members: list[Any]) -> bool:
-        """Whether these modules can share one packed weight: packed linears of one input width
-        and dtype, with a bias on all of them or on none."""
-        return (all(type(m) is PackedLinear for m in members)
-                and len({(m.in_features, m.dtype, m.bias is None) for m in members}) == 1)
-
-    def pack(self, weights: list[torch.Tensor]) -> None:
-        """Pack the members' weights (``[out_i, in]`` each, in member order) as one."""
-        self.packed = self._input = None
-        self._parts, self._taken = (), set()
-        stacked = torch.cat([w.detach().to(self.dtype) for w in weights]).contiguous()
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(stacked, PACKING_ROWS_HINT)
-        biases = [m.bias for m in self.members]
-        self.bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
-
-    def output(self, x: torch.Tensor, index: int) -> torch.Tensor:
-        """Member ``index``'s output for ``x``: its columns of the wide product."""
-        version = _write_count(x)
-        if x is not self._input or version != self._input_version or index in self._taken:
-            assert self.packed is not None, "PackedSiblings used before pack()"
-            wide = torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, self.bias, "none", [], "")
-            self._parts = torch.split(wide, self.widths, dim=-1)
-            self._input, self._input_version, self._taken = x, version, set()
-        self._taken.add(index)
-        part = self._parts[index]
-        if len(self._taken) == len(self.members):  # every sibling served: hold no activations
-            self._input, self._parts = None, ()
-        return part
-
-
-def _write_count(x: torch.Tensor) -> int:
-    """``x``'s in-place write count; inference-mode tensors keep none (-1): for them only the
-    object's identity tells inputs apart."""
-    return -1 if x.is_inference() else x._version
 
 
 class GenerationCopy:
     """The sampler's model, refreshed from the engine when its weights changed."""
 
-    def __init__(self, engine: TorchEngine, pack_siblings: bool = True) -> None:
-        """``pack_siblings=False`` packs every linear on its own (``bench/sibling_packing_ab.py``)."""
+    def __init__(self, engine: TorchEngine) -> None:
         from transformers import AutoModelForCausalLM
         from transformers.initialization import no_init_weights
 
@@ -182,12 +112,8 @@ class GenerationCopy:
         self.model.generation_config = source.generation_config
         #: HF name of each packed linear's weight -> the module that packs it
         self.packed: dict[str, PackedLinear] = {}
-        #: sibling groups sharing one packed weight, with their members' HF weight names
-        self.siblings: list[tuple[PackedSiblings, list[str]]] = []
         if packs_weights(engine):
             self.packed = _pack_linears(self.model)
-            if pack_siblings and sampler_dtype(engine) == torch.float32:
-                self.siblings = _group_siblings(self.model)
         else:
             # the prefill's last position is a strided [rows, 1, hidden] view: torch's bfloat16 matmul
             # copied the whole expanded lm_head weight for it; a contiguous input takes the plain mm
@@ -217,14 +143,9 @@ class GenerationCopy:
             if unexpected or set(missing) - tied:
                 raise RuntimeError(f"generation copy out of step with the model: missing "
                                    f"{sorted(set(missing) - tied)[:3]}, unexpected {unexpected[:3]}")
-            grouped = set()
-            for siblings, names in self.siblings:
-                siblings.pack([linear[name] for name in names])
-                grouped.update(names)
             for name, module in self.packed.items():
-                if name not in grouped:
-                    # a tied output layer has no tensor of its own: it packs the (loaded) input embeddings
-                    module.pack(linear[name] if name in linear else self._tied_source(name))
+                # a tied output layer has no tensor of its own: it packs the (loaded) input embeddings
+                module.pack(linear[name] if name in linear else self._tied_source(name))
 
     def _tied_source(self, name: str) -> torch.Tensor:
         output = self.model.get_output_embeddings()
@@ -249,22 +170,6 @@ def _pack_linears(model: Any) -> dict[str, PackedLinear]:
             setattr(model.get_submodule(parent_name) if parent_name else model, attr, packed)
             out[f"{name}.weight"] = packed
     return out
-
-
-def _group_siblings(model: Any) -> list[tuple[PackedSiblings, list[str]]]:
-    """Join every ``SIBLING_GROUPS`` set of packed linears under one module into a ``PackedSiblings``."""
-    groups = []
-    for name, module in model.named_modules():
-        for group in SIBLING_GROUPS:
-            members = [getattr(module, attr, None) for attr in group]
-            if not PackedSiblings.fits(members):
-                continue
-            siblings = PackedSiblings(members)
-            for index, member in enumerate(members):
-                member.siblings, member.sibling_index = siblings, index
-            prefix = f"{name}." if name else ""
-            groups.append((siblings, [f"{prefix}{attr}.weight" for attr in group]))
-    return groups
 
 
 def _tied_names(model: Any) -> set[str]:
