@@ -201,19 +201,3 @@ def test_decode_step_ab_bench_times_both_ways_and_checks_the_same_bits(tiny_mode
     pairs = [t / w for t, w in zip(report["generate_s"]["transformers"], report["generate_s"]["written_out"])]
     assert report["transformers_over_written_out_each"] == pytest.approx(pairs)
     assert module.main(["--rounds", "0"]) == 2
-
-
-def test_compiled_decode_ab_bench_times_both_ways_and_the_compile(tiny_model_dir, tmp_path):
-    """bench/compiled_decode_ab.py: the eager and the compiled step alternate on one engine's copy;
-    every round's seconds for both, the compile time, the log-prob gap, bad flags refused."""
-    module = _bench("compiled_decode_ab")
-    out = tmp_path / "compiled.json"
-    assert module.main(["--model", tiny_model_dir, "--rounds", "2", "--prompts", "2", "--group-size", "2",
-                        "--max-new-tokens", "6", "--output", str(out)]) == 0
-    report = json.loads(out.read_text())
-    assert {k: len(v) for k, v in report["generate_s"].items()} == {"eager": 2, "compiled": 2}
-    assert report["compile_s"] > 0 and all(0 < share <= 1 for share in report["same_token_share_each"])
-    assert 0 <= report["max_logprob_gap_same_tokens"] < 1e-3  # float rounding, not another distribution
-    ratios = [e / c for e, c in zip(report["generate_s"]["eager"], report["generate_s"]["compiled"])]
-    assert report["eager_over_compiled_each"] == pytest.approx(ratios)
-    assert module.main(["--rounds", "0"]) == 2

@@ -139,7 +139,7 @@ def test_clear_errors(tiny_model_dir, tmp_path):
 @pytest.mark.parametrize(("key", "value"), [
     ("shared_prompt_forward", "no"), ("bucket_call_tokens", "abc"), ("bucket_call_tokens", -1),
     ("score_batch_tokens", 0), ("logits_memory_mb", -5), ("logits_memory_mb", "1e3"),
-    ("attn_implementation", ""), ("gguf_file", 3), ("fsdp", "yes"), ("packed_generation", 1), ("lean_decode", "yes"), ("compile_decode", 1),
+    ("attn_implementation", ""), ("gguf_file", 3), ("fsdp", "yes"), ("packed_generation", 1), ("lean_decode", "yes"),
 ])
 def test_a_bad_backend_option_fails_at_load_naming_it(tiny_model_dir, key, value):
     """Checked when the engine loads (any role), not at the first scoring call inside a train step."""

@@ -91,8 +91,7 @@ def _rms_norm(norm: Any, hidden: torch.Tensor) -> torch.Tensor:
 class LlamaDecodeStep:
     """``model``'s next-token logits for one new token per row, as its own forward computes them."""
 
-    def __init__(self, model: Any, compile_step: bool = False) -> None:
-        """``compile_step``: run the step compiled (``polyrl_torch.compiled_decode``)."""
+    def __init__(self, model: Any) -> None:
         llama = _llama()
         assert llama is not None, "supports() said yes"
         self.model = model
@@ -113,45 +112,34 @@ class LlamaDecodeStep:
         self.grouped = attention.num_key_value_groups > 1
         self._cos: torch.Tensor | None = None
         self._sin: torch.Tensor | None = None
-        self._layers_forward = self._run_layers
-        if compile_step:
-            from polyrl_torch.compiled_decode import compiled
-
-            self._layers_forward = compiled(self._run_layers)
 
     def usable(self, cache: Any) -> bool:
         """Whether this step can run on ``cache`` (one preallocated layer per decoder layer)."""
         layers = getattr(cache, "layers", ())
         return len(layers) == len(self.layers) and all(type(layer) is PreallocatedLayer for layer in layers)
 
-    def _grow_rotary(self, positions: torch.Tensor, like: torch.Tensor) -> None:
-        """Fill the table of cosines and sines (as the rotary module gives them, in ``like``'s
-        dtype) up to the largest of ``positions`` at least."""
+    def _rotary(self, positions: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cosine and sine for ``positions`` (``[rows]``), as the rotary module gives them."""
         need = int(positions.max()) + 1
         if self._cos is None or self._cos.shape[0] < need or self._cos.dtype != like.dtype:
             count = max(need, MIN_TABLE_POSITIONS, 2 * (self._cos.shape[0] if self._cos is not None else 0))
             every = torch.arange(count, device=positions.device)[None]
             cos, sin = self.inner.rotary_emb(like, position_ids=every)  # each entry: its position's alone
             self._cos, self._sin = cos[0], sin[0]
+        assert self._sin is not None
+        return self._cos[positions], self._sin[positions]
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                  past_key_values: Any) -> torch.Tensor:
         """Float32 logits ``[rows, vocab]`` for ``input_ids`` ``[rows, 1]`` at ``position_ids``."""
-        self._grow_rotary(position_ids, self.inner.embed_tokens.weight)  # outside the compiled part: data-dependent
-        return self._layers_forward(input_ids, attention_mask, position_ids, past_key_values.layers)
-
-    def _run_layers(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                    cache_layers: list[Any]) -> torch.Tensor:
         rows = input_ids.shape[0]
         # [rows, hidden]: one token per row throughout, so no op carries a length-1 axis
         hidden = torch.nn.functional.embedding(input_ids[:, 0], self.inner.embed_tokens.weight)
-        assert self._cos is not None and self._sin is not None
-        positions = position_ids[:, 0]
-        cos, sin = self._cos[positions], self._sin[positions]  # [rows, head_dim]: the heads' axis added by apply_rotary
+        cos, sin = self._rotary(position_ids[:, 0], hidden)  # [rows, head_dim]: the heads' axis added by apply_rotary
         seen = attention_mask.bool()[:, None, None, :]  # what transformers' mask says for one query per row
         dim = self.head_dim
         for (norm, q_proj, k_proj, v_proj, o_proj, mlp_norm, gate, up, down), cache_layer in zip(
-                self.layers, cache_layers):
+                self.layers, past_key_values.layers):
             normed = _rms_norm(norm, hidden)
             query, key = self.apply_rotary(q_proj(normed).view(rows, -1, dim), k_proj(normed).view(rows, -1, dim),
                                            cos, sin)

@@ -27,7 +27,6 @@ from polyrl.types import ALL_LINEAR, EngineConfig, Prompt, TokenPrompt
 from polyrl_torch import distributed, sharding
 from polyrl_torch.attention import needs_eager_attention, register_grouped_sdpa
 from polyrl_torch.devices import resolve_device
-from polyrl_torch.compiled_decode import compile_requested
 from polyrl_torch.generation_weights import lean_decode_requested, packing_requested
 from polyrl_torch.host_memory import retain_freed_memory, retain_requested
 from polyrl_torch.load_report import held_load_report
@@ -137,7 +136,6 @@ class TorchEngine:
         self.options = TorchOptions.read(config.options)
         packing_requested(config.options)
         lean_decode_requested(config.options)
-        compile_requested(config.options)
         # FSDP2 when asked for under torchrun (a no-op alone): see polyrl_torch.sharding
         shard = sharding.requested(config.options) and config.role == "train" and distributed.active()
         if retain_requested(config.options) and self.device.type == "cpu":

@@ -27,7 +27,6 @@ import torch
 
 from polyrl.backend_kit.options import bool_option
 from polyrl_torch.attention import sampler_attention
-from polyrl_torch.compiled_decode import compile_requested, packed_linear
 from polyrl_torch.decode_step import LlamaDecodeStep
 from polyrl_torch.decode_step import supports as decode_step_supports
 
@@ -91,8 +90,6 @@ class PackedLinear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         assert self.packed is not None, "PackedLinear used before pack()"
-        if torch.compiler.is_compiling():  # the compiled decode step: one opaque op (compiled_decode)
-            return packed_linear(x, self.packed, self.bias, self.out_features)
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, self.bias, "none", [], "")
 
 
@@ -122,7 +119,7 @@ class GenerationCopy:
             # copied the whole expanded lm_head weight for it; a contiguous input takes the plain mm
             self.model.get_output_embeddings().register_forward_pre_hook(lambda _, args: (args[0].contiguous(),))
         #: the copy's single-token step written out (Llama-code models; None: the model's forward)
-        self.decode_step = (LlamaDecodeStep(self.model, compile_requested(engine.config.options))
+        self.decode_step = (LlamaDecodeStep(self.model)
                             if lean_decode_requested(engine.config.options) and decode_step_supports(self.model) else None)
         self._made_from: tuple[Any, ...] = ()
 
