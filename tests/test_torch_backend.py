@@ -55,7 +55,7 @@ def make_engine(model: str, **overrides) -> Engine:
 
 def params(engine: Engine) -> dict[str, np.ndarray]:
     """Every tensor of the live model (peft names included), as numpy copies."""
-    return {k: v.detach().float().numpy().copy() for k, v in engine.raw.model.state_dict().items()}
+    return {k: v.detach().float().cpu().numpy().copy() for k, v in engine.raw.model.state_dict().items()}
 
 
 def rollouts(engine: Engine, n: int = 2, seed: int = 0, tokens: int = 6) -> list[TokenSequence]:
@@ -442,8 +442,8 @@ def _logprobs_and_grads(engine: Engine, seqs, weights) -> tuple[list[np.ndarray]
     model.zero_grad(set_to_none=True)
     lps = token_logprobs(engine.raw, seqs, 0.8)
     sum(w * lp.sum() for w, lp in zip(weights, lps)).backward()
-    grads = {k: p.grad.numpy().copy() for k, p in model.named_parameters() if p.grad is not None}
-    return [lp.detach().numpy() for lp in lps], grads
+    grads = {k: p.grad.cpu().numpy().copy() for k, p in model.named_parameters() if p.grad is not None}
+    return [lp.detach().cpu().numpy() for lp in lps], grads
 
 
 def test_long_completions_after_a_short_prompt_run_whole(tiny_model_dir, monkeypatch):
@@ -534,7 +534,7 @@ def test_kept_logits_take_taller_chunks_and_score_the_same(tiny_model_dir, monke
     with torch.no_grad():
         from polyrl_torch.scoring import token_logprobs
 
-        lp_transient = [lp.numpy() for lp in token_logprobs(engine.raw, seqs, 0.8)]
+        lp_transient = [lp.cpu().numpy() for lp in token_logprobs(engine.raw, seqs, 0.8)]
     assert max(calls) == 3 and len(calls) == -(-rows // 3)
     monkeypatch.setattr(scoring, "KEPT_CHUNK_ELEMENTS", 10**9)  # one chunk for every row
     calls.clear()
@@ -654,7 +654,7 @@ def test_lora_inference_runs_on_folded_weights_and_leaves_the_base_bitwise(tiny_
     with torch.no_grad():  # the adapter layers themselves (the training forward's path)
         from polyrl_torch.scoring import token_logprobs
 
-        through_adapters = [lp.numpy() for lp in token_logprobs(engine.raw, seqs, 1.0)]
+        through_adapters = [lp.cpu().numpy() for lp in token_logprobs(engine.raw, seqs, 1.0)]
     assert adapter_calls
     for a, b in zip(scored, through_adapters):
         np.testing.assert_allclose(a, b, atol=1e-5)

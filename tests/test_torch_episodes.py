@@ -53,7 +53,7 @@ def make_engine(model: str, **overrides) -> Engine:
 
 
 def trained_weights(engine: Engine) -> dict[str, np.ndarray]:
-    return {k: v.detach().float().numpy().copy() for k, v in engine.raw.model.named_parameters()
+    return {k: v.detach().float().cpu().numpy().copy() for k, v in engine.raw.model.named_parameters()
             if v.requires_grad}
 
 
@@ -105,7 +105,7 @@ def test_token_prompt_gets_no_bos_and_no_template(gen):
     out = gen.generate([TokenPrompt(ids)], SamplingParams(max_new_tokens=4, temperature=0.0))[0]
     assert out.prompt_ids.tolist() == ids
     with torch.no_grad():
-        logits = gen.raw.model(torch.tensor([ids])).logits[0, -1]
+        logits = gen.raw.model(torch.tensor([ids], device=gen.raw.device)).logits[0, -1]
     assert out.completion_ids[0] == int(logits.argmax())
 
 
@@ -323,8 +323,8 @@ def test_entropy_rules_see_masked_in_tokens_only(tiny_model_dir, rollouts):
     objective = Objective(top_entropy_quantile=0.5, entropy_coef=0.01, loss_aggregation="token_mean")
     with torch.no_grad():
         logps, ents = token_logprobs_with_entropy(engine.raw, batch.sequences, 1.0)
-    current = [x.numpy() for x in logps]
-    entropies = [x.numpy() for x in ents]
+    current = [x.cpu().numpy() for x in logps]
+    entropies = [x.cpu().numpy() for x in ents]
     expected, metrics = policy_loss(current, batch.advantages, objective, batch.old_logprobs,
                                     entropies=entropies, masks=batch.masks)
     got = engine.train_step(batch, objective)

@@ -184,8 +184,9 @@ def test_a_bfloat16_samplers_float32_cache_gives_the_same_samples(tiny_model_dir
     import polyrl_torch.generation as generation
 
     monkeypatch.setattr(attention, "native_bf16_attention", lambda: False)
+    # the widening is a CPU policy (generation.widens_cache): a GPU attends its 16-bit cache as it is
     engine = Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="generate", seed=0,
-                                                          compute_dtype="bfloat16"))
+                                                          compute_dtype="bfloat16", device="cpu"))
     made = _cache_dtypes(monkeypatch)
     sampling = SamplingParams(max_new_tokens=20, n=2, seed=3, stop=("e",))
     runs = {}
@@ -262,7 +263,7 @@ def test_a_bfloat16_sampler_on_amx_keeps_its_cache_bfloat16_and_training_attenti
     monkeypatch.setattr(attention, "native_bf16_attention", lambda: amx)
     monkeypatch.setattr(generation, "FLOAT32_CACHE_FROM_TOKENS", 0)  # every run counts as long
     engine = Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="train", seed=0,
-                                                          compute_dtype="bfloat16"))
+                                                          compute_dtype="bfloat16", device="cpu"))  # CPU policies
     made = _cache_dtypes(monkeypatch)
     completions = engine.generate(CHATS, SamplingParams(max_new_tokens=12, n=2, seed=3))
     assert set(made) == {torch.bfloat16 if amx else torch.float32}

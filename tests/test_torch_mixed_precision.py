@@ -97,7 +97,7 @@ def test_bf16_copy_follows_imported_weights(tiny_model_dir):
     mixed.import_weights(weights)
     mixed.generate(PROMPTS[:1], SamplingParams(max_new_tokens=2, n=1, seed=0))
     copy = mixed.raw.generation_copy.model
-    assert torch.equal(copy.state_dict()[name], torch.from_numpy(weights[name]).to(torch.bfloat16))
+    assert torch.equal(copy.state_dict()[name].cpu(), torch.from_numpy(weights[name]).to(torch.bfloat16))
 
 
 def test_float32_compute_dtype_is_plain_float32(tiny_model_dir):
@@ -139,13 +139,13 @@ def test_emulated_bf16_warns_once(tiny_model_dir, monkeypatch):
 
     monkeypatch.setattr(torch_engine, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
     torch_engine.warn_emulated_bf16.cache_clear()
-    with capture_logs() as logs:
-        _engine(tiny_model_dir, compute_dtype="bfloat16", role="generate")
-        _engine(tiny_model_dir, compute_dtype="bfloat16", role="generate")
+    with capture_logs() as logs:  # a CPU's concern: on a GPU the CPU's flags do not matter
+        _engine(tiny_model_dir, compute_dtype="bfloat16", role="generate", device="cpu")
+        _engine(tiny_model_dir, compute_dtype="bfloat16", role="generate", device="cpu")
     warned = [e for e in logs if "without native bfloat16" in e.get("event", "")]
     assert len(warned) == 1 and warned[0]["log_level"] == "warning"
     monkeypatch.setattr(torch_engine, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
     torch_engine.warn_emulated_bf16.cache_clear()
     with capture_logs() as logs:
-        _engine(tiny_model_dir, compute_dtype="bfloat16", role="generate")
+        _engine(tiny_model_dir, compute_dtype="bfloat16", role="generate", device="cpu")
     assert not [e for e in logs if "without native bfloat16" in e.get("event", "")]
