@@ -8,9 +8,9 @@ and the prompts long, so that backward is big enough for torch to split it over 
 tensors are added serially and never showed the drift); stop strings make the completions ragged
 so that a length bucket mixes prompt groups, as the demo's do.
 
-The promise is the CPU's, so the runs here are pinned to it: on a CUDA GPU the backward kernels
-(index_add_, attention) add with atomics, and on an H200 six repeats of one batch's gradient gave
-six different digests (README, "On a GPU").
+The promise is the CPU's, so the runs here are pinned to it: on an H200 six repeats of one batch's
+gradient gave six different digests (README, "On a GPU"; most likely CUDA's backward kernels adding
+with atomics).
 """
 
 from __future__ import annotations
