@@ -15,6 +15,8 @@
 #                                (with HF generate) and 2x8x1024 (TRL's generate is HF's there; one JSON each)
 #   large, large-lora, large-long the same on the SmolLM2-1.7B shape: full at 8x8x256 (with HF generate),
 #                                LoRA at 8x8x256, full at 2x8x1024
+#   profile torch.profiler over one polyrl generate and train step on the SmolLM2-1.7B shape (8x8x64,
+#           bf16): device-busy share, kernel launches, host syncs and the top ops per phase
 #   max     MAX on the GPU beside torch and HF generate (only where MAX is importable there)
 # Results: JSON per bench, logs and summary.txt in $RESULTS (default: /tmp/gpu-results when the device
 # tool's $OUT is set, else bench/results/gpu); with $OUT set they come back as $OUT/gpu_results.tgz plus
@@ -130,6 +132,15 @@ bench_section() {  # bench_section NAME MODEL SIZES [--lora]
   bench "$name" "$MODELS/$model" $sizes "$@"
 }
 
+section_profile() {
+  say "profile"
+  models "$LARGE" || return 1
+  local size=(--prompts 8 --group-size 8 --max-new-tokens 64)
+  if [ "$REHEARSE" = 1 ]; then size=(--prompts 2 --group-size 2 --max-new-tokens 8); fi
+  timeout "$(cap 300)" "$PY" bench/gpu_profile.py --model "$MODELS/$LARGE" --device "$DEVICE" \
+    --compute-dtype bfloat16 "${size[@]}" --out "$RESULTS/profile_1.7b" 2>&1 | grep -v "^USDT:" | tail -8
+}
+
 section_max() {
   say "max"
   if ! "$PY" -c "import polyrl_max" 2>/dev/null; then
@@ -144,7 +155,7 @@ section_max() {
 }
 
 sections=("$@")
-ALL=(env tests small small-long large large-lora large-long max)
+ALL=(env tests small small-long large large-lora large-long profile max)
 if [ ${#sections[@]} -eq 0 ] || [ "${sections[0]}" = all ]; then sections=("${ALL[@]}"); fi
 for s in "${sections[@]}"; do  # every name checked before anything installs or runs
   case " ${ALL[*]} " in
@@ -163,7 +174,7 @@ for s in "${sections[@]}"; do
     continue
   fi
   case $s in
-    env|tests|max) "section_$s" ;;
+    env|tests|profile|max) "section_$s" ;;
     small) bench_section 135m_short "$SMALL" "$SHORT" --hf-generate ;;
     small-long) bench_section 135m_long "$SMALL" "$LONG" ;;
     large) bench_section 1.7b_short "$LARGE" "$SHORT" --hf-generate ;;

@@ -4,8 +4,9 @@
 
 Per bench: the device and its measured bf16 matmul peak, the workload, polyrl's and TRL's seconds per
 step, the ratio, each side's generate seconds and MFU, HF ``generate``'s seconds and polyrl's
-generation speed-up over it, and the accelerator memory high-water marks (printed by
-``bench/gpu_suite.sh`` last, so the device tool's reply carries it).
+generation speed-up over it, and the accelerator memory high-water marks; then each profile
+(``bench/gpu_profile.py``) in its few lines (printed by ``bench/gpu_suite.sh`` last, so the device
+tool's reply carries it).
 """
 
 from __future__ import annotations
@@ -73,6 +74,13 @@ def main(argv: list[str]) -> int:
             print("\n".join(bench_rows(json.loads(path.read_text()))))
         except (ValueError, KeyError) as exc:
             print(f"{path.name}: unreadable ({exc})")
+    for path in sorted(folder.glob("profile_*/profile.json")):
+        from gpu_profile import render  # beside this file
+
+        try:
+            print(render(json.loads(path.read_text())))
+        except (ValueError, KeyError) as exc:
+            print(f"{path}: unreadable ({exc})")
     if (folder / "skipped.txt").exists():  # sections a time budget left out, for a later call to run
         print((folder / "skipped.txt").read_text().rstrip())
     return 0

@@ -95,7 +95,7 @@ def test_the_suite_parses_and_refuses_an_unknown_section(tmp_path):
     assert done.returncode == 2
     assert not (tmp_path / "env.txt").exists()  # refused before any section ran
     assert ("error: unknown section 'benchmark-all'. Fix: use one of env tests small small-long large large-lora "
-            "large-long max, or all") in done.stdout
+            "large-long profile max, or all") in done.stdout
 
 
 @pytest.mark.slow
@@ -155,3 +155,29 @@ def test_chosen_test_ids_replace_the_tests_sections_list(tmp_path):
                           cwd=ROOT)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "tests: 1 passed, 0 failed" in (tmp_path / "summary.txt").read_text()
+
+
+def test_the_profile_section_reports_each_phase_and_its_ops(tmp_path):
+    """``profile`` (bench/gpu_profile.py) on the CPU at toy size: one generate and one train step
+    profiled after a warm-up, their numbers in profile.json and the summary, their op tables."""
+    pytest.importorskip("polyrl_torch", reason="needs the torch backend")
+    models = tmp_path / "models"
+    _load("gpu_models").prepare(models)
+    env = {**os.environ, "GPU_SUITE_REHEARSE": "1", "RESULTS": str(tmp_path / "results"), "PYTHON": sys.executable,
+           "GPU_SUITE_MODELS": str(models)}
+    env.pop("OUT", None)
+    done = subprocess.run(["bash", str(SUITE), "profile"], capture_output=True, text=True, env=env, timeout=600,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    folder = tmp_path / "results" / "profile_1.7b"
+    report = json.loads((folder / "profile.json").read_text())
+    assert report["device"] == "cpu" and report["compute_dtype"] == "bfloat16"
+    assert report["generate"]["tokens"] == 2 * 2 * 8
+    for phase in ("generate", "train"):
+        numbers = report[phase]
+        assert numbers["wall_s"] > 0 and numbers["ops"] > 10
+        assert numbers["device_kernel_s"] is None and numbers["device_busy"] is None  # no device on the CPU
+        assert "Self CPU" in (folder / f"{phase}_ops.txt").read_text()
+    summary = (tmp_path / "results" / "summary.txt").read_text()
+    assert "profile: " in summary and "  generate wall " in summary and "  train    wall " in summary
+    assert "no device" in summary
