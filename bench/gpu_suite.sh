@@ -17,6 +17,8 @@
 #                                LoRA at 8x8x256, full at 2x8x1024
 #   profile torch.profiler over one polyrl generate and train step on the SmolLM2-1.7B shape (8x8x64,
 #           bf16): device-busy share, kernel launches, host syncs and the top ops per phase
+#   max-parts  keeps the MAX part this call carries (bench/gpu_max_wheels.sh) in /tmp; once every part
+#           is there, unpacks MAX into the suite's site and installs polyrl-max
 #   max     MAX on the GPU beside torch and HF generate (only where MAX is importable there)
 # Results: JSON per bench, logs and summary.txt in $RESULTS (default: /tmp/gpu-results when the device
 # tool's $OUT is set, else bench/results/gpu); with $OUT set they come back as $OUT/gpu_results.tgz plus
@@ -32,6 +34,7 @@ ROOT=$PWD
 REHEARSE=${GPU_SUITE_REHEARSE:-0}
 if [ -n "${OUT:-}" ]; then RESULTS=${RESULTS:-/tmp/gpu-results}; else RESULTS=${RESULTS:-$ROOT/bench/results/gpu}; fi
 SITE=${GPU_SUITE_SITE:-/tmp/polyrl-site}
+MAXPARTS=${GPU_SUITE_MAXPARTS:-.maxparts} MAXKEEP=${GPU_SUITE_MAXKEEP:-/tmp/polyrl-maxparts}
 if [ "$REHEARSE" = 1 ]; then  # its 2-layer builds never land where a GPU run reads its models
   MODELS=${GPU_SUITE_MODELS:-/tmp/polyrl-gpu-rehearsal/models}
 else
@@ -141,6 +144,21 @@ section_profile() {
     --compute-dtype bfloat16 "${size[@]}" --out "$RESULTS/profile_1.7b" 2>&1 | grep -v "^USDT:" | tail -8
 }
 
+section_max_parts() {
+  say "max-parts"
+  local state
+  state=$("$PY" bench/gpu_parts.py receive "$MAXPARTS" "$MAXKEEP") || return 1
+  echo "$state" | tee -a "$RESULTS/max.txt"
+  case $state in "all parts here"*) ;; *) return 0 ;; esac
+  "$PY" bench/gpu_parts.py join "$MAXKEEP" "$MAXKEEP/joined" || return 1
+  mkdir -p "$SITE" && tar -xJf "$MAXKEEP/joined/maxsite.tar.xz" -C "$SITE" || return 1
+  echo "MAX unpacked into $SITE" | tee -a "$RESULTS/max.txt"
+  if [ "$REHEARSE" != 1 ]; then
+    "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade \
+      --target "$SITE" plugins/max_backend || return 1
+  fi
+}
+
 section_max() {
   say "max"
   if ! "$PY" -c "import polyrl_max" 2>/dev/null; then
@@ -155,7 +173,7 @@ section_max() {
 }
 
 sections=("$@")
-ALL=(env tests small small-long large large-lora large-long profile max)
+ALL=(env tests small small-long large large-lora large-long profile max-parts max)
 if [ ${#sections[@]} -eq 0 ] || [ "${sections[0]}" = all ]; then sections=("${ALL[@]}"); fi
 for s in "${sections[@]}"; do  # every name checked before anything installs or runs
   case " ${ALL[*]} " in
@@ -175,6 +193,7 @@ for s in "${sections[@]}"; do
   fi
   case $s in
     env|tests|profile|max) "section_$s" ;;
+    max-parts) section_max_parts ;;
     small) bench_section 135m_short "$SMALL" "$SHORT" --hf-generate ;;
     small-long) bench_section 135m_long "$SMALL" "$LONG" ;;
     large) bench_section 1.7b_short "$LARGE" "$SHORT" --hf-generate ;;

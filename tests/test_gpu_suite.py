@@ -95,7 +95,7 @@ def test_the_suite_parses_and_refuses_an_unknown_section(tmp_path):
     assert done.returncode == 2
     assert not (tmp_path / "env.txt").exists()  # refused before any section ran
     assert ("error: unknown section 'benchmark-all'. Fix: use one of env tests small small-long large large-lora "
-            "large-long profile max, or all") in done.stdout
+            "large-long profile max-parts max, or all") in done.stdout
 
 
 @pytest.mark.slow
@@ -181,3 +181,54 @@ def test_the_profile_section_reports_each_phase_and_its_ops(tmp_path):
     summary = (tmp_path / "results" / "summary.txt").read_text()
     assert "profile: " in summary and "  generate wall " in summary and "  train    wall " in summary
     assert "no device" in summary
+
+
+def test_max_parts_arrive_over_two_calls_and_unpack_into_the_site(tmp_path):
+    """MAX travels in parts (bench/gpu_max_wheels.sh, bench/gpu_parts.py): a call carrying one part
+    keeps it and says what is missing; the call bringing the last one checks every digest, rebuilds
+    the packed site and unpacks it where the suite's Python imports from."""
+    import tarfile
+
+    parts = _load("gpu_parts")
+    staged = tmp_path / "stage"
+    (staged / "site").mkdir(parents=True)
+    (staged / "site" / "fake_max_probe.py").write_text("VALUE = 42\n# " + os.urandom(20_000).hex() + "\n")  # incompressible: several parts
+    (staged / "packed").mkdir()
+    with tarfile.open(staged / "packed" / "maxsite.tar.xz", "w:xz", preset=0) as tar:
+        tar.add(staged / "site" / "fake_max_probe.py", arcname="fake_max_probe.py")
+    manifest = parts.split(staged / "packed", tmp_path / "split", size=4096)
+    assert len(manifest["parts"]) >= 2
+    calls = []
+    for k, names in enumerate((["part-000"], [p["name"] for p in manifest["parts"][1:]])):
+        carried = tmp_path / f"carried{k}"
+        carried.mkdir()
+        for name in [parts.MANIFEST, *names]:
+            (carried / name).write_bytes((tmp_path / "split" / name).read_bytes())
+        env = {**os.environ, "GPU_SUITE_REHEARSE": "1", "RESULTS": str(tmp_path / f"results{k}"),
+               "PYTHON": sys.executable, "GPU_SUITE_MAXPARTS": str(carried), "GPU_SUITE_MAXKEEP": str(tmp_path / "keep"),
+               "GPU_SUITE_SITE": str(tmp_path / "site"), "GPU_SUITE_MODELS": str(tmp_path / "models")}
+        env.pop("OUT", None)
+        calls.append(subprocess.run(["bash", str(SUITE), "max-parts"], capture_output=True, text=True, env=env,
+                                    timeout=300, cwd=ROOT))
+        assert calls[-1].returncode == 0, calls[-1].stdout[-2000:] + calls[-1].stderr[-2000:]
+        if k == 0:  # kept, nothing unpacked yet
+            assert "still missing: part-001" in calls[0].stdout and not (tmp_path / "site").exists()
+            assert (tmp_path / "keep" / "part-000").exists()
+    assert "all parts here" in calls[1].stdout and "MAX unpacked into" in calls[1].stdout
+    assert (tmp_path / "site" / "fake_max_probe.py").read_text().startswith("VALUE = 42")
+
+
+def test_a_damaged_part_is_refused_by_name(tmp_path):
+    parts = _load("gpu_parts")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.whl").write_bytes(os.urandom(10_000))
+    parts.split(tmp_path / "src", tmp_path / "split", size=4096)
+    assert parts.receive(tmp_path / "split", tmp_path / "keep") == []
+    damaged = bytearray((tmp_path / "keep" / "part-001").read_bytes())
+    damaged[0] ^= 1
+    (tmp_path / "keep" / "part-001").write_bytes(bytes(damaged))
+    with pytest.raises(SystemExit, match="part part-001 is damaged"):
+        parts.join(tmp_path / "keep", tmp_path / "dest")
+    (tmp_path / "keep" / "part-001").write_bytes((tmp_path / "split" / "part-001").read_bytes())
+    (made,) = parts.join(tmp_path / "keep", tmp_path / "dest")
+    assert made.read_bytes() == (tmp_path / "src" / "a.whl").read_bytes()

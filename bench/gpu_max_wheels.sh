@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# MAX for the GPU machines, in parts one device call can carry (.maxparts/, git-ignored).
+#
+# MAX's wheels and the few packages it needs that those machines lack (msgspec, exceptiongroup,
+# taskgroup), for Python 3.12 x86-64, installed into one folder here, packed as tar + xz (about two
+# thirds of the wheels' 243 MB) and cut into parts of 55 MiB: a part plus the working tree must stay
+# under one call's 64 MiB, so the calls that carry a part carry nothing else (.whl installs once).
+#   bash bench/gpu_max_wheels.sh           # here: several minutes (xz over ~900 MB)
+#   then one device call per part, each carrying .maxparts/manifest.json and .maxparts/part-NNN:
+#   bash bench/gpu_suite.sh max-parts [max]  # keeps the part in /tmp; the call that brings the last
+#                                            # one unpacks MAX into the suite's site, then max runs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-$(command -v .venv/bin/python || command -v python3)}
+STAGE=.maxstage
+rm -rf "$STAGE" && mkdir -p "$STAGE/wheels" "$STAGE/site" "$STAGE/packed"
+PLATFORMS=(--python-version 3.12 --implementation cp --platform manylinux_2_34_x86_64
+           --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+"$PY" -m pip download -q --no-deps --only-binary=:all: "${PLATFORMS[@]}" -d "$STAGE/wheels" \
+  max==26.7.0 max-core==26.7.0 max-mojo-libs==26.7.0 max-shmem-libs==26.7.0 mojo-compiler==1.2.0 \
+  mojo-compiler-mojo-libs==1.2.0 msgspec==0.22.0 exceptiongroup==1.3.2 taskgroup==0.2.2
+"$PY" -m pip install -q --no-index --no-deps --no-compile --only-binary=:all: "${PLATFORMS[@]}" \
+  --target "$STAGE/site" "$STAGE"/wheels/*.whl
+tar -C "$STAGE/site" -cf - . | xz -6 -T0 >"$STAGE/packed/maxsite.tar.xz"
+"$PY" bench/gpu_parts.py split "$STAGE/packed" .maxparts --size 55M
+du -ch "$STAGE"/wheels/*.whl | tail -1
