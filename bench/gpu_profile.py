@@ -19,6 +19,7 @@ import argparse
 import json
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,7 @@ def profile(model: str, device: str, prompts: int, group_size: int, max_new_toke
         sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, n=group_size, seed=seed,
                                   ignore_eos=True)
         report: dict[str, Any] = {}
-        with torch_profile(activities=activities) if profiled else _Null() as prof:
+        with torch_profile(activities=activities) if profiled else nullcontext() as prof:
             sync()
             t = time.perf_counter()
             completions = engine.generate(batch_prompts, sampling)
@@ -104,7 +105,7 @@ def profile(model: str, device: str, prompts: int, group_size: int, max_new_toke
             (out / "generate_ops.txt").write_text(_table(prof, on_device))
         seqs = [TokenSequence.of(c) for c in completions]
         advantages = np.random.default_rng(seed).standard_normal(len(seqs)).astype(np.float32)
-        with torch_profile(activities=activities) if profiled else _Null() as prof:
+        with torch_profile(activities=activities) if profiled else nullcontext() as prof:
             sync()
             t = time.perf_counter()
             engine.train_step(TrainBatch(seqs, advantages), Objective())
@@ -122,16 +123,6 @@ def profile(model: str, device: str, prompts: int, group_size: int, max_new_toke
               "torch": torch.__version__, **step(1, profiled=True)}
     (out / "profile.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
-
-
-class _Null:
-    """A context manager that does nothing (the unprofiled warm-up step)."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def render(report: dict[str, Any]) -> str:

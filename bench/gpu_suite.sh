@@ -79,9 +79,13 @@ install() {
   "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade \
     --target "$SITE" . plugins/torch_backend || return 1
   if PYTHONPATH="$SITE" "$PY" -c "import max.pipelines" 2>/dev/null; then
-    "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade \
-      --target "$SITE" plugins/max_backend
+    install_max_backend
   fi
+}
+
+install_max_backend() {  # polyrl-max into the site (where MAX itself is already)
+  "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade \
+    --target "$SITE" plugins/max_backend
 }
 
 section_env() {
@@ -153,10 +157,7 @@ section_max_parts() {
   "$PY" bench/gpu_parts.py join "$MAXKEEP" "$MAXKEEP/joined" || return 1
   mkdir -p "$SITE" && tar -xJf "$MAXKEEP/joined/maxsite.tar.xz" -C "$SITE" || return 1
   echo "MAX unpacked into $SITE" | tee -a "$RESULTS/max.txt"
-  if [ "$REHEARSE" != 1 ]; then
-    "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade \
-      --target "$SITE" plugins/max_backend || return 1
-  fi
+  if [ "$REHEARSE" != 1 ]; then install_max_backend || return 1; fi
 }
 
 section_max() {
