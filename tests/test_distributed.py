@@ -288,6 +288,27 @@ def test_dry_run_prints_a_command_that_pastes_into_a_shell_as_these_arguments(la
     assert pasted.stdout.splitlines() == argv and not (tmp_path / "pwned").exists()
 
 
+def test_a_signal_landing_after_the_stop_gather_is_kept_for_the_next_gather() -> None:
+    """The handler's flag is only read at the collective: a write-back of the gathered answer would erase a
+    SIGTERM that arrived just after it, and that rank would train on while its peers left (both hang)."""
+    from types import SimpleNamespace
+
+    from polyrl.trainer import Trainer
+
+    rank = SimpleNamespace(stop_requested=False)
+
+    class PeerSawNothing:
+        def all_gather(self, mine: object) -> list[object]:
+            answers = [mine, False]
+            rank.stop_requested = True  # the signal lands as the gather returns
+            return answers
+
+    rank.train_engine = PeerSawNothing()
+    assert Trainer._agree_to_stop(rank) is False  # nobody had asked yet: train one more step
+    assert rank.stop_requested is True  # ... and the late signal is still there
+    assert Trainer._agree_to_stop(rank) is True  # so the next gather stops every rank
+
+
 @TWO_CPUS
 def test_sigterm_to_the_launcher_stops_every_rank_after_the_same_step_with_a_checkpoint(
         tiny_model_dir, tmp_path):

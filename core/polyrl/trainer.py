@@ -950,6 +950,14 @@ class Trainer:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
+    def _agree_to_stop(self) -> bool:
+        """Whether any rank was asked to stop: the same answer on every rank.
+
+        Reads the signal handler's flag and never writes it: a signal landing after the gather would be
+        overwritten by a write-back, and that rank would train on while its peers left for the final save
+        (mismatched collectives: both hang). Such a late signal counts at the next step's gather."""
+        return any(self.train_engine.all_gather(self.stop_requested))
+
     def run(self, progress: bool = True) -> dict[str, Any]:
         """Train until ``train.steps``; returns a summary (final metrics, eval before/after).
 
@@ -996,14 +1004,17 @@ class Trainer:
                                             for k, v in summary["eval_before"].items()}, step=0)
         skips = unscored = 0
         last_eval: tuple[int, dict[str, float]] | None = None
+        # under a launcher only a collective decides the stop, so every rank leaves after the same step
+        stop_agreed = False
         with self._graceful_signals(), step_progress(c.train.steps, self.step, enabled=progress) as advance:
-            while self.step < c.train.steps and not self.stop_requested:
+            while self.step < c.train.steps and not (stop_agreed if self.world_size > 1 else self.stop_requested):
                 self._phase = f"step {self.step}"
                 try:
                     metrics = self.train_one_step()
                 except RewardCancelled as exc:
                     log.warning("stop requested while a reward ran; it was abandoned and this step is "
                                 "not taken", step=self.step, reward=str(exc))
+                    stop_agreed = True  # every rank raised it: the outcome was gathered
                     break
                 except RewardError:
                     self._save_last_good_state(agreed=True)  # every rank raised it at the same point
@@ -1028,7 +1039,7 @@ class Trainer:
                     self.save()  # a resume pushes the weights again before sampling
                     raise push_failed
                 if self.world_size > 1:  # a signal may reach the ranks on either side of a step
-                    self.stop_requested = any(self.train_engine.all_gather(self.stop_requested))
+                    stop_agreed = self._agree_to_stop()
                 skipped_update = bool(metrics.get("skipped")) and "grad_norm" in metrics
                 skips = skips + 1 if skipped_update else 0
                 unscored = unscored + 1 if self._nothing_scored else 0
@@ -1054,7 +1065,7 @@ class Trainer:
         summary["checkpoint"] = str(last)
         if self.rank == 0:
             summary["model"] = str(self.export_final_model(last))
-        if self.stop_requested:
+        if stop_agreed if self.world_size > 1 else self.stop_requested:
             log.warning("stopped early on request", step=self.step)
             summary["stopped_early"] = True
         if self.eval_dataset is not None:
