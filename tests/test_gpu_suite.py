@@ -157,6 +157,7 @@ def test_chosen_test_ids_replace_the_tests_sections_list(tmp_path):
     assert "tests: 1 passed, 0 failed" in (tmp_path / "summary.txt").read_text()
 
 
+@pytest.mark.slow  # a rehearsal of a GPU-only section: the longest test of the default suite
 def test_the_profile_section_reports_each_phase_and_its_ops(tmp_path):
     """``profile`` (bench/gpu_profile.py) on the CPU at toy size: one generate and one train step
     profiled after a warm-up, their numbers in profile.json and the summary, their op tables."""
