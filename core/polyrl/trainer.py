@@ -1006,8 +1006,12 @@ class Trainer:
         last_eval: tuple[int, dict[str, float]] | None = None
         # under a launcher only a collective decides the stop, so every rank leaves after the same step
         stop_agreed = False
+
+        def stopping() -> bool:
+            return stop_agreed if self.world_size > 1 else self.stop_requested
+
         with self._graceful_signals(), step_progress(c.train.steps, self.step, enabled=progress) as advance:
-            while self.step < c.train.steps and not (stop_agreed if self.world_size > 1 else self.stop_requested):
+            while self.step < c.train.steps and not stopping():
                 self._phase = f"step {self.step}"
                 try:
                     metrics = self.train_one_step()
@@ -1065,7 +1069,7 @@ class Trainer:
         summary["checkpoint"] = str(last)
         if self.rank == 0:
             summary["model"] = str(self.export_final_model(last))
-        if stop_agreed if self.world_size > 1 else self.stop_requested:
+        if stopping():
             log.warning("stopped early on request", step=self.step)
             summary["stopped_early"] = True
         if self.eval_dataset is not None:
