@@ -201,3 +201,25 @@ def test_decode_step_ab_bench_times_both_ways_and_checks_the_same_bits(tiny_mode
     pairs = [t / w for t, w in zip(report["generate_s"]["transformers"], report["generate_s"]["written_out"])]
     assert report["transformers_over_written_out_each"] == pytest.approx(pairs)
     assert module.main(["--rounds", "0"]) == 2
+
+
+def test_decode_cost_by_length_bench_times_both_samplers_per_token_and_splits_by_op_kind(tiny_model_dir, tmp_path):
+    """bench/decode_cost_by_length.py: per-token milliseconds for polyrl's sampler and transformers'
+    generate at each cache length, each split by kind of op (matmuls and attention on both sides);
+    bad flags refused."""
+    module = _bench("decode_cost_by_length")
+    out = tmp_path / "cost.json"
+    assert module.main(["--model", tiny_model_dir, "--lengths", "8,24", "--rows", "2", "--tokens", "8",
+                        "--rounds", "3", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert [p["cache_length"] for p in report["points"]] == [8, 24]
+    for point in report["points"]:
+        assert {k: len(v) for k, v in point["ms_per_token_each"].items()} == {"polyrl": 3, "transformers": 3}
+        assert point["transformers_over_polyrl"] == pytest.approx(
+            point["ms_per_token"]["transformers"] / point["ms_per_token"]["polyrl"], rel=0.01)
+        kinds = point["profiled_ms_per_token_by_kind"]
+        assert set(kinds) == {"polyrl", "transformers"}
+        assert all(kinds[side]["matmul"] > 0 and kinds[side]["attention"] > 0 for side in kinds)
+    assert report["command"][0] == "bench/decode_cost_by_length.py"
+    assert module.main(["--lengths", "8,x"]) == 2 and module.main(["--rows", "0"]) == 2
+    assert module.op_kind("mkldnn::_linear_pointwise") == "matmul" and module.op_kind("aten::cat") == "concat"
