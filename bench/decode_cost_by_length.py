@@ -95,8 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     registry = get_registry()
     path = registry.resolve_model(args.model)
+    # per-row caches, as transformers keeps them: the split by op finds attention in SDPA's kernel
+    # (a shared prompt cache attends with plain matmuls; bench/shared_prompt_ab.py times it)
     engine = Engine(registry, "torch", EngineConfig(model=path, role="train", threads=args.threads, device="cpu",
-                                                    max_length=max(lengths) + args.tokens + 8))
+                                                    max_length=max(lengths) + args.tokens + 8,
+                                                    options={"shared_prompt_attention": False}))
     hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     vocab = hf_model.config.vocab_size
     pad_id = hf_model.generation_config.eos_token_id

@@ -10,7 +10,8 @@ Why: the written-out step saves work around the matmuls of a few-row step, a cha
 percent, less than a shared VM's speed drifts between runs, so both ways run on the same engine
 and the same packed copy (its decode step switched on and off), taking turns (who goes first
 alternates), and the report gives each pair's ratio. The two ways must sample the same tokens
-with the same log-probs, bit for bit.
+with the same log-probs, bit for bit, so both keep per-row caches (a shared prompt cache is
+``bench/shared_prompt_ab.py``'s question).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     registry = get_registry()
     engine = Engine(registry, "torch", EngineConfig(
         model=registry.resolve_model(args.model), role="train", threads=args.threads, device="cpu",
-        compute_dtype=args.compute_dtype, max_length=args.max_new_tokens + 256))
+        compute_dtype=args.compute_dtype, max_length=args.max_new_tokens + 256,
+        options={"shared_prompt_attention": False}))  # per-row caches both ways: bit for bit
     prompts = bench_prompts(args.prompts)
     engine.generate(prompts, SamplingParams(max_new_tokens=2, seed=0))  # packs the copy now
     copy = engine.raw.generation_copy

@@ -203,6 +203,25 @@ def test_decode_step_ab_bench_times_both_ways_and_checks_the_same_bits(tiny_mode
     assert module.main(["--rounds", "0"]) == 2
 
 
+def test_shared_prompt_ab_bench_times_both_caches_and_reports_the_rounding_gap(tiny_model_dir, tmp_path):
+    """bench/shared_prompt_ab.py: per-row and shared prompt caches alternate on one engine's copy,
+    with reference or random-token prompts; every round's seconds for both, their log-probs within
+    rounding, bad flags refused."""
+    module = _bench("shared_prompt_ab")
+    for prompt_tokens in ("0", "20"):
+        out = tmp_path / f"shared_{prompt_tokens}.json"
+        assert module.main(["--model", tiny_model_dir, "--rounds", "2", "--prompts", "2", "--group-size", "3",
+                            "--max-new-tokens", "5", "--prompt-tokens", prompt_tokens, "--output", str(out)]) == 0
+        report = json.loads(out.read_text())
+        assert {k: len(v) for k, v in report["generate_s"].items()} == {"per_row": 2, "shared": 2}
+        assert report["rows"] == 2 * 2 * 3 and 0 <= report["rows_parted"] <= report["rows"]
+        assert 0 < report["largest_logprob_gap"] < module.ROUNDING  # different float order, same tokens' log-probs
+        pairs = [r / s for r, s in zip(report["generate_s"]["per_row"], report["generate_s"]["shared"])]
+        assert report["per_row_over_shared_each"] == pytest.approx(pairs)
+        assert report["prompt_tokens"] == (int(prompt_tokens) or "reference")
+    assert module.main(["--prompt-tokens", "-1"]) == 2 and module.main(["--rounds", "0"]) == 2
+
+
 def test_decode_cost_by_length_bench_times_both_samplers_per_token_and_splits_by_op_kind(tiny_model_dir, tmp_path):
     """bench/decode_cost_by_length.py: per-token milliseconds for polyrl's sampler and transformers'
     generate at each cache length, each split by kind of op (matmuls and attention on both sides);

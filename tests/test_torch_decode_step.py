@@ -37,8 +37,10 @@ def _same(a, b) -> bool:
 @pytest.mark.parametrize(("lora", "compute_dtype", "packed"), [
     (False, None, True), (True, None, True), (False, "bfloat16", True), (True, "bfloat16", False)])
 def test_written_out_steps_sample_what_transformers_forward_does(tiny_model_dir, lora, compute_dtype, packed):
-    """float32 and bfloat16 copies (mixed precision), packed or plain linear layers."""
-    written = _engine(tiny_model_dir, lora, compute_dtype, packed_generation=packed)
+    """float32 and bfloat16 copies (mixed precision), packed or plain linear layers; each row with its
+    own copy of its prompt's keys and values (a shared copy agrees to rounding only:
+    tests/test_torch_shared_prompt_cache.py)."""
+    written = _engine(tiny_model_dir, lora, compute_dtype, packed_generation=packed, shared_prompt_attention=False)
     plain = _engine(tiny_model_dir, lora, compute_dtype, packed_generation=packed, lean_decode=False)
     samplings = [SamplingParams(max_new_tokens=10, n=2, temperature=0.0),
                  SamplingParams(max_new_tokens=12, n=3, seed=5, temperature=0.8, top_p=0.9, top_k=20),

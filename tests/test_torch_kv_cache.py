@@ -2,7 +2,8 @@
 
 Both are checked against what they replace on the same inputs: transformers' ``DynamicLayer``
 (cat per step) must give bitwise the same tokens and log-probs, including rows that finish early
-and are dropped from the batch; the two-level draw must pick the same token as a flat float64
+and are dropped from the batch (with per-row caches: a group sharing its prompt's keys and values
+agrees to rounding only, tests/test_torch_shared_prompt_cache.py); the two-level draw must pick the same token as a flat float64
 cumulative sum wherever the draw is not within rounding of a boundary.
 """
 
@@ -25,7 +26,8 @@ CHATS = [
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir) -> Engine:
-    return Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="generate", seed=0))
+    return Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="generate", seed=0,
+                                                        options={"shared_prompt_attention": False}))
 
 
 def _generate(engine: Engine, sampling: SamplingParams, preallocated: bool, monkeypatch) -> list:

@@ -8,7 +8,9 @@ the same ops in the same order on the same modules (tests/test_torch_decode_step
 tokens and log-probs bit for bit), keeps rows 2-D, looks each position's cosine and sine up in a
 table the model's own rotary module filled once, and hands the copy's attention function the
 padding mask as the boolean ``[rows, 1, 1, keys]`` that transformers' SDPA mask is for a single
-query (``bench/decode_step_ab.py`` measures both ways in one process).
+query (``bench/decode_step_ab.py`` measures both ways in one process). Where rows share a prompt
+and the copy is float32, the cache may hold that prompt's keys and values once for its group
+(``polyrl_torch.shared_prompt_cache``): equal to the per-row attention to rounding, not bit for bit.
 
 Which models: float32 or bfloat16 copies attending with polyrl's grouped SDPA
 (``polyrl_torch.attention``, called here as the model's layers would call it), whose inner model,
@@ -29,6 +31,7 @@ import torch
 from polyrl_torch.attention import GROUPED_SDPA, SAMPLER_SDPA, grouped_sdpa, sampler_sdpa
 from polyrl_torch.kv_cache import PreallocatedLayer
 from polyrl_torch.rms_norm import same_code
+from polyrl_torch.shared_prompt_cache import SharedPromptLayer
 
 #: Rotary types whose cosine and sine at a position never change (a table holds them).
 FIXED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -91,7 +94,7 @@ def _rms_norm(norm: Any, hidden: torch.Tensor) -> torch.Tensor:
 class LlamaDecodeStep:
     """``model``'s next-token logits for one new token per row, as its own forward computes them."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, share_prompts: bool = True) -> None:
         llama = _llama()
         assert llama is not None, "supports() said yes"
         self.model = model
@@ -112,11 +115,19 @@ class LlamaDecodeStep:
         self.grouped = attention.num_key_value_groups > 1
         self._cos: torch.Tensor | None = None
         self._sin: torch.Tensor | None = None
+        #: whether a group's rows may share their prompt's keys and values (``shares_prompts``)
+        self.share_prompts = share_prompts
 
     def usable(self, cache: Any) -> bool:
         """Whether this step can run on ``cache`` (one preallocated layer per decoder layer)."""
         layers = getattr(cache, "layers", ())
         return len(layers) == len(self.layers) and all(type(layer) is PreallocatedLayer for layer in layers)
+
+    def shares_prompts(self, cache: Any) -> bool:
+        """Whether ``cache`` (``usable``) may become a shared-prompt cache: a float32 copy's
+        (``polyrl_torch.shared_prompt_cache`` attends in float32 only)."""
+        return (self.share_prompts and self.inner.embed_tokens.weight.dtype == torch.float32
+                and all(layer.keys.dtype == torch.float32 for layer in cache.layers))
 
     def _rotary(self, positions: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cosine and sine for ``positions`` (``[rows]``), as the rotary module gives them."""
@@ -143,8 +154,13 @@ class LlamaDecodeStep:
             normed = _rms_norm(norm, hidden)
             query, key = self.apply_rotary(q_proj(normed).view(rows, -1, dim), k_proj(normed).view(rows, -1, dim),
                                            cos, sin)
-            keys, values = cache_layer.update(key[:, :, None, :], v_proj(normed).view(rows, -1, 1, dim))
-            hidden = hidden + o_proj(self._attend(query[:, :, None, :], keys, values, seen).reshape(rows, -1))
+            if type(cache_layer) is SharedPromptLayer:  # prompt keys once per group: see its module
+                cache_layer.append(key, v_proj(normed).view(rows, -1, dim))
+                attended = cache_layer.attend(query, self.scaling)
+            else:
+                keys, values = cache_layer.update(key[:, :, None, :], v_proj(normed).view(rows, -1, 1, dim))
+                attended = self._attend(query[:, :, None, :], keys, values, seen)
+            hidden = hidden + o_proj(attended.reshape(rows, -1))
             normed = _rms_norm(mlp_norm, hidden)
             hidden = hidden + down(torch.nn.functional.silu(gate(normed)) * up(normed))  # LlamaMLP, SiLU
         hidden = _rms_norm(self.inner.norm, hidden)

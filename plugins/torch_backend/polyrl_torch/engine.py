@@ -27,7 +27,8 @@ from polyrl.types import ALL_LINEAR, EngineConfig, Prompt, TokenPrompt
 from polyrl_torch import distributed, sharding
 from polyrl_torch.attention import needs_eager_attention, register_grouped_sdpa
 from polyrl_torch.devices import resolve_device
-from polyrl_torch.generation_weights import lean_decode_requested, packing_requested
+from polyrl_torch.generation_weights import (lean_decode_requested, packing_requested,
+                                             shared_prompt_attention_requested)
 from polyrl_torch.host_memory import retain_freed_memory, retain_requested
 from polyrl_torch.load_report import held_load_report
 from polyrl_torch.loading_info import CONFIG_FIX, refuse_mismatched_shapes, shown
@@ -136,6 +137,7 @@ class TorchEngine:
         self.options = TorchOptions.read(config.options)
         packing_requested(config.options)
         lean_decode_requested(config.options)
+        shared_prompt_attention_requested(config.options)
         # FSDP2 when asked for under torchrun (a no-op alone): see polyrl_torch.sharding
         shard = sharding.requested(config.options) and config.role == "train" and distributed.active()
         if retain_requested(config.options) and self.device.type == "cpu":

@@ -1,9 +1,10 @@
 """Batched sampling written by hand, so the returned log-probs are exactly the sampler's.
 
 Why not ``model.generate``: its scores are post-processed (top-p/top-k masks) and it repeats every
-prompt ``n`` times. Here each distinct prompt is prefilled once and its KV cache copied to the rows
-of its group (``DynamicCache.batch_select_indices`` with a repeating index: the same as
-``batch_repeat_interleave`` but also shares a prompt given twice), and finished rows are dropped
+prompt ``n`` times. Here each distinct prompt is prefilled once and its KV cache either kept once
+for the rows of its group (``polyrl_torch.shared_prompt_cache``, under the written-out float32
+decode step) or copied to each of them (``DynamicCache.batch_select_indices`` with a repeating
+index: the same as ``batch_repeat_interleave`` but also shares a prompt given twice), and finished rows are dropped
 from the batch (``batch_select_indices`` again) so the remaining rows decode faster.
 
 Randomness: one uniform number per sample and step, drawn up front as a ``[samples,
@@ -28,6 +29,7 @@ from polyrl_torch.attention import attends_bf16_natively
 from polyrl_torch.decode_step import LlamaDecodeStep
 from polyrl_torch.engine import TorchEngine
 from polyrl_torch.kv_cache import preallocate
+from polyrl_torch.shared_prompt_cache import share_prompts
 from polyrl_torch.generation_weights import GenerationCopy, uses_generation_copy
 
 
@@ -198,13 +200,16 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
     logits = _next_logits(model, input_ids=input_ids, attention_mask=attention,
                           position_ids=positions, past_key_values=cache)
     rows = [unique[tuple(ids)] for ids in prompt_ids for _ in range(n)]
-    if rows != list(range(len(unique))):
-        expand = torch.tensor(rows, device=device)
-        cache.batch_select_indices(expand)
-        logits, attention, positions = logits[expand], attention[expand], positions[expand]
-    next_pos = positions[:, -1] + 1
     if decode_step is not None and not decode_step.usable(cache):
         decode_step = None
+    if rows != list(range(len(unique))):
+        expand = torch.tensor(rows, device=device)
+        if decode_step is not None and decode_step.shares_prompts(cache):  # one copy per group
+            share_prompts(cache, attention, expand, max(budgets))
+        else:
+            cache.batch_select_indices(expand)
+        logits, attention, positions = logits[expand], attention[expand], positions[expand]
+    next_pos = positions[:, -1] + 1
 
     tokens: list[list[int]] = [[] for _ in range(total)]
     logps: list[list[float]] = [[] for _ in range(total)]

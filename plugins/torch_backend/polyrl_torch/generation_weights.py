@@ -51,6 +51,13 @@ def lean_decode_requested(options: Mapping[str, Any]) -> bool:
                        fix="write lean_decode = false to run transformers' forward for every decode step (or remove it)")
 
 
+def shared_prompt_attention_requested(options: Mapping[str, Any]) -> bool:
+    """``backends.options.shared_prompt_attention`` (default on), checked to be a boolean."""
+    return bool_option(options, "shared_prompt_attention", True,
+                       fix="write shared_prompt_attention = false to give every row its own copy of its prompt's "
+                           "keys and values, bit for bit what transformers' forward computes (or remove it)")
+
+
 def packing_available(device: torch.device, dtype: torch.dtype) -> bool:
     """oneDNN packs weights for CPU matmuls in float32 and bfloat16 (when torch was built with it)."""
     return (device.type == "cpu" and dtype in PACKABLE_DTYPES and torch.backends.mkldnn.is_available()
@@ -119,7 +126,7 @@ class GenerationCopy:
             # copied the whole expanded lm_head weight for it; a contiguous input takes the plain mm
             self.model.get_output_embeddings().register_forward_pre_hook(lambda _, args: (args[0].contiguous(),))
         #: the copy's single-token step written out (Llama-code models; None: the model's forward)
-        self.decode_step = (LlamaDecodeStep(self.model)
+        self.decode_step = (LlamaDecodeStep(self.model, shared_prompt_attention_requested(engine.config.options))
                             if lean_decode_requested(engine.config.options) and decode_step_supports(self.model) else None)
         self._made_from: tuple[Any, ...] = ()
 

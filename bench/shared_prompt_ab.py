@@ -1,0 +1,106 @@
+"""The CPU sampler's decode steps with each prompt's keys and values held once for its group, or
+copied to every row (``polyrl_torch.shared_prompt_cache``), in one process, alternating.
+
+    python bench/shared_prompt_ab.py --threads 1 --rounds 6 \\
+        --output bench/results/shared_prompt_ab_smollm2_8x4x32_1thread.json    # the reference batch
+    # long prompts, large groups: --prompts 1 --prompt-tokens 512 --group-size 16 --max-new-tokens 64
+
+Why: how much a shared prompt saves depends on how many bytes of prompt keys and values each step
+reads per row against the weights it streams anyway, so the bench takes the prompt's length and
+the group's size. Both ways run on the same engine and packed copy (the decode step's switch
+flipped), taking turns (who goes first alternates); the report gives each pair's ratio. The two
+ways attend in a different order of float operations, so their log-probs agree to float rounding,
+not bit for bit: the same tokens get log-probs within ``ROUNDING`` (the largest gap is reported),
+and a row may part ways where a draw lands within that rounding of the boundary between two tokens
+(likeliest in the long tail of a flat distribution, such as random-token prompts give; the rows
+that parted are counted).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+
+from polyrl import strict_json
+from polyrl.bench import ab_workload
+from polyrl.bench.workload import bench_prompts
+from polyrl.engine import Engine
+from polyrl.registry import get_registry
+from polyrl.types import EngineConfig, SamplingParams, TokenPrompt
+
+#: The largest log-prob gap between the two ways that still counts as float rounding.
+ROUNDING = 1e-3
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = ab_workload.parser(__doc__.split("\n\n")[0])
+    p.add_argument("--prompt-tokens", type=int, default=0,
+                   help="prompts of this many random tokens (0: the reference prompts)")
+    args = p.parse_args(argv)
+    if error := ab_workload.workload_error(args):
+        print(error, file=sys.stderr)
+        return 2
+    if args.prompt_tokens < 0:
+        print("error: --prompt-tokens must be >= 0 (0: the reference prompts)", file=sys.stderr)
+        return 2
+    import torch
+
+    registry = get_registry()
+    engine = Engine(registry, "torch", EngineConfig(
+        model=registry.resolve_model(args.model), role="train", threads=args.threads, device="cpu",
+        max_length=args.max_new_tokens + max(256, args.prompt_tokens + 8)))
+    if args.prompt_tokens:
+        vocab = engine.raw.causal_lm.config.vocab_size
+        draw = torch.Generator().manual_seed(args.prompt_tokens)
+        prompts: list = [TokenPrompt([int(i) for i in torch.randint(100, vocab, (args.prompt_tokens,), generator=draw)])
+                         for _ in range(args.prompts)]
+    else:
+        prompts = bench_prompts(args.prompts)
+    engine.generate(prompts, SamplingParams(max_new_tokens=2, seed=0))  # packs the copy now
+    step = engine.raw.generation_copy.decode_step
+    if step is None:
+        print(f"error: {args.model}'s sampler has no written-out decode step", file=sys.stderr)
+        return 2
+    seconds: dict[str, list[float]] = {"per_row": [], "shared": []}
+    parted, gap = 0, 0.0
+    for round_ in range(args.rounds):
+        sampling = SamplingParams(max_new_tokens=args.max_new_tokens, n=args.group_size, seed=round_ + 1,
+                                  ignore_eos=True)
+        order = list(seconds) if round_ % 2 == 0 else list(reversed(seconds))
+        outputs = {}
+        for name in order:
+            step.share_prompts = name == "shared"
+            start = time.perf_counter()
+            outputs[name] = engine.generate(prompts, sampling)
+            seconds[name].append(time.perf_counter() - start)
+        for a, b in zip(outputs["per_row"], outputs["shared"]):
+            common = _common_prefix(list(a.completion_ids), list(b.completion_ids))
+            parted += common < len(a.completion_ids)
+            gap = max(gap, *(float(abs(x - y)) for x, y in zip(a.logprobs[:common], b.logprobs[:common])), 0.0)
+        print(f"round {round_}: " + ", ".join(f"{n} {seconds[n][-1]:.2f} s" for n in order), file=sys.stderr)
+    if gap > ROUNDING:
+        print(f"error: the two ways gave different log-probs for the same tokens (largest gap {gap:.3g})",
+              file=sys.stderr)
+        return 1
+    pairs = [r / s for r, s in zip(seconds["per_row"], seconds["shared"])]
+    report = {**ab_workload.report_header(args), "prompt_tokens": args.prompt_tokens or "reference",
+              "generate_s": seconds, "median_s": {n: statistics.median(v) for n, v in seconds.items()},
+              "per_row_over_shared_each": pairs, "per_row_over_shared_median": statistics.median(pairs),
+              "rows_parted": parted, "rows": args.rounds * len(prompts) * args.group_size, "largest_logprob_gap": gap}
+    print(json.dumps({k: report[k] for k in ("median_s", "per_row_over_shared_each", "per_row_over_shared_median",
+                                             "rows_parted", "largest_logprob_gap")}))
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(strict_json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
