@@ -297,3 +297,38 @@ def test_a_child_that_dies_in_a_traceback_is_one_line_in_the_table(capsys):
     err = capsys.readouterr().err
     assert "torch: failed: ValueError: header too short: the file is truncated" in err
     assert "in outer" not in err and "Traceback" not in err
+
+
+def test_few_shot_prompts_put_the_same_solved_examples_before_the_same_questions():
+    """``--few-shot K``: long prompts made as GRPO prompts grow long in practice; without it the
+    prompts are the ones every earlier bench ran (so their figures stay comparable)."""
+    from polyrl.bench.workload import bench_prompts, few_shot_preamble
+
+    short, long = bench_prompts(3), bench_prompts(3, few_shot=5)
+    assert short[0][0]["content"].startswith("What is ") and short[0][0]["content"].endswith("the number only.")
+    preamble = few_shot_preamble(5)
+    solved = preamble.removeprefix("Examples:\n").strip().splitlines()
+    assert len(solved) == 5
+    for line in solved:  # each example is a correct sum
+        a, b, total = (int(x) for x in line.removeprefix("What is ").replace("? ", " + ").split(" + "))
+        assert a + b == total
+    assert [p[0]["content"] for p in long] == [preamble + p[0]["content"] for p in short]
+    with pytest.raises(ConfigError) as err:
+        run_bench(model="tiny-llama", backends=["torch"], few_shot=-1, output=None)
+    assert err.value.field == "--few-shot"
+
+
+@pytest.mark.slow  # polyrl's and TRL's children, each loading the model
+def test_few_shot_prompts_reach_every_side(tiny_model_dir):
+    """The same long prompts on polyrl's side, TRL's and transformers' generate: the token counts
+    each side reports match, and exceed the short prompts' by the examples."""
+    pytest.importorskip("trl", reason="trl is the bench-only extra polyrl-torch[bench]")
+    kwargs = dict(model=tiny_model_dir, backends=["torch"], prompts=2, group_size=2, max_new_tokens=3, threads=1,
+                  steps=1, output=None, trl=True)
+    short, long = run_bench(**kwargs)["results"], run_bench(**kwargs, few_shot=20)["results"]
+    (ours_short, trl_short), (ours_long, trl_long) = short, long
+    for r in (*short, *long):
+        assert "error" not in r, r
+    assert trl_long["shapes"]["prompt_lens"] == ours_long["shapes"]["prompt_lens"]
+    assert min(ours_long["shapes"]["prompt_lens"]) > max(ours_short["shapes"]["prompt_lens"]) + 20
+    assert trl_short["shapes"]["prompt_lens"] == ours_short["shapes"]["prompt_lens"]

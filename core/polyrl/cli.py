@@ -355,7 +355,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                        threads=args.threads, steps=args.steps, lora=args.lora, output=args.output,
                        generate_only=args.generate_only, trl=args.trl, hf_generate=args.hf_generate,
                        mlx_lm_lora=args.mlx_lm_lora, ignore_eos=args.ignore_eos,
-                       compute_dtype=args.compute_dtype, device=args.device, interleave=args.interleave)
+                       compute_dtype=args.compute_dtype, device=args.device, interleave=args.interleave,
+                       few_shot=args.few_shot)
     if args.json:
         _print_json(result)
     else:
@@ -465,6 +466,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also time transformers' model.generate on the same prompts (generation baseline)")
     p.add_argument("--ignore-eos", action="store_true",
                    help="every side samples exactly --max-new-tokens per completion (same work on each side)")
+    p.add_argument("--few-shot", type=int, default=0,
+                   help="solved examples before every prompt's question, the same on every side (long prompts: "
+                        "~15 tokens each with SmolLM2's tokenizer)")
     p.add_argument("--compute-dtype", choices=["bfloat16"], default=None,
                    help="mixed precision: float32 weights, matmuls in this dtype, for polyrl's engines and TRL "
                         "(bf16=True) alike; utilisation is then against this dtype's matmul peak")

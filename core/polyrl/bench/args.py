@@ -20,16 +20,17 @@ _RULES = {
     "--max-new-tokens": Rule(integer=True, low=1, fix="e.g. --max-new-tokens 32"),
     "--threads": Rule(integer=True, low=1, high=4096, fix="e.g. --threads 1 (CPU threads per side)"),
     "--steps": Rule(integer=True, low=1, fix="e.g. --steps 3 (the first is left out of the medians when there are more)"),
+    "--few-shot": Rule(integer=True, low=0, high=10000, fix="e.g. --few-shot 20 (~340-token prompts with SmolLM2's tokenizer; 0: the short ones)"),
 }
 
 
 def check_workload(prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
-                   generate_only: bool, trains_baseline: bool = False) -> None:
+                   generate_only: bool, trains_baseline: bool = False, few_shot: int = 0) -> None:
     """Refuse a workload with nothing to time. A train step needs a group of at least 2 (GRPO
     compares completions within a group; TRL refuses fewer); timing generation alone
     (``generate_only`` with no training baseline, ``trains_baseline``) may sample one per prompt."""
     for flag, value in (("--prompts", prompts), ("--max-new-tokens", max_new_tokens), ("--threads", threads),
-                        ("--steps", steps)):
+                        ("--steps", steps), ("--few-shot", few_shot)):
         _RULES[flag].check(value, flag)
     alone = generate_only and not trains_baseline
     fix = ("e.g. --group-size 4" if alone else

@@ -50,7 +50,8 @@ def write_chart(report: dict[str, Any], path: Path) -> str | None:
         ax.text(left[y], y, " " + note, va="center")
     w, m = report["workload"], report["machine"]
     ax.set_xlabel("seconds per GRPO step")
-    ax.set_title(f"{Path(str(w['model'])).name}: {w['prompts']} prompts x {w['group_size']} x "
+    few_shot = f" ({w['few_shot']}-shot)" if w.get("few_shot") else ""
+    ax.set_title(f"{Path(str(w['model'])).name}: {w['prompts']} prompts{few_shot} x {w['group_size']} x "
                  f"{w['max_new_tokens']} tokens, {'LoRA' if w['lora'] else 'full'}, {m['threads']} thread(s)",
                  fontsize=9)
     ax.set_xlim(0, max(left) * 1.35)

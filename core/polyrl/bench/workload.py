@@ -40,11 +40,33 @@ DEFAULT_MAX_LENGTH: int = attrs.fields(EngineConfig).max_length.default  # type:
 TRAIN_PHASES = ("forward", "backward", "grad_sync", "optimizer")
 
 
-def bench_prompts(count: int) -> list[Any]:
-    """The bench's chat prompts (seeded): every backend and baseline gets the same ones."""
+#: Tokens one solved example of ``few_shot_preamble`` takes at most (SmolLM2's tokenizer: ~15).
+FEW_SHOT_EXAMPLE_TOKENS = 16
+
+
+def few_shot_preamble(examples: int) -> str:
+    """``examples`` solved sums (seeded, the same for every prompt) to put before a bench question:
+    how GRPO prompts grow long in practice (few-shot examples, a long system prompt), so a long-prompt
+    workload is still a real chat prompt on every side."""
+    if examples == 0:
+        return ""
+    rng = np.random.default_rng(1)
+    solved = [f"What is {a} + {b}? {a + b}" for a, b in rng.integers(10, 99, size=(examples, 2))]
+    return "Examples:\n" + "\n".join(solved) + "\n\n"
+
+
+def bench_prompts(count: int, few_shot: int = 0) -> list[Any]:
+    """The bench's chat prompts (seeded): every backend and baseline gets the same ones; each
+    after ``few_shot`` solved examples (``few_shot_preamble``)."""
     rng = np.random.default_rng(0)
-    return [[{"role": "user", "content": f"What is {a} + {b}? Answer with the number only."}]
+    preamble = few_shot_preamble(few_shot)
+    return [[{"role": "user", "content": f"{preamble}What is {a} + {b}? Answer with the number only."}]
             for a, b in rng.integers(10, 99, size=(count, 2))]
+
+
+def prompt_room(few_shot: int) -> int:
+    """Tokens ``max_length`` leaves for a bench prompt with ``few_shot`` examples."""
+    return BENCH_PROMPT_ROOM + FEW_SHOT_EXAMPLE_TOKENS * few_shot
 
 
 def engine_device(raw: Any) -> str:
@@ -69,13 +91,14 @@ def _median(xs: list[float]) -> float:
 def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_tokens: int,
                   threads: int, steps: int, lora: bool, generate_only: bool = False,
                   ignore_eos: bool = False, warmup_steps: int = 0,
-                  compute_dtype: str | None = None, device: str = "auto") -> dict[str, Any]:
+                  compute_dtype: str | None = None, device: str = "auto", few_shot: int = 0) -> dict[str, Any]:
     """Time one backend; seconds per phase (medians over ``steps``), tokens/s, the shapes.
     ``ignore_eos``: every completion is ``max_new_tokens`` long (fixed-length benchmarks).
     ``warmup_steps``: the first steps run but are left out of the medians (as TRL's bench leaves
     out its first step, which pays for lazy initialisation); never all of them.
     ``compute_dtype``: mixed precision (float32 weights, matmuls in this dtype). ``device``: the
-    engine's (``auto``: the backend's accelerator when there is one)."""
+    engine's (``auto``: the backend's accelerator when there is one). ``few_shot``: solved examples
+    before each prompt's question (``bench_prompts``)."""
     from polyrl.algorithms.objective import Objective
 
     reg = get_registry()
@@ -87,7 +110,7 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
                                             threads=threads, lora=LoraConfig() if lora and caps.lora else None,
                                             compute_dtype=compute_dtype, device=device,
                                             # room for the bench prompts plus every requested token
-                                            max_length=max(DEFAULT_MAX_LENGTH, max_new_tokens + BENCH_PROMPT_ROOM)))
+                                            max_length=max(DEFAULT_MAX_LENGTH, max_new_tokens + prompt_room(few_shot))))
     out: dict[str, Any] = {"backend": name, "load_s": time.perf_counter() - t0,
                            "compute_dtype": compute_dtype or "float32", "device": engine_device(engine.raw)}
     device_peak_mb: list[float] = []
@@ -95,7 +118,7 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
     spans: list[list[float]] = []  # every step's wall-clock [start, end], warm-up included
     phases: dict[str, list[float]] = {p: [] for p in TRAIN_PHASES}
     shapes = []
-    batch_prompts = bench_prompts(prompts)
+    batch_prompts = bench_prompts(prompts, few_shot)
     for step in range(steps):
         wait_for_turn()  # a no-op unless ``polyrl bench --interleave`` runs the sides in lockstep
         spans.append([time.time(), float("nan")])
@@ -152,21 +175,21 @@ def bench_backend(name: str, model: str, prompts: int, group_size: int, max_new_
 
 def backend_argv(name: str, model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int,
                  steps: int, lora: bool, *, generate_only: bool = False, ignore_eos: bool = False,
-                 compute_dtype: str | None = None, device: str = "auto") -> list[str]:
+                 compute_dtype: str | None = None, device: str = "auto", few_shot: int = 0) -> list[str]:
     """The child running ``bench_backend`` for one polyrl backend (``python -m polyrl.bench``), its
     first step left out of the medians when there are more (as TRL's child leaves out its own)."""
     return child_argv("polyrl.bench", [name, model, prompts, group_size, max_new_tokens, threads, steps, lora,
-                                       generate_only, ignore_eos, 1, compute_dtype, device])
+                                       generate_only, ignore_eos, 1, compute_dtype, device, few_shot])
 
 
 def backend_child(name: str, model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int,
                   steps: int, lora: bool, *, generate_only: bool = False, ignore_eos: bool = False,
                   compute_dtype: str | None = None, timeout: float | None = None,
-                  device: str = "auto") -> dict[str, Any]:
+                  device: str = "auto", few_shot: int = 0) -> dict[str, Any]:
     """``bench_backend`` for one polyrl backend in a child process (``backend_argv``)."""
     return run_child(backend_argv(name, model, prompts, group_size, max_new_tokens, threads, steps, lora,
                                   generate_only=generate_only, ignore_eos=ignore_eos, compute_dtype=compute_dtype,
-                                  device=device), name, timeout)
+                                  device=device, few_shot=few_shot), name, timeout)
 
 
 def trl_missing() -> dict[str, Any] | None:
@@ -180,24 +203,24 @@ def trl_missing() -> dict[str, Any] | None:
 
 def trl_argv(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
              lora: bool, ignore_eos: bool = False, compute_dtype: str | None = None,
-             device: str = "auto") -> list[str]:
+             device: str = "auto", few_shot: int = 0) -> list[str]:
     """The child running TRL's GRPOTrainer on the same workload (``polyrl_torch.bench.trl_grpo``)."""
     return child_argv("polyrl_torch.bench.trl_grpo", [model, prompts, group_size, max_new_tokens, threads, steps,
-                                                      lora, ignore_eos, compute_dtype, device])
+                                                      lora, ignore_eos, compute_dtype, device, few_shot])
 
 
 def _trl(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
          lora: bool, ignore_eos: bool = False, timeout: float | None = None,
-         compute_dtype: str | None = None, device: str = "auto") -> dict[str, Any]:
+         compute_dtype: str | None = None, device: str = "auto", few_shot: int = 0) -> dict[str, Any]:
     """TRL's GRPOTrainer on the same workload, in a child process (``trl_argv``)."""
     if missing := trl_missing():
         return missing
     return run_child(trl_argv(model, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos,
-                              compute_dtype, device), "trl", timeout)
+                              compute_dtype, device, few_shot), "trl", timeout)
 
 
 def _mlx_lm_lora(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
-                 lora: bool, ignore_eos: bool = False, device: str = "auto") -> dict[str, Any]:
+                 lora: bool, ignore_eos: bool = False, device: str = "auto", few_shot: int = 0) -> dict[str, Any]:
     """mlx-lm-lora's GRPO on the same workload, in a child process (``polyrl_mlx.bench.mlx_lm_lora_grpo``)."""
     import importlib.util
 
@@ -206,20 +229,21 @@ def _mlx_lm_lora(model: str, prompts: int, group_size: int, max_new_tokens: int,
     if importlib.util.find_spec("mlx_lm_lora") is None:
         return {"backend": "mlx-lm-lora", "error": "mlx-lm-lora missing: pip install 'polyrl-mlx[bench]'"}
     return _child("polyrl_mlx.bench.mlx_lm_lora_grpo",
-                  [model, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos, device],
+                  [model, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos, device, few_shot],
                   "mlx-lm-lora")
 
 
 def _hf_generate(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int,
                  steps: int, ignore_eos: bool = False, compute_dtype: str | None = None,
-                 device: str = "auto") -> dict[str, Any]:
+                 device: str = "auto", few_shot: int = 0) -> dict[str, Any]:
     """transformers' ``generate`` on the same prompts, in a child process (the generation baseline)."""
     import importlib.util
 
     if importlib.util.find_spec("polyrl_torch") is None:
         return {"backend": "hf-generate", "error": "needs the torch backend: pip install 'polyrl[torch]'"}
     return _child("polyrl_torch.bench.hf_generate",
-                  [model, prompts, group_size, max_new_tokens, threads, steps, ignore_eos, compute_dtype, device],
+                  [model, prompts, group_size, max_new_tokens, threads, steps, ignore_eos, compute_dtype, device,
+                   few_shot],
                   "hf-generate")
 
 
@@ -297,18 +321,19 @@ def add_flop_floor_lead(results: list[dict[str, Any]], trl: dict[str, Any]) -> N
 def run_interleaved(names: list[str], model: str, prompts: int, group_size: int, max_new_tokens: int,
                     threads: int, steps: int, lora: bool, ignore_eos: bool, compute_dtype: str | None = None,
                     device: str = "auto", timeout: float | None = None,
-                    trl_timeout: float | None = None) -> list[dict[str, Any]]:
+                    trl_timeout: float | None = None, few_shot: int = 0) -> list[dict[str, Any]]:
     """The backends' results and TRL's (last), every side run at once in lockstep; ``timeout``
     (each backend) and ``trl_timeout``: seconds each side may keep the others waiting."""
     from polyrl.bench.lockstep import run_in_lockstep
 
     children = [(n, backend_argv(n, model, prompts, group_size, max_new_tokens, threads, steps, lora,
-                                 ignore_eos=ignore_eos, compute_dtype=compute_dtype, device=device)) for n in names]
+                                 ignore_eos=ignore_eos, compute_dtype=compute_dtype, device=device,
+                                 few_shot=few_shot)) for n in names]
     timeouts = [timeout] * len(names)
     missing = trl_missing()
     if missing is None:
         children.append(("trl", trl_argv(model, prompts, group_size, max_new_tokens, threads, steps, lora,
-                                         ignore_eos, compute_dtype, device)))
+                                         ignore_eos, compute_dtype, device, few_shot)))
         timeouts.append(trl_timeout)
     results = run_in_lockstep(children, steps, timeouts)
     return results + [missing] if missing is not None else results
@@ -337,7 +362,8 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
               lora: bool = False, output: str | None = "bench/results.json",
               generate_only: bool = False, trl: bool = False, hf_generate: bool = False,
               mlx_lm_lora: bool = False, chart: bool = True, ignore_eos: bool = False,
-              compute_dtype: str | None = None, device: str = "auto", interleave: bool = False) -> dict[str, Any]:
+              compute_dtype: str | None = None, device: str = "auto", interleave: bool = False,
+              few_shot: int = 0) -> dict[str, Any]:
     """Bench ``backends`` (default: every usable one but ``remote``), then TRL (``trl``), mlx-lm-lora's GRPO
     (``mlx_lm_lora``: each MLX result's ``speedup_vs_mlx_lm_lora``) and transformers' ``generate``
     (``hf_generate``: each backend's ``generate_speedup_vs_hf``) on the same workload.
@@ -346,11 +372,12 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
     ``generate`` on weights of that dtype); ``device`` is every side's (``auto``: CUDA, a GPU or Metal
     when the machine has one, else the CPU; the matmul peak is measured on the same device).
     ``interleave``: the backends and TRL run at once, stepping in turn (``polyrl.bench.lockstep``),
-    and each backend's ``speedup_vs_trl_each`` pairs its steps with TRL's.
+    and each backend's ``speedup_vs_trl_each`` pairs its steps with TRL's. ``few_shot``: solved
+    examples before every side's prompts (long prompts; ``bench_prompts``).
     The arguments are checked first (``polyrl.bench.args``): a bad one is a ``ConfigError``
     before anything is measured or written."""
     check_workload(prompts, group_size, max_new_tokens, threads, steps, generate_only,
-                   trains_baseline=trl or mlx_lm_lora)
+                   trains_baseline=trl or mlx_lm_lora, few_shot=few_shot)
     check_interleave(interleave, trl, generate_only)
     reg = get_registry()
     names = bench_backends(reg, backends)
@@ -362,20 +389,20 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
         peaks[compute_dtype] = matmul_peak(threads, compute_dtype, device)
     if interleave:
         results = run_interleaved(names, resolved, prompts, group_size, max_new_tokens, threads, steps, lora,
-                               ignore_eos, compute_dtype, device)
+                                  ignore_eos, compute_dtype, device, few_shot=few_shot)
     else:
         results = [backend_child(n, resolved, prompts, group_size, max_new_tokens, threads, steps, lora,
                                  generate_only=generate_only, ignore_eos=ignore_eos, compute_dtype=compute_dtype,
-                                 device=device)
+                                 device=device, few_shot=few_shot)
                    for n in names]
         if trl:
             results.append(_trl(resolved, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos,
-                                compute_dtype=compute_dtype, device=device))
+                                compute_dtype=compute_dtype, device=device, few_shot=few_shot))
     if trl:
         add_trl_ratios(results[:-1], results[-1], paired=interleave)
     if mlx_lm_lora:
         peer = _mlx_lm_lora(resolved, prompts, group_size, max_new_tokens, threads, steps, lora, ignore_eos,
-                            device)
+                            device, few_shot)
         for r in results:  # the peer is an MLX trainer: it is the anchor of the MLX backend only
             if r["backend"] == "mlx" and peer.get("step_s") and r.get("step_s"):
                 r["speedup_vs_mlx_lm_lora"] = peer["step_s"] / r["step_s"]
@@ -384,7 +411,7 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
         results.append(peer)
     if hf_generate:
         hf = _hf_generate(resolved, prompts, group_size, max_new_tokens, threads, steps, ignore_eos,
-                          compute_dtype, device)
+                          compute_dtype, device, few_shot)
         for r in results:
             if hf.get("generate_s") and r.get("generate_s"):
                 r["generate_speedup_vs_hf"] = hf["generate_s"] / r["generate_s"]
@@ -407,7 +434,7 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
                      "max_new_tokens": max_new_tokens, "steps": steps, "lora": lora,
                      "generate_only": generate_only, "trl": trl, "hf_generate": hf_generate,
                      "mlx_lm_lora": mlx_lm_lora, "ignore_eos": ignore_eos,
-                     "compute_dtype": compute_dtype or "float32", "device": device},
+                     "compute_dtype": compute_dtype or "float32", "device": device, "few_shot": few_shot},
         "results": results,
     }
     # what `generate = "auto"` chooses from: polyrl's own backends only, measured on the CPU (the

@@ -75,7 +75,7 @@ def _prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
 
 
 def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
-        lora: bool, ignore_eos: bool = False, device: str | None = None) -> dict[str, Any]:
+        lora: bool, ignore_eos: bool = False, device: str | None = None, few_shot: int = 0) -> dict[str, Any]:
     from polyrl_mlx import blas
     from polyrl_mlx._mx import mx, optim  # OpenBLAS first, as the backend does
 
@@ -114,7 +114,7 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
     load_s = time.perf_counter() - t0
     before = {k: mx.array(v) for k, v in tree_flatten(net.trainable_parameters())}
 
-    rows: list[tuple[list[int], list[int], str, str]] = [(_prompt_ids(tokenizer, p), [], p[0]["content"], "") for p in bench_prompts(prompts)]
+    rows: list[tuple[list[int], list[int], str, str]] = [(_prompt_ids(tokenizer, p), [], p[0]["content"], "") for p in bench_prompts(prompts, few_shot)]
     reward_rng = np.random.default_rng(seed)
 
     def bench_reward(prompts: list[str], completions: list[str], answer: list[str], types: Any,

@@ -29,7 +29,7 @@ def _generated_lengths(new_tokens: Any, eos_ids: set[int]) -> list[int]:
 
 def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int,
         steps: int, ignore_eos: bool = False, compute_dtype: str | None = None,
-        device: str = "cpu") -> dict[str, Any]:
+        device: str = "cpu", few_shot: int = 0) -> dict[str, Any]:
     import numpy as np
     import torch
     import transformers
@@ -48,7 +48,7 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
     lm = AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to(where).eval()
     load_s = time.perf_counter() - t0
     texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
-             for p in bench_prompts(prompts)]
+             for p in bench_prompts(prompts, few_shot)]
     inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(where)
     eos = lm.generation_config.eos_token_id
     eos_ids = {int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None}

@@ -29,7 +29,7 @@ from typing import Any
 
 def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads: int, steps: int,
         lora: bool, ignore_eos: bool = False, compute_dtype: str | None = None,
-        device: str = "cpu") -> dict[str, Any]:
+        device: str = "cpu", few_shot: int = 0) -> dict[str, Any]:
     import numpy as np
     import torch
     from datasets import Dataset
@@ -52,7 +52,7 @@ def run(model: str, prompts: int, group_size: int, max_new_tokens: int, threads:
     def sync() -> None:  # the GPU runs ahead of Python: read the clock once its queue is done
         wait_for_device(where)
 
-    rows = bench_prompts(prompts)
+    rows = bench_prompts(prompts, few_shot)
     dataset = Dataset.from_list([{"prompt": p} for p in rows] * (steps + 1))
     completion_tokens: list[int] = []
 
