@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from polyrl import strict_json
+from polyrl.bench import ab_workload
 from polyrl.bench.machine import cpu_info
 from polyrl.engine import Engine
 from polyrl.registry import get_registry
@@ -154,9 +155,7 @@ def main(argv: list[str] | None = None) -> int:
               "command": ["bench/decode_cost_by_length.py", *(sys.argv[1:] if argv is None else argv)], "points": points}
     print(strict_json.dumps({"points": [{k: p[k] for k in ("cache_length", "ms_per_token", "transformers_over_polyrl")}
                                         for p in points]}))
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(strict_json.dumps(report, indent=2) + "\n")
+    ab_workload.write_report(args.output, report)
     return 0
 
 

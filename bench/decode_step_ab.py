@@ -21,7 +21,6 @@ import statistics
 import sys
 import time
 
-from polyrl import strict_json
 from polyrl.bench import ab_workload
 from polyrl.bench.workload import bench_prompts
 from polyrl.engine import Engine
@@ -74,9 +73,7 @@ def main(argv: list[str] | None = None) -> int:
               "transformers_over_written_out_median": statistics.median(pairs), "bit_identical": identical}
     print(json.dumps({k: report[k] for k in ("median_s", "transformers_over_written_out_each",
                                              "transformers_over_written_out_median", "bit_identical")}))
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(strict_json.dumps(report, indent=2) + "\n")
+    ab_workload.write_report(args.output, report)
     return 0
 
 

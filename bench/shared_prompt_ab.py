@@ -23,7 +23,6 @@ import statistics
 import sys
 import time
 
-from polyrl import strict_json
 from polyrl.bench import ab_workload
 from polyrl.bench.workload import bench_prompts
 from polyrl.engine import Engine
@@ -96,9 +95,7 @@ def main(argv: list[str] | None = None) -> int:
               "rows_parted": parted, "rows": args.rounds * len(prompts) * args.group_size, "largest_logprob_gap": gap}
     print(json.dumps({k: report[k] for k in ("median_s", "per_row_over_shared_each", "per_row_over_shared_median",
                                              "rows_parted", "largest_logprob_gap")}))
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(strict_json.dumps(report, indent=2) + "\n")
+    ab_workload.write_report(args.output, report)
     return 0
 
 

@@ -1,5 +1,5 @@
 """What the in-process A/B benches (``bench/*_ab.py``) share: their workload flags, one torch
-training engine and one fixed batch sampled from it, and the report's common fields.
+training engine and one fixed batch sampled from it, the report's common fields and its file.
 
 Why in-process A/B at all: on a shared VM a whole step's time drifts between runs by more than a
 change of a few percent, so those benches alternate both ways on one engine and one batch.
@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from polyrl import strict_json
 from polyrl.bench.machine import cpu_info
 from polyrl.bench.workload import bench_prompts
 from polyrl.engine import Engine
@@ -57,3 +58,10 @@ def report_header(args: argparse.Namespace) -> dict[str, Any]:
     """The machine and workload fields every A/B report starts with."""
     return {"machine": cpu_info(args.threads), "model": args.model, "prompts": args.prompts,
             "group_size": args.group_size, "max_new_tokens": args.max_new_tokens, "rounds": args.rounds}
+
+
+def write_report(path: Path | None, report: dict[str, Any]) -> None:
+    """``report`` as indented strict JSON at ``path`` (``--output``; None: not written)."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(strict_json.dumps(report, indent=2) + "\n")

@@ -123,11 +123,11 @@ class LlamaDecodeStep:
         layers = getattr(cache, "layers", ())
         return len(layers) == len(self.layers) and all(type(layer) is PreallocatedLayer for layer in layers)
 
-    def shares_prompts(self, cache: Any) -> bool:
-        """Whether ``cache`` (``usable``) may become a shared-prompt cache: a float32 copy's
-        (``polyrl_torch.shared_prompt_cache`` attends in float32 only)."""
-        return (self.share_prompts and self.inner.embed_tokens.weight.dtype == torch.float32
-                and all(layer.keys.dtype == torch.float32 for layer in cache.layers))
+    def shares_prompts(self) -> bool:
+        """Whether a group's rows may attend one copy of their prompt's keys and values: switched
+        on, and a float32 copy (``polyrl_torch.shared_prompt_cache`` attends in float32 only; a
+        bfloat16 copy's cache, even widened to float32, goes with bfloat16 queries)."""
+        return self.share_prompts and self.inner.embed_tokens.weight.dtype == torch.float32
 
     def _rotary(self, positions: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cosine and sine for ``positions`` (``[rows]``), as the rotary module gives them."""

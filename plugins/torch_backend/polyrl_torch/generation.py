@@ -204,7 +204,7 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
         decode_step = None
     if rows != list(range(len(unique))):
         expand = torch.tensor(rows, device=device)
-        if decode_step is not None and decode_step.shares_prompts(cache):  # one copy per group
+        if decode_step is not None and decode_step.shares_prompts():  # one copy per group
             share_prompts(cache, attention, expand, max(budgets))
         else:
             cache.batch_select_indices(expand)

@@ -20,6 +20,21 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 
+def regrown(buffer: torch.Tensor, filled: int, capacity: int) -> torch.Tensor:
+    """A ``[rows, heads, capacity, dim]`` buffer holding ``buffer``'s first ``filled`` positions."""
+    out = buffer.new_empty((*buffer.shape[:2], capacity, buffer.shape[-1]))
+    out[:, :, :filled] = buffer[:, :, :filled]
+    return out
+
+
+def rows_of(buffer: torch.Tensor, filled: int, indices: torch.Tensor) -> torch.Tensor:
+    """A buffer of the same capacity holding the rows ``indices`` (repeats allowed) of ``buffer``'s
+    first ``filled`` positions: only the filled part is copied."""
+    out = buffer.new_empty((len(indices), *buffer.shape[1:]))
+    out[:, :, :filled] = buffer[:, :, :filled].index_select(0, indices)
+    return out
+
+
 class PreallocatedLayer(DynamicLayer):
     """``DynamicLayer`` with keys/values as views of buffers holding ``capacity`` positions."""
 
@@ -57,11 +72,8 @@ class PreallocatedLayer(DynamicLayer):
 
     def _grow(self, capacity: int) -> None:
         assert self._keys is not None and self._values is not None
-        keys = self._keys.new_empty((*self._keys.shape[:2], capacity, self._keys.shape[-1]))
-        values = self._values.new_empty((*self._values.shape[:2], capacity, self._values.shape[-1]))
-        keys[:, :, :self.length] = self._keys[:, :, :self.length]
-        values[:, :, :self.length] = self._values[:, :, :self.length]
-        self._keys, self._values, self.capacity = keys, values, capacity
+        self._keys, self._values = (regrown(t, self.length, capacity) for t in (self._keys, self._values))
+        self.capacity = capacity
 
     def get_seq_length(self) -> int:
         return self.length if self.is_initialized else 0
@@ -70,13 +82,9 @@ class PreallocatedLayer(DynamicLayer):
         """Keep (or repeat) the batch rows ``indices``: only the filled positions are copied."""
         if not self.length or self._keys is None or self._values is None:
             return
-        keys = self._keys.new_empty((len(indices), *self._keys.shape[1:]))
-        values = self._values.new_empty((len(indices), *self._values.shape[1:]))
-        keys[:, :, :self.length] = self._keys[:, :, :self.length].index_select(0, indices)
-        values[:, :, :self.length] = self._values[:, :, :self.length].index_select(0, indices)
-        self._keys, self._values = keys, values
-        self.keys = keys[:, :, :self.length]
-        self.values = values[:, :, :self.length]
+        self._keys, self._values = (rows_of(t, self.length, indices) for t in (self._keys, self._values))
+        self.keys = self._keys[:, :, :self.length]
+        self.values = self._values[:, :, :self.length]
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         if self.length:

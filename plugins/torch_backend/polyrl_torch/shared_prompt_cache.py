@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from polyrl_torch.kv_cache import regrown, rows_of
+
 
 class SharedPromptLayer:
     """One decoder layer's cache: prompt keys/values per distinct prompt, completion ones per row."""
@@ -64,21 +66,16 @@ class SharedPromptLayer:
             self._keys = key.new_empty((rows, heads, self.capacity, dim))
             self._values = value.new_empty((rows, heads, self.capacity, value.shape[-1]))
         if self.length == self._keys.shape[2]:  # more than promised: grow rather than fail
-            self._keys, self._values = (self._widened(t, 2 * self.length) for t in (self._keys, self._values))
+            self._keys, self._values = (regrown(t, self.length, 2 * self.length) for t in (self._keys, self._values))
         self._keys[:, :, self.length] = key
         self._values[:, :, self.length] = value
         self.length += 1
-
-    def _widened(self, buffer: torch.Tensor, capacity: int) -> torch.Tensor:
-        out = buffer.new_empty((*buffer.shape[:2], capacity, buffer.shape[-1]))
-        out[:, :, :self.length] = buffer[:, :, :self.length]
-        return out
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keep the rows ``indices`` (rows that finished leave); prompts left without rows go too."""
         self.owner = self.owner[indices]
         if self._keys is not None and self._values is not None:
-            self._keys, self._values = (self._rows(t, indices) for t in (self._keys, self._values))
+            self._keys, self._values = (rows_of(t, self.length, indices) for t in (self._keys, self._values))
         used = torch.bincount(self.owner, minlength=self.prompt_keys.shape[0]) > 0
         if not bool(used.all()):
             kept = used.nonzero()[:, 0]
@@ -86,11 +83,6 @@ class SharedPromptLayer:
             self.prompt_keys, self.prompt_values = self.prompt_keys[kept], self.prompt_values[kept]
             self.prompt_hidden = self.prompt_hidden[kept]
         self._place()
-
-    def _rows(self, buffer: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-        out = buffer.new_empty((len(indices), *buffer.shape[1:]))
-        out[:, :, :self.length] = buffer[:, :, :self.length].index_select(0, indices)
-        return out
 
     def attend(self, query: torch.Tensor, scale: float) -> torch.Tensor:
         """Softmax attention of ``query`` (``[rows, heads, head_dim]``, one per row, query heads
