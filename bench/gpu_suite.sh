@@ -17,6 +17,9 @@
 #                                LoRA at 8x8x256, full at 2x8x1024
 #   profile torch.profiler over one polyrl generate and train step on the SmolLM2-1.7B shape (8x8x64,
 #           bf16): device-busy share, kernel launches, host syncs and the top ops per phase
+#   fixed-ab   sampling with fixed shapes (one CUDA graph replayed per token, polyrl_torch.fixed_decode)
+#           against the row-dropping loop, taking turns in one process (bench/fixed_decode_ab.py), bf16,
+#           8x8x256, on both shapes: each way's seconds and ms per decode step, their ratio
 #   max-parts  keeps the MAX part this call carries (bench/gpu_max_wheels.sh) in /tmp; once every part
 #           is there, unpacks MAX into the suite's site and installs polyrl-max
 #   max     MAX on the GPU beside torch and HF generate (only where MAX is importable there)
@@ -55,6 +58,7 @@ else
   TESTS=(tests/test_device_selection.py tests/test_torch_backend.py tests/test_torch_kv_cache.py
          tests/test_torch_mixed_precision.py tests/test_torch_target_logprobs.py tests/test_torch_episodes.py
          tests/test_conformance_kit.py tests/test_policy_loss_runs.py tests/test_determinism.py
+         tests/test_torch_fixed_decode.py
          "tests/test_distributed.py::test_one_launched_rank_runs_the_collectives_and_matches_one_process[cuda]")
 fi
 if [ -n "${GPU_SUITE_TESTS:-}" ]; then  # a few test ids (space-separated), e.g. a previous call's failures
@@ -148,6 +152,17 @@ section_profile() {
     --compute-dtype bfloat16 "${size[@]}" --out "$RESULTS/profile_1.7b" 2>&1 | grep -v "^USDT:" | tail -8
 }
 
+section_fixed_ab() {
+  say "fixed-ab"
+  local size=(--prompts 8 --group-size 8 --max-new-tokens 256 --rounds 3) shape
+  if [ "$REHEARSE" = 1 ]; then size=(--prompts 2 --group-size 2 --max-new-tokens 8 --rounds 2); fi
+  for shape in "$SMALL" "$LARGE"; do
+    models "$shape" || return 1
+    timeout "$(cap 240)" "$PY" bench/fixed_decode_ab.py --model "$MODELS/$shape" --device "$DEVICE" \
+      --compute-dtype bfloat16 --threads "$THREADS" "${size[@]}" --output "$RESULTS/fixed_ab_$shape.json" 2>&1 | tail -4
+  done
+}
+
 section_max_parts() {
   say "max-parts"
   local state
@@ -174,7 +189,7 @@ section_max() {
 }
 
 sections=("$@")
-ALL=(env tests small small-long large large-lora large-long profile max-parts max)
+ALL=(env tests small small-long large large-lora large-long profile fixed-ab max-parts max)
 if [ ${#sections[@]} -eq 0 ] || [ "${sections[0]}" = all ]; then sections=("${ALL[@]}"); fi
 for s in "${sections[@]}"; do  # every name checked before anything installs or runs
   case " ${ALL[*]} " in
@@ -195,6 +210,7 @@ for s in "${sections[@]}"; do
   case $s in
     env|tests|profile|max) "section_$s" ;;
     max-parts) section_max_parts ;;
+    fixed-ab) section_fixed_ab ;;
     small) bench_section 135m_short "$SMALL" "$SHORT" --hf-generate ;;
     small-long) bench_section 135m_long "$SMALL" "$LONG" ;;
     large) bench_section 1.7b_short "$LARGE" "$SHORT" --hf-generate ;;

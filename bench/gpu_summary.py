@@ -5,7 +5,8 @@
 Per bench: the device and its measured bf16 matmul peak, the workload, polyrl's and TRL's seconds per
 step, the ratio, each side's generate seconds and MFU, HF ``generate``'s seconds and polyrl's
 generation speed-up over it, and the accelerator memory high-water marks; then each profile
-(``bench/gpu_profile.py``) in its few lines (printed by ``bench/gpu_suite.sh`` last, so the device
+(``bench/gpu_profile.py``) in its few lines, and each fixed-shape decode A/B (``bench/fixed_decode_ab.py``)
+in one (printed by ``bench/gpu_suite.sh`` last, so the device
 tool's reply carries it).
 """
 
@@ -64,6 +65,14 @@ def test_counts(xml: Path) -> str:
     return text + "".join(f"\n  FAILED {name}" for name in failed[:30])
 
 
+def fixed_ab_line(shape: str, report: dict[str, Any]) -> str:
+    """One line of a ``bench/fixed_decode_ab.py`` report: ms per decode step each way and the ratio."""
+    ms = report["ms_per_decode_step"]
+    return (f"fixed-shape decode {shape} on {report['device']}: {_f(ms['dropping'])} -> {_f(ms['fixed'])} ms/step, "
+            f"{_f(report['dropping_over_fixed_median'])}x ({report['graph_replays']} of {report['fixed_steps']} "
+            f"steps from a CUDA graph; log-prob gap {report['largest_logprob_gap']:.2g})")
+
+
 def main(argv: list[str]) -> int:
     folder = Path(argv[1] if len(argv) > 1 else "bench/results/gpu")
     print(f"\n=== GPU suite summary ({folder})")
@@ -81,6 +90,11 @@ def main(argv: list[str]) -> int:
             print(render(json.loads(path.read_text())))
         except (ValueError, KeyError) as exc:
             print(f"{path}: unreadable ({exc})")
+    for path in sorted(folder.glob("fixed_ab_*.json")):
+        try:
+            print(fixed_ab_line(path.stem.removeprefix("fixed_ab_"), json.loads(path.read_text())))
+        except (ValueError, KeyError) as exc:
+            print(f"{path.name}: unreadable ({exc})")
     if (folder / "skipped.txt").exists():  # sections a time budget left out, for a later call to run
         print((folder / "skipped.txt").read_text().rstrip())
     return 0

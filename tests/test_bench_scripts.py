@@ -242,3 +242,21 @@ def test_decode_cost_by_length_bench_times_both_samplers_per_token_and_splits_by
     assert report["command"][0] == "bench/decode_cost_by_length.py"
     assert module.main(["--lengths", "8,x"]) == 2 and module.main(["--rows", "0"]) == 2
     assert module.op_kind("mkldnn::_linear_pointwise") == "matmul" and module.op_kind("aten::cat") == "concat"
+
+
+def test_fixed_decode_ab_bench_times_both_ways_and_reports_the_rounding_gap(tiny_model_dir, tmp_path):
+    """bench/fixed_decode_ab.py: the row-dropping loop and fixed-shape decoding take turns on two
+    engines of one model; every round's seconds for both, the fixed way's steps counted (eager on
+    the CPU: no graph), the same tokens' log-probs within rounding, bad flags refused."""
+    module = _bench("fixed_decode_ab")
+    out = tmp_path / "fixed.json"
+    assert module.main(["--model", tiny_model_dir, "--device", "cpu", "--rounds", "2", "--prompts", "2",
+                        "--group-size", "3", "--max-new-tokens", "6", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {k: len(v) for k, v in report["generate_s"].items()} == {"dropping": 2, "fixed": 2}
+    assert report["fixed_steps"] >= 2 * 5 and report["graph_replays"] == 0
+    assert report["rows"] == 2 * 2 * 3 and report["rows_parted"] == 0
+    assert report["largest_logprob_gap"] < 1e-4  # float32 on the CPU: rounding only
+    pairs = [d / f for d, f in zip(report["generate_s"]["dropping"], report["generate_s"]["fixed"])]
+    assert report["dropping_over_fixed_each"] == pytest.approx(pairs)
+    assert module.main(["--rounds", "0"]) == 2

@@ -233,3 +233,23 @@ def test_a_damaged_part_is_refused_by_name(tmp_path):
     (tmp_path / "keep" / "part-001").write_bytes((tmp_path / "split" / "part-001").read_bytes())
     (made,) = parts.join(tmp_path / "keep", tmp_path / "dest")
     assert made.read_bytes() == (tmp_path / "src" / "a.whl").read_bytes()
+
+
+def test_the_fixed_ab_section_times_both_ways_on_both_shapes(tmp_path):
+    """``fixed-ab`` (bench/fixed_decode_ab.py) on the CPU at toy size: both model shapes, each way's
+    rounds and its ratio in one JSON per shape and one summary line each (no graph on the CPU)."""
+    pytest.importorskip("polyrl_torch", reason="needs the torch backend")
+    models = tmp_path / "models"
+    _load("gpu_models").prepare(models)
+    env = {**os.environ, "GPU_SUITE_REHEARSE": "1", "RESULTS": str(tmp_path / "results"), "PYTHON": sys.executable,
+           "GPU_SUITE_MODELS": str(models)}
+    env.pop("OUT", None)
+    done = subprocess.run(["bash", str(SUITE), "fixed-ab"], capture_output=True, text=True, env=env, timeout=600,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    summary = (tmp_path / "results" / "summary.txt").read_text()
+    for shape in ("smollm2-135m-shape", "smollm2-1.7b-shape"):
+        report = json.loads((tmp_path / "results" / f"fixed_ab_{shape}.json").read_text())
+        assert {k: len(v) for k, v in report["generate_s"].items()} == {"dropping": 2, "fixed": 2}
+        assert report["device"] == "cpu" and report["fixed_steps"] > 0 and report["graph_replays"] == 0
+        assert f"fixed-shape decode {shape} on cpu: " in summary

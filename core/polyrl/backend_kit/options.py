@@ -61,6 +61,16 @@ def text_option(options: Mapping[str, Any], name: str, default: str | None, fix:
     return value
 
 
+def choice_option(options: Mapping[str, Any], name: str, default: str, choices: tuple[str, ...], fix: str) -> str:
+    """``backends.options.<name>``: one of ``choices`` (``default`` when absent)."""
+    value = options.get(name, default)
+    if not isinstance(value, str) or value not in choices:
+        allowed = ", ".join(f'"{c}"' for c in choices)
+        raise ConfigError(f"backends.options.{name} must be one of {allowed}, not {value!r}",
+                          field=_field(name), fix=fix)
+    return value
+
+
 def table_option(options: Mapping[str, Any], name: str, fix: str) -> dict[str, Any]:
     """``backends.options.<name>``: a TOML table with string keys (``{}`` when absent), for a
     backend that passes a library's own settings through; a string or list is refused, never

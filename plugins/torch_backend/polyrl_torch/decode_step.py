@@ -39,7 +39,7 @@ FIXED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 MIN_TABLE_POSITIONS = 1024
 
 
-def _llama() -> types.ModuleType | None:
+def llama_modeling() -> types.ModuleType | None:
     try:
         from transformers.models.llama import modeling_llama
     except ImportError:  # a transformers without Llama: nothing to match against
@@ -56,10 +56,15 @@ def _runs(module: Any, reference: Any) -> bool:
 def supports(model: Any) -> bool:
     """Whether ``model`` (a causal LM) is a float32 or bfloat16 Llama-code model attending with
     polyrl's SDPA (``polyrl_torch.attention``), which is what ``LlamaDecodeStep`` reproduces."""
-    llama = _llama()
+    return getattr(model.config, "_attn_implementation", None) in (GROUPED_SDPA, SAMPLER_SDPA) and runs_llama_code(model)
+
+
+def runs_llama_code(model: Any) -> bool:
+    """Whether ``model`` (a causal LM) is a float32 or bfloat16 model whose every module a decode
+    step calls runs transformers' Llama code (SiLU MLP, a rotary embedding fixed per position),
+    whatever its attention implementation."""
+    llama = llama_modeling()
     inner = getattr(model, "model", None)
-    if getattr(model.config, "_attn_implementation", None) not in (GROUPED_SDPA, SAMPLER_SDPA):
-        return False
     if any(p.dtype not in (torch.float32, torch.bfloat16) for p in model.parameters()):
         return False
     if llama is None or inner is None or not _runs(model, llama.LlamaForCausalLM) or not _runs(inner, llama.LlamaModel):
@@ -82,7 +87,7 @@ def supports(model: Any) -> bool:
     return True
 
 
-def _rms_norm(norm: Any, hidden: torch.Tensor) -> torch.Tensor:
+def norm_rows(norm: Any, hidden: torch.Tensor) -> torch.Tensor:
     """``norm(hidden)``; in float32 through torch's ``rms_norm``, which computes the same values
     (the same pow, mean, rsqrt and products) with less work around them."""
     weight = norm.weight
@@ -91,21 +96,27 @@ def _rms_norm(norm: Any, hidden: torch.Tensor) -> torch.Tensor:
     return norm(hidden)
 
 
+def layer_modules(model: Any) -> list[tuple[Any, ...]]:
+    """Per decoder layer of a Llama-code ``model``, the modules one token's step calls, in order:
+    input norm, q/k/v/o projections, post-attention norm, gate/up/down projections."""
+    return [(layer.input_layernorm, layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
+             layer.self_attn.o_proj, layer.post_attention_layernorm, layer.mlp.gate_proj,
+             layer.mlp.up_proj, layer.mlp.down_proj)
+            for layer in model.model.layers[: model.config.num_hidden_layers]]
+
+
 class LlamaDecodeStep:
     """``model``'s next-token logits for one new token per row, as its own forward computes them."""
 
     def __init__(self, model: Any, share_prompts: bool = True) -> None:
-        llama = _llama()
+        llama = llama_modeling()
         assert llama is not None, "supports() said yes"
         self.model = model
         self.inner = model.model
         #: transformers' own rotary embedding of queries and keys (``unsqueeze_dim=1``: heads)
         self.apply_rotary = llama.apply_rotary_pos_emb
         #: per layer, the modules a step calls, looked up once (module attribute lookups add up)
-        self.layers = [(layer.input_layernorm, layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
-                        layer.self_attn.o_proj, layer.post_attention_layernorm, layer.mlp.gate_proj,
-                        layer.mlp.up_proj, layer.mlp.down_proj)
-                       for layer in self.inner.layers[: model.config.num_hidden_layers]]
+        self.layers = layer_modules(model)
         attention = self.inner.layers[0].self_attn
         self.head_dim, self.scaling = attention.head_dim, attention.scaling
         #: the copy's attention function (grouped or sampler SDPA) and a layer to hand it: it reads
@@ -151,7 +162,7 @@ class LlamaDecodeStep:
         dim = self.head_dim
         for (norm, q_proj, k_proj, v_proj, o_proj, mlp_norm, gate, up, down), cache_layer in zip(
                 self.layers, past_key_values.layers):
-            normed = _rms_norm(norm, hidden)
+            normed = norm_rows(norm, hidden)
             query, key = self.apply_rotary(q_proj(normed).view(rows, -1, dim), k_proj(normed).view(rows, -1, dim),
                                            cos, sin)
             if type(cache_layer) is SharedPromptLayer:  # prompt keys once per group: see its module
@@ -161,9 +172,9 @@ class LlamaDecodeStep:
                 keys, values = cache_layer.update(key[:, :, None, :], v_proj(normed).view(rows, -1, 1, dim))
                 attended = self._attend(query[:, :, None, :], keys, values, seen)
             hidden = hidden + o_proj(attended.reshape(rows, -1))
-            normed = _rms_norm(mlp_norm, hidden)
+            normed = norm_rows(mlp_norm, hidden)
             hidden = hidden + down(torch.nn.functional.silu(gate(normed)) * up(normed))  # LlamaMLP, SiLU
-        hidden = _rms_norm(self.inner.norm, hidden)
+        hidden = norm_rows(self.inner.norm, hidden)
         return self.model.lm_head(hidden).float()
 
     def _attend(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,

@@ -24,7 +24,7 @@ from polyrl.errors import ConfigError
 from polyrl.folder_links import refuse_outside_links
 from polyrl.logs import get_logger
 from polyrl.types import ALL_LINEAR, EngineConfig, Prompt, TokenPrompt
-from polyrl_torch import distributed, sharding
+from polyrl_torch import distributed, fixed_decode, sharding
 from polyrl_torch.attention import needs_eager_attention, register_grouped_sdpa
 from polyrl_torch.devices import resolve_device
 from polyrl_torch.generation_weights import (lean_decode_requested, packing_requested,
@@ -138,6 +138,7 @@ class TorchEngine:
         packing_requested(config.options)
         lean_decode_requested(config.options)
         shared_prompt_attention_requested(config.options)
+        fixed_decode.mode(config.options)
         # FSDP2 when asked for under torchrun (a no-op alone): see polyrl_torch.sharding
         shard = sharding.requested(config.options) and config.role == "train" and distributed.active()
         if retain_requested(config.options) and self.device.type == "cpu":

@@ -26,7 +26,9 @@ from polyrl.errors import ConfigError
 from polyrl.backend_kit.stopping import StopStrings
 from polyrl.types import Completion, Prompt, SamplingParams
 from polyrl_torch.attention import attends_bf16_natively
+from polyrl_torch import fixed_decode
 from polyrl_torch.decode_step import LlamaDecodeStep
+from polyrl_torch.fixed_decode import FixedShapeDecoder
 from polyrl_torch.engine import TorchEngine
 from polyrl_torch.kv_cache import preallocate
 from polyrl_torch.shared_prompt_cache import share_prompts
@@ -202,14 +204,18 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
     rows = [unique[tuple(ids)] for ids in prompt_ids for _ in range(n)]
     if decode_step is not None and not decode_step.usable(cache):
         decode_step = None
+    causal = engine.causal_lm if model is engine.model else model
+    fixed_shapes = (engine.fsdp is None and fixed_decode.wanted(engine.config.options, device)
+                    and fixed_decode.usable(causal, cache))
     if rows != list(range(len(unique))):
         expand = torch.tensor(rows, device=device)
-        if decode_step is not None and decode_step.shares_prompts():  # one copy per group
+        if not fixed_shapes and decode_step is not None and decode_step.shares_prompts():  # one copy per group
             share_prompts(cache, attention, expand, max(budgets))
         else:
             cache.batch_select_indices(expand)
         logits, attention, positions = logits[expand], attention[expand], positions[expand]
     next_pos = positions[:, -1] + 1
+    fixed = FixedShapeDecoder(causal, cache, attention, next_pos, capture=device.type == "cuda") if fixed_shapes else None
 
     tokens: list[list[int]] = [[] for _ in range(total)]
     logps: list[list[float]] = [[] for _ in range(total)]
@@ -221,33 +227,33 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
                            dtype=torch.float64)
     penalty = float(sampling.repetition_penalty)
     seen = _seen_tokens(prompt_ids, n, logits.shape[-1], device) if penalty != 1.0 else None
+
+    def ends(sample: int, tok: int, lp: float) -> bool:
+        """Record sample ``sample``'s next token; whether that ended it (a stop, or its budget)."""
+        tokens[sample].append(tok)
+        logps[sample].append(lp)
+        if (tok in engine.eos_ids and not sampling.ignore_eos) or stop.hit(tokens[sample]):
+            finish[sample] = "stop"
+            return True
+        return len(tokens[sample]) >= budgets[sample]
+
+    def pick(logits: torch.Tensor, samples: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next token and its log-prob for the batch's rows, sample ``samples[row]`` each."""
+        return _pick(logits, None if seen is None else seen[samples], None if greedy else draws[samples, step],
+                     sampling, temperature, penalty)
+
+    if fixed is not None:  # every row decodes to the end: see polyrl_torch.fixed_decode
+        _decode_fixed(fixed, logits, pick, ends, seen, max(budgets))
+        return _completions(engine, prompt_ids, n, tokens, logps, finish)
+
     for step in range(max(budgets)):
-        # log-probs of the model's own (temperature-scaled) distribution; the token is drawn
-        # from the processed one (SamplingParams docstring)
-        scaled = logits if temperature == 1.0 else logits / temperature
-        logp_all = torch.log_softmax(scaled, dim=-1)
-        processed = logits if seen is None else penalize_repeats(logits, seen[active], penalty)
-        if greedy:
-            chosen = processed.argmax(dim=-1)
-        else:  # without a repetition penalty the processed logits are the scaled ones: no second division
-            kept = filter_logits(scaled if seen is None else processed / temperature, sampling.top_k,
-                                 sampling.top_p, sampling.min_p)
-            if kept is scaled:  # nothing filtered: the log-probs' own distribution, one exp pass away
-                chosen = sample_probs(logp_all.exp(), draws[active, step])
-            else:
-                chosen = sample_kept(kept, draws[active, step])
-        chosen_lp = logp_all.gather(-1, chosen[:, None])[:, 0]
+        chosen, chosen_lp = pick(logits, active, step)
         if seen is not None:
             seen[active, chosen] = True
 
-        keep_rows: list[int] = []
-        for row, (sample, tok, lp) in enumerate(zip(active.tolist(), chosen.tolist(), chosen_lp.tolist())):
-            tokens[sample].append(tok)
-            logps[sample].append(lp)
-            if (tok in engine.eos_ids and not sampling.ignore_eos) or stop.hit(tokens[sample]):
-                finish[sample] = "stop"
-            elif len(tokens[sample]) < budgets[sample]:
-                keep_rows.append(row)
+        keep_rows = [row for row, (sample, tok, lp) in enumerate(zip(active.tolist(), chosen.tolist(),
+                                                                       chosen_lp.tolist()))
+                     if not ends(sample, tok, lp)]
         if not keep_rows:
             break
         if len(keep_rows) < len(active):
@@ -262,7 +268,63 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
             logits = _next_logits(model, input_ids=chosen[:, None], attention_mask=attention,
                                   position_ids=next_pos[:, None], past_key_values=cache)
         next_pos = next_pos + 1
+    return _completions(engine, prompt_ids, n, tokens, logps, finish)
 
+
+def _pick(logits: torch.Tensor, seen: torch.Tensor | None, draws: torch.Tensor | None, sampling: SamplingParams,
+          temperature: float, penalty: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's next token (greedy when ``draws`` is None) and its log-prob. The log-probs are the
+    model's own (temperature-scaled) distribution's; the token is drawn from the processed one
+    (SamplingParams docstring)."""
+    scaled = logits if temperature == 1.0 else logits / temperature
+    logp_all = torch.log_softmax(scaled, dim=-1)
+    processed = logits if seen is None else penalize_repeats(logits, seen, penalty)
+    if draws is None:
+        chosen = processed.argmax(dim=-1)
+    else:  # without a repetition penalty the processed logits are the scaled ones: no second division
+        kept = filter_logits(scaled if seen is None else processed / temperature, sampling.top_k,
+                             sampling.top_p, sampling.min_p)
+        if kept is scaled:  # nothing filtered: the log-probs' own distribution, one exp pass away
+            chosen = sample_probs(logp_all.exp(), draws)
+        else:
+            chosen = sample_kept(kept, draws)
+    return chosen, logp_all.gather(-1, chosen[:, None])[:, 0]
+
+
+#: Steps between the fixed-shape loop's reads of the sampled tokens (each read waits for the
+#: device; a row's stop is noticed up to this many steps late, the extra tokens discarded).
+READ_BACK_EVERY = 8
+
+
+def _decode_fixed(decoder: FixedShapeDecoder, logits: torch.Tensor, pick: Any, ends: Any,
+                  seen: torch.Tensor | None, steps: int) -> None:
+    """Sample every row for ``steps`` steps with ``decoder``, reading tokens back every
+    ``READ_BACK_EVERY`` steps: a row's tokens after it ended are dropped, and the loop stops once
+    every row has ended. ``pick`` and ``ends`` are the row-dropping loop's own."""
+    rows = torch.arange(decoder.rows, device=logits.device)
+    sampled = torch.empty((decoder.rows, steps), dtype=torch.long, device=logits.device)
+    sampled_lp = torch.empty((decoder.rows, steps), dtype=torch.float32, device=logits.device)
+    open_rows, read = set(range(decoder.rows)), 0
+    for step in range(steps):
+        chosen, chosen_lp = pick(logits, rows, step)
+        sampled[:, step], sampled_lp[:, step] = chosen, chosen_lp
+        if seen is not None:
+            seen[rows, chosen] = True
+        if step == steps - 1 or (step + 1 - read) == READ_BACK_EVERY:
+            new_tokens, new_lps = sampled[:, read:step + 1].tolist(), sampled_lp[:, read:step + 1].tolist()
+            for row in sorted(open_rows):
+                for tok, lp in zip(new_tokens[row], new_lps[row]):
+                    if ends(row, tok, lp):
+                        open_rows.discard(row)
+                        break
+            read = step + 1
+            if not open_rows:
+                return
+        logits = decoder.step(chosen)
+
+
+def _completions(engine: TorchEngine, prompt_ids: list[list[int]], n: int, tokens: list[list[int]],
+                 logps: list[list[float]], finish: list[str]) -> list[Completion]:
     return [
         Completion(
             prompt_index=s // n,
@@ -272,5 +334,5 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
             text=engine.decode(tokens[s]),
             finish_reason=finish[s],  # type: ignore[arg-type]
         )
-        for s in range(total)
+        for s in range(len(tokens))
     ]
