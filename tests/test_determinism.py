@@ -10,7 +10,8 @@ so that a length bucket mixes prompt groups, as the demo's do.
 
 The promise is the CPU's, so the runs here are pinned to it: on an H200 six repeats of one batch's
 gradient gave six different digests (README, "On a GPU"; most likely CUDA's backward kernels adding
-with atomics).
+with atomics). ``backends.options.deterministic = true`` asks torch for its deterministic kernels:
+the gradient test runs with it on the default device too (CUDA where there is one).
 """
 
 from __future__ import annotations
@@ -89,8 +90,24 @@ def test_two_runs_with_one_seed_are_bitwise_identical(wide_tiny_model, tmp_path)
     assert weights_digest(results[0]) == weights_digest(results[1])
 
 
-def test_shared_prompt_training_gradient_repeats_bitwise(wide_tiny_model):
+@pytest.fixture
+def process_determinism():
+    """torch's process-wide determinism settings, put back after the test."""
+    import torch
+
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+             torch.backends.cudnn.benchmark)
+    yield
+    torch.use_deterministic_algorithms(saved[0])
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[1], saved[2]
+
+
+@pytest.mark.parametrize(("device", "options"), [("cpu", {}), ("auto", {"deterministic": True})],
+                         ids=["cpu", "default-device-deterministic"])
+def test_shared_prompt_training_gradient_repeats_bitwise(wide_tiny_model, device, options, process_determinism):
     """The same batch's gradient, six times in one process: one result (it was up to six)."""
+    import torch
+
     from polyrl.engine import Engine
     from polyrl.registry import get_registry
     from polyrl.types import EngineConfig, LoraConfig, OptimizerConfig, SamplingParams, TokenSequence
@@ -98,7 +115,8 @@ def test_shared_prompt_training_gradient_repeats_bitwise(wide_tiny_model):
 
     engine = Engine(get_registry(), "torch", EngineConfig(
         model=wide_tiny_model, threads=2, optimizer=OptimizerConfig(lr=1e-2), lora=LoraConfig(rank=8, alpha=16),
-        device="cpu"))
+        device=device, options=options))
+    assert torch.are_deterministic_algorithms_enabled() == bool(options)
     chats = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"What is {a} + {b}?"}]
              for a, b in ((2, 3), (7, 4), (9, 9), (1, 8))]
     out = engine.generate(chats, SamplingParams(max_new_tokens=6, n=4, seed=1))
@@ -120,3 +138,15 @@ def test_shared_prompt_training_gradient_repeats_bitwise(wide_tiny_model):
             h.update(grad.cpu().numpy().tobytes())
         digests.add(h.hexdigest())
     assert len(digests) == 1
+
+
+def test_deterministic_switch_must_be_a_boolean(wide_tiny_model):
+    from polyrl.engine import Engine
+    from polyrl.errors import ConfigError
+    from polyrl.registry import get_registry
+    from polyrl.types import EngineConfig
+
+    with pytest.raises(ConfigError) as err:
+        Engine(get_registry(), "torch", EngineConfig(model=wide_tiny_model, device="cpu",
+                                                     options={"deterministic": "yes"}))
+    assert err.value.field == "backends.options.deterministic" and "true or false" in str(err.value)

@@ -24,7 +24,7 @@ from polyrl.errors import ConfigError
 from polyrl.folder_links import refuse_outside_links
 from polyrl.logs import get_logger
 from polyrl.types import ALL_LINEAR, EngineConfig, Prompt, TokenPrompt
-from polyrl_torch import distributed, fixed_decode, sharding
+from polyrl_torch import determinism, distributed, fixed_decode, sharding
 from polyrl_torch.attention import needs_eager_attention, register_grouped_sdpa
 from polyrl_torch.devices import resolve_device
 from polyrl_torch.generation_weights import (lean_decode_requested, packing_requested,
@@ -139,6 +139,8 @@ class TorchEngine:
         lean_decode_requested(config.options)
         shared_prompt_attention_requested(config.options)
         fixed_decode.mode(config.options)
+        if determinism.requested(config.options):
+            determinism.enable()  # before this engine's first CUDA matmul: see polyrl_torch.determinism
         # FSDP2 when asked for under torchrun (a no-op alone): see polyrl_torch.sharding
         shard = sharding.requested(config.options) and config.role == "train" and distributed.active()
         if retain_requested(config.options) and self.device.type == "cpu":
