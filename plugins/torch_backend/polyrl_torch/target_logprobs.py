@@ -23,7 +23,13 @@ import torch
 BLOCK_ELEMENTS = 1 << 19
 
 
-def _rows_per_block(vocab: int) -> int:
+def _rows_per_block(logits: torch.Tensor) -> int:
+    """Rows per block of the elementwise passes: an L2-sized block on the CPU; on a GPU every row
+    at once (each block costs a few kernel launches from Python, and there the launches cost, not
+    the cache: 10-row blocks of a 49k vocabulary made thousands of them per training step)."""
+    rows, vocab = logits.shape
+    if logits.device.type != "cpu":
+        return max(rows, 1)
     return max(1, BLOCK_ELEMENTS // max(vocab, 1))
 
 
@@ -58,7 +64,7 @@ class _TargetLogprobs(torch.autograd.Function):
         rows, vocab = logits.shape
         picked = logits.new_empty(rows, dtype=torch.float32)
         entropy = logits.new_empty(rows if with_entropy else 0, dtype=torch.float32)
-        step = _rows_per_block(vocab)
+        step = _rows_per_block(logits)
         height = min(step, rows)
         scaled_rows = _block_buffer(logits, height, _needs_copy(logits, scale))
         logp_rows = _block_buffer(logits, height)
@@ -82,7 +88,7 @@ class _TargetLogprobs(torch.autograd.Function):
         logits, targets = ctx.saved_tensors
         scale = ctx.scale
         grad = torch.empty_like(logits)
-        step = _rows_per_block(logits.shape[-1])
+        step = _rows_per_block(logits)
         g = grad_picked.float() * scale
         # float32 logits at scale 1: the softmax is written straight into the gradient's rows
         copied = _needs_copy(logits, scale)
