@@ -29,6 +29,8 @@ import numpy as np
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 COPY_CALLS = ("cudaMemcpyAsync", "cudaMemcpy")
 LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
+#: A captured CUDA graph's replay: one host call for all its kernels (``polyrl_torch.fixed_decode``).
+GRAPH_CALLS = ("cudaGraphLaunch", "cuGraphLaunch")
 
 
 def _device_kernel_us(events: Any) -> float:
@@ -52,6 +54,7 @@ def phase_summary(prof: Any, wall_s: float, on_device: bool) -> dict[str, Any]:
         "device_kernel_s": kernel_s,
         "device_busy": kernel_s / wall_s if kernel_s is not None and wall_s > 0 else None,
         "kernel_launches": sum(counts.get(k, 0) for k in LAUNCH_CALLS),
+        "graph_launches": sum(counts.get(k, 0) for k in GRAPH_CALLS),
         "host_syncs": sum(counts.get(k, 0) for k in SYNC_CALLS),
         "host_device_copies": sum(counts.get(k, 0) for k in COPY_CALLS),
         "ops": len(averages),
@@ -133,8 +136,8 @@ def render(report: dict[str, Any]) -> str:
         p = report[phase]
         busy = ("no device" if p["device_kernel_s"] is None
                 else f"device kernels {p['device_kernel_s']:.3f} s (busy {p['device_busy']:.0%})")
-        lines.append(f"  {phase:8s} wall {p['wall_s']:.3f} s  {busy}  launches {p['kernel_launches']}  "
-                     f"syncs {p['host_syncs']}  copies {p['host_device_copies']}  ops {p['ops']}")
+        lines.append(f"  {phase:8s} wall {p['wall_s']:.3f} s  {busy}  launches {p['kernel_launches']} "
+                     f"(+{p.get('graph_launches', 0)} graphs)  syncs {p['host_syncs']}  copies {p['host_device_copies']}  ops {p['ops']}")
     return "\n".join(lines)
 
 

@@ -178,6 +178,7 @@ def test_the_profile_section_reports_each_phase_and_its_ops(tmp_path):
         numbers = report[phase]
         assert numbers["wall_s"] > 0 and numbers["ops"] > 10
         assert numbers["device_kernel_s"] is None and numbers["device_busy"] is None  # no device on the CPU
+        assert numbers["graph_launches"] == 0  # CUDA graphs only on a GPU (polyrl_torch.fixed_decode)
         assert "Self CPU" in (folder / f"{phase}_ops.txt").read_text()
     summary = (tmp_path / "results" / "summary.txt").read_text()
     assert "profile: " in summary and "  generate wall " in summary and "  train    wall " in summary
