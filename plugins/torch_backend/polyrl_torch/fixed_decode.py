@@ -50,7 +50,7 @@ def usable(model: Any, cache: Any) -> bool:
     (``decode_step.runs_llama_code``) on one preallocated cache layer per decoder layer."""
     layers = getattr(cache, "layers", ())
     return (runs_llama_code(model) and len(layers) == model.config.num_hidden_layers
-            and all(type(layer) is PreallocatedLayer and layer._keys is not None for layer in layers))
+            and all(type(layer) is PreallocatedLayer and layer.buffers() is not None for layer in layers))
 
 
 class FixedShapeDecoder:
@@ -72,7 +72,7 @@ class FixedShapeDecoder:
         width = attention_mask.shape[1]
         self.buffers: list[tuple[torch.Tensor, torch.Tensor]] = []
         for layer in cache.layers:
-            keys, values = layer._keys, layer._values
+            keys, values = layer.buffers()
             # never-written slots are masked out, but a masked score still multiplies its value by
             # zero: garbage there (NaN) would poison the sum
             keys[:, :, width:].zero_()

@@ -78,6 +78,13 @@ class PreallocatedLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return self.length if self.is_initialized else 0
 
+    def buffers(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The whole ``[rows, heads, capacity, dim]`` key and value buffers (None before the first
+        update): what a decoder writing positions itself reads and writes (``polyrl_torch.fixed_decode``)."""
+        if self._keys is None or self._values is None:
+            return None
+        return self._keys, self._values
+
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keep (or repeat) the batch rows ``indices``: only the filled positions are copied."""
         if not self.length or self._keys is None or self._values is None:
