@@ -95,7 +95,7 @@ def test_the_suite_parses_and_refuses_an_unknown_section(tmp_path):
     assert done.returncode == 2
     assert not (tmp_path / "env.txt").exists()  # refused before any section ran
     assert ("error: unknown section 'benchmark-all'. Fix: use one of env tests small small-long large large-lora "
-            "large-long profile max-parts max, or all") in done.stdout
+            "large-long profile fixed-ab max-parts max, or all") in done.stdout
 
 
 @pytest.mark.slow
