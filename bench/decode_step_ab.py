@@ -16,10 +16,10 @@ with the same log-probs, bit for bit, so both keep per-row caches (a shared prom
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import sys
-import time
 
 from polyrl.bench import ab_workload
 from polyrl.bench.workload import bench_prompts
@@ -47,21 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     if written_out is None:
         print(f"error: {args.model}'s sampler has no written-out decode step", file=sys.stderr)
         return 2
-    seconds: dict[str, list[float]] = {"transformers": [], "written_out": []}
-    identical = True
-    for round_ in range(args.rounds):
-        sampling = SamplingParams(max_new_tokens=args.max_new_tokens, n=args.group_size, seed=round_ + 1,
-                                  ignore_eos=True)
-        order = list(seconds) if round_ % 2 == 0 else list(reversed(seconds))
-        outputs = {}
-        for name in order:
-            copy.decode_step = written_out if name == "written_out" else None
-            start = time.perf_counter()
-            outputs[name] = engine.generate(prompts, sampling)
-            seconds[name].append(time.perf_counter() - start)
-        identical &= all(list(a.completion_ids) == list(b.completion_ids) and list(a.logprobs) == list(b.logprobs)
-                         for a, b in zip(outputs["transformers"], outputs["written_out"]))
-        print(f"round {round_}: " + ", ".join(f"{n} {seconds[n][-1]:.2f} s" for n in order), file=sys.stderr)
+
+    def sample(step: object, sampling: SamplingParams) -> list:
+        copy.decode_step = step
+        return engine.generate(prompts, sampling)
+
+    seconds, rounds = ab_workload.alternating_rounds(
+        args, {"transformers": functools.partial(sample, None), "written_out": functools.partial(sample, written_out)})
+    identical = all(list(a.completion_ids) == list(b.completion_ids) and list(a.logprobs) == list(b.logprobs)
+                    for outputs in rounds for a, b in zip(outputs["transformers"], outputs["written_out"]))
     if not identical:
         print("error: the two ways sampled different tokens or log-probs", file=sys.stderr)
         return 1

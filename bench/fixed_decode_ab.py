@@ -19,10 +19,10 @@ checks this script, not the speed a GPU gets.
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import sys
-import time
 from typing import Any
 
 from polyrl.bench import ab_workload
@@ -34,10 +34,6 @@ from polyrl.types import EngineConfig, SamplingParams
 #: The largest log-prob gap between the two ways that still counts as rounding (bfloat16 on a GPU).
 ROUNDING = 0.05
 WAYS = ("dropping", "fixed")
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def _run(args: Any, replays: dict[str, int]) -> dict[str, Any] | None:
@@ -58,25 +54,10 @@ def _run(args: Any, replays: dict[str, int]) -> dict[str, Any] | None:
 
     for engine in engines.values():  # warm-up: lazy initialisation, the sampler's copy, kernel choice
         engine.generate(prompts, SamplingParams(max_new_tokens=4, n=args.group_size, seed=0, ignore_eos=True))
-    seconds: dict[str, list[float]] = {way: [] for way in WAYS}
-    parted, gap, tokens = 0, 0.0, 0
-    for round_ in range(args.rounds):
-        sampling = SamplingParams(max_new_tokens=args.max_new_tokens, n=args.group_size, seed=round_ + 1,
-                                  ignore_eos=True)
-        order = list(WAYS) if round_ % 2 == 0 else list(reversed(WAYS))
-        outputs = {}
-        for way in order:
-            sync()
-            start = time.perf_counter()
-            outputs[way] = engines[way].generate(prompts, sampling)
-            sync()
-            seconds[way].append(time.perf_counter() - start)
-        tokens = sum(len(c.completion_ids) for c in outputs["fixed"])
-        for a, b in zip(outputs["dropping"], outputs["fixed"]):
-            common = _common_prefix(list(a.completion_ids), list(b.completion_ids))
-            parted += common < len(a.completion_ids)
-            gap = max(gap, *(float(abs(x - y)) for x, y in zip(a.logprobs[:common], b.logprobs[:common])), 0.0)
-        print(f"round {round_}: " + ", ".join(f"{w} {seconds[w][-1]:.3f} s" for w in order), file=sys.stderr)
+    seconds, rounds = ab_workload.alternating_rounds(
+        args, {way: functools.partial(engines[way].generate, prompts) for way in WAYS}, sync, digits=3)
+    parted, gap = ab_workload.agreement(rounds, "dropping", "fixed")
+    tokens = sum(len(c.completion_ids) for c in rounds[-1]["fixed"])
     if gap > ROUNDING:
         print(f"error: the two ways gave different log-probs for the same tokens (largest gap {gap:.3g})",
               file=sys.stderr)

@@ -18,10 +18,10 @@ that parted are counted).
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import sys
-import time
 
 from polyrl.bench import ab_workload
 from polyrl.bench.workload import bench_prompts
@@ -31,11 +31,6 @@ from polyrl.types import EngineConfig, SamplingParams, TokenPrompt
 
 #: The largest log-prob gap between the two ways that still counts as float rounding.
 ROUNDING = 1e-3
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading tokens ``a`` and ``b`` share."""
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,23 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     if step is None:
         print(f"error: {args.model}'s sampler has no written-out decode step", file=sys.stderr)
         return 2
-    seconds: dict[str, list[float]] = {"per_row": [], "shared": []}
-    parted, gap = 0, 0.0
-    for round_ in range(args.rounds):
-        sampling = SamplingParams(max_new_tokens=args.max_new_tokens, n=args.group_size, seed=round_ + 1,
-                                  ignore_eos=True)
-        order = list(seconds) if round_ % 2 == 0 else list(reversed(seconds))
-        outputs = {}
-        for name in order:
-            step.share_prompts = name == "shared"
-            start = time.perf_counter()
-            outputs[name] = engine.generate(prompts, sampling)
-            seconds[name].append(time.perf_counter() - start)
-        for a, b in zip(outputs["per_row"], outputs["shared"]):
-            common = _common_prefix(list(a.completion_ids), list(b.completion_ids))
-            parted += common < len(a.completion_ids)
-            gap = max(gap, *(float(abs(x - y)) for x, y in zip(a.logprobs[:common], b.logprobs[:common])), 0.0)
-        print(f"round {round_}: " + ", ".join(f"{n} {seconds[n][-1]:.2f} s" for n in order), file=sys.stderr)
+
+    def sample(shared: bool, sampling: SamplingParams) -> list:
+        step.share_prompts = shared
+        return engine.generate(prompts, sampling)
+
+    seconds, rounds = ab_workload.alternating_rounds(
+        args, {"per_row": functools.partial(sample, False), "shared": functools.partial(sample, True)})
+    parted, gap = ab_workload.agreement(rounds, "per_row", "shared")
     if gap > ROUNDING:
         print(f"error: the two ways gave different log-probs for the same tokens (largest gap {gap:.3g})",
               file=sys.stderr)

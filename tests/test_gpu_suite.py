@@ -157,20 +157,25 @@ def test_chosen_test_ids_replace_the_tests_sections_list(tmp_path):
     assert "tests: 1 passed, 0 failed" in (tmp_path / "summary.txt").read_text()
 
 
-@pytest.mark.slow  # a rehearsal of a GPU-only section: the longest test of the default suite
-def test_the_profile_section_reports_each_phase_and_its_ops(tmp_path):
-    """``profile`` (bench/gpu_profile.py) on the CPU at toy size: one generate and one train step
-    profiled after a warm-up, their numbers in profile.json and the summary, their op tables."""
+def _rehearse_section(tmp_path, section: str):
+    """Run one section of the suite on the CPU at toy size, on freshly prepared models; its results folder."""
     pytest.importorskip("polyrl_torch", reason="needs the torch backend")
     models = tmp_path / "models"
     _load("gpu_models").prepare(models)
     env = {**os.environ, "GPU_SUITE_REHEARSE": "1", "RESULTS": str(tmp_path / "results"), "PYTHON": sys.executable,
            "GPU_SUITE_MODELS": str(models)}
     env.pop("OUT", None)
-    done = subprocess.run(["bash", str(SUITE), "profile"], capture_output=True, text=True, env=env, timeout=600,
+    done = subprocess.run(["bash", str(SUITE), section], capture_output=True, text=True, env=env, timeout=600,
                           cwd=ROOT)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    folder = tmp_path / "results" / "profile_1.7b"
+    return tmp_path / "results"
+
+
+@pytest.mark.slow  # a rehearsal of a GPU-only section: the longest test of the default suite
+def test_the_profile_section_reports_each_phase_and_its_ops(tmp_path):
+    """``profile`` (bench/gpu_profile.py) on the CPU at toy size: one generate and one train step
+    profiled after a warm-up, their numbers in profile.json and the summary, their op tables."""
+    folder = _rehearse_section(tmp_path, "profile") / "profile_1.7b"
     report = json.loads((folder / "profile.json").read_text())
     assert report["device"] == "cpu" and report["compute_dtype"] == "bfloat16"
     assert report["generate"]["tokens"] == 2 * 2 * 8
@@ -180,7 +185,7 @@ def test_the_profile_section_reports_each_phase_and_its_ops(tmp_path):
         assert numbers["device_kernel_s"] is None and numbers["device_busy"] is None  # no device on the CPU
         assert numbers["graph_launches"] == 0  # CUDA graphs only on a GPU (polyrl_torch.fixed_decode)
         assert "Self CPU" in (folder / f"{phase}_ops.txt").read_text()
-    summary = (tmp_path / "results" / "summary.txt").read_text()
+    summary = (folder.parent / "summary.txt").read_text()
     assert "profile: " in summary and "  generate wall " in summary and "  train    wall " in summary
     assert "no device" in summary
 
@@ -239,18 +244,10 @@ def test_a_damaged_part_is_refused_by_name(tmp_path):
 def test_the_fixed_ab_section_times_both_ways_on_both_shapes(tmp_path):
     """``fixed-ab`` (bench/fixed_decode_ab.py) on the CPU at toy size: both model shapes, each way's
     rounds and its ratio in one JSON per shape and one summary line each (no graph on the CPU)."""
-    pytest.importorskip("polyrl_torch", reason="needs the torch backend")
-    models = tmp_path / "models"
-    _load("gpu_models").prepare(models)
-    env = {**os.environ, "GPU_SUITE_REHEARSE": "1", "RESULTS": str(tmp_path / "results"), "PYTHON": sys.executable,
-           "GPU_SUITE_MODELS": str(models)}
-    env.pop("OUT", None)
-    done = subprocess.run(["bash", str(SUITE), "fixed-ab"], capture_output=True, text=True, env=env, timeout=600,
-                          cwd=ROOT)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    summary = (tmp_path / "results" / "summary.txt").read_text()
+    results = _rehearse_section(tmp_path, "fixed-ab")
+    summary = (results / "summary.txt").read_text()
     for shape in ("smollm2-135m-shape", "smollm2-1.7b-shape"):
-        report = json.loads((tmp_path / "results" / f"fixed_ab_{shape}.json").read_text())
+        report = json.loads((results / f"fixed_ab_{shape}.json").read_text())
         assert {k: len(v) for k, v in report["generate_s"].items()} == {"dropping": 2, "fixed": 2}
         assert report["device"] == "cpu" and report["fixed_steps"] > 0 and report["graph_replays"] == 0
         assert f"fixed-shape decode {shape} on cpu: " in summary

@@ -1,5 +1,6 @@
 """What the in-process A/B benches (``bench/*_ab.py``) share: their workload flags, one torch
-training engine and one fixed batch sampled from it, the report's common fields and its file.
+training engine and one fixed batch sampled from it, the sampling benches' alternating rounds and
+how far two ways' samples agree, the report's common fields and its file.
 
 Why in-process A/B at all: on a shared VM a whole step's time drifts between runs by more than a
 change of a few percent, so those benches alternate both ways on one engine and one batch.
@@ -8,6 +9,9 @@ change of a few percent, so those benches alternate both ways on one engine and 
 from __future__ import annotations
 
 import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,7 @@ from polyrl.bench.machine import cpu_info
 from polyrl.bench.workload import bench_prompts
 from polyrl.engine import Engine
 from polyrl.registry import get_registry
-from polyrl.types import EngineConfig, LoraConfig, SamplingParams, TokenSequence, TrainBatch
+from polyrl.types import Completion, EngineConfig, LoraConfig, SamplingParams, TokenSequence, TrainBatch
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -52,6 +56,48 @@ def engine_and_batch(args: argparse.Namespace, lora: bool) -> tuple[Engine, Trai
         max_new_tokens=args.max_new_tokens, n=args.group_size, seed=0, ignore_eos=True))
     seqs = [TokenSequence.of(c) for c in out]
     return engine, TrainBatch(seqs, np.random.default_rng(0).standard_normal(len(seqs)).astype(np.float32))
+
+
+def alternating_rounds(args: argparse.Namespace, ways: dict[str, Callable[[SamplingParams], list[Completion]]],
+                       sync: Callable[[], None] = lambda: None, digits: int = 2,
+                       ) -> tuple[dict[str, list[float]], list[dict[str, list[Completion]]]]:
+    """``--rounds`` rounds in which every way samples the same workload (``--group-size``
+    completions of exactly ``--max-new-tokens`` per prompt, seed ``round + 1``), who goes first
+    alternating; each way's seconds per round (between ``sync`` calls: a device's queue drained)
+    and each round's completions per way. A line per round goes to stderr."""
+    seconds: dict[str, list[float]] = {way: [] for way in ways}
+    outputs: list[dict[str, list[Completion]]] = []
+    for round_ in range(args.rounds):
+        sampling = SamplingParams(max_new_tokens=args.max_new_tokens, n=args.group_size, seed=round_ + 1,
+                                  ignore_eos=True)
+        order = list(ways) if round_ % 2 == 0 else list(reversed(ways))
+        outputs.append({})
+        for way in order:
+            sync()
+            start = time.perf_counter()
+            outputs[-1][way] = ways[way](sampling)
+            sync()
+            seconds[way].append(time.perf_counter() - start)
+        print(f"round {round_}: " + ", ".join(f"{w} {seconds[w][-1]:.{digits}f} s" for w in order), file=sys.stderr)
+    return seconds, outputs
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def agreement(rounds: Sequence[dict[str, list[Completion]]], first: str, second: str) -> tuple[int, float]:
+    """How two ways' completions of the same prompts and seeds agree over ``alternating_rounds``'
+    rounds: how many rows parted (a token differs), and the largest log-prob gap over the tokens
+    each row's two samples share."""
+    parted, gap = 0, 0.0
+    for outputs in rounds:
+        for a, b in zip(outputs[first], outputs[second]):
+            common = _common_prefix(list(a.completion_ids), list(b.completion_ids))
+            parted += common < len(a.completion_ids)
+            gap = max(gap, *(float(abs(x - y)) for x, y in zip(a.logprobs[:common], b.logprobs[:common])), 0.0)
+    return parted, gap
 
 
 def report_header(args: argparse.Namespace) -> dict[str, Any]:
