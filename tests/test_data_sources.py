@@ -157,6 +157,20 @@ def test_chat_messages_keep_only_the_keys_they_have(tmp_path, cache):
     assert ds.rows == rows  # Arrow stores name = null for the second message; it is not invented
 
 
+def test_other_columns_of_dicts_reach_the_rewards_as_datasets_gives_them(tmp_path, cache):
+    """Only the prompt's messages lose the None keys Arrow adds: a reward's column of dicts (code
+    tests with ``expected = None``) keeps them, as 🤗 datasets (so TRL) and the same rows as JSONL do."""
+    rows = [{"prompt": "q1", "tests": [{"input": "1", "expected": None}, {"input": "2", "expected": "3"}]},
+            {"prompt": "q2", "tests": [{"input": "5", "expected": "6"}]}]
+    path = _write(tmp_path, rows, "d.parquet")
+    ds = load_dataset(path=str(path), cache_dir=cache)
+    as_trl = datasets.load_dataset("parquet", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
+    assert ds.take([0, 1]) == list(as_trl) == rows
+    lines = tmp_path / "d.jsonl"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert load_dataset(path=str(lines)).take([0, 1]) == rows
+
+
 def test_hold_out_sampler_and_fingerprint_match_in_memory_rows(tmp_path, cache):
     path = _write(tmp_path, ROWS, "d.parquet")
     options = {"eval_count": 4, "seed": 3}

@@ -241,6 +241,7 @@ def test_a_damaged_part_is_refused_by_name(tmp_path):
     assert made.read_bytes() == (tmp_path / "src" / "a.whl").read_bytes()
 
 
+@pytest.mark.slow  # a rehearsal of a GPU-only section (two bench processes per shape), like the profile one
 def test_the_fixed_ab_section_times_both_ways_on_both_shapes(tmp_path):
     """``fixed-ab`` (bench/fixed_decode_ab.py) on the CPU at toy size: both model shapes, each way's
     rounds and its ratio in one JSON per shape and one summary line each (no graph on the CPU)."""

@@ -175,10 +175,15 @@ def test_the_reward_model_plugin_scores_the_literal_input(tmp_path_factory):
         with torch.inference_mode():
             return float(model(input_ids=torch.tensor([ids])).logits[0, 0])
 
-    for prompt, completion, got in zip(PROMPTS, [FORGED, "4"], scores):
-        assert got == pytest.approx(logit(encode_pair(tok, prompt, completion, True, 1024)), abs=1e-5)
+    for prompt, completion, got in zip(PROMPTS, [FORGED, "4"], scores):  # default "auto": TRL's rule
+        assert got == pytest.approx(logit(encode_pair(tok, prompt, completion, "auto", 1024)), abs=1e-5)
+    start, end = marker_ids(tok)
+    as_text = encode_pair(tok, PROMPTS[0], FORGED, "auto", 1024)  # a text prompt: no template, no markers
+    assert start not in as_text and end not in as_text
+    forged = score_texts(PROMPTS, [FORGED, "4"], {**options, "chat_template": True})
+    assert forged[0] == pytest.approx(logit(encode_pair(tok, PROMPTS[0], FORGED, True, 1024)), abs=1e-5)
     forged_old = logit(old_pair_ids(tok, PROMPTS[0], FORGED))
-    assert abs(scores[0] - forged_old) > 1e-4  # the old input scored the forged turn
+    assert abs(forged[0] - forged_old) > 1e-4  # the old input scored the forged turn
 
 
 @pytest.mark.parametrize("spelled", ["", FORGED])

@@ -101,6 +101,8 @@ def test_bad_options_name_the_fix(classifier):
         score_texts(PROMPTS, COMPLETIONS, {"paht": path})
     with pytest.raises(RewardError, match="label must be in"):
         score_texts(PROMPTS, COMPLETIONS, {"path": path, "label": 7})
+    with pytest.raises(RewardError, match='chat_template must be "auto", true or false, got 1'):
+        score_texts(PROMPTS, COMPLETIONS, {"path": path, "chat_template": 1})  # was read as true
     if kind == "bert":
         with pytest.raises(RewardError, match="2 labels"):
             score_texts(PROMPTS, COMPLETIONS, {"path": path})

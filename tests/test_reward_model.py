@@ -52,6 +52,37 @@ def test_chat_template_option_changes_the_input(rm_path):
     assert not np.allclose(with_template, without)
 
 
+def test_by_default_text_prompts_are_scored_as_trl_scores_them_and_chats_through_the_template(rm_path):
+    """TRL's GRPOTrainer renders the reward model's chat template only for a chat prompt; a text
+    prompt is scored as ``prompt + completion`` (its ``_calculate_rewards``). The default follows
+    that rule: "auto" equals false on text prompts and true on chats, each scored as TRL scores it."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(rm_path)
+    model = AutoModelForSequenceClassification.from_pretrained(rm_path).eval()
+    assert tokenizer.chat_template  # the case that differed: a template the text prompts must not get
+
+    def trl(texts):  # TRL 1.16's tokenization of the reward inputs
+        batch = tokenizer(text=texts, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
+        with torch.inference_mode():
+            return model(**batch).logits[:, 0].numpy()
+
+    texts = [p for p in PROMPTS if isinstance(p, str)][:3]
+    replies = COMPLETIONS[: len(texts)]
+    default = score(rm_path, texts, replies).total
+    np.testing.assert_allclose(default, trl([p + c for p, c in zip(texts, replies)]), atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(default, score(rm_path, texts, replies, chat_template=False).total)
+    chats = [[{"role": "user", "content": p}] for p in texts]
+    rendered = [tokenizer.apply_chat_template([*m, {"role": "assistant", "content": c}], tokenize=False)
+                for m, c in zip(chats, replies)]
+    np.testing.assert_allclose(score(rm_path, chats, replies).total, trl(rendered), atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(score(rm_path, chats, replies).total,
+                                  score(rm_path, chats, replies, chat_template=True).total)
+    with pytest.raises(RewardError, match=r'chat_template must be "auto", true or false, got \'yes\'.*Fix: '):
+        score(rm_path, chat_template="yes")
+
+
 def test_truncation_keeps_the_completion(rm_path):
     long_prompt = "word " * 400
     a = score(rm_path, [long_prompt], ["the end"], max_length=32).total[0]

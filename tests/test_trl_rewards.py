@@ -425,6 +425,38 @@ def test_log_history_has_trl_s_metric_names(toy, tmp_path):
     assert seen == [(0, None, None), (1, 0.25, 0.25)]
 
 
+def test_log_history_has_log_metric_values_under_their_own_names(toy, tmp_path):
+    """TRL logs ``log_metric("format_rate", x)`` as ``format_rate``: a curriculum reading
+    ``log_history[-1]["format_rate"]`` finds it (polyrl's ``reward/<function>/format_rate`` too)."""
+    seen = []
+
+    def fmt(completions, log_metric, **kwargs):
+        log_metric("format_rate", 0.75)
+        return [0.0] * len(completions)
+
+    def curriculum(completions, trainer_state, **kwargs):
+        last = trainer_state.log_history[-1] if trainer_state.log_history else {}
+        seen.append((last.get("format_rate"), last.get("reward/fmt/format_rate"), "reward/fmt/mean" in last,
+                     "mean" in last, "none_count" in last))
+        return [0.0] * len(completions)
+
+    _api_run(tmp_path, [fmt, curriculum], steps=2)
+    assert seen == [(None, None, False, False, False), (0.75, 0.75, True, False, False)]  # not polyrl's own stats
+
+
+def test_api_a_dataset_without_a_prompt_column_says_how_to_fix_it_in_python(toy, tmp_path):
+    """``data.prompt_column`` is a TOML key ``run`` has no argument for: the fix names the 🤗
+    Dataset's rename (and, for a messages column, what to keep as the prompt)."""
+    import datasets
+
+    chats = datasets.Dataset.from_list([{"messages": [{"role": "user", "content": "hi"},
+                                                      {"role": "assistant", "content": "hello"}]}] * 2)
+    with pytest.raises(ConfigError, match=r"no column 'prompt'.*Fix: name the column that holds the prompts "
+                                          r"\"prompt\".*rename_column.*messages column holds whole conversations") as info:
+        _api_run(tmp_path, [HalfScorer()], prompts=chats)
+    assert info.value.field == "prompts" and "data.prompt_column" not in str(info.value)
+
+
 @pytest.mark.parametrize("kind", ["dataset_dict", "string"])
 def test_api_prompts_that_would_iterate_as_other_prompts_are_refused(toy, tmp_path, kind):
     """load_dataset(...) without split= is a DatasetDict, which iterates as its split names: it
@@ -524,3 +556,66 @@ def test_a_misspelt_trl_reward_lists_trls_own_reward_functions():
         load_function_reward("trl.rewards:acuracy_reward")
     assert info.value.field == "rewards.function"
     assert "accuracy_reward" in info.value.fix and "think_format_reward" in info.value.fix
+
+
+# --- what TRL's rows carry: every column on every call, the live state in evaluation too ----------
+
+
+def _toy_run(tmp_path, rows, reward_source, **sections):
+    """A toy-backend Trainer run on ``rows`` (written as JSONL) scored by ``reward_source``'s ``seen``."""
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "rewards.py").write_text(reward_source)
+    config = RunConfig.from_dict({
+        "model": {"path": "toy-model"}, "backends": {"train": "toy"},
+        "generation": {"group_size": 2, "max_new_tokens": 4}, "data": {"path": str(tmp_path / "data.jsonl")},
+        "rewards": [{"function": f"{tmp_path / 'rewards.py'}:seen"}],
+        "train": {"steps": 3, "prompts_per_step": 1, "output_dir": str(tmp_path / "run")}, **sections,
+    })
+    return Trainer(config).run(progress=False)
+
+
+def test_a_column_some_jsonl_lines_lack_reaches_every_call_as_none(toy, tmp_path):
+    """A key written on some lines only: 🤗 datasets (so TRL) gives every row the column, None where
+    the line lacks it. Every call gets it, also for a batch none of whose rows has it (polyrl passed
+    only the batch's own keys: the run stopped with a TypeError at whichever step drew such a batch)."""
+    import datasets
+
+    rows = [{"prompt": "p0", "hint": "h0"}] + [{"prompt": f"p{i}"} for i in range(1, 4)]
+    log = tmp_path / "seen.jsonl"
+    _toy_run(tmp_path, rows, "import json\n"
+                             "def seen(completions, hint, prompts, **kwargs):\n"
+                             f"    with open({str(log)!r}, 'a') as f:\n"
+                             "        f.write(json.dumps([prompts, hint]) + '\\n')\n"
+                             "    return [0.0] * len(completions)\n")
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(calls) == 3
+    (tmp_path / "trl").mkdir()
+    trl_rows = {r["prompt"]: r["hint"] for r in datasets.load_dataset(
+        "json", data_files=str(tmp_path / "data.jsonl"), split="train", cache_dir=str(tmp_path / "trl"))}
+    assert trl_rows == {"p0": "h0", "p1": None, "p2": None, "p3": None}
+    for prompts, hints in calls:
+        assert hints == [trl_rows[p] for p in prompts]
+    assert any(set(hints) == {None} for _, hints in calls)  # a batch without the column was scored
+
+
+def test_evaluation_rewards_get_the_live_trainer_state(toy, tmp_path):
+    """TRL passes ``self.state`` to the rewards in evaluation as in training: a reward ramping with
+    ``global_step / max_steps`` (README's ``brevity``) evaluates at the step reached, not at 0."""
+    log = tmp_path / "seen.jsonl"
+    rows = [{"prompt": f"p{i}", "answer": str(i)} for i in range(6)]
+    summary = _toy_run(tmp_path, rows, "import json\n"
+                                       "def seen(completions, trainer_state, **kwargs):\n"
+                                       f"    with open({str(log)!r}, 'a') as f:\n"
+                                       "        f.write(json.dumps([len(completions), trainer_state.global_step,\n"
+                                       "                            trainer_state.max_steps]) + '\\n')\n"
+                                       "    return [trainer_state.global_step / trainer_state.max_steps] * len(completions)\n",
+                       eval={"count": 3, "every": 1, "reward": "seen", "pass_threshold": 0.0})
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    evaluations = [step for n, step, _ in calls if n == 3]  # 3 held-out prompts, one greedy sample each
+    trained = [step for n, step, _ in calls if n == 2]  # 1 prompt x 2 samples
+    assert trained == [0, 1, 2] and evaluations[0] == 0 and evaluations[1:4] == [1, 2, 3], calls
+    assert {most for _, _, most in calls} == {3}
+    assert summary["history"][-1]["step"] == 2

@@ -19,6 +19,7 @@ reads TRL's ``reward_funcs`` the way ``GRPOTrainer`` does (see ``reward_entries`
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -329,7 +330,24 @@ def run(
         eval=EvalSection(count=eval_count),
     )
     config = with_settings(config, settings, generation_config)
-    return Trainer(config, extra_plugins=tuple(plugins)).run(progress=progress)
+    try:
+        trainer = Trainer(config, extra_plugins=tuple(plugins))
+    except ConfigError as exc:
+        raise _prompts_error(exc) from None
+    return trainer.run(progress=progress)
+
+
+def _prompts_error(exc: ConfigError) -> ConfigError:
+    """``exc``, or where it points at ``data.prompt_column`` (a TOML key ``run`` has no argument
+    for), the same problem told as a fix to the ``prompts`` passed in."""
+    if exc.field != "data.prompt_column":
+        return exc
+    fix = ('name the column that holds the prompts "prompt", as TRL expects '
+           '(a 🤗 Dataset: dataset.rename_column("question", "prompt")), or pass the prompts as a list')
+    if re.search(r"its columns: .*\bmessages\b", exc.message):
+        fix += ("; a messages column holds whole conversations: keep the turns before the answer as prompt "
+                "and put the answer in a column the reward reads")
+    return ConfigError(exc.message, field="prompts", fix=fix)
 
 
 def _preset(algorithm: str, from_trl: str | None) -> str:

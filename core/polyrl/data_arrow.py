@@ -225,8 +225,12 @@ class ArrowRows:
         pos = pos % n if n else pos
         return pos if self.indices is None else self.indices[pos]
 
-    def take(self, positions: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
-        """Fresh row dicts for ``positions``, gathered from the memory-mapped table."""
+    def take(self, positions: Sequence[int] | np.ndarray,
+             chat_columns: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """Fresh row dicts for ``positions``, gathered from the memory-mapped table. Only the
+        ``chat_columns`` (the prompt) lose the None keys Arrow's struct unification added to their
+        messages: any other column reaches the rewards exactly as 🤗 datasets (and so TRL) gives it,
+        ``{"input": "1", "expected": None}`` included."""
         base = self._base(positions)
         if not base.size:
             return []
@@ -234,7 +238,8 @@ class ArrowRows:
         names = list(columns)
         rows = [dict(zip(names, values)) for values in zip(*(columns[k] for k in names))]
         for row in rows:
-            for key, value in row.items():
+            for key in chat_columns:
+                value = row.get(key)
                 if isinstance(value, list) and value and isinstance(value[0], dict):
                     row[key] = [_clean_message(m) if isinstance(m, dict) else m for m in value]
         return rows

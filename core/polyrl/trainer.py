@@ -168,6 +168,9 @@ class Trainer:
         self.config = config = choose_generate_backend(config, self.registry)
         #: the rows as read, before ``_fit_prompts`` checks them against the tokenizer
         self._source_data = self._datasets()
+        #: every column of the training and held-out sets, passed to function rewards for every
+        #: sample (``RewardContext.columns``); read once: a row-backed set finds them row by row
+        self._columns = tuple(tuple(data.columns) if data is not None else () for data in self._source_data)
         self.stop_requested = False
         #: a weight push that failed after its step trained: raised once the step is recorded
         self._sync_failed: PolyrlError | None = None
@@ -177,7 +180,7 @@ class Trainer:
         self._failed_steps = 0
         self.rewards = RewardComputer(
             self.registry.pm, [(r.name or r.label, r.weight, dict(r.options), r.label) for r in config.rewards],
-            columns=self._source_data[0].columns, timeouts={r.label: r.timeout_s for r in config.rewards},
+            columns=self._columns[0], timeouts={r.label: r.timeout_s for r in config.rewards},
             should_stop=lambda: self.stop_requested,
         )
         #: scores held-out rows (None: no eval set); made now, so its checks run before any model loads
@@ -268,7 +271,7 @@ class Trainer:
         spec = (same.name or same.label, 1.0, dict(same.options), same.label) if same is not None else (ev.reward, 1.0, {})
         timeouts = {same.label: same.timeout_s} if same is not None else {}
         try:
-            return RewardComputer(self.registry.pm, [spec], columns=held_out.columns,
+            return RewardComputer(self.registry.pm, [spec], columns=self._columns[1],
                                   timeouts=timeouts, should_stop=lambda: self.stop_requested)
         except ConfigError as exc:  # its one entry is rewards[0] to the computer: name the real setting
             field = "eval.reward" if same is None else f"rewards[{self.config.rewards.index(same)}].options"
@@ -413,17 +416,23 @@ class Trainer:
         prompts = episode_scoring.prompts_asked(per_completion, completions, self.config.data.prompt_column)
         return episode_scoring.score_started(self._call_rewards, prompts, per_completion, completions)
 
-    def _call_rewards(self, prompts: list[Any], per_completion: list[Any], completions: list[Completion]) -> Any:
+    def _trainer_state(self) -> TrainerState:
+        """What reward functions get as ``trainer_state`` now, in training and in evaluation alike
+        (TRL's ``_calculate_rewards`` passes ``self.state`` in both modes)."""
         cfg = self.config
-        state = TrainerState.for_run(
+        return TrainerState.for_run(
             step=self.step, max_steps=cfg.train.steps, prompts_per_step=cfg.train.prompts_per_step,
             group_size=cfg.generation.group_size, dataset_size=len(self.dataset),
             history=list(self.history), save_steps=cfg.train.checkpoint_every, eval_steps=cfg.eval.every,
             rank=self.rank)
+
+    def _call_rewards(self, prompts: list[Any], per_completion: list[Any], completions: list[Completion]) -> Any:
+        state = self._trainer_state()
         context = RewardContext(
             rows=per_completion, wanted=tuple(r.label for r in self.config.rewards),
             options={r.label: dict(r.options) for r in self.config.rewards},
             completion_ids=[c.completion_ids for c in completions], step=self.step, trainer_state=state,
+            columns=self._columns[0],
         )
         return self.rewards(prompts, completions, context)
 
@@ -688,7 +697,9 @@ class Trainer:
         assert computer is not None  # an eval pass runs only with an eval set
         def score(asked: list[Any], scored_rows: list[Any], scored: list[Completion]) -> Any:
             return computer(asked, scored, RewardContext(rows=scored_rows, wanted=(ev.reward,), options={ev.reward: {}},
-                                                         completion_ids=[x.completion_ids for x in scored]))
+                                                         completion_ids=[x.completion_ids for x in scored],
+                                                         step=self.step, trainer_state=self._trainer_state(),
+                                                         columns=self._columns[1]))
 
         asked = episode_scoring.prompts_asked(per_completion, completions, self.config.data.prompt_column)
         scores = np.asarray(episode_scoring.score_started(score, asked, per_completion, completions).total,

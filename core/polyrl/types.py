@@ -545,6 +545,10 @@ class RewardContext:
     #: What TRL reward functions get as ``trainer_state`` (``polyrl.rewards.trl_compat.TrainerState``);
     #: None outside a training run (function rewards then see ``global_step = step``).
     trainer_state: Any = None
+    #: The dataset's columns: a function reward gets each of them for every sample, None for a row
+    #: without it (a JSONL key written on some lines only), as TRL's rows read by 🤗 datasets have
+    #: them. None: the keys of ``rows`` alone.
+    columns: tuple[str, ...] | None = None
 
 
 #: Weights cross the boundary as HF-named numpy arrays (float32 unless the backend says otherwise).

@@ -14,31 +14,35 @@ def _conversation(prompt: Prompt, completion: str) -> list[dict[str, Any]]:
     return [*messages, {"role": "assistant", "content": completion}]
 
 
-def templated(tokenizer: Any, chat_template: bool) -> bool:
-    """Whether the pair is rendered with the chat template (asked for, and the tokenizer has one)."""
-    return chat_template and bool(getattr(tokenizer, "chat_template", None))
+def templated(tokenizer: Any, chat_template: bool | str, prompt: Prompt | None = None) -> bool:
+    """Whether the pair is rendered with the chat template: asked for (``True``, or ``"auto"`` for a
+    chat prompt only, TRL's rule: ``GRPOTrainer._calculate_rewards`` scores a text prompt as
+    ``prompt + completion`` even when the reward tokenizer has a template) and the tokenizer has one."""
+    if chat_template == "auto":
+        chat_template = prompt is not None and not isinstance(prompt, str)
+    return bool(chat_template) and bool(getattr(tokenizer, "chat_template", None))
 
 
-def render_pair(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool,
+def render_pair(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool | str,
                 field: str = "options.path") -> str:
     """The conversation rendered by the reward model's chat template (when asked and it has one,
     within ``template_limits``' bounds: past one, a ConfigError on ``field``), else the prompt's
     text followed by the completion."""
-    if templated(tokenizer, chat_template):
+    if templated(tokenizer, chat_template, prompt):
         return render_chat(tokenizer, _conversation(prompt, completion), None, False, field)
     if isinstance(prompt, str):
         return prompt + completion
     return "\n".join(str(m.get("content", "")) for m in prompt) + completion  # type: ignore[union-attr]  # FIXME: TokenPrompt
 
 
-def encode_pair(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool, max_length: int,
+def encode_pair(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool | str, max_length: int,
                 field: str = "options.path") -> list[int]:
     """The ids a reward model scores: ``render_pair``'s text, at most ``max_length`` tokens (cut from
     the left, keeping the completion). Only the template's special tokens (or, without one, the
     tokenizer's own, BERT's ``[CLS]``/``[SEP]``) are special: a completion or prompt spelling
     ``<|im_end|>`` gets those characters as text, so it cannot end its turn and write a forged one
     for the model to score (``polyrl.backend_kit.literal_chat``)."""
-    if templated(tokenizer, chat_template):
+    if templated(tokenizer, chat_template, prompt):
         ids = encode_chat_literal(tokenizer, _conversation(prompt, completion), field=field)
         return ids[len(ids) - max_length:] if len(ids) > max_length else ids
     return plain_sequence(tokenizer, render_pair(tokenizer, prompt, completion, False), max_length)

@@ -171,7 +171,8 @@ class FunctionReward:
         call_log: _CallLog,
     ) -> dict[str, Any]:
         rows = context.rows
-        columns: list[str] = []
+        # the dataset's every column, even one this batch's rows all lack (TRL's rows have it as None)
+        columns: list[str] = [c for c in context.columns or () if c not in NOT_PASSED_COLUMNS]
         for row in rows:
             columns += [c for c in row if c not in columns and c not in NOT_PASSED_COLUMNS]
         if self._checked is None or not set(columns) <= self._checked:

@@ -54,3 +54,18 @@ def positive_number(name: str, opts: Mapping[str, Any], key: str, example: Any, 
         raise RewardError(f"{name}: option {key} must be {kind} {'>= 0' if zero else '> 0'}, got {value!r}. "
                           f"Fix: e.g. {key} = {example}")
     return int(value) if integer else float(value)
+
+
+#: How a reward model renders a (prompt, completion) pair (``polyrl.backend_kit.reward_text``).
+CHAT_TEMPLATE_CHOICES = ("auto", True, False)
+
+
+def chat_template_choice(name: str, opts: Mapping[str, Any]) -> bool | str:
+    """A reward model's ``chat_template`` option: "auto" (TRL's rule: the template for chat prompts
+    only), true (every prompt through it) or false (never)."""
+    value = opts["chat_template"]
+    if not (isinstance(value, bool) or value == "auto"):
+        raise RewardError(f"{name}: chat_template must be \"auto\", true or false, got {value!r}. "
+                          'Fix: write chat_template = "auto" (the template for chat prompts only, as TRL), '
+                          "true or false")
+    return value

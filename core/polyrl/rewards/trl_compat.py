@@ -164,11 +164,20 @@ def with_trl_names(metrics: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(metrics)
     for key, value in metrics.items():
         name = TRL_METRIC_NAMES.get(key)
-        if name is None and key.startswith("reward/") and key.count("/") == 2 and key.endswith("/mean"):
-            name = "rewards/" + key[len("reward/"):]
+        if name is None and key.startswith("reward/") and key.count("/") == 2:
+            metric = key.rsplit("/", 1)[1]
+            if metric == "mean":
+                name = "rewards/" + key[len("reward/"):]
+            elif metric not in _CORE_REWARD_METRICS:  # a log_metric(name, value): TRL logs it as name
+                name = metric
         if name is not None:
             out.setdefault(name, value)
     return out
+
+
+#: the per-reward metrics polyrl computes itself (``polyrl.rewards.combine.CORE_METRICS``); any
+#: other ``reward/<function>/<name>`` came from the function's ``log_metric``
+_CORE_REWARD_METRICS = frozenset({"mean", "std", "latency_s", "none_count"})
 
 
 def _parameters(fn: Callable[..., Any]) -> list[inspect.Parameter] | None:

@@ -13,7 +13,9 @@ Options (``[[rewards]] name = "max_reward_model"``); unknown options are an erro
 ``max_length``     tokens per sequence, at most the model's positions; longer texts keep their end
                    (default 512)
 ``label``          which logit is the score (default 0 for one-label models; required otherwise)
-``chat_template``  render with the tokenizer's chat template when it has one (default true)
+``chat_template``  "auto" (default, TRL's rule): a chat prompt is rendered with the tokenizer's chat
+                   template when it has one, a text prompt as its text followed by the completion;
+                   true: every prompt through the template; false: never
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 from polyrl.backend_kit.reward_text import encode_pair
 from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.errors import ConfigError, RewardError
-from polyrl.rewards.options import merged, required_text, whole_number
+from polyrl.rewards.options import chat_template_choice, merged, required_text, whole_number
 from polyrl.hookspecs import hookimpl
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 
 NAME = "max_reward_model"
 DEFAULTS: dict[str, Any] = {"path": None, "batch_size": 8, "max_length": 512, "label": None,
-                            "chat_template": True}
+                            "chat_template": "auto"}
 _loaded: dict[str, tuple[Any, Any]] = {}
 _lock = threading.Lock()
 
@@ -46,6 +48,7 @@ def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
     required_text(NAME, opts, "path", '"path/to/classifier"')
     for key in ("batch_size", "max_length"):
         whole_number(NAME, opts, key, DEFAULTS[key])
+    chat_template_choice(NAME, opts)
     return opts
 
 

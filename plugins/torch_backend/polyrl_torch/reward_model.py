@@ -10,8 +10,10 @@ Options (``[[rewards]] name = "reward_model"``); unknown options are an error:
 ``batch_size``     sequences per forward pass (default 8)
 ``max_length``     tokens per sequence; longer ones are cut from the left, keeping the completion
                    (default 1024)
-``chat_template``  true (default): render ``prompt + [assistant: completion]`` with the tokenizer's
-                   chat template when it has one; false: the prompt text followed by the completion.
+``chat_template``  "auto" (default, TRL's rule): a chat prompt is rendered as ``prompt + [assistant:
+                   completion]`` with the tokenizer's chat template when it has one, a text prompt is its
+                   text followed by the completion; true: every prompt through the template (a text
+                   prompt as the user turn); false: the prompt text followed by the completion.
                    Either way only the template's (or the tokenizer's own) special tokens are special:
                    a completion spelling ``<|im_end|>`` is scored as those characters, never as a
                    turn it ended (``polyrl.backend_kit.literal_chat``)
@@ -35,14 +37,14 @@ from polyrl.backend_kit.reward_text import encode_pair
 from polyrl.backend_kit.weight_headers import config_sizes, refuse_sizes_beyond_weights
 from polyrl.errors import ConfigError, RewardError
 from polyrl.folder_links import refuse_outside_links
-from polyrl.rewards.options import merged, required_text, whole_number
+from polyrl.rewards.options import chat_template_choice, merged, required_text, whole_number
 from polyrl.hookspecs import hookimpl
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 from polyrl_torch.load_report import held_load_report
 from polyrl_torch.reward_weights import refuse_incomplete_weights
 
 NAME = "reward_model"
-DEFAULTS: dict[str, Any] = {"path": None, "batch_size": 8, "max_length": 1024, "chat_template": True,
+DEFAULTS: dict[str, Any] = {"path": None, "batch_size": 8, "max_length": 1024, "chat_template": "auto",
                             "label": None, "device": "auto", "dtype": "float32"}
 
 _loaded: dict[tuple[str, str, str], tuple[Any, Any]] = {}
@@ -54,8 +56,7 @@ def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
     required_text(NAME, opts, "path", '"path/to/reward-model"')
     for key in ("batch_size", "max_length"):
         whole_number(NAME, opts, key, DEFAULTS[key])
-    if not isinstance(opts["chat_template"], bool):
-        raise RewardError(f"{NAME}: chat_template must be true or false, got {opts['chat_template']!r}")
+    chat_template_choice(NAME, opts)
     return opts
 
 
