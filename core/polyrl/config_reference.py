@@ -118,7 +118,9 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                      "their content (unset = `HF_DATASETS_CACHE`)",
         "prompt_column": "column holding the prompt (string or chat messages)",
         "columns": "row name -> source column, e.g. `{prompt = \"question\", answer = \"solution\"}`",
-        "system_prompt": "system message prepended to each chat prompt (a text prompt becomes the user turn)",
+        "system_prompt": ("system message prepended to each chat prompt (a text prompt becomes the user turn, so "
+                          "the prompt is a chat: reward functions then get chat-shaped `prompts` and `completions`, "
+                          '`[{"role": "assistant", "content": text}]`, as TRL gives them for chat prompts)'),
         "eval_path": "evaluation rows from separate file(s) (same formats as `path`); nothing is held out",
         "eval_split": "evaluation rows from another split of `name` or a saved DatasetDict (e.g. `test`)",
         "options": "task options (`count`, `digits`, `ops`, `seed` for `arithmetic`); for other sources "
