@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from polyrl.errors import RewardError
+from polyrl.errors import ConfigError, RewardError
 from polyrl.plugins import get_plugin_manager
 from polyrl.rewards.code import MARKER_ENV, Sandbox, SandboxLimits, extract_code, parse_tests
 from polyrl.rewards.combine import RewardComputer
@@ -78,8 +78,35 @@ def test_parse_tests_shapes():
     assert parse_tests(["assert f(1) == 1", "y = f(2)\nassert y == 4"]) == [
         ("assert f(1) == 1", True), ("y = f(2)\nassert y == 4", True)]
     assert parse_tests("f(1)\nf(2)") == [("f(1)\nf(2)", True)]  # no assert: one test
+    # asserts below the top level count: a loop, an if or try around them, a checker function's call
+    # (also through another function), and pytest-style test functions nothing calls
+    mixed = ("def check(c):\n    assert c(3) == 6\ndef run_all():\n    check(f)\nassert f(0) == 0\n"
+             "for x in range(3):\n    assert f(x) == 2 * x\nif True:\n    assert f(4) == 8\nrun_all()\n")
+    assert [is_test for _, is_test in parse_tests(mixed)] == [False, False, True, True, True, True]
+    assert parse_tests("def test_a():\n    assert f(1) == 2\ndef test_b():\n    assert f(2) == 4\ntest_b()\n")[-2:] == [
+        ("test_b()", True), ("test_a()", True)]
     with pytest.raises(RewardError, match="not valid Python"):
         parse_tests("assert (")
+
+
+def test_extract_code_matches_the_fence_pattern_in_linear_time():
+    """Fences found by a scan, as the regex ``` ```[ \\t]*([\\w+-]*)[^\\n]*\\n(.*?)``` ``` finds them: that
+    pattern backtracked at every opener, quadratic in the length (a 160 kB completion took 5 s)."""
+    import random
+    import re
+
+    from polyrl.rewards.code import _fenced_blocks
+
+    pattern = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+    rng = random.Random(0)
+    pieces = ["`", "```", "\n", " ", "\t", "py", "python", "x", "+", "-", "é"]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(30)))
+        assert _fenced_blocks(text) == [(lang.lower(), body) for lang, body in pattern.findall(text)], repr(text)
+    start = time.perf_counter()
+    for hostile in ("```a" * 100_000, "```" + "x" * 100_000, "```\n" * 100_000):
+        extract_code(hostile)
+    assert time.perf_counter() - start < 5  # the regex took minutes on these 400 kB
 
 
 # --- scoring --------------------------------------------------------------------------------------
@@ -99,8 +126,41 @@ def test_fraction_binary_none_and_columns():
     assert res.total[0] == 0.5
     with pytest.raises(RewardError, match="needs column 'tests'"):
         score([GOOD], rows=[{"prompt": "p"}])
-    with pytest.raises(RewardError, match="no option 'timeout'"):
+    with pytest.raises(ConfigError, match="no option 'timeout'"):  # refused when the run is set up
         score([GOOD], timeout=3)
+
+
+def test_options_and_columns_are_checked_before_any_model_loads(tmp_path):
+    """Read only at the first step (after the model load, a rollout and a checkpoint), a bad option
+    stopped the run late, and a bad ``python`` as a bare FileNotFoundError naming no option."""
+    pm = get_plugin_manager(entry_points=False)
+
+    def setup(columns=("prompt", "tests"), **options):
+        return RewardComputer(pm, [("code_tests", 1.0, {**FAST, **options})], columns=list(columns))
+
+    setup()  # fine
+    cases = [({"python": str(tmp_path / "missing")}, r"option python = .*missing.* cannot be run.*Fix: "),
+             ({"python": 5}, r"option python must be a path, got 5"),
+             ({"cpu_s": "x"}, r"cpu_s must be a number > 0"),
+             ({"column": "checks"}, r"option column names column 'checks', which the dataset does not have "
+                                    r"\(its columns: prompt, tests\)"),
+             ({"setup_column": "setup"}, r"setup_column names column 'setup'")]
+    for options, match in cases:
+        with pytest.raises(ConfigError, match=match) as info:
+            setup(**options)
+        assert info.value.field == "rewards[0].options", options
+
+
+def test_a_wrong_solution_fails_the_asserts_below_the_top_level():
+    """Mixed tests (one top-level assert, the rest in a loop, in a checker function, in pytest-style
+    functions): a solution passing only the first case scored 1.0, now the share it passes."""
+    wrong, right = "def f(x):\n    return 0\n", "def f(x):\n    return 2 * x\n"
+    cells = ["assert f(0) == 0\nfor x in range(1, 10):\n    assert f(x) == 2 * x\n",
+             "def check(candidate):\n    assert candidate(3) == 6\n    assert candidate(5) == 10\nassert f(0) == 0\ncheck(f)\n",
+             "def test_zero():\n    assert f(0) == 0\ndef test_three():\n    assert f(3) == 6\n"]
+    rows = [{"prompt": "p", "tests": cell} for cell in cells]
+    np.testing.assert_allclose(score([wrong] * 3, rows=rows).total, [0.5, 0.5, 0.5])
+    np.testing.assert_allclose(score([right] * 3, rows=rows).total, [1.0, 1.0, 1.0])
 
 
 def test_setup_column_and_sandbox_home_is_private():

@@ -208,6 +208,23 @@ def test_fork_is_refused_and_processes_die_with_the_sample(box):
     assert "sleep(60)" not in out  # nothing of the sample survives it (PID namespace torn down)
 
 
+def test_memory_outside_the_address_space_limit_is_refused(box):
+    """SysV shared memory and message queues outlive the calls that made them in the sample's IPC
+    namespace (no size limit there), and a memfd is filled with write(2), never mapped: each held
+    host memory far past ``memory_mb`` (300 MB at memory_mb = 128). The seccomp filter refuses them."""
+    if box.launch.seccomp_program is None:
+        pytest.skip("no libseccomp here: the seccomp layer is off")
+    code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "shm = libc.shmget(0, 64 << 20, 0o1600)\nprint('SHM', shm, ctypes.get_errno(), flush=True)\n"
+            "msg = libc.msgget(0, 0o1600)\nprint('MSG', msg, ctypes.get_errno(), flush=True)\n"
+            "try:\n    os.memfd_create('x')\n    print('MEMFD made', flush=True)\n"
+            "except OSError as e:\n    print('MEMFD', e.errno, flush=True)\n")
+    result = run(box, code)
+    assert result.passed == [True]
+    for line in (f"SHM -1 {errno.EPERM}", f"MSG -1 {errno.EPERM}", f"MEMFD {errno.EPERM}"):
+        assert line in result.output, result.output
+
+
 @needs_bwrap
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become nobody")
 def test_unprivileged_trainer_bwrap_layout(monkeypatch, tmp_path):

@@ -34,10 +34,56 @@ def test_require_refuses_without_bubblewrap(no_bwrap):
         Sandbox(SandboxLimits(timeout_s=3), isolation="require")
 
 
+def _nobody_can_run(python: str) -> bool:
+    """Whether user nobody starts the same ``python`` (False for a root trainer's pyenv/conda under
+    /root: its venv's interpreter then runs another Python, or none), as the sandbox's probe asks."""
+    from polyrl.sandbox import isolation
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        return True
+    ask = [python, "-I", "-c", isolation._IDENTITY]
+    import subprocess
+
+    expected = subprocess.run(ask, capture_output=True, text=True).stdout.strip()
+    return isolation.probe(isolation.drop_privileges((65534, 65534)) + ask, expected) is None
+
+
+@pytest.mark.faults
+def test_auto_as_root_refuses_to_run_samples_as_root_when_they_cannot_be_dropped(no_bwrap, tmp_path):
+    """Without bubblewrap, a root trainer whose interpreter user nobody cannot run (pyenv, conda or a
+    venv under /root) ran samples as root with every capability, saying so only in an info line:
+    the sample read the trainer's /proc/<pid>/environ and /etc/shadow. "auto" now refuses, naming the
+    fixes; user = "none" is the explicit way, and then the sample keeps no capability and sees only
+    its own processes in /proc."""
+    import sys
+
+    if os.geteuid() != 0 or _nobody_can_run(sys.executable):
+        pytest.skip("needs a root trainer whose interpreter user nobody cannot run (as on this project's VMs)")
+    with pytest.raises(RewardError, match=r"samples would run as root with every capability.*Fix: install "
+                                          r"bubblewrap.*set user = \"none\""):
+        Sandbox(SandboxLimits(timeout_s=5), isolation="auto")
+    probe = ("import os\nCAPS = [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')][0]\n"
+             "PIDS = [int(d) for d in os.listdir('/proc') if d.isdigit()]\n")
+    tests = "assert int(CAPS, 16) == 0, CAPS\nassert max(PIDS) < 50, PIDS\n"  # its own PID namespace's few
+    for isolation, level, passed in (("auto", "unshare", [True, True]), ("off", "off", [True, False])):
+        box = Sandbox(SandboxLimits(timeout_s=5), isolation=isolation, user="none")
+        result = box.run(probe, parse_tests(tests))  # "off" is a plain subprocess: the host's processes
+        assert (box.level, result.status, result.passed) == (level, "ok", passed), result
+        assert "without capabilities" in box.report["user"]
+
+
 @pytest.mark.faults
 def test_auto_degrades_says_so_and_still_scores(no_bwrap, capsys):
-    box = Sandbox(SandboxLimits(timeout_s=5), isolation="auto")
+    import sys
+
+    # an interpreter user nobody can run (a root trainer's own under /root is refused: the test above)
+    python = next((p for p in (sys.executable, "/usr/bin/python3") if os.path.exists(p) and _nobody_can_run(p)), None)
+    if python is None:
+        pytest.skip("no interpreter that user nobody can run (this trainer's is under /root, no /usr/bin/python3)")
+    box = Sandbox(SandboxLimits(timeout_s=5), isolation="auto", python=python)
     assert box.level in ("unshare", "off")
+    if os.geteuid() == 0:
+        assert box.report["user"].startswith("on: samples run as nobody"), box.report
     assert box.report["isolation"].startswith(("PARTIAL", "OFF")) and "bwrap not found" in box.report["isolation"]
     captured = capsys.readouterr()
     assert "without full OS isolation" in captured.out + captured.err

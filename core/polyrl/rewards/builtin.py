@@ -160,6 +160,9 @@ Scores = list[float | None]
 
 def exact_match(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
     opts = _options("exact_match", context, {"column": ANSWER_COLUMN, "extract": "auto", "case_sensitive": False})
+    if not isinstance(opts["case_sensitive"], bool):  # "no" would be truthy: case-sensitive
+        raise RewardError(f"exact_match: case_sensitive must be true or false, got {opts['case_sensitive']!r}. "
+                          "Fix: write case_sensitive = false (no quotes)")
     if opts["extract"] not in ("auto", "last_line", "full"):
         raise RewardError(f"exact_match: unknown extract {opts['extract']!r}. Fix: use auto, last_line or full")
     out: Scores = []
@@ -195,7 +198,12 @@ def _as_float(value: Any, column: str, index: int) -> float:
 
 def numeric_match(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
     opts = _options("numeric_match", context, {"column": ANSWER_COLUMN, "tolerance": 1e-6})
-    tol = float(opts["tolerance"])
+    tol = opts["tolerance"]
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
+        # a string was a ValueError traceback; a negative one matched nothing, silently scoring 0
+        raise RewardError(f"numeric_match: tolerance must be a finite number >= 0, got {tol!r}. "
+                          "Fix: e.g. tolerance = 1e-6 (no quotes)")
+    tol = float(tol)
     out: Scores = []
     for i, completion in enumerate(completions):
         answer = _answer("numeric_match", context.rows[i], opts["column"], i)
@@ -211,6 +219,9 @@ def numeric_match(completions: Sequence[Completion | str], context: RewardContex
 def regex_format(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
     opts = _options("regex_format", context, {"pattern": None, "match": "search", "flags": "s"})
     pattern = _required("regex_format", opts, "pattern", '"<think>.*</think>"')
+    if not isinstance(pattern, str):  # str(["x"]) is "['x']", a character class matching any x or '
+        raise RewardError(f"regex_format: pattern must be a string, got {pattern!r}. "
+                          'Fix: e.g. pattern = "<think>.*</think>"')
     if opts["match"] not in ("search", "fullmatch"):
         raise RewardError(f"regex_format: unknown match {opts['match']!r}. Fix: use search or fullmatch")
     flags = 0
@@ -235,7 +246,10 @@ def length_penalty(completions: Sequence[Completion | str], context: RewardConte
         raise RewardError(f"length_penalty: target must be a number > 0, got {target!r}. Fix: e.g. target = 128")
     if opts["unit"] not in ("tokens", "chars"):
         raise RewardError(f"length_penalty: unknown unit {opts['unit']!r}. Fix: use tokens or chars")
-    scale = float(opts["scale"])
+    scale = opts["scale"]
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise RewardError(f"length_penalty: scale must be a finite number, got {scale!r}. Fix: e.g. scale = 1.0")
+    scale = float(scale)
     out: Scores = []
     for i, completion in enumerate(completions):
         if opts["unit"] == "chars":

@@ -7,8 +7,10 @@ output, a forbidden operation at top level) scores 0 and costs nothing else.
 Options (``[[rewards]] name = "code_tests"``); unknown options are an error:
 
 ``column``            dataset column with the tests (default "tests"): a string of Python whose
-                      top-level ``assert`` statements are the tests (other statements — imports,
-                      helpers — run in order between them), or a list of snippets, one test each
+                      top-level ``assert`` statements are the tests, as is each top-level statement
+                      that runs asserts (a loop or ``if`` holding one, a call of the tests' own
+                      function that asserts, ``check(f)``); other statements — imports, helpers —
+                      run in order between them), or a list of snippets, one test each
                       (a snippet passes when it runs without an exception). No tests -> score None.
 ``setup_column``      optional column of code run before the solution (e.g. imports), in the
                       sample and, for the tests, in the trainer; None
@@ -114,7 +116,7 @@ import asyncio
 import json
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -134,11 +136,36 @@ NAME = "code_tests"
 log = get_logger("polyrl.rewards.code")
 
 
+_LANG = re.compile(r"[ \t]*([\w+-]*)")
+
+
+def _fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, body) of each closed ```` ``` ```` block, as ``re.findall(r"```[ \\t]*([\\w+-]*)[^\\n]*\\n(.*?)```",
+    text, re.DOTALL)`` finds them, in linear time. Why not that regex: ``[\\w+-]*`` and ``[^\\n]*`` backtrack
+    into each other, at every opener, so a completion of 40 000 ```` ```a ```` (160 kB) took 5 s of the
+    trainer's reward thread, and the time grows with the square of the length."""
+    blocks: list[tuple[str, str]] = []
+    pos = 0
+    while True:
+        start = text.find("```", pos)
+        if start < 0:
+            return blocks
+        newline = text.find("\n", start + 3)
+        if newline < 0:
+            return blocks  # no later opener has a body either
+        close = text.find("```", newline + 1)
+        if close < 0:
+            return blocks
+        lang = _LANG.match(text, start + 3, newline)
+        blocks.append(((lang.group(1) if lang else "").lower(), text[newline + 1:close]))
+        pos = close + 3
+
+
 def extract_code(text: str, mode: str = "auto") -> str:
     """The Python to run from a completion (see the ``extract`` option)."""
     if mode == "raw":
         return text
-    blocks = [(lang.lower(), body) for lang, body in re.findall(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", text, re.DOTALL)]
+    blocks = _fenced_blocks(text)
     python = [body for lang, body in blocks if lang in ("python", "py", "python3")]
     if mode == "all_blocks" and python:
         return "\n\n".join(python)
@@ -153,6 +180,51 @@ def extract_code(text: str, mode: str = "auto") -> str:
     return text
 
 
+def _holds_assert(node: ast.AST) -> bool:
+    return any(isinstance(inner, ast.Assert) for inner in ast.walk(node))
+
+
+def _is_test(node: ast.stmt, checkers: set[str]) -> bool:
+    """Whether a top-level statement is a test: an ``assert``, a statement that runs asserts of its
+    own (``for x in cases: assert f(x) == ...``, ``if``/``with``/``try`` around one), or a call of a
+    function of the tests that asserts (``check(candidate)``). Why: such a statement was a helper
+    step, whose failure counted nowhere, so a solution passing only the top-level asserts scored 1."""
+    if isinstance(node, ast.Assert):
+        return True
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
+        return False
+    if _holds_assert(node):
+        return True
+    return any(isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id in checkers
+               for inner in ast.walk(node))
+
+
+def _called_names(node: ast.AST) -> set[str]:
+    return {inner.func.id for inner in ast.walk(node) if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name)}
+
+
+def _checkers(tree: ast.Module) -> set[str]:
+    """The tests' top-level functions that assert, themselves or through another such function
+    (``def run_all(): check(f)`` calls ``check``, which asserts)."""
+    functions = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    checkers = {name for name, node in functions.items() if _holds_assert(node)}
+    while True:
+        more = {name for name, node in functions.items() if name not in checkers and _called_names(node) & checkers}
+        if not more:
+            return checkers
+        checkers |= more
+
+
+def _uncalled_test_functions(tree: ast.Module) -> list[str]:
+    """pytest-style tests (``def test_add(): assert add(1, 2) == 3``) that nothing at the top level
+    calls: each becomes a test calling it, as pytest would run it. Why: defined and never called,
+    they ran nothing, and a tests cell holding only them passed every solution."""
+    called = set().union(*(_called_names(node) for node in tree.body
+                           if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))))
+    return [node.name for node in tree.body if isinstance(node, ast.FunctionDef)
+            and node.name.startswith("test") and node.name not in called]
+
+
 def parse_tests(tests: Any, where: str = "") -> list[tuple[str, bool]]:
     """Steps ``(source, is_test)`` from a tests cell (see the ``column`` option)."""
     if isinstance(tests, str):
@@ -161,7 +233,9 @@ def parse_tests(tests: Any, where: str = "") -> list[tuple[str, bool]]:
         except SyntaxError as exc:
             raise RewardError(f"{NAME}: the tests{where} are not valid Python ({exc.msg}, line {exc.lineno}). "
                               "Fix: correct the dataset's tests column") from None
-        steps = [(ast.unparse(node), isinstance(node, ast.Assert)) for node in tree.body]
+        checkers = _checkers(tree)
+        steps = [(ast.unparse(node), _is_test(node, checkers)) for node in tree.body]
+        steps += [(f"{name}()", True) for name in _uncalled_test_functions(tree)]
         if steps and not any(is_test for _, is_test in steps):
             return [(tests, True)]  # no assert: the whole script is one test
         return steps
@@ -276,6 +350,34 @@ async def score_code(completions: Sequence[Completion | str], rows: Sequence[Map
         "violations": float(counts.get("output_limit", 0) + counts.get("crashed", 0)),
     }
     return RewardScores(scores, metrics=metrics)
+
+
+def check_options(name: str, options: Mapping[str, Any], columns: Collection[str] | None = None) -> None:
+    """Check ``code_tests``' options when the run is set up (``RewardSet`` calls this), before any
+    model loads: each one of them was read only at the first step, after the model loaded, a
+    rollout and a step-0 checkpoint, and a bad ``python`` stopped the run with a bare
+    ``FileNotFoundError`` naming no option. Builds the sandbox too, so ``isolation = "require"``
+    without bubblewrap, an unknown ``user`` or an interpreter that does not run are refused here."""
+    if name != NAME:
+        return
+    opts = _options(options)
+    for key in ("column", "setup_column"):
+        column = opts[key]
+        if key == "setup_column" and column is None:
+            continue
+        if not isinstance(column, str):
+            raise RewardError(f"{NAME}: option {key} must be a column name, got {column!r}. Fix: e.g. {key} = \"tests\"")
+        if columns is not None and column not in columns:
+            raise RewardError(f"{NAME}: option {key} names column {column!r}, which the dataset does not have "
+                              f"(its columns: {', '.join(map(str, columns)) or 'none'}). Fix: add that column, or "
+                              f"set {key} to one of the dataset's columns")
+    if opts["python"] is not None and not isinstance(opts["python"], str):
+        raise RewardError(f"{NAME}: option python must be a path, got {opts['python']!r}. Fix: e.g. python = \"/usr/bin/python3\"")
+    try:
+        sandbox_for(opts)
+    except OSError as exc:
+        raise RewardError(f"{NAME}: option python = {opts['python']!r} cannot be run: {exc}. Fix: set python to a "
+                          "working interpreter, or remove it to use the trainer's own") from None
 
 
 # --- the plugin hooks ----------------------------------------------------------------------------

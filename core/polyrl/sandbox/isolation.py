@@ -175,6 +175,16 @@ def drop_privileges(ids: tuple[int, int]) -> list[str]:
     return [setpriv, f"--reuid={ids[0]}", f"--regid={ids[1]}", "--clear-groups"]
 
 
+def no_capabilities() -> list[str]:
+    """As root without a user to drop to (user = "none"): exec the sample with an empty bounding
+    set, so root's file capabilities give it none (the report says "without capabilities"; at the
+    unshare and off levels it kept every one). Nothing to do for an unprivileged trainer."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+    return [setpriv, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+
+
 def resolve_user(user: Any) -> tuple[tuple[int, int] | None, str, bool]:
     """(uid, gid) to run samples as or None, a sentence for the report, and whether it was asked
     for explicitly (then failing to use it is an error, not a fallback)."""
@@ -221,6 +231,20 @@ def oom_first() -> tuple[str, ...]:
     return prefix if probe([*prefix, "true"]) is None else ()
 
 
+def _refuse_root(python: str, why: str, reasons: Sequence[str]) -> None:
+    """Without bubblewrap's mount namespace, a sample that cannot be dropped to ``nobody`` would run
+    as the trainer's root, with every capability: it reads /etc/shadow and the trainer's
+    /proc/<pid>/environ and writes any host file once it has switched the audit hook off. That must
+    be asked for (user = "none"), never a silent fallback of user = "auto"."""
+    if os.geteuid() != 0:
+        return
+    raise RewardError(
+        f"code_tests: samples would run as root with every capability: {python} cannot run as user "
+        f"'nobody' ({why}) and {'; '.join(reasons)}. Fix: install bubblewrap (its mount namespace "
+        "makes the interpreter readable to nobody), set options.python to an interpreter every user "
+        "can run, or set user = \"none\" to accept samples running as root")
+
+
 def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
     if isolation not in LEVELS:
         raise RewardError(f"code_tests: isolation must be auto, require or off, got {isolation!r}. "
@@ -262,12 +286,16 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                               "bubblewrap and allow namespaces (or run as root), or set isolation = \"auto\"")
         unshare = shutil.which("unshare")
         if unshare:
-            prefix = [unshare, "--net", "--pid", "--fork", "--kill-child"]
+            # --mount-proc: a fresh /proc of the sample's own PID namespace; without it the host's
+            # /proc (every process's cmdline, and as root every environ: the trainer's keys) is there
+            prefix = [unshare, "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
             if os.geteuid() != 0:
-                prefix = [unshare, "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child"]
-            drop = drop_privileges(ids) if ids else []
+                prefix = [unshare, "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child",
+                          "--mount-proc"]
+            drop = drop_privileges(ids) if ids else no_capabilities()
             why = probe(prefix + drop + [python, "-I", "-c", _IDENTITY], expected)
             if why is not None and ids is not None and not explicit:
+                _refuse_root(python, why, reasons)
                 ids, drop, user_report = None, [], f"off: {python} cannot run as that user ({why})"
                 base["user"] = user_report
                 why = probe(prefix + [python, "-I", "-c", _IDENTITY], expected)
@@ -279,12 +307,15 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
             reasons.append(f"unshare does not work here ({why})")
         else:
             reasons.append("unshare not found")
-    drop = drop_privileges(ids) if ids else []
-    if ids is not None and probe(drop + [python, "-I", "-c", _IDENTITY], expected) is not None:
+    drop = drop_privileges(ids) if ids else no_capabilities()
+    if ids is not None and (why_not := probe(drop + [python, "-I", "-c", _IDENTITY], expected)) is not None:
+        if not explicit and isolation != "off":  # a fallback of "auto", not a plain subprocess asked for
+            _refuse_root(python, why_not, reasons)
         if explicit:
             raise RewardError(f"code_tests: {python} cannot run as user {user!r}. Fix: install an interpreter "
                               "that user can run and set options.python, or set user = \"none\"")
-        ids, drop, base["user"] = None, [], f"off: {python} cannot run as that user"
+        ids, drop, base["user"] = None, no_capabilities(), f"off: {python} cannot run as that user" + (
+            " (root without capabilities)" if os.geteuid() == 0 else "")
     why_off = "isolation = off" if isolation == "off" else "; ".join(reasons)
     return Launch("off", (), tuple(drop), python, False, ids, None, {
         **base, "isolation": f"OFF ({why_off}): a plain subprocess",

@@ -30,6 +30,10 @@ DENIED = (
     "open_by_handle_at", "name_to_handle_at", "kexec_load", "kexec_file_load", "init_module",
     "finit_module", "delete_module", "syslog", "acct", "swapon", "swapoff", "reboot", "quotactl",
     "iopl", "ioperm", "personality", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    # memory that RLIMIT_AS does not count: SysV shared memory and message queues outlive shmdt /
+    # msgsnd in the sample's IPC namespace (shmmax/shmall are unlimited there), and a memfd's pages
+    # are written with write(2), never mapped; each would let a sample hold far more than memory_mb
+    "shmget", "msgget", "memfd_create", "memfd_secret",
 )
 #: Kernel calls that start a process, refused with EPERM (``clone`` is refused unless it makes a thread).
 NEW_PROCESS = ("fork", "vfork")
