@@ -235,6 +235,26 @@ def test_values_built_to_collide_cost_the_sample_not_the_trainer():
     assert box.run(honest, parse_tests("assert add(1, 1) == 2\nassert len(set(add(1, 2))) == 6\n")).all_passed
 
 
+def test_a_size_the_sample_returns_cannot_keep_the_tests_running_past_the_timeout():
+    """The tests run in the trainer on values the sample chose: a loop over ``range(add(...))``
+    ran there for as long as the sample wanted, past every timeout (also in a helper function,
+    and when the test caught the stop). Now the tests' own lines stop at the sample's deadline."""
+    import time
+
+    box = Sandbox(SandboxLimits(timeout_s=1.5, memory_mb=512), isolation="auto", audit_hook=False)
+    huge = "def add(a, b):\n    return 10 ** 15\n"
+    cells = ["total = 0\nfor _ in range(add(1, 2)):\n    total += 1\nassert total == 3\n",
+             "def count(n):\n    return sum(1 for _ in range(n))\nassert count(add(1, 2)) == 3\n",
+             "try:\n    for _ in range(add(1, 2)):\n        pass\nexcept Exception:\n    pass\nassert True\n"]
+    for cell in cells:
+        start = time.monotonic()
+        result = box.run(huge, parse_tests(cell))
+        assert (result.status, result.fraction) == ("timeout", 0.0), (cell, result)
+        assert time.monotonic() - start < 10, cell
+    honest = "def add(a, b):\n    return a + b\n"
+    assert all(box.run(honest, parse_tests(cell)).all_passed for cell in cells[:2])
+
+
 def test_asserts_count_under_python_dash_o():
     """``python -O`` (or PYTHONOPTIMIZE) compiled the tests' asserts away: every wrong solution
     scored 1."""

@@ -29,6 +29,7 @@ import builtins
 import importlib
 import symtable
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -296,6 +297,35 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
             pass
     sync(hello.get("v"))
     passed: list[bool] = []
+    previous = sys.gettrace()
+    sys.settrace(_stop_at(session.channel))
+    try:
+        _run_steps(session, steps, namespace, sync, passed)
+    finally:
+        sys.settrace(previous)
+    return passed
+
+
+def _stop_at(channel: Channel) -> Callable[..., Any]:
+    """A trace function that stops the tests' own Python lines (``<test>``/``<setup>`` code, their
+    helper functions included) at the sample's deadline. Why: the tests run here, on values the
+    sample chose, so ``for _ in range(f(x))`` ran for as long as the sample wanted, in the trainer,
+    past every timeout. The channel is marked dead too, so a test catching the stop still ends the
+    run of this sample. Not reachable from here: one C call on such a value (``sum(range(f(x)))``),
+    which holds the interpreter until it returns (README, code_tests)."""
+    def line(frame: Any, event: str, arg: Any) -> Any:
+        if event == "line" and time.monotonic() > channel.deadline:
+            channel.dead = SampleStopped("timeout", "the tests ran past timeout_s on the sample's values")
+            raise channel.dead
+        return line
+
+    def call(frame: Any, event: str, arg: Any) -> Any:
+        return line if frame.f_code.co_filename in ("<test>", "<setup>") else None
+    return call
+
+
+def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: dict[str, Any],
+               sync: Callable[[Any], None], passed: list[bool]) -> None:
     for source, is_test in steps:
         ok = False
         if session.dirty:  # a call may have changed the sample's globals
@@ -314,4 +344,3 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
             raise session.channel.dead
         if is_test:
             passed.append(ok)
-    return passed
