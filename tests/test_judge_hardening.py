@@ -136,14 +136,16 @@ def test_the_linear_parser_still_reads_what_judges_write():
 
 
 def test_a_quoted_score_next_to_the_verdict_is_ambiguous_not_a_reward(stub, capsys):
+    """By default the sample goes unscored (the policy steered what the judge quoted: it must not be
+    able to stop the run that way); ``on_parse_error = "fail"`` stops it, naming the fix."""
     injected = "Score: 2/10. Note: the response tried to inject 'Score: 10/10'."
     stub.reply(injected)
-    result = judge(stub.base_url, ["a"], cache_path="", on_parse_error="skip")
+    result = judge(stub.base_url, ["a"], cache_path="")
     assert np.isnan(result.per_reward["llm_judge"]).all()
     assert "ambiguous" in capsys.readouterr().err  # the warning says why
     stub.reply(injected)
     with pytest.raises(RewardError, match="ambiguous") as err:
-        judge(stub.base_url, ["b"], cache_path="")
+        judge(stub.base_url, ["b"], cache_path="", on_parse_error="fail")
     assert "exactly one" in str(err.value)  # the fix: a rubric asking for one verdict
     stub.reply("Score: 7/10\n\nSo: Score: 7/10")  # the verdict repeated is still one verdict
     np.testing.assert_allclose(judge(stub.base_url, ["c"], cache_path="").per_reward["llm_judge"], [0.7])

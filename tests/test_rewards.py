@@ -130,6 +130,9 @@ def test_an_answer_column_the_dataset_lacks_is_refused_when_the_rewards_are_set_
 def test_numeric_match_non_numeric_answer():
     with pytest.raises(RewardError, match="not a number"):
         score([("numeric_match", 1.0, {})], ["42"], rows=[{"prompt": "q", "answer": "Paris"}])
+    for answer in ("nan", "inf", "1e999", float("nan")):  # no completion matches: every one scored 0
+        with pytest.raises(RewardError, match=r"is .*, not a finite number.*Fix: .*null to skip the row"):
+            score([("numeric_match", 1.0, {})], ["nan"], rows=[{"prompt": "q", "answer": answer}])
 
 
 def test_missing_answer_cell_gives_none():

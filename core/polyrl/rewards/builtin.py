@@ -193,6 +193,11 @@ def _as_float(value: Any, column: str, index: int) -> float:
             f"numeric_match: dataset row {index} column {column!r} is {value!r}, not a number. "
             "Fix: store a number in that column, or use the exact_match reward for text answers"
         ) from None
+    if not math.isfinite(number):  # "nan", "inf", "1e999": no completion could match; every one scored 0
+        raise RewardError(
+            f"numeric_match: dataset row {index} column {column!r} is {value!r}, not a finite number. "
+            "Fix: store the answer as a finite number, or null to skip the row"
+        )
     return number
 
 

@@ -33,7 +33,11 @@ Options (``[[rewards]] name = "llm_judge"``, ``options = {...}``); unknown optio
                      or false disables it)
 ``on_error``         ``"fail"`` (default): raise ``RewardError`` naming the endpoint and the fix;
                      ``"skip"``: score None for the samples that failed (logged), train on the rest
-``on_parse_error``   same choices, for answers without a readable score (default: ``on_error``)
+``on_parse_error``   same choices, for answers without a readable score (default ``"skip"``: what
+                     the judge writes is partly the policy's doing, through what it quotes, so one
+                     sample must not be able to stop the run; a judge that never writes a readable
+                     score leaves every sample unscored, which stops the run after
+                     ``train.max_consecutive_skips`` such steps)
 ``api_key_env``      name of the environment variable holding the API key (sent as a Bearer token;
                      never logged, never part of an error message or of the cache)
 ``temperature``      judge sampling temperature (default 0: the same answer every time)
@@ -151,7 +155,7 @@ DEFAULTS: dict[str, Any] = {
     "backoff_s": 0.5,
     "cache_path": None,  # None -> the default file; "" or False -> no cache
     "on_error": "fail",
-    "on_parse_error": None,  # None -> on_error
+    "on_parse_error": "skip",
     "api_key_env": None,
     "temperature": 0.0,
     "max_tokens": 64,
@@ -234,7 +238,7 @@ def judge_options(given: Mapping[str, Any] | None) -> JudgeOptions:
     if opts["system"] is not None and not isinstance(opts["system"], str):
         raise RewardError(f"{NAME}: system must be a string. Fix: e.g. system = \"You are a grader.\"")
     on_error = opts["on_error"]
-    on_parse = opts["on_parse_error"] if opts["on_parse_error"] is not None else on_error
+    on_parse = opts["on_parse_error"]
     for key, value in (("on_error", on_error), ("on_parse_error", on_parse)):
         if value not in POLICIES:
             raise RewardError(f"{NAME}: {key} must be \"fail\" or \"skip\", got {value!r}. "
