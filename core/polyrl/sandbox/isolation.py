@@ -179,9 +179,9 @@ def no_capabilities() -> list[str]:
     """As root without a user to drop to (user = "none"): exec the sample with an empty bounding
     set, so root's file capabilities give it none (the report says "without capabilities"; at the
     unshare and off levels it kept every one). Nothing to do for an unprivileged trainer."""
-    if os.geteuid() != 0:
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:  # without util-linux's setpriv: as before (the report says so)
         return []
-    setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
     return [setpriv, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
 
 
@@ -189,7 +189,9 @@ def resolve_user(user: Any) -> tuple[tuple[int, int] | None, str, bool]:
     """(uid, gid) to run samples as or None, a sentence for the report, and whether it was asked
     for explicitly (then failing to use it is an error, not a fallback)."""
     if user in (None, "none", False):
-        return None, "off (user = none)" + (": samples run as root without capabilities" if os.geteuid() == 0 else ""), False
+        root = ": samples run as root " + ("without capabilities" if shutil.which("setpriv") else
+                                           "with its capabilities (no setpriv to drop them)")
+        return None, "off (user = none)" + (root if os.geteuid() == 0 else ""), False
     auto = user == "auto"
     if auto:
         if os.geteuid() != 0:
@@ -314,8 +316,9 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
         if explicit:
             raise RewardError(f"code_tests: {python} cannot run as user {user!r}. Fix: install an interpreter "
                               "that user can run and set options.python, or set user = \"none\"")
-        ids, drop, base["user"] = None, no_capabilities(), f"off: {python} cannot run as that user" + (
-            " (root without capabilities)" if os.geteuid() == 0 else "")
+        drop = no_capabilities()
+        ids, base["user"] = None, f"off: {python} cannot run as that user" + (
+            " (root " + ("without capabilities)" if drop else "with its capabilities: no setpriv)") if os.geteuid() == 0 else "")
     why_off = "isolation = off" if isolation == "off" else "; ".join(reasons)
     return Launch("off", (), tuple(drop), python, False, ids, None, {
         **base, "isolation": f"OFF ({why_off}): a plain subprocess",
