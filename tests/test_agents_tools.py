@@ -239,6 +239,43 @@ def test_exiting_tools_and_unserialisable_results_do_not_end_the_run():
     assert box.counts["raised"] == 2 and box.counts["bad_result"] == 1
 
 
+def nested(depth: int) -> list:
+    """Nest a list.
+
+    Args:
+        depth: How deep.
+    """
+    out: list = []
+    for _ in range(depth):
+        out = [out]
+    return out
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("its __str__ raised")
+
+
+def unprintable(x: int) -> str:
+    """Fail oddly.
+
+    Args:
+        x: Anything.
+    """
+    raise Unprintable()
+
+
+@pytest.mark.faults
+def test_results_nested_past_the_recursion_limit_and_unprintable_errors_do_not_end_the_run():
+    """json.dumps raised RecursionError out of the tool box (a traceback ending the step), and an
+    exception whose __str__ raises was reported as that second error."""
+    box = ToolBox([nested, unprintable])
+    out = run(box, [ToolCall("nested", {"depth": 5000}), ToolCall("unprintable", {"x": 1})])
+    assert out[0]["content"].startswith("error: tool 'nested' returned a list, which is neither text nor JSON")
+    assert out[1]["content"].startswith("error: tool 'unprintable' raised Unprintable: (its message cannot be shown")
+    assert box.counts["bad_result"] == 1 and box.counts["raised"] == 1
+
+
 @pytest.mark.faults
 def test_a_tool_past_its_timeout_is_an_error_and_the_next_call_still_runs():
     release = threading.Event()

@@ -441,6 +441,8 @@ def test_guess_number_seeded_secret_is_the_same_for_one_row_and_differs_across_r
     ({"hgih": 10}, "environment.options"), ({"low": 5, "high": 5}, "environment.options.low"),
     ({"max_guesses": 0}, "environment.options.max_guesses"), ({"low": "1"}, "environment.options.low"),
     ({"reward": "one"}, "environment.options.reward"),
+    # never found in a row: every secret silently random
+    ({"secret_column": 3}, "environment.options.secret_column"), ({"secret_column": ""}, "environment.options.secret_column"),
 ])
 def test_guess_number_bad_options_are_config_errors(options, field):
     with pytest.raises(ConfigError) as err:

@@ -8,6 +8,7 @@ rendering of the whole conversation, while only the sampled turns carry mask Tru
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 
 import numpy as np
@@ -223,6 +224,147 @@ def test_tools_are_described_in_a_system_message_when_the_template_ignores_them(
     assert episode.first_messages[0]["role"] == "system" and "<tool_call>" in episode.first_messages[0]["content"]
     assert '"calc"' in episode.first_messages[0]["content"]
     np.testing.assert_array_equal(episode.prompt_ids, plain(episode.first_messages, None, True))
+
+
+def test_tool_format_that_never_reads_what_the_system_message_teaches_is_a_config_error():
+    """A template that ignores ``tools=`` gets the tools taught in the Hermes form; tool_format
+    llama3/mistral/phi4 never parses that form, so every call was ignored without a word."""
+    from polyrl.errors import ConfigError
+
+    def plain(messages, tools, add_generation_prompt):
+        return encode_chat(messages, None, add_generation_prompt)
+
+    for fmt in ("llama3", "mistral", "phi4"):
+        run = EpisodeRunner(ScriptedModel().generate, plain, EpisodeLimits(), toolbox=Box(),
+                            parse=functools.partial(parse_tool_calls, fmt=fmt), tool_format=fmt)
+        with pytest.raises(ConfigError, match=r"taught the hermes tool-call form.*never reads") as info:
+            asyncio.run(run._reset(0, ROWS[0]))
+        assert info.value.field == "environment.tool_format" and 'tool_format = "auto"' in info.value.fix
+    for fmt in ("auto", "hermes"):
+        run = EpisodeRunner(ScriptedModel().generate, plain, EpisodeLimits(), toolbox=Box(),
+                            parse=functools.partial(parse_tool_calls, fmt=fmt), tool_format=fmt)
+        assert run.run(ROWS[:1], SamplingParams(max_new_tokens=120, n=1))[0].info["tool_calls"] == 1
+
+
+class Rambles(ScriptedModel):
+    """Calls the tool, then thinks aloud at length before answering."""
+
+    def reply(self, text: str) -> tuple[str, str]:
+        if "<|im_start|>tool\n" not in text:
+            return super().reply(text)
+        result = re.findall(r"<\|im_start\|>tool\n(.*?)<\|im_end\|>", text)[-1]
+        return f"Let me think step by step about it. The answer is {result}.", "stop"
+
+
+def test_a_turn_is_sampled_within_its_own_episodes_room_so_its_text_is_what_was_trained():
+    """From turn 2 one call sampled every episode at the largest room left, and an episode with less
+    was cut after: its ids and log-probs, not its text, so rewards and the log read tokens that
+    were never trained. Now each budget gets its own call (episodes with the same room still share one)."""
+    model = Rambles()
+    rows = [{"prompt": [{"role": "user", "content": "What is 123456789 * 987654321?"}]},
+            {"prompt": [{"role": "user", "content": "What is 7 * 8?"}]}]
+    out = runner(model, limits=EpisodeLimits(max_turns=4, max_episode_tokens=150)).run(
+        rows, SamplingParams(max_new_tokens=200, n=2, seed=3))
+    cut = [c for c in out if c.finish_reason == "length"]
+    assert cut and len(cut) < len(out)  # the long product's episodes ran out of room, the others did not
+    for c in out:
+        last_turn = decode(c.completion_ids[c.mask]).removesuffix("<|im_end|>").split("<|im_end|>")[-1]
+        assert c.text.removesuffix("<|im_end|>") == last_turn, (c.text, last_turn)  # the last sampled turn
+        assert c.messages[-1]["content"] == c.text
+        assert len(c.completion_ids) <= 150
+    assert [len(call) for call in model.calls] == [2, 2, 2]  # turn 1: one per prompt (x n); then one per budget
+
+
+def test_tool_calls_on_the_last_allowed_turn_are_not_run():
+    """Their results would reach neither the model nor the rewards: running them only cost their
+    time and side effects. The calls still count (tool_calls)."""
+    ran = []
+
+    def calc(a: int, b: int) -> str:
+        """Multiply two numbers.
+
+        Args:
+            a: the first factor
+            b: the second factor
+        """
+        ran.append((a, b))
+        return str(a * b)
+
+    out = runner(ScriptedModel(), box=ToolBox([calc], timeout_s=5, max_concurrency=2),
+                 limits=EpisodeLimits(max_turns=1, max_episode_tokens=400)).run(ROWS, SamplingParams(max_new_tokens=120, n=2))
+    assert ran == []
+    assert all(c.info["tool_calls"] == 1 and [m["role"] for m in c.messages] == ["assistant"] for c in out)
+
+
+def test_rewards_get_a_text_prompts_episode_as_the_chat_it_was():
+    """An episode is a chat even when its dataset prompt is text (it is asked as a user message):
+    rewards got only the last turn's text and the prompt string, so a reward reading the tool
+    calls (examples/agent_rewards.py) stopped the run with AttributeError."""
+    from polyrl import episode_scoring
+    from polyrl.plugins import get_plugin_manager
+    from polyrl.rewards.combine import RewardComputer
+    from polyrl.rewards.functions import function_reward_plugin
+    from polyrl.types import RewardContext
+
+    seen = []
+
+    def called_calc(prompts, completions, **kwargs):
+        seen.extend(zip(prompts, completions))
+        return [float(any(call["function"]["name"] == "calc" for m in c if m["role"] == "assistant"
+                          for call in m.get("tool_calls", []))) for c in completions]
+
+    rows = [{"prompt": "What is 123 * 456?"}, {"prompt": "What is 7 * 8?"}]
+    out = runner(ScriptedModel()).run(rows, SamplingParams(max_new_tokens=120, n=1))
+    per_completion = rows
+    plugin = function_reward_plugin(called_calc)
+    computer = RewardComputer(get_plugin_manager(extra=[plugin], entry_points=False), [(plugin.name, 1.0, {})])
+    asked = episode_scoring.prompts_asked(per_completion, out, "prompt")
+    result = computer(asked, out, RewardContext(rows=per_completion, wanted=(plugin.name,)))
+    assert list(result.total) == [1.0, 1.0]
+    for (prompt, completion), row in zip(seen, rows):
+        assert prompt == [{"role": "user", "content": row["prompt"]}]
+        assert [m["role"] for m in completion] == ["assistant", "tool", "assistant"]
+
+
+class SlowLookup:
+    """An environment offering its own tool and no [environment] tools."""
+
+    def __init__(self) -> None:
+        self.tools = [self.lookup]
+
+    def lookup(self, key: str) -> str:
+        """Look a key up, slowly.
+
+        Args:
+            key: the key
+        """
+        import time
+
+        time.sleep(3)
+        return "value"
+
+    def reset(self, row):
+        return [{"role": "user", "content": "Call lookup."}]
+
+    def step(self, message):
+        return Observation([], reward=1.0, done=True)
+
+
+class CallsLookup(ScriptedModel):
+    def reply(self, text: str) -> tuple[str, str]:
+        if "<|im_start|>tool\n" not in text:
+            return '<tool_call>{"name": "lookup", "arguments": {"key": "k"}}</tool_call>', "stop"
+        return "done", "stop"
+
+
+def test_an_environments_own_tools_keep_the_runs_tool_timeout():
+    """Without [environment] tools, an environment's tools got ToolBox's class defaults (30 s, 4
+    at once per episode): tool_timeout_s and max_concurrent_tools were accepted and did nothing."""
+    run = EpisodeRunner(CallsLookup().generate, encode_chat, EpisodeLimits(2, 400), make_environment=SlowLookup,
+                        parse=parse, tool_timeout_s=1.0, max_concurrent_tools=1)
+    out = run.run([{"prompt": "x"}], SamplingParams(max_new_tokens=100, n=2))
+    for c in out:  # the run's 1 s, not the box's default 30 s (the tool sleeps 3 s)
+        assert c.messages[1]["content"] == "error: tool 'lookup' did not finish within 1 s", c.messages
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -24,7 +24,13 @@ from polyrl.types import Completion, Prompt
 def prompts_asked(rows: Sequence[Mapping[str, Any]], completions: Sequence[Completion], column: str) -> list[Prompt]:
     """Each completion's prompt as the model saw it: an environment's first messages where it wrote
     them, else the dataset row's prompt (``rows`` is one row per completion)."""
-    return [c.prompt_messages if c.prompt_messages is not None else row[column] for row, c in zip(rows, completions)]
+    out: list[Prompt] = []
+    for row, c in zip(rows, completions):
+        prompt = c.prompt_messages if c.prompt_messages is not None else row[column]
+        if c.mask is not None and isinstance(prompt, str):  # an episode: the text was asked as a user message
+            prompt = [{"role": "user", "content": prompt}]
+        out.append(prompt)
+    return out
 
 
 def never_started(completion: Completion) -> bool:

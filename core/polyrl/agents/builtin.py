@@ -178,6 +178,9 @@ def _guess_options(options: Mapping[str, Any]) -> dict[str, Any]:
     if opts["max_guesses"] < 1:
         raise ConfigError("guess_number max_guesses must be at least 1", field="environment.options.max_guesses",
                           fix="e.g. max_guesses = 7")
+    if not isinstance(opts["secret_column"], str) or not opts["secret_column"]:  # else never found: random secrets
+        raise ConfigError(f"guess_number secret_column must be a column name, got {opts['secret_column']!r}",
+                          field="environment.options.secret_column", fix='e.g. secret_column = "secret"')
     if not isinstance(opts["reward"], (int, float)) or isinstance(opts["reward"], bool):
         raise ConfigError(f"guess_number reward must be a number, got {opts['reward']!r}",
                           field="environment.options.reward", fix="e.g. reward = 1.0")

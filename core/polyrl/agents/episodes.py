@@ -40,7 +40,7 @@ from polyrl.agents.prompting import template_ignores_tools, with_tools_prompt
 from polyrl.agents.spec import checked_environment, checked_reset, checked_step, environment_tools
 from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe, finished
 from polyrl.agents.tools import ToolBox, error_message
-from polyrl.errors import PolyrlError
+from polyrl.errors import ConfigError, PolyrlError
 from polyrl.logs import get_logger
 from polyrl.rewards.trl_compat import private_copy
 from polyrl.types import Completion, FinishReason, Prompt, SamplingParams, TokenPrompt
@@ -162,14 +162,20 @@ class EpisodeRunner:
                  make_environment: Callable[[], Any] | None = None, toolbox: ToolBox | None = None,
                  parse: Callable[[str], Any] | None = None, prompt_column: str = "prompt",
                  tools_prompt_format: str = "hermes", env_timeout_s: float = 60.0,
-                 environment_name: str | None = None) -> None:
+                 environment_name: str | None = None, tool_timeout_s: float = 10.0,
+                 max_concurrent_tools: int = 8, tool_format: str = "auto") -> None:
         self.generate = generate
         self.limits = limits
         self.make_environment = make_environment
         self.toolbox = toolbox
+        #: what an environment's own tools extend when [environment] tools is empty: the run's
+        #: timeout and its bound across the step's episodes (ToolBox's defaults would be neither)
+        self._env_tools_base = toolbox if toolbox is not None else ToolBox(
+            (), timeout_s=tool_timeout_s, max_concurrency=max_concurrent_tools)
         self.parse = parse
         self.prompt_column = prompt_column
         self.tools_prompt_format = tools_prompt_format  # how a template without tools hears of them
+        self.tool_format = tool_format  # what ``parse`` reads (environment.tool_format)
         self.glue = ChatGlue(encode_chat)
         self._template_ignores_tools: bool | None = None
         self.env_timeout_s = float(env_timeout_s)  # per call of the environment's code
@@ -226,7 +232,7 @@ class EpisodeRunner:
                 worker.close()
                 return self._failed_at_reset(index, row, failed.text)
             if own:  # tools bound to this episode's environment; the step's bound still holds
-                toolbox = toolbox.extended(own) if toolbox is not None else ToolBox(own)
+                toolbox = self._env_tools_base.extended(own)
         else:
             first = as_messages(row[self.prompt_column])
         asked = copy.deepcopy(first) if env is not None else None  # what rewards and the log see as the prompt
@@ -292,6 +298,13 @@ class EpisodeRunner:
                 lambda probe, tools: self.glue.encode(probe, True, tools).tolist(), schemas)
         if not self._template_ignores_tools:
             return messages
+        if self.tool_format not in ("auto", self.tools_prompt_format):  # taught one form, reading another
+            raise ConfigError(
+                f"this model's chat template renders no tools, so the model is taught the {self.tools_prompt_format} "
+                f"tool-call form in a system message, which tool_format = {self.tool_format!r} never reads: "
+                "every call would be ignored", field="environment.tool_format",
+                fix=f'set tool_format = "auto" (or "{self.tools_prompt_format}") for this model, or use a model whose '
+                    "chat template renders tools")
         return with_tools_prompt(messages, schemas, self.tools_prompt_format)
 
     # --- one turn -----------------------------------------------------------------------------
@@ -313,6 +326,9 @@ class EpisodeRunner:
         if calls or errors:
             ep.tool_calls += len(calls)
             ep.format_errors += len(errors)
+            if ep.turns >= self.limits.max_turns:  # no turn left to read their results: not run (their
+                ep.done = True                     # time and side effects would be for nothing)
+                return
             results = await ep.toolbox.run(calls) if calls and ep.toolbox is not None else []
             ep.tool_errors += sum(1 for r in results if str(r.get("content", "")).startswith("error:"))
             new = [*results, *(error_message(e) for e in errors)]
@@ -375,6 +391,32 @@ class EpisodeRunner:
         self._count_failures(episodes)
         return [ep.completion(ep.index // n, self._text(ep)) for ep in episodes]
 
+    def _room(self, ep: _Episode) -> int:
+        """Tokens this episode may still hold."""
+        return self.limits.cap(len(ep.prompt_ids)) - len(ep.ids)
+
+    def _sample(self, active: list[_Episode], sampling: SamplingParams, turn: int, per_prompt: int) -> list[Completion]:
+        """One completion per episode of ``active``, each sampled within its own room: one
+        ``generate`` call per distinct budget (usually one, ``max_new_tokens``; episodes near their
+        cap get their own). Why not one call at the largest budget, cut after: the cut ids and
+        log-probs would keep the whole text, so rewards would score tokens that were never trained.
+        ``per_prompt`` > 1: a group's episodes share their first prompt, sampled as one prompt x n,
+        exactly as a single-turn step samples its groups. The widest budget keeps the turn's seed."""
+        heads = active[::per_prompt]
+        by_budget: dict[int, list[int]] = {}
+        for i, ep in enumerate(heads):
+            by_budget.setdefault(max(1, min(sampling.max_new_tokens, self._room(ep))), []).append(i)
+        outs: list[Completion] = [None] * len(active)  # type: ignore[list-item]  # every slot filled below
+        for k, (budget, members) in enumerate(sorted(by_budget.items(), reverse=True)):
+            seed = None if sampling.seed is None else sampling.seed + 7919 * turn + 104729 * k
+            params = attrs.evolve(sampling, n=per_prompt, max_new_tokens=budget, seed=seed)
+            prompts = [TokenPrompt(np.concatenate([heads[i].prompt_ids, np.asarray(heads[i].ids, dtype=np.int64)]))
+                       for i in members]
+            got = self.generate(prompts, params)
+            for j, i in enumerate(members):
+                outs[i * per_prompt:(i + 1) * per_prompt] = got[j * per_prompt:(j + 1) * per_prompt]
+        return outs
+
     def _run_turns(self, episodes: list[_Episode], sampling: SamplingParams) -> None:
         """Generate and respond, turn after turn, until every episode is done."""
         n = sampling.n
@@ -383,22 +425,13 @@ class EpisodeRunner:
             active = [ep for ep in episodes if not ep.done]
             if not active:
                 break
-            # one call for every running episode: the longest budget left, each cut to its own after
-            budget = max(self.limits.cap(len(ep.prompt_ids)) - len(ep.ids) for ep in active)
-            max_new = max(1, min(sampling.max_new_tokens, budget))
-            if turn == 0 and len(active) == len(episodes) and self._groups_share_prompts(episodes, n):
-                # one prompt x n, exactly as a single-turn step samples its groups
-                params = attrs.evolve(sampling, max_new_tokens=max_new)
-                outs = self.generate([TokenPrompt(ep.prompt_ids) for ep in episodes[::n]], params)
-            else:
-                params = attrs.evolve(sampling, n=1, max_new_tokens=max_new,
-                                      seed=None if sampling.seed is None else sampling.seed + 7919 * turn)
-                prompts = [TokenPrompt(np.concatenate([ep.prompt_ids, np.asarray(ep.ids, dtype=np.int64)]))
-                           for ep in active]
-                outs = self.generate(prompts, params)
+            shared = turn == 0 and len(active) == len(episodes) and self._groups_share_prompts(episodes, n)
+            outs = self._sample(active, sampling, turn, n if shared else 1)
             for ep, out in zip(active, outs):
-                room = self.limits.cap(len(ep.prompt_ids)) - len(ep.ids)
-                if len(out.completion_ids) > room:  # the sampler's own tokens, cut at this episode's budget
+                room = self._room(ep)
+                if len(out.completion_ids) > room:  # a generator past the budget it was given: cut, and said
+                    log.warning("a turn came back longer than its budget and was cut; its text still holds the "
+                                "cut tokens", environment=self._env_name, room=room, sampled=len(out.completion_ids))
                     out = attrs.evolve(out, completion_ids=out.completion_ids[:room], logprobs=out.logprobs[:room],
                                        finish_reason="length")
                 ep.add(out.completion_ids, out.logprobs, sampled=True)

@@ -132,7 +132,9 @@ def build_runner(config: RunConfig, plan: EnvironmentPlan, gen_engine: Engine, t
                          make_environment=plan.make_environment, toolbox=plan.toolbox, parse=parse,
                          prompt_column=config.data.prompt_column,
                          tools_prompt_format="json" if env.tool_format == "json" else "hermes",
-                         env_timeout_s=env.env_timeout_s, environment_name=env.name)
+                         env_timeout_s=env.env_timeout_s, environment_name=env.name,
+                         tool_timeout_s=env.tool_timeout_s, max_concurrent_tools=env.max_concurrent_tools,
+                         tool_format=env.tool_format)
 
 
 def untrainable(completions: Sequence[Any]) -> np.ndarray:

@@ -148,5 +148,8 @@ def describe(exc: BaseException, run_goes_on: bool = True) -> str:
         return f"os._exit({exc.code}){goes_on}"
     if isinstance(exc, SystemExit):
         return f"SystemExit({exc.code!r}){goes_on}"
-    text = str(exc)
+    try:
+        text = str(exc)
+    except Exception as failed:  # noqa: BLE001 - plugin code: its exception's __str__ may raise too
+        text = f"(its message cannot be shown: {type(failed).__name__})"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

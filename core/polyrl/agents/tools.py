@@ -436,7 +436,7 @@ class ToolBox:
         else:
             try:
                 text = json.dumps(result, ensure_ascii=False, allow_nan=False)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, RecursionError) as exc:  # nested past the recursion limit too
                 self.counts["bad_result"] += 1
                 return f"error: tool {name!r} returned a {type(result).__name__}, which is neither text nor JSON ({exc})"
         if len(text) > self.max_result_chars:

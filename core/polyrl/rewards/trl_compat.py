@@ -49,7 +49,7 @@ def trl_completion(prompt: Any, text: str, messages: list[dict[str, Any]] | None
     A multi-turn episode (``messages`` given) is its whole conversation after the prompt, as TRL
     hands tool-using completions over: assistant turns (with ``tool_calls``), tool results and
     observations. Its ``text`` is the last assistant turn (the answer), never a tool's output."""
-    if messages is not None and is_conversational(prompt):
+    if messages is not None:  # an episode is a chat even when its dataset prompt was text
         return [private_copy(dict(m)) for m in messages]
     return [{"role": "assistant", "content": text}] if is_conversational(prompt) else text
 
