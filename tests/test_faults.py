@@ -22,7 +22,7 @@ from polyrl.algorithms.presets import AlgorithmConfig
 from polyrl import checkpoint as ckpt
 from polyrl.config import RunConfig
 from polyrl.engine import Engine
-from polyrl.errors import PluginError
+from polyrl.errors import ConfigError, PluginError
 from polyrl.hookspecs import hookimpl
 from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry
@@ -373,3 +373,71 @@ def test_an_eval_reward_that_is_not_one_of_the_runs_rewards_is_a_warning(toy, tm
     with capture_logs() as logs:
         Trainer(attrs.evolve(config, eval=attrs.evolve(config.eval, count=4, reward="toy_sevens")))
     assert not [e for e in logs if "evaluation scores with" in e["event"]]
+
+
+# --- resume lineage, reward code, a signal during the final save ---------------------------------
+
+
+def _checkpoint_steps(root: Path) -> list[int]:
+    return [ckpt.read_state(p)["step"] for p in ckpt.complete_checkpoints(root)]
+
+
+def test_resuming_an_older_checkpoint_sets_the_abandoned_runs_newer_ones_aside(toy, tmp_path):
+    """Going back to step 2 of a finished run (after a divergence, with a new lr): its step 3 and 4
+    stayed in checkpoints/, sorted after the new run's own, so pruning deleted what the resumed
+    run wrote and the printed ``--resume`` went back to the abandoned run's step 4."""
+    Trainer(toy_config(tmp_path, steps=4, checkpoint_every=1, keep_checkpoints=3)).run(progress=False)
+    root = tmp_path / "run" / "checkpoints"
+    assert _checkpoint_steps(root) == [2, 3, 4]
+    branch = attrs.evolve(toy_config(tmp_path, steps=3, checkpoint_every=1, keep_checkpoints=3),
+                          optimizer=attrs.evolve(toy_config(tmp_path).optimizer, lr=0.5))
+    trainer = Trainer(branch)
+    assert trainer.resume(root / "step-00000002")
+    trainer.run(progress=False)
+    assert _checkpoint_steps(root) == [2, 3]  # the branch's own: its step 3 was kept, not pruned
+    assert ckpt.read_state(ckpt.latest_checkpoint(root))["config"]["optimizer.lr"] == 0.5
+    aside = sorted((tmp_path / "run" / "previous").glob("*/checkpoints/step-*"))
+    assert [p.name for p in aside] == ["step-00000003", "step-00000004"]  # set aside, not deleted
+    again = Trainer(branch)
+    assert again.resume() and again.step == 3  # what a later --resume continues: the branch
+
+
+def test_a_reward_function_edited_since_the_checkpoint_is_refused_at_resume(toy, tmp_path):
+    """The config was compared at resume, the reward's code was not: an edited function at the same
+    path scored the resumed steps with other code, without a word."""
+    reward = tmp_path / "reward.py"
+    reward.write_text("def digits(completions, **kw):\n    return [float(len(c) % 3) for c in completions]\n")
+    config = toy_config(tmp_path, rewards=[{"function": f"{reward}:digits"}], steps=2, checkpoint_every=1)
+    Trainer(config).run(progress=False)
+    reward.write_text("def digits(completions, **kw):\n    return [-float(len(c)) for c in completions]\n")
+    longer = attrs.evolve(config, train=attrs.evolve(config.train, steps=3))
+    with pytest.raises(ConfigError, match=r"the code of reward function\(s\) digits changed since .*Fix: restore "
+                                          r"the file as it was, or continue from the weights with --resume-weights-only"):
+        Trainer(longer).resume()
+    trainer = Trainer(longer)
+    assert trainer.resume(weights_only=True)  # asked for: a warning, and it goes on
+    assert trainer.run(progress=False)["steps"] == 3
+
+
+def test_a_signal_during_the_final_save_only_asks_to_stop(toy, tmp_path, monkeypatch):
+    """With checkpoint_every = 0 the final save is the run's one checkpoint: SIGTERM there (a
+    preemption, a second impatient stop) killed the process mid-save, and the run was lost."""
+    config = toy_config(tmp_path, steps=2, checkpoint_every=0)
+    trainer = Trainer(config)
+    save = Trainer.save
+
+    def signalled_save(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while this save runs
+        return save(self, *args, **kwargs)
+
+    def outside_the_run(signum, frame):
+        raise AssertionError("SIGTERM reached the default handler: the final save was not protected")
+
+    monkeypatch.setattr(Trainer, "save", signalled_save)
+    previous = signal.signal(signal.SIGTERM, outside_the_run)
+    try:
+        summary = trainer.run(progress=False)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert summary["steps"] == 2 and not summary.get("stopped_early")  # every step had trained
+    assert _checkpoint_steps(tmp_path / "run" / "checkpoints") == [2] and Path(summary["model"]).is_dir()

@@ -726,6 +726,7 @@ class Trainer:
             "config": resume_config.snapshot(self.config),
             "pending_rollout": pending.as_state() if pending else None,
             "kl_coef": self.kl_coef,
+            "reward_code": self._reward_codes,  # a resume says when the functions' code changed
         }
 
     def _agree_to_start(self) -> None:
@@ -833,6 +834,7 @@ class Trainer:
             log.warning("resumed weights only: optimizer and RNG start fresh", path=str(found), step=self.step)
         else:
             _restore_rng_states(state)
+        self._set_aside_newer_checkpoints()
         self.history = self._rewind_metrics()
         self.tracking.rewind(self.step)
         self._resumed = True
@@ -846,9 +848,50 @@ class Trainer:
                         fix=f"raise train.steps above {self.step} to train further, e.g. --steps {self.step + 10}")
         return True
 
+    def _check_reward_code(self, state: Mapping[str, Any], found: Path, weights_only: bool) -> None:
+        """A ``[[rewards]]`` function whose file or code differs from the one the checkpoint's run
+        loaded (same path, edited) scores the resumed steps differently: never silent. A checkpoint
+        from before this field has nothing to compare."""
+        saved = state.get("reward_code")
+        if not isinstance(saved, list) or saved == self._reward_codes:
+            return
+        names = [r.label for r in self.config.rewards if r.function]
+        changed = [n for n, old, new in zip(names, saved, self._reward_codes) if old != new] or names
+        if weights_only:
+            log.warning("reward function code changed since the checkpoint", functions=changed, path=str(found))
+            return
+        raise ConfigError(
+            f"the code of reward function(s) {', '.join(changed)} changed since {found} was written, so the "
+            "resumed steps would be scored by other code than the checkpointed run's",
+            field="rewards.function",
+            fix="restore the file as it was, or continue from the weights with --resume-weights-only, or train "
+                "into a new output_dir")
+
+    def _set_aside_newer_checkpoints(self) -> None:
+        """Checkpoints past the resumed step belong to the run this resume branches from (an older
+        checkpoint resumed by path, or another run's): left in checkpoints/ they sort after this
+        run's own, so ``prune`` deleted each checkpoint this run wrote and a later ``--resume``
+        (the command a stop prints) went back to the abandoned run. They are moved into
+        ``previous/<UTC time>/checkpoints/``, nothing deleted."""
+        if self.rank != 0 or not self.checkpoint_root.is_dir():
+            return
+        newer = sorted(p for p in self.checkpoint_root.iterdir()
+                       if p.is_dir() and not p.is_symlink() and p.name.startswith("step-")
+                       and p.name[5:].isdigit() and int(p.name[5:]) > self.step)
+        if not newer:
+            return
+        aside = previous_runs.new_aside_dir(self.output_dir / previous_runs.PREVIOUS_DIR)
+        target = aside / "checkpoints"
+        target.mkdir()
+        previous_runs.move_aside(newer, target)
+        log.warning("checkpoints past the resumed step belong to the run this resume branches from; "
+                    "moved aside", moved=[p.name for p in newer], moved_to=str(target), step=self.step)
+
     def _resume_point(self, path: str | Path | None, weights_only: bool) -> tuple[Path, dict[str, Any]] | None:
         point = resume_point(self.config, path, weights_only)
         check_backend_files(self.registry, self.config, point, weights_only)  # before any model loads
+        if point is not None:
+            self._check_reward_code(point[1], point[0], weights_only)
         return point
 
     def _start_over(self) -> None:
@@ -1073,14 +1116,17 @@ class Trainer:
                     raise TooManySkippedSteps(self._unscored_message(unscored))
                 if c.train.checkpoint_every and self.step % c.train.checkpoint_every == 0:
                     self.save()
-        self.rollouts.pending()  # under overlap the generator lags one update: leave it on the
-        self.engines.sync_weights(self.step)  # trained policy, as without overlap
-        last = ckpt.checkpoint_dir(self.checkpoint_root, self.step)
-        last = last if self._saved_step == self.step else self.save()
-        summary["checkpoint"] = str(last)
-        if self.rank == 0:
-            summary["model"] = str(self.export_final_model(last))
-        if stopping():
+        # a signal during the final save and export only asks to stop: with checkpoint_every = 0 that
+        # save is the run's one checkpoint, and SIGTERM there lost the whole run (Ctrl-C too)
+        with self._graceful_signals():
+            self.rollouts.pending()  # under overlap the generator lags one update: leave it on the
+            self.engines.sync_weights(self.step)  # trained policy, as without overlap
+            last = ckpt.checkpoint_dir(self.checkpoint_root, self.step)
+            last = last if self._saved_step == self.step else self.save()
+            summary["checkpoint"] = str(last)
+            if self.rank == 0:
+                summary["model"] = str(self.export_final_model(last))
+        if stopping() and self.step < c.train.steps:  # asked during the final save: nothing was cut short
             log.warning("stopped early on request", step=self.step)
             summary["stopped_early"] = True
         if self.eval_dataset is not None:
