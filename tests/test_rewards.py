@@ -97,10 +97,10 @@ def test_a_row_dependent_error_names_the_problem_and_one_fix():
     ("length_penalty", {"target": 0}, r"target must be a number > 0"),
     ("exact_match", {"colum": "x"}, r"no option 'colum'"),
     # a traceback before: float("x")
-    ("numeric_match", {"tolerance": "x"}, r"tolerance must be a finite number >= 0, got 'x'.*Fix: "),
+    ("numeric_match", {"tolerance": "x"}, r"option tolerance must be a number >= 0, got 'x'.*Fix: "),
     ("length_penalty", {"target": 8, "scale": "x"}, r"scale must be a finite number, got 'x'"),
     # silently wrong before: nothing within -1, str(list) a character class, "no" truthy
-    ("numeric_match", {"tolerance": -1}, r"tolerance must be a finite number >= 0, got -1"),
+    ("numeric_match", {"tolerance": -1}, r"option tolerance must be a number >= 0, got -1"),
     ("regex_format", {"pattern": ["<think>.*</think>"]}, r"pattern must be a string"),
     ("exact_match", {"case_sensitive": "no"}, r"case_sensitive must be true or false, got 'no'"),
 ])

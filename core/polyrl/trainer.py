@@ -875,9 +875,9 @@ class Trainer:
         ``previous/<UTC time>/checkpoints/``, nothing deleted."""
         if self.rank != 0 or not self.checkpoint_root.is_dir():
             return
-        newer = sorted(p for p in self.checkpoint_root.iterdir()
-                       if p.is_dir() and not p.is_symlink() and p.name.startswith("step-")
-                       and p.name[5:].isdigit() and int(p.name[5:]) > self.step)
+        resumed = ckpt.checkpoint_dir(self.checkpoint_root, self.step).name
+        newer = sorted(p for p in self.checkpoint_root.iterdir()  # by name, the order prune and resume pick by
+                       if p.is_dir() and not p.is_symlink() and p.name.startswith("step-") and p.name > resumed)
         if not newer:
             return
         aside = previous_runs.new_aside_dir(self.output_dir / previous_runs.PREVIOUS_DIR)

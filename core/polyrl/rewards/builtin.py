@@ -38,7 +38,7 @@ from typing import Any
 
 from polyrl.errors import RewardError
 from polyrl.rewards.inputs import completion_text
-from polyrl.rewards.options import merged
+from polyrl.rewards.options import merged, positive_number
 from polyrl.hookspecs import hookimpl
 from polyrl.types import Completion, Prompt, RewardContext, RewardSpec
 
@@ -203,12 +203,8 @@ def _as_float(value: Any, column: str, index: int) -> float:
 
 def numeric_match(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
     opts = _options("numeric_match", context, {"column": ANSWER_COLUMN, "tolerance": 1e-6})
-    tol = opts["tolerance"]
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
-        # a string was a ValueError traceback; a negative one matched nothing, silently scoring 0
-        raise RewardError(f"numeric_match: tolerance must be a finite number >= 0, got {tol!r}. "
-                          "Fix: e.g. tolerance = 1e-6 (no quotes)")
-    tol = float(tol)
+    # a string was a ValueError traceback; a negative one matched nothing, silently scoring 0
+    tol = positive_number("numeric_match", opts, "tolerance", 1e-6, zero=True)
     out: Scores = []
     for i, completion in enumerate(completions):
         answer = _answer("numeric_match", context.rows[i], opts["column"], i)

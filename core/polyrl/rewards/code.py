@@ -193,10 +193,7 @@ def _is_test(node: ast.stmt, checkers: set[str]) -> bool:
         return True
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
         return False
-    if _holds_assert(node):
-        return True
-    return any(isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id in checkers
-               for inner in ast.walk(node))
+    return _holds_assert(node) or bool(_called_names(node) & checkers)
 
 
 def _called_names(node: ast.AST) -> set[str]:

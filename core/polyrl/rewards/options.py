@@ -56,10 +56,6 @@ def positive_number(name: str, opts: Mapping[str, Any], key: str, example: Any, 
     return int(value) if integer else float(value)
 
 
-#: How a reward model renders a (prompt, completion) pair (``polyrl.backend_kit.reward_text``).
-CHAT_TEMPLATE_CHOICES = ("auto", True, False)
-
-
 def chat_template_choice(name: str, opts: Mapping[str, Any]) -> bool | str:
     """A reward model's ``chat_template`` option: "auto" (TRL's rule: the template for chat prompts
     only), true (every prompt through it) or false (never)."""

@@ -161,6 +161,8 @@ def with_trl_names(metrics: Mapping[str, Any]) -> dict[str, Any]:
     values (``reward``, ``rewards/<function>/mean``, ``learning_rate``...). Why: a curriculum
     written for TRL reads ``log_history[-1]["reward"]``, which polyrl logs as ``reward_mean``. Stds
     keep polyrl's names only: TRL's are Bessel-corrected, polyrl's are not."""
+    from polyrl.rewards.combine import CORE_METRICS  # here: combine imports this module's users
+
     out = dict(metrics)
     for key, value in metrics.items():
         name = TRL_METRIC_NAMES.get(key)
@@ -168,16 +170,11 @@ def with_trl_names(metrics: Mapping[str, Any]) -> dict[str, Any]:
             metric = key.rsplit("/", 1)[1]
             if metric == "mean":
                 name = "rewards/" + key[len("reward/"):]
-            elif metric not in _CORE_REWARD_METRICS:  # a log_metric(name, value): TRL logs it as name
+            elif metric not in CORE_METRICS:  # polyrl's own per-reward stats are not; a log_metric(name, value) is
                 name = metric
         if name is not None:
             out.setdefault(name, value)
     return out
-
-
-#: the per-reward metrics polyrl computes itself (``polyrl.rewards.combine.CORE_METRICS``); any
-#: other ``reward/<function>/<name>`` came from the function's ``log_metric``
-_CORE_REWARD_METRICS = frozenset({"mean", "std", "latency_s", "none_count"})
 
 
 def _parameters(fn: Callable[..., Any]) -> list[inspect.Parameter] | None:
