@@ -368,6 +368,7 @@ def test_unprivileged_user_layer(tmp_path):
 def test_isolation_report_names_every_layer():
     report = Sandbox(SandboxLimits(timeout_s=1)).report
     assert set(report) == {"isolation", "filesystem", "seccomp", "descriptors", "user", "audit_hook", "rlimits",
-                           "timeout", "verdict"}
+                           "timeout", "verdict", "tests"}
     assert report["audit_hook"] == "on"
+    assert report["tests"].startswith("in a forked copy of the trainer")
     assert report["verdict"].startswith("computed by the trainer")

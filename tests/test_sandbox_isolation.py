@@ -115,6 +115,9 @@ def test_options_isolation_and_its_old_name():
         _options({"isolation": "off", "namespaces": "off"})
     with pytest.raises(RewardError, match="disk_mb must be a number > 0"):
         _options({"disk_mb": 0})
+    assert _options({})["tests_in"] == "process"
+    with pytest.raises(RewardError, match="tests_in must be \"process\" or \"trainer\", got 'fork'. Fix"):
+        _options({"tests_in": "fork"})
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")

@@ -255,6 +255,32 @@ def test_a_size_the_sample_returns_cannot_keep_the_tests_running_past_the_timeou
     assert all(box.run(honest, parse_tests(cell)).all_passed for cell in cells[:2])
 
 
+
+def test_a_c_call_or_an_allocation_on_a_sample_value_costs_the_sample_not_the_trainer():
+    """One C call on a size the sample returns (``sum(range(f(x)))``, ``[0] * f(x)``) cannot be
+    stopped from Python: with the tests in the trainer it held the step for as long as the sample
+    wanted, and an allocation took the trainer's memory. The tests now run in a forked copy of the
+    trainer, killed past the deadline and capped at memory_mb over the trainer's address space."""
+    import resource
+    import time
+
+    box = Sandbox(SandboxLimits(timeout_s=1.5, memory_mb=256), isolation="auto", audit_hook=False)
+    assert box.tests_forked and "forked copy" in box.report["tests"]
+    huge = "def add(a, b):\n    return 10 ** 13\n"
+    start = time.monotonic()
+    result = box.run(huge, parse_tests("assert sum(range(add(1, 2))) == 3\n"))
+    assert (result.status, result.fraction) == ("timeout", 0.0), result
+    assert time.monotonic() - start < 6
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    big = "def add(a, b):\n    return 3 * 10 ** 8\n"  # a 2.4 GB list, ten times memory_mb
+    result = box.run(big, parse_tests("assert len([0] * add(1, 2)) == 3\nassert add(0, 3) == 3\n"))
+    assert (result.status, result.passed) == ("ok", [False, False]), result
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 256 * 1024  # KiB: nothing held here
+    honest = "def add(a, b):\n    return a + b\n"
+    assert box.run(honest, parse_tests("assert sum(range(add(1, 2))) == 3\nassert len([0] * add(1, 2)) == 3\n")).all_passed
+    in_trainer = Sandbox(SandboxLimits(timeout_s=1.5), isolation="auto", audit_hook=False, tests_in="trainer")
+    assert not in_trainer.tests_forked and in_trainer.run(honest, parse_tests("assert add(1, 2) == 3\n")).all_passed
+
 def test_asserts_count_under_python_dash_o():
     """``python -O`` (or PYTHONOPTIMIZE) compiled the tests' asserts away: every wrong solution
     scored 1."""

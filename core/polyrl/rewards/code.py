@@ -34,6 +34,11 @@ Options (``[[rewards]] name = "code_tests"``); unknown options are an error:
                       (a plain subprocess). ``namespaces`` is the old name of this option.
 ``user``              "auto" (default: as root, samples run as ``nobody``), "none", or a user/uid
 ``audit_hook``        true (default); false only to test the kernel layers alone
+``tests_in``          "process" (default: the tests run in a forked copy of the trainer, killed at
+                      the sample's deadline, its address space capped at ``memory_mb`` over the
+                      trainer's; a fork costs more the more memory the trainer holds) or
+                      "trainer" (no fork per sample; a C call on a value the sample returns,
+                      ``sum(range(f(x)))``, then holds the trainer until it returns)
 
 What is isolated, and how (layers are independent; ``isolation_report()`` says which are active;
 ``polyrl.sandbox.isolation`` describes the levels bwrap / unshare / off):
@@ -78,10 +83,10 @@ huge output / full disk     the trainer reads output through a pipe and kills th
 ==========================  ==================================================================
 
 What is NOT isolated, or only partly:
-    * The tests and ``setup`` run in the trainer's process (they are the dataset's code, trusted
-      like a reward function). Only the sample's answers reach them, as plain values of at most
-      8 MB each; the timeout bounds waiting for the sample, not the tests' own computing (a test
-      that loops forever on its own holds a worker thread).
+    * The tests and ``setup`` run outside the sample, in a forked copy of the trainer (they are
+      the dataset's code, trusted like a reward function; ``tests_in = "trainer"`` runs them in
+      the trainer itself). Only the sample's answers reach them, as plain values of at most 8 MB
+      each; the copy is killed at the deadline (plus a second), whatever the tests compute.
     * What the tests can express: arguments must be plain data or values the sample returned (a
       lambda cannot be sent); an object the solution returns compares equal only to itself, so
       ``assert make_point() == Point(1, 2)`` fails even when the solution is right (numpy scalars
@@ -127,6 +132,7 @@ from polyrl.logs import get_logger
 from polyrl.rewards.inputs import completion_text
 from polyrl.rewards.options import merged, positive_number
 from polyrl.sandbox import MARKER_ENV, Sandbox, SandboxLimits, SandboxResult, isolation_report
+from polyrl.sandbox.runner import TESTS_IN
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
 __all__ = ["MARKER_ENV", "Sandbox", "SandboxLimits", "SandboxResult", "extract_code", "isolation_report",
@@ -259,7 +265,7 @@ DEFAULTS: dict[str, Any] = {
     "column": "tests", "setup_column": None, "mode": "fraction", "extract": "auto",
     "timeout_s": 5.0, "cpu_s": None, "memory_mb": 1024, "file_size_mb": 16, "disk_mb": 64, "max_open_files": 64,
     "max_processes": 16, "max_output_bytes": 65536, "max_workers": 2, "python": None,
-    "isolation": "auto", "namespaces": None, "user": "auto", "audit_hook": True,
+    "isolation": "auto", "namespaces": None, "user": "auto", "audit_hook": True, "tests_in": "process",
 }
 _POSITIVE = ("timeout_s", "memory_mb", "file_size_mb", "disk_mb", "max_open_files", "max_processes",
              "max_output_bytes", "max_workers")
@@ -284,6 +290,9 @@ def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
     if opts["isolation"] not in ("auto", "require", "off"):
         raise RewardError(f"{NAME}: option isolation must be \"auto\", \"require\" or \"off\", got "
                           f"{opts['isolation']!r}. Fix: isolation = \"auto\"")
+    if opts["tests_in"] not in TESTS_IN:
+        raise RewardError(f"{NAME}: option tests_in must be \"process\" or \"trainer\", got {opts['tests_in']!r}. "
+                          "Fix: tests_in = \"process\"")
     return opts
 
 
@@ -293,11 +302,12 @@ def sandbox_for(opts: Mapping[str, Any]) -> Sandbox:
                            memory_mb=int(opts["memory_mb"]), file_size_mb=int(opts["file_size_mb"]),
                            max_open_files=int(opts["max_open_files"]), max_processes=int(opts["max_processes"]),
                            max_output_bytes=int(opts["max_output_bytes"]), disk_mb=int(opts["disk_mb"]))
-    key = json.dumps([attrs.asdict(limits), opts["python"], opts["isolation"], str(opts["user"]), opts["audit_hook"]])
+    key = json.dumps([attrs.asdict(limits), opts["python"], opts["isolation"], str(opts["user"]), opts["audit_hook"],
+                      opts["tests_in"]])
     with _sandboxes_lock:
         if key not in _sandboxes:
             box = Sandbox(limits, python=opts["python"], isolation=opts["isolation"], user=opts["user"],
-                          audit_hook=bool(opts["audit_hook"]))
+                          audit_hook=bool(opts["audit_hook"]), tests_in=opts["tests_in"])
             _sandboxes[key] = box
             log.info("code sandbox isolation", **box.report)
         return _sandboxes[key]

@@ -56,6 +56,15 @@ class Channel:
     def close(self) -> None:
         self.selector.close()
 
+    def renew_selector(self) -> None:
+        """A selector of this copy's own, for a forked process that talks to the sample: an epoll
+        set is shared across ``fork``, so registering the input pipe there would change the parent's."""
+        self.selector.close()  # this process's descriptor only; the parent's set lives on
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.from_fd, selectors.EVENT_READ)
+        if self.err_open:
+            self.selector.register(self.err_fd, selectors.EVENT_READ)
+
     def ask(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send ``message`` and wait for the answer line."""
         self.send(message)

@@ -312,7 +312,8 @@ def _stop_at(channel: Channel) -> Callable[..., Any]:
     sample chose, so ``for _ in range(f(x))`` ran for as long as the sample wanted, in the trainer,
     past every timeout. The channel is marked dead too, so a test catching the stop still ends the
     run of this sample. Not reachable from here: one C call on such a value (``sum(range(f(x)))``),
-    which holds the interpreter until it returns (README, code_tests)."""
+    which holds the interpreter until it returns: the process the tests run in is killed then
+    (``Sandbox._talk_forked``; with ``tests_in = "trainer"`` it holds the trainer)."""
     def line(frame: Any, event: str, arg: Any) -> Any:
         if event == "line" and time.monotonic() > channel.deadline:
             channel.dead = SampleStopped("timeout", "the tests ran past timeout_s on the sample's values")

@@ -19,6 +19,7 @@ import attrs
 
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
+from polyrl.rewards import forked, guard
 from polyrl.sandbox import isolation
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.harness import Session, exception_parts, exception_text, run_tests
@@ -30,6 +31,12 @@ log = get_logger("polyrl.sandbox")
 MARKER_ENV = "POLYRL_SANDBOX"
 #: Most inherited descriptors a sample's report is believed about (the list is the sample's to forge).
 MAX_REPORTED_FDS = 64
+#: Where the tests run: "process" (a forked copy of the trainer, killed at the sample's deadline)
+#: or "trainer" (this process: no fork per sample, but a C call on a sample's value holds it).
+TESTS_IN = ("process", "trainer")
+#: Seconds past the sample's deadline before the tests' process is killed (their Python lines stop
+#: at the deadline themselves and report "timeout"; the kill is for a C call that does not return).
+TESTS_KILL_GRACE_S = 1.0
 
 _HERE = Path(__file__).parent
 #: The program the sample's interpreter runs: the value encoder, then the server loop.
@@ -86,10 +93,14 @@ class Sandbox:
     """Runs a solution in an isolated process and its tests here (see ``polyrl.rewards.code``)."""
 
     def __init__(self, limits: SandboxLimits | None = None, *, python: str | None = None,
-                 isolation: str = "auto", user: Any = "auto", audit_hook: bool = True) -> None:
+                 isolation: str = "auto", user: Any = "auto", audit_hook: bool = True,
+                 tests_in: str = "process") -> None:
+        if tests_in not in TESTS_IN:
+            raise ValueError(f"tests_in must be one of {TESTS_IN}, got {tests_in!r}")
         self.limits = limits or SandboxLimits()
         self.python = python or sys.executable
         self.audit_hook = bool(audit_hook)
+        self.tests_forked = tests_in == "process" and forked.FORK_AVAILABLE
         self.launch = _choose(isolation, user, self.python, self.limits.disk_mb)
         rlimits = "on: CPU, address space, file size, open files, core; processes " + (
             "(not enforced: root)" if os.geteuid() == 0 and self.launch.ids is None else "on") + (
@@ -97,6 +108,11 @@ class Sandbox:
             else "; oom_score_adj: off (no choom), the trainer may be the OOM killer's choice")
         self.report = {**self.launch.report,
                        "audit_hook": "on" if self.audit_hook else "off (audit_hook = false)",
+                       "tests": (f"in a forked copy of the trainer: killed {TESTS_KILL_GRACE_S:g} s past the sample's "
+                                 f"deadline, address space capped at memory_mb over the trainer's") if self.tests_forked
+                       else "in the trainer's process (" + ("tests_in = \"trainer\"" if tests_in == "trainer"
+                                                            else "no fork on this platform") +
+                       "): a C call on a value the sample returns runs until it returns",
                        "rlimits": rlimits,
                        "timeout": f"on: {self.limits.timeout_s:g} s wall clock, then SIGKILL to the sample's "
                                   "process group" + (" and PID namespace" if self.launch.level != "off" else "")}
@@ -140,7 +156,7 @@ class Sandbox:
             channel = Channel(proc, t0 + self.limits.timeout_s, self.limits.max_output_bytes)
             result = None
             try:
-                result = self._talk(channel, code, steps, setup)
+                result = (self._talk_forked if self.tests_forked else self._talk)(channel, code, steps, setup)
             finally:
                 if result is not None and result.status in ("ok", "error"):  # done: let it flush its output
                     _finish(proc, min(t0 + self.limits.timeout_s, time.monotonic() + 0.5))
@@ -150,6 +166,10 @@ class Sandbox:
                 channel.close()
                 if proc.stderr is not None:
                     proc.stderr.close()
+            if result.inherited_fds:  # the server closed them before the solution ran; still, something leaks them
+                log.warning("descriptors beyond stdin/stdout/stderr reached a sample", fds=result.inherited_fds)
+            if result.status == "crashed" and (result.error or "").startswith("harness:"):
+                log.warning("code sandbox: scoring a sample raised; it scores 0", error=result.error[9:])
             result.output = channel.text()
             result.returncode = proc.returncode
             result.duration_s = time.monotonic() - t0
@@ -166,8 +186,6 @@ class Sandbox:
                                  "native": self.launch.level == "bwrap"})
             fds = hello.get("fds")  # every field of the hello is the sample's to forge: bounded
             fds = [fd for fd in fds[:MAX_REPORTED_FDS] if type(fd) is int] if isinstance(fds, list) else []
-            if fds:  # the server closed them before the solution ran; still, something leaks them
-                log.warning("descriptors beyond stdin/stdout/stderr reached a sample", fds=fds)
             if hello.get("ok") is not True:
                 error = ": ".join(exception_parts(hello.get("exc")))
                 return SandboxResult("error", [False] * sum(1 for _, t in steps if t), error=error, inherited_fds=fds)
@@ -180,8 +198,54 @@ class Sandbox:
         except KeyboardInterrupt:
             raise  # the person at the keyboard: a sample's answer cannot raise it (Session._decoded)
         except BaseException as exc:  # noqa: BLE001 - a sample must cost its score, never the run
-            log.warning("code sandbox: scoring a sample raised; it scores 0", error=exception_text(exc))
             return SandboxResult("crashed", error=f"harness: {exception_text(exc)}")
+
+
+    def _talk_forked(self, channel: Channel, code: str, steps: Sequence[tuple[str, bool]],
+                     setup: str) -> SandboxResult:
+        """``_talk`` in a forked copy of this process. Why: the tests compute on values the sample
+        chose, and one C call on such a value (``sum(range(f(x)))``, ``[0] * f(x)``) cannot be
+        stopped from Python: in the trainer it held the step (or its memory) for as long as the
+        sample wanted. The copy is killed past the deadline and its address space is capped at
+        ``memory_mb`` over the trainer's; only the verdict and the sample's output come back."""
+        allowance = self.limits.memory_mb * 1024 * 1024
+
+        def work() -> dict[str, Any]:
+            channel.renew_selector()
+            _cap_address_space(allowance)
+            result = self._talk(channel, code, steps, setup)
+            return {"status": result.status, "passed": result.passed, "error": result.error,
+                    "fds": result.inherited_fds, "output": bytes(channel.output).decode("latin-1"),
+                    "err_open": channel.err_open}
+
+        wait = max(0.0, channel.deadline - time.monotonic()) + TESTS_KILL_GRACE_S
+        try:
+            answer = forked.call_forked(work, label="code_tests", timeout_s=wait, poll_s=0.002)
+        except guard.RewardTimedOut:
+            return SandboxResult("timeout", error="the tests ran past timeout_s on the sample's values "
+                                                  "(their process was killed)")
+        except guard.RewardCallFailed as exc:  # it died (a signal, the kernel) or could not send its verdict
+            return SandboxResult("crashed", error=f"harness: {exception_text(exc.cause)}")
+        channel.output[:] = answer["output"].encode("latin-1")
+        channel.err_open = bool(answer["err_open"])
+        return SandboxResult(str(answer["status"]), [bool(p) for p in answer["passed"]], error=answer["error"],
+                             inherited_fds=list(answer["fds"]))
+
+
+def _cap_address_space(extra_bytes: int) -> None:
+    """Limit this (forked) process to its current address space plus ``extra_bytes``: a test's
+    ``[0] * f(x)`` then raises MemoryError here instead of taking the trainer's memory. Linux only
+    (elsewhere /proc/self/statm is missing and the kill at the deadline is the bound)."""
+    import resource
+
+    try:
+        with open("/proc/self/statm") as f:
+            size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = size + extra_bytes if hard == resource.RLIM_INFINITY else min(size + extra_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
 def _finish(proc: subprocess.Popen, until: float) -> None:
