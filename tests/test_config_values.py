@@ -76,7 +76,8 @@ NAMED_CASES = [
     ("generation.max_new_tokens", 4096),  # not below model.max_length (1024)
     ("eval.max_new_tokens", 0), ("model.max_length", 10**12), ("algorithm.beta", math.nan),
     ("algorithm.epsilon_high", math.inf), ("algorithm.dual_clip", math.nan), ("algorithm.overlong_penalty", math.nan),
-    ("rewards.weight", math.nan), ("rewards.weight", -math.inf), ("train.threads", 0), ("eval.count", -1),
+    ("rewards.weight", math.nan), ("rewards.weight", -math.inf), ("rewards.weight", 0.0),  # the only reward
+    ("train.threads", 0), ("eval.count", -1),
     ("train.prompts_per_step", 10**7),  # one step that fills memory for hours, deaf to a stop request
 ]
 
@@ -87,6 +88,16 @@ def test_bad_value_names_the_field_and_a_fix(field, value):
         RunConfig.from_dict(config_with(field, value))
     message = str(info.value)
     assert named(field) in message and "Fix:" in message, message
+
+
+def test_every_reward_at_weight_zero_is_refused_and_one_logged_only_reward_is_not():
+    """With every weight 0 the combined reward is 0 for every sample: every advantage 0, a run
+    that trains nothing while its reward metrics look alive."""
+    two = {**MINIMAL, "rewards": [{"name": "numeric_match", "weight": 0}, {"name": "length_penalty", "weight": 0.0}]}
+    with pytest.raises(ConfigError, match=r"rewards: every reward has weight 0.*Fix: give the reward\(s\)"):
+        RunConfig.from_dict(two)
+    two["rewards"][1]["weight"] = -0.5  # a penalty alone still trains
+    assert [r.weight for r in RunConfig.from_dict(two).rewards] == [0, -0.5]
 
 
 def test_free_tables_reject_non_finite_numbers_and_deep_nesting():

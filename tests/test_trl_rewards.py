@@ -410,6 +410,8 @@ def test_api_takes_one_reward_and_trl_s_reward_weights(toy, tmp_path):
                                           r"rewards.*Fix: give 2 weights") as info:
         _api_run(tmp_path / "bad", rewards, reward_weights=[1.0])
     assert info.value.field == "grpo_config.reward_weights"
+    with pytest.raises(ConfigError, match=r"grpo_config.reward_weights: every reward weight is 0.*Fix:"):
+        _api_run(tmp_path / "zero", rewards, reward_weights=[0, 0.0])
 
 
 def test_log_history_has_trl_s_metric_names(toy, tmp_path):

@@ -236,6 +236,10 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None) -> tupl
         raise ConfigError(f"reward_weights has {count} weights for {len(rewards)} rewards",
                           field="grpo_config.reward_weights",
                           fix=f"give {len(rewards)} weights, one per entry of rewards and in the same order")
+    elif rewards and all(w == 0 for w in weights):  # RunConfig says so too, naming the TOML field
+        raise ConfigError("every reward weight is 0, so the combined reward is 0 for every sample and nothing "
+                          "would train", field="grpo_config.reward_weights",
+                          fix="give the rewards to train on a nonzero weight (0 keeps a reward for logging only)")
     sections: list[RewardSection] = []
     plugins: list[Any] = []
     names: set[str] = set()

@@ -332,6 +332,7 @@ class RunConfig:
             )
         self._check_reward_labels()
         self._check_values()
+        self._check_some_reward_counts()
         self._check_eval_is_on()
 
     def _check_eval_is_on(self) -> None:
@@ -350,6 +351,16 @@ class RunConfig:
             raise ConfigError(f"is set ({value!r}) but eval.count is 0, which turns evaluation off: nothing would be "
                               "evaluated", field=field,
                               fix=f"set eval.count to the held-out prompts to evaluate (e.g. count = 100), or remove {field}")
+
+    def _check_some_reward_counts(self) -> None:
+        """Every weight 0 makes the combined reward 0 for every sample: every advantage is 0 and the
+        run trains nothing while it looks healthy (weight 0 is for a reward logged, not trained on)."""
+        if any(reward.weight != 0 for reward in self.rewards):
+            return
+        raise ConfigError("every reward has weight 0, so the combined reward is 0 for every sample and nothing "
+                          "would train", field="rewards[0].weight" if len(self.rewards) == 1 else "rewards",
+                          fix="give the reward(s) to train on a nonzero weight (weight = 0 keeps a reward for "
+                              "logging only)")
 
     def _check_reward_labels(self) -> None:
         """One label per entry: it names the reward's metrics and, for a function, its plugin (two
