@@ -441,3 +441,56 @@ def test_a_signal_during_the_final_save_only_asks_to_stop(toy, tmp_path, monkeyp
         signal.signal(signal.SIGTERM, previous)
     assert summary["steps"] == 2 and not summary.get("stopped_early")  # every step had trained
     assert _checkpoint_steps(tmp_path / "run" / "checkpoints") == [2] and Path(summary["model"]).is_dir()
+
+
+def test_a_signal_during_the_evaluation_before_training_stops_the_run_with_nothing_saved(toy, tmp_path, monkeypatch):
+    """The evaluation before training ran before the stop handling was in place: SIGTERM there (a
+    preemption during a long evaluation) ended the process without a word. Now it finishes the
+    evaluation, trains nothing, saves nothing, and says so (``stopped_early`` without a checkpoint)."""
+    from structlog.testing import capture_logs
+
+    config = toy_config(tmp_path, steps=2)
+    config = attrs.evolve(config, eval=attrs.evolve(config.eval, count=4, reward="toy_sevens"))
+    trainer = Trainer(config)
+    evaluate = Trainer.evaluate
+
+    def signalled_evaluate(self, phase="during"):
+        if phase == "before":
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives while this evaluation runs
+        return evaluate(self, phase)
+
+    def outside_the_run(signum, frame):
+        raise AssertionError("SIGTERM reached the default handler: the evaluation before training was not covered")
+
+    monkeypatch.setattr(Trainer, "evaluate", signalled_evaluate)
+    previous = signal.signal(signal.SIGTERM, outside_the_run)
+    try:
+        with capture_logs() as logs:
+            summary = trainer.run(progress=False)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert summary["stopped_early"] and summary["steps"] == 0 and "eval_before" in summary
+    assert "checkpoint" not in summary and "model" not in summary
+    assert not (tmp_path / "run" / "checkpoints").exists() or not list((tmp_path / "run" / "checkpoints").iterdir())
+    assert any("stopped on request before the first step" in e["event"] for e in logs)
+
+
+def test_a_fresh_start_sets_the_earlier_runs_tensorboard_files_aside_with_the_rest_of_it(toy, tmp_path):
+    """A fresh start moved the earlier run's checkpoints, model and metrics to previous/<time>/ but
+    left its TensorBoard files, where the new run's session start hid its curves ("out of order
+    event.step ... Removing scalars"). Read back with TensorBoard's own reader."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def scalars(folder: Path) -> list[int]:
+        acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+        acc.Reload()
+        return [e.step for e in acc.Scalars("loss")]
+
+    config = toy_config(tmp_path, steps=2)
+    config = attrs.evolve(config, logging=attrs.evolve(config.logging, report_to=["tensorboard"]))
+    Trainer(config).run(progress=False)
+    Trainer(attrs.evolve(config, train=attrs.evolve(config.train, steps=1))).run(progress=False)
+    [aside] = (tmp_path / "run" / "previous").iterdir()
+    assert scalars(tmp_path / "run" / "tensorboard") == [0]
+    assert scalars(aside / "tensorboard") == [0, 1] and (aside / "checkpoints").is_dir()

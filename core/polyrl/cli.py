@@ -279,15 +279,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     from polyrl import strict_json
 
     print(strict_json.dumps(summary, indent=2, default=str))
-    if summary.get("stopped_early"):
+    if summary.get("stopped_early") and "checkpoint" not in summary:  # during the evaluation before training
+        print(f"stopped on request before the first step; nothing was trained or saved. Start again with: "
+              f"{resume_command(args, resume=resuming)}", file=sys.stderr)
+    elif summary.get("stopped_early"):
         print(f"stopped on request after step {summary['steps']}; checkpoint {summary['checkpoint']}. "
               f"Continue with: {resume_command(args)}", file=sys.stderr)
     return 0
 
 
-def resume_command(args: argparse.Namespace) -> str:
+def resume_command(args: argparse.Namespace, resume: bool = True) -> str:
     """The command that continues this run: its config with the same ``--set``, ``--steps`` and
-    ``--output-dir`` (without them it would resume the config's own output_dir, another run)."""
+    ``--output-dir`` (without them it would resume the config's own output_dir, another run);
+    ``resume=False``: the same run started again, for a stop before anything was saved."""
     import shlex
 
     words = ["polyrl", "train", str(args.config)]
@@ -297,7 +301,7 @@ def resume_command(args: argparse.Namespace) -> str:
         words += ["--steps", str(args.steps)]
     if args.output_dir is not None:
         words += ["--output-dir", args.output_dir]
-    return shlex.join([*words, "--resume"])
+    return shlex.join([*words, "--resume"] if resume else words)
 
 
 def _check_flags(args: argparse.Namespace, rules: dict[str, str]) -> None:

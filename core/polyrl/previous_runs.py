@@ -204,9 +204,28 @@ def _foreign(checkpoint_root: Path, model_dir: Path) -> list[Path]:
                         if not (_CHECKPOINT_ENTRY.fullmatch(p.name) and p.is_dir() and not p.is_symlink()))
     if model_dir.is_symlink() or (model_dir.exists() and not model_dir.is_dir()):
         found.append(model_dir)
-    elif model_dir.is_dir() and not any((model_dir / name).is_file() for name in _MODEL_FILES):
+    elif model_dir.is_dir() and not any((model_dir / name).is_file() for name in _MODEL_FILES) \
+            and not _exported_from(checkpoint_root, model_dir):
         found.append(model_dir)
     return found
+
+
+def _listing(folder: Path) -> list[tuple[str, int]]:
+    return sorted((str(p.relative_to(folder)), p.stat().st_size) for p in folder.rglob("*") if p.is_file())
+
+
+def _exported_from(checkpoint_root: Path, model_dir: Path) -> bool:
+    """Whether ``model_dir`` is the copy of a checkpoint's model folder that a run exports (same
+    files, same sizes): how a backend whose model is not in HF layout (no config.json) is known as
+    polyrl's. Why: such a run's output_dir could not be started over at all."""
+    if not checkpoint_root.is_dir() or checkpoint_root.is_symlink():
+        return False
+    mine = _listing(model_dir)
+    for entry in sorted(checkpoint_root.iterdir(), reverse=True):  # the newest first: the usual source
+        source = entry / "model"
+        if _CHECKPOINT_ENTRY.fullmatch(entry.name) and source.is_dir() and _listing(source) == mine:
+            return True
+    return False
 
 
 def _untrained(checkpoint_root: Path, model_dir: Path) -> bool:

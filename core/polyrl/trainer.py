@@ -46,6 +46,7 @@ from polyrl import episode_scoring
 from polyrl.episode_prompts import first_prompt_counter
 from polyrl.errors import CollectiveTimeout, ConfigError, PolyrlError, RewardError
 from polyrl.logs import get_logger, log_from_signal_handler, readable
+from polyrl.tracking.tensorboard import LOG_DIR as TENSORBOARD_DIR
 from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry
 from polyrl.resume_point import check_backend_files, resume_point
@@ -907,7 +908,9 @@ class Trainer:
         if previous_runs.earlier_run(self.checkpoint_root, self.final_model_dir, self._loaded_model_paths()):
             aside = previous_runs.set_aside(
                 self.output_dir, [self.checkpoint_root, self.final_model_dir, self.output_dir / "metrics.jsonl",
-                                  self.output_dir / evaluation.COMPLETIONS_FILE, self.tracking.completions_path],
+                                  self.output_dir / evaluation.COMPLETIONS_FILE, self.tracking.completions_path,
+                                  # its curves: left here, this run's session start hid them in TensorBoard
+                                  self.output_dir / TENSORBOARD_DIR],
                 keep=keep)
         self._prune_pending, self._set_aside = keep == 0, aside
         self.step = 0
@@ -990,7 +993,7 @@ class Trainer:
         def request_stop(signum: int, _frame: Any) -> None:
             self.stop_requested = True
             log_from_signal_handler(log.warning, "stop requested; finishing the current step, then checkpointing",
-                                    signal=signal.Signals(signum).name)
+                                    signal=signal.Signals(signum).name, during=self._phase)
 
         previous = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -1046,16 +1049,32 @@ class Trainer:
         summary["history"] = self.history
         return summary
 
+    def _evaluate_before(self, summary: dict[str, Any]) -> bool:
+        """The evaluation before training, under the same stop handling as the steps (SIGTERM there
+        killed the process without a word); False when a stop was asked for: nothing trained, nothing
+        to save, the run ends with ``stopped_early``."""
+        with self._graceful_signals():
+            try:
+                summary["eval_before"] = self.evaluate("before")
+            except RewardCancelled as exc:  # the eval reward was stuck after the stop request
+                log.warning("evaluation before training abandoned on the stop request", reward=str(exc))
+            else:
+                if self.rank == 0:
+                    log.info("evaluation before training", **summary["eval_before"])
+                    self.tracking.publish_eval({"eval_before/" + k.removeprefix("eval_"): v
+                                                for k, v in summary["eval_before"].items()}, step=0)
+            if not (self._agree_to_stop() if self.world_size > 1 else self.stop_requested):
+                return True
+        log.warning("stopped on request before the first step: nothing was trained or saved")
+        summary["stopped_early"] = True
+        return False
+
     def _run(self, summary: dict[str, Any], progress: bool) -> None:
         from polyrl.progress import step_progress
 
         c = self.config
-        if self.eval_dataset is not None and self.step == 0:
-            summary["eval_before"] = self.evaluate("before")
-            if self.rank == 0:
-                log.info("evaluation before training", **summary["eval_before"])
-                self.tracking.publish_eval({"eval_before/" + k.removeprefix("eval_"): v
-                                            for k, v in summary["eval_before"].items()}, step=0)
+        if self.eval_dataset is not None and self.step == 0 and not self._evaluate_before(summary):
+            return
         skips = unscored = 0
         last_eval: tuple[int, dict[str, float]] | None = None
         # under a launcher only a collective decides the stop, so every rank leaves after the same step
