@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import sys
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from polyrl import __version__
@@ -15,6 +16,10 @@ from polyrl.errors import PolyrlError
 
 if TYPE_CHECKING:
     from polyrl.config import RunConfig
+
+#: What the backends table's "can do" column lists (every ability is in ``--json``).
+BACKEND_ABILITIES = ("generate", "logprobs", "train_step", "lora", "weight_import", "weight_export", "checkpoint",
+                     "token_prompts", "loss_mask", "data_parallel")
 
 
 def _print_json(data: Any) -> None:
@@ -27,66 +32,76 @@ def _registry():
     return get_registry()
 
 
+def _plugin_output_aside() -> contextlib.AbstractContextManager[Any]:
+    """While plugins load, register and probe for a listing, what they print goes to stderr: a
+    plugin's import banner made ``--json`` output unparseable."""
+    return contextlib.redirect_stdout(sys.stderr)
+
+
+def _print_listing(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], errors: Iterable[Any],
+                   what: str, footer: str = "") -> None:
+    """A listing table, every cell plain text: a plugin's words (a summary, a reason, an import
+    error) are never read as Rich markup (``pip install 'x[gpu]'`` lost its brackets, and
+    ``[/docs]`` stopped the command with a MarkupError)."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    table = Table(title=Text(title))
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(Text(str(cell)) for cell in row))
+    console.print(table)
+    if footer:
+        console.print(Text(footer))
+    for e in errors:
+        console.print(Text.assemble((f"{what} {e.name!r} ({e.distribution or 'unknown dist'}) failed to load:", "red"),
+                                    " ", str(e.error)))
+
+
 # --- commands -------------------------------------------------------------------------------------
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
-    reg = _registry()
-    statuses = reg.statuses()
-    errors = reg.load_errors
+    with _plugin_output_aside():
+        reg = _registry()
+        statuses = reg.statuses()
+        errors = reg.load_errors
+        rewards = reg.rewards()
     if args.json:
         _print_json({
             "backends": [s.as_dict() for s in statuses],
             "rewards": [{"name": r.name, "summary": r.summary, "distribution": r.distribution}
-                        for r in reg.rewards()],
+                        for r in rewards],
             "load_errors": [{"name": e.name, "group": e.group, "distribution": e.distribution,
                              "error": e.error} for e in errors],
         })
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    table = Table(title="polyrl backends")
-    for col in ("backend", "usable", "version", "distribution", "can do", "why not / fix"):
-        table.add_column(col)
+    rows = []
     for s in statuses:
-        caps = [k for k in ("generate", "logprobs", "train_step", "lora", "weight_import", "weight_export")
-                if s.capabilities.get(k)]
+        caps = [k for k in BACKEND_ABILITIES if s.capabilities.get(k)]
         why = "" if s.available else f"{s.reason}" + (f" ({s.install_hint})" if s.install_hint else "")
-        table.add_row(s.name, "yes" if s.available else "no", s.version, s.distribution,
-                      ", ".join(caps), why)
-    console.print(table)
-    console.print("rewards: " + ", ".join(reg.reward_names()))
-    for e in errors:
-        console.print(f"[red]plugin {e.name!r} ({e.distribution or 'unknown dist'}) failed to load:[/] {e.error}")
+        rows.append((s.name, "yes" if s.available else "no", s.version, s.distribution, ", ".join(caps), why))
+    _print_listing("polyrl backends", ("backend", "usable", "version", "distribution", "can do", "why not / fix"),
+                   rows, errors, "plugin", footer="rewards: " + ", ".join(r.name for r in rewards))
     return 0
 
 
 def cmd_rewards(args: argparse.Namespace) -> int:
-    reg = _registry()
-    rewards = reg.rewards()
-    errors = [e for e in reg.load_errors if e.group == "polyrl.rewards"]
+    with _plugin_output_aside():
+        reg = _registry()
+        rewards = reg.rewards()
+        errors = [e for e in reg.load_errors if e.group == "polyrl.rewards"]
     if args.json:
         _print_json({
             "rewards": [{"name": r.name, "summary": r.summary, "distribution": r.distribution} for r in rewards],
             "load_errors": [{"name": e.name, "distribution": e.distribution, "error": e.error} for e in errors],
         })
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    from rich.markup import escape
-
-    table = Table(title=escape("polyrl rewards ([[rewards]] name = ...)"))
-    for col in ("reward", "from", "what it scores"):
-        table.add_column(col)
-    for r in rewards:
-        table.add_row(r.name, r.distribution, r.summary)
-    console.print(table)
-    for e in errors:
-        console.print(f"[red]reward plugin {e.name!r} ({e.distribution or 'unknown dist'}) failed to load:[/] {e.error}")
+    _print_listing("polyrl rewards ([[rewards]] name = ...)", ("reward", "from", "what it scores"),
+                   [(r.name, r.distribution, r.summary) for r in rewards], errors, "reward plugin")
     return 0
 
 
@@ -109,58 +124,40 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_trackers(args: argparse.Namespace) -> int:
-    reg = _registry()
-    statuses = reg.tracker_statuses()
-    errors = [e for e in reg.load_errors if e.group in ("polyrl.trackers", "polyrl_register_trackers")]
+    with _plugin_output_aside():
+        reg = _registry()
+        statuses = reg.tracker_statuses()
+        errors = [e for e in reg.load_errors if e.group in ("polyrl.trackers", "polyrl_register_trackers")]
     if args.json:
         _print_json({"trackers": [s.as_dict() for s in statuses],
                      "load_errors": [{"name": e.name, "distribution": e.distribution, "error": e.error}
                                      for e in errors]})
         return 0
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    console = Console()
-    table = Table(title=escape("polyrl trackers ([logging] report_to = [...])"))
-    for col in ("tracker", "usable", "from", "what it writes", "why not / fix"):
-        table.add_column(col)
-    for s in statuses:
-        why = "" if s.available else f"{s.reason} ({s.install_hint})"
-        table.add_row(s.name, "yes" if s.available else "no", s.distribution, escape(s.summary), escape(why))
-    console.print(table)
-    for e in errors:
-        console.print(f"[red]tracker plugin {e.name!r} ({e.distribution or 'unknown dist'}) failed to load:[/] "
-                      f"{escape(e.error)}")
+    _print_listing("polyrl trackers ([logging] report_to = [...])",
+                   ("tracker", "usable", "from", "what it writes", "why not / fix"),
+                   [(s.name, "yes" if s.available else "no", s.distribution, s.summary,
+                     "" if s.available else f"{s.reason} ({s.install_hint})") for s in statuses],
+                   errors, "tracker plugin")
     return 0
 
 
 def cmd_environments(args: argparse.Namespace) -> int:
-    reg = _registry()
-    statuses = reg.environment_statuses()
-    errors = [e for e in reg.load_errors if e.group in (
-        "polyrl.environments", "polyrl_register_environments", "polyrl_register_tools")]
+    with _plugin_output_aside():
+        reg = _registry()
+        statuses = reg.environment_statuses()
+        errors = [e for e in reg.load_errors if e.group in (
+            "polyrl.environments", "polyrl_register_environments", "polyrl_register_tools")]
     if args.json:
         _print_json({"environments": [s.as_dict() for s in statuses if s.kind == "environment"],
                      "tools": [s.as_dict() for s in statuses if s.kind == "tool"],
                      "load_errors": [{"name": e.name, "distribution": e.distribution, "error": e.error}
                                      for e in errors]})
         return 0
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    console = Console()
-    table = Table(title=escape("polyrl environments ([environment] name = ..., tools = [...])"))
-    for col in ("kind", "name", "usable", "from", "what it does", "why not / fix"):
-        table.add_column(col)
-    for s in statuses:
-        why = "" if s.available else f"{s.reason}" + (f" ({s.install_hint})" if s.install_hint else "")
-        table.add_row(s.kind, s.name, "yes" if s.available else "no", s.distribution, escape(s.summary), escape(why))
-    console.print(table)
-    for e in errors:
-        console.print(f"[red]environment/tool plugin {e.name!r} ({e.distribution or 'unknown dist'}) failed to load:[/] "
-                      f"{escape(e.error)}")
+    _print_listing("polyrl environments ([environment] name = ..., tools = [...])",
+                   ("kind", "name", "usable", "from", "what it does", "why not / fix"),
+                   [(s.kind, s.name, "yes" if s.available else "no", s.distribution, s.summary,
+                     "" if s.available else f"{s.reason}" + (f" ({s.install_hint})" if s.install_hint else ""))
+                    for s in statuses], errors, "environment/tool plugin")
     return 0
 
 
@@ -177,7 +174,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return run(args)
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
+def _doctor_report() -> dict[str, Any]:
     reg = _registry()
     report: dict[str, Any] = {
         "polyrl": __version__,
@@ -201,6 +198,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             except Exception as exc:  # noqa: BLE001
                 entry["diagnostics"] = {"error": f"{type(exc).__name__}: {exc}"}
         report["backends"][name] = entry
+    return report
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    with _plugin_output_aside():
+        report = _doctor_report()
     if args.json:
         _print_json(report)
         return 0

@@ -31,6 +31,8 @@ from polyrl import hookspecs
 from polyrl.plugin_requirements import unmet_core_requirement
 
 ENTRY_POINT_GROUPS = ("polyrl.backends", "polyrl.rewards", "polyrl.trackers", "polyrl.environments")
+#: polyrl's own distributions: a plugin may override one of their reward names (with a warning).
+FIRST_PARTY_DISTRIBUTIONS = frozenset({"polyrl", "polyrl-torch", "polyrl-max", "polyrl-mlx"})
 
 #: The core's own reward plugins: (registered name, module).
 BUILTIN_REWARD_PLUGINS = (
@@ -101,15 +103,25 @@ class PolyrlPluginManager(pluggy.PluginManager):
         info = self.plugin_info.get(name or "")
         return info.distribution if info else "polyrl"
 
+    def version_of(self, plugin: Any) -> str:
+        """The version of the distribution ``plugin`` came from (polyrl's for a built-in)."""
+        info = self.plugin_info.get(self.get_name(plugin) or "")
+        if info is not None:
+            return info.version
+        from polyrl import __version__
+
+        return __version__
+
     def load_entry_points(self) -> None:
         allow, deny = _split_env(ALLOW_ENV), _split_env(DENY_ENV) or set()
         for group in ENTRY_POINT_GROUPS:
             for ep in _entry_points(group):
                 if ep.name in deny or (allow is not None and ep.name not in allow):
                     continue
-                if self.has_plugin(ep.name):
-                    continue
                 dist, version = _dist_of(ep)
+                key = self._registration_name(ep.name, group, dist)
+                if key is None:  # this entry point again (a distribution found twice on the path)
+                    continue
                 conflict = unmet_core_requirement(getattr(ep, "dist", None))
                 if conflict:  # pip would have refused it; an editable or --no-deps install does not
                     self.load_errors.append(PluginLoadError(name=ep.name, group=group, distribution=dist,
@@ -117,8 +129,10 @@ class PolyrlPluginManager(pluggy.PluginManager):
                     continue
                 try:
                     plugin = ep.load()
-                    self.register(plugin, name=ep.name)
-                except Exception as exc:  # noqa: BLE001 - a broken plugin must not break us
+                    if self.is_registered(plugin):  # one module listed under two groups: its hooks are in
+                        continue
+                    self.register(plugin, name=key)
+                except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin must not break us
                     self.load_errors.append(
                         PluginLoadError(
                             name=ep.name,
@@ -129,7 +143,21 @@ class PolyrlPluginManager(pluggy.PluginManager):
                         )
                     )
                     continue
-                self.plugin_info[ep.name] = PluginInfo(ep.name, group, dist, version)
+                self.plugin_info[key] = PluginInfo(key, group, dist, version)
+
+    def _registration_name(self, name: str, group: str, dist: str) -> str | None:
+        """The name a plugin registers under: its entry point's name, or ``name@distribution`` when
+        another distribution took that name first (entry-point names are one namespace across
+        every installed distribution: two ``plugin = ...`` entries silently dropped the second,
+        and a third-party reward entry named ``reward_model`` hid polyrl-torch's). None: the same
+        entry point seen again."""
+        if not self.has_plugin(name):
+            return name
+        info = self.plugin_info.get(name)
+        if info is not None and (info.group, info.distribution) == (group, dist):
+            return None
+        key = f"{name}@{dist or group}"
+        return key if not self.has_plugin(key) else f"{key}/{group}"
 
     def drop_plugins_with_unknown_hooks(self) -> None:
         """Unregister each plugin with an ``@hookimpl`` that matches no hook, recording why.

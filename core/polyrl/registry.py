@@ -23,7 +23,7 @@ from polyrl import hub
 from polyrl.agents.spec import EnvironmentSpec, EnvironmentStatus, ToolSpec, probe_status
 from polyrl.errors import BackendUnavailable, ConfigError, PluginError, PolyrlError
 from polyrl.folder_links import refuse_outside_links
-from polyrl.plugins import PluginLoadError, PolyrlPluginManager, get_plugin_manager
+from polyrl.plugins import FIRST_PARTY_DISTRIBUTIONS, PluginLoadError, PolyrlPluginManager, get_plugin_manager
 from polyrl.tracking.spec import TrackerSpec, TrackerStatus
 from polyrl.types import BackendSpec, EngineConfig, RewardSpec
 
@@ -61,6 +61,8 @@ class Registry:
         self._owners: dict[str, Any] = {}  # backend name -> the plugin object that registered it
         #: backend name -> the distributions that all registered it (unusable until one is removed)
         self._conflicts: dict[str, list[str]] = {}
+        self._reward_owners: dict[str, list[Any]] = {}
+        self._reward_claims: dict[str, list[str]] = {}  # reward name -> distributions registering it
         self.hook_errors: list[PluginLoadError] = []
         self._collect()
         for name, dists in self._conflicts.items():
@@ -71,6 +73,13 @@ class Registry:
             self.hook_errors.append(PluginLoadError(
                 name=name, group=f"polyrl_register_{kind}s", distribution=" and ".join(dists),
                 error=self._agent_conflict_text(kind, name)))
+        for name, dists in self._reward_claims.items():
+            if len(dists) > 1 and not all(d in FIRST_PARTY_DISTRIBUTIONS for d in dists[:-1]):
+                self.hook_errors.append(PluginLoadError(
+                    name=name, group="polyrl_register_rewards", distribution=" and ".join(dists),
+                    error=f"reward name {name!r} is registered by {len(dists)} distributions: {', '.join(dists)}; "
+                          "a run naming it is refused. Fix: `pip uninstall` all but one of them, or disable the "
+                          "others' entry points with POLYRL_DISABLE_PLUGINS"))
 
     def _conflict_text(self, name: str) -> str:
         dists = self._conflicts[name]
@@ -102,6 +111,8 @@ class Registry:
                         )
                     if not spec.distribution:
                         spec.distribution = _dist
+                    if _kind is BackendSpec and not spec.version:  # the hookspec's example sets none
+                        spec.version = self.pm.version_of(_plugin)
                     if _kind is BackendSpec and spec.name in _sink and self._owners.get(spec.name) is not _plugin:
                         # Why: "last one wins" would run a different backend than the user chose.
                         dists = self._conflicts.setdefault(spec.name, [_sink[spec.name].distribution or "?"])
@@ -109,6 +120,8 @@ class Registry:
                         return
                     if _kind in (EnvironmentSpec, ToolSpec, TrackerSpec) and self._agent_conflict(spec, _sink, _plugin):
                         return
+                    if _kind is RewardSpec:
+                        self._claim_reward(spec, _plugin)
                     _sink[spec.name] = spec
                     if _kind is BackendSpec:
                         self._owners[spec.name] = _plugin
@@ -125,6 +138,14 @@ class Registry:
                             traceback=traceback.format_exc(),
                         )
                     )
+
+    def _claim_reward(self, spec: RewardSpec, plugin: Any) -> None:
+        """Who registered reward ``spec.name``, in order (the last one scores; ``RewardComputer``
+        warns when it replaces one of polyrl's own and refuses two third-party ones)."""
+        owners = self._reward_owners.setdefault(spec.name, [])
+        if plugin not in owners:
+            owners.append(plugin)
+            self._reward_claims.setdefault(spec.name, []).append(spec.distribution or "?")
 
     def _agent_conflict(self, spec: EnvironmentSpec | ToolSpec | TrackerSpec, sink: dict[str, Any],
                         plugin: Any) -> bool:

@@ -10,8 +10,8 @@ plugin that raises or answers garbage is named in the error, with its distributi
 
 Combination: ``total_i = sum_k weight_k * score_k,i`` over the rewards that scored sample ``i``;
 a None score contributes nothing; a sample that no reward scored gets ``NaN`` (the trainer drops
-it). When two plugins register the same name, the one registered last wins (it is also the one
-pluggy would call first), so a user plugin can override a built-in.
+it). A plugin registering the name of one of polyrl's own rewards overrides it, with a warning
+naming both; two third-party plugins registering one name is an error when a run uses it.
 
 Async reward functions (``FunctionReward`` with an ``async def``) and async reward plugins (a
 plugin with ``is_async = True`` and a coroutine ``await_reward``, e.g. the LLM judge and the code
@@ -50,7 +50,7 @@ import numpy as np
 
 from polyrl.errors import ConfigError, PolyrlError, RewardError
 from polyrl.logs import get_logger
-from polyrl.plugins import PolyrlPluginManager
+from polyrl.plugins import FIRST_PARTY_DISTRIBUTIONS, PolyrlPluginManager
 from polyrl.rewards import forked, guard
 from polyrl.safe_stats import mean_std
 from polyrl.rewards.functions import FunctionReward, run_coroutine
@@ -174,6 +174,11 @@ class RewardComputer:
                 except RewardError as exc:
                     problem, _, fix = str(exc).partition(". Fix: ")
                     raise ConfigError(problem, field=f"rewards[{i}].options", fix=fix or None) from None
+                except Exception as exc:  # noqa: BLE001 - a bug in the plugin's check: name it, no traceback
+                    raise ConfigError(f"reward {name!r} ({self.specs[name].distribution}): its check_options raised "
+                                      f"{type(exc).__name__}: {exc}", field=f"rewards[{i}].options",
+                                      fix="check the options against the reward's documentation, or report it "
+                                          "to the plugin's authors") from None
             if options and callable(getattr(plugin, "check_binding", None)):  # a Python function
                 raise ConfigError(
                     f"reward function {name!r} was given options ({', '.join(sorted(options))}), which a "
@@ -183,10 +188,13 @@ class RewardComputer:
     # --- discovery ---------------------------------------------------------------------------
 
     def _discover(self) -> tuple[dict[str, RewardSpec], dict[str, Any], list[str]]:
-        """Every registered reward name -> (spec, providing plugin); registration errors."""
+        """Every registered reward name -> (spec, providing plugin); registration errors (and
+        plugins that failed to import). A name two plugins register is kept in ``_claims``."""
         specs: dict[str, RewardSpec] = {}
         owner: dict[str, Any] = {}
-        errors: list[str] = []
+        errors: list[str] = [f"{e.name} ({e.distribution or 'unknown dist'}) failed to load: {e.error}"
+                             for e in getattr(self.pm, "load_errors", ()) if e.group == "polyrl.rewards"]
+        self._claims: dict[str, list[str]] = {}
         for impl in self.pm.hook.polyrl_register_rewards.get_hookimpls():
             dist = self.pm.distribution_of(impl.plugin)
             found: list[RewardSpec] = []
@@ -202,14 +210,35 @@ class RewardComputer:
                     continue
                 if not spec.distribution:
                     spec.distribution = dist
+                if spec.name in owner and owner[spec.name] is not impl.plugin:
+                    self._claims.setdefault(spec.name, [specs[spec.name].distribution]).append(spec.distribution)
                 specs[spec.name] = spec
                 owner[spec.name] = impl.plugin
         return specs, owner, errors
+
+    def _check_claims(self, names: Sequence[str]) -> None:
+        """A reward name two distributions register: a plugin overriding one of polyrl's own is
+        a warning naming both (the later one scores); two third-party ones are an error, since
+        which registers last follows the order entry points are found in, not the user."""
+        for name in dict.fromkeys(names):
+            dists = self._claims.get(name)
+            if not dists or dists[-1].startswith("function "):  # the run's own Python function: asked for here
+                continue
+            if all(d in FIRST_PARTY_DISTRIBUTIONS for d in dists[:-1]):
+                log.warning(f"reward {name!r} of {', '.join(dists[:-1])} is replaced by {dists[-1]}'s, which scores "
+                            "this run", fix=f"to keep polyrl's, uninstall {dists[-1]} or disable its entry point "
+                                            "with POLYRL_DISABLE_PLUGINS")
+                continue
+            raise ConfigError(f"reward name {name!r} is registered by {len(dists)} distributions: {', '.join(dists)}; "
+                              "polyrl will not guess which one you meant", field="rewards",
+                              fix="`pip uninstall` all but one of them, or disable the others' entry points with "
+                                  "POLYRL_DISABLE_PLUGINS")
 
     def _providers_for(self, errors: list[str]) -> list[_Provider]:
         """One provider per plugin for its rewards, and one more per further label of a name it
         already serves (the plugin answers each name once per call)."""
         names = [self._registered[label] for label, _, _ in self.rewards]
+        self._check_claims(names)
         unknown = [n for n in names if n not in self._owner]
         if unknown:
             known = ", ".join(sorted(self._owner)) or "none"

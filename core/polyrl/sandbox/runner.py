@@ -169,7 +169,7 @@ class Sandbox:
             if result.inherited_fds:  # the server closed them before the solution ran; still, something leaks them
                 log.warning("descriptors beyond stdin/stdout/stderr reached a sample", fds=result.inherited_fds)
             if result.status == "crashed" and (result.error or "").startswith("harness:"):
-                log.warning("code sandbox: scoring a sample raised; it scores 0", error=result.error[9:])
+                log.warning("code sandbox: scoring a sample raised; it scores 0", error=(result.error or "")[9:])
             result.output = channel.text()
             result.returncode = proc.returncode
             result.duration_s = time.monotonic() - t0

@@ -31,7 +31,7 @@ from polyrl.logs import get_logger
 from polyrl.redact import MASK, Redactor
 from polyrl.strict_json import valid_text
 from polyrl.tracking import completions as clog
-from polyrl.tracking.spec import Tracker, TrackerContext, TrackerSpec
+from polyrl.tracking.spec import TRACKER_METHODS, Tracker, TrackerContext, TrackerSpec
 
 log = get_logger("polyrl.tracking")
 
@@ -133,6 +133,14 @@ class RunTracking:
                                   fix=f"fix the cause above, raise logging.tracker_timeout_s if it is only slow, "
                                       f"or remove {spec.name!r} from report_to") from None
             self._threads[spec.name] = thread
+            missing = [m for m in TRACKER_METHODS if not callable(getattr(self.trackers[spec.name], m, None))]
+            if missing:  # a factory that forgot its ``return``: found now, not as a traceback at step 0
+                made = type(self.trackers[spec.name]).__name__
+                self.close()
+                raise ConfigError(f"tracker {spec.name!r} ({spec.distribution or 'unknown dist'}): its create returned "
+                                  f"a {made} without {', '.join(missing)}", field="logging.report_to",
+                                  fix=f"create must return the tracker object (with {', '.join(TRACKER_METHODS)}); "
+                                      f"report it to the plugin's authors, or remove {spec.name!r} from report_to")
 
     def collect(self, step: int, prompts: Sequence[Any], completions: Sequence[Any], scored: Any,
                 advantages: Sequence[float] | Any, seed: int) -> None:
@@ -226,7 +234,7 @@ class RunTracking:
     def _close_one(self, name: str, tracker: Tracker) -> None:
         thread = self._threads.pop(name)
         try:
-            thread.call_blocking(tracker.close, self.timeout_s)
+            thread.call_blocking(lambda: tracker.close(), self.timeout_s)  # inside: a missing close is its error
         except CallRaised as exc:
             log.warning(f"tracker {name!r} failed to close", error=describe(exc.cause))
         except CallTimedOut:

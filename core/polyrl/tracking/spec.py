@@ -38,6 +38,10 @@ class Tracker(Protocol):
         """Flush and finish the run."""
 
 
+#: What every object a tracker's ``create`` returns must have.
+TRACKER_METHODS = ("log_metrics", "log_completions", "close")
+
+
 def _always_usable() -> str | None:
     return None
 

@@ -1,0 +1,214 @@
+"""What a third-party plugin author meets: entry-point names shared across distributions, reward
+names claimed twice, brackets in a plugin's words, a banner printed on import, ``sys.exit`` on
+import, a tracker factory that forgot ``return``, a ``check_options`` with a bug. Each plugin is
+a real distribution (a ``.dist-info`` on ``sys.path``, as ``pip install`` leaves it); each case
+was a traceback, a silent loss or a silent replacement before.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from polyrl import registry
+from polyrl.cli import main
+from polyrl.errors import ConfigError
+from polyrl.registry import Registry
+from polyrl.rewards.combine import RewardComputer
+
+from toy_dist import write_dist
+
+REWARD_PLUGIN = """from polyrl.hookspecs import hookimpl
+from polyrl.types import RewardSpec
+NAME = {name!r}
+@hookimpl
+def polyrl_register_rewards(register):
+    register(RewardSpec(name=NAME, summary={summary!r}))
+@hookimpl
+def reward(prompts, completions, context):
+    if NAME not in context.wanted:
+        return None
+    return {{NAME: [{score!r}] * len(completions)}}
+"""
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A folder on sys.path for distributions; the modules they import are forgotten afterwards."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("POLYRL_LOAD_PLUGINS", raising=False)
+    monkeypatch.delenv("POLYRL_DISABLE_PLUGINS", raising=False)
+    before = set(sys.modules)
+    yield tmp_path
+    for module in set(sys.modules) - before:
+        if module.startswith("contract_"):
+            sys.modules.pop(module, None)
+    registry.get_registry(refresh=True)
+
+
+def reward_dist(site: Path, dist: str, entry: str, module: str, name: str, summary: str = "", score: float = 1.0) -> None:
+    (site / f"{module}.py").write_text(REWARD_PLUGIN.format(name=name, summary=summary or name, score=score))
+    write_dist(site, dist, "1.2.3", {"polyrl.rewards": {entry: module}})
+
+
+def cli(args: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
+    """``polyrl <args>`` in this process, its registry built by the command as in a fresh one."""
+    monkeypatch.setattr(registry, "_registry", None)
+    code = main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_two_distributions_with_one_entry_point_name_both_load(site):
+    """Entry-point names are one namespace across every installed distribution: two third-party
+    plugins both naming their entry point ``plugin`` lost the second without a word."""
+    reward_dist(site, "acme-polyrl", "plugin", "contract_acme", "acme_score")
+    reward_dist(site, "zeta-polyrl", "plugin", "contract_zeta", "zeta_score")
+    reg = Registry()
+    assert {"acme_score", "zeta_score"} <= set(reg.reward_names())
+    assert not [e for e in reg.load_errors if e.distribution in ("acme-polyrl", "zeta-polyrl")]
+
+
+def test_one_module_under_two_groups_loads_once_without_a_false_error(site):
+    (site / "contract_both.py").write_text(
+        REWARD_PLUGIN.format(name="both_score", summary="s", score=1.0)
+        + "from polyrl.tracking import TrackerSpec\n"
+          "@hookimpl\n"
+          "def polyrl_register_trackers(register):\n"
+          "    register(TrackerSpec(name='both_tracker', create=lambda ctx: None, summary='t'))\n")
+    write_dist(site, "polyrl-both", "1.0", {"polyrl.rewards": {"both_reward": "contract_both"},
+                                            "polyrl.trackers": {"both_tracker": "contract_both"}})
+    reg = Registry()
+    assert "both_score" in reg.reward_names() and "both_tracker" in reg.trackers_by_name()
+    assert not [e for e in reg.load_errors if e.distribution == "polyrl-both"]
+
+
+def test_a_reward_name_two_third_party_plugins_register_is_refused_naming_both(site):
+    """Last-registered won silently, and which one registers last follows the order entry points
+    are found in."""
+    reward_dist(site, "polyrl-aa", "aa", "contract_aa", "dup_score", score=0.0)
+    reward_dist(site, "polyrl-bb", "bb", "contract_bb", "dup_score", score=1.0)
+    reg = Registry()
+    conflict = next(e for e in reg.load_errors if e.name == "dup_score")
+    assert "polyrl-aa" in conflict.error and "polyrl-bb" in conflict.error and "POLYRL_DISABLE_PLUGINS" in conflict.error
+    with pytest.raises(ConfigError, match=r"rewards: reward name 'dup_score' is registered by 2 distributions: "
+                                          r"polyrl-(aa|bb), polyrl-(aa|bb); polyrl will not guess"):
+        RewardComputer(reg.pm, [("dup_score", 1.0, {})])
+
+
+def test_a_plugin_replacing_one_of_polyrls_rewards_is_said_once(site):
+    """A plugin registering ``numeric_match`` replaced the built-in without a word (reward_mean 1.0
+    on a model that answered nothing)."""
+    from structlog.testing import capture_logs
+
+    reward_dist(site, "polyrl-shadow", "shadow", "contract_shadow", "numeric_match", score=1.0)
+    reg = Registry()
+    assert not [e for e in reg.load_errors if e.name == "numeric_match"]  # allowed: an override
+    with capture_logs() as logs:
+        computer = RewardComputer(reg.pm, [("numeric_match", 1.0, {})])
+    warned = [e for e in logs if "reward 'numeric_match' of polyrl is replaced by polyrl-shadow's" in e["event"]]
+    assert len(warned) == 1 and "POLYRL_DISABLE_PLUGINS" in warned[0]["fix"]
+    assert computer.specs["numeric_match"].distribution == "polyrl-shadow"
+
+
+def test_a_check_options_bug_is_one_error_naming_the_reward(site):
+    (site / "contract_checks.py").write_text(
+        REWARD_PLUGIN.format(name="co_score", summary="s", score=1.0)
+        + "def check_options(name, options):\n    return options['threshold'] > 0\n")
+    write_dist(site, "polyrl-co", "1.0", {"polyrl.rewards": {"co": "contract_checks"}})
+    reg = Registry()
+    with pytest.raises(ConfigError) as info:
+        RewardComputer(reg.pm, [("co_score", 1.0, {})])
+    assert info.value.field == "rewards[0].options"
+    assert "reward 'co_score' (polyrl-co): its check_options raised KeyError: 'threshold'" in str(info.value)
+
+
+def test_an_unknown_reward_names_the_reward_plugin_that_did_not_import(site):
+    (site / "contract_broken.py").write_text("raise ImportError('needs libscore.so')\n")
+    write_dist(site, "polyrl-broken-reward", "1.0", {"polyrl.rewards": {"broken_reward": "contract_broken"}})
+    reg = Registry()
+    with pytest.raises(ConfigError, match=r"unknown reward 'broken_score'.*broken_reward \(polyrl-broken-reward\) "
+                                          r"failed to load: ImportError: needs libscore.so"):
+        RewardComputer(reg.pm, [("broken_score", 1.0, {})])
+
+
+def test_brackets_in_a_plugins_words_are_printed_as_written(site, capsys, monkeypatch):
+    """Rich read them as markup: ``[/docs]`` stopped ``polyrl backends`` with a MarkupError, and
+    ``pip install 'x[gpu]'`` lost its brackets (the core's own environment reward too)."""
+    (site / "contract_brackets.py").write_text(
+        "from polyrl.hookspecs import hookimpl\n"
+        "from polyrl.types import BackendSpec, RewardSpec\n"
+        "@hookimpl\n"
+        "def polyrl_register_backends(register):\n"
+        "    register(BackendSpec(name='brk', load=lambda config: None, probe=lambda: \"needs 'brlib[gpu]' (see [/docs])\",\n"
+        "                         install_hint=\"pip install 'brlib[gpu]'\"))\n"
+        "@hookimpl\n"
+        "def polyrl_register_rewards(register):\n"
+        "    register(RewardSpec(name='brk_score', summary='score in [0, 1] of the [data] table'))\n")
+    (site / "contract_badimport.py").write_text("raise ImportError('pip install polyrl-br[cuda12] [/opt/cuda missing]')\n")
+    write_dist(site, "polyrl-brk", "1.0", {"polyrl.backends": {"brk": "contract_brackets"},
+                                           "polyrl.rewards": {"brk_reward": "contract_badimport"}})
+    code, out, err = cli(["backends"], capsys, monkeypatch)
+    assert code == 0 and "brlib[gpu]" in out and "[/docs]" in out, err
+    code, out, err = cli(["rewards"], capsys, monkeypatch)
+    flat = " ".join(out.split())
+    assert code == 0 and "score in [0, 1] of the [data] table" in flat and "[/opt/cuda missing]" in flat, err
+    assert "the [environment]'s own reward" in flat  # the core's own summary
+
+
+def test_a_plugins_import_banner_stays_out_of_the_json_listings(site, capsys, monkeypatch):
+    (site / "contract_banner.py").write_text("print('*** banner: acme tracker v1 ***')\n"
+                                             + REWARD_PLUGIN.format(name="banner_score", summary="s", score=1.0))
+    write_dist(site, "polyrl-banner", "1.0", {"polyrl.rewards": {"banner": "contract_banner"}})
+    for command in (["rewards", "--json"], ["backends", "--json"], ["trackers", "--json"], ["environments", "--json"],
+                    ["doctor", "--json"]):
+        sys.modules.pop("contract_banner", None)  # imported (and printing) again, as in a fresh process
+        code, out, err = cli(command, capsys, monkeypatch)
+        json.loads(out)  # parses: nothing but the listing
+        assert "banner" in err and "*** banner" not in out, command
+
+
+def test_sys_exit_on_import_is_a_load_error_not_the_end_of_every_command(site, capsys, monkeypatch):
+    (site / "contract_exits.py").write_text("import sys\nsys.exit('CUDA 12 required')\n")
+    write_dist(site, "polyrl-exits", "1.0", {"polyrl.backends": {"exits": "contract_exits"}})
+    code, out, err = cli(["backends", "--json"], capsys, monkeypatch)
+    assert code == 0
+    failed = next(e for e in json.loads(out)["load_errors"] if e["name"] == "exits")
+    assert failed["distribution"] == "polyrl-exits" and failed["error"] == "SystemExit: CUDA 12 required"
+
+
+def test_a_backend_without_a_version_shows_its_distributions(site):
+    (site / "contract_nover.py").write_text(
+        "from polyrl.hookspecs import hookimpl\n"
+        "from polyrl.types import BackendSpec\n"
+        "@hookimpl\n"
+        "def polyrl_register_backends(register):\n"
+        "    register(BackendSpec(name='nover', load=lambda config: None))\n")
+    write_dist(site, "polyrl-nover", "2.3.4", {"polyrl.backends": {"nover": "contract_nover"}})
+    assert Registry().status("nover").version == "2.3.4"
+
+
+def test_a_tracker_factory_returning_nothing_is_one_error_at_start(site, tmp_path):
+    """A factory that forgot ``return`` made the run end at step 0 with a traceback (its drop
+    called ``None.close``)."""
+    from polyrl.tracking.session import RunTracking
+
+    (site / "contract_tracker.py").write_text(
+        "from polyrl.hookspecs import hookimpl\n"
+        "from polyrl.tracking import TrackerSpec\n"
+        "@hookimpl\n"
+        "def polyrl_register_trackers(register):\n"
+        "    register(TrackerSpec(name='forgetful', create=lambda ctx: None, summary='t'))\n")
+    write_dist(site, "polyrl-forgetful", "1.0", {"polyrl.trackers": {"forgetful": "contract_tracker"}})
+    spec = Registry().trackers_by_name()["forgetful"]
+    tracking = RunTracking(specs=[spec], output_dir=tmp_path / "out", completions_per_step=0, run_name="r",
+                           project="p", config={})
+    with pytest.raises(ConfigError) as info:
+        tracking.open()
+    assert info.value.field == "logging.report_to"
+    assert ("tracker 'forgetful' (polyrl-forgetful): its create returned a NoneType without log_metrics, "
+            "log_completions, close") in str(info.value)
+    assert tracking.trackers == {}
