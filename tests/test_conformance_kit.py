@@ -59,6 +59,79 @@ def test_the_correct_toy_backend_passes_the_checks(toy_module, tmp_path):
     kit.test_non_finite_step_is_skipped_and_leaves_the_weights(MODEL)
     kit.test_positive_advantage_raises_logprob(MODEL)
     kit.test_reported_loss_equals_reference(MODEL, Objective(beta=0.1, kl_estimator="k1"))
+    _rule_checks(kit)
+
+
+def _rule_checks(kit):
+    """The checks of temperature, the reference, the schedule and clipping (the toy starts
+    uniform, where only the training-side temperature check can tell)."""
+    kit.test_train_step_scores_at_the_batch_temperature(MODEL)
+    kit.test_reference_logprobs_are_the_initial_policy_or_none(MODEL)
+    kit.test_learning_rate_follows_the_schedule(MODEL)
+    kit.test_gradient_is_clipped_to_max_grad_norm(MODEL)
+
+
+def test_kit_catches_backends_that_break_the_stated_rules(toy_module):
+    """Each variant broke one rule the hookspec states and passed every check before (a
+    third-party author's review): ignoring temperature everywhere, training at temperature 1,
+    answering reference=True with the current policy, a constant lr, no clipping."""
+    toy = toy_module
+
+    class IgnoresTemperature(toy.ToyPlugin):
+        @hookimpl
+        def generate(self, engine, prompts, sampling):
+            return toy.generate(engine, prompts, attrs.evolve(sampling, temperature=1.0 if sampling.temperature else 0.0))
+
+        @hookimpl
+        def logprobs(self, engine, sequences, temperature, reference):
+            return toy.logprobs(engine, sequences, 1.0, reference)
+
+        @hookimpl
+        def train_step(self, engine, batch, objective):
+            return toy.train_step(engine, attrs.evolve(batch, temperature=1.0), objective)
+
+    class TrainsAtTemperatureOne(toy.ToyPlugin):
+        @hookimpl
+        def train_step(self, engine, batch, objective):
+            return toy.train_step(engine, attrs.evolve(batch, temperature=1.0), objective)
+
+    class CurrentPolicyAsReference(toy.ToyPlugin):
+        @hookimpl
+        def logprobs(self, engine, sequences, temperature, reference):
+            return toy.logprobs(engine, sequences, temperature, False)
+
+    class ConstantLr(toy.ToyPlugin):
+        @hookimpl
+        def train_step(self, engine, batch, objective):
+            opt = engine.config.optimizer
+            engine.config = attrs.evolve(engine.config, optimizer=attrs.evolve(opt, warmup_steps=0, schedule="constant"))
+            try:
+                metrics = toy.train_step(engine, batch, objective)
+            finally:
+                engine.config = attrs.evolve(engine.config, optimizer=opt)
+            metrics.extra["lr"] = toy.lr_at(opt, engine.t - 1)  # reported right, applied wrong
+            return metrics
+
+    class NeverClips(toy.ToyPlugin):
+        @hookimpl
+        def train_step(self, engine, batch, objective):
+            opt = engine.config.optimizer
+            engine.config = attrs.evolve(engine.config, optimizer=attrs.evolve(opt, max_grad_norm=None))
+            try:
+                return toy.train_step(engine, batch, objective)
+            finally:
+                engine.config = attrs.evolve(engine.config, optimizer=opt)
+
+    caught = {}
+    for variant, check in ((IgnoresTemperature, "temperature is ignored"),
+                           (TrainsAtTemperatureOne, "batch's temperature"),
+                           (CurrentPolicyAsReference, "reference=True"),
+                           (ConstantLr, "update"),  # the warmup's lr-0 update moved, or the next one
+                           (NeverClips, "not clipped")):
+        with pytest.raises(AssertionError) as info:
+            _rule_checks(kit_for(variant(f"toy-{variant.__name__.lower()}")))
+        caught[variant.__name__] = check in str(info.value)
+    assert all(caught.values()), caught
 
 
 def test_kit_catches_a_wrong_gradient(toy_module):

@@ -286,7 +286,10 @@ def logprobs(
     """Log-probs of each completion token given its prompt, one float32 array per sequence.
 
     ``reference=True`` asks for the frozen initial policy (e.g. a LoRA engine with adapters
-    disabled). Return None for it when you cannot, and the core loads a reference engine instead.
+    disabled), which must not move when ``train_step`` does. Return None for it unless the engine
+    keeps those initial weights: the core asks once at load, and an answer makes this engine the
+    KL term's reference for the whole run (the current policy there would make the KL 0). On None
+    the core loads a separate reference engine. The conformance kit checks it after an update.
     """
 
 

@@ -17,7 +17,10 @@ pytest then runs every check below on a tiny local Llama (built without any hub,
 implementation: token ids and log-probs come from the sampler (before top-p/top-k; at
 temperature 0 under the plain softmax), seeds repeat, stop strings and lengths (``max_new_tokens``
 and ``max_length``) are honoured, ``ignore_eos`` (where declared) samples on past EOS, the reported loss equals the numpy reference, the gradient
-equals the reference's (``policy_loss_grad``, measured through one optimizer step), micro-batching
+equals the reference's (``policy_loss_grad``, measured through one optimizer step), temperature
+changes the log-probs and ``train_step`` scores at the batch's, ``logprobs(reference=True)`` is the
+initial policy (or None) after an update, each update's lr is ``lr_at``'s (reported and applied),
+``max_grad_norm`` clips the step, micro-batching
 changes nothing, non-finite steps leave the weights alone, every parameter survives an
 export/import round trip, and a checkpoint resumes exactly (weights and optimizer state). For
 multi-turn episodes (when the backend declares ``token_prompts``/``loss_mask``): a ``TokenPrompt``
@@ -146,6 +149,19 @@ class GenerationConformance:
         scored = engine.logprobs([TokenSequence.of(c) for c in out], temperature)
         for c, lp in zip(out, scored):
             np.testing.assert_allclose(c.logprobs, lp, atol=self.logprob_atol)
+
+    def test_temperature_changes_the_logprobs(self, engine):
+        """The same tokens scored at temperature 0.5 and 1 differ: a backend ignoring temperature
+        everywhere passes every check that compares ``generate`` with ``logprobs`` at one
+        temperature, and ``generation.temperature`` would then silently do nothing."""
+        out = engine.generate(CHATS, SamplingParams(max_new_tokens=6, n=1, seed=2))
+        seqs = [TokenSequence.of(c) for c in out]
+        at_one, at_half = engine.logprobs(seqs, 1.0), engine.logprobs(seqs, 0.5)
+        assert at_one is not None and at_half is not None
+        if np.ptp(np.concatenate(at_one)) < 1e-6:
+            pytest.skip("the model's distribution is uniform here: no temperature changes it")
+        gap = max(float(np.max(np.abs(a - b))) for a, b in zip(at_one, at_half))
+        assert gap > 1e-3, "log-probs at temperature 0.5 equal those at 1: the temperature is ignored"
 
     def test_seed_repeats_and_differs(self, engine):
         sampling = SamplingParams(max_new_tokens=8, n=2, seed=7)
@@ -626,6 +642,90 @@ class BackendConformance(GenerationConformance):
         assert got.loss == pytest.approx(expected, rel=1e-3, abs=1e-4)
         assert got.clip_fraction == pytest.approx(metrics["clip_fraction"], abs=1e-6)
         assert got.tokens == metrics["tokens"]
+
+    def test_train_step_scores_at_the_batch_temperature(self, model_dir):
+        """A rollout sampled at temperature T is trained under ``softmax(logits / T)``
+        (``TrainBatch.temperature``): the reported loss is the reference's on log-probs at T."""
+        engine = self._engine(model_dir)
+        batch, _ = _perturbed_batch(engine)
+        engine.train_step(TrainBatch(batch.sequences, batch.advantages), Objective())  # off a uniform start
+        objective = Objective(beta=0.1)
+        at_t, at_one = engine.logprobs(batch.sequences, 0.6), engine.logprobs(batch.sequences, 1.0)
+        assert at_t is not None and at_one is not None
+        assert max(float(np.max(np.abs(a - b))) for a, b in zip(at_t, at_one)) > 1e-3, (
+            "log-probs at temperature 0.6 equal those at 1: the temperature is ignored")
+        expected = policy_loss(at_t, batch.advantages, objective, batch.old_logprobs, batch.ref_logprobs)[0]
+        got = engine.train_step(attrs.evolve(batch, temperature=0.6), objective)
+        assert got.loss == pytest.approx(expected, rel=1e-3, abs=1e-4), (
+            "train_step did not score at the batch's temperature")
+
+    def test_reference_logprobs_are_the_initial_policy_or_none(self, model_dir):
+        """``logprobs(reference=True)`` is the frozen initial policy, or None when the backend
+        keeps no copy of it (the core then loads a reference engine). Answering with the current
+        policy made the KL term 0 for the whole run, without a word."""
+        engine = self._engine(model_dir)
+        batch, initial = _perturbed_batch(engine)
+        engine.train_step(TrainBatch(batch.sequences, batch.advantages), Objective())
+        moved = engine.logprobs(batch.sequences, 1.0)
+        assert moved is not None
+        assert max(float(np.max(np.abs(a - b))) for a, b in zip(initial, moved)) > 1e-4, "the step moved nothing"
+        reference = engine.logprobs(batch.sequences, 1.0, reference=True)
+        if reference is None:
+            return
+        for a, b in zip(initial, reference):
+            np.testing.assert_allclose(b, a, atol=self.logprob_atol, err_msg=(
+                "logprobs(reference=True) is not the initial policy after an update: return None unless "
+                "the engine keeps the initial weights"))
+
+    def test_learning_rate_follows_the_schedule(self, model_dir):
+        """Each update's lr is ``lr_at(optimizer, updates applied)``, reported as
+        ``extra["lr"]`` and applied: with warmup the first update moves nothing and the second
+        moves half as far as the full lr would."""
+        from polyrl.schedules import lr_at
+
+        objective = Objective()
+        probe = self._engine(model_dir)
+        batch, _ = _perturbed_batch(probe)
+        norm = probe.train_step(batch, objective).grad_norm
+        lr = 2e-3 / norm**2
+        optimizer = attrs.evolve(_sgd_like(lr, norm), schedule="linear", warmup_steps=2, total_steps=6)
+        engine = self._engine(model_dir, optimizer=optimizer)
+
+        def loss() -> float:
+            lps = engine.logprobs(batch.sequences, 1.0)
+            assert lps is not None
+            return float(policy_loss(lps, batch.advantages, objective, batch.old_logprobs)[0])
+
+        losses, lrs = [loss()], []
+        for _ in range(2):
+            lrs.append(engine.train_step(batch, objective).extra.get("lr"))
+            losses.append(loss())
+        assert lrs == pytest.approx([lr_at(optimizer, 0), lr_at(optimizer, 1)]), (
+            f"StepMetrics.extra['lr'] {lrs} is not polyrl.schedules.lr_at's")
+        assert losses[1] == pytest.approx(losses[0], abs=1e-7), "the warmup's first update (lr 0) moved the weights"
+        assert losses[2] - losses[1] == pytest.approx(-0.5 * lr * norm**2, rel=0.05), (
+            "the second update did not move by half the full lr: the schedule is not applied")
+
+    def test_gradient_is_clipped_to_max_grad_norm(self, model_dir):
+        """Global-norm clipping: a step with ``max_grad_norm`` = |G| / 4 moves the loss a
+        quarter as far; ``grad_norm`` reports the norm before clipping."""
+        objective = Objective()
+        probe = self._engine(model_dir)
+        batch, _ = _perturbed_batch(probe)
+        norm = probe.train_step(batch, objective).grad_norm
+        lr = 2e-3 / norm**2
+        engine = self._engine(model_dir, optimizer=attrs.evolve(_sgd_like(lr, norm), max_grad_norm=norm / 4))
+
+        def loss() -> float:
+            lps = engine.logprobs(batch.sequences, 1.0)
+            assert lps is not None
+            return float(policy_loss(lps, batch.advantages, objective, batch.old_logprobs)[0])
+
+        before = loss()
+        got = engine.train_step(batch, objective)
+        assert got.grad_norm == pytest.approx(norm, rel=1e-3), "grad_norm must be the norm before clipping"
+        assert loss() - before == pytest.approx(-lr * norm**2 / 4, rel=0.05), (
+            "the step was not clipped to max_grad_norm")
 
     def test_positive_advantage_raises_logprob(self, model_dir):
         engine = self._engine(model_dir)

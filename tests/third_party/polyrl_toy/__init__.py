@@ -16,6 +16,7 @@ import os
 import numpy as np
 
 from polyrl.algorithms.reference import policy_loss, policy_loss_grad
+from polyrl.schedules import lr_at
 from polyrl.hookspecs import hookimpl
 from polyrl.types import BackendSpec, Capabilities, Completion, StepMetrics
 
@@ -103,13 +104,15 @@ def train_step(engine, batch, objective):
     norm = float(np.linalg.norm(dlogits))
     if not np.isfinite(loss) or not np.isfinite(norm):
         return StepMetrics(loss=float(loss), grad_norm=norm, skipped=True, tokens=batch.num_tokens)
-    _adamw(engine, dlogits, norm)
+    lr = _adamw(engine, dlogits, norm)
     return StepMetrics(loss=loss, grad_norm=norm, kl=metrics["kl"],
-                       clip_fraction=metrics["clip_fraction"], tokens=batch.num_tokens)
+                       clip_fraction=metrics["clip_fraction"], tokens=batch.num_tokens, extra={"lr": lr})
 
 
-def _adamw(engine: ToyEngine, grad: np.ndarray, norm: float) -> None:
+def _adamw(engine: ToyEngine, grad: np.ndarray, norm: float) -> float:
+    """One AdamW update at the schedule's lr for it (returned)."""
     opt = engine.config.optimizer
+    lr = lr_at(opt, engine.t)
     if opt.max_grad_norm is not None and norm > opt.max_grad_norm:
         grad = grad * (opt.max_grad_norm / norm)
     b1, b2 = opt.betas
@@ -117,8 +120,9 @@ def _adamw(engine: ToyEngine, grad: np.ndarray, norm: float) -> None:
     engine.m = b1 * engine.m + (1 - b1) * grad
     engine.v = b2 * engine.v + (1 - b2) * grad**2
     m_hat, v_hat = engine.m / (1 - b1**engine.t), engine.v / (1 - b2**engine.t)
-    engine.logits *= 1 - opt.lr * opt.weight_decay
-    engine.logits -= opt.lr * m_hat / (np.sqrt(v_hat) + opt.eps)
+    engine.logits *= 1 - lr * opt.weight_decay
+    engine.logits -= lr * m_hat / (np.sqrt(v_hat) + opt.eps)
+    return lr
 
 
 @hookimpl
