@@ -164,19 +164,20 @@ def test_a_line_past_the_limit_is_counted_unreadable_without_being_held(tmp_path
     assert len(run.warnings) == 1 and "1 unreadable line" in run.warnings[0] and "line 2" in run.warnings[0]
 
 
-def test_only_the_evaluation_before_training_is_kept_from_the_completions(tmp_path):
-    """The chart draws only the before-training point from eval_completions.jsonl: the rest of a
-    file that grows with every evaluation is streamed past, not held."""
+def test_only_the_scores_of_the_evaluations_before_and_after_training_are_kept(tmp_path):
+    """The chart draws the before- and after-training points from eval_completions.jsonl: the
+    texts of a file that grows with every evaluation are streamed past, not held."""
     from polyrl.report import load_run
 
     (tmp_path / "metrics.jsonl").write_text(_steps(0, 1))
     records = [{"phase": "before", "greedy": True, "reward": 1.0},
-               *({"phase": "after", "greedy": True, "reward": 0.0, "text": "y" * 100} for _ in range(50)),
+               *({"phase": "during", "greedy": True, "reward": 0.5, "completion": "z" * 100} for _ in range(50)),
+               {"phase": "after", "after_steps": 2, "greedy": True, "reward": 0.0, "completion": "y" * 100},
                [1, 2]]
     (tmp_path / "eval_completions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     run = load_run(tmp_path)
-    assert run.records == [records[0]]
-    assert len(run.warnings) == 1 and "1 line that is not a record" in run.warnings[0] and "line 52" in run.warnings[0]
+    assert run.records == [records[0], {"phase": "after", "after_steps": 2, "greedy": True, "reward": 0.0}]
+    assert len(run.warnings) == 1 and "1 line that is not a record" in run.warnings[0] and "line 53" in run.warnings[0]
 
 
 # --- a LoRA checkpoint missing adapter tensors -----------------------------------------------------

@@ -166,11 +166,12 @@ def test_steps_logged_twice_keep_the_later_line_and_bad_steps_are_counted(tmp_pa
 def test_a_line_separator_inside_a_completion_does_not_split_its_record(tmp_path):
     """JSON written with ensure_ascii=False keeps U+2028 raw; only "\\n" ends a JSON line."""
     (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(0)) + "\n")
-    record = {"phase": "before", "greedy": True, "reward": 1.0, "text": "a\u2028b\x85c\u2029d"}
-    (tmp_path / "eval_completions.jsonl").write_text(json.dumps(record, ensure_ascii=False) + "\n",
-                                                     encoding="utf-8")
+    record = {"phase": "before", "greedy": True, "reward": 1.0, "completion": "a\u2028b\x85c\u2029d"}
+    after = {"phase": "after", "after_steps": 1, "greedy": True, "reward": 0.0}
+    (tmp_path / "eval_completions.jsonl").write_text(json.dumps(record, ensure_ascii=False) + "\n"
+                                                     + json.dumps(after) + "\n", encoding="utf-8")
     run = load_run(tmp_path)
-    assert run.records == [record] and not run.warnings
+    assert run.records == [{"phase": "before", "greedy": True, "reward": 1.0}, after] and not run.warnings
 
 
 @pytest.mark.faults
@@ -227,3 +228,16 @@ def test_a_folder_where_a_metrics_file_belongs_is_named_as_a_folder(tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{name}' is a directory, not the file polyrl writes" in err[0], err
     assert "FIFO" not in err[0]
+
+
+def test_the_evaluations_before_and_after_training_are_drawn_without_eval_every(tmp_path):
+    """With eval.every = 0 (the demo) the report drew no evaluation at all: the one before and the
+    one after training have no step line, only their completion records."""
+    from polyrl.report import load_run, series
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(4)))
+    records = [{"phase": "before", "after_steps": 0, "greedy": True, "reward": r, "completion": "x"} for r in (1, 0, 0, 0)]
+    records += [{"phase": "after", "after_steps": 4, "greedy": True, "reward": r, "completion": "y"} for r in (1, 1, 1, 0)]
+    (tmp_path / "eval_completions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    run = load_run(tmp_path)
+    assert series(run.lines, run.records)["eval/accuracy"] == [(0.0, 0.25), (4.0, 0.75)]

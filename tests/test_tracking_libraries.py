@@ -152,3 +152,35 @@ def test_trackio_store_holds_metrics_and_completion_tables(run):
     tables = [entry for entry in logs if "completions" in entry]
     assert [e["step"] for e in tables] == [0, 1]
     assert "_type" in json.dumps(tables[0]["completions"]) and records[0]["finish_reason"] in json.dumps(tables[0])
+
+
+def test_a_run_that_fails_finishes_its_mlflow_run_as_failed(tmp_path, tiny_model_dir):
+    """Trackers were always closed as a success: a run stopped by its reward's error showed in
+    MLflow as FINISHED (and in W&B with exit code 0), so a sweep's "finished" filter kept it."""
+    import subprocess
+    import sys
+
+    from mlflow.tracking import MlflowClient
+
+    (tmp_path / "reward.py").write_text(
+        "def boom(prompts, completions, trainer_state, **kw):\n"
+        "    if trainer_state.global_step >= 1:\n"
+        "        raise RuntimeError('the judge is down')\n"
+        "    return [1.0] * len(completions)\n")
+    out = tmp_path / "run"
+    data = {"model": {"path": tiny_model_dir}, "generation": {"group_size": 2, "max_new_tokens": 4},
+            "data": {"task": "arithmetic", "options": {"count": 8}},
+            "rewards": [{"function": f"{tmp_path / 'reward.py'}:boom"}],
+            "train": {"steps": 3, "prompts_per_step": 2, "threads": 1, "output_dir": str(out)},
+            "logging": {"report_to": ["mlflow"], "run_name": "doomed", "project": "polyrl-fail"}}
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI",)}
+    code = ("import json, sys\nfrom polyrl.config import RunConfig\nfrom polyrl.trainer import Trainer\n"
+            "Trainer(RunConfig.from_dict(json.loads(sys.argv[1]))).run(progress=False)\n")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(data)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode != 0 and "the judge is down" in done.stderr
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(tracking_uri=(out / "mlruns").resolve().as_uri())
+    (found,) = client.search_runs([client.get_experiment_by_name("polyrl-fail").experiment_id])
+    assert found.info.run_name == "doomed" and found.info.status == "FAILED"
+    assert [m.step for m in client.get_metric_history(found.info.run_id, "loss")] == [0]

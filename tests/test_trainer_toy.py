@@ -37,9 +37,12 @@ def test_reward_rises_for_every_algorithm(toy, tmp_path, algorithm):
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 40
     first = json.loads(lines[0])
-    for key in ("reward_mean", "reward_std", "loss", "grad_norm", "kl", "clip_fraction",
+    for key in ("reward_mean", "reward_std", "loss", "grad_norm", "clip_fraction",
                 "tokens_per_s", "time/generate", "time/train"):
         assert key in first, key
+    algo = RunConfig.from_dict(data).algorithm
+    # kl only where the loss has a KL term: a 0 logged without one reads as "no drift" (TRL omits it)
+    assert ("kl" in first) == (algo.beta > 0 and not algo.kl_in_reward), (algorithm, first.get("kl"))
 
 
 def test_multiple_iterations_use_old_logprobs_and_clip(toy, tmp_path):

@@ -78,7 +78,7 @@ class RunData:
 
     name: str
     lines: list[dict[str, Any]]  # one per step, the last line of each, in step order
-    records: list[dict[str, Any]]  # the eval completion records of the evaluation before training
+    records: list[dict[str, Any]]  # the evaluations before and after training, each record's scores only
     warnings: tuple[str, ...] = ()  # one sentence per kind of line left out
 
 
@@ -89,8 +89,9 @@ def _plural(n: int, word: str) -> str:
 #: The most of metrics.jsonl a report reads: about 100,000 steps of a run's ~1.3 KB lines. Every
 #: step is kept in memory (parsed, several times its size on disk), so a larger file is refused.
 MAX_METRICS_BYTES = 128 * 2**20
-#: The most of eval_completions.jsonl read: only the evaluation before training is kept from it,
-#: but reading a larger file would cost minutes for one point on the chart; it is left out instead.
+#: The most of eval_completions.jsonl read: only the scores of the evaluations before and after
+#: training are kept from it, but reading a larger file would cost minutes for two points on the
+#: chart; it is left out instead.
 MAX_COMPLETIONS_BYTES = 1024 * 2**20
 #: A longer line is counted unreadable without being held in memory whole.
 MAX_LINE_BYTES = 16 * 2**20
@@ -234,15 +235,15 @@ def load_run(run_dir: str | Path) -> RunData:
     completions = run / evaluation.COMPLETIONS_FILE
     if completions.exists() and _size(completions) > MAX_COMPLETIONS_BYTES:
         warnings.append(f"{completions}: {_mib(_size(completions))}, more than polyrl report reads "
-                        f"({_mib(MAX_COMPLETIONS_BYTES)}); the evaluation before training is left out")
+                        f"({_mib(MAX_COMPLETIONS_BYTES)}); the evaluations before and after training are left out")
     elif completions.exists():
         not_records = _Tally()
 
         def completion_line(number: int, record: Any) -> None:
             if not isinstance(record, dict):
                 not_records.add(number)
-            elif record.get("phase") == "before":  # all the chart draws of them
-                records.append(record)
+            elif record.get("phase") in ("before", "after"):  # the rest is on the step lines
+                records.append({k: record[k] for k in _SCORE_FIELDS if k in record})  # not the texts
 
         warnings += _read_jsonl(completions, completion_line)
         if not_records.count:
@@ -254,8 +255,9 @@ def load_run(run_dir: str | Path) -> RunData:
 
 def series(lines: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
     """Every numeric metric as (x, value) points. Training metrics sit at their step; an
-    evaluation on step s's line measured the weights after s + 1 updates, so it sits at s + 1, and
-    the greedy accuracy before training (from the completion records) at 0."""
+    evaluation on step s's line measured the weights after s + 1 updates, so it sits at s + 1; the
+    evaluations before and after training (recomputed from their completion records: they have no
+    step line) at 0 and at the updates taken (with ``eval.every = 0`` they are the only ones)."""
     out: dict[str, list[tuple[float, float]]] = {}
     for line in lines:
         for key, value in line.items():
@@ -264,21 +266,31 @@ def series(lines: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]]) -
                 continue
             x = line["step"] + 1 if key.startswith("eval/") else line["step"]
             out.setdefault(key, []).append((float(x), number))
-    for key, value in _before_training(records, out).items():
-        out[key].insert(0, (0.0, value))
+    steps_keys = set(out)
+    for phase in ("before", "after"):
+        scored = [r for r in records if r.get("phase") == phase and _number(r.get("reward")) is not None]
+        x = 0.0 if phase == "before" else float(max((_number(r.get("after_steps")) or 0.0) for r in scored or [{}]))
+        for key, value in _evaluation(scored, steps_keys).items():
+            out.setdefault(key, []).append((x, value))
+    for key in out:
+        if key.startswith("eval/"):
+            out[key].sort(key=lambda point: point[0])
     return out
 
 
-def _before_training(records: Sequence[dict[str, Any]], keys: Collection[str]) -> dict[str, float]:
-    """The evaluation before training, recomputed from its completion records (it has no step
-    line): greedy accuracy, sampled reward mean and pass@k, for the eval keys the steps have."""
-    before = [r for r in records if r.get("phase") == "before" and _number(r.get("reward")) is not None]
-    greedy = [r["reward"] for r in before if r.get("greedy")]
-    sampled = [r for r in before if not r.get("greedy")]
+#: What the report keeps of an eval completion record.
+_SCORE_FIELDS = ("phase", "after_steps", "greedy", "reward", "correct", "prompt_index")
+
+
+def _evaluation(scored: Sequence[dict[str, Any]], keys: Collection[str]) -> dict[str, float]:
+    """One evaluation recomputed from its completion records: greedy accuracy and sampled reward
+    mean, and pass@k for the k the step lines log."""
+    greedy = [r["reward"] for r in scored if r.get("greedy")]
+    sampled = [r for r in scored if not r.get("greedy")]
     out: dict[str, float] = {}
-    if greedy and "eval/accuracy" in keys:
+    if greedy:
         out["eval/accuracy"] = sum(greedy) / len(greedy)
-    if sampled and "eval/sampled_reward_mean" in keys:
+    if sampled:
         out["eval/sampled_reward_mean"] = sum(r["reward"] for r in sampled) / len(sampled)
     per_prompt: dict[Any, list[bool]] = {}
     for r in sampled:

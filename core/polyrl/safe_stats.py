@@ -26,16 +26,20 @@ def power_of_two_scale(values: np.ndarray) -> float:
 
 
 def mean_std(values: np.ndarray) -> tuple[float, float]:
-    """Mean and population standard deviation of ``values``' non-NaN entries (NaN, NaN when there
-    are none). A mean and a spread of values within ``[-M, M]`` are at most ``M``, so scaling
-    back cannot overflow."""
+    """Mean and sample standard deviation (Bessel's ``ddof=1``, as TRL's logged ``reward_std``
+    and ``rewards/<f>/std`` and the group advantages use; 0 for one value) of ``values``' non-NaN
+    entries (NaN, NaN when there are none). The mean of values within ``[-M, M]`` is at most
+    ``M``; their spread can pass float64's largest value only for values near it, and is then
+    inf, without an overflow warning."""
     x = np.asarray(values, dtype=np.float64)
     x = x[~np.isnan(x)]
     if not x.size:
         return float("nan"), float("nan")
+    ddof = 1 if x.size > 1 else 0
     if not np.isfinite(x).all():
         with np.errstate(invalid="ignore"):
-            return float(x.mean()), float(x.std())
+            return float(x.mean()), float(x.std(ddof=ddof))
     scale = power_of_two_scale(x)
     scaled = x * scale
-    return float(scaled.mean() / scale), float(scaled.std() / scale)
+    with np.errstate(over="ignore"):
+        return float(scaled.mean() / scale), float(np.float64(scaled.std(ddof=ddof)) / np.float64(scale))

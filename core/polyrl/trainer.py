@@ -566,6 +566,8 @@ class Trainer:
                     break
             times["train"] = time.perf_counter() - t0
             metrics.update(step_metrics.as_dict())
+            if not kl_in_loss:  # no reference in the loss: a backend's kl is 0, read as "no drift" (TRL omits it)
+                metrics.pop("kl", None)
             metrics.update(clip_region_metrics(metrics))
         if metrics.get("skipped"):
             self.engines.generator_version = self.step + 1  # the weights did not change
@@ -1038,11 +1040,13 @@ class Trainer:
         elif not self._resumed and self.step == 0:
             self._start_over()
         summary: dict[str, Any] = {"output_dir": str(self.output_dir)}
+        failed = True  # until the run returns: an error finishes the trackers' runs as failed
         try:
             self.tracking.open()
             self._run(summary, progress)
+            failed = False
         finally:
-            self.tracking.close()
+            self.tracking.close(failed=failed)
             self.rollouts.close()  # a rollout sampled ahead finishes first (or was checkpointed)
             self.lock.release()
         summary["steps"] = self.step

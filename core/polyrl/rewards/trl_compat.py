@@ -158,9 +158,9 @@ TRL_METRIC_NAMES = {"reward_mean": "reward", "completion_len_mean": "completions
 
 def with_trl_names(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """One step's metrics for ``trainer_state.log_history``: polyrl's names plus TRL's for the same
-    values (``reward``, ``rewards/<function>/mean``, ``learning_rate``...). Why: a curriculum
-    written for TRL reads ``log_history[-1]["reward"]``, which polyrl logs as ``reward_mean``. Stds
-    keep polyrl's names only: TRL's are Bessel-corrected, polyrl's are not."""
+    values (``reward``, ``rewards/<function>/mean`` and ``/std``, ``learning_rate``...). Why: a
+    curriculum written for TRL reads ``log_history[-1]["reward"]``, which polyrl logs as
+    ``reward_mean``. Stds are Bessel-corrected on both sides (``safe_stats.mean_std``)."""
     from polyrl.rewards.combine import CORE_METRICS  # here: combine imports this module's users
 
     out = dict(metrics)
@@ -168,7 +168,7 @@ def with_trl_names(metrics: Mapping[str, Any]) -> dict[str, Any]:
         name = TRL_METRIC_NAMES.get(key)
         if name is None and key.startswith("reward/") and key.count("/") == 2:
             metric = key.rsplit("/", 1)[1]
-            if metric == "mean":
+            if metric in ("mean", "std"):
                 name = "rewards/" + key[len("reward/"):]
             elif metric not in CORE_METRICS:  # polyrl's own per-reward stats are not; a log_metric(name, value) is
                 name = metric

@@ -95,3 +95,6 @@ class MlflowTracker:
 
     def close(self) -> None:
         self.client.set_terminated(self.run_id)
+
+    def close_failed(self) -> None:
+        self.client.set_terminated(self.run_id, status="FAILED")

@@ -231,10 +231,11 @@ class RunTracking:
         else:
             self._threads.pop(name).close()
 
-    def _close_one(self, name: str, tracker: Tracker) -> None:
+    def _close_one(self, name: str, tracker: Tracker, failed: bool = False) -> None:
         thread = self._threads.pop(name)
-        try:
-            thread.call_blocking(lambda: tracker.close(), self.timeout_s)  # inside: a missing close is its error
+        finish = getattr(tracker, "close_failed", None) if failed else None
+        try:  # inside the call: a missing close is the tracker's error
+            thread.call_blocking(finish if callable(finish) else (lambda: tracker.close()), self.timeout_s)
         except CallRaised as exc:
             log.warning(f"tracker {name!r} failed to close", error=describe(exc.cause))
         except CallTimedOut:
@@ -243,10 +244,12 @@ class RunTracking:
         finally:
             thread.close()
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """Finish every tracker's run; ``failed``: the training run ended with an error, so a
+        tracker that can say so (``close_failed``) finishes its run as failed."""
         while self.trackers:
             name, tracker = self.trackers.popitem()
-            self._close_one(name, tracker)
+            self._close_one(name, tracker, failed)
 
 
 def for_run(config: Any, registry: Any, rank: int) -> RunTracking:

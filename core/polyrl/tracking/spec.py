@@ -37,6 +37,10 @@ class Tracker(Protocol):
     def close(self) -> None:
         """Flush and finish the run."""
 
+    # Optional: ``close_failed(self) -> None``, called instead of ``close`` when the training run
+    # ends with an error, to finish the tracker's run as failed (MLflow FAILED, W&B exit code 1);
+    # without it a crashed run shows as a clean finish.
+
 
 #: What every object a tracker's ``create`` returns must have.
 TRACKER_METHODS = ("log_metrics", "log_completions", "close")

@@ -33,3 +33,6 @@ class WandbTracker:
 
     def close(self) -> None:
         self.run.finish()
+
+    def close_failed(self) -> None:
+        self.run.finish(exit_code=1)
