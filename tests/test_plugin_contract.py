@@ -212,3 +212,34 @@ def test_a_tracker_factory_returning_nothing_is_one_error_at_start(site, tmp_pat
     assert ("tracker 'forgetful' (polyrl-forgetful): its create returned a NoneType without log_metrics, "
             "log_completions, close") in str(info.value)
     assert tracking.trackers == {}
+
+
+def test_a_probe_or_register_hook_that_hangs_costs_its_plugin_not_the_command(site, monkeypatch, capsys):
+    """No limit guarded discovery: a probe asking a hung driver kept ``polyrl backends`` waiting
+    forever, and a register hook that blocked hung every command, ``train`` included."""
+    import time
+
+    from polyrl.plugin_calls import LIMIT_ENV
+
+    monkeypatch.setenv(LIMIT_ENV, "1")
+    (site / "contract_hangs.py").write_text(
+        "import threading\n"
+        "from polyrl.hookspecs import hookimpl\n"
+        "from polyrl.types import BackendSpec, RewardSpec\n"
+        "_forever = threading.Event()\n"
+        "@hookimpl\n"
+        "def polyrl_register_backends(register):\n"
+        "    register(BackendSpec(name='hangs', load=lambda config: None, probe=lambda: _forever.wait()))\n"
+        "@hookimpl\n"
+        "def polyrl_register_rewards(register):\n"
+        "    _forever.wait()\n")
+    write_dist(site, "polyrl-hangs", "1.0", {"polyrl.backends": {"hangs": "contract_hangs"}})
+    start = time.monotonic()
+    code, out, err = cli(["backends", "--json"], capsys, monkeypatch)
+    assert code == 0 and time.monotonic() - start < 30
+    data = json.loads(out)
+    hangs = {b["name"]: b for b in data["backends"]}["hangs"]
+    assert not hangs["available"] and "did not return within 1 s" in hangs["reason"]
+    stuck = [e for e in data["load_errors"] if e["group"] == "polyrl_register_rewards" and e["distribution"] == "polyrl-hangs"]
+    assert len(stuck) == 1 and "PluginCallTimedOut" in stuck[0]["error"] and LIMIT_ENV in stuck[0]["error"]
+    assert "torch" in {b["name"] for b in data["backends"]}  # the others answered

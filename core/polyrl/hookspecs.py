@@ -171,6 +171,9 @@ def polyrl_register_backends(register: Callable[[BackendSpec], None]) -> None:
 
     Called once when the registry loads. Keep it cheap: no model loading, no heavy imports;
     availability is answered by ``BackendSpec.probe`` (return a reason string when unusable).
+    A plugin's import, its register hooks and its probes each run under a time limit
+    (``POLYRL_PLUGIN_TIMEOUT_S``, default 120 s, ``polyrl.plugin_calls``): past it the plugin is
+    listed as not loaded or unusable, and every command goes on without it.
     """
 
 

@@ -28,6 +28,7 @@ import attrs
 import pluggy
 
 from polyrl import hookspecs
+from polyrl.plugin_calls import call_limited
 from polyrl.plugin_requirements import unmet_core_requirement
 
 ENTRY_POINT_GROUPS = ("polyrl.backends", "polyrl.rewards", "polyrl.trackers", "polyrl.environments")
@@ -128,7 +129,7 @@ class PolyrlPluginManager(pluggy.PluginManager):
                                                             error=conflict))
                     continue
                 try:
-                    plugin = ep.load()
+                    plugin = call_limited(ep.load, f"importing plugin {ep.name!r} ({dist or group})")
                     if self.is_registered(plugin):  # one module listed under two groups: its hooks are in
                         continue
                     self.register(plugin, name=key)

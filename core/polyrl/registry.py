@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import threading
 import traceback
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from polyrl import hub
 from polyrl.agents.spec import EnvironmentSpec, EnvironmentStatus, ToolSpec, probe_status
 from polyrl.errors import BackendUnavailable, ConfigError, PluginError, PolyrlError
 from polyrl.folder_links import refuse_outside_links
+from polyrl.plugin_calls import call_limited, probe_reason
 from polyrl.plugins import FIRST_PARTY_DISTRIBUTIONS, PluginLoadError, PolyrlPluginManager, get_plugin_manager
 from polyrl.tracking.spec import TrackerSpec, TrackerStatus
 from polyrl.types import BackendSpec, EngineConfig, RewardSpec
@@ -63,6 +65,7 @@ class Registry:
         self._conflicts: dict[str, list[str]] = {}
         self._reward_owners: dict[str, list[Any]] = {}
         self._reward_claims: dict[str, list[str]] = {}  # reward name -> distributions registering it
+        self._hung_probes: dict[str, str] = {}  # backend name -> why its probe is not asked again
         self.hook_errors: list[PluginLoadError] = []
         self._collect()
         for name, dists in self._conflicts.items():
@@ -102,8 +105,12 @@ class Registry:
             for impl in caller.get_hookimpls():
                 dist = self.pm.distribution_of(impl.plugin)
 
+                listening = [True]  # a register hook past its time limit registers nothing later
+
                 def register(spec: Any, _dist: str = dist, _sink=sink, _kind=kind,
-                             _plugin: Any = impl.plugin) -> None:
+                             _plugin: Any = impl.plugin, _listening: list[bool] = listening) -> None:
+                    if not _listening[0]:
+                        return
                     if not isinstance(spec, _kind):
                         raise PluginError(
                             f"{_dist or 'a plugin'} registered {type(spec).__name__}, "
@@ -127,8 +134,8 @@ class Registry:
                         self._owners[spec.name] = _plugin
 
                 try:
-                    impl.function(register=register)
-                except Exception as exc:  # noqa: BLE001
+                    call_limited(partial(impl.function, register=register), f"{impl.plugin_name}'s {hook_name}")
+                except Exception as exc:  # noqa: BLE001 - a timeout too (PluginCallTimedOut)
                     self.hook_errors.append(
                         PluginLoadError(
                             name=impl.plugin_name,
@@ -138,6 +145,8 @@ class Registry:
                             traceback=traceback.format_exc(),
                         )
                     )
+                finally:
+                    listening[0] = False
 
     def _claim_reward(self, spec: RewardSpec, plugin: Any) -> None:
         """Who registered reward ``spec.name``, in order (the last one scores; ``RewardComputer``
@@ -200,10 +209,7 @@ class Registry:
         out = []
         for name in sorted(self._trackers):
             spec = self._trackers[name]
-            try:
-                reason = spec.probe()
-            except Exception as exc:  # noqa: BLE001 - a probe that raises means "unusable"
-                reason = f"probe raised {type(exc).__name__}: {exc}"
+            reason = probe_reason(spec.probe, f"tracker {name!r}")
             out.append(TrackerStatus(name=name, available=reason is None, reason=reason, summary=spec.summary,
                                      install_hint=spec.install_hint, distribution=spec.distribution))
         return out
@@ -241,11 +247,12 @@ class Registry:
         spec = self.spec(name)
         if name in self._conflicts:
             reason: str | None = self._conflict_text(name)
+        elif name in self._hung_probes:  # asked once: a hang is not waited for again
+            reason = self._hung_probes[name]
         else:
-            try:
-                reason = spec.probe()
-            except Exception as exc:  # noqa: BLE001 - a probe that raises means "unusable"
-                reason = f"probe raised {type(exc).__name__}: {exc}"
+            reason = probe_reason(spec.probe, f"backend {name!r}")
+            if reason is not None and reason.startswith("the probe of"):
+                self._hung_probes[name] = reason
         return BackendStatus(
             name=spec.name,
             available=reason is None,

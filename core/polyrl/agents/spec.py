@@ -111,10 +111,9 @@ class EnvironmentStatus:
 
 def probe_status(kind: str, spec: EnvironmentSpec | ToolSpec) -> EnvironmentStatus:
     """Ask ``spec.probe``; a probe that raises means "unusable", with what it raised."""
-    try:
-        reason = spec.probe()
-    except Exception as exc:  # noqa: BLE001 - a broken probe must not break the listing
-        reason = f"probe raised {type(exc).__name__}: {exc}"
+    from polyrl.plugin_calls import probe_reason
+
+    reason = probe_reason(spec.probe, f"{kind} {spec.name!r}")
     return EnvironmentStatus(kind=kind, name=spec.name, available=reason is None, reason=reason,
                              summary=spec.summary, install_hint=spec.install_hint,
                              distribution=spec.distribution)

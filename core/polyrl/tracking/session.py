@@ -28,6 +28,7 @@ import numpy as np
 from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
+from polyrl.plugin_calls import probe_reason
 from polyrl.redact import MASK, Redactor
 from polyrl.strict_json import valid_text
 from polyrl.tracking import completions as clog
@@ -74,10 +75,7 @@ def resolve_specs(registry: Any, names: Sequence[str]) -> list[TrackerSpec]:
                 fix = (f"TRL's report_to = {name!r} is polyrl's " + ("report_to = [] (metrics.jsonl only)"
                        if name == "none" else f"list of the trackers wanted, e.g. report_to = [{known.split(', ')[0]!r}]"))
             raise ConfigError(f"unknown tracker {name!r} (known: {known})", field="logging.report_to", fix=fix)
-        try:
-            reason = spec.probe()
-        except Exception as exc:  # noqa: BLE001 - a probe that raises means "unusable"
-            reason = f"its probe raised {type(exc).__name__}: {exc}"
+        reason = probe_reason(spec.probe, f"tracker {name!r}")
         if reason is not None:
             raise ConfigError(f"tracker {name!r} cannot run here: {reason}", field="logging.report_to",
                               fix=spec.install_hint or f"remove {name!r} from report_to")

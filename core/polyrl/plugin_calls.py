@@ -1,0 +1,66 @@
+"""A plugin's discovery calls (its import, its register hooks, its probes) under a time limit.
+
+Why: they run before anything else in every command. A probe asking a hung driver, or a module
+that waits on the network at import, made ``polyrl backends`` (and ``polyrl train``) wait forever
+without a word, while rewards, trackers and tools all run under limits. Each call runs on a
+daemon thread; past the limit the command goes on and the plugin is reported as unusable or not
+loaded, naming what it did not finish. The thread is abandoned (Python cannot stop it), which is
+why the limit is generous: a slow first import of a large library is not a hang.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+#: Seconds one discovery call may take; ``POLYRL_PLUGIN_TIMEOUT_S`` overrides it.
+DEFAULT_LIMIT_S = 120.0
+LIMIT_ENV = "POLYRL_PLUGIN_TIMEOUT_S"
+
+
+class PluginCallTimedOut(Exception):
+    """A plugin's import, register hook or probe did not return within the limit."""
+
+
+def limit_s() -> float:
+    """The limit in seconds (the environment's, when it is a number > 0)."""
+    try:
+        value = float(os.environ.get(LIMIT_ENV, ""))
+    except ValueError:
+        return DEFAULT_LIMIT_S
+    return value if value > 0 else DEFAULT_LIMIT_S
+
+
+def call_limited(fn: Callable[[], Any], what: str) -> Any:
+    """``fn()`` on a daemon thread: its result, what it raised (``SystemExit`` included), or
+    PluginCallTimedOut naming ``what`` past the limit."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            box["error"] = exc
+
+    limit = limit_s()
+    thread = threading.Thread(target=run, name=f"polyrl-plugin-call: {what}", daemon=True)
+    thread.start()
+    thread.join(limit)
+    if thread.is_alive():
+        raise PluginCallTimedOut(f"{what} did not return within {limit:g} s (a hang? {LIMIT_ENV} sets the limit)")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def probe_reason(probe: Callable[[], str | None], what: str) -> str | None:
+    """What a spec's ``probe`` says (None: usable here); a probe that raises or hangs means
+    "unusable", with what it raised or that it did not answer."""
+    try:
+        return call_limited(probe, f"the probe of {what}")
+    except PluginCallTimedOut as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - a broken probe must not break the listing
+        return f"probe raised {type(exc).__name__}: {exc}"
