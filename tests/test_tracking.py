@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from crash_util import signal_when_reached
 from toy_dist import write_dist
 
@@ -726,3 +728,25 @@ def test_trls_report_to_spellings_name_polyrls(name, fix):
     with pytest.raises(ConfigError) as info:
         resolve_specs(get_registry(), [name])
     assert info.value.field == "logging.report_to" and f"TRL's report_to = {name!r} is {fix}" in str(info.value)
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=40))
+def test_tensorboards_text_tab_shows_completions_as_written(text):
+    """TensorBoard renders the completions table as Markdown: ``2*3*4`` showed as 2<em>3</em>4 and
+    ``**24**`` in bold, so a format reward's markup could not be checked there. Rendered with
+    TensorBoard's own ``markdown_to_safe_html``, each cell reads back as the text."""
+    import html
+    import re
+
+    pytest.importorskip("tensorboard")
+    from tensorboard import plugin_util
+
+    from polyrl.tracking.completions import markdown_table
+
+    for sample in (text, "What is 2*3*4? **24** `x` _i_ [a](b) # h 1. x > y \\ {k} !z"):
+        record = {"step": 0, "prompt": "p", "completion": sample, "rewards": {}, "reward": 1.0, "advantage": 0.0,
+                  "finish_reason": "stop"}
+        rendered = plugin_util.markdown_to_safe_html(markdown_table([record]))
+        cells = re.findall(r"<td>(.*?)</td>", rendered, flags=re.S)
+        assert html.unescape(cells[2]) == sample.strip(), rendered

@@ -11,6 +11,8 @@ protobufs, JSON) cannot carry a lone surrogate.
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -118,11 +120,17 @@ def cell(value: Any) -> Any:
     return value
 
 
+#: Characters Markdown would read as formatting, shown as written with a backslash before each.
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|>])")
+
+
 def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
-    """The records as a Markdown table (TensorBoard's Text dashboard renders it)."""
+    """The records as a Markdown table (TensorBoard's Text dashboard renders it), every character
+    of the texts shown as written: ``2*3*4`` rendered as 2<em>3</em>4 and ``**24**`` in bold, so a
+    format reward's markup could not be checked there."""
     def escape(value: Any) -> str:
         text = "" if value is None else str(cell(value))
-        return text.replace("|", "\\|").replace("\n", "<br>")
+        return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text).replace("\n", "<br>")
 
     head = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
     return head + "".join("| " + " | ".join(escape(r[c]) for c in COLUMNS) + " |\n" for r in records)
