@@ -193,6 +193,10 @@ def test_a_failing_reward_stops_the_run_with_one_error_and_a_resumable_checkpoin
     assert "Traceback" not in proc.stderr
     expected = {"os_exit": "os._exit(0)", "sys_exit": "SystemExit(0)", "stuck": "did not answer within 3 s"}
     assert expected[failure] in errors[0]
+    # the line after it: where the run goes on from, and the command (only a stop said so before)
+    after = proc.stderr.splitlines()[proc.stderr.splitlines().index(errors[0]) + 1]
+    assert after == (f"the run's newest checkpoint is {out / 'checkpoints' / 'step-00000002'}; once the cause is "
+                     f"fixed, continue with: polyrl train {config} --resume"), proc.stderr[-2000:]
     # checkpoint_every = 0: the only checkpoint is the state before the failed step, written on failure
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000002"]
     assert (out / "checkpoints" / "step-00000002" / "COMPLETE").exists()

@@ -275,7 +275,11 @@ def cmd_train(args: argparse.Namespace) -> int:
                 print(f"no complete checkpoint found in {where}"
                       f"{'' if existed else ' (the folder did not exist)'}; starting from step 0. "
                       "If a run should be there, check train.output_dir / --output-dir", file=sys.stderr)
-        summary = trainer.run(progress=not args.no_progress)
+        try:
+            summary = trainer.run(progress=not args.no_progress)
+        except PolyrlError as exc:  # after the error line: where the run can go on from, as on a stop
+            exc.resume_note = _resume_note(trainer, args)  # type: ignore[attr-defined]
+            raise
     summary.pop("history", None)
     if trainer.rank != 0:  # under a launcher every rank returns the same summary: print it once
         return 0
@@ -289,6 +293,22 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"stopped on request after step {summary['steps']}; checkpoint {summary['checkpoint']}. "
               f"Continue with: {resume_command(args)}", file=sys.stderr)
     return 0
+
+
+def _resume_note(trainer: Any, args: argparse.Namespace) -> str | None:
+    """The line after a failed run's error: its newest checkpoint and the command that continues
+    from it (a reward failure checkpoints the state before its step; only a stop said so before)."""
+    from polyrl.checkpoint import latest_checkpoint
+
+    if getattr(trainer, "rank", 0) != 0 or not (trainer._resumed or trainer._saved_step is not None):
+        return None  # this run saved nothing: checkpoints there are an earlier run's
+    try:
+        newest = latest_checkpoint(trainer.checkpoint_root)
+    except OSError:
+        return None
+    if newest is None:
+        return None
+    return f"the run's newest checkpoint is {newest}; once the cause is fixed, continue with: {resume_command(args)}"
 
 
 def resume_command(args: argparse.Namespace, resume: bool = True) -> str:
@@ -524,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         # one write, newline included: ranks under torchrun share stderr, and print's separate
         # newline write let two ranks' lines run together
-        sys.stderr.write(f"error: {line}\n")
+        note = getattr(exc, "resume_note", None)
+        sys.stderr.write(f"error: {line}\n" + (f"{note}\n" if note else ""))
         sys.stderr.flush()
         return 2
     except KeyboardInterrupt:  # Ctrl-C before a command's own handler is in place (imports, a model load)

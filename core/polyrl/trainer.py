@@ -1040,6 +1040,8 @@ class Trainer:
         elif not self._resumed and self.step == 0:
             self._start_over()
         summary: dict[str, Any] = {"output_dir": str(self.output_dir)}
+        if self.rank == 0:
+            self._say_where()
         failed = True  # until the run returns: an error finishes the trackers' runs as failed
         try:
             self.tracking.open()
@@ -1052,6 +1054,17 @@ class Trainer:
         summary["steps"] = self.step
         summary["history"] = self.history
         return summary
+
+    def _say_where(self) -> None:
+        """One line at the start: where this run writes and how often it checkpoints (nothing said
+        where metrics, trackers and checkpoints go, or that with checkpoint_every = 0 a kill before
+        the end loses every step)."""
+        c = self.config.train
+        every = (f"every {c.checkpoint_every} steps" if c.checkpoint_every
+                 else "only at the end (train.checkpoint_every = 0: a kill before then loses the run)")
+        log.info("run", output_dir=str(self.output_dir), from_step=self.step, steps=c.steps,
+                 checkpoints=f"{self.checkpoint_root} {every}",
+                 trackers=", ".join(self.config.logging.report_to) or "none (metrics.jsonl only)")
 
     def _evaluate_before(self, summary: dict[str, Any]) -> bool:
         """The evaluation before training, under the same stop handling as the steps (SIGTERM there
