@@ -494,3 +494,27 @@ def test_a_fresh_start_sets_the_earlier_runs_tensorboard_files_aside_with_the_re
     [aside] = (tmp_path / "run" / "previous").iterdir()
     assert scalars(tmp_path / "run" / "tensorboard") == [0]
     assert scalars(aside / "tensorboard") == [0, 1] and (aside / "checkpoints").is_dir()
+
+
+def test_a_model_folder_changed_in_place_since_the_checkpoint_is_refused_at_resume(toy, tmp_path):
+    """The dataset had a fingerprint at resume, the model folder not: one rebuilt at the same path
+    (another seed, another tokenizer) became the resumed run's KL reference without a word."""
+    model = tmp_path / "model-folder"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "toy"}')
+    (model / "weights.bin").write_bytes(bytes(range(256)) * 64)
+    config = toy_config(tmp_path, steps=2, checkpoint_every=1)
+    config = attrs.evolve(config, model=attrs.evolve(config.model, path=str(model)))
+    Trainer(config).run(progress=False)
+    (model / "weights.bin").write_bytes(bytes(reversed(range(256))) * 64)  # same size, other weights
+    longer = attrs.evolve(config, train=attrs.evolve(config.train, steps=3))
+    with pytest.raises(ConfigError, match=r"the files of model.path changed since .*step-00000002 was "
+                                          r"written .*Fix: restore the folder as it was, or continue from the "
+                                          r"weights with --resume-weights-only") as info:
+        Trainer(longer).resume()
+    assert info.value.field == "model.path"
+    trainer = Trainer(longer)
+    assert trainer.resume(weights_only=True)  # asked for: a warning, and it goes on
+    assert trainer.run(progress=False)["steps"] == 3
+    # that run's checkpoints hold the folder as it is now: they resume without a word
+    assert Trainer(attrs.evolve(config, train=attrs.evolve(config.train, steps=4))).resume()

@@ -220,6 +220,7 @@ class Trainer:
         self.kl_coef = float(config.algorithm.beta)  # kl_in_reward's coefficient (kl_ctrl adapts it)
         self.rollouts = RolloutAhead(self._generate)
         self._saved_step: int | None = None  # the step of the last checkpoint this run wrote
+        self._model_prints: dict[str, str] | None = None  # _model_files, once computed
         #: keep_previous_runs = 0 on a fresh start: previous/ is emptied once this run saves a trained
         #: checkpoint (so a start that fails costs nothing); ``_set_aside``: the run moved there then
         self._prune_pending = False
@@ -730,6 +731,7 @@ class Trainer:
             "pending_rollout": pending.as_state() if pending else None,
             "kl_coef": self.kl_coef,
             "reward_code": self._reward_codes,  # a resume says when the functions' code changed
+            "model_files": self._model_files(),  # and when the model folders were changed in place
         }
 
     def _agree_to_start(self) -> None:
@@ -851,6 +853,39 @@ class Trainer:
                         fix=f"raise train.steps above {self.step} to train further, e.g. --steps {self.step + 10}")
         return True
 
+    def _model_files(self) -> dict[str, str]:
+        """The model folders' files as found here (``rank_fingerprint.model_files``), by the config
+        field naming each; computed once a run."""
+        if self.__dict__.get("_model_prints") is None:  # a resume checks before _load sets it
+            c = self.config.model
+            prints = {"model.path": model_files(self.registry.resolve_model(c.path))}
+            if c.reference_path:
+                prints["model.reference_path"] = model_files(
+                    self.registry.resolve_model(c.reference_path, field="model.reference_path"))
+            self._model_prints = prints
+        return self.__dict__["_model_prints"]
+
+    def _check_model_files(self, state: Mapping[str, Any], found: Path, weights_only: bool) -> None:
+        """A model folder rebuilt or edited in place since the checkpoint (same path, other files)
+        gave the resumed run another KL reference or tokenizer without a word; the dataset was
+        already checked so. A checkpoint from before this field has nothing to compare."""
+        saved = state.get("model_files")
+        if not isinstance(saved, dict):
+            return
+        now = self._model_files()
+        changed = [field for field, value in saved.items() if field in now and now[field] != value]
+        if not changed:
+            return
+        if weights_only:
+            log.warning("model files changed since the checkpoint", fields=changed, path=str(found))
+            return
+        raise ConfigError(
+            f"the files of {' and '.join(changed)} changed since {found} was written (same path, other contents), "
+            "so the resumed steps would use another reference model or tokenizer than the checkpointed run's",
+            field=changed[0],
+            fix="restore the folder as it was, or continue from the weights with --resume-weights-only, or train "
+                "into a new output_dir")
+
     def _check_reward_code(self, state: Mapping[str, Any], found: Path, weights_only: bool) -> None:
         """A ``[[rewards]]`` function whose file or code differs from the one the checkpoint's run
         loaded (same path, edited) scores the resumed steps differently: never silent. A checkpoint
@@ -895,6 +930,7 @@ class Trainer:
         check_backend_files(self.registry, self.config, point, weights_only)  # before any model loads
         if point is not None:
             self._check_reward_code(point[1], point[0], weights_only)
+            self._check_model_files(point[1], point[0], weights_only)
         return point
 
     def _start_over(self) -> None:
