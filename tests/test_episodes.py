@@ -296,6 +296,42 @@ def test_tool_calls_on_the_last_allowed_turn_are_not_run():
     assert all(c.info["tool_calls"] == 1 and [m["role"] for m in c.messages] == ["assistant"] for c in out)
 
 
+class CallsMany(ScriptedModel):
+    """Writes twelve calls in its first turn, then answers."""
+
+    def reply(self, text):
+        if "<|im_start|>tool\n" not in text:
+            return "".join(f'<tool_call>{{"name": "calc", "arguments": {{"a": {k}, "b": 2}}}}</tool_call>'
+                           for k in range(12)), "stop"
+        return "done.", "stop"
+
+
+def test_tool_calls_past_the_per_turn_cap_are_answered_not_run():
+    """No cap held: a policy writing dozens of calls in one turn had every one run (their time,
+    their side effects). The first max_tool_calls_per_turn run; each other gets an error result."""
+    ran = []
+
+    def calc(a: int, b: int) -> str:
+        """Multiply two numbers.
+
+        Args:
+            a: the first factor
+            b: the second factor
+        """
+        ran.append(a)
+        return str(a * b)
+
+    limits = EpisodeLimits(max_turns=2, max_episode_tokens=3000, max_tool_calls_per_turn=3)
+    out = runner(CallsMany(), box=ToolBox([calc], timeout_s=5, max_concurrency=2), limits=limits).run(
+        ROWS[:1], SamplingParams(max_new_tokens=1200, n=1))
+    assert sorted(ran) == [0, 1, 2]
+    tools = [m for m in out[0].messages if m["role"] == "tool"]
+    assert [m["content"] for m in tools[:3]] == ["0", "2", "4"] and len(tools) == 12
+    assert all(m["content"].startswith("error: not run: this turn asked for 12 tool calls, more than the 3 run per "
+                                       "turn (environment.max_tool_calls_per_turn)") for m in tools[3:])
+    assert out[0].info["tool_calls"] == 12 and out[0].info["tool_errors"] == 9
+
+
 def test_rewards_get_a_text_prompts_episode_as_the_chat_it_was():
     """An episode is a chat even when its dataset prompt is text (it is asked as a user message):
     rewards got only the last turn's text and the prompt string, so a reward reading the tool

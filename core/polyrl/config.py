@@ -285,6 +285,9 @@ class EnvironmentSection:
     tool_timeout_s: float = 10.0  # per tool call; a call past it becomes an error the model reads
     env_timeout_s: float = 60.0  # per call of the environment (create, reset, step); past it the episode ends
     max_concurrent_tools: int = 8  # tool calls running at once across the step's episodes
+    #: tool calls run per assistant turn; the rest are answered "not run" (a policy writing dozens
+    #: of calls in one turn cost their time and side effects)
+    max_tool_calls_per_turn: int = 8
     tool_format: str = "auto"  # how tool calls are written: auto, hermes, llama3, mistral
     options: dict[str, Any] = attrs.field(factory=dict)  # handed to the environment's create()
 

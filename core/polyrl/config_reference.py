@@ -188,6 +188,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "tool_timeout_s": "seconds per tool call; a call past it becomes an error message the model reads",
         "env_timeout_s": "seconds per call of the environment's code (create, reset, step); a call past it ends that episode as an environment error",
         "max_concurrent_tools": "tool calls running at once across the step's episodes",
+        "max_tool_calls_per_turn": "tool calls run per assistant turn; the others are answered "
+                                   "\"not run\" (an error the model reads)",
         "tool_format": "how tool calls are parsed: `auto`, `hermes` (`<tool_call>{...}</tool_call>`), `llama3`, `mistral`, `phi4`, `json` (a call object opening the reply; for templates without a tool format, e.g. SmolLM2)",
         "options": "table handed to the environment's `create(options)`",
     },

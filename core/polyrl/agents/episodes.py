@@ -87,6 +87,8 @@ class EpisodeLimits:
     #: ``model.max_length``: the first prompt and the episode's tokens together stay within it (an
     #: environment writes its own first messages and observations, so no startup check sees them)
     max_length: int | None = None
+    #: tool calls run per assistant turn; those past it are answered with an error, not run
+    max_tool_calls_per_turn: int = 8
 
     def cap(self, prompt_tokens: int) -> int:
         """The most tokens an episode whose first prompt has ``prompt_tokens`` may hold after it."""
@@ -329,7 +331,11 @@ class EpisodeRunner:
             if ep.turns >= self.limits.max_turns:  # no turn left to read their results: not run (their
                 ep.done = True                     # time and side effects would be for nothing)
                 return
-            results = await ep.toolbox.run(calls) if calls and ep.toolbox is not None else []
+            cap = self.limits.max_tool_calls_per_turn
+            results = await ep.toolbox.run(calls[:cap]) if calls and ep.toolbox is not None else []
+            results += [error_message(f"not run: this turn asked for {len(calls)} tool calls, more than the "
+                                      f"{cap} run per turn (environment.max_tool_calls_per_turn)",
+                                      name=call.name, call_id=call.id) for call in calls[cap:]]
             ep.tool_errors += sum(1 for r in results if str(r.get("content", "")).startswith("error:"))
             new = [*results, *(error_message(e) for e in errors)]
         elif ep.env is not None and ep.worker is not None:

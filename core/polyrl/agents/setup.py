@@ -128,6 +128,7 @@ def build_runner(config: RunConfig, plan: EnvironmentPlan, gen_engine: Engine, t
     parse = functools.partial(parse_tool_calls, fmt=env.tool_format)
     return EpisodeRunner(gen_engine.generate, _chat_encoder([gen_engine, train_engine]),
                          EpisodeLimits(max_turns=env.max_turns, max_episode_tokens=env.max_episode_tokens,
+                                       max_tool_calls_per_turn=env.max_tool_calls_per_turn,
                                        max_length=config.model.max_length),
                          make_environment=plan.make_environment, toolbox=plan.toolbox, parse=parse,
                          prompt_column=config.data.prompt_column,
