@@ -184,3 +184,27 @@ def test_a_run_that_fails_finishes_its_mlflow_run_as_failed(tmp_path, tiny_model
     (found,) = client.search_runs([client.get_experiment_by_name("polyrl-fail").experiment_id])
     assert found.info.run_name == "doomed" and found.info.status == "FAILED"
     assert [m.step for m in client.get_metric_history(found.info.run_id, "loss")] == [0]
+
+
+def test_a_resumed_run_is_a_tracker_run_named_apart(toy, tmp_path):
+    """A --resume opened a second MLflow (W&B, trackio) run under the same name as the one it
+    continues, so the crashed and the resumed branch could not be told apart in the run list."""
+    import attrs
+    from mlflow.tracking import MlflowClient
+
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    config = RunConfig.from_dict({
+        "model": {"path": "toy-model"}, "backends": {"train": "toy"}, "generation": {"group_size": 2},
+        "data": {"task": "arithmetic", "options": {"count": 16}}, "rewards": [{"name": "toy_sevens"}],
+        "train": {"steps": 2, "prompts_per_step": 2, "checkpoint_every": 1, "output_dir": str(tmp_path / "run")},
+        "logging": {"report_to": ["mlflow"], "project": "polyrl-resume"}})
+    Trainer(config).run(progress=False)
+    trainer = Trainer(attrs.evolve(config, train=attrs.evolve(config.train, steps=3)))
+    assert trainer.resume()
+    trainer.run(progress=False)
+    client = MlflowClient(tracking_uri=(tmp_path / "run" / "mlruns").resolve().as_uri())
+    runs = client.search_runs([client.get_experiment_by_name("polyrl-resume").experiment_id])
+    assert sorted(r.info.run_name for r in runs) == ["run", "run-resumed-at-step-2"]

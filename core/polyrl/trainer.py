@@ -1079,6 +1079,8 @@ class Trainer:
         if self.rank == 0:
             self._say_where()
         failed = True  # until the run returns: an error finishes the trackers' runs as failed
+        if self._resumed and self.step > 0:  # a new tracker run: named apart from the one it continues
+            self.tracking.run_name = f"{self.tracking.run_name}-resumed-at-step-{self.step}"
         try:
             self.tracking.open()
             self._run(summary, progress)
