@@ -222,6 +222,8 @@ class Hostile:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
+                if owner.mode == "header_drip":
+                    return owner.drip_headers(self)
                 self.send(200, json.dumps({"data": [{"id": "hostile"}]}))
 
             def do_POST(self) -> None:
@@ -251,10 +253,24 @@ class Hostile:
             c[field] = json.loads(value)
         elif field == "no_finish_reason":
             del c["finish_reason"]
+        elif field == "length":  # more tokens (with their log-probs) than asked for
+            c["token_ids"] = list(range(20, 20 + int(value)))
+            c["logprobs"]["token_logprobs"] = [-0.5] * int(value)
         return c
+
+    def drip_headers(self, handler) -> None:
+        """The status line and headers a byte every 0.05 s (each read quick, the whole never done)."""
+        for b in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Pad: " + b"a" * 400:
+            handler.wfile.write(bytes([b]))
+            handler.wfile.flush()
+            time.sleep(0.05)
 
     def reply(self, handler, body: dict) -> None:
         n = int(body.get("n", 1))
+        if self.mode == "header_drip":
+            return self.drip_headers(handler)
+        if self.mode == "echo":  # an error body quoting the request's headers, credentials and all
+            return handler.send(500, json.dumps({"error": {"message": f"bad request with {handler.headers['Authorization']}"}}))
         if self.mode.startswith("raw="):
             return handler.send(200, self.mode[4:], "text/html")
         if self.mode == "deep":
@@ -279,6 +295,17 @@ class Hostile:
             return
         if self.mode == "huge":
             data = b'{"pad": "' + b"a" * (4 << 20) + b'", ' + data[1:]
+        if self.mode == "gzip":  # compressed though identity was asked for: a few KB that inflate past the cap
+            import gzip
+
+            data = gzip.compress(b'{"pad": "' + b"a" * (4 << 20) + b'", ' + data[1:])
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Encoding", "gzip")
+            handler.send_header("Content-Length", str(len(data)))
+            handler.end_headers()
+            handler.wfile.write(data)
+            return
         handler.send(200, data)
 
     def stop(self) -> None:
@@ -395,6 +422,51 @@ def test_timeout_s_bounds_a_whole_reply_from_a_trickling_server(hostile):
     with pytest.raises(PluginError, match="not complete within timeout_s = 1 s"):
         engine.generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))
     assert time.monotonic() - t0 < 4
+
+
+@pytest.mark.faults
+def test_timeout_s_bounds_a_server_dripping_its_headers(hostile):
+    """Only the body was checked against the deadline: a server sending its status line and headers
+    a byte at a time held the step, and every stop request, forever (httpx's timeout is per read)."""
+    engine = hostile_engine(hostile, retries=0, timeout_s=1)
+    hostile.mode = "header_drip"
+    t0 = time.monotonic()
+    with pytest.raises(PluginError, match="no complete reply within timeout_s = 1 s"):
+        engine.generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))
+    assert time.monotonic() - t0 < 5
+    t0 = time.monotonic()  # listing the served model at the start too
+    with pytest.raises(ConfigError, match="cannot list the models of .*no complete reply within timeout_s = 1 s"):
+        Engine(Registry(), "remote", EngineConfig(model="unused", role="generate", options={
+            "servers": [hostile.url], "timeout_s": 1, "weight_push": False}))
+    assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.faults
+def test_a_compressed_reply_is_refused_before_it_is_inflated(hostile):
+    """polyrl asks for identity encoding, but a reply compressed anyway was inflated before its
+    size was counted: 6.5 KB of brotli held 10 GB against a 64 MiB max_reply_bytes."""
+    hostile.mode = "gzip"  # refused on its header: not one byte inflated
+    with pytest.raises(PluginError, match=r"compressed its reply \(Content-Encoding: gzip\)"):
+        hostile_engine(hostile, max_reply_bytes=1 << 20).generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))
+
+
+@pytest.mark.faults
+def test_completions_longer_than_asked_are_refused_not_trained_on(hostile):
+    """A server answering max_tokens = 4 with 5000 tokens had them trained on (past the model's
+    positions too)."""
+    hostile.mode = "length=20"
+    with pytest.raises(PluginError, match="a completion of 20 tokens answers max_tokens = 4"):
+        hostile_engine(hostile, retries=0).generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=1))
+
+
+@pytest.mark.faults
+def test_a_server_echoing_the_request_headers_does_not_print_the_credentials(hostile, monkeypatch):
+    monkeypatch.setenv("REMOTE_KEY_FOR_TEST", "sk-live-abcdef0123456789")
+    hostile.mode = "echo"
+    engine = hostile_engine(hostile, retries=0, api_key_env="REMOTE_KEY_FOR_TEST")
+    with pytest.raises(PluginError) as info:
+        engine.generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=1))
+    assert "HTTP 500" in str(info.value) and "sk-live-abcdef0123456789" not in str(info.value)
 
 
 @pytest.mark.faults

@@ -62,6 +62,7 @@ goes in the ``X-Polyrl-Weight-Token`` header of weight pushes only, never to gen
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -71,7 +72,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -83,6 +84,7 @@ from polyrl.errors import ConfigError, PluginError
 from polyrl.shared_secret import read_shared_secret
 from polyrl.hookspecs import hookimpl
 from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge
+from polyrl.redact import Redactor, url_secrets
 from polyrl.logs import get_logger
 from polyrl.remote_replies import (BadReply, ServerRestarted, StaleWeights, check_weights, completion, json_body,
                                    reply_choices, restarted)
@@ -181,6 +183,10 @@ class RemoteEngine:
         headers.update(IDENTITY_ENCODING)  # the bytes max_reply_bytes counts are the bytes held
         limits = httpx.Limits(max_connections=self.options.max_concurrency * len(self.options.servers))
         self.client = httpx.Client(timeout=self.options.timeout_s, headers=headers, limits=limits, trust_env=False)
+        token = weight_push_token(self.options)
+        #: what every error quoting a server masks: the API key, the push token, URL credentials
+        self.redact = Redactor.of([headers.get("Authorization", "").removeprefix("Bearer "), token or "",
+                                   *(s for server in self.options.servers for s in url_secrets(server))])
         self.tokenizer = ModelTokenizer(config.model)
         self.model = self.options.served_model or self._served_model(self.options.servers[0])
         self._next = itertools.count()
@@ -191,31 +197,59 @@ class RemoteEngine:
         self._weights_file: str | None = None  # what the last push loaded, pushed again to a restarted server
         self._push_lock = threading.Lock()  # pushes and re-pushes: one at a time, _pushed read whole
         self._warned_unencoded: set[str] = set()  # prompt kinds sent for the servers to tokenize
-        token = weight_push_token(self.options)
         self._push_headers = {WEIGHT_TOKEN_HEADER: token} if token else {}
 
     def _served_model(self, server: str) -> str:
-        try:
-            data = self.client.get(f"{server}/models").json()
-            return str(data["data"][0]["id"])
+        try:  # bounded as a generation reply is: a server dripping its headers hung the start
+            status, raw = self._exchange(f"{server}/models", None, method="GET")
+            if status != 200:
+                raise _AttemptFailed(f"HTTP {status}: {_shown(raw)}")
+            return str(json.loads(raw)["data"][0]["id"])
         except Exception as exc:  # noqa: BLE001 - any failure means the same thing to the user
-            raise ConfigError(f"cannot list the models of {server}: {type(exc).__name__}: {exc}",
+            raise ConfigError(self.redact(f"cannot list the models of {server}: {type(exc).__name__}: {exc}"),
                               field="backends.options.servers",
                               fix="start the server first (e.g. `polyrl serve --port 8001`) or fix the URL, "
                               "or set backends.options.served_model") from None
 
     # --- requests ------------------------------------------------------------------------------
 
-    def _exchange(self, url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-        """POST ``body``: the status and the reply body, read as it streams in so that neither a
-        server trickling bytes (httpx's timeout is per read) nor one sending gigabytes can hold the
-        trainer: past ``timeout_s`` or ``max_reply_bytes`` the attempt fails."""
+    def _exchange(self, url: str, body: dict[str, Any] | None, headers: dict[str, str] | None = None,
+                  method: str = "POST") -> tuple[int, bytes]:
+        """Send ``body``: the status and the reply body, all of it within ``timeout_s`` and
+        ``max_reply_bytes`` or the attempt fails. Why a thread: httpx's timeout is per read, so a
+        server dripping its status line or headers a byte a second held the step (and a stop
+        request) forever; the body alone was checked against the deadline. The thread of an
+        abandoned exchange ends when the server closes or httpx's own read timeout passes."""
         opts = self.options
-        deadline = time.monotonic() + opts.timeout_s
+        done: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                done["reply"] = self._read_reply(url, body, headers, method, time.monotonic() + opts.timeout_s)
+            except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+                done["error"] = exc
+
+        worker = threading.Thread(target=run, name="polyrl-remote-exchange", daemon=True)
+        worker.start()
+        worker.join(opts.timeout_s + 1.0)
+        if worker.is_alive():
+            raise _AttemptFailed(f"no complete reply within timeout_s = {opts.timeout_s:g} s")
+        if "error" in done:
+            raise done["error"]
+        return done["reply"]
+
+    def _read_reply(self, url: str, body: dict[str, Any] | None, headers: dict[str, str] | None, method: str,
+                    deadline: float) -> tuple[int, bytes]:
+        opts = self.options
         try:
-            with self.client.stream("POST", url, json=body, headers=headers) as response:
+            with self.client.stream(method, url, json=body, headers=headers) as response:
+                encoding = response.headers.get("content-encoding", "identity").strip().lower()
+                if encoding not in ("", "identity"):  # decompressed, 6.5 KB of brotli held 10 GB
+                    raise _AttemptFailed(f"the server compressed its reply (Content-Encoding: {encoding}) though "
+                                         "polyrl asked for none: a compressed reply can expand far past "
+                                         "max_reply_bytes before it is counted")
                 reply = CappedBody(opts.max_reply_bytes, response.headers.get("content-length"))
-                for chunk in response.iter_bytes():
+                for chunk in response.iter_raw():  # the bytes as sent: nothing httpx would decode
                     reply.feed(chunk)
                     if time.monotonic() > deadline:
                         raise _AttemptFailed(f"the reply was not complete within timeout_s = {opts.timeout_s:g} s")
@@ -236,6 +270,19 @@ class RemoteEngine:
         """POST to one server, moving to the next on a failed attempt: a timeout, a connection
         error, HTTP 408/429/5xx, or a 200 whose body ``parse`` refuses (``BadReply``: a proxy's
         HTML page, a malformed or untrainable reply). What ``parse`` makes of the JSON."""
+        with self._redacted():
+            return self._post(path, body, first_server, parse)
+
+    @contextlib.contextmanager
+    def _redacted(self) -> Iterator[None]:
+        """Errors quoting a server with the run's credentials masked: a server echoing the request
+        headers in its error body printed the API key or the weight-push token in the error line."""
+        try:
+            yield
+        except PluginError as exc:
+            raise PluginError(self.redact(str(exc))) from None
+
+    def _post(self, path: str, body: dict[str, Any], first_server: int, parse: Callable[[Any], _T]) -> _T:
         servers, last, failure = self.options.servers, "no attempt", None
         for attempt in range(self.options.retries + 1):
             index = (first_server + attempt) % len(servers)
@@ -329,6 +376,9 @@ class RemoteEngine:
         def parse(data: Any) -> list[Completion]:
             out = [completion(index, c, chat, tok.vocab, tok.decode if tok.can_decode else None)
                    for c in reply_choices(data, sampling.n)]
+            longest = max((len(c.completion_ids) for c in out), default=0)
+            if longest > sampling.max_new_tokens:  # it was trained on (5000 tokens for max_tokens = 4)
+                raise BadReply(f"a completion of {longest} tokens answers max_tokens = {sampling.max_new_tokens}")
             if isinstance(prompt, TokenPrompt):
                 for c in out:
                     check_verbatim(prompt, c)
@@ -402,6 +452,11 @@ class RemoteEngine:
         """POST a server-root ``path`` (e.g. ``/polyrl/weights``, beside ``/v1``) to exactly this
         server: weights must reach every one, so there is no failing over, but a busy server
         (timeout, HTTP 408/429/5xx) is retried with the generation requests' backoff."""
+        with self._redacted():
+            return self._post_to(server_index, path, body, headers)
+
+    def _post_to(self, server_index: int, path: str, body: dict[str, Any],
+                 headers: dict[str, str] | None = None) -> dict[str, Any]:
         server = self.options.servers[server_index]
         root = server[: -len("/v1")] if server.endswith("/v1") else server
         last = "no attempt"
