@@ -579,6 +579,22 @@ def test_a_busy_server_gets_the_weight_push_retried(hostile):
 
 
 @pytest.mark.faults
+def test_a_push_answered_with_the_previous_weights_id_is_refused(hostile):
+    """A server answering every push with one weights_id (a failed load answered as a success) had
+    its replies accepted as the new policy's."""
+    weights = {"w": np.zeros(2, np.float32)}
+    engine = hostile_engine(hostile, weight_push=True, retries=0)
+    hostile.weight_replies = [(200, '{"weights_id": "process7-1"}')]
+    engine.import_weights(weights)
+    hostile.weight_replies = [(200, '{"weights_id": "process7-2"}')]
+    engine.import_weights(weights)  # a new load: fine
+    hostile.weight_replies = [(200, '{"weights_id": "process7-2"}')]
+    with pytest.raises(PluginError, match=r"answered the weight push with the weights_id of the previous push "
+                                          r"\('process7-2'\): it did not load the new weights"):
+        engine.import_weights(weights)
+
+
+@pytest.mark.faults
 def test_a_failed_weight_push_keeps_the_trained_steps_in_a_checkpoint(hostile, tiny_model_dir, tmp_path):
     from polyrl.checkpoint import latest_checkpoint
 

@@ -294,6 +294,9 @@ class RemoteEngine:
                     return parse(data)
             except (_AttemptFailed, BadReply) as exc:
                 last, failure = f"{server}: {exc}", exc
+                if attempt < self.options.retries:  # said as it happens: a failover was silent
+                    log.warning("remote attempt failed; trying again", server=server,
+                                error=self.redact(str(exc))[:300], attempt=attempt + 1)
                 continue
             last, failure = f"{server}: HTTP {status}: {_shown(raw)}", None
             if status not in RETRY_STATUS:
@@ -343,6 +346,13 @@ class RemoteEngine:
         """Remember which weights a push answer says server ``index`` now serves (polyrl serve names
         them; a server that does not is never compared)."""
         weights_id = answer.get("weights_id")
+        if isinstance(weights_id, str) and weights_id == self._pushed.get(index):
+            # every push loads anew and is named anew: the same name means the weights were not loaded,
+            # and its replies would pass for the new policy's
+            raise PluginError(self.redact(
+                f"{self.options.servers[index]} answered the weight push with the weights_id of the previous "
+                f"push ({weights_id!r}): it did not load the new weights. Fix: check the server's log (a failed "
+                "load answered as a success), then resume the run with --resume"))
         if isinstance(weights_id, str):
             self._pushed[index] = weights_id
         else:
