@@ -26,7 +26,7 @@ SCRIPT = textwrap.dedent("""
 
     configure()
     lock = _get_lock_for_file(structlog.get_config()["logger_factory"]._file)
-    fake = types.SimpleNamespace(stop_requested=False)
+    fake = types.SimpleNamespace(stop_requested=False, _phase="step 0")
     with Trainer._graceful_signals(fake):
         with lock:  # the main thread mid-write, as when it logs a step line
             os.kill(os.getpid(), signal.SIGTERM)

@@ -36,7 +36,7 @@ def _shard(rows: list[int], failed: set[int] = frozenset(), latency: float = 0.1
     scores = np.array([float(r) if r != 1 else np.nan for r in rows for _ in range(GROUP)])
     valid = scores[~np.isnan(scores)]
     metrics = {"r": {"mean": float(valid.mean()) if valid.size else float("nan"),
-                     "std": float(valid.std()) if valid.size else float("nan"), "latency_s": latency,
+                     "std": float(valid.std(ddof=1)) if valid.size > 1 else 0.0, "latency_s": latency,  # as combine
                      "none_count": int(scores.size - valid.size), "failures": float(len(rows)),
                      "cache_hit_rate": float(rows[0] % 2)}}
     return step_gather.Shard.of(completions, per_reward={"r": scores}, reward_metrics=metrics,
