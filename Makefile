@@ -51,7 +51,7 @@ lint: install
 test: install
 	$(BIN)/python -m pytest -q -m "not slow" --durations=30
 
-# minutes each: the embedded model's conversion, extra MAX graph compiles (GGUF, BERT), side-by-side bench runs, the kill -9 loop, launched-rank fault runs; CI runs it
+# minutes each: the embedded model's conversion, extra MAX graph compiles (GGUF, BERT), side-by-side bench runs, the kill -9 loop, launched-rank fault runs; and tests of tens of seconds each (multi-rank runs, kill -9 and SIGTERM runs, bench scripts); CI runs it
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
 

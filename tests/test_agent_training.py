@@ -372,6 +372,7 @@ def test_remote_generation_runs_episodes_from_the_train_engines_token_prompts(ti
 # --- 6. torchrun data parallelism ------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_two_ranks_train_masked_batches_as_one_process(tiny_model_dir, tmp_path):
     """A fixed batch with episode masks (token_mean: the normaliser is the global count of trained
     tokens, which the ranks hold unevenly): two gloo ranks give one process's losses and weights."""
@@ -388,6 +389,7 @@ def test_two_ranks_train_masked_batches_as_one_process(tiny_model_dir, tmp_path)
     assert not np.allclose(single["losses"], unmasked["losses"])  # the masks did change the loss
 
 
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_polyrl_launch_trains_episodes_on_two_ranks(tiny_model_dir, tmp_path):
     """``polyrl launch`` with an ``[environment]``: each rank runs its prompts' episodes, the step's
     metrics are the global batch's, and one process resumes the run."""

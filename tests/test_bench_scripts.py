@@ -60,6 +60,7 @@ def test_a_run_without_eval_or_mismatch_says_so(tmp_path):
     assert not any(key.startswith("mismatch") for key in summary)
 
 
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_mismatch_bench_samples_from_the_generate_model(tiny_model_dir, tmp_path):
     """``--generate-model``: the sampler loads its own weights while torch scores ``--model``'s, so
     another seed's weights give a large gap and the same weights none."""
@@ -222,6 +223,7 @@ def test_shared_prompt_ab_bench_times_both_caches_and_reports_the_rounding_gap(t
     assert module.main(["--prompt-tokens", "-1"]) == 2 and module.main(["--rounds", "0"]) == 2
 
 
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_decode_cost_by_length_bench_times_both_samplers_per_token_and_splits_by_op_kind(tiny_model_dir, tmp_path):
     """bench/decode_cost_by_length.py: per-token milliseconds for polyrl's sampler and transformers'
     generate at each cache length, each split by kind of op (matmuls and attention on both sides);

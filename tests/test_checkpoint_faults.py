@@ -632,6 +632,7 @@ def _failing_start(tmp_path: Path, tiny_model_dir: str, out: Path, keep: int) ->
 
 
 @pytest.mark.parametrize("keep", [0, 1])
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_starts_that_fail_before_training_never_cost_a_finished_run(tiny_model_dir, tmp_path, keep):
     out = tmp_path / "run"
     assert train(write_config(tmp_path, tiny_model_dir, out, steps=1)).returncode == 0

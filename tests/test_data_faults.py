@@ -119,6 +119,7 @@ def _train(config: Path, *extra: str) -> subprocess.CompletedProcess:
                           timeout=300, env={**os.environ, "POLYRL_DISABLE_PLUGINS": "mlx,max"})
 
 
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_kill_9_then_resume_on_parquet_draws_the_same_rows(tiny_model_dir, tmp_path):
     steps = 24  # several epochs of 36 training rows at 3 per step, long enough to kill mid-run
     clean_out, crash_out = tmp_path / "clean", tmp_path / "crash"

@@ -60,6 +60,7 @@ def _metrics(out: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean --masks"])
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_two_ranks_match_one_process_on_the_same_global_batch(tiny_model_dir, tmp_path, aggregation):
     """token_mean runs with episode loss masks (``--masks``, unevenly kept per rank): its global
     token normaliser must count masked-in tokens only (the single process equals the masked
@@ -86,6 +87,7 @@ def test_two_ranks_match_one_process_on_the_same_global_batch(tiny_model_dir, tm
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_one_launched_rank_runs_the_collectives_and_matches_one_process(tiny_model_dir, tmp_path, device):
     """``torchrun --nproc_per_node 1`` joins a process group of one (gloo on the CPU, NCCL on CUDA:
     the collectives of a larger world, runnable on a one-GPU machine); plain and FSDP2 training
@@ -110,6 +112,7 @@ def test_one_launched_rank_runs_the_collectives_and_matches_one_process(tiny_mod
         assert len(set(np.round(alone["losses"], 6))) > 1
 
 
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_fsdp_two_ranks_match_one_process_and_checkpoints_cross_world_sizes(tiny_model_dir, tmp_path):
     """FSDP2 (weights, gradients and AdamW state sharded over 2 gloo ranks, uneven micro-batch
     counts) trains exactly as one unsharded process; its checkpoint is the same full state, and a
@@ -156,6 +159,7 @@ def test_fsdp_two_ranks_match_one_process_and_checkpoints_cross_world_sizes(tiny
 
 
 @TWO_CPUS
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_polyrl_launch_with_fsdp_trains_evaluates_checkpoints_and_resumes_in_one_process(
         tiny_model_dir, tmp_path):
     """The whole trainer under FSDP: 3 prompts on 2 ranks (uneven shards), num_iterations=2 (old
@@ -177,6 +181,7 @@ def test_polyrl_launch_with_fsdp_trains_evaluates_checkpoints_and_resumes_in_one
 
 
 @TWO_CPUS
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_polyrl_launch_two_ranks_writes_once_and_resumes_on_one_process(tiny_model_dir, tmp_path):
     """``polyrl launch`` runs torchrun: two ranks shard the prompts; rank 0 alone writes metrics and checkpoints; a single process
     resumes the run (a different world size) and continues from the same step."""
@@ -310,6 +315,7 @@ def test_a_signal_landing_after_the_stop_gather_is_kept_for_the_next_gather() ->
 
 
 @TWO_CPUS
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_sigterm_to_the_launcher_stops_every_rank_after_the_same_step_with_a_checkpoint(
         tiny_model_dir, tmp_path):
     """Slurm/Kubernetes stop a job with SIGTERM to the launcher; torchrun forwards it to the ranks,

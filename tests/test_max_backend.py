@@ -386,6 +386,7 @@ def digits(prompts, completions, **kwargs):
 """
 
 
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_hybrid_max_generates_torch_trains_and_the_reward_rises(gen, tiny_model_dir, tmp_path):
     """The policy that generates is the policy being trained: torch's weights go to MAX each step."""
     import json

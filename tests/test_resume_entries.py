@@ -108,6 +108,7 @@ def test_launch_refuses_a_changed_resume_as_one_line_before_torchrun(run_copy, c
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000001"]
 
 
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_launch_resumes_a_matching_run(run_copy):
     config_path, out = run_copy
     result = _launch(config_path, "--steps", "2")
@@ -115,6 +116,7 @@ def test_launch_resumes_a_matching_run(run_copy):
     assert (out / "checkpoints" / "step-00000002").is_dir() and not (out / "previous").exists()
 
 
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_launch_logs_each_applied_change_once(run_copy):
     """The launcher's early check and the rank's trainer both logged "config changed at resume:
     ... applied": every change showed twice. The launcher now refuses only; the rank says it."""

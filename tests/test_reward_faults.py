@@ -207,6 +207,7 @@ def test_a_failing_reward_stops_the_run_with_one_error_and_a_resumable_checkpoin
         assert_resumes_to_the_end(tmp_path, config, out)
 
 
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_sigterm_while_a_reward_is_stuck_stops_and_checkpoints(tiny_model_dir, tmp_path):
     config, out = write_run(tmp_path, tiny_model_dir, "stuck")
     proc = subprocess.Popen([*POLYRL, "train", str(config), "--no-progress"], stdout=subprocess.PIPE,

@@ -46,6 +46,7 @@ def faults_after_first(model_dir: str, options: str) -> int:
 
 
 @pytest.mark.skipif(not GLIBC, reason="needs glibc (mallopt); other C libraries keep their defaults")
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_a_freed_large_tensor_is_reused_without_page_faults(tiny_model_dir):
     pages = (128 << 20) // 4096
     assert faults_after_first(tiny_model_dir, "{}") < pages // 100  # reused: no pages mapped anew
