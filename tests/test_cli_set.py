@@ -23,8 +23,9 @@ beta = 0.0
 [[rewards]]
 name = "numeric_match"
 [[rewards]]
-name = "format_number"
+name = "length_penalty"
 weight = 0.5
+options = { target = 64 }
 """
 
 

@@ -267,6 +267,11 @@ def test_more_ranks_than_the_machine_holds_is_refused_naming_the_flag(
     (["{config}", "--nproc-per-node", "100000"], "--nproc-per-node"),
     (["{config}", "--set", "train.prompts_per_step=1", "--dry-run"], "train.prompts_per_step"),
     (["nope.toml", "--dry-run"], "config file 'nope.toml' not found"),
+    # what `polyrl train` refuses before loading a model: --dry-run said "fine" and every rank refused it
+    (["{config}", "--set", "rewards.0.name=nosuch_reward", "--dry-run"], "unknown reward 'nosuch_reward'"),
+    (["{config}", "--set", 'logging.report_to=["nosuch_tracker"]', "--dry-run"], "unknown tracker 'nosuch_tracker'"),
+    (["{config}", "--set", "backends.options.packd_generation=true", "--dry-run"], "packd_generation"),
+    (["{config}", "--set", "model.path=/nonexistent/model", "--dry-run"], "model.path"),
 ])
 def test_a_bad_launch_is_one_error_line_before_any_rank_starts(launch_toml, tmp_path, args, says):
     """The launcher loads the config as every rank would, so a bad one is refused once, here,

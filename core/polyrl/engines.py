@@ -181,9 +181,10 @@ def _reference_engine(config: RunConfig, registry: Registry, model: str, train: 
     return Engine(registry, c.backends.reference_backend, engine_config(c, "reference", ref_model))
 
 
-def load_engines(config: RunConfig, registry: Registry) -> RunEngines:
-    """Check the backends and models, then load the train, generate and reference engines; the
-    generator starts with the train engine's weights."""
+def check_engines(config: RunConfig, registry: Registry) -> tuple[str, str]:
+    """Everything about the backends and models that can be checked without loading one: names,
+    options, the model paths, each role's architecture, dtypes and features. The train and
+    generate models' paths. ``polyrl launch`` runs it too, so its ranks never meet these errors."""
     c, reg = config, registry
     check_backend_names(c, reg)
     check_backend_options(c, reg)
@@ -202,10 +203,18 @@ def load_engines(config: RunConfig, registry: Registry) -> RunEngines:
     reg.check_dtype(c.backends.train, c.model.dtype, "train")
     reg.check_dtype(c.backends.generate_backend, c.model.dtype, "generate")
     check_compute_dtype(c, reg)
-    t0 = time.perf_counter()
-    train = Engine(reg, c.backends.train, engine_config(c, "train", model))
     check_backend_features(c, reg)
     _check_overlap(c, reg)
+    return model, gen_model
+
+
+def load_engines(config: RunConfig, registry: Registry) -> RunEngines:
+    """Check the backends and models, then load the train, generate and reference engines; the
+    generator starts with the train engine's weights."""
+    c, reg = config, registry
+    model, gen_model = check_engines(c, reg)
+    t0 = time.perf_counter()
+    train = Engine(reg, c.backends.train, engine_config(c, "train", model))
     shared = c.backends.generate_backend == c.backends.train and gen_model == model
     if shared and not c.generation.overlap:
         generate = train

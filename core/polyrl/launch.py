@@ -127,6 +127,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
         point = resume_point(config, args.resume or None, weights_only=args.resume_weights_only,
                              announce=False)  # the rank says what is applied
         check_backend_files(registry, config, point, args.resume_weights_only)  # engine.json, rng.pt...
+    from polyrl.trainer import check_run
+
+    check_run(config, args.nproc_per_node * args.nnodes)  # what every rank would refuse: refused once, here
     if args.dry_run:
         print(shlex.join(cmd))
         return 0

@@ -41,7 +41,7 @@ from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
 from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.config import RunConfig, check_world_size
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train_and_eval
-from polyrl.engines import choose_generate_backend, load_engines
+from polyrl.engines import check_engines, choose_generate_backend, load_engines
 from polyrl import episode_scoring
 from polyrl.episode_prompts import first_prompt_counter
 from polyrl.errors import CollectiveTimeout, ConfigError, PolyrlError, RewardError
@@ -80,6 +80,16 @@ class TooManySkippedSteps(PolyrlError):
 
 class OutputWriteError(PolyrlError):
     """A file of the run could not be written (disk full, read-only); the last good checkpoint is kept."""
+
+
+def check_run(config: RunConfig, world_size: int = 1) -> None:
+    """What ``polyrl train`` refuses before loading a model (rewards and their options, data,
+    trackers, the environment, backends and their options, the models' paths and architectures),
+    checked without loading a model or touching the output_dir. ``polyrl launch`` (and its
+    ``--dry-run``) runs it, so a config every rank would refuse is one error before torchrun starts."""
+    trainer = Trainer(config, check_only=True)
+    trainer.registry.check_data_parallel(trainer.config.backends.train, world_size)
+    check_engines(trainer.config, trainer.registry)
 
 
 def _rng_states() -> dict[str, Any]:
@@ -150,11 +160,12 @@ class Trainer:
     """Runs a ``RunConfig``. Build it, then call ``run()``; ``evaluate()`` works any time."""
 
     def __init__(self, config: RunConfig, extra_plugins: tuple[Any, ...] = (), *,
-                 resume: str | Path | None = None, weights_only: bool = False) -> None:
+                 resume: str | Path | None = None, weights_only: bool = False, check_only: bool = False) -> None:
         """``resume``: the ``resume()`` to come ("" for the newest checkpoint, or its path). Its
         checkpoint is chosen, verified and its saved config checked now, before any model loads,
         so a refused resume (another backends.train, a changed model...) costs no engine load;
-        ``run()`` then resumes it unless ``resume()`` was called first."""
+        ``run()`` then resumes it unless ``resume()`` was called first. ``check_only``: the checks
+        alone, no model loaded (``check_run``)."""
         self.config = config
         self.output_dir = Path(config.train.output_dir)
         self.checkpoint_root = self.output_dir / "checkpoints"
@@ -199,6 +210,8 @@ class Trainer:
                 request = (str(resume) or None, weights_only)
                 self._checked_resume = (request, self._resume_point(*request))
             self._load(config)
+            if check_only:
+                return
             if resume is not None or not ckpt.complete_checkpoints(self.checkpoint_root):
                 self._load_models()
             # else at first use: a resume() checks its checkpoint before any model loads
