@@ -85,6 +85,20 @@ def test_trls_max_grad_norm_of_zero_or_less_turns_clipping_off(norm):
     assert api.GRPOConfig.from_trl(trl_config()).max_grad_norm == 1.0  # TRL's default, polyrl's too
 
 
+def test_trls_cosine_with_a_floor_is_polyrls_cosine_with_min_lr_ratio():
+    """transformers' cosine_with_min_lr with min_lr_rate (or min_lr) is polyrl's cosine with
+    min_lr_ratio: from_trl refused lr_scheduler_kwargs, and the TOML fix named a schedule polyrl lacks."""
+    rate = api.GRPOConfig.from_trl(trl_config(lr_scheduler_type="cosine_with_min_lr", learning_rate=2e-6,
+                                              lr_scheduler_kwargs={"min_lr_rate": 0.1}))
+    assert (rate.settings["optimizer.schedule"], rate.settings["optimizer.min_lr_ratio"]) == ("cosine", 0.1)
+    floor = api.GRPOConfig.from_trl(trl_config(lr_scheduler_type="cosine_with_min_lr", learning_rate=2e-6,
+                                               lr_scheduler_kwargs={"min_lr": 5e-7}))
+    assert floor.settings["optimizer.min_lr_ratio"] == pytest.approx(0.25)
+    with pytest.raises(ConfigError, match="lr_scheduler_kwargs .* has no polyrl equivalent") as info:
+        api.GRPOConfig.from_trl(trl_config(lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"num_cycles": 2}))
+    assert info.value.field == "grpo_config.lr_scheduler_kwargs"
+
+
 def test_a_loss_type_that_is_a_polyrl_preset_picks_the_preset():
     ours = api.GRPOConfig.from_trl(trl_config(loss_type="cispo"))
     assert ours.settings["algorithm.name"] == "cispo" and ours.loss_aggregation is None

@@ -64,7 +64,9 @@ def _bare_key_fix(name: str, raw: str) -> str:
         target = entry.key.replace("rewards[]", "rewards.0")
         if translated is not value:
             return f"{head}: --set {target}={toml_literal(translated)}"
-        return f"{head}: --set {target}={raw}" + (f" ({entry.note.format(value=raw)})" if entry.note else "")
+        if entry.note:  # the value does not carry over as it is (a bool for a step count, a list for one weight)
+            return f"{head}: {entry.note.format(value=raw)}"
+        return f"{head}: --set {target}={raw}"
     owners = key_owners(name)
     if owners:
         return f"write --set {owners[0]}={raw}" + (f" (also in: {', '.join(owners[1:])})" if owners[1:] else "")

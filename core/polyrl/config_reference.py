@@ -123,7 +123,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                           '`[{"role": "assistant", "content": text}]`, as TRL gives them for chat prompts)'),
         "eval_path": "evaluation rows from separate file(s) (same formats as `path`); nothing is held out",
         "eval_split": "evaluation rows from another split of `name` or a saved DatasetDict (e.g. `test`)",
-        "options": "task options (`count`, `digits`, `ops`, `seed` for `arithmetic`); for other sources "
+        "options": "task options (`count`, `digits`, `ops`, `seed`, `eval_fraction`, `chat`, `instruction` for "
+                   "`arithmetic`); for other sources "
                    "`count`, `eval_count` and `seed` of the hold-out",
         "rows": "inline rows (Python API only)",
         "drop_overlong": "leave out (with a warning counting them) prompts of `model.max_length` tokens or more, "

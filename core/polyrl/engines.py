@@ -20,6 +20,7 @@ from polyrl.config import RunConfig
 from polyrl.engine import Engine
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
+from polyrl.plugins import install_hint
 from polyrl.ref_sync import ReferenceSync, needs_own_reference
 from polyrl.registry import Registry
 from polyrl.types import EngineConfig, TokenSequence
@@ -99,7 +100,7 @@ def check_backend_names(config: RunConfig, registry: Registry) -> None:
             raise ConfigError(
                 f"unknown backend {name!r} (installed: {', '.join(known) or 'none'}{others})",
                 field=f"backends.{role}",
-                fix=f"install its plugin (e.g. `pip install polyrl[{name}]`) or name an installed "
+                fix=f"install its plugin ({install_hint(name)}) or name an installed "
                 "backend; `polyrl backends` lists them",
             )
 

@@ -35,6 +35,13 @@ ENTRY_POINT_GROUPS = ("polyrl.backends", "polyrl.rewards", "polyrl.trackers", "p
 #: polyrl's own distributions: a plugin may override one of their reward names (with a warning).
 FIRST_PARTY_DISTRIBUTIONS = frozenset({"polyrl", "polyrl-torch", "polyrl-max", "polyrl-mlx"})
 
+
+def install_hint(backend: str) -> str:
+    """How to install backend ``backend``: polyrl's extra for its own, else its distribution."""
+    if backend in ("torch", "max", "mlx"):
+        return f"`pip install polyrl[{backend}]`"
+    return f"`pip install` the distribution that provides {backend!r}"
+
 #: The core's own reward plugins: (registered name, module).
 BUILTIN_REWARD_PLUGINS = (
     ("polyrl-builtin-rewards", "polyrl.rewards.builtin"),

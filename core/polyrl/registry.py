@@ -25,7 +25,8 @@ from polyrl.agents.spec import EnvironmentSpec, EnvironmentStatus, ToolSpec, pro
 from polyrl.errors import BackendUnavailable, ConfigError, PluginError, PolyrlError
 from polyrl.folder_links import refuse_outside_links
 from polyrl.plugin_calls import call_limited, probe_reason
-from polyrl.plugins import FIRST_PARTY_DISTRIBUTIONS, PluginLoadError, PolyrlPluginManager, get_plugin_manager
+from polyrl.plugins import (FIRST_PARTY_DISTRIBUTIONS, PluginLoadError, PolyrlPluginManager, get_plugin_manager,
+                            install_hint)
 from polyrl.tracking.spec import TrackerSpec, TrackerStatus
 from polyrl.types import BackendSpec, EngineConfig, RewardSpec
 
@@ -239,8 +240,8 @@ class Registry:
         except KeyError:
             known = ", ".join(self.names()) or "none installed"
             raise BackendUnavailable(
-                f"unknown backend {name!r} (known: {known}). Fix: install its plugin, e.g. "
-                f"`pip install polyrl[{name}]`, or pick a known backend"
+                f"unknown backend {name!r} (known: {known}). Fix: install its plugin ({install_hint(name)}), "
+                "or pick a known backend"
             ) from None
 
     def status(self, name: str) -> BackendStatus:

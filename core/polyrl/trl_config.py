@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 from typing import Any
 
 from polyrl.errors import ConfigError
@@ -41,7 +42,7 @@ ADAMW = frozenset({"adamw_torch", "adamw_torch_fused"})
 #: fields read together with others below, not through their own table entry
 COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
-                      "reward_weights", "loss_type"})
+                      "reward_weights", "loss_type", "lr_scheduler_kwargs"})
 
 
 def _plain(value: Any) -> Any:
@@ -99,6 +100,26 @@ def _refuse(changed: list[tuple[str, Any, Any]]) -> None:
                           "this run with TRL")
 
 
+def _min_lr(trl_config: Any) -> dict[str, Any]:
+    """``optimizer.min_lr_ratio`` from TRL's ``lr_scheduler_kwargs`` (transformers' cosine with a
+    floor: ``min_lr_rate``, or ``min_lr`` over the lr); other keyword arguments are refused."""
+    kwargs = getattr(trl_config, "lr_scheduler_kwargs", None) or {}
+    if isinstance(kwargs, str):
+        kwargs = json.loads(kwargs) if kwargs.strip() else {}
+    if not isinstance(kwargs, dict):
+        kwargs = {"?": kwargs}
+    unknown = sorted(set(kwargs) - {"min_lr_rate", "min_lr"})
+    if unknown or len(kwargs) > 1:
+        raise ConfigError(f"TRL's lr_scheduler_kwargs = {shown(kwargs)} has no polyrl equivalent beyond one of "
+                          "min_lr_rate and min_lr", field="grpo_config.lr_scheduler_kwargs",
+                          fix="keep only min_lr_rate (polyrl's optimizer.min_lr_ratio), or remove it")
+    if "min_lr_rate" in kwargs:
+        return {"optimizer.min_lr_ratio": float(kwargs["min_lr_rate"])}
+    if "min_lr" in kwargs:
+        return {"optimizer.min_lr_ratio": float(kwargs["min_lr"]) / float(trl_config.learning_rate)}
+    return {}
+
+
 def trl_settings(trl_config: Any) -> dict[str, Any]:
     """polyrl's ``table.key`` -> value for every field of ``trl_config`` with an equivalent
     (``algorithm.name`` for a loss that is a polyrl preset; ``rewards[].weight`` is TRL's
@@ -118,6 +139,7 @@ def trl_settings(trl_config: Any) -> dict[str, Any]:
         raise ConfigError(f"TRL's lr_scheduler_type = {shown(out['optimizer.schedule'])} is not a schedule polyrl "
                           "has", field="grpo_config.lr_scheduler_type",
                           fix=f"use one of {', '.join(SCHEDULES)} (or constant_with_warmup)")
+    out.update(_min_lr(trl_config))
     loss = trl_value(TRL_NAMES["loss_type"], trl_config.loss_type)
     out["algorithm.name" if isinstance(loss, Preset) else "algorithm.loss_aggregation"] = \
         loss.name if isinstance(loss, Preset) else loss
