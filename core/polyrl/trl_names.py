@@ -61,6 +61,8 @@ TRL_NAMES: dict[str, TrlName] = {
     "lr_scheduler_type": TrlName("optimizer.schedule", values={"constant_with_warmup": "constant",
                                                                "cosine_with_min_lr": "cosine"}),
     "warmup_steps": TrlName("optimizer.warmup_steps"),
+    "lr_scheduler_kwargs": TrlName("optimizer.min_lr_ratio", note="TRL's {{\"min_lr_rate\": r}} (cosine_with_min_lr) is "
+                                                              "min_lr_ratio = r in [optimizer]"),
     "max_steps": TrlName("train.steps"),
     "num_train_epochs": TrlName("train.steps", note="polyrl counts steps: write steps = {value} x the prompts / "
                                                     "prompts_per_step in [train]"),
@@ -86,8 +88,6 @@ TOML_HINTS: dict[str, TrlName] = {
     "report_to": TrlName("logging.report_to"),
     "run_name": TrlName("logging.run_name"),
     "gradient_checkpointing": TrlName("train.gradient_checkpointing"),
-    "lr_scheduler_kwargs": TrlName("optimizer.min_lr_ratio", note="TRL's {{\"min_lr_rate\": r}} (cosine_with_min_lr) is "
-                                                              "min_lr_ratio = r in [optimizer]"),
     "trust_remote_code": TrlName("model.trust_remote_code"),
     "max_tool_calling_iterations": TrlName("environment.max_turns"),
     "logging_steps": TrlName(None, note="polyrl writes every step's metrics to metrics.jsonl"),
