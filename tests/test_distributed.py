@@ -447,7 +447,7 @@ def test_ranks_that_loaded_other_reward_code_refuse_to_start_together(tiny_model
     on every rank before step 0; they trained on one "global" batch scored two ways."""
     (tmp_path / "edited.py").write_text(
         "import os\n"
-        "if os.environ['RANK'] == '1':\n    def score(prompts, completions, **kw):\n        return [0.0] * len(completions)\n"
+        "if os.environ.get('RANK') == '1':\n    def score(prompts, completions, **kw):\n        return [0.0] * len(completions)\n"
         "else:\n    def score(prompts, completions, **kw):\n        return [1.0] * len(completions)\n")
     config, out = _launch_config(tmp_path, tiny_model_dir, prompts=2, sections="")
     config.write_text(config.read_text().replace(f'{tmp_path / "reward.py"}:digits', f'{tmp_path / "edited.py"}:score'))
