@@ -92,6 +92,17 @@ def check_run(config: RunConfig, world_size: int = 1) -> None:
     check_engines(trainer.config, trainer.registry)
 
 
+def _refuse_unless_weights_only(weights_only: bool, warning: str, details: dict[str, Any], problem: str, field: str,
+                                restore: str) -> None:
+    """What a resume does about something changed since its checkpoint: --resume-weights-only
+    warns and goes on; a full resume is refused with the three ways on."""
+    if weights_only:
+        log.warning(warning, **details)
+        return
+    raise ConfigError(problem, field=field, fix=f"restore {restore} as it was, or continue from the weights with "
+                                                "--resume-weights-only, or train into a new output_dir")
+
+
 def _rng_states() -> dict[str, Any]:
     """Python's and numpy's global RNG states as JSON (a user's reward may draw from them)."""
     version, internal, gauss = random.getstate()
@@ -889,15 +900,11 @@ class Trainer:
         changed = [field for field, value in saved.items() if field in now and now[field] != value]
         if not changed:
             return
-        if weights_only:
-            log.warning("model files changed since the checkpoint", fields=changed, path=str(found))
-            return
-        raise ConfigError(
+        _refuse_unless_weights_only(
+            weights_only, "model files changed since the checkpoint", {"fields": changed, "path": str(found)},
             f"the files of {' and '.join(changed)} changed since {found} was written (same path, other contents), "
             "so the resumed steps would use another reference model or tokenizer than the checkpointed run's",
-            field=changed[0],
-            fix="restore the folder as it was, or continue from the weights with --resume-weights-only, or train "
-                "into a new output_dir")
+            changed[0], "the folder")
 
     def _check_reward_code(self, state: Mapping[str, Any], found: Path, weights_only: bool) -> None:
         """A ``[[rewards]]`` function whose file or code differs from the one the checkpoint's run
@@ -908,15 +915,10 @@ class Trainer:
             return
         names = [r.label for r in self.config.rewards if r.function]
         changed = [n for n, old, new in zip(names, saved, self._reward_codes) if old != new] or names
-        if weights_only:
-            log.warning("reward function code changed since the checkpoint", functions=changed, path=str(found))
-            return
-        raise ConfigError(
+        _refuse_unless_weights_only(
+            weights_only, "reward function code changed since the checkpoint", {"functions": changed, "path": str(found)},
             f"the code of reward function(s) {', '.join(changed)} changed since {found} was written, so the "
-            "resumed steps would be scored by other code than the checkpointed run's",
-            field="rewards.function",
-            fix="restore the file as it was, or continue from the weights with --resume-weights-only, or train "
-                "into a new output_dir")
+            "resumed steps would be scored by other code than the checkpointed run's", "rewards.function", "the file")
 
     def _set_aside_newer_checkpoints(self) -> None:
         """Checkpoints past the resumed step belong to the run this resume branches from (an older
