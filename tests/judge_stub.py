@@ -40,7 +40,8 @@ class ScriptedJudge:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with judge.lock:
-                    judge.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                    judge.requests.append({"path": self.path, "headers": dict(self.headers), "body": body,
+                                           "at": time.monotonic()})
                     reply = judge.script.popleft() if judge.script else judge.default
                 if callable(reply):
                     try:
@@ -87,13 +88,16 @@ def chat_body(content: Any) -> dict[str, Any]:
     return {"choices": [{"message": {"role": "assistant", "content": content}}]}
 
 
-def raw_reply(status: int, body: bytes, *, length: bool = True) -> RawReply:
-    """``body`` as is, in 64 KiB writes; without ``length`` there is no Content-Length header and
-    the body ends when the connection closes (HTTP/1.0), so only the bytes read can bound it."""
+def raw_reply(status: int, body: bytes, *, length: bool = True, headers: dict[str, str] | None = None) -> RawReply:
+    """``body`` as is, in 64 KiB writes, with ``headers`` besides; without ``length`` there is no
+    Content-Length header and the body ends when the connection closes (HTTP/1.0), so only the
+    bytes read can bound it."""
 
     def write(handler: BaseHTTPRequestHandler) -> None:
         handler.send_response(status)
         handler.send_header("Content-Type", "application/json")
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
         if length:
             handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()

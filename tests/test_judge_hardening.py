@@ -6,6 +6,7 @@ the error policy within ``timeout_s``."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import sqlite3
 import time
@@ -224,6 +225,27 @@ def test_an_oversized_reply_is_refused_at_max_reply_bytes(stub, length):
         judge(stub.base_url, ["c"], cache_path="", max_reply_bytes=4096)
     stub.reply("Score: 5/10 " + "x" * 5000)
     np.testing.assert_allclose(judge(stub.base_url, ["d"], cache_path="").per_reward["llm_judge"], [0.5])
+
+
+def test_a_compressed_reply_is_refused_unread(stub):
+    """Identity encoding is asked for, but a judge (or a proxy) compressing anyway had its reply
+    inflated before the cap counted it: a few KB of brotli hold gigabytes."""
+    bomb = gzip.compress(b'{"choices": [{"message": {"content": "Score: 5/10 ' + b" " * (64 << 20) + b'"}}]}')
+    assert len(bomb) < 100_000
+    stub.reply(raw_reply(200, bomb, headers={"Content-Encoding": "gzip"}))
+    with pytest.raises(RewardError, match=r"compressed its reply \(Content-Encoding: gzip\)") as err:
+        judge(stub.base_url, ["a"], cache_path="")
+    assert "Fix: point options.base_url at the endpoint itself" in str(err.value)
+
+
+def test_a_busy_judges_retry_after_is_waited_for(stub):
+    """A 429 with Retry-After: 1 was retried after backoff_s (10 ms here) and answered 429 again:
+    a rate-limited judge used up its retries at once."""
+    stub.reply(raw_reply(429, b'{"error": {"message": "rate limited"}}', headers={"Retry-After": "1"}), "Score: 6/10")
+    result = judge(stub.base_url, ["a"], cache_path="", retries=1)
+    np.testing.assert_allclose(result.per_reward["llm_judge"], [0.6])
+    first, second = stub.requests
+    assert second["at"] - first["at"] >= 0.95
 
 
 def test_max_reply_bytes_is_validated():

@@ -203,6 +203,8 @@ class Hostile:
 
         self.mode = "ok"
         self.requests: list[tuple[str, dict]] = []
+        self.times: list[float] = []  # time.monotonic() of each POST
+        self.busy = 0  # answer this many POSTs 503 with Retry-After first
         self.weight_replies: list[tuple[int, str]] = []  # (status, body) per push, then 200
         self.process: int | None = None  # set: polyrl serve's weights ids, a new process before every reply
         owner = self
@@ -229,6 +231,14 @@ class Hostile:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 owner.requests.append((self.path, body))
+                owner.times.append(time.monotonic())
+                if owner.busy:
+                    owner.busy -= 1
+                    self.send_response(503)
+                    self.send_header("Retry-After", "1")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if self.path.startswith("/polyrl/weights"):
                     code, text = owner.weight_replies.pop(0) if owner.weight_replies else (200, '{"ok": true}')
                     if code == 200 and owner.process is not None:
@@ -293,6 +303,8 @@ class Hostile:
                 handler.wfile.flush()
                 time.sleep(0.05)
             return
+        if self.mode == "dup_token_ids":  # a second token_ids key: a reader keeping the first trains on others
+            data = data.replace(b'"token_ids": ', b'"token_ids": [1, 2, 3, 4], "token_ids": ')
         if self.mode == "huge":
             data = b'{"pad": "' + b"a" * (4 << 20) + b'", ' + data[1:]
         if self.mode == "gzip":  # compressed though identity was asked for: a few KB that inflate past the cap
@@ -381,6 +393,7 @@ BAD_VALUES = [
     ('raw={"choices": null}', "`choices` is null"),
     ("raw=[1, 2, 3]", "the reply is a JSON list"),
     ("deep", "the reply is not JSON (RecursionError)"),
+    ("dup_token_ids", "the reply gives the key 'token_ids' twice in one object"),
 ]
 
 
@@ -394,6 +407,27 @@ def test_a_bad_value_in_a_reply_is_an_error_naming_the_server_and_the_field(host
         engine.generate(TOKEN_PROMPTS, SamplingParams(max_new_tokens=4, n=2))
     assert f"last: {hostile.url}: " in str(err.value) and says in str(err.value), str(err.value)
     assert "Fix: use `polyrl serve`" in str(err.value)
+
+
+@pytest.mark.faults
+def test_a_token_id_past_64_bits_is_refused_without_the_models_vocabulary(hostile):
+    """With no model folder (vocab unknown) an id of 2**64 passed the range check and failed
+    converting to int64 (an OverflowError from numpy instead of a refused reply)."""
+    hostile.mode = "token_ids=[18446744073709551616, 11]"
+    engine = hostile_engine(hostile)
+    assert engine.raw.tokenizer.vocab is None
+    with pytest.raises(PluginError, match=r"`token_ids`\[0\] = 18446744073709551616 is outside the model's vocab"):
+        engine.generate(TOKEN_PROMPTS, SamplingParams(max_new_tokens=4, n=2))
+
+
+@pytest.mark.faults
+def test_a_busy_servers_retry_after_is_waited_for(hostile):
+    """A 503 with Retry-After: 1 was retried after backoff_s (10 ms here), so a busy server used up
+    the retries in a blink; polyrl serve itself answers a full queue that way."""
+    hostile.busy = 1
+    out = hostile_engine(hostile, retries=1).generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))
+    assert len(out) == 2 and len(hostile.times) == 2
+    assert hostile.times[1] - hostile.times[0] >= 0.95
 
 
 @pytest.mark.faults

@@ -79,9 +79,9 @@ def test_a_restarted_server_gets_the_last_weights_again_and_serves_from_them(tin
     exchange = engine.raw._exchange
 
     def recorded(url, body, headers=None):
-        status, raw = exchange(url, body, headers)
+        status, raw, wait = exchange(url, body, headers)
         exchanges.append((url, status, json.loads(raw) if status == 200 else {}))
-        return status, raw
+        return status, raw, wait
 
     engine.raw._exchange = recorded
     engine.import_weights(_perturbed_weights(tiny_model_dir))

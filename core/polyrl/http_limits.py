@@ -10,6 +10,10 @@ deadline in a thread, ``asyncio.wait_for`` in a coroutine) and words the error f
 
 from __future__ import annotations
 
+import datetime
+import email.utils
+from collections.abc import Mapping
+
 #: request headers that make the bytes counted the bytes held: a compliant server then sends the
 #: body uncompressed, and no compressed chunk can expand far past the cap before it is checked
 IDENTITY_ENCODING = {"Accept-Encoding": "identity"}
@@ -51,3 +55,34 @@ class CappedBody:
 
     def body(self) -> bytes:
         return b"".join(self._chunks)
+
+
+def refused_encoding(headers: Mapping[str, str]) -> str | None:
+    """Why a reply must not be read, or None: its ``Content-Encoding`` says it is compressed though
+    ``IDENTITY_ENCODING`` asked for none. A client decoding it would inflate a chunk before the cap
+    counts it (6.5 KB of brotli held 10 GB), so the caller refuses it and reads raw bytes only."""
+    encoding = headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    return (f"the server compressed its reply (Content-Encoding: {encoding}) though polyrl asked for none: "
+            "a compressed reply can expand far past the size cap before it is counted")
+
+
+def retry_after_s(headers: Mapping[str, str], cap_s: float) -> float:
+    """Seconds a busy server (429/503) asked to wait in ``Retry-After`` (delta-seconds or an HTTP
+    date), at most ``cap_s`` (a hostile or broken value must not park the run); 0 when absent or
+    unreadable. Why: retrying sooner only gets the same answer and counts against ``retries``."""
+    value = (headers.get("retry-after") or "").strip()
+    if not value:
+        return 0.0
+    if value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return 0.0
+        if when.tzinfo is None:  # an HTTP date is GMT; one without a zone is read as such
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        seconds = (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+    return min(max(seconds, 0.0), cap_s)

@@ -25,7 +25,8 @@ that restarted on its initial weights (another process id in ``weights_id``) is 
 pushed weights again and asked once more (once per attempt), with a warning. Requests are spread
 round-robin over the servers, ``max_concurrency`` at a time per server; a failed attempt (timeout,
 connection error, HTTP 408/429/5xx, or a 200 reply that is not JSON, too large, or fails those
-checks) is retried on the next server with exponential backoff and jitter. ``encode_chat`` answers None (no
+checks) is retried on the next server with exponential backoff and jitter, and a server that answered
+429/503 with ``Retry-After`` is not asked again before then (at most ``timeout_s``). ``encode_chat`` answers None (no
 engine-owned tokenizer for episodes): the core renders an episode's turns with the train engine's
 and sends them as token-id prompts.
 
@@ -83,7 +84,7 @@ from polyrl.backend_features import refuse_unsupported_sampling
 from polyrl.errors import ConfigError, PluginError
 from polyrl.shared_secret import read_shared_secret
 from polyrl.hookspecs import hookimpl
-from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge
+from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge, refused_encoding, retry_after_s
 from polyrl.redact import Redactor, url_secrets
 from polyrl.logs import get_logger
 from polyrl.remote_replies import (BadReply, ServerRestarted, StaleWeights, check_weights, completion, json_body,
@@ -191,6 +192,7 @@ class RemoteEngine:
         self.model = self.options.served_model or self._served_model(self.options.servers[0])
         self._next = itertools.count()
         self._lock = threading.Lock()
+        self._not_before: dict[int, float] = {}  # server index -> monotonic time its Retry-After ends
         self._temp_weights: tuple[str, weakref.finalize] | None = None  # folder we made, its remover
         self.weight_version = 0
         self._pushed: dict[int, str] = {}  # server index -> the weights_id its last push answered
@@ -201,7 +203,7 @@ class RemoteEngine:
 
     def _served_model(self, server: str) -> str:
         try:  # bounded as a generation reply is: a server dripping its headers hung the start
-            status, raw = self._exchange(f"{server}/models", None, method="GET")
+            status, raw, _ = self._exchange(f"{server}/models", None, method="GET")
             if status != 200:
                 raise _AttemptFailed(f"HTTP {status}: {_shown(raw)}")
             return str(json.loads(raw)["data"][0]["id"])
@@ -214,9 +216,10 @@ class RemoteEngine:
     # --- requests ------------------------------------------------------------------------------
 
     def _exchange(self, url: str, body: dict[str, Any] | None, headers: dict[str, str] | None = None,
-                  method: str = "POST") -> tuple[int, bytes]:
-        """Send ``body``: the status and the reply body, all of it within ``timeout_s`` and
-        ``max_reply_bytes`` or the attempt fails. Why a thread: httpx's timeout is per read, so a
+                  method: str = "POST") -> tuple[int, bytes, float]:
+        """Send ``body``: the status, the reply body (all of it within ``timeout_s`` and
+        ``max_reply_bytes`` or the attempt fails) and the seconds a busy server's ``Retry-After``
+        asked for (0 if none). Why a thread: httpx's timeout is per read, so a
         server dripping its status line or headers a byte a second held the step (and a stop
         request) forever; the body alone was checked against the deadline. The thread of an
         abandoned exchange ends when the server closes or httpx's own read timeout passes."""
@@ -239,21 +242,20 @@ class RemoteEngine:
         return done["reply"]
 
     def _read_reply(self, url: str, body: dict[str, Any] | None, headers: dict[str, str] | None, method: str,
-                    deadline: float) -> tuple[int, bytes]:
+                    deadline: float) -> tuple[int, bytes, float]:
         opts = self.options
         try:
             with self.client.stream(method, url, json=body, headers=headers) as response:
-                encoding = response.headers.get("content-encoding", "identity").strip().lower()
-                if encoding not in ("", "identity"):  # decompressed, 6.5 KB of brotli held 10 GB
-                    raise _AttemptFailed(f"the server compressed its reply (Content-Encoding: {encoding}) though "
-                                         "polyrl asked for none: a compressed reply can expand far past "
-                                         "max_reply_bytes before it is counted")
+                refused = refused_encoding(response.headers)
+                if refused:
+                    raise _AttemptFailed(refused)
                 reply = CappedBody(opts.max_reply_bytes, response.headers.get("content-length"))
                 for chunk in response.iter_raw():  # the bytes as sent: nothing httpx would decode
                     reply.feed(chunk)
                     if time.monotonic() > deadline:
                         raise _AttemptFailed(f"the reply was not complete within timeout_s = {opts.timeout_s:g} s")
-                return response.status_code, reply.body()
+                wait = retry_after_s(response.headers, opts.timeout_s) if response.status_code in RETRY_STATUS else 0.0
+                return response.status_code, reply.body(), wait
         except ReplyTooLarge as exc:
             raise _AttemptFailed(exc.describe("backends.options.max_reply_bytes")) from None
         except _AttemptFailed:
@@ -261,10 +263,24 @@ class RemoteEngine:
         except Exception as exc:  # noqa: BLE001 - httpx transport errors and timeouts
             raise _AttemptFailed(f"{type(exc).__name__}: {exc}") from None
 
-    def _backoff(self, attempt: int) -> None:
+    def _backoff(self, attempt: int, index: int) -> None:
+        """Wait before attempt ``attempt`` on server ``index``: exponential backoff with jitter, and
+        at least until the ``Retry-After`` that server last answered has passed."""
+        delay = 0.0
         if attempt:
-            delay = self.options.backoff_s * 2 ** (attempt - 1)
-            time.sleep(delay + random.uniform(0, delay))
+            base = self.options.backoff_s * 2 ** (attempt - 1)
+            delay = base + random.uniform(0, base)
+        with self._lock:
+            not_before = self._not_before.get(index, 0.0)
+        delay = max(delay, not_before - time.monotonic())
+        if delay > 0:
+            time.sleep(delay)
+
+    def _note_retry_after(self, index: int, wait_s: float) -> None:
+        """Remember that server ``index`` asked not to be asked again for ``wait_s`` seconds."""
+        if wait_s > 0:
+            with self._lock:
+                self._not_before[index] = max(self._not_before.get(index, 0.0), time.monotonic() + wait_s)
 
     def post(self, path: str, body: dict[str, Any], first_server: int, parse: Callable[[Any], _T]) -> _T:
         """POST to one server, moving to the next on a failed attempt: a timeout, a connection
@@ -287,7 +303,7 @@ class RemoteEngine:
         for attempt in range(self.options.retries + 1):
             index = (first_server + attempt) % len(servers)
             server = servers[index]
-            self._backoff(attempt)
+            self._backoff(attempt, index)
             try:
                 status, raw, data = self._attempt(index, f"{server}{path}", body)
                 if status == 200:
@@ -309,8 +325,9 @@ class RemoteEngine:
         weights last pushed to it. A reply from a restarted server gets those weights pushed to it
         again and the request sent once more (``heal``), so a long run outlives an OOM kill or a
         reboot of a server; only once, so one that keeps restarting fails the attempt instead."""
-        status, raw = self._exchange(url, body)
+        status, raw, wait = self._exchange(url, body)
         if status != 200:
+            self._note_retry_after(index, wait)
             return status, raw, None
         data = json_body(raw)
         try:
@@ -471,12 +488,13 @@ class RemoteEngine:
         root = server[: -len("/v1")] if server.endswith("/v1") else server
         last = "no attempt"
         for attempt in range(self.options.retries + 1):
-            self._backoff(attempt)
+            self._backoff(attempt, server_index)
             try:
-                status, raw = self._exchange(f"{root}{path}", body, headers)
+                status, raw, wait = self._exchange(f"{root}{path}", body, headers)
             except _AttemptFailed as exc:
                 last = str(exc)
                 continue
+            self._note_retry_after(server_index, wait)
             if status == 200:
                 try:
                     data = json_body(raw)

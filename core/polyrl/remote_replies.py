@@ -21,6 +21,8 @@ from polyrl.types import Completion
 #: a sampler's log-prob is <= 0; float32 rounding of a near-certain token may land a hair above
 LOGPROB_TOLERANCE = 1e-4
 FINISH_REASONS = ("stop", "length")
+#: without the model's vocabulary size, the largest id that is at least a token id polyrl can hold
+MAX_TOKEN_ID = 2**63 - 1
 
 
 class BadReply(Exception):
@@ -28,12 +30,24 @@ class BadReply(Exception):
 
 
 def json_body(raw: bytes) -> Any:
-    """The reply's JSON (a proxy's HTML page, or ``[[[[...`` past the parser's depth, is a BadReply)."""
+    """The reply's JSON (a proxy's HTML page, or ``[[[[...`` past the parser's depth, is a BadReply).
+    A key given twice in one object is a BadReply too: JSON leaves it undefined, Python keeps the
+    last, and a proxy or another reader may keep the first, so two readers would train on
+    different ``token_ids``."""
     try:
-        return json.loads(raw)
+        return json.loads(raw, object_pairs_hook=_unique_keys)
     except (ValueError, RecursionError) as exc:
         shown = raw[:80].decode("utf-8", "replace")
         raise BadReply(f"the reply is not JSON ({type(exc).__name__}): {shown!r}") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise BadReply(f"the reply gives the key {key!r} twice in one object (which one holds is undefined)")
+        seen[key] = value
+    return seen
 
 
 class StaleWeights(BadReply):
@@ -109,8 +123,10 @@ def token_ids(value: Any, field: str, vocab: int | None) -> np.ndarray:
     for i, v in enumerate(value):
         if type(v) is not int:
             raise BadReply(f"`{field}`[{i}] is {_kind(v)}, not an integer token id")
-        if v < 0 or (vocab is not None and v >= vocab):
-            raise BadReply(f"`{field}`[{i}] = {v} is outside the model's vocabulary [0, {vocab or 'vocab'})")
+        if v < 0 or v >= (vocab if vocab is not None else MAX_TOKEN_ID + 1):
+            shown = v if abs(v) < 10**30 else f"{str(v)[:12]}... ({len(str(abs(v)))} digits)"
+            raise BadReply(f"`{field}`[{i}] = {shown} is outside the model's vocabulary "
+                           f"[0, {vocab if vocab is not None else 'vocab'})")
     return np.asarray(value, dtype=np.int64)
 
 

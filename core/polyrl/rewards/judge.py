@@ -27,7 +27,8 @@ Options (``[[rewards]] name = "llm_judge"``, ``options = {...}``); unknown optio
                      abandoned at the limit and fails the request (not retried)
 ``retries``          retries after the first attempt (default 3): on timeouts, connection errors,
                      HTTP 408/409/429/5xx; other HTTP errors (401, 404...) are not retried
-``backoff_s``        first retry waits ``backoff_s * 2**k`` (k = retry index) plus up to 100% jitter
+``backoff_s``        first retry waits ``backoff_s * 2**k`` (k = retry index) plus up to 100% jitter,
+                     or as long as a 429/503's ``Retry-After`` asks, if longer (at most ``timeout_s``)
 ``cache_path``       sqlite file of judged (model, rubric, prompt, completion) -> judge text, for answers
                      with a readable score only (default ``$POLYRL_CACHE/judge_cache.sqlite3``; ``""``
                      or false disables it)
@@ -121,7 +122,7 @@ from polyrl.rewards import judge_score
 from polyrl.rewards.inputs import completion_text
 from polyrl.rewards.options import merged, positive_number, required_text
 from polyrl.hookspecs import hookimpl
-from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge
+from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge, refused_encoding, retry_after_s
 from polyrl.logs import get_logger
 from polyrl.redact import Redactor, display_url, url_secrets
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
@@ -454,14 +455,24 @@ def _server_message(raw: bytes, redact: Redactor) -> str:
 
 
 async def _exchange(client: Any, opts: JudgeOptions, body: dict[str, Any],
-                    headers: dict[str, str]) -> tuple[int, bytes]:
-    """POST ``body``: the status and the reply body, streamed so that a reply past
-    ``max_reply_bytes`` is dropped at the limit instead of being held whole in memory."""
+                    headers: dict[str, str]) -> tuple[int, bytes, float]:
+    """POST ``body``: the status, the reply body, streamed so that a reply past
+    ``max_reply_bytes`` is dropped at the limit instead of being held whole in memory, and the
+    seconds a busy endpoint's ``Retry-After`` asked for (0 if none). The bytes are read as sent:
+    a compressed reply is refused on its header (``_Compressed``), never inflated."""
     async with client.stream("POST", opts.endpoint, json=body, headers=headers) as response:
+        refused = refused_encoding(response.headers)
+        if refused:
+            raise _Compressed(refused)
         reply = CappedBody(opts.max_reply_bytes, response.headers.get("content-length"))
-        async for chunk in response.aiter_bytes():
+        async for chunk in response.aiter_raw():
             reply.feed(chunk)
-        return response.status_code, reply.body()
+        wait = retry_after_s(response.headers, opts.timeout_s) if response.status_code in RETRY_STATUS else 0.0
+        return response.status_code, reply.body(), wait
+
+
+class _Compressed(Exception):
+    """A reply compressed though none was asked for: refused unread (see ``refused_encoding``)."""
 
 
 async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str, str]],
@@ -470,14 +481,14 @@ async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str,
 
     body = {"model": opts.model, "messages": messages, "temperature": opts.temperature,
             "max_tokens": opts.max_tokens}
-    last = "no attempt"
+    last, wait = "no attempt", 0.0
     for attempt in range(opts.retries + 1):
         if state.down is not None:
             return _Outcome(error=f"endpoint down ({state.down})")
         if attempt:
             state.retries += 1
             delay = opts.backoff_s * (2 ** (attempt - 1))
-            await asyncio.sleep(delay + random.uniform(0, delay))
+            await asyncio.sleep(max(delay + random.uniform(0, delay), wait))  # not before its Retry-After
             if state.down is not None:
                 return _Outcome(error=f"endpoint down ({state.down})")
         connection_error = False
@@ -485,12 +496,16 @@ async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str,
             if state.down is not None:  # went down while this one waited for a slot
                 return _Outcome(error=f"endpoint down ({state.down})")
             state.requests += 1
+            wait = 0.0
             try:
                 # httpx's timeout is per read: only this bounds a server that trickles its reply
-                status, raw = await asyncio.wait_for(_exchange(client, opts, body, headers), opts.timeout_s)
+                status, raw, wait = await asyncio.wait_for(_exchange(client, opts, body, headers), opts.timeout_s)
             except (asyncio.TimeoutError, httpx.TimeoutException):
                 last = f"timed out after {opts.timeout_s:g} s"
                 continue
+            except _Compressed as exc:
+                return _Outcome(error=str(exc), fix="point options.base_url at the endpoint itself, not at a proxy "
+                                                    "that compresses replies regardless of Accept-Encoding")
             except ReplyTooLarge:
                 return _Outcome(error=f"reply larger than options.max_reply_bytes = {opts.max_reply_bytes} bytes",
                                 fix="raise options.max_reply_bytes if the judge really writes this much (or "
