@@ -12,6 +12,9 @@ Options (``[[rewards]] name = "code_tests"``); unknown options are an error:
                       function that asserts, ``check(f)``); other statements — imports, helpers —
                       run in order between them), or a list of snippets, one test each
                       (a snippet passes when it runs without an exception). No tests -> score None.
+``entry_point_column`` column naming the solution's function for a HumanEval-style
+                      ``check(candidate)`` that the tests define and never call (default
+                      "entry_point"; the tests then end with ``check(<entry point>)``)
 ``setup_column``      optional column of code run before the solution (e.g. imports), in the
                       sample and, for the tests, in the trainer; None
 ``mode``              "fraction" (default) or "binary"
@@ -116,7 +119,6 @@ What is NOT isolated, or only partly:
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
 import re
@@ -131,6 +133,7 @@ from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
 from polyrl.rewards.inputs import completion_text
 from polyrl.rewards.options import merged, positive_number
+from polyrl.rewards.test_cells import parse_tests
 from polyrl.sandbox import MARKER_ENV, Sandbox, SandboxLimits, SandboxResult, isolation_report
 from polyrl.sandbox.runner import TESTS_IN
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
@@ -186,83 +189,10 @@ def extract_code(text: str, mode: str = "auto") -> str:
     return text
 
 
-def _holds_assert(node: ast.AST) -> bool:
-    return any(isinstance(inner, ast.Assert) for inner in ast.walk(node))
-
-
-def _is_test(node: ast.stmt, checkers: set[str]) -> bool:
-    """Whether a top-level statement is a test: an ``assert``, a statement that runs asserts of its
-    own (``for x in cases: assert f(x) == ...``, ``if``/``with``/``try`` around one), or a call of a
-    function of the tests that asserts (``check(candidate)``). Why: such a statement was a helper
-    step, whose failure counted nowhere, so a solution passing only the top-level asserts scored 1."""
-    if isinstance(node, ast.Assert):
-        return True
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
-        return False
-    return _holds_assert(node) or bool(_called_names(node) & checkers)
-
-
-def _called_names(node: ast.AST) -> set[str]:
-    return {inner.func.id for inner in ast.walk(node) if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name)}
-
-
-def _checkers(tree: ast.Module) -> set[str]:
-    """The tests' top-level functions that assert, themselves or through another such function
-    (``def run_all(): check(f)`` calls ``check``, which asserts)."""
-    functions = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    checkers = {name for name, node in functions.items() if _holds_assert(node)}
-    while True:
-        more = {name for name, node in functions.items() if name not in checkers and _called_names(node) & checkers}
-        if not more:
-            return checkers
-        checkers |= more
-
-
-def _uncalled_test_functions(tree: ast.Module) -> list[str]:
-    """pytest-style tests (``def test_add(): assert add(1, 2) == 3``) that nothing at the top level
-    calls: each becomes a test calling it, as pytest would run it. Why: defined and never called,
-    they ran nothing, and a tests cell holding only them passed every solution."""
-    called = set().union(*(_called_names(node) for node in tree.body
-                           if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))))
-    return [node.name for node in tree.body if isinstance(node, ast.FunctionDef)
-            and node.name.startswith("test") and node.name not in called]
-
-
-def parse_tests(tests: Any, where: str = "") -> list[tuple[str, bool]]:
-    """Steps ``(source, is_test)`` from a tests cell (see the ``column`` option)."""
-    if isinstance(tests, str):
-        try:
-            tree = ast.parse(tests)
-        except SyntaxError as exc:
-            raise RewardError(f"{NAME}: the tests{where} are not valid Python ({exc.msg}, line {exc.lineno}). "
-                              "Fix: correct the dataset's tests column") from None
-        checkers = _checkers(tree)
-        steps = [(ast.unparse(node), _is_test(node, checkers)) for node in tree.body]
-        steps += [(f"{name}()", True) for name in _uncalled_test_functions(tree)]
-        if steps and not any(is_test for _, is_test in steps):
-            return [(tests, True)]  # no assert: the whole script is one test
-        return steps
-    if isinstance(tests, (list, tuple)):
-        out = []
-        for i, item in enumerate(tests):
-            if not isinstance(item, str):
-                raise RewardError(f"{NAME}: test {i}{where} is {type(item).__name__}, not Python source. "
-                                  "Fix: store tests as a string of asserts or a list of strings")
-            try:
-                ast.parse(item)
-            except SyntaxError as exc:
-                raise RewardError(f"{NAME}: test {i}{where} is not valid Python ({exc.msg}). "
-                                  "Fix: correct the dataset's tests column") from None
-            out.append((item, True))
-        return out
-    raise RewardError(f"{NAME}: the tests{where} are a {type(tests).__name__}. "
-                      "Fix: store tests as a string of asserts or a list of strings")
-
-
 # --- the reward ----------------------------------------------------------------------------------
 
 DEFAULTS: dict[str, Any] = {
-    "column": "tests", "setup_column": None, "mode": "fraction", "extract": "auto",
+    "column": "tests", "setup_column": None, "entry_point_column": "entry_point", "mode": "fraction", "extract": "auto",
     "timeout_s": 5.0, "cpu_s": None, "memory_mb": 1024, "file_size_mb": 16, "disk_mb": 64, "max_open_files": 64,
     "max_processes": 16, "max_output_bytes": 65536, "max_workers": 2, "python": None,
     "isolation": "auto", "namespaces": None, "user": "auto", "audit_hook": True, "tests_in": "process",
@@ -328,7 +258,7 @@ async def score_code(completions: Sequence[Completion | str], rows: Sequence[Map
                               f"Fix: add a {column!r} column with the tests, or set option column = \"<tests column>\"")
         if row[column] is None:
             continue
-        steps = parse_tests(row[column], f" of row {i}")
+        steps = parse_tests(row[column], f" of row {i}", _entry_point(row, opts["entry_point_column"], i))
         if not steps:
             continue
         setup = ""
@@ -349,14 +279,51 @@ async def score_code(completions: Sequence[Completion | str], rows: Sequence[Map
     for i, result in results:
         counts[result.status] = counts.get(result.status, 0) + 1
         scores[i] = result.fraction if opts["mode"] == "fraction" else float(result.all_passed)
+        if _vacuous(result):
+            _warn_unconsulted(i)
     n = max(1, len(results))
     metrics = {
         "pass_rate": sum(1 for _, r in results if r.all_passed) / n,
         "failures": float(sum(v for k, v in counts.items() if k not in ("ok",))),
         "timeouts": float(counts.get("timeout", 0)),
         "violations": float(counts.get("output_limit", 0) + counts.get("crashed", 0)),
+        "unconsulted": float(sum(1 for _, r in results if _vacuous(r))),
     }
     return RewardScores(scores, metrics=metrics)
+
+
+def _entry_point(row: Mapping[str, Any], column: Any, i: int) -> str | None:
+    """The row's entry point (HumanEval's ``entry_point``), checked to be a plain name."""
+    value = row.get(column) if isinstance(column, str) else None
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.isidentifier():
+        raise RewardError(f"{NAME}: column {column!r} of row {i} is {value!r}, not a function name. Fix: store the "
+                          "solution's function name there (e.g. \"add\"), or set option entry_point_column to another "
+                          "column")
+    return value
+
+
+_warned_unconsulted = False
+
+
+def _vacuous(result: SandboxResult) -> bool:
+    """Tests passed without ever asking the sample anything (so they scored 0)."""
+    return result.status == "ok" and not result.consulted and any(result.passed)
+
+
+def _warn_unconsulted(i: int) -> None:
+    """Once a run: a sample passed tests that never asked it anything, so it scored 0. Said
+    because it is usually the dataset: a check named like a builtin the tests call (the builtin
+    wins), or tests that never reach the solution's names."""
+    global _warned_unconsulted
+    if _warned_unconsulted:
+        return
+    _warned_unconsulted = True
+    log.warning("code_tests: a sample passed tests that never called its code nor read its values; it scores 0 "
+                "(metric reward/code_tests/unconsulted counts them)", row=i,
+                fix="check that the tests call the solution's function by the name the prompt asks for, and that "
+                    "the name is not a builtin's (the tests always see Python's own sum, pow, max...)")
 
 
 def check_options(name: str, options: Mapping[str, Any], columns: Collection[str] | None = None) -> None:

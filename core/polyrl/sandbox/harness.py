@@ -25,6 +25,7 @@ solution's, whatever it is.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import importlib
 import symtable
@@ -42,6 +43,9 @@ SAFE_MODULES = frozenset({"math", "cmath", "re", "string", "collections", "colle
                           "functools", "operator", "heapq", "bisect", "statistics", "fractions", "datetime",
                           "json", "typing", "copy"})
 _BUILTIN_NAMES = frozenset(dir(builtins))
+#: The module name under which tests import the solution (``from solution import add``, KodCode's
+#: shape): its attributes are the sample's names.
+SOLUTION_MODULE = "solution"
 #: Built-in exceptions a sample's call may raise here as themselves. Not StopIteration and
 #: StopAsyncIteration: they are control flow (out of a call they end the tests' ``map`` early,
 #: and ``all(map(f, xs))`` holds for any ``f``).
@@ -112,6 +116,9 @@ class Session:
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
         self.dirty = False
+        self.asks = 0  # requests to the sample: a test that made none never looked at it
+        self.read_plain = False  # a plain value of the sample's was read through the solution module
+        self.plain_names: set[str] = set()  # the sample's names that came over as plain values
 
     def arg(self, value: Any) -> Any:
         if isinstance(value, Remote):
@@ -127,6 +134,7 @@ class Session:
 
     def ask(self, op: str, **fields: Any) -> Any:
         self.dirty = True
+        self.asks += 1
         answer = self.channel.ask({"op": op, **fields})
         if answer.get("ok") is not True:
             raise remote_exception(answer.get("exc"))
@@ -170,9 +178,38 @@ class Session:
         if not isinstance(data, dict):
             raise ProtocolError("the sample's names are not a mapping")
         # never a builtin's name, never a dunder (``__builtins__`` would replace every builtin)
-        return {name: self.value(value) for name, value in data.items()
-                if type(name) is str and name.isidentifier() and name not in _BUILTIN_NAMES
-                and not name.startswith("__")}
+        names = {name: self.value(value) for name, value in data.items()
+                 if type(name) is str and name.isidentifier() and name not in _BUILTIN_NAMES
+                 and not name.startswith("__")}
+        self.plain_names |= {name for name, value in names.items()
+                             if not isinstance(value, (Remote, ModuleView, _Unavailable))}
+        return names
+
+
+class SolutionModule:
+    """What ``import solution`` / ``from solution import add`` give the tests: the sample's names,
+    read when used. Why: tests written to import the solution from a module (KodCode's) bound
+    ``add`` themselves, so the sample's ``add`` was never seen and every completion scored 0."""
+
+    __slots__ = ("_session", "_names")
+
+    def __init__(self, session: Session, names: dict[str, Any]) -> None:
+        object.__setattr__(self, "_session", session)
+        object.__setattr__(self, "_names", names)
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._names:
+            raise AttributeError(f"the solution defines no {name!r}")
+        value = self._names[name]
+        if not isinstance(value, (Remote, ModuleView, _Unavailable)):
+            object.__setattr__(self._session, "read_plain", True)
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise TypeError("the solution's names cannot be changed from the tests")
+
+    def __repr__(self) -> str:
+        return f"<module {SOLUTION_MODULE!r} (the sample's names)>"
 
 
 def remote_exception(exc: Any) -> BaseException:
@@ -277,18 +314,34 @@ def bound_names(sources: Iterable[str]) -> frozenset[str]:
 
 
 def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str, bool]],
-              setup: str) -> list[bool]:
-    """Run the steps here against the sample's names; one bool per test step."""
+              setup: str) -> tuple[list[bool], bool]:
+    """Run the steps here against the sample's names: one bool per test step, and whether the
+    tests looked at the sample at all (a request to it, or a plain value of its that they name).
+    Why the second: tests that never consult the sample pass every completion, an empty one too
+    (a check shadowed by a builtin's name, ``try: add except NameError: ...``), so such a pass
+    must not count."""
     real_builtins = dict(vars(builtins))
     layer: dict[str, Any] = dict(real_builtins)  # looked up after the tests' globals (module doc)
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": layer}
-    theirs = bound_names([setup, *(source for source, _ in steps)])
+    sources = [setup, *(source for source, _ in steps)]
+    theirs = bound_names(sources)
+    sample: dict[str, Any] = {}
+    solution = SolutionModule(session, sample)
+    real_import = builtins.__import__
+
+    def importer(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        if name == SOLUTION_MODULE and level == 0:
+            return solution
+        return real_import(name, globals, locals, fromlist, level)
 
     def sync(data: Any) -> None:
         names = session.names(data)
+        sample.clear()
+        sample.update(names)
         layer.clear()
         layer.update((name, value) for name, value in names.items() if name not in theirs)
         layer.update(real_builtins)
+        layer["__import__"] = importer
 
     if setup:  # before the solution's names exist, as in the sample
         try:
@@ -297,13 +350,27 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
             pass
     sync(hello.get("v"))
     passed: list[bool] = []
+    asks_before = session.asks
     previous = sys.gettrace()
     sys.settrace(_stop_at(session.channel))
     try:
         _run_steps(session, steps, namespace, sync, passed)
     finally:
         sys.settrace(previous)
-    return passed
+    consulted = session.asks > asks_before or session.read_plain or bool(session.plain_names & _used_names(sources))
+    return passed, consulted
+
+
+def _used_names(sources: Iterable[str]) -> set[str]:
+    """Every name these sources mention (a plain value of the sample's may be read by any)."""
+    names: set[str] = set()
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        names |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    return names
 
 
 def _stop_at(channel: Channel) -> Callable[..., Any]:

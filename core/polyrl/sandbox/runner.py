@@ -68,7 +68,8 @@ class SandboxLimits:
 class SandboxResult:
     """What one sample gave: ``status`` is "ok" (ran; ``passed`` per test), "error" (the solution
     or setup raised: every test failed), "timeout", "output_limit" or "crashed" (ended, or broke
-    the protocol, before the tests were done)."""
+    the protocol, before the tests were done). ``consulted`` False: the tests never looked at the
+    sample (no request to it, no plain value of its read), so their passes count for nothing."""
 
     status: str
     passed: list[bool] = attrs.field(factory=list)
@@ -77,16 +78,17 @@ class SandboxResult:
     returncode: int | None = None
     duration_s: float = 0.0
     inherited_fds: list[int] = attrs.field(factory=list)
+    consulted: bool = True
 
     @property
     def fraction(self) -> float:
-        if self.status not in ("ok", "error") or not self.passed:
+        if self.status not in ("ok", "error") or not self.passed or not self.consulted:
             return 0.0
         return sum(self.passed) / len(self.passed)
 
     @property
     def all_passed(self) -> bool:
-        return self.status == "ok" and bool(self.passed) and all(self.passed)
+        return self.status == "ok" and bool(self.passed) and all(self.passed) and self.consulted
 
 
 class Sandbox:
@@ -185,12 +187,13 @@ class Sandbox:
                                  "audit": self.audit_hook, "site": list(self.launch.site_dirs),
                                  "native": self.launch.level == "bwrap"})
             fds = hello.get("fds")  # every field of the hello is the sample's to forge: bounded
-            fds = [fd for fd in fds[:MAX_REPORTED_FDS] if type(fd) is int] if isinstance(fds, list) else []
+            fds = [fd for fd in fds[:MAX_REPORTED_FDS] if type(fd) is int and 0 <= fd < 1 << 20] \
+                if isinstance(fds, list) else []
             if hello.get("ok") is not True:
                 error = ": ".join(exception_parts(hello.get("exc")))
                 return SandboxResult("error", [False] * sum(1 for _, t in steps if t), error=error, inherited_fds=fds)
-            passed = run_tests(session, hello, steps, setup)
-            return SandboxResult("ok", passed, inherited_fds=fds)
+            passed, consulted = run_tests(session, hello, steps, setup)
+            return SandboxResult("ok", passed, inherited_fds=fds, consulted=consulted)
         except SampleStopped as stop:
             return SandboxResult(stop.status, error=stop.detail or None)
         except ProtocolError as exc:
@@ -215,6 +218,7 @@ class Sandbox:
             _cap_address_space(allowance)
             result = self._talk(channel, code, steps, setup)
             return {"status": result.status, "passed": result.passed, "error": result.error,
+                    "consulted": result.consulted,
                     "fds": result.inherited_fds, "output": bytes(channel.output).decode("latin-1"),
                     "err_open": channel.err_open}
 
@@ -229,7 +233,7 @@ class Sandbox:
         channel.output[:] = answer["output"].encode("latin-1")
         channel.err_open = bool(answer["err_open"])
         return SandboxResult(str(answer["status"]), [bool(p) for p in answer["passed"]], error=answer["error"],
-                             inherited_fds=list(answer["fds"]))
+                             inherited_fds=list(answer["fds"]), consulted=bool(answer["consulted"]))
 
 
 def _cap_address_space(extra_bytes: int) -> None:
