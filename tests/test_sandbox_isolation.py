@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 
 import pytest
 
@@ -92,9 +93,28 @@ def test_auto_degrades_says_so_and_still_scores(no_bwrap, capsys):
 
 
 def test_off_is_a_plain_subprocess_and_says_so():
-    box = Sandbox(SandboxLimits(timeout_s=5), isolation="off")
+    box = Sandbox(SandboxLimits(timeout_s=5), isolation="off", user="none")
     assert box.level == "off" and box.report["isolation"].startswith("OFF (isolation = off)")
     assert box.run(HALF, TESTS).passed == [True, False]
+
+
+def test_off_does_not_quietly_run_samples_as_root():
+    """isolation = "off" asks for a plain subprocess, not for root: a root trainer whose interpreter
+    user nobody cannot run fell back to root (samples read /etc/shadow) with only an info line."""
+    if os.geteuid() != 0 or _nobody_can_run(sys.executable):
+        pytest.skip("needs a root trainer whose interpreter user nobody cannot run (as on this project's VMs)")
+    with pytest.raises(RewardError, match=r"samples would run as root.*isolation = \"off\".*set user = \"none\""):
+        Sandbox(SandboxLimits(timeout_s=5), isolation="off")
+
+
+@pytest.mark.parametrize("user", ["root", "0", 0])
+def test_root_is_never_the_samples_user_unless_none_is_asked(user):
+    """A root trainer asking user = "root" (or uid 0, or 0 read as False = "none") got samples running
+    as root, reported as "on: already running as root"."""
+    if os.geteuid() != 0:
+        pytest.skip("needs a root trainer")
+    with pytest.raises(RewardError, match="user must not be root"):
+        Sandbox(SandboxLimits(timeout_s=5), user=user)
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")

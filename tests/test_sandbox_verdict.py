@@ -78,10 +78,15 @@ KILLERS = {
 MODES = [("auto", False), ("off", False)]
 
 
+def user_for(isolation: str) -> str:
+    """``isolation = "off"`` as root refuses samples running as root unless asked (user = "none")."""
+    return "none" if isolation == "off" else "auto"
+
+
 def score(texts, rows=None, isolation="auto", audit_hook=False):
     pm = get_plugin_manager(entry_points=False)
     options = {"timeout_s": 4, "memory_mb": 512, "max_output_bytes": 16384, "isolation": isolation,
-               "audit_hook": audit_hook, "extract": "raw", "setup_column": "setup"}
+               "audit_hook": audit_hook, "extract": "raw", "setup_column": "setup", "user": user_for(isolation)}
     computer = RewardComputer(pm, [("code_tests", 1.0, options)])
     rows = rows if rows is not None else [{"prompt": "write add", "tests": TESTS}] * len(texts)
     comps = [Completion(0, [1], [2], [0.0], text=t) for t in texts]
@@ -204,7 +209,8 @@ STOPPED = {
 def test_a_sample_that_stopped_scores_zero_whatever_the_test_caught(isolation):
     """Timing out, dying or breaking the protocol inside a call is no exception a test's
     ``except Exception`` turns into a pass (it was, on the last step: status "ok", score 1)."""
-    box = Sandbox(SandboxLimits(timeout_s=1.5, memory_mb=512), isolation=isolation, audit_hook=False)
+    box = Sandbox(SandboxLimits(timeout_s=1.5, memory_mb=512), isolation=isolation, audit_hook=False,
+                  user=user_for(isolation))
     for name, code in STOPPED.items():
         result = box.run(code, parse_tests(CATCH_ALL))
         assert (result.status, result.fraction) == ({"timeout": "timeout"}.get(name, "crashed"), 0.0), (name, result)

@@ -188,7 +188,7 @@ def no_capabilities() -> list[str]:
 def resolve_user(user: Any) -> tuple[tuple[int, int] | None, str, bool]:
     """(uid, gid) to run samples as or None, a sentence for the report, and whether it was asked
     for explicitly (then failing to use it is an error, not a fallback)."""
-    if user in (None, "none", False):
+    if user is None or user is False or user == "none":  # not ``in``: 0 == False, and uid 0 is root
         root = ": samples run as root " + ("without capabilities" if shutil.which("setpriv") else
                                            "with its capabilities (no setpriv to drop them)")
         return None, "off (user = none)" + (root if os.geteuid() == 0 else ""), False
@@ -204,12 +204,13 @@ def resolve_user(user: Any) -> tuple[tuple[int, int] | None, str, bool]:
             return None, "off: no user 'nobody'", False
         raise RewardError(f"code_tests: user {user!r} does not exist. Fix: user = \"auto\", \"none\" or an "
                           "existing user") from None
+    if entry.pw_uid == 0:  # before "already running as": a root trainer asking for root got it, as "on"
+        raise RewardError("code_tests: user must not be root. Fix: user = \"auto\" (nobody) or an unprivileged user, "
+                          "or user = \"none\" to accept samples running as root")
     if entry.pw_uid == os.geteuid():
         return None, f"on: already running as {entry.pw_name}", False
     if os.geteuid() != 0:
         raise RewardError(f"code_tests: only root can run samples as {user!r}. Fix: user = \"auto\" or \"none\"")
-    if entry.pw_uid == 0:
-        raise RewardError("code_tests: user must not be root. Fix: user = \"auto\" (nobody) or an unprivileged user")
     return (entry.pw_uid, entry.pw_gid), f"on: samples run as {entry.pw_name} (uid {entry.pw_uid})", not auto
 
 
@@ -311,8 +312,8 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
             reasons.append("unshare not found")
     drop = drop_privileges(ids) if ids else no_capabilities()
     if ids is not None and (why_not := probe(drop + [python, "-I", "-c", _IDENTITY], expected)) is not None:
-        if not explicit and isolation != "off":  # a fallback of "auto", not a plain subprocess asked for
-            _refuse_root(python, why_not, reasons)
+        if not explicit:  # isolation = "off" asks for a plain subprocess, not for root: user = "none" does
+            _refuse_root(python, why_not, reasons or ["isolation = \"off\""])
         if explicit:
             raise RewardError(f"code_tests: {python} cannot run as user {user!r}. Fix: install an interpreter "
                               "that user can run and set options.python, or set user = \"none\"")
