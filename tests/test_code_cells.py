@@ -94,3 +94,15 @@ def test_tests_that_never_ask_the_sample_count_for_nothing():
     scores, metrics = score("assert ANSWER == 42\n", ["ANSWER = 42\n", "ANSWER = 41\n", EMPTY])
     assert scores == [1.0, 0.0, 0.0] and metrics["unconsulted"] == 0
     assert np.isfinite(scores).all()
+
+
+def test_a_tight_memory_limit_on_samples_leaves_the_datasets_own_tests_room():
+    """The tests' forked copy was capped at memory_mb too: at memory_mb = 64 a reference solution's
+    list of 3 M ints in the tests failed with MemoryError, and a right answer scored 0.5."""
+    tests = ("def reference(n):\n    return [i * 2 for i in range(n)]\n"
+             "assert add(1, 2) == 3\nassert sum(reference(3_000_000)) == add(0, 8_999_997_000_000)\n")
+    computer = RewardComputer(get_plugin_manager(entry_points=False), [("code_tests", 1.0, {"memory_mb": 64})])
+    rows = [{"prompt": "write add", "tests": tests}]
+    result = computer(["write add"], [Completion(0, [1], [2], [0.0], text=RIGHT)],
+                      RewardContext(rows=rows, wanted=("code_tests",)))
+    assert list(result.per_reward["code_tests"]) == [1.0]

@@ -266,7 +266,7 @@ def test_a_c_call_or_an_allocation_on_a_sample_value_costs_the_sample_not_the_tr
     """One C call on a size the sample returns (``sum(range(f(x)))``, ``[0] * f(x)``) cannot be
     stopped from Python: with the tests in the trainer it held the step for as long as the sample
     wanted, and an allocation took the trainer's memory. The tests now run in a forked copy of the
-    trainer, killed past the deadline and capped at memory_mb over the trainer's address space."""
+    trainer, killed past the deadline and capped at max(memory_mb, 1 GiB) over the trainer's address space."""
     import resource
     import time
 

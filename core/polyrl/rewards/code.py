@@ -38,8 +38,8 @@ Options (``[[rewards]] name = "code_tests"``); unknown options are an error:
 ``user``              "auto" (default: as root, samples run as ``nobody``), "none", or a user/uid
 ``audit_hook``        true (default); false only to test the kernel layers alone
 ``tests_in``          "process" (default: the tests run in a forked copy of the trainer, killed at
-                      the sample's deadline, its address space capped at ``memory_mb`` over the
-                      trainer's; a fork costs more the more memory the trainer holds) or
+                      the sample's deadline, its address space capped at ``memory_mb`` (at least
+                      1024) over the trainer's; a fork costs more the more memory the trainer holds) or
                       "trainer" (no fork per sample; a C call on a value the sample returns,
                       ``sum(range(f(x)))``, then holds the trainer until it returns)
 

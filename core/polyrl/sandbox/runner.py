@@ -37,6 +37,10 @@ TESTS_IN = ("process", "trainer")
 #: Seconds past the sample's deadline before the tests' process is killed (their Python lines stop
 #: at the deadline themselves and report "timeout"; the kill is for a C call that does not return).
 TESTS_KILL_GRACE_S = 1.0
+#: The least address space the tests' copy may add over the trainer's, whatever ``memory_mb`` (the
+#: sample's limit) is: a tight limit on samples made the dataset's own tests fail with MemoryError
+#: (a reference solution's list of a few million ints at memory_mb = 64), silently scoring 0.
+TESTS_MIN_MEMORY_MB = 1024
 
 _HERE = Path(__file__).parent
 #: The program the sample's interpreter runs: the value encoder, then the server loop.
@@ -111,7 +115,8 @@ class Sandbox:
         self.report = {**self.launch.report,
                        "audit_hook": "on" if self.audit_hook else "off (audit_hook = false)",
                        "tests": (f"in a forked copy of the trainer: killed {TESTS_KILL_GRACE_S:g} s past the sample's "
-                                 f"deadline, address space capped at memory_mb over the trainer's") if self.tests_forked
+                                 f"deadline, address space capped at max(memory_mb, {TESTS_MIN_MEMORY_MB}) MB over "
+                                 "the trainer's") if self.tests_forked
                        else "in the trainer's process (" + ("tests_in = \"trainer\"" if tests_in == "trainer"
                                                             else "no fork on this platform") +
                        "): a C call on a value the sample returns runs until it returns",
@@ -211,7 +216,7 @@ class Sandbox:
         stopped from Python: in the trainer it held the step (or its memory) for as long as the
         sample wanted. The copy is killed past the deadline and its address space is capped at
         ``memory_mb`` over the trainer's; only the verdict and the sample's output come back."""
-        allowance = self.limits.memory_mb * 1024 * 1024
+        allowance = max(self.limits.memory_mb, TESTS_MIN_MEMORY_MB) * 1024 * 1024
 
         def work() -> dict[str, Any]:
             channel.renew_selector()
