@@ -750,3 +750,33 @@ def test_tensorboards_text_tab_shows_completions_as_written(text):
         rendered = plugin_util.markdown_to_safe_html(markdown_table([record]))
         cells = re.findall(r"<td>(.*?)</td>", rendered, flags=re.S)
         assert html.unescape(cells[2]).strip() == sample.strip(), rendered  # Markdown trims cells, not us
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # pytest's own thread hook
+def test_tensorboards_writer_thread_on_a_full_disk_is_one_warning_not_a_traceback(tmp_path, capfd):
+    """tensorboard's writer thread raised the disk's OSError in itself too: a 30-line traceback on
+    the terminal beside the documented "tracker dropped" warning. The event file is pointed at
+    /dev/full, where every write fails with ENOSPC, as on a full disk."""
+    pytest.importorskip("tensorboard")
+    import os
+    import time
+
+    from polyrl.registry import get_registry
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full on this system")
+    tracking = RunTracking(specs=[get_registry().trackers_by_name()["tensorboard"]], output_dir=tmp_path,
+                           completions_per_step=0, run_name="r", project="p", config={})
+    tracking.open()
+    tracking.publish({"step": 0, "loss": 1.0})
+    events = next((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    events.unlink()
+    events.symlink_to("/dev/full")
+    for step in range(1, 4):
+        tracking.publish({"step": step, "loss": 1.0})
+        time.sleep(0.2)
+    tracking.close()
+    err = capfd.readouterr().err
+    assert "tracker 'tensorboard' failed and was dropped" in err
+    assert "No space left on device" in err
+    assert "Traceback" not in err and "Exception in thread" not in err, err

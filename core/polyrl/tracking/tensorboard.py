@@ -7,6 +7,7 @@ same output_dir) the curves show this run's steps once, not also the lineage tha
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -15,6 +16,30 @@ from polyrl.tracking.completions import markdown_table
 from polyrl.tracking.spec import TrackerContext
 
 LOG_DIR = "tensorboard"
+
+
+def _quiet_writer_threads() -> None:
+    """Keep tensorboard's writer thread from printing its own traceback. Why: when the disk fills,
+    that thread stores the OSError for the next write or flush (which raises it here, in the
+    caller's thread, where the run drops the tracker with one warning) and also raises it in
+    itself, so a 30-line traceback reached the terminal (or a "critical" line under --log-json)
+    beside the documented warning. Other threads' exceptions go to the hook as before."""
+    if getattr(threading.excepthook, "polyrl_quiets_tensorboard", False):
+        return  # installed already (and still the hook: a test harness may have put its own back)
+    from tensorboard.summary.writer import event_file_writer
+
+    writer_thread = getattr(event_file_writer, "_AsyncWriterThread", None)
+    if writer_thread is None:  # another tensorboard: its thread reports as it likes
+        return
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if isinstance(args.thread, writer_thread) and isinstance(args.exc_value, Exception):
+            return  # kept by the thread and raised at the next write, in the run's thread
+        previous(args)
+
+    hook.polyrl_quiets_tensorboard = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 class TensorBoardTracker:
@@ -27,6 +52,7 @@ class TensorBoardTracker:
         self._session_log = event_pb2.SessionLog
         self._started = False
         self.log_dir = context.output_dir / LOG_DIR
+        _quiet_writer_threads()
         self._writer = EventFileWriter(str(self.log_dir))
 
     def _add(self, summary: Any, step: int) -> None:
