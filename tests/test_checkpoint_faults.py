@@ -758,3 +758,48 @@ def test_the_model_and_checkpoints_get_the_umask_modes_not_owner_only(tiny_model
     wrong = {name: mode for name, mode in modes.items()
              if mode != oct(0o750 if (out / name).is_dir() else 0o640)}
     assert not wrong, wrong
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_weights_only_resume_with_nothing_left_to_train_leaves_the_checkpoint_as_it_was(
+        tiny_model_dir, tmp_path, clean_run):
+    """It re-saved the same step: a fresh optimizer went into the run's last checkpoint, and a later
+    exact --resume from it went off the run's numbers, silently."""
+    config, out = crash_config(tmp_path, tiny_model_dir, clean_run)
+    _copy_run(clean_run, out, upto=8)
+    before = _digest(out / "checkpoints" / "step-00000008")
+    resumed = train(config, "--resume-weights-only")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "nothing is left to train" in resumed.stderr
+    assert _digest(out / "checkpoints" / "step-00000008") == before
+    assert_same_weights(final_weights(clean_run), final_weights(out))
+
+
+@pytest.mark.parametrize("new_copy_complete", [True, False])
+def test_a_same_step_re_save_killed_between_its_renames_is_put_back_at_resume(
+        tiny_model_dir, tmp_path, clean_run, new_copy_complete):
+    """A kill between ``step-N -> .old-step-N`` and ``.tmp-step-N -> step-N`` left no ``step-N``:
+    the next --resume started over at step 0 though both copies were whole."""
+    import shutil
+
+    config, out = crash_config(tmp_path, tiny_model_dir, clean_run)
+    _copy_run(clean_run, out, upto=8)
+    root = out / "checkpoints"
+    shutil.copytree(root / "step-00000008", root / ".tmp-step-00000008")
+    if not new_copy_complete:  # killed before the new copy's marker was written
+        (root / ".tmp-step-00000008" / ckpt.MARKER).unlink()
+    (root / "step-00000008").rename(root / ".old-step-00000008")
+    resumed = train(config, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "re-save was cut short: put back" in resumed.stderr
+    assert "starting from step 0" not in resumed.stderr and "nothing is left to train" in resumed.stderr
+    assert ckpt.latest_checkpoint(root).name == "step-00000008"
+    assert not any(root.glob(".old-step-*"))
+    assert [m["step"] for m in metric_steps(out)] == list(range(8))
+    assert_same_weights(final_weights(clean_run), final_weights(out))

@@ -266,6 +266,31 @@ def not_a_checkpoint(path: Path) -> tuple[str, str] | None:
     return None
 
 
+def finish_interrupted_replacements(root: str | Path) -> list[Path]:
+    """Put back the ``step-N`` folder of a same-step re-save that a kill cut between its two
+    renames (``step-N`` -> ``.old-step-N``, then ``.tmp-step-N`` -> ``step-N``): the new one when it
+    is complete, else the old one. Why: only ``step-*`` folders are resumed, so the next
+    ``--resume`` found no checkpoint and started over at step 0 though both copies were whole.
+    Call it holding the output_dir lock. Returns the folders put back."""
+    root = Path(root)
+    restored: list[Path] = []
+    if not root.is_dir():
+        return restored
+    for old in sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(".old-step-")):
+        final = root / old.name.removeprefix(".old-")
+        if final.exists():
+            continue  # the replacement finished; the old copy is only left to delete
+        tmp = root / f".tmp-{final.name}"
+        if tmp.is_dir() and is_complete(tmp) and verify(tmp) is None:
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(old, final)
+        _fsync_dir(root)
+        restored.append(final)
+    return restored
+
+
 def complete_checkpoints(root: str | Path) -> list[Path]:
     """Checkpoints under ``root`` with a valid marker (not yet checksum-verified), oldest first."""
     root = Path(root)

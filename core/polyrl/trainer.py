@@ -787,9 +787,12 @@ class Trainer:
                            weights=",".join(models))
 
     def _own_output_dir(self) -> None:
-        """Take the output_dir lock (rank 0 writes for everyone under a launcher)."""
+        """Take the output_dir lock (rank 0 writes for everyone under a launcher), and put back a
+        checkpoint whose same-step re-save a kill cut short (``ckpt.finish_interrupted_replacements``)."""
         if self.rank == 0:
             self.lock.acquire()
+            for restored in ckpt.finish_interrupted_replacements(self.checkpoint_root):
+                log.warning("a checkpoint's re-save was cut short: put back", checkpoint=str(restored))
 
     def save(self) -> Path:
         """Checkpoint. Under a launcher every rank calls the backend (sharded weights are gathered
@@ -867,7 +870,9 @@ class Trainer:
         self.history = self._rewind_metrics()
         self.tracking.rewind(self.step)
         self._resumed = True
-        self._saved_step = None if weights_only else self.step  # that checkpoint already holds this step
+        # that checkpoint holds this step: re-saving it before training on (weights only, nothing
+        # left to train) put a fresh optimizer into it, and a later exact --resume went off the run
+        self._saved_step = self.step
         self.engines.generator_version = -1  # the train engine's weights were just replaced
         self.engines.sync_weights(self.step)
         log.info("resumed", path=str(found), step=self.step, weights_only=weights_only)
