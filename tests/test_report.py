@@ -241,3 +241,44 @@ def test_the_evaluations_before_and_after_training_are_drawn_without_eval_every(
     (tmp_path / "eval_completions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     run = load_run(tmp_path)
     assert series(run.lines, run.records)["eval/accuracy"] == [(0.0, 0.25), (4.0, 0.75)]
+
+
+@pytest.mark.faults
+def test_dollar_signs_lone_surrogates_and_huge_steps_are_drawn_as_text_not_a_traceback(tmp_path, capsys):
+    """A folder named as an unexpanded ``${VAR}`` in output_dir leaves (``run_$MODEL_$SEED``) and a
+    metric key matplotlib reads as math were a mathtext traceback; a lone surrogate in a key made
+    the font raise; a step past float range an OverflowError."""
+    run = tmp_path / "run_$MODEL_$SEED"
+    run.mkdir()
+    lines = [json.dumps({"step": s, "loss": 1.0 + s, "time/$\\frac{a$": 0.5, "reward/\ud800/mean": 0.1 * s,
+                         "reward_mean": 0.1 * s}) for s in range(3)]
+    lines.append(json.dumps({"step": 10 ** 400, "loss": 9.0}))
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["report", str(run)]) == 0, capsys.readouterr().err
+    assert (run / "report.png").stat().st_size > 0
+    assert [line["step"] for line in load_run(run).lines] == [0, 1, 2]
+
+
+@pytest.mark.faults
+def test_a_report_that_cannot_be_written_keeps_the_previous_one(tmp_path, capsys, monkeypatch):
+    """The chart was written in place: a full disk left the previous report.png cut short."""
+    import errno
+
+    import matplotlib.figure
+
+    (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(0, 1)) + "\n")
+    assert main(["report", str(tmp_path)]) == 0
+    previous = (tmp_path / "report.png").read_bytes()
+    capsys.readouterr()
+
+    def full_disk(self, path, **kwargs):
+        with open(path, "wb") as fh:
+            fh.write(b"\x89PNG cut")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full_disk)
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and "Fix: free space on that disk (the previous file is kept)" in err
+    assert (tmp_path / "report.png").read_bytes() == previous
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl", "report.png"]

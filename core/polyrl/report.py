@@ -9,6 +9,7 @@ does not have (no KL term, a backend without entropy) are left out rather than d
 from __future__ import annotations
 
 import contextlib
+import errno
 import base64
 import html
 import json
@@ -23,6 +24,7 @@ import attrs
 
 from polyrl import evaluation
 from polyrl.errors import ConfigError
+from polyrl.strict_json import valid_text
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FIX = "pip install 'polyrl[plot]' (matplotlib)"
@@ -188,8 +190,20 @@ def _mib(size: int) -> str:
     return f"{size / 2**20:,.0f} MiB"
 
 
+#: the largest step drawn: past it a step is no exact float (10**400 has no float at all)
+MAX_STEP = 2**53
+
+
 def _is_step(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_STEP
+
+
+def _shown(text: str) -> str:
+    """``text`` as matplotlib draws it literally: valid Unicode (a lone surrogate in a metric's
+    name made the font raise) and ``$`` escaped (a folder named ``run_$MODEL_$SEED``, which an
+    unexpanded ``${VAR}`` in output_dir leaves, or a key ``time/$x^{$`` was parsed as math:
+    a traceback, or a title silently drawn as a formula)."""
+    return valid_text(text).replace("$", r"\$")
 
 
 def load_run(run_dir: str | Path) -> RunData:
@@ -351,7 +365,7 @@ def write_png(run: RunData, output: str | Path) -> Path:
     for ax, (panel, keys) in zip(axes.flat, chosen):
         for key in keys:
             xs, ys = zip(*data[key])
-            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=key)
+            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=_shown(key))
         if panel.title == "reward" and "reward_std" in data and "reward_mean" in data:
             mean, std = dict(data["reward_mean"]), dict(data["reward_std"])
             both = [x for x in mean if x in std]
@@ -365,27 +379,34 @@ def write_png(run: RunData, output: str | Path) -> Path:
         ax.legend(fontsize=6, ncol=2 if len(keys) > 4 else 1)
     for ax in list(axes.flat)[len(chosen):]:
         ax.axis("off")
-    fig.suptitle(f"{run.name}: {len(lines)} steps")
+    fig.suptitle(_shown(f"{run.name}: {len(lines)} steps"))
     fig.tight_layout()
     out = Path(output)
     try:
-        with _writing(out, "--output"):
-            out.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(out, dpi=90)
+        with _writing(out, "--output") as tmp:
+            fig.savefig(tmp, dpi=90, format="png")
     finally:
         plt.close(fig)
     return out
 
 
 @contextlib.contextmanager
-def _writing(path: Path, flag: str) -> Iterator[None]:
-    """An OS error writing ``path`` (a read-only folder or file, /proc, a full disk) as one
-    ConfigError naming ``flag``, not a traceback from matplotlib or PIL."""
+def _writing(path: Path, flag: str) -> Iterator[Path]:
+    """A temporary file beside ``path`` to write, put in its place once whole: a full disk left
+    the previous report replaced by a cut-short file. An OS error (a read-only folder, /proc, a
+    full disk) is one ConfigError naming ``flag``, not a traceback from matplotlib or PIL."""
+    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        yield
+        path.parent.mkdir(parents=True, exist_ok=True)
+        yield tmp
+        os.replace(tmp, path)
     except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
         raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror or exc}", field=flag,
-                          fix=f"give {flag} a path in a folder you can write") from None
+                          fix="free space on that disk (the previous file is kept)" if full
+                          else f"give {flag} a path in a folder you can write") from None
 
 
 def _cell(value: Any) -> str:
@@ -413,7 +434,6 @@ def write_html(run: RunData, png: Path, output: str | Path) -> Path:
             f"<h2>metrics.jsonl ({len(lines)} steps)</h2><div class=\"t\"><table><tr>{head}</tr>{body}"
             "</table></div></body></html>\n")
     out = Path(output)
-    with _writing(out, "--html"):
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(page, encoding="utf-8")
+    with _writing(out, "--html") as tmp:
+        tmp.write_text(page, encoding="utf-8")
     return out
