@@ -518,3 +518,32 @@ def test_a_model_folder_changed_in_place_since_the_checkpoint_is_refused_at_resu
     assert trainer.run(progress=False)["steps"] == 3
     # that run's checkpoints hold the folder as it is now: they resume without a word
     assert Trainer(attrs.evolve(config, train=attrs.evolve(config.train, steps=4))).resume()
+
+
+def test_a_failed_copy_names_the_disks_reason_not_a_list_of_every_file():
+    """copytree's shutil.Error (the final model's export on a full disk) was printed as a ~2 KB
+    Python list of (source, destination, reason) tuples."""
+    import shutil
+
+    from polyrl.trainer import _os_reason
+
+    failures = [(f"/ck/model/{i}", f"/out/.tmp-model/{i}", f"[Errno 28] No space left on device: '/ck/model/{i}'")
+                for i in range(6)]
+    assert _os_reason(shutil.Error(failures)) == "No space left on device (6 files failed)"
+    assert _os_reason(OSError(30, "Read-only file system")) == "Read-only file system"
+
+
+def test_a_vanished_output_dir_is_named_not_taken_for_a_run_without_checkpoints(tmp_path):
+    """The output_dir deleted mid-run (two checkpoints in it) was reported as "no checkpoint was
+    written yet", with the disk-full fix."""
+    from polyrl.trainer import Trainer
+
+    trainer = Trainer.__new__(Trainer)  # only the fields _write_failed reads
+    trainer.output_dir = tmp_path / "run"
+    trainer.checkpoint_root = trainer.output_dir / "checkpoints"
+    trainer._saved_step = 2
+    assert "train.output_dir itself is gone" in str(trainer._write_failed("checkpoint of step 3", "No such file"))
+    trainer.checkpoint_root.mkdir(parents=True)
+    assert "the checkpoints this run wrote are gone" in str(trainer._write_failed("checkpoint of step 3", "x"))
+    trainer._saved_step = None
+    assert "no checkpoint was written yet" in str(trainer._write_failed("checkpoint of step 0", "x"))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import signal
 import tempfile
@@ -823,8 +824,15 @@ class Trainer:
 
     def _write_failed(self, what: str, cause: OSError | str) -> OutputWriteError:
         last = ckpt.latest_checkpoint(self.checkpoint_root)
-        kept = f"the last good checkpoint {last} is kept" if last else "no checkpoint was written yet"
-        reason = cause if isinstance(cause, str) else cause.strerror or str(cause)
+        if last:
+            kept = f"the last good checkpoint {last} is kept"
+        elif not self.output_dir.exists():
+            kept = "train.output_dir itself is gone (deleted or unmounted), with the checkpoints in it"
+        elif self._saved_step is not None:
+            kept = f"the checkpoints this run wrote are gone from {self.checkpoint_root}"
+        else:
+            kept = "no checkpoint was written yet"
+        reason = cause if isinstance(cause, str) else _os_reason(cause)
         return OutputWriteError(
             f"cannot write the {what} into {self.output_dir}: {reason}; {kept}. "
             "Fix: free space or make train.output_dir writable, then continue with `polyrl train "
@@ -1236,3 +1244,16 @@ class Trainer:
                 log.info("evaluation after training", **summary["eval_after"])
                 # on the last step's line: the weights after that step are the ones evaluated
                 self.tracking.publish_eval(evaluation.as_step_keys(summary["eval_after"]), step=max(self.step - 1, 0))
+
+
+def _os_reason(error: OSError) -> str:
+    """An OS error as a reader wants it: ``strerror`` ("No space left on device"), and for
+    ``shutil.copytree``'s ``shutil.Error`` (a list of (source, destination, reason) for every file
+    that failed, ~2 KB printed as a Python list) the first file's reason and how many failed."""
+    if isinstance(error, shutil.Error) and error.args and isinstance(error.args[0], list) and error.args[0]:
+        failures = error.args[0]
+        first = failures[0]
+        why = str(first[2]) if isinstance(first, tuple) and len(first) == 3 else str(first)
+        match = re.match(r"\[Errno \d+\] ([^:]+)", why)
+        return (match.group(1) if match else why[:200]) + (f" ({len(failures)} files failed)" if len(failures) > 1 else "")
+    return error.strerror or str(error)
