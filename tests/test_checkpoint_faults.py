@@ -803,3 +803,16 @@ def test_a_same_step_re_save_killed_between_its_renames_is_put_back_at_resume(
     assert not any(root.glob(".old-step-*"))
     assert [m["step"] for m in metric_steps(out)] == list(range(8))
     assert_same_weights(final_weights(clean_run), final_weights(out))
+
+
+def test_json_lines_reach_the_disk_before_the_checkpoint_after_them(tmp_path, monkeypatch):
+    """metrics.jsonl was flushed, not fsynced, while the checkpoint after it is: after a power loss
+    the file could lack steps the checkpoint holds, and the resume's rewind would not notice."""
+    from polyrl import strict_json
+
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    strict_json.append_lines(tmp_path / "metrics.jsonl", [{"step": 0, "loss": 1.0}])
+    assert len(synced) == 1
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 0, "loss": 1.0}\n'

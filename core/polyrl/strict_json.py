@@ -55,11 +55,14 @@ def dumps(value: Any, **kwargs: Any) -> str:
 
 
 def append_lines(path: Path, records: Iterable[Any]) -> None:
-    """Append ``records`` to a JSON-lines file, one strict line each, flushed: a step's lines are
-    on disk before the step is checkpointed."""
+    """Append ``records`` to a JSON-lines file, one strict line each, flushed and fsynced: a step's
+    lines are on disk before the step is checkpointed (the checkpoint is fsynced; after a power
+    loss a metrics file only flushed could lack steps the checkpoint holds, and the resume would
+    not notice)."""
     with open(path, "a", encoding="utf-8") as fh:
         fh.write("".join(dumps(r, ensure_ascii=False) + "\n" for r in records))
         fh.flush()
+        os.fsync(fh.fileno())
 
 
 def read_lines(path: Path) -> list[tuple[str, Any]]:
