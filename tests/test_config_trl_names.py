@@ -96,6 +96,8 @@ def test_trl_values_and_names_through_the_other_entry_points():
     assert exc.field == "algorithm.scale_rewards" and 'scale_rewards = "none"' in str(exc), exc
     exc = error(with_(train={"per_device_train_batch_size": 16}))
     assert "prompts_per_step = 16 / generation.group_size" in str(exc), exc
+    exc = error(with_(train={"max_steps": 8}))  # TRL counts updates, polyrl rollout batches
+    assert "write steps = 8 / num_iterations in [train]" in str(exc), exc
     exc = error(with_(algorithm={"steps_per_generation": 4}))
     assert "remove it" in str(exc) and "no polyrl equivalent" in str(exc), exc
     with pytest.raises(ConfigError, match="TRL's num_generations is polyrl's generation.group_size"):

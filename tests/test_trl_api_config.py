@@ -60,13 +60,13 @@ def test_an_untouched_trl_config_keeps_trls_defaults_where_they_differ_from_poly
 
 def test_every_mapped_field_the_user_sets_is_carried():
     ours = api.GRPOConfig.from_trl(trl_config(
-        max_steps=7, num_generations=4, per_device_train_batch_size=8, gradient_accumulation_steps=2,
+        max_steps=14, num_generations=4, per_device_train_batch_size=8, gradient_accumulation_steps=2,
         max_completion_length=32, learning_rate=3e-6, temperature=0.7, top_p=0.9, top_k=20, min_p=0.05,
         repetition_penalty=1.1, beta=0.04, epsilon=0.1, epsilon_high=0.3, scale_rewards=False, loss_type="dr_grpo",
         num_iterations=2, weight_decay=0.01, max_grad_norm=0.5, lr_scheduler_type="cosine", warmup_steps=3,
         sync_ref_model=True, ref_model_sync_steps=16, ref_model_mixup_alpha=0.9, reward_weights=[1.0, 0.5],
         seed=7, output_dir="runs/x", mask_truncated_completions=True, top_entropy_quantile=0.5))
-    assert (ours.steps, ours.epochs, ours.prompts_per_step) == (7, None, 4)  # 8 x 2 completions / 4
+    assert (ours.steps, ours.epochs, ours.prompts_per_step) == (7, None, 4)  # 14 updates / 2; 8 x 2 completions / 4
     assert (ours.learning_rate, ours.beta, ours.epsilon, ours.epsilon_high) == (3e-6, 0.04, 0.1, 0.3)
     assert (ours.scale_rewards, ours.loss_aggregation, ours.num_iterations) == ("none", "seq_mean_token_sum_norm", 2)
     assert (ours.max_grad_norm, ours.seed, ours.output_dir, list(ours.reward_weights)) == (0.5, 7, "runs/x", [1.0, 0.5])
@@ -97,6 +97,20 @@ def test_trls_cosine_with_a_floor_is_polyrls_cosine_with_min_lr_ratio():
     with pytest.raises(ConfigError, match="lr_scheduler_kwargs .* has no polyrl equivalent") as info:
         api.GRPOConfig.from_trl(trl_config(lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"num_cycles": 2}))
     assert info.value.field == "grpo_config.lr_scheduler_kwargs"
+
+
+def test_trls_max_steps_counts_updates_so_polyrl_steps_are_max_steps_over_num_iterations():
+    """TRL's max_steps counts optimizer updates and reuses each rollout batch for num_iterations of
+    them; a polyrl step is one batch and its num_iterations updates. max_steps was taken as steps,
+    so num_iterations = 2 made twice TRL's rollouts and updates."""
+    ours = api.GRPOConfig.from_trl(trl_config(max_steps=4, num_iterations=2))
+    assert (ours.steps, ours.num_iterations) == (2, 2)  # TRL: rollouts at updates 0 and 2, 4 updates
+    assert api.GRPOConfig.from_trl(trl_config(max_steps=4)).steps == 4  # num_iterations = 1: the same count
+    with pytest.raises(ConfigError, match="max_steps = 5 optimizer updates is not a whole number") as info:
+        api.GRPOConfig.from_trl(trl_config(max_steps=5, num_iterations=2))
+    assert info.value.field == "grpo_config.max_steps" and "(4 or 6)" in str(info.value), info.value
+    with pytest.raises(ConfigError, match=r"a multiple of num_iterations \(3\)"):
+        api.GRPOConfig.from_trl(trl_config(max_steps=2, num_iterations=3))
 
 
 def test_a_loss_type_that_is_a_polyrl_preset_picks_the_preset():

@@ -120,6 +120,22 @@ def _min_lr(trl_config: Any) -> dict[str, Any]:
     return {}
 
 
+def _steps(max_steps: int, num_iterations: int) -> int:
+    """polyrl's ``train.steps`` for TRL's ``max_steps``. Why: TRL counts optimizer updates and
+    reuses each rollout batch for ``num_iterations`` of them; a polyrl step is one rollout batch
+    and its ``num_iterations`` updates. A count that is not whole batches is refused: TRL would
+    stop part-way through the last batch's updates, which polyrl does not do."""
+    if max_steps % num_iterations:
+        lower = max_steps - max_steps % num_iterations
+        nearest = " or ".join(str(n) for n in sorted({max(lower, num_iterations), lower + num_iterations}))
+        raise ConfigError(f"TRL's max_steps = {max_steps} optimizer updates is not a whole number of rollout "
+                          f"batches of num_iterations = {num_iterations} updates each (TRL would stop part-way "
+                          "through the last batch; a polyrl step is one batch and all its updates)",
+                          field="grpo_config.max_steps",
+                          fix=f"set max_steps to a multiple of num_iterations ({nearest})")
+    return max_steps // num_iterations
+
+
 def trl_settings(trl_config: Any) -> dict[str, Any]:
     """polyrl's ``table.key`` -> value for every field of ``trl_config`` with an equivalent
     (``algorithm.name`` for a loss that is a polyrl preset; ``rewards[].weight`` is TRL's
@@ -144,7 +160,7 @@ def trl_settings(trl_config: Any) -> dict[str, Any]:
     out["algorithm.name" if isinstance(loss, Preset) else "algorithm.loss_aggregation"] = \
         loss.name if isinstance(loss, Preset) else loss
     if trl_config.max_steps > 0:
-        out["train.steps"] = trl_config.max_steps
+        out["train.steps"] = _steps(trl_config.max_steps, trl_config.num_iterations)
     else:
         out["train.epochs"] = float(trl_config.num_train_epochs)
     completions = trl_config.per_device_train_batch_size * trl_config.gradient_accumulation_steps

@@ -63,7 +63,9 @@ TRL_NAMES: dict[str, TrlName] = {
     "warmup_steps": TrlName("optimizer.warmup_steps"),
     "lr_scheduler_kwargs": TrlName("optimizer.min_lr_ratio", note="TRL's {{\"min_lr_rate\": r}} (cosine_with_min_lr) is "
                                                               "min_lr_ratio = r in [optimizer]"),
-    "max_steps": TrlName("train.steps"),
+    "max_steps": TrlName("train.steps", note="TRL counts optimizer updates, polyrl rollout batches of "
+                                             "algorithm.num_iterations updates each: write steps = {value} / "
+                                             "num_iterations in [train]"),
     "num_train_epochs": TrlName("train.steps", note="polyrl counts steps: write steps = {value} x the prompts / "
                                                     "prompts_per_step in [train]"),
     "seed": TrlName("train.seed"),
