@@ -276,6 +276,30 @@ def test_a_tiny_run_from_a_trl_config_with_two_reward_model_folders(tiny_model_d
     assert records and all(set(r["rewards"]) == {"reward_model", "reward_model_2"} for r in records)
 
 
+def test_a_trl_config_with_num_iterations_samples_and_counts_as_trl_does(tiny_model_dir, tmp_path):
+    """TRL's max_steps = 4 with num_iterations = 2 is 2 rollout batches of 2 updates each, and a
+    reward's trainer_state runs on TRL's clock of updates (global_step 0 then 2, of max_steps 4)."""
+    seen = []
+
+    def clock(completions, trainer_state, **kwargs):
+        seen.append((trainer_state.global_step, trainer_state.max_steps))
+        return [float(len(c) % 3) for c in completions]
+
+    args = trl_config(output_dir=str(tmp_path / "out"), max_steps=4, num_iterations=2, num_generations=2,
+                      per_device_train_batch_size=4, max_completion_length=4, learning_rate=1e-5)
+    summary = api.run(api.grpo, policy=api.Agent(tiny_model_dir), prompts=[f"q{i}" for i in range(4)],
+                      rewards=[clock], grpo_config=args, progress=False)
+    assert len(summary["history"]) == 2 and seen == [(0, 4), (2, 4)], seen
+
+
+def test_trainer_state_counts_optimizer_updates_as_trl_does():
+    from polyrl.rewards.trl_compat import TrainerState
+
+    state = TrainerState.for_run(step=3, max_steps=5, prompts_per_step=2, group_size=2, dataset_size=8,
+                                 history=[], save_steps=2, updates_per_step=2)
+    assert (state.global_step, state.max_steps, state.save_steps, state.epoch) == (6, 10, 4, 0.75)
+
+
 def test_trl_fields_polyrl_has_under_the_same_name_are_carried_and_report_to_is_ignored():
     """SAPO's and VESPO's shape parameters and entropy_coef are algorithm keys of the same name
     and meaning; report_to is a logging field (README: logging fields are ignored)."""
