@@ -195,10 +195,35 @@ def _polyrl_defaults() -> dict[str, Any]:
     return out
 
 
+def _data_frame_library(value: Any) -> str | None:
+    """The library of a data frame (``"pandas"``, ``"polars"``...), told without importing it."""
+    for c in type(value).__mro__:
+        if c.__name__ == "DataFrame":
+            return c.__module__.partition(".")[0]
+    return None
+
+
+def _frame_rows(frame: Any, library: str) -> list[dict[str, Any]]:
+    """A pandas DataFrame's rows as ``datasets.Dataset.from_pandas`` gives them to TRL (Python
+    values, None for a missing object value); the index is not a column. Another library's frame
+    is refused: it too would iterate as its columns."""
+    if library != "pandas":
+        raise ConfigError(f"prompts is a {library} DataFrame, which iterates as its columns, not its rows",
+                          field="prompts", fix="pass a datasets.Dataset made from it (e.g. Dataset.from_polars(df)) "
+                                               "or a list of row dicts")
+    import datasets
+
+    return list(datasets.Dataset.from_pandas(frame, preserve_index=False))
+
+
 def prompt_rows(prompts: Any) -> list[dict[str, Any]]:
     """``prompts`` as dataset rows. Why the checks: a ``DatasetDict`` (``load_dataset(...)``
-    without ``split``) iterates as its split names and a string as its characters, so either would
-    train on prompts such as "train" instead of the data."""
+    without ``split``) iterates as its split names, a string as its characters and a data frame as
+    its column names, so each would train on prompts such as "train" instead of the data (a pandas
+    DataFrame is read as its rows instead)."""
+    library = _data_frame_library(prompts)
+    if library is not None:
+        return _frame_rows(prompts, library)
     if isinstance(prompts, Mapping):
         splits = list(prompts)
         raise ConfigError(f"prompts is a {type(prompts).__name__} of splits ({', '.join(map(repr, splits))}), "
