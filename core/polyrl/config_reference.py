@@ -140,7 +140,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "timeout_s": "seconds one call may take; longer is an error naming the reward",
         "isolation": "function rewards: `thread` (a reward thread), `process` (each call in a forked child, killed "
                      "at `timeout_s`; POSIX) or `auto`: `process` for math-verify rewards (TRL's "
-                     "`accuracy_reward`), else `thread`",
+                     "`accuracy_reward`, or a function of yours that calls math-verify's `parse`/`verify`), "
+                     "else `thread`",
         "label": "what metrics (`reward/<label>/mean`), logs and errors call the entry (default: the `name`, or "
                  "the function's name); two entries with one label (two reward-model folders, two files' `score` "
                  "functions) are an error until one gets its own",
