@@ -55,7 +55,8 @@ def test_an_untouched_trl_config_keeps_trls_defaults_where_they_differ_from_poly
     assert ours.settings["generation.group_size"] == 8
     assert ours.settings["generation.max_new_tokens"] == trl_config().max_completion_length
     assert ours.settings["optimizer.schedule"] == "linear"  # TrainingArguments' lr_scheduler_type
-    assert "generation.temperature" not in ours.settings  # the same in both: nothing to carry
+    # the same in both, yet carried: an explicit GenerationConfig is compared with it (finding: it won silently)
+    assert ours.settings["generation.temperature"] == 1.0
 
 
 def test_every_mapped_field_the_user_sets_is_carried():
@@ -70,8 +71,8 @@ def test_every_mapped_field_the_user_sets_is_carried():
     assert (ours.learning_rate, ours.beta, ours.epsilon, ours.epsilon_high) == (3e-6, 0.04, 0.1, 0.3)
     assert (ours.scale_rewards, ours.loss_aggregation, ours.num_iterations) == ("none", "seq_mean_token_sum_norm", 2)
     assert (ours.max_grad_norm, ours.seed, ours.output_dir, list(ours.reward_weights)) == (0.5, 7, "runs/x", [1.0, 0.5])
-    assert ours.settings == {  # num_generations = 4 is polyrl's group_size already
-        "generation.max_new_tokens": 32, "generation.temperature": 0.7,
+    assert ours.settings == {  # num_generations = 4 is polyrl's group_size already, carried all the same
+        "generation.group_size": 4, "generation.max_new_tokens": 32, "generation.temperature": 0.7,
         "generation.top_p": 0.9, "generation.top_k": 20, "generation.min_p": 0.05, "generation.repetition_penalty": 1.1,
         "optimizer.weight_decay": 0.01, "optimizer.schedule": "cosine", "optimizer.warmup_steps": 3,
         "algorithm.ref_sync_every": 16, "algorithm.ref_sync_alpha": 0.9, "algorithm.mask_truncated_completions": True,
@@ -114,8 +115,76 @@ def test_trls_max_steps_counts_updates_so_polyrl_steps_are_max_steps_over_num_it
 
 
 def test_a_loss_type_that_is_a_polyrl_preset_picks_the_preset():
-    ours = api.GRPOConfig.from_trl(trl_config(loss_type="cispo"))
+    ours = api.GRPOConfig.from_trl(trl_config(loss_type="cispo", epsilon_high=5.0))
     assert ours.settings["algorithm.name"] == "cispo" and ours.loss_aggregation is None
+
+
+@pytest.fixture()
+def run_config(monkeypatch):
+    """The RunConfig ``api.run`` builds for a trl.GRPOConfig, without training."""
+    import polyrl.trainer
+
+    built = {}
+
+    class Captured:
+        def __init__(self, config, extra_plugins=()):
+            built["config"] = config
+
+        def run(self, progress=True):
+            return {}
+
+    monkeypatch.setattr(polyrl.trainer, "Trainer", Captured)
+
+    def build(args, generation_config=None):
+        api.run(api.grpo, policy=api.Agent("x"), prompts=["hi"] * 8, generation_config=generation_config,
+                rewards=[lambda completions, **kwargs: [0.0] * len(completions)], grpo_config=args, progress=False)
+        return built["config"]
+
+    return build
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({"loss_type": "luspo"}, {"epsilon": 0.2, "clip_eps_high": 0.2, "importance_sampling_level": "token"}),
+    ({"loss_type": "luspo", "importance_sampling_level": "sequence", "epsilon_high": 0.28},
+     {"epsilon": 0.2, "clip_eps_high": 0.28, "importance_sampling_level": "sequence"}),
+    ({"loss_type": "cispo", "epsilon_high": 5.0}, {"clip_eps_high": 4.0, "policy_loss": "cispo"}),  # cap 1 + 4
+    ({"loss_type": "cispo", "epsilon_high": 1.28}, {"clip_eps_high": 0.28}),
+    ({"loss_type": "sapo", "sapo_temperature_pos": 2.0}, {"sapo_temperature_pos": 2.0, "policy_loss": "sapo"}),
+    ({"loss_type": "vespo"}, {"policy_loss": "vespo", "importance_sampling_level": "token"}),
+])
+def test_a_loss_type_preset_trains_with_the_values_trl_reads_not_the_presets(run_config, kwargs, expected):
+    """TRL values equal to the grpo preset's defaults were dropped, so loss_type = "luspo" trained
+    with the luspo preset's 3e-4/4e-4 sequence-level clip instead of TRL's 0.2 token-level one, and
+    TRL's cispo cap (epsilon_high itself) was read as polyrl's 1 + epsilon_high."""
+    algorithm = run_config(trl_config(max_steps=1, **kwargs)).algorithm
+    assert algorithm.name == kwargs["loss_type"]
+    for name, value in expected.items():
+        wanted = pytest.approx(value) if isinstance(value, float) else value
+        assert getattr(algorithm, name) == wanted, (name, getattr(algorithm, name))
+
+
+def test_trls_cispo_cap_below_one_is_refused():
+    """TRL's cispo with epsilon_high unset caps the weight at epsilon (0.2), below the on-policy
+    ratio: polyrl's cap is 1 + epsilon_high, so it cannot train that and says so."""
+    with pytest.raises(ConfigError, match=r"TRL's cispo caps the importance weight at epsilon_high itself .* a cap "
+                                          r"of 0.2") as info:
+        api.GRPOConfig.from_trl(trl_config(loss_type="cispo"))
+    assert info.value.field == "grpo_config.epsilon_high" and "epsilon_high = 4.0" in str(info.value)
+
+
+@pytest.mark.parametrize(("kwargs", "generation", "field"), [
+    ({"num_generations": 4, "per_device_train_batch_size": 16}, {"group_size": 8}, "generation_config.group_size"),
+    ({"max_completion_length": 64}, {"max_new_tokens": 32}, "generation_config.max_new_tokens"),
+    ({"temperature": 1.0}, {"temperature": 0.7}, "generation_config.temperature"),
+])
+def test_a_trl_generation_value_equal_to_polyrls_default_still_conflicts(run_config, kwargs, generation, field):
+    """TRL's value equal to polyrl's default was dropped, so a different GenerationConfig value
+    won silently (group_size 8 with prompts_per_step from TRL's 4: twice TRL's completions)."""
+    with pytest.raises(ConfigError, match="in generation_config and") as info:
+        run_config(trl_config(max_steps=1, **kwargs), api.GenerationConfig(**generation))
+    assert info.value.field == field
+    same = run_config(trl_config(max_steps=1, temperature=0.7), api.GenerationConfig(temperature=0.7))
+    assert same.generation.temperature == 0.7
 
 
 def test_derived_trl_values_never_count_as_set():

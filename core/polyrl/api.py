@@ -160,11 +160,11 @@ class GRPOConfig:
                               field="grpo_config", fix="pass trl.GRPOConfig(...), or build polyrl's GRPOConfig")
         values = trl_settings(trl_config)
         ours = _polyrl_defaults()
-        # a value equal to polyrl's own changes nothing; left out, an algorithm preset keeps its own
         changed = {k: v for k, v in values.items() if k not in ours or ours[k] != v}
+        kept = {k: v for k, v in values.items() if k in changed or _carried_as_is(k, values)}
         arguments = {_ARGUMENTS[k]: v for k, v in values.items()
-                     if k in _ARGUMENTS and (k in changed or not k.startswith("algorithm."))}
-        settings = {k: v for k, v in changed.items() if k not in _ARGUMENTS}
+                     if k in _ARGUMENTS and (k in kept or not k.startswith("algorithm."))}
+        settings = {k: v for k, v in kept.items() if k not in _ARGUMENTS}
         if "train.epochs" in values:
             arguments["steps"] = 1  # replaced by epochs once the prompts are known
         config = cls(**arguments, settings=settings)
@@ -177,6 +177,15 @@ class GRPOConfig:
                                       "default differs)",
                                       taken=", ".join(f"{k} = {shown(v)}" for k, v in changed.items()))
         return config
+
+
+def _carried_as_is(key: str, values: Mapping[str, Any]) -> bool:
+    """Whether TRL's value of ``key`` is kept even where it equals polyrl's default. Why: a
+    generation value is compared with an explicit ``GenerationConfig`` (one equal to polyrl's
+    default was dropped, and the other one won silently), and under a ``loss_type`` that picks a
+    preset the grpo defaults are not the preset's (luspo's clip). Otherwise a value left out lets
+    the algorithm ``run`` names keep its own (``run(dapo, ...)``)."""
+    return key.startswith("generation.") or ("algorithm.name" in values and key.startswith("algorithm."))
 
 
 def _is_trl_config(value: Any) -> bool:

@@ -120,6 +120,35 @@ def _min_lr(trl_config: Any) -> dict[str, Any]:
     return {}
 
 
+def _as_the_loss_reads_them(out: dict[str, Any], trl_config: Any, loss: str) -> None:
+    """TRL's clip and shape values for ``loss_type = loss`` (a polyrl preset), as TRL's loss reads
+    them: every value is carried (the preset's own defaults differ from TRL's: luspo's GSPO band,
+    cispo's cap), and one TRL ignores for this loss is left out (polyrl refuses a key that does
+    nothing). Why cispo is translated: TRL caps the weight at ``epsilon_high`` itself (ε_max,
+    ``epsilon`` when unset), polyrl at ``1 + epsilon_high``."""
+    epsilon, high = trl_config.epsilon, trl_config.epsilon_high
+    if loss == "cispo":
+        cap = epsilon if high is None else high
+        if cap < 1:
+            raise ConfigError(f"TRL's cispo caps the importance weight at epsilon_high itself (epsilon when "
+                              f"epsilon_high is unset): a cap of {shown(cap)}, below the on-policy ratio 1, "
+                              "which polyrl's cispo (a cap of 1 + epsilon_high, at least 1) cannot train",
+                              field="grpo_config.epsilon_high",
+                              fix="set epsilon_high to the cap you want, at least 1 (TRL recommends 5.0, polyrl's "
+                                  "epsilon_high = 4.0)")
+        out.pop("algorithm.epsilon", None)  # TRL's cispo reads no lower clip
+        out["algorithm.epsilon_high"] = round(cap - 1, 12)
+    elif loss in ("sapo", "vespo"):  # no clip in TRL's loss either
+        out.pop("algorithm.epsilon", None)
+        out.pop("algorithm.epsilon_high", None)
+    else:  # TRL's PPO clip, epsilon_high = epsilon when unset
+        out["algorithm.epsilon_high"] = epsilon if high is None else high
+    for prefix in ("sapo", "vespo"):
+        if loss != prefix:
+            for key in [k for k in out if k.startswith(f"algorithm.{prefix}_")]:
+                del out[key]
+
+
 def _steps(max_steps: int, num_iterations: int) -> int:
     """polyrl's ``train.steps`` for TRL's ``max_steps``. Why: TRL counts optimizer updates and
     reuses each rollout batch for ``num_iterations`` of them; a polyrl step is one rollout batch
@@ -157,8 +186,11 @@ def trl_settings(trl_config: Any) -> dict[str, Any]:
                           fix=f"use one of {', '.join(SCHEDULES)} (or constant_with_warmup)")
     out.update(_min_lr(trl_config))
     loss = trl_value(TRL_NAMES["loss_type"], trl_config.loss_type)
-    out["algorithm.name" if isinstance(loss, Preset) else "algorithm.loss_aggregation"] = \
-        loss.name if isinstance(loss, Preset) else loss
+    if isinstance(loss, Preset):
+        out["algorithm.name"] = loss.name
+        _as_the_loss_reads_them(out, trl_config, loss.name)
+    else:
+        out["algorithm.loss_aggregation"] = loss
     if trl_config.max_steps > 0:
         out["train.steps"] = _steps(trl_config.max_steps, trl_config.num_iterations)
     else:
