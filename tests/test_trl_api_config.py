@@ -114,6 +114,19 @@ def test_trls_max_steps_counts_updates_so_polyrl_steps_are_max_steps_over_num_it
         api.GRPOConfig.from_trl(trl_config(max_steps=2, num_iterations=3))
 
 
+@pytest.mark.parametrize(("kwargs", "warmup"), [
+    ({"warmup_steps": 0.1}, 2), ({"warmup_steps": 0.5}, 10), ({"warmup_ratio": 0.1}, 2), ({"warmup_steps": 3}, 3),
+])
+def test_trls_fractional_warmup_is_that_fraction_of_the_updates(kwargs, warmup):
+    """transformers 5 reads warmup_steps below 1 (and warmup_ratio, copied into it) as a fraction
+    of max_steps, rounded up; from_trl refused it, as polyrl's warmup_steps is a count."""
+    ours = api.GRPOConfig.from_trl(trl_config(max_steps=20, **kwargs))
+    assert ours.settings["optimizer.warmup_steps"] == warmup
+    with pytest.raises(ConfigError, match="fraction of the run's optimizer updates") as info:
+        api.GRPOConfig.from_trl(trl_config(warmup_steps=0.1))  # epochs: the updates are not known here
+    assert info.value.field == "grpo_config.warmup_steps"
+
+
 def test_a_loss_type_that_is_a_polyrl_preset_picks_the_preset():
     ours = api.GRPOConfig.from_trl(trl_config(loss_type="cispo", epsilon_high=5.0))
     assert ours.settings["algorithm.name"] == "cispo" and ours.loss_aggregation is None
@@ -197,8 +210,8 @@ def test_derived_trl_values_never_count_as_set():
     ({"fp16": True}, "grpo_config.fp16", ["fp16 = True"]),
     ({"steps_per_generation": 2}, "grpo_config.generation_batch_size", ["steps_per_generation = 2",
                                                                         "one rollout batch per step"]),
-    ({"multi_objective_aggregation": "normalize_then_sum", "warmup_ratio": 0.1},
-     "grpo_config.warmup_ratio", ["warmup_ratio = 0.1", "multi_objective_aggregation = 'normalize_then_sum'"]),
+    ({"multi_objective_aggregation": "normalize_then_sum", "adam_beta2": 0.99},
+     "grpo_config.adam_beta2", ["adam_beta2 = 0.99", "multi_objective_aggregation = 'normalize_then_sum'"]),
     ({"optim": "sgd"}, "grpo_config.optim", ["optim = 'sgd'"]),
     ({"lr_scheduler_type": "polynomial"}, "grpo_config.lr_scheduler_type", ["'polynomial'"]),
 ])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 from typing import Any
 
 from polyrl.errors import ConfigError
@@ -42,7 +43,7 @@ ADAMW = frozenset({"adamw_torch", "adamw_torch_fused"})
 #: fields read together with others below, not through their own table entry
 COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
-                      "reward_weights", "loss_type", "lr_scheduler_kwargs"})
+                      "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio"})
 
 
 def _plain(value: Any) -> Any:
@@ -149,6 +150,24 @@ def _as_the_loss_reads_them(out: dict[str, Any], trl_config: Any, loss: str) -> 
                 del out[key]
 
 
+def _warmup(warmup: Any, max_steps: int) -> Any:
+    """polyrl's ``optimizer.warmup_steps`` (a count of updates) for TRL's ``warmup_steps``. Why:
+    transformers 5 reads a value below 1 (and the deprecated ``warmup_ratio``, copied into it) as
+    that fraction of the run's ``max_steps`` updates, rounded up, and a float of 1 or more as its
+    integer part."""
+    if not isinstance(warmup, float):
+        return warmup
+    if warmup >= 1:
+        return int(warmup)
+    if warmup <= 0:
+        return 0
+    if max_steps <= 0:
+        raise ConfigError(f"TRL's warmup_steps = {shown(warmup)} is a fraction of the run's optimizer updates, "
+                          "which from_trl knows only from max_steps", field="grpo_config.warmup_steps",
+                          fix="set max_steps, or warmup_steps to a number of updates (1 or more)")
+    return math.ceil(max_steps * warmup)
+
+
 def _steps(max_steps: int, num_iterations: int) -> int:
     """polyrl's ``train.steps`` for TRL's ``max_steps``. Why: TRL counts optimizer updates and
     reuses each rollout batch for ``num_iterations`` of them; a polyrl step is one rollout batch
@@ -185,6 +204,8 @@ def trl_settings(trl_config: Any) -> dict[str, Any]:
                           "has", field="grpo_config.lr_scheduler_type",
                           fix=f"use one of {', '.join(SCHEDULES)} (or constant_with_warmup)")
     out.update(_min_lr(trl_config))
+    if "optimizer.warmup_steps" in out:
+        out["optimizer.warmup_steps"] = _warmup(out["optimizer.warmup_steps"], trl_config.max_steps)
     loss = trl_value(TRL_NAMES["loss_type"], trl_config.loss_type)
     if isinstance(loss, Preset):
         out["algorithm.name"] = loss.name

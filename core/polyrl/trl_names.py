@@ -81,6 +81,9 @@ TRL_NAMES: dict[str, TrlName] = {
 }
 
 
+#: transformers' fraction of the updates (``warmup_ratio``, a ``warmup_steps`` below 1) as polyrl's count
+_WARMUP = "warmup_steps = ceil({value} x train.steps x algorithm.num_iterations), a number of updates, in [optimizer]"
+
 #: More ``GRPOConfig`` / ``TrainingArguments`` names a TOML writer may bring, for the unknown-key
 #: fix only (``from_trl`` ignores the logging and saving ones, ``trl_config.IGNORED``): without
 #: them a close polyrl key would be suggested instead (``delta`` -> "did you mean 'beta'?").
@@ -93,6 +96,10 @@ TOML_HINTS: dict[str, TrlName] = {
     "trust_remote_code": TrlName("model.trust_remote_code"),
     "max_tool_calling_iterations": TrlName("environment.max_turns"),
     "logging_steps": TrlName(None, note="polyrl writes every step's metrics to metrics.jsonl"),
+    "warmup_ratio": TrlName("optimizer.warmup_steps", note=f"write {_WARMUP.format(value='{value}')}"),
+    "max_prompt_length": TrlName(None, note="polyrl never truncates a prompt: model.max_length bounds prompt + "
+                                            "completion and a longer prompt is an error; "
+                                            "algorithm.max_completion_length is Dr.GRPO's normaliser, not a limit"),
     "delta": TrlName(None, note="polyrl's ratio clipping has no two-sided delta bound"),
     **{name: TrlName("algorithm.mismatch_correction", note=(
         'TRL\'s default mode (sequence_mask) is mismatch_correction = "mis" with mismatch_level = "sequence" in '
@@ -127,7 +134,9 @@ def trl_fix(name: str, value: Any) -> str | None:
 
 def trl_value_fix(field: str, value: Any) -> str | None:
     """The fix when polyrl's ``field`` (``table.key``) holds a TRL value it spells differently
-    (``scale_rewards = true``, ``loss_aggregation = "dapo"``)."""
+    (``scale_rewards = true``, ``loss_aggregation = "dapo"``, transformers' fractional ``warmup_steps``)."""
+    if field == "optimizer.warmup_steps" and isinstance(value, float) and 0 < value < 1:
+        return f"transformers reads warmup_steps below 1 as a fraction of the updates: write {_WARMUP.format(value=value)}"
     for name, entry in TRL_NAMES.items():
         if entry.key == field and entry.values:
             translated = _assignment(entry, value)
