@@ -70,6 +70,8 @@ def test_a_trl_name_in_any_section_names_polyrls_key(name):
      "TRL's vllm_importance_sampling_correction is polyrl's algorithm.mismatch_correction"),
     ("algorithm", "vllm_importance_sampling_clip_max", "polyrl's algorithm.mismatch_cap: write mismatch_cap = 2"),
     ("algorithm", "use_bias_correction_kl", "TRL's use_bias_correction_kl has no polyrl equivalent"),  # not 'mismatch_correction'
+    ("algorithm", "max_prompt_length", "never truncates a prompt"),  # not 'max_completion_length' (Dr.GRPO's)
+    ("optimizer", "warmup_ratio", "write warmup_steps = ceil(2 x train.steps x algorithm.num_iterations)"),
 ])
 def test_trl_names_from_other_tables_or_without_equivalent_are_not_steered_to_a_close_key(section, name, fix):
     """A TRL field close to an unrelated polyrl key used to get "did you mean" that key (delta ->
@@ -96,6 +98,10 @@ def test_trl_values_and_names_through_the_other_entry_points():
     assert exc.field == "algorithm.scale_rewards" and 'scale_rewards = "none"' in str(exc), exc
     exc = error(with_(train={"per_device_train_batch_size": 16}))
     assert "prompts_per_step = 16 / generation.group_size" in str(exc), exc
+    exc = error(with_(optimizer={"warmup_steps": 0.1}))  # transformers' fraction: not "must be an integer" alone
+    assert "fraction of the updates: write warmup_steps = ceil(0.1 x train.steps" in str(exc), exc
+    exc = error(with_(train={"max_steps": 8}))  # TRL counts updates, polyrl rollout batches
+    assert "write steps = 8 / num_iterations in [train]" in str(exc), exc
     exc = error(with_(algorithm={"steps_per_generation": 4}))
     assert "remove it" in str(exc) and "no polyrl equivalent" in str(exc), exc
     with pytest.raises(ConfigError, match="TRL's num_generations is polyrl's generation.group_size"):

@@ -113,6 +113,70 @@ def test_auto_picks_a_child_for_math_verify_rewards_only():
     assert load_function_reward("trl.rewards:accuracy_reward", isolation="thread").isolation == "thread"
 
 
+MV_FILE = """
+import math_verify
+from math_verify import parse, verify
+
+
+def accuracy(completions, solution, **kwargs):  # the open-r1 / TRL-docs accuracy reward
+    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
+    return [float(verify(parse(s), parse(t))) for s, t in zip(solution, texts)]
+
+
+def _check(text):
+    return math_verify.verify(parse("4"), parse(text))
+
+
+def through_a_helper(completions, **kwargs):
+    return [float(_check(c[0]["content"])) for c in completions]
+
+
+def imports_inside(completions, **kwargs):
+    from math_verify import parse
+    return [float(bool(parse(c[0]["content"]))) for c in completions]
+
+
+def format_reward(completions, **kwargs):  # the same file, no math-verify: stays on the thread
+    return [float("<think>" in c[0]["content"]) for c in completions]
+"""
+
+
+def test_auto_picks_a_child_for_a_users_own_math_verify_reward(tmp_path, forks):
+    """A user's file importing parse/verify (open-r1's accuracy reward, which TRL runs unchanged)
+    ran on the reward thread, where math-verify's parse raises; auto now forks it, and only it."""
+    pytest.importorskip("math_verify")
+    path = tmp_path / "mv_reward.py"
+    path.write_text(MV_FILE)
+    for name in ("accuracy", "through_a_helper", "imports_inside"):
+        assert load_function_reward(f"{path}:{name}").isolation == "process", name
+    assert load_function_reward(f"{path}:format_reward").isolation == "thread"
+    assert load_function_reward(f"{path}:accuracy", isolation="thread").isolation == "thread"
+    plugin = load_function_reward(f"{path}:accuracy")
+    res = score(computer_for([plugin]), [r"\boxed{4}", r"\boxed{5}"])
+    assert list(res.total) == [1.0, 0.0] and len(forks) == 1
+
+
+def test_a_reward_that_needs_the_main_thread_names_isolation_process(tmp_path):
+    """math-verify's "doesn't support threaded environment" (or Python's "signal only works in main
+    thread") on the reward thread: the Fix is the one setting, not "fix the reward function"."""
+    pytest.importorskip("math_verify")
+    path = tmp_path / "mv_reward.py"
+    path.write_text(MV_FILE)
+    plugin = load_function_reward(f"{path}:accuracy", isolation="thread")
+
+    def alarm(completions, **kwargs):
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        return [0.0] * len(completions)
+
+    for reward in (plugin, function_reward_plugin(alarm, isolation="thread")):
+        with pytest.raises(RewardError) as caught:
+            score(computer_for([reward]), [r"\boxed{4}"])
+        assert 'Fix: set isolation = "process" in its [[rewards]] entry' in str(caught.value), caught.value
+    with pytest.raises(RewardError, match="Fix: fix the reward function"):  # another ValueError: as before
+        score(computer_for([function_reward_plugin(lambda completions, **kw: int("x"), isolation="thread")]),
+              ["4"])
+
+
 # --- timeouts and stops kill the child -----------------------------------------------------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 
 import numpy as np
@@ -370,6 +371,46 @@ def test_load_errors_are_clear(tmp_path, spec, match):
     with pytest.raises(ConfigError, match=match) as info:
         load_function_reward(spec)
     assert info.value.field == "rewards.function"
+
+
+SCRIPT_AT_IMPORT = {  # a converted TRL training script: its argument parsing at module level
+    "argparse": "import argparse\np = argparse.ArgumentParser()\np.add_argument('--model', required=True)\n"
+                "args = p.parse_args()\n",
+    "exit": "import sys\nsys.exit('need --flag')\n",
+}
+
+
+@pytest.mark.parametrize(("kind", "said"), [
+    ("argparse", "SystemExit(2) after writing '"), ("exit", "SystemExit('need --flag')")])
+def test_a_reward_file_that_exits_when_imported_is_one_error_naming_it(tmp_path, capsys, kind, said):
+    """sys.exit (argparse's parse_args) at a reward file's import escaped the loader: polyrl ended
+    with argparse's usage under its own name (rc 2) or with "need --flag" alone (rc 1)."""
+    path = tmp_path / f"{kind}_reward.py"
+    path.write_text(SCRIPT_AT_IMPORT[kind] + "def r(completions, **kw):\n    return [0.0] * len(completions)\n")
+    with pytest.raises(ConfigError) as info:
+        load_function_reward(f"{path}:r")
+    text = str(info.value)
+    assert info.value.field == "rewards.function" and f"importing {str(path)!r} raised {said}" in text, text
+    assert 'Fix: move the script code under if __name__ == "__main__"' in text and "\n" not in text, text
+    if kind == "argparse":  # argparse's own message, folded into the line, not printed as polyrl's
+        assert "the following arguments are required: --model" in text and "usage:" not in capsys.readouterr().err
+    (tmp_path / "noisy.py").write_text("import sys\nsys.stderr.write('a warning\\n')\ndef r(c, **k):\n    return [0.0]\n")
+    load_function_reward(f"{tmp_path / 'noisy.py'}:r")
+    assert "a warning" in capsys.readouterr().err  # what an import that works writes is still shown
+
+
+def test_polyrl_train_prints_one_error_line_for_a_reward_file_running_argparse(tiny_model_dir, tmp_path):
+    import subprocess
+
+    (tmp_path / "script.py").write_text(SCRIPT_AT_IMPORT["argparse"] + "def r(completions, **kw):\n    return [0.0]\n")
+    config = tmp_path / "run.toml"
+    config.write_text(f'[model]\npath = "{tiny_model_dir}"\n[data]\ntask = "arithmetic"\n'
+                      f'[[rewards]]\nfunction = "{tmp_path / "script.py"}:r"\n')
+    result = subprocess.run([sys.executable, "-m", "polyrl.cli", "train", str(config), "--no-progress"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "usage:" not in result.stderr, result.stderr[-2000:]
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "script.py' raised SystemExit(2)" in line, line
 
 
 def test_a_reward_file_importing_a_module_beside_it_says_to_set_pythonpath(tmp_path):

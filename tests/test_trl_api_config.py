@@ -55,23 +55,24 @@ def test_an_untouched_trl_config_keeps_trls_defaults_where_they_differ_from_poly
     assert ours.settings["generation.group_size"] == 8
     assert ours.settings["generation.max_new_tokens"] == trl_config().max_completion_length
     assert ours.settings["optimizer.schedule"] == "linear"  # TrainingArguments' lr_scheduler_type
-    assert "generation.temperature" not in ours.settings  # the same in both: nothing to carry
+    # the same in both, yet carried: an explicit GenerationConfig is compared with it (finding: it won silently)
+    assert ours.settings["generation.temperature"] == 1.0
 
 
 def test_every_mapped_field_the_user_sets_is_carried():
     ours = api.GRPOConfig.from_trl(trl_config(
-        max_steps=7, num_generations=4, per_device_train_batch_size=8, gradient_accumulation_steps=2,
+        max_steps=14, num_generations=4, per_device_train_batch_size=8, gradient_accumulation_steps=2,
         max_completion_length=32, learning_rate=3e-6, temperature=0.7, top_p=0.9, top_k=20, min_p=0.05,
         repetition_penalty=1.1, beta=0.04, epsilon=0.1, epsilon_high=0.3, scale_rewards=False, loss_type="dr_grpo",
         num_iterations=2, weight_decay=0.01, max_grad_norm=0.5, lr_scheduler_type="cosine", warmup_steps=3,
         sync_ref_model=True, ref_model_sync_steps=16, ref_model_mixup_alpha=0.9, reward_weights=[1.0, 0.5],
         seed=7, output_dir="runs/x", mask_truncated_completions=True, top_entropy_quantile=0.5))
-    assert (ours.steps, ours.epochs, ours.prompts_per_step) == (7, None, 4)  # 8 x 2 completions / 4
+    assert (ours.steps, ours.epochs, ours.prompts_per_step) == (7, None, 4)  # 14 updates / 2; 8 x 2 completions / 4
     assert (ours.learning_rate, ours.beta, ours.epsilon, ours.epsilon_high) == (3e-6, 0.04, 0.1, 0.3)
     assert (ours.scale_rewards, ours.loss_aggregation, ours.num_iterations) == ("none", "seq_mean_token_sum_norm", 2)
     assert (ours.max_grad_norm, ours.seed, ours.output_dir, list(ours.reward_weights)) == (0.5, 7, "runs/x", [1.0, 0.5])
-    assert ours.settings == {  # num_generations = 4 is polyrl's group_size already
-        "generation.max_new_tokens": 32, "generation.temperature": 0.7,
+    assert ours.settings == {  # num_generations = 4 is polyrl's group_size already, carried all the same
+        "generation.group_size": 4, "generation.max_new_tokens": 32, "generation.temperature": 0.7,
         "generation.top_p": 0.9, "generation.top_k": 20, "generation.min_p": 0.05, "generation.repetition_penalty": 1.1,
         "optimizer.weight_decay": 0.01, "optimizer.schedule": "cosine", "optimizer.warmup_steps": 3,
         "algorithm.ref_sync_every": 16, "algorithm.ref_sync_alpha": 0.9, "algorithm.mask_truncated_completions": True,
@@ -99,9 +100,104 @@ def test_trls_cosine_with_a_floor_is_polyrls_cosine_with_min_lr_ratio():
     assert info.value.field == "grpo_config.lr_scheduler_kwargs"
 
 
+def test_trls_max_steps_counts_updates_so_polyrl_steps_are_max_steps_over_num_iterations():
+    """TRL's max_steps counts optimizer updates and reuses each rollout batch for num_iterations of
+    them; a polyrl step is one batch and its num_iterations updates. max_steps was taken as steps,
+    so num_iterations = 2 made twice TRL's rollouts and updates."""
+    ours = api.GRPOConfig.from_trl(trl_config(max_steps=4, num_iterations=2))
+    assert (ours.steps, ours.num_iterations) == (2, 2)  # TRL: rollouts at updates 0 and 2, 4 updates
+    assert api.GRPOConfig.from_trl(trl_config(max_steps=4)).steps == 4  # num_iterations = 1: the same count
+    with pytest.raises(ConfigError, match="max_steps = 5 optimizer updates is not a whole number") as info:
+        api.GRPOConfig.from_trl(trl_config(max_steps=5, num_iterations=2))
+    assert info.value.field == "grpo_config.max_steps" and "(4 or 6)" in str(info.value), info.value
+    with pytest.raises(ConfigError, match=r"a multiple of num_iterations \(3\)"):
+        api.GRPOConfig.from_trl(trl_config(max_steps=2, num_iterations=3))
+
+
+@pytest.mark.parametrize(("kwargs", "warmup"), [
+    ({"warmup_steps": 0.1}, 2), ({"warmup_steps": 0.5}, 10), ({"warmup_ratio": 0.1}, 2), ({"warmup_steps": 3}, 3),
+])
+def test_trls_fractional_warmup_is_that_fraction_of_the_updates(kwargs, warmup):
+    """transformers 5 reads warmup_steps below 1 (and warmup_ratio, copied into it) as a fraction
+    of max_steps, rounded up; from_trl refused it, as polyrl's warmup_steps is a count."""
+    ours = api.GRPOConfig.from_trl(trl_config(max_steps=20, **kwargs))
+    assert ours.settings["optimizer.warmup_steps"] == warmup
+    with pytest.raises(ConfigError, match="fraction of the run's optimizer updates") as info:
+        api.GRPOConfig.from_trl(trl_config(warmup_steps=0.1))  # epochs: the updates are not known here
+    assert info.value.field == "grpo_config.warmup_steps"
+
+
 def test_a_loss_type_that_is_a_polyrl_preset_picks_the_preset():
-    ours = api.GRPOConfig.from_trl(trl_config(loss_type="cispo"))
+    ours = api.GRPOConfig.from_trl(trl_config(loss_type="cispo", epsilon_high=5.0))
     assert ours.settings["algorithm.name"] == "cispo" and ours.loss_aggregation is None
+
+
+@pytest.fixture()
+def run_config(monkeypatch):
+    """The RunConfig ``api.run`` builds for a trl.GRPOConfig, without training."""
+    import polyrl.trainer
+
+    built = {}
+
+    class Captured:
+        def __init__(self, config, extra_plugins=()):
+            built["config"] = config
+
+        def run(self, progress=True):
+            return {}
+
+    monkeypatch.setattr(polyrl.trainer, "Trainer", Captured)
+
+    def build(args, generation_config=None):
+        api.run(api.grpo, policy=api.Agent("x"), prompts=["hi"] * 8, generation_config=generation_config,
+                rewards=[lambda completions, **kwargs: [0.0] * len(completions)], grpo_config=args, progress=False)
+        return built["config"]
+
+    return build
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({"loss_type": "luspo"}, {"epsilon": 0.2, "clip_eps_high": 0.2, "importance_sampling_level": "token"}),
+    ({"loss_type": "luspo", "importance_sampling_level": "sequence", "epsilon_high": 0.28},
+     {"epsilon": 0.2, "clip_eps_high": 0.28, "importance_sampling_level": "sequence"}),
+    ({"loss_type": "cispo", "epsilon_high": 5.0}, {"clip_eps_high": 4.0, "policy_loss": "cispo"}),  # cap 1 + 4
+    ({"loss_type": "cispo", "epsilon_high": 1.28}, {"clip_eps_high": 0.28}),
+    ({"loss_type": "sapo", "sapo_temperature_pos": 2.0}, {"sapo_temperature_pos": 2.0, "policy_loss": "sapo"}),
+    ({"loss_type": "vespo"}, {"policy_loss": "vespo", "importance_sampling_level": "token"}),
+])
+def test_a_loss_type_preset_trains_with_the_values_trl_reads_not_the_presets(run_config, kwargs, expected):
+    """TRL values equal to the grpo preset's defaults were dropped, so loss_type = "luspo" trained
+    with the luspo preset's 3e-4/4e-4 sequence-level clip instead of TRL's 0.2 token-level one, and
+    TRL's cispo cap (epsilon_high itself) was read as polyrl's 1 + epsilon_high."""
+    algorithm = run_config(trl_config(max_steps=1, **kwargs)).algorithm
+    assert algorithm.name == kwargs["loss_type"]
+    for name, value in expected.items():
+        wanted = pytest.approx(value) if isinstance(value, float) else value
+        assert getattr(algorithm, name) == wanted, (name, getattr(algorithm, name))
+
+
+def test_trls_cispo_cap_below_one_is_refused():
+    """TRL's cispo with epsilon_high unset caps the weight at epsilon (0.2), below the on-policy
+    ratio: polyrl's cap is 1 + epsilon_high, so it cannot train that and says so."""
+    with pytest.raises(ConfigError, match=r"TRL's cispo caps the importance weight at epsilon_high itself .* a cap "
+                                          r"of 0.2") as info:
+        api.GRPOConfig.from_trl(trl_config(loss_type="cispo"))
+    assert info.value.field == "grpo_config.epsilon_high" and "epsilon_high = 4.0" in str(info.value)
+
+
+@pytest.mark.parametrize(("kwargs", "generation", "field"), [
+    ({"num_generations": 4, "per_device_train_batch_size": 16}, {"group_size": 8}, "generation_config.group_size"),
+    ({"max_completion_length": 64}, {"max_new_tokens": 32}, "generation_config.max_new_tokens"),
+    ({"temperature": 1.0}, {"temperature": 0.7}, "generation_config.temperature"),
+])
+def test_a_trl_generation_value_equal_to_polyrls_default_still_conflicts(run_config, kwargs, generation, field):
+    """TRL's value equal to polyrl's default was dropped, so a different GenerationConfig value
+    won silently (group_size 8 with prompts_per_step from TRL's 4: twice TRL's completions)."""
+    with pytest.raises(ConfigError, match="in generation_config and") as info:
+        run_config(trl_config(max_steps=1, **kwargs), api.GenerationConfig(**generation))
+    assert info.value.field == field
+    same = run_config(trl_config(max_steps=1, temperature=0.7), api.GenerationConfig(temperature=0.7))
+    assert same.generation.temperature == 0.7
 
 
 def test_derived_trl_values_never_count_as_set():
@@ -114,8 +210,8 @@ def test_derived_trl_values_never_count_as_set():
     ({"fp16": True}, "grpo_config.fp16", ["fp16 = True"]),
     ({"steps_per_generation": 2}, "grpo_config.generation_batch_size", ["steps_per_generation = 2",
                                                                         "one rollout batch per step"]),
-    ({"multi_objective_aggregation": "normalize_then_sum", "warmup_ratio": 0.1},
-     "grpo_config.warmup_ratio", ["warmup_ratio = 0.1", "multi_objective_aggregation = 'normalize_then_sum'"]),
+    ({"multi_objective_aggregation": "normalize_then_sum", "adam_beta2": 0.99},
+     "grpo_config.adam_beta2", ["adam_beta2 = 0.99", "multi_objective_aggregation = 'normalize_then_sum'"]),
     ({"optim": "sgd"}, "grpo_config.optim", ["optim = 'sgd'"]),
     ({"lr_scheduler_type": "polynomial"}, "grpo_config.lr_scheduler_type", ["'polynomial'"]),
 ])
@@ -260,6 +356,30 @@ def test_a_tiny_run_from_a_trl_config_with_two_reward_model_folders(tiny_model_d
                                                 + 0.5 * step["reward/reward_model_2/mean"])  # TRL's reward_weights
     records = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
     assert records and all(set(r["rewards"]) == {"reward_model", "reward_model_2"} for r in records)
+
+
+def test_a_trl_config_with_num_iterations_samples_and_counts_as_trl_does(tiny_model_dir, tmp_path):
+    """TRL's max_steps = 4 with num_iterations = 2 is 2 rollout batches of 2 updates each, and a
+    reward's trainer_state runs on TRL's clock of updates (global_step 0 then 2, of max_steps 4)."""
+    seen = []
+
+    def clock(completions, trainer_state, **kwargs):
+        seen.append((trainer_state.global_step, trainer_state.max_steps))
+        return [float(len(c) % 3) for c in completions]
+
+    args = trl_config(output_dir=str(tmp_path / "out"), max_steps=4, num_iterations=2, num_generations=2,
+                      per_device_train_batch_size=4, max_completion_length=4, learning_rate=1e-5)
+    summary = api.run(api.grpo, policy=api.Agent(tiny_model_dir), prompts=[f"q{i}" for i in range(4)],
+                      rewards=[clock], grpo_config=args, progress=False)
+    assert len(summary["history"]) == 2 and seen == [(0, 4), (2, 4)], seen
+
+
+def test_trainer_state_counts_optimizer_updates_as_trl_does():
+    from polyrl.rewards.trl_compat import TrainerState
+
+    state = TrainerState.for_run(step=3, max_steps=5, prompts_per_step=2, group_size=2, dataset_size=8,
+                                 history=[], save_steps=2, updates_per_step=2)
+    assert (state.global_step, state.max_steps, state.save_steps, state.epoch) == (6, 10, 4, 0.75)
 
 
 def test_trl_fields_polyrl_has_under_the_same_name_are_carried_and_report_to_is_ignored():

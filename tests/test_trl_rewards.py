@@ -473,6 +473,34 @@ def test_api_prompts_that_would_iterate_as_other_prompts_are_refused(toy, tmp_pa
     assert info.value.field == "prompts"
 
 
+def test_api_a_pandas_data_frame_is_read_as_its_rows_not_its_column_names(toy, tmp_path):
+    """A DataFrame iterates as its column names: the run trained on the prompts "prompt" and
+    "answer". Its rows are read as datasets.Dataset.from_pandas gives them (the index is not a column)."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"prompt": ["What is 1 + 1?", "skip", "What is 2 + 2?"], "answer": ["2", "-", "4"],
+                          "n": [1, 0, 3]})
+    frame = frame[frame["n"] > 0]  # a filtered frame: its index is 0, 2
+    seen = []
+
+    def spy(prompts, completions, answer, n, **kwargs):
+        seen.extend(zip(prompts, answer, n))
+        return [0.0] * len(completions)
+
+    _api_run(tmp_path, [spy], prompts=frame)
+    assert sorted(set(seen)) == [("What is 1 + 1?", "2", 1), ("What is 2 + 2?", "4", 3)], seen
+    assert all(type(n) is int for _, _, n in seen)  # Python values, as 🤗 datasets passes them to TRL
+
+
+def test_api_another_librarys_data_frame_is_one_error():
+    from polyrl.api import prompt_rows
+
+    DataFrame = type("DataFrame", (), {"__module__": "polars.dataframe.frame", "__iter__": lambda self: iter(["a"])})
+    with pytest.raises(ConfigError, match="polars DataFrame, which iterates as its columns") as info:
+        prompt_rows(DataFrame())
+    assert info.value.field == "prompts" and "Fix:" in str(info.value)
+
+
 def test_api_a_dataset_and_a_reward_model_folder_train_as_in_trl(tiny_model_dir, tmp_path):
     """TRL's GRPOTrainer(reward_funcs=["path/to/rm", fn], train_dataset=Dataset): the folder is a
     reward model (polyrl's reward_model), the Dataset's rows are the prompts and columns."""

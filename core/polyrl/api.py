@@ -160,11 +160,11 @@ class GRPOConfig:
                               field="grpo_config", fix="pass trl.GRPOConfig(...), or build polyrl's GRPOConfig")
         values = trl_settings(trl_config)
         ours = _polyrl_defaults()
-        # a value equal to polyrl's own changes nothing; left out, an algorithm preset keeps its own
         changed = {k: v for k, v in values.items() if k not in ours or ours[k] != v}
+        kept = {k: v for k, v in values.items() if k in changed or _carried_as_is(k, values)}
         arguments = {_ARGUMENTS[k]: v for k, v in values.items()
-                     if k in _ARGUMENTS and (k in changed or not k.startswith("algorithm."))}
-        settings = {k: v for k, v in changed.items() if k not in _ARGUMENTS}
+                     if k in _ARGUMENTS and (k in kept or not k.startswith("algorithm."))}
+        settings = {k: v for k, v in kept.items() if k not in _ARGUMENTS}
         if "train.epochs" in values:
             arguments["steps"] = 1  # replaced by epochs once the prompts are known
         config = cls(**arguments, settings=settings)
@@ -177,6 +177,15 @@ class GRPOConfig:
                                       "default differs)",
                                       taken=", ".join(f"{k} = {shown(v)}" for k, v in changed.items()))
         return config
+
+
+def _carried_as_is(key: str, values: Mapping[str, Any]) -> bool:
+    """Whether TRL's value of ``key`` is kept even where it equals polyrl's default. Why: a
+    generation value is compared with an explicit ``GenerationConfig`` (one equal to polyrl's
+    default was dropped, and the other one won silently), and under a ``loss_type`` that picks a
+    preset the grpo defaults are not the preset's (luspo's clip). Otherwise a value left out lets
+    the algorithm ``run`` names keep its own (``run(dapo, ...)``)."""
+    return key.startswith("generation.") or ("algorithm.name" in values and key.startswith("algorithm."))
 
 
 def _is_trl_config(value: Any) -> bool:
@@ -195,10 +204,35 @@ def _polyrl_defaults() -> dict[str, Any]:
     return out
 
 
+def _data_frame_library(value: Any) -> str | None:
+    """The library of a data frame (``"pandas"``, ``"polars"``...), told without importing it."""
+    for c in type(value).__mro__:
+        if c.__name__ == "DataFrame":
+            return c.__module__.partition(".")[0]
+    return None
+
+
+def _frame_rows(frame: Any, library: str) -> list[dict[str, Any]]:
+    """A pandas DataFrame's rows as ``datasets.Dataset.from_pandas`` gives them to TRL (Python
+    values, None for a missing object value); the index is not a column. Another library's frame
+    is refused: it too would iterate as its columns."""
+    if library != "pandas":
+        raise ConfigError(f"prompts is a {library} DataFrame, which iterates as its columns, not its rows",
+                          field="prompts", fix="pass a datasets.Dataset made from it (e.g. Dataset.from_polars(df)) "
+                                               "or a list of row dicts")
+    import datasets
+
+    return list(datasets.Dataset.from_pandas(frame, preserve_index=False))
+
+
 def prompt_rows(prompts: Any) -> list[dict[str, Any]]:
     """``prompts`` as dataset rows. Why the checks: a ``DatasetDict`` (``load_dataset(...)``
-    without ``split``) iterates as its split names and a string as its characters, so either would
-    train on prompts such as "train" instead of the data."""
+    without ``split``) iterates as its split names, a string as its characters and a data frame as
+    its column names, so each would train on prompts such as "train" instead of the data (a pandas
+    DataFrame is read as its rows instead)."""
+    library = _data_frame_library(prompts)
+    if library is not None:
+        return _frame_rows(prompts, library)
     if isinstance(prompts, Mapping):
         splits = list(prompts)
         raise ConfigError(f"prompts is a {type(prompts).__name__} of splits ({', '.join(map(repr, splits))}), "

@@ -59,7 +59,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "kl_estimator": "`k1`, `k2` or `k3` (Schulman's estimators)",
         "loss_aggregation": "`seq_mean_token_mean` (GRPO), `token_mean` (DAPO), `seq_mean_token_sum_norm` (Dr.GRPO), "
                             "`seq_mean_token_sum` (LUSPO)",
-        "num_iterations": "optimizer steps per rollout batch (> 1 makes the ratio matter)",
+        "num_iterations": "optimizer updates per step, all on that step's one rollout batch (> 1 makes the ratio matter)",
         "dynamic_sampling": "drop groups whose rewards are all equal (DAPO)",
         "overlong_buffer": "soft overlong penalty zone: tokens (int, at most the max length) or fraction of the max length",
         "overlong_penalty": "penalty at the hard limit (linear inside the buffer)",
@@ -140,13 +140,14 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "timeout_s": "seconds one call may take; longer is an error naming the reward",
         "isolation": "function rewards: `thread` (a reward thread), `process` (each call in a forked child, killed "
                      "at `timeout_s`; POSIX) or `auto`: `process` for math-verify rewards (TRL's "
-                     "`accuracy_reward`), else `thread`",
+                     "`accuracy_reward`, or a function of yours that calls math-verify's `parse`/`verify`), "
+                     "else `thread`",
         "label": "what metrics (`reward/<label>/mean`), logs and errors call the entry (default: the `name`, or "
                  "the function's name); two entries with one label (two reward-model folders, two files' `score` "
                  "functions) are an error until one gets its own",
     },
     "train": {
-        "steps": "optimizer steps (rollout batches when num_iterations = 1)",
+        "steps": "training steps: one rollout batch each, trained with algorithm.num_iterations optimizer updates (TRL's max_steps counts updates: steps = max_steps / num_iterations)",
         "prompts_per_step": "prompts per rollout batch (each sampled group_size times)",
         "seed": "seed of data order, sampling and init; a resumed run continues it exactly",
         "threads": "CPU threads for the backends (unset = backend default)",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 from typing import Any
 
 from polyrl.errors import ConfigError
@@ -42,7 +43,7 @@ ADAMW = frozenset({"adamw_torch", "adamw_torch_fused"})
 #: fields read together with others below, not through their own table entry
 COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
-                      "reward_weights", "loss_type", "lr_scheduler_kwargs"})
+                      "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio"})
 
 
 def _plain(value: Any) -> Any:
@@ -120,6 +121,69 @@ def _min_lr(trl_config: Any) -> dict[str, Any]:
     return {}
 
 
+def _as_the_loss_reads_them(out: dict[str, Any], trl_config: Any, loss: str) -> None:
+    """TRL's clip and shape values for ``loss_type = loss`` (a polyrl preset), as TRL's loss reads
+    them: every value is carried (the preset's own defaults differ from TRL's: luspo's GSPO band,
+    cispo's cap), and one TRL ignores for this loss is left out (polyrl refuses a key that does
+    nothing). Why cispo is translated: TRL caps the weight at ``epsilon_high`` itself (ε_max,
+    ``epsilon`` when unset), polyrl at ``1 + epsilon_high``."""
+    epsilon, high = trl_config.epsilon, trl_config.epsilon_high
+    if loss == "cispo":
+        cap = epsilon if high is None else high
+        if cap < 1:
+            raise ConfigError(f"TRL's cispo caps the importance weight at epsilon_high itself (epsilon when "
+                              f"epsilon_high is unset): a cap of {shown(cap)}, below the on-policy ratio 1, "
+                              "which polyrl's cispo (a cap of 1 + epsilon_high, at least 1) cannot train",
+                              field="grpo_config.epsilon_high",
+                              fix="set epsilon_high to the cap you want, at least 1 (TRL recommends 5.0, polyrl's "
+                                  "epsilon_high = 4.0)")
+        out.pop("algorithm.epsilon", None)  # TRL's cispo reads no lower clip
+        out["algorithm.epsilon_high"] = round(cap - 1, 12)
+    elif loss in ("sapo", "vespo"):  # no clip in TRL's loss either
+        out.pop("algorithm.epsilon", None)
+        out.pop("algorithm.epsilon_high", None)
+    else:  # TRL's PPO clip, epsilon_high = epsilon when unset
+        out["algorithm.epsilon_high"] = epsilon if high is None else high
+    for prefix in ("sapo", "vespo"):
+        if loss != prefix:
+            for key in [k for k in out if k.startswith(f"algorithm.{prefix}_")]:
+                del out[key]
+
+
+def _warmup(warmup: Any, max_steps: int) -> Any:
+    """polyrl's ``optimizer.warmup_steps`` (a count of updates) for TRL's ``warmup_steps``. Why:
+    transformers 5 reads a value below 1 (and the deprecated ``warmup_ratio``, copied into it) as
+    that fraction of the run's ``max_steps`` updates, rounded up, and a float of 1 or more as its
+    integer part."""
+    if not isinstance(warmup, float):
+        return warmup
+    if warmup >= 1:
+        return int(warmup)
+    if warmup <= 0:
+        return 0
+    if max_steps <= 0:
+        raise ConfigError(f"TRL's warmup_steps = {shown(warmup)} is a fraction of the run's optimizer updates, "
+                          "which from_trl knows only from max_steps", field="grpo_config.warmup_steps",
+                          fix="set max_steps, or warmup_steps to a number of updates (1 or more)")
+    return math.ceil(max_steps * warmup)
+
+
+def _steps(max_steps: int, num_iterations: int) -> int:
+    """polyrl's ``train.steps`` for TRL's ``max_steps``. Why: TRL counts optimizer updates and
+    reuses each rollout batch for ``num_iterations`` of them; a polyrl step is one rollout batch
+    and its ``num_iterations`` updates. A count that is not whole batches is refused: TRL would
+    stop part-way through the last batch's updates, which polyrl does not do."""
+    if max_steps % num_iterations:
+        lower = max_steps - max_steps % num_iterations
+        nearest = " or ".join(str(n) for n in sorted({max(lower, num_iterations), lower + num_iterations}))
+        raise ConfigError(f"TRL's max_steps = {max_steps} optimizer updates is not a whole number of rollout "
+                          f"batches of num_iterations = {num_iterations} updates each (TRL would stop part-way "
+                          "through the last batch; a polyrl step is one batch and all its updates)",
+                          field="grpo_config.max_steps",
+                          fix=f"set max_steps to a multiple of num_iterations ({nearest})")
+    return max_steps // num_iterations
+
+
 def trl_settings(trl_config: Any) -> dict[str, Any]:
     """polyrl's ``table.key`` -> value for every field of ``trl_config`` with an equivalent
     (``algorithm.name`` for a loss that is a polyrl preset; ``rewards[].weight`` is TRL's
@@ -140,11 +204,16 @@ def trl_settings(trl_config: Any) -> dict[str, Any]:
                           "has", field="grpo_config.lr_scheduler_type",
                           fix=f"use one of {', '.join(SCHEDULES)} (or constant_with_warmup)")
     out.update(_min_lr(trl_config))
+    if "optimizer.warmup_steps" in out:
+        out["optimizer.warmup_steps"] = _warmup(out["optimizer.warmup_steps"], trl_config.max_steps)
     loss = trl_value(TRL_NAMES["loss_type"], trl_config.loss_type)
-    out["algorithm.name" if isinstance(loss, Preset) else "algorithm.loss_aggregation"] = \
-        loss.name if isinstance(loss, Preset) else loss
+    if isinstance(loss, Preset):
+        out["algorithm.name"] = loss.name
+        _as_the_loss_reads_them(out, trl_config, loss.name)
+    else:
+        out["algorithm.loss_aggregation"] = loss
     if trl_config.max_steps > 0:
-        out["train.steps"] = trl_config.max_steps
+        out["train.steps"] = _steps(trl_config.max_steps, trl_config.num_iterations)
     else:
         out["train.epochs"] = float(trl_config.num_train_epochs)
     completions = trl_config.per_device_train_batch_size * trl_config.gradient_accumulation_steps

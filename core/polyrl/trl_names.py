@@ -63,7 +63,9 @@ TRL_NAMES: dict[str, TrlName] = {
     "warmup_steps": TrlName("optimizer.warmup_steps"),
     "lr_scheduler_kwargs": TrlName("optimizer.min_lr_ratio", note="TRL's {{\"min_lr_rate\": r}} (cosine_with_min_lr) is "
                                                               "min_lr_ratio = r in [optimizer]"),
-    "max_steps": TrlName("train.steps"),
+    "max_steps": TrlName("train.steps", note="TRL counts optimizer updates, polyrl rollout batches of "
+                                             "algorithm.num_iterations updates each: write steps = {value} / "
+                                             "num_iterations in [train]"),
     "num_train_epochs": TrlName("train.steps", note="polyrl counts steps: write steps = {value} x the prompts / "
                                                     "prompts_per_step in [train]"),
     "seed": TrlName("train.seed"),
@@ -79,6 +81,9 @@ TRL_NAMES: dict[str, TrlName] = {
 }
 
 
+#: transformers' fraction of the updates (``warmup_ratio``, a ``warmup_steps`` below 1) as polyrl's count
+_WARMUP = "warmup_steps = ceil({value} x train.steps x algorithm.num_iterations), a number of updates, in [optimizer]"
+
 #: More ``GRPOConfig`` / ``TrainingArguments`` names a TOML writer may bring, for the unknown-key
 #: fix only (``from_trl`` ignores the logging and saving ones, ``trl_config.IGNORED``): without
 #: them a close polyrl key would be suggested instead (``delta`` -> "did you mean 'beta'?").
@@ -91,6 +96,10 @@ TOML_HINTS: dict[str, TrlName] = {
     "trust_remote_code": TrlName("model.trust_remote_code"),
     "max_tool_calling_iterations": TrlName("environment.max_turns"),
     "logging_steps": TrlName(None, note="polyrl writes every step's metrics to metrics.jsonl"),
+    "warmup_ratio": TrlName("optimizer.warmup_steps", note=f"write {_WARMUP.format(value='{value}')}"),
+    "max_prompt_length": TrlName(None, note="polyrl never truncates a prompt: model.max_length bounds prompt + "
+                                            "completion and a longer prompt is an error; "
+                                            "algorithm.max_completion_length is Dr.GRPO's normaliser, not a limit"),
     "delta": TrlName(None, note="polyrl's ratio clipping has no two-sided delta bound"),
     **{name: TrlName("algorithm.mismatch_correction", note=(
         'TRL\'s default mode (sequence_mask) is mismatch_correction = "mis" with mismatch_level = "sequence" in '
@@ -125,7 +134,9 @@ def trl_fix(name: str, value: Any) -> str | None:
 
 def trl_value_fix(field: str, value: Any) -> str | None:
     """The fix when polyrl's ``field`` (``table.key``) holds a TRL value it spells differently
-    (``scale_rewards = true``, ``loss_aggregation = "dapo"``)."""
+    (``scale_rewards = true``, ``loss_aggregation = "dapo"``, transformers' fractional ``warmup_steps``)."""
+    if field == "optimizer.warmup_steps" and isinstance(value, float) and 0 < value < 1:
+        return f"transformers reads warmup_steps below 1 as a fraction of the updates: write {_WARMUP.format(value=value)}"
     for name, entry in TRL_NAMES.items():
         if entry.key == field and entry.values:
             translated = _assignment(entry, value)

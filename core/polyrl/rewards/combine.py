@@ -323,9 +323,24 @@ class RewardComputer:
         if isinstance(exc, RewardError) and ". Fix: " in str(exc):  # it says how already: one Fix
             problem, _, fix = str(exc).partition(". Fix: ")
             return self._fail(provider, name, f"raised {type(exc).__name__}: {problem}", fix)
+        if self._needs_main_thread(provider, exc):
+            return self._fail(provider, name, f"raised {type(exc).__name__}: {exc}",
+                              'set isolation = "process" in its [[rewards]] entry: each call then runs on a '
+                              "forked child's main thread, where signal handlers work (as under TRL)")
         return self._fail(provider, name, f"raised {type(exc).__name__}: {exc}",
                           "fix the reward function (or its options / dataset columns), or remove it "
                           "from the config")
+
+    @staticmethod
+    def _needs_main_thread(provider: _Provider, exc: BaseException) -> bool:
+        """A function reward on a reward thread that failed because signals (math-verify's
+        ``signal.alarm`` time limit, ``signal.signal``) work on the main thread only. Why: TRL
+        calls rewards on the main thread, so a TRL user's reward fails only here, and the fix is
+        the one setting, not the function."""
+        text = str(exc)
+        return (isinstance(provider.plugin, FunctionReward) and provider.plugin.isolation == "thread"
+                and forked.FORK_AVAILABLE and isinstance(exc, ValueError) and "signal" in text
+                and "thread" in text)
 
     def _timed_out(self, provider: _Provider) -> RewardError:
         fate = ("its process was killed" if self._in_process(provider) else "was abandoned (a thread cannot "

@@ -41,10 +41,12 @@ Load one from a spec string: ``"package.module:function"`` or ``"path/to/file.py
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import importlib
 import importlib.util
 import inspect
+import io
 import math
 import sys
 import threading
@@ -268,13 +270,33 @@ def _import_file(path: Path, spec: str, field: str = "rewards.function") -> Any:
                           fix="point at a .py file")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[module_name] = module
+    said = io.StringIO()
     try:
-        module_spec.loader.exec_module(module)
+        with contextlib.redirect_stderr(said):
+            module_spec.loader.exec_module(module)
+    except SystemExit as exc:
+        del sys.modules[module_name]
+        raise _exit_at_import(repr(str(path)), exc, said.getvalue(), field) from None
     except Exception as exc:
+        sys.stderr.write(said.getvalue())
         del sys.modules[module_name]
         raise ConfigError(f"importing {str(path)!r} raised {type(exc).__name__}: {exc}",
                           field=field, fix=_import_fix(path, exc)) from exc
+    sys.stderr.write(said.getvalue())  # what the import wrote (a warning), shown after all
     return module
+
+
+def _exit_at_import(what: str, exc: SystemExit, said: str, field: str) -> ConfigError:
+    """One error naming the file for a ``sys.exit`` (argparse's ``parse_args``) run when it was
+    imported. Why: script code at module level, as in a converted TRL training script, ended polyrl
+    with argparse's usage line under polyrl's name, or with nothing at all. What it wrote to stderr
+    (argparse's message) is folded into the line."""
+    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    message = f" after writing {lines[-1]!r}" if lines else ""
+    return ConfigError(f"importing {what} raised SystemExit({exc.code!r}){message}: the file ends the program "
+                       "when imported (script code at module level, such as argparse's parse_args)", field=field,
+                       fix='move the script code under if __name__ == "__main__": (polyrl imports the file only '
+                           "for its functions)")
 
 
 def _import_fix(path: Path, exc: Exception) -> str:
@@ -298,6 +320,8 @@ def _import_module(name: str, spec: str, field: str = "rewards.function") -> Any
         raise ConfigError(f"module {name!r} not found (from {spec!r}): {exc}", field=field,
                           fix="install the package, add its folder to PYTHONPATH, or use "
                           "\"path/to/file.py:function\"") from exc
+    except SystemExit as exc:
+        raise _exit_at_import(repr(name), exc, "", field) from None
     except Exception as exc:
         raise ConfigError(f"importing {name!r} raised {type(exc).__name__}: {exc}", field=field,
                           fix="fix the error in that module") from exc

@@ -3,12 +3,19 @@
 ``"thread"``: a reward thread (``polyrl.rewards.guard``); any callable works, but a call past its
 time limit cannot be killed and is abandoned. ``"process"``: each call in a forked child
 (``polyrl.rewards.forked``), killed at the time limit; POSIX only. ``"auto"`` (the default):
-``"process"`` for math-verify rewards, ``"thread"`` for everything else.
+``"process"`` for math-verify rewards (TRL's, and a user's function that calls math-verify, as
+the usual open-r1 accuracy reward does), ``"thread"`` for everything else.
 
 Why math-verify rewards: math-verify bounds its sympy work with ``signal.alarm``, which Python
 allows only on the main thread, so TRL's ``accuracy_reward`` turns the limits off on a reward
 thread and a completion like ``\\boxed{2^{2^{64}}}`` runs until ``timeout_s``. In a forked child the
 reward runs on the child's main thread and the limits work as under TRL.
+
+Why a user's function too: math-verify's ``parse`` with its default time limit raises on any
+thread but the main one, so the open-r1 reward that TRL runs unchanged stopped polyrl's run at its
+first step. Only a function whose code reaches math-verify (directly, or through a function of
+its own module it calls) is moved: its other rewards (a format
+reward in the same file, a counter) stay on the thread.
 
 Why not every function: fork copies the process. A reward that holds torch/GPU state (a reward
 model), runs OpenMP code (OpenMP after fork can deadlock) or keeps state across calls (a counter,
@@ -76,9 +83,71 @@ def _uses_math_verify(module: ModuleType | None) -> bool:
 def is_math_verify_reward(fn: Any) -> bool:
     """``fn`` is defined in math-verify, or in a ``trl.rewards`` module that uses math-verify
     (``accuracy_reward``, ``reasoning_accuracy_reward``, the cosine-scaled reward; not
-    ``think_format_reward`` or the length penalties). A user function wrapping one is not: its
-    author decides."""
+    ``think_format_reward`` or the length penalties), or its code calls math-verify
+    (``_calls_math_verify``)."""
     module = _module_name(fn)
     if _in_package(module, "math_verify"):
         return True
-    return _in_package(module, "trl.rewards") and _uses_math_verify(sys.modules.get(module))
+    if _in_package(module, "trl.rewards"):
+        return _uses_math_verify(sys.modules.get(module))
+    return _calls_math_verify(fn)
+
+
+def _python_function(fn: Any) -> Any:
+    """The Python function whose code ``fn`` runs (a partial's, a method's, a callable object's
+    ``__call__``), or None (a builtin)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.ismethod(fn):
+        fn = fn.__func__
+    if not inspect.isfunction(fn):
+        fn = inspect.getattr_static(type(fn), "__call__", None)  # a callable object's method
+    return fn if inspect.isfunction(fn) else None
+
+
+def _names(code: Any) -> set[str]:
+    """The global, attribute and imported names ``code`` and the code nested in it use."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _names(const)
+    return names
+
+
+def _from_math_verify(value: Any) -> bool:
+    name = value.__name__ if isinstance(value, ModuleType) else getattr(value, "__module__", None)
+    return isinstance(name, str) and _in_package(name, "math_verify")
+
+
+def _cell_values(function: Any) -> list[Any]:
+    """The values ``function`` closes over (an empty cell left out)."""
+    values = []
+    for cell in function.__closure__ or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:  # not filled yet
+            continue
+    return values
+
+
+def _calls_math_verify(fn: Any) -> bool:
+    """Whether ``fn``'s code names math-verify (its module, ``parse``/``verify`` imported from it,
+    an import inside the function, a closure over them), directly or through the functions of its
+    own module it names. A function wrapping TRL's ``accuracy_reward`` is not: TRL's turns its
+    limits off on a thread instead of failing, so its author decides."""
+    start = _python_function(fn)
+    pending, seen = ([start] if start is not None else []), set()
+    while pending:
+        function = pending.pop()
+        if function in seen:
+            continue
+        seen.add(function)
+        names = _names(function.__code__)
+        if any(_in_package(name, "math_verify") for name in names):  # import math_verify(.x) inside
+            return True
+        for value in [function.__globals__.get(name) for name in names] + _cell_values(function):
+            if _from_math_verify(value):
+                return True
+            if inspect.isfunction(value) and value.__globals__ is function.__globals__:
+                pending.append(value)  # a helper of the same module
+    return False

@@ -110,10 +110,11 @@ def as_number(value: Any) -> Any:
 class TrainerState:
     """The attributes of ``transformers.TrainerState`` a reward function reads, filled by polyrl.
 
-    ``global_step`` is the number of finished training steps (the step being scored), ``epoch``
-    the passes over the training prompts so far (fractional, as in transformers), ``log_history``
-    the metrics of the finished steps (``with_trl_names``). Fields without a polyrl meaning keep
-    transformers' defaults.
+    ``global_step`` counts the optimizer updates before the step being scored and ``max_steps``
+    the run's updates, as TRL counts them (with ``num_iterations`` > 1, TRL's clock runs 0, N, 2N
+    over the rollout batches); ``epoch`` the passes over the training prompts so far (fractional,
+    as in transformers), ``log_history`` the metrics of the finished steps (``with_trl_names``).
+    Fields without a polyrl meaning keep transformers' defaults.
     """
 
     epoch: float = 0.0
@@ -140,12 +141,14 @@ class TrainerState:
     @classmethod
     def for_run(cls, *, step: int, max_steps: int, prompts_per_step: int, group_size: int,
                 dataset_size: int, history: list[dict[str, Any]], save_steps: int = 0,
-                eval_steps: int = 0, rank: int = 0) -> TrainerState:
-        """The state a run is in while it scores step ``step``."""
+                eval_steps: int = 0, rank: int = 0, updates_per_step: int = 1) -> TrainerState:
+        """The state a run is in while it scores step ``step``; ``updates_per_step`` is
+        ``num_iterations``, which turns polyrl's step counts into TRL's update counts."""
         size = max(dataset_size, 1)
+        n = updates_per_step
         return cls(
-            epoch=step * prompts_per_step / size, global_step=step, max_steps=max_steps,
-            save_steps=save_steps, eval_steps=eval_steps, train_batch_size=prompts_per_step * group_size,
+            epoch=step * prompts_per_step / size, global_step=step * n, max_steps=max_steps * n,
+            save_steps=save_steps * n, eval_steps=eval_steps * n, train_batch_size=prompts_per_step * group_size,
             num_train_epochs=math.ceil(max_steps * prompts_per_step / size),
             log_history=[with_trl_names(m) for m in history],
             is_local_process_zero=rank == 0, is_world_process_zero=rank == 0,
@@ -198,7 +201,7 @@ def _fix_for(name: str) -> str:
     if name in ("prompt", "completion"):
         return f"name it {name}s (plural), as TRL's GRPOTrainer passes it"
     if name == "step":
-        return "read trainer_state.global_step instead (the training step being scored)"
+        return "read trainer_state.global_step instead (TRL's count of optimizer updates before the step being scored)"
     return (f"rename it to one of those arguments or columns, give it a default, or add a {name!r} "
             "column to the dataset")
 
