@@ -228,7 +228,7 @@ def test_peft_lora_config_is_accepted_by_agent_config_and_engines(models):
     agent = Agent("tiny", lora=peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
                                                target_modules=["v_proj", "q_proj"], task_type="CAUSAL_LM"))
     assert agent.lora == LoraConfig(rank=4, alpha=8.0, dropout=0.0, target_modules=("q_proj", "v_proj"))
-    assert Agent("tiny", lora=peft.LoraConfig(r=2)).lora.all_linear  # peft's None -> every linear layer
+    assert Agent("tiny", lora=peft.LoraConfig(r=2)).lora.all_linear  # no family to read: every linear layer
     _usable("torch")
     path = build_tiny_model(models / "phi3", arch="phi3")
     engine = Engine(get_registry(), "torch", EngineConfig(
@@ -336,3 +336,23 @@ def test_readme_architecture_table_is_the_rendered_measurements():
     readme = (root / "README.md").read_text()
     shown = re.search(r"<!-- architectures:start -->\n(.*?)<!-- architectures:end -->", readme, re.DOTALL)
     assert shown is not None and shown.group(1) == expected, "run: python tools/architectures_table.py"
+
+
+def test_a_peft_lora_config_without_targets_adapts_what_peft_would(models):
+    """peft (and so TRL's GRPOTrainer) adapts its per-family default for LoraConfig(r=...) without
+    target_modules (q_proj and v_proj for Llama); polyrl adapted every linear layer, silently."""
+    import peft
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from polyrl.api import Agent
+
+    _usable("torch")
+    path = build_tiny_model(models / "llama-peft-default", arch="llama")
+    config = peft.LoraConfig(r=2, lora_alpha=4, task_type="CAUSAL_LM")
+    wrapped = get_peft_model(AutoModelForCausalLM.from_pretrained(path), config)
+    peft_targets = {name.rsplit(".", 1)[-1] for name, module in wrapped.named_modules() if hasattr(module, "lora_A")}
+    assert Agent(path, lora=peft.LoraConfig(r=2, lora_alpha=4)).lora.target_modules == tuple(sorted(peft_targets))
+    engine = Engine(get_registry(), "torch", EngineConfig(model=path, role="train", threads=1,
+                                                          lora=peft.LoraConfig(r=2, lora_alpha=4)))
+    assert _lora_targets(engine) == peft_targets == {"q_proj", "v_proj"}

@@ -50,9 +50,13 @@ class Agent:
 
     model: str
     backend: str = "torch"
-    #: polyrl's LoraConfig, or a ``peft.LoraConfig`` (converted; unsupported fields refused)
-    lora: LoraConfig | None = attrs.field(default=None, converter=as_lora_config)
+    #: polyrl's LoraConfig, or a ``peft.LoraConfig`` (converted for ``model``: peft's default
+    #: targets are per family; unsupported fields refused)
+    lora: LoraConfig | None = None
     dtype: str = "float32"
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "lora", as_lora_config(self.lora, self.model))
 
 
 @attrs.define(frozen=True)

@@ -288,11 +288,12 @@ class LoraConfig:
         return self.target_modules == (ALL_LINEAR,)
 
     @classmethod
-    def from_peft(cls, config: Any) -> LoraConfig:
+    def from_peft(cls, config: Any, model: str | None = None) -> LoraConfig:
         """polyrl's settings from a ``peft.LoraConfig``: ``r``, ``lora_alpha``, ``lora_dropout``,
-        ``target_modules`` (None, peft's per-model default, becomes ``"all-linear"``). Any other
-        field set away from peft's default is refused: silently dropping e.g. ``use_dora`` would
-        train something else than asked."""
+        ``target_modules`` (None: peft's default for ``model``'s family, as peft and TRL apply it,
+        e.g. ``q_proj``/``v_proj`` for Llama and Qwen2; ``"all-linear"`` with a warning when the
+        family cannot be read). Any other field set away from peft's default is refused: silently
+        dropping e.g. ``use_dora`` would train something else than asked."""
         import dataclasses
 
         defaults = type(config)()
@@ -312,7 +313,7 @@ class LoraConfig:
                                   "lora_dropout and target_modules (names or 'all-linear')")
         targets = config.target_modules
         if targets is None:
-            targets = ALL_LINEAR
+            targets = _peft_default_targets(model)
         elif isinstance(targets, str) and targets != ALL_LINEAR:
             raise ConfigError(f"a regular-expression target_modules ({targets!r}) is not supported",
                               field="lora.target_modules", fix="list the module names, or 'all-linear'")
@@ -325,12 +326,47 @@ class LoraConfig:
             raise exc.under("lora") from None
 
 
-def as_lora_config(value: Any) -> LoraConfig | None:
-    """``None``, a ``LoraConfig``, or a ``peft.LoraConfig`` (converted; peft is not imported)."""
+def _peft_default_targets(model: str | None) -> tuple[str, ...] | str:
+    """What peft adapts for a ``LoraConfig`` without ``target_modules``: its per-family list for the
+    model folder's ``model_type``. Why not "all-linear": a TRL user's ``LoraConfig(r=16)`` trained
+    q_proj and v_proj under TRL and every linear layer here, silently. A family peft has no list
+    for is an error, as in peft; an unreadable folder (a name, no config.json) keeps "all-linear"
+    and says so."""
+    import json
+    from pathlib import Path
+
+    from polyrl.logs import get_logger
+
+    model_type = None
+    try:
+        if model is not None:
+            model_type = json.loads((Path(model) / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        model_type = None
+    try:
+        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as defaults
+    except ImportError:
+        defaults = None
+    if isinstance(model_type, str) and defaults is not None:
+        if model_type not in defaults:
+            raise ConfigError(f"peft has no default target_modules for model type {model_type!r} (peft itself "
+                              "refuses this LoraConfig)", field="lora.target_modules",
+                              fix='set target_modules, e.g. target_modules="all-linear" or ["q_proj", "v_proj"]')
+        return tuple(sorted(defaults[model_type]))
+    get_logger("polyrl.types").warning(
+        "peft.LoraConfig without target_modules: the model's family could not be read, so every linear "
+        "layer is adapted (peft would use its per-family default)", model=model,
+        fix='set target_modules (e.g. ["q_proj", "v_proj"] or "all-linear") to choose')
+    return ALL_LINEAR
+
+
+def as_lora_config(value: Any, model: str | None = None) -> LoraConfig | None:
+    """``None``, a ``LoraConfig``, or a ``peft.LoraConfig`` (converted for ``model``, whose family
+    sets peft's default targets; peft itself is imported only for that default)."""
     if value is None or isinstance(value, LoraConfig):
         return value
     if type(value).__name__ == "LoraConfig" and type(value).__module__.startswith("peft"):
-        return LoraConfig.from_peft(value)
+        return LoraConfig.from_peft(value, model)
     raise ConfigError(f"expected polyrl.types.LoraConfig or peft.LoraConfig, got {type(value).__name__}",
                       field="lora", fix="pass LoraConfig(rank=..., alpha=...) or peft.LoraConfig(r=...)")
 
@@ -379,7 +415,7 @@ class EngineConfig:
     device: str = "auto"  # the backend's accelerator when there is one, else the CPU
     seed: int = 0
     threads: int | None = None
-    lora: LoraConfig | None = attrs.field(default=None, converter=as_lora_config)
+    lora: LoraConfig | None = None  # or a peft.LoraConfig, converted for ``model`` (as_lora_config)
     optimizer: OptimizerConfig = attrs.field(factory=OptimizerConfig)
     max_length: int = 1024  # prompt + completion tokens
     options: dict[str, Any] = attrs.field(factory=dict)  # backend-specific knobs
@@ -389,6 +425,9 @@ class EngineConfig:
     gradient_checkpointing: bool = False
     #: Under a launcher: seconds a collective waits for the other ranks (``train.collective_timeout_s``).
     collective_timeout_s: float = 600.0
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "lora", as_lora_config(self.lora, self.model))
 
 
 @attrs.define(frozen=True)
