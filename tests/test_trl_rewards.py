@@ -303,7 +303,7 @@ def test_coming_from_trl_config_trains_with_the_reward_file(tiny_model_dir, tmp_
     config = tomllib.loads((EXAMPLE / "run.toml").read_text())
     assert config["data"]["path"].endswith(".parquet")  # the example trains from a local Parquet file
     trl = pytest.importorskip("trl")  # the same run: TRL's default lr schedule (it was constant here)
-    assert config["optimizer"]["schedule"] == trl.GRPOConfig(output_dir=str(tmp_path / "t")).lr_scheduler_type.value
+    assert config["optimizer"]["schedule"] == trl.GRPOConfig(output_dir=str(tmp_path / "t"), use_cpu=True).lr_scheduler_type.value
     config["model"]["path"] = tiny_model_dir
     config["generation"].update(group_size=2, max_new_tokens=8)
     config["train"].update(steps=2, prompts_per_step=2, threads=1, output_dir=str(tmp_path / "run"))
