@@ -579,6 +579,37 @@ def test_an_environment_editing_the_message_it_gets_does_not_rewrite_the_episode
         assert c.messages[0]["content"] == c.text != "REWRITTEN BY ENV"
 
 
+def test_a_resumed_pending_rollout_is_scored_against_the_environments_first_messages(tiny_model_dir, tmp_path,
+                                                                                     monkeypatch):
+    """Finding: a checkpoint's pending rollout lost each episode's ``prompt_messages``, so the
+    resumed step's rewards (and the completions log) got the dataset row's prompt, a question the
+    model was never asked."""
+    (tmp_path / "editing_env.py").write_text(EDITING_ENV)  # reset asks "Say anything."
+    (tmp_path / "trl_reward.py").write_text(TRL_STYLE_REWARD)
+    seen = tmp_path / "prompts.jsonl"
+    monkeypatch.setenv("POLYRL_TEST_PROMPTS_SEEN", str(seen))
+    config = agent_config(tiny_model_dir, tmp_path / "run", environment={"name": f"{tmp_path / 'editing_env.py'}:make"},
+                          generation={"overlap": True}, train={"steps": 2})
+    config = attrs.evolve(config, rewards=[RewardSection(function=f"{tmp_path / 'trl_reward.py'}:first_turn_len")])
+    asked = [{"role": "user", "content": "Say anything."}]
+    interrupted = Trainer(config)
+    interrupted.history.append(interrupted.train_one_step())
+    interrupted.step += 1
+    interrupted.save()  # step 1's episodes are pending: the checkpoint holds them
+    interrupted.rollouts.close()
+    seen.unlink()
+    resumed = Trainer(config)
+    assert resumed.resume()
+    pending = resumed.rollouts.pending()
+    assert pending is not None and pending.step == 1
+    assert all(c.prompt_messages == asked for c in pending.completions)
+    resumed.run(progress=False)
+    prompts = [p for line in seen.read_text().splitlines() for p in json.loads(line)]
+    assert prompts and all(p == asked for p in prompts), prompts[:2]
+    logged = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
+    assert 1 in {r["step"] for r in logged} and all(r["prompt"] == asked for r in logged), logged[-1]
+
+
 def test_environment_rewards_no_reward_reads_are_warned_about_once(tiny_model_dir, tmp_path):
     from structlog.testing import capture_logs
 
