@@ -501,6 +501,8 @@ def _user(content):
     (Observation(_user({"a": 1})), "content dict"),
     (Observation(_user("bad \udcff text")), "content holds a lone surrogate"),
     (Observation([{"role": "user\ud800", "content": "x"}]), "role holds a lone surrogate"),
+    (Observation([{"role": "user", "content": "x", "meta": {1, 2}}]), "message 0 key 'meta' holds set"),
+    (Observation([{"role": "user", "content": "x", b"k": 1}]), "message 0 has a key bytes b'k'"),
 ])
 def test_bad_observation_values_are_type_errors_naming_the_field(obs, words):
     with pytest.raises(TypeError, match="Answers.step") as err:

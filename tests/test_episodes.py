@@ -602,6 +602,35 @@ def test_a_bad_observation_ends_its_episode_as_an_environment_error(obs, words):
     assert all(words in c.info["env_error"] for c in out)
 
 
+@pytest.mark.faults
+@pytest.mark.parametrize(("extra", "words"), [
+    ({"meta": {1, 2}}, "key 'meta' holds set"),
+    ({"raw": b"\xff"}, "key 'raw' holds bytes"),
+    ({"name": "judge", "deep": {"a": [object()]}}, "key 'deep' holds dict"),
+    ({7: "x"}, "has a key int 7"),
+])
+def test_an_observation_message_json_cannot_hold_ends_its_episode_and_checkpoints_still_work(extra, words):
+    """Once: such a message passed (role and content were fine), and under overlap every checkpoint
+    of the run failed writing it (`Object of type set is not JSON serializable`)."""
+    from polyrl.rollouts import Rollout
+    from polyrl.strict_json import dumps
+
+    obs = Observation([{"role": "user", "content": "again", **extra}])
+    out = env_runner(ScriptedModel(first_turn="plain"), answering(obs)).run(
+        [{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
+    assert all(words in c.info["env_error"] and "JSON" in c.info["env_error"] for c in out), out[0].info
+    dumps(Rollout(1, [{"prompt": "x"}], out, 0, 0.1, {}).as_state())  # what a checkpoint writes
+
+
+def test_extra_message_keys_json_can_hold_are_kept():
+    obs = Observation([{"role": "user", "content": "again", "name": "judge", "meta": {"scores": [1, 2.5], "ok": None}}],
+                      done=False)
+    out = env_runner(ScriptedModel(first_turn="plain"), answering(obs)).run(
+        [{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
+    assert all("env_error" not in c.info for c in out)
+    assert all(c.messages[1] == obs.messages[0] for c in out)
+
+
 def picky_encode(messages, tools, add_generation_prompt):
     """A template that refuses any message saying "unrenderable"."""
     if any("unrenderable" in str(m["content"]) for m in messages):
