@@ -631,6 +631,80 @@ def test_extra_message_keys_json_can_hold_are_kept():
     assert all(c.messages[1] == obs.messages[0] for c in out)
 
 
+class Floods(Guess):
+    """Writes megabytes: in its first messages for a row marked ``huge_reset``, else in ``step``."""
+
+    def reset(self, row):
+        return [{"role": "user", "content": "word " * 2_000_000 if row.get("huge_reset") else "Guess my number."}]
+
+    def step(self, message):
+        return Observation([{"role": "user", "content": "word " * 2_000_000}], reward=0.5)
+
+
+def sizes_seen(seen: list[int]):
+    """``encode_chat`` that records the size of each conversation it renders."""
+    def encode(messages, tools, add_generation_prompt):
+        seen.append(sum(len(m["content"]) for m in messages))
+        return encode_chat(messages, tools, add_generation_prompt)
+    return encode
+
+
+@pytest.mark.faults
+def test_messages_too_large_to_fit_end_their_episode_unrendered():
+    """Once: a 10 M-character observation or first message stopped the run with an error blaming the
+    model's chat template (and a 7.5 M one took 51 s and 3.5 GB to render, only to end as length).
+    Now an observation past 32 characters per token of room ends its episode as ``length``, first
+    messages past 32 per token of ``model.max_length`` as an environment error, neither rendered."""
+    seen: list[int] = []
+    limits = EpisodeLimits(3, 400, max_length=2048)
+    run = EpisodeRunner(ScriptedModel(first_turn="plain").generate, sizes_seen(seen), limits,
+                        make_environment=Floods, parse=parse, environment_name="floods")
+    out = run.run([{"prompt": "x"}, {"prompt": "x", "huge_reset": True}], SamplingParams(max_new_tokens=40, n=2))
+    assert max(seen) < 10_000
+    assert all(c.finish_reason == "length" and "env_error" not in c.info and c.info["turns"] == 1 for c in out[:2])
+    assert all([m["role"] for m in c.messages] == ["assistant"] for c in out[:2])  # the flood is not added
+    assert all("10,000,000 characters, more than 32 per token of model.max_length = 2048" in c.info["env_error"]
+               and c.info["turns"] == 0 for c in out[2:])
+    # every episode's first messages too large: each ends, the run goes on (no config error)
+    out = run.run([{"prompt": "x", "huge_reset": True}], SamplingParams(max_new_tokens=40, n=2))
+    assert all("cannot fit" in c.info["env_error"] for c in out)
+    assert max(seen) < 10_000
+
+
+class FolderTokenizer:
+    """What ``template_limits.render_chat`` reads of a model folder's tokenizer: this file's template."""
+
+    name_or_path = "/models/x"
+    special_tokens_map: dict[str, str] = {}
+
+    def get_chat_template(self, name, tools):
+        return ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def bounded_encode(messages, tools, add_generation_prompt):
+    """The template rendered within ``template_limits``' bounds, as a backend's ``encode_chat`` does."""
+    from polyrl.backend_kit.template_limits import render_chat
+
+    text = render_chat(FolderTokenizer(), messages, tools, add_generation_prompt, "model.path")
+    assert text == render(messages, tools, add_generation_prompt)
+    return np.asarray(encode_text(text), dtype=np.int64)
+
+
+@pytest.mark.faults
+def test_a_conversation_past_the_templates_bounds_ends_its_episode_without_blaming_the_model_folder(monkeypatch):
+    """Once: `error: model.path: the chat template of ... is refused` stopped the run when an
+    environment's messages made the rendering pass a bound (8 M characters; 1000 here)."""
+    from polyrl.backend_kit import template_limits
+
+    monkeypatch.setattr(template_limits, "MAX_CHARS", 1000)
+    obs = Observation([{"role": "user", "content": "y" * 990}])
+    out = env_runner(ScriptedModel(first_turn="plain"), answering(obs), encode=bounded_encode).run(
+        [{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
+    assert all("cannot render this conversation within polyrl's bounds on a rendering" in c.info["env_error"]
+               and "model.path" not in c.info["env_error"] and c.info["turns"] == 1 for c in out), out[0].info
+
+
 def picky_encode(messages, tools, add_generation_prompt):
     """A template that refuses any message saying "unrenderable"."""
     if any("unrenderable" in str(m["content"]) for m in messages):

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from polyrl.errors import ConfigError
+from polyrl.errors import ConfigError, TemplateRefused
 
 
 class RenderError(ConfigError):
@@ -77,6 +77,11 @@ class ChatGlue:
                tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
         try:
             ids = self._encode(list(messages), list(tools) if tools else None, add_generation_prompt)
+        except TemplateRefused as exc:  # past a rendering bound: an environment's megabytes, most likely
+            raise RenderError(f"the chat template cannot render this conversation within polyrl's bounds on a "
+                              f"rendering ({exc.reason})", field="environment",
+                              fix="keep the environment's messages short; if short conversations are refused "
+                                  "too, use a model folder whose chat template is a real one") from None
         except ConfigError:
             raise
         except Exception as exc:  # a template that cannot render a role (e.g. no "tool" role)
