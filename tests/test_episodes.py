@@ -765,6 +765,18 @@ def test_rollouts_whose_every_episode_failed_are_untrainable_and_stop_the_run_af
     assert run.failed_rollouts == 0 and run.failure() is None
 
 
+@pytest.mark.faults
+def test_uncounted_rollouts_neither_add_to_nor_reset_the_failure_streak():
+    """Evaluation episodes run ``counted=False``: a failing eval set must not stop training, nor a
+    working one hide a training environment that never works."""
+    run = env_runner(ScriptedModel(first_turn="plain"), NeverStarts)
+    sampling = SamplingParams(max_new_tokens=40, n=2)
+    run.run([{"prompt": "x", "fail": True}], sampling)
+    for rows in ([{"prompt": "x"}], [{"prompt": "x", "fail": True}]):
+        run.run(rows, sampling, counted=False)
+        assert run.failed_rollouts == 1
+
+
 def test_a_ranks_share_of_failed_episodes_is_not_warned_about_by_the_rank():
     """Under a launcher each rank warned that "every episode of this rollout" failed and was not
     trained when its own share had (the step's other episodes trained): the trainer now says it

@@ -417,8 +417,11 @@ class EpisodeRunner:
 
     # --- the step --------------------------------------------------------------------------
 
-    def run(self, rows: Sequence[Mapping[str, Any]], sampling: SamplingParams) -> list[Completion]:
-        """``sampling.n`` episodes per row, grouped by row as ``generate``'s completions are."""
+    def run(self, rows: Sequence[Mapping[str, Any]], sampling: SamplingParams, counted: bool = True) -> list[Completion]:
+        """``sampling.n`` episodes per row, grouped by row as ``generate``'s completions are.
+        ``counted``: a training rollout, which adds to or resets the failure streak (``failure``);
+        an evaluation's episodes (False) must do neither, or an eval set the environment handles
+        hid a broken training environment (and a broken eval one stopped training)."""
         n = sampling.n
         episodes = asyncio.run(self._reset_all(rows, n))
         try:
@@ -427,7 +430,8 @@ class EpisodeRunner:
             for ep in episodes:
                 if ep.worker is not None:
                     ep.worker.close()
-        self._count_failures(episodes)
+        if counted:
+            self._count_failures(episodes)
         return [ep.completion(ep.index // n, self._text(ep)) for ep in episodes]
 
     def _room(self, ep: _Episode) -> int:
