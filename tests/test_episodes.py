@@ -705,6 +705,29 @@ def test_a_conversation_past_the_templates_bounds_ends_its_episode_without_blami
                and "model.path" not in c.info["env_error"] and c.info["turns"] == 1 for c in out), out[0].info
 
 
+class ToolsAtReset(Guess):
+    """Offers a tool without a docstring, set up in ``reset`` (for a row marked ``bad``): past the
+    setup check, which sees only a new instance's tools."""
+
+    def reset(self, row):
+        if row.get("bad"):
+            self.tools = [self.lookup]
+        return super().reset(row)
+
+    def lookup(self, key: str) -> str:
+        return key
+
+
+@pytest.mark.faults
+def test_an_environments_own_tool_without_a_schema_ends_its_episode_only():
+    """Once a ConfigError naming environment.tools stopped the run after the models loaded."""
+    out = env_runner(ScriptedModel(first_turn="plain"), ToolsAtReset).run(
+        [{"prompt": "x", "bad": True}, {"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
+    assert all("own tools cannot be offered: tool 'lookup': has no docstring" in c.info["env_error"]
+               and c.info["turns"] == 0 for c in out[:2])
+    assert all("env_error" not in c.info and c.info["env_reward"] == 1.0 for c in out[2:])
+
+
 def picky_encode(messages, tools, add_generation_prompt):
     """A template that refuses any message saying "unrenderable"."""
     if any("unrenderable" in str(m["content"]) for m in messages):

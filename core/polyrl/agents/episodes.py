@@ -250,7 +250,13 @@ class EpisodeRunner:
                 worker.close()
                 return self._failed_at_reset(index, row, failed.text)
             if own:  # tools bound to this episode's environment; the step's bound still holds
-                toolbox = self._env_tools_base.extended(own)
+                try:
+                    toolbox = self._env_tools_base.extended(own)
+                except ConfigError as exc:  # a schema or a name the setup check did not see: this episode's
+                    error = f"its own tools cannot be offered: {exc.message}"
+                    log.warning("environment tools failed; episode ended", environment=self._env_name, error=error)
+                    worker.close()
+                    return self._failed_at_reset(index, row, error)
         else:
             first = as_messages(row[self.prompt_column])
         asked = copy.deepcopy(first) if env is not None else None  # what rewards and the log see as the prompt
