@@ -69,8 +69,8 @@ class Recorder:
         self.results: list[Any] = []
         sample, train_step = trainer._sample, trainer.train_engine.train_step
 
-        def recording_sample(rows, sampling):
-            out = sample(rows, sampling)
+        def recording_sample(rows, sampling, **kwargs):
+            out = sample(rows, sampling, **kwargs)
             self.rows.append(list(rows))
             self.completions.append(out)
             return out
@@ -579,6 +579,37 @@ def test_an_environment_editing_the_message_it_gets_does_not_rewrite_the_episode
         assert c.messages[0]["content"] == c.text != "REWRITTEN BY ENV"
 
 
+def test_a_resumed_pending_rollout_is_scored_against_the_environments_first_messages(tiny_model_dir, tmp_path,
+                                                                                     monkeypatch):
+    """Finding: a checkpoint's pending rollout lost each episode's ``prompt_messages``, so the
+    resumed step's rewards (and the completions log) got the dataset row's prompt, a question the
+    model was never asked."""
+    (tmp_path / "editing_env.py").write_text(EDITING_ENV)  # reset asks "Say anything."
+    (tmp_path / "trl_reward.py").write_text(TRL_STYLE_REWARD)
+    seen = tmp_path / "prompts.jsonl"
+    monkeypatch.setenv("POLYRL_TEST_PROMPTS_SEEN", str(seen))
+    config = agent_config(tiny_model_dir, tmp_path / "run", environment={"name": f"{tmp_path / 'editing_env.py'}:make"},
+                          generation={"overlap": True}, train={"steps": 2})
+    config = attrs.evolve(config, rewards=[RewardSection(function=f"{tmp_path / 'trl_reward.py'}:first_turn_len")])
+    asked = [{"role": "user", "content": "Say anything."}]
+    interrupted = Trainer(config)
+    interrupted.history.append(interrupted.train_one_step())
+    interrupted.step += 1
+    interrupted.save()  # step 1's episodes are pending: the checkpoint holds them
+    interrupted.rollouts.close()
+    seen.unlink()
+    resumed = Trainer(config)
+    assert resumed.resume()
+    pending = resumed.rollouts.pending()
+    assert pending is not None and pending.step == 1
+    assert all(c.prompt_messages == asked for c in pending.completions)
+    resumed.run(progress=False)
+    prompts = [p for line in seen.read_text().splitlines() for p in json.loads(line)]
+    assert prompts and all(p == asked for p in prompts), prompts[:2]
+    logged = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
+    assert 1 in {r["step"] for r in logged} and all(r["prompt"] == asked for r in logged), logged[-1]
+
+
 def test_environment_rewards_no_reward_reads_are_warned_about_once(tiny_model_dir, tmp_path):
     from structlog.testing import capture_logs
 
@@ -762,6 +793,55 @@ def test_an_environment_that_fails_every_episode_skips_steps_then_stops_with_one
     assert all(m["skipped"] and m["episode/env_error_share"] == 1.0 for m in lines)
     assert "every episode of this rollout ended in an environment error" in proc.stderr
     assert (out / "checkpoints" / f"step-{MAX_FAILED_ROLLOUTS:08d}" / "COMPLETE").exists()
+
+
+SPLIT_ENV = '''
+from polyrl.agents import Observation
+
+
+class Split:
+    """Broken on every training row, working on every eval row."""
+
+    def reset(self, row):
+        if row["split"] == "train":
+            raise RuntimeError("broken on training rows")
+        return [{"role": "user", "content": row["prompt"]}]
+
+    def step(self, message):
+        return Observation([], reward=1.0, done=True)
+
+
+def make(options):
+    return Split()
+'''
+
+
+@pytest.mark.faults
+def test_evaluation_episodes_leave_the_training_failure_streak_alone(tiny_model_dir, tmp_path):
+    """Once: each eval pass the environment handled reset the streak of training rollouts whose every
+    episode failed, so a run whose environment never worked on training rows went on until an error
+    blaming the reward (3 steps no reward scored) instead of the one naming the environment."""
+    from polyrl.agents.episodes import MAX_FAILED_ROLLOUTS, EnvironmentFailed
+
+    (tmp_path / "split_env.py").write_text(SPLIT_ENV)
+    for split in ("train", "eval"):
+        (tmp_path / f"{split}.jsonl").write_text("".join(
+            json.dumps({"prompt": f"{split} q{i}", "answer": "1", "split": split}) + "\n" for i in range(8)))
+    config = RunConfig.from_dict({
+        "model": {"path": tiny_model_dir, "max_length": 512},
+        "generation": {"group_size": 2, "max_new_tokens": 4},
+        "data": {"path": str(tmp_path / "train.jsonl"), "eval_path": str(tmp_path / "eval.jsonl")},
+        "eval": {"count": 2, "every": 1, "reward": "environment"},
+        "rewards": [{"name": "environment"}],
+        "environment": {"name": f"{tmp_path / 'split_env.py'}:make", "max_turns": 2, "max_episode_tokens": 32},
+        "train": {"steps": 6, "prompts_per_step": 1, "threads": 1, "output_dir": str(tmp_path / "run")},
+    })
+    trainer = Trainer(config)
+    with pytest.raises(EnvironmentFailed, match="RuntimeError: broken on training rows"):
+        trainer.run(progress=False)
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len([m for m in lines if "episode/env_error_share" in m]) == MAX_FAILED_ROLLOUTS
+    assert all(m["eval_accuracy"] == 1.0 for m in lines if "eval_accuracy" in m)
 
 
 @pytest.mark.faults

@@ -286,6 +286,35 @@ _ONE = Game({})
 
 def singleton(options):
     return _ONE
+
+
+class WithTools(Game):
+    def __init__(self, options):
+        self.tools = [self.lookup]
+
+    def lookup(self, key: str) -> str:  # no docstring: no schema can be built
+        return key
+
+
+def undocumented_tool(options):
+    return WithTools(options)
+
+
+def calculator(expression: str) -> str:
+    """Same name as the built-in tool.
+
+    Args:
+        expression: anything
+    """
+    return expression
+
+
+class Clashing(Game):
+    tools = [calculator]
+
+
+def clashing_tool(options):
+    return Clashing(options)
 '''
 
 
@@ -298,6 +327,9 @@ def singleton(options):
     ("exits", "failed when called with environment.options: SystemExit(3)."),
     ("slow", "did not return within 0.5 s (environment.env_timeout_s"),
     ("singleton", "returned the same Game object twice; episodes run concurrently"),
+    # once after the models loaded, naming environment.tools, a key the config never set
+    ("undocumented_tool", "made a WithTools whose own tools cannot be offered: tool 'lookup': has no docstring"),
+    ("clashing_tool", "made a Clashing whose own tools cannot be offered: the environment's tool(s) 'calculator' clash"),
 ])
 def test_a_bad_environment_factory_is_one_error_line_before_any_model_loads(tmp_path, capsys, factory, words):
     """Each was a traceback (raises, wrong arguments), a silent exit with the factory's code, a run
@@ -310,7 +342,8 @@ def test_a_bad_environment_factory_is_one_error_line_before_any_model_loads(tmp_
     config.write_text(
         '[model]\npath = "no/such/model"\n[data]\ntask = "arithmetic"\n[[rewards]]\nname = "environment"\n'
         f'[environment]\nname = "{tmp_path / "factories.py"}:{factory}"\nenv_timeout_s = 0.5\n'
-        f'[train]\nsteps = 1\noutput_dir = "{tmp_path / "run"}"\n')
+        + ('tools = ["calculator"]\n' if factory == "clashing_tool" else "")
+        + f'[train]\nsteps = 1\noutput_dir = "{tmp_path / "run"}"\n')
     started = time.monotonic()
     assert cli.main(["train", str(config)]) == 2
     assert time.monotonic() - started < 10
@@ -501,6 +534,8 @@ def _user(content):
     (Observation(_user({"a": 1})), "content dict"),
     (Observation(_user("bad \udcff text")), "content holds a lone surrogate"),
     (Observation([{"role": "user\ud800", "content": "x"}]), "role holds a lone surrogate"),
+    (Observation([{"role": "user", "content": "x", "meta": {1, 2}}]), "message 0 key 'meta' holds set"),
+    (Observation([{"role": "user", "content": "x", b"k": 1}]), "message 0 has a key bytes b'k'"),
 ])
 def test_bad_observation_values_are_type_errors_naming_the_field(obs, words):
     with pytest.raises(TypeError, match="Answers.step") as err:

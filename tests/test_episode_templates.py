@@ -85,7 +85,7 @@ def test_episodes_on_a_template_that_ends_conversations_with_eos_are_exact(phi3_
     trainer.episodes.generate = recording
     sampled: list = []
     sample = trainer._sample
-    trainer._sample = lambda rows, sampling: sampled.extend(sample(rows, sampling)) or sampled
+    trainer._sample = lambda rows, sampling, **kw: sampled.extend(sample(rows, sampling, **kw)) or sampled
     metrics = trainer.train_one_step()
     assert not metrics["skipped"] and metrics["episode/env_error_share"] == 0 and metrics["episode/turns_mean"] > 1
     decode = AutoTokenizer.from_pretrained(phi3_style_model).decode

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+import json
 
+import attrs
 import numpy as np
 import pytest
 
 from polyrl.config import RunConfig
 from polyrl.errors import ConfigError
+from polyrl.rollout_state import pending_rollout_problem
+from polyrl.rollouts import Rollout
+from polyrl.strict_json import dumps
 from polyrl.trainer import Trainer
+from polyrl.types import Completion
 
 from toy_dist import activate, install_toy_dists
 
@@ -160,3 +166,34 @@ def test_overlap_must_be_a_boolean(tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError) as err:
         RunConfig.from_dict(data)
     assert err.value.field == "generation.overlap"
+
+
+def test_a_pending_rollout_keeps_every_completion_field_through_a_checkpoint():
+    """Each ``Completion`` field an episode sets comes back equal from a checkpoint: one left out
+    (``prompt_messages`` once) came back as its default, and the resumed step's rewards scored
+    the dataset row's prompt instead of what the environment asked."""
+    episode = Completion(prompt_index=1, prompt_ids=[5, 6], completion_ids=[7, 8, 9], logprobs=[-0.5, 0.0, -1.5],
+                         text="9", finish_reason="stop", mask=[True, False, True],
+                         messages=[{"role": "assistant", "content": "7"}, {"role": "user", "content": "again"}],
+                         prompt_messages=[{"role": "user", "content": "ENV-ASKED: say hello"}],
+                         info={"turns": 2, "tool_calls": 0, "env_reward": 0.5})
+    defaults = Completion(prompt_index=0, prompt_ids=[1], completion_ids=[], logprobs=[])
+    for field in attrs.fields(Completion):  # the example sets every field: a new one must be added here
+        assert not _equal(getattr(episode, field.name), getattr(defaults, field.name)), field.name
+    rollout = Rollout(step=3, rows=[{}, {}], completions=[episode, defaults], policy_version=2, seconds=1.5,
+                      sampler_before={"epoch": 0})
+    state = json.loads(dumps(rollout.as_state()))
+    assert pending_rollout_problem(state, step=3, prompts=2) is None
+    back = Rollout.from_state(state, rows=[{}, {}])
+    for before, after in zip(rollout.completions, back.completions):
+        for field in attrs.fields(Completion):
+            assert _equal(getattr(before, field.name), getattr(after, field.name)), field.name
+    state["completions"][0]["prompt_messages"] = "not messages"
+    assert pending_rollout_problem(state, step=3, prompts=2) == (
+        "pending_rollout.completions[0].prompt_messages is not a list of message objects")
+
+
+def _equal(a: object, b: object) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return a is not None and b is not None and np.array_equal(np.asarray(a), np.asarray(b))
+    return a == b

@@ -105,3 +105,13 @@ def test_the_completions_log_shows_the_samples_one_process_picks_with_their_adva
     records = step_gather.step_records(samples, sizes, advantages)
     assert [r["position"] for r in records] == pick(count, total, seed)
     assert [r["advantage"] for r in records] == pytest.approx([advantages_one[p] for p in pick(count, total, seed)])
+
+
+def test_the_environment_reward_mean_of_huge_finite_rewards_is_finite():
+    """Once `sum(rewards) / n`: 1e308 rewards logged episode/env_reward_mean as inf (null in the
+    file) while reward/environment/mean, through safe_stats, read 1e308."""
+    info = {"turns": 1, "tool_calls": 0, "tool_errors": 0, "format_errors": 0}
+    episodes = [Completion(0, [1], [2], [0.0], mask=[True], info={**info, "env_reward": r})
+                for r in (1e308, 1e308, -1e307, None)]
+    metrics = step_gather.episode_metrics(step_gather.Shard.of(episodes))
+    assert metrics["episode/env_reward_mean"] == pytest.approx(1e308 / 3 * 2 - 1e307 / 3, rel=1e-12)

@@ -47,6 +47,16 @@ class ConfigError(PolyrlError, ValueError):
         return self
 
 
+class TemplateRefused(ConfigError):
+    """A chat template's rendering went past one of ``polyrl.backend_kit.template_limits``' bounds;
+    ``reason`` says which. A class of its own because a conversation's own size can be at fault (an
+    episode's environment wrote megabytes), and then that episode ends, not the run."""
+
+    def __init__(self, message: str, reason: str, field: str | None = None, fix: str | None = None) -> None:
+        super().__init__(message, field=field, fix=fix)
+        self.reason = reason
+
+
 class BackendUnavailable(PolyrlError):
     """A backend exists but cannot run here (missing package, no device) or does not exist."""
 

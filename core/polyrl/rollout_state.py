@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
-#: The keys ``Rollout.as_state`` writes, and those each completion has (the last three: episodes).
+#: The keys ``Rollout.as_state`` writes, and those each completion has (the last four: episodes).
 ROLLOUT_KEYS = ("step", "policy_version", "seconds", "sampler_before", "completions")
 REQUIRED_COMPLETION_KEYS = ("prompt_index", "prompt_ids", "completion_ids", "logprobs")
-COMPLETION_KEYS = (*REQUIRED_COMPLETION_KEYS, "text", "finish_reason", "mask", "messages", "info")
+COMPLETION_KEYS = (*REQUIRED_COMPLETION_KEYS, "text", "finish_reason", "mask", "messages", "info",
+                   "prompt_messages")
 FINISH_REASONS = ("stop", "length")
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _INT64_MAX = int(np.iinfo(np.int64).max)
@@ -83,10 +84,11 @@ def _completion_problem(c: Any, prompts: int | None) -> str | None:
             return ".mask is not a list of 0s and 1s"
         if len(mask) != n:
             return f".mask has {len(mask)} values for {n} completion_ids"
-    messages = c.get("messages")
-    if messages is not None and (not isinstance(messages, list)
-                                 or not all(isinstance(m, Mapping) for m in messages)):
-        return ".messages is not a list of message objects"
+    for key in ("messages", "prompt_messages"):
+        messages = c.get(key)
+        if messages is not None and (not isinstance(messages, list)
+                                     or not all(isinstance(m, Mapping) for m in messages)):
+            return f".{key} is not a list of message objects"
     if not isinstance(c.get("info", {}), Mapping):
         return f".info is {type(c['info']).__name__}, not an object"
     return None

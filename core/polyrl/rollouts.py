@@ -37,7 +37,10 @@ class Rollout:
     sampler_before: dict[str, Any]  # the prompt sampler's state before ``rows`` were drawn
 
     def as_state(self) -> dict[str, Any]:
-        """JSON for a checkpoint; the rows are drawn again from ``sampler_before`` on resume."""
+        """JSON for a checkpoint; the rows are drawn again from ``sampler_before`` on resume. Every
+        ``Completion`` field is kept (``from_state`` gives back an equal one): a field left out
+        came back as its default, e.g. an episode's ``prompt_messages``, so a resumed step's
+        rewards scored the dataset row's prompt instead of what the environment asked."""
         return {
             "step": self.step, "policy_version": self.policy_version, "seconds": self.seconds,
             "sampler_before": self.sampler_before,
@@ -46,7 +49,9 @@ class Rollout:
                  "completion_ids": c.completion_ids.tolist(), "logprobs": c.logprobs.tolist(),
                  "text": c.text, "finish_reason": c.finish_reason,
                  **({} if c.mask is None else {"mask": c.mask.astype(int).tolist(), "messages": c.messages,
-                                               "info": c.info})}
+                                               "info": c.info}),
+                 # what an environment's reset asked: the resumed step's rewards and log read it
+                 **({} if c.prompt_messages is None else {"prompt_messages": c.prompt_messages})}
                 for c in self.completions
             ],
         }

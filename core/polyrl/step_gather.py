@@ -168,8 +168,8 @@ def episode_metrics(shard: Shard) -> dict[str, float]:
                                              / max(1.0, sum(float(i["tokens"] or 0) for i in infos))),
     }
     rewards = [float(i["env_reward"]) for i in infos if i["env_reward"] is not None]
-    if rewards:
-        out["episode/env_reward_mean"] = sum(rewards) / len(rewards)
+    if rewards:  # overflow-safe: finite rewards near float64's largest summed to inf
+        out["episode/env_reward_mean"] = mean_std(np.asarray(rewards, dtype=np.float64))[0]
     return out
 
 

@@ -351,16 +351,18 @@ class Trainer:
         env = self.config.environment
         return env.max_episode_tokens if env.enabled else self.config.generation.max_new_tokens
 
-    def _sample(self, rows: list[dict[str, Any]], sampling: SamplingParams) -> list[Completion]:
+    def _sample(self, rows: list[dict[str, Any]], sampling: SamplingParams, training: bool = True) -> list[Completion]:
         """Completions for ``rows``: episodes when an environment or tools are configured. The
         rollout is one generation phase, entered once on every rank whatever its episodes do: a
         sharded (FSDP) generator gathers its weights there, not per generate call, whose count
-        differs by rank when one rank's episodes end after one turn and another's after four."""
+        differs by rank when one rank's episodes end after one turn and another's after four.
+        ``training=False`` (evaluation): the episodes leave the training rollouts' failure streak as
+        it is, which an eval set the environment handles would otherwise reset every time."""
         with self.gen_engine.generation_phase():
             if not rows:  # a rank with no eval row still takes part in the phase
                 return []
             if self.episodes is not None:
-                return self.episodes.run(rows, sampling)
+                return self.episodes.run(rows, sampling, counted=training)
             return self.gen_engine.generate([row[self.config.data.prompt_column] for row in rows], sampling)
 
     # --- the loop ------------------------------------------------------------------------------
@@ -718,9 +720,9 @@ class Trainer:
         ev = self.config.eval
         if not rows:  # an eval set smaller than the world leaves this rank none
             if self.world_size > 1:  # a sharded (FSDP) generator gathers its weights collectively: take part
-                self._sample(rows, sampling)
+                self._sample(rows, sampling, training=False)
             return np.zeros(0), []
-        completions = self._sample(rows, sampling)
+        completions = self._sample(rows, sampling, training=False)
         per_completion = [row for row in rows for _ in range(sampling.n)]
         computer = self._eval_rewards
         assert computer is not None  # an eval pass runs only with an eval set

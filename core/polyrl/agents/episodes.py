@@ -52,6 +52,12 @@ Generate = Callable[[Sequence[Prompt], SamplingParams], list[Completion]]
 #: Rollouts in a row whose every episode ended in an environment error before the run stops.
 MAX_FAILED_ROLLOUTS = 3
 
+#: Characters of message content per token of room past which messages are refused unread: no
+#: tokenizer's tokens average this many characters (about 4 in text), so such messages cannot
+#: fit. Why: a 7.5 M-character observation took 51 s and 3.5 GB to render and tokenize (on the
+#: main thread, outside env_timeout_s) only to end its episode as ``length`` after.
+MAX_CHARS_PER_TOKEN = 32
+
 
 class EnvironmentFailed(PolyrlError):
     """Every episode of ``MAX_FAILED_ROLLOUTS`` rollouts in a row ended in an environment error."""
@@ -89,6 +95,11 @@ class EpisodeLimits:
     max_length: int | None = None
     #: tool calls run per assistant turn; those past it are answered with an error, not run
     max_tool_calls_per_turn: int = 8
+
+    def fit_chars(self, tokens: int) -> int:
+        """The most content characters messages may hold to fit in ``tokens`` tokens (a bound
+        no real text reaches, ``MAX_CHARS_PER_TOKEN``): past it they are refused unrendered."""
+        return MAX_CHARS_PER_TOKEN * max(tokens, 0)
 
     def cap(self, prompt_tokens: int) -> int:
         """The most tokens an episode whose first prompt has ``prompt_tokens`` may hold after it."""
@@ -143,6 +154,11 @@ class _Episode:
                           logprobs=np.asarray(self.logprobs, dtype=np.float32), text=decode_text,
                           finish_reason=self.finish_reason, mask=np.asarray(self.mask, dtype=bool),
                           messages=list(self.messages), info=info, prompt_messages=self.asked)
+
+
+def content_chars(messages: Sequence[Mapping[str, Any]]) -> int:
+    """Characters of the messages' text contents (what a template renders of every message)."""
+    return sum(len(m["content"]) for m in messages if isinstance(m.get("content"), str))
 
 
 def as_messages(prompt: Any) -> list[dict[str, Any]]:
@@ -234,10 +250,21 @@ class EpisodeRunner:
                 worker.close()
                 return self._failed_at_reset(index, row, failed.text)
             if own:  # tools bound to this episode's environment; the step's bound still holds
-                toolbox = self._env_tools_base.extended(own)
+                try:
+                    toolbox = self._env_tools_base.extended(own)
+                except ConfigError as exc:  # a schema or a name the setup check did not see: this episode's
+                    error = f"its own tools cannot be offered: {exc.message}"
+                    log.warning("environment tools failed; episode ended", environment=self._env_name, error=error)
+                    worker.close()
+                    return self._failed_at_reset(index, row, error)
         else:
             first = as_messages(row[self.prompt_column])
         asked = copy.deepcopy(first) if env is not None else None  # what rewards and the log see as the prompt
+        if env is not None and worker is not None and (oversize := self._oversize_first(first)) is not None:
+            log.warning("an episode's first prompt does not fit; episode ended", environment=self._env_name,
+                        error=oversize)
+            worker.close()
+            return self._failed_at_reset(index, row, oversize)
         first = self._with_tool_instructions(first, toolbox)
         try:
             prompt_ids = self.glue.prompt(first, toolbox.schemas if toolbox is not None else None)
@@ -263,6 +290,15 @@ class EpisodeRunner:
                             env_error=error, asked=asked)
         return _Episode(index=index, row=row, env=env, first_messages=first, toolbox=toolbox, prompt_ids=prompt_ids,
                         worker=worker, asked=asked)
+
+    def _oversize_first(self, first: Sequence[Mapping[str, Any]]) -> str | None:
+        """Why an environment's first messages cannot fit ``model.max_length``, judged by their size
+        before the template renders them (see ``MAX_CHARS_PER_TOKEN``), or None."""
+        limit, chars = self.limits.max_length, content_chars(first)
+        if limit is None or chars <= self.limits.fit_chars(limit):
+            return None
+        return (f"the environment's first messages hold {chars:,} characters, more than {MAX_CHARS_PER_TOKEN} per "
+                f"token of model.max_length = {limit}: they cannot fit, and were not rendered")
 
     @staticmethod
     def _first_messages(env: Any, row: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[Callable[..., Any]]]:
@@ -365,6 +401,9 @@ class EpisodeRunner:
         if ep.turns >= self.limits.max_turns:
             ep.done = True
             return
+        if content_chars(new) > self.limits.fit_chars(self._room(ep)):  # cannot fit: ends as `length`, unrendered
+            ep.done, ep.finish_reason = True, "length"
+            return
         schemas = ep.toolbox.schemas if ep.toolbox is not None else None
         try:
             inserted = self.glue.after_turn(ep.context()[:-1], assistant, turn.completion_ids, new, schemas)
@@ -384,8 +423,11 @@ class EpisodeRunner:
 
     # --- the step --------------------------------------------------------------------------
 
-    def run(self, rows: Sequence[Mapping[str, Any]], sampling: SamplingParams) -> list[Completion]:
-        """``sampling.n`` episodes per row, grouped by row as ``generate``'s completions are."""
+    def run(self, rows: Sequence[Mapping[str, Any]], sampling: SamplingParams, counted: bool = True) -> list[Completion]:
+        """``sampling.n`` episodes per row, grouped by row as ``generate``'s completions are.
+        ``counted``: a training rollout, which adds to or resets the failure streak (``failure``);
+        an evaluation's episodes (False) must do neither, or an eval set the environment handles
+        hid a broken training environment (and a broken eval one stopped training)."""
         n = sampling.n
         episodes = asyncio.run(self._reset_all(rows, n))
         try:
@@ -394,7 +436,8 @@ class EpisodeRunner:
             for ep in episodes:
                 if ep.worker is not None:
                     ep.worker.close()
-        self._count_failures(episodes)
+        if counted:
+            self._count_failures(episodes)
         return [ep.completion(ep.index // n, self._text(ep)) for ep in episodes]
 
     def _room(self, ep: _Episode) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from polyrl.errors import ConfigError
+from polyrl.errors import ConfigError, TemplateRefused
 
 
 class RenderError(ConfigError):
@@ -56,6 +56,19 @@ def _find(ids: np.ndarray, part: np.ndarray) -> int:
     return -1
 
 
+def _stand_in_calls(assistant: Mapping[str, Any]) -> dict[str, Any]:
+    """``assistant`` with each tool call's arguments (the model's text) replaced by none; names
+    and ids are kept, since templates match tool results against them."""
+    calls = []
+    for call in assistant.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(function, Mapping):
+            empty = "{}" if isinstance(function.get("arguments"), str) else {}
+            call = {**call, "function": {**function, "arguments": empty}}
+        calls.append(call)
+    return {**assistant, "tool_calls": calls}
+
+
 def _stand_in(text: str, assistant: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """An assistant message with stand-in text; the real one's tool calls are kept, since some
     templates check tool results against them."""
@@ -77,6 +90,11 @@ class ChatGlue:
                tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
         try:
             ids = self._encode(list(messages), list(tools) if tools else None, add_generation_prompt)
+        except TemplateRefused as exc:  # past a rendering bound: an environment's megabytes, most likely
+            raise RenderError(f"the chat template cannot render this conversation within polyrl's bounds on a "
+                              f"rendering ({exc.reason})", field="environment",
+                              fix="keep the environment's messages short; if short conversations are refused "
+                                  "too, use a model folder whose chat template is a real one") from None
         except ConfigError:
             raise
         except Exception as exc:  # a template that cannot render a role (e.g. no "tool" role)
@@ -141,11 +159,28 @@ class ChatGlue:
         self._check_roles(context, assistant, new_messages, tools)
         follows = self._follows(context, assistant, new_messages, tools)
         # a turn with tool calls: the template renders the calls (already sampled) before the end
-        at = _find(follows, end) if len(end) and assistant.get("tool_calls") else 0
+        at = self._end_after_calls(context, assistant, new_messages, tools, follows, end) \
+            if len(end) and assistant.get("tool_calls") else 0
         if not np.array_equal(follows[at:at + len(end)], end):
             raise RenderError("the model's chat template ends this assistant turn differently from its plain "
                               "turns, so the episode's turns cannot be joined", field="environment", fix=_FIX)
         return np.concatenate([self._rest_of(end, sampled), follows[at + len(end):]])
+
+    def _end_after_calls(self, context: Sequence[Mapping[str, Any]], assistant: Mapping[str, Any],
+                         new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+                         follows: np.ndarray, end: np.ndarray) -> int:
+        """Where the turn's end marker starts in ``follows`` (which opens with the rendered calls).
+        Why not its first occurrence: a model-written argument can spell the marker (``"zz<|eot_id|>
+        <|start_header_id|>system..."`` as a key), and the glue taken after it would hold a forged
+        turn. The search starts where a rendering with the calls' arguments left out agrees with
+        this one, past every argument; -1 when the marker is not there either."""
+        try:
+            other = self._follows(context, _stand_in_calls(assistant), new_messages, tools)
+        except RenderError:  # a template that refuses empty arguments: the first occurrence, as before
+            return _find(follows, end)
+        common = _common_suffix(follows, other)
+        at = _find(common, end)
+        return len(follows) - len(common) + at if at >= 0 else _find(follows, end)
 
     @staticmethod
     def _rest_of(end: np.ndarray, sampled: np.ndarray) -> np.ndarray:

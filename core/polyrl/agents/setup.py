@@ -16,7 +16,7 @@ from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
 from polyrl.agents.glue import EncodeChat
 from polyrl.agents.loading import ENVIRONMENT_FIELD, resolve_environment, resolve_tools
 from polyrl.agents.parsing import FORMATS, parse_tool_calls
-from polyrl.agents.spec import checked_environment
+from polyrl.agents.spec import checked_environment, environment_tools
 from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe
 from polyrl.agents.tools import ToolBox
 from polyrl import step_gather
@@ -63,16 +63,18 @@ def check_environment(config: RunConfig, registry: Registry) -> EnvironmentPlan 
     if env.name is not None:
         spec = resolve_environment(env.name, registry)
         make_environment = functools.partial(spec.create, dict(env.options))
-        check_factory(make_environment, env.name, env.env_timeout_s)  # its options too, before any model loads
+        check_factory(make_environment, env.name, env.env_timeout_s, toolbox)  # its options and tools too
     return EnvironmentPlan(toolbox=toolbox, make_environment=make_environment)
 
 
-def check_factory(make: Callable[[], Any], name: str, timeout_s: float) -> None:
+def check_factory(make: Callable[[], Any], name: str, timeout_s: float, toolbox: ToolBox | None = None) -> None:
     """Call the environment factory twice as the episodes will (on a worker thread, within
     ``env_timeout_s``): what it raises, a slow factory, a result that is no environment instance
-    or the same object twice is one ``ConfigError`` now. Why: otherwise every episode ends in an
-    environment error after the models load (or the check blocks for as long as the factory does),
-    and one object shared by concurrent episodes mixes their games without any error."""
+    or the same object twice is one ``ConfigError`` now, as are its own ``tools`` whose schemas
+    cannot be built or whose names clash with ``toolbox``'s ([environment] tools). Why: otherwise
+    every episode ends in an environment error after the models load (or the check blocks for as
+    long as the factory does), one object shared by concurrent episodes mixes their games without
+    any error, and a bad tool stopped the run after the models loaded, naming environment.tools."""
     worker = Worker(name="polyrl-env-check")
     try:
         first, second = (_create(worker, make, name, timeout_s) for _ in range(2))
@@ -83,6 +85,22 @@ def check_factory(make: Callable[[], Any], name: str, timeout_s: float) -> None:
                           "episodes run concurrently, one environment each", field=ENVIRONMENT_FIELD,
                           fix="return a new instance per call (e.g. return MyEnv(options)); keep an "
                               "episode's state on it, not in module globals or class attributes")
+    _check_own_tools(first, name, toolbox)
+
+
+def _check_own_tools(env: Any, name: str, toolbox: ToolBox | None) -> None:
+    """The tools a new environment offers (its ``tools`` attribute) as an episode would add them."""
+    what = f"the factory {name!r} made a {type(env).__name__} whose"
+    try:
+        own = environment_tools(env)
+        if own:
+            (toolbox or ToolBox(())).extended(own)
+    except TypeError as exc:
+        raise ConfigError(f"{what} tools are unusable: {exc}", field=ENVIRONMENT_FIELD,
+                          fix="set tools to a list of the environment's methods (or leave it unset)") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{what} own tools cannot be offered: {exc.message}", field=ENVIRONMENT_FIELD,
+                          fix=exc.fix) from None
 
 
 def _create(worker: Worker, make: Callable[[], Any], name: str, timeout_s: float) -> Any:

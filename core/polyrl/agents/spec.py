@@ -21,6 +21,8 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 import numpy as np
 
+from polyrl import strict_json
+
 Message = dict[str, Any]
 
 
@@ -216,6 +218,25 @@ def _check_messages(env: Any, method: str, messages: Any) -> None:
             if not _encodable(m[key]):
                 raise TypeError(f"{name}.{method} message {i} {key} holds a lone surrogate, which no tokenizer "
                                 "can encode (decode bytes with errors='replace')")
+        _check_extra_keys(f"{name}.{method} message {i}", m)
+
+
+def _check_extra_keys(where: str, message: Mapping[str, Any]) -> None:
+    """A message's keys besides role and content (``name``, ``tool_call_id``, the environment's own)
+    must be strings with values JSON can hold. Why: the episode keeps its messages as given, and
+    the checkpoint of a pending rollout (overlap) writes them as JSON: a set or bytes in an
+    observation made every checkpoint of the run fail. Such a message is the environment's bad
+    answer, ending its episode like any other."""
+    for key, value in message.items():
+        if key in ("role", "content"):
+            continue
+        if not isinstance(key, str):
+            raise TypeError(f"{where} has a key {_shown(key)}; a message's keys are strings, as JSON's are")
+        try:
+            strict_json.dumps(value)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise TypeError(f"{where} key {key!r} holds {_shown(value)}, which JSON cannot hold ({exc}); "
+                            "keep a message's values to str, numbers, bool, None, lists and dicts") from None
 
 
 def _encodable(text: str) -> bool:

@@ -91,11 +91,14 @@ def plain_sequence(tokenizer: Any, text: str, max_length: int) -> list[int]:
 
 
 def _strings(value: Any) -> list[str]:
-    """Every string a message carries (content, content parts, tool-call names and arguments)."""
+    """Every string a message carries (content, content parts, tool-call names and arguments, the
+    keys of its mappings too: a tool call's argument names are the model's text, which a template's
+    ``tojson`` writes as it writes values)."""
     if isinstance(value, str):
         return [value]
     if isinstance(value, Mapping):
-        return [s for k, v in value.items() if k not in _KEEP for s in _strings(v)]
+        keys = [k for k in value if isinstance(k, str)]
+        return [*keys, *(s for k, v in value.items() if k not in _KEEP for s in _strings(v))]
     if isinstance(value, (list, tuple)):
         return [s for v in value for s in _strings(v)]
     return []
@@ -117,8 +120,9 @@ class _Hidden:
     def hide(self, value: Any) -> Any:
         if isinstance(value, str):
             return self._find.sub(lambda m: f"{self.open}{self._index[m.group(0)]}{self.close}", value)
-        if isinstance(value, Mapping):
-            return {k: v if k in _KEEP else self.hide(v) for k, v in value.items()}
+        if isinstance(value, Mapping):  # keys too: a spelled special token in an argument name is text
+            return {self.hide(k) if isinstance(k, str) else k: v if k in _KEEP else self.hide(v)
+                    for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return [self.hide(v) for v in value]
         return value

@@ -24,7 +24,7 @@ from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
-from polyrl.errors import ConfigError
+from polyrl.errors import ConfigError, TemplateRefused
 
 #: characters (or items, counted deeply) of any one value a template builds, its output included:
 #: far beyond any model's context (a million tokens is about 4 million characters)
@@ -315,9 +315,9 @@ def render_chat(tokenizer: Any, conversation: Sequence[Mapping[str, Any]], tools
                                                     **tokenizer.special_tokens_map))
     except TemplateBoundsError as exc:
         folder = getattr(tokenizer, "name_or_path", "") or "the model"
-        raise ConfigError(f"the chat template of {folder!r} is refused: {exc}", field=field,
-                          fix="use a model folder whose chat template is a real one (a downloaded folder is "
-                              "untrusted; compare its chat template with the original model's)") from None
+        raise TemplateRefused(f"the chat template of {folder!r} is refused: {exc}", reason=str(exc), field=field,
+                              fix="use a model folder whose chat template is a real one (a downloaded folder is "
+                                  "untrusted; compare its chat template with the original model's)") from None
     except MemoryError:
         raise ConfigError(f"the chat template of {getattr(tokenizer, 'name_or_path', '')!r} ran out of memory",
                           field=field,
