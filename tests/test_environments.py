@@ -566,3 +566,24 @@ def test_env_timeout_s_must_be_a_positive_number(value):
         RunConfig.from_dict({"model": {"path": "m"}, "data": {"task": "arithmetic"}, "rewards": [{"name": "environment"}],
                              "environment": {"name": "guess_number", "env_timeout_s": value}})
     assert err.value.field == "environment.env_timeout_s" and "Fix:" in str(err.value)
+
+
+def test_a_tool_whose_schema_cannot_be_built_is_listed_as_unusable_with_why():
+    """The listing asked only the probe: a tool without a docstring showed as usable, then failed
+    the run that named it."""
+    from polyrl.agents.spec import ToolSpec, probe_status
+
+    def nodoc(x: int) -> int:
+        return x
+
+    def documented(x: int) -> int:
+        """Return x.
+
+        Args:
+            x: a number.
+        """
+        return x
+
+    status = probe_status("tool", ToolSpec(name="nodoc", function=nodoc))
+    assert not status.available and "its schema cannot be built" in status.reason and "docstring" in status.reason
+    assert probe_status("tool", ToolSpec(name="documented", function=documented)).available

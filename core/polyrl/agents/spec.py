@@ -116,9 +116,27 @@ def probe_status(kind: str, spec: EnvironmentSpec | ToolSpec) -> EnvironmentStat
     from polyrl.plugin_calls import probe_reason
 
     reason = probe_reason(spec.probe, f"{kind} {spec.name!r}")
+    if reason is None and isinstance(spec, ToolSpec):
+        reason = _schema_problem(spec)
     return EnvironmentStatus(kind=kind, name=spec.name, available=reason is None, reason=reason,
                              summary=spec.summary, install_hint=spec.install_hint,
                              distribution=spec.distribution)
+
+
+def _schema_problem(spec: ToolSpec) -> str | None:
+    """Why the model could not be told how to call this tool (no docstring, an argument without a
+    type hint or an Args: line), or None. Why in the listing: a tool listed as usable then failed
+    the run that named it."""
+    from polyrl.agents.tools import tool_schema
+    from polyrl.errors import ConfigError
+
+    try:
+        tool_schema(spec.function, spec.name)
+    except ConfigError as exc:
+        return f"its schema cannot be built: {exc.message}"
+    except Exception as exc:  # noqa: BLE001 - a plugin's function is the plugin author's code
+        return f"its schema cannot be built: {type(exc).__name__}: {exc}"
+    return None
 
 
 def environment_tools(env: Any) -> list[Callable[..., Any]]:
