@@ -261,3 +261,13 @@ def test_generate_says_when_the_models_context_cut_the_completion_short(tiny_mod
     assert completion["finish_reason"] == "length" and len(completion["completion_ids"]) < 4000
     assert "the completion stopped at the model's context after" in result.stderr
     assert "before --max-new-tokens 4000" in result.stderr
+
+
+def test_a_temperature_too_small_to_sample_with_is_refused_not_trained_on():
+    """temperature = 1e-300 passed every check; the samplers divided the logits by it, drew token 0
+    with NaN log-probs every time, and the run skipped every step, then exited 0."""
+    from polyrl.config import GenerationSection
+
+    with pytest.raises(ConfigError, match=r"generation.temperature: temperature 1e-300 is too small.*Fix: use 0"):
+        GenerationSection(temperature=1e-300)
+    assert GenerationSection(temperature=0).temperature == 0 and GenerationSection(temperature=1e-5)

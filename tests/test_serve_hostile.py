@@ -416,3 +416,61 @@ def test_sigterm_while_generating_answers_every_client_and_exits_cleanly(tiny_mo
         if status == 503:
             assert body["error"]["code"] == "shutting_down" and int(retry_after) >= 1
     assert outcomes["huge"][0] == 503  # type: ignore[index]  # most of its units never ran
+
+
+@pytest.mark.parametrize(("body", "param", "words"), [
+    ({"prompt": "hi", "temperature": 1e-300}, "temperature", "too small to sample with"),
+    ({"prompt": "hi", "return_token_ids": "no"}, "return_token_ids", "must be a JSON boolean"),
+    ({"prompt": "hi", "stream": "false"}, "stream", "must be a JSON boolean"),
+    ({"prompt": "hi", "max_tokens": "x", "max_completion_tokens": 4}, "max_tokens", "max_tokens must be"),
+], ids=["tiny-temperature", "token-ids-string", "stream-string", "max-tokens-beside"])
+def test_values_that_were_misread_are_refused_naming_the_field(server, body, param, words):
+    """A temperature of 1e-300 sampled token 0 with NaN log-probs (and bare NaN in the JSON);
+    "no" returned ids; a bad max_tokens beside a good max_completion_tokens was ignored."""
+    reply = server.post("/v1/completions", json={"model": "tiny", **body})
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == param and words in reply.json()["error"]["message"]
+
+
+def test_chat_fields_polyrl_serve_would_drop_are_refused():
+    """tool_calls, tool_call_id and name were dropped: a turn with a tool call was read as an empty
+    assistant turn, and the model answered another conversation."""
+    from polyrl.serving.api_error import ApiError
+    from polyrl.serving.limits import Limits
+    from polyrl.serving.requests import chat_messages
+
+    call = [{"role": "user", "content": "add"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]}]
+    with pytest.raises(ApiError, match=r"messages\[1\] has 'tool_calls'"):
+        chat_messages({"messages": call}, Limits())
+    assert chat_messages({"messages": CHAT}, Limits()) == CHAT
+
+
+def test_two_different_content_lengths_are_refused(server):
+    """The first was used and the rest of the body served as a second request (smuggling, behind a
+    proxy that used the other)."""
+    body = b'{"prompt": "x", "max_tokens": 1}'
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               b"Content-Length: " + str(len(body)).encode() + b"\r\nContent-Length: 5\r\n\r\n" + body)
+    reply, _ = raw_exchange(server.url, request, read_s=10)
+    assert status_of(reply) == 400 and b"different Content-Length headers" in reply
+    assert server.get("/health").status_code == 200
+
+
+def test_max_length_fits_the_models_positions_and_threads_are_bounded(tiny_model_dir, tmp_path):
+    """--max-length (default 2048) was never compared with the model's positions: a prompt past a
+    GPT-2's table was a 500 from torch; --threads 10**9 started, then the first request died."""
+    import argparse
+
+    from polyrl.errors import ConfigError
+    from polyrl.serve import add_arguments, build_server, fitted_max_length
+
+    assert fitted_max_length(None, 64) == 64 and fitted_max_length(None, None) == 2048
+    assert fitted_max_length(32, 64) == 32
+    with pytest.raises(ConfigError, match=r"--max-length: 100 is more than the 64 positions.*Fix: --max-length 64"):
+        fitted_max_length(100, 64)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    for threads in ("0", str(10 ** 9)):
+        with pytest.raises(ConfigError, match="--threads: must be between 1 and 4096"):
+            build_server(parser.parse_args(["--model", tiny_model_dir, "--port", "0", "--threads", threads]))

@@ -166,3 +166,19 @@ def test_a_tensor_in_two_files_or_an_unknown_field_is_refused_and_nothing_loads(
                     headers={HEADER: TOKEN})
     assert r.status_code == 400 and r.json()["error"]["param"] == "dtype", r.text
     assert greedy(server) == before and server.stats()["weight_version"] == version
+
+
+def test_a_fifo_named_like_weights_is_refused_without_blocking_the_server(server, tmp_path):
+    """A FIFO named *.safetensors was opened by safetensors holding the server's lock: every
+    request, /health included, waited until something wrote to the FIFO."""
+    import os
+    import time
+
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    os.mkfifo(folder / "model.safetensors")
+    t0 = time.monotonic()
+    answer = push(server, str(folder))
+    assert answer.status_code == 400 and "is not a regular file" in answer.json()["error"]["message"]
+    assert time.monotonic() - t0 < 10
+    assert server.get("/health").status_code == 200

@@ -68,7 +68,6 @@ from __future__ import annotations
 
 import argparse
 import hmac
-import json
 import os
 import random
 import signal
@@ -83,6 +82,7 @@ from typing import Any
 
 import attrs
 
+from polyrl import strict_json
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger, log_from_signal_handler
 from polyrl.serving import requests as req
@@ -91,7 +91,7 @@ from polyrl.serving.api_error import ApiError
 from polyrl.serving.connections import Deadlines, Refuser
 from polyrl.serving.limits import Limits, content_length
 from polyrl.serving.scheduler import FairScheduler
-from polyrl.serving.vocab import embedding_rows
+from polyrl.serving.vocab import embedding_rows, model_positions
 from polyrl.serving.weight_push import (TOKEN_HEADER, WeightSpec, check_startup, check_token, load_token,
                                         push_path, read_checked)
 from polyrl.types import Completion, Prompt, SamplingParams, TokenPrompt
@@ -403,7 +403,7 @@ class Handler(BaseHTTPRequestHandler):
     # --- plumbing ------------------------------------------------------------------------------
 
     def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode("utf-8")
+        data = strict_json.dumps(payload).encode("utf-8")  # a NaN log-prob is null, never a bare NaN
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -418,6 +418,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def _body(self) -> dict[str, Any]:
         """The JSON body, its size checked before a byte is read and received within the deadline."""
+        lengths = {value.strip() for value in self.headers.get_all("Content-Length") or []}
+        if len(lengths) > 1:  # which one a proxy in front used is unknown: the rest would be a request
+            raise ApiError(400, f"the request has {len(lengths)} different Content-Length headers",
+                           "Content-Length", close=True)
         length = content_length(self.headers.get("Content-Length"), self.server.limits)
         if self.headers.get("Transfer-Encoding"):
             raise ApiError(411, "Transfer-Encoding is not accepted; send a plain body with Content-Length",
@@ -640,8 +644,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--device", default="auto",
                    help="auto (the backend's accelerator when there is one, else cpu), cpu, cuda, gpu, ...")
-    p.add_argument("--max-length", type=int, default=d.max_length,
-                   help="prompt + completion tokens; longer prompts get a 400")
+    p.add_argument("--max-length", type=int, default=None,
+                   help=f"prompt + completion tokens; longer prompts get a 400 (default {d.max_length}, or the "
+                   "model's positions when fewer; more than the model's positions is refused)")
     p.add_argument("--max-batch-size", type=int, default=DEFAULT_BATCH,
                    help="completions per generate call, and the unit requests are served in, round-robin "
                    "(larger: more throughput, longer waits for small requests behind big ones); "
@@ -681,11 +686,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def limits_from(args: argparse.Namespace) -> Limits:
-    return Limits(max_length=args.max_length, max_body_bytes=args.max_body_bytes,
+    max_length = args.max_length if args.max_length is not None else Limits().max_length
+    return Limits(max_length=max_length, max_body_bytes=args.max_body_bytes,
                   max_prompt_chars=args.max_prompt_chars, max_tokens_limit=args.max_tokens_limit,
                   max_n=args.max_n, max_prompts=args.max_prompts, max_completions=args.max_completions,
                   max_queue=args.max_queue, max_connections=args.max_connections,
                   read_timeout_s=args.read_timeout_s)
+
+
+def fitted_max_length(asked: int | None, positions: int | None) -> int:
+    """``--max-length`` for a model of ``positions``: the default shrinks to fit it, an explicit
+    value past it is refused (a prompt past an absolute-position model's table was a 500)."""
+    default = Limits().max_length
+    if asked is None:
+        return min(default, positions) if positions else default
+    if positions and asked > positions:
+        raise ConfigError(f"{asked} is more than the {positions} positions the model has", field="--max-length",
+                          fix=f"--max-length {positions} or less")
+    return asked
 
 
 def build_server(args: argparse.Namespace) -> PolyrlServer:
@@ -705,8 +723,13 @@ def build_server(args: argparse.Namespace) -> PolyrlServer:
         if not api_key:
             raise ConfigError(f"environment variable {args.api_key_env} is empty", field="--api-key-env",
                               fix=f"export {args.api_key_env}=<a key> or drop --api-key-env")
+    if args.threads is not None and not 1 <= args.threads <= 4096:  # 10**9 started, then the first request died
+        raise ConfigError(f"must be between 1 and 4096, got {args.threads}", field="--threads",
+                          fix="the CPU threads to compute with, e.g. --threads 4; leave it out for all cores")
     reg = get_registry()
     path = reg.resolve_model(args.model)
+    args.max_length = fitted_max_length(args.max_length, model_positions(path))
+    limits = limits_from(args)
     engine = Engine(reg, args.backend, EngineConfig(model=path, role="generate", dtype=args.dtype,
                                                     device=args.device, threads=args.threads,
                                                     max_length=args.max_length))

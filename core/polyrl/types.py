@@ -72,6 +72,11 @@ def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise ConfigError(f"{attribute.name} must be > 0, got {value!r}", field=attribute.name)
 
 
+#: The smallest temperature above 0 sampled with (vLLM's greedy threshold): float32 logits divided
+#: by less overflow to inf, every probability is NaN, and the sampler returns token 0 each time.
+MIN_TEMPERATURE = 1e-5
+
+
 @attrs.define(frozen=True)
 class SamplingParams:
     """How to sample. Every backend must honour every field (a silently ignored field is a bug).
@@ -102,6 +107,10 @@ class SamplingParams:
     def __attrs_post_init__(self) -> None:
         if self.temperature < 0:
             raise ConfigError("temperature must be >= 0 (0 = greedy)", field="temperature")
+        if 0 < self.temperature < MIN_TEMPERATURE:  # logits / 1e-40 overflow: NaN log-probs, token 0 each time
+            raise ConfigError(f"temperature {self.temperature:g} is too small to sample with: it must be 0 "
+                              f"(greedy) or at least {MIN_TEMPERATURE:g}", field="temperature",
+                              fix="use 0 for greedy decoding, or a temperature such as 0.7 or 1.0")
         if not 0 < self.top_p <= 1:
             raise ConfigError("top_p must be in (0, 1]", field="top_p")
         if self.top_k < 0:

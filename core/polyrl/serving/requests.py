@@ -89,12 +89,18 @@ def _number(body: dict[str, Any], key: str, default: Any, rule: Rule) -> Any:
 
 def sampling(body: dict[str, Any], limits: Limits, default_max_tokens: int) -> SamplingParams:
     """OpenAI's sampling fields (plus vLLM's ``top_k`` and ``ignore_eos``) checked against ``limits``."""
+    for flag in ("stream", "return_token_ids"):  # "no" or 0 would be read one way or the other
+        value = body.get(flag)
+        if value is not None and not isinstance(value, bool):
+            raise ApiError(400, f"{flag} must be a JSON boolean (true or false), got {shown(value, 40)}", flag)
     if body.get("stream"):
         raise ApiError(400, "stream=true is not supported by polyrl serve; send stream=false", "stream")
     refuse_unhonoured(body)
-    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    max_tokens = _number(body, key, min(default_max_tokens, limits.max_tokens_limit),
-                         Rule(integer=True, low=1, high=limits.max_tokens_limit))
+    rule = Rule(integer=True, low=1, high=limits.max_tokens_limit)
+    default = min(default_max_tokens, limits.max_tokens_limit)
+    given = {key: _number(body, key, default, rule) for key in ("max_tokens", "max_completion_tokens")
+             if body.get(key) is not None}  # both checked: a bad one beside a good one was ignored
+    max_tokens = given.get("max_completion_tokens", given.get("max_tokens", default))
     stop = body.get("stop") or ()
     if isinstance(stop, str):
         stop = (stop,)
@@ -134,9 +140,14 @@ def chat_messages(body: dict[str, Any], limits: Limits) -> list[dict[str, str]]:
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages must be a non-empty list of {role, content}", "messages")
     out, chars = [], 0
-    for m in messages:
+    for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise ApiError(400, "each message needs a string role and a content", "messages")
+        other = sorted(str(k) for k in m if k not in ("role", "content"))
+        if other:  # dropped, a tool call read the same as an empty assistant turn
+            raise ApiError(400, f"messages[{i}] has {', '.join(shown(k, 30) for k in other)}: polyrl serve reads a "
+                           "message's role and content only (no tool calls, tool results by id or names)",
+                           "messages")
         content = m.get("content")
         if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
             content = "".join(_text_part(part) for part in content)

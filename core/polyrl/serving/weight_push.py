@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import stat
 from collections.abc import Mapping
 from typing import Any
 
@@ -98,6 +99,14 @@ def safetensors_files(path: Any) -> list[str]:
         files = [path] if path.endswith(".safetensors") and os.path.isfile(path) else []
     if not files:
         raise ApiError(400, f"no .safetensors file at {path!r} (the path is read on the server's machine)", "path")
+    for f in files:  # a FIFO named *.safetensors blocked the read holding the lock: /health froze too
+        try:
+            regular = stat.S_ISREG(os.stat(f).st_mode)
+        except OSError as exc:
+            raise ApiError(400, f"cannot read {f!r}: {exc.strerror}", "path") from None
+        if not regular:
+            raise ApiError(400, f"{f!r} is not a regular file (a FIFO, socket or device: reading it can block "
+                           "forever)", "path")
     return files
 
 
