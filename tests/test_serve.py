@@ -113,3 +113,17 @@ def test_concurrent_requests_each_get_their_own_answer(server):
 def test_fault_control_is_refused_unless_enabled(server):
     r = server.post("/polyrl/faults", json={"nonsense": 1})
     assert r.status_code == 400 and "unknown fault" in r.json()["error"]["message"]
+
+
+def test_logprob_bytes_are_each_tokens_own_bytes(tiny_model_dir):
+    """A token holding part of a character decodes to U+FFFD, and its ``bytes`` were U+FFFD's: a
+    client joining them could not rebuild the text (9 of 16 tokens in one reply)."""
+    from tokenizers import Tokenizer
+
+    from polyrl.serve import TokenText
+
+    text = "héllo 日本 ✓"
+    ids = Tokenizer.from_file(f"{tiny_model_dir}/tokenizer.json").encode(text, add_special_tokens=False).ids
+    token_text = TokenText(None, tiny_model_dir)
+    assert any("\ufffd" in token_text(i) for i in ids)  # some tokens are parts of a character
+    assert bytes(b for i in ids for b in token_text.token_bytes(i)) == text.encode("utf-8")

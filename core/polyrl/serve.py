@@ -70,6 +70,7 @@ import argparse
 import hmac
 import os
 import random
+import re
 import signal
 import string
 import sys
@@ -83,6 +84,7 @@ from typing import Any
 import attrs
 
 from polyrl import strict_json
+from polyrl.byte_level import byte_to_char
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger, log_from_signal_handler
 from polyrl.serving import requests as req
@@ -144,11 +146,14 @@ class TokenText:
     """Token id -> text, through the engine's tokenizer when it exposes one."""
 
     def __init__(self, engine: Any, model_path: str) -> None:
-        self._decode = None
+        self._decode: Any = None
+        self._piece: Any = None  # id -> the vocabulary's own spelling of the token
         raw = getattr(engine, "raw", engine)
         tok = getattr(raw, "tokenizer", None)
         if tok is not None and hasattr(tok, "decode"):
             self._decode = lambda i: tok.decode([int(i)], skip_special_tokens=False)
+            if hasattr(tok, "convert_ids_to_tokens"):
+                self._piece = lambda i: tok.convert_ids_to_tokens(int(i))
         else:
             path = os.path.join(model_path, "tokenizer.json")
             if os.path.isfile(path):
@@ -157,6 +162,7 @@ class TokenText:
 
                     fast = Tokenizer.from_file(path)
                     self._decode = lambda i: fast.decode([int(i)], skip_special_tokens=False)
+                    self._piece = lambda i: fast.id_to_token(int(i))
                 except Exception:  # noqa: BLE001 - fall back to ids
                     self._decode = None
 
@@ -164,6 +170,24 @@ class TokenText:
         if self._decode is None:
             return f"<{int(token_id)}>"
         return self._decode(token_id)
+
+    def token_bytes(self, token_id: int) -> list[int] | None:
+        """The token's own bytes (OpenAI's logprobs ``bytes``), or None when they cannot be told.
+        Why not the decoded text's UTF-8: a token holding part of a character decodes to U+FFFD,
+        whose bytes are not the token's, and a client joining them could not rebuild the text."""
+        text = self(token_id)
+        if "\ufffd" not in text:
+            return list(text.encode("utf-8"))
+        piece = self._piece(token_id) if self._piece is not None else None
+        if not isinstance(piece, str):
+            return None
+        spelled = re.fullmatch(r"<0x([0-9A-Fa-f]{2})>", piece)  # sentencepiece's byte fallback
+        if spelled:
+            return [int(spelled.group(1), 16)]
+        table = {char: byte for byte, char in byte_to_char().items()}  # byte-level BPE (GPT-2's alphabet)
+        if piece and all(char in table for char in piece):
+            return [table[char] for char in piece]
+        return None
 
 
 def _garbage(rng: random.Random, length: int) -> str:
@@ -562,7 +586,7 @@ class Handler(BaseHTTPRequestHandler):
         out = []
         for tid, lp in zip(c.completion_ids.tolist(), c.logprobs.tolist()):
             token = self.server.token_text(tid)
-            out.append({"token": token, "logprob": float(lp), "bytes": list(token.encode("utf-8")),
+            out.append({"token": token, "logprob": float(lp), "bytes": self.server.token_text.token_bytes(tid),
                         "top_logprobs": []})
         return out
 
