@@ -271,3 +271,15 @@ def test_a_temperature_too_small_to_sample_with_is_refused_not_trained_on():
     with pytest.raises(ConfigError, match=r"generation.temperature: temperature 1e-300 is too small.*Fix: use 0"):
         GenerationSection(temperature=1e-300)
     assert GenerationSection(temperature=0).temperature == 0 and GenerationSection(temperature=1e-5)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [({"rank": 10 ** 9}, "lora.rank"), ({"alpha": math.nan}, "lora.alpha"),
+                                               ({"dropout": 1.5}, "lora.dropout"), ({"rank": True}, "lora.rank")])
+def test_a_lora_config_built_in_python_gets_the_tables_checks(kwargs, field):
+    """Built in Python (or from peft), a rank of 10**9 or a dropout of 1.5 failed inside torch or MLX
+    and an alpha of NaN made every adapter NaN: only a [lora] table was checked."""
+    from polyrl.types import LoraConfig
+
+    with pytest.raises(ConfigError) as err:
+        LoraConfig(**kwargs)
+    assert err.value.field == field and "Fix:" in str(err.value)

@@ -8,6 +8,7 @@ boundary: each backend pads or packs the way its hardware likes).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -290,6 +291,20 @@ class LoraConfig:
     rank: int = attrs.field(default=16, validator=_positive)
     alpha: float = 32.0
     dropout: float = 0.0
+
+    def __attrs_post_init__(self) -> None:
+        """The checks a [lora] table gets (``validators.RULES``), for a LoraConfig built in Python
+        or converted from peft: a rank of 10**9 or a dropout of 1.5 failed inside torch or MLX,
+        and an alpha of NaN made every adapter NaN, silently."""
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or not 1 <= self.rank <= 4096:
+            raise ConfigError(f"rank must be an integer in [1, 4096], got {self.rank!r}", field="lora.rank", fix="e.g. 16")
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not (
+                math.isfinite(self.alpha) and self.alpha > 0):
+            raise ConfigError(f"alpha must be a finite number > 0, got {self.alpha!r}", field="lora.alpha",
+                              fix="e.g. 32 (twice the rank)")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}", field="lora.dropout",
+                              fix="0.0 or e.g. 0.05")
     target_modules: tuple[str, ...] | str = attrs.field(default=(ALL_LINEAR,), converter=_target_modules)
 
     @property
