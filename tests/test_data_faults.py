@@ -211,3 +211,86 @@ def test_drop_overlong_skips_those_rows_with_a_warning(tiny_model_dir, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "dropped 1 of 11" in result.stderr and "max_length" in result.stderr, result.stderr[-3000:]
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
+
+
+# --- what a user's data folder can hold ------------------------------------------------------------
+
+
+def test_a_saved_dataset_with_a_column_format_still_gives_every_column(tmp_path):
+    """set_format(columns=[...]) before save_to_disk hid the other columns from the rows while they
+    passed every column check: a reward got answer=None for every sample, silently."""
+    import datasets
+
+    from polyrl.data_sources import load_files
+
+    saved = datasets.Dataset.from_dict({"prompt": ["a", "b"], "answer": ["1", "2"]})
+    saved.set_format(columns=["prompt"])
+    saved.save_to_disk(str(tmp_path / "saved"))
+    rows, _, _ = load_files(str(tmp_path / "saved"))
+    assert rows.take([0, 1]) == [{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"}]
+
+
+def test_a_fifo_or_an_unreachable_data_file_is_one_error_not_a_hang_or_a_traceback(tmp_path):
+    from polyrl.data_sources import load_files
+
+    os.mkfifo(tmp_path / "pipe.jsonl")
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        load_files(str(tmp_path / "pipe.jsonl"))
+    closed = tmp_path / "closed"
+    closed.mkdir()
+    (closed / "d.jsonl").write_text('{"prompt": "x"}\n')
+    closed.chmod(0)
+    try:
+        if os.geteuid() == 0:  # root reads anything: drop to nobody for the check, in a child
+            script = ("import os\nfrom polyrl.data_sources import load_files\nimport polyrl.errors\n"
+                      "os.setgid(65534); os.setuid(65534)\n"  # after the imports: the stdlib may be under /root
+                      f"load_files({str(closed / 'd.jsonl')!r})")
+            done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+            assert "ConfigError" in done.stderr and "cannot be reached" in done.stderr, done.stderr[-2000:]
+            assert "PermissionError" not in done.stderr
+        else:
+            with pytest.raises(ConfigError, match="cannot be reached"):
+                load_files(str(closed / "d.jsonl"))
+    finally:
+        closed.chmod(0o755)
+
+
+def test_a_chat_template_that_raises_on_a_row_is_one_error_naming_it(tiny_model_dir, tmp_path):
+    """Gemma's and Mistral's templates raise on roles that do not alternate or a system message: the
+    startup prompt-length check was a jinja2 traceback."""
+    import json
+    import shutil
+
+    model = tmp_path / "strict-template"
+    shutil.copytree(tiny_model_dir, model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config["chat_template"] = (
+        "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+        "{{ raise_exception('Conversation roles must alternate') }}{% endif %}"
+        "{{ message['role'] + ': ' + message['content'] + '\n' }}{% endfor %}")
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    data = tmp_path / "two_users.jsonl"
+    data.write_text('{"prompt": [{"role": "user", "content": "Hi"}, {"role": "user", "content": "1+1?"}], '
+                    '"answer": "2"}\n')
+    out = tmp_path / "out"
+    toml = tmp_path / "run.toml"
+    toml.write_text(f'[model]\npath = "{model}"\n[generation]\ngroup_size = 2\nmax_new_tokens = 4\n'
+                    f'[data]\npath = "{data}"\n[[rewards]]\nname = "numeric_match"\n'
+                    f'[train]\nsteps = 1\nprompts_per_step = 1\nthreads = 1\noutput_dir = "{out}"\n')
+    result = _train(toml)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"{data} line 1 (row 0)" in errors[0], result.stderr[-3000:]
+    assert "chat template refused the prompt" in errors[0] and "roles must alternate" in errors[0]
+
+
+def test_task_and_eval_counts_are_bounded_and_output_dir_expands_home():
+    """count = 10**20 built rows until 22 GB were taken; output_dir = "~/x" made a folder named "~"."""
+    from polyrl.config import TrainSection
+    from polyrl.data import load_dataset as load
+    from polyrl.validators import RULES
+
+    with pytest.raises(ConfigError, match=r"data.options.count: must be an integer in \[1, 1000000\]"):
+        load(task="arithmetic", options={"count": 10 ** 20})
+    assert not RULES["eval.count"].accepts(10 ** 9) and RULES["eval.count"].accepts(100)
+    assert TrainSection(output_dir="~/runs/x").output_dir == os.path.expanduser("~/runs/x")

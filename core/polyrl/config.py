@@ -8,6 +8,7 @@ See README.md ("Config reference") for every key.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -199,13 +200,18 @@ class RewardSection:
 _TRAIN_EXAMPLES = {"steps": 100, "prompts_per_step": 8, "keep_checkpoints": 2, "max_consecutive_skips": 3}
 
 
+def _home_expanded(value: Any) -> Any:
+    return os.path.expanduser(value) if isinstance(value, str) else value
+
+
 @attrs.define(frozen=True)
 class TrainSection:
     steps: int = 10
     prompts_per_step: int = 8
     seed: int = 0
     threads: int | None = None
-    output_dir: str = "runs/polyrl"
+    #: "~" expanded, as in data.path: "~/runs/x" made a folder named "~" in the working directory
+    output_dir: str = attrs.field(default="runs/polyrl", converter=_home_expanded)
     checkpoint_every: int = 0  # 0: only at the end
     keep_checkpoints: int = 2
     #: earlier runs kept in output_dir/previous/ when a fresh run starts there; 0: deleted once it trains

@@ -425,6 +425,21 @@ def load_train_and_eval(data: Any, eval_count: int) -> tuple[Dataset, Dataset | 
     return _file_split(everything, options, "train"), _file_split(everything, options, "eval")
 
 
+def _counted(count_tokens: Callable[[Prompt], int], prompt: Prompt, dataset: Dataset, i: int) -> int:
+    """``count_tokens(prompt)``; a chat template raising on the row (Gemma's and Mistral's refuse a
+    system message or roles that do not alternate: a jinja2 traceback) is one error naming it."""
+    try:
+        return count_tokens(prompt)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the template is the model folder's code
+        raise ConfigError(f"{dataset.where(i)}: the model's chat template refused the prompt: "
+                          f"{type(exc).__name__}: {str(exc)[:300]}", field="data",
+                          fix="make the row's messages what the template accepts (some templates take no "
+                              "system message, or need user and assistant turns to alternate; "
+                              "data.system_prompt adds a system message to every row)") from None
+
+
 def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int], max_length: int,
                          *, drop: bool = False, counted: str = "chat template included") -> tuple[Dataset, int]:
     """(dataset, rows dropped): every prompt must be shorter than ``max_length`` tokens as
@@ -441,7 +456,7 @@ def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int]
     for start in range(0, len(dataset), ITER_BLOCK):
         block = dataset.take(range(start, min(start + ITER_BLOCK, len(dataset))))
         for i, row in enumerate(block, start):
-            tokens = count_tokens(row[dataset.prompt_column])
+            tokens = _counted(count_tokens, row[dataset.prompt_column], dataset, i)
             if tokens >= max_length:
                 first = first or tokens
                 over.append(i)

@@ -104,9 +104,20 @@ def expand_paths(path: str | Sequence[str], field: str) -> list[Path]:
             out += [Path(m) for m in matches]
             continue
         p = Path(text)
-        if not p.exists():
+        try:
+            found = p.exists()
+        except OSError as exc:  # a folder on the way without execute permission
+            raise ConfigError(f"data file {text!r} cannot be reached: {exc.strerror or exc}", field=field,
+                              fix="make its folders searchable by this user (chmod +x), or copy it") from None
+        if not found:
             raise ConfigError(f"data file {text!r} not found", field=field,
                               fix=f"give an existing file ({SUPPORTED}), a glob, or a save_to_disk folder")
+        if not (p.is_file() or p.is_dir()):  # a FIFO named data.jsonl blocked the start forever
+            raise ConfigError(f"data file {text!r} is not a regular file (a FIFO, socket or device: reading it can "
+                              "block forever)", field=field, fix=f"give a regular file ({SUPPORTED})")
+        if not os.access(p, os.R_OK | (os.X_OK if p.is_dir() else 0)):
+            raise ConfigError(f"data {'folder' if p.is_dir() else 'file'} {text!r} cannot be read (permission "
+                              "denied)", field=field, fix="make it readable by this user (chmod), or copy it")
         out.append(p)
     folders = [p for p in out if p.is_dir()]
     if folders and len(out) > 1:
@@ -252,7 +263,10 @@ def _single(loaded: Any, split: str | None, what: str, field: str) -> Any:
 
 
 def _arrow_rows(dataset: Any, digest: str | None, what: str) -> ArrowRows:
-    """``dataset`` as ArrowRows; ``digest`` of its source (None: hash its own Arrow files)."""
+    """``dataset`` as ArrowRows; ``digest`` of its source (None: hash its own Arrow files). A
+    format saved with the dataset is dropped: ``set_format(columns=[...])`` before save_to_disk hid
+    the other columns from the rows while they passed every column check, so rewards got None."""
+    dataset = dataset.with_format(None)  # every column, as plain Python values
     if getattr(dataset, "_indices", None) is not None:  # a saved selection: materialise it once, rare
         dataset = dataset.flatten_indices()
     if len(dataset) == 0:
@@ -277,7 +291,11 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
         rows: list[Any] = []
         origins = RowOrigins()
         for p in paths:
-            rows += read_json_rows(p, field, origins)
+            try:
+                rows += read_json_rows(p, field, origins)
+            except OSError as exc:  # permissions, a folder without execute, a file gone since the glob
+                raise ConfigError(f"cannot read data file {str(p)!r}: {exc.strerror or exc}", field=field,
+                                  fix="make it readable by this user (chmod), or copy it") from None
         if not rows:
             raise ConfigError(f"data file {str(paths[0])!r} has no rows", field=field, fix="add JSON lines to it")
         return rows, name, origins

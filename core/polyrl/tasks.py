@@ -41,6 +41,10 @@ def _option_error(key: str, message: str, fix: str | None = None) -> ConfigError
     return ConfigError(message, field=f"data.options.{key}", fix=fix)
 
 
+#: the most problems a task builds (each is a Python row held in memory)
+MAX_COUNT = 1_000_000
+
+
 def _int_option(options: Mapping[str, Any], key: str, low: int, high: int | None = None) -> int:
     value = options[key]
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low or (
@@ -65,7 +69,7 @@ def _arithmetic_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     if unknown:
         raise _option_error(unknown[0], f"the arithmetic task has no option {unknown[0]!r}",
                             f"valid options: {', '.join(sorted(ARITHMETIC_DEFAULTS))}")
-    opts["count"] = _int_option(opts, "count", 1)
+    opts["count"] = _int_option(opts, "count", 1, MAX_COUNT)  # unbounded, 10**12 took 22 GB before any error
     opts["digits"] = _int_option(opts, "digits", 1, 9)
     opts["seed"] = _int_option(opts, "seed", 0)
     ops = opts["ops"]

@@ -155,7 +155,7 @@ RULES: dict[str, Rule] = {
                                             "0 deletes an earlier run instead of moving it aside"),
     "train.max_consecutive_skips": _int(1, fix="e.g. 3"),
     "train.collective_timeout_s": _float(0, low_open=True, fix="seconds a rank may wait for the others, e.g. 600"),
-    "eval.count": _int(0, fix="0 disables evaluation"),
+    "eval.count": _int(0, 1_000_000, fix="0 disables evaluation; e.g. 100 held-out prompts"),
     "eval.every": _int(0, fix="0 evaluates only before and after training"),
     "eval.max_new_tokens": _int(1, MAX_TOKENS, optional=True, fix="unset uses generation.max_new_tokens"),
     "eval.samples": _int(0, 4096, fix="sampled completions per prompt for pass@k, e.g. 8; 0 evaluates greedily only"),
