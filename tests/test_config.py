@@ -76,3 +76,15 @@ def test_toml_syntax_error_and_missing_file(tmp_path):
         RunConfig.from_toml(bad)
     with pytest.raises(ConfigError, match="not found"):
         RunConfig.from_toml(tmp_path / "missing.toml")
+
+
+def test_an_eval_path_naming_the_training_files_is_refused():
+    """Only equal split names were refused: eval_path set to the training file evaluated on the
+    prompts the policy trains on, silently."""
+    from polyrl.config import DataSection
+
+    with pytest.raises(ConfigError, match="data.eval_path: names the training data itself"):
+        DataSection(path="data/train.jsonl", eval_path="./data/train.jsonl")
+    with pytest.raises(ConfigError, match="names the training data itself"):
+        DataSection(path=["b.jsonl", "a.jsonl"], eval_path=["a.jsonl", "b.jsonl"])
+    assert DataSection(path="data/train.jsonl", eval_path="data/eval.jsonl").eval_path == "data/eval.jsonl"

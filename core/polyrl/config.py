@@ -154,6 +154,10 @@ class DataSection:
             raise ConfigError("a separate eval source needs data.path or data.name",
                               field="data.eval_path" if self.eval_path is not None else "data.eval_split",
                               fix="tasks have their own eval split; rows hold out data.options.eval_count")
+        if self.eval_path is not None and self.path is not None and _same_files(self.eval_path, self.path):
+            raise ConfigError("names the training data itself: the evaluation would score prompts the policy "
+                              "trains on", field="data.eval_path",
+                              fix="point it at held-out rows, or leave it out and hold rows out with eval.count")
         if self.eval_split is not None and self.eval_split == (self.split or "train"):
             raise ConfigError(f"is the training split {self.eval_split!r} itself", field="data.eval_split",
                               fix="name another split, or hold rows out with eval.count alone")
@@ -161,6 +165,17 @@ class DataSection:
             raise ConfigError("built-in tasks take no column mapping or system prompt",
                               field="data.columns" if self.columns else "data.system_prompt",
                               fix="use data.path or data.name for your own rows")
+
+
+def _same_files(a: Any, b: Any) -> bool:
+    """Whether two ``path`` values name the same files (a string or a list; ``~`` and ``./`` aside)."""
+    def names(value: Any) -> list[str] | None:
+        items = [value] if isinstance(value, str) else value if isinstance(value, (list, tuple)) else None
+        if items is None or not all(isinstance(v, str) for v in items):
+            return None
+        return sorted(os.path.realpath(os.path.expanduser(v)) for v in items)
+    first, second = names(a), names(b)
+    return first is not None and first == second
 
 
 @attrs.define(frozen=True)
