@@ -11,7 +11,6 @@ The same data backs ``polyrl backends [--json]`` and ``polyrl doctor``.
 
 from __future__ import annotations
 
-import json
 import threading
 import traceback
 from functools import partial
@@ -24,6 +23,7 @@ from polyrl import hub
 from polyrl.agents.spec import EnvironmentSpec, EnvironmentStatus, ToolSpec, probe_status
 from polyrl.errors import BackendUnavailable, ConfigError, PluginError, PolyrlError
 from polyrl.folder_links import refuse_outside_links
+from polyrl.model_config import model_type_of
 from polyrl.plugin_calls import call_limited, probe_reason
 from polyrl.plugins import (FIRST_PARTY_DISTRIBUTIONS, PluginLoadError, PolyrlPluginManager, get_plugin_manager,
                             install_hint)
@@ -362,17 +362,6 @@ class Registry:
                                   f"which does not exist. {fix}")
             return str(out)
         return None
-
-
-def model_type_of(model_path: str) -> str | None:
-    """The HF ``model_type`` in ``<model_path>/config.json``; None for GGUF files, aliases and
-    folders without a readable config (the backend's loader reports those)."""
-    config = Path(model_path) / "config.json"
-    try:
-        value = json.loads(config.read_text()).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return value if isinstance(value, str) else None
 
 
 _lock = threading.Lock()

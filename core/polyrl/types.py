@@ -356,17 +356,10 @@ def _peft_default_targets(model: str | None) -> tuple[str, ...] | str:
     q_proj and v_proj under TRL and every linear layer here, silently. A family peft has no list
     for is an error, as in peft; an unreadable folder (a name, no config.json) keeps "all-linear"
     and says so."""
-    import json
-    from pathlib import Path
-
     from polyrl.logs import get_logger
+    from polyrl.model_config import model_type_of
 
-    model_type = None
-    try:
-        if model is not None:
-            model_type = json.loads((Path(model) / "config.json").read_text()).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        model_type = None
+    model_type = model_type_of(model)
     try:
         from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as defaults
     except ImportError:
