@@ -24,6 +24,7 @@ from typing import Any
 
 from polyrl.data_arrow import ArrowRows
 from polyrl.errors import ConfigError
+from polyrl.folder_links import NOT_REGULAR
 from polyrl.text_validity import row_surrogate, surrogate_error
 
 #: A JSON escape that decodes to a surrogate (U+D800-U+DFFF): only a line holding one is walked.
@@ -113,8 +114,7 @@ def expand_paths(path: str | Sequence[str], field: str) -> list[Path]:
             raise ConfigError(f"data file {text!r} not found", field=field,
                               fix=f"give an existing file ({SUPPORTED}), a glob, or a save_to_disk folder")
         if not (p.is_file() or p.is_dir()):  # a FIFO named data.jsonl blocked the start forever
-            raise ConfigError(f"data file {text!r} is not a regular file (a FIFO, socket or device: reading it can "
-                              "block forever)", field=field, fix=f"give a regular file ({SUPPORTED})")
+            raise ConfigError(f"data file {text!r} is {NOT_REGULAR}", field=field, fix=f"give a regular file ({SUPPORTED})")
         if not os.access(p, os.R_OK | (os.X_OK if p.is_dir() else 0)):
             raise ConfigError(f"data {'folder' if p.is_dir() else 'file'} {text!r} cannot be read (permission "
                               "denied)", field=field, fix="make it readable by this user (chmod), or copy it")

@@ -25,6 +25,9 @@ MAX_DEPTH = 2
 #: Names of what a loader may read next to a ``.gguf`` file (tokenizer, chat template, config).
 _LOADER_SUFFIXES = (".json", ".jinja", ".model", ".txt", ".safetensors", ".gguf", ".py", ".tiktoken")
 
+#: Why a FIFO, socket or device is refused wherever polyrl reads a file the user named.
+NOT_REGULAR = "not a regular file (a FIFO, socket or device: reading it can block forever)"
+
 
 def _allowed_root(folder: Path) -> Path:
     """The folder itself, or the repository's cache folder for a Hugging Face snapshot."""
@@ -49,7 +52,7 @@ def _problem(entry: Path, root: Path) -> str | None:
         return None
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return None
-    return "not a regular file (a FIFO, socket or device: reading it can block forever)"
+    return NOT_REGULAR
 
 
 def outside_link(folder: str | Path) -> tuple[str, str] | None:

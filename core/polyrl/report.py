@@ -24,6 +24,7 @@ import attrs
 
 from polyrl import evaluation
 from polyrl.errors import ConfigError
+from polyrl.folder_links import NOT_REGULAR
 from polyrl.strict_json import valid_text
 
 METRICS_FILE = "metrics.jsonl"
@@ -112,7 +113,7 @@ def _open_regular(path: Path) -> BinaryIO:
     if not stat.S_ISREG(mode):
         os.close(fd)
         what = ("is a directory, not the file polyrl writes" if stat.S_ISDIR(mode) else
-                "is not a regular file (a FIFO, socket or device: reading it can block forever)")
+                f"is {NOT_REGULAR}")
         raise ConfigError(f"{str(path)!r} {what}", field="RUN_DIR",
                           fix="pass a run's train.output_dir, whose metrics files polyrl wrote")
     return os.fdopen(fd, "rb")

@@ -19,6 +19,7 @@ import attrs
 import numpy as np
 
 from polyrl.errors import ConfigError
+from polyrl.folder_links import NOT_REGULAR
 from polyrl.shared_secret import read_shared_secret
 from polyrl.serving.api_error import ApiError
 
@@ -105,8 +106,7 @@ def safetensors_files(path: Any) -> list[str]:
         except OSError as exc:
             raise ApiError(400, f"cannot read {f!r}: {exc.strerror}", "path") from None
         if not regular:
-            raise ApiError(400, f"{f!r} is not a regular file (a FIFO, socket or device: reading it can block "
-                           "forever)", "path")
+            raise ApiError(400, f"{f!r} is {NOT_REGULAR}", "path")
     return files
 
 
