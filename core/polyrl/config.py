@@ -20,6 +20,7 @@ from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig
 from polyrl.configtools import build, unknown_key_fix
 from polyrl.errors import ConfigError
 from polyrl.rewards import isolation as reward_isolation
+from polyrl.step_line import STEP_LINE_CHOICES
 from polyrl.trl_names import trl_fix
 from polyrl.types import LoraConfig, OptimizerConfig, SamplingParams, as_lora_config
 from polyrl.validators import check_depth, check_record
@@ -282,8 +283,12 @@ class LoggingSection:
     project: str = "polyrl"  # the tracker's project / experiment name
     run_name: str | None = None  # default: the output_dir's folder name
     tracker_timeout_s: float = 60.0  # per tracker call; past it the tracker is dropped, the run goes on
+    step_line: str = "short"  # the terminal's step line: "short" (the watched numbers) or "full" (every metric)
 
     def __attrs_post_init__(self) -> None:
+        if self.step_line not in STEP_LINE_CHOICES:
+            raise ConfigError(f"must be one of {', '.join(STEP_LINE_CHOICES)}, got {self.step_line!r}",
+                              field="logging.step_line", fix='step_line = "short" (default) or "full"')
         if isinstance(self.report_to, str) or not all(isinstance(n, str) and n for n in self.report_to):
             raise ConfigError(f"must be a list of tracker names, got {self.report_to!r}", field="logging.report_to",
                               fix='e.g. report_to = ["tensorboard"]; `polyrl trackers` lists them')

@@ -63,6 +63,7 @@ from polyrl import evaluation
 from polyrl import step_gather
 from polyrl.step_metrics import clip_region_metrics, peak_rss_mb
 from polyrl.step_metrics import step_metrics as common_step_metrics
+from polyrl.step_line import step_line_fields
 from polyrl.tracking.session import for_run as tracking_for_run
 from polyrl.types import Completion, RewardContext, SamplingParams, TokenSequence, TrainBatch
 
@@ -1193,8 +1194,9 @@ class Trainer:
                 if self.rank == 0:
                     self._append_metrics(metrics)
                     self.tracking.publish(metrics)
-                log.info("step", **({"rank": self.rank} if self.world_size > 1 else {}), **{k: (readable(v) if isinstance(v, float) else v)
-                                    for k, v in metrics.items() if not k.startswith("reward/")})
+                log.info("step", **({"rank": self.rank} if self.world_size > 1 else {}),
+                         **{k: (readable(v) if isinstance(v, float) else v)
+                            for k, v in step_line_fields(metrics, c.logging.step_line).items()})
                 advance(metrics)
                 if self._sync_failed is not None:  # the step trained; the generator missed its weights
                     push_failed, self._sync_failed = self._sync_failed, None
