@@ -5,27 +5,33 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from polyrl import checkpoint as ckpt
 from polyrl import strict_json
+
+if TYPE_CHECKING:
+    from polyrl.config import RunConfig
 
 #: A prompt sampler's state as ``PromptSampler.state`` writes it.
 SAMPLER = {"version": 1, "seed": 0, "epoch": 0, "position": 4, "shuffle": True, "size": 16, "fingerprint": "rows"}
 
 
-def well_formed_state(step: int) -> dict[str, Any]:
-    """A trainer_state.json as the trainer writes it (its real RNG states), no pending rollout."""
+def well_formed_state(step: int, config: RunConfig | None = None) -> dict[str, Any]:
+    """A trainer_state.json as the trainer writes it (its real RNG states), no pending rollout, and
+    ``config`` saved as the run's (without it, the state lacks the config a full resume needs)."""
+    from polyrl.resume_config import snapshot
     from polyrl.trainer import _rng_states
 
+    saved = {} if config is None else {"config": snapshot(config)}
     return json.loads(strict_json.dumps({"step": step, "sampler": dict(SAMPLER), **_rng_states(),
-                                         "pending_rollout": None, "kl_coef": 0.0}))
+                                         "pending_rollout": None, "kl_coef": 0.0, **saved}))
 
 
-def checkpoint_with_state(root: Path, step: int, text: str | None = None) -> Path:
+def checkpoint_with_state(root: Path, step: int, text: str | None = None, config: RunConfig | None = None) -> Path:
     """A verifying checkpoint ``step`` under ``root`` whose trainer_state.json is ``text`` (default:
-    ``well_formed_state``)."""
-    found = ckpt.write_checkpoint(root, step, well_formed_state(step),
+    ``well_formed_state(step, config)``)."""
+    found = ckpt.write_checkpoint(root, step, well_formed_state(step, config),
                                   lambda model, _state: (Path(model).mkdir(), (Path(model) / "w.bin").write_bytes(b"0")))
     if text is not None:
         rewrite_state(found, text)

@@ -172,6 +172,6 @@ def test_greedy_is_allowed_where_the_advantage_can_differ(settings):
 
 def test_a_key_outside_any_table_is_named_a_key_with_its_table():
     exc = error(with_(lr=3))
-    assert exc.field == "lr" and str(exc).startswith("unknown key 'lr' outside any section"), exc
+    assert exc.field == "lr" and str(exc).startswith("lr: unknown key 'lr' outside any section"), exc
     assert "polyrl's key of that name is optimizer.lr: write lr = ... in [optimizer]" in str(exc)
     assert "unknown section [nosuch]" in str(error(with_(nosuch={"a": 1})))

@@ -132,6 +132,30 @@ def test_a_cached_hub_dataset_by_name_offline(tmp_path, cache, repo, monkeypatch
     assert info.value.field == "data.config"
 
 
+def test_an_eval_split_slicing_the_training_rows_is_refused(tmp_path, cache, monkeypatch):
+    """A slice of the training split is a different name but the same rows: evaluating there
+    would score prompts the policy trains on. Disjoint slices of one split still work."""
+    monkeypatch.chdir(tmp_path)
+    _cache_a_hub_dataset(tmp_path, cache, "tiny_math")
+    columns = {"prompt": "question", "answer": "solution"}
+    overlapping = [(None, "train[:5]", "rows 0-4"), ("train[:5]", "train[3:]", "rows 3-4"),
+                   ("train[:50%]", "test+train[-6:]", "row 3 "), ("train[:-1]", "train[:100%]", "rows 0-7")]
+    for split, eval_split, rows in overlapping:
+        section = DataSection(name="tiny_math", split=split, eval_split=eval_split, cache_dir=cache, columns=columns)
+        with pytest.raises(ConfigError) as info:
+            load_train_and_eval(section, eval_count=3)
+        assert info.value.field == "data.eval_split" and rows in info.value.message, (split, eval_split)
+        assert 'eval_split = "train[90%:]"' in info.value.fix
+    whole = [r["question"] for r in TEXT_ROWS[:9]]
+    for split, eval_split in [("train[:90%]", "train[90%:]"), ("train[:6]", "train[6:]"), ("train[-3:]", "test")]:
+        section = DataSection(name="tiny_math", split=split, eval_split=eval_split, cache_dir=cache, columns=columns)
+        train, held = load_train_and_eval(section, eval_count=9)
+        assert not {r["prompt"] for r in train} & {r["prompt"] for r in held}, (split, eval_split)
+    train, held = load_train_and_eval(DataSection(name="tiny_math", split="train[:90%]", eval_split="train[90%:]",
+                                                  cache_dir=cache, columns=columns), eval_count=9)
+    assert [r["prompt"] for r in train] + [r["prompt"] for r in held] == whole
+
+
 def test_a_dataset_not_in_the_cache_is_a_clear_error(tmp_path, cache):
     with pytest.raises(ConfigError, match="not in the local datasets cache") as info:
         load_dataset(name="nobody/never-downloaded", cache_dir=cache)

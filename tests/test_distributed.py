@@ -607,7 +607,7 @@ def test_a_rank_stuck_outside_the_rewards_stops_the_launch_at_the_collective_tim
     assert time.monotonic() - t0 < 170
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert done.returncode == 2 and len(errors) == 1, done.stderr[-3000:]
-    assert errors[0].startswith("error: rank 0 of 2 waited 10 s in all_gather during step 0"), errors
+    assert errors[0].startswith("error: train.collective_timeout_s: rank 0 of 2 waited 10 s in all_gather during step 0"), errors
     assert "--set train.collective_timeout_s=" in errors[0]
     assert "Traceback" not in done.stderr and "torchrun's own is in" in done.stderr
 
@@ -652,7 +652,7 @@ def test_a_timeout_inside_fsdps_own_collectives_is_the_same_one_line_naming_the_
                           capture_output=True, text=True, env=env, timeout=200)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
-    assert errors[0].startswith("error: rank 0 of 2 waited 10 s in FSDP's all_gather/reduce_scatter of train_step "
+    assert errors[0].startswith("error: train.collective_timeout_s: rank 0 of 2 waited 10 s in FSDP's all_gather/reduce_scatter of train_step "
                                 "during step 0"), errors
     assert "--set train.collective_timeout_s=" in errors[0] and "Traceback" not in proc.stderr
 

@@ -231,10 +231,13 @@ def _config(tiny_model_dir: str, tmp_path: Path):
                                 "train": {"prompts_per_step": 2, "output_dir": str(tmp_path / "run")}})
 
 
-def _checkpoint(tmp_path: Path, pending_text: str) -> Path:
-    """A step-2 checkpoint whose trainer_state.json holds ``pending_text`` as its pending rollout,
-    with a manifest that verifies (whoever edits the file can rewrite the manifest too)."""
-    text = json.dumps(well_formed_state(2)).replace('"pending_rollout": null', f'"pending_rollout": {pending_text}')
+def _checkpoint(tmp_path: Path, pending_text: str, tiny_model_dir: str = "") -> Path:
+    """A step-2 checkpoint whose trainer_state.json holds ``pending_text`` as its pending rollout
+    (and, given ``tiny_model_dir``, ``_config``'s settings), with a manifest that verifies (whoever
+    edits the file can rewrite the manifest too)."""
+    config = _config(tiny_model_dir, tmp_path) if tiny_model_dir else None
+    text = json.dumps(well_formed_state(2, config)).replace('"pending_rollout": null',
+                                                            f'"pending_rollout": {pending_text}')
     found = checkpoint_with_state(tmp_path / "run" / "checkpoints", 2, text)
     assert ckpt.verify(found) is None
     return found
@@ -281,7 +284,7 @@ def test_a_non_finite_logprob_written_by_hand_is_refused(tiny_model_dir, tmp_pat
     pending = _pending()
     pending["completions"][0]["logprobs"] = [None, -1.0]
     assert resume_point(_config(tiny_model_dir, tmp_path), None, False) is None  # no checkpoint yet
-    _checkpoint(tmp_path, json.dumps(pending))
+    _checkpoint(tmp_path, json.dumps(pending), tiny_model_dir)
     assert resume_point(_config(tiny_model_dir, tmp_path), None, False) is not None  # null: accepted
     shutil.rmtree(tmp_path / "run")
     _checkpoint(tmp_path, json.dumps(pending).replace("null", "1e400"))
@@ -293,7 +296,7 @@ def test_a_valid_pending_rollout_still_resumes(tiny_model_dir, tmp_path):
     from polyrl.resume_point import resume_point
     from polyrl.rollouts import Rollout
 
-    _checkpoint(tmp_path, json.dumps(_pending()))
+    _checkpoint(tmp_path, json.dumps(_pending()), tiny_model_dir)
     found, state = resume_point(_config(tiny_model_dir, tmp_path), None, False)
     rollout = Rollout.from_state(state["pending_rollout"], [{"prompt": "a"}, {"prompt": "b"}])
     assert rollout.step == 2 and [c.logprobs.tolist() for c in rollout.completions] == [[-0.5, -1.25]] * 4

@@ -13,7 +13,9 @@ import pytest
 from checkpoint_states import SAMPLER, checkpoint_with_state, rewrite_state, well_formed_state
 
 from polyrl import checkpoint as ckpt
+from polyrl import resume_config
 from polyrl.errors import ConfigError
+from polyrl.resume_config import snapshot
 
 pytestmark = pytest.mark.faults
 
@@ -49,8 +51,32 @@ def _accepted(tiny_model_dir: str, tmp_path: Path, weights_only: bool = False) -
 
 
 def test_a_well_formed_state_resumes(tiny_model_dir, tmp_path):
-    _edited(tmp_path)
+    _edited(tmp_path, config=snapshot(_config(tiny_model_dir, tmp_path)))
     assert _accepted(tiny_model_dir, tmp_path)["step"] == 2
+
+
+@pytest.mark.parametrize(("saved", "words"), [({}, "config is empty"), (None, "lacks config")])
+def test_a_state_without_its_saved_config_is_refused_unless_weights_only(tiny_model_dir, tmp_path, saved, words):
+    """An empty (or missing) saved config resumed with no check at all: a changed model, seed or
+    reward went on as if it were the checkpointed run."""
+    state = well_formed_state(2, _config(tiny_model_dir, tmp_path))
+    if saved is None:
+        del state["config"]
+    else:
+        state["config"] = saved
+    found = checkpoint_with_state(tmp_path / "run" / "checkpoints", 2, json.dumps(state))
+    text = _refused(tiny_model_dir, tmp_path)
+    assert f"{found / ckpt.STATE_FILE}: {words}: the run's saved settings" in text, text
+    assert "--resume-weights-only" in text, text
+    assert _accepted(tiny_model_dir, tmp_path, weights_only=True)["step"] == 2  # a new experiment: nothing to keep
+    with pytest.raises(ConfigError, match="no saved config"):  # the comparison itself never skips it either
+        resume_config.check(saved, _config(tiny_model_dir, tmp_path), weights_only=False)
+
+
+def test_a_full_saved_config_still_refuses_a_changed_setting(tiny_model_dir, tmp_path):
+    _edited(tmp_path, config={**snapshot(_config(tiny_model_dir, tmp_path)), "train.seed": 7})
+    with pytest.raises(ConfigError, match="train.seed 7 -> 0"):
+        _accepted(tiny_model_dir, tmp_path)
 
 
 @pytest.mark.parametrize("weights_only", [False, True])

@@ -7,7 +7,8 @@ or 5, a NaN step a ``ValueError``, an RNG state with a float for a key was trunc
 stream, and a 2 GB file was parsed whole. Each field is checked here with no engine loaded, and
 the first problem is one ``ConfigError`` naming the file and the field (``sampler.position``),
 with the way past it: ``--resume-weights-only`` where that resume does not read the field (the
-RNG states, the saved config), else another checkpoint.
+RNG states, the saved config), else another checkpoint. A full resume needs a saved config that
+is not empty: ``{}`` (or none) resumed with no check of what changed (``polyrl.resume_config``).
 """
 
 from __future__ import annotations
@@ -117,7 +118,13 @@ def problem(state: Any, step: int | None, weights_only: bool, prompts: int) -> t
     if why is None and isinstance(pending, Mapping):  # the data position a resume draws its rows from
         bad = sampler_problem(pending["sampler_before"])
         why = None if bad is None else f"pending_rollout.sampler_before{bad}"
-    return None if why is None else (why, PENDING_FIX)
+    if why is not None:
+        return why, PENDING_FIX
+    if not saved and not weights_only:  # a full resume refuses changed settings by this saved config
+        what = "lacks config" if saved is None else "config is empty"
+        return (f"{what}: the run's saved settings, which a resume compares with this config to refuse "
+                "changes that break exact resumption, are gone", WEIGHTS_ONLY_FIX)
+    return None
 
 
 def _kind(value: Any) -> str:

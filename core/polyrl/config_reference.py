@@ -122,7 +122,9 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                           "the prompt is a chat: reward functions then get chat-shaped `prompts` and `completions`, "
                           '`[{"role": "assistant", "content": text}]`, as TRL gives them for chat prompts)'),
         "eval_path": "evaluation rows from separate file(s) (same formats as `path`); nothing is held out",
-        "eval_split": "evaluation rows from another split of `name` or a saved DatasetDict (e.g. `test`)",
+        "eval_split": "evaluation rows from another split of `name` or a saved DatasetDict (e.g. `test`), or "
+                      "a slice of `name`'s split disjoint from `split` (`train[:90%]` / `train[90%:]`; "
+                      "overlapping rows are an error)",
         "options": "task options (`count`, `digits`, `ops`, `seed`, `eval_fraction`, `chat`, `instruction` for "
                    "`arithmetic`); for other sources "
                    "`count`, `eval_count` and `seed` of the hold-out",

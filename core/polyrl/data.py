@@ -29,9 +29,10 @@ import numpy as np
 
 from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, ArrowRows, check_prompt_column,
                                check_text_columns, final_assistant_error, image_column_error, unknown_role)
-from polyrl.data_sources import RowOrigins, load_cached, load_files, read_json_rows
+from polyrl.data_sources import RowOrigins, cached_split_rows, load_cached, load_files, read_json_rows
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
+from polyrl.split_overlap import check_disjoint
 from polyrl.tasks import SPLITS, TASKS
 from polyrl.text_validity import row_surrogate, surrogate_error
 from polyrl.types import Prompt
@@ -420,6 +421,9 @@ def load_train_and_eval(data: Any, eval_count: int) -> tuple[Dataset, Dataset | 
         else:
             held = load_source(data.path, data.name, config=data.config, source_split=data.eval_split,
                                cache_dir=data.cache_dir, split_field="data.eval_split", **common)
+            if data.name is not None:  # a slice of the training split may name its rows again
+                check_disjoint(data.split, data.eval_split,
+                               lambda split: cached_split_rows(data.name, data.config, split, data.cache_dir))
         return train, held.select(range(min(eval_count, len(held))))
     options["eval_count"] = eval_count  # hold eval_count rows out of the training source
     return _file_split(everything, options, "train"), _file_split(everything, options, "eval")

@@ -382,3 +382,11 @@ def load_cached(name: str, config: str | None, split: str | None, cache_dir: str
             fix="download it once where there is network (datasets.load_dataset(name)), copy the cache here, "
                 "or set data.cache_dir to the cache that holds it") from None
     return _arrow_rows(loaded, None, f"{name}:{split or 'train'}")
+
+
+def cached_split_rows(name: str, config: str | None, split: str, cache_dir: str | None) -> int:
+    """How many rows the whole ``split`` of a cached Hub dataset holds (memory-mapped, offline);
+    slice specs such as ``train[90%:]`` resolve against it (``polyrl.split_overlap``)."""
+    datasets = _datasets()
+    with _offline(datasets):
+        return len(datasets.load_dataset(name, config, split=split, cache_dir=cache_dir))

@@ -16,6 +16,15 @@ def one_line(text: str) -> str:
     return _WHITESPACE.sub(" ", text).strip()
 
 
+def _starts_with_field(message: str, field: str) -> bool:
+    """Whether ``message`` opens with ``field`` as a word (``"data.split must ..."``, ``"lr: ..."``).
+
+    Why not "appears anywhere": a field named mid-sentence, or inside a longer word ("lr" in
+    "lr_schedule", "data" in "dataset", "model" in "the embedded model"), dropped the prefix and the
+    error line then named no field at all."""
+    return message.startswith(field) and message[len(field):len(field) + 1] in ("", ":", " ")
+
+
 class PolyrlError(Exception):
     """Base class: anything polyrl raises on purpose."""
 
@@ -31,7 +40,7 @@ class ConfigError(PolyrlError, ValueError):
 
     def _text(self) -> str:
         text = self.message
-        if self.field and self.field not in self.message:
+        if self.field and not _starts_with_field(self.message, self.field):
             text = f"{self.field}: {text}"
         if self.fix:
             text = f"{text}. Fix: {self.fix}"
@@ -84,8 +93,7 @@ class CollectiveTimeout(ConfigError):
     def _message(self) -> str:
         where = f" during {self.phase}" if self.phase else ""
         return (f"rank {self.rank} of {self.world_size} waited {self.timeout_s:g} s in {self.collective}{where} "
-                f"for the other ranks (train.collective_timeout_s = {self.timeout_s:g}): one of them is stuck or "
-                "far slower (its own log says where it was)")
+                "for the other ranks: one of them is stuck or far slower (its own log says where it was)")
 
     def _fix(self) -> str:
         return (f"if the ranks are only slow, raise it (e.g. --set {self.FIELD}={max(2 * self.timeout_s, 600):g}); "

@@ -105,8 +105,13 @@ def describe(change: tuple[str, Any, Any]) -> str:
 
 
 def check(saved: dict[str, Any] | None, config: RunConfig, weights_only: bool) -> list[str]:
-    """The changes to log as applied; raises ``ConfigError`` naming every refused change."""
+    """The changes to log as applied; raises ``ConfigError`` naming every refused change.
+    ``saved`` is empty or None only for a weights-only resume (``checkpoint_state`` refuses it for
+    a full one): there is nothing to compare, and that resume starts a new experiment anyway."""
     if not saved:
+        if not weights_only:
+            raise ConfigError("the checkpoint holds no saved config to compare this one with", field="--resume",
+                              fix="resume from a checkpoint polyrl wrote, or with --resume-weights-only")
         return []
     found = [c for c in changes(_reward_defaults(saved), snapshot(config)) if not _added_at_default(c, saved, config)]
     refused = [c for c in found if not weights_only and not _is_applied(c[0])]

@@ -61,6 +61,9 @@ def resume_point(config: RunConfig, path: str | Path | None, weights_only: bool,
     # every field checked (the pending rollout's too, read even by a weights-only resume for its
     # sampler state) before the saved config is compared: one line naming the file and the field
     state = checkpoint_state.read(found, config, weights_only)
+    if announce and weights_only and not state.get("config"):
+        log.warning("checkpoint holds no saved config: the settings changed since it cannot be listed",
+                    checkpoint=str(found))
     for change in resume_config.check(state.get("config"), config, weights_only):
         if announce:
             log.warning(f"config changed at resume: {change}", applied=True)
