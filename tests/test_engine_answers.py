@@ -108,7 +108,7 @@ def test_logprobs_of_the_wrong_type_or_shape_is_the_plugins_fault(answer, proble
 
 def test_train_step_missing_or_with_metrics_that_are_no_numbers_is_the_plugins_fault():
     batch = TrainBatch(SEQS, np.ones(1))
-    with pytest.raises(PluginError, match=PREFIX + "train_step: its plugin does not implement it"):
+    with pytest.raises(PluginError, match=PREFIX + "train_step: returned None; the hook must return its answer"):
         _engine("no-train").train_step(batch, Objective())
     with pytest.raises(PluginError, match=PREFIX + "train_step: StepMetrics.loss is NoneType, expected a float"):
         _engine("none-loss", train_step=StepMetrics(loss=None, grad_norm=1.0)).train_step(batch, Objective())  # type: ignore[arg-type]
@@ -161,3 +161,85 @@ def test_a_generation_phase_never_swallows_the_rollouts_error():
     with pytest.raises(ConfigError, match="model.max_length"):
         with _engine("swallow", generation_phase=_Phase(swallow=True)).generation_phase():
             raise ConfigError("prompt too long", field="model.max_length")
+
+
+class _Bare:
+    """A backend whose plugin implements no compute hook at all."""
+
+    @hookimpl
+    def polyrl_register_backends(self, register):
+        register(BackendSpec(name="bare", load=lambda config: "bare", distribution="polyrl-bare",
+                             capabilities=Capabilities(generate=True, train_step=True)))
+
+
+def test_a_hook_the_plugin_lacks_is_told_apart_from_one_answering_none():
+    bare = Engine(Registry(get_plugin_manager(extra=[_Answers(), _Bare()])), "bare", EngineConfig(model="bare"))
+    with pytest.raises(PluginError, match=r"backend 'bare' \(polyrl-bare\) hook train_step: its plugin does not "
+                                          "implement it"):
+        bare.train_step(TrainBatch(SEQS, np.ones(1)), Objective())
+
+
+def test_a_train_step_reporting_a_non_finite_step_as_taken_is_the_plugins_fault():
+    batch = TrainBatch(SEQS, np.ones(1))
+    with pytest.raises(PluginError, match=PREFIX + "train_step: reported loss nan and grad_norm 1.0 with skipped=False"):
+        _engine("nan-step", train_step=StepMetrics(loss=float("nan"), grad_norm=1.0)).train_step(batch, Objective())
+    skipped = _engine("nan-skip", train_step=StepMetrics(loss=float("nan"), grad_norm=float("nan"), skipped=True))
+    assert skipped.train_step(batch, Objective()).skipped
+
+
+def test_logprobs_that_are_no_distributions_are_the_plugins_fault():
+    with pytest.raises(PluginError, match=PREFIX + r"logprobs: array 0 has log-prob 0.7 > 0 \(a probability above 1\)"):
+        _engine("lp-values", logprobs=[np.array([-0.1, 0.7, -0.2])]).logprobs(SEQS)
+    assert _engine("lp-rounded", logprobs=[np.array([-0.1, 1e-6, 0.0])]).logprobs(SEQS)[0][1] == np.float32(1e-6)
+
+
+@pytest.mark.parametrize("ids, logprobs, problem", [
+    ([3, 2], [-0.5, 0.7], r"completion 0 has log-prob 0.7 > 0"),
+    ([3, 12], [-0.5, -0.1], r"completion 0 has token id 12, outside the model's vocabulary \(0 to 9\)"),
+    ([3, -1], [-0.5, -0.1], r"completion 0 has token id -1, outside the model's vocabulary"),
+])
+def test_sampled_ids_and_logprobs_are_checked_where_generate_answers(tmp_path, ids, logprobs, problem):
+    from polyrl.types import SamplingParams
+
+    (tmp_path / "config.json").write_text('{"vocab_size": 10}')
+    ANSWERS[str(tmp_path)] = {"generate": [Completion(0, [1], np.array(ids), np.array(logprobs), finish_reason="stop")]}
+    engine = Engine(Registry(get_plugin_manager(extra=[_Answers()])), "answers", EngineConfig(model=str(tmp_path)))
+    with pytest.raises(PluginError, match=PREFIX + "generate: " + problem):
+        engine.generate(["hi"], SamplingParams(max_new_tokens=2))
+
+
+def test_a_wrong_length_of_sampled_logprobs_is_the_plugins_fault():
+    from polyrl.types import SamplingParams
+
+    bad = Completion(0, [1], [3, 4], [-0.5, -0.1], finish_reason="stop")
+    bad.logprobs = np.array([-0.5])  # changed after construction: Completion checks its own lengths
+    with pytest.raises(PluginError, match=PREFIX + r"generate: completion 0 has log-probs of shape \(1,\) for 2 tokens"):
+        _engine("gen-len", generate=[bad]).generate(["hi"], SamplingParams(max_new_tokens=2))
+
+
+class _Exits(_Answers):
+    @hookimpl
+    def generate(self, engine, prompts, sampling):
+        raise SystemExit(4)
+
+
+def test_sys_exit_in_a_hook_is_the_plugins_fault_not_a_silent_exit():
+    from polyrl.types import SamplingParams
+
+    ANSWERS["exits"] = {}
+    engine = Engine(Registry(get_plugin_manager(extra=[_Exits()])), "answers", EngineConfig(model="exits"))
+    with pytest.raises(PluginError, match=PREFIX + r"generate: called sys.exit\(4\); a hook must raise"):
+        engine.generate(["hi"], SamplingParams(max_new_tokens=1))
+
+
+@pytest.mark.parametrize("value", [np.nan, -np.inf])
+def test_non_finite_logprobs_stop_the_run_naming_the_likely_cause(tmp_path, value):
+    """Non-finite weights (lr too high) give them from a correct backend: not the plugin's fault."""
+    from polyrl.errors import NonFiniteModel
+    from polyrl.types import SamplingParams
+
+    sampled = Completion(0, [1], [3, 2], np.array([-0.5, value]), finish_reason="stop")
+    with pytest.raises(NonFiniteModel, match=r"hook generate answered a non-finite log-prob.*Fix: lower optimizer.lr"):
+        _engine(f"gen-{value}", generate=[sampled]).generate(["hi"], SamplingParams(max_new_tokens=2))
+    with pytest.raises(NonFiniteModel, match=r"hook logprobs \(reference\) answered a non-finite log-prob"):
+        _engine(f"lp-{value}", logprobs=[np.array([-0.1, value, -0.2])]).logprobs(SEQS, reference=True)

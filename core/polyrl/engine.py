@@ -13,7 +13,8 @@ from typing import Any, Literal
 import numpy as np
 
 from polyrl.algorithms.objective import Objective
-from polyrl.errors import ConfigError, PluginError, PolyrlError
+from polyrl.errors import ConfigError, NonFiniteModel, PluginError, PolyrlError
+from polyrl.model_config import config_tables, first_positive_int
 from polyrl.registry import Registry
 from polyrl.text_validity import check_prompt
 from polyrl.types import (
@@ -39,6 +40,8 @@ class Engine:
         self.config = config
         self.distribution = registry.spec(backend).distribution
         self._hook_callers: dict[str, Any] = {}
+        #: the embedding table's rows when config.json says (a sampled id past it is the plugin's fault)
+        self.vocab_size = first_positive_int(config_tables(config.model), ("vocab_size",))
         try:
             self.raw: Any = registry.load(backend, config)
         except PolyrlError:
@@ -77,6 +80,20 @@ class Engine:
             raise  # already names the plugin, or the user's setting at fault
         except Exception as exc:
             raise self._fail(hook, f"raised {type(exc).__name__}: {exc}") from exc
+        except SystemExit as exc:  # sys.exit() in a plugin ended the run with its code and no word
+            raise self._fail(hook, f"called sys.exit({exc.code!r}); a hook must raise an exception, never exit "
+                                   "the process") from exc
+
+    def _returned_none(self, hook: str) -> PluginError:
+        """A firstresult hook answered None: the owning plugin has no implementation of ``hook``,
+        or its implementation returned None (two faults an author fixes differently)."""
+        owner = self.registry.owner(self.backend)
+        implemented = any(impl.plugin is owner for impl in getattr(self.registry.pm.hook, hook).get_hookimpls())
+        if implemented:
+            return self._fail(hook, "returned None; the hook must return its answer (None means \"not this "
+                                    "backend's engine\", and this is its engine)")
+        return self._fail(hook, "its plugin does not implement it (hooks are answered only by the plugin that "
+                                "registered the backend)")
 
     def generate(self, prompts: Sequence[Prompt], sampling: SamplingParams) -> list[Completion]:
         for i, given in enumerate(prompts):  # the caller's text, not the plugin, is at fault
@@ -84,7 +101,7 @@ class Engine:
                 check_prompt(given, f"prompt {i}")
         out = self._call("generate", prompts=list(prompts), sampling=sampling)
         if out is None:
-            raise self._fail("generate", "its plugin does not implement it (hooks are answered only by the plugin that registered the backend)")
+            raise self._returned_none("generate")
         if not isinstance(out, list) or not all(isinstance(c, Completion) for c in out):
             raise self._fail("generate", f"returned {type(out).__name__}, expected list[Completion]")
         if len(out) != len(prompts) * sampling.n:
@@ -102,12 +119,42 @@ class Engine:
             if not isinstance(c.text, str) or c.finish_reason not in ("stop", "length"):
                 raise self._fail("generate", f"returned a completion with text {_describe(c.text)} and finish_reason "
                                              f"{c.finish_reason!r}; expected a str and 'stop' or 'length'")
+        for i, c in enumerate(out):
+            problem = self._sampled_problem(c)
+            if problem is not None:
+                raise self._fail("generate", f"completion {i} {problem}")
+            self._refuse_non_finite("generate", np.asarray(c.logprobs))
         for c in out:  # token prompts are used verbatim: anything else would train on other ids
             prompt = prompts[c.prompt_index] if 0 <= c.prompt_index < len(prompts) else None
             if isinstance(prompt, TokenPrompt) and not np.array_equal(c.prompt_ids, prompt.ids):
                 raise self._fail("generate", "changed a TokenPrompt's ids (a token prompt must be used "
                                              "verbatim: no chat template, no BOS)")
         return out
+
+    def _refuse_non_finite(self, hook: str, logprobs: np.ndarray) -> None:
+        value = non_finite(logprobs)
+        if value is not None:
+            raise NonFiniteModel(
+                f"backend {self.backend!r} hook {hook} answered a non-finite log-prob ({value}): the model's "
+                "weights are no longer finite, or the backend is faulty; stopping before it is sampled or "
+                "trained on. Fix: lower optimizer.lr, set optimizer.max_grad_norm, or resume from an earlier "
+                "checkpoint (a third-party backend: run its conformance tests)")
+
+    def _sampled_problem(self, c: Completion) -> str | None:
+        """What is wrong with one sampled completion's ids and log-probs, or None. Why here: ids
+        past the vocabulary failed later inside train_step (blaming the trainer's backend), and
+        log-probs above 0 or non-finite changed the gradient through mismatch correction, or
+        skipped every step, silently."""
+        ids = np.asarray(c.completion_ids)
+        if ids.size and (int(ids.min()) < 0 or (self.vocab_size is not None and int(ids.max()) >= self.vocab_size)):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            return (f"has token id {bad}, outside the model's vocabulary (0 to "
+                    f"{'...' if self.vocab_size is None else self.vocab_size - 1})")
+        lp = np.asarray(c.logprobs)
+        if lp.ndim != 1 or len(lp) != ids.size:
+            return (f"has log-probs of shape {lp.shape} for {ids.size} tokens; expected one log-prob per "
+                    "completion token")
+        return logprob_problem(lp)
 
     def encode_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None,
                     add_generation_prompt: bool = False) -> np.ndarray | None:
@@ -141,7 +188,7 @@ class Engine:
         if out is None:
             if reference:
                 return None
-            raise self._fail("logprobs", "its plugin does not implement it (hooks are answered only by the plugin that registered the backend)")
+            raise self._returned_none("logprobs")
         if not isinstance(out, (list, tuple, np.ndarray)):
             raise self._fail("logprobs", f"returned {_describe(out)}, expected a list of float arrays")
         if len(out) != len(sequences):
@@ -155,14 +202,17 @@ class Engine:
             if lp.ndim != 1 or len(lp) != len(seq.completion_ids):
                 raise self._fail("logprobs", f"array {i} has shape {lp.shape}, expected "
                                              f"({len(seq.completion_ids)},): one log-prob per completion token")
+            problem = logprob_problem(lp)
+            if problem is not None:
+                raise self._fail("logprobs", f"array {i} {problem}")
+            self._refuse_non_finite("logprobs" + (" (reference)" if reference else ""), lp)
             result.append(lp)
         return result
 
     def train_step(self, batch: TrainBatch, objective: Objective) -> StepMetrics:
         out = self._call("train_step", batch=batch, objective=objective)
         if out is None:
-            raise self._fail("train_step", "its plugin does not implement it (hooks are answered only by the plugin "
-                                           "that registered the backend)")
+            raise self._returned_none("train_step")
         if not isinstance(out, StepMetrics):
             raise self._fail("train_step", f"returned {type(out).__name__}, expected StepMetrics")
         for name in ("loss", "grad_norm", "kl", "clip_fraction"):  # logged, compared, written as JSON
@@ -174,6 +224,10 @@ class Engine:
             if number is None:
                 raise self._fail("train_step", f"StepMetrics.{name} is {_describe(value)}, expected a float")
             setattr(out, name, number)
+        if not out.skipped and not (np.isfinite(out.loss) and np.isfinite(out.grad_norm)):
+            raise self._fail("train_step", f"reported loss {out.loss} and grad_norm {out.grad_norm} with "
+                                           "skipped=False; a non-finite step must leave the weights untouched "
+                                           "and return skipped=True")
         return out
 
     def all_gather(self, value: Any, world_size: int = 1) -> list[Any]:
@@ -207,6 +261,28 @@ class Engine:
     def load_checkpoint(self, path: str, state_path: str | None = None, weights_only: bool = False) -> None:
         if not self._call("load_checkpoint", path=path, state_path=state_path, weights_only=weights_only):
             raise self._fail("load_checkpoint", "this backend cannot load checkpoints")
+
+
+#: How far above 0 a log-prob may round: log_softmax is <= 0 by construction, so anything past a
+#: rounding error is a wrong answer (a probability above 1).
+LOGPROB_SLACK = 1e-3
+
+
+def logprob_problem(logprobs: np.ndarray) -> str | None:
+    """Why these per-token log-probs cannot be any distribution's (above 0), or None. Non-finite
+    ones are not judged here: ``non_finite`` tells them apart, since weights a too-high learning
+    rate made non-finite give them from a correct backend."""
+    if logprobs.size == 0 or not np.isfinite(logprobs).all():
+        return None
+    if float(logprobs.max()) > LOGPROB_SLACK:
+        return f"has log-prob {float(logprobs.max()):.4g} > 0 (a probability above 1); each must be <= 0"
+    return None
+
+
+def non_finite(logprobs: np.ndarray) -> float | None:
+    """The first non-finite log-prob in ``logprobs``, or None when all are finite."""
+    bad = logprobs[~np.isfinite(logprobs)]
+    return float(bad[0]) if bad.size else None
 
 
 def _describe(value: Any) -> str:

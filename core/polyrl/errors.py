@@ -78,6 +78,12 @@ class PluginError(PolyrlError):
     """A plugin misbehaved (raised in a hook, returned the wrong type)."""
 
 
+class NonFiniteModel(PolyrlError):
+    """An engine answered non-finite log-probs: the model's weights are no longer finite (most often
+    a learning rate too high), or the backend is faulty. Stops the run before it samples or trains
+    on them (a NaN sampler log-prob skipped every step, a -inf one was capped into the gradient)."""
+
+
 class CollectiveTimeout(ConfigError):
     """A rank waited past ``train.collective_timeout_s`` in a collective for the others: one of them
     is stuck (or far slower) outside anything with a timeout of its own. Raised by a backend,
