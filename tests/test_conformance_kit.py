@@ -59,7 +59,24 @@ def test_the_correct_toy_backend_passes_the_checks(toy_module, tmp_path):
     kit.test_non_finite_step_is_skipped_and_leaves_the_weights(MODEL)
     kit.test_positive_advantage_raises_logprob(MODEL)
     kit.test_reported_loss_equals_reference(MODEL, Objective(beta=0.1, kl_estimator="k1"))
+    for objective in (Objective(), Objective(loss_aggregation="token_mean")):
+        kit.test_loss_divides_by_the_batch_normaliser(MODEL, objective)
     _rule_checks(kit)
+
+
+def test_kit_catches_a_backend_dividing_by_the_rows_it_trains(toy_module):
+    """A backend that ignores ``TrainBatch.normaliser_sequences``/``normaliser_tokens`` scales the
+    step by kept/counted rows (the trainer leaves truncated and unscorable rows out; TRL counts them)."""
+    class IgnoresNormaliser(toy_module.ToyPlugin):
+        @hookimpl
+        def train_step(self, engine, batch, objective):
+            return toy_module.train_step(
+                engine, attrs.evolve(batch, normaliser_sequences=None, normaliser_tokens=None), objective)
+
+    kit = kit_for(IgnoresNormaliser("toy-ignoresnormaliser"))
+    for objective in (Objective(), Objective(loss_aggregation="token_mean")):
+        with pytest.raises(AssertionError, match="loss_counts"):
+            kit.test_loss_divides_by_the_batch_normaliser(MODEL, objective)
 
 
 def _rule_checks(kit):

@@ -59,12 +59,16 @@ def _metrics(out: Path) -> list[dict]:
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean --masks"])
+@pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean --masks",
+                                         "seq_mean_token_mean --masks --normaliser",
+                                         "token_mean --masks --normaliser"])
 @pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_two_ranks_match_one_process_on_the_same_global_batch(tiny_model_dir, tmp_path, aggregation):
     """token_mean runs with episode loss masks (``--masks``, unevenly kept per rank): its global
     token normaliser must count masked-in tokens only (the single process equals the masked
-    reference, two ranks equal the single process)."""
+    reference, two ranks equal the single process). ``--normaliser``: each rank's batch carries
+    its part of the rows left out (``TrainBatch.normaliser_*``, uneven over the ranks); train_step
+    sums them over ranks, so two ranks still equal one process and the reference's counts."""
     assert TORCHRUN, "torchrun comes with torch"
     args = ["--aggregation", *aggregation.split()]
     single = _run([sys.executable, str(SCRIPT), tiny_model_dir, "--out", str(tmp_path / "one.json"), *args],

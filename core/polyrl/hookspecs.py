@@ -96,6 +96,12 @@ Rules every backend follows (the conformance kit in ``polyrl.testing`` checks th
       your log-probs); one call is one optimizer step (micro-batches accumulate inside and
       change nothing but memory); a non-finite step returns ``skipped=True`` and leaves weights
       and optimizer state untouched.
+    * The loss aggregation divides by ``TrainBatch.loss_counts`` (``normaliser_sequences`` /
+      ``normaliser_tokens``, None = the batch's own counts), not by the rows it holds: the
+      trainer leaves out rows TRL keeps with nothing to train (truncated, unscorable) yet counts
+      them there, as the reference's ``num_sequences``/``num_tokens`` do; metrics stay means over
+      the tokens trained on. Under a launcher sum them over ranks, as ``len(sequences)``. The
+      ``TrainBatch`` docstring says exactly what they count.
     * Checkpoints resume exactly: after ``load_checkpoint`` the next step equals the one the
       saving engine would take (weights *and* optimizer state).
     * Weights cross backends as HF-named numpy arrays (``export_weights``/``import_weights``).
@@ -301,7 +307,8 @@ def train_step(engine: Any, batch: TrainBatch, objective: Objective) -> StepMetr
     """Take one optimizer step on ``batch`` under ``objective``; return its metrics.
 
     The loss must equal ``polyrl.algorithms.reference.policy_loss(...)`` on the same inputs
-    (loss aggregation over the *whole* batch even when micro-batching), including
+    (loss aggregation over the *whole* batch even when micro-batching, divided by
+    ``batch.loss_counts``: ``num_sequences``/``num_tokens`` of the reference), including
     ``batch.sampler_logprobs`` when the objective corrects the sampler-trainer mismatch. Report the
     reference's ``clip_low_fraction``/``clip_high_fraction`` and ``mismatch_*`` metrics (and
     ``entropy`` when the loss sees token entropies) in ``StepMetrics.extra``; an objective the backend cannot compute (e.g. ``entropy_coef`` without

@@ -135,6 +135,21 @@ def _launcher_rank() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0") or 0), int(os.environ.get("WORLD_SIZE", "1") or 1)
 
 
+def _loss_counts(completions: list[Completion], group_kept: np.ndarray,
+                 untruncated: np.ndarray) -> tuple[int, int]:
+    """This rank's (sequences, tokens) for the loss's divisors (``TrainBatch.normaliser_*``).
+
+    TRL's GRPOTrainer keeps in its batch the completions polyrl does not train on: one cut at the
+    length limit under ``mask_truncated_completions`` (loss mask zeroed: a sequence with 0
+    tokens) and an unscorable one (every reward None, advantage 0: a sequence with its tokens).
+    Its per-sequence means divide by all of them and its token means count the unscorable ones'
+    tokens; dividing by the trained rows alone scaled the step by their ratio. Groups dynamic
+    sampling drops stay out: DAPO refills its batch with informative groups in their place."""
+    rows = np.flatnonzero(group_kept)
+    tokens = sum(int(TokenSequence.of(completions[i]).loss_mask.sum()) for i in rows if untruncated[i])
+    return len(rows), tokens
+
+
 def _overflow_message(shaped: np.ndarray) -> str:
     """The error for a reward total that overflowed float64 (each score was finite on its own)."""
     first = int(np.flatnonzero(np.isinf(shaped))[0])
@@ -584,9 +599,12 @@ class Trainer:
             if kl_in_loss and not seqs:  # an empty shard still takes part in the step
                 ref = []
             times["logprobs"] = time.perf_counter() - t0
-            # the sampler's own log-probs: the backend measures (and may correct) the mismatch
+            # the sampler's own log-probs: the backend measures (and may correct) the mismatch;
+            # the loss divides by what TRL's does (_loss_counts), not by the rows trained on
+            norm_seqs, norm_tokens = _loss_counts(completions, group_kept[mine], untruncated)
             batch = TrainBatch(seqs, advantages[idx], old_logprobs=old, ref_logprobs=ref,
-                               temperature=temperature, sampler_logprobs=[completions[i].logprobs for i in idx])
+                               temperature=temperature, sampler_logprobs=[completions[i].logprobs for i in idx],
+                               normaliser_sequences=norm_seqs, normaliser_tokens=norm_tokens)
             t0 = time.perf_counter()
             objective = algo.objective(self._max_completion_tokens)
             for _ in range(algo.num_iterations):

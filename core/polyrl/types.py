@@ -195,6 +195,26 @@ class TrainBatch:
     ``ref_logprobs`` is only needed when the objective's ``beta > 0``. ``sampler_logprobs`` are
     the generator's own log-probs: backends measure the sampler-trainer mismatch against them and
     use them for the objective's ``mismatch_correction``.
+
+    ``normaliser_sequences`` / ``normaliser_tokens``: how many sequences and completion tokens
+    the loss aggregation divides by (``loss_counts``), when that is more than the batch holds.
+    None (the default) means this batch's own ``len(sequences)`` / ``num_tokens``. The trainer
+    sets them to what TRL's GRPOTrainer divides by: TRL keeps a completion cut at the length
+    limit under ``mask_truncated_completions`` (its loss mask zeroed) and an unscorable one
+    (every reward None; advantage 0) in its batch, while polyrl trains on neither. So a
+    truncated completion counts as a sequence with 0 tokens, and an unscorable one as a
+    sequence with its loss-mask tokens: ``seq_mean_*`` aggregations divide by
+    ``normaliser_sequences`` (``seq_mean_token_mean``: ``1 / (normaliser_sequences * |y_i|)`` per
+    token of a trained sequence), ``token_mean`` by ``normaliser_tokens``. Groups that dynamic
+    sampling drops do not count (DAPO refills its batch with informative groups instead).
+    Under a launcher each rank's batch carries its own rows' counts and the backend sums them
+    over ranks, as it sums ``len(sequences)``. Only the loss's scale changes: metrics (``kl``,
+    ``clip_fraction``, ``tokens``) stay means over the tokens trained on. A backend that ignores
+    the fields trains at the kept rows' scale (larger by the ratio of the counts; the conformance
+    kit's ``test_loss_divides_by_the_batch_normaliser`` checks a backend honours them).
+    Not matched: with ``beta > 0`` (KL in the loss), ``entropy_coef`` or
+    ``top_entropy_quantile``, TRL's unscorable rows also add their KL / entropy terms (and tokens
+    to the entropy quantile); polyrl does not train them, so those terms are left out.
     """
 
     sequences: list[TokenSequence]
@@ -203,11 +223,18 @@ class TrainBatch:
     ref_logprobs: list[np.ndarray] | None = None
     temperature: float = 1.0
     sampler_logprobs: list[np.ndarray] | None = None
+    normaliser_sequences: int | None = None
+    normaliser_tokens: int | None = None
 
     def __attrs_post_init__(self) -> None:
         n = len(self.sequences)
         if len(self.advantages) != n:
             raise ValueError(f"{len(self.advantages)} advantages for {n} sequences")
+        if self.normaliser_sequences is not None and self.normaliser_sequences < n:
+            raise ValueError(f"normaliser_sequences {self.normaliser_sequences} is fewer than the {n} sequences")
+        if self.normaliser_tokens is not None and self.normaliser_tokens < self.num_tokens:
+            raise ValueError(f"normaliser_tokens {self.normaliser_tokens} is fewer than the batch's "
+                             f"{self.num_tokens} tokens")
         for name in ("old_logprobs", "ref_logprobs", "sampler_logprobs"):
             values = getattr(self, name)
             if values is None:
@@ -222,6 +249,14 @@ class TrainBatch:
     def num_tokens(self) -> int:
         """Completion tokens the loss sees (masked-out tokens of episodes excluded)."""
         return int(sum(int(s.loss_mask.sum()) for s in self.sequences))
+
+    @property
+    def loss_counts(self) -> tuple[int, int]:
+        """(sequences, tokens) the loss aggregation divides by: ``normaliser_sequences`` and
+        ``normaliser_tokens``, each defaulting to this batch's own count."""
+        seqs = len(self.sequences) if self.normaliser_sequences is None else int(self.normaliser_sequences)
+        tokens = self.num_tokens if self.normaliser_tokens is None else int(self.normaliser_tokens)
+        return seqs, tokens
 
     @property
     def masks(self) -> list[np.ndarray] | None:

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 
+import attrs
 import numpy as np
 import torch
 
@@ -35,6 +36,9 @@ def main() -> None:
     parser.add_argument("--resume")
     parser.add_argument("--masks", action="store_true",
                         help="episode loss masks: the global token count must be of masked-in tokens")
+    parser.add_argument("--normaliser", action="store_true",
+                        help="rows left out of the batch count (TrainBatch.normaliser_*): 3 sequences and 7 "
+                             "tokens more over the global batch, split unevenly over the ranks")
     parser.add_argument("--masked", action="store_true", help="episode-style loss masks (every third token inserted)")
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -64,13 +68,19 @@ def main() -> None:
     sampler = [lp + 0.05 * np.sin(np.arange(len(lp), dtype=np.float32)) for lp in start]
     batch = TrainBatch(shard, advantages[mine], old_logprobs=start, ref_logprobs=start, temperature=1.0,
                        sampler_logprobs=sampler)
+    if args.normaliser:  # every rank's part of the left-out rows; train_step sums them over ranks
+        extra_seqs, extra_tokens = (3, 7) if world == 1 else ((1, 3), (2, 4))[rank]
+        batch = attrs.evolve(batch, normaliser_sequences=len(shard) + extra_seqs,
+                             normaliser_tokens=batch.num_tokens + extra_tokens)
     objective = AlgorithmConfig.preset("grpo", loss_aggregation=args.aggregation, beta=0.1).objective(8)
     reference = None
     if args.masks and world == 1:  # the numpy reference on the global batch, before any step
         from polyrl.algorithms.reference import policy_loss
 
+        counts = ({"num_sequences": 5 + 3, "num_tokens": int(sum(s.loss_mask.sum() for s in sequences)) + 7}
+                  if args.normaliser else {})
         reference = policy_loss(start, advantages, objective, start, start, sampler,
-                                masks=[s.loss_mask for s in sequences])[0]
+                                masks=[s.loss_mask for s in sequences], **counts)[0]
     steps = [engine.train_step(batch, objective) for _ in range(args.steps)]
     weights = engine.export_weights()
     checksum = float(sum(np.abs(w).astype(np.float64).sum() for w in weights.values()))

@@ -186,10 +186,15 @@ def mismatch_metrics(
             "mismatch_corrected": corrected_sum / n}
 
 
-def token_weights(lengths: Sequence[int], obj: Objective) -> list[np.ndarray]:
-    """The factor each token's loss is multiplied by in the aggregated loss."""
-    n_seq = len(lengths)
-    total = max(int(sum(lengths)), 1)
+def token_weights(lengths: Sequence[int], obj: Objective, num_sequences: int | None = None,
+                  num_tokens: int | None = None) -> list[np.ndarray]:
+    """The factor each token's loss is multiplied by in the aggregated loss.
+
+    ``num_sequences`` / ``num_tokens`` are the counts the aggregation divides by when they are
+    more than these sequences (``TrainBatch.normaliser_sequences`` / ``normaliser_tokens``: rows
+    TRL keeps in its batch with nothing to train); None means ``len(lengths)`` / ``sum(lengths)``."""
+    n_seq = len(lengths) if num_sequences is None else num_sequences
+    total = max(int(sum(lengths)) if num_tokens is None else int(num_tokens), 1)
     out = []
     for n in lengths:
         if obj.loss_aggregation == "seq_mean_token_mean":
@@ -219,11 +224,13 @@ def entropy_selection(entropies: Sequence[np.ndarray] | None, obj: Objective) ->
 
 
 def entropy_grad(lengths: Sequence[int], obj: Objective,
-                 masks: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+                 masks: Sequence[np.ndarray] | None = None, *, num_sequences: int | None = None,
+                 num_tokens: int | None = None) -> list[np.ndarray]:
     """d loss / d entropy per token (the bonus is linear in each token's entropy; 0 on
     masked-out tokens)."""
     kept = lengths if masks is None else [int(np.asarray(m, dtype=bool).sum()) for m in masks]
-    return _unmask([-obj.entropy_coef * w for w in token_weights(kept, obj)], masks, lengths)
+    weights = token_weights(kept, obj, num_sequences, num_tokens)
+    return _unmask([-obj.entropy_coef * w for w in weights], masks, lengths)
 
 
 def _masked(arrays, masks):
@@ -268,6 +275,9 @@ def policy_loss(
     sampler_logprobs: Sequence[np.ndarray] | None = None,
     entropies: Sequence[np.ndarray] | None = None,
     masks: Sequence[np.ndarray] | None = None,
+    *,
+    num_sequences: int | None = None,
+    num_tokens: int | None = None,
 ) -> tuple[float, dict[str, float]]:
     """The batch loss and its metrics (``kl``, ``clip_fraction``, ``clip_low_fraction`` and
     ``clip_high_fraction`` (``clip_regions``) are token means; with
@@ -277,10 +287,12 @@ def policy_loss(
     ``old_logprobs`` None means old == current (detached), as in a single-iteration step.
     ``masks`` (one bool array per sequence, multi-turn episodes) leaves the False tokens out of
     everything: loss, aggregation counts and metrics (``TokenSequence.mask``).
+    ``num_sequences`` / ``num_tokens``: the aggregation's divisors when more rows count than are
+    given (``token_weights``; ``TrainBatch.loss_counts``); the metrics stay means over these tokens.
     """
     logp, old, ref, sampler = _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs, masks)
     entropies = _masked(entropies, masks)
-    weights = token_weights([len(x) for x in logp], objective)
+    weights = token_weights([len(x) for x in logp], objective, num_sequences, num_tokens)
     if objective.entropy_coef and entropies is None:
         raise ValueError("entropy_coef needs the trainer's token entropies")
     selected = entropy_selection(entropies, objective)
@@ -318,14 +330,18 @@ def policy_loss_grad(
     sampler_logprobs: Sequence[np.ndarray] | None = None,
     entropies: Sequence[np.ndarray] | None = None,
     masks: Sequence[np.ndarray] | None = None,
+    *,
+    num_sequences: int | None = None,
+    num_tokens: int | None = None,
 ) -> list[np.ndarray]:
     """d loss / d logprobs, one array per sequence (old/ref/sampler log-probs are constants; the
     entropy bonus depends on the entropies, not on these log-probs: see ``entropy_grad``).
-    Masked-out tokens (``masks``) get a zero gradient."""
+    Masked-out tokens (``masks``) get a zero gradient; ``num_sequences`` / ``num_tokens`` as in
+    ``policy_loss``."""
     lengths = [len(x) for x in logprobs]
     logp, old, ref, sampler = _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs, masks)
     entropies = _masked(entropies, masks)
-    weights = token_weights([len(x) for x in logp], objective)
+    weights = token_weights([len(x) for x in logp], objective, num_sequences, num_tokens)
     selected = entropy_selection(entropies, objective)
     grads = []
     for i, lp in enumerate(logp):

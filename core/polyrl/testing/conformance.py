@@ -17,7 +17,8 @@ pytest then runs every check below on a tiny local Llama (built without any hub,
 implementation: token ids and log-probs come from the sampler (before top-p/top-k; at
 temperature 0 under the plain softmax), seeds repeat, stop strings and lengths (``max_new_tokens``
 and ``max_length``) are honoured, ``ignore_eos`` (where declared) samples on past EOS, the reported loss equals the numpy reference, the gradient
-equals the reference's (``policy_loss_grad``, measured through one optimizer step), temperature
+equals the reference's (``policy_loss_grad``, measured through one optimizer step), the loss
+divides by ``TrainBatch.loss_counts`` (rows the trainer left out but TRL counts), temperature
 changes the log-probs and ``train_step`` scores at the batch's, ``logprobs(reference=True)`` is the
 initial policy (or None) after an update, each update's lr is ``lr_at``'s (reported and applied),
 ``max_grad_norm`` clips the step, micro-batching
@@ -642,6 +643,34 @@ class BackendConformance(GenerationConformance):
         assert got.loss == pytest.approx(expected, rel=1e-3, abs=1e-4)
         assert got.clip_fraction == pytest.approx(metrics["clip_fraction"], abs=1e-6)
         assert got.tokens == metrics["tokens"]
+
+    @pytest.mark.parametrize(
+        "objective",
+        [Objective(), Objective(loss_aggregation="token_mean"),
+         Objective(loss_aggregation="seq_mean_token_sum_norm", max_completion_length=8)],
+        ids=["grpo", "dapo", "dr_grpo"],
+    )
+    def test_loss_divides_by_the_batch_normaliser(self, model_dir, objective):
+        """``TrainBatch.normaliser_sequences``/``normaliser_tokens`` (rows the trainer left out but
+        TRL's aggregation counts: truncated and unscorable completions) are what the loss divides
+        by: the loss is the reference's with those counts, and the gradient (its norm, the same
+        step from the same weights) shrinks by the same factor. The metrics stay the batch's."""
+        probe = self._engine(model_dir)
+        batch, current = _perturbed_batch(probe)
+        batch = attrs.evolve(batch, ref_logprobs=None)
+        n, tokens = len(batch.sequences), batch.num_tokens
+        counted = attrs.evolve(batch, normaliser_sequences=2 * n + 1, normaliser_tokens=3 * tokens)
+        expected, _ = policy_loss(current, batch.advantages, objective, batch.old_logprobs,
+                                  num_sequences=2 * n + 1, num_tokens=3 * tokens)
+        own = self._engine(model_dir).train_step(batch, objective)
+        got = probe.train_step(counted, objective)
+        assert not got.skipped and not own.skipped
+        assert got.loss == pytest.approx(expected, rel=1e-3, abs=1e-6), (
+            "train_step's loss divides by the batch's own counts, not TrainBatch.loss_counts")
+        factor = tokens / (3 * tokens) if objective.loss_aggregation == "token_mean" else n / (2 * n + 1)
+        assert got.grad_norm == pytest.approx(own.grad_norm * factor, rel=1e-3), (
+            "the gradient is not divided by TrainBatch.loss_counts")
+        assert got.tokens == own.tokens == tokens
 
     def test_train_step_scores_at_the_batch_temperature(self, model_dir):
         """A rollout sampled at temperature T is trained under ``softmax(logits / T)``

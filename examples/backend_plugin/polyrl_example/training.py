@@ -33,7 +33,9 @@ def train_step(engine: ExampleEngine, batch: TrainBatch, objective: Objective) -
     with torch.no_grad():
         current = [lp.numpy().astype(np.float64) for lp in engine.token_logprobs(seqs, batch.temperature)]
     given = {"old_logprobs": batch.old_logprobs, "ref_logprobs": batch.ref_logprobs,
-             "sampler_logprobs": batch.sampler_logprobs, "masks": batch.masks}
+             "sampler_logprobs": batch.sampler_logprobs, "masks": batch.masks,
+             # what the aggregation divides by: rows the trainer left out may count (TrainBatch docs)
+             "num_sequences": batch.loss_counts[0], "num_tokens": batch.loss_counts[1]}
     advantages = batch.advantages.tolist()
     loss, metrics = policy_loss(current, advantages, objective, **given)
     grads = policy_loss_grad(current, advantages, objective, **given)  # d loss / d logp; 0 where masked

@@ -6,7 +6,8 @@ per-token log-probs), so tests check it without a model. It works on the *flat* 
 completion tokens of a micro-batch concatenated, as ``scoring.flat_logprobs`` returns them) with a
 per-token weight: the aggregation (``seq_mean_token_mean``, ``token_mean``,
 ``seq_mean_token_sum_norm``) is just that weight, computed from the *whole* batch's sequence and
-token counts. So with micro-batches (``OptimizerConfig.micro_batch_size``) the summed micro-batch
+token counts (``TrainBatch.loss_counts``: rows the trainer left out but TRL's aggregation counts
+are in them). So with micro-batches (``OptimizerConfig.micro_batch_size``) the summed micro-batch
 losses and gradients are exactly the full-batch loss and gradient.
 
 Multi-turn episodes: a sequence's ``mask`` marks its sampled tokens. The forward scores every
@@ -273,7 +274,7 @@ def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Object
     ``finite=0``) at the first non-finite micro-batch loss.
     """
     seqs, n = batch.sequences, len(batch.sequences)
-    total_tokens = batch.num_tokens
+    norm_n, norm_tokens = batch.loss_counts  # rows TRL keeps with nothing to train count too
     if objective.beta > 0 and batch.ref_logprobs is None:
         raise ValueError("objective.beta > 0 but the batch has no ref_logprobs")
     micro = micro_batch_size or engine.config.optimizer.micro_batch_size or max(n, 1)
@@ -291,7 +292,7 @@ def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Object
             if sum(lengths) == 0:
                 continue
             adv = mx.array(np.repeat(np.asarray(batch.advantages[start:idx.stop], np.float32), lengths))
-            weights = mx.array(token_weights(lengths, objective, n, total_tokens).astype(np.float32))
+            weights = mx.array(token_weights(lengths, objective, norm_n, norm_tokens).astype(np.float32))
             old = _flat(batch.old_logprobs, idx, keep)
             ref = _flat(batch.ref_logprobs, idx, keep) if objective.beta > 0 else None
             sampler = _flat(batch.sampler_logprobs, idx, keep)

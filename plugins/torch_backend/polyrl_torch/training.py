@@ -4,7 +4,9 @@ The loss math lives in ``objective_loss`` alone, written to match
 ``polyrl.algorithms.reference.policy_loss`` (value) and ``policy_loss_grad`` (gradient w.r.t. the
 per-token log-probs) exactly, so tests can check it without a model. ``train_step`` wraps it with
 micro-batching: every micro-batch's loss is normalised by the *whole* batch's sequence and token
-counts, so the accumulated gradient is the full-batch gradient (not a mean of micro-batch means).
+counts, so the accumulated gradient is the full-batch gradient (not a mean of micro-batch means);
+those counts are ``TrainBatch.loss_counts``, which include rows the trainer left out of the batch
+but TRL's aggregation counts (truncated and unscorable completions).
 """
 
 from __future__ import annotations
@@ -256,8 +258,11 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     """One optimizer step on ``batch``; non-finite loss or gradient leaves the weights untouched."""
     optimizer = engine.require_optimizer()
     seqs, n = batch.sequences, len(batch.sequences)
-    # under torchrun the loss is normalised by the global batch; see polyrl_torch.distributed
-    global_n, total_tokens = (int(x) for x in distributed.sum_scalars([n, batch.num_tokens], engine.device))
+    # under torchrun the loss is normalised by the global batch; see polyrl_torch.distributed.
+    # It divides by the batch's normaliser counts (TrainBatch.loss_counts: rows TRL keeps with
+    # nothing to train count too); the metrics are means over the tokens trained on.
+    global_n, total_tokens, norm_n, norm_tokens = (
+        int(x) for x in distributed.sum_scalars([n, batch.num_tokens, *batch.loss_counts], engine.device))
     if global_n == 0:
         return StepMetrics(loss=0.0, grad_norm=0.0, tokens=0, skipped=True)
     if objective.beta > 0 and batch.ref_logprobs is None:
@@ -316,7 +321,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                     logp, torch.as_tensor(batch.advantages[start:idx.stop]), objective,
                     constants(batch.old_logprobs, idx, keep),
                     constants(batch.ref_logprobs, idx, keep) if objective.beta > 0 else None,
-                    num_sequences=global_n, num_tokens=total_tokens,
+                    num_sequences=norm_n, num_tokens=norm_tokens,
                     sampler_logp=constants(batch.sampler_logprobs, idx, keep), entropy=entropy,
                 )
                 value = float(loss.detach())

@@ -94,8 +94,9 @@ def train_step(engine, batch, objective):
     logp = engine.logp(batch.temperature)
     lps = [logp[s.completion_ids] for s in batch.sequences]
     args = (lps, batch.advantages, objective, batch.old_logprobs, batch.ref_logprobs, batch.sampler_logprobs)
-    loss, metrics = policy_loss(*args)
-    grads = policy_loss_grad(*args)
+    counts = dict(zip(("num_sequences", "num_tokens"), batch.loss_counts))
+    loss, metrics = policy_loss(*args, **counts)
+    grads = policy_loss_grad(*args, **counts)
     probs = np.exp(logp)
     dlogits = np.zeros(VOCAB)
     for seq, g in zip(batch.sequences, grads):
