@@ -229,7 +229,8 @@ def test_kit_catches_a_step_that_applies_a_nan_update(toy_module):
                 metrics.skipped = False
             return metrics
 
-    with pytest.raises(AssertionError):
+    # the engine refuses the non-finite step reported as taken before the kit's own assertion can
+    with pytest.raises((AssertionError, PluginError)):
         kit_for(AppliesNaN("toy-nan")).test_non_finite_step_is_skipped_and_leaves_the_weights(MODEL)
 
 
