@@ -318,3 +318,68 @@ def test_a_parquet_of_multimodal_messages_gets_the_same_fix(tmp_path):
         load_dataset(path=str(path), cache_dir=str(tmp_path / "cache"))
     assert "content is a list of parts (multimodal messages), not a string" in str(info.value)
     assert 'join the text of its {"type": "text", "text": ...} parts' in info.value.fix
+
+
+# --- JSON values as 🤗 datasets (so TRL) types them ----------------------------------------------
+
+
+def _as_datasets_reads(tmp_path, *paths) -> list[dict]:
+    """The rows TRL's user gets: ``datasets.load_dataset("json", data_files=...)``."""
+    import datasets
+
+    return list(datasets.load_dataset("json", data_files=[str(p) for p in paths], split="train",
+                                      cache_dir=str(tmp_path / "hf")))
+
+
+MIXED = [{"prompt": "a", "answer": 5, "meta": {"x": 1}, "tags": [1, 2], "id": 1},
+         {"prompt": [{"role": "user", "content": "b"}], "answer": 5.5, "meta": {"y": "q"}, "tags": [2.5], "id": 2,
+          "extra": True},
+         {"prompt": "c", "answer": 7, "id": 3}]
+
+
+@pytest.mark.parametrize("name", ["mixed.jsonl", "mixed.json"])
+def test_json_rows_reach_rewards_typed_as_datasets_gives_them_to_trl(tmp_path, name):
+    """A column holding 5 and 5.5 gave a reward int 5 here and 5.0 under TRL (which loads JSON with
+    🤗 datasets), so ``str(answer) == "5.0"`` scored the row differently; a key some lines lack was
+    missing here and None there. Rows now carry exactly datasets' values and types."""
+    path = tmp_path / name
+    path.write_text(json.dumps(MIXED) if name.endswith(".json") else "".join(json.dumps(r) + "\n" for r in MIXED))
+    ours = load_dataset(path=str(path)).rows
+    assert repr(ours) == repr(_as_datasets_reads(tmp_path, path))  # repr: 5.0 and 5 differ, key order counts
+    assert str(ours[0]["answer"]) == "5.0" and ours[0]["id"] == 1 and isinstance(ours[0]["id"], int)
+    assert ours[2]["extra"] is None and ours[2]["meta"] is None and ours[1]["meta"] == {"y": "q"}
+    assert ours[1]["prompt"] == MIXED[1]["prompt"]  # text and chat prompts in one column, as written
+    if name.endswith(".jsonl"):
+        assert repr(load_jsonl(path).rows) == repr(ours)
+
+
+def test_json_files_of_one_source_are_typed_together_as_datasets_does(tmp_path):
+    """datasets types every file of ``data_files`` by the first one: b.jsonl's 5 is 5.0 after a.jsonl's 5.5."""
+    (tmp_path / "a.jsonl").write_text(json.dumps({"prompt": "a", "answer": 5.5}) + "\n")
+    (tmp_path / "b.jsonl").write_text(json.dumps({"prompt": "b", "answer": 5}) + "\n")
+    ours = load_dataset(path=str(tmp_path / "*.jsonl")).rows
+    assert repr(ours) == repr([{"prompt": "a", "answer": 5.5}, {"prompt": "b", "answer": 5.0}])
+    assert repr(ours) == repr(_as_datasets_reads(tmp_path, tmp_path / "a.jsonl", tmp_path / "b.jsonl"))
+
+
+def test_a_json_file_datasets_cannot_read_keeps_its_values_and_says_so(tmp_path):
+    """A repeated key (Python keeps the last, pyarrow refuses the file): TRL could not load it, so
+    there is no datasets typing to match; the values stay as JSON wrote them, with a warning."""
+    from structlog.testing import capture_logs
+
+    path = tmp_path / "dup.jsonl"
+    path.write_text('{"prompt": "a", "answer": 1, "answer": 2}\n{"prompt": "b", "answer": 2.5}\n')
+    with capture_logs() as logs:
+        rows = load_dataset(path=str(path)).rows
+    assert repr(rows) == repr([{"prompt": "a", "answer": 2}, {"prompt": "b", "answer": 2.5}])
+    (warning,) = [e for e in logs if "datasets cannot read" in e["event"]]
+    assert warning["log_level"] == "warning" and warning["files"] == [str(path)] and warning["reason"]
+
+
+def test_a_line_without_the_prompt_is_named_though_datasets_gives_it_none(tmp_path):
+    path = tmp_path / "gap.jsonl"
+    path.write_text('{"prompt": "a", "answer": "1"}\n{"question": "b", "answer": "2"}\n')
+    with pytest.raises(ConfigError, match=r"gap.jsonl line 2 \(row 1\) has no column 'prompt' \(its columns: "
+                                          r"answer, question\)") as info:
+        load_dataset(path=str(path))
+    assert info.value.field == "data.prompt_column"

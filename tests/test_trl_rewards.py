@@ -633,6 +633,28 @@ def test_a_column_some_jsonl_lines_lack_reaches_every_call_as_none(toy, tmp_path
     assert any(set(hints) == {None} for _, hints in calls)  # a batch without the column was scored
 
 
+def test_a_jsonl_column_of_ints_and_floats_reaches_the_reward_as_datasets_types_it(toy, tmp_path):
+    """5 and 5.5 in one JSONL column: 🤗 datasets (so TRL) gives the reward 5.0 for the first line;
+    polyrl gave int 5, so a TRL reward doing ``str(answer) == ...`` scored that row differently."""
+    import datasets
+
+    rows = [{"prompt": "p0", "answer": 5}, {"prompt": "p1", "answer": 5.5}, {"prompt": "p2", "answer": 7}]
+    log = tmp_path / "seen.jsonl"
+    _toy_run(tmp_path, rows, "import json\n"
+                             "def seen(completions, answer, prompts, **kwargs):\n"
+                             f"    with open({str(log)!r}, 'a') as f:\n"
+                             "        f.write(json.dumps([prompts, [repr(a) for a in answer]]) + '\\n')\n"
+                             "    return [float(str(a) == '5.0') for a in answer]\n")
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    (tmp_path / "trl").mkdir()
+    trl_answers = {r["prompt"]: repr(r["answer"]) for r in datasets.load_dataset(
+        "json", data_files=str(tmp_path / "data.jsonl"), split="train", cache_dir=str(tmp_path / "trl"))}
+    assert trl_answers == {"p0": "5.0", "p1": "5.5", "p2": "7.0"}
+    assert {p for prompts, _ in calls for p in prompts} == {"p0", "p1", "p2"}
+    for prompts, answers in calls:
+        assert answers == [trl_answers[p] for p in prompts]
+
+
 def test_evaluation_rewards_get_the_live_trainer_state(toy, tmp_path):
     """TRL passes ``self.state`` to the rewards in evaluation as in training: a reward ramping with
     ``global_step / max_steps`` (README's ``brevity``) evaluates at the step reached, not at 0."""

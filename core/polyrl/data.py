@@ -29,7 +29,7 @@ import numpy as np
 
 from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, ArrowRows, check_prompt_column,
                                check_text_columns, final_assistant_error, image_column_error, unknown_role)
-from polyrl.data_sources import RowOrigins, cached_split_rows, load_cached, load_files, read_json_rows
+from polyrl.data_sources import RowOrigins, cached_split_rows, load_cached, load_files, read_json_files
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.split_overlap import check_disjoint
@@ -145,8 +145,8 @@ class Dataset:
                 if column not in row and target != self.prompt_column:
                     raise ConfigError(f"{self.where(i)} has no column {column!r}", field=f"data.columns.{target}",
                                       fix="map it to a column every row has")
-            if source not in row:
-                present = ", ".join(sorted(map(str, row))) or "none"
+            if row.get(source) is None:  # absent, or null (datasets gives a line without it None)
+                present = ", ".join(sorted(str(k) for k, v in row.items() if v is not None)) or "none"
                 mapped = self.prompt_column in self.column_map
                 raise ConfigError(
                     f"{self.where(i)} has no column {source!r} (its columns: {present})",
@@ -273,15 +273,13 @@ def from_rows(rows: Sequence[Mapping[str, Any]], prompt_column: str = "prompt", 
 
 
 def load_jsonl(path: str | os.PathLike[str], prompt_column: str = "prompt") -> Dataset:
-    """A dataset from a JSON-lines file (one object per line; blank lines are skipped)."""
+    """A dataset from a JSON-lines file (one object per line; blank lines are skipped), typed as
+    🤗 datasets types it (``polyrl.data_sources.typed_as_datasets``)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"data file {str(p)!r} not found", field="data.path",
                           fix="give the path of an existing .jsonl file")
-    origins = RowOrigins()
-    rows = read_json_rows(p, origins=origins)
-    if not rows:
-        raise ConfigError(f"data file {str(p)!r} has no rows", field="data.path", fix="add JSON lines to it")
+    rows, origins = read_json_files([p])
     return Dataset(rows, prompt_column, p.name, origins=origins)
 
 

@@ -1,7 +1,8 @@
 """Where prompt rows come from: local files, globs, ``save_to_disk`` folders, cached Hub datasets.
 
-JSON / JSON-lines files are read here line by line (a row's prompt may be text in one line and a
-chat in the next, and a bad line is reported by number). CSV, Parquet and Arrow files, folders
+JSON / JSON-lines files are checked here line by line (a bad line is reported by number), then
+their values are taken as 🤗 ``datasets``' json loader gives them, which is what TRL hands a reward
+function (``typed_as_datasets``); the rows stay in memory. CSV, Parquet and Arrow files, folders
 written by ``save_to_disk`` and datasets in the local 🤗 cache go through 🤗 ``datasets``, which
 keeps them as memory-mapped Arrow (see ``polyrl.data_arrow``). ``datasets`` is imported only
 here, when such a source is read, so the core still starts without touching it.
@@ -17,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import tempfile
 from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -25,7 +27,10 @@ from typing import Any
 from polyrl.data_arrow import ArrowRows
 from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
+from polyrl.logs import get_logger
 from polyrl.text_validity import row_surrogate, surrogate_error
+
+log = get_logger("polyrl.data")
 
 #: A JSON escape that decodes to a surrogate (U+D800-U+DFFF): only a line holding one is walked.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -236,6 +241,60 @@ def read_json_rows(path: Path, field: str = "data.path", origins: RowOrigins | N
     return rows
 
 
+def read_json_files(paths: Sequence[Path], field: str = "data.path",
+                    cache_dir: str | None = None) -> tuple[list[Any], RowOrigins]:
+    """(rows, where each came from) of JSON / JSON-lines ``paths``: checked line by line, then
+    typed as 🤗 datasets types them (``typed_as_datasets``)."""
+    rows: list[Any] = []
+    origins = RowOrigins()
+    for p in paths:
+        try:
+            rows += read_json_rows(p, field, origins)
+        except OSError as exc:  # permissions, a folder without execute, a file gone since the glob
+            raise ConfigError(f"cannot read data file {str(p)!r}: {exc.strerror or exc}", field=field,
+                              fix="make it readable by this user (chmod), or copy it") from None
+    if not rows:
+        raise ConfigError(f"data file {str(paths[0])!r} has no rows", field=field, fix="add JSON lines to it")
+    return typed_as_datasets(paths, rows, cache_dir), origins
+
+
+def typed_as_datasets(paths: Sequence[Path], rows: list[Any], cache_dir: str | None = None) -> list[Any]:
+    """``rows`` (Python's parse of the JSON ``paths``) as ``datasets.load_dataset("json")`` gives
+    them: one type per column (5 and 5.5 in a column are 5.0 and 5.5), None for a key a line
+    lacks, a column of mixed kinds as written (datasets' ``Json`` feature).
+
+    Why: TRL users load their JSONL with datasets, so a TRL reward doing ``str(answer) == "5.0"``
+    scored the row 5 differently here. Files datasets cannot read (a column that changes type past
+    its first 10 MB, keys repeated in an object) keep Python's types, with a warning: TRL could not
+    load them at all. Rows that are not all objects are left for the dataset's checks to refuse."""
+    if not all(isinstance(row, dict) for row in rows):
+        return rows
+    try:
+        datasets = _datasets()
+        base = os.path.expanduser(cache_dir or str(datasets.config.HF_DATASETS_CACHE))
+        os.makedirs(base, exist_ok=True)
+        # a throwaway cache: the rows are copied out, so no Arrow copy of the file is left behind
+        with (tempfile.TemporaryDirectory(prefix="polyrl-json-", dir=base, ignore_cleanup_errors=True) as scratch,
+              _offline(datasets)):
+            loaded = datasets.load_dataset("json", data_files=[str(p) for p in paths], split="train",
+                                           cache_dir=scratch).with_format(None)
+            columns = loaded[:]
+            del loaded
+    except Exception as exc:  # noqa: BLE001 - datasets/pyarrow raise many kinds (or datasets is missing)
+        log.warning("🤗 datasets cannot read these JSON rows, so each value keeps its own JSON type (TRL, "
+                    "which loads JSON with datasets, could not read them at all)", files=[str(p) for p in paths],
+                    reason=_reason(exc), fix="give each column one type in every row (e.g. 5.0, not 5, in a "
+                                             "column with 5.5) and every object its keys once")
+        return rows
+    names = list(columns)
+    typed = [dict(zip(names, values)) for values in zip(*(columns[k] for k in names))]
+    if len(typed) != len(rows):  # cannot happen for a file Python and datasets both read; never misalign
+        log.warning("🤗 datasets reads a different number of JSON rows, so each value keeps its own JSON type",
+                    files=[str(p) for p in paths], rows=len(rows), datasets_rows=len(typed))
+        return rows
+    return typed
+
+
 def _refuse_surrogates(row: Any, where: str, field: str) -> None:
     """A lone surrogate from a ``\\ud800`` escape is an error naming the line and column: never
     replaced, see ``polyrl.text_validity``. (A pair of escapes decodes to one valid character.)"""
@@ -288,16 +347,7 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
     name = paths[0].name if len(paths) == 1 else f"{paths[0].name} (+{len(paths) - 1} files)"
     kind = _format(paths, field)
     if kind == "json":
-        rows: list[Any] = []
-        origins = RowOrigins()
-        for p in paths:
-            try:
-                rows += read_json_rows(p, field, origins)
-            except OSError as exc:  # permissions, a folder without execute, a file gone since the glob
-                raise ConfigError(f"cannot read data file {str(p)!r}: {exc.strerror or exc}", field=field,
-                                  fix="make it readable by this user (chmod), or copy it") from None
-        if not rows:
-            raise ConfigError(f"data file {str(paths[0])!r} has no rows", field=field, fix="add JSON lines to it")
+        rows, origins = read_json_files(paths, field, cache_dir)
         return rows, name, origins
     builder, options = ARROW_FORMATS[paths[0].suffix.lower()]
     for p in paths:

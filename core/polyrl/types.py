@@ -16,6 +16,7 @@ import attrs
 import numpy as np
 
 from polyrl.errors import ConfigError
+from polyrl.validators import RULES, shown
 
 
 def _optional_keys(value: Iterable[str] | None) -> tuple[str, ...] | None:
@@ -448,12 +449,21 @@ class OptimizerConfig:
                               fix=f"use one of {', '.join(SCHEDULES)}")
 
 
+#: What ``EngineConfig.role`` may be: the engines a run builds.
+ENGINE_ROLES = ("generate", "train", "reference")
+
+#: ``EngineConfig`` fields filled from a config key, and that key: both get the key's range rule.
+_ENGINE_RULES = {"seed": "train.seed", "threads": "train.threads", "max_length": "model.max_length",
+                 "collective_timeout_s": "train.collective_timeout_s"}
+
+
 @attrs.define(frozen=True)
 class EngineConfig:
     """What a backend's ``load`` receives: the model and how to run it.
 
     ``role`` is "generate", "train" or "reference"; a backend may skip optimizer state for roles
-    that never train. ``model`` is a local directory (HF layout) or a GGUF file path.
+    that never train. ``model`` is a local directory (HF layout) or a GGUF file path. ``dtype``
+    names are the backend's to check (MAX also takes "auto"; each backend refuses one it lacks).
     """
 
     model: str
@@ -479,6 +489,21 @@ class EngineConfig:
     collective_timeout_s: float = 600.0
 
     def __attrs_post_init__(self) -> None:
+        """The checks the config keys these fields come from get (``validators.RULES``), for an
+        EngineConfig built in Python: role="training" loaded a generator that could not train,
+        seed=-1 failed inside numpy or MLX (torch wrapped it round), threads=0 inside torch, and
+        trust_remote_code="false" (a truthy string) ran the model folder's Python."""
+        if not isinstance(self.role, str) or self.role not in ENGINE_ROLES:
+            raise ConfigError(f"role must be one of {', '.join(map(repr, ENGINE_ROLES))}, got {shown(self.role)}",
+                              field="EngineConfig.role", fix='e.g. role="train" (a policy that trains), "generate" '
+                                                             'or "reference" (log-probs only)')
+        for name, key in _ENGINE_RULES.items():
+            RULES[key].check(getattr(self, name), f"EngineConfig.{name}")
+        for name in ("trust_remote_code", "gradient_checkpointing"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False, got {shown(getattr(self, name))}",
+                                  field=f"EngineConfig.{name}", fix="pass a bool (any non-empty string, "
+                                                                    '"false" included, reads as True)')
         object.__setattr__(self, "lora", as_lora_config(self.lora, self.model))
 
 
