@@ -100,6 +100,49 @@ def test_trls_cosine_with_a_floor_is_polyrls_cosine_with_min_lr_ratio():
     assert info.value.field == "grpo_config.lr_scheduler_kwargs"
 
 
+@pytest.mark.parametrize(("schedule", "kwargs"), [
+    ("constant", {}), ("constant", {"min_lr_rate": 0.1}), ("constant_with_warmup", {}), ("linear", {}),
+    ("cosine", {}), ("cosine_with_min_lr", {"min_lr_rate": 0.1}),
+])
+@pytest.mark.parametrize("warmup", [3, 0.25])
+def test_trls_lr_schedule_is_transformers_own_update_by_update(schedule, kwargs, warmup):
+    """The lr of every update, as transformers' get_scheduler (what TRL's trainer calls) gives it.
+    "constant" returns before reading num_warmup_steps, so TRL never warms it up: from_trl carried
+    TRL's warmup_steps and polyrl's constant schedule ramped from lr 0 over them."""
+    torch = pytest.importorskip("torch")
+    from transformers.optimization import get_scheduler
+
+    from polyrl.schedules import lr_multiplier
+    from polyrl.trl_config import trl_settings
+
+    args = trl_config(max_steps=12, lr_scheduler_type=schedule, warmup_steps=warmup, lr_scheduler_kwargs=kwargs)
+    settings = trl_settings(args)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = get_scheduler(schedule, optimizer, num_warmup_steps=args.get_warmup_steps(12), num_training_steps=12,
+                              scheduler_specific_kwargs=kwargs)
+    theirs = []
+    for _ in range(12):
+        theirs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    ours = [lr_multiplier(k, settings["optimizer.schedule"], settings["optimizer.warmup_steps"], 12,
+                          settings.get("optimizer.min_lr_ratio", 0.0)) for k in range(12)]
+    assert ours == pytest.approx(theirs), (settings, theirs)
+
+
+@pytest.mark.parametrize(("schedule", "kwargs", "named"), [
+    ("linear", {"min_lr_rate": 0.1}, "takes no min_lr_rate"),
+    ("cosine", {"min_lr": 1e-7}, "takes no min_lr"),
+    ("cosine_with_min_lr", {}, "without min_lr_rate or min_lr"),
+])
+def test_trl_schedule_arguments_transformers_refuses_are_refused(schedule, kwargs, named):
+    """transformers passes lr_scheduler_kwargs to linear and cosine, which take no floor (TRL's
+    training fails there), and cosine_with_min_lr needs one: polyrl trained a floor TRL cannot."""
+    with pytest.raises(ConfigError, match=named) as info:
+        api.GRPOConfig.from_trl(trl_config(max_steps=4, lr_scheduler_type=schedule, lr_scheduler_kwargs=kwargs))
+    assert info.value.field == "grpo_config.lr_scheduler_kwargs" and "cosine_with_min_lr" in str(info.value)
+
+
 def test_trls_max_steps_counts_updates_so_polyrl_steps_are_max_steps_over_num_iterations():
     """TRL's max_steps counts optimizer updates and reuses each rollout batch for num_iterations of
     them; a polyrl step is one batch and its num_iterations updates. max_steps was taken as steps,

@@ -101,19 +101,36 @@ def _refuse(changed: list[tuple[str, Any, Any]]) -> None:
                           "this run with TRL")
 
 
-def _min_lr(trl_config: Any) -> dict[str, Any]:
-    """``optimizer.min_lr_ratio`` from TRL's ``lr_scheduler_kwargs`` (transformers' cosine with a
-    floor: ``min_lr_rate``, or ``min_lr`` over the lr); other keyword arguments are refused."""
+def _min_lr(trl_config: Any, schedule: str) -> dict[str, Any]:
+    """``optimizer.min_lr_ratio`` from TRL's ``lr_scheduler_kwargs`` for transformers' schedule
+    ``schedule`` (``lr_scheduler_type``). Why per schedule: transformers' ``get_scheduler`` drops
+    the keyword arguments of "constant" and "constant_with_warmup" unread, passes them to the
+    others, where only ``cosine_with_min_lr`` takes a floor (``min_lr_rate``, or ``min_lr`` over the
+    lr, and it needs one), and the rest fail TRL's training with a TypeError on ``min_lr_rate``."""
     kwargs = getattr(trl_config, "lr_scheduler_kwargs", None) or {}
     if isinstance(kwargs, str):
         kwargs = json.loads(kwargs) if kwargs.strip() else {}
     if not isinstance(kwargs, dict):
         kwargs = {"?": kwargs}
+    if schedule in ("constant", "constant_with_warmup"):
+        return {}  # transformers never reads them
     unknown = sorted(set(kwargs) - {"min_lr_rate", "min_lr"})
     if unknown or len(kwargs) > 1:
         raise ConfigError(f"TRL's lr_scheduler_kwargs = {shown(kwargs)} has no polyrl equivalent beyond one of "
                           "min_lr_rate and min_lr", field="grpo_config.lr_scheduler_kwargs",
                           fix="keep only min_lr_rate (polyrl's optimizer.min_lr_ratio), or remove it")
+    if kwargs and schedule != "cosine_with_min_lr":
+        raise ConfigError(f"TRL's lr_scheduler_kwargs = {shown(kwargs)} with lr_scheduler_type = {shown(schedule)}: "
+                          f"transformers' {schedule} schedule takes no {next(iter(kwargs))} (TRL's training stops "
+                          "with a TypeError when it builds the scheduler)", field="grpo_config.lr_scheduler_kwargs",
+                          fix='set lr_scheduler_type="cosine_with_min_lr" for a cosine decay to a floor, or remove '
+                              "lr_scheduler_kwargs")
+    if schedule == "cosine_with_min_lr" and not kwargs:
+        raise ConfigError("TRL's lr_scheduler_type = 'cosine_with_min_lr' without min_lr_rate or min_lr in "
+                          "lr_scheduler_kwargs (transformers refuses it when TRL's training builds the scheduler)",
+                          field="grpo_config.lr_scheduler_kwargs",
+                          fix='set lr_scheduler_kwargs={"min_lr_rate": 0.1} (or the floor you want), or '
+                              'lr_scheduler_type="cosine" for a decay to 0')
     if "min_lr_rate" in kwargs:
         return {"optimizer.min_lr_ratio": float(kwargs["min_lr_rate"])}
     if "min_lr" in kwargs:
@@ -203,8 +220,11 @@ def trl_settings(trl_config: Any) -> dict[str, Any]:
         raise ConfigError(f"TRL's lr_scheduler_type = {shown(out['optimizer.schedule'])} is not a schedule polyrl "
                           "has", field="grpo_config.lr_scheduler_type",
                           fix=f"use one of {', '.join(SCHEDULES)} (or constant_with_warmup)")
-    out.update(_min_lr(trl_config))
-    if "optimizer.warmup_steps" in out:
+    schedule = _plain(trl_config.lr_scheduler_type)
+    out.update(_min_lr(trl_config, schedule))
+    if schedule == "constant":  # transformers' "constant" ignores warmup_steps (only constant_with_warmup warms up)
+        out["optimizer.warmup_steps"] = 0
+    elif "optimizer.warmup_steps" in out:
         out["optimizer.warmup_steps"] = _warmup(out["optimizer.warmup_steps"], trl_config.max_steps)
     loss = trl_value(TRL_NAMES["loss_type"], trl_config.loss_type)
     if isinstance(loss, Preset):
