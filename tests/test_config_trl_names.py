@@ -39,7 +39,7 @@ def readme_trl_names() -> set[str]:
     """The GRPOConfig names in the first column of README's "Coming from TRL" table."""
     text = (ROOT / "README.md").read_text()
     table = text[text.index("| `GRPOConfig` | polyrl |"):].split("\n\n", 1)[0]
-    return {name for row in table.splitlines()[2:] for name in re.findall(r"`([a-z_]+)[` ]", row.split("|")[1])}
+    return {name for row in table.splitlines()[2:] for name in re.findall(r"`([a-z_0-9]+)[` ]", row.split("|")[1])}
 
 
 def test_every_name_of_the_readme_table_has_a_hint():

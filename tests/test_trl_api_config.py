@@ -253,8 +253,10 @@ def test_derived_trl_values_never_count_as_set():
     ({"fp16": True}, "grpo_config.fp16", ["fp16 = True"]),
     ({"steps_per_generation": 2}, "grpo_config.generation_batch_size", ["steps_per_generation = 2",
                                                                         "one rollout batch per step"]),
-    ({"multi_objective_aggregation": "normalize_then_sum", "adam_beta2": 0.99},
-     "grpo_config.adam_beta2", ["adam_beta2 = 0.99", "multi_objective_aggregation = 'normalize_then_sum'"]),
+    ({"multi_objective_aggregation": "normalize_then_sum", "use_liger_kernel": True},
+     "grpo_config.use_liger_kernel", ["use_liger_kernel = True (TRL's default: False): from_trl does not translate it",
+                                      "multi_objective_aggregation = 'normalize_then_sum' (TRL's default: "
+                                      "'sum_then_normalize'): polyrl has no equivalent (polyrl sums the rewards"]),
     ({"optim": "sgd"}, "grpo_config.optim", ["optim = 'sgd'"]),
     ({"lr_scheduler_type": "polynomial"}, "grpo_config.lr_scheduler_type", ["'polynomial'"]),
 ])
@@ -264,6 +266,25 @@ def test_a_changed_field_polyrl_cannot_honour_is_one_error_naming_it(kwargs, fie
     assert info.value.field == field and "Fix:" in str(info.value), info.value
     for text in named:
         assert text in str(info.value), info.value
+
+
+def test_trls_adam_betas_and_epsilon_are_polyrls_adamw_betas_and_eps(run_config):
+    """polyrl's AdamW has betas and eps (OptimizerConfig); from_trl refused adam_beta1, adam_beta2
+    and adam_epsilon as fields "polyrl has no equivalent" for."""
+    ours = api.GRPOConfig.from_trl(trl_config(adam_beta1=0.8, adam_beta2=0.99, adam_epsilon=1e-6))
+    assert (ours.settings["optimizer.betas"], ours.settings["optimizer.eps"]) == ((0.8, 0.99), 1e-6)
+    optimizer = run_config(trl_config(max_steps=1, adam_beta2=0.95)).optimizer
+    assert (optimizer.betas, optimizer.eps) == ((0.9, 0.95), 1e-8)  # TRL's adam_beta1 and epsilon: AdamW's defaults
+
+
+def test_a_refused_field_says_why_without_claiming_polyrl_lacks_what_it_has():
+    """shuffle_dataset=False was refused as "polyrl has no equivalent", though polyrl's sampler
+    has an unshuffled order (no setting reaches it): the reason is now the field's own."""
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(trl_config(shuffle_dataset=False))
+    text = str(info.value)
+    assert info.value.field == "grpo_config.shuffle_dataset", info.value
+    assert "polyrl's prompt sampler always shuffles" in text and "no equivalent" not in text, text
 
 
 def test_trl_settings_that_are_what_polyrl_does_are_taken_and_agent_ones_name_the_toml_key():

@@ -43,7 +43,15 @@ ADAMW = frozenset({"adamw_torch", "adamw_torch_fused"})
 #: fields read together with others below, not through their own table entry
 COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
-                      "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio"})
+                      "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio", "adam_beta1", "adam_beta2"})
+
+
+#: Why from_trl cannot carry a field that has no ``TRL_NAMES``/``TOML_HINTS`` entry, where polyrl
+#: has something close; any other such field is "not translated" (no claim about polyrl).
+NOT_CARRIED = {
+    "shuffle_dataset": "polyrl's prompt sampler always shuffles (a new seeded order each epoch); no polyrl "
+                       "setting keeps the dataset's order",
+}
 
 
 def _plain(value: Any) -> Any:
@@ -84,19 +92,27 @@ def _refuse_unsupported(trl_config: Any) -> None:
 
 
 def _refuse(changed: list[tuple[str, Any, Any]]) -> None:
-    """One ConfigError naming every changed field polyrl cannot honour (the first is ``field``)."""
+    """One ConfigError naming every changed field polyrl cannot honour (the first is ``field``),
+    each with its own reason: polyrl's key the Python API does not set, why polyrl has no
+    equivalent (the table's note), or, for a field nobody has mapped, that from_trl does not
+    translate it (no claim that polyrl lacks it)."""
     parts = []
     toml_only = []
     for name, value, default in changed:
         entry = TRL_NAMES.get(name) or TOML_HINTS.get(name)
-        why = f": {entry.note}" if entry is not None and entry.note else ""
         if entry is not None and entry.key is not None:  # polyrl has it, set in a TOML config only
             why = f" (polyrl's {entry.key}, which the Python API does not set: use `polyrl train` with a TOML config)"
             toml_only.append(name)
+        elif entry is not None and entry.note:
+            why = f": polyrl has no equivalent ({entry.note})"
+        elif name in NOT_CARRIED:
+            why = f": {NOT_CARRIED[name]}"
+        else:
+            why = ": from_trl does not translate it to a polyrl setting"
         parts.append(f"{name} = {shown(_plain(value))} (TRL's default: {shown(_plain(default))}){why}")
     names = ", ".join(name for name, _, _ in changed)
-    what = "polyrl's Python API cannot take it" if len(toml_only) == len(changed) else "polyrl has no equivalent"
-    raise ConfigError(f"TRL's {'; '.join(parts)}: {what}", field=f"grpo_config.{changed[0][0]}",
+    what = ": polyrl's Python API cannot take it" if len(toml_only) == len(changed) else ""
+    raise ConfigError(f"TRL's {'; '.join(parts)}{what}", field=f"grpo_config.{changed[0][0]}",
                       fix=f"remove {names} from the trl.GRPOConfig (polyrl cannot train it that way), or train "
                           "this run with TRL")
 
@@ -221,6 +237,7 @@ def trl_settings(trl_config: Any) -> dict[str, Any]:
                           "has", field="grpo_config.lr_scheduler_type",
                           fix=f"use one of {', '.join(SCHEDULES)} (or constant_with_warmup)")
     schedule = _plain(trl_config.lr_scheduler_type)
+    out["optimizer.betas"] = (trl_config.adam_beta1, trl_config.adam_beta2)
     out.update(_min_lr(trl_config, schedule))
     if schedule == "constant":  # transformers' "constant" ignores warmup_steps (only constant_with_warmup warms up)
         out["optimizer.warmup_steps"] = 0

@@ -58,6 +58,11 @@ TRL_NAMES: dict[str, TrlName] = {
     "ref_model_sync_steps": TrlName("algorithm.ref_sync_every"),
     "ref_model_mixup_alpha": TrlName("algorithm.ref_sync_alpha"),
     "learning_rate": TrlName("optimizer.lr"),
+    "adam_beta1": TrlName("optimizer.betas", note="write betas = [{value}, adam_beta2] in [optimizer] (TRL's "
+                                                  "adam_beta1 is the first of AdamW's betas)"),
+    "adam_beta2": TrlName("optimizer.betas", note="write betas = [adam_beta1, {value}] in [optimizer] (TRL's "
+                                                  "adam_beta2 is the second of AdamW's betas)"),
+    "adam_epsilon": TrlName("optimizer.eps"),
     "lr_scheduler_type": TrlName("optimizer.schedule", values={"constant_with_warmup": "constant",
                                                                "cosine_with_min_lr": "cosine"}),
     "warmup_steps": TrlName("optimizer.warmup_steps"),
