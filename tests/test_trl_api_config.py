@@ -207,6 +207,8 @@ def run_config(monkeypatch):
     ({"loss_type": "cispo", "epsilon_high": 1.28}, {"clip_eps_high": 0.28}),
     ({"loss_type": "sapo", "sapo_temperature_pos": 2.0}, {"sapo_temperature_pos": 2.0, "policy_loss": "sapo"}),
     ({"loss_type": "vespo"}, {"policy_loss": "vespo", "importance_sampling_level": "token"}),
+    # TRL's vespo never reads the ratio level (its gamma weight takes the sequence ratio itself); polyrl refused it
+    ({"loss_type": "vespo", "importance_sampling_level": "sequence"}, {"importance_sampling_level": "token"}),
 ])
 def test_a_loss_type_preset_trains_with_the_values_trl_reads_not_the_presets(run_config, kwargs, expected):
     """TRL values equal to the grpo preset's defaults were dropped, so loss_type = "luspo" trained
@@ -217,6 +219,14 @@ def test_a_loss_type_preset_trains_with_the_values_trl_reads_not_the_presets(run
     for name, value in expected.items():
         wanted = pytest.approx(value) if isinstance(value, float) else value
         assert getattr(algorithm, name) == wanted, (name, getattr(algorithm, name))
+
+
+def test_trls_sequence_level_cispo_is_refused_in_trls_terms():
+    """TRL trains cispo with a sequence ratio (warning only); polyrl's cispo is token-level only, and
+    the refusal came at run time as polyrl's algorithm.importance_sampling_level ("no sequence-level form")."""
+    with pytest.raises(ConfigError, match="polyrl's cispo weights each token by its own ratio only") as info:
+        api.GRPOConfig.from_trl(trl_config(loss_type="cispo", epsilon_high=5.0, importance_sampling_level="sequence"))
+    assert info.value.field == "grpo_config.importance_sampling_level"
 
 
 def test_trls_cispo_cap_below_one_is_refused():

@@ -161,6 +161,15 @@ def _as_the_loss_reads_them(out: dict[str, Any], trl_config: Any, loss: str) -> 
     nothing). Why cispo is translated: TRL caps the weight at ``epsilon_high`` itself (ε_max,
     ``epsilon`` when unset), polyrl at ``1 + epsilon_high``."""
     epsilon, high = trl_config.epsilon, trl_config.epsilon_high
+    if loss == "cispo" and trl_config.importance_sampling_level != "token":
+        raise ConfigError("TRL's cispo with importance_sampling_level = 'sequence' weights every token by the "
+                          "sequence's clamped ratio; polyrl's cispo weights each token by its own ratio only",
+                          field="grpo_config.importance_sampling_level",
+                          fix='use importance_sampling_level="token" with loss_type="cispo" (TRL warns that the '
+                              'sequence level there weights each sequence by its length), or loss_type="grpo" for '
+                              "GSPO's sequence ratio")
+    if loss == "vespo":  # TRL's vespo computes its own sequence weight and never reads the ratio level
+        out.pop("algorithm.importance_sampling_level", None)
     if loss == "cispo":
         cap = epsilon if high is None else high
         if cap < 1:
