@@ -170,6 +170,31 @@ def test_trls_fractional_warmup_is_that_fraction_of_the_updates(kwargs, warmup):
     assert info.value.field == "grpo_config.warmup_steps"
 
 
+@pytest.fixture()
+def world_size(monkeypatch):
+    """TRL configs built as under a launcher of ``n`` processes (TRL reads world_size in __post_init__)."""
+    def set_to(n: int) -> None:
+        monkeypatch.setattr(trl.GRPOConfig, "world_size", property(lambda self: n))
+    return set_to
+
+
+@pytest.mark.parametrize(("kwargs", "processes"), [
+    ({"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "num_generations": 4}, 1),
+    ({"per_device_train_batch_size": 4, "num_generations": 4}, 2),
+])
+def test_trls_bnpo_over_several_micro_batches_is_refused_naming_dapo(world_size, kwargs, processes):
+    """TRL's bnpo divides each micro-batch by its own token count, polyrl's token_mean the whole
+    step by its count (TRL's dapo): from_trl read bnpo as token_mean whatever the micro-batches."""
+    world_size(processes)
+    with pytest.raises(ConfigError, match="token mean per micro-batch") as info:
+        api.GRPOConfig.from_trl(trl_config(loss_type="bnpo", **kwargs))
+    assert info.value.field == "grpo_config.loss_type" and 'loss_type="dapo"' in str(info.value), info.value
+    assert api.GRPOConfig.from_trl(trl_config(loss_type="dapo", **kwargs)).loss_aggregation == "token_mean"
+    world_size(1)
+    one = api.GRPOConfig.from_trl(trl_config(loss_type="bnpo", per_device_train_batch_size=8, num_generations=4))
+    assert one.loss_aggregation == "token_mean"  # one micro-batch: the same token mean
+
+
 def test_a_loss_type_that_is_a_polyrl_preset_picks_the_preset():
     ours = api.GRPOConfig.from_trl(trl_config(loss_type="cispo", epsilon_high=5.0))
     assert ours.settings["algorithm.name"] == "cispo" and ours.loss_aggregation is None

@@ -210,6 +210,31 @@ def _warmup(warmup: Any, max_steps: int) -> Any:
     return math.ceil(max_steps * warmup)
 
 
+def _micro_batches(trl_config: Any) -> int:
+    """How many micro-batches TRL splits one optimizer update's completions into: the
+    ``gradient_accumulation_steps`` of each of the ``world_size`` processes."""
+    return int(trl_config.gradient_accumulation_steps) * int(trl_config.world_size)
+
+
+def _refuse_micro_batch_mean(trl_config: Any) -> None:
+    """TRL's ``loss_type = "bnpo"`` over more than one micro-batch. Why: TRL divides each
+    micro-batch's token sum by that micro-batch's own token count (then averages over the
+    accumulation steps and processes), so a short micro-batch's tokens weigh more; polyrl's
+    ``token_mean`` divides by the whole step's count, which is TRL's "dapo". With one micro-batch
+    (gradient_accumulation_steps = 1 on one process) the two are the same."""
+    if trl_config.loss_type != "bnpo" or _micro_batches(trl_config) == 1:
+        return
+    raise ConfigError(f"TRL's loss_type = 'bnpo' is a token mean per micro-batch of per_device_train_batch_size = "
+                      f"{trl_config.per_device_train_batch_size} completions, averaged over "
+                      f"gradient_accumulation_steps = {trl_config.gradient_accumulation_steps} x world_size = "
+                      f"{trl_config.world_size} micro-batches; polyrl's token_mean is the token mean of the whole "
+                      "step's batch (TRL's \"dapo\") and has no per-micro-batch form",
+                      field="grpo_config.loss_type",
+                      fix='use loss_type="dapo" (the whole-batch token mean polyrl trains), or one micro-batch: '
+                          "gradient_accumulation_steps=1 with per_device_train_batch_size raised to keep the batch, "
+                          "on one process")
+
+
 def _steps(max_steps: int, num_iterations: int) -> int:
     """polyrl's ``train.steps`` for TRL's ``max_steps``. Why: TRL counts optimizer updates and
     reuses each rollout batch for ``num_iterations`` of them; a polyrl step is one rollout batch
@@ -252,6 +277,7 @@ def trl_settings(trl_config: Any) -> dict[str, Any]:
         out["optimizer.warmup_steps"] = 0
     elif "optimizer.warmup_steps" in out:
         out["optimizer.warmup_steps"] = _warmup(out["optimizer.warmup_steps"], trl_config.max_steps)
+    _refuse_micro_batch_mean(trl_config)
     loss = trl_value(TRL_NAMES["loss_type"], trl_config.loss_type)
     if isinstance(loss, Preset):
         out["algorithm.name"] = loss.name

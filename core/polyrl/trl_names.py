@@ -51,8 +51,8 @@ TRL_NAMES: dict[str, TrlName] = {
     "loss_type": TrlName("algorithm.loss_aggregation", values={
         "dapo": "token_mean", "bnpo": "token_mean", "grpo": "seq_mean_token_mean",
         "dr_grpo": "seq_mean_token_sum_norm", **{name: Preset(name) for name in ("cispo", "sapo", "luspo", "vespo")},
-    }, note='"dapo"/"bnpo" = "token_mean", "grpo" = "seq_mean_token_mean", "dr_grpo" = "seq_mean_token_sum_norm"; '
-            '"cispo", "sapo", "luspo", "vespo" are algorithm.name presets'),
+    }, note='"dapo" = "token_mean" ("bnpo" too, with one micro-batch per update), "grpo" = "seq_mean_token_mean", '
+            '"dr_grpo" = "seq_mean_token_sum_norm"; "cispo", "sapo", "luspo", "vespo" are algorithm.name presets'),
     "sync_ref_model": TrlName("algorithm.ref_sync_every", note="set ref_sync_every to TRL's ref_model_sync_steps "
                                                                 "(e.g. 512); 0 never refreshes the reference"),
     "ref_model_sync_steps": TrlName("algorithm.ref_sync_every"),
