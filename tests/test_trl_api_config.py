@@ -485,9 +485,48 @@ def test_trl_fields_polyrl_has_under_the_same_name_are_carried_and_report_to_is_
     """SAPO's and VESPO's shape parameters and entropy_coef are algorithm keys of the same name
     and meaning; report_to is a logging field (README: logging fields are ignored)."""
     ours = api.GRPOConfig.from_trl(trl_config(loss_type="sapo", sapo_temperature_pos=2.0, sapo_temperature_neg=1.2,
-                                              entropy_coef=0.01, report_to=["tensorboard"]))
+                                              report_to=["tensorboard"]))
     assert ours.settings["algorithm.name"] == "sapo"
-    assert (ours.settings["algorithm.sapo_temperature_pos"], ours.settings["algorithm.sapo_temperature_neg"],
-            ours.settings["algorithm.entropy_coef"]) == (2.0, 1.2, 0.01)
+    assert (ours.settings["algorithm.sapo_temperature_pos"], ours.settings["algorithm.sapo_temperature_neg"]) == (2.0, 1.2)
+    assert api.GRPOConfig.from_trl(trl_config(entropy_coef=0.01)).settings["algorithm.entropy_coef"] == 0.01  # dapo
     vespo = api.GRPOConfig.from_trl(trl_config(loss_type="vespo", vespo_k_pos=3.0, vespo_lambda_neg=1.5))
     assert (vespo.settings["algorithm.vespo_k_pos"], vespo.settings["algorithm.vespo_lambda_neg"]) == (3.0, 1.5)
+
+
+# --- the entropy bonus --------------------------------------------------------------------------
+
+LOSS_TYPES = ("grpo", "dapo", "bnpo", "dr_grpo", "luspo", "sapo", "cispo", "vespo")
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+@pytest.mark.parametrize(("quantile", "accumulation"), [(1.0, 1), (0.2, 1), (1.0, 2)])
+def test_trls_entropy_bonus_is_taken_only_where_polyrls_is_the_same(run_config, loss_type, quantile, accumulation):
+    """TRL 1.16 subtracts entropy_coef x the token mean of the entropy over the tokens
+    top_entropy_quantile selects, per micro-batch, whatever the loss_type; polyrl adds -coef x H_t to
+    every token's loss and aggregates it with the policy loss (verl's). from_trl carried entropy_coef
+    1:1, so luspo's bonus was ~the mean length times TRL's and a quantile's bonus acted on every
+    token. Where it is taken, polyrl's bonus gradient is TRL's; everywhere else it is refused."""
+    torch = pytest.importorskip("torch")
+    from polyrl_torch.training import objective_loss
+
+    kwargs = {"loss_type": loss_type, "entropy_coef": 0.01, "top_entropy_quantile": quantile, "max_steps": 1,
+              "per_device_train_batch_size": 8 // accumulation, "gradient_accumulation_steps": accumulation,
+              "num_generations": 4, "max_completion_length": 64, "epsilon_high": 5.0 if loss_type == "cispo" else None}
+    if loss_type not in ("dapo", "bnpo", "cispo", "vespo") or quantile < 1 or accumulation > 1:
+        with pytest.raises(ConfigError) as info:
+            api.GRPOConfig.from_trl(trl_config(**kwargs))
+        bnpo = loss_type == "bnpo" and accumulation > 1  # refused for its policy term already
+        assert info.value.field == f"grpo_config.{'loss_type' if bnpo else 'entropy_coef'}", info.value
+        assert 'loss_type="dapo"' in str(info.value), info.value
+        return
+    config = run_config(trl_config(**kwargs))
+    lengths = [3, 10, 50, 7]
+    generator = torch.Generator().manual_seed(0)
+    entropy = [(torch.rand(n, generator=generator, dtype=torch.float64) * 2).requires_grad_(True) for n in lengths]
+    logp = [-torch.rand(n, generator=generator, dtype=torch.float64) for n in lengths]
+    loss, _ = objective_loss(logp, [0.0] * len(lengths), config.algorithm.objective(64), entropy=entropy)
+    loss.backward()
+    trl_bonus = -0.01 * torch.cat([e.detach() for e in entropy]).mean()  # TRL: token mean over the one micro-batch
+    assert float(loss.detach()) == pytest.approx(float(trl_bonus))
+    for e in entropy:
+        assert torch.allclose(e.grad, torch.full_like(e, -0.01 / sum(lengths)))

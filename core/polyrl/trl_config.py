@@ -235,6 +235,44 @@ def _refuse_micro_batch_mean(trl_config: Any) -> None:
                           "on one process")
 
 
+#: TRL loss types whose policy term polyrl aggregates as a token mean of the whole batch
+#: (``token_mean``), and how polyrl aggregates the others: what its entropy bonus follows.
+_TOKEN_MEAN_LOSSES = ("dapo", "bnpo", "cispo", "vespo")
+_AGGREGATED = {"grpo": "a mean over sequences of each one's token mean", "sapo": "a mean over sequences of each "
+               "one's token mean", "dr_grpo": "the token sum over sequences x max_completion_length",
+               "luspo": "a mean over sequences of each one's token sum (about the mean length times TRL's bonus)"}
+
+
+def _refuse_entropy_bonus(trl_config: Any) -> None:
+    """TRL's ``entropy_coef > 0`` where TRL's bonus and polyrl's differ. Why: TRL subtracts
+    ``entropy_coef`` times the token mean of the entropy over the ``top_entropy_quantile``-selected
+    tokens of each micro-batch, whatever the loss_type; polyrl adds ``-entropy_coef * H_t`` to every
+    token's loss before the policy loss's aggregation (verl's ``entropy_coeff``). They agree only
+    for a whole-batch token-mean loss, every token, and one micro-batch per update."""
+    coef, quantile, loss = trl_config.entropy_coef, trl_config.top_entropy_quantile, trl_config.loss_type
+    if not coef:
+        return
+    why = []
+    if loss not in _TOKEN_MEAN_LOSSES:
+        why.append(f"with loss_type = {shown(loss)} polyrl's bonus is aggregated as its policy loss, "
+                   f"{_AGGREGATED.get(loss, 'not a token mean')}")
+    if quantile < 1:
+        why.append(f"with top_entropy_quantile = {shown(quantile)} TRL's bonus acts on the selected tokens only, "
+                   "polyrl's on every token")
+    if _micro_batches(trl_config) > 1:
+        why.append(f"over gradient_accumulation_steps x world_size = {_micro_batches(trl_config)} micro-batches "
+                   "TRL's bonus is a mean of each micro-batch's token mean, polyrl's one token mean of the step")
+    if not why:
+        return
+    raise ConfigError(f"TRL's entropy_coef = {shown(coef)}: TRL's entropy bonus is a token mean of the entropy over "
+                      "the tokens top_entropy_quantile selects, whatever the loss_type; polyrl's adds "
+                      "-entropy_coef x entropy to every token's loss and aggregates it with the policy loss (verl's "
+                      f"entropy_coeff), so the two differ here: {'; '.join(why)}", field="grpo_config.entropy_coef",
+                      fix='use loss_type="dapo" (cispo and vespo too) with top_entropy_quantile=1.0 and one '
+                          "micro-batch per update (gradient_accumulation_steps=1 on one process), where the two "
+                          "bonuses are the same, or entropy_coef=0")
+
+
 def _steps(max_steps: int, num_iterations: int) -> int:
     """polyrl's ``train.steps`` for TRL's ``max_steps``. Why: TRL counts optimizer updates and
     reuses each rollout batch for ``num_iterations`` of them; a polyrl step is one rollout batch
@@ -278,6 +316,7 @@ def trl_settings(trl_config: Any) -> dict[str, Any]:
     elif "optimizer.warmup_steps" in out:
         out["optimizer.warmup_steps"] = _warmup(out["optimizer.warmup_steps"], trl_config.max_steps)
     _refuse_micro_batch_mean(trl_config)
+    _refuse_entropy_bonus(trl_config)
     loss = trl_value(TRL_NAMES["loss_type"], trl_config.loss_type)
     if isinstance(loss, Preset):
         out["algorithm.name"] = loss.name
