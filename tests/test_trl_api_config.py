@@ -216,8 +216,8 @@ def run_config(monkeypatch):
 
     monkeypatch.setattr(polyrl.trainer, "Trainer", Captured)
 
-    def build(args, generation_config=None):
-        api.run(api.grpo, policy=api.Agent("x"), prompts=["hi"] * 8, generation_config=generation_config,
+    def build(args, generation_config=None, prompts=8):
+        api.run(api.grpo, policy=api.Agent("x"), prompts=["hi"] * prompts, generation_config=generation_config,
                 rewards=[lambda completions, **kwargs: [0.0] * len(completions)], grpo_config=args, progress=False)
         return built["config"]
 
@@ -530,3 +530,48 @@ def test_trls_entropy_bonus_is_taken_only_where_polyrls_is_the_same(run_config, 
     assert float(loss.detach()) == pytest.approx(float(trl_bonus))
     for e in entropy:
         assert torch.allclose(e.grad, torch.full_like(e, -0.01 / sum(lengths)))
+
+
+# --- batch size and epochs as TRL counts them ------------------------------------------------------
+
+@pytest.mark.parametrize(("kwargs", "processes", "prompts_per_step"), [
+    ({"per_device_train_batch_size": 8, "num_generations": 4}, 1, 2),
+    ({"per_device_train_batch_size": 8, "num_generations": 4}, 2, 4),
+    ({"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "num_generations": 4}, 4, 8),
+])
+def test_prompts_per_step_is_trls_generation_batch_over_all_processes(world_size, kwargs, processes, prompts_per_step):
+    """TRL's rollout is generation_batch_size = per_device_train_batch_size x world_size x
+    gradient_accumulation_steps completions; polyrl's prompts_per_step is global, and from_trl left
+    world_size out (a config read under a launcher gave polyrl a world_size-times smaller batch)."""
+    world_size(processes)
+    args = trl_config(**kwargs)
+    ours = api.GRPOConfig.from_trl(args)
+    assert ours.prompts_per_step == prompts_per_step == args.generation_batch_size // args.num_generations
+
+
+@pytest.mark.parametrize(("prompts", "kwargs"), [
+    (10, {"num_train_epochs": 3, "per_device_train_batch_size": 12}),  # 3 whole batches of 3 per epoch, not 10/3
+    (10, {"num_train_epochs": 3, "per_device_train_batch_size": 6, "gradient_accumulation_steps": 2,
+          "num_iterations": 2}),
+    (12, {"num_train_epochs": 1.5, "per_device_train_batch_size": 12}),
+    (10, {"num_train_epochs": 0.5, "per_device_train_batch_size": 12, "num_iterations": 2}),  # 3 updates: refused
+])
+def test_epochs_train_as_many_updates_as_trls_trainer(run_config, tiny_model_dir, tmp_path, prompts, kwargs):
+    """TRL's RepeatSampler keeps whole generation batches only and the HF Trainer runs
+    ceil(epochs x updates per epoch) updates: polyrl's run rounded epochs x prompts / prompts_per_step
+    up, one step more per epoch whenever the prompts were not whole batches (and a longer lr decay)."""
+    import datasets
+
+    args = trl_config(output_dir=str(tmp_path / "trl"), num_generations=4, max_completion_length=4, report_to=[],
+                      **kwargs)
+    trainer = trl.GRPOTrainer(model=tiny_model_dir, reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+                              args=args, train_dataset=datasets.Dataset.from_list([{"prompt": f"q{i}"}
+                                                                                   for i in range(prompts)]))
+    updates = trainer.set_initial_training_values(args, trainer.get_train_dataloader())[-1]  # TRL's max_steps
+    if updates % args.num_iterations:
+        with pytest.raises(ConfigError, match="not a whole number of rollout batches") as info:
+            run_config(args, prompts=prompts)
+        assert info.value.field == "grpo_config.epochs"
+        return
+    config = run_config(args, prompts=prompts)
+    assert config.train.steps * config.algorithm.num_iterations == updates, (config.train.steps, updates)

@@ -141,7 +141,8 @@ class GRPOConfig:
     output_dir: str = "runs/api"
     #: TRL's ``reward_weights``: one weight per entry of ``rewards``, in order (default: 1.0 each)
     reward_weights: Sequence[float] | None = None
-    #: TRL's ``num_train_epochs`` (when no ``max_steps``): steps = epochs x prompts / prompts_per_step
+    #: TRL's ``num_train_epochs`` (when no ``max_steps``): steps = epochs x the whole batches of
+    #: prompts_per_step prompts, as TRL counts them (``epoch_steps``)
     epochs: float | None = None
     #: any other polyrl ``table.key`` -> value (``"optimizer.schedule": "linear"``); set over the
     #: run's other settings (``from_trl`` puts TRL's values here)
@@ -352,7 +353,9 @@ def run(
     overrides.update({k.partition(".")[2]: settings.pop(k) for k in list(settings) if k.startswith("algorithm.")})
     reward_sections, plugins = reward_entries(rewards, cfg.reward_weights)
     prompts_per_step = min(cfg.prompts_per_step, len(rows))
-    steps = cfg.steps if cfg.epochs is None else max(1, math.ceil(cfg.epochs * len(rows) / prompts_per_step))
+    algorithm_config = AlgorithmConfig.preset(algorithm, **overrides)
+    steps = cfg.steps if cfg.epochs is None else epoch_steps(cfg.epochs, len(rows), prompts_per_step,
+                                                             algorithm_config.num_iterations)
     config = RunConfig(
         model=ModelSection(path=policy.model, dtype=policy.dtype,
                            reference_path=ref_policy.model if ref_policy else None),
@@ -364,7 +367,7 @@ def run(
                                      temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k,
                                      min_p=gen.min_p, repetition_penalty=gen.repetition_penalty,
                                      ignore_eos=gen.ignore_eos, stop=list(gen.stop), max_model_path=gen.max_model_path),
-        algorithm=AlgorithmConfig.preset(algorithm, **overrides),
+        algorithm=algorithm_config,
         optimizer=OptimizerConfig(lr=cfg.learning_rate, max_grad_norm=cfg.max_grad_norm),
         lora=policy.lora,
         train=TrainSection(steps=steps, prompts_per_step=prompts_per_step,
@@ -377,6 +380,24 @@ def run(
     except ConfigError as exc:
         raise _prompts_error(exc) from None
     return trainer.run(progress=progress)
+
+
+def epoch_steps(epochs: float, prompts: int, prompts_per_step: int, num_iterations: int = 1) -> int:
+    """polyrl's ``train.steps`` for TRL's ``num_train_epochs`` over ``prompts`` rows. Why TRL's
+    arithmetic: its ``RepeatSampler`` keeps whole batches of ``prompts_per_step`` prompts only (the
+    rest of each epoch is dropped), each reused for ``num_iterations`` updates, and the HF Trainer
+    runs ``ceil(epochs x updates per epoch)`` updates; a polyrl step is one batch and its
+    ``num_iterations`` updates, so a count that stops part-way through a batch is refused."""
+    updates = math.ceil(epochs * ((prompts // prompts_per_step) * num_iterations))
+    if updates % num_iterations:
+        raise ConfigError(f"{epochs} epochs of {prompts // prompts_per_step} whole batches of {prompts_per_step} "
+                          f"prompts is {updates} optimizer updates in TRL's count, not a whole number of rollout "
+                          f"batches of num_iterations = {num_iterations} updates each (TRL would stop part-way through "
+                          "the last batch; a polyrl step is one batch and all its updates)",
+                          field="grpo_config.epochs",
+                          fix="set the epochs (TRL's num_train_epochs) to a whole number, or give a number of steps "
+                              "(TRL's max_steps, a multiple of num_iterations)")
+    return max(1, updates // num_iterations)
 
 
 def _prompts_error(exc: ConfigError) -> ConfigError:

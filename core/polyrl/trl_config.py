@@ -327,10 +327,13 @@ def trl_settings(trl_config: Any) -> dict[str, Any]:
         out["train.steps"] = _steps(trl_config.max_steps, trl_config.num_iterations)
     else:
         out["train.epochs"] = float(trl_config.num_train_epochs)
-    completions = trl_config.per_device_train_batch_size * trl_config.gradient_accumulation_steps
+    # TRL's generation batch (per_device_train_batch_size x world_size x steps_per_generation, which is
+    # gradient_accumulation_steps unless changed, and that is refused): the completions of one rollout
+    completions = trl_config.generation_batch_size
     if completions % trl_config.num_generations:
-        raise ConfigError(f"per_device_train_batch_size x gradient_accumulation_steps = {completions} completions "
-                          f"is not a whole number of groups of num_generations = {trl_config.num_generations}",
+        raise ConfigError(f"TRL's generation_batch_size = per_device_train_batch_size x world_size x "
+                          f"gradient_accumulation_steps = {completions} completions is not a whole number of groups "
+                          f"of num_generations = {trl_config.num_generations}",
                           field="grpo_config.per_device_train_batch_size",
                           fix="make it a multiple of num_generations (polyrl counts prompts per step)")
     out["train.prompts_per_step"] = completions // trl_config.num_generations

@@ -71,12 +71,14 @@ TRL_NAMES: dict[str, TrlName] = {
     "max_steps": TrlName("train.steps", note="TRL counts optimizer updates, polyrl rollout batches of "
                                              "algorithm.num_iterations updates each: write steps = {value} / "
                                              "num_iterations in [train]"),
-    "num_train_epochs": TrlName("train.steps", note="polyrl counts steps: write steps = {value} x the prompts / "
-                                                    "prompts_per_step in [train]"),
+    "num_train_epochs": TrlName("train.steps", note="polyrl counts steps: write steps = {value} x the whole batches "
+                                                    "(prompts // prompts_per_step) in [train]"),
     "seed": TrlName("train.seed"),
     "output_dir": TrlName("train.output_dir"),
-    "per_device_train_batch_size": TrlName("train.prompts_per_step", note="TRL counts completions, polyrl prompts: "
-                                                                          "write prompts_per_step = {value} / "
+    "per_device_train_batch_size": TrlName("train.prompts_per_step", note="TRL counts completions per process, "
+                                                                          "polyrl prompts per step: write "
+                                                                          "prompts_per_step = {value} x the processes "
+                                                                          "x gradient_accumulation_steps / "
                                                                           "generation.group_size in [train]"),
     "reward_weights": TrlName("rewards[].weight", note="write weight = ... in each [[rewards]] table"),
     **{name: TrlName(None, note="polyrl samples one rollout batch per step") for name in (
