@@ -216,8 +216,8 @@ def run_config(monkeypatch):
 
     monkeypatch.setattr(polyrl.trainer, "Trainer", Captured)
 
-    def build(args, generation_config=None, prompts=8):
-        api.run(api.grpo, policy=api.Agent("x"), prompts=["hi"] * prompts, generation_config=generation_config,
+    def build(args, generation_config=None, prompts=8, algorithm=api.grpo):
+        api.run(algorithm, policy=api.Agent("x"), prompts=["hi"] * prompts, generation_config=generation_config,
                 rewards=[lambda completions, **kwargs: [0.0] * len(completions)], grpo_config=args, progress=False)
         return built["config"]
 
@@ -350,6 +350,55 @@ def test_run_refuses_a_loss_preset_other_than_the_algorithm_it_runs(tiny_model_d
         api.run(api.dapo, policy=api.Agent(tiny_model_dir), prompts=["1 + 1?"],
                 grpo_config=trl_config(loss_type="sapo", output_dir=str(tmp_path / "run")), progress=False)
     assert info.value.field == "grpo_config.loss_type", info.value
+
+
+@pytest.mark.parametrize(("algorithm", "kwargs", "field", "named"), [
+    # TRL's loss_type "dapo" is the aggregation only: the dapo preset's clip-higher, dynamic sampling and
+    # overlong shaping were added silently
+    ("dapo", {"loss_type": "dapo"}, "grpo_config.epsilon_high",
+     ["epsilon_high = 0.28 where the TRL config trains with 0.2", "dynamic_sampling = True where the TRL config "
+      "trains with False", "overlong_buffer = 0.2", "set epsilon_high=0.28 in the trl.GRPOConfig",
+      "TRL has no field for dynamic_sampling, overlong_buffer"]),
+    ("dapo", {"loss_type": "grpo"}, "grpo_config.epsilon_high",
+     ["loss_aggregation = 'token_mean' where the TRL config trains with 'seq_mean_token_mean'", "loss_type='dapo'"]),
+    ("dr_grpo", {"loss_type": "dr_grpo", "scale_rewards": "group"}, "grpo_config.scale_rewards",
+     ["scale_rewards = 'none' where the TRL config trains with 'group'", "set scale_rewards=False"]),
+    ("gspo", {"loss_type": "grpo"}, "grpo_config.importance_sampling_level",
+     ["importance_sampling_level = 'sequence' where the TRL config trains with 'token'", "epsilon = 0.0003"]),
+    ("rloo", {}, "algorithm.advantage", ["advantage = 'rloo' where the TRL config trains with 'group'"]),
+    ("cispo", {"loss_type": "dapo"}, "grpo_config.loss_type",
+     ["policy_loss = 'cispo' where the TRL config trains with 'ppo'", "set loss_type='cispo'"]),
+])
+@pytest.mark.parametrize("converted", [False, True])
+def test_run_refuses_a_named_preset_that_would_replace_a_value_the_trl_config_trains_with(
+        run_config, algorithm, kwargs, field, named, converted):
+    """from_trl leaves out a value equal to the grpo preset's, and run(ALGO) then took ALGO's own
+    value for it: run("dapo", TRL's loss_type="dapo") trained with clip-higher, dynamic sampling and
+    overlong shaping, run("dr_grpo", scale_rewards="group") without the std scaling TRL applies."""
+    args = trl_config(max_steps=1, **kwargs)
+    with pytest.raises(ConfigError) as info:
+        run_config(api.GRPOConfig.from_trl(args) if converted else args, algorithm=algorithm)
+    text = str(info.value)
+    assert info.value.field == field, info.value
+    assert f"run({algorithm!r}) with a trl.GRPOConfig" in text and "drop the preset name: run('grpo', ...)" in text
+    for part in named:
+        assert part in text, text
+
+
+def test_run_takes_a_named_preset_that_changes_nothing_the_trl_config_trains_with(run_config):
+    """Where the TRL config already trains the named preset's values, the run carries its name; a
+    polyrl GRPOConfig still tunes the named preset (its unset values are the preset's)."""
+    algorithm = run_config(trl_config(max_steps=1, loss_type="dr_grpo", scale_rewards=False),
+                           algorithm=api.dr_grpo).algorithm
+    assert (algorithm.name, algorithm.scale_rewards, algorithm.loss_aggregation, algorithm.clip_eps_high) == (
+        "dr_grpo", "none", "seq_mean_token_sum_norm", 0.2)
+    gspo = run_config(trl_config(max_steps=1, loss_type="grpo", importance_sampling_level="sequence", epsilon=3e-4,
+                                 epsilon_high=4e-4), algorithm="gspo").algorithm
+    assert (gspo.name, gspo.importance_sampling_level, gspo.epsilon) == ("gspo", "sequence", 3e-4)
+    assert run_config(trl_config(max_steps=1, loss_type="cispo", epsilon_high=5.0),
+                      algorithm="cispo").algorithm.clip_eps_high == pytest.approx(4.0)  # TRL's own loss preset
+    ours = run_config(api.GRPOConfig(steps=1, beta=0.01), algorithm=api.dapo).algorithm
+    assert (ours.dynamic_sampling, ours.clip_eps_high, ours.beta) == (True, 0.28, 0.01)
 
 
 # --- several reward-model folders -----------------------------------------------------------------
