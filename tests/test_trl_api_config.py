@@ -100,6 +100,49 @@ def test_trls_cosine_with_a_floor_is_polyrls_cosine_with_min_lr_ratio():
     assert info.value.field == "grpo_config.lr_scheduler_kwargs"
 
 
+@pytest.mark.parametrize(("schedule", "kwargs"), [
+    ("constant", {}), ("constant", {"min_lr_rate": 0.1}), ("constant_with_warmup", {}), ("linear", {}),
+    ("cosine", {}), ("cosine_with_min_lr", {"min_lr_rate": 0.1}),
+])
+@pytest.mark.parametrize("warmup", [3, 0.25])
+def test_trls_lr_schedule_is_transformers_own_update_by_update(schedule, kwargs, warmup):
+    """The lr of every update, as transformers' get_scheduler (what TRL's trainer calls) gives it.
+    "constant" returns before reading num_warmup_steps, so TRL never warms it up: from_trl carried
+    TRL's warmup_steps and polyrl's constant schedule ramped from lr 0 over them."""
+    torch = pytest.importorskip("torch")
+    from transformers.optimization import get_scheduler
+
+    from polyrl.schedules import lr_multiplier
+    from polyrl.trl_config import trl_settings
+
+    args = trl_config(max_steps=12, lr_scheduler_type=schedule, warmup_steps=warmup, lr_scheduler_kwargs=kwargs)
+    settings = trl_settings(args)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = get_scheduler(schedule, optimizer, num_warmup_steps=args.get_warmup_steps(12), num_training_steps=12,
+                              scheduler_specific_kwargs=kwargs)
+    theirs = []
+    for _ in range(12):
+        theirs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    ours = [lr_multiplier(k, settings["optimizer.schedule"], settings["optimizer.warmup_steps"], 12,
+                          settings.get("optimizer.min_lr_ratio", 0.0)) for k in range(12)]
+    assert ours == pytest.approx(theirs), (settings, theirs)
+
+
+@pytest.mark.parametrize(("schedule", "kwargs", "named"), [
+    ("linear", {"min_lr_rate": 0.1}, "takes no min_lr_rate"),
+    ("cosine", {"min_lr": 1e-7}, "takes no min_lr"),
+    ("cosine_with_min_lr", {}, "without min_lr_rate or min_lr"),
+])
+def test_trl_schedule_arguments_transformers_refuses_are_refused(schedule, kwargs, named):
+    """transformers passes lr_scheduler_kwargs to linear and cosine, which take no floor (TRL's
+    training fails there), and cosine_with_min_lr needs one: polyrl trained a floor TRL cannot."""
+    with pytest.raises(ConfigError, match=named) as info:
+        api.GRPOConfig.from_trl(trl_config(max_steps=4, lr_scheduler_type=schedule, lr_scheduler_kwargs=kwargs))
+    assert info.value.field == "grpo_config.lr_scheduler_kwargs" and "cosine_with_min_lr" in str(info.value)
+
+
 def test_trls_max_steps_counts_updates_so_polyrl_steps_are_max_steps_over_num_iterations():
     """TRL's max_steps counts optimizer updates and reuses each rollout batch for num_iterations of
     them; a polyrl step is one batch and its num_iterations updates. max_steps was taken as steps,
@@ -127,6 +170,31 @@ def test_trls_fractional_warmup_is_that_fraction_of_the_updates(kwargs, warmup):
     assert info.value.field == "grpo_config.warmup_steps"
 
 
+@pytest.fixture()
+def world_size(monkeypatch):
+    """TRL configs built as under a launcher of ``n`` processes (TRL reads world_size in __post_init__)."""
+    def set_to(n: int) -> None:
+        monkeypatch.setattr(trl.GRPOConfig, "world_size", property(lambda self: n))
+    return set_to
+
+
+@pytest.mark.parametrize(("kwargs", "processes"), [
+    ({"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "num_generations": 4}, 1),
+    ({"per_device_train_batch_size": 4, "num_generations": 4}, 2),
+])
+def test_trls_bnpo_over_several_micro_batches_is_refused_naming_dapo(world_size, kwargs, processes):
+    """TRL's bnpo divides each micro-batch by its own token count, polyrl's token_mean the whole
+    step by its count (TRL's dapo): from_trl read bnpo as token_mean whatever the micro-batches."""
+    world_size(processes)
+    with pytest.raises(ConfigError, match="token mean per micro-batch") as info:
+        api.GRPOConfig.from_trl(trl_config(loss_type="bnpo", **kwargs))
+    assert info.value.field == "grpo_config.loss_type" and 'loss_type="dapo"' in str(info.value), info.value
+    assert api.GRPOConfig.from_trl(trl_config(loss_type="dapo", **kwargs)).loss_aggregation == "token_mean"
+    world_size(1)
+    one = api.GRPOConfig.from_trl(trl_config(loss_type="bnpo", per_device_train_batch_size=8, num_generations=4))
+    assert one.loss_aggregation == "token_mean"  # one micro-batch: the same token mean
+
+
 def test_a_loss_type_that_is_a_polyrl_preset_picks_the_preset():
     ours = api.GRPOConfig.from_trl(trl_config(loss_type="cispo", epsilon_high=5.0))
     assert ours.settings["algorithm.name"] == "cispo" and ours.loss_aggregation is None
@@ -148,8 +216,8 @@ def run_config(monkeypatch):
 
     monkeypatch.setattr(polyrl.trainer, "Trainer", Captured)
 
-    def build(args, generation_config=None):
-        api.run(api.grpo, policy=api.Agent("x"), prompts=["hi"] * 8, generation_config=generation_config,
+    def build(args, generation_config=None, prompts=8, algorithm=api.grpo):
+        api.run(algorithm, policy=api.Agent("x"), prompts=["hi"] * prompts, generation_config=generation_config,
                 rewards=[lambda completions, **kwargs: [0.0] * len(completions)], grpo_config=args, progress=False)
         return built["config"]
 
@@ -164,6 +232,8 @@ def run_config(monkeypatch):
     ({"loss_type": "cispo", "epsilon_high": 1.28}, {"clip_eps_high": 0.28}),
     ({"loss_type": "sapo", "sapo_temperature_pos": 2.0}, {"sapo_temperature_pos": 2.0, "policy_loss": "sapo"}),
     ({"loss_type": "vespo"}, {"policy_loss": "vespo", "importance_sampling_level": "token"}),
+    # TRL's vespo never reads the ratio level (its gamma weight takes the sequence ratio itself); polyrl refused it
+    ({"loss_type": "vespo", "importance_sampling_level": "sequence"}, {"importance_sampling_level": "token"}),
 ])
 def test_a_loss_type_preset_trains_with_the_values_trl_reads_not_the_presets(run_config, kwargs, expected):
     """TRL values equal to the grpo preset's defaults were dropped, so loss_type = "luspo" trained
@@ -174,6 +244,14 @@ def test_a_loss_type_preset_trains_with_the_values_trl_reads_not_the_presets(run
     for name, value in expected.items():
         wanted = pytest.approx(value) if isinstance(value, float) else value
         assert getattr(algorithm, name) == wanted, (name, getattr(algorithm, name))
+
+
+def test_trls_sequence_level_cispo_is_refused_in_trls_terms():
+    """TRL trains cispo with a sequence ratio (warning only); polyrl's cispo is token-level only, and
+    the refusal came at run time as polyrl's algorithm.importance_sampling_level ("no sequence-level form")."""
+    with pytest.raises(ConfigError, match="polyrl's cispo weights each token by its own ratio only") as info:
+        api.GRPOConfig.from_trl(trl_config(loss_type="cispo", epsilon_high=5.0, importance_sampling_level="sequence"))
+    assert info.value.field == "grpo_config.importance_sampling_level"
 
 
 def test_trls_cispo_cap_below_one_is_refused():
@@ -210,8 +288,10 @@ def test_derived_trl_values_never_count_as_set():
     ({"fp16": True}, "grpo_config.fp16", ["fp16 = True"]),
     ({"steps_per_generation": 2}, "grpo_config.generation_batch_size", ["steps_per_generation = 2",
                                                                         "one rollout batch per step"]),
-    ({"multi_objective_aggregation": "normalize_then_sum", "adam_beta2": 0.99},
-     "grpo_config.adam_beta2", ["adam_beta2 = 0.99", "multi_objective_aggregation = 'normalize_then_sum'"]),
+    ({"multi_objective_aggregation": "normalize_then_sum", "use_liger_kernel": True},
+     "grpo_config.use_liger_kernel", ["use_liger_kernel = True (TRL's default: False): from_trl does not translate it",
+                                      "multi_objective_aggregation = 'normalize_then_sum' (TRL's default: "
+                                      "'sum_then_normalize'): polyrl has no equivalent (polyrl sums the rewards"]),
     ({"optim": "sgd"}, "grpo_config.optim", ["optim = 'sgd'"]),
     ({"lr_scheduler_type": "polynomial"}, "grpo_config.lr_scheduler_type", ["'polynomial'"]),
 ])
@@ -221,6 +301,25 @@ def test_a_changed_field_polyrl_cannot_honour_is_one_error_naming_it(kwargs, fie
     assert info.value.field == field and "Fix:" in str(info.value), info.value
     for text in named:
         assert text in str(info.value), info.value
+
+
+def test_trls_adam_betas_and_epsilon_are_polyrls_adamw_betas_and_eps(run_config):
+    """polyrl's AdamW has betas and eps (OptimizerConfig); from_trl refused adam_beta1, adam_beta2
+    and adam_epsilon as fields "polyrl has no equivalent" for."""
+    ours = api.GRPOConfig.from_trl(trl_config(adam_beta1=0.8, adam_beta2=0.99, adam_epsilon=1e-6))
+    assert (ours.settings["optimizer.betas"], ours.settings["optimizer.eps"]) == ((0.8, 0.99), 1e-6)
+    optimizer = run_config(trl_config(max_steps=1, adam_beta2=0.95)).optimizer
+    assert (optimizer.betas, optimizer.eps) == ((0.9, 0.95), 1e-8)  # TRL's adam_beta1 and epsilon: AdamW's defaults
+
+
+def test_a_refused_field_says_why_without_claiming_polyrl_lacks_what_it_has():
+    """shuffle_dataset=False was refused as "polyrl has no equivalent", though polyrl's sampler
+    has an unshuffled order (no setting reaches it): the reason is now the field's own."""
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(trl_config(shuffle_dataset=False))
+    text = str(info.value)
+    assert info.value.field == "grpo_config.shuffle_dataset", info.value
+    assert "polyrl's prompt sampler always shuffles" in text and "no equivalent" not in text, text
 
 
 def test_trl_settings_that_are_what_polyrl_does_are_taken_and_agent_ones_name_the_toml_key():
@@ -251,6 +350,55 @@ def test_run_refuses_a_loss_preset_other_than_the_algorithm_it_runs(tiny_model_d
         api.run(api.dapo, policy=api.Agent(tiny_model_dir), prompts=["1 + 1?"],
                 grpo_config=trl_config(loss_type="sapo", output_dir=str(tmp_path / "run")), progress=False)
     assert info.value.field == "grpo_config.loss_type", info.value
+
+
+@pytest.mark.parametrize(("algorithm", "kwargs", "field", "named"), [
+    # TRL's loss_type "dapo" is the aggregation only: the dapo preset's clip-higher, dynamic sampling and
+    # overlong shaping were added silently
+    ("dapo", {"loss_type": "dapo"}, "grpo_config.epsilon_high",
+     ["epsilon_high = 0.28 where the TRL config trains with 0.2", "dynamic_sampling = True where the TRL config "
+      "trains with False", "overlong_buffer = 0.2", "set epsilon_high=0.28 in the trl.GRPOConfig",
+      "TRL has no field for dynamic_sampling, overlong_buffer"]),
+    ("dapo", {"loss_type": "grpo"}, "grpo_config.epsilon_high",
+     ["loss_aggregation = 'token_mean' where the TRL config trains with 'seq_mean_token_mean'", "loss_type='dapo'"]),
+    ("dr_grpo", {"loss_type": "dr_grpo", "scale_rewards": "group"}, "grpo_config.scale_rewards",
+     ["scale_rewards = 'none' where the TRL config trains with 'group'", "set scale_rewards=False"]),
+    ("gspo", {"loss_type": "grpo"}, "grpo_config.importance_sampling_level",
+     ["importance_sampling_level = 'sequence' where the TRL config trains with 'token'", "epsilon = 0.0003"]),
+    ("rloo", {}, "algorithm.advantage", ["advantage = 'rloo' where the TRL config trains with 'group'"]),
+    ("cispo", {"loss_type": "dapo"}, "grpo_config.loss_type",
+     ["policy_loss = 'cispo' where the TRL config trains with 'ppo'", "set loss_type='cispo'"]),
+])
+@pytest.mark.parametrize("converted", [False, True])
+def test_run_refuses_a_named_preset_that_would_replace_a_value_the_trl_config_trains_with(
+        run_config, algorithm, kwargs, field, named, converted):
+    """from_trl leaves out a value equal to the grpo preset's, and run(ALGO) then took ALGO's own
+    value for it: run("dapo", TRL's loss_type="dapo") trained with clip-higher, dynamic sampling and
+    overlong shaping, run("dr_grpo", scale_rewards="group") without the std scaling TRL applies."""
+    args = trl_config(max_steps=1, **kwargs)
+    with pytest.raises(ConfigError) as info:
+        run_config(api.GRPOConfig.from_trl(args) if converted else args, algorithm=algorithm)
+    text = str(info.value)
+    assert info.value.field == field, info.value
+    assert f"run({algorithm!r}) with a trl.GRPOConfig" in text and "drop the preset name: run('grpo', ...)" in text
+    for part in named:
+        assert part in text, text
+
+
+def test_run_takes_a_named_preset_that_changes_nothing_the_trl_config_trains_with(run_config):
+    """Where the TRL config already trains the named preset's values, the run carries its name; a
+    polyrl GRPOConfig still tunes the named preset (its unset values are the preset's)."""
+    algorithm = run_config(trl_config(max_steps=1, loss_type="dr_grpo", scale_rewards=False),
+                           algorithm=api.dr_grpo).algorithm
+    assert (algorithm.name, algorithm.scale_rewards, algorithm.loss_aggregation, algorithm.clip_eps_high) == (
+        "dr_grpo", "none", "seq_mean_token_sum_norm", 0.2)
+    gspo = run_config(trl_config(max_steps=1, loss_type="grpo", importance_sampling_level="sequence", epsilon=3e-4,
+                                 epsilon_high=4e-4), algorithm="gspo").algorithm
+    assert (gspo.name, gspo.importance_sampling_level, gspo.epsilon) == ("gspo", "sequence", 3e-4)
+    assert run_config(trl_config(max_steps=1, loss_type="cispo", epsilon_high=5.0),
+                      algorithm="cispo").algorithm.clip_eps_high == pytest.approx(4.0)  # TRL's own loss preset
+    ours = run_config(api.GRPOConfig(steps=1, beta=0.01), algorithm=api.dapo).algorithm
+    assert (ours.dynamic_sampling, ours.clip_eps_high, ours.beta) == (True, 0.28, 0.01)
 
 
 # --- several reward-model folders -----------------------------------------------------------------
@@ -386,9 +534,93 @@ def test_trl_fields_polyrl_has_under_the_same_name_are_carried_and_report_to_is_
     """SAPO's and VESPO's shape parameters and entropy_coef are algorithm keys of the same name
     and meaning; report_to is a logging field (README: logging fields are ignored)."""
     ours = api.GRPOConfig.from_trl(trl_config(loss_type="sapo", sapo_temperature_pos=2.0, sapo_temperature_neg=1.2,
-                                              entropy_coef=0.01, report_to=["tensorboard"]))
+                                              report_to=["tensorboard"]))
     assert ours.settings["algorithm.name"] == "sapo"
-    assert (ours.settings["algorithm.sapo_temperature_pos"], ours.settings["algorithm.sapo_temperature_neg"],
-            ours.settings["algorithm.entropy_coef"]) == (2.0, 1.2, 0.01)
+    assert (ours.settings["algorithm.sapo_temperature_pos"], ours.settings["algorithm.sapo_temperature_neg"]) == (2.0, 1.2)
+    assert api.GRPOConfig.from_trl(trl_config(entropy_coef=0.01)).settings["algorithm.entropy_coef"] == 0.01  # dapo
     vespo = api.GRPOConfig.from_trl(trl_config(loss_type="vespo", vespo_k_pos=3.0, vespo_lambda_neg=1.5))
     assert (vespo.settings["algorithm.vespo_k_pos"], vespo.settings["algorithm.vespo_lambda_neg"]) == (3.0, 1.5)
+
+
+# --- the entropy bonus --------------------------------------------------------------------------
+
+LOSS_TYPES = ("grpo", "dapo", "bnpo", "dr_grpo", "luspo", "sapo", "cispo", "vespo")
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+@pytest.mark.parametrize(("quantile", "accumulation"), [(1.0, 1), (0.2, 1), (1.0, 2)])
+def test_trls_entropy_bonus_is_taken_only_where_polyrls_is_the_same(run_config, loss_type, quantile, accumulation):
+    """TRL 1.16 subtracts entropy_coef x the token mean of the entropy over the tokens
+    top_entropy_quantile selects, per micro-batch, whatever the loss_type; polyrl adds -coef x H_t to
+    every token's loss and aggregates it with the policy loss (verl's). from_trl carried entropy_coef
+    1:1, so luspo's bonus was ~the mean length times TRL's and a quantile's bonus acted on every
+    token. Where it is taken, polyrl's bonus gradient is TRL's; everywhere else it is refused."""
+    torch = pytest.importorskip("torch")
+    from polyrl_torch.training import objective_loss
+
+    kwargs = {"loss_type": loss_type, "entropy_coef": 0.01, "top_entropy_quantile": quantile, "max_steps": 1,
+              "per_device_train_batch_size": 8 // accumulation, "gradient_accumulation_steps": accumulation,
+              "num_generations": 4, "max_completion_length": 64, "epsilon_high": 5.0 if loss_type == "cispo" else None}
+    if loss_type not in ("dapo", "bnpo", "cispo", "vespo") or quantile < 1 or accumulation > 1:
+        with pytest.raises(ConfigError) as info:
+            api.GRPOConfig.from_trl(trl_config(**kwargs))
+        bnpo = loss_type == "bnpo" and accumulation > 1  # refused for its policy term already
+        assert info.value.field == f"grpo_config.{'loss_type' if bnpo else 'entropy_coef'}", info.value
+        assert 'loss_type="dapo"' in str(info.value), info.value
+        return
+    config = run_config(trl_config(**kwargs))
+    lengths = [3, 10, 50, 7]
+    generator = torch.Generator().manual_seed(0)
+    entropy = [(torch.rand(n, generator=generator, dtype=torch.float64) * 2).requires_grad_(True) for n in lengths]
+    logp = [-torch.rand(n, generator=generator, dtype=torch.float64) for n in lengths]
+    loss, _ = objective_loss(logp, [0.0] * len(lengths), config.algorithm.objective(64), entropy=entropy)
+    loss.backward()
+    trl_bonus = -0.01 * torch.cat([e.detach() for e in entropy]).mean()  # TRL: token mean over the one micro-batch
+    assert float(loss.detach()) == pytest.approx(float(trl_bonus))
+    for e in entropy:
+        assert torch.allclose(e.grad, torch.full_like(e, -0.01 / sum(lengths)))
+
+
+# --- batch size and epochs as TRL counts them ------------------------------------------------------
+
+@pytest.mark.parametrize(("kwargs", "processes", "prompts_per_step"), [
+    ({"per_device_train_batch_size": 8, "num_generations": 4}, 1, 2),
+    ({"per_device_train_batch_size": 8, "num_generations": 4}, 2, 4),
+    ({"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "num_generations": 4}, 4, 8),
+])
+def test_prompts_per_step_is_trls_generation_batch_over_all_processes(world_size, kwargs, processes, prompts_per_step):
+    """TRL's rollout is generation_batch_size = per_device_train_batch_size x world_size x
+    gradient_accumulation_steps completions; polyrl's prompts_per_step is global, and from_trl left
+    world_size out (a config read under a launcher gave polyrl a world_size-times smaller batch)."""
+    world_size(processes)
+    args = trl_config(**kwargs)
+    ours = api.GRPOConfig.from_trl(args)
+    assert ours.prompts_per_step == prompts_per_step == args.generation_batch_size // args.num_generations
+
+
+@pytest.mark.parametrize(("prompts", "kwargs"), [
+    (10, {"num_train_epochs": 3, "per_device_train_batch_size": 12}),  # 3 whole batches of 3 per epoch, not 10/3
+    (10, {"num_train_epochs": 3, "per_device_train_batch_size": 6, "gradient_accumulation_steps": 2,
+          "num_iterations": 2}),
+    (12, {"num_train_epochs": 1.5, "per_device_train_batch_size": 12}),
+    (10, {"num_train_epochs": 0.5, "per_device_train_batch_size": 12, "num_iterations": 2}),  # 3 updates: refused
+])
+def test_epochs_train_as_many_updates_as_trls_trainer(run_config, tiny_model_dir, tmp_path, prompts, kwargs):
+    """TRL's RepeatSampler keeps whole generation batches only and the HF Trainer runs
+    ceil(epochs x updates per epoch) updates: polyrl's run rounded epochs x prompts / prompts_per_step
+    up, one step more per epoch whenever the prompts were not whole batches (and a longer lr decay)."""
+    import datasets
+
+    args = trl_config(output_dir=str(tmp_path / "trl"), num_generations=4, max_completion_length=4, report_to=[],
+                      **kwargs)
+    trainer = trl.GRPOTrainer(model=tiny_model_dir, reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+                              args=args, train_dataset=datasets.Dataset.from_list([{"prompt": f"q{i}"}
+                                                                                   for i in range(prompts)]))
+    updates = trainer.set_initial_training_values(args, trainer.get_train_dataloader())[-1]  # TRL's max_steps
+    if updates % args.num_iterations:
+        with pytest.raises(ConfigError, match="not a whole number of rollout batches") as info:
+            run_config(args, prompts=prompts)
+        assert info.value.field == "grpo_config.epochs"
+        return
+    config = run_config(args, prompts=prompts)
+    assert config.train.steps * config.algorithm.num_iterations == updates, (config.train.steps, updates)

@@ -141,11 +141,15 @@ class GRPOConfig:
     output_dir: str = "runs/api"
     #: TRL's ``reward_weights``: one weight per entry of ``rewards``, in order (default: 1.0 each)
     reward_weights: Sequence[float] | None = None
-    #: TRL's ``num_train_epochs`` (when no ``max_steps``): steps = epochs x prompts / prompts_per_step
+    #: TRL's ``num_train_epochs`` (when no ``max_steps``): steps = epochs x the whole batches of
+    #: prompts_per_step prompts, as TRL counts them (``epoch_steps``)
     epochs: float | None = None
     #: any other polyrl ``table.key`` -> value (``"optimizer.schedule": "linear"``); set over the
     #: run's other settings (``from_trl`` puts TRL's values here)
     settings: Mapping[str, Any] = attrs.field(factory=dict)
+    #: set by ``from_trl``: the algorithm values are TRL's (a value left out is polyrl's grpo
+    #: default, which TRL trains with too), so ``run`` refuses a named preset that changes one
+    _from_trl: bool = attrs.field(default=False, repr=False, alias="_from_trl")
 
     def __new__(cls, *args: Any, **kwargs: Any) -> GRPOConfig:
         _refuse_unknown_arguments(kwargs)
@@ -171,7 +175,7 @@ class GRPOConfig:
         settings = {k: v for k, v in kept.items() if k not in _ARGUMENTS}
         if "train.epochs" in values:
             arguments["steps"] = 1  # replaced by epochs once the prompts are known
-        config = cls(**arguments, settings=settings)
+        config = cls(**arguments, settings=settings, _from_trl=True)
         if getattr(trl_config, "beta", 0.0) and getattr(trl_config, "use_bias_correction_kl", False):
             get_logger("polyrl.api").warning(
                 "TRL's use_bias_correction_kl = True weights the KL term by the importance ratio (a different KL "
@@ -187,8 +191,9 @@ def _carried_as_is(key: str, values: Mapping[str, Any]) -> bool:
     """Whether TRL's value of ``key`` is kept even where it equals polyrl's default. Why: a
     generation value is compared with an explicit ``GenerationConfig`` (one equal to polyrl's
     default was dropped, and the other one won silently), and under a ``loss_type`` that picks a
-    preset the grpo defaults are not the preset's (luspo's clip). Otherwise a value left out lets
-    the algorithm ``run`` names keep its own (``run(dapo, ...)``)."""
+    preset the grpo defaults are not the preset's (luspo's clip). Otherwise a value left out is
+    the grpo preset's, which TRL trains with too; ``run`` refuses a named preset that would change
+    it (``_refuse_preset_over_trl``)."""
     return key.startswith("generation.") or ("algorithm.name" in values and key.startswith("algorithm."))
 
 
@@ -346,13 +351,18 @@ def run(
     if not rows:
         raise ConfigError("no prompts given", field="prompts", fix="pass at least one prompt")
     settings = dict(cfg.settings)
-    algorithm = _preset(algorithm, settings.pop("algorithm.name", None))
+    trl_preset = settings.pop("algorithm.name", None)
+    algorithm = _preset(algorithm, trl_preset)
     overrides = {k: v for k, v in attrs.asdict(cfg).items()
                  if k in {f.name for f in attrs.fields(AlgorithmConfig)} and v is not None}
     overrides.update({k.partition(".")[2]: settings.pop(k) for k in list(settings) if k.startswith("algorithm.")})
+    if cfg._from_trl and algorithm != (trl_preset or grpo):
+        _refuse_preset_over_trl(algorithm, overrides)
     reward_sections, plugins = reward_entries(rewards, cfg.reward_weights)
     prompts_per_step = min(cfg.prompts_per_step, len(rows))
-    steps = cfg.steps if cfg.epochs is None else max(1, math.ceil(cfg.epochs * len(rows) / prompts_per_step))
+    algorithm_config = AlgorithmConfig.preset(algorithm, **overrides)
+    steps = cfg.steps if cfg.epochs is None else epoch_steps(cfg.epochs, len(rows), prompts_per_step,
+                                                             algorithm_config.num_iterations)
     config = RunConfig(
         model=ModelSection(path=policy.model, dtype=policy.dtype,
                            reference_path=ref_policy.model if ref_policy else None),
@@ -364,7 +374,7 @@ def run(
                                      temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k,
                                      min_p=gen.min_p, repetition_penalty=gen.repetition_penalty,
                                      ignore_eos=gen.ignore_eos, stop=list(gen.stop), max_model_path=gen.max_model_path),
-        algorithm=AlgorithmConfig.preset(algorithm, **overrides),
+        algorithm=algorithm_config,
         optimizer=OptimizerConfig(lr=cfg.learning_rate, max_grad_norm=cfg.max_grad_norm),
         lora=policy.lora,
         train=TrainSection(steps=steps, prompts_per_step=prompts_per_step,
@@ -377,6 +387,24 @@ def run(
     except ConfigError as exc:
         raise _prompts_error(exc) from None
     return trainer.run(progress=progress)
+
+
+def epoch_steps(epochs: float, prompts: int, prompts_per_step: int, num_iterations: int = 1) -> int:
+    """polyrl's ``train.steps`` for TRL's ``num_train_epochs`` over ``prompts`` rows. Why TRL's
+    arithmetic: its ``RepeatSampler`` keeps whole batches of ``prompts_per_step`` prompts only (the
+    rest of each epoch is dropped), each reused for ``num_iterations`` updates, and the HF Trainer
+    runs ``ceil(epochs x updates per epoch)`` updates; a polyrl step is one batch and its
+    ``num_iterations`` updates, so a count that stops part-way through a batch is refused."""
+    updates = math.ceil(epochs * ((prompts // prompts_per_step) * num_iterations))
+    if updates % num_iterations:
+        raise ConfigError(f"{epochs} epochs of {prompts // prompts_per_step} whole batches of {prompts_per_step} "
+                          f"prompts is {updates} optimizer updates in TRL's count, not a whole number of rollout "
+                          f"batches of num_iterations = {num_iterations} updates each (TRL would stop part-way through "
+                          "the last batch; a polyrl step is one batch and all its updates)",
+                          field="grpo_config.epochs",
+                          fix="set the epochs (TRL's num_train_epochs) to a whole number, or give a number of steps "
+                              "(TRL's max_steps, a multiple of num_iterations)")
+    return max(1, updates // num_iterations)
 
 
 def _prompts_error(exc: ConfigError) -> ConfigError:
@@ -400,6 +428,58 @@ def _preset(algorithm: str, from_trl: str | None) -> str:
         return from_trl
     raise ConfigError(f"run({algorithm!r}) but the grpo_config's loss_type is the {from_trl!r} preset",
                       field="grpo_config.loss_type", fix=f"run one of them: run({from_trl!r}, ...) or another loss_type")
+
+
+def _trl_spelling(key: str, value: Any) -> tuple[str, Any] | None:
+    """polyrl's ``algorithm.key = value`` as the ``trl.GRPOConfig`` field and value that set it
+    (None: TRL has no field for it)."""
+    from polyrl.trl_names import TRL_NAMES, Preset
+
+    for name, entry in TRL_NAMES.items():
+        if entry.key == f"algorithm.{key}":
+            spelled = [t for t, v in entry.values.items() if v == value and not isinstance(v, Preset)]
+            return name, spelled[0] if spelled else value
+    return None
+
+
+def _refuse_preset_over_trl(algorithm: str, overrides: Mapping[str, Any]) -> None:
+    """One ConfigError when ``run(algorithm, grpo_config=<a TRL config>)`` names a preset whose
+    own values differ from the ones the TRL config trains with. Why: ``overrides`` hold TRL's
+    values only where they differ from the grpo preset's (also TRL's), so the named preset's
+    values replaced the rest silently (``run(dapo, ...)`` added clip-higher 0.28, dynamic sampling
+    and overlong shaping that the TRL config never asked for, and undid its own scale_rewards)."""
+    from polyrl.algorithms.presets import PRESETS
+    from polyrl.trl_names import TRL_NAMES, Preset
+
+    trl = AlgorithmConfig.preset(grpo, **overrides)  # what the TRL config trains (its loss preset is handled first)
+    conflicts = []
+    for key, value in PRESETS[algorithm].items():
+        theirs = trl.clip_eps_high if key == "epsilon_high" else getattr(trl, key)
+        if value != theirs:
+            conflicts.append((key, value, theirs))
+    if not conflicts:
+        return
+    said = "; ".join(f"{key} = {shown(value)} where the TRL config trains with {shown(theirs)}"
+                     for key, value, theirs in conflicts)
+    fix = f"drop the preset name: run({grpo!r}, ...) trains the trl.GRPOConfig as TRL does (its loss_type picks " \
+          "cispo, sapo, luspo or vespo)"
+    spelled = {key: _trl_spelling(key, value) for key, value, _ in conflicts}
+    if Preset(algorithm) in TRL_NAMES["loss_type"].values.values():  # TRL's loss of that name: from_trl reads it
+        fix += f", or set loss_type={algorithm!r} in the trl.GRPOConfig (TRL's {algorithm} loss)"
+        first = "loss_type"
+    else:
+        in_trl = [f"{pair[0]}={pair[1]!r}" for pair in spelled.values() if pair is not None]
+        not_in_trl = [key for key, pair in spelled.items() if pair is None]
+        if in_trl:
+            fix += f", or set {', '.join(in_trl)} in the trl.GRPOConfig"
+        if not_in_trl:
+            fix += (f"; TRL has no field for {', '.join(not_in_trl)}: for the {algorithm} preset's, pass polyrl's "
+                    "GRPOConfig instead of a TRL config")
+        pair = spelled[conflicts[0][0]]
+        first = pair[0] if pair is not None else conflicts[0][0]
+    where = f"grpo_config.{first}" if first in TRL_NAMES else f"algorithm.{first}"
+    raise ConfigError(f"run({algorithm!r}) with a trl.GRPOConfig: the {algorithm} preset would replace values the "
+                      f"TRL config trains with: {said}", field=where, fix=fix)
 
 
 def with_settings(config: RunConfig, settings: Mapping[str, Any],

@@ -43,7 +43,15 @@ ADAMW = frozenset({"adamw_torch", "adamw_torch_fused"})
 #: fields read together with others below, not through their own table entry
 COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
-                      "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio"})
+                      "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio", "adam_beta1", "adam_beta2"})
+
+
+#: Why from_trl cannot carry a field that has no ``TRL_NAMES``/``TOML_HINTS`` entry, where polyrl
+#: has something close; any other such field is "not translated" (no claim about polyrl).
+NOT_CARRIED = {
+    "shuffle_dataset": "polyrl's prompt sampler always shuffles (a new seeded order each epoch); no polyrl "
+                       "setting keeps the dataset's order",
+}
 
 
 def _plain(value: Any) -> Any:
@@ -84,36 +92,61 @@ def _refuse_unsupported(trl_config: Any) -> None:
 
 
 def _refuse(changed: list[tuple[str, Any, Any]]) -> None:
-    """One ConfigError naming every changed field polyrl cannot honour (the first is ``field``)."""
+    """One ConfigError naming every changed field polyrl cannot honour (the first is ``field``),
+    each with its own reason: polyrl's key the Python API does not set, why polyrl has no
+    equivalent (the table's note), or, for a field nobody has mapped, that from_trl does not
+    translate it (no claim that polyrl lacks it)."""
     parts = []
     toml_only = []
     for name, value, default in changed:
         entry = TRL_NAMES.get(name) or TOML_HINTS.get(name)
-        why = f": {entry.note}" if entry is not None and entry.note else ""
         if entry is not None and entry.key is not None:  # polyrl has it, set in a TOML config only
             why = f" (polyrl's {entry.key}, which the Python API does not set: use `polyrl train` with a TOML config)"
             toml_only.append(name)
+        elif entry is not None and entry.note:
+            why = f": polyrl has no equivalent ({entry.note})"
+        elif name in NOT_CARRIED:
+            why = f": {NOT_CARRIED[name]}"
+        else:
+            why = ": from_trl does not translate it to a polyrl setting"
         parts.append(f"{name} = {shown(_plain(value))} (TRL's default: {shown(_plain(default))}){why}")
     names = ", ".join(name for name, _, _ in changed)
-    what = "polyrl's Python API cannot take it" if len(toml_only) == len(changed) else "polyrl has no equivalent"
-    raise ConfigError(f"TRL's {'; '.join(parts)}: {what}", field=f"grpo_config.{changed[0][0]}",
+    what = ": polyrl's Python API cannot take it" if len(toml_only) == len(changed) else ""
+    raise ConfigError(f"TRL's {'; '.join(parts)}{what}", field=f"grpo_config.{changed[0][0]}",
                       fix=f"remove {names} from the trl.GRPOConfig (polyrl cannot train it that way), or train "
                           "this run with TRL")
 
 
-def _min_lr(trl_config: Any) -> dict[str, Any]:
-    """``optimizer.min_lr_ratio`` from TRL's ``lr_scheduler_kwargs`` (transformers' cosine with a
-    floor: ``min_lr_rate``, or ``min_lr`` over the lr); other keyword arguments are refused."""
+def _min_lr(trl_config: Any, schedule: str) -> dict[str, Any]:
+    """``optimizer.min_lr_ratio`` from TRL's ``lr_scheduler_kwargs`` for transformers' schedule
+    ``schedule`` (``lr_scheduler_type``). Why per schedule: transformers' ``get_scheduler`` drops
+    the keyword arguments of "constant" and "constant_with_warmup" unread, passes them to the
+    others, where only ``cosine_with_min_lr`` takes a floor (``min_lr_rate``, or ``min_lr`` over the
+    lr, and it needs one), and the rest fail TRL's training with a TypeError on ``min_lr_rate``."""
     kwargs = getattr(trl_config, "lr_scheduler_kwargs", None) or {}
     if isinstance(kwargs, str):
         kwargs = json.loads(kwargs) if kwargs.strip() else {}
     if not isinstance(kwargs, dict):
         kwargs = {"?": kwargs}
+    if schedule in ("constant", "constant_with_warmup"):
+        return {}  # transformers never reads them
     unknown = sorted(set(kwargs) - {"min_lr_rate", "min_lr"})
     if unknown or len(kwargs) > 1:
         raise ConfigError(f"TRL's lr_scheduler_kwargs = {shown(kwargs)} has no polyrl equivalent beyond one of "
                           "min_lr_rate and min_lr", field="grpo_config.lr_scheduler_kwargs",
                           fix="keep only min_lr_rate (polyrl's optimizer.min_lr_ratio), or remove it")
+    if kwargs and schedule != "cosine_with_min_lr":
+        raise ConfigError(f"TRL's lr_scheduler_kwargs = {shown(kwargs)} with lr_scheduler_type = {shown(schedule)}: "
+                          f"transformers' {schedule} schedule takes no {next(iter(kwargs))} (TRL's training stops "
+                          "with a TypeError when it builds the scheduler)", field="grpo_config.lr_scheduler_kwargs",
+                          fix='set lr_scheduler_type="cosine_with_min_lr" for a cosine decay to a floor, or remove '
+                              "lr_scheduler_kwargs")
+    if schedule == "cosine_with_min_lr" and not kwargs:
+        raise ConfigError("TRL's lr_scheduler_type = 'cosine_with_min_lr' without min_lr_rate or min_lr in "
+                          "lr_scheduler_kwargs (transformers refuses it when TRL's training builds the scheduler)",
+                          field="grpo_config.lr_scheduler_kwargs",
+                          fix='set lr_scheduler_kwargs={"min_lr_rate": 0.1} (or the floor you want), or '
+                              'lr_scheduler_type="cosine" for a decay to 0')
     if "min_lr_rate" in kwargs:
         return {"optimizer.min_lr_ratio": float(kwargs["min_lr_rate"])}
     if "min_lr" in kwargs:
@@ -128,6 +161,15 @@ def _as_the_loss_reads_them(out: dict[str, Any], trl_config: Any, loss: str) -> 
     nothing). Why cispo is translated: TRL caps the weight at ``epsilon_high`` itself (ε_max,
     ``epsilon`` when unset), polyrl at ``1 + epsilon_high``."""
     epsilon, high = trl_config.epsilon, trl_config.epsilon_high
+    if loss == "cispo" and trl_config.importance_sampling_level != "token":
+        raise ConfigError("TRL's cispo with importance_sampling_level = 'sequence' weights every token by the "
+                          "sequence's clamped ratio; polyrl's cispo weights each token by its own ratio only",
+                          field="grpo_config.importance_sampling_level",
+                          fix='use importance_sampling_level="token" with loss_type="cispo" (TRL warns that the '
+                              'sequence level there weights each sequence by its length), or loss_type="grpo" for '
+                              "GSPO's sequence ratio")
+    if loss == "vespo":  # TRL's vespo computes its own sequence weight and never reads the ratio level
+        out.pop("algorithm.importance_sampling_level", None)
     if loss == "cispo":
         cap = epsilon if high is None else high
         if cap < 1:
@@ -168,6 +210,69 @@ def _warmup(warmup: Any, max_steps: int) -> Any:
     return math.ceil(max_steps * warmup)
 
 
+def _micro_batches(trl_config: Any) -> int:
+    """How many micro-batches TRL splits one optimizer update's completions into: the
+    ``gradient_accumulation_steps`` of each of the ``world_size`` processes."""
+    return int(trl_config.gradient_accumulation_steps) * int(trl_config.world_size)
+
+
+def _refuse_micro_batch_mean(trl_config: Any) -> None:
+    """TRL's ``loss_type = "bnpo"`` over more than one micro-batch. Why: TRL divides each
+    micro-batch's token sum by that micro-batch's own token count (then averages over the
+    accumulation steps and processes), so a short micro-batch's tokens weigh more; polyrl's
+    ``token_mean`` divides by the whole step's count, which is TRL's "dapo". With one micro-batch
+    (gradient_accumulation_steps = 1 on one process) the two are the same."""
+    if trl_config.loss_type != "bnpo" or _micro_batches(trl_config) == 1:
+        return
+    raise ConfigError(f"TRL's loss_type = 'bnpo' is a token mean per micro-batch of per_device_train_batch_size = "
+                      f"{trl_config.per_device_train_batch_size} completions, averaged over "
+                      f"gradient_accumulation_steps = {trl_config.gradient_accumulation_steps} x world_size = "
+                      f"{trl_config.world_size} micro-batches; polyrl's token_mean is the token mean of the whole "
+                      "step's batch (TRL's \"dapo\") and has no per-micro-batch form",
+                      field="grpo_config.loss_type",
+                      fix='use loss_type="dapo" (the whole-batch token mean polyrl trains), or one micro-batch: '
+                          "gradient_accumulation_steps=1 with per_device_train_batch_size raised to keep the batch, "
+                          "on one process")
+
+
+#: TRL loss types whose policy term polyrl aggregates as a token mean of the whole batch
+#: (``token_mean``), and how polyrl aggregates the others: what its entropy bonus follows.
+_TOKEN_MEAN_LOSSES = ("dapo", "bnpo", "cispo", "vespo")
+_AGGREGATED = {"grpo": "a mean over sequences of each one's token mean", "sapo": "a mean over sequences of each "
+               "one's token mean", "dr_grpo": "the token sum over sequences x max_completion_length",
+               "luspo": "a mean over sequences of each one's token sum (about the mean length times TRL's bonus)"}
+
+
+def _refuse_entropy_bonus(trl_config: Any) -> None:
+    """TRL's ``entropy_coef > 0`` where TRL's bonus and polyrl's differ. Why: TRL subtracts
+    ``entropy_coef`` times the token mean of the entropy over the ``top_entropy_quantile``-selected
+    tokens of each micro-batch, whatever the loss_type; polyrl adds ``-entropy_coef * H_t`` to every
+    token's loss before the policy loss's aggregation (verl's ``entropy_coeff``). They agree only
+    for a whole-batch token-mean loss, every token, and one micro-batch per update."""
+    coef, quantile, loss = trl_config.entropy_coef, trl_config.top_entropy_quantile, trl_config.loss_type
+    if not coef:
+        return
+    why = []
+    if loss not in _TOKEN_MEAN_LOSSES:
+        why.append(f"with loss_type = {shown(loss)} polyrl's bonus is aggregated as its policy loss, "
+                   f"{_AGGREGATED.get(loss, 'not a token mean')}")
+    if quantile < 1:
+        why.append(f"with top_entropy_quantile = {shown(quantile)} TRL's bonus acts on the selected tokens only, "
+                   "polyrl's on every token")
+    if _micro_batches(trl_config) > 1:
+        why.append(f"over gradient_accumulation_steps x world_size = {_micro_batches(trl_config)} micro-batches "
+                   "TRL's bonus is a mean of each micro-batch's token mean, polyrl's one token mean of the step")
+    if not why:
+        return
+    raise ConfigError(f"TRL's entropy_coef = {shown(coef)}: TRL's entropy bonus is a token mean of the entropy over "
+                      "the tokens top_entropy_quantile selects, whatever the loss_type; polyrl's adds "
+                      "-entropy_coef x entropy to every token's loss and aggregates it with the policy loss (verl's "
+                      f"entropy_coeff), so the two differ here: {'; '.join(why)}", field="grpo_config.entropy_coef",
+                      fix='use loss_type="dapo" (cispo and vespo too) with top_entropy_quantile=1.0 and one '
+                          "micro-batch per update (gradient_accumulation_steps=1 on one process), where the two "
+                          "bonuses are the same, or entropy_coef=0")
+
+
 def _steps(max_steps: int, num_iterations: int) -> int:
     """polyrl's ``train.steps`` for TRL's ``max_steps``. Why: TRL counts optimizer updates and
     reuses each rollout batch for ``num_iterations`` of them; a polyrl step is one rollout batch
@@ -203,9 +308,15 @@ def trl_settings(trl_config: Any) -> dict[str, Any]:
         raise ConfigError(f"TRL's lr_scheduler_type = {shown(out['optimizer.schedule'])} is not a schedule polyrl "
                           "has", field="grpo_config.lr_scheduler_type",
                           fix=f"use one of {', '.join(SCHEDULES)} (or constant_with_warmup)")
-    out.update(_min_lr(trl_config))
-    if "optimizer.warmup_steps" in out:
+    schedule = _plain(trl_config.lr_scheduler_type)
+    out["optimizer.betas"] = (trl_config.adam_beta1, trl_config.adam_beta2)
+    out.update(_min_lr(trl_config, schedule))
+    if schedule == "constant":  # transformers' "constant" ignores warmup_steps (only constant_with_warmup warms up)
+        out["optimizer.warmup_steps"] = 0
+    elif "optimizer.warmup_steps" in out:
         out["optimizer.warmup_steps"] = _warmup(out["optimizer.warmup_steps"], trl_config.max_steps)
+    _refuse_micro_batch_mean(trl_config)
+    _refuse_entropy_bonus(trl_config)
     loss = trl_value(TRL_NAMES["loss_type"], trl_config.loss_type)
     if isinstance(loss, Preset):
         out["algorithm.name"] = loss.name
@@ -216,10 +327,13 @@ def trl_settings(trl_config: Any) -> dict[str, Any]:
         out["train.steps"] = _steps(trl_config.max_steps, trl_config.num_iterations)
     else:
         out["train.epochs"] = float(trl_config.num_train_epochs)
-    completions = trl_config.per_device_train_batch_size * trl_config.gradient_accumulation_steps
+    # TRL's generation batch (per_device_train_batch_size x world_size x steps_per_generation, which is
+    # gradient_accumulation_steps unless changed, and that is refused): the completions of one rollout
+    completions = trl_config.generation_batch_size
     if completions % trl_config.num_generations:
-        raise ConfigError(f"per_device_train_batch_size x gradient_accumulation_steps = {completions} completions "
-                          f"is not a whole number of groups of num_generations = {trl_config.num_generations}",
+        raise ConfigError(f"TRL's generation_batch_size = per_device_train_batch_size x world_size x "
+                          f"gradient_accumulation_steps = {completions} completions is not a whole number of groups "
+                          f"of num_generations = {trl_config.num_generations}",
                           field="grpo_config.per_device_train_batch_size",
                           fix="make it a multiple of num_generations (polyrl counts prompts per step)")
     out["train.prompts_per_step"] = completions // trl_config.num_generations

@@ -51,13 +51,18 @@ TRL_NAMES: dict[str, TrlName] = {
     "loss_type": TrlName("algorithm.loss_aggregation", values={
         "dapo": "token_mean", "bnpo": "token_mean", "grpo": "seq_mean_token_mean",
         "dr_grpo": "seq_mean_token_sum_norm", **{name: Preset(name) for name in ("cispo", "sapo", "luspo", "vespo")},
-    }, note='"dapo"/"bnpo" = "token_mean", "grpo" = "seq_mean_token_mean", "dr_grpo" = "seq_mean_token_sum_norm"; '
-            '"cispo", "sapo", "luspo", "vespo" are algorithm.name presets'),
+    }, note='"dapo" = "token_mean" ("bnpo" too, with one micro-batch per update), "grpo" = "seq_mean_token_mean", '
+            '"dr_grpo" = "seq_mean_token_sum_norm"; "cispo", "sapo", "luspo", "vespo" are algorithm.name presets'),
     "sync_ref_model": TrlName("algorithm.ref_sync_every", note="set ref_sync_every to TRL's ref_model_sync_steps "
                                                                 "(e.g. 512); 0 never refreshes the reference"),
     "ref_model_sync_steps": TrlName("algorithm.ref_sync_every"),
     "ref_model_mixup_alpha": TrlName("algorithm.ref_sync_alpha"),
     "learning_rate": TrlName("optimizer.lr"),
+    "adam_beta1": TrlName("optimizer.betas", note="write betas = [{value}, adam_beta2] in [optimizer] (TRL's "
+                                                  "adam_beta1 is the first of AdamW's betas)"),
+    "adam_beta2": TrlName("optimizer.betas", note="write betas = [adam_beta1, {value}] in [optimizer] (TRL's "
+                                                  "adam_beta2 is the second of AdamW's betas)"),
+    "adam_epsilon": TrlName("optimizer.eps"),
     "lr_scheduler_type": TrlName("optimizer.schedule", values={"constant_with_warmup": "constant",
                                                                "cosine_with_min_lr": "cosine"}),
     "warmup_steps": TrlName("optimizer.warmup_steps"),
@@ -66,12 +71,14 @@ TRL_NAMES: dict[str, TrlName] = {
     "max_steps": TrlName("train.steps", note="TRL counts optimizer updates, polyrl rollout batches of "
                                              "algorithm.num_iterations updates each: write steps = {value} / "
                                              "num_iterations in [train]"),
-    "num_train_epochs": TrlName("train.steps", note="polyrl counts steps: write steps = {value} x the prompts / "
-                                                    "prompts_per_step in [train]"),
+    "num_train_epochs": TrlName("train.steps", note="polyrl counts steps: write steps = {value} x the whole batches "
+                                                    "(prompts // prompts_per_step) in [train]"),
     "seed": TrlName("train.seed"),
     "output_dir": TrlName("train.output_dir"),
-    "per_device_train_batch_size": TrlName("train.prompts_per_step", note="TRL counts completions, polyrl prompts: "
-                                                                          "write prompts_per_step = {value} / "
+    "per_device_train_batch_size": TrlName("train.prompts_per_step", note="TRL counts completions per process, "
+                                                                          "polyrl prompts per step: write "
+                                                                          "prompts_per_step = {value} x the processes "
+                                                                          "x gradient_accumulation_steps / "
                                                                           "generation.group_size in [train]"),
     "reward_weights": TrlName("rewards[].weight", note="write weight = ... in each [[rewards]] table"),
     **{name: TrlName(None, note="polyrl samples one rollout batch per step") for name in (
