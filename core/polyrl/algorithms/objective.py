@@ -12,7 +12,7 @@ advantage estimator (see ``advantages.py``) and in the knobs below:
   ``beta``, where ``l`` is the policy's and ``r`` the reference's log-prob;
 * loss aggregation:
   - ``seq_mean_token_mean`` (GRPO paper): mean over sequences of each sequence's token mean;
-  - ``token_mean`` (DAPO, TRL "bnpo"/"dapo"): sum over all tokens / total tokens in the batch;
+  - ``token_mean`` (DAPO, TRL "dapo"; TRL "bnpo" over one micro-batch): sum over all tokens / total tokens in the batch;
   - ``seq_mean_token_sum_norm`` (Dr.GRPO): sum over all tokens / (sequences * max_completion_length),
     a constant normaliser that removes the length bias.
 
