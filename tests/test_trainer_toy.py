@@ -112,3 +112,12 @@ def test_python_api_runs_the_same_loop(toy, tmp_path):
     )
     rewards = [m["reward_mean"] for m in summary["history"]]
     assert np.mean(rewards[-5:]) > np.mean(rewards[:5]) + 0.2
+
+
+def test_data_shuffle_false_draws_prompts_in_the_datasets_order(toy, tmp_path):
+    data = toy_config(tmp_path, steps=1)
+    data["data"]["shuffle"] = False
+    ordered = Trainer(RunConfig.from_dict(data))
+    assert [ordered.sampler.next_indices() for _ in range(2)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    shuffled = Trainer(RunConfig.from_dict(toy_config(tmp_path / "b", steps=1)))
+    assert shuffled.sampler.next_indices() != [0, 1, 2, 3]

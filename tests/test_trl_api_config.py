@@ -312,14 +312,12 @@ def test_trls_adam_betas_and_epsilon_are_polyrls_adamw_betas_and_eps(run_config)
     assert (optimizer.betas, optimizer.eps) == ((0.9, 0.95), 1e-8)  # TRL's adam_beta1 and epsilon: AdamW's defaults
 
 
-def test_a_refused_field_says_why_without_claiming_polyrl_lacks_what_it_has():
-    """shuffle_dataset=False was refused as "polyrl has no equivalent", though polyrl's sampler
-    has an unshuffled order (no setting reaches it): the reason is now the field's own."""
-    with pytest.raises(ConfigError) as info:
-        api.GRPOConfig.from_trl(trl_config(shuffle_dataset=False))
-    text = str(info.value)
-    assert info.value.field == "grpo_config.shuffle_dataset", info.value
-    assert "polyrl's prompt sampler always shuffles" in text and "no equivalent" not in text, text
+def test_trls_shuffle_dataset_false_keeps_the_datasets_order(run_config):
+    """shuffle_dataset=False was refused ("polyrl has no equivalent"): it is data.shuffle."""
+    assert api.GRPOConfig.from_trl(trl_config(shuffle_dataset=False)).settings["data.shuffle"] is False
+    assert "data.shuffle" not in api.GRPOConfig.from_trl(trl_config()).settings  # TRL's default: shuffled, as polyrl
+    config = run_config(trl_config(max_steps=1, shuffle_dataset=False))
+    assert config.data.shuffle is False
 
 
 def test_trl_settings_that_are_what_polyrl_does_are_taken_and_agent_ones_name_the_toml_key():

@@ -209,7 +209,8 @@ def _polyrl_defaults() -> dict[str, Any]:
                                 "optimizer": OptimizerConfig(), "train": TrainSection()}
     out = {f"{table}.{name}": value for table, record in sections.items() for name, value in attrs.asdict(
         record, recurse=False).items()}
-    out.update({"train.output_dir": attrs.fields(GRPOConfig).output_dir.default, "train.epochs": None})
+    out.update({"train.output_dir": attrs.fields(GRPOConfig).output_dir.default, "train.epochs": None,
+                "data.shuffle": attrs.fields(DataSection).shuffle.default})
     return out
 
 
@@ -484,15 +485,16 @@ def _refuse_preset_over_trl(algorithm: str, overrides: Mapping[str, Any]) -> Non
 
 def with_settings(config: RunConfig, settings: Mapping[str, Any],
                   generation_config: GenerationConfig | None = None) -> RunConfig:
-    """``config`` with polyrl's ``table.key`` -> value ``settings`` (generation, optimizer, train)
-    set; a value also set differently in an explicit ``generation_config`` is an error."""
+    """``config`` with polyrl's ``table.key`` -> value ``settings`` (generation, optimizer, train,
+    and data.shuffle) set; a value also set differently in an explicit ``generation_config`` is an error."""
     changes: dict[str, dict[str, Any]] = {}
     for key, value in settings.items():
         table, _, name = key.partition(".")
-        section = getattr(config, table, None) if table in ("generation", "optimizer", "train") else None
+        section = getattr(config, table, None) if table in ("generation", "optimizer", "train") or \
+            key == "data.shuffle" else None
         if section is None or name not in {f.name for f in attrs.fields(type(section))}:
             raise ConfigError(f"unknown setting {key!r}", field=f"grpo_config.settings.{key}",
-                              fix="name a generation.*, optimizer.* or train.* key of the Config reference")
+                              fix="name a generation.*, optimizer.* or train.* key of the Config reference, or data.shuffle")
         if table == "generation" and generation_config is not None:
             mine = getattr(generation_config, name, None)
             if mine != getattr(GenerationConfig(), name, None) and mine != value:

@@ -129,6 +129,7 @@ class DataSection:
     options: dict[str, Any] = attrs.field(factory=dict)
     rows: list[dict[str, Any]] | None = None  # inline rows (the Python API)
     drop_overlong: bool = False  # leave out prompts of model.max_length tokens or more (else an error)
+    shuffle: bool = True  # a new seeded order each epoch; false: the dataset's own order (TRL's shuffle_dataset)
 
     def __attrs_post_init__(self) -> None:
         if sum(x is not None for x in (self.task, self.path, self.name, self.rows)) != 1:

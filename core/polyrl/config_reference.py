@@ -132,6 +132,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "drop_overlong": "leave out (with a warning counting them) prompts of `model.max_length` tokens or more, "
                          "measured with the chat template when the model loads; unset, the first is an error "
                          "naming its file and line",
+        "shuffle": "draw prompts in a new seeded order each epoch; false: in the dataset's own order, epoch after "
+                   "epoch (TRL's `shuffle_dataset = False`)",
     },
     "rewards": {
         "name": "a registered reward (`polyrl rewards` lists them)",

@@ -287,7 +287,8 @@ class Trainer:
         self.ref_sync = self.engines.ref_sync
         self.episodes = self._episode_runner()
         self.dataset, self.eval_dataset = self._fit_prompts()  # needs the tokenizer; before step 0
-        self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed)
+        self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed,
+                                     shuffle=config.data.shuffle)
         ev = config.eval
         if self.eval_dataset is not None and self.rank == 0 and ev.reward not in {r.label for r in config.rewards}:
             log.warning(f"evaluation scores with eval.reward = {ev.reward!r}, which is not one of this run's rewards"

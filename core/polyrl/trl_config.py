@@ -48,10 +48,7 @@ COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_step
 
 #: Why from_trl cannot carry a field that has no ``TRL_NAMES``/``TOML_HINTS`` entry, where polyrl
 #: has something close; any other such field is "not translated" (no claim about polyrl).
-NOT_CARRIED = {
-    "shuffle_dataset": "polyrl's prompt sampler always shuffles (a new seeded order each epoch); no polyrl "
-                       "setting keeps the dataset's order",
-}
+NOT_CARRIED: dict[str, str] = {}
 
 
 def _plain(value: Any) -> Any:

@@ -74,6 +74,7 @@ TRL_NAMES: dict[str, TrlName] = {
     "num_train_epochs": TrlName("train.steps", note="polyrl counts steps: write steps = {value} x the whole batches "
                                                     "(prompts // prompts_per_step) in [train]"),
     "seed": TrlName("train.seed"),
+    "shuffle_dataset": TrlName("data.shuffle"),
     "output_dir": TrlName("train.output_dir"),
     "per_device_train_batch_size": TrlName("train.prompts_per_step", note="TRL counts completions per process, "
                                                                           "polyrl prompts per step: write "
