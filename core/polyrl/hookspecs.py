@@ -210,7 +210,14 @@ def polyrl_register_environments(register: Callable[[EnvironmentSpec], None]) ->
     answered by the tools; a turn without is handed to ``step``. Each call runs on a thread of its
     own within ``[environment] env_timeout_s``. An environment that raises (``sys.exit``
     included), runs past that limit or answers with a malformed ``Observation`` ends that episode
-    (reported in the run's metrics), never the run. The episodes of one group
+    (reported in the run's metrics, ``episode/env_error_share``, and its ``info["env_error"]``),
+    never the run. Such an episode is unscored, whether it failed in ``reset`` or in a later
+    ``step``: no reward is asked about it (the built-in ``environment`` reward answers None for
+    it), so it is out of the loss and out of its group's baseline, trained neither for nor against
+    what the model did (what the model sampled before the failure stays in the completions log).
+    To penalise a bad move, answer it with a reward (``Observation(reward=-1.0, done=True)``);
+    raise only for your own failures. A step in which every episode failed is not trained, and a
+    few such steps in a row stop the run naming the environment. The episodes of one group
     get the same row: an environment that draws a task at random should seed it from the row (as
     the built-in ``guess_number`` does) so that the group's episodes are comparable. ``probe()``
     answers cheaply why it cannot run here (a missing package), or None; two distributions
