@@ -289,6 +289,14 @@ def test_an_environment_that_raises_ends_its_episodes_and_the_run_finishes(tiny_
                                                             "max_turns": 4}, train={"steps": 2})
     trainer = Trainer(config)
     rec = Recorder(trainer)
+    scored: list[Any] = []
+    score = trainer._score
+
+    def recording_score(rows, completions):
+        scored.append(score(rows, completions))
+        return scored[-1]
+
+    trainer._score = recording_score  # type: ignore[method-assign]
     summary = trainer.run(progress=False)
     assert summary["steps"] == 2
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -296,11 +304,17 @@ def test_an_environment_that_raises_ends_its_episodes_and_the_run_finishes(tiny_
     for m in lines:
         assert m["episode/env_error_share"] == pytest.approx(0.5)
         assert np.isfinite(m["loss"])
-    for completions in rec.completions:
+    for completions, result, batch in zip(rec.completions, scored, rec.batches, strict=True):
         failed = [c for c in completions if "env_error" in c.info]
         assert failed and all("went away" in c.info["env_error"] and c.info["turns"] == 2 for c in failed)
         # what was sampled before the failure is kept: two turns, the first one's feedback between
         assert all(len(runs_of(c.mask, True)) == 2 and len(runs_of(c.mask, False)) == 1 for c in failed)
+        # ...but not trained, for or against: unscored (once: `environment` gave it 0, and its
+        # group's advantages pushed the model away from it), out of the batch and the baseline
+        ended = np.array(["env_error" in c.info for c in completions])
+        assert np.isnan(result.total[ended]).all() and np.isfinite(result.total[~ended]).all()
+        assert np.isnan(result.per_reward["environment"][ended]).all()
+        assert len(batch.sequences) == int((~ended).sum())
 
 
 # --- 4. MLX --------------------------------------------------------------------------------------------

@@ -93,7 +93,9 @@ def cmd_rewards(args: argparse.Namespace) -> int:
     with _plugin_output_aside():
         reg = _registry()
         rewards = reg.rewards()
-        errors = [e for e in reg.load_errors if e.group == "polyrl.rewards"]
+        # Why both groups: a plugin whose register hook raised was left out of the listing without a
+        # word (only import failures, group "polyrl.rewards", were shown), unlike trackers/environments.
+        errors = [e for e in reg.load_errors if e.group in ("polyrl.rewards", "polyrl_register_rewards")]
     if args.json:
         _print_json({
             "rewards": [{"name": r.name, "summary": r.summary, "distribution": r.distribution} for r in rewards],

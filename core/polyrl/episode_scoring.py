@@ -7,6 +7,15 @@ whose environment failed before the model said anything reached it as an empty c
 the usual ``completion[0]["content"]`` raised and stopped the run, blaming the reward for the
 environment's error. Such episodes are left unscored (as a reward's ``None``): the step trains on
 the rest, and an environment that fails every episode stops the run naming itself.
+
+The same holds for an episode whose environment failed after the model's first turn
+(``info["env_error"]``: a ``step`` that raised, hung or answered garbage): it is handed to no
+reward and left unscored (NaN), so it is out of the loss and out of its group's baseline. Once it
+was scored like any other, the built-in ``environment`` reward giving it 0: the model was pushed
+away from whatever made the environment crash, and its siblings got inflated advantages. Other
+rewards do not score it either: its conversation was cut short by the environment, not ended by
+the model, and a partial total (say a format bonus without the environment's reward) would
+compare it with finished siblings on a different scale.
 """
 
 from __future__ import annotations
@@ -33,10 +42,10 @@ def prompts_asked(rows: Sequence[Mapping[str, Any]], completions: Sequence[Compl
     return out
 
 
-def never_started(completion: Completion) -> bool:
-    """An episode that ended in an environment error before the model sampled a token."""
-    return (completion.mask is not None and "env_error" in completion.info
-            and not bool(np.asarray(completion.mask).any()))
+def env_failed(completion: Completion) -> bool:
+    """An episode that ended in an environment error (``info["env_error"]``), before the model
+    sampled a token or after: it has no reward to train on."""
+    return completion.mask is not None and completion.info.get("env_error") is not None
 
 
 def spread(result: RewardResult, kept: Sequence[int], n: int) -> RewardResult:
@@ -62,8 +71,9 @@ def spread(result: RewardResult, kept: Sequence[int], n: int) -> RewardResult:
 def score_started(score: Callable[[list[Prompt], list[Mapping[str, Any]], list[Completion]], RewardResult],
                   prompts: Sequence[Prompt], rows: Sequence[Mapping[str, Any]],
                   completions: Sequence[Completion]) -> RewardResult:
-    """``score(prompts, rows, completions)`` of the episodes that started; the others unscored."""
-    kept = [i for i, c in enumerate(completions) if not never_started(c)]
+    """``score(prompts, rows, completions)`` of the completions whose environment did not fail;
+    the episodes that ended in an environment error unscored (NaN)."""
+    kept = [i for i, c in enumerate(completions) if not env_failed(c)]
     if len(kept) == len(completions):
         return score(list(prompts), list(rows), list(completions))
     scored = score([prompts[i] for i in kept], [rows[i] for i in kept], [completions[i] for i in kept])

@@ -5,6 +5,10 @@ below; it is found through an entry point in group ``polyrl.backends`` (or ``pol
 ``polyrl.trackers``, ``polyrl.environments``)::
 
     # pyproject.toml of your distribution
+    [build-system]
+    requires = ["setuptools>=68", "wheel"]   # without wheel, `pip install -e .` fails on older
+    build-backend = "setuptools.build_meta"  # setuptools ("invalid command 'bdist_wheel'")
+
     [project.entry-points."polyrl.backends"]
     mybackend = "my_package.plugin"
 
@@ -26,20 +30,62 @@ A complete installable example (pyproject, hooks, conformance tests): ``examples
 
 How dispatch works
     The compute hooks (``generate``, ``generation_phase``, ``logprobs``, ``train_step``,
-    ``all_gather``, weight and checkpoint hooks) are answered only by the plugin that registered
-    the engine's backend: another plugin is never asked, so it can neither hijack nor break your
-    engines, and a hook you do not implement is reported as yours ("its plugin does not
-    implement it"). To change one hook of another backend, register a backend of your own
-    name. ``reward`` is the exception: every reward plugin answers, and the core combines the
+    ``encode_chat``, ``all_gather``, weight and checkpoint hooks) are answered only by the plugin
+    that registered the engine's backend: another plugin is never asked, so it can neither hijack
+    nor break your engines, and a hook you do not implement is reported as yours ("its plugin
+    does not implement it"). To change one hook of another backend, register a backend of your
+    own name. ``reward`` is the exception: every reward plugin answers, and the core combines the
     answers with the configured weights. ``polyrl_resolve_model`` asks each plugin in turn; one
     that raises, or returns something other than an existing path or None, is named in the error.
+
+What None means
+    Most specs below are pluggy ``firstresult`` hooks, where None usually means "not mine, ask the
+    next plugin". That holds only for ``polyrl_resolve_model`` and ``polyrl_convert_model``
+    (every plugin is asked in turn). A compute hook is asked of your plugin alone, so None is your
+    answer, and an error unless the hook's own text below gives it a meaning: ``generation_phase``
+    (hold nothing), ``logprobs`` with ``reference=True`` (this engine keeps no initial weights),
+    ``encode_chat`` (no tokenizer), ``all_gather`` (running alone). A ``generate``, ``logprobs``
+    or ``train_step`` that returns None is reported as having "returned None" (with the type
+    expected), naming backend and distribution; a weight or checkpoint hook's None (or False)
+    as "this backend cannot ...". Not implementing a hook is reported as "its plugin does not
+    implement it". ``reward`` answers None for "none of the wanted names are mine", and a None
+    *score* inside its answer leaves that sample unscored.
+
+Plugin names and collisions (the same name registered twice; all four kinds, as the code does it)
+    * Backends: two distributions registering one backend name make that name unusable, for
+      both, with an error naming both distributions (never "last one wins"); polyrl's own
+      ``torch``/``mlx``/``max`` are no exception: a plugin registering ``torch`` makes ``torch``
+      unusable until one of them is uninstalled or disabled (``POLYRL_DISABLE_PLUGINS``).
+    * Environments and tools: the same rule: the name is unusable for both (``polyrl
+      environments`` says so, and a run naming it is a ``ConfigError``), built-ins included.
+    * Trackers: the first registration keeps the name, and polyrl's own (``tensorboard``,
+      ``wandb``, ``mlflow``, ``trackio``) register first, so they are never replaced; a later
+      registration of a taken name is ignored and listed as a load error naming both.
+    * Rewards: a plugin may register a name polyrl's own distributions register (``polyrl``,
+      ``polyrl-torch``, ``polyrl-mlx``, ``polyrl-max``) when it registers after them: its reward
+      scores instead, and a run using the name logs a warning naming both. Two third-party
+      distributions registering one name (or a third-party one registered before polyrl's) make
+      every run naming it a ``ConfigError`` naming both, and ``polyrl rewards`` lists the clash.
+      A run's own Python reward (``[[rewards]] function = "module:name"``) is never a clash: the
+      run asked for it.
+    One plugin registering a name twice keeps its last registration. Pick names unlikely to
+    clash (your package's name as a prefix).
 
 What the core does with a faulty plugin
     * An ``@hookimpl`` whose name is no hook here (a misspelling) drops that whole plugin: it is
       listed by ``polyrl backends``/``polyrl doctor`` with its entry point and the fix, and
       every other plugin keeps working. So does a plugin that fails to import.
-    * Two distributions registering the same backend name make that name unusable, with an
-      error naming both distributions (never "last one wins").
+    * A register hook that raises (or outlasts ``POLYRL_PLUGIN_TIMEOUT_S``) is a load error
+      naming the plugin, its distribution and what it raised, in ``polyrl backends``, ``rewards``,
+      ``trackers`` and ``environments`` (text and ``--json``); the other plugins keep working.
+      Register everything or raise first: what
+      a backend/tracker/environment hook registered before raising stays registered, while a
+      reward hook that raises registers none of its names for a run.
+    * A ``probe`` (of a backend, tracker, environment or tool) returns None when usable here or a
+      non-empty reason string when not. One that raises, outlasts ``POLYRL_PLUGIN_TIMEOUT_S``,
+      or answers anything else (``42``, ``False``, ``""``) makes that entry unusable, with the
+      reason ("probe returned int, expected None or a reason string"); the others are unaffected.
+    * A name registered twice: see "Plugin names and collisions" above.
     * Under a launcher (``WORLD_SIZE`` > 1) only a backend declaring
       ``Capabilities.data_parallel`` may train; the others are refused before any work.
 
@@ -47,10 +93,19 @@ Answers to what an author would otherwise guess
     * Errors: raise ``polyrl.errors.ConfigError(message, field=..., fix=...)`` for anything the
       user can fix (``field`` is the dotted config key, e.g. ``"model.max_length"``); it is shown
       as one ``error:`` line. Any other exception, from a hook or from ``BackendSpec.load``, is
-      reported as your plugin's fault (``PluginError`` naming backend, distribution and hook), and
-      so is an answer of the wrong type or shape (``logprobs`` arrays not one float per
-      completion token, ``encode_chat`` anything but 1-D int ids, ``StepMetrics`` fields that are
-      not numbers, ``export_weights`` not a dict).
+      reported as your plugin's fault (``PluginError`` naming backend, distribution and hook):
+      ``SystemExit`` (``sys.exit()`` in a compute hook) included, which becomes a ``PluginError``
+      and never ends the run with your exit code. So is a hook returning None where None has no
+      meaning (reported as "returned None", see "What None means"), and an answer of the wrong
+      type, shape or value, checked on every call:
+
+      - ``generate``: each ``Completion``'s ``logprobs`` one finite float <= 0 per token of
+        ``completion_ids`` (1-D), and its ``completion_ids`` within the model's vocabulary
+        (``0 <= id < vocab_size``), besides the count and ``prompt_index`` order of completions;
+      - ``logprobs``: one finite float <= 0 per completion token for each sequence;
+      - ``train_step``: a ``StepMetrics`` whose fields are numbers; a non-finite ``loss`` with
+        ``skipped=False`` is an error (return ``skipped=True`` and leave the weights untouched);
+      - ``encode_chat``: 1-D int ids; ``export_weights``: a dict.
     * A hook your ``Capabilities`` declares must be implemented by your plugin (``generate``,
       ``logprobs``, ``train_step``, ``export_weights``/``import_weights``, ``save_checkpoint``
       with ``load_checkpoint`` for ``checkpoint``, ``all_gather`` for ``data_parallel``); the
@@ -176,7 +231,8 @@ def polyrl_register_backends(register: Callable[[BackendSpec], None]) -> None:
     """Announce each backend this plugin offers by calling ``register(BackendSpec(...))``.
 
     Called once when the registry loads. Keep it cheap: no model loading, no heavy imports;
-    availability is answered by ``BackendSpec.probe`` (return a reason string when unusable).
+    availability is answered by ``BackendSpec.probe``: None when usable here, a non-empty reason
+    string when not (anything else marks the backend unusable with "probe returned <type>").
     A plugin's import, its register hooks and its probes each run under a time limit
     (``POLYRL_PLUGIN_TIMEOUT_S``, default 120 s, ``polyrl.plugin_calls``): past it the plugin is
     listed as not loaded or unusable, and every command goes on without it.
@@ -185,7 +241,20 @@ def polyrl_register_backends(register: Callable[[BackendSpec], None]) -> None:
 
 @hookspec
 def polyrl_register_rewards(register: Callable[[RewardSpec], None]) -> None:
-    """Announce the reward names this plugin computes in ``reward`` (listing and validation)."""
+    """Announce the reward names this plugin computes in ``reward`` by calling
+    ``register(RewardSpec(name=..., summary=...))`` (``polyrl rewards`` lists them; a run's
+    ``[[rewards]] name`` must be one of them, checked before any model loads).
+
+    Found through entry-point group ``polyrl.rewards``. Each ``RewardSpec.name`` is a key your
+    ``reward`` hook returns, scores included, for every completion, when that name is in
+    ``context.wanted``; ``reward`` returns None (or leaves the name out) for names it does not
+    register, since every reward plugin is asked on every call. A register hook that raises is
+    listed as a load error and its names are unknown to runs ("plugins that failed: ..." in the
+    error). Registering a name polyrl's own distributions register replaces theirs, with a
+    warning when a run uses it; two third-party distributions registering one name make a run
+    naming it an error (see "Plugin names and collisions" at the top of this module). Rewards with
+    options may define ``check_options`` (see ``reward``).
+    """
 
 
 @hookspec
@@ -196,10 +265,11 @@ def polyrl_register_trackers(register: Callable[[TrackerSpec], None]) -> None:
     report_to`` names. ``create(TrackerContext)`` returns an object with ``log_metrics(metrics,
     step)``, ``log_completions(records, step)`` and ``close()`` (``polyrl.tracking.Tracker``);
     import the tracking library there, not at module import, and answer ``probe()`` with a reason
-    string when it is missing. ``create`` and every later call run on a thread of the tracker's
+    string when it is missing (None when usable; anything else marks it unusable). ``create`` and every later call run on a thread of the tracker's
     own, in order, each within ``[logging] tracker_timeout_s``: a tracker that raises mid-run
     (``SystemExit`` included) or outlasts the limit is reported once and dropped; the run goes on.
-    A name is the first registration's: registering a taken one (a built-in's) is a load error.
+    A name is the first registration's: registering a taken one (a built-in's) is a load error
+    (see "Plugin names and collisions" at the top of this module).
     """
 
 
@@ -216,11 +286,19 @@ def polyrl_register_environments(register: Callable[[EnvironmentSpec], None]) ->
     answered by the tools; a turn without is handed to ``step``. Each call runs on a thread of its
     own within ``[environment] env_timeout_s``. An environment that raises (``sys.exit``
     included), runs past that limit or answers with a malformed ``Observation`` ends that episode
-    (reported in the run's metrics), never the run. The episodes of one group
+    (reported in the run's metrics, ``episode/env_error_share``, and its ``info["env_error"]``),
+    never the run. Such an episode is unscored, whether it failed in ``reset`` or in a later
+    ``step``: no reward is asked about it (the built-in ``environment`` reward answers None for
+    it), so it is out of the loss and out of its group's baseline, trained neither for nor against
+    what the model did.
+    To penalise a bad move, answer it with a reward (``Observation(reward=-1.0, done=True)``);
+    raise only for your own failures. A step in which every episode failed is not trained, and a
+    few such steps in a row stop the run naming the environment. The episodes of one group
     get the same row: an environment that draws a task at random should seed it from the row (as
     the built-in ``guess_number`` does) so that the group's episodes are comparable. ``probe()``
-    answers cheaply why it cannot run here (a missing package), or None; two distributions
-    registering one name make it unusable until one is removed (``polyrl environments`` says so).
+    answers cheaply why it cannot run here (a missing package, as a non-empty string), or None;
+    two distributions registering one name make it unusable until one is removed, a built-in's
+    name included (``polyrl environments`` says so; "Plugin names and collisions" above).
     """
 
 
@@ -263,6 +341,8 @@ def generate(engine: Any, prompts: Sequence[Prompt], sampling: SamplingParams) -
     chat prompts), the sampled token ids, the sampler's per-token log-probs, the decoded text and
     the finish reason ("stop" for EOS or a stop string, "length" for ``max_new_tokens``). A stop
     string ends the completion after the token that completed it. ``seed`` makes it repeatable.
+    The core checks each answer: one finite log-prob <= 0 per sampled token, every id within the
+    model's vocabulary; anything else is a ``PluginError`` naming this hook, not a later failure.
 
     A backend whose ``Capabilities.concurrent_generate`` is True may be called on a worker thread
     while another engine trains (``generation.overlap``): settings that are per thread (an OpenMP
@@ -299,6 +379,7 @@ def logprobs(
     keeps those initial weights: the core asks once at load, and an answer makes this engine the
     KL term's reference for the whole run (the current policy there would make the KL 0). On None
     the core loads a separate reference engine. The conformance kit checks it after an update.
+    Each array must hold one finite log-prob <= 0 per completion token, checked on every call.
     """
 
 
@@ -313,7 +394,8 @@ def train_step(engine: Any, batch: TrainBatch, objective: Objective) -> StepMetr
     reference's ``clip_low_fraction``/``clip_high_fraction`` and ``mismatch_*`` metrics (and
     ``entropy`` when the loss sees token entropies) in ``StepMetrics.extra``; an objective the backend cannot compute (e.g. ``entropy_coef`` without
     entropies) must raise, never be silently ignored. A non-finite loss or gradient must not touch
-    the weights: return ``StepMetrics(..., skipped=True)``.
+    the weights: return ``StepMetrics(..., skipped=True)``; a non-finite ``loss`` reported with
+    ``skipped=False`` is a ``PluginError`` (the core would believe the weights were updated).
     """
 
 

@@ -57,10 +57,21 @@ def call_limited(fn: Callable[[], Any], what: str) -> Any:
 
 def probe_reason(probe: Callable[[], str | None], what: str) -> str | None:
     """What a spec's ``probe`` says (None: usable here); a probe that raises or hangs means
-    "unusable", with what it raised or that it did not answer."""
+    "unusable", with what it raised or that it did not answer, and so does one answering anything
+    but None or a non-empty reason string.
+
+    Why the type check: a probe returning ``42`` broke ``polyrl backends``, ``polyrl doctor`` and
+    ``Registry.statuses()`` (every caller treats the reason as text), hiding every other backend."""
     try:
-        return call_limited(probe, f"the probe of {what}")
+        answer = call_limited(probe, f"the probe of {what}")
     except PluginCallTimedOut as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - a broken probe must not break the listing
         return f"probe raised {type(exc).__name__}: {exc}"
+    if answer is None:
+        return None
+    if not isinstance(answer, str):
+        return f"probe returned {type(answer).__name__}, expected None or a reason string"
+    if not answer.strip():  # unusable, but nobody could tell why
+        return "probe returned an empty reason string (None means usable)"
+    return answer

@@ -456,8 +456,9 @@ class Trainer:
         return [row for row in rows for _ in range(n)]
 
     def _score(self, rows: list[dict[str, Any]], completions: list[Completion]) -> Any:
-        """The step's rewards; episodes that never started (an environment error before the first
-        turn) are left unscored rather than handed to the reward functions empty."""
+        """The step's rewards; episodes that ended in an environment error (before the first turn
+        or after) are left unscored (NaN: out of the loss and of their group's baseline) rather than
+        handed to the reward functions (``episode_scoring``)."""
         per_completion = self._rows_per_completion(rows)
         prompts = episode_scoring.prompts_asked(per_completion, completions, self.config.data.prompt_column)
         return episode_scoring.score_started(self._call_rewards, prompts, per_completion, completions)
@@ -754,7 +755,7 @@ class Trainer:
 
         asked = episode_scoring.prompts_asked(per_completion, completions, self.config.data.prompt_column)
         scores = np.asarray(episode_scoring.score_started(score, asked, per_completion, completions).total,
-                            dtype=np.float64)  # an episode ended before its first turn stays unscored (NaN)
+                            dtype=np.float64)  # an episode ended by an environment error stays unscored (NaN)
         records = evaluation.completion_records(phase, self.step, [p for p in prompts], [x.text for x in completions],
                                                 scores, sampling.n, greedy=sampling.temperature == 0,
                                                 threshold=ev.pass_threshold)

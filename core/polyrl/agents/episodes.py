@@ -20,8 +20,9 @@ The environment's code (its factory, ``reset``, ``step``) runs on a daemon threa
 own, with a time limit per call (``polyrl.agents.threads.Worker``: one thread and event loop per
 environment, so state it ties to either keeps working from ``reset`` to the last ``step``): whatever it raises (``sys.exit`` included), a call past
 the limit, or an answer that is not a valid ``Observation`` ends that episode as an environment
-error (``info["env_error"]``), never the run. A rollout in which every episode ended so is not
-trained (``untrainable``); ``MAX_FAILED_ROLLOUTS`` of them in a row stop the run
+error (``info["env_error"]``), never the run. Such an episode is unscored (no reward sees it, see
+``polyrl.episode_scoring``): it is trained neither for nor against. A rollout in which every episode
+ended so is not trained (``untrainable``); ``MAX_FAILED_ROLLOUTS`` of them in a row stop the run
 (``EnvironmentFailed``), since an environment that never works cannot be trained against.
 """
 

@@ -268,12 +268,18 @@ def length_penalty(completions: Sequence[Completion | str], context: RewardConte
 
 def environment(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
     """The environment's own reward for each episode (the sum of its per-turn rewards; 0 when it
-    gave none). Not an episode (no ``[environment]``): an error, since it would score nothing."""
+    gave none); None (unscored) for an episode that ended in an environment error
+    (``info["env_error"]``): its reward is unknown, and a 0 would train the model away from whatever
+    made the environment fail. Not an episode (no ``[environment]``): an error, since it would score
+    nothing."""
     out: Scores = []
     for completion in completions:
         if not isinstance(completion, Completion) or completion.mask is None:
             raise RewardError("environment: this completion is not an episode. Fix: configure an "
                               "[environment] (name = ...) or use another reward")
+        if completion.info.get("env_error") is not None:
+            out.append(None)
+            continue
         value = completion.info.get("env_reward")
         out.append(0.0 if value is None else float(value))
     return out
@@ -284,7 +290,8 @@ BUILTIN_REWARDS: dict[str, tuple[Callable[[Sequence[Any], RewardContext], Scores
     "numeric_match": (numeric_match, "1 if the last number equals the row's numeric answer"),
     "regex_format": (regex_format, "1 if the completion matches options.pattern"),
     "length_penalty": (length_penalty, "negative, proportional to the length beyond options.target"),
-    "environment": (environment, "the [environment]'s own reward for each episode (0 when it gave none)"),
+    "environment": (environment, "the [environment]'s own reward for each episode (0 when it gave none; unscored "
+                    "when the environment failed)"),
 }
 
 
