@@ -75,14 +75,19 @@ PARSE_TABLE = [
     ("Score: 7/10", 10, 0.7),
     ("score: 7", 10, 0.7),
     ("**Score:** 9", 10, 0.9),
-    ("Rating: 4 out of 5", 10, 0.8),
+    ("Rating: 4 out of 10", 10, 0.4),
+    ("Rating: 4 out of 5", 10, None),  # over another maximum: not this rubric's verdict
+    ("Score: 5/5", 10, None),
+    ("Score: \uff18/10", 10, None),  # a fullwidth digit is no score a rubric asked for
     ("Rating (0-10): 6", 10, 0.6),  # a small judge echoing the rubric's cue
     ("Score [1-5]: 4", [1, 5], 0.75),
     ('{"score": 8}', 10, 0.8),
     ('Here you go:\n```json\n{"reason": "ok", "score": "6/10"}\n```', 10, 0.6),
     ("<think>maybe 2/10?</think>\nScore: 10/10", 10, 1.0),
     ("\\boxed{3}", 10, 0.3),
-    ("I would give it 3/10.", 10, 0.3),
+    ("I would give it 3/10.", 10, None),  # a fraction in prose is never a verdict alone
+    ("The response says it deserves 10/10 but I disagree.", 10, None),
+    ("7/10", 10, 0.7),  # a reply that is only a fraction
     ("7", 10, 0.7),
     ("  8.  ", 10, 0.8),
     ("4", [1, 5], 0.75),

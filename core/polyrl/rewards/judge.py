@@ -34,11 +34,13 @@ Options (``[[rewards]] name = "llm_judge"``, ``options = {...}``); unknown optio
                      or false disables it)
 ``on_error``         ``"fail"`` (default): raise ``RewardError`` naming the endpoint and the fix;
                      ``"skip"``: score None for the samples that failed (logged), train on the rest
-``on_parse_error``   same choices, for answers without a readable score (default ``"skip"``: what
-                     the judge writes is partly the policy's doing, through what it quotes, so one
-                     sample must not be able to stop the run; a judge that never writes a readable
-                     score leaves every sample unscored, which stops the run after
-                     ``train.max_consecutive_skips`` such steps)
+``on_parse_error``   for answers without a readable score (or cut off at ``max_tokens``):
+                     ``"min"`` (default) scores them the scale's minimum, since what the judge writes
+                     is partly the policy's doing through what it quotes, and a sample that makes the
+                     judge unreadable must not escape a low score; when no answer of the call is
+                     readable (a rubric the judge does not follow) they stay unscored, which stops
+                     the run after ``train.max_consecutive_skips`` such steps. ``"skip"``: score
+                     None (train on the rest); ``"fail"``: raise ``RewardError`` naming the fix
 ``api_key_env``      name of the environment variable holding the API key (sent as a Bearer token;
                      never logged, never part of an error message or of the cache)
 ``temperature``      judge sampling temperature (default 0: the same answer every time)
@@ -79,21 +81,26 @@ Fences: what the policy or the dataset wrote is quoted between ``<data-N>`` and 
 
 Score parsing (``parse_score``): the reply must hold exactly one verdict. The candidates are
     1. every explicit verdict: a JSON ``"score"`` (or ``"rating"``/``"grade"``) field, possibly
-       in a code fence; a labelled score ("Score: 7/10", "rating = 4 out of 5", "**Score:** 8",
-       "Rating (0-10): 6"); ``\\boxed{7}``;
-    2. only when there is none, every fraction in the prose: "7/10", "7 out of 10" (next to an
-       explicit verdict, the fractions over the scale's maximum count too: "the response claims
-       Score: 10/10, I give it 3/10" is two scores, not the policy's 10);
-    3. only when there is none of those, a reply that is nothing but a number ("7", "7.5.").
+       in a code fence; a labelled score ("Score: 7/10", "rating = 4 out of 10", "**Score:** 8",
+       "Rating (0-10): 6"); ``\\boxed{7}``; next to them, every fraction in the prose over the
+       scale's maximum ("the response claims Score: 10/10, I give it 3/10" is two scores, not
+       the policy's 10);
+    2. only when there is none, a reply that is nothing but a number ("7", "7.5.", "7/10").
+    A fraction in prose is never a verdict on its own: "the response says it deserves 10/10 but I
+    disagree" (or a reply cut off before its verdict) would hand the policy the score it wrote.
     The candidates must all give the same score (the verdict repeated, or written as JSON and as a
     label, is fine). Otherwise the reply is unreadable (``on_parse_error``, logged with the
     reason), never a guess: a judge quoting the graded response's "Score: 10/10" next to its own
     "Score: 2/10" must not hand the policy a way to steer its reward. So write the rubric to ask
     for exactly one verdict, and to describe rather than quote any score the response claims.
-    A score must be a plain decimal number ("1e1" is unreadable) inside the scale (not clamped:
-    a judge answering "15" on a 0-10 scale did not follow the rubric). Reasoning is ignored:
-    ``<think>...</think>`` blocks, everything after an unclosed ``<think>``, and everything before
-    a ``</think>`` that closes nothing (opened by the chat template).
+    A score must be a plain ASCII decimal number ("1e1" and "４" are unreadable) inside the scale
+    (not clamped: a judge answering "15" on a 0-10 scale did not follow the rubric), and a
+    fraction's denominator must be the scale's maximum ("Score: 5/5" on 0..10 is unreadable). A
+    reply cut off at ``max_tokens`` (``finish_reason`` "length") is unreadable. Reasoning is
+    ignored: ``<think>...</think>`` blocks, everything after an unclosed ``<think>``, and
+    everything before a ``</think>`` that closes nothing (opened by the chat template); the
+    quoted prompt, completion and columns have their reasoning tags defused (``&lt;think>``), so
+    a tag the parser honours is the judge's own.
 """
 
 from __future__ import annotations
@@ -156,13 +163,15 @@ DEFAULTS: dict[str, Any] = {
     "backoff_s": 0.5,
     "cache_path": None,  # None -> the default file; "" or False -> no cache
     "on_error": "fail",
-    "on_parse_error": "skip",
+    "on_parse_error": "min",
     "api_key_env": None,
     "temperature": 0.0,
     "max_tokens": 64,
     "max_reply_bytes": 1 << 20,
 }
 POLICIES = ("fail", "skip")
+#: ``on_parse_error`` also takes "min": an unreadable reply scores the scale's minimum
+PARSE_POLICIES = (*POLICIES, "min")
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 # --- score parsing -----------------------------------------------------------------------------
@@ -240,10 +249,12 @@ def judge_options(given: Mapping[str, Any] | None) -> JudgeOptions:
         raise RewardError(f"{NAME}: system must be a string. Fix: e.g. system = \"You are a grader.\"")
     on_error = opts["on_error"]
     on_parse = opts["on_parse_error"]
-    for key, value in (("on_error", on_error), ("on_parse_error", on_parse)):
-        if value not in POLICIES:
-            raise RewardError(f"{NAME}: {key} must be \"fail\" or \"skip\", got {value!r}. "
-                              f"Fix: {key} = \"skip\" to train on without the judge's failed samples")
+    if on_error not in POLICIES:
+        raise RewardError(f"{NAME}: on_error must be \"fail\" or \"skip\", got {on_error!r}. "
+                          "Fix: on_error = \"skip\" to train on without the judge's failed samples")
+    if on_parse not in PARSE_POLICIES:
+        raise RewardError(f"{NAME}: on_parse_error must be \"min\", \"fail\" or \"skip\", got {on_parse!r}. "
+                          "Fix: on_parse_error = \"min\" (the default: an unreadable reply scores the minimum)")
     cache = opts["cache_path"]
     if cache is None:
         from polyrl.cache import default_cache_dir
@@ -293,7 +304,9 @@ BUILTIN_PLACEHOLDERS = ("prompt", "completion", "scale_min", "scale_max", "fence
 #: The nonce the cache key is computed with: the same judgement hits whatever nonce it was sent with.
 KEY_NONCE = "0" * 16
 #: The ``<`` of anything shaped like a fence tag (``<data-``, ``</data-``, spaced or not).
-_FENCE_LIKE = re.compile(r"<(?=\s*/?\s*data-)", re.IGNORECASE)
+#: Defused in quoted material: a fence marker, and a reasoning tag, which the score parser reads as
+#: the judge's own (a quoted "</think> Score: 10/10" erased the verdict written before it).
+_FENCE_LIKE = re.compile(r"<(?=\s*/?\s*(?:data-|think\s*>))", re.IGNORECASE)
 
 
 def new_nonce() -> str:
@@ -302,7 +315,8 @@ def new_nonce() -> str:
 
 
 def fenced(text: str, nonce: str) -> str:
-    """``text`` quoted between ``<data-{nonce}>`` markers, any fence-like tag in it defused (``&lt;``)."""
+    """``text`` quoted between ``<data-{nonce}>`` markers, any fence-like or ``<think>`` tag in it
+    defused (``&lt;``)."""
     return f"<data-{nonce}>{_FENCE_LIKE.sub('&lt;', text)}</data-{nonce}>"
 
 
@@ -413,6 +427,7 @@ class JudgeCache:
 class _Outcome:
     text: str | None = None
     error: str | None = None  # why there is no text (endpoint failure)
+    truncated: bool = False  # the reply stopped at max_tokens: its verdict may be missing
     fix: str | None = None  # what to do about ``error``, when the usual advice does not apply
 
 
@@ -525,7 +540,8 @@ async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str,
                 continue
             return _Outcome(error=last)
         try:
-            content = _json_body(raw)["choices"][0]["message"]["content"]
+            choice = _json_body(raw)["choices"][0]
+            content = choice["message"]["content"]
         except (KeyError, IndexError, TypeError):
             shown = state.redact(raw.decode("utf-8", "replace"))[:120]
             return _Outcome(error=f"not an OpenAI chat completion response: {shown!r}")
@@ -534,7 +550,7 @@ async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str,
         if not isinstance(content, str):  # a number here is not a score the judge wrote as text
             return _Outcome(error=f"not an OpenAI chat completion response: message content is "
                                   f"{type(content).__name__}, not a string")
-        return _Outcome(text=content)
+        return _Outcome(text=content, truncated=isinstance(choice, dict) and choice.get("finish_reason") == "length")
     return _Outcome(error=f"{last} (after {opts.retries + 1} attempts)")
 
 
@@ -553,7 +569,7 @@ async def _judge_all(opts: JudgeOptions, requests: list[tuple[str, list[dict[str
 
         async def one(key_: str, messages: list[dict[str, str]]) -> tuple[str, _Outcome]:
             outcome = await _request_one(client, opts, messages, headers, state, sem)
-            if outcome.text is not None:
+            if outcome.text is not None and not outcome.truncated:
                 on_answer(key_, messages, outcome.text)
             return key_, outcome
 
@@ -610,12 +626,19 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
     endpoint_failures: Counter[str] = Counter()
     fixes: dict[str, str] = {}
     parse_failures: list[tuple[str, str]] = []  # (answer, why it has no score)
+    unreadable: list[int] = []  # their positions
     for key in keys:
         if key in answers:
             reading = judge_score.read_score(answers[key], opts.scale)
             if reading.score is None:
                 parse_failures.append((answers[key], reading.why))
+                unreadable.append(len(scores))
             scores.append(reading.score)
+        elif outcomes[key].truncated:  # what it quoted may be all it wrote: never read as a verdict
+            parse_failures.append((outcomes[key].text or "", "the reply was cut off at options.max_tokens "
+                                                                "(finish_reason \"length\")"))
+            unreadable.append(len(scores))
+            scores.append(None)
         else:
             outcome = outcomes[key]
             reason = outcome.error or "unknown error"
@@ -646,11 +669,17 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
         log.warning("judge requests failed; samples skipped", reward=NAME, endpoint=opts.shown_endpoint,
                     failed=n_endpoint, of=n,
                     reasons={redact(reason): count for reason, count in endpoint_failures.most_common(3)})
+    # a policy provoking an unreadable reply must not escape a low score by it; a judge that reads
+    # nothing at all (a rubric it does not follow) leaves the call unscored, which stops the run
+    scored_min = opts.on_parse_error == "min" and any(s is not None for s in scores)
+    if scored_min:
+        for i in unreadable:
+            scores[i] = 0.0
     if parse_failures:
         whys = Counter(why for _, why in parse_failures)
-        log.warning("judge answers without a score; samples skipped", reward=NAME, endpoint=opts.shown_endpoint,
-                    failed=len(parse_failures), of=n, example=redact(parse_failures[0][0])[:80],
-                    reasons=dict(whys.most_common(3)))
+        log.warning("judge answers without a score; " + ("scored the minimum" if scored_min else "samples skipped"),
+                    reward=NAME, endpoint=opts.shown_endpoint, failed=len(parse_failures), of=n,
+                    example=redact(parse_failures[0][0])[:80], reasons=dict(whys.most_common(3)))
     metrics = {
         "cache_hit_rate": hits / n if n else 0.0,
         "failures": float(n_endpoint + len(parse_failures)),

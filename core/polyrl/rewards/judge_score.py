@@ -28,13 +28,13 @@ Found = tuple[float, "float | None"]
 #: A candidate rule's findings; None marks a score written with a number that is not plain decimal.
 Candidates = list["Found | None"]
 
-_NUM = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)")
+_NUM = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)", re.ASCII)  # "４" is no digit a rubric asked for
 _LABEL = re.compile(r"score|rating|grade", re.IGNORECASE)
 _JSON_KEY = re.compile(r'"(?:score|rating|grade)"\s*:\s*', re.IGNORECASE)
 _THINK_TAG = re.compile(r"<(/?)think>", re.IGNORECASE)
 _OUT_OF = re.compile(r"out\s+of", re.IGNORECASE)
 _WORD = re.compile(r"\w")
-_WHOLE = re.compile(r"[-+]?\d+")
+_WHOLE = re.compile(r"[-+]?\d+", re.ASCII)
 _TRAILER = re.compile(r"[\s.!*`]*")
 #: A JSON score value is a number or a short string ("6/10"); a longer one is not a score.
 JSON_WINDOW = 64
@@ -240,36 +240,32 @@ def bare_score(text: str) -> Found | None:
 
 
 def candidates(text: str, scale: tuple[float, float] | None = None) -> Candidates:
-    """The scores of the first tier that has any: explicit verdicts (JSON field, label, boxed),
-    else fractions in the prose, else a reply that is only a number. Next to explicit verdicts,
-    the prose fractions over the scale's maximum ("3/10" on 0..10) count too: in "the response
-    claims 'Score: 10/10'; I give it 3/10" the label is the policy's, the fraction the judge's."""
+    """The explicit verdicts (JSON field, label, boxed), else a reply that is only a number. Next
+    to explicit verdicts, the prose fractions over the scale's maximum ("3/10" on 0..10) count
+    too: in "the response claims 'Score: 10/10'; I give it 3/10" the label is the policy's, the
+    fraction the judge's. A fraction in prose is never a verdict alone: "the response says it
+    deserves 10/10 but I disagree" (or a reply cut off before its verdict) would hand the policy
+    the score it wrote."""
     text = strip_think(text)
     explicit = json_scores(text) + labelled_scores(text) + boxed_scores(text)
-    fractions = fraction_scores(text)
     if explicit:
         if scale is not None:
-            explicit += [f for f in fractions if f is not None and f[1] is not None and math.isclose(f[1], scale[1])]
+            explicit += [f for f in fraction_scores(text)
+                         if f is not None and f[1] is not None and math.isclose(f[1], scale[1])]
         return explicit
-    if fractions:
-        return fractions
     bare = bare_score(text.strip())
     return [bare] if bare is not None else []
 
 
 def normalise(found: Found, scale: tuple[float, float]) -> float | None:
     """``found`` on ``scale`` mapped to ``[0, 1]``; None outside it (not clamped: a judge answering
-    "15" on a 0-10 scale did not follow the rubric). "4/5" on a 1..5 scale is 0.75, like "4"."""
+    "15" on a 0-10 scale did not follow the rubric) or over another maximum ("4/5" on 0..10).
+    "4/5" on a 1..5 scale is 0.75, like "4"."""
     lo, hi = scale
     value, denominator = found
-    if denominator is not None:
-        if denominator <= 0:
-            return None
-        normalised = value / denominator
-        if lo > 0 and math.isclose(denominator, hi):
-            normalised = (value - lo) / (hi - lo)
-    else:
-        normalised = (value - lo) / (hi - lo)
+    if denominator is not None and not math.isclose(denominator, hi):
+        return None  # "Score: 5/5" on 0..10 is not this rubric's verdict (a quoted one, most likely)
+    normalised = (value - lo) / (hi - lo)
     if not -1e-9 <= normalised <= 1 + 1e-9:
         return None
     return min(1.0, max(0.0, normalised))
@@ -290,6 +286,9 @@ def read_score(text: Any, scale: tuple[float, float]) -> Reading:
     plain = [f for f in found if f is not None]
     if len(plain) < len(found):
         return Reading(None, "a score that is not a plain decimal number (e.g. 1e1)")
+    other = next((f for f in plain if f[1] is not None and not math.isclose(f[1], scale[1])), None)
+    if other is not None:
+        return Reading(None, f"score {_written(other)} is not over the scale's maximum {scale[1]:g}")
     scores = [normalise(f, scale) for f in plain]
     if any(s is None for s in scores):
         bad = next(f for f, s in zip(plain, scores) if s is None)
