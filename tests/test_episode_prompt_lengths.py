@@ -41,7 +41,7 @@ def test_a_prompt_the_tool_instructions_push_past_max_length_is_one_error_at_sta
         Trainer(_config(tiny_model_dir, tmp_path / "run", 600, rows))
     text = str(caught.value)
     assert caught.value.field == "model.max_length" and "\n" not in text
-    assert text.startswith("row 1 of rows: the prompt has") and "tool instructions included" in text, text
+    assert text.startswith("model.max_length: row 1 of rows: the prompt has") and "tool instructions included" in text, text
 
 
 def test_drop_overlong_leaves_out_what_the_tools_push_past_max_length(tiny_model_dir, tmp_path):
