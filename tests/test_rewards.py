@@ -274,6 +274,21 @@ def test_exact_match_gives_nothing_for_several_different_boxed_answers(text, exp
     assert score([("exact_match", 1.0, {})], [text]).per_reward["exact_match"][0] == expected
 
 
+@pytest.mark.parametrize(("text", "expected", "unclosed"), [
+    ("<think>maybe \\boxed{42}</think>\nThe answer is 3", 0.0, False),  # a box in the reasoning is not the answer
+    ("<think>try \\boxed{41}? no</think>\n\\boxed{42}", 1.0, False),  # nor a second candidate
+    ("<think>so it is \\boxed{42}", 0.0, True),  # reasoning cut off: no answer given
+    ("<think>a</think> answer: 41 <think>\\boxed{42}", 0.0, True),  # a think reopened after the last close
+    ("the template opened the think. \\boxed{41}</think>\nThe answer is 42.", 1.0, False),  # Qwen3-style
+    ("<think>x</think><think>y \\boxed{41}</think>42", 1.0, False),
+    ("no reasoning at all: \\boxed{42}", 1.0, False),
+])
+def test_exact_match_reads_the_answer_after_the_reasoning(text, expected, unclosed):
+    assert score([("exact_match", 1.0, {})], [text]).per_reward["exact_match"][0] == expected
+    last_line = score([("exact_match", 1.0, {"extract": "last_line"})], [text + "\n42"]).per_reward["exact_match"][0]
+    assert last_line == (0.0 if unclosed else 1.0)
+
+
 def test_exact_match_skips_an_empty_answer_instead_of_rewarding_an_empty_completion():
     rows = [{"prompt": "q", "answer": a} for a in ("", " $ ", "42")]
     got = score([("exact_match", 1.0, {})], ["", "\\boxed{}", "\\boxed{42}"], rows=rows)

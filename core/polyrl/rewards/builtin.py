@@ -6,6 +6,9 @@ silently ignored). Options:
 
 ``exact_match``      1.0 when the completion's final answer equals the row's answer, else 0.0.
     ``column`` ("answer"), ``extract`` ("auto" | "last_line" | "full"), ``case_sensitive`` (false).
+    A completion with reasoning is read after its last ``</think>`` only, in every mode (TRL's
+    ``reasoning_accuracy_reward``): a ``\\boxed{}`` tried inside ``<think>`` is neither the answer nor
+    a second candidate; one whose ``<think>`` is never closed (cut off while reasoning) scores 0.
     How "auto" finds the final answer, first rule that applies:
     1. the content of the last ``\\boxed{...}`` (braces balanced); a completion with several boxes
        holding different answers ("\\boxed{3} or \\boxed{4}") scores 0, as math-verify (TRL's
@@ -86,6 +89,16 @@ def boxed_answers(text: str) -> list[str]:
             out.append(text[start:end])
             covered = end
     return out
+
+
+def final_part(text: str) -> str | None:
+    """The part of a completion that holds its answer: the text after its last ``</think>`` (all
+    of it when there is none), or None when a ``<think>`` is left open there (reasoning cut off
+    before any answer). As TRL's ``reasoning_accuracy_reward``, which splits on ``</think>``, except
+    that a completion with no think tags at all is read whole (a model that does not reason)."""
+    _, closed, rest = text.rpartition("</think>")
+    rest = rest if closed else text
+    return None if "<think>" in rest else rest
 
 
 def extract_answer(text: str, mode: str = "auto") -> str:
@@ -175,7 +188,10 @@ def exact_match(completions: Sequence[Completion | str], context: RewardContext)
         if not gold:
             out.append(None)
             continue
-        text = completion_text(completion)
+        text = final_part(completion_text(completion))
+        if text is None:  # reasoning never closed: no answer was given
+            out.append(0.0)
+            continue
         if opts["extract"] == "auto" and len(
                 {normalize_answer(box, opts["case_sensitive"]) for box in boxed_answers(text)}) > 1:
             out.append(0.0)
