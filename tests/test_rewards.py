@@ -289,6 +289,28 @@ def test_exact_match_reads_the_answer_after_the_reasoning(text, expected, unclos
     assert last_line == (0.0 if unclosed else 1.0)
 
 
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    ("5! = 120, so the answer is \\boxed{5!}", "5", 0.0),  # a factorial is not its base
+    ("\\boxed{5!}", "5!", 1.0),
+    ("\\boxed{(n+1)!}", "(n+1)", 0.0),
+    ("The answer is Paris!", "Paris", 1.0),  # an exclamation still goes
+    ("The answer is 42!!", "42", 0.0),
+    ("\\boxed{3 \\boxed{42}}", "42", 0.0),  # the inner box is part of the outer one's answer
+    ("\\boxed{ \\boxed{42} }", "42", 1.0),  # a box around the whole answer is still the answer
+    ("\\boxed{3}\nanswer: 42\n\\boxed{", "42", 0.0),  # an unclosed box hides no earlier box
+    ("answer: 42\n\\boxed{", "42", 1.0),  # and is no answer of its own
+])
+def test_exact_match_factorials_and_nested_or_unclosed_boxes(text, answer, expected):
+    rows = [{"prompt": "q", "answer": answer}]
+    assert score([("exact_match", 1.0, {})], [text], rows=rows).per_reward["exact_match"][0] == expected
+
+
+def test_boxes_nested_thousands_deep_are_read_in_linear_time():
+    started = time.perf_counter()
+    assert boxed_answers("\\boxed{" * 100_000 + "42" + "}" * 100_000) == ["42"]
+    assert time.perf_counter() - started < 2.0
+
+
 def test_exact_match_skips_an_empty_answer_instead_of_rewarding_an_empty_completion():
     rows = [{"prompt": "q", "answer": a} for a in ("", " $ ", "42")]
     got = score([("exact_match", 1.0, {})], ["", "\\boxed{}", "\\boxed{42}"], rows=rows)

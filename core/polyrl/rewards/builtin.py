@@ -15,8 +15,11 @@ silently ignored). Options:
        ``accuracy_reward``) scores it: listing candidates must not pay;
     2. the text after the last "####" (GSM8K), "answer:" or "answer is", up to the end of that line;
     3. the last non-empty line.
-    Both sides are then normalised: surrounding whitespace, markdown ``*``/``_``, ``$``, quotes and
-    a trailing ``.``/``!`` are stripped, inner whitespace is collapsed, and case is folded.
+    Both sides are then normalised: surrounding whitespace, markdown ``*``/``_``, ``$``, quotes, a
+    trailing ``.`` and a trailing ``!`` that is not a factorial ("5!" stays 5!) are stripped, inner
+    whitespace is collapsed, and case is folded. A box holding a box answers what the outer one
+    holds (``\\boxed{\\boxed{4}}`` is 4, ``\\boxed{3 \\boxed{4}}`` is "3 \\boxed{4}"); a ``\\boxed{``
+    never closed is not a box, and hides no box before it.
 ``numeric_match``    1.0 when the last number in the completion equals ``float(row[column])``
     within ``tolerance`` (absolute, default 1e-6), else 0.0. ``column`` ("answer").
     Numbers may carry a sign, thousands commas and decimals ("-1,234.5"); a "-" directly after
@@ -53,25 +56,14 @@ _BOX_TOKEN = re.compile(r"\\boxed\{|[{}]")
 _NUMBER = re.compile(_SIGN + r"(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|\.\d+)")
 
 
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (nested braces allowed), or None."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    i, depth = start + len("\\boxed{"), 1
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i:j]
-    return None  # unbalanced: ignore the box
-
-
 def boxed_answers(text: str) -> list[str]:
     """The contents of every outermost balanced ``\\boxed{...}``, in order (one pass: linear even
-    for thousands of unclosed boxes). A box inside another box is part of that box's answer."""
+    for thousands of unclosed boxes). A box inside another box is part of that box's answer
+    (``\\boxed{3 \\boxed{4}}`` answers "3 \\boxed{4}"); boxes around the whole content are removed."""
+    return [_unwrapped(box) for box in _outermost(text)]
+
+
+def _outermost(text: str) -> list[str]:
     stack: list[int] = []  # content start of an open box, or -1 for a plain "{"
     spans: list[tuple[int, int]] = []
     for m in _BOX_TOKEN.finditer(text):
@@ -89,6 +81,36 @@ def boxed_answers(text: str) -> list[str]:
             out.append(text[start:end])
             covered = end
     return out
+
+
+def _unwrapped(box: str) -> str:
+    """A box's content without boxes around all of it (``\\boxed{\\boxed{42}}`` holds 42); one
+    pass, so linear however deep the boxes go."""
+    closes: dict[int, int] = {}  # where each "\\boxed{" of ``box`` starts -> where its "}" is
+    stack: list[int] = []
+    for m in _BOX_TOKEN.finditer(box):
+        if m.group() == "}":
+            if stack:
+                start = stack.pop()
+                if start >= 0:
+                    closes[start] = m.start()
+        else:
+            stack.append(m.start() if m.group() != "{" else -1)
+    start, end = 0, len(box)
+    while True:
+        while start < end and box[start].isspace():
+            start += 1
+        while end > start and box[end - 1].isspace():
+            end -= 1
+        if closes.get(start) != end - 1:
+            return box[start:end]
+        start, end = start + len("\\boxed{"), end - 1
+
+
+def last_boxed(text: str) -> str | None:
+    """The last of ``boxed_answers`` (an unclosed ``\\boxed{`` is not a box and hides none), or None."""
+    boxes = boxed_answers(text)
+    return boxes[-1] if boxes else None
 
 
 def final_part(text: str) -> str | None:
@@ -124,7 +146,9 @@ def normalize_answer(text: str, case_sensitive: bool = False) -> str:
     while s != previous:
         previous = s
         s = s.strip().strip("*_$`\"'").strip()
-        s = s.rstrip(".!").strip()
+        s = s.rstrip(".").strip()
+        if s.endswith("!") and not re.search(r"[\d)}\]]\s*!$", s):  # "5!" is 120, not an exclamation
+            s = s[:-1].strip()
     return s if case_sensitive else s.casefold()
 
 
