@@ -77,6 +77,34 @@ def test_regex_format():
     np.testing.assert_array_equal(res.total, [1.0, 0.0, 0.0])
 
 
+def suggested_pattern() -> str:
+    """The pattern regex_format's error message suggests."""
+    with pytest.raises(ConfigError) as info:
+        score([("regex_format", 1.0, {})], ["x"])
+    return str(info.value).split("options.pattern = '", 1)[1].rsplit("'", 1)[0]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("<think>a\nb</think>\n42", 1.0), ("<think>\n reason </think>", 1.0),  # honest formats pass
+    ("junk <think></think> junk", 0.0), ("<think></think>42", 0.0), ("<think> \n </think>42", 0.0),
+    ("<think>a</think><think>b</think>42", 0.0), ("<think>a<think>b</think>42", 0.0),
+    ("<think>a</think>42</think>", 0.0), ("<think>never closed", 0.0), ("42", 0.0),
+])
+def test_the_pattern_regex_format_suggests_is_anchored_and_needs_one_non_empty_think(text, expected):
+    suggested = suggested_pattern()
+    for match in ("search", "fullmatch"):
+        got = score([("regex_format", 1.0, {"pattern": suggested, "match": match})], [text])
+        assert got.per_reward["regex_format"][0] == expected
+
+
+def test_the_suggested_think_pattern_is_linear_time():
+    started = time.perf_counter()
+    got = score([("regex_format", 1.0, {"pattern": suggested_pattern()})],
+                ["<think>" + "a</think" * 20_000, "<think>a" + "</think>" * 20_000, "<think>a</think>" + "b" * 200_000])
+    np.testing.assert_array_equal(got.per_reward["regex_format"], [0.0, 0.0, 1.0])
+    assert time.perf_counter() - started < 2.0
+
+
 def test_length_penalty_tokens_and_chars():
     res = score([("length_penalty", 1.0, {"target": 4})], ["a", "b", "c"], tokens=[2, 4, 8])
     np.testing.assert_allclose(res.total, [0.0, 0.0, -1.0])

@@ -40,6 +40,13 @@ silently ignored). Options:
 ``regex_format``     1.0 when ``pattern`` matches the completion, else 0.0.
     ``pattern`` (required), ``match`` ("search" | "fullmatch", default "search"),
     ``flags`` (letters from "imsx", default "s" so that ``.`` spans lines).
+    The pattern is the user's, and ``.*`` patterns are easy to satisfy: ``<think>.*</think>`` is
+    found in "junk <think></think> junk", and with the "s" flag ``<think>.*</think><answer>.*</answer>``
+    spans several tag pairs. To check a reasoning format, anchor the pattern, keep the tag out of
+    what it encloses and ask for some text, as ``THINK_FORMAT`` does (TRL's ``think_format_reward``
+    is ``^<think>(?!.*<think>)(.*?)</think>.*$``, which also takes an empty think):
+    ``^<think>\\s*[^\\s<](?:(?!</?think>).)*</think>(?:(?!</?think>).)*$``; with an answer tag:
+    ``^<think>\\s*[^\\s<](?:(?!</?think>).)*</think>\\s*<answer>\\s*[^\\s<](?:(?!</?answer>).)*</answer>\\s*$``.
 ``length_penalty``   ``-scale * max(0, length - target) / target`` (0 within the target).
     ``target`` (required, > 0), ``unit`` ("tokens" | "chars", default "tokens"), ``scale`` (1.0).
 
@@ -261,6 +268,11 @@ def _required(name: str, opts: dict[str, Any], key: str, example: str) -> Any:
 
 # --- the rewards -------------------------------------------------------------------------------
 
+#: The reasoning format ``regex_format``'s messages suggest: one non-empty ``<think>`` block at the very
+#: start, no other think tag anywhere (linear time: no nested repetition). In a TOML file, write it
+#: as a literal string: pattern = '^<think>\s*[^\s<](?:(?!</?think>).)*</think>(?:(?!</?think>).)*$'
+THINK_FORMAT = r"^<think>\s*[^\s<](?:(?!</?think>).)*</think>(?:(?!</?think>).)*$"
+
 #: The dataset column exact_match and numeric_match read the reference answer from by default.
 ANSWER_COLUMN = "answer"
 
@@ -350,10 +362,10 @@ def numeric_match(completions: Sequence[Completion | str], context: RewardContex
 
 def regex_format(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
     opts = _options("regex_format", context, {"pattern": None, "match": "search", "flags": "s"})
-    pattern = _required("regex_format", opts, "pattern", '"<think>.*</think>"')
+    pattern = _required("regex_format", opts, "pattern", f"'{THINK_FORMAT}'")
     if not isinstance(pattern, str):  # str(["x"]) is "['x']", a character class matching any x or '
         raise RewardError(f"regex_format: pattern must be a string, got {pattern!r}. "
-                          'Fix: e.g. pattern = "<think>.*</think>"')
+                          f"Fix: e.g. pattern = '{THINK_FORMAT}'")
     if opts["match"] not in ("search", "fullmatch"):
         raise RewardError(f"regex_format: unknown match {opts['match']!r}. Fix: use search or fullmatch")
     flags = 0
