@@ -112,6 +112,30 @@ def test_length_penalty_tokens_and_chars():
     np.testing.assert_allclose(res.total, [0.0, -0.5])
 
 
+def test_length_penalty_counts_all_the_model_wrote_in_an_episode_and_nothing_else():
+    """An episode: 4990 sampled tokens, 10 inserted by the core; a 20 000-character first turn and a
+    last turn "42". Earlier turns are not free, and inserted tokens are not the model's."""
+    episode = Completion(prompt_index=0, prompt_ids=[1], completion_ids=list(range(5000)), logprobs=[0.0] * 5000,
+                         text="42", mask=[True] * 4990 + [False] * 10,
+                         messages=[{"role": "assistant", "content": "x" * 19_998},
+                                   {"role": "user", "content": "an observation " * 100},
+                                   {"role": "tool", "content": "a tool result " * 100},
+                                   {"role": "assistant", "content": "42"}])
+    context = RewardContext(rows=[{}], wanted=("length_penalty",), options={})
+    pm = get_plugin_manager(entry_points=False)
+    for unit, expected in (("chars", -199.0), ("tokens", -48.9)):
+        computer = RewardComputer(pm, [("length_penalty", 1.0, {"target": 100, "unit": unit})])
+        got = computer(["q"], [episode], context).per_reward["length_penalty"][0]
+        assert got == pytest.approx(expected)
+    honest = Completion(prompt_index=0, prompt_ids=[1], completion_ids=list(range(60)), logprobs=[0.0] * 60, text="42",
+                        mask=[True] * 30 + [False] * 30, messages=[{"role": "assistant", "content": "y" * 40},
+                                                                   {"role": "user", "content": "z" * 500},
+                                                                   {"role": "assistant", "content": "42"}])
+    for unit in ("chars", "tokens"):  # within the target once the environment's share is left out
+        computer = RewardComputer(pm, [("length_penalty", 1.0, {"target": 50, "unit": unit})])
+        assert computer(["q"], [honest], context).per_reward["length_penalty"][0] == 0.0
+
+
 def test_a_row_dependent_error_names_the_problem_and_one_fix():
     with pytest.raises(RewardError, match=r"needs column 'gold'.*answer, prompt.*Fix: add a 'gold' column") as info:
         score([("numeric_match", 1.0, {"column": "gold"})], ["42"])

@@ -49,6 +49,10 @@ silently ignored). Options:
     ``^<think>\\s*[^\\s<](?:(?!</?think>).)*</think>\\s*<answer>\\s*[^\\s<](?:(?!</?answer>).)*</answer>\\s*$``.
 ``length_penalty``   ``-scale * max(0, length - target) / target`` (0 within the target).
     ``target`` (required, > 0), ``unit`` ("tokens" | "chars", default "tokens"), ``scale`` (1.0).
+    Only what the model wrote counts: in a multi-turn episode, the tokens it sampled (not the
+    template glue, tool results or observations the core inserted, as the loss mask and
+    ``algorithms/shaping.py`` count them) or the characters of all its assistant turns (not only
+    the last one, which other text rewards read as the answer: earlier turns are not free).
 
 A row whose answer cell is None gets score None (no reward), so it is dropped, not punished; so does
 an ``exact_match`` answer that is empty after normalising (TRL skips a gold answer it cannot parse):
@@ -383,6 +387,14 @@ def regex_format(completions: Sequence[Completion | str], context: RewardContext
     return [1.0 if test(completion_text(c)) else 0.0 for c in completions]
 
 
+def _written_chars(completion: Completion | str) -> int:
+    """Characters the model wrote: every assistant turn of an episode, else the completion's text."""
+    if isinstance(completion, Completion) and completion.messages is not None:
+        return sum(len(m["content"]) for m in completion.messages
+                   if m.get("role") == "assistant" and isinstance(m.get("content"), str))
+    return len(completion_text(completion))
+
+
 def length_penalty(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
     opts = _options("length_penalty", context, {"target": None, "unit": "tokens", "scale": 1.0})
     target = _required("length_penalty", opts, "target", "128")
@@ -397,9 +409,9 @@ def length_penalty(completions: Sequence[Completion | str], context: RewardConte
     out: Scores = []
     for i, completion in enumerate(completions):
         if opts["unit"] == "chars":
-            length = len(completion_text(completion))
+            length = _written_chars(completion)
         elif isinstance(completion, Completion):
-            length = len(completion.completion_ids)
+            length = len(completion.completion_ids) if completion.mask is None else int(completion.mask.sum())
         elif context.completion_ids is not None:
             length = len(context.completion_ids[i])
         else:
