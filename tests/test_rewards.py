@@ -47,7 +47,7 @@ def test_answer_extraction_rules():
     assert normalize_answer("$42$") == "42"
     assert last_number("37 + 48 = 85.") == 85.0
     assert last_number("it is -1,234.5 now") == -1234.5
-    assert last_number("5-3") == 3.0
+    assert last_number("5-3") is None  # an expression, not its last number
     assert last_number("x = \u22127") == -7.0
     assert last_number("no digits") is None
 
@@ -61,8 +61,8 @@ def test_exact_match():
 
 
 def test_numeric_match_and_tolerance_and_column_option():
-    res = score([("numeric_match", 1.0, {})], ["42", "I think 41", "42.0000001", "nothing"])
-    np.testing.assert_array_equal(res.total, [1.0, 0.0, 1.0, 0.0])
+    res = score([("numeric_match", 1.0, {})], ["42", "I think 41", "42.0000001", "nothing", "42.000"])
+    np.testing.assert_array_equal(res.total, [1.0, 0.0, 0.0, 0.0, 1.0])  # an integer answer is matched exactly
     rows = [{"prompt": "q", "solution": 3.14159}]
     res = score([("numeric_match", 1.0, {"column": "solution", "tolerance": 0.01})], ["pi is 3.14"], rows=rows)
     assert res.total[0] == 1.0
@@ -77,11 +77,63 @@ def test_regex_format():
     np.testing.assert_array_equal(res.total, [1.0, 0.0, 0.0])
 
 
+def suggested_pattern() -> str:
+    """The pattern regex_format's error message suggests."""
+    with pytest.raises(ConfigError) as info:
+        score([("regex_format", 1.0, {})], ["x"])
+    return str(info.value).split("options.pattern = '", 1)[1].rsplit("'", 1)[0]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("<think>a\nb</think>\n42", 1.0), ("<think>\n reason </think>", 1.0),  # honest formats pass
+    ("junk <think></think> junk", 0.0), ("<think></think>42", 0.0), ("<think> \n </think>42", 0.0),
+    ("<think>a</think><think>b</think>42", 0.0), ("<think>a<think>b</think>42", 0.0),
+    ("<think>a</think>42</think>", 0.0), ("<think>never closed", 0.0), ("42", 0.0),
+])
+def test_the_pattern_regex_format_suggests_is_anchored_and_needs_one_non_empty_think(text, expected):
+    suggested = suggested_pattern()
+    for match in ("search", "fullmatch"):
+        got = score([("regex_format", 1.0, {"pattern": suggested, "match": match})], [text])
+        assert got.per_reward["regex_format"][0] == expected
+
+
+def test_the_suggested_think_pattern_is_linear_time():
+    started = time.perf_counter()
+    got = score([("regex_format", 1.0, {"pattern": suggested_pattern()})],
+                ["<think>" + "a</think" * 20_000, "<think>a" + "</think>" * 20_000, "<think>a</think>" + "b" * 200_000])
+    np.testing.assert_array_equal(got.per_reward["regex_format"], [0.0, 0.0, 1.0])
+    assert time.perf_counter() - started < 2.0
+
+
 def test_length_penalty_tokens_and_chars():
     res = score([("length_penalty", 1.0, {"target": 4})], ["a", "b", "c"], tokens=[2, 4, 8])
     np.testing.assert_allclose(res.total, [0.0, 0.0, -1.0])
     res = score([("length_penalty", 1.0, {"target": 2, "unit": "chars", "scale": 0.5})], ["ab", "abcd"])
     np.testing.assert_allclose(res.total, [0.0, -0.5])
+
+
+def test_length_penalty_counts_all_the_model_wrote_in_an_episode_and_nothing_else():
+    """An episode: 4990 sampled tokens, 10 inserted by the core; a 20 000-character first turn and a
+    last turn "42". Earlier turns are not free, and inserted tokens are not the model's."""
+    episode = Completion(prompt_index=0, prompt_ids=[1], completion_ids=list(range(5000)), logprobs=[0.0] * 5000,
+                         text="42", mask=[True] * 4990 + [False] * 10,
+                         messages=[{"role": "assistant", "content": "x" * 19_998},
+                                   {"role": "user", "content": "an observation " * 100},
+                                   {"role": "tool", "content": "a tool result " * 100},
+                                   {"role": "assistant", "content": "42"}])
+    context = RewardContext(rows=[{}], wanted=("length_penalty",), options={})
+    pm = get_plugin_manager(entry_points=False)
+    for unit, expected in (("chars", -199.0), ("tokens", -48.9)):
+        computer = RewardComputer(pm, [("length_penalty", 1.0, {"target": 100, "unit": unit})])
+        got = computer(["q"], [episode], context).per_reward["length_penalty"][0]
+        assert got == pytest.approx(expected)
+    honest = Completion(prompt_index=0, prompt_ids=[1], completion_ids=list(range(60)), logprobs=[0.0] * 60, text="42",
+                        mask=[True] * 30 + [False] * 30, messages=[{"role": "assistant", "content": "y" * 40},
+                                                                   {"role": "user", "content": "z" * 500},
+                                                                   {"role": "assistant", "content": "42"}])
+    for unit in ("chars", "tokens"):  # within the target once the environment's share is left out
+        computer = RewardComputer(pm, [("length_penalty", 1.0, {"target": 50, "unit": unit})])
+        assert computer(["q"], [honest], context).per_reward["length_penalty"][0] == 0.0
 
 
 def test_a_row_dependent_error_names_the_problem_and_one_fix():
@@ -126,6 +178,54 @@ def test_an_answer_column_the_dataset_lacks_is_refused_when_the_rewards_are_set_
     assert err.field == "rewards[0].options" and f"column {column!r}" in str(err) and "prompt, solution" in str(err)
     assert f"add a {column!r} column" in err.fix and 'column = "<your answer column>"' in err.fix
     RewardComputer(pm, [(reward, 1.0, options)], columns=["prompt", column])
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    ("The probability is 0", "0.0000001", 0.0),  # no absolute 1e-6 slack by default
+    ("p = 0.000001", "0.0000005", 0.0),
+    ("p = 0.0000005", "0.0000005", 1.0),
+    ("0.30000000000000004", "0.3", 1.0),  # float noise is within the relative tolerance
+    ("0.1", 0.1, 1.0),  # a float cell is read as written, not as its binary value
+    ("12345678901234567000", "12345678901234567890", 0.0),  # integers compared exactly, not as floats
+    ("12345678901234567890", "12345678901234567890", 1.0),
+    ("1.2345678901234567e19", 12345678901234567890, 0.0),
+    ("x = 2\u2074", "2", 0.0),  # 2⁴ is 16, not 2
+    ("2+2", "2", 0.0), ("2+2", "4", 0.0),  # an expression is not read (its first or last number)
+    ("5-3", "3", 0.0), ("\\boxed{\\frac{1}{2}}", "2", 0.0), ("2\\sqrt{3}", "2", 0.0), ("\\boxed{5!}", "5", 0.0),
+    ("\\boxed{3}\n(see step 4)", "4", 0.0),  # the boxed answer, not the last number
+    ("\\boxed{4}\n(see step 2)", "4", 1.0),
+    ("\\boxed{2, 4}", "4", 0.0), ("\\boxed{3} or \\boxed{4}", "4", 0.0), ("\\boxed{4} so \\boxed{4.0}", "4", 1.0),
+    ("The answer is 4. Check: 2*2 = 4, not 5", "4", 1.0), ("The answer is 3.\nIt took 4 steps", "4", 0.0),
+    ("<think>let me try 4", "4", 0.0),  # reasoning cut off: no answer
+    ("<think>maybe 4</think> It is 3", "4", 0.0), ("<think>maybe 3? \\boxed{3}</think> It is 4", "4", 1.0),
+    # honest answers still score
+    ("So 37 + 48 = 85.", "85", 1.0), ("The answer is **85**.", "85", 1.0), ("#### 1,234", "1234", 1.0),
+    ("\\boxed{42 \\text{ cm}^2}", "42", 1.0), ("x = \u22127", "-7", 1.0), ("It costs $1,000.50.", "1000.5", 1.0),
+    ("42 - that is all", "42", 1.0), ("\\boxed{x = 5}", "5", 1.0), ("Answer: 3e8 m/s", "300000000", 1.0),
+])
+def test_numeric_match_reads_one_final_number_and_compares_it_exactly(text, answer, expected):
+    rows = [{"prompt": "q", "answer": answer}]
+    assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == expected
+
+
+def test_numeric_match_tolerances():
+    rows = [{"prompt": "q", "answer": a} for a in ("3.14159", "100", "100", "0.5")]
+    texts = ["pi is 3.1416", "101", "100.5", "0.5000001"]
+    got = score([("numeric_match", 1.0, {"tolerance": 0.001})], texts, rows=rows).per_reward["numeric_match"]
+    np.testing.assert_array_equal(got, [1.0, 0.0, 0.0, 1.0])
+    got = score([("numeric_match", 1.0, {"rel_tolerance": 0.01})], texts, rows=rows).per_reward["numeric_match"]
+    np.testing.assert_array_equal(got, [1.0, 0.0, 0.0, 1.0])  # integers: only the absolute tolerance widens them
+    got = score([("numeric_match", 1.0, {"tolerance": 1})], texts, rows=rows).per_reward["numeric_match"]
+    np.testing.assert_array_equal(got, [1.0, 1.0, 1.0, 1.0])
+    with pytest.raises(ConfigError, match="rel_tolerance must be a number >= 0"):
+        score([("numeric_match", 1.0, {"rel_tolerance": -1})], ["1"])
+
+
+def test_numeric_match_is_quick_on_huge_numbers():
+    started = time.perf_counter()
+    got = score([("numeric_match", 1.0, {})], ["9" * 100_000, "1e999999999", "\\boxed{1e-999999999}"])
+    assert list(got.per_reward["numeric_match"]) == [0.0, 0.0, 0.0]
+    assert time.perf_counter() - started < 2.0
 
 
 def test_numeric_match_non_numeric_answer():
@@ -272,6 +372,43 @@ def test_unknown_reward_name_lists_known_ones():
 ])
 def test_exact_match_gives_nothing_for_several_different_boxed_answers(text, expected):
     assert score([("exact_match", 1.0, {})], [text]).per_reward["exact_match"][0] == expected
+
+
+@pytest.mark.parametrize(("text", "expected", "unclosed"), [
+    ("<think>maybe \\boxed{42}</think>\nThe answer is 3", 0.0, False),  # a box in the reasoning is not the answer
+    ("<think>try \\boxed{41}? no</think>\n\\boxed{42}", 1.0, False),  # nor a second candidate
+    ("<think>so it is \\boxed{42}", 0.0, True),  # reasoning cut off: no answer given
+    ("<think>a</think> answer: 41 <think>\\boxed{42}", 0.0, True),  # a think reopened after the last close
+    ("the template opened the think. \\boxed{41}</think>\nThe answer is 42.", 1.0, False),  # Qwen3-style
+    ("<think>x</think><think>y \\boxed{41}</think>42", 1.0, False),
+    ("no reasoning at all: \\boxed{42}", 1.0, False),
+])
+def test_exact_match_reads_the_answer_after_the_reasoning(text, expected, unclosed):
+    assert score([("exact_match", 1.0, {})], [text]).per_reward["exact_match"][0] == expected
+    last_line = score([("exact_match", 1.0, {"extract": "last_line"})], [text + "\n42"]).per_reward["exact_match"][0]
+    assert last_line == (0.0 if unclosed else 1.0)
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    ("5! = 120, so the answer is \\boxed{5!}", "5", 0.0),  # a factorial is not its base
+    ("\\boxed{5!}", "5!", 1.0),
+    ("\\boxed{(n+1)!}", "(n+1)", 0.0),
+    ("The answer is Paris!", "Paris", 1.0),  # an exclamation still goes
+    ("The answer is 42!!", "42", 0.0),
+    ("\\boxed{3 \\boxed{42}}", "42", 0.0),  # the inner box is part of the outer one's answer
+    ("\\boxed{ \\boxed{42} }", "42", 1.0),  # a box around the whole answer is still the answer
+    ("\\boxed{3}\nanswer: 42\n\\boxed{", "42", 0.0),  # an unclosed box hides no earlier box
+    ("answer: 42\n\\boxed{", "42", 1.0),  # and is no answer of its own
+])
+def test_exact_match_factorials_and_nested_or_unclosed_boxes(text, answer, expected):
+    rows = [{"prompt": "q", "answer": answer}]
+    assert score([("exact_match", 1.0, {})], [text], rows=rows).per_reward["exact_match"][0] == expected
+
+
+def test_boxes_nested_thousands_deep_are_read_in_linear_time():
+    started = time.perf_counter()
+    assert boxed_answers("\\boxed{" * 100_000 + "42" + "}" * 100_000) == ["42"]
+    assert time.perf_counter() - started < 2.0
 
 
 def test_exact_match_skips_an_empty_answer_instead_of_rewarding_an_empty_completion():

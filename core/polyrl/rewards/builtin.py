@@ -6,23 +6,53 @@ silently ignored). Options:
 
 ``exact_match``      1.0 when the completion's final answer equals the row's answer, else 0.0.
     ``column`` ("answer"), ``extract`` ("auto" | "last_line" | "full"), ``case_sensitive`` (false).
+    A completion with reasoning is read after its last ``</think>`` only, in every mode (TRL's
+    ``reasoning_accuracy_reward``): a ``\\boxed{}`` tried inside ``<think>`` is neither the answer nor
+    a second candidate; one whose ``<think>`` is never closed (cut off while reasoning) scores 0.
     How "auto" finds the final answer, first rule that applies:
     1. the content of the last ``\\boxed{...}`` (braces balanced); a completion with several boxes
        holding different answers ("\\boxed{3} or \\boxed{4}") scores 0, as math-verify (TRL's
        ``accuracy_reward``) scores it: listing candidates must not pay;
     2. the text after the last "####" (GSM8K), "answer:" or "answer is", up to the end of that line;
     3. the last non-empty line.
-    Both sides are then normalised: surrounding whitespace, markdown ``*``/``_``, ``$``, quotes and
-    a trailing ``.``/``!`` are stripped, inner whitespace is collapsed, and case is folded.
-``numeric_match``    1.0 when the last number in the completion equals ``float(row[column])``
-    within ``tolerance`` (absolute, default 1e-6), else 0.0. ``column`` ("answer").
-    Numbers may carry a sign, thousands commas and decimals ("-1,234.5"); a "-" directly after
-    a digit or letter is an operator, not a sign ("5-3" ends in 3).
+    Both sides are then normalised: surrounding whitespace, markdown ``*``/``_``, ``$``, quotes, a
+    trailing ``.`` and a trailing ``!`` that is not a factorial ("5!" stays 5!) are stripped, inner
+    whitespace is collapsed, and case is folded. A box holding a box answers what the outer one
+    holds (``\\boxed{\\boxed{4}}`` is 4, ``\\boxed{3 \\boxed{4}}`` is "3 \\boxed{4}"); a ``\\boxed{``
+    never closed is not a box, and hides no box before it.
+``numeric_match``    1.0 when the completion's final number equals the number in ``row[column]``, else
+    0.0. ``column`` ("answer"), ``tolerance`` (absolute, default 0), ``rel_tolerance`` (1e-9).
+    The completion is read after its reasoning, as ``exact_match`` reads it (an unclosed ``<think>``
+    scores 0); its final number is, first rule that applies:
+    1. the number in the last ``\\boxed{...}``, which must hold one ("\\boxed{42 \\text{ cm}}" is 42,
+       "\\boxed{2, 3}" none); several boxes with different numbers score 0, as in ``exact_match``;
+    2. the first number after the last "####", "answer:" or "answer is", on that line;
+    3. the last number of the text.
+    Numbers may carry a sign, thousands commas, decimals and an exponent ("-1,234.5", "3e8"); a "-"
+    directly after a digit or letter is an operator, not a sign. A number that is part of an
+    expression is not read, and that answer scores 0 (never the expression's first or last
+    number): one next to an operator (``+ - * / ^ × ÷ ·``, ``\\cdot``, ``\\times``, ``\\pm``), inside
+    ``\\frac{}{}``/``\\sqrt{}``, before a superscript ("2⁴"), ``(``, ``π`` or a factorial ("5!").
+    An integer answer is matched exactly ("12345678901234567000" is not 12345678901234567890, "42.0"
+    is 42; only ``tolerance`` widens it); any other within ``math.isclose(got, expected,
+    rel_tol=rel_tolerance, abs_tol=tolerance)``. Both sides are read as written (exact decimals, not
+    binary floats), so a gold rounded to a few digits needs a ``tolerance`` to accept more digits.
 ``regex_format``     1.0 when ``pattern`` matches the completion, else 0.0.
     ``pattern`` (required), ``match`` ("search" | "fullmatch", default "search"),
     ``flags`` (letters from "imsx", default "s" so that ``.`` spans lines).
+    The pattern is the user's, and ``.*`` patterns are easy to satisfy: ``<think>.*</think>`` is
+    found in "junk <think></think> junk", and with the "s" flag ``<think>.*</think><answer>.*</answer>``
+    spans several tag pairs. To check a reasoning format, anchor the pattern, keep the tag out of
+    what it encloses and ask for some text, as ``THINK_FORMAT`` does (TRL's ``think_format_reward``
+    is ``^<think>(?!.*<think>)(.*?)</think>.*$``, which also takes an empty think):
+    ``^<think>\\s*[^\\s<](?:(?!</?think>).)*</think>(?:(?!</?think>).)*$``; with an answer tag:
+    ``^<think>\\s*[^\\s<](?:(?!</?think>).)*</think>\\s*<answer>\\s*[^\\s<](?:(?!</?answer>).)*</answer>\\s*$``.
 ``length_penalty``   ``-scale * max(0, length - target) / target`` (0 within the target).
     ``target`` (required, > 0), ``unit`` ("tokens" | "chars", default "tokens"), ``scale`` (1.0).
+    Only what the model wrote counts: in a multi-turn episode, the tokens it sampled (not the
+    template glue, tool results or observations the core inserted, as the loss mask and
+    ``algorithms/shaping.py`` count them) or the characters of all its assistant turns (not only
+    the last one, which other text rewards read as the answer: earlier turns are not free).
 
 A row whose answer cell is None gets score None (no reward), so it is dropped, not punished; so does
 an ``exact_match`` answer that is empty after normalising (TRL skips a gold answer it cannot parse):
@@ -33,6 +63,7 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -50,25 +81,14 @@ _BOX_TOKEN = re.compile(r"\\boxed\{|[{}]")
 _NUMBER = re.compile(_SIGN + r"(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|\.\d+)")
 
 
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (nested braces allowed), or None."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    i, depth = start + len("\\boxed{"), 1
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i:j]
-    return None  # unbalanced: ignore the box
-
-
 def boxed_answers(text: str) -> list[str]:
     """The contents of every outermost balanced ``\\boxed{...}``, in order (one pass: linear even
-    for thousands of unclosed boxes). A box inside another box is part of that box's answer."""
+    for thousands of unclosed boxes). A box inside another box is part of that box's answer
+    (``\\boxed{3 \\boxed{4}}`` answers "3 \\boxed{4}"); boxes around the whole content are removed."""
+    return [_unwrapped(box) for box in _outermost(text)]
+
+
+def _outermost(text: str) -> list[str]:
     stack: list[int] = []  # content start of an open box, or -1 for a plain "{"
     spans: list[tuple[int, int]] = []
     for m in _BOX_TOKEN.finditer(text):
@@ -86,6 +106,46 @@ def boxed_answers(text: str) -> list[str]:
             out.append(text[start:end])
             covered = end
     return out
+
+
+def _unwrapped(box: str) -> str:
+    """A box's content without boxes around all of it (``\\boxed{\\boxed{42}}`` holds 42); one
+    pass, so linear however deep the boxes go."""
+    closes: dict[int, int] = {}  # where each "\\boxed{" of ``box`` starts -> where its "}" is
+    stack: list[int] = []
+    for m in _BOX_TOKEN.finditer(box):
+        if m.group() == "}":
+            if stack:
+                start = stack.pop()
+                if start >= 0:
+                    closes[start] = m.start()
+        else:
+            stack.append(m.start() if m.group() != "{" else -1)
+    start, end = 0, len(box)
+    while True:
+        while start < end and box[start].isspace():
+            start += 1
+        while end > start and box[end - 1].isspace():
+            end -= 1
+        if closes.get(start) != end - 1:
+            return box[start:end]
+        start, end = start + len("\\boxed{"), end - 1
+
+
+def last_boxed(text: str) -> str | None:
+    """The last of ``boxed_answers`` (an unclosed ``\\boxed{`` is not a box and hides none), or None."""
+    boxes = boxed_answers(text)
+    return boxes[-1] if boxes else None
+
+
+def final_part(text: str) -> str | None:
+    """The part of a completion that holds its answer: the text after its last ``</think>`` (all
+    of it when there is none), or None when a ``<think>`` is left open there (reasoning cut off
+    before any answer). As TRL's ``reasoning_accuracy_reward``, which splits on ``</think>``, except
+    that a completion with no think tags at all is read whole (a model that does not reason)."""
+    _, closed, rest = text.rpartition("</think>")
+    rest = rest if closed else text
+    return None if "<think>" in rest else rest
 
 
 def extract_answer(text: str, mode: str = "auto") -> str:
@@ -111,18 +171,78 @@ def normalize_answer(text: str, case_sensitive: bool = False) -> str:
     while s != previous:
         previous = s
         s = s.strip().strip("*_$`\"'").strip()
-        s = s.rstrip(".!").strip()
+        s = s.rstrip(".").strip()
+        if s.endswith("!") and not re.search(r"[\d)}\]]\s*!$", s):  # "5!" is 120, not an exclamation
+            s = s[:-1].strip()
     return s if case_sensitive else s.casefold()
 
 
-def last_number(text: str) -> float | None:
-    """The last number written in ``text`` (see ``numeric_match``), or None."""
-    found = _NUMBER.findall(text.replace("\u2212", "-"))
-    if not found:
+_SUPERSCRIPTS = "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207a\u207b\u207d"
+_OPERATORS = "+/^\u00d7\u00f7\u00b7\u22c5\u2219"  # + / ^ × ÷ · ⋅ ∙
+_COMMANDS = r"\\(?:[dt]?frac|sqrt|binom|cdot|times|div|pm|mp|log|ln|exp|sin|cos|tan)(?![a-zA-Z])"
+#: what after a number makes it part of an expression: right after it a superscript, "!", "(", "^",
+#: π, √, \\pi; or, spaces allowed, an operator or a command, a "*" or "-" with an operand after it
+#: ("**42**" is markdown, "42 - that is all" a dash), or "}{" / "}^" (\\frac{1}{2}, {2}^3)
+_EXPRESSION_AFTER = re.compile(
+    rf"[{_SUPERSCRIPTS}!(^\u03c0\u221a]|\\pi(?![a-zA-Z])"
+    rf"|\s*(?:[{_OPERATORS}]|\*(?=\s*[\d(])|-(?=\s*[\d(.\\])|{_COMMANDS}|\}}\s*[{{^])")
+#: what before a number makes it part of an expression (searched in the few characters before it):
+#: an operator or "√", a "(" right after a digit or ")" ("2(3)"), a "*" after a digit or bracket, a "-" after a digit, letter or bracket (a sign
+#: is part of the number), a command, "^" or an index "x_" (with or without "{"), or the "{" of
+#: \\frac{ / \\sqrt{ or of a second argument "}{"
+_EXPRESSION_BEFORE = re.compile(
+    rf"(?:[{_OPERATORS}\u221a]|[\d)]\(|[\d)}}\]]\s*\*|[\w)}}\]]\s*-|{_COMMANDS}|\^\s*\{{?|[\w}}]_\s*\{{?"
+    rf"|(?:{_COMMANDS}|\}})\s*\{{)\s*$")
+_LONGEST_NUMBER = 1000  # characters: a longer "number" is a decompression bomb for exact arithmetic, not an answer
+
+
+def _numbers(text: str) -> list[tuple[Fraction | None, bool]]:
+    """Each number in ``text``, in order: its exact value (None past ``_LONGEST_NUMBER``) and
+    whether it stands alone (False: it is part of an expression, see ``numeric_match``)."""
+    text = text.replace("\u2212", "-")
+    out: list[tuple[Fraction | None, bool]] = []
+    for m in _NUMBER.finditer(text):
+        token = m.group().replace(",", "")
+        mantissa, _, exponent = token.lower().partition("e")
+        value: Fraction | None = None
+        if len(token) <= _LONGEST_NUMBER and abs(int(exponent or 0)) <= _LONGEST_NUMBER:
+            value = Fraction(token)
+        alone = not (_EXPRESSION_AFTER.match(text, m.end())
+                     or _EXPRESSION_BEFORE.search(text[max(0, m.start() - 16):m.start()]))
+        out.append((value, alone))
+    return out
+
+
+def final_number(text: str) -> Fraction | None:
+    """The final number of a completion (see ``numeric_match``), exactly, or None."""
+    part = final_part(text)
+    if part is None:
         return None
+    boxes = boxed_answers(part)
+    if boxes:
+        values = set()
+        for box in boxes:
+            found = _numbers(box)  # one number, first in its box: "42 \\text{ cm}^2" holds 42, "2+2" none
+            if not found or not found[0][1] or sum(alone for _, alone in found) != 1:
+                return None
+            values.add(found[0][0])
+        return values.pop() if len(values) == 1 else None
+    markers = list(_MARKER.finditer(part))
+    if markers:
+        rest = part[markers[-1].end():].strip()
+        numbers = _numbers(rest.splitlines()[0] if rest else "")
+        if numbers:
+            return numbers[0][0] if numbers[0][1] else None
+    numbers = _numbers(part)
+    return numbers[-1][0] if numbers and numbers[-1][1] else None
+
+
+def last_number(text: str) -> float | None:
+    """``final_number`` as a float (None for none, or one too large for a float)."""
+    value = final_number(text)
     try:
-        return float(found[-1].replace(",", ""))
-    except ValueError:  # pragma: no cover - the regex only matches parseable numbers
+        return None if value is None else float(value)
+    except OverflowError:
         return None
 
 
@@ -152,6 +272,11 @@ def _required(name: str, opts: dict[str, Any], key: str, example: str) -> Any:
 
 # --- the rewards -------------------------------------------------------------------------------
 
+#: The reasoning format ``regex_format``'s messages suggest: one non-empty ``<think>`` block at the very
+#: start, no other think tag anywhere (linear time: no nested repetition). In a TOML file, write it
+#: as a literal string: pattern = '^<think>\s*[^\s<](?:(?!</?think>).)*</think>(?:(?!</?think>).)*$'
+THINK_FORMAT = r"^<think>\s*[^\s<](?:(?!</?think>).)*</think>(?:(?!</?think>).)*$"
+
 #: The dataset column exact_match and numeric_match read the reference answer from by default.
 ANSWER_COLUMN = "answer"
 
@@ -175,7 +300,10 @@ def exact_match(completions: Sequence[Completion | str], context: RewardContext)
         if not gold:
             out.append(None)
             continue
-        text = completion_text(completion)
+        text = final_part(completion_text(completion))
+        if text is None:  # reasoning never closed: no answer was given
+            out.append(0.0)
+            continue
         if opts["extract"] == "auto" and len(
                 {normalize_answer(box, opts["case_sensitive"]) for box in boxed_answers(text)}) > 1:
             out.append(0.0)
@@ -185,9 +313,16 @@ def exact_match(completions: Sequence[Completion | str], context: RewardContext)
     return out
 
 
-def _as_float(value: Any, column: str, index: int) -> float:
+def _as_number(value: Any, column: str, index: int) -> Fraction:
+    """The row's answer, exactly as written ("0.1" is 1/10, a 20-digit integer keeps its digits)."""
+    if isinstance(value, float):
+        text = repr(float(value))
+    elif isinstance(value, int):  # bool too: 1 or 0, as float(True) read it
+        text = str(int(value))
+    else:
+        text = str(value).replace(",", "").strip()
     try:
-        number = float(str(value).replace(",", "").strip()) if not isinstance(value, (int, float)) else float(value)
+        number = float(text)
     except ValueError:
         raise RewardError(
             f"numeric_match: dataset row {index} column {column!r} is {value!r}, not a number. "
@@ -198,31 +333,43 @@ def _as_float(value: Any, column: str, index: int) -> float:
             f"numeric_match: dataset row {index} column {column!r} is {value!r}, not a finite number. "
             "Fix: store the answer as a finite number, or null to skip the row"
         )
-    return number
+    try:
+        return Fraction(text)
+    except ValueError:  # "1_000" and other spellings float takes: its value
+        return Fraction(number)
+
+
+def _matches(got: Fraction, expected: Fraction, abs_tol: float, rel_tol: float) -> bool:
+    """``math.isclose`` in exact arithmetic, except that an integer answer gets no relative slack."""
+    diff = abs(got - expected)
+    if diff <= Fraction(abs_tol):
+        return True
+    return expected.denominator != 1 and diff <= Fraction(rel_tol) * max(abs(got), abs(expected))
 
 
 def numeric_match(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
-    opts = _options("numeric_match", context, {"column": ANSWER_COLUMN, "tolerance": 1e-6})
+    opts = _options("numeric_match", context, {"column": ANSWER_COLUMN, "tolerance": 0.0, "rel_tolerance": 1e-9})
     # a string was a ValueError traceback; a negative one matched nothing, silently scoring 0
-    tol = positive_number("numeric_match", opts, "tolerance", 1e-6, zero=True)
+    tol = positive_number("numeric_match", opts, "tolerance", 0.01, zero=True)
+    rel_tol = positive_number("numeric_match", opts, "rel_tolerance", 1e-9, zero=True)
     out: Scores = []
     for i, completion in enumerate(completions):
         answer = _answer("numeric_match", context.rows[i], opts["column"], i)
         if answer is None:
             out.append(None)
             continue
-        expected = _as_float(answer, opts["column"], i)
-        got = last_number(completion_text(completion))
-        out.append(1.0 if got is not None and math.isfinite(got) and abs(got - expected) <= tol else 0.0)
+        expected = _as_number(answer, opts["column"], i)
+        got = final_number(completion_text(completion))
+        out.append(1.0 if got is not None and _matches(got, expected, tol, rel_tol) else 0.0)
     return out
 
 
 def regex_format(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
     opts = _options("regex_format", context, {"pattern": None, "match": "search", "flags": "s"})
-    pattern = _required("regex_format", opts, "pattern", '"<think>.*</think>"')
+    pattern = _required("regex_format", opts, "pattern", f"'{THINK_FORMAT}'")
     if not isinstance(pattern, str):  # str(["x"]) is "['x']", a character class matching any x or '
         raise RewardError(f"regex_format: pattern must be a string, got {pattern!r}. "
-                          'Fix: e.g. pattern = "<think>.*</think>"')
+                          f"Fix: e.g. pattern = '{THINK_FORMAT}'")
     if opts["match"] not in ("search", "fullmatch"):
         raise RewardError(f"regex_format: unknown match {opts['match']!r}. Fix: use search or fullmatch")
     flags = 0
@@ -240,6 +387,14 @@ def regex_format(completions: Sequence[Completion | str], context: RewardContext
     return [1.0 if test(completion_text(c)) else 0.0 for c in completions]
 
 
+def _written_chars(completion: Completion | str) -> int:
+    """Characters the model wrote: every assistant turn of an episode, else the completion's text."""
+    if isinstance(completion, Completion) and completion.messages is not None:
+        return sum(len(m["content"]) for m in completion.messages
+                   if m.get("role") == "assistant" and isinstance(m.get("content"), str))
+    return len(completion_text(completion))
+
+
 def length_penalty(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
     opts = _options("length_penalty", context, {"target": None, "unit": "tokens", "scale": 1.0})
     target = _required("length_penalty", opts, "target", "128")
@@ -254,9 +409,9 @@ def length_penalty(completions: Sequence[Completion | str], context: RewardConte
     out: Scores = []
     for i, completion in enumerate(completions):
         if opts["unit"] == "chars":
-            length = len(completion_text(completion))
+            length = _written_chars(completion)
         elif isinstance(completion, Completion):
-            length = len(completion.completion_ids)
+            length = len(completion.completion_ids) if completion.mask is None else int(completion.mask.sum())
         elif context.completion_ids is not None:
             length = len(context.completion_ids[i])
         else:
@@ -287,7 +442,8 @@ def environment(completions: Sequence[Completion | str], context: RewardContext)
 
 BUILTIN_REWARDS: dict[str, tuple[Callable[[Sequence[Any], RewardContext], Scores], str]] = {
     "exact_match": (exact_match, "1 if the final answer equals the row's answer (normalised)"),
-    "numeric_match": (numeric_match, "1 if the last number equals the row's numeric answer"),
+    "numeric_match": (numeric_match, "1 if the final number (boxed, after 'answer:', else the last) equals the row's "
+                      "numeric answer"),
     "regex_format": (regex_format, "1 if the completion matches options.pattern"),
     "length_penalty": (length_penalty, "negative, proportional to the length beyond options.target"),
     "environment": (environment, "the [environment]'s own reward for each episode (0 when it gave none; unscored "
