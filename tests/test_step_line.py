@@ -16,7 +16,7 @@ METRICS = {"step": 3, "loss": 0.5, "reward_mean": 0.25, "reward_std": 0.1, "grad
 
 def test_short_line_keeps_the_watched_numbers_in_order():
     fields = step_line_fields(METRICS)
-    assert list(fields) == ["step", "loss", "reward_mean", "reward_std", "grad_norm", "lr", "completion_len_mean",
+    assert list(fields) == ["step", "loss", "reward_mean", "reward_std", "grad_norm", "lr", "completions/mean_length",
                             "time/step", "eval/accuracy"]
     assert set(fields) - {"eval/accuracy"} <= set(SHORT_KEYS)
 

@@ -12,11 +12,13 @@ from typing import Any
 
 STEP_LINE_CHOICES = ("short", "full")
 
-#: In this order on a short line, each where the step has it (kl only with a reference model).
+#: In this order on a short line, each where the step has it (kl only with a reference model);
+#: TRL's names where a metric has two (``report.SUPERSEDED``), and throughput named for what it
+#: counts (sampled tokens over generation time, not the whole step).
 SHORT_KEYS = ("step", "loss", "reward_mean", "reward_std", "frac_reward_zero_std", "kl", "grad_norm", "lr",
-              "entropy", "clip_fraction", "completion_len_mean", "completions/clipped_ratio", "samples_kept",
+              "entropy", "clip_fraction", "completions/mean_length", "completions/clipped_ratio", "samples_kept",
               "episode/turns_mean", "episode/tool_calls_mean", "episode/tool_error_share",
-              "episode/env_reward_mean", "time/step", "tokens_per_s")
+              "episode/env_reward_mean", "time/step", "perf/generate_tokens_per_s")
 
 
 def step_line_fields(metrics: Mapping[str, Any], step_line: str = "short") -> dict[str, Any]:
