@@ -260,3 +260,32 @@ def test_a_backend_whose_plugin_did_not_import_is_named_as_broken_not_as_missing
     with pytest.raises(ConfigError, match=r"unknown backend 'jax' \(installed: .*; plugins that did not load: "
                                           r".*broken"):
         check_backend_names(unknown, reg)
+
+
+class _RegistersThenRaises:
+    """A backend plugin whose register hook raised (a driver check at registration)."""
+
+    @hookimpl
+    def polyrl_register_backends(self, register):
+        raise RuntimeError("CUDA driver too old")
+
+
+def test_a_backend_whose_register_hook_raised_is_named_as_broken_not_as_unknown():
+    """The error said "unknown backend" with no word of a plugin whose register hook raised (only
+    import failures were looked at): named by its plugin, it is the plugin's error, and otherwise
+    it is listed among the plugins that did not load."""
+    from polyrl.config import RunConfig
+    from polyrl.engines import check_backend_names
+
+    reg = Registry(get_plugin_manager(entry_points=False, extra=[_RegistersThenRaises()]))
+    plugin = next(e.name for e in reg.load_errors if e.group == "polyrl_register_backends")
+
+    def config(train: str) -> RunConfig:
+        return RunConfig.from_dict({"model": {"path": "m"}, "backends": {"train": train},
+                                    "data": {"task": "arithmetic"}, "rewards": [{"name": "numeric_match"}]})
+
+    with pytest.raises(ConfigError, match=rf"backend '{plugin}' is installed \(.*\) but its plugin did not load: "
+                                          "RuntimeError: CUDA driver too old"):
+        check_backend_names(config(plugin), reg)
+    with pytest.raises(ConfigError, match=rf"unknown backend 'jax' .*plugins that did not load: {plugin}"):
+        check_backend_names(config("jax"), reg)
