@@ -248,6 +248,10 @@ def test_a_tracker_failing_mid_run_is_dropped_once_and_training_continues(tmp_pa
     assert [(s, len(r)) for s, r in good.completions] == [(0, 3), (1, 3), (2, 3)]
     err = capsys.readouterr().err
     assert err.count("tracker 'bad' failed and was dropped") == 1 and "dashboard unreachable" in err
+    # said again at the end (one warning scrolls away in a long run) and in the summary
+    assert "tracker 'bad' stopped receiving metrics at step 1" in err
+    assert summary["trackers_dropped"]["bad"]["at_step"] == 1 and "dashboard unreachable" in \
+        summary["trackers_dropped"]["bad"]["error"]
     assert "lr=1e-05" in err and "lr=0.0" not in err  # small numbers stay readable in the log lines
     records = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 0, 0, 1, 1, 1, 2, 2, 2]

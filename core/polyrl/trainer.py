@@ -1141,6 +1141,9 @@ class Trainer:
             self.rollouts.close()  # a rollout sampled ahead finishes first (or was checkpointed)
             self.lock.release()
         summary["steps"] = self.step
+        if self.tracking.dropped:
+            summary["trackers_dropped"] = {name: {"at_step": step, "error": error}
+                                           for name, (step, error) in self.tracking.dropped.items()}
         summary["history"] = self.history
         return summary
 

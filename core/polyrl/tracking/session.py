@@ -101,6 +101,9 @@ class RunTracking:
     _pending: list[dict[str, Any]] = attrs.field(factory=list)
     _file_ok: bool = True  # False once completions.jsonl could not be written
     _not_numbers: set[str] = attrs.field(factory=set)  # metric keys already warned about
+    #: trackers dropped mid-run: name -> (step, why); said again when the run ends, since one
+    #: warning scrolls away in a long run and the dashboard simply stops
+    dropped: dict[str, tuple[int, str]] = attrs.field(factory=dict)
 
     @property
     def completions_path(self) -> Path:
@@ -223,6 +226,7 @@ class RunTracking:
 
     def _drop(self, name: str, step: int, error: str, close: bool) -> None:
         tracker = self.trackers.pop(name)
+        self.dropped[name] = (step, error)
         log.warning(f"tracker {name!r} failed and was dropped; training continues", step=step, error=error)
         if close:  # a tracker stuck in a call would only block its close behind it
             self._close_one(name, tracker)
@@ -248,6 +252,9 @@ class RunTracking:
         while self.trackers:
             name, tracker = self.trackers.popitem()
             self._close_one(name, tracker, failed)
+        for name, (step, error) in self.dropped.items():
+            log.warning(f"tracker {name!r} stopped receiving metrics at step {step}: it failed and was dropped "
+                        "(metrics.jsonl has every step)", error=error)
 
 
 def for_run(config: Any, registry: Any, rank: int) -> RunTracking:
