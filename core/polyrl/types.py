@@ -625,7 +625,8 @@ class RewardScores(list):
     A ``reward`` hook may return this instead of a list to report extra per-reward metrics, e.g.
     a judge's ``cache_hit_rate`` and ``failures``; they reach the run log as
     ``reward/<name>/<metric>`` next to the core's mean/std/latency_s/none_count (which win on a
-    name clash)::
+    name clash, but for ``latency_s``: a hook answering several rewards in one call may time each
+    one, else each gets the whole call's seconds)::
 
         return {"llm_judge": RewardScores(scores, metrics={"cache_hit_rate": 0.5, "failures": 1})}
 

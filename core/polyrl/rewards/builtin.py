@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from fractions import Fraction
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
@@ -71,7 +72,7 @@ from polyrl.errors import RewardError
 from polyrl.rewards.inputs import completion_text
 from polyrl.rewards.options import merged, positive_number
 from polyrl.hookspecs import hookimpl
-from polyrl.types import Completion, Prompt, RewardContext, RewardSpec
+from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
 # --- answer extraction -------------------------------------------------------------------------
 
@@ -485,6 +486,12 @@ def polyrl_register_rewards(register: Callable[[RewardSpec], None]) -> None:
 def reward(
     prompts: Sequence[Prompt], completions: Sequence[Completion], context: RewardContext
 ) -> dict[str, Scores] | None:
-    wanted = [name for name in context.wanted if name in BUILTIN_REWARDS]
-    out = {name: BUILTIN_REWARDS[name][0](completions, context) for name in wanted}
+    out: dict[str, Scores] = {}
+    for name in (name for name in context.wanted if name in BUILTIN_REWARDS):
+        t0 = time.perf_counter()
+        scores = BUILTIN_REWARDS[name][0](completions, context)
+        # each its own latency: one call answers them all, so the call's time named none of them
+        timed = scores if isinstance(scores, RewardScores) else RewardScores(scores)
+        timed.metrics["latency_s"] = time.perf_counter() - t0
+        out[name] = timed
     return out or None

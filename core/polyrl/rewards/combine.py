@@ -120,6 +120,17 @@ def _takes_columns(check_options: Callable[..., Any]) -> bool:
     return "columns" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
+def _own_latency(scores: Any, call_latency: float) -> float:
+    """A reward's seconds: its own ``latency_s`` when the plugin timed it (one call answering
+    several rewards, as the built-ins', gave each the whole call's time, so a slow one could not
+    be told apart), else the call's."""
+    own = getattr(scores, "metrics", {}).get("latency_s") if isinstance(getattr(scores, "metrics", None), Mapping) \
+        else None
+    if isinstance(own, (int, float)) and not isinstance(own, bool) and math.isfinite(own) and 0 <= own <= call_latency:
+        return float(own)
+    return float(call_latency)
+
+
 class RewardComputer:
     """Scores completions with the configured rewards; see the module docstring."""
 
@@ -480,7 +491,7 @@ class RewardComputer:
                 metrics[label] = {
                     "mean": mean,
                     "std": std,
-                    "latency_s": float(latency),
+                    "latency_s": _own_latency(answer[name], latency),
                     "none_count": skipped,
                 }
                 metrics[label].update(self._extra_metrics(provider, name, answer))
