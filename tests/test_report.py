@@ -282,3 +282,21 @@ def test_a_report_that_cannot_be_written_keeps_the_previous_one(tmp_path, capsys
     assert "No space left on device" in err and "Fix: free space on that disk (the previous file is kept)" in err
     assert (tmp_path / "report.png").read_bytes() == previous
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl", "report.png"]
+
+
+def test_pass_at_k_is_drawn_when_no_step_line_names_k():
+    """With eval.every = 0 only the evaluations before and after training exist: the report drew
+    no pass@k at all (it took k from the step lines), where the trackers had it."""
+    from polyrl.report import series
+
+    def records(phase, after, correct):
+        greedy = [{"phase": phase, "after_steps": after, "greedy": True, "reward": 1.0, "prompt_index": i}
+                  for i in range(2)]
+        sampled = [{"phase": phase, "after_steps": after, "greedy": False, "reward": float(c), "correct": c,
+                    "prompt_index": i} for i, pair in enumerate(correct) for c in pair]
+        return greedy + sampled
+
+    data = series([{"step": 0, "loss": 0.1}, {"step": 1, "loss": 0.2}],
+                  records("before", 0, [(False, False), (True, False)]) + records("after", 2, [(True, True), (True, False)]))
+    assert data["eval/pass@1"] == [(0.0, 0.25), (2.0, 0.75)]
+    assert data["eval/pass@2"] == [(0.0, 0.5), (2.0, 1.0)]

@@ -299,7 +299,7 @@ _SCORE_FIELDS = ("phase", "after_steps", "greedy", "reward", "correct", "prompt_
 
 def _evaluation(scored: Sequence[dict[str, Any]], keys: Collection[str]) -> dict[str, float]:
     """One evaluation recomputed from its completion records: greedy accuracy and sampled reward
-    mean, and pass@k for the k the step lines log."""
+    mean, and pass@k for the k the step lines log (pass@1 and pass@n when they log none)."""
     greedy = [r["reward"] for r in scored if r.get("greedy")]
     sampled = [r for r in scored if not r.get("greedy")]
     out: dict[str, float] = {}
@@ -310,10 +310,14 @@ def _evaluation(scored: Sequence[dict[str, Any]], keys: Collection[str]) -> dict
     per_prompt: dict[Any, list[bool]] = {}
     for r in sampled:
         per_prompt.setdefault(r.get("prompt_index"), []).append(bool(r.get("correct")))
+    n = min((len(v) for v in per_prompt.values()), default=0)
+    if per_prompt and not any(key.startswith("eval/pass@") for key in keys):
+        # no step line names k (eval.every = 0: only the evaluations before and after training):
+        # pass@1 and pass@n, every sample's, instead of none at all
+        keys = [*keys, "eval/pass@1", f"eval/pass@{n}"]
     for key in keys:
         k = key.removeprefix("eval/pass@")
         if key.startswith("eval/pass@") and k.isdigit() and per_prompt:
-            n = min(len(v) for v in per_prompt.values())
             if 1 <= int(k) <= n:
                 out[key] = sum(evaluation.pass_at_k(len(v), sum(v), int(k)) for v in per_prompt.values()) / len(per_prompt)
     return out
