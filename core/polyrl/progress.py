@@ -9,27 +9,30 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from polyrl.logs import json_mode
 
 
 @contextmanager
 def step_progress(total: int, start: int = 0, enabled: bool = True) -> Iterator[Callable[[dict[str, Any]], None]]:
-    """Yield ``advance(metrics)``; shows reward and seconds per step beside the bar."""
+    """Yield ``advance(metrics)``; shows the time left (from the steps of this process), reward and
+    seconds per step beside the bar. Why the time left: a long run's elapsed time alone did not
+    say when it ends."""
     if not enabled or json_mode():
         yield lambda _metrics: None
         return
     console = Console(file=sys.stderr)
     columns = (
         TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.fields[info]}"),
+        TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
     )
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("train", total=total, completed=start, info="")
 
         def advance(metrics: dict[str, Any]) -> None:
-            info = f"reward={metrics.get('reward_mean', float('nan')):.3f} s/step={metrics.get('time/step', 0):.1f}"
+            # 3 significant digits: a step of a few milliseconds read "s/step=0.0"
+            info = f"reward={metrics.get('reward_mean', float('nan')):.3f} s/step={metrics.get('time/step', 0):.3g}"
             progress.update(task, advance=1, info=info)
 
         yield advance
