@@ -87,9 +87,7 @@ class Engine:
     def _returned_none(self, hook: str) -> PluginError:
         """A firstresult hook answered None: the owning plugin has no implementation of ``hook``,
         or its implementation returned None (two faults an author fixes differently)."""
-        owner = self.registry.owner(self.backend)
-        implemented = any(impl.plugin is owner for impl in getattr(self.registry.pm.hook, hook).get_hookimpls())
-        if implemented:
+        if self.registry.implements(self.backend, hook):
             return self._fail(hook, "returned None; the hook must return its answer (None means \"not this "
                                     "backend's engine\", and this is its engine)")
         return self._fail(hook, "its plugin does not implement it (hooks are answered only by the plugin that "
@@ -146,9 +144,9 @@ class Engine:
         log-probs above 0 or non-finite changed the gradient through mismatch correction, or
         skipped every step, silently."""
         ids = np.asarray(c.completion_ids)
-        if ids.size and (int(ids.min()) < 0 or (self.vocab_size is not None and int(ids.max()) >= self.vocab_size)):
-            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-            return (f"has token id {bad}, outside the model's vocabulary (0 to "
+        low, high = (int(ids.min()), int(ids.max())) if ids.size else (0, 0)
+        if low < 0 or (self.vocab_size is not None and high >= self.vocab_size):
+            return (f"has token id {low if low < 0 else high}, outside the model's vocabulary (0 to "
                     f"{'...' if self.vocab_size is None else self.vocab_size - 1})")
         lp = np.asarray(c.logprobs)
         if lp.ndim != 1 or len(lp) != ids.size:

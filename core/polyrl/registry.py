@@ -192,6 +192,12 @@ class Registry:
         """The plugin object that registered backend ``name`` (its hooks answer first)."""
         return self._owners.get(name)
 
+    def implements(self, name: str, hook: str) -> bool:
+        """Whether the plugin that registered backend ``name`` implements ``hook`` (only it answers
+        that backend's engines)."""
+        owner = self.owner(name)
+        return any(impl.plugin is owner for impl in getattr(self.pm.hook, hook).get_hookimpls())
+
     def names(self) -> list[str]:
         return sorted(self._backends)
 

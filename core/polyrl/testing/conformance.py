@@ -123,10 +123,9 @@ class GenerationConformance:
         reg = self.registry()
         if not reg.status(self.backend).available:
             pytest.skip(f"backend {self.backend!r} not usable here: {reg.status(self.backend).reason}")
-        owner, caps = reg.owner(self.backend), self.capabilities()
+        caps = self.capabilities()
         missing = [f"{hook} (declared {flag}=True)" for flag, hooks in _CAPABILITY_HOOKS.items()
-                   if getattr(caps, flag) for hook in hooks
-                   if not any(impl.plugin is owner for impl in getattr(reg.pm.hook, hook).get_hookimpls())]
+                   if getattr(caps, flag) for hook in hooks if not reg.implements(self.backend, hook)]
         assert not missing, f"backend {self.backend!r} declares what its plugin does not implement: {missing}"
 
     # --- generate ------------------------------------------------------------------------------
