@@ -46,11 +46,6 @@ COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_step
                       "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio", "adam_beta1", "adam_beta2"})
 
 
-#: Why from_trl cannot carry a field that has no ``TRL_NAMES``/``TOML_HINTS`` entry, where polyrl
-#: has something close; any other such field is "not translated" (no claim about polyrl).
-NOT_CARRIED: dict[str, str] = {}
-
-
 def _plain(value: Any) -> Any:
     """An enum (TRL's ``lr_scheduler_type``, ``optim``) as its value."""
     return value.value if isinstance(value, enum.Enum) else value
@@ -102,8 +97,6 @@ def _refuse(changed: list[tuple[str, Any, Any]]) -> None:
             toml_only.append(name)
         elif entry is not None and entry.note:
             why = f": polyrl has no equivalent ({entry.note})"
-        elif name in NOT_CARRIED:
-            why = f": {NOT_CARRIED[name]}"
         else:
             why = ": from_trl does not translate it to a polyrl setting"
         parts.append(f"{name} = {shown(_plain(value))} (TRL's default: {shown(_plain(default))}){why}")
