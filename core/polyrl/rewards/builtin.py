@@ -79,6 +79,7 @@ from polyrl.types import Completion, Prompt, RewardContext, RewardScores, Reward
 _MARKER = re.compile(r"####|answer\s*:|answer\s+is\s*:?", re.IGNORECASE)
 _SIGN = r"(?:(?<![\w.])-)?"  # a "-" right after a digit or letter is an operator, not a sign
 _BOX_TOKEN = re.compile(r"\\boxed\{|[{}]")
+_BOX_OPEN = len("\\boxed{")
 _NUMBER = re.compile(_SIGN + r"(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|\.\d+)")
 
 
@@ -86,51 +87,41 @@ def boxed_answers(text: str) -> list[str]:
     """The contents of every outermost balanced ``\\boxed{...}``, in order (one pass: linear even
     for thousands of unclosed boxes). A box inside another box is part of that box's answer
     (``\\boxed{3 \\boxed{4}}`` answers "3 \\boxed{4}"); boxes around the whole content are removed."""
-    return [_unwrapped(box) for box in _outermost(text)]
-
-
-def _outermost(text: str) -> list[str]:
-    stack: list[int] = []  # content start of an open box, or -1 for a plain "{"
-    spans: list[tuple[int, int]] = []
-    for m in _BOX_TOKEN.finditer(text):
-        token = m.group()
-        if token == "}":
-            if stack and (start := stack.pop()) >= 0:
-                spans.append((start, m.start()))
-        else:
-            stack.append(m.end() if token != "{" else -1)
-    spans.sort()
+    closes = _box_closes(text)
     out: list[str] = []
     covered = -1
-    for start, end in spans:
+    for start in sorted(closes):
         if start > covered:
-            out.append(text[start:end])
-            covered = end
+            out.append(_unwrapped(text, start + _BOX_OPEN, closes[start], closes))
+            covered = closes[start]
     return out
 
 
-def _unwrapped(box: str) -> str:
-    """A box's content without boxes around all of it (``\\boxed{\\boxed{42}}`` holds 42); one
-    pass, so linear however deep the boxes go."""
-    closes: dict[int, int] = {}  # where each "\\boxed{" of ``box`` starts -> where its "}" is
-    stack: list[int] = []
-    for m in _BOX_TOKEN.finditer(box):
+def _box_closes(text: str) -> dict[int, int]:
+    """Where each closed ``\\boxed{`` of ``text`` starts -> the index of its ``}`` (braces
+    balanced; a box never closed is not a box)."""
+    closes: dict[int, int] = {}
+    stack: list[int] = []  # where an open box starts, or -1 for a plain "{"
+    for m in _BOX_TOKEN.finditer(text):
         if m.group() == "}":
-            if stack:
-                start = stack.pop()
-                if start >= 0:
-                    closes[start] = m.start()
+            if stack and (start := stack.pop()) >= 0:
+                closes[start] = m.start()
         else:
             stack.append(m.start() if m.group() != "{" else -1)
-    start, end = 0, len(box)
+    return closes
+
+
+def _unwrapped(text: str, start: int, end: int, closes: dict[int, int]) -> str:
+    """``text[start:end]`` (a box's content) without boxes around all of it
+    (``\\boxed{\\boxed{42}}`` holds 42): the same scan's ``closes``, so linear however deep."""
     while True:
-        while start < end and box[start].isspace():
+        while start < end and text[start].isspace():
             start += 1
-        while end > start and box[end - 1].isspace():
+        while end > start and text[end - 1].isspace():
             end -= 1
         if closes.get(start) != end - 1:
-            return box[start:end]
-        start, end = start + len("\\boxed{"), end - 1
+            return text[start:end]
+        start, end = start + _BOX_OPEN, end - 1
 
 
 def last_boxed(text: str) -> str | None:
