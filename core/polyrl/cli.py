@@ -93,9 +93,7 @@ def cmd_rewards(args: argparse.Namespace) -> int:
     with _plugin_output_aside():
         reg = _registry()
         rewards = reg.rewards()
-        # Why both groups: a plugin whose register hook raised was left out of the listing without a
-        # word (only import failures, group "polyrl.rewards", were shown), unlike trackers/environments.
-        errors = [e for e in reg.load_errors if e.group in ("polyrl.rewards", "polyrl_register_rewards")]
+        errors = reg.load_errors_of("rewards")
     if args.json:
         _print_json({
             "rewards": [{"name": r.name, "summary": r.summary, "distribution": r.distribution} for r in rewards],
@@ -129,7 +127,7 @@ def cmd_trackers(args: argparse.Namespace) -> int:
     with _plugin_output_aside():
         reg = _registry()
         statuses = reg.tracker_statuses()
-        errors = [e for e in reg.load_errors if e.group in ("polyrl.trackers", "polyrl_register_trackers")]
+        errors = reg.load_errors_of("trackers")
     if args.json:
         _print_json({"trackers": [s.as_dict() for s in statuses],
                      "load_errors": [{"name": e.name, "distribution": e.distribution, "error": e.error}
@@ -147,8 +145,7 @@ def cmd_environments(args: argparse.Namespace) -> int:
     with _plugin_output_aside():
         reg = _registry()
         statuses = reg.environment_statuses()
-        errors = [e for e in reg.load_errors if e.group in (
-            "polyrl.environments", "polyrl_register_environments", "polyrl_register_tools")]
+        errors = reg.load_errors_of("environments")
     if args.json:
         _print_json({"environments": [s.as_dict() for s in statuses if s.kind == "environment"],
                      "tools": [s.as_dict() for s in statuses if s.kind == "tool"],

@@ -86,9 +86,7 @@ def check_backend_names(config: RunConfig, registry: Registry) -> None:
     roles = [("train", c.backends.train), ("generate", c.backends.generate_backend)]
     if c.algorithm.beta > 0:
         roles.append(("reference", c.backends.reference_backend))
-    # both groups: a plugin that failed to import, and one whose register hook raised or named a
-    # backend another distribution registers too (it was called "unknown", with no word of why)
-    failed = [e for e in registry.load_errors if e.group in ("polyrl.backends", "polyrl_register_backends")]
+    failed = registry.load_errors_of("backends")
     for role, name in roles:
         if name not in known:
             broken = next((e for e in failed if e.name == name), None)

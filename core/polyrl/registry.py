@@ -188,6 +188,16 @@ class Registry:
         """Plugins that failed to import, plus registration hooks that raised."""
         return [*self.pm.load_errors, *self.hook_errors]
 
+    def load_errors_of(self, kind: str) -> list[PluginLoadError]:
+        """The ``load_errors`` of one plugin kind ("backends", "rewards", "trackers",
+        "environments": tools too): its entry points that failed to import and its register
+        hooks that raised or collided. Why one place: listings that looked at import failures
+        alone left out a plugin whose register hook raised, without a word."""
+        groups = {f"polyrl.{kind}", f"polyrl_register_{kind}"}
+        if kind == "environments":
+            groups.add("polyrl_register_tools")
+        return [e for e in self.load_errors if e.group in groups]
+
     def owner(self, name: str) -> Any:
         """The plugin object that registered backend ``name`` (its hooks answer first)."""
         return self._owners.get(name)
