@@ -289,3 +289,30 @@ def test_a_backend_whose_register_hook_raised_is_named_as_broken_not_as_unknown(
         check_backend_names(config(plugin), reg)
     with pytest.raises(ConfigError, match=rf"unknown backend 'jax' .*plugins that did not load: {plugin}"):
         check_backend_names(config("jax"), reg)
+
+
+class _RegistersHalfThenRaises:
+    """A plugin registering one backend, one tracker and one environment, then raising."""
+
+    @hookimpl
+    def polyrl_register_backends(self, register):
+        register(BackendSpec(name="half-backend", load=lambda config: None))
+        raise RuntimeError("second backend failed")
+
+    @hookimpl
+    def polyrl_register_trackers(self, register):
+        from polyrl.tracking.spec import TrackerSpec
+
+        register(TrackerSpec(name="half-tracker", create=lambda context: None))
+        raise RuntimeError("tracker setup failed")
+
+
+def test_a_register_hook_that_raises_part_way_registers_nothing():
+    """What a hook registered before raising stayed registered: a half-installed plugin whose
+    missing pieces failed later, at run time. All or nothing now, as rewards already were; the
+    failure is listed as a load error either way."""
+    reg = Registry(get_plugin_manager(entry_points=False, extra=[_RegistersHalfThenRaises()]))
+    assert "half-backend" not in reg.names()
+    assert "half-tracker" not in reg.trackers_by_name()
+    groups = {e.group for e in reg.load_errors}
+    assert {"polyrl_register_backends", "polyrl_register_trackers"} <= groups

@@ -78,9 +78,8 @@ What the core does with a faulty plugin
     * A register hook that raises (or outlasts ``POLYRL_PLUGIN_TIMEOUT_S``) is a load error
       naming the plugin, its distribution and what it raised, in ``polyrl backends``, ``rewards``,
       ``trackers`` and ``environments`` (text and ``--json``); the other plugins keep working.
-      Register everything or raise first: what
-      a backend/tracker/environment hook registered before raising stays registered, while a
-      reward hook that raises registers none of its names for a run.
+      A hook that raises registers nothing, not even what it passed to ``register`` before
+      raising: no half-installed plugin.
     * A ``probe`` (of a backend, tracker, environment or tool) returns None when usable here or a
       non-empty reason string when not. One that raises, outlasts ``POLYRL_PLUGIN_TIMEOUT_S``,
       or answers anything else (``42``, ``False``, ``""``) makes that entry unusable, with the

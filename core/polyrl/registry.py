@@ -106,10 +106,11 @@ class Registry:
             for impl in caller.get_hookimpls():
                 dist = self.pm.distribution_of(impl.plugin)
 
+                pending: list[Any] = []  # committed only when the hook returns
                 listening = [True]  # a register hook past its time limit registers nothing later
 
-                def register(spec: Any, _dist: str = dist, _sink=sink, _kind=kind,
-                             _plugin: Any = impl.plugin, _listening: list[bool] = listening) -> None:
+                def register(spec: Any, _dist: str = dist, _kind=kind, _pending: list[Any] = pending,
+                             _listening: list[bool] = listening) -> None:
                     if not _listening[0]:
                         return
                     if not isinstance(spec, _kind):
@@ -117,22 +118,7 @@ class Registry:
                             f"{_dist or 'a plugin'} registered {type(spec).__name__}, "
                             f"expected {_kind.__name__}"
                         )
-                    if not spec.distribution:
-                        spec.distribution = _dist
-                    if _kind is BackendSpec and not spec.version:  # the hookspec's example sets none
-                        spec.version = self.pm.version_of(_plugin)
-                    if _kind is BackendSpec and spec.name in _sink and self._owners.get(spec.name) is not _plugin:
-                        # Why: "last one wins" would run a different backend than the user chose.
-                        dists = self._conflicts.setdefault(spec.name, [_sink[spec.name].distribution or "?"])
-                        dists.append(spec.distribution or "?")
-                        return
-                    if _kind in (EnvironmentSpec, ToolSpec, TrackerSpec) and self._agent_conflict(spec, _sink, _plugin):
-                        return
-                    if _kind is RewardSpec:
-                        self._claim_reward(spec, _plugin)
-                    _sink[spec.name] = spec
-                    if _kind is BackendSpec:
-                        self._owners[spec.name] = _plugin
+                    _pending.append(spec)
 
                 try:
                     call_limited(partial(impl.function, register=register), f"{impl.plugin_name}'s {hook_name}")
@@ -146,8 +132,31 @@ class Registry:
                             traceback=traceback.format_exc(),
                         )
                     )
+                else:
+                    for spec in pending:
+                        self._add(spec, sink, kind, impl.plugin, dist)
                 finally:
                     listening[0] = False
+
+    def _add(self, spec: Any, sink: dict[str, Any], kind: type, plugin: Any, dist: str) -> None:
+        """Register one spec of a hook that returned (all or nothing: a hook that raises part-way
+        leaves no half-registered plugin behind, whose missing pieces would fail later, at run time)."""
+        if not spec.distribution:
+            spec.distribution = dist
+        if kind is BackendSpec and not spec.version:  # the hookspec's example sets none
+            spec.version = self.pm.version_of(plugin)
+        if kind is BackendSpec and spec.name in sink and self._owners.get(spec.name) is not plugin:
+            # Why: "last one wins" would run a different backend than the user chose.
+            dists = self._conflicts.setdefault(spec.name, [sink[spec.name].distribution or "?"])
+            dists.append(spec.distribution or "?")
+            return
+        if kind in (EnvironmentSpec, ToolSpec, TrackerSpec) and self._agent_conflict(spec, sink, plugin):
+            return
+        if kind is RewardSpec:
+            self._claim_reward(spec, plugin)
+        sink[spec.name] = spec
+        if kind is BackendSpec:
+            self._owners[spec.name] = plugin
 
     def _claim_reward(self, spec: RewardSpec, plugin: Any) -> None:
         """Who registered reward ``spec.name``, in order (the last one scores; ``RewardComputer``
