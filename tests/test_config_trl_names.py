@@ -69,7 +69,8 @@ def test_a_trl_name_in_any_section_names_polyrls_key(name):
     ("algorithm", "vllm_importance_sampling_correction",  # not 'importance_sampling_level'
      "TRL's vllm_importance_sampling_correction is polyrl's algorithm.mismatch_correction"),
     ("algorithm", "vllm_importance_sampling_clip_max", "polyrl's algorithm.mismatch_cap: write mismatch_cap = 2"),
-    ("algorithm", "use_bias_correction_kl", "TRL's use_bias_correction_kl has no polyrl equivalent"),  # not 'mismatch_correction'
+    ("algorithm", "use_bias_correction_kl",  # not 'mismatch_correction'
+     "TRL's use_bias_correction_kl is polyrl's algorithm.kl_bias_correction"),
     ("algorithm", "max_prompt_length", "never truncates a prompt"),  # not 'max_completion_length' (Dr.GRPO's)
     ("optimizer", "warmup_ratio", "write warmup_steps = ceil(2 x train.steps x algorithm.num_iterations)"),
 ])

@@ -13,7 +13,7 @@ from polyrl.algorithms.presets import AlgorithmConfig
 from polyrl.algorithms.reference import mismatch_metrics, policy_loss, policy_loss_grad
 from polyrl.errors import ConfigError
 
-#: (policy_loss, importance_sampling_level, mismatch_correction, mismatch_level)
+#: (policy_loss, importance_sampling_level, mismatch_correction, mismatch_level[, kl_bias_correction])
 VARIANTS = [
     ("ppo", "sequence", "none", "token"),
     ("cispo", "token", "none", "token"),
@@ -22,17 +22,21 @@ VARIANTS = [
     ("ppo", "sequence", "tis", "sequence"),
     ("cispo", "token", "mis", "sequence"),
     ("ppo", "token", "none", "token"),
+    ("ppo", "token", "none", "token", True),
+    ("ppo", "sequence", "none", "token", True),
+    ("cispo", "token", "tis", "token", True),
 ]
 AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
 CASES = [(i, v, agg) for i, (v, agg) in enumerate(itertools.product(VARIANTS, AGGREGATIONS))]
 
 
 def _objective(variant, aggregation) -> Objective:
-    loss, level, correction, mlevel = variant
+    loss, level, correction, mlevel, *bias = variant
     eps_high = 4.0 if loss == "cispo" else 0.28
     return Objective(clip_eps_low=0.2, clip_eps_high=eps_high, beta=0.05, loss_aggregation=aggregation,
                      max_completion_length=8, policy_loss=loss, importance_sampling_level=level,
-                     mismatch_correction=correction, mismatch_level=mlevel, mismatch_cap=1.5)
+                     mismatch_correction=correction, mismatch_level=mlevel, mismatch_cap=1.5,
+                     kl_bias_correction=bool(bias and bias[0]))
 
 
 def _inputs(seed: int):
@@ -391,3 +395,53 @@ def test_masked_tokens_are_left_out_as_if_absent(objective):
     for g, s, m, n in zip(grads, short, masks, lengths):
         assert len(g) == n and np.all(g[~m] == 0.0)
         np.testing.assert_allclose(g[m], s, rtol=1e-12)
+
+
+# --- TRL's use_bias_correction_kl ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_kl_bias_correction_is_trls_kl_times_the_importance_ratio(level):
+    """TRL 1.16's ``_compute_loss`` with ``use_bias_correction_kl`` (its default): ``per_token_kl
+    * coef_1``, the ratio not detached (token or sequence level), the logged ``kl`` the weighted one.
+    Written out here from TRL's arithmetic for one micro-batch, ``loss_type = "grpo"``."""
+    torch = pytest.importorskip("torch")
+    obj = Objective(beta=0.1, importance_sampling_level=level, kl_bias_correction=True)
+    _, logp, old, ref, _, adv = _inputs(3)
+    leaves = [torch.tensor(x, requires_grad=True) for x in logp]
+    b, t = len(logp), max(len(x) for x in logp)
+    lp, old_t, ref_t, mask = (torch.zeros(b, t, dtype=torch.float64) for _ in range(4))
+    for i, x in enumerate(leaves):
+        lp = lp.index_put((torch.tensor([i]), torch.arange(len(x))), x)
+        old_t[i, :len(x)], ref_t[i, :len(x)], mask[i, :len(x)] = torch.tensor(old[i]), torch.tensor(ref[i]), 1.0
+    log_ratio = lp - old_t
+    if level == "sequence":
+        log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    coef_1 = torch.exp(log_ratio)
+    per_token_kl = (torch.exp(ref_t - lp) - (ref_t - lp) - 1) * coef_1
+    a = torch.tensor(adv)[:, None]
+    per_token_loss = -torch.min(coef_1 * a, torch.clamp(coef_1, 0.8, 1.2) * a) + 0.1 * per_token_kl
+    expected = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    expected.backward()
+    trl_kl = float(((per_token_kl * mask).sum() / mask.sum()).detach())
+
+    loss, metrics = policy_loss(logp, adv, obj, old, ref)
+    grads = policy_loss_grad(logp, adv, obj, old, ref)
+    assert loss == pytest.approx(float(expected.detach()), rel=1e-12)
+    assert metrics["kl"] == pytest.approx(trl_kl, rel=1e-12)
+    for g, leaf in zip(grads, leaves):
+        np.testing.assert_allclose(g, leaf.grad.numpy(), rtol=1e-10, atol=1e-15)
+    plain = policy_loss_grad(logp, adv, Objective(beta=0.1, importance_sampling_level=level), old, ref)
+    assert max(abs(p - g).max() for p, g in zip(plain, grads)) > 1e-4  # the weight changes the step
+
+
+def test_kl_bias_correction_is_refused_where_nothing_reads_it(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        AlgorithmConfig.preset("grpo", kl_bias_correction="yes")
+    assert err.value.field == "algorithm.kl_bias_correction"
+    for overrides, why in (({}, "beta = 0 has no KL term"),
+                           ({"beta": 0.1, "kl_in_reward": True}, "kl_in_reward puts the KL in the reward")):
+        with pytest.raises(ConfigError, match=why) as err:
+            AlgorithmConfig.preset("grpo", kl_bias_correction=True, **overrides)
+        assert err.value.field == "algorithm.kl_bias_correction"
+    assert AlgorithmConfig.preset("grpo", beta=0.1, kl_bias_correction=True).objective(8).kl_bias_correction

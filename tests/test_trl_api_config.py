@@ -76,7 +76,8 @@ def test_every_mapped_field_the_user_sets_is_carried():
         "generation.top_p": 0.9, "generation.top_k": 20, "generation.min_p": 0.05, "generation.repetition_penalty": 1.1,
         "optimizer.weight_decay": 0.01, "optimizer.schedule": "cosine", "optimizer.warmup_steps": 3,
         "algorithm.ref_sync_every": 16, "algorithm.ref_sync_alpha": 0.9, "algorithm.mask_truncated_completions": True,
-        "algorithm.top_entropy_quantile": 0.5}
+        "algorithm.top_entropy_quantile": 0.5,
+        "algorithm.kl_bias_correction": True}  # TRL's default use_bias_correction_kl, read since beta > 0
 
 
 @pytest.mark.parametrize("norm", [0.0, -1.0])
@@ -321,21 +322,26 @@ def test_trls_shuffle_dataset_false_keeps_the_datasets_order(run_config):
 
 
 def test_trl_settings_that_are_what_polyrl_does_are_taken_and_agent_ones_name_the_toml_key():
-    same = api.GRPOConfig.from_trl(trl_config(vllm_importance_sampling_correction=False,
-                                              use_bias_correction_kl=False))  # polyrl's own behaviour
+    same = api.GRPOConfig.from_trl(trl_config(vllm_importance_sampling_correction=False))  # polyrl's own behaviour
     assert same.settings == api.GRPOConfig.from_trl(trl_config()).settings
     with pytest.raises(ConfigError) as info:
         api.GRPOConfig.from_trl(trl_config(max_tool_calling_iterations=3))
     assert info.value.field == "grpo_config.max_tool_calling_iterations"
     assert ("(polyrl's environment.max_turns, which the Python API does not set: use `polyrl train` with a TOML "
             "config): polyrl's Python API cannot take it") in str(info.value)
-    from structlog.testing import capture_logs
 
-    for beta, bias_correction, warned in ((0.04, True, 1), (0.04, False, 0), (0.0, True, 0)):
-        with capture_logs() as logs:
-            api.GRPOConfig.from_trl(trl_config(beta=beta, use_bias_correction_kl=bias_correction))
-        kl = [e for e in logs if "use_bias_correction_kl" in e["event"]]
-        assert len(kl) == warned and all(e["log_level"] == "warning" for e in kl), logs
+
+@pytest.mark.parametrize(("beta", "bias_correction", "expected"), [
+    (0.04, True, True), (0.04, False, None), (0.0, True, None), (0.0, False, None)])
+def test_use_bias_correction_kl_is_kl_bias_correction_when_there_is_a_kl_term(beta, bias_correction, expected,
+                                                                               run_config):
+    """TRL's default use_bias_correction_kl = True weights the KL term by the importance ratio;
+    polyrl added it unweighted with a warning (another gradient than TRL's, from TRL's defaults).
+    With beta = 0 TRL never reads it, and neither does polyrl (its key would be refused as inert)."""
+    ours = api.GRPOConfig.from_trl(trl_config(beta=beta, use_bias_correction_kl=bias_correction))
+    assert ours.settings.get("algorithm.kl_bias_correction") == expected  # False: polyrl's default, left out
+    config = run_config(trl_config(max_steps=1, beta=beta, use_bias_correction_kl=bias_correction))
+    assert config.algorithm.objective(8).kl_bias_correction is bool(expected)
 
 
 def test_from_trl_takes_only_a_trl_config():

@@ -176,11 +176,6 @@ class GRPOConfig:
         if "train.epochs" in values:
             arguments["steps"] = 1  # replaced by epochs once the prompts are known
         config = cls(**arguments, settings=settings, _from_trl=True)
-        if getattr(trl_config, "beta", 0.0) and getattr(trl_config, "use_bias_correction_kl", False):
-            get_logger("polyrl.api").warning(
-                "TRL's use_bias_correction_kl = True weights the KL term by the importance ratio (a different KL "
-                "gradient, even on-policy); polyrl adds it unweighted", beta=trl_config.beta,
-                fix="set use_bias_correction_kl=False in the trl.GRPOConfig to say you want polyrl's form")
         get_logger("polyrl.api").info("polyrl settings taken from TRL's GRPOConfig (TRL's value where polyrl's "
                                       "default differs)",
                                       taken=", ".join(f"{k} = {shown(v)}" for k, v in changed.items()))

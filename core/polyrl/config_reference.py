@@ -57,6 +57,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "dual_clip": "dual-clip bound for negative advantages (e.g. 3.0); unset = off",
         "beta": "KL coefficient against the reference (0 = no reference pass)",
         "kl_estimator": "`k1`, `k2` or `k3` (Schulman's estimators)",
+        "kl_bias_correction": "the loss's KL term times the importance ratio (TRL's use_bias_correction_kl, "
+                              "its default); needs beta > 0",
         "loss_aggregation": "`seq_mean_token_mean` (GRPO), `token_mean` (DAPO), `seq_mean_token_sum_norm` (Dr.GRPO), "
                             "`seq_mean_token_sum` (LUSPO)",
         "num_iterations": "optimizer updates per step, all on that step's one rollout batch (> 1 makes the ratio matter)",

@@ -36,14 +36,15 @@ IGNORED = frozenset({
     "log_multimodal", "pad_to_multiple_of", "use_cache", "optim",
 })
 #: TRL settings whose value here is what polyrl does anyway (no correction of a generator's
-#: mismatch by default, a KL term without the importance-ratio weight): accepted, not refused.
-POLYRL_BEHAVIOUR = {"vllm_importance_sampling_correction": False, "use_bias_correction_kl": False}
+#: mismatch by default): accepted, not refused.
+POLYRL_BEHAVIOUR = {"vllm_importance_sampling_correction": False}
 #: ``optim`` values that are the AdamW polyrl runs (another optimizer is refused).
 ADAMW = frozenset({"adamw_torch", "adamw_torch_fused"})
 #: fields read together with others below, not through their own table entry
 COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
-                      "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio", "adam_beta1", "adam_beta2"})
+                      "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio", "adam_beta1", "adam_beta2",
+                      "use_bias_correction_kl"})
 
 
 def _plain(value: Any) -> Any:
@@ -332,4 +333,6 @@ def trl_settings(trl_config: Any) -> dict[str, Any]:
         out["algorithm.ref_sync_alpha"] = trl_config.ref_model_mixup_alpha
     if trl_config.reward_weights is not None:
         out["rewards[].weight"] = list(trl_config.reward_weights)
+    if trl_config.beta > 0:  # read by the KL term only (TRL's default True weights it by the ratio)
+        out["algorithm.kl_bias_correction"] = bool(trl_config.use_bias_correction_kl)
     return out

@@ -86,6 +86,7 @@ TRL_NAMES: dict[str, TrlName] = {
         "steps_per_generation", "generation_batch_size")},
     "multi_objective_aggregation": TrlName(None, note="polyrl sums the rewards with their weights before the "
                                                       "advantage (TRL's \"sum_then_normalize\")"),
+    "use_bias_correction_kl": TrlName("algorithm.kl_bias_correction"),
 }
 
 
@@ -116,8 +117,6 @@ TOML_HINTS: dict[str, TrlName] = {
        for name in ("vllm_importance_sampling_correction", "vllm_importance_sampling_mode")},
     **{name: TrlName("algorithm.mismatch_cap") for name in ("vllm_importance_sampling_clip_max",
                                                               "vllm_importance_sampling_cap")},
-    "use_bias_correction_kl": TrlName(None, note="polyrl adds the KL term without the importance-ratio weight, "
-                                                 "as TRL does with use_bias_correction_kl = false"),
 }
 
 

@@ -9,7 +9,10 @@ advantage estimator (see ``advantages.py``) and in the knobs below:
   ``-A * dual_clip``;
 * KL to the reference with estimator k1 ``(l - r)``, k2 ``(l - r)^2 / 2`` or k3
   ``exp(r - l) - (r - l) - 1`` (Schulman's unbiased, non-negative estimator; TRL's choice), times
-  ``beta``, where ``l`` is the policy's and ``r`` the reference's log-prob;
+  ``beta``, where ``l`` is the policy's and ``r`` the reference's log-prob; with
+  ``kl_bias_correction`` (TRL's ``use_bias_correction_kl``, its default) the term is multiplied by
+  the (not detached) importance ratio, token or sequence as the policy term's, and so is the
+  reported ``kl``;
 * loss aggregation:
   - ``seq_mean_token_mean`` (GRPO paper): mean over sequences of each sequence's token mean;
   - ``token_mean`` (DAPO, TRL "dapo"; TRL "bnpo" over one micro-batch): sum over all tokens / total tokens in the batch;
@@ -89,6 +92,9 @@ class Objective:
     dual_clip: float | None = None
     beta: float = 0.0
     kl_estimator: str = "k3"
+    #: TRL's ``use_bias_correction_kl``: the KL term times the importance ratio (token or sequence,
+    #: as ``importance_sampling_level``), so a sample of the old policy estimates the current one's KL
+    kl_bias_correction: bool = False
     loss_aggregation: str = "seq_mean_token_mean"
     max_completion_length: int = 256  # the constant of seq_mean_token_sum_norm
     policy_loss: str = "ppo"  # ppo (clipped surrogate) | cispo | sapo | vespo
@@ -126,6 +132,9 @@ class Objective:
             raise ConfigError("dual_clip must be > 1 (or unset)", field="algorithm.dual_clip")
         if self.beta < 0:
             raise ConfigError("beta must be >= 0", field="algorithm.beta")
+        if not isinstance(self.kl_bias_correction, bool):
+            raise ConfigError(f"must be true or false, got {self.kl_bias_correction!r}",
+                              field="algorithm.kl_bias_correction")
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ConfigError(
                 f"unknown KL estimator {self.kl_estimator!r}",

@@ -139,6 +139,9 @@ _CONDITIONAL: tuple[_Rule, ...] = (
     *((name, lambda a: a.policy_loss == "vespo", _loss, 'remove it, or set policy_loss = "vespo"') for name in _VESPO),
     ("kl_estimator", lambda a: a.beta > 0, lambda a: "beta = 0 has no KL term",
      "set algorithm.beta > 0 (e.g. 0.04), or remove it"),
+    ("kl_bias_correction", lambda a: a.beta > 0 and not a.kl_in_reward,
+     lambda a: "beta = 0 has no KL term" if a.beta <= 0 else "kl_in_reward puts the KL in the reward, not the loss",
+     "it weights the loss's KL term: set algorithm.beta > 0 with kl_in_reward = false, or remove it"),
     *((name, lambda a: a.kl_ctrl == "adaptive", lambda a: 'kl_ctrl "fixed" keeps beta as it is',
        'set kl_ctrl = "adaptive" (with kl_in_reward = true), or remove it') for name in ("kl_target", "kl_horizon")),
     ("ref_sync_alpha", lambda a: a.ref_sync_every > 0, lambda a: "ref_sync_every = 0 never refreshes the reference",
@@ -187,6 +190,7 @@ class AlgorithmConfig:
     dual_clip: float | None = None
     beta: float = 0.0
     kl_estimator: str = "k3"
+    kl_bias_correction: bool = False  # the KL term times the importance ratio (TRL's use_bias_correction_kl)
     loss_aggregation: str = "seq_mean_token_mean"
     num_iterations: int = 1  # optimizer steps per rollout batch
     dynamic_sampling: bool = False
@@ -235,7 +239,7 @@ class AlgorithmConfig:
             if value not in valid:
                 _fail(field, f"unknown {field} {value!r}",
                       trl_value_fix(f"algorithm.{field}", value) or f"use one of {', '.join(valid)}")
-        for flag in ("dynamic_sampling", "mask_truncated_completions", "kl_in_reward"):
+        for flag in ("dynamic_sampling", "mask_truncated_completions", "kl_in_reward", "kl_bias_correction"):
             if not isinstance(getattr(self, flag), (bool, np.bool_)):
                 _fail(flag, f"must be true or false, got {getattr(self, flag)!r}")
 
@@ -366,6 +370,7 @@ class AlgorithmConfig:
             dual_clip=None if self.dual_clip is None else float(self.dual_clip),
             beta=0.0 if self.kl_in_reward else float(self.beta),  # in the reward, not the loss
             kl_estimator=self.kl_estimator,
+            kl_bias_correction=bool(self.kl_bias_correction),
             loss_aggregation=self.loss_aggregation,
             policy_loss=self.policy_loss,
             importance_sampling_level=self.importance_sampling_level,

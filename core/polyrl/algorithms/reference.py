@@ -144,6 +144,9 @@ def _token_terms(
             kl, kl_grad = 0.5 * delta**2, -delta
         else:  # k3
             kl, kl_grad = np.exp(delta) - delta - 1.0, 1.0 - np.exp(delta)
+        if obj.kl_bias_correction:  # kl x r: its slope through r joins the policy slope (d/d log r)
+            grad = grad + obj.beta * kl * ratio
+            kl, kl_grad = kl * ratio, kl_grad * ratio
         loss = loss + obj.beta * kl
     return loss, grad, obj.beta * kl_grad, kl, clipped.astype(np.float64)
 

@@ -620,9 +620,12 @@ class BackendConformance(GenerationConformance):
                       mismatch_cap=1.5),
             Objective(importance_sampling_level="sequence", loss_aggregation="seq_mean_token_sum",
                       clip_eps_low=0.05, clip_eps_high=0.05),
+            Objective(beta=0.5, kl_bias_correction=True),
+            Objective(beta=0.5, kl_bias_correction=True, importance_sampling_level="sequence"),
         ],
         ids=["grpo", "dapo", "dr_grpo", "k3_dual", "k1", "k2", "gspo", "cispo", "tis_token", "mis_sequence",
-             "sapo_kl", "sapo_sequence_tis", "vespo_kl", "vespo_mis", "luspo"],
+             "sapo_kl", "sapo_sequence_tis", "vespo_kl", "vespo_mis", "luspo", "kl_bias_corrected",
+             "kl_bias_corrected_sequence"],
     )
     def test_reported_loss_equals_reference(self, model_dir, objective):
         engine = self._engine(model_dir)
@@ -642,6 +645,8 @@ class BackendConformance(GenerationConformance):
         assert got.loss == pytest.approx(expected, rel=1e-3, abs=1e-4)
         assert got.clip_fraction == pytest.approx(metrics["clip_fraction"], abs=1e-6)
         assert got.tokens == metrics["tokens"]
+        if objective.beta:  # the KL the step trained on (kl_bias_correction: times the ratio)
+            assert got.kl == pytest.approx(metrics["kl"], rel=1e-3, abs=1e-5)
 
     @pytest.mark.parametrize(
         "objective",

@@ -164,6 +164,8 @@ def objective_loss(
             kl = 0.5 * delta * delta
         else:  # k3, Schulman's unbiased non-negative estimator
             kl = mx.exp(delta) - delta - 1.0
+        if objective.kl_bias_correction:  # TRL's use_bias_correction_kl: times the ratio, not detached
+            kl = kl * ratio
         loss = loss + objective.beta * kl
     total = (loss * weights.astype(dtype)).sum()
     if stats is not None:

@@ -181,6 +181,8 @@ def objective_loss(
             kl = 0.5 * delta**2
         else:  # k3, Schulman's unbiased non-negative estimator
             kl = torch.exp(delta) - delta - 1.0
+        if objective.kl_bias_correction:  # TRL's use_bias_correction_kl: times the ratio, not detached
+            kl = kl * ratio
         loss = loss + objective.beta * kl
 
     n_seq = lp.shape[0] if num_sequences is None else num_sequences
