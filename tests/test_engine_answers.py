@@ -208,6 +208,53 @@ def test_sampled_ids_and_logprobs_are_checked_where_generate_answers(tmp_path, i
         engine.generate(["hi"], SamplingParams(max_new_tokens=2))
 
 
+class _Builds(_Answers):
+    """A backend building its Completion inside ``generate``, from ``ANSWERS[engine]["ids"]``."""
+
+    @hookimpl
+    def generate(self, engine, prompts, sampling):
+        ids = ANSWERS[engine]["ids"]
+        return [Completion(0, [1], ids, [-0.5] * len(ids), finish_reason="stop")]
+
+
+@pytest.mark.parametrize("ids, problem", [
+    ([3, 3.7], r"completion_ids holds 3.7 at position 1, not an integer token id"),  # was token 3
+    (np.array([3.0, np.nan]), r"completion_ids holds nan at position 1, not an integer token id"),
+    (np.array([3.0, np.inf]), r"completion_ids holds inf at position 1"),
+    (np.array([True, False]), r"completion_ids are booleans, not integer token ids"),  # was tokens 1, 0
+    (["3", "4"], r"completion_ids are an array of dtype <U1, not integer token ids"),  # was tokens 3, 4
+    (np.array([3, 0.5], dtype=object), r"completion_ids holds 0.5 at position 1"),
+])
+def test_sampled_ids_that_are_no_integers_are_the_plugins_fault_not_rounded(ids, problem):
+    from polyrl.types import SamplingParams
+
+    ANSWERS["float-ids"] = {"ids": ids}
+    engine = Engine(Registry(get_plugin_manager(extra=[_Builds()])), "answers", EngineConfig(model="float-ids"))
+    with pytest.raises(PluginError, match=PREFIX + "generate: raised ValueError: " + problem):
+        engine.generate(["hi"], SamplingParams(max_new_tokens=2))
+
+
+@pytest.mark.parametrize("ids", [np.array([3, 4], dtype=np.int32), np.array([3, 4], dtype=np.uint16),
+                                 np.array([3.0, 4.0]), [np.int64(3), 4], np.array([3, 4.0], dtype=object)])
+def test_integer_ids_of_any_integer_or_integral_float_type_are_read_as_they_always_were(ids):
+    from polyrl.types import SamplingParams
+
+    ANSWERS["int-ids"] = {"ids": ids}
+    engine = Engine(Registry(get_plugin_manager(extra=[_Builds()])), "answers", EngineConfig(model="int-ids"))
+    (out,) = engine.generate(["hi"], SamplingParams(max_new_tokens=2))
+    assert out.completion_ids.dtype == np.int64 and out.completion_ids.tolist() == [3, 4]
+
+
+def test_token_prompts_and_sequences_refuse_ids_that_are_no_integers_too():
+    from polyrl.types import TokenPrompt
+
+    with pytest.raises(ValueError, match=r"TokenPrompt.ids holds 1.5 at position 0"):
+        TokenPrompt([1.5])
+    with pytest.raises(ValueError, match=r"prompt_ids are booleans"):
+        TokenSequence([True], [3])
+    assert TokenSequence(np.array([1.0]), [3]).prompt_ids.tolist() == [1]
+
+
 def test_a_wrong_length_of_sampled_logprobs_is_the_plugins_fault():
     from polyrl.types import SamplingParams
 

@@ -208,6 +208,46 @@ def test_numeric_match_reads_one_final_number_and_compares_it_exactly(text, answ
     assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == expected
 
 
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    # a fraction of two integers is its exact value, boxed or not, against a decimal or a fraction
+    ("\\boxed{\\frac{1}{2}}", "0.5", 1.0), ("\\boxed{\\frac{1}{2}}", 0.5, 1.0), ("\\boxed{\\frac{1}{2}}", "1/2", 1.0),
+    ("\\boxed{\\dfrac{1}{2}}", "0.5", 1.0), ("\\boxed{\\tfrac{1}{2}}", "0.5", 1.0), ("\\boxed{\\frac12}", "0.5", 1.0),
+    ("\\boxed{\\frac 1 2}", "0.5", 1.0), ("\\boxed{-\\frac{1}{2}}", "-0.5", 1.0), ("\\frac{-1}{2}", "-1/2", 1.0),
+    ("The answer is 1/2.", "0.5", 1.0), ("The answer is 1/2.", "1/2", 1.0), ("1/2", "\\frac{1}{2}", 1.0),
+    ("x = -1/2", "-0.5", 1.0), ("\\boxed{2/4}", "0.5", 1.0), ("\\boxed{\\frac{84}{2}}", "42", 1.0),
+    ("\\boxed{\\frac{1}{3}}", "\\frac{1}{3}", 1.0), ("\\boxed{0.3333}", "1/3", 0.0),  # exact, no rounding slack
+    ("\\boxed{\\frac{1}{2} \\text{ cup}}", "0.5", 1.0), ("\\boxed{1/2} or \\boxed{\\frac{1}{2}}", "0.5", 1.0),
+    ("\\boxed{\\frac{1}{2}}", "2", 0.0), ("\\boxed{\\frac{1}{2}}", "1", 0.0),  # never a part of the fraction
+    ("answer: 3/4", "3", 0.0), ("answer: 3/4", "4", 0.0),  # a list written 3/4 is 0.75, not a member
+    # and no other expression is read, nor its value
+    ("\\boxed{\\frac{a+1}{2}}", "0.5", 0.0), ("\\boxed{\\frac{\\sqrt{2}}{2}}", "2", 0.0), ("\\boxed{\\sqrt{4}}", "2", 0.0),
+    ("\\boxed{2+2}", "4", 0.0), ("\\boxed{2^4}", "16", 0.0), ("\\boxed{\\frac{1}{2}^2}", "0.5", 0.0),
+    ("\\boxed{\\frac{1}{2}!}", "0.5", 0.0), ("\\boxed{\\frac{1}{0}}", "0", 0.0), ("1 / 2", "0.5", 0.0),
+    ("answer: 1/2/3", "0.5", 0.0), ("answer: 1/2/3", "3", 0.0), ("12/25/2024", "2024", 0.0), ("3/4.5", "0.75", 0.0),
+    ("answer: 2 1/2", "2", 0.0), ("answer: 2 1/2", "0.5", 0.0), ("\\boxed{2\\frac{1}{2}}", "0.5", 0.0),
+    ("\\boxed{\\frac123}", "0.5", 0.0), ("\\boxed{\\frac{1}{2}{3}}", "0.5", 0.0), ("3-\\frac12", "0.5", 0.0),
+    ("\\sqrt{\\frac12}", "0.5", 0.0), ("2^\\frac12", "0.5", 0.0), ("x-1/2", "0.5", 0.0),
+    ("\\frac{" + "9" * 1200 + "}{3}", "3", 0.0),
+    # a power or product with a variable holds no number
+    ("answer: x^2", "2", 0.0), ("answer: x^{2}", "2", 0.0), ("answer: x**2", "2", 0.0), ("answer: x ** 2", "2", 0.0),
+    ("answer: x*2", "2", 0.0), ("answer: 2**3", "2", 0.0), ("answer: 2**3", "3", 0.0), ("answer: 2 ** 3", "2", 0.0),
+    ("answer: x^2 = 4", "4", 0.0),  # the first number on the answer line is the exponent: no answer
+    ("The answer is **85**.", "85", 1.0), ("\u7b54\u6848\u662f**85**\u4e2a", "85", 1.0),  # markdown stays markdown
+    # "42!" is 42 factorial (math-verify reads it so), not an exclaimed 42
+    ("The answer is 42!", "42", 0.0), ("\\boxed{42}!", "42", 1.0),
+    ("\uff14\uff12", "42", 1.0), ("\\boxed{\uff14\uff12}", "42", 1.0),  # fullwidth digits are digits
+])
+def test_numeric_match_reads_fractions_of_integers_and_no_other_expression(text, answer, expected):
+    rows = [{"prompt": "q", "answer": answer}]
+    assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == expected
+
+
+@pytest.mark.parametrize("answer", ["1 / 2", "\\frac{a}{2}", "1/0", "\\frac{1}{2}+1"])
+def test_numeric_match_refuses_a_row_answer_that_is_an_expression(answer):
+    with pytest.raises(RewardError, match="not a number"):
+        score([("numeric_match", 1.0, {})], ["0.5"], rows=[{"prompt": "q", "answer": answer}])
+
+
 def test_numeric_match_tolerances():
     rows = [{"prompt": "q", "answer": a} for a in ("3.14159", "100", "100", "0.5")]
     texts = ["pi is 3.1416", "101", "100.5", "0.5000001"]
@@ -403,6 +443,35 @@ def test_exact_match_reads_the_answer_after_the_reasoning(text, expected, unclos
 def test_exact_match_factorials_and_nested_or_unclosed_boxes(text, answer, expected):
     rows = [{"prompt": "q", "answer": answer}]
     assert score([("exact_match", 1.0, {})], [text], rows=rows).per_reward["exact_match"][0] == expected
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    ("\\boxed{\\text{4}}", "4", 1.0), ("\\boxed{\\textbf{4}}", "4", 1.0), ("\\boxed{\\mathrm{4}}", "4", 1.0),
+    ("\\boxed{\\mathbf{ 4 }}", "4", 1.0), ("\\boxed{\\text{\\textbf{Paris}}}", "Paris", 1.0),
+    ("The answer is $\\text{4}$.", "4", 1.0), ("\\boxed{\\text{Paris}}", "\\text{Paris}", 1.0),
+    ("\\boxed{\\text{4} \\text{5}}", "4", 0.0), ("\\boxed{\\text{4}+\\text{5}}", "4", 0.0),  # not around all of it
+    ("\\boxed{\\text{4}+\\text{5}}", "4}+\\text{5", 0.0),
+    ("\\boxed{\\text{3}} or \\boxed{\\text{4}}", "4", 0.0),  # still two different answers
+    ("\\boxed{\\text{4}} so \\boxed{4}", "4", 1.0),
+    ("\\boxed{\\textbf{5!}}", "5", 0.0),  # unwrapping does not turn a factorial into an exclamation
+    # compatibility forms: fullwidth, math bold digits; not superscripts, subscripts, vulgar fractions
+    ("\uff14\uff12", "42", 1.0), ("\\boxed{\uff14\uff12}", "42", 1.0), ("The answer is \uff30\uff41\uff52\uff49\uff53\uff0e",
+                                                                      "Paris", 1.0),
+    ("\\boxed{\U0001d7d2}", "4", 1.0), ("\\boxed{42}", "\uff14\uff12", 1.0),
+    ("\\boxed{4\u00b2}", "42", 0.0), ("\\boxed{2\u2082}", "22", 0.0), ("\\boxed{1\u00bd}", "11/2", 0.0),
+    ("\\boxed{1\u00bd}", "1\u00bd", 1.0), ("\\boxed{\uff14\uff12\uff01}", "42", 0.0),  # "４２！" is 42!
+])
+def test_exact_match_reads_styled_and_fullwidth_answers(text, answer, expected):
+    rows = [{"prompt": "q", "answer": answer}]
+    assert score([("exact_match", 1.0, {})], [text], rows=rows).per_reward["exact_match"][0] == expected
+
+
+def test_normalising_an_answer_is_linear_in_its_layers():
+    """Each layer ("!." pairs, nested \\text{) was peeled by copying the rest: 20k pairs took seconds."""
+    started = time.perf_counter()
+    assert normalize_answer("Paris" + "!." * 100_000) == "paris"
+    assert normalize_answer("\\text{" * 100_000 + "4" + "}" * 100_000) == "4"
+    assert time.perf_counter() - started < 2.0
 
 
 def test_boxes_nested_thousands_deep_are_read_in_linear_time():

@@ -142,7 +142,9 @@ class Engine:
         """What is wrong with one sampled completion's ids and log-probs, or None. Why here: ids
         past the vocabulary failed later inside train_step (blaming the trainer's backend), and
         log-probs above 0 or non-finite changed the gradient through mismatch correction, or
-        skipped every step, silently."""
+        skipped every step, silently. Ids that are no integers (3.7, NaN, bools) never get here:
+        ``Completion`` refuses them when the plugin builds it (``types.token_ids_array``), and
+        ``_call`` reports that ``ValueError`` as this hook's ``PluginError``."""
         ids = np.asarray(c.completion_ids)
         low, high = (int(ids.min()), int(ids.max())) if ids.size else (0, 0)
         if low < 0 or (self.vocab_size is not None and high >= self.vocab_size):

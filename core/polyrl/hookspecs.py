@@ -101,6 +101,9 @@ Answers to what an author would otherwise guess
       - ``generate``: each ``Completion``'s ``logprobs`` one finite float <= 0 per token of
         ``completion_ids`` (1-D), and its ``completion_ids`` within the model's vocabulary
         (``0 <= id < vocab_size``), besides the count and ``prompt_index`` order of completions;
+        token ids are integers of any integer dtype (or integral floats: 3.0 is 3), and building a
+        ``Completion``/``TokenSequence``/``TokenPrompt`` with a fraction (3.7), NaN, infinity, bools
+        or text as ids raises ``ValueError`` (never rounded to an id the model did not sample);
       - ``logprobs``: one finite float <= 0 per completion token for each sequence;
       - ``train_step``: a ``StepMetrics`` whose fields are numbers; a non-finite ``loss`` with
         ``skipped=False`` is an error (return ``skipped=True`` and leave the weights untouched);
@@ -340,8 +343,9 @@ def generate(engine: Any, prompts: Sequence[Prompt], sampling: SamplingParams) -
     chat prompts), the sampled token ids, the sampler's per-token log-probs, the decoded text and
     the finish reason ("stop" for EOS or a stop string, "length" for ``max_new_tokens``). A stop
     string ends the completion after the token that completed it. ``seed`` makes it repeatable.
-    The core checks each answer: one finite log-prob <= 0 per sampled token, every id within the
-    model's vocabulary; anything else is a ``PluginError`` naming this hook, not a later failure.
+    The core checks each answer: one finite log-prob <= 0 per sampled token, every id an integer
+    within the model's vocabulary; anything else is a ``PluginError`` naming this hook, not a later
+    failure.
 
     A backend whose ``Capabilities.concurrent_generate`` is True may be called on a worker thread
     while another engine trains (``generation.overlap``): settings that are per thread (an OpenMP

@@ -28,6 +28,56 @@ def _as_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
     return tuple(value)
 
 
+def token_ids_array(value: Any, name: str) -> np.ndarray:
+    """``value`` as a 1-D int64 array of token ids; a ``ValueError`` naming ``name`` when a value is
+    no integer. Why refuse instead of casting: numpy's cast rounds 3.7 down to 3, reads NaN as an
+    arbitrary id and True as 1, so a backend answering floats (an id computed in float, a mask
+    passed as ids) trained on ids it never sampled, silently. An integral float (3.0) is its
+    integer, as it always was. numpy reads a lone bool among ints ([1, True]) as an int before
+    this sees it; an array of bools is refused."""
+    arr = np.asarray(value)
+    kind = arr.dtype.kind
+    flat = arr.reshape(-1)
+    if kind in "iu":
+        return flat.astype(np.int64, copy=False)
+    if kind == "f":
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(flat) | (flat != np.trunc(flat)) | (np.abs(flat) >= 2.0 ** 63)
+        if bad.any():
+            at = int(np.argmax(bad))
+            raise ValueError(f"{name} holds {float(flat[at])!r} at position {at}, not an integer token id "
+                             "(a fraction, NaN, infinity or a number past int64 is refused, never rounded)")
+        return flat.astype(np.int64)
+    if kind == "O":  # mixed Python objects: each must be an integer (rare, so a Python loop)
+        for at, v in enumerate(flat):
+            if not _integral(v):
+                raise ValueError(f"{name} holds {v!r} at position {at}, not an integer token id")
+        return flat.astype(np.int64)
+    what = "booleans" if kind == "b" else f"an array of dtype {arr.dtype}"
+    raise ValueError(f"{name} are {what}, not integer token ids")
+
+
+def _integral(value: Any) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    if isinstance(value, (int, np.integer)):
+        return True
+    return isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer()
+
+
+# the attrs converters of the token-id fields (named functions: mypy's attrs plugin reads no closure)
+def _prompt_ids(value: Any) -> np.ndarray:
+    return token_ids_array(value, "prompt_ids")
+
+
+def _completion_ids(value: Any) -> np.ndarray:
+    return token_ids_array(value, "completion_ids")
+
+
+def _token_prompt_ids(value: Any) -> np.ndarray:
+    return token_ids_array(value, "TokenPrompt.ids")
+
+
 @attrs.define(frozen=True, eq=False)
 class TokenPrompt:
     """A prompt given as token ids, used verbatim: no chat template, no BOS added, no decoding.
@@ -37,7 +87,7 @@ class TokenPrompt:
     re-tokenized text. ``Completion.prompt_ids`` of such a prompt equals ``ids``.
     """
 
-    ids: np.ndarray = attrs.field(converter=lambda v: np.asarray(v, dtype=np.int64).reshape(-1))
+    ids: np.ndarray = attrs.field(converter=_token_prompt_ids)
 
     def __attrs_post_init__(self) -> None:
         if not len(self.ids):
@@ -50,10 +100,6 @@ class TokenPrompt:
 Prompt = str | Sequence[Mapping[str, str]] | TokenPrompt
 
 FinishReason = Literal["stop", "length"]
-
-
-def _ids(value: Any) -> np.ndarray:
-    return np.asarray(value, dtype=np.int64).reshape(-1)
 
 
 def _floats(value: Any) -> np.ndarray:
@@ -132,8 +178,8 @@ class Completion:
     """
 
     prompt_index: int
-    prompt_ids: np.ndarray = attrs.field(converter=_ids)
-    completion_ids: np.ndarray = attrs.field(converter=_ids)
+    prompt_ids: np.ndarray = attrs.field(converter=_prompt_ids)
+    completion_ids: np.ndarray = attrs.field(converter=_completion_ids)
     logprobs: np.ndarray = attrs.field(converter=_floats)
     text: str = ""
     finish_reason: FinishReason = "length"
@@ -169,8 +215,8 @@ class TokenSequence:
     tokens were context only (see ``polyrl.algorithms.reference.policy_loss``'s ``masks``).
     """
 
-    prompt_ids: np.ndarray = attrs.field(converter=_ids)
-    completion_ids: np.ndarray = attrs.field(converter=_ids)
+    prompt_ids: np.ndarray = attrs.field(converter=_prompt_ids)
+    completion_ids: np.ndarray = attrs.field(converter=_completion_ids)
     mask: np.ndarray | None = attrs.field(default=None, converter=_optional_mask)
 
     def __attrs_post_init__(self) -> None:

@@ -16,8 +16,12 @@ silently ignored). Options:
     2. the text after the last "####" (GSM8K), "answer:" or "answer is", up to the end of that line;
     3. the last non-empty line.
     Both sides are then normalised: surrounding whitespace, markdown ``*``/``_``, ``$``, quotes, a
-    trailing ``.`` and a trailing ``!`` that is not a factorial ("5!" stays 5!) are stripped, inner
-    whitespace is collapsed, and case is folded. A box holding a box answers what the outer one
+    trailing ``.`` and a trailing ``!`` that is not a factorial ("5!" stays 5!) are stripped, so is
+    a styling command around all of it (``\\text{4}``, ``\\textbf``, ``\\mathrm``, ``\\mathbf``...: 4;
+    ``\\text{4}+\\text{5}`` stays as written), inner whitespace is collapsed, case is folded, and the
+    text is read in Unicode compatibility form (NFKC: fullwidth "４２" is 42, "𝟒" is 4) except for
+    superscripts, subscripts and vulgar fractions, whose plain form is another answer ("2²" is
+    not "22"). A box holding a box answers what the outer one
     holds (``\\boxed{\\boxed{4}}`` is 4, ``\\boxed{3 \\boxed{4}}`` is "3 \\boxed{4}"); a ``\\boxed{``
     never closed is not a box, and hides no box before it.
 ``numeric_match``    1.0 when the completion's final number equals the number in ``row[column]``, else
@@ -29,14 +33,22 @@ silently ignored). Options:
     2. the first number after the last "####", "answer:" or "answer is", on that line;
     3. the last number of the text.
     Numbers may carry a sign, thousands commas, decimals and an exponent ("-1,234.5", "3e8"); a "-"
-    directly after a digit or letter is an operator, not a sign. A number that is part of an
-    expression is not read, and that answer scores 0 (never the expression's first or last
-    number): one next to an operator (``+ - * / ^ × ÷ ·``, ``\\cdot``, ``\\times``, ``\\pm``), inside
-    ``\\frac{}{}``/``\\sqrt{}``, before a superscript ("2⁴"), ``(``, ``π`` or a factorial ("5!").
-    An integer answer is matched exactly ("12345678901234567000" is not 12345678901234567890, "42.0"
-    is 42; only ``tolerance`` widens it); any other within ``math.isclose(got, expected,
-    rel_tol=rel_tolerance, abs_tol=tolerance)``. Both sides are read as written (exact decimals, not
-    binary floats), so a gold rounded to a few digits needs a ``tolerance`` to accept more digits.
+    directly after a digit or letter is an operator, not a sign. A fraction of two integers is one
+    number, its exact value: "1/2", "-1/2" (no spaces: "1 / 2" is an expression), ``\\frac{1}{2}``,
+    ``\\dfrac``, ``\\tfrac``, ``\\frac12``, ``-\\frac{1}{2}``, ``\\frac{-1}{2}``; a fraction over 0 is
+    none, and a fraction next to another number ("2 1/2", ``2\\frac{1}{2}``: a mixed number or a
+    product) is an expression. A number that is part of an expression is not read, and that
+    answer scores 0 (never the expression's first or last number, nor its value: "2+2" is not 4):
+    one next to an operator (``+ - * / ^ ** × ÷ ·``, ``\\cdot``, ``\\times``, ``\\pm``; "x^2", "x**2"
+    and "x*2" hold no 2), inside any other ``\\frac{}{}`` (``\\frac{a+1}{2}``) or ``\\sqrt{}``,
+    before a superscript ("2⁴"), ``(``, ``π`` or a factorial: "The answer is 42!" scores 0 against
+    42, since "42!" is 42 factorial (as math-verify reads it), not an exclamation.
+    The row's answer may be a number or such a fraction ("1/2", ``\\frac{1}{2}``). An integer answer
+    is matched exactly ("12345678901234567000" is not 12345678901234567890, "42.0" is 42; only
+    ``tolerance`` widens it); any other within ``math.isclose(got, expected,
+    rel_tol=rel_tolerance, abs_tol=tolerance)``. Both sides are read as written (exact decimals and
+    fractions, not binary floats: ``\\frac{1}{2}`` equals 0.5 exactly, ``\\frac{1}{3}`` is 1/3), so a
+    gold rounded to a few digits needs a ``tolerance`` to accept more digits.
 ``regex_format``     1.0 when ``pattern`` matches the completion, else 0.0.
     ``pattern`` (required), ``match`` ("search" | "fullmatch", default "search"),
     ``flags`` (letters from "imsx", default "s" so that ``.`` spans lines).
@@ -64,6 +76,7 @@ from __future__ import annotations
 import math
 import re
 import time
+import unicodedata
 from fractions import Fraction
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
@@ -157,52 +170,157 @@ def extract_answer(text: str, mode: str = "auto") -> str:
 
 
 def normalize_answer(text: str, case_sensitive: bool = False) -> str:
-    """Canonical form for comparing answers (see the module docstring)."""
-    s = " ".join(str(text).split())
+    """Canonical form for comparing answers (see the module docstring). Peeled by moving two
+    indices, never by copying the rest: linear however many layers ("4!.!.!." or ``\\text{`` nested
+    thousands deep) a completion piles up."""
+    s = " ".join(compatible(str(text)).split())
+    closes = _brace_closes(s)
+    lo, hi = 0, len(s)
     previous = None
-    while s != previous:
-        previous = s
-        s = s.strip().strip("*_$`\"'").strip()
-        s = s.rstrip(".").strip()
-        if s.endswith("!") and not re.search(r"[\d)}\]]\s*!$", s):  # "5!" is 120, not an exclamation
-            s = s[:-1].strip()
+    while (lo, hi) != previous:
+        previous = lo, hi
+        lo, hi = _stripped(s, lo, hi, " ")
+        lo, hi = _stripped(s, lo, hi, _QUOTES)
+        lo, hi = _stripped(s, lo, hi, " ")
+        lo, hi = _stripped(s, lo, hi, ".", left=False)
+        lo, hi = _stripped(s, lo, hi, " ")
+        if hi > lo and s[hi - 1] == "!":  # "5!" is 120, not an exclamation
+            before = hi - 2 if hi - 2 >= lo and s[hi - 2] != " " else hi - 3  # spaces are single here
+            if not (before >= lo and (s[before].isdecimal() or s[before] in ")}]")):
+                lo, hi = _stripped(s, lo, hi - 1, " ")
+        m = _STYLE.match(s, lo, hi)
+        if m is not None and closes.get(m.end() - 1) == hi - 1:
+            lo, hi = m.end(), hi - 1
+    s = s[lo:hi]
     return s if case_sensitive else s.casefold()
+
+
+#: What ``normalize_answer`` strips from both ends besides whitespace: markdown, ``$``, quotes.
+_QUOTES = "*_$`\"'"
+#: LaTeX commands that only style their argument: ``\\boxed{\\text{4}}`` answers 4.
+_STYLE = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox)\s*\{")
+#: Characters whose compatibility form says another thing: "2²" is 4, not "22"; "1½" is not "11⁄2".
+_KEEP_TAGS = ("<super>", "<sub>", "<fraction>")
+
+
+def _stripped(s: str, lo: int, hi: int, chars: str, left: bool = True) -> tuple[int, int]:
+    """The indices of ``s[lo:hi]`` with ``chars`` stripped from its end (and its start if ``left``)."""
+    while left and lo < hi and s[lo] in chars:
+        lo += 1
+    while hi > lo and s[hi - 1] in chars:
+        hi -= 1
+    return lo, hi
+
+
+def _brace_closes(s: str) -> dict[int, int]:
+    """Where each ``{`` of ``s`` is closed: its index -> the index of its ``}`` (one pass)."""
+    closes: dict[int, int] = {}
+    stack: list[int] = []
+    for i, ch in enumerate(s):
+        if ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            closes[stack.pop()] = i
+    return closes
+
+
+def compatible(text: str) -> str:
+    """``text`` in Unicode compatibility form (NFKC): fullwidth "４２" is 42, "ｘ" is x, math bold
+    "𝟒" is 4. Why not NFKC itself: it writes superscripts, subscripts and vulgar fractions as
+    plain digits, so "2²" (4) would equal "22" and "1½" "11⁄2": those characters are kept."""
+    if text.isascii():
+        return text
+    kept = [i for i, ch in enumerate(text) if unicodedata.decomposition(ch).startswith(_KEEP_TAGS)]
+    if not kept:
+        return unicodedata.normalize("NFKC", text)
+    out, start = [], 0
+    for i in kept:
+        out += [unicodedata.normalize("NFKC", text[start:i]), text[i]]
+        start = i + 1
+    out.append(unicodedata.normalize("NFKC", text[start:]))
+    return "".join(out)
 
 
 _SUPERSCRIPTS = "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207a\u207b\u207d"
 _OPERATORS = "+/^\u00d7\u00f7\u00b7\u22c5\u2219"  # + / ^ × ÷ · ⋅ ∙
 _COMMANDS = r"\\(?:[dt]?frac|sqrt|binom|cdot|times|div|pm|mp|log|ln|exp|sin|cos|tan)(?![a-zA-Z])"
 #: what after a number makes it part of an expression: right after it a superscript, "!", "(", "^",
-#: π, √, \\pi; or, spaces allowed, an operator or a command, a "*" or "-" with an operand after it
-#: ("**42**" is markdown, "42 - that is all" a dash), or "}{" / "}^" (\\frac{1}{2}, {2}^3)
+#: π, √, \\pi, or a "*"/"**" glued to an operand ("2**3", "2*x"); or, spaces allowed, an operator
+#: or a command, a "*" or "-" with an operand after it ("**42**" is markdown, "42 - that is all" a
+#: dash), a spaced "**" ("2 ** 3"), or "}{" / "}^" (\\frac{1}{2}, {2}^3)
 _EXPRESSION_AFTER = re.compile(
-    rf"[{_SUPERSCRIPTS}!(^\u03c0\u221a]|\\pi(?![a-zA-Z])"
+    rf"[{_SUPERSCRIPTS}!(^\u03c0\u221a]|\\pi(?![a-zA-Z])|\*\*?(?=[A-Za-z\d(])|\s+\*\*\s+(?=[\d(])"
     rf"|\s*(?:[{_OPERATORS}]|\*(?=\s*[\d(])|-(?=\s*[\d(.\\])|{_COMMANDS}|\}}\s*[{{^])")
 #: what before a number makes it part of an expression (searched in the few characters before it):
-#: an operator or "√", a "(" right after a digit or ")" ("2(3)"), a "*" after a digit or bracket, a "-" after a digit, letter or bracket (a sign
-#: is part of the number), a command, "^" or an index "x_" (with or without "{"), or the "{" of
-#: \\frac{ / \\sqrt{ or of a second argument "}{"
+#: an operator or "√", a "(" right after a digit or ")" ("2(3)"), a "*" or "**" after a digit or
+#: bracket, or after a Latin letter either glued ("x**2", "x*2") or spaced on both sides ("x ** 2";
+#: "is **85**" and "是**85**" are markdown), a "-" after a digit, letter or bracket (a sign is part of the number), a
+#: command, "^" or an index "x_" (with or without "{"), or the "{" of \\frac{ / \\sqrt{ or of a
+#: second argument "}{"
 _EXPRESSION_BEFORE = re.compile(
-    rf"(?:[{_OPERATORS}\u221a]|[\d)]\(|[\d)}}\]]\s*\*|[\w)}}\]]\s*-|{_COMMANDS}|\^\s*\{{?|[\w}}]_\s*\{{?"
-    rf"|(?:{_COMMANDS}|\}})\s*\{{)\s*$")
+    rf"(?:[{_OPERATORS}\u221a]|[\d)]\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]]\s*-"
+    rf"|{_COMMANDS}|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{)\s*$")
 _LONGEST_NUMBER = 1000  # characters: a longer "number" is a decompression bomb for exact arithmetic, not an answer
+#: A fraction of two integers, read as its exact value: "1/2" (no spaces, nothing glued on: "1/2/3" and
+#: "1/2.5" are no fraction), or LaTeX's ``\\frac``/``\\dfrac``/``\\tfrac`` with integer arguments
+#: (``\\frac{-3}{4}``, and ``\\frac12``, whose arguments are single digits). Why these and no other
+#: expression: they are how a rational answer is written, their value needs no evaluator, and a list
+#: written "3/4" cannot pass for one of its members ("3/4" is 0.75, never 3 or 4).
+_FRACTION = (r"(?P<sign>(?<![\w.])-)?"
+             r"(?:(?P<num>\d+)/(?P<den>\d+)(?![.,]?\d)"
+             r"|\\[dt]?frac\s*(?:\{\s*(?P<tex_num>-?\d+)\s*\}|(?P<tex_digit_num>\d))"
+             r"\s*(?:\{\s*(?P<tex_den>\d+)\s*\}|(?P<tex_digit_den>\d)))")
+_TOKEN = re.compile(f"{_FRACTION}|(?P<number>{_NUMBER.pattern})")
+#: What between a fraction and a number next to it makes them one term (a mixed number or a product).
+_JUXTAPOSED = re.compile(r"[\s{}]*")
 
 
 def _numbers(text: str) -> list[tuple[Fraction | None, bool]]:
     """Each number in ``text``, in order: its exact value (None past ``_LONGEST_NUMBER``) and
-    whether it stands alone (False: it is part of an expression, see ``numeric_match``)."""
+    whether it stands alone (False: it is part of an expression, see ``numeric_match``). A fraction
+    of two integers is one number, its exact value."""
     text = text.replace("\u2212", "-")
     out: list[tuple[Fraction | None, bool]] = []
-    for m in _NUMBER.finditer(text):
-        token = m.group().replace(",", "")
-        mantissa, _, exponent = token.lower().partition("e")
-        value: Fraction | None = None
-        if len(token) <= _LONGEST_NUMBER and abs(int(exponent or 0)) <= _LONGEST_NUMBER:
-            value = Fraction(token)
-        alone = not (_EXPRESSION_AFTER.match(text, m.end())
-                     or _EXPRESSION_BEFORE.search(text[max(0, m.start() - 16):m.start()]))
+    previous: tuple[int, bool] | None = None  # the last token's end, and whether it was a fraction
+    for m in _TOKEN.finditer(text):
+        value, known = _token_value(m)
+        alone = known and not (_EXPRESSION_AFTER.match(text, m.end())
+                               or _EXPRESSION_BEFORE.search(text[max(0, m.start() - 16):m.start()]))
+        fraction = m.group("number") is None
+        if (previous is not None and (fraction or previous[1])
+                and _JUXTAPOSED.fullmatch(text, previous[0], m.start())):
+            # "2 1/2", "2\\frac{1}{2}", "\\frac12 3": a mixed number or a product, neither part the answer
+            out[-1], alone = (out[-1][0], False), False
         out.append((value, alone))
+        previous = (m.end(), fraction)
     return out
+
+
+def _token_value(m: re.Match[str]) -> tuple[Fraction | None, bool]:
+    """A ``_TOKEN`` match's exact value (None when too long to compute) and whether it has one
+    (a fraction over 0 has none)."""
+    if m.group("number") is not None:
+        token = m.group("number").replace(",", "")
+        _, _, exponent = token.lower().partition("e")
+        if len(token) > _LONGEST_NUMBER or abs(int(exponent or 0)) > _LONGEST_NUMBER:
+            return None, True
+        return Fraction(token), True
+    numerator = m.group("num") or m.group("tex_num") or m.group("tex_digit_num")
+    denominator = m.group("den") or m.group("tex_den") or m.group("tex_digit_den")
+    if len(numerator) + len(denominator) > _LONGEST_NUMBER:
+        return None, True
+    if int(denominator) == 0:
+        return None, False
+    return (-1 if m.group("sign") else 1) * Fraction(int(numerator), int(denominator)), True
+
+
+def read_fraction(text: str) -> Fraction | None:
+    """``text`` when it is one fraction of two integers ("1/2", "-\\frac{1}{2}", "\\dfrac34"), exactly."""
+    m = _TOKEN.fullmatch(text.strip().replace("\u2212", "-"))
+    if m is None or m.group("number") is not None:
+        return None
+    value, known = _token_value(m)
+    return value if known else None
 
 
 def final_number(text: str) -> Fraction | None:
@@ -306,13 +424,17 @@ def exact_match(completions: Sequence[Completion | str], context: RewardContext)
 
 
 def _as_number(value: Any, column: str, index: int) -> Fraction:
-    """The row's answer, exactly as written ("0.1" is 1/10, a 20-digit integer keeps its digits)."""
+    """The row's answer, exactly as written ("0.1" is 1/10, a 20-digit integer keeps its digits, "1/2"
+    and "\\frac{1}{2}" are 1/2)."""
     if isinstance(value, float):
         text = repr(float(value))
     elif isinstance(value, int):  # bool too: 1 or 0, as float(True) read it
         text = str(int(value))
     else:
         text = str(value).replace(",", "").strip()
+        fraction = read_fraction(str(value))  # "1/2", "\\frac{1}{2}": read as the completion's are
+        if fraction is not None:
+            return fraction
     try:
         number = float(text)
     except ValueError:
