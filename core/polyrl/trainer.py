@@ -61,7 +61,7 @@ from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock
 from polyrl import evaluation
 from polyrl import step_gather
-from polyrl.step_metrics import clip_region_metrics, peak_rss_mb
+from polyrl.step_metrics import clip_region_metrics, peak_rss_mb, step_tokens, trl_aliases, trl_epoch
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.step_line import step_line_fields
 from polyrl.tracking.session import for_run as tracking_for_run
@@ -258,6 +258,8 @@ class Trainer:
     def _load(self, config: RunConfig) -> None:
         """The trackers and environment: what is checked before any model loads."""
         self.step = 0
+        #: TRL's ``num_tokens``: prompt and sampled tokens of every step so far (checkpointed)
+        self.num_tokens = 0
         self.kl_coef = float(config.algorithm.beta)  # kl_in_reward's coefficient (kl_ctrl adapts it)
         self.rollouts = RolloutAhead(self._generate)
         self._saved_step: int | None = None  # the step of the last checkpoint this run wrote
@@ -634,6 +636,10 @@ class Trainer:
         trained = int(step.sequence_len[all_keep].sum())  # every rank's kept sequences
         metrics.update(common_step_metrics(step, rewards, c.generation.group_size,
                                            {**times, **step.seconds}, trained * algo.num_iterations))
+        # TRL's names and counters (its dashboards' keys), counted once the step is in
+        self.num_tokens += step_tokens(step)
+        metrics.update(trl_aliases(metrics), num_tokens=self.num_tokens,
+                       epoch=trl_epoch(self.step + 1, c.train.prompts_per_step, len(self.dataset)))
         if self.episodes is not None:
             metrics.update(step_gather.episode_metrics(step))
             self._warn_unused_env_reward(metrics)
@@ -778,6 +784,7 @@ class Trainer:
             "config": resume_config.snapshot(self.config),
             "pending_rollout": pending.as_state() if pending else None,
             "kl_coef": self.kl_coef,
+            "num_tokens": self.num_tokens,
             "reward_code": self._reward_codes,  # a resume says when the functions' code changed
             "model_files": self._model_files(),  # and when the model folders were changed in place
         }
@@ -899,6 +906,7 @@ class Trainer:
             _restore_rng_states(state)
         self._set_aside_newer_checkpoints()
         self.history = self._rewind_metrics()
+        self.num_tokens = self._resumed_num_tokens(state.get("num_tokens"))
         self.tracking.rewind(self.step)
         self._resumed = True
         # that checkpoint holds this step: re-saving it before training on (weights only, nothing
@@ -1002,9 +1010,16 @@ class Trainer:
                                   self.output_dir / TENSORBOARD_DIR],
                 keep=keep)
         self._prune_pending, self._set_aside = keep == 0, aside
-        self.step = 0
+        self.step = self.num_tokens = 0
         self.history = self._rewind_metrics()
         self.tracking.rewind(self.step)
+
+    def _resumed_num_tokens(self, saved: Any) -> int:
+        """``num_tokens`` at the resumed step: the checkpoint's count (``saved``), or for a
+        checkpoint written before it was saved, the last kept step line's (0 when neither has it)."""
+        if saved is None and self.history:
+            saved = self.history[-1].get("num_tokens")
+        return saved if isinstance(saved, int) and not isinstance(saved, bool) and saved >= 0 else 0
 
     def _loaded_model_paths(self) -> list[Path]:
         """The local folders this run's models load from (a fresh start must not move them aside)."""
