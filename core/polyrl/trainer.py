@@ -1194,7 +1194,7 @@ class Trainer:
         return False
 
     def _run(self, summary: dict[str, Any], progress: bool) -> None:
-        from polyrl.progress import step_progress
+        from polyrl.progress import StepClock, bar_shown, step_progress
 
         c = self.config
         if self.eval_dataset is not None and self.step == 0 and not self._evaluate_before(summary):
@@ -1207,6 +1207,8 @@ class Trainer:
         def stopping() -> bool:
             return stop_agreed if self.world_size > 1 else self.stop_requested
 
+        # without the bar, the step lines say how far the run is and how long it has left
+        clock = None if bar_shown(progress) else StepClock(c.train.steps, self.step)
         with self._graceful_signals(), step_progress(c.train.steps, self.step, enabled=progress) as advance:
             while self.step < c.train.steps and not stopping():
                 self._phase = f"step {self.step}"
@@ -1232,9 +1234,11 @@ class Trainer:
                 if self.rank == 0:
                     self._append_metrics(metrics)
                     self.tracking.publish(metrics)
+                shown = step_line_fields(metrics, c.logging.step_line)
+                if clock is not None:  # beside the step number: step=3 of=50 eta_s=120 loss=...
+                    shown = {"step": shown["step"], **clock.fields(self.step), **shown}
                 log.info("step", **({"rank": self.rank} if self.world_size > 1 else {}),
-                         **{k: (readable(v) if isinstance(v, float) else v)
-                            for k, v in step_line_fields(metrics, c.logging.step_line).items()})
+                         **{k: (readable(v) if isinstance(v, float) else v) for k, v in shown.items()})
                 advance(metrics)
                 if self._sync_failed is not None:  # the step trained; the generator missed its weights
                     push_failed, self._sync_failed = self._sync_failed, None
