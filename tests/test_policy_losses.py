@@ -243,6 +243,8 @@ def test_mlx_loss_equals_reference(case, variant, aggregation):
         assert clip_sum.item() / tokens == pytest.approx(metrics["clip_fraction"], abs=1e-12)
         for key in ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected"):
             assert stats[key].item() / tokens == pytest.approx(metrics[key], rel=1e-6, abs=1e-9), key
+        for key in ("clip_low_min", "clip_high_max"):  # one sequence's extreme share, as the reference
+            assert stats[key].item() == pytest.approx(metrics[key]), key
 
 
 # --- entropy: bonus and high-entropy token selection -----------------------------------------------
