@@ -80,6 +80,9 @@ def test_two_ranks_match_one_process_on_the_same_global_batch(tiny_model_dir, tm
         assert double["tokens"][0] == kept and 0 < kept < single["completion_tokens"]
         assert single["losses"][0] == pytest.approx(single["reference_loss"], rel=1e-4, abs=1e-6)
         np.testing.assert_allclose(double["clip_high_fraction"], single["clip_high_fraction"], atol=1e-9)
+        # TRL's clip_ratio/low_min and high_max: over every rank's completions (a max-reduce), as one process
+        np.testing.assert_allclose(double["clip_extremes"], single["clip_extremes"], atol=1e-9)
+        assert max(high for _, high in single["clip_extremes"]) > 0
     assert single["world"] == 1 and double["world"] == 2
     np.testing.assert_allclose(double["losses"], single["losses"], rtol=1e-5, atol=1e-6)
     assert len(set(np.round(single["losses"], 6))) > 1  # the loss moves: the weights did change
@@ -720,8 +723,10 @@ def test_a_launched_run_logs_the_whole_batch_once_as_one_process_does(tiny_model
     assert len(events) == 1  # one writer
     acc = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0})
     acc.Reload()
-    for tag in ("episode/turns_mean", "reward_mean", "loss", "tokens_per_s"):
+    for tag in ("episode/turns_mean", "reward_mean", "loss", "tokens_per_s", "num_tokens", "rewards/environment/mean"):
         assert [e.step for e in acc.Scalars(tag)] == [0, 1], tag
+    # TRL's num_tokens counts every rank's prompt and sampled tokens, cumulatively
+    assert 0 < lines[0]["num_tokens"] < lines[1]["num_tokens"] == acc.Scalars("num_tokens")[1].value
     assert acc.Scalars("episode/turns_mean")[1].value == pytest.approx(lines[1]["episode/turns_mean"], rel=1e-6)
     report = _polyrl("report", str(out))
     assert "warning" not in report.stderr.lower(), report.stderr[-2000:]

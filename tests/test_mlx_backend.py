@@ -336,6 +336,8 @@ def test_micro_batching_equals_full_batch(tiny_model_dir):
         for size in (1, 4):
             g_micro, s_micro = accumulate_gradients(full.raw, batch, obj, micro_batch_size=size)
             assert s_micro["loss"] == pytest.approx(s_full["loss"], rel=1e-5, abs=1e-7)
+            for key in ("clip_low_min", "clip_high_max"):  # extremes over every micro-batch's sequences
+                assert s_micro[key] == pytest.approx(s_full[key], abs=1e-7), key
             flat_full, flat_micro = dict(tree_flatten(g_full)), dict(tree_flatten(g_micro))
             scale = max(float(np.abs(np.array(v)).max()) for v in flat_full.values())
             for k, v in flat_full.items():
@@ -345,6 +347,8 @@ def test_micro_batching_equals_full_batch(tiny_model_dir):
         assert a.loss == pytest.approx(b.loss, rel=1e-5, abs=1e-7)
         assert a.grad_norm == pytest.approx(b.grad_norm, rel=1e-4)
         assert a.kl == pytest.approx(b.kl, rel=1e-5, abs=1e-8) and a.tokens == b.tokens
+        assert a.extra["clip_high_max"] == pytest.approx(b.extra["clip_high_max"], abs=1e-7)
+        assert 0.0 <= a.extra["clip_low_min"] <= 1.0 and "clip_low_min" in b.extra
     # Adam's m / sqrt(v) amplifies float noise in near-zero gradient entries: compare the
     # weights to a fraction of the learning rate (an update is up to lr per step)
     pa, pb = params(full), params(micro)

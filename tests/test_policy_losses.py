@@ -73,6 +73,22 @@ def test_gspo_clips_the_whole_sequence():
     np.testing.assert_array_equal(policy_loss_grad(logp, [1.0], obj, old)[0], [0.0, 0.0])
 
 
+def test_clip_extremes_are_one_completions_clipped_share():
+    """TRL's clip_ratio/low_min and high_max (1.9): the smallest per-completion share of tokens
+    clipped low and the largest clipped high, not the batch's token means."""
+    obj = Objective(clip_eps_low=0.2, clip_eps_high=0.2)
+    # ratios: completion 0 (adv < 0) 0.5, 1.0, 0.5, 1.0 -> 2 of 4 low; completion 1 (adv < 0) none low;
+    # completion 2 (adv > 0) 2.0, 1.0 -> 1 of 2 high; completion 3 (adv > 0) 2.0, 2.0, 2.0 -> all high
+    r = np.log
+    old = [np.zeros(4), np.zeros(2), np.zeros(2), np.zeros(3)]
+    logp = [np.array([r(0.5), 0.0, r(0.5), 0.0]), np.zeros(2), np.array([r(2.0), 0.0]), np.full(3, r(2.0))]
+    _, metrics = policy_loss(logp, [-1.0, -1.0, 1.0, 1.0], obj, old)
+    assert metrics["clip_low_min"] == 0.0 and metrics["clip_high_max"] == 1.0
+    assert metrics["clip_low_fraction"] == pytest.approx(2 / 11)
+    _, metrics = policy_loss(logp[:1], [-1.0], obj, old[:1])
+    assert metrics["clip_low_min"] == 0.5 and metrics["clip_high_max"] == 0.0
+
+
 def test_cispo_keeps_the_gradient_of_clipped_tokens():
     obj = Objective(clip_eps_high=0.2, policy_loss="cispo", loss_aggregation="token_mean")
     logp, old = [np.array([-1.0, -1.0])], [np.array([-1.5, -1.0])]  # ratios e^0.5 (clipped) and 1
@@ -193,6 +209,8 @@ def test_torch_loss_equals_reference(case, variant, aggregation):
         assert float(stats["clip_sum"]) / tokens == pytest.approx(metrics["clip_fraction"])
         for key in ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected"):
             assert float(stats[f"{key}_sum"]) / tokens == pytest.approx(metrics[key], rel=1e-10, abs=1e-12), key
+        for key in ("clip_low_min", "clip_high_max"):
+            assert float(stats[key]) == pytest.approx(metrics[key]), key
 
 
 @pytest.mark.parametrize(("case", "variant", "aggregation"), CASES)
@@ -229,6 +247,8 @@ def test_mlx_loss_equals_reference(case, variant, aggregation):
         assert clip_sum.item() / tokens == pytest.approx(metrics["clip_fraction"], abs=1e-12)
         for key in ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected"):
             assert stats[key].item() / tokens == pytest.approx(metrics[key], rel=1e-6, abs=1e-9), key
+        for key in ("clip_low_min", "clip_high_max"):  # one sequence's extreme share, as the reference
+            assert stats[key].item() == pytest.approx(metrics[key]), key
 
 
 # --- entropy: bonus and high-entropy token selection -----------------------------------------------

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from polyrl.progress import step_progress
 
 
@@ -20,3 +22,41 @@ def test_no_bar_when_not_wanted(capsys):
     with step_progress(total=2, enabled=False) as advance:
         advance({"reward_mean": 1.0})
     assert capsys.readouterr().err == ""
+
+
+def test_the_clock_says_steps_of_the_run_and_seconds_left_at_this_processs_pace():
+    from polyrl.progress import StepClock
+
+    now = [100.0]
+    clock = StepClock(total=10, start=4, began=100.0, now=lambda: now[0])  # resumed at step 4
+    assert clock.fields(4) == {"of": 10}  # no step of this process yet: no pace to go by
+    now[0] = 130.0
+    assert clock.fields(6) == {"of": 10, "eta_s": 60}  # 15 s a step, 4 steps left
+    now[0] = 190.0
+    assert clock.fields(10) == {"of": 10, "eta_s": 0}
+
+
+@pytest.mark.parametrize(("progress", "json_logs", "told"), [(False, False, True), (True, True, True),
+                                                              (True, False, False)])
+def test_step_lines_without_the_bar_say_how_far_the_run_is(toy, tmp_path, monkeypatch, progress, json_logs, told):
+    """--no-progress and --log-json print no bar: their step lines said neither the steps in all
+    nor the time left. With the bar they say nothing more (the bar shows both)."""
+    from structlog.testing import capture_logs
+
+    from polyrl import progress as progress_module
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+    from test_trainer_toy import toy_config
+
+    monkeypatch.setattr(progress_module, "json_mode", lambda: json_logs)
+    trainer = Trainer(RunConfig.from_dict(toy_config(tmp_path, steps=3)))
+    with capture_logs() as logs:
+        trainer.run(progress=progress)
+    steps = [e for e in logs if e["event"] == "step"]
+    assert len(steps) == 3
+    if not told:
+        assert not any("of" in e or "eta_s" in e for e in steps), steps
+        return
+    assert [e["of"] for e in steps] == [3, 3, 3]
+    assert all(isinstance(e["eta_s"], int) and e["eta_s"] >= 0 for e in steps) and steps[-1]["eta_s"] == 0
+    assert list(steps[0])[:3] == ["step", "of", "eta_s"]  # read as "step 2 of 3, 40 s left"

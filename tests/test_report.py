@@ -300,3 +300,19 @@ def test_pass_at_k_is_drawn_when_no_step_line_names_k():
                   records("before", 0, [(False, False), (True, False)]) + records("after", 2, [(True, True), (True, False)]))
     assert data["eval/pass@1"] == [(0.0, 0.25), (2.0, 0.75)]
     assert data["eval/pass@2"] == [(0.0, 0.5), (2.0, 1.0)]
+
+
+def test_device_memory_is_drawn_beside_the_hosts(tmp_path):
+    """A CUDA run's memory/device_peak_mb (torch's max_memory_allocated) was in metrics.jsonl and in
+    no panel: the report showed the host's peak alone, rarely what runs out on a GPU."""
+    from polyrl.report import write_png
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "reward_mean": 0.1 * s, "perf/peak_rss_mb": 2000.0 + s,
+                    "memory/device_peak_mb": 30000.0 + 10 * s}) + "\n" for s in range(3)))
+    data = load_run(run)
+    chosen = dict((p.title, keys) for p, keys in panels_for(series(data.lines, data.records)))
+    assert chosen["peak memory (MiB)"] == ["memory/device_peak_mb", "perf/peak_rss_mb"]
+    assert write_png(data, tmp_path / "r.png").read_bytes().startswith(PNG_MAGIC)

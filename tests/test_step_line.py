@@ -11,6 +11,7 @@ from polyrl.step_line import SHORT_KEYS, step_line_fields
 METRICS = {"step": 3, "loss": 0.5, "reward_mean": 0.25, "reward_std": 0.1, "grad_norm": 1.5, "lr": 1e-5,
            "clip_ratio/low_mean": 0.0, "perf/peak_rss_mb": 2000.0, "completions/mean_length": 14.0,
            "completion_len_mean": 14.0, "time/step": 4.5, "time/generate": 2.0, "reward/numeric_match/mean": 0.25,
+           "rewards/numeric_match/mean": 0.25,
            "skipped": False, "eval/accuracy": 0.75}
 
 
@@ -26,8 +27,9 @@ def test_skipped_step_says_so_on_a_short_line():
 
 
 def test_full_line_has_every_metric_but_per_reward_columns():
+    """TRL's per-reward names (rewards/<f>/...) are per-reward columns too."""
     fields = step_line_fields(METRICS, "full")
-    assert set(fields) == set(METRICS) - {"reward/numeric_match/mean"}
+    assert set(fields) == set(METRICS) - {"reward/numeric_match/mean", "rewards/numeric_match/mean"}
 
 
 def test_step_line_value_is_checked():

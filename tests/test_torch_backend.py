@@ -362,6 +362,9 @@ def test_objective_loss_and_grad_equal_reference(aggregation, kl, dual):
         assert tokens == metrics["tokens"]
         assert float(stats["kl_sum"]) / tokens == pytest.approx(metrics["kl"], rel=1e-10, abs=1e-12)
         assert float(stats["clip_sum"]) / tokens == pytest.approx(metrics["clip_fraction"])
+        # TRL's clip_ratio/low_min and high_max: the extremes of one completion's clipped share
+        assert float(stats["clip_low_min"]) == pytest.approx(metrics["clip_low_min"])
+        assert float(stats["clip_high_max"]) == pytest.approx(metrics["clip_high_max"])
 
 
 def test_objective_loss_padded_form_and_micro_batches():

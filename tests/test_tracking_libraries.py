@@ -120,6 +120,10 @@ def test_mlflow_store_holds_metrics_params_and_completion_artifacts(run):
     history = client.get_metric_history(found.info.run_id, "lr")
     assert [(m.step, m.value) for m in history] == [(0, 1e-5), (1, 1e-5)]
     assert [m.step for m in client.get_metric_history(found.info.run_id, "reward/digits/mean")] == [0, 1]
+    # TRL's names too, but its "reward" would be a file where reward/... needs a folder: left out
+    assert [m.step for m in client.get_metric_history(found.info.run_id, "rewards/digits/mean")] == [0, 1]
+    assert [m.step for m in client.get_metric_history(found.info.run_id, "reward_mean")] == [0, 1]
+    assert "reward" not in found.data.metrics
     # eval/pass@2 under a name MLflow takes, before training and after the last step
     assert [m.step for m in client.get_metric_history(found.info.run_id, "eval_before/pass_at_2")] == [0]
     assert [m.step for m in client.get_metric_history(found.info.run_id, "eval/pass_at_2")] == [STEPS - 1]
@@ -152,6 +156,25 @@ def test_trackio_store_holds_metrics_and_completion_tables(run):
     tables = [entry for entry in logs if "completions" in entry]
     assert [e["step"] for e in tables] == [0, 1]
     assert "_type" in json.dumps(tables[0]["completions"]) and records[0]["finish_reason"] in json.dumps(tables[0])
+
+
+def test_a_metric_named_as_another_ones_folder_is_left_out_not_the_tracker(tmp_path, monkeypatch):
+    """MLflow's file store keeps a metric as a file named by it: TRL's ``reward`` beside polyrl's
+    ``reward/<f>/mean`` raised "Is a directory" and dropped the tracker at the first step."""
+    from mlflow.tracking import MlflowClient
+
+    from polyrl.tracking.mlflow import MlflowTracker
+    from polyrl.tracking.spec import TrackerContext
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    tracker = MlflowTracker(TrackerContext(tmp_path, "nested", "polyrl-nested", {}))
+    tracker.log_metrics({"reward/f/mean": 0.5, "reward": 1.0, "loss": 0.1}, 0)
+    tracker.log_metrics({"reward": 2.0, "reward/f/mean": 0.7, "reward/f": 3.0, "loss": 0.2}, 1)
+    tracker.close()
+    client = MlflowClient(tracking_uri=tracker.uri)
+    metrics = client.get_run(tracker.run_id).data.metrics
+    assert metrics == {"reward/f/mean": 0.7, "loss": 0.2}  # reward/f is a folder of reward/f/mean too
 
 
 def test_a_run_that_fails_finishes_its_mlflow_run_as_failed(tmp_path, tiny_model_dir):

@@ -394,7 +394,9 @@ def train_step(engine: Any, batch: TrainBatch, objective: Objective) -> StepMetr
     (loss aggregation over the *whole* batch even when micro-batching, divided by
     ``batch.loss_counts``: ``num_sequences``/``num_tokens`` of the reference), including
     ``batch.sampler_logprobs`` when the objective corrects the sampler-trainer mismatch. Report the
-    reference's ``clip_low_fraction``/``clip_high_fraction`` and ``mismatch_*`` metrics (and
+    reference's ``clip_low_fraction``/``clip_high_fraction``, ``clip_low_min``/``clip_high_max``
+    (each sequence's clipped shares, their extremes over every rank's sequences: TRL's
+    ``clip_ratio/low_min`` and ``high_max``, left out of the step when absent) and ``mismatch_*`` metrics (and
     ``entropy`` when the loss sees token entropies) in ``StepMetrics.extra``; an objective the backend cannot compute (e.g. ``entropy_coef`` without
     entropies) must raise, never be silently ignored. A non-finite loss or gradient must not touch
     the weights: return ``StepMetrics(..., skipped=True)``; a non-finite ``loss`` reported with

@@ -4,9 +4,12 @@ lines (``--log-json``: a bar is no event a log shipper can read, and the step li
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+import attrs
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -36,3 +39,29 @@ def step_progress(total: int, start: int = 0, enabled: bool = True) -> Iterator[
             progress.update(task, advance=1, info=info)
 
         yield advance
+
+
+def bar_shown(enabled: bool) -> bool:
+    """Whether ``step_progress(enabled=enabled)`` draws a bar (never under ``--log-json``)."""
+    return enabled and not json_mode()
+
+
+@attrs.define
+class StepClock:
+    """How far the run is, for step lines printed without the bar (``--no-progress``,
+    ``--log-json``): ``of`` the run's steps and ``eta_s`` the seconds left at this process's pace
+    so far (evaluations and checkpoints included, as the wait is). Why: such a log said which step
+    it was at, never of how many nor when the run would end."""
+
+    total: int
+    start: int  # steps already taken when this process began (a resume's)
+    began: float = attrs.field(factory=time.monotonic)
+    now: Callable[[], float] = time.monotonic
+
+    def fields(self, done: int) -> dict[str, int]:
+        """``of`` and (after this process's first step) ``eta_s`` once ``done`` steps are taken."""
+        out = {"of": self.total}
+        taken = done - self.start
+        if taken > 0:
+            out["eta_s"] = round((self.now() - self.began) / taken * max(self.total - done, 0))
+        return out

@@ -54,7 +54,8 @@ PANELS: tuple[Panel, ...] = (
     Panel("throughput (tokens/s)", lambda k: k.startswith("perf/") and k.endswith("tokens_per_s")
           or k == "tokens_per_s", log_scale=True),
     Panel("step time (s)", lambda k: k.startswith("time/")),
-    Panel("peak memory (MiB)", lambda k: k == "perf/peak_rss_mb"),
+    # the host's resident peak beside an accelerator's (torch on CUDA: memory/device_peak_mb)
+    Panel("peak memory (MiB)", lambda k: k == "perf/peak_rss_mb" or k.startswith("memory/") and k.endswith("_mb")),
 )
 
 

@@ -22,11 +22,11 @@ SHORT_KEYS = ("step", "loss", "reward_mean", "reward_std", "frac_reward_zero_std
 
 
 def step_line_fields(metrics: Mapping[str, Any], step_line: str = "short") -> dict[str, Any]:
-    """The step's metrics to print, in order. Per-reward columns (``reward/<name>/...``) stay in
-    the files either way; ``skipped`` shows on a short line only when the step was skipped (after
+    """The step's metrics to print, in order. Per-reward columns (``reward/<name>/...`` and TRL's
+    ``rewards/<name>/...``) stay in the files either way; ``skipped`` shows on a short line only when the step was skipped (after
     the warning that names its causes); evaluation results (``eval/...``) always show."""
     if step_line == "full":
-        return {k: v for k, v in metrics.items() if not k.startswith("reward/")}
+        return {k: v for k, v in metrics.items() if not k.startswith(("reward/", "rewards/"))}
     fields = {k: metrics[k] for k in SHORT_KEYS if k in metrics}
     if metrics.get("skipped"):
         fields["skipped"] = metrics["skipped"]

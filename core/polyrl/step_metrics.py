@@ -31,7 +31,55 @@ def completion_metrics(shard: Shard) -> dict[str, float]:
         "completions/min_length": float(lengths.min()),
         "completions/max_length": float(lengths.max()),
         "completions/clipped_ratio": float(shard.clipped.mean()),
+        **terminated_length_metrics(shard),
     }
+
+
+def terminated_length_metrics(shard: Shard) -> dict[str, float]:
+    """TRL's ``completions/{mean,min,max}_terminated_length``: the lengths of the completions that
+    ended on their own (not cut by ``max_new_tokens``), counted as ``completions/mean_length``
+    counts; 0 when every completion was cut, as TRL logs then."""
+    if not shard.size:
+        return {}
+    ended = shard.completion_len[~shard.clipped].astype(np.float64)
+    if not ended.size:
+        ended = np.zeros(1)
+    return {"completions/mean_terminated_length": float(ended.mean()),
+            "completions/min_terminated_length": float(ended.min()),
+            "completions/max_terminated_length": float(ended.max())}
+
+
+def step_tokens(shard: Shard) -> int:
+    """What TRL's ``num_tokens`` adds for a step: every completion's prompt and sampled tokens, on
+    every rank (an episode's inserted tokens, which TRL leaves out with tools, are not counted)."""
+    return int((shard.sequence_len - shard.completion_len + shard.sampled_len).sum())
+
+
+def trl_epoch(steps_done: int, prompts_per_step: int, rows: int) -> float:
+    """TRL's ``epoch`` after ``steps_done`` steps: its sampler keeps whole batches of
+    ``prompts_per_step`` prompts only, so an epoch is ``rows // prompts_per_step`` steps (the count
+    ``polyrl.api.epoch_steps`` turns ``num_train_epochs`` into). polyrl's sampler draws the rest
+    too (a batch runs into the next epoch), so with ``rows`` not a multiple of ``prompts_per_step``
+    this runs ahead of the rows drawn, exactly as TRL's does; fewer rows than a batch: rows drawn
+    over rows."""
+    whole = rows // max(prompts_per_step, 1)
+    return steps_done / whole if whole else steps_done * prompts_per_step / max(rows, 1)
+
+
+#: polyrl's step metric -> TRL's GRPOTrainer name for the same value (both are logged).
+TRL_ALIASES = {"reward_mean": "reward", "lr": "learning_rate"}
+
+
+def trl_aliases(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """TRL's names for what the step has under polyrl's: ``reward``, ``learning_rate`` and each
+    reward's ``rewards/<name>/mean`` and ``/std`` (its raw, unweighted scores, NaN ignored), so a
+    dashboard or habit from TRL finds them; polyrl's own names stay."""
+    out = {trl: metrics[ours] for ours, trl in TRL_ALIASES.items() if ours in metrics}
+    for key, value in metrics.items():
+        parts = key.split("/")
+        if len(parts) == 3 and parts[0] == "reward" and parts[2] in ("mean", "std"):
+            out[f"rewards/{parts[1]}/{parts[2]}"] = value
+    return out
 
 
 def frac_reward_zero_std(rewards: np.ndarray, group_size: int) -> float:
@@ -63,14 +111,20 @@ def sampled_tokens(completions: Sequence[Completion]) -> int:
     return int(sum(len(c.completion_ids) if c.mask is None else int(np.count_nonzero(c.mask)) for c in completions))
 
 
-#: TRL's names for the ratio clip fractions a backend reports (``clip_low_fraction``...)
+#: TRL's names for the ratio clip fractions a backend reports (``clip_low_fraction``...); the
+#: extremes ``clip_low_min`` and ``clip_high_max`` where the backend reports them
 TRL_CLIP_NAMES = {"clip_low_fraction": "clip_ratio/low_mean", "clip_high_fraction": "clip_ratio/high_mean",
-                  "clip_fraction": "clip_ratio/region_mean"}
+                  "clip_fraction": "clip_ratio/region_mean", "clip_low_min": "clip_ratio/low_min",
+                  "clip_high_max": "clip_ratio/high_max"}
 
 
 def clip_region_metrics(train_metrics: Mapping[str, Any]) -> dict[str, float]:
     """The update's clip fractions under TRL's names: below 1 - eps_low with a negative advantage,
-    above 1 + eps_high with a positive one, and either (the clipped region)."""
+    above 1 + eps_high with a positive one, and either (the clipped region). ``low_min`` and
+    ``high_max`` are TRL's (since 1.9): the smallest and largest fraction of one completion's
+    tokens clipped low / high, over the update's completions on every rank. A backend computes
+    them per completion; one that does not report them leaves them out rather than logging the
+    mean under their name (only TRL <= 1.8, on one process, logged the mean there)."""
     return {trl: float(train_metrics[ours]) for ours, trl in TRL_CLIP_NAMES.items() if ours in train_metrics}
 
 

@@ -61,7 +61,7 @@ from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock
 from polyrl import evaluation
 from polyrl import step_gather
-from polyrl.step_metrics import clip_region_metrics, peak_rss_mb
+from polyrl.step_metrics import clip_region_metrics, peak_rss_mb, step_tokens, trl_aliases, trl_epoch
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.step_line import step_line_fields
 from polyrl.tracking.session import for_run as tracking_for_run
@@ -258,6 +258,8 @@ class Trainer:
     def _load(self, config: RunConfig) -> None:
         """The trackers and environment: what is checked before any model loads."""
         self.step = 0
+        #: TRL's ``num_tokens``: prompt and sampled tokens of every step so far (checkpointed)
+        self.num_tokens = 0
         self.kl_coef = float(config.algorithm.beta)  # kl_in_reward's coefficient (kl_ctrl adapts it)
         self.rollouts = RolloutAhead(self._generate)
         self._saved_step: int | None = None  # the step of the last checkpoint this run wrote
@@ -634,6 +636,10 @@ class Trainer:
         trained = int(step.sequence_len[all_keep].sum())  # every rank's kept sequences
         metrics.update(common_step_metrics(step, rewards, c.generation.group_size,
                                            {**times, **step.seconds}, trained * algo.num_iterations))
+        # TRL's names and counters (its dashboards' keys), counted once the step is in
+        self.num_tokens += step_tokens(step)
+        metrics.update(trl_aliases(metrics), num_tokens=self.num_tokens,
+                       epoch=trl_epoch(self.step + 1, c.train.prompts_per_step, len(self.dataset)))
         if self.episodes is not None:
             metrics.update(step_gather.episode_metrics(step))
             self._warn_unused_env_reward(metrics)
@@ -778,6 +784,7 @@ class Trainer:
             "config": resume_config.snapshot(self.config),
             "pending_rollout": pending.as_state() if pending else None,
             "kl_coef": self.kl_coef,
+            "num_tokens": self.num_tokens,
             "reward_code": self._reward_codes,  # a resume says when the functions' code changed
             "model_files": self._model_files(),  # and when the model folders were changed in place
         }
@@ -899,6 +906,7 @@ class Trainer:
             _restore_rng_states(state)
         self._set_aside_newer_checkpoints()
         self.history = self._rewind_metrics()
+        self.num_tokens = self._resumed_num_tokens(state.get("num_tokens"))
         self.tracking.rewind(self.step)
         self._resumed = True
         # that checkpoint holds this step: re-saving it before training on (weights only, nothing
@@ -1002,9 +1010,16 @@ class Trainer:
                                   self.output_dir / TENSORBOARD_DIR],
                 keep=keep)
         self._prune_pending, self._set_aside = keep == 0, aside
-        self.step = 0
+        self.step = self.num_tokens = 0
         self.history = self._rewind_metrics()
         self.tracking.rewind(self.step)
+
+    def _resumed_num_tokens(self, saved: Any) -> int:
+        """``num_tokens`` at the resumed step: the checkpoint's count (``saved``), or for a
+        checkpoint written before it was saved, the last kept step line's (0 when neither has it)."""
+        if saved is None and self.history:
+            saved = self.history[-1].get("num_tokens")
+        return saved if isinstance(saved, int) and not isinstance(saved, bool) and saved >= 0 else 0
 
     def _loaded_model_paths(self) -> list[Path]:
         """The local folders this run's models load from (a fresh start must not move them aside)."""
@@ -1179,7 +1194,7 @@ class Trainer:
         return False
 
     def _run(self, summary: dict[str, Any], progress: bool) -> None:
-        from polyrl.progress import step_progress
+        from polyrl.progress import StepClock, bar_shown, step_progress
 
         c = self.config
         if self.eval_dataset is not None and self.step == 0 and not self._evaluate_before(summary):
@@ -1192,6 +1207,8 @@ class Trainer:
         def stopping() -> bool:
             return stop_agreed if self.world_size > 1 else self.stop_requested
 
+        # without the bar, the step lines say how far the run is and how long it has left
+        clock = None if bar_shown(progress) else StepClock(c.train.steps, self.step)
         with self._graceful_signals(), step_progress(c.train.steps, self.step, enabled=progress) as advance:
             while self.step < c.train.steps and not stopping():
                 self._phase = f"step {self.step}"
@@ -1217,9 +1234,11 @@ class Trainer:
                 if self.rank == 0:
                     self._append_metrics(metrics)
                     self.tracking.publish(metrics)
+                shown = step_line_fields(metrics, c.logging.step_line)
+                if clock is not None:  # beside the step number: step=3 of=50 eta_s=120 loss=...
+                    shown = {"step": shown["step"], **clock.fields(self.step), **shown}
                 log.info("step", **({"rank": self.rank} if self.world_size > 1 else {}),
-                         **{k: (readable(v) if isinstance(v, float) else v)
-                            for k, v in step_line_fields(metrics, c.logging.step_line).items()})
+                         **{k: (readable(v) if isinstance(v, float) else v) for k, v in shown.items()})
                 advance(metrics)
                 if self._sync_failed is not None:  # the step trained; the generator missed its weights
                     push_failed, self._sync_failed = self._sync_failed, None

@@ -98,6 +98,7 @@ def main() -> None:
                        "tokens": [m.tokens for m in steps], "reference_loss": reference,
                        "completion_tokens": sum(len(s.completion_ids) for s in sequences),
                        "clip_high_fraction": [m.extra.get("clip_high_fraction") for m in steps],
+                       "clip_extremes": [[m.extra.get("clip_low_min"), m.extra.get("clip_high_max")] for m in steps],
                        "generated": [int(t) for t in tokens[0].completion_ids]}, fh)
 
 

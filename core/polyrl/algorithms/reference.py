@@ -283,7 +283,8 @@ def policy_loss(
     num_tokens: int | None = None,
 ) -> tuple[float, dict[str, float]]:
     """The batch loss and its metrics (``kl``, ``clip_fraction``, ``clip_low_fraction`` and
-    ``clip_high_fraction`` (``clip_regions``) are token means; with
+    ``clip_high_fraction`` (``clip_regions``) are token means, ``clip_low_min`` and
+    ``clip_high_max`` the extremes of one completion's low / high fraction; with
     ``sampler_logprobs`` also the ``mismatch_*`` ones of ``mismatch_metrics``; with
     ``entropies``, the trainer's per-token entropies, ``entropy`` and ``entropy_selected``).
 
@@ -301,6 +302,7 @@ def policy_loss(
     selected = entropy_selection(entropies, objective)
     total, kl_sum, clip_sum, n_tokens = 0.0, 0.0, 0.0, 0
     low_sum = high_sum = 0.0
+    low_shares, high_shares = [], []  # each completion's clipped fractions (TRL's low_min, high_max)
     for i, lp in enumerate(logp):
         loss, _, _, kl, clipped = _token_terms(
             lp, old[i], None if ref is None else ref[i], None if sampler is None else sampler[i],
@@ -312,10 +314,15 @@ def policy_loss(
         clip_sum += float(clipped.sum())
         low, high = clip_regions(lp, old[i], float(advantages[i]), objective)
         low_sum, high_sum = low_sum + float(low.sum()), high_sum + float(high.sum())
+        if len(lp):
+            low_shares.append(float(low.mean()))
+            high_shares.append(float(high.mean()))
         n_tokens += len(lp)
     denom = max(n_tokens, 1)
     metrics = {"kl": kl_sum / denom, "clip_fraction": clip_sum / denom, "tokens": n_tokens,
                "clip_low_fraction": low_sum / denom, "clip_high_fraction": high_sum / denom}
+    if low_shares:
+        metrics.update(clip_low_min=min(low_shares), clip_high_max=max(high_shares))
     if sampler is not None:
         metrics.update(mismatch_metrics(old, sampler, objective))
     if entropies is not None:

@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 
 from polyrl.errors import ConfigError
+from polyrl.step_metrics import trl_epoch
 
 #: Keyword arguments TRL passes besides the dataset columns (``environments`` only exists with a
 #: TRL environment factory, which polyrl has no equivalent of, so it is never passed).
@@ -146,8 +147,8 @@ class TrainerState:
         ``num_iterations``, which turns polyrl's step counts into TRL's update counts."""
         size = max(dataset_size, 1)
         n = updates_per_step
-        return cls(
-            epoch=step * prompts_per_step / size, global_step=step * n, max_steps=max_steps * n,
+        return cls(  # epoch as TRL counts it (whole batches), the step lines' ``epoch`` too
+            epoch=trl_epoch(step, prompts_per_step, size), global_step=step * n, max_steps=max_steps * n,
             save_steps=save_steps * n, eval_steps=eval_steps * n, train_batch_size=prompts_per_step * group_size,
             num_train_epochs=math.ceil(max_steps * prompts_per_step / size),
             log_history=[with_trl_names(m) for m in history],

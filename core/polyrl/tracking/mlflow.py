@@ -72,12 +72,20 @@ class MlflowTracker:
             self.client.log_batch(self.run_id, params=params[i:i + 100])
 
     def _name(self, name: str) -> str | None:
-        """The MLflow name of metric ``name`` (decided once); None when another metric has it."""
+        """The MLflow name of metric ``name`` (decided once); None when another metric has it, or
+        when it is a folder of another's or another's is a folder of it: MLflow's file store keeps
+        each metric as a file named by it, so TRL's ``reward`` beside polyrl's ``reward/<f>/mean``
+        was an "Is a directory" error that dropped the tracker at the first step."""
         if name not in self._names:
             wanted = mlflow_name(name)
-            owner = self._taken.setdefault(wanted, name)
+            nested = next((owner for taken, owner in self._taken.items()
+                           if taken.startswith(wanted + "/") or wanted.startswith(taken + "/")), None)
+            owner = nested or self._taken.setdefault(wanted, name)
             self._names[name] = wanted if owner == name else None
-            if owner != name:
+            if nested is not None:
+                log.info("mlflow: metric left out, its name is a folder of another metric's (or that name is "
+                         "a folder of it), which MLflow's file store cannot hold", metric=name, other=nested)
+            elif owner != name:
                 log.warning("mlflow: metric left out, its MLflow name is another metric's", metric=name,
                             mlflow_name=wanted, other=owner)
             elif wanted != name:

@@ -24,7 +24,7 @@ and optimizer state untouched and reports ``skipped=True``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,7 +72,8 @@ def objective_loss(
 
     ``segments`` (each token's sequence index) is needed by the sequence-level forms (GSPO's
     ratio, sequence-level mismatch correction). ``stats`` (a dict, if given) receives the
-    ``clip_low_fraction``/``clip_high_fraction`` token sums (``reference.clip_regions``); with
+    ``clip_low_fraction``/``clip_high_fraction`` token sums (``reference.clip_regions``) and, with
+    ``segments``, ``clip_low_min``/``clip_high_max`` (one sequence's extreme clipped share); with
     ``sampler_logp`` also the ``mismatch_*`` ones (see ``reference.mismatch_metrics``); with
     ``entropy`` (per token, differentiable) also ``entropy`` and ``entropy_selected`` sums.
 
@@ -127,6 +128,14 @@ def objective_loss(
     # which side of the trust region binds (reference.clip_regions); dual-clip counts in clipped only
     extras: dict[str, mx.array] = {"clip_low_fraction": clipped_low.astype(dtype).sum(),
                                    "clip_high_fraction": clipped_high.astype(dtype).sum()}
+    if segments is not None:  # each sequence's clipped shares: TRL's clip_ratio/low_min and high_max
+        slots = segments.shape[0]  # at least the sequences; a slot without a token is left out
+        count = mx.zeros(slots, dtype=dtype).at[segments].add(mx.ones(segments.shape, dtype=dtype))
+        has = count > 0
+        low_share = mx.zeros(slots, dtype=dtype).at[segments].add(clipped_low.astype(dtype)) / mx.maximum(count, 1)
+        high_share = mx.zeros(slots, dtype=dtype).at[segments].add(clipped_high.astype(dtype)) / mx.maximum(count, 1)
+        extras["clip_low_min"] = mx.min(mx.where(has, low_share, math.inf))
+        extras["clip_high_max"] = mx.max(mx.where(has, high_share, -math.inf))
     if sampler_logp is not None:
         if objective.corrects_mismatch and objective.policy_loss != "vespo":  # vespo folded it in
             loss = loss * weight
@@ -316,7 +325,10 @@ def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Object
             grads = _tree_add(grads, g)
             mx.eval(loss, kl, clipped, grads, *mismatch.values())
             for key, value in mismatch.items():
-                sums[key] = sums.get(key, 0.0) + value.item()
+                if key in EXTREMES:  # over the micro-batches' sequences, not summed
+                    sums[key] = EXTREMES[key](sums.get(key, value.item()), value.item())
+                else:
+                    sums[key] = sums.get(key, 0.0) + value.item()
             sums["loss"] += loss.item()
             sums["kl"] += kl.item()
             sums["clipped"] += clipped.item()
@@ -326,6 +338,10 @@ def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Object
     finally:
         model.eval()
     return grads, sums
+
+
+#: stats taken as the extreme over the batch's sequences (TRL's clip_ratio/low_min and high_max)
+EXTREMES: dict[str, Callable[[float, float], float]] = {"clip_low_min": min, "clip_high_max": max}
 
 
 def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> StepMetrics:
@@ -357,7 +373,9 @@ def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> St
         loss=sums["loss"], grad_norm=grad_norm, kl=sums["kl"] / denom,
         clip_fraction=sums["clipped"] / denom, tokens=total_tokens, skipped=skipped,
         extra={"lr": float(lr.item() if isinstance(lr, mx.array) else lr),
-               **{k: v / denom for k, v in sums.items() if k.startswith(("mismatch_", "entropy", "clip_"))}},
+               **{k: v / denom for k, v in sums.items()
+                  if k.startswith(("mismatch_", "entropy", "clip_")) and k not in EXTREMES},
+               **{k: sums[k] for k in EXTREMES if k in sums}},
     )
 
 

@@ -161,6 +161,17 @@ def sum_scalars(values: Sequence[float], device: torch.device) -> list[float]:
         return t.tolist()
 
 
+def max_scalars(values: Sequence[float], device: torch.device) -> list[float]:
+    """Element-wise largest over ranks (an extreme over every rank's rows: negate for the smallest);
+    unchanged in one process."""
+    if not active():
+        return list(values)
+    t = torch.tensor(list(values), dtype=torch.float64, device=device)
+    with bounded("all_reduce"):
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.tolist()
+
+
 def max_int(value: int, device: torch.device) -> int:
     """The largest ``value`` over ranks (e.g. how many micro-batches every rank must run)."""
     if not active():

@@ -196,12 +196,19 @@ def objective_loss(
     else:  # seq_mean_token_sum_norm (Dr.GRPO)
         weight = lp.new_full((lp.shape[0],), 1.0 / (n_seq * objective.max_completion_length))
     total = torch.where(valid, loss * weight[:, None], zero).sum()
+    # each completion's clipped fractions: TRL's clip_ratio/low_min and high_max are their extremes
+    has = lengths_t > 0
+    per_seq = lengths_t.clamp(min=1).to(torch.float64)
+    low_share = (clip_low & valid).sum(dim=1).to(torch.float64) / per_seq
+    high_share = (clip_high & valid).sum(dim=1).to(torch.float64) / per_seq
     stats = {
         "kl_sum": torch.where(valid, kl, zero).detach().sum(),
         "clip_sum": (clipped & valid).sum(),
         "clip_low_sum": (clip_low & valid).sum(),
         "clip_high_sum": (clip_high & valid).sum(),
         "tokens": lengths_t.sum(),
+        "clip_low_min": low_share[has].min() if bool(has.any()) else torch.tensor(math.inf),
+        "clip_high_max": high_share[has].max() if bool(has.any()) else torch.tensor(-math.inf),
         **mismatch,
     }
     return total, stats
@@ -298,6 +305,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     loss_sum, kl_sum, clip_sum, finite = 0.0, 0.0, 0.0, True
     mismatch: dict[str, float] = {}
     regions = dict.fromkeys(CLIP_REGION_KEYS, 0.0)
+    low_min, high_max = math.inf, -math.inf  # over the batch's completions (inf: none seen)
     clock = {"forward": 0.0, "backward": 0.0, "grad_sync": 0.0, "optimizer": 0.0}  # phases, seconds
     try:
         for start in starts:
@@ -332,6 +340,8 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                 clip_sum += float(stats["clip_sum"])
                 for key in CLIP_REGION_KEYS:
                     regions[key] += float(stats[f"{key}_sum"])
+                low_min = min(low_min, float(stats["clip_low_min"]))
+                high_max = max(high_max, float(stats["clip_high_max"]))
                 for key in MISMATCH_KEYS:
                     if f"{key}_sum" in stats:
                         mismatch[key] = mismatch.get(key, 0.0) + float(stats[f"{key}_sum"])
@@ -359,6 +369,8 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
         regions = dict(zip(CLIP_REGION_KEYS, summed[4:4 + len(CLIP_REGION_KEYS)]))
         mismatch = dict(zip(expected, summed[4 + len(CLIP_REGION_KEYS):]))
         finite = bad == 0
+        neg_low_min, high_max = distributed.max_scalars([-low_min, high_max], engine.device)
+        low_min = -neg_low_min
         if finite and not sharded:  # FSDP already summed them (reduce-scatter in backward)
             distributed.sum_gradients(params)
     t3 = time.perf_counter()
@@ -366,7 +378,8 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     grad_norm = _grad_norm(params, engine.config.optimizer.max_grad_norm) if finite else float("nan")
     denom = max(total_tokens, 1)
     extra = {"lr": apply_scheduled_lr(engine), **{k: v / denom for k, v in mismatch.items()},
-             **{f"{k}_fraction": v / denom for k, v in regions.items()}}
+             **{f"{k}_fraction": v / denom for k, v in regions.items()},
+             **({"clip_low_min": low_min, "clip_high_max": high_max} if math.isfinite(low_min) else {})}
     metrics: dict[str, Any] = dict(loss=loss_sum, grad_norm=grad_norm, kl=kl_sum / denom,
                    clip_fraction=clip_sum / denom, tokens=total_tokens, extra=extra)
     if not (finite and math.isfinite(grad_norm)):

@@ -107,7 +107,12 @@ def train_step(engine, batch, objective):
         return StepMetrics(loss=float(loss), grad_norm=norm, skipped=True, tokens=batch.num_tokens)
     lr = _adamw(engine, dlogits, norm)
     return StepMetrics(loss=loss, grad_norm=norm, kl=metrics["kl"],
-                       clip_fraction=metrics["clip_fraction"], tokens=batch.num_tokens, extra={"lr": lr})
+                       clip_fraction=metrics["clip_fraction"], tokens=batch.num_tokens,
+                       extra={"lr": lr, **{k: metrics[k] for k in CLIP_EXTRA if k in metrics}})
+
+
+#: the reference's clip region fractions and per-completion extremes, reported as the torch backend does
+CLIP_EXTRA = ("clip_low_fraction", "clip_high_fraction", "clip_low_min", "clip_high_max")
 
 
 def _adamw(engine: ToyEngine, grad: np.ndarray, norm: float) -> float:

@@ -1,0 +1,109 @@
+"""TRL's GRPOTrainer metric names in polyrl's step metrics (metrics.jsonl and the trackers), each
+with TRL's meaning, checked against values computed here from the step's own completions."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from polyrl import step_gather
+from polyrl.config import RunConfig
+from polyrl.step_metrics import step_tokens, terminated_length_metrics, trl_aliases, trl_epoch
+from polyrl.trainer import Trainer
+from polyrl.types import Completion
+
+from test_trainer_toy import toy_config
+
+
+def _completion(prompt: int, completion: int, reason: str, mask: list[bool] | None = None) -> Completion:
+    info = {} if mask is None else {"turns": 2, "tool_calls": 1, "tool_errors": 0, "format_errors": 0}
+    return Completion(0, list(range(prompt)), list(range(completion)), np.zeros(completion), text="x",
+                      finish_reason=reason, mask=None if mask is None else np.asarray(mask), info=info)
+
+
+def test_terminated_lengths_leave_out_the_completions_cut_at_the_limit():
+    shard = step_gather.Shard.of([_completion(3, 5, "stop"), _completion(3, 8, "length"), _completion(3, 2, "stop")])
+    assert terminated_length_metrics(shard) == {"completions/mean_terminated_length": 3.5,
+                                                "completions/min_terminated_length": 2.0,
+                                                "completions/max_terminated_length": 5.0}
+    cut = step_gather.Shard.of([_completion(3, 8, "length")])
+    assert set(terminated_length_metrics(cut).values()) == {0.0}  # none ended on its own: 0, as TRL logs
+
+
+def test_step_tokens_count_prompts_and_sampled_tokens():
+    # an episode's inserted tokens (mask False) were never sampled: TRL leaves tool tokens out
+    shard = step_gather.Shard.of([_completion(4, 6, "stop"), _completion(2, 5, "stop", [True, False, False, True, True])])
+    assert step_tokens(shard) == (4 + 6) + (2 + 3)
+
+
+def test_epoch_counts_whole_batches_as_trl_and_epoch_steps_do():
+    from polyrl.api import epoch_steps
+
+    assert trl_epoch(3, 4, 10) == 1.5  # 2 whole batches of 4 in 10 rows
+    assert trl_epoch(epoch_steps(3, 10, 4), 4, 10) == 3.0  # num_train_epochs = 3 ends at epoch 3
+    assert trl_epoch(2, 8, 4) == 4.0  # fewer rows than a batch: rows drawn over rows
+
+
+def test_aliases_name_polyrls_values_as_trl_does():
+    metrics = {"reward_mean": 0.5, "lr": 1e-5, "reward/acc/mean": 0.25, "reward/acc/std": 0.1,
+               "reward/acc/latency_s": 0.2, "reward_std": 0.3}
+    assert trl_aliases(metrics) == {"reward": 0.5, "learning_rate": 1e-5, "rewards/acc/mean": 0.25,
+                                    "rewards/acc/std": 0.1}
+
+
+def _recording(monkeypatch) -> list[list[Completion]]:
+    """Every training rollout's completions, in step order (no overlap: one per step)."""
+    seen: list[list[Completion]] = []
+    original = Trainer._sample
+
+    def sample(self, rows, sampling, training=True):
+        out = original(self, rows, sampling, training)
+        if training:
+            seen.append(out)
+        return out
+
+    monkeypatch.setattr(Trainer, "_sample", sample)
+    return seen
+
+
+def test_toy_run_logs_trls_keys_with_trls_meaning(toy, tmp_path, monkeypatch):
+    seen = _recording(monkeypatch)
+    data = toy_config(tmp_path, steps=6, prompts_per_step=4)
+    data["data"]["options"]["count"] = 10
+    data["rewards"] = [{"name": "toy_sevens", "weight": 2.0}]
+    data["algorithm"] = {"name": "grpo", "num_iterations": 3, "epsilon": 0.05}
+    Trainer(RunConfig.from_dict(data)).run(progress=False)
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == len(seen) == 6
+    total = 0
+    for n, (line, completions) in enumerate(zip(lines, seen)):
+        total += sum(len(c.prompt_ids) + len(c.completion_ids) for c in completions)
+        assert line["num_tokens"] == total  # cumulative over the run
+        assert line["epoch"] == pytest.approx((n + 1) / 2)  # 10 rows: 2 whole batches of 4
+        ended = [len(c.completion_ids) for c in completions if c.finish_reason != "length"] or [0]
+        assert line["completions/mean_terminated_length"] == pytest.approx(np.mean(ended))
+        assert line["completions/min_terminated_length"] == min(ended)
+        assert line["completions/max_terminated_length"] == max(ended)
+        assert line["learning_rate"] == 8.0  # the constant schedule's lr
+        # rewards/<f>/mean is the function's raw score: the logged reward weighs it by 2
+        assert line["reward"] == pytest.approx(2.0 * line["rewards/toy_sevens/mean"])
+        assert line["rewards/toy_sevens/std"] == pytest.approx(line["reward_std"] / 2.0)
+        assert 0.0 <= line["clip_ratio/low_min"] <= line["clip_ratio/low_mean"]
+        assert line["clip_ratio/high_mean"] <= line["clip_ratio/high_max"] <= 1.0
+    assert any(line["clip_ratio/high_max"] > line["clip_ratio/high_mean"] for line in lines)
+
+
+def test_resume_keeps_num_tokens_cumulative(toy, tmp_path):
+    full = Trainer(RunConfig.from_dict(toy_config(tmp_path / "a", steps=6)))
+    expected = [m["num_tokens"] for m in full.run(progress=False)["history"]]
+    assert expected == sorted(set(expected))  # grows every step
+
+    Trainer(RunConfig.from_dict(toy_config(tmp_path / "b", steps=4, checkpoint_every=2))).run(progress=False)
+    resumed = Trainer(RunConfig.from_dict(toy_config(tmp_path / "b", steps=6, checkpoint_every=2)))
+    assert resumed.resume()
+    assert resumed.num_tokens == expected[3]  # from the checkpoint, not 0
+    resumed.run(progress=False)
+    lines = [json.loads(x) for x in (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["num_tokens"] for line in lines] == expected
