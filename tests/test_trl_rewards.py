@@ -218,8 +218,9 @@ def test_trainer_state_has_transformers_fields():
     assert not missing, missing
     # TRL's epoch: 10 rows make 2 whole batches of 4 (its sampler drops the rest), so 5 steps are 2.5
     # epochs (a real GRPOTrainer on 10 prompts, 4 a step, logs 0.5, 1.0, 1.5), as the step lines say
-    assert math.isclose(TrainerState.for_run(step=5, max_steps=10, prompts_per_step=4, group_size=2,
-                                             dataset_size=10, history=[]).epoch, 2.5)
+    state = TrainerState.for_run(step=5, max_steps=11, prompts_per_step=4, group_size=2, dataset_size=10, history=[])
+    assert math.isclose(state.epoch, 2.5)
+    assert state.num_train_epochs == 6  # transformers: ceil(11 updates / 2 per epoch), not ceil(44 rows / 10) = 5
 
 
 def test_load_error_before_any_model_loads(tmp_path, capsys):

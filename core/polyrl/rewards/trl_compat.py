@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 
 from polyrl.errors import ConfigError
-from polyrl.step_metrics import trl_epoch
+from polyrl.step_metrics import trl_aliases, trl_epoch
 
 #: Keyword arguments TRL passes besides the dataset columns (``environments`` only exists with a
 #: TRL environment factory, which polyrl has no equivalent of, so it is never passed).
@@ -150,34 +150,29 @@ class TrainerState:
         return cls(  # epoch as TRL counts it (whole batches), the step lines' ``epoch`` too
             epoch=trl_epoch(step, prompts_per_step, size), global_step=step * n, max_steps=max_steps * n,
             save_steps=save_steps * n, eval_steps=eval_steps * n, train_batch_size=prompts_per_step * group_size,
-            num_train_epochs=math.ceil(max_steps * prompts_per_step / size),
+            num_train_epochs=math.ceil(trl_epoch(max_steps, prompts_per_step, size)),  # TRL's: whole batches
             log_history=[with_trl_names(m) for m in history],
             is_local_process_zero=rank == 0, is_world_process_zero=rank == 0,
         )
 
 
-#: polyrl's step metric -> the name TRL's GRPOTrainer logs it under (``state.log_history``).
-TRL_METRIC_NAMES = {"reward_mean": "reward", "completion_len_mean": "completions/mean_length", "lr": "learning_rate"}
-
-
 def with_trl_names(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """One step's metrics for ``trainer_state.log_history``: polyrl's names plus TRL's for the same
-    values (``reward``, ``rewards/<function>/mean`` and ``/std``, ``learning_rate``...). Why: a
-    curriculum written for TRL reads ``log_history[-1]["reward"]``, which polyrl logs as
-    ``reward_mean``. Stds are Bessel-corrected on both sides (``safe_stats.mean_std``)."""
+    values (``step_metrics.trl_aliases``: ``reward``, ``rewards/<function>/mean`` and ``/std``,
+    ``learning_rate``; lines of an older metrics.jsonl lack them) and a reward's own
+    ``log_metric(name, value)`` under its bare name, as TRL logs it. Why: a curriculum written for
+    TRL reads ``log_history[-1]["reward"]``."""
     from polyrl.rewards.combine import CORE_METRICS  # here: combine imports this module's users
 
     out = dict(metrics)
+    for name, value in trl_aliases(metrics).items():
+        out.setdefault(name, value)
     for key, value in metrics.items():
-        name = TRL_METRIC_NAMES.get(key)
-        if name is None and key.startswith("reward/") and key.count("/") == 2:
-            metric = key.rsplit("/", 1)[1]
-            if metric in ("mean", "std"):
-                name = "rewards/" + key[len("reward/"):]
-            elif metric not in CORE_METRICS:  # polyrl's own per-reward stats are not; a log_metric(name, value) is
-                name = metric
-        if name is not None:
-            out.setdefault(name, value)
+        parts = key.split("/")
+        if len(parts) == 3 and parts[0] == "reward" and parts[2] not in ("mean", "std", *CORE_METRICS):
+            out.setdefault(parts[2], value)  # polyrl's own per-reward stats are not; a log_metric(name, value) is
+    if "completion_len_mean" in metrics:
+        out.setdefault("completions/mean_length", metrics["completion_len_mean"])
     return out
 
 
