@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
 import sys
 import threading
+import time
 from typing import Any, Literal, Optional, Union
 
 import pytest
 from transformers.utils import get_json_schema
 
 from polyrl.agents import ToolBox, ToolCall, tool_schema
+from polyrl.agents.threads import Worker, finished
 from polyrl.errors import ConfigError
 
 # --- real functions with the docstrings users write ------------------------------------------------
@@ -455,3 +459,325 @@ def test_tool_messages_never_carry_lone_surrogates_a_tokenizer_refuses():
     assert out[2]["content"] == '{"k\ufffd": ["v\ufffd"]}'
     assert out[3]["content"].startswith("error:") and "broken \ufffd message" in out[3]["content"]
     assert out[4]["name"] == "nope\ufffd" and out[4]["tool_call_id"] == "id\ufffd"
+
+
+# --- where a tool runs: its own thread and loop, its own copy of the arguments -----------------------
+
+
+def median(values: list[int], options: dict[str, Any]) -> str:
+    """The median of some numbers, editing its arguments in place as ordinary code does.
+
+    Args:
+        values: the numbers
+        options: settings
+    """
+    values.sort()
+    options.setdefault("seen", []).append(len(values))
+    return str(values[len(values) // 2])
+
+
+async def async_median(values: list[int], options: dict[str, Any]) -> str:
+    """The median, asynchronously.
+
+    Args:
+        values: the numbers
+        options: settings
+    """
+    await asyncio.sleep(0)
+    return median(values, options)
+
+
+def test_a_tool_editing_its_arguments_in_place_leaves_the_models_call_as_written():
+    """The call's arguments are the episode's record of what the model wrote (its assistant
+    message's tool_calls): a tool got them by reference and sorted the recorded list."""
+    box = ToolBox([median, async_median])
+    calls = [ToolCall(name, {"values": [9, 1, 5], "options": {"keep": [1]}}, f"c{i}")
+             for i, name in enumerate(("median", "async_median"))]
+    recorded = [c.as_message_entry() for c in calls]
+    out = run(box, calls)
+    assert [m["content"] for m in out] == ["5", "5"]
+    assert [r["function"]["arguments"] for r in recorded] == [{"values": [9, 1, 5], "options": {"keep": [1]}}] * 2
+
+
+async def cancelled_lookup(key: str) -> str:
+    """Await a request something else cancelled (a connection pool tearing it down).
+
+    Args:
+        key: the key
+    """
+    future = asyncio.get_running_loop().create_future()
+    future.cancel()
+    return await future
+
+
+@pytest.mark.faults
+def test_an_async_tools_own_cancelled_error_is_its_error_and_the_run_goes_on():
+    """Async tools ran on the caller's loop, whose CancelledError the box re-raised as the runner's
+    own: one tool's cancelled request ended the whole step."""
+    box = ToolBox([cancelled_lookup, divide])
+    out = run(box, [ToolCall("cancelled_lookup", {"key": "k"}), ToolCall("divide", {"a": 1, "b": 2})])
+    assert out[0]["content"] == "error: tool 'cancelled_lookup' raised CancelledError"
+    assert out[1]["content"] == "0.5" and box.counts["raised"] == 1
+
+
+ASYNC_EXIT = '''
+import asyncio, os
+from polyrl.agents import ToolBox, ToolCall
+
+async def leave(code: int) -> str:
+    """Leave the process.
+
+    Args:
+        code: exit status
+    """
+    os._exit(code)
+
+out = asyncio.run(ToolBox([leave]).run([ToolCall("leave", {"code": 3})]))
+print("the run went on:", out[0]["content"])
+'''
+
+
+@pytest.mark.faults
+def test_an_async_tool_calling_os_exit_is_its_error_as_for_a_plain_one():
+    """The os._exit guard holds on worker threads only, and async tools ran on the main thread:
+    the process ended at once with the tool's exit code (in a child here, so a regression cannot
+    end the test run)."""
+    child = subprocess.run([sys.executable, "-c", ASYNC_EXIT], capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert "the run went on: error: tool 'leave' raised os._exit(3) (the run goes on)" in child.stdout
+
+
+@pytest.mark.faults
+def test_an_async_tool_ignoring_its_cancellation_is_abandoned_at_its_timeout():
+    """A retry loop catching CancelledError kept the caller's loop waiting for it for ever (the
+    run hung in asyncio.run's shutdown); now it is left on its own thread's loop, like a plain
+    function's thread, and the answer comes at the timeout."""
+    stop = threading.Event()
+
+    async def fetch(url: str) -> str:
+        """Fetch, retrying on anything.
+
+        Args:
+            url: the address
+        """
+        while not stop.is_set():
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                continue
+        return "gave up"
+
+    box = ToolBox([fetch, divide], timeout_s=0.3)
+    answers: list[list[dict]] = []
+    caller = threading.Thread(target=lambda: answers.append(run(box, [ToolCall("fetch", {"url": "u"}),
+                                                                      ToolCall("divide", {"a": 1, "b": 1})])),
+                              daemon=True)
+    t0 = time.monotonic()
+    try:
+        caller.start()
+        caller.join(10)
+        elapsed = time.monotonic() - t0
+        assert answers, "the tool box still waits for the tool that ignores its cancellation"
+        assert elapsed < 0.3 + 2.0, elapsed  # the timeout, the cancel grace and thread start-up
+        assert [m["content"] for m in answers[0]] == ["error: tool 'fetch' did not finish within 0.3 s", "1.0"]
+        assert box.abandoned == 1 and box.running_late == 1
+    finally:
+        stop.set()
+    deadline = time.monotonic() + 5
+    while box.running_late and time.monotonic() < deadline:  # it ends once it stops looping
+        time.sleep(0.01)
+    assert box.running_late == 0
+
+
+@pytest.mark.faults
+def test_calls_left_running_past_their_timeout_are_capped_and_counted_down_as_they_end():
+    """Each abandoned call holds a thread Python cannot stop: a tool that always hangs added one
+    per call for the whole run. Past ``max_abandoned`` calls are refused (an error the model
+    reads) until some end."""
+    release = threading.Event()
+
+    def hang(x: int) -> str:
+        """Wait for a release.
+
+        Args:
+            x: anything
+        """
+        release.wait(30)
+        return "released"
+
+    async def hang_async(x: int) -> str:
+        """Wait for a release, ignoring cancellation.
+
+        Args:
+            x: anything
+        """
+        while not release.is_set():
+            try:
+                await asyncio.sleep(0.02)
+            except asyncio.CancelledError:
+                pass
+        return "released"
+
+    box = ToolBox([hang, hang_async, divide], timeout_s=0.5, max_abandoned=2)
+    try:
+        first = run(box, [ToolCall("hang", {"x": 1}), ToolCall("hang_async", {"x": 2})])
+        assert [m["content"] for m in first] == ["error: tool 'hang' did not finish within 0.5 s",
+                                                 "error: tool 'hang_async' did not finish within 0.5 s"]
+        assert box.running_late == 2
+        threads = threading.active_count()
+        t0 = time.monotonic()
+        refused = run(box, [ToolCall("hang", {"x": 3}), ToolCall("divide", {"a": 1, "b": 1})])
+        assert time.monotonic() - t0 < 0.4  # not run at all: no thread, no timeout waited for
+        assert [m["content"] for m in refused] == [
+            f"error: tool {name!r} not run: 2 earlier tool calls are still running past their 0.5 s timeout "
+            "(their threads cannot be stopped)" for name in ("hang", "divide")]
+        assert threading.active_count() <= threads and box.counts["not_run"] == 2
+    finally:
+        release.set()
+    deadline = time.monotonic() + 5
+    while box.running_late and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert box.running_late == 0
+    assert [m["content"] for m in run(box, [ToolCall("divide", {"a": 1, "b": 4})])] == ["0.25"]
+
+
+def test_cancelling_the_caller_leaves_at_once_and_cancels_async_tools_on_their_loop():
+    """The runner's own cancellation (asyncio.run turns a Ctrl-C into it) still stops everything:
+    the box does not answer, and the async tool is cancelled where it runs."""
+    started, cancelled = threading.Event(), threading.Event()
+
+    async def slow(x: int) -> str:
+        """Take long.
+
+        Args:
+            x: anything
+        """
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "late"
+
+    box = ToolBox([slow], timeout_s=60)
+
+    async def caller() -> None:
+        task = asyncio.ensure_future(box.run([ToolCall("slow", {"x": 1})]))
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    t0 = time.monotonic()
+    asyncio.run(caller())
+    assert cancelled.wait(5) and time.monotonic() - t0 < 10
+
+
+CTRL_C = '''
+import asyncio, sys
+from polyrl.agents import ToolBox, ToolCall
+
+async def slow(x: int) -> str:
+    """Take long.
+
+    Args:
+        x: anything
+    """
+    print("started", flush=True)
+    await asyncio.sleep(60)
+    return "late"
+
+def hang(x: int) -> str:
+    """Block long.
+
+    Args:
+        x: anything
+    """
+    import time
+    time.sleep(60)
+    return "late"
+
+asyncio.run(ToolBox([slow, hang], timeout_s=60).run([ToolCall("slow", {"x": 1}), ToolCall("hang", {"x": 2})]))
+print("answered")
+'''
+
+
+@pytest.mark.faults
+def test_a_ctrl_c_of_the_run_still_stops_it_while_tools_run():
+    child = subprocess.Popen([sys.executable, "-c", CTRL_C], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "started"
+        t0 = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=20)
+    finally:
+        child.kill()
+    assert time.monotonic() - t0 < 10
+    assert child.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
+
+
+def test_an_extended_boxs_tools_run_on_its_worker_one_at_a_time_within_the_step_bound():
+    """An environment's own tools run on its episode's worker (the thread and loop its state was
+    made on); calls of one episode take turns there, the step's bound holds across episodes."""
+    lock = threading.Lock()
+    active = {"now": 0, "peak": 0}
+
+    class Env:
+        def __init__(self) -> None:
+            self.seen: list[tuple[int, Any]] = []
+            self.busy = False
+
+        def work(self, i: int) -> int:
+            """Work a while.
+
+            Args:
+                i: call number
+            """
+            assert not self.busy, "two calls at once on one environment's worker"
+            self.busy = True
+            with lock:
+                active["now"] += 1
+                active["peak"] = max(active["peak"], active["now"])
+            time.sleep(0.05)
+            with lock:
+                active["now"] -= 1
+            self.busy = False
+            self.seen.append((threading.get_ident(), None))
+            return i
+
+        async def where(self) -> str:
+            """Say where it runs."""
+            self.seen.append((threading.get_ident(), asyncio.get_running_loop()))
+            return "here"
+
+    shared = ToolBox([divide], max_concurrency=2, timeout_s=5)
+    workers = [Worker(name="polyrl-env-test") for _ in range(3)]
+    envs = [Env() for _ in workers]
+    try:
+        loops = [run_on(w, lambda: finished(running_loop())) for w in workers]  # each worker's own loop
+        idents = [run_on(w, threading.get_ident) for w in workers]
+        boxes = [shared.extended([e.work, e.where], worker=w) for e, w in zip(envs, workers)]
+
+        async def step() -> list[list[dict]]:
+            return await asyncio.gather(*(box.run([ToolCall("work", {"i": 2 * e}), ToolCall("work", {"i": 2 * e + 1}),
+                                                   ToolCall("where", {})]) for e, box in enumerate(boxes)))
+
+        out = asyncio.run(step())
+    finally:
+        for w in workers:
+            w.close()
+    assert [[m["content"] for m in ep] for ep in out] == [[str(2 * e), str(2 * e + 1), "here"] for e in range(3)]
+    assert active["peak"] == 2  # the step's bound, across the three episodes' workers
+    for env, ident, loop in zip(envs, idents, loops):
+        assert {t for t, _ in env.seen} == {ident}
+        assert [lp for _, lp in env.seen if lp is not None] == [loop]
+
+
+def run_on(worker: Worker, fn):
+    return worker.call_blocking(fn, 5)
+
+
+async def running_loop() -> asyncio.AbstractEventLoop:
+    return asyncio.get_running_loop()

@@ -403,7 +403,7 @@ class SlowLookup:
         """
         import time
 
-        time.sleep(3)
+        time.sleep(2)
         return "value"
 
     def reset(self, row):
@@ -426,7 +426,7 @@ def test_an_environments_own_tools_keep_the_runs_tool_timeout():
     run = EpisodeRunner(CallsLookup().generate, encode_chat, EpisodeLimits(2, 400), make_environment=SlowLookup,
                         parse=parse, tool_timeout_s=1.0, max_concurrent_tools=1)
     out = run.run([{"prompt": "x"}], SamplingParams(max_new_tokens=100, n=2))
-    for c in out:  # the run's 1 s, not the box's default 30 s (the tool sleeps 3 s)
+    for c in out:  # the run's 1 s, not the box's default 30 s (the tool sleeps 2 s)
         assert c.messages[1]["content"] == "error: tool 'lookup' did not finish within 1 s", c.messages
 
 
@@ -959,3 +959,206 @@ def test_a_step_with_no_messages_and_done_false_ends_the_episode_with_one_warnin
     with capture_logs() as logs:
         quiet.run([{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
     assert not [e for e in logs if "no messages" in e["event"]]
+
+
+# --- tools: where they run, and what they may not touch -----------------------------------------------
+
+
+class Says(ScriptedModel):
+    """First turn: ``first`` (tool calls); after a tool result: a plain answer."""
+
+    def __init__(self, first: str) -> None:
+        super().__init__()
+        self.first = first
+
+    def reply(self, text: str) -> tuple[str, str]:
+        if "<|im_start|>tool\n" not in text:
+            return self.first, "stop"
+        return "The answer is 42.", "stop"
+
+
+def call_text(name: str, arguments: dict) -> str:
+    import json
+
+    return f'<tool_call>{{"name": "{name}", "arguments": {json.dumps(arguments)}}}</tool_call>'
+
+
+class SqlGame:
+    """State made in an async reset: an sqlite connection (usable on its thread only) and the loop
+    it ran on; its tools read both, as an environment's own tools do."""
+
+    def __init__(self) -> None:
+        self.tools = [self.query, self.same_loop]
+
+    async def reset(self, row):
+        import sqlite3
+
+        self.loop = asyncio.get_running_loop()
+        self.db = sqlite3.connect(":memory:")
+        self.db.execute("create table t (x int)")
+        self.db.execute("insert into t values (42)")
+        return [{"role": "user", "content": "What is in table t?"}]
+
+    def query(self, sql: str) -> str:
+        """Run a SQL query.
+
+        Args:
+            sql: the query
+        """
+        return str(self.db.execute(sql).fetchall())
+
+    async def same_loop(self) -> str:
+        """Whether this runs on the loop reset ran on."""
+        return str(asyncio.get_running_loop() is self.loop)
+
+    def step(self, message):
+        return Observation(reward=1.0 if "42" in message["content"] else 0.0, done=True)
+
+
+def test_an_environments_own_tools_run_on_its_thread_and_event_loop():
+    """They ran on a fresh thread per call (async ones on the runner's loop): every call of a tool
+    reading state tied to the environment's thread failed (sqlite's ProgrammingError), silently
+    teaching the model that the tool never works."""
+    model = Says(call_text("query", {"sql": "select x from t"}) + call_text("same_loop", {}))
+    out = EpisodeRunner(model.generate, encode_chat, EpisodeLimits(3, 600), make_environment=SqlGame,
+                        parse=parse).run([{"prompt": "x"}], SamplingParams(max_new_tokens=200, n=2))
+    for c in out:
+        assert [m["content"] for m in c.messages if m["role"] == "tool"] == ["[(42,)]", "True"], c.messages
+        assert c.info["tool_errors"] == 0 and c.info["env_reward"] == 1.0
+
+
+class FaultyTools(Guess):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tools = [self.boom, self.slow]
+
+    def boom(self) -> str:
+        """Raise."""
+        raise RuntimeError("broken tool")
+
+    def slow(self) -> str:
+        """Take longer than the tool timeout."""
+        time.sleep(0.8)
+        return "late"
+
+    def step(self, message):
+        return Observation(reward=1.0, done=True)
+
+
+@pytest.mark.faults
+def test_an_environments_own_tool_that_raises_or_hangs_is_an_error_the_model_reads():
+    """On the environment's worker the tool box's containment holds: its timeout (the model reads
+    the error then; the environment's next step waits for the late call to end), and errors."""
+    model = Says(call_text("boom", {}) + call_text("slow", {}))
+    run = EpisodeRunner(model.generate, encode_chat, EpisodeLimits(3, 600), make_environment=FaultyTools,
+                        parse=parse, tool_timeout_s=0.3, env_timeout_s=5)
+    t0 = time.monotonic()
+    out = run.run([{"prompt": "x"}], SamplingParams(max_new_tokens=200, n=2))
+    assert time.monotonic() - t0 < 5
+    for c in out:
+        assert [m["content"] for m in c.messages if m["role"] == "tool"] == [
+            "error: tool 'boom' raised RuntimeError: broken tool", "error: tool 'slow' did not finish within 0.3 s"]
+        assert "env_error" not in c.info and c.info["tool_errors"] == 2 and c.info["turns"] == 2
+        assert c.info["env_reward"] == 1.0  # the step after the late call still ran
+
+
+def median(values: list[int]) -> str:
+    """The median of some numbers.
+
+    Args:
+        values: the numbers
+    """
+    values.sort()  # in place, as ordinary code does
+    return str(values[len(values) // 2])
+
+
+def test_a_tool_editing_its_arguments_leaves_the_recorded_call_as_the_model_wrote_it():
+    """The tool got the very lists the assistant message's tool_calls hold: the record (what the
+    rewards and the completions log read) showed [1, 5, 9] for a call the model wrote as [9, 1, 5]."""
+    model = Says(call_text("median", {"values": [9, 1, 5]}))
+    out = runner(model, box=ToolBox([median])).run(ROWS[:1], SamplingParams(max_new_tokens=200, n=2))
+    for c in out:
+        assert c.messages[0]["tool_calls"][0]["function"]["arguments"] == {"values": [9, 1, 5]}
+        assert c.messages[1]["content"] == "5"
+
+
+class KeepsItsObservations(Guess):
+    """Keeps the messages it answered and edits their nested values later, as a history might."""
+
+    def reset(self, row):
+        self.sent: list[dict] = []
+        self.secret = 13  # the scripted model says 12: every turn reaches step
+        return super().reset(row)
+
+    def step(self, message):
+        for old in self.sent:
+            old["meta"]["turns"].append("edited later")
+        self.sent.append({"role": "user", "content": "higher", "meta": {"turns": [len(self.sent)]}})
+        return Observation(messages=[self.sent[-1]], reward=0.0)
+
+
+def test_an_environment_editing_a_message_it_answered_cannot_rewrite_the_episodes_record():
+    out = env_runner(ScriptedModel(first_turn="plain"), KeepsItsObservations).run(
+        [{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
+    for c in out:
+        assert [m["meta"] for m in c.messages if m["role"] == "user"] == [{"turns": [0]}, {"turns": [1]}]
+
+
+async def lookup(key: str) -> str:
+    """Look a key up.
+
+    Args:
+        key: the key
+    """
+    future = asyncio.get_running_loop().create_future()
+    future.cancel()  # e.g. a connection pool cancelled the request
+    return await future
+
+
+@pytest.mark.faults
+def test_an_async_tools_own_cancelled_error_ends_neither_the_step_nor_its_episode():
+    """It escaped the tool box as the runner's own cancellation: the whole step was lost."""
+    class OneCalls(Says):  # the group's first episode calls the tool, the second answers
+        asked = 0
+
+        def reply(self, text: str) -> tuple[str, str]:
+            self.asked += 1
+            return super().reply(text) if self.asked == 1 or "<|im_start|>tool\n" in text else ("plain", "stop")
+
+    model = OneCalls(call_text("lookup", {"key": "x"}))
+    out = runner(model, box=ToolBox([lookup])).run(ROWS[:1], SamplingParams(max_new_tokens=200, n=2))
+    assert out[0].messages[1]["content"] == "error: tool 'lookup' raised CancelledError"
+    assert out[0].info["turns"] == 2 and out[1].info["turns"] == 1
+
+
+@pytest.mark.faults
+def test_an_async_tool_ignoring_its_cancellation_does_not_hang_the_step():
+    """A retry loop catching CancelledError kept asyncio.run waiting for it for ever."""
+    stop = threading.Event()
+
+    async def fetch(url: str) -> str:
+        """Fetch, retrying on anything.
+
+        Args:
+            url: the address
+        """
+        while not stop.is_set():
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                continue
+        return "stopped"
+
+    model = Says(call_text("fetch", {"url": "u"}))
+    done: list = []
+    step = threading.Thread(target=lambda: done.append(runner(model, box=ToolBox([fetch], timeout_s=0.3)).run(
+        ROWS[:1], SamplingParams(max_new_tokens=200, n=1))), daemon=True)
+    t0 = time.monotonic()
+    try:
+        step.start()
+        step.join(10)
+        assert done, "the step still waits for the tool"
+        assert time.monotonic() - t0 < 0.3 + 3.0
+        assert done[0][0].messages[1]["content"] == "error: tool 'fetch' did not finish within 0.3 s"
+    finally:
+        stop.set()

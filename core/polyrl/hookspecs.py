@@ -284,9 +284,11 @@ def polyrl_register_environments(register: Callable[[EnvironmentSpec], None]) ->
     ``reset(row) -> list[message]`` (the first observation: the prompt messages, from the dataset
     row) and ``step(assistant_message) -> polyrl.agents.Observation(messages, reward, done)``,
     either of them may be ``async def`` (``polyrl.agents.Environment``). It may also list
-    ``tools`` (plain functions) the model can call during the episode. A turn with tool calls is
-    answered by the tools; a turn without is handed to ``step``. Each call runs on a thread of its
-    own within ``[environment] env_timeout_s``. An environment that raises (``sys.exit``
+    ``tools`` (plain or async functions, usually its bound methods) the model can call during the
+    episode. A turn with tool calls is answered by the tools; a turn without is handed to ``step``.
+    The episode's calls (``reset``, ``step``, its tools) run on a thread of its own, with one event
+    loop for its async code, within ``[environment] env_timeout_s`` (``tool_timeout_s`` for a
+    tool). An environment that raises (``sys.exit``
     included), runs past that limit or answers with a malformed ``Observation`` ends that episode
     (reported in the run's metrics, ``episode/env_error_share``, and its ``info["env_error"]``),
     never the run. Such an episode is unscored, whether it failed in ``reset`` or in a later

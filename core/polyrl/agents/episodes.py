@@ -16,8 +16,8 @@ All episodes of a step advance together: each turn is one batched ``generate`` c
 episodes still running, and their tool calls and environment steps of that turn run concurrently
 (bounded by the tool box).
 
-The environment's code (its factory, ``reset``, ``step``) runs on a daemon thread of the episode's
-own, with a time limit per call (``polyrl.agents.threads.Worker``: one thread and event loop per
+The environment's code (its factory, ``reset``, ``step``, and its own tools through the tool box)
+runs on a daemon thread of the episode's own, with a time limit per call (``polyrl.agents.threads.Worker``: one thread and event loop per
 environment, so state it ties to either keeps working from ``reset`` to the last ``step``): whatever it raises (``sys.exit`` included), a call past
 the limit, or an answer that is not a valid ``Observation`` ends that episode as an environment
 error (``info["env_error"]``), never the run. Such an episode is unscored (no reward sees it, see
@@ -252,7 +252,7 @@ class EpisodeRunner:
                 return self._failed_at_reset(index, row, failed.text)
             if own:  # tools bound to this episode's environment; the step's bound still holds
                 try:
-                    toolbox = self._env_tools_base.extended(own)
+                    toolbox = self._env_tools_base.extended(own, worker=worker)  # run where its state lives
                 except ConfigError as exc:  # a schema or a name the setup check did not see: this episode's
                     error = f"its own tools cannot be offered: {exc.message}"
                     log.warning("environment tools failed; episode ended", environment=self._env_name, error=error)
@@ -306,8 +306,11 @@ class EpisodeRunner:
         """On the environment's thread: its checked first messages and the tools it offers. The
         environment gets a copy of the row: the group's episodes share one row object, which the
         rewards and the completions log read afterwards, so an environment editing it in place
-        would change its siblings' games and what the rewards score."""
-        return as_messages(checked_reset(env, finished(env.reset(private_copy(row))))), environment_tools(env)
+        would change its siblings' games and what the rewards score. The messages are a copy too
+        (as each step's are), made there: an environment editing what it answered later (a nested
+        value it keeps) changes nothing the episode recorded."""
+        return (copy.deepcopy(as_messages(checked_reset(env, finished(env.reset(private_copy(row)))))),
+                environment_tools(env))
 
     def _failed_at_reset(self, index: int, row: Mapping[str, Any], error: str) -> _Episode:
         first = as_messages(row.get(self.prompt_column, ""))
@@ -379,7 +382,8 @@ class EpisodeRunner:
             env = ep.env
             mine = copy.deepcopy(assistant)  # the episode's own record: an environment editing it would rewrite
             try:  # what the rewards score and the log shows; an environment bug ends its episode, not the run
-                obs = await self._env_call(ep.worker, "step", lambda: checked_step(env, finished(env.step(mine))))
+                obs = await self._env_call(ep.worker, "step",  # a copy made there: what it keeps is not the record
+                                           lambda: copy.deepcopy(checked_step(env, finished(env.step(mine)))))
             except _EnvError as failed:
                 self._ended(ep, failed.text)
                 return

@@ -45,12 +45,16 @@ class Observation:
 
 @runtime_checkable
 class Environment(Protocol):
-    """One episode's state. ``reset`` and ``step`` may each be plain or ``async def``. Each call
-    runs on a thread of its own (an ``async def`` on that thread's own event loop) within
-    ``[environment] env_timeout_s``; the episodes of a step run concurrently.
+    """One episode's state. ``reset`` and ``step`` may each be plain or ``async def``. They run on
+    a thread of the episode's own (an ``async def`` on that thread's own event loop, the same for
+    every call) within ``[environment] env_timeout_s``; the episodes of a step run concurrently.
 
-    An environment may also carry ``tools: list[Callable]``: plain functions offered to the model
-    for this episode on top of ``[environment] tools`` (read with ``environment_tools``).
+    An environment may also carry ``tools: list[Callable]``: functions (plain or ``async def``,
+    usually its bound methods) offered to the model for this episode on top of ``[environment]
+    tools`` (read with ``environment_tools``). They run on that same thread and loop, one call at
+    a time, so state ``reset`` made there (an sqlite connection, an async client) works in them,
+    each call within ``[environment] tool_timeout_s``. A call past it leaves the thread busy: the
+    environment's next call waits for it (within its own time limit).
     """
 
     def reset(self, row: Mapping[str, Any]) -> list[Message] | Awaitable[list[Message]]:

@@ -5,7 +5,13 @@ for the thread with a deadline and, past it, *abandons* the call (a thread canno
 daemon does not keep the process alive at exit). Whatever the code raises on its own thread,
 ``SystemExit``, ``KeyboardInterrupt`` and ``os._exit`` (intercepted there, as on reward threads)
 included, comes back as ``CallRaised``: it is the plugin's, never a real Ctrl-C, which Python
-delivers to the main thread only.
+delivers to the main thread only. An ``async def`` runs on that thread's own event loop
+(``finished``): a ``CancelledError`` of its own is its error too, and past the limit (or when the
+awaiting side is itself cancelled) its task is cancelled there; one that ignores that is abandoned
+like a plain function, never awaited by the caller's loop.
+
+A call given up before its turn on the thread came (queued behind an abandoned one) is never run.
+``CallTimedOut.abandoned`` says whether the code is still running; ``ended`` is set once it is not.
 """
 
 from __future__ import annotations
@@ -29,25 +35,91 @@ class CallRaised(Exception):
 
 
 class CallTimedOut(Exception):
-    """The code did not return within the time limit; its thread was abandoned."""
+    """The code did not return within the time limit. ``abandoned``: it is still running (its thread
+    cannot be stopped; an async one ignored its cancellation), until ``ended`` is set; False when it
+    never started or stopped on being cancelled."""
+
+    def __init__(self, fn: Any, abandoned: bool = True, ended: threading.Event | None = None) -> None:
+        super().__init__(fn)
+        self.abandoned = abandoned
+        self.ended = ended if ended is not None else threading.Event()
+
+
+#: Seconds an async call cancelled at its time limit gets to stop before it counts as abandoned.
+#: Why a grace: cancelling is a request its code handles on its own thread (``finally`` blocks, a
+#: connection closed); most stop within it, and only those that do not keep a thread busy.
+CANCEL_GRACE_S = 0.2
+
+_jobs_lock = threading.Lock()  # a job's state changes on the worker's thread and on the caller's
+
+
+class _Job:
+    """One call queued on a ``Worker``: its code, how to report its outcome, and its state."""
+
+    __slots__ = ("fn", "settle", "started", "given_up", "task", "ended")
+
+    def __init__(self, fn: Callable[[], Any], settle: Callable[[bool, Any], None]) -> None:
+        self.fn, self.settle = fn, settle
+        self.started = False  # the worker began running it
+        self.given_up = False  # the caller stopped waiting (time limit, or the caller was cancelled)
+        self.task: asyncio.Task[Any] | None = None  # the coroutine it runs on the worker's loop, if any
+        self.ended = threading.Event()  # it returned or raised, or will never run
+
+    def give_up(self) -> bool:
+        """Stop waiting for this call: never run it if it has not started, cancel its coroutine if
+        it runs one. Whether it is still running."""
+        with _jobs_lock:
+            self.given_up = True
+            if not self.started:
+                self.ended.set()
+            task = self.task
+        if task is not None:
+            try:
+                task.get_loop().call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # its loop is closed: the call is over
+                pass
+        return not self.ended.is_set()
+
+    def cancellable(self) -> bool:
+        with _jobs_lock:
+            return self.task is not None
 
 
 async def _awaited(value: Any) -> Any:
     return await value
 
 
-_local = threading.local()  # a Worker thread's own event loop
+_local = threading.local()  # a Worker thread's own event loop, and the job it runs now
 
 
 def finished(value: Any) -> Any:
     """``value``, or what it resolves to when awaitable (run to the end on this thread's own event
     loop, so an ``async def`` that blocks its loop is bounded like a plain function). On a
     ``Worker`` that loop is the worker's, the same for every call: what an async environment makes
-    on it in ``reset`` (a client, a lock) still works in ``step``."""
+    on it in ``reset`` (a client, a lock) still works in ``step``; and a caller giving the call up
+    cancels it there."""
     if not inspect.isawaitable(value):
         return value
     loop = getattr(_local, "loop", None)
-    return loop.run_until_complete(_awaited(value)) if loop is not None else asyncio.run(_awaited(value))
+    if loop is None:
+        return asyncio.run(_awaited(value))
+    task = loop.create_task(_awaited(value))
+    job: _Job | None = getattr(_local, "job", None)
+    if job is not None:
+        with _jobs_lock:
+            job.task = task
+            if job.given_up:
+                task.cancel()
+    try:
+        return loop.run_until_complete(task)
+    except BaseException:
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved here: asyncio would log it as never retrieved
+        raise
+    finally:
+        if job is not None:
+            with _jobs_lock:
+                job.task = None
 
 
 def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
@@ -66,11 +138,10 @@ class Worker:
     Why one per object rather than one per call: such an object has state, and state is often tied
     to the thread or the loop that made it (an sqlite connection refuses any other thread, an async
     client any other loop). A call past its limit abandons the worker with it (the object is
-    unusable then)."""
+    unusable until that call ends: calls queued meanwhile wait, and those given up never run)."""
 
     def __init__(self, name: str = "polyrl-env") -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[bool, Any], None]] | None] = \
-            queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         guard.install_exit_guard()
         threading.Thread(target=self._serve, name=name, daemon=True).start()
 
@@ -79,21 +150,26 @@ class Worker:
         loop = _local.loop = asyncio.new_event_loop()
         try:
             while (job := self._jobs.get()) is not None:
-                fn, settle = job
+                with _jobs_lock:
+                    if job.given_up:  # its caller left before its turn came: running it helps no one
+                        continue
+                    job.started = True
+                _local.job = job
                 try:
-                    outcome = (True, fn())
+                    outcome = (True, job.fn())
                 except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt, RewardExit included
                     outcome = (False, exc)
-                settle(*outcome)
+                finally:
+                    _local.job = None
+                    job.ended.set()
+                job.settle(*outcome)
         finally:
             guard.unregister_reward_thread()
-            try:
-                loop.close()
-            except Exception:  # noqa: BLE001 - a loop the environment left running
-                pass
+            _close(loop)
 
     async def call(self, fn: Callable[[], Any], timeout_s: float) -> Any:
-        """``fn()`` on this worker; its result, or ``CallRaised`` / ``CallTimedOut``."""
+        """``fn()`` on this worker; its result, or ``CallRaised`` / ``CallTimedOut``. Cancelling
+        the caller gives the call up as its time limit does."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
 
@@ -103,11 +179,20 @@ class Worker:
             except RuntimeError:  # the loop is gone: nobody waits for this abandoned call
                 pass
 
-        self._jobs.put((fn, settle))
+        job = _Job(fn, settle)
+        self._jobs.put(job)
         try:
-            return await asyncio.wait_for(future, timeout_s)
-        except TimeoutError:  # only wait_for's: the code's own errors arrive as CallRaised
-            raise CallTimedOut(fn) from None
+            # asyncio.wait, not wait_for: the future must outlive the time limit (see below)
+            await asyncio.wait({future}, timeout=timeout_s)
+        except asyncio.CancelledError:  # the caller's own cancellation (a Ctrl-C of the run)
+            job.give_up()
+            raise
+        if not future.done():
+            cancellable = job.cancellable()
+            if job.give_up() and cancellable:  # an async call: give it a moment to stop on its cancel
+                await asyncio.wait({future}, timeout=CANCEL_GRACE_S)
+            raise CallTimedOut(fn, abandoned=not job.ended.is_set(), ended=job.ended)
+        return future.result()
 
     def call_blocking(self, fn: Callable[[], Any], timeout_s: float) -> Any:
         """``call`` for code outside an event loop. The caller waits on an Event, so a signal handler
@@ -118,9 +203,11 @@ class Worker:
             outcome.append((ok, value))
             done.set()
 
-        self._jobs.put((fn, settle))
+        job = _Job(fn, settle)
+        self._jobs.put(job)
         if not done.wait(min(timeout_s, threading.TIMEOUT_MAX)):  # a larger wait is an OverflowError
-            raise CallTimedOut(fn)
+            job.give_up()
+            raise CallTimedOut(fn, abandoned=not job.ended.is_set(), ended=job.ended)
         ok, value = outcome[0]
         if not ok:
             raise CallRaised(value)
@@ -129,6 +216,24 @@ class Worker:
     def close(self) -> None:
         """Let the thread end once its current call (if any) returns."""
         self._jobs.put(None)
+
+
+def _close(loop: asyncio.AbstractEventLoop) -> None:
+    """Close a worker's loop once its calls are over, its code's leftover tasks cancelled first
+    (given a moment to stop, as ``asyncio.run`` gives its own, but never waited for past it: a
+    task ignoring its cancellation must not keep the thread)."""
+    try:
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.wait(pending, timeout=CANCEL_GRACE_S))
+    except BaseException:  # noqa: BLE001 - its code raising SystemExit on cancel, or a loop it left running
+        pass
+    try:
+        loop.close()
+    except Exception:  # noqa: BLE001 - a loop its code left running
+        pass
 
 
 async def call_in_thread(fn: Callable[[], Any], timeout_s: float, name: str = "polyrl-plugin") -> Any:

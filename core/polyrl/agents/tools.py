@@ -6,9 +6,17 @@ core must not import transformers, so it is rebuilt here from type hints and a G
 docstring).
 
 ``ToolBox.run(calls)`` answers every call with one ``tool`` message and never raises: an unknown
-tool, arguments that do not fit the schema, a tool that raises (``sys.exit``/``os._exit``
-included), one past its timeout, or a result that is neither text nor JSON each become an
-``error: ...`` text the model reads on its next turn. The run goes on.
+tool, arguments that do not fit the schema, a tool that raises (``sys.exit``/``os._exit``/
+``KeyboardInterrupt``/``CancelledError`` included), one past its timeout, or a result that is
+neither text nor JSON each become an ``error: ...`` text the model reads on its next turn. The
+run goes on. Only the caller's own cancellation (a Ctrl-C of the run) leaves ``run``, at once.
+
+Where a tool runs: never on the caller's thread or loop. A plain function runs on a daemon thread
+of its own per call, an ``async def`` on such a thread's own event loop (``threads.Worker``); an
+environment's own tools (``extended(..., worker=...)``) on that episode's worker, the thread and
+loop its ``reset`` and ``step`` run on, one call at a time, so state tied to either (an sqlite
+connection, an async client) works in its tools too. A tool gets its own deep copy of the call's
+arguments: editing them cannot change the call recorded in the episode.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import copy
 import inspect
 import json
 import re
+import threading
 import types
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +37,7 @@ import attrs
 
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
-from polyrl.agents.threads import CallRaised, CallTimedOut, call_in_thread, describe
+from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, call_in_thread, describe, finished
 
 log = get_logger("polyrl.agents.tools")
 
@@ -298,20 +307,30 @@ class _Failed(Exception):
         self.kind, self.text = kind, text
 
 
+#: Tool calls left running past their timeout at once (per box, its ``extended`` boxes included)
+#: past which further calls are answered with an error, not run, until some end. Why: each holds
+#: a thread Python cannot stop; a tool that always hangs would otherwise add threads every step
+#: until the process could start no more.
+MAX_ABANDONED = 32
+
+
 class ToolBox:
     """The tools of a run, called with a timeout each and at most ``max_concurrency`` at once.
 
     One box serves every episode of a step: the bound holds across all of them (one semaphore
-    per event loop, so a box outlives ``asyncio.run`` calls). Synchronous tools run on daemon
-    threads. A thread cannot be killed: one past its timeout is *abandoned* (it keeps running in
-    the background, counted in ``abandoned``) while the model reads a timeout error, so a tool
-    that may hang for good must bound itself (the ``python`` tool kills its sandboxed process).
-    An ``async def`` tool is cancelled at its timeout, unless it blocks the event loop.
+    per event loop, so a box outlives ``asyncio.run`` calls). Each call runs on a daemon thread
+    (see the module docstring). A thread cannot be killed: one past its timeout is *abandoned* (it
+    keeps running in the background, counted in ``abandoned``) while the model reads a timeout
+    error, so a tool that may hang for good must bound itself (the ``python`` tool kills its
+    sandboxed process). An ``async def`` tool is cancelled at its timeout on its own loop, and
+    abandoned only if it ignores that (or blocks its loop). At most ``max_abandoned`` calls are
+    left running at once: past that, calls are answered ``error: ... not run`` until some end.
     ``counts`` tallies calls and each kind of failure (for the run's metrics).
     """
 
     def __init__(self, functions: Sequence[Callable[..., Any]] | Mapping[str, Callable[..., Any]] = (),
-                 timeout_s: float = 30.0, max_concurrency: int = 4, max_result_chars: int = 16384) -> None:
+                 timeout_s: float = 30.0, max_concurrency: int = 4, max_result_chars: int = 16384,
+                 max_abandoned: int = MAX_ABANDONED) -> None:
         if not timeout_s > 0:
             raise ConfigError(f"tool timeout must be > 0 seconds, got {timeout_s!r}", field="environment.tool_timeout_s",
                               fix="set a positive number of seconds")
@@ -329,8 +348,16 @@ class ToolBox:
         self.timeout_s = float(timeout_s)
         self.max_concurrency = int(max_concurrency)
         self.max_result_chars = int(max_result_chars)
+        self.max_abandoned = int(max_abandoned)
         self.counts: collections.Counter[str] = collections.Counter()
         self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary())
+        #: the calls left running past their timeout, each until its event is set (shared by extended boxes)
+        self._running_late: list[threading.Event] = []
+        self._late_lock = threading.Lock()
+        #: tools run on a worker of their own (an episode's environment), by name; one call at a time on it
+        self._workers: dict[str, Worker] = {}
+        self._worker_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary())
 
     @property
@@ -338,9 +365,20 @@ class ToolBox:
         """Calls whose thread was left running past the timeout (it cannot be killed)."""
         return self.counts["abandoned"]
 
-    def extended(self, functions: Sequence[Callable[..., Any]]) -> ToolBox:
+    @property
+    def running_late(self) -> int:
+        """Calls left running past their timeout that have not ended yet. From ``max_abandoned`` on,
+        no call starts (so at most ``max_abandoned + max_concurrency - 1`` ever run so: the calls
+        already started when the count was below it may all time out)."""
+        with self._late_lock:
+            self._running_late[:] = [ended for ended in self._running_late if not ended.is_set()]
+            return len(self._running_late)
+
+    def extended(self, functions: Sequence[Callable[..., Any]], worker: Worker | None = None) -> ToolBox:
         """A box with ``functions`` added (e.g. one episode's environment tools, bound to its state)
-        that shares this box's bound, counts and limits: the bound still holds across the step."""
+        that shares this box's bound, counts and limits: the bound still holds across the step.
+        ``worker``: where they run (the episode's environment worker, so they see the thread and
+        loop its state was made on), one call at a time; None: a thread per call, as other tools."""
         if not functions:
             return self
         extra = ToolBox(functions)  # checks their schemas and that their names are distinct
@@ -348,8 +386,11 @@ class ToolBox:
         if clash:
             raise ConfigError(f"the environment's tool(s) {', '.join(map(repr, clash))} clash with [environment] tools",
                               field=FIELD, fix="drop the duplicate from [environment] tools or rename one")
-        box = copy.copy(self)  # shallow: the same counts and semaphores
+        box = copy.copy(self)  # shallow: the same counts, semaphores and calls running late
         box._tools = {**self._tools, **extra._tools}
+        if worker is not None:
+            box._workers = {**self._workers, **dict.fromkeys(extra._tools, worker)}
+            box._worker_locks = weakref.WeakKeyDictionary()  # this box's worker's, not the base's
         return box
 
     @property
@@ -367,6 +408,15 @@ class ToolBox:
         if sem is None:
             sem = self._semaphores[loop] = asyncio.Semaphore(self.max_concurrency)
         return sem
+
+    def _worker_lock(self) -> asyncio.Lock:
+        """One call at a time on this box's worker: a call queued behind another there would spend
+        its timeout waiting for its turn (the wait for the lock is not counted)."""
+        loop = asyncio.get_running_loop()
+        lock = self._worker_locks.get(loop)
+        if lock is None:
+            lock = self._worker_locks[loop] = asyncio.Lock()
+        return lock
 
     async def run(self, calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
         """One ``{"role": "tool", "name", "content", "tool_call_id"}`` message per call, in order."""
@@ -389,45 +439,52 @@ class ToolBox:
         problem = arguments_problem(schema["function"]["parameters"], call.arguments)
         if problem:
             raise _Failed("bad_arguments", f"bad arguments for tool {call.name!r}: {problem}")
-        async with self._semaphore():
-            try:
-                if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):  # noqa: B004 - an async __call__, not callability
-                    result = await self._in_task(call.name, fn, call.arguments)
-                else:
-                    result = await self._in_thread(call.name, fn, call.arguments)
-            except _Failed:
-                raise
-            except BaseException as exc:  # noqa: BLE001 - the model reads what its call did
-                if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
-                    raise
-                raise _Failed("raised", f"tool {call.name!r} raised {describe(exc)}") from None
+        try:  # the tool's own copy: the call's arguments are also the episode's record of what the model wrote
+            arguments = copy.deepcopy(call.arguments)
+        except Exception as exc:  # noqa: BLE001 - parsed JSON always copies; a caller's own objects may not
+            raise _Failed("bad_arguments", f"bad arguments for tool {call.name!r}: they cannot be copied "
+                                           f"({type(exc).__name__})") from None
+        worker = self._workers.get(call.name)
+        if worker is None:
+            async with self._semaphore():
+                result = await self._on_thread(call.name, fn, arguments, None)
+        else:
+            async with self._worker_lock(), self._semaphore():
+                result = await self._on_thread(call.name, fn, arguments, worker)
         return self._content(call.name, result)
 
     def _timed_out(self, name: str) -> _Failed:
         return _Failed("timeout", f"tool {name!r} did not finish within {self.timeout_s:g} s")
 
-    async def _in_task(self, name: str, fn: Callable[..., Any], arguments: dict[str, Any]) -> Any:
-        # asyncio.wait, not wait_for: a TimeoutError the tool raises itself is its own error, not ours
-        task = asyncio.ensure_future(fn(**arguments))
-        try:
-            done, _ = await asyncio.wait({task}, timeout=self.timeout_s)
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        if not done:
-            task.cancel()
-            raise self._timed_out(name)
-        return task.result()
+    async def _on_thread(self, name: str, fn: Callable[..., Any], arguments: dict[str, Any],
+                         worker: Worker | None) -> Any:
+        """``fn(**arguments)`` (awaited when async) on ``worker``, or on a thread of its own.
 
-    async def _in_thread(self, name: str, fn: Callable[..., Any], arguments: dict[str, Any]) -> Any:
+        Whatever the tool raises arrives as ``CallRaised`` (its own ``CancelledError``, exits and
+        ``KeyboardInterrupt`` included: it ran on another thread); a ``CancelledError`` reaching
+        this coroutine itself is the caller's, and leaves."""
+        if (late := self.running_late) >= self.max_abandoned:
+            log.warning("tool call not run: too many earlier calls still run past their timeout", tool=name,
+                        running_late=late, max_abandoned=self.max_abandoned)
+            raise _Failed("not_run", f"tool {name!r} not run: {late} earlier tool calls are still running past "
+                                     f"their {self.timeout_s:g} s timeout (their threads cannot be stopped)")
+
+        def job() -> Any:
+            return finished(fn(**arguments))
+
         try:
-            return await call_in_thread(lambda: fn(**arguments), self.timeout_s, name="polyrl-tool")
+            if worker is None:
+                return await call_in_thread(job, self.timeout_s, name="polyrl-tool")
+            return await worker.call(job, self.timeout_s)
         except CallRaised as raised:
             raise _Failed("raised", f"tool {name!r} raised {describe(raised.cause)}") from None
-        except CallTimedOut:
-            self.counts["abandoned"] += 1
-            log.warning("tool call abandoned past its timeout (its thread keeps running)",
-                        tool=name, timeout_s=self.timeout_s, abandoned=self.abandoned)
+        except CallTimedOut as timed_out:
+            if timed_out.abandoned:
+                self.counts["abandoned"] += 1
+                with self._late_lock:
+                    self._running_late.append(timed_out.ended)
+                log.warning("tool call abandoned past its timeout (its thread keeps running)",
+                            tool=name, timeout_s=self.timeout_s, abandoned=self.abandoned)
             raise self._timed_out(name) from None
 
     def _content(self, name: str, result: Any) -> str:
