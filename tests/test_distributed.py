@@ -726,7 +726,7 @@ def test_a_launched_run_logs_the_whole_batch_once_as_one_process_does(tiny_model
     acc = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0})
     acc.Reload()
     for tag in ("episode/turns_mean", "reward_mean", "loss", "tokens_per_s", "num_tokens", "rewards/environment/mean"):
-        assert [e.step for e in acc.Scalars(tag)] == [0, 1], tag
+        assert [e.step for e in acc.Scalars(tag)] == [1, 2], tag
     # TRL's num_tokens counts every rank's prompt and sampled tokens, cumulatively
     assert 0 < lines[0]["num_tokens"] < lines[1]["num_tokens"] == acc.Scalars("num_tokens")[1].value
     assert acc.Scalars("episode/turns_mean")[1].value == pytest.approx(lines[1]["episode/turns_mean"], rel=1e-6)
