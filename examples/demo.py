@@ -17,7 +17,7 @@ def plot(history: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = [m["step"] + 1 for m in history]
+    steps = [m["step"] for m in history]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(steps, [m["reward_mean"] for m in history], marker="o")
     ax.set_xlabel("step")
@@ -37,8 +37,8 @@ def main() -> int:
     elapsed = time.perf_counter() - t0
     out = Path(config.train.output_dir)
     plot(summary["history"], out / "reward_curve.png")
-    before = summary["eval_before"]["eval_accuracy"]
-    after = summary["eval_after"]["eval_accuracy"]
+    before = summary["eval_before"]["eval/accuracy"]
+    after = summary["eval_after"]["eval/accuracy"]
     result = {
         "held_out_accuracy_before": before,
         "held_out_accuracy_after": after,

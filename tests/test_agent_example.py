@@ -24,8 +24,9 @@ def test_agent_calculator_example_trains_two_steps(tmp_path):
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in lines] == [0, 1]
+    every = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [(m["step"], m.get("phase")) for m in every] == [(0, "before"), (1, None), (2, None), (2, "after")]
+    lines = [m for m in every if "phase" not in m]
     assert all("episode/tool_call_share" in m and "episode/turns_mean" in m for m in lines)
     records = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
     assert records and all(r["completion"][0]["role"] == "assistant" for r in records)

@@ -238,7 +238,7 @@ def test_overlap_resume_with_a_pending_rollout_of_episodes_continues_exactly(tin
     assert any(c.info["turns"] > 1 and (~c.mask).any() and c.messages for c in episodes)
     summary = resumed.run(progress=False)
     tail, expected = summary["history"][-3:], clean_summary["history"][2:]
-    assert [m["step"] for m in tail] == [2, 3, 4]
+    assert [m["step"] for m in tail] == [3, 4, 5]
     assert [m["policy_lag"] for m in tail] == [1, 1, 1]
     for key in ("reward_mean", "loss", "completion_len_mean", "tokens", "episode/turns_mean",
                 "episode/sampled_token_share", "episode/env_error_share"):
@@ -300,7 +300,7 @@ def test_an_environment_that_raises_ends_its_episodes_and_the_run_finishes(tiny_
     summary = trainer.run(progress=False)
     assert summary["steps"] == 2
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in lines] == [0, 1]
+    assert [m["step"] for m in lines] == [1, 2]
     for m in lines:
         assert m["episode/env_error_share"] == pytest.approx(0.5)
         assert np.isfinite(m["loss"])
@@ -421,13 +421,13 @@ def test_polyrl_launch_trains_episodes_on_two_ranks(tiny_model_dir, tmp_path):
         f'[train]\nsteps = 2\nprompts_per_step = 2\nthreads = 1\noutput_dir = "{out}"\n')
     _polyrl("launch", "--nproc-per-node", "2", str(config))
     lines = _metrics(out)
-    assert [m["step"] for m in lines] == [0, 1]  # written once, by rank 0
+    assert [m["step"] for m in lines] == [1, 2]  # written once, by rank 0
     for m in lines:
         assert not m.get("skipped") and np.isfinite(m["loss"])
         assert m["samples_kept"] == 8  # the global batch: 2 prompts x 4, one prompt per rank
         assert m["episode/turns_mean"] > 1
     _polyrl("train", str(config), "--resume", "--steps", "3", "--no-progress")
-    assert [m["step"] for m in _metrics(out)] == [0, 1, 2]
+    assert [m["step"] for m in _metrics(out)] == [1, 2, 3]
 
 
 # --- the rest of a run: KL, several iterations, micro-batches, evaluation, logs, plain resume ----------
@@ -456,7 +456,7 @@ def test_episodes_with_kl_iterations_micro_batches_eval_and_an_exact_resume(tiny
                                   batch.sampler_logprobs, masks=masks)
         assert result.loss == pytest.approx(expected, rel=1e-4, abs=1e-6)
     assert any((~seq.loss_mask).any() for batch in rec.batches for seq in batch.sequences)
-    assert clean_summary["eval_after"]["eval_count"] == 2
+    assert clean_summary["eval_after"]["eval/count"] == 2
     evals = [json.loads(x) for x in (tmp_path / "clean" / "eval_completions.jsonl").read_text().splitlines()]
     assert {e["phase"] for e in evals} >= {"before", "after"} and all(e["reward"] in (0.0, 1.0) for e in evals)
     assert (tmp_path / "clean" / "completions.jsonl").stat().st_size > 0
@@ -467,7 +467,7 @@ def test_episodes_with_kl_iterations_micro_batches_eval_and_an_exact_resume(tiny
     assert resumed.resume()
     summary = resumed.run(progress=False)
     last, expected = summary["history"][-1], clean_summary["history"][-1]
-    assert last["step"] == 2
+    assert last["step"] == 3
     for key in ("reward_mean", "loss", "kl", "tokens", "episode/turns_mean", "episode/sampled_token_share"):
         assert last[key] == expected[key], key
     a, b = clean.train_engine.export_weights(), resumed.train_engine.export_weights()
@@ -621,7 +621,7 @@ def test_a_resumed_pending_rollout_is_scored_against_the_environments_first_mess
     prompts = [p for line in seen.read_text().splitlines() for p in json.loads(line)]
     assert prompts and all(p == asked for p in prompts), prompts[:2]
     logged = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
-    assert 1 in {r["step"] for r in logged} and all(r["prompt"] == asked for r in logged), logged[-1]
+    assert 2 in {r["step"] for r in logged} and all(r["prompt"] == asked for r in logged), logged[-1]
 
 
 def test_environment_rewards_no_reward_reads_are_warned_about_once(tiny_model_dir, tmp_path):
@@ -680,14 +680,15 @@ def test_the_completions_log_shows_whole_episodes(tiny_model_dir, tmp_path):
         "eval": {"count": 2, "reward": "environment"},
     })
     summary = Trainer(config).run(progress=False)
-    assert 0.0 <= summary["eval_after"]["eval_tool_call_share"] <= 1.0  # held-out episodes
+    assert 0.0 <= summary["eval_after"]["eval/tool_call_share"] <= 1.0  # held-out episodes
     evals = [_json.loads(line) for line in (tmp_path / "run" / "eval_completions.jsonl").read_text().splitlines()]
     assert evals and all(isinstance(r["completion"], list) and "tool_calls" in r for r in evals)
     records = [_json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
     assert records and all(isinstance(r["completion"], list) for r in records)
     assert any(len(r["completion"]) > 1 and r["completion"][1]["role"] == "user" for r in records)
     assert all(r["completion"][0]["role"] == "assistant" for r in records)
-    line = _json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    line = _json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[1])  # after the eval line
+    assert line["step"] == 1
     assert line["clip_ratio/region_mean"] == line["clip_fraction"]  # TRL's names for the clip regions
     assert line["clip_ratio/low_mean"] == line["clip_low_fraction"]
     assert line["clip_ratio/high_mean"] == line["clip_high_fraction"]
@@ -775,7 +776,7 @@ def test_environment_code_that_exits_or_hangs_ends_its_episodes_and_the_cli_run_
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "error:" not in proc.stderr
     lines = metric_steps(out)
-    assert [m["step"] for m in lines] == [0, 1]
+    assert [m["step"] for m in lines] == [1, 2]
     assert all(m["episode/env_error_share"] == pytest.approx(0.5) and not m.get("skipped") for m in lines)
     expected = {"sys_exit": "SystemExit(0)", "keyboard_interrupt": "KeyboardInterrupt",
                 "stuck": "step did not return within 3 s"}[mode]
@@ -855,7 +856,10 @@ def test_evaluation_episodes_leave_the_training_failure_streak_alone(tiny_model_
         trainer.run(progress=False)
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len([m for m in lines if "episode/env_error_share" in m]) == MAX_FAILED_ROLLOUTS
-    assert all(m["eval_accuracy"] == 1.0 for m in lines if "eval_accuracy" in m)
+    # every evaluation scored its episodes (an episode whose reset failed is unscored: null), before
+    # training and after each step (this read eval_accuracy, a name the lines never had)
+    evaluated = [m for m in lines if "eval/accuracy" in m]
+    assert [m["step"] for m in evaluated] == [0, 1, 2, 3] and all(m["eval/accuracy"] is not None for m in evaluated)
 
 
 @pytest.mark.faults
@@ -877,5 +881,5 @@ def test_a_real_stop_signal_while_an_environment_step_hangs_stops_the_run_gracef
     assert seconds < 60
     assert "stop requested; finishing the current step" in stderr and "Traceback" not in stderr
     assert "step did not return within 4 s" in stderr
-    assert [m["step"] for m in metric_steps(out)] == [0]
+    assert [m["step"] for m in metric_steps(out)] == [1]
     assert (out / "checkpoints" / "step-00000001" / "COMPLETE").exists()

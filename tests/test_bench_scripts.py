@@ -22,13 +22,13 @@ def _bench(name: str):
 def _write_run(run: Path, rewards: list[float], correct_before: list[bool], correct_after: list[bool],
                with_mismatch: bool) -> None:
     run.mkdir()
-    lines = []
-    for step, reward in enumerate(rewards):
+    lines = [json.dumps({"step": 0, "phase": "before", "eval/accuracy": 0.25})]  # an eval line, no reward
+    for step, reward in enumerate(rewards, start=1):
         m = {"step": step, "reward_mean": reward, "time/step": 2.0}
         if with_mismatch:
-            m.update(mismatch_abs=0.5 + step, mismatch_over=0.25, mismatch_corrected=0.1, mismatch_kl=0.2)
+            m.update(mismatch_abs=step - 0.5, mismatch_over=0.25, mismatch_corrected=0.1, mismatch_kl=0.2)
         lines.append(json.dumps(m))
-    lines.append(json.dumps({"step": len(rewards) - 1, "eval_accuracy": 0.5}))  # an eval line, no reward
+    lines.append(json.dumps({"step": len(rewards), "phase": "after", "eval/accuracy": 0.5}))
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     evals = [{"phase": "before", "correct": c} for c in correct_before]
     evals += [{"phase": "after", "correct": c} for c in correct_after]

@@ -72,7 +72,7 @@ def crash_config(tmp_path: Path, tiny_model_dir: str, clean: Path | None = None,
 
 
 def assert_matches_clean(out: Path, clean: Path) -> None:
-    assert [m["step"] for m in metric_steps(out)] == list(range(8))  # each step exactly once
+    assert [m["step"] for m in metric_steps(out)] == list(range(1, 9))  # each step exactly once
     assert [m["reward_mean"] for m in metric_steps(out)] == [m["reward_mean"] for m in metric_steps(clean)]
     assert_same_weights(final_weights(clean), final_weights(out))
     assert ckpt.latest_checkpoint(out / "checkpoints").name == "step-00000008"
@@ -134,8 +134,8 @@ def test_kill_9_before_the_first_checkpoint_then_resume_starts_over_without_dupl
     assert not ckpt.complete_checkpoints(out / "checkpoints")
     resumed = train(config, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "no complete checkpoint found in" in resumed.stderr and "; starting from step 0" in resumed.stderr
-    assert [m["step"] for m in metric_steps(out)] == list(range(8))
+    assert "no complete checkpoint found in" in resumed.stderr and "; starting from the first step" in resumed.stderr
+    assert [m["step"] for m in metric_steps(out)] == list(range(1, 9))
     assert [m["reward_mean"] for m in metric_steps(out)] == [m["reward_mean"] for m in metric_steps(clean_run)]
     assert_same_weights(final_weights(clean_run), final_weights(out))
 
@@ -225,7 +225,7 @@ def test_missing_optimizer_state_is_an_error_unless_weights_only(tiny_model_dir,
     resumed = train(config, "--resume-weights-only")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed weights only: optimizer and RNG start fresh" in resumed.stderr
-    assert [m["step"] for m in metric_steps(out)] == list(range(8))  # continued at step 3, once each
+    assert [m["step"] for m in metric_steps(out)] == list(range(1, 9))  # continued at step 3, once each
     assert metric_steps(out)[:3] == metric_steps(clean_run)[:3]
 
 
@@ -267,7 +267,7 @@ def test_changed_lr_and_steps_at_resume_are_logged_by_the_cli(tiny_model_dir, tm
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "config changed at resume: optimizer.lr 0.001 -> 0.002" in resumed.stderr
     assert "config changed at resume: train.steps 8 -> 5" in resumed.stderr
-    assert [m["step"] for m in metric_steps(out)] == list(range(5))
+    assert [m["step"] for m in metric_steps(out)] == list(range(1, 6))
 
 
 def test_a_resume_past_train_steps_and_stray_metrics_lines_are_warned_about(tiny_model_dir, tmp_path, clean_run):
@@ -281,7 +281,7 @@ def test_a_resume_past_train_steps_and_stray_metrics_lines_are_warned_about(tiny
     assert "the checkpoint is at step 4, at or past train.steps = 3: nothing is left to train" in resumed.stderr
     assert "--steps 14" in resumed.stderr
     assert "1 line(s) of metrics.jsonl are not step records polyrl wrote; dropped" in resumed.stderr
-    assert [m["step"] for m in metric_steps(out)] == list(range(4))
+    assert [m["step"] for m in metric_steps(out)] == list(range(1, 5))
 
 
 def test_a_resume_into_a_folder_that_does_not_exist_says_so(tiny_model_dir, tmp_path, clean_run):
@@ -289,7 +289,7 @@ def test_a_resume_into_a_folder_that_does_not_exist_says_so(tiny_model_dir, tmp_
     nowhere = tmp_path / "typo"
     resumed = train(config, "--resume", "--output-dir", str(nowhere), "--steps", "1")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert (f"no complete checkpoint found in {nowhere} (the folder did not exist); starting from step 0. "
+    assert (f"no complete checkpoint found in {nowhere} (the folder did not exist); starting from the first step. "
             "If a run should be there, check train.output_dir / --output-dir") in resumed.stderr
 
 
@@ -314,7 +314,7 @@ def test_a_config_change_that_breaks_exactness_is_refused(tiny_model_dir, tmp_pa
         trainer.resume()
     assert caught.value.field == field and caught.value.message.count(" -> ") == 1  # that change alone
     trainer.lock.release()
-    assert [m["step"] for m in metric_steps(out)] == list(range(8))  # nothing was touched (copied run)
+    assert [m["step"] for m in metric_steps(out)] == list(range(1, 9))  # nothing was touched (copied run)
 
 
 def test_a_refused_config_change_is_one_error_line_from_the_cli(tiny_model_dir, tmp_path, clean_run):
@@ -354,7 +354,7 @@ def test_a_resume_on_another_train_backend_is_refused_before_any_engine_loads(ti
 
     with open(out / LOCK_FILE, "a") as lock:  # the early check let go of the output_dir
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    assert [m["step"] for m in metric_steps(out)] == list(range(8))  # nothing was touched (copied run)
+    assert [m["step"] for m in metric_steps(out)] == list(range(1, 9))  # nothing was touched (copied run)
 
 
 # --- one trainer per output_dir -------------------------------------------------------------------
@@ -421,7 +421,7 @@ def test_disk_full_during_a_checkpoint_is_one_error_and_keeps_the_last_good_one(
         assert ckpt.verify(out / "checkpoints" / "step-00000001") is None
         assert_same_weights(checkpoint_weights(clean_run / "checkpoints" / "step-00000001"),
                             checkpoint_weights(out / "checkpoints" / "step-00000001"))
-        assert [m["step"] for m in metric_steps(out)] == [0, 1]
+        assert [m["step"] for m in metric_steps(out)] == [1, 2]
 
 
 def test_disk_full_while_writing_metrics_is_one_error(tiny_model_dir, tmp_path, monkeypatch):
@@ -557,7 +557,7 @@ def _leave_a_finished_run(out: Path, tag: str) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "weights").write_text(tag)
         (folder / "config.json").write_text("{}")  # an exported model is a HF model folder
-    (out / "metrics.jsonl").write_text(f'{{"step": 0, "tag": "{tag}"}}\n')
+    (out / "metrics.jsonl").write_text(f'{{"step": 1, "tag": "{tag}"}}\n')
 
 
 def _set_aside(out: Path) -> list[str]:
@@ -612,7 +612,7 @@ def test_keep_previous_runs_0_deletes_the_earlier_run_once_this_run_saved_a_trai
     with capture_logs() as logs:
         assert trainer.run(progress=False)["steps"] == 1
     assert list((out / "previous").iterdir()) == []
-    assert [m["step"] for m in metric_steps(out)] == [0] and "tag" not in metric_steps(out)[0]
+    assert [m["step"] for m in metric_steps(out)] == [1] and "tag" not in metric_steps(out)[0]
     assert (out / "model" / "model.safetensors").exists()  # this run's own model
     started = [e for e in logs if "moved aside and is deleted" in e["event"]]
     assert len(started) == 1 and "train.keep_previous_runs = 0" in started[0]["event"]
@@ -644,7 +644,7 @@ def test_starts_that_fail_before_training_never_cost_a_finished_run(tiny_model_d
     kept = earlier_runs(out / "previous")
     assert len(kept) == 1
     assert_same_weights(finished, final_weights(kept[0]))
-    assert [m["step"] for m in metric_steps(kept[0])] == [0] and (kept[0] / "model" / "model.safetensors").exists()
+    assert [m["step"] for m in metric_steps(kept[0])] == [1] and (kept[0] / "model" / "model.safetensors").exists()
 
 
 def test_files_polyrl_did_not_write_are_never_moved_aside(tiny_model_dir, tmp_path):
@@ -798,10 +798,10 @@ def test_a_same_step_re_save_killed_between_its_renames_is_put_back_at_resume(
     resumed = train(config, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "re-save was cut short: put back" in resumed.stderr
-    assert "starting from step 0" not in resumed.stderr and "nothing is left to train" in resumed.stderr
+    assert "starting from the first step" not in resumed.stderr and "nothing is left to train" in resumed.stderr
     assert ckpt.latest_checkpoint(root).name == "step-00000008"
     assert not any(root.glob(".old-step-*"))
-    assert [m["step"] for m in metric_steps(out)] == list(range(8))
+    assert [m["step"] for m in metric_steps(out)] == list(range(1, 9))
     assert_same_weights(final_weights(clean_run), final_weights(out))
 
 

@@ -56,7 +56,8 @@ def _polyrl(*args: str) -> subprocess.CompletedProcess:
 
 
 def _metrics(out: Path) -> list[dict]:
-    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    """The training steps' lines of metrics.jsonl (not the evaluation lines before and after training)."""
+    return [m for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "phase" not in m]
 
 
 @pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean --masks",
@@ -177,14 +178,14 @@ def test_polyrl_launch_with_fsdp_trains_evaluates_checkpoints_and_resumes_in_one
         '[optimizer]\nlr = 1e-3\nmicro_batch_size = 4\n[eval]\ncount = 3\nreward = "numeric_match"\n'))
     launched = _polyrl("launch", "--nproc-per-node", "2", str(config))
     summary = json.loads(launched.stdout)  # printed once, by rank 0
-    assert summary["steps"] == 3 and summary["eval_after"]["eval_count"] == 3
+    assert summary["steps"] == 3 and summary["eval_after"]["eval/count"] == 3
     assert launched.stderr.count("checkpoint saved") == 3  # once per step, the final one not twice
     lines = _metrics(out)
-    assert [m["step"] for m in lines] == [0, 1, 2]
+    assert [m["step"] for m in lines] == [1, 2, 3]
     assert all(m["samples_kept"] == 12 and np.isfinite(m["loss"]) for m in lines)
     assert len({round(m["loss"], 6) for m in lines}) == 3
     _polyrl("train", str(config), "--resume", "--steps", "4", "--no-progress")
-    assert [m["step"] for m in _metrics(out)] == [0, 1, 2, 3]
+    assert [m["step"] for m in _metrics(out)] == [1, 2, 3, 4]
 
 
 @TWO_CPUS
@@ -197,12 +198,12 @@ def test_polyrl_launch_two_ranks_writes_once_and_resumes_on_one_process(tiny_mod
         '[optimizer]\nlr = 1e-3\n'))
     _polyrl("launch", "--nproc-per-node", "2", str(config))
     lines = _metrics(out)
-    assert [m["step"] for m in lines] == [0, 1, 2]  # written once, by rank 0
+    assert [m["step"] for m in lines] == [1, 2, 3]  # written once, by rank 0
     assert all(m["samples_kept"] == 16 for m in lines)  # the global batch: 4 prompts x 4
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
         "step-00000002", "step-00000003"]  # keep_checkpoints = 2, no stray temp dirs
     _polyrl("train", str(config), "--resume", "--steps", "4", "--no-progress")
-    assert [m["step"] for m in _metrics(out)] == [0, 1, 2, 3]
+    assert [m["step"] for m in _metrics(out)] == [1, 2, 3, 4]
 
 
 LAUNCH_CONFIG = ('[model]\npath = "tiny-llama"\n[data]\ntask = "arithmetic"\n[[rewards]]\nname = "numeric_match"\n'
@@ -419,8 +420,8 @@ def test_a_rank_leaving_while_its_peer_waits_in_a_collective_exits(tmp_path):
 @pytest.mark.faults
 @pytest.mark.slow  # two launched ranks: 12-20 s
 def test_a_reward_failing_on_one_rank_stops_every_rank_together_with_the_state_saved(tiny_model_dir, tmp_path):
-    """Rank 1's reward raises at step 1: both ranks stop there with the same error line (rank 0 sat
-    in the next all_gather forever), and the state before step 1 is checkpointed collectively, as in
+    """Rank 1's reward raises at step 2: both ranks stop there with the same error line (rank 0 sat
+    in the next all_gather forever), and the state before step 2 is checkpointed collectively, as in
     one process. FSDP with an eval set of one row: rank 1 has no eval prompt but takes part in the
     sharded generator's weight gather (it skipped it: a gloo collective mismatch aborted the run)."""
     (tmp_path / "flaky.py").write_text(
@@ -442,7 +443,8 @@ def test_a_reward_failing_on_one_rank_stops_every_rank_together_with_the_state_s
     assert done.returncode == 2 and len(errors) == 1, done.stderr[-3000:]  # one line, not one per rank
     assert "on rank 1 of 2" in errors[0] and "the grader is down on rank 1" in errors[0]
     assert "Traceback" not in done.stderr and "torchrun's own is in" in done.stderr
-    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [0]
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [(m["step"], m.get("phase")) for m in lines] == [(0, "before"), (1, None)]  # written once, by rank 0
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000001"]
 
 
@@ -558,9 +560,9 @@ def test_launched_episodes_whose_turns_differ_by_rank_train_to_the_end(tiny_mode
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert done.returncode == 0 and not errors, done.stderr[-3000:]
     summary = json.loads(done.stdout)
-    assert summary["steps"] == steps and summary["eval_after"]["eval_count"] == 1
+    assert summary["steps"] == steps and summary["eval_after"]["eval/count"] == 1
     lines = _metrics(out)
-    assert [m["step"] for m in lines] == list(range(steps))
+    assert [m["step"] for m in lines] == list(range(1, steps + 1))
     trained = [m for m in lines if not m.get("skipped")]
     assert trained and all(np.isfinite(m["loss"]) for m in trained)
     assert max(m["episode/turns_mean"] for m in lines) > 1  # rank 0's (rank 1's are 1 turn, or none)
@@ -614,7 +616,7 @@ def test_a_rank_stuck_outside_the_rewards_stops_the_launch_at_the_collective_tim
     assert time.monotonic() - t0 < 170
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert done.returncode == 2 and len(errors) == 1, done.stderr[-3000:]
-    assert errors[0].startswith("error: train.collective_timeout_s: rank 0 of 2 waited 10 s in all_gather during step 0"), errors
+    assert errors[0].startswith("error: train.collective_timeout_s: rank 0 of 2 waited 10 s in all_gather during step 1"), errors
     assert "--set train.collective_timeout_s=" in errors[0]
     assert "Traceback" not in done.stderr and "torchrun's own is in" in done.stderr
 
@@ -660,7 +662,7 @@ def test_a_timeout_inside_fsdps_own_collectives_is_the_same_one_line_naming_the_
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
     assert errors[0].startswith("error: train.collective_timeout_s: rank 0 of 2 waited 10 s in FSDP's all_gather/reduce_scatter of train_step "
-                                "during step 0"), errors
+                                "during step 1"), errors
     assert "--set train.collective_timeout_s=" in errors[0] and "Traceback" not in proc.stderr
 
 
@@ -708,7 +710,7 @@ def test_a_launched_run_logs_the_whole_batch_once_as_one_process_does(tiny_model
                               limit_s=240)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = _metrics(out)
-    assert [m["step"] for m in lines] == [0, 1]
+    assert [m["step"] for m in lines] == [1, 2]
     records = [json.loads(x) for x in (out / "completions.jsonl").read_text().splitlines()]
     for m in lines:  # every completion of the step is in the log (8 = 4 prompts x 2)
         mine = [r for r in records if r["step"] == m["step"]]
@@ -724,7 +726,7 @@ def test_a_launched_run_logs_the_whole_batch_once_as_one_process_does(tiny_model
     acc = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0})
     acc.Reload()
     for tag in ("episode/turns_mean", "reward_mean", "loss", "tokens_per_s", "num_tokens", "rewards/environment/mean"):
-        assert [e.step for e in acc.Scalars(tag)] == [0, 1], tag
+        assert [e.step for e in acc.Scalars(tag)] == [1, 2], tag
     # TRL's num_tokens counts every rank's prompt and sampled tokens, cumulatively
     assert 0 < lines[0]["num_tokens"] < lines[1]["num_tokens"] == acc.Scalars("num_tokens")[1].value
     assert acc.Scalars("episode/turns_mean")[1].value == pytest.approx(lines[1]["episode/turns_mean"], rel=1e-6)

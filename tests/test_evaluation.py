@@ -131,11 +131,14 @@ def test_tiny_model_run_writes_eval_lines_completions_and_step_metrics(tiny_mode
 
     out = tmp_path / "run"
     summary = Trainer(_config(tiny_model_dir, out)).run(progress=False)
-    lines = _lines(out / "metrics.jsonl")
+    every = _lines(out / "metrics.jsonl")
     records = _lines(out / evaluation.COMPLETIONS_FILE)
-    assert [x["step"] for x in lines] == [0, 1]
-    for after_steps, line in enumerate(lines, start=1):
-        _check_against_records(line, records, after_steps)
+    # the evaluation before training on a line of its own at step 0; the one after training is the
+    # last step's (the same weights), not run again
+    assert [(x["step"], x.get("phase")) for x in every] == [(0, "before"), (1, None), (2, None)]
+    lines = every[1:]
+    for line in lines:
+        _check_against_records(line, records, line["step"])
         lengths = (line["completions/min_length"], line["completions/mean_length"], line["completions/max_length"])
         assert 1 <= lengths[0] <= lengths[1] <= lengths[2] <= 6
         assert 0 <= line["completions/clipped_ratio"] <= 1 and 0 <= line["frac_reward_zero_std"] <= 1
@@ -144,9 +147,9 @@ def test_tiny_model_run_writes_eval_lines_completions_and_step_metrics(tiny_mode
         if not line.get("skipped"):
             assert line["perf/train_tokens_per_s"] > 0
     assert {r["phase"] for r in records} == {"before", "during"}  # after == the last step's: reused
-    assert summary["eval_after"] == {k.replace("eval/", "eval_"): v for k, v in lines[-1].items()
-                                     if k.startswith("eval/")}
-    assert summary["eval_before"]["eval_count"] == 3 and "eval_pass@2" in summary["eval_before"]
+    assert summary["eval_after"] == {k: v for k, v in lines[-1].items() if k.startswith("eval/")}
+    assert summary["eval_before"] == {k: v for k, v in every[0].items() if k.startswith("eval/")}
+    assert summary["eval_before"]["eval/count"] == 3 and "eval/pass@2" in summary["eval_before"]
     assert all(isinstance(r["completion"], str) and isinstance(r["prompt"], (str, list)) for r in records)
 
 
@@ -161,13 +164,13 @@ def test_resume_rewinds_eval_completions_with_the_metrics(tiny_model_dir, tmp_pa
     trainer.run(progress=False)
     again = _lines(out / evaluation.COMPLETIONS_FILE)
     lines = _lines(out / "metrics.jsonl")
-    assert [x["step"] for x in lines] == [0, 1]
+    assert [(x["step"], x.get("phase")) for x in lines] == [(0, "before"), (1, None), (2, None)]
     count = {(r["phase"], r["after_steps"]): 0 for r in again}
     for r in again:
         count[(r["phase"], r["after_steps"])] += 1
     assert count == {("before", 0): 15, ("during", 1): 15, ("during", 2): 15}
     assert again[:30] == first[:30]  # the kept lineage is untouched
-    _check_against_records(lines[1], again, 2)
+    _check_against_records(lines[2], again, 2)
 
 
 @pytest.mark.faults
@@ -200,7 +203,8 @@ def test_a_stop_request_during_a_mid_run_evaluation_keeps_the_trained_step(tiny_
         release.set()
     lines = _lines(tmp_path / "run" / "metrics.jsonl")
     assert summary["steps"] == 1 and summary.get("stopped_early") and "eval_after" not in summary
-    assert [x["step"] for x in lines] == [0] and not any(k.startswith("eval/") for k in lines[0])
+    assert [(x["step"], x.get("phase")) for x in lines] == [(0, "before"), (1, None)]
+    assert not any(k.startswith("eval/") for k in lines[1])
     assert summary["checkpoint"].endswith("step-00000001")
 
 

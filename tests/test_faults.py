@@ -113,7 +113,7 @@ def test_isolated_non_finite_steps_are_skipped_and_the_run_goes_on(toy, tmp_path
     summary = Trainer(toy_config(tmp_path, backend="faulty"), extra_plugins=(NonFiniteSteps({2, 5}).plugin,)).run(progress=False)
     assert summary["steps"] == 8
     skipped = [m["step"] for m in metric_steps(tmp_path / "run") if m.get("skipped")]
-    assert skipped == [1, 4]
+    assert skipped == [2, 5]
 
 
 def test_too_many_non_finite_steps_in_a_row_stop_with_a_fix(toy, tmp_path):
@@ -184,7 +184,7 @@ def test_steps_no_reward_scored_count_only_in_a_row(toy, tmp_path):
                         max_consecutive_skips=3)
     summary = Trainer(config).run(progress=False)
     assert summary["steps"] == 8
-    assert [m["step"] for m in summary["history"] if m["skipped"]] == [0, 1, 3, 4, 6, 7]
+    assert [m["step"] for m in summary["history"] if m["skipped"]] == [1, 2, 4, 5, 7, 8]
 
 
 def test_equal_reward_groups_under_dynamic_sampling_never_stop_the_run(toy, tmp_path):
@@ -492,8 +492,8 @@ def test_a_fresh_start_sets_the_earlier_runs_tensorboard_files_aside_with_the_re
     Trainer(config).run(progress=False)
     Trainer(attrs.evolve(config, train=attrs.evolve(config.train, steps=1))).run(progress=False)
     [aside] = (tmp_path / "run" / "previous").iterdir()
-    assert scalars(tmp_path / "run" / "tensorboard") == [0]
-    assert scalars(aside / "tensorboard") == [0, 1] and (aside / "checkpoints").is_dir()
+    assert scalars(tmp_path / "run" / "tensorboard") == [1]
+    assert scalars(aside / "tensorboard") == [1, 2] and (aside / "checkpoints").is_dir()
 
 
 def test_a_model_folder_changed_in_place_since_the_checkpoint_is_refused_at_resume(toy, tmp_path):

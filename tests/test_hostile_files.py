@@ -131,7 +131,7 @@ def _report_error(run: Path, capsys) -> str:
 
 @pytest.mark.parametrize("name", ["metrics.jsonl", "eval_completions.jsonl"])
 def test_a_fifo_in_a_run_folder_is_refused_not_read_or_called_missing(tmp_path, capsys, name):
-    (tmp_path / "metrics.jsonl").write_text(_steps(0, 1))
+    (tmp_path / "metrics.jsonl").write_text(_steps(1, 2))
     (tmp_path / name).unlink(missing_ok=True)
     os.mkfifo(tmp_path / name)
     line = _report_error(tmp_path, capsys)
@@ -148,7 +148,7 @@ def test_a_metrics_file_past_the_limit_is_refused_with_its_size(tmp_path, capsys
     from polyrl import report
 
     monkeypatch.setattr(report, "MAX_METRICS_BYTES", 2**20)
-    (tmp_path / "metrics.jsonl").write_text(_steps(*range(40_000)))  # ~1.1 MiB
+    (tmp_path / "metrics.jsonl").write_text(_steps(*range(1, 40_001)))  # ~1.1 MiB
     line = _report_error(tmp_path, capsys)
     assert "metrics.jsonl" in line and "MiB, more than polyrl report reads (1 MiB" in line
 
@@ -157,10 +157,10 @@ def test_a_line_past_the_limit_is_counted_unreadable_without_being_held(tmp_path
     from polyrl import report
 
     monkeypatch.setattr(report, "MAX_LINE_BYTES", 1000)
-    huge = json.dumps({"step": 1, "loss": 2.0, "pad": "x" * 5000})
-    (tmp_path / "metrics.jsonl").write_text(_steps(0) + huge + "\n" + _steps(2))
+    huge = json.dumps({"step": 2, "loss": 2.0, "pad": "x" * 5000})
+    (tmp_path / "metrics.jsonl").write_text(_steps(1) + huge + "\n" + _steps(3))
     run = report.load_run(tmp_path)
-    assert [line["step"] for line in run.lines] == [0, 2]
+    assert [line["step"] for line in run.lines] == [1, 3]
     assert len(run.warnings) == 1 and "1 unreadable line" in run.warnings[0] and "line 2" in run.warnings[0]
 
 
@@ -169,7 +169,7 @@ def test_only_the_scores_of_the_evaluations_before_and_after_training_are_kept(t
     texts of a file that grows with every evaluation are streamed past, not held."""
     from polyrl.report import load_run
 
-    (tmp_path / "metrics.jsonl").write_text(_steps(0, 1))
+    (tmp_path / "metrics.jsonl").write_text(_steps(1, 2))
     records = [{"phase": "before", "greedy": True, "reward": 1.0},
                *({"phase": "during", "greedy": True, "reward": 0.5, "completion": "z" * 100} for _ in range(50)),
                {"phase": "after", "after_steps": 2, "greedy": True, "reward": 0.0, "completion": "y" * 100},

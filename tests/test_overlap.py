@@ -119,7 +119,7 @@ def test_overlap_resume_trains_on_the_pending_rollout_and_continues_exactly(tiny
     summary = resumed.run(progress=False)
     tail = summary["history"][-3:]
     expected = clean_summary["history"][2:]
-    assert [m["step"] for m in tail] == [2, 3, 4]
+    assert [m["step"] for m in tail] == [3, 4, 5]
     assert [m["policy_lag"] for m in tail] == [1, 1, 1]
     for key in ("reward_mean", "loss", "completion_len_mean"):
         assert [m[key] for m in tail] == [m[key] for m in expected], key
@@ -132,7 +132,7 @@ def test_overlap_resume_trains_on_the_pending_rollout_and_continues_exactly(tiny
     on_policy = Trainer(overlap_config(tiny_model_dir, tmp_path / "crash", overlap=False, steps=3))
     assert on_policy.resume(saved)
     step = on_policy.train_one_step()
-    assert step["policy_lag"] == 0 and step["step"] == 2
+    assert step["policy_lag"] == 0 and step["step"] == 3
 
 
 def test_overlap_rejects_a_backend_that_cannot_generate_concurrently(tmp_path, monkeypatch):

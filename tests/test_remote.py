@@ -647,7 +647,7 @@ def test_a_failed_weight_push_keeps_the_trained_steps_in_a_checkpoint(hostile, t
     trainer = Trainer(config)
     with pytest.raises(PluginError, match="was unavailable for /polyrl/weights"):
         trainer.run(progress=False)
-    assert trainer.step == 2  # step 1 trained before its push failed, and is recorded
+    assert trainer.step == 2  # step 2 trained before its push failed, and is recorded
     assert latest_checkpoint(trainer.checkpoint_root) == trainer.checkpoint_root / "step-00000002"
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["step"] for line in lines] == [0, 1]
+    assert [json.loads(line)["step"] for line in lines] == [1, 2]

@@ -60,7 +60,7 @@ def test_report_png_and_html_of_a_real_run(run_dir, tmp_path, capsys):
     assert embedded and base64.b64decode(embedded.group(1)) == data
     assert "http" not in text.replace("http-equiv", "")  # self-contained: nothing fetched
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert text.count("<tr>") == 1 + len(lines) == 4
+    assert text.count("<tr>") == 1 + len(lines) == 5  # the evaluation before training, then 3 steps
     assert "eval/pass@2" in text and "perf/peak_rss_mb" in text
     assert f"page: {page}" in capsys.readouterr().out
 
@@ -68,22 +68,24 @@ def test_report_png_and_html_of_a_real_run(run_dir, tmp_path, capsys):
 def test_panels_follow_the_metrics_the_run_has(run_dir):
     run = load_run(run_dir)
     lines, records = run.lines, run.records
-    data = series(lines, records)
+    data = series(lines, records, run.evals)
     titles = [p.title for p, _ in panels_for(data)]
     for wanted in ("reward", "evaluation", "KL to reference", "entropy", "completion length (tokens)",
                    "throughput (tokens/s)"):
         assert wanted in titles
     accuracy = data["eval/accuracy"]
-    assert [x for x, _ in accuracy] == [0.0, 1.0, 2.0, 3.0]  # before training, then after each update
-    before = [r for r in records if r["phase"] == "before"]
+    assert [x for x, _ in accuracy] == [0.0, 1.0, 2.0, 3.0]  # before training, then after each step
+    assert records == [] and [line["phase"] for line in run.evals] == ["before"]  # metrics.jsonl has them all
+    saved = [json.loads(x) for x in (run_dir / "eval_completions.jsonl").read_text().splitlines()]
+    before = [r for r in saved if r["phase"] == "before"]
     assert accuracy[0][1] == pytest.approx(sum(r["reward"] for r in before if r["greedy"]) / 2)
     for key in ("eval/pass@1", "eval/pass@2", "eval/sampled_reward_mean"):
-        assert data[key][0][0] == 0.0 and len(data[key]) == 4  # recomputed from the records
+        assert data[key][0] == (0.0, run.evals[0][key]) and len(data[key]) == 4
     throughput = next(keys for p, keys in panels_for(data) if p.title.startswith("throughput"))
     assert "perf/generate_tokens_per_s" in throughput and "tokens_per_s" not in throughput  # no duplicate
     # dropping a series drops its panel: skipped, not drawn empty
     stripped = [{k: v for k, v in line.items() if k != "kl" and not k.startswith("entropy")} for line in lines]
-    left = [p.title for p, _ in panels_for(series(stripped, records))]
+    left = [p.title for p, _ in panels_for(series(stripped, records, run.evals))]
     assert "KL to reference" not in left and "entropy" not in left
 
 
@@ -123,7 +125,7 @@ def _steps(*steps: int) -> list[str]:
 @pytest.mark.faults
 def test_a_deeply_nested_line_is_skipped_and_counted_not_a_traceback(tmp_path):
     deep = "[" * 100_000 + "]" * 100_000
-    (tmp_path / "metrics.jsonl").write_text("\n".join([*_steps(0), deep, *_steps(1), "not json", *_steps(2)]) + "\n")
+    (tmp_path / "metrics.jsonl").write_text("\n".join([*_steps(1), deep, *_steps(2), "not json", *_steps(3)]) + "\n")
     (tmp_path / "eval_completions.jsonl").write_text(deep + "\n" + json.dumps(
         {"phase": "before", "greedy": True, "reward": 1.0, "after_steps": 0}) + "\n")
     out = _report(tmp_path)
@@ -139,7 +141,7 @@ def test_a_deeply_nested_line_is_skipped_and_counted_not_a_traceback(tmp_path):
 
 @pytest.mark.faults
 def test_a_cut_short_last_line_is_named_as_a_run_stopped_mid_write(tmp_path):
-    (tmp_path / "metrics.jsonl").write_text("\n".join([*_steps(0, 1), '{"step": 2, "lo']))
+    (tmp_path / "metrics.jsonl").write_text("\n".join([*_steps(1, 2), '{"step": 3, "lo']))
     out = _report(tmp_path)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     warned = [x for x in out.stderr.splitlines() if "warning" in x]
@@ -150,11 +152,11 @@ def test_a_cut_short_last_line_is_named_as_a_run_stopped_mid_write(tmp_path):
 @pytest.mark.faults
 def test_steps_logged_twice_keep_the_later_line_and_bad_steps_are_counted(tmp_path):
     """A resumed run's steps after its checkpoint are logged again: the later line is this lineage's."""
-    lines = [*_steps(0, 1), json.dumps({"step": 1, "loss": 9.0}), json.dumps({"step": "2", "loss": 3.0}),
-             json.dumps({"step": True, "loss": 3.0}), json.dumps({"step": 1.5, "loss": 3.0}), "[1, 2]", *_steps(2)]
+    lines = [*_steps(1, 2), json.dumps({"step": 2, "loss": 9.0}), json.dumps({"step": "2", "loss": 3.0}),
+             json.dumps({"step": True, "loss": 3.0}), json.dumps({"step": 1.5, "loss": 3.0}), "[1, 2]", *_steps(3)]
     (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     run = load_run(tmp_path)
-    assert [(x["step"], x["loss"]) for x in run.lines] == [(0, 1.0), (1, 9.0), (2, 3.0)]
+    assert [(x["step"], x["loss"]) for x in run.lines] == [(1, 2.0), (2, 9.0), (3, 4.0)]
     out = _report(tmp_path)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     warned = [x for x in out.stderr.splitlines() if "warning" in x]
@@ -165,7 +167,7 @@ def test_steps_logged_twice_keep_the_later_line_and_bad_steps_are_counted(tmp_pa
 
 def test_a_line_separator_inside_a_completion_does_not_split_its_record(tmp_path):
     """JSON written with ensure_ascii=False keeps U+2028 raw; only "\\n" ends a JSON line."""
-    (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(0)) + "\n")
+    (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(1)) + "\n")
     record = {"phase": "before", "greedy": True, "reward": 1.0, "completion": "a\u2028b\x85c\u2029d"}
     after = {"phase": "after", "after_steps": 1, "greedy": True, "reward": 0.0}
     (tmp_path / "eval_completions.jsonl").write_text(json.dumps(record, ensure_ascii=False) + "\n"
@@ -182,7 +184,7 @@ def test_a_line_separator_inside_a_completion_does_not_split_its_record(tmp_path
     (["--html", "{run}/page.html"], "--html: '{run}/page.html' is a directory"),
 ])
 def test_an_output_path_that_cannot_be_written_is_one_error_line_before_drawing(tmp_path, capsys, flags, words):
-    (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(0, 1)) + "\n")
+    (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(1, 2)) + "\n")
     (tmp_path / "page.html").mkdir()
     args = [f.format(run=tmp_path) for f in flags]
     assert main(["report", str(tmp_path), *args]) == 2
@@ -200,7 +202,7 @@ def test_an_output_path_that_cannot_be_written_is_one_error_line_before_drawing(
 def test_a_write_that_fails_while_drawing_is_one_error_line(tmp_path, capsys, flags, words):
     """/proc takes no new files: the write itself fails (as in a read-only folder or on a full
     disk), past the path checks; matplotlib's or the HTML write's OSError was a traceback."""
-    (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(0, 1)) + "\n")
+    (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(1, 2)) + "\n")
     assert main(["report", str(tmp_path), *flags]) == 2
     err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("error:")]
     assert len(err) == 1 and err[0].startswith(words) and "Fix: give" in err[0], err
@@ -210,9 +212,9 @@ def test_a_write_that_fails_while_drawing_is_one_error_line(tmp_path, capsys, fl
 def test_an_integer_past_float_range_is_left_out_not_a_traceback(tmp_path):
     """JSON allows any integer: one past float range in metrics.jsonl was an OverflowError
     traceback from the chart and the HTML table."""
-    lines = [*_steps(0), json.dumps({"step": 1, "loss": 10 ** 400, "reward_mean": 0.2}), *_steps(2)]
+    lines = [*_steps(1), json.dumps({"step": 2, "loss": 10 ** 400, "reward_mean": 0.2}), *_steps(3)]
     (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    assert series(load_run(tmp_path).lines, [])["loss"] == [(0.0, 1.0), (2.0, 3.0)]
+    assert series(load_run(tmp_path).lines, [])["loss"] == [(1.0, 2.0), (3.0, 4.0)]
     out = subprocess.run([sys.executable, "-m", "polyrl.cli", "report", str(tmp_path), "--html",
                           str(tmp_path / "r.html")], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
@@ -222,7 +224,7 @@ def test_an_integer_past_float_range_is_left_out_not_a_traceback(tmp_path):
 @pytest.mark.faults
 @pytest.mark.parametrize("name", ["metrics.jsonl", "eval_completions.jsonl"])
 def test_a_folder_where_a_metrics_file_belongs_is_named_as_a_folder(tmp_path, capsys, name):
-    (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(0, 1)) + "\n") if name != "metrics.jsonl" else None
+    (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(1, 2)) + "\n") if name != "metrics.jsonl" else None
     (tmp_path / name).mkdir()
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -235,7 +237,7 @@ def test_the_evaluations_before_and_after_training_are_drawn_without_eval_every(
     one after training have no step line, only their completion records."""
     from polyrl.report import load_run, series
 
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(4)))
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(1, 5)))
     records = [{"phase": "before", "after_steps": 0, "greedy": True, "reward": r, "completion": "x"} for r in (1, 0, 0, 0)]
     records += [{"phase": "after", "after_steps": 4, "greedy": True, "reward": r, "completion": "y"} for r in (1, 1, 1, 0)]
     (tmp_path / "eval_completions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -251,12 +253,12 @@ def test_dollar_signs_lone_surrogates_and_huge_steps_are_drawn_as_text_not_a_tra
     run = tmp_path / "run_$MODEL_$SEED"
     run.mkdir()
     lines = [json.dumps({"step": s, "loss": 1.0 + s, "time/$\\frac{a$": 0.5, "reward/\ud800/mean": 0.1 * s,
-                         "reward_mean": 0.1 * s}) for s in range(3)]
+                         "reward_mean": 0.1 * s}) for s in range(1, 4)]
     lines.append(json.dumps({"step": 10 ** 400, "loss": 9.0}))
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     assert main(["report", str(run)]) == 0, capsys.readouterr().err
     assert (run / "report.png").stat().st_size > 0
-    assert [line["step"] for line in load_run(run).lines] == [0, 1, 2]
+    assert [line["step"] for line in load_run(run).lines] == [1, 2, 3]
 
 
 @pytest.mark.faults
@@ -266,7 +268,7 @@ def test_a_report_that_cannot_be_written_keeps_the_previous_one(tmp_path, capsys
 
     import matplotlib.figure
 
-    (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(0, 1)) + "\n")
+    (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(1, 2)) + "\n")
     assert main(["report", str(tmp_path)]) == 0
     previous = (tmp_path / "report.png").read_bytes()
     capsys.readouterr()
@@ -311,8 +313,37 @@ def test_device_memory_is_drawn_beside_the_hosts(tmp_path):
     run.mkdir()
     (run / "metrics.jsonl").write_text("".join(
         json.dumps({"step": s, "reward_mean": 0.1 * s, "perf/peak_rss_mb": 2000.0 + s,
-                    "memory/device_peak_mb": 30000.0 + 10 * s}) + "\n" for s in range(3)))
+                    "memory/device_peak_mb": 30000.0 + 10 * s}) + "\n" for s in range(1, 4)))
     data = load_run(run)
     chosen = dict((p.title, keys) for p, keys in panels_for(series(data.lines, data.records)))
     assert chosen["peak memory (MiB)"] == ["memory/device_peak_mb", "perf/peak_rss_mb"]
     assert write_png(data, tmp_path / "r.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_a_run_numbered_from_0_by_an_earlier_polyrl_is_drawn_counting_the_steps_taken(tmp_path):
+    """Its line of step s held what today's line of step s + 1 holds (its evaluation after s + 1
+    steps included), and its evaluations before and after training were only completion records."""
+    lines = [{"step": s, "loss": 1.0 + s, **({"eval/accuracy": 0.5} if s == 1 else {})} for s in range(3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    records = [{"phase": "before", "after_steps": 0, "greedy": True, "reward": 0.25},
+               {"phase": "after", "after_steps": 3, "greedy": True, "reward": 1.0}]
+    (tmp_path / "eval_completions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    run = load_run(tmp_path)
+    assert [line["step"] for line in run.lines] == [1, 2, 3] and run.evals == []
+    assert len(run.warnings) == 1 and "numbered from 0" in run.warnings[0]
+    data = series(run.lines, run.records, run.evals)
+    assert data["loss"] == [(1.0, 1.0), (2.0, 2.0), (3.0, 3.0)]
+    assert data["eval/accuracy"] == [(0.0, 0.25), (2.0, 0.5), (3.0, 1.0)]
+
+
+def test_evaluation_lines_are_drawn_at_their_steps_beside_the_step_lines(tmp_path):
+    """The evaluations before and after training are lines of metrics.jsonl: the after one shares
+    the last step's number without replacing its line, and eval_completions.jsonl is not needed."""
+    lines = [{"step": 0, "phase": "before", "eval/accuracy": 0.25}, *({"step": s, "loss": 1.0 * s} for s in (1, 2)),
+             {"step": 2, "phase": "after", "eval/accuracy": 0.75}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (tmp_path / "eval_completions.jsonl").write_text(json.dumps({"phase": "before", "greedy": True, "reward": 9}) + "\n")
+    run = load_run(tmp_path)
+    assert run.lines == lines[1:3] and run.evals == [lines[0], lines[3]] and run.records == [] and not run.warnings
+    data = series(run.lines, run.records, run.evals)
+    assert data["eval/accuracy"] == [(0.0, 0.25), (2.0, 0.75)] and data["loss"] == [(1.0, 1.0), (2.0, 2.0)]

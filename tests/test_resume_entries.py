@@ -85,7 +85,7 @@ def test_the_api_resumes_when_given_resume_and_run(run_copy):
     config_path, out = run_copy
     config = RunConfig.from_toml(config_path, overrides=["train.steps=2"])
     summary = Trainer(config, resume="").run(progress=False)
-    assert summary["steps"] == 2 and [m["step"] for m in summary["history"]] == [0, 1]
+    assert summary["steps"] == 2 and [m["step"] for m in summary["history"]] == [1, 2]
     assert not (out / "previous").exists()  # nothing set aside: it continued
     assert (out / "checkpoints" / "step-00000002").is_dir()
 

@@ -178,7 +178,7 @@ def assert_resumes_to_the_end(tmp_path: Path, config: Path, out: Path) -> None:
     done = train(config, "--resume")
     assert done.returncode == 0, done.stderr[-3000:]
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [0, 1, 2, 3]
+    assert steps == [1, 2, 3, 4]
     assert (out / "checkpoints" / "step-00000004" / "COMPLETE").exists()
 
 

@@ -218,9 +218,9 @@ def test_completion_records_are_sampled_repeatably_and_redacted():
 
 def test_rewind_keeps_earlier_steps_from_their_last_writing(tmp_path):
     path = tmp_path / "completions.jsonl"
-    lines = [{"step": 0, "c": "a"}, {"step": 0, "c": "b"}, {"step": 1, "c": "dead"}, {"step": 2, "c": "dead"},
-             {"step": 1, "c": "new1"}, {"step": 1, "c": "new2"}, {"step": 2, "c": "later"}]
-    path.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"step": 3, "c": "cut sho')
+    lines = [{"step": 1, "c": "a"}, {"step": 1, "c": "b"}, {"step": 2, "c": "dead"}, {"step": 3, "c": "dead"},
+             {"step": 2, "c": "new1"}, {"step": 2, "c": "new2"}, {"step": 3, "c": "later"}]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"step": 4, "c": "cut sho')
     assert clog.rewind(path, 2) == 4
     kept = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["c"] for r in kept] == ["a", "b", "new1", "new2"]
@@ -237,24 +237,24 @@ def test_readable_keeps_significant_digits_of_small_numbers():
 
 @pytest.mark.faults
 def test_a_tracker_failing_mid_run_is_dropped_once_and_training_continues(tmp_path, tiny_model_dir, capsys):
-    good, bad = Recorder("good"), Recorder("bad", fail_at=1)
+    good, bad = Recorder("good"), Recorder("bad", fail_at=2)
     data = config_dict(tmp_path, tiny_model_dir, steps=3, report_to=["good", "bad"], completions_per_step=3)
     summary = Trainer(RunConfig.from_dict(data), extra_plugins=(good, bad)).run(progress=False)
     assert summary["steps"] == 3
-    assert [s for s, _ in good.metrics] == [0, 1, 2]
-    assert [s for s, _ in bad.metrics] == [0] and [s for s, _ in bad.completions] == [0]  # then dropped
+    assert [s for s, _ in good.metrics] == [1, 2, 3]
+    assert [s for s, _ in bad.metrics] == [1] and [s for s, _ in bad.completions] == [1]  # then dropped
     assert bad.closed and good.closed
     assert all(m["lr"] == 1e-5 and "reward_mean" in m for _, m in good.metrics)
-    assert [(s, len(r)) for s, r in good.completions] == [(0, 3), (1, 3), (2, 3)]
+    assert [(s, len(r)) for s, r in good.completions] == [(1, 3), (2, 3), (3, 3)]
     err = capsys.readouterr().err
     assert err.count("tracker 'bad' failed and was dropped") == 1 and "dashboard unreachable" in err
     # said again at the end (one warning scrolls away in a long run) and in the summary
-    assert "tracker 'bad' stopped receiving metrics at step 1" in err
-    assert summary["trackers_dropped"]["bad"]["at_step"] == 1 and "dashboard unreachable" in \
+    assert "tracker 'bad' stopped receiving metrics at step 2" in err
+    assert summary["trackers_dropped"]["bad"]["at_step"] == 2 and "dashboard unreachable" in \
         summary["trackers_dropped"]["bad"]["error"]
     assert "lr=1e-05" in err and "lr=0.0" not in err  # small numbers stay readable in the log lines
     records = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert [r["step"] for r in records] == [1, 1, 1, 2, 2, 2, 3, 3, 3]
     assert records == [r for _, rs in good.completions for r in rs]
     assert all(isinstance(r["completion"], str) and r["rewards"].keys() == {"digits"} for r in records)
 
@@ -264,17 +264,17 @@ def test_completions_log_is_rewound_on_resume(tmp_path, tiny_model_dir):
     Trainer(RunConfig.from_dict(data)).run(progress=False)
     path = tmp_path / "run" / "completions.jsonl"
     before = path.read_text().splitlines()
-    assert [json.loads(x)["step"] for x in before] == [0, 0, 1, 1]
-    # a crash after the step-2 checkpoint was due: lines of steps 2 and 3 exist but no checkpoint
+    assert [json.loads(x)["step"] for x in before] == [1, 1, 2, 2]
+    # a crash after the step-3 checkpoint was due: lines of steps 3 and 4 exist but no checkpoint
     with open(path, "a") as fh:
-        fh.write('{"step": 2, "completion": "lost"}\n{"step": 3, "completion": "lost"}\n{"step": 3, "com')
+        fh.write('{"step": 3, "completion": "lost"}\n{"step": 4, "completion": "lost"}\n{"step": 4, "com')
     data["train"]["steps"] = 3
     trainer = Trainer(RunConfig.from_dict(data))
     assert trainer.resume()
     trainer.run(progress=False)
     after = path.read_text().splitlines()
     assert after[:4] == before
-    assert [json.loads(x)["step"] for x in after] == [0, 0, 1, 1, 2, 2]
+    assert [json.loads(x)["step"] for x in after] == [1, 1, 2, 2, 3, 3]
     assert "lost" not in path.read_text()
 
 
@@ -496,7 +496,7 @@ from polyrl.tracking import TrackerSpec
 class Boom(BaseException):
     pass
 
-ACTS = {  # name: (method, what it does at step 0)
+ACTS = {  # name: (method, what it does at step 1, the first)
     "exit_log": ("log_metrics", lambda: sys.exit(4)),
     "base_completions": ("log_completions", lambda: (_ for _ in ()).throw(Boom("evil base"))),
     "kbi_log": ("log_metrics", lambda: (_ for _ in ()).throw(KeyboardInterrupt())),
@@ -508,8 +508,8 @@ ACTS = {  # name: (method, what it does at step 0)
 class Tracker:
     def __init__(self, name):
         self.method, self.act = ACTS[name]
-    def _maybe(self, method, step=0):
-        if method == self.method and step == 0:
+    def _maybe(self, method, step=1):
+        if method == self.method and step == 1:
             self.act()
     def log_metrics(self, metrics, step):
         self._maybe("log_metrics", step)
@@ -561,7 +561,7 @@ def test_cli_run_survives_trackers_that_exit_raise_base_exceptions_or_hang(tmp_p
     assert stderr.count("tracker 'hang_log' failed and was dropped") == 1
     assert "did not return within 3 s" in stderr and "SystemExit(4)" in stderr and "os._exit(9)" in stderr
     assert stderr.count("tracker 'exit_close' failed to close") == 1
-    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [0]
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1]
     assert (out / "checkpoints" / "step-00000001" / "COMPLETE").exists() and (out / "model").is_dir()
 
 

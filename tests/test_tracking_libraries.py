@@ -51,7 +51,7 @@ def run(tmp_path_factory, tiny_model_dir) -> tuple[Path, list[dict]]:
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     records = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [0, 0, 1, 1]
+    assert [r["step"] for r in records] == [1, 1, 2, 2]
     return out, records
 
 
@@ -70,19 +70,21 @@ def test_tensorboard_event_files_hold_scalars_and_completion_text(run):
     acc.Reload()
     assert {"reward_mean", "loss", "lr", "reward/digits/mean"} <= set(acc.Tags()["scalars"])
     lr = acc.Scalars("lr")
-    assert [e.step for e in lr] == [0, 1] and all(e.value == pytest.approx(1e-5) for e in lr)
+    assert [e.step for e in lr] == [1, 2] and all(e.value == pytest.approx(1e-5) for e in lr)
     text = acc.Tensors("completions")
-    assert [t.step for t in text] == [0, 1]
+    assert [t.step for t in text] == [1, 2]
     first = text[0].tensor_proto.string_val[0].decode()
     assert first.startswith("| step | prompt | completion |")
     assert len(first.strip().splitlines()) == 2 + 2  # header, rule, two records
     assert records[0]["finish_reason"] in first
-    # evaluations outside a step's line reach the tracker too: before training, after the last step
-    assert [e.step for e in acc.Scalars("eval_before/accuracy")] == [0]
-    assert [e.step for e in acc.Scalars("eval/accuracy")] == [STEPS - 1]
-    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else None
-    if summary is not None:
-        assert acc.Scalars("eval/accuracy")[0].value == pytest.approx(summary["eval_after"]["eval_accuracy"])
+    # evaluations outside a step's line reach the tracker too, at their metrics.jsonl lines' steps
+    # and under their names: before training at 0, after the last step at that step
+    evals = [line for line in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "phase" in line]
+    assert [(line["phase"], line["step"]) for line in evals] == [("before", 0), ("after", STEPS)]
+    accuracy = acc.Scalars("eval/accuracy")
+    assert [e.step for e in accuracy] == [0, STEPS]
+    assert [e.value for e in accuracy] == pytest.approx([line["eval/accuracy"] for line in evals])
+    assert not any(tag.startswith("eval_") for tag in acc.Tags()["scalars"])
 
 
 def test_wandb_offline_run_holds_history_and_completion_tables(run):
@@ -100,10 +102,13 @@ def test_wandb_offline_run_holds_history_and_completion_tables(run):
         record.ParseFromString(data)
         if record.WhichOneof("record_type") == "history":
             history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
-    assert [h["_step"] for h in history] == [0, 1]
-    assert all(h["lr"] == 1e-5 and "reward_mean" in h for h in history)
-    assert all(h["completions/_type"] == "table-file" and h["completions/nrows"] == 2 for h in history)
-    table = json.loads((run_dir / "files" / history[0]["completions/path"]).read_text())
+    assert [h["_step"] for h in history] == [0, 1, 2]  # the evaluation before training, then the steps
+    assert set(history[0]) >= {"eval/accuracy", "eval/pass@2"} and "lr" not in history[0]
+    steps = history[1:]
+    assert all(h["lr"] == 1e-5 and "reward_mean" in h for h in steps)
+    assert all(h["completions/_type"] == "table-file" and h["completions/nrows"] == 2 for h in steps)
+    assert "eval/accuracy" in steps[-1]  # the evaluation after training, at the last step
+    table = json.loads((run_dir / "files" / steps[0]["completions/path"]).read_text())
     assert table["data"] == table_rows(records[:2])
 
 
@@ -118,18 +123,17 @@ def test_mlflow_store_holds_metrics_params_and_completion_artifacts(run):
     assert found.info.run_name == "tracked" and found.info.status == "FINISHED"
     assert found.data.params["optimizer.lr"] == "1e-05"
     history = client.get_metric_history(found.info.run_id, "lr")
-    assert [(m.step, m.value) for m in history] == [(0, 1e-5), (1, 1e-5)]
-    assert [m.step for m in client.get_metric_history(found.info.run_id, "reward/digits/mean")] == [0, 1]
+    assert [(m.step, m.value) for m in history] == [(1, 1e-5), (2, 1e-5)]
+    assert [m.step for m in client.get_metric_history(found.info.run_id, "reward/digits/mean")] == [1, 2]
     # TRL's names too, but its "reward" would be a file where reward/... needs a folder: left out
-    assert [m.step for m in client.get_metric_history(found.info.run_id, "rewards/digits/mean")] == [0, 1]
-    assert [m.step for m in client.get_metric_history(found.info.run_id, "reward_mean")] == [0, 1]
+    assert [m.step for m in client.get_metric_history(found.info.run_id, "rewards/digits/mean")] == [1, 2]
+    assert [m.step for m in client.get_metric_history(found.info.run_id, "reward_mean")] == [1, 2]
     assert "reward" not in found.data.metrics
     # eval/pass@2 under a name MLflow takes, before training and after the last step
-    assert [m.step for m in client.get_metric_history(found.info.run_id, "eval_before/pass_at_2")] == [0]
-    assert [m.step for m in client.get_metric_history(found.info.run_id, "eval/pass_at_2")] == [STEPS - 1]
+    assert sorted(m.step for m in client.get_metric_history(found.info.run_id, "eval/pass_at_2")) == [0, STEPS]
     names = sorted(a.path for a in client.list_artifacts(found.info.run_id, "completions"))
-    assert names == ["completions/step_000000.json", "completions/step_000001.json"]
-    local = client.download_artifacts(found.info.run_id, "completions/step_000001.json", str(out / "dl"))
+    assert names == ["completions/step_000001.json", "completions/step_000002.json"]
+    local = client.download_artifacts(found.info.run_id, "completions/step_000002.json", str(out / "dl"))
     table = json.loads(Path(local).read_text())
     assert table["data"] == table_rows(records[2:])
 
@@ -152,9 +156,9 @@ def test_trackio_store_holds_metrics_and_completion_tables(run):
     runs, logs = json.loads(proc.stdout.strip().splitlines()[-1])
     assert runs == ["tracked"]
     scalars = [entry for entry in logs if "lr" in entry]
-    assert [(e["step"], e["lr"]) for e in scalars] == [(0, 1e-5), (1, 1e-5)]
+    assert [(e["step"], e["lr"]) for e in scalars] == [(1, 1e-5), (2, 1e-5)]
     tables = [entry for entry in logs if "completions" in entry]
-    assert [e["step"] for e in tables] == [0, 1]
+    assert [e["step"] for e in tables] == [1, 2]
     assert "_type" in json.dumps(tables[0]["completions"]) and records[0]["finish_reason"] in json.dumps(tables[0])
 
 
@@ -206,7 +210,7 @@ def test_a_run_that_fails_finishes_its_mlflow_run_as_failed(tmp_path, tiny_model
     client = MlflowClient(tracking_uri=(out / "mlruns").resolve().as_uri())
     (found,) = client.search_runs([client.get_experiment_by_name("polyrl-fail").experiment_id])
     assert found.info.run_name == "doomed" and found.info.status == "FAILED"
-    assert [m.step for m in client.get_metric_history(found.info.run_id, "loss")] == [0]
+    assert [m.step for m in client.get_metric_history(found.info.run_id, "loss")] == [1]
 
 
 def test_a_resumed_run_is_a_tracker_run_named_apart(toy, tmp_path):

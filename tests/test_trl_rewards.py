@@ -277,7 +277,7 @@ def test_trl_reward_shapes_train_end_to_end(tiny_model_dir, tmp_path, kind):
     })
     summary = Trainer(config).run(progress=False)
     history = summary["history"]
-    assert [m["step"] for m in history] == [0, 1]
+    assert [m["step"] for m in history] == [1, 2]
     for spec in specs:
         name = spec.rsplit(":", 1)[1]
         assert all(f"reward/{name}/mean" in m for m in history), (name, sorted(history[0]))
@@ -675,4 +675,4 @@ def test_evaluation_rewards_get_the_live_trainer_state(toy, tmp_path):
     trained = [step for n, step, _ in calls if n == 2]  # 1 prompt x 2 samples
     assert trained == [0, 1, 2] and evaluations[0] == 0 and evaluations[1:4] == [1, 2, 3], calls
     assert {most for _, _, most in calls} == {3}
-    assert summary["history"][-1]["step"] == 2
+    assert summary["history"][-1]["step"] == 3

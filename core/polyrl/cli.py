@@ -272,7 +272,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             resumed = trainer.resume(args.resume or None, weights_only=args.resume_weights_only)
             if not resumed:
                 print(f"no complete checkpoint found in {where}"
-                      f"{'' if existed else ' (the folder did not exist)'}; starting from step 0. "
+                      f"{'' if existed else ' (the folder did not exist)'}; starting from the first step. "
                       "If a run should be there, check train.output_dir / --output-dir", file=sys.stderr)
         try:
             summary = trainer.run(progress=not args.no_progress)

@@ -40,23 +40,19 @@ def mean_pass_at_k(scores: np.ndarray, samples: int, k: int, threshold: float) -
 
 def eval_metrics(greedy: np.ndarray, sampled: np.ndarray | None, samples: int, k: int,
                  threshold: float, count: int) -> dict[str, float]:
-    """The numbers of one evaluation. ``eval_accuracy`` is the greedy reward's mean (the name the
-    summary always had); sampled keys appear only when ``eval.samples`` > 0."""
+    """The numbers of one evaluation, under the names every sink uses (``metrics.jsonl``, the
+    trackers, the step line, the run summary): ``eval/accuracy`` is the greedy reward's mean;
+    sampled keys appear only when ``eval.samples`` > 0."""
     out: dict[str, float] = {
-        "eval_accuracy": float(np.nanmean(greedy)) if np.isfinite(greedy).any() else float("nan"),
-        "eval_count": count,
+        "eval/accuracy": float(np.nanmean(greedy)) if np.isfinite(greedy).any() else float("nan"),
+        "eval/count": count,
     }
     if sampled is not None and samples > 0:
-        out["eval_sampled_reward_mean"] = float(np.nanmean(sampled)) if np.isfinite(sampled).any() else float("nan")
-        out[f"eval_pass@{k}"] = mean_pass_at_k(sampled, samples, k, threshold)
+        out["eval/sampled_reward_mean"] = float(np.nanmean(sampled)) if np.isfinite(sampled).any() else float("nan")
+        out[f"eval/pass@{k}"] = mean_pass_at_k(sampled, samples, k, threshold)
         if k != 1:
-            out["eval_pass@1"] = mean_pass_at_k(sampled, samples, 1, threshold)
+            out["eval/pass@1"] = mean_pass_at_k(sampled, samples, 1, threshold)
     return out
-
-
-def as_step_keys(result: dict[str, float]) -> dict[str, float]:
-    """``eval_accuracy`` -> ``eval/accuracy``: the keys an evaluation adds to its step's metrics line."""
-    return {"eval/" + key.removeprefix("eval_"): value for key, value in result.items()}
 
 
 def completion_records(phase: str, after_steps: int, prompts: Sequence[Any], texts: Sequence[str],

@@ -280,11 +280,11 @@ def set_aside(output_dir: Path, items: Iterable[Path], keep: int) -> Path:
     setting = f"train.keep_previous_runs = {keep}"
     if keep == 0:
         log.warning(f"output_dir held an earlier run; it was moved aside and is deleted ({setting}) once this run "
-                    "saves its first trained checkpoint; this run starts at step 0", moved_to=str(aside),
+                    "saves its first trained checkpoint; this run starts from its first step", moved_to=str(aside),
                     fix="set train.keep_previous_runs >= 1 to keep earlier runs under previous/, or use --resume "
                         "to continue a run instead")
     else:
-        log.warning("output_dir held an earlier run; it was moved aside, this run starts at step 0",
+        log.warning("output_dir held an earlier run; it was moved aside, this run starts from its first step",
                     moved_to=str(aside), fix="use --resume to continue a run instead")
     _report(deleted, failed, setting, keep)
     return aside

@@ -1,9 +1,12 @@
 """``polyrl report RUN_DIR``: the curves of a run as one PNG, and a self-contained HTML page.
 
-Why a report built from the run directory alone: ``metrics.jsonl`` and ``eval_completions.jsonl``
-are everything a run writes about its progress, so the report works for any run (finished,
-crashed, resumed, from any backend) without the config or the model. Panels whose metrics a run
-does not have (no KL term, a backend without entropy) are left out rather than drawn empty.
+Why a report built from the run directory alone: ``metrics.jsonl`` is everything a run writes
+about its progress (the evaluations before and after training included), so the report works for
+any run (finished, crashed, resumed, from any backend) without the config or the model. Panels
+whose metrics a run does not have (no KL term, a backend without entropy) are left out rather than
+drawn empty. A run from an earlier polyrl, whose ``metrics.jsonl`` numbered steps from 0 and had
+no evaluation lines, is drawn in today's numbering, its evaluations before and after training
+recomputed from ``eval_completions.jsonl``.
 """
 
 from __future__ import annotations
@@ -22,12 +25,12 @@ from typing import Any, BinaryIO
 
 import attrs
 
-from polyrl import evaluation
+from polyrl import evaluation, metrics_file
 from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
 from polyrl.strict_json import valid_text
 
-METRICS_FILE = "metrics.jsonl"
+METRICS_FILE = metrics_file.FILE_NAME
 PLOT_FIX = "pip install 'polyrl[plot]' (matplotlib)"
 
 
@@ -82,8 +85,11 @@ class RunData:
 
     name: str
     lines: list[dict[str, Any]]  # one per step, the last line of each, in step order
-    records: list[dict[str, Any]]  # the evaluations before and after training, each record's scores only
+    #: the evaluations before and after training with no line in metrics.jsonl (a run from an
+    #: earlier polyrl), from eval_completions.jsonl: each record's scores only
+    records: list[dict[str, Any]]
     warnings: tuple[str, ...] = ()  # one sentence per kind of line left out
+    evals: list[dict[str, Any]] = attrs.field(factory=list)  # metrics.jsonl's evaluation lines, before first
 
 
 def _plural(n: int, word: str) -> str:
@@ -209,15 +215,18 @@ def _shown(text: str) -> str:
 
 
 def load_run(run_dir: str | Path) -> RunData:
-    """The run's step lines and eval completion records, with a warning for each kind of line left
-    out. A step logged twice keeps its later line, as a resume's own rewind of metrics.jsonl does:
-    the steps after a checkpoint are logged again by the run that continued from it."""
+    """The run's step lines, evaluation lines and (for a run from an earlier polyrl) eval
+    completion records, with a warning for each kind of line left out. A step logged twice keeps
+    its later line, as a resume's own rewind of metrics.jsonl does: the steps after a checkpoint
+    are logged again by the run that continued from it. A run with an evaluation and no step yet
+    (stopped in its first step) is drawn too."""
     run = Path(run_dir)
     path = run / METRICS_FILE
     if not run.is_dir():
         raise ConfigError(f"{str(run)!r} is not a directory", field="RUN_DIR",
                           fix="pass a run's train.output_dir (the folder with metrics.jsonl)")
     by_step: dict[int, dict[str, Any]] = {}
+    evals: dict[str, dict[str, Any]] = {}
     warnings: list[str] = []
     if path.exists():  # a FIFO or device too, which _open_regular refuses (not "missing")
         if _size(path) > MAX_METRICS_BYTES:
@@ -232,6 +241,10 @@ def load_run(run_dir: str | Path) -> RunData:
             if not isinstance(record, dict) or not _is_step(record.get("step")):
                 stepless.add(number)
                 return
+            phase = metrics_file.eval_phase(record)
+            if phase is not None:
+                evals[phase] = record  # a resumed run evaluates again: its later line
+                return
             if record["step"] in by_step:
                 repeated.add(number)
             by_step[record["step"]] = record
@@ -243,47 +256,62 @@ def load_run(run_dir: str | Path) -> RunData:
         if repeated.count:
             warnings.append(f"{path}: {_plural(repeated.count, 'step')} logged more than once (first: line "
                             f"{repeated.first}); the later line of each is drawn")
-    if not by_step:
+        if 0 in by_step:  # only a file of an earlier polyrl has a step line at 0 (metrics_file)
+            by_step = {s + 1: {**line, "step": s + 1} for s, line in by_step.items()}
+            warnings.append(f"{path}: steps numbered from 0 (an earlier polyrl wrote it); drawn one step later, "
+                            "counting the steps taken as checkpoints do")
+    records = _phase_records(run, [p for p in metrics_file.EVAL_PHASES if p not in evals], warnings)
+    if not by_step and not evals and not records:
         why = "; ".join(warnings) or f"{METRICS_FILE} missing or empty"
         raise ConfigError(f"{str(run)!r} has no step metrics ({why})", field="RUN_DIR",
-                          fix="pass a run's train.output_dir after at least one training step")
+                          fix="pass a run's train.output_dir after at least one training step or evaluation")
+    return RunData(run.resolve().name, [by_step[k] for k in sorted(by_step)], records, tuple(warnings),
+                   [evals[p] for p in metrics_file.EVAL_PHASES if p in evals])
+
+
+def _phase_records(run: Path, phases: Sequence[str], warnings: list[str]) -> list[dict[str, Any]]:
+    """The scores of the eval completion records of ``phases`` (evaluations that have no line in
+    metrics.jsonl: a run from an earlier polyrl); none read when every phase has its line."""
     records: list[dict[str, Any]] = []
     completions = run / evaluation.COMPLETIONS_FILE
-    if completions.exists() and _size(completions) > MAX_COMPLETIONS_BYTES:
+    if not phases or not completions.exists():
+        return records
+    if _size(completions) > MAX_COMPLETIONS_BYTES:
         warnings.append(f"{completions}: {_mib(_size(completions))}, more than polyrl report reads "
                         f"({_mib(MAX_COMPLETIONS_BYTES)}); the evaluations before and after training are left out")
-    elif completions.exists():
-        not_records = _Tally()
+        return records
+    not_records = _Tally()
 
-        def completion_line(number: int, record: Any) -> None:
-            if not isinstance(record, dict):
-                not_records.add(number)
-            elif record.get("phase") in ("before", "after"):  # the rest is on the step lines
-                records.append({k: record[k] for k in _SCORE_FIELDS if k in record})  # not the texts
+    def completion_line(number: int, record: Any) -> None:
+        if not isinstance(record, dict):
+            not_records.add(number)
+        elif record.get("phase") in phases:  # the rest is on the step lines
+            records.append({k: record[k] for k in _SCORE_FIELDS if k in record})  # not the texts
 
-        warnings += _read_jsonl(completions, completion_line)
-        if not_records.count:
-            warnings.append(f"{completions}: {_plural(not_records.count, 'line')} that "
-                            f"{'is' if not_records.count == 1 else 'are'} not a record left out "
-                            f"(first: line {not_records.first})")
-    return RunData(run.resolve().name, [by_step[k] for k in sorted(by_step)], records, tuple(warnings))
+    warnings += _read_jsonl(completions, completion_line)
+    if not_records.count:
+        warnings.append(f"{completions}: {_plural(not_records.count, 'line')} that "
+                        f"{'is' if not_records.count == 1 else 'are'} not a record left out "
+                        f"(first: line {not_records.first})")
+    return records
 
 
-def series(lines: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
-    """Every numeric metric as (x, value) points. Training metrics sit at their step; an
-    evaluation on step s's line measured the weights after s + 1 updates, so it sits at s + 1; the
-    evaluations before and after training (recomputed from their completion records: they have no
-    step line) at 0 and at the updates taken (with ``eval.every = 0`` they are the only ones)."""
+def series(lines: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
+           evals: Sequence[dict[str, Any]] = ()) -> dict[str, list[tuple[float, float]]]:
+    """Every numeric metric as (x, value) points at its line's step: the steps taken, so an
+    evaluation on a step's line measured the weights after that step; the evaluation lines before
+    (step 0) and after training (the last step) at theirs. The evaluations of a run from an
+    earlier polyrl, which have no line, are recomputed from their completion records, at 0 and at
+    the steps taken (with ``eval.every = 0`` they are the only ones)."""
     out: dict[str, list[tuple[float, float]]] = {}
-    for line in lines:
+    for line in [*lines, *evals]:
         for key, value in line.items():
             number = _number(value)
             if key == "step" or number is None:
                 continue
-            x = line["step"] + 1 if key.startswith("eval/") else line["step"]
-            out.setdefault(key, []).append((float(x), number))
+            out.setdefault(key, []).append((float(line["step"]), number))
     steps_keys = set(out)
-    for phase in ("before", "after"):
+    for phase in metrics_file.EVAL_PHASES:
         scored = [r for r in records if r.get("phase") == phase and _number(r.get("reward")) is not None]
         x = 0.0 if phase == "before" else float(max((_number(r.get("after_steps")) or 0.0) for r in scored or [{}]))
         for key, value in _evaluation(scored, steps_keys).items():
@@ -363,7 +391,7 @@ def write_png(run: RunData, output: str | Path) -> Path:
         raise ConfigError("polyrl report draws with matplotlib, which is not installed", field="report",
                           fix=PLOT_FIX) from None
     lines = run.lines
-    data = series(lines, run.records)
+    data = series(lines, run.records, run.evals)
     chosen = panels_for(data)
     cols = 2
     rows = max(1, math.ceil(len(chosen) / cols))
@@ -423,8 +451,10 @@ def _cell(value: Any) -> str:
 
 
 def write_html(run: RunData, png: Path, output: str | Path) -> Path:
-    """A single HTML file: the PNG embedded as base64 and every step's metrics as a table."""
-    lines = run.lines
+    """A single HTML file: the PNG embedded as base64 and every step's metrics as a table (the
+    evaluation lines before and after training in their places)."""
+    before = [line for line in run.evals if line.get("phase") == "before"]
+    lines = [*before, *run.lines, *(line for line in run.evals if line.get("phase") != "before")]
     keys: list[str] = []
     for line in lines:
         keys += [k for k in line if k not in keys and not isinstance(line[k], (dict, list))]
@@ -437,7 +467,7 @@ def write_html(run: RunData, png: Path, output: str | Path) -> Path:
             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{position:sticky;top:0;"
             "background:#eee}div.t{overflow:auto;max-height:60vh}</style></head><body>"
             f"<h1>{title}</h1><img alt=\"curves\" style=\"max-width:100%\" src=\"data:image/png;base64,{image}\">"
-            f"<h2>metrics.jsonl ({len(lines)} steps)</h2><div class=\"t\"><table><tr>{head}</tr>{body}"
+            f"<h2>metrics.jsonl ({len(run.lines)} steps)</h2><div class=\"t\"><table><tr>{head}</tr>{body}"
             "</table></div></body></html>\n")
     out = Path(output)
     with _writing(out, "--html") as tmp:

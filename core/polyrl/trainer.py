@@ -59,7 +59,7 @@ from polyrl.reward_agreement import agreed_reward_failure, reward_outcome
 from polyrl.rewards.trl_compat import TrainerState
 from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock
-from polyrl import evaluation
+from polyrl import evaluation, metrics_file
 from polyrl import step_gather
 from polyrl.step_metrics import clip_region_metrics, peak_rss_mb, step_tokens, trl_aliases, trl_epoch
 from polyrl.step_metrics import step_metrics as common_step_metrics
@@ -570,7 +570,7 @@ class Trainer:
                           **kl_metrics}
         reward_mean, reward_std = safe_stats.mean_std(rewards)
         metrics: dict[str, Any] = {
-            "step": self.step,
+            "step": self.step + 1,  # counts the steps taken, as checkpoints do (metrics_file)
             "reward_mean": reward_mean,
             "reward_std": reward_std,
             "completion_len_mean": float(step.completion_len.mean()) if step.size else float("nan"),
@@ -586,7 +586,7 @@ class Trainer:
                            f"means no reward); {c.train.max_consecutive_skips} such steps in a row stop the run"}
                    if self._nothing_scored else {})
             log.warning(f"no informative samples this step ({'; '.join(causes)}); skipping update",
-                        step=self.step, **fix)
+                        step=self.step + 1, **fix)
             metrics.update(skipped=True, loss=float("nan"))
         else:
             seqs = [TokenSequence.of(completions[i]) for i in idx]
@@ -654,7 +654,7 @@ class Trainer:
             return
         self._env_reward_warned = True
         log.warning("the environment gives per-turn rewards, but no [[rewards]] entry reads them: they are "
-                    "logged (episode/env_reward_mean), not trained on", step=self.step,
+                    "logged (episode/env_reward_mean), not trained on", step=self.step + 1,
                     fix='add [[rewards]] name = "environment" (with a weight) to train on them')
 
     def _sample_completions(self, rows: list[dict[str, Any]], completions: list[Completion],
@@ -667,7 +667,7 @@ class Trainer:
         here = step_gather.picked_here(self.tracking.completions_per_step, positions, c.train.prompts_per_step * n,
                                        _step_seed(c.train.seed, self.step))
         prompts = episode_scoring.prompts_asked(self._rows_per_completion(rows), completions, c.data.prompt_column)
-        records = self.tracking.sample(self.step, prompts, completions, scored, here)
+        records = self.tracking.sample(self.step + 1, prompts, completions, scored, here)
         return [(positions[i], i, record) for i, record in zip(here, records)]
 
     def _environment_failure(self) -> EnvironmentFailed | None:
@@ -700,7 +700,7 @@ class Trainer:
         Under a launcher every rank calls it and scores its share of the rows (rows[rank::world]);
         the scores are gathered, so every rank returns the same numbers for the whole set.
         """
-        self._phase = f"the evaluation {phase} training (step {self.step})"
+        self._phase = f"the evaluation {phase} training (after {self.step} steps)"
         if self.eval_dataset is None:
             return {}
         self.rollouts.pending()  # the generator is busy until the rollout sampled ahead is done
@@ -738,7 +738,7 @@ class Trainer:
         out = evaluation.eval_metrics(greedy, sampled, ev.samples, ev.pass_k, ev.pass_threshold, len(everything))
         episodes = [r for r in records if r["greedy"] and "tool_calls" in r]
         if episodes:  # share of held-out episodes with a well-formed tool call
-            out["eval_tool_call_share"] = sum(1 for r in episodes if r["tool_calls"] > 0) / len(episodes)
+            out["eval/tool_call_share"] = sum(1 for r in episodes if r["tool_calls"] > 0) / len(episodes)
         return out
 
     def _eval_pass(self, rows: list[dict[str, Any]], prompts: list[Any], sampling: Any,
@@ -907,7 +907,6 @@ class Trainer:
         self._set_aside_newer_checkpoints()
         self.history = self._rewind_metrics()
         self.num_tokens = self._resumed_num_tokens(state.get("num_tokens"))
-        self.tracking.rewind(self.step)
         self._resumed = True
         # that checkpoint holds this step: re-saving it before training on (weights only, nothing
         # left to train) put a fresh optimizer into it, and a later exact --resume went off the run
@@ -1004,7 +1003,7 @@ class Trainer:
         aside = None
         if previous_runs.earlier_run(self.checkpoint_root, self.final_model_dir, self._loaded_model_paths()):
             aside = previous_runs.set_aside(
-                self.output_dir, [self.checkpoint_root, self.final_model_dir, self.output_dir / "metrics.jsonl",
+                self.output_dir, [self.checkpoint_root, self.final_model_dir, self.output_dir / metrics_file.FILE_NAME,
                                   self.output_dir / evaluation.COMPLETIONS_FILE, self.tracking.completions_path,
                                   # its curves: left here, this run's session start hid them in TensorBoard
                                   self.output_dir / TENSORBOARD_DIR],
@@ -1012,7 +1011,6 @@ class Trainer:
         self._prune_pending, self._set_aside = keep == 0, aside
         self.step = self.num_tokens = 0
         self.history = self._rewind_metrics()
-        self.tracking.rewind(self.step)
 
     def _resumed_num_tokens(self, saved: Any) -> int:
         """``num_tokens`` at the resumed step: the checkpoint's count (``saved``), or for a
@@ -1030,41 +1028,47 @@ class Trainer:
         return [p for p in paths if p.exists()]
 
     def _rewind_metrics(self) -> list[dict[str, Any]]:
-        """Keep metrics.jsonl lines of steps before ``self.step`` only, each step once (a crash
-        wrote later ones, the resumed run writes them again). Atomic rewrite."""
-        path = self.output_dir / "metrics.jsonl"
+        """Keep the metrics.jsonl lines of the ``self.step`` steps taken (and the evaluation before
+        them), each step once (a crash wrote later ones, the resumed run writes them again), and
+        the completions logs with them; returns the training lines. Atomic rewrites. Files of an
+        earlier polyrl, numbered from 0, are renumbered (``metrics_file``): metrics.jsonl first,
+        then completions.jsonl, whose own step-0 records still say so if a kill comes between."""
+        path = self.output_dir / metrics_file.FILE_NAME
         if self.rank == 0:
             try:
                 evaluation.rewind_records(self.output_dir, self.step)  # the same lineage as the metrics
             except OSError as exc:
                 raise self._write_failed("rewound eval completions", exc) from None
-        if not path.exists():
-            return []
-        by_step: dict[int, dict[str, Any]] = {}
-        records = [record for _, record in strict_json.read_lines(path)]
-        steps = [isinstance(r, dict) and isinstance(r.get("step"), int) for r in records]
-        unreadable = [n for n, ok in enumerate(steps, 1) if not ok]
-        if self.rank == 0 and unreadable and unreadable != [len(steps)]:  # more than a crash's cut-short last line
+        records = [record for _, record in strict_json.read_lines(path)] if path.exists() else []
+        unreadable = [n for n, r in enumerate(records, 1) if not metrics_file.has_step(r)]
+        if self.rank == 0 and unreadable and unreadable != [len(records)]:  # more than a crash's cut-short last line
             log.warning(f"{len(unreadable)} line(s) of metrics.jsonl are not step records polyrl wrote; dropped",
                         path=str(path), first_line=unreadable[0],
                         fix="keep metrics.jsonl to the lines polyrl writes (copy it first to keep the others)")
-        for record, ok in zip(records, steps):
-            if ok and record["step"] < self.step:
-                by_step[record["step"]] = record  # the last line of a step belongs to this lineage
-        kept = [by_step[k] for k in sorted(by_step)]
-        if self.rank == 0:  # one writer under a launcher
+        from_zero = metrics_file.counted_from_zero(records)
+        if from_zero:
+            records = metrics_file.renumbered(records)
+            if self.rank == 0 and self.step > 0:
+                log.warning("metrics.jsonl numbers steps from 0 (an earlier polyrl wrote it): its lines and "
+                            "completions.jsonl are renumbered to count the steps taken, as checkpoints do; "
+                            "what the trackers got before keeps the old numbering (one step earlier)",
+                            path=str(path), step=self.step)
+        kept = metrics_file.rewound(records, self.step)
+        if self.rank == 0 and path.exists():  # one writer under a launcher
             try:
                 strict_json.rewrite_lines(path, (strict_json.dumps(r) for r in kept))
             except OSError as exc:
                 raise self._write_failed("rewound metrics.jsonl", exc) from None
-        return kept
+        self.tracking.rewind(self.step, from_zero)
+        return [r for r in kept if metrics_file.eval_phase(r) is None]
 
     def _append_metrics(self, metrics: dict[str, Any]) -> None:
         """One strict-JSON line per step (NaN -> null), flushed before the step is checkpointed."""
         try:
-            strict_json.append_lines(self.output_dir / "metrics.jsonl", [metrics])
+            strict_json.append_lines(self.output_dir / metrics_file.FILE_NAME, [metrics])
         except OSError as exc:
-            raise self._write_failed(f"metrics of step {metrics.get('step')}", exc) from None
+            what = f"evaluation {metrics['phase']} training" if metrics_file.eval_phase(metrics) else "metrics"
+            raise self._write_failed(f"{what} of step {metrics.get('step')}", exc) from None
 
     def export_final_model(self, checkpoint: Path) -> Path:
         """``output_dir/model``: the checkpoint's shippable model folder (HF layout, tokenizer, chat
@@ -1169,7 +1173,7 @@ class Trainer:
         c = self.config.train
         every = (f"every {c.checkpoint_every} steps" if c.checkpoint_every
                  else "only at the end (train.checkpoint_every = 0: a kill before then loses the run)")
-        log.info("run", output_dir=str(self.output_dir), from_step=self.step, steps=c.steps,
+        log.info("run", output_dir=str(self.output_dir), first_step=self.step + 1, steps=c.steps,
                  checkpoints=f"{self.checkpoint_root} {every}",
                  trackers=", ".join(self.config.logging.report_to) or "none (metrics.jsonl only)")
 
@@ -1185,8 +1189,7 @@ class Trainer:
             else:
                 if self.rank == 0:
                     log.info("evaluation before training", **summary["eval_before"])
-                    self.tracking.publish_eval({"eval_before/" + k.removeprefix("eval_"): v
-                                                for k, v in summary["eval_before"].items()}, step=0)
+                    self._publish_eval("before", summary["eval_before"])
             if not (self._agree_to_stop() if self.world_size > 1 else self.stop_requested):
                 return True
         log.warning("stopped on request before the first step: nothing was trained or saved")
@@ -1211,12 +1214,12 @@ class Trainer:
         clock = None if bar_shown(progress) else StepClock(c.train.steps, self.step)
         with self._graceful_signals(), step_progress(c.train.steps, self.step, enabled=progress) as advance:
             while self.step < c.train.steps and not stopping():
-                self._phase = f"step {self.step}"
+                self._phase = f"step {self.step + 1}"
                 try:
                     metrics = self.train_one_step()
                 except RewardCancelled as exc:
                     log.warning("stop requested while a reward ran; it was abandoned and this step is "
-                                "not taken", step=self.step, reward=str(exc))
+                                "not taken", step=self.step + 1, reward=str(exc))
                     stop_agreed = True  # every rank raised it: the outcome was gathered
                     break
                 except RewardError:
@@ -1227,7 +1230,7 @@ class Trainer:
                 if c.eval.every and self.eval_dataset is not None and self.step % c.eval.every == 0:
                     try:
                         last_eval = (self.step, self.evaluate())  # on the step's line: a resume rewinds both
-                        metrics.update(evaluation.as_step_keys(last_eval[1]))
+                        metrics.update(last_eval[1])
                     except RewardCancelled as exc:  # the step trained: keep it, without its evaluation
                         log.warning("evaluation abandoned on the stop request", step=self.step, reward=str(exc))
                 self.history.append(metrics)
@@ -1288,8 +1291,15 @@ class Trainer:
                 return
             if self.rank == 0:
                 log.info("evaluation after training", **summary["eval_after"])
-                # on the last step's line: the weights after that step are the ones evaluated
-                self.tracking.publish_eval(evaluation.as_step_keys(summary["eval_after"]), step=max(self.step - 1, 0))
+                self._publish_eval("after", summary["eval_after"])
+
+    def _publish_eval(self, phase: str, result: dict[str, float]) -> None:
+        """The evaluation before or after training as a line of metrics.jsonl and to the trackers,
+        at step 0 or the last step taken (``metrics_file``): it reached the trackers alone, under
+        other names, and ``polyrl report`` recomputed it from the completions."""
+        line = metrics_file.eval_line(phase, self.step if phase == "after" else 0, result)
+        self._append_metrics(line)
+        self.tracking.publish_eval(result, step=line["step"])
 
 
 def _os_reason(error: OSError) -> str:

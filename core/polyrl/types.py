@@ -704,6 +704,8 @@ class RewardContext:
     wanted: tuple[str, ...]
     options: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     completion_ids: list[np.ndarray] | None = None
+    #: The steps taken before the one being scored (0 in the first, whose metrics line is step 1),
+    #: as TRL's ``global_step`` counts them; an evaluation after N steps sees N.
     step: int = 0
     #: What TRL reward functions get as ``trainer_state`` (``polyrl.rewards.trl_compat.TrainerState``);
     #: None outside a training run (function rewards then see ``global_step = step``).

@@ -141,17 +141,26 @@ def append(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
     strict_json.append_lines(path, records)
 
 
-def rewind(path: Path, before_step: int) -> int:
-    """Keep the records of steps before ``before_step`` only, each step's from its last writing
-    (a crashed run wrote later steps; the resumed run writes them again). Atomic rewrite; returns
-    how many records remain. Mirrors ``Trainer._rewind_metrics`` for a file with many lines a step."""
+def rewind(path: Path, last_step: int, from_zero: bool = False) -> int:
+    """Keep the records of steps 1 to ``last_step`` only, each step's from its last writing (a
+    crashed run wrote later steps; the resumed run writes them again). Atomic rewrite; returns how
+    many records remain. Mirrors ``metrics_file.rewound`` for a file with many lines a step.
+
+    A file of an earlier polyrl numbered steps from 0 (only it has records at step 0), and so does
+    the file of a run whose ``metrics.jsonl`` did (``from_zero``: its records may start later):
+    its records are renumbered one step later first, as ``metrics.jsonl``'s lines are."""
     if not path.exists():
         return 0
+    read = [(line, record) for line, record in strict_json.read_lines(path)]
+    shift = from_zero or any(isinstance(r, dict) and type(r.get("step")) is int and r["step"] == 0 for _, r in read)
     by_step: dict[int, list[str]] = {}
     previous: int | None = None
-    for line, record in strict_json.read_lines(path):
+    for line, record in read:
         step = record.get("step") if isinstance(record, dict) else None
-        if not isinstance(step, int) or step >= before_step:  # cut short by the crash, or later
+        if isinstance(step, int) and not isinstance(step, bool) and shift:
+            step += 1
+            line = strict_json.dumps({**record, "step": step}, ensure_ascii=False)
+        if not isinstance(step, int) or not 1 <= step <= last_step:  # cut short by the crash, or later
             previous = None
             continue
         if step != previous:  # a new block of this step: an earlier one belonged to a dead lineage

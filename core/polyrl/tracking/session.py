@@ -109,10 +109,11 @@ class RunTracking:
     def completions_path(self) -> Path:
         return self.output_dir / clog.FILE_NAME
 
-    def rewind(self, step: int) -> None:
-        """Drop completions of steps at or after ``step`` (a resume or a fresh start)."""
+    def rewind(self, step: int, from_zero: bool = False) -> None:
+        """Keep the completions of the ``step`` steps taken, drop later ones (a resume, or a fresh
+        start at 0); ``from_zero``: the run's files were numbered from 0 (``clog.rewind``)."""
         if self.writer:
-            clog.rewind(self.completions_path, step)
+            clog.rewind(self.completions_path, step, from_zero)
 
     def open(self) -> None:
         """Open every tracker, each on its own thread; one that fails to open is an error (the user
@@ -196,8 +197,8 @@ class RunTracking:
                 self._call(name, "log_completions", records, step)
 
     def publish_eval(self, metrics: Mapping[str, Any], step: int) -> None:
-        """An evaluation outside a step's line (before training, after the last step) to the
-        trackers; metrics.jsonl keeps it in the run summary instead."""
+        """An evaluation outside a step's line to the trackers, at the step of its own line in
+        metrics.jsonl: 0 before training, the last step taken after it (``metrics_file``)."""
         if not self.writer:
             return
         numeric = numeric_metrics(metrics, self._not_numbers)
