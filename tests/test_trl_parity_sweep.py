@@ -247,6 +247,6 @@ def test_a_run_with_an_editing_reward_trains_on_its_own_data(tiny_model_dir, tmp
         '[train]\nsteps = 2\nprompts_per_step = 1\nthreads = 1\noutput_dir = "out"\n')
     assert main(["train", "run.toml", "--no-progress"]) == 0
     records = [json.loads(line) for line in (tmp_path / "out" / "completions.jsonl").read_text().splitlines()]
-    assert {r["step"] for r in records} == {0, 1}
+    assert {r["step"] for r in records} == {1, 2}  # the first step is 1
     assert all(r["prompt"] == chat and r["extra"] == {"turns": 2} for r in records), records
     sys.modules.pop("rw", None)
