@@ -276,6 +276,8 @@ def _fixes(reasons: Sequence[str]) -> str:
     text = " ".join(reasons)
     if "bwrap not found" in text:
         return "install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap)"
+    if not any(word in text for word in ("namespace", "not permitted", "Permission denied", "uid map", "RTM_NEWADDR")):
+        return "make bwrap start the interpreter (the reason above says why; options.python picks another one)"
     if os.geteuid() == 0:
         return ("let root create namespaces (in a container: docker run --cap-add SYS_ADMIN --security-opt "
                 "seccomp=unconfined --security-opt apparmor=unconfined), or run the trainer as a non-root user "
