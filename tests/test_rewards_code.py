@@ -295,7 +295,7 @@ def test_malicious_batch_costs_zero_and_good_samples_still_score():
 
 # --- the kernel layers alone (audit hook off) -------------------------------------------------------
 
-LEVEL = Sandbox(SandboxLimits(timeout_s=1))
+LEVEL = Sandbox(SandboxLimits(timeout_s=1), isolation="weak")  # "auto" refuses where bwrap cannot run
 needs_ns = pytest.mark.skipif(LEVEL.level == "off", reason=f"no namespaces here: {LEVEL.report['isolation']}")
 
 

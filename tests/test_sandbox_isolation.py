@@ -1,4 +1,5 @@
-"""Choosing the isolation level: degrade with a warning, or refuse, when the OS features are missing."""
+"""Choosing the isolation level: refuse (default) or, when asked ("weak"), degrade with a warning when the OS
+features are missing (``test_sandbox_fail_closed.py`` has the refusals)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def no_bwrap(monkeypatch, tmp_path):
 
 @pytest.mark.faults
 def test_require_refuses_without_bubblewrap(no_bwrap):
-    with pytest.raises(RewardError, match=r"isolation = \"require\" but bwrap not found.*Fix: install bubblewrap"):
+    with pytest.raises(RewardError, match=r"isolation = \"require\" needs bubblewrap.*bwrap not found.*Fix: install "
+                                          r"bubblewrap"):
         Sandbox(SandboxLimits(timeout_s=3), isolation="require")
 
 
@@ -50,23 +52,23 @@ def _nobody_can_run(python: str) -> bool:
 
 
 @pytest.mark.faults
-def test_auto_as_root_refuses_to_run_samples_as_root_when_they_cannot_be_dropped(no_bwrap, tmp_path):
+def test_weak_as_root_refuses_to_run_samples_as_root_when_they_cannot_be_dropped(no_bwrap, tmp_path):
     """Without bubblewrap, a root trainer whose interpreter user nobody cannot run (pyenv, conda or a
     venv under /root) ran samples as root with every capability, saying so only in an info line:
-    the sample read the trainer's /proc/<pid>/environ and /etc/shadow. "auto" now refuses, naming the
-    fixes; user = "none" is the explicit way, and then the sample keeps no capability and sees only
-    its own processes in /proc."""
+    the sample read the trainer's /proc/<pid>/environ and /etc/shadow. "weak" (the old "auto") refuses,
+    naming the fixes; user = "none" is the explicit way, and then the sample keeps no capability and
+    sees only its own processes in /proc."""
     import sys
 
     if os.geteuid() != 0 or _nobody_can_run(sys.executable):
         pytest.skip("needs a root trainer whose interpreter user nobody cannot run (as on this project's VMs)")
     with pytest.raises(RewardError, match=r"samples would run as root with every capability.*Fix: install "
                                           r"bubblewrap.*set user = \"none\""):
-        Sandbox(SandboxLimits(timeout_s=5), isolation="auto")
+        Sandbox(SandboxLimits(timeout_s=5), isolation="weak")
     probe = ("import os\nCAPS = [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')][0]\n"
              "PIDS = [int(d) for d in os.listdir('/proc') if d.isdigit()]\n")
     tests = "assert int(CAPS, 16) == 0, CAPS\nassert max(PIDS) < 50, PIDS\n"  # its own PID namespace's few
-    for isolation, level, passed in (("auto", "unshare", [True, True]), ("off", "off", [True, False])):
+    for isolation, level, passed in (("weak", "unshare", [True, True]), ("off", "off", [True, False])):
         box = Sandbox(SandboxLimits(timeout_s=5), isolation=isolation, user="none")
         result = box.run(probe, parse_tests(tests))  # "off" is a plain subprocess: the host's processes
         assert (box.level, result.status, result.passed) == (level, "ok", passed), result
@@ -74,14 +76,14 @@ def test_auto_as_root_refuses_to_run_samples_as_root_when_they_cannot_be_dropped
 
 
 @pytest.mark.faults
-def test_auto_degrades_says_so_and_still_scores(no_bwrap, capsys):
+def test_weak_degrades_says_so_and_still_scores(no_bwrap, capsys):
     import sys
 
     # an interpreter user nobody can run (a root trainer's own under /root is refused: the test above)
     python = next((p for p in (sys.executable, "/usr/bin/python3") if os.path.exists(p) and _nobody_can_run(p)), None)
     if python is None:
         pytest.skip("no interpreter that user nobody can run (this trainer's is under /root, no /usr/bin/python3)")
-    box = Sandbox(SandboxLimits(timeout_s=5), isolation="auto", python=python)
+    box = Sandbox(SandboxLimits(timeout_s=5), isolation="weak", python=python)
     assert box.level in ("unshare", "off")
     if os.geteuid() == 0:
         assert box.report["user"].startswith("on: samples run as nobody"), box.report

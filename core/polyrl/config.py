@@ -316,6 +316,8 @@ class EnvironmentSection:
     #: of calls in one turn cost their time and side effects)
     max_tool_calls_per_turn: int = 8
     tool_format: str = "auto"  # how tool calls are written: auto, hermes, llama3, mistral
+    #: the ``python`` tool's sandbox isolation, as code_tests' ``isolation`` (polyrl.sandbox.isolation)
+    python_isolation: str = "auto"
     options: dict[str, Any] = attrs.field(factory=dict)  # handed to the environment's create()
 
     @property

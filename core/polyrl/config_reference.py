@@ -201,6 +201,9 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "max_tool_calls_per_turn": "tool calls run per assistant turn; the others are answered "
                                    "\"not run\" (an error the model reads)",
         "tool_format": "how tool calls are parsed: `auto`, `hermes` (`<tool_call>{...}</tool_call>`), `llama3`, `mistral`, `phi4`, `json` (a call object opening the reply; for templates without a tool format, e.g. SmolLM2)",
+        "python_isolation": 'the `python` tool\'s sandbox, as code_tests\' `isolation`: `auto` (bubblewrap, else the '
+                            'run is refused before models load), `require` (bubblewrap and seccomp), `weak` (opt-in '
+                            'fallback where the code may read the trainer\'s files and keys), `off`',
         "options": "table handed to the environment's `create(options)`",
     },
 }

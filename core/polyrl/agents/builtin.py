@@ -100,7 +100,19 @@ def calculator(expression: str) -> str:
 
 PYTHON_TIMEOUT_S = 10.0
 _sandbox: Any = None
+_isolation = "auto"  # ``environment.python_isolation``: the same levels and default as code_tests'
 _sandbox_lock = threading.Lock()
+
+
+def configure_python_tool(isolation: str) -> Any:
+    """Build the tool's sandbox now with this ``isolation`` (``polyrl.sandbox.isolation``), so a
+    machine where it cannot isolate is refused at setup (RewardError), not at the first tool call
+    mid-rollout, where the model would run (and read back) the trainer's files and keys."""
+    global _sandbox, _isolation
+    with _sandbox_lock:
+        if _isolation != isolation:
+            _sandbox, _isolation = None, isolation
+    return _python_sandbox()
 
 
 def _python_sandbox() -> Any:
@@ -110,7 +122,8 @@ def _python_sandbox() -> Any:
         if _sandbox is None:
             from polyrl.sandbox import Sandbox, SandboxLimits
 
-            _sandbox = Sandbox(SandboxLimits(timeout_s=PYTHON_TIMEOUT_S, memory_mb=1024, max_output_bytes=65536))
+            _sandbox = Sandbox(SandboxLimits(timeout_s=PYTHON_TIMEOUT_S, memory_mb=1024, max_output_bytes=65536),
+                               isolation=_isolation)
         return _sandbox
 
 

@@ -20,7 +20,7 @@ from polyrl.agents.spec import checked_environment, environment_tools
 from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe
 from polyrl.agents.tools import ToolBox
 from polyrl import step_gather
-from polyrl.errors import ConfigError, PluginError
+from polyrl.errors import ConfigError, PluginError, RewardError
 
 if TYPE_CHECKING:
     from polyrl.config import RunConfig
@@ -56,6 +56,7 @@ def check_environment(config: RunConfig, registry: Registry) -> EnvironmentPlan 
         raise ConfigError(f"unknown tool_format {env.tool_format!r}", field="environment.tool_format",
                           fix=f"use one of {', '.join(FORMATS)}")
     tools = resolve_tools(env.tools, registry)
+    _check_python_tool(tools, env.python_isolation)
     # built now: a tool's schema (a missing docstring or hint) is an error before models load
     toolbox = ToolBox(tools, timeout_s=env.tool_timeout_s, max_concurrency=env.max_concurrent_tools) \
         if tools else None
@@ -65,6 +66,29 @@ def check_environment(config: RunConfig, registry: Registry) -> EnvironmentPlan 
         make_environment = functools.partial(spec.create, dict(env.options))
         check_factory(make_environment, env.name, env.env_timeout_s, toolbox)  # its options and tools too
     return EnvironmentPlan(toolbox=toolbox, make_environment=make_environment)
+
+
+def _check_python_tool(tools: Sequence[Callable[..., Any]], isolation: str) -> None:
+    """Build the ``python`` tool's sandbox now when the run offers it: a machine where it cannot
+    isolate the model's code is one ``ConfigError`` before the models load (it was built at the
+    first tool call, falling back with a warning to levels where the code read ~/.netrc)."""
+    from polyrl.agents import builtin
+    from polyrl.sandbox.isolation import LEVELS
+
+    field = "environment.python_isolation"
+    if isolation not in LEVELS:
+        raise ConfigError(f"unknown isolation {isolation!r}", field=field, fix=f"use one of {', '.join(LEVELS)}")
+    if not any(getattr(fn, "__wrapped__", fn) is builtin.python for fn in tools):
+        if isolation != "auto":
+            raise ConfigError("is set, but the python tool is not in environment.tools", field=field,
+                              fix='add "python" to tools, or remove python_isolation')
+        return
+    try:
+        builtin.configure_python_tool(isolation)
+    except RewardError as exc:
+        problem, _, fix = str(exc).replace('isolation = "', 'python_isolation = "').partition(". Fix: ")
+        raise ConfigError(f"the python tool's {problem.removeprefix('code sandbox: ')}", field=field,
+                          fix=fix or None) from None
 
 
 def check_factory(make: Callable[[], Any], name: str, timeout_s: float, toolbox: ToolBox | None = None) -> None:

@@ -32,9 +32,12 @@ Options (``[[rewards]] name = "code_tests"``); unknown options are an error:
 ``max_output_bytes``  stdout+stderr kept; more kills the sample, score 0 (default 65536)
 ``max_workers``       samples run at once (default 2)
 ``python``            interpreter for the sample (default: this one; its folders are bound read-only)
-``isolation``         "auto" (default: the strongest level that works here, with a warning when it
-                      is not bubblewrap), "require" (refuse to score without bubblewrap), "off"
-                      (a plain subprocess). ``namespaces`` is the old name of this option.
+``isolation``         "auto" (default: bubblewrap or nothing: where it cannot run, the run is refused
+                      at setup with an error naming what to install or enable; without libseccomp it
+                      runs with a warning), "require" (bubblewrap and the seccomp filter), "weak" (an
+                      explicit opt-in to the old fallback: unshare or a plain subprocess where bubblewrap
+                      is missing, where a sample may run as the trainer's uid, read its files and keys
+                      and reach 127.0.0.1), "off" (a plain subprocess). ``namespaces`` is the old name.
 ``user``              "auto" (default: as root, samples run as ``nobody``), "none", or a user/uid
 ``audit_hook``        true (default); false only to test the kernel layers alone
 ``tests_in``          "process" (default: the tests run in a forked copy of the trainer, killed at
@@ -64,9 +67,12 @@ files outside its folder    a fresh mount namespace: the only writable place is 
 secrets                     no view of other processes (PID namespace, fresh /proc), an
                             environment of a few fixed variables, and uid ``nobody``
 network                     a network namespace with only its own loopback; seccomp refuses
-                            ``setns``/``unshare``, so another namespace cannot be entered;
-                            audit hook refuses ``socket.*`` events
-privilege                   no capabilities, no_new_privs, an unprivileged uid; seccomp refuses
+                            ``setns``/``unshare``, so another namespace cannot be entered, and
+                            socket families other than unix/inet/inet6/netlink (AF_VSOCK is not
+                            namespaced: the hypervisor's side on a VM); audit hook refuses
+                            ``socket.*`` events
+privilege                   no capabilities (an empty bounding set), no_new_privs, an
+                            unprivileged uid; seccomp refuses
                             mount, ptrace, keyctl, bpf, module loading, namespace creation,
                             io_uring; /proc is read-only (a uid-0 sample cannot write /proc/sys)
 fork bomb / subprocesses    audit hook refuses fork/exec/spawn/subprocess (and ctypes, except
@@ -98,14 +104,20 @@ What is NOT isolated, or only partly:
       importing it is whatever the solution bound to that name: a read-only view of the trainer's
       module for a pure standard-library one (``harness.SAFE_MODULES``), else the solution's
       object or nothing; tests (or ``setup``) should import what they use.
-    * Without bubblewrap (``isolation = "auto"`` warns): the unshare level has network and PID
-      namespaces but the host's files are visible (read-only to ``nobody``), and the disk is capped
-      per file only; "off" is the Python audit hook, rlimits and the timeout. The audit hook runs
-      inside the sample, which can switch it off (``gc`` reaches it); past it, "off" leaves the
-      host's network and ``setsid`` processes that outlive the kill to the sample: hostile
-      samples (an RL policy) need bubblewrap (``isolation = "require"``).
-    * seccomp needs the ``pyseccomp`` package and libseccomp; without them namespaces and the
-      dropped capabilities remain (``isolation_report()["seccomp"]`` says).
+    * Without bubblewrap only ``isolation = "weak"`` or ``"off"`` run (the default refuses): the
+      unshare level has network and PID namespaces but the host's files are visible with the
+      sample's uid's permissions: ``nobody``'s for a root trainer (every world-readable file,
+      the dataset's expected answers among them), the trainer's OWN uid for a non-root trainer
+      (its ~/.netrc, keys and run folder, readable and writable); the disk is capped per file
+      only. "off" is the Python audit hook, rlimits and the timeout, and a non-root trainer's
+      sample there also reads its /proc/<pid>/environ and memory. The audit hook runs inside the
+      sample, which can switch it off (``gc`` reaches it). Hostile samples (an RL policy) need
+      bubblewrap. The trainer's environment variables never reach the sample at any level: it
+      starts with a fixed environment of a few variables.
+    * seccomp needs the ``pyseccomp`` package (a dependency) and the system's libseccomp.so
+      (``apt-get install libseccomp2``); without them namespaces and the dropped capabilities
+      remain, ``isolation_report()["seccomp"]`` says OFF, a warning is logged when the sandbox is
+      built, and ``isolation = "require"`` refuses.
     * CPU share and disk bandwidth are not throttled (only bounded in time and size), and memory
       has no cgroup: ``max_workers`` samples at once hold up to ``max_workers`` x ``memory_mb``.
       Without the seccomp filter (unshare or off level, or no libseccomp) a sample can fork (the
@@ -135,6 +147,7 @@ from polyrl.rewards.inputs import completion_text
 from polyrl.rewards.options import merged, positive_number
 from polyrl.rewards.test_cells import parse_tests
 from polyrl.sandbox import MARKER_ENV, Sandbox, SandboxLimits, SandboxResult, isolation_report
+from polyrl.sandbox.isolation import LEVELS
 from polyrl.sandbox.runner import TESTS_IN
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
@@ -217,8 +230,8 @@ def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
             raise RewardError(f"{NAME}: both isolation and namespaces are set. Fix: keep only isolation "
                               "(namespaces is its old name)")
         opts["isolation"] = opts["namespaces"]
-    if opts["isolation"] not in ("auto", "require", "off"):
-        raise RewardError(f"{NAME}: option isolation must be \"auto\", \"require\" or \"off\", got "
+    if opts["isolation"] not in LEVELS:
+        raise RewardError(f"{NAME}: option isolation must be \"auto\", \"require\", \"weak\" or \"off\", got "
                           f"{opts['isolation']!r}. Fix: isolation = \"auto\"")
     if opts["tests_in"] not in TESTS_IN:
         raise RewardError(f"{NAME}: option tests_in must be \"process\" or \"trainer\", got {opts['tests_in']!r}. "
@@ -330,8 +343,9 @@ def check_options(name: str, options: Mapping[str, Any], columns: Collection[str
     """Check ``code_tests``' options when the run is set up (``RewardSet`` calls this), before any
     model loads: each one of them was read only at the first step, after the model loaded, a
     rollout and a step-0 checkpoint, and a bad ``python`` stopped the run with a bare
-    ``FileNotFoundError`` naming no option. Builds the sandbox too, so ``isolation = "require"``
-    without bubblewrap, an unknown ``user`` or an interpreter that does not run are refused here."""
+    ``FileNotFoundError`` naming no option. Builds the sandbox too, so ``isolation = "auto"`` or
+    ``"require"`` without bubblewrap, an unknown ``user`` or an interpreter that does not run are
+    refused here."""
     if name != NAME:
         return
     opts = _options(options)

@@ -1,7 +1,22 @@
 """How a sample's process is isolated by the operating system, decided once per configuration.
 
-Levels, strongest first (``isolation = "auto"`` takes the first that works here and warns when it
-is not the first; ``"require"`` refuses anything less than the first; ``"off"`` uses the last):
+The ``isolation`` option (code_tests' and the ``python`` tool's ``environment.python_isolation``):
+
+``auto``        (default) the strong level or nothing: where bubblewrap cannot run, building the
+                sandbox raises an error naming what is missing (fail closed). Without libseccomp the
+                strong level still runs, with a warning and a report line saying the filter is off.
+``require``     strict: the strong level *and* the seccomp filter, else the same error.
+``weak``        the old "auto": the strongest level that works here, down to ``unshare`` and
+                ``off``, with a warning. An explicit opt-in: at those levels a non-root trainer's
+                sample runs as the trainer's own uid (reads its files, ~/.netrc, the dataset with
+                the expected answers; at ``off`` its /proc/<pid>/environ and memory, 127.0.0.1),
+                and the audit hook, the only guard left, is Python inside the sample.
+``off``         a plain subprocess: rlimits, the Python audit hook and the timeout only.
+
+Levels, strongest first. Only ``bwrap`` is STRONG (``STRONG_LEVELS``): it alone gives the sample
+namespaces that keep it from the trainer's files, processes (environment, memory), network and
+run folder whatever its uid; the others leave the host's files (and at ``off`` its processes and
+network) to kernel permissions of a uid that may be the trainer's own.
 
 ``bwrap``       bubblewrap: fresh mount, PID (own /proc), network, IPC, UTS and cgroup namespaces
                 (and a user namespace when not root); the only filesystem is a read-only view of
@@ -9,7 +24,9 @@ is not the first; ``"require"`` refuses anything less than the first; ``"off"`` 
                 capabilities; the sample's uid is an unprivileged user; seccomp filter if built
                 (it also refuses new processes: the sample is one process, ``memory_mb`` in all).
 ``unshare``     util-linux unshare: network and PID namespaces only, files of the host visible
-                (kernel permissions of the unprivileged user still apply), disk capped per file.
+                (kernel permissions apply: as root the sample is ``nobody``, which reads every
+                world-readable file; a non-root trainer's sample is the trainer's own uid, which
+                reads and writes all of the trainer's files), disk capped per file.
 ``off``         a plain subprocess: rlimits, the Python audit hook and the timeout only.
 
 At every level the sample starts under ``choom`` (util-linux) with ``oom_score_adj`` 1000: rlimits
@@ -36,7 +53,9 @@ import attrs
 from polyrl.errors import RewardError
 from polyrl.sandbox import seccomp
 
-LEVELS = ("auto", "require", "off")
+LEVELS = ("auto", "require", "weak", "off")
+#: Levels that keep the sample from the trainer's files, environment, memory and network.
+STRONG_LEVELS = ("bwrap",)
 #: What the sample sees at / (besides /usr): the merged-/usr links or folders of the host.
 ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 #: Where the sample lives inside bubblewrap: its cwd, HOME and TMPDIR.
@@ -155,9 +174,13 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int) -> tupl
     for key, value in sandbox_env(SANDBOX_HOME).items():
         cmd += ["--setenv", key, value]
     drop: list[str] = []
+    # CAP_SETPCAP only for setpriv, to empty the bounding set (without it ``--bounding-set=-all``
+    # silently kept the container's full set); the sample itself never holds it
     if root and ids is not None:
-        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
         drop = drop_privileges(ids) + ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+    elif root and (drop := no_capabilities()):
+        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETPCAP"]
     else:
         cmd += ["--cap-drop", "ALL"]
     return cmd, drop
@@ -248,9 +271,35 @@ def _refuse_root(python: str, why: str, reasons: Sequence[str]) -> None:
         "can run, or set user = \"none\" to accept samples running as root")
 
 
+def _fixes(reasons: Sequence[str]) -> str:
+    """What to do on this machine for the strong level, from why bubblewrap failed."""
+    text = " ".join(reasons)
+    if "bwrap not found" in text:
+        return "install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap)"
+    if not any(word in text for word in ("namespace", "not permitted", "Permission denied", "uid map", "RTM_NEWADDR")):
+        return "make bwrap start the interpreter (the reason above says why; options.python picks another one)"
+    if os.geteuid() == 0:
+        return ("let root create namespaces (in a container: docker run --cap-add SYS_ADMIN --security-opt "
+                "seccomp=unconfined --security-opt apparmor=unconfined), or run the trainer as a non-root user "
+                "on a kernel with unprivileged user namespaces")
+    return ("enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 23.10+ "
+            "kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile allowing bwrap; "
+            "user.max_user_namespaces > 0)")
+
+
+def refusal(isolation: str, reasons: Sequence[str]) -> str:
+    """The one error for a sandbox that cannot get the strong level: what is missing, how to get it,
+    and the explicit opt-in to a weaker level with its risks."""
+    return (f"code sandbox: isolation = \"{isolation}\" needs bubblewrap's namespaces to keep samples (a policy's "
+            f"code) from the trainer's files, environment, memory and network, but here {'; '.join(reasons)}. "
+            f"Fix: {_fixes(reasons)}; or accept the risk with isolation = \"weak\" (falls back to unshare or a plain "
+            "subprocess: a sample may run as the trainer's user, read its files and keys, write its run folder and "
+            "reach 127.0.0.1; train on hostile code only with bubblewrap)")
+
+
 def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
     if isolation not in LEVELS:
-        raise RewardError(f"code_tests: isolation must be auto, require or off, got {isolation!r}. "
+        raise RewardError(f"code_tests: isolation must be auto, require, weak or off, got {isolation!r}. "
                           "Fix: isolation = \"auto\"")
     ids, user_report, explicit = resolve_user(user)
     program, seccomp_report = seccomp.compiled_filter()
@@ -260,7 +309,7 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
     reasons: list[str] = []
     if isolation != "off":
         if shutil.which("bwrap") is None:
-            reasons.append("bwrap not found (apt-get install bubblewrap)")
+            reasons.append("bwrap not found")
         else:
             prefix, drop = bwrap_prefix(python, ids, disk_mb)
             fd_args: list[str] = []
@@ -277,16 +326,26 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                 if r >= 0:
                     os.close(r)
             if why is None:
+                if program is None and isolation == "require":
+                    raise RewardError(
+                        f"code sandbox: isolation = \"require\" needs the seccomp filter, and it is {seccomp_report}. "
+                        "Without it a sample forks (ctypes passes the audit hook behind bubblewrap) and holds "
+                        "max_processes x memory_mb. Fix: install libseccomp (apt-get install libseccomp2, "
+                        "dnf install libseccomp) and the pyseccomp package, or set isolation = \"auto\" to run "
+                        "without the filter (with a warning)")
                 return Launch("bwrap", tuple(prefix), tuple(drop), python, True, ids, program, {
                     **base, "isolation": "bwrap: own mount, PID (fresh /proc), network, IPC, UTS namespaces"
-                    + ("" if os.geteuid() == 0 else " and user namespace") + "; no capabilities",
+                    + ("" if os.geteuid() == 0 else " and user namespace") + "; no capabilities"
+                    + ("" if drop or os.geteuid() != 0 else " (bounding set kept: no setpriv)"),
                     "filesystem": f"read-only /usr and interpreter folders; writable: a {disk_mb} MB private tmpfs only",
-                    "seccomp": seccomp_report,
+                    "seccomp": seccomp_report if program is not None else (
+                        f"OFF ({seccomp_report.removeprefix('off: ')}): a sample can fork, its processes together "
+                        "hold max_processes x memory_mb, and socket families beyond unix/inet are open; "
+                        "isolation = \"require\" refuses this. Fix: install libseccomp"),
                     "descriptors": "only stdin/stdout/stderr reach the sample (the server checks and reports)"})
             reasons.append(f"bwrap does not work here ({why})")
-        if isolation == "require":
-            raise RewardError(f"code_tests: isolation = \"require\" but {'; '.join(reasons)}. Fix: install "
-                              "bubblewrap and allow namespaces (or run as root), or set isolation = \"auto\"")
+        if isolation in ("auto", "require"):
+            raise RewardError(refusal(isolation, reasons))
         unshare = shutil.which("unshare")
         if unshare:
             # --mount-proc: a fresh /proc of the sample's own PID namespace; without it the host's
@@ -297,15 +356,20 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                           "--mount-proc"]
             drop = drop_privileges(ids) if ids else no_capabilities()
             why = probe(prefix + drop + [python, "-I", "-c", _IDENTITY], expected)
-            if why is not None and ids is not None and not explicit:
+            if why is not None and ids is not None and (bare := probe(prefix + [python, "-I", "-c", _IDENTITY],
+                                                                      expected)) is not None:
+                why = bare  # unshare itself is refused (a container): not the user's fault; try "off"
+            elif why is not None and ids is not None and not explicit:
                 _refuse_root(python, why, reasons)
                 ids, drop, user_report = None, [], f"off: {python} cannot run as that user ({why})"
                 base["user"] = user_report
-                why = probe(prefix + [python, "-I", "-c", _IDENTITY], expected)
+                why = None
             if why is None:
                 return Launch("unshare", tuple(prefix), tuple(drop), python, False, ids, None, {
                     **base, "isolation": "PARTIAL (unshare): network and PID namespaces; " + "; ".join(reasons),
-                    "filesystem": "host files visible (kernel permissions apply); disk capped per file only",
+                    "filesystem": "host files visible (kernel permissions apply"
+                                  + (": the sample is the trainer's own uid)" if ids is None and os.geteuid() != 0
+                                     else ")") + "; disk capped per file only",
                     "seccomp": "off: needs bwrap", "descriptors": "only stdin/stdout/stderr (close_fds)"})
             reasons.append(f"unshare does not work here ({why})")
         else:
@@ -323,5 +387,6 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
     why_off = "isolation = off" if isolation == "off" else "; ".join(reasons)
     return Launch("off", (), tuple(drop), python, False, ids, None, {
         **base, "isolation": f"OFF ({why_off}): a plain subprocess",
-        "filesystem": "host files visible; disk capped per file only", "seccomp": "off",
-        "descriptors": "only stdin/stdout/stderr (close_fds)"})
+        "filesystem": "host files visible" + (": the sample is the trainer's own uid" if ids is None and
+                                              os.geteuid() != 0 else "") + "; disk capped per file only",
+        "seccomp": "off", "descriptors": "only stdin/stdout/stderr (close_fds)"})

@@ -21,6 +21,7 @@ from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards import forked, guard
 from polyrl.sandbox import isolation
+from polyrl.sandbox.isolation import STRONG_LEVELS
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.harness import Session, exception_parts, exception_text, run_tests
 from polyrl.sandbox.values import ProtocolError
@@ -123,9 +124,14 @@ class Sandbox:
                        "rlimits": rlimits,
                        "timeout": f"on: {self.limits.timeout_s:g} s wall clock, then SIGKILL to the sample's "
                                   "process group" + (" and PID namespace" if self.launch.level != "off" else "")}
-        if self.launch.level != "bwrap" and isolation == "auto":
-            log.warning("code sandbox runs without full OS isolation", isolation_level=self.launch.level,
-                        why=self.report["isolation"])
+        if self.launch.level not in STRONG_LEVELS and isolation == "weak":
+            log.warning("code sandbox runs without full OS isolation (isolation = \"weak\"): samples may read the "
+                        "trainer's files and write its run folder", isolation_level=self.launch.level,
+                        why=self.report["isolation"], filesystem=self.report["filesystem"])
+        if self.launch.level == "bwrap" and self.launch.seccomp_program is None:
+            log.warning("code sandbox runs without its seccomp filter: a sample can fork and hold max_processes x "
+                        "memory_mb; isolation = \"require\" refuses this", seccomp=self.report["seccomp"],
+                        fix="install libseccomp (apt-get install libseccomp2) and the pyseccomp package")
 
     @property
     def level(self) -> str:

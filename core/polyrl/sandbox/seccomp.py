@@ -13,6 +13,13 @@ apply. ``fork``, ``vfork`` and ``clone`` without ``CLONE_THREAD`` fail with EPER
 (``CLONE_THREAD`` implies a shared address space) still start, so ``memory_mb`` bounds the whole
 sample. ``clone3`` fails with ENOSYS: its flags live in a struct a filter cannot read, and on
 ENOSYS libc falls back to ``clone`` for threads.
+
+Socket families: only AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK (all separated by the sample's
+network namespace) may be created; ``socket``/``socketpair`` of any other family fails with
+EAFNOSUPPORT, as on a kernel without it. Why: some families are not network-namespaced at all
+(AF_VSOCK reaches the hypervisor's services from inside a "no network" sandbox on a VM;
+Docker's default profile refuses it too; AF_BLUETOOTH, AF_CAN...), and the rest (AF_ALG,
+AF_PACKET, AF_KEY, AF_RDS, AF_TIPC, AF_XDP...) are kernel attack surface no sample needs.
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ DENIED = (
 )
 #: Kernel calls that start a process, refused with EPERM (``clone`` is refused unless it makes a thread).
 NEW_PROCESS = ("fork", "vfork")
+#: Socket families a sample may create: AF_UNIX, AF_INET, AF_INET6, AF_NETLINK (per network namespace).
+ALLOWED_FAMILIES = (1, 2, 10, 16)
+AF_VSOCK = 40
 CLONE_THREAD = 0x00010000
 CLONE_NEWNS_ANY = 0x7E020000  # every CLONE_NEW* flag (ns, cgroup, uts, ipc, user, pid, net)
 TIOCSTI = 0x5412
@@ -79,6 +89,7 @@ def _build() -> tuple[bytes | None, str]:
             if CLONE_NEWNS_ANY & flag:
                 rules.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(flags, sc.MASKED_EQ, flag, flag))
         rules.add_rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, TIOCSTI))
+        _refuse_families(sc, rules)
         with tempfile.TemporaryFile() as out:  # libseccomp writes to a real descriptor
             rules.export_bpf(out)
             out.seek(0)
@@ -87,10 +98,28 @@ def _build() -> tuple[bytes | None, str]:
         return None, f"off: libseccomp failed ({type(exc).__name__}: {exc})"
     names = len(DENIED) - len(skipped)
     return program, (f"on: {names} calls refused (namespaces, mount, ptrace, keyctl, bpf, modules, io_uring, "
-                     "...), clone with namespace flags, TIOCSTI; new processes refused (fork, vfork, clone "
+                     "...), clone with namespace flags, TIOCSTI, socket families beyond unix/inet/inet6/netlink "
+                     "(AF_VSOCK...); new processes refused (fork, vfork, clone "
                      "without CLONE_THREAD; clone3 ENOSYS): one process, threads only, memory_mb in all")
 
 
 def _clone_flags_arg(sc: Any) -> int:
     """Which argument of ``clone`` holds the flags: the first, except on s390 (stack first)."""
     return 1 if sc.system_arch() in (sc.Arch.S390, sc.Arch.S390X) else 0
+
+
+def _refuse_families(sc: Any, rules: Any) -> None:
+    """``socket``/``socketpair`` with a family outside ``ALLOWED_FAMILIES`` -> EAFNOSUPPORT. One
+    comparison per rule (libseccomp ORs rules): every value below the largest allowed one that is
+    not allowed, and everything above it. The comparison is on the whole register, so a family
+    with high bits set (the kernel reads an int) is refused too, even when its low bits are allowed."""
+    top = max(ALLOWED_FAMILIES)
+    for call in ("socket", "socketpair"):
+        try:
+            for family in range(top):
+                if family not in ALLOWED_FAMILIES:
+                    rules.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), call, sc.Arg(0, sc.EQ, family))
+            rules.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), call, sc.Arg(0, sc.GT, top))
+        except (ValueError, RuntimeError, OSError):
+            if call == "socket":
+                raise  # no filter rather than one that lets AF_VSOCK through
