@@ -136,8 +136,12 @@ FAIL_CLOSED = {
     # a failed test that half built a list the last assert reads stops the run too
     "state_after_a_failed_test": ("got = []\nfor x in (1, 5):\n    got.append(double(x))\n    assert got[-1] is not None\n"
                                   "assert all(g == 2 * x for g, x in zip(got, (1, 5)))\n", 0.5),
+    "state_through_a_helper": ("results = []\ndef record(ok):\n    results.append(ok)\nfor x in (1, 5):\n"
+                               "    record(double(x) == 2 * x)\n    assert x > 0\nassert all(results)\n", 0.5),
     # ...but a failed test that leaves nothing behind keeps the per-test partial credit
     "independent_after_a_failed_test": ("for x in (1, 5):\n    assert double(x) == 2 * x\nassert double(0) == 0\n", 0.5),
+    "independent_test_functions": ("def test_a():\n    result = double(1)\n    assert result == 2\n"
+                                   "def test_b():\n    result = double(0)\n    assert result == 0\n", 0.5),
 }
 
 

@@ -39,6 +39,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
+from polyrl.sandbox.step_state import leaves_state
 from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode, spread
 
 #: The only modules a sample's module-typed value can stand for here: standard-library modules
@@ -436,14 +437,14 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
                sync: Callable[[Any], None], passed: list[bool]) -> None:
     """Run the steps in order, one verdict per test. A step that is not a test and raises is a
     failed check itself, and every test after it fails unrun, as a script run of the cell stops
-    there; so does a failed test that leaves state a later step reads (``_leaves_state``). Why:
+    there; so does a failed test that leaves state a later step reads (``step_state``). Why:
     the failure was ignored, so a cell that collects results and asserts on them at the end
     (``assert all(results)`` of an empty list) passed a solution that only raised. A failed test
     that leaves nothing behind (an ``assert``, a loop of asserts, a test function) keeps the
     per-test partial credit: the tests after it still run."""
     stopped = False
-    leaves = _leaves_state([source for source, _ in steps])
-    for (source, is_test), leaves_state in zip(steps, leaves):
+    stateful = leaves_state([source for source, _ in steps])
+    for (source, is_test), leaves in zip(steps, stateful):
         if stopped:
             if is_test:
                 passed.append(False)
@@ -467,45 +468,5 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
             raise session.channel.dead
         if is_test or not ok:
             passed.append(ok)
-        stopped = not ok and (leaves_state or not is_test)
+        stopped = not ok and (leaves or not is_test)
 
-
-def _leaves_state(sources: Sequence[str]) -> list[bool]:
-    """Per step: whether it writes a name a later step reads. Writing: binding it (not as a loop
-    variable, which each loop sets afresh), or changing a value the tests bound through a method
-    call or an item or attribute assignment (``results.append(...)``, ``seen[x] = ...``); an
-    ``assert*`` method call checks, it changes nothing. A step that fails part way leaves such a
-    name half built, so the steps reading it must not run as if it had finished."""
-    trees = []
-    for source in sources:
-        try:
-            trees.append(ast.parse(source))
-        except SyntaxError:
-            trees.append(ast.Module(body=[], type_ignores=[]))
-    data = {node.id for tree in trees for node in ast.walk(tree)
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
-    later: set[str] = set()
-    out: list[bool] = []
-    for tree in reversed(trees):
-        out.append(bool(_written(tree, data) & later))
-        later |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
-    return out[::-1]
-
-
-def _written(tree: ast.AST, data: set[str]) -> set[str]:
-    loop_vars = {id(name) for node in ast.walk(tree) if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension))
-                 for name in ast.walk(node.target)}
-    written = {node.id for node in ast.walk(tree)
-               if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and id(node) not in loop_vars}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.func.attr.startswith("assert"):
-            base: ast.AST = node.func.value
-        elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, ast.Store):
-            base = node.value
-        else:
-            continue
-        while isinstance(base, (ast.Subscript, ast.Attribute)):
-            base = base.value
-        if isinstance(base, ast.Name) and base.id in data:
-            written.add(base.id)
-    return written
