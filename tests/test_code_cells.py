@@ -164,6 +164,9 @@ def test_checks_that_are_no_assert_statement_are_tests():
     # a helper that raises on bad input is no checker: the statement using it is a plain step
     assert [t for _, t in parse_tests("def ref(x):\n    if x < 0:\n        raise ValueError\n    return 2 * x\n"
                                       "want = ref(3)\nassert double(3) == want\n")] == [False, False, True]
+    # nor is a re-raise: counted as a test, it would pass every completion
+    assert [t for _, t in parse_tests("try:\n    from solution import double\nexcept ImportError:\n    raise\n"
+                                      "assert double(3) == 6\n")] == [False, True]
 
 
 # --- pytest's parametrize, and cells that check nothing -----------------------------------------

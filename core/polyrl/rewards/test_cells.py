@@ -13,7 +13,8 @@ What a test is: a top-level statement that checks something (an ``assert``, a ``
 ``exit``, a library assertion such as ``np.testing.assert_allclose`` or ``tc.assertEqual``, a
 ``pytest.raises`` block) or that uses the cell's own checking function or class. Every other
 statement is a step between tests; when one of those raises, the harness fails it and every test
-after it (a script run stops there), so how a statement is classified decides partial credit,
+after it (a script run stops there), as it does after a failed test that leaves state a later step
+reads (``polyrl.sandbox.step_state``), so how a statement is classified decides partial credit,
 never whether a failure counts.
 """
 
@@ -174,8 +175,8 @@ def _holds_check(node: ast.AST, top: bool = False) -> bool:
             name = _name_of(inner.func) or ""
             if name.startswith("assert") or name in _CHECK_CALLS or (top and name in _EXIT_CALLS and _fails(inner)):
                 return True
-        if isinstance(inner, ast.Raise) and (top or _raises_assertion(inner)):
-            return True
+        if isinstance(inner, ast.Raise) and inner.exc is not None and (top or _raises_assertion(inner)):
+            return True  # a bare ``raise`` passes an error on (``except ImportError: raise``): no check
     return False
 
 
