@@ -106,3 +106,125 @@ def test_a_tight_memory_limit_on_samples_leaves_the_datasets_own_tests_room():
     result = computer(["write add"], [Completion(0, [1], [2], [0.0], text=RIGHT)],
                       RewardContext(rows=rows, wanted=("code_tests",)))
     assert list(result.per_reward["code_tests"]) == [1.0]
+
+
+# --- a statement that raises is never skipped --------------------------------------------------
+
+DOUBLE = "def double(x):\n    return 2 * x\n"
+ZERO = "def double(x):\n    return 0\n"
+RAISES = "def double(x):\n    raise RuntimeError('no idea')\n"
+#: cell -> (score of ZERO, a wrong solution that passes double(0) == 0); RAISES must score 0 on
+#: each, DOUBLE 1. Before, a statement that is not a test (no assert in it) failed unnoticed, so
+#: RAISES scored 1.0 on the first two and ZERO 1.0 on the next four.
+FAIL_CLOSED = {
+    "collect_then_assert": ("cases = [(1, 2), (2, 4), (10, 20)]\nresults = []\nfor x, want in cases:\n"
+                            "    results.append(double(x) == want)\nassert all(results)\n", 0.0),
+    "collect_failures": ("failures = []\nfor x, want in [(1, 2), (2, 4)]:\n    if double(x) != want:\n"
+                         "        failures.append(x)\nassert not failures, failures\n", 0.0),
+    "raise_and_exit": ("assert double(0) == 0\nif double(1) != 2:\n    raise AssertionError('double(1)')\n"
+                       "if double(5) != 10:\n    exit(1)\n", 1 / 3),
+    "tests_run_from_a_loop": ("def test_a():\n    assert double(1) == 2\ndef test_b():\n    assert double(5) == 10\n"
+                              "assert double(0) == 0\nfor t in (test_a, test_b):\n    t()\n", 0.5),
+    "checker_class": ("class Checker:\n    def run(self):\n        assert double(1) == 2\n        assert double(5) == 10\n"
+                      "assert double(0) == 0\nChecker().run()\n", 0.5),
+    "library_asserts": ("import numpy as np\nfrom numpy.testing import assert_allclose\nimport unittest\n"
+                        "tc = unittest.TestCase()\nassert double(0) == 0\nassert_allclose(double(1.5), 3.0)\n"
+                        "np.testing.assert_array_equal(double(4), 8)\ntc.assertEqual(double(7), 14)\n", 0.25),
+    "pytest_raises": ("import pytest\nassert double(0) == 0\nwith pytest.raises(TypeError):\n    double(None)\n", 0.5),
+    # a script's closing sys.exit(0) is a success, and no test
+    "exit_zero": ("import sys\nassert double(1) == 2\nassert double(0) == 0\nsys.exit(0)\n", 0.5),
+    # a failed test that half built a list the last assert reads stops the run too
+    "state_after_a_failed_test": ("got = []\nfor x in (1, 5):\n    got.append(double(x))\n    assert got[-1] is not None\n"
+                                  "assert all(g == 2 * x for g, x in zip(got, (1, 5)))\n", 0.5),
+    "state_through_a_helper": ("results = []\ndef record(ok):\n    results.append(ok)\nfor x in (1, 5):\n"
+                               "    record(double(x) == 2 * x)\n    assert x > 0\nassert all(results)\n", 0.5),
+    # ...but a failed test that leaves nothing behind keeps the per-test partial credit
+    "independent_after_a_failed_test": ("for x in (1, 5):\n    assert double(x) == 2 * x\nassert double(0) == 0\n", 0.5),
+    "independent_test_functions": ("def test_a():\n    result = double(1)\n    assert result == 2\n"
+                                   "def test_b():\n    result = double(0)\n    assert result == 0\n", 0.5),
+}
+
+
+@pytest.mark.parametrize("tests_in", ["process", "trainer"])
+def test_a_statement_that_raises_fails_the_tests_after_it(tests_in):
+    names = sorted(FAIL_CLOSED)
+    got = {}
+    for name in names:
+        scores, metrics = score(FAIL_CLOSED[name][0], [DOUBLE, ZERO, RAISES], tests_in=tests_in)
+        got[name] = scores
+    assert got == {name: [1.0, pytest.approx(FAIL_CLOSED[name][1]), 0.0] for name in names}
+
+
+def test_checks_that_are_no_assert_statement_are_tests():
+    steps = parse_tests(FAIL_CLOSED["library_asserts"][0])
+    assert [s for s, t in steps if t] == ["assert double(0) == 0", "assert_allclose(double(1.5), 3.0)",
+                                          "np.testing.assert_array_equal(double(4), 8)", "tc.assertEqual(double(7), 14)"]
+    assert [t for _, t in parse_tests(FAIL_CLOSED["raise_and_exit"][0])] == [True, True, True]
+    assert [t for _, t in parse_tests(FAIL_CLOSED["checker_class"][0])] == [False, True, True]
+    # a helper that raises on bad input is no checker: the statement using it is a plain step
+    assert [t for _, t in parse_tests("def ref(x):\n    if x < 0:\n        raise ValueError\n    return 2 * x\n"
+                                      "want = ref(3)\nassert double(3) == want\n")] == [False, False, True]
+    # nor is a re-raise: counted as a test, it would pass every completion
+    assert [t for _, t in parse_tests("try:\n    from solution import double\nexcept ImportError:\n    raise\n"
+                                      "assert double(3) == 6\n")] == [False, True]
+
+
+# --- pytest's parametrize, and cells that check nothing -----------------------------------------
+
+PARAMETRIZED = ("import pytest\nCASES = [(2, 4), (3, 6)]\n\n@pytest.mark.parametrize('x, want', [(1, 2), (5, 10), "
+                "pytest.param(7, 0, marks=pytest.mark.xfail)])\ndef test_double(x, want):\n    assert double(x) == want\n\n"
+                "@pytest.mark.parametrize(('x', 'want'), CASES)\n@pytest.mark.parametrize('sign', [1, -1])\n"
+                "def test_signs(x, want, sign):\n    assert double(sign * x) == sign * want\n\n"
+                "class TestDouble:\n    @pytest.mark.parametrize('x', [0])\n    def test_zero(self, x):\n"
+                "        assert double(x) == 0\n")
+
+
+def test_a_parametrized_test_runs_once_per_case():
+    """It was called with no arguments (TypeError), so a right solution failed it."""
+    assert [s for s, t in parse_tests(PARAMETRIZED) if t] == [
+        "TestDouble().test_zero(x=0)", "test_double(x=1, want=2)", "test_double(x=5, want=10)",
+        "test_signs(x=2, want=4, sign=1)", "test_signs(x=2, want=4, sign=-1)", "test_signs(x=3, want=6, sign=1)",
+        "test_signs(x=3, want=6, sign=-1)"]
+    scores, _ = score(PARAMETRIZED, [DOUBLE, "def double(x):\n    return 2 * x if x < 3 else 0\n", RAISES])
+    assert scores == [1.0, pytest.approx(5 / 7), 0.0]  # x=5 and x=3 (sign 1) fail
+
+
+def test_a_parametrize_whose_cases_cannot_be_counted_is_an_error():
+    computed = ("import pytest\n@pytest.mark.parametrize('x', [i for i in range(3)])\ndef test_double(x):\n"
+                "    assert double(x) == 2 * x\n")
+    with pytest.raises(RewardError, match=r"the tests of row 4 parametrize test_double\(\) with cases computed at run "
+                                          r"time \(\[i for i in range\(3\)\]\).*Fix: write the argument names"):
+        parse_tests(computed, " of row 4")
+    with pytest.raises(RewardError, match=r"a case of 1 values for 2 names"):
+        parse_tests("import pytest\n@pytest.mark.parametrize('x, y', [(1,)])\ndef test_a(x, y):\n    assert x\n")
+
+
+def test_a_cell_that_checks_nothing_is_said_once(monkeypatch):
+    """A cell that only prints is one test any completion that runs passes: said, naming the row."""
+    from structlog.testing import capture_logs
+
+    from polyrl.rewards import test_cells
+
+    monkeypatch.setattr(test_cells, "_warned_unchecked", False)
+    with capture_logs() as logs:
+        scores, _ = score("print(double(1) == 2)\nprint(double(5) == 10)\n", [DOUBLE, ZERO])
+        score("print(double(3))\n", [DOUBLE])
+    warned = [e for e in logs if "check nothing" in e["event"]]
+    assert len(warned) == 1 and "the tests of row 0 check nothing" in warned[0]["event"], logs
+    assert scores == [1.0, 1.0]  # still run as one test: the dataset's to fix
+    with capture_logs() as logs:
+        parse_tests("assert double(1) == 2\nprint(double(1))\n")
+    assert not [e for e in logs if "check nothing" in e["event"]]
+
+
+def test_an_import_the_trainer_cannot_make_is_said_once(monkeypatch):
+    from structlog.testing import capture_logs
+
+    from polyrl.rewards import test_cells
+
+    monkeypatch.setattr(test_cells, "_warned_missing", False)
+    with capture_logs() as logs:
+        parse_tests("import no_such_module_xyz\nfrom solution import add\nassert add(1, 2) == 3\n", " of row 2")
+        parse_tests("import no_such_module_abc\nassert add(1, 2) == 3\n", " of row 3")
+    warned = [e for e in logs if "cannot import" in e["event"]]
+    assert len(warned) == 1 and "row 2 import no_such_module_xyz" in warned[0]["event"]

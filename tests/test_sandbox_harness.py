@@ -91,7 +91,7 @@ def test_a_module_the_sample_hands_over_is_a_read_only_view(box):
     original = math.isclose
     code = "import math\ndef mod():\n    return math\n"
     tests = ("m = mod()\nassert m.isclose(m.sqrt(4), 2.0) and m.pi > 3\n"
-             "m.isclose = lambda *a, **k: True\n"
+             "try:\n    m.isclose = lambda *a, **k: True\nexcept TypeError:\n    pass\n"  # refused
              "assert not m.isclose(0.0, 1.0)\nassert math.sqrt(9) == 3\n")
     try:
         result = run(box, code, tests)

@@ -138,6 +138,30 @@ def test_shadowed_builtins_and_fake_modules_do_not_reach_the_tests(isolation, au
 
 
 @pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_a_module_the_tests_use_unimported_is_the_real_one(isolation, audit_hook):
+    """MBPP keeps ``import math`` in a column of its own and numpy cells lean on the solution's
+    ``import numpy as np``: the name was the sample's, so a class named ``math`` whose
+    ``isclose`` always agrees scored 1.0 with a volume of 0."""
+    rows = [
+        {"prompt": "p", "tests": "assert math.isclose(volume(10), 4188.790204786391, rel_tol=0.001)\n"
+                                 "assert math.isclose(volume(25), 65449.84694978735, rel_tol=0.001)\n"},
+        {"prompt": "p", "tests": "assert np.allclose(solve([1, 2]), [2, 4])\n"},
+        {"prompt": "p", "tests": "assert copy([1, 2]) == [1, 2]\n"},  # called: the solution's, not the module
+    ]
+    forged = ["class math:\n    @staticmethod\n    def isclose(*a, **k):\n        return True\n"
+              "def volume(r):\n    return 0.0\n",
+              "class np:\n    allclose = staticmethod(lambda *a, **k: True)\ndef solve(x):\n    return None\n",
+              "def copy(xs):\n    return []\n"]
+    res = score(forged, rows=rows, isolation=isolation, audit_hook=audit_hook)
+    np.testing.assert_array_equal(res.total, [0.0] * len(forged))
+    honest = ["import math\ndef volume(r):\n    return 4 / 3 * math.pi * r ** 3\n",
+              "import numpy as np\ndef solve(x):\n    return [2 * v for v in x]\n",  # np was unusable to the tests
+              "def copy(xs):\n    return list(xs)\n"]
+    res = score(honest, rows=rows, isolation=isolation, audit_hook=audit_hook)
+    np.testing.assert_array_equal(res.total, [1.0] * len(honest))
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
 def test_a_malformed_answer_is_no_exception_a_test_can_expect(isolation, audit_hook):
     """Garbage on the channel ends the sample; it is not an exception a test's ``except`` catches."""
     rows = [{"prompt": "p", "tests": "try:\n    add(1, 2)\nexcept Exception:\n    raised = True\nelse:\n"

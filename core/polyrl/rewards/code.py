@@ -8,9 +8,12 @@ Options (``[[rewards]] name = "code_tests"``); unknown options are an error:
 
 ``column``            dataset column with the tests (default "tests"): a string of Python whose
                       top-level ``assert`` statements are the tests, as is each top-level statement
-                      that runs asserts (a loop or ``if`` holding one, a call of the tests' own
-                      function that asserts, ``check(f)``); other statements — imports, helpers —
-                      run in order between them), or a list of snippets, one test each
+                      that checks (a loop or ``if`` holding an assert or a ``raise``, an ``assert*``
+                      call such as ``np.testing.assert_allclose``, a use of the tests' own function
+                      or class that checks, ``check(f)``) and each case of a pytest ``test_*``
+                      function; other statements — imports, helpers — run in order between them
+                      and fail closed: one that raises is a failed check and the tests after it
+                      fail (``polyrl.rewards.test_cells``), or a list of snippets, one test each
                       (a snippet passes when it runs without an exception). No tests -> score None.
 ``entry_point_column`` column naming the solution's function for a HumanEval-style
                       ``check(candidate)`` that the tests define and never call (default
@@ -101,7 +104,9 @@ What is NOT isolated, or only partly:
       ``assert make_point() == Point(1, 2)`` fails even when the solution is right (numpy scalars
       come back as numbers; an array stays in the sample, ``list(arr)`` works); in-place changes
       to a list passed as argument are not seen by the tests. A module the tests use without
-      importing it is whatever the solution bound to that name: a read-only view of the trainer's
+      importing it is the trainer's real module when its name is a well-known one used only as a
+      module (``math.isclose``, ``np.allclose``: ``harness.TEST_MODULES``); any other name the
+      tests use unbound is whatever the solution bound to it: a read-only view of the trainer's
       module for a pure standard-library one (``harness.SAFE_MODULES``), else the solution's
       object or nothing; tests (or ``setup``) should import what they use.
     * Without bubblewrap only ``isolation = "weak"`` or ``"off"`` run (the default refuses): the

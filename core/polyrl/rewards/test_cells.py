@@ -8,14 +8,26 @@ test cases handed to ``unittest.main()``, HumanEval's ``check(candidate)`` that 
 with the row's ``entry_point``. Each of those is turned into the tests a script run or a test runner
 would execute; a cell that would still run no check is an error naming the fix, and whatever is
 left (a check that never asks the sample anything) is caught when it runs (``harness.run_tests``).
+
+What a test is: a top-level statement that checks something (an ``assert``, a ``raise``, an
+``exit``, a library assertion such as ``np.testing.assert_allclose`` or ``tc.assertEqual``, a
+``pytest.raises`` block) or that uses the cell's own checking function or class. Every other
+statement is a step between tests; when one of those raises, the harness fails it and every test
+after it (a script run stops there), as it does after a failed test that leaves state a later step
+reads (``polyrl.sandbox.step_state``), so how a statement is classified decides partial credit,
+never whether a failure counts.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.util
+import itertools
 from typing import Any
 
 from polyrl.errors import RewardError
+from polyrl.logs import get_logger
 
 NAME = "code_tests"
 #: test-runner plumbing: run here it would look for tests in the trainer's own ``__main__`` (or
@@ -23,6 +35,14 @@ NAME = "code_tests"
 _RUNNER_ATTRS = {("unittest", "main"), ("pytest", "main")}
 _RUNNER_NAMES = {"TextTestRunner", "TestLoader", "TestSuite", "makeSuite", "defaultTestLoader"}
 _UNITTEST_BASES = {"TestCase", "IsolatedAsyncioTestCase"}
+#: calls that check: a failing one raises (``pytest.raises``/``warns`` blocks, ``pytest.fail``,
+#: ``self.fail``), besides every callee named ``assert*`` (``assert_allclose``, ``assertEqual``)
+_CHECK_CALLS = {"raises", "warns", "fail"}
+#: calls that end a script run with a failure when a check fails (``exit(1)``, ``sys.exit(1)``)
+_EXIT_CALLS = {"exit", "quit", "_exit"}
+log = get_logger("polyrl.rewards.test_cells")
+_warned_unchecked = False
+_warned_missing = False
 
 
 def parse_tests(tests: Any, where: str = "", entry_point: str | None = None) -> list[tuple[str, bool]]:
@@ -35,11 +55,13 @@ def parse_tests(tests: Any, where: str = "", entry_point: str | None = None) -> 
             raise RewardError(f"{NAME}: the tests{where} are not valid Python ({exc.msg}, line {exc.lineno}). "
                               "Fix: correct the dataset's tests column") from None
         body = _as_script(tree.body)
+        _warn_missing_imports(body, where)
         checkers = _checkers(body)
         steps = [(ast.unparse(node), _is_test(node, checkers)) for node in body]
         steps += _discovered(body, checkers, where, entry_point)
         if steps and not any(is_test for _, is_test in steps):
-            return [(ast.unparse(ast.Module(body=body, type_ignores=[])), True)]  # no assert: one test
+            _warn_unchecked(where)
+            return [(ast.unparse(ast.Module(body=body, type_ignores=[])), True)]  # no check: one test
         return steps
     if isinstance(tests, (list, tuple)):
         out = []
@@ -99,24 +121,87 @@ def _name_of(node: ast.AST) -> str | None:
     return None
 
 
-def _holds_assert(node: ast.AST) -> bool:
-    return any(isinstance(inner, ast.Assert) for inner in ast.walk(node))
+def _warn_unchecked(where: str) -> None:
+    """Once a run: a cell with no check at all (it only prints, or only calls) is one test that
+    any completion running without an exception passes, so its reward says nothing. Said because
+    it is the dataset's to fix; the cell still runs that way (a crash fails it)."""
+    global _warned_unchecked
+    if _warned_unchecked:
+        return
+    _warned_unchecked = True
+    log.warning(f"{NAME}: the tests{where} check nothing (no assert, raise or assert* call): any completion "
+                "that runs without an exception passes them", where=where.strip() or "a tests cell",
+                fix="turn the cell's prints into asserts (print(f(1) == 2) -> assert f(1) == 2)")
+
+
+def _warn_missing_imports(body: list[ast.stmt], where: str) -> None:
+    """Once a run: a top-level import of the tests that the trainer (where the tests run) cannot
+    make. A statement that raises fails every test after it, so such a row scores 0 for every
+    completion, a right one too: said because the fix is the trainer's environment (``pip
+    install pytest``) or the dataset, never the policy."""
+    global _warned_missing
+    if _warned_missing:
+        return
+    for node in body:
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+        missing = [n for n in names if n.partition(".")[0] != "solution" and not _importable(n.partition(".")[0])]
+        if missing:
+            _warned_missing = True
+            log.warning(f"{NAME}: the tests{where} import {missing[0]}, which the trainer cannot import, so every "
+                        "completion fails them", where=where.strip() or "a tests cell",
+                        fix=f"install {missing[0].partition('.')[0]} where the trainer runs, or correct the "
+                            "dataset's import")
+            return
+
+
+@functools.lru_cache(maxsize=512)
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _holds_check(node: ast.AST, top: bool = False) -> bool:
+    """Whether ``node`` holds a check: an ``assert``, a call of an ``assert*`` function or method
+    (numpy's, pandas', unittest's), ``pytest.raises``/``warns``/``fail``; at the top level also any
+    ``raise`` and ``exit``/``sys.exit`` (``if f(x) != y: raise ...``). In a function only ``raise
+    AssertionError`` counts: a helper raising ``ValueError`` on bad input is no checker."""
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Assert):
+            return True
+        if isinstance(inner, ast.Call):
+            name = _name_of(inner.func) or ""
+            if name.startswith("assert") or name in _CHECK_CALLS or (top and name in _EXIT_CALLS and _fails(inner)):
+                return True
+        if isinstance(inner, ast.Raise) and inner.exc is not None and (top or _raises_assertion(inner)):
+            return True  # a bare ``raise`` passes an error on (``except ImportError: raise``): no check
+    return False
+
+
+def _fails(exit_call: ast.Call) -> bool:
+    """Whether an ``exit(...)`` may end the run as a failure: ``exit()``/``exit(0)`` never does."""
+    args = exit_call.args
+    return bool(args) and not (isinstance(args[0], ast.Constant) and args[0].value in (None, 0))
+
+
+def _raises_assertion(node: ast.Raise) -> bool:
+    exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+    return exc is not None and _name_of(exc) == "AssertionError"
 
 
 def _is_test(node: ast.stmt, checkers: set[str]) -> bool:
-    """Whether a top-level statement is a test: an ``assert``, a statement that runs asserts of its
-    own (``for x in cases: assert f(x) == ...``, ``if``/``with``/``try`` around one), or a call of a
-    function of the tests that asserts (``check(candidate)``). Why: such a statement was a helper
-    step, whose failure counted nowhere, so a solution passing only the top-level asserts scored 1."""
+    """Whether a top-level statement is a test: one that checks (``_holds_check``: an ``assert``, a
+    loop or ``if`` around one, ``np.testing.assert_allclose(...)``, ``if f(x) != y: raise ...``) or
+    uses a function or class of the tests that checks (``check(candidate)``, ``for t in (test_a,
+    test_b): t()``, ``Checker().run()``). Why: such a statement was a step whose failure counted
+    nowhere, so a solution passing only the top-level asserts scored 1."""
     if isinstance(node, ast.Assert):
         return True
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
         return False
-    return _holds_assert(node) or bool(_called_names(node) & checkers)
-
-
-def _called_names(node: ast.AST) -> set[str]:
-    return {inner.func.id for inner in ast.walk(node) if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name)}
+    return _holds_check(node, top=True) or bool(_used_names(node) & checkers)
 
 
 def _used_names(node: ast.AST) -> set[str]:
@@ -128,12 +213,13 @@ def _functions(body: list[ast.stmt]) -> dict[str, ast.FunctionDef | ast.AsyncFun
 
 
 def _checkers(body: list[ast.stmt]) -> set[str]:
-    """The tests' top-level functions that assert, themselves or through another such function
-    (``def run_all(): check(f)`` calls ``check``, which asserts)."""
-    functions = _functions(body)
-    checkers = {name for name, node in functions.items() if _holds_assert(node)}
+    """The tests' top-level functions and classes that check (``_holds_check``), themselves or
+    through another such one (``def run_all(): check(f)`` uses ``check``, which asserts)."""
+    defined = {node.name: node for node in body
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    checkers = {name for name, node in defined.items() if _holds_check(node)}
     while True:
-        more = {name for name, node in functions.items() if name not in checkers and _called_names(node) & checkers}
+        more = {name for name, node in defined.items() if name not in checkers and _used_names(node) & checkers}
         if not more:
             return checkers
         checkers |= more
@@ -160,10 +246,11 @@ def _discovered(body: list[ast.stmt], checkers: set[str], where: str, entry_poin
     of ``unittest.TestCase`` subclasses and of pytest's ``Test*`` classes, and ``check(<entry
     point>)``. A function that asserts which nothing runs, in a cell with no other test, is an
     error: every completion would pass it."""
-    tests = [t for node in body if isinstance(node, ast.ClassDef) for t in _class_tests(node, body)]
+    literals = _literal_lists(body)
+    tests = [t for node in body if isinstance(node, ast.ClassDef) for t in _class_tests(node, body, where, literals)]
     reached = _reached(body, _names_in(tests))
-    tests += [_call(node, f"{name}()") for name, node in _functions(body).items()
-              if name.startswith("test") and name not in reached]
+    tests += [t for name, node in _functions(body).items() if name.startswith("test") and name not in reached
+              for t in _calls(node, name, where, literals)]
     reached = _reached(body, _names_in(tests))
     has_tests = bool(tests) or any(_is_test(node, checkers) for node in body)
     if "check" in checkers and "check" not in reached:
@@ -188,15 +275,91 @@ def _names_in(sources: list[str]) -> set[str]:
     return set().union(*(_used_names(ast.parse(source)) for source in sources))
 
 
-def _class_tests(node: ast.ClassDef, body: list[ast.stmt]) -> list[str]:
+def _class_tests(node: ast.ClassDef, body: list[ast.stmt], where: str, literals: dict[str, ast.expr]) -> list[str]:
     """``Case("test_x").debug()`` for a ``unittest.TestCase`` subclass (setUp, the test, tearDown;
-    a failure raises), ``Case().test_x()`` for a pytest ``Test*`` class."""
+    a failure raises), ``Case().test_x(...)`` for a pytest ``Test*`` class."""
     methods = [m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name.startswith("test")]
     if _is_unittest_case(node, body):
         return [f"{node.name}({m.name!r}).debug()" for m in methods]
     if node.name.startswith("Test"):
-        return [_call(m, f"{node.name}().{m.name}()") for m in methods]
+        return [t for m in methods for t in _calls(m, f"{node.name}().{m.name}", where, literals)]
     return []
+
+
+def _literal_lists(body: list[ast.stmt]) -> dict[str, ast.expr]:
+    """Top-level names bound once, to a list or tuple written out (``CASES = [(1, 2), ...]``):
+    the cases a ``parametrize`` may name."""
+    counts: dict[str, int] = {}
+    found: dict[str, ast.expr] = {}
+    for node in body:
+        for name in _bound_here(node):
+            counts[name] = counts.get(name, 0) + 1
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and isinstance(node.value, (ast.List, ast.Tuple)):
+            found[node.targets[0].id] = node.value
+    return {name: value for name, value in found.items() if counts.get(name) == 1}
+
+
+def _bound_here(node: ast.stmt) -> set[str]:
+    return {inner.id for inner in ast.walk(node) if isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Store)}
+
+
+def _calls(node: ast.FunctionDef | ast.AsyncFunctionDef, target: str, where: str,
+           literals: dict[str, ast.expr]) -> list[str]:
+    """The calls a test runner makes of a test function: one per case of its
+    ``@pytest.mark.parametrize`` decorators (their product when stacked), else one with no
+    arguments. Why: a parametrized test called with none raised TypeError, so a right solution
+    failed it. Cases must be written out, in the decorator or as a list bound once at the top
+    (``CASES = [...]``); any other shape is an error naming the test, since the cases are the
+    tests and must be counted before they run."""
+    grids = [_cases(d, target, where, literals) for d in node.decorator_list
+             if isinstance(d, ast.Call) and _name_of(d.func) == "parametrize"]
+    combos = itertools.product(*grids) if grids else [()]
+    return [_call(node, f"{target}({', '.join(arg for case in combo for arg in case)})") for combo in combos]
+
+
+def _cases(decorator: ast.Call, target: str, where: str, literals: dict[str, ast.expr]) -> list[list[str]]:
+    """Each case of one ``parametrize(argnames, argvalues)`` as ``name=value`` arguments; a
+    ``pytest.param`` marked skip or xfail is left out (the runner expects no pass from it)."""
+    def refuse(why: str) -> RewardError:
+        return RewardError(f"{NAME}: the tests{where} parametrize {target}() with {why}, which code_tests cannot "
+                           "expand. Fix: write the argument names as a string and the cases as a list of tuples "
+                           "in the decorator (@pytest.mark.parametrize(\"x, want\", [(1, 2), (5, 10)]))")
+    given = {k.arg: k.value for k in decorator.keywords if k.arg}
+    args = [*decorator.args, *(given[k] for k in ("argnames", "argvalues") if k in given)]
+    if len(args) != 2 or set(given) - {"argnames", "argvalues", "ids", "scope"}:
+        raise refuse("arguments other than argnames, argvalues and ids")
+    names_node, values_node = args
+    if isinstance(names_node, ast.Constant) and isinstance(names_node.value, str):
+        names = [n.strip() for n in names_node.value.split(",") if n.strip()]
+    elif isinstance(names_node, (ast.List, ast.Tuple)) and all(
+            isinstance(e, ast.Constant) and isinstance(e.value, str) for e in names_node.elts):
+        names = [str(e.value).strip() for e in names_node.elts if isinstance(e, ast.Constant)]
+    else:
+        raise refuse("argument names that are not written out")
+    if not names or not all(n.isidentifier() for n in names):
+        raise refuse(f"argument names {ast.unparse(names_node)}")
+    if isinstance(values_node, ast.Name) and values_node.id in literals:
+        values_node = literals[values_node.id]
+    if not isinstance(values_node, (ast.List, ast.Tuple)):
+        raise refuse(f"cases computed at run time ({ast.unparse(values_node)[:60]})")
+    cases: list[list[str]] = []
+    for value in values_node.elts:
+        if isinstance(value, ast.Call) and _name_of(value.func) == "param":
+            marks = next((k.value for k in value.keywords if k.arg == "marks"), None)
+            if marks is not None and any(_name_of(m) in ("skip", "skipif", "xfail") for m in ast.walk(marks)):
+                continue
+            items = list(value.args)
+        elif len(names) == 1:
+            items = [value]
+        elif isinstance(value, (ast.List, ast.Tuple)):
+            items = list(value.elts)
+        else:
+            raise refuse(f"a case that is not a tuple ({ast.unparse(value)[:60]})")
+        if len(items) != len(names) or any(isinstance(i, ast.Starred) for i in items):
+            raise refuse(f"a case of {len(items)} values for {len(names)} names ({ast.unparse(value)[:60]})")
+        cases.append([f"{n}={ast.unparse(i)}" for n, i in zip(names, items)])
+    return cases
 
 
 def _is_unittest_case(node: ast.ClassDef, body: list[ast.stmt], depth: int = 0) -> bool:

@@ -18,9 +18,13 @@ Limits (documented in ``polyrl.rewards.code``): arguments must be plain data or 
 returned (a lambda cannot be sent), and a test sees in-place changes to its arguments only through
 values the sample returns. A module the solution imported stands here for a read-only view of the
 trainer's own copy when it is in ``SAFE_MODULES`` and is unusable otherwise: a name the sample
-chose is never imported (``unittest.__main__`` runs tests on import). Tests that use any other
-module import it themselves (or in ``setup``); a name the tests use without binding it is the
-solution's, whatever it is.
+chose is never imported (``unittest.__main__`` runs tests on import). A name the tests use
+without binding it is the solution's, except a well-known module name (``TEST_MODULES``: ``math``,
+``re``, ``np``, ``pd``...) that the tests only use as a module (``math.isclose(...)``): that is
+the trainer's real module, whatever the solution bound to it. Why: MBPP keeps ``import math`` in a
+column of its own and numpy cells lean on the solution's ``import numpy as np``, so a solution
+defining ``class math`` whose ``isclose`` always agrees scored 1. Tests that use any other module
+import it themselves (or in ``setup``).
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ import importlib
 import symtable
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
+from polyrl.sandbox.step_state import leaves_state
 from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode, spread
 
 #: The only modules a sample's module-typed value can stand for here: standard-library modules
@@ -42,6 +47,13 @@ from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode, spre
 SAFE_MODULES = frozenset({"math", "cmath", "re", "string", "collections", "collections.abc", "itertools",
                           "functools", "operator", "heapq", "bisect", "statistics", "fractions", "datetime",
                           "json", "typing", "copy"})
+#: Modules tests use without importing them (the import sits in another column, or the solution
+#: made it): name in the tests -> module. Only names used as a module (``name.attr``) are bound,
+#: so a task whose function is named ``copy`` still calls the solution's.
+TEST_MODULES = {**{name: name for name in (
+    "math", "cmath", "re", "string", "collections", "itertools", "functools", "operator", "heapq", "bisect",
+    "statistics", "fractions", "decimal", "datetime", "json", "typing", "copy", "random", "sys", "time",
+    "numpy", "pandas")}, "np": "numpy", "pd": "pandas"}
 _BUILTIN_NAMES = frozenset(dir(builtins))
 #: The module name under which tests import the solution (``from solution import add``, KodCode's
 #: shape): its attributes are the sample's names.
@@ -324,7 +336,10 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     layer: dict[str, Any] = dict(real_builtins)  # looked up after the tests' globals (module doc)
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": layer}
     sources = [setup, *(source for source, _ in steps)]
-    theirs = bound_names(sources)
+    bound = bound_names(sources)
+    modules = unbound_modules(sources, bound)
+    namespace.update(modules)  # the tests' globals: never the sample's (module doc)
+    theirs = bound | modules.keys()
     sample: dict[str, Any] = {}
     solution = SolutionModule(session, sample)
     real_import = builtins.__import__
@@ -361,6 +376,32 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     return passed, consulted
 
 
+def unbound_modules(sources: Iterable[str], bound: Collection[str]) -> dict[str, Any]:
+    """The real modules for the ``TEST_MODULES`` names these sources use only as a module
+    (``math.isclose``) and never bind; one that does not import here is left out (the name then
+    stays the solution's, as it was)."""
+    as_module: set[str] = set()
+    otherwise: set[str] = set()
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        bases = {id(node.value) for node in ast.walk(tree)
+                 if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                (as_module if id(node) in bases else otherwise).add(node.id)
+    modules: dict[str, Any] = {}
+    for name in sorted(as_module - otherwise - set(bound)):
+        if name in TEST_MODULES:
+            try:
+                modules[name] = importlib.import_module(TEST_MODULES[name])
+            except Exception:  # noqa: BLE001 - not installed in the trainer
+                continue
+    return modules
+
+
 def _used_names(sources: Iterable[str]) -> set[str]:
     """Every name these sources mention (a plain value of the sample's may be read by any)."""
     names: set[str] = set()
@@ -394,7 +435,20 @@ def _stop_at(channel: Channel) -> Callable[..., Any]:
 
 def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: dict[str, Any],
                sync: Callable[[Any], None], passed: list[bool]) -> None:
-    for source, is_test in steps:
+    """Run the steps in order, one verdict per test. A step that is not a test and raises is a
+    failed check itself, and every test after it fails unrun, as a script run of the cell stops
+    there; so does a failed test that leaves state a later step reads (``step_state``). Why:
+    the failure was ignored, so a cell that collects results and asserts on them at the end
+    (``assert all(results)`` of an empty list) passed a solution that only raised. A failed test
+    that leaves nothing behind (an ``assert``, a loop of asserts, a test function) keeps the
+    per-test partial credit: the tests after it still run."""
+    stopped = False
+    stateful = leaves_state([source for source, _ in steps])
+    for (source, is_test), leaves in zip(steps, stateful):
+        if stopped:
+            if is_test:
+                passed.append(False)
+            continue
         ok = False
         if session.dirty:  # a call may have changed the sample's globals
             sync(session.ask_raw_names())
@@ -406,9 +460,13 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
             raise
         except KeyboardInterrupt:
             raise
+        except SystemExit as exc:  # the tests' ``sys.exit(0)`` ends a script run as a success
+            ok = exc.code in (None, 0)
         except BaseException:  # noqa: BLE001 - any other failure of a test is a failed test
             ok = False
         if session.channel.dead is not None:  # the sample stopped, whatever the test's ``except`` did
             raise session.channel.dead
-        if is_test:
+        if is_test or not ok:
             passed.append(ok)
+        stopped = not ok and (leaves or not is_test)
+
