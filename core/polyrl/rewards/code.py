@@ -183,10 +183,28 @@ def extract_code(text: str, mode: str = "auto") -> str:
     plain = [body for lang, body in blocks if lang == ""]
     if plain:
         return plain[-1]
-    open_fence = re.search(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*)\Z", text, re.DOTALL)
-    if open_fence:  # a generation cut off before its closing fence
-        return open_fence.group(1)
-    return text
+    body = _open_fence_body(text)
+    return text if body is None else body  # a generation cut off before its closing fence
+
+
+#: What may follow an opening fence on its line: blanks, at most one python tag, blanks. Why this
+#: spelling: ``[ \t]*(?:python3?|py)?[ \t]*`` means the same but splits a blank run between its two
+#: ``[ \t]*`` in every way before failing, so ```` ``` ```` and 160 000 blanks held the trainer (and
+#: the GIL) 15 s; here a blank run is read once.
+_OPEN_FENCE_TAIL = re.compile(r"[ \t]*(?:(?:python3?|py)[ \t]*)?\n")
+
+
+def _open_fence_body(text: str) -> str | None:
+    """What follows the first fence opening a python (or untagged) block, to the end: what
+    ``re.search(r"```[ \\t]*(?:python3?|py)?[ \\t]*\\n(.*)\\Z", text, re.DOTALL)`` finds, in
+    linear time (each attempt reads only up to the next non-blank after its fence)."""
+    start = text.find("```")
+    while start >= 0:
+        tail = _OPEN_FENCE_TAIL.match(text, start + 3)
+        if tail:
+            return text[tail.end():]
+        start = text.find("```", start + 1)
+    return None
 
 
 # --- the reward ----------------------------------------------------------------------------------
