@@ -326,6 +326,34 @@ def test_no_network():
         listener.close()
 
 
+def test_a_concurrent_sample_keeps_its_output():
+    """Each sample's tests run in a forked copy of the trainer, which held every descriptor of the
+    trainer, the stdin pipes of the samples other threads ran included: a sample whose tests were
+    done never saw EOF while another sample's copy lived, so it was killed and what it printed was
+    lost (the python tool answered "" for a program that printed), 0.5 s later."""
+    import threading
+
+    box = Sandbox(SandboxLimits(timeout_s=10, memory_mb=256, max_output_bytes=4096))
+    results: dict[str, object] = {}
+    finished: dict[str, float] = {}
+
+    def run(name: str, code: str) -> None:
+        results[name] = box.run(code, [])
+        finished[name] = time.monotonic()
+
+    short = threading.Thread(target=run, args=("short", "import time\ntime.sleep(1.5)\nprint('short-output')\n"))
+    long = threading.Thread(target=run, args=("long", "import time\ntime.sleep(5)\nprint('long-output')\n"))
+    short.start()
+    time.sleep(0.3)  # the long sample (and its tests' copy) starts while the short one runs
+    long.start()
+    short.join()
+    long.join()
+    assert results["short"].status == "ok", results["short"]
+    assert results["short"].output == "short-output\n", results["short"]
+    assert results["long"].output == "long-output\n", results["long"]
+    assert finished["long"] - finished["short"] > 1.5
+
+
 def test_malicious_batch_costs_zero_and_good_samples_still_score():
     before = my_children()
     texts = [fenced(code) for code, _, _ in MALICIOUS.values()] + [fenced(GOOD)]
