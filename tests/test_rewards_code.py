@@ -326,6 +326,64 @@ def test_no_network():
         listener.close()
 
 
+def test_a_batch_of_looping_samples_scores_zero_instead_of_stopping_the_run():
+    """Every looping sample costs its own timeout_s, and code_tests scores the batch in one call:
+    256 of them (5 s, 2 workers) need 640 s, past the call's 600 s limit, and the run stopped
+    with RewardError. The call's limit grows with the batch. Scaled down: a 2 s call limit, 8
+    samples of 1 s on 2 workers (4 s at least)."""
+    pm = get_plugin_manager(entry_points=False)
+    computer = RewardComputer(pm, [("code_tests", 1.0, {"timeout_s": 1, "extract": "raw", "memory_mb": 256})],
+                              timeouts={"code_tests": 2})
+    n = 8
+    rows = [{"prompt": "p", "tests": "assert f() == 1"}] * n
+    comps = [Completion(0, [1], [2], [0.0], text="def f():\n    while True:\n        pass\n") for _ in range(n)]
+    res = computer(["p"] * n, comps, RewardContext(rows=rows, wanted=("code_tests",)))
+    np.testing.assert_array_equal(res.per_reward["code_tests"], [0.0] * n)
+    assert res.metrics["code_tests"]["timeouts"] == n
+
+
+def test_a_stuck_reward_is_still_caught_at_the_limit_its_work_needs():
+    """A plugin's ``call_time_s`` raises its call's limit to what its batch needs; a call that
+    hangs is still an error, at that limit. A ``call_time_s`` that raises or answers less keeps
+    the configured limit."""
+    import asyncio
+
+    from polyrl.hookspecs import hookimpl
+    from polyrl.types import RewardSpec
+
+    class Hangs:
+        is_async = True
+
+        def __init__(self, name, need):
+            self.name, self.need = name, need
+
+        @hookimpl
+        def polyrl_register_rewards(self, register):
+            register(RewardSpec(name=self.name))
+
+        @hookimpl
+        def reward(self, prompts, completions, context):  # pragma: no cover - await_reward answers
+            return None
+
+        async def await_reward(self, prompts, completions, context):
+            await asyncio.sleep(60)
+
+        def call_time_s(self, name, options, n):
+            if self.need == "raise":
+                raise ValueError("bad options")
+            return self.need * n
+
+    for need, limit in ((0.75, 1.5), ("raise", 0.5), (0.1, 0.5)):
+        plugin = Hangs("hangs", need)
+        computer = RewardComputer(get_plugin_manager(extra=[plugin], entry_points=False), [("hangs", 1.0, {})],
+                                  timeouts={"hangs": 0.5})
+        start = time.monotonic()
+        with pytest.raises(RewardError, match=f"did not answer within {limit:g} s"):
+            computer(["p", "p"], [Completion(0, [1], [2], [0.0], text="x")] * 2,
+                     RewardContext(rows=[{}, {}], wanted=("hangs",)))
+        assert limit <= time.monotonic() - start < limit + 3
+
+
 def test_a_concurrent_sample_keeps_its_output():
     """Each sample's tests run in a forked copy of the trainer, which held every descriptor of the
     trainer, the stdin pipes of the samples other threads ran included: a sample whose tests were

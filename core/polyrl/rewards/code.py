@@ -21,7 +21,10 @@ Options (``[[rewards]] name = "code_tests"``); unknown options are an error:
 ``extract``           "auto" (default: the last ```python fenced block, else the last plain fence,
                       else an unterminated fence, else the raw text), "all_blocks" (every python
                       block, joined), "raw"
-``timeout_s``         wall-clock limit per sample (default 5)
+``timeout_s``         wall-clock limit per sample (default 5). The whole batch is one reward call,
+                      whose limit (``[[rewards]] timeout_s``, default 600) is raised to fit the
+                      batch when every sample loops: ceil(n / max_workers) x (timeout_s + 4) + 60
+                      seconds (``call_time_s``), so looping samples score 0 and never stop the run
 ``cpu_s``             CPU-seconds limit (default: ceil(timeout_s) + 1)
 ``memory_mb``         address-space limit (default 1024)
 ``file_size_mb``      largest file the sample may write (default 16)
@@ -121,6 +124,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -135,7 +139,7 @@ from polyrl.rewards.inputs import completion_text
 from polyrl.rewards.options import merged, positive_number
 from polyrl.rewards.test_cells import parse_tests
 from polyrl.sandbox import MARKER_ENV, Sandbox, SandboxLimits, SandboxResult, isolation_report
-from polyrl.sandbox.runner import TESTS_IN
+from polyrl.sandbox.runner import TESTS_IN, TESTS_KILL_GRACE_S
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
 __all__ = ["MARKER_ENV", "Sandbox", "SandboxLimits", "SandboxResult", "extract_code", "isolation_report",
@@ -370,6 +374,27 @@ def check_options(name: str, options: Mapping[str, Any], columns: Collection[str
     except OSError as exc:
         raise RewardError(f"{NAME}: option python = {opts['python']!r} cannot be run: {exc}. Fix: set python to a "
                           "working interpreter, or remove it to use the trainer's own") from None
+
+
+#: Seconds a sample may take beyond its ``timeout_s``: the tests' copy is killed
+#: ``TESTS_KILL_GRACE_S`` past the deadline, then the sample is killed and reaped (about a second
+#: in all; the rest is margin for a loaded machine).
+SAMPLE_OVERHEAD_S = TESTS_KILL_GRACE_S + 3.0
+#: Seconds a call may take beyond its samples: building the sandbox (probing bwrap at the first
+#: call), reading the completions and parsing the tests.
+CALL_SLACK_S = 60.0
+
+
+def call_time_s(name: str, options: Mapping[str, Any], n: int) -> float | None:
+    """The longest one call scoring ``n`` completions can take when every sample runs to its
+    ``timeout_s``: the core raises the reward's call limit (``[[rewards]] timeout_s``) to this, so
+    a batch of looping samples scores 0 each instead of stopping the run (256 x 5 s on 2 workers
+    is 640 s, past the 600 s default), and a stuck call is still an error."""
+    if name != NAME:
+        return None
+    opts = _options(options)
+    rounds = math.ceil(n / max(1, int(opts["max_workers"])))
+    return rounds * (float(opts["timeout_s"]) + SAMPLE_OVERHEAD_S) + CALL_SLACK_S
 
 
 # --- the plugin hooks ----------------------------------------------------------------------------
