@@ -118,6 +118,23 @@ What is NOT isolated, or only partly:
       first (without ``choom`` installed the report says so and the trainer may be its choice).
       No option lets a sample start processes (``audit_hook = false`` lifts the Python guard,
       not the filter).
+    * With a root trainer, every sample runs as the host's one ``nobody`` (uid 65534) with no user
+      namespace, and the kernel counts RLIMIT_NPROC (``max_processes``: threads count, since the
+      filter allows no process) per host uid: the tasks of all concurrent samples and of any host
+      daemon running as ``nobody`` share the one limit. A sample holding a dozen idle threads (at
+      the default 16) makes a concurrent honest sample's ``ThreadPoolExecutor`` fail ("can't start new
+      thread"), so it scores 0. A non-root trainer is not affected: bubblewrap's user namespace
+      gives each sample its own count. Not fixed: distinct uids per concurrent sample would need
+      uids no host user holds, and a per-sample pid limit a writable cgroup (v1 or v2), neither
+      found everywhere; ``max_workers = 1`` avoids it (between samples), and so would starting
+      bubblewrap as ``nobody`` in a user namespace, as a non-root trainer does, where ``nobody``
+      can reach the interpreter's folders (not a pyenv under /root).
+    * Inodes on the private tmpfs are not capped: ``disk_mb`` is the tmpfs's size in bytes, and
+      bubblewrap (``--size``) passes no other mount option (``nr_inodes``), so empty directories,
+      which take no tmpfs blocks, cost about 1 KB of kernel memory (slab, mostly unreclaimable)
+      each, counted by neither ``memory_mb`` nor ``disk_mb``: a few hundred MB per sample in its
+      ``timeout_s`` (126k-318k directories in 3.5 s on 2 cores), times ``max_workers``. It is freed
+      when the sample ends.
 """
 
 from __future__ import annotations
