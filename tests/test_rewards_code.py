@@ -109,6 +109,51 @@ def test_extract_code_matches_the_fence_pattern_in_linear_time():
     assert time.perf_counter() - start < 5  # the regex took minutes on these 400 kB
 
 
+def _extract_code_before(text: str, mode: str = "auto") -> str:
+    """extract_code as it was, its unterminated fence found by the quadratic regex: the oracle."""
+    import re
+
+    from polyrl.rewards.code import _fenced_blocks
+
+    if mode == "raw":
+        return text
+    blocks = _fenced_blocks(text)
+    python = [body for lang, body in blocks if lang in ("python", "py", "python3")]
+    if mode == "all_blocks" and python:
+        return "\n\n".join(python)
+    if python:
+        return python[-1]
+    plain = [body for lang, body in blocks if lang == ""]
+    if plain:
+        return plain[-1]
+    open_fence = re.search(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*)\Z", text, re.DOTALL)
+    return open_fence.group(1) if open_fence else text
+
+
+def test_an_unterminated_fence_is_found_as_before_in_linear_time():
+    """The fallback for a fence never closed read ```` ``` ```` and a blank run without a newline in
+    quadratic time, holding the GIL: 160 000 blanks froze the whole trainer 15 s. Same answers, now
+    linear (the open fences, tags, blanks and newlines below are what the regex tells apart)."""
+    import random
+
+    rng = random.Random(1)
+    pieces = ["`", "``", "```", "\n", "\r\n", " ", "\t", "  \t ", "py", "python", "python3", "Python", "pyx",
+              "3", "x", "\u00e9", "```python\n", "``` py \n", "```\n"]
+    for i in range(6000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 24)))
+        mode = ("auto", "all_blocks")[i % 2]
+        assert extract_code(text, mode) == _extract_code_before(text, mode), repr(text)
+    for text in ("intro\n```python  \ncut", "``` \t python3\t \nbody\n", "````py\nx", "```py thon\nx",
+                 "```Python\nx", "```python\r\nx", "``` \n", "a```"):
+        assert extract_code(text) == _extract_code_before(text), repr(text)
+    hostile = ["```" + " " * 160_000 + "x", "```" + " \t" * 80_000 + "x", "```py" + " " * 160_000 + "x",
+               ("```" + " " * 1000) * 160]
+    start = time.perf_counter()
+    for text in hostile:
+        assert extract_code(text) == text  # no fence line ends: the raw text, as before
+    assert time.perf_counter() - start < 1.0  # the regex took 15 s on the first alone
+
+
 # --- scoring --------------------------------------------------------------------------------------
 
 
@@ -279,6 +324,92 @@ def test_no_network():
             listener.accept()
     finally:
         listener.close()
+
+
+def test_a_batch_of_looping_samples_scores_zero_instead_of_stopping_the_run():
+    """Every looping sample costs its own timeout_s, and code_tests scores the batch in one call:
+    256 of them (5 s, 2 workers) need 640 s, past the call's 600 s limit, and the run stopped
+    with RewardError. The call's limit grows with the batch. Scaled down: a 2 s call limit, 8
+    samples of 1 s on 2 workers (4 s at least)."""
+    pm = get_plugin_manager(entry_points=False)
+    computer = RewardComputer(pm, [("code_tests", 1.0, {"timeout_s": 1, "extract": "raw", "memory_mb": 256})],
+                              timeouts={"code_tests": 2})
+    n = 8
+    rows = [{"prompt": "p", "tests": "assert f() == 1"}] * n
+    comps = [Completion(0, [1], [2], [0.0], text="def f():\n    while True:\n        pass\n") for _ in range(n)]
+    res = computer(["p"] * n, comps, RewardContext(rows=rows, wanted=("code_tests",)))
+    np.testing.assert_array_equal(res.per_reward["code_tests"], [0.0] * n)
+    assert res.metrics["code_tests"]["timeouts"] == n
+
+
+def test_a_stuck_reward_is_still_caught_at_the_limit_its_work_needs():
+    """A plugin's ``call_time_s`` raises its call's limit to what its batch needs; a call that
+    hangs is still an error, at that limit. A ``call_time_s`` that raises or answers less keeps
+    the configured limit."""
+    import asyncio
+
+    from polyrl.hookspecs import hookimpl
+    from polyrl.types import RewardSpec
+
+    class Hangs:
+        is_async = True
+
+        def __init__(self, name, need):
+            self.name, self.need = name, need
+
+        @hookimpl
+        def polyrl_register_rewards(self, register):
+            register(RewardSpec(name=self.name))
+
+        @hookimpl
+        def reward(self, prompts, completions, context):  # pragma: no cover - await_reward answers
+            return None
+
+        async def await_reward(self, prompts, completions, context):
+            await asyncio.sleep(60)
+
+        def call_time_s(self, name, options, n):
+            if self.need == "raise":
+                raise ValueError("bad options")
+            return self.need * n
+
+    for need, limit in ((0.75, 1.5), ("raise", 0.5), (0.1, 0.5)):
+        plugin = Hangs("hangs", need)
+        computer = RewardComputer(get_plugin_manager(extra=[plugin], entry_points=False), [("hangs", 1.0, {})],
+                                  timeouts={"hangs": 0.5})
+        start = time.monotonic()
+        with pytest.raises(RewardError, match=f"did not answer within {limit:g} s"):
+            computer(["p", "p"], [Completion(0, [1], [2], [0.0], text="x")] * 2,
+                     RewardContext(rows=[{}, {}], wanted=("hangs",)))
+        assert limit <= time.monotonic() - start < limit + 3
+
+
+def test_a_concurrent_sample_keeps_its_output():
+    """Each sample's tests run in a forked copy of the trainer, which held every descriptor of the
+    trainer, the stdin pipes of the samples other threads ran included: a sample whose tests were
+    done never saw EOF while another sample's copy lived, so it was killed and what it printed was
+    lost (the python tool answered "" for a program that printed), 0.5 s later."""
+    import threading
+
+    box = Sandbox(SandboxLimits(timeout_s=10, memory_mb=256, max_output_bytes=4096))
+    results: dict[str, object] = {}
+    finished: dict[str, float] = {}
+
+    def run(name: str, code: str) -> None:
+        results[name] = box.run(code, [])
+        finished[name] = time.monotonic()
+
+    short = threading.Thread(target=run, args=("short", "import time\ntime.sleep(1.5)\nprint('short-output')\n"))
+    long = threading.Thread(target=run, args=("long", "import time\ntime.sleep(5)\nprint('long-output')\n"))
+    short.start()
+    time.sleep(0.3)  # the long sample (and its tests' copy) starts while the short one runs
+    long.start()
+    short.join()
+    long.join()
+    assert results["short"].status == "ok", results["short"]
+    assert results["short"].output == "short-output\n", results["short"]
+    assert results["long"].output == "long-output\n", results["long"]
+    assert finished["long"] - finished["short"] > 1.5
 
 
 def test_malicious_batch_costs_zero_and_good_samples_still_score():

@@ -513,6 +513,11 @@ def reward(
     ``await_reward(prompts, completions, context)`` answering like ``reward``: the core then
     awaits it concurrently with the other async rewards of the step.
 
+    A reward plugin whose call's work grows with the batch may define ``call_time_s(name,
+    options, n)``: the most seconds a call scoring ``n`` completions can need (``code_tests``:
+    every sample running to its own timeout). The call's limit is then the larger of that and
+    ``[[rewards]] timeout_s``, so a big batch of slow samples is not mistaken for a stuck reward.
+
     The core calls this hook on a reward thread, not the main thread (so ``signal.alarm`` is not
     available: use the call's own timeouts), with a time limit per reward (``[[rewards]]
     timeout_s``) and a stop request honoured after a short grace: a call past either is abandoned

@@ -24,7 +24,10 @@ Options (``[[rewards]] name = "code_tests"``); unknown options are an error:
 ``extract``           "auto" (default: the last ```python fenced block, else the last plain fence,
                       else an unterminated fence, else the raw text), "all_blocks" (every python
                       block, joined), "raw"
-``timeout_s``         wall-clock limit per sample (default 5)
+``timeout_s``         wall-clock limit per sample (default 5). The whole batch is one reward call,
+                      whose limit (``[[rewards]] timeout_s``, default 600) is raised to fit the
+                      batch when every sample loops: ceil(n / max_workers) x (timeout_s + 4) + 60
+                      seconds (``call_time_s``), so looping samples score 0 and never stop the run
 ``cpu_s``             CPU-seconds limit (default: ceil(timeout_s) + 1)
 ``memory_mb``         address-space limit (default 1024)
 ``file_size_mb``      largest file the sample may write (default 16)
@@ -132,12 +135,30 @@ What is NOT isolated, or only partly:
       first (without ``choom`` installed the report says so and the trainer may be its choice).
       No option lets a sample start processes (``audit_hook = false`` lifts the Python guard,
       not the filter).
+    * With a root trainer, every sample runs as the host's one ``nobody`` (uid 65534) with no user
+      namespace, and the kernel counts RLIMIT_NPROC (``max_processes``: threads count, since the
+      filter allows no process) per host uid: the tasks of all concurrent samples and of any host
+      daemon running as ``nobody`` share the one limit. A sample holding a dozen idle threads (at
+      the default 16) makes a concurrent honest sample's ``ThreadPoolExecutor`` fail ("can't start new
+      thread"), so it scores 0. A non-root trainer is not affected: bubblewrap's user namespace
+      gives each sample its own count. Not fixed: distinct uids per concurrent sample would need
+      uids no host user holds, and a per-sample pid limit a writable cgroup (v1 or v2), neither
+      found everywhere; ``max_workers = 1`` avoids it (between samples), and so would starting
+      bubblewrap as ``nobody`` in a user namespace, as a non-root trainer does, where ``nobody``
+      can reach the interpreter's folders (not a pyenv under /root).
+    * Inodes on the private tmpfs are not capped: ``disk_mb`` is the tmpfs's size in bytes, and
+      bubblewrap (``--size``) passes no other mount option (``nr_inodes``), so empty directories,
+      which take no tmpfs blocks, cost about 1 KB of kernel memory (slab, mostly unreclaimable)
+      each, counted by neither ``memory_mb`` nor ``disk_mb``: a few hundred MB per sample in its
+      ``timeout_s`` (126k-318k directories in 3.5 s on 2 cores), times ``max_workers``. It is freed
+      when the sample ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -153,7 +174,7 @@ from polyrl.rewards.options import merged, positive_number
 from polyrl.rewards.test_cells import parse_tests
 from polyrl.sandbox import MARKER_ENV, Sandbox, SandboxLimits, SandboxResult, isolation_report
 from polyrl.sandbox.isolation import LEVELS
-from polyrl.sandbox.runner import TESTS_IN
+from polyrl.sandbox.runner import TESTS_IN, TESTS_KILL_GRACE_S
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
 __all__ = ["MARKER_ENV", "Sandbox", "SandboxLimits", "SandboxResult", "extract_code", "isolation_report",
@@ -201,10 +222,28 @@ def extract_code(text: str, mode: str = "auto") -> str:
     plain = [body for lang, body in blocks if lang == ""]
     if plain:
         return plain[-1]
-    open_fence = re.search(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*)\Z", text, re.DOTALL)
-    if open_fence:  # a generation cut off before its closing fence
-        return open_fence.group(1)
-    return text
+    body = _open_fence_body(text)
+    return text if body is None else body  # a generation cut off before its closing fence
+
+
+#: What may follow an opening fence on its line: blanks, at most one python tag, blanks. Why this
+#: spelling: ``[ \t]*(?:python3?|py)?[ \t]*`` means the same but splits a blank run between its two
+#: ``[ \t]*`` in every way before failing, so ```` ``` ```` and 160 000 blanks held the trainer (and
+#: the GIL) 15 s; here a blank run is read once.
+_OPEN_FENCE_TAIL = re.compile(r"[ \t]*(?:(?:python3?|py)[ \t]*)?\n")
+
+
+def _open_fence_body(text: str) -> str | None:
+    """What follows the first fence opening a python (or untagged) block, to the end: what
+    ``re.search(r"```[ \\t]*(?:python3?|py)?[ \\t]*\\n(.*)\\Z", text, re.DOTALL)`` finds, in
+    linear time (each attempt reads only up to the next non-blank after its fence)."""
+    start = text.find("```")
+    while start >= 0:
+        tail = _OPEN_FENCE_TAIL.match(text, start + 3)
+        if tail:
+            return text[tail.end():]
+        start = text.find("```", start + 1)
+    return None
 
 
 # --- the reward ----------------------------------------------------------------------------------
@@ -371,6 +410,27 @@ def check_options(name: str, options: Mapping[str, Any], columns: Collection[str
     except OSError as exc:
         raise RewardError(f"{NAME}: option python = {opts['python']!r} cannot be run: {exc}. Fix: set python to a "
                           "working interpreter, or remove it to use the trainer's own") from None
+
+
+#: Seconds a sample may take beyond its ``timeout_s``: the tests' copy is killed
+#: ``TESTS_KILL_GRACE_S`` past the deadline, then the sample is killed and reaped (about a second
+#: in all; the rest is margin for a loaded machine).
+SAMPLE_OVERHEAD_S = TESTS_KILL_GRACE_S + 3.0
+#: Seconds a call may take beyond its samples: building the sandbox (probing bwrap at the first
+#: call), reading the completions and parsing the tests.
+CALL_SLACK_S = 60.0
+
+
+def call_time_s(name: str, options: Mapping[str, Any], n: int) -> float | None:
+    """The longest one call scoring ``n`` completions can take when every sample runs to its
+    ``timeout_s``: the core raises the reward's call limit (``[[rewards]] timeout_s``) to this, so
+    a batch of looping samples scores 0 each instead of stopping the run (256 x 5 s on 2 workers
+    is 640 s, past the 600 s default), and a stuck call is still an error."""
+    if name != NAME:
+        return None
+    opts = _options(options)
+    rounds = math.ceil(n / max(1, int(opts["max_workers"])))
+    return rounds * (float(opts["timeout_s"]) + SAMPLE_OVERHEAD_S) + CALL_SLACK_S
 
 
 # --- the plugin hooks ----------------------------------------------------------------------------

@@ -165,6 +165,7 @@ class RewardComputer:
             if not limit > 0:
                 raise ConfigError(f"timeout of reward {name!r} must be > 0 seconds, got {limit!r}",
                                   field="rewards.timeout_s", fix="e.g. timeout_s = 600")
+        self._raised_limits: set[str] = set()  # rewards whose call limit a batch raised (logged once)
         #: Polled while a reward runs; True abandons the call (the trainer's SIGINT/SIGTERM flag).
         self.should_stop: Callable[[], bool] = should_stop or (lambda: False)
         if columns is not None:
@@ -301,8 +302,31 @@ class RewardComputer:
     def _label(provider: _Provider) -> str:
         return provider.labels[0] if len(provider.labels) == 1 else "/".join(provider.labels)
 
-    def _timeout(self, provider: _Provider) -> float:
-        return min(self.timeouts[label] for label in provider.labels)
+    def _timeout(self, provider: _Provider, args: tuple[Any, ...]) -> float:
+        """The call's limit: the configured one, or more when the plugin says the call's work needs
+        more (``call_time_s``). Why: ``code_tests`` runs the whole batch in one call, each looping
+        sample costing its own ``timeout_s``; 256 of them at 5 s on 2 workers passed the 600 s
+        default, and ordinary early-policy loops stopped the run. A stuck call is still caught, at
+        the larger limit."""
+        configured = limit = min(self.timeouts[label] for label in provider.labels)
+        declare = getattr(provider.plugin, "call_time_s", None)
+        if not callable(declare):
+            return limit
+        context: RewardContext = args[2]
+        for name, label in zip(provider.names, provider.labels):
+            try:
+                need = declare(name, context.options.get(name, {}), len(args[1]))
+            except Exception as exc:  # noqa: BLE001 - the configured limit holds; the call itself reports bad options
+                log.debug("a reward's call_time_s raised; its configured timeout holds", reward=label,
+                          error=f"{type(exc).__name__}: {exc}")
+                continue
+            if isinstance(need, (int, float)) and not isinstance(need, bool) and math.isfinite(need) and need > limit:
+                limit = float(need)
+        if limit > configured and self._label(provider) not in self._raised_limits:
+            self._raised_limits.add(self._label(provider))
+            log.info("reward call limit raised to fit its batch", reward=self._label(provider),
+                     configured_s=configured, limit_s=round(limit, 1), completions=len(args[1]))
+        return limit
 
     @staticmethod
     def _in_process(provider: _Provider) -> bool:
@@ -315,11 +339,11 @@ class RewardComputer:
         try:
             answer = call(
                 lambda: provider.function(prompts=args[0], completions=args[1], context=args[2]),
-                label=self._label(provider), timeout_s=self._timeout(provider), should_stop=self.should_stop)
+                label=self._label(provider), timeout_s=self._timeout(provider, args), should_stop=self.should_stop)
         except guard.RewardCallFailed as failed:
             raise self._raised(provider, failed.cause) from failed.cause
         except guard.RewardTimedOut:
-            raise self._timed_out(provider) from None
+            raise self._timed_out(provider, args) from None
         return answer, time.perf_counter() - t0
 
     def _raised(self, provider: _Provider, exc: BaseException) -> RewardError:
@@ -353,23 +377,23 @@ class RewardComputer:
                 and forked.FORK_AVAILABLE and isinstance(exc, ValueError) and "signal" in text
                 and "thread" in text)
 
-    def _timed_out(self, provider: _Provider) -> RewardError:
+    def _timed_out(self, provider: _Provider, args: tuple[Any, ...]) -> RewardError:
         fate = ("its process was killed" if self._in_process(provider) else "was abandoned (a thread cannot "
                 "be killed: its work may go on in the background until the trainer exits)")
         return self._fail(
-            provider, self._label(provider), f"did not answer within {self._timeout(provider):g} s and {fate}",
+            provider, self._label(provider), f"did not answer within {self._timeout(provider, args):g} s and {fate}",
             "find why it hangs (a loop, a request without a timeout), or raise timeout_s in its [[rewards]] "
             "entry")
 
     async def _call_async(self, provider: _Provider, args: tuple[Any, ...], finished: set[int]) -> tuple[Any, float]:
         t0 = time.perf_counter()
-        deadline = asyncio.timeout(self._timeout(provider))  # type: ignore[attr-defined]  # FIXME: Python 3.11+
+        deadline = asyncio.timeout(self._timeout(provider, args))  # type: ignore[attr-defined]  # FIXME: Python 3.11+
         try:
             async with deadline:
                 answer = await provider.plugin.await_reward(*args)
         except TimeoutError as exc:
             if deadline.expired():
-                raise self._timed_out(provider) from None
+                raise self._timed_out(provider, args) from None
             raise self._raised(provider, exc) from exc
         except asyncio.CancelledError:
             raise
@@ -388,7 +412,7 @@ class RewardComputer:
         time limit (``asyncio.timeout``), and the thread as a whole the longest of them plus a second
         for a reward that blocks the loop (then the rewards that had not finished are named)."""
         finished: set[int] = set()
-        limit = max(self._timeout(p) for p, _ in pending) + 1.0
+        limit = max(self._timeout(p, a) for p, a in pending) + 1.0
         try:
             return guard.call_guarded(lambda: run_coroutine(self._gather(pending, finished)),
                                       label="/".join(self._label(p) for p, _ in pending), timeout_s=limit,
@@ -398,8 +422,8 @@ class RewardComputer:
                 raise failed.cause from None
             raise self._raised(pending[0][0], failed.cause) from failed.cause
         except guard.RewardTimedOut:
-            stuck = [p for p, _ in pending if id(p) not in finished] or [pending[0][0]]
-            raise self._timed_out(stuck[0]) from None
+            stuck = [(p, a) for p, a in pending if id(p) not in finished] or [pending[0]]
+            raise self._timed_out(*stuck[0]) from None
 
     def _check(self, provider: _Provider, name: str, answer: Any, n: int) -> np.ndarray:
         if not isinstance(answer, Mapping) or name not in answer:

@@ -24,6 +24,7 @@ itself dies while it runs.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import selectors
@@ -31,7 +32,7 @@ import signal
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, NoReturn
 
 from polyrl.errors import RewardError
@@ -49,12 +50,16 @@ class RewardProcessFailed(Exception):
 
 def call_forked(fn: Callable[[], Any], *, label: str, timeout_s: float,
                 should_stop: Callable[[], bool] = lambda: False, poll_s: float = 0.05,
-                stop_grace_s: float | None = None) -> Any:
+                stop_grace_s: float | None = None, keep_fds: Collection[int] | None = None) -> Any:
     """``fn()`` in a forked child; its result (sent back as JSON data), or the errors of ``guard.call_guarded``:
 
     RewardCallFailed  it raised, exited (``sys.exit``/``os._exit``), crashed or sent garbage
     RewardTimedOut    it ran longer than ``timeout_s`` (the child was killed)
     RewardCancelled   ``should_stop()`` was true for ``stop_grace_s`` while it ran (killed)
+
+    ``keep_fds``: the only descriptors ``fn`` needs besides stdin/stdout/stderr; the child lets go
+    of every other one it inherited (``_release_fds``). None keeps them all (a reward function may
+    use a file or connection it opened before).
     """
     grace = guard.STOP_GRACE_S if stop_grace_s is None else stop_grace_s
     for stream in (sys.stdout, sys.stderr):  # else the child's exit would write the parent's buffer again
@@ -69,7 +74,7 @@ def call_forked(fn: Callable[[], Any], *, label: str, timeout_s: float,
         pid = os.fork()
     if pid == 0:
         os.close(read_fd)
-        _child(fn, write_fd, parent)
+        _child(fn, write_fd, parent, None if keep_fds is None else {*keep_fds, write_fd})
     os.close(write_fd)
     try:
         os.setpgid(pid, pid)  # also done by the child: whichever runs first
@@ -200,10 +205,41 @@ def _die_with_parent(parent: int) -> None:
         guard.real_exit(1)
 
 
-def _child(fn: Callable[[], Any], fd: int, parent: int) -> NoReturn:
+def _release_fds(keep: Collection[int]) -> None:
+    """Let go of every inherited descriptor but stdin/stdout/stderr and ``keep``. Why: the fork
+    copies the whole descriptor table, with the pipes of every sandboxed sample other threads run
+    at that moment; holding a sample's stdin kept the EOF that ends it from coming, so it was killed
+    and its printed output lost (the python tool answered "" for a program that printed), 0.5 s
+    later. Each is pointed at /dev/null (``dup2``), not closed: an object of the parent that owns
+    the number may still close it, and must not close a descriptor this child opened later."""
+    try:
+        numbers = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc (macOS): the descriptors a process usually has
+        numbers = list(range(3, min(os.sysconf("SC_OPEN_MAX"), 4096)))
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for number in numbers:
+            if number <= 2 or number == null or number in keep:
+                continue
+            try:
+                os.fstat(number)  # open? (the listing's own descriptor is closed by now)
+                os.dup2(null, number)
+            except OSError:
+                pass
+    finally:
+        os.close(null)
+
+
+def _child(fn: Callable[[], Any], fd: int, parent: int, keep_fds: Collection[int] | None = None) -> NoReturn:
     """Run ``fn`` on this (the child's main) thread, send its answer, exit without cleanup."""
     code = 0
+    # The objects the trainer holds stay where they are: the collector in this copy would write
+    # to each one's header and so copy its page, duplicating the trainer's whole heap in this
+    # process (hundreds of MB for each sample's tests, which no address-space cap sees).
+    gc.freeze()
     try:
+        if keep_fds is not None:
+            _release_fds(keep_fds)
         try:
             os.setpgid(0, 0)
         except OSError:

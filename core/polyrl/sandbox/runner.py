@@ -235,7 +235,8 @@ class Sandbox:
 
         wait = max(0.0, channel.deadline - time.monotonic()) + TESTS_KILL_GRACE_S
         try:
-            answer = forked.call_forked(work, label="code_tests", timeout_s=wait, poll_s=0.002)
+            answer = forked.call_forked(work, label="code_tests", timeout_s=wait, poll_s=0.002,
+                                        keep_fds=(channel.to_fd, channel.from_fd, channel.err_fd))
         except guard.RewardTimedOut:
             return SandboxResult("timeout", error="the tests ran past timeout_s on the sample's values "
                                                   "(their process was killed)")
