@@ -117,9 +117,11 @@ def check_step_is_exact(rec: Recorder, step: int, decode, sampler_atol: float = 
         np.testing.assert_array_equal(mask, c.mask)
         np.testing.assert_allclose(sampler[mask], scored[mask], atol=sampler_atol)
         assert np.all(sampler[~mask] == 0)  # inserted tokens were never sampled
-        feedback = [m["content"] for m in c.messages if m["role"] == "user"]
+        said = [m["content"] for m in c.messages if m["role"] == "user"]
+        feedback = said[: c.info["turns"] - 1]  # the observation ending the episode closes it, never inserted
         inserted = runs_of(mask, False)
         assert len(inserted) == len(feedback) == c.info["turns"] - 1
+        assert len(said) - len(feedback) == (c.messages[-1]["role"] == "user")
         for span, words in zip(inserted, feedback):
             text = decode(seq.completion_ids[span])
             assert f"<|im_start|>user\n{words}<|im_end|>\n" in text, (text, words)

@@ -555,7 +555,7 @@ def test_good_observations_pass_numpy_values_included():
 
     for reward, done in [(1, True), (0.5, False), (None, False), (np.float32(0.25), np.bool_(True)), (np.int64(2), False)]:
         obs = Observation(_user("more"), reward=reward, done=done)
-        assert asyncio.run(step_environment(Answers(obs=obs), {"role": "assistant", "content": ""})) is obs
+        assert asyncio.run(step_environment(Answers(obs=obs), {"role": "assistant", "content": ""})) == obs
 
 
 @pytest.mark.parametrize("value", [0, -1, "60", float("nan"), True])

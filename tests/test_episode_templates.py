@@ -25,7 +25,14 @@ TEMPLATE = (
 SPECIALS = ["<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
 
 
-def with_template(tiny_model_dir: str, dst: Path) -> str:
+#: Phi-3's own habit besides: roles other than system/user/assistant (``tool``) are dropped
+NO_TOOL_ROLE = (
+    "{% for m in messages %}{% if m['role'] in ('system', 'user', 'assistant') %}"
+    "{{ '<|' + m['role'] + '|>\\n' + m['content'] + '<|end|>\\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}")
+
+
+def with_template(tiny_model_dir: str, dst: Path, template: str = TEMPLATE) -> str:
     """The tiny Llama with the template above, its markers added as special tokens (rows appended
     to the embedding and the head) and ``<|end|>`` a stop token, as in Phi-3's generation config."""
     from safetensors.numpy import load_file, save_file
@@ -36,7 +43,7 @@ def with_template(tiny_model_dir: str, dst: Path) -> str:
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS])
     tok.save(str(dst / "tokenizer.json"))
     settings = json.loads((dst / "tokenizer_config.json").read_text())
-    settings.update(chat_template=TEMPLATE, additional_special_tokens=SPECIALS)
+    settings.update(chat_template=template, additional_special_tokens=SPECIALS)
     settings.pop("added_tokens_decoder", None)
     (dst / "tokenizer_config.json").write_text(json.dumps(settings))
     (dst / "special_tokens_map.json").unlink(missing_ok=True)
@@ -104,3 +111,18 @@ def test_episodes_on_a_template_that_ends_conversations_with_eos_are_exact(phi3_
         for ids, words in zip(glue, feedback):
             text = decode(ids)
             assert f"<|user|>\n{words}<|end|>\n<|assistant|>\n" in text and "<|endoftext|>" not in text, text
+
+
+def test_a_template_without_a_tool_role_is_seen_when_the_trainer_is_built(tiny_model_dir, tmp_path):
+    """Phi-3's template drops ``tool`` messages: the runner decides while the trainer is built,
+    before any step samples, that tool results go back as user messages (every tool-calling
+    episode used to end as an environment error at its first call)."""
+    config = RunConfig.from_dict({
+        "model": {"path": with_template(tiny_model_dir, tmp_path / "no-tool-role", NO_TOOL_ROLE), "max_length": 1024},
+        "data": {"task": "arithmetic", "options": {"count": 8}},
+        "rewards": [{"name": "numeric_match"}],
+        "environment": {"tools": ["calculator"], "max_turns": 2, "max_episode_tokens": 64},
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")}})
+    trainer = Trainer(config)
+    assert trainer.episodes.tool_results_role == "user"
+    assert trainer.episodes.model_name == str(tmp_path / "no-tool-role")

@@ -778,13 +778,26 @@ class Greets(Guess):
 
 
 @pytest.mark.faults
-def test_a_first_prompt_the_template_refuses_is_a_config_error_only_when_no_episode_can_start():
+def test_first_messages_the_template_refuses_end_their_episodes_whatever_the_batch():
+    """An environment writes its first messages per row: one the template refuses is that row's
+    environment error, counted toward MAX_FAILED_ROLLOUTS like any other, alone in its step or not
+    (alone, it used to stop the run with a ConfigError). A dataset prompt the template refuses (no
+    environment) is the setup's: it still raises."""
     run = env_runner(ScriptedModel(first_turn="plain"), Greets, encode=picky_encode)
-    out = run.run([{"prompt": "x", "bad": True}, {"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
+    sampling = SamplingParams(max_new_tokens=40, n=2)
+    out = run.run([{"prompt": "x", "bad": True}, {"prompt": "x"}], sampling)
     assert all("cannot render" in c.info["env_error"] for c in out[:2])
     assert all(c.info["env_reward"] == 1.0 for c in out[2:])
+    assert run.failed_rollouts == 0
+    for k in range(1, MAX_FAILED_ROLLOUTS + 1):
+        alone = run.run([{"prompt": "x", "bad": True}], sampling)
+        assert all("cannot render this conversation" in c.info["env_error"] for c in alone)
+        assert untrainable(alone).all() and run.failed_rollouts == k
+    assert isinstance(run.failure(), EnvironmentFailed) and "cannot render" in str(run.failure())
+    plain = EpisodeRunner(ScriptedModel(first_turn="plain").generate, picky_encode, EpisodeLimits(3, 400),
+                          toolbox=None, parse=parse)
     with pytest.raises(RenderError, match="cannot render this conversation") as err:
-        run.run([{"prompt": "x", "bad": True}], SamplingParams(max_new_tokens=40, n=2))
+        plain.run([{"prompt": "unrenderable"}], sampling)
     assert isinstance(err.value, ConfigError) and err.value.field == "environment"
 
 
@@ -892,12 +905,18 @@ def test_templates_that_render_the_last_assistant_turn_differently_still_join_tu
     np.testing.assert_array_equal(prompts[-1], np.concatenate([c.prompt_ids, c.completion_ids[: len(prompts[-1]) - len(c.prompt_ids)]]))
 
 
-def test_a_template_that_drops_tool_messages_ends_the_episode_instead_of_hiding_the_result():
+def test_a_template_that_drops_tool_messages_gets_the_results_as_user_messages():
+    """Phi-3 renders no ``tool`` role: the result, hidden, used to end every tool-calling episode
+    as an environment error (unscored). The runner now sees that at its first rendering and sends
+    each turn's results as one user message, which the model reads."""
     model = ScriptedModel()
-    out = EpisodeRunner(model.generate, eos_at_end_encode, EpisodeLimits(4, 400), toolbox=Box(),
-                        parse=parse).run(ROWS[:1], SamplingParams(max_new_tokens=200, n=1))
-    assert "drops 'tool' messages" in out[0].info["env_error"]
-    assert out[0].info["turns"] == 1 and out[0].mask.all()  # the model never went on without the result
+    runner = EpisodeRunner(model.generate, eos_at_end_encode, EpisodeLimits(2, 400), toolbox=Box(), parse=parse)
+    out = runner.run(ROWS[:1], SamplingParams(max_new_tokens=200, n=1))
+    c = out[0]
+    assert "env_error" not in c.info and c.info["turns"] == 2
+    assert c.messages[1] == {"role": "user", "content": "<tool_response>\n56088\n</tool_response>"}
+    assert "<|im_start|>user\n<tool_response>\n56088\n</tool_response><|im_end|>" in decode(model.calls[1][0])
+    assert runner.tool_results_role == "user"
 
 
 class EditsTheRow(Guess):
@@ -1162,3 +1181,120 @@ def test_an_async_tool_ignoring_its_cancellation_does_not_hang_the_step():
         assert done[0][0].messages[1]["content"] == "error: tool 'fetch' did not finish within 0.3 s"
     finally:
         stop.set()
+# --- the environment's last words; turn seeds ---------------------------------------------------------
+
+
+class SaysWhy(Guess):
+    async def step(self, message):
+        if int(re.findall(r"\d+", message["content"])[-1]) == self.secret:
+            return Observation([{"role": "user", "content": "Correct! It was 12."}], reward=1.0, done=True)
+        return Observation([{"role": "user", "content": "higher"}], reward=0.0)
+
+
+def test_the_final_observation_is_in_the_conversation_but_never_in_the_tokens():
+    """``done=True`` with messages: nothing follows them, so they are not inserted, but the rewards
+    reading the conversation, the completions log and a pending rollout's checkpoint see them (they
+    were dropped). Nothing re-tokenizes them: the ids are exactly the sampled turn."""
+    import json
+
+    from polyrl import strict_json
+    from polyrl.rollouts import Rollout
+
+    out = env_runner(ScriptedModel(first_turn="plain"), SaysWhy).run([{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
+    for c in out:
+        assert c.info["env_reward"] == 1.0 and c.info["turns"] == 1 and "env_error" not in c.info
+        assert c.messages == [{"role": "assistant", "content": "I think 12.<|im_end|>"},
+                              {"role": "user", "content": "Correct! It was 12."}]
+        assert decode(c.completion_ids) == "I think 12.<|im_end|>" and c.mask.all()
+    state = Rollout(step=0, rows=[{"prompt": "x"}], completions=out, policy_version=0, seconds=0.0,
+                    sampler_before={}).as_state()
+    back = Rollout.from_state(json.loads(strict_json.dumps(state)), [{"prompt": "x"}])
+    assert [c.messages for c in back.completions] == [c.messages for c in out]
+
+
+class Endless(Guess):
+    def __init__(self) -> None:
+        self.secret = -1  # never found: every turn gets feedback
+
+
+def _turn_seeds(step_seed: int) -> list[int]:
+    seeds: list[int] = []
+    model = ScriptedModel(first_turn="plain")
+    generate = model.generate
+    model.generate = lambda prompts, sampling: seeds.append(sampling.seed) or generate(prompts, sampling)
+    env_runner(model, Endless).run([{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2, seed=step_seed))
+    return seeds
+
+
+def test_an_episodes_later_turns_draw_no_other_steps_random_numbers():
+    """Turn t's seed was ``step seed + 7919 t``, the trainer's own offset between steps: turn 1 of
+    step s sampled with step s+1's turn-0 seed (the same random numbers), turn 2 step s+2's."""
+    from polyrl.trainer import _step_seed
+
+    by_step = {step: _turn_seeds(_step_seed(0, step)) for step in (10, 11, 12)}
+    assert all(len(seeds) == 3 for seeds in by_step.values())  # three turns, one budget each
+    assert not set(by_step[10]) & set(by_step[11]) and not set(by_step[10]) & set(by_step[12])
+    assert by_step[10][0] == _step_seed(0, 10)  # the first turn samples as a single-turn step would
+    assert _turn_seeds(_step_seed(0, 10)) == by_step[10]  # the same seed, the same episodes' seeds
+
+
+def test_turn_and_group_seeds_alias_no_other_steps_or_ranks_seed():
+    """Budget group k's seed was ``+ 104729 k``, the trainer's offset between ranks. Now each
+    (turn, group) seed is a hash of (step seed, turn, group), above every step seed; the first
+    turn's widest group keeps the step's seed."""
+    from polyrl.agents.episodes import DERIVED_SEEDS, turn_seed
+    from polyrl.trainer import _step_seed
+
+    owner: dict[int, tuple[int, ...]] = {}
+    for run_seed in (0, 7):
+        for step in range(100):
+            for rank in range(4):
+                base = _step_seed(run_seed, step) + 104_729 * rank
+                for turn in range(8):
+                    for group in range(3):
+                        seed = turn_seed(base, turn, group)
+                        key = (run_seed, step, rank, turn, group)
+                        assert owner.setdefault(seed, key) == key, (seed, key, owner[seed])
+                        assert seed == base if turn == group == 0 else DERIVED_SEEDS[0] <= seed < DERIVED_SEEDS[1]
+    assert turn_seed(None, 3, 1) is None and turn_seed(-5, 1, 0) == turn_seed(-5, 1, 0) >= DERIVED_SEEDS[0]
+
+
+# --- templates that write a message with tool calls from its calls alone (Llama 3.x) --------------
+
+
+def calls_only_encode(messages, tools, add_generation_prompt, show_calls=True):
+    """Llama 3.x's habit on the ChatML fake: an assistant message with ``tool_calls`` is written
+    from its call (``{"name": ..., "parameters": ...}``), never its content (with ``show_calls``
+    False, not at all: a template that shows nothing of the turn)."""
+    import json
+
+    shown = []
+    for m in messages:
+        if m.get("tool_calls"):
+            call = m["tool_calls"][0]["function"]
+            text = json.dumps({"name": call["name"], "parameters": call["arguments"]}) if show_calls else ""
+            m = {**m, "content": text}
+        shown.append(m)
+    return encode_chat(shown, tools, add_generation_prompt)
+
+
+def test_a_template_writing_calls_without_their_text_joins_turns_exactly():
+    model = ScriptedModel()
+    out = EpisodeRunner(model.generate, calls_only_encode, EpisodeLimits(4, 400), toolbox=Box(), parse=parse).run(
+        ROWS[:1], SamplingParams(max_new_tokens=120, n=1))
+    c = out[0]
+    assert "env_error" not in c.info and c.info["turns"] == 2 and c.info["tool_calls"] == 1
+    call = '<tool_call>{"name": "calc", "arguments": {"a": 123, "b": 456}}</tool_call><|im_end|>'
+    assert decode(c.completion_ids) == (call + "\n<|im_start|>tool\n56088<|im_end|>\n<|im_start|>assistant\n"
+                                        "The answer is 56088.<|im_end|>")
+    assert decode(c.completion_ids[c.mask]) == call + "The answer is 56088.<|im_end|>"
+    second = model.calls[1][0]  # turn 2 continued from exactly the ids before it
+    np.testing.assert_array_equal(second, np.concatenate([c.prompt_ids, c.completion_ids[: len(second) - len(c.prompt_ids)]]))
+
+
+def test_a_template_that_shows_nothing_of_a_turn_with_calls_still_ends_the_episode():
+    model = ScriptedModel()
+    encode = functools.partial(calls_only_encode, show_calls=False)
+    out = EpisodeRunner(model.generate, encode, EpisodeLimits(4, 400), toolbox=Box(), parse=parse).run(
+        ROWS[:1], SamplingParams(max_new_tokens=120, n=1))
+    assert "does not render the assistant's text" in out[0].info["env_error"] and out[0].info["turns"] == 1

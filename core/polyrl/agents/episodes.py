@@ -37,8 +37,8 @@ import attrs
 import numpy as np
 
 from polyrl.agents.glue import ChatGlue, EncodeChat, RenderError
-from polyrl.agents.prompting import template_ignores_tools, with_tools_prompt
-from polyrl.agents.spec import checked_environment, checked_reset, checked_step, environment_tools
+from polyrl.agents.prompting import template_ignores_tools, tool_results_as_user, with_tools_prompt
+from polyrl.agents.spec import checked_environment, checked_reset, checked_step, environment_tools, plain_text
 from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe, finished
 from polyrl.agents.tools import ToolBox, error_message
 from polyrl.errors import ConfigError, PolyrlError
@@ -52,6 +52,11 @@ Generate = Callable[[Sequence[Prompt], SamplingParams], list[Completion]]
 
 #: Rollouts in a row whose every episode ended in an environment error before the run stops.
 MAX_FAILED_ROLLOUTS = 3
+
+#: Where seeds derived for a later turn or a budget group start (``turn_seed``): above every step
+#: seed the trainer makes (``_step_seed`` + 104729 x rank, below 2**32), and with room below 2**63
+#: (the largest seed every backend and ``polyrl serve`` take) for the per-prompt offsets added to them.
+DERIVED_SEEDS = (2**32, 2**62)
 
 #: Characters of message content per token of room past which messages are refused unread: no
 #: tokenizer's tokens average this many characters (about 4 in text), so such messages cannot
@@ -133,7 +138,6 @@ class _Episode:
     tool_errors: int = 0
     format_errors: int = 0
     env_error: str | None = None
-    render_error: RenderError | None = None  # the template refused its first messages
     #: the environment's first messages (before tool instructions); None: the dataset prompt's
     asked: list[dict[str, Any]] | None = None
 
@@ -157,6 +161,22 @@ class _Episode:
                           messages=list(self.messages), info=info, prompt_messages=self.asked)
 
 
+def turn_seed(seed: int | None, turn: int, group: int) -> int | None:
+    """The seed of turn ``turn``'s budget group ``group`` in a step seeded ``seed``: the step's seed
+    itself for the first turn's widest group (so a one-turn episode samples as a single-turn step
+    does), else a hash of the three (numpy ``SeedSequence``) in ``DERIVED_SEEDS``. Why a hash: the
+    earlier ``seed + 7919 turn + 104729 group`` were the very offsets of the trainer's step and
+    rank seeds, so turn 1 of step s drew step s+1's random numbers and group 1 rank 1's."""
+    if seed is None:
+        return None
+    if turn == 0 and group == 0:
+        return seed
+    seed &= 2**64 - 1  # four 32-bit words: the entropy of two different triples never coincides
+    words = np.random.SeedSequence([seed & 0xFFFFFFFF, seed >> 32, turn, group]).generate_state(2, np.uint32)
+    low, high = DERIVED_SEEDS
+    return low + ((int(words[0]) << 32) | int(words[1])) % (high - low)
+
+
 def content_chars(messages: Sequence[Mapping[str, Any]]) -> int:
     """Characters of the messages' text contents (what a template renders of every message)."""
     return sum(len(m["content"]) for m in messages if isinstance(m.get("content"), str))
@@ -165,8 +185,8 @@ def content_chars(messages: Sequence[Mapping[str, Any]]) -> int:
 def as_messages(prompt: Any) -> list[dict[str, Any]]:
     """A dataset prompt as chat messages (a text prompt becomes one user message)."""
     if isinstance(prompt, str):
-        return [{"role": "user", "content": prompt}]
-    return [dict(m) for m in prompt]
+        return [{"role": "user", "content": plain_text(prompt)}]
+    return [plain_text(dict(m)) for m in prompt]
 
 
 class EpisodeRunner:
@@ -182,7 +202,7 @@ class EpisodeRunner:
                  parse: Callable[[str], Any] | None = None, prompt_column: str = "prompt",
                  tools_prompt_format: str = "hermes", env_timeout_s: float = 60.0,
                  environment_name: str | None = None, tool_timeout_s: float = 10.0,
-                 max_concurrent_tools: int = 8, tool_format: str = "auto") -> None:
+                 max_concurrent_tools: int = 8, tool_format: str = "auto", model_name: str | None = None) -> None:
         self.generate = generate
         self.limits = limits
         self.make_environment = make_environment
@@ -197,6 +217,10 @@ class EpisodeRunner:
         self.tool_format = tool_format  # what ``parse`` reads (environment.tool_format)
         self.glue = ChatGlue(encode_chat)
         self._template_ignores_tools: bool | None = None
+        #: the role a tool's result is rendered as: "tool", or "user" for a template that cannot
+        #: show a tool message (``check_tool_results``); None until asked
+        self.tool_results_role: str | None = None
+        self.model_name = model_name  # how errors about the model's chat template name it
         self.env_timeout_s = float(env_timeout_s)  # per call of the environment's code
         self.environment_name = environment_name  # how warnings and errors name it
         self.failed_rollouts = 0  # rollouts in a row whose every episode ended in an environment error
@@ -276,9 +300,7 @@ class EpisodeRunner:
                         environment=self._env_name, error=str(exc))
             if worker is not None:
                 worker.close()
-            episode = self._failed_at_reset(index, row, str(exc))
-            episode.render_error = exc
-            return episode
+            return self._failed_at_reset(index, row, str(exc))
         limit = self.limits.max_length
         if limit is not None and len(prompt_ids) >= limit:  # this row's content, not the run: the episode ends
             error = (f"the first prompt has {len(prompt_ids)} tokens as the model sees it (chat template included), "
@@ -335,6 +357,7 @@ class EpisodeRunner:
         schemas = toolbox.schemas if toolbox is not None else []
         if not schemas:
             return messages
+        self.check_tool_results(schemas)
         if self._template_ignores_tools is None:  # a property of the template: asked once
             self._template_ignores_tools = template_ignores_tools(
                 lambda probe, tools: self.glue.encode(probe, True, tools).tolist(), schemas)
@@ -349,13 +372,41 @@ class EpisodeRunner:
                     "chat template renders tools")
         return with_tools_prompt(messages, schemas, self.tools_prompt_format)
 
+    def check_tool_results(self, schemas: Sequence[Mapping[str, Any]]) -> None:
+        """Decide once, before the first episode samples, how this template shows the model a
+        tool's result: as ``tool`` messages, or (a template that raises on them, Gemma 3's, or
+        drops them, Phi-3's) as one ``user`` message per turn (``tool_results_as_user``). A
+        template that shows neither is a ConfigError now. Why at setup: left to the first call,
+        every episode with a tool call (a malformed one too) ended as an environment error,
+        unscored, so a junk ``<tool_call>`` let the model escape a bad reward."""
+        if self.tool_results_role is not None or not schemas:
+            return
+        as_tool = self.glue.renders_tool_results(schemas, "tool", lambda results: results)
+        if as_tool is None:
+            self.tool_results_role = "tool"
+            return
+        as_user = self.glue.renders_tool_results(schemas, "user", tool_results_as_user)
+        if as_user is not None:
+            model = f"model {self.model_name!r}" if self.model_name else "this model"
+            raise ConfigError(
+                f"the chat template of {model} cannot show the model a tool's result: as a 'tool' message "
+                f"{as_tool}; as a 'user' message {as_user}", field="environment.tools",
+                fix="use a model whose chat template renders tool messages (Qwen2.5, Qwen3, Llama 3.1+) or at "
+                    "least alternating user/assistant turns, or run without [environment] tools")
+        self.tool_results_role = "user"
+        log.info("this model's chat template cannot show 'tool' messages; tool results go back to the model as "
+                 "one 'user' message per turn, each between <tool_response> tags", reason=as_tool,
+                 model=self.model_name)
+
     # --- one turn -----------------------------------------------------------------------------
 
     async def _respond(self, ep: _Episode, turn: Completion) -> None:
         """After a sampled turn: the tools' or the environment's answer, or the episode's end.
 
         A turn with tool calls (or malformed ones) is answered by the tool box; a turn without
-        any by the environment's ``step`` (no environment: the episode is over)."""
+        any by the environment's ``step`` (no environment: the episode is over). A ``done``
+        observation's messages are kept in the conversation (rewards, the completions log and a
+        checkpointed rollout read it), never inserted: nothing follows them."""
         text = turn.text
         parsed = self.parse(text) if self.parse is not None and ep.toolbox is not None else None
         calls = list(parsed.calls) if parsed is not None else []
@@ -372,12 +423,15 @@ class EpisodeRunner:
                 ep.done = True                     # time and side effects would be for nothing)
                 return
             cap = self.limits.max_tool_calls_per_turn
-            results = await ep.toolbox.run(calls[:cap]) if calls and ep.toolbox is not None else []
+            results = [plain_text(r) for r in await ep.toolbox.run(calls[:cap])] \
+                if calls and ep.toolbox is not None else []
             results += [error_message(f"not run: this turn asked for {len(calls)} tool calls, more than the "
                                       f"{cap} run per turn (environment.max_tool_calls_per_turn)",
                                       name=call.name, call_id=call.id) for call in calls[cap:]]
             ep.tool_errors += sum(1 for r in results if str(r.get("content", "")).startswith("error:"))
             new = [*results, *(error_message(e) for e in errors)]
+            if self.tool_results_role == "user":  # a template without a tool role (check_tool_results)
+                new = tool_results_as_user(new)
         elif ep.env is not None and ep.worker is not None:
             env = ep.env
             mine = copy.deepcopy(assistant)  # the episode's own record: an environment editing it would rewrite
@@ -399,6 +453,8 @@ class EpisodeRunner:
             if not new and not obs.done:
                 self._warn_silent_step()
             ep.done = bool(obs.done) or not new
+            if obs.done:  # its last words: never inserted (nothing follows), kept for the rewards and the log
+                ep.messages.extend(new)
         else:
             ep.done = True  # a plain answer: the episode is over
         if ep.done:
@@ -434,6 +490,8 @@ class EpisodeRunner:
         an evaluation's episodes (False) must do neither, or an eval set the environment handles
         hid a broken training environment (and a broken eval one stopped training)."""
         n = sampling.n
+        if self.toolbox is not None:  # before any environment starts: a ConfigError leaves nothing behind
+            self.check_tool_results(self.toolbox.schemas)
         episodes = asyncio.run(self._reset_all(rows, n))
         try:
             self._run_turns(episodes, sampling)
@@ -455,15 +513,15 @@ class EpisodeRunner:
         cap get their own). Why not one call at the largest budget, cut after: the cut ids and
         log-probs would keep the whole text, so rewards would score tokens that were never trained.
         ``per_prompt`` > 1: a group's episodes share their first prompt, sampled as one prompt x n,
-        exactly as a single-turn step samples its groups. The widest budget keeps the turn's seed."""
+        exactly as a single-turn step samples its groups. Each call's seed is ``turn_seed``'s for
+        (the step's seed, the turn, the group), the first turn's widest group keeping the step's."""
         heads = active[::per_prompt]
         by_budget: dict[int, list[int]] = {}
         for i, ep in enumerate(heads):
             by_budget.setdefault(max(1, min(sampling.max_new_tokens, self._room(ep))), []).append(i)
         outs: list[Completion] = [None] * len(active)  # type: ignore[list-item]  # every slot filled below
         for k, (budget, members) in enumerate(sorted(by_budget.items(), reverse=True)):
-            seed = None if sampling.seed is None else sampling.seed + 7919 * turn + 104729 * k
-            params = attrs.evolve(sampling, n=per_prompt, max_new_tokens=budget, seed=seed)
+            params = attrs.evolve(sampling, n=per_prompt, max_new_tokens=budget, seed=turn_seed(sampling.seed, turn, k))
             prompts = [TokenPrompt(np.concatenate([heads[i].prompt_ids, np.asarray(heads[i].ids, dtype=np.int64)]))
                        for i in members]
             got = self.generate(prompts, params)
@@ -531,12 +589,12 @@ class EpisodeRunner:
         return all(np.array_equal(ep.prompt_ids, episodes[ep.index - ep.index % n].prompt_ids) for ep in episodes)
 
     async def _reset_all(self, rows: Sequence[Mapping[str, Any]], n: int) -> list[_Episode]:
-        episodes = list(await asyncio.gather(*(self._reset(i * n + j, row) for i, row in enumerate(rows)
-                                               for j in range(n))))
-        refused = [ep.render_error for ep in episodes if ep.render_error is not None]
-        if refused and all(ep.done for ep in episodes):  # no first prompt rendered: the setup is at fault
-            raise refused[0]
-        return episodes
+        """Every episode's first prompt. One whose environment-written first messages the template
+        refuses is that episode's environment error, counted toward ``MAX_FAILED_ROLLOUTS`` like
+        any other, whatever the rest of the batch did (it stopped the run when its row was alone
+        in the step); a dataset prompt the template refuses raises (``_reset``): the setup's."""
+        return list(await asyncio.gather(*(self._reset(i * n + j, row) for i, row in enumerate(rows)
+                                           for j in range(n))))
 
     @staticmethod
     def _text(ep: _Episode) -> str:

@@ -9,6 +9,10 @@ on what the model wrote. Only what *follows* the assistant's turn is taken, so a
 render earlier turns differently once more messages follow them (Phi-3 ends a conversation with
 its EOS, Qwen3 shows an empty ``<think>`` block on the last assistant turn only): the sampled ids
 stay as sampled either way.
+
+A template that renders an assistant message with ``tool_calls`` from the calls alone, never its
+text (Llama 3.1-3.3), is read the same way with stand-in call *arguments* instead: the sampled ids
+are the call, and the glue is what the template writes after the rendered calls.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from polyrl.agents.spec import plain_text
 from polyrl.errors import ConfigError, TemplateRefused
 
 
@@ -69,6 +74,19 @@ def _stand_in_calls(assistant: Mapping[str, Any]) -> dict[str, Any]:
     return {**assistant, "tool_calls": calls}
 
 
+def _probe_calls(assistant: Mapping[str, Any], text: str) -> dict[str, Any]:
+    """``assistant`` with stand-in text and each tool call's arguments replaced by one stand-in
+    argument holding ``text`` (names and ids kept): for a template that renders the calls only,
+    two of these differ exactly where the calls' arguments are written."""
+    calls = []
+    for call in assistant.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(function, Mapping):
+            call = {**call, "function": {**function, "arguments": {"value": text}}}
+        calls.append(call)
+    return {"role": "assistant", "content": _PROBE_A, "tool_calls": calls}
+
+
 def _stand_in(text: str, assistant: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """An assistant message with stand-in text; the real one's tool calls are kept, since some
     templates check tool results against them."""
@@ -88,8 +106,9 @@ class ChatGlue:
 
     def encode(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool,
                tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
-        try:
-            ids = self._encode(list(messages), list(tools) if tools else None, add_generation_prompt)
+        try:  # plain str only: a str subclass's own `+` would rewrite the template's strings
+            ids = self._encode([plain_text(m) for m in messages], list(tools) if tools else None,
+                               add_generation_prompt)
         except TemplateRefused as exc:  # past a rendering bound: an environment's megabytes, most likely
             raise RenderError(f"the chat template cannot render this conversation within polyrl's bounds on a "
                               f"rendering ({exc.reason})", field="environment",
@@ -103,6 +122,26 @@ class ChatGlue:
                 f"the model's chat template cannot render this conversation (roles {', '.join(roles)}): "
                 f"{type(exc).__name__}: {exc}", field="environment", fix=_FIX) from exc
         return np.asarray(ids, dtype=np.int64).reshape(-1)
+
+    def renders_tool_results(self, tools: Sequence[Mapping[str, Any]] | None, role: str,
+                             as_role: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> str | None:
+        """Why this template cannot show a tool's result as ``role`` messages after an assistant
+        turn with a call (``as_role`` turns the ``tool`` answers into what is rendered), or None
+        when it can: the result's text must change the rendering, without an error."""
+        name = str(((tools or [{}])[0].get("function") or {}).get("name") or "tool")
+        call = {"id": "call00000", "type": "function", "function": {"name": name, "arguments": {}}}
+        context: list[dict[str, Any]] = [{"role": "user", "content": _PROBE_A},
+                                         {"role": "assistant", "content": _PROBE_A, "tool_calls": [call]}]
+        try:
+            a, b = (self.encode([*context, *as_role([{"role": "tool", "name": name, "content": text,
+                                                       "tool_call_id": "call00000"}])], True, tools)
+                    for text in (_PROBE_A, _PROBE_B))
+        except RenderError as exc:
+            cause = exc.__cause__
+            return f"it raised {type(cause).__name__}: {cause}" if cause is not None else exc.message
+        if np.array_equal(a, b):
+            return f"it drops {role!r} messages"
+        return None
 
     def prompt(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
         """The first prompt's ids: the messages (and tools) and a generation prompt."""
@@ -118,6 +157,10 @@ class ChatGlue:
         prompt: the common tail of two renderings that differ only by the stand-in text."""
         a = self._after(context, _PROBE_A, assistant, new_messages, tools)
         b = self._after(context, _PROBE_B, assistant, new_messages, tools)
+        if np.array_equal(a, b) and assistant is not None and assistant.get("tool_calls"):
+            # the text of a message with calls is not rendered (Llama 3.x): what follows the calls
+            a, b = (self.encode([*context, _probe_calls(assistant, text), *new_messages], True, tools)
+                    for text in (_PROBE_A, _PROBE_B))
         if np.array_equal(a, b):
             raise RenderError("the model's chat template does not render the assistant's text, so the "
                               "episode's turns cannot be joined", field="environment", fix=_FIX)

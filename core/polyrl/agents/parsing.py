@@ -11,11 +11,14 @@ architecture       tool-call format in the model's output                       
 qwen2 (Qwen2.5)    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``   "hermes"
 qwen3              the same (several blocks per turn)                            "hermes"
 llama (3.1-3.3)    the whole message is ``{"name": ..., "parameters": {...}}``,  "llama3"
-                   optionally after ``<|python_tag|>``
+                   optionally after ``<|python_tag|>`` (the template writes
+                   such a message from its call alone: the glue follows it)
 mistral (v0.3+)    ``[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]``;      "mistral"
                    newer templates ``[TOOL_CALLS]name[ARGS]{...}``
 gemma3_text        the template ignores ``tools``; prompt for the Hermes form     "hermes"
+                   (it raises on ``tool`` messages: results go back as ``user``)
 phi3 (Phi-3/3.5)   the template ignores ``tools``; prompt for the Hermes form     "hermes"
+                   (it drops ``tool`` messages: results go back as ``user``)
 phi3 (Phi-4-mini)  ``functools[{"name": ..., "arguments": {...}}, ...]`` or       "phi4"
                    ``<|tool_call|>[...]<|/tool_call|>``; its template reads the
                    tools from the system message's ``tools`` key, not ``tools=``
@@ -26,8 +29,18 @@ asks for it (``polyrl.agents.prompting``): the first call object ``{"name": ...,
 {...}}`` (``parameters`` accepted too) anywhere in the reply, prose around it kept as content.
 Small models write this form far more readily than tagged ones.
 
+How a tool's result reaches the model is decided per template at setup (``polyrl.agents.prompting``,
+``EpisodeRunner.check_tool_results``): as ``tool`` messages, or, for a template that refuses or drops
+them (Gemma 3, Phi-3), as one ``user`` message per turn with each result between
+``<tool_response>`` tags.
+
 A call object may also be wrapped as ``{"type": "function", "function": {"name", "arguments"}}``
 (the OpenAI form some fine-tunes copy); it is unwrapped.
+
+A turn that reasons first (``<think>...</think>``, Qwen3/DeepSeek-R1 style) is read for calls only
+after its last ``</think>``, as the rewards read its answer (``polyrl.reasoning.final_part``): a
+call the model only drafted while thinking is not run, and a turn whose ``<think>`` is still open
+(cut off while reasoning) holds no call. Its ``content`` keeps the reasoning.
 
 ``fmt="auto"`` recognises each form by its markers. Markers that are special tokens
 (``<|python_tag|>``, ``[TOOL_CALLS]``, ``[ARGS]``) only appear in text decoded with special
@@ -44,6 +57,7 @@ from typing import Any
 import attrs
 
 from polyrl.agents.tools import ToolCall, clean_text
+from polyrl.reasoning import final_part
 
 FORMATS = ("auto", "hermes", "llama3", "mistral", "phi4", "json")
 
@@ -284,11 +298,25 @@ def _phi4(text: str) -> ParsedTurn:
 def parse_tool_calls(text: str, fmt: str = "auto") -> ParsedTurn:
     """Split an assistant turn into its text and its tool calls, in ``fmt`` (see the table above).
 
-    ``content`` is the text without the calls. Never raises on model output; an unknown ``fmt``
-    is a programming error (ValueError).
+    ``content`` is the text without the calls. Calls are read after the last ``</think>`` only
+    (see the module docstring). Never raises on model output; an unknown ``fmt`` is a programming
+    error (ValueError).
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown tool-call format {fmt!r}; known: {', '.join(FORMATS)}")
+    answer = final_part(text)
+    if answer is None:  # still reasoning: whatever it drafted is no call
+        return ParsedTurn(text.strip())
+    if len(answer) == len(text):
+        return _parse_answer(text, fmt)
+    reasoning = text[: len(text) - len(answer)]  # up to and including the last </think>
+    parsed = _parse_answer(answer, fmt)
+    parsed.content = f"{reasoning.strip()}\n\n{parsed.content}".strip()
+    return parsed
+
+
+def _parse_answer(text: str, fmt: str) -> ParsedTurn:
+    """``parse_tool_calls`` on a turn's answer (no reasoning left in it)."""
     if fmt == "hermes" or (fmt == "auto" and "<tool_call>" in text):
         return _hermes(text)
     if fmt == "mistral" or (fmt == "auto" and _MISTRAL in text):

@@ -4,6 +4,13 @@ Templates of tool-trained families render ``tools=`` themselves (see ``polyrl.ag
 Others (SmolLM2, Gemma 3, Phi-3, the tiny test models) drop it silently, and the model would never
 learn the tools exist. For those the episode puts ``tools_system_prompt(schemas)`` in the system
 message: the tool schemas and the Hermes ``<tool_call>`` form, which ``parse_tool_calls`` reads.
+
+Some of those templates cannot show a ``tool`` message either: Gemma 3's raises "Conversation
+roles must alternate", Phi-3's drops the role. For them a turn's tool results (and the errors
+answering malformed calls) go back as one ``user`` message, ``tool_results_as_user``: each result
+between ``<tool_response>`` and ``</tool_response>`` on lines of their own, in call order, as
+Qwen2.5's own template renders tool messages. The episode runner decides this once per template,
+at setup (``EpisodeRunner.check_tool_results``), and refuses a template that shows neither.
 """
 
 from __future__ import annotations
@@ -48,6 +55,15 @@ def template_ignores_tools(encode: Callable[[list[dict[str, Any]], Sequence[Mapp
         return False
     probe = [{"role": "user", "content": "hi"}]
     return list(encode(probe, schemas)) == list(encode(probe, None))
+
+
+def tool_results_as_user(results: Sequence[Message]) -> list[dict[str, Any]]:
+    """A turn's ``tool`` messages as the one ``user`` message a template without a tool role
+    renders (one message: Gemma 3 refuses two user turns in a row)."""
+    if not results:
+        return []
+    body = "\n".join(f"<tool_response>\n{m.get('content', '')}\n</tool_response>" for m in results)
+    return [{"role": "user", "content": body}]
 
 
 def with_tools_prompt(messages: Sequence[Message], schemas: Sequence[Mapping[str, Any]],

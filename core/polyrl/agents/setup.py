@@ -168,16 +168,19 @@ def _never_none(engine: Engine) -> EncodeChat:
 def build_runner(config: RunConfig, plan: EnvironmentPlan, gen_engine: Engine, train_engine: Engine) -> EpisodeRunner:
     env = config.environment
     parse = functools.partial(parse_tool_calls, fmt=env.tool_format)
-    return EpisodeRunner(gen_engine.generate, _chat_encoder([gen_engine, train_engine]),
-                         EpisodeLimits(max_turns=env.max_turns, max_episode_tokens=env.max_episode_tokens,
-                                       max_tool_calls_per_turn=env.max_tool_calls_per_turn,
-                                       max_length=config.model.max_length),
-                         make_environment=plan.make_environment, toolbox=plan.toolbox, parse=parse,
-                         prompt_column=config.data.prompt_column,
-                         tools_prompt_format="json" if env.tool_format == "json" else "hermes",
-                         env_timeout_s=env.env_timeout_s, environment_name=env.name,
-                         tool_timeout_s=env.tool_timeout_s, max_concurrent_tools=env.max_concurrent_tools,
-                         tool_format=env.tool_format)
+    runner = EpisodeRunner(gen_engine.generate, _chat_encoder([gen_engine, train_engine]),
+                           EpisodeLimits(max_turns=env.max_turns, max_episode_tokens=env.max_episode_tokens,
+                                         max_tool_calls_per_turn=env.max_tool_calls_per_turn,
+                                         max_length=config.model.max_length),
+                           make_environment=plan.make_environment, toolbox=plan.toolbox, parse=parse,
+                           prompt_column=config.data.prompt_column,
+                           tools_prompt_format="json" if env.tool_format == "json" else "hermes",
+                           env_timeout_s=env.env_timeout_s, environment_name=env.name,
+                           tool_timeout_s=env.tool_timeout_s, max_concurrent_tools=env.max_concurrent_tools,
+                           tool_format=env.tool_format, model_name=config.model.path)
+    if plan.toolbox is not None:  # how the template shows a tool's result: decided (or refused) now
+        runner.check_tool_results(plan.toolbox.schemas)
+    return runner
 
 
 def untrainable(completions: Sequence[Any]) -> np.ndarray:

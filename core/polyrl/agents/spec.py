@@ -31,8 +31,10 @@ class Observation:
     """What the environment answers to one assistant turn.
 
     ``messages`` are appended to the conversation (usually ``user`` or ``tool`` roles; each
-    ``content`` a str) and the model continues from them unless ``done`` (a bool; no messages
-    end the episode too, with a warning, as the model would have nothing to answer). ``reward`` is
+    ``content`` a str, a subclass such as ``markupsafe.Markup`` read as the plain str it spells)
+    and the model continues from them unless ``done`` (a bool; no messages end the episode too,
+    with a warning, as the model would have nothing to answer; a ``done`` step's messages close
+    the conversation the rewards read, never shown to the model). ``reward`` is
     this turn's reward, a finite number (None: none given); the episode's reward combines them
     with the configured reward functions (see hookspecs). Any other value ends the episode as an
     environment error: it is never read as something else.
@@ -184,18 +186,39 @@ async def step_environment(env: Any, assistant_message: Message) -> Observation:
     return checked_step(env, await _maybe_await(env.step(assistant_message)))
 
 
+def plain_text(value: Any) -> Any:
+    """``value`` with every ``str`` subclass in it (``markupsafe.Markup``, what jinja2 and HTML
+    helpers return) made a plain ``str``, through the dicts, lists and tuples holding it.
+
+    Why: the chat template joins a message's content to its own control strings with ``+``, and a
+    subclass's ``+`` runs first: ``Markup`` HTML-escaped ``<|im_start|>`` into ``&lt;|im_start|&gt;``,
+    so every later turn was sampled and trained on a context without its turn structure, silently.
+    Applied wherever tool results, environment messages and prompts enter an episode."""
+    if isinstance(value, str):
+        return value if type(value) is str else str.__str__(value)
+    if isinstance(value, Mapping):
+        return {plain_text(k): plain_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_text(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(plain_text(v) for v in value)
+    return value
+
+
 def checked_reset(env: Any, messages: Any) -> list[Message]:
-    """What ``reset`` returned, if it is a non-empty list of renderable messages; else TypeError."""
+    """What ``reset`` returned, if it is a non-empty list of renderable messages (as plain
+    ``str``s, ``plain_text``); else TypeError."""
     _check_messages(env, "reset", messages)
     if not messages:
         raise TypeError(f"{type(env).__name__}.reset returned no messages; the model needs a prompt")
-    return list(messages)
+    return [plain_text(m) for m in messages]
 
 
 def checked_step(env: Any, obs: Any) -> Observation:
     """What ``step`` returned, if it is an ``Observation`` the episode can use as it is: renderable
     messages, a finite real ``reward`` (or None) and a bool ``done``. A bad value is a TypeError
-    naming the field, never read as something else (``done="no"`` is not True)."""
+    naming the field, never read as something else (``done="no"`` is not True). The messages come
+    back as plain ``str``s (``plain_text``)."""
     name = type(env).__name__
     if not isinstance(obs, Observation):
         raise TypeError(f"{name}.step returned {type(obs).__name__}, expected "
@@ -213,7 +236,7 @@ def checked_step(env: Any, obs: Any) -> Observation:
                             "(int, float, a numpy number; float(x) of a Decimal) or None")
     if not isinstance(obs.done, (bool, np.bool_)):
         raise TypeError(f"{name}.step gave done {_shown(obs.done)}; expected True or False")
-    return obs
+    return attrs.evolve(obs, messages=[plain_text(m) for m in obs.messages])
 
 
 def _shown(value: Any) -> str:

@@ -56,6 +56,9 @@ luspo      group       group    seq_mean_token_sum      3e-4/4e-4   sequence rat
 Dr.GRPO's normaliser and by overlong shaping. Leave it None and the ``max_completion_length``
 argument of ``objective()`` / ``shape_rewards()`` is used (the trainer passes max_new_tokens, or
 ``environment.max_episode_tokens`` for multi-turn episodes); set it and it wins over that argument.
+An episode's length there is all its tokens after the first prompt, the tool results and
+observations polyrl inserted included: a verbose tool or environment pushes overlong shaping's
+penalty onto the model's reward (the budget is the episode's, as ``max_episode_tokens`` is).
 """
 
 from __future__ import annotations

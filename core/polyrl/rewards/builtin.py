@@ -82,6 +82,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from polyrl.errors import RewardError
+from polyrl.reasoning import final_part
 from polyrl.rewards.inputs import completion_text
 from polyrl.rewards.options import merged, positive_number
 from polyrl.hookspecs import hookimpl
@@ -141,16 +142,6 @@ def last_boxed(text: str) -> str | None:
     """The last of ``boxed_answers`` (an unclosed ``\\boxed{`` is not a box and hides none), or None."""
     boxes = boxed_answers(text)
     return boxes[-1] if boxes else None
-
-
-def final_part(text: str) -> str | None:
-    """The part of a completion that holds its answer: the text after its last ``</think>`` (all
-    of it when there is none), or None when a ``<think>`` is left open there (reasoning cut off
-    before any answer). As TRL's ``reasoning_accuracy_reward``, which splits on ``</think>``, except
-    that a completion with no think tags at all is read whole (a model that does not reason)."""
-    _, closed, rest = text.rpartition("</think>")
-    rest = rest if closed else text
-    return None if "<think>" in rest else rest
 
 
 def extract_answer(text: str, mode: str = "auto") -> str:
