@@ -22,13 +22,13 @@ $(VENV)/.installed: pyproject.toml plugins/torch_backend/pyproject.toml plugins/
 	  else echo "note: install libopenblas0-pthread for fast MLX on CPU (polyrl doctor tells)"; fi; \
 	fi
 	@# the code_tests sandbox isolates samples with bubblewrap (and seccomp through libseccomp);
-	@# without them it falls back to weaker isolation and says so (polyrl.rewards.code)
+	@# without bubblewrap a run using it is refused unless isolation = "weak" (polyrl.rewards.code)
 	@if [ "$$(uname)" = Linux ] && ! command -v bwrap >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    (apt-get install -y -qq bubblewrap libseccomp2 >/dev/null 2>&1 || \
 	     (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap libseccomp2 >/dev/null 2>&1)) \
-	    || echo "warning: could not install bubblewrap; code_tests samples get weaker isolation"; \
-	  else echo "note: install bubblewrap for the code_tests sandbox's full isolation"; fi; \
+	    || echo "warning: could not install bubblewrap; runs using code_tests or the python tool will be refused (isolation = \"weak\" opts in to less)"; \
+	  else echo "note: install bubblewrap: code_tests and the python tool refuse to run without it"; fi; \
 	fi
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
