@@ -72,12 +72,12 @@ def test_default_refuses_without_bubblewrap_naming_the_install_and_the_opt_in(tm
         text = str(err.value)
         assert f'isolation = "{isolation}" needs bubblewrap' in text and "bwrap not found" in text, text
         assert "Fix: install bubblewrap" in text and 'isolation = "weak"' in text, text
+    monkeypatch.setattr("polyrl.rewards.code._sandboxes", {})  # none an earlier test built with bwrap
     with pytest.raises(RewardError, match="bwrap not found.*Fix: install bubblewrap"):
         check_options("code_tests", {})
     from polyrl.plugins import get_plugin_manager
     from polyrl.rewards.combine import RewardComputer
 
-    monkeypatch.setattr("polyrl.rewards.code._sandboxes", {})
     with pytest.raises(ConfigError) as err:  # when the run is set up, before any model loads
         RewardComputer(get_plugin_manager(entry_points=False), [("code_tests", 1.0, {})])
     assert err.value.field == "rewards[0].options" and "bwrap not found" in str(err.value), str(err.value)
