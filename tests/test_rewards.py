@@ -381,6 +381,30 @@ def test_a_number_past_floats_range_is_a_bad_score_not_a_traceback(bad):
     assert len(str(info.value)) < 400
 
 
+@pytest.mark.parametrize(("scores", "where"), [
+    ([1, True, 0.5], "True for sample 1, 1 for sample 0"),
+    ([None, 0.0, np.bool_(False)], "False for sample 2, 0.0 for sample 1"),
+    ((True, False, 2), "True for sample 0, 2 for sample 2"),
+])
+def test_a_bool_among_numbers_is_refused_naming_the_reward_and_the_sample(scores, where):
+    def mixed(prompts, completions, **kw):
+        return scores
+
+    with pytest.raises(RewardError, match=rf"reward 'mixed' from function .*mix of bools and numbers \({where}\)"
+                                          r".*Fix: return floats for every sample"):
+        score([("mixed", 1.0, {})], ["a", "b", "c"], extra=[function_reward_plugin(mixed)])
+
+
+@pytest.mark.parametrize("scores", [[True, False, None], np.array([True, False, True]), [1, 0.5, None]])
+def test_scores_all_bools_or_all_numbers_still_read(scores):
+    def same(prompts, completions, **kw):
+        return scores
+
+    got = score([("same", 1.0, {})], ["a", "b", "c"], extra=[function_reward_plugin(same)]).per_reward["same"]
+    expected = [np.nan if v is None else float(v) for v in list(scores)]
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_none_handling_and_weights():
     def first(prompts, completions, **kw):
         return [1.0, None, None]

@@ -102,6 +102,24 @@ def _is_score(value: Any) -> bool:
         return False
 
 
+def _bool_among_numbers(scores: Sequence[Any]) -> tuple[tuple[int, Any], tuple[int, Any]] | None:
+    """The first bool and the first number (index, value) of scores that mix them, else None. Why
+    refuse: a bool among numbers (``[1, True, 0.5]``, a ``passed`` flag returned where a score was
+    meant) is a bug that a cast to 1.0 would hide; scores that are all bools (or None) are what
+    TRL reward functions return for pass/fail, and read as 1.0 / 0.0."""
+    first_bool = first_number = None
+    for i, value in enumerate(scores):
+        if value is None:
+            continue
+        if isinstance(value, (bool, np.bool_)):
+            first_bool = first_bool or (i, value)
+        else:
+            first_number = first_number or (i, value)
+        if first_bool is not None and first_number is not None:
+            return first_bool, first_number
+    return None
+
+
 def _shown(value: Any, limit: int = 60) -> str:
     """A score as an error line quotes it: a huge int by its size (its repr may itself raise, past
     4300 digits), anything else cut to ``limit`` characters."""
@@ -442,6 +460,13 @@ class RewardComputer:
             if not _is_score(value):
                 raise self._fail(provider, name, f"returned {_shown(value)} for sample {i}",
                                  "return finite floats, or None for a sample without reward")
+        mixed = _bool_among_numbers(scores)
+        if mixed is not None:
+            (b, flag), (k, number) = mixed
+            raise self._fail(provider, name, f"returned a mix of bools and numbers ({flag!r} for sample {b}, "
+                             f"{_shown(number)} for sample {k}): a bool among scores is a bug a cast would hide",
+                             "return floats for every sample (float(x) turns a bool into 1.0 / 0.0), or bools "
+                             "for every sample")
         return np.array([np.nan if v is None else float(v) for v in scores], dtype=np.float64)
 
     def _extra_metrics(self, provider: _Provider, name: str, answer: Any) -> dict[str, float]:

@@ -17,7 +17,8 @@ one value per completion to the sampled records of ``completions.jsonl`` (under 
 TRL adds a column to its completions table. A function that does not take ``**kwargs`` receives
 only the arguments it names (TRL would raise TypeError instead). None skips a sample, as in TRL.
 The return value may be a list, tuple, numpy array, 1-d torch tensor or generator of numbers,
-bools or None (what TRL accepts). Each call gets its own copies of the prompts and columns, so a
+bools or None (what TRL accepts), but not bools mixed with numbers (``[1, True, 0.5]``: refused,
+naming the sample, where TRL casts the bool silently). Each call gets its own copies of the prompts and columns, so a
 function that edits them in place changes nothing outside its call. A callable object is named
 after its class, a ``functools.partial`` after the function it wraps (TRL's names).
 
