@@ -490,11 +490,29 @@ def test_exact_match_reads_styled_and_fullwidth_answers(text, answer, expected):
     assert score([("exact_match", 1.0, {})], [text], rows=rows).per_reward["exact_match"][0] == expected
 
 
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    ("\\boxed{\\frac{1}{2}}", "1/2", 1.0), ("\\boxed{\\dfrac{1}{2}}", "1/2", 1.0), ("\\boxed{\\tfrac12}", "1/2", 1.0),
+    ("The answer is $\\frac 1 2$.", "1/2", 1.0), ("The answer is 1/2", "\\frac{1}{2}", 1.0),
+    ("\\boxed{-\\frac{3}{4}}", "-3/4", 1.0), ("\\boxed{\\frac{-3}{4}}", "-3/4", 1.0),
+    ("\\boxed{\\frac{\\pi}{2}}", "\\pi/2", 1.0), ("\\boxed{x-\\frac{1}{2}}", "x-1/2", 1.0),
+    ("\\boxed{\\frac{1}{2}} or \\boxed{1/2}", "1/2", 1.0),  # one answer, two spellings
+    ("\\boxed{0.5}", "1/2", 0.0),  # a value is numeric_match's business, not exact_match's
+    # only where "a/b" reads the same as the fraction
+    ("\\boxed{2\\frac{1}{2}}", "21/2", 0.0), ("\\boxed{\\frac{2}{3}^2}", "2/3^2", 0.0),
+    ("\\boxed{\\frac{1}{2}x}", "1/2x", 0.0), ("\\boxed{\\frac{1}{2x}}", "1/2x", 0.0),
+    ("\\boxed{\\frac{a+1}{2}}", "a+1/2", 0.0), ("\\boxed{\\frac123}", "1/23", 0.0),
+])
+def test_exact_match_reads_a_latex_fraction_as_a_slash(text, answer, expected):
+    rows = [{"prompt": "q", "answer": answer}]
+    assert score([("exact_match", 1.0, {})], [text], rows=rows).per_reward["exact_match"][0] == expected
+
+
 def test_normalising_an_answer_is_linear_in_its_layers():
     """Each layer ("!." pairs, nested \\text{) was peeled by copying the rest: 20k pairs took seconds."""
     started = time.perf_counter()
     assert normalize_answer("Paris" + "!." * 100_000) == "paris"
     assert normalize_answer("\\text{" * 100_000 + "4" + "}" * 100_000) == "4"
+    assert normalize_answer("\\frac12+" * 50_000 + "1") == "1/2+" * 50_000 + "1"
     assert time.perf_counter() - started < 2.0
 
 

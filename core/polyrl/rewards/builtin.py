@@ -18,7 +18,11 @@ silently ignored). Options:
     Both sides are then normalised: surrounding whitespace, markdown ``*``/``_``, ``$``, quotes, a
     trailing ``.`` and a trailing ``!`` that is not a factorial ("5!" stays 5!) are stripped, so is
     a styling command around all of it (``\\text{4}``, ``\\textbf``, ``\\mathrm``, ``\\mathbf``...: 4;
-    ``\\text{4}+\\text{5}`` stays as written), inner whitespace is collapsed, case is folded, and the
+    ``\\text{4}+\\text{5}`` stays as written), a LaTeX fraction of plain operands (a number, one
+    letter or one command each) is written with a slash (``\\frac{1}{2}``, ``\\dfrac12``, ``\\tfrac``:
+    "1/2"; ``\\frac{\\pi}{2}``: "\\pi/2") where the slash reads the same (not next to a digit, letter,
+    bracket or power: ``2\\frac12``, ``\\frac{2}{3}^2`` stay; "0.5" is still not "1/2": values are
+    ``numeric_match``'s), inner whitespace is collapsed, case is folded, and the
     text is read in Unicode compatibility form (NFKC: fullwidth "４２" is 42, "𝟒" is 4) except for
     superscripts, subscripts and vulgar fractions, whose plain form is another answer ("2²" is
     not "22"). A box holding a box answers what the outer one
@@ -182,8 +186,36 @@ def normalize_answer(text: str, case_sensitive: bool = False) -> str:
         m = _STYLE.match(s, lo, hi)
         if m is not None and closes.get(m.end() - 1) == hi - 1:
             lo, hi = m.end(), hi - 1
-    s = s[lo:hi]
+    s = _LATEX_FRACTION.sub(_slashed, s[lo:hi])
     return s if case_sensitive else s.casefold()
+
+
+def _fraction_operand(name: str, sign: str) -> str:
+    """A ``\\frac`` argument that is plain: in braces a number, one letter or one command (the
+    numerator may be signed), or a lone digit without braces (``\\frac12``)."""
+    plain = sign + r"(?:\d+(?:\.\d+)?|[^\W\d_]|\\[A-Za-z]+)"
+    return rf"(?:\{{\s*(?P<{name}>{plain})\s*\}}|(?P<{name}_digit>\d))"
+
+
+#: A LaTeX fraction of plain operands: ``\\frac{1}{2}``, ``\\dfrac{-3}{4}``, ``\\tfrac{x}{2}``,
+#: ``\\frac12``, ``\\frac{\\pi}{2}``.
+_LATEX_FRACTION = re.compile(r"\\[dt]?frac\s*" + _fraction_operand("num", "-?") + r"\s*" + _fraction_operand("den", ""))
+
+
+def _slashed(m: re.Match[str]) -> str:
+    """A LaTeX fraction written "a/b", as "1/2" is written: ``\\frac{1}{2}`` and "1/2" are the same
+    answer. Only where the slash reads the same: not next to a digit, letter, bracket or power
+    ("2\\frac12" is 2½, ``\\frac{2}{3}^2`` is not "2/3^2", ``\\frac{1}{2}x`` is not "1/2x")."""
+    text, start, end = m.string, m.start(), m.end()
+    start -= start > 0 and text[start - 1] == " "  # spaces are single here (normalize_answer)
+    end += end < len(text) and text[end] == " "
+    before = text[start - 1] if start > 0 else ""
+    after = text[end] if end < len(text) else ""
+    if (before and before not in "+-=([{,;:<>$") or (after and after not in "+-=)]},;:<>$"):
+        return m.group()
+    num = m.group("num") if m.group("num") is not None else m.group("num_digit")
+    den = m.group("den") if m.group("den") is not None else m.group("den_digit")
+    return f"{num}/{den}"
 
 
 #: What ``normalize_answer`` strips from both ends besides whitespace: markdown, ``$``, quotes.
