@@ -242,6 +242,53 @@ def test_numeric_match_reads_fractions_of_integers_and_no_other_expression(text,
     assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == expected
 
 
+def _numeric(text, answer):
+    return score([("numeric_match", 1.0, {})], [text], rows=[{"prompt": "q", "answer": answer}]).per_reward[
+        "numeric_match"][0]
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    # a number glued to a variable is a product, not the number
+    ("2x", "2", 0.0), ("answer: 2x", "2", 0.0), ("x = 2y", "2", 0.0), ("The answer is 4a.", "4", 0.0),
+    ("\\boxed{2x}", "2", 0.0), ("answer: 2i", "2", 0.0), ("answer: 2pi", "2", 0.0), ("answer: 1/2x", "0.5", 0.0),
+    ("answer: 2x2", "2", 0.0), ("2 x 3", "3", 0.0), ("2 x 3", "2", 0.0), ("answer: 5k", "5", 0.0),
+    # units, percent, currency and punctuation read as before
+    ("42%", "42", 1.0), ("$5", "5", 1.0), ("5 apples", "5", 1.0), ("3.0.", "3", 1.0), ("5kg", "5", 1.0),
+    ("answer: 10m", "10", 1.0), ("It took 5s.", "5", 1.0), ("answer: 3cm", "3", 1.0), ("answer: 45\u00b0", "45", 1.0),
+    ("She came 3rd", "3", 1.0), ("answer: 5 km/h", "5", 1.0), ("Answer: 3e8 m/s", "300000000", 1.0),
+])
+def test_numeric_match_reads_no_number_glued_to_a_variable(text, answer, expected):
+    assert _numeric(text, answer) == expected
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    # an answer that hedges between different numbers gives none, whichever is right
+    ("answer: 2 or 3", "2", 0.0), ("answer: 2 or 3", "3", 0.0), ("The answer is 42 and 43", "42", 0.0),
+    ("answer: 2, 3", "2", 0.0), ("answer: between 2 and 3", "2", 0.0), ("answer: 2 (or maybe 3)", "2", 0.0),
+    ("answer: 12 hours, or 720 minutes", "12", 0.0), ("The answer is 4, or 5.", "4", 0.0),
+    # one number, repeated, restated or checked, still reads
+    ("answer: 2 (two)", "2", 1.0), ("answer: 2, 2", "2", 1.0), ("answer: 1/2 = 0.5", "0.5", 1.0),
+    ("The answer is 2. Check: 2+0=2", "2", 1.0), ("The answer is 4. Check: 2*2 = 4, not 5", "4", 1.0),
+    ("answer: 10 (since 2*5 = 10)", "10", 1.0), ("answer: 42 \\text{ cm}^2", "42", 1.0),
+    ("answer: approx. 5", "5", 1.0), ("The answer is 18 dollars. 18 = 9*2", "18", 1.0),
+    ("answer: 42!", "42", 0.0),  # still a factorial, not the end of a sentence
+])
+def test_numeric_match_refuses_an_answer_that_hedges_between_numbers(text, answer, expected):
+    assert _numeric(text, answer) == expected
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    # markdown emphasis around a number, glued to the word before it, is emphasis
+    ("So it is**42**", "42", 1.0), ("We get**42**.", "42", 1.0), ("The answer is**42**", "42", 1.0),
+    ("answer: **42**", "42", 1.0), ("The answer is __42__", "42", 1.0), ("answer:__42__", "42", 1.0),
+    ("So it is*42*", "42", 1.0), ("It is **-42**.", "-42", 1.0), ("x = **42**", "42", 1.0),
+    # a run that is an operator stays one
+    ("x**2**", "2", 0.0), ("2**3**", "3", 0.0), ("**2**3", "2", 0.0), ("x__2__", "2", 0.0), ("2+**3**", "3", 0.0),
+])
+def test_numeric_match_reads_a_number_in_markdown_emphasis(text, answer, expected):
+    assert _numeric(text, answer) == expected
+
+
 @pytest.mark.parametrize("answer", ["1 / 2", "\\frac{a}{2}", "1/0", "\\frac{1}{2}+1"])
 def test_numeric_match_refuses_a_row_answer_that_is_an_expression(answer):
     with pytest.raises(RewardError, match="not a number"):

@@ -34,7 +34,11 @@ silently ignored). Options:
     scores 0); its final number is, first rule that applies:
     1. the number in the last ``\\boxed{...}``, which must hold one ("\\boxed{42 \\text{ cm}}" is 42,
        "\\boxed{2, 3}" none); several boxes with different numbers score 0, as in ``exact_match``;
-    2. the first number after the last "####", "answer:" or "answer is", on that line;
+    2. the number after the last "####", "answer:" or "answer is", in the first sentence of that
+       line that holds a number (a sentence ends at ".", "?" or "!" before a space, not at a
+       factorial's "!"): its first number, which every other number standing alone there must
+       equal, so an answer that hedges ("answer: 2 or 3", "42 and 43", "2, 3") scores 0, while
+       "answer: 2 (two)", "2, 2", "1/2 = 0.5" and "The answer is 2. Check: 2+0=2" read 2 or 1/2;
     3. the last number of the text.
     Numbers may carry a sign, thousands commas, decimals and an exponent ("-1,234.5", "3e8"); a "-"
     directly after a digit or letter is an operator, not a sign. A fraction of two integers is one
@@ -46,7 +50,13 @@ silently ignored). Options:
     one next to an operator (``+ - * / ^ ** × ÷ ·``, ``\\cdot``, ``\\times``, ``\\pm``; "x^2", "x**2"
     and "x*2" hold no 2), inside any other ``\\frac{}{}`` (``\\frac{a+1}{2}``) or ``\\sqrt{}``,
     before a superscript ("2⁴"), ``(``, ``π`` or a factorial: "The answer is 42!" scores 0 against
-    42, since "42!" is 42 factorial (as math-verify reads it), not an exclamation.
+    42, since "42!" is 42 factorial (as math-verify reads it), not an exclamation. A number glued to
+    a lone letter is a product with a variable ("2x", "4a", "2i", "2pi", "2x2"; "2 x 3" too), except
+    a single-letter unit ("10m", "5s", "3h", "2L", "25C": m s g h l L N J W V C F); "5k" and "2M"
+    are not read either way; a glued word is a unit or suffix ("5kg", "3rd"), and "42%", "$5",
+    "5 apples" read 42, 5, 5. Markdown emphasis around a number is emphasis, even glued to the word
+    before it ("is**42**", "__42__"), but not after a digit, bracket or lone letter ("x**2**" is a
+    power, "x__2__" an index).
     The row's answer may be a number or such a fraction ("1/2", ``\\frac{1}{2}``). An integer answer
     is matched exactly ("12345678901234567000" is not 12345678901234567890, "42.0" is 42; only
     ``tolerance`` widens it); any other within ``math.isclose(got, expected,
@@ -267,21 +277,28 @@ def compatible(text: str) -> str:
 _SUPERSCRIPTS = "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207a\u207b\u207d"
 _OPERATORS = "+/^\u00d7\u00f7\u00b7\u22c5\u2219"  # + / ^ × ÷ · ⋅ ∙
 _COMMANDS = r"\\(?:[dt]?frac|sqrt|binom|cdot|times|div|pm|mp|log|ln|exp|sin|cos|tan)(?![a-zA-Z])"
+#: Single letters that, glued to a number, are a unit ("10m", "5s", "25C"), not a variable: SI
+#: symbols seldom used as an answer's variable. Any other lone letter glued to a number is a
+#: variable ("2x", "4a", "2i": a product, not the number); "5k" and "2M" (thousands, millions, or
+#: kelvin) are not read either way. A glued word ("5kg", "3rd", "2pm") is a unit or suffix.
+_UNIT_LETTERS = "msghlLNJWVCF"
 #: what after a number makes it part of an expression: right after it a superscript, "!", "(", "^",
-#: π, √, \\pi, or a "*"/"**" glued to an operand ("2**3", "2*x"); or, spaces allowed, an operator
-#: or a command, a "*" or "-" with an operand after it ("**42**" is markdown, "42 - that is all" a
-#: dash), a spaced "**" ("2 ** 3"), or "}{" / "}^" (\\frac{1}{2}, {2}^3)
+#: π, √, \\pi, "pi", a lone Latin letter that is no unit ("2x"), or a "*"/"**" glued to an operand
+#: ("2**3", "2*x"); or, spaces allowed, an operator or a command, a "*" or "-" with an operand after
+#: it ("**42**" is markdown, "42 - that is all" a dash), a spaced "**" ("2 ** 3") or "x" between
+#: numbers ("2 x 3"), or "}{" / "}^" (\\frac{1}{2}, {2}^3)
 _EXPRESSION_AFTER = re.compile(
-    rf"[{_SUPERSCRIPTS}!(^\u03c0\u221a]|\\pi(?![a-zA-Z])|\*\*?(?=[A-Za-z\d(])|\s+\*\*\s+(?=[\d(])"
+    rf"[{_SUPERSCRIPTS}!(^\u03c0\u221a]|\\pi(?![a-zA-Z])|pi(?![A-Za-z])|(?![{_UNIT_LETTERS}])[A-Za-z](?![A-Za-z])"
+    rf"|\*\*?(?=[A-Za-z\d(])|\s+\*\*\s+(?=[\d(])|\s+x\s+(?=[\d(])"
     rf"|\s*(?:[{_OPERATORS}]|\*(?=\s*[\d(])|-(?=\s*[\d(.\\])|{_COMMANDS}|\}}\s*[{{^])")
 #: what before a number makes it part of an expression (searched in the few characters before it):
 #: an operator or "√", a "(" right after a digit or ")" ("2(3)"), a "*" or "**" after a digit or
 #: bracket, or after a Latin letter either glued ("x**2", "x*2") or spaced on both sides ("x ** 2";
 #: "is **85**" and "是**85**" are markdown), a "-" after a digit, letter or bracket (a sign is part of the number), a
-#: command, "^" or an index "x_" (with or without "{"), or the "{" of \\frac{ / \\sqrt{ or of a
-#: second argument "}{"
+#: command, "^" or an index "x_" (with or without "{"), the "{" of \\frac{ / \\sqrt{ or of a
+#: second argument "}{", or an "x" between numbers ("2 x 3")
 _EXPRESSION_BEFORE = re.compile(
-    rf"(?:[{_OPERATORS}\u221a]|[\d)]\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]]\s*-"
+    rf"(?:[{_OPERATORS}\u221a]|[\d)]\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]]\s*-|\d\s+x\s+"
     rf"|{_COMMANDS}|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{)\s*$")
 _LONGEST_NUMBER = 1000  # characters: a longer "number" is a decompression bomb for exact arithmetic, not an answer
 #: A fraction of two integers, read as its exact value: "1/2" (no spaces, nothing glued on: "1/2/3" and
@@ -307,8 +324,9 @@ def _numbers(text: str) -> list[tuple[Fraction | None, bool]]:
     previous: tuple[int, bool] | None = None  # the last token's end, and whether it was a fraction
     for m in _TOKEN.finditer(text):
         value, known = _token_value(m)
-        alone = known and not (_EXPRESSION_AFTER.match(text, m.end())
-                               or _EXPRESSION_BEFORE.search(text[max(0, m.start() - 16):m.start()]))
+        start, end = _emphasised(text, m.start(), m.end())
+        alone = known and not (_EXPRESSION_AFTER.match(text, end)
+                               or _EXPRESSION_BEFORE.search(text[max(0, start - 16):start]))
         fraction = m.group("number") is None
         if (previous is not None and (fraction or previous[1])
                 and _JUXTAPOSED.fullmatch(text, previous[0], m.start())):
@@ -317,6 +335,37 @@ def _numbers(text: str) -> list[tuple[Fraction | None, bool]]:
         out.append((value, alone))
         previous = (m.end(), fraction)
     return out
+
+
+#: Markdown emphasis around a number: the same run of up to three "*" or "_" on both sides.
+_EMPHASIS_OPEN = re.compile(r"(?:\*{1,3}|_{1,3})$")
+def _emphasised(text: str, start: int, end: int) -> tuple[int, int]:
+    """The span of the number ``text[start:end]`` with markdown emphasis around it ("**42**",
+    "__42__") included, so that what is around the emphasis decides whether it stands alone. Why:
+    "The answer is**42**" (bold glued to a word) read "s**42" as a power, scoring a right answer 0.
+    A run that is an operator ("2**3**", "x**2**", "**2**3") is left as it is."""
+    m = _EMPHASIS_OPEN.search(text, max(0, start - 3), start)
+    if m is None:
+        return start, end
+    run = m.group()
+    close = end + len(run)
+    if text[end:close] != run or re.match(r"[*_A-Za-z\d(]", text[close:close + 1]):
+        return start, end
+    return (m.start(), close) if _opens_emphasis(text[max(0, m.start() - 2):m.start()], run) else (start, end)
+
+
+def _opens_emphasis(before: str, run: str) -> bool:
+    """Whether a ``run`` of "*" or "_" after the text ``before`` (its last two characters) opens
+    emphasis: after the start, a space or punctuation; for "*" also after a word of two or more
+    letters ("is**42**") or a letter of a script without spaces ("是**85**"). Not after a digit, a
+    bracket or a lone Latin letter ("2**3**" and "x**2**" are powers), nor "_" after any word
+    character ("x__2__" is an index, as markdown has no intraword "_" emphasis)."""
+    last = before[-1:]
+    if not last or not (last.isalnum() or last in "_)]}"):
+        return True
+    if run[0] == "_" or not last.isalpha():
+        return False
+    return not last.isascii() or (len(before) == 2 and before[0].isalpha())
 
 
 def _token_value(m: re.Match[str]) -> tuple[Fraction | None, bool]:
@@ -363,11 +412,28 @@ def final_number(text: str) -> Fraction | None:
     markers = list(_MARKER.finditer(part))
     if markers:
         rest = part[markers[-1].end():].strip()
-        numbers = _numbers(rest.splitlines()[0] if rest else "")
-        if numbers:
-            return numbers[0][0] if numbers[0][1] else None
+        for sentence in _SENTENCE_END.split(rest.splitlines()[0] if rest else ""):
+            numbers = _numbers(sentence)
+            if numbers:
+                return _answered(numbers)
     numbers = _numbers(part)
     return numbers[-1][0] if numbers and numbers[-1][1] else None
+
+
+#: Where the sentence that gives the answer ends: a ".", "?" or "!" before a space or the end (not
+#: a decimal point, nor the "!" of a factorial "42!"), or "。".
+_SENTENCE_END = re.compile(r"(?:[.?]|(?<![\d)}\]])!)(?=\s|$)|\u3002")
+
+
+def _answered(numbers: list[tuple[Fraction | None, bool]]) -> Fraction | None:
+    """The number an answer sentence gives: its first, which must stand alone, and which every
+    other number standing alone there must equal. Why: "answer: 2 or 3" hedges, and reading its
+    first number paid a policy that lists candidates; "answer: 2 (two)", "answer: 1/2 = 0.5" and a
+    number inside an expression after it ("answer: 42 cm^2") still read."""
+    first, alone = numbers[0]
+    if not alone or any(other and value != first for value, other in numbers[1:]):
+        return None
+    return first
 
 
 def last_number(text: str) -> float | None:
