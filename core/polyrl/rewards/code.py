@@ -74,8 +74,9 @@ secrets                     no view of other processes (PID namespace, fresh /pr
                             environment of a few fixed variables, and uid ``nobody``
 network                     a network namespace with only its own loopback; seccomp refuses
                             ``setns``/``unshare``, so another namespace cannot be entered, and
-                            socket families other than unix/inet/inet6/netlink (AF_VSOCK is not
-                            namespaced: the hypervisor's side on a VM); audit hook refuses
+                            socket families other than unix/inet/inet6 (AF_VSOCK is not
+                            namespaced: the hypervisor's side on a VM; AF_NETLINK is kernel
+                            attack surface); audit hook refuses
                             ``socket.*`` events
 privilege                   no capabilities (an empty bounding set), no_new_privs, an
                             unprivileged uid; seccomp refuses
