@@ -39,6 +39,7 @@ completions log. A sample no reward scored is a warning, as in TRL.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import math
 import time
@@ -335,7 +336,11 @@ class RewardComputer:
 
     def _call_sync(self, provider: _Provider, args: tuple[Any, ...]) -> tuple[Any, float]:
         t0 = time.perf_counter()
-        call = forked.call_forked if self._in_process(provider) else guard.call_guarded
+        call: Callable[..., Any] = guard.call_guarded
+        if self._in_process(provider):
+            # the child lets go of the trainer's pipes and sockets (a sandboxed sample's stdin another
+            # thread holds, a collective's or a server's connection); the reward's own files stay open
+            call = functools.partial(forked.call_forked, keep_fds=(), keep_files=True)
         try:
             answer = call(
                 lambda: provider.function(prompts=args[0], completions=args[1], context=args[2]),
