@@ -8,6 +8,7 @@ they fail there."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import socket
@@ -299,3 +300,31 @@ def test_python_tool_is_refused_at_setup_where_it_cannot_isolate(tmp_path, monke
         check_environment(_tool_config(python_isolation="strict"), get_registry())
     with pytest.raises(ConfigError, match="the python tool is not in environment.tools"):
         check_environment(_tool_config(tools=["calculator"], python_isolation="weak"), get_registry())
+
+
+@pytest.mark.faults
+def test_python_tool_is_listed_unusable_where_setup_refuses_it(tmp_path, monkeypatch, capsys):
+    """`polyrl environments` listed the python tool as usable on a machine without bubblewrap,
+    where every run naming it is refused at setup. The listing asks the same check and says why,
+    in the setup error's words (what is missing, the fix, the "weak" opt-in)."""
+    from polyrl import cli
+    from polyrl.agents import builtin
+    from polyrl.agents.setup import check_environment
+    from polyrl.registry import Registry, get_registry
+
+    monkeypatch.setattr(builtin, "_sandbox", None)
+    monkeypatch.setattr(builtin, "_isolation", "auto")
+    _fake_path(tmp_path, monkeypatch)
+    status = {(s.kind, s.name): s for s in Registry().environment_statuses()}[("tool", "python")]
+    assert not status.available, status
+    with pytest.raises(ConfigError) as err:
+        check_environment(_tool_config(), get_registry())
+    assert err.value.message in status.reason and f"Fix: {err.value.fix}" in status.reason, (status, err.value)
+    assert "bwrap not found" in status.reason and "Fix: install bubblewrap" in status.reason
+    assert 'python_isolation = "weak"' in status.reason
+    assert cli.main(["environments", "--json"]) == 0
+    listed = {t["name"]: t for t in json.loads(capsys.readouterr().out)["tools"]}["python"]
+    assert (listed["available"], listed["reason"]) == (False, status.reason)
+    if os.geteuid() != 0 or _nobody_python_is(sys.executable):  # a run opting in: its tool is usable
+        check_environment(_tool_config(python_isolation="weak"), get_registry())
+        assert {(s.kind, s.name): s for s in Registry().environment_statuses()}[("tool", "python")].available
