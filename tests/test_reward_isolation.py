@@ -545,3 +545,15 @@ def test_a_forked_function_reward_lets_go_of_the_trainers_pipes_and_keeps_its_fi
     finally:
         own.close()
         os.close(secret_r), os.close(secret_w)
+
+
+def test_a_checkpoint_from_before_timeout_s_could_be_unset_still_resumes():
+    """[[rewards]] timeout_s is unset by default now (600 s, grown with the batch), where
+    checkpoints saved the default 600.0, which grew as an unset one does: they resume as before."""
+    current = config(function="m:f")
+    assert current.rewards[0].timeout_s is None
+    saved = resume_config.snapshot(current)
+    saved["rewards"] = [{**entry, "timeout_s": 600.0} for entry in saved["rewards"]]
+    assert resume_config.check(saved, current, weights_only=False) == []
+    with pytest.raises(ConfigError, match="rewards"):  # a real change is still refused
+        resume_config.check(saved, config(function="m:f", timeout_s=30), weights_only=False)
