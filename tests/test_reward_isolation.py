@@ -515,3 +515,45 @@ def test_a_forked_child_keeps_only_the_descriptors_it_is_given():
         for fd in (other_r, own_r, own_w):
             os.close(fd)
     assert answers["child"] == "done"
+
+
+def test_a_forked_function_reward_lets_go_of_the_trainers_pipes_and_keeps_its_files(tmp_path, capfd):
+    """A function reward's child (isolation = "process") kept every descriptor of the trainer:
+    it could read a pipe the trainer held (another thread's sandboxed sample, a server's or a
+    collective's connection) and kept it open, so its other end never saw EOF. Now it keeps
+    stdin/stdout/stderr, its answer pipe and regular files (the reward's own log or cache)."""
+    secret_r, secret_w = os.pipe()
+    os.write(secret_w, b"trainer-secret")
+    words = tmp_path / "words.txt"
+    words.write_text("alpha")
+    own = open(words)  # noqa: SIM115 - opened before the call, as a reward's word list at import
+
+    def peeks(completions, **kwargs):
+        try:
+            piped = os.read(secret_r, 64).decode()
+        except OSError as exc:
+            piped = f"OSError {exc.errno}"
+        own.seek(0)
+        print("printed from the child", flush=True)
+        return [1.0 if piped == "" and own.read() == "alpha" else 0.0 for _ in completions]
+
+    try:
+        res = score(computer_for([function_reward_plugin(peeks, isolation="process")]), ["4"])
+        assert res.per_reward["peeks"] == [1.0], "the child read the trainer's pipe or lost its own file"
+        assert "printed from the child" in capfd.readouterr().out
+        assert os.read(secret_r, 64) == b"trainer-secret"  # the trainer's copy is untouched
+    finally:
+        own.close()
+        os.close(secret_r), os.close(secret_w)
+
+
+def test_a_checkpoint_from_before_timeout_s_could_be_unset_still_resumes():
+    """[[rewards]] timeout_s is unset by default now (600 s, grown with the batch), where
+    checkpoints saved the default 600.0, which grew as an unset one does: they resume as before."""
+    current = config(function="m:f")
+    assert current.rewards[0].timeout_s is None
+    saved = resume_config.snapshot(current)
+    saved["rewards"] = [{**entry, "timeout_s": 600.0} for entry in saved["rewards"]]
+    assert resume_config.check(saved, current, weights_only=False) == []
+    with pytest.raises(ConfigError, match="rewards"):  # a real change is still refused
+        resume_config.check(saved, config(function="m:f", timeout_s=30), weights_only=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -13,10 +14,11 @@ import numpy as np
 import pytest
 
 from polyrl.errors import ConfigError, RewardError
+from polyrl.hookspecs import hookimpl
 from polyrl.plugins import get_plugin_manager
 from polyrl.rewards.code import MARKER_ENV, Sandbox, SandboxLimits, extract_code, parse_tests
 from polyrl.rewards.combine import RewardComputer
-from polyrl.types import Completion, RewardContext
+from polyrl.types import Completion, RewardContext, RewardSpec
 
 TESTS = "assert add(1, 2) == 3\nassert add(2, 2) == 4\nassert add(-1, 1) == 0\n"
 GOOD = "def add(a, b):\n    return a + b\n"
@@ -326,14 +328,17 @@ def test_no_network():
         listener.close()
 
 
-def test_a_batch_of_looping_samples_scores_zero_instead_of_stopping_the_run():
+def test_a_batch_of_looping_samples_scores_zero_instead_of_stopping_the_run(monkeypatch):
     """Every looping sample costs its own timeout_s, and code_tests scores the batch in one call:
     256 of them (5 s, 2 workers) need 640 s, past the call's 600 s limit, and the run stopped
-    with RewardError. The call's limit grows with the batch. Scaled down: a 2 s call limit, 8
-    samples of 1 s on 2 workers (4 s at least)."""
+    with RewardError. The call's default limit grows with the batch. Scaled down: a 2 s default
+    call limit, 8 samples of 1 s on 2 workers (4 s at least)."""
+    from polyrl.rewards import combine
+
+    monkeypatch.setattr(combine, "DEFAULT_TIMEOUT_S", 2.0)
     pm = get_plugin_manager(entry_points=False)
     computer = RewardComputer(pm, [("code_tests", 1.0, {"timeout_s": 1, "extract": "raw", "memory_mb": 256})],
-                              timeouts={"code_tests": 2})
+                              timeouts={"code_tests": None})  # [[rewards]] timeout_s unset
     n = 8
     rows = [{"prompt": "p", "tests": "assert f() == 1"}] * n
     comps = [Completion(0, [1], [2], [0.0], text="def f():\n    while True:\n        pass\n") for _ in range(n)]
@@ -342,46 +347,63 @@ def test_a_batch_of_looping_samples_scores_zero_instead_of_stopping_the_run():
     assert res.metrics["code_tests"]["timeouts"] == n
 
 
-def test_a_stuck_reward_is_still_caught_at_the_limit_its_work_needs():
-    """A plugin's ``call_time_s`` raises its call's limit to what its batch needs; a call that
-    hangs is still an error, at that limit. A ``call_time_s`` that raises or answers less keeps
-    the configured limit."""
-    import asyncio
+class Hangs:
+    """An async reward that never answers and declares ``need`` seconds per completion."""
 
-    from polyrl.hookspecs import hookimpl
-    from polyrl.types import RewardSpec
+    is_async = True
 
-    class Hangs:
-        is_async = True
+    def __init__(self, name, need):
+        self.name, self.need = name, need
 
-        def __init__(self, name, need):
-            self.name, self.need = name, need
+    @hookimpl
+    def polyrl_register_rewards(self, register):
+        register(RewardSpec(name=self.name))
 
-        @hookimpl
-        def polyrl_register_rewards(self, register):
-            register(RewardSpec(name=self.name))
+    @hookimpl
+    def reward(self, prompts, completions, context):  # pragma: no cover - await_reward answers
+        return None
 
-        @hookimpl
-        def reward(self, prompts, completions, context):  # pragma: no cover - await_reward answers
-            return None
+    async def await_reward(self, prompts, completions, context):
+        await asyncio.sleep(60)
 
-        async def await_reward(self, prompts, completions, context):
-            await asyncio.sleep(60)
+    def call_time_s(self, name, options, n):
+        if self.need == "raise":
+            raise ValueError("bad options")
+        return self.need * n
 
-        def call_time_s(self, name, options, n):
-            if self.need == "raise":
-                raise ValueError("bad options")
-            return self.need * n
+
+def test_a_stuck_reward_is_still_caught_at_the_limit_its_work_needs(monkeypatch):
+    """A plugin's ``call_time_s`` raises its call's default limit to what its batch needs; a call
+    that hangs is still an error, at that limit. A ``call_time_s`` that raises or answers less
+    keeps the configured limit."""
+    from polyrl.rewards import combine
+
+    monkeypatch.setattr(combine, "DEFAULT_TIMEOUT_S", 0.5)
 
     for need, limit in ((0.75, 1.5), ("raise", 0.5), (0.1, 0.5)):
         plugin = Hangs("hangs", need)
-        computer = RewardComputer(get_plugin_manager(extra=[plugin], entry_points=False), [("hangs", 1.0, {})],
-                                  timeouts={"hangs": 0.5})
+        computer = RewardComputer(get_plugin_manager(extra=[plugin], entry_points=False), [("hangs", 1.0, {})])
         start = time.monotonic()
         with pytest.raises(RewardError, match=f"did not answer within {limit:g} s"):
             computer(["p", "p"], [Completion(0, [1], [2], [0.0], text="x")] * 2,
                      RewardContext(rows=[{}, {}], wanted=("hangs",)))
         assert limit <= time.monotonic() - start < limit + 3
+
+
+def test_a_users_own_timeout_is_the_cap_even_when_the_batch_needs_more(capsys):
+    """A plugin's ``call_time_s`` raised the call's limit past the user's explicit [[rewards]]
+    timeout_s (a budget for the step): 0.5 s set, 1.5 s waited. The user's value is the cap now;
+    one warning, and the timeout error's fix, name the minimum the batch may need."""
+    computer = RewardComputer(get_plugin_manager(extra=[Hangs("hangs", 0.75)], entry_points=False),
+                              [("hangs", 1.0, {})], timeouts={"hangs": 0.5})
+    start = time.monotonic()
+    with pytest.raises(RewardError, match=r"did not answer within 0.5 s.*Fix: raise timeout_s in its "
+                                          r"\[\[rewards\]\] entry to at least 2 \(what 2 completions need"):
+        computer(["p", "p"], [Completion(0, [1], [2], [0.0], text="x")] * 2,
+                 RewardContext(rows=[{}, {}], wanted=("hangs",)))
+    assert time.monotonic() - start < 1.4
+    logged = capsys.readouterr()
+    assert "reward call limit kept at your timeout_s" in logged.out + logged.err
 
 
 def test_a_concurrent_sample_keeps_its_output():

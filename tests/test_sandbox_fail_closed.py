@@ -8,6 +8,7 @@ they fail there."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import socket
@@ -160,9 +161,9 @@ SOCKETS = '''
 import errno, socket
 def families():
     out = {}
-    for name, family in (("vsock", 40), ("alg", 38), ("packet", 17)):
+    for name, family in (("vsock", 40), ("alg", 38), ("packet", 17), ("netlink", 16)):
         try:
-            socket.socket(family, socket.SOCK_STREAM if name != "packet" else socket.SOCK_RAW).close()
+            socket.socket(family, socket.SOCK_STREAM if name not in ("packet", "netlink") else socket.SOCK_RAW).close()
             out[name] = 0
         except OSError as exc:
             out[name] = exc.errno
@@ -180,11 +181,11 @@ def families():
 def test_seccomp_refuses_socket_families_that_escape_the_network_namespace():
     """AF_VSOCK is not network-namespaced: from inside the "no network" sandbox a sample bound a
     port in the host's vsock space (on a VM, the hypervisor's services are there). Only unix,
-    inet, inet6 (and netlink) sockets may be created; the rest fail as on a kernel without them."""
+    inet and inet6 sockets may be created; the rest fail as on a kernel without them."""
     box = Sandbox(SandboxLimits(timeout_s=5), audit_hook=False)
     if not box.report["seccomp"].startswith("on"):
         pytest.skip("no seccomp filter here: " + box.report["seccomp"])
-    cell = (f"got = families()\nassert got['vsock'] == got['alg'] == got['packet'] == {errno.EAFNOSUPPORT}, got\n"
+    cell = (f"got = families()\nassert got['vsock'] == got['alg'] == got['packet'] == got['netlink'] == {errno.EAFNOSUPPORT}, got\n"
             "assert got['unix'] == got['inet'] == got['inet6'] == 0, got\n")
     result = box.run(SOCKETS, parse_tests(cell))
     assert result.status == "ok" and result.passed == [True, True], result
@@ -192,6 +193,47 @@ def test_seccomp_refuses_socket_families_that_escape_the_network_namespace():
         socket.socket(40, socket.SOCK_STREAM).close()
     except OSError:
         pytest.skip("no vsock on this machine: AF_VSOCK fails outside the sandbox too")
+
+
+NETLINK = '''
+import errno, socket
+def netlink():
+    try:
+        socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close()  # NETLINK_ROUTE
+        return 0
+    except OSError as exc:
+        return exc.errno
+def legitimate():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    a.sendall(b"ping")
+    got = b.recv(4)
+    a.close(), b.close()
+    # AI_ADDRCONFIG: glibc asks NETLINK_ROUTE which address families are configured
+    numeric = socket.getaddrinfo("127.0.0.1", 8080, type=socket.SOCK_STREAM, flags=socket.AI_ADDRCONFIG)
+    try:  # no /etc/hosts in the sandbox: a name may not resolve, with the filter or without it
+        named = bool(socket.getaddrinfo("localhost", 8080, flags=socket.AI_ADDRCONFIG))
+    except socket.gaierror:
+        named = "gaierror"
+    return got, [info[4][0] for info in numeric], named in (True, "gaierror")
+'''
+
+
+@needs_bwrap
+def test_seccomp_refuses_netlink_and_address_lookups_still_answer():
+    """AF_NETLINK was allowed: a sample could reach the kernel's netlink families (route, xfrm,
+    netfilter, generic netlink and the modules behind it), a large attack surface it never needs
+    behind a loopback-only namespace. Now it fails as on a kernel without it, and what asks for
+    it degrades: getaddrinfo with AI_ADDRCONFIG (glibc's netlink query) still answers, a name
+    lookup ends as it did (the sandbox has no /etc/hosts) and a unix socketpair works. The audit
+    hook is off so the filter alone is tested."""
+    box = Sandbox(SandboxLimits(timeout_s=5), audit_hook=False)
+    if not box.report["seccomp"].startswith("on"):
+        pytest.skip("no seccomp filter here: " + box.report["seccomp"])
+    cell = (f"assert netlink() == {errno.EAFNOSUPPORT}, netlink()\n"
+            "assert legitimate() == (b'ping', ['127.0.0.1'], True), legitimate()\n")
+    result = box.run(NETLINK, parse_tests(cell))
+    assert result.status == "ok" and result.passed == [True, True], result
+    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close()  # the trainer (no filter) may: the refusal is the filter's
 
 
 @needs_bwrap
@@ -258,3 +300,31 @@ def test_python_tool_is_refused_at_setup_where_it_cannot_isolate(tmp_path, monke
         check_environment(_tool_config(python_isolation="strict"), get_registry())
     with pytest.raises(ConfigError, match="the python tool is not in environment.tools"):
         check_environment(_tool_config(tools=["calculator"], python_isolation="weak"), get_registry())
+
+
+@pytest.mark.faults
+def test_python_tool_is_listed_unusable_where_setup_refuses_it(tmp_path, monkeypatch, capsys):
+    """`polyrl environments` listed the python tool as usable on a machine without bubblewrap,
+    where every run naming it is refused at setup. The listing asks the same check and says why,
+    in the setup error's words (what is missing, the fix, the "weak" opt-in)."""
+    from polyrl import cli
+    from polyrl.agents import builtin
+    from polyrl.agents.setup import check_environment
+    from polyrl.registry import Registry, get_registry
+
+    monkeypatch.setattr(builtin, "_sandbox", None)
+    monkeypatch.setattr(builtin, "_isolation", "auto")
+    _fake_path(tmp_path, monkeypatch)
+    status = {(s.kind, s.name): s for s in Registry().environment_statuses()}[("tool", "python")]
+    assert not status.available, status
+    with pytest.raises(ConfigError) as err:
+        check_environment(_tool_config(), get_registry())
+    assert err.value.message in status.reason and f"Fix: {err.value.fix}" in status.reason, (status, err.value)
+    assert "bwrap not found" in status.reason and "Fix: install bubblewrap" in status.reason
+    assert 'python_isolation = "weak"' in status.reason
+    assert cli.main(["environments", "--json"]) == 0
+    listed = {t["name"]: t for t in json.loads(capsys.readouterr().out)["tools"]}["python"]
+    assert (listed["available"], listed["reason"]) == (False, status.reason)
+    if os.geteuid() != 0 or _nobody_python_is(sys.executable):  # a run opting in: its tool is usable
+        check_environment(_tool_config(python_isolation="weak"), get_registry())
+        assert {(s.kind, s.name): s for s in Registry().environment_statuses()}[("tool", "python")].available

@@ -186,7 +186,9 @@ class RewardSection:
     function: str | None = None  # "module:function" or "file.py:function"
     weight: float = 1.0
     options: dict[str, Any] = attrs.field(factory=dict)
-    timeout_s: float = 600.0  # one call's limit; a stuck reward is an error, not a hung run
+    #: one call's limit; a stuck reward is an error, not a hung run. Unset: 600 s, raised to what the
+    #: reward's batch needs (a plugin's ``call_time_s``: code_tests' looping samples); set: the cap
+    timeout_s: float | None = None
     #: where a function reward's calls run: a reward thread, or a forked child killed at the
     #: limit; "auto": a child for math-verify rewards (polyrl.rewards.isolation says why)
     isolation: str = "auto"

@@ -143,7 +143,9 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                     "folder on `PYTHONPATH`)",
         "weight": "weight in the weighted sum of rewards",
         "options": "reward options (e.g. the judge's `base_url`, `model`, `rubric`)",
-        "timeout_s": "seconds one call may take; longer is an error naming the reward",
+        "timeout_s": "seconds one call may take; longer is an error naming the reward. Unset: 600, raised to what "
+                     "the batch needs when a reward declares it (`code_tests`: every sample running to its own "
+                     "`timeout_s`); set: your cap, never raised (a warning names the minimum its batch may need)",
         "isolation": "function rewards: `thread` (a reward thread), `process` (each call in a forked child, killed "
                      "at `timeout_s`; POSIX) or `auto`: `process` for math-verify rewards (TRL's "
                      "`accuracy_reward`, or a function of yours that calls math-verify's `parse`/`verify`), "

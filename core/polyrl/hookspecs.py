@@ -516,8 +516,9 @@ def reward(
 
     A reward plugin whose call's work grows with the batch may define ``call_time_s(name,
     options, n)``: the most seconds a call scoring ``n`` completions can need (``code_tests``:
-    every sample running to its own timeout). The call's limit is then the larger of that and
-    ``[[rewards]] timeout_s``, so a big batch of slow samples is not mistaken for a stuck reward.
+    every sample running to its own timeout). The call's limit is then the larger of that and the
+    default (600 s), so a big batch of slow samples is not mistaken for a stuck reward; a
+    ``[[rewards]] timeout_s`` the user sets is their cap, never raised (a warning names the need).
 
     The core calls this hook on a reward thread, not the main thread (so ``signal.alarm`` is not
     available: use the call's own timeouts), with a time limit per reward (``[[rewards]]

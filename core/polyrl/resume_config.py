@@ -99,6 +99,21 @@ def _reward_defaults(saved: dict[str, Any]) -> dict[str, Any]:
     return {**saved, "rewards": filled}
 
 
+def _unset_limits_as_default(flat: dict[str, Any]) -> dict[str, Any]:
+    """``flat`` with each ``[[rewards]]`` entry's unset ``timeout_s`` (None) read as the default it
+    stands for. Why: before ``timeout_s`` could be left unset, checkpoints saved the default (600.0),
+    which grew with the batch as an unset one does now; such a run resumes unchanged. (An explicit
+    600 now caps instead of growing: a limit, not a change of what the steps mean.)"""
+    from polyrl.rewards.combine import DEFAULT_TIMEOUT_S
+
+    entries = flat.get("rewards")
+    if not isinstance(entries, list):
+        return flat
+    return {**flat, "rewards": [{**e, "timeout_s": DEFAULT_TIMEOUT_S}
+                                if isinstance(e, dict) and "timeout_s" in e and e["timeout_s"] is None else e
+                                for e in entries]}
+
+
 def describe(change: tuple[str, Any, Any]) -> str:
     field, old, new = change
     return f"{field} {old!r} -> {new!r}"
@@ -113,7 +128,9 @@ def check(saved: dict[str, Any] | None, config: RunConfig, weights_only: bool) -
             raise ConfigError("the checkpoint holds no saved config to compare this one with", field="--resume",
                               fix="resume from a checkpoint polyrl wrote, or with --resume-weights-only")
         return []
-    found = [c for c in changes(_reward_defaults(saved), snapshot(config)) if not _added_at_default(c, saved, config)]
+    found = [c for c in changes(_unset_limits_as_default(_reward_defaults(saved)),
+                                _unset_limits_as_default(snapshot(config)))
+             if not _added_at_default(c, saved, config)]
     refused = [c for c in found if not weights_only and not _is_applied(c[0])]
     if refused:
         first = refused[0][0]

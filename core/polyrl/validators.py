@@ -170,7 +170,8 @@ RULES: dict[str, Rule] = {
     "environment.max_concurrent_tools": _int(1, 4096, fix="tool calls at once across a step, e.g. 8"),
     "environment.max_tool_calls_per_turn": _int(1, 1024, fix="tool calls run per assistant turn, e.g. 8"),
     "rewards.weight": _float(fix="e.g. 1.0; a negative weight penalises"),
-    "rewards.timeout_s": _float(0, low_open=True, fix="seconds one reward call may take, e.g. timeout_s = 600"),
+    "rewards.timeout_s": _float(0, low_open=True, optional=True,
+                                fix="seconds one reward call may take, e.g. timeout_s = 600; unset lets polyrl size it"),
 }
 
 #: Pairs (the AdamW betas) checked element by element.

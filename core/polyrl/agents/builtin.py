@@ -115,16 +115,43 @@ def configure_python_tool(isolation: str) -> Any:
     return _python_sandbox()
 
 
+def _python_limits() -> Any:
+    from polyrl.sandbox import SandboxLimits
+
+    return SandboxLimits(timeout_s=PYTHON_TIMEOUT_S, memory_mb=1024, max_output_bytes=65536)
+
+
 def _python_sandbox() -> Any:
     """One sandbox for the process (building it probes the isolation available here)."""
     global _sandbox
     with _sandbox_lock:
         if _sandbox is None:
-            from polyrl.sandbox import Sandbox, SandboxLimits
+            from polyrl.sandbox import Sandbox
 
-            _sandbox = Sandbox(SandboxLimits(timeout_s=PYTHON_TIMEOUT_S, memory_mb=1024, max_output_bytes=65536),
-                               isolation=_isolation)
+            _sandbox = Sandbox(_python_limits(), isolation=_isolation)
         return _sandbox
+
+
+def python_tool_refusal(message: str) -> tuple[str, str | None]:
+    """The sandbox's refusal (a RewardError's text) in the python tool's words: (problem, fix),
+    naming ``python_isolation``. One wording for the setup error and the listing."""
+    problem, _, fix = message.replace('isolation = "', 'python_isolation = "').partition(". Fix: ")
+    return f"the python tool's {problem.removeprefix('code sandbox: ')}", fix or None
+
+
+def _probe_python() -> str | None:
+    """Why the tool cannot run here with the run's ``python_isolation`` ("auto" until a run sets
+    it), or None: the check setup makes (``polyrl.sandbox.runner.refusal``, the same cached
+    choice), so ``polyrl environments`` does not list as usable a tool every run would be refused."""
+    from polyrl.sandbox import runner
+
+    with _sandbox_lock:
+        isolation = _isolation
+    why = runner.refusal(_python_limits(), isolation=isolation)
+    if why is None:
+        return None
+    problem, fix = python_tool_refusal(why)
+    return f"{problem}. Fix: {fix}" if fix else problem
 
 
 def _print_last_expression(code: str) -> str:
@@ -252,16 +279,21 @@ class GuessNumber:
 
 # --- registration ----------------------------------------------------------------------------------------
 
-BUILTIN_TOOLS = (
-    (calculator, "exact arithmetic: + - * / // % ** and parentheses (ast-based, no eval)"),
-    (python, "run Python in the code sandbox (fresh process, no network, time-limited); returns its output"),
+def _usable() -> str | None:
+    return None
+
+
+BUILTIN_TOOLS: tuple[tuple[Callable[..., Any], str, Callable[[], str | None]], ...] = (
+    (calculator, "exact arithmetic: + - * / // % ** and parentheses (ast-based, no eval)", _usable),
+    (python, "run Python in the code sandbox (fresh process, no network, time-limited); returns its output",
+     _probe_python),
 )
 
 
 @hookimpl
 def polyrl_register_tools(register: Callable[[ToolSpec], None]) -> None:
-    for fn, summary in BUILTIN_TOOLS:
-        register(ToolSpec(name=fn.__name__, function=fn, summary=summary, distribution="polyrl"))
+    for fn, summary, probe in BUILTIN_TOOLS:
+        register(ToolSpec(name=fn.__name__, function=fn, summary=summary, distribution="polyrl", probe=probe))
 
 
 @hookimpl

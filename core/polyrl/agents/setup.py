@@ -55,8 +55,12 @@ def check_environment(config: RunConfig, registry: Registry) -> EnvironmentPlan 
     if env.tool_format not in FORMATS:
         raise ConfigError(f"unknown tool_format {env.tool_format!r}", field="environment.tool_format",
                           fix=f"use one of {', '.join(FORMATS)}")
+    # before resolve_tools: the python tool's status (its probe) follows the run's python_isolation
+    if isinstance(env.tools, (list, tuple)):
+        registered = registry.tools_by_name()
+        _check_python_tool([registered[n.strip()].function for n in env.tools
+                            if isinstance(n, str) and n.strip() in registered], env.python_isolation)
     tools = resolve_tools(env.tools, registry)
-    _check_python_tool(tools, env.python_isolation)
     # built now: a tool's schema (a missing docstring or hint) is an error before models load
     toolbox = ToolBox(tools, timeout_s=env.tool_timeout_s, max_concurrency=env.max_concurrent_tools) \
         if tools else None
@@ -86,9 +90,8 @@ def _check_python_tool(tools: Sequence[Callable[..., Any]], isolation: str) -> N
     try:
         builtin.configure_python_tool(isolation)
     except RewardError as exc:
-        problem, _, fix = str(exc).replace('isolation = "', 'python_isolation = "').partition(". Fix: ")
-        raise ConfigError(f"the python tool's {problem.removeprefix('code sandbox: ')}", field=field,
-                          fix=fix or None) from None
+        problem, fix = builtin.python_tool_refusal(str(exc))
+        raise ConfigError(problem, field=field, fix=fix) from None
 
 
 def check_factory(make: Callable[[], Any], name: str, timeout_s: float, toolbox: ToolBox | None = None) -> None:

@@ -25,9 +25,10 @@ Options (``[[rewards]] name = "code_tests"``); unknown options are an error:
                       else an unterminated fence, else the raw text), "all_blocks" (every python
                       block, joined), "raw"
 ``timeout_s``         wall-clock limit per sample (default 5). The whole batch is one reward call,
-                      whose limit (``[[rewards]] timeout_s``, default 600) is raised to fit the
+                      whose limit (``[[rewards]] timeout_s`` unset: 600) is raised to fit the
                       batch when every sample loops: ceil(n / max_workers) x (timeout_s + 4) + 60
-                      seconds (``call_time_s``), so looping samples score 0 and never stop the run
+                      seconds (``call_time_s``), so looping samples score 0 and never stop the
+                      run; a ``[[rewards]] timeout_s`` set by the user is the cap, never raised
 ``cpu_s``             CPU-seconds limit (default: ceil(timeout_s) + 1)
 ``memory_mb``         address-space limit (default 1024)
 ``file_size_mb``      largest file the sample may write (default 16)
@@ -74,8 +75,9 @@ secrets                     no view of other processes (PID namespace, fresh /pr
                             environment of a few fixed variables, and uid ``nobody``
 network                     a network namespace with only its own loopback; seccomp refuses
                             ``setns``/``unshare``, so another namespace cannot be entered, and
-                            socket families other than unix/inet/inet6/netlink (AF_VSOCK is not
-                            namespaced: the hypervisor's side on a VM); audit hook refuses
+                            socket families other than unix/inet/inet6 (AF_VSOCK is not
+                            namespaced: the hypervisor's side on a VM; AF_NETLINK is kernel
+                            attack surface); audit hook refuses
                             ``socket.*`` events
 privilege                   no capabilities (an empty bounding set), no_new_privs, an
                             unprivileged uid; seccomp refuses
@@ -423,7 +425,8 @@ CALL_SLACK_S = 60.0
 
 def call_time_s(name: str, options: Mapping[str, Any], n: int) -> float | None:
     """The longest one call scoring ``n`` completions can take when every sample runs to its
-    ``timeout_s``: the core raises the reward's call limit (``[[rewards]] timeout_s``) to this, so
+    ``timeout_s``: the core raises the reward's call limit (600 s unless the user set ``[[rewards]]
+    timeout_s``, which it keeps) to this, so
     a batch of looping samples scores 0 each instead of stopping the run (256 x 5 s on 2 workers
     is 640 s, past the 600 s default), and a stuck call is still an error."""
     if name != NAME:

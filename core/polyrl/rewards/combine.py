@@ -20,7 +20,8 @@ latency is the wall time of the call that produced it (a plugin computing severa
 the same latency for each).
 
 Every call runs on a reward thread (``polyrl.rewards.guard``) with a time limit per reward
-(``timeouts``, default ``DEFAULT_TIMEOUT_S``) and gives up on a stop request (``should_stop``), so
+(``timeouts``: a label's value is the user's cap; missing or None, ``DEFAULT_TIMEOUT_S``, raised
+to what the batch needs when the plugin says so, ``call_time_s``) and gives up on a stop request (``should_stop``), so
 a reward that hangs, calls ``sys.exit`` or ``os._exit`` becomes one ``RewardError`` naming it (or
 ``RewardCancelled`` on a stop) instead of a hung or silently ended trainer. A function reward whose
 ``isolation`` is ``"process"`` (``polyrl.rewards.isolation``; the default for math-verify rewards)
@@ -39,6 +40,7 @@ completions log. A sample no reward scored is a warning, as in TRL.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import math
 import time
@@ -153,7 +155,7 @@ class RewardComputer:
     """Scores completions with the configured rewards; see the module docstring."""
 
     def __init__(self, pm: PolyrlPluginManager, rewards: Sequence[RewardRequest], *,
-                 columns: Collection[str] | None = None, timeouts: Mapping[str, float] | None = None,
+                 columns: Collection[str] | None = None, timeouts: Mapping[str, float | None] | None = None,
                  should_stop: Callable[[], bool] | None = None) -> None:
         if not rewards:
             raise ConfigError("no reward configured", field="rewards",
@@ -178,12 +180,15 @@ class RewardComputer:
             self.rewards.append((label, float(weight), dict(options or {})))
         self.specs, self._owner, errors = self._discover()
         self._providers = self._providers_for(errors)
-        self.timeouts = {name: float((timeouts or {}).get(name, DEFAULT_TIMEOUT_S)) for name in self.names}
+        given = {name: limit for name, limit in (timeouts or {}).items() if limit is not None}
+        #: labels whose timeout the user set: their cap, never raised (``_timeout``)
+        self.capped = {name for name in self.names if name in given}
+        self.timeouts = {name: float(given.get(name, DEFAULT_TIMEOUT_S)) for name in self.names}
         for name, limit in self.timeouts.items():
             if not limit > 0:
                 raise ConfigError(f"timeout of reward {name!r} must be > 0 seconds, got {limit!r}",
                                   field="rewards.timeout_s", fix="e.g. timeout_s = 600")
-        self._raised_limits: set[str] = set()  # rewards whose call limit a batch raised (logged once)
+        self._raised_limits: set[str] = set()  # rewards whose call limit a batch raised, or would (logged once)
         #: Polled while a reward runs; True abandons the call (the trainer's SIGINT/SIGTERM flag).
         self.should_stop: Callable[[], bool] = should_stop or (lambda: False)
         if columns is not None:
@@ -322,15 +327,38 @@ class RewardComputer:
 
     def _timeout(self, provider: _Provider, args: tuple[Any, ...]) -> float:
         """The call's limit: the configured one, or more when the plugin says the call's work needs
-        more (``call_time_s``). Why: ``code_tests`` runs the whole batch in one call, each looping
-        sample costing its own ``timeout_s``; 256 of them at 5 s on 2 workers passed the 600 s
-        default, and ordinary early-policy loops stopped the run. A stuck call is still caught, at
-        the larger limit."""
-        configured = limit = min(self.timeouts[label] for label in provider.labels)
+        more (``call_time_s``) and the user set no ``timeout_s`` of their own. Why: ``code_tests``
+        runs the whole batch in one call, each looping sample costing its own ``timeout_s``; 256 of
+        them at 5 s on 2 workers passed the 600 s default, and ordinary early-policy loops stopped
+        the run. A stuck call is still caught, at the larger limit. A user's ``timeout_s`` is their
+        cap (a budget for the step): it is kept, with one warning naming what the batch may need."""
+        configured = min(self.timeouts[label] for label in provider.labels)
+        need = self._need(provider, args)
+        if need is None or need <= configured:
+            return configured
+        caps = [self.timeouts[label] for label in provider.labels if label in self.capped]
+        limit = min([need, *caps])
+        name = self._label(provider)
+        if name not in self._raised_limits:
+            self._raised_limits.add(name)
+            if limit < need:
+                log.warning("reward call limit kept at your timeout_s, below what its batch needs when every "
+                            "sample runs to its own timeout: such a batch stops the run", reward=name,
+                            timeout_s=limit, needed_s=math.ceil(need), completions=len(args[1]),
+                            fix=f"raise timeout_s in its [[rewards]] entry to at least {math.ceil(need)}, or "
+                                "remove it to let polyrl size the limit")
+            if limit > configured:
+                log.info("reward call limit raised to fit its batch", reward=name, configured_s=configured,
+                         limit_s=round(limit, 1), completions=len(args[1]))
+        return limit
+
+    def _need(self, provider: _Provider, args: tuple[Any, ...]) -> float | None:
+        """The most seconds the plugin says this call can need (``call_time_s``), or None."""
         declare = getattr(provider.plugin, "call_time_s", None)
         if not callable(declare):
-            return limit
+            return None
         context: RewardContext = args[2]
+        most: float | None = None
         for name, label in zip(provider.names, provider.labels):
             try:
                 need = declare(name, context.options.get(name, {}), len(args[1]))
@@ -338,13 +366,9 @@ class RewardComputer:
                 log.debug("a reward's call_time_s raised; its configured timeout holds", reward=label,
                           error=f"{type(exc).__name__}: {exc}")
                 continue
-            if isinstance(need, (int, float)) and not isinstance(need, bool) and math.isfinite(need) and need > limit:
-                limit = float(need)
-        if limit > configured and self._label(provider) not in self._raised_limits:
-            self._raised_limits.add(self._label(provider))
-            log.info("reward call limit raised to fit its batch", reward=self._label(provider),
-                     configured_s=configured, limit_s=round(limit, 1), completions=len(args[1]))
-        return limit
+            if isinstance(need, (int, float)) and not isinstance(need, bool) and math.isfinite(need):
+                most = float(need) if most is None else max(most, float(need))
+        return most
 
     @staticmethod
     def _in_process(provider: _Provider) -> bool:
@@ -353,7 +377,11 @@ class RewardComputer:
 
     def _call_sync(self, provider: _Provider, args: tuple[Any, ...]) -> tuple[Any, float]:
         t0 = time.perf_counter()
-        call = forked.call_forked if self._in_process(provider) else guard.call_guarded
+        call: Callable[..., Any] = guard.call_guarded
+        if self._in_process(provider):
+            # the child lets go of the trainer's pipes and sockets (a sandboxed sample's stdin another
+            # thread holds, a collective's or a server's connection); the reward's own files stay open
+            call = functools.partial(forked.call_forked, keep_fds=(), keep_files=True)
         try:
             answer = call(
                 lambda: provider.function(prompts=args[0], completions=args[1], context=args[2]),
@@ -398,10 +426,13 @@ class RewardComputer:
     def _timed_out(self, provider: _Provider, args: tuple[Any, ...]) -> RewardError:
         fate = ("its process was killed" if self._in_process(provider) else "was abandoned (a thread cannot "
                 "be killed: its work may go on in the background until the trainer exits)")
-        return self._fail(
-            provider, self._label(provider), f"did not answer within {self._timeout(provider, args):g} s and {fate}",
-            "find why it hangs (a loop, a request without a timeout), or raise timeout_s in its [[rewards]] "
-            "entry")
+        limit, need = self._timeout(provider, args), self._need(provider, args)
+        if need is not None and need > limit:  # the user's cap, below what the batch may need
+            fix = (f"raise timeout_s in its [[rewards]] entry to at least {math.ceil(need)} (what {len(args[1])} "
+                   "completions need when each runs to its own timeout), or remove it to let polyrl size the limit")
+        else:
+            fix = "find why it hangs (a loop, a request without a timeout), or raise timeout_s in its [[rewards]] entry"
+        return self._fail(provider, self._label(provider), f"did not answer within {limit:g} s and {fate}", fix)
 
     async def _call_async(self, provider: _Provider, args: tuple[Any, ...], finished: set[int]) -> tuple[Any, float]:
         t0 = time.perf_counter()

@@ -16,6 +16,12 @@ state across calls loses each call's changes, and one that holds torch/GPU state
 code must stay on a thread (CUDA cannot be used after fork, and OpenMP after fork can deadlock).
 POSIX only (``FORK_AVAILABLE``).
 
+The child keeps stdin/stdout/stderr, its answer pipe and regular files (a reward's log, cache or
+word list opened before the call), and lets go of every other inherited descriptor (``keep_files``):
+the pipes of sandboxed samples other threads run (holding one kept the sample from its EOF) and
+the connections of servers and collectives (a copy must not read or write them) are not the
+reward's to use.
+
 The child runs in its own process group (a terminal's Ctrl-C reaches the trainer only, which
 decides, as for a thread: 5 s of grace, then the child is killed) and the whole group is killed
 with SIGKILL on a timeout or a stop, then reaped; on Linux the child is also killed if the trainer
@@ -29,6 +35,7 @@ import json
 import os
 import selectors
 import signal
+import stat
 import sys
 import time
 import warnings
@@ -50,7 +57,8 @@ class RewardProcessFailed(Exception):
 
 def call_forked(fn: Callable[[], Any], *, label: str, timeout_s: float,
                 should_stop: Callable[[], bool] = lambda: False, poll_s: float = 0.05,
-                stop_grace_s: float | None = None, keep_fds: Collection[int] | None = None) -> Any:
+                stop_grace_s: float | None = None, keep_fds: Collection[int] | None = None,
+                keep_files: bool = False) -> Any:
     """``fn()`` in a forked child; its result (sent back as JSON data), or the errors of ``guard.call_guarded``:
 
     RewardCallFailed  it raised, exited (``sys.exit``/``os._exit``), crashed or sent garbage
@@ -58,8 +66,9 @@ def call_forked(fn: Callable[[], Any], *, label: str, timeout_s: float,
     RewardCancelled   ``should_stop()`` was true for ``stop_grace_s`` while it ran (killed)
 
     ``keep_fds``: the only descriptors ``fn`` needs besides stdin/stdout/stderr; the child lets go
-    of every other one it inherited (``_release_fds``). None keeps them all (a reward function may
-    use a file or connection it opened before).
+    of every other one it inherited (``_release_fds``). None keeps them all. ``keep_files``: with
+    ``keep_fds``, regular files stay open too (a function reward's own log, cache or word list
+    opened before the call); pipes, sockets and the rest are let go all the same.
     """
     grace = guard.STOP_GRACE_S if stop_grace_s is None else stop_grace_s
     for stream in (sys.stdout, sys.stderr):  # else the child's exit would write the parent's buffer again
@@ -74,7 +83,7 @@ def call_forked(fn: Callable[[], Any], *, label: str, timeout_s: float,
         pid = os.fork()
     if pid == 0:
         os.close(read_fd)
-        _child(fn, write_fd, parent, None if keep_fds is None else {*keep_fds, write_fd})
+        _child(fn, write_fd, parent, None if keep_fds is None else {*keep_fds, write_fd}, keep_files)
     os.close(write_fd)
     try:
         os.setpgid(pid, pid)  # also done by the child: whichever runs first
@@ -205,8 +214,9 @@ def _die_with_parent(parent: int) -> None:
         guard.real_exit(1)
 
 
-def _release_fds(keep: Collection[int]) -> None:
-    """Let go of every inherited descriptor but stdin/stdout/stderr and ``keep``. Why: the fork
+def _release_fds(keep: Collection[int], keep_files: bool = False) -> None:
+    """Let go of every inherited descriptor but stdin/stdout/stderr and ``keep`` (and, with
+    ``keep_files``, regular files: ``call_forked`` says why). Why: the fork
     copies the whole descriptor table, with the pipes of every sandboxed sample other threads run
     at that moment; holding a sample's stdin kept the EOF that ends it from coming, so it was killed
     and its printed output lost (the python tool answered "" for a program that printed), 0.5 s
@@ -222,7 +232,9 @@ def _release_fds(keep: Collection[int]) -> None:
             if number <= 2 or number == null or number in keep:
                 continue
             try:
-                os.fstat(number)  # open? (the listing's own descriptor is closed by now)
+                mode = os.fstat(number).st_mode  # open? (the listing's own descriptor is closed by now)
+                if keep_files and stat.S_ISREG(mode):
+                    continue
                 os.dup2(null, number)
             except OSError:
                 pass
@@ -230,7 +242,8 @@ def _release_fds(keep: Collection[int]) -> None:
         os.close(null)
 
 
-def _child(fn: Callable[[], Any], fd: int, parent: int, keep_fds: Collection[int] | None = None) -> NoReturn:
+def _child(fn: Callable[[], Any], fd: int, parent: int, keep_fds: Collection[int] | None = None,
+           keep_files: bool = False) -> NoReturn:
     """Run ``fn`` on this (the child's main) thread, send its answer, exit without cleanup."""
     code = 0
     # The objects the trainer holds stay where they are: the collector in this copy would write
@@ -239,7 +252,7 @@ def _child(fn: Callable[[], Any], fd: int, parent: int, keep_fds: Collection[int
     gc.freeze()
     try:
         if keep_fds is not None:
-            _release_fds(keep_fds)
+            _release_fds(keep_fds, keep_files)
         try:
             os.setpgid(0, 0)
         except OSError:

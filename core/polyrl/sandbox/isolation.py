@@ -340,7 +340,7 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                     "filesystem": f"read-only /usr and interpreter folders; writable: a {disk_mb} MB private tmpfs only",
                     "seccomp": seccomp_report if program is not None else (
                         f"OFF ({seccomp_report.removeprefix('off: ')}): a sample can fork, its processes together "
-                        "hold max_processes x memory_mb, and socket families beyond unix/inet are open; "
+                        "hold max_processes x memory_mb, and socket families beyond unix/inet/inet6 (AF_VSOCK, AF_NETLINK) are open; "
                         "isolation = \"require\" refuses this. Fix: install libseccomp"),
                     "descriptors": "only stdin/stdout/stderr reach the sample (the server checks and reports)"})
             reasons.append(f"bwrap does not work here ({why})")

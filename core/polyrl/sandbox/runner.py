@@ -329,6 +329,17 @@ def _choose(level: str, user: Any, python: str, disk_mb: int) -> isolation.Launc
         return _launches[key]
 
 
+def refusal(limits: SandboxLimits | None = None, *, python: str | None = None, isolation: str = "auto",
+            user: Any = "auto") -> str | None:
+    """Why a ``Sandbox`` with these options is refused here (the RewardError building it raises), or
+    None. The same check, cached: a listing (``polyrl environments``) says what setup would refuse."""
+    try:
+        _choose(isolation, user, python or sys.executable, (limits or SandboxLimits()).disk_mb)
+    except RewardError as exc:
+        return str(exc)
+    return None
+
+
 def isolation_report(**options: Any) -> dict[str, str]:
     """Which isolation layers a ``Sandbox`` with these options gets on this machine, and why."""
     return Sandbox(**options).report
