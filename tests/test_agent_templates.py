@@ -248,3 +248,35 @@ def test_a_template_that_shows_a_tools_result_in_no_role_is_refused_before_any_e
     assert err.value.field == "environment.tools" and "'org/one-exchange'" in str(err.value)
     assert "one exchange only" in str(err.value) and "Qwen2.5" in err.value.fix
     assert model.calls == []  # refused before anything was sampled
+
+
+class Grader:
+    """An environment written for a template with a tool role: its feedback is a ``tool`` message."""
+
+    def reset(self, row):
+        return [{"role": "user", "content": "What is 6 * 7?"}]
+
+    def step(self, message):
+        if "42" in message["content"]:
+            return Observation(reward=1.0, done=True)
+        return Observation(messages=[{"role": "tool", "name": "grader", "content": "wrong, try again"}], reward=0.0)
+
+
+@pytest.mark.parametrize("name", ["gemma3", "phi3"])
+def test_an_environments_tool_message_reaches_a_template_without_a_tool_role_as_tool_results_do(smollm2, name):
+    """Gemma 3 raised on the environment's ``tool`` message and Phi-3 dropped it (both ended every
+    episode as an environment error): it now goes back as tool results do for that template, one
+    user message decided before anything samples, and the environment works unchanged."""
+    tok, eot, head = family(smollm2, name)
+    model = Scripted(tok, lambda text, j: "41" if text.count(head) == 1 else "42", eot)
+    runner = EpisodeRunner(model.generate, encoder(tok), EpisodeLimits(max_turns=3, max_episode_tokens=600,
+                                                                       max_length=4096),
+                           make_environment=Grader, parse=parse_tool_calls)
+    out = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=60, n=2, seed=0))
+    assert runner.tool_results_role == "user"
+    assert not check(model, out)
+    for c in out:
+        assert "env_error" not in c.info and c.info["turns"] == 2 and c.info["env_reward"] == 1.0
+        feedback = c.messages[1]
+        assert feedback == {"role": "user", "content": "<tool_response>\nwrong, try again\n</tool_response>"}
+        assert feedback["content"] in tok.decode(inserted_runs(c)[0])

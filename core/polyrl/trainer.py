@@ -680,7 +680,7 @@ class Trainer:
         failed = self.episodes.failure()
         if self.world_size == 1:
             return failed
-        return agreed_failure(self.train_engine.all_gather(None if failed is None else str(failed)))
+        return agreed_failure(self.train_engine.all_gather(None if failed is None else failed.shared()))
 
     def _unscored_message(self, steps: int) -> str:
         """The stop after ``steps`` steps in a row that no reward scored, naming the rewards."""

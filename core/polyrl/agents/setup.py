@@ -178,8 +178,8 @@ def build_runner(config: RunConfig, plan: EnvironmentPlan, gen_engine: Engine, t
                            env_timeout_s=env.env_timeout_s, environment_name=env.name,
                            tool_timeout_s=env.tool_timeout_s, max_concurrent_tools=env.max_concurrent_tools,
                            tool_format=env.tool_format, model_name=config.model.path)
-    if plan.toolbox is not None:  # how the template shows a tool's result: decided (or refused) now
-        runner.check_tool_results(plan.toolbox.schemas)
+    # how the template shows a tool's result (an environment's tool messages too): decided (or refused) now
+    runner.check_tool_results(plan.toolbox.schemas if plan.toolbox is not None else [])
     return runner
 
 
