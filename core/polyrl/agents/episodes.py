@@ -42,6 +42,7 @@ from polyrl.agents.spec import checked_environment, checked_reset, checked_step,
 from polyrl.agents.threads import MAX_ABANDONED, CallRaised, CallTimedOut, LateCalls, Worker, describe, finished
 from polyrl.agents.tools import ToolBox, error_message
 from polyrl.errors import ConfigError, PolyrlError
+from polyrl.reasoning import opens_reasoning
 from polyrl.logs import get_logger
 from polyrl.rewards.trl_compat import private_copy
 from polyrl.types import Completion, FinishReason, Prompt, SamplingParams, TokenPrompt
@@ -209,12 +210,13 @@ class EpisodeRunner:
 
     ``make_environment(row)`` returns a fresh environment per episode, or None for plain tool use
     (the episode then ends at the first turn without a tool call). ``toolbox`` runs tool calls
-    (``polyrl.agents.tools.ToolBox``); ``parse(text)`` finds them in a turn's text.
+    (``polyrl.agents.tools.ToolBox``); ``parse(text)`` finds them in a turn's text
+    (``parse(text, reasoning_open=True)`` after a generation prompt that opened ``<think>``).
     """
 
     def __init__(self, generate: Generate, encode_chat: EncodeChat, limits: EpisodeLimits,
                  make_environment: Callable[[], Any] | None = None, toolbox: ToolBox | None = None,
-                 parse: Callable[[str], Any] | None = None, prompt_column: str = "prompt",
+                 parse: Callable[..., Any] | None = None, prompt_column: str = "prompt",
                  tools_prompt_format: str = "hermes", env_timeout_s: float = 60.0,
                  environment_name: str | None = None, tool_timeout_s: float = 10.0,
                  max_concurrent_tools: int = 8, tool_format: str = "auto", model_name: str | None = None,
@@ -237,6 +239,7 @@ class EpisodeRunner:
         #: show a tool message (``check_tool_results``); None until asked
         self.tool_results_role: str | None = None
         self._shows_no_tool_results: str | None = None  # why the template shows a tool's result in no role
+        self.tool_results_reason: str | None = None  # why a tool's result goes as a user message
         self.model_name = model_name  # how errors about the model's chat template name it
         self.env_timeout_s = float(env_timeout_s)  # per call of the environment's code
         self.environment_name = environment_name  # how warnings and errors name it
@@ -247,6 +250,9 @@ class EpisodeRunner:
         self.failed_rollouts = 0  # rollouts in a row whose every episode ended in an environment error
         self._warned_silent_step = False  # a step with no messages and done=False was reported
         self.last_env_error: str | None = None
+        #: the template's generation prompt ids when they open a ``<think>`` (``reasoning.think_suffix``,
+        #: set by the trainer): a turn sampled after them without ``</think>`` holds no tool call
+        self.think_suffix: np.ndarray | None = None
 
     # --- the environment's code -----------------------------------------------------------------
 
@@ -444,9 +450,7 @@ class EpisodeRunner:
         as_user = self.glue.renders_tool_results(tools, "user", tool_results_as_user)
         if as_user is not None:
             return "tool", f"as a 'tool' message {as_tool}; as a 'user' message {as_user}"
-        log.info("this model's chat template cannot show 'tool' messages; tool results (and an environment's "
-                 "'tool' messages) go back to the model as one 'user' message per turn, each between "
-                 "<tool_response> tags", reason=as_tool, model=self.model_name)
+        self.tool_results_reason = as_tool
         return "user", None
 
     def _carried(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -476,7 +480,10 @@ class EpisodeRunner:
         observation's messages are kept in the conversation (rewards, the completions log and a
         checkpointed rollout read it), never inserted: nothing follows them."""
         text = turn.text
-        parsed = self.parse(text) if self.parse is not None and ep.toolbox is not None else None
+        parsed = None
+        if self.parse is not None and ep.toolbox is not None:  # every turn's prompt ends with the first's
+            opened = opens_reasoning(ep.prompt_ids, self.think_suffix)  # generation prompt
+            parsed = self.parse(text, reasoning_open=True) if opened else self.parse(text)
         calls = list(parsed.calls) if parsed is not None else []
         errors = list(parsed.errors) if parsed is not None else []
         assistant: dict[str, Any] = {"role": "assistant", "content": text}
