@@ -188,3 +188,25 @@ def test_completions_sampled_after_a_generation_prompt_that_opens_think_are_read
     assert [answer_part(c) for c in out if "</think>" not in c.text] == [None] * sum("</think>" not in c.text for c in out)
     plain = trainer._sample([{"prompt": "6 * 7 =", "answer": "42"}], config.generation.sampling(0))
     assert not any(c.reasoning_open for c in plain)  # a text prompt: no template, no open <think>
+
+
+def test_a_model_without_a_chat_template_on_text_prompts_still_loads(tiny_model_dir, tmp_path):
+    """Asking the template whether it opens ``<think>`` must not refuse a base model whose prompts
+    are plain text (its encode_chat raises: no template)."""
+    model = tmp_path / "no-template"
+    shutil.copytree(tiny_model_dir, model)
+    settings = json.loads((model / "tokenizer_config.json").read_text())
+    settings.pop("chat_template", None)
+    (model / "tokenizer_config.json").write_text(json.dumps(settings))
+    for extra in model.glob("chat_template.*"):
+        extra.unlink()
+    config = RunConfig.from_dict({
+        "model": {"path": str(model), "max_length": 256},
+        "generation": {"group_size": 2, "max_new_tokens": 4},
+        "data": {"task": "arithmetic", "options": {"count": 8, "chat": False}},
+        "rewards": [{"name": "numeric_match"}],
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")}})
+    trainer = Trainer(config)
+    assert trainer._think_suffix is None
+    out = trainer._sample([{"prompt": "6 * 7 =", "answer": "42"}], config.generation.sampling(0))
+    assert len(out) == 2 and not any(c.reasoning_open for c in out)

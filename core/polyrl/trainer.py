@@ -46,7 +46,7 @@ from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train
 from polyrl.engines import check_engines, choose_generate_backend, load_engines
 from polyrl import episode_scoring
 from polyrl.episode_prompts import first_prompt_counter
-from polyrl.errors import CollectiveTimeout, ConfigError, PolyrlError, RewardError
+from polyrl.errors import CollectiveTimeout, ConfigError, PluginError, PolyrlError, RewardError
 from polyrl.logs import get_logger, log_from_signal_handler, readable
 from polyrl.tracking.tensorboard import LOG_DIR as TENSORBOARD_DIR
 from polyrl.plugins import get_plugin_manager
@@ -421,8 +421,11 @@ class Trainer:
         for engine in (self.gen_engine, self.train_engine):
             raw = engine.raw
             decode = getattr(raw, "decode", None) or getattr(getattr(raw, "tokenizer", None), "decode", None)
-            if callable(decode) and engine.encode_chat(probe, None, True) is not None:
-                return think_suffix(functools.partial(_rendered, engine), decode)
+            try:
+                if callable(decode) and engine.encode_chat(probe, None, True) is not None:
+                    return think_suffix(functools.partial(_rendered, engine), decode)
+            except (ConfigError, PluginError):  # no chat template (a base model on text prompts): nothing opened
+                continue
         return None
 
     # --- the loop ------------------------------------------------------------------------------
