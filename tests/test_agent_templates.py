@@ -248,3 +248,80 @@ def test_a_template_that_shows_a_tools_result_in_no_role_is_refused_before_any_e
     assert err.value.field == "environment.tools" and "'org/one-exchange'" in str(err.value)
     assert "one exchange only" in str(err.value) and "Qwen2.5" in err.value.fix
     assert model.calls == []  # refused before anything was sampled
+
+
+class Grader:
+    """An environment written for a template with a tool role: its feedback is a ``tool`` message."""
+
+    def reset(self, row):
+        return [{"role": "user", "content": "What is 6 * 7?"}]
+
+    def step(self, message):
+        if "42" in message["content"]:
+            return Observation(reward=1.0, done=True)
+        return Observation(messages=[{"role": "tool", "name": "grader", "content": "wrong, try again"}], reward=0.0)
+
+
+@pytest.mark.parametrize("name", ["gemma3", "phi3"])
+def test_an_environments_tool_message_reaches_a_template_without_a_tool_role_as_tool_results_do(smollm2, name):
+    """Gemma 3 raised on the environment's ``tool`` message and Phi-3 dropped it (both ended every
+    episode as an environment error): it now goes back as tool results do for that template, one
+    user message decided before anything samples, and the environment works unchanged."""
+    tok, eot, head = family(smollm2, name)
+    model = Scripted(tok, lambda text, j: "41" if text.count(head) == 1 else "42", eot)
+    runner = EpisodeRunner(model.generate, encoder(tok), EpisodeLimits(max_turns=3, max_episode_tokens=600,
+                                                                       max_length=4096),
+                           make_environment=Grader, parse=parse_tool_calls)
+    out = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=60, n=2, seed=0))
+    assert runner.tool_results_role == "user"
+    assert not check(model, out)
+    for c in out:
+        assert "env_error" not in c.info and c.info["turns"] == 2 and c.info["env_reward"] == 1.0
+        feedback = c.messages[1]
+        assert feedback == {"role": "user", "content": "<tool_response>\nwrong, try again\n</tool_response>"}
+        assert feedback["content"] in tok.decode(inserted_runs(c)[0])
+
+
+# --- a template whose generation prompt opens <think> (QwQ, DeepSeek-R1 distills) ---------------------
+
+OPENS_THINK = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+               "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}")
+CLOSES_THINK = OPENS_THINK.replace("<think>\\n'", "<think>\\n\\n</think>\\n\\n'")  # Qwen3, enable_thinking=False
+
+
+def test_the_generation_prompt_that_opens_think_is_found_from_the_template(smollm2):
+    """``think_suffix``: the ids of the template's generation prompt when it leaves ``<think>`` open."""
+    from polyrl.reasoning import opens_reasoning, think_suffix
+
+    def suffix(template):
+        tok = dressed(smollm2, template, [])
+        encode = encoder(tok)
+        return tok, think_suffix(lambda messages, gen: encode(messages, None, gen),
+                                 lambda ids: tok.decode(ids, skip_special_tokens=True))
+
+    tok, found = suffix(OPENS_THINK)
+    assert found is not None and tok.decode(found.tolist()) == "<|im_start|>assistant\n<think>\n"
+    prompt = encoder(tok)([{"role": "user", "content": "What is 6 * 7?"}], None, True)
+    assert opens_reasoning(prompt, found) and not opens_reasoning(prompt[:-1], found)
+    assert suffix(CLOSES_THINK)[1] is None and suffix(smollm2.chat_template)[1] is None
+
+
+@pytest.mark.parametrize(("turn", "calls"), [
+    ('I could call <tool_call>\n{"name": "calc", "arguments": {"a": 6, "b": 7}}\n</tool_call>', 0),
+    ('Done thinking.</think>\n<tool_call>\n{"name": "calc", "arguments": {"a": 6, "b": 7}}\n</tool_call>', 1),
+])
+def test_a_turn_after_a_prompt_that_opened_think_holds_no_call_before_its_close(smollm2, turn, calls):
+    """The template opened the reasoning: a turn ending without ``</think>`` is all reasoning, and a
+    call drafted in it is not run (it was, read as the whole answer)."""
+    from polyrl.reasoning import think_suffix
+
+    tok = dressed(smollm2, OPENS_THINK, [])
+    encode = encoder(tok)
+    model = Scripted(tok, lambda text, j: turn if text.count("<think>") == 1 else "42",
+                     tok.convert_tokens_to_ids("<|im_end|>"))
+    runner = EpisodeRunner(model.generate, encode, EpisodeLimits(max_turns=2, max_episode_tokens=400, max_length=2048),
+                           toolbox=ToolBox([calc]), parse=parse_tool_calls)
+    runner.think_suffix = think_suffix(lambda messages, gen: encode(messages, None, gen),
+                                       lambda ids: tok.decode(ids, skip_special_tokens=True))
+    c = runner.run([{"prompt": "What is 6 * 7?"}], SamplingParams(max_new_tokens=80, n=1, seed=0))[0]
+    assert c.info["tool_calls"] == calls and c.info["turns"] == 1 + calls

@@ -126,3 +126,87 @@ def test_a_template_without_a_tool_role_is_seen_when_the_trainer_is_built(tiny_m
     trainer = Trainer(config)
     assert trainer.episodes.tool_results_role == "user"
     assert trainer.episodes.model_name == str(tmp_path / "no-tool-role")
+
+
+#: anything after the assistant's first turn raises: neither a tool nor a user message can follow it
+ONE_EXCHANGE = (
+    "{% for m in messages %}{% if loop.index0 > 1 %}{{ raise_exception('one exchange only') }}{% endif %}"
+    "{{ '<|' + m['role'] + '|>\\n' + m['content'] + '<|end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}")
+
+
+@pytest.mark.parametrize("how", ["train", "check_run"])
+def test_a_template_that_shows_a_tools_result_in_no_role_is_refused_before_any_weight_loads(
+        tiny_model_dir, tmp_path, monkeypatch, how):
+    """The check ran once the runner was built, after the models loaded (minutes for a real model);
+    it now asks the folder's tokenizer alone, before any engine loads, and ``polyrl launch``'s
+    ``check_run`` refuses it too."""
+    from polyrl import engines
+    from polyrl.errors import ConfigError
+    from polyrl.trainer import check_run
+
+    loaded: list[str] = []
+    monkeypatch.setattr(engines, "Engine", lambda *args, **kw: loaded.append("engine") or pytest.fail("weights loaded"))
+    model = with_template(tiny_model_dir, tmp_path / "one-exchange", ONE_EXCHANGE)
+    config = RunConfig.from_dict({
+        "model": {"path": model, "max_length": 1024},
+        "data": {"task": "arithmetic", "options": {"count": 8}},
+        "rewards": [{"name": "numeric_match"}],
+        "environment": {"tools": ["calculator"], "max_turns": 2, "max_episode_tokens": 64},
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")}})
+    with pytest.raises(ConfigError) as err:
+        Trainer(config) if how == "train" else check_run(config)
+    assert err.value.field == "environment.tools" and "one exchange only" in str(err.value)
+    assert repr(model) in str(err.value) and "Qwen2.5" in err.value.fix
+    assert loaded == []
+
+
+#: Phi-3's layout with a generation prompt that opens the reasoning (QwQ's and DeepSeek-R1 distills' way)
+OPENS_THINK = TEMPLATE.replace("'<|assistant|>\\n'", "'<|assistant|>\\n<think>\\n'")
+
+
+def test_completions_sampled_after_a_generation_prompt_that_opens_think_are_read_as_reasoning(tiny_model_dir, tmp_path):
+    """The trainer asks the template once, when the models load, and marks every completion whose
+    prompt ends with the open ``<think>`` (``Completion.reasoning_open``): without ``</think>`` it
+    is all reasoning and numeric_match scores it 0 (its text was read whole as the answer)."""
+    from transformers import AutoTokenizer
+
+    from polyrl.rewards.inputs import answer_part
+
+    model = with_template(tiny_model_dir, tmp_path / "opens-think", OPENS_THINK)
+    config = RunConfig.from_dict({
+        "model": {"path": model, "max_length": 256},
+        "generation": {"group_size": 2, "max_new_tokens": 8},
+        "data": {"task": "arithmetic", "options": {"count": 8}},
+        "rewards": [{"name": "numeric_match"}],
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")}})
+    trainer = Trainer(config)
+    assert AutoTokenizer.from_pretrained(model).decode(trainer._think_suffix.tolist()) == "<|assistant|>\n<think>\n"
+    out = trainer._sample([{"prompt": [{"role": "user", "content": "What is 6 * 7?"}], "answer": "42"}],
+                          config.generation.sampling(0))
+    assert len(out) == 2 and all(c.reasoning_open for c in out)
+    assert [answer_part(c) for c in out if "</think>" not in c.text] == [None] * sum("</think>" not in c.text for c in out)
+    plain = trainer._sample([{"prompt": "6 * 7 =", "answer": "42"}], config.generation.sampling(0))
+    assert not any(c.reasoning_open for c in plain)  # a text prompt: no template, no open <think>
+
+
+def test_a_model_without_a_chat_template_on_text_prompts_still_loads(tiny_model_dir, tmp_path):
+    """Asking the template whether it opens ``<think>`` must not refuse a base model whose prompts
+    are plain text (its encode_chat raises: no template)."""
+    model = tmp_path / "no-template"
+    shutil.copytree(tiny_model_dir, model)
+    settings = json.loads((model / "tokenizer_config.json").read_text())
+    settings.pop("chat_template", None)
+    (model / "tokenizer_config.json").write_text(json.dumps(settings))
+    for extra in model.glob("chat_template.*"):
+        extra.unlink()
+    config = RunConfig.from_dict({
+        "model": {"path": str(model), "max_length": 256},
+        "generation": {"group_size": 2, "max_new_tokens": 4},
+        "data": {"task": "arithmetic", "options": {"count": 8, "chat": False}},
+        "rewards": [{"name": "numeric_match"}],
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")}})
+    trainer = Trainer(config)
+    assert trainer._think_suffix is None
+    out = trainer._sample([{"prompt": "6 * 7 =", "answer": "42"}], config.generation.sampling(0))
+    assert len(out) == 2 and not any(c.reasoning_open for c in out)

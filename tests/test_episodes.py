@@ -560,6 +560,55 @@ def test_an_environment_call_past_env_timeout_s_ends_the_episode_and_leaves_only
     assert stuck and all(t.daemon for t in stuck)  # nothing keeps the process alive at exit
 
 
+class HangsAtReset(Guess):
+    """A reset that never returns (until the test lets it), counting the calls that started."""
+
+    release = threading.Event()
+    started = 0
+
+    def reset(self, row):
+        HangsAtReset.started += 1
+        HangsAtReset.release.wait(60)
+        return super().reset(row)
+
+
+@pytest.mark.faults
+def test_environment_calls_abandoned_past_their_limit_are_capped_and_stop_the_run():
+    """A hung reset/step keeps its thread for good; each episode added one, for the whole run.
+    Past ``MAX_ABANDONED`` of them still running no environment call starts, and ``failure``
+    stops the run (one rank's is enough) with one error naming the environment and the fix."""
+    from polyrl.agents.tools import MAX_ABANDONED
+
+    HangsAtReset.release.clear()
+    HangsAtReset.started = 0
+    run = env_runner(ScriptedModel(first_turn="plain"), HangsAtReset, timeout_s=0.2)
+    sampling = SamplingParams(max_new_tokens=40, n=2)
+    rows = [{"prompt": "x"}] * (MAX_ABANDONED // 2 + 1)
+    try:
+        out = run.run(rows, sampling)  # every reset starts at once: all are abandoned
+        assert all("reset did not return within 0.2 s" in c.info["env_error"] for c in out)
+        assert HangsAtReset.started == len(out) > MAX_ABANDONED
+        failure = run.failure()
+        assert isinstance(failure, EnvironmentFailed) and failure.alone
+        text = str(failure)
+        assert text.startswith("environment 'faulty': ") and "environment.env_timeout_s = 0.2 s" in text
+        assert text.count("Fix:") == 1 and "raise environment.env_timeout_s" in text
+        again = run.run(rows, sampling)  # an overlapping rollout, or an evaluation: nothing more starts
+        assert HangsAtReset.started == len(out)
+        assert all(c.info["env_error"] == f"not run: {text}" for c in again)
+        assert str(run.failure()) == text
+    finally:
+        HangsAtReset.release.set()
+
+
+def test_a_tool_box_and_an_environment_share_one_cap_mechanism():
+    """The tool box counts its abandoned calls in the same ``LateCalls`` the runner uses."""
+    from polyrl.agents.threads import LateCalls
+
+    assert isinstance(Box()._late, LateCalls)
+    assert isinstance(env_runner(ScriptedModel(), Guess)._late, LateCalls)
+
+
 class KeepsAConnection(Guess):
     """State tied to the thread that made it (sqlite refuses any other) and to the event loop (an
     asyncio primitive bound in reset, used in step): one episode's calls must share both."""

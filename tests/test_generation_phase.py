@@ -75,6 +75,19 @@ def test_ranks_stop_on_a_failing_environment_only_together_and_with_one_text(fai
         assert isinstance(agreed, EnvironmentFailed) and str(agreed) == failures[0]
 
 
+@pytest.mark.parametrize("failures", [
+    [None, ("environment 'x': 32 of its calls are still running", True)],
+    [("environment 'x': 32 of its calls are still running", True), "environment 'x': every episode failed"],
+])
+def test_a_rank_whose_environment_calls_reached_the_abandoned_cap_stops_every_rank(failures):
+    """Its threads pile up whatever its peers' episodes do: one rank's is enough, and all stop together."""
+    agreed = agreed_failure(failures)
+    assert isinstance(agreed, EnvironmentFailed) and agreed.alone
+    assert str(agreed) == "environment 'x': 32 of its calls are still running"
+    assert EnvironmentFailed(str(agreed), alone=True).shared() == (str(agreed), True)
+    assert EnvironmentFailed("every episode failed").shared() == "every episode failed"
+
+
 def test_a_rollout_of_episodes_is_one_phase_holding_every_turns_generate_call(tiny_model_dir, tmp_path):
     """A real torch run of multi-turn episodes and an evaluation: each rollout enters the phase
     once and every generate call (one per turn) runs inside it, none outside."""

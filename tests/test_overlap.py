@@ -176,7 +176,7 @@ def test_a_pending_rollout_keeps_every_completion_field_through_a_checkpoint():
                          text="9", finish_reason="stop", mask=[True, False, True],
                          messages=[{"role": "assistant", "content": "7"}, {"role": "user", "content": "again"}],
                          prompt_messages=[{"role": "user", "content": "ENV-ASKED: say hello"}],
-                         info={"turns": 2, "tool_calls": 0, "env_reward": 0.5})
+                         info={"turns": 2, "tool_calls": 0, "env_reward": 0.5}, reasoning_open=True)
     defaults = Completion(prompt_index=0, prompt_ids=[1], completion_ids=[], logprobs=[])
     for field in attrs.fields(Completion):  # the example sets every field: a new one must be added here
         assert not _equal(getattr(episode, field.name), getattr(defaults, field.name)), field.name

@@ -500,6 +500,22 @@ def test_exact_match_reads_the_answer_after_the_reasoning(text, expected, unclos
     assert last_line == (0.0 if unclosed else 1.0)
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    ("the template opened the think: so it is \\boxed{42}", 0.0),  # cut off before </think>: no answer
+    ("so it is 42 maybe", 0.0),
+    ("it is 42</think>\nThe answer is \\boxed{42}", 1.0),  # closed: the answer after it
+    ("maybe \\boxed{42}</think>\nThe answer is 3", 0.0),
+])
+@pytest.mark.parametrize("reward", ["exact_match", "numeric_match"])
+def test_a_completion_whose_prompt_opened_the_think_is_all_reasoning_until_its_close(reward, text, expected):
+    """A template whose generation prompt ends with ``<think>`` (QwQ, DeepSeek-R1 distills): a completion
+    cut off before ``</think>`` was read whole, its reasoning scored as the answer."""
+    computer = RewardComputer(get_plugin_manager(entry_points=False), [(reward, 1.0, {})])
+    opened = Completion(0, [1, 2], [0, 1, 2], [0.0] * 3, text=text, reasoning_open=True)
+    context = RewardContext(rows=[{"prompt": "q", "answer": "42"}], wanted=(reward,), options={})
+    assert computer(["q"], [opened], context).per_reward[reward][0] == expected
+
+
 @pytest.mark.parametrize(("text", "answer", "expected"), [
     ("5! = 120, so the answer is \\boxed{5!}", "5", 0.0),  # a factorial is not its base
     ("\\boxed{5!}", "5!", 1.0),

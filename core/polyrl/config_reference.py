@@ -198,7 +198,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "max_turns": "assistant turns per episode",
         "max_episode_tokens": "tokens after the first prompt (sampled and inserted); an episode reaching it ends as `length`",
         "tool_timeout_s": "seconds per tool call; a call past it becomes an error message the model reads",
-        "env_timeout_s": "seconds per call of the environment's code (create, reset, step); a call past it ends that episode as an environment error",
+        "env_timeout_s": "seconds per call of the environment's code (create, reset, step); a call past it ends that episode as an environment error (abandoned: 32 still running stop the run)",
         "max_concurrent_tools": "tool calls running at once across the step's episodes",
         "max_tool_calls_per_turn": "tool calls run per assistant turn; the others are answered "
                                    "\"not run\" (an error the model reads)",

@@ -9,6 +9,7 @@ Every check that can fail runs before the engine it guards loads, so a bad confi
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -209,11 +210,15 @@ def check_engines(config: RunConfig, registry: Registry) -> tuple[str, str]:
     return model, gen_model
 
 
-def load_engines(config: RunConfig, registry: Registry) -> RunEngines:
+def load_engines(config: RunConfig, registry: Registry,
+                 before_load: Callable[[str], None] | None = None) -> RunEngines:
     """Check the backends and models, then load the train, generate and reference engines; the
-    generator starts with the train engine's weights."""
+    generator starts with the train engine's weights. ``before_load(model_path)``: the caller's
+    checks that need the resolved model folder but no weights (the chat template's)."""
     c, reg = config, registry
     model, gen_model = check_engines(c, reg)
+    if before_load is not None:
+        before_load(model)
     t0 = time.perf_counter()
     train = Engine(reg, c.backends.train, engine_config(c, "train", model))
     shared = c.backends.generate_backend == c.backends.train and gen_model == model

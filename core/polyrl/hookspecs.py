@@ -297,7 +297,10 @@ def polyrl_register_environments(register: Callable[[EnvironmentSpec], None]) ->
     what the model did.
     To penalise a bad move, answer it with a reward (``Observation(reward=-1.0, done=True)``);
     raise only for your own failures. A step in which every episode failed is not trained, and a
-    few such steps in a row stop the run naming the environment. The episodes of one group
+    few such steps in a row stop the run naming the environment; so do 32 of its calls abandoned
+    past the limit and still running (each holds a thread Python cannot stop). A ``tool`` message
+    it answers reaches a template without a tool role as tool results do (one ``user`` message
+    between ``<tool_response>`` tags). The episodes of one group
     get the same row: an environment that draws a task at random should seed it from the row (as
     the built-in ``guess_number`` does) so that the group's episodes are comparable. ``probe()``
     answers cheaply why it cannot run here (a missing package, as a non-empty string), or None;

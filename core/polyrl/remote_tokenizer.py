@@ -27,6 +27,18 @@ from polyrl.text_validity import check_prompt
 log = get_logger("polyrl.remote")
 
 
+def folder_tokenizer(model_path: str) -> Any:
+    """``transformers``' tokenizer of a model folder, loaded without the weights; None when the path
+    is no folder or holds no tokenizer files. Raises what transformers raises on files it cannot read."""
+    folder = model_path if model_path and os.path.isdir(model_path) else None
+    if not folder or not any(os.path.isfile(os.path.join(folder, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
+        return None
+    from transformers import AutoTokenizer
+
+    # never the folder's own Python (auto_map): transformers would otherwise ask on stdin
+    return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+
+
 class ModelTokenizer:
     """``transformers``' tokenizer of the model folder, or nothing (no folder, no tokenizer files)."""
 
@@ -34,12 +46,9 @@ class ModelTokenizer:
         self._tok: Any = None
         self._lock = threading.Lock()  # one tokenizer object shared by the request threads
         folder = model_path if model_path and os.path.isdir(model_path) else None
-        if folder and any(os.path.isfile(os.path.join(folder, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
+        if folder:
             try:
-                from transformers import AutoTokenizer
-
-                # never the folder's own Python (auto_map): transformers would otherwise ask on stdin
-                self._tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+                self._tok = folder_tokenizer(folder)
             except Exception as exc:  # noqa: BLE001 - any failure: no local checks, said once
                 log.warning("cannot load the model's tokenizer; prompts go to the servers to tokenize and "
                             "their text is used unchecked", model=folder, error=f"{type(exc).__name__}: {exc}")

@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-#: The keys ``Rollout.as_state`` writes, and those each completion has (the last four: episodes).
+#: The keys ``Rollout.as_state`` writes, and those each completion has (mask to prompt_messages: episodes).
 ROLLOUT_KEYS = ("step", "policy_version", "seconds", "sampler_before", "completions")
 REQUIRED_COMPLETION_KEYS = ("prompt_index", "prompt_ids", "completion_ids", "logprobs")
 COMPLETION_KEYS = (*REQUIRED_COMPLETION_KEYS, "text", "finish_reason", "mask", "messages", "info",
-                   "prompt_messages")
+                   "prompt_messages", "reasoning_open")
 FINISH_REASONS = ("stop", "length")
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _INT64_MAX = int(np.iinfo(np.int64).max)
@@ -89,6 +89,8 @@ def _completion_problem(c: Any, prompts: int | None) -> str | None:
         if messages is not None and (not isinstance(messages, list)
                                      or not all(isinstance(m, Mapping) for m in messages)):
             return f".{key} is not a list of message objects"
+    if not isinstance(c.get("reasoning_open", False), bool):
+        return f".reasoning_open is {c['reasoning_open']!r}, not true or false"
     if not isinstance(c.get("info", {}), Mapping):
         return f".info is {type(c['info']).__name__}, not an object"
     return None

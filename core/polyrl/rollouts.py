@@ -51,7 +51,9 @@ class Rollout:
                  **({} if c.mask is None else {"mask": c.mask.astype(int).tolist(), "messages": c.messages,
                                                "info": c.info}),
                  # what an environment's reset asked: the resumed step's rewards and log read it
-                 **({} if c.prompt_messages is None else {"prompt_messages": c.prompt_messages})}
+                 **({} if c.prompt_messages is None else {"prompt_messages": c.prompt_messages}),
+                 # the template opened the reasoning: the resumed step's rewards read it as such
+                 **({"reasoning_open": True} if c.reasoning_open else {})}
                 for c in self.completions
             ],
         }

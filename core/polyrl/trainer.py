@@ -22,6 +22,7 @@ atomically; SIGINT/SIGTERM finish the current step, checkpoint and return.
 from __future__ import annotations
 
 import os
+import functools
 import random
 import re
 import shutil
@@ -45,7 +46,7 @@ from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train
 from polyrl.engines import check_engines, choose_generate_backend, load_engines
 from polyrl import episode_scoring
 from polyrl.episode_prompts import first_prompt_counter
-from polyrl.errors import CollectiveTimeout, ConfigError, PolyrlError, RewardError
+from polyrl.errors import CollectiveTimeout, ConfigError, PluginError, PolyrlError, RewardError
 from polyrl.logs import get_logger, log_from_signal_handler, readable
 from polyrl.tracking.tensorboard import LOG_DIR as TENSORBOARD_DIR
 from polyrl.plugins import get_plugin_manager
@@ -55,6 +56,7 @@ from polyrl.rewards.combine import RewardComputer
 from polyrl.rewards.functions import load_function_reward
 from polyrl.rewards.guard import RewardCancelled
 from polyrl.rank_fingerprint import check_same, fingerprint, model_files, reward_code
+from polyrl.reasoning import opens_reasoning, think_suffix
 from polyrl.reward_agreement import agreed_reward_failure, reward_outcome
 from polyrl.rewards.trl_compat import TrainerState
 from polyrl.rollouts import Rollout, RolloutAhead
@@ -71,6 +73,7 @@ if TYPE_CHECKING:  # imported lazily at run time: single-turn runs never load th
     from polyrl.agents.episodes import EnvironmentFailed, EpisodeRunner
     from polyrl.agents.setup import EnvironmentPlan
     from polyrl.algorithms.presets import AlgorithmConfig
+    from polyrl.engine import Engine
 
 log = get_logger("polyrl.trainer")
 
@@ -86,12 +89,14 @@ class OutputWriteError(PolyrlError):
 
 def check_run(config: RunConfig, world_size: int = 1) -> None:
     """What ``polyrl train`` refuses before loading a model (rewards and their options, data,
-    trackers, the environment, backends and their options, the models' paths and architectures),
-    checked without loading a model or touching the output_dir. ``polyrl launch`` (and its
+    trackers, the environment, backends and their options, the models' paths and architectures, how
+    the chat template shows a tool's result), checked without loading a model or touching the
+    output_dir. ``polyrl launch`` (and its
     ``--dry-run``) runs it, so a config every rank would refuse is one error before torchrun starts."""
     trainer = Trainer(config, check_only=True)
     trainer.registry.check_data_parallel(trainer.config.backends.train, world_size)
-    check_engines(trainer.config, trainer.registry)
+    model, _ = check_engines(trainer.config, trainer.registry)
+    trainer._check_template(model)
 
 
 def _refuse_unless_weights_only(weights_only: bool, warning: str, details: dict[str, Any], problem: str, field: str,
@@ -148,6 +153,12 @@ def _loss_counts(completions: list[Completion], group_kept: np.ndarray,
     rows = np.flatnonzero(group_kept)
     tokens = sum(int(TokenSequence.of(completions[i]).loss_mask.sum()) for i in rows if untruncated[i])
     return len(rows), tokens
+
+
+def _rendered(engine: Engine, messages: list[dict[str, Any]], add_generation_prompt: bool) -> np.ndarray:
+    """``engine.encode_chat`` without tools, from an engine that answered it once."""
+    ids = engine.encode_chat(messages, None, add_generation_prompt)
+    return np.zeros(0, dtype=np.int64) if ids is None else ids
 
 
 def _overflow_message(shaped: np.ndarray) -> str:
@@ -269,6 +280,8 @@ class Trainer:
         self._prune_pending = False
         self._set_aside: Path | None = None
         self._env_reward_warned = False  # _warn_unused_env_reward: once a run
+        #: the generation prompt's ids when the chat template opens <think> there (set once the models load)
+        self._think_suffix: np.ndarray | None = None
         self.history: list[dict[str, Any]] = []
         self.tracking = tracking_for_run(config, self.registry, self.rank)  # unknown tracker: error now
         self._env_plan = self._check_environment()  # before the models load: a bad tool name errs now
@@ -283,11 +296,14 @@ class Trainer:
             self._loading_models = False
 
     def _load_engines(self, config: RunConfig) -> None:
-        self.engines = load_engines(config, self.registry)
+        self.engines = load_engines(config, self.registry, before_load=self._check_template)
         self.model_path, self.train_engine = self.engines.model_path, self.engines.train
         self.gen_engine, self.ref_engine = self.engines.generate, self.engines.reference
         self.ref_sync = self.engines.ref_sync
+        self._think_suffix = self._reasoning_prompt()
         self.episodes = self._episode_runner()
+        if self.episodes is not None:
+            self.episodes.think_suffix = self._think_suffix
         self.dataset, self.eval_dataset = self._fit_prompts()  # needs the tokenizer; before step 0
         self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed,
                                      shuffle=config.data.shuffle)
@@ -355,6 +371,15 @@ class Trainer:
 
         return check_environment(self.config, self.registry)
 
+    def _check_template(self, model_path: str) -> None:
+        """The chat template's checks that need the model folder's tokenizer alone, run before any
+        weight loads (``agents.setup.check_template``)."""
+        if self._env_plan is None:
+            return
+        from polyrl.agents.setup import check_template
+
+        check_template(self.config, self._env_plan, model_path)
+
     def _episode_runner(self) -> EpisodeRunner | None:
         """Multi-turn episodes (``[environment]``), or None: single-turn completions."""
         if self._env_plan is None:
@@ -381,8 +406,27 @@ class Trainer:
             if not rows:  # a rank with no eval row still takes part in the phase
                 return []
             if self.episodes is not None:
-                return self.episodes.run(rows, sampling, counted=training)
-            return self.gen_engine.generate([row[self.config.data.prompt_column] for row in rows], sampling)
+                completions = self.episodes.run(rows, sampling, counted=training)
+            else:
+                completions = self.gen_engine.generate([row[self.config.data.prompt_column] for row in rows], sampling)
+        for c in completions:  # the template opened the reasoning: the rewards read it so (reasoning.final_part)
+            c.reasoning_open = opens_reasoning(c.prompt_ids, self._think_suffix)
+        return completions
+
+    def _reasoning_prompt(self) -> np.ndarray | None:
+        """The chat template's generation prompt ids when it opens a ``<think>`` (QwQ, DeepSeek-R1
+        distills: the completion starts inside its reasoning), else None (``reasoning.think_suffix``).
+        Asked of the first engine that renders chats and decodes ids; None when none does."""
+        probe = [{"role": "user", "content": "hi"}]
+        for engine in (self.gen_engine, self.train_engine):
+            raw = engine.raw
+            decode = getattr(raw, "decode", None) or getattr(getattr(raw, "tokenizer", None), "decode", None)
+            try:
+                if callable(decode) and engine.encode_chat(probe, None, True) is not None:
+                    return think_suffix(functools.partial(_rendered, engine), decode)
+            except (ConfigError, PluginError):  # no chat template (a base model on text prompts): nothing opened
+                continue
+        return None
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -680,7 +724,7 @@ class Trainer:
         failed = self.episodes.failure()
         if self.world_size == 1:
             return failed
-        return agreed_failure(self.train_engine.all_gather(None if failed is None else str(failed)))
+        return agreed_failure(self.train_engine.all_gather(None if failed is None else failed.shared()))
 
     def _unscored_message(self, steps: int) -> str:
         """The stop after ``steps`` steps in a row that no reward scored, naming the rewards."""

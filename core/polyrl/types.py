@@ -195,6 +195,10 @@ class Completion:
     prompt_messages: list[dict[str, Any]] | None = None
     #: Episodes only: the environment's reward and the episode's counters (turns, tool calls...).
     info: dict[str, Any] = attrs.field(factory=dict)
+    #: Set by the core, never by ``generate``: the prompt ended with the chat template's generation
+    #: prompt that opens ``<think>`` (``polyrl.reasoning.think_suffix``), so the text starts inside
+    #: the reasoning and, without a ``</think>``, holds no answer (``reasoning.final_part(opened=)``).
+    reasoning_open: bool = False
 
     def __attrs_post_init__(self) -> None:
         if len(self.completion_ids) != len(self.logprobs):

@@ -39,9 +39,10 @@ import numpy as np
 from polyrl.agents.glue import ChatGlue, EncodeChat, RenderError
 from polyrl.agents.prompting import template_ignores_tools, tool_results_as_user, with_tools_prompt
 from polyrl.agents.spec import checked_environment, checked_reset, checked_step, environment_tools, plain_text
-from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe, finished
+from polyrl.agents.threads import MAX_ABANDONED, CallRaised, CallTimedOut, LateCalls, Worker, describe, finished
 from polyrl.agents.tools import ToolBox, error_message
 from polyrl.errors import ConfigError, PolyrlError
+from polyrl.reasoning import opens_reasoning
 from polyrl.logs import get_logger
 from polyrl.rewards.trl_compat import private_copy
 from polyrl.types import Completion, FinishReason, Prompt, SamplingParams, TokenPrompt
@@ -66,18 +67,33 @@ MAX_CHARS_PER_TOKEN = 32
 
 
 class EnvironmentFailed(PolyrlError):
-    """Every episode of ``MAX_FAILED_ROLLOUTS`` rollouts in a row ended in an environment error."""
+    """Every episode of ``MAX_FAILED_ROLLOUTS`` rollouts in a row ended in an environment error,
+    or the environment's calls left running past their limit reached ``MAX_ABANDONED``.
+    ``alone``: one rank's failure stops every rank (its threads pile up whatever the others do)."""
+
+    def __init__(self, message: str, alone: bool = False) -> None:
+        super().__init__(message)
+        self.alone = alone
+
+    def shared(self) -> str | tuple[str, bool]:
+        """What a rank gathers to its peers (``agreed_failure``)."""
+        return (str(self), True) if self.alone else str(self)
 
 
 def agreed_failure(failures: Sequence[object]) -> EnvironmentFailed | None:
-    """Under a launcher, the error every rank raises, from each rank's ``failure()`` text (or None)
-    in rank order. Each rank counts its own shard's rollouts, so the global streak of rollouts
+    """Under a launcher, the error every rank raises, from each rank's ``failure().shared()`` (or
+    None) in rank order. Each rank counts its own shard's rollouts, so the global streak of rollouts
     whose every episode failed is the shortest of theirs: the run stops once every rank's streak
     reached the limit, with rank 0's text, and on every rank together (a rank stopping alone left
-    its peers waiting for it in the next step's collectives)."""
+    its peers waiting for it in the next step's collectives). A failure one rank's is enough for
+    (``alone``: its abandoned calls reached the cap) stops every rank with the first such text."""
+    alone = [f for f in failures if isinstance(f, tuple) and len(f) == 2 and f[1]]
+    if alone:
+        return EnvironmentFailed(str(alone[0][0]), alone=True)
     if not failures or any(f is None for f in failures):
         return None
-    return EnvironmentFailed(str(failures[0]))
+    first = failures[0]
+    return EnvironmentFailed(str(first[0] if isinstance(first, tuple) else first))
 
 
 class _EnvError(Exception):
@@ -194,15 +210,17 @@ class EpisodeRunner:
 
     ``make_environment(row)`` returns a fresh environment per episode, or None for plain tool use
     (the episode then ends at the first turn without a tool call). ``toolbox`` runs tool calls
-    (``polyrl.agents.tools.ToolBox``); ``parse(text)`` finds them in a turn's text.
+    (``polyrl.agents.tools.ToolBox``); ``parse(text)`` finds them in a turn's text
+    (``parse(text, reasoning_open=True)`` after a generation prompt that opened ``<think>``).
     """
 
     def __init__(self, generate: Generate, encode_chat: EncodeChat, limits: EpisodeLimits,
                  make_environment: Callable[[], Any] | None = None, toolbox: ToolBox | None = None,
-                 parse: Callable[[str], Any] | None = None, prompt_column: str = "prompt",
+                 parse: Callable[..., Any] | None = None, prompt_column: str = "prompt",
                  tools_prompt_format: str = "hermes", env_timeout_s: float = 60.0,
                  environment_name: str | None = None, tool_timeout_s: float = 10.0,
-                 max_concurrent_tools: int = 8, tool_format: str = "auto", model_name: str | None = None) -> None:
+                 max_concurrent_tools: int = 8, tool_format: str = "auto", model_name: str | None = None,
+                 max_abandoned: int = MAX_ABANDONED) -> None:
         self.generate = generate
         self.limits = limits
         self.make_environment = make_environment
@@ -220,12 +238,21 @@ class EpisodeRunner:
         #: the role a tool's result is rendered as: "tool", or "user" for a template that cannot
         #: show a tool message (``check_tool_results``); None until asked
         self.tool_results_role: str | None = None
+        self._shows_no_tool_results: str | None = None  # why the template shows a tool's result in no role
+        self.tool_results_reason: str | None = None  # why a tool's result goes as a user message
         self.model_name = model_name  # how errors about the model's chat template name it
         self.env_timeout_s = float(env_timeout_s)  # per call of the environment's code
         self.environment_name = environment_name  # how warnings and errors name it
+        #: the environment's calls (create, reset, step) left running past env_timeout_s, capped as
+        #: tools' are; once the cap is reached no call starts and the run stops (``failure``)
+        self._late = LateCalls(max_abandoned)
+        self._too_many_late: str | None = None  # why the run stops, once the cap was reached
         self.failed_rollouts = 0  # rollouts in a row whose every episode ended in an environment error
         self._warned_silent_step = False  # a step with no messages and done=False was reported
         self.last_env_error: str | None = None
+        #: the template's generation prompt ids when they open a ``<think>`` (``reasoning.think_suffix``,
+        #: set by the trainer): a turn sampled after them without ``</think>`` holds no tool call
+        self.think_suffix: np.ndarray | None = None
 
     # --- the environment's code -----------------------------------------------------------------
 
@@ -235,16 +262,38 @@ class EpisodeRunner:
 
     async def _env_call(self, worker: Worker, what: str, fn: Callable[[], Any]) -> Any:
         """``fn()`` (the environment's code and the checks of its answer) on the episode's worker
-        with the time limit; ``_EnvError`` with what went wrong, logged naming the environment."""
+        with the time limit; ``_EnvError`` with what went wrong, logged naming the environment.
+        No call starts once ``max_abandoned`` earlier ones still run past their limit (each holds a
+        thread that cannot be stopped): the episode ends and the run stops (``failure``)."""
+        if self._late.full:
+            error = self._capped()
+            log.warning(f"environment {what} not run; episode ended", environment=self._env_name, error=error)
+            raise _EnvError(error)
         try:
             return await worker.call(fn, self.env_timeout_s)
         except CallRaised as raised:
             error = describe(raised.cause)
-        except CallTimedOut:
+        except CallTimedOut as timed_out:
             error = (f"{what} did not return within {self.env_timeout_s:g} s (environment.env_timeout_s); "
                      "abandoned, its thread may keep running")
+            if self._late.add(timed_out) and self._late.full:
+                self._capped()
         log.warning(f"environment {what} failed; episode ended", environment=self._env_name, error=error)
         raise _EnvError(error)
+
+    def _capped(self) -> str:
+        """Record (once) that the environment's abandoned calls reached the cap; the error text."""
+        if self._too_many_late is None:
+            self._too_many_late = (
+                f"environment {self._env_name!r}: {self._late.limit} of its calls (create/reset/step) are still "
+                f"running past environment.env_timeout_s = {self.env_timeout_s:g} s, each on a thread that cannot "
+                "be stopped; stopping rather than adding a thread per episode. Fix: make reset/step return "
+                "(bound their own waits: a request timeout, a subprocess timeout), or raise "
+                "environment.env_timeout_s if they are only slow")
+            log.error("the environment's calls past their time limit reached the cap; no more run and the run "
+                      "stops", environment=self._env_name, running_late=self._late.running,
+                      max_abandoned=self._late.limit)
+        return f"not run: {self._too_many_late}"
 
     def _warn_silent_step(self) -> None:
         """Once per run: a step answered no messages yet ``done=False``. The model would have
@@ -375,28 +424,51 @@ class EpisodeRunner:
     def check_tool_results(self, schemas: Sequence[Mapping[str, Any]]) -> None:
         """Decide once, before the first episode samples, how this template shows the model a
         tool's result: as ``tool`` messages, or (a template that raises on them, Gemma 3's, or
-        drops them, Phi-3's) as one ``user`` message per turn (``tool_results_as_user``). A
-        template that shows neither is a ConfigError now. Why at setup: left to the first call,
-        every episode with a tool call (a malformed one too) ended as an environment error,
-        unscored, so a junk ``<tool_call>`` let the model escape a bad reward."""
-        if self.tool_results_role is not None or not schemas:
-            return
-        as_tool = self.glue.renders_tool_results(schemas, "tool", lambda results: results)
-        if as_tool is None:
-            self.tool_results_role = "tool"
-            return
-        as_user = self.glue.renders_tool_results(schemas, "user", tool_results_as_user)
-        if as_user is not None:
+        drops them, Phi-3's) as one ``user`` message per turn (``tool_results_as_user``). The same
+        holds for an environment's own ``tool`` messages, so it is decided for an environment
+        without tools too (``schemas`` empty). A template that shows neither is a ConfigError once
+        there are tools (``schemas``); an environment's ``tool`` message then ends its episode.
+        Why at setup: left to the first call, every episode with a tool call (a malformed one too)
+        ended as an environment error, unscored, so a junk ``<tool_call>`` let the model escape a
+        bad reward."""
+        if self.tool_results_role is None:
+            self.tool_results_role, self._shows_no_tool_results = self._tool_results_role(schemas)
+        if schemas and self._shows_no_tool_results is not None:
             model = f"model {self.model_name!r}" if self.model_name else "this model"
             raise ConfigError(
-                f"the chat template of {model} cannot show the model a tool's result: as a 'tool' message "
-                f"{as_tool}; as a 'user' message {as_user}", field="environment.tools",
+                f"the chat template of {model} cannot show the model a tool's result: "
+                f"{self._shows_no_tool_results}", field="environment.tools",
                 fix="use a model whose chat template renders tool messages (Qwen2.5, Qwen3, Llama 3.1+) or at "
                     "least alternating user/assistant turns, or run without [environment] tools")
-        self.tool_results_role = "user"
-        log.info("this model's chat template cannot show 'tool' messages; tool results go back to the model as "
-                 "one 'user' message per turn, each between <tool_response> tags", reason=as_tool,
-                 model=self.model_name)
+
+    def _tool_results_role(self, schemas: Sequence[Mapping[str, Any]]) -> tuple[str, str | None]:
+        """("tool" or "user", why neither works or None), asked of the template."""
+        tools = list(schemas) or None
+        as_tool = self.glue.renders_tool_results(tools, "tool", lambda results: results)
+        if as_tool is None:
+            return "tool", None
+        as_user = self.glue.renders_tool_results(tools, "user", tool_results_as_user)
+        if as_user is not None:
+            return "tool", f"as a 'tool' message {as_tool}; as a 'user' message {as_user}"
+        self.tool_results_reason = as_tool
+        return "user", None
+
+    def _carried(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """An environment's answer as this template can show it: each run of ``tool`` messages as one
+        ``user`` message when it has no tool role (``check_tool_results``), as tool results go."""
+        if self.tool_results_role != "user" or not any(m.get("role") == "tool" for m in messages):
+            return messages
+        out: list[dict[str, Any]] = []
+        run: list[dict[str, Any]] = []
+        for m in [*messages, None]:
+            if m is not None and m.get("role") == "tool":
+                run.append(m)
+                continue
+            out += tool_results_as_user(run)
+            run = []
+            if m is not None:
+                out.append(m)
+        return out
 
     # --- one turn -----------------------------------------------------------------------------
 
@@ -408,7 +480,10 @@ class EpisodeRunner:
         observation's messages are kept in the conversation (rewards, the completions log and a
         checkpointed rollout read it), never inserted: nothing follows them."""
         text = turn.text
-        parsed = self.parse(text) if self.parse is not None and ep.toolbox is not None else None
+        parsed = None
+        if self.parse is not None and ep.toolbox is not None:  # every turn's prompt ends with the first's
+            opened = opens_reasoning(ep.prompt_ids, self.think_suffix)  # generation prompt
+            parsed = self.parse(text, reasoning_open=True) if opened else self.parse(text)
         calls = list(parsed.calls) if parsed is not None else []
         errors = list(parsed.errors) if parsed is not None else []
         assistant: dict[str, Any] = {"role": "assistant", "content": text}
@@ -450,6 +525,8 @@ class EpisodeRunner:
                     return
                 ep.env_reward = total
             new = [dict(m) for m in obs.messages]
+            if not obs.done:  # what is inserted: its tool messages as the template shows tool results
+                new = self._carried(new)
             if not new and not obs.done:
                 self._warn_silent_step()
             ep.done = bool(obs.done) or not new
@@ -490,8 +567,8 @@ class EpisodeRunner:
         an evaluation's episodes (False) must do neither, or an eval set the environment handles
         hid a broken training environment (and a broken eval one stopped training)."""
         n = sampling.n
-        if self.toolbox is not None:  # before any environment starts: a ConfigError leaves nothing behind
-            self.check_tool_results(self.toolbox.schemas)
+        # before any environment starts: a ConfigError leaves nothing behind
+        self.check_tool_results(self.toolbox.schemas if self.toolbox is not None else [])
         episodes = asyncio.run(self._reset_all(rows, n))
         try:
             self._run_turns(episodes, sampling)
@@ -574,7 +651,10 @@ class EpisodeRunner:
 
     def failure(self) -> EnvironmentFailed | None:
         """The error that stops the run once ``MAX_FAILED_ROLLOUTS`` rollouts in a row had every
-        episode end in an environment error; None before that."""
+        episode end in an environment error, or once ``max_abandoned`` of the environment's calls
+        were left running past their limit (``alone``: one rank's is enough); None before that."""
+        if self._too_many_late is not None:
+            return EnvironmentFailed(self._too_many_late, alone=True)
         if self.failed_rollouts < MAX_FAILED_ROLLOUTS:
             return None
         text = (f"environment {self._env_name!r}: every episode of the last {self.failed_rollouts} rollouts "

@@ -40,7 +40,9 @@ A call object may also be wrapped as ``{"type": "function", "function": {"name",
 A turn that reasons first (``<think>...</think>``, Qwen3/DeepSeek-R1 style) is read for calls only
 after its last ``</think>``, as the rewards read its answer (``polyrl.reasoning.final_part``): a
 call the model only drafted while thinking is not run, and a turn whose ``<think>`` is still open
-(cut off while reasoning) holds no call. Its ``content`` keeps the reasoning.
+(cut off while reasoning) holds no call, nor does a turn without ``</think>`` whose prompt opened the
+``<think>`` (``reasoning_open``: the chat template's generation prompt ends with it). Its
+``content`` keeps the reasoning.
 
 ``fmt="auto"`` recognises each form by its markers. Markers that are special tokens
 (``<|python_tag|>``, ``[TOOL_CALLS]``, ``[ARGS]``) only appear in text decoded with special
@@ -295,16 +297,17 @@ def _phi4(text: str) -> ParsedTurn:
     return ParsedTurn(content.strip(), calls, errors)
 
 
-def parse_tool_calls(text: str, fmt: str = "auto") -> ParsedTurn:
+def parse_tool_calls(text: str, fmt: str = "auto", reasoning_open: bool = False) -> ParsedTurn:
     """Split an assistant turn into its text and its tool calls, in ``fmt`` (see the table above).
 
     ``content`` is the text without the calls. Calls are read after the last ``</think>`` only
-    (see the module docstring). Never raises on model output; an unknown ``fmt`` is a programming
-    error (ValueError).
+    (see the module docstring); ``reasoning_open``: the prompt opened the ``<think>``, so a turn
+    without ``</think>`` is all reasoning. Never raises on model output; an unknown ``fmt`` is a
+    programming error (ValueError).
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown tool-call format {fmt!r}; known: {', '.join(FORMATS)}")
-    answer = final_part(text)
+    answer = final_part(text, opened=reasoning_open)
     if answer is None:  # still reasoning: whatever it drafted is no call
         return ParsedTurn(text.strip())
     if len(answer) == len(text):

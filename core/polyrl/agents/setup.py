@@ -21,11 +21,15 @@ from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe
 from polyrl.agents.tools import ToolBox
 from polyrl import step_gather
 from polyrl.errors import ConfigError, PluginError, RewardError
+from polyrl.logs import get_logger
 
 if TYPE_CHECKING:
     from polyrl.config import RunConfig
     from polyrl.engine import Engine
     from polyrl.registry import Registry
+
+
+log = get_logger(__name__)
 
 
 @attrs.define
@@ -168,6 +172,36 @@ def _never_none(engine: Engine) -> EncodeChat:
     return encode
 
 
+def check_template(config: RunConfig, plan: EnvironmentPlan, model_path: str) -> None:
+    """How the chat template shows a tool's result (``EpisodeRunner.check_tool_results``), asked
+    of the model folder's tokenizer alone, before any weight loads: a template that shows it in no
+    role is the same ConfigError in seconds, not after minutes of loading. Skipped (the check when
+    the runner is built stands) without [environment] tools, or where the folder's tokenizer cannot
+    be loaded here: a GGUF file, no tokenizer files, a tokenizer needing the folder's own code."""
+    if plan.toolbox is None or not plan.toolbox.schemas:
+        return
+    from polyrl.backend_kit.literal_chat import encode_chat_literal
+    from polyrl.remote_tokenizer import folder_tokenizer
+
+    try:
+        tok = folder_tokenizer(model_path)
+    except Exception:  # noqa: BLE001 - the backend loads it its own way; its check stands
+        return
+    if tok is None or not getattr(tok, "chat_template", None):
+        return
+
+    def encode(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+               add_generation_prompt: bool) -> np.ndarray:
+        return np.asarray(encode_chat_literal(tok, messages, tools, add_generation_prompt), dtype=np.int64)
+
+    probe = EpisodeRunner(_samples_nothing, encode, EpisodeLimits(), toolbox=plan.toolbox, model_name=config.model.path)
+    probe.check_tool_results(plan.toolbox.schemas)
+
+
+def _samples_nothing(prompts: Sequence[Any], sampling: Any) -> list[Any]:
+    raise AssertionError("the template check samples nothing")  # pragma: no cover
+
+
 def build_runner(config: RunConfig, plan: EnvironmentPlan, gen_engine: Engine, train_engine: Engine) -> EpisodeRunner:
     env = config.environment
     parse = functools.partial(parse_tool_calls, fmt=env.tool_format)
@@ -181,8 +215,12 @@ def build_runner(config: RunConfig, plan: EnvironmentPlan, gen_engine: Engine, t
                            env_timeout_s=env.env_timeout_s, environment_name=env.name,
                            tool_timeout_s=env.tool_timeout_s, max_concurrent_tools=env.max_concurrent_tools,
                            tool_format=env.tool_format, model_name=config.model.path)
-    if plan.toolbox is not None:  # how the template shows a tool's result: decided (or refused) now
-        runner.check_tool_results(plan.toolbox.schemas)
+    # how the template shows a tool's result (an environment's tool messages too): decided (or refused) now
+    runner.check_tool_results(plan.toolbox.schemas if plan.toolbox is not None else [])
+    if runner.tool_results_role == "user":
+        log.info("this model's chat template cannot show 'tool' messages; tool results (and an environment's "
+                 "'tool' messages) go back to the model as one 'user' message per turn, each between "
+                 "<tool_response> tags", reason=runner.tool_results_reason, model=config.model.path)
     return runner
 
 

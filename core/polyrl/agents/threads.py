@@ -12,6 +12,8 @@ like a plain function, never awaited by the caller's loop.
 
 A call given up before its turn on the thread came (queued behind an abandoned one) is never run.
 ``CallTimedOut.abandoned`` says whether the code is still running; ``ended`` is set once it is not.
+``LateCalls`` counts the abandoned calls still running and caps them (``MAX_ABANDONED``): the tool
+box and the episode runner's environment calls both start no call past it.
 """
 
 from __future__ import annotations
@@ -244,6 +246,48 @@ async def call_in_thread(fn: Callable[[], Any], timeout_s: float, name: str = "p
         return await worker.call(fn, timeout_s)
     finally:
         worker.close()
+
+
+#: Calls left running past their time limit at once (per ``LateCalls``) past which no further call
+#: starts until some end. Why: each holds a thread Python cannot stop; code that always hangs would
+#: otherwise add a thread per call (a tool call, an episode's ``reset`` or ``step``) until the
+#: process could start no more.
+MAX_ABANDONED = 32
+
+
+class LateCalls:
+    """The calls of one kind of plugin code (a tool box's tools, an environment's calls) left
+    running past their time limit, each until it ends, and the cap on them (``limit``): the
+    caller asks ``full`` before it starts another call. Thread-safe (boxes extended from one box,
+    and every episode of a run, share one)."""
+
+    def __init__(self, limit: int = MAX_ABANDONED) -> None:
+        self.limit = int(limit)
+        self.total = 0  # calls ever abandoned
+        self._ended: list[threading.Event] = []
+        self._lock = threading.Lock()
+
+    def add(self, timed_out: CallTimedOut) -> bool:
+        """Count a timed-out call while it keeps running; whether it does (False: it never
+        started, or stopped on being cancelled)."""
+        if not timed_out.abandoned:
+            return False
+        with self._lock:
+            self.total += 1
+            self._ended.append(timed_out.ended)
+        return True
+
+    @property
+    def running(self) -> int:
+        """Abandoned calls that have not ended yet."""
+        with self._lock:
+            self._ended[:] = [ended for ended in self._ended if not ended.is_set()]
+            return len(self._ended)
+
+    @property
+    def full(self) -> bool:
+        """No call should start: ``limit`` abandoned calls are still running."""
+        return self.running >= self.limit
 
 
 def describe(exc: BaseException, run_goes_on: bool = True) -> str:

@@ -27,7 +27,6 @@ import copy
 import inspect
 import json
 import re
-import threading
 import types
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -37,7 +36,8 @@ import attrs
 
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
-from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, call_in_thread, describe, finished
+from polyrl.agents.threads import (MAX_ABANDONED, CallRaised, CallTimedOut, LateCalls, Worker, call_in_thread,
+                                   describe, finished)
 
 log = get_logger("polyrl.agents.tools")
 
@@ -307,13 +307,6 @@ class _Failed(Exception):
         self.kind, self.text = kind, text
 
 
-#: Tool calls left running past their timeout at once (per box, its ``extended`` boxes included)
-#: past which further calls are answered with an error, not run, until some end. Why: each holds
-#: a thread Python cannot stop; a tool that always hangs would otherwise add threads every step
-#: until the process could start no more.
-MAX_ABANDONED = 32
-
-
 class ToolBox:
     """The tools of a run, called with a timeout each and at most ``max_concurrency`` at once.
 
@@ -348,17 +341,20 @@ class ToolBox:
         self.timeout_s = float(timeout_s)
         self.max_concurrency = int(max_concurrency)
         self.max_result_chars = int(max_result_chars)
-        self.max_abandoned = int(max_abandoned)
+        #: the calls left running past their timeout, and their cap (``max_abandoned``; per box, its
+        #: ``extended`` boxes included): past it calls are answered with an error, not run
+        self._late = LateCalls(max_abandoned)
         self.counts: collections.Counter[str] = collections.Counter()
         self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary())
-        #: the calls left running past their timeout, each until its event is set (shared by extended boxes)
-        self._running_late: list[threading.Event] = []
-        self._late_lock = threading.Lock()
         #: tools run on a worker of their own (an episode's environment), by name; one call at a time on it
         self._workers: dict[str, Worker] = {}
         self._worker_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary())
+
+    @property
+    def max_abandoned(self) -> int:
+        return self._late.limit
 
     @property
     def abandoned(self) -> int:
@@ -370,9 +366,7 @@ class ToolBox:
         """Calls left running past their timeout that have not ended yet. From ``max_abandoned`` on,
         no call starts (so at most ``max_abandoned + max_concurrency - 1`` ever run so: the calls
         already started when the count was below it may all time out)."""
-        with self._late_lock:
-            self._running_late[:] = [ended for ended in self._running_late if not ended.is_set()]
-            return len(self._running_late)
+        return self._late.running
 
     def extended(self, functions: Sequence[Callable[..., Any]], worker: Worker | None = None) -> ToolBox:
         """A box with ``functions`` added (e.g. one episode's environment tools, bound to its state)
@@ -479,10 +473,8 @@ class ToolBox:
         except CallRaised as raised:
             raise _Failed("raised", f"tool {name!r} raised {describe(raised.cause)}") from None
         except CallTimedOut as timed_out:
-            if timed_out.abandoned:
+            if self._late.add(timed_out):
                 self.counts["abandoned"] += 1
-                with self._late_lock:
-                    self._running_late.append(timed_out.ended)
                 log.warning("tool call abandoned past its timeout (its thread keeps running)",
                             tool=name, timeout_s=self.timeout_s, abandoned=self.abandoned)
             raise self._timed_out(name) from None

@@ -8,7 +8,9 @@ silently ignored). Options:
     ``column`` ("answer"), ``extract`` ("auto" | "last_line" | "full"), ``case_sensitive`` (false).
     A completion with reasoning is read after its last ``</think>`` only, in every mode (TRL's
     ``reasoning_accuracy_reward``): a ``\\boxed{}`` tried inside ``<think>`` is neither the answer nor
-    a second candidate; one whose ``<think>`` is never closed (cut off while reasoning) scores 0.
+    a second candidate; one whose ``<think>`` is never closed (cut off while reasoning) scores 0,
+    as does one without any ``</think>`` whose chat template opened the ``<think>`` in the prompt
+    (``Completion.reasoning_open``: QwQ, DeepSeek-R1 distills).
     How "auto" finds the final answer, first rule that applies:
     1. the content of the last ``\\boxed{...}`` (braces balanced); a completion with several boxes
        holding different answers ("\\boxed{3} or \\boxed{4}") scores 0, as math-verify (TRL's
@@ -97,7 +99,7 @@ from typing import Any
 
 from polyrl.errors import RewardError
 from polyrl.reasoning import final_part
-from polyrl.rewards.inputs import completion_text
+from polyrl.rewards.inputs import answer_part, completion_text, reasoning_open
 from polyrl.rewards.options import merged, positive_number
 from polyrl.hookspecs import hookimpl
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
@@ -395,9 +397,10 @@ def read_fraction(text: str) -> Fraction | None:
     return value if known else None
 
 
-def final_number(text: str) -> Fraction | None:
-    """The final number of a completion (see ``numeric_match``), exactly, or None."""
-    part = final_part(text)
+def final_number(text: str, opened: bool = False) -> Fraction | None:
+    """The final number of a completion (see ``numeric_match``), exactly, or None. ``opened``: the
+    prompt opened its ``<think>`` (``polyrl.reasoning.final_part``)."""
+    part = final_part(text, opened)
     if part is None:
         return None
     boxes = boxed_answers(part)
@@ -499,7 +502,7 @@ def exact_match(completions: Sequence[Completion | str], context: RewardContext)
         if not gold:
             out.append(None)
             continue
-        text = final_part(completion_text(completion))
+        text = answer_part(completion)
         if text is None:  # reasoning never closed: no answer was given
             out.append(0.0)
             continue
@@ -562,7 +565,7 @@ def numeric_match(completions: Sequence[Completion | str], context: RewardContex
             out.append(None)
             continue
         expected = _as_number(answer, opts["column"], i)
-        got = final_number(completion_text(completion))
+        got = final_number(completion_text(completion), opened=reasoning_open(completion))
         out.append(1.0 if got is not None and _matches(got, expected, tol, rel_tol) else 0.0)
     return out
 
