@@ -576,7 +576,8 @@ def test_normalising_an_answer_is_linear_in_its_layers():
     assert normalize_answer("Paris" + "!." * 100_000) == "paris"
     assert normalize_answer("\\text{" * 100_000 + "4" + "}" * 100_000) == "4"
     assert normalize_answer("\\frac12+" * 50_000 + "1") == "1/2+" * 50_000 + "1"
-    assert time.perf_counter() - started < 2.0
+    # ~1 s linear on a busy 2-core VM; quadratic peeling takes minutes at these sizes
+    assert time.perf_counter() - started < 10.0
 
 
 def test_boxes_nested_thousands_deep_are_read_in_linear_time():
