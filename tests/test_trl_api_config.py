@@ -327,8 +327,9 @@ def test_trl_settings_that_are_what_polyrl_does_are_taken_and_agent_ones_name_th
     with pytest.raises(ConfigError) as info:
         api.GRPOConfig.from_trl(trl_config(max_tool_calling_iterations=3))
     assert info.value.field == "grpo_config.max_tool_calling_iterations"
-    assert ("(polyrl's environment.max_turns, which the Python API does not set: use `polyrl train` with a TOML "
-            "config): polyrl's Python API cannot take it") in str(info.value)
+    assert ("(polyrl's environment.max_turns = 4, which the Python API does not set: use `polyrl train` with a "
+            "TOML config; TRL counts the tool rounds after the first answer, polyrl every assistant turn): polyrl's "
+            "Python API cannot take it") in str(info.value)
 
 
 @pytest.mark.parametrize(("beta", "bias_correction", "expected"), [

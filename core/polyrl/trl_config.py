@@ -94,7 +94,11 @@ def _refuse(changed: list[tuple[str, Any, Any]]) -> None:
     for name, value, default in changed:
         entry = TRL_NAMES.get(name) or TOML_HINTS.get(name)
         if entry is not None and entry.key is not None:  # polyrl has it, set in a TOML config only
-            why = f" (polyrl's {entry.key}, which the Python API does not set: use `polyrl train` with a TOML config)"
+            translated = trl_value(entry, _plain(value))
+            value_there = f" = {shown(translated)}" if entry.offset and translated != value else ""
+            because = f"; {entry.note}" if value_there and entry.note else ""
+            why = (f" (polyrl's {entry.key}{value_there}, which the Python API does not set: use `polyrl train` with "
+                   f"a TOML config{because})")
             toml_only.append(name)
         elif entry is not None and entry.note:
             why = f": polyrl has no equivalent ({entry.note})"

@@ -27,11 +27,13 @@ class Preset:
 class TrlName:
     """Where one ``GRPOConfig`` field lives in polyrl: ``key`` (``table.key``, None: no
     equivalent), ``values`` (TRL value -> polyrl value of ``key``, or a ``Preset``, where they
-    differ) and ``note``. ``GRPOConfig.from_trl`` converts with the same entries."""
+    differ), ``offset`` (added to an integer TRL value: the two count differently) and ``note``.
+    ``GRPOConfig.from_trl`` converts with the same entries."""
 
     key: str | None
     values: dict[Any, Any] = attrs.field(factory=dict)
     note: str = ""  # may name the user's value as {value}
+    offset: int = 0
 
 
 _SAME = {
@@ -103,7 +105,10 @@ TOML_HINTS: dict[str, TrlName] = {
     "run_name": TrlName("logging.run_name"),
     "gradient_checkpointing": TrlName("train.gradient_checkpointing"),
     "trust_remote_code": TrlName("model.trust_remote_code"),
-    "max_tool_calling_iterations": TrlName("environment.max_turns"),
+    # TRL's N tool rounds follow a first answer: N + 1 assistant turns, the last one's calls not run,
+    # as polyrl's last turn's (GRPOTrainer._tool_call_loop)
+    "max_tool_calling_iterations": TrlName("environment.max_turns", offset=1, note=(
+        "TRL counts the tool rounds after the first answer, polyrl every assistant turn")),
     "logging_steps": TrlName(None, note="polyrl writes every step's metrics to metrics.jsonl"),
     "warmup_ratio": TrlName("optimizer.warmup_steps", note=f"write {_WARMUP.format(value='{value}')}"),
     "max_prompt_length": TrlName(None, note="polyrl never truncates a prompt: model.max_length bounds prompt + "
@@ -131,7 +136,8 @@ def trl_fix(name: str, value: Any) -> str | None:
     head = f"TRL's {name} is polyrl's {entry.key}"
     translated = _assignment(entry, value)
     if translated is not None:
-        return f"{head}: for {name} = {shown(value)}, {translated}"
+        why = f" ({entry.note.format(value=shown(value))})" if entry.offset and entry.note else ""
+        return f"{head}: for {name} = {shown(value)}, {translated}{why}"
     if entry.note:
         return f"{head}: {entry.note.format(value=shown(value))}"
     if table == "rewards[]":
@@ -154,6 +160,8 @@ def trl_value_fix(field: str, value: Any) -> str | None:
 
 def trl_value(entry: TrlName, value: Any) -> Any:
     """TRL's ``value`` as polyrl's value of ``entry.key`` (a ``Preset`` for a loss that is one)."""
+    if entry.offset and isinstance(value, int) and not isinstance(value, bool):
+        return value + entry.offset
     try:
         return entry.values.get(value, value)
     except TypeError:  # an unhashable value (a list, a table): nothing to translate
