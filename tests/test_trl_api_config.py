@@ -101,6 +101,17 @@ def test_trls_cosine_with_a_floor_is_polyrls_cosine_with_min_lr_ratio():
     assert info.value.field == "grpo_config.lr_scheduler_kwargs"
 
 
+def test_lr_scheduler_kwargs_text_that_is_not_json_is_one_error_not_a_traceback():
+    """transformers keeps lr_scheduler_kwargs text that is not a JSON object as text (TRL's training
+    then fails building the scheduler); from_trl raised json's JSONDecodeError on it."""
+    given = trl_config(lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs="min_lr_rate=0.1")
+    assert given.lr_scheduler_kwargs == "min_lr_rate=0.1"  # TRL's own config took it
+    with pytest.raises(ConfigError, match="is not JSON") as info:
+        api.GRPOConfig.from_trl(given)
+    assert info.value.field == "grpo_config.lr_scheduler_kwargs"
+    assert 'lr_scheduler_kwargs={"min_lr_rate": 0.1}' in info.value.fix
+
+
 @pytest.mark.parametrize(("schedule", "kwargs"), [
     ("constant", {}), ("constant", {"min_lr_rate": 0.1}), ("constant_with_warmup", {}), ("linear", {}),
     ("cosine", {}), ("cosine_with_min_lr", {"min_lr_rate": 0.1}),

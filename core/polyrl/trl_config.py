@@ -119,8 +119,13 @@ def _min_lr(trl_config: Any, schedule: str) -> dict[str, Any]:
     others, where only ``cosine_with_min_lr`` takes a floor (``min_lr_rate``, or ``min_lr`` over the
     lr, and it needs one), and the rest fail TRL's training with a TypeError on ``min_lr_rate``."""
     kwargs = getattr(trl_config, "lr_scheduler_kwargs", None) or {}
-    if isinstance(kwargs, str):
-        kwargs = json.loads(kwargs) if kwargs.strip() else {}
+    if isinstance(kwargs, str):  # transformers parses a JSON object's text only; other text stays as it is
+        try:
+            kwargs = json.loads(kwargs) if kwargs.strip() else {}
+        except ValueError:
+            raise ConfigError(f"TRL's lr_scheduler_kwargs = {shown(kwargs)} is not JSON (transformers passes it "
+                              "to the scheduler as keyword arguments, a dict)", field="grpo_config.lr_scheduler_kwargs",
+                              fix='write a dict, e.g. lr_scheduler_kwargs={"min_lr_rate": 0.1}, or remove it') from None
     if not isinstance(kwargs, dict):
         kwargs = {"?": kwargs}
     if schedule in ("constant", "constant_with_warmup"):
