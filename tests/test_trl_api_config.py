@@ -640,3 +640,15 @@ def test_epochs_train_as_many_updates_as_trls_trainer(run_config, tiny_model_dir
         return
     config = run_config(args, prompts=prompts)
     assert config.train.steps * config.algorithm.num_iterations == updates, (config.train.steps, updates)
+
+
+def test_remove_unused_columns_true_is_refused_not_ignored():
+    """TRL's remove_unused_columns = True drops every dataset column but GRPOTrainer's signature
+    columns (prompt, image, images), so its reward functions get none of them; polyrl passes them
+    all, so from_trl took the field as a logging setting and trained other rewards silently. TRL's
+    default (False) is what polyrl does, and stays accepted."""
+    assert api.GRPOConfig.from_trl(trl_config(remove_unused_columns=False)).settings == \
+        api.GRPOConfig.from_trl(trl_config()).settings
+    with pytest.raises(ConfigError, match="polyrl passes every dataset column to the reward functions") as info:
+        api.GRPOConfig.from_trl(trl_config(remove_unused_columns=True))
+    assert info.value.field == "grpo_config.remove_unused_columns"

@@ -31,7 +31,7 @@ IGNORED = frozenset({
     "hub_token", "hub_private_repo", "hub_model_id", "hub_strategy", "hub_always_push", "hub_revision",
     "use_cpu", "bf16", "tf32", "local_rank", "do_train", "do_eval", "do_predict", "accelerator_config",
     "dataloader_drop_last", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
-    "dataloader_prefetch_factor", "remove_unused_columns", "gradient_checkpointing", "gradient_checkpointing_kwargs",
+    "dataloader_prefetch_factor", "gradient_checkpointing", "gradient_checkpointing_kwargs",
     "torch_empty_cache_steps", "log_completions", "num_completions_to_print", "log_unique_prompts",
     "log_multimodal", "pad_to_multiple_of", "use_cache", "optim",
 })

@@ -115,6 +115,10 @@ TOML_HINTS: dict[str, TrlName] = {
                                             "completion and a longer prompt is an error; "
                                             "algorithm.max_completion_length is Dr.GRPO's normaliser, not a limit"),
     "delta": TrlName(None, note="polyrl's ratio clipping has no two-sided delta bound"),
+    # TRL's True keeps only GRPOTrainer's signature columns (prompt, image, images): no dataset column
+    # reaches the reward functions; TRL's default False is what polyrl does
+    "remove_unused_columns": TrlName(None, note="polyrl passes every dataset column to the reward functions, as "
+                                                "TRL's default remove_unused_columns = False does"),
     **{name: TrlName("algorithm.mismatch_correction", note=(
         'TRL\'s default mode (sequence_mask) is mismatch_correction = "mis" with mismatch_level = "sequence" in '
         '[algorithm], a *_truncate mode is "tis", false is "none" (the default: polyrl samples with the policy it '
