@@ -652,3 +652,16 @@ def test_remove_unused_columns_true_is_refused_not_ignored():
     with pytest.raises(ConfigError, match="polyrl passes every dataset column to the reward functions") as info:
         api.GRPOConfig.from_trl(trl_config(remove_unused_columns=True))
     assert info.value.field == "grpo_config.remove_unused_columns"
+
+
+@pytest.mark.parametrize(("field", "value", "reason"), [
+    ("chat_template_kwargs", {"enable_thinking": False}, "no extra arguments"),
+    ("generation_kwargs", {"num_beams": 2}, "the generation settings it has"),
+    ("use_vllm", True, "its own generate backend"),
+])
+def test_common_trl_fields_polyrl_lacks_are_refused_saying_polyrl_has_no_equivalent(field, value, reason):
+    """Fields most TRL GRPO scripts set (Qwen3's enable_thinking=False, use_vllm=True) were refused as
+    "from_trl does not translate it", which reads as a gap in the translation, not in polyrl."""
+    with pytest.raises(ConfigError, match=f"polyrl has no equivalent \\(.*{reason}") as info:
+        api.GRPOConfig.from_trl(trl_config(**{field: value}))
+    assert info.value.field == f"grpo_config.{field}"

@@ -115,6 +115,14 @@ TOML_HINTS: dict[str, TrlName] = {
                                             "completion and a longer prompt is an error; "
                                             "algorithm.max_completion_length is Dr.GRPO's normaliser, not a limit"),
     "delta": TrlName(None, note="polyrl's ratio clipping has no two-sided delta bound"),
+    "chat_template_kwargs": TrlName(None, note="polyrl renders chat prompts with the model's own chat template "
+                                               "and no extra arguments, so a switch such as enable_thinking has to "
+                                               "be the template's default (edit chat_template.jinja in a copy of the "
+                                               "model folder)"),
+    "generation_kwargs": TrlName(None, note="polyrl samples with the generation settings it has (temperature, "
+                                            "top_p, top_k, min_p, repetition_penalty, max_new_tokens, stop)"),
+    "use_vllm": TrlName(None, note="polyrl samples with its own generate backend (GenerationConfig(backend=...), "
+                                   "[backends] generate in a TOML config), not TRL's vLLM"),
     # TRL's True keeps only GRPOTrainer's signature columns (prompt, image, images): no dataset column
     # reaches the reward functions; TRL's default False is what polyrl does
     "remove_unused_columns": TrlName(None, note="polyrl passes every dataset column to the reward functions, as "
