@@ -63,7 +63,9 @@ def test_a_trl_name_in_any_section_names_polyrls_key(name):
 @pytest.mark.parametrize(("section", "name", "fix"), [
     ("algorithm", "delta", "TRL's delta has no polyrl equivalent"),  # not "did you mean 'beta'?"
     ("train", "save_steps", "TRL's save_steps is polyrl's train.checkpoint_every"),  # not 'steps'
-    ("algorithm", "max_tool_calling_iterations", "polyrl's environment.max_turns: write max_turns = 2 in [environment]"),
+    # TRL's 2 tool rounds after the first answer are 3 assistant turns (GRPOTrainer._tool_call_loop)
+    ("algorithm", "max_tool_calling_iterations", "polyrl's environment.max_turns: for max_tool_calling_iterations = 2, "
+                                                 "write max_turns = 3 in [environment]"),
     ("train", "report_to", "TRL's report_to is polyrl's logging.report_to"),
     ("algorithm", "trust_remote_code", "polyrl's model.trust_remote_code"),
     ("algorithm", "vllm_importance_sampling_correction",  # not 'importance_sampling_level'

@@ -1347,3 +1347,38 @@ def test_a_template_that_shows_nothing_of_a_turn_with_calls_still_ends_the_episo
     out = EpisodeRunner(model.generate, encode, EpisodeLimits(4, 400), toolbox=Box(), parse=parse).run(
         ROWS[:1], SamplingParams(max_new_tokens=120, n=1))
     assert "does not render the assistant's text" in out[0].info["env_error"] and out[0].info["turns"] == 1
+
+
+class AlwaysCalls(ScriptedModel):
+    """Asks for the tool every turn, as a model that never settles on an answer does."""
+
+    def reply(self, text: str) -> tuple[str, str]:
+        return '<tool_call>{"name": "calc", "arguments": {"a": 2, "b": 3}}</tool_call>', "stop"
+
+
+@pytest.mark.parametrize("iterations", [1, 2, 3])
+def test_trls_max_tool_calling_iterations_runs_as_many_tool_rounds_here(iterations):
+    """TRL's ``max_tool_calling_iterations = N`` (``GRPOTrainer._tool_call_loop``) runs N rounds of
+    tool calls after the first answer: N + 1 assistant turns, the last one's calls not run. The
+    max_turns polyrl's TRL translation names must give the same counts; it used to name N, one
+    round of tools fewer than TRL."""
+    from polyrl.trl_names import TOML_HINTS, trl_value
+
+    ran = []
+
+    def calc(a: int, b: int) -> str:
+        """Multiply two numbers.
+
+        Args:
+            a: the first factor
+            b: the second factor
+        """
+        ran.append((a, b))
+        return str(a * b)
+
+    max_turns = trl_value(TOML_HINTS["max_tool_calling_iterations"], iterations)
+    out = runner(AlwaysCalls(), box=ToolBox([calc], timeout_s=5, max_concurrency=2),
+                 limits=EpisodeLimits(max_turns=max_turns, max_episode_tokens=3000)).run(
+        ROWS[:1], SamplingParams(max_new_tokens=120, n=1))
+    assert len(ran) == iterations  # TRL's tool rounds
+    assert [m["role"] for m in out[0].messages].count("assistant") == iterations + 1

@@ -116,3 +116,34 @@ def test_core_imports_no_torch_or_httpx():
             "bad = [m for m in ('torch', 'transformers', 'httpx') if m in sys.modules]\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_folder_passed_as_trls_reward_funcs_scores_a_long_pair_whole_as_trl(rm_path, tmp_path):
+    """TRL's GRPOTrainer(reward_funcs=["path/to/rm"]) tokenizes the whole prompt + completion for the
+    reward model (no truncation); ``api.run(rewards=[folder])`` used to score it with reward_model's
+    default max_length of 1024 tokens, cutting a longer pair's start (the question) silently."""
+    import json
+    import shutil
+
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from polyrl import api
+
+    folder = tmp_path / "rm-4k"  # the tiny model with a 4096-token position limit, as real RMs have more
+    shutil.copytree(rm_path, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 4096}))
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    prompt, completion = "Question " + "word " * 1300 + "What is 2 + 3?", " 5"
+    text = prompt + completion
+    batch = tokenizer(text=[text], return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
+    assert 1024 < batch["input_ids"].shape[1] < 4096
+    with torch.inference_mode():  # TRL 1.16's _calculate_rewards for a text prompt
+        trl_score = model(**batch).logits[:, 0].numpy()
+
+    sections, _ = api.reward_entries([str(folder)])
+    ours = score(str(folder), [prompt], [completion], **{k: v for k, v in sections[0].options.items() if k != "path"})
+    np.testing.assert_allclose(ours.total, trl_score, atol=1e-4, rtol=0)
+    assert sections[0].options["max_length"] == 4096  # the model's own limit: what it can read

@@ -101,6 +101,17 @@ def test_trls_cosine_with_a_floor_is_polyrls_cosine_with_min_lr_ratio():
     assert info.value.field == "grpo_config.lr_scheduler_kwargs"
 
 
+def test_lr_scheduler_kwargs_text_that_is_not_json_is_one_error_not_a_traceback():
+    """transformers keeps lr_scheduler_kwargs text that is not a JSON object as text (TRL's training
+    then fails building the scheduler); from_trl raised json's JSONDecodeError on it."""
+    given = trl_config(lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs="min_lr_rate=0.1")
+    assert given.lr_scheduler_kwargs == "min_lr_rate=0.1"  # TRL's own config took it
+    with pytest.raises(ConfigError, match="is not JSON") as info:
+        api.GRPOConfig.from_trl(given)
+    assert info.value.field == "grpo_config.lr_scheduler_kwargs"
+    assert 'lr_scheduler_kwargs={"min_lr_rate": 0.1}' in info.value.fix
+
+
 @pytest.mark.parametrize(("schedule", "kwargs"), [
     ("constant", {}), ("constant", {"min_lr_rate": 0.1}), ("constant_with_warmup", {}), ("linear", {}),
     ("cosine", {}), ("cosine_with_min_lr", {"min_lr_rate": 0.1}),
@@ -327,8 +338,9 @@ def test_trl_settings_that_are_what_polyrl_does_are_taken_and_agent_ones_name_th
     with pytest.raises(ConfigError) as info:
         api.GRPOConfig.from_trl(trl_config(max_tool_calling_iterations=3))
     assert info.value.field == "grpo_config.max_tool_calling_iterations"
-    assert ("(polyrl's environment.max_turns, which the Python API does not set: use `polyrl train` with a TOML "
-            "config): polyrl's Python API cannot take it") in str(info.value)
+    assert ("(polyrl's environment.max_turns = 4, which the Python API does not set: use `polyrl train` with a "
+            "TOML config; TRL counts the tool rounds after the first answer, polyrl every assistant turn): polyrl's "
+            "Python API cannot take it") in str(info.value)
 
 
 @pytest.mark.parametrize(("beta", "bias_correction", "expected"), [
@@ -628,3 +640,28 @@ def test_epochs_train_as_many_updates_as_trls_trainer(run_config, tiny_model_dir
         return
     config = run_config(args, prompts=prompts)
     assert config.train.steps * config.algorithm.num_iterations == updates, (config.train.steps, updates)
+
+
+def test_remove_unused_columns_true_is_refused_not_ignored():
+    """TRL's remove_unused_columns = True drops every dataset column but GRPOTrainer's signature
+    columns (prompt, image, images), so its reward functions get none of them; polyrl passes them
+    all, so from_trl took the field as a logging setting and trained other rewards silently. TRL's
+    default (False) is what polyrl does, and stays accepted."""
+    assert api.GRPOConfig.from_trl(trl_config(remove_unused_columns=False)).settings == \
+        api.GRPOConfig.from_trl(trl_config()).settings
+    with pytest.raises(ConfigError, match="polyrl passes every dataset column to the reward functions") as info:
+        api.GRPOConfig.from_trl(trl_config(remove_unused_columns=True))
+    assert info.value.field == "grpo_config.remove_unused_columns"
+
+
+@pytest.mark.parametrize(("field", "value", "reason"), [
+    ("chat_template_kwargs", {"enable_thinking": False}, "no extra arguments"),
+    ("generation_kwargs", {"num_beams": 2}, "the generation settings it has"),
+    ("use_vllm", True, "its own generate backend"),
+])
+def test_common_trl_fields_polyrl_lacks_are_refused_saying_polyrl_has_no_equivalent(field, value, reason):
+    """Fields most TRL GRPO scripts set (Qwen3's enable_thinking=False, use_vllm=True) were refused as
+    "from_trl does not translate it", which reads as a gap in the translation, not in polyrl."""
+    with pytest.raises(ConfigError, match=f"polyrl has no equivalent \\(.*{reason}") as info:
+        api.GRPOConfig.from_trl(trl_config(**{field: value}))
+    assert info.value.field == f"grpo_config.{field}"

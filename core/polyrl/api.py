@@ -254,6 +254,25 @@ def _is_torch_module(value: Any) -> bool:
     return any(c.__name__ == "Module" and c.__module__ == "torch.nn.modules.module" for c in type(value).__mro__)
 
 
+def reward_model_options(folder: str) -> dict[str, Any]:
+    """The ``reward_model`` options for a folder passed as TRL's ``reward_funcs`` takes one. Why
+    ``max_length``: TRL tokenizes the whole prompt + completion for its reward model (no
+    truncation in ``GRPOTrainer._calculate_rewards``), where the reward_model's default of 1024
+    tokens would cut a longer pair from the left without a word, scoring a completion without its
+    question; the model's own position limit (``max_position_embeddings``) is the most it reads."""
+    import json
+
+    options: dict[str, Any] = {"path": folder}
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return options  # the reward_model names what is wrong with the folder when it loads it
+    limit = config.get("max_position_embeddings") if isinstance(config, dict) else None
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+        options["max_length"] = limit
+    return options
+
+
 def reward_entries(rewards: Any, weights: Sequence[float] | None = None) -> tuple[list[RewardSection], list[Any]]:
     """The ``[[rewards]]`` entries and function plugins for ``rewards``, read as TRL reads
     ``reward_funcs``: one reward or a list; a function is named as TRL names it (a partial after
@@ -292,7 +311,7 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None) -> tupl
 
     for i, (reward, weight) in enumerate(zip(rewards, weights)):
         if isinstance(reward, str) and (Path(reward) / "config.json").is_file():
-            sections.append(RewardSection(name="reward_model", weight=weight, options={"path": reward},
+            sections.append(RewardSection(name="reward_model", weight=weight, options=reward_model_options(reward),
                                           label=unused("reward_model")))
         elif isinstance(reward, str) and "/" in reward:
             raise ConfigError(f"rewards[{i}] = {reward!r} is neither a reward name nor a model folder with a "

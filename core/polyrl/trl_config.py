@@ -31,7 +31,7 @@ IGNORED = frozenset({
     "hub_token", "hub_private_repo", "hub_model_id", "hub_strategy", "hub_always_push", "hub_revision",
     "use_cpu", "bf16", "tf32", "local_rank", "do_train", "do_eval", "do_predict", "accelerator_config",
     "dataloader_drop_last", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
-    "dataloader_prefetch_factor", "remove_unused_columns", "gradient_checkpointing", "gradient_checkpointing_kwargs",
+    "dataloader_prefetch_factor", "gradient_checkpointing", "gradient_checkpointing_kwargs",
     "torch_empty_cache_steps", "log_completions", "num_completions_to_print", "log_unique_prompts",
     "log_multimodal", "pad_to_multiple_of", "use_cache", "optim",
 })
@@ -94,7 +94,11 @@ def _refuse(changed: list[tuple[str, Any, Any]]) -> None:
     for name, value, default in changed:
         entry = TRL_NAMES.get(name) or TOML_HINTS.get(name)
         if entry is not None and entry.key is not None:  # polyrl has it, set in a TOML config only
-            why = f" (polyrl's {entry.key}, which the Python API does not set: use `polyrl train` with a TOML config)"
+            translated = trl_value(entry, _plain(value))
+            value_there = f" = {shown(translated)}" if entry.offset and translated != value else ""
+            because = f"; {entry.note}" if value_there and entry.note else ""
+            why = (f" (polyrl's {entry.key}{value_there}, which the Python API does not set: use `polyrl train` with "
+                   f"a TOML config{because})")
             toml_only.append(name)
         elif entry is not None and entry.note:
             why = f": polyrl has no equivalent ({entry.note})"
@@ -115,8 +119,13 @@ def _min_lr(trl_config: Any, schedule: str) -> dict[str, Any]:
     others, where only ``cosine_with_min_lr`` takes a floor (``min_lr_rate``, or ``min_lr`` over the
     lr, and it needs one), and the rest fail TRL's training with a TypeError on ``min_lr_rate``."""
     kwargs = getattr(trl_config, "lr_scheduler_kwargs", None) or {}
-    if isinstance(kwargs, str):
-        kwargs = json.loads(kwargs) if kwargs.strip() else {}
+    if isinstance(kwargs, str):  # transformers parses a JSON object's text only; other text stays as it is
+        try:
+            kwargs = json.loads(kwargs) if kwargs.strip() else {}
+        except ValueError:
+            raise ConfigError(f"TRL's lr_scheduler_kwargs = {shown(kwargs)} is not JSON (transformers passes it "
+                              "to the scheduler as keyword arguments, a dict)", field="grpo_config.lr_scheduler_kwargs",
+                              fix='write a dict, e.g. lr_scheduler_kwargs={"min_lr_rate": 0.1}, or remove it') from None
     if not isinstance(kwargs, dict):
         kwargs = {"?": kwargs}
     if schedule in ("constant", "constant_with_warmup"):

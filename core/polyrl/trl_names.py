@@ -27,11 +27,13 @@ class Preset:
 class TrlName:
     """Where one ``GRPOConfig`` field lives in polyrl: ``key`` (``table.key``, None: no
     equivalent), ``values`` (TRL value -> polyrl value of ``key``, or a ``Preset``, where they
-    differ) and ``note``. ``GRPOConfig.from_trl`` converts with the same entries."""
+    differ), ``offset`` (added to an integer TRL value: the two count differently) and ``note``.
+    ``GRPOConfig.from_trl`` converts with the same entries."""
 
     key: str | None
     values: dict[Any, Any] = attrs.field(factory=dict)
     note: str = ""  # may name the user's value as {value}
+    offset: int = 0
 
 
 _SAME = {
@@ -103,13 +105,28 @@ TOML_HINTS: dict[str, TrlName] = {
     "run_name": TrlName("logging.run_name"),
     "gradient_checkpointing": TrlName("train.gradient_checkpointing"),
     "trust_remote_code": TrlName("model.trust_remote_code"),
-    "max_tool_calling_iterations": TrlName("environment.max_turns"),
+    # TRL's N tool rounds follow a first answer: N + 1 assistant turns, the last one's calls not run,
+    # as polyrl's last turn's (GRPOTrainer._tool_call_loop)
+    "max_tool_calling_iterations": TrlName("environment.max_turns", offset=1, note=(
+        "TRL counts the tool rounds after the first answer, polyrl every assistant turn")),
     "logging_steps": TrlName(None, note="polyrl writes every step's metrics to metrics.jsonl"),
     "warmup_ratio": TrlName("optimizer.warmup_steps", note=f"write {_WARMUP.format(value='{value}')}"),
     "max_prompt_length": TrlName(None, note="polyrl never truncates a prompt: model.max_length bounds prompt + "
                                             "completion and a longer prompt is an error; "
                                             "algorithm.max_completion_length is Dr.GRPO's normaliser, not a limit"),
     "delta": TrlName(None, note="polyrl's ratio clipping has no two-sided delta bound"),
+    "chat_template_kwargs": TrlName(None, note="polyrl renders chat prompts with the model's own chat template "
+                                               "and no extra arguments, so a switch such as enable_thinking has to "
+                                               "be the template's default (edit chat_template.jinja in a copy of the "
+                                               "model folder)"),
+    "generation_kwargs": TrlName(None, note="polyrl samples with the generation settings it has (temperature, "
+                                            "top_p, top_k, min_p, repetition_penalty, max_new_tokens, stop)"),
+    "use_vllm": TrlName(None, note="polyrl samples with its own generate backend (GenerationConfig(backend=...), "
+                                   "[backends] generate in a TOML config), not TRL's vLLM"),
+    # TRL's True keeps only GRPOTrainer's signature columns (prompt, image, images): no dataset column
+    # reaches the reward functions; TRL's default False is what polyrl does
+    "remove_unused_columns": TrlName(None, note="polyrl passes every dataset column to the reward functions, as "
+                                                "TRL's default remove_unused_columns = False does"),
     **{name: TrlName("algorithm.mismatch_correction", note=(
         'TRL\'s default mode (sequence_mask) is mismatch_correction = "mis" with mismatch_level = "sequence" in '
         '[algorithm], a *_truncate mode is "tis", false is "none" (the default: polyrl samples with the policy it '
@@ -131,7 +148,8 @@ def trl_fix(name: str, value: Any) -> str | None:
     head = f"TRL's {name} is polyrl's {entry.key}"
     translated = _assignment(entry, value)
     if translated is not None:
-        return f"{head}: for {name} = {shown(value)}, {translated}"
+        why = f" ({entry.note.format(value=shown(value))})" if entry.offset and entry.note else ""
+        return f"{head}: for {name} = {shown(value)}, {translated}{why}"
     if entry.note:
         return f"{head}: {entry.note.format(value=shown(value))}"
     if table == "rewards[]":
@@ -154,6 +172,8 @@ def trl_value_fix(field: str, value: Any) -> str | None:
 
 def trl_value(entry: TrlName, value: Any) -> Any:
     """TRL's ``value`` as polyrl's value of ``entry.key`` (a ``Preset`` for a loss that is one)."""
+    if entry.offset and isinstance(value, int) and not isinstance(value, bool):
+        return value + entry.offset
     try:
         return entry.values.get(value, value)
     except TypeError:  # an unhashable value (a list, a table): nothing to translate
