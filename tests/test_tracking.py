@@ -784,3 +784,20 @@ def test_tensorboards_writer_thread_on_a_full_disk_is_one_warning_not_a_tracebac
     assert "tracker 'tensorboard' failed and was dropped" in err
     assert "No space left on device" in err
     assert "Traceback" not in err and "Exception in thread" not in err, err
+
+
+def test_trackio_says_where_its_metrics_go_without_a_write_token(tmp_path, monkeypatch, capsys):
+    """trackio's init sends metrics to a Space or a server when TRACKIO_SPACE_ID / TRACKIO_SERVER_URL
+    is set: the start line says so rather than naming a local store it does not write; the server
+    URL's query (trackio's write_token) is left out."""
+    from polyrl.tracking.trackio import say_where
+
+    monkeypatch.delenv("TRACKIO_SPACE_ID", raising=False)
+    monkeypatch.setenv("TRACKIO_SERVER_URL", "https://trackio.example:8443/base?write_token=s3cr3t-token")
+    say_where(tmp_path, "p")
+    err = capsys.readouterr().err
+    assert "TRACKIO_SERVER_URL" in err and "https://trackio.example:8443/base" in err and "s3cr3t" not in err, err
+    monkeypatch.setenv("TRACKIO_SPACE_ID", "me/space")
+    say_where(tmp_path, "p")
+    err = capsys.readouterr().err
+    assert "TRACKIO_SPACE_ID" in err and "me/space" in err and str(tmp_path) not in err, err

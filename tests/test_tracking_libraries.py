@@ -235,3 +235,28 @@ def test_a_resumed_run_is_a_tracker_run_named_apart(toy, tmp_path):
     client = MlflowClient(tracking_uri=(tmp_path / "run" / "mlruns").resolve().as_uri())
     runs = client.search_runs([client.get_experiment_by_name("polyrl-resume").experiment_id])
     assert sorted(r.info.run_name for r in runs) == ["run", "run-resumed-at-step-2"]
+
+
+@pytest.mark.parametrize("trackio_dir", [None, "elsewhere"])
+def test_trackio_and_tensorboard_say_where_they_write_and_how_to_look(tmp_path, trackio_dir):
+    """trackio's start said nothing of polyrl's choice of folder: its own banner says `trackio show
+    --project P`, which in another shell (no TRACKIO_DIR) opens trackio's default store under the
+    HF cache, not this run's, and it says nothing for a second run of a project in one process.
+    The start now names the store, TRACKIO_DIR's when set, and the command that shows it."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("TRACKIO_DIR", "TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL")}
+    if trackio_dir:
+        env["TRACKIO_DIR"] = str(tmp_path / trackio_dir)
+    code = ("import sys\nfrom pathlib import Path\nfrom polyrl.tracking.spec import TrackerContext\n"
+            "from polyrl.tracking.tensorboard import TensorBoardTracker\nfrom polyrl.tracking.trackio import TrackioTracker\n"
+            "for make in (TrackioTracker, TensorBoardTracker):\n"
+            "    make(TrackerContext(Path(sys.argv[1]), 'r', 'my project', {})).close()\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    store = tmp_path / trackio_dir if trackio_dir else (out / "trackio").resolve()
+    assert f"TRACKIO_DIR={store} trackio show --project 'my project'" in proc.stderr, proc.stderr
+    assert f"tensorboard --logdir {out / 'tensorboard'}" in proc.stderr, proc.stderr
