@@ -181,6 +181,29 @@ def test_a_metric_named_as_another_ones_folder_is_left_out_not_the_tracker(tmp_p
     assert metrics == {"reward/f/mean": 0.7, "loss": 0.2}  # reward/f is a folder of reward/f/mean too
 
 
+def test_a_database_store_keeps_trls_reward_beside_the_per_reward_metrics(tmp_path, monkeypatch):
+    """Only MLflow's file store cannot hold ``reward`` beside ``reward/<f>/mean`` (a metric is a file
+    there); a database store holds both, and TRL's ``reward`` was left out of it all the same.
+    Needs MLflow's database extras (SQLAlchemy, alembic), which mlflow-skinny leaves out."""
+    pytest.importorskip("sqlalchemy")
+    pytest.importorskip("alembic")
+    from mlflow.tracking import MlflowClient
+
+    from polyrl.tracking.mlflow import MlflowTracker
+    from polyrl.tracking.spec import TrackerContext
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker = MlflowTracker(TrackerContext(tmp_path, "nested", "polyrl-nested", {}))
+    assert not tracker.file_store
+    tracker.log_metrics({"reward/f/mean": 0.5, "reward": 1.0, "loss": 0.1}, 1)
+    tracker.log_metrics({"reward": 2.0, "reward/f/mean": 0.7, "reward/f": 3.0, "loss": 0.2}, 2)
+    tracker.close()
+    client = MlflowClient(tracking_uri=tracker.uri)
+    assert client.get_run(tracker.run_id).data.metrics == {"reward/f/mean": 0.7, "reward": 2.0, "reward/f": 3.0,
+                                                           "loss": 0.2}
+    assert [(m.step, m.value) for m in client.get_metric_history(tracker.run_id, "reward")] == [(1, 1.0), (2, 2.0)]
+
+
 def test_a_run_that_fails_finishes_its_mlflow_run_as_failed(tmp_path, tiny_model_dir):
     """Trackers were always closed as a success: a run stopped by its reward's error showed in
     MLflow as FINISHED (and in W&B with exit code 0), so a sweep's "finished" filter kept it."""
