@@ -166,6 +166,22 @@ def test_replies_from_other_weights_than_the_pushed_ones_are_refused_not_trained
     assert len(engine.generate(prompt, sampling)) == 2
 
 
+def test_polyrl_serve_names_the_model_asked_for_and_refuses_another_with_the_fix(servers):
+    """polyrl serve's replies name its served model, which the remote backend compares with the one
+    it asked for (passes); asked for a model it does not serve, it answers 404, and the error names
+    backends.options.served_model (it said to check that the servers were up)."""
+    servers[0].reset()
+    reply = servers[0].post("/v1/completions", json={"model": SERVED_NAME, "prompt": [1, 2, 3], "max_tokens": 2,
+                                                      "logprobs": 0, "return_token_ids": True}).json()
+    assert reply["model"] == SERVED_NAME
+    engine = Engine(Registry(), "remote", remote_config(servers[:1], weight_push=False))
+    assert len(engine.generate(TOKEN_PROMPTS, SamplingParams(max_new_tokens=3, n=2, seed=0))) == 4
+    wrong = Engine(Registry(), "remote", remote_config(servers[:1], weight_push=False, served_model="llama-3-8b"))
+    with pytest.raises(PluginError) as err:
+        wrong.generate(TOKEN_PROMPTS, SamplingParams(max_new_tokens=3, n=2, seed=0))
+    assert "HTTP 404" in str(err.value) and "Fix: set backends.options.served_model" in str(err.value), str(err.value)
+
+
 @pytest.mark.faults
 def test_a_weight_push_without_the_token_is_refused_with_the_fix(servers, monkeypatch):
     reg = Registry()
@@ -207,6 +223,7 @@ class Hostile:
         self.busy = 0  # answer this many POSTs 503 with Retry-After first
         self.weight_replies: list[tuple[int, str]] = []  # (status, body) per push, then 200
         self.process: int | None = None  # set: polyrl serve's weights ids, a new process before every reply
+        self.served: str | None = None  # set: the `model` its replies name (unset: they name none)
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -290,6 +307,8 @@ class Hostile:
             self.skewed = not getattr(self, "skewed", False)
             choices = choices + [self.choice(n, body)] if self.skewed else choices[:-1]
         reply: dict = {"choices": choices}
+        if self.served is not None:
+            reply["model"] = self.served
         if self.process is not None:
             self.process += 1
             reply["weights_id"] = f"process{self.process}-0"
@@ -418,6 +437,45 @@ def test_a_token_id_past_64_bits_is_refused_without_the_models_vocabulary(hostil
     assert engine.raw.tokenizer.vocab is None
     with pytest.raises(PluginError, match=r"`token_ids`\[0\] = 18446744073709551616 is outside the model's vocab"):
         engine.generate(TOKEN_PROMPTS, SamplingParams(max_new_tokens=4, n=2))
+
+
+@pytest.mark.faults
+def test_a_reply_from_another_model_stops_the_run_naming_both_and_the_fix(hostile):
+    """A server answering with another model than the one asked for (a server of the list started on
+    another model, one that ignores the request's name) was trained on: the ids and log-probs of a
+    model other than the policy. It is one error, not a failed attempt a good server would hide."""
+    good = Hostile()
+    try:
+        good.served, hostile.served = "hostile", "Qwen/Qwen2.5-7B-Instruct"
+        engine = hostile_engine(good, hostile, retries=3, max_concurrency=1)
+        assert engine.raw.model == "hostile"  # what the first server lists, asked of both
+        with pytest.raises(PluginError) as err:
+            engine.generate(TOKEN_PROMPTS * 2, SamplingParams(max_new_tokens=4, n=2))
+        text = str(err.value)
+        assert (f"{hostile.url} answered a request for model 'hostile'" in text
+                and "a reply from model 'Qwen/Qwen2.5-7B-Instruct'" in text), text
+        assert ('Fix: point backends.options.servers at servers serving' in text
+                and 'backends.options.served_model = "Qwen/Qwen2.5-7B-Instruct"' in text
+                and "backends.options.check_reply_model = false" in text), text
+        assert len(good.requests) == len(hostile.requests) == 2  # round-robin, never failed over to the good one
+        # the opt-out, for a proxy that renames the model in its replies
+        out = hostile_engine(good, hostile, check_reply_model=False).generate(
+            TOKEN_PROMPTS * 2, SamplingParams(max_new_tokens=4, n=2))
+        assert len(out) == 8
+    finally:
+        good.stop()
+
+
+@pytest.mark.faults
+def test_a_reply_naming_the_model_asked_for_or_none_is_trained_on(hostile):
+    """Servers that echo the request's name (llama.cpp's, mlx_lm's) or leave `model` out pass."""
+    for served in ("hostile", None):
+        hostile.served = served
+        assert len(hostile_engine(hostile).generate(TOKEN_PROMPTS, SamplingParams(max_new_tokens=4, n=2))) == 4
+    with pytest.raises(ConfigError, match=r"backends\.options\.check_reply_model: must be true or false"):
+        hostile_engine(hostile, check_reply_model="no")
+    with pytest.raises(ConfigError, match=r"backends\.options\.served_model: must be a non-empty string"):
+        hostile_engine(hostile, served_model=7)
 
 
 @pytest.mark.faults

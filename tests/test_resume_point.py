@@ -148,13 +148,15 @@ def test_a_malformed_kl_coefficient_is_refused(tiny_model_dir, tmp_path, kl, sho
     assert f"{found / ckpt.STATE_FILE}: kl_coef is {shown}, not a finite number >= 0" in text, text
 
 
+@pytest.mark.parametrize("key", ["num_tokens", "updates_applied"])
 @pytest.mark.parametrize(("tokens", "shown"), [("-3", "-3"), ("2.5", "2.5"), ('"12"', "'12'"), ("true", "True")])
-def test_a_malformed_token_count_is_refused(tiny_model_dir, tmp_path, tokens, shown):
-    """num_tokens (TRL's cumulative count, continued by a resume) is a whole count or nothing."""
-    found = _edited(tmp_path, num_tokens=0)
-    rewrite_state(found, json.dumps({**well_formed_state(2), "num_tokens": "X"}).replace('"X"', tokens))
+def test_a_malformed_token_count_is_refused(tiny_model_dir, tmp_path, key, tokens, shown):
+    """num_tokens (TRL's cumulative count, continued by a resume) and updates_applied (where the
+    lr schedule is, for a skipped step's lr) are whole counts or nothing."""
+    found = _edited(tmp_path, **{key: 0})
+    rewrite_state(found, json.dumps({**well_formed_state(2), key: "X"}).replace('"X"', tokens))
     text = _refused(tiny_model_dir, tmp_path)
-    assert f"{found / ckpt.STATE_FILE}: num_tokens is {shown}, not an integer >= 0" in text, text
+    assert f"{found / ckpt.STATE_FILE}: {key} is {shown}, not an integer >= 0" in text, text
 
 
 def test_a_saved_config_that_is_not_an_object_is_refused(tiny_model_dir, tmp_path):

@@ -784,3 +784,72 @@ def test_tensorboards_writer_thread_on_a_full_disk_is_one_warning_not_a_tracebac
     assert "tracker 'tensorboard' failed and was dropped" in err
     assert "No space left on device" in err
     assert "Traceback" not in err and "Exception in thread" not in err, err
+
+
+def test_trackio_says_where_its_metrics_go_without_a_write_token(tmp_path, monkeypatch, capsys):
+    """trackio's init sends metrics to a Space or a server when TRACKIO_SPACE_ID / TRACKIO_SERVER_URL
+    is set: the start line says so rather than naming a local store it does not write; the server
+    URL's query (trackio's write_token) is left out."""
+    from polyrl.tracking.trackio import say_where
+
+    monkeypatch.delenv("TRACKIO_SPACE_ID", raising=False)
+    monkeypatch.setenv("TRACKIO_SERVER_URL", "https://trackio.example:8443/base?write_token=s3cr3t-token")
+    say_where(tmp_path, "p")
+    err = capsys.readouterr().err
+    assert "TRACKIO_SERVER_URL" in err and "https://trackio.example:8443/base" in err and "s3cr3t" not in err, err
+    monkeypatch.setenv("TRACKIO_SPACE_ID", "me/space")
+    say_where(tmp_path, "p")
+    err = capsys.readouterr().err
+    assert "TRACKIO_SPACE_ID" in err and "me/space" in err and str(tmp_path) not in err, err
+
+
+@pytest.mark.parametrize(("uri", "kind"), [
+    ("file:///tmp/mlruns", "file"), ("/tmp/mlruns", "file"), ("./mlruns", "file"), ("C:\\runs\\mlruns", "file"),
+    ("sqlite:///mlflow.db", "database"), ("postgresql+psycopg2://u@h/db", "database"), ("mysql://h/db", "database"),
+    ("http://127.0.0.1:5000", "server"), ("https://mlflow.example", "server"), ("databricks", "server"),
+    ("databricks://profile", "server"),
+])
+def test_mlflow_store_kind_of_a_tracking_uri(uri, kind):
+    """Only MLflow's file store cannot hold TRL's ``reward`` beside ``reward/<f>/mean``; the
+    tracking URI says which store it is, but for a tracking server only the server knows."""
+    from polyrl.tracking.mlflow import store_kind
+
+    assert store_kind(uri) == kind
+
+
+@pytest.mark.parametrize(("answer", "kind"), [
+    ((200, '{"store_type": "SqlStore", "workspaces_enabled": false}'), "database"),
+    ((200, '{"store_type": "FileStore"}'), "file"), ((200, '{"store_type": null}'), "file"),
+    ((404, "Not Found"), "file"), ((200, "<html>a proxy</html>"), "file"),
+])
+def test_a_tracking_servers_store_is_what_its_server_info_says(answer, kind):
+    """An MLflow 3 tracking server says its store in /api/3.0/mlflow/server-info; an older server,
+    a proxy's page or no answer is taken for a file store (``mlflow server`` falls back to one)."""
+    import http.server
+    import threading
+
+    from polyrl.tracking.mlflow import SERVER_INFO, server_store
+
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            body = answer[1].encode()
+            self.send_response(answer[0])
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert server_store(f"http://127.0.0.1:{server.server_address[1]}/") == kind
+        assert asked == [SERVER_INFO]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert server_store("http://127.0.0.1:9", timeout_s=1) == "file"  # nothing listens there

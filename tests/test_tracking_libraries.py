@@ -181,6 +181,29 @@ def test_a_metric_named_as_another_ones_folder_is_left_out_not_the_tracker(tmp_p
     assert metrics == {"reward/f/mean": 0.7, "loss": 0.2}  # reward/f is a folder of reward/f/mean too
 
 
+def test_a_database_store_keeps_trls_reward_beside_the_per_reward_metrics(tmp_path, monkeypatch):
+    """Only MLflow's file store cannot hold ``reward`` beside ``reward/<f>/mean`` (a metric is a file
+    there); a database store holds both, and TRL's ``reward`` was left out of it all the same.
+    Needs MLflow's database extras (SQLAlchemy, alembic), which mlflow-skinny leaves out."""
+    pytest.importorskip("sqlalchemy")
+    pytest.importorskip("alembic")
+    from mlflow.tracking import MlflowClient
+
+    from polyrl.tracking.mlflow import MlflowTracker
+    from polyrl.tracking.spec import TrackerContext
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker = MlflowTracker(TrackerContext(tmp_path, "nested", "polyrl-nested", {}))
+    assert not tracker.file_store
+    tracker.log_metrics({"reward/f/mean": 0.5, "reward": 1.0, "loss": 0.1}, 1)
+    tracker.log_metrics({"reward": 2.0, "reward/f/mean": 0.7, "reward/f": 3.0, "loss": 0.2}, 2)
+    tracker.close()
+    client = MlflowClient(tracking_uri=tracker.uri)
+    assert client.get_run(tracker.run_id).data.metrics == {"reward/f/mean": 0.7, "reward": 2.0, "reward/f": 3.0,
+                                                           "loss": 0.2}
+    assert [(m.step, m.value) for m in client.get_metric_history(tracker.run_id, "reward")] == [(1, 1.0), (2, 2.0)]
+
+
 def test_a_run_that_fails_finishes_its_mlflow_run_as_failed(tmp_path, tiny_model_dir):
     """Trackers were always closed as a success: a run stopped by its reward's error showed in
     MLflow as FINISHED (and in W&B with exit code 0), so a sweep's "finished" filter kept it."""
@@ -235,3 +258,28 @@ def test_a_resumed_run_is_a_tracker_run_named_apart(toy, tmp_path):
     client = MlflowClient(tracking_uri=(tmp_path / "run" / "mlruns").resolve().as_uri())
     runs = client.search_runs([client.get_experiment_by_name("polyrl-resume").experiment_id])
     assert sorted(r.info.run_name for r in runs) == ["run", "run-resumed-at-step-2"]
+
+
+@pytest.mark.parametrize("trackio_dir", [None, "elsewhere"])
+def test_trackio_and_tensorboard_say_where_they_write_and_how_to_look(tmp_path, trackio_dir):
+    """trackio's start said nothing of polyrl's choice of folder: its own banner says `trackio show
+    --project P`, which in another shell (no TRACKIO_DIR) opens trackio's default store under the
+    HF cache, not this run's, and it says nothing for a second run of a project in one process.
+    The start now names the store, TRACKIO_DIR's when set, and the command that shows it."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("TRACKIO_DIR", "TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL")}
+    if trackio_dir:
+        env["TRACKIO_DIR"] = str(tmp_path / trackio_dir)
+    code = ("import sys\nfrom pathlib import Path\nfrom polyrl.tracking.spec import TrackerContext\n"
+            "from polyrl.tracking.tensorboard import TensorBoardTracker\nfrom polyrl.tracking.trackio import TrackioTracker\n"
+            "for make in (TrackioTracker, TensorBoardTracker):\n"
+            "    make(TrackerContext(Path(sys.argv[1]), 'r', 'my project', {})).close()\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    store = tmp_path / trackio_dir if trackio_dir else (out / "trackio").resolve()
+    assert f"TRACKIO_DIR={store} trackio show --project 'my project'" in proc.stderr, proc.stderr
+    assert f"tensorboard --logdir {out / 'tensorboard'}" in proc.stderr, proc.stderr

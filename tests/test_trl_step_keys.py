@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import numpy as np
 import pytest
 
@@ -107,3 +108,70 @@ def test_resume_keeps_num_tokens_cumulative(toy, tmp_path):
     resumed.run(progress=False)
     lines = [json.loads(x) for x in (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [line["num_tokens"] for line in lines] == expected
+
+
+FLAT_ON_STEPS_2_AND_3 = """
+calls = []
+
+def varied(prompts, completions, **kwargs):
+    calls.append(1)
+    if len(calls) in (2, 3):  # every group flat: dynamic sampling drops them all, the step is skipped
+        return [0.0] * len(completions)
+    return [float(i % 4) for i in range(len(completions))]
+"""
+
+
+def test_skipped_steps_log_the_schedules_learning_rate(toy, tmp_path):
+    """Once: a step with nothing to train on (every group flat) had no ``lr``/``learning_rate`` in
+    metrics.jsonl or the trackers, where TRL logs learning_rate every step; it is the schedule's
+    value for the next update, which the skip leaves where it was."""
+    from polyrl.schedules import lr_at
+    from test_tracking import Recorder
+
+    reward = tmp_path / "reward.py"
+    reward.write_text(FLAT_ON_STEPS_2_AND_3)
+    data = toy_config(tmp_path, steps=6)
+    data["rewards"] = [{"function": f"{reward}:varied"}]
+    data["algorithm"] = {"name": "grpo", "dynamic_sampling": True}
+    data["optimizer"] = {"lr": 1.0, "schedule": "linear", "warmup_steps": 2}
+    data["logging"] = {"report_to": ["recorder"]}
+    recorder = Recorder("recorder")
+    trainer = Trainer(RunConfig.from_dict(data), extra_plugins=(recorder,))
+    trainer.run(progress=False)
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [bool(line.get("skipped")) for line in lines] == [False, True, True, False, False, False]
+    optimizer = attrs.evolve(trainer.config.optimizer, total_steps=6)
+    expected = [lr_at(optimizer, n) for n in (0, 1, 1, 1, 2, 3)]  # updates applied before each step
+    assert [line["learning_rate"] for line in lines] == pytest.approx(expected)
+    assert [line["lr"] for line in lines] == pytest.approx(expected)
+    assert [m.get("learning_rate") for _, m in recorder.metrics] == pytest.approx(expected)
+    assert trainer.updates_applied == 4
+
+
+def test_resume_continues_the_count_of_applied_updates(toy, tmp_path, monkeypatch):
+    """The lr of a skipped step after a resume is where the schedule is: the checkpoint's count of
+    applied updates (an older checkpoint without it: its kept step lines' count; weights only: 0,
+    the optimizer starts fresh)."""
+    def config(name: str, steps: int) -> RunConfig:
+        reward = tmp_path / f"reward_{name}.py"  # its own count of calls
+        reward.write_text(FLAT_ON_STEPS_2_AND_3)
+        data = toy_config(tmp_path / name, steps=steps, checkpoint_every=3)
+        data["rewards"] = [{"function": f"{reward}:varied"}]
+        data["algorithm"] = {"name": "grpo", "dynamic_sampling": True, "num_iterations": 2}
+        return RunConfig.from_dict(data)
+
+    Trainer(config("new", 3)).run(progress=False)  # steps 2 and 3 skipped: 2 updates applied
+    state_file = tmp_path / "new" / "run" / "checkpoints" / "step-00000003" / "trainer_state.json"
+    assert json.loads(state_file.read_text())["updates_applied"] == 2
+    resumed = Trainer(config("new", 6))
+    assert resumed.resume() and resumed.updates_applied == 2
+    fresh_optimizer = Trainer(config("new", 6))
+    assert fresh_optimizer.resume(weights_only=True) and fresh_optimizer.updates_applied == 0
+
+    state = Trainer._state
+    monkeypatch.setattr(Trainer, "_state", lambda self: {k: v for k, v in state(self).items()
+                                                         if k != "updates_applied"})  # as an older polyrl saved
+    Trainer(config("old", 3)).run(progress=False)
+    monkeypatch.undo()
+    older = Trainer(config("old", 6))
+    assert older.resume() and older.updates_applied == 2

@@ -110,9 +110,10 @@ def problem(state: Any, step: int | None, weights_only: bool, prompts: int) -> t
     kl = state.get("kl_coef", 0.0)
     if not (isinstance(kl, (int, float)) and not isinstance(kl, bool) and math.isfinite(kl) and kl >= 0):
         return f"kl_coef is {kl!r}, not a finite number >= 0", OTHER_CHECKPOINT_FIX
-    tokens = state.get("num_tokens", 0)
-    if not (_count(tokens) and tokens >= 0):
-        return f"num_tokens is {tokens!r}, not an integer >= 0", OTHER_CHECKPOINT_FIX
+    for key in ("num_tokens", "updates_applied"):
+        count = state.get(key, 0)
+        if not (_count(count) and count >= 0):
+            return f"{key} is {count!r}, not an integer >= 0", OTHER_CHECKPOINT_FIX
     saved = state.get("config")
     if saved is not None and not isinstance(saved, Mapping):
         return f"config is {_kind(saved)}, not an object", WEIGHTS_ONLY_FIX

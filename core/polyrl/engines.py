@@ -24,7 +24,7 @@ from polyrl.logs import get_logger
 from polyrl.plugins import install_hint
 from polyrl.ref_sync import ReferenceSync, needs_own_reference
 from polyrl.registry import Registry
-from polyrl.types import EngineConfig, TokenSequence
+from polyrl.types import EngineConfig, OptimizerConfig, TokenSequence
 
 log = get_logger("polyrl.trainer")
 
@@ -126,13 +126,19 @@ def check_backend_options(config: RunConfig, registry: Registry) -> None:
     check_option_keys(config.backends.options, known)
 
 
+def run_optimizer(config: RunConfig) -> OptimizerConfig:
+    """The run's optimizer settings as the train engine gets them: the schedule spans
+    ``train.steps`` x ``num_iterations`` updates unless ``optimizer.total_steps`` says otherwise."""
+    return with_total_steps(config.optimizer, config.train.steps * config.algorithm.num_iterations)
+
+
 def engine_config(config: RunConfig, role: str, model: str) -> EngineConfig:
     """What an engine of ``role`` ("train", "generate", "reference") is built with."""
     c = config
     return EngineConfig(
         model=model, role=role, dtype=c.model.dtype, compute_dtype=c.model.compute_dtype, device=c.model.device, seed=c.train.seed,
         threads=c.train.threads, lora=c.lora if role == "train" else None,
-        optimizer=with_total_steps(c.optimizer, c.train.steps * c.algorithm.num_iterations),
+        optimizer=run_optimizer(c),
         max_length=c.model.max_length, options=dict(c.backends.options),
         trust_remote_code=c.model.trust_remote_code,
         gradient_checkpointing=c.train.gradient_checkpointing and role == "train",

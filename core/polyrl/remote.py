@@ -17,7 +17,9 @@ the startup prompt-length check counted), and a multi-turn episode continues fro
 its last turn. A completion's text is the decode of its ids (the server's text is not scored).
 Only without a tokenizer at the model path (an engine built by hand) does text go as text and a
 chat to ``/v1/chat/completions``, for the server to tokenize, with a warning for each kind. Every
-reply is checked (``polyrl.remote_replies``): exactly ``n`` choices, ids ints in the vocabulary,
+reply is checked (``polyrl.remote_replies``): its ``model``, where it names one, is the model asked
+for (else the run stops: another model's ids and log-probs are no policy samples), exactly ``n``
+choices, ids ints in the vocabulary,
 log-probs finite and <= 0, ``finish_reason`` stop or length, and, once weights were pushed to a
 server that names them (``polyrl serve``'s ``weights_id``), from exactly those weights: a server
 pushed to by another client fails the attempt instead of feeding the trainer off-policy samples; one
@@ -50,7 +52,9 @@ vLLM                          not through this backend; set ``weight_push = fals
 
 Options (``[backends.options]``; every engine of the run sees them, only this backend reads them):
 ``servers`` (required, list of base URLs ending in ``/v1``), ``served_model`` (the model name the
-servers serve; default: whatever ``/v1/models`` lists first), ``timeout_s`` (120: a whole reply,
+servers serve; default: whatever the first server's ``/v1/models`` lists first), ``check_reply_model``
+(true: a reply whose ``model`` is not exactly the name asked for stops the run; false only behind a
+proxy that renames models), ``timeout_s`` (120: a whole reply,
 checked as its bytes arrive), ``max_reply_bytes`` (64 MiB: n completions with ids and log-probs fit
 many times over; a larger reply fails the attempt), ``retries`` (3, generation and weight pushes),
 ``backoff_s`` (0.5), ``max_concurrency`` (4 per server), ``weight_push`` (true), ``weights_dir``
@@ -88,7 +92,7 @@ from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge, ref
 from polyrl.redact import Redactor, url_secrets
 from polyrl.logs import get_logger
 from polyrl.remote_replies import (BadReply, ServerRestarted, StaleWeights, check_weights, completion, json_body,
-                                   reply_choices, restarted)
+                                   reply_choices, reply_model, restarted)
 from polyrl.remote_tokenizer import ModelTokenizer
 from polyrl.types import (BackendSpec, Capabilities, Completion, EngineConfig, NamedWeights, Prompt,
                           SamplingParams, TokenPrompt)
@@ -123,6 +127,7 @@ class RemoteOptions:
     weight_push_token_env: str | None = None
     weight_push_token_file: str | None = None
     max_reply_bytes: int = 64 << 20
+    check_reply_model: bool = True
 
 
 WEIGHT_TOKEN_HEADER = "X-Polyrl-Weight-Token"  # what polyrl serve checks (polyrl.serving.weight_push)
@@ -156,6 +161,15 @@ def remote_options(options: Mapping[str, Any]) -> RemoteOptions:
     if "weight_push" in values and not isinstance(values["weight_push"], bool):  # "no" would read as true
         raise ConfigError(f"must be true or false, got {values['weight_push']!r}", field="backends.options.weight_push",
                           fix="weight_push = false samples off-policy from servers that cannot take weights")
+    if "check_reply_model" in values and not isinstance(values["check_reply_model"], bool):
+        raise ConfigError(f"must be true or false, got {values['check_reply_model']!r}",
+                          field="backends.options.check_reply_model",
+                          fix="check_reply_model = false only behind a proxy that renames the model in its replies")
+    if "served_model" in values and not (values["served_model"] is None or isinstance(values["served_model"], str)
+                                         and values["served_model"]):
+        raise ConfigError(f"must be a non-empty string, got {values['served_model']!r}",
+                          field="backends.options.served_model",
+                          fix="the model name the servers list under GET /v1/models")
     for key in ("retries", "max_concurrency"):
         if key in values and (not isinstance(values[key], int) or isinstance(values[key], bool) or values[key] < 0):
             raise ConfigError("must be an integer >= 0", field=f"backends.options.{key}")
@@ -299,7 +313,7 @@ class RemoteEngine:
             raise PluginError(self.redact(str(exc))) from None
 
     def _post(self, path: str, body: dict[str, Any], first_server: int, parse: Callable[[Any], _T]) -> _T:
-        servers, last, failure = self.options.servers, "no attempt", None
+        servers, last, failure, status = self.options.servers, "no attempt", None, 0
         for attempt in range(self.options.retries + 1):
             index = (first_server + attempt) % len(servers)
             server = servers[index]
@@ -309,7 +323,7 @@ class RemoteEngine:
                 if status == 200:
                     return parse(data)
             except (_AttemptFailed, BadReply) as exc:
-                last, failure = f"{server}: {exc}", exc
+                last, failure, status = f"{server}: {exc}", exc, 0
                 if attempt < self.options.retries:  # said as it happens: a failover was silent
                     log.warning("remote attempt failed; trying again", server=server,
                                 error=self.redact(str(exc))[:300], attempt=attempt + 1)
@@ -318,7 +332,7 @@ class RemoteEngine:
             if status not in RETRY_STATUS:
                 break
         raise PluginError(f"remote generation failed after {attempt + 1} attempts; last: {last}. "
-                          f"Fix: {_fix_for(failure)}")
+                          f"Fix: {_fix_for(failure, status)}")
 
     def _attempt(self, index: int, url: str, body: dict[str, Any], heal: bool = True) -> tuple[int, bytes, Any]:
         """One attempt on server ``index``: its status, body, and (on a 200) the JSON, from the
@@ -330,6 +344,7 @@ class RemoteEngine:
             self._note_retry_after(index, wait)
             return status, raw, None
         data = json_body(raw)
+        self._check_model(index, data)
         try:
             check_weights(data, self._pushed.get(index))
         except ServerRestarted as exc:
@@ -338,6 +353,27 @@ class RemoteEngine:
             self._push_again(index, exc)
             return self._attempt(index, url, body, heal=False)
         return status, raw, data
+
+    def _check_model(self, index: int, data: Any) -> None:
+        """A reply naming another model than the one asked for stops the run: its ids and log-probs
+        come from a model other than the policy (a server of the list started on another model, one
+        that ignores the request's name), and would be trained on as the policy's samples. Not a
+        failed attempt that fails over: a misconfigured server among good ones would go unnoticed.
+        A reply without ``model`` gives nothing to compare; one echoing the request's name (llama.cpp's
+        server) passes whatever it serves, so this catches servers that say what they serve (vLLM,
+        ``polyrl serve``, SGLang)."""
+        got = reply_model(data)
+        if not self.options.check_reply_model or got is None or got == self.model:
+            return
+        asked = ("backends.options.served_model" if self.options.served_model
+                 else f"the first model {self.options.servers[0]}/models lists")
+        raise PluginError(
+            f"{self.options.servers[index]} answered a request for model {_name(self.model)} ({asked}) with a "
+            f"reply from model {_name(got)}: its token ids and log-probs come from another model than the one "
+            f"asked for, and would be trained on as the policy's. Fix: point backends.options.servers at servers "
+            f"serving {_name(self.model)}; if {_name(got)} is the same model under another name (a vLLM alias), set "
+            f"backends.options.served_model = {json.dumps(got[:200])}; behind a proxy that renames models, set "
+            "backends.options.check_reply_model = false")
 
     def _push_again(self, index: int, restart: ServerRestarted) -> None:
         """Push the last weights file again to server ``index``, which answered from another
@@ -524,8 +560,12 @@ class _AttemptFailed(Exception):
     """One request failed in a way the next attempt may not: a timeout, a connection error, too big a reply."""
 
 
-def _fix_for(failure: Exception | None) -> str:
-    """The fix a generation request that failed every attempt names, by what failed the last one."""
+def _fix_for(failure: Exception | None, status: int = 0) -> str:
+    """The fix a generation request that failed every attempt names, by what failed the last one
+    (``status``: the HTTP status of its reply, 0 for none)."""
+    if status == 404:  # vLLM and polyrl serve answer a model they do not serve so
+        return ("set backends.options.served_model to the model every server in backends.options.servers "
+                "serves (GET /v1/models lists it), or point them at servers of that model")
     if isinstance(failure, ServerRestarted):
         return ("find out why the server restarted (its log: out of memory?), then resume with --resume (the run "
                 "pushes its weights to every server when it starts)")
@@ -536,6 +576,11 @@ def _fix_for(failure: Exception | None) -> str:
         return ("use `polyrl serve`, or a server whose replies follow OpenAI's completions format with "
                 "return_token_ids (vLLM)")
     return "check that the servers in backends.options.servers are up"
+
+
+def _name(model: str) -> str:
+    """A model name as an error quotes it (a hostile server's may be anything, of any length)."""
+    return repr(model[:200] + ("..." if len(model) > 200 else ""))
 
 
 def _shown(raw: bytes) -> str:

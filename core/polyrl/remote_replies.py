@@ -100,6 +100,13 @@ def check_weights(data: Any, pushed: str | None) -> None:
                        "this server (another client pushed others to it)")
 
 
+def reply_model(data: Any) -> str | None:
+    """The model a reply says generated it (OpenAI's ``model``), or None when it names none (a
+    server that leaves the field out gives nothing to compare)."""
+    got = data.get("model") if isinstance(data, dict) else None
+    return got if isinstance(got, str) else None
+
+
 def reply_choices(data: Any, n: int) -> list[dict[str, Any]]:
     """Exactly ``n`` choice objects: more or fewer would credit samples to another prompt's group."""
     if not isinstance(data, dict):

@@ -12,6 +12,7 @@ ends at, as in transformers' ``get_cosine_with_min_lr_schedule_with_warmup`` (``
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 SCHEDULES = ("constant", "linear", "cosine")
@@ -40,3 +41,10 @@ def lr_at(optimizer: Any, updates: int) -> float:
     """The lr (``OptimizerConfig``) for the update after ``updates`` applied ones."""
     return optimizer.lr * lr_multiplier(updates, optimizer.schedule, optimizer.warmup_steps,
                                         optimizer.total_steps, optimizer.min_lr_ratio)
+
+
+def updates_in_history(lines: Iterable[Mapping[str, Any]], num_iterations: int) -> int:
+    """The optimizer updates the step lines of metrics.jsonl record as applied, for a checkpoint
+    written before it saved its own count: ``num_iterations`` for each step not skipped (a step
+    whose update a backend skipped part-way counts none; its earlier iterations are lost)."""
+    return sum(num_iterations for line in lines if not line.get("skipped"))

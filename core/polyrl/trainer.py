@@ -43,7 +43,7 @@ from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
 from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.config import RunConfig, check_world_size
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train_and_eval
-from polyrl.engines import check_engines, choose_generate_backend, load_engines
+from polyrl.engines import check_engines, choose_generate_backend, load_engines, run_optimizer
 from polyrl import episode_scoring
 from polyrl.episode_prompts import first_prompt_counter
 from polyrl.errors import CollectiveTimeout, ConfigError, PluginError, PolyrlError, RewardError
@@ -60,6 +60,7 @@ from polyrl.reasoning import opens_reasoning, think_suffix
 from polyrl.reward_agreement import agreed_reward_failure, reward_outcome
 from polyrl.rewards.trl_compat import TrainerState
 from polyrl.rollouts import Rollout, RolloutAhead
+from polyrl.schedules import lr_at, updates_in_history
 from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock
 from polyrl import evaluation, metrics_file
 from polyrl import step_gather
@@ -271,6 +272,9 @@ class Trainer:
         self.step = 0
         #: TRL's ``num_tokens``: prompt and sampled tokens of every step so far (checkpointed)
         self.num_tokens = 0
+        #: optimizer updates applied so far (checkpointed): where the lr schedule is, for the
+        #: ``lr`` of a step whose update was skipped (the backend reports it for the ones it makes)
+        self.updates_applied = 0
         self.kl_coef = float(config.algorithm.beta)  # kl_in_reward's coefficient (kl_ctrl adapts it)
         self.rollouts = RolloutAhead(self._generate)
         self._saved_step: int | None = None  # the step of the last checkpoint this run wrote
@@ -659,12 +663,16 @@ class Trainer:
                 step_metrics = self.train_engine.train_step(batch, objective)
                 if step_metrics.skipped:
                     break
+                self.updates_applied += 1
             times["train"] = time.perf_counter() - t0
             metrics.update(step_metrics.as_dict())
             if not kl_in_loss:  # no reference in the loss: a backend's kl is 0, read as "no drift" (TRL omits it)
                 metrics.pop("kl", None)
             metrics.update(clip_region_metrics(metrics))
         if metrics.get("skipped"):
+            # its lr too, as TRL logs learning_rate every step: the schedule's value for the next
+            # update, where the skip left it (a backend reports the lr of the updates it makes)
+            metrics.setdefault("lr", lr_at(run_optimizer(c), self.updates_applied))
             self.engines.generator_version = self.step + 1  # the weights did not change
         elif not c.generation.overlap:
             try:
@@ -829,6 +837,7 @@ class Trainer:
             "pending_rollout": pending.as_state() if pending else None,
             "kl_coef": self.kl_coef,
             "num_tokens": self.num_tokens,
+            "updates_applied": self.updates_applied,
             "reward_code": self._reward_codes,  # a resume says when the functions' code changed
             "model_files": self._model_files(),  # and when the model folders were changed in place
         }
@@ -951,6 +960,7 @@ class Trainer:
         self._set_aside_newer_checkpoints()
         self.history = self._rewind_metrics()
         self.num_tokens = self._resumed_num_tokens(state.get("num_tokens"))
+        self.updates_applied = 0 if weights_only else self._resumed_updates(state.get("updates_applied"))
         self._resumed = True
         # that checkpoint holds this step: re-saving it before training on (weights only, nothing
         # left to train) put a fresh optimizer into it, and a later exact --resume went off the run
@@ -1053,7 +1063,7 @@ class Trainer:
                                   self.output_dir / TENSORBOARD_DIR],
                 keep=keep)
         self._prune_pending, self._set_aside = keep == 0, aside
-        self.step = self.num_tokens = 0
+        self.step = self.num_tokens = self.updates_applied = 0
         self.history = self._rewind_metrics()
 
     def _resumed_num_tokens(self, saved: Any) -> int:
@@ -1062,6 +1072,13 @@ class Trainer:
         if saved is None and self.history:
             saved = self.history[-1].get("num_tokens")
         return saved if isinstance(saved, int) and not isinstance(saved, bool) and saved >= 0 else 0
+
+    def _resumed_updates(self, saved: Any) -> int:
+        """The optimizer updates applied before the resumed step: the checkpoint's count
+        (``saved``), or for a checkpoint written before it was saved, the kept step lines' count."""
+        if isinstance(saved, int) and not isinstance(saved, bool) and saved >= 0:
+            return saved
+        return updates_in_history(self.history, self.config.algorithm.num_iterations)
 
     def _loaded_model_paths(self) -> list[Path]:
         """The local folders this run's models load from (a fresh start must not move them aside)."""

@@ -39,7 +39,7 @@ BUILTIN_TRACKERS = (
     ("mlflow", "mlflow", "MlflowTracker", "mlflow", "mlflow",
      "MLflow local store in output_dir/mlruns (or MLFLOW_TRACKING_URI)"),
     ("trackio", "trackio", "TrackioTracker", "trackio", "trackio",
-     "trackio local store in output_dir/trackio (`trackio show`)"),
+     "trackio local store in output_dir/trackio, or TRACKIO_DIR (`TRACKIO_DIR=output_dir/trackio trackio show`)"),
 )
 
 

@@ -5,7 +5,14 @@ through a client of its own (no global active run). Completions are a JSON artif
 
 MLflow refuses a whole batch over one name it does not take (``eval/pass@4``, a reward named
 with ``@`` or ``(``, a name past 250 characters), which dropped the tracker at its first step:
-names are mapped to ones it takes (``mlflow_name``), said once each in the log."""
+names are mapped to ones it takes (``mlflow_name``), said once each in the log.
+
+Only MLflow's file store keeps a metric as a file named by it, so only there can TRL's ``reward``
+not sit beside ``reward/<f>/mean`` (a file where a folder is needed). A database store (sqlite,
+postgresql...) holds both, so both are logged there. Behind a tracking server the store is the
+server's: it says which in ``/api/3.0/mlflow/server-info`` (MLflow 3); one that does not say is
+taken for a file store, since ``mlflow server`` falls back to one and a refused name there
+would cost the tracker (the REST client retries the error for minutes first)."""
 
 from __future__ import annotations
 
@@ -14,7 +21,8 @@ import os
 import re
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from polyrl.logs import get_logger
 from polyrl.strict_json import dumps
@@ -36,6 +44,41 @@ def mlflow_name(name: str) -> str:
     (MLflow refuses a name that a path normalisation would change)."""
     text = _REFUSED.sub("_", name.replace("@", "_at_"))[:MAX_NAME_CHARS]
     return "/".join("_" if part in (".", "..") else part for part in text.split("/") if part) or "_"
+
+
+#: the SQLAlchemy dialects of MLflow's database store (``postgresql+psycopg2://`` too)
+DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+#: where an MLflow 3 tracking server says what store it keeps runs in (no login needed)
+SERVER_INFO = "/api/3.0/mlflow/server-info"
+
+StoreKind = Literal["file", "database", "server"]
+
+
+def store_kind(uri: str) -> StoreKind:
+    """What keeps the metrics of tracking ``uri``: MLflow's file store (a path, ``file:``, a Windows
+    drive), a database store (``sqlite:``, ``postgresql:``...), or anything else: a tracking server
+    or a managed service (``http(s):``, ``databricks``), whose store only it knows."""
+    if uri.partition(":")[0] in ("databricks", "databricks-uc"):  # "databricks" alone has no scheme
+        return "server"
+    scheme = urlsplit(uri).scheme.lower()
+    if scheme in ("", "file") or len(scheme) == 1:
+        return "file"
+    return "database" if scheme.partition("+")[0] in DATABASE_SCHEMES else "server"
+
+
+def server_store(uri: str, timeout_s: float = 5.0) -> StoreKind:
+    """The store of the tracking server at ``uri`` as its server-info says (``SqlStore``:
+    database); anything else, no answer included, is taken for a file store."""
+    if urlsplit(uri).scheme.lower() not in ("http", "https"):
+        return "file"  # databricks and other services: not asked
+    import httpx
+
+    try:
+        reply = httpx.get(uri.rstrip("/") + SERVER_INFO, timeout=timeout_s, trust_env=False)
+        said = reply.json().get("store_type") if reply.status_code == 200 else None
+    except Exception:  # noqa: BLE001 - an older server, a proxy's page, no answer: unknown
+        said = None
+    return "database" if said == "SqlStore" else "file"
 
 
 def _flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -63,6 +106,9 @@ class MlflowTracker:
             # need SQLAlchemy, which the skinny build leaves out
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             self.uri = (context.output_dir / STORE_DIR).resolve().as_uri()
+        kind = store_kind(self.uri)
+        #: whether the store keeps metrics as files named by them (``_name``)
+        self.file_store = (server_store(self.uri) if kind == "server" else kind) == "file"
         self.client = MlflowClient(tracking_uri=self.uri)
         experiment = self.client.get_experiment_by_name(context.project)
         exp_id = experiment.experiment_id if experiment else self.client.create_experiment(context.project)
@@ -72,19 +118,23 @@ class MlflowTracker:
             self.client.log_batch(self.run_id, params=params[i:i + 100])
 
     def _name(self, name: str) -> str | None:
-        """The MLflow name of metric ``name`` (decided once); None when another metric has it, or
-        when it is a folder of another's or another's is a folder of it: MLflow's file store keeps
-        each metric as a file named by it, so TRL's ``reward`` beside polyrl's ``reward/<f>/mean``
-        was an "Is a directory" error that dropped the tracker at the first step."""
+        """The MLflow name of metric ``name`` (decided once); None when another metric has it, or,
+        on a file store, when it is a folder of another's or another's is a folder of it: the file
+        store keeps each metric as a file named by it, so TRL's ``reward`` beside polyrl's
+        ``reward/<f>/mean`` was an "Is a directory" error that dropped the tracker at the first
+        step. A database store holds both."""
         if name not in self._names:
             wanted = mlflow_name(name)
-            nested = next((owner for taken, owner in self._taken.items()
-                           if taken.startswith(wanted + "/") or wanted.startswith(taken + "/")), None)
+            nested = None if not self.file_store else next(
+                (owner for taken, owner in self._taken.items()
+                 if taken.startswith(wanted + "/") or wanted.startswith(taken + "/")), None)
             owner = nested or self._taken.setdefault(wanted, name)
             self._names[name] = wanted if owner == name else None
             if nested is not None:
                 log.info("mlflow: metric left out, its name is a folder of another metric's (or that name is "
-                         "a folder of it), which MLflow's file store cannot hold", metric=name, other=nested)
+                         "a folder of it), which MLflow's file store cannot hold (a database store holds both: "
+                         "MLFLOW_TRACKING_URI=sqlite:///mlflow.db, with SQLAlchemy installed)",
+                         metric=name, other=nested)
             elif owner != name:
                 log.warning("mlflow: metric left out, its MLflow name is another metric's", metric=name,
                             mlflow_name=wanted, other=owner)

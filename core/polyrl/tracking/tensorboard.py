@@ -7,13 +7,17 @@ same output_dir) the curves show this run's steps once, not also the lineage tha
 
 from __future__ import annotations
 
+import shlex
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from polyrl.logs import get_logger
 from polyrl.tracking.completions import markdown_table
 from polyrl.tracking.spec import TrackerContext
+
+log = get_logger("polyrl.tracking")
 
 LOG_DIR = "tensorboard"
 
@@ -54,6 +58,8 @@ class TensorBoardTracker:
         self.log_dir = context.output_dir / LOG_DIR
         _quiet_writer_threads()
         self._writer = EventFileWriter(str(self.log_dir))
+        log.info("tensorboard: event files", logdir=str(self.log_dir),
+                 view=f"tensorboard --logdir {shlex.quote(str(self.log_dir))}")
 
     def _add(self, summary: Any, step: int) -> None:
         if not self._started:  # a restart at ``step``: earlier files' events from it on are stale

@@ -1,11 +1,18 @@
 """trackio: Hugging Face's local-first tracker; its SQLite store goes under ``output_dir/trackio``
 (``TRACKIO_DIR`` when set; trackio reads it once per process, at import), viewed with
-``trackio show``. Completions are a ``trackio.Table``."""
+``TRACKIO_DIR=<store> trackio show``. Completions are a ``trackio.Table``.
+
+The start says where the store is and the command that shows it: trackio's own banner says
+``trackio show --project P``, which in another shell (no ``TRACKIO_DIR``) opens trackio's default
+store under the HF cache, not this run's, and it prints nothing at all for a second run of the
+same project in one process."""
 
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
+from urllib.parse import urlsplit
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,6 +38,7 @@ class TrackioTracker:
                         store=str(self.store), fix="set TRACKIO_DIR before starting Python to choose it")
         self.run = trackio.init(project=context.project, name=context.run_name, config=dict(context.config),
                                 embed=False, auto_log_gpu=False, auto_log_cpu=False)
+        say_where(self.store, context.project)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self.run.log(dict(metrics), step=step)
@@ -43,3 +51,19 @@ class TrackioTracker:
 
     def close(self) -> None:
         self.run.finish()
+
+
+def say_where(store: Path, project: str) -> None:
+    """One line at the start: the folder trackio writes and the command that shows it, or where
+    trackio sends the metrics instead (``TRACKIO_SPACE_ID`` or ``TRACKIO_SERVER_URL``, which its
+    ``init`` reads; the server URL without its query, which may carry a write token)."""
+    space, server = os.environ.get("TRACKIO_SPACE_ID"), os.environ.get("TRACKIO_SERVER_URL")
+    if space:
+        log.info("trackio: metrics go to a Hugging Face Space (TRACKIO_SPACE_ID)", space=space, project=project)
+    elif server:
+        parts = urlsplit(server)
+        log.info("trackio: metrics go to a trackio server (TRACKIO_SERVER_URL)", project=project,
+                 server=f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}{parts.path}")
+    else:
+        log.info("trackio: metrics in a local store", store=str(store),
+                 view=f"TRACKIO_DIR={shlex.quote(str(store))} trackio show --project {shlex.quote(project)}")
