@@ -353,8 +353,34 @@ def run(
     """Train ``policy`` with ``algorithm`` on ``prompts`` (strings, chats, row dicts, or a 🤗
     ``Dataset``) with ``rewards`` (names, functions, reward model folders: ``reward_entries``);
     ``grpo_config`` may be a ``trl.GRPOConfig`` (read by ``GRPOConfig.from_trl``)."""
+    config, plugins = run_config(algorithm, policy=policy, prompts=prompts, rewards=rewards, ref_policy=ref_policy,
+                                 generation_config=generation_config, grpo_config=grpo_config, eval_count=eval_count)
+    return make_trainer(config, plugins).run(progress=progress)
+
+
+def make_trainer(config: RunConfig, plugins: Sequence[Any], resume: str | None = None) -> Any:
+    """The ``Trainer`` for ``run_config``'s answer (``resume``: as ``Trainer``'s, "" for the newest
+    checkpoint); a prompt column error is told as a fix to the ``prompts`` passed in."""
     from polyrl.trainer import Trainer
 
+    try:
+        return Trainer(config, extra_plugins=tuple(plugins), resume=resume)
+    except ConfigError as exc:
+        raise _prompts_error(exc) from None
+
+
+def run_config(
+    algorithm: str,
+    *,
+    policy: Agent,
+    prompts: Sequence[Any],
+    rewards: Sequence[str | Callable[..., Any]] | str | Callable[..., Any] = ("numeric_match",),
+    ref_policy: Agent | None = None,
+    generation_config: GenerationConfig | None = None,
+    grpo_config: GRPOConfig | Any | None = None,
+    eval_count: int = 0,
+) -> tuple[RunConfig, list[Any]]:
+    """``run``'s ``RunConfig`` and reward function plugins, built without running."""
     gen = generation_config or GenerationConfig()
     if _is_trl_config(grpo_config):
         grpo_config = GRPOConfig.from_trl(grpo_config)
@@ -396,12 +422,7 @@ def run(
                            seed=cfg.seed, threads=cfg.threads, output_dir=cfg.output_dir),
         eval=EvalSection(count=eval_count),
     )
-    config = with_settings(config, settings, generation_config)
-    try:
-        trainer = Trainer(config, extra_plugins=tuple(plugins))
-    except ConfigError as exc:
-        raise _prompts_error(exc) from None
-    return trainer.run(progress=progress)
+    return with_settings(config, settings, generation_config), plugins
 
 
 def epoch_steps(epochs: float, prompts: int, prompts_per_step: int, num_iterations: int = 1) -> int:
