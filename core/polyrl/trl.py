@@ -1,0 +1,245 @@
+"""TRL's ``GRPOTrainer``, trained by polyrl: a TRL script changes its import and nothing else::
+
+    from trl import GRPOConfig
+    from polyrl.trl import GRPOTrainer      # was: from trl import GRPOTrainer
+
+    trainer = GRPOTrainer(model="path/to/model", reward_funcs=[accuracy], args=GRPOConfig(...),
+                          train_dataset=dataset)
+    trainer.train()
+    trainer.save_model()
+
+Each argument is read as TRL reads it (``args`` by ``polyrl.api.GRPOConfig.from_trl``,
+``reward_funcs`` by ``polyrl.api.reward_entries``, ``peft_config`` as LoRA) or refused with one
+``ConfigError`` naming it and the fix; nothing TRL would use is dropped silently. Why refuse
+rather than approximate: a callback, optimizer or tokenizer polyrl would not use trains another run
+than the script describes, without a word. The run itself is ``polyrl.api``'s, so its
+``output_dir`` holds polyrl's metrics, checkpoints and final model.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from polyrl.errors import ConfigError
+
+
+class TrainOutput(NamedTuple):
+    """What TRL's ``trainer.train()`` returns (transformers' ``TrainOutput``, same fields)."""
+
+    global_step: int
+    training_loss: float
+    metrics: dict[str, float]
+
+
+class TrainState(NamedTuple):
+    """The parts of transformers' ``TrainerState`` a script reads after training."""
+
+    global_step: int
+    epoch: float | None
+    log_history: list[dict[str, Any]]
+
+
+#: GRPOTrainer arguments polyrl has no counterpart for -> the fix (None / empty is accepted)
+_REFUSED = {
+    "reward_processing_classes": "remove it: polyrl scores a reward model folder with the tokenizer saved in that "
+                                 "folder (save yours there with save_pretrained)",
+    "callbacks": "remove them: polyrl reports to trackers (GRPOConfig(report_to=...) is read by polyrl's "
+                 "[logging] report_to in a TOML config) and writes every step to output_dir/metrics.jsonl",
+    "quantization_config": "remove it: polyrl trains the model in its own precision (quantized training is not "
+                           "offered)",
+    "tools": 'train tool-calling agents from a TOML config: tools=[f, g] is [environment] tools = ["file.py:f", '
+             '"file.py:g"] (README: Environments and tools)',
+    "rollout_func": "remove it: polyrl samples with its own generate backend; a custom multi-turn rollout is a "
+                    "polyrl environment (README: Environments and tools)",
+    "environment_factory": 'write the environment polyrl\'s way (reset(row), step(message)) and train it from a TOML '
+                           'config: [environment] name = "file.py:factory" (README: Environments and tools)',
+}
+
+
+class GRPOTrainer:
+    """``trl.GRPOTrainer``'s constructor and ``train()``, run by polyrl on ``backend`` (a
+    polyrl keyword TRL lacks: "torch", "mlx", ...). The arguments are checked here, before any
+    model loads, as TRL checks them when the trainer is built."""
+
+    def __init__(self, model: Any, reward_funcs: Any = None, args: Any = None, train_dataset: Any = None,
+                 eval_dataset: Any = None, processing_class: Any = None, reward_processing_classes: Any = None,
+                 callbacks: Any = None, optimizers: Any = (None, None), quantization_config: Any = None,
+                 peft_config: Any = None, tools: Any = None, rollout_func: Any = None,
+                 environment_factory: Any = None, *, backend: str = "torch") -> None:
+        from polyrl import api
+
+        given = {"reward_processing_classes": reward_processing_classes, "callbacks": callbacks,
+                 "quantization_config": quantization_config, "tools": tools, "rollout_func": rollout_func,
+                 "environment_factory": environment_factory}
+        for name, value in given.items():
+            if value is not None and not (isinstance(value, (list, tuple)) and not value):
+                raise ConfigError(f"GRPOTrainer({name}=...) has no polyrl counterpart", field=name,
+                                  fix=_REFUSED[name])
+        if tuple(optimizers or (None, None)) != (None, None):
+            raise ConfigError("GRPOTrainer(optimizers=...) has no polyrl counterpart: polyrl builds the AdamW and "
+                              "the schedule itself", field="optimizers",
+                              fix="remove it and set learning_rate, adam_beta1/2, weight_decay and lr_scheduler_type "
+                                  "in the GRPOConfig, which polyrl reads")
+        if reward_funcs is None or (isinstance(reward_funcs, (list, tuple)) and not reward_funcs):
+            raise ConfigError("GRPOTrainer needs reward_funcs", field="reward_funcs",
+                              fix="pass a reward function, a list of them, or a reward model folder")
+        if train_dataset is None:
+            raise ConfigError("GRPOTrainer needs a train_dataset", field="train_dataset",
+                              fix="pass a datasets.Dataset (or a list of rows) with a prompt column")
+        if type(train_dataset).__name__ == "IterableDataset":
+            raise ConfigError("train_dataset is an IterableDataset, which may never end; polyrl reads the prompts "
+                              "whole", field="train_dataset",
+                              fix="pass a datasets.Dataset (e.g. Dataset.from_list(list(dataset.take(N))))")
+        self.args = args if args is not None else _default_args(model)
+        self.grpo_config = self.args if isinstance(self.args, api.GRPOConfig) else api.GRPOConfig.from_trl(self.args)
+        # an eval_dataset is kept unread, as TRL keeps it under eval_strategy "no" (another strategy
+        # is refused by from_trl: polyrl runs no TRL evaluation loop)
+        self.model_path = _model_folder(model, processing_class, self.grpo_config.output_dir)
+        self.policy = api.Agent(self.model_path, backend=backend, lora=peft_config)
+        self.train_dataset = train_dataset
+        self.eval_dataset = eval_dataset
+        self.reward_funcs = reward_funcs
+        self.summary: dict[str, Any] | None = None
+        self.state = TrainState(global_step=0, epoch=None, log_history=[])
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
+              ignore_keys_for_eval: Any = None) -> TrainOutput:
+        """Run the training; ``resume_from_checkpoint`` True continues the newest checkpoint in
+        ``output_dir`` (polyrl's ``--resume``), a path that checkpoint."""
+        from polyrl import api, checkpoint
+        from polyrl.rewards.trl_compat import with_trl_names
+
+        if trial is not None:
+            raise ConfigError("polyrl runs no hyperparameter search", field="trial", fix="remove trial")
+        resume: str | None = None
+        if resume_from_checkpoint:
+            resume = "" if resume_from_checkpoint is True else str(resume_from_checkpoint)
+            wrong = checkpoint.not_a_checkpoint(Path(resume)) if resume else None
+            if wrong:
+                raise ConfigError(wrong[0], field="resume_from_checkpoint", fix=wrong[1])
+        started = time.monotonic()
+        config, plugins = api.run_config(api.grpo, policy=self.policy, prompts=self.train_dataset,
+                                         rewards=self.reward_funcs, grpo_config=self.grpo_config)
+        trainer = api.make_trainer(config, plugins, resume=resume)
+        if resume is not None and not trainer.resume(resume or None):
+            raise ConfigError(f"no checkpoint to resume in {config.train.output_dir}", field="resume_from_checkpoint",
+                              fix="call train() without resume_from_checkpoint to start the run")
+        summary = trainer.run(progress=not getattr(self.args, "disable_tqdm", False))  # TRL's switch for its bar
+        self.summary = summary
+        history = list(summary.get("history", []))
+        losses = [m["loss"] for m in history if isinstance(m.get("loss"), (int, float))]
+        epoch = next((m["epoch"] for m in reversed(history) if isinstance(m.get("epoch"), (int, float))), None)
+        self.state = TrainState(global_step=int(summary.get("steps", 0)), epoch=epoch,
+                                log_history=[with_trl_names(m) for m in history])
+        training_loss = sum(losses) / len(losses) if losses else 0.0
+        metrics = {"train_runtime": round(time.monotonic() - started, 4), "train_loss": training_loss}
+        if epoch is not None:
+            metrics["epoch"] = epoch
+        return TrainOutput(self.state.global_step, training_loss, metrics)
+
+    def save_model(self, output_dir: str | None = None) -> None:
+        """Copy the trained model folder (polyrl writes it to ``output_dir/model``) to
+        ``output_dir`` (TRL's default: the run's ``output_dir``)."""
+        if self.summary is None or "model" not in self.summary:
+            raise ConfigError("no trained model to save", field="save_model",
+                              fix="call trainer.train() first (a run stopped before its first step saves none)")
+        source = Path(self.summary["model"])
+        target = Path(output_dir or self.grpo_config.output_dir)
+        if target.resolve() == source.resolve():
+            return
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(source, target, dirs_exist_ok=True)
+
+
+def _default_args(model: Any) -> Any:
+    """TRL's default arguments when ``args`` is None: ``GRPOConfig(f"{model_name}-GRPO")``."""
+    name = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "model")
+    try:
+        from trl import GRPOConfig
+    except ImportError:
+        from polyrl.api import GRPOConfig as PolyrlConfig
+
+        return PolyrlConfig(output_dir=f"{Path(str(name)).name}-GRPO")
+    return GRPOConfig(f"{str(name).split('/')[-1]}-GRPO")
+
+
+def _model_folder(model: Any, processing_class: Any, output_dir: str) -> str:
+    """The folder (or polyrl model name) the backends load ``model`` from. A model object is saved
+    (with its tokenizer) under ``output_dir/initial_model``: its weights may differ from any folder."""
+    if isinstance(model, (str, Path)):
+        _check_tokenizer(processing_class, str(model))
+        return str(model)
+    if processing_class is not None and hasattr(processing_class, "save_pretrained") is False:
+        raise ConfigError(f"processing_class is a {type(processing_class).__name__}", field="processing_class",
+                          fix="pass the model's tokenizer (a transformers tokenizer) or remove it")
+    if not hasattr(model, "save_pretrained"):
+        raise ConfigError(f"model is a {type(model).__name__}", field="model",
+                          fix="pass a model folder, a polyrl model name or a transformers PreTrainedModel")
+    if hasattr(model, "peft_config") and hasattr(model, "merge_and_unload"):
+        raise ConfigError("model is a PeftModel; polyrl adds its own LoRA adapters", field="model",
+                          fix="pass the base model and the LoraConfig as peft_config")
+    folder = Path(output_dir) / "initial_model"
+    tokenizer = processing_class if processing_class is not None else _folder_tokenizer(model)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def _folder_tokenizer(model: Any) -> Any:
+    """The tokenizer saved beside a model object's weights (its ``name_or_path``)."""
+    source = getattr(model, "name_or_path", "") or ""
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(source)
+    except Exception:  # noqa: BLE001 - any failure means the same fix
+        raise ConfigError(f"model is an object whose tokenizer could not be loaded from {source!r}",
+                          field="processing_class", fix="pass processing_class=<the model's tokenizer>") from None
+
+
+def _check_tokenizer(processing_class: Any, folder: str) -> None:
+    """A ``processing_class`` must be the model folder's own tokenizer: polyrl tokenizes with the
+    folder's files, so another tokenizer or an edited chat template would be ignored silently."""
+    if processing_class is None:
+        return
+    from polyrl.hub import looks_like_hub_id, resolve_cached
+
+    local = folder if Path(folder).is_dir() else resolve_cached(folder) if looks_like_hub_id(folder) else None
+    theirs = getattr(processing_class, "chat_template", None)
+    ours = _saved_chat_template(Path(local)) if local else None
+    same_source = str(getattr(processing_class, "name_or_path", "")) in {folder, local}
+    if not same_source or (theirs is not None and ours is not None and theirs != ours):
+        what = "its chat template differs from the folder's" if same_source else \
+            f"it was loaded from {getattr(processing_class, 'name_or_path', '?')!r}, not {folder!r}"
+        raise ConfigError(f"processing_class is not the model folder's own tokenizer: {what}",
+                          field="processing_class",
+                          fix="polyrl tokenizes with the model folder's files: save yours into a copy of the folder "
+                              "(processing_class.save_pretrained(DIR), model files beside it) and pass DIR as model, "
+                              "or remove processing_class")
+
+
+def _saved_chat_template(folder: Path) -> str | None:
+    """The chat template a folder's tokenizer files hold (``chat_template.jinja`` or
+    ``tokenizer_config.json``), None when neither says."""
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    config = folder / "tokenizer_config.json"
+    if config.is_file():
+        try:
+            template = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return template if isinstance(template, str) else None
+    return None
+
+
+def __getattr__(name: str) -> Any:
+    """A hint for the TRL name a script imports from here by mistake (``GRPOConfig`` stays TRL's)."""
+    if name == "GRPOConfig":
+        raise ImportError("polyrl.trl has GRPOTrainer only: keep `from trl import GRPOConfig` (polyrl reads it)")
+    raise AttributeError(f"module 'polyrl.trl' has no attribute {name!r}")
