@@ -1059,7 +1059,10 @@ class Trainer:
                 strict_json.rewrite_lines(path, (strict_json.dumps(r) for r in kept))
             except OSError as exc:
                 raise self._write_failed("rewound metrics.jsonl", exc) from None
-        self.tracking.rewind(self.step, from_zero)
+        try:  # a full disk here was a traceback, though the two files before it were one error line
+            self.tracking.rewind(self.step, from_zero)
+        except OSError as exc:
+            raise self._write_failed("rewound completions.jsonl", exc) from None
         return [r for r in kept if metrics_file.eval_phase(r) is None]
 
     def _append_metrics(self, metrics: dict[str, Any]) -> None:
