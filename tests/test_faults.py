@@ -398,6 +398,9 @@ def test_resuming_an_older_checkpoint_sets_the_abandoned_runs_newer_ones_aside(t
     assert ckpt.read_state(ckpt.latest_checkpoint(root))["config"]["optimizer.lr"] == 0.5
     aside = sorted((tmp_path / "run" / "previous").glob("*/checkpoints/step-*"))
     assert [p.name for p in aside] == ["step-00000003", "step-00000004"]  # set aside, not deleted
+    logs = aside[0].parent.parent  # the abandoned run's lines of steps 3 and 4, dropped by the rewind, kept here
+    assert [r["step"] for r in map(json.loads, (logs / "metrics.jsonl").read_text().splitlines())] == [1, 2, 3, 4]
+    assert [r["step"] for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())] == [1, 2, 3]
     again = Trainer(branch)
     assert again.resume() and again.step == 3  # what a later --resume continues: the branch
 

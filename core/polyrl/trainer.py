@@ -968,7 +968,9 @@ class Trainer:
         checkpoint resumed by path, or another run's): left in checkpoints/ they sort after this
         run's own, so ``prune`` deleted each checkpoint this run wrote and a later ``--resume``
         (the command a stop prints) went back to the abandoned run. They are moved into
-        ``previous/<UTC time>/checkpoints/``, nothing deleted."""
+        ``previous/<UTC time>/checkpoints/``, nothing deleted; a copy of the run's JSON-lines logs
+        goes beside them first, since the rewind that follows drops the abandoned steps' lines
+        (the curves and completions of the run those checkpoints belong to)."""
         if self.rank != 0 or not self.checkpoint_root.is_dir():
             return
         resumed = ckpt.checkpoint_dir(self.checkpoint_root, self.step).name
@@ -977,6 +979,15 @@ class Trainer:
         if not newer:
             return
         aside = previous_runs.new_aside_dir(self.output_dir / previous_runs.PREVIOUS_DIR)
+        logs = [self.output_dir / metrics_file.FILE_NAME, self.output_dir / evaluation.COMPLETIONS_FILE,
+                self.tracking.completions_path]
+        try:  # before anything moves: a copy that fails leaves the resume to be tried again as it was
+            for log_file in logs:
+                if log_file.is_file() and not log_file.is_symlink():
+                    shutil.copy2(log_file, aside / log_file.name)
+        except OSError as exc:
+            shutil.rmtree(aside, ignore_errors=True)
+            raise self._write_failed(f"copy of the abandoned run's logs into {aside.parent}", exc) from None
         target = aside / "checkpoints"
         target.mkdir()
         previous_runs.move_aside(newer, target)
