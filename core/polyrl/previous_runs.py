@@ -60,14 +60,19 @@ def new_aside_dir(root: Path, now: float | None = None) -> Path:
     Created with a plain ``mkdir``, so a second start within the same second gets ``...Z-2``
     rather than merging into the first one's folder."""
     stamp = time.strftime(_STAMP, time.gmtime(now))
-    root.mkdir(parents=True, exist_ok=True)
-    for n in itertools.count(1):
-        path = root / (stamp if n == 1 else f"{stamp}-{n}")
-        try:
-            path.mkdir()
-        except FileExistsError:
-            continue
-        return path
+    try:  # a file named previous, or a full or read-only disk, was an OSError traceback
+        root.mkdir(parents=True, exist_ok=True)
+        for n in itertools.count(1):
+            path = root / (stamp if n == 1 else f"{stamp}-{n}")
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue
+            return path
+    except OSError as exc:
+        raise SetAsideError(f"cannot make a folder in {root} to move an earlier run's files into "
+                            f"({exc.strerror or exc}); nothing was moved. Fix: make {root} a writable folder "
+                            "(move a file of that name away), then start again") from None
     raise AssertionError("unreachable")  # pragma: no cover
 
 

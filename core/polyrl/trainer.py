@@ -1050,7 +1050,10 @@ class Trainer:
                 evaluation.rewind_records(self.output_dir, self.step)  # the same lineage as the metrics
             except OSError as exc:
                 raise self._write_failed("rewound eval completions", exc) from None
-        records = [record for _, record in strict_json.read_lines(path)] if path.exists() else []
+        try:  # a folder (or an unreadable file) where metrics.jsonl belongs was a traceback
+            records = [record for _, record in strict_json.read_lines(path)] if path.exists() else []
+        except OSError as exc:
+            raise self._write_failed("rewound metrics.jsonl", exc) from None
         unreadable = [n for n, r in enumerate(records, 1) if not metrics_file.has_step(r)]
         if self.rank == 0 and unreadable and unreadable != [len(records)]:  # more than a crash's cut-short last line
             log.warning(f"{len(unreadable)} line(s) of metrics.jsonl are not step records polyrl wrote; dropped",
