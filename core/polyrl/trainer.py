@@ -1220,7 +1220,7 @@ class Trainer:
         if self.eval_dataset is not None and self.step == 0 and not self._evaluate_before(summary):
             return
         skips = unscored = 0
-        last_eval: tuple[int, dict[str, float]] | None = None
+        last_eval = self._evaluated_at_resume()
         # under a launcher only a collective decides the stop, so every rank leaves after the same step
         stop_agreed = False
 
@@ -1309,6 +1309,16 @@ class Trainer:
             if self.rank == 0:
                 log.info("evaluation after training", **summary["eval_after"])
                 self._publish_eval("after", summary["eval_after"])
+
+    def _evaluated_at_resume(self) -> tuple[int, dict[str, float]] | None:
+        """(step, its evaluation) when the resumed step's kept line holds an evaluation of these
+        weights (``eval.every``): a run killed after its last checkpoint and resumed evaluated them
+        again "after" training, a line and eval completions the uninterrupted run does not have."""
+        line = self.history[-1] if self.history and self.step > 0 else None
+        if line is None or line.get("step") != self.step:
+            return None
+        evaluated = {k: v for k, v in line.items() if k.startswith("eval/")}
+        return (self.step, evaluated) if evaluated else None
 
     def _publish_eval(self, phase: str, result: dict[str, float]) -> None:
         """The evaluation before or after training as a line of metrics.jsonl and to the trackers,
