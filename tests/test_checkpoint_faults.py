@@ -30,6 +30,7 @@ from crash_util import (
     write_config,
 )
 from polyrl import checkpoint as ckpt
+from polyrl import strict_json
 from polyrl.config import RunConfig
 from polyrl.errors import ConfigError
 from polyrl.run_lock import OutputDirBusy, OutputDirLock
@@ -166,6 +167,55 @@ def test_truncated_newest_model_falls_back_to_the_previous_checkpoint(tiny_model
     assert len(skipped) == 1 and "step-00000006" in skipped[0] and "model/model.safetensors" in skipped[0]
     assert "step=5" in next(line for line in resumed.stderr.splitlines() if "resumed" in line)
     assert_matches_clean(out, clean_run)
+
+
+def test_a_completions_line_cut_inside_a_character_is_dropped_at_resume(tiny_model_dir, tmp_path, clean_run):
+    """Completions are written unescaped (UTF-8), so a kill or a full disk can cut the last line
+    inside a character: the resume drops that line like any cut-short one (it raised
+    UnicodeDecodeError, a traceback) and the run ends where the clean run ends."""
+    config, out = crash_config(tmp_path, tiny_model_dir, clean_run)
+    _copy_run(clean_run, out, upto=6)
+    record = strict_json.dumps({"step": 7, "prompt": "2+2?", "completion": "quatre \u00e9crit"}, ensure_ascii=False)
+    cut = record.encode("utf-8")[: record.encode("utf-8").index("\u00e9".encode("utf-8")) + 1]
+    with open(out / "completions.jsonl", "ab") as fh:
+        fh.write(cut)  # the first byte of the two of "\u00e9": not UTF-8 on its own
+    resumed = train(config, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_matches_clean(out, clean_run)
+    assert (out / "completions.jsonl").read_bytes() == (clean_run / "completions.jsonl").read_bytes()
+
+
+def test_a_line_cut_inside_a_character_reads_as_a_damaged_line(tmp_path):
+    path = tmp_path / "eval_completions.jsonl"
+    strict_json.append_lines(path, [{"text": "caf\u00e9"}])
+    with open(path, "ab") as fh:
+        fh.write('{"text": "caf\u00e9'.encode("utf-8")[:-1] + b"\n" + b'{"text": "\xff"}\n')
+    assert [record for _, record in strict_json.read_lines(path)] == [{"text": "caf\u00e9"}, None, None]
+
+
+def test_disk_full_while_rewinding_completions_at_resume_is_one_error(tiny_model_dir, tmp_path, clean_run,
+                                                                     monkeypatch):
+    """The resume rewrites metrics.jsonl, then completions.jsonl: a full disk at the second was
+    an OSError traceback, at the first one error line."""
+    import polyrl.tracking.completions as completions_log
+
+    config, out = crash_config(tmp_path, tiny_model_dir, clean_run)
+    _copy_run(clean_run, out, upto=6)
+    real_rewrite = strict_json.rewrite_lines
+
+    def full_disk(path, lines):
+        if path.name == "completions.jsonl":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        real_rewrite(path, lines)
+
+    monkeypatch.setattr(completions_log.strict_json, "rewrite_lines", full_disk)
+    trainer = Trainer(RunConfig.from_toml(config), resume="")
+    try:
+        with pytest.raises(OutputWriteError, match="rewound completions.jsonl.*No space left on device.*--resume"):
+            trainer.resume()
+    finally:
+        trainer.lock.release()
+    assert ckpt.verify(out / "checkpoints" / "step-00000006") is None  # the checkpoint it resumes is kept
 
 
 def test_a_bit_flip_is_caught_by_the_checksum(tmp_path):

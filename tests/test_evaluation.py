@@ -174,6 +174,23 @@ def test_resume_rewinds_eval_completions_with_the_metrics(tiny_model_dir, tmp_pa
 
 
 @pytest.mark.faults
+def test_a_resume_at_the_last_step_does_not_evaluate_the_same_weights_again(tiny_model_dir, tmp_path):
+    """Killed after its last checkpoint (its step evaluated by eval.every), the resumed run
+    evaluated those weights again as "after": an extra metrics line at that step and extra eval
+    completions that the uninterrupted run does not have."""
+    from polyrl.trainer import Trainer
+
+    out = tmp_path / "run"
+    Trainer(_config(tiny_model_dir, out)).run(progress=False)
+    metrics, records = (out / "metrics.jsonl").read_text(), (out / evaluation.COMPLETIONS_FILE).read_text()
+    trainer = Trainer(_config(tiny_model_dir, out))
+    assert trainer.resume()
+    summary = trainer.run(progress=False)
+    assert (out / "metrics.jsonl").read_text() == metrics
+    assert (out / evaluation.COMPLETIONS_FILE).read_text() == records
+    assert summary["eval_after"] == {k: v for k, v in _lines(out / "metrics.jsonl")[-1].items() if k.startswith("eval/")}
+
+
 def test_a_stop_request_during_a_mid_run_evaluation_keeps_the_trained_step(tiny_model_dir, tmp_path, monkeypatch):
     """The eval reward hangs after the first update while a stop is requested: the step's update
     is kept (its line written without eval keys, then checkpointed) and the run ends cleanly."""

@@ -26,7 +26,8 @@ from polyrl.errors import ConfigError, PluginError
 from polyrl.hookspecs import hookimpl
 from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry
-from polyrl.trainer import TooManySkippedSteps, Trainer
+from polyrl.previous_runs import SetAsideError
+from polyrl.trainer import OutputWriteError, TooManySkippedSteps, Trainer
 from polyrl.types import EngineConfig, SamplingParams, StepMetrics
 
 from crash_util import POLYRL, metric_steps, train, write_config
@@ -398,8 +399,43 @@ def test_resuming_an_older_checkpoint_sets_the_abandoned_runs_newer_ones_aside(t
     assert ckpt.read_state(ckpt.latest_checkpoint(root))["config"]["optimizer.lr"] == 0.5
     aside = sorted((tmp_path / "run" / "previous").glob("*/checkpoints/step-*"))
     assert [p.name for p in aside] == ["step-00000003", "step-00000004"]  # set aside, not deleted
+    logs = aside[0].parent.parent  # the abandoned run's lines of steps 3 and 4, dropped by the rewind, kept here
+    assert [r["step"] for r in map(json.loads, (logs / "metrics.jsonl").read_text().splitlines())] == [1, 2, 3, 4]
+    assert [r["step"] for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())] == [1, 2, 3]
     again = Trainer(branch)
     assert again.resume() and again.step == 3  # what a later --resume continues: the branch
+
+
+@pytest.mark.parametrize("leftover", ["metrics.jsonl folder", "previous file", "temp checkpoint file"])
+def test_a_strange_entry_in_the_output_dir_at_resume_is_one_error_or_cleared(toy, tmp_path, leftover):
+    """A folder where metrics.jsonl belongs, or a file named previous when an older checkpoint is
+    resumed, ended the resume in an OSError traceback; a file named like a checkpoint's temp
+    folder failed every later save with "Not a directory" (and "free space" as the fix)."""
+    Trainer(toy_config(tmp_path, steps=3, checkpoint_every=1)).run(progress=False)
+    run, root = tmp_path / "run", tmp_path / "run" / "checkpoints"
+    resume_from = None
+    if leftover == "metrics.jsonl folder":
+        (run / "metrics.jsonl").unlink()
+        (run / "metrics.jsonl").mkdir()
+        expected: type[Exception] | None = OutputWriteError
+        match = "metrics.jsonl into .*: Is a directory"
+    elif leftover == "previous file":
+        (run / "previous").write_text("notes")
+        resume_from, expected, match = root / "step-00000002", SetAsideError, r"previous to move .*\(File exists\); nothing was moved"
+    else:
+        (root / ".tmp-step-00000004").write_text("x")
+        expected, match = None, ""
+    trainer = Trainer(toy_config(tmp_path, steps=5, checkpoint_every=1), resume="")
+    try:
+        if expected is None:
+            assert trainer.resume() and trainer.run(progress=False)["steps"] == 5
+            assert ckpt.verify(root / "step-00000005") is None
+        else:
+            with pytest.raises(expected, match=match):
+                trainer.resume(resume_from)
+            assert ckpt.verify(root / "step-00000003") is None  # nothing lost
+    finally:
+        trainer.lock.release()
 
 
 def test_a_reward_function_edited_since_the_checkpoint_is_refused_at_resume(toy, tmp_path):

@@ -115,3 +115,34 @@ def test_a_previous_folder_on_a_real_other_filesystem(tmp_path):
         assert not (out / "model").exists() and not (out / "checkpoints").exists()
     finally:
         shutil.rmtree(elsewhere)
+
+
+class _Killed(BaseException):
+    """A kill -9 stand-in: nothing after it runs (no undo, no cleanup)."""
+
+
+def test_a_start_killed_between_its_moves_loses_no_part_of_the_earlier_run(tmp_path, monkeypatch):
+    """The earlier run's files are moved one by one. Killed after checkpoints/ moved, the next
+    start found model/ and metrics.jsonl, set them aside in a second folder and, keeping one run,
+    deleted the first folder: the checkpoints were gone."""
+    out = tmp_path / "run"
+    items = _earlier_run(out)
+    real_replace = os.replace
+    moves: list[str] = []
+
+    def killed_after_one(src, dst):
+        if moves:
+            raise _Killed()
+        moves.append(Path(src).name)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed_after_one)
+    with pytest.raises(_Killed):
+        set_aside(out, items, keep=1)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert moves == ["checkpoints"] and (out / "model").is_dir()
+    aside = set_aside(out, items, keep=1)  # the next fresh start
+    assert sorted(p.name for p in aside.iterdir()) == ["metrics.jsonl", "model"]
+    weights = list((out / "previous").rglob("step-00000001/model/weights"))
+    assert [p.read_text() for p in weights] == ["step 1 weights"]  # kept, in the folder the kill left
+    assert earlier_runs(out / "previous") == [aside]  # a part-run never counts against keep_previous_runs

@@ -137,8 +137,10 @@ def write_checkpoint(
     final = checkpoint_dir(root, step)
     tmp = root / f".tmp-{final.name}"
     try:
-        if tmp.exists():
+        if tmp.is_dir() and not tmp.is_symlink():
             shutil.rmtree(tmp)
+        elif tmp.exists() or tmp.is_symlink():  # a file or link of that name failed every later save
+            tmp.unlink()
         tmp.mkdir()
         write_engine(str(tmp / MODEL_DIR), str(tmp / ENGINE_STATE_DIR))
         honour_umask(tmp)  # safetensors writes 0600: the run's other files are readable by the umask

@@ -12,7 +12,10 @@ where it was; a copy that fails half-way is removed and the original stays.
 
 Only folders named here (``20250101T120000Z``, ``20250101T120000Z-2`` for a second run set aside
 within the same second) are ever deleted; anything else in ``previous/`` is left alone. A folder
-that cannot be deleted is a warning, never a crash: the new run goes on.
+that cannot be deleted is a warning, never a crash: the new run goes on. An earlier run is moved
+into a ``.setting-aside-...`` folder and given its timestamp name only once all of it is there, so
+a start killed half-way leaves part of a run under a name that is never deleted (the next start
+says so) rather than a timestamp folder that the next start's pruning takes for a whole run.
 
 What counts as an earlier run, and when it may go (``earlier_run``): a start that fails on its
 first step leaves only a step-0 checkpoint; set aside, that "run" would count against the limit
@@ -41,6 +44,10 @@ log = get_logger("polyrl.previous_runs")
 PREVIOUS_DIR = "previous"
 _STAMP = "%Y%m%dT%H%M%SZ"
 _NAME = re.compile(r"(\d{8}T\d{6}Z)(?:-([1-9]\d{0,8}))?")
+#: The name an earlier run is moved under before it is named ``_NAME``: a kill between the moves of
+#: its files left part of it in a timestamp folder that the next start's prune counted as a whole
+#: run and deleted (with ``keep_previous_runs = 1``, the checkpoints). This name is never deleted.
+STAGING = ".setting-aside-"
 
 
 class SetAsideError(PolyrlError):
@@ -55,18 +62,42 @@ def aside_key(name: str) -> tuple[str, int] | None:
     return match.group(1), int(match.group(2) or 1)
 
 
-def new_aside_dir(root: Path, now: float | None = None) -> Path:
+def new_aside_dir(root: Path, now: float | None = None, prefix: str = "") -> Path:
     """A new empty folder under ``root`` named by the UTC time (``now``: seconds since the epoch).
     Created with a plain ``mkdir``, so a second start within the same second gets ``...Z-2``
-    rather than merging into the first one's folder."""
+    rather than merging into the first one's folder. ``prefix``: ``STAGING`` for the folder a
+    run is moved into before it is named (``set_aside``)."""
     stamp = time.strftime(_STAMP, time.gmtime(now))
-    root.mkdir(parents=True, exist_ok=True)
+    try:  # a file named previous, or a full or read-only disk, was an OSError traceback
+        root.mkdir(parents=True, exist_ok=True)
+        for n in itertools.count(1):
+            path = root / (prefix + (stamp if n == 1 else f"{stamp}-{n}"))
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue
+            return path
+    except OSError as exc:
+        raise SetAsideError(f"cannot make a folder in {root} to move an earlier run's files into "
+                            f"({exc.strerror or exc}); nothing was moved. Fix: make {root} a writable folder "
+                            "(move a file of that name away), then start again") from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _named(staging: Path, root: Path) -> Path:
+    """``staging``, its run moved in whole, renamed to its timestamp name (a rename fails onto a
+    folder that is not empty: a second run set aside within the same second gets ``...Z-2``)."""
+    stamp = time.strftime(_STAMP, time.gmtime())
     for n in itertools.count(1):
         path = root / (stamp if n == 1 else f"{stamp}-{n}")
         try:
-            path.mkdir()
-        except FileExistsError:
-            continue
+            staging.rename(path)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                continue
+            raise SetAsideError(f"the earlier run was moved whole into {staging}, but it could not be named "
+                                f"{path.name} ({exc.strerror or exc}). Fix: rename it to {path.name} yourself, "
+                                "then start again") from exc
         return path
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -153,6 +184,11 @@ def _undo(renamed: list[tuple[Path, Path]], copied: list[tuple[Path, Path]]) -> 
 def move_aside(items: Iterable[Path], aside: Path) -> None:
     """Move ``items`` into ``aside``, all or none. A rename across filesystems (EXDEV) becomes a
     copy, and the originals of copies are deleted only once every item is in place."""
+    delete_originals(_move_in(items, aside), aside)
+
+
+def _move_in(items: Iterable[Path], aside: Path) -> list[Path]:
+    """``move_aside`` up to the deletion of the originals of copies, which it returns."""
     renamed: list[tuple[Path, Path]] = []
     copied: list[tuple[Path, Path]] = []
     try:
@@ -175,8 +211,13 @@ def move_aside(items: Iterable[Path], aside: Path) -> None:
         raise SetAsideError(f"could not move {item} into {aside.parent} ({exc.strerror or exc}); {back}, "
                             "nothing was deleted. Fix: free space or make previous/ writable, or move the "
                             "earlier run out of the output_dir yourself, then start again") from exc
+    return [item for item, _ in copied]
+
+
+def delete_originals(copied: list[Path], aside: Path) -> None:
+    """Delete the originals of items copied whole into ``aside``; one error naming those left."""
     stuck: list[str] = []
-    for item, _ in copied:
+    for item in copied:
         try:
             _remove(item)
         except OSError as exc:
@@ -267,15 +308,24 @@ def set_aside(output_dir: Path, items: Iterable[Path], keep: int) -> Path:
     ``output_dir/previous/``, then keep only the ``keep`` newest runs there, logging what was
     deleted and how to keep more. With ``keep`` 0 the run just set aside stays until
     ``deferred_prune`` runs (after this run's first trained checkpoint). Returns its folder."""
-    aside = new_aside_dir(output_dir / PREVIOUS_DIR)
+    root = output_dir / PREVIOUS_DIR
+    cut_short = sorted(p for p in root.glob(STAGING + "*") if p.is_dir() and not p.is_symlink())
+    if cut_short:
+        log.warning("an earlier start was killed while it moved a run aside: part of that run is in these "
+                    "folders, which are never deleted by polyrl", folders=[str(p) for p in cut_short],
+                    fix="look through them (the rest of that run is in the newest previous/ folder) and "
+                        "delete them when they are not needed")
+    staging = new_aside_dir(root, prefix=STAGING)
     try:
-        move_aside(items, aside)
+        copied = _move_in(items, staging)
     except SetAsideError:
         try:
-            aside.rmdir()  # nothing moved yet: no empty folder to count as a run
+            staging.rmdir()  # nothing moved yet: no empty folder to count as a run
         except OSError:
             pass
         raise
+    aside = _named(staging, root)  # the run is whole in it: now it may count (and be pruned) as one
+    delete_originals(copied, aside)
     deleted, failed = prune(output_dir / PREVIOUS_DIR, max(keep, 1), newest=aside, protect=output_dir)
     setting = f"train.keep_previous_runs = {keep}"
     if keep == 0:

@@ -66,12 +66,21 @@ def append_lines(path: Path, records: Iterable[Any]) -> None:
 
 
 def read_lines(path: Path) -> list[tuple[str, Any]]:
-    """Each line of a JSON-lines file with its value; None for a line a crash cut short."""
+    """Each line of a JSON-lines file with its value; None for a line a crash cut short.
+
+    Each line is decoded on its own: text is written unescaped (``ensure_ascii=False``), so a kill
+    or a full disk can cut the last line inside a character, and decoding the whole file raised
+    ``UnicodeDecodeError`` out of the resume that should have dropped that line."""
     pairs: list[tuple[str, Any]] = []
     # "\n" only: splitlines() also breaks at U+2028 / U+0085, which a completion's text may hold
     # (written unescaped), and would cut that record in two
-    for line in path.read_text(encoding="utf-8").split("\n"):
-        if not line.strip():
+    for raw in path.read_bytes().split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:  # cut inside a character, or not written by polyrl
+            pairs.append((raw.decode("utf-8", errors="replace"), None))
             continue
         try:
             pairs.append((line, json.loads(line)))

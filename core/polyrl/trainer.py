@@ -1022,7 +1022,9 @@ class Trainer:
         checkpoint resumed by path, or another run's): left in checkpoints/ they sort after this
         run's own, so ``prune`` deleted each checkpoint this run wrote and a later ``--resume``
         (the command a stop prints) went back to the abandoned run. They are moved into
-        ``previous/<UTC time>/checkpoints/``, nothing deleted."""
+        ``previous/<UTC time>/checkpoints/``, nothing deleted; a copy of the run's JSON-lines logs
+        goes beside them first, since the rewind that follows drops the abandoned steps' lines
+        (the curves and completions of the run those checkpoints belong to)."""
         if self.rank != 0 or not self.checkpoint_root.is_dir():
             return
         resumed = ckpt.checkpoint_dir(self.checkpoint_root, self.step).name
@@ -1031,6 +1033,15 @@ class Trainer:
         if not newer:
             return
         aside = previous_runs.new_aside_dir(self.output_dir / previous_runs.PREVIOUS_DIR)
+        logs = [self.output_dir / metrics_file.FILE_NAME, self.output_dir / evaluation.COMPLETIONS_FILE,
+                self.tracking.completions_path]
+        try:  # before anything moves: a copy that fails leaves the resume to be tried again as it was
+            for log_file in logs:
+                if log_file.is_file() and not log_file.is_symlink():
+                    shutil.copy2(log_file, aside / log_file.name)
+        except OSError as exc:
+            shutil.rmtree(aside, ignore_errors=True)
+            raise self._write_failed(f"copy of the abandoned run's logs into {aside.parent}", exc) from None
         target = aside / "checkpoints"
         target.mkdir()
         previous_runs.move_aside(newer, target)
@@ -1100,7 +1111,10 @@ class Trainer:
                 evaluation.rewind_records(self.output_dir, self.step)  # the same lineage as the metrics
             except OSError as exc:
                 raise self._write_failed("rewound eval completions", exc) from None
-        records = [record for _, record in strict_json.read_lines(path)] if path.exists() else []
+        try:  # a folder (or an unreadable file) where metrics.jsonl belongs was a traceback
+            records = [record for _, record in strict_json.read_lines(path)] if path.exists() else []
+        except OSError as exc:
+            raise self._write_failed("rewound metrics.jsonl", exc) from None
         unreadable = [n for n, r in enumerate(records, 1) if not metrics_file.has_step(r)]
         if self.rank == 0 and unreadable and unreadable != [len(records)]:  # more than a crash's cut-short last line
             log.warning(f"{len(unreadable)} line(s) of metrics.jsonl are not step records polyrl wrote; dropped",
@@ -1120,7 +1134,10 @@ class Trainer:
                 strict_json.rewrite_lines(path, (strict_json.dumps(r) for r in kept))
             except OSError as exc:
                 raise self._write_failed("rewound metrics.jsonl", exc) from None
-        self.tracking.rewind(self.step, from_zero)
+        try:  # a full disk here was a traceback, though the two files before it were one error line
+            self.tracking.rewind(self.step, from_zero)
+        except OSError as exc:
+            raise self._write_failed("rewound completions.jsonl", exc) from None
         return [r for r in kept if metrics_file.eval_phase(r) is None]
 
     def _append_metrics(self, metrics: dict[str, Any]) -> None:
@@ -1264,7 +1281,7 @@ class Trainer:
         if self.eval_dataset is not None and self.step == 0 and not self._evaluate_before(summary):
             return
         skips = unscored = 0
-        last_eval: tuple[int, dict[str, float]] | None = None
+        last_eval = self._evaluated_at_resume()
         # under a launcher only a collective decides the stop, so every rank leaves after the same step
         stop_agreed = False
 
@@ -1353,6 +1370,16 @@ class Trainer:
             if self.rank == 0:
                 log.info("evaluation after training", **summary["eval_after"])
                 self._publish_eval("after", summary["eval_after"])
+
+    def _evaluated_at_resume(self) -> tuple[int, dict[str, float]] | None:
+        """(step, its evaluation) when the resumed step's kept line holds an evaluation of these
+        weights (``eval.every``): a run killed after its last checkpoint and resumed evaluated them
+        again "after" training, a line and eval completions the uninterrupted run does not have."""
+        line = self.history[-1] if self.history and self.step > 0 else None
+        if line is None or line.get("step") != self.step:
+            return None
+        evaluated = {k: v for k, v in line.items() if k.startswith("eval/")}
+        return (self.step, evaluated) if evaluated else None
 
     def _publish_eval(self, phase: str, result: dict[str, float]) -> None:
         """The evaluation before or after training as a line of metrics.jsonl and to the trackers,
