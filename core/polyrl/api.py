@@ -364,7 +364,9 @@ def make_trainer(config: RunConfig, plugins: Sequence[Any], resume: str | None =
     from polyrl.trainer import Trainer
 
     try:
-        return Trainer(config, extra_plugins=tuple(plugins), **({} if resume is None else {"resume": resume}))
+        if resume is None:  # (a Trainer stand-in in the tests takes no resume)
+            return Trainer(config, extra_plugins=tuple(plugins))
+        return Trainer(config, extra_plugins=tuple(plugins), resume=resume)
     except ConfigError as exc:
         raise _prompts_error(exc) from None
 
