@@ -103,8 +103,10 @@ def _refuse(changed: list[tuple[str, Any, Any]]) -> None:
             translated = trl_value(entry, _plain(value))
             value_there = f" = {shown(translated)}" if entry.offset and translated != value else ""
             because = f"; {entry.note}" if value_there and entry.note else ""
+            shim = "; or pass the tools to polyrl.trl.GRPOTrainer(tools=[...]), which reads it" \
+                if name in AGENT_FIELDS else ""
             why = (f" (polyrl's {entry.key}{value_there}, which the Python API does not set: use `polyrl train` with "
-                   f"a TOML config{because})")
+                   f"a TOML config{because}{shim})")
             toml_only.append(name)
         elif entry is not None and entry.note:
             why = f": polyrl has no equivalent ({entry.note})"
