@@ -302,6 +302,10 @@ def test_trls_tool_limits_become_the_episodes(tiny_model_dir, tmp_path):
     assert unlimited.environment is not None and unlimited.environment.max_turns == 1024
     assert GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
                        args=_args(tmp_path), tools=[]).environment is None
+    with pytest.raises(ConfigError) as err:  # past polyrl's most turns: one error, not a clamp
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(), tools=[_documented],
+                    args=_args(tmp_path, max_tool_calling_iterations=5000))
+    assert err.value.field == "grpo_config.max_tool_calling_iterations"
     with pytest.raises(ConfigError) as err:  # without tools TRL never reads it: a TOML-only key here
         GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
                     args=_args(tmp_path, max_tool_calling_iterations=2))

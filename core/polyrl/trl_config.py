@@ -376,5 +376,6 @@ def agent_settings(trl_config: Any) -> dict[str, int]:
                           f"can run (0 to {MAX_TURNS - 1}: polyrl's environment.max_turns is that + 1, at most "
                           f"{MAX_TURNS})", field="grpo_config.max_tool_calling_iterations",
                           fix=f"set it to a whole number from 0 to {MAX_TURNS - 1}, or None for no limit")
-    return {"max_turns": MAX_TURNS if rounds is None else rounds + 1,
+    turns = MAX_TURNS if rounds is None else trl_value(TOML_HINTS["max_tool_calling_iterations"], rounds)
+    return {"max_turns": turns,
             "max_episode_tokens": int(trl_config.max_completion_length)}
