@@ -339,8 +339,11 @@ def test_trl_settings_that_are_what_polyrl_does_are_taken_and_agent_ones_name_th
         api.GRPOConfig.from_trl(trl_config(max_tool_calling_iterations=3))
     assert info.value.field == "grpo_config.max_tool_calling_iterations"
     assert ("(polyrl's environment.max_turns = 4, which the Python API does not set: use `polyrl train` with a "
-            "TOML config; TRL counts the tool rounds after the first answer, polyrl every assistant turn): polyrl's "
-            "Python API cannot take it") in str(info.value)
+            "TOML config; TRL counts the tool rounds after the first answer, polyrl every assistant turn; or pass the "
+            "tools to polyrl.trl.GRPOTrainer(tools=[...]), which reads it): polyrl's Python API cannot take it") \
+        in str(info.value)
+    tools = api.GRPOConfig.from_trl(trl_config(max_tool_calling_iterations=3), tools=True)  # the caller reads it
+    assert not any("environment" in key for key in tools.settings)
 
 
 @pytest.mark.parametrize(("beta", "bias_correction", "expected"), [

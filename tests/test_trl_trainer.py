@@ -108,7 +108,7 @@ class _Callback:
 
 
 @pytest.mark.parametrize("name, value", [
-    ("callbacks", [_Callback()]), ("tools", [short]), ("rollout_func", short),
+    ("callbacks", [_Callback()]), ("rollout_func", short),
     ("environment_factory", object), ("quantization_config", object()), ("reward_processing_classes", object()),
     ("optimizers", (object(), None)),
 ])
@@ -155,3 +155,185 @@ def test_a_processing_class_other_than_the_folders_tokenizer_is_refused(tiny_mod
 def test_importing_grpo_config_from_here_says_to_keep_trls():
     with pytest.raises(ImportError, match="from trl import GRPOConfig"):
         from polyrl.trl import GRPOConfig  # noqa: F401
+
+
+# --- tools=[f, g]: TRL's tool-calling loop run by polyrl's episodes ----------------------------------
+
+#: what the tool-calling model (``tool_caller_dir``) writes after every assistant header
+CALL = '<tool_call>{"name": "lookup", "arguments": {"key": "k"}}</tool_call>'
+#: (key, thread name) of each call of ``lookup``
+LOOKUPS: list[tuple[str, str]] = []
+
+
+def lookup(key: str) -> str:
+    """Look a key up in the table.
+
+    Args:
+        key: the key to look up
+    """
+    import threading
+
+    LOOKUPS.append((key, threading.current_thread().name))
+    return f"value-of-{key}"
+
+
+@pytest.fixture(scope="module")
+def tool_caller_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny model taught to answer every chat with ``CALL`` (a real model on the real backend:
+    the random one never writes a tool call). ~150 Adam steps on ChatML contexts of every shape a
+    run shows it (a system message, a user prompt, a tool result after an earlier call)."""
+    import random
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from polyrl.agents.prompting import with_tools_prompt
+    from polyrl.agents.tools import tool_schema
+
+    folder = tmp_path_factory.mktemp("models") / "tool-caller"
+    shutil.copytree(tiny_model_dir, folder)
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    target = tok(CALL + "<|im_end|>", add_special_tokens=False)["input_ids"]
+    words = "the quick brown fox what is 1 + 2 ? tool result 42 system user say hello {key} json".split()
+    rng = random.Random(0)
+    torch.manual_seed(0)
+
+    def text(low: int, high: int) -> str:
+        return " ".join(rng.choice(words) for _ in range(rng.randint(low, high)))
+
+    def example() -> tuple[list[int], list[int]]:
+        messages = [{"role": "user", "content": text(3, 40) if rng.random() < 0.5 else f"Look up key {rng.randint(0, 9)}."}]
+        if rng.random() < 0.7:  # polyrl's tools prompt (the tiny template shows no tools itself)
+            messages = with_tools_prompt(messages, [tool_schema(lookup)])
+        elif rng.random() < 0.5:
+            messages.insert(0, {"role": "system", "content": text(20, 200)})
+        if rng.random() < 0.5:
+            messages += [{"role": "assistant", "content": CALL}, {"role": "tool", "content": text(1, 4)}]
+        prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return tok(prompt, add_special_tokens=False)["input_ids"], target
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(200):
+        batch = [example() for _ in range(8)]
+        width = max(len(p) + len(c) for p, c in batch)
+        ids = torch.zeros((len(batch), width), dtype=torch.long)
+        labels = torch.full((len(batch), width), -100)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, (p, c) in enumerate(batch):
+            ids[i, :len(p) + len(c)] = torch.tensor(p + c)
+            labels[i, len(p):len(p) + len(c)] = torch.tensor(c)
+            mask[i, :len(p) + len(c)] = 1
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < 0.05
+    model.save_pretrained(folder, safe_serialization=True)
+    return str(folder)
+
+
+def _chat_dataset(n: int = 2):
+    return datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": f"Look up key {i}."}],
+                                        "answer": "value-of-k"} for i in range(n)])
+
+
+def test_a_trl_tools_script_runs_polyrls_episodes_and_the_tool_is_called(tool_caller_dir, tmp_path):
+    """TRL's GRPOTrainer(tools=[f]): the model's call reaches the function with the model's
+    arguments (on a thread of polyrl's), its result is a tool message in the conversation the
+    rewards get, and max_tool_calling_iterations = 1 is one tool round: two assistant turns."""
+    import threading
+
+    LOOKUPS.clear()
+    calls = LOOKUPS
+    seen: list[list[dict]] = []
+
+    def found(completions, answer, **kwargs):
+        seen.extend(completions)
+        return [float(any(m["role"] == "tool" and m["content"] == a for m in c)) for c, a in zip(completions, answer)]
+
+    trainer = GRPOTrainer(model=tool_caller_dir, reward_funcs=[found], train_dataset=_chat_dataset(),
+                          args=_args(tmp_path, max_steps=1, max_completion_length=160, max_tool_calling_iterations=1),
+                          tools=[lookup])
+    assert trainer.train().global_step == 1
+    assert len(seen) == 4 and calls
+    assert all(key == "k" for key, _ in calls) and all(name != threading.main_thread().name for _, name in calls)
+    called = [c for c in seen if any(m["role"] == "tool" for m in c)]
+    assert len(called) == len(calls)  # one round each: the second turn's call is not run
+    for conversation in called:
+        first, result = conversation[0], conversation[1]
+        assert first["role"] == "assistant"
+        assert [(t["function"]["name"], t["function"]["arguments"]) for t in first["tool_calls"]] == \
+            [("lookup", {"key": "k"})]
+        assert result["role"] == "tool" and result["content"] == "value-of-k"
+        assert sum(m["role"] == "assistant" for m in conversation) <= 2
+    assert trainer.state.log_history[0]["rewards/found/mean"] == pytest.approx(len(called) / 4)
+
+
+def _documented(key: str) -> str:
+    """Look a key up.
+
+    Args:
+        key: the key
+    """
+    return key
+
+
+async def _documented_async(key: str) -> str:
+    """Look a key up, asynchronously.
+
+    Args:
+        key: the key
+    """
+    return key
+
+
+def test_trls_tool_limits_become_the_episodes(tiny_model_dir, tmp_path):
+    """max_tool_calling_iterations N is N + 1 turns (None: no limit, polyrl's most, 1024);
+    max_completion_length bounds the whole episode, tool results included, as TRL's does."""
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          args=_args(tmp_path, max_tool_calling_iterations=2), tools=[_documented, _documented_async])
+    env = trainer.environment
+    assert env is not None and env.tools == ["_documented", "_documented_async"]
+    assert (env.max_turns, env.max_episode_tokens) == (3, 6)
+    unlimited = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                            args=_args(tmp_path), tools=[_documented])
+    assert unlimited.environment is not None and unlimited.environment.max_turns == 1024
+    assert GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                       args=_args(tmp_path), tools=[]).environment is None
+    with pytest.raises(ConfigError) as err:  # past polyrl's most turns: one error, not a clamp
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(), tools=[_documented],
+                    args=_args(tmp_path, max_tool_calling_iterations=5000))
+    assert err.value.field == "grpo_config.max_tool_calling_iterations"
+    with pytest.raises(ConfigError) as err:  # without tools TRL never reads it: a TOML-only key here
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                    args=_args(tmp_path, max_tool_calling_iterations=2))
+    assert err.value.field == "grpo_config.max_tool_calling_iterations"
+
+
+def calculator(expression: str) -> str:
+    """Another calculator.
+
+    Args:
+        expression: what to compute
+    """
+    return expression
+
+
+def _undocumented(key: str) -> str:
+    return key
+
+
+@pytest.mark.parametrize("tools, field, words", [
+    ([_documented, 3], "tools[1]", "not a function"),
+    ([_undocumented], "tools[0]", "docstring"),
+    ([_documented, _documented], "tools[1]", "both named"),
+    ([calculator], "tools[0]", "built-in"),
+    (_documented, "tools", "not a list"),
+])
+def test_tools_the_model_could_not_be_told_about_are_one_error_each(tiny_model_dir, tmp_path, tools, field, words):
+    with pytest.raises(ConfigError, match=words) as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset(),
+                    tools=tools)
+    assert err.value.field == field and err.value.fix

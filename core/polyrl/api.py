@@ -156,17 +156,19 @@ class GRPOConfig:
         return super().__new__(cls)
 
     @classmethod
-    def from_trl(cls, trl_config: Any) -> GRPOConfig:
+    def from_trl(cls, trl_config: Any, *, tools: bool = False) -> GRPOConfig:
         """``trl_config`` (a ``trl.GRPOConfig``) with TRL's values, defaults included, for every
         field polyrl has (``polyrl.trl_names``); a changed field polyrl cannot honour is one
-        ConfigError naming it. Logs the values that differ from polyrl's own defaults."""
+        ConfigError naming it. Logs the values that differ from polyrl's own defaults. ``tools``:
+        the run has tools (``polyrl.trl.GRPOTrainer(tools=...)``), which reads the tool-calling
+        fields itself (``trl_config.agent_settings``), so they are not refused here."""
         from polyrl.logs import get_logger
         from polyrl.trl_config import trl_settings
 
         if not _is_trl_config(trl_config):
             raise ConfigError(f"from_trl takes a trl.GRPOConfig, got {type(trl_config).__name__}",
                               field="grpo_config", fix="pass trl.GRPOConfig(...), or build polyrl's GRPOConfig")
-        values = trl_settings(trl_config)
+        values = trl_settings(trl_config, agent=tools)
         ours = _polyrl_defaults()
         changed = {k: v for k, v in values.items() if k not in ours or ours[k] != v}
         kept = {k: v for k, v in values.items() if k in changed or _carried_as_is(k, values)}

@@ -9,7 +9,8 @@
     trainer.save_model()
 
 Each argument is read as TRL reads it (``args`` by ``polyrl.api.GRPOConfig.from_trl``,
-``reward_funcs`` by ``polyrl.api.reward_entries``, ``peft_config`` as LoRA) or refused with one
+``reward_funcs`` by ``polyrl.api.reward_entries``, ``peft_config`` as LoRA, ``tools`` as the
+run's ``[environment] tools``, whose calls polyrl's episodes run) or refused with one
 ``ConfigError`` naming it and the fix; nothing TRL would use is dropped silently. Why refuse
 rather than approximate: a callback, optimizer or tokenizer polyrl would not use trains another run
 than the script describes, without a word. The run itself is ``polyrl.api``'s, so its
@@ -22,9 +23,15 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import attrs
 
 from polyrl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from polyrl.agents.given_tools import GivenTools
+    from polyrl.config import EnvironmentSection
 
 
 class TrainOutput(NamedTuple):
@@ -51,12 +58,14 @@ _REFUSED = {
                  "[logging] report_to in a TOML config) and writes every step to output_dir/metrics.jsonl",
     "quantization_config": "remove it: polyrl trains the model in its own precision (quantized training is not "
                            "offered)",
-    "tools": 'train tool-calling agents from a TOML config: tools=[f, g] is [environment] tools = ["file.py:f", '
-             '"file.py:g"] (README: Environments and tools)',
-    "rollout_func": "remove it: polyrl samples with its own generate backend; a custom multi-turn rollout is a "
-                    "polyrl environment (README: Environments and tools)",
-    "environment_factory": 'write the environment polyrl\'s way (reset(row), step(message)) and train it from a TOML '
-                           'config: [environment] name = "file.py:factory" (README: Environments and tools)',
+    "rollout_func": "remove it: polyrl samples with its own generate backend; tool calls are tools=[f, g] here, "
+                    "another multi-turn rollout a polyrl environment (README: Environments and tools)",
+    "environment_factory": "TRL's environment is scored through the live instances (reward functions get "
+                           "environments=, get_reward() runs after every rollout), which polyrl's episodes do not keep "
+                           "past their last turn: pass plain functions as tools=[f, g] (trained here), or write the "
+                           "environment polyrl's way (reset(row), step(message) -> Observation(messages, reward, "
+                           'done), tools = its methods) and train it from a TOML config: [environment] name = '
+                           '"file.py:factory" (README: Environments and tools)',
 }
 
 
@@ -73,7 +82,7 @@ class GRPOTrainer:
         from polyrl import api
 
         given = {"reward_processing_classes": reward_processing_classes, "callbacks": callbacks,
-                 "quantization_config": quantization_config, "tools": tools, "rollout_func": rollout_func,
+                 "quantization_config": quantization_config, "rollout_func": rollout_func,
                  "environment_factory": environment_factory}
         for name, value in given.items():
             if value is not None and not (isinstance(value, (list, tuple)) and not value):
@@ -94,8 +103,11 @@ class GRPOTrainer:
             raise ConfigError("train_dataset is an IterableDataset, which may never end; polyrl reads the prompts "
                               "whole", field="train_dataset",
                               fix="pass a datasets.Dataset (e.g. Dataset.from_list(list(dataset.take(N))))")
+        self.tools = _tools(tools)
         self.args = args if args is not None else _default_args(model)
-        self.grpo_config = self.args if isinstance(self.args, api.GRPOConfig) else api.GRPOConfig.from_trl(self.args)
+        self.grpo_config = self.args if isinstance(self.args, api.GRPOConfig) else \
+            api.GRPOConfig.from_trl(self.args, tools=self.tools is not None)
+        self.environment = _environment(self.tools, self.args)
         # an eval_dataset is kept unread, as TRL keeps it under eval_strategy "no" (another strategy
         # is refused by from_trl: polyrl runs no TRL evaluation loop)
         self.model_path = _model_folder(model, processing_class, self.grpo_config.output_dir)
@@ -124,6 +136,9 @@ class GRPOTrainer:
         started = time.monotonic()
         config, plugins = api.run_config(api.grpo, policy=self.policy, prompts=self.train_dataset,
                                          rewards=self.reward_funcs, grpo_config=self.grpo_config)
+        if self.environment is not None and self.tools is not None:
+            config = attrs.evolve(config, environment=self.environment)
+            plugins = [*plugins, self.tools]
         trainer = api.make_trainer(config, plugins, resume=resume)
         if resume is not None and not trainer.resume(resume or None):
             raise ConfigError(f"no checkpoint to resume in {config.train.output_dir}", field="resume_from_checkpoint",
@@ -153,6 +168,33 @@ class GRPOTrainer:
             return
         target.mkdir(parents=True, exist_ok=True)
         shutil.copytree(source, target, dirs_exist_ok=True)
+
+
+def _tools(tools: Any) -> GivenTools | None:
+    """TRL's ``tools``: functions the model may call, registered for this run (``given_tools``);
+    None when there are none."""
+    from polyrl.agents.builtin import BUILTIN_TOOLS
+    from polyrl.agents.given_tools import given_tools
+
+    if tools is None or (isinstance(tools, (list, tuple)) and not tools):
+        return None
+    return given_tools(tools, "tools", taken=[fn.__name__ for fn, _, _ in BUILTIN_TOOLS])
+
+
+def _environment(tools: GivenTools | None, args: Any) -> EnvironmentSection | None:
+    """The run's ``[environment]`` for TRL's tool-calling loop: the tools by name, and the turn and
+    token limits of ``args`` (``trl_config.agent_settings``; polyrl's defaults for its own config)."""
+    from polyrl.api import GRPOConfig as PolyrlConfig
+    from polyrl.config import EnvironmentSection
+    from polyrl.trl_config import agent_settings
+
+    if tools is None:
+        return None
+    limits: dict[str, Any] = {} if isinstance(args, PolyrlConfig) else agent_settings(args)
+    try:
+        return EnvironmentSection(tools=tools.names, **limits)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, field="tools", fix=exc.fix) from None
 
 
 def _default_args(model: Any) -> Any:

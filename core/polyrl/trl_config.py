@@ -45,6 +45,9 @@ COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_step
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
                       "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio", "adam_beta1", "adam_beta2",
                       "use_bias_correction_kl"})
+#: fields that shape tool-calling episodes: read by ``polyrl.trl.GRPOTrainer`` when it is given
+#: ``tools`` or an ``environment_factory`` (``agent_settings``), refused as TOML-only otherwise
+AGENT_FIELDS = frozenset({"max_tool_calling_iterations"})
 
 
 def _plain(value: Any) -> Any:
@@ -52,9 +55,12 @@ def _plain(value: Any) -> Any:
     return value.value if isinstance(value, enum.Enum) else value
 
 
-def _refuse_unsupported(trl_config: Any) -> None:
-    """One ConfigError for the first field the user set that polyrl cannot honour."""
+def _refuse_unsupported(trl_config: Any, agent: bool = False) -> None:
+    """One ConfigError for the first field the user set that polyrl cannot honour (``agent``:
+    ``AGENT_FIELDS`` are read by the caller)."""
     handled = {name for name, entry in TRL_NAMES.items() if entry.key is not None} | IGNORED | COMBINED
+    if agent:
+        handled |= AGENT_FIELDS
     fields = [f for f in dataclasses.fields(trl_config) if f.init]
     kept = {f.name: getattr(trl_config, f.name) for f in fields if f.name in handled}
     try:  # TRL's own defaults for everything else, derived from the same handled values
@@ -97,8 +103,10 @@ def _refuse(changed: list[tuple[str, Any, Any]]) -> None:
             translated = trl_value(entry, _plain(value))
             value_there = f" = {shown(translated)}" if entry.offset and translated != value else ""
             because = f"; {entry.note}" if value_there and entry.note else ""
+            shim = "; or pass the tools to polyrl.trl.GRPOTrainer(tools=[...]), which reads it" \
+                if name in AGENT_FIELDS else ""
             why = (f" (polyrl's {entry.key}{value_there}, which the Python API does not set: use `polyrl train` with "
-                   f"a TOML config{because})")
+                   f"a TOML config{because}{shim})")
             toml_only.append(name)
         elif entry is not None and entry.note:
             why = f": polyrl has no equivalent ({entry.note})"
@@ -289,11 +297,12 @@ def _steps(max_steps: int, num_iterations: int) -> int:
     return max_steps // num_iterations
 
 
-def trl_settings(trl_config: Any) -> dict[str, Any]:
+def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
     """polyrl's ``table.key`` -> value for every field of ``trl_config`` with an equivalent
     (``algorithm.name`` for a loss that is a polyrl preset; ``rewards[].weight`` is TRL's
-    ``reward_weights``); ConfigError for a changed field polyrl cannot honour."""
-    _refuse_unsupported(trl_config)
+    ``reward_weights``); ConfigError for a changed field polyrl cannot honour. ``agent``: the
+    run has tools, whose ``AGENT_FIELDS`` the caller reads with ``agent_settings``."""
+    _refuse_unsupported(trl_config, agent)
     out: dict[str, Any] = {}
     for name, entry in TRL_NAMES.items():
         if entry.key is None or name in COMBINED or not hasattr(trl_config, name):
@@ -345,3 +354,28 @@ def trl_settings(trl_config: Any) -> dict[str, Any]:
     if trl_config.beta > 0:  # read by the KL term only (TRL's default True weights it by the ratio)
         out["algorithm.kl_bias_correction"] = bool(trl_config.use_bias_correction_kl)
     return out
+
+
+#: polyrl's most assistant turns per episode (``environment.max_turns``' range)
+MAX_TURNS = 1024
+
+
+def agent_settings(trl_config: Any) -> dict[str, int]:
+    """``[environment]``'s ``max_turns`` and ``max_episode_tokens`` for TRL's tool-calling loop.
+
+    TRL's ``max_tool_calling_iterations`` N counts the tool rounds after the first answer: N + 1
+    assistant turns, the last one's calls not run, as polyrl's last turn's; TRL's None (no limit)
+    is polyrl's most turns, ``MAX_TURNS``. TRL's ``max_completion_length`` bounds the whole
+    completion, tool results included (it drops a tool result that would pass it and cuts the next
+    turn to what is left), which is ``max_episode_tokens``; each turn still samples at most
+    ``max_completion_length`` (``generation.max_new_tokens``)."""
+    rounds = getattr(trl_config, "max_tool_calling_iterations", None)
+    if rounds is not None and (isinstance(rounds, bool) or not isinstance(rounds, int) or not
+                               0 <= rounds < MAX_TURNS):
+        raise ConfigError(f"TRL's max_tool_calling_iterations = {shown(rounds)} is not a number of tool rounds polyrl "
+                          f"can run (0 to {MAX_TURNS - 1}: polyrl's environment.max_turns is that + 1, at most "
+                          f"{MAX_TURNS})", field="grpo_config.max_tool_calling_iterations",
+                          fix=f"set it to a whole number from 0 to {MAX_TURNS - 1}, or None for no limit")
+    turns = MAX_TURNS if rounds is None else trl_value(TOML_HINTS["max_tool_calling_iterations"], rounds)
+    return {"max_turns": turns,
+            "max_episode_tokens": int(trl_config.max_completion_length)}
