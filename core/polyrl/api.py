@@ -18,11 +18,14 @@ reads TRL's ``reward_funcs`` the way ``GRPOTrainer`` does (see ``reward_entries`
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import attrs
 
@@ -340,6 +343,60 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None) -> tupl
     return sections, plugins
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+#: ``trl.GRPOTrainer``'s argument -> how ``run`` takes it (None: ``run`` has no counterpart)
+_TRAINER_ARGUMENTS: dict[str, str | None] = {
+    "model": "policy=Agent(model, backend=...)", "reward_funcs": "rewards=...", "train_dataset": "prompts=...",
+    "args": "grpo_config=... (a trl.GRPOConfig is read as TRL reads it)",
+    "peft_config": "policy=Agent(..., lora=...)", "eval_dataset": None, "processing_class": None,
+    "reward_processing_classes": None, "callbacks": None, "optimizers": None, "quantization_config": None,
+    "tools": None, "rollout_func": None, "environment_factory": None}
+
+
+def _refuse_trainer_arguments(unknown: Sequence[str], valid: Sequence[str]) -> None:
+    """One ConfigError for keyword arguments ``run`` does not take (TRL's ``GRPOTrainer``
+    names, typos), naming ``run``'s argument for each. Why: Python's bare TypeError says neither."""
+    fixes, trl = [], False
+    for key in unknown:
+        if key in _TRAINER_ARGUMENTS:
+            trl = True
+            ours = _TRAINER_ARGUMENTS[key]
+            fixes.append(f"{key}: TRL's GRPOTrainer({key}=...) is run({ours})" if ours else
+                         f"{key}: run() has no {key} (TRL's GRPOTrainer argument)")
+        elif key in {f.name for f in attrs.fields(GRPOConfig)}:
+            fixes.append(f"{key}: pass it as grpo_config=GRPOConfig({key}=...)")
+        else:
+            close = difflib.get_close_matches(key, valid, n=1)
+            fixes.append(f"{key}: did you mean {close[0]}?" if close else
+                         f"{key}: run() takes {', '.join(valid)}")
+    fix = "; ".join(fixes)
+    if trl:
+        fix += ("; or keep TRL's arguments unchanged with `from polyrl.trl import GRPOTrainer` "
+                "(GRPOTrainer(model=..., reward_funcs=..., args=..., train_dataset=...).train())")
+    raise ConfigError(f"run() got {len(unknown)} unknown argument{'s' if len(unknown) > 1 else ''} "
+                      f"({', '.join(unknown)})", field=unknown[0], fix=fix)
+
+
+def _refuses_unknown_keywords(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``function``, with a keyword argument it does not take refused by
+    ``_refuse_trainer_arguments`` before Python binds the call (a call with TRL's names also
+    lacks ``policy`` and ``prompts``, which would be Python's TypeError first). The signature
+    stays ``function``'s for type checkers."""
+    valid = list(inspect.signature(function).parameters)
+
+    @functools.wraps(function)
+    def checked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        unknown = [k for k in kwargs if k not in valid]
+        if unknown:
+            _refuse_trainer_arguments(unknown, valid)
+        return function(*args, **kwargs)
+
+    return checked
+
+
+@_refuses_unknown_keywords
 def run(
     algorithm: str,
     *,
@@ -404,7 +461,9 @@ def run_config(
     if cfg._from_trl and algorithm != (trl_preset or grpo):
         _refuse_preset_over_trl(algorithm, overrides)
     reward_sections, plugins = reward_entries(rewards, cfg.reward_weights)
-    prompts_per_step = min(cfg.prompts_per_step, len(rows))
+    # kept as given where the prompts are fewer: the Trainer warns and draws some prompts twice
+    # per step, as it does for a TOML config (it was shrunk to the rows without a word)
+    prompts_per_step = cfg.prompts_per_step
     algorithm_config = AlgorithmConfig.preset(algorithm, **overrides)
     steps = cfg.steps if cfg.epochs is None else epoch_steps(cfg.epochs, len(rows), prompts_per_step,
                                                              algorithm_config.num_iterations)
@@ -435,6 +494,11 @@ def epoch_steps(epochs: float, prompts: int, prompts_per_step: int, num_iteratio
     rest of each epoch is dropped), each reused for ``num_iterations`` updates, and the HF Trainer
     runs ``ceil(epochs x updates per epoch)`` updates; a polyrl step is one batch and its
     ``num_iterations`` updates, so a count that stops part-way through a batch is refused."""
+    if prompts < prompts_per_step:
+        raise ConfigError(f"{epochs} epochs of {prompts} prompts with prompts_per_step = {prompts_per_step}: not one "
+                          "whole batch per epoch, so TRL would train nothing", field="grpo_config.epochs",
+                          fix=f"set prompts_per_step (TRL's generation_batch_size / num_generations) to {prompts} or "
+                              "fewer, add prompts, or give a number of steps (TRL's max_steps)")
     updates = math.ceil(epochs * ((prompts // prompts_per_step) * num_iterations))
     if updates % num_iterations:
         raise ConfigError(f"{epochs} epochs of {prompts // prompts_per_step} whole batches of {prompts_per_step} "
