@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from polyrl import strict_json
+from polyrl import metrics_file, strict_json
 
 COMPLETIONS_FILE = "eval_completions.jsonl"
 
@@ -73,7 +73,7 @@ def append_records(output_dir: Path, records: Sequence[dict[str, Any]]) -> None:
 def keep_record(record: Any, step: int) -> bool:
     """Whether an eval record survives a resume at ``step``: evaluations up to the checkpoint ran
     before it was written; the final evaluation runs again and ``before`` only on a fresh start."""
-    if not isinstance(record, dict) or not isinstance(record.get("after_steps"), int):
+    if not isinstance(record, dict) or not metrics_file.is_step_number(record.get("after_steps")):
         return False
     phase = record.get("phase")
     if phase == "before":

@@ -28,10 +28,16 @@ def eval_line(phase: str, step: int, metrics: Mapping[str, Any]) -> dict[str, An
     return {"step": step, "phase": phase, **metrics}
 
 
+def is_step_number(value: Any) -> bool:
+    """Whether ``value`` read from a log line is a step number: an int at least 0, not a bool.
+    Why one helper for every reader: JSON's ``true`` is Python's ``True == 1``, so a hand-edited
+    ``{"step": true}`` read as step 1 wherever a reader checked ``isinstance(value, int)`` alone."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def has_step(record: Any) -> bool:
-    """Whether ``record`` is a line with a step number (a count: an int, not a bool, at least 0)."""
-    return (isinstance(record, dict) and isinstance(record.get("step"), int)
-            and not isinstance(record["step"], bool) and record["step"] >= 0)
+    """Whether ``record`` is a line with a step number (``is_step_number``)."""
+    return isinstance(record, dict) and is_step_number(record.get("step"))
 
 
 def eval_phase(record: Mapping[str, Any]) -> str | None:

@@ -203,7 +203,7 @@ MAX_STEP = 2**53
 
 
 def _is_step(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_STEP
+    return metrics_file.is_step_number(value) and value <= MAX_STEP
 
 
 def _shown(text: str) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from polyrl import strict_json
+from polyrl.metrics_file import is_step_number
 from polyrl.redact import Redactor
 
 FILE_NAME = "completions.jsonl"
@@ -152,15 +153,18 @@ def rewind(path: Path, last_step: int, from_zero: bool = False) -> int:
     if not path.exists():
         return 0
     read = [(line, record) for line, record in strict_json.read_lines(path)]
-    shift = from_zero or any(isinstance(r, dict) and type(r.get("step")) is int and r["step"] == 0 for _, r in read)
+    shift = from_zero or any(isinstance(r, dict) and is_step_number(r.get("step")) and r["step"] == 0 for _, r in read)
     by_step: dict[int, list[str]] = {}
     previous: int | None = None
     for line, record in read:
         step = record.get("step") if isinstance(record, dict) else None
-        if isinstance(step, int) and not isinstance(step, bool) and shift:
+        if not is_step_number(step):  # cut short by the crash, or not a step (``true`` is no step 1)
+            previous = None
+            continue
+        if shift:
             step += 1
             line = strict_json.dumps({**record, "step": step}, ensure_ascii=False)
-        if not isinstance(step, int) or not 1 <= step <= last_step:  # cut short by the crash, or later
+        if not 1 <= step <= last_step:  # later than the checkpoint
             previous = None
             continue
         if step != previous:  # a new block of this step: an earlier one belonged to a dead lineage
