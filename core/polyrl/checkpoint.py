@@ -325,11 +325,39 @@ def read_state(path: Path) -> dict[str, Any]:
     return json.loads((path / STATE_FILE).read_text())
 
 
+#: The name prefix of a pruned checkpoint being deleted (``prune``).
+DELETING = ".deleting-"
+
+
+def remove_pruned_leftovers(root: str | Path) -> None:
+    """Delete the ``.deleting-step-*`` folders a kill left half-deleted during ``prune``. Only
+    pruned checkpoints get that name, so no kept checkpoint is touched."""
+    root = Path(root)
+    if root.is_dir():
+        for leftover in root.glob(f"{DELETING}step-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
 def prune(root: str | Path, keep: int) -> None:
     """Delete all but the newest ``keep`` complete checkpoints, and stale temp dirs. Called only
-    after a save succeeded, so the newest kept one is always the one just written."""
+    after a save succeeded, so the newest kept one is always the one just written. Each one is
+    renamed ``.deleting-step-N`` before its files go. Why: a kill part-way through deleting
+    ``step-N`` in place left a folder without its marker, which no later prune counted as a
+    checkpoint, so it stayed on disk for good; the renamed one is removed at the next start or
+    save (``remove_pruned_leftovers``)."""
     root = Path(root)
+    remove_pruned_leftovers(root)
     for stale in [*root.glob(".tmp-step-*"), *root.glob(".old-step-*")]:
         shutil.rmtree(stale, ignore_errors=True)
+    doomed = []
     for old in complete_checkpoints(root)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+        target = root / f"{DELETING}{old.name}"
+        try:
+            os.replace(old, target)
+        except OSError:  # left in place: a complete checkpoint, pruned at the next save
+            continue
+        doomed.append(target)
+    if doomed:
+        _fsync_dir(root)
+    for target in doomed:
+        shutil.rmtree(target, ignore_errors=True)

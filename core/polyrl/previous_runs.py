@@ -228,9 +228,10 @@ def delete_originals(copied: list[Path], aside: Path) -> None:
                             "complete), then start again")
 
 
-#: What a checkpoints/ folder of ours holds: checkpoints and the temp folders of one being written.
-_CHECKPOINT_ENTRY = re.compile(r"(?:\.tmp-|\.old-)?step-\d{8}")
-_STEP_ZERO = re.compile(r"(?:\.tmp-|\.old-)?step-0{8}")
+#: What a checkpoints/ folder of ours holds: checkpoints, the temp folders of one being written and
+#: of one being pruned (`.deleting-`).
+_CHECKPOINT_ENTRY = re.compile(r"(?:\.tmp-|\.old-|\.deleting-)?step-\d{8}")
+_STEP_ZERO = re.compile(r"(?:\.tmp-|\.old-|\.deleting-)?step-0{8}")
 #: A model folder polyrl exported: a HF model (or a LoRA adapter beside the merged one).
 _MODEL_FILES = ("config.json", "adapter_config.json")
 

@@ -871,10 +871,12 @@ class Trainer:
                            weights=",".join(models))
 
     def _own_output_dir(self) -> None:
-        """Take the output_dir lock (rank 0 writes for everyone under a launcher), and put back a
-        checkpoint whose same-step re-save a kill cut short (``ckpt.finish_interrupted_replacements``)."""
+        """Take the output_dir lock (rank 0 writes for everyone under a launcher), delete what a kill
+        left of a pruned checkpoint (``ckpt.remove_pruned_leftovers``) and put back a checkpoint whose
+        same-step re-save a kill cut short (``ckpt.finish_interrupted_replacements``)."""
         if self.rank == 0:
             self.lock.acquire()
+            ckpt.remove_pruned_leftovers(self.checkpoint_root)
             for restored in ckpt.finish_interrupted_replacements(self.checkpoint_root):
                 log.warning("a checkpoint's re-save was cut short: put back", checkpoint=str(restored))
 
