@@ -16,7 +16,7 @@ has a training line at step 0, which tells the two apart without a marker.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 FILE_NAME = "metrics.jsonl"
 #: The ``phase`` of a line that holds an evaluation outside a step.
@@ -28,7 +28,7 @@ def eval_line(phase: str, step: int, metrics: Mapping[str, Any]) -> dict[str, An
     return {"step": step, "phase": phase, **metrics}
 
 
-def is_step_number(value: Any) -> bool:
+def is_step_number(value: Any) -> TypeGuard[int]:
     """Whether ``value`` read from a log line is a step number: an int at least 0, not a bool.
     Why one helper for every reader: JSON's ``true`` is Python's ``True == 1``, so a hand-edited
     ``{"step": true}`` read as step 1 wherever a reader checked ``isinstance(value, int)`` alone."""
