@@ -113,7 +113,6 @@ class GRPOTrainer:
                               fix=f"pass one split, e.g. train_dataset=dataset[{splits[0]!r}] (as TRL takes it)")
         self.tools = _tools(tools)
         self.args = args if args is not None else _default_args(model)
-        _refuse_push(self.args)
         dtype, trl_args = _model_dtype(model, self.args)
         self.grpo_config = trl_args if isinstance(trl_args, api.GRPOConfig) else \
             api.GRPOConfig.from_trl(trl_args, tools=self.tools is not None)
@@ -318,16 +317,6 @@ def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
         args = copy.copy(args)  # the script's own object keeps its value
         args.model_init_kwargs = None
     return dtype, args
-
-
-def _refuse_push(args: Any) -> None:
-    """TRL's ``push_to_hub=True`` uploads every save and the final model; polyrl uploads nothing,
-    so the run is refused before training rather than ending without the upload."""
-    if getattr(args, "push_to_hub", False) is True:
-        raise ConfigError("TRL's push_to_hub = True: polyrl does not upload to the Hub",
-                          field="grpo_config.push_to_hub",
-                          fix="remove push_to_hub and upload output_dir after training "
-                              "(huggingface_hub.upload_folder(repo_id=..., folder_path=output_dir))")
 
 
 def _tools(tools: Any) -> GivenTools | None:
