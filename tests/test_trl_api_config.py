@@ -305,6 +305,7 @@ def test_derived_trl_values_never_count_as_set():
                                       "multi_objective_aggregation = 'normalize_then_sum' (TRL's default: "
                                       "'sum_then_normalize'): polyrl has no equivalent (polyrl sums the rewards"]),
     ({"optim": "sgd"}, "grpo_config.optim", ["optim = 'sgd'"]),
+    ({"push_to_hub": True}, "grpo_config.push_to_hub", ["push_to_hub = True", "uploads nothing"]),
     ({"lr_scheduler_type": "polynomial"}, "grpo_config.lr_scheduler_type", ["'polynomial'"]),
 ])
 def test_a_changed_field_polyrl_cannot_honour_is_one_error_naming_it(kwargs, field, named):

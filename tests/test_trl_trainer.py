@@ -337,3 +337,82 @@ def test_tools_the_model_could_not_be_told_about_are_one_error_each(tiny_model_d
         GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset(),
                     tools=tools)
     assert err.value.field == field and err.value.fix
+
+
+# --- what a TRL script reads and calls around the trainer ---------------------------------------------
+
+def test_model_init_kwargs_dtype_is_the_dtype_the_folder_trains_in(tiny_model_dir, tmp_path):
+    """TRL loads a model folder with model_init_kwargs (float32 by default); its dtype is the
+    policy's, anything else in it is one error naming the key, never dropped."""
+    args = _args(tmp_path, model_init_kwargs={"dtype": "bfloat16"})
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=args, train_dataset=_dataset())
+    assert trainer.policy.dtype == "bfloat16" and args.model_init_kwargs == {"dtype": "bfloat16"}
+    assert GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                       args=_args(tmp_path, model_init_kwargs={"torch_dtype": "float16"})).policy.dtype == "float16"
+    for kwargs, words in [({"attn_implementation": "eager"}, "attn_implementation"), ({"dtype": "auto"}, "auto")]:
+        with pytest.raises(ConfigError, match=words) as err:
+            GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                        args=_args(tmp_path, model_init_kwargs=kwargs))
+        assert err.value.field == "grpo_config.model_init_kwargs"
+
+
+def test_a_model_object_trains_in_its_own_dtype(tiny_model_dir, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    trainer = GRPOTrainer(model=model, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset())
+    assert trainer.policy.dtype == "bfloat16"
+
+
+def test_a_dataset_dict_is_refused_when_the_trainer_is_built(tiny_model_dir, tmp_path):
+    with pytest.raises(ConfigError, match="'train'") as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
+                    train_dataset=datasets.DatasetDict({"train": _dataset()}))
+    assert err.value.field == "train_dataset" and "dataset['train']" in err.value.fix
+
+
+def test_push_to_hub_is_refused_before_training_not_dropped(tiny_model_dir, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, push_to_hub=True),
+                    train_dataset=_dataset())
+    assert err.value.field == "grpo_config.push_to_hub"
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset())
+    with pytest.raises(ConfigError) as err:
+        trainer.push_to_hub(dataset_name="x")
+    assert err.value.field == "push_to_hub"
+
+
+def test_args_none_is_trls_default_config_on_any_machine(tiny_model_dir, tmp_path, monkeypatch):
+    """TRL's GRPOConfig(f"{name}-GRPO"); its bf16 device check (no GPU here) is not polyrl's."""
+    monkeypatch.chdir(tmp_path)
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(8))
+    assert isinstance(trainer.args, trl.GRPOConfig) and trainer.args.output_dir == "tiny-llama-GRPO"
+    assert trainer.args.learning_rate == 1e-6 and trainer.policy.model == tiny_model_dir
+
+
+def test_trls_own_grpo_script_runs_to_its_end(tiny_model_dir, tmp_path, capsys):
+    """The lines trl/scripts/grpo.py (and transformers' examples) run after train(): accelerator
+    prints, save_model to output_dir, log/save metrics and state; trainer.model is a clear error."""
+    args = _args(tmp_path, max_steps=1)
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=args, train_dataset=_dataset())
+    result = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    trainer.accelerator.print("Training completed.")
+    trainer.save_model(args.output_dir)
+    assert trainer.accelerator.is_main_process and trainer.is_world_process_zero()
+    trainer.log_metrics("train", result.metrics)
+    trainer.save_metrics("train", result.metrics)
+    trainer.save_state()
+    trainer.end()
+    run = Path(args.output_dir)
+    assert (run / "config.json").is_file()
+    assert json.loads((run / "train_results.json").read_text())["train_loss"] == result.training_loss
+    assert json.loads((run / "all_results.json").read_text())["train_loss"] == result.training_loss
+    assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 1
+    assert "Training completed." in capsys.readouterr().out
+    assert trainer.processing_class.chat_template
+    with pytest.raises(AttributeError, match="save_model"):
+        trainer.model  # noqa: B018
+    with pytest.raises(AttributeError, match="accelerator has print"):
+        trainer.accelerator.unwrap_model  # noqa: B018
+    assert not hasattr(trainer, "no_such_thing")

@@ -19,9 +19,12 @@ than the script describes, without a word. The run itself is ``polyrl.api``'s, s
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 import shutil
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -103,15 +106,23 @@ class GRPOTrainer:
             raise ConfigError("train_dataset is an IterableDataset, which may never end; polyrl reads the prompts "
                               "whole", field="train_dataset",
                               fix="pass a datasets.Dataset (e.g. Dataset.from_list(list(dataset.take(N))))")
+        if isinstance(train_dataset, Mapping):  # load_dataset(...) without split: it iterates as its split names
+            splits = list(train_dataset) or ["train"]
+            raise ConfigError(f"train_dataset is a {type(train_dataset).__name__} of splits "
+                              f"({', '.join(map(repr, splits))}), not a dataset", field="train_dataset",
+                              fix=f"pass one split, e.g. train_dataset=dataset[{splits[0]!r}] (as TRL takes it)")
         self.tools = _tools(tools)
         self.args = args if args is not None else _default_args(model)
-        self.grpo_config = self.args if isinstance(self.args, api.GRPOConfig) else \
-            api.GRPOConfig.from_trl(self.args, tools=self.tools is not None)
+        dtype, trl_args = _model_dtype(model, self.args)
+        self.grpo_config = trl_args if isinstance(trl_args, api.GRPOConfig) else \
+            api.GRPOConfig.from_trl(trl_args, tools=self.tools is not None)
         self.environment = _environment(self.tools, self.args)
         # an eval_dataset is kept unread, as TRL keeps it under eval_strategy "no" (another strategy
         # is refused by from_trl: polyrl runs no TRL evaluation loop)
         self.model_path = _model_folder(model, processing_class, self.grpo_config.output_dir)
-        self.policy = api.Agent(self.model_path, backend=backend, lora=peft_config)
+        self.policy = api.Agent(self.model_path, backend=backend, lora=peft_config, dtype=dtype)
+        self._processing_class = processing_class
+        self.accelerator = _Accelerator()
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
         self.reward_funcs = reward_funcs
@@ -170,6 +181,144 @@ class GRPOTrainer:
         shutil.copytree(source, target, dirs_exist_ok=True)
 
 
+    @property
+    def processing_class(self) -> Any:
+        """The tokenizer polyrl tokenizes with: the one given, else the model folder's."""
+        if self._processing_class is None:
+            from transformers import AutoTokenizer
+
+            self._processing_class = AutoTokenizer.from_pretrained(self.model_path)
+        return self._processing_class
+
+    def is_world_process_zero(self) -> bool:
+        """Whether this is the process that writes (transformers' name); polyrl's run writes from rank 0."""
+        return self.accelerator.is_main_process
+
+    def log_metrics(self, split: str, metrics: dict[str, Any]) -> None:
+        """Print ``metrics`` as transformers' ``Trainer.log_metrics`` does."""
+        print(f"***** {split} metrics *****")
+        width = max((len(key) for key in metrics), default=0)
+        for key in sorted(metrics):
+            print(f"  {key.ljust(width)} = {metrics[key]}")
+
+    def save_metrics(self, split: str, metrics: dict[str, Any], combined: bool = True) -> None:
+        """Write ``output_dir/{split}_results.json`` (and merge into ``all_results.json``), as transformers does."""
+        folder = Path(self.grpo_config.output_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{split}_results.json").write_text(json.dumps(metrics, indent=4, sort_keys=True) + "\n")
+        if combined:
+            everything = folder / "all_results.json"
+            merged = json.loads(everything.read_text()) if everything.is_file() else {}
+            everything.write_text(json.dumps({**merged, **metrics}, indent=4, sort_keys=True) + "\n")
+
+    def save_state(self) -> None:
+        """Write ``output_dir/trainer_state.json`` (global_step, epoch, log_history), as transformers does."""
+        folder = Path(self.grpo_config.output_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "trainer_state.json").write_text(json.dumps(self.state._asdict(), indent=2, sort_keys=True) + "\n")
+
+    def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
+        """Refused: polyrl uploads nothing (``push_to_hub=True`` in the GRPOConfig is refused too)."""
+        raise ConfigError("polyrl.trl.GRPOTrainer does not upload to the Hub", field="push_to_hub",
+                          fix="upload the saved folder: huggingface_hub.upload_folder(repo_id=..., "
+                              "folder_path=<the save_model folder>)")
+
+    def end(self) -> None:
+        """transformers' ``Trainer.end()``: polyrl's run closed its trackers when ``train()`` returned."""
+
+    def __getattr__(self, name: str) -> Any:
+        """A TRL trainer attribute polyrl has no counterpart for: say what to use instead."""
+        fix = _TRL_ONLY.get(name)
+        if fix is None:
+            raise AttributeError(f"'GRPOTrainer' object has no attribute {name!r}")
+        raise AttributeError(f"polyrl.trl.GRPOTrainer has no {name!r} (TRL's trainer has): {fix}")
+
+
+#: TRL trainer attributes a script may read that polyrl's trainer cannot give -> what to do instead
+_TRL_ONLY = {
+    name: "polyrl trains the model in its backend, not in this process; after train() the trained model is "
+          "the folder trainer.save_model(dir) writes: AutoModelForCausalLM.from_pretrained(dir)"
+    for name in ("model", "model_wrapped", "ref_model", "optimizer", "lr_scheduler")
+} | {
+    "tokenizer": "use trainer.processing_class (transformers' own name for it)",
+    "evaluate": "polyrl runs no TRL evaluation loop: evaluate the saved model with `polyrl eval`",
+    "hub_model_id": "polyrl does not upload to the Hub",
+    "create_model_card": "polyrl writes no model card",
+    "add_callback": "polyrl takes no callbacks: it writes every step to output_dir/metrics.jsonl",
+}
+
+
+class _Accelerator:
+    """The members of ``trainer.accelerator`` TRL's own scripts call (``print``,
+    ``is_main_process``, ``wait_for_everyone``), so a script's lines after ``train()`` do not end
+    the run in an AttributeError before ``save_model``; polyrl's workers are its own, so this
+    process's rank (``RANK``, 0 without a launcher) is all it reports."""
+
+    def __init__(self) -> None:
+        self.process_index = int(os.environ.get("RANK", "0") or 0)
+        self.num_processes = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        self.is_main_process = self.process_index == 0
+        self.is_local_main_process = int(os.environ.get("LOCAL_RANK", "0") or 0) == 0
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the main process only, as accelerate's does."""
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    def wait_for_everyone(self) -> None:
+        """Nothing to wait for: polyrl's run has ended when ``train()`` returns."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"polyrl.trl.GRPOTrainer's accelerator has print, is_main_process, process_index, "
+                             f"num_processes and wait_for_everyone only, not {name!r}: polyrl runs no accelerate "
+                             "Accelerator (its backend places the model)")
+
+
+#: dtypes a model loads in (TRL's ``model_init_kwargs["dtype"]`` strings; polyrl's ``Agent.dtype``)
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
+    """The dtype polyrl trains ``model`` in, as TRL loads it, and ``args`` without the
+    ``model_init_kwargs`` read here (``from_trl`` refuses what it does not read). Why: a folder
+    loads in ``model_init_kwargs["dtype"]`` (or ``torch_dtype``; TRL's default float32) and a
+    model object trains in its own dtype (TRL ignores ``model_init_kwargs`` then, with a warning),
+    where polyrl's float32 default would train a bfloat16 script in float32 without a word."""
+    from polyrl.api import GRPOConfig as PolyrlConfig
+
+    if isinstance(model, (str, Path)):
+        kwargs = {} if isinstance(args, PolyrlConfig) else getattr(args, "model_init_kwargs", None) or {}
+        if not isinstance(kwargs, dict):
+            return "float32", args  # from_trl names a model_init_kwargs it cannot read
+        for key in kwargs:
+            if key not in ("dtype", "torch_dtype"):
+                raise ConfigError(f"TRL's model_init_kwargs[{key!r}] has no polyrl counterpart",
+                                  field="grpo_config.model_init_kwargs",
+                                  fix=f"remove {key!r} (polyrl reads model_init_kwargs' dtype only; it loads and "
+                                      "places the model itself)")
+        if "dtype" in kwargs and "torch_dtype" in kwargs:
+            raise ConfigError("TRL's model_init_kwargs sets both dtype and torch_dtype",
+                              field="grpo_config.model_init_kwargs", fix="keep one of them (dtype)")
+        dtype = str(kwargs.get("dtype", kwargs.get("torch_dtype", "float32"))).removeprefix("torch.")
+        where = "model_init_kwargs"
+    else:
+        dtype = str(getattr(model, "dtype", "float32")).removeprefix("torch.")
+        where = "model's dtype"
+        if getattr(args, "model_init_kwargs", None) is not None:
+            from polyrl.logs import get_logger
+
+            get_logger("polyrl.trl").warning("model_init_kwargs is ignored: the model is already built (as TRL does)")
+    if dtype not in _DTYPES:
+        raise ConfigError(f"{where} is {dtype!r}; polyrl trains in {', '.join(_DTYPES)}",
+                          field="grpo_config.model_init_kwargs" if where == "model_init_kwargs" else "model",
+                          fix='name the dtype, e.g. model_init_kwargs={"dtype": "bfloat16"} ("auto" is not read)'
+                              if where == "model_init_kwargs" else "convert the model, e.g. model.to(torch.bfloat16)")
+    if getattr(args, "model_init_kwargs", None) is not None and not isinstance(args, PolyrlConfig):
+        args = copy.copy(args)  # the script's own object keeps its value
+        args.model_init_kwargs = None
+    return dtype, args
+
+
 def _tools(tools: Any) -> GivenTools | None:
     """TRL's ``tools``: functions the model may call, registered for this run (``given_tools``);
     None when there are none."""
@@ -206,7 +355,11 @@ def _default_args(model: Any) -> Any:
         from polyrl.api import GRPOConfig as PolyrlConfig
 
         return PolyrlConfig(output_dir=f"{Path(str(name)).name}-GRPO")
-    return GRPOConfig(f"{str(name).split('/')[-1]}-GRPO")
+    output_dir = f"{str(name).split('/')[-1]}-GRPO"
+    try:
+        return GRPOConfig(output_dir)
+    except ValueError:  # TrainingArguments' bf16 device check; polyrl places the model itself (use_cpu unread)
+        return GRPOConfig(output_dir, use_cpu=True)
 
 
 def _model_folder(model: Any, processing_class: Any, output_dir: str) -> str:

@@ -27,7 +27,7 @@ IGNORED = frozenset({
     "logging_strategy", "logging_steps", "logging_first_step", "log_on_each_node", "logging_nan_inf_filter",
     "logging_dir", "report_to", "log_level", "log_level_replica", "disable_tqdm", "run_name", "project",
     "include_num_input_tokens_seen", "skip_memory_metrics", "debug", "save_strategy", "save_steps",
-    "save_total_limit", "save_only_model", "save_on_each_node", "enable_jit_checkpoint", "push_to_hub",
+    "save_total_limit", "save_only_model", "save_on_each_node", "enable_jit_checkpoint",
     "hub_token", "hub_private_repo", "hub_model_id", "hub_strategy", "hub_always_push", "hub_revision",
     "use_cpu", "bf16", "tf32", "local_rank", "do_train", "do_eval", "do_predict", "accelerator_config",
     "dataloader_drop_last", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",

@@ -115,6 +115,9 @@ TOML_HINTS: dict[str, TrlName] = {
                                             "completion and a longer prompt is an error; "
                                             "algorithm.max_completion_length is Dr.GRPO's normaliser, not a limit"),
     "delta": TrlName(None, note="polyrl's ratio clipping has no two-sided delta bound"),
+    # TRL uploads every save and the final model; dropping it would end the run without the upload
+    "push_to_hub": TrlName(None, note="polyrl uploads nothing to the Hub: upload output_dir after training "
+                                      "(huggingface_hub.upload_folder)"),
     "chat_template_kwargs": TrlName(None, note="polyrl renders chat prompts with the model's own chat template "
                                                "and no extra arguments, so a switch such as enable_thinking has to "
                                                "be the template's default (edit chat_template.jinja in a copy of the "
