@@ -180,7 +180,6 @@ class GRPOTrainer:
         target.mkdir(parents=True, exist_ok=True)
         shutil.copytree(source, target, dirs_exist_ok=True)
 
-
     @property
     def processing_class(self) -> Any:
         """The tokenizer polyrl tokenizes with: the one given, else the model folder's."""
@@ -241,7 +240,8 @@ _TRL_ONLY = {
     for name in ("model", "model_wrapped", "ref_model", "optimizer", "lr_scheduler")
 } | {
     "tokenizer": "use trainer.processing_class (transformers' own name for it)",
-    "evaluate": "polyrl runs no TRL evaluation loop: evaluate the saved model with `polyrl eval`",
+    "evaluate": "polyrl runs no TRL evaluation loop: measure held-out accuracy during training with a TOML "
+                "config's [eval] section (count, every), or load the saved folder with transformers",
     "hub_model_id": "polyrl does not upload to the Hub",
     "create_model_card": "polyrl writes no model card",
     "add_callback": "polyrl takes no callbacks: it writes every step to output_dir/metrics.jsonl",
