@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -302,10 +303,9 @@ def test_a_turn_is_sampled_within_its_own_episodes_room_so_its_text_is_what_was_
     assert [len(call) for call in model.calls] == [2, 2, 2]  # turn 1: one per prompt (x n); then one per budget
 
 
-def test_tool_calls_on_the_last_allowed_turn_are_not_run():
-    """Their results would reach neither the model nor the rewards: running them only cost their
-    time and side effects. The calls still count (tool_calls)."""
-    ran = []
+
+def _recording_calc(ran: list) -> Callable[[int, int], str]:
+    """A multiply tool that records each call's arguments in ``ran``."""
 
     def calc(a: int, b: int) -> str:
         """Multiply two numbers.
@@ -316,6 +316,15 @@ def test_tool_calls_on_the_last_allowed_turn_are_not_run():
         """
         ran.append((a, b))
         return str(a * b)
+
+    return calc
+
+def test_tool_calls_on_the_last_allowed_turn_are_not_run():
+    """Their results would reach neither the model nor the rewards: running them only cost their
+    time and side effects. The calls still count (tool_calls)."""
+    ran = []
+
+    calc = _recording_calc(ran)
 
     out = runner(ScriptedModel(), box=ToolBox([calc], timeout_s=5, max_concurrency=2),
                  limits=EpisodeLimits(max_turns=1, max_episode_tokens=400)).run(ROWS, SamplingParams(max_new_tokens=120, n=2))
@@ -1366,15 +1375,7 @@ def test_trls_max_tool_calling_iterations_runs_as_many_tool_rounds_here(iteratio
 
     ran = []
 
-    def calc(a: int, b: int) -> str:
-        """Multiply two numbers.
-
-        Args:
-            a: the first factor
-            b: the second factor
-        """
-        ran.append((a, b))
-        return str(a * b)
+    calc = _recording_calc(ran)
 
     max_turns = trl_value(TOML_HINTS["max_tool_calling_iterations"], iterations)
     out = runner(AlwaysCalls(), box=ToolBox([calc], timeout_s=5, max_concurrency=2),
