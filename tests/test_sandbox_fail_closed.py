@@ -177,14 +177,20 @@ def families():
 '''
 
 
+def _filter_only_box() -> Sandbox:
+    """A sandbox whose seccomp filter alone refuses (no audit hook); skipped where no filter runs."""
+    box = Sandbox(SandboxLimits(timeout_s=5), audit_hook=False)
+    if not box.report["seccomp"].startswith("on"):
+        pytest.skip("no seccomp filter here: " + box.report["seccomp"])
+    return box
+
+
 @needs_bwrap
 def test_seccomp_refuses_socket_families_that_escape_the_network_namespace():
     """AF_VSOCK is not network-namespaced: from inside the "no network" sandbox a sample bound a
     port in the host's vsock space (on a VM, the hypervisor's services are there). Only unix,
     inet and inet6 sockets may be created; the rest fail as on a kernel without them."""
-    box = Sandbox(SandboxLimits(timeout_s=5), audit_hook=False)
-    if not box.report["seccomp"].startswith("on"):
-        pytest.skip("no seccomp filter here: " + box.report["seccomp"])
+    box = _filter_only_box()
     cell = (f"got = families()\nassert got['vsock'] == got['alg'] == got['packet'] == got['netlink'] == {errno.EAFNOSUPPORT}, got\n"
             "assert got['unix'] == got['inet'] == got['inet6'] == 0, got\n")
     result = box.run(SOCKETS, parse_tests(cell))
@@ -226,9 +232,7 @@ def test_seccomp_refuses_netlink_and_address_lookups_still_answer():
     it degrades: getaddrinfo with AI_ADDRCONFIG (glibc's netlink query) still answers, a name
     lookup ends as it did (the sandbox has no /etc/hosts) and a unix socketpair works. The audit
     hook is off so the filter alone is tested."""
-    box = Sandbox(SandboxLimits(timeout_s=5), audit_hook=False)
-    if not box.report["seccomp"].startswith("on"):
-        pytest.skip("no seccomp filter here: " + box.report["seccomp"])
+    box = _filter_only_box()
     cell = (f"assert netlink() == {errno.EAFNOSUPPORT}, netlink()\n"
             "assert legitimate() == (b'ping', ['127.0.0.1'], True), legitimate()\n")
     result = box.run(NETLINK, parse_tests(cell))
