@@ -233,6 +233,7 @@ def test_generate_flags_get_the_same_rules_as_the_config(flags, start):
     ({"algorithm": {"ref_sync_every": 2}}, "algorithm.ref_sync_every", "beta = 0 never uses"),
     ({"model": {"path": "tiny-llama", "reference_path": "elsewhere"}}, "model.reference_path",
      "algorithm.beta = 0 turns off"),
+    ({"backends": {"reference": "no-such-backend"}}, "backends.reference", "algorithm.beta = 0 turns it off"),
     ({"eval": {"count": 4, "pass_k": 5}}, "eval.pass_k", "pass@5 needs at least 5 samples, got 0"),
     ({"environment": {"tools": ["calculator"], "options": {"x": 1}}}, "environment.options", "none is named"),
     ({"environment": {"tools": [], "max_turns": 2, "tool_format": "json"}}, "environment.max_turns",
@@ -244,7 +245,7 @@ def test_a_setting_that_would_have_no_effect_is_refused(settings, field, words):
     with pytest.raises(ConfigError) as info:
         RunConfig.from_dict({**MINIMAL, **settings})
     assert field in str(info.value) and words in str(info.value) and "Fix:" in str(info.value), str(info.value)
-    if field in ("algorithm.ref_sync_every", "model.reference_path"):  # with a KL term they apply
+    if field in ("algorithm.ref_sync_every", "model.reference_path", "backends.reference"):  # with a KL term they apply
         RunConfig.from_dict({**MINIMAL, **settings, "algorithm": {**settings.get("algorithm", {}), "beta": 0.04}})
 
 

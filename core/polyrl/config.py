@@ -434,6 +434,10 @@ class RunConfig:
             raise ConfigError("the reference model is used only by the KL term, which algorithm.beta = 0 turns off",
                               field="model.reference_path",
                               fix="set algorithm.beta > 0 (e.g. 0.04), or remove model.reference_path")
+        if self.backends.reference is not None and self.algorithm.beta == 0:  # not even its name was checked
+            raise ConfigError("the reference backend runs only the KL term's model, and algorithm.beta = 0 "
+                              "turns it off", field="backends.reference",
+                              fix="set algorithm.beta > 0 (e.g. 0.04), or remove backends.reference")
         env = self.environment
         gen = self.generation
         if self.algorithm.mask_truncated_completions and gen.ignore_eos and not gen.stop and not env.enabled:
