@@ -113,3 +113,10 @@ def test_the_sampled_pass_with_the_runs_rewards_has_trls_names():
     assert names["eval_completions/mean_length"] == 4.0
     # polyrl's own evaluation (one eval.reward) keeps its names, and gets no TRL ones
     assert step_metrics.trl_eval_names(evaluation.eval_metrics(np.ones(2), sampled, 2, 1, 1.0, 2)) == {}
+
+
+@pytest.mark.parametrize("rows", ["one prompt", [], {"test": []}])
+def test_eval_prompts_that_are_not_rows_are_one_error_naming_them(rows):
+    with pytest.raises(ConfigError) as err:
+        api.run_config(api.grpo, policy=api.Agent("m"), prompts=_rows(8), rewards=["numeric_match"], eval_prompts=rows)
+    assert err.value.field == "eval_prompts"

@@ -512,7 +512,7 @@ def _eval_rows(eval_prompts: Sequence[Any] | None, settings: Mapping[str, Any]) 
         rows = prompt_rows(eval_prompts)
     except ConfigError as exc:
         raise ConfigError(exc.message.replace("prompts", "eval_prompts", 1), field="eval_prompts",
-                          fix=exc.fix.replace("prompts=", "eval_prompts=")) from None
+                          fix=(exc.fix or "").replace("prompts=", "eval_prompts=")) from None
     if not rows:
         raise ConfigError("eval_prompts is empty", field="eval_prompts",
                           fix="pass at least one held-out row, or leave eval_prompts out")
