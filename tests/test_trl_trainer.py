@@ -159,6 +159,24 @@ def test_trls_evaluation_during_training_logs_eval_reward_from_both_weighted_rew
         [(False, 1), (True, 1), (False, 2), (True, 2)]
 
 
+@pytest.mark.slow  # two runs, one of them TRL's own: tens of seconds; `make test-slow` (CI) runs it
+def test_the_eval_entries_are_named_and_placed_as_trls_own_trainer_logs_them(tiny_model_dir, tmp_path):
+    """The same script on TRL's GRPOTrainer: each of polyrl's eval_ names is one TRL logs, at the same
+    steps and epochs (the values differ: another sampler, another run)."""
+    def script(trainer_class, where):
+        trainer = trainer_class(model=tiny_model_dir, reward_funcs=[short, has_digit], train_dataset=_dataset(),
+                                eval_dataset=_dataset(3), args=_args(where, eval_strategy="steps", eval_steps=1,
+                                                                     reward_weights=[1.0, 0.5]))
+        trainer.train()
+        return [h for h in trainer.state.log_history if any(k.startswith("eval_") for k in h)]
+
+    ours, theirs = script(GRPOTrainer, tmp_path / "polyrl"), script(trl.GRPOTrainer, tmp_path / "trl")
+    assert [(h["step"], h["epoch"]) for h in ours] == [(h["step"], h["epoch"]) for h in theirs] == [(1, 0.5), (2, 1.0)]
+    for mine, trls in zip(ours, theirs):
+        assert {"eval_reward", "eval_reward_std", "eval_rewards/short/mean", "eval_rewards/has_digit/std",
+                "eval_completions/mean_length"} <= set(mine) <= set(trls)
+
+
 def test_eval_on_start_and_the_end_of_training_are_evaluated(tiny_model_dir, tmp_path):
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
                           eval_dataset=_dataset(2), args=_args(tmp_path, max_steps=1, eval_strategy="steps",
