@@ -190,6 +190,25 @@ def test_polyrl_launch_with_fsdp_trains_evaluates_checkpoints_and_resumes_in_one
 
 @TWO_CPUS
 @pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
+def test_trls_evaluation_with_the_runs_rewards_is_gathered_over_the_ranks(tiny_model_dir, tmp_path):
+    """eval.reward = "run", greedy = false (TRL's evaluation) on 2 ranks, 3 rows (uneven): every
+    rank's sampled completions, each reward's scores and lengths reach one evaluation."""
+    config, out = _launch_config(tmp_path, tiny_model_dir, prompts=2, sections=(
+        '[eval]\ncount = 3\nreward = "run"\nsamples = 2\ngreedy = false\nbefore = false\nevery = 1\n'))
+    summary = json.loads(_polyrl("launch", "--nproc-per-node", "2", str(config)).stdout)
+    records = [json.loads(line) for line in (out / "eval_completions.jsonl").read_text().splitlines()]
+    assert {r["phase"] for r in records} == {"during"} and not any(r["greedy"] for r in records)
+    for line in _metrics(out):
+        done = [r for r in records if r["after_steps"] == line["step"]]
+        assert sorted(r["prompt_index"] for r in done) == [0, 0, 1, 1, 2, 2]
+        assert line["eval/sampled_reward_mean"] == pytest.approx(np.mean([r["reward"] for r in done]))
+        assert line["eval/reward/digits/mean"] == pytest.approx(np.mean([r["rewards"]["digits"] for r in done]))
+        assert line["eval/completion_len_mean"] > 0 and "eval/accuracy" not in line
+    assert summary["eval_after"] == {k: v for k, v in _metrics(out)[-1].items() if k.startswith("eval/")}
+
+
+@TWO_CPUS
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_polyrl_launch_two_ranks_writes_once_and_resumes_on_one_process(tiny_model_dir, tmp_path):
     """``polyrl launch`` runs torchrun: two ranks shard the prompts; rank 0 alone writes metrics and checkpoints; a single process
     resumes the run (a different world size) and continues from the same step."""

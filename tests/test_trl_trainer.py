@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("polyrl_torch")
@@ -119,13 +120,84 @@ def test_trainer_arguments_polyrl_would_not_use_are_refused_by_name(tiny_model_d
     assert err.value.field == name and err.value.fix
 
 
-def test_an_eval_dataset_is_refused_only_where_trl_would_evaluate_on_it(tiny_model_dir, tmp_path):
+def has_digit(completions, **kwargs):
+    """A second TRL-style reward, weighted 0.5 below."""
+    return [1.0 if any(ch.isdigit() for ch in c) else 0.0 for c in completions]
+
+
+def _eval_records(tmp_path: Path) -> list[dict]:
+    path = tmp_path / "run" / "eval_completions.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_trls_evaluation_during_training_logs_eval_reward_from_both_weighted_rewards(tiny_model_dir, tmp_path):
+    """eval_strategy "steps": after each eval_steps, num_generations sampled completions per eval
+    prompt, scored with every reward function and reward_weights; log_history gets TRL's eval_ entries."""
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short, has_digit], train_dataset=_dataset(),
+                          eval_dataset=datasets.Dataset.from_list([{"prompt": f"Name {i} + 5.", "answer": "x"}
+                                                                   for i in range(3)]),
+                          args=_args(tmp_path, eval_strategy="steps", eval_steps=1, reward_weights=[1.0, 0.5]))
+    trainer.train()
+    evals = [h for h in trainer.state.log_history if "eval_reward" in h]
+    assert [h["step"] for h in evals] == [1, 2]  # eval_on_start unset: none before training
+    records = _eval_records(tmp_path)
+    assert {(r["phase"], r["greedy"]) for r in records} == {("during", False)}  # sampled only, as TRL
+    for entry in evals:
+        done = [r for r in records if r["after_steps"] == entry["step"]]
+        assert len(done) == 3 * 2  # num_generations completions per eval prompt
+        for r in done:  # both functions, weighted: recomputed here from the completion
+            assert r["rewards"] == pytest.approx({"short": short([r["completion"]], ["x"])[0],
+                                                  "has_digit": has_digit([r["completion"]])[0]})
+            assert r["reward"] == pytest.approx(r["rewards"]["short"] + 0.5 * r["rewards"]["has_digit"])
+        rewards = np.array([r["reward"] for r in done])
+        assert entry["eval_reward"] == pytest.approx(rewards.mean())
+        assert entry["eval_reward_std"] == pytest.approx(rewards.std(ddof=1))
+        assert entry["eval_rewards/short/mean"] == pytest.approx(np.mean([r["rewards"]["short"] for r in done]))
+        assert "eval_rewards/has_digit/std" in entry and entry["eval_completions/mean_length"] > 0
+    # each evaluation follows its step's own entry, as TRL logs them
+    assert [("eval_reward" in h, h["step"]) for h in trainer.state.log_history] == \
+        [(False, 1), (True, 1), (False, 2), (True, 2)]
+
+
+@pytest.mark.slow  # two runs, one of them TRL's own: tens of seconds; `make test-slow` (CI) runs it
+def test_the_eval_entries_are_named_and_placed_as_trls_own_trainer_logs_them(tiny_model_dir, tmp_path):
+    """The same script on TRL's GRPOTrainer: each of polyrl's eval_ names is one TRL logs, at the same
+    steps and epochs (the values differ: another sampler, another run)."""
+    def script(trainer_class, where):
+        trainer = trainer_class(model=tiny_model_dir, reward_funcs=[short, has_digit], train_dataset=_dataset(),
+                                eval_dataset=_dataset(3), args=_args(where, eval_strategy="steps", eval_steps=1,
+                                                                     reward_weights=[1.0, 0.5]))
+        trainer.train()
+        return [h for h in trainer.state.log_history if any(k.startswith("eval_") for k in h)]
+
+    ours, theirs = script(GRPOTrainer, tmp_path / "polyrl"), script(trl.GRPOTrainer, tmp_path / "trl")
+    assert [(h["step"], h["epoch"]) for h in ours] == [(h["step"], h["epoch"]) for h in theirs] == [(1, 0.5), (2, 1.0)]
+    for mine, trls in zip(ours, theirs):
+        assert {"eval_reward", "eval_reward_std", "eval_rewards/short/mean", "eval_rewards/has_digit/std",
+                "eval_completions/mean_length"} <= set(mine) <= set(trls)
+
+
+def test_eval_on_start_and_the_end_of_training_are_evaluated(tiny_model_dir, tmp_path):
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          eval_dataset=_dataset(2), args=_args(tmp_path, max_steps=1, eval_strategy="steps",
+                                                               eval_steps=5, eval_on_start=True))
+    trainer.train()
+    assert [h["step"] for h in trainer.state.log_history if "eval_reward" in h] == [0, 1]  # before; at the end
+    assert sorted({(r["phase"], r["after_steps"]) for r in _eval_records(tmp_path)}) == [("after", 1), ("before", 0)]
+
+
+def test_an_eval_dataset_is_unread_under_eval_strategy_no_and_needed_under_another(tiny_model_dir, tmp_path):
     GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset(),
                 eval_dataset=_dataset(2))  # eval_strategy "no": TRL never reads it in train()
-    with pytest.raises(ConfigError) as err:
-        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(), eval_dataset=_dataset(2),
+    with pytest.raises(ConfigError) as err:  # TRL (transformers' Trainer) refuses it too
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
                     args=_args(tmp_path, eval_strategy="steps", eval_steps=1))
-    assert err.value.field == "grpo_config.eval_strategy"
+    assert err.value.field == "eval_dataset"
+    with pytest.raises(ConfigError) as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                    eval_dataset={"a": _dataset(2), "b": _dataset(2)},
+                    args=_args(tmp_path, eval_strategy="steps", eval_steps=1))
+    assert err.value.field == "eval_dataset"
 
 
 def test_missing_rewards_or_dataset_and_an_iterable_dataset_are_one_error_each(tiny_model_dir, tmp_path):

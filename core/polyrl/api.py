@@ -41,6 +41,7 @@ from polyrl.config import (
     TrainSection,
 )
 from polyrl.errors import ConfigError
+from polyrl.trl_config import EVERY_EPOCH
 from polyrl.types import LoraConfig, OptimizerConfig, as_lora_config
 from polyrl.validators import shown
 
@@ -408,12 +409,15 @@ def run(
     grpo_config: GRPOConfig | Any | None = None,
     eval_count: int = 0,
     progress: bool = True,
+    eval_prompts: Sequence[Any] | None = None,
 ) -> dict[str, Any]:
     """Train ``policy`` with ``algorithm`` on ``prompts`` (strings, chats, row dicts, or a 🤗
     ``Dataset``) with ``rewards`` (names, functions, reward model folders: ``reward_entries``);
-    ``grpo_config`` may be a ``trl.GRPOConfig`` (read by ``GRPOConfig.from_trl``)."""
+    ``grpo_config`` may be a ``trl.GRPOConfig`` (read by ``GRPOConfig.from_trl``). ``eval_prompts``:
+    held-out rows to evaluate on (TRL's ``eval_dataset``; ``eval_count`` of them, all when 0)."""
     config, plugins = run_config(algorithm, policy=policy, prompts=prompts, rewards=rewards, ref_policy=ref_policy,
-                                 generation_config=generation_config, grpo_config=grpo_config, eval_count=eval_count)
+                                 generation_config=generation_config, grpo_config=grpo_config, eval_count=eval_count,
+                                 eval_prompts=eval_prompts)
     return make_trainer(config, plugins).run(progress=progress)
 
 
@@ -440,6 +444,7 @@ def run_config(
     generation_config: GenerationConfig | None = None,
     grpo_config: GRPOConfig | Any | None = None,
     eval_count: int = 0,
+    eval_prompts: Sequence[Any] | None = None,
 ) -> tuple[RunConfig, list[Any]]:
     """``run``'s ``RunConfig`` and reward function plugins, built without running."""
     gen = generation_config or GenerationConfig()
@@ -453,6 +458,9 @@ def run_config(
     if not rows:
         raise ConfigError("no prompts given", field="prompts", fix="pass at least one prompt")
     settings = dict(cfg.settings)
+    eval_rows = _eval_rows(eval_prompts, settings)
+    if eval_rows is not None and settings.pop(EVERY_EPOCH, False):  # TRL's eval_strategy "epoch"
+        settings["eval.every"] = max(1, len(rows) // cfg.prompts_per_step)  # TRL's epoch: whole batches
     trl_preset = settings.pop("algorithm.name", None)
     algorithm = _preset(algorithm, trl_preset)
     overrides = {k: v for k, v in attrs.asdict(cfg).items()
@@ -470,7 +478,7 @@ def run_config(
     config = RunConfig(
         model=ModelSection(path=policy.model, dtype=policy.dtype,
                            reference_path=ref_policy.model if ref_policy else None),
-        data=DataSection(rows=rows),
+        data=DataSection(rows=rows, eval_rows=eval_rows),
         rewards=reward_sections,
         backends=BackendsSection(train=policy.backend, generate=gen.backend,
                                  reference=ref_policy.backend if ref_policy else None),
@@ -483,9 +491,32 @@ def run_config(
         lora=policy.lora,
         train=TrainSection(steps=steps, prompts_per_step=prompts_per_step,
                            seed=cfg.seed, threads=cfg.threads, output_dir=cfg.output_dir),
-        eval=EvalSection(count=eval_count),
+        eval=EvalSection(count=eval_count or (len(eval_rows) if eval_rows is not None else 0)),
     )
     return with_settings(config, settings, generation_config), plugins
+
+
+def _eval_rows(eval_prompts: Sequence[Any] | None, settings: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """``eval_prompts`` as rows (None: none given). Evaluation settings without them (a
+    ``trl.GRPOConfig`` with an ``eval_strategy``) are one error: TRL refuses an eval_strategy
+    without an eval_dataset too."""
+    if eval_prompts is None:
+        asked = next((k for k in settings if k.startswith("eval.")), None)
+        if asked is not None:
+            raise ConfigError(f"the grpo_config evaluates ({asked}: TRL's eval_strategy or eval_on_start) but no "
+                              "evaluation rows were given", field="eval_prompts",
+                              fix="pass eval_prompts=<held-out rows> (TRL's eval_dataset), or set "
+                                  'eval_strategy="no" and eval_on_start=False')
+        return None
+    try:
+        rows = prompt_rows(eval_prompts)
+    except ConfigError as exc:
+        raise ConfigError(exc.message.replace("prompts", "eval_prompts", 1), field="eval_prompts",
+                          fix=(exc.fix or "").replace("prompts=", "eval_prompts=")) from None
+    if not rows:
+        raise ConfigError("eval_prompts is empty", field="eval_prompts",
+                          fix="pass at least one held-out row, or leave eval_prompts out")
+    return rows
 
 
 def epoch_steps(epochs: float, prompts: int, prompts_per_step: int, num_iterations: int = 1) -> int:
@@ -589,15 +620,16 @@ def _refuse_preset_over_trl(algorithm: str, overrides: Mapping[str, Any]) -> Non
 def with_settings(config: RunConfig, settings: Mapping[str, Any],
                   generation_config: GenerationConfig | None = None) -> RunConfig:
     """``config`` with polyrl's ``table.key`` -> value ``settings`` (generation, optimizer, train,
-    and data.shuffle) set; a value also set differently in an explicit ``generation_config`` is an error."""
+    eval, and data.shuffle) set; a value also set differently in an explicit ``generation_config`` is an error."""
     changes: dict[str, dict[str, Any]] = {}
     for key, value in settings.items():
         table, _, name = key.partition(".")
-        section = getattr(config, table, None) if table in ("generation", "optimizer", "train") or \
+        section = getattr(config, table, None) if table in ("generation", "optimizer", "train", "eval") or \
             key == "data.shuffle" else None
         if section is None or name not in {f.name for f in attrs.fields(type(section))}:
             raise ConfigError(f"unknown setting {key!r}", field=f"grpo_config.settings.{key}",
-                              fix="name a generation.*, optimizer.* or train.* key of the Config reference, or data.shuffle")
+                              fix="name a generation.*, optimizer.*, train.* or eval.* key of the Config reference, "
+                                  "or data.shuffle")
         if table == "generation" and generation_config is not None:
             mine = getattr(generation_config, name, None)
             if mine != getattr(GenerationConfig(), name, None) and mine != value:

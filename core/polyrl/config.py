@@ -31,6 +31,10 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
+#: ``eval.reward``'s value for the run's own ``[[rewards]]``, summed with their weights as training
+#: sums them (TRL's evaluation scores with every reward function and ``reward_weights``)
+RUN_REWARDS = "run"
+
 #: Every dtype some backend runs; which one runs which is ``Capabilities.dtypes``.
 MODEL_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -126,6 +130,8 @@ class DataSection:
     system_prompt: str | None = None
     eval_path: str | list[str] | None = None
     eval_split: str | None = None
+    #: inline evaluation rows (the Python API: ``run(eval_prompts=...)``, TRL's ``eval_dataset``)
+    eval_rows: list[dict[str, Any]] | None = None
     options: dict[str, Any] = attrs.field(factory=dict)
     rows: list[dict[str, Any]] | None = None  # inline rows (the Python API)
     drop_overlong: bool = False  # leave out prompts of model.max_length tokens or more (else an error)
@@ -149,9 +155,13 @@ class DataSection:
             raise ConfigError("applies only to data.name", field="data.config", fix="remove it")
         if self.cache_dir is not None and self.path is None and self.name is None:
             raise ConfigError("applies only to data.path or data.name", field="data.cache_dir", fix="remove it")
-        if self.eval_path is not None and self.eval_split is not None:
-            raise ConfigError("give at most one of data.eval_path and data.eval_split", field="data.eval_split",
+        if sum(x is not None for x in (self.eval_path, self.eval_split, self.eval_rows)) > 1:
+            raise ConfigError("give at most one of data.eval_path, data.eval_split and data.eval_rows",
+                              field="data.eval_rows" if self.eval_rows is not None else "data.eval_split",
                               fix="keep the one that holds the evaluation rows")
+        if self.eval_rows is not None and self.task is not None:
+            raise ConfigError("a built-in task has its own eval split", field="data.eval_rows",
+                              fix="remove data.eval_rows, or give the training rows as data.rows / data.path")
         if (self.eval_path is not None or self.eval_split is not None) and (self.task or self.rows is not None):
             raise ConfigError("a separate eval source needs data.path or data.name",
                               field="data.eval_path" if self.eval_path is not None else "data.eval_split",
@@ -261,17 +271,24 @@ class EvalSection:
 
     count: int = 0  # held-out prompts; 0 disables evaluation
     every: int = 0
+    #: the reward scored, or ``RUN_REWARDS`` ("run"): the run's own [[rewards]] summed with their weights
     reward: str = "numeric_match"
     max_new_tokens: int | None = None
     samples: int = 0  # sampled completions per prompt for pass@k; 0: greedy only
     pass_k: int = 1
     pass_threshold: float = 1.0  # a sample counts as correct when its reward is at least this
+    greedy: bool = True  # false: the sampled completions only (TRL's evaluation), no greedy pass
+    before: bool = True  # evaluate before the first step (TRL's eval_on_start)
 
     @staticmethod
     def reward_default() -> str:
         return str(attrs.fields(EvalSection).reward.default)
 
     def __attrs_post_init__(self) -> None:
+        if not self.greedy and self.samples < 1:  # neither pass: the evaluation would generate nothing
+            raise ConfigError("greedy = false leaves the sampled completions only, and eval.samples is 0",
+                              field="eval.greedy", fix="set eval.samples to the completions per prompt (e.g. 4), "
+                                                       "or remove greedy = false")
         if self.pass_k > max(self.samples, 1):  # greedy evaluation (samples = 0) has one answer per prompt
             raise ConfigError(f"pass@{self.pass_k} needs at least {self.pass_k} samples, got {self.samples}",
                               field="eval.pass_k", fix=f"raise eval.samples to {self.pass_k} or more, or lower eval.pass_k")
@@ -375,8 +392,11 @@ class RunConfig:
         if self.eval.count > 0:
             return
         given = [(f, v) for f, v in (("data.eval_path", self.data.eval_path), ("data.eval_split", self.data.eval_split),
+                                     ("data.eval_rows", self.data.eval_rows),
                                      ("eval.every", self.eval.every or None), ("eval.samples", self.eval.samples or None),
-                                     ("eval.max_new_tokens", self.eval.max_new_tokens))
+                                     ("eval.max_new_tokens", self.eval.max_new_tokens),
+                                     ("eval.greedy", None if self.eval.greedy else False),
+                                     ("eval.before", None if self.eval.before else False))
                  if v is not None]
         if self.eval.reward != EvalSection.reward_default():
             given.append(("eval.reward", self.eval.reward))

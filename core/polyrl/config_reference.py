@@ -131,6 +131,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                    "`arithmetic`); for other sources "
                    "`count`, `eval_count` and `seed` of the hold-out",
         "rows": "inline rows (Python API only)",
+        "eval_rows": "inline evaluation rows (Python API only: `run(eval_prompts=...)`, TRL's `eval_dataset`); "
+                     "nothing is held out",
         "drop_overlong": "leave out (with a warning counting them) prompts of `model.max_length` tokens or more, "
                          "measured with the chat template when the model loads; unset, the first is an error "
                          "naming its file and line",
@@ -175,11 +177,16 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "count": "held-out prompts for evaluation (0 = off, and then any other eval setting or "
                  "`data.eval_path`/`eval_split` is an error)",
         "every": "evaluate every N steps (0 = before and after only); results go on that step's metrics line",
-        "reward": "any reward as the eval metric; greedy accuracy is its mean",
+        "reward": "any reward as the eval metric; greedy accuracy is its mean; `run`: the run's own "
+                  "`[[rewards]]` summed with their weights, as training scores (each reward's mean and std are "
+                  "logged too, `eval/reward/<label>/mean`)",
         "max_new_tokens": "completion cap for evaluation (unset = generation.max_new_tokens)",
         "samples": "sampled completions per prompt for pass@k (0 = greedy only); generation's temperature, or 1.0 if greedy",
         "pass_k": "k of the unbiased pass@k estimate (at most `samples`); pass@1 is reported too",
         "pass_threshold": "a sample counts as correct for pass@k when its reward is at least this",
+        "greedy": "false: no greedy pass, only the `samples` sampled completions per prompt (TRL's evaluation: "
+                  "`eval/sampled_reward_mean`, `_std`, `eval/completion_len_mean`)",
+        "before": "evaluate before the first step (false: TRL's `eval_on_start = False`); after training always",
     },
     "logging": {
         "report_to": 'experiment trackers, e.g. ["tensorboard", "wandb", "mlflow", "trackio"] '

@@ -393,7 +393,7 @@ def load_dataset(
 
 def load_train_and_eval(data: Any, eval_count: int) -> tuple[Dataset, Dataset | None]:
     """The training rows and the evaluation rows (``eval_count`` of them; 0: none) of a
-    ``[data]`` section: a separate eval source (``eval_path`` / ``eval_split``) when given, the
+    ``[data]`` section: a separate eval source (``eval_path`` / ``eval_split`` / ``eval_rows``) when given, the
     task's own eval split, or rows held out of the training source by a seeded permutation.
     A file or cached source is read once; both splits select from it."""
     options = dict(data.options)
@@ -409,12 +409,15 @@ def load_train_and_eval(data: Any, eval_count: int) -> tuple[Dataset, Dataset | 
     else:
         everything = load_source(data.path, data.name, config=data.config, source_split=data.split,
                                  cache_dir=data.cache_dir, **common)
-    separate_eval = data.eval_path is not None or data.eval_split is not None
+    eval_rows = getattr(data, "eval_rows", None)
+    separate_eval = data.eval_path is not None or data.eval_split is not None or eval_rows is not None
     if eval_count <= 0 or separate_eval:
         train = _file_split(everything, options, "train")
         if eval_count <= 0:
             return train, None
-        if data.eval_path is not None:
+        if eval_rows is not None:
+            held = from_rows(eval_rows, name="eval_rows", **common)
+        elif data.eval_path is not None:
             held = load_source(data.eval_path, cache_dir=data.cache_dir, field="data.eval_path", **common)
         else:
             held = load_source(data.path, data.name, config=data.config, source_split=data.eval_split,

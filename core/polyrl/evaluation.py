@@ -9,13 +9,14 @@ arithmetic and writes the records, so it is testable without a model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from polyrl import metrics_file, strict_json
+from polyrl.safe_stats import mean_std
 
 COMPLETIONS_FILE = "eval_completions.jsonl"
 
@@ -38,20 +39,30 @@ def mean_pass_at_k(scores: np.ndarray, samples: int, k: int, threshold: float) -
     return float(np.mean([pass_at_k(samples, int(c), k) for c in correct])) if len(correct) else float("nan")
 
 
-def eval_metrics(greedy: np.ndarray, sampled: np.ndarray | None, samples: int, k: int,
-                 threshold: float, count: int) -> dict[str, float]:
+def eval_metrics(greedy: np.ndarray | None, sampled: np.ndarray | None, samples: int, k: int,
+                 threshold: float, count: int, *, per_reward: Mapping[str, np.ndarray] | None = None,
+                 lengths: np.ndarray | None = None) -> dict[str, float]:
     """The numbers of one evaluation, under the names every sink uses (``metrics.jsonl``, the
-    trackers, the step line, the run summary): ``eval/accuracy`` is the greedy reward's mean;
-    sampled keys appear only when ``eval.samples`` > 0."""
-    out: dict[str, float] = {
-        "eval/accuracy": float(np.nanmean(greedy)) if np.isfinite(greedy).any() else float("nan"),
-        "eval/count": count,
-    }
+    trackers, the step line, the run summary): ``eval/accuracy`` is the greedy reward's mean
+    (absent with ``eval.greedy = false``); sampled keys appear only when ``eval.samples`` > 0.
+    ``per_reward`` (each reward's raw scores of the sampled completions, with ``eval.reward =
+    "run"``) adds the sampled reward's std, each reward's mean and std and, from ``lengths``, the
+    mean completion length: what TRL logs as ``eval_reward_std``, ``eval_rewards/<f>/mean``..."""
+    out: dict[str, float] = {}
+    if greedy is not None:
+        out["eval/accuracy"] = float(np.nanmean(greedy)) if np.isfinite(greedy).any() else float("nan")
+    out["eval/count"] = count
     if sampled is not None and samples > 0:
         out["eval/sampled_reward_mean"] = float(np.nanmean(sampled)) if np.isfinite(sampled).any() else float("nan")
         out[f"eval/pass@{k}"] = mean_pass_at_k(sampled, samples, k, threshold)
         if k != 1:
             out["eval/pass@1"] = mean_pass_at_k(sampled, samples, 1, threshold)
+        if per_reward is not None:
+            out["eval/sampled_reward_std"] = mean_std(sampled)[1]
+            for label, scores in per_reward.items():
+                out[f"eval/reward/{label}/mean"], out[f"eval/reward/{label}/std"] = mean_std(scores)
+            if lengths is not None and len(lengths):
+                out["eval/completion_len_mean"] = float(np.mean(lengths))
     return out
 
 

@@ -32,12 +32,13 @@ APPLIED = (
 
 
 def snapshot(config: RunConfig) -> dict[str, Any]:
-    """The config as flat ``{"section.key": value}`` JSON values (inline rows by their hash)."""
+    """The config as flat ``{"section.key": value}`` JSON values (inline rows, training and eval, by their hash)."""
     data = attrs.asdict(config)
-    rows = data.get("data", {}).get("rows")
-    if rows is not None:
-        text = json.dumps(rows, sort_keys=True, default=str).encode()
-        data["data"]["rows"] = "sha256:" + hashlib.sha256(text).hexdigest()
+    for key in ("rows", "eval_rows"):
+        rows = data.get("data", {}).get(key)
+        if rows is not None:
+            text = json.dumps(rows, sort_keys=True, default=str).encode()
+            data["data"][key] = "sha256:" + hashlib.sha256(text).hexdigest()
     flat: dict[str, Any] = {}
     for section, value in data.items():
         if isinstance(value, dict):

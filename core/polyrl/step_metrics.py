@@ -82,6 +82,27 @@ def trl_aliases(metrics: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: polyrl's evaluation metric -> TRL's name for it in an eval entry of ``log_history`` (each reward's
+#: ``eval/reward/<f>/mean`` and ``/std`` are ``eval_rewards/<f>/mean`` and ``/std``)
+TRL_EVAL_ALIASES = {"eval/sampled_reward_mean": "eval_reward", "eval/sampled_reward_std": "eval_reward_std",
+                    "eval/completion_len_mean": "eval_completions/mean_length"}
+
+
+def trl_eval_names(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The evaluation in ``metrics`` under TRL's ``eval_`` names, for what polyrl measures as TRL
+    does (the sampled completions scored with the run's rewards: ``eval.reward = "run"``, whose
+    std is logged): ``eval_reward``, ``eval_reward_std``, ``eval_rewards/<f>/mean|std``,
+    ``eval_completions/mean_length``. Empty without such an evaluation."""
+    if "eval/sampled_reward_std" not in metrics:
+        return {}
+    out = {trl: metrics[ours] for ours, trl in TRL_EVAL_ALIASES.items() if ours in metrics}
+    for key, value in metrics.items():
+        parts = key.split("/")
+        if len(parts) == 4 and parts[:2] == ["eval", "reward"] and parts[3] in ("mean", "std"):
+            out[f"eval_rewards/{parts[2]}/{parts[3]}"] = value
+    return out
+
+
 def frac_reward_zero_std(rewards: np.ndarray, group_size: int) -> float:
     """Share of prompt groups whose rewards are all equal: they carry no group-relative signal.
     Non-finite rewards (a failed reward call) are ignored within a group."""

@@ -41,7 +41,7 @@ from polyrl import checkpoint as ckpt
 from polyrl import previous_runs, resume_config, safe_stats, skip_causes, strict_json
 from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
 from polyrl.algorithms.shaping import kl_penalized_rewards
-from polyrl.config import RunConfig, check_world_size
+from polyrl.config import RUN_REWARDS, RunConfig, check_world_size
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train_and_eval
 from polyrl.engines import check_engines, choose_generate_backend, load_engines, run_optimizer
 from polyrl import episode_scoring
@@ -191,6 +191,11 @@ def _unrepresentable_advantages(advantages: np.ndarray, algo: AlgorithmConfig,
             'algorithm.scale_rewards = "batch" (scale-free advantages)')
 
 
+def _finite_or_none(value: float) -> float | None:
+    """A score for a JSON record: None for a reward that did not score the sample (NaN)."""
+    return float(value) if np.isfinite(value) else None
+
+
 def _step_seed(seed: int, step: int) -> int:
     """A per-step seed derived from the run seed, so a resumed run samples the same."""
     return (seed * 1_000_003 + step * 7919) % (2**31 - 1)
@@ -312,7 +317,8 @@ class Trainer:
         self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed,
                                      shuffle=config.data.shuffle)
         ev = config.eval
-        if self.eval_dataset is not None and self.rank == 0 and ev.reward not in {r.label for r in config.rewards}:
+        if self.eval_dataset is not None and self.rank == 0 and ev.reward != RUN_REWARDS and \
+                ev.reward not in {r.label for r in config.rewards}:
             log.warning(f"evaluation scores with eval.reward = {ev.reward!r}, which is not one of this run's rewards"
                         + (" (the default; it reads the 'answer' column)" if ev.reward == "numeric_match" else ""),
                         rewards=", ".join(r.label for r in config.rewards),
@@ -328,11 +334,22 @@ class Trainer:
         """``eval.reward`` over the held-out rows' columns (None without an eval set): an answer
         column they lack is a ConfigError here, before any model loads, not at the first eval.
         Where it names one of the run's rewards it scores with that entry's options (its answer
-        column, its pattern...), as training does, not with the reward's defaults."""
+        column, its pattern...), as training does, not with the reward's defaults; ``"run"``
+        (``RUN_REWARDS``) scores with every entry of the run and its weight, as training does."""
         held_out = self._source_data[1]
         if held_out is None:
             return None
         ev = self.config.eval
+        if ev.reward == RUN_REWARDS:
+            rewards = self.config.rewards
+            try:
+                return RewardComputer(self.registry.pm, [(r.name or r.label, r.weight, dict(r.options), r.label)
+                                                         for r in rewards], columns=self._columns[1],
+                                      timeouts={r.label: r.timeout_s for r in rewards},
+                                      should_stop=lambda: self.stop_requested)
+            except ConfigError as exc:
+                raise ConfigError(f"the held-out set (eval.reward = {RUN_REWARDS!r}): {exc.message}",
+                                  field=exc.field, fix=exc.fix) from None
         same = next((r for r in self.config.rewards if r.label == ev.reward), None)
         spec = (same.name or same.label, 1.0, dict(same.options), same.label) if same is not None else (ev.reward, 1.0, {})
         timeouts = {same.label: same.timeout_s} if same is not None else {}
@@ -763,13 +780,17 @@ class Trainer:
         prompts = [row[c.data.prompt_column] for row in rows]
         greedy_sampling = attrs.evolve(c.generation.sampling(0), temperature=0.0, n=1,
                                        max_new_tokens=ev.max_new_tokens or c.generation.max_new_tokens)
-        sampled, failed = None, None
+        greedy, sampled, failed = None, None, None
+        records: list[dict[str, Any]] = []
+        parts: dict[str, np.ndarray] = {}  # the sampled pass's scores of each reward
+        lengths: np.ndarray | None = None  # and its completion lengths
         try:
-            greedy, records = self._eval_pass(rows, prompts, greedy_sampling, phase)
+            if ev.greedy:
+                greedy, records, _, _ = self._eval_pass(rows, prompts, greedy_sampling, phase)
             if ev.samples:
                 sampling = attrs.evolve(greedy_sampling, temperature=c.generation.temperature or 1.0, n=ev.samples,
                                         seed=_step_seed(c.train.seed + 1, self.step) + 104_729 * self.rank)
-                sampled, more = self._eval_pass(rows, prompts, sampling, phase)
+                sampled, more, parts, lengths = self._eval_pass(rows, prompts, sampling, phase)
                 records += more
         except (RewardError, RewardCancelled) as exc:
             failed = exc
@@ -778,51 +799,64 @@ class Trainer:
         if failed is not None:
             raise failed
         if self.world_size > 1:
-            gathered = self.train_engine.all_gather((greedy, sampled, records))
-            greedy = np.concatenate([g for g, _, _ in gathered])
-            sampled = np.concatenate([x for _, x, _ in gathered]) if ev.samples else None
-            records = [r for _, _, rs in gathered for r in rs]
+            gathered = self.train_engine.all_gather((greedy, sampled, records, parts, lengths))
+            greedy = np.concatenate([g[0] for g in gathered]) if ev.greedy else None
+            sampled = np.concatenate([g[1] for g in gathered]) if ev.samples else None
+            records = [r for g in gathered for r in g[2]]
+            parts = {key: np.concatenate([g[3][key] for g in gathered]) for key in parts}
+            lengths = np.concatenate([g[4] for g in gathered]) if lengths is not None else None
         if self.rank == 0 and records:
             try:
                 evaluation.append_records(self.output_dir, records)
             except OSError as exc:
                 raise self._write_failed("eval completions", exc) from None
-        out = evaluation.eval_metrics(greedy, sampled, ev.samples, ev.pass_k, ev.pass_threshold, len(everything))
+        out = evaluation.eval_metrics(greedy, sampled, ev.samples, ev.pass_k, ev.pass_threshold, len(everything),
+                                      per_reward=parts if ev.reward == RUN_REWARDS else None, lengths=lengths)
         episodes = [r for r in records if r["greedy"] and "tool_calls" in r]
         if episodes:  # share of held-out episodes with a well-formed tool call
             out["eval/tool_call_share"] = sum(1 for r in episodes if r["tool_calls"] > 0) / len(episodes)
         return out
 
     def _eval_pass(self, rows: list[dict[str, Any]], prompts: list[Any], sampling: Any,
-                   phase: str) -> tuple[np.ndarray, list[dict[str, Any]]]:
-        """Generate ``sampling.n`` completions per eval row, score them with ``eval.reward``."""
+                   phase: str) -> tuple[np.ndarray, list[dict[str, Any]], dict[str, np.ndarray], np.ndarray]:
+        """Generate ``sampling.n`` completions per eval row, score them with ``eval.reward``:
+        the totals, the records, each reward's raw scores (by label) and the completion lengths."""
         ev = self.config.eval
+        labels = [r.label for r in self.config.rewards] if ev.reward == RUN_REWARDS else [ev.reward]
         if not rows:  # an eval set smaller than the world leaves this rank none
             if self.world_size > 1:  # a sharded (FSDP) generator gathers its weights collectively: take part
                 self._sample(rows, sampling, training=False)
-            return np.zeros(0), []
+            return np.zeros(0), [], {label: np.zeros(0) for label in labels}, np.zeros(0)
         completions = self._sample(rows, sampling, training=False)
         per_completion = [row for row in rows for _ in range(sampling.n)]
         computer = self._eval_rewards
         assert computer is not None  # an eval pass runs only with an eval set
+        options = {r.label: dict(r.options) for r in self.config.rewards} if ev.reward == RUN_REWARDS else \
+            {ev.reward: {}}
+
         def score(asked: list[Any], scored_rows: list[Any], scored: list[Completion]) -> Any:
-            return computer(asked, scored, RewardContext(rows=scored_rows, wanted=(ev.reward,), options={ev.reward: {}},
+            return computer(asked, scored, RewardContext(rows=scored_rows, wanted=tuple(labels), options=options,
                                                          completion_ids=[x.completion_ids for x in scored],
                                                          step=self.step, trainer_state=self._trainer_state(),
                                                          columns=self._columns[1]))
 
         asked = episode_scoring.prompts_asked(per_completion, completions, self.config.data.prompt_column)
-        scores = np.asarray(episode_scoring.score_started(score, asked, per_completion, completions).total,
-                            dtype=np.float64)  # an episode ended by an environment error stays unscored (NaN)
+        result = episode_scoring.score_started(score, asked, per_completion, completions)
+        scores = np.asarray(result.total, dtype=np.float64)  # an episode ended by an environment error: NaN
         records = evaluation.completion_records(phase, self.step, [p for p in prompts], [x.text for x in completions],
                                                 scores, sampling.n, greedy=sampling.temperature == 0,
                                                 threshold=ev.pass_threshold)
+        parts = {label: np.asarray(result.per_reward[label], dtype=np.float64) for label in labels}
+        lengths = np.asarray([len(x.completion_ids) for x in completions], dtype=np.float64)
+        if ev.reward == RUN_REWARDS:  # each reward's own score beside the weighted total
+            for i, record in enumerate(records):
+                record["rewards"] = {label: _finite_or_none(parts[label][i]) for label in labels}
         for record, completion in zip(records, completions):
             record["prompt_index"] = self.rank + record["prompt_index"] * self.world_size  # in the whole set
             if completion.mask is not None:  # an episode: its conversation and whether it called a tool
                 record["completion"] = completion.messages
                 record["tool_calls"] = int(completion.info.get("tool_calls", 0))
-        return scores, records
+        return scores, records, parts, lengths
 
     # --- checkpoints ---------------------------------------------------------------------------
 
@@ -1280,7 +1314,7 @@ class Trainer:
         from polyrl.progress import StepClock, bar_shown, step_progress
 
         c = self.config
-        if self.eval_dataset is not None and self.step == 0 and not self._evaluate_before(summary):
+        if self.eval_dataset is not None and self.step == 0 and c.eval.before and not self._evaluate_before(summary):
             return
         skips = unscored = 0
         last_eval = self._evaluated_at_resume()

@@ -117,8 +117,8 @@ class GRPOTrainer:
         self.grpo_config = trl_args if isinstance(trl_args, api.GRPOConfig) else \
             api.GRPOConfig.from_trl(trl_args, tools=self.tools is not None)
         self.environment = _environment(self.tools, self.args)
-        # an eval_dataset is kept unread, as TRL keeps it under eval_strategy "no" (another strategy
-        # is refused by from_trl: polyrl runs no TRL evaluation loop)
+        # evaluated on as TRL's eval_strategy says (from_trl's [eval] settings), else kept unread as TRL keeps it
+        self._evaluates = _evaluates(eval_dataset, self.grpo_config)
         self.model_path = _model_folder(model, processing_class, self.grpo_config.output_dir)
         self.policy = api.Agent(self.model_path, backend=backend, lora=peft_config, dtype=dtype)
         self._processing_class = processing_class
@@ -146,7 +146,8 @@ class GRPOTrainer:
                 raise ConfigError(wrong[0], field="resume_from_checkpoint", fix=wrong[1])
         started = time.monotonic()
         config, plugins = api.run_config(api.grpo, policy=self.policy, prompts=self.train_dataset,
-                                         rewards=self.reward_funcs, grpo_config=self.grpo_config)
+                                         rewards=self.reward_funcs, grpo_config=self.grpo_config,
+                                         eval_prompts=self.eval_dataset if self._evaluates else None)
         if self.environment is not None and self.tools is not None:
             config = attrs.evolve(config, environment=self.environment)
             plugins = [*plugins, self.tools]
@@ -159,8 +160,10 @@ class GRPOTrainer:
         history = list(summary.get("history", []))
         losses = [m["loss"] for m in history if isinstance(m.get("loss"), (int, float))]
         epoch = next((m["epoch"] for m in reversed(history) if isinstance(m.get("epoch"), (int, float))), None)
-        self.state = TrainState(global_step=int(summary.get("steps", 0)), epoch=epoch,
-                                log_history=[with_trl_names(m) for m in history])
+        log_history = [with_trl_names(m) for m in history]
+        if self._evaluates:  # TRL logs each evaluation as an entry of its own, eval_ names
+            log_history = _with_evaluations(log_history, summary)
+        self.state = TrainState(global_step=int(summary.get("steps", 0)), epoch=epoch, log_history=log_history)
         training_loss = sum(losses) / len(losses) if losses else 0.0
         metrics = {"train_runtime": round(time.monotonic() - started, 4), "train_loss": training_loss}
         if epoch is not None:
@@ -240,12 +243,50 @@ _TRL_ONLY = {
     for name in ("model", "model_wrapped", "ref_model", "optimizer", "lr_scheduler")
 } | {
     "tokenizer": "use trainer.processing_class (transformers' own name for it)",
-    "evaluate": "polyrl runs no TRL evaluation loop: measure held-out accuracy during training with a TOML "
-                "config's [eval] section (count, every), or load the saved folder with transformers",
+    "evaluate": "polyrl evaluates during training only: pass eval_dataset with eval_strategy=\"steps\" (or "
+                "\"epoch\") and read the eval_reward entries of trainer.state.log_history, or load the saved "
+                "folder with transformers",
     "hub_model_id": "polyrl does not upload to the Hub",
     "create_model_card": "polyrl writes no model card",
     "add_callback": "polyrl takes no callbacks: it writes every step to output_dir/metrics.jsonl",
 }
+
+
+def _evaluates(eval_dataset: Any, grpo_config: Any) -> bool:
+    """Whether the run evaluates on ``eval_dataset``: when its config asks for an evaluation
+    (``from_trl``'s ``eval.*`` settings), which without an eval_dataset is an error, as in TRL."""
+    if not any(key.startswith("eval.") for key in grpo_config.settings):
+        return False
+    if eval_dataset is None:
+        raise ConfigError("the GRPOConfig evaluates (eval_strategy or eval_on_start) but no eval_dataset was given",
+                          field="eval_dataset", fix='pass eval_dataset=<held-out rows>, or set eval_strategy="no" '
+                                                    "(as TRL asks)")
+    if isinstance(eval_dataset, Mapping) or type(eval_dataset).__name__ == "IterableDataset":
+        what = "a dict of named datasets" if isinstance(eval_dataset, Mapping) else "an IterableDataset"
+        raise ConfigError(f"eval_dataset is {what}; polyrl evaluates one finite set of rows", field="eval_dataset",
+                          fix="pass one datasets.Dataset (or a list of rows)")
+    return True
+
+
+def _with_evaluations(log_history: list[dict[str, Any]], summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``log_history`` with an entry after each evaluation's step under TRL's ``eval_`` names
+    (``step_metrics.trl_eval_names``), the one before training (``eval_on_start``) at step 0 and
+    the one after training at the last step when no step's line holds it, as TRL logs them."""
+    from polyrl.step_metrics import trl_eval_names
+
+    out: list[dict[str, Any]] = []
+    if summary.get("eval_before"):
+        out.append({**trl_eval_names(summary["eval_before"]), "epoch": 0.0, "step": 0})
+    for entry in log_history:
+        out.append(entry)
+        names = trl_eval_names(entry)
+        if names:
+            out.append({**names, "epoch": entry.get("epoch"), "step": entry.get("step")})
+    last = log_history[-1] if log_history else {}
+    if summary.get("eval_after") and not trl_eval_names(last):
+        out.append({**trl_eval_names(summary["eval_after"]), "epoch": last.get("epoch"),
+                    "step": int(summary.get("steps", 0))})
+    return out
 
 
 class _Accelerator:

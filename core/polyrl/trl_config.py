@@ -16,6 +16,7 @@ import json
 import math
 from typing import Any
 
+from polyrl.config import RUN_REWARDS
 from polyrl.errors import ConfigError
 from polyrl.schedules import SCHEDULES
 from polyrl.trl_names import TOML_HINTS, TRL_NAMES, Preset, trl_value
@@ -40,11 +41,17 @@ IGNORED = frozenset({
 POLYRL_BEHAVIOUR = {"vllm_importance_sampling_correction": False}
 #: ``optim`` values that are the AdamW polyrl runs (another optimizer is refused).
 ADAMW = frozenset({"adamw_torch", "adamw_torch_fused"})
+#: TRL's evaluation during training, read by ``eval_settings``. ``per_device_eval_batch_size`` only
+#: groups the eval completions TRL averages its logged means over (batch by batch), not what is sampled
+EVAL_FIELDS = ("eval_strategy", "eval_steps", "eval_on_start", "per_device_eval_batch_size", "num_generations_eval")
+#: a ``GRPOConfig.settings`` key, not a config key: evaluate once an epoch (TRL's ``eval_strategy =
+#: "epoch"``), turned into ``eval.every`` by ``polyrl.api.run_config`` once the prompts are known
+EVERY_EPOCH = "eval.every_epoch"
 #: fields read together with others below, not through their own table entry
 COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
                       "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio", "adam_beta1", "adam_beta2",
-                      "use_bias_correction_kl"})
+                      "use_bias_correction_kl", *EVAL_FIELDS})
 #: fields that shape tool-calling episodes: read by ``polyrl.trl.GRPOTrainer`` when it is given
 #: ``tools`` or an ``environment_factory`` (``agent_settings``), refused as TOML-only otherwise
 AGENT_FIELDS = frozenset({"max_tool_calling_iterations"})
@@ -353,7 +360,55 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
         out["rewards[].weight"] = list(trl_config.reward_weights)
     if trl_config.beta > 0:  # read by the KL term only (TRL's default True weights it by the ratio)
         out["algorithm.kl_bias_correction"] = bool(trl_config.use_bias_correction_kl)
+    out.update(eval_settings(trl_config))
     return out
+
+
+def eval_settings(trl_config: Any) -> dict[str, Any]:
+    """polyrl's ``[eval]`` for TRL's evaluation during training. Why these values: TRL's eval mode
+    samples ``num_generations_eval`` (else ``num_generations``) completions per eval prompt with the
+    training sampling, scores them with every reward function and ``reward_weights``, and runs no
+    greedy pass: ``eval.samples``, ``reward = "run"``, ``greedy = false``. It evaluates every
+    ``eval_steps`` optimizer updates (``logging_steps`` when unset, a fraction below 1 of
+    ``max_steps``) or at each epoch's end, at the end of training, and before it with
+    ``eval_on_start``."""
+    strategy = _plain(trl_config.eval_strategy)
+    on_start = bool(trl_config.eval_on_start)
+    if strategy == "no":
+        if on_start:
+            raise ConfigError("TRL's eval_on_start = True with eval_strategy = 'no' evaluates once, before training; "
+                              "polyrl evaluates after training too whenever it evaluates",
+                              field="grpo_config.eval_on_start",
+                              fix='set eval_strategy="steps" (an evaluation every eval_steps and at the end), or '
+                                  "remove eval_on_start")
+        return {}
+    out: dict[str, Any] = {"eval.reward": RUN_REWARDS, "eval.greedy": False, "eval.before": on_start,
+                           "eval.samples": int(trl_config.num_generations_eval or trl_config.num_generations)}
+    if strategy == "epoch":
+        out[EVERY_EPOCH] = True
+    else:
+        out["eval.every"] = _eval_every(trl_config.eval_steps, trl_config.max_steps, trl_config.num_iterations)
+    return out
+
+
+def _eval_every(eval_steps: Any, max_steps: int, num_iterations: int) -> int:
+    """polyrl's ``eval.every`` (steps) for TRL's ``eval_steps`` (optimizer updates; below 1 a
+    fraction of ``max_steps``, rounded up, as transformers' ``TrainerState.compute_steps``)."""
+    updates = eval_steps
+    if updates < 1:
+        if max_steps <= 0:
+            raise ConfigError(f"TRL's eval_steps = {shown(eval_steps)} is a fraction of the run's optimizer updates, "
+                              "which from_trl knows only from max_steps", field="grpo_config.eval_steps",
+                              fix="set max_steps, or eval_steps to a number of updates (1 or more)")
+        updates = math.ceil(max_steps * updates)
+    updates = int(updates)
+    if updates % num_iterations:
+        raise ConfigError(f"TRL's eval_steps = {shown(eval_steps)} is {updates} optimizer updates, not a whole number "
+                          f"of rollout batches of num_iterations = {num_iterations} updates each (TRL would evaluate "
+                          "part-way through a batch; polyrl evaluates after whole steps)",
+                          field="grpo_config.eval_steps",
+                          fix=f"set eval_steps to a multiple of num_iterations ({num_iterations})")
+    return updates // num_iterations
 
 
 #: polyrl's most assistant turns per episode (``environment.max_turns``' range)

@@ -89,6 +89,15 @@ TRL_NAMES: dict[str, TrlName] = {
     "multi_objective_aggregation": TrlName(None, note="polyrl sums the rewards with their weights before the "
                                                       "advantage (TRL's \"sum_then_normalize\")"),
     "use_bias_correction_kl": TrlName("algorithm.kl_bias_correction"),
+    # TRL's evaluation: sampled completions scored with every reward function and reward_weights
+    "eval_strategy": TrlName("eval.every", note='"steps" is every = eval_steps / num_iterations in [eval], with '
+                                                'reward = "run", greedy = false, samples = num_generations and '
+                                                "count = the eval rows (data.eval_path)"),
+    "eval_steps": TrlName("eval.every", note="TRL counts optimizer updates, polyrl steps: write every = {value} / "
+                                             "num_iterations in [eval]"),
+    "eval_on_start": TrlName("eval.before", note="polyrl evaluates before training unless before = false in [eval]"),
+    "num_generations_eval": TrlName("eval.samples", note='write samples = {value} in [eval], with reward = "run" '
+                                                         "and greedy = false (TRL's evaluation)"),
 }
 
 

@@ -277,7 +277,8 @@ def hyperparameters(config: Any) -> dict[str, Any]:
         return v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else str(v)
 
     raw = attrs.asdict(config, value_serializer=lambda _i, _a, v: value(v) if not attrs.has(type(v)) else v)
-    raw.get("data", {}).pop("rows", None)  # inline rows are data, not hyper-parameters
+    for key in ("rows", "eval_rows"):  # inline rows are data, not hyper-parameters
+        raw.get("data", {}).pop(key, None)
     return strict_json.sanitize(_without_secrets(raw))
 
 

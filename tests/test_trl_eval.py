@@ -1,0 +1,122 @@
+"""TRL's evaluation during training (``eval_strategy``, ``eval_steps``, ``eval_on_start``,
+``num_generations_eval``) read by ``GRPOConfig.from_trl`` as polyrl's ``[eval]``: the sampled
+completions per eval prompt scored with the run's own rewards and weights (``eval.reward = "run"``,
+no greedy pass), on the rows given as ``eval_prompts`` (TRL's ``eval_dataset``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from polyrl import api, evaluation
+from polyrl.config import EvalSection
+from polyrl.errors import ConfigError
+from polyrl import step_metrics
+
+trl = pytest.importorskip("trl")
+
+
+def trl_config(**kwargs) -> object:
+    values = dict(output_dir="runs/x", max_steps=4, num_generations=2, per_device_train_batch_size=4,
+                  use_cpu=True, report_to="none")
+    return trl.GRPOConfig(**{**values, **kwargs})
+
+
+def _eval(settings: dict) -> dict:
+    return {k: v for k, v in settings.items() if k.startswith("eval.")}
+
+
+def test_eval_strategy_steps_is_every_eval_steps_sampled_with_the_runs_rewards():
+    ours = api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", eval_steps=2))
+    assert _eval(ours.settings) == {"eval.every": 2, "eval.samples": 2, "eval.reward": "run", "eval.greedy": False,
+                                    "eval.before": False}
+
+
+def test_eval_steps_unset_is_logging_steps_and_a_fraction_is_of_max_steps_rounded_up():
+    assert api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", logging_steps=3)).settings["eval.every"] == 3
+    assert api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", eval_steps=0.3, max_steps=10)) \
+        .settings["eval.every"] == 3  # transformers: ceil(10 x 0.3)
+    with pytest.raises(ConfigError) as err:  # no max_steps: the fraction of what?
+        api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", eval_steps=0.5, max_steps=-1))
+    assert err.value.field == "grpo_config.eval_steps" and "max_steps" in err.value.fix
+
+
+def test_eval_steps_count_optimizer_updates_so_num_iterations_divides_them():
+    ours = api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", eval_steps=4, num_iterations=2))
+    assert ours.settings["eval.every"] == 2
+    with pytest.raises(ConfigError) as err:
+        api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", eval_steps=3, num_iterations=2))
+    assert err.value.field == "grpo_config.eval_steps"
+
+
+def test_eval_on_start_and_num_generations_eval():
+    ours = api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", eval_steps=1, eval_on_start=True,
+                                              num_generations_eval=4, per_device_eval_batch_size=4))
+    assert ours.settings["eval.before"] is True and ours.settings["eval.samples"] == 4
+
+
+def test_eval_strategy_no_evaluates_nothing_and_eval_on_start_alone_is_refused():
+    assert _eval(api.GRPOConfig.from_trl(trl_config(eval_strategy="no")).settings) == {}
+    with pytest.raises(ConfigError) as err:  # TRL: once before training; polyrl would evaluate after it too
+        api.GRPOConfig.from_trl(trl_config(eval_on_start=True))
+    assert err.value.field == "grpo_config.eval_on_start"
+
+
+def test_an_eval_delay_is_still_refused_by_name():
+    with pytest.raises(ConfigError) as err:
+        api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", eval_steps=1, eval_delay=2))
+    assert err.value.field == "grpo_config.eval_delay"
+
+
+def _rows(n: int, start: int = 0) -> list[dict]:
+    return [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(start, start + n)]
+
+
+def test_run_config_takes_the_eval_rows_and_trls_eval_settings():
+    config, _ = api.run_config(api.grpo, policy=api.Agent("m"), prompts=_rows(8), rewards=["numeric_match"],
+                               grpo_config=trl_config(eval_strategy="steps", eval_steps=2),
+                               eval_prompts=_rows(3, start=100))
+    assert config.data.eval_rows == _rows(3, start=100) and config.data.rows == _rows(8)
+    ev = config.eval
+    assert (ev.count, ev.every, ev.samples, ev.reward, ev.greedy, ev.before) == (3, 2, 2, "run", False, False)
+
+
+def test_eval_strategy_epoch_is_every_epochs_whole_batches():
+    # 9 prompts, 2 a step (4 completions / num_generations 2): TRL's epoch is 9 // 2 = 4 steps
+    config, _ = api.run_config(api.grpo, policy=api.Agent("m"), prompts=_rows(9), rewards=["numeric_match"],
+                               grpo_config=trl_config(eval_strategy="epoch"), eval_prompts=_rows(2, start=100))
+    assert config.eval.every == 4 and not config.eval.greedy
+
+
+def test_an_eval_strategy_without_eval_rows_is_an_error_naming_them():
+    with pytest.raises(ConfigError) as err:  # TRL: "you didn't pass an eval_dataset"
+        api.run_config(api.grpo, policy=api.Agent("m"), prompts=_rows(8), rewards=["numeric_match"],
+                       grpo_config=trl_config(eval_strategy="steps", eval_steps=1))
+    assert err.value.field == "eval_prompts" and "eval_strategy" in err.value.fix
+
+
+def test_eval_greedy_false_needs_samples():
+    with pytest.raises(ConfigError) as err:
+        EvalSection(count=2, greedy=False)
+    assert err.value.field == "eval.greedy"
+
+
+def test_the_sampled_pass_with_the_runs_rewards_has_trls_names():
+    sampled = np.array([1.0, 0.0, 0.5, np.nan])
+    parts = {"short": np.array([0.5, -0.5, 0.0, np.nan]), "digit": np.array([1.0, 1.0, 1.0, np.nan])}
+    out = evaluation.eval_metrics(None, sampled, 2, 1, 1.0, 2, per_reward=parts, lengths=np.array([3, 5, 4, 4]))
+    assert "eval/accuracy" not in out  # greedy = false: no greedy pass
+    names = step_metrics.trl_eval_names(out)
+    assert names["eval_reward"] == pytest.approx(0.5)
+    assert names["eval_reward_std"] == pytest.approx(0.5)  # Bessel's, NaN left out, as TRL's nanstd
+    assert names["eval_rewards/short/mean"] == pytest.approx(0.0) and names["eval_rewards/digit/std"] == 0.0
+    assert names["eval_completions/mean_length"] == 4.0
+    # polyrl's own evaluation (one eval.reward) keeps its names, and gets no TRL ones
+    assert step_metrics.trl_eval_names(evaluation.eval_metrics(np.ones(2), sampled, 2, 1, 1.0, 2)) == {}
+
+
+@pytest.mark.parametrize("rows", ["one prompt", [], {"test": []}])
+def test_eval_prompts_that_are_not_rows_are_one_error_naming_them(rows):
+    with pytest.raises(ConfigError) as err:
+        api.run_config(api.grpo, policy=api.Agent("m"), prompts=_rows(8), rewards=["numeric_match"], eval_prompts=rows)
+    assert err.value.field == "eval_prompts"
