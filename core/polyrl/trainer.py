@@ -898,7 +898,7 @@ class Trainer:
         except ckpt.CheckpointWriteError as exc:
             if not exc.disk_problem:
                 raise
-            raise self._write_failed(f"checkpoint of step {self.step}", exc.reason) from None
+            raise self._write_failed(f"checkpoint of step {self.step}", exc.reason, exc.fix) from None
         self._saved_step = self.step
         ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints)
         log.info("checkpoint saved", path=str(path), step=self.step)
@@ -907,10 +907,12 @@ class Trainer:
             self._prune_pending = False
         return path
 
-    def _write_failed(self, what: str, cause: OSError | str) -> OutputWriteError:
+    def _write_failed(self, what: str, cause: OSError | str, fix: str | None = None) -> OutputWriteError:
+        """One error for a file of the run that could not be written; ``fix``: the cause's own
+        (a file-size limit), else free space or make the folder writable."""
         last = ckpt.latest_checkpoint(self.checkpoint_root)
         if last:
-            kept = f"the last good checkpoint {last} is kept"
+            kept = f"the last good checkpoint {last} is kept intact"
         elif not self.output_dir.exists():
             kept = "train.output_dir itself is gone (deleted or unmounted), with the checkpoints in it"
         elif self._saved_step is not None:
@@ -920,7 +922,7 @@ class Trainer:
         reason = cause if isinstance(cause, str) else _os_reason(cause)
         return OutputWriteError(
             f"cannot write the {what} into {self.output_dir}: {reason}; {kept}. "
-            "Fix: free space or make train.output_dir writable, then continue with `polyrl train "
+            f"Fix: {fix or 'free space or make train.output_dir writable'}, then continue with `polyrl train "
             "CONFIG --resume`")
 
     def resume(self, path: str | Path | None = None, weights_only: bool = False) -> bool:
