@@ -169,6 +169,32 @@ def test_truncated_newest_model_falls_back_to_the_previous_checkpoint(tiny_model
     assert_matches_clean(out, clean_run)
 
 
+def test_unmarked_step_folders_of_an_earlier_polyrl_are_removed_or_skipped_never_resumed(
+        tiny_model_dir, tmp_path, clean_run):
+    """An earlier polyrl's pruning, killed part-way, left ``step-1`` without its marker and half
+    its files: it stayed on disk for good. Now the resume deletes it, with a warning; an unmarked
+    ``step-6`` newer than every complete checkpoint is skipped (never resumed, not deleted before
+    the resumed run writes step 6 again) and the run ends as the clean one."""
+    import shutil
+
+    config, out = crash_config(tmp_path, tiny_model_dir, clean_run)
+    _copy_run(clean_run, out, upto=6)
+    root = out / "checkpoints"
+    (root / "step-00000001" / ckpt.MARKER).unlink()
+    shutil.rmtree(root / "step-00000001" / "model")
+    (root / "step-00000006" / ckpt.MARKER).unlink()
+    resumed = train(config, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    deleted = [line for line in resumed.stderr.splitlines() if "without its COMPLETE marker" in line]
+    assert len(deleted) == 1 and "step-00000001" in deleted[0], resumed.stderr[-3000:]
+    skipped = [line for line in resumed.stderr.splitlines() if "checkpoint skipped" in line]
+    assert len(skipped) == 1 and "step-00000006" in skipped[0]
+    assert "step=5" in next(line for line in resumed.stderr.splitlines() if "] resumed " in line)
+    assert not (root / "step-00000001").exists() and not any(root.glob(f"{ckpt.DELETING}*"))
+    assert [p.name for p in ckpt.complete_checkpoints(root)] == [f"step-{n:08d}" for n in range(2, 9)]
+    assert_matches_clean(out, clean_run)
+
+
 def test_a_completions_line_cut_inside_a_character_is_dropped_at_resume(tiny_model_dir, tmp_path, clean_run):
     """Completions are written unescaped (UTF-8), so a kill or a full disk can cut the last line
     inside a character: the resume drops that line like any cut-short one (it raised

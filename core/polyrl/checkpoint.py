@@ -410,6 +410,38 @@ def remove_pruned_leftovers(root: str | Path) -> None:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
+def remove_unmarked_leftovers(root: str | Path) -> list[Path]:
+    """Delete the ``step-N`` folders without any ``COMPLETE`` file that are older than the newest
+    complete checkpoint: what an earlier polyrl's pruning left when killed part-way through
+    deleting one in place (before ``.deleting-`` existed). Why: no prune counts a folder without a
+    marker, so it stayed on disk for good. Only those: checkpoints are written in ``.tmp-step-N``
+    and marked before they take their name, and pruning deletes the oldest, so an unmarked folder
+    below a complete one was never going to be completed; one newer than every complete checkpoint
+    is left as it is (the resume skips it with a warning, and a save of that step replaces it), as
+    is one whose marker is there but damaged (its files may still be worth saving by hand). Call it
+    holding the output_dir lock. Returns the folders deleted."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    unmarked = [p for p in sorted(root.iterdir())
+                if p.name.startswith("step-") and p.is_dir() and not p.is_symlink()
+                and not (p / MARKER).exists() and not (p / MARKER).is_symlink()]
+    complete = complete_checkpoints(root) if unmarked else []  # parsed only when there is one to judge
+    doomed = [p for p in unmarked if complete and p.name < complete[-1].name]
+    removed = []
+    for leftover in doomed:
+        target = root / f"{DELETING}{leftover.name}"
+        try:
+            os.replace(leftover, target)
+        except OSError:
+            continue
+        removed.append(leftover)
+    if removed:
+        _fsync_dir(root)
+        remove_pruned_leftovers(root)
+    return removed
+
+
 def prune(root: str | Path, keep: int) -> None:
     """Delete all but the newest ``keep`` complete checkpoints, and stale temp dirs. Called only
     after a save succeeded, so the newest kept one is always the one just written. Each one is

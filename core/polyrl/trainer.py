@@ -872,13 +872,18 @@ class Trainer:
 
     def _own_output_dir(self) -> None:
         """Take the output_dir lock (rank 0 writes for everyone under a launcher), delete what a kill
-        left of a pruned checkpoint (``ckpt.remove_pruned_leftovers``) and put back a checkpoint whose
-        same-step re-save a kill cut short (``ckpt.finish_interrupted_replacements``)."""
+        left of a pruned checkpoint (``ckpt.remove_pruned_leftovers``; an earlier polyrl's unmarked
+        ``step-N``, ``ckpt.remove_unmarked_leftovers``) and put back a checkpoint whose same-step
+        re-save a kill cut short (``ckpt.finish_interrupted_replacements``)."""
         if self.rank == 0:
             self.lock.acquire()
             ckpt.remove_pruned_leftovers(self.checkpoint_root)
             for restored in ckpt.finish_interrupted_replacements(self.checkpoint_root):
                 log.warning("a checkpoint's re-save was cut short: put back", checkpoint=str(restored))
+            for removed in ckpt.remove_unmarked_leftovers(self.checkpoint_root):
+                log.warning("deleted a checkpoint folder without its COMPLETE marker, older than the newest "
+                            "complete checkpoint: what a kill left of an earlier polyrl's pruning; it could "
+                            "never be resumed", checkpoint=str(removed))
 
     def save(self) -> Path:
         """Checkpoint. Under a launcher every rank calls the backend (sharded weights are gathered
