@@ -169,6 +169,32 @@ def test_truncated_newest_model_falls_back_to_the_previous_checkpoint(tiny_model
     assert_matches_clean(out, clean_run)
 
 
+def test_unmarked_step_folders_of_an_earlier_polyrl_are_removed_or_skipped_never_resumed(
+        tiny_model_dir, tmp_path, clean_run):
+    """An earlier polyrl's pruning, killed part-way, left ``step-1`` without its marker and half
+    its files: it stayed on disk for good. Now the resume deletes it, with a warning; an unmarked
+    ``step-6`` newer than every complete checkpoint is skipped (never resumed, not deleted before
+    the resumed run writes step 6 again) and the run ends as the clean one."""
+    import shutil
+
+    config, out = crash_config(tmp_path, tiny_model_dir, clean_run)
+    _copy_run(clean_run, out, upto=6)
+    root = out / "checkpoints"
+    (root / "step-00000001" / ckpt.MARKER).unlink()
+    shutil.rmtree(root / "step-00000001" / "model")
+    (root / "step-00000006" / ckpt.MARKER).unlink()
+    resumed = train(config, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    deleted = [line for line in resumed.stderr.splitlines() if "without its COMPLETE marker" in line]
+    assert len(deleted) == 1 and "step-00000001" in deleted[0], resumed.stderr[-3000:]
+    skipped = [line for line in resumed.stderr.splitlines() if "checkpoint skipped" in line]
+    assert len(skipped) == 1 and "step-00000006" in skipped[0]
+    assert "step=5" in next(line for line in resumed.stderr.splitlines() if "] resumed " in line)
+    assert not (root / "step-00000001").exists() and not any(root.glob(f"{ckpt.DELETING}*"))
+    assert [p.name for p in ckpt.complete_checkpoints(root)] == [f"step-{n:08d}" for n in range(2, 9)]
+    assert_matches_clean(out, clean_run)
+
+
 def test_a_completions_line_cut_inside_a_character_is_dropped_at_resume(tiny_model_dir, tmp_path, clean_run):
     """Completions are written unescaped (UTF-8), so a kill or a full disk can cut the last line
     inside a character: the resume drops that line like any cut-short one (it raised
@@ -472,6 +498,55 @@ def test_disk_full_during_a_checkpoint_is_one_error_and_keeps_the_last_good_one(
         assert_same_weights(checkpoint_weights(clean_run / "checkpoints" / "step-00000001"),
                             checkpoint_weights(out / "checkpoints" / "step-00000001"))
         assert [m["step"] for m in metric_steps(out)] == [1, 2]
+
+
+@pytest.mark.parametrize("writer", ["torch.save", "safetensors"])
+def test_a_file_size_limit_hit_during_a_checkpoint_is_one_error_naming_the_limit(tiny_model_dir, tmp_path, writer):
+    """RLIMIT_FSIZE (ulimit -f; a quota-like limit on one file) reached while the backend writes:
+    torch.save said only "unexpected pos 798720 vs 798612" and safetensors "I/O error: File too
+    large (os error 27)", as a failure of the backend, with no fix. SIGXFSZ is ignored in the
+    child (as Python itself does), so the write fails with EFBIG instead of killing it."""
+    import resource
+
+    out = tmp_path / "run"
+    assert train(write_config(tmp_path, tiny_model_dir, out, steps=2)).returncode == 0
+    step2 = out / "checkpoints" / "step-00000002"
+    weights = (step2 / "model" / "model.safetensors").stat().st_size
+    optimizer = (step2 / "engine_state" / "optimizer.pt").stat().st_size
+    assert weights < optimizer
+    limit = (weights + optimizer) // 2 if writer == "torch.save" else weights // 2
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    result = subprocess.run([*POLYRL, "train", str(write_config(tmp_path, tiny_model_dir, out, steps=4)),
+                             "--no-progress", "--resume"], capture_output=True, text=True, timeout=240,
+                            preexec_fn=limited)
+    error = one_clear_error(result, "checkpoint of step 3", "file-size limit", f"{limit} bytes", str(step2),
+                            "ulimit -f", "--resume")
+    assert "unexpected pos" not in error and "os error" not in error, error
+    assert [p.name for p in sorted((out / "checkpoints").iterdir())] == ["step-00000001", "step-00000002"]
+    assert ckpt.verify(step2) is None
+
+
+@pytest.mark.parametrize(("raised", "reason", "fix"), [
+    # torch's zip writer reports a short write only so; safetensors puts the errno in its message
+    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 798720 vs 798612"),
+     "the writer stopped part-way", "raise the disk quota or the file-size limit"),
+    (RuntimeError("Error while serializing: I/O error: Disk quota exceeded (os error 122)"),
+     "Disk quota exceeded", "free space within your disk quota"),
+    (OSError(errno.EDQUOT, os.strerror(errno.EDQUOT)), "Disk quota exceeded", "free space within your disk quota"),
+])
+def test_a_write_cut_short_by_a_quota_is_the_disks_problem_with_its_fix(tmp_path, raised, reason, fix):
+    """Not a backend failure without a fix (the quota leaves statvfs's free space untouched)."""
+    def engine(model_dir: str, state_dir: str) -> None:
+        raise RuntimeError("hook save_checkpoint failed") from raised
+
+    with pytest.raises(ckpt.CheckpointWriteError) as info:
+        ckpt.write_checkpoint(tmp_path, 3, {"step": 3}, engine)
+    assert info.value.disk_problem and reason in info.value.reason and fix in (info.value.fix or "")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_disk_full_while_writing_metrics_is_one_error(tiny_model_dir, tmp_path, monkeypatch):

@@ -54,3 +54,44 @@ def test_leftovers_are_removed_at_start_and_counted_as_polyrls(tmp_path):
     assert not previous_runs._foreign(root, tmp_path / "model")  # a fresh start may set it aside
     ckpt.remove_pruned_leftovers(root)
     assert [p.name for p in root.iterdir()] == ["step-00000002"]
+
+
+def _unmark(root: Path, step: int, half: bool = True) -> Path:
+    """``step-N`` as a kill in an earlier polyrl's in-place prune left it: no marker, part of its files."""
+    folder = root / f"step-{step:08d}"
+    (folder / ckpt.MARKER).unlink()
+    if half:
+        shutil.rmtree(folder / "model")
+    return folder
+
+
+def test_an_unmarked_step_folder_older_than_a_complete_checkpoint_is_removed(tmp_path):
+    root = tmp_path / "checkpoints"
+    for step in (1, 2, 3):
+        _write(root, step)
+    leftover = _unmark(root, 1)
+    assert ckpt.remove_unmarked_leftovers(root) == [leftover]
+    assert sorted(p.name for p in root.iterdir()) == ["step-00000002", "step-00000003"]
+    assert all(ckpt.verify(p) is None for p in root.iterdir())
+
+
+def test_no_complete_or_possibly_salvageable_checkpoint_is_removed(tmp_path):
+    """Kept: every complete checkpoint; an unmarked folder newer than all of them (resume skips it,
+    a save of its step replaces it); one whose marker is there but damaged (its weights may be
+    worth saving by hand); a link; and an unmarked folder when no complete checkpoint exists."""
+    root = tmp_path / "checkpoints"
+    for step in (1, 2, 3, 4):
+        _write(root, step)
+    (root / "step-00000001" / ckpt.MARKER).write_text("{damaged")
+    _unmark(root, 4, half=False)
+    (root / "step-00000000").symlink_to(tmp_path, target_is_directory=True)
+    before = sorted(p.name for p in root.iterdir())
+    assert ckpt.remove_unmarked_leftovers(root) == []
+    assert sorted(p.name for p in root.iterdir()) == before
+    found, skipped = ckpt.newest_verified(root)
+    assert found == root / "step-00000003" and [p.name for p, _ in skipped] == ["step-00000004"]
+
+    lone = tmp_path / "lone"
+    _write(lone, 5)
+    _unmark(lone, 5)
+    assert ckpt.remove_unmarked_leftovers(lone) == [] and (lone / "step-00000005").is_dir()

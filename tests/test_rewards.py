@@ -278,6 +278,26 @@ def test_numeric_match_refuses_an_answer_that_hedges_between_numbers(text, answe
 
 
 @pytest.mark.parametrize(("text", "answer", "expected"), [
+    # a second candidate written as an expression hedges too, whatever ends the sentence: "5!" is an
+    # exclaimed 5 or 5 factorial, either way not 4 (both read 4 before)
+    ("answer: 4 or 5!", "4", 0.0), ("answer: 4 or 5!", "5", 0.0), ("answer: 4 or 5!!", "4", 0.0),
+    ("answer: 4 or 5! ", "4", 0.0), ("answer: 4 or 5!.", "4", 0.0), ("answer: 4 or 5!)", "4", 0.0),
+    ("answer: 4 or 5!\nmore", "4", 0.0), ("answer: 2 or 3x", "2", 0.0), ("answer: 2 or 1+2", "2", 0.0),
+    ("\\boxed{4 or 5!}", "4", 0.0), ("\\boxed{2 or 3x}", "2", 0.0),
+    # an expression continuing after the first number: "2 x + 1" is 2x + 1, not 2
+    ("answer: 2 x + 1", "2", 0.0), ("answer: 2 x + 1", "1", 0.0), ("answer: 2 x^2", "2", 0.0),
+    ("answer: 2 a - 1", "2", 0.0), ("answer: 2 x - y", "2", 0.0), ("\\boxed{2 x + 1}", "2", 0.0),
+    # a check or a unit's power after the answer still reads, as do the units and sentence ends
+    ("answer: 4, since 2*2 = 4", "4", 1.0), ("answer: 10 (since 2*5 = 10)", "10", 1.0),
+    ("answer: 4 or 2*2 = 4", "4", 1.0), ("answer: 42 \\text{ cm}^2", "42", 1.0), ("answer: 9.8 m/s^2", "9.8", 1.0),
+    ("The answer is 42.", "42", 1.0), ("answer: 10m", "10", 1.0), ("answer: $5", "5", 1.0), ("answer: 42%", "42", 1.0),
+    ("answer: 5 a day", "5", 1.0), ("answer: 2 x 3", "2", 0.0),
+])
+def test_numeric_match_refuses_a_hedge_or_expression_after_the_first_number(text, answer, expected):
+    assert _numeric(text, answer) == expected
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
     # markdown emphasis around a number, glued to the word before it, is emphasis
     ("So it is**42**", "42", 1.0), ("We get**42**.", "42", 1.0), ("The answer is**42**", "42", 1.0),
     ("answer: **42**", "42", 1.0), ("The answer is __42__", "42", 1.0), ("answer:__42__", "42", 1.0),
@@ -313,6 +333,14 @@ def test_numeric_match_is_quick_on_huge_numbers():
     got = score([("numeric_match", 1.0, {})], ["9" * 100_000, "1e999999999", "\\boxed{1e-999999999}"])
     assert list(got.per_reward["numeric_match"]) == [0.0, 0.0, 0.0]
     assert time.perf_counter() - started < 2.0
+
+
+def test_numeric_match_is_quick_on_many_expressions_after_the_answer():
+    """Whether each expression is a check ("2*2 = 4") is found in one scan, not one per number."""
+    started = time.perf_counter()
+    got = score([("numeric_match", 1.0, {})], ["answer: 0 " + "1!" * 50_000, "answer: 0 " + "2 x+" * 25_000])
+    assert list(got.per_reward["numeric_match"]) == [0.0, 0.0]
+    assert time.perf_counter() - started < 4.0
 
 
 def test_numeric_match_non_numeric_answer():

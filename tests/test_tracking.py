@@ -8,7 +8,9 @@ The runs train the tiny llama on the torch backend; the trackers here are small 
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -482,7 +484,102 @@ def test_a_completions_log_that_cannot_be_written_does_not_end_the_run(tmp_path,
     tracking.close()
     assert [s for s, _ in good.metrics] == [0, 1] and [s for s, _ in good.completions] == [0, 1]
     err = capsys.readouterr().err
-    assert err.count("completions log could not be written") == 1 and "IsADirectoryError" in err
+    assert err.count("completions log could not be written") == 2 and "IsADirectoryError" in err  # each try
+
+
+@pytest.mark.faults
+def test_completions_waiting_for_a_file_that_never_takes_them_are_bounded(tmp_path, capsys):
+    """The records of the last ``UNWRITTEN_STEPS`` failed steps wait; older ones are dropped, named."""
+    from polyrl.tracking.session import UNWRITTEN_STEPS
+
+    tracking = tracking_of(tmp_path)
+    tracking.completions_path.mkdir()
+    failed = UNWRITTEN_STEPS + 2  # steps 0 .. failed - 1
+    publish_steps(tracking, failed)
+    err = capsys.readouterr().err
+    assert "dropped_steps=0" in err and "dropped_steps=1" in err and "dropped_steps=2" not in err
+    tracking.completions_path.rmdir()  # the cause fixed: the waiting steps are written with the next
+    tracking.collect(failed, ["q"], [completion("a")], type("S", (), {"per_reward": {}, "total": [1.0]}), [0.0], 0)
+    tracking.publish({"step": failed, "loss": 0.5})
+    steps = [json.loads(line)["step"] for line in tracking.completions_path.read_text().splitlines()]
+    assert steps == list(range(2, failed + 1))
+
+
+class _CutShort:
+    """A file whose first write puts half its data on disk, then fails as a full disk does."""
+
+    def __init__(self, real):
+        self.real, self.failed = real, False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.real.close()
+
+    def write(self, data):
+        if not self.failed:
+            self.failed = True
+            self.real.write(data[:len(data) // 2])
+            self.real.flush()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self.real.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def _fail_once(monkeypatch, name: str, calls: int = 1) -> None:
+    """``strict_json``'s ``open`` of ``name`` for appending cuts its write short once, at call ``calls``."""
+    import builtins
+
+    from polyrl import strict_json
+
+    seen = []
+
+    def flaky_open(file, mode="r", *args, **kwargs):
+        real = builtins.open(file, mode, *args, **kwargs)
+        if str(file).endswith(name) and "a" in mode:
+            seen.append(file)
+            if len(seen) == calls:
+                return _CutShort(real)
+        return real
+
+    monkeypatch.setattr(strict_json, "open", flaky_open, raising=False)
+
+
+@pytest.mark.faults
+def test_a_completions_write_that_fails_once_loses_no_record_and_leaves_no_half_line(tmp_path, capsys,
+                                                                                      monkeypatch):
+    """A full disk once turned the file off for the rest of the run (every later step lost) and
+    left half a line, which the next record would have been glued to. The failed step's records
+    are kept and written with the next step's, with a warning."""
+    good = Recorder("good")
+    tracking = tracking_of(tmp_path, good)
+    _fail_once(monkeypatch, clog.FILE_NAME, calls=2)
+    tracking.open()
+    publish_steps(tracking, 4)
+    tracking.close()
+    lines = tracking.completions_path.read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [0, 1, 2, 3]
+    assert [json.loads(line)["completion"] for line in lines] == ["a0", "a1", "a2", "a3"]
+    err = capsys.readouterr().err
+    assert err.count("completions log could not be written") == 1 and "No space left on device" in err
+    assert [s for s, _ in good.completions] == [0, 1, 2, 3]
+
+
+def test_an_append_that_fails_part_way_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+    """For every JSON-lines file of a run (metrics.jsonl too): no half line stays behind."""
+    from polyrl import strict_json
+
+    path = tmp_path / "metrics.jsonl"
+    strict_json.append_lines(path, [{"step": 1}])
+    _fail_once(monkeypatch, "metrics.jsonl")
+    with pytest.raises(OSError, match="No space left"):
+        strict_json.append_lines(path, [{"step": 2, "text": "x" * 100}])
+    assert path.read_text() == '{"step": 1}\n'
+    strict_json.append_lines(path, [{"step": 2}])
+    assert path.read_text() == '{"step": 1}\n{"step": 2}\n'
 
 
 # --- end to end: `polyrl train` with hostile trackers and hostile text ---------------------------

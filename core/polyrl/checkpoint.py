@@ -15,9 +15,11 @@ whose files match its manifest is used; a damaged newer one is skipped with a wa
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -43,11 +45,19 @@ _MARKER_BYTES = 4096
 _NEARLY_FULL_BYTES = 256 * 1024
 
 
-class CheckpointWriteError(PolyrlError):
-    """Writing a checkpoint failed; the partial directory is gone, older checkpoints are intact."""
+#: How close to RLIMIT_FSIZE a partial file must be for a failed write without an errno (torch.save's
+#: "unexpected pos") to be that limit's doing: writers stop up to one buffer short of it.
+_LIMIT_SLACK_BYTES = 1 << 20
+#: An errno a Rust writer (safetensors) puts in its message instead of raising an OSError.
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
-    def __init__(self, step: int, reason: str, disk_problem: bool) -> None:
-        self.step, self.reason, self.disk_problem = step, reason, disk_problem
+
+class CheckpointWriteError(PolyrlError):
+    """Writing a checkpoint failed; the partial directory is gone, older checkpoints are intact.
+    ``fix``: what to do when the cause is known (a file-size limit, a quota), else None."""
+
+    def __init__(self, step: int, reason: str, disk_problem: bool, fix: str | None = None) -> None:
+        self.step, self.reason, self.disk_problem, self.fix = step, reason, disk_problem, fix
         super().__init__(f"cannot write checkpoint step {step}: {reason}")
 
 
@@ -68,16 +78,78 @@ def _free_bytes(path: Path) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-def _why(exc: Exception, root: Path) -> tuple[str, bool]:
-    """(a readable reason, whether it is the disk's fault) for a failed write, judged before the
-    partial directory is deleted (deleting it frees the space again)."""
+def _chain_message(exc: BaseException | None, words: str) -> str | None:
+    """The message of the first exception in ``exc``'s chain that holds ``words``."""
+    while exc is not None:
+        if words in str(exc):
+            return str(exc)
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _errno(exc: BaseException | None) -> int | None:
+    """The errno behind ``exc``: an OSError's, or the "(os error N)" a Rust writer (safetensors)
+    writes into its own exception's message."""
     os_error = _os_error(exc)
     if os_error is not None and os_error.errno is not None:
-        return os_error.strerror or str(os_error), True
+        return os_error.errno
+    message = _chain_message(exc, "(os error ")
+    found = _RUST_OS_ERROR.search(message) if message else None
+    return int(found.group(1)) if found else None
+
+
+def _file_size_limit() -> int | None:
+    """This process's RLIMIT_FSIZE (``ulimit -f``) in bytes, or None when there is none."""
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def _largest_file(folder: Path) -> tuple[str, int] | None:
+    """(path relative to ``folder``, size) of the largest file a failed write left there."""
+    try:
+        sizes = [(p.stat().st_size, str(p.relative_to(folder))) for p in folder.rglob("*") if p.is_file()]
+    except OSError:
+        return None
+    if not sizes:
+        return None
+    size, name = max(sizes)
+    return name, size
+
+
+def _why(exc: Exception, root: Path, partial: Path) -> tuple[str, bool, str | None]:
+    """(a readable reason, whether it is the disk's fault, the fix when a limit is the cause) for a
+    failed write, judged before the ``partial`` directory is deleted (deleting it frees the space
+    again). Why: a file-size limit (RLIMIT_FSIZE, ``ulimit -f``) or quota hit inside torch.save was
+    only "unexpected pos 798720 vs 798612", blamed on the backend, with no fix."""
+    code = _errno(exc)
+    limit = _file_size_limit()
+    largest = _largest_file(partial)
+    near_limit = (limit is not None and largest is not None
+                  and largest[1] >= limit - min(_LIMIT_SLACK_BYTES, limit // 4))
+    if limit is not None and (code == errno.EFBIG or (code is None and near_limit)):
+        what = f"{largest[0]} reached" if largest else "a file reached"
+        return (f"{what} this process's file-size limit of {limit} bytes (RLIMIT_FSIZE)", True,
+                "raise the file-size limit (`ulimit -f unlimited` in the shell that starts polyrl, or the "
+                "job scheduler's file-size limit)")
+    if code == errno.EFBIG:
+        return ("a file is larger than the filesystem of train.output_dir allows (File too large)", True,
+                "put train.output_dir on a filesystem that takes larger files")
+    if code == errno.EDQUOT:
+        return os.strerror(code), True, "free space within your disk quota, or ask for a larger quota"
+    if code is not None:
+        return os.strerror(code), True, None
     free = _free_bytes(root)
     if free is not None and free < _NEARLY_FULL_BYTES:
-        return f"No space left on device ({free} bytes free; the writer said: {exc})", True
-    return str(exc), False
+        return f"No space left on device ({free} bytes free; the writer said: {exc})", True, None
+    short = _chain_message(exc, "unexpected pos")  # torch's zip writer: a write came back short, no errno
+    if short is not None:
+        return (f"the writer stopped part-way ({short}), as a full disk, a disk quota or a file-size limit "
+                "makes it", True, "free space, or raise the disk quota or the file-size limit (ulimit -f)")
+    return str(exc), False, None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -157,9 +229,9 @@ def write_checkpoint(
         os.replace(tmp, final)
         _fsync_dir(root)
     except Exception as exc:
-        reason, disk_problem = _why(exc, root)
+        reason, disk_problem, fix = _why(exc, root, tmp)
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointWriteError(step, reason, disk_problem) from exc
+        raise CheckpointWriteError(step, reason, disk_problem, fix) from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -336,6 +408,38 @@ def remove_pruned_leftovers(root: str | Path) -> None:
     if root.is_dir():
         for leftover in root.glob(f"{DELETING}step-*"):
             shutil.rmtree(leftover, ignore_errors=True)
+
+
+def remove_unmarked_leftovers(root: str | Path) -> list[Path]:
+    """Delete the ``step-N`` folders without any ``COMPLETE`` file that are older than the newest
+    complete checkpoint: what an earlier polyrl's pruning left when killed part-way through
+    deleting one in place (before ``.deleting-`` existed). Why: no prune counts a folder without a
+    marker, so it stayed on disk for good. Only those: checkpoints are written in ``.tmp-step-N``
+    and marked before they take their name, and pruning deletes the oldest, so an unmarked folder
+    below a complete one was never going to be completed; one newer than every complete checkpoint
+    is left as it is (the resume skips it with a warning, and a save of that step replaces it), as
+    is one whose marker is there but damaged (its files may still be worth saving by hand). Call it
+    holding the output_dir lock. Returns the folders deleted."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    unmarked = [p for p in sorted(root.iterdir())
+                if p.name.startswith("step-") and p.is_dir() and not p.is_symlink()
+                and not (p / MARKER).exists() and not (p / MARKER).is_symlink()]
+    complete = complete_checkpoints(root) if unmarked else []  # parsed only when there is one to judge
+    doomed = [p for p in unmarked if complete and p.name < complete[-1].name]
+    removed = []
+    for leftover in doomed:
+        target = root / f"{DELETING}{leftover.name}"
+        try:
+            os.replace(leftover, target)
+        except OSError:
+            continue
+        removed.append(leftover)
+    if removed:
+        _fsync_dir(root)
+        remove_pruned_leftovers(root)
+    return removed
 
 
 def prune(root: str | Path, keep: int) -> None:

@@ -10,6 +10,7 @@ raised mid-run, and escaping it would only move the failure to every strict read
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -58,11 +59,19 @@ def append_lines(path: Path, records: Iterable[Any]) -> None:
     """Append ``records`` to a JSON-lines file, one strict line each, flushed and fsynced: a step's
     lines are on disk before the step is checkpointed (the checkpoint is fsynced; after a power
     loss a metrics file only flushed could lack steps the checkpoint holds, and the resume would
-    not notice)."""
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write("".join(dumps(r, ensure_ascii=False) + "\n" for r in records))
-        fh.flush()
-        os.fsync(fh.fileno())
+    not notice). A write that fails part-way (a full disk) is cut off again before the error goes
+    on: the half line it left was glued to the next line written, losing both."""
+    data = memoryview("".join(dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8"))
+    with open(path, "ab", buffering=0) as fh:
+        start = os.fstat(fh.fileno()).st_size
+        try:
+            while data:
+                data = data[fh.write(data):]
+            os.fsync(fh.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fh.fileno(), start)
+            raise
 
 
 def read_lines(path: Path) -> list[tuple[str, Any]]:

@@ -906,13 +906,18 @@ class Trainer:
 
     def _own_output_dir(self) -> None:
         """Take the output_dir lock (rank 0 writes for everyone under a launcher), delete what a kill
-        left of a pruned checkpoint (``ckpt.remove_pruned_leftovers``) and put back a checkpoint whose
-        same-step re-save a kill cut short (``ckpt.finish_interrupted_replacements``)."""
+        left of a pruned checkpoint (``ckpt.remove_pruned_leftovers``; an earlier polyrl's unmarked
+        ``step-N``, ``ckpt.remove_unmarked_leftovers``) and put back a checkpoint whose same-step
+        re-save a kill cut short (``ckpt.finish_interrupted_replacements``)."""
         if self.rank == 0:
             self.lock.acquire()
             ckpt.remove_pruned_leftovers(self.checkpoint_root)
             for restored in ckpt.finish_interrupted_replacements(self.checkpoint_root):
                 log.warning("a checkpoint's re-save was cut short: put back", checkpoint=str(restored))
+            for removed in ckpt.remove_unmarked_leftovers(self.checkpoint_root):
+                log.warning("deleted a checkpoint folder without its COMPLETE marker, older than the newest "
+                            "complete checkpoint: what a kill left of an earlier polyrl's pruning; it could "
+                            "never be resumed", checkpoint=str(removed))
 
     def save(self) -> Path:
         """Checkpoint. Under a launcher every rank calls the backend (sharded weights are gathered
@@ -932,7 +937,7 @@ class Trainer:
         except ckpt.CheckpointWriteError as exc:
             if not exc.disk_problem:
                 raise
-            raise self._write_failed(f"checkpoint of step {self.step}", exc.reason) from None
+            raise self._write_failed(f"checkpoint of step {self.step}", exc.reason, exc.fix) from None
         self._saved_step = self.step
         ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints)
         log.info("checkpoint saved", path=str(path), step=self.step)
@@ -941,10 +946,12 @@ class Trainer:
             self._prune_pending = False
         return path
 
-    def _write_failed(self, what: str, cause: OSError | str) -> OutputWriteError:
+    def _write_failed(self, what: str, cause: OSError | str, fix: str | None = None) -> OutputWriteError:
+        """One error for a file of the run that could not be written; ``fix``: the cause's own
+        (a file-size limit), else free space or make the folder writable."""
         last = ckpt.latest_checkpoint(self.checkpoint_root)
         if last:
-            kept = f"the last good checkpoint {last} is kept"
+            kept = f"the last good checkpoint {last} is kept intact"
         elif not self.output_dir.exists():
             kept = "train.output_dir itself is gone (deleted or unmounted), with the checkpoints in it"
         elif self._saved_step is not None:
@@ -954,7 +961,7 @@ class Trainer:
         reason = cause if isinstance(cause, str) else _os_reason(cause)
         return OutputWriteError(
             f"cannot write the {what} into {self.output_dir}: {reason}; {kept}. "
-            "Fix: free space or make train.output_dir writable, then continue with `polyrl train "
+            f"Fix: {fix or 'free space or make train.output_dir writable'}, then continue with `polyrl train "
             "CONFIG --resume`")
 
     def resume(self, path: str | Path | None = None, weights_only: bool = False) -> bool:

@@ -39,8 +39,10 @@ silently ignored). Options:
     2. the number after the last "####", "answer:" or "answer is", in the first sentence of that
        line that holds a number (a sentence ends at ".", "?" or "!" before a space, not at a
        factorial's "!"): its first number, which every other number standing alone there must
-       equal, so an answer that hedges ("answer: 2 or 3", "42 and 43", "2, 3") scores 0, while
-       "answer: 2 (two)", "2, 2", "1/2 = 0.5" and "The answer is 2. Check: 2+0=2" read 2 or 1/2;
+       equal and no number after it may open an expression that is no side of an equation, so an
+       answer that hedges ("answer: 2 or 3", "42 and 43", "2, 3", "4 or 5!", "2 or 3x") scores 0,
+       while "answer: 2 (two)", "2, 2", "1/2 = 0.5", "4, since 2*2 = 4", "42 cm^2" and "The answer
+       is 2. Check: 2+0=2" read 2, 1/2, 4 or 42;
     3. the last number of the text.
     Numbers may carry a sign, thousands commas, decimals and an exponent ("-1,234.5", "3e8"); a "-"
     directly after a digit or letter is an operator, not a sign. A fraction of two integers is one
@@ -54,8 +56,9 @@ silently ignored). Options:
     before a superscript ("2⁴"), ``(``, ``π`` or a factorial: "The answer is 42!" scores 0 against
     42, since "42!" is 42 factorial (as math-verify reads it), not an exclamation. A number glued to
     a lone letter is a product with a variable ("2x", "4a", "2i", "2pi", "2x2"; "2 x 3" too), except
-    a single-letter unit ("10m", "5s", "3h", "2L", "25C": m s g h l L N J W V C F); "5k" and "2M"
-    are not read either way; a glued word is a unit or suffix ("5kg", "3rd"), and "42%", "$5",
+    a single-letter unit ("10m", "5s", "3h", "2L", "25C": m s g h l L N J W V C F), and so is one
+    a space and such a letter before an operator follow ("2 x + 1", "2 x^2"); "5k" and "2M" are
+    not read either way; a glued word is a unit or suffix ("5kg", "3rd"), and "42%", "$5",
     "5 apples" read 42, 5, 5. Markdown emphasis around a number is emphasis, even glued to the word
     before it ("is**42**", "__42__"), but not after a digit, bracket or lone letter ("x**2**" is a
     power, "x__2__" an index).
@@ -95,7 +98,7 @@ import time
 import unicodedata
 from fractions import Fraction
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from polyrl.errors import RewardError
 from polyrl.reasoning import final_part
@@ -288,10 +291,12 @@ _UNIT_LETTERS = "msghlLNJWVCF"
 #: π, √, \\pi, "pi", a lone Latin letter that is no unit ("2x"), or a "*"/"**" glued to an operand
 #: ("2**3", "2*x"); or, spaces allowed, an operator or a command, a "*" or "-" with an operand after
 #: it ("**42**" is markdown, "42 - that is all" a dash), a spaced "**" ("2 ** 3") or "x" between
-#: numbers ("2 x 3"), or "}{" / "}^" (\\frac{1}{2}, {2}^3)
+#: numbers ("2 x 3"), a spaced lone letter that is no unit before an operator ("2 x + 1", "2 x^2":
+#: "5 a day" and "9.8 m/s^2" read), or "}{" / "}^" (\\frac{1}{2}, {2}^3)
 _EXPRESSION_AFTER = re.compile(
     rf"[{_SUPERSCRIPTS}!(^\u03c0\u221a]|\\pi(?![a-zA-Z])|pi(?![A-Za-z])|(?![{_UNIT_LETTERS}])[A-Za-z](?![A-Za-z])"
     rf"|\*\*?(?=[A-Za-z\d(])|\s+\*\*\s+(?=[\d(])|\s+x\s+(?=[\d(])"
+    rf"|\s+(?![{_UNIT_LETTERS}])[A-Za-z](?=\s*(?:[{_OPERATORS}]|(?:\*\*?|-)\s*(?:[\d(.\\]|[A-Za-z](?![A-Za-z]))))"
     rf"|\s*(?:[{_OPERATORS}]|\*(?=\s*[\d(])|-(?=\s*[\d(.\\])|{_COMMANDS}|\}}\s*[{{^])")
 #: what before a number makes it part of an expression (searched in the few characters before it):
 #: an operator or "√", a "(" right after a digit or ")" ("2(3)"), a "*" or "**" after a digit or
@@ -317,24 +322,45 @@ _TOKEN = re.compile(f"{_FRACTION}|(?P<number>{_NUMBER.pattern})")
 _JUXTAPOSED = re.compile(r"[\s{}]*")
 
 
-def _numbers(text: str) -> list[tuple[Fraction | None, bool]]:
-    """Each number in ``text``, in order: its exact value (None past ``_LONGEST_NUMBER``) and
-    whether it stands alone (False: it is part of an expression, see ``numeric_match``). A fraction
-    of two integers is one number, its exact value."""
+#: The rest of an expression (operands, operators, brackets, lone letters and commands, no word):
+#: when an "=" ends it, a number that opens it is a side of an equation ("4, since 2*2 = 4": a
+#: check of the answer), not another candidate.
+_EXPRESSION_REST = re.compile(
+    rf"(?:[\d\s.!*\-{_OPERATORS}(){{}}\[\]]|\\[A-Za-z]+|(?<![A-Za-z])[A-Za-z](?![A-Za-z]))*")
+
+
+class _Number(NamedTuple):
+    """A number read from a text (see ``_numbers``)."""
+
+    value: Fraction | None  # exact; None past ``_LONGEST_NUMBER``
+    alone: bool  # it stands alone (False: it is part of an expression, see ``numeric_match``)
+    opens: bool  # it opens an expression that is no side of an equation ("5!", "3x", "1+2"): a candidate
+
+
+def _numbers(text: str) -> list[_Number]:
+    """Each number in ``text``, in order. A fraction of two integers is one number, its exact value."""
     text = text.replace("\u2212", "-")
-    out: list[tuple[Fraction | None, bool]] = []
+    out: list[_Number] = []
     previous: tuple[int, bool] | None = None  # the last token's end, and whether it was a fraction
+    rest_end = -1  # where the last expression scanned ends: a number before it ends there too (linear time)
     for m in _TOKEN.finditer(text):
         value, known = _token_value(m)
         start, end = _emphasised(text, m.start(), m.end())
-        alone = known and not (_EXPRESSION_AFTER.match(text, end)
-                               or _EXPRESSION_BEFORE.search(text[max(0, start - 16):start]))
+        after = _EXPRESSION_AFTER.match(text, end) is not None
+        before = _EXPRESSION_BEFORE.search(text[max(0, start - 16):start]) is not None
+        opens = known and after and not before
+        if opens:
+            if end > rest_end:
+                rest = _EXPRESSION_REST.match(text, end)
+                rest_end = rest.end() if rest else end
+            opens = not text.startswith("=", rest_end)
+        alone = known and not (after or before)
         fraction = m.group("number") is None
         if (previous is not None and (fraction or previous[1])
                 and _JUXTAPOSED.fullmatch(text, previous[0], m.start())):
             # "2 1/2", "2\\frac{1}{2}", "\\frac12 3": a mixed number or a product, neither part the answer
-            out[-1], alone = (out[-1][0], False), False
-        out.append((value, alone))
+            out[-1], alone, opens = out[-1]._replace(alone=False), False, False
+        out.append(_Number(value, alone, opens))
         previous = (m.end(), fraction)
     return out
 
@@ -407,10 +433,12 @@ def final_number(text: str, opened: bool = False) -> Fraction | None:
     if boxes:
         values = set()
         for box in boxes:
-            found = _numbers(box)  # one number, first in its box: "42 \\text{ cm}^2" holds 42, "2+2" none
-            if not found or not found[0][1] or sum(alone for _, alone in found) != 1:
+            # one number, first in its box: "42 \\text{ cm}^2" holds 42; "2+2", "4 or 5!" none
+            found = _numbers(box)
+            if (not found or not found[0].alone or sum(n.alone for n in found) != 1
+                    or any(n.opens for n in found[1:])):
                 return None
-            values.add(found[0][0])
+            values.add(found[0].value)
         return values.pop() if len(values) == 1 else None
     markers = list(_MARKER.finditer(part))
     if markers:
@@ -420,7 +448,7 @@ def final_number(text: str, opened: bool = False) -> Fraction | None:
             if numbers:
                 return _answered(numbers)
     numbers = _numbers(part)
-    return numbers[-1][0] if numbers and numbers[-1][1] else None
+    return numbers[-1].value if numbers and numbers[-1].alone else None
 
 
 #: Where the sentence that gives the answer ends: a ".", "?" or "!" before a space or the end (not
@@ -428,15 +456,17 @@ def final_number(text: str, opened: bool = False) -> Fraction | None:
 _SENTENCE_END = re.compile(r"(?:[.?]|(?<![\d)}\]])!)(?=\s|$)|\u3002")
 
 
-def _answered(numbers: list[tuple[Fraction | None, bool]]) -> Fraction | None:
+def _answered(numbers: list[_Number]) -> Fraction | None:
     """The number an answer sentence gives: its first, which must stand alone, and which every
-    other number standing alone there must equal. Why: "answer: 2 or 3" hedges, and reading its
-    first number paid a policy that lists candidates; "answer: 2 (two)", "answer: 1/2 = 0.5" and a
-    number inside an expression after it ("answer: 42 cm^2") still read."""
-    first, alone = numbers[0]
-    if not alone or any(other and value != first for value, other in numbers[1:]):
+    other number standing alone there must equal, with no expression opened by a number after it.
+    Why: "answer: 2 or 3" hedges, and reading its first number paid a policy that lists candidates;
+    so does "answer: 4 or 5!" (an exclaimed 5 or 5 factorial: not 4 either way) or "2 or 3x".
+    "answer: 2 (two)", "answer: 1/2 = 0.5", a check ("4, since 2*2 = 4") and a unit's power
+    ("answer: 42 cm^2") still read."""
+    first = numbers[0]
+    if not first.alone or any(n.opens or (n.alone and n.value != first.value) for n in numbers[1:]):
         return None
-    return first
+    return first.value
 
 
 def last_number(text: str) -> float | None:

@@ -35,6 +35,9 @@ from polyrl.tracking import completions as clog
 from polyrl.tracking.spec import TRACKER_METHODS, Tracker, TrackerContext, TrackerSpec
 
 log = get_logger("polyrl.tracking")
+#: Failed steps whose completions records wait in memory for the next write; older ones are dropped,
+#: named in the warning (a file that never takes a write must not grow the trainer's memory).
+UNWRITTEN_STEPS = 8
 
 
 def numeric_metrics(metrics: Mapping[str, Any], said: set[str] | None = None) -> dict[str, float]:
@@ -99,7 +102,8 @@ class RunTracking:
     trackers: dict[str, Tracker] = attrs.field(factory=dict)
     _threads: dict[str, Worker] = attrs.field(factory=dict)
     _pending: list[dict[str, Any]] = attrs.field(factory=list)
-    _file_ok: bool = True  # False once completions.jsonl could not be written
+    #: records whose write to completions.jsonl failed, by step, written before the next step's
+    _unwritten: dict[int, list[dict[str, Any]]] = attrs.field(factory=dict)
     _not_numbers: set[str] = attrs.field(factory=set)  # metric keys already warned about
     #: trackers dropped mid-run: name -> (step, why); said again when the run ends, since one
     #: warning scrolls away in a long run and the dashboard simply stops
@@ -188,8 +192,8 @@ class RunTracking:
             return
         step = int(metrics["step"])
         records, self._pending = self._pending, []
-        if records and self._file_ok:
-            self._write_completions(records)
+        if records:
+            self._write_completions(step, records)
         numeric = numeric_metrics(metrics, self._not_numbers)
         for name in list(self.trackers):
             self._call(name, "log_metrics", numeric, step)
@@ -205,14 +209,24 @@ class RunTracking:
         for name in list(self.trackers):
             self._call(name, "log_metrics", numeric, step)
 
-    def _write_completions(self, records: list[dict[str, Any]]) -> None:
+    def _write_completions(self, step: int, records: list[dict[str, Any]]) -> None:
+        """Append the step's records after any a failed write left waiting. Why: one failed write (a
+        full disk for a moment) turned the file off for the rest of the run, losing every later
+        step. A failed append leaves no half line (``strict_json.append_lines``); the records of the
+        last ``UNWRITTEN_STEPS`` failed steps wait for the next try, each failure a warning."""
+        self._unwritten[step] = records
         try:
-            clog.append(self.completions_path, records)
+            clog.append(self.completions_path, [r for waiting in self._unwritten.values() for r in waiting])
         except Exception as exc:  # noqa: BLE001 - a log of samples must never cost the run
-            self._file_ok = False
-            log.warning("completions log could not be written; the file is off for the rest of this run "
-                        "(trackers still get the samples)",
-                        path=str(self.completions_path), error=f"{type(exc).__name__}: {exc}")
+            dropped = sorted(self._unwritten)[:-UNWRITTEN_STEPS]
+            for old in dropped:
+                del self._unwritten[old]
+            log.warning("completions log could not be written; its records are kept and written with the "
+                        "next step's (trackers still get them)", path=str(self.completions_path),
+                        waiting_steps=len(self._unwritten), error=f"{type(exc).__name__}: {exc}",
+                        **({"dropped_steps": ",".join(map(str, dropped))} if dropped else {}))
+        else:
+            self._unwritten.clear()
 
     def _call(self, name: str, method: str, payload: Any, step: int) -> None:
         tracker = self.trackers[name]
