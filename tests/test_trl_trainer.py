@@ -97,6 +97,48 @@ def test_a_model_object_is_trained_from_a_saved_copy(tiny_model_dir, tmp_path):
     assert trainer.train().global_step == 1
 
 
+def _weights(folder):
+    from safetensors.torch import load_file
+
+    return {k: v for f in sorted(Path(folder).glob("*.safetensors")) for k, v in load_file(f).items()}
+
+
+def test_the_model_object_given_holds_the_trained_weights_after_train(tiny_model_dir, tmp_path):
+    """TRL trains the object a script passes, and scripts use it afterwards (model.save_pretrained,
+    generate): it must not silently stay the untrained model."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = GRPOTrainer(model=model, reward_funcs=[short], args=_args(tmp_path, max_steps=1, learning_rate=1e-2),
+                          train_dataset=_dataset())
+    assert trainer.model is model
+    trainer.train()
+    trained = _weights(tmp_path / "run" / "model")
+    assert trainer.model is model
+    state = model.state_dict()
+    changed = [k for k in trained if not torch.equal(before[k], trained[k])]
+    assert changed, "one step at lr 1e-2 changes some weight"
+    assert all(torch.equal(state[k], trained[k]) for k in trained)
+
+
+def test_trainer_model_is_the_folders_model_before_and_the_trained_one_after(tiny_model_dir, tmp_path):
+    import torch
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=1,
+                                                                              learning_rate=1e-2),
+                          train_dataset=_dataset())
+    initial = _weights(tiny_model_dir)
+    assert all(torch.equal(trainer.model.state_dict()[k], v) for k, v in initial.items())
+    trainer.save_model(str(tmp_path / "untrained"))  # TRL saves the model it holds, trained or not
+    assert all(torch.equal(_weights(tmp_path / "untrained")[k], v) for k, v in initial.items())
+    trainer.train()
+    trained = _weights(tmp_path / "run" / "model")
+    assert any(not torch.equal(trained[k], initial[k]) for k in trained)
+    assert all(torch.equal(trainer.model.state_dict()[k], v) for k, v in trained.items())
+
+
 def test_peft_config_is_polyrls_lora(tiny_model_dir, tmp_path):
     peft = pytest.importorskip("peft")
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
@@ -465,7 +507,7 @@ def test_args_none_is_trls_default_config_on_any_machine(tiny_model_dir, tmp_pat
 
 def test_trls_own_grpo_script_runs_to_its_end(tiny_model_dir, tmp_path, capsys):
     """The lines trl/scripts/grpo.py (and transformers' examples) run after train(): accelerator
-    prints, save_model to output_dir, log/save metrics and state; trainer.model is a clear error."""
+    prints, save_model to output_dir, log/save metrics and state; trainer.optimizer is a clear error."""
     args = _args(tmp_path, max_steps=1)
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=args, train_dataset=_dataset())
     result = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
@@ -484,7 +526,7 @@ def test_trls_own_grpo_script_runs_to_its_end(tiny_model_dir, tmp_path, capsys):
     assert "Training completed." in capsys.readouterr().out
     assert trainer.processing_class.chat_template
     with pytest.raises(AttributeError, match="save_model"):
-        trainer.model  # noqa: B018
+        trainer.optimizer  # noqa: B018
     with pytest.raises(AttributeError, match="accelerator has print"):
         trainer.accelerator.unwrap_model  # noqa: B018
     assert not hasattr(trainer, "no_such_thing")

@@ -31,10 +31,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import attrs
 
 from polyrl.errors import ConfigError
+from polyrl.logs import get_logger
 
 if TYPE_CHECKING:
     from polyrl.agents.given_tools import GivenTools
     from polyrl.config import EnvironmentSection
+
+log = get_logger("polyrl.trl")
 
 
 class TrainOutput(NamedTuple):
@@ -120,6 +123,9 @@ class GRPOTrainer:
         # evaluated on as TRL's eval_strategy says (from_trl's [eval] settings), else kept unread as TRL keeps it
         self._evaluates = _evaluates(eval_dataset, self.grpo_config)
         self.model_path = _model_folder(model, processing_class, self.grpo_config.output_dir)
+        #: the PreTrainedModel given (None for a folder): train() puts the trained weights into it,
+        #: as TRL trains the object a script keeps using after train()
+        self._model_object = None if isinstance(model, (str, Path)) else model
         self.policy = api.Agent(self.model_path, backend=backend, lora=peft_config, dtype=dtype)
         self._processing_class = processing_class
         self.accelerator = _Accelerator()
@@ -157,6 +163,8 @@ class GRPOTrainer:
                               fix="call train() without resume_from_checkpoint to start the run")
         summary = trainer.run(progress=not getattr(self.args, "disable_tqdm", False))  # TRL's switch for its bar
         self.summary = summary
+        if "model" in summary and self._model_object is not None:
+            _load_trained_weights(self._model_object, Path(summary["model"]))
         history = list(summary.get("history", []))
         losses = [m["loss"] for m in history if isinstance(m.get("loss"), (int, float))]
         epoch = next((m["epoch"] for m in reversed(history) if isinstance(m.get("epoch"), (int, float))), None)
@@ -172,16 +180,37 @@ class GRPOTrainer:
 
     def save_model(self, output_dir: str | None = None) -> None:
         """Copy the trained model folder (polyrl writes it to ``output_dir/model``) to
-        ``output_dir`` (TRL's default: the run's ``output_dir``)."""
-        if self.summary is None or "model" not in self.summary:
-            raise ConfigError("no trained model to save", field="save_model",
-                              fix="call trainer.train() first (a run stopped before its first step saves none)")
-        source = Path(self.summary["model"])
+        ``output_dir`` (TRL's default: the run's ``output_dir``); before ``train()``, the model
+        as given (TRL saves whatever model the trainer holds)."""
+        source = self._model_source("save_model")
         target = Path(output_dir or self.grpo_config.output_dir)
         if target.resolve() == source.resolve():
             return
         target.mkdir(parents=True, exist_ok=True)
         shutil.copytree(source, target, dirs_exist_ok=True)
+
+    @property
+    def model(self) -> Any:
+        """The model as a transformers ``PreTrainedModel``: the object given (holding the trained
+        weights after ``train()``), else the trained folder (before it, the one given) loaded once;
+        with ``peft_config`` the LoRA adapters merged into it (polyrl's ``output_dir/model``)."""
+        if self._model_object is None:
+            from transformers import AutoModelForCausalLM
+
+            self._model_object = AutoModelForCausalLM.from_pretrained(str(self._model_source("model")))
+        return self._model_object
+
+    def _model_source(self, asked: str) -> Path:
+        """The folder of the model as it stands: trained after ``train()``, else the one given."""
+        if self.summary is not None and "model" in self.summary:
+            return Path(self.summary["model"])
+        if self.summary is not None:
+            raise ConfigError("the run stopped before its first step, so there is no trained model", field=asked,
+                              fix="look at the run's error above, then call trainer.train() again")
+        if not Path(self.model_path).is_dir():
+            raise ConfigError(f"model {self.model_path!r} is a name polyrl resolves when it trains, not a folder",
+                              field=asked, fix="call trainer.train() first, or give the model as a folder")
+        return Path(self.model_path)
 
     @property
     def processing_class(self) -> Any:
@@ -240,7 +269,7 @@ class GRPOTrainer:
 _TRL_ONLY = {
     name: "polyrl trains the model in its backend, not in this process; after train() the trained model is "
           "the folder trainer.save_model(dir) writes: AutoModelForCausalLM.from_pretrained(dir)"
-    for name in ("model", "model_wrapped", "ref_model", "optimizer", "lr_scheduler")
+    for name in ("model_wrapped", "ref_model", "optimizer", "lr_scheduler")
 } | {
     "tokenizer": "use trainer.processing_class (transformers' own name for it)",
     "evaluate": "polyrl evaluates during training only: pass eval_dataset with eval_strategy=\"steps\" (or "
@@ -423,6 +452,23 @@ def _model_folder(model: Any, processing_class: Any, output_dir: str) -> str:
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+def _load_trained_weights(model: Any, folder: Path) -> None:
+    """Put the trained weights of ``folder`` into ``model`` in place, in the model's own dtype:
+    TRL trains the object it was given, so a script saving or sampling from its ``model`` after
+    ``train()`` would otherwise use the untrained weights without a word."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    trained = AutoModelForCausalLM.from_pretrained(str(folder), dtype=model.dtype)
+    with torch.no_grad():
+        missing, unexpected = model.load_state_dict(trained.state_dict(), strict=False)
+    if missing or unexpected:  # another architecture than the one saved: not the model polyrl trained
+        raise ConfigError(f"the trained model in {folder} does not fit the model object given (missing "
+                          f"{list(missing)[:3]}, unexpected {list(unexpected)[:3]})", field="model",
+                          fix=f"load the trained model from {folder} with AutoModelForCausalLM.from_pretrained")
+    log.info("the model object given to GRPOTrainer now holds the trained weights", folder=str(folder))
 
 
 def _folder_tokenizer(model: Any) -> Any:
