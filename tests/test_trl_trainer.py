@@ -450,7 +450,7 @@ class _Other:
 def _episode(trainer):
     """A new polyrl environment of the trainer's environment_factory, as each episode makes one."""
     specs = []
-    trainer.environments.polyrl_register_environments(specs.append)
+    trainer.trl_environments.polyrl_register_environments(specs.append)
     return specs[0].create({})
 
 

@@ -94,13 +94,13 @@ class GRPOTrainer:
                                   "in the GRPOConfig, which polyrl reads")
         self.tools = _tools(tools)
         #: the environment_factory, probed (None without one)
-        self.environments = _environments(environment_factory, self.tools)
-        env_rewards = self.environments.rewards if self.environments is not None else []
+        self.trl_environments = _environments(environment_factory, self.tools)
+        env_rewards = self.trl_environments.rewards if self.trl_environments is not None else []
         if not env_rewards and (reward_funcs is None or (isinstance(reward_funcs, (list, tuple)) and not reward_funcs)):
             raise ConfigError("GRPOTrainer needs reward_funcs", field="reward_funcs",
                               fix="pass a reward function, a list of them, or a reward model folder (or an "
                                   "environment_factory whose environment defines get_reward())")
-        if train_dataset is None and self.environments is None:
+        if train_dataset is None and self.trl_environments is None:
             raise ConfigError("GRPOTrainer needs a train_dataset", field="train_dataset",
                               fix="pass a datasets.Dataset (or a list of rows) with a prompt column")
         if type(train_dataset).__name__ == "IterableDataset":
@@ -114,17 +114,17 @@ class GRPOTrainer:
                               fix=f"pass one split, e.g. train_dataset=dataset[{splits[0]!r}] (as TRL takes it)")
         self.args = args if args is not None else _default_args(model)
         dtype, trl_args = _model_dtype(model, self.args)
-        agent = self.tools is not None or self.environments is not None
+        agent = self.tools is not None or self.trl_environments is not None
         self.grpo_config = trl_args if isinstance(trl_args, api.GRPOConfig) else \
             api.GRPOConfig.from_trl(trl_args, tools=agent)
         if train_dataset is None:  # the environment writes the prompts in reset (TRL's rule)
-            train_dataset = _placeholder_rows(self.environments, self.args, self.grpo_config)
-        if self.environments is not None:
-            self.environments.check_rows(api.prompt_rows(train_dataset))
+            train_dataset = _placeholder_rows(self.trl_environments, self.args, self.grpo_config)
+        if self.trl_environments is not None:
+            self.trl_environments.check_rows(api.prompt_rows(train_dataset))
             if env_rewards and self.grpo_config.reward_weights is not None:  # TRL adds weight 1 for each
                 self.grpo_config = attrs.evolve(self.grpo_config, reward_weights=[
                     *self.grpo_config.reward_weights, *[1.0] * len(env_rewards)])
-        self.environment = _environment(self.tools, self.environments, self.args)
+        self.environment = _environment(self.tools, self.trl_environments, self.args)
         # an eval_dataset is kept unread, as TRL keeps it under eval_strategy "no" (another strategy
         # is refused by from_trl: polyrl runs no TRL evaluation loop)
         self.model_path = _model_folder(model, processing_class, self.grpo_config.output_dir)
@@ -160,8 +160,8 @@ class GRPOTrainer:
         if self.environment is not None:
             config = attrs.evolve(config, environment=self.environment)
             plugins = [*plugins, *([self.tools] if self.tools is not None else [])]
-        if self.environments is not None:
-            plugins = [*_with_environments(config, plugins), self.environments]
+        if self.trl_environments is not None:
+            plugins = [*_with_environments(config, plugins), self.trl_environments]
         trainer = api.make_trainer(config, plugins, resume=resume)
         if resume is not None and not trainer.resume(resume or None):
             raise ConfigError(f"no checkpoint to resume in {config.train.output_dir}", field="resume_from_checkpoint",
