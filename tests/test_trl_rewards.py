@@ -676,3 +676,23 @@ def test_evaluation_rewards_get_the_live_trainer_state(toy, tmp_path):
     assert trained == [0, 1, 2] and evaluations[0] == 0 and evaluations[1:4] == [1, 2, 3], calls
     assert {most for _, _, most in calls} == {3}
     assert summary["history"][-1]["step"] == 3
+
+
+def test_environments_reach_a_reward_function_only_in_a_run_with_an_environment_factory():
+    """TRL passes environments= (each completion's live instance, in order) only with an
+    environment_factory: a function asking for it elsewhere is refused at load, naming the fix."""
+    from types import SimpleNamespace
+
+    def judged(completions, environments, **kwargs):
+        return [e.score for e in environments]
+
+    plugin = function_reward_plugin(judged)
+    with pytest.raises(ConfigError, match="environment_factory"):
+        plugin.check_binding([])
+    plugin.environments = True  # what polyrl.trl sets in a run with an environment_factory
+    plugin.check_binding([])
+    envs = [SimpleNamespace(score=1.0), SimpleNamespace(score=0.5)]
+    completions = [Completion(prompt_index=0, prompt_ids=[1], completion_ids=[2], logprobs=[0.0], text="a",
+                              environment=e) for e in envs]
+    out = plugin.reward(["p", "p"], completions, RewardContext(rows=[{}, {}], wanted=("judged",)))
+    assert out == {"judged": [1.0, 0.5]}

@@ -152,7 +152,7 @@ class _Callback:
 
 @pytest.mark.parametrize("name, value", [
     ("callbacks", [_Callback()]), ("rollout_func", short),
-    ("environment_factory", object), ("quantization_config", object()), ("reward_processing_classes", object()),
+    ("quantization_config", object()), ("reward_processing_classes", object()),
     ("optimizers", (object(), None)),
 ])
 def test_trainer_arguments_polyrl_would_not_use_are_refused_by_name(tiny_model_dir, tmp_path, name, value):
@@ -451,6 +451,203 @@ def test_tools_the_model_could_not_be_told_about_are_one_error_each(tiny_model_d
         GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset(),
                     tools=tools)
     assert err.value.field == field and err.value.fix
+
+
+# --- environment_factory: TRL's environments, one instance per rollout, run as polyrl episodes ----------
+
+class _Table:
+    """A TRL environment: reset gets the row, lookup is the model's tool, get_reward owns a reward."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, str]] = []  # (key, thread name) of each lookup
+        self.row: dict | None = None
+
+    def reset(self, **kwargs):
+        self.row = kwargs
+        return " Use the table."
+
+    def lookup(self, key: str) -> str:
+        """Look a key up in the table.
+
+        Args:
+            key: the key to look up
+        """
+        import threading
+
+        self.calls.append((key, threading.current_thread().name))
+        return f"value-of-{key}"
+
+    def get_reward(self) -> float:
+        return 2.0 if self.calls else 0.0
+
+    @property
+    def called(self) -> bool:  # a property is no tool (TRL lists functions only)
+        return bool(self.calls)
+
+
+def test_an_environment_factory_runs_one_instance_per_rollout_and_rewards_see_them(tool_caller_dir, tmp_path):
+    """The model's call reaches its rollout's own instance (on a thread of polyrl's), reset's
+    answer is appended to the prompt, reward functions get environments= (the live instances, in
+    completion order) and get_reward() is a reward named after the class, weight 1."""
+    import threading
+
+    seen: list[tuple[list, list, list]] = []
+
+    def found(prompts, completions, environments, answer, **kwargs):
+        seen.append((prompts, completions, environments))
+        return [float(bool(e.calls)) for e in environments]
+
+    trainer = GRPOTrainer(model=tool_caller_dir, reward_funcs=[found], train_dataset=_chat_dataset(),
+                          args=_args(tmp_path, max_steps=1, max_completion_length=160, max_tool_calling_iterations=1,
+                                     reward_weights=[0.5]),
+                          environment_factory=_Table)
+    assert [f.__name__ for f in trainer.reward_funcs] == ["found", "_Table"]
+    assert trainer.train().global_step == 1
+    (prompts, completions, environments), = seen
+    assert len(environments) == len(completions) == 4
+    assert all(type(e) is _Table for e in environments) and len({id(e) for e in environments}) == 4
+    for prompt, completion, env in zip(prompts, completions, environments):
+        assert env.row["answer"] == "value-of-k" and env.row["prompt"][-1]["content"].startswith("Look up key")
+        assert prompt[-1]["content"] == env.row["prompt"][-1]["content"] + " Use the table."
+        results = [m["content"] for m in completion if m["role"] == "tool"]
+        assert results == [f"value-of-{key}" for key, _ in env.calls]  # this completion's calls, this instance
+        assert all(name != threading.main_thread().name for _, name in env.calls)
+    assert any(e.calls for e in environments)
+    log = trainer.state.log_history[0]
+    called = sum(bool(e.calls) for e in environments) / 4
+    assert log["rewards/_Table/mean"] == pytest.approx(2 * called)
+    assert log["rewards/found/mean"] == pytest.approx(called)
+    assert log["reward"] == pytest.approx(0.5 * called + 2 * called)
+
+
+class _Scored:
+    """An environment owning the reward, with no tool: the prompt comes from reset."""
+
+    def reset(self, **kwargs):
+        return "Say hi."
+
+    async def get_reward(self) -> float:
+        return 0.25
+
+
+def test_get_reward_is_the_reward_when_reward_funcs_and_the_dataset_are_omitted(tiny_model_dir, tmp_path):
+    """TRL's environment-owned data and reward: no reward_funcs, no train_dataset (max_steps sets
+    the length, the prompts are reset's), an async get_reward scores every rollout."""
+    trainer = GRPOTrainer(model=tiny_model_dir, args=_args(tmp_path, max_steps=1), environment_factory=_Scored)
+    assert [f.__name__ for f in trainer.reward_funcs] == ["_Scored"]
+    assert trainer.train().global_step == 1
+    assert trainer.state.log_history[0]["rewards/_Scored/mean"] == pytest.approx(0.25)
+    with pytest.raises(ConfigError) as err:  # no length without a dataset: TRL's rule
+        GRPOTrainer(model=tiny_model_dir, args=_args(tmp_path, max_steps=-1), environment_factory=_Scored)
+    assert err.value.field == "train_dataset"
+    with pytest.raises(ConfigError) as err:  # an environment without get_reward owns no reward
+        GRPOTrainer(model=tiny_model_dir, args=_args(tmp_path), train_dataset=_chat_dataset(),
+                    environment_factory=_Other)
+    assert err.value.field == "reward_funcs"
+
+
+class _Other:
+    """A second environment class, with a tool of its own."""
+
+    def reset(self, **kwargs):
+        self.row = kwargs
+
+    def shout(self, text: str) -> str:
+        """Say it louder.
+
+        Args:
+            text: what to say
+        """
+        return text.upper()
+
+
+def _episode(trainer):
+    """A new polyrl environment of the trainer's environment_factory, as each episode makes one."""
+    specs = []
+    trainer.trl_environments.polyrl_register_environments(specs.append)
+    return specs[0].create({})
+
+
+def test_a_dict_of_factories_picks_each_rows_environment_by_name(tiny_model_dir, tmp_path):
+    rows = [{"prompt": [{"role": "user", "content": "Look up key 1."}], "environment": "table", "answer": "a"},
+            {"prompt": [{"role": "user", "content": "Say it."}], "environment": "shouter", "answer": "b"}]
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
+                          train_dataset=datasets.Dataset.from_list(rows),
+                          environment_factory={"table": _Table, "shouter": _Other})
+    assert trainer.environment is not None and trainer.environment.name is not None
+    for row, kind, tools in [(rows[0], _Table, ["lookup"]), (rows[1], _Other, ["shout"])]:
+        env = _episode(trainer)
+        first = env.reset(row)
+        assert type(env.rewarded) is kind and [t.__name__ for t in env.tools] == tools
+        assert env.rewarded.row == {"prompt": row["prompt"], "answer": row["answer"]}  # without environment
+        assert first[-1]["content"] == row["prompt"][-1]["content"] + (" Use the table." if kind is _Table else "")
+        assert env.step({"role": "assistant", "content": "done"}).done
+    wrong = [*rows, {"prompt": rows[0]["prompt"], "environment": "chess", "answer": "c"}]
+    with pytest.raises(ConfigError, match="'chess'") as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
+                    train_dataset=datasets.Dataset.from_list(wrong),
+                    environment_factory={"table": _Table, "shouter": _Other})
+    assert err.value.field == "environment_factory"
+    with pytest.raises(ConfigError) as err:  # no rows to route: TRL's rule too
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
+                    environment_factory={"table": _Table})
+    assert err.value.field == "train_dataset"
+
+
+class _NoReset:
+    def lookup(self, key: str) -> str:
+        """Look.
+
+        Args:
+            key: the key
+        """
+        return key
+
+
+class _Undocumented:
+    def reset(self, **kwargs):
+        return None
+
+    def lookup(self, key):
+        return key
+
+
+def _raises():
+    raise RuntimeError("no sandbox here")
+
+
+@pytest.mark.parametrize("factory, field, words", [
+    (3, "environment_factory", "not a factory"),
+    (_NoReset, "environment_factory", "no reset"),
+    (lambda: None, "environment_factory", "not an environment instance"),
+    (_raises, "environment_factory", "no sandbox here"),
+    (_Undocumented, "environment_factory", "lookup"),
+    ({"a": _Table, "b": "nope"}, "environment_factory['b']", "not a factory"),
+    ({}, "environment_factory", "empty"),
+])
+def test_a_bad_environment_factory_is_one_error_naming_it(tiny_model_dir, tmp_path, factory, field, words):
+    with pytest.raises(ConfigError, match=words) as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_chat_dataset(),
+                    environment_factory=factory)
+    assert err.value.field == field and err.value.fix
+
+
+def test_an_environment_factory_with_a_clashing_tool_or_overlap_is_refused(tiny_model_dir, tmp_path):
+    """A method named as a tools=[f] function, and generation.overlap (whose checkpointed rollout
+    would come back without its instances), are each one error before any model loads."""
+    with pytest.raises(ConfigError, match="lookup") as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_chat_dataset(),
+                    environment_factory=_Table, tools=[lookup])
+    assert err.value.field == "environment_factory"
+    from polyrl.api import GRPOConfig as PolyrlConfig
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_chat_dataset(),
+                          args=PolyrlConfig(output_dir=str(tmp_path / "run"), steps=1, prompts_per_step=2,
+                                            settings={"generation.overlap": True}),
+                          environment_factory=_Table)
+    with pytest.raises(ConfigError) as err:
+        trainer.train()
+    assert err.value.field == "environment_factory" and "overlap" in err.value.fix
 
 
 # --- what a TRL script reads and calls around the trainer ---------------------------------------------

@@ -10,7 +10,8 @@
 
 Each argument is read as TRL reads it (``args`` by ``polyrl.api.GRPOConfig.from_trl``,
 ``reward_funcs`` by ``polyrl.api.reward_entries``, ``peft_config`` as LoRA, ``tools`` as the
-run's ``[environment] tools``, whose calls polyrl's episodes run) or refused with one
+run's ``[environment] tools``, whose calls polyrl's episodes run, ``environment_factory`` as the
+run's environment, ``polyrl.agents.trl_environments``) or refused with one
 ``ConfigError`` naming it and the fix; nothing TRL would use is dropped silently. Why refuse
 rather than approximate: a callback, optimizer or tokenizer polyrl would not use trains another run
 than the script describes, without a word. The run itself is ``polyrl.api``'s, so its
@@ -35,6 +36,7 @@ from polyrl.logs import get_logger
 
 if TYPE_CHECKING:
     from polyrl.agents.given_tools import GivenTools
+    from polyrl.agents.trl_environments import TrlEnvironments
     from polyrl.config import EnvironmentSection
 
 log = get_logger("polyrl.trl")
@@ -64,14 +66,9 @@ _REFUSED = {
                  "[logging] report_to in a TOML config) and writes every step to output_dir/metrics.jsonl",
     "quantization_config": "remove it: polyrl trains the model in its own precision (quantized training is not "
                            "offered)",
-    "rollout_func": "remove it: polyrl samples with its own generate backend; tool calls are tools=[f, g] here, "
-                    "another multi-turn rollout a polyrl environment (README: Environments and tools)",
-    "environment_factory": "TRL's environment is scored through the live instances (reward functions get "
-                           "environments=, get_reward() runs after every rollout), which polyrl's episodes do not keep "
-                           "past their last turn: pass plain functions as tools=[f, g] (trained here), or write the "
-                           "environment polyrl's way (reset(row), step(message) -> Observation(messages, reward, "
-                           'done), tools = its methods) and train it from a TOML config: [environment] name = '
-                           '"file.py:factory" (README: Environments and tools)',
+    "rollout_func": "remove it: polyrl samples with its own generate backend; tool calls are tools=[f, g] or "
+                    "environment_factory=... here, another multi-turn rollout a polyrl environment (README: "
+                    "Environments and tools)",
 }
 
 
@@ -88,8 +85,7 @@ class GRPOTrainer:
         from polyrl import api
 
         given = {"reward_processing_classes": reward_processing_classes, "callbacks": callbacks,
-                 "quantization_config": quantization_config, "rollout_func": rollout_func,
-                 "environment_factory": environment_factory}
+                 "quantization_config": quantization_config, "rollout_func": rollout_func}
         for name, value in given.items():
             if value is not None and not (isinstance(value, (list, tuple)) and not value):
                 raise ConfigError(f"GRPOTrainer({name}=...) has no polyrl counterpart", field=name,
@@ -99,10 +95,15 @@ class GRPOTrainer:
                               "the schedule itself", field="optimizers",
                               fix="remove it and set learning_rate, adam_beta1/2, weight_decay and lr_scheduler_type "
                                   "in the GRPOConfig, which polyrl reads")
-        if reward_funcs is None or (isinstance(reward_funcs, (list, tuple)) and not reward_funcs):
+        self.tools = _tools(tools)
+        #: the environment_factory, probed (None without one)
+        self.trl_environments = _environments(environment_factory, self.tools)
+        env_rewards = self.trl_environments.rewards if self.trl_environments is not None else []
+        if not env_rewards and (reward_funcs is None or (isinstance(reward_funcs, (list, tuple)) and not reward_funcs)):
             raise ConfigError("GRPOTrainer needs reward_funcs", field="reward_funcs",
-                              fix="pass a reward function, a list of them, or a reward model folder")
-        if train_dataset is None:
+                              fix="pass a reward function, a list of them, or a reward model folder (or an "
+                                  "environment_factory whose environment defines get_reward())")
+        if train_dataset is None and self.trl_environments is None:
             raise ConfigError("GRPOTrainer needs a train_dataset", field="train_dataset",
                               fix="pass a datasets.Dataset (or a list of rows) with a prompt column")
         if type(train_dataset).__name__ == "IterableDataset":
@@ -114,12 +115,19 @@ class GRPOTrainer:
             raise ConfigError(f"train_dataset is a {type(train_dataset).__name__} of splits "
                               f"({', '.join(map(repr, splits))}), not a dataset", field="train_dataset",
                               fix=f"pass one split, e.g. train_dataset=dataset[{splits[0]!r}] (as TRL takes it)")
-        self.tools = _tools(tools)
         self.args = args if args is not None else _default_args(model)
         dtype, trl_args = _model_dtype(model, self.args)
+        agent = self.tools is not None or self.trl_environments is not None
         self.grpo_config = trl_args if isinstance(trl_args, api.GRPOConfig) else \
-            api.GRPOConfig.from_trl(trl_args, tools=self.tools is not None)
-        self.environment = _environment(self.tools, self.args)
+            api.GRPOConfig.from_trl(trl_args, tools=agent)
+        if train_dataset is None:  # the environment writes the prompts in reset (TRL's rule)
+            train_dataset = _placeholder_rows(self.trl_environments, self.args, self.grpo_config)
+        if self.trl_environments is not None:
+            self.trl_environments.check_rows(api.prompt_rows(train_dataset))
+            if env_rewards and self.grpo_config.reward_weights is not None:  # TRL adds weight 1 for each
+                self.grpo_config = attrs.evolve(self.grpo_config, reward_weights=[
+                    *self.grpo_config.reward_weights, *[1.0] * len(env_rewards)])
+        self.environment = _environment(self.tools, self.trl_environments, self.args)
         # evaluated on as TRL's eval_strategy says (from_trl's [eval] settings), else kept unread as TRL keeps it
         self._evaluates = _evaluates(eval_dataset, self.grpo_config)
         self.model_path = _model_folder(model, processing_class, self.grpo_config.output_dir)
@@ -131,7 +139,9 @@ class GRPOTrainer:
         self.accelerator = _Accelerator()
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
-        self.reward_funcs = reward_funcs
+        user_rewards = [] if reward_funcs is None else list(reward_funcs) \
+            if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+        self.reward_funcs = [*user_rewards, *env_rewards]  # TRL's list: get_reward's rewards appended
         self.summary: dict[str, Any] | None = None
         self.state = TrainState(global_step=0, epoch=None, log_history=[])
 
@@ -154,9 +164,11 @@ class GRPOTrainer:
         config, plugins = api.run_config(api.grpo, policy=self.policy, prompts=self.train_dataset,
                                          rewards=self.reward_funcs, grpo_config=self.grpo_config,
                                          eval_prompts=self.eval_dataset if self._evaluates else None)
-        if self.environment is not None and self.tools is not None:
+        if self.environment is not None:
             config = attrs.evolve(config, environment=self.environment)
-            plugins = [*plugins, self.tools]
+            plugins = [*plugins, *([self.tools] if self.tools is not None else [])]
+        if self.trl_environments is not None:
+            plugins = [*_with_environments(config, plugins), self.trl_environments]
         trainer = api.make_trainer(config, plugins, resume=resume)
         if resume is not None and not trainer.resume(resume or None):
             raise ConfigError(f"no checkpoint to resume in {config.train.output_dir}", field="resume_from_checkpoint",
@@ -400,20 +412,68 @@ def _tools(tools: Any) -> GivenTools | None:
     return given_tools(tools, "tools", taken=[fn.__name__ for fn, _, _ in BUILTIN_TOOLS])
 
 
-def _environment(tools: GivenTools | None, args: Any) -> EnvironmentSection | None:
-    """The run's ``[environment]`` for TRL's tool-calling loop: the tools by name, and the turn and
-    token limits of ``args`` (``trl_config.agent_settings``; polyrl's defaults for its own config)."""
+def _environments(environment_factory: Any, tools: GivenTools | None) -> TrlEnvironments | None:
+    """TRL's ``environment_factory`` probed (``trl_environments``); None when not given."""
+    if environment_factory is None:
+        return None
+    from polyrl.agents.trl_environments import trl_environments
+
+    return trl_environments(environment_factory, tools.names if tools is not None else ())
+
+
+def _placeholder_rows(environments: TrlEnvironments | None, args: Any, grpo_config: Any) -> list[dict[str, Any]]:
+    """TRL's rows without a ``train_dataset``: one batch of empty prompts, cycled, whose
+    environment writes each prompt in ``reset``; refused as TRL refuses it for a dict factory
+    (no ``environment`` column to route by) and without ``max_steps`` (no length)."""
+    from polyrl.api import GRPOConfig as PolyrlConfig
+
+    assert environments is not None  # the caller refused a missing dataset without one
+    if environments.routed:
+        raise ConfigError("a dict environment_factory needs a train_dataset with an 'environment' column",
+                          field="train_dataset",
+                          fix="pass a dataset whose rows name their environment, or a single factory")
+    if not isinstance(args, PolyrlConfig) and not getattr(args, "max_steps", -1) > 0:
+        raise ConfigError("without a train_dataset the run's length is max_steps, which is not set",
+                          field="train_dataset", fix="set GRPOConfig(max_steps=N), or pass a train_dataset")
+    return [{"prompt": [{"role": "user", "content": ""}]} for _ in range(grpo_config.prompts_per_step)]
+
+
+def _with_environments(config: Any, plugins: list[Any]) -> list[Any]:
+    """``plugins`` with every reward function handed ``environments=`` (the episodes' instances),
+    as TRL's are in a run with an ``environment_factory``. Refused with ``generation.overlap``:
+    a pending rollout is checkpointed as JSON, so a resumed run would score it without them."""
+    from polyrl.rewards.functions import FunctionReward
+
+    if config.generation.overlap:
+        raise ConfigError("environment_factory with generation.overlap: a rollout sampled ahead is checkpointed "
+                          "without its environment instances, which reward functions (environments=) and "
+                          "get_reward() read", field="environment_factory",
+                          fix="set generation.overlap = false (the default) in this run's settings")
+    for plugin in plugins:
+        if isinstance(plugin, FunctionReward):
+            plugin.environments = True
+    return plugins
+
+
+def _environment(tools: GivenTools | None, environments: TrlEnvironments | None,
+                 args: Any) -> EnvironmentSection | None:
+    """The run's ``[environment]`` for TRL's tool-calling loop: the tools by name, the
+    environment_factory's environment, and the turn and token limits of ``args``
+    (``trl_config.agent_settings``; polyrl's defaults for its own config)."""
+    from polyrl.agents.trl_environments import ENVIRONMENT_NAME
     from polyrl.api import GRPOConfig as PolyrlConfig
     from polyrl.config import EnvironmentSection
     from polyrl.trl_config import agent_settings
 
-    if tools is None:
+    if tools is None and environments is None:
         return None
     limits: dict[str, Any] = {} if isinstance(args, PolyrlConfig) else agent_settings(args)
     try:
-        return EnvironmentSection(tools=tools.names, **limits)
+        return EnvironmentSection(name=ENVIRONMENT_NAME if environments is not None else None,
+                                  tools=tools.names if tools is not None else [], **limits)
     except ConfigError as exc:
-        raise ConfigError(exc.message, field="tools", fix=exc.fix) from None
+        raise ConfigError(exc.message, field="tools" if tools is not None else "environment_factory",
+                          fix=exc.fix) from None
 
 
 def _default_args(model: Any) -> Any:

@@ -199,6 +199,11 @@ class Completion:
     #: prompt that opens ``<think>`` (``polyrl.reasoning.think_suffix``), so the text starts inside
     #: the reasoning and, without a ``</think>``, holds no answer (``reasoning.final_part(opened=)``).
     reasoning_open: bool = False
+    #: Episodes with an environment only: what reward functions receive for this completion as
+    #: ``environments=`` (TRL's ``environment_factory`` instance, its state after the episode), held
+    #: in memory until the step is scored. Never checkpointed: a pending rollout comes back without
+    #: it, so a run whose rewards read it refuses ``generation.overlap`` (``polyrl.trl``).
+    environment: Any = attrs.field(default=None, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if len(self.completion_ids) != len(self.logprobs):

@@ -38,7 +38,8 @@ import numpy as np
 
 from polyrl.agents.glue import ChatGlue, EncodeChat, RenderError
 from polyrl.agents.prompting import template_ignores_tools, tool_results_as_user, with_tools_prompt
-from polyrl.agents.spec import checked_environment, checked_reset, checked_step, environment_tools, plain_text
+from polyrl.agents.spec import (checked_environment, checked_reset, checked_step, environment_tools, plain_text,
+                                rewarded_environment)
 from polyrl.agents.threads import MAX_ABANDONED, CallRaised, CallTimedOut, LateCalls, Worker, describe, finished
 from polyrl.agents.tools import ToolBox, error_message
 from polyrl.errors import ConfigError, PolyrlError
@@ -174,7 +175,8 @@ class _Episode:
                           completion_ids=np.asarray(self.ids, dtype=np.int64),
                           logprobs=np.asarray(self.logprobs, dtype=np.float32), text=decode_text,
                           finish_reason=self.finish_reason, mask=np.asarray(self.mask, dtype=bool),
-                          messages=list(self.messages), info=info, prompt_messages=self.asked)
+                          messages=list(self.messages), info=info, prompt_messages=self.asked,
+                          environment=rewarded_environment(self.env))
 
 
 def turn_seed(seed: int | None, turn: int, group: int) -> int | None:

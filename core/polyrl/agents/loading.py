@@ -141,11 +141,12 @@ def _refuse_trl_environment(factory: Any, name: str) -> None:
         return
     raise ConfigError(
         f"environment {name!r} is the class {factory.__name__} with reset but no step: TRL's environment_factory "
-        "shape (reset(**row), public methods as tools, get_reward), which polyrl does not run as is",
+        "shape (reset(**row), public methods as tools, get_reward), which a TOML config does not run as is",
         field=ENVIRONMENT_FIELD,
         fix="point at a factory create(options) returning an environment with reset(row) -> the first messages, "
             "step(message) -> polyrl.agents.Observation(messages, reward, done) and a tools list of its methods "
-            '(README: "Environments and tools")')
+            '(README: "Environments and tools"), or train the class as it is from Python: '
+            f"polyrl.trl.GRPOTrainer(..., environment_factory={factory.__name__})")
 
 
 #: Where an environment or tool plugin's failure is recorded (its import, or a register hook).

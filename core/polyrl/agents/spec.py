@@ -155,6 +155,14 @@ def environment_tools(env: Any) -> list[Callable[..., Any]]:
     return list(tools)
 
 
+def rewarded_environment(env: Any) -> Any:
+    """What a reward function receives as an episode's environment (``environments=``, the
+    ``Completion.environment`` field): the object an adapter wraps (its ``rewarded`` attribute:
+    the TRL environment instance ``polyrl.agents.trl_environments`` drives), else the environment
+    itself; None without one."""
+    return getattr(env, "rewarded", env) if env is not None else None
+
+
 def checked_environment(env: Any) -> Any:
     """What a factory returned, if it is an environment instance (``reset`` and ``step`` callable);
     else TypeError. Why: None, a class or any other object would only fail at its first call, as

@@ -14,7 +14,9 @@ the column gives None); ``trainer_state`` is a ``polyrl.rewards.trl_compat.Train
 (``global_step``, ``max_steps``, ``epoch``...); ``log_metric(name, value)`` logs a scalar as
 ``reward/<function>/<name>`` (the mean of the call's values); ``log_extra(column, values)`` adds
 one value per completion to the sampled records of ``completions.jsonl`` (under ``extra``), as
-TRL adds a column to its completions table. A function that does not take ``**kwargs`` receives
+TRL adds a column to its completions table; in a run with TRL's ``environment_factory``
+(``polyrl.trl``) ``environments`` is each completion's environment instance, live, as TRL passes
+it (``FunctionReward.environments``). A function that does not take ``**kwargs`` receives
 only the arguments it names (TRL would raise TypeError instead). None skips a sample, as in TRL.
 The return value may be a list, tuple, numpy array, 1-d torch tensor or generator of numbers,
 bools or None (what TRL accepts), but not bools mixed with numbers (``[1, True, 0.5]``: refused,
@@ -63,7 +65,7 @@ from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
 from polyrl.rewards import guard
 from polyrl.rewards.isolation import resolve as resolve_isolation
-from polyrl.rewards.trl_compat import (NOT_PASSED_COLUMNS, TrainerState, accepted_arguments, as_number,
+from polyrl.rewards.trl_compat import (NOT_PASSED_COLUMNS, TRL_ARGUMENTS, TrainerState, accepted_arguments, as_number,
                                       as_score_list, callable_name, check_binding, is_async_callable,
                                       private_copy, trl_completion)
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
@@ -158,13 +160,17 @@ class FunctionReward:
         self.__name__ = f"polyrl-function-reward:{self.name}"
         self._accepted = accepted_arguments(fn)  # None: takes **kwargs
         self._checked: frozenset[str] | None = None
+        #: pass ``environments=`` (each completion's ``Completion.environment``), as TRL does in a run
+        #: with an ``environment_factory`` (set by ``polyrl.trl``, whose episodes keep them)
+        self.environments = False
 
     def __repr__(self) -> str:
         return f"FunctionReward({self.name!r} from {self.origin})"
 
     def check_binding(self, columns: Collection[str]) -> None:
         """Refuse (ConfigError) a parameter no argument fills, before any model loads."""
-        check_binding(self.fn, f"{self.name!r} ({self.origin})", columns)
+        arguments = (*TRL_ARGUMENTS, "environments") if self.environments else TRL_ARGUMENTS
+        check_binding(self.fn, f"{self.name!r} ({self.origin})", columns, arguments)
         self._checked = frozenset(columns)
 
     # --- calling ---------------------------------------------------------------------------
@@ -200,6 +206,8 @@ class FunctionReward:
             completion_ids=[[int(t) for t in x] for x in ids],
             trainer_state=state, log_extra=call_log.log_extra, log_metric=call_log.log_metric,
         )
+        if self.environments:  # the live instances, not copies: their state is what a reward reads
+            kwargs["environments"] = [getattr(c, "environment", None) for c in completions]
         if self._accepted is not None:
             kwargs = {k: v for k, v in kwargs.items() if k in self._accepted}
         return kwargs

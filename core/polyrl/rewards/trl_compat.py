@@ -24,8 +24,8 @@ import attrs
 from polyrl.errors import ConfigError
 from polyrl.step_metrics import trl_aliases, trl_epoch
 
-#: Keyword arguments TRL passes besides the dataset columns (``environments`` only exists with a
-#: TRL environment factory, which polyrl has no equivalent of, so it is never passed).
+#: Keyword arguments TRL passes besides the dataset columns (``environments`` too, only in a run
+#: with TRL's ``environment_factory``: ``FunctionReward.environments``).
 TRL_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
 
 #: Dataset columns TRL does not pass as keywords (the trainer passes its own values instead).
@@ -196,16 +196,21 @@ def accepted_arguments(fn: Callable[..., Any]) -> frozenset[str] | None:
 def _fix_for(name: str) -> str:
     if name in ("prompt", "completion"):
         return f"name it {name}s (plural), as TRL's GRPOTrainer passes it"
+    if name == "environments":
+        return ("TRL passes environments only with an environment_factory: pass it to polyrl.trl.GRPOTrainer, or "
+                "give the parameter a default")
     if name == "step":
         return "read trainer_state.global_step instead (TRL's count of optimizer updates before the step being scored)"
     return (f"rename it to one of those arguments or columns, give it a default, or add a {name!r} "
             "column to the dataset")
 
 
-def check_binding(fn: Callable[..., Any], origin: str, columns: Collection[str]) -> None:
-    """Raise ConfigError unless every parameter of ``fn`` is filled by a TRL argument, a dataset
-    column or its default: a parameter left over would be a TypeError at the first step, and a
-    positional call would bind the wrong values silently, so both are refused at load."""
+def check_binding(fn: Callable[..., Any], origin: str, columns: Collection[str],
+                  arguments: Collection[str] = TRL_ARGUMENTS) -> None:
+    """Raise ConfigError unless every parameter of ``fn`` is filled by a TRL argument (those of
+    ``arguments``), a dataset column or its default: a parameter left over would be a TypeError at
+    the first step, and a positional call would bind the wrong values silently, so both are
+    refused at load."""
     passed = [c for c in columns if c not in NOT_PASSED_COLUMNS]
     clash = sorted(set(passed) & COLLIDING_COLUMNS)
     if clash:
@@ -216,14 +221,14 @@ def check_binding(fn: Callable[..., Any], origin: str, columns: Collection[str])
     params = _parameters(fn)
     if params is None:
         return
-    available = set(TRL_ARGUMENTS) | set(passed)
+    available = set(arguments) | set(passed)
     for p in params:
         if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             continue
         if p.default is not inspect.Parameter.empty:
             continue
         called = ("reward functions are called by keyword, exactly as TRL's GRPOTrainer calls them, with "
-                  f"{', '.join(TRL_ARGUMENTS)} and the dataset columns ({', '.join(sorted(passed)) or 'none'})")
+                  f"{', '.join(arguments)} and the dataset columns ({', '.join(sorted(passed)) or 'none'})")
         if p.kind is inspect.Parameter.POSITIONAL_ONLY:  # the name may be right: the '/' is what is wrong
             raise ConfigError(f"reward function {origin} has the positional-only parameter {p.name!r} (before a "
                               f"'/'), which a keyword cannot fill: {called}", field="rewards.function",
