@@ -179,6 +179,25 @@ def test_rewards_that_never_score_stop_the_run_naming_them(toy, tmp_path):
     assert not any("equal" in w for w in warned)
 
 
+def test_with_a_kl_term_an_unscored_step_trains_the_kl_alone_and_still_stops_the_run(toy, tmp_path):
+    """TRL keeps unscorable completions at advantage 0, so with beta > 0 its step is the KL term's
+    alone; polyrl takes that step too (it skipped it), warns, and still stops after the same count."""
+    from structlog.testing import capture_logs
+
+    (tmp_path / "none.py").write_text(NONE_REWARD)
+    config = toy_config(tmp_path, rewards=[{"function": f"{tmp_path / 'none.py'}:never_scores"}],
+                        max_consecutive_skips=2, checkpoint_every=0)
+    config = attrs.evolve(config, algorithm=attrs.evolve(config.algorithm, beta=0.04))
+    with capture_logs() as logs, pytest.raises(TooManySkippedSteps) as raised:
+        Trainer(config).run(progress=False)
+    assert "2 steps in a row no reward scored any sample" in str(raised.value)
+    history = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["skipped"] for m in history] == [False, False]
+    assert all(m["samples_kept"] == 16 and "kl" in m for m in history)
+    warned = [e["event"] for e in logs if e["event"].startswith("no reward scored any sample this step")]
+    assert len(warned) == 2
+
+
 def test_steps_no_reward_scored_count_only_in_a_row(toy, tmp_path):
     (tmp_path / "none.py").write_text(NONE_REWARD)
     config = toy_config(tmp_path, rewards=[{"function": f"{tmp_path / 'none.py'}:scores_on_steps"}],

@@ -196,7 +196,8 @@ def sevens_or_none(prompts, completions, **kwargs):
 
 @pytest.mark.parametrize("algorithm", [{"name": "grpo", "mask_truncated_completions": True},
                                        {"name": "grpo", "dynamic_sampling": True, "mask_truncated_completions": True,
-                                        "loss_aggregation": "token_mean"}])
+                                        "loss_aggregation": "token_mean"},
+                                       {"name": "grpo", "beta": 0.04, "mask_truncated_completions": True}])
 def test_trainer_counts_truncated_and_unscorable_rows_but_not_dropped_groups(toy, tmp_path, algorithm):
     (tmp_path / "reward.py").write_text(REWARD)
     data = {
@@ -225,19 +226,24 @@ def test_trainer_counts_truncated_and_unscorable_rows_but_not_dropped_groups(toy
 
     trainer._score, trainer.train_engine.train_step = record_score, record_step
     trainer.run(progress=False)
-    algo, trained = config.algorithm, 0
+    algo, trained, kl_trained = config.algorithm, 0, 0
     for completions, rewards, *batch in seen:
         if not batch:
             continue
         batch = batch[0]
         counted = algo.keep_mask(rewards, 4)  # dynamic sampling's dropped groups do not count
         cut = algo.untruncated_mask([c.finish_reason for c in completions]) == False  # noqa: E712
-        trains = counted & ~cut & np.isfinite(rewards)
+        # with a KL term in the loss an unscorable row trains at advantage 0, as TRL's: the KL pulls it
+        unscorable = ~np.isfinite(rewards) & (algo.beta > 0)
+        trains = counted & ~cut & (np.isfinite(rewards) | unscorable)
         assert len(batch.sequences) == int(trains.sum())
+        assert all(a == 0 for a, u in zip(batch.advantages, unscorable[trains]) if u)
+        kl_trained += int(unscorable[trains].any())
         assert batch.normaliser_sequences == int(counted.sum())
         assert batch.normaliser_tokens == sum(len(c.completion_ids) for c, k, x in zip(completions, counted, cut)
                                               if k and not x)
         trained += int(batch.normaliser_sequences > len(batch.sequences))
     assert trained, "no step had a truncated or unscorable row to count"
+    assert bool(kl_trained) == (algo.beta > 0), "an unscorable row trains exactly when the KL term is in the loss"
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 6

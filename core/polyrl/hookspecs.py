@@ -155,7 +155,8 @@ Rules every backend follows (the conformance kit in ``polyrl.testing`` checks th
       and optimizer state untouched.
     * The loss aggregation divides by ``TrainBatch.loss_counts`` (``normaliser_sequences`` /
       ``normaliser_tokens``, None = the batch's own counts), not by the rows it holds: the
-      trainer leaves out rows TRL keeps with nothing to train (truncated, unscorable) yet counts
+      trainer leaves out rows TRL keeps with nothing to train (truncated; unscorable without a KL
+      term in the loss, with one they come at advantage 0) yet counts
       them there, as the reference's ``num_sequences``/``num_tokens`` do; metrics stay means over
       the tokens trained on. Under a launcher sum them over ranks, as ``len(sequences)``. The
       ``TrainBatch`` docstring says exactly what they count.

@@ -147,7 +147,8 @@ def _loss_counts(completions: list[Completion], group_kept: np.ndarray,
 
     TRL's GRPOTrainer keeps in its batch the completions polyrl does not train on: one cut at the
     length limit under ``mask_truncated_completions`` (loss mask zeroed: a sequence with 0
-    tokens) and an unscorable one (every reward None, advantage 0: a sequence with its tokens).
+    tokens) and an unscorable one (every reward None, advantage 0: a sequence with its tokens;
+    trained here too when the KL term is in the loss, where it is not zero).
     Its per-sequence means divide by all of them and its token means count the unscorable ones'
     tokens; dividing by the trained rows alone scaled the step by their ratio. Groups dynamic
     sampling drops stay out: DAPO refills its batch with informative groups in their place."""
@@ -623,12 +624,16 @@ class Trainer:
             self._unscored(rollout)
             raise RewardError(too_big)
         all_untruncated = np.concatenate([part[2] for part in everyone])
-        all_keep = group_kept & np.isfinite(all_shaped) & all_untruncated
+        rewards = np.concatenate([part[0] for part in everyone])  # metrics describe the global batch
+        kl_in_loss = algo.beta > 0 and not algo.kl_in_reward
+        # TRL keeps a completion no reward scored in its loss at advantage 0, where its KL term
+        # still pulls it toward the reference (an episode cut by its environment is not one)
+        kl_only = np.isnan(rewards) & kl_in_loss & (self.episodes is None)
+        all_keep = group_kept & (np.isfinite(all_shaped) | kl_only) & all_untruncated
         global_kept = int(all_keep.sum())  # the samples the update trains on, over every rank
         keep, advantages = all_keep[mine], all_advantages[mine]
         self.tracking.collect_records(step_gather.step_records(
             [part[4] for part in everyone], [len(part[0]) for part in everyone], all_advantages))
-        rewards = np.concatenate([part[0] for part in everyone])  # metrics describe the global batch
         self._nothing_scored = skip_causes.nothing_scored(rewards)  # the same on every rank
         if step.kl_sums is not None:
             kl_metrics = {"kl_in_reward": float(np.mean(step.kl_sums)) if len(step.kl_sums) else 0.0,
@@ -654,6 +659,11 @@ class Trainer:
                         step=self.step + 1, **fix)
             metrics.update(skipped=True, loss=float("nan"))
         else:
+            if self._nothing_scored and self.rank == 0:  # kept for the KL term alone (kl_only above)
+                log.warning("no reward scored any sample this step: it trains the KL term alone, every advantage "
+                            "0, as TRL does", step=self.step + 1,
+                            fix="make at least one reward function return a number for each completion (None "
+                                f"means no reward); {c.train.max_consecutive_skips} such steps in a row stop the run")
             seqs = [TokenSequence.of(completions[i]) for i in idx]
             temperature = c.generation.temperature or 1.0
             old = None
@@ -663,7 +673,6 @@ class Trainer:
             elif algo.num_iterations > 1 and (seqs or self.world_size > 1):
                 # an empty shard still calls: a sharded (FSDP) backend gathers weights collectively
                 old = self.train_engine.logprobs(seqs, temperature)
-            kl_in_loss = algo.beta > 0 and not algo.kl_in_reward
             ref = self._ref_logprobs(seqs, temperature) if kl_in_loss and seqs else None
             if kl_in_loss and not seqs:  # an empty shard still takes part in the step
                 ref = []
