@@ -144,6 +144,20 @@ def test_peft_config_is_polyrls_lora(tiny_model_dir, tmp_path):
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
                           train_dataset=_dataset(), peft_config=peft.LoraConfig(r=4, lora_alpha=8))
     assert trainer.policy.lora is not None and trainer.policy.lora.rank == 4 and trainer.policy.lora.alpha == 8
+    with pytest.raises(ConfigError) as err:  # named as the script wrote it, not polyrl's lora.dropout
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset(),
+                    peft_config=peft.LoraConfig(r=4, lora_dropout=1.5))
+    assert err.value.field == "peft_config.lora_dropout" and str(err.value).startswith("peft_config.lora_dropout")
+
+
+def test_errors_name_the_scripts_arguments_not_polyrls():
+    from polyrl.trl import _script_field
+
+    assert _script_field("grpo_config.beta") == "args.beta"
+    assert _script_field("grpo_config.epochs") == "grpo_config.epochs"  # polyrl's own name: no TRL field
+    assert _script_field("grpo_config") == "args"
+    assert _script_field("lora") == "peft_config" and _script_field("lora.rank") == "peft_config.r"
+    assert _script_field("train_dataset") == "train_dataset" and _script_field(None) is None
 
 
 class _Callback:
@@ -419,11 +433,11 @@ def test_trls_tool_limits_become_the_episodes(tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError) as err:  # past polyrl's most turns: one error, not a clamp
         GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(), tools=[_documented],
                     args=_args(tmp_path, max_tool_calling_iterations=5000))
-    assert err.value.field == "grpo_config.max_tool_calling_iterations"
+    assert err.value.field == "args.max_tool_calling_iterations"  # as the script names it
     with pytest.raises(ConfigError) as err:  # without tools TRL never reads it: a TOML-only key here
         GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
                     args=_args(tmp_path, max_tool_calling_iterations=2))
-    assert err.value.field == "grpo_config.max_tool_calling_iterations"
+    assert err.value.field == "args.max_tool_calling_iterations"  # as the script names it
 
 
 def calculator(expression: str) -> str:
@@ -664,7 +678,7 @@ def test_model_init_kwargs_dtype_is_the_dtype_the_folder_trains_in(tiny_model_di
         with pytest.raises(ConfigError, match=words) as err:
             GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
                         args=_args(tmp_path, model_init_kwargs=kwargs))
-        assert err.value.field == "grpo_config.model_init_kwargs"
+        assert err.value.field == "args.model_init_kwargs"
 
 
 def test_a_model_object_trains_in_its_own_dtype(tiny_model_dir, tmp_path):
@@ -687,7 +701,7 @@ def test_push_to_hub_is_refused_before_training_not_dropped(tiny_model_dir, tmp_
     with pytest.raises(ConfigError) as err:
         GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, push_to_hub=True),
                     train_dataset=_dataset())
-    assert err.value.field == "grpo_config.push_to_hub"
+    assert err.value.field == "args.push_to_hub"
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset())
     with pytest.raises(ConfigError) as err:
         trainer.push_to_hub(dataset_name="x")

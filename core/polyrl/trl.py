@@ -21,13 +21,14 @@ than the script describes, without a word. The run itself is ``polyrl.api``'s, s
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import attrs
 
@@ -72,11 +73,56 @@ _REFUSED = {
 }
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+#: polyrl's LoRA fields -> peft's LoraConfig names, which the script wrote
+_PEFT_NAMES = {"rank": "r", "alpha": "lora_alpha", "dropout": "lora_dropout"}
+
+
+def _script_field(field: str | None) -> str | None:
+    """An error's ``field`` as the script names it: polyrl's ``grpo_config.X`` is the script's
+    ``args.X`` where X is a ``trl.GRPOConfig`` field, and its ``lora.X`` the ``peft_config``'s."""
+    if not field:
+        return field
+    head, _, rest = field.partition(".")
+    if head == "lora":
+        return "peft_config" + (f".{_PEFT_NAMES.get(rest, rest)}" if rest else "")
+    if head != "grpo_config":
+        return field
+    if not rest:
+        return "args"
+    try:
+        import dataclasses
+
+        import trl
+    except ImportError:  # no TRL here: the script gave polyrl's own GRPOConfig
+        return field
+    name = rest.split(".")[0].split("[")[0]
+    return f"args.{rest}" if name in {f.name for f in dataclasses.fields(trl.GRPOConfig)} else field
+
+
+def _script_names(method: _Method) -> _Method:
+    """``method`` with its ConfigErrors naming the script's arguments (``_script_field``): the
+    script wrote ``args=GRPOConfig(beta=...)`` and ``peft_config=``, not polyrl's names."""
+    @functools.wraps(method)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except ConfigError as exc:
+            renamed = _script_field(exc.field)
+            if renamed != exc.field:
+                exc.field = renamed
+                exc.args = (exc._text(),)
+            raise
+    return wrapped  # type: ignore[return-value]
+
+
 class GRPOTrainer:
     """``trl.GRPOTrainer``'s constructor and ``train()``, run by polyrl on ``backend`` (a
     polyrl keyword TRL lacks: "torch", "mlx", ...). The arguments are checked here, before any
     model loads, as TRL checks them when the trainer is built."""
 
+    @_script_names
     def __init__(self, model: Any, reward_funcs: Any = None, args: Any = None, train_dataset: Any = None,
                  eval_dataset: Any = None, processing_class: Any = None, reward_processing_classes: Any = None,
                  callbacks: Any = None, optimizers: Any = (None, None), quantization_config: Any = None,
@@ -145,6 +191,7 @@ class GRPOTrainer:
         self.summary: dict[str, Any] | None = None
         self.state = TrainState(global_step=0, epoch=None, log_history=[])
 
+    @_script_names
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
               ignore_keys_for_eval: Any = None) -> TrainOutput:
         """Run the training; ``resume_from_checkpoint`` True continues the newest checkpoint in
