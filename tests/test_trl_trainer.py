@@ -5,6 +5,7 @@ ConfigError naming the argument, before any model loads."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -741,3 +742,43 @@ def test_trls_own_grpo_script_runs_to_its_end(tiny_model_dir, tmp_path, capsys):
     with pytest.raises(AttributeError, match="accelerator has print"):
         trainer.accelerator.unwrap_model  # noqa: B018
     assert not hasattr(trainer, "no_such_thing")
+
+
+def test_a_model_objects_tokenizer_is_never_fetched_from_the_hub(tiny_model_dir, tmp_path):
+    """A model object whose name_or_path is a Hub id not in the cache: one error at once, no
+    connection to the Hub (offline machines waited out its retries)."""
+    import socket
+    import subprocess
+    import sys
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.2)
+    script = (f"from transformers import AutoModelForCausalLM\n"
+              f"from polyrl.errors import ConfigError\nfrom polyrl.trl import GRPOTrainer\n"
+              f"import trl\nm = AutoModelForCausalLM.from_pretrained({tiny_model_dir!r})\n"
+              f"m.name_or_path = 'no-such-org/no-such-model'\n"
+              f"try:\n    GRPOTrainer(model=m, reward_funcs=[lambda completions, **k: [0.0] * len(completions)],\n"
+              f"                train_dataset=[{{'prompt': 'hi'}}], args=trl.GRPOConfig(output_dir={str(tmp_path)!r},"
+              f" use_cpu=True, report_to='none'))\nexcept ConfigError as e:\n    print('FIELD', e.field)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{listener.getsockname()[1]}", HF_HOME=str(tmp_path / "hf"),
+               HF_HUB_ETAG_TIMEOUT="2", HF_HUB_DOWNLOAD_TIMEOUT="2")
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    asked = []  # requests for the model (huggingface_hub makes others of its own at import)
+    while proc.poll() is None:
+        try:
+            conn, _ = listener.accept()
+            conn.settimeout(2)
+            request = conn.recv(4096).decode("latin-1").split("\r\n")[0]
+            conn.close()
+            if "no-such-model" in request:
+                asked.append(request)
+        except TimeoutError:
+            pass
+    out = proc.stdout.read()
+    listener.close()
+    assert "FIELD processing_class" in out, out + proc.stderr.read()[-2000:]
+    assert asked == []

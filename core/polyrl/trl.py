@@ -579,12 +579,14 @@ def _load_trained_weights(model: Any, folder: Path) -> None:
 
 
 def _folder_tokenizer(model: Any) -> Any:
-    """The tokenizer saved beside a model object's weights (its ``name_or_path``)."""
+    """The tokenizer saved beside a model object's weights (its ``name_or_path``): a folder or the
+    local Hub cache only, as polyrl never downloads (the Hub's retries kept a machine without
+    network waiting half a minute for this error)."""
     source = getattr(model, "name_or_path", "") or ""
     try:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(source)
+        return AutoTokenizer.from_pretrained(source, local_files_only=True)
     except Exception:  # noqa: BLE001 - any failure means the same fix
         raise ConfigError(f"model is an object whose tokenizer could not be loaded from {source!r}",
                           field="processing_class", fix="pass processing_class=<the model's tokenizer>") from None
