@@ -41,6 +41,16 @@ def test_eval_steps_unset_is_logging_steps_and_a_fraction_is_of_max_steps_rounde
     assert err.value.field == "grpo_config.eval_steps" and "max_steps" in err.value.fix
 
 
+@pytest.mark.parametrize("max_steps", [10, -1])
+def test_a_negative_eval_steps_is_one_error_naming_it(max_steps):
+    """transformers puts logging_steps in for an unset or 0 eval_steps, but lets a negative one through:
+    it was "a fraction of the run's optimizer updates", or with max_steps eval.every = -20."""
+    with pytest.raises(ConfigError) as err:
+        api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", eval_steps=-2, max_steps=max_steps))
+    assert err.value.field == "grpo_config.eval_steps" and "-2" in err.value.message and "fraction" not in \
+        err.value.message
+
+
 def test_eval_steps_count_optimizer_updates_so_num_iterations_divides_them():
     ours = api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", eval_steps=4, num_iterations=2))
     assert ours.settings["eval.every"] == 2
