@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from polyrl import api, evaluation
+from polyrl import api, evaluation, resume_config
 from polyrl.config import EvalSection
 from polyrl.errors import ConfigError
 from polyrl import step_metrics
@@ -130,3 +130,20 @@ def test_eval_prompts_that_are_not_rows_are_one_error_naming_them(rows):
     with pytest.raises(ConfigError) as err:
         api.run_config(api.grpo, policy=api.Agent("m"), prompts=_rows(8), rewards=["numeric_match"], eval_prompts=rows)
     assert err.value.field == "eval_prompts"
+
+
+def test_a_resume_takes_a_changed_eval_on_start_and_refuses_other_eval_rows():
+    """eval.before is read at step 0 only, which a resumed run is past: a script resumed with
+    eval_on_start changed was refused as breaking exact resumption. Other eval rows still are."""
+    def config(rows, **trl):
+        return api.run_config(api.grpo, policy=api.Agent("m"), prompts=_rows(8), rewards=["numeric_match"],
+                              grpo_config=trl_config(eval_strategy="steps", eval_steps=2, **trl),
+                              eval_prompts=rows)[0]
+
+    saved = resume_config.snapshot(config(_rows(3, start=100), eval_on_start=True))
+    assert resume_config.check(saved, config(_rows(3, start=100), eval_on_start=True), weights_only=False) == []
+    assert resume_config.check(saved, config(_rows(3, start=100)), weights_only=False) == \
+        ["eval.before True -> False"]
+    with pytest.raises(ConfigError) as err:
+        resume_config.check(saved, config(_rows(3, start=200), eval_on_start=True), weights_only=False)
+    assert err.value.field == "data.eval_rows"
