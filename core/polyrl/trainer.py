@@ -292,6 +292,8 @@ class Trainer:
         #: the generation prompt's ids when the chat template opens <think> there (set once the models load)
         self._think_suffix: np.ndarray | None = None
         self.history: list[dict[str, Any]] = []
+        #: the evaluation before training kept by a resume's rewound metrics.jsonl (``_rewind_metrics``)
+        self._kept_eval_before: dict[str, Any] | None = None
         self.tracking = tracking_for_run(config, self.registry, self.rank)  # unknown tracker: error now
         self._env_plan = self._check_environment()  # before the models load: a bad tool name errs now
 
@@ -1181,6 +1183,8 @@ class Trainer:
             self.tracking.rewind(self.step, from_zero)
         except OSError as exc:
             raise self._write_failed("rewound completions.jsonl", exc) from None
+        self._kept_eval_before = next(({k: v for k, v in r.items() if k.startswith("eval/")}
+                                       for r in kept if metrics_file.eval_phase(r) == "before"), None)
         return [r for r in kept if metrics_file.eval_phase(r) is None]
 
     def _append_metrics(self, metrics: dict[str, Any]) -> None:
@@ -1323,6 +1327,10 @@ class Trainer:
         c = self.config
         if self.eval_dataset is not None and self.step == 0 and c.eval.before and not self._evaluate_before(summary):
             return
+        if self.eval_dataset is not None and self.step > 0 and self._kept_eval_before is not None:
+            # a resumed run's: its history holds the steps before the resume too (trl.GRPOTrainer's
+            # log_history lacked the eval_on_start entry TRL's resumed trainer_state keeps)
+            summary["eval_before"] = self._kept_eval_before
         skips = unscored = 0
         last_eval = self._evaluated_at_resume()
         # under a launcher only a collective decides the stop, so every rank leaves after the same step
