@@ -814,7 +814,8 @@ class Trainer:
                 raise self._write_failed("eval completions", exc) from None
         out = evaluation.eval_metrics(greedy, sampled, ev.samples, ev.pass_k, ev.pass_threshold, len(everything),
                                       per_reward=parts if ev.reward == RUN_REWARDS else None, lengths=lengths)
-        episodes = [r for r in records if r["greedy"] and "tool_calls" in r]
+        # with eval.greedy = false the sampled episodes are all there is (the share was left out)
+        episodes = [r for r in records if (r["greedy"] or not ev.greedy) and "tool_calls" in r]
         if episodes:  # share of held-out episodes with a well-formed tool call
             out["eval/tool_call_share"] = sum(1 for r in episodes if r["tool_calls"] > 0) / len(episodes)
         return out
