@@ -327,9 +327,10 @@ _JUXTAPOSED = re.compile(r"[\s{}]*")
 #: check of the answer), not another candidate.
 _EXPRESSION_REST = re.compile(
     rf"(?:[\d\s.!*\-{_OPERATORS}(){{}}\[\]]|\\[A-Za-z]+|(?<![A-Za-z])[A-Za-z](?![A-Za-z]))*")
-#: what before a number makes the expression it opens the right side of an equation ("8 = 2^3",
-#: "7 (= 3+4)"): a restatement of the answer, as a left side ending at "=" is
-_EQUATION_BEFORE = re.compile(r"(?<![<>!=])=[\s(\[{]*$")
+#: what before a number makes the expression it opens the right side of an equation whose left side
+#: ends in a number or bracket ("8 = 2^3", "6 = 2*3 = 3*2", "120 = 5!"): a restatement of the answer,
+#: as a left side ending at "=" is; "4 or x = 2+3" still hedges
+_EQUATION_BEFORE = re.compile(r"(?:[\d)}\]]|!\s)\s*=\s*$")
 
 
 class _Number(NamedTuple):
