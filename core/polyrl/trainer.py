@@ -1363,6 +1363,10 @@ class Trainer:
                         metrics.update(last_eval[1])
                     except RewardCancelled as exc:  # the step trained: keep it, without its evaluation
                         log.warning("evaluation abandoned on the stop request", step=self.step, reward=str(exc))
+                    except RewardError as exc:  # the step trained: keep its line and a checkpoint, then stop
+                        self._keep_step_failed_eval(metrics)
+                        raise RewardError(f"the evaluation after step {self.step} (on the held-out rows): "
+                                          f"{exc}") from exc
                 self.history.append(metrics)
                 if self.rank == 0:
                     self._append_metrics(metrics)
@@ -1422,6 +1426,17 @@ class Trainer:
             if self.rank == 0:
                 log.info("evaluation after training", **summary["eval_after"])
                 self._publish_eval("after", summary["eval_after"])
+
+    def _keep_step_failed_eval(self, metrics: dict[str, Any]) -> None:
+        """Record and checkpoint a step whose evaluation's reward failed. Why: it trained, but the
+        error left it out of metrics.jsonl and every checkpoint, as if it never ran, while a reward
+        failing in training keeps the steps before it (``_save_last_good_state``). Every rank gets
+        here (``agreed_reward_failure`` in ``evaluate``), so the collective save is safe."""
+        self.history.append(metrics)
+        if self.rank == 0:
+            self._append_metrics(metrics)
+            self.tracking.publish(metrics)
+        self._save_last_good_state(agreed=True)
 
     def _evaluated_at_resume(self) -> tuple[int, dict[str, float]] | None:
         """(step, its evaluation) when the resumed step's kept line holds an evaluation of these
