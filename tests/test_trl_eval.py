@@ -147,3 +147,12 @@ def test_a_resume_takes_a_changed_eval_on_start_and_refuses_other_eval_rows():
     with pytest.raises(ConfigError) as err:
         resume_config.check(saved, config(_rows(3, start=200), eval_on_start=True), weights_only=False)
     assert err.value.field == "data.eval_rows"
+
+
+def test_eval_prompts_without_the_prompt_column_are_an_error_naming_them(tiny_model_dir, tmp_path):
+    """It named field ``prompts``, the training rows, which have the column."""
+    with pytest.raises(ConfigError) as err:
+        api.run(api.grpo, policy=api.Agent(tiny_model_dir), prompts=_rows(4), rewards=["numeric_match"],
+                grpo_config=api.GRPOConfig(steps=1, prompts_per_step=2, output_dir=str(tmp_path / "run")),
+                eval_prompts=[{"question": "q", "answer": "1"}], progress=False)
+    assert err.value.field == "eval_prompts" and "row 0 of eval_prompts" in err.value.message

@@ -202,6 +202,18 @@ def test_a_resumed_run_keeps_the_eval_on_start_entry_in_its_log_history(tiny_mod
     assert again.summary["eval_before"] == first.summary["eval_before"]
 
 
+@pytest.mark.parametrize(("rows", "words"), [([{"question": "q", "answer": "1"}], "row 0 of eval_dataset"),
+                                             ([], "eval_dataset is empty")])
+def test_eval_dataset_rows_polyrl_cannot_read_are_one_error_naming_eval_dataset(tiny_model_dir, tmp_path, rows, words):
+    """They named ``prompts`` (the training rows) or ``run``'s ``eval_prompts``, which this script never passed."""
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          eval_dataset=datasets.Dataset.from_list(rows),
+                          args=_args(tmp_path, eval_strategy="steps", eval_steps=1))
+    with pytest.raises(ConfigError) as err:
+        trainer.train()
+    assert err.value.field == "eval_dataset" and words in err.value.message and "eval_prompts" not in str(err.value)
+
+
 def test_an_eval_dataset_is_unread_under_eval_strategy_no_and_needed_under_another(tiny_model_dir, tmp_path):
     GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset(),
                 eval_dataset=_dataset(2))  # eval_strategy "no": TRL never reads it in train()

@@ -145,13 +145,19 @@ class GRPOTrainer:
             if wrong:
                 raise ConfigError(wrong[0], field="resume_from_checkpoint", fix=wrong[1])
         started = time.monotonic()
-        config, plugins = api.run_config(api.grpo, policy=self.policy, prompts=self.train_dataset,
-                                         rewards=self.reward_funcs, grpo_config=self.grpo_config,
-                                         eval_prompts=self.eval_dataset if self._evaluates else None)
+        try:
+            config, plugins = api.run_config(api.grpo, policy=self.policy, prompts=self.train_dataset,
+                                             rewards=self.reward_funcs, grpo_config=self.grpo_config,
+                                             eval_prompts=self.eval_dataset if self._evaluates else None)
+        except ConfigError as exc:
+            raise _named_eval_dataset(exc) from None
         if self.environment is not None and self.tools is not None:
             config = attrs.evolve(config, environment=self.environment)
             plugins = [*plugins, self.tools]
-        trainer = api.make_trainer(config, plugins, resume=resume)
+        try:
+            trainer = api.make_trainer(config, plugins, resume=resume)
+        except ConfigError as exc:
+            raise _named_eval_dataset(exc) from None
         if resume is not None and not trainer.resume(resume or None):
             raise ConfigError(f"no checkpoint to resume in {config.train.output_dir}", field="resume_from_checkpoint",
                               fix="call train() without resume_from_checkpoint to start the run")
@@ -266,6 +272,16 @@ def _evaluates(eval_dataset: Any, grpo_config: Any) -> bool:
         raise ConfigError(f"eval_dataset is {what}; polyrl evaluates one finite set of rows", field="eval_dataset",
                           fix="pass one datasets.Dataset (or a list of rows)")
     return True
+
+
+def _named_eval_dataset(exc: ConfigError) -> ConfigError:
+    """``exc``, or where it names ``run``'s ``eval_prompts``, the same error told about TRL's
+    ``eval_dataset``, the argument this script passed."""
+    if exc.field != "eval_prompts":
+        return exc
+    return ConfigError(exc.message.replace("eval_prompts", "eval_dataset"), field="eval_dataset",
+                       fix=(exc.fix or "").replace("leave eval_prompts out", 'set eval_strategy="no"')
+                       .replace("eval_prompts", "eval_dataset"))
 
 
 def _with_evaluations(log_history: list[dict[str, Any]], summary: Mapping[str, Any]) -> list[dict[str, Any]]:
