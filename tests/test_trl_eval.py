@@ -156,3 +156,18 @@ def test_eval_prompts_without_the_prompt_column_are_an_error_naming_them(tiny_mo
                 grpo_config=api.GRPOConfig(steps=1, prompts_per_step=2, output_dir=str(tmp_path / "run")),
                 eval_prompts=[{"question": "q", "answer": "1"}], progress=False)
     assert err.value.field == "eval_prompts" and "row 0 of eval_prompts" in err.value.message
+
+
+def test_a_reward_labelled_run_beside_others_is_refused_under_eval_reward_run():
+    """eval.reward = "run" is every reward, weighted: an entry labelled "run" (a function named run)
+    among others would have been ignored as the eval reward without a word."""
+    from polyrl.config import RunConfig
+
+    def config(rewards):
+        return RunConfig.from_dict({"model": {"path": "m"}, "data": {"task": "arithmetic"}, "rewards": rewards,
+                                    "eval": {"count": 2, "reward": "run"}})
+
+    with pytest.raises(ConfigError) as err:
+        config([{"name": "numeric_match", "label": "run"}, {"name": "length_penalty", "options": {"target": 4}}])
+    assert err.value.field == "rewards[0].label"
+    assert config([{"name": "numeric_match", "label": "run"}]).eval.reward == "run"  # one reward: the same score
