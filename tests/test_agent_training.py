@@ -885,3 +885,27 @@ def test_a_real_stop_signal_while_an_environment_step_hangs_stops_the_run_gracef
     assert "step did not return within 4 s" in stderr
     assert [m["step"] for m in metric_steps(out)] == [1]
     assert (out / "checkpoints" / "step-00000001" / "COMPLETE").exists()
+
+
+def test_an_evaluation_of_sampled_episodes_only_logs_their_tool_call_share(tiny_model_dir, tmp_path):
+    """eval.greedy = false (TRL's evaluation) with an environment: eval/tool_call_share is the sampled
+    episodes' share (it counted greedy episodes only, so it was left out), scored with the run's rewards."""
+    import json as _json
+
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    config = RunConfig.from_dict({
+        "model": {"path": tiny_model_dir, "max_length": 512},
+        "generation": {"group_size": 2, "max_new_tokens": 6, "stop": ["a", "e", " "]},
+        "data": {"task": "arithmetic", "options": {"count": 8}},
+        "environment": {"name": "guess_number", "max_turns": 3, "max_episode_tokens": 120},
+        "rewards": [{"name": "environment"}, {"name": "length_penalty", "weight": 0.5, "options": {"target": 4}}],
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")},
+        "eval": {"count": 2, "reward": "run", "greedy": False, "samples": 2, "before": False},
+    })
+    summary = Trainer(config).run(progress=False)
+    evals = [_json.loads(line) for line in (tmp_path / "run" / "eval_completions.jsonl").read_text().splitlines()]
+    assert len(evals) == 4 and not any(r["greedy"] for r in evals)
+    assert summary["eval_after"]["eval/tool_call_share"] == sum(r["tool_calls"] > 0 for r in evals) / 4
+    assert all(set(r["rewards"]) == {"environment", "length_penalty"} for r in evals)

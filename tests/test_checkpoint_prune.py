@@ -95,3 +95,16 @@ def test_no_complete_or_possibly_salvageable_checkpoint_is_removed(tmp_path):
     _write(lone, 5)
     _unmark(lone, 5)
     assert ckpt.remove_unmarked_leftovers(lone) == [] and (lone / "step-00000005").is_dir()
+
+
+def test_a_users_folder_named_after_a_checkpoint_is_not_an_unmarked_leftover(tmp_path):
+    """Only polyrl's own ``step-N`` names are judged: a folder a user made beside the checkpoints
+    ("step-00000001-merged", no marker) was deleted by the prefix match as an earlier polyrl's leftover."""
+    root = tmp_path / "checkpoints"
+    for step in (1, 2):
+        _write(root, step)
+    mine = root / "step-00000001-merged"
+    mine.mkdir()
+    (mine / "model.safetensors").write_bytes(b"weights")
+    assert ckpt.remove_unmarked_leftovers(root) == []
+    assert (mine / "model.safetensors").read_bytes() == b"weights"

@@ -226,6 +226,32 @@ def test_a_stop_request_during_a_mid_run_evaluation_keeps_the_trained_step(tiny_
 
 
 
+def test_a_reward_failing_in_a_mid_run_evaluation_keeps_the_trained_step_and_says_where(tiny_model_dir, tmp_path):
+    """eval.reward = "run" with a function that fails on the held-out rows only: the step that
+    trained before the evaluation is kept (its line and a checkpoint), as a reward failing in
+    training keeps the steps before it; the error names the evaluation (it read as a training step's)."""
+    from polyrl.errors import RewardError
+    from polyrl.rewards.functions import function_reward_plugin
+    from polyrl.trainer import Trainer
+
+    holder: dict = {}
+
+    def fails_in_eval(completions, **kw):
+        if holder["trainer"].step > 0 and not holder["trainer"].step % 2:  # the evaluation after step 2
+            raise ValueError("cannot score these rows")
+        return [0.0] * len(completions)
+
+    config = RunConfig.from_dict({**_config_dict(tiny_model_dir, tmp_path / "run", steps=3, checkpoint_every=5),
+                                  "rewards": [{"name": "fails_in_eval"}],
+                                  "eval": {"count": 2, "every": 2, "reward": "run", "before": False}})
+    trainer = Trainer(config, extra_plugins=(function_reward_plugin(fails_in_eval),))
+    holder["trainer"] = trainer
+    with pytest.raises(RewardError, match="the evaluation after step 2 .*cannot score these rows"):
+        trainer.run(progress=False)
+    assert [x["step"] for x in _lines(tmp_path / "run" / "metrics.jsonl")] == [1, 2]
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step-00000002"]
+
+
 def test_an_eval_set_without_the_eval_rewards_column_is_refused_before_any_model_loads(tiny_model_dir, tmp_path,
                                                                                         monkeypatch):
     """eval.reward (numeric_match by default) reads 'answer': a held-out file without it used to fail

@@ -335,6 +335,20 @@ def test_numeric_match_is_quick_on_huge_numbers():
     assert time.perf_counter() - started < 2.0
 
 
+@pytest.mark.parametrize(("text", "answer"), [
+    # an expression right of an "=" after the answer restates it, as a left side ending at "=" does
+    ("answer: 8 = 2^3", "8"), ("answer: 7 = 3 + 4", "7"), ("answer: 120 = 5!", "120"), ("\\boxed{8 = 2^3}", "8"),
+    ("answer: 6 = 2*3 = 3*2", "6"), ("answer: 5 = 2 + 3 km", "5"),
+])
+def test_numeric_match_reads_an_answer_restated_as_an_equations_right_side(text, answer):
+    assert _numeric(text, answer) == 1.0
+
+
+@pytest.mark.parametrize("text", ["answer: 4 or x = 2+3", "answer: 4 or x = 5!", "answer: 4 == 2^2"])
+def test_numeric_match_an_expression_right_of_another_unknown_still_hedges(text):
+    assert _numeric(text, "4") == 0.0
+
+
 def test_numeric_match_is_quick_on_many_expressions_after_the_answer():
     """Whether each expression is a check ("2*2 = 4") is found in one scan, not one per number."""
     started = time.perf_counter()

@@ -484,7 +484,7 @@ def test_a_completions_log_that_cannot_be_written_does_not_end_the_run(tmp_path,
     tracking.close()
     assert [s for s, _ in good.metrics] == [0, 1] and [s for s, _ in good.completions] == [0, 1]
     err = capsys.readouterr().err
-    assert err.count("completions log could not be written") == 2 and "IsADirectoryError" in err  # each try
+    assert err.count("completions log could not be written") == 3 and "IsADirectoryError" in err  # each try, and at close
 
 
 @pytest.mark.faults
@@ -566,6 +566,29 @@ def test_a_completions_write_that_fails_once_loses_no_record_and_leaves_no_half_
     err = capsys.readouterr().err
     assert err.count("completions log could not be written") == 1 and "No space left on device" in err
     assert [s for s, _ in good.completions] == [0, 1, 2, 3]
+
+
+@pytest.mark.faults
+def test_the_last_steps_completions_whose_write_failed_are_written_at_close(tmp_path, capsys, monkeypatch):
+    """The failed step's records wait for the next step's write; after the last step there is none,
+    so closing the run tries once more (they were lost, the warning having said they would be written)."""
+    tracking = tracking_of(tmp_path)
+    _fail_once(monkeypatch, clog.FILE_NAME, calls=3)
+    publish_steps(tracking, 3)
+    tracking.close()
+    lines = tracking.completions_path.read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [0, 1, 2]
+    assert capsys.readouterr().err.count("completions log could not be written") == 1
+
+
+@pytest.mark.faults
+def test_completions_that_cannot_be_written_at_close_are_named_as_lost(tmp_path, capsys):
+    tracking = tracking_of(tmp_path)
+    tracking.completions_path.mkdir()
+    publish_steps(tracking, 2)
+    tracking.close()
+    err = capsys.readouterr().err
+    assert "the waiting records are lost" in err and "lost_steps=0,1" in err
 
 
 def test_an_append_that_fails_part_way_leaves_the_file_as_it_was(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from polyrl import api, evaluation
+from polyrl import api, evaluation, resume_config
 from polyrl.config import EvalSection
 from polyrl.errors import ConfigError
 from polyrl import step_metrics
@@ -39,6 +39,16 @@ def test_eval_steps_unset_is_logging_steps_and_a_fraction_is_of_max_steps_rounde
     with pytest.raises(ConfigError) as err:  # no max_steps: the fraction of what?
         api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", eval_steps=0.5, max_steps=-1))
     assert err.value.field == "grpo_config.eval_steps" and "max_steps" in err.value.fix
+
+
+@pytest.mark.parametrize("max_steps", [10, -1])
+def test_a_negative_eval_steps_is_one_error_naming_it(max_steps):
+    """transformers puts logging_steps in for an unset or 0 eval_steps, but lets a negative one through:
+    it was "a fraction of the run's optimizer updates", or with max_steps eval.every = -20."""
+    with pytest.raises(ConfigError) as err:
+        api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", eval_steps=-2, max_steps=max_steps))
+    assert err.value.field == "grpo_config.eval_steps" and "-2" in err.value.message and "fraction" not in \
+        err.value.message
 
 
 def test_eval_steps_count_optimizer_updates_so_num_iterations_divides_them():
@@ -120,3 +130,44 @@ def test_eval_prompts_that_are_not_rows_are_one_error_naming_them(rows):
     with pytest.raises(ConfigError) as err:
         api.run_config(api.grpo, policy=api.Agent("m"), prompts=_rows(8), rewards=["numeric_match"], eval_prompts=rows)
     assert err.value.field == "eval_prompts"
+
+
+def test_a_resume_takes_a_changed_eval_on_start_and_refuses_other_eval_rows():
+    """eval.before is read at step 0 only, which a resumed run is past: a script resumed with
+    eval_on_start changed was refused as breaking exact resumption. Other eval rows still are."""
+    def config(rows, **trl):
+        return api.run_config(api.grpo, policy=api.Agent("m"), prompts=_rows(8), rewards=["numeric_match"],
+                              grpo_config=trl_config(eval_strategy="steps", eval_steps=2, **trl),
+                              eval_prompts=rows)[0]
+
+    saved = resume_config.snapshot(config(_rows(3, start=100), eval_on_start=True))
+    assert resume_config.check(saved, config(_rows(3, start=100), eval_on_start=True), weights_only=False) == []
+    assert resume_config.check(saved, config(_rows(3, start=100)), weights_only=False) == \
+        ["eval.before True -> False"]
+    with pytest.raises(ConfigError) as err:
+        resume_config.check(saved, config(_rows(3, start=200), eval_on_start=True), weights_only=False)
+    assert err.value.field == "data.eval_rows"
+
+
+def test_eval_prompts_without_the_prompt_column_are_an_error_naming_them(tiny_model_dir, tmp_path):
+    """It named field ``prompts``, the training rows, which have the column."""
+    with pytest.raises(ConfigError) as err:
+        api.run(api.grpo, policy=api.Agent(tiny_model_dir), prompts=_rows(4), rewards=["numeric_match"],
+                grpo_config=api.GRPOConfig(steps=1, prompts_per_step=2, output_dir=str(tmp_path / "run")),
+                eval_prompts=[{"question": "q", "answer": "1"}], progress=False)
+    assert err.value.field == "eval_prompts" and "row 0 of eval_prompts" in err.value.message
+
+
+def test_a_reward_labelled_run_beside_others_is_refused_under_eval_reward_run():
+    """eval.reward = "run" is every reward, weighted: an entry labelled "run" (a function named run)
+    among others would have been ignored as the eval reward without a word."""
+    from polyrl.config import RunConfig
+
+    def config(rewards):
+        return RunConfig.from_dict({"model": {"path": "m"}, "data": {"task": "arithmetic"}, "rewards": rewards,
+                                    "eval": {"count": 2, "reward": "run"}})
+
+    with pytest.raises(ConfigError) as err:
+        config([{"name": "numeric_match", "label": "run"}, {"name": "length_penalty", "options": {"target": 4}}])
+    assert err.value.field == "rewards[0].label"
+    assert config([{"name": "numeric_match", "label": "run"}]).eval.reward == "run"  # one reward: the same score

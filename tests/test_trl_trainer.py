@@ -243,6 +243,34 @@ def test_eval_on_start_and_the_end_of_training_are_evaluated(tiny_model_dir, tmp
     assert sorted({(r["phase"], r["after_steps"]) for r in _eval_records(tmp_path)}) == [("after", 1), ("before", 0)]
 
 
+def test_a_resumed_run_keeps_the_eval_on_start_entry_in_its_log_history(tiny_model_dir, tmp_path):
+    """TRL's resumed log_history (the checkpoint's trainer_state) keeps the step-0 evaluation; polyrl's
+    rewound metrics.jsonl kept its line, but the resumed log_history and summary left it out."""
+    def trainer(steps):
+        return GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                           eval_dataset=_dataset(2), args=_args(tmp_path, max_steps=steps, save_steps=1,
+                                                                eval_strategy="steps", eval_steps=1,
+                                                                eval_on_start=True))
+    first = trainer(1)
+    first.train()
+    again = trainer(2)
+    again.train(resume_from_checkpoint=True)
+    assert [h["step"] for h in again.state.log_history if "eval_reward" in h] == [0, 1, 2]
+    assert again.summary["eval_before"] == first.summary["eval_before"]
+
+
+@pytest.mark.parametrize(("rows", "words"), [([{"question": "q", "answer": "1"}], "row 0 of eval_dataset"),
+                                             ([], "eval_dataset is empty")])
+def test_eval_dataset_rows_polyrl_cannot_read_are_one_error_naming_eval_dataset(tiny_model_dir, tmp_path, rows, words):
+    """They named ``prompts`` (the training rows) or ``run``'s ``eval_prompts``, which this script never passed."""
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          eval_dataset=datasets.Dataset.from_list(rows),
+                          args=_args(tmp_path, eval_strategy="steps", eval_steps=1))
+    with pytest.raises(ConfigError) as err:
+        trainer.train()
+    assert err.value.field == "eval_dataset" and words in err.value.message and "eval_prompts" not in str(err.value)
+
+
 def test_an_eval_dataset_is_unread_under_eval_strategy_no_and_needed_under_another(tiny_model_dir, tmp_path):
     GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset(),
                 eval_dataset=_dataset(2))  # eval_strategy "no": TRL never reads it in train()

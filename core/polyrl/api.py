@@ -552,6 +552,9 @@ def _prompts_error(exc: ConfigError) -> ConfigError:
     if re.search(r"its columns: .*\bmessages\b", exc.message):
         fix += ("; a messages column holds whole conversations: keep the turns before the answer as prompt "
                 "and put the answer in a column the reward reads")
+    if re.match(r"row \d+ of eval_rows\b", exc.message):  # the held-out rows: it named the training prompts
+        return ConfigError(exc.message.replace("eval_rows", "eval_prompts", 1), field="eval_prompts",
+                           fix=fix.replace("or pass the prompts as a list", "or pass them as a list of strings"))
     return ConfigError(exc.message, field="prompts", fix=fix)
 
 

@@ -410,6 +410,10 @@ def remove_pruned_leftovers(root: str | Path) -> None:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
+#: The name ``checkpoint_dir`` gives a checkpoint: ``step-`` and the step number.
+_STEP_NAME = re.compile(r"step-(\d+)")
+
+
 def remove_unmarked_leftovers(root: str | Path) -> list[Path]:
     """Delete the ``step-N`` folders without any ``COMPLETE`` file that are older than the newest
     complete checkpoint: what an earlier polyrl's pruning left when killed part-way through
@@ -423,11 +427,14 @@ def remove_unmarked_leftovers(root: str | Path) -> list[Path]:
     root = Path(root)
     if not root.is_dir():
         return []
+    # named exactly as polyrl names a checkpoint (``checkpoint_dir``): "step-00000004-merged" is a
+    # user's folder, which a prefix match deleted with a warning
     unmarked = [p for p in sorted(root.iterdir())
-                if p.name.startswith("step-") and p.is_dir() and not p.is_symlink()
+                if _STEP_NAME.fullmatch(p.name) and p.is_dir() and not p.is_symlink()
                 and not (p / MARKER).exists() and not (p / MARKER).is_symlink()]
     complete = complete_checkpoints(root) if unmarked else []  # parsed only when there is one to judge
-    doomed = [p for p in unmarked if complete and p.name < complete[-1].name]
+    newest = max((int(m.group(1)) for p in complete if (m := _STEP_NAME.fullmatch(p.name))), default=None)
+    doomed = [p for p in unmarked if newest is not None and int(p.name.removeprefix("step-")) < newest]
     removed = []
     for leftover in doomed:
         target = root / f"{DELETING}{leftover.name}"

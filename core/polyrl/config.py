@@ -385,6 +385,20 @@ class RunConfig:
         self._check_values()
         self._check_some_reward_counts()
         self._check_eval_is_on()
+        self._check_run_rewards_label()
+
+    def _check_run_rewards_label(self) -> None:
+        """``eval.reward = "run"`` means every ``[[rewards]]`` entry, weighted; with a reward
+        labelled "run" among others (a function named ``run``) it silently scored with all of them
+        where the entry may have been meant."""
+        if self.eval.reward != RUN_REWARDS or len(self.rewards) < 2:
+            return
+        named = next((i for i, r in enumerate(self.rewards) if r.label == RUN_REWARDS), None)
+        if named is not None:
+            raise ConfigError(f'eval.reward = "{RUN_REWARDS}" scores with every reward, weighted, and '
+                              f'rewards[{named}] is labelled "{RUN_REWARDS}" too', field=f"rewards[{named}].label",
+                              fix=f'give that entry another label (label = "{RUN_REWARDS}_2") and set eval.reward to '
+                                  "it, or keep eval.reward = \"run\" for every reward")
 
     def _check_eval_is_on(self) -> None:
         """eval.count = 0 turns evaluation off: an eval file, split or other eval setting given with it

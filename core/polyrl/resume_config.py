@@ -27,6 +27,7 @@ APPLIED = (
     "train.max_consecutive_skips",
     "train.threads", "train.output_dir", "train.collective_timeout_s",
     "eval.every", "eval.reward", "eval.max_new_tokens",
+    "eval.before",  # read at step 0 only, which a resumed run is past (TRL's eval_on_start, changed at resume)
     "generation.overlap",  # a pending rollout is trained on (overlap) or drawn again on-policy
 )
 

@@ -293,6 +293,8 @@ class Trainer:
         #: the generation prompt's ids when the chat template opens <think> there (set once the models load)
         self._think_suffix: np.ndarray | None = None
         self.history: list[dict[str, Any]] = []
+        #: the evaluation before training kept by a resume's rewound metrics.jsonl (``_rewind_metrics``)
+        self._kept_eval_before: dict[str, Any] | None = None
         self.tracking = tracking_for_run(config, self.registry, self.rank)  # unknown tracker: error now
         self._env_plan = self._check_environment()  # before the models load: a bad tool name errs now
 
@@ -821,7 +823,8 @@ class Trainer:
                 raise self._write_failed("eval completions", exc) from None
         out = evaluation.eval_metrics(greedy, sampled, ev.samples, ev.pass_k, ev.pass_threshold, len(everything),
                                       per_reward=parts if ev.reward == RUN_REWARDS else None, lengths=lengths)
-        episodes = [r for r in records if r["greedy"] and "tool_calls" in r]
+        # with eval.greedy = false the sampled episodes are all there is (the share was left out)
+        episodes = [r for r in records if (r["greedy"] or not ev.greedy) and "tool_calls" in r]
         if episodes:  # share of held-out episodes with a well-formed tool call
             out["eval/tool_call_share"] = sum(1 for r in episodes if r["tool_calls"] > 0) / len(episodes)
         return out
@@ -1190,6 +1193,8 @@ class Trainer:
             self.tracking.rewind(self.step, from_zero)
         except OSError as exc:
             raise self._write_failed("rewound completions.jsonl", exc) from None
+        self._kept_eval_before = next(({k: v for k, v in r.items() if k.startswith("eval/")}
+                                       for r in kept if metrics_file.eval_phase(r) == "before"), None)
         return [r for r in kept if metrics_file.eval_phase(r) is None]
 
     def _append_metrics(self, metrics: dict[str, Any]) -> None:
@@ -1332,6 +1337,10 @@ class Trainer:
         c = self.config
         if self.eval_dataset is not None and self.step == 0 and c.eval.before and not self._evaluate_before(summary):
             return
+        if self.eval_dataset is not None and self.step > 0 and self._kept_eval_before is not None:
+            # a resumed run's: its history holds the steps before the resume too (trl.GRPOTrainer's
+            # log_history lacked the eval_on_start entry TRL's resumed trainer_state keeps)
+            summary["eval_before"] = self._kept_eval_before
         skips = unscored = 0
         last_eval = self._evaluated_at_resume()
         # under a launcher only a collective decides the stop, so every rank leaves after the same step
@@ -1363,6 +1372,10 @@ class Trainer:
                         metrics.update(last_eval[1])
                     except RewardCancelled as exc:  # the step trained: keep it, without its evaluation
                         log.warning("evaluation abandoned on the stop request", step=self.step, reward=str(exc))
+                    except RewardError as exc:  # the step trained: keep its line and a checkpoint, then stop
+                        self._keep_step_failed_eval(metrics)
+                        raise RewardError(f"the evaluation after step {self.step} (on the held-out rows): "
+                                          f"{exc}") from exc
                 self.history.append(metrics)
                 if self.rank == 0:
                     self._append_metrics(metrics)
@@ -1422,6 +1435,17 @@ class Trainer:
             if self.rank == 0:
                 log.info("evaluation after training", **summary["eval_after"])
                 self._publish_eval("after", summary["eval_after"])
+
+    def _keep_step_failed_eval(self, metrics: dict[str, Any]) -> None:
+        """Record and checkpoint a step whose evaluation's reward failed. Why: it trained, but the
+        error left it out of metrics.jsonl and every checkpoint, as if it never ran, while a reward
+        failing in training keeps the steps before it (``_save_last_good_state``). Every rank gets
+        here (``agreed_reward_failure`` in ``evaluate``), so the collective save is safe."""
+        self.history.append(metrics)
+        if self.rank == 0:
+            self._append_metrics(metrics)
+            self.tracking.publish(metrics)
+        self._save_last_good_state(agreed=True)
 
     def _evaluated_at_resume(self) -> tuple[int, dict[str, float]] | None:
         """(step, its evaluation) when the resumed step's kept line holds an evaluation of these

@@ -102,18 +102,22 @@ def _script_field(field: str | None) -> str | None:
 
 
 def _script_names(method: _Method) -> _Method:
-    """``method`` with its ConfigErrors naming the script's arguments (``_script_field``): the
-    script wrote ``args=GRPOConfig(beta=...)`` and ``peft_config=``, not polyrl's names."""
+    """``method`` with its ConfigErrors naming the script's arguments (``_script_field``,
+    ``_named_eval_dataset``): the script wrote ``args=GRPOConfig(beta=...)``, ``peft_config=`` and
+    ``eval_dataset=``, not polyrl's names."""
     @functools.wraps(method)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
         except ConfigError as exc:
-            renamed = _script_field(exc.field)
-            if renamed != exc.field:
-                exc.field = renamed
-                exc.args = (exc._text(),)
-            raise
+            named = _named_eval_dataset(exc)
+            renamed = _script_field(named.field)
+            if renamed != named.field:
+                named.field = renamed
+                named.args = (named._text(),)
+            if named is exc:
+                raise
+            raise named from None
     return wrapped  # type: ignore[return-value]
 
 
@@ -354,6 +358,16 @@ def _evaluates(eval_dataset: Any, grpo_config: Any) -> bool:
         raise ConfigError(f"eval_dataset is {what}; polyrl evaluates one finite set of rows", field="eval_dataset",
                           fix="pass one datasets.Dataset (or a list of rows)")
     return True
+
+
+def _named_eval_dataset(exc: ConfigError) -> ConfigError:
+    """``exc``, or where it names ``run``'s ``eval_prompts``, the same error told about TRL's
+    ``eval_dataset``, the argument this script passed."""
+    if exc.field != "eval_prompts":
+        return exc
+    return ConfigError(exc.message.replace("eval_prompts", "eval_dataset"), field="eval_dataset",
+                       fix=(exc.fix or "").replace("leave eval_prompts out", 'set eval_strategy="no"')
+                       .replace("eval_prompts", "eval_dataset"))
 
 
 def _with_evaluations(log_history: list[dict[str, Any]], summary: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -395,6 +395,13 @@ def _eval_every(eval_steps: Any, max_steps: int, num_iterations: int) -> int:
     """polyrl's ``eval.every`` (steps) for TRL's ``eval_steps`` (optimizer updates; below 1 a
     fraction of ``max_steps``, rounded up, as transformers' ``TrainerState.compute_steps``)."""
     updates = eval_steps
+    if isinstance(updates, bool) or not isinstance(updates, (int, float)) or not updates > 0:
+        # transformers puts logging_steps in for None and 0 only: a negative count was called "a
+        # fraction of the run's optimizer updates", or with max_steps became eval.every = -20
+        raise ConfigError(f"TRL's eval_steps = {shown(eval_steps)} is no number of optimizer updates",
+                          field="grpo_config.eval_steps",
+                          fix="set eval_steps to a count of updates (1 or more) or a fraction of max_steps "
+                              "between 0 and 1")
     if updates < 1:
         if max_steps <= 0:
             raise ConfigError(f"TRL's eval_steps = {shown(eval_steps)} is a fraction of the run's optimizer updates, "

@@ -41,8 +41,8 @@ silently ignored). Options:
        factorial's "!"): its first number, which every other number standing alone there must
        equal and no number after it may open an expression that is no side of an equation, so an
        answer that hedges ("answer: 2 or 3", "42 and 43", "2, 3", "4 or 5!", "2 or 3x") scores 0,
-       while "answer: 2 (two)", "2, 2", "1/2 = 0.5", "4, since 2*2 = 4", "42 cm^2" and "The answer
-       is 2. Check: 2+0=2" read 2, 1/2, 4 or 42;
+       while "answer: 2 (two)", "2, 2", "1/2 = 0.5", "4, since 2*2 = 4", "8 = 2^3" (an expression
+       either side of an "="), "42 cm^2" and "The answer is 2. Check: 2+0=2" read 2, 1/2, 4, 8 or 42;
     3. the last number of the text.
     Numbers may carry a sign, thousands commas, decimals and an exponent ("-1,234.5", "3e8"); a "-"
     directly after a digit or letter is an operator, not a sign. A fraction of two integers is one
@@ -327,6 +327,10 @@ _JUXTAPOSED = re.compile(r"[\s{}]*")
 #: check of the answer), not another candidate.
 _EXPRESSION_REST = re.compile(
     rf"(?:[\d\s.!*\-{_OPERATORS}(){{}}\[\]]|\\[A-Za-z]+|(?<![A-Za-z])[A-Za-z](?![A-Za-z]))*")
+#: what before a number makes the expression it opens the right side of an equation whose left side
+#: ends in a number or bracket ("8 = 2^3", "6 = 2*3 = 3*2", "120 = 5!"): a restatement of the answer,
+#: as a left side ending at "=" is; "4 or x = 2+3" still hedges
+_EQUATION_BEFORE = re.compile(r"(?:[\d)}\]]|!\s)\s*=\s*$")
 
 
 class _Number(NamedTuple):
@@ -353,7 +357,8 @@ def _numbers(text: str) -> list[_Number]:
             if end > rest_end:
                 rest = _EXPRESSION_REST.match(text, end)
                 rest_end = rest.end() if rest else end
-            opens = not text.startswith("=", rest_end)
+            opens = not (text.startswith("=", rest_end)
+                         or _EQUATION_BEFORE.search(text[max(0, start - 16):start]) is not None)
         alone = known and not (after or before)
         fraction = m.group("number") is None
         if (previous is not None and (fraction or previous[1])

@@ -228,6 +228,21 @@ class RunTracking:
         else:
             self._unwritten.clear()
 
+    def _write_unwritten(self) -> None:
+        """One last try for the records a failed write left waiting. Why: they wait for the next
+        step's write, and after the last step there is none: a failed write there lost them with
+        only the warning that they would be written."""
+        if not self._unwritten:
+            return
+        steps = ",".join(map(str, sorted(self._unwritten)))
+        try:
+            clog.append(self.completions_path, [r for waiting in self._unwritten.values() for r in waiting])
+        except Exception as exc:  # noqa: BLE001 - a log of samples must never cost the run
+            log.warning("completions log could not be written at the end of the run; the waiting records are "
+                        "lost (trackers got them)", path=str(self.completions_path), lost_steps=steps,
+                        error=f"{type(exc).__name__}: {exc}")
+        self._unwritten.clear()
+
     def _call(self, name: str, method: str, payload: Any, step: int) -> None:
         tracker = self.trackers[name]
         payload = copy.deepcopy(payload)  # its own: one that edits what it got must not change the next's
@@ -264,6 +279,7 @@ class RunTracking:
     def close(self, failed: bool = False) -> None:
         """Finish every tracker's run; ``failed``: the training run ended with an error, so a
         tracker that can say so (``close_failed``) finishes its run as failed."""
+        self._write_unwritten()
         while self.trackers:
             name, tracker = self.trackers.popitem()
             self._close_one(name, tracker, failed)
