@@ -718,6 +718,50 @@ def test_a_ctrl_c_of_the_run_still_stops_it_while_tools_run():
     assert child.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
 
 
+# The OS may hand a Ctrl-C to any thread that does not block it (to a tool's thread whenever the
+# main thread is starting one: glibc blocks every signal meanwhile). Python's handler then waits for
+# the main thread, asleep until the tools' time limit unless something wakes it. The tool here takes
+# the signal itself once the caller sleeps (``pthread_kill`` to its own thread), then hangs.
+SIGNAL_ON_TOOL_THREAD = '''
+import asyncio, signal, sys, threading, time
+from polyrl.agents import ToolBox, ToolCall
+from polyrl.agents.threads import Worker
+
+def hang(x: int) -> str:
+    """Take the run's Ctrl-C on this thread, then block long.
+
+    Args:
+        x: anything
+    """
+    time.sleep(0.5)  # the caller is asleep, waiting for this call
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+    print("signalled", flush=True)
+    time.sleep(60)
+    return "late"
+
+if sys.argv[1] == "loop":
+    asyncio.run(ToolBox([hang], timeout_s=60).run([ToolCall("hang", {"x": 1})]))
+else:
+    Worker().call_blocking(lambda: hang(1), 60)
+print("answered")
+'''
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("waiting", ["loop", "blocking"])
+def test_a_ctrl_c_taken_by_a_tools_thread_still_stops_the_run_at_once(waiting):
+    child = subprocess.Popen([sys.executable, "-c", SIGNAL_ON_TOOL_THREAD, waiting], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "signalled"
+        t0 = time.monotonic()
+        _, err = child.communicate(timeout=10)
+    finally:
+        child.kill()
+    assert time.monotonic() - t0 < 5, "the run waited for its tool after a Ctrl-C"
+    assert child.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
+
+
 def test_an_extended_boxs_tools_run_on_its_worker_one_at_a_time_within_the_step_bound():
     """An environment's own tools run on its episode's worker (the thread and loop its state was
     made on); calls of one episode take turns there, the step's bound holds across episodes."""

@@ -22,6 +22,7 @@ import asyncio
 import inspect
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +52,13 @@ class CallTimedOut(Exception):
 #: Why a grace: cancelling is a request its code handles on its own thread (``finally`` blocks, a
 #: connection closed); most stop within it, and only those that do not keep a thread busy.
 CANCEL_GRACE_S = 0.2
+
+#: Longest the caller sleeps while it waits for a call (its event loop, or ``call_blocking``'s
+#: thread). Why: Python runs signal handlers on the main thread only, and the OS may hand a Ctrl-C to
+#: any thread that does not block it (always another one while the main thread starts a thread:
+#: glibc blocks every signal meanwhile). There it only sets Python's flag and wakes nothing, so a
+#: caller asleep until the call's time limit would notice the Ctrl-C a tool's 60 s later.
+WAKE_S = 0.2
 
 _jobs_lock = threading.Lock()  # a job's state changes on the worker's thread and on the caller's
 
@@ -133,6 +141,23 @@ def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
         future.set_exception(CallRaised(value))
 
 
+async def _wait_awake(future: asyncio.Future[Any], timeout_s: float) -> None:
+    """Wait for ``future`` at most ``timeout_s``, the loop waking every ``WAKE_S`` (so a signal
+    left pending by another thread is handled within it)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not future.done() and (left := deadline - loop.time()) > 0:
+        await asyncio.wait({future}, timeout=min(left, WAKE_S))
+
+
+def _wait_event_awake(event: threading.Event, timeout_s: float) -> bool:
+    """``event.wait(timeout_s)``, waking every ``WAKE_S`` as ``_wait_awake`` does."""
+    deadline = time.monotonic() + timeout_s
+    while not event.is_set() and (left := deadline - time.monotonic()) > 0:
+        event.wait(min(left, WAKE_S))
+    return event.is_set()
+
+
 class Worker:
     """One daemon thread, with its own event loop, that runs one plugin object's calls in order
     (an environment's factory, ``reset`` and every ``step``; a tracker's ``create``, logs, ``close``).
@@ -184,8 +209,8 @@ class Worker:
         job = _Job(fn, settle)
         self._jobs.put(job)
         try:
-            # asyncio.wait, not wait_for: the future must outlive the time limit (see below)
-            await asyncio.wait({future}, timeout=timeout_s)
+            # asyncio.wait inside, not wait_for: the future must outlive the time limit (see below)
+            await _wait_awake(future, timeout_s)
         except asyncio.CancelledError:  # the caller's own cancellation (a Ctrl-C of the run)
             job.give_up()
             raise
@@ -197,8 +222,8 @@ class Worker:
         return future.result()
 
     def call_blocking(self, fn: Callable[[], Any], timeout_s: float) -> Any:
-        """``call`` for code outside an event loop. The caller waits on an Event, so a signal handler
-        still runs meanwhile and a real Ctrl-C raises here, in the caller."""
+        """``call`` for code outside an event loop. The caller waits on an Event (waking every
+        ``WAKE_S``), so a signal handler still runs meanwhile and a real Ctrl-C raises here, in the caller."""
         done, outcome = threading.Event(), []
 
         def settle(ok: bool, value: Any) -> None:
@@ -207,7 +232,7 @@ class Worker:
 
         job = _Job(fn, settle)
         self._jobs.put(job)
-        if not done.wait(min(timeout_s, threading.TIMEOUT_MAX)):  # a larger wait is an OverflowError
+        if not _wait_event_awake(done, timeout_s):
             job.give_up()
             raise CallTimedOut(fn, abandoned=not job.ended.is_set(), ended=job.ended)
         ok, value = outcome[0]
