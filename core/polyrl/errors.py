@@ -51,8 +51,13 @@ class ConfigError(PolyrlError, ValueError):
         ``generation.temperature``), unless it already names a top-level section."""
         root = section.split(".")[0].split("[")[0]
         if self.field and not self.field.startswith(root):
-            self.field = f"{section}.{self.field}"
-            self.args = (self._text(),)
+            self.renamed(f"{section}.{self.field}")
+        return self
+
+    def renamed(self, field: str | None) -> ConfigError:
+        """The same error naming ``field`` instead (its text follows)."""
+        self.field = field
+        self.args = (self._text(),)
         return self
 
 

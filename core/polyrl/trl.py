@@ -111,10 +111,7 @@ def _script_names(method: _Method) -> _Method:
             return method(*args, **kwargs)
         except ConfigError as exc:
             named = _named_eval_dataset(exc)
-            renamed = _script_field(named.field)
-            if renamed != named.field:
-                named.field = renamed
-                named.args = (named._text(),)
+            named.renamed(_script_field(named.field))
             if named is exc:
                 raise
             raise named from None
