@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -280,3 +281,39 @@ def test_rewards_that_never_score_stop_the_cli_run_with_one_error(tiny_model_dir
     assert "no reward scored any of the 2 samples" in proc.stderr
     assert (out / "checkpoints" / "step-00000002" / "COMPLETE").exists()
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("overlap", ["false", pytest.param("true", marks=pytest.mark.slow)])
+def test_a_second_ctrl_c_stops_at_once_and_names_the_checkpoint_it_continues_from(tiny_model_dir, tmp_path, overlap):
+    """The first Ctrl-C asks the run to finish its step; a second leaves now (a user waiting on a
+    long step wants the prompt back): exit 130 within a moment, not after the stuck reward's 5 s
+    grace, the step not taken, one line naming the last checkpoint and the command to continue. Under
+    overlap too, where the next step's rollout is sampling on a thread the interpreter waits for."""
+    config, out = write_run(tmp_path, tiny_model_dir, "stuck")
+    config.write_text(config.read_text().replace("checkpoint_every = 0", "checkpoint_every = 1"))
+    proc = subprocess.Popen([*POLYRL, "train", str(config), "--no-progress", "--set", f"generation.overlap={overlap}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (tmp_path / "reached").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+        seconds = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-3000:]
+    assert seconds < 4, f"the second Ctrl-C waited {seconds:.1f} s"
+    assert "ctrl_c_again" in stderr  # the first Ctrl-C's line says what a second does
+    checkpoint = out / "checkpoints" / "step-00000002"  # the reward is stuck in step 3 (2 steps done)
+    assert stderr.splitlines()[-1] == (f"stopped at once (Ctrl-C twice) during step 3, which is not taken; it continues "
+                                       f"from checkpoint {checkpoint} with: polyrl train {config} --set "
+                                       f"generation.overlap={overlap} --resume")
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000001", "step-00000002"]
+    assert (checkpoint / "COMPLETE").exists()
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]

@@ -9,10 +9,10 @@ import os
 import platform
 import sys
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from polyrl import __version__
-from polyrl.errors import PolyrlError
+from polyrl.errors import PolyrlError, StoppedAtOnce
 
 if TYPE_CHECKING:
     from polyrl.config import RunConfig
@@ -279,6 +279,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         except PolyrlError as exc:  # after the error line: where the run can go on from, as on a stop
             exc.resume_note = _resume_note(trainer, args)  # type: ignore[attr-defined]
             raise
+        except StoppedAtOnce as exc:
+            _leave_at_once(trainer, args, exc)
     summary.pop("history", None)
     if trainer.rank != 0:  # under a launcher every rank returns the same summary: print it once
         return 0
@@ -292,6 +294,26 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"stopped on request after step {summary['steps']}; checkpoint {summary['checkpoint']}. "
               f"Continue with: {resume_command(args)}", file=sys.stderr)
     return 0
+
+
+def _leave_at_once(trainer: Any, args: argparse.Namespace, stop: StoppedAtOnce) -> NoReturn:
+    """A second Ctrl-C: say which step was dropped and where the run continues, then exit 130 at
+    once. ``os._exit``: a rollout sampled ahead (``generation.overlap``) runs on a thread the
+    interpreter would wait for at exit, the very wait the second Ctrl-C refuses."""
+    from polyrl.checkpoint import latest_checkpoint
+
+    try:
+        newest = latest_checkpoint(trainer.checkpoint_root)
+    except OSError:
+        newest = None
+    if newest is not None:
+        where = f"it continues from checkpoint {newest} with: {resume_command(args)}"
+    else:
+        where = f"no checkpoint was saved; start it again with: {resume_command(args, resume=False)}"
+    sys.stderr.write(f"stopped at once (Ctrl-C twice) during {stop.phase}, which is not taken; {where}\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(130)
 
 
 def _resume_note(trainer: Any, args: argparse.Namespace) -> str | None:

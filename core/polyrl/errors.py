@@ -117,3 +117,13 @@ class CollectiveTimeout(ConfigError):
             self.message = self._message()
             self.args = (self._text(),)
         return self
+
+
+class StoppedAtOnce(KeyboardInterrupt):
+    """A second Ctrl-C left the run mid-step (``phase``: where it was); the steps before it are
+    as the last checkpoint holds them. A ``KeyboardInterrupt``, so a script or notebook calling the
+    run stops as Python stops on Ctrl-C."""
+
+    def __init__(self, phase: str) -> None:
+        super().__init__(phase)
+        self.phase = phase

@@ -116,8 +116,8 @@ class RolloutAhead:
             raise RuntimeError(f"pending rollout is for step {rollout.step}, not {step}")
         return rollout
 
-    def close(self) -> None:
-        """Let a running generation finish, then stop the worker thread."""
+    def close(self, wait: bool = True) -> None:
+        """Let a running generation finish (``wait``; else leave it to run out), then stop the worker thread."""
         if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor.shutdown(wait=wait, cancel_futures=True)
             self._executor = None

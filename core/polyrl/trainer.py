@@ -16,7 +16,7 @@ step k (one step of policy lag; see ``polyrl.rollouts``), and the weights are pu
 of each step, the only moment the generator is idle.
 
 Everything a resumed run needs (step, data position, RNG, engine + optimizer) is checkpointed
-atomically; SIGINT/SIGTERM finish the current step, checkpoint and return.
+atomically; SIGINT/SIGTERM finish the current step, checkpoint and return (a second Ctrl-C leaves at once).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import random
 import re
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -46,7 +47,7 @@ from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train
 from polyrl.engines import check_engines, choose_generate_backend, load_engines, run_optimizer
 from polyrl import episode_scoring
 from polyrl.episode_prompts import first_prompt_counter
-from polyrl.errors import CollectiveTimeout, ConfigError, PluginError, PolyrlError, RewardError
+from polyrl.errors import CollectiveTimeout, ConfigError, PluginError, PolyrlError, RewardError, StoppedAtOnce
 from polyrl.logs import get_logger, log_from_signal_handler, readable
 from polyrl.tracking.tensorboard import LOG_DIR as TENSORBOARD_DIR
 from polyrl.plugins import get_plugin_manager
@@ -1232,11 +1233,24 @@ class Trainer:
     # --- driver --------------------------------------------------------------------------------
 
     @contextmanager
-    def _graceful_signals(self) -> Iterator[None]:
+    def _graceful_signals(self, at_once: bool = False) -> Iterator[None]:
+        """SIGINT/SIGTERM ask the run to stop after the current step. ``at_once`` (the steps and the
+        evaluation before them, in a one-process run): a second Ctrl-C leaves now, raising
+        ``StoppedAtOnce`` (a ``KeyboardInterrupt``) from the handler. Why: a step can take minutes
+        (long completions on a CPU), and a user who presses Ctrl-C again wants the prompt back, not
+        the step; the checkpoints are atomic, so leaving mid-step loses only that step, as a kill
+        would. Never under a launcher (one rank leaving would hang its peers' collectives) and
+        never during the final save (with checkpoint_every = 0, the run's only checkpoint)."""
+        at_once = at_once and self.world_size == 1
+
         def request_stop(signum: int, _frame: Any) -> None:
+            if at_once and signum == signal.SIGINT and self.stop_requested:
+                raise StoppedAtOnce(self._phase)
             self.stop_requested = True
+            again = {"ctrl_c_again": "stops at once (this step is not taken)"} \
+                if at_once and signum == signal.SIGINT else {}
             log_from_signal_handler(log.warning, "stop requested; finishing the current step, then checkpointing",
-                                    signal=signal.Signals(signum).name, during=self._phase)
+                                    signal=signal.Signals(signum).name, during=self._phase, **again)
 
         previous = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -1292,7 +1306,8 @@ class Trainer:
             failed = False
         finally:
             self.tracking.close(failed=failed)
-            self.rollouts.close()  # a rollout sampled ahead finishes first (or was checkpointed)
+            # a rollout sampled ahead finishes first (or was checkpointed); not after a second Ctrl-C
+            self.rollouts.close(wait=sys.exc_info()[0] is not StoppedAtOnce)
             self.lock.release()
         summary["steps"] = self.step
         if self.tracking.dropped:
@@ -1316,7 +1331,7 @@ class Trainer:
         """The evaluation before training, under the same stop handling as the steps (SIGTERM there
         killed the process without a word); False when a stop was asked for: nothing trained, nothing
         to save, the run ends with ``stopped_early``."""
-        with self._graceful_signals():
+        with self._graceful_signals(at_once=True):
             try:
                 summary["eval_before"] = self.evaluate("before")
             except RewardCancelled as exc:  # the eval reward was stuck after the stop request
@@ -1351,7 +1366,8 @@ class Trainer:
 
         # without the bar, the step lines say how far the run is and how long it has left
         clock = None if bar_shown(progress) else StepClock(c.train.steps, self.step)
-        with self._graceful_signals(), step_progress(c.train.steps, self.step, enabled=progress) as advance:
+        with self._graceful_signals(at_once=True), \
+                step_progress(c.train.steps, self.step, enabled=progress) as advance:
             while self.step < c.train.steps and not stopping():
                 self._phase = f"step {self.step + 1}"
                 try:
