@@ -61,7 +61,7 @@ def test_a_trl_name_in_any_section_names_polyrls_key(name):
 
 
 @pytest.mark.parametrize(("section", "name", "fix"), [
-    ("algorithm", "delta", "TRL's delta has no polyrl equivalent"),  # not "did you mean 'beta'?"
+    ("algorithm", "delta", "TRL's delta is polyrl's algorithm.dual_clip"),  # not "did you mean 'beta'?"
     ("train", "save_steps", "TRL's save_steps is polyrl's train.checkpoint_every"),  # not 'steps'
     # TRL's 2 tool rounds after the first answer are 3 assistant turns (GRPOTrainer._tool_call_loop)
     ("algorithm", "max_tool_calling_iterations", "polyrl's environment.max_turns: for max_tool_calling_iterations = 2, "

@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from polyrl import api
@@ -669,3 +670,58 @@ def test_common_trl_fields_polyrl_lacks_are_refused_saying_polyrl_has_no_equival
     with pytest.raises(ConfigError, match=f"polyrl has no equivalent \\(.*{reason}") as info:
         api.GRPOConfig.from_trl(trl_config(**{field: value}))
     assert info.value.field == f"grpo_config.{field}"
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "luspo"])
+def test_trls_two_sided_clip_delta_trains_trls_loss_as_dual_clip(run_config, loss_type):
+    """TRL's ``delta`` (INTELLECT-2) caps the unclipped ratio before ``-min(r A, clip(r) A)``; it was
+    refused as having no polyrl counterpart, while for delta >= 1 + epsilon_high it is dual-clip
+    PPO. The polyrl run's loss and gradient (the numpy reference the backends match) equal TRL's
+    formula on ratios far past both bounds, advantages of either sign."""
+    import torch
+
+    from polyrl.algorithms.reference import policy_loss, policy_loss_grad
+
+    level = "sequence" if loss_type == "luspo" else "token"  # luspo at its paper's (GSPO's) sequence level
+    algorithm = run_config(trl_config(max_steps=1, loss_type=loss_type, delta=3.0,
+                                      importance_sampling_level=level)).algorithm
+    assert algorithm.dual_clip == 3.0 and algorithm.importance_sampling_level == level
+    objective = algorithm.objective(max_completion_length=16)
+    rng = np.random.default_rng(0)
+    logp = [rng.uniform(-3, 0, 16) for _ in range(6)]
+    old = [lp - rng.uniform(-2.5, 2.5, 16) for lp in logp]  # ratios from e^-2.5 to e^2.5: past 1 +- 0.2 and 3
+    adv = [1.5, -1.5, 0.7, -0.4, -2.0, 0.0]
+    eps_low, eps_high = 0.2, 0.2
+    current = [torch.tensor(lp, requires_grad=True) for lp in logp]
+    per_sequence = []
+    for lp, o, a in zip(current, old, adv):
+        log_ratio = lp - torch.tensor(o)
+        if loss_type == "luspo":  # the sequence's ratio: exp(mean log ratio), for every token
+            log_ratio = log_ratio.mean().expand(16)
+        coef_1 = torch.exp(log_ratio)
+        coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
+        coef_1 = torch.clamp(coef_1, max=3.0)  # TRL's delta
+        per_sequence.append(-torch.min(coef_1 * a, coef_2 * a))
+    if loss_type == "dapo":
+        trl_loss = torch.cat(per_sequence).sum() / 96
+    elif loss_type == "grpo":
+        trl_loss = torch.stack([t.mean() for t in per_sequence]).mean()
+    else:  # luspo: each sequence's token sum, averaged over sequences
+        trl_loss = torch.stack([t.sum() for t in per_sequence]).mean()
+    trl_loss.backward()
+    ours, _ = policy_loss(logp, adv, objective, old_logprobs=old)
+    assert ours == pytest.approx(float(trl_loss), rel=1e-9, abs=1e-12)
+    for mine, theirs in zip(policy_loss_grad(logp, adv, objective, old_logprobs=old), current):
+        np.testing.assert_allclose(mine, theirs.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(("delta", "words"), [(1.1, "below 1 + epsilon_high = 1.2"), (math.nan, "not a number")])
+def test_a_trl_delta_polyrl_cannot_train_is_one_error_naming_it(delta, words):
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(trl_config(delta=delta))
+    assert info.value.field == "grpo_config.delta" and words in str(info.value)
+
+
+def test_trls_delta_is_dropped_where_trls_loss_never_reads_it(run_config):
+    algorithm = run_config(trl_config(max_steps=1, loss_type="cispo", epsilon_high=5.0, delta=3.0)).algorithm
+    assert algorithm.name == "cispo" and algorithm.dual_clip is None

@@ -51,7 +51,7 @@ EVERY_EPOCH = "eval.every_epoch"
 COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
                       "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio", "adam_beta1", "adam_beta2",
-                      "use_bias_correction_kl", *EVAL_FIELDS})
+                      "use_bias_correction_kl", "delta", *EVAL_FIELDS})
 #: fields that shape tool-calling episodes: read by ``polyrl.trl.GRPOTrainer`` when it is given
 #: ``tools`` or an ``environment_factory`` (``agent_settings``), refused as TOML-only otherwise
 AGENT_FIELDS = frozenset({"max_tool_calling_iterations"})
@@ -207,6 +207,30 @@ def _as_the_loss_reads_them(out: dict[str, Any], trl_config: Any, loss: str) -> 
                 del out[key]
 
 
+def _two_sided_clip(trl_config: Any, out: dict[str, Any]) -> dict[str, Any]:
+    """polyrl's ``algorithm.dual_clip`` for TRL's ``delta`` (INTELLECT-2's two-sided clip). Why
+    the same: TRL caps the unclipped ratio at ``delta`` before ``min(r A, clip(r) A)``; with
+    ``delta >= 1 + epsilon_high`` a positive advantage's term is unchanged (its clipped ratio is
+    the smaller) and a negative one's weight is ``max(min(r, delta), clip(r))``, which is dual-clip
+    PPO's cap of the loss at ``-A delta``, gradient 0 past it. TRL's cispo, sapo and vespo losses
+    never read ``delta``, so it is dropped there as TRL drops it."""
+    delta = getattr(trl_config, "delta", None)
+    if delta is None or out.get("algorithm.name") in ("cispo", "sapo", "vespo"):
+        return {}
+    high = out.get("algorithm.epsilon_high", trl_config.epsilon)
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not math.isfinite(delta):
+        raise ConfigError(f"TRL's delta = {shown(delta)} is not a number", field="grpo_config.delta",
+                          fix="set delta to a ratio cap of at least 1 + epsilon_high (INTELLECT-2 uses 4), or remove it")
+    if delta < 1 + high or delta <= 1:
+        raise ConfigError(f"TRL's delta = {shown(delta)} below 1 + epsilon_high = {shown(1 + high)} caps the ratio of "
+                          "tokens with a positive advantage too; polyrl's dual_clip (the same bound from "
+                          "1 + epsilon_high up) caps the negative ones' only",
+                          field="grpo_config.delta",
+                          fix=f"set delta to at least 1 + epsilon_high ({shown(1 + high)}; INTELLECT-2 uses 4), "
+                              "or remove it")
+    return {"algorithm.dual_clip": float(delta)}
+
+
 def _warmup(warmup: Any, max_steps: int) -> Any:
     """polyrl's ``optimizer.warmup_steps`` (a count of updates) for TRL's ``warmup_steps``. Why:
     transformers 5 reads a value below 1 (and the deprecated ``warmup_ratio``, copied into it) as
@@ -339,6 +363,7 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
         _as_the_loss_reads_them(out, trl_config, loss.name)
     else:
         out["algorithm.loss_aggregation"] = loss
+    out.update(_two_sided_clip(trl_config, out))
     if trl_config.max_steps > 0:
         out["train.steps"] = _steps(trl_config.max_steps, trl_config.num_iterations)
     else:

@@ -89,6 +89,9 @@ TRL_NAMES: dict[str, TrlName] = {
     "multi_objective_aggregation": TrlName(None, note="polyrl sums the rewards with their weights before the "
                                                       "advantage (TRL's \"sum_then_normalize\")"),
     "use_bias_correction_kl": TrlName("algorithm.kl_bias_correction"),
+    "delta": TrlName("algorithm.dual_clip", note="TRL's two-sided clip caps the ratio at delta; for delta >= 1 + "
+                                                 "epsilon_high that is dual_clip = delta (negative advantages' loss "
+                                                 "capped at -A delta)"),
     # TRL's evaluation: sampled completions scored with every reward function and reward_weights
     "eval_strategy": TrlName("eval.every", note='"steps" is every = eval_steps / num_iterations in [eval], with '
                                                 'reward = "run", greedy = false, samples = num_generations and '
@@ -123,7 +126,6 @@ TOML_HINTS: dict[str, TrlName] = {
     "max_prompt_length": TrlName(None, note="polyrl never truncates a prompt: model.max_length bounds prompt + "
                                             "completion and a longer prompt is an error; "
                                             "algorithm.max_completion_length is Dr.GRPO's normaliser, not a limit"),
-    "delta": TrlName(None, note="polyrl's ratio clipping has no two-sided delta bound"),
     # TRL uploads every save and the final model; dropping it would end the run without the upload
     "push_to_hub": TrlName(None, note="polyrl uploads nothing to the Hub: upload output_dir after training "
                                       "(huggingface_hub.upload_folder)"),
