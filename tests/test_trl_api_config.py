@@ -301,10 +301,10 @@ def test_derived_trl_values_never_count_as_set():
     ({"fp16": True}, "grpo_config.fp16", ["fp16 = True"]),
     ({"steps_per_generation": 2}, "grpo_config.generation_batch_size", ["steps_per_generation = 2",
                                                                         "one rollout batch per step"]),
-    ({"multi_objective_aggregation": "normalize_then_sum", "use_liger_kernel": True},
+    ({"generation_kwargs": {"top_a": 0.1}, "use_liger_kernel": True},
      "grpo_config.use_liger_kernel", ["use_liger_kernel = True (TRL's default: False): from_trl does not translate it",
-                                      "multi_objective_aggregation = 'normalize_then_sum' (TRL's default: "
-                                      "'sum_then_normalize'): polyrl has no equivalent (polyrl sums the rewards"]),
+                                      "generation_kwargs = {'top_a': 0.1} (TRL's default: None): polyrl has no "
+                                      "equivalent (polyrl samples with the generation settings it has"]),
     ({"optim": "sgd"}, "grpo_config.optim", ["optim = 'sgd'"]),
     ({"push_to_hub": True}, "grpo_config.push_to_hub", ["push_to_hub = True", "uploads nothing"]),
     ({"lr_scheduler_type": "polynomial"}, "grpo_config.lr_scheduler_type", ["'polynomial'"]),

@@ -621,7 +621,12 @@ class Trainer:
         mine = slice(offset, offset + len(shaped))
         group_kept = algo.keep_mask(all_shaped, c.generation.group_size)
         with np.errstate(over="ignore"):  # a spread past float64 is inf here, refused just below
-            all_advantages = algo.advantages(all_shaped, c.generation.group_size)
+            if algo.decouples_rewards:  # GDPO: each reward normalized in its group, from the whole step's scores
+                all_advantages = algo.decoupled_advantages(self._reward_matrix(step.per_reward, all_shaped),
+                                                           [weight for _, weight, _ in self.rewards.rewards],
+                                                           c.generation.group_size)
+            else:
+                all_advantages = algo.advantages(all_shaped, c.generation.group_size)
         too_big = _unrepresentable_advantages(all_advantages, algo, step.per_reward)
         if too_big is not None:  # the same global advantages on every rank: all refuse together
             self._unscored(rollout)
@@ -1451,6 +1456,15 @@ class Trainer:
             if self.rank == 0:
                 log.info("evaluation after training", **summary["eval_after"])
                 self._publish_eval("after", summary["eval_after"])
+
+    def _reward_matrix(self, per_reward: Mapping[str, np.ndarray], shaped: np.ndarray) -> np.ndarray:
+        """Each reward's scores over the step, one column per ``[[rewards]]`` entry in order, with
+        the samples the summed reward marks unscorable (NaN: no reward, or an untrainable episode)
+        NaN in every column."""
+        matrix = np.stack([np.asarray(per_reward[name], dtype=np.float64) for name, _, _ in self.rewards.rewards],
+                          axis=1)
+        matrix[np.isnan(shaped)] = np.nan
+        return matrix
 
     def _keep_step_failed_eval(self, metrics: dict[str, Any]) -> None:
         """Record and checkpoint a step whose evaluation's reward failed. Why: it trained, but the

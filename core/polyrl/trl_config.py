@@ -364,6 +364,8 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
     else:
         out["algorithm.loss_aggregation"] = loss
     out.update(_two_sided_clip(trl_config, out))
+    if out.get("algorithm.multi_objective_aggregation") == "normalize_then_sum":
+        out.pop("algorithm.scale_rewards", None)  # TRL's GDPO never reads it (its own group and batch scaling)
     if trl_config.max_steps > 0:
         out["train.steps"] = _steps(trl_config.max_steps, trl_config.num_iterations)
     else:

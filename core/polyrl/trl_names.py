@@ -86,8 +86,9 @@ TRL_NAMES: dict[str, TrlName] = {
     "reward_weights": TrlName("rewards[].weight", note="write weight = ... in each [[rewards]] table"),
     **{name: TrlName(None, note="polyrl samples one rollout batch per step") for name in (
         "steps_per_generation", "generation_batch_size")},
-    "multi_objective_aggregation": TrlName(None, note="polyrl sums the rewards with their weights before the "
-                                                      "advantage (TRL's \"sum_then_normalize\")"),
+    "multi_objective_aggregation": TrlName("algorithm.multi_objective_aggregation",
+                                           note='"normalize_then_sum" is GDPO: each reward normalized in its '
+                                                "group, the weighted sum over the batch"),
     "use_bias_correction_kl": TrlName("algorithm.kl_bias_correction"),
     "delta": TrlName("algorithm.dual_clip", note="TRL's two-sided clip caps the ratio at delta; for delta >= 1 + "
                                                  "epsilon_high that is dual_clip = delta (negative advantages' loss "

@@ -27,6 +27,17 @@ Scaling (``scale_rewards``, TRL's option of the same name) then divides the cent
     * ``none``: not at all (Dr.GRPO, Liu et al. 2025 "Understanding R1-Zero-Like Training": the
       std division biases towards too-easy/too-hard prompts).
 ``eps`` defaults to ``1e-4`` as in TRL.
+
+Several rewards (``multi_objective_aggregation``, TRL's option of the same name)
+    * ``sum_then_normalize`` (the default): the rewards are summed with their weights, then the
+      estimator and scaling above turn the sum into advantages;
+    * ``normalize_then_sum`` (GDPO, Liu et al. 2026, "Group reward-Decoupled Normalization Policy
+      Optimization"): each reward is normalized within its group on its own, ``(r_k - mean_g) /
+      (std_g + eps)`` (a sample that reward did not score counts 0 in the sum), the normalized
+      rewards are summed with their weights, and the sum is normalized over the whole batch,
+      ``(s - mean) / (std + eps)`` (``decoupled_advantages``). Why: summed first, a reward with a
+      wide spread drowns the others' within-group differences, and distinct reward combinations
+      collapse to the same advantage.
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ ScaleRewards = Literal["group", "batch", "none"]
 
 ADVANTAGE_ESTIMATORS: tuple[str, ...] = ("group", "rloo", "reinforce")
 SCALE_REWARDS: tuple[str, ...] = ("group", "batch", "none")
+MULTI_OBJECTIVE_AGGREGATIONS: tuple[str, ...] = ("sum_then_normalize", "normalize_then_sum")
 DEFAULT_EPS = 1e-4
 
 
@@ -146,3 +158,22 @@ def reinforce_advantages(
 ) -> np.ndarray:
     """REINFORCE with a batch-mean baseline: ``r_i - mean(r)`` over all valid samples."""
     return compute_advantages(rewards, group_size, "reinforce", scale_rewards, eps)
+
+
+def decoupled_advantages(
+    per_reward: np.ndarray, weights: np.ndarray | list[float], group_size: int, eps: float = DEFAULT_EPS
+) -> np.ndarray:
+    """GDPO's advantages (``multi_objective_aggregation = "normalize_then_sum"``): ``per_reward``
+    is ``(N, K)``, each reward's scores (NaN where it did not score a sample), ordered by group as
+    ``rewards`` above; ``weights`` one per reward. A sample no reward scored gets 0 and stays out
+    of the batch statistics, as a NaN reward does everywhere here."""
+    scores = np.asarray(per_reward, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    if scores.ndim != 2 or scores.shape[1] != len(w):
+        raise ValueError(f"per_reward must be (samples, {len(w)} rewards), got shape {scores.shape}")
+    summed = np.zeros(len(scores), dtype=np.float64)
+    with np.errstate(over="ignore"):  # an absurd weight: inf, refused by as_groups below
+        for k, weight in enumerate(w):
+            summed += weight * group_advantages(scores[:, k], group_size, "group", eps)
+    summed[np.isnan(scores).all(axis=1)] = np.nan
+    return compute_advantages(summed, group_size, "reinforce", "batch", eps)

@@ -71,7 +71,14 @@ from typing import Any, NoReturn
 import attrs
 import numpy as np
 
-from polyrl.algorithms.advantages import ADVANTAGE_ESTIMATORS, SCALE_REWARDS, as_groups, compute_advantages
+from polyrl.algorithms.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    MULTI_OBJECTIVE_AGGREGATIONS,
+    SCALE_REWARDS,
+    as_groups,
+    compute_advantages,
+    decoupled_advantages,
+)
 from polyrl.algorithms.kl_control import KL_CONTROLLERS
 from polyrl.algorithms.objective import (
     IS_LEVELS,
@@ -147,6 +154,10 @@ _CONDITIONAL: tuple[_Rule, ...] = (
      "it weights the loss's KL term: set algorithm.beta > 0 with kl_in_reward = false, or remove it"),
     *((name, lambda a: a.kl_ctrl == "adaptive", lambda a: 'kl_ctrl "fixed" keeps beta as it is',
        'set kl_ctrl = "adaptive" (with kl_in_reward = true), or remove it') for name in ("kl_target", "kl_horizon")),
+    ("scale_rewards", lambda a: not a.decouples_rewards,
+     lambda a: "multi_objective_aggregation 'normalize_then_sum' scales each reward by its group's std and their sum "
+               "by the batch's",
+     "remove it, or use multi_objective_aggregation = 'sum_then_normalize'"),
     ("ref_sync_alpha", lambda a: a.ref_sync_every > 0, lambda a: "ref_sync_every = 0 never refreshes the reference",
      "set ref_sync_every > 0, or remove it"),
     ("overlong_penalty", lambda a: a.overlong_buffer is not None, lambda a: "overlong shaping is off",
@@ -188,6 +199,9 @@ class AlgorithmConfig:
     name: str = "grpo"
     advantage: str = "group"  # group | rloo | reinforce
     scale_rewards: str = "group"  # group | batch | none
+    #: several rewards: summed then turned into advantages, or each normalized in its group first
+    #: (GDPO; TRL's multi_objective_aggregation, ``polyrl.algorithms.advantages``)
+    multi_objective_aggregation: str = "sum_then_normalize"
     epsilon: float = 0.2  # lower clip: ratio >= 1 - epsilon
     epsilon_high: float | None = None  # upper clip: ratio <= 1 + epsilon_high (None = epsilon)
     dual_clip: float | None = None
@@ -238,6 +252,7 @@ class AlgorithmConfig:
             ("mismatch_correction", self.mismatch_correction, MISMATCH_CORRECTIONS),
             ("mismatch_level", self.mismatch_level, IS_LEVELS),
             ("kl_ctrl", self.kl_ctrl, KL_CONTROLLERS),
+            ("multi_objective_aggregation", self.multi_objective_aggregation, MULTI_OBJECTIVE_AGGREGATIONS),
         ):
             if value not in valid:
                 _fail(field, f"unknown {field} {value!r}",
@@ -289,6 +304,8 @@ class AlgorithmConfig:
             _fail("kl_target", f"must be a finite number > 0, got {self.kl_target!r}", "verl's default is 0.1")
         if not _is_int(self.kl_horizon) or self.kl_horizon < 1:
             _fail("kl_horizon", f"must be an integer >= 1, got {self.kl_horizon!r}", "verl's default is 10000")
+        if self.decouples_rewards:
+            self._validate_decoupled()
         if not _is_int(self.num_iterations) or self.num_iterations < 1:
             _fail("num_iterations", f"must be an integer >= 1, got {self.num_iterations!r}")
         if self.overlong_penalty < 0:
@@ -307,6 +324,23 @@ class AlgorithmConfig:
             if _is_int(buf) and self.max_completion_length is not None and buf > self.max_completion_length:
                 _fail("overlong_buffer", f"{buf} tokens exceeds max_completion_length={self.max_completion_length}",
                       "use a smaller buffer or a fraction such as 0.2")
+
+    def _validate_decoupled(self) -> None:
+        """GDPO normalizes each reward in its group and the sum over the batch: the settings that
+        act on the summed reward before its advantage have nothing to act on."""
+        other = "use multi_objective_aggregation = 'sum_then_normalize'"
+        for field, on, why, fix in (
+            ("advantage", self.advantage != "group", f"advantage {self.advantage!r} has no per-reward form",
+             f"set advantage = 'group' (the grpo preset's), or {other}"),
+            ("overlong_buffer", self.overlong_buffer is not None,
+             "overlong shaping adds a penalty to the summed reward, which normalize_then_sum never forms",
+             f"remove it (a length reward in [[rewards]] is normalized like the others), or {other}"),
+            ("kl_in_reward", self.kl_in_reward,
+             "kl_in_reward subtracts the KL from the summed reward, which normalize_then_sum never forms",
+             f"set kl_in_reward = false (the KL term in the loss), or {other}"),
+        ):
+            if on:
+                _fail(field, f"cannot be used with multi_objective_aggregation = 'normalize_then_sum': {why}", fix)
 
     # --- construction --------------------------------------------------------------------------
 
@@ -385,9 +419,19 @@ class AlgorithmConfig:
             **kwargs,
         )
 
+    @property
+    def decouples_rewards(self) -> bool:
+        """Whether each reward is normalized on its own (GDPO), so the advantages need every
+        reward's scores (``decoupled_advantages``) rather than their weighted sum."""
+        return self.multi_objective_aggregation == "normalize_then_sum"
+
     def advantages(self, rewards: np.ndarray | list[float], group_size: int) -> np.ndarray:
         """One advantage per sample (NaN rewards -> 0); see ``polyrl.algorithms.advantages``."""
         return compute_advantages(rewards, group_size, self.advantage, self.scale_rewards)
+
+    def decoupled_advantages(self, per_reward: np.ndarray, weights: list[float], group_size: int) -> np.ndarray:
+        """GDPO's advantages from each reward's scores ``(samples, rewards)`` and their weights."""
+        return decoupled_advantages(per_reward, weights, group_size)
 
     def needs_groups(self) -> tuple[str, str] | None:
         """(why, fix) where this configuration needs two or more samples per prompt, None where one
