@@ -301,10 +301,10 @@ def test_derived_trl_values_never_count_as_set():
     ({"fp16": True}, "grpo_config.fp16", ["fp16 = True"]),
     ({"steps_per_generation": 2}, "grpo_config.generation_batch_size", ["steps_per_generation = 2",
                                                                         "one rollout batch per step"]),
-    ({"generation_kwargs": {"top_a": 0.1}, "use_liger_kernel": True},
+    ({"use_vllm": True, "use_liger_kernel": True},
      "grpo_config.use_liger_kernel", ["use_liger_kernel = True (TRL's default: False): from_trl does not translate it",
-                                      "generation_kwargs = {'top_a': 0.1} (TRL's default: None): polyrl has no "
-                                      "equivalent (polyrl samples with the generation settings it has"]),
+                                      "use_vllm = True (TRL's default: False): polyrl has no "
+                                      "equivalent (polyrl samples with its own generate backend"]),
     ({"optim": "sgd"}, "grpo_config.optim", ["optim = 'sgd'"]),
     ({"push_to_hub": True}, "grpo_config.push_to_hub", ["push_to_hub = True", "uploads nothing"]),
     ({"lr_scheduler_type": "polynomial"}, "grpo_config.lr_scheduler_type", ["'polynomial'"]),
@@ -661,7 +661,6 @@ def test_remove_unused_columns_true_is_refused_not_ignored():
 
 @pytest.mark.parametrize(("field", "value", "reason"), [
     ("chat_template_kwargs", {"enable_thinking": False}, "no extra arguments"),
-    ("generation_kwargs", {"num_beams": 2}, "the generation settings it has"),
     ("use_vllm", True, "its own generate backend"),
 ])
 def test_common_trl_fields_polyrl_lacks_are_refused_saying_polyrl_has_no_equivalent(field, value, reason):
@@ -725,3 +724,28 @@ def test_a_trl_delta_polyrl_cannot_train_is_one_error_naming_it(delta, words):
 def test_trls_delta_is_dropped_where_trls_loss_never_reads_it(run_config):
     algorithm = run_config(trl_config(max_steps=1, loss_type="cispo", epsilon_high=5.0, delta=3.0)).algorithm
     assert algorithm.name == "cispo" and algorithm.dual_clip is None
+
+
+def test_trls_generation_kwargs_are_read_key_by_key():
+    """TRL updates its sampling arguments with generation_kwargs (Qwen3's top_k = 20 is often written
+    there); the whole dict was refused."""
+    ours = api.GRPOConfig.from_trl(trl_config(generation_kwargs={"top_k": 20, "min_p": 0.05, "top_p": 0.95,
+                                                                 "repetition_penalty": 1.1, "stop_strings": "</a>",
+                                                                 "do_sample": True}))
+    wanted = {"generation.top_k": 20, "generation.min_p": 0.05, "generation.top_p": 0.95,
+              "generation.repetition_penalty": 1.1, "generation.stop": ["</a>"]}
+    assert {k: ours.settings[k] for k in wanted} == wanted
+    same = api.GRPOConfig.from_trl(trl_config(temperature=0.6, generation_kwargs={"temperature": 0.6}))
+    assert same.settings["generation.temperature"] == 0.6
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"generation_kwargs": {"num_beams": 2, "suppress_tokens": [1]}}, "'num_beams', 'suppress_tokens': polyrl has no"),
+    ({"generation_kwargs": {"temperature": 0.6}}, "temperature = 0.6 differs from its temperature = 1.0"),
+    ({"generation_kwargs": {"max_new_tokens": 64}}, "max_new_tokens = 64 differs from its max_completion_length"),
+    ({"generation_kwargs": {"do_sample": False}}, "do_sample = False"),
+])
+def test_trl_generation_kwargs_polyrl_cannot_honour_are_one_error(kwargs, words):
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(trl_config(**kwargs))
+    assert info.value.field == "grpo_config.generation_kwargs" and words in str(info.value)

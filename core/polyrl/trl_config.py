@@ -51,7 +51,7 @@ EVERY_EPOCH = "eval.every_epoch"
 COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
                       "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio", "adam_beta1", "adam_beta2",
-                      "use_bias_correction_kl", "delta", *EVAL_FIELDS})
+                      "use_bias_correction_kl", "delta", "generation_kwargs", *EVAL_FIELDS})
 #: fields that shape tool-calling episodes: read by ``polyrl.trl.GRPOTrainer`` when it is given
 #: ``tools`` or an ``environment_factory`` (``agent_settings``), refused as TOML-only otherwise
 AGENT_FIELDS = frozenset({"max_tool_calling_iterations"})
@@ -205,6 +205,57 @@ def _as_the_loss_reads_them(out: dict[str, Any], trl_config: Any, loss: str) -> 
         if loss != prefix:
             for key in [k for k in out if k.startswith(f"algorithm.{prefix}_")]:
                 del out[key]
+
+
+#: ``generation_kwargs`` keys TRL's sampling honours that are polyrl generation settings: TRL
+#: updates its sampling arguments with them (transformers' names, and vLLM's ``stop``)
+_SAMPLING_KWARGS = {"top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
+                    "stop_strings": "stop", "stop": "stop"}
+#: keys whose value TRL also reads elsewhere: taken only when equal to that field (-> the field's name)
+_SAME_AS_FIELD = {"temperature": "temperature", "max_new_tokens": "max_completion_length", "do_sample": None}
+
+
+def _generation_kwargs(trl_config: Any) -> dict[str, Any]:
+    """polyrl's generation settings for TRL's ``generation_kwargs``. Why: TRL updates its sampling
+    arguments with the dict (Qwen3's recommended ``top_k=20`` is often written there), so it was
+    refused as a whole. A key polyrl has overrides the field as in TRL; ``temperature`` and
+    ``max_new_tokens`` only where they equal ``temperature`` / ``max_completion_length`` (TRL's loss
+    and its length checks read those fields, not the dict, so a different value trains differently
+    from how it samples); anything else (``num_beams``, ``suppress_tokens``...) is one error."""
+    kwargs = getattr(trl_config, "generation_kwargs", None)
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, dict):
+        raise ConfigError(f"TRL's generation_kwargs = {shown(kwargs)} is not a dict", field="grpo_config.generation_kwargs",
+                          fix='write a dict, e.g. generation_kwargs={"top_k": 20}, or remove it')
+    out: dict[str, Any] = {}
+    unknown = []
+    for key, value in kwargs.items():
+        if key in _SAMPLING_KWARGS:
+            out[f"generation.{_SAMPLING_KWARGS[key]}"] = [value] if key.startswith("stop") and isinstance(value, str) \
+                else value
+        elif key == "do_sample":
+            if value is not True:
+                raise ConfigError(f"TRL's generation_kwargs do_sample = {shown(value)}: GRPO samples its groups, "
+                                  "polyrl always does", field="grpo_config.generation_kwargs",
+                                  fix="remove do_sample (for greedy decoding set temperature near 0)")
+        elif key in _SAME_AS_FIELD:
+            field = _SAME_AS_FIELD[key]
+            if value != getattr(trl_config, field):
+                raise ConfigError(f"TRL's generation_kwargs {key} = {shown(value)} differs from its {field} = "
+                                  f"{shown(getattr(trl_config, field))}, which TRL's loss and length handling read",
+                                  field="grpo_config.generation_kwargs",
+                                  fix=f"set {field}={shown(value)} in the GRPOConfig and remove {key} from "
+                                      "generation_kwargs")
+        else:
+            unknown.append(key)
+    if unknown:
+        raise ConfigError(f"TRL's generation_kwargs {', '.join(map(repr, unknown))}: polyrl has no such sampling "
+                          f"setting (it has {', '.join(sorted(set(_SAMPLING_KWARGS)))}, and temperature / "
+                          "max_new_tokens through their own fields)", field="grpo_config.generation_kwargs",
+                          fix=f"remove {', '.join(map(repr, unknown))} from generation_kwargs, or train this run "
+                              "with TRL")
+    return out
 
 
 def _two_sided_clip(trl_config: Any, out: dict[str, Any]) -> dict[str, Any]:
@@ -363,6 +414,7 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
         _as_the_loss_reads_them(out, trl_config, loss.name)
     else:
         out["algorithm.loss_aggregation"] = loss
+    out.update(_generation_kwargs(trl_config))
     out.update(_two_sided_clip(trl_config, out))
     if out.get("algorithm.multi_objective_aggregation") == "normalize_then_sum":
         out.pop("algorithm.scale_rewards", None)  # TRL's GDPO never reads it (its own group and batch scaling)
