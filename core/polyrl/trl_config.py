@@ -212,7 +212,7 @@ def _as_the_loss_reads_them(out: dict[str, Any], trl_config: Any, loss: str) -> 
 _SAMPLING_KWARGS = {"top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
                     "stop_strings": "stop", "stop": "stop"}
 #: keys whose value TRL also reads elsewhere: taken only when equal to that field (-> the field's name)
-_SAME_AS_FIELD = {"temperature": "temperature", "max_new_tokens": "max_completion_length", "do_sample": None}
+_SAME_AS_FIELD = {"temperature": "temperature", "max_new_tokens": "max_completion_length"}
 
 
 def _generation_kwargs(trl_config: Any) -> dict[str, Any]:
