@@ -151,6 +151,113 @@ def test_peft_config_is_polyrls_lora(tiny_model_dir, tmp_path):
     assert err.value.field == "peft_config.lora_dropout" and str(err.value).startswith("peft_config.lora_dropout")
 
 
+def _logits(model, ids=(1, 5, 9, 13, 20)):
+    import torch
+
+    with torch.no_grad():
+        return model.eval()(torch.tensor([list(ids)])).logits
+
+
+def _lora_trainer(model, tmp_path, peft):
+    return GRPOTrainer(model=model, reward_funcs=[short], args=_args(tmp_path, max_steps=1, learning_rate=1e-2),
+                       train_dataset=_dataset(), peft_config=peft.LoraConfig(r=4, lora_alpha=8))
+
+
+def test_with_peft_config_save_model_writes_the_adapter_and_tokenizer_trl_writes(tiny_model_dir, tmp_path,
+                                                                                  monkeypatch):
+    """A TRL script reloads save_model's folder with peft (AutoPeftModelForCausalLM, or PeftModel
+    on the base): the adapter files and the tokenizer, the base named so another directory loads it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    peft = pytest.importorskip("peft")
+    folder = Path(tiny_model_dir)
+    monkeypatch.chdir(folder.parent.parent)  # the model given as a relative path, as scripts do
+    trainer = _lora_trainer(str(Path(folder.parent.name) / folder.name), tmp_path, peft)
+    trainer.train()
+    trainer.save_model(str(tmp_path / "saved"))
+    files = {p.name for p in (tmp_path / "saved").iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer_config.json"} <= files
+    assert not {"config.json", "model.safetensors"} & files  # the adapter alone, as PeftModel.save_pretrained
+    merged = _logits(AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "model"))
+    monkeypatch.chdir(tmp_path)  # elsewhere: the relative model path no longer names the folder
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert not torch.allclose(_logits(base), merged, atol=1e-4), "one step at lr 1e-2 changes the adapter"
+    loaded = peft.PeftModel.from_pretrained(base, str(tmp_path / "saved"))
+    assert torch.allclose(_logits(loaded), merged, atol=1e-5)
+    auto = peft.AutoPeftModelForCausalLM.from_pretrained(str(tmp_path / "saved"))
+    assert Path(auto.peft_config["default"].base_model_name_or_path) == Path(tiny_model_dir).resolve()
+    assert torch.allclose(_logits(auto), merged, atol=1e-5)
+
+
+def test_with_peft_config_trainer_model_is_a_peft_model_merging_to_polyrls_model(tiny_model_dir, tmp_path):
+    """TRL's trainer.model is a PeftModel (merge_and_unload, print_trainable_parameters); the one
+    taken before train() is the same object after it, holding the trained adapter."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    peft = pytest.importorskip("peft")
+    trainer = _lora_trainer(tiny_model_dir, tmp_path, peft)
+    early = trainer.model
+    assert isinstance(early, peft.PeftModel)
+    assert torch.allclose(_logits(early), _logits(AutoModelForCausalLM.from_pretrained(tiny_model_dir)))  # B = 0
+    trainer.train()
+    assert trainer.model is early
+    trainable = sum(p.numel() for p in early.parameters() if p.requires_grad)
+    assert 0 < trainable < sum(p.numel() for p in early.parameters())  # the adapters, as TRL's
+    merged = _logits(AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "model"))
+    assert torch.allclose(_logits(early), merged, atol=1e-5)
+    assert torch.allclose(_logits(early.merge_and_unload()), merged, atol=1e-5)
+
+
+def test_with_peft_config_save_model_before_train_saves_trls_untrained_adapter(tiny_model_dir, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    peft = pytest.importorskip("peft")
+    trainer = _lora_trainer(tiny_model_dir, tmp_path, peft)
+    trainer.save_model(str(tmp_path / "untrained"))
+    config = json.loads((tmp_path / "untrained" / "adapter_config.json").read_text())
+    assert config["r"] == 4 and config["lora_alpha"] == 8
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    plain = _logits(base)
+    assert torch.allclose(_logits(peft.PeftModel.from_pretrained(base, str(tmp_path / "untrained"))), plain)
+
+
+def test_a_model_object_with_peft_config_gets_the_trained_adapter_injected_as_trl_does(tiny_model_dir, tmp_path):
+    """TRL's get_peft_model injects the adapter into the object given: after train() it computes
+    the trained model, its own weights the base, and trainer.model is the PeftModel around it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    peft = pytest.importorskip("peft")
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    base_weight = model.model.layers[0].self_attn.q_proj.weight.detach().clone()
+    trainer = _lora_trainer(model, tmp_path, peft)
+    trainer.train()
+    assert isinstance(trainer.model, peft.PeftModel) and trainer.model.get_base_model() is model
+    merged = _logits(AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "model"))
+    assert torch.allclose(_logits(model), merged, atol=1e-5)
+    assert torch.equal(model.model.layers[0].self_attn.q_proj.base_layer.weight, base_weight)
+
+
+def test_polyrls_own_lora_config_has_no_untrained_peft_model_before_train(tiny_model_dir, tmp_path):
+    from polyrl.types import LoraConfig
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset(),
+                          peft_config=LoraConfig(rank=4))
+    with pytest.raises(ConfigError) as err:
+        trainer.model  # noqa: B018
+    assert err.value.field == "model" and "peft.LoraConfig" in err.value.fix
+    from polyrl.trl_peft import adapter_folder
+
+    (tmp_path / "mlx" / "adapter").mkdir(parents=True)  # MLX's adapter: mlx-lm's files, not peft's
+    (tmp_path / "mlx" / "adapter" / "adapters.safetensors").write_bytes(b"")
+    with pytest.raises(ConfigError) as err:
+        adapter_folder(tmp_path / "mlx", "save_model")
+    assert err.value.field == "save_model" and "AutoModelForCausalLM" in err.value.fix
+
+
 def test_errors_name_the_scripts_arguments_not_polyrls():
     from polyrl.trl import _script_field
 

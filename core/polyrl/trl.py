@@ -15,7 +15,9 @@ run's environment, ``polyrl.agents.trl_environments``) or refused with one
 ``ConfigError`` naming it and the fix; nothing TRL would use is dropped silently. Why refuse
 rather than approximate: a callback, optimizer or tokenizer polyrl would not use trains another run
 than the script describes, without a word. The run itself is ``polyrl.api``'s, so its
-``output_dir`` holds polyrl's metrics, checkpoints and final model.
+``output_dir`` holds polyrl's metrics, checkpoints and final model. With ``peft_config``,
+``trainer.model`` and ``save_model`` are TRL's too (a ``PeftModel``; the adapter folder), built from
+that final model by ``polyrl.trl_peft``.
 """
 
 from __future__ import annotations
@@ -182,6 +184,9 @@ class GRPOTrainer:
         #: as TRL trains the object a script keeps using after train()
         self._model_object = None if isinstance(model, (str, Path)) else model
         self.policy = api.Agent(self.model_path, backend=backend, lora=peft_config, dtype=dtype)
+        self._peft_config = peft_config
+        #: with peft_config, ``trainer.model``: a peft PeftModel of the base (TRL's), made on first use
+        self._peft_model: Any = None
         self._processing_class = processing_class
         self.accelerator = _Accelerator()
         self.train_dataset = train_dataset
@@ -224,7 +229,7 @@ class GRPOTrainer:
         summary = trainer.run(progress=not getattr(self.args, "disable_tqdm", False))  # TRL's switch for its bar
         self.summary = summary
         if "model" in summary and self._model_object is not None:
-            _load_trained_weights(self._model_object, Path(summary["model"]))
+            self._hold_trained(Path(summary["model"]))
         history = list(summary.get("history", []))
         losses = [m["loss"] for m in history if isinstance(m.get("loss"), (int, float))]
         epoch = next((m["epoch"] for m in reversed(history) if isinstance(m.get("epoch"), (int, float))), None)
@@ -239,26 +244,88 @@ class GRPOTrainer:
         return TrainOutput(self.state.global_step, training_loss, metrics)
 
     def save_model(self, output_dir: str | None = None) -> None:
-        """Copy the trained model folder (polyrl writes it to ``output_dir/model``) to
-        ``output_dir`` (TRL's default: the run's ``output_dir``); before ``train()``, the model
-        as given (TRL saves whatever model the trainer holds)."""
-        source = self._model_source("save_model")
+        """Save the model to ``output_dir`` (TRL's default: the run's ``output_dir``) as TRL does:
+        the trained model folder (polyrl writes it to ``output_dir/model``) copied; with
+        ``peft_config`` the adapter alone (``adapter_config.json``, ``adapter_model.safetensors``,
+        its base the model folder polyrl trained from) and the tokenizer, which
+        ``AutoPeftModelForCausalLM.from_pretrained(dir)`` loads. Before ``train()``, the model as
+        given (TRL saves whatever model the trainer holds; with ``peft_config`` its untrained adapter)."""
         target = Path(output_dir or self.grpo_config.output_dir)
+        if self.policy.lora is not None:
+            self._save_adapter(target)
+            return
+        source = self._model_source("save_model")
         if target.resolve() == source.resolve():
             return
         target.mkdir(parents=True, exist_ok=True)
         shutil.copytree(source, target, dirs_exist_ok=True)
 
+    def _save_adapter(self, target: Path) -> None:
+        """``save_model`` with ``peft_config``: what TRL's ``PeftModel.save_pretrained`` and
+        transformers' ``processing_class.save_pretrained`` write."""
+        from polyrl import trl_peft
+
+        if self.summary is not None:
+            trl_peft.copy_adapter(trl_peft.adapter_folder(self._model_source("save_model"), "save_model"), target)
+        else:
+            self._peft("save_model").save_pretrained(str(target))
+            trl_peft.absolute_base(target)
+        self.processing_class.save_pretrained(str(target))
+
     @property
     def model(self) -> Any:
-        """The model as a transformers ``PreTrainedModel``: the object given (holding the trained
-        weights after ``train()``), else the trained folder (before it, the one given) loaded once;
-        with ``peft_config`` the LoRA adapters merged into it (polyrl's ``output_dir/model``)."""
+        """The model as TRL's trainer holds it. Without ``peft_config`` a transformers
+        ``PreTrainedModel``: the object given (holding the trained weights after ``train()``), else
+        the trained folder (before it, the one given) loaded once. With ``peft_config`` a peft
+        ``PeftModel`` of the base model holding the trained adapter (before ``train()``, TRL's
+        fresh one), its ``merge_and_unload()`` polyrl's merged ``output_dir/model``; a model object
+        given is its base, the adapter injected into it as TRL's ``get_peft_model`` does."""
+        if self.policy.lora is not None:
+            return self._peft("model")
         if self._model_object is None:
             from transformers import AutoModelForCausalLM
 
             self._model_object = AutoModelForCausalLM.from_pretrained(str(self._model_source("model")))
         return self._model_object
+
+    def _peft(self, asked: str) -> Any:
+        """``trainer.model`` with ``peft_config``, made once: the trained adapter on the base
+        polyrl trained from, or before ``train()`` TRL's untrained one on the model as given."""
+        from polyrl import trl_peft
+
+        if self._peft_model is None:
+            source = self._model_source(asked)
+            trained = self.summary is not None
+            adapter = trl_peft.adapter_folder(source, asked) if trained else None
+            base = self._model_object
+            if base is None:
+                from transformers import AutoModelForCausalLM
+
+                base = AutoModelForCausalLM.from_pretrained(trl_peft.recorded_base(adapter) if adapter else str(source))
+            self._peft_model = trl_peft.trained(base, adapter) if adapter else \
+                trl_peft.untrained(base, self._peft_config, asked)
+            self._model_object = base
+        return self._peft_model
+
+    def _hold_trained(self, folder: Path) -> None:
+        """After ``train()``, put the trained model into the model object in memory (the one given,
+        or the one ``trainer.model`` loaded): TRL trains the object a script keeps using. With
+        ``peft_config`` the trained adapter is injected into it (TRL's ``PeftModel`` around it;
+        an untrained one taken before ``train()`` gets the trained weights); else the weights are
+        loaded into it."""
+        from polyrl import trl_peft
+
+        if self.policy.lora is None or not (folder / "adapter" / "adapter_model.safetensors").is_file():
+            if self._peft_model is not None:  # no peft adapter saved (MLX): the untrained adapters out again
+                self._model_object, self._peft_model = self._peft_model.unload(), None
+            _load_trained_weights(self._model_object, folder)
+            return
+        adapter = trl_peft.adapter_folder(folder, "model")
+        if self._peft_model is not None and trl_peft.load_trained(self._peft_model, adapter):
+            return
+        if self._peft_model is not None:  # adapters on other layers than polyrl trained: replaced
+            self._model_object = self._peft_model.unload()
+        self._peft_model = trl_peft.trained(self._model_object, adapter)
 
     def _model_source(self, asked: str) -> Path:
         """The folder of the model as it stands: trained after ``train()``, else the one given."""
@@ -274,11 +341,14 @@ class GRPOTrainer:
 
     @property
     def processing_class(self) -> Any:
-        """The tokenizer polyrl tokenizes with: the one given, else the model folder's."""
+        """The tokenizer polyrl tokenizes with: the one given, else the model folder's (after
+        ``train()``, the copy saved with the trained model)."""
         if self._processing_class is None:
             from transformers import AutoTokenizer
 
-            self._processing_class = AutoTokenizer.from_pretrained(self.model_path)
+            # after train() the tokenizer saved beside the trained model: a polyrl model name is no Hub id
+            trained = (self.summary or {}).get("model")
+            self._processing_class = AutoTokenizer.from_pretrained(str(trained or self.model_path))
         return self._processing_class
 
     def is_world_process_zero(self) -> bool:
