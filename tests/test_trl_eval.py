@@ -261,3 +261,39 @@ def test_evaluate_of_an_iterable_dataset_is_one_error_naming_eval_dataset(tiny_m
     with pytest.raises(ConfigError) as err:
         trainer.evaluate(eval_dataset=datasets.Dataset.from_list(_rows(2)).to_iterable_dataset())
     assert err.value.field == "eval_dataset" and "IterableDataset" in err.value.message
+
+
+def test_one_evaluation_samples_as_trls_eval_mode_whatever_the_schedule():
+    """eval_strategy "no" leaves [eval] out of from_trl's settings; evaluate() samples
+    num_generations_eval (else num_generations) all the same, with no schedule of its own."""
+    from polyrl.trl_evaluate import eval_settings
+
+    scheduled = trl_config(eval_strategy="epoch", num_generations_eval=4)
+    for args in (trl_config(num_generations_eval=4), scheduled):
+        ours = eval_settings(api.GRPOConfig.from_trl(args).settings, args)
+        assert _eval(ours) == {"eval.reward": "run", "eval.greedy": False, "eval.samples": 4, "eval.before": False,
+                               "eval.every": 0}
+    assert eval_settings({}, trl_config())["eval.samples"] == 2  # num_generations
+    assert eval_settings({"generation.group_size": 6}, api.GRPOConfig())["eval.samples"] == 6  # polyrl's own config
+
+
+def test_the_returned_keys_are_trls_under_the_prefix_with_transformers_speed_metrics():
+    from polyrl.trl_evaluate import trl_metrics
+
+    ours = evaluation.eval_metrics(None, np.array([1.0, 0.0, 0.5, 0.5]), 2, 1, 1.0, 2,
+                                   per_reward={"f": np.array([1.0, 0.0, 0.5, 0.5])}, lengths=np.array([3, 5, 4, 4]))
+    out = trl_metrics(ours, "test", rows=5, seconds=2.0, batch_size=2, epoch=None)
+    assert out == {"test_reward": 0.5, "test_reward_std": pytest.approx(np.std([1, 0, .5, .5], ddof=1)),
+                   "test_rewards/f/mean": 0.5, "test_rewards/f/std": pytest.approx(np.std([1, 0, .5, .5], ddof=1)),
+                   "test_completions/mean_length": 4.0, "test_runtime": 2.0, "test_samples_per_second": 2.5,
+                   "test_steps_per_second": 1.5}  # ceil(5 rows / 2) steps, as transformers counts them
+    assert trl_metrics(ours, "eval", 5, 0.0, 2, 1.5) == {**{k.replace("test_", "eval_"): v for k, v in out.items()
+                                                            if "per_second" not in k}, "eval_runtime": 0.0,
+                                                         "epoch": 1.5}
+
+
+@pytest.mark.parametrize("prefix", ["", None])
+def test_evaluate_without_a_metric_key_prefix_is_one_error(tiny_model_dir, tmp_path, prefix):
+    with pytest.raises(ConfigError) as err:
+        _trainer(tiny_model_dir, tmp_path).evaluate(metric_key_prefix=prefix)
+    assert err.value.field == "metric_key_prefix"
