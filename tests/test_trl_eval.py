@@ -171,3 +171,129 @@ def test_a_reward_labelled_run_beside_others_is_refused_under_eval_reward_run():
         config([{"name": "numeric_match", "label": "run"}, {"name": "length_penalty", "options": {"target": 4}}])
     assert err.value.field == "rewards[0].label"
     assert config([{"name": "numeric_match", "label": "run"}]).eval.reward == "run"  # one reward: the same score
+
+
+# --- GRPOTrainer.evaluate(): TRL's evaluate() on polyrl's evaluation ------------------------------
+
+def _short(completions, **kwargs):
+    """A TRL-style reward."""
+    return [-len(c) / 10 for c in completions]
+
+
+def _trainer(model_dir, where, **kwargs):
+    datasets = pytest.importorskip("datasets")
+    from polyrl.trl import GRPOTrainer
+
+    trl_args = {**dict(max_steps=2, max_completion_length=6, learning_rate=1e-2, disable_tqdm=True,
+                       output_dir=str(where / "run")), **kwargs.pop("args", {})}
+    rows = kwargs.pop("eval_dataset", datasets.Dataset.from_list(_rows(3, start=10)))
+    return GRPOTrainer(model=model_dir, reward_funcs=[_short], args=trl_config(**trl_args),
+                       train_dataset=datasets.Dataset.from_list(_rows(4)), eval_dataset=rows, **kwargs)
+
+
+_TRL_KEYS = {"eval_reward", "eval_reward_std", "eval_rewards/_short/mean", "eval_rewards/_short/std",
+             "eval_completions/mean_length", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second"}
+_REWARD_KEYS = ("eval_reward", "eval_reward_std", "eval_rewards/_short/mean", "eval_completions/mean_length")
+
+
+def test_evaluate_is_the_runs_own_evaluation_before_and_after_training(tiny_model_dir, tmp_path):
+    """Before train() the model given, after it the trained weights: each equals the run's own
+    evaluation at that step (eval_on_start; the end), sampled as TRL's num_generations_eval says
+    under the same seed; the untrained model at the end's seed scores otherwise."""
+    args = dict(eval_strategy="steps", eval_steps=2, eval_on_start=True, num_generations_eval=4)
+    trainer = _trainer(tiny_model_dir, tmp_path, args=args)
+    before = trainer.evaluate()
+    assert set(before) == _TRL_KEYS and all(np.isfinite(v) for v in before.values())  # no epoch before training
+    assert trainer.state.log_history == [{**before, "step": 0}]  # as transformers logs it
+    trainer.train()
+    run_before, run_after = [h for h in trainer.state.log_history if "eval_reward" in h]
+    after = trainer.evaluate()
+    assert set(after) == _TRL_KEYS | {"epoch"} and after["epoch"] == run_after["epoch"] == 1.0
+    assert trainer.state.log_history[-1] == {**after, "step": 2}
+    for key in _REWARD_KEYS:
+        assert before[key] == pytest.approx(run_before[key]) and after[key] == pytest.approx(run_after[key])
+    untrained = _trainer(tiny_model_dir, tmp_path / "untrained", args=args)
+    untrained.state = untrained.state._replace(global_step=2)  # the end's seed, the model as given
+    assert untrained.evaluate()["eval_reward"] != pytest.approx(after["eval_reward"])
+
+
+def test_evaluate_after_training_lora_adapters_evaluates_the_trained_adapters(tiny_model_dir, tmp_path):
+    peft = pytest.importorskip("peft")
+    trainer = _trainer(tiny_model_dir, tmp_path, args=dict(eval_strategy="steps", eval_steps=2, learning_rate=5e-2),
+                       peft_config=peft.LoraConfig(r=4, lora_alpha=8))
+    trainer.train()
+    run_after = [h for h in trainer.state.log_history if "eval_reward" in h][-1]
+    after = trainer.evaluate()  # the merged output_dir/model, against the run's adapters
+    assert all(after[key] == pytest.approx(run_after[key], abs=1e-6) for key in _REWARD_KEYS)
+
+
+def test_evaluate_takes_a_prefix_and_named_datasets_as_transformers_does(tiny_model_dir, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    named = {"a": datasets.Dataset.from_list(_rows(2)), "b": _rows(2, start=5)}
+    trainer = _trainer(tiny_model_dir, tmp_path, eval_dataset=named)  # eval_strategy "no": kept for evaluate()
+    both = trainer.evaluate(metric_key_prefix="test")
+    assert {k for k in both if k.startswith("test_a_")} == {k.replace("eval_", "test_a_") for k in _TRL_KEYS}
+    assert {k for k in both if k.startswith("test_b_")} == {k.replace("eval_", "test_b_") for k in _TRL_KEYS}
+    assert len(both) == 2 * len(_TRL_KEYS)
+    assert [sorted(h)[0] for h in trainer.state.log_history] == ["step", "step"] and \
+        [next(k for k in h if k != "step")[:7] for h in trainer.state.log_history] == ["test_a_", "test_b_"]
+    one = trainer.evaluate(eval_dataset="a", metric_key_prefix="mine")  # one of the trainer's named sets
+    assert set(one) == {k.replace("eval_", "mine_") for k in _TRL_KEYS}
+    assert one["mine_reward"] == pytest.approx(both["test_a_reward"])  # the same rows, step and seed
+
+
+@pytest.mark.parametrize(("given", "words"), [
+    (None, "no eval_dataset"), ("one prompt", "not a dataset"), (3, "not a dataset"), ([], "is empty"),
+    ({}, "empty dict"), ({"a": []}, "eval_dataset['a'] is empty"), ("c", "not one of"),
+    ([{"question": "q", "answer": "1"}], "row 0 of eval_dataset")])
+def test_evaluate_of_rows_it_cannot_read_is_one_error_naming_eval_dataset(tiny_model_dir, tmp_path, given, words):
+    kept = {"a": _rows(1)} if given == "c" else None
+    trainer = _trainer(tiny_model_dir, tmp_path, eval_dataset=kept)
+    with pytest.raises(ConfigError) as err:
+        trainer.evaluate(eval_dataset=given)
+    assert err.value.field == "eval_dataset" and words in err.value.message and "eval_prompts" not in str(err.value)
+    assert trainer.state.log_history == []
+
+
+def test_evaluate_of_an_iterable_dataset_is_one_error_naming_eval_dataset(tiny_model_dir, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    trainer = _trainer(tiny_model_dir, tmp_path)
+    with pytest.raises(ConfigError) as err:
+        trainer.evaluate(eval_dataset=datasets.Dataset.from_list(_rows(2)).to_iterable_dataset())
+    assert err.value.field == "eval_dataset" and "IterableDataset" in err.value.message
+
+
+def test_one_evaluation_samples_as_trls_eval_mode_whatever_the_schedule():
+    """eval_strategy "no" leaves [eval] out of from_trl's settings; evaluate() samples
+    num_generations_eval (else num_generations) all the same, with no schedule of its own."""
+    from polyrl.trl_evaluate import eval_settings
+
+    scheduled = trl_config(eval_strategy="epoch", num_generations_eval=4)
+    for args in (trl_config(num_generations_eval=4), scheduled):
+        ours = eval_settings(api.GRPOConfig.from_trl(args).settings, args)
+        assert _eval(ours) == {"eval.reward": "run", "eval.greedy": False, "eval.samples": 4, "eval.before": False,
+                               "eval.every": 0}
+    assert eval_settings({}, trl_config())["eval.samples"] == 2  # num_generations
+    assert eval_settings({"generation.group_size": 6}, api.GRPOConfig())["eval.samples"] == 6  # polyrl's own config
+
+
+def test_the_returned_keys_are_trls_under_the_prefix_with_transformers_speed_metrics():
+    from polyrl.trl_evaluate import trl_metrics
+
+    ours = evaluation.eval_metrics(None, np.array([1.0, 0.0, 0.5, 0.5]), 2, 1, 1.0, 2,
+                                   per_reward={"f": np.array([1.0, 0.0, 0.5, 0.5])}, lengths=np.array([3, 5, 4, 4]))
+    out = trl_metrics(ours, "test", rows=5, seconds=2.0, batch_size=2, epoch=None)
+    assert out == {"test_reward": 0.5, "test_reward_std": pytest.approx(np.std([1, 0, .5, .5], ddof=1)),
+                   "test_rewards/f/mean": 0.5, "test_rewards/f/std": pytest.approx(np.std([1, 0, .5, .5], ddof=1)),
+                   "test_completions/mean_length": 4.0, "test_runtime": 2.0, "test_samples_per_second": 2.5,
+                   "test_steps_per_second": 1.5}  # ceil(5 rows / 2) steps, as transformers counts them
+    assert trl_metrics(ours, "eval", 5, 0.0, 2, 1.5) == {**{k.replace("test_", "eval_"): v for k, v in out.items()
+                                                            if "per_second" not in k}, "eval_runtime": 0.0,
+                                                         "epoch": 1.5}
+
+
+@pytest.mark.parametrize("prefix", ["", None])
+def test_evaluate_without_a_metric_key_prefix_is_one_error(tiny_model_dir, tmp_path, prefix):
+    with pytest.raises(ConfigError) as err:
+        _trainer(tiny_model_dir, tmp_path).evaluate(metric_key_prefix=prefix)
+    assert err.value.field == "metric_key_prefix"

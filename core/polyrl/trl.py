@@ -121,7 +121,7 @@ def _script_names(method: _Method) -> _Method:
 
 
 class GRPOTrainer:
-    """``trl.GRPOTrainer``'s constructor and ``train()``, run by polyrl on ``backend`` (a
+    """``trl.GRPOTrainer``'s constructor, ``train()`` and ``evaluate()``, run by polyrl on ``backend`` (a
     polyrl keyword TRL lacks: "torch", "mlx", ...). The arguments are checked here, before any
     model loads, as TRL checks them when the trainer is built."""
 
@@ -202,7 +202,7 @@ class GRPOTrainer:
               ignore_keys_for_eval: Any = None) -> TrainOutput:
         """Run the training; ``resume_from_checkpoint`` True continues the newest checkpoint in
         ``output_dir`` (polyrl's ``--resume``), a path that checkpoint."""
-        from polyrl import api, checkpoint
+        from polyrl import checkpoint
         from polyrl.rewards.trl_compat import with_trl_names
 
         if trial is not None:
@@ -214,17 +214,10 @@ class GRPOTrainer:
             if wrong:
                 raise ConfigError(wrong[0], field="resume_from_checkpoint", fix=wrong[1])
         started = time.monotonic()
-        config, plugins = api.run_config(api.grpo, policy=self.policy, prompts=self.train_dataset,
-                                         rewards=self.reward_funcs, grpo_config=self.grpo_config,
-                                         eval_prompts=self.eval_dataset if self._evaluates else None)
-        if self.environment is not None:
-            config = attrs.evolve(config, environment=self.environment)
-            plugins = [*plugins, *([self.tools] if self.tools is not None else [])]
-        if self.trl_environments is not None:
-            plugins = [*_with_environments(config, plugins), self.trl_environments]
-        trainer = api.make_trainer(config, plugins, resume=resume)
+        trainer = self._polyrl_trainer(self.policy, self.grpo_config,
+                                       self.eval_dataset if self._evaluates else None, resume=resume)
         if resume is not None and not trainer.resume(resume or None):
-            raise ConfigError(f"no checkpoint to resume in {config.train.output_dir}", field="resume_from_checkpoint",
+            raise ConfigError(f"no checkpoint to resume in {self.grpo_config.output_dir}", field="resume_from_checkpoint",
                               fix="call train() without resume_from_checkpoint to start the run")
         summary = trainer.run(progress=not getattr(self.args, "disable_tqdm", False))  # TRL's switch for its bar
         self.summary = summary
@@ -242,6 +235,61 @@ class GRPOTrainer:
         if epoch is not None:
             metrics["epoch"] = epoch
         return TrainOutput(self.state.global_step, training_loss, metrics)
+
+    def _polyrl_trainer(self, policy: Any, grpo_config: Any, eval_prompts: Any, resume: str | None = None) -> Any:
+        """polyrl's ``Trainer`` for this script's run (``api.run_config``): its rewards, tools and
+        environment, ``policy`` and ``grpo_config``; for ``train()`` and ``evaluate()`` alike."""
+        from polyrl import api
+
+        config, plugins = api.run_config(api.grpo, policy=policy, prompts=self.train_dataset,
+                                         rewards=self.reward_funcs, grpo_config=grpo_config, eval_prompts=eval_prompts)
+        if self.environment is not None:
+            config = attrs.evolve(config, environment=self.environment)
+            plugins = [*plugins, *([self.tools] if self.tools is not None else [])]
+        if self.trl_environments is not None:
+            plugins = [*_with_environments(config, plugins), self.trl_environments]
+        return api.make_trainer(config, plugins, resume=resume)
+
+    @_script_names
+    def evaluate(self, eval_dataset: Any = None, ignore_keys: Any = None,
+                 metric_key_prefix: str = "eval") -> dict[str, Any]:
+        """TRL's ``evaluate()``: one evaluation of the policy as it stands (before ``train()`` the
+        model given, after it the trained ``output_dir/model``) on ``eval_dataset`` (default: the
+        trainer's; a dict of named sets is each, prefixed ``{metric_key_prefix}_{name}``), the
+        same pass the run makes during training: ``num_generations_eval`` sampled completions per
+        row, scored with the run's rewards and weights. Returns TRL's keys, each entry appended to
+        ``state.log_history`` at the current step, as transformers logs it. ``ignore_keys`` names
+        model outputs transformers leaves out of predictions; polyrl's evaluation keeps none."""
+        import gc
+        import tempfile
+
+        from polyrl.trl_evaluate import eval_sets, eval_settings, trl_metrics
+
+        if not isinstance(metric_key_prefix, str) or not metric_key_prefix:
+            raise ConfigError(f"metric_key_prefix is {metric_key_prefix!r}", field="metric_key_prefix",
+                              fix='pass a name for the keys, e.g. metric_key_prefix="eval" (the default)')
+        sets = eval_sets(eval_dataset, self.eval_dataset)
+        folder = self.model_path if self.summary is None else str(self._model_source("evaluate"))
+        # the trained folder holds merged weights; before training LoRA adapters start at zero
+        policy = attrs.evolve(self.policy, model=folder, lora=None)
+        batch_size = int(getattr(self.args, "per_device_eval_batch_size", 8) or 8)
+        out: dict[str, Any] = {}
+        for name, rows in sets:
+            prefix = metric_key_prefix if name is None else f"{metric_key_prefix}_{name}"
+            with tempfile.TemporaryDirectory(prefix="polyrl-evaluate-") as scratch:  # its eval_completions.jsonl
+                config = attrs.evolve(self.grpo_config, output_dir=scratch,
+                                      settings=eval_settings(self.grpo_config.settings, self.args))
+                trainer = self._polyrl_trainer(policy, config, rows)
+                trainer.step = self.state.global_step  # the seed and trainer_state the run's evaluation has here
+                started = time.monotonic()
+                ours = trainer.evaluate("after" if self.summary is not None else "before")
+                seconds = time.monotonic() - started
+                del trainer
+                gc.collect()  # its engines, before the next set's load
+            metrics = trl_metrics(ours, prefix, len(rows), seconds, batch_size, self.state.epoch)
+            self.state.log_history.append({**metrics, "step": self.state.global_step})
+            out.update(metrics)
+        return out
 
     def save_model(self, output_dir: str | None = None) -> None:
         """Save the model to ``output_dir`` (TRL's default: the run's ``output_dir``) as TRL does:
@@ -402,9 +450,6 @@ _TRL_ONLY = {
     for name in ("model_wrapped", "ref_model", "optimizer", "lr_scheduler")
 } | {
     "tokenizer": "use trainer.processing_class (transformers' own name for it)",
-    "evaluate": "polyrl evaluates during training only: pass eval_dataset with eval_strategy=\"steps\" (or "
-                "\"epoch\") and read the eval_reward entries of trainer.state.log_history, or load the saved "
-                "folder with transformers",
     "hub_model_id": "polyrl does not upload to the Hub",
     "create_model_card": "polyrl writes no model card",
     "add_callback": "polyrl takes no callbacks: it writes every step to output_dir/metrics.jsonl",

@@ -1,0 +1,102 @@
+"""What ``polyrl.trl.GRPOTrainer.evaluate()`` needs besides the run itself: the eval datasets it was
+given, read as transformers' ``Trainer.evaluate`` reads them, the run's settings for one evaluation,
+and polyrl's eval numbers under the key names TRL's ``evaluate()`` returns.
+
+Why a module of its own: the evaluation is the trainer's (``polyrl.trainer.Trainer.evaluate``,
+the same pass the run makes during training); this is only the translation around it, testable
+without a model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from polyrl.errors import ConfigError
+
+_FIX = "pass a datasets.Dataset (or a list of rows) with a prompt column"
+
+
+def eval_sets(given: Any, kept: Any) -> list[tuple[str | None, list[dict[str, Any]]]]:
+    """The sets ``evaluate(eval_dataset=given)`` evaluates: (name, rows) each, the name None for a
+    single set. As transformers reads them: ``given``, else the trainer's ``kept`` one; a dict of
+    named datasets (a ``DatasetDict`` too) is each of them, named; a string names one set of a
+    dict ``kept``. Anything else that is not rows with a prompt is one ConfigError naming
+    ``eval_dataset``."""
+    chosen = kept if given is None else given
+    if chosen is None:
+        raise ConfigError("evaluate() has no eval_dataset: none was passed to it or to GRPOTrainer",
+                          field="eval_dataset",
+                          fix="pass trainer.evaluate(eval_dataset=<held-out rows>), or GRPOTrainer(..., "
+                              "eval_dataset=<held-out rows>)")
+    if isinstance(given, str) and isinstance(kept, Mapping):  # transformers: one of the named eval sets
+        if given not in kept:
+            raise ConfigError(f"eval_dataset {given!r} is not one of the trainer's eval datasets "
+                              f"({', '.join(map(repr, kept))})", field="eval_dataset",
+                              fix="name one of them, or pass the dataset itself")
+        return [(None, rows_of(kept[given], f"eval_dataset[{given!r}]"))]
+    if isinstance(chosen, Mapping):
+        if not chosen:
+            raise ConfigError("eval_dataset is an empty dict of datasets", field="eval_dataset", fix=_FIX)
+        return [(str(name), rows_of(dataset, f"eval_dataset[{name!r}]")) for name, dataset in chosen.items()]
+    return [(None, rows_of(chosen, "eval_dataset"))]
+
+
+def rows_of(dataset: Any, where: str) -> list[dict[str, Any]]:
+    """``dataset``'s rows (``polyrl.api.prompt_rows``), or one ConfigError naming ``eval_dataset``
+    (``where`` says which of a dict's sets). Why here: ``prompt_rows``' own errors name
+    ``prompts``, the training rows, and an object that is no sequence would end in a TypeError."""
+    from polyrl.api import prompt_rows
+
+    if type(dataset).__name__ == "IterableDataset":
+        raise ConfigError(f"{where} is an IterableDataset, which may never end; polyrl evaluates one finite set "
+                          "of rows", field="eval_dataset",
+                          fix="pass a datasets.Dataset (e.g. Dataset.from_list(list(dataset.take(N))))")
+    if isinstance(dataset, (str, bytes, Mapping)) or not isinstance(dataset, Iterable):
+        raise ConfigError(f"{where} is of type {type(dataset).__name__}, not a dataset", field="eval_dataset", fix=_FIX)
+    try:
+        rows = prompt_rows(dataset)
+    except ConfigError as exc:
+        raise ConfigError(exc.message.replace("prompts", where, 1), field="eval_dataset", fix=_FIX) from None
+    if not rows:
+        raise ConfigError(f"{where} is empty", field="eval_dataset", fix="pass at least one held-out row")
+    return rows
+
+
+def eval_settings(settings: Mapping[str, Any], args: Any) -> dict[str, Any]:
+    """``settings`` (a ``GRPOConfig``'s) for one evaluation as TRL's evaluation samples: the
+    run's own settings, its evaluation schedule dropped, and ``[eval]`` as ``from_trl`` sets it
+    (``trl_config.eval_settings``: ``num_generations_eval``, else ``num_generations``, sampled
+    completions per row, scored with every reward, weighted; no greedy pass). Read from ``args``
+    too, as TRL's ``eval_strategy = "no"`` leaves them out of ``settings``; polyrl's own
+    ``GRPOConfig`` samples its ``generation.group_size``."""
+    from polyrl.api import GenerationConfig
+    from polyrl.config import RUN_REWARDS
+
+    samples = (settings.get("eval.samples") or getattr(args, "num_generations_eval", None)
+               or getattr(args, "num_generations", None) or settings.get("generation.group_size")
+               or GenerationConfig().group_size)
+    kept = {key: value for key, value in settings.items() if not key.startswith("eval.")}
+    return {**kept, "eval.reward": RUN_REWARDS, "eval.greedy": False, "eval.samples": int(samples),
+            "eval.before": False, "eval.every": 0}
+
+
+def trl_metrics(ours: Mapping[str, Any], prefix: str, rows: int, seconds: float, batch_size: int,
+                epoch: float | None) -> dict[str, Any]:
+    """polyrl's numbers of one evaluation as TRL's ``evaluate()`` returns them: its reward keys
+    (``step_metrics.trl_eval_names``) under ``prefix`` (TRL's ``metric_key_prefix``), transformers'
+    ``speed_metrics`` (``rows`` samples, in steps of ``batch_size`` rows, as it counts them) and
+    the ``epoch`` when one is known."""
+    from polyrl.step_metrics import trl_eval_names
+
+    out: dict[str, Any] = {f"{prefix}_{key.removeprefix('eval_')}": value
+                           for key, value in trl_eval_names(ours).items()}
+    out[f"{prefix}_runtime"] = round(seconds, 4)
+    if seconds > 0:  # transformers leaves the rates out of a zero runtime
+        out[f"{prefix}_samples_per_second"] = round(rows / seconds, 3)
+        out[f"{prefix}_steps_per_second"] = round(math.ceil(rows / max(batch_size, 1)) / seconds, 3)
+    if epoch is not None:
+        out["epoch"] = epoch
+    return out
+
