@@ -72,6 +72,10 @@ options = {{count = 8}}
 [[rewards]]
 name = "numeric_match"
 
+[eval]
+count = 2
+max_new_tokens = 4
+
 [train]
 steps = 1
 prompts_per_step = 2
@@ -86,8 +90,9 @@ output_dir = "{out}"
 
 def test_a_toml_run_samples_and_trains_from_prompts_rendered_with_the_kwargs(thinking_model, tmp_path):
     """Without the key the template opens ``<think>`` (reasoning_open); with ``enable_thinking =
-    false`` every prompt the trainer samples from ends with the empty think block, the reasoning is
-    judged from that rendering (closed: not reasoning_open), and the step trains."""
+    false`` every prompt the trainer samples from (training and evaluation) ends with the empty
+    think block, the reasoning is judged from that rendering (closed: not reasoning_open), and the
+    step trains."""
     decode = decoder(thinking_model)
     for name, line, ending, opened in [("plain", "", OPEN, True),
                                        ("off", "chat_template_kwargs = {enable_thinking = false}", CLOSED, False)]:
@@ -97,6 +102,9 @@ def test_a_toml_run_samples_and_trains_from_prompts_rendered_with_the_kwargs(thi
         metrics = trainer.train_one_step()
         assert not metrics["skipped"], metrics
         assert len(sampled) == 4
+        (tmp_path / name).mkdir(exist_ok=True)  # where run() would have made it
+        trainer.evaluate()  # the evaluation samples from the same rendering
+        assert len(sampled) > 4
         for c in sampled:
             text = decode(c.prompt_ids)
             assert text.endswith(ending), (name, text)
