@@ -273,6 +273,9 @@ class Hostile:
         c = {"index": i, "token_ids": [10 + i, 11, 12, 13], "finish_reason": "length", "text": "not the ids",
              "prompt_token_ids": prompt if isinstance(prompt, list) else [1, 2, 3],
              "logprobs": {"token_logprobs": [-0.5, -0.6, -0.7, -0.8]}}
+        if "messages" in body:  # /v1/chat/completions: a message and logprobs.content, as OpenAI's
+            c["message"] = {"role": "assistant", "content": c.pop("text")}
+            c["logprobs"] = {"content": [{"logprob": lp} for lp in c["logprobs"]["token_logprobs"]]}
         field, _, value = self.mode.partition("=")
         if field == "logprob":
             c["logprobs"]["token_logprobs"][1] = json.loads(value)
@@ -587,6 +590,38 @@ def test_chats_are_rendered_with_the_models_template_and_the_text_is_the_decode_
     hostile.mode = 'prompt_token_ids=[5, 5, 5]'  # a server answering for another prompt is refused
     with pytest.raises(PluginError, match="re-tokenized the prompt"):
         hostile_engine(hostile, model=tiny_model_dir).generate([chat], SamplingParams(max_new_tokens=4, n=2))
+
+
+def test_chats_are_rendered_with_chat_template_kwargs_here_or_sent_with_them(hostile, tiny_model_dir, tmp_path):
+    """``model.chat_template_kwargs`` reach the remote backend's own rendering (the token-id prompt
+    is the train engine's rendering with them: the empty think block), and a chat sent for the
+    server to render (no tokenizer here) carries them as vLLM's ``chat_template_kwargs``."""
+    from chat_kwargs_model import CLOSED, with_thinking_switch
+    from transformers import AutoTokenizer
+
+    model = with_thinking_switch(tiny_model_dir, tmp_path / "thinking-switch")
+    off = {"enable_thinking": False}
+    chat = [{"role": "user", "content": "What is 47 - 13?"}]
+    options = {"servers": [hostile.url], "retries": 1, "backoff_s": 0.01, "weight_push": False}
+    remote = Engine(Registry(), "remote", EngineConfig(model=model, role="generate", chat_template_kwargs=off,
+                                                       options=options))
+    out = remote.generate([chat], SamplingParams(max_new_tokens=4, n=2))
+    trainer_side = Engine(Registry(), "torch", EngineConfig(model=model, role="train", threads=1,
+                                                            chat_template_kwargs=off))
+    rendered = trainer_side.encode_chat(chat, None, add_generation_prompt=True).tolist()
+    [(path, body)] = hostile.requests
+    assert path == "/v1/completions" and body["prompt"] == rendered and "chat_template_kwargs" not in body
+    assert AutoTokenizer.from_pretrained(model).decode(rendered).endswith(CLOSED)
+    assert all(c.prompt_ids.tolist() == rendered for c in out)
+    hostile.requests.clear()
+    unrendered = Engine(Registry(), "remote", EngineConfig(model="unused", role="generate", chat_template_kwargs=off,
+                                                           options=options))
+    unrendered.generate([chat], SamplingParams(max_new_tokens=4, n=2))
+    [(path, body)] = hostile.requests
+    assert path == "/v1/chat/completions" and body["messages"] == chat and body["chat_template_kwargs"] == off
+    hostile.requests.clear()
+    hostile_engine(hostile).generate([chat], SamplingParams(max_new_tokens=4, n=2))
+    assert "chat_template_kwargs" not in hostile.requests[0][1]  # none set: none sent
 
 
 def test_text_prompts_are_sent_as_the_ids_the_train_backend_encodes(hostile, tiny_model_dir):

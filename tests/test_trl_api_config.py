@@ -660,11 +660,10 @@ def test_remove_unused_columns_true_is_refused_not_ignored():
 
 
 @pytest.mark.parametrize(("field", "value", "reason"), [
-    ("chat_template_kwargs", {"enable_thinking": False}, "no extra arguments"),
     ("use_vllm", True, "its own generate backend"),
 ])
 def test_common_trl_fields_polyrl_lacks_are_refused_saying_polyrl_has_no_equivalent(field, value, reason):
-    """Fields most TRL GRPO scripts set (Qwen3's enable_thinking=False, use_vllm=True) were refused as
+    """Fields most TRL GRPO scripts set (use_vllm=True) were refused as
     "from_trl does not translate it", which reads as a gap in the translation, not in polyrl."""
     with pytest.raises(ConfigError, match=f"polyrl has no equivalent \\(.*{reason}") as info:
         api.GRPOConfig.from_trl(trl_config(**{field: value}))

@@ -84,7 +84,8 @@ _ARGUMENTS = {"algorithm.beta": "beta", "algorithm.epsilon": "epsilon", "algorit
               "algorithm.scale_rewards": "scale_rewards", "train.steps": "steps", "train.epochs": "epochs",
               "train.prompts_per_step": "prompts_per_step", "train.seed": "seed", "train.threads": "threads",
               "train.output_dir": "output_dir", "optimizer.lr": "learning_rate",
-              "optimizer.max_grad_norm": "max_grad_norm", "rewards[].weight": "reward_weights"}
+              "optimizer.max_grad_norm": "max_grad_norm", "rewards[].weight": "reward_weights",
+              "model.chat_template_kwargs": "chat_template_kwargs"}
 
 
 def _where(key: str) -> str:
@@ -148,6 +149,9 @@ class GRPOConfig:
     #: TRL's ``num_train_epochs`` (when no ``max_steps``): steps = epochs x the whole batches of
     #: prompts_per_step prompts, as TRL counts them (``epoch_steps``)
     epochs: float | None = None
+    #: TRL's ``chat_template_kwargs``: extra variables for the policy's chat template
+    #: (``{"enable_thinking": False}`` for Qwen3), polyrl's ``model.chat_template_kwargs``
+    chat_template_kwargs: Mapping[str, Any] | None = None
     #: any other polyrl ``table.key`` -> value (``"optimizer.schedule": "linear"``); set over the
     #: run's other settings (``from_trl`` puts TRL's values here)
     settings: Mapping[str, Any] = attrs.field(factory=dict)
@@ -158,6 +162,13 @@ class GRPOConfig:
     def __new__(cls, *args: Any, **kwargs: Any) -> GRPOConfig:
         _refuse_unknown_arguments(kwargs)
         return super().__new__(cls)
+
+    def __attrs_post_init__(self) -> None:
+        from polyrl.chat_kwargs import checked
+
+        if self.chat_template_kwargs is not None:  # named as the argument the caller wrote
+            object.__setattr__(self, "chat_template_kwargs",
+                               checked(self.chat_template_kwargs, "grpo_config.chat_template_kwargs"))
 
     @classmethod
     def from_trl(cls, trl_config: Any, *, tools: bool = False) -> GRPOConfig:
@@ -211,6 +222,7 @@ def _polyrl_defaults() -> dict[str, Any]:
     out = {f"{table}.{name}": value for table, record in sections.items() for name, value in attrs.asdict(
         record, recurse=False).items()}
     out.update({"train.output_dir": attrs.fields(GRPOConfig).output_dir.default, "train.epochs": None,
+                "model.chat_template_kwargs": {},
                 "data.shuffle": attrs.fields(DataSection).shuffle.default})
     return out
 
@@ -477,7 +489,8 @@ def run_config(
                                                              algorithm_config.num_iterations)
     config = RunConfig(
         model=ModelSection(path=policy.model, dtype=policy.dtype,
-                           reference_path=ref_policy.model if ref_policy else None),
+                           reference_path=ref_policy.model if ref_policy else None,
+                           chat_template_kwargs=dict(cfg.chat_template_kwargs or {})),
         data=DataSection(rows=rows, eval_rows=eval_rows),
         rewards=reward_sections,
         backends=BackendsSection(train=policy.backend, generate=gen.backend,

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from polyrl import chat_kwargs
 from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig, check_given_keys_act
 from polyrl.configtools import build, unknown_key_fix
 from polyrl.errors import ConfigError
@@ -52,8 +53,12 @@ class ModelSection:
     max_length: int = 1024
     reference_path: str | None = None  # the KL reference, when not the initial policy itself
     trust_remote_code: bool = False  # run Python shipped in the model folder (only when asked)
+    #: extra variables for the policy's chat template, every time it renders (TRL's
+    #: ``chat_template_kwargs``; ``{enable_thinking = false}`` for Qwen3): ``polyrl.chat_kwargs``
+    chat_template_kwargs: dict[str, Any] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "chat_template_kwargs", chat_kwargs.checked(self.chat_template_kwargs))
         if not self.path:
             raise ConfigError(
                 "no model given", field="model.path",

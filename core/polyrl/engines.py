@@ -141,6 +141,7 @@ def engine_config(config: RunConfig, role: str, model: str) -> EngineConfig:
         optimizer=run_optimizer(c),
         max_length=c.model.max_length, options=dict(c.backends.options),
         trust_remote_code=c.model.trust_remote_code,
+        chat_template_kwargs=dict(c.model.chat_template_kwargs),
         gradient_checkpointing=c.train.gradient_checkpointing and role == "train",
         collective_timeout_s=c.train.collective_timeout_s,
     )

@@ -419,8 +419,11 @@ def encode_chat(
 
     Exactly what ``generate`` does to a chat prompt (same template, same special tokens, no BOS
     beyond what the template writes), with ``tools`` (JSON schemas, as transformers'
-    ``apply_chat_template(tools=...)``) passed to the template. The core asks the generate engine
-    first and the train engine when the generate backend has no tokenizer (a remote server).
+    ``apply_chat_template(tools=...)``) passed to the template, and
+    ``EngineConfig.chat_template_kwargs`` (``model.chat_template_kwargs``: ``enable_thinking``...)
+    as template variables, here and in ``generate``'s rendering of a chat prompt alike
+    (``encode_chat_literal(template_kwargs=...)``). The core asks the generate engine first and the
+    train engine when the generate backend has no tokenizer (a remote server).
     Only the template's own special tokens are special: a message's text (a tool result, an
     observation) spelling ``<|im_end|>`` is encoded as those characters, so it cannot end its turn
     and forge the next (``polyrl.backend_kit.literal_chat.encode_chat_literal`` does both, for an

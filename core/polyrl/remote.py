@@ -202,7 +202,7 @@ class RemoteEngine:
         #: what every error quoting a server masks: the API key, the push token, URL credentials
         self.redact = Redactor.of([headers.get("Authorization", "").removeprefix("Bearer "), token or "",
                                    *(s for server in self.options.servers for s in url_secrets(server))])
-        self.tokenizer = ModelTokenizer(config.model)
+        self.tokenizer = ModelTokenizer(config.model, config.chat_template_kwargs)
         self.model = self.options.served_model or self._served_model(self.options.servers[0])
         self._next = itertools.count()
         self._lock = threading.Lock()
@@ -428,6 +428,8 @@ class RemoteEngine:
         chat = not isinstance(prompt, (str, TokenPrompt))
         if not isinstance(prompt, (str, TokenPrompt)):
             body.update(messages=list(prompt), logprobs=True)
+            if self.config.chat_template_kwargs:  # vLLM's extension field: the server renders the template
+                body["chat_template_kwargs"] = dict(self.config.chat_template_kwargs)
         elif isinstance(prompt, TokenPrompt):
             body.update(prompt=[int(t) for t in prompt.ids], logprobs=0)  # OpenAI's token-id prompt
         else:

@@ -42,8 +42,10 @@ def folder_tokenizer(model_path: str) -> Any:
 class ModelTokenizer:
     """``transformers``' tokenizer of the model folder, or nothing (no folder, no tokenizer files)."""
 
-    def __init__(self, model_path: str) -> None:
+    def __init__(self, model_path: str, template_kwargs: Mapping[str, Any] | None = None) -> None:
         self._tok: Any = None
+        #: ``model.chat_template_kwargs``: what every chat rendering here passes to the template
+        self.template_kwargs = dict(template_kwargs or {})
         self._lock = threading.Lock()  # one tokenizer object shared by the request threads
         folder = model_path if model_path and os.path.isdir(model_path) else None
         if folder:
@@ -81,7 +83,8 @@ class ModelTokenizer:
         """A chat prompt's ids: the chat template with the generation prompt, as ``encode_chat``."""
         check_prompt(list(messages), "a chat prompt")
         with self._lock:
-            return encode_chat_literal(self._tok, messages, None, add_generation_prompt=True)
+            return encode_chat_literal(self._tok, messages, None, add_generation_prompt=True,
+                                       template_kwargs=self.template_kwargs)
 
     def decode(self, ids: Sequence[int]) -> str:
         with self._lock:

@@ -40,8 +40,8 @@ top-p/top-k). Alternatives are not computed by the generate contract, so chat ``
 0 and ``/v1/completions`` ``logprobs`` above 0 are refused. vLLM's ``min_p`` and
 ``repetition_penalty`` are honoured. Every other field that would change the answer and is not
 done here (``logit_bias``, presence/frequency penalties, ``response_format`` other than text,
-``tools``, ``min_tokens``, ``best_of``, ``suffix``, ``echo``, non-text content parts) is a 400 naming
-it when set, never silently ignored (``polyrl.serving.requests.UNHONOURED``).
+``tools``, ``min_tokens``, ``best_of``, ``suffix``, ``echo``, vLLM's ``chat_template_kwargs``,
+non-text content parts) is a 400 naming it when set, never silently ignored (``polyrl.serving.requests.UNHONOURED``).
 
 Bad requests are 4xx with a reason in OpenAI's error shape, never a 500 or a hang: 411/400/413 for
 a missing, malformed or too large Content-Length, 400 for bad JSON, wrong types, out-of-range

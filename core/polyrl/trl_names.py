@@ -77,6 +77,7 @@ TRL_NAMES: dict[str, TrlName] = {
                                                     "(prompts // prompts_per_step) in [train]"),
     "seed": TrlName("train.seed"),
     "shuffle_dataset": TrlName("data.shuffle"),
+    "chat_template_kwargs": TrlName("model.chat_template_kwargs"),
     "output_dir": TrlName("train.output_dir"),
     "per_device_train_batch_size": TrlName("train.prompts_per_step", note="TRL counts completions per process, "
                                                                           "polyrl prompts per step: write "
@@ -130,10 +131,6 @@ TOML_HINTS: dict[str, TrlName] = {
     # TRL uploads every save and the final model; dropping it would end the run without the upload
     "push_to_hub": TrlName(None, note="polyrl uploads nothing to the Hub: upload output_dir after training "
                                       "(huggingface_hub.upload_folder)"),
-    "chat_template_kwargs": TrlName(None, note="polyrl renders chat prompts with the model's own chat template "
-                                               "and no extra arguments, so a switch such as enable_thinking has to "
-                                               "be the template's default (edit chat_template.jinja in a copy of the "
-                                               "model folder)"),
     "generation_kwargs": TrlName(None, note="polyrl samples with the generation settings it has (temperature, "
                                             "top_p, top_k, min_p, repetition_penalty, max_new_tokens, stop)"),
     "use_vllm": TrlName(None, note="polyrl samples with its own generate backend (GenerationConfig(backend=...), "

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 import attrs
 import numpy as np
 
+from polyrl.chat_kwargs import checked as checked_chat_kwargs
 from polyrl.errors import ConfigError
 from polyrl.validators import RULES, shown
 
@@ -542,6 +543,9 @@ class EngineConfig:
     gradient_checkpointing: bool = False
     #: Under a launcher: seconds a collective waits for the other ranks (``train.collective_timeout_s``).
     collective_timeout_s: float = 600.0
+    #: Extra variables for the model's chat template (``model.chat_template_kwargs``, TRL's
+    #: ``chat_template_kwargs``): ``encode_chat`` and ``generate``'s chat prompts render with them.
+    chat_template_kwargs: dict[str, Any] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         """The checks the config keys these fields come from get (``validators.RULES``), for an
@@ -560,6 +564,8 @@ class EngineConfig:
                                   field=f"EngineConfig.{name}", fix="pass a bool (any non-empty string, "
                                                                     '"false" included, reads as True)')
         object.__setattr__(self, "lora", as_lora_config(self.lora, self.model))
+        object.__setattr__(self, "chat_template_kwargs",
+                           checked_chat_kwargs(self.chat_template_kwargs, "EngineConfig.chat_template_kwargs"))
 
 
 @attrs.define(frozen=True)

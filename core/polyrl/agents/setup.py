@@ -192,7 +192,9 @@ def check_template(config: RunConfig, plan: EnvironmentPlan, model_path: str) ->
 
     def encode(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                add_generation_prompt: bool) -> np.ndarray:
-        return np.asarray(encode_chat_literal(tok, messages, tools, add_generation_prompt), dtype=np.int64)
+        ids = encode_chat_literal(tok, messages, tools, add_generation_prompt,
+                                  template_kwargs=config.model.chat_template_kwargs)  # as the engines render
+        return np.asarray(ids, dtype=np.int64)
 
     probe = EpisodeRunner(_samples_nothing, encode, EpisodeLimits(), toolbox=plan.toolbox, model_name=config.model.path)
     probe.check_tool_results(plan.toolbox.schemas)

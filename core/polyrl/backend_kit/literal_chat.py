@@ -133,21 +133,24 @@ class _Hidden:
 
 def encode_chat_literal(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
                         tools: Sequence[Mapping[str, Any]] | None = None,
-                        add_generation_prompt: bool = False, field: str = "model.path") -> list[int]:
+                        add_generation_prompt: bool = False, field: str = "model.path",
+                        template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
     """``messages`` through the tokenizer's chat template, tokenized with no special tokens added
     beyond the template's; special-token strings spelled inside the messages are read as text.
-    The template renders within ``template_limits``' bounds; past one, a ConfigError on ``field``."""
+    The template renders within ``template_limits``' bounds; past one, a ConfigError on ``field``.
+    ``template_kwargs``: extra template variables (``EngineConfig.chat_template_kwargs``)."""
     conversation = [dict(m) for m in messages]
     specials = special_tokens(tokenizer)
     texts = _strings(conversation)
     if not any(s in t for t in texts for s in specials):  # nothing to read differently: as always
-        rendered = render_chat(tokenizer, conversation, tools, add_generation_prompt, field)
+        rendered = render_chat(tokenizer, conversation, tools, add_generation_prompt, field, template_kwargs)
         # verbose=False: a conversation past the tokenizer's model_max_length is for the caller to
         # cut or end (an episode ends at its length cap); transformers' "indexing errors" warning
         # would only print over the run's own output
         return [int(i) for i in tokenizer(rendered, add_special_tokens=False, verbose=False)["input_ids"]]
     hidden = _Hidden(sorted(specials, key=len, reverse=True), texts)
-    rendered = render_chat(tokenizer, hidden.hide(conversation), tools, add_generation_prompt, field)
+    rendered = render_chat(tokenizer, hidden.hide(conversation), tools, add_generation_prompt, field,
+                           template_kwargs)
     return _encode_rendered(tokenizer, rendered, specials, hidden)
 
 

@@ -299,20 +299,23 @@ def compile_bounded(template: str) -> Any:
 
 
 def render_chat(tokenizer: Any, conversation: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
-                add_generation_prompt: bool, field: str) -> str:
-    """``tokenizer.apply_chat_template(conversation, tools=tools, tokenize=False, ...)``'s text,
-    rendered within the bounds above; past one, a ConfigError on ``field`` (the folder's)."""
+                add_generation_prompt: bool, field: str, template_kwargs: Mapping[str, Any] | None = None) -> str:
+    """``tokenizer.apply_chat_template(conversation, tools=tools, tokenize=False, ...,
+    **template_kwargs)``'s text, rendered within the bounds above; past one, a ConfigError on
+    ``field`` (the folder's). ``template_kwargs`` (``model.chat_template_kwargs``) are template
+    variables, over the special tokens' as in transformers."""
+    extra = dict(template_kwargs or {})
     if not hasattr(tokenizer, "get_chat_template") or not hasattr(tokenizer, "special_tokens_map"):
         # not transformers' tokenizer (a test's fake): no folder's Jinja to bound, it renders its own way
         return str(tokenizer.apply_chat_template(list(conversation), tools=tools, tokenize=False,
-                                                 add_generation_prompt=add_generation_prompt))
+                                                 add_generation_prompt=add_generation_prompt, **extra))
     schemas = None if tools is None else [dict(t) for t in tools]
     template = tokenizer.get_chat_template(None, schemas)
     _state.budget = [time.monotonic() + DEADLINE_S, MAX_STEPS, MAX_PRODUCED]
     try:
         return str(compile_bounded(template).render(messages=list(conversation), tools=schemas, documents=None,
                                                     add_generation_prompt=add_generation_prompt,
-                                                    **tokenizer.special_tokens_map))
+                                                    **{**tokenizer.special_tokens_map, **extra}))
     except TemplateBoundsError as exc:
         folder = getattr(tokenizer, "name_or_path", "") or "the model"
         raise TemplateRefused(f"the chat template of {folder!r} is refused: {exc}", reason=str(exc), field=field,

@@ -49,6 +49,11 @@ UNHONOURED: dict[str, tuple[Any, str]] = {
     "suffix": (_off(""), "send no suffix: insertion is not supported"),
     "echo": (_off(False), "send echo = false: the prompt is not returned"),
     "top_logprobs": (_zero, "send 0 (or none): only each sampled token's log-prob is computed"),
+    # vLLM's extension: template variables such as enable_thinking; this server renders chats with
+    # its model's template as it is
+    "chat_template_kwargs": (_off({}), "send none, or render the chat yourself (the model's tokenizer, "
+                                       "apply_chat_template(..., enable_thinking=False)) and send the token ids "
+                                       "to /v1/completions"),
 }
 
 

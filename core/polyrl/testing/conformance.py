@@ -26,7 +26,8 @@ changes nothing, non-finite steps leave the weights alone, every parameter survi
 export/import round trip, and a checkpoint resumes exactly (weights and optimizer state). For
 multi-turn episodes (when the backend declares ``token_prompts``/``loss_mask``): a ``TokenPrompt``
 is used verbatim, continuing from ids equals one longer generation, ``encode_chat`` is what
-``generate`` feeds the model, and a masked batch's loss and gradient are the reference's. For
+``generate`` feeds the model (``EngineConfig.chat_template_kwargs`` included), and a masked
+batch's loss and gradient are the reference's. For
 every backend: a message spelling the tokenizer's special tokens (``<|im_end|>``) is encoded as
 text by ``generate`` and ``encode_chat``, ``generation_phase`` holds a rollout (a fresh context,
 the same samples inside as outside, an exception inside propagates), and each hook the declared
@@ -409,6 +410,41 @@ class GenerationConformance:
         np.testing.assert_array_equal(ids, chat.prompt_ids)
         longer = engine.encode_chat(CHATS[0] + [{"role": "assistant", "content": "5"}], None, False)
         assert len(longer) > len(ids) - 3 and not np.array_equal(longer, ids)
+
+    def test_chat_template_kwargs_reach_the_template(self, model_dir, tmp_path):
+        """``EngineConfig.chat_template_kwargs`` (``model.chat_template_kwargs``, TRL's: Qwen3's
+        ``enable_thinking``) are template variables in ``encode_chat`` and in ``generate``'s
+        rendering of a chat prompt: a backend ignoring them would sample from prompts the user
+        did not ask for, without a word."""
+        import json
+        import shutil
+
+        from transformers import AutoTokenizer
+
+        folder = tmp_path / "variable-template"
+        shutil.copytree(model_dir, folder)
+        settings = json.loads((folder / "tokenizer_config.json").read_text())
+        settings["chat_template"] = (
+            "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+            "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+            "{% if probe is defined %}{{ 'probe: ' + probe + '\\n' }}{% endif %}{% endif %}")
+        (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+        reg = self.registry()
+        if not reg.status(self.backend).available:
+            pytest.skip(f"backend {self.backend!r} not usable here: {reg.status(self.backend).reason}")
+        engine = Engine(reg, self.backend, EngineConfig(model=str(folder), role="generate", threads=1,
+                                                        chat_template_kwargs={"probe": "thinking off"}))
+        ids = engine.encode_chat(CHATS[0], None, add_generation_prompt=True)
+        if ids is None:
+            pytest.skip(f"backend {self.backend!r} has no tokenizer (the core uses the train engine's)")
+        tok = AutoTokenizer.from_pretrained(str(folder))
+        text = tok.apply_chat_template(CHATS[0], add_generation_prompt=True, tokenize=False, probe="thinking off")
+        assert text.endswith("probe: thinking off\n")
+        np.testing.assert_array_equal(ids, tok(text, add_special_tokens=False)["input_ids"],
+                                      err_msg="encode_chat ignored EngineConfig.chat_template_kwargs")
+        chat = engine.generate(CHATS[:1], SamplingParams(max_new_tokens=1, temperature=0.0))[0]
+        np.testing.assert_array_equal(chat.prompt_ids, ids,
+                                      err_msg="generate renders a chat prompt without chat_template_kwargs")
 
     def test_every_weight_survives_export_and_import(self, model_dir):
         """Import then export returns each parameter as imported, and the import changes what

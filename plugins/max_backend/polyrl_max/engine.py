@@ -474,7 +474,8 @@ class MaxEngine:
         tok = self.tokenizer
         require_chat_template(tok, self.config.model)
         # a message's text (a tool result, an observation) spelling <|im_end|> stays text
-        return encode_chat_literal(tok, messages, tools, add_generation_prompt)
+        return encode_chat_literal(tok, messages, tools, add_generation_prompt,
+                                   template_kwargs=self.config.chat_template_kwargs)
 
     def checked_ids(self, ids: Any) -> list[int]:
         """A token prompt's ids, each one a row of the compiled embedding table: MAX does not

@@ -343,7 +343,8 @@ class MLXEngine:
         tok = self.tokenizer
         require_chat_template(tok, self.config.model)
         # a message's text (a tool result, an observation) spelling <|im_end|> stays text
-        return encode_chat_literal(tok, messages, tools, add_generation_prompt)
+        return encode_chat_literal(tok, messages, tools, add_generation_prompt,
+                                   template_kwargs=self.config.chat_template_kwargs)
 
     @property
     def vocab_size(self) -> int:

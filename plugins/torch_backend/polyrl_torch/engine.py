@@ -339,7 +339,8 @@ class TorchEngine:
         tok = self.tokenizer
         require_chat_template(tok, self.config.model)
         # a message's text (a tool result, an observation) spelling <|im_end|> stays text
-        return encode_chat_literal(tok, messages, tools, add_generation_prompt)
+        return encode_chat_literal(tok, messages, tools, add_generation_prompt,
+                                   template_kwargs=self.config.chat_template_kwargs)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
