@@ -105,14 +105,16 @@ def test_on_evaluate_gets_trls_eval_names_after_the_steps_log(tiny_model_dir, tm
     recorder = Recorder()
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
                           eval_dataset=_dataset(2), callbacks=[Recorder],
-                          args=_args(tmp_path, max_steps=1, eval_strategy="steps", eval_steps=1))
+                          args=_args(tmp_path, max_steps=1, eval_strategy="steps", eval_steps=1,
+                                     eval_on_start=True))
     trainer.pop_callback(Recorder)
     trainer.add_callback(recorder)
     trainer.train()
-    names = [e for e, _ in recorder.events]
-    assert names[names.index("on_step_end"):] == ["on_step_end", "on_log", "on_log", "on_evaluate", "on_save",
-                                                  "on_train_end"]
-    assert "eval_reward" in recorder.evaluations[0] and "eval_reward" in recorder.logs[1]
+    assert [e for e, _ in recorder.events] == [
+        "on_train_begin", "on_log", "on_evaluate",  # eval_on_start
+        "on_step_begin", "on_step_end", "on_log", "on_log", "on_evaluate", "on_save", "on_train_end"]
+    assert [sorted(m) for m in recorder.evaluations] == [sorted({**e, "epoch": 0}) for e in recorder.logs[::2]]
+    assert all("eval_reward" in m for m in recorder.evaluations) and "loss" in recorder.logs[1]
     assert recorder.seen["state"].log_history == trainer.state.log_history
 
 
@@ -149,6 +151,20 @@ def test_should_save_checkpoints_that_step(tiny_model_dir, tmp_path):
     trainer.train()
     assert [s for e, s in recorder.events if e == "on_save"] == [1, 2]  # asked at 1; the final one at 2
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-00000001", "step-00000002"]
+
+
+class StopWhenSaved(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_save = True
+
+    def on_save(self, args, state, control, **kwargs):
+        control.should_training_stop = True
+
+
+def test_should_training_stop_set_in_on_save_ends_the_run_after_that_step(tiny_model_dir, tmp_path):
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=3),
+                          train_dataset=_dataset(), callbacks=[StopWhenSaved()])
+    assert trainer.train().global_step == 1
 
 
 class Broken(TrainerCallback):
