@@ -346,6 +346,30 @@ def test_a_signal_landing_after_the_stop_gather_is_kept_for_the_next_gather() ->
     assert Trainer._agree_to_stop(rank) is True  # so the next gather stops every rank
 
 
+def test_a_stop_a_checkpoint_or_an_error_asked_on_one_rank_is_agreed_by_every_rank() -> None:
+    """An observer (polyrl.trl's callbacks) on one rank only asking to stop or save, or raising: every rank
+    acts on it after the same step (a rank saving or raising alone would leave its peer in a collective)."""
+    from types import SimpleNamespace
+
+    from polyrl.errors import CallbackError
+    from polyrl.run_observer import StepAsk
+    from polyrl.trainer import Trainer
+
+    def peer_asked(theirs: StepAsk) -> SimpleNamespace:
+        engine = SimpleNamespace(all_gather=lambda mine: [mine, (False, theirs.stop, theirs.save, theirs.why,
+                                                                 theirs.failed)])
+        return SimpleNamespace(stop_requested=False, train_engine=engine)
+
+    stop, agreed = Trainer._agree_after_step(peer_asked(StepAsk(stop=True, why="a callback")), StepAsk())
+    assert stop and agreed.stop and agreed.why == "a callback" and not agreed.save
+    stop, agreed = Trainer._agree_after_step(peer_asked(StepAsk(save=True)), StepAsk())
+    assert not stop and agreed.save
+    stop, agreed = Trainer._agree_after_step(peer_asked(StepAsk()), StepAsk())
+    assert not stop and agreed == StepAsk()
+    with pytest.raises(CallbackError, match="Broken.on_log raised"):
+        Trainer._agree_after_step(peer_asked(StepAsk(stop=True, failed="callback Broken.on_log raised X")), StepAsk())
+
+
 @TWO_CPUS
 @pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_sigterm_to_the_launcher_stops_every_rank_after_the_same_step_with_a_checkpoint(

@@ -268,12 +268,8 @@ def test_errors_name_the_scripts_arguments_not_polyrls():
     assert _script_field("train_dataset") == "train_dataset" and _script_field(None) is None
 
 
-class _Callback:
-    pass
-
-
 @pytest.mark.parametrize("name, value", [
-    ("callbacks", [_Callback()]), ("rollout_func", short),
+    ("rollout_func", short),
     ("quantization_config", object()), ("reward_processing_classes", object()),
     ("optimizers", (object(), None)),
 ])

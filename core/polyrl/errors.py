@@ -79,6 +79,12 @@ class RewardError(PolyrlError):
     """A reward function raised or returned something unusable."""
 
 
+class CallbackError(PolyrlError):
+    """A user's code watching the run raised (``polyrl.run_observer``: ``polyrl.trl``'s transformers
+    ``TrainerCallback``); it names the callback and the event. The run stops there, its checkpoints
+    as they were (under a launcher on every rank together, after the step)."""
+
+
 class PluginError(PolyrlError):
     """A plugin misbehaved (raised in a hook, returned the wrong type)."""
 

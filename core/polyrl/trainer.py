@@ -47,7 +47,15 @@ from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train
 from polyrl.engines import check_engines, choose_generate_backend, load_engines, run_optimizer
 from polyrl import episode_scoring
 from polyrl.episode_prompts import first_prompt_counter
-from polyrl.errors import CollectiveTimeout, ConfigError, PluginError, PolyrlError, RewardError, StoppedAtOnce
+from polyrl.errors import (
+    CallbackError,
+    CollectiveTimeout,
+    ConfigError,
+    PluginError,
+    PolyrlError,
+    RewardError,
+    StoppedAtOnce,
+)
 from polyrl.logs import get_logger, log_from_signal_handler, readable
 from polyrl.tracking.tensorboard import LOG_DIR as TENSORBOARD_DIR
 from polyrl.plugins import get_plugin_manager
@@ -61,6 +69,7 @@ from polyrl.reasoning import opens_reasoning, think_suffix
 from polyrl.reward_agreement import agreed_reward_failure, reward_outcome
 from polyrl.rewards.trl_compat import TrainerState
 from polyrl.rollouts import Rollout, RolloutAhead
+from polyrl.run_observer import RunObserver, StepAsk
 from polyrl.schedules import lr_at, updates_in_history
 from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock
 from polyrl import evaluation, metrics_file
@@ -231,6 +240,8 @@ class Trainer:
         #: sample (``RewardContext.columns``); read once: a row-backed set finds them row by row
         self._columns = tuple(tuple(data.columns) if data is not None else () for data in self._source_data)
         self.stop_requested = False
+        #: code watching the run in this process (``polyrl.run_observer``; ``polyrl.trl``'s callbacks)
+        self.observers: list[RunObserver] = []
         #: a weight push that failed after its step trained: raised once the step is recorded
         self._sync_failed: PolyrlError | None = None
         #: the last step's rewards were all None (no reward scored any sample): counted toward the stop
@@ -1345,6 +1356,8 @@ class Trainer:
                 if self.rank == 0:
                     log.info("evaluation before training", **summary["eval_before"])
                     self._publish_eval("before", summary["eval_before"])
+                for observer in self.observers:
+                    observer.evaluated("before", 0, summary["eval_before"])
             if not (self._agree_to_stop() if self.world_size > 1 else self.stop_requested):
                 return True
         log.warning("stopped on request before the first step: nothing was trained or saved")
@@ -1355,6 +1368,8 @@ class Trainer:
         from polyrl.progress import StepClock, bar_shown, step_progress
 
         c = self.config
+        for observer in self.observers:  # the run's step and history are set: fresh, or as resumed
+            observer.run_begin(self)
         if self.eval_dataset is not None and self.step == 0 and c.eval.before and not self._evaluate_before(summary):
             return
         if self.eval_dataset is not None and self.step > 0 and self._kept_eval_before is not None:
@@ -1365,9 +1380,10 @@ class Trainer:
         last_eval = self._evaluated_at_resume()
         # under a launcher only a collective decides the stop, so every rank leaves after the same step
         stop_agreed = False
+        asked = StepAsk()  # what the observers asked after the last step (``_observe_step``)
 
         def stopping() -> bool:
-            return stop_agreed if self.world_size > 1 else self.stop_requested
+            return stop_agreed if self.world_size > 1 else self.stop_requested or asked.stop
 
         # without the bar, the step lines say how far the run is and how long it has left
         clock = None if bar_shown(progress) else StepClock(c.train.steps, self.step)
@@ -1375,6 +1391,8 @@ class Trainer:
                 step_progress(c.train.steps, self.step, enabled=progress) as advance:
             while self.step < c.train.steps and not stopping():
                 self._phase = f"step {self.step + 1}"
+                for observer in self.observers:
+                    observer.step_begin(self.step + 1)
                 try:
                     metrics = self.train_one_step()
                 except RewardCancelled as exc:
@@ -1401,6 +1419,7 @@ class Trainer:
                 if self.rank == 0:
                     self._append_metrics(metrics)
                     self.tracking.publish(metrics)
+                asked = self._observe_step(metrics)
                 shown = step_line_fields(metrics, c.logging.step_line)
                 if clock is not None:  # beside the step number: step=3 of=50 eta_s=120 loss=...
                     shown = {"step": shown["step"], **clock.fields(self.step), **shown}
@@ -1412,7 +1431,7 @@ class Trainer:
                     self.save()  # a resume pushes the weights again before sampling
                     raise push_failed
                 if self.world_size > 1:  # a signal may reach the ranks on either side of a step
-                    stop_agreed = self._agree_to_stop()
+                    stop_agreed, asked = self._agree_after_step(asked)
                 skipped_update = bool(metrics.get("skipped")) and "grad_norm" in metrics
                 skips = skips + 1 if skipped_update else 0
                 unscored = unscored + 1 if self._nothing_scored else 0
@@ -1429,20 +1448,27 @@ class Trainer:
                 if unscored >= c.train.max_consecutive_skips:
                     self.save()
                     raise TooManySkippedSteps(self._unscored_message(unscored))
-                if c.train.checkpoint_every and self.step % c.train.checkpoint_every == 0:
-                    self.save()
+                if (c.train.checkpoint_every and self.step % c.train.checkpoint_every == 0) or asked.save:
+                    later = self._saved_now(self.save())
+                    if self.world_size == 1:  # under a launcher the next step's gather agrees on it
+                        asked = asked | later
         # a signal during the final save and export only asks to stop: with checkpoint_every = 0 that
         # save is the run's one checkpoint, and SIGTERM there lost the whole run (Ctrl-C too)
         with self._graceful_signals():
             self.rollouts.pending()  # under overlap the generator lags one update: leave it on the
             self.engines.sync_weights(self.step)  # trained policy, as without overlap
             last = ckpt.checkpoint_dir(self.checkpoint_root, self.step)
-            last = last if self._saved_step == self.step else self.save()
+            if self._saved_step != self.step:
+                last = self.save()
+                self._saved_now(last)
             summary["checkpoint"] = str(last)
             if self.rank == 0:
                 summary["model"] = str(self.export_final_model(last))
         if stopping() and self.step < c.train.steps:  # asked during the final save: nothing was cut short
-            log.warning("stopped early on request", step=self.step)
+            if asked.stop and not self.stop_requested:  # the user's own code asked: no warning
+                log.info("stopped early", step=self.step, asked_by=asked.why)
+            else:
+                log.warning("stopped early on request", step=self.step)
             summary["stopped_early"] = True
         if self.eval_dataset is not None:
             if last_eval is not None and last_eval[0] == self.step:  # the same weights were just evaluated
@@ -1456,6 +1482,35 @@ class Trainer:
             if self.rank == 0:
                 log.info("evaluation after training", **summary["eval_after"])
                 self._publish_eval("after", summary["eval_after"])
+            for observer in self.observers:
+                observer.evaluated("after", self.step, summary["eval_after"])
+
+    def _observe_step(self, metrics: dict[str, Any]) -> StepAsk:
+        """The observers told of the step just recorded; what they ask, together."""
+        asked = StepAsk()
+        for observer in self.observers:
+            asked = asked | observer.step_end(metrics)
+        return asked
+
+    def _agree_after_step(self, asked: StepAsk) -> tuple[bool, StepAsk]:
+        """(stop, what the observers asked) as every rank will act on them: a stop asked by a signal or
+        an observer on any rank, a checkpoint asked on any (the save is collective: one rank saving
+        alone would hang). One gather, where ``_agree_to_stop``'s was; reads the signal flag only."""
+        answers = self.train_engine.all_gather((self.stop_requested, asked.stop, asked.save, asked.why,
+                                                asked.failed))
+        failed = next((a[4] for a in answers if a[4]), "")
+        if failed:  # every rank raises it here, together
+            raise CallbackError(failed)
+        why = "; ".join(dict.fromkeys(a[3] for a in answers if a[3]))
+        agreed = StepAsk(save=any(a[2] for a in answers), stop=any(a[1] for a in answers), why=why)
+        return any(a[0] for a in answers) or agreed.stop, agreed
+
+    def _saved_now(self, path: Path) -> StepAsk:
+        """The checkpoint just written at this step (``path``) told to the observers; what they ask."""
+        asked = StepAsk()
+        for observer in self.observers:
+            asked = asked | observer.saved(self.step, path)
+        return asked
 
     def _reward_matrix(self, per_reward: Mapping[str, np.ndarray], shaped: np.ndarray) -> np.ndarray:
         """Each reward's scores over the step, one column per ``[[rewards]]`` entry in order, with

@@ -11,9 +11,10 @@
 Each argument is read as TRL reads it (``args`` by ``polyrl.api.GRPOConfig.from_trl``,
 ``reward_funcs`` by ``polyrl.api.reward_entries``, ``peft_config`` as LoRA, ``tools`` as the
 run's ``[environment] tools``, whose calls polyrl's episodes run, ``environment_factory`` as the
-run's environment, ``polyrl.agents.trl_environments``) or refused with one
-``ConfigError`` naming it and the fix; nothing TRL would use is dropped silently. Why refuse
-rather than approximate: a callback, optimizer or tokenizer polyrl would not use trains another run
+run's environment, ``polyrl.agents.trl_environments``, ``callbacks`` as transformers'
+``TrainerCallback`` objects called between polyrl's steps, ``polyrl.trl_callbacks``) or refused with
+one ``ConfigError`` naming it and the fix; nothing TRL would use is dropped silently. Why refuse
+rather than approximate: an optimizer or tokenizer polyrl would not use trains another run
 than the script describes, without a word. The run itself is ``polyrl.api``'s, so its
 ``output_dir`` holds polyrl's metrics, checkpoints and final model. With ``peft_config``,
 ``trainer.model`` and ``save_model`` are TRL's too (a ``PeftModel``; the adapter folder), built from
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from polyrl.agents.given_tools import GivenTools
     from polyrl.agents.trl_environments import TrlEnvironments
     from polyrl.config import EnvironmentSection
+    from polyrl.trl_callbacks import TrlCallbacks
 
 log = get_logger("polyrl.trl")
 
@@ -65,8 +67,6 @@ class TrainState(NamedTuple):
 _REFUSED = {
     "reward_processing_classes": "remove it: polyrl scores a reward model folder with the tokenizer saved in that "
                                  "folder (save yours there with save_pretrained)",
-    "callbacks": "remove them: polyrl reports to trackers (GRPOConfig(report_to=...) is read by polyrl's "
-                 "[logging] report_to in a TOML config) and writes every step to output_dir/metrics.jsonl",
     "quantization_config": "remove it: polyrl trains the model in its own precision (quantized training is not "
                            "offered)",
     "rollout_func": "remove it: polyrl samples with its own generate backend; tool calls are tools=[f, g] or "
@@ -133,7 +133,7 @@ class GRPOTrainer:
                  environment_factory: Any = None, *, backend: str = "torch") -> None:
         from polyrl import api
 
-        given = {"reward_processing_classes": reward_processing_classes, "callbacks": callbacks,
+        given = {"reward_processing_classes": reward_processing_classes,
                  "quantization_config": quantization_config, "rollout_func": rollout_func}
         for name, value in given.items():
             if value is not None and not (isinstance(value, (list, tuple)) and not value):
@@ -196,6 +196,12 @@ class GRPOTrainer:
         self.reward_funcs = [*user_rewards, *env_rewards]  # TRL's list: get_reward's rewards appended
         self.summary: dict[str, Any] | None = None
         self.state = TrainState(global_step=0, epoch=None, log_history=[])
+        #: transformers' callbacks (``polyrl.trl_callbacks``); None until a script gives one
+        self._callbacks: TrlCallbacks | None = None
+        if callbacks:
+            self._callbacks = self._callback_handler(list(callbacks) if isinstance(callbacks, (list, tuple))
+                                                     else [callbacks])
+            self._callbacks.event("on_init_end")
 
     @_script_names
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
@@ -219,6 +225,9 @@ class GRPOTrainer:
         if resume is not None and not trainer.resume(resume or None):
             raise ConfigError(f"no checkpoint to resume in {self.grpo_config.output_dir}", field="resume_from_checkpoint",
                               fix="call train() without resume_from_checkpoint to start the run")
+        callbacks = self._callbacks if self._callbacks is not None and self._callbacks.callbacks else None
+        if callbacks is not None:  # on_train_begin when the run starts (``run_begin``)
+            trainer.observers.append(callbacks)
         summary = trainer.run(progress=not getattr(self.args, "disable_tqdm", False))  # TRL's switch for its bar
         self.summary = summary
         if "model" in summary and self._model_object is not None:
@@ -230,6 +239,8 @@ class GRPOTrainer:
         if self._evaluates:  # TRL logs each evaluation as an entry of its own, eval_ names
             log_history = _with_evaluations(log_history, summary)
         self.state = TrainState(global_step=int(summary.get("steps", 0)), epoch=epoch, log_history=log_history)
+        if callbacks is not None:
+            callbacks.train_end(log_history, self.state.global_step)
         training_loss = sum(losses) / len(losses) if losses else 0.0
         metrics = {"train_runtime": round(time.monotonic() - started, 4), "train_loss": training_loss}
         if epoch is not None:
@@ -399,6 +410,38 @@ class GRPOTrainer:
             self._processing_class = AutoTokenizer.from_pretrained(str(trained or self.model_path))
         return self._processing_class
 
+    @property
+    def callback_handler(self) -> TrlCallbacks:
+        """transformers' ``trainer.callback_handler``: its ``callbacks`` list and add/pop/remove."""
+        if self._callbacks is None:
+            self._callbacks = self._callback_handler([])
+        return self._callbacks
+
+    def add_callback(self, callback: Any) -> None:
+        """Add a ``TrainerCallback`` (an instance, or a class made with no arguments), as transformers does."""
+        self.callback_handler.add_callback(callback)
+
+    def pop_callback(self, callback: Any) -> Any:
+        """Remove and return the first callback of that class (or that instance); None when absent."""
+        return self.callback_handler.pop_callback(callback)
+
+    def remove_callback(self, callback: Any) -> None:
+        """Remove the first callback of that class, or that instance."""
+        self.callback_handler.remove_callback(callback)
+
+    def _callback_handler(self, callbacks: list[Any]) -> TrlCallbacks:
+        from polyrl.trl_callbacks import TrlCallbacks
+
+        return TrlCallbacks(callbacks, self.args, self._callback_tokenizer, rank=self.accelerator.process_index,
+                            local_rank=0 if self.accelerator.is_local_main_process else 1)
+
+    def _callback_tokenizer(self) -> Any:
+        """The ``processing_class`` callbacks get: the trainer's, None for a model polyrl resolves by
+        name when it trains (no folder to load it from yet)."""
+        if self._processing_class is None and not Path(self.model_path).is_dir():
+            return None
+        return self.processing_class
+
     def is_world_process_zero(self) -> bool:
         """Whether this is the process that writes (transformers' name); polyrl's run writes from rank 0."""
         return self.accelerator.is_main_process
@@ -452,7 +495,6 @@ _TRL_ONLY = {
     "tokenizer": "use trainer.processing_class (transformers' own name for it)",
     "hub_model_id": "polyrl does not upload to the Hub",
     "create_model_card": "polyrl writes no model card",
-    "add_callback": "polyrl takes no callbacks: it writes every step to output_dir/metrics.jsonl",
 }
 
 

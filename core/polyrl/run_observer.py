@@ -1,0 +1,55 @@
+"""``RunObserver``: code that watches a run from inside its process and may ask it to save or stop.
+
+Why not a tracker: trackers only receive metrics (rank 0, on threads of their own, dropped when they
+fail, since a dashboard must never cost a run). An observer is the user's own code steering the run
+(``polyrl.trl``'s transformers callbacks: early stopping, a checkpoint at a step they choose), so it
+runs on every rank, in the training loop's thread, between steps, and what it raises ends the run
+(the checkpoints already written stay as they were).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+
+
+@attrs.frozen
+class StepAsk:
+    """What the observers asked after a step: a checkpoint now, the end of the run (``why``: who asked).
+    ``failed``: the one-line error of the user's code on this rank, which under a launcher is raised
+    on every rank once they agree (one rank raising alone would leave its peers in a collective)."""
+
+    save: bool = False
+    stop: bool = False
+    why: str = ""
+    failed: str = ""
+
+    def __or__(self, other: StepAsk) -> StepAsk:
+        return StepAsk(save=self.save or other.save, stop=self.stop or other.stop,
+                       why="; ".join(w for w in (self.why, other.why) if w), failed=self.failed or other.failed)
+
+
+class RunObserver(Protocol):
+    """Called by ``Trainer.run`` on every rank (``Trainer.observers``)."""
+
+    def run_begin(self, trainer: Any) -> None:
+        """The run starts on ``trainer`` (``polyrl.trainer.Trainer``): its ``step`` and ``history``
+        are where it starts (a resumed run's), before any evaluation or step."""
+
+    def step_begin(self, step: int) -> None:
+        """Step ``step`` (1-based) is about to be taken."""
+
+    def step_end(self, metrics: Mapping[str, Any]) -> StepAsk:
+        """The step's metrics were recorded (metrics.jsonl, trackers); an evaluation during the run is
+        on the same line (``eval/`` keys). The answer is agreed across ranks before it is acted on."""
+
+    def evaluated(self, phase: str, step: int, metrics: Mapping[str, Any]) -> None:
+        """The evaluation ``phase`` "before" or "after" training (not on a step's line) at ``step``."""
+
+    def saved(self, step: int, path: Path) -> StepAsk:
+        """The checkpoint of ``step`` was written to ``path`` (periodic, asked for, or the final one).
+        A stop asked here ends a single process's run at once; under a launcher, after the next step
+        (the ranks agree on it with that step's answer)."""

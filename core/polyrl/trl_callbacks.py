@@ -1,0 +1,230 @@
+"""transformers' ``TrainerCallback`` objects for ``polyrl.trl.GRPOTrainer``: a TRL script's logging
+and early-stopping callbacks run unchanged on polyrl's run.
+
+``TrlCallbacks`` is transformers' ``CallbackHandler`` as TRL's trainer uses it (the same
+``add_callback``/``pop_callback``/``remove_callback``, the same resets of ``TrainerControl``
+before each event, the same keyword arguments), and a ``polyrl.run_observer.RunObserver`` the
+trainer calls between steps, on every rank. Events, in transformers' order: ``on_init_end`` (the
+trainer built), ``on_train_begin``, then each step ``on_step_begin``, ``on_step_end``, ``on_log``
+(the step's metrics under TRL's names, as ``log_history`` gets them), and when it evaluated
+``on_log`` and ``on_evaluate`` (``eval_`` names), ``on_save`` after a checkpoint is written, and
+``on_train_end``. Not called: ``on_epoch_begin``/``on_epoch_end``, ``on_substep_end``,
+``on_pre_optimizer_step``/``on_optimizer_step`` (the optimizer steps inside polyrl's backend),
+``on_prediction_step``/``on_predict``/``on_push_begin`` (no predict, no Hub). Of the keyword
+arguments only ``processing_class`` is given (the run's tokenizer); ``model``, ``optimizer``,
+``lr_scheduler``, ``train_dataloader`` and ``eval_dataloader`` are None: the model trains in
+polyrl's backend, not in this process. Of ``TrainerControl``, ``should_training_stop`` ends the run
+after the step (saved and exported as at its end) and ``should_save`` checkpoints the step;
+``should_log``/``should_evaluate``/``should_epoch_stop`` are ignored (polyrl logs every step and
+evaluates every ``eval_steps``). A callback that raises ends the run with one ``CallbackError``
+naming it and the event. Under a launcher (torchrun) every rank calls its callbacks, with
+``state.is_world_process_zero`` true on rank 0 only, and the ranks agree on a stop or a checkpoint
+asked on any of them after each step (a stop asked in ``on_save`` there: after the next step).
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from polyrl.errors import CallbackError, ConfigError
+from polyrl.logs import get_logger
+from polyrl.run_observer import StepAsk
+
+log = get_logger("polyrl.trl")
+
+#: the events polyrl calls, each a method every callback must have (``TrainerCallback`` defines them all)
+EVENTS = ("on_init_end", "on_train_begin", "on_step_begin", "on_step_end", "on_log", "on_evaluate", "on_save",
+          "on_train_end")
+#: ``TrainerControl`` flags ``CallbackHandler`` clears before an event, so each asks afresh
+_CLEARED = {"on_train_begin": ("should_training_stop",), "on_step_begin": ("should_log", "should_evaluate",
+            "should_save"), "on_log": ("should_log",), "on_evaluate": ("should_evaluate",),
+            "on_save": ("should_save",)}
+
+
+class TrlCallbacks:
+    """The callbacks of one ``GRPOTrainer``, their ``TrainerState`` and ``TrainerControl``."""
+
+    def __init__(self, callbacks: Sequence[Any], args: Any, processing_class: Callable[[], Any],
+                 rank: int, local_rank: int) -> None:
+        from transformers import TrainerControl, TrainerState
+
+        self.callbacks: list[Any] = []
+        for i, callback in enumerate(callbacks):
+            self.add_callback(callback, where=f"callbacks[{i}]")
+        self.args = args
+        self._processing_class = processing_class
+        self.model = self.optimizer = self.lr_scheduler = None  # in polyrl's backend, not here
+        self.train_dataloader = self.eval_dataloader = None
+        self.state = TrainerState(is_world_process_zero=rank == 0, is_local_process_zero=local_rank == 0,
+                                  log_history=[])
+        self.state.logging_steps = 1  # polyrl logs every step (``run_begin`` sets the others)
+        batch = getattr(args, "per_device_train_batch_size", None)
+        self.state.train_batch_size = batch if isinstance(batch, int) else None
+        self.control = TrainerControl()
+        self._steps = 0  # the run's train.steps (``run_begin``)
+        #: under a launcher, the error a callback raised on this rank, raised on every rank after the
+        #: step (``StepAsk.failed``); no event is called after it
+        self.deferred: CallbackError | None = None
+        self._defer = False
+
+    # --- transformers' CallbackHandler API ------------------------------------------------------
+
+    def add_callback(self, callback: Any, where: str = "callback") -> None:
+        """A ``TrainerCallback`` instance, or a class made with no arguments (transformers' rule)."""
+        made = callback() if isinstance(callback, type) else callback
+        missing = [event for event in EVENTS if not callable(getattr(made, event, None))]
+        if missing:
+            raise ConfigError(f"{where} is a {type(made).__name__} without {', '.join(missing)}", field=where,
+                              fix="pass a transformers.TrainerCallback subclass (or an instance of one)")
+        if type(made) in [type(c) for c in self.callbacks]:
+            log.warning("a callback of this class is there already (transformers warns too)",
+                        callback=type(made).__name__)
+        self.callbacks.append(made)
+
+    def pop_callback(self, callback: Any) -> Any:
+        """Remove and return the first callback of that class (or that instance); None if none."""
+        for made in self.callbacks:
+            if (isinstance(made, callback) if isinstance(callback, type) else made == callback):
+                self.callbacks.remove(made)
+                return made
+        return None
+
+    def remove_callback(self, callback: Any) -> None:
+        """Remove the first callback of that class, or that instance (a ValueError when absent, as
+        transformers' ``list.remove``)."""
+        if isinstance(callback, type):
+            self.pop_callback(callback)
+        else:
+            self.callbacks.remove(callback)
+
+    @property
+    def callback_list(self) -> str:
+        return "\n".join(type(c).__name__ for c in self.callbacks)
+
+    @property
+    def processing_class(self) -> Any:
+        return self._processing_class()
+
+    def event(self, name: str, **kwargs: Any) -> None:
+        """Call ``name`` on every callback in order, as ``CallbackHandler.call_event`` does; one that
+        raises is a ``CallbackError`` naming it and the event, without polyrl's traceback."""
+        if not self.callbacks or self.deferred is not None:
+            return
+        for flag in _CLEARED.get(name, ()):
+            setattr(self.control, flag, False)
+        processing_class = self.processing_class
+        for callback in list(self.callbacks):
+            try:
+                result = getattr(callback, name)(
+                    self.args, self.state, self.control, model=self.model, processing_class=processing_class,
+                    optimizer=self.optimizer, lr_scheduler=self.lr_scheduler,
+                    train_dataloader=self.train_dataloader, eval_dataloader=self.eval_dataloader, **kwargs)
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code: any error is theirs
+                if not self._defer:
+                    raise _callback_error(callback, name, exc) from None
+                self.deferred = _callback_error(callback, name, exc)
+                return
+            if result is not None:  # a callback may return the control it changed (or none)
+                self.control = result
+
+    # --- the run's observer (polyrl.run_observer.RunObserver) ------------------------------------
+
+    def run_begin(self, trainer: Any) -> None:
+        """``on_train_begin``, the state set to where ``trainer`` starts (a resumed run's step)."""
+        from polyrl.rewards.trl_compat import with_trl_names
+        from polyrl.step_metrics import trl_epoch
+
+        c = trainer.config.train
+        self._defer = trainer.world_size > 1
+        self._steps = c.steps
+        self.state.max_steps = c.steps
+        if c.checkpoint_every:
+            self.state.save_steps = c.checkpoint_every
+        if trainer.config.eval.every:
+            self.state.eval_steps = trainer.config.eval.every
+        self.state.global_step = trainer.step
+        self.state.num_train_epochs = math.ceil(trl_epoch(c.steps, c.prompts_per_step, len(trainer.dataset)))
+        self.state.log_history = [with_trl_names(m) for m in trainer.history]
+        self.state.epoch = next((m["epoch"] for m in reversed(trainer.history) if "epoch" in m), 0.0)
+        self.event("on_train_begin")
+
+    def step_begin(self, step: int) -> None:
+        self.event("on_step_begin")
+
+    def step_end(self, metrics: Mapping[str, Any]) -> StepAsk:
+        from polyrl.rewards.trl_compat import with_trl_names
+        from polyrl.step_metrics import trl_eval_names
+
+        self.state.global_step = int(metrics.get("step", self.state.global_step + 1))
+        if isinstance(metrics.get("epoch"), (int, float)):
+            self.state.epoch = float(metrics["epoch"])
+        if isinstance(metrics.get("num_tokens"), (int, float)):
+            self.state.num_input_tokens_seen = int(metrics["num_tokens"])
+        self.event("on_step_end")
+        self._log(with_trl_names(metrics))
+        evaluated = trl_eval_names(metrics)
+        if evaluated:
+            self._evaluation(evaluated)
+        return self._asked()
+
+    def evaluated(self, phase: str, step: int, metrics: Mapping[str, Any]) -> None:
+        """The evaluation before training (TRL's ``eval_on_start``) or after it, when the last step's
+        line does not hold it: logged and ``on_evaluate`` as TRL's trainer does."""
+        from polyrl.step_metrics import trl_eval_names
+
+        last = self.state.log_history[-1] if self.state.log_history else {}
+        if phase == "after" and trl_eval_names(last):
+            return
+        evaluated = trl_eval_names(metrics)
+        if evaluated:
+            self._evaluation(evaluated)
+
+    def saved(self, step: int, path: Path) -> StepAsk:
+        self.event("on_save")
+        return self._asked()
+
+    def train_end(self, log_history: list[dict[str, Any]], global_step: int) -> None:
+        """``on_train_end``, the state as ``trainer.state`` has it after ``train()``."""
+        self.state.log_history = log_history
+        self.state.global_step = global_step
+        self.event("on_train_end")
+        if self.deferred is not None:  # raised after the last step's gather (the final on_save)
+            raise self.deferred
+
+    def _log(self, entry: Mapping[str, Any]) -> None:
+        """``log_history`` gets ``entry`` with its ``step``; ``on_log`` the entry without it."""
+        logs = {k: v for k, v in entry.items() if k != "step"}
+        if self.state.epoch is not None:
+            logs.setdefault("epoch", self.state.epoch)
+        self.state.log_history.append({**logs, "step": self.state.global_step})
+        self.event("on_log", logs=logs)
+
+    def _evaluation(self, metrics: dict[str, Any]) -> None:
+        self._log(metrics)
+        self.event("on_evaluate", metrics={**metrics, "epoch": self.state.epoch})
+
+    def _asked(self) -> StepAsk:
+        """What ``TrainerControl`` asks of the run now (or the error a callback raised)."""
+        if self.deferred is not None:
+            return StepAsk(stop=True, failed=str(self.deferred))
+        stop, save = self.control.should_training_stop, self.control.should_save
+        if stop and self.state.global_step >= self._steps:
+            stop = False  # the run ends here anyway
+        why = "a callback set control.should_training_stop" if stop else ""
+        return StepAsk(save=bool(save), stop=bool(stop), why=why)
+
+
+def _callback_error(callback: Any, event: str, exc: BaseException) -> CallbackError:
+    """One line: the callback's class and event, what it raised, and where in its own code."""
+    from polyrl.agents.threads import describe
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if len(frames) > 1 else ""
+    name = type(callback).__name__
+    return CallbackError(f"callback {name}.{event} raised {describe(exc, run_goes_on=False)}{at}; the run stopped "
+                         f"there, its checkpoints as they were. Fix: fix {name}.{event}, or remove {name} from "
+                         "callbacks (trainer.remove_callback)")

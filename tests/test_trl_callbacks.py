@@ -1,0 +1,241 @@
+"""transformers' ``TrainerCallback``s on ``polyrl.trl.GRPOTrainer``: a TRL script's logging and
+early-stopping callbacks run unchanged, called with transformers' own ``TrainerState`` and
+``TrainerControl`` in transformers' order; ``should_training_stop`` ends the run cleanly, and a
+callback that raises is one error naming it and the event."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("polyrl_torch")
+trl = pytest.importorskip("trl")
+datasets = pytest.importorskip("datasets")
+transformers = pytest.importorskip("transformers")
+
+from transformers import TrainerCallback, TrainerControl, TrainerState  # noqa: E402
+
+from polyrl.errors import CallbackError  # noqa: E402
+from polyrl.trl import GRPOTrainer  # noqa: E402
+
+
+def _args(tmp_path: Path, **kwargs):
+    values = dict(output_dir=str(tmp_path / "run"), max_steps=2, num_generations=2, per_device_train_batch_size=4,
+                  max_completion_length=4, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True)
+    return trl.GRPOConfig(**{**values, **kwargs})
+
+
+def _dataset(n: int = 4):
+    return datasets.Dataset.from_list([{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(n)])
+
+
+def short(completions, **kwargs):
+    return [-len(c) / 10 for c in completions]
+
+
+class Recorder(TrainerCallback):
+    """Records each event with what transformers passes: the state's step, the logs, the kwargs."""
+
+    def __init__(self):
+        self.events: list[tuple[str, int]] = []
+        self.logs: list[dict] = []
+        self.evaluations: list[dict] = []
+        self.seen: dict = {}
+
+    def _note(self, event, args, state, control, **kwargs):
+        assert isinstance(state, TrainerState) and isinstance(control, TrainerControl)
+        self.events.append((event, state.global_step))
+        self.seen = {"args": args, "state": state, **kwargs}
+
+    def on_init_end(self, args, state, control, **kwargs):
+        self._note("on_init_end", args, state, control, **kwargs)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._note("on_train_begin", args, state, control, **kwargs)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._note("on_step_begin", args, state, control, **kwargs)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._note("on_step_end", args, state, control, **kwargs)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self._note("on_log", args, state, control, **kwargs)
+        self.logs.append(dict(logs))
+        assert state.log_history[-1] == {**logs, "step": state.global_step}  # kept current, as transformers does
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        self._note("on_evaluate", args, state, control, **kwargs)
+        self.evaluations.append(dict(metrics))
+
+    def on_save(self, args, state, control, **kwargs):
+        self._note("on_save", args, state, control, **kwargs)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._note("on_train_end", args, state, control, **kwargs)
+
+
+def test_a_trainer_callback_sees_transformers_events_in_order_with_trls_logs(tiny_model_dir, tmp_path):
+    recorder = Recorder()
+    args = _args(tmp_path)
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=args, train_dataset=_dataset(),
+                          callbacks=[recorder])
+    assert recorder.events == [("on_init_end", 0)]
+    out = trainer.train()
+    step = ["on_step_begin", "on_step_end", "on_log"]
+    assert [e for e, _ in recorder.events] == ["on_init_end", "on_train_begin", *step, *step, "on_save",
+                                               "on_train_end"]  # a TRL config checkpoints at the end only
+    assert [s for e, s in recorder.events if e == "on_step_end"] == [1, 2]
+    assert out.global_step == 2
+    # on_log gets each step's metrics under TRL's names, as trainer.state.log_history has them
+    assert [{**logs, "step": s} for logs, s in zip(recorder.logs, (1, 2))] == trainer.state.log_history
+    assert {"reward", "rewards/short/mean", "loss", "learning_rate", "epoch"} <= set(recorder.logs[-1])
+    state = recorder.seen["state"]
+    assert state.max_steps == 2 and state.global_step == 2 and state.epoch == trainer.state.epoch
+    assert state.is_world_process_zero and state.is_local_process_zero
+    assert state.log_history == trainer.state.log_history
+    assert recorder.seen["args"] is args  # the script's own GRPOConfig
+    assert recorder.seen["processing_class"] is not None and recorder.seen["model"] is None
+    assert recorder.seen["optimizer"] is None and recorder.seen["train_dataloader"] is None
+
+
+def test_on_evaluate_gets_trls_eval_names_after_the_steps_log(tiny_model_dir, tmp_path):
+    recorder = Recorder()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          eval_dataset=_dataset(2), callbacks=[Recorder],
+                          args=_args(tmp_path, max_steps=1, eval_strategy="steps", eval_steps=1,
+                                     eval_on_start=True))
+    trainer.pop_callback(Recorder)
+    trainer.add_callback(recorder)
+    trainer.train()
+    assert [e for e, _ in recorder.events] == [
+        "on_train_begin", "on_log", "on_evaluate",  # eval_on_start
+        "on_step_begin", "on_step_end", "on_log", "on_log", "on_evaluate", "on_save", "on_train_end"]
+    assert [sorted(m) for m in recorder.evaluations] == [sorted({**e, "epoch": 0}) for e in recorder.logs[::2]]
+    assert all("eval_reward" in m for m in recorder.evaluations) and "loss" in recorder.logs[1]
+    assert recorder.seen["state"].log_history == trainer.state.log_history
+
+
+class StopAfterFirstStep(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 1:
+            control.should_training_stop = True
+        return control
+
+
+def test_should_training_stop_ends_the_run_after_that_step_saved_and_exported(tiny_model_dir, tmp_path):
+    recorder = Recorder()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=3),
+                          train_dataset=_dataset(), callbacks=[StopAfterFirstStep(), recorder])
+    out = trainer.train()
+    assert out.global_step == 1 and trainer.state.global_step == 1
+    assert [m["step"] for m in trainer.state.log_history] == [1]
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step-00000001"]
+    assert (tmp_path / "run" / "model" / "config.json").is_file()
+    assert [e for e, _ in recorder.events][-2:] == ["on_save", "on_train_end"]
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1]
+
+
+class SaveAtFirstStep(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_save = state.global_step == 1
+
+
+def test_should_save_checkpoints_that_step(tiny_model_dir, tmp_path):
+    recorder = Recorder()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
+                          train_dataset=_dataset(), callbacks=[SaveAtFirstStep, recorder])
+    trainer.train()
+    assert [s for e, s in recorder.events if e == "on_save"] == [1, 2]  # asked at 1; the final one at 2
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-00000001", "step-00000002"]
+
+
+class StopWhenSaved(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_save = True
+
+    def on_save(self, args, state, control, **kwargs):
+        control.should_training_stop = True
+
+
+def test_should_training_stop_set_in_on_save_ends_the_run_after_that_step(tiny_model_dir, tmp_path):
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=3),
+                          train_dataset=_dataset(), callbacks=[StopWhenSaved()])
+    assert trainer.train().global_step == 1
+
+
+class Broken(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 2:
+            raise ValueError("no such metric")
+
+
+def test_a_callback_that_raises_is_one_error_naming_it_and_the_event(tiny_model_dir, tmp_path):
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=3),
+                          train_dataset=_dataset(), callbacks=[SaveAtFirstStep(), Broken()])
+    with pytest.raises(CallbackError) as err:
+        trainer.train()
+    text = str(err.value)
+    assert "\n" not in text and "Broken.on_step_end" in text and "ValueError: no such metric" in text
+    assert "test_trl_callbacks.py:" in text and "Fix:" in text
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+    # the checkpoint of step 1 is intact: a resume without the callback goes on from there
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step-00000001"]
+    again = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=3),
+                        train_dataset=_dataset())
+    assert again.train(resume_from_checkpoint=True).global_step == 3
+
+
+def test_callbacks_are_added_popped_and_removed_as_transformers_does(tiny_model_dir, tmp_path):
+    first, second = Recorder(), StopAfterFirstStep()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
+                          train_dataset=_dataset(), callbacks=[first])
+    trainer.add_callback(second)
+    trainer.add_callback(SaveAtFirstStep)  # a class is made with no arguments
+    assert [type(c) for c in trainer.callback_handler.callbacks] == [Recorder, StopAfterFirstStep, SaveAtFirstStep]
+    assert trainer.pop_callback(StopAfterFirstStep) is second
+    assert trainer.pop_callback(StopAfterFirstStep) is None
+    trainer.remove_callback(first)
+    trainer.remove_callback(SaveAtFirstStep)
+    assert trainer.callback_handler.callbacks == []
+    with pytest.raises(Exception) as err:  # noqa: PT011 - transformers' own: list.remove's ValueError
+        trainer.remove_callback(first)
+    assert isinstance(err.value, ValueError)
+
+
+def test_a_callback_without_the_events_is_refused_by_name(tiny_model_dir, tmp_path):
+    from polyrl.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset(),
+                    callbacks=[Recorder(), object()])
+    assert err.value.field == "callbacks[1]" and "TrainerCallback" in err.value.fix
+
+
+@pytest.mark.slow  # two launched ranks: 20-40 s
+def test_under_torchrun_every_rank_calls_its_callbacks_and_a_stop_on_rank_zero_stops_both(tiny_model_dir, tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from polyrl.launch import cpu_count
+
+    if cpu_count() < 2:
+        pytest.skip("two ranks need two CPUs")
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    script = Path(__file__).parent / "distributed" / "trl_callbacks_two_ranks.py"
+    done = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", str(script), tiny_model_dir,
+                           str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / f"events-{rank}.json").read_text())
+        assert seen["global_step"] == 1  # rank 0 asked; both stopped after step 1
+        assert seen["events"] == [["on_train_begin", 0, rank == 0], ["on_step_end", 1, rank == 0],
+                                  ["on_train_end", 1, rank == 0]]
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1]
