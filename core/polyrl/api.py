@@ -486,7 +486,7 @@ def run_config(
     prompts_per_step = cfg.prompts_per_step
     algorithm_config = AlgorithmConfig.preset(algorithm, **overrides)
     steps = cfg.steps if cfg.epochs is None else epoch_steps(cfg.epochs, len(rows), prompts_per_step,
-                                                             algorithm_config.num_iterations)
+                                                             algorithm_config.updates_per_step)
     config = RunConfig(
         model=ModelSection(path=policy.model, dtype=policy.dtype,
                            reference_path=ref_policy.model if ref_policy else None,
@@ -532,27 +532,28 @@ def _eval_rows(eval_prompts: Sequence[Any] | None, settings: Mapping[str, Any]) 
     return rows
 
 
-def epoch_steps(epochs: float, prompts: int, prompts_per_step: int, num_iterations: int = 1) -> int:
+def epoch_steps(epochs: float, prompts: int, prompts_per_step: int, updates_per_step: int = 1) -> int:
     """polyrl's ``train.steps`` for TRL's ``num_train_epochs`` over ``prompts`` rows. Why TRL's
     arithmetic: its ``RepeatSampler`` keeps whole batches of ``prompts_per_step`` prompts only (the
-    rest of each epoch is dropped), each reused for ``num_iterations`` updates, and the HF Trainer
-    runs ``ceil(epochs x updates per epoch)`` updates; a polyrl step is one batch and its
-    ``num_iterations`` updates, so a count that stops part-way through a batch is refused."""
+    rest of each epoch is dropped), each reused for ``updates_per_step`` updates (``num_iterations``
+    x ``minibatches``), and the HF Trainer runs ``ceil(epochs x updates per epoch)`` updates; a
+    polyrl step is one batch and all its updates, so a count that stops part-way through a batch is
+    refused."""
     if prompts < prompts_per_step:
         raise ConfigError(f"{epochs} epochs of {prompts} prompts with prompts_per_step = {prompts_per_step}: not one "
                           "whole batch per epoch, so TRL would train nothing", field="grpo_config.epochs",
                           fix=f"set prompts_per_step (TRL's generation_batch_size / num_generations) to {prompts} or "
                               "fewer, add prompts, or give a number of steps (TRL's max_steps)")
-    updates = math.ceil(epochs * ((prompts // prompts_per_step) * num_iterations))
-    if updates % num_iterations:
+    updates = math.ceil(epochs * ((prompts // prompts_per_step) * updates_per_step))
+    if updates % updates_per_step:
         raise ConfigError(f"{epochs} epochs of {prompts // prompts_per_step} whole batches of {prompts_per_step} "
                           f"prompts is {updates} optimizer updates in TRL's count, not a whole number of rollout "
-                          f"batches of num_iterations = {num_iterations} updates each (TRL would stop part-way through "
-                          "the last batch; a polyrl step is one batch and all its updates)",
+                          f"batches of num_iterations x minibatches = {updates_per_step} updates each (TRL would stop "
+                          "part-way through the last batch; a polyrl step is one batch and all its updates)",
                           field="grpo_config.epochs",
                           fix="set the epochs (TRL's num_train_epochs) to a whole number, or give a number of steps "
-                              "(TRL's max_steps, a multiple of num_iterations)")
-    return max(1, updates // num_iterations)
+                              "(TRL's max_steps, a multiple of num_iterations x minibatches)")
+    return max(1, updates // updates_per_step)
 
 
 def _prompts_error(exc: ConfigError) -> ConfigError:

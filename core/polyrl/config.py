@@ -491,6 +491,7 @@ class RunConfig:
         self._check_overlong_buffer()
         self._check_greedy_groups()
         self._check_group_size()
+        self._check_minibatches()
 
     def _check_overlong_buffer(self) -> None:
         """A token buffer longer than the completions it shapes is refused here, not at the first
@@ -533,6 +534,14 @@ class RunConfig:
             raise ConfigError(f"{self.train.prompts_per_step} prompt x 1 sample per step: {algo.name}'s batch-mean "
                               "baseline equals the only reward, so every advantage is 0 and nothing trains",
                               field="train.prompts_per_step", fix="use 2 or more, or generation.group_size >= 2")
+
+    def _check_minibatches(self) -> None:
+        """More mini-batches than a step samples would leave some with nothing to train, every step."""
+        samples = self.train.prompts_per_step * self.generation.group_size
+        if self.algorithm.minibatches > samples:
+            raise ConfigError(f"{self.algorithm.minibatches} mini-batches but a step samples only "
+                              f"{samples} completions (train.prompts_per_step x generation.group_size)",
+                              field="algorithm.minibatches", fix=f"use at most {samples}, or sample more per step")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:

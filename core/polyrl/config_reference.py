@@ -66,7 +66,10 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                               "its default); needs beta > 0",
         "loss_aggregation": "`seq_mean_token_mean` (GRPO), `token_mean` (DAPO), `seq_mean_token_sum_norm` (Dr.GRPO), "
                             "`seq_mean_token_sum` (LUSPO)",
-        "num_iterations": "optimizer updates per step, all on that step's one rollout batch (> 1 makes the ratio matter)",
+        "num_iterations": "passes over the step's one rollout batch, each `minibatches` optimizer updates (> 1 makes the ratio matter)",
+        "minibatches": "PPO mini-batches: each pass splits the step's samples (shuffled, seeded per step) into this many, "
+                       "one optimizer update each (verl's ppo_mini_batch_size; TRL's steps_per_generation / "
+                       "gradient_accumulation_steps); at most prompts_per_step x group_size",
         "dynamic_sampling": "drop groups whose rewards are all equal (DAPO)",
         "overlong_buffer": "soft overlong penalty zone: tokens (int, at most the max length) or fraction of the max length",
         "overlong_penalty": "penalty at the hard limit (linear inside the buffer)",
@@ -106,7 +109,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "schedule": "lr after warmup: `constant`, `linear` or `cosine` decay (same on torch and MLX, exact on resume)",
         "warmup_steps": "optimizer updates over which the lr rises linearly from 0 (0 = off)",
         "min_lr_ratio": "linear/cosine decay ends at lr x min_lr_ratio",
-        "total_steps": "updates the decay spans; unset = train.steps x algorithm.num_iterations",
+        "total_steps": "updates the decay spans; unset = train.steps x algorithm.num_iterations x algorithm.minibatches",
     },
     "lora": {
         "rank": "adapter rank (the table's presence turns LoRA on)",
@@ -162,7 +165,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                  "functions) are an error until one gets its own",
     },
     "train": {
-        "steps": "training steps: one rollout batch each, trained with algorithm.num_iterations optimizer updates (TRL's max_steps counts updates: steps = max_steps / num_iterations)",
+        "steps": "training steps: one rollout batch each, trained with algorithm.num_iterations x algorithm.minibatches optimizer updates (TRL's max_steps counts updates: steps = max_steps / (num_iterations x minibatches))",
         "prompts_per_step": "prompts per rollout batch (each sampled group_size times)",
         "seed": "seed of data order, sampling and init; a resumed run continues it exactly",
         "threads": "CPU threads for the backends (unset = backend default)",

@@ -128,8 +128,9 @@ def check_backend_options(config: RunConfig, registry: Registry) -> None:
 
 def run_optimizer(config: RunConfig) -> OptimizerConfig:
     """The run's optimizer settings as the train engine gets them: the schedule spans
-    ``train.steps`` x ``num_iterations`` updates unless ``optimizer.total_steps`` says otherwise."""
-    return with_total_steps(config.optimizer, config.train.steps * config.algorithm.num_iterations)
+    ``train.steps`` x ``num_iterations`` x ``minibatches`` updates unless ``optimizer.total_steps``
+    says otherwise."""
+    return with_total_steps(config.optimizer, config.train.steps * config.algorithm.updates_per_step)
 
 
 def engine_config(config: RunConfig, role: str, model: str) -> EngineConfig:

@@ -73,12 +73,12 @@ from polyrl.run_observer import RunObserver, StepAsk
 from polyrl.schedules import lr_at, updates_in_history
 from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock
 from polyrl import evaluation, metrics_file
-from polyrl import step_gather
+from polyrl import minibatches, step_gather
 from polyrl.step_metrics import clip_region_metrics, peak_rss_mb, step_tokens, trl_aliases, trl_epoch
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.step_line import step_line_fields
 from polyrl.tracking.session import for_run as tracking_for_run
-from polyrl.types import Completion, RewardContext, SamplingParams, TokenSequence, TrainBatch
+from polyrl.types import Completion, RewardContext, SamplingParams, StepMetrics, TokenSequence, TrainBatch
 
 if TYPE_CHECKING:  # imported lazily at run time: single-turn runs never load the agents package
     from polyrl.agents.episodes import EnvironmentFailed, EpisodeRunner
@@ -553,7 +553,7 @@ class Trainer:
             step=self.step, max_steps=cfg.train.steps, prompts_per_step=cfg.train.prompts_per_step,
             group_size=cfg.generation.group_size, dataset_size=len(self.dataset),
             history=list(self.history), save_steps=cfg.train.checkpoint_every, eval_steps=cfg.eval.every,
-            rank=self.rank, updates_per_step=cfg.algorithm.num_iterations)
+            rank=self.rank, updates_per_step=cfg.algorithm.updates_per_step, minibatches=cfg.algorithm.minibatches)
 
     def _call_rewards(self, prompts: list[Any], per_completion: list[Any], completions: list[Completion]) -> Any:
         state = self._trainer_state()
@@ -689,28 +689,33 @@ class Trainer:
             t0 = time.perf_counter()
             if lag > 0:  # sampled by older weights: the ratio is to the behaviour policy, its own log-probs
                 old = [completions[i].logprobs for i in idx]
-            elif algo.num_iterations > 1 and (seqs or self.world_size > 1):
+            elif algo.updates_per_step > 1 and (seqs or self.world_size > 1):
+                # the weights before the step's first update (mini-batches or iterations change them);
                 # an empty shard still calls: a sharded (FSDP) backend gathers weights collectively
                 old = self.train_engine.logprobs(seqs, temperature)
             ref = self._ref_logprobs(seqs, temperature) if kl_in_loss and seqs else None
             if kl_in_loss and not seqs:  # an empty shard still takes part in the step
                 ref = []
             times["logprobs"] = time.perf_counter() - t0
-            # the sampler's own log-probs: the backend measures (and may correct) the mismatch;
-            # the loss divides by what TRL's does (_loss_counts), not by the rows trained on
-            norm_seqs, norm_tokens = _loss_counts(completions, group_kept[mine], untruncated)
-            batch = TrainBatch(seqs, advantages[idx], old_logprobs=old, ref_logprobs=ref,
-                               temperature=temperature, sampler_logprobs=[completions[i].logprobs for i in idx],
-                               normaliser_sequences=norm_seqs, normaliser_tokens=norm_tokens)
+            whole = TrainBatch(seqs, advantages[idx], old_logprobs=old, ref_logprobs=ref, temperature=temperature,
+                               sampler_logprobs=[completions[i].logprobs for i in idx])
+            batches = self._minibatches(whole, completions, idx, group_kept, all_keep, untruncated,
+                                        [len(part[0]) for part in everyone])
             t0 = time.perf_counter()
             objective = algo.objective(self._max_completion_tokens)
-            for _ in range(algo.num_iterations):
-                step_metrics = self.train_engine.train_step(batch, objective)
+            updates: list[StepMetrics] = []
+            for _ in range(algo.num_iterations):  # TRL's order: every mini-batch, then again
+                updates = []
+                for part in batches:
+                    step_metrics = self.train_engine.train_step(part, objective)
+                    if step_metrics.skipped:
+                        break
+                    updates.append(step_metrics)
+                    self.updates_applied += 1
                 if step_metrics.skipped:
                     break
-                self.updates_applied += 1
             times["train"] = time.perf_counter() - t0
-            metrics.update(step_metrics.as_dict())
+            metrics.update(step_metrics.as_dict() if step_metrics.skipped else minibatches.pass_metrics(updates))
             if not kl_in_loss:  # no reference in the loss: a backend's kl is 0, read as "no drift" (TRL omits it)
                 metrics.pop("kl", None)
             metrics.update(clip_region_metrics(metrics))
@@ -741,6 +746,33 @@ class Trainer:
             metrics.update(step_gather.episode_metrics(step))
             self._warn_unused_env_reward(metrics)
         return metrics
+
+    def _minibatches(self, whole: TrainBatch, completions: list[Completion], idx: np.ndarray,
+                     counted: np.ndarray, trained: np.ndarray, untruncated: np.ndarray,
+                     sizes: list[int]) -> list[TrainBatch]:
+        """This rank's batches for one pass over the step (``polyrl.minibatches``): ``whole`` holds
+        its trained rows ``idx``; ``counted`` / ``trained`` are the whole step's masks of the rows the
+        loss counts and trains, ``sizes`` every rank's shard. Each batch divides its loss by what
+        TRL's does for its rows (``_loss_counts``), not by the rows trained on; parts that train
+        nothing on any rank are left out on every rank, so all make the same train_step calls."""
+        c = self.config
+        start = sum(sizes[: self.rank])
+        mine = slice(start, start + sizes[self.rank])
+        if c.algorithm.minibatches == 1:
+            norm_seqs, norm_tokens = _loss_counts(completions, counted[mine], untruncated)
+            return [attrs.evolve(whole, normaliser_sequences=norm_seqs, normaliser_tokens=norm_tokens)]
+        seeds = [_step_seed(c.train.seed + 2, self.step) + 104_729 * rank for rank in range(len(sizes))]
+        splits = minibatches.rank_splits(counted, sizes, c.algorithm.minibatches, seeds)
+        position = {int(row): j for j, row in enumerate(idx)}  # a trained row -> its place in ``whole``
+        batches = []
+        for k in np.flatnonzero(minibatches.live_parts(splits, trained, sizes)):
+            rows = splits[self.rank][k]
+            part = np.zeros(len(completions), dtype=bool)
+            part[rows] = True
+            norm_seqs, norm_tokens = _loss_counts(completions, part, untruncated)
+            batches.append(minibatches.take(whole, [position[int(r)] for r in rows if int(r) in position],
+                                            norm_seqs, norm_tokens))
+        return batches
 
     def _warn_unused_env_reward(self, metrics: dict[str, Any]) -> None:
         """Once a run: the environment gave rewards that no [[rewards]] entry reads (a TRL
@@ -1161,7 +1193,7 @@ class Trainer:
         (``saved``), or for a checkpoint written before it was saved, the kept step lines' count."""
         if isinstance(saved, int) and not isinstance(saved, bool) and saved >= 0:
             return saved
-        return updates_in_history(self.history, self.config.algorithm.num_iterations)
+        return updates_in_history(self.history, self.config.algorithm.updates_per_step)
 
     def _loaded_model_paths(self) -> list[Path]:
         """The local folders this run's models load from (a fresh start must not move them aside)."""

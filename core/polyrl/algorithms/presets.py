@@ -210,6 +210,9 @@ class AlgorithmConfig:
     kl_bias_correction: bool = False  # the KL term times the importance ratio (TRL's use_bias_correction_kl)
     loss_aggregation: str = "seq_mean_token_mean"
     num_iterations: int = 1  # optimizer steps per rollout batch
+    #: PPO mini-batches: the step's samples are split into this many parts, one optimizer update
+    #: each, per pass (``num_iterations`` passes): TRL's steps_per_generation / gradient_accumulation_steps
+    minibatches: int = 1
     dynamic_sampling: bool = False
     overlong_buffer: int | float | None = None  # tokens (int) or fraction of max length (0..1)
     overlong_penalty: float = 1.0
@@ -308,6 +311,8 @@ class AlgorithmConfig:
             self._validate_decoupled()
         if not _is_int(self.num_iterations) or self.num_iterations < 1:
             _fail("num_iterations", f"must be an integer >= 1, got {self.num_iterations!r}")
+        if not _is_int(self.minibatches) or self.minibatches < 1:
+            _fail("minibatches", f"must be an integer >= 1, got {self.minibatches!r}", "1 (one update per pass) is usual")
         if self.overlong_penalty < 0:
             _fail("overlong_penalty", f"must be >= 0, got {self.overlong_penalty}")
         if self.max_completion_length is not None and (
@@ -360,6 +365,12 @@ class AlgorithmConfig:
         return config
 
     # --- derived values ------------------------------------------------------------------------
+
+    @property
+    def updates_per_step(self) -> int:
+        """Optimizer updates one step makes: ``num_iterations`` passes of ``minibatches`` updates
+        (what TRL's ``max_steps`` and the lr schedule count)."""
+        return int(self.num_iterations) * int(self.minibatches)
 
     @property
     def clip_eps_high(self) -> float:

@@ -112,8 +112,8 @@ class TrainerState:
     """The attributes of ``transformers.TrainerState`` a reward function reads, filled by polyrl.
 
     ``global_step`` counts the optimizer updates before the step being scored and ``max_steps``
-    the run's updates, as TRL counts them (with ``num_iterations`` > 1, TRL's clock runs 0, N, 2N
-    over the rollout batches); ``epoch`` the passes over the training prompts so far (fractional,
+    the run's updates, as TRL counts them (with N = ``num_iterations`` x ``minibatches`` > 1, TRL's
+    clock runs 0, N, 2N over the rollout batches); ``epoch`` the passes over the training prompts so far (fractional,
     as in transformers), ``log_history`` the metrics of the finished steps (``with_trl_names``).
     Fields without a polyrl meaning keep transformers' defaults.
     """
@@ -142,14 +142,15 @@ class TrainerState:
     @classmethod
     def for_run(cls, *, step: int, max_steps: int, prompts_per_step: int, group_size: int,
                 dataset_size: int, history: list[dict[str, Any]], save_steps: int = 0,
-                eval_steps: int = 0, rank: int = 0, updates_per_step: int = 1) -> TrainerState:
+                eval_steps: int = 0, rank: int = 0, updates_per_step: int = 1, minibatches: int = 1) -> TrainerState:
         """The state a run is in while it scores step ``step``; ``updates_per_step`` is
-        ``num_iterations``, which turns polyrl's step counts into TRL's update counts."""
+        ``num_iterations`` x ``minibatches``, which turns polyrl's step counts into TRL's update
+        counts; ``train_batch_size`` is one mini-batch's completions (TRL's batch per update)."""
         size = max(dataset_size, 1)
         n = updates_per_step
         return cls(  # epoch as TRL counts it (whole batches), the step lines' ``epoch`` too
             epoch=trl_epoch(step, prompts_per_step, size), global_step=step * n, max_steps=max_steps * n,
-            save_steps=save_steps * n, eval_steps=eval_steps * n, train_batch_size=prompts_per_step * group_size,
+            save_steps=save_steps * n, eval_steps=eval_steps * n, train_batch_size=prompts_per_step * group_size // minibatches,
             num_train_epochs=math.ceil(trl_epoch(max_steps, prompts_per_step, size)),  # TRL's: whole batches
             log_history=[with_trl_names(m) for m in history],
             is_local_process_zero=rank == 0, is_world_process_zero=rank == 0,

@@ -1,0 +1,157 @@
+"""PPO mini-batches (``algorithm.minibatches``): a step's samples split into that many optimizer
+updates per pass, in TRL's order, with the old log-probs of the weights before the first update,
+each update's loss divided by its own rows, the lr schedule counting every update, and a resumed
+run splitting identically. Runs on the numpy toy backend (one torch run at the end)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import attrs
+import numpy as np
+import pytest
+
+from polyrl.config import RunConfig
+from polyrl.errors import ConfigError
+from polyrl.hookspecs import hookimpl
+from polyrl.trainer import Trainer
+
+from test_faults import toy_config
+
+
+class Calls:
+    """Backend "capturing": the toy backend, recording each train_step's batch, the log-probs of
+    its rows under the weights it is called with, and what it reports."""
+
+    def __init__(self) -> None:
+        from polyrl_toy import ToyPlugin
+
+        self.batches: list = []
+        self.current: list[list[np.ndarray]] = []
+        self.reported: list = []
+        calls = self
+
+        class Capturing(ToyPlugin):
+            @hookimpl
+            def train_step(self, engine, batch, objective):
+                logp = engine.logp(batch.temperature)
+                calls.current.append([logp[s.completion_ids].astype(np.float32) for s in batch.sequences])
+                calls.batches.append(batch)
+                out = super().train_step(engine, batch, objective)
+                calls.reported.append(out)
+                return out
+
+        self.plugin = Capturing("capturing")
+
+
+def _rows(batch) -> Counter:
+    """The batch's samples as a multiset (prompt and completion ids, advantage)."""
+    return Counter((tuple(s.prompt_ids), tuple(s.completion_ids), round(float(a), 5))
+                   for s, a in zip(batch.sequences, batch.advantages))
+
+
+def _run(tmp_path, steps=1, rewards=None, schedule="constant", **algorithm) -> tuple[Calls, dict]:
+    calls = Calls()
+    config = toy_config(tmp_path, backend="capturing", steps=steps, rewards=rewards)
+    config = attrs.evolve(config, algorithm=attrs.evolve(config.algorithm, **algorithm),
+                          optimizer=attrs.evolve(config.optimizer, schedule=schedule))
+    summary = Trainer(config, extra_plugins=(calls.plugin,)).run(progress=False)
+    return calls, summary
+
+
+def test_one_minibatch_is_the_whole_batch_as_before(toy, tmp_path):
+    default, _ = _run(tmp_path / "a", steps=2)
+    one, _ = _run(tmp_path / "b", steps=2, minibatches=1)
+    assert len(default.batches) == len(one.batches) == 2
+    for a, b in zip(default.batches, one.batches):
+        assert [s.completion_ids.tolist() for s in a.sequences] == [s.completion_ids.tolist() for s in b.sequences]
+        assert b.old_logprobs is None and b.loss_counts == a.loss_counts == (16, a.num_tokens)
+
+
+def test_two_minibatches_are_disjoint_halves_of_the_step_with_the_behaviour_policys_old_logprobs(toy, tmp_path):
+    whole, _ = _run(tmp_path / "a")
+    halves, summary = _run(tmp_path / "b", minibatches=2)
+    assert len(halves.batches) == 2  # two optimizer updates in the one step
+    first, second = halves.batches
+    assert len(first.sequences) == len(second.sequences) == 8
+    # the same rollout (the same seed, the same weights at sampling): split, not resampled
+    assert _rows(first) + _rows(second) == _rows(whole.batches[0])
+    # each update divides by its own rows (sequences and tokens), not by the whole step's
+    assert first.loss_counts == (8, first.num_tokens) and second.loss_counts == (8, second.num_tokens)
+    # the ratio is to the weights that sampled: both halves carry the log-probs from before the
+    # first update, which the second update's weights no longer give
+    assert first.old_logprobs is not None and second.old_logprobs is not None
+    np.testing.assert_allclose(np.concatenate(first.old_logprobs), np.concatenate(halves.current[0]), atol=1e-6)
+    assert not np.allclose(np.concatenate(second.old_logprobs), np.concatenate(halves.current[1]), atol=1e-4)
+    # the step's metrics: the mean over its updates, tokens summed
+    line = summary["history"][0]
+    reported = [r.as_dict() for r in halves.reported]
+    assert line["loss"] == pytest.approx(np.mean([r["loss"] for r in reported]))
+    assert line["grad_norm"] == pytest.approx(np.mean([r["grad_norm"] for r in reported]))
+    assert line["tokens"] == sum(r["tokens"] for r in reported)
+
+
+def test_iterations_repeat_the_same_split_in_trls_order_and_the_schedule_counts_every_update(toy, tmp_path):
+    calls, summary = _run(tmp_path, steps=2, schedule="linear", minibatches=2, num_iterations=2)
+    config = toy_config(tmp_path)
+    assert len(calls.batches) == 8  # 2 steps x 2 iterations x 2 mini-batches
+    for step in range(2):
+        a, b, a_again, b_again = calls.batches[4 * step: 4 * step + 4]
+        assert _rows(a) == _rows(a_again) and _rows(b) == _rows(b_again) and not _rows(a) & _rows(b)
+        for batch in (a_again, b_again):  # still the behaviour policy's log-probs
+            assert batch.old_logprobs is not None
+    # a linear decay over 2 steps x 4 updates: each update its own lr (TRL's schedule over max_steps = 8)
+    lrs = [r.extra["lr"] for r in calls.reported]
+    assert lrs == pytest.approx([config.optimizer.lr * (1 - k / 8) for k in range(8)])
+    assert summary["history"][-1]["lr"] == pytest.approx(lrs[-1])
+
+
+def test_a_resumed_run_splits_and_trains_exactly_as_an_uninterrupted_one(toy, tmp_path):
+    def config(root, steps, **train):
+        base = toy_config(root, steps=steps, **train)
+        return attrs.evolve(base, algorithm=attrs.evolve(base.algorithm, minibatches=3),
+                            optimizer=attrs.evolve(base.optimizer, schedule="linear", total_steps=15))
+
+    full = Trainer(config(tmp_path / "a", 5))
+    full.run(progress=False)
+    Trainer(config(tmp_path / "b", 3, checkpoint_every=2)).run(progress=False)  # checkpoints at steps 2 and 3
+    resumed = Trainer(config(tmp_path / "b", 5, checkpoint_every=2))
+    assert resumed.resume() and resumed.step == 3
+    resumed.run(progress=False)
+    assert resumed.updates_applied == full.updates_applied == 15
+    np.testing.assert_array_equal(resumed.train_engine.raw.logits, full.train_engine.raw.logits)
+
+
+DROPS_A_GROUP = """
+def first_group_equal(prompts, completions, **kwargs):
+    return [1.0] * 4 + [float(i % 2) for i in range(len(completions) - 4)]
+"""
+
+
+def test_parts_left_empty_by_dynamic_sampling_are_skipped(toy, tmp_path):
+    """16 mini-batches of a step whose dynamic sampling keeps 12 samples: the 4 parts with
+    nothing to train are not stepped, and the lr schedule counts only the updates made."""
+    (tmp_path / "r.py").write_text(DROPS_A_GROUP)
+    calls, summary = _run(tmp_path, steps=2, rewards=[{"function": f"{tmp_path / 'r.py'}:first_group_equal"}],
+                          minibatches=16, dynamic_sampling=True)
+    assert [line["samples_kept"] for line in summary["history"]] == [12, 12]
+    assert len(calls.batches) == 24 and all(len(b.sequences) == 1 for b in calls.batches)
+    assert all(b.loss_counts[0] == 1 for b in calls.batches)  # a part holds one kept sample: its own divisor
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 and not any(line.get("skipped") for line in lines)
+
+
+def test_more_minibatches_than_samples_is_one_error_naming_the_key(tmp_path):
+    data = {"model": {"path": "toy-model"}, "data": {"task": "arithmetic"}, "rewards": [{"name": "numeric_match"}],
+            "generation": {"group_size": 4}, "train": {"prompts_per_step": 2},
+            "algorithm": {"name": "grpo", "minibatches": 9}}
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_dict(data)
+    assert info.value.field == "algorithm.minibatches" and "use at most 8" in str(info.value), info.value
+    for bad in (0, 1.5, True):
+        with pytest.raises(ConfigError) as info:
+            RunConfig.from_dict({**data, "algorithm": {"name": "grpo", "minibatches": bad}})
+        assert info.value.field == "algorithm.minibatches", info.value
+    data["algorithm"]["minibatches"] = 8
+    assert RunConfig.from_dict(data).algorithm.updates_per_step == 8
