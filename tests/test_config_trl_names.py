@@ -74,7 +74,7 @@ def test_a_trl_name_in_any_section_names_polyrls_key(name):
     ("algorithm", "use_bias_correction_kl",  # not 'mismatch_correction'
      "TRL's use_bias_correction_kl is polyrl's algorithm.kl_bias_correction"),
     ("algorithm", "max_prompt_length", "never truncates a prompt"),  # not 'max_completion_length' (Dr.GRPO's)
-    ("optimizer", "warmup_ratio", "write warmup_steps = ceil(2 x train.steps x algorithm.num_iterations)"),
+    ("optimizer", "warmup_ratio", "write warmup_steps = ceil(2 x train.steps x algorithm.num_iterations x algorithm.minibatches)"),
 ])
 def test_trl_names_from_other_tables_or_without_equivalent_are_not_steered_to_a_close_key(section, name, fix):
     """A TRL field close to an unrelated polyrl key used to get "did you mean" that key (delta ->
@@ -105,8 +105,8 @@ def test_trl_values_and_names_through_the_other_entry_points():
     assert "fraction of the updates: write warmup_steps = ceil(0.1 x train.steps" in str(exc), exc
     exc = error(with_(train={"max_steps": 8}))  # TRL counts updates, polyrl rollout batches
     assert "write steps = 8 / num_iterations in [train]" in str(exc), exc
-    exc = error(with_(algorithm={"steps_per_generation": 4}))
-    assert "remove it" in str(exc) and "no polyrl equivalent" in str(exc), exc
+    exc = error(with_(algorithm={"steps_per_generation": 4}))  # TRL's update is gradient_accumulation_steps slices
+    assert "write minibatches = 4 / gradient_accumulation_steps in [algorithm]" in str(exc), exc
     with pytest.raises(ConfigError, match="TRL's num_generations is polyrl's generation.group_size"):
         AlgorithmConfig.preset("grpo", num_generations=8)
     exc = error(with_(lora={"r": 8}))  # a section's own hints (peft's names) still come first

@@ -155,3 +155,67 @@ def test_more_minibatches_than_samples_is_one_error_naming_the_key(tmp_path):
         assert info.value.field == "algorithm.minibatches", info.value
     data["algorithm"]["minibatches"] = 8
     assert RunConfig.from_dict(data).algorithm.updates_per_step == 8
+
+
+# --- TRL's steps_per_generation -------------------------------------------------------------------
+
+@pytest.mark.parametrize(("kwargs", "minibatches", "prompts_per_step", "steps"), [
+    ({"steps_per_generation": 4, "max_steps": 8}, 4, 4, 2),  # 4 completions per update, 16 per rollout
+    ({"steps_per_generation": 4, "gradient_accumulation_steps": 2, "max_steps": 8}, 2, 4, 4),
+    ({"generation_batch_size": 32, "per_device_train_batch_size": 8, "max_steps": 12, "num_iterations": 3}, 4, 8, 1),
+    ({"gradient_accumulation_steps": 2, "max_steps": 6}, 1, 2, 6),  # TRL's default: one update per rollout
+])
+def test_trls_steps_per_generation_is_minibatches_per_rollout(kwargs, minibatches, prompts_per_step, steps):
+    """TRL makes one update per gradient_accumulation_steps of its steps_per_generation slices of a
+    generation batch: steps_per_generation / gradient_accumulation_steps mini-batches, and its
+    max_steps counts num_iterations x that per rollout. from_trl refused any steps_per_generation."""
+    from polyrl import api
+
+    trl = pytest.importorskip("trl")
+    args = trl.GRPOConfig(use_cpu=True, per_device_train_batch_size=kwargs.pop("per_device_train_batch_size", 4),
+                          num_generations=4, **kwargs)
+    ours = api.GRPOConfig.from_trl(args)
+    assert ours.settings.get("algorithm.minibatches", 1) == minibatches
+    assert (ours.prompts_per_step, ours.steps) == (prompts_per_step, steps)
+    assert ours.prompts_per_step * 4 == args.generation_batch_size
+
+
+@pytest.mark.parametrize(("kwargs", "field", "text"), [
+    ({"steps_per_generation": 3, "gradient_accumulation_steps": 2, "max_steps": 6}, "grpo_config.steps_per_generation",
+     "steps_per_generation = 3 is not a multiple of gradient_accumulation_steps = 2"),
+    ({"steps_per_generation": 4, "max_steps": 6}, "grpo_config.max_steps",
+     "num_iterations x steps_per_generation / gradient_accumulation_steps = 1 x 4 = 4 updates each"),
+    ({"steps_per_generation": 2, "eval_strategy": "steps", "eval_steps": 3, "max_steps": 6}, "grpo_config.eval_steps",
+     "not a whole number of rollout batches of num_iterations x steps_per_generation"),
+])
+def test_trls_updates_that_straddle_rollouts_are_one_error(kwargs, field, text):
+    from polyrl import api
+
+    trl = pytest.importorskip("trl")
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(trl.GRPOConfig(use_cpu=True, per_device_train_batch_size=4, num_generations=4,
+                                               **kwargs))
+    assert info.value.field == field and text in str(info.value) and "Fix:" in str(info.value), info.value
+
+
+def test_a_torch_step_makes_one_update_per_minibatch(tiny_model_dir, tmp_path):
+    """The tiny Llama on torch: one step of two mini-batches is two optimizer updates (torch's own
+    AdamW count, which the lr schedule reads), from the behaviour policy's log-probs."""
+    pytest.importorskip("polyrl_torch")
+    (tmp_path / "reward.py").write_text("def digits(prompts, completions, **kw):\n"
+                                        "    return [float(sum(ch.isdigit() for ch in c)) for c in completions]\n")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"Write numbers {i}:"}) + "\n" for i in range(4)))
+    config = RunConfig.from_dict({
+        "model": {"path": tiny_model_dir}, "backends": {"train": "torch", "generate": "torch"},
+        "generation": {"group_size": 4, "max_new_tokens": 6}, "algorithm": {"name": "grpo", "minibatches": 2},
+        "optimizer": {"lr": 1e-3, "schedule": "linear"}, "data": {"path": str(prompts)},
+        "rewards": [{"function": f"{tmp_path / 'reward.py'}:digits"}],
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")},
+    })
+    trainer = Trainer(config)
+    line = trainer.run(progress=False)["history"][0]
+    assert trainer.updates_applied == 2 and not line.get("skipped") and np.isfinite(line["loss"]), line
+    state = trainer.train_engine.raw.optimizer.state  # torch AdamW's per-parameter step: what the schedule counts
+    assert state and {int(s["step"]) for s in state.values()} == {2}
+    assert line["lr"] == pytest.approx(1e-3 * 0.5)  # the second of two updates in a linear decay over 2

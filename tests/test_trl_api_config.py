@@ -299,8 +299,6 @@ def test_derived_trl_values_never_count_as_set():
 
 @pytest.mark.parametrize(("kwargs", "field", "named"), [
     ({"fp16": True}, "grpo_config.fp16", ["fp16 = True"]),
-    ({"steps_per_generation": 2}, "grpo_config.generation_batch_size", ["steps_per_generation = 2",
-                                                                        "one rollout batch per step"]),
     ({"use_vllm": True, "use_liger_kernel": True},
      "grpo_config.use_liger_kernel", ["use_liger_kernel = True (TRL's default: False): from_trl does not translate it",
                                       "use_vllm = True (TRL's default: False): polyrl has no "

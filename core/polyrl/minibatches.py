@@ -68,9 +68,11 @@ def take(whole: TrainBatch, rows: list[int], sequences: int, tokens: int) -> Tra
 
 
 def pass_metrics(updates: list[StepMetrics]) -> dict[str, Any]:
-    """A step's train metrics from the updates of its last pass over the batch: each value the
-    mean over its mini-batches' updates (as TRL's logged means over its micro-steps), ``tokens``
-    their sum (the pass's tokens), ``lr`` the last update's. One update: its own, unchanged."""
+    """A step's train metrics from the updates of its last pass over the batch (the last
+    iteration's, as with one mini-batch): each value the mean over its mini-batches' updates (as
+    TRL's logged means over its micro-steps), ``tokens`` their sum (the pass's tokens), a ``*_min``
+    / ``*_max`` (``clip_low_min``, ``clip_high_max``) the extreme over the pass's completions,
+    ``lr`` the last update's. One update: its own, unchanged."""
     if len(updates) == 1:
         return updates[0].as_dict()
     each = [u.as_dict() for u in updates]
@@ -81,6 +83,8 @@ def pass_metrics(updates: list[StepMetrics]) -> dict[str, Any]:
             out[key] = int(sum(values))
         elif key in ("lr", "skipped") or isinstance(values[-1], bool) or not isinstance(values[-1], (int, float)):
             out[key] = values[-1]
+        elif key.endswith(("_min", "_max")):
+            out[key] = float(min(values) if key.endswith("_min") else max(values))
         else:
             out[key] = float(np.mean(values))
     return out

@@ -51,7 +51,8 @@ EVERY_EPOCH = "eval.every_epoch"
 COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
                       "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio", "adam_beta1", "adam_beta2",
-                      "use_bias_correction_kl", "delta", "generation_kwargs", *EVAL_FIELDS})
+                      "use_bias_correction_kl", "delta", "generation_kwargs", "steps_per_generation",
+                      "generation_batch_size", *EVAL_FIELDS})
 #: fields that shape tool-calling episodes: read by ``polyrl.trl.GRPOTrainer`` when it is given
 #: ``tools`` or an ``environment_factory`` (``agent_settings``), refused as TOML-only otherwise
 AGENT_FIELDS = frozenset({"max_tool_calling_iterations"})
@@ -363,20 +364,53 @@ def _refuse_entropy_bonus(trl_config: Any) -> None:
                           "bonuses are the same, or entropy_coef=0")
 
 
-def _steps(max_steps: int, num_iterations: int) -> int:
+def _minibatches(trl_config: Any) -> int:
+    """polyrl's ``algorithm.minibatches`` for TRL's ``steps_per_generation``. Why: TRL splits each
+    process's generation batch (shuffled) into ``steps_per_generation`` slices and makes one
+    optimizer update per ``gradient_accumulation_steps`` of them, so one rollout is
+    ``steps_per_generation / gradient_accumulation_steps`` updates per pass: polyrl's mini-batches.
+    A count that is not whole updates is refused: TRL's update would straddle two rollouts."""
+    per_rollout, accumulation = int(trl_config.steps_per_generation), int(trl_config.gradient_accumulation_steps)
+    if per_rollout % accumulation:
+        raise ConfigError(f"TRL's steps_per_generation = {per_rollout} is not a multiple of "
+                          f"gradient_accumulation_steps = {accumulation}: TRL's optimizer updates would straddle two "
+                          "rollouts, and a polyrl step is one rollout and its whole updates "
+                          "(algorithm.minibatches = steps_per_generation / gradient_accumulation_steps)",
+                          field="grpo_config.steps_per_generation",
+                          fix=f"set steps_per_generation to a multiple of {accumulation} (or generation_batch_size "
+                              "to a multiple of per_device_train_batch_size x processes x "
+                              "gradient_accumulation_steps), or leave both unset")
+    return per_rollout // accumulation
+
+
+def _steps(max_steps: int, num_iterations: int, minibatches: int = 1) -> int:
     """polyrl's ``train.steps`` for TRL's ``max_steps``. Why: TRL counts optimizer updates and
-    reuses each rollout batch for ``num_iterations`` of them; a polyrl step is one rollout batch
-    and its ``num_iterations`` updates. A count that is not whole batches is refused: TRL would
+    makes ``num_iterations`` x ``minibatches`` of them on each rollout batch; a polyrl step is one
+    rollout batch and all its updates. A count that is not whole batches is refused: TRL would
     stop part-way through the last batch's updates, which polyrl does not do."""
-    if max_steps % num_iterations:
-        lower = max_steps - max_steps % num_iterations
-        nearest = " or ".join(str(n) for n in sorted({max(lower, num_iterations), lower + num_iterations}))
+    per_step = num_iterations * minibatches
+    if max_steps % per_step:
+        lower = max_steps - max_steps % per_step
+        nearest = " or ".join(str(n) for n in sorted({max(lower, per_step), lower + per_step}))
         raise ConfigError(f"TRL's max_steps = {max_steps} optimizer updates is not a whole number of rollout "
-                          f"batches of num_iterations = {num_iterations} updates each (TRL would stop part-way "
-                          "through the last batch; a polyrl step is one batch and all its updates)",
+                          f"batches of {_per_step_words(num_iterations, minibatches)} updates each (TRL would stop "
+                          "part-way through the last batch; a polyrl step is one batch and all its updates)",
                           field="grpo_config.max_steps",
-                          fix=f"set max_steps to a multiple of num_iterations ({nearest})")
-    return max_steps // num_iterations
+                          fix=f"set max_steps to a multiple of {_per_step_name(minibatches)} ({nearest})")
+    return max_steps // per_step
+
+
+def _per_step_words(num_iterations: int, minibatches: int) -> str:
+    """The updates of one rollout batch, as an error names them."""
+    if minibatches == 1:
+        return f"num_iterations = {num_iterations}"
+    return (f"num_iterations x steps_per_generation / gradient_accumulation_steps = {num_iterations} x {minibatches} "
+            f"= {num_iterations * minibatches}")
+
+
+def _per_step_name(minibatches: int) -> str:
+    return "num_iterations" if minibatches == 1 else \
+        "num_iterations x steps_per_generation / gradient_accumulation_steps"
 
 
 def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
@@ -418,16 +452,19 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
     out.update(_two_sided_clip(trl_config, out))
     if out.get("algorithm.multi_objective_aggregation") == "normalize_then_sum":
         out.pop("algorithm.scale_rewards", None)  # TRL's GDPO never reads it (its own group and batch scaling)
+    minibatches = _minibatches(trl_config)
+    if minibatches > 1:
+        out["algorithm.minibatches"] = minibatches
     if trl_config.max_steps > 0:
-        out["train.steps"] = _steps(trl_config.max_steps, trl_config.num_iterations)
+        out["train.steps"] = _steps(trl_config.max_steps, trl_config.num_iterations, minibatches)
     else:
         out["train.epochs"] = float(trl_config.num_train_epochs)
     # TRL's generation batch (per_device_train_batch_size x world_size x steps_per_generation, which is
-    # gradient_accumulation_steps unless changed, and that is refused): the completions of one rollout
+    # gradient_accumulation_steps unless set): the completions of one rollout
     completions = trl_config.generation_batch_size
     if completions % trl_config.num_generations:
         raise ConfigError(f"TRL's generation_batch_size = per_device_train_batch_size x world_size x "
-                          f"gradient_accumulation_steps = {completions} completions is not a whole number of groups "
+                          f"steps_per_generation = {completions} completions is not a whole number of groups "
                           f"of num_generations = {trl_config.num_generations}",
                           field="grpo_config.per_device_train_batch_size",
                           fix="make it a multiple of num_generations (polyrl counts prompts per step)")
@@ -466,11 +503,12 @@ def eval_settings(trl_config: Any) -> dict[str, Any]:
     if strategy == "epoch":
         out[EVERY_EPOCH] = True
     else:
-        out["eval.every"] = _eval_every(trl_config.eval_steps, trl_config.max_steps, trl_config.num_iterations)
+        out["eval.every"] = _eval_every(trl_config.eval_steps, trl_config.max_steps, trl_config.num_iterations,
+                                        _minibatches(trl_config))
     return out
 
 
-def _eval_every(eval_steps: Any, max_steps: int, num_iterations: int) -> int:
+def _eval_every(eval_steps: Any, max_steps: int, num_iterations: int, minibatches: int = 1) -> int:
     """polyrl's ``eval.every`` (steps) for TRL's ``eval_steps`` (optimizer updates; below 1 a
     fraction of ``max_steps``, rounded up, as transformers' ``TrainerState.compute_steps``)."""
     updates = eval_steps
@@ -487,14 +525,14 @@ def _eval_every(eval_steps: Any, max_steps: int, num_iterations: int) -> int:
                               "which from_trl knows only from max_steps", field="grpo_config.eval_steps",
                               fix="set max_steps, or eval_steps to a number of updates (1 or more)")
         updates = math.ceil(max_steps * updates)
-    updates = int(updates)
-    if updates % num_iterations:
+    updates, per_step = int(updates), num_iterations * minibatches
+    if updates % per_step:
         raise ConfigError(f"TRL's eval_steps = {shown(eval_steps)} is {updates} optimizer updates, not a whole number "
-                          f"of rollout batches of num_iterations = {num_iterations} updates each (TRL would evaluate "
-                          "part-way through a batch; polyrl evaluates after whole steps)",
+                          f"of rollout batches of {_per_step_words(num_iterations, minibatches)} updates each (TRL "
+                          "would evaluate part-way through a batch; polyrl evaluates after whole steps)",
                           field="grpo_config.eval_steps",
-                          fix=f"set eval_steps to a multiple of num_iterations ({num_iterations})")
-    return updates // num_iterations
+                          fix=f"set eval_steps to a multiple of {_per_step_name(minibatches)} ({per_step})")
+    return updates // per_step
 
 
 #: polyrl's most assistant turns per episode (``environment.max_turns``' range)

@@ -71,8 +71,8 @@ TRL_NAMES: dict[str, TrlName] = {
     "lr_scheduler_kwargs": TrlName("optimizer.min_lr_ratio", note="TRL's {{\"min_lr_rate\": r}} (cosine_with_min_lr) is "
                                                               "min_lr_ratio = r in [optimizer]"),
     "max_steps": TrlName("train.steps", note="TRL counts optimizer updates, polyrl rollout batches of "
-                                             "algorithm.num_iterations updates each: write steps = {value} / "
-                                             "num_iterations in [train]"),
+                                             "algorithm.num_iterations x minibatches updates each: write steps = "
+                                             "{value} / num_iterations in [train] (/ minibatches too)"),
     "num_train_epochs": TrlName("train.steps", note="polyrl counts steps: write steps = {value} x the whole batches "
                                                     "(prompts // prompts_per_step) in [train]"),
     "seed": TrlName("train.seed"),
@@ -85,8 +85,15 @@ TRL_NAMES: dict[str, TrlName] = {
                                                                           "x gradient_accumulation_steps / "
                                                                           "generation.group_size in [train]"),
     "reward_weights": TrlName("rewards[].weight", note="write weight = ... in each [[rewards]] table"),
-    **{name: TrlName(None, note="polyrl samples one rollout batch per step") for name in (
-        "steps_per_generation", "generation_batch_size")},
+    "steps_per_generation": TrlName("algorithm.minibatches", note="TRL makes one update per "
+                                                                  "gradient_accumulation_steps of its slices: write "
+                                                                  "minibatches = {value} / gradient_accumulation_steps "
+                                                                  "in [algorithm]"),
+    "generation_batch_size": TrlName("train.prompts_per_step", note="TRL counts the completions of one rollout, "
+                                                                    "polyrl its prompts: write prompts_per_step = "
+                                                                    "{value} / generation.group_size in [train], and "
+                                                                    "algorithm.minibatches = steps_per_generation / "
+                                                                    "gradient_accumulation_steps"),
     "multi_objective_aggregation": TrlName("algorithm.multi_objective_aggregation",
                                            note='"normalize_then_sum" is GDPO: each reward normalized in its '
                                                 "group, the weighted sum over the batch"),
@@ -99,7 +106,7 @@ TRL_NAMES: dict[str, TrlName] = {
                                                 'reward = "run", greedy = false, samples = num_generations and '
                                                 "count = the eval rows (data.eval_path)"),
     "eval_steps": TrlName("eval.every", note="TRL counts optimizer updates, polyrl steps: write every = {value} / "
-                                             "num_iterations in [eval]"),
+                                             "num_iterations in [eval] (/ minibatches too)"),
     "eval_on_start": TrlName("eval.before", note="polyrl evaluates before training unless before = false in [eval]"),
     "num_generations_eval": TrlName("eval.samples", note='write samples = {value} in [eval], with reward = "run" '
                                                          "and greedy = false (TRL's evaluation)"),
@@ -107,7 +114,8 @@ TRL_NAMES: dict[str, TrlName] = {
 
 
 #: transformers' fraction of the updates (``warmup_ratio``, a ``warmup_steps`` below 1) as polyrl's count
-_WARMUP = "warmup_steps = ceil({value} x train.steps x algorithm.num_iterations), a number of updates, in [optimizer]"
+_WARMUP = ("warmup_steps = ceil({value} x train.steps x algorithm.num_iterations x algorithm.minibatches), a number "
+           "of updates, in [optimizer]")
 
 #: More ``GRPOConfig`` / ``TrainingArguments`` names a TOML writer may bring, for the unknown-key
 #: fix only (``from_trl`` ignores the logging and saving ones, ``trl_config.IGNORED``): without
