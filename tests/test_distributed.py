@@ -225,6 +225,23 @@ def test_polyrl_launch_two_ranks_writes_once_and_resumes_on_one_process(tiny_mod
     assert [m["step"] for m in _metrics(out)] == [1, 2, 3, 4]
 
 
+@TWO_CPUS
+@pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
+def test_two_ranks_split_their_shards_into_the_same_minibatch_updates(tiny_model_dir, tmp_path):
+    """algorithm.minibatches under a launcher: each rank splits its 4 samples into 5 parts; the
+    fifth is empty on both and skipped on both, so every rank makes the same 4 train_step calls
+    (collectives) a step, and the checkpoint counts 4 updates a step."""
+    from polyrl import checkpoint as ckpt
+
+    config, out = _launch_config(tmp_path, tiny_model_dir, prompts=2, sections=(
+        '[algorithm]\nname = "grpo"\nminibatches = 5\n[optimizer]\nlr = 1e-3\n'))
+    _polyrl("launch", "--nproc-per-node", "2", str(config))
+    lines = _metrics(out)
+    assert [m["step"] for m in lines] == [1, 2, 3] and not any(m.get("skipped") for m in lines)
+    newest = ckpt.latest_checkpoint(out / "checkpoints")
+    assert newest is not None and ckpt.read_state(newest)["updates_applied"] == 3 * 4
+
+
 LAUNCH_CONFIG = ('[model]\npath = "tiny-llama"\n[data]\ntask = "arithmetic"\n[[rewards]]\nname = "numeric_match"\n'
                  '[train]\nsteps = 2\nprompts_per_step = 2\n')
 

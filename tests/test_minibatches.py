@@ -219,3 +219,39 @@ def test_a_torch_step_makes_one_update_per_minibatch(tiny_model_dir, tmp_path):
     state = trainer.train_engine.raw.optimizer.state  # torch AdamW's per-parameter step: what the schedule counts
     assert state and {int(s["step"]) for s in state.values()} == {2}
     assert line["lr"] == pytest.approx(1e-3 * 0.5)  # the second of two updates in a linear decay over 2
+
+
+def test_every_rank_agrees_on_the_parts_it_steps():
+    """Two ranks with uneven shards (dynamic sampling kept 3 rows on one, 6 on the other): each
+    rank's parts cover its counted rows once; a part empty on one rank but not the other is live
+    (the empty rank steps with an empty batch), one empty everywhere is not, and any rank
+    computes the same answer from the gathered masks."""
+    from polyrl import minibatches
+
+    counted = np.array([1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1], dtype=bool)  # rank 0: 8 rows, rank 1: 6
+    trained = counted.copy()
+    trained[[1, 9]] = False  # counted, not trained (a truncated row under mask_truncated_completions)
+    sizes = [8, 6]
+    splits = minibatches.rank_splits(counted, sizes, 5, seeds=[11, 12])
+    assert np.array_equal(np.sort(np.concatenate(splits[0])), [0, 1, 2])
+    assert np.array_equal(np.sort(np.concatenate(splits[1])), np.arange(6))
+    assert [len(p) for p in splits[0]] == [1, 1, 1, 0, 0] and [len(p) for p in splits[1]] == [2, 1, 1, 1, 1]
+    live = minibatches.live_parts(splits, trained, sizes)
+    expected = [bool(trained[:8][p].any() or trained[8:][q].any()) for p, q in zip(*splits)]
+    assert live.tolist() == expected and live[3] and live[4]  # rank 0 holds nothing there, rank 1 does
+    assert minibatches.rank_splits(counted, sizes, 5, seeds=[11, 12])[1][0].tolist() == splits[1][0].tolist()
+    assert minibatches.split_rows(np.arange(5), 1, seed=3)[0].tolist() == list(range(5))  # one part: the order kept
+
+
+def test_a_checkpoint_from_before_minibatches_resumes_and_a_changed_count_is_refused():
+    """The split is part of the experiment: a checkpoint written without the key resumes at the
+    default; resuming with another count is refused, naming the key."""
+    from polyrl import resume_config
+
+    base = {"model": {"path": "tiny"}, "data": {"task": "arithmetic"}, "rewards": [{"name": "numeric_match"}]}
+    old = {k: v for k, v in resume_config.snapshot(RunConfig.from_dict(base)).items() if k != "algorithm.minibatches"}
+    assert resume_config.check(old, RunConfig.from_dict(base), weights_only=False) == []
+    split = RunConfig.from_dict({**base, "algorithm": {"name": "grpo", "minibatches": 2}})
+    with pytest.raises(ConfigError) as info:
+        resume_config.check(old, split, weights_only=False)
+    assert info.value.field == "algorithm.minibatches", info.value

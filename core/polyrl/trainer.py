@@ -6,8 +6,9 @@ One step, for ``prompts_per_step`` prompts and ``group_size`` samples each:
 2. reward plugins score them, seeing the dataset row's columns; DAPO shaping/filtering applies;
 3. the algorithm turns rewards into advantages (group-normalised, RLOO, REINFORCE...);
 4. ``old_logprobs`` are computed only when they can differ from the current policy
-   (``num_iterations > 1``); ``ref_logprobs`` only when ``beta > 0``;
-5. ``num_iterations`` optimizer steps on the *train* engine;
+   (``num_iterations > 1`` or ``minibatches > 1``); ``ref_logprobs`` only when ``beta > 0``;
+5. ``num_iterations`` passes of ``minibatches`` optimizer steps each on the *train* engine
+   (``polyrl.minibatches``: the batch shuffled and split, one update per part);
 6. weights are pushed to the generator when it is a different engine, so the policy that
    generates is always the policy being trained.
 
