@@ -43,8 +43,9 @@ def lr_at(optimizer: Any, updates: int) -> float:
                                         optimizer.total_steps, optimizer.min_lr_ratio)
 
 
-def updates_in_history(lines: Iterable[Mapping[str, Any]], num_iterations: int) -> int:
+def updates_in_history(lines: Iterable[Mapping[str, Any]], updates_per_step: int) -> int:
     """The optimizer updates the step lines of metrics.jsonl record as applied, for a checkpoint
-    written before it saved its own count: ``num_iterations`` for each step not skipped (a step
-    whose update a backend skipped part-way counts none; its earlier iterations are lost)."""
-    return sum(num_iterations for line in lines if not line.get("skipped"))
+    written before it saved its own count: ``updates_per_step`` (``num_iterations`` x
+    ``minibatches``) for each step not skipped (a step whose update a backend skipped part-way
+    counts none; its earlier updates are lost)."""
+    return sum(updates_per_step for line in lines if not line.get("skipped"))
