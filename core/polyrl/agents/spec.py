@@ -163,6 +163,16 @@ def rewarded_environment(env: Any) -> Any:
     return getattr(env, "rewarded", env) if env is not None else None
 
 
+def end_episode(env: Any) -> None:
+    """Tell an adapter its episode is over (its ``episode_over()``: the TRL environment adapter,
+    ``polyrl.agents.trl_environments``, hands its pooled instance back there), once, whatever
+    ended the episode; other environments have nothing to hand back. Why the runner calls it after
+    the rollout rather than at the episode's last turn: reward functions still read the instance."""
+    over = getattr(env, "episode_over", None)
+    if callable(over):
+        over()
+
+
 def checked_environment(env: Any) -> Any:
     """What a factory returned, if it is an environment instance (``reset`` and ``step`` callable);
     else TypeError. Why: None, a class or any other object would only fail at its first call, as
