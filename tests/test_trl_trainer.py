@@ -714,7 +714,7 @@ def _scripted_generate(prompts, sampling):
     return out
 
 
-def _pool_runner(plugin):
+def _pool_runner(plugin, **kwargs):
     """polyrl's episode runner on ``plugin``'s environment, as a run builds it."""
     from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
     from polyrl.agents.parsing import parse_tool_calls
@@ -722,7 +722,7 @@ def _pool_runner(plugin):
     specs = []
     plugin.polyrl_register_environments(specs.append)
     return EpisodeRunner(_scripted_generate, _encode_chat, EpisodeLimits(max_turns=3, max_episode_tokens=400),
-                         make_environment=lambda: specs[0].create({}), parse=parse_tool_calls)
+                         make_environment=lambda: specs[0].create({}), parse=parse_tool_calls, **kwargs)
 
 
 class _Counted:
@@ -784,6 +784,48 @@ def test_environment_instances_are_made_once_and_reset_for_every_rollout():
     assert all(e.used_on == {e.made_on} for e in made) and len({e.made_on for e in made}) == 4
     runner.run([*rows, *rows, rows[0]], sampling)  # 10 rollouts at once: the pool grows to 10
     assert len(made) == 10 and runner.failure() is None
+
+
+class _Slow(_Counted):
+    release = None  # a threading.Event its first lookup waits for
+
+    def lookup(self, key: str) -> str:
+        """Look a key up in the table, slowly the first time.
+
+        Args:
+            key: the key to look up
+        """
+        if not self.lookups:
+            self.lookups = -1
+            _Slow.release.wait(30)
+        return super().lookup(key)
+
+
+def test_an_instance_whose_call_ran_past_its_limit_is_dropped_from_the_pool():
+    """A tool call abandoned past tool_timeout_s still runs on the instance's thread when the
+    rollout ends: the instance is not handed to the next rollout (two rollouts would share it), a
+    new one is made."""
+    import threading
+
+    from polyrl.agents.trl_environments import trl_environments
+    from polyrl.types import SamplingParams
+
+    made: list[_Slow] = []
+
+    def factory():
+        made.append(_Slow())
+        return made[-1]
+
+    _Slow.release = threading.Event()
+    try:
+        runner = _pool_runner(trl_environments(factory), tool_timeout_s=0.2, env_timeout_s=0.3)
+        sampling = SamplingParams(max_new_tokens=80, n=1, seed=1)
+        out = runner.run([{"prompt": "Look up key 0.", "answer": "a"}], sampling)
+        assert "did not finish" in [m["content"] for m in out[0].messages if m["role"] == "tool"][0]
+        again = runner.run([{"prompt": "Look up key 0.", "answer": "a"}], sampling)
+        assert len(made) == 2 and again[0].environment is made[1] and len(made[0].resets) == 1
+    finally:
+        _Slow.release.set()
 
 
 class _Flaky(_Counted):

@@ -35,6 +35,7 @@ without ``reset``, or a method the model could not be told about is one ``Config
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -163,6 +164,7 @@ class TrlEnvironments:
         self.pool = Pool(self.factories)
         for pooled in probes:
             self.pool.add(pooled)
+        weakref.finalize(self, self.pool.close)  # the instances' threads end with the trainer that holds it
         #: polyrl.trl wrote ``EMPTY_PROMPT`` into rows without a prompt (``default_prompts``): a row
         #: holding it gets no ``prompt`` argument in ``reset``, as TRL's gets none
         self.prompt_defaulted = False

@@ -92,6 +92,7 @@ class Pool:
         #: instances made per key (the probe's included): the pool's size, dropped ones counted
         self.made: dict[str | None, int] = dict.fromkeys(self.factories, 0)
         self._lock = threading.Lock()
+        self._closed = False
 
     def add(self, pooled: Pooled) -> None:
         """A free instance made elsewhere (the probe of the factory)."""
@@ -114,11 +115,22 @@ class Pool:
         """Hand ``pooled`` back: free again, unless a call of its still runs or it is spoiled."""
         with pooled._lock:
             usable = not pooled.spoiled and pooled.running == 0
-        if not usable:
-            pooled.worker.close()  # its thread ends once the running call returns
-            return
         with self._lock:
-            self._free[pooled.key].append(pooled)
+            if usable and not self._closed:
+                self._free[pooled.key].append(pooled)
+                return
+        pooled.worker.close()  # its thread ends once the running call returns
+
+    def close(self) -> None:
+        """End the free instances' threads (those taken end when handed back). Why: a worker's
+        thread waits for calls for ever, and a trainer built and dropped would leave them behind."""
+        with self._lock:
+            self._closed = True
+            free = [pooled for pooled_list in self._free.values() for pooled in pooled_list]
+            for pooled_list in self._free.values():
+                pooled_list.clear()
+        for pooled in free:
+            pooled.worker.close()
 
 
 def make(key: str | None, factory: Callable[[], Any]) -> Pooled:
