@@ -873,6 +873,27 @@ def test_a_reset_or_factory_that_raises_stops_the_run_naming_the_class_and_metho
         str(failed)
 
 
+class _Breaks:
+    """Resets every row but key 1's, as a broken level of a game would."""
+
+    def reset(self, **kwargs):
+        if kwargs["prompt"][-1]["content"] == "Look up key 1.":
+            raise RuntimeError("level 1 is missing")
+
+
+def test_a_reset_that_raises_stops_train_after_the_step_with_its_checkpoint(tiny_model_dir, tmp_path):
+    """TRL's train() stops at the error; polyrl's stops after the step that met it (its other
+    rollouts trained), saved, with one line naming the class and the method."""
+    from polyrl.agents.episodes import EnvironmentFailed
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_chat_dataset(),
+                          args=_args(tmp_path, max_steps=3), environment_factory=_Breaks)
+    with pytest.raises(EnvironmentFailed, match=r"_Breaks\.reset .*raised RuntimeError: level 1 is missing") as err:
+        trainer.train()
+    assert "\n" not in str(err.value)
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*")] == ["step-00000001"]
+
+
 def test_reset_may_return_trls_text_parts():
     """TRL appends a list of content parts reset returns; text parts are appended as their text,
     another part (an image, which polyrl's episodes cannot render) stops the run naming reset."""
