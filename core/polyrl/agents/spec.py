@@ -57,6 +57,10 @@ class Environment(Protocol):
     a time, so state ``reset`` made there (an sqlite connection, an async client) works in them,
     each call within ``[environment] tool_timeout_s``. A call past it leaves the thread busy: the
     environment's next call waits for it (within its own time limit).
+
+    An environment may also define ``episode_over()``, called once after the rollout (on the
+    runner's thread, quickly: no time limit), whatever ended its episode (``end_episode``): where
+    an adapter hands back what its ``reset`` took (the TRL adapter's pooled instance).
     """
 
     def reset(self, row: Mapping[str, Any]) -> list[Message] | Awaitable[list[Message]]:

@@ -91,8 +91,8 @@ def with_observation(messages: list[Message], observation: Any, where: str) -> l
 
 def _stop(text: str) -> EnvironmentFailed:
     """The error that stops the run (TRL's run stops at such an error too), one line."""
-    return EnvironmentFailed(f"{text}; the run stops, as TRL's does. Fix: call it by hand on this row to see "
-                             "why (the last checkpoint is kept)", alone=True)
+    return EnvironmentFailed(f"{text}; the run stops after this step (saved), as TRL's stops at it. Fix: call "
+                             "it by hand with this row to see why", alone=True)
 
 
 class _Episode:
@@ -130,10 +130,13 @@ class _Episode:
                            and v == EMPTY_PROMPT)}
         try:
             observation = pooled.call(lambda: instance.reset(**kwargs))
-            messages = with_observation(as_messages(prompt if prompt is not None else ""), observation, kind)
         except Exception as exc:  # noqa: BLE001 - the user's reset
             pooled.spoiled = True  # half reset: never handed out again
             raise _stop(f"{kind}.reset (of {where}) raised {describe(exc, run_goes_on=False)}") from None
+        try:
+            messages = with_observation(as_messages(prompt if prompt is not None else ""), observation, kind)
+        except TypeError as exc:
+            raise _stop(str(exc)) from None
         self.tools = [pooled.forwarded(method) for method in tool_methods(instance)]
         return messages
 
