@@ -599,7 +599,7 @@ def test_tools_the_model_could_not_be_told_about_are_one_error_each(tiny_model_d
     assert err.value.field == field and err.value.fix
 
 
-# --- environment_factory: TRL's environments, one instance per rollout, run as polyrl episodes ----------
+# --- environment_factory: TRL's environments, pooled instances reset per rollout, run as polyrl episodes --
 
 class _Table:
     """A TRL environment: reset gets the row, lookup is the model's tool, get_reward owns a reward."""
@@ -794,6 +794,241 @@ def test_an_environment_factory_with_a_clashing_tool_or_overlap_is_refused(tiny_
     with pytest.raises(ConfigError) as err:
         trainer.train()
     assert err.value.field == "environment_factory" and "overlap" in err.value.fix
+
+
+# --- environment_factory's pool: instances made once, reset for every rollout (a scripted model, no backend) ---
+
+def _encode_chat(messages, tools, add_generation_prompt):
+    """A ChatML rendering, one id per character: what the scripted model reads back."""
+    text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    return np.asarray([ord(ch) for ch in text + ("<|im_start|>assistant\n" if add_generation_prompt else "")],
+                      dtype=np.int64)
+
+
+def _scripted_generate(prompts, sampling):
+    """Calls ``lookup`` first, then answers: n completions per prompt."""
+    from polyrl.types import Completion
+
+    out = []
+    for i, prompt in enumerate(prompts):
+        text = "done" if "<|im_start|>tool" in "".join(map(chr, prompt.ids)) else CALL
+        ids = [ord(ch) for ch in text]
+        out += [Completion(i, prompt.ids, ids, [-0.5] * len(ids), text, "stop") for _ in range(sampling.n)]
+    return out
+
+
+def _pool_runner(plugin, **kwargs):
+    """polyrl's episode runner on ``plugin``'s environment, as a run builds it."""
+    from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
+    from polyrl.agents.parsing import parse_tool_calls
+
+    specs = []
+    plugin.polyrl_register_environments(specs.append)
+    return EpisodeRunner(_scripted_generate, _encode_chat, EpisodeLimits(max_turns=3, max_episode_tokens=400),
+                         make_environment=lambda: specs[0].create({}), parse=parse_tool_calls, **kwargs)
+
+
+class _Counted:
+    """A TRL environment recording its resets and the threads each of its calls ran on."""
+
+    def __init__(self):
+        import threading
+
+        self.made_on = threading.current_thread()
+        self.used_on: set = set()
+        self.resets: list[dict] = []
+        self.lookups = 0
+
+    def reset(self, **kwargs):
+        import threading
+
+        self.used_on.add(threading.current_thread())
+        self.resets.append(kwargs)
+
+    def lookup(self, key: str) -> str:
+        """Look a key up in the table.
+
+        Args:
+            key: the key to look up
+        """
+        import threading
+
+        self.used_on.add(threading.current_thread())
+        self.lookups += 1
+        return f"value-of-{key}"
+
+
+def test_environment_instances_are_made_once_and_reset_for_every_rollout():
+    """TRL's pool: the probe is the first instance, the pool grows to the rollouts running at
+    once and no further (2 steps of 4 rollouts: 4 instances, not 1 + 8), each rollout resets a free
+    one, no instance serves two rollouts at once, and each lives on one thread of its own (made,
+    reset and called there, whichever episode drives it)."""
+    from polyrl.agents.trl_environments import trl_environments
+    from polyrl.types import SamplingParams
+
+    made: list[_Counted] = []
+
+    def factory():
+        made.append(_Counted())
+        return made[-1]
+
+    runner = _pool_runner(trl_environments(factory))
+    rows = [{"prompt": "Look up key 0.", "answer": "a"}, {"prompt": "Look up key 1.", "answer": "b"}]
+    sampling = SamplingParams(max_new_tokens=80, n=2, seed=1)
+    for step in (1, 2):
+        out = runner.run(rows, sampling)
+        assert len(made) == 4  # the probe and 3 more, made in step 1 only
+        assert len({id(c.environment) for c in out}) == 4 == len(out)  # one rollout per instance at a time
+        assert {id(c.environment) for c in out} == {id(e) for e in made}
+        assert all(c.environment.lookups == step for c in out)
+        assert all([m["content"] for m in c.messages if m["role"] == "tool"] == ["value-of-k"] for c in out)
+    assert sorted(r["answer"] for e in made for r in e.resets) == ["a", "a", "a", "a", "b", "b", "b", "b"]
+    assert all(len(e.resets) == 2 for e in made)  # reset before every rollout it served
+    assert all(e.used_on == {e.made_on} for e in made) and len({e.made_on for e in made}) == 4
+    runner.run([*rows, *rows, rows[0]], sampling)  # 10 rollouts at once: the pool grows to 10
+    assert len(made) == 10 and runner.failure() is None
+
+
+class _Slow(_Counted):
+    release = None  # a threading.Event its first lookup waits for
+
+    def lookup(self, key: str) -> str:
+        """Look a key up in the table, slowly the first time.
+
+        Args:
+            key: the key to look up
+        """
+        if not self.lookups:
+            self.lookups = -1
+            _Slow.release.wait(30)
+        return super().lookup(key)
+
+
+def test_an_instance_whose_call_ran_past_its_limit_is_dropped_from_the_pool():
+    """A tool call abandoned past tool_timeout_s still runs on the instance's thread when the
+    rollout ends: the instance is not handed to the next rollout (two rollouts would share it), a
+    new one is made."""
+    import threading
+
+    from polyrl.agents.trl_environments import trl_environments
+    from polyrl.types import SamplingParams
+
+    made: list[_Slow] = []
+
+    def factory():
+        made.append(_Slow())
+        return made[-1]
+
+    _Slow.release = threading.Event()
+    try:
+        runner = _pool_runner(trl_environments(factory), tool_timeout_s=0.2, env_timeout_s=0.3)
+        sampling = SamplingParams(max_new_tokens=80, n=1, seed=1)
+        out = runner.run([{"prompt": "Look up key 0.", "answer": "a"}], sampling)
+        assert "did not finish" in [m["content"] for m in out[0].messages if m["role"] == "tool"][0]
+        again = runner.run([{"prompt": "Look up key 0.", "answer": "a"}], sampling)
+        assert len(made) == 2 and again[0].environment is made[1] and len(made[0].resets) == 1
+    finally:
+        _Slow.release.set()
+
+
+class _Flaky(_Counted):
+    def reset(self, **kwargs):
+        if kwargs["answer"] == "bad":
+            raise RuntimeError("no such level")
+
+
+class _Parts(_Counted):
+    def reset(self, **kwargs):
+        if kwargs["answer"] == "image":
+            return [{"type": "image", "image": "cat.png"}]
+        return [{"type": "text", "text": " Use"}, {"type": "text", "text": " the table."}]
+
+
+def test_a_reset_or_factory_that_raises_stops_the_run_naming_the_class_and_method():
+    """TRL's run stops at an environment's error: here its episode ends unscored, the rollout
+    finishes and the run stops after the step (saved) with one line naming the class and method;
+    so does a factory failing when the pool grows."""
+    from polyrl.agents.episodes import EnvironmentFailed
+    from polyrl.agents.trl_environments import trl_environments
+    from polyrl.types import SamplingParams
+
+    runner = _pool_runner(trl_environments(_Flaky))
+    out = runner.run([{"prompt": "Look up key 0.", "answer": "ok"}, {"prompt": "Look up key 1.", "answer": "bad"}],
+                     SamplingParams(max_new_tokens=80, n=2, seed=1))
+    assert [("env_error" in c.info) for c in out] == [False, False, True, True]
+    failed = runner.failure()
+    assert isinstance(failed, EnvironmentFailed) and failed.alone
+    assert "_Flaky.reset" in str(failed) and "RuntimeError: no such level" in str(failed)
+    assert "\n" not in str(failed) and "run stops" in str(failed)
+
+    calls = []
+
+    def once():
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError("out of containers")
+        return _Counted()
+
+    runner = _pool_runner(trl_environments(once))
+    runner.run([{"prompt": "Look up key 0.", "answer": "a"}], SamplingParams(max_new_tokens=80, n=2, seed=1))
+    failed = runner.failure()
+    assert isinstance(failed, EnvironmentFailed) and "environment_factory() raised OSError: out of containers" in \
+        str(failed)
+
+
+class _Breaks:
+    """Resets every row but key 1's, as a broken level of a game would."""
+
+    def reset(self, **kwargs):
+        if kwargs["prompt"][-1]["content"] == "Look up key 1.":
+            raise RuntimeError("level 1 is missing")
+
+
+def test_a_reset_that_raises_stops_train_after_the_step_with_its_checkpoint(tiny_model_dir, tmp_path):
+    """TRL's train() stops at the error; polyrl's stops after the step that met it (its other
+    rollouts trained), saved, with one line naming the class and the method."""
+    from polyrl.agents.episodes import EnvironmentFailed
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_chat_dataset(),
+                          args=_args(tmp_path, max_steps=3), environment_factory=_Breaks)
+    with pytest.raises(EnvironmentFailed, match=r"_Breaks\.reset .*raised RuntimeError: level 1 is missing") as err:
+        trainer.train()
+    assert "\n" not in str(err.value)
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*")] == ["step-00000001"]
+
+
+def test_reset_may_return_trls_text_parts():
+    """TRL appends a list of content parts reset returns; text parts are appended as their text,
+    another part (an image, which polyrl's episodes cannot render) stops the run naming reset."""
+    from polyrl.agents.trl_environments import trl_environments
+
+    plugin = trl_environments(_Parts)
+    specs = []
+    plugin.polyrl_register_environments(specs.append)
+    first = specs[0].create({}).reset({"prompt": "Look up key 0.", "answer": "a"})
+    assert first == [{"role": "user", "content": "Look up key 0. Use the table."}]
+    with pytest.raises(Exception, match=r"_Parts.reset .*not all text"):
+        specs[0].create({}).reset({"prompt": "Look up key 0.", "answer": "image"})
+
+
+def test_rows_without_a_prompt_get_trls_empty_one_which_reset_does_not_get(tiny_model_dir, tmp_path):
+    """TRL defaults a row's missing prompt to one empty user message (reset writes the prompt)
+    and keeps it out of reset's arguments; a dict factory's rows may carry only environment."""
+    rows = [{"environment": "table", "answer": "a"}, {"environment": "shouter", "answer": "b"}]
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
+                          train_dataset=datasets.Dataset.from_list(rows),
+                          environment_factory={"table": _Table, "shouter": _Other})
+    given = list(trainer.train_dataset)
+    assert [r["prompt"] for r in given] == [[{"role": "user", "content": ""}]] * 2
+    env = _episode(trainer)
+    assert env.reset(given[0]) == [{"role": "user", "content": " Use the table."}]
+    assert env.rewarded.row == {"answer": "a"}  # neither the empty prompt nor environment
+    with_prompt = [{"prompt": [{"role": "user", "content": ""}], "environment": "table", "answer": "a"}]
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
+                          train_dataset=datasets.Dataset.from_list(with_prompt), environment_factory={"table": _Table})
+    env = _episode(trainer)
+    env.reset(list(trainer.train_dataset)[0])
+    assert env.rewarded.row == {"prompt": [{"role": "user", "content": ""}], "answer": "a"}  # the row's own: kept
 
 
 # --- what a TRL script reads and calls around the trainer ---------------------------------------------

@@ -172,7 +172,11 @@ class GRPOTrainer:
         if train_dataset is None:  # the environment writes the prompts in reset (TRL's rule)
             train_dataset = _placeholder_rows(self.trl_environments, self.args, self.grpo_config)
         if self.trl_environments is not None:
-            self.trl_environments.check_rows(api.prompt_rows(train_dataset))
+            rows = api.prompt_rows(train_dataset)
+            self.trl_environments.check_rows(rows)
+            if any(self.trl_environments.prompt_column not in row for row in rows):  # TRL's empty one, reset writes it
+                train_dataset = self.trl_environments.default_prompts(rows)
+            eval_dataset = _default_eval_prompts(self.trl_environments, eval_dataset)
             if env_rewards and self.grpo_config.reward_weights is not None:  # TRL adds weight 1 for each
                 self.grpo_config = attrs.evolve(self.grpo_config, reward_weights=[
                     *self.grpo_config.reward_weights, *[1.0] * len(env_rewards)])
@@ -634,6 +638,22 @@ def _environments(environment_factory: Any, tools: GivenTools | None) -> TrlEnvi
     from polyrl.agents.trl_environments import trl_environments
 
     return trl_environments(environment_factory, tools.names if tools is not None else ())
+
+
+def _default_eval_prompts(environments: TrlEnvironments, eval_dataset: Any) -> Any:
+    """``eval_dataset`` with TRL's empty prompt in rows without one (as the training rows get);
+    one polyrl cannot read as rows is left as it is, for its own check to name."""
+    from polyrl import api
+
+    if eval_dataset is None or isinstance(eval_dataset, Mapping):
+        return eval_dataset
+    try:
+        rows = api.prompt_rows(eval_dataset)
+    except ConfigError:
+        return eval_dataset
+    if all(environments.prompt_column in row for row in rows):
+        return eval_dataset
+    return environments.default_prompts(rows)
 
 
 def _placeholder_rows(environments: TrlEnvironments | None, args: Any, grpo_config: Any) -> list[dict[str, Any]]:

@@ -23,7 +23,10 @@ the limit, or an answer that is not a valid ``Observation`` ends that episode as
 error (``info["env_error"]``), never the run. Such an episode is unscored (no reward sees it, see
 ``polyrl.episode_scoring``): it is trained neither for nor against. A rollout in which every episode
 ended so is not trained (``untrainable``); ``MAX_FAILED_ROLLOUTS`` of them in a row stop the run
-(``EnvironmentFailed``), since an environment that never works cannot be trained against.
+(``EnvironmentFailed``), since an environment that never works cannot be trained against. An
+environment call that raises ``EnvironmentFailed`` itself (TRL's environments do where TRL's run
+stops: ``polyrl.agents.trl_environments``) ends its episode so too, and stops the run after this
+step (``failure``).
 """
 
 from __future__ import annotations
@@ -38,8 +41,8 @@ import numpy as np
 
 from polyrl.agents.glue import ChatGlue, EncodeChat, RenderError
 from polyrl.agents.prompting import template_ignores_tools, tool_results_as_user, with_tools_prompt
-from polyrl.agents.spec import (checked_environment, checked_reset, checked_step, environment_tools, plain_text,
-                                rewarded_environment)
+from polyrl.agents.spec import (checked_environment, checked_reset, checked_step, end_episode, environment_tools,
+                                plain_text, rewarded_environment)
 from polyrl.agents.threads import MAX_ABANDONED, CallRaised, CallTimedOut, LateCalls, Worker, describe, finished
 from polyrl.agents.tools import ToolBox, error_message
 from polyrl.errors import ConfigError, PolyrlError
@@ -249,6 +252,7 @@ class EpisodeRunner:
         #: tools' are; once the cap is reached no call starts and the run stops (``failure``)
         self._late = LateCalls(max_abandoned)
         self._too_many_late: str | None = None  # why the run stops, once the cap was reached
+        self._stop: EnvironmentFailed | None = None  # what an environment raised to stop the run
         self.failed_rollouts = 0  # rollouts in a row whose every episode ended in an environment error
         self._warned_silent_step = False  # a step with no messages and done=False was reported
         self.last_env_error: str | None = None
@@ -275,6 +279,12 @@ class EpisodeRunner:
             return await worker.call(fn, self.env_timeout_s)
         except CallRaised as raised:
             error = describe(raised.cause)
+            if isinstance(raised.cause, EnvironmentFailed):  # the run stops after this step
+                if self._stop is None:
+                    self._stop = raised.cause
+                log.error(f"environment {what} failed; the run stops after this step", environment=self._env_name,
+                          error=str(raised.cause))
+                raise _EnvError(error) from None
         except CallTimedOut as timed_out:
             error = (f"{what} did not return within {self.env_timeout_s:g} s (environment.env_timeout_s); "
                      "abandoned, its thread may keep running")
@@ -313,7 +323,9 @@ class EpisodeRunner:
 
     # --- first observation ------------------------------------------------------------------
 
-    async def _reset(self, index: int, row: Mapping[str, Any]) -> _Episode:
+    async def _reset(self, index: int, row: Mapping[str, Any], made: list[Any] | None = None) -> _Episode:
+        """Episode ``index``'s environment made and reset, and its first prompt; ``made`` gets the
+        environment (``end_episode`` once the rollout is over)."""
         toolbox = self.toolbox
         env, worker = None, None
         if self.make_environment is not None:
@@ -321,6 +333,8 @@ class EpisodeRunner:
             worker = Worker(name=f"polyrl-env-{index}")
             try:
                 env = await self._env_call(worker, "create", lambda: checked_environment(make()))
+                if made is not None:
+                    made.append(env)
                 first, own = await self._env_call(worker, "reset", lambda: self._first_messages(env, row))
             except _EnvError as failed:  # a broken environment ends its episode (empty, untrained), not the run
                 worker.close()
@@ -571,13 +585,18 @@ class EpisodeRunner:
         n = sampling.n
         # before any environment starts: a ConfigError leaves nothing behind
         self.check_tool_results(self.toolbox.schemas if self.toolbox is not None else [])
-        episodes = asyncio.run(self._reset_all(rows, n))
+        made: list[Any] = []  # every environment made, its episode failed or not: each is told it is over
         try:
-            self._run_turns(episodes, sampling)
+            episodes = asyncio.run(self._reset_all(rows, n, made))
+            try:
+                self._run_turns(episodes, sampling)
+            finally:
+                for ep in episodes:
+                    if ep.worker is not None:
+                        ep.worker.close()
         finally:
-            for ep in episodes:
-                if ep.worker is not None:
-                    ep.worker.close()
+            for env in made:
+                end_episode(env)
         if counted:
             self._count_failures(episodes)
         return [ep.completion(ep.index // n, self._text(ep)) for ep in episodes]
@@ -653,10 +672,13 @@ class EpisodeRunner:
 
     def failure(self) -> EnvironmentFailed | None:
         """The error that stops the run once ``MAX_FAILED_ROLLOUTS`` rollouts in a row had every
-        episode end in an environment error, or once ``max_abandoned`` of the environment's calls
-        were left running past their limit (``alone``: one rank's is enough); None before that."""
+        episode end in an environment error, once ``max_abandoned`` of the environment's calls
+        were left running past their limit, or once an environment call raised ``EnvironmentFailed``
+        (these two ``alone``: one rank's is enough); None before that."""
         if self._too_many_late is not None:
             return EnvironmentFailed(self._too_many_late, alone=True)
+        if self._stop is not None:
+            return self._stop
         if self.failed_rollouts < MAX_FAILED_ROLLOUTS:
             return None
         text = (f"environment {self._env_name!r}: every episode of the last {self.failed_rollouts} rollouts "
@@ -670,12 +692,13 @@ class EpisodeRunner:
     def _groups_share_prompts(episodes: list[_Episode], n: int) -> bool:
         return all(np.array_equal(ep.prompt_ids, episodes[ep.index - ep.index % n].prompt_ids) for ep in episodes)
 
-    async def _reset_all(self, rows: Sequence[Mapping[str, Any]], n: int) -> list[_Episode]:
+    async def _reset_all(self, rows: Sequence[Mapping[str, Any]], n: int,
+                         made: list[Any] | None = None) -> list[_Episode]:
         """Every episode's first prompt. One whose environment-written first messages the template
         refuses is that episode's environment error, counted toward ``MAX_FAILED_ROLLOUTS`` like
         any other, whatever the rest of the batch did (it stopped the run when its row was alone
         in the step); a dataset prompt the template refuses raises (``_reset``): the setup's."""
-        return list(await asyncio.gather(*(self._reset(i * n + j, row) for i, row in enumerate(rows)
+        return list(await asyncio.gather(*(self._reset(i * n + j, row, made) for i, row in enumerate(rows)
                                            for j in range(n))))
 
     @staticmethod

@@ -57,6 +57,10 @@ class Environment(Protocol):
     a time, so state ``reset`` made there (an sqlite connection, an async client) works in them,
     each call within ``[environment] tool_timeout_s``. A call past it leaves the thread busy: the
     environment's next call waits for it (within its own time limit).
+
+    An environment may also define ``episode_over()``, called once after the rollout (on the
+    runner's thread, quickly: no time limit), whatever ended its episode (``end_episode``): where
+    an adapter hands back what its ``reset`` took (the TRL adapter's pooled instance).
     """
 
     def reset(self, row: Mapping[str, Any]) -> list[Message] | Awaitable[list[Message]]:
@@ -161,6 +165,16 @@ def rewarded_environment(env: Any) -> Any:
     the TRL environment instance ``polyrl.agents.trl_environments`` drives), else the environment
     itself; None without one."""
     return getattr(env, "rewarded", env) if env is not None else None
+
+
+def end_episode(env: Any) -> None:
+    """Tell an adapter its episode is over (its ``episode_over()``: the TRL environment adapter,
+    ``polyrl.agents.trl_environments``, hands its pooled instance back there), once, whatever
+    ended the episode; other environments have nothing to hand back. Why the runner calls it after
+    the rollout rather than at the episode's last turn: reward functions still read the instance."""
+    over = getattr(env, "episode_over", None)
+    if callable(over):
+        over()
 
 
 def checked_environment(env: Any) -> Any:

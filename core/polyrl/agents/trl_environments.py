@@ -3,20 +3,29 @@ polyrl environment.
 
 What TRL 1.16 does, and how each part is done here:
 
-* one instance per rollout, made by the factory (a dict of factories: the row's ``environment``
-  column names one): each episode's polyrl environment is an ``_Episode`` that makes its instance
-  in ``reset``, on the episode's own thread;
-* ``reset(**row)`` (the row without ``environment`` when routed by it); a string it returns is
-  appended to the prompt's last message before generation;
+* a pool of instances per factory (a dict of factories: the row's ``environment`` column names
+  one), made once and reused: the probe below is the first, and the pool grows only while a
+  rollout needs more at once than it holds (all of a rollout's episodes run together, so it ends
+  as large as a rollout's episodes of that factory). Each episode's polyrl environment is an
+  ``_Episode`` that takes a free instance in ``reset`` and hands it back when the episode is over
+  (``episode_over``, called by the runner after the rollout): an instance serves one rollout at a
+  time, and each lives on a thread of its own (``polyrl.agents.trl_pool``);
+* ``reset(**row)`` before every rollout (the row without ``environment`` when routed by it, and
+  without ``prompt`` where polyrl.trl wrote the empty one TRL defaults); what it returns is
+  appended to the prompt's last message before generation: a str, or TRL's list of content
+  parts, of text only (polyrl's episodes render text);
 * the instance's public methods (those its class defines, but ``reset`` and ``get_reward``) are
-  the tools of that rollout: the episode's own tools, run on its thread as polyrl runs an
-  environment's tools;
+  the tools of that rollout: the episode's own tools, run on the instance's thread;
 * the rollout ends at the model's first answer without a tool call (``step`` says done);
 * reward functions get ``environments=``, the instances in completion order: the episode puts its
-  instance on its ``Completion`` (``rewarded``, read by ``spec.rewarded_environment``), which lives
-  until the step is scored, and ``FunctionReward`` hands them over;
+  instance on its ``Completion`` (``rewarded``, read by ``spec.rewarded_environment``), and
+  ``FunctionReward`` hands them over; the step is scored before the next rollout resets them;
 * a class defining ``get_reward()`` adds a reward named after the class, weight 1, which scores
-  the rollouts of that class only (``environment_rewards``).
+  the rollouts of that class only (``environment_rewards``);
+* a factory that raises while the pool grows, or a ``reset`` that raises or returns what cannot
+  be appended, stops the run as it stops TRL's: the episode raises ``EnvironmentFailed``, which
+  the runner turns into the run's stop after this step (saved, one error line naming the class
+  and the method). A call past ``env_timeout_s`` stays an episode's error, as for any environment.
 
 Every factory is called once up front (as TRL probes it), so a factory that raises, a result
 without ``reset``, or a method the model could not be told about is one ``ConfigError`` naming
@@ -26,12 +35,15 @@ without ``reset``, or a method the model could not be told about is one ``Config
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from polyrl.agents.episodes import as_messages
+from polyrl.agents.episodes import EnvironmentFailed, as_messages
 from polyrl.agents.spec import EnvironmentSpec, Message, Observation
+from polyrl.agents.threads import describe
 from polyrl.agents.tools import tool_schema
+from polyrl.agents.trl_pool import Pool, Pooled, make
 from polyrl.errors import ConfigError
 from polyrl.hookspecs import hookimpl
 
@@ -42,6 +54,8 @@ FIELD = "environment_factory"
 ROUTE_COLUMN = "environment"
 #: methods that are not tools (TRL's)
 NOT_TOOLS = ("reset", "get_reward")
+#: the prompt TRL gives a row without one (a ``reset`` writes it), kept out of ``reset``'s arguments
+EMPTY_PROMPT: list[Message] = [{"role": "user", "content": ""}]
 
 
 def tool_methods(instance: Any) -> list[Callable[..., Any]]:
@@ -57,25 +71,40 @@ def _defines(instance: Any, name: str) -> bool:
 
 def with_observation(messages: list[Message], observation: Any, where: str) -> list[Message]:
     """The prompt's messages with ``reset``'s answer appended to the last one's content (TRL's
-    rule); None leaves them as they are. A non-string answer (TRL's multimodal parts) is refused:
-    polyrl's episodes render text."""
+    rule); None leaves them as they are. TRL's list of content parts is appended as its text
+    when every part is text; another part (an image) is refused: polyrl's episodes render text."""
     if observation is None:
         return messages
+    if isinstance(observation, list):
+        parts = observation
+        if not all(isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                   for p in parts):
+            raise TypeError(f"{where}.reset returned content parts that are not all text "
+                            "({'type': 'text', 'text': str}); polyrl's episodes render text")
+        observation = "".join(p["text"] for p in parts)
     if not isinstance(observation, str):
-        raise TypeError(f"{where}.reset returned {type(observation).__name__}; expected None or a str, which is "
-                        "appended to the prompt's last message")
+        raise TypeError(f"{where}.reset returned {type(observation).__name__}; expected None, a str or a list "
+                        "of text parts, which is appended to the prompt's last message")
     last = messages[-1]
     return [*messages[:-1], {**last, "content": f"{last.get('content', '')}{observation}"}]
 
 
+def _stop(text: str) -> EnvironmentFailed:
+    """The error that stops the run (TRL's run stops at such an error too), one line."""
+    return EnvironmentFailed(f"{text}; the run stops after this step (saved), as TRL's stops at it. Fix: call "
+                             "it by hand with this row to see why", alone=True)
+
+
 class _Episode:
-    """One rollout's polyrl environment: makes the TRL instance in ``reset`` (the row picks its
-    factory), offers its methods as ``tools`` and ends the episode at the first answer without a
-    tool call. ``rewarded`` is the instance the reward functions get."""
+    """One rollout's polyrl environment: takes a pooled TRL instance in ``reset`` (the row picks
+    its factory) and resets it, offers its methods as ``tools`` and ends the episode at the first
+    answer without a tool call. ``rewarded`` is the instance the reward functions get;
+    ``episode_over`` hands it back to the pool."""
 
     def __init__(self, plugin: TrlEnvironments, prompt_column: str) -> None:
         self._plugin = plugin
         self._prompt_column = prompt_column
+        self._pooled: Pooled | None = None
         self.rewarded: Any = None
         self.tools: list[Callable[..., Any]] | None = None
 
@@ -86,38 +115,77 @@ class _Episode:
         if factory is None:
             raise ValueError(f"the row's {ROUTE_COLUMN} is {name!r}, not one of environment_factory's "
                              f"({', '.join(map(repr, plugin.factories))})")
-        instance = factory()
-        kwargs = {k: v for k, v in row.items() if not (plugin.routed and k == ROUTE_COLUMN)}
-        observation = instance.reset(**kwargs)
+        where = FIELD if name is None else f"{FIELD}[{name!r}]"
+        try:
+            pooled = self._pooled = plugin.pool.take(name)
+        except Exception as exc:  # noqa: BLE001 - the user's factory, growing the pool
+            raise _stop(f"{where}() raised {describe(exc, run_goes_on=False)} when the pool of its instances "
+                        "grew") from None
+        instance = pooled.instance
         self.rewarded = instance
-        self.tools = tool_methods(instance)
+        kind = type(instance).__name__
         prompt = row.get(self._prompt_column)
-        messages = as_messages(prompt if prompt is not None else "")
-        return with_observation(messages, observation, type(instance).__name__)
+        kwargs = {k: v for k, v in row.items() if not (plugin.routed and k == ROUTE_COLUMN)
+                  and not (k == self._prompt_column and plugin.prompt_defaulted and isinstance(v, list)
+                           and v == EMPTY_PROMPT)}
+        try:
+            observation = pooled.call(lambda: instance.reset(**kwargs))
+        except Exception as exc:  # noqa: BLE001 - the user's reset
+            pooled.spoiled = True  # half reset: never handed out again
+            raise _stop(f"{kind}.reset (of {where}) raised {describe(exc, run_goes_on=False)}") from None
+        try:
+            messages = with_observation(as_messages(prompt if prompt is not None else ""), observation, kind)
+        except TypeError as exc:
+            raise _stop(str(exc)) from None
+        self.tools = [pooled.forwarded(method) for method in tool_methods(instance)]
+        return messages
 
     def step(self, assistant_message: Message) -> Observation:
         return Observation(done=True)  # an answer without a tool call ends TRL's rollout
 
+    def episode_over(self) -> None:
+        """Hand the instance back to the pool (the runner calls it once the rollout is over)."""
+        pooled, self._pooled = self._pooled, None
+        if pooled is not None:
+            self._plugin.pool.put(pooled)
+
 
 class TrlEnvironments:
-    """A plugin registering the factories as the environment ``ENVIRONMENT_NAME``."""
+    """A plugin registering the factories as the environment ``ENVIRONMENT_NAME``, with the pool
+    of their instances (seeded with the probes, as TRL's is)."""
 
     __name__ = "polyrl-trl-environments"  # the plugin manager's name for it
 
     def __init__(self, factories: Mapping[str | None, Callable[[], Any]], rewards: Sequence[Callable[..., Any]],
-                 prompt_column: str = "prompt") -> None:
+                 prompt_column: str = "prompt", probes: Sequence[Pooled] = ()) -> None:
         self.factories = dict(factories)
         #: a dict factory: the row's ``environment`` column picks one
         self.routed = None not in self.factories
         #: reward functions for the classes that define ``get_reward`` (``environment_rewards``)
         self.rewards = list(rewards)
         self.prompt_column = prompt_column
+        self.pool = Pool(self.factories)
+        for pooled in probes:
+            self.pool.add(pooled)
+        weakref.finalize(self, self.pool.close)  # the instances' threads end with the trainer that holds it
+        #: polyrl.trl wrote ``EMPTY_PROMPT`` into rows without a prompt (``default_prompts``): a row
+        #: holding it gets no ``prompt`` argument in ``reset``, as TRL's gets none
+        self.prompt_defaulted = False
 
     @hookimpl
     def polyrl_register_environments(self, register: Callable[[EnvironmentSpec], None]) -> None:
         register(EnvironmentSpec(name=ENVIRONMENT_NAME, create=lambda options: _Episode(self, self.prompt_column),
                                  summary="the environment_factory given to polyrl.trl.GRPOTrainer",
                                  distribution="GRPOTrainer(environment_factory=...)"))
+
+    def default_prompts(self, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` with TRL's empty prompt where a row has no prompt column (its ``reset`` writes
+        the prompt), remembered so that ``reset`` does not get it."""
+        column = self.prompt_column
+        if all(column in row for row in rows):
+            return [dict(row) for row in rows]
+        self.prompt_defaulted = True
+        return [dict(row) if column in row else {**row, column: [dict(m) for m in EMPTY_PROMPT]} for row in rows]
 
     def check_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """A dict factory needs every row to name one of its keys in ``environment``: an unknown
@@ -133,18 +201,29 @@ class TrlEnvironments:
                                       "or add a factory under that name")
 
 
-def _probe(factory: Any, where: str, field: str, tool_names: Sequence[str]) -> Any:
-    """One instance of ``factory``, checked as TRL checks its probe: callable, an instance with
-    ``reset``, methods that make tools (type hints, an ``Args:`` docstring) named apart from
-    ``tools``. Every problem is one ``ConfigError`` naming ``field``."""
+def _probe(key: str | None, factory: Any, where: str, field: str, tool_names: Sequence[str]) -> Pooled:
+    """One instance of ``factory`` (made on its own thread: it seeds the pool, as TRL's probe
+    does), checked as TRL checks its probe: callable, an instance with ``reset``, methods that
+    make tools (type hints, an ``Args:`` docstring) named apart from ``tools``. Every problem is
+    one ``ConfigError`` naming ``field``."""
     if not callable(factory):
         raise ConfigError(f"{where} is a {type(factory).__name__}, not a factory", field=field,
                           fix="pass a class or a function returning a new environment instance (or a dict of them)")
     try:
-        instance = factory()
+        pooled = make(key, factory)
     except Exception as exc:  # noqa: BLE001 - the user's code: named, no traceback
         raise ConfigError(f"{where}() raised {type(exc).__name__}: {exc}", field=field,
                           fix="call the factory by hand to see why; it is called with no arguments") from None
+    try:
+        _check_probe(pooled.instance, where, field, tool_names)
+    except ConfigError:
+        pooled.worker.close()
+        raise
+    return pooled
+
+
+def _check_probe(instance: Any, where: str, field: str, tool_names: Sequence[str]) -> None:
+    """TRL's checks of a probed instance (``_probe``), each one ``ConfigError``."""
     if instance is None or isinstance(instance, type):
         raise ConfigError(f"{where}() returned {instance!r}, not an environment instance", field=field,
                           fix="return a new instance (e.g. environment_factory=MyEnv, or lambda: MyEnv(...))")
@@ -152,7 +231,7 @@ def _probe(factory: Any, where: str, field: str, tool_names: Sequence[str]) -> A
     if not _defines(instance, "reset"):
         raise ConfigError(f"{where}() returned a {kind}, which defines no reset method", field=field,
                           fix="define reset(self, **kwargs) on the class (it gets the dataset row; return None or "
-                              "a str appended to the prompt)")
+                              "text appended to the prompt)")
     for method in tool_methods(instance):
         try:
             tool_schema(method)
@@ -164,7 +243,6 @@ def _probe(factory: Any, where: str, field: str, tool_names: Sequence[str]) -> A
             raise ConfigError(f"{kind}.{method.__name__} and tools=[...] both offer a tool named "
                               f"{method.__name__!r}; the model calls a tool by its name", field=field,
                               fix="rename one of the two")
-    return instance
 
 
 def environment_rewards(kind: Any) -> Callable[..., Any]:
@@ -202,12 +280,20 @@ def trl_environments(environment_factory: Any, tool_names: Sequence[str] = (),
         factories = {None: environment_factory}
     rewards: list[Callable[..., Any]] = []
     kinds: list[type] = []
-    for key, where, field in named:
-        instance = _probe(factories[key], where, field, tool_names)
+    probes: list[Pooled] = []
+    try:
+        for key, where, field in named:
+            probes.append(_probe(key, factories[key], where, field, tool_names))
+    except ConfigError:
+        for pooled in probes:
+            pooled.worker.close()
+        raise
+    for pooled in probes:
+        instance = pooled.instance
         if _defines(instance, "get_reward") and type(instance) not in kinds:
             kinds.append(type(instance))
             rewards.append(environment_rewards(type(instance)))
-    return TrlEnvironments(factories, rewards, prompt_column)
+    return TrlEnvironments(factories, rewards, prompt_column, probes)
 
 
 __all__ = ["ENVIRONMENT_NAME", "TrlEnvironments", "environment_rewards", "tool_methods", "trl_environments"]
