@@ -136,6 +136,11 @@ def objective_loss(
         high_share = mx.zeros(slots, dtype=dtype).at[segments].add(clipped_high.astype(dtype)) / mx.maximum(count, 1)
         extras["clip_low_min"] = mx.min(mx.where(has, low_share, math.inf))
         extras["clip_high_max"] = mx.max(mx.where(has, high_share, -math.inf))
+    if objective.off_policy_mask_threshold is not None:  # the policy term only: not the KL, not the bonus
+        if segments is None:
+            raise ValueError("off-policy sequence masking needs the per-token sequence index")
+        behaviour = old if sampler_logp is None else sampler_logp.astype(dtype)
+        loss = loss * _off_policy_keep(logp, behaviour, segments, adv, objective)
     if sampler_logp is not None:
         if objective.corrects_mismatch and objective.policy_loss != "vespo":  # vespo folded it in
             loss = loss * weight
@@ -195,6 +200,17 @@ def _segment_sum(values: mx.array, segments: mx.array) -> mx.array:
     n_seq = int(segments.max().item()) + 1 if segments.size else 0
     onehot = (segments[:, None] == mx.arange(n_seq)[None, :]).astype(values.dtype)  # [tokens, seqs]
     return (onehot * (values[:, None] * onehot).sum(axis=0)[None, :]).sum(axis=1)
+
+
+def _off_policy_keep(logp: mx.array, behaviour: mx.array, segments: mx.array, adv: mx.array,
+                     objective: Objective) -> mx.array:
+    """DeepSeek-V3.2's off-policy sequence mask per token (``reference.off_policy_keep``): 0 drops a
+    negative-advantage sequence whose mean ``behaviour - logp`` (NaN as 0) exceeds the threshold."""
+    gap = mx.stop_gradient(behaviour - logp)
+    gap = mx.where(mx.isnan(gap), mx.zeros_like(gap), gap)
+    mean = _segment_mean(gap, segments)
+    keep = (adv >= 0) | (mean <= float(objective.off_policy_mask_threshold or 0.0))
+    return mx.stop_gradient(keep.astype(logp.dtype))
 
 
 def _vespo_weight(log_ratio: mx.array, segments: mx.array, adv: mx.array, objective: Objective,

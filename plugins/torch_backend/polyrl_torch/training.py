@@ -141,6 +141,8 @@ def objective_loss(
             dual = (adv < 0) & (loss > cap)
             loss = torch.where(dual, cap, loss)
             clipped = clipped | dual
+    if objective.off_policy_mask_threshold is not None:  # the policy term only: not the KL, not the bonus
+        loss = loss * _off_policy_keep(lp, old if sampler is None else sampler, valid, adv, objective)
     mismatch = {}
     if sampler is not None:
         if objective.corrects_mismatch and objective.policy_loss != "vespo":  # vespo folded it in
@@ -212,6 +214,16 @@ def objective_loss(
         **mismatch,
     }
     return total, stats
+
+
+@torch.no_grad()
+def _off_policy_keep(lp: torch.Tensor, behaviour: torch.Tensor, valid: torch.Tensor, adv: torch.Tensor,
+                     objective: Objective) -> torch.Tensor:
+    """DeepSeek-V3.2's off-policy sequence mask ``[B, 1]`` (``reference.off_policy_keep``): 0 drops a
+    negative-advantage sequence whose mean ``behaviour - lp`` (NaN as 0) exceeds the threshold."""
+    gap = torch.where(valid, torch.nan_to_num(behaviour - lp.detach(), nan=0.0), lp.new_zeros(()))
+    mean = gap.sum(dim=1, keepdim=True) / valid.sum(dim=1, keepdim=True).clamp(min=1).to(lp.dtype)
+    return ((adv >= 0) | (mean <= cast(float, objective.off_policy_mask_threshold))).to(lp.dtype)
 
 
 @torch.no_grad()
