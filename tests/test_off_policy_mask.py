@@ -162,6 +162,9 @@ def test_the_mask_drops_negative_advantages_past_the_threshold_only():
     # inserted tokens (TokenSequence.mask) are out of the mean: seq 1 is still dropped
     logp, _, _, sampler, _, masks = _inputs(3, masked=True)
     assert _dropped(_with(Objective(), 0.5), logp, sampler, masks) == [1, 4]
+    _, metrics = policy_loss(logp, ADVANTAGES, _with(Objective(), 0.5), sampler_logprobs=sampler, masks=masks)
+    assert metrics["off_policy_masked_fraction"] == pytest.approx(2 / 5)  # TRL logs nothing; polyrl the share
+    assert "off_policy_masked_fraction" not in policy_loss(logp, ADVANTAGES, Objective(), sampler_logprobs=sampler)[1]
 
 
 def test_the_kl_term_and_the_entropy_bonus_stay_and_a_dropped_sequence_still_counts():
@@ -207,8 +210,11 @@ def test_torch_loss_equals_reference(name, variant):
 
     full = [torch.tensor(x, requires_grad=True) for x in logp]
     lp_t = full if masks is None else [x[torch.as_tensor(m)] for x, m in zip(full, masks)]
-    loss, _ = objective_loss(lp_t, torch.tensor(ADVANTAGES), obj, kept(old), kept(ref_in), sampler_logp=kept(sampler))
+    loss, stats = objective_loss(lp_t, torch.tensor(ADVANTAGES), obj, kept(old), kept(ref_in),
+                                 sampler_logp=kept(sampler))
     loss.backward()
+    _, metrics = policy_loss(logp, ADVANTAGES, obj, old, ref_in, sampler, masks=masks)
+    assert float(stats["off_policy_masked_sum"]) / len(LENGTHS) == metrics["off_policy_masked_fraction"]
     assert float(loss.detach()) == pytest.approx(expected, rel=1e-10, abs=1e-12)
     for g, t in zip(grads, full):
         np.testing.assert_allclose(t.grad.numpy(), g, rtol=1e-9, atol=1e-12)
@@ -231,7 +237,7 @@ def test_mlx_loss_equals_reference(name, variant):
     if variant == "no_sampler":
         sampler = None
     ref_in = ref if obj.beta else None
-    expected, _ = policy_loss(logp, ADVANTAGES, obj, old, ref_in, sampler, masks=masks)
+    expected, metrics = policy_loss(logp, ADVANTAGES, obj, old, ref_in, sampler, masks=masks)
     expected_grad = policy_loss_grad(logp, ADVANTAGES, obj, old, ref_in, sampler, masks=masks)
     if masks is not None:  # the flat layout holds the masked-in tokens only (polyrl_mlx.training.kept_tokens)
         cut = lambda xs: None if xs is None else [x[m] for x, m in zip(xs, masks)]  # noqa: E731
@@ -247,12 +253,15 @@ def test_mlx_loss_equals_reference(name, variant):
         s = None if sampler is None else mx.array(np.concatenate(sampler), dtype=f64)
         segments = mx.array(np.repeat(np.arange(len(lengths)), lengths))
 
+        stats: dict = {}
+
         def f(x):
-            return objective_loss(x, a, w, obj, o, r, sampler_logp=s, segments=segments)
+            return objective_loss(x, a, w, obj, o, r, sampler_logp=s, segments=segments, stats=stats)
 
         (loss, _, _), grad = mx.value_and_grad(f)(mx.array(np.concatenate(logp), dtype=f64))
         assert loss.item() == pytest.approx(expected, rel=1e-6, abs=1e-7)
         np.testing.assert_allclose(np.array(grad), np.concatenate(expected_grad), rtol=1e-6, atol=1e-8)
+        assert stats["off_policy_masked"].item() / len(LENGTHS) == metrics["off_policy_masked_fraction"]
 
 
 # --- the [algorithm] key and from_trl --------------------------------------------------------------

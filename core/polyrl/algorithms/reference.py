@@ -303,7 +303,8 @@ def policy_loss(
     ``clip_high_fraction`` (``clip_regions``) are token means, ``clip_low_min`` and
     ``clip_high_max`` the extremes of one completion's low / high fraction; with
     ``sampler_logprobs`` also the ``mismatch_*`` ones of ``mismatch_metrics``; with
-    ``entropies``, the trainer's per-token entropies, ``entropy`` and ``entropy_selected``).
+    ``entropies``, the trainer's per-token entropies, ``entropy`` and ``entropy_selected``; with
+    ``off_policy_mask_threshold``, ``off_policy_masked_fraction``: the share of sequences dropped).
 
     ``old_logprobs`` None means old == current (detached), as in a single-iteration step.
     ``masks`` (one bool array per sequence, multi-turn episodes) leaves the False tokens out of
@@ -342,6 +343,10 @@ def policy_loss(
         metrics.update(clip_low_min=min(low_shares), clip_high_max=max(high_shares))
     if sampler is not None:
         metrics.update(mismatch_metrics(old, sampler, objective))
+    if objective.off_policy_mask_threshold is not None:  # the share of sequences whose policy term was dropped
+        dropped = sum(1.0 - off_policy_keep(lp, old[i], None if sampler is None else sampler[i],
+                                            float(advantages[i]), objective) for i, lp in enumerate(logp))
+        metrics["off_policy_masked_fraction"] = dropped / max(len(logp), 1)
     if entropies is not None:
         metrics["entropy"] = float(sum(np.sum(e) for e in entropies)) / denom
         metrics["entropy_selected"] = 1.0 if selected is None else float(sum(x.sum() for x in selected)) / denom

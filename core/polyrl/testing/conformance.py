@@ -684,6 +684,8 @@ class BackendConformance(GenerationConformance):
         assert got.tokens == metrics["tokens"]
         if objective.beta:  # the KL the step trained on (kl_bias_correction: times the ratio)
             assert got.kl == pytest.approx(metrics["kl"], rel=1e-3, abs=1e-5)
+        if "off_policy_masked_fraction" in metrics:  # the share of sequences the mask dropped
+            assert got.extra["off_policy_masked_fraction"] == pytest.approx(metrics["off_policy_masked_fraction"])
 
     @pytest.mark.parametrize(
         "objective",
