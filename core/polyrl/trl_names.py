@@ -40,7 +40,8 @@ _SAME = {
     "generation": ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"),
     "algorithm": ("beta", "epsilon", "epsilon_high", "scale_rewards", "num_iterations", "importance_sampling_level",
                   "mask_truncated_completions", "top_entropy_quantile", "entropy_coef", "sapo_temperature_pos",
-                  "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"),
+                  "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
+                  "off_policy_mask_threshold"),
     "optimizer": ("weight_decay", "max_grad_norm"),
 }
 

@@ -58,6 +58,15 @@ trainer's ``pi_old``. The policy term is multiplied by the detached weight
 sequence (``"sequence"``), capped: ``"tis"`` truncates ``w`` at ``mismatch_cap``, ``"mis"`` masks
 (weight 0) tokens/sequences whose ``w`` exceeds it. The KL term is not reweighted (as TRL).
 
+Off-policy sequence masking (DeepSeek-V3.2, arXiv 2512.02556, eq. 9; TRL's
+``off_policy_mask_threshold``): with ``off_policy_mask_threshold = delta`` a sequence with a
+negative advantage whose token mean of ``log pi_sampler - log pi_theta`` (the sampler's log-prob
+minus the current policy's, detached; NaN counts as 0) exceeds ``delta`` has its policy term
+multiplied by 0. Samples drawn far from the current policy with a negative advantage mostly push
+down tokens the policy no longer emits, which destabilises training; positive-advantage samples
+stay. The KL term and the entropy bonus are not masked, and a dropped sequence still counts in
+the aggregation's divisors (as TRL).
+
 Entropy (``H_t`` of the trainer's own next-token distribution, from the training forward):
 ``entropy_coef`` adds the bonus ``-entropy_coef * H_t`` to every token's loss (verl's
 ``entropy_coeff``); ``top_entropy_quantile = q < 1`` keeps the policy term only on tokens whose
@@ -110,6 +119,9 @@ class Objective:
     vespo_lambda_pos: float = 3.0
     vespo_k_neg: float = 3.0  # ... for A < 0
     vespo_lambda_neg: float = 2.0
+    #: DeepSeek-V3.2's delta: drop a negative-advantage sequence's policy term when its mean
+    #: sampler-vs-current log-prob gap exceeds it (None: off)
+    off_policy_mask_threshold: float | None = None
 
     @property
     def needs_entropy(self) -> bool:
@@ -170,6 +182,12 @@ class Objective:
             raise ConfigError(f"must be in (0, 1], got {self.top_entropy_quantile}",
                               field="algorithm.top_entropy_quantile",
                               fix="1.0 trains every token; 0.2 keeps the top 20% (Wang et al. 2025)")
+        opsm = self.off_policy_mask_threshold
+        if opsm is not None and not (isinstance(opsm, (int, float)) and not isinstance(opsm, bool)
+                                     and 0 < opsm < float("inf")):
+            raise ConfigError(f"must be a finite number > 0 or unset, got {opsm!r}",
+                              field="algorithm.off_policy_mask_threshold",
+                              fix="0.5 is usual (TRL's example); leave it unset to train every sequence")
         if self.max_completion_length <= 0:
             raise ConfigError("must be > 0", field="algorithm.max_completion_length")
 

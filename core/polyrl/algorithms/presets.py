@@ -49,6 +49,8 @@ luspo      group       group    seq_mean_token_sum      3e-4/4e-4   sequence rat
   coefficient towards ``kl_target`` (see ``kl_control.py``); "fixed" keeps ``beta``.
 * Every preset takes ``mismatch_correction`` ("none" | "tis" | "mis"), ``mismatch_level``
   ("token" | "sequence") and ``mismatch_cap``: see ``objective.py``.
+* Every preset takes ``off_policy_mask_threshold`` (DeepSeek-V3.2's off-policy sequence mask,
+  TRL's field of that name): see ``objective.py``.
 * REINFORCE: batch-mean baseline, no std scaling. With ``num_iterations = 1`` the ratio is
   always 1, so the clip has no effect and the loss is plain policy gradient.
 
@@ -224,6 +226,8 @@ class AlgorithmConfig:
     mismatch_cap: float = 2.0
     entropy_coef: float = 0.0
     top_entropy_quantile: float = 1.0
+    #: DeepSeek-V3.2's off-policy sequence mask (TRL's off_policy_mask_threshold; None: off)
+    off_policy_mask_threshold: float | None = None
     mask_truncated_completions: bool = False  # drop completions cut at the length limit (TRL/DAPO)
     ref_sync_every: int = 0  # refresh the reference every N steps (TR-DPO; 0 = never)
     ref_sync_alpha: float = 0.6  # reference <- alpha x policy + (1 - alpha) x reference
@@ -282,6 +286,10 @@ class AlgorithmConfig:
                   "DAPO's clip-higher uses 0.28")
         if self.dual_clip is not None and (not _is_number(self.dual_clip) or self.dual_clip <= 1):
             _fail("dual_clip", f"must be > 1 or unset, got {self.dual_clip!r}", "3.0 is usual")
+        opsm = self.off_policy_mask_threshold
+        if opsm is not None and (not _is_number(opsm) or not 0 < float(opsm) < math.inf):
+            _fail("off_policy_mask_threshold", f"must be a finite number > 0 or unset, got {opsm!r}",
+                  "0.5 is usual (TRL's example); leave it unset to train every sequence")
         if self.entropy_coef < 0:
             _fail("entropy_coef", f"must be >= 0, got {self.entropy_coef}", "0 disables the bonus; 1e-3 is usual")
         if not 0 < self.top_entropy_quantile <= 1:
@@ -427,6 +435,8 @@ class AlgorithmConfig:
             mismatch_cap=float(self.mismatch_cap),
             entropy_coef=float(self.entropy_coef),
             top_entropy_quantile=float(self.top_entropy_quantile),
+            off_policy_mask_threshold=(None if self.off_policy_mask_threshold is None
+                                       else float(self.off_policy_mask_threshold)),
             **kwargs,
         )
 

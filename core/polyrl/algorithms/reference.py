@@ -83,6 +83,21 @@ def vespo_weight(logp: np.ndarray, old: np.ndarray, sampler: np.ndarray | None, 
     return phi if np.isfinite(phi) else 0.0
 
 
+def off_policy_keep(logp: np.ndarray, old: np.ndarray, sampler: np.ndarray | None, adv: float,
+                    obj: Objective) -> float:
+    """Off-policy sequence masking (DeepSeek-V3.2 eq. 9, TRL's ``get_off_policy_mask``): 1.0 keeps
+    the sequence's policy term, 0.0 drops it. Kept when the advantage is >= 0 or the token mean of
+    ``sampler - logp`` (the sampler's log-prob minus the current one, detached; an unscorable NaN
+    token counts as 0 but still in the mean's count) is at most ``off_policy_mask_threshold``.
+    Without sampler log-probs the old ones stand in (TRL's fallback)."""
+    if obj.off_policy_mask_threshold is None or adv >= 0:
+        return 1.0
+    behaviour = old if sampler is None else sampler
+    gap = np.nan_to_num(behaviour - logp, nan=0.0)
+    mean = float(gap.sum()) / max(len(gap), 1)
+    return 1.0 if mean <= obj.off_policy_mask_threshold else 0.0
+
+
 def _token_terms(
     logp: np.ndarray, old: np.ndarray, ref: np.ndarray | None, sampler: np.ndarray | None, adv: float,
     obj: Objective, selected: np.ndarray | None = None, entropy: np.ndarray | None = None,
@@ -129,6 +144,8 @@ def _token_terms(
             raise ValueError("mismatch_correction needs the sampler's log-probs")
         w, _ = mismatch_weights(old, sampler, obj)
         loss, grad = loss * w, grad * w
+    keep = off_policy_keep(logp, old, sampler, adv, obj)  # the policy term only: not the KL, not the bonus
+    loss, grad = loss * keep, grad * keep
     if selected is not None:  # top_entropy_quantile: the policy term on high-entropy tokens only
         loss, grad = loss * selected, grad * selected
     if obj.entropy_coef and entropy is not None:
@@ -286,7 +303,8 @@ def policy_loss(
     ``clip_high_fraction`` (``clip_regions``) are token means, ``clip_low_min`` and
     ``clip_high_max`` the extremes of one completion's low / high fraction; with
     ``sampler_logprobs`` also the ``mismatch_*`` ones of ``mismatch_metrics``; with
-    ``entropies``, the trainer's per-token entropies, ``entropy`` and ``entropy_selected``).
+    ``entropies``, the trainer's per-token entropies, ``entropy`` and ``entropy_selected``; with
+    ``off_policy_mask_threshold``, ``off_policy_masked_fraction``: the share of sequences dropped).
 
     ``old_logprobs`` None means old == current (detached), as in a single-iteration step.
     ``masks`` (one bool array per sequence, multi-turn episodes) leaves the False tokens out of
@@ -325,6 +343,10 @@ def policy_loss(
         metrics.update(clip_low_min=min(low_shares), clip_high_max=max(high_shares))
     if sampler is not None:
         metrics.update(mismatch_metrics(old, sampler, objective))
+    if objective.off_policy_mask_threshold is not None:  # the share of sequences whose policy term was dropped
+        dropped = sum(1.0 - off_policy_keep(lp, old[i], None if sampler is None else sampler[i],
+                                            float(advantages[i]), objective) for i, lp in enumerate(logp))
+        metrics["off_policy_masked_fraction"] = dropped / max(len(logp), 1)
     if entropies is not None:
         metrics["entropy"] = float(sum(np.sum(e) for e in entropies)) / denom
         metrics["entropy_selected"] = 1.0 if selected is None else float(sum(x.sum() for x in selected)) / denom

@@ -658,10 +658,11 @@ class BackendConformance(GenerationConformance):
                       clip_eps_low=0.05, clip_eps_high=0.05),
             Objective(beta=0.5, kl_bias_correction=True),
             Objective(beta=0.5, kl_bias_correction=True, importance_sampling_level="sequence"),
+            Objective(off_policy_mask_threshold=0.1, beta=0.1),
         ],
         ids=["grpo", "dapo", "dr_grpo", "k3_dual", "k1", "k2", "gspo", "cispo", "tis_token", "mis_sequence",
              "sapo_kl", "sapo_sequence_tis", "vespo_kl", "vespo_mis", "luspo", "kl_bias_corrected",
-             "kl_bias_corrected_sequence"],
+             "kl_bias_corrected_sequence", "off_policy_mask"],
     )
     def test_reported_loss_equals_reference(self, model_dir, objective):
         engine = self._engine(model_dir)
@@ -683,6 +684,8 @@ class BackendConformance(GenerationConformance):
         assert got.tokens == metrics["tokens"]
         if objective.beta:  # the KL the step trained on (kl_bias_correction: times the ratio)
             assert got.kl == pytest.approx(metrics["kl"], rel=1e-3, abs=1e-5)
+        if "off_policy_masked_fraction" in metrics:  # the share of sequences the mask dropped
+            assert got.extra["off_policy_masked_fraction"] == pytest.approx(metrics["off_policy_masked_fraction"])
 
     @pytest.mark.parametrize(
         "objective",

@@ -75,7 +75,8 @@ def objective_loss(
     ``clip_low_fraction``/``clip_high_fraction`` token sums (``reference.clip_regions``) and, with
     ``segments``, ``clip_low_min``/``clip_high_max`` (one sequence's extreme clipped share); with
     ``sampler_logp`` also the ``mismatch_*`` ones (see ``reference.mismatch_metrics``); with
-    ``entropy`` (per token, differentiable) also ``entropy`` and ``entropy_selected`` sums.
+    ``entropy`` (per token, differentiable) also ``entropy`` and ``entropy_selected`` sums; with
+    ``off_policy_mask_threshold``, ``off_policy_masked``: the number of sequences dropped.
 
     ``advantages`` and ``weights`` are per token (a sequence's advantage repeated over its
     tokens); ``old_logp=None`` means the detached ``logp`` (ratio 1, gradient intact). The math
@@ -136,6 +137,16 @@ def objective_loss(
         high_share = mx.zeros(slots, dtype=dtype).at[segments].add(clipped_high.astype(dtype)) / mx.maximum(count, 1)
         extras["clip_low_min"] = mx.min(mx.where(has, low_share, math.inf))
         extras["clip_high_max"] = mx.max(mx.where(has, high_share, -math.inf))
+    if objective.off_policy_mask_threshold is not None:  # the policy term only: not the KL, not the bonus
+        if segments is None:
+            raise ValueError("off-policy sequence masking needs the per-token sequence index")
+        behaviour = old if sampler_logp is None else sampler_logp.astype(dtype)
+        keep = _off_policy_keep(logp, behaviour, segments, adv, objective)
+        loss = loss * keep
+        # the sequences dropped (a sequence's tokens share its keep; a slot without tokens is none)
+        slots = segments.shape[0]
+        extras["off_policy_masked"] = (mx.zeros(slots, dtype=dtype).at[segments].add(1.0 - keep) > 0).astype(
+            dtype).sum()
     if sampler_logp is not None:
         if objective.corrects_mismatch and objective.policy_loss != "vespo":  # vespo folded it in
             loss = loss * weight
@@ -195,6 +206,17 @@ def _segment_sum(values: mx.array, segments: mx.array) -> mx.array:
     n_seq = int(segments.max().item()) + 1 if segments.size else 0
     onehot = (segments[:, None] == mx.arange(n_seq)[None, :]).astype(values.dtype)  # [tokens, seqs]
     return (onehot * (values[:, None] * onehot).sum(axis=0)[None, :]).sum(axis=1)
+
+
+def _off_policy_keep(logp: mx.array, behaviour: mx.array, segments: mx.array, adv: mx.array,
+                     objective: Objective) -> mx.array:
+    """DeepSeek-V3.2's off-policy sequence mask per token (``reference.off_policy_keep``): 0 drops a
+    negative-advantage sequence whose mean ``behaviour - logp`` (NaN as 0) exceeds the threshold."""
+    gap = mx.stop_gradient(behaviour - logp)
+    gap = mx.where(mx.isnan(gap), mx.zeros_like(gap), gap)
+    mean = _segment_mean(gap, segments)
+    keep = (adv >= 0) | (mean <= float(objective.off_policy_mask_threshold or 0.0))
+    return mx.stop_gradient(keep.astype(logp.dtype))
 
 
 def _vespo_weight(log_ratio: mx.array, segments: mx.array, adv: mx.array, objective: Objective,
@@ -375,7 +397,9 @@ def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> St
         extra={"lr": float(lr.item() if isinstance(lr, mx.array) else lr),
                **{k: v / denom for k, v in sums.items()
                   if k.startswith(("mismatch_", "entropy", "clip_")) and k not in EXTREMES},
-               **{k: sums[k] for k in EXTREMES if k in sums}},
+               **{k: sums[k] for k in EXTREMES if k in sums},
+               **({"off_policy_masked_fraction": sums.get("off_policy_masked", 0.0) / len(batch.sequences)}
+                  if objective.off_policy_mask_threshold is not None else {})},
     )
 
 

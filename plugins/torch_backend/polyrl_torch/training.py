@@ -72,7 +72,8 @@ def objective_loss(
     num_tokens: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The aggregated policy loss (scalar tensor) and detached sums ``kl_sum``, ``clip_sum``,
-    ``clip_low_sum``, ``clip_high_sum`` (``reference.clip_regions``), ``tokens``.
+    ``clip_low_sum``, ``clip_high_sum`` (``reference.clip_regions``), ``tokens`` (and, with
+    ``off_policy_mask_threshold``, ``off_policy_masked_sum``: the sequences dropped).
 
     ``logp`` is a list of 1-D tensors (one per sequence) or a ``[B, T]`` tensor with ``mask``;
     ``old_logp``/``ref_logp``/``sampler_logp`` have the same layout and are constants; with
@@ -142,10 +143,14 @@ def objective_loss(
             loss = torch.where(dual, cap, loss)
             clipped = clipped | dual
     mismatch = {}
+    if objective.off_policy_mask_threshold is not None:  # the policy term only: not the KL, not the bonus
+        keep = _off_policy_keep(lp, old if sampler is None else sampler, valid, adv, objective)
+        loss = loss * keep
+        mismatch["off_policy_masked_sum"] = (keep == 0).sum()
     if sampler is not None:
         if objective.corrects_mismatch and objective.policy_loss != "vespo":  # vespo folded it in
             loss = loss * weight
-        mismatch = {
+        mismatch |= {
             "mismatch_abs_sum": torch.where(valid, delta.abs(), zero).sum(),
             # float64 + expm1: the gaps are often ~1e-7, where float32 exp(d) - d - 1 is all rounding
             "mismatch_kl_sum": torch.where(valid, torch.expm1(delta.double()) - delta.double(), 0.0).sum(),
@@ -212,6 +217,16 @@ def objective_loss(
         **mismatch,
     }
     return total, stats
+
+
+@torch.no_grad()
+def _off_policy_keep(lp: torch.Tensor, behaviour: torch.Tensor, valid: torch.Tensor, adv: torch.Tensor,
+                     objective: Objective) -> torch.Tensor:
+    """DeepSeek-V3.2's off-policy sequence mask ``[B, 1]`` (``reference.off_policy_keep``): 0 drops a
+    negative-advantage sequence whose mean ``behaviour - lp`` (NaN as 0) exceeds the threshold."""
+    gap = torch.where(valid, torch.nan_to_num(behaviour - lp.detach(), nan=0.0), lp.new_zeros(()))
+    mean = gap.sum(dim=1, keepdim=True) / valid.sum(dim=1, keepdim=True).clamp(min=1).to(lp.dtype)
+    return ((adv >= 0) | (mean <= cast(float, objective.off_policy_mask_threshold))).to(lp.dtype)
 
 
 @torch.no_grad()
@@ -303,6 +318,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     optimizer.zero_grad(set_to_none=True)
     engine.model.train()
     loss_sum, kl_sum, clip_sum, finite = 0.0, 0.0, 0.0, True
+    dropped = 0.0  # sequences the off-policy mask dropped
     mismatch: dict[str, float] = {}
     regions = dict.fromkeys(CLIP_REGION_KEYS, 0.0)
     low_min, high_max = math.inf, -math.inf  # over the batch's completions (inf: none seen)
@@ -342,6 +358,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                     regions[key] += float(stats[f"{key}_sum"])
                 low_min = min(low_min, float(stats["clip_low_min"]))
                 high_max = max(high_max, float(stats["clip_high_max"]))
+                dropped += float(stats.get("off_policy_masked_sum", 0.0))
                 for key in MISMATCH_KEYS:
                     if f"{key}_sum" in stats:
                         mismatch[key] = mismatch.get(key, 0.0) + float(stats[f"{key}_sum"])
@@ -364,7 +381,9 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
             (() if sharded else MISMATCH_KEYS[4:])
         summed = distributed.sum_scalars(
             [loss_sum if finite else 0.0, kl_sum, clip_sum, 0.0 if finite else 1.0]
-            + [regions[k] for k in CLIP_REGION_KEYS] + [mismatch.get(k, 0.0) for k in expected], engine.device)
+            + [regions[k] for k in CLIP_REGION_KEYS] + [mismatch.get(k, 0.0) for k in expected] + [dropped],
+            engine.device)
+        dropped = summed.pop()
         loss_sum, kl_sum, clip_sum, bad = summed[:4]
         regions = dict(zip(CLIP_REGION_KEYS, summed[4:4 + len(CLIP_REGION_KEYS)]))
         mismatch = dict(zip(expected, summed[4 + len(CLIP_REGION_KEYS):]))
@@ -379,7 +398,9 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     denom = max(total_tokens, 1)
     extra = {"lr": apply_scheduled_lr(engine), **{k: v / denom for k, v in mismatch.items()},
              **{f"{k}_fraction": v / denom for k, v in regions.items()},
-             **({"clip_low_min": low_min, "clip_high_max": high_max} if math.isfinite(low_min) else {})}
+             **({"clip_low_min": low_min, "clip_high_max": high_max} if math.isfinite(low_min) else {}),
+             **({"off_policy_masked_fraction": dropped / global_n}
+                if objective.off_policy_mask_threshold is not None else {})}
     metrics: dict[str, Any] = dict(loss=loss_sum, grad_norm=grad_norm, kl=kl_sum / denom,
                    clip_fraction=clip_sum / denom, tokens=total_tokens, extra=extra)
     if not (finite and math.isfinite(grad_norm)):
