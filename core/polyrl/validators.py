@@ -185,7 +185,7 @@ PAIR_RULES: dict[str, Rule] = {
 
 #: Free-form tables that only get the generic checks.
 FREE_TABLES: tuple[str, ...] = ("backends.options", "data.options", "data.columns", "rewards.options",
-                                "environment.options")
+                                "environment.options", "model.chat_template_kwargs")
 
 
 def rule_key(path: str) -> str:
