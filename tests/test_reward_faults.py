@@ -317,3 +317,43 @@ def test_a_second_ctrl_c_stops_at_once_and_names_the_checkpoint_it_continues_fro
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000001", "step-00000002"]
     assert (checkpoint / "COMPLETE").exists()
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def _signal_trainer(step: int, saved_step: int | None):
+    """A Trainer holding only what its signal handling reads (no model): a one-process run at ``step``."""
+    from polyrl.trainer import Trainer
+
+    trainer = Trainer.__new__(Trainer)
+    trainer.world_size, trainer.stop_requested, trainer._phase = 1, False, f"step {step + 1}"
+    trainer.step, trainer._saved_step = step, saved_step
+    return trainer
+
+
+@pytest.mark.parametrize(("step", "saved_step"), [(4, None), (4, 2)])
+def test_a_second_ctrl_c_that_would_lose_trained_steps_asks_once_more(step, saved_step):
+    """With steps trained since the last checkpoint (checkpoint_every = 0, a TRL config's default,
+    or not every step) a double Ctrl-C left at once and lost them all, though the first Ctrl-C said
+    only "this step is not taken": the second now says so, and a third leaves."""
+    from polyrl.errors import StoppedAtOnce
+
+    trainer = _signal_trainer(step, saved_step)
+    with trainer._graceful_signals(at_once=True):
+        signal.raise_signal(signal.SIGINT)
+        assert trainer.stop_requested
+        try:
+            signal.raise_signal(signal.SIGINT)  # trained steps would be lost: not yet
+        except StoppedAtOnce:
+            pytest.fail(f"a second Ctrl-C left at once, losing {step - (saved_step or 0)} trained steps")
+        with pytest.raises(StoppedAtOnce):
+            signal.raise_signal(signal.SIGINT)
+
+
+@pytest.mark.parametrize(("step", "saved_step"), [(0, None), (4, 4)])
+def test_a_second_ctrl_c_that_loses_only_the_step_in_progress_leaves_at_once(step, saved_step):
+    from polyrl.errors import StoppedAtOnce
+
+    trainer = _signal_trainer(step, saved_step)
+    with trainer._graceful_signals(at_once=True):
+        signal.raise_signal(signal.SIGINT)
+        with pytest.raises(StoppedAtOnce):
+            signal.raise_signal(signal.SIGINT)

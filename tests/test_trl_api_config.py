@@ -746,3 +746,24 @@ def test_trl_generation_kwargs_polyrl_cannot_honour_are_one_error(kwargs, words)
     with pytest.raises(ConfigError) as info:
         api.GRPOConfig.from_trl(trl_config(**kwargs))
     assert info.value.field == "grpo_config.generation_kwargs" and words in str(info.value)
+
+
+def test_vllms_top_k_off_in_generation_kwargs_is_polyrls_top_k_off():
+    """vLLM's top_k = -1 (off; TRL passes generation_kwargs to vLLM's SamplingParams) was refused
+    as generation.top_k < 0; polyrl's 0 is the same setting."""
+    assert api.GRPOConfig.from_trl(trl_config(generation_kwargs={"top_k": -1})).settings["generation.top_k"] == 0
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"min_p": None}, "min_p = None"),
+    ({"top_k": None}, "top_k = None"),
+    ({"stop": None}, "stop = None"),
+    ({"top_p": "0.9"}, "top_p = '0.9'"),
+    ({"stop": "</a>", "stop_strings": "</b>"}, "stop = '</a>' and stop_strings = '</b>' differ"),
+])
+def test_generation_kwargs_values_polyrl_cannot_take_are_one_error_naming_generation_kwargs(run_config, kwargs, words):
+    """A None or wrongly typed value ended in "grpo_config.settings: a setting has the wrong type",
+    naming neither the key nor generation_kwargs; stop and stop_strings disagreeing kept one silently."""
+    with pytest.raises(ConfigError) as info:
+        run_config(trl_config(max_steps=1, generation_kwargs=kwargs))
+    assert info.value.field == "grpo_config.generation_kwargs" and words in str(info.value), info.value

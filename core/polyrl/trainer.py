@@ -1289,14 +1289,28 @@ class Trainer:
         (long completions on a CPU), and a user who presses Ctrl-C again wants the prompt back, not
         the step; the checkpoints are atomic, so leaving mid-step loses only that step, as a kill
         would. Never under a launcher (one rank leaving would hang its peers' collectives) and
-        never during the final save (with checkpoint_every = 0, the run's only checkpoint)."""
+        never during the final save (with checkpoint_every = 0, the run's only checkpoint). Where
+        steps trained since the last checkpoint would be lost too (checkpoint_every = 0, or not
+        every step), the second Ctrl-C says how many and only a third leaves: a double press lost
+        every step of a run that checkpoints at the end (a TRL config's default)."""
         at_once = at_once and self.world_size == 1
+        warned = False
 
         def request_stop(signum: int, _frame: Any) -> None:
+            nonlocal warned
             if at_once and signum == signal.SIGINT and self.stop_requested:
-                raise StoppedAtOnce(self._phase)
+                unsaved = self.step - (self._saved_step or 0)
+                if unsaved <= 0 or warned:
+                    raise StoppedAtOnce(self._phase)
+                warned = True
+                log_from_signal_handler(log.warning, f"{unsaved} trained step(s) since the last checkpoint would be "
+                                        "lost by leaving now; finishing the current step, then checkpointing",
+                                        during=self._phase, ctrl_c_again="stops at once without them")
+                return
             self.stop_requested = True
-            again = {"ctrl_c_again": "stops at once (this step is not taken)"} \
+            unsaved = self.step - (self._saved_step or 0)
+            again = {"ctrl_c_again": "stops at once (this step is not taken)" if unsaved <= 0 else
+                     f"says how many trained steps leaving would lose ({unsaved} now: no checkpoint since)"} \
                 if at_once and signum == signal.SIGINT else {}
             log_from_signal_handler(log.warning, "stop requested; finishing the current step, then checkpointing",
                                     signal=signal.Signals(signum).name, during=self._phase, **again)

@@ -233,8 +233,14 @@ def _generation_kwargs(trl_config: Any) -> dict[str, Any]:
     unknown = []
     for key, value in kwargs.items():
         if key in _SAMPLING_KWARGS:
-            out[f"generation.{_SAMPLING_KWARGS[key]}"] = [value] if key.startswith("stop") and isinstance(value, str) \
-                else value
+            name = _SAMPLING_KWARGS[key]
+            value = _sampling_value(key, name, value)
+            if f"generation.{name}" in out and out[f"generation.{name}"] != value:  # stop and stop_strings
+                raise ConfigError(f"TRL's generation_kwargs stop = {shown(kwargs.get('stop'))} and stop_strings = "
+                                  f"{shown(kwargs.get('stop_strings'))} differ (TRL's vLLM sampling reads one, "
+                                  "transformers' the other); polyrl has one list of stop strings",
+                                  field="grpo_config.generation_kwargs", fix="keep one of them")
+            out[f"generation.{name}"] = value
         elif key == "do_sample":
             if value is not True:
                 raise ConfigError(f"TRL's generation_kwargs do_sample = {shown(value)}: GRPO samples its groups, "
@@ -257,6 +263,32 @@ def _generation_kwargs(trl_config: Any) -> dict[str, Any]:
                           fix=f"remove {', '.join(map(repr, unknown))} from generation_kwargs, or train this run "
                               "with TRL")
     return out
+
+
+def _sampling_value(key: str, name: str, value: Any) -> Any:
+    """``value`` of ``generation_kwargs[key]`` as polyrl's ``generation.<name>``, or one error naming
+    the key. Why: a None (transformers' "unset", an error in vLLM) or a value of the wrong type
+    ended in "grpo_config.settings: a setting has the wrong type", naming neither; vLLM's
+    ``top_k = -1`` (off) was refused, though polyrl's 0 is the same."""
+    from polyrl.config import GenerationSection
+
+    if key.startswith("stop") and isinstance(value, str):
+        value = [value]
+    elif key == "top_k" and value == -1 and not isinstance(value, bool):
+        value = 0
+    why = "None is no setting here" if value is None else None
+    if why is None:
+        try:
+            GenerationSection(**{name: value})
+        except ConfigError as exc:
+            why = exc.message
+        except (TypeError, ValueError) as exc:
+            why = f"not a valid {name} ({exc})"
+    if why is not None:
+        raise ConfigError(f"TRL's generation_kwargs {key} = {shown(value)}: {why}", field="grpo_config.generation_kwargs",
+                          fix=f"give {key} a valid value, or remove it"
+                              + ("" if name == "stop" else f" (TRL's {name} field then applies)"))
+    return value
 
 
 def _two_sided_clip(trl_config: Any, out: dict[str, Any]) -> dict[str, Any]:
