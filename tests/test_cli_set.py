@@ -86,7 +86,7 @@ def test_the_file_is_not_changed(config_file):
                                    "--set generation.group_size=4"),
     ("scale_rewards=false", "--set", '--set algorithm.scale_rewards="none"'),
     ("loss_type=cispo", "--set", '--set algorithm.name="cispo"'),
-    ("delta=2", "--set", "TRL's delta has no polyrl equivalent"),
+    ("delta=2", "--set", "TRL's delta is polyrl's algorithm.dual_clip"),
 ])
 def test_bad_overrides_are_named_like_the_file(config_file, assignment, field, words):
     with pytest.raises(ConfigError) as info:
