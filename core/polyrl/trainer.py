@@ -1308,10 +1308,11 @@ class Trainer:
                                         during=self._phase, ctrl_c_again="stops at once without them")
                 return
             self.stop_requested = True
-            unsaved = self.step - (self._saved_step or 0)
-            again = {"ctrl_c_again": "stops at once (this step is not taken)" if unsaved <= 0 else
-                     f"says how many trained steps leaving would lose ({unsaved} now: no checkpoint since)"} \
-                if at_once and signum == signal.SIGINT else {}
+            again = {}
+            if at_once and signum == signal.SIGINT:  # what a second Ctrl-C would do
+                unsaved = self.step - (self._saved_step or 0)
+                again["ctrl_c_again"] = "stops at once (this step is not taken)" if unsaved <= 0 else \
+                    f"says how many trained steps leaving would lose ({unsaved} now: no checkpoint since)"
             log_from_signal_handler(log.warning, "stop requested; finishing the current step, then checkpointing",
                                     signal=signal.Signals(signum).name, during=self._phase, **again)
 
