@@ -66,9 +66,11 @@ class ExampleEngine:
 
     def encode_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                     add_generation_prompt: bool) -> list[int]:
-        """The chat template's rendering, where text spelling ``<|im_end|>`` stays text."""
+        """The chat template's rendering, where text spelling ``<|im_end|>`` stays text, with the
+        run's extra template variables (``EngineConfig.chat_template_kwargs``: enable_thinking...)."""
         require_chat_template(self.tokenizer, self.config.model)
-        return encode_chat_literal(self.tokenizer, messages, tools, add_generation_prompt)
+        return encode_chat_literal(self.tokenizer, messages, tools, add_generation_prompt,
+                                   template_kwargs=self.config.chat_template_kwargs)
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:
         """What the model sees for a prompt: token ids verbatim, text with the tokenizer's BOS,
