@@ -188,18 +188,22 @@ def test_the_kl_term_and_the_entropy_bonus_stay_and_a_dropped_sequence_still_cou
 BACKEND_CASES = ["grpo", "dapo_kl", "gspo_kl", "cispo", "vespo", "high_threshold"]
 
 
+def _backend_case(name, variant):
+    """(objective, logp, old, ref or None without a KL term, sampler or None, masks) of one backend case:
+    the NaN variant with a threshold that binds, the no_sampler one without the sampler's log-probs."""
+    _, base, threshold = CASES[name]
+    obj = _with(base, 0.7 if variant == "nan" else threshold)
+    logp, old, ref, sampler, _, masks = _inputs(len(name), masked=variant == "masked", nan=variant == "nan")
+    return obj, logp, old, ref if obj.beta else None, None if variant == "no_sampler" else sampler, masks
+
+
 @pytest.mark.parametrize("variant", ["plain", "masked", "nan", "no_sampler"])
 @pytest.mark.parametrize("name", BACKEND_CASES)
 def test_torch_loss_equals_reference(name, variant):
     torch = pytest.importorskip("torch")
     from polyrl_torch.training import objective_loss
 
-    _, base, threshold = CASES[name]
-    obj = _with(base, 0.7 if variant == "nan" else threshold)
-    logp, old, ref, sampler, _, masks = _inputs(len(name), masked=variant == "masked", nan=variant == "nan")
-    if variant == "no_sampler":
-        sampler = None
-    ref_in = ref if obj.beta else None
+    obj, logp, old, ref_in, sampler, masks = _backend_case(name, variant)
     expected, _ = policy_loss(logp, ADVANTAGES, obj, old, ref_in, sampler, masks=masks)
     grads = policy_loss_grad(logp, ADVANTAGES, obj, old, ref_in, sampler, masks=masks)
 
@@ -231,12 +235,7 @@ def test_mlx_loss_equals_reference(name, variant):
     from polyrl_mlx._mx import mx
     from polyrl_mlx.training import objective_loss, token_weights
 
-    _, base, threshold = CASES[name]
-    obj = _with(base, 0.7 if variant == "nan" else threshold)
-    logp, old, ref, sampler, _, masks = _inputs(len(name), masked=variant == "masked", nan=variant == "nan")
-    if variant == "no_sampler":
-        sampler = None
-    ref_in = ref if obj.beta else None
+    obj, logp, old, ref_in, sampler, masks = _backend_case(name, variant)
     expected, metrics = policy_loss(logp, ADVANTAGES, obj, old, ref_in, sampler, masks=masks)
     expected_grad = policy_loss_grad(logp, ADVANTAGES, obj, old, ref_in, sampler, masks=masks)
     if masks is not None:  # the flat layout holds the masked-in tokens only (polyrl_mlx.training.kept_tokens)
