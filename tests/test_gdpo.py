@@ -141,3 +141,15 @@ def test_a_run_trains_on_gdpos_advantages(toy, tmp_path):
         np.testing.assert_allclose(seen[step], expected, rtol=1e-6, atol=1e-6)  # float32 in the batch
         summed = scores @ np.array([1.0, 0.5])
         assert not np.allclose(seen[step], compute_advantages(summed, 4), atol=1e-3)
+
+
+def test_dapo_preset_under_gdpo_names_a_config_that_works():
+    """The preset, not the user, set overlong_buffer: the error's fix must be one the user can apply."""
+    with pytest.raises(ConfigError) as info:
+        AlgorithmConfig.preset("dapo", multi_objective_aggregation="normalize_then_sum")
+    assert info.value.field == "algorithm.overlong_buffer" and "dapo preset turns on" in str(info.value)
+    fix = str(info.value)
+    assert "name = 'grpo'" in fix and "epsilon_high = 0.28" in fix and "dynamic_sampling = true" in fix
+    same = AlgorithmConfig.preset("grpo", multi_objective_aggregation="normalize_then_sum", epsilon=0.2,
+                                  epsilon_high=0.28, loss_aggregation="token_mean", dynamic_sampling=True)
+    assert same.overlong_buffer is None and same.clip_eps_high == 0.28

@@ -182,6 +182,22 @@ def check_given_keys_act(config: AlgorithmConfig, given: Iterable[str]) -> None:
             _fail(name, f"is set but does nothing here: {why(config)}", fix)
 
 
+def _refuse_preset_shaping_under_gdpo(name: str, overrides: dict[str, Any]) -> None:
+    """The dapo preset's overlong shaping cannot act under normalize_then_sum, and a TOML key cannot
+    be unset: the general error's "remove it" would point at a line the user never wrote."""
+    if overrides.get("multi_objective_aggregation") != "normalize_then_sum" or "overlong_buffer" in overrides:
+        return
+    if PRESETS[name].get("overlong_buffer") is None:
+        return
+    kept = {k: v for k, v in PRESETS[name].items() if not k.startswith("overlong_")}
+    same = ", ".join(f"{k} = {v!r}".replace("True", "true") for k, v in kept.items())
+    _fail("overlong_buffer",
+          f"the {name} preset turns on overlong shaping, which multi_objective_aggregation = 'normalize_then_sum' "
+          "cannot apply (it adds a penalty to the summed reward, which normalize_then_sum never forms)",
+          f"for {name} without overlong shaping set name = 'grpo' with {same}; or keep {name} with "
+          "multi_objective_aggregation = 'sum_then_normalize'")
+
+
 def _fail(name: str, message: str, fix: str | None = None) -> NoReturn:
     raise ConfigError(message, field=f"algorithm.{name}", fix=fix)
 
@@ -368,6 +384,7 @@ class AlgorithmConfig:
         for key, value in overrides.items():
             if key not in fields:
                 _fail(key, f"unknown algorithm setting {key!r}", unknown_key_fix(key, value, fields))
+        _refuse_preset_shaping_under_gdpo(name, overrides)
         config = cls(name=name, **{**PRESETS[name], **overrides})
         check_given_keys_act(config, overrides)
         return config
