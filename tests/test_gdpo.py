@@ -153,3 +153,14 @@ def test_dapo_preset_under_gdpo_names_a_config_that_works():
     same = AlgorithmConfig.preset("grpo", multi_objective_aggregation="normalize_then_sum", epsilon=0.2,
                                   epsilon_high=0.28, loss_aggregation="token_mean", dynamic_sampling=True)
     assert same.overlong_buffer is None and same.clip_eps_high == 0.28
+
+
+def test_dapo_preset_under_gdpo_in_a_toml_config_is_the_same_error():
+    from polyrl.config import RunConfig
+
+    data = {"model": {"path": "tiny-llama"}, "data": {"task": "arithmetic"},
+            "rewards": [{"name": "numeric_match"}, {"name": "format"}],
+            "algorithm": {"name": "dapo", "multi_objective_aggregation": "normalize_then_sum"}}
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_dict(data)
+    assert info.value.field == "algorithm.overlong_buffer" and "name = 'grpo'" in str(info.value)

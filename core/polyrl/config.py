@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from polyrl import chat_kwargs
-from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig, check_given_keys_act
+from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig, check_given_keys_act, refuse_preset_shaping_under_gdpo
 from polyrl.configtools import build, unknown_key_fix
 from polyrl.errors import ConfigError
 from polyrl.rewards import isolation as reward_isolation
@@ -651,6 +651,7 @@ def _algorithm(name: Any, overrides: dict[str, Any]) -> AlgorithmConfig:
             raise ConfigError(f"unknown key {key!r}", field=f"algorithm.{key}",
                               fix=unknown_key_fix(key, value, fields))
     base = AlgorithmConfig.preset(name)
+    refuse_preset_shaping_under_gdpo(name, overrides)
     checked = build(AlgorithmConfig, {**attrs.asdict(base), **overrides}, "algorithm")
     check_given_keys_act(checked, overrides)
     return checked

@@ -182,7 +182,7 @@ def check_given_keys_act(config: AlgorithmConfig, given: Iterable[str]) -> None:
             _fail(name, f"is set but does nothing here: {why(config)}", fix)
 
 
-def _refuse_preset_shaping_under_gdpo(name: str, overrides: dict[str, Any]) -> None:
+def refuse_preset_shaping_under_gdpo(name: str, overrides: dict[str, Any]) -> None:
     """The dapo preset's overlong shaping cannot act under normalize_then_sum, and a TOML key cannot
     be unset: the general error's "remove it" would point at a line the user never wrote."""
     if overrides.get("multi_objective_aggregation") != "normalize_then_sum" or "overlong_buffer" in overrides:
@@ -384,7 +384,7 @@ class AlgorithmConfig:
         for key, value in overrides.items():
             if key not in fields:
                 _fail(key, f"unknown algorithm setting {key!r}", unknown_key_fix(key, value, fields))
-        _refuse_preset_shaping_under_gdpo(name, overrides)
+        refuse_preset_shaping_under_gdpo(name, overrides)
         config = cls(name=name, **{**PRESETS[name], **overrides})
         check_given_keys_act(config, overrides)
         return config
