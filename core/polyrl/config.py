@@ -19,6 +19,7 @@ import attrs
 from polyrl import chat_kwargs
 from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig, check_given_keys_act
 from polyrl.configtools import build, unknown_key_fix
+from polyrl.device_names import check_device
 from polyrl.errors import ConfigError
 from polyrl.rewards import isolation as reward_isolation
 from polyrl.step_line import STEP_LINE_CHOICES
@@ -65,6 +66,7 @@ class ModelSection:
                 fix='set model.path to a local HF folder, a cached Hub id ("org/name") or an alias '
                     'like "smollm2-135m-instruct"',
             )
+        check_device(self.device)
         if self.dtype not in MODEL_DTYPES:
             raise ConfigError(f"unknown dtype {self.dtype!r}", field="model.dtype",
                               fix=f"use one of {', '.join(MODEL_DTYPES)} (`polyrl backends` lists "

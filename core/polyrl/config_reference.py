@@ -19,7 +19,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "path": "local HF folder, a GGUF file, a Hub id found in the local HF cache (`org/name`, never downloaded), or an alias (`smollm2-135m-instruct`, `tiny-llama`)",
         "dtype": "`float32` (CPU default), `bfloat16`, `float16` (torch and MLX; MAX: float32/bfloat16; on CPU float16 is no faster than bfloat16); a backend that does not run it is refused up front",
         "compute_dtype": "mixed precision: `bfloat16` with dtype `float32` keeps float32 weights and AdamW state and runs the matmuls in bfloat16 (torch autocast; fast where the CPU has AVX512-BF16/AMX); unset = compute in `dtype`; a backend that does not declare it is refused up front",
-        "device": "`auto` (the backend's accelerator when this machine has one: CUDA for torch, a GPU for MAX, Metal for MLX; else the CPU), `cpu`, `cuda`, `cuda:1`, `mps`, `gpu` (backend-specific)",
+        "device": "`auto` (the backend's accelerator when this machine has one: CUDA for torch, a GPU for MAX, Metal for MLX; else the CPU), `cpu`, `cuda`, `cuda:1`, `mps`, `gpu` (backend-specific); a name no backend reads (`abc`, `CUDA`) is refused when the config loads",
         "max_length": "longest prompt + completion in tokens; longer prompts are an error",
         "reference_path": "KL reference model when it is not the initial policy",
         "trust_remote_code": "run a model folder's own Python code (off unless you ask)",
