@@ -252,7 +252,7 @@ class TrainSection:
     keep_checkpoints: int = 2
     #: earlier runs kept in output_dir/previous/ when a fresh run starts there; 0: deleted once it trains
     keep_previous_runs: int = 1
-    max_consecutive_skips: int = 3  # stop after this many non-finite (or unscored) steps in a row
+    max_consecutive_skips: int = 3  # stop after this many non-finite (unscored, all-cut) steps in a row
     gradient_checkpointing: bool = False  # recompute activations in backward (memory for compute)
     #: under a launcher: how long a rank waits in a collective for the others before it stops the run
     collective_timeout_s: float = 600.0

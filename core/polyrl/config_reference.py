@@ -178,7 +178,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "keep_previous_runs": "earlier runs kept in `previous/` when a fresh run starts in the same output_dir "
                               "(the newest N; older ones are deleted with a warning; 0 = delete the earlier run "
                               "once the new run has saved a trained checkpoint)",
-        "max_consecutive_skips": "stop after this many non-finite (NaN/Inf) steps, or steps no reward scored, in a row",
+        "max_consecutive_skips": "stop after this many non-finite (NaN/Inf) steps, steps no reward scored, or steps whose every completion was cut under mask_truncated_completions, in a row",
         "gradient_checkpointing": "recompute decoder-layer activations in backward: less memory, more compute (torch, MLX)",
         "collective_timeout_s": "under `polyrl launch`: seconds a rank waits in a collective for the others (a rank "
                                 "stuck or far slower) before the run stops with an error naming the step; must "
