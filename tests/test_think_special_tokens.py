@@ -10,7 +10,6 @@ ship them) and the real torch engine; no stand-ins.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
