@@ -261,7 +261,7 @@ def test_steps_whose_every_completion_was_cut_warn_with_the_fix_and_stop_the_run
     message = str(raised.value)
     assert "2 steps in a row trained nothing: every completion was cut at the length limit" in message
     assert "Fix: raise generation.max_new_tokens (now 8)" in message
-    assert "algorithm.mask_truncated_completions = false" in message
+    assert "algorithm.mask_truncated_completions = false" in message and "--resume-weights-only" in message
     assert ckpt.read_state(ckpt.latest_checkpoint(tmp_path / "run" / "checkpoints"))["step"] == 2
     warned = [e for e in logs if e["event"].startswith("no informative samples")]
     assert len(warned) == 2

@@ -1514,8 +1514,9 @@ class Trainer:
                     raise TooManySkippedSteps(
                         f"{cut} steps in a row trained nothing: every completion was cut at the length limit "
                         "and algorithm.mask_truncated_completions leaves cut completions out of the loss; "
-                        f"stopping, the state checkpointed. Fix: {self._cut_fix()}, "
-                        "then continue with `polyrl train CONFIG --resume`")
+                        f"stopping, the state checkpointed. Fix: {self._cut_fix()}, then continue from the "
+                        "checkpoint's weights with `polyrl train CONFIG --resume-weights-only` (a plain --resume "
+                        "refuses a changed generation or algorithm setting)")
                 if (c.train.checkpoint_every and self.step % c.train.checkpoint_every == 0) or asked.save:
                     later = self._saved_now(self.save())
                     if self.world_size == 1:  # under a launcher the next step's gather agrees on it
