@@ -224,6 +224,60 @@ def test_equal_reward_groups_under_dynamic_sampling_never_stop_the_run(toy, tmp_
     assert not any("no reward scored" in w for w in warned)
 
 
+class CutSteps:
+    """Backend "cut": the toy backend whose completions on the chosen steps (1-based calls of
+    generate) all end at the length limit; the others end as the toy's do."""
+
+    def __init__(self, cut_calls: set[int] | None = None) -> None:
+        from polyrl_toy import ToyPlugin
+
+        class Cut(ToyPlugin):
+            @hookimpl
+            def generate(inner, engine, prompts, sampling):
+                self.calls += 1
+                out = super().generate(engine, prompts, sampling)
+                if self.cut_calls is None or self.calls in self.cut_calls:
+                    out = [attrs.evolve(x, finish_reason="length") for x in out]
+                return out
+
+        self.cut_calls, self.calls = cut_calls, 0
+        self.plugin = Cut("cut")
+
+
+def _masking(config: RunConfig) -> RunConfig:
+    return attrs.evolve(config, algorithm=attrs.evolve(config.algorithm, mask_truncated_completions=True))
+
+
+def test_steps_whose_every_completion_was_cut_warn_with_the_fix_and_stop_the_run(toy, tmp_path):
+    """Every completion cut under mask_truncated_completions: the step trains nothing (TRL's loss
+    is 0 with no word). Each such step's warning names the cause and the fix, and
+    max_consecutive_skips of them in a row checkpoint and stop the run (old code: every step ran,
+    training nothing, with no fix)."""
+    from structlog.testing import capture_logs
+
+    config = _masking(toy_config(tmp_path, backend="cut", max_consecutive_skips=2, checkpoint_every=0))
+    with capture_logs() as logs, pytest.raises(TooManySkippedSteps) as raised:
+        Trainer(config, extra_plugins=(CutSteps().plugin,)).run(progress=False)
+    message = str(raised.value)
+    assert "2 steps in a row trained nothing: every completion was cut at the length limit" in message
+    assert "Fix: raise generation.max_new_tokens (now 8)" in message
+    assert "algorithm.mask_truncated_completions = false" in message and "--resume-weights-only" in message
+    assert ckpt.read_state(ckpt.latest_checkpoint(tmp_path / "run" / "checkpoints"))["step"] == 2
+    warned = [e for e in logs if e["event"].startswith("no informative samples")]
+    assert len(warned) == 2
+    assert all("16 of 16 samples were cut at the length limit" in e["event"] for e in warned)
+    assert all("raise generation.max_new_tokens (now 8)" in e["fix"] and "2 such steps in a row stop the run"
+               in e["fix"] for e in warned)
+
+
+def test_steps_whose_every_completion_was_cut_count_only_in_a_row(toy, tmp_path):
+    """Cut steps apart from each other (a step with one finished completion trains) never stop it."""
+    config = _masking(toy_config(tmp_path, backend="cut", max_consecutive_skips=2))
+    summary = Trainer(config, extra_plugins=(CutSteps({1, 3, 5, 7}).plugin,)).run(progress=False)
+    assert summary["steps"] == 8
+    assert {1, 3, 5, 7} <= {m["step"] for m in summary["history"] if m["skipped"]}
+
+
 # --- hostile plugins ----------------------------------------------------------------------------
 
 

@@ -475,13 +475,49 @@ def test_a_number_past_floats_range_is_a_bad_score_not_a_traceback(bad):
     ([None, 0.0, np.bool_(False)], "False for sample 2, 0.0 for sample 1"),
     ((True, False, 2), "True for sample 0, 2 for sample 2"),
 ])
-def test_a_bool_among_numbers_is_refused_naming_the_reward_and_the_sample(scores, where):
+def test_bools_among_numbers_read_as_trl_reads_them_and_are_named_once(scores, where):
+    """TRL builds ``torch.tensor(scores, dtype=float32)``, which reads True as 1.0 and False as
+    0.0 in any mix; a reward that trains under TRL trains here, with one warning per reward."""
+    from structlog.testing import capture_logs
+
+    torch = pytest.importorskip("torch")
+
     def mixed(prompts, completions, **kw):
         return scores
 
-    with pytest.raises(RewardError, match=rf"reward 'mixed' from function .*mix of bools and numbers \({where}\)"
-                                          r".*Fix: return floats for every sample"):
-        score([("mixed", 1.0, {})], ["a", "b", "c"], extra=[function_reward_plugin(mixed)])
+    with capture_logs() as logs:
+        got = score([("mixed", 1.0, {})], ["a", "b", "c"], extra=[function_reward_plugin(mixed)]).per_reward["mixed"]
+    trl = torch.tensor([float("nan") if v is None else v for v in list(scores)], dtype=torch.float32)
+    np.testing.assert_array_equal(got, trl.double().numpy())
+    warned = [e for e in logs if e["log_level"] == "warning" and "mix of bools and numbers" in e["event"]]
+    assert len(warned) == 1 and where in warned[0]["event"] and warned[0]["reward"] == "mixed"
+
+
+def test_the_mixed_bools_warning_is_said_once_per_reward_not_per_step():
+    from structlog.testing import capture_logs
+
+    def mixed(prompts, completions, **kw):
+        return [True, 0.5]
+
+    pm = get_plugin_manager(extra=[function_reward_plugin(mixed)], entry_points=False)
+    computer = RewardComputer(pm, [("mixed", 1.0, {})])
+    with capture_logs() as logs:
+        for step in range(3):
+            res = computer(["q", "q"], [completion("a"), completion("b")], RewardContext(rows=[{}, {}], wanted=("mixed",), step=step))
+            np.testing.assert_array_equal(res.per_reward["mixed"], [1.0, 0.5])
+    assert sum("mix of bools" in e["event"] for e in logs) == 1
+
+
+@pytest.mark.parametrize(("bad", "shown"), [("3x", "'3x'"), (b"1", "b'1'"), ([0.5], r"\[0.5\]")])
+def test_a_string_score_is_refused_naming_the_function_the_sample_and_the_value(bad, shown):
+    """TRL fails inside ``torch.tensor`` ("too many dimensions 'str'") without naming the reward;
+    polyrl names the function, the sample and the value, and never reads "3x" as 3."""
+    def three_x(prompts, completions, **kw):
+        return [1.0, bad, 0.0]
+
+    with pytest.raises(RewardError, match=rf"reward 'three_x' from function .*three_x returned {shown} for sample 1 "
+                                          r"\(a \w+, not a number\)\. Fix: return finite floats"):
+        score([("three_x", 1.0, {})], ["a", "b", "c"], extra=[function_reward_plugin(three_x)])
 
 
 @pytest.mark.parametrize("scores", [[True, False, None], np.array([True, False, True]), [1, 0.5, None]])

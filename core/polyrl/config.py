@@ -19,6 +19,7 @@ import attrs
 from polyrl import chat_kwargs
 from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig, check_given_keys_act, refuse_preset_shaping_under_gdpo
 from polyrl.configtools import build, unknown_key_fix
+from polyrl.device_names import check_device
 from polyrl.errors import ConfigError
 from polyrl.rewards import isolation as reward_isolation
 from polyrl.step_line import STEP_LINE_CHOICES
@@ -65,6 +66,7 @@ class ModelSection:
                 fix='set model.path to a local HF folder, a cached Hub id ("org/name") or an alias '
                     'like "smollm2-135m-instruct"',
             )
+        check_device(self.device)
         if self.dtype not in MODEL_DTYPES:
             raise ConfigError(f"unknown dtype {self.dtype!r}", field="model.dtype",
                               fix=f"use one of {', '.join(MODEL_DTYPES)} (`polyrl backends` lists "
@@ -250,7 +252,7 @@ class TrainSection:
     keep_checkpoints: int = 2
     #: earlier runs kept in output_dir/previous/ when a fresh run starts there; 0: deleted once it trains
     keep_previous_runs: int = 1
-    max_consecutive_skips: int = 3  # stop after this many non-finite (or unscored) steps in a row
+    max_consecutive_skips: int = 3  # stop after this many non-finite (unscored, all-cut) steps in a row
     gradient_checkpointing: bool = False  # recompute activations in backward (memory for compute)
     #: under a launcher: how long a rank waits in a collective for the others before it stops the run
     collective_timeout_s: float = 600.0

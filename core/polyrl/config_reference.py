@@ -19,7 +19,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "path": "local HF folder, a GGUF file, a Hub id found in the local HF cache (`org/name`, never downloaded), or an alias (`smollm2-135m-instruct`, `tiny-llama`)",
         "dtype": "`float32` (CPU default), `bfloat16`, `float16` (torch and MLX; MAX: float32/bfloat16; on CPU float16 is no faster than bfloat16); a backend that does not run it is refused up front",
         "compute_dtype": "mixed precision: `bfloat16` with dtype `float32` keeps float32 weights and AdamW state and runs the matmuls in bfloat16 (torch autocast; fast where the CPU has AVX512-BF16/AMX); unset = compute in `dtype`; a backend that does not declare it is refused up front",
-        "device": "`auto` (the backend's accelerator when this machine has one: CUDA for torch, a GPU for MAX, Metal for MLX; else the CPU), `cpu`, `cuda`, `cuda:1`, `mps`, `gpu` (backend-specific)",
+        "device": "`auto` (the backend's accelerator when this machine has one: CUDA for torch, a GPU for MAX, Metal for MLX; else the CPU), `cpu`, `cuda`, `cuda:1`, `mps`, `gpu` (backend-specific); a name no backend reads (`abc`, `CUDA`) is refused when the config loads",
         "max_length": "longest prompt + completion in tokens; longer prompts are an error",
         "reference_path": "KL reference model when it is not the initial policy",
         "trust_remote_code": "run a model folder's own Python code (off unless you ask)",
@@ -178,7 +178,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "keep_previous_runs": "earlier runs kept in `previous/` when a fresh run starts in the same output_dir "
                               "(the newest N; older ones are deleted with a warning; 0 = delete the earlier run "
                               "once the new run has saved a trained checkpoint)",
-        "max_consecutive_skips": "stop after this many non-finite (NaN/Inf) steps, or steps no reward scored, in a row",
+        "max_consecutive_skips": "stop after this many non-finite (NaN/Inf) steps, steps no reward scored, or steps whose every completion was cut under mask_truncated_completions, in a row",
         "gradient_checkpointing": "recompute decoder-layer activations in backward: less memory, more compute (torch, MLX)",
         "collective_timeout_s": "under `polyrl launch`: seconds a rank waits in a collective for the others (a rank "
                                 "stuck or far slower) before the run stops with an error naming the step; must "

@@ -11,6 +11,11 @@ and holds no ``<think>`` of its own. Such a completion cut off before its ``</th
 reasoning, which its text alone cannot tell from a model that does not reason. The trainer asks the
 template once (``think_suffix``) and marks each completion whose prompt ends so
 (``Completion.reasoning_open``); the readers pass that on as ``opened``.
+
+A tokenizer may make ``<think>`` and ``</think>`` special tokens; the backends decode completions
+with ``skip_special_tokens`` (no ``<|im_end|>`` in a reward's text), which then dropped the tags
+too, so the rewards read the reasoning as the answer ("<think>so 4</think>2" read as "so 42").
+``polyrl.backend_kit.tokens.completion_decoder`` keeps the tags and drops the other special tokens.
 """
 
 from __future__ import annotations
@@ -60,3 +65,4 @@ def opens_reasoning(prompt_ids: Sequence[int] | np.ndarray, suffix: np.ndarray |
     if suffix is None or len(prompt_ids) < len(suffix):
         return False
     return bool(np.array_equal(np.asarray(prompt_ids)[len(prompt_ids) - len(suffix):], suffix))
+

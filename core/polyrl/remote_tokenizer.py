@@ -7,7 +7,8 @@ its ``text`` would reward ids for text they do not decode to. So prompts are enc
 as the train backends encode them (text with the tokenizer's special tokens, an empty text as one
 position; chats through ``apply_chat_template`` with the generation prompt, no BOS beyond the
 template's), sent as token-id prompts the server must use verbatim, and each completion's text is
-the decode of its ids (``skip_special_tokens``, as the train backends do).
+the decode of its ids (``completion_decoder``, as the train backends do: special tokens dropped, a
+special ``<think>`` kept).
 The files are the ones the train engine loads (``EngineConfig.model``, the run's model folder).
 """
 
@@ -15,11 +16,11 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from polyrl.backend_kit.literal_chat import encode_chat_literal
-from polyrl.backend_kit.tokens import text_prompt_ids
+from polyrl.backend_kit.tokens import completion_decoder, text_prompt_ids
 from polyrl.logs import get_logger
 from polyrl.serving.vocab import embedding_rows
 from polyrl.text_validity import check_prompt
@@ -44,6 +45,7 @@ class ModelTokenizer:
 
     def __init__(self, model_path: str, template_kwargs: Mapping[str, Any] | None = None) -> None:
         self._tok: Any = None
+        self._decode: Callable[[Sequence[int]], str] | None = None
         #: ``model.chat_template_kwargs``: what every chat rendering here passes to the template
         self.template_kwargs = dict(template_kwargs or {})
         self._lock = threading.Lock()  # one tokenizer object shared by the request threads
@@ -51,6 +53,7 @@ class ModelTokenizer:
         if folder:
             try:
                 self._tok = folder_tokenizer(folder)
+                self._decode = completion_decoder(self._tok)
             except Exception as exc:  # noqa: BLE001 - any failure: no local checks, said once
                 log.warning("cannot load the model's tokenizer; prompts go to the servers to tokenize and "
                             "their text is used unchecked", model=folder, error=f"{type(exc).__name__}: {exc}")
@@ -88,4 +91,5 @@ class ModelTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         with self._lock:
-            return str(self._tok.decode(list(ids), skip_special_tokens=True))
+            return self._decode(ids) if self._decode is not None else \
+                str(self._tok.decode(list(ids), skip_special_tokens=True))

@@ -91,8 +91,8 @@ log = get_logger("polyrl.trainer")
 
 
 class TooManySkippedSteps(PolyrlError):
-    """Training produced non-finite losses/gradients, or no reward scored any sample, too many
-    steps in a row."""
+    """Training produced non-finite losses/gradients, no reward scored any sample, or every
+    completion was cut under mask_truncated_completions, too many steps in a row."""
 
 
 class OutputWriteError(PolyrlError):
@@ -247,6 +247,8 @@ class Trainer:
         self._sync_failed: PolyrlError | None = None
         #: the last step's rewards were all None (no reward scored any sample): counted toward the stop
         self._nothing_scored = False
+        #: the last step trained nothing because every completion was cut under mask_truncated_completions
+        self._all_cut = False
         #: steps in a row whose every episode (on every rank) ended in an environment error
         self._failed_steps = 0
         self.rewards = RewardComputer(
@@ -670,11 +672,16 @@ class Trainer:
             **kl_metrics,
         }
         idx = np.flatnonzero(keep)
+        self._all_cut = False
         if global_kept == 0:
             causes = skip_causes.empty_step_causes(rewards, all_shaped, all_untruncated, group_kept)
+            self._all_cut = skip_causes.all_cut(rewards, all_shaped, all_untruncated)  # the same on every rank
             fix = ({"fix": "make at least one reward function return a number for each completion (None "
                            f"means no reward); {c.train.max_consecutive_skips} such steps in a row stop the run"}
-                   if self._nothing_scored else {})
+                   if self._nothing_scored else
+                   {"fix": f"{self._cut_fix()}; "
+                           f"{c.train.max_consecutive_skips} such steps in a row stop the run"}
+                   if self._all_cut else {})
             log.warning(f"no informative samples this step ({'; '.join(causes)}); skipping update",
                         step=self.step + 1, **fix)
             metrics.update(skipped=True, loss=float("nan"))
@@ -811,6 +818,11 @@ class Trainer:
         if self.world_size == 1:
             return failed
         return agreed_failure(self.train_engine.all_gather(None if failed is None else failed.shared()))
+
+    def _cut_fix(self) -> str:
+        c = self.config
+        return skip_causes.cut_fix(c.generation.max_new_tokens,
+                                   c.environment.max_episode_tokens if c.environment.enabled else None)
 
     def _unscored_message(self, steps: int) -> str:
         """The stop after ``steps`` steps in a row that no reward scored, naming the rewards."""
@@ -1424,7 +1436,7 @@ class Trainer:
             # a resumed run's: its history holds the steps before the resume too (trl.GRPOTrainer's
             # log_history lacked the eval_on_start entry TRL's resumed trainer_state keeps)
             summary["eval_before"] = self._kept_eval_before
-        skips = unscored = 0
+        skips = unscored = cut = 0
         last_eval = self._evaluated_at_resume()
         # under a launcher only a collective decides the stop, so every rank leaves after the same step
         stop_agreed = False
@@ -1483,6 +1495,7 @@ class Trainer:
                 skipped_update = bool(metrics.get("skipped")) and "grad_norm" in metrics
                 skips = skips + 1 if skipped_update else 0
                 unscored = unscored + 1 if self._nothing_scored else 0
+                cut = cut + 1 if self._all_cut else 0
                 failed = self._environment_failure()
                 if failed is not None:  # an environment that never works: stop, with what it raised
                     self.save()
@@ -1496,6 +1509,14 @@ class Trainer:
                 if unscored >= c.train.max_consecutive_skips:
                     self.save()
                     raise TooManySkippedSteps(self._unscored_message(unscored))
+                if cut >= c.train.max_consecutive_skips:
+                    self.save()
+                    raise TooManySkippedSteps(
+                        f"{cut} steps in a row trained nothing: every completion was cut at the length limit "
+                        "and algorithm.mask_truncated_completions leaves cut completions out of the loss; "
+                        f"stopping, the state checkpointed. Fix: {self._cut_fix()}, then continue from the "
+                        "checkpoint's weights with `polyrl train CONFIG --resume-weights-only` (a plain --resume "
+                        "refuses a changed generation or algorithm setting)")
                 if (c.train.checkpoint_every and self.step % c.train.checkpoint_every == 0) or asked.save:
                     later = self._saved_now(self.save())
                     if self.world_size == 1:  # under a launcher the next step's gather agrees on it

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from polyrl.reasoning import THINK_CLOSE, THINK_OPEN
 
 
 def pad_token_id(tokenizer: Any) -> int:
@@ -30,3 +33,40 @@ def given_a_start(tokenizer: Any, ids: Any) -> list[int]:
         bos = tokenizer.bos_token_id
         out = [int(bos) if bos is not None else pad_token_id(tokenizer)]
     return out
+
+
+def special_tag_ids(tokenizer: Any) -> frozenset[int]:
+    """The ids of ``<think>`` / ``</think>`` that are special tokens of this (Hugging Face) tokenizer,
+    which ``decode(..., skip_special_tokens=True)`` would drop; empty when they are plain tokens,
+    are not one token, or the tokenizer says nothing about them."""
+    skipped = _skipped_ids(tokenizer)
+    found: set[int] = set()
+    for tag in (THINK_OPEN, THINK_CLOSE):
+        try:
+            tag_id = tokenizer.convert_tokens_to_ids(tag)
+        except Exception:  # noqa: BLE001 - a tokenizer without the lookup: nothing to keep
+            continue
+        if isinstance(tag_id, int) and tag_id in skipped and tag_id != getattr(tokenizer, "unk_token_id", None):
+            found.add(tag_id)
+    return frozenset(found)
+
+
+def _skipped_ids(tokenizer: Any) -> frozenset[int]:
+    """The ids ``skip_special_tokens`` drops: the named special tokens and every added token marked
+    special (a fast tokenizer skips those too, named or not)."""
+    ids = {int(i) for i in (getattr(tokenizer, "all_special_ids", None) or ())}
+    added = getattr(tokenizer, "added_tokens_decoder", None)
+    if isinstance(added, Mapping):
+        ids.update(int(i) for i, token in added.items() if getattr(token, "special", False))
+    return frozenset(ids)
+
+
+def completion_decoder(tokenizer: Any) -> Callable[[Sequence[int]], str]:
+    """``decode(ids)`` for completion text: the tokenizer's ``skip_special_tokens`` decode, except
+    that special ``<think>`` / ``</think>`` tokens stay in the text (``final_part`` reads them). The
+    other special tokens are dropped before a plain decode, as ``skip_special_tokens`` drops them."""
+    tags = special_tag_ids(tokenizer)
+    if not tags:
+        return lambda ids: str(tokenizer.decode(list(ids), skip_special_tokens=True))
+    dropped = _skipped_ids(tokenizer) - tags
+    return lambda ids: str(tokenizer.decode([i for i in ids if int(i) not in dropped], skip_special_tokens=False))

@@ -105,10 +105,10 @@ def _is_score(value: Any) -> bool:
 
 
 def _bool_among_numbers(scores: Sequence[Any]) -> tuple[tuple[int, Any], tuple[int, Any]] | None:
-    """The first bool and the first number (index, value) of scores that mix them, else None. Why
-    refuse: a bool among numbers (``[1, True, 0.5]``, a ``passed`` flag returned where a score was
-    meant) is a bug that a cast to 1.0 would hide; scores that are all bools (or None) are what
-    TRL reward functions return for pass/fail, and read as 1.0 / 0.0."""
+    """The first bool and the first number (index, value) of scores that mix them, else None. Such
+    scores are read as TRL reads them (``torch.tensor(scores, dtype=float32)``: True is 1.0, False
+    0.0), so a reward that trains under TRL trains here; the mix is still named once (a ``passed``
+    flag returned where a score was meant reads as 1.0 without a word otherwise)."""
     first_bool = first_number = None
     for i, value in enumerate(scores):
         if value is None:
@@ -189,6 +189,7 @@ class RewardComputer:
                 raise ConfigError(f"timeout of reward {name!r} must be > 0 seconds, got {limit!r}",
                                   field="rewards.timeout_s", fix="e.g. timeout_s = 600")
         self._raised_limits: set[str] = set()  # rewards whose call limit a batch raised, or would (logged once)
+        self._warned_mixed: set[str] = set()  # rewards that returned bools among numbers (logged once)
         #: Polled while a reward runs; True abandons the call (the trainer's SIGINT/SIGTERM flag).
         self.should_stop: Callable[[], bool] = should_stop or (lambda: False)
         if columns is not None:
@@ -489,15 +490,18 @@ class RewardComputer:
                              "return one score per completion (None to skip a sample)")
         for i, value in enumerate(scores):
             if not _is_score(value):
-                raise self._fail(provider, name, f"returned {_shown(value)} for sample {i}",
+                kind = "" if isinstance(value, (int, float, np.integer, np.floating)) \
+                    else f" (a {type(value).__name__}, not a number)"
+                raise self._fail(provider, name, f"returned {_shown(value)} for sample {i}{kind}",
                                  "return finite floats, or None for a sample without reward")
         mixed = _bool_among_numbers(scores)
-        if mixed is not None:
+        if mixed is not None and name not in self._warned_mixed:
+            self._warned_mixed.add(name)
             (b, flag), (k, number) = mixed
-            raise self._fail(provider, name, f"returned a mix of bools and numbers ({flag!r} for sample {b}, "
-                             f"{_shown(number)} for sample {k}): a bool among scores is a bug a cast would hide",
-                             "return floats for every sample (float(x) turns a bool into 1.0 / 0.0), or bools "
-                             "for every sample")
+            log.warning(f"reward {name!r} returned a mix of bools and numbers ({flag!r} for sample {b}, "
+                        f"{_shown(number)} for sample {k}); read as TRL reads them, True = 1.0 and False = 0.0 "
+                        "(said once per reward)", reward=name,
+                        fix="return floats for every sample if a bool was not meant as a score")
         return np.array([np.nan if v is None else float(v) for v in scores], dtype=np.float64)
 
     def _extra_metrics(self, provider: _Provider, name: str, answer: Any) -> dict[str, float]:

@@ -42,11 +42,12 @@ exposes no knob), ``lora`` (MAX's in-process API refuses adapters) and ``optimiz
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ import numpy as np
 
 from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.literal_chat import encode_chat_literal
-from polyrl.backend_kit.tokens import given_a_start, pad_token_id, text_prompt_ids
+from polyrl.backend_kit.tokens import completion_decoder, given_a_start, pad_token_id, text_prompt_ids
 from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
@@ -489,7 +490,12 @@ class MaxEngine:
         return values.tolist()
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+        """Completion text: special tokens dropped, a special ``<think>`` / ``</think>`` kept."""
+        return self._decode(ids)
+
+    @functools.cached_property
+    def _decode(self) -> Callable[[Sequence[int]], str]:
+        return completion_decoder(self.tokenizer)
 
     def close(self) -> None:
         """Release MAX's KV cache and buffers (the engine is unusable afterwards)."""

@@ -15,8 +15,9 @@ weights have no gradient. Such a config is refused with a ``ConfigError`` naming
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS
 from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.literal_chat import encode_chat_literal
 from polyrl.backend_kit.options import SCORE_BATCH_TOKENS, scoring_options
-from polyrl.backend_kit.tokens import given_a_start, pad_token_id, text_prompt_ids
+from polyrl.backend_kit.tokens import completion_decoder, given_a_start, pad_token_id, text_prompt_ids
 from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
@@ -369,7 +370,12 @@ class MLXEngine:
         return out
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+        """Completion text: special tokens dropped, a special ``<think>`` / ``</think>`` kept."""
+        return self._decode(ids)
+
+    @functools.cached_property
+    def _decode(self) -> Callable[[Sequence[int]], str]:
+        return completion_decoder(self.tokenizer)
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (f"MLXEngine(model={self.config.model!r}, role={self.config.role!r}, "
