@@ -20,9 +20,11 @@ network) to kernel permissions of a uid that may be the trainer's own.
 
 ``bwrap``       bubblewrap: fresh mount, PID (own /proc), network, IPC, UTS and cgroup namespaces
                 (and a user namespace when not root); the only filesystem is a read-only view of
-                /usr and the interpreter's folders plus a size-capped private tmpfs at /tmp; no
-                capabilities; the sample's uid is an unprivileged user; seccomp filter if built
-                (it also refuses new processes: the sample is one process, ``memory_mb`` in all).
+                /usr and the interpreter's folders plus a private tmpfs at /tmp capped in size and
+                inodes (``tmpfs_wrapper``); no capabilities; the sample's uid is an unprivileged
+                user, as root one per sample running at once (``polyrl.sandbox.uids``: the kernel
+                counts ``max_processes`` per uid); seccomp filter if built (it also refuses new
+                processes: the sample is one process, ``memory_mb`` in all).
 ``unshare``     util-linux unshare: network and PID namespaces only, files of the host visible
                 (kernel permissions apply: as root the sample is ``nobody``, which reads every
                 world-readable file; a non-root trainer's sample is the trainer's own uid, which
