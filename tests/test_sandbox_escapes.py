@@ -23,7 +23,7 @@ import pytest
 from bwrap_util import WHY_NOT, needs_bwrap
 
 from polyrl.rewards.code import parse_tests
-from polyrl.sandbox import Sandbox, SandboxLimits, isolation
+from polyrl.sandbox import Sandbox, SandboxLimits, isolation, uids
 
 pytestmark = pytest.mark.faults
 
@@ -115,7 +115,10 @@ def test_subinterpreter_os_system_runs_as_nobody_inside(box, tmp_path):
         assert not any(line.strip().isdigit() for line in result.output.splitlines()), result.output
         return
     uid = result.output.strip().splitlines()[0]
-    assert uid == ("65534" if box.launch.ids else "0"), result.output
+    if box.launch.uid_pool:  # a uid of its own (polyrl.sandbox.uids), unprivileged like nobody
+        assert uids.FIRST <= int(uid) < uids.FIRST + uids.SIZE, result.output
+    else:
+        assert uid == ("65534" if box.launch.ids else "0"), result.output
     if box.launch.ids is None:  # uid 0 in there: still no capability to do anything with it
         result = run(box, "import os\nos.system('mount -t tmpfs x /tmp 2>&1; echo rc=$?')\n")
         assert "rc=0" not in result.output, result.output

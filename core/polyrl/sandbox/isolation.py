@@ -20,9 +20,11 @@ network) to kernel permissions of a uid that may be the trainer's own.
 
 ``bwrap``       bubblewrap: fresh mount, PID (own /proc), network, IPC, UTS and cgroup namespaces
                 (and a user namespace when not root); the only filesystem is a read-only view of
-                /usr and the interpreter's folders plus a size-capped private tmpfs at /tmp; no
-                capabilities; the sample's uid is an unprivileged user; seccomp filter if built
-                (it also refuses new processes: the sample is one process, ``memory_mb`` in all).
+                /usr and the interpreter's folders plus a private tmpfs at /tmp capped in size and
+                inodes (``tmpfs_wrapper``); no capabilities; the sample's uid is an unprivileged
+                user, as root one per sample running at once (``polyrl.sandbox.uids``: the kernel
+                counts ``max_processes`` per uid); seccomp filter if built (it also refuses new
+                processes: the sample is one process, ``memory_mb`` in all).
 ``unshare``     util-linux unshare: network and PID namespaces only, files of the host visible
                 (kernel permissions apply: as root the sample is ``nobody``, which reads every
                 world-readable file; a non-root trainer's sample is the trainer's own uid, which
@@ -42,6 +44,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -51,7 +54,7 @@ from typing import Any
 import attrs
 
 from polyrl.errors import RewardError
-from polyrl.sandbox import seccomp
+from polyrl.sandbox import seccomp, uids
 
 LEVELS = ("auto", "require", "weak", "off")
 #: Levels that keep the sample from the trainer's files, environment, memory and network.
@@ -76,12 +79,21 @@ class Launch:
     report: dict[str, str]
     site_dirs: tuple[str, ...] = ()
     oom: tuple[str, ...] = ()  # ``choom -n 1000 --`` before everything (module docstring), or ()
+    #: Between ``oom`` and ``prefix``: the private mount namespace that mounts the inode-capped
+    #: tmpfs (``tmpfs_wrapper``), or () where it cannot (the tmpfs is then bwrap's own).
+    wrapper: tuple[str, ...] = ()
+    #: Each sample running at once gets its own uid from ``polyrl.sandbox.uids`` (``ids`` is the pool's first).
+    uid_pool: bool = False
 
-    def argv(self, python_args: Sequence[str], seccomp_fd: int | None) -> list[str]:
-        cmd = list(self.oom) + list(self.prefix)
+    def argv(self, python_args: Sequence[str], seccomp_fd: int | None, uid: int | None = None) -> list[str]:
+        """The command line; ``uid`` (from the pool) replaces ``ids``' uid in the privilege drop."""
+        cmd = list(self.oom) + list(self.wrapper) + list(self.prefix)
         if seccomp_fd is not None:
             cmd += ["--seccomp", str(seccomp_fd)]
-        return cmd + list(self.suffix) + [self.python, *python_args]
+        suffix = list(self.suffix)
+        if uid is not None and self.ids is not None:
+            suffix = [f"--reuid={uid}" if arg == f"--reuid={self.ids[0]}" else arg for arg in suffix]
+        return cmd + suffix + [self.python, *python_args]
 
 
 _lock = threading.Lock()
@@ -144,14 +156,59 @@ def _ancestors(path: str) -> list[str]:
     return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int) -> tuple[list[str], list[str]]:
-    """(bwrap command up to the program, privilege drop to run before the interpreter)."""
+#: The private tmpfs's inode cap: this many per MB of ``disk_mb``, at least ``MIN_INODES``. Why:
+#: ``--size`` caps its blocks only; empty files (and directories, symlinks) take none, each costs
+#: about 1 KB of kernel memory no rlimit counts, and tmpfs allows half of RAM's pages in inodes (a
+#: sample made 520 000 empty files, 0.5 GB of kernel memory, in 4 s, and a longer timeout_s made more).
+INODES_PER_MB = 256
+MIN_INODES = 4096
+#: The wrapper's shell line: mount the sample's tmpfs (bubblewrap 0.8 has ``--size`` for it but no
+#: inode option), then exec the rest of the command (bubblewrap).
+_MOUNT_SCRIPT = 'mount -t tmpfs -o "$1" polyrl-sample "$2" && shift 2 && exec "$@"'
+
+
+def tmpfs_inodes(disk_mb: int) -> int:
+    return max(MIN_INODES, int(disk_mb) * INODES_PER_MB)
+
+
+def tmpfs_wrapper(disk_mb: int, mount_dir: str) -> list[str]:
+    """A private mount namespace (util-linux ``unshare --mount``, propagation private, so the host
+    never sees the mount) that mounts the sample's tmpfs with ``size`` *and* ``nr_inodes`` on
+    ``mount_dir``, then execs bubblewrap, which binds it at ``/tmp``; [] where a tool is missing.
+    Not root: in a user namespace of its own where the trainer is root (``--map-root-user``),
+    which may mount a tmpfs; bubblewrap's user namespace nests in it (``--uid``: the same uid)."""
+    unshare, sh = shutil.which("unshare"), shutil.which("sh")
+    if unshare is None or sh is None or shutil.which("mount") is None:
+        return []
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    options = f"size={int(disk_mb) * 1024 * 1024},nr_inodes={tmpfs_inodes(disk_mb)},mode=1777,nosuid,nodev"
+    return [unshare, *user, "--mount", "--propagation", "private", "--", sh, "-c", _MOUNT_SCRIPT,
+            "polyrl-sandbox", options, mount_dir]
+
+
+def ensure_mount_dir(path: str) -> None:
+    """``path`` is root's own empty folder, made again if a temp cleaner removed it (never a link)."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        raise RewardError(f"code sandbox: {path} (where each sample's tmpfs is mounted, in its own mount "
+                          "namespace) is not this user's folder. Fix: remove it")
+
+
+def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int,
+                 tmpfs_dir: str | None = None) -> tuple[list[str], list[str]]:
+    """(bwrap command up to the program, privilege drop to run before the interpreter). With
+    ``tmpfs_dir`` (under ``tmpfs_wrapper``) the sample's /tmp is the inode-capped tmpfs mounted
+    there, else bwrap's own (size-capped only)."""
     bwrap = shutil.which("bwrap") or "bwrap"
     root = os.geteuid() == 0
     cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--clearenv"]
-    if not root:
-        cmd += ["--unshare-user"]
+    if not root:  # the trainer's own uid inside, also under tmpfs_wrapper (where it is root)
+        cmd += ["--unshare-user", "--uid", str(os.geteuid()), "--gid", str(os.getegid())]
     cmd += ["--ro-bind", "/usr", "/usr"]
     for name in ROOT_LINKS:
         host = "/" + name
@@ -159,8 +216,11 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int) -> tupl
             cmd += ["--symlink", os.readlink(host), host]
         elif os.path.isdir(host):
             cmd += ["--ro-bind", host, host]
-    cmd += ["--proc", "/proc", "--dev", "/dev",
-            "--size", str(int(disk_mb) * 1024 * 1024), "--perms", "1777", "--tmpfs", SANDBOX_HOME]
+    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    if tmpfs_dir is not None:
+        cmd += ["--bind", tmpfs_dir, SANDBOX_HOME]
+    else:
+        cmd += ["--size", str(int(disk_mb) * 1024 * 1024), "--perms", "1777", "--tmpfs", SANDBOX_HOME]
     made: set[str] = {SANDBOX_HOME}
     for path in interpreter_paths(python):  # after the tmpfs: a venv under /tmp stays visible
         for folder in _ancestors(path):
@@ -297,6 +357,81 @@ def refusal(isolation: str, reasons: Sequence[str]) -> str:
             "reach 127.0.0.1; train on hostile code only with bubblewrap)")
 
 
+def _mount_dir() -> str:
+    """The trainer's empty folder where each sample's private mount namespace mounts its tmpfs: one
+    for every run, in /run (root's) or else the temp folder; the host never sees a mount on it."""
+    if os.geteuid() == 0 and os.path.isdir("/run") and os.access("/run", os.W_OK):
+        return "/run/polyrl-sandbox-tmpfs"
+    return os.path.join(tempfile.gettempdir(), f"polyrl-sandbox-tmpfs-{os.geteuid()}")
+
+
+def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk_mb: int,
+                  program: bytes | None, expected: str) -> tuple[Launch | None, str | None, dict[str, str]]:
+    """The first bwrap layout that starts the interpreter here, strongest first: a uid per sample
+    (``uids``) and the inode-capped tmpfs (``tmpfs_wrapper``), each dropped only where it fails
+    (then ``notes`` says why); (launch or None, why the last try failed, notes)."""
+    pool = (uids.FIRST, ids[1]) if ids is not None and poolable and os.geteuid() == 0 else None
+    mount_dir = _mount_dir()
+    wrapper = tmpfs_wrapper(disk_mb, mount_dir)
+    notes = {} if wrapper else {"inodes": "needs util-linux unshare and mount, and sh"}
+    try:
+        ensure_mount_dir(mount_dir)
+    except (RewardError, OSError) as exc:
+        wrapper, notes = [], {"inodes": str(exc)}
+    order = [(i, w) for i in ([pool, ids] if pool else [ids]) for w in ((tuple(wrapper), ()) if wrapper else ((),))]
+    failed: dict[tuple[tuple[int, int] | None, tuple[str, ...]], str] = {}
+    why: str | None = None
+    for try_ids, try_wrapper in order:
+        prefix, drop = bwrap_prefix(python, try_ids, disk_mb, mount_dir if try_wrapper else None)
+        fd_args: list[str] = []
+        fds: tuple[int, ...] = ()
+        r = -1
+        if program is not None:
+            r, w = os.pipe()
+            os.write(w, program)
+            os.close(w)
+            fd_args, fds = ["--seccomp", str(r)], (r,)
+        try:
+            why = probe(list(try_wrapper) + prefix + fd_args + drop + [python, "-I", "-c", _IDENTITY], expected,
+                        pass_fds=fds)
+        finally:
+            if r >= 0:
+                os.close(r)
+        if why is not None:
+            failed[(try_ids, try_wrapper)] = why
+            continue
+        if wrapper and not try_wrapper:
+            notes["inodes"] = failed.get((try_ids, tuple(wrapper)), "the mount was refused")
+        if pool and try_ids != pool:
+            notes["uid"] = next(iter(failed.values()), "refused")
+        return Launch("bwrap", tuple(prefix), tuple(drop), python, True, try_ids, program, {},
+                      wrapper=try_wrapper, uid_pool=pool is not None and try_ids == pool), None, notes
+    return None, why, notes
+
+
+_POOL_REPORT = ("on: each sample running at once has its own uid (from {first}; gid {gid}), so max_processes "
+                "counts its own threads and processes only")
+
+
+def _pooled(cmd: Sequence[str], ids: tuple[int, int] | None, explicit: bool, python: str,
+            expected: str) -> tuple[int, int] | None:
+    """The pool's first (uid, gid) when a root trainer's samples (``user = "auto"``) start as it
+    under ``cmd`` here, else None (they share ``ids``)."""
+    if ids is None or explicit or os.geteuid() != 0:
+        return None
+    pool = (uids.FIRST, ids[1])
+    return pool if probe([*cmd, *drop_privileges(pool), python, "-I", "-c", _IDENTITY], expected) is None else None
+
+
+def _pool_report(launch: Launch, notes: dict[str, str], user: str) -> str:
+    if launch.uid_pool and launch.ids is not None:
+        return _POOL_REPORT.format(first=uids.FIRST, gid=launch.ids[1])
+    if launch.ids is not None and os.geteuid() == 0:
+        why = f" ({notes['uid']})" if "uid" in notes else ""
+        return user + f"; samples at once share this uid's max_processes{why}"
+    return user
+
+
 def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
     if isolation not in LEVELS:
         raise RewardError(f"code_tests: isolation must be auto, require, weak or off, got {isolation!r}. "
@@ -311,20 +446,7 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
         if shutil.which("bwrap") is None:
             reasons.append("bwrap not found")
         else:
-            prefix, drop = bwrap_prefix(python, ids, disk_mb)
-            fd_args: list[str] = []
-            fds: tuple[int, ...] = ()
-            r = w = -1
-            if program is not None:
-                r, w = os.pipe()
-                os.write(w, program)
-                os.close(w)
-                fd_args, fds = ["--seccomp", str(r)], (r,)
-            try:
-                why = probe(prefix + fd_args + drop + [python, "-I", "-c", _IDENTITY], expected, pass_fds=fds)
-            finally:
-                if r >= 0:
-                    os.close(r)
+            launch, why, notes = _bwrap_launch(python, ids, not explicit, disk_mb, program, expected)
             if why is None:
                 if program is None and isolation == "require":
                     raise RewardError(
@@ -333,11 +455,15 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                         "max_processes x memory_mb. Fix: install libseccomp (apt-get install libseccomp2, "
                         "dnf install libseccomp) and the pyseccomp package, or set isolation = \"auto\" to run "
                         "without the filter (with a warning)")
-                return Launch("bwrap", tuple(prefix), tuple(drop), python, True, ids, program, {
-                    **base, "isolation": "bwrap: own mount, PID (fresh /proc), network, IPC, UTS namespaces"
+                assert launch is not None
+                inodes = (f", {tmpfs_inodes(disk_mb)} inodes" if launch.wrapper else "") + " private tmpfs only" + (
+                    "" if launch.wrapper else f" (inodes not capped: {notes.get('inodes', 'bwrap has no option')})")
+                return attrs.evolve(launch, report={
+                    **base, "user": _pool_report(launch, notes, base["user"]),
+                    "isolation": "bwrap: own mount, PID (fresh /proc), network, IPC, UTS namespaces"
                     + ("" if os.geteuid() == 0 else " and user namespace") + "; no capabilities"
-                    + ("" if drop or os.geteuid() != 0 else " (bounding set kept: no setpriv)"),
-                    "filesystem": f"read-only /usr and interpreter folders; writable: a {disk_mb} MB private tmpfs only",
+                    + ("" if launch.suffix or os.geteuid() != 0 else " (bounding set kept: no setpriv)"),
+                    "filesystem": f"read-only /usr and interpreter folders; writable: a {disk_mb} MB{inodes}",
                     "seccomp": seccomp_report if program is not None else (
                         f"OFF ({seccomp_report.removeprefix('off: ')}): a sample can fork, its processes together "
                         "hold max_processes x memory_mb, and socket families beyond unix/inet/inet6 (AF_VSOCK, AF_NETLINK) are open; "
@@ -365,12 +491,16 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                 base["user"] = user_report
                 why = None
             if why is None:
+                if pool := _pooled(prefix, ids, explicit, python, expected):
+                    ids, drop = pool, drop_privileges(pool)
+                    base["user"] = _POOL_REPORT.format(first=uids.FIRST, gid=pool[1])
                 return Launch("unshare", tuple(prefix), tuple(drop), python, False, ids, None, {
                     **base, "isolation": "PARTIAL (unshare): network and PID namespaces; " + "; ".join(reasons),
                     "filesystem": "host files visible (kernel permissions apply"
                                   + (": the sample is the trainer's own uid)" if ids is None and os.geteuid() != 0
                                      else ")") + "; disk capped per file only",
-                    "seccomp": "off: needs bwrap", "descriptors": "only stdin/stdout/stderr (close_fds)"})
+                    "seccomp": "off: needs bwrap", "descriptors": "only stdin/stdout/stderr (close_fds)"},
+                    uid_pool=pool is not None)
             reasons.append(f"unshare does not work here ({why})")
         else:
             reasons.append("unshare not found")
@@ -384,9 +514,13 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
         drop = no_capabilities()
         ids, base["user"] = None, f"off: {python} cannot run as that user" + (
             " (root " + ("without capabilities)" if drop else "with its capabilities: no setpriv)") if os.geteuid() == 0 else "")
+    if pool := _pooled([], ids, explicit, python, expected):
+        ids, drop = pool, drop_privileges(pool)
+        base["user"] = _POOL_REPORT.format(first=uids.FIRST, gid=pool[1]) + (
+            "; at sample end every process of its uid is killed (a setsid daemon too)")
     why_off = "isolation = off" if isolation == "off" else "; ".join(reasons)
     return Launch("off", (), tuple(drop), python, False, ids, None, {
         **base, "isolation": f"OFF ({why_off}): a plain subprocess",
         "filesystem": "host files visible" + (": the sample is the trainer's own uid" if ids is None and
                                               os.geteuid() != 0 else "") + "; disk capped per file only",
-        "seccomp": "off", "descriptors": "only stdin/stdout/stderr (close_fds)"})
+        "seccomp": "off", "descriptors": "only stdin/stdout/stderr (close_fds)"}, uid_pool=pool is not None)

@@ -20,7 +20,7 @@ import attrs
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards import forked, guard
-from polyrl.sandbox import isolation
+from polyrl.sandbox import isolation, uids
 from polyrl.sandbox.isolation import STRONG_LEVELS
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.harness import Session, exception_parts, exception_text, run_tests
@@ -141,9 +141,12 @@ class Sandbox:
         t0 = time.monotonic()
         folder = None if self.launch.private_tmp else tempfile.mkdtemp(prefix="polyrl-sandbox-")
         seccomp_r = -1
+        uid = uids.acquire() if self.launch.uid_pool else None
         try:
+            if self.launch.wrapper:
+                isolation.ensure_mount_dir(self.launch.wrapper[-1])
             if folder is not None and self.launch.ids is not None:
-                os.chown(folder, *self.launch.ids)
+                os.chown(folder, uid if uid is not None else self.launch.ids[0], self.launch.ids[1])
             home = folder or isolation.SANDBOX_HOME
             env = {**isolation.sandbox_env(home), MARKER_ENV: "1"}
             pass_fds: tuple[int, ...] = ()
@@ -152,9 +155,9 @@ class Sandbox:
                 os.write(w, self.launch.seccomp_program)  # a few hundred bytes: fits the pipe
                 os.close(w)
                 pass_fds = (seccomp_r,)
-            argv = self.launch.argv(["-I", "-S", "-B", "-c", SERVER_SOURCE], seccomp_r if pass_fds else None)
+            argv = self.launch.argv(["-I", "-S", "-B", "-c", SERVER_SOURCE], seccomp_r if pass_fds else None, uid)
             if self.launch.level == "bwrap":  # right after bwrap itself
-                at = len(self.launch.oom) + 1
+                at = len(self.launch.oom) + len(self.launch.wrapper) + 1
                 argv[at:at] = ["--setenv", MARKER_ENV, "1"]
             try:
                 proc = subprocess.Popen(argv, cwd=folder or tempfile.gettempdir(), env=env,
@@ -188,6 +191,10 @@ class Sandbox:
             result.duration_s = time.monotonic() - t0
             return result
         finally:
+            if uid is not None:
+                if self.launch.level == "off":  # no PID namespace: a setsid daemon left the process group
+                    _kill_uid(uid, self.launch.ids[1] if self.launch.ids else uid)
+                uids.release(uid)  # every process of the sample is gone (_kill waited for its PID namespace)
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
 
@@ -295,6 +302,22 @@ def _kill(proc: subprocess.Popen) -> None:
                 stream.close()
             except OSError:
                 pass
+
+
+def _kill_uid(uid: int, gid: int) -> None:
+    """SIGKILL to every process of ``uid``, a pooled sample's own (``polyrl.sandbox.uids``): as that
+    uid, ``kill(-1)`` reaches exactly its processes, a ``setsid`` daemon outside the sample's
+    process group too (at the ``off`` level nothing else would end it)."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return
+    kill = [shutil.which("kill") or "kill", "-KILL", "-1"]
+    try:
+        subprocess.run([setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *kill], timeout=10,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       env={"PATH": "/usr/bin:/bin"}, cwd="/")
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.error("could not kill what a sample left running", uid=uid, error=str(exc))
 
 
 def _alive_in_group(pgid: int) -> bool:

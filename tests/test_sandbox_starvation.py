@@ -1,0 +1,203 @@
+"""One sample must not starve the host or another sample through a limit the kernel keeps per uid
+or per filesystem: ``max_processes`` (RLIMIT_NPROC, per uid), the tmpfs's inodes, and processes
+that outlive the sample (a daemon holding its pipes).
+
+Each test is a hostile sample run through a real sandbox (bubblewrap), the way ``code_tests`` runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+
+import attrs
+import pytest
+from bwrap_util import needs_bwrap
+
+from polyrl.rewards.code import parse_tests
+from polyrl.sandbox import Sandbox, SandboxLimits, isolation
+
+pytestmark = pytest.mark.faults
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+TESTS = parse_tests("assert add(1, 2) == 3\n")
+GOOD = "def add(a, b):\n    return a + b\n"
+
+#: Holds every thread ``max_processes`` allows for 4 s, then defines ``add``.
+HOG = ("import threading, time\nev = threading.Event()\nmade = 0\n"
+       "for _ in range(500):\n    try:\n        threading.Thread(target=ev.wait, daemon=True).start()\n"
+       "        made += 1\n    except RuntimeError:\n        break\n"
+       "print('MADE', made, flush=True)\ntime.sleep(4)\n" + GOOD)
+#: Starts (1.5 s in, while the hog holds its threads) four threads; ``add`` is right only if all ran.
+HONEST = ("import os, threading, time\ntime.sleep(1.5)\nout = []\n"
+          "workers = [threading.Thread(target=lambda i=i: out.append(i)) for i in range(4)]\n"
+          "for w in workers:\n    w.start()\nfor w in workers:\n    w.join()\n"
+          "print('UID', os.getuid(), flush=True)\n"
+          "def add(a, b):\n    return a + b + len(out) - 4\n")
+
+
+def _together(box: Sandbox, *codes: str) -> list:
+    """Run the samples at the same time (as ``max_workers`` > 1 does); their results in order."""
+    results: list = [None] * len(codes)
+
+    def one(i: int) -> None:
+        results[i] = box.run(codes[i], TESTS)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(codes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+@needs_bwrap
+def test_a_sample_holding_every_thread_it_may_does_not_fail_a_concurrent_one():
+    """RLIMIT_NPROC (``max_processes``) counts a uid's threads and processes together. All samples
+    of a root trainer ran as ``nobody``: a sample holding its 16 threads made a concurrent honest
+    sample's ``Thread.start()`` fail ("can't start new thread"), scoring it 0. Each sample running
+    at once now has its own uid (a non-root trainer's samples each have their own user namespace,
+    where the kernel counts separately)."""
+    box = Sandbox(SandboxLimits(timeout_s=10, max_processes=16), isolation="auto")
+    hog, honest = _together(box, HOG, HONEST)
+    made = int(next(line for line in hog.output.splitlines() if line.startswith("MADE")).split()[1])
+    assert made >= 12, hog.output  # it did hold (nearly) all the limit allows it
+    assert honest.all_passed, (honest.status, honest.error, honest.output)
+    if os.geteuid() == 0:
+        from polyrl.sandbox import uids
+
+        assert box.launch.uid_pool and "its own uid" in box.report["user"]
+        uid = int(next(line for line in honest.output.splitlines() if line.startswith("UID")).split()[1])
+        assert uids.FIRST <= uid < uids.FIRST + uids.SIZE
+        assert uids.busy() == frozenset()  # every uid given back once its sample is gone
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="the uid pool is a root trainer's")
+def test_samples_running_at_once_have_different_uids_and_an_explicit_user_keeps_its_own():
+    """The pool is for ``user = "auto"``; a user named in the options is that user's uid, shared."""
+    box = Sandbox(SandboxLimits(timeout_s=8), isolation="auto")
+    code = "import os, time\nprint('UID', os.getuid(), flush=True)\ntime.sleep(1)\n" + GOOD
+    seen = {next(line for line in r.output.splitlines() if line.startswith("UID")) for r in _together(box, code, code)}
+    assert len(seen) == 2, seen
+    named = Sandbox(SandboxLimits(timeout_s=8), isolation="auto", user="nobody")
+    assert not named.launch.uid_pool and "share" in named.report["user"]
+    assert "UID 65534" in named.run(code, TESTS).output
+
+
+#: Creates empty files (no blocks: the size cap never stops them) and folders until refused.
+INODES = ("import os, time\nmade, err = 0, None\nend = time.monotonic() + 4\n"
+          "while time.monotonic() < end and made < 60000:\n    try:\n"
+          "        if made % 2:\n            os.mkdir('d%d' % made)\n"
+          "        else:\n            os.close(os.open('f%d' % made, os.O_CREAT | os.O_WRONLY, 0o600))\n"
+          "        made += 1\n    except OSError as e:\n        err = e.strerror\n        break\n"
+          "print('MADE', made, err, flush=True)\n" + GOOD)
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root trainer mounts the inode-capped tmpfs itself")
+def test_empty_files_stop_at_the_tmpfs_inode_cap():
+    """``disk_mb`` capped the tmpfs's blocks, not its inodes: a sample made 520 000 empty files
+    (0.5 GB of kernel memory no rlimit counts) in 4 s. The tmpfs is now mounted with
+    ``nr_inodes`` too (``isolation.tmpfs_inodes``: 4096 at 8 MB), in the sample's own mount
+    namespace, which the host never sees."""
+    box = Sandbox(SandboxLimits(timeout_s=8, disk_mb=8), isolation="auto", audit_hook=False)
+    cap = 4096
+    result = box.run(INODES, TESTS)
+    assert result.all_passed, (result.status, result.error, result.output)
+    made = next(line for line in result.output.splitlines() if line.startswith("MADE")).split(maxsplit=2)
+    assert int(made[1]) < cap and made[2] == "No space left on device", result.output
+    assert isolation.tmpfs_inodes(8) == cap and f"{cap} inodes" in box.report["filesystem"]
+    with open("/proc/self/mountinfo") as f:
+        assert "polyrl-sample" not in f.read()  # mounted in the sample's namespace only
+
+
+def _daemon_outlives(box: Sandbox) -> tuple[list[str], object, float]:
+    """Run a sample whose double-forked ``setsid`` daemon (a shell named by a token, ignoring
+    SIGPIPE as Python left it) keeps the sample's stdout/stderr open and prints on; (the host pids
+    of the daemon still running after the reward returned, the result, seconds)."""
+    token = f"polyrl-daemon-{os.getpid()}-{time.monotonic_ns()}"
+    code = (f"import os\nTOKEN = {token!r}\nr, w = os.pipe()\n"
+            "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+            "        os.write(w, b'up')\n        os.close(w)\n"
+            "        os.execv('/bin/sh', ['sh', '-c', 'while :; do echo DAEMON; sleep 0.1; done', TOKEN])\n"
+            "    os._exit(0)\n"
+            "os.close(w)\nprint('CHILD', os.read(r, 2).decode(), flush=True)\n" + GOOD)
+    started = time.monotonic()
+    result = box.run(code, TESTS)
+    took = time.monotonic() - started
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if token.encode() in f.read():
+                    left.append(pid)
+        except OSError:
+            pass
+    for pid in left:  # the test's own cleanup, so a failure leaves nothing behind
+        os.kill(int(pid), 9)
+    return left, result, took
+
+
+@needs_bwrap
+def test_a_daemon_the_sample_leaves_dies_with_it_and_writes_nowhere_after():
+    """Without the seccomp filter (no libseccomp) a sample can fork: a double-forked ``setsid``
+    daemon that keeps the sample's stdout/stderr open and prints on. The reward returns at once
+    (it does not wait for the pipes to close or for the timeout), the daemon is gone when it does
+    (the PID namespace dies with the sample), and a later sample's output holds none of its lines."""
+    box = Sandbox(SandboxLimits(timeout_s=8), isolation="auto", audit_hook=False)
+    box.launch = attrs.evolve(box.launch, seccomp_program=None)
+    left, result, took = _daemon_outlives(box)
+    assert result.all_passed and "CHILD up" in result.output, (result.status, result.output)
+    assert took < 4 and left == [], (took, left)
+    later = box.run(GOOD, TESTS)
+    assert later.all_passed and "DAEMON" not in later.output
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="needs root and an interpreter every uid can run")
+def test_at_the_off_level_a_setsid_daemon_dies_at_sample_end():
+    """``isolation = "off"`` has no PID namespace: the daemon left the sample's process group and
+    outlived the reward (it still ran, holding the sample's pipes). A root trainer's sample has a
+    uid of its own, and at its end every process of that uid is killed."""
+    box = Sandbox(SandboxLimits(timeout_s=8), python=SYSTEM_PYTHON, isolation="off", audit_hook=False)
+    if getattr(box.launch, "uid_pool", None) is False:
+        pytest.skip(f"the uid pool is refused here: {box.report['user']}")
+    left, result, took = _daemon_outlives(box)
+    assert result.all_passed and "CHILD up" in result.output, (result.status, result.output)
+    assert took < 4 and left == [], (took, left)
+    assert "every process of its uid is killed" in box.report["user"]
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="needs root to become nobody, and an interpreter nobody can run")
+def test_an_unprivileged_trainers_tmpfs_is_inode_capped_too(monkeypatch):
+    """A trainer that is not root mounts the tmpfs in a user namespace of its own (where it is
+    root), and bubblewrap's namespace nests in it: the command built for that case, run as
+    ``nobody``, stops at the inode cap, and the sample is still the trainer's uid inside."""
+    mount_dir = tempfile.mkdtemp(prefix="polyrl-test-mnt-")
+    os.chown(mount_dir, 65534, 65534)
+    try:
+        monkeypatch.setattr(isolation.os, "geteuid", lambda: 65534)
+        monkeypatch.setattr(isolation.os, "getegid", lambda: 65534)
+        wrapper = isolation.tmpfs_wrapper(8, mount_dir)
+        prefix, drop = isolation.bwrap_prefix(SYSTEM_PYTHON, None, 8, mount_dir)
+        monkeypatch.undo()
+        assert "--user" in wrapper and "--unshare-user" in prefix and drop == []
+        code = ("import os\nmade = 0\ntry:\n    while made < 60000:\n"
+                "        os.close(os.open('/tmp/f%d' % made, os.O_CREAT | os.O_WRONLY, 0o600))\n        made += 1\n"
+                "except OSError as e:\n    print(made, e.strerror, os.getuid(), flush=True)\n")
+        cmd = isolation.drop_privileges((65534, 65534)) + wrapper + prefix + [SYSTEM_PYTHON, "-I", "-c", code]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"}, cwd="/")
+        if done.returncode != 0 and "namespace" in done.stderr.lower():
+            pytest.skip(f"unprivileged user namespaces are off here: {done.stderr.strip()[-200:]}")
+        assert done.returncode == 0, done.stderr
+        made, error = done.stdout.split(maxsplit=1)
+        assert int(made) < 4096 and error.strip() == "No space left on device 65534", done.stdout
+    finally:
+        os.rmdir(mount_dir)
