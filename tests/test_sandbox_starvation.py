@@ -201,3 +201,30 @@ def test_an_unprivileged_trainers_tmpfs_is_inode_capped_too(monkeypatch):
         assert int(made) < 4096 and error.strip() == "No space left on device 65534", done.stdout
     finally:
         os.rmdir(mount_dir)
+
+
+def test_a_uid_another_process_holds_is_skipped(tmp_path, monkeypatch):
+    """Two trainers on one host (torchrun ranks, two runs) each count from ``uids.FIRST``: the
+    pool's lock files keep a uid one process's sample holds away from the other's."""
+    import subprocess
+    import sys
+
+    from polyrl.sandbox import uids
+
+    monkeypatch.setattr(uids, "LOCKS", tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from polyrl.sandbox import uids; "
+         f"uids.LOCKS = Path({str(tmp_path)!r}); print(uids.acquire(), flush=True); time.sleep(30)"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        theirs = int(holder.stdout.readline())
+        ours = uids.acquire()
+        assert theirs == uids.FIRST and ours == uids.FIRST + 1
+        uids.release(ours)
+    finally:
+        holder.kill()
+        holder.wait()
+    again = uids.acquire()  # the dead holder's lock is gone with it
+    assert again == uids.FIRST
+    uids.release(again)
+    assert uids.busy() == frozenset()

@@ -15,26 +15,53 @@ uid map) the probe that picks the level fails with it and samples share ``nobody
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
+from pathlib import Path
 
 #: The pool's first uid, and how many samples may run at once with a uid of their own.
 FIRST = 2_000_000_000
 SIZE = 65536
+#: One lock file per uid in use, shared by every trainer on the host: two torchrun ranks, or two
+#: runs, each start counting at ``FIRST``; a uid held by another process's sample is skipped, so
+#: neither its RLIMIT_NPROC count nor (at the ``off`` level) its end-of-sample kill reaches
+#: another process's sample. The kernel drops a dead process's locks.
+LOCKS = Path("/run/polyrl-sandbox-uids")
 
 _lock = threading.Lock()
-_busy: set[int] = set()
+_busy: dict[int, int | None] = {}  # uid -> the fd holding its lock file (None: no lock folder)
 
 
 class PoolExhausted(RuntimeError):
     """More samples at once than the pool has uids (``SIZE``)."""
 
 
+def _claim(uid: int) -> tuple[bool, int | None]:
+    """Whether ``uid`` is free host-wide, and the fd that now holds it (None where no lock folder
+    can be made: then only this process's samples are kept apart)."""
+    try:
+        LOCKS.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(LOCKS / str(uid), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return True, None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False, None
+    return True, fd
+
+
 def acquire() -> int:
-    """The lowest uid of the pool no running sample holds (reused, so at most ``max_workers`` uids)."""
+    """The lowest uid of the pool no running sample on this host holds (reused, so few uids)."""
     with _lock:
         for uid in range(FIRST, FIRST + SIZE):
-            if uid not in _busy:
-                _busy.add(uid)
+            if uid in _busy:
+                continue
+            free, fd = _claim(uid)
+            if free:
+                _busy[uid] = fd
                 return uid
     raise PoolExhausted(f"more than {SIZE} samples at once")
 
@@ -42,10 +69,12 @@ def acquire() -> int:
 def release(uid: int) -> None:
     """Give ``uid`` back; call only once every process of the sample is gone (its PID namespace)."""
     with _lock:
-        _busy.discard(uid)
+        fd = _busy.pop(uid, None)
+    if fd is not None:
+        os.close(fd)  # closing drops the flock; the file stays for the next claim
 
 
 def busy() -> frozenset[int]:
-    """The uids running samples hold now (for tests and the report)."""
+    """The uids this process's running samples hold now (for tests and the report)."""
     with _lock:
         return frozenset(_busy)
