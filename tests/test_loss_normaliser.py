@@ -120,15 +120,18 @@ def test_torch_objective_loss_with_the_counts_is_trls(name):
         torch.testing.assert_close(leaf.grad, everyone[i].grad, rtol=1e-9, atol=1e-15)
 
 
-def test_train_batch_counts_default_to_its_own_and_refuse_fewer():
+def test_train_batch_counts_default_to_its_own_and_refuse_fewer_sequences_or_no_tokens():
     seqs = [TokenSequence(np.array([1, 2]), np.array([3, 4, 5])), TokenSequence(np.array([1]), np.array([6]))]
     batch = TrainBatch(seqs, np.array([1.0, -1.0]))
     assert batch.loss_counts == (2, 4)
     assert attrs.evolve(batch, normaliser_sequences=5, normaliser_tokens=9).loss_counts == (5, 9)
     with pytest.raises(ValueError, match="normaliser_sequences"):
         attrs.evolve(batch, normaliser_sequences=1)
-    with pytest.raises(ValueError, match="normaliser_tokens"):
-        attrs.evolve(batch, normaliser_tokens=3)
+    # a mini-batch's share of its step's tokens: fractional, and may be fewer than it holds
+    assert attrs.evolve(batch, normaliser_tokens=2.5).loss_counts == (2, 2.5)
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="normaliser_tokens"):
+            attrs.evolve(batch, normaliser_tokens=bad)
 
 
 def _backend_engine(name: str, model_dir: str, lr: float = 1e-2):
