@@ -47,8 +47,10 @@ def _spread(policy_grad: np.ndarray, obj: Objective) -> np.ndarray:
 
 
 def mismatch_weights(old: np.ndarray, sampler: np.ndarray, obj: Objective) -> tuple[np.ndarray, np.ndarray]:
-    """The detached correction weight per token and whether the cap changed it (TIS/MIS)."""
-    delta = old - sampler
+    """The detached correction weight per token and whether the cap changed it (TIS/MIS). A token
+    the sampler could not score (NaN log-prob) gets no correction (weight 1, gap 0 in a sequence's
+    sum), as TRL's ``importance_sampling_ratio``: NaN would turn the whole loss NaN and skip the step."""
+    delta = np.nan_to_num(np.asarray(old, np.float64) - np.asarray(sampler, np.float64), nan=0.0)
     if obj.mismatch_level == "sequence":
         delta = np.full(len(old), float(delta.sum()))
     w = np.exp(delta)

@@ -246,7 +246,9 @@ def _segment_mean(values: mx.array, segments: mx.array) -> mx.array:
 
 def _mismatch_weights(delta: mx.array, segments: mx.array | None,
                       objective: Objective) -> tuple[mx.array, mx.array]:
-    """TIS/MIS correction weight per token (detached) and where the cap changed it."""
+    """TIS/MIS correction weight per token (detached) and where the cap changed it; a token the
+    sampler could not score (NaN) gets none (``reference.mismatch_weights``)."""
+    delta = mx.where(mx.isnan(delta), mx.zeros_like(delta), delta)
     if objective.mismatch_level == "sequence":
         if segments is None:
             raise ValueError("sequence-level mismatch correction needs the per-token sequence index")

@@ -248,7 +248,9 @@ def _vespo_weight(log_ratio: torch.Tensor, valid: torch.Tensor, adv: torch.Tenso
 
 def _mismatch_weights(delta: torch.Tensor, valid: torch.Tensor,
                       objective: Objective) -> tuple[torch.Tensor, torch.Tensor]:
-    """TIS/MIS correction weight per token (detached) and where the cap changed it."""
+    """TIS/MIS correction weight per token (detached) and where the cap changed it; a token the
+    sampler could not score (NaN) gets none (``reference.mismatch_weights``)."""
+    delta = torch.nan_to_num(delta, nan=0.0)
     if objective.mismatch_level == "sequence":
         delta = delta.sum(dim=1, keepdim=True).expand_as(delta)
     w = torch.exp(delta)
