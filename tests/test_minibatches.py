@@ -164,13 +164,16 @@ def first_group_equal(prompts, completions, **kwargs):
 
 def test_parts_left_empty_by_dynamic_sampling_are_skipped(toy, tmp_path):
     """16 mini-batches of a step whose dynamic sampling keeps 12 samples: the 4 parts with
-    nothing to train are not stepped, and the lr schedule counts only the updates made."""
+    nothing to train are not stepped, the lr schedule counts only the updates made, and a token
+    mean divides by the step's tokens over the 12 updates (each keeps the step's scale)."""
     (tmp_path / "r.py").write_text(DROPS_A_GROUP)
     calls, summary = _run(tmp_path, steps=2, rewards=[{"function": f"{tmp_path / 'r.py'}:first_group_equal"}],
                           minibatches=16, dynamic_sampling=True)
     assert [line["samples_kept"] for line in summary["history"]] == [12, 12]
     assert len(calls.batches) == 24 and all(len(b.sequences) == 1 for b in calls.batches)
     assert all(b.loss_counts[0] == 1 for b in calls.batches)  # a part holds one kept sample: its own divisor
+    for step in (calls.batches[:12], calls.batches[12:]):  # token means: the step's tokens / the 12 updates made
+        assert all(b.loss_counts[1] == pytest.approx(sum(x.num_tokens for x in step) / 12) for b in step)
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 2 and not any(line.get("skipped") for line in lines)
 

@@ -265,7 +265,8 @@ class TrainBatch:
     token of a trained sequence), ``token_mean`` by ``normaliser_tokens``. Groups that dynamic
     sampling drops do not count (DAPO refills its batch with informative groups instead).
     A mini-batch (``algorithm.minibatches`` = M) carries its own rows' sequence count but its
-    step's token count / M (fractional, and possibly fewer than it holds): TRL's "dapo" divides
+    step's token count / the parts stepped (M, unless dynamic sampling emptied some; fractional,
+    and possibly fewer than it holds): TRL's "dapo" divides
     each update by the generation batch's tokens over ``steps_per_generation /
     gradient_accumulation_steps``, not by the update's own tokens, so a part of long completions
     weighs more, as there. Under a launcher each rank's batch carries its own rows' counts and the backend sums them
