@@ -189,6 +189,31 @@ def test_backend_step_with_truncated_and_unscorable_rows_is_trls(backend, name, 
     assert got.tokens == own.tokens == kept.num_tokens  # metrics: the tokens trained on
 
 
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_backend_step_divides_a_token_mean_by_a_fractional_share(backend, tiny_model_dir):
+    """A mini-batch's token mean divides by its step's tokens / the updates (TRL's "dapo"): a
+    fractional count below the batch's own. The loss is the reference's with that divisor and the
+    gradient the batch's own scaled by own tokens / share; an ``int()`` of it was off by the
+    fraction."""
+    from polyrl.types import SamplingParams
+
+    objective, _ = OBJECTIVES["dapo"]
+    engine = _backend_engine(backend, tiny_model_dir)
+    out = engine.generate([[{"role": "user", "content": "Count: 1 2 3"}]],
+                          SamplingParams(max_new_tokens=6, n=2, seed=3))
+    seqs = [TokenSequence.of(c) for c in out]
+    current = [np.asarray(x, np.float64) for x in engine.logprobs(seqs, 1.0)]
+    old = [x + np.random.default_rng(2).normal(0, 0.1, len(x)) for x in current]
+    own = TrainBatch(seqs, np.array([1.0, -0.5]), [x.astype(np.float32) for x in old])
+    share = own.num_tokens / 2 + 0.25  # never a whole number
+    expected, _ = policy_loss(current, own.advantages, objective, old, num_tokens=share)
+    plain = _backend_engine(backend, tiny_model_dir).train_step(own, objective)
+    got = engine.train_step(attrs.evolve(own, normaliser_tokens=share), objective)
+    assert not got.skipped and not plain.skipped
+    assert got.loss == pytest.approx(expected, rel=2e-3, abs=1e-6)
+    assert got.grad_norm == pytest.approx(plain.grad_norm * own.num_tokens / share, rel=1e-3)
+
+
 REWARD = """
 def sevens_or_none(prompts, completions, **kwargs):
     # a completion opening with t5 is unscorable (None); the others score their sevens
