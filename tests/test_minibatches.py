@@ -140,10 +140,11 @@ def test_iterations_repeat_the_same_split_in_trls_order_and_the_schedule_counts_
     assert summary["history"][-1]["lr"] == pytest.approx(lrs[-1])
 
 
-def test_a_resumed_run_splits_and_trains_exactly_as_an_uninterrupted_one(toy, tmp_path):
+@pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean"])  # token_mean: a fractional share
+def test_a_resumed_run_splits_and_trains_exactly_as_an_uninterrupted_one(toy, tmp_path, aggregation):
     def config(root, steps, **train):
         base = toy_config(root, steps=steps, **train)
-        return attrs.evolve(base, algorithm=attrs.evolve(base.algorithm, minibatches=3),
+        return attrs.evolve(base, algorithm=attrs.evolve(base.algorithm, minibatches=3, loss_aggregation=aggregation),
                             optimizer=attrs.evolve(base.optimizer, schedule="linear", total_steps=15))
 
     full = Trainer(config(tmp_path / "a", 5))
