@@ -120,15 +120,18 @@ def test_torch_objective_loss_with_the_counts_is_trls(name):
         torch.testing.assert_close(leaf.grad, everyone[i].grad, rtol=1e-9, atol=1e-15)
 
 
-def test_train_batch_counts_default_to_its_own_and_refuse_fewer():
+def test_train_batch_counts_default_to_its_own_and_refuse_fewer_sequences_or_no_tokens():
     seqs = [TokenSequence(np.array([1, 2]), np.array([3, 4, 5])), TokenSequence(np.array([1]), np.array([6]))]
     batch = TrainBatch(seqs, np.array([1.0, -1.0]))
     assert batch.loss_counts == (2, 4)
     assert attrs.evolve(batch, normaliser_sequences=5, normaliser_tokens=9).loss_counts == (5, 9)
     with pytest.raises(ValueError, match="normaliser_sequences"):
         attrs.evolve(batch, normaliser_sequences=1)
-    with pytest.raises(ValueError, match="normaliser_tokens"):
-        attrs.evolve(batch, normaliser_tokens=3)
+    # a mini-batch's share of its step's tokens: fractional, and may be fewer than it holds
+    assert attrs.evolve(batch, normaliser_tokens=2.5).loss_counts == (2, 2.5)
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="normaliser_tokens"):
+            attrs.evolve(batch, normaliser_tokens=bad)
 
 
 def _backend_engine(name: str, model_dir: str, lr: float = 1e-2):
@@ -184,6 +187,31 @@ def test_backend_step_with_truncated_and_unscorable_rows_is_trls(backend, name, 
     factor = kept.num_tokens / n_tok if objective.loss_aggregation == "token_mean" else len(KEPT) / n_seq
     assert got.grad_norm == pytest.approx(own.grad_norm * factor, rel=1e-3)
     assert got.tokens == own.tokens == kept.num_tokens  # metrics: the tokens trained on
+
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_backend_step_divides_a_token_mean_by_a_fractional_share(backend, tiny_model_dir):
+    """A mini-batch's token mean divides by its step's tokens / the updates (TRL's "dapo"): a
+    fractional count below the batch's own. The loss is the reference's with that divisor and the
+    gradient the batch's own scaled by own tokens / share; an ``int()`` of it was off by the
+    fraction."""
+    from polyrl.types import SamplingParams
+
+    objective, _ = OBJECTIVES["dapo"]
+    engine = _backend_engine(backend, tiny_model_dir)
+    out = engine.generate([[{"role": "user", "content": "Count: 1 2 3"}]],
+                          SamplingParams(max_new_tokens=6, n=2, seed=3))
+    seqs = [TokenSequence.of(c) for c in out]
+    current = [np.asarray(x, np.float64) for x in engine.logprobs(seqs, 1.0)]
+    old = [x + np.random.default_rng(2).normal(0, 0.1, len(x)) for x in current]
+    own = TrainBatch(seqs, np.array([1.0, -0.5]), [x.astype(np.float32) for x in old])
+    share = own.num_tokens / 2 + 0.25  # never a whole number
+    expected, _ = policy_loss(current, own.advantages, objective, old, num_tokens=share)
+    plain = _backend_engine(backend, tiny_model_dir).train_step(own, objective)
+    got = engine.train_step(attrs.evolve(own, normaliser_tokens=share), objective)
+    assert not got.skipped and not plain.skipped
+    assert got.loss == pytest.approx(expected, rel=2e-3, abs=1e-6)
+    assert got.grad_norm == pytest.approx(plain.grad_norm * own.num_tokens / share, rel=1e-3)
 
 
 REWARD = """

@@ -1,6 +1,7 @@
 """PPO mini-batches (``algorithm.minibatches``): a step's samples split into that many optimizer
 updates per pass, in TRL's order, with the old log-probs of the weights before the first update,
-each update's loss divided by its own rows, the lr schedule counting every update, and a resumed
+each update's loss divided by its own rows (token means by the step's tokens / minibatches, as
+TRL's "dapo"), the lr schedule counting every update, and a resumed
 run splitting identically. Runs on the numpy toy backend (one torch run at the end)."""
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Calls:
 
         self.batches: list = []
         self.current: list[list[np.ndarray]] = []
+        self.logits: list[np.ndarray] = []  # the weights each train_step is called with
         self.reported: list = []
         calls = self
 
@@ -36,6 +38,7 @@ class Calls:
             @hookimpl
             def train_step(self, engine, batch, objective):
                 logp = engine.logp(batch.temperature)
+                calls.logits.append(engine.logits.copy())
                 calls.current.append([logp[s.completion_ids].astype(np.float32) for s in batch.sequences])
                 calls.batches.append(batch)
                 out = super().train_step(engine, batch, objective)
@@ -77,8 +80,9 @@ def test_two_minibatches_are_disjoint_halves_of_the_step_with_the_behaviour_poli
     assert len(first.sequences) == len(second.sequences) == 8
     # the same rollout (the same seed, the same weights at sampling): split, not resampled
     assert _rows(first) + _rows(second) == _rows(whole.batches[0])
-    # each update divides by its own rows (sequences and tokens), not by the whole step's
-    assert first.loss_counts == (8, first.num_tokens) and second.loss_counts == (8, second.num_tokens)
+    # each update divides by its own rows' sequences, and by half the step's tokens (TRL's "dapo")
+    half = (first.num_tokens + second.num_tokens) / 2
+    assert first.loss_counts == (8, half) and second.loss_counts == (8, half)
     # the ratio is to the weights that sampled: both halves carry the log-probs from before the
     # first update, which the second update's weights no longer give
     assert first.old_logprobs is not None and second.old_logprobs is not None
@@ -90,6 +94,35 @@ def test_two_minibatches_are_disjoint_halves_of_the_step_with_the_behaviour_poli
     assert line["loss"] == pytest.approx(np.mean([r["loss"] for r in reported]))
     assert line["grad_norm"] == pytest.approx(np.mean([r["grad_norm"] for r in reported]))
     assert line["tokens"] == sum(r["tokens"] for r in reported)
+
+
+def _trl_dapo_update(logits: np.ndarray, batch, step_tokens: int, minibatches: int) -> tuple[float, np.ndarray]:
+    """A hand reference of TRL's GRPOTrainer (loss_type="dapo") for one update of the toy model
+    (softmax over ``logits``, temperature 1): the update's summed per-token loss over
+    ``num_items_in_batch`` (the whole generation batch's tokens) x gradient_accumulation_steps /
+    steps_per_generation = step_tokens / minibatches. Ratio 1 at the first update: the per-token
+    loss is -A, its gradient -A (one-hot(token) - softmax) on the logits."""
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    divisor = step_tokens / minibatches
+    loss, grad = 0.0, np.zeros_like(logits)
+    for seq, adv in zip(batch.sequences, batch.advantages):
+        for tok in seq.completion_ids:
+            loss -= float(adv) / divisor
+            grad -= float(adv) / divisor * (np.eye(len(logits))[tok] - probs)
+    return loss, grad
+
+
+def test_a_token_mean_update_divides_by_the_steps_tokens_over_minibatches_as_trls_dapo(toy, tmp_path):
+    """Unequal token counts across parts: each update's token mean divides by the step's tokens
+    / 2 (TRL's num_items_in_batch rescaled to one accumulation window), not by its own tokens."""
+    calls, _ = _run(tmp_path, minibatches=2, loss_aggregation="token_mean")
+    first, second = calls.batches
+    step_tokens = first.num_tokens + second.num_tokens  # no truncated or unscorable rows here
+    assert first.num_tokens != second.num_tokens  # the case where a part's own token mean differs
+    loss, grad = _trl_dapo_update(calls.logits[0], first, step_tokens, 2)
+    assert calls.reported[0].loss == pytest.approx(loss, rel=1e-6, abs=1e-9)
+    assert calls.reported[0].grad_norm == pytest.approx(float(np.linalg.norm(grad)), rel=1e-6)
 
 
 def test_iterations_repeat_the_same_split_in_trls_order_and_the_schedule_counts_every_update(toy, tmp_path):
@@ -107,10 +140,11 @@ def test_iterations_repeat_the_same_split_in_trls_order_and_the_schedule_counts_
     assert summary["history"][-1]["lr"] == pytest.approx(lrs[-1])
 
 
-def test_a_resumed_run_splits_and_trains_exactly_as_an_uninterrupted_one(toy, tmp_path):
+@pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean"])  # token_mean: a fractional share
+def test_a_resumed_run_splits_and_trains_exactly_as_an_uninterrupted_one(toy, tmp_path, aggregation):
     def config(root, steps, **train):
         base = toy_config(root, steps=steps, **train)
-        return attrs.evolve(base, algorithm=attrs.evolve(base.algorithm, minibatches=3),
+        return attrs.evolve(base, algorithm=attrs.evolve(base.algorithm, minibatches=3, loss_aggregation=aggregation),
                             optimizer=attrs.evolve(base.optimizer, schedule="linear", total_steps=15))
 
     full = Trainer(config(tmp_path / "a", 5))
@@ -131,13 +165,16 @@ def first_group_equal(prompts, completions, **kwargs):
 
 def test_parts_left_empty_by_dynamic_sampling_are_skipped(toy, tmp_path):
     """16 mini-batches of a step whose dynamic sampling keeps 12 samples: the 4 parts with
-    nothing to train are not stepped, and the lr schedule counts only the updates made."""
+    nothing to train are not stepped, the lr schedule counts only the updates made, and a token
+    mean divides by the step's tokens over the 12 updates (each keeps the step's scale)."""
     (tmp_path / "r.py").write_text(DROPS_A_GROUP)
     calls, summary = _run(tmp_path, steps=2, rewards=[{"function": f"{tmp_path / 'r.py'}:first_group_equal"}],
                           minibatches=16, dynamic_sampling=True)
     assert [line["samples_kept"] for line in summary["history"]] == [12, 12]
     assert len(calls.batches) == 24 and all(len(b.sequences) == 1 for b in calls.batches)
     assert all(b.loss_counts[0] == 1 for b in calls.batches)  # a part holds one kept sample: its own divisor
+    for step in (calls.batches[:12], calls.batches[12:]):  # token means: the step's tokens / the 12 updates made
+        assert all(b.loss_counts[1] == pytest.approx(sum(x.num_tokens for x in step) / 12) for b in step)
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 2 and not any(line.get("skipped") for line in lines)
 

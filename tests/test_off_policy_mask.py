@@ -71,11 +71,11 @@ def trl_compute_loss():
     pytest.importorskip("trl")
     from trl.trainer.grpo_trainer import GRPOTrainer
 
-    def run(loss_type, obj, threshold, logp, old, ref, adv, sampler=None, ent=None, masks=None):
+    def run(loss_type, obj, threshold, logp, old, ref, adv, sampler=None, ent=None, masks=None, is_ratio=None):
         width = max(LENGTHS)
 
-        def padded(values):
-            out = torch.zeros((len(values), width), dtype=torch.float64)
+        def padded(values, fill=0.0):
+            out = torch.full((len(values), width), fill, dtype=torch.float64)
             for i, v in enumerate(values):
                 out[i, : len(v)] = torch.as_tensor(v, dtype=torch.float64)
             return out
@@ -91,7 +91,8 @@ def trl_compute_loss():
             args=args, loss_type=loss_type, beta=obj.beta, epsilon_low=obj.clip_eps_low,
             epsilon_high=1.0 + obj.clip_eps_high if loss_type == "cispo" else obj.clip_eps_high,
             importance_sampling_level=obj.importance_sampling_level, top_entropy_quantile=1.0,
-            off_policy_mask_threshold=threshold, use_vllm=False, vllm_importance_sampling_correction=False,
+            off_policy_mask_threshold=threshold, use_vllm=is_ratio is not None,
+            vllm_importance_sampling_correction=is_ratio is not None,
             model=SimpleNamespace(training=True), current_gradient_accumulation_steps=1, accelerator=identity,
             _entropy_bonus_enabled=obj.entropy_coef != 0, entropy_coef=obj.entropy_coef, use_adaptive_entropy=False,
             aux_loss_enabled=False, _metrics={"train": defaultdict(list)},
@@ -111,6 +112,8 @@ def trl_compute_loss():
         }
         if sampler is not None:
             inputs["sampling_per_token_logps"] = padded(sampler)
+        if is_ratio is not None:  # what TRL's _generate_and_score_completions computed (trl_is_ratio)
+            inputs["importance_sampling_ratio"] = padded(is_ratio, fill=1.0)  # padding: gap 0, ratio 1
         if masks is not None:
             inputs["tool_mask"] = padded([np.asarray(m, np.float64) for m in masks]).long()
         loss = GRPOTrainer._compute_loss(state, None, inputs)
@@ -137,6 +140,47 @@ def test_reference_equals_trl_compute_loss(trl_compute_loss, name, variant):
     loss, _ = policy_loss(logp, ADVANTAGES, obj, old, ref_in, sampler, ent_in, masks)
     grads = policy_loss_grad(logp, ADVANTAGES, obj, old, ref_in, sampler, ent_in, masks)
     assert loss == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    for g, e in zip(grads, expected_grads):
+        np.testing.assert_allclose(g, e, rtol=1e-8, atol=1e-12)
+
+
+def trl_is_ratio(old, sampler, obj: Objective):
+    """TRL's vLLM ``importance_sampling_ratio`` by hand (its _generate_and_score_completions): the
+    gap ``old - sampler`` with an unscorable (NaN) token as 0, per token or summed per sequence,
+    exponentiated, then truncated at the cap (TIS) or zeroed past it (MIS), repeated per token."""
+    out = []
+    for o, smp in zip(old, sampler):
+        diff = np.nan_to_num(np.asarray(o) - np.asarray(smp), nan=0.0)
+        ratio = np.exp(np.full(len(diff), diff.sum()) if obj.mismatch_level == "sequence" else diff)
+        out.append(np.minimum(ratio, obj.mismatch_cap) if obj.mismatch_correction == "tis"
+                   else np.where(ratio > obj.mismatch_cap, 0.0, ratio))
+    return out
+
+
+MISMATCH_CASES = {  # name -> (TRL loss_type, Objective)
+    "grpo_tis": ("grpo", Objective(mismatch_correction="tis", mismatch_cap=1.2)),
+    "dapo_mis": ("dapo", Objective(loss_aggregation="token_mean", mismatch_correction="mis", mismatch_cap=1.2)),
+    "grpo_tis_sequence": ("grpo", Objective(mismatch_correction="tis", mismatch_level="sequence", mismatch_cap=1.5)),
+    "vespo_tis": ("vespo", Objective(policy_loss="vespo", loss_aggregation="token_mean", mismatch_correction="tis",
+                                     mismatch_cap=1.2)),
+}
+
+
+@pytest.mark.parametrize("nan", [False, True])
+@pytest.mark.parametrize("name", sorted(MISMATCH_CASES))
+def test_the_mask_with_tis_or_mis_equals_trl_compute_loss_and_a_nan_sampler_token_gets_no_correction(
+        trl_compute_loss, name, nan):
+    """The mask and the sampler-mismatch correction together, as TRL with vLLM: an unscorable
+    sampler token counts 0 in the mask's mean and weighs 1 in the correction (NaN there used to
+    make the whole loss NaN, skipping every such step)."""
+    loss_type, base = MISMATCH_CASES[name]
+    obj = _with(base, 0.7)
+    logp, old, ref, sampler, _, _ = _inputs(len(name), nan=nan)
+    expected, expected_grads = trl_compute_loss(loss_type, obj, 0.7, logp, old, ref, ADVANTAGES, sampler,
+                                                is_ratio=trl_is_ratio(old, sampler, obj))
+    loss, _ = policy_loss(logp, ADVANTAGES, obj, old, None, sampler)
+    grads = policy_loss_grad(logp, ADVANTAGES, obj, old, None, sampler)
+    assert np.isfinite(expected) and loss == pytest.approx(expected, rel=1e-9, abs=1e-12)
     for g, e in zip(grads, expected_grads):
         np.testing.assert_allclose(g, e, rtol=1e-8, atol=1e-12)
 
@@ -185,13 +229,13 @@ def test_the_kl_term_and_the_entropy_bonus_stay_and_a_dropped_sequence_still_cou
 
 # --- the backends against the reference ------------------------------------------------------------
 
-BACKEND_CASES = ["grpo", "dapo_kl", "gspo_kl", "cispo", "vespo", "high_threshold"]
+BACKEND_CASES = ["grpo", "dapo_kl", "gspo_kl", "cispo", "vespo", "high_threshold", *sorted(MISMATCH_CASES)]
 
 
 def _backend_case(name, variant):
     """(objective, logp, old, ref or None without a KL term, sampler or None, masks) of one backend case:
     the NaN variant with a threshold that binds, the no_sampler one without the sampler's log-probs."""
-    _, base, threshold = CASES[name]
+    _, base, threshold = CASES[name] if name in CASES else (*MISMATCH_CASES[name], 0.5)
     obj = _with(base, 0.7 if variant == "nan" else threshold)
     logp, old, ref, sampler, _, masks = _inputs(len(name), masked=variant == "masked", nan=variant == "nan")
     return obj, logp, old, ref if obj.beta else None, None if variant == "no_sampler" else sampler, masks
@@ -204,6 +248,8 @@ def test_torch_loss_equals_reference(name, variant):
     from polyrl_torch.training import objective_loss
 
     obj, logp, old, ref_in, sampler, masks = _backend_case(name, variant)
+    if sampler is None and obj.corrects_mismatch:
+        pytest.skip("a mismatch correction needs the sampler's log-probs")
     expected, _ = policy_loss(logp, ADVANTAGES, obj, old, ref_in, sampler, masks=masks)
     grads = policy_loss_grad(logp, ADVANTAGES, obj, old, ref_in, sampler, masks=masks)
 
@@ -236,6 +282,8 @@ def test_mlx_loss_equals_reference(name, variant):
     from polyrl_mlx.training import objective_loss, token_weights
 
     obj, logp, old, ref_in, sampler, masks = _backend_case(name, variant)
+    if sampler is None and obj.corrects_mismatch:
+        pytest.skip("a mismatch correction needs the sampler's log-probs")
     expected, metrics = policy_loss(logp, ADVANTAGES, obj, old, ref_in, sampler, masks=masks)
     expected_grad = policy_loss_grad(logp, ADVANTAGES, obj, old, ref_in, sampler, masks=masks)
     if masks is not None:  # the flat layout holds the masked-in tokens only (polyrl_mlx.training.kept_tokens)

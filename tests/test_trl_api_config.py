@@ -194,6 +194,8 @@ def world_size(monkeypatch):
 @pytest.mark.parametrize(("kwargs", "processes"), [
     ({"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "num_generations": 4}, 1),
     ({"per_device_train_batch_size": 4, "num_generations": 4}, 2),
+    # one micro-batch per update, two updates per rollout: TRL's bnpo is each update's own token mean
+    ({"per_device_train_batch_size": 4, "num_generations": 4, "steps_per_generation": 2}, 1),
 ])
 def test_trls_bnpo_over_several_micro_batches_is_refused_naming_dapo(world_size, kwargs, processes):
     """TRL's bnpo divides each micro-batch by its own token count, polyrl's token_mean the whole
@@ -206,6 +208,18 @@ def test_trls_bnpo_over_several_micro_batches_is_refused_naming_dapo(world_size,
     world_size(1)
     one = api.GRPOConfig.from_trl(trl_config(loss_type="bnpo", per_device_train_batch_size=8, num_generations=4))
     assert one.loss_aggregation == "token_mean"  # one micro-batch: the same token mean
+
+
+def test_trls_entropy_bonus_over_several_updates_per_rollout_is_refused():
+    """TRL's bonus is each update's own token mean of the entropy; with steps_per_generation >
+    gradient_accumulation_steps polyrl's dapo-style token mean divides by the step's tokens / the
+    updates instead, so the two differ whenever the updates' token counts do."""
+    kwargs = {"loss_type": "dapo", "entropy_coef": 0.01, "per_device_train_batch_size": 4, "num_generations": 4,
+              "steps_per_generation": 2, "max_steps": 2}
+    with pytest.raises(ConfigError, match="updates per rollout") as info:
+        api.GRPOConfig.from_trl(trl_config(**kwargs))
+    assert info.value.field == "grpo_config.entropy_coef" and "steps_per_generation unset" in str(info.value)
+    assert api.GRPOConfig.from_trl(trl_config(**{**kwargs, "entropy_coef": 0.0})).settings["algorithm.minibatches"] == 2
 
 
 def test_a_loss_type_that_is_a_polyrl_preset_picks_the_preset():

@@ -69,7 +69,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "num_iterations": "passes over the step's one rollout batch, each `minibatches` optimizer updates (> 1 makes the ratio matter)",
         "minibatches": "PPO mini-batches: each pass splits the step's samples (shuffled, seeded per step) into this many, "
                        "one optimizer update each (verl's ppo_mini_batch_size; TRL's steps_per_generation / "
-                       "gradient_accumulation_steps); at most prompts_per_step x group_size",
+                       "gradient_accumulation_steps); a token_mean loss divides each by the step's tokens / the "
+                       "updates (TRL's dapo); at most prompts_per_step x group_size",
         "dynamic_sampling": "drop groups whose rewards are all equal (DAPO)",
         "overlong_buffer": "soft overlong penalty zone: tokens (int, at most the max length) or fraction of the max length",
         "overlong_penalty": "penalty at the hard limit (linear inside the buffer)",

@@ -159,6 +159,8 @@ Rules every backend follows (the conformance kit in ``polyrl.testing`` checks th
       term in the loss, with one they come at advantage 0) yet counts
       them there, as the reference's ``num_sequences``/``num_tokens`` do; metrics stay means over
       the tokens trained on. Under a launcher sum them over ranks, as ``len(sequences)``. The
+      token count may be fractional and below the batch's own (a mini-batch's share of its
+      step's tokens): divide by it as a float, never ``int()`` it. The
       ``TrainBatch`` docstring says exactly what they count.
     * Checkpoints resume exactly: after ``load_checkpoint`` the next step equals the one the
       saving engine would take (weights *and* optimizer state).

@@ -56,7 +56,7 @@ def live_parts(splits: list[list[np.ndarray]], trained: np.ndarray, sizes: Seque
     return live
 
 
-def take(whole: TrainBatch, rows: list[int], sequences: int, tokens: int) -> TrainBatch:
+def take(whole: TrainBatch, rows: list[int], sequences: int, tokens: float) -> TrainBatch:
     """The rows ``rows`` of ``whole`` (in that order), their loss divided by ``sequences`` / ``tokens``."""
     def pick(values: list[np.ndarray] | None) -> list[np.ndarray] | None:
         return None if values is None else [values[j] for j in rows]

@@ -761,7 +761,10 @@ class Trainer:
         """This rank's batches for one pass over the step (``polyrl.minibatches``): ``whole`` holds
         its trained rows ``idx``; ``counted`` / ``trained`` are the whole step's masks of the rows the
         loss counts and trains, ``sizes`` every rank's shard. Each batch divides its loss by what
-        TRL's does for its rows (``_loss_counts``), not by the rows trained on; parts that train
+        TRL's does (``_loss_counts``), not by the rows trained on: its own rows' sequences
+        (``seq_mean_*``), and its step's tokens / ``minibatches`` (``token_mean``: TRL's "dapo"
+        divides every update by the generation batch's tokens / updates per pass, here the parts
+        stepped); parts that train
         nothing on any rank are left out on every rank, so all make the same train_step calls."""
         c = self.config
         start = sum(sizes[: self.rank])
@@ -772,14 +775,19 @@ class Trainer:
         seeds = [_step_seed(c.train.seed + 2, self.step) + 104_729 * rank for rank in range(len(sizes))]
         splits = minibatches.rank_splits(counted, sizes, c.algorithm.minibatches, seeds)
         position = {int(row): j for j, row in enumerate(idx)}  # a trained row -> its place in ``whole``
+        live = np.flatnonzero(minibatches.live_parts(splits, trained, sizes))
+        # TRL's "dapo" divides every update by its generation batch's tokens / the updates per pass
+        # (parts dynamic sampling emptied are no updates: the rest keep the step's scale)
+        _, step_tokens = _loss_counts(completions, counted[mine], untruncated)
+        share = step_tokens / max(len(live), 1)
         batches = []
-        for k in np.flatnonzero(minibatches.live_parts(splits, trained, sizes)):
+        for k in live:
             rows = splits[self.rank][k]
             part = np.zeros(len(completions), dtype=bool)
             part[rows] = True
-            norm_seqs, norm_tokens = _loss_counts(completions, part, untruncated)
+            norm_seqs, _ = _loss_counts(completions, part, untruncated)
             batches.append(minibatches.take(whole, [position[int(r)] for r in rows if int(r) in position],
-                                            norm_seqs, norm_tokens))
+                                            norm_seqs, share))
         return batches
 
     def _warn_unused_env_reward(self, metrics: dict[str, Any]) -> None:

@@ -343,19 +343,23 @@ def _refuse_micro_batch_mean(trl_config: Any) -> None:
     """TRL's ``loss_type = "bnpo"`` over more than one micro-batch. Why: TRL divides each
     micro-batch's token sum by that micro-batch's own token count (then averages over the
     accumulation steps and processes), so a short micro-batch's tokens weigh more; polyrl's
-    ``token_mean`` divides by the whole step's count, which is TRL's "dapo". With one micro-batch
-    (gradient_accumulation_steps = 1 on one process) the two are the same."""
-    if trl_config.loss_type != "bnpo" or _micro_batches(trl_config) == 1:
+    ``token_mean`` divides by the whole step's count (over its ``minibatches`` updates: a
+    mini-batch by the step's tokens / minibatches), which is TRL's "dapo". With one micro-batch
+    (gradient_accumulation_steps = 1 on one process) and one update per rollout
+    (steps_per_generation = gradient_accumulation_steps) the two are the same."""
+    if trl_config.loss_type != "bnpo" or (_micro_batches(trl_config) == 1 and _minibatches(trl_config) == 1):
         return
     raise ConfigError(f"TRL's loss_type = 'bnpo' is a token mean per micro-batch of per_device_train_batch_size = "
                       f"{trl_config.per_device_train_batch_size} completions, averaged over "
                       f"gradient_accumulation_steps = {trl_config.gradient_accumulation_steps} x world_size = "
-                      f"{trl_config.world_size} micro-batches; polyrl's token_mean is the token mean of the whole "
-                      "step's batch (TRL's \"dapo\") and has no per-micro-batch form",
+                      f"{trl_config.world_size} micro-batches, in each of the steps_per_generation / "
+                      f"gradient_accumulation_steps = {_minibatches(trl_config)} updates per rollout; "
+                      "polyrl's token_mean divides by the whole step's token count (TRL's \"dapo\") and has no "
+                      "per-micro-batch form",
                       field="grpo_config.loss_type",
                       fix='use loss_type="dapo" (the whole-batch token mean polyrl trains), or one micro-batch: '
                           "gradient_accumulation_steps=1 with per_device_train_batch_size raised to keep the batch, "
-                          "on one process")
+                          "steps_per_generation unset (one update per rollout), on one process")
 
 
 #: TRL loss types whose policy term polyrl aggregates as a token mean of the whole batch
@@ -385,15 +389,20 @@ def _refuse_entropy_bonus(trl_config: Any) -> None:
     if _micro_batches(trl_config) > 1:
         why.append(f"over gradient_accumulation_steps x world_size = {_micro_batches(trl_config)} micro-batches "
                    "TRL's bonus is a mean of each micro-batch's token mean, polyrl's one token mean of the step")
+    elif _minibatches(trl_config) > 1:
+        why.append(f"over steps_per_generation / gradient_accumulation_steps = {_minibatches(trl_config)} updates "
+                   "per rollout TRL's bonus is each update's own token mean, polyrl's divides by the step's tokens "
+                   "/ the updates (as TRL's dapo policy term)")
     if not why:
         return
     raise ConfigError(f"TRL's entropy_coef = {shown(coef)}: TRL's entropy bonus is a token mean of the entropy over "
                       "the tokens top_entropy_quantile selects, whatever the loss_type; polyrl's adds "
                       "-entropy_coef x entropy to every token's loss and aggregates it with the policy loss (verl's "
                       f"entropy_coeff), so the two differ here: {'; '.join(why)}", field="grpo_config.entropy_coef",
-                      fix='use loss_type="dapo" (cispo and vespo too) with top_entropy_quantile=1.0 and one '
-                          "micro-batch per update (gradient_accumulation_steps=1 on one process), where the two "
-                          "bonuses are the same, or entropy_coef=0")
+                      fix='use loss_type="dapo" (cispo and vespo too) with top_entropy_quantile=1.0, one '
+                          "micro-batch per update (gradient_accumulation_steps=1 on one process) and one update per "
+                          "rollout (steps_per_generation unset), where the two bonuses are the same, or "
+                          "entropy_coef=0")
 
 
 def _minibatches(trl_config: Any) -> int:

@@ -264,7 +264,12 @@ class TrainBatch:
     ``normaliser_sequences`` (``seq_mean_token_mean``: ``1 / (normaliser_sequences * |y_i|)`` per
     token of a trained sequence), ``token_mean`` by ``normaliser_tokens``. Groups that dynamic
     sampling drops do not count (DAPO refills its batch with informative groups instead).
-    Under a launcher each rank's batch carries its own rows' counts and the backend sums them
+    A mini-batch (``algorithm.minibatches`` = M) carries its own rows' sequence count but its
+    step's token count / the parts stepped (M, unless dynamic sampling emptied some; fractional,
+    and possibly fewer than it holds): TRL's "dapo" divides
+    each update by the generation batch's tokens over ``steps_per_generation /
+    gradient_accumulation_steps``, not by the update's own tokens, so a part of long completions
+    weighs more, as there. Under a launcher each rank's batch carries its own rows' counts and the backend sums them
     over ranks, as it sums ``len(sequences)``. Only the loss's scale changes: metrics (``kl``,
     ``clip_fraction``, ``tokens``) stay means over the tokens trained on. A backend that ignores
     the fields trains at the kept rows' scale (larger by the ratio of the counts; the conformance
@@ -281,7 +286,7 @@ class TrainBatch:
     temperature: float = 1.0
     sampler_logprobs: list[np.ndarray] | None = None
     normaliser_sequences: int | None = None
-    normaliser_tokens: int | None = None
+    normaliser_tokens: float | None = None
 
     def __attrs_post_init__(self) -> None:
         n = len(self.sequences)
@@ -289,8 +294,8 @@ class TrainBatch:
             raise ValueError(f"{len(self.advantages)} advantages for {n} sequences")
         if self.normaliser_sequences is not None and self.normaliser_sequences < n:
             raise ValueError(f"normaliser_sequences {self.normaliser_sequences} is fewer than the {n} sequences")
-        if self.normaliser_tokens is not None and self.normaliser_tokens < self.num_tokens:
-            raise ValueError(f"normaliser_tokens {self.normaliser_tokens} is fewer than the batch's "
+        if self.normaliser_tokens is not None and not (self.normaliser_tokens > 0 or self.num_tokens == 0):
+            raise ValueError(f"normaliser_tokens {self.normaliser_tokens} is not a positive count for the batch's "
                              f"{self.num_tokens} tokens")
         for name in ("old_logprobs", "ref_logprobs", "sampler_logprobs"):
             values = getattr(self, name)
@@ -308,11 +313,12 @@ class TrainBatch:
         return int(sum(int(s.loss_mask.sum()) for s in self.sequences))
 
     @property
-    def loss_counts(self) -> tuple[int, int]:
+    def loss_counts(self) -> tuple[int, float]:
         """(sequences, tokens) the loss aggregation divides by: ``normaliser_sequences`` and
-        ``normaliser_tokens``, each defaulting to this batch's own count."""
+        ``normaliser_tokens``, each defaulting to this batch's own count (tokens may be fractional:
+        a mini-batch's share of its step's tokens)."""
         seqs = len(self.sequences) if self.normaliser_sequences is None else int(self.normaliser_sequences)
-        tokens = self.num_tokens if self.normaliser_tokens is None else int(self.normaliser_tokens)
+        tokens = self.num_tokens if self.normaliser_tokens is None else float(self.normaliser_tokens)
         return seqs, tokens
 
     @property

@@ -47,8 +47,10 @@ def _spread(policy_grad: np.ndarray, obj: Objective) -> np.ndarray:
 
 
 def mismatch_weights(old: np.ndarray, sampler: np.ndarray, obj: Objective) -> tuple[np.ndarray, np.ndarray]:
-    """The detached correction weight per token and whether the cap changed it (TIS/MIS)."""
-    delta = old - sampler
+    """The detached correction weight per token and whether the cap changed it (TIS/MIS). A token
+    the sampler could not score (NaN log-prob) gets no correction (weight 1, gap 0 in a sequence's
+    sum), as TRL's ``importance_sampling_ratio``: NaN would turn the whole loss NaN and skip the step."""
+    delta = np.nan_to_num(np.asarray(old, np.float64) - np.asarray(sampler, np.float64), nan=0.0)
     if obj.mismatch_level == "sequence":
         delta = np.full(len(old), float(delta.sum()))
     w = np.exp(delta)
@@ -207,14 +209,16 @@ def mismatch_metrics(
 
 
 def token_weights(lengths: Sequence[int], obj: Objective, num_sequences: int | None = None,
-                  num_tokens: int | None = None) -> list[np.ndarray]:
+                  num_tokens: float | None = None) -> list[np.ndarray]:
     """The factor each token's loss is multiplied by in the aggregated loss.
 
     ``num_sequences`` / ``num_tokens`` are the counts the aggregation divides by when they are
     more than these sequences (``TrainBatch.normaliser_sequences`` / ``normaliser_tokens``: rows
-    TRL keeps in its batch with nothing to train); None means ``len(lengths)`` / ``sum(lengths)``."""
+    TRL keeps in its batch with nothing to train; a mini-batch's fractional share of its step's
+    tokens); None means ``len(lengths)`` / ``sum(lengths)``."""
     n_seq = len(lengths) if num_sequences is None else num_sequences
-    total = max(int(sum(lengths)) if num_tokens is None else int(num_tokens), 1)
+    total = float(sum(lengths)) if num_tokens is None else float(num_tokens)
+    total = total if total > 0 else 1.0  # nothing to divide: no token weighs anything anyway
     out = []
     for n in lengths:
         if obj.loss_aggregation == "seq_mean_token_mean":

@@ -39,14 +39,14 @@ from polyrl_mlx.scoring import flat_logprobs
 
 
 def token_weights(lengths: Sequence[int], objective: Objective, num_sequences: int,
-                  num_tokens: int) -> np.ndarray:
+                  num_tokens: float) -> np.ndarray:
     """Each token's factor in the aggregated loss (flat), given the whole batch's counts."""
     out = []
     for n in lengths:
         if objective.loss_aggregation == "seq_mean_token_mean":
             w = 1.0 / (num_sequences * max(n, 1))
         elif objective.loss_aggregation == "token_mean":
-            w = 1.0 / max(num_tokens, 1)
+            w = 1.0 / (num_tokens if num_tokens > 0 else 1.0)
         elif objective.loss_aggregation == "seq_mean_token_sum":  # LUSPO
             w = 1.0 / num_sequences
         else:  # seq_mean_token_sum_norm (Dr.GRPO)
@@ -246,7 +246,9 @@ def _segment_mean(values: mx.array, segments: mx.array) -> mx.array:
 
 def _mismatch_weights(delta: mx.array, segments: mx.array | None,
                       objective: Objective) -> tuple[mx.array, mx.array]:
-    """TIS/MIS correction weight per token (detached) and where the cap changed it."""
+    """TIS/MIS correction weight per token (detached) and where the cap changed it; a token the
+    sampler could not score (NaN) gets none (``reference.mismatch_weights``)."""
+    delta = mx.where(mx.isnan(delta), mx.zeros_like(delta), delta)
     if objective.mismatch_level == "sequence":
         if segments is None:
             raise ValueError("sequence-level mismatch correction needs the per-token sequence index")

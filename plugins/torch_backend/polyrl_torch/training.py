@@ -69,7 +69,7 @@ def objective_loss(
     sampler_logp: LogProbs | None = None,
     entropy: LogProbs | None = None,
     num_sequences: int | None = None,
-    num_tokens: int | None = None,
+    num_tokens: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The aggregated policy loss (scalar tensor) and detached sums ``kl_sum``, ``clip_sum``,
     ``clip_low_sum``, ``clip_high_sum`` (``reference.clip_regions``), ``tokens`` (and, with
@@ -191,11 +191,11 @@ def objective_loss(
         loss = loss + objective.beta * kl
 
     n_seq = lp.shape[0] if num_sequences is None else num_sequences
-    n_tok = int(lengths_t.sum()) if num_tokens is None else num_tokens
+    n_tok = float(lengths_t.sum()) if num_tokens is None else float(num_tokens)
     if objective.loss_aggregation == "seq_mean_token_mean":
         weight = 1.0 / (n_seq * lengths_t.clamp(min=1).to(lp.dtype))
     elif objective.loss_aggregation == "token_mean":
-        weight = lp.new_full((lp.shape[0],), 1.0 / max(n_tok, 1))
+        weight = lp.new_full((lp.shape[0],), 1.0 / (n_tok if n_tok > 0 else 1.0))
     elif objective.loss_aggregation == "seq_mean_token_sum":  # LUSPO
         weight = lp.new_full((lp.shape[0],), 1.0 / n_seq)
     else:  # seq_mean_token_sum_norm (Dr.GRPO)
@@ -248,7 +248,9 @@ def _vespo_weight(log_ratio: torch.Tensor, valid: torch.Tensor, adv: torch.Tenso
 
 def _mismatch_weights(delta: torch.Tensor, valid: torch.Tensor,
                       objective: Objective) -> tuple[torch.Tensor, torch.Tensor]:
-    """TIS/MIS correction weight per token (detached) and where the cap changed it."""
+    """TIS/MIS correction weight per token (detached) and where the cap changed it; a token the
+    sampler could not score (NaN) gets none (``reference.mismatch_weights``)."""
+    delta = torch.nan_to_num(delta, nan=0.0)
     if objective.mismatch_level == "sequence":
         delta = delta.sum(dim=1, keepdim=True).expand_as(delta)
     w = torch.exp(delta)
@@ -285,8 +287,9 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     # under torchrun the loss is normalised by the global batch; see polyrl_torch.distributed.
     # It divides by the batch's normaliser counts (TrainBatch.loss_counts: rows TRL keeps with
     # nothing to train count too); the metrics are means over the tokens trained on.
-    global_n, total_tokens, norm_n, norm_tokens = (
-        int(x) for x in distributed.sum_scalars([n, batch.num_tokens, *batch.loss_counts], engine.device))
+    summed = distributed.sum_scalars([n, batch.num_tokens, *batch.loss_counts], engine.device)
+    global_n, total_tokens, norm_n = (int(x) for x in summed[:3])
+    norm_tokens = float(summed[3])  # fractional for a mini-batch (TrainBatch.normaliser_tokens)
     if global_n == 0:
         return StepMetrics(loss=0.0, grad_norm=0.0, tokens=0, skipped=True)
     if objective.beta > 0 and batch.ref_logprobs is None:
