@@ -203,7 +203,8 @@ def test_evaluate_is_the_runs_own_evaluation_before_and_after_training(tiny_mode
     args = dict(eval_strategy="steps", eval_steps=2, eval_on_start=True, num_generations_eval=4)
     trainer = _trainer(tiny_model_dir, tmp_path, args=args)
     before = trainer.evaluate()
-    assert set(before) == _TRL_KEYS and all(np.isfinite(v) for v in before.values())  # no epoch before training
+    # epoch 0 before training: transformers' fresh TrainerState, which its evaluate() logs
+    assert set(before) == _TRL_KEYS | {"epoch"} and before["epoch"] == 0 and all(np.isfinite(v) for v in before.values())
     assert trainer.state.log_history == [{**before, "step": 0}]  # as transformers logs it
     trainer.train()
     run_before, run_after = [h for h in trainer.state.log_history if "eval_reward" in h]
@@ -213,7 +214,7 @@ def test_evaluate_is_the_runs_own_evaluation_before_and_after_training(tiny_mode
     for key in _REWARD_KEYS:
         assert before[key] == pytest.approx(run_before[key]) and after[key] == pytest.approx(run_after[key])
     untrained = _trainer(tiny_model_dir, tmp_path / "untrained", args=args)
-    untrained.state = untrained.state._replace(global_step=2)  # the end's seed, the model as given
+    untrained.state.global_step = 2  # the end's seed, the model as given
     assert untrained.evaluate()["eval_reward"] != pytest.approx(after["eval_reward"])
 
 
@@ -234,11 +235,11 @@ def test_evaluate_takes_a_prefix_and_named_datasets_as_transformers_does(tiny_mo
     both = trainer.evaluate(metric_key_prefix="test")
     assert {k for k in both if k.startswith("test_a_")} == {k.replace("eval_", "test_a_") for k in _TRL_KEYS}
     assert {k for k in both if k.startswith("test_b_")} == {k.replace("eval_", "test_b_") for k in _TRL_KEYS}
-    assert len(both) == 2 * len(_TRL_KEYS)
-    assert [sorted(h)[0] for h in trainer.state.log_history] == ["step", "step"] and \
-        [next(k for k in h if k != "step")[:7] for h in trainer.state.log_history] == ["test_a_", "test_b_"]
+    assert len(both) == 2 * len(_TRL_KEYS) + 1 and both["epoch"] == 0  # transformers' epoch, before training
+    assert [next(k for k in h if k not in ("step", "epoch"))[:7] for h in trainer.state.log_history] == \
+        ["test_a_", "test_b_"] and all(h["step"] == 0 for h in trainer.state.log_history)
     one = trainer.evaluate(eval_dataset="a", metric_key_prefix="mine")  # one of the trainer's named sets
-    assert set(one) == {k.replace("eval_", "mine_") for k in _TRL_KEYS}
+    assert set(one) == {k.replace("eval_", "mine_") for k in _TRL_KEYS} | {"epoch"}
     assert one["mine_reward"] == pytest.approx(both["test_a_reward"])  # the same rows, step and seed
 
 
