@@ -218,6 +218,41 @@ def test_evaluate_is_the_runs_own_evaluation_before_and_after_training(tiny_mode
     assert untrained.evaluate()["eval_reward"] != pytest.approx(after["eval_reward"])
 
 
+def test_evaluate_loads_the_model_once_and_scores_as_a_fresh_load(tiny_model_dir, tmp_path, monkeypatch):
+    """evaluate() loaded the model in a polyrl trainer of its own at every call (and every named
+    set): now a second call, a second set and, after train() with an eval_dataset, the first call
+    evaluate on the engines already holding the model, with the numbers a fresh load gives."""
+    from polyrl import trainer as polyrl_trainer
+
+    loads: list[str] = []
+    real = polyrl_trainer.load_engines
+
+    def counted(config, *args, **kwargs):
+        loads.append(config.model.path)
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(polyrl_trainer, "load_engines", counted)
+    args = dict(num_generations_eval=4)
+    trainer = _trainer(tiny_model_dir, tmp_path, args=args)
+    first = trainer.evaluate()
+    second = trainer.evaluate()
+    named = trainer.evaluate(eval_dataset={"a": _rows(3, start=10), "b": _rows(2)})
+    assert loads == [tiny_model_dir]  # it was once a call and a set: 4
+    fresh = _trainer(tiny_model_dir, tmp_path / "fresh", args=args).evaluate()  # loads anew, as every call did
+    assert len(loads) == 2
+    for key in _REWARD_KEYS:
+        assert first[key] == second[key] == fresh[key] == named[key.replace("eval_", "eval_a_", 1)]
+    trainer.train()  # eval_strategy "no": the eval_dataset is kept for evaluate(), the run's engines with it
+    assert len(loads) == 3
+    after = trainer.evaluate()
+    assert len(loads) == 3  # the run's engines
+    trained = _trainer(str(tmp_path / "run" / "model"), tmp_path / "trained", args=args)
+    trained.state.global_step = 2  # the seed evaluate() has after the run's 2 steps
+    again = trained.evaluate()  # the trained folder loaded anew
+    assert all(after[key] == pytest.approx(again[key]) for key in _REWARD_KEYS)
+    assert after["eval_reward"] != pytest.approx(first["eval_reward"])  # the trained model, not the given one
+
+
 def test_evaluate_after_training_lora_adapters_evaluates_the_trained_adapters(tiny_model_dir, tmp_path):
     peft = pytest.importorskip("peft")
     trainer = _trainer(tiny_model_dir, tmp_path, args=dict(eval_strategy="steps", eval_steps=2, learning_rate=5e-2),

@@ -202,6 +202,9 @@ class GRPOTrainer:
             if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         self.reward_funcs = [*user_rewards, *env_rewards]  # TRL's list: get_reward's rewards appended
         self.summary: dict[str, Any] | None = None
+        #: (the model folder ``evaluate()`` evaluates, the engines holding it): loaded by the first
+        #: ``evaluate()``, or the run's own after ``train()``, so a later ``evaluate()`` loads nothing
+        self._eval_engines: tuple[str, Any] | None = None
         #: transformers' ``TrainerState`` (``trl_callbacks.trainer_state``), shared with the callbacks
         #: as in transformers; ``train()`` starts a new one, as transformers does
         self.state = self._new_state()
@@ -231,6 +234,7 @@ class GRPOTrainer:
             if wrong:
                 raise ConfigError(wrong[0], field="resume_from_checkpoint", fix=wrong[1])
         started = time.monotonic()
+        self._eval_engines = None  # the model is about to change; their memory is the run's
         trainer = self._polyrl_trainer(self.policy, self.grpo_config,
                                        self.eval_dataset if self._evaluates else None, resume=resume)
         if resume is not None and not trainer.resume(resume or None):
@@ -244,6 +248,8 @@ class GRPOTrainer:
             trainer.observers.append(callbacks)
         summary = trainer.run(progress=not getattr(self.args, "disable_tqdm", False))  # TRL's switch for its bar
         self.summary = summary
+        if "model" in summary and self.eval_dataset is not None:  # evaluate() is likely: on the run's engines
+            self._eval_engines = (str(self._model_source("evaluate")), trainer.engines)
         if "model" in summary and self._model_object is not None:
             self._hold_trained(Path(summary["model"]))
         history = list(summary.get("history", []))
@@ -276,9 +282,11 @@ class GRPOTrainer:
         return trainer_state(self.args, self.accelerator.process_index,
                              0 if self.accelerator.is_local_main_process else 1)
 
-    def _polyrl_trainer(self, policy: Any, grpo_config: Any, eval_prompts: Any, resume: str | None = None) -> Any:
+    def _polyrl_trainer(self, policy: Any, grpo_config: Any, eval_prompts: Any, resume: str | None = None,
+                        engines: Any = None) -> Any:
         """polyrl's ``Trainer`` for this script's run (``api.run_config``): its rewards, tools and
-        environment, ``policy`` and ``grpo_config``; for ``train()`` and ``evaluate()`` alike."""
+        environment, ``policy`` and ``grpo_config``; for ``train()`` and ``evaluate()`` alike
+        (``engines``: loaded ones it uses, ``evaluate()``'s)."""
         from polyrl import api
 
         config, plugins = api.run_config(api.grpo, policy=policy, prompts=self.train_dataset,
@@ -288,7 +296,7 @@ class GRPOTrainer:
             plugins = [*plugins, *([self.tools] if self.tools is not None else [])]
         if self.trl_environments is not None:
             plugins = [*_with_environments(config, plugins), self.trl_environments]
-        return api.make_trainer(config, plugins, resume=resume)
+        return api.make_trainer(config, plugins, resume=resume, engines=engines)
 
     @_script_names
     def evaluate(self, eval_dataset: Any = None, ignore_keys: Any = None,
@@ -299,7 +307,9 @@ class GRPOTrainer:
         same pass the run makes during training: ``num_generations_eval`` sampled completions per
         row, scored with the run's rewards and weights. Returns TRL's keys, each entry appended to
         ``state.log_history`` at the current step, as transformers logs it. ``ignore_keys`` names
-        model outputs transformers leaves out of predictions; polyrl's evaluation keeps none."""
+        model outputs transformers leaves out of predictions; polyrl's evaluation keeps none. The
+        model loads once: a later call (and after ``train()`` with an ``eval_dataset``, the first)
+        evaluates on the engines already holding it, as TRL evaluates the model it holds."""
         import gc
         import tempfile
 
@@ -319,13 +329,15 @@ class GRPOTrainer:
             with tempfile.TemporaryDirectory(prefix="polyrl-evaluate-") as scratch:  # its eval_completions.jsonl
                 config = attrs.evolve(self.grpo_config, output_dir=scratch,
                                       settings=eval_settings(self.grpo_config.settings, self.args))
-                trainer = self._polyrl_trainer(policy, config, rows)
+                engines = self._eval_engines[1] if self._eval_engines and self._eval_engines[0] == folder else None
+                trainer = self._polyrl_trainer(policy, config, rows, engines=engines)
+                self._eval_engines = (folder, trainer.engines)
                 trainer.step = self.state.global_step  # the seed and trainer_state the run's evaluation has here
                 started = time.monotonic()
                 ours = trainer.evaluate("after" if self.summary is not None else "before")
                 seconds = time.monotonic() - started
                 del trainer
-                gc.collect()  # its engines, before the next set's load
+                gc.collect()  # the rest of it (its engines are kept for the next set and call)
             metrics = trl_metrics(ours, prefix, len(rows), seconds, batch_size, self.state.epoch)
             self.state.log_history.append({**metrics, "step": self.state.global_step})
             out.update(metrics)
