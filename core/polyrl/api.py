@@ -485,6 +485,9 @@ def run_config(
     if cfg._from_trl and algorithm != (trl_preset or grpo):
         _refuse_preset_over_trl(algorithm, overrides)
     reward_sections, plugins = reward_entries(rewards, cfg.reward_weights)
+    if cfg.chat_template_kwargs:  # TRL renders its reward models' chat templates with them too
+        reward_sections = [attrs.evolve(s, options={**s.options, "chat_template_kwargs": dict(cfg.chat_template_kwargs)})
+                           if s.name == "reward_model" and "path" in s.options else s for s in reward_sections]
     # kept as given where the prompts are fewer: the Trainer warns and draws some prompts twice
     # per step, as it does for a TOML config (it was shrunk to the rows without a word)
     prompts_per_step = cfg.prompts_per_step

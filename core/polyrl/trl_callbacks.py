@@ -218,7 +218,7 @@ def trainer_state(args: Any, rank: int, local_rank: int) -> Any:
     try:
         from transformers import TrainerState
     except ImportError:
-        from polyrl.rewards.trl_compat import TrainerState  # type: ignore[assignment]
+        from polyrl.rewards.trl_compat import TrainerState
     state = TrainerState(is_world_process_zero=rank == 0, is_local_process_zero=local_rank == 0, log_history=[])
     state.logging_steps = 1  # polyrl logs every step (``run_settings`` sets the run's own)
     batch = getattr(args, "per_device_train_batch_size", None)
