@@ -292,3 +292,46 @@ def test_polyrl_serve_refuses_chat_template_kwargs_it_would_not_apply():
     assert info.value.status == 400 and info.value.param == "chat_template_kwargs"
     refuse_unhonoured({"messages": [], "chat_template_kwargs": {}})
     refuse_unhonoured({"messages": [], "chat_template_kwargs": None})
+
+
+# --- polyrl generate -------------------------------------------------------------------------------
+
+
+def test_polyrl_generate_samples_from_the_prompt_rendered_with_chat_template_kwargs(thinking_model, capsys):
+    """``polyrl generate`` had no way to pass them: a Qwen3 always sampled with its reasoning open.
+    ``--chat-template-kwargs JSON`` samples what an engine given ``model.chat_template_kwargs`` does."""
+    import json
+
+    from polyrl.cli import _registry, main
+    from polyrl.engine import Engine
+    from polyrl.types import EngineConfig, SamplingParams
+
+    flags = ["generate", "What is 1 + 1?", "--model", thinking_model, "--max-new-tokens", "8", "--threads", "1",
+             "--json"]
+    assert main([*flags, "--chat-template-kwargs", json.dumps(OFF)]) == 0
+    (ours,) = json.loads(capsys.readouterr().out)
+
+    def sampled(kwargs: dict[str, Any]) -> list[int]:
+        engine = Engine(_registry(), "torch", EngineConfig(model=thinking_model, role="generate", threads=1,
+                                                           chat_template_kwargs=kwargs))
+        prompt = [{"role": "user", "content": "What is 1 + 1?"}]
+        (completion,) = engine.generate([prompt], SamplingParams(max_new_tokens=8, temperature=0.0, n=1))
+        return [int(i) for i in completion.completion_ids]
+
+    assert ours["completion_ids"] == sampled(OFF)
+    assert ours["completion_ids"] != sampled({})  # the prompt the flag changed: its reasoning open
+
+
+@pytest.mark.parametrize(("flags", "words"), [
+    (["--chat-template-kwargs", '{"enable_thinking": false'], "is not JSON"),
+    (["--chat-template-kwargs", "[1]"], "must be a table of template variables"),
+    (["--chat-template-kwargs", '{"tools": []}'], "apply_chat_template's own argument"),
+    (["--chat-template-kwargs", "{}", "--raw"], "a --raw prompt is not rendered by the chat template"),
+])
+def test_a_bad_chat_template_kwargs_flag_is_one_error_line(flags, words, capsys):
+    from polyrl.cli import main
+
+    assert main(["generate", "hi", "--model", "no-such-model", *flags]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --chat-template-kwargs") and words in lines[0], lines
+    assert "Fix:" in lines[0]

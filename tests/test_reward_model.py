@@ -147,3 +147,49 @@ def test_a_folder_passed_as_trls_reward_funcs_scores_a_long_pair_whole_as_trl(rm
     ours = score(str(folder), [prompt], [completion], **{k: v for k, v in sections[0].options.items() if k != "path"})
     np.testing.assert_allclose(ours.total, trl_score, atol=1e-4, rtol=0)
     assert sections[0].options["max_length"] == 4096  # the model's own limit: what it can read
+
+
+_THINKING_RM_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' }}"
+    "{% if m['role'] == 'assistant' and enable_thinking is defined and enable_thinking is false %}"
+    "{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}{{ m['content'] + '<|im_end|>\\n' }}{% endfor %}")
+
+
+def test_chat_template_kwargs_reach_the_reward_models_template_as_trl_passes_them(rm_path, tmp_path):
+    """TRL renders its reward models' chat templates with GRPOConfig.chat_template_kwargs;
+    reward_model rendered without any variable, so a template reading one (here enable_thinking
+    in the assistant turn) scored another text than TRL's. Now its own option, which the TRL route
+    fills with GRPOConfig's."""
+    import json
+    import shutil
+
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from polyrl import api
+
+    folder = tmp_path / "rm-thinking"
+    shutil.copytree(rm_path, folder)
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**settings, "chat_template": _THINKING_RM_TEMPLATE}))
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    off = {"enable_thinking": False}
+    chats = [[{"role": "user", "content": p}] for p in PROMPTS if isinstance(p, str)][:3]
+    replies = COMPLETIONS[:3]
+    rendered = [tokenizer.apply_chat_template([*m, {"role": "assistant", "content": c}], tokenize=False, **off)
+                for m, c in zip(chats, replies)]
+    assert all("</think>" in text for text in rendered)
+    batch = tokenizer(text=rendered, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
+    with torch.inference_mode():  # TRL 1.16's _calculate_rewards with chat_template_kwargs
+        trl_scores = model(**batch).logits[:, 0].numpy()
+    ours = score(str(folder), chats, replies, chat_template_kwargs=off).total
+    np.testing.assert_allclose(ours, trl_scores, atol=1e-5, rtol=0)
+    assert not np.allclose(ours, score(str(folder), chats, replies).total)  # without them: another text
+    config, _ = api.run_config(api.grpo, policy=api.Agent("m"), prompts=["q"], rewards=[str(folder)],
+                               grpo_config=api.GRPOConfig(chat_template_kwargs=off))
+    assert config.rewards[0].options["chat_template_kwargs"] == off  # the TRL route passes GRPOConfig's
+    with pytest.raises(RewardError, match=r"reward_model: option chat_template_kwargs: must be a table.*Fix: e\.g\. "
+                                          r"options\.chat_template_kwargs"):
+        score(str(folder), chats, replies, chat_template_kwargs=["enable_thinking"])

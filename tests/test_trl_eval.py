@@ -203,7 +203,8 @@ def test_evaluate_is_the_runs_own_evaluation_before_and_after_training(tiny_mode
     args = dict(eval_strategy="steps", eval_steps=2, eval_on_start=True, num_generations_eval=4)
     trainer = _trainer(tiny_model_dir, tmp_path, args=args)
     before = trainer.evaluate()
-    assert set(before) == _TRL_KEYS and all(np.isfinite(v) for v in before.values())  # no epoch before training
+    # epoch 0 before training: transformers' fresh TrainerState, which its evaluate() logs
+    assert set(before) == _TRL_KEYS | {"epoch"} and before["epoch"] == 0 and all(np.isfinite(v) for v in before.values())
     assert trainer.state.log_history == [{**before, "step": 0}]  # as transformers logs it
     trainer.train()
     run_before, run_after = [h for h in trainer.state.log_history if "eval_reward" in h]
@@ -213,8 +214,43 @@ def test_evaluate_is_the_runs_own_evaluation_before_and_after_training(tiny_mode
     for key in _REWARD_KEYS:
         assert before[key] == pytest.approx(run_before[key]) and after[key] == pytest.approx(run_after[key])
     untrained = _trainer(tiny_model_dir, tmp_path / "untrained", args=args)
-    untrained.state = untrained.state._replace(global_step=2)  # the end's seed, the model as given
+    untrained.state.global_step = 2  # the end's seed, the model as given
     assert untrained.evaluate()["eval_reward"] != pytest.approx(after["eval_reward"])
+
+
+def test_evaluate_loads_the_model_once_and_scores_as_a_fresh_load(tiny_model_dir, tmp_path, monkeypatch):
+    """evaluate() loaded the model in a polyrl trainer of its own at every call (and every named
+    set): now a second call, a second set and, after train() with an eval_dataset, the first call
+    evaluate on the engines already holding the model, with the numbers a fresh load gives."""
+    from polyrl import trainer as polyrl_trainer
+
+    loads: list[str] = []
+    real = polyrl_trainer.load_engines
+
+    def counted(config, *args, **kwargs):
+        loads.append(config.model.path)
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(polyrl_trainer, "load_engines", counted)
+    args = dict(num_generations_eval=4)
+    trainer = _trainer(tiny_model_dir, tmp_path, args=args)
+    first = trainer.evaluate()
+    second = trainer.evaluate()
+    named = trainer.evaluate(eval_dataset={"a": _rows(3, start=10), "b": _rows(2)})
+    assert loads == [tiny_model_dir]  # it was once a call and a set: 4
+    fresh = _trainer(tiny_model_dir, tmp_path / "fresh", args=args).evaluate()  # loads anew, as every call did
+    assert len(loads) == 2
+    for key in _REWARD_KEYS:
+        assert first[key] == second[key] == fresh[key] == named[key.replace("eval_", "eval_a_", 1)]
+    trainer.train()  # eval_strategy "no": the eval_dataset is kept for evaluate(), the run's engines with it
+    assert len(loads) == 3
+    after = trainer.evaluate()
+    assert len(loads) == 3  # the run's engines
+    trained = _trainer(str(tmp_path / "run" / "model"), tmp_path / "trained", args=args)
+    trained.state.global_step = 2  # the seed evaluate() has after the run's 2 steps
+    again = trained.evaluate()  # the trained folder loaded anew
+    assert all(after[key] == pytest.approx(again[key]) for key in _REWARD_KEYS)
+    assert after["eval_reward"] != pytest.approx(first["eval_reward"])  # the trained model, not the given one
 
 
 def test_evaluate_after_training_lora_adapters_evaluates_the_trained_adapters(tiny_model_dir, tmp_path):
@@ -234,11 +270,11 @@ def test_evaluate_takes_a_prefix_and_named_datasets_as_transformers_does(tiny_mo
     both = trainer.evaluate(metric_key_prefix="test")
     assert {k for k in both if k.startswith("test_a_")} == {k.replace("eval_", "test_a_") for k in _TRL_KEYS}
     assert {k for k in both if k.startswith("test_b_")} == {k.replace("eval_", "test_b_") for k in _TRL_KEYS}
-    assert len(both) == 2 * len(_TRL_KEYS)
-    assert [sorted(h)[0] for h in trainer.state.log_history] == ["step", "step"] and \
-        [next(k for k in h if k != "step")[:7] for h in trainer.state.log_history] == ["test_a_", "test_b_"]
+    assert len(both) == 2 * len(_TRL_KEYS) + 1 and both["epoch"] == 0  # transformers' epoch, before training
+    assert [next(k for k in h if k not in ("step", "epoch"))[:7] for h in trainer.state.log_history] == \
+        ["test_a_", "test_b_"] and all(h["step"] == 0 for h in trainer.state.log_history)
     one = trainer.evaluate(eval_dataset="a", metric_key_prefix="mine")  # one of the trainer's named sets
-    assert set(one) == {k.replace("eval_", "mine_") for k in _TRL_KEYS}
+    assert set(one) == {k.replace("eval_", "mine_") for k in _TRL_KEYS} | {"epoch"}
     assert one["mine_reward"] == pytest.approx(both["test_a_reward"])  # the same rows, step and seed
 
 

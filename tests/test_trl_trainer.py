@@ -1110,6 +1110,47 @@ def test_trls_own_grpo_script_runs_to_its_end(tiny_model_dir, tmp_path, capsys):
     assert not hasattr(trainer, "no_such_thing")
 
 
+def test_trainer_state_is_transformers_own_before_and_after_train(tiny_model_dir, tmp_path):
+    """trainer.state is a transformers TrainerState (TRL scripts read its fields and call its
+    save_to_json) and train() returns transformers' TrainOutput: they were polyrl NamedTuples
+    without max_steps, best_model_checkpoint or save_to_json."""
+    from transformers import TrainerState
+    from transformers.trainer_utils import TrainOutput
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset())
+    assert isinstance(trainer.state, TrainerState)
+    assert (trainer.state.global_step, trainer.state.log_history, trainer.state.epoch) == (0, [], 0)  # its defaults
+    out = trainer.train()
+    assert isinstance(out, TrainOutput) and out.global_step == 2
+    state = trainer.state
+    assert isinstance(state, TrainerState) and state.is_world_process_zero
+    assert (state.global_step, state.max_steps, state.epoch) == (2, 2, trainer.summary["history"][-1]["epoch"])
+    assert state.best_model_checkpoint is None and state.num_train_epochs >= 1 and state.num_input_tokens_seen > 0
+    assert [m["step"] for m in state.log_history] == [1, 2]
+    state.save_to_json(str(tmp_path / "state.json"))
+    loaded = TrainerState.load_from_json(str(tmp_path / "state.json"))
+    assert (loaded.global_step, loaded.max_steps, loaded.log_history) == (2, 2, state.log_history)
+    trainer.save_state()  # transformers' file, which its own load_from_json reads back
+    assert TrainerState.load_from_json(str(tmp_path / "run" / "trainer_state.json")).global_step == 2
+
+
+def test_the_callbacks_state_is_trainer_state(tiny_model_dir, tmp_path):
+    """As in transformers, the TrainerState a callback gets is trainer.state, during the run too."""
+    from transformers import TrainerCallback
+
+    seen = []
+
+    class Watch(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            seen.append(state is trainer.state and state.global_step == trainer.state.global_step)
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=1),
+                          train_dataset=_dataset(), callbacks=[Watch])
+    assert trainer.callback_handler.state is trainer.state
+    trainer.train()
+    assert seen == [True] and trainer.callback_handler.state is trainer.state
+
+
 def test_a_model_objects_tokenizer_is_never_fetched_from_the_hub(tiny_model_dir, tmp_path):
     """A model object whose name_or_path is a Hub id not in the cache: one error at once, no
     connection to the Hub (offline machines waited out its retries)."""

@@ -433,15 +433,19 @@ def run(
     return make_trainer(config, plugins).run(progress=progress)
 
 
-def make_trainer(config: RunConfig, plugins: Sequence[Any], resume: str | None = None) -> Any:
+def make_trainer(config: RunConfig, plugins: Sequence[Any], resume: str | None = None, engines: Any = None) -> Any:
     """The ``Trainer`` for ``run_config``'s answer (``resume``: as ``Trainer``'s, "" for the newest
-    checkpoint); a prompt column error is told as a fix to the ``prompts`` passed in."""
+    checkpoint; ``engines``: loaded ones it uses, as ``Trainer``'s); a prompt column error is told
+    as a fix to the ``prompts`` passed in."""
     from polyrl.trainer import Trainer
 
+    given: dict[str, Any] = {}  # (a Trainer stand-in in the tests takes neither)
+    if resume is not None:
+        given["resume"] = resume
+    if engines is not None:
+        given["engines"] = engines
     try:
-        if resume is None:  # (a Trainer stand-in in the tests takes no resume)
-            return Trainer(config, extra_plugins=tuple(plugins))
-        return Trainer(config, extra_plugins=tuple(plugins), resume=resume)
+        return Trainer(config, extra_plugins=tuple(plugins), **given)
     except ConfigError as exc:
         raise _prompts_error(exc) from None
 
@@ -481,6 +485,9 @@ def run_config(
     if cfg._from_trl and algorithm != (trl_preset or grpo):
         _refuse_preset_over_trl(algorithm, overrides)
     reward_sections, plugins = reward_entries(rewards, cfg.reward_weights)
+    if cfg.chat_template_kwargs:  # TRL renders its reward models' chat templates with them too
+        reward_sections = [attrs.evolve(s, options={**s.options, "chat_template_kwargs": dict(cfg.chat_template_kwargs)})
+                           if s.name == "reward_model" and "path" in s.options else s for s in reward_sections]
     # kept as given where the prompts are fewer: the Trainer warns and draws some prompts twice
     # per step, as it does for a TOML config (it was shrunk to the rows without a word)
     prompts_per_step = cfg.prompts_per_step

@@ -56,24 +56,25 @@ def _json_problem(value: Any, where: str) -> str | None:
     return f"{where} is a {type(value).__name__}, not a JSON value"
 
 
-def checked(value: Any, field: str = "model.chat_template_kwargs") -> dict[str, Any]:
+def checked(value: Any, field: str = "model.chat_template_kwargs", example: str = _EXAMPLE) -> dict[str, Any]:
     """``value`` as a plain dict of template variables; one ConfigError on ``field`` when it is
-    not a table of JSON values keyed by variable names (None reads as empty, TRL's default)."""
+    not a table of JSON values keyed by variable names (None reads as empty, TRL's default);
+    ``example`` ends its fixes, written as the caller writes the value (a TOML line, a flag)."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ConfigError(f"must be a table of template variables, got {shown(value)}", field=field, fix=_EXAMPLE)
+        raise ConfigError(f"must be a table of template variables, got {shown(value)}", field=field, fix=example)
     for key in value:
         if not isinstance(key, str) or not key.isidentifier():
             raise ConfigError(f"has the key {shown(key)}, which no chat template can read as a variable",
-                              field=field, fix=f"use variable names as keys ({_EXAMPLE})")
+                              field=field, fix=f"use variable names as keys ({example})")
         if key in RESERVED:
             raise ConfigError(f"sets {key!r}, which is apply_chat_template's own argument, not a template "
                               "variable", field=f"{field}.{key}",
                               fix="remove it (polyrl sets tools and the generation prompt itself)")
     problem = next((p for p in (_json_problem(v, k) for k, v in value.items()) if p), None)
     if problem:
-        raise ConfigError(problem, field=field, fix=f"give strings, numbers, booleans, lists or tables ({_EXAMPLE})")
+        raise ConfigError(problem, field=field, fix=f"give strings, numbers, booleans, lists or tables ({example})")
     return {str(k): _plain(v) for k, v in value.items()}
 
 

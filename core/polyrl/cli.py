@@ -370,9 +370,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise PolyrlError(f"--n must be an integer from 1 to 65536, got {args.n}. Fix: e.g. --n 4")
     # before the model loads: bytes that are not UTF-8 in the argument reach Python as surrogates
     check_prompt(args.prompt, "the command line", fix="pass the prompt as UTF-8 text (check the terminal's encoding)")
+    template_kwargs = _chat_template_kwargs(args.chat_template_kwargs, args.raw)
     reg = _registry()
     model = reg.resolve_model(args.model)
-    engine = Engine(reg, args.backend, EngineConfig(model=model, role="generate", threads=args.threads))
+    engine = Engine(reg, args.backend, EngineConfig(model=model, role="generate", threads=args.threads,
+                                                    chat_template_kwargs=template_kwargs))
     prompt: Any = args.prompt if args.raw else [{"role": "user", "content": args.prompt}]
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                               top_p=args.top_p, top_k=args.top_k, seed=args.seed, n=args.n)
@@ -393,6 +395,27 @@ def cmd_generate(args: argparse.Namespace) -> int:
         for c in completions:
             print(c.text)
     return 0
+
+
+def _chat_template_kwargs(given: str | None, raw: bool) -> dict[str, Any]:
+    """``--chat-template-kwargs``: a JSON object of chat template variables, as the config's
+    ``model.chat_template_kwargs`` takes them (``polyrl.chat_kwargs``); none when not given. Refused
+    with ``--raw``, whose prompt no template renders (the variables would do nothing)."""
+    from polyrl.chat_kwargs import checked
+    from polyrl.errors import ConfigError
+
+    flag = "--chat-template-kwargs"
+    if given is None:
+        return {}
+    if raw:
+        raise ConfigError("a --raw prompt is not rendered by the chat template, so its variables would do nothing",
+                          field=flag, fix="drop --raw, or drop --chat-template-kwargs")
+    try:
+        value = json.loads(given)
+    except ValueError as exc:
+        raise ConfigError(f"{given!r} is not JSON ({exc})", field=flag,
+                          fix="""pass a JSON object in single quotes, e.g. --chat-template-kwargs '{"enable_thinking": false}'""") from None
+    return checked(value, flag, example="""e.g. --chat-template-kwargs '{"enable_thinking": false}'""")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -494,6 +517,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--chat-template-kwargs", default=None, metavar="JSON",
+                   help='extra variables for the chat template, as model.chat_template_kwargs, e.g. '
+                        '\'{"enable_thinking": false}\' for Qwen3')
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_generate)
 

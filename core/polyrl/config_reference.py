@@ -23,7 +23,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "max_length": "longest prompt + completion in tokens; longer prompts are an error",
         "reference_path": "KL reference model when it is not the initial policy",
         "trust_remote_code": "run a model folder's own Python code (off unless you ask)",
-        "chat_template_kwargs": "extra variables for the model's chat template, passed every time it renders the policy's prompts and episode turns (TRL's `chat_template_kwargs`), e.g. `{enable_thinking = false}` for Qwen3 (its generation prompt then writes an empty think block); a table of JSON values keyed by variable names; apply_chat_template's own arguments (`tools`, `add_generation_prompt`...) are refused",
+        "chat_template_kwargs": "extra variables for the model's chat template, passed every time it renders the policy's prompts and episode turns (TRL's `chat_template_kwargs`), e.g. `{enable_thinking = false}` for Qwen3 (its generation prompt then writes an empty think block); a table of JSON values keyed by variable names; apply_chat_template's own arguments (`tools`, `add_generation_prompt`...) are refused; a `reward_model` reward's template gets its own `options.chat_template_kwargs` (the Python API from a GRPOConfig passes these to reward-model folders, as TRL does); `polyrl generate --chat-template-kwargs JSON` takes the same table",
     },
     "backends": {
         "train": "backend that runs `train_step` (`torch`, `mlx`, or a third-party name)",

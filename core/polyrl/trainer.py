@@ -45,7 +45,7 @@ from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
 from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.config import RUN_REWARDS, RunConfig, check_world_size
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train_and_eval
-from polyrl.engines import check_engines, choose_generate_backend, load_engines, run_optimizer
+from polyrl.engines import RunEngines, check_engines, choose_generate_backend, load_engines, run_optimizer
 from polyrl import episode_scoring
 from polyrl.episode_prompts import first_prompt_counter
 from polyrl.errors import (
@@ -217,13 +217,17 @@ class Trainer:
     """Runs a ``RunConfig``. Build it, then call ``run()``; ``evaluate()`` works any time."""
 
     def __init__(self, config: RunConfig, extra_plugins: tuple[Any, ...] = (), *,
-                 resume: str | Path | None = None, weights_only: bool = False, check_only: bool = False) -> None:
+                 resume: str | Path | None = None, weights_only: bool = False, check_only: bool = False,
+                 engines: RunEngines | None = None) -> None:
         """``resume``: the ``resume()`` to come ("" for the newest checkpoint, or its path). Its
         checkpoint is chosen, verified and its saved config checked now, before any model loads,
         so a refused resume (another backends.train, a changed model...) costs no engine load;
         ``run()`` then resumes it unless ``resume()`` was called first. ``check_only``: the checks
-        alone, no model loaded (``check_run``)."""
+        alone, no model loaded (``check_run``). ``engines``: engines already loaded for this
+        config's models, used instead of loading them (``polyrl.trl``'s ``evaluate()`` evaluates
+        on the ones it loaded before, or on the run's own after ``train()``)."""
         self.config = config
+        self._given_engines = engines
         self.output_dir = Path(config.train.output_dir)
         self.checkpoint_root = self.output_dir / "checkpoints"
         self.final_model_dir = self.output_dir / "model"
@@ -323,7 +327,11 @@ class Trainer:
             self._loading_models = False
 
     def _load_engines(self, config: RunConfig) -> None:
-        self.engines = load_engines(config, self.registry, before_load=self._check_template)
+        if self._given_engines is not None:
+            self._check_template(self._given_engines.model_path)
+            self.engines = self._given_engines
+        else:
+            self.engines = load_engines(config, self.registry, before_load=self._check_template)
         self.model_path, self.train_engine = self.engines.model_path, self.engines.train
         self.gen_engine, self.ref_engine = self.engines.generate, self.engines.reference
         self.ref_sync = self.engines.ref_sync

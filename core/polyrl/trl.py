@@ -48,19 +48,22 @@ log = get_logger("polyrl.trl")
 
 
 class TrainOutput(NamedTuple):
-    """What TRL's ``trainer.train()`` returns (transformers' ``TrainOutput``, same fields)."""
+    """transformers' ``TrainOutput`` (same fields), returned where transformers is not installed;
+    ``train()`` returns transformers' own class where it is (``_train_output``)."""
 
     global_step: int
     training_loss: float
     metrics: dict[str, float]
 
 
-class TrainState(NamedTuple):
-    """The parts of transformers' ``TrainerState`` a script reads after training."""
-
-    global_step: int
-    epoch: float | None
-    log_history: list[dict[str, Any]]
+def _train_output(global_step: int, training_loss: float, metrics: dict[str, float]) -> Any:
+    """What TRL's ``trainer.train()`` returns: ``transformers.trainer_utils.TrainOutput``, so a script's
+    ``isinstance`` check or pickling sees transformers' type (polyrl's stand-in without transformers)."""
+    try:
+        from transformers.trainer_utils import TrainOutput as Output
+    except ImportError:
+        return TrainOutput(global_step, training_loss, metrics)
+    return Output(global_step, training_loss, metrics)
 
 
 #: GRPOTrainer arguments polyrl has no counterpart for -> the fix (None / empty is accepted)
@@ -199,7 +202,12 @@ class GRPOTrainer:
             if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         self.reward_funcs = [*user_rewards, *env_rewards]  # TRL's list: get_reward's rewards appended
         self.summary: dict[str, Any] | None = None
-        self.state = TrainState(global_step=0, epoch=None, log_history=[])
+        #: (the model folder ``evaluate()`` evaluates, the engines holding it): loaded by the first
+        #: ``evaluate()``, or the run's own after ``train()``, so a later ``evaluate()`` loads nothing
+        self._eval_engines: tuple[str, Any] | None = None
+        #: transformers' ``TrainerState`` (``trl_callbacks.trainer_state``), shared with the callbacks
+        #: as in transformers; ``train()`` starts a new one, as transformers does
+        self.state = self._new_state()
         #: transformers' callbacks (``polyrl.trl_callbacks``); None until a script gives one
         self._callbacks: TrlCallbacks | None = None
         if callbacks:
@@ -209,11 +217,13 @@ class GRPOTrainer:
 
     @_script_names
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
-              ignore_keys_for_eval: Any = None) -> TrainOutput:
+              ignore_keys_for_eval: Any = None) -> Any:
         """Run the training; ``resume_from_checkpoint`` True continues the newest checkpoint in
-        ``output_dir`` (polyrl's ``--resume``), a path that checkpoint."""
+        ``output_dir`` (polyrl's ``--resume``), a path that checkpoint. Returns transformers'
+        ``TrainOutput``; ``self.state`` is then the run's ``TrainerState``."""
         from polyrl import checkpoint
         from polyrl.rewards.trl_compat import with_trl_names
+        from polyrl.trl_callbacks import run_settings
 
         if trial is not None:
             raise ConfigError("polyrl runs no hyperparameter search", field="trial", fix="remove trial")
@@ -224,16 +234,22 @@ class GRPOTrainer:
             if wrong:
                 raise ConfigError(wrong[0], field="resume_from_checkpoint", fix=wrong[1])
         started = time.monotonic()
+        self._eval_engines = None  # the model is about to change; their memory is the run's
         trainer = self._polyrl_trainer(self.policy, self.grpo_config,
                                        self.eval_dataset if self._evaluates else None, resume=resume)
         if resume is not None and not trainer.resume(resume or None):
             raise ConfigError(f"no checkpoint to resume in {self.grpo_config.output_dir}", field="resume_from_checkpoint",
                               fix="call train() without resume_from_checkpoint to start the run")
+        self.state = self._new_state()
+        if self._callbacks is not None:
+            self._callbacks.state = self.state
         callbacks = self._callbacks if self._callbacks is not None and self._callbacks.callbacks else None
         if callbacks is not None:  # on_train_begin when the run starts (``run_begin``)
             trainer.observers.append(callbacks)
         summary = trainer.run(progress=not getattr(self.args, "disable_tqdm", False))  # TRL's switch for its bar
         self.summary = summary
+        if "model" in summary and self.eval_dataset is not None:  # evaluate() is likely: on the run's engines
+            self._eval_engines = (str(self._model_source("evaluate")), trainer.engines)
         if "model" in summary and self._model_object is not None:
             self._hold_trained(Path(summary["model"]))
         history = list(summary.get("history", []))
@@ -242,18 +258,35 @@ class GRPOTrainer:
         log_history = [with_trl_names(m) for m in history]
         if self._evaluates:  # TRL logs each evaluation as an entry of its own, eval_ names
             log_history = _with_evaluations(log_history, summary)
-        self.state = TrainState(global_step=int(summary.get("steps", 0)), epoch=epoch, log_history=log_history)
+        run_settings(self.state, trainer)
+        self.state.global_step = int(summary.get("steps", 0))
+        if epoch is not None:  # else transformers' 0
+            self.state.epoch = epoch
+        self.state.log_history = log_history
+        tokens = next((m["num_tokens"] for m in reversed(history) if isinstance(m.get("num_tokens"), (int, float))),
+                      None)
+        if tokens is not None:
+            self.state.num_input_tokens_seen = int(tokens)
         if callbacks is not None:
             callbacks.train_end(log_history, self.state.global_step)
         training_loss = sum(losses) / len(losses) if losses else 0.0
         metrics = {"train_runtime": round(time.monotonic() - started, 4), "train_loss": training_loss}
         if epoch is not None:
             metrics["epoch"] = epoch
-        return TrainOutput(self.state.global_step, training_loss, metrics)
+        return _train_output(self.state.global_step, training_loss, metrics)
 
-    def _polyrl_trainer(self, policy: Any, grpo_config: Any, eval_prompts: Any, resume: str | None = None) -> Any:
+    def _new_state(self) -> Any:
+        """A fresh ``TrainerState`` for this trainer's process (``trl_callbacks.trainer_state``)."""
+        from polyrl.trl_callbacks import trainer_state
+
+        return trainer_state(self.args, self.accelerator.process_index,
+                             0 if self.accelerator.is_local_main_process else 1)
+
+    def _polyrl_trainer(self, policy: Any, grpo_config: Any, eval_prompts: Any, resume: str | None = None,
+                        engines: Any = None) -> Any:
         """polyrl's ``Trainer`` for this script's run (``api.run_config``): its rewards, tools and
-        environment, ``policy`` and ``grpo_config``; for ``train()`` and ``evaluate()`` alike."""
+        environment, ``policy`` and ``grpo_config``; for ``train()`` and ``evaluate()`` alike
+        (``engines``: loaded ones it uses, ``evaluate()``'s)."""
         from polyrl import api
 
         config, plugins = api.run_config(api.grpo, policy=policy, prompts=self.train_dataset,
@@ -263,7 +296,7 @@ class GRPOTrainer:
             plugins = [*plugins, *([self.tools] if self.tools is not None else [])]
         if self.trl_environments is not None:
             plugins = [*_with_environments(config, plugins), self.trl_environments]
-        return api.make_trainer(config, plugins, resume=resume)
+        return api.make_trainer(config, plugins, resume=resume, engines=engines)
 
     @_script_names
     def evaluate(self, eval_dataset: Any = None, ignore_keys: Any = None,
@@ -274,7 +307,9 @@ class GRPOTrainer:
         same pass the run makes during training: ``num_generations_eval`` sampled completions per
         row, scored with the run's rewards and weights. Returns TRL's keys, each entry appended to
         ``state.log_history`` at the current step, as transformers logs it. ``ignore_keys`` names
-        model outputs transformers leaves out of predictions; polyrl's evaluation keeps none."""
+        model outputs transformers leaves out of predictions; polyrl's evaluation keeps none. The
+        model loads once: a later call (and after ``train()`` with an ``eval_dataset``, the first)
+        evaluates on the engines already holding it, as TRL evaluates the model it holds."""
         import gc
         import tempfile
 
@@ -294,13 +329,15 @@ class GRPOTrainer:
             with tempfile.TemporaryDirectory(prefix="polyrl-evaluate-") as scratch:  # its eval_completions.jsonl
                 config = attrs.evolve(self.grpo_config, output_dir=scratch,
                                       settings=eval_settings(self.grpo_config.settings, self.args))
-                trainer = self._polyrl_trainer(policy, config, rows)
+                engines = self._eval_engines[1] if self._eval_engines and self._eval_engines[0] == folder else None
+                trainer = self._polyrl_trainer(policy, config, rows, engines=engines)
+                self._eval_engines = (folder, trainer.engines)
                 trainer.step = self.state.global_step  # the seed and trainer_state the run's evaluation has here
                 started = time.monotonic()
                 ours = trainer.evaluate("after" if self.summary is not None else "before")
                 seconds = time.monotonic() - started
                 del trainer
-                gc.collect()  # its engines, before the next set's load
+                gc.collect()  # the rest of it (its engines are kept for the next set and call)
             metrics = trl_metrics(ours, prefix, len(rows), seconds, batch_size, self.state.epoch)
             self.state.log_history.append({**metrics, "step": self.state.global_step})
             out.update(metrics)
@@ -437,7 +474,7 @@ class GRPOTrainer:
         from polyrl.trl_callbacks import TrlCallbacks
 
         return TrlCallbacks(callbacks, self.args, self._callback_tokenizer, rank=self.accelerator.process_index,
-                            local_rank=0 if self.accelerator.is_local_main_process else 1)
+                            local_rank=0 if self.accelerator.is_local_main_process else 1, state=self.state)
 
     def _callback_tokenizer(self) -> Any:
         """The ``processing_class`` callbacks get: the trainer's, None for a model polyrl resolves by
@@ -468,10 +505,10 @@ class GRPOTrainer:
             everything.write_text(json.dumps({**merged, **metrics}, indent=4, sort_keys=True) + "\n")
 
     def save_state(self) -> None:
-        """Write ``output_dir/trainer_state.json`` (global_step, epoch, log_history), as transformers does."""
+        """Write ``output_dir/trainer_state.json`` (``state.save_to_json``), as transformers does."""
         folder = Path(self.grpo_config.output_dir)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "trainer_state.json").write_text(json.dumps(self.state._asdict(), indent=2, sort_keys=True) + "\n")
+        self.state.save_to_json(str(folder / "trainer_state.json"))
 
     def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
         """Refused: polyrl uploads nothing (``push_to_hub=True`` in the GRPOConfig is refused too)."""

@@ -49,8 +49,10 @@ class TrlCallbacks:
     """The callbacks of one ``GRPOTrainer``, their ``TrainerState`` and ``TrainerControl``."""
 
     def __init__(self, callbacks: Sequence[Any], args: Any, processing_class: Callable[[], Any],
-                 rank: int, local_rank: int) -> None:
-        from transformers import TrainerControl, TrainerState
+                 rank: int, local_rank: int, state: Any = None) -> None:
+        """``state``: the ``TrainerState`` the callbacks share (the trainer's ``trainer.state``, as
+        in transformers); a fresh one (``trainer_state``) when None."""
+        from transformers import TrainerControl
 
         self.callbacks: list[Any] = []
         for i, callback in enumerate(callbacks):
@@ -59,11 +61,7 @@ class TrlCallbacks:
         self._processing_class = processing_class
         self.model = self.optimizer = self.lr_scheduler = None  # in polyrl's backend, not here
         self.train_dataloader = self.eval_dataloader = None
-        self.state = TrainerState(is_world_process_zero=rank == 0, is_local_process_zero=local_rank == 0,
-                                  log_history=[])
-        self.state.logging_steps = 1  # polyrl logs every step (``run_begin`` sets the others)
-        batch = getattr(args, "per_device_train_batch_size", None)
-        self.state.train_batch_size = batch if isinstance(batch, int) else None
+        self.state = state if state is not None else trainer_state(args, rank, local_rank)
         self.control = TrainerControl()
         self._steps = 0  # the run's train.steps (``run_begin``)
         #: under a launcher, the error a callback raised on this rank, raised on every rank after the
@@ -136,18 +134,11 @@ class TrlCallbacks:
     def run_begin(self, trainer: Any) -> None:
         """``on_train_begin``, the state set to where ``trainer`` starts (a resumed run's step)."""
         from polyrl.rewards.trl_compat import with_trl_names
-        from polyrl.step_metrics import trl_epoch
 
-        c = trainer.config.train
         self._defer = trainer.world_size > 1
-        self._steps = c.steps
-        self.state.max_steps = c.steps
-        if c.checkpoint_every:
-            self.state.save_steps = c.checkpoint_every
-        if trainer.config.eval.every:
-            self.state.eval_steps = trainer.config.eval.every
+        self._steps = trainer.config.train.steps
+        run_settings(self.state, trainer)
         self.state.global_step = trainer.step
-        self.state.num_train_epochs = math.ceil(trl_epoch(c.steps, c.prompts_per_step, len(trainer.dataset)))
         self.state.log_history = [with_trl_names(m) for m in trainer.history]
         self.state.epoch = next((m["epoch"] for m in reversed(trainer.history) if "epoch" in m), 0.0)
         self.event("on_train_begin")
@@ -216,6 +207,37 @@ class TrlCallbacks:
             stop = False  # the run ends here anyway
         why = "a callback set control.should_training_stop" if stop else ""
         return StepAsk(save=bool(save), stop=bool(stop), why=why)
+
+
+def trainer_state(args: Any, rank: int, local_rank: int) -> Any:
+    """A fresh ``transformers.TrainerState`` for ``trainer.state`` and the callbacks, as TRL's
+    trainer makes it: nothing logged yet, ``is_world_process_zero`` on rank 0, polyrl's logging
+    every step and ``args``' batch. Why lazily and with a stand-in: the core imports no transformers,
+    and a run on the remote backend needs none (``polyrl.rewards.trl_compat.TrainerState`` then,
+    with the same fields and ``save_to_json``)."""
+    try:
+        from transformers import TrainerState
+    except ImportError:
+        from polyrl.rewards.trl_compat import TrainerState
+    state = TrainerState(is_world_process_zero=rank == 0, is_local_process_zero=local_rank == 0, log_history=[])
+    state.logging_steps = 1  # polyrl logs every step (``run_settings`` sets the run's own)
+    batch = getattr(args, "per_device_train_batch_size", None)
+    state.train_batch_size = batch if isinstance(batch, int) else None
+    return state
+
+
+def run_settings(state: Any, trainer: Any) -> None:
+    """The fields of ``state`` polyrl's ``trainer`` (a ``polyrl.trainer.Trainer``) sets by its
+    config: ``max_steps``, ``save_steps``, ``eval_steps`` and ``num_train_epochs``."""
+    from polyrl.step_metrics import trl_epoch
+
+    c = trainer.config.train
+    state.max_steps = c.steps
+    if c.checkpoint_every:
+        state.save_steps = c.checkpoint_every
+    if trainer.config.eval.every:
+        state.eval_steps = trainer.config.eval.every
+    state.num_train_epochs = math.ceil(trl_epoch(c.steps, c.prompts_per_step, len(trainer.dataset)))
 
 
 def _callback_error(callback: Any, event: str, exc: BaseException) -> CallbackError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from polyrl.backend_kit.literal_chat import encode_chat_literal, plain_sequence
@@ -24,25 +25,27 @@ def templated(tokenizer: Any, chat_template: bool | str, prompt: Prompt | None =
 
 
 def render_pair(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool | str,
-                field: str = "options.path") -> str:
+                field: str = "options.path", template_kwargs: Mapping[str, Any] | None = None) -> str:
     """The conversation rendered by the reward model's chat template (when asked and it has one,
-    within ``template_limits``' bounds: past one, a ConfigError on ``field``), else the prompt's
-    text followed by the completion."""
+    within ``template_limits``' bounds: past one, a ConfigError on ``field``; ``template_kwargs``
+    its extra variables, the reward's ``chat_template_kwargs``), else the prompt's text followed by
+    the completion."""
     if templated(tokenizer, chat_template, prompt):
-        return render_chat(tokenizer, _conversation(prompt, completion), None, False, field)
+        return render_chat(tokenizer, _conversation(prompt, completion), None, False, field, template_kwargs)
     if isinstance(prompt, str):
         return prompt + completion
     return "\n".join(str(m.get("content", "")) for m in prompt) + completion  # type: ignore[union-attr]  # FIXME: TokenPrompt
 
 
 def encode_pair(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool | str, max_length: int,
-                field: str = "options.path") -> list[int]:
+                field: str = "options.path", template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
     """The ids a reward model scores: ``render_pair``'s text, at most ``max_length`` tokens (cut from
     the left, keeping the completion). Only the template's special tokens (or, without one, the
     tokenizer's own, BERT's ``[CLS]``/``[SEP]``) are special: a completion or prompt spelling
     ``<|im_end|>`` gets those characters as text, so it cannot end its turn and write a forged one
-    for the model to score (``polyrl.backend_kit.literal_chat``)."""
+    for the model to score (``polyrl.backend_kit.literal_chat``). ``template_kwargs``: as ``render_pair``'s."""
     if templated(tokenizer, chat_template, prompt):
-        ids = encode_chat_literal(tokenizer, _conversation(prompt, completion), field=field)
+        ids = encode_chat_literal(tokenizer, _conversation(prompt, completion), field=field,
+                                  template_kwargs=template_kwargs)
         return ids[len(ids) - max_length:] if len(ids) > max_length else ids
     return plain_sequence(tokenizer, render_pair(tokenizer, prompt, completion, False), max_length)

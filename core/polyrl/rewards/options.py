@@ -56,6 +56,22 @@ def positive_number(name: str, opts: Mapping[str, Any], key: str, example: Any, 
     return int(value) if integer else float(value)
 
 
+def template_kwargs(name: str, opts: dict[str, Any]) -> dict[str, Any]:
+    """A reward model's ``chat_template_kwargs`` option: extra variables for its own chat template
+    (``polyrl.chat_kwargs.checked``'s rules; none by default), stored back in ``opts`` as a plain
+    dict. Its own key, not ``model.chat_template_kwargs``: the reward model may be another family,
+    whose template reads other variables (the TRL route fills it with TRL's, ``api.run_config``)."""
+    from polyrl.chat_kwargs import checked
+    from polyrl.errors import ConfigError
+
+    try:
+        opts["chat_template_kwargs"] = checked(opts["chat_template_kwargs"], "chat_template_kwargs",
+                                               example="e.g. options.chat_template_kwargs = {enable_thinking = false}")
+    except ConfigError as exc:
+        raise RewardError(f"{name}: option {exc.field}: {exc.message}. Fix: {exc.fix}") from None
+    return opts["chat_template_kwargs"]
+
+
 def chat_template_choice(name: str, opts: Mapping[str, Any]) -> bool | str:
     """A reward model's ``chat_template`` option: "auto" (TRL's rule: the template for chat prompts
     only), true (every prompt through it) or false (never)."""

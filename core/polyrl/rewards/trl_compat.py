@@ -156,6 +156,13 @@ class TrainerState:
             is_local_process_zero=rank == 0, is_world_process_zero=rank == 0,
         )
 
+    def save_to_json(self, json_path: str) -> None:
+        """Write the fields as JSON to ``json_path``, as ``transformers.TrainerState.save_to_json`` does."""
+        import json
+
+        with open(json_path, "w", encoding="utf-8") as f:
+            f.write(json.dumps(attrs.asdict(self), indent=2, sort_keys=True) + "\n")
+
 
 def with_trl_names(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """One step's metrics for ``trainer_state.log_history``: polyrl's names plus TRL's for the same

@@ -16,6 +16,7 @@ Options (``[[rewards]] name = "max_reward_model"``); unknown options are an erro
 ``chat_template``  "auto" (default, TRL's rule): a chat prompt is rendered with the tokenizer's chat
                    template when it has one, a text prompt as its text followed by the completion;
                    true: every prompt through the template; false: never
+``chat_template_kwargs``  extra variables for the chat template (default none), as ``reward_model``'s
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 from polyrl.backend_kit.reward_text import encode_pair
 from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.errors import ConfigError, RewardError
-from polyrl.rewards.options import chat_template_choice, merged, required_text, whole_number
+from polyrl.rewards.options import chat_template_choice, merged, required_text, template_kwargs, whole_number
 from polyrl.hookspecs import hookimpl
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 
 NAME = "max_reward_model"
 DEFAULTS: dict[str, Any] = {"path": None, "batch_size": 8, "max_length": 512, "label": None,
-                            "chat_template": "auto"}
+                            "chat_template": "auto", "chat_template_kwargs": None}
 _loaded: dict[str, tuple[Any, Any]] = {}
 _lock = threading.Lock()
 
@@ -49,6 +50,7 @@ def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
     for key in ("batch_size", "max_length"):
         whole_number(NAME, opts, key, DEFAULTS[key])
     chat_template_choice(NAME, opts)
+    template_kwargs(NAME, opts)
     return opts
 
 
@@ -110,7 +112,8 @@ def score_texts(prompts: Sequence[Prompt], completions: Sequence[str],
         raise RewardError(f"{NAME}: label must be in 0..{labels - 1}, got {label!r}")
     max_length = min(opts["max_length"], classifier.max_positions)
     # special-token strings in the text are text: only the template's (or [CLS]/[SEP]) are special
-    ids = [encode_pair(tokenizer, p, c, opts["chat_template"], max_length) for p, c in zip(prompts, completions)]
+    ids = [encode_pair(tokenizer, p, c, opts["chat_template"], max_length,
+                       template_kwargs=opts["chat_template_kwargs"]) for p, c in zip(prompts, completions)]
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
     tokenizer.padding_side = "right"

@@ -17,6 +17,10 @@ Options (``[[rewards]] name = "reward_model"``); unknown options are an error:
                    Either way only the template's (or the tokenizer's own) special tokens are special:
                    a completion spelling ``<|im_end|>`` is scored as those characters, never as a
                    turn it ended (``polyrl.backend_kit.literal_chat``)
+``chat_template_kwargs``  extra variables for the reward model's own chat template (default none),
+                   e.g. ``{enable_thinking = false}``; the policy's ``model.chat_template_kwargs`` are
+                   not passed (another family's template may read other variables), except on the
+                   TRL route, which passes ``GRPOConfig.chat_template_kwargs`` as TRL does
 ``label``          which logit is the score (default: 0 when the model has one label; required otherwise)
 ``device``         "auto" (default: CUDA when torch sees a GPU, else the CPU), "cpu", "cuda", "mps"...
 ``dtype``          "float32" (default), "bfloat16", "float16"
@@ -37,7 +41,7 @@ from polyrl.backend_kit.reward_text import encode_pair
 from polyrl.backend_kit.weight_headers import config_sizes, refuse_sizes_beyond_weights
 from polyrl.errors import ConfigError, RewardError
 from polyrl.folder_links import refuse_outside_links
-from polyrl.rewards.options import chat_template_choice, merged, required_text, whole_number
+from polyrl.rewards.options import chat_template_choice, merged, required_text, template_kwargs, whole_number
 from polyrl.hookspecs import hookimpl
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 from polyrl_torch.load_report import held_load_report
@@ -45,7 +49,7 @@ from polyrl_torch.reward_weights import refuse_incomplete_weights
 
 NAME = "reward_model"
 DEFAULTS: dict[str, Any] = {"path": None, "batch_size": 8, "max_length": 1024, "chat_template": "auto",
-                            "label": None, "device": "auto", "dtype": "float32"}
+                            "chat_template_kwargs": None, "label": None, "device": "auto", "dtype": "float32"}
 
 _loaded: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 _lock = threading.Lock()
@@ -57,6 +61,7 @@ def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
     for key in ("batch_size", "max_length"):
         whole_number(NAME, opts, key, DEFAULTS[key])
     chat_template_choice(NAME, opts)
+    template_kwargs(NAME, opts)
     return opts
 
 
@@ -146,7 +151,8 @@ def score_texts(prompts: Sequence[Prompt], completions: Sequence[str], options: 
         label = 0
     if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < num_labels:
         raise RewardError(f"{NAME}: label must be in 0..{num_labels - 1}, got {label!r}")
-    ids = [encode_pair(tokenizer, p, c, opts["chat_template"], opts["max_length"]) for p, c in zip(prompts, completions)]
+    ids = [encode_pair(tokenizer, p, c, opts["chat_template"], opts["max_length"],
+                       template_kwargs=opts["chat_template_kwargs"]) for p, c in zip(prompts, completions)]
     scores: list[float] = []
     with torch.inference_mode():
         for start in range(0, len(ids), opts["batch_size"]):
