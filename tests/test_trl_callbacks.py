@@ -343,3 +343,23 @@ def test_under_torchrun_every_rank_calls_its_callbacks_and_a_stop_on_rank_zero_s
                                   ["on_train_end", 1, rank == 0]]
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1]
+
+
+def test_a_callback_class_that_needs_arguments_is_one_error_naming_it(tiny_model_dir, tmp_path):
+    """transformers makes a class given with no arguments; one that needs some raised a bare
+    TypeError out of GRPOTrainer()."""
+    from transformers import EarlyStoppingCallback
+
+    from polyrl.errors import ConfigError
+
+    class Needs(TrainerCallback):
+        def __init__(self, patience):
+            self.patience = patience
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset())
+    with pytest.raises(ConfigError) as err:
+        trainer.add_callback(Needs)
+    assert err.value.field == "callback" and "Needs" in str(err.value) and "TypeError" in str(err.value)
+    assert "Needs(...)" in err.value.fix and trainer.callback_handler.callbacks == []
+    trainer.add_callback(EarlyStoppingCallback)  # its arguments have defaults: made, as transformers makes it
+    assert [type(c) for c in trainer.callback_handler.callbacks] == [EarlyStoppingCallback]

@@ -80,7 +80,14 @@ class TrlCallbacks:
 
     def add_callback(self, callback: Any, where: str = "callback") -> None:
         """A ``TrainerCallback`` instance, or a class made with no arguments (transformers' rule)."""
-        made = callback() if isinstance(callback, type) else callback
+        try:
+            made = callback() if isinstance(callback, type) else callback
+        except Exception as exc:  # noqa: BLE001 - the user's class: its own error, named
+            from polyrl.agents.threads import describe
+
+            raise ConfigError(f"{where} is the class {callback.__name__}, which could not be made with no arguments "
+                              f"({describe(exc, run_goes_on=False)})", field=where,
+                              fix=f"pass an instance made with its arguments, e.g. {callback.__name__}(...)") from None
         missing = [event for event in EVENTS if not callable(getattr(made, event, None))]
         if missing:
             raise ConfigError(f"{where} is a {type(made).__name__} without {', '.join(missing)}", field=where,
