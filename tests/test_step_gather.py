@@ -115,3 +115,16 @@ def test_the_environment_reward_mean_of_huge_finite_rewards_is_finite():
                 for r in (1e308, 1e308, -1e307, None)]
     metrics = step_gather.episode_metrics(step_gather.Shard.of(episodes))
     assert metrics["episode/env_reward_mean"] == pytest.approx(1e308 / 3 * 2 - 1e307 / 3, rel=1e-12)
+
+
+def test_episode_metrics_carry_trls_tool_call_and_failure_frequencies():
+    """TRL's tools/call_frequency (calls per completion) and tools/failure_frequency (failed calls
+    over calls), which a TRL tools script's callbacks and dashboards read; absent before."""
+    info = {"turns": 2, "format_errors": 0}
+    episodes = [Completion(0, [1], [2], [0.0], mask=[True], info={**info, "tool_calls": c, "tool_errors": e})
+                for c, e in ((3, 1), (1, 0), (0, 0), (4, 2))]
+    metrics = step_gather.episode_metrics(step_gather.Shard.of(episodes))
+    assert metrics["tools/call_frequency"] == pytest.approx(8 / 4)
+    assert metrics["tools/failure_frequency"] == pytest.approx(3 / 8)
+    none = [Completion(0, [1], [2], [0.0], mask=[True], info={**info, "tool_calls": 0, "tool_errors": 0})]
+    assert step_gather.episode_metrics(step_gather.Shard.of(none))["tools/failure_frequency"] == 0.0

@@ -180,13 +180,117 @@ def test_a_callback_that_raises_is_one_error_naming_it_and_the_event(tiny_model_
         trainer.train()
     text = str(err.value)
     assert "\n" not in text and "Broken.on_step_end" in text and "ValueError: no such metric" in text
-    assert "test_trl_callbacks.py:" in text and "Fix:" in text
+    assert "test_trl_callbacks.py:" in text and "Fix:" in text and "checkpointed" in text
     assert err.value.__cause__ is None and err.value.__suppress_context__
-    # the checkpoint of step 1 is intact: a resume without the callback goes on from there
-    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step-00000001"]
+    # step 2 trained and was recorded before on_step_end raised: its line and checkpoint are kept
+    # (it was lost, the run rewound to step 1); a resume without the callback goes on from there
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-00000001",
+                                                                                   "step-00000002"]
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2]
     again = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=3),
                         train_dataset=_dataset())
     assert again.train(resume_from_checkpoint=True).global_step == 3
+
+
+class BrokenAt(TrainerCallback):
+    """Raises in ``event`` at step ``step``."""
+
+    def __init__(self, event: str, step: int = 0):
+        self.event, self.step = event, step
+
+    def _maybe(self, event, state):
+        if event == self.event and state.global_step == self.step:
+            raise RuntimeError(f"broken in {event}")
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._maybe("on_train_begin", state)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._maybe("on_step_begin", state)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._maybe("on_train_end", state)
+
+
+@pytest.mark.parametrize(("event", "step", "saved", "says"), [
+    ("on_step_begin", 1, ["step-00000001"], "checkpointed"),  # before step 2: step 1 trained, no checkpoint yet
+    ("on_train_begin", 0, [], "before its first step"),
+    ("on_train_end", 2, ["step-00000002"], "after the run ended"),
+])
+def test_a_callback_raising_outside_a_steps_end_keeps_the_trained_steps_and_says_what_became_of_the_run(
+        tiny_model_dir, tmp_path, event, step, saved, says):
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
+                          train_dataset=_dataset(), callbacks=[BrokenAt(event, step)])
+    with pytest.raises(CallbackError) as err:
+        trainer.train()
+    assert f"BrokenAt.{event}" in str(err.value) and says in str(err.value) and "\n" not in str(err.value)
+    folder = tmp_path / "run" / "checkpoints"
+    assert (sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []) == saved
+
+
+def test_a_train_again_after_a_callback_failed_calls_the_callbacks_anew(tiny_model_dir, tmp_path):
+    recorder = Recorder()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=3),
+                          train_dataset=_dataset(), callbacks=[Broken(), recorder])
+    with pytest.raises(CallbackError):
+        trainer.train()
+    trainer.remove_callback(Broken)
+    recorder.events.clear()
+    assert trainer.train(resume_from_checkpoint=True).global_step == 3
+    # the failure was not remembered: every event reached the recorder (none did before)
+    assert [e for e, _ in recorder.events] == ["on_train_begin", "on_step_begin", "on_step_end", "on_log",
+                                               "on_save", "on_train_end"]
+
+
+class EvaluateAtFirstStep(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_evaluate = state.global_step == 1
+
+
+def test_should_evaluate_evaluates_that_step_on_the_eval_dataset(tiny_model_dir, tmp_path):
+    recorder = Recorder()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          eval_dataset=_dataset(2), callbacks=[EvaluateAtFirstStep(), recorder],
+                          args=_args(tmp_path, max_steps=3, eval_strategy="steps", eval_steps=3))
+    trainer.train()
+    # asked at step 1, scheduled at step 3; on_log and on_evaluate after on_step_end, as transformers calls them
+    assert [s for e, s in recorder.events if e == "on_evaluate"] == [1, 3]
+    assert [e for e, _ in recorder.events][:7] == ["on_init_end", "on_train_begin", "on_step_begin", "on_step_end",
+                                                   "on_log", "on_log", "on_evaluate"]
+    assert [m["step"] for m in trainer.state.log_history if "eval_reward" in m] == [1, 3]
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines if "eval/sampled_reward_mean" in m] == [1, 3]  # on the step's own line
+
+
+def test_should_evaluate_in_a_run_without_evaluation_warns_once_and_trains_on(tiny_model_dir, tmp_path):
+    from structlog.testing import capture_logs
+
+    class EvaluateEveryStep(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_evaluate = True
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
+                          train_dataset=_dataset(), eval_dataset=_dataset(2), callbacks=[EvaluateEveryStep()])
+    with capture_logs() as logs:
+        assert trainer.train().global_step == 2
+    said = [e for e in logs if "should_evaluate" in e["event"]]
+    assert len(said) == 1 and said[0]["log_level"] == "warning" and "eval_strategy" in said[0]["event"]
+    assert not any("eval_reward" in m for m in trainer.state.log_history)
+
+
+def test_a_progress_callback_given_draws_the_only_bar(tiny_model_dir, tmp_path, monkeypatch):
+    from transformers import ProgressCallback
+
+    from polyrl.trainer import Trainer
+
+    shown: list[bool] = []
+    run = Trainer.run
+    monkeypatch.setattr(Trainer, "run", lambda self, progress=True: shown.append(progress) or run(self, progress))
+    for given in ([ProgressCallback], [Recorder()]):
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=1, disable_tqdm=False),
+                    train_dataset=_dataset(), callbacks=given).train()
+    assert shown == [False, True]  # polyrl's own bar beside transformers' tqdm bar: two bars
 
 
 def test_callbacks_are_added_popped_and_removed_as_transformers_does(tiny_model_dir, tmp_path):
@@ -239,3 +343,23 @@ def test_under_torchrun_every_rank_calls_its_callbacks_and_a_stop_on_rank_zero_s
                                   ["on_train_end", 1, rank == 0]]
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1]
+
+
+def test_a_callback_class_that_needs_arguments_is_one_error_naming_it(tiny_model_dir, tmp_path):
+    """transformers makes a class given with no arguments; one that needs some raised a bare
+    TypeError out of GRPOTrainer()."""
+    from transformers import EarlyStoppingCallback
+
+    from polyrl.errors import ConfigError
+
+    class Needs(TrainerCallback):
+        def __init__(self, patience):
+            self.patience = patience
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset())
+    with pytest.raises(ConfigError) as err:
+        trainer.add_callback(Needs)
+    assert err.value.field == "callback" and "Needs" in str(err.value) and "TypeError" in str(err.value)
+    assert "Needs(...)" in err.value.fix and trainer.callback_handler.callbacks == []
+    trainer.add_callback(EarlyStoppingCallback)  # its arguments have defaults: made, as transformers makes it
+    assert [type(c) for c in trainer.callback_handler.callbacks] == [EarlyStoppingCallback]

@@ -976,6 +976,28 @@ def test_a_reset_or_factory_that_raises_stops_the_run_naming_the_class_and_metho
         str(failed)
 
 
+def test_a_factory_returning_no_instance_when_the_pool_grows_stops_the_run_naming_the_factory():
+    """The probe was an instance; a later call's None is said as such (it was "NoneType.reset
+    raised AttributeError", and the fix to call reset by hand), and never pooled."""
+    from polyrl.agents.trl_environments import trl_environments
+    from polyrl.types import SamplingParams
+
+    made: list = []
+
+    def once():
+        made.append(_Counted() if not made else None)
+        return made[-1]
+
+    plugin = trl_environments(once)
+    runner = _pool_runner(plugin)
+    out = runner.run([{"prompt": "Look up key 0.", "answer": "a"}], SamplingParams(max_new_tokens=80, n=2, seed=1))
+    text = str(runner.failure())
+    assert "environment_factory() returned None, not an environment instance when the pool" in text
+    assert "NoneType" not in text and "return a new environment instance" in text
+    assert sorted("env_error" in c.info for c in out) == [False, True]
+    assert plugin.pool.take(None).instance is made[0]  # the None was dropped, the probe handed back
+
+
 class _Breaks:
     """Resets every row but key 1's, as a broken level of a game would."""
 

@@ -42,6 +42,11 @@ class RunObserver(Protocol):
     def step_begin(self, step: int) -> None:
         """Step ``step`` (1-based) is about to be taken."""
 
+    def step_trained(self, metrics: Mapping[str, Any]) -> bool:
+        """Step ``metrics["step"]`` trained (its metrics, before any evaluation of it and before they
+        are recorded). True asks for an evaluation of these weights now, on the step's line as an
+        ``eval.every`` one (transformers' ``control.should_evaluate``); the ranks agree on it (any asks)."""
+
     def step_end(self, metrics: Mapping[str, Any]) -> StepAsk:
         """The step's metrics were recorded (metrics.jsonl, trackers); an evaluation during the run is
         on the same line (``eval/`` keys). The answer is agreed across ranks before it is acted on."""

@@ -157,6 +157,7 @@ def episode_metrics(shard: Shard) -> dict[str, float]:
     def share(key: str) -> float:
         return sum(1 for i in infos if (i[key] or 0) > 0) / n
 
+    calls = sum(float(i["tool_calls"] or 0) for i in infos)
     out = {
         "episode/turns_mean": sum(float(i["turns"] or 0) for i in infos) / n,
         "episode/tool_calls_mean": sum(float(i["tool_calls"] or 0) for i in infos) / n,
@@ -166,6 +167,10 @@ def episode_metrics(shard: Shard) -> dict[str, float]:
         "episode/env_error_share": share("env_error"),
         "episode/sampled_token_share": float(sum(float(i["sampled"] or 0) for i in infos)
                                              / max(1.0, sum(float(i["tokens"] or 0) for i in infos))),
+        # TRL's names (its tool-calling runs log them): calls per completion, and the share of the
+        # calls that answered an error (a tool that raised, an unknown tool, a call over the cap)
+        "tools/call_frequency": calls / n,
+        "tools/failure_frequency": sum(float(i["tool_errors"] or 0) for i in infos) / calls if calls else 0.0,
     }
     rewards = [float(i["env_reward"]) for i in infos if i["env_reward"] is not None]
     if rewards:  # overflow-safe: finite rewards near float64's largest summed to inf

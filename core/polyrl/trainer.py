@@ -1396,6 +1396,10 @@ class Trainer:
             self.tracking.open()
             self._run(summary, progress)
             failed = False
+        except CallbackError:  # the user's code failed between steps: the steps trained are kept
+            if self.step > 0:  # under a launcher every rank raises it at the same point
+                self._save_last_good_state(agreed=True)
+            raise
         finally:
             self.tracking.close(failed=failed)
             # a rollout sampled ahead finishes first (or was checkpointed); not after a second Ctrl-C
@@ -1481,7 +1485,9 @@ class Trainer:
                     raise
                 self.step += 1
                 self.ref_sync.after_step(self.step)
-                if c.eval.every and self.eval_dataset is not None and self.step % c.eval.every == 0:
+                asked_eval = self._observe_trained(metrics)  # before the evaluation: it may ask for one
+                due = bool(c.eval.every) and self.step % c.eval.every == 0
+                if self.eval_dataset is not None and (due or asked_eval):
                     try:
                         last_eval = (self.step, self.evaluate())  # on the step's line: a resume rewinds both
                         metrics.update(last_eval[1])
@@ -1569,6 +1575,16 @@ class Trainer:
                 self._publish_eval("after", summary["eval_after"])
             for observer in self.observers:
                 observer.evaluated("after", self.step, summary["eval_after"])
+
+    def _observe_trained(self, metrics: dict[str, Any]) -> bool:
+        """The observers told the step trained; whether one asks for its evaluation now, the same
+        answer on every rank (one gather, only in a run with observers and held-out rows)."""
+        wanted = False
+        for observer in self.observers:
+            wanted = observer.step_trained(metrics) or wanted  # every observer hears of the step
+        if self.world_size > 1 and self.observers and self.eval_dataset is not None:
+            wanted = any(self.train_engine.all_gather(wanted))
+        return wanted and self.eval_dataset is not None
 
     def _observe_step(self, metrics: dict[str, Any]) -> StepAsk:
         """The observers told of the step just recorded; what they ask, together."""

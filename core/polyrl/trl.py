@@ -246,7 +246,9 @@ class GRPOTrainer:
         callbacks = self._callbacks if self._callbacks is not None and self._callbacks.callbacks else None
         if callbacks is not None:  # on_train_begin when the run starts (``run_begin``)
             trainer.observers.append(callbacks)
-        summary = trainer.run(progress=not getattr(self.args, "disable_tqdm", False))  # TRL's switch for its bar
+        # TRL's switch for its bar; a transformers progress callback given draws its own bar instead
+        progress = not getattr(self.args, "disable_tqdm", False) and not (callbacks and callbacks.draws_progress)
+        summary = trainer.run(progress=progress)
         self.summary = summary
         if "model" in summary and self.eval_dataset is not None:  # evaluate() is likely: on the run's engines
             self._eval_engines = (str(self._model_source("evaluate")), trainer.engines)

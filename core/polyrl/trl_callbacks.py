@@ -14,10 +14,13 @@ trainer built), ``on_train_begin``, then each step ``on_step_begin``, ``on_step_
 arguments only ``processing_class`` is given (the run's tokenizer); ``model``, ``optimizer``,
 ``lr_scheduler``, ``train_dataloader`` and ``eval_dataloader`` are None: the model trains in
 polyrl's backend, not in this process. Of ``TrainerControl``, ``should_training_stop`` ends the run
-after the step (saved and exported as at its end) and ``should_save`` checkpoints the step;
-``should_log``/``should_evaluate``/``should_epoch_stop`` are ignored (polyrl logs every step and
-evaluates every ``eval_steps``). A callback that raises ends the run with one ``CallbackError``
-naming it and the event. Under a launcher (torchrun) every rank calls its callbacks, with
+after the step (saved and exported as at its end), ``should_save`` checkpoints the step, and
+``should_evaluate`` (set in ``on_step_begin`` or ``on_step_end``) evaluates the step's weights on
+the ``eval_dataset``, on the step's line as an ``eval_steps`` evaluation (a run without one,
+``eval_strategy="no"``, warns once and goes on); ``should_log`` is met whatever it says (every step
+is logged: ``logging_steps`` 1) and ``should_epoch_stop`` is ignored. A callback that raises ends
+the run with one ``CallbackError`` naming it and the event, the steps trained checkpointed (one
+raising in ``on_step_end``: after its step is recorded). Under a launcher (torchrun) every rank calls its callbacks, with
 ``state.is_world_process_zero`` true on rank 0 only, and the ranks agree on a stop or a checkpoint
 asked on any of them after each step (a stop asked in ``on_save`` there: after the next step).
 """
@@ -64,6 +67,8 @@ class TrlCallbacks:
         self.state = state if state is not None else trainer_state(args, rank, local_rank)
         self.control = TrainerControl()
         self._steps = 0  # the run's train.steps (``run_begin``)
+        self._can_evaluate = False  # the run has held-out rows (``run_begin``)
+        self._said_no_evaluation = False  # the warning for a should_evaluate the run cannot follow
         #: under a launcher, the error a callback raised on this rank, raised on every rank after the
         #: step (``StepAsk.failed``); no event is called after it
         self.deferred: CallbackError | None = None
@@ -73,7 +78,14 @@ class TrlCallbacks:
 
     def add_callback(self, callback: Any, where: str = "callback") -> None:
         """A ``TrainerCallback`` instance, or a class made with no arguments (transformers' rule)."""
-        made = callback() if isinstance(callback, type) else callback
+        try:
+            made = callback() if isinstance(callback, type) else callback
+        except Exception as exc:  # noqa: BLE001 - the user's class: its own error, named
+            from polyrl.agents.threads import describe
+
+            raise ConfigError(f"{where} is the class {callback.__name__}, which could not be made with no arguments "
+                              f"({describe(exc, run_goes_on=False)})", field=where,
+                              fix=f"pass an instance made with its arguments, e.g. {callback.__name__}(...)") from None
         missing = [event for event in EVENTS if not callable(getattr(made, event, None))]
         if missing:
             raise ConfigError(f"{where} is a {type(made).__name__} without {', '.join(missing)}", field=where,
@@ -102,6 +114,13 @@ class TrlCallbacks:
     @property
     def callback_list(self) -> str:
         return "\n".join(type(c).__name__ for c in self.callbacks)
+
+    @property
+    def draws_progress(self) -> bool:
+        """Whether a callback is transformers' progress bar (``ProgressCallback``, its notebook
+        one): polyrl's own bar stays off then, or the run would draw two."""
+        bars = {"ProgressCallback", "NotebookProgressCallback"}  # the latter's module needs IPython: by name
+        return any(bars & {k.__name__ for k in type(c).__mro__} for c in self.callbacks)
 
     @property
     def processing_class(self) -> Any:
@@ -141,21 +160,47 @@ class TrlCallbacks:
         self.state.global_step = trainer.step
         self.state.log_history = [with_trl_names(m) for m in trainer.history]
         self.state.epoch = next((m["epoch"] for m in reversed(trainer.history) if "epoch" in m), 0.0)
+        self.deferred = None  # a train() again after one a callback ended: its callbacks are called anew
+        self._can_evaluate = trainer.eval_dataset is not None
+        self._said_no_evaluation = False
         self.event("on_train_begin")
 
     def step_begin(self, step: int) -> None:
         self.event("on_step_begin")
 
-    def step_end(self, metrics: Mapping[str, Any]) -> StepAsk:
-        from polyrl.rewards.trl_compat import with_trl_names
-        from polyrl.step_metrics import trl_eval_names
-
+    def step_trained(self, metrics: Mapping[str, Any]) -> bool:
+        """``on_step_end``, before the step is evaluated and recorded (transformers' order: the
+        evaluation ``should_evaluate`` asks follows it); True when ``control.should_evaluate`` is
+        set and the run has held-out rows, else one warning the first time. What a callback raises
+        here is raised after the step is recorded (``step_end``): the step trained, its line and
+        checkpoint are kept."""
         self.state.global_step = int(metrics.get("step", self.state.global_step + 1))
         if isinstance(metrics.get("epoch"), (int, float)):
             self.state.epoch = float(metrics["epoch"])
         if isinstance(metrics.get("num_tokens"), (int, float)):
             self.state.num_input_tokens_seen = int(metrics["num_tokens"])
-        self.event("on_step_end")
+        launcher, self._defer = self._defer, True
+        try:
+            self.event("on_step_end")
+        finally:
+            self._defer = launcher
+        asked = self.deferred is None and bool(self.control.should_evaluate)
+        if asked and not self._can_evaluate:
+            if not self._said_no_evaluation:
+                log.warning("a callback set control.should_evaluate, but this run has no evaluation "
+                            "(eval_strategy='no' or no eval_dataset); ignored for the whole run. Fix: pass an "
+                            "eval_dataset and set eval_strategy='steps' in the GRPOConfig",
+                            step=self.state.global_step)
+                self._said_no_evaluation = True
+            return False
+        return asked
+
+    def step_end(self, metrics: Mapping[str, Any]) -> StepAsk:
+        from polyrl.rewards.trl_compat import with_trl_names
+        from polyrl.step_metrics import trl_eval_names
+
+        if self.deferred is not None and not self._defer:  # on_step_end raised (``step_trained``)
+            raise self.deferred from None
         self._log(with_trl_names(metrics))
         evaluated = trl_eval_names(metrics)
         if evaluated:
@@ -184,7 +229,7 @@ class TrlCallbacks:
         self.state.global_step = global_step
         self.event("on_train_end")
         if self.deferred is not None:  # raised after the last step's gather (the final on_save)
-            raise self.deferred
+            raise self.deferred from None
 
     def _log(self, entry: Mapping[str, Any]) -> None:
         """``log_history`` gets ``entry`` with its ``step``; ``on_log`` the entry without it."""
@@ -247,6 +292,13 @@ def _callback_error(callback: Any, event: str, exc: BaseException) -> CallbackEr
     frames = traceback.extract_tb(exc.__traceback__)
     at = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if len(frames) > 1 else ""
     name = type(callback).__name__
-    return CallbackError(f"callback {name}.{event} raised {describe(exc, run_goes_on=False)}{at}; the run stopped "
-                         f"there, its checkpoints as they were. Fix: fix {name}.{event}, or remove {name} from "
+    return CallbackError(f"callback {name}.{event} raised {describe(exc, run_goes_on=False)}{at}; "
+                         f"{_AFTER.get(event, _STOPPED)}. Fix: fix {name}.{event}, or remove {name} from "
                          "callbacks (trainer.remove_callback)")
+
+
+#: what became of the run when a callback raised in an event (``_callback_error``)
+_STOPPED = "the run stopped there, the steps it trained checkpointed (train(resume_from_checkpoint=True) goes on)"
+_AFTER = {"on_init_end": "the GRPOTrainer was not built",
+          "on_train_begin": "the run stopped before its first step",
+          "on_train_end": "after the run ended, its checkpoints and model written"}

@@ -89,10 +89,10 @@ def with_observation(messages: list[Message], observation: Any, where: str) -> l
     return [*messages[:-1], {**last, "content": f"{last.get('content', '')}{observation}"}]
 
 
-def _stop(text: str) -> EnvironmentFailed:
+def _stop(text: str, fix: str = "call it by hand with this row to see why") -> EnvironmentFailed:
     """The error that stops the run (TRL's run stops at such an error too), one line."""
-    return EnvironmentFailed(f"{text}; the run stops after this step (saved), as TRL's stops at it. Fix: call "
-                             "it by hand with this row to see why", alone=True)
+    return EnvironmentFailed(f"{text}; the run stops after this step (saved), as TRL's stops at it. Fix: {fix}",
+                             alone=True)
 
 
 class _Episode:
@@ -122,6 +122,11 @@ class _Episode:
             raise _stop(f"{where}() raised {describe(exc, run_goes_on=False)} when the pool of its instances "
                         "grew") from None
         instance = pooled.instance
+        wrong = _not_an_environment(instance)
+        if wrong is not None:  # checked at the probe; a later call may return something else
+            pooled.spoiled = True
+            raise _stop(f"{where}() returned {wrong} when the pool of its instances grew",
+                        fix=f"make {where} return a new environment instance on every call")
         self.rewarded = instance
         kind = type(instance).__name__
         prompt = row.get(self._prompt_column)
@@ -222,16 +227,26 @@ def _probe(key: str | None, factory: Any, where: str, field: str, tool_names: Se
     return pooled
 
 
+def _not_an_environment(instance: Any) -> str | None:
+    """What ``instance`` is, said for an error, when it is no environment instance (None, a class,
+    an object whose class defines no ``reset``); None when it is one."""
+    if instance is None or isinstance(instance, type):
+        return f"{instance!r}, not an environment instance"
+    if not _defines(instance, "reset"):
+        return f"a {type(instance).__name__}, which defines no reset method"
+    return None
+
+
 def _check_probe(instance: Any, where: str, field: str, tool_names: Sequence[str]) -> None:
     """TRL's checks of a probed instance (``_probe``), each one ``ConfigError``."""
-    if instance is None or isinstance(instance, type):
-        raise ConfigError(f"{where}() returned {instance!r}, not an environment instance", field=field,
-                          fix="return a new instance (e.g. environment_factory=MyEnv, or lambda: MyEnv(...))")
-    kind = type(instance).__name__
-    if not _defines(instance, "reset"):
-        raise ConfigError(f"{where}() returned a {kind}, which defines no reset method", field=field,
+    wrong = _not_an_environment(instance)
+    if wrong is not None:
+        no_reset = instance is not None and not isinstance(instance, type)
+        raise ConfigError(f"{where}() returned {wrong}", field=field,
                           fix="define reset(self, **kwargs) on the class (it gets the dataset row; return None or "
-                              "text appended to the prompt)")
+                              "text appended to the prompt)" if no_reset else
+                              "return a new instance (e.g. environment_factory=MyEnv, or lambda: MyEnv(...))")
+    kind = type(instance).__name__
     for method in tool_methods(instance):
         try:
             tool_schema(method)
