@@ -116,15 +116,19 @@ def test_empty_files_stop_at_the_tmpfs_inode_cap():
         assert "polyrl-sample" not in f.read()  # mounted in the sample's namespace only
 
 
-def _daemon_outlives(box: Sandbox) -> tuple[list[str], object, float]:
+def _daemon_outlives(box: Sandbox, program: str | None = None) -> tuple[list[str], object, float]:
     """Run a sample whose double-forked ``setsid`` daemon (a shell named by a token, ignoring
-    SIGPIPE as Python left it) keeps the sample's stdout/stderr open and prints on; (the host pids
-    of the daemon still running after the reward returned, the result, seconds)."""
+    SIGPIPE as Python left it; or ``program`` run by Python with argv ``[TOKEN, sample pid]``)
+    keeps the sample's stdout/stderr open and prints on; (the host pids of the daemon still
+    running after the reward returned, the result, seconds)."""
     token = f"polyrl-daemon-{os.getpid()}-{time.monotonic_ns()}"
-    code = (f"import os\nTOKEN = {token!r}\nr, w = os.pipe()\n"
+    run = (f"os.set_inheritable(w, True)\n        os.execv(sys.executable, [sys.executable, '-c', {program!r}, "
+           "TOKEN, str(server), str(w)])" if program  # it writes 'up' to fd argv[3] once it runs
+           else "os.write(w, b'up')\n        os.close(w)\n"
+           "        os.execv('/bin/sh', ['sh', '-c', 'while :; do echo DAEMON; sleep 0.1; done', TOKEN])")
+    code = (f"import os, sys\nTOKEN = {token!r}\nserver = os.getpid()\nr, w = os.pipe()\n"
             "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-            "        os.write(w, b'up')\n        os.close(w)\n"
-            "        os.execv('/bin/sh', ['sh', '-c', 'while :; do echo DAEMON; sleep 0.1; done', TOKEN])\n"
+            f"        {run}\n"
             "    os._exit(0)\n"
             "os.close(w)\nprint('CHILD', os.read(r, 2).decode(), flush=True)\n" + GOOD)
     started = time.monotonic()
@@ -171,6 +175,86 @@ def test_at_the_off_level_a_setsid_daemon_dies_at_sample_end():
     assert result.all_passed and "CHILD up" in result.output, (result.status, result.output)
     assert took < 4 and left == [], (took, left)
     assert "every process of its uid is killed" in box.report["user"]
+
+
+#: A daemon that stops every other process of its uid (kill(-1, SIGSTOP), as often as it can) and
+#: lets its sample's server go on: the end-of-sample kill, which runs as that uid, is one of them.
+STOPPER = ("import os, signal, sys, time\nserver = int(sys.argv[2])\nend = time.monotonic() + 30\n"
+           "os.kill(-1, signal.SIGSTOP)\nos.kill(server, signal.SIGCONT)\nos.write(int(sys.argv[3]), b'up')\n"
+           "while time.monotonic() < end:\n"
+           "    for pid, sig in ((-1, signal.SIGSTOP), (server, signal.SIGCONT)):\n"
+           "        try:\n            os.kill(pid, sig)\n        except OSError:\n            pass\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="needs root and an interpreter every uid can run")
+def test_at_the_off_level_a_daemon_that_stops_the_end_of_sample_kill_dies_too():
+    """The end-of-sample kill ran as the sample's uid (``kill -KILL -1``), so the sample's daemon
+    could signal it: sending SIGSTOP to every process of its uid in a loop, it stopped the kill
+    before it ran. The trainer waited 10 s, the daemon ran on, and its uid went to the next sample
+    (which it could then stop, signal or ptrace). The trainer now kills each process of the uid
+    itself first, as root, which the sample cannot stop, and the pool skips a uid anything runs as."""
+    from polyrl.sandbox import uids
+
+    box = Sandbox(SandboxLimits(timeout_s=8), python=SYSTEM_PYTHON, isolation="off", audit_hook=False)
+    if getattr(box.launch, "uid_pool", None) is False:
+        pytest.skip(f"the uid pool is refused here: {box.report['user']}")
+    left, result, took = _daemon_outlives(box, STOPPER)
+    assert result.all_passed and "CHILD up" in result.output, (result.status, result.output)
+    assert took < 4 and left == [], (took, left)
+    assert uids.busy() == frozenset()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="needs root and an interpreter every uid can run")
+def test_at_the_off_level_a_sample_cannot_gain_privileges_from_a_setuid_binary():
+    """At the ``off`` and ``unshare`` levels the privilege drop kept the bounding set and set no
+    ``no_new_privs``: a setuid-root binary (su, mount, newgrp, passwd) the sample ran got root's
+    privileges (only bubblewrap's level had them off). Now no capability and no_new_privs."""
+    box = Sandbox(SandboxLimits(timeout_s=8), python=SYSTEM_PYTHON, isolation="off", audit_hook=False)
+    if box.launch.ids is None:
+        pytest.skip(f"samples are not dropped to another uid here: {box.report['user']}")
+    code = ("fields = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
+            "print('NNP', fields['NoNewPrivs'].strip(), 'BND', fields['CapBnd'].strip(), flush=True)\n" + GOOD)
+    result = box.run(code, TESTS)
+    assert result.all_passed, (result.status, result.error, result.output)
+    assert "NNP 1 BND 0000000000000000" in result.output, result.output
+    assert "--no-new-privs" in isolation.drop_privileges((65534, 65534))  # the unshare level's drop too
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to run as another uid")
+def test_the_pool_skips_a_uid_a_process_runs_as_or_a_user_has(tmp_path, monkeypatch):
+    """The pool gave a sample uid ``FIRST`` though a process still ran with it (what a previous
+    sample left running, or a real user whose uid falls in the range, as sssd's default id-mapping
+    range 200000-2000200000 does): their RLIMIT_NPROC was shared, each could signal and ptrace the
+    other, and at the ``off`` level the sample's end-of-sample kill reached that process. A uid
+    the user database names is skipped too."""
+    from polyrl.sandbox import uids
+
+    monkeypatch.setattr(uids, "LOCKS", tmp_path)
+    other = subprocess.Popen(["setpriv", f"--reuid={uids.FIRST}", f"--regid={uids.FIRST}", "--clear-groups",
+                              "sleep", "30"], stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 5
+        while uids.FIRST not in uids.live_uids() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        got = uids.acquire()
+        uids.release(got)
+        assert got != uids.FIRST
+    finally:
+        other.kill()
+        other.wait()
+    nobody = 65534
+    try:
+        import pwd
+
+        pwd.getpwuid(nobody)
+    except KeyError:
+        pytest.skip("no user with uid 65534 here")
+    monkeypatch.setattr(uids, "FIRST", nobody)
+    got = uids.acquire()
+    uids.release(got)
+    assert got != nobody
 
 
 @needs_bwrap

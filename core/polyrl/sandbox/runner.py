@@ -192,9 +192,10 @@ class Sandbox:
             return result
         finally:
             if uid is not None:
-                if self.launch.level == "off":  # no PID namespace: a setsid daemon left the process group
-                    _kill_uid(uid, self.launch.ids[1] if self.launch.ids else uid)
-                uids.release(uid)  # every process of the sample is gone (_kill waited for its PID namespace)
+                # at the off level nothing else ends a setsid daemon that left the process group; at
+                # the others the PID namespace does, and this finds nothing (or a straggler of it)
+                _kill_uid(uid, self.launch.ids[1] if self.launch.ids else uid)
+                uids.release(uid)  # uids.acquire skips it anyway while anything of it still runs
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
 
@@ -304,20 +305,60 @@ def _kill(proc: subprocess.Popen) -> None:
                 pass
 
 
-def _kill_uid(uid: int, gid: int) -> None:
-    """SIGKILL to every process of ``uid``, a pooled sample's own (``polyrl.sandbox.uids``): as that
-    uid, ``kill(-1)`` reaches exactly its processes, a ``setsid`` daemon outside the sample's
-    process group too (at the ``off`` level nothing else would end it)."""
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        return
-    kill = [shutil.which("kill") or "kill", "-KILL", "-1"]
+#: Rounds of ``_kill_uid`` before it gives up on a uid (then the pool skips it while anything of it runs).
+KILL_UID_ROUNDS = 5
+
+
+def _kill_uid(uid: int, gid: int) -> bool:
+    """End every process of ``uid``, a pooled sample's own (``polyrl.sandbox.uids``); whether none
+    is left. Each round, this (root) process SIGKILLs each one it finds in /proc: a sample can
+    neither stop nor trace root. Then a helper that is ``uid`` itself sends ``kill(-1)``, which
+    reaches exactly that uid's processes at once, children forked since the scan too. The helper
+    alone was not enough: a daemon that sends SIGSTOP to every process of its uid in a loop
+    stopped it before its ``kill`` (the trainer waited 10 s, the daemon ran on and the uid went
+    to the next sample), and it is the root sweep before it that ends such a daemon."""
+    setpriv, kill = shutil.which("setpriv"), shutil.which("kill", path="/usr/bin:/bin")  # never the trainer's PATH
+    for _ in range(KILL_UID_ROUNDS):
+        pids = uids.processes(uid)
+        if not pids:
+            return True
+        for pid in pids:
+            _sigkill(pid, uid)
+        if setpriv is not None and kill is not None:
+            try:
+                subprocess.run([setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs",
+                                kill, "-KILL", "-1"], timeout=2, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"},
+                               cwd="/")
+            except (OSError, subprocess.SubprocessError):
+                pass  # stopped or refused: the next round's sweep kills it and what it was after
+        time.sleep(0.01)
+    left = uids.processes(uid)
+    if left:
+        log.error("could not kill what a sample left running; its uid stays out of the pool while it runs",
+                  uid=uid, pids=left[:16])
+    return not left
+
+
+def _sigkill(pid: int, uid: int) -> None:
+    """SIGKILL ``pid`` if it (still) runs with ``uid``: through a pidfd, so a pid reused between
+    the scan and the signal is never hit (os.kill where the kernel has no pidfds)."""
     try:
-        subprocess.run([setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *kill], timeout=10,
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       env={"PATH": "/usr/bin:/bin"}, cwd="/")
-    except (OSError, subprocess.SubprocessError) as exc:
-        log.error("could not kill what a sample left running", uid=uid, error=str(exc))
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        if uid in (uids.status_uids(str(pid)) or ()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        return
+    try:
+        if uid in (uids.status_uids(str(pid)) or ()):  # the process the pidfd holds, checked after opening it
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _alive_in_group(pgid: int) -> bool:

@@ -16,7 +16,9 @@ uid map) the probe that picks the level fails with it and samples share ``nobody
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
+import pwd
 import threading
 from pathlib import Path
 
@@ -53,17 +55,72 @@ def _claim(uid: int) -> tuple[bool, int | None]:
     return True, fd
 
 
+@functools.lru_cache(maxsize=4096)
+def _named(uid: int) -> bool:
+    """Whether the host's user database (/etc/passwd, LDAP, sssd) knows ``uid``: a real user's uid
+    is never given to a sample (at the ``off`` level its end-of-sample kill would reach that user)."""
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+def status_uids(pid: str) -> tuple[int, ...] | None:
+    """The real, effective, saved and filesystem uids of a live process (None: gone, or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            text = f.read()
+    except OSError:
+        return None
+    state = uid_line = None
+    for line in text.splitlines():
+        if line.startswith("State:"):
+            state = line.split()[1:2]
+        elif line.startswith("Uid:"):
+            uid_line = line.split()[1:]
+    if uid_line is None or state in (["Z"], ["X"]):
+        return None
+    return tuple(int(u) for u in uid_line)
+
+
+def live_uids() -> set[int]:
+    """Every uid a live process on this host runs with (real, effective, saved or filesystem)."""
+    seen: set[int] = set()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return seen
+    for name in names:
+        if name.isdigit() and (ids := status_uids(name)) is not None:
+            seen.update(ids)
+    return seen
+
+
+def processes(uid: int) -> list[int]:
+    """The live processes running with ``uid`` (any of real, effective, saved, filesystem)."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    return [int(name) for name in names if name.isdigit() and uid in (status_uids(name) or ())]
+
+
 def acquire() -> int:
-    """The lowest uid of the pool no running sample on this host holds (reused, so few uids)."""
+    """The lowest uid of the pool no running sample on this host holds (reused, so few uids).
+    Skipped too: a uid some live process runs with (what a previous sample with it left running,
+    say a daemon that stopped the end-of-sample kill: the next sample with that uid would share its
+    RLIMIT_NPROC count and be its to signal and ptrace) and a uid the user database names."""
     with _lock:
+        running = live_uids()
         for uid in range(FIRST, FIRST + SIZE):
-            if uid in _busy:
+            if uid in _busy or uid in running or _named(uid):
                 continue
             free, fd = _claim(uid)
             if free:
                 _busy[uid] = fd
                 return uid
-    raise PoolExhausted(f"more than {SIZE} samples at once")
+    raise PoolExhausted(f"more than {SIZE} samples at once (or uids held by what earlier samples left running)")
 
 
 def release(uid: int) -> None:
