@@ -257,6 +257,54 @@ def test_the_pool_skips_a_uid_a_process_runs_as_or_a_user_has(tmp_path, monkeypa
     assert got != nobody
 
 
+#: Sample N: leaves a private file in /dev/shm and /tmp and a SysV shared memory segment holding a word.
+PLANT = ("import ctypes, os\nTOKEN = {token!r}\n"
+         "for folder in ('/dev/shm', '/tmp'):\n"
+         "    fd = os.open(os.path.join(folder, TOKEN), os.O_CREAT | os.O_WRONLY, 0o600)\n"
+         "    os.write(fd, b'ANSWER')\n    os.close(fd)\n"
+         "libc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\n"
+         "sid = libc.shmget({key}, 4096, 0o1000 | 0o600)\nassert sid >= 0, ctypes.get_errno()\n"
+         "ctypes.memmove(libc.shmat(sid, None, 0), b'ANSWER', 6)\n")
+#: Sample N + 1 (the same uid, reused): prints what it finds of sample N's.
+FIND = ("import ctypes, os\nTOKEN = {token!r}\nfound = []\n"
+        "for folder in ('/dev/shm', '/tmp'):\n    try:\n"
+        "        found.append(open(os.path.join(folder, TOKEN)).read())\n    except OSError:\n        pass\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\n"
+        "sid = libc.shmget({key}, 0, 0)\n"
+        "if sid >= 0:\n    found.append(ctypes.string_at(libc.shmat(sid, None, 0), 6).decode())\n"
+        "print('FOUND', found, flush=True)\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="needs root and an interpreter every uid can run")
+def test_at_the_off_level_the_next_sample_with_a_reused_uid_finds_nothing_the_last_one_left():
+    """Pooled uids are reused. At the ``off`` (and ``unshare``) level a sample's private files in
+    the host's shared folders and its SysV IPC objects outlived it, and the next sample given the
+    same uid read them: sample N could hand sample N + 1 its answers (or a planted state). What a
+    pooled uid owns there is now removed at the sample's end (``polyrl.sandbox.leftovers``)."""
+    from polyrl.sandbox import uids
+
+    box = Sandbox(SandboxLimits(timeout_s=8), python=SYSTEM_PYTHON, isolation="off", audit_hook=False)
+    if getattr(box.launch, "uid_pool", None) is False:
+        pytest.skip(f"the uid pool is refused here: {box.report['user']}")
+    token = f"polyrl-leftover-{os.getpid()}-{time.monotonic_ns()}"
+    key = 0x50000000 + os.getpid() % 0x1000000
+    try:
+        first = box.run(PLANT.format(token=token, key=key) + GOOD, TESTS)
+        assert first.all_passed, (first.status, first.error, first.output)
+        second = box.run(FIND.format(token=token, key=key) + GOOD, TESTS)
+        assert second.all_passed, (second.status, second.error, second.output)
+        assert "FOUND []" in second.output, second.output
+        assert not os.path.exists(os.path.join("/dev/shm", token)) and uids.busy() == frozenset()
+    finally:  # the test's own clean-up, so a failure leaves nothing behind
+        for folder in ("/dev/shm", "/tmp"):
+            try:
+                os.unlink(os.path.join(folder, token))
+            except OSError:
+                pass
+        subprocess.run(["ipcrm", "-M", str(key)], capture_output=True)
+
+
 @needs_bwrap
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None or not os.access(SYSTEM_PYTHON, os.X_OK),
                     reason="needs root to become nobody, and an interpreter nobody can run")
@@ -312,3 +360,28 @@ def test_a_uid_another_process_holds_is_skipped(tmp_path, monkeypatch):
     assert again == uids.FIRST
     uids.release(again)
     assert uids.busy() == frozenset()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give files to another uid")
+def test_leftover_removal_takes_only_the_uids_entries_and_never_follows_a_link(tmp_path):
+    """``leftovers.remove_files`` removes what the uid owns at the top of a shared folder (a folder
+    with all it holds) and nothing else: a link it planted there is removed, never its target."""
+    from polyrl.sandbox import leftovers
+
+    uid = 2_000_000_000 + 4242
+    shared, outside = tmp_path / "shared", tmp_path / "outside"
+    shared.mkdir()
+    outside.mkdir()
+    (outside / "keep").write_text("host file")
+    tree = shared / "tree" / "a" / "b"
+    tree.mkdir(parents=True)
+    (tree / "f").write_text("x")
+    (shared / "file").write_text("x")
+    (shared / "link").symlink_to(outside)
+    (shared / "theirs").write_text("another user's")
+    for path in (shared / "tree", shared / "tree" / "a", tree, tree / "f", shared / "file"):
+        os.chown(path, uid, uid)
+    os.lchown(shared / "link", uid, uid)
+    removed, failed = leftovers.remove_files(uid, (str(shared),))
+    assert failed == [] and sorted(os.path.basename(p) for p in removed) == ["file", "link", "tree"]
+    assert sorted(os.listdir(shared)) == ["theirs"] and (outside / "keep").read_text() == "host file"

@@ -20,7 +20,7 @@ import attrs
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards import forked, guard
-from polyrl.sandbox import isolation, uids
+from polyrl.sandbox import isolation, leftovers, uids
 from polyrl.sandbox.isolation import STRONG_LEVELS
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.harness import Session, exception_parts, exception_text, run_tests
@@ -141,8 +141,9 @@ class Sandbox:
         t0 = time.monotonic()
         folder = None if self.launch.private_tmp else tempfile.mkdtemp(prefix="polyrl-sandbox-")
         seccomp_r = -1
-        uid = uids.acquire() if self.launch.uid_pool else None
+        uid = None
         try:
+            uid = uids.acquire() if self.launch.uid_pool else None  # inside: a full pool still removes the folder
             if self.launch.wrapper:
                 isolation.ensure_mount_dir(self.launch.wrapper[-1])
             if folder is not None and self.launch.ids is not None:
@@ -194,8 +195,11 @@ class Sandbox:
             if uid is not None:
                 # at the off level nothing else ends a setsid daemon that left the process group; at
                 # the others the PID namespace does, and this finds nothing (or a straggler of it)
-                _kill_uid(uid, self.launch.ids[1] if self.launch.ids else uid)
-                uids.release(uid)  # uids.acquire skips it anyway while anything of it still runs
+                clean = _kill_uid(uid, self.launch.ids[1] if self.launch.ids else uid)
+                if not self.launch.private_tmp:  # host folders and IPC: the next sample with this uid sees them
+                    clean = _remove_leftovers(uid) and clean
+                if clean:  # else this process keeps the uid, so no later sample on the host gets it
+                    uids.release(uid)
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
 
@@ -338,6 +342,21 @@ def _kill_uid(uid: int, gid: int) -> bool:
         log.error("could not kill what a sample left running; its uid stays out of the pool while it runs",
                   uid=uid, pids=left[:16])
     return not left
+
+
+def _remove_leftovers(uid: int) -> bool:
+    """``leftovers.remove``, logged; whether all of it went (a failure never costs the sample's
+    result: its uid is kept out of the pool instead)."""
+    try:
+        removed, failed = leftovers.remove(uid)
+    except (OSError, subprocess.SubprocessError) as exc:
+        removed, failed = [], [str(exc)]
+    if removed:
+        log.info("removed what a sample left on the host", uid=uid, count=len(removed), first=removed[:4])
+    if failed:
+        log.error("could not remove what a sample left on the host; its uid is not given out again",
+                  uid=uid, left=failed[:4])
+    return not failed
 
 
 def _sigkill(pid: int, uid: int) -> None:

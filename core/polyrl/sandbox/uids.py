@@ -124,7 +124,8 @@ def acquire() -> int:
 
 
 def release(uid: int) -> None:
-    """Give ``uid`` back; call only once every process of the sample is gone (its PID namespace)."""
+    """Give ``uid`` back; call only once nothing of its sample is left (its processes, and at the
+    ``unshare`` and ``off`` levels what it left on the host: ``polyrl.sandbox.leftovers``)."""
     with _lock:
         fd = _busy.pop(uid, None)
     if fd is not None:
