@@ -385,3 +385,51 @@ def test_leftover_removal_takes_only_the_uids_entries_and_never_follows_a_link(t
     removed, failed = leftovers.remove_files(uid, (str(shared),))
     assert failed == [] and sorted(os.path.basename(p) for p in removed) == ["file", "link", "tree"]
     assert sorted(os.listdir(shared)) == ["theirs"] and (outside / "keep").read_text() == "host file"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="needs root and an interpreter every uid can run")
+def test_what_a_killed_trainers_sample_left_is_gone_before_the_uid_runs_again():
+    """A trainer killed mid-sample (kill -9, OOM) cleans nothing up; at the ``unshare`` and ``off``
+    levels what its sample left in the shared folders is removed before the uid runs a sample again."""
+    from polyrl.sandbox import uids
+
+    box = Sandbox(SandboxLimits(timeout_s=8), python=SYSTEM_PYTHON, isolation="off", audit_hook=False)
+    if getattr(box.launch, "uid_pool", None) is False:
+        pytest.skip(f"the uid pool is refused here: {box.report['user']}")
+    token = f"polyrl-crashed-{os.getpid()}-{time.monotonic_ns()}"
+    planted = [os.path.join("/dev/shm", f"{token}-{i}") for i in range(4)]
+    try:
+        for i, path in enumerate(planted):  # for the first uids of the pool, whichever this sample gets
+            with open(path, "w") as f:
+                f.write("ANSWER")
+            os.chmod(path, 0o600)
+            os.chown(path, uids.FIRST + i, 65534)
+        code = (f"import glob, os\nprint('FOUND', [open(p).read() for p in glob.glob('/dev/shm/{token}-*') "
+                "if os.access(p, os.R_OK)], flush=True)\n")
+        result = box.run(code + GOOD, TESTS)
+        assert result.all_passed, (result.status, result.error, result.output)
+        assert "FOUND []" in result.output, result.output
+    finally:
+        for path in planted:
+            if os.path.exists(path):
+                os.unlink(path)
+
+
+def test_a_uid_given_back_clean_is_claimed_without_a_look_at_proc(tmp_path, monkeypatch):
+    """A scan of /proc costs ~50 us per process on the host, per sample: it is done only for a uid
+    whose lock file does not say its last sample left nothing (a new file, or a holder killed
+    mid-sample, whose file says "in use")."""
+    from polyrl.sandbox import uids
+
+    monkeypatch.setattr(uids, "LOCKS", tmp_path)
+    scans: list[int] = []
+    real = uids.live_uids
+    monkeypatch.setattr(uids, "live_uids", lambda: scans.append(1) or real())
+    first = uids.acquire()
+    assert (tmp_path / str(first)).read_bytes() == b"" and len(scans) == 1  # a new file: looked
+    uids.release(first)
+    assert (tmp_path / str(first)).read_bytes() == uids.CLEAN
+    again = uids.acquire()
+    assert again == first and len(scans) == 1  # given back clean: not looked again
+    uids.release(again)

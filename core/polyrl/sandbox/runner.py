@@ -144,6 +144,8 @@ class Sandbox:
         uid = None
         try:
             uid = uids.acquire() if self.launch.uid_pool else None  # inside: a full pool still removes the folder
+            if uid is not None and not self.launch.private_tmp:
+                _remove_leftovers(uid)  # of a trainer killed mid-sample (it could not clean up after its own)
             if self.launch.wrapper:
                 isolation.ensure_mount_dir(self.launch.wrapper[-1])
             if folder is not None and self.launch.ids is not None:
@@ -194,8 +196,9 @@ class Sandbox:
         finally:
             if uid is not None:
                 # at the off level nothing else ends a setsid daemon that left the process group; at
-                # the others the PID namespace does, and this finds nothing (or a straggler of it)
-                clean = _kill_uid(uid, self.launch.ids[1] if self.launch.ids else uid)
+                # the others the PID namespace did (_kill waited for it)
+                clean = _kill_uid(uid, self.launch.ids[1] if self.launch.ids else uid) \
+                    if self.launch.level == "off" else True
                 if not self.launch.private_tmp:  # host folders and IPC: the next sample with this uid sees them
                     clean = _remove_leftovers(uid) and clean
                 if clean:  # else this process keeps the uid, so no later sample on the host gets it
