@@ -381,9 +381,18 @@ def test_leftover_removal_takes_only_the_uids_entries_and_never_follows_a_link(t
     (shared / "theirs").write_text("another user's")
     for path in (shared / "tree", shared / "tree" / "a", tree, tree / "f", shared / "file"):
         os.chown(path, uid, uid)
+    deep = os.open(shared, os.O_RDONLY)  # nested past the recursion and descriptor limits
+    os.mkdir("deep", dir_fd=deep)
+    os.chown("deep", uid, uid, dir_fd=deep)
+    for _ in range(3000):
+        inner = os.open("deep", os.O_RDONLY, dir_fd=deep)
+        os.close(deep)
+        deep = inner
+        os.mkdir("deep", dir_fd=deep)
+    os.close(deep)
     os.lchown(shared / "link", uid, uid)
     removed, failed = leftovers.remove_files(uid, (str(shared),))
-    assert failed == [] and sorted(os.path.basename(p) for p in removed) == ["file", "link", "tree"]
+    assert failed == [] and sorted(os.path.basename(p) for p in removed) == ["deep", "file", "link", "tree"]
     assert sorted(os.listdir(shared)) == ["theirs"] and (outside / "keep").read_text() == "host file"
 
 
