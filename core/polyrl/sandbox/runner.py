@@ -194,6 +194,8 @@ class Sandbox:
             result.duration_s = time.monotonic() - t0
             return result
         finally:
+            if folder is not None:  # first: the uid's leftovers below are then only what the sample left
+                shutil.rmtree(folder, ignore_errors=True)
             if uid is not None:
                 # at the off level nothing else ends a setsid daemon that left the process group; at
                 # the others the PID namespace did (_kill waited for it)
@@ -203,8 +205,6 @@ class Sandbox:
                     clean = _remove_leftovers(uid) and clean
                 if clean:  # else this process keeps the uid, so no later sample on the host gets it
                     uids.release(uid)
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
 
     def _talk(self, channel: Channel, code: str, steps: Sequence[tuple[str, bool]], setup: str) -> SandboxResult:
         session = Session(channel)
