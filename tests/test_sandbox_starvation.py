@@ -442,3 +442,37 @@ def test_a_uid_given_back_clean_is_claimed_without_a_look_at_proc(tmp_path, monk
     again = uids.acquire()
     assert again == first and len(scans) == 1  # given back clean: not looked again
     uids.release(again)
+
+
+#: Sample N: adds a key to its uid's user keyring (keyctl, by system call number: no libkeyutils).
+KEY_PUT = ("import ctypes, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+           "nr = {'x86_64': 248, 'aarch64': 217}[platform.machine()]\n"
+           "print('PUT', libc.syscall(nr, b'user', b'polyrl-key', b'ANSWER', 6, ctypes.c_long(-4)) > 0, flush=True)\n")
+#: Sample N + 1 (the same uid): searches its user keyring for that key and reads it.
+KEY_GET = ("import ctypes, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+           "nr = {'x86_64': 250, 'aarch64': 219}[platform.machine()]\n"
+           "kid = libc.syscall(nr, 10, ctypes.c_long(-4), b'user', b'polyrl-key', 0)\n"
+           "buf = ctypes.create_string_buffer(16)\n"
+           "n = libc.syscall(nr, 11, ctypes.c_long(kid), buf, 16) if kid > 0 else 0\n"
+           "print('FOUND', buf.raw[:max(n, 0)], flush=True)\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK) or
+                    __import__("platform").machine() not in ("x86_64", "aarch64"),
+                    reason="needs root, an interpreter every uid can run, and a known keyctl number")
+def test_a_key_a_sample_leaves_in_its_uids_keyring_is_gone_for_the_next_one():
+    """The kernel keeps a keyring per uid whatever the namespaces: without the seccomp filter
+    (the ``unshare`` and ``off`` levels, or no libseccomp) a key sample N added to its user
+    keyring was there for sample N + 1 given the same uid. The uid's keyrings are now emptied at
+    the sample's end (``leftovers.clear_keys``)."""
+    from polyrl.sandbox import uids
+
+    box = Sandbox(SandboxLimits(timeout_s=8), python=SYSTEM_PYTHON, isolation="off", audit_hook=False)
+    if getattr(box.launch, "uid_pool", None) is False:
+        pytest.skip(f"the uid pool is refused here: {box.report['user']}")
+    first = box.run(KEY_PUT + GOOD, TESTS)
+    assert first.all_passed and "PUT True" in first.output, (first.status, first.error, first.output)
+    second = box.run(KEY_GET + GOOD, TESTS)
+    assert second.all_passed, (second.status, second.error, second.output)
+    assert "FOUND b''" in second.output, second.output
+    assert uids.busy() == frozenset()

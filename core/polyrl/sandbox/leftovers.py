@@ -7,16 +7,23 @@ it made was readable and writable by the next sample with that uid: one sample c
 one its answers, or leave it a planted state, and so move that sample's reward. At the ``bwrap``
 level none of these is shared (a private tmpfs, /dev and IPC namespace) and nothing is done.
 
-Not covered (the README says so): folders elsewhere on the host that every user may write, and
-the uid's kernel keyring (bubblewrap's seccomp filter refuses ``keyctl``; these levels have none).
+The uid's kernel keyrings (its user, user-session and persistent keyring) are per uid whatever
+the namespaces, so at every level without the seccomp filter (which refuses ``keyctl``) a key
+sample N added was there for sample N + 1 (``clear_keys``).
+
+Not covered (the README says so): folders elsewhere on the host that every user may write.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 
 #: The host's folders every user may write (sticky), where a sample's files outlive it.
 SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock")
@@ -114,6 +121,59 @@ def remove_ipc(uid: int) -> tuple[list[str], list[str]]:
                                       timeout=10, env={"PATH": "/usr/bin:/bin"}, cwd="/") if ipcrm else None
                 (removed if done is not None and done.returncode == 0 else failed).append(name)
     return removed, failed
+
+
+#: keyctl's system call number per machine (Python has no keyctl; libkeyutils may be missing).
+KEYCTL_NR = {"x86_64": 250, "aarch64": 219, "ppc64le": 280, "s390x": 280}
+KEYCTL_CLEAR, KEYCTL_GET_PERSISTENT = 7, 22
+KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = -4, -5
+
+
+def has_keys(uid: int) -> bool:
+    """Whether the kernel keeps keys for ``uid`` (/proc/key-users: a line per uid that has any)."""
+    try:
+        with open("/proc/key-users") as f:
+            return any(line.split(":", 1)[0].strip() == str(uid) for line in f)
+    except OSError:
+        return False
+
+
+def clear_keys(uid: int, gid: int) -> bool:
+    """Empty ``uid``'s user, user-session and persistent keyrings (only that uid can: a forked
+    child becomes it, without exec, so nothing of the sample's can trace it); whether that was
+    done or nothing was there. Call once the uid's processes are gone."""
+    if not has_keys(uid):
+        return True
+    number = KEYCTL_NR.get(platform.machine())
+    if number is None or os.geteuid() != 0:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child: system calls only, then _exit
+        code = 1
+        try:
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            persistent = libc.syscall(number, KEYCTL_GET_PERSISTENT, ctypes.c_long(-1),
+                                      ctypes.c_long(KEY_SPEC_USER_KEYRING))
+            if persistent > 0:
+                libc.syscall(number, KEYCTL_CLEAR, ctypes.c_long(persistent))
+            done = [libc.syscall(number, KEYCTL_CLEAR, ctypes.c_long(ring))
+                    for ring in (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING)]
+            code = 0 if all(r == 0 for r in done) else 1
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 5
+    while True:
+        waited, status = os.waitpid(pid, os.WNOHANG)
+        if waited:
+            return os.waitstatus_to_exitcode(status) == 0
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return False
+        time.sleep(0.001)
 
 
 def remove(uid: int) -> tuple[list[str], list[str]]:

@@ -203,6 +203,9 @@ class Sandbox:
                     if self.launch.level == "off" else True
                 if not self.launch.private_tmp:  # host folders and IPC: the next sample with this uid sees them
                     clean = _remove_leftovers(uid) and clean
+                if clean and not leftovers.clear_keys(uid, self.launch.ids[1] if self.launch.ids else uid):
+                    log.error("could not empty a sample's kernel keyrings; its uid is not given out again", uid=uid)
+                    clean = False
                 if clean:  # else this process keeps the uid, so no later sample on the host gets it
                     uids.release(uid)
 
