@@ -448,9 +448,11 @@ def test_a_uid_given_back_clean_is_claimed_without_a_look_at_proc(tmp_path, monk
 KEY_PUT = ("import ctypes, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
            "nr = {'x86_64': 248, 'aarch64': 217}[platform.machine()]\n"
            "print('PUT', libc.syscall(nr, b'user', b'polyrl-key', b'ANSWER', 6, ctypes.c_long(-4)) > 0, flush=True)\n")
-#: Sample N + 1 (the same uid): searches its user keyring for that key and reads it.
+#: Sample N + 1 (the same uid): searches its user keyring for that key and reads it (possessed
+#: through its session keyring, whatever an earlier clean-up unlinked).
 KEY_GET = ("import ctypes, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
            "nr = {'x86_64': 250, 'aarch64': 219}[platform.machine()]\n"
+           "libc.syscall(nr, 8, ctypes.c_long(-4), ctypes.c_long(-5))\n"  # link @u into @us: it holds what @u holds
            "kid = libc.syscall(nr, 10, ctypes.c_long(-4), b'user', b'polyrl-key', 0)\n"
            "buf = ctypes.create_string_buffer(16)\n"
            "n = libc.syscall(nr, 11, ctypes.c_long(kid), buf, 16) if kid > 0 else 0\n"
