@@ -116,15 +116,19 @@ def test_empty_files_stop_at_the_tmpfs_inode_cap():
         assert "polyrl-sample" not in f.read()  # mounted in the sample's namespace only
 
 
-def _daemon_outlives(box: Sandbox) -> tuple[list[str], object, float]:
+def _daemon_outlives(box: Sandbox, program: str | None = None) -> tuple[list[str], object, float]:
     """Run a sample whose double-forked ``setsid`` daemon (a shell named by a token, ignoring
-    SIGPIPE as Python left it) keeps the sample's stdout/stderr open and prints on; (the host pids
-    of the daemon still running after the reward returned, the result, seconds)."""
+    SIGPIPE as Python left it; or ``program`` run by Python with argv ``[TOKEN, sample pid]``)
+    keeps the sample's stdout/stderr open and prints on; (the host pids of the daemon still
+    running after the reward returned, the result, seconds)."""
     token = f"polyrl-daemon-{os.getpid()}-{time.monotonic_ns()}"
-    code = (f"import os\nTOKEN = {token!r}\nr, w = os.pipe()\n"
+    run = (f"os.set_inheritable(w, True)\n        os.execv(sys.executable, [sys.executable, '-c', {program!r}, "
+           "TOKEN, str(server), str(w)])" if program  # it writes 'up' to fd argv[3] once it runs
+           else "os.write(w, b'up')\n        os.close(w)\n"
+           "        os.execv('/bin/sh', ['sh', '-c', 'while :; do echo DAEMON; sleep 0.1; done', TOKEN])")
+    code = (f"import os, sys\nTOKEN = {token!r}\nserver = os.getpid()\nr, w = os.pipe()\n"
             "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-            "        os.write(w, b'up')\n        os.close(w)\n"
-            "        os.execv('/bin/sh', ['sh', '-c', 'while :; do echo DAEMON; sleep 0.1; done', TOKEN])\n"
+            f"        {run}\n"
             "    os._exit(0)\n"
             "os.close(w)\nprint('CHILD', os.read(r, 2).decode(), flush=True)\n" + GOOD)
     started = time.monotonic()
@@ -171,6 +175,134 @@ def test_at_the_off_level_a_setsid_daemon_dies_at_sample_end():
     assert result.all_passed and "CHILD up" in result.output, (result.status, result.output)
     assert took < 4 and left == [], (took, left)
     assert "every process of its uid is killed" in box.report["user"]
+
+
+#: A daemon that stops every other process of its uid (kill(-1, SIGSTOP), as often as it can) and
+#: lets its sample's server go on: the end-of-sample kill, which runs as that uid, is one of them.
+STOPPER = ("import os, signal, sys, time\nserver = int(sys.argv[2])\nend = time.monotonic() + 30\n"
+           "os.kill(-1, signal.SIGSTOP)\nos.kill(server, signal.SIGCONT)\nos.write(int(sys.argv[3]), b'up')\n"
+           "while time.monotonic() < end:\n"
+           "    for pid, sig in ((-1, signal.SIGSTOP), (server, signal.SIGCONT)):\n"
+           "        try:\n            os.kill(pid, sig)\n        except OSError:\n            pass\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="needs root and an interpreter every uid can run")
+def test_at_the_off_level_a_daemon_that_stops_the_end_of_sample_kill_dies_too():
+    """The end-of-sample kill ran as the sample's uid (``kill -KILL -1``), so the sample's daemon
+    could signal it: sending SIGSTOP to every process of its uid in a loop, it stopped the kill
+    before it ran. The trainer waited 10 s, the daemon ran on, and its uid went to the next sample
+    (which it could then stop, signal or ptrace). The trainer now kills each process of the uid
+    itself first, as root, which the sample cannot stop, and the pool skips a uid anything runs as."""
+    from polyrl.sandbox import uids
+
+    box = Sandbox(SandboxLimits(timeout_s=8), python=SYSTEM_PYTHON, isolation="off", audit_hook=False)
+    if getattr(box.launch, "uid_pool", None) is False:
+        pytest.skip(f"the uid pool is refused here: {box.report['user']}")
+    left, result, took = _daemon_outlives(box, STOPPER)
+    assert result.all_passed and "CHILD up" in result.output, (result.status, result.output)
+    assert took < 4 and left == [], (took, left)
+    assert uids.busy() == frozenset()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="needs root and an interpreter every uid can run")
+def test_at_the_off_level_a_sample_cannot_gain_privileges_from_a_setuid_binary():
+    """At the ``off`` and ``unshare`` levels the privilege drop kept the bounding set and set no
+    ``no_new_privs``: a setuid-root binary (su, mount, newgrp, passwd) the sample ran got root's
+    privileges (only bubblewrap's level had them off). Now no capability and no_new_privs."""
+    box = Sandbox(SandboxLimits(timeout_s=8), python=SYSTEM_PYTHON, isolation="off", audit_hook=False)
+    if box.launch.ids is None:
+        pytest.skip(f"samples are not dropped to another uid here: {box.report['user']}")
+    code = ("fields = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
+            "print('NNP', fields['NoNewPrivs'].strip(), 'BND', fields['CapBnd'].strip(), flush=True)\n" + GOOD)
+    result = box.run(code, TESTS)
+    assert result.all_passed, (result.status, result.error, result.output)
+    assert "NNP 1 BND 0000000000000000" in result.output, result.output
+    assert "--no-new-privs" in isolation.drop_privileges((65534, 65534))  # the unshare level's drop too
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to run as another uid")
+def test_the_pool_skips_a_uid_a_process_runs_as_or_a_user_has(tmp_path, monkeypatch):
+    """The pool gave a sample uid ``FIRST`` though a process still ran with it (what a previous
+    sample left running, or a real user whose uid falls in the range, as sssd's default id-mapping
+    range 200000-2000200000 does): their RLIMIT_NPROC was shared, each could signal and ptrace the
+    other, and at the ``off`` level the sample's end-of-sample kill reached that process. A uid
+    the user database names is skipped too."""
+    from polyrl.sandbox import uids
+
+    monkeypatch.setattr(uids, "LOCKS", tmp_path)
+    other = subprocess.Popen(["setpriv", f"--reuid={uids.FIRST}", f"--regid={uids.FIRST}", "--clear-groups",
+                              "sleep", "30"], stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 5
+        while uids.FIRST not in uids.live_uids() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        got = uids.acquire()
+        uids.release(got)
+        assert got != uids.FIRST
+    finally:
+        other.kill()
+        other.wait()
+    nobody = 65534
+    try:
+        import pwd
+
+        pwd.getpwuid(nobody)
+    except KeyError:
+        pytest.skip("no user with uid 65534 here")
+    monkeypatch.setattr(uids, "FIRST", nobody)
+    got = uids.acquire()
+    uids.release(got)
+    assert got != nobody
+
+
+#: Sample N: leaves a private file in /dev/shm and /tmp and a SysV shared memory segment holding a word.
+PLANT = ("import ctypes, os\nTOKEN = {token!r}\n"
+         "for folder in ('/dev/shm', '/tmp'):\n"
+         "    fd = os.open(os.path.join(folder, TOKEN), os.O_CREAT | os.O_WRONLY, 0o600)\n"
+         "    os.write(fd, b'ANSWER')\n    os.close(fd)\n"
+         "libc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\n"
+         "sid = libc.shmget({key}, 4096, 0o1000 | 0o600)\nassert sid >= 0, ctypes.get_errno()\n"
+         "ctypes.memmove(libc.shmat(sid, None, 0), b'ANSWER', 6)\n")
+#: Sample N + 1 (the same uid, reused): prints what it finds of sample N's.
+FIND = ("import ctypes, os\nTOKEN = {token!r}\nfound = []\n"
+        "for folder in ('/dev/shm', '/tmp'):\n    try:\n"
+        "        found.append(open(os.path.join(folder, TOKEN)).read())\n    except OSError:\n        pass\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\n"
+        "sid = libc.shmget({key}, 0, 0)\n"
+        "if sid >= 0:\n    found.append(ctypes.string_at(libc.shmat(sid, None, 0), 6).decode())\n"
+        "print('FOUND', found, flush=True)\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="needs root and an interpreter every uid can run")
+def test_at_the_off_level_the_next_sample_with_a_reused_uid_finds_nothing_the_last_one_left():
+    """Pooled uids are reused. At the ``off`` (and ``unshare``) level a sample's private files in
+    the host's shared folders and its SysV IPC objects outlived it, and the next sample given the
+    same uid read them: sample N could hand sample N + 1 its answers (or a planted state). What a
+    pooled uid owns there is now removed at the sample's end (``polyrl.sandbox.leftovers``)."""
+    from polyrl.sandbox import uids
+
+    box = Sandbox(SandboxLimits(timeout_s=8), python=SYSTEM_PYTHON, isolation="off", audit_hook=False)
+    if getattr(box.launch, "uid_pool", None) is False:
+        pytest.skip(f"the uid pool is refused here: {box.report['user']}")
+    token = f"polyrl-leftover-{os.getpid()}-{time.monotonic_ns()}"
+    key = 0x50000000 + os.getpid() % 0x1000000
+    try:
+        first = box.run(PLANT.format(token=token, key=key) + GOOD, TESTS)
+        assert first.all_passed, (first.status, first.error, first.output)
+        second = box.run(FIND.format(token=token, key=key) + GOOD, TESTS)
+        assert second.all_passed, (second.status, second.error, second.output)
+        assert "FOUND []" in second.output, second.output
+        assert not os.path.exists(os.path.join("/dev/shm", token)) and uids.busy() == frozenset()
+    finally:  # the test's own clean-up, so a failure leaves nothing behind
+        for folder in ("/dev/shm", "/tmp"):
+            try:
+                os.unlink(os.path.join(folder, token))
+            except OSError:
+                pass
+        subprocess.run(["ipcrm", "-M", str(key)], capture_output=True)
 
 
 @needs_bwrap
@@ -227,4 +359,122 @@ def test_a_uid_another_process_holds_is_skipped(tmp_path, monkeypatch):
     again = uids.acquire()  # the dead holder's lock is gone with it
     assert again == uids.FIRST
     uids.release(again)
+    assert uids.busy() == frozenset()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give files to another uid")
+def test_leftover_removal_takes_only_the_uids_entries_and_never_follows_a_link(tmp_path):
+    """``leftovers.remove_files`` removes what the uid owns at the top of a shared folder (a folder
+    with all it holds) and nothing else: a link it planted there is removed, never its target."""
+    from polyrl.sandbox import leftovers
+
+    uid = 2_000_000_000 + 4242
+    shared, outside = tmp_path / "shared", tmp_path / "outside"
+    shared.mkdir()
+    outside.mkdir()
+    (outside / "keep").write_text("host file")
+    tree = shared / "tree" / "a" / "b"
+    tree.mkdir(parents=True)
+    (tree / "f").write_text("x")
+    (shared / "file").write_text("x")
+    (shared / "link").symlink_to(outside)
+    (shared / "theirs").write_text("another user's")
+    for path in (shared / "tree", shared / "tree" / "a", tree, tree / "f", shared / "file"):
+        os.chown(path, uid, uid)
+    deep = os.open(shared, os.O_RDONLY)  # nested past the recursion and descriptor limits
+    os.mkdir("deep", dir_fd=deep)
+    os.chown("deep", uid, uid, dir_fd=deep)
+    for _ in range(3000):
+        inner = os.open("deep", os.O_RDONLY, dir_fd=deep)
+        os.close(deep)
+        deep = inner
+        os.mkdir("deep", dir_fd=deep)
+    os.close(deep)
+    os.lchown(shared / "link", uid, uid)
+    removed, failed = leftovers.remove_files(uid, (str(shared),))
+    assert failed == [] and sorted(os.path.basename(p) for p in removed) == ["deep", "file", "link", "tree"]
+    assert sorted(os.listdir(shared)) == ["theirs"] and (outside / "keep").read_text() == "host file"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="needs root and an interpreter every uid can run")
+def test_what_a_killed_trainers_sample_left_is_gone_before_the_uid_runs_again():
+    """A trainer killed mid-sample (kill -9, OOM) cleans nothing up; at the ``unshare`` and ``off``
+    levels what its sample left in the shared folders is removed before the uid runs a sample again."""
+    from polyrl.sandbox import uids
+
+    box = Sandbox(SandboxLimits(timeout_s=8), python=SYSTEM_PYTHON, isolation="off", audit_hook=False)
+    if getattr(box.launch, "uid_pool", None) is False:
+        pytest.skip(f"the uid pool is refused here: {box.report['user']}")
+    token = f"polyrl-crashed-{os.getpid()}-{time.monotonic_ns()}"
+    planted = [os.path.join("/dev/shm", f"{token}-{i}") for i in range(4)]
+    try:
+        for i, path in enumerate(planted):  # for the first uids of the pool, whichever this sample gets
+            with open(path, "w") as f:
+                f.write("ANSWER")
+            os.chmod(path, 0o600)
+            os.chown(path, uids.FIRST + i, 65534)
+        code = (f"import glob, os\nprint('FOUND', [open(p).read() for p in glob.glob('/dev/shm/{token}-*') "
+                "if os.access(p, os.R_OK)], flush=True)\n")
+        result = box.run(code + GOOD, TESTS)
+        assert result.all_passed, (result.status, result.error, result.output)
+        assert "FOUND []" in result.output, result.output
+    finally:
+        for path in planted:
+            if os.path.exists(path):
+                os.unlink(path)
+
+
+def test_a_uid_given_back_clean_is_claimed_without_a_look_at_proc(tmp_path, monkeypatch):
+    """A scan of /proc costs ~50 us per process on the host, per sample: it is done only for a uid
+    whose lock file does not say its last sample left nothing (a new file, or a holder killed
+    mid-sample, whose file says "in use")."""
+    from polyrl.sandbox import uids
+
+    monkeypatch.setattr(uids, "LOCKS", tmp_path)
+    scans: list[int] = []
+    real = uids.live_uids
+    monkeypatch.setattr(uids, "live_uids", lambda: scans.append(1) or real())
+    first = uids.acquire()
+    assert (tmp_path / str(first)).read_bytes() == b"" and len(scans) == 1  # a new file: looked
+    uids.release(first)
+    assert (tmp_path / str(first)).read_bytes() == uids.CLEAN
+    again = uids.acquire()
+    assert again == first and len(scans) == 1  # given back clean: not looked again
+    uids.release(again)
+
+
+#: Sample N: adds a key to its uid's user keyring (keyctl, by system call number: no libkeyutils).
+KEY_PUT = ("import ctypes, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+           "nr = {'x86_64': 248, 'aarch64': 217}[platform.machine()]\n"
+           "print('PUT', libc.syscall(nr, b'user', b'polyrl-key', b'ANSWER', 6, ctypes.c_long(-4)) > 0, flush=True)\n")
+#: Sample N + 1 (the same uid): searches its user keyring for that key and reads it (possessed
+#: through its session keyring, whatever an earlier clean-up unlinked).
+KEY_GET = ("import ctypes, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+           "nr = {'x86_64': 250, 'aarch64': 219}[platform.machine()]\n"
+           "libc.syscall(nr, 8, ctypes.c_long(-4), ctypes.c_long(-5))\n"  # link @u into @us: it holds what @u holds
+           "kid = libc.syscall(nr, 10, ctypes.c_long(-4), b'user', b'polyrl-key', 0)\n"
+           "buf = ctypes.create_string_buffer(16)\n"
+           "n = libc.syscall(nr, 11, ctypes.c_long(kid), buf, 16) if kid > 0 else 0\n"
+           "print('FOUND', buf.raw[:max(n, 0)], flush=True)\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK) or
+                    __import__("platform").machine() not in ("x86_64", "aarch64"),
+                    reason="needs root, an interpreter every uid can run, and a known keyctl number")
+def test_a_key_a_sample_leaves_in_its_uids_keyring_is_gone_for_the_next_one():
+    """The kernel keeps a keyring per uid whatever the namespaces: without the seccomp filter
+    (the ``unshare`` and ``off`` levels, or no libseccomp) a key sample N added to its user
+    keyring was there for sample N + 1 given the same uid. The uid's keyrings are now emptied at
+    the sample's end (``leftovers.clear_keys``)."""
+    from polyrl.sandbox import uids
+
+    box = Sandbox(SandboxLimits(timeout_s=8), python=SYSTEM_PYTHON, isolation="off", audit_hook=False)
+    if getattr(box.launch, "uid_pool", None) is False:
+        pytest.skip(f"the uid pool is refused here: {box.report['user']}")
+    first = box.run(KEY_PUT + GOOD, TESTS)
+    assert first.all_passed and "PUT True" in first.output, (first.status, first.error, first.output)
+    second = box.run(KEY_GET + GOOD, TESTS)
+    assert second.all_passed, (second.status, second.error, second.output)
+    assert "FOUND b''" in second.output, second.output
     assert uids.busy() == frozenset()

@@ -238,7 +238,7 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int,
     # silently kept the container's full set); the sample itself never holds it
     if root and ids is not None:
         cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
-        drop = drop_privileges(ids) + ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+        drop = drop_privileges(ids)
     elif root and (drop := no_capabilities()):
         cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETPCAP"]
     else:
@@ -254,8 +254,13 @@ def sandbox_env(home: str) -> dict[str, str]:
 
 
 def drop_privileges(ids: tuple[int, int]) -> list[str]:
+    """Root becomes ``ids`` and can never gain a privilege again: no capabilities in any set and
+    ``no_new_privs``, so a setuid-root binary (su, mount, passwd, newgrp, ...) or a file capability
+    runs without its privilege. Without them a sample at the ``unshare`` and ``off`` levels ran such
+    binaries as root (bubblewrap's level had them already)."""
     setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
-    return [setpriv, f"--reuid={ids[0]}", f"--regid={ids[1]}", "--clear-groups"]
+    return [setpriv, f"--reuid={ids[0]}", f"--regid={ids[1]}", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all", "--no-new-privs"]
 
 
 def no_capabilities() -> list[str]:

@@ -20,7 +20,7 @@ import attrs
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards import forked, guard
-from polyrl.sandbox import isolation, uids
+from polyrl.sandbox import isolation, leftovers, uids
 from polyrl.sandbox.isolation import STRONG_LEVELS
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.harness import Session, exception_parts, exception_text, run_tests
@@ -141,8 +141,11 @@ class Sandbox:
         t0 = time.monotonic()
         folder = None if self.launch.private_tmp else tempfile.mkdtemp(prefix="polyrl-sandbox-")
         seccomp_r = -1
-        uid = uids.acquire() if self.launch.uid_pool else None
+        uid = None
         try:
+            uid = uids.acquire() if self.launch.uid_pool else None  # inside: a full pool still removes the folder
+            if uid is not None and not self.launch.private_tmp:
+                _remove_leftovers(uid)  # of a trainer killed mid-sample (it could not clean up after its own)
             if self.launch.wrapper:
                 isolation.ensure_mount_dir(self.launch.wrapper[-1])
             if folder is not None and self.launch.ids is not None:
@@ -191,12 +194,20 @@ class Sandbox:
             result.duration_s = time.monotonic() - t0
             return result
         finally:
-            if uid is not None:
-                if self.launch.level == "off":  # no PID namespace: a setsid daemon left the process group
-                    _kill_uid(uid, self.launch.ids[1] if self.launch.ids else uid)
-                uids.release(uid)  # every process of the sample is gone (_kill waited for its PID namespace)
-            if folder is not None:
+            if folder is not None:  # first: the uid's leftovers below are then only what the sample left
                 shutil.rmtree(folder, ignore_errors=True)
+            if uid is not None:
+                # at the off level nothing else ends a setsid daemon that left the process group; at
+                # the others the PID namespace did (_kill waited for it)
+                clean = _kill_uid(uid, self.launch.ids[1] if self.launch.ids else uid) \
+                    if self.launch.level == "off" else True
+                if not self.launch.private_tmp:  # host folders and IPC: the next sample with this uid sees them
+                    clean = _remove_leftovers(uid) and clean
+                if clean and not leftovers.clear_keys(uid, self.launch.ids[1] if self.launch.ids else uid):
+                    log.error("could not empty a sample's kernel keyrings; its uid is not given out again", uid=uid)
+                    clean = False
+                if clean:  # else this process keeps the uid, so no later sample on the host gets it
+                    uids.release(uid)
 
     def _talk(self, channel: Channel, code: str, steps: Sequence[tuple[str, bool]], setup: str) -> SandboxResult:
         session = Session(channel)
@@ -304,20 +315,75 @@ def _kill(proc: subprocess.Popen) -> None:
                 pass
 
 
-def _kill_uid(uid: int, gid: int) -> None:
-    """SIGKILL to every process of ``uid``, a pooled sample's own (``polyrl.sandbox.uids``): as that
-    uid, ``kill(-1)`` reaches exactly its processes, a ``setsid`` daemon outside the sample's
-    process group too (at the ``off`` level nothing else would end it)."""
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        return
-    kill = [shutil.which("kill") or "kill", "-KILL", "-1"]
+#: Rounds of ``_kill_uid`` before it gives up on a uid (then the pool skips it while anything of it runs).
+KILL_UID_ROUNDS = 5
+
+
+def _kill_uid(uid: int, gid: int) -> bool:
+    """End every process of ``uid``, a pooled sample's own (``polyrl.sandbox.uids``); whether none
+    is left. Each round, this (root) process SIGKILLs each one it finds in /proc: a sample can
+    neither stop nor trace root. Then a helper that is ``uid`` itself sends ``kill(-1)``, which
+    reaches exactly that uid's processes at once, children forked since the scan too. The helper
+    alone was not enough: a daemon that sends SIGSTOP to every process of its uid in a loop
+    stopped it before its ``kill`` (the trainer waited 10 s, the daemon ran on and the uid went
+    to the next sample), and it is the root sweep before it that ends such a daemon."""
+    setpriv, kill = shutil.which("setpriv"), shutil.which("kill", path="/usr/bin:/bin")  # never the trainer's PATH
+    for _ in range(KILL_UID_ROUNDS):
+        pids = uids.processes(uid)
+        if not pids:
+            return True
+        for pid in pids:
+            _sigkill(pid, uid)
+        if setpriv is not None and kill is not None:
+            try:
+                subprocess.run([setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs",
+                                kill, "-KILL", "-1"], timeout=2, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"},
+                               cwd="/")
+            except (OSError, subprocess.SubprocessError):
+                pass  # stopped or refused: the next round's sweep kills it and what it was after
+        time.sleep(0.01)
+    left = uids.processes(uid)
+    if left:
+        log.error("could not kill what a sample left running; its uid stays out of the pool while it runs",
+                  uid=uid, pids=left[:16])
+    return not left
+
+
+def _remove_leftovers(uid: int) -> bool:
+    """``leftovers.remove``, logged; whether all of it went (a failure never costs the sample's
+    result: its uid is kept out of the pool instead)."""
     try:
-        subprocess.run([setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *kill], timeout=10,
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       env={"PATH": "/usr/bin:/bin"}, cwd="/")
+        removed, failed = leftovers.remove(uid)
     except (OSError, subprocess.SubprocessError) as exc:
-        log.error("could not kill what a sample left running", uid=uid, error=str(exc))
+        removed, failed = [], [str(exc)]
+    if removed:
+        log.info("removed what a sample left on the host", uid=uid, count=len(removed), first=removed[:4])
+    if failed:
+        log.error("could not remove what a sample left on the host; its uid is not given out again",
+                  uid=uid, left=failed[:4])
+    return not failed
+
+
+def _sigkill(pid: int, uid: int) -> None:
+    """SIGKILL ``pid`` if it (still) runs with ``uid``: through a pidfd, so a pid reused between
+    the scan and the signal is never hit (os.kill where the kernel has no pidfds)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        if uid in (uids.status_uids(str(pid)) or ()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        return
+    try:
+        if uid in (uids.status_uids(str(pid)) or ()):  # the process the pidfd holds, checked after opening it
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _alive_in_group(pgid: int) -> bool:
