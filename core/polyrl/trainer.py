@@ -95,6 +95,17 @@ class TooManySkippedSteps(PolyrlError):
     completion was cut under mask_truncated_completions, too many steps in a row."""
 
 
+class AllCompletionsCut(TooManySkippedSteps):
+    """``train.max_consecutive_skips`` steps in a row whose every completion was cut under
+    ``mask_truncated_completions``. Why a class: its message names polyrl's keys and CLI, and a
+    caller whose user wrote other names (``polyrl.trl``: TRL's ``max_completion_length``) says
+    the fix in those, from ``steps``, ``max_new_tokens`` and the ``checkpoint`` written."""
+
+    def __init__(self, message: str, steps: int, max_new_tokens: int, checkpoint: Path) -> None:
+        super().__init__(message)
+        self.steps, self.max_new_tokens, self.checkpoint = steps, max_new_tokens, checkpoint
+
+
 class OutputWriteError(PolyrlError):
     """A file of the run could not be written (disk full, read-only); the last good checkpoint is kept."""
 
@@ -1526,13 +1537,13 @@ class Trainer:
                     self.save()
                     raise TooManySkippedSteps(self._unscored_message(unscored))
                 if cut >= c.train.max_consecutive_skips:
-                    self.save()
-                    raise TooManySkippedSteps(
+                    raise AllCompletionsCut(
                         f"{cut} steps in a row trained nothing: every completion was cut at the length limit "
                         "and algorithm.mask_truncated_completions leaves cut completions out of the loss; "
                         f"stopping, the state checkpointed. Fix: {self._cut_fix()}, then continue from the "
                         "checkpoint's weights with `polyrl train CONFIG --resume-weights-only` (a plain --resume "
-                        "refuses a changed generation or algorithm setting)")
+                        "refuses a changed generation or algorithm setting)",
+                        steps=cut, max_new_tokens=c.generation.max_new_tokens, checkpoint=self.save())
                 if (c.train.checkpoint_every and self.step % c.train.checkpoint_every == 0) or asked.save:
                     later = self._saved_now(self.save())
                     if self.world_size == 1:  # under a launcher the next step's gather agrees on it
