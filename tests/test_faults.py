@@ -278,6 +278,23 @@ def test_steps_whose_every_completion_was_cut_count_only_in_a_row(toy, tmp_path)
     assert {1, 3, 5, 7} <= {m["step"] for m in summary["history"] if m["skipped"]}
 
 
+def test_a_resume_continues_the_streak_of_cut_steps_so_it_stops_where_the_run_would(toy, tmp_path):
+    """Cut steps 1-2 checkpointed, then a resume (more steps): step 3 is the third in a row and
+    stops the run, as without the interruption. The streak lived in a local of the loop, so the
+    resumed run counted from 0 and trained nothing two steps longer before it stopped."""
+    from polyrl import checkpoint as ckpt
+
+    first = _masking(toy_config(tmp_path, backend="cut", max_consecutive_skips=3, checkpoint_every=1, steps=2))
+    assert Trainer(first, extra_plugins=(CutSteps().plugin,)).run(progress=False)["steps"] == 2
+    saved = ckpt.read_state(ckpt.latest_checkpoint(tmp_path / "run" / "checkpoints"))
+    assert saved["in_a_row"] == {"skips": 0, "unscored": 0, "cut": 2}
+    more = attrs.evolve(first, train=attrs.evolve(first.train, steps=5))
+    with pytest.raises(TooManySkippedSteps, match="3 steps in a row trained nothing") as raised:
+        Trainer(more, extra_plugins=(CutSteps().plugin,), resume="").run(progress=False)
+    assert isinstance(raised.value, TooManySkippedSteps)
+    assert ckpt.read_state(ckpt.latest_checkpoint(tmp_path / "run" / "checkpoints"))["step"] == 3
+
+
 # --- hostile plugins ----------------------------------------------------------------------------
 
 

@@ -254,3 +254,14 @@ def test_a_damaged_reference_archive_is_one_error_naming_it(tmp_path, data):
     with pytest.raises(ConfigError, match="is not the reference weights polyrl wrote") as err:
         ReferenceSync(train_engine=None, ref_engine=object(), every=1, alpha=0.5).load(tmp_path)
     assert err.value.field == "--resume" and str(tmp_path / REFERENCE_DIR / WEIGHTS_FILE) in str(err.value)
+
+
+@pytest.mark.parametrize("in_a_row", [[1], {"cut": -1}, {"cut": 1.5}, {"cut": True}])
+def test_a_malformed_streak_count_is_refused(in_a_row):
+    """in_a_row (the steps in a row train.max_consecutive_skips counts, continued by a resume)
+    is an object of whole counts; an older checkpoint without it resumes from 0."""
+    from polyrl.checkpoint_state import problem
+
+    why = problem({**well_formed_state(2), "in_a_row": in_a_row}, 2, weights_only=False, prompts=64)
+    assert why is not None and why[0].startswith("in_a_row is "), why
+    assert problem(well_formed_state(2), 2, weights_only=True, prompts=64) is None  # (no saved config: weights)

@@ -218,7 +218,7 @@ def test_trls_entropy_bonus_over_several_updates_per_rollout_is_refused():
               "steps_per_generation": 2, "max_steps": 2}
     with pytest.raises(ConfigError, match="updates per rollout") as info:
         api.GRPOConfig.from_trl(trl_config(**kwargs))
-    assert info.value.field == "grpo_config.entropy_coef" and "steps_per_generation unset" in str(info.value)
+    assert info.value.field == "grpo_config.entropy_coef" and "steps_per_generation and generation_batch_size unset" in str(info.value)
     assert api.GRPOConfig.from_trl(trl_config(**{**kwargs, "entropy_coef": 0.0})).settings["algorithm.minibatches"] == 2
 
 
@@ -781,3 +781,14 @@ def test_generation_kwargs_values_polyrl_cannot_take_are_one_error_naming_genera
     with pytest.raises(ConfigError) as info:
         run_config(trl_config(max_steps=1, generation_kwargs=kwargs))
     assert info.value.field == "grpo_config.generation_kwargs" and words in str(info.value), info.value
+
+
+@pytest.mark.parametrize("field", ["loss_type", "entropy_coef"])
+def test_several_updates_per_rollout_from_generation_batch_size_name_it_in_the_fix(field):
+    """generation_batch_size = 2 x the batch makes two updates per rollout as steps_per_generation = 2
+    does; the fix named only steps_per_generation, which the script never set."""
+    kwargs = {"per_device_train_batch_size": 4, "num_generations": 4, "generation_batch_size": 8, "max_steps": 2}
+    extra = {"loss_type": "bnpo"} if field == "loss_type" else {"loss_type": "dapo", "entropy_coef": 0.01}
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(trl_config(**kwargs, **extra))
+    assert info.value.field == f"grpo_config.{field}" and "generation_batch_size unset" in info.value.fix

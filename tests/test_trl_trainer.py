@@ -1211,3 +1211,22 @@ def test_a_model_objects_tokenizer_is_never_fetched_from_the_hub(tiny_model_dir,
     listener.close()
     assert "FIELD processing_class" in out, out + proc.stderr.read()[-2000:]
     assert asked == []
+
+
+def test_a_run_whose_every_completion_is_cut_stops_with_the_fix_in_grpo_configs_names(tiny_model_dir, tmp_path):
+    """mask_truncated_completions with completions that never finish trains nothing (TRL: loss 0, no
+    word); polyrl stops after train.max_consecutive_skips such steps. Its fix named
+    generation.max_new_tokens and ``polyrl train CONFIG --resume-weights-only``, which a TRL script
+    has neither of: it names max_completion_length and the checkpoint's model folder."""
+    from polyrl.trainer import TooManySkippedSteps
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          args=_args(tmp_path, max_steps=5, max_completion_length=2, mask_truncated_completions=True))
+    with pytest.raises(TooManySkippedSteps) as raised:
+        trainer.train()
+    message = str(raised.value)
+    assert "3 steps in a row trained nothing" in message and "max_completion_length = 2" in message
+    assert "mask_truncated_completions=False" in message and "generation.max_new_tokens" not in message
+    assert "polyrl train CONFIG" not in message
+    model = message.split('GRPOTrainer(model="', 1)[1].split('"', 1)[0]
+    assert (Path(model) / "config.json").is_file()  # the folder to train on from

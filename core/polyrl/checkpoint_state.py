@@ -114,6 +114,9 @@ def problem(state: Any, step: int | None, weights_only: bool, prompts: int) -> t
         count = state.get(key, 0)
         if not (_count(count) and count >= 0):
             return f"{key} is {count!r}, not an integer >= 0", OTHER_CHECKPOINT_FIX
+    in_a_row = state.get("in_a_row", {})
+    if not isinstance(in_a_row, Mapping) or not all(_count(v) and v >= 0 for v in in_a_row.values()):
+        return f"in_a_row is {in_a_row!r}, not an object of integers >= 0", OTHER_CHECKPOINT_FIX
     saved = state.get("config")
     if saved is not None and not isinstance(saved, Mapping):
         return f"config is {_kind(saved)}, not an object", WEIGHTS_ONLY_FIX

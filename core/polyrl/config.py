@@ -19,7 +19,7 @@ import attrs
 from polyrl import chat_kwargs
 from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig, check_given_keys_act, refuse_preset_shaping_under_gdpo
 from polyrl.configtools import build, unknown_key_fix
-from polyrl.device_names import check_device
+from polyrl.device_names import check_device, normalized as normalized_device
 from polyrl.errors import ConfigError
 from polyrl.rewards import isolation as reward_isolation
 from polyrl.step_line import STEP_LINE_CHOICES
@@ -67,6 +67,7 @@ class ModelSection:
                     'like "smollm2-135m-instruct"',
             )
         check_device(self.device)
+        object.__setattr__(self, "device", normalized_device(self.device))  # "GPU" as MLX and MAX read it
         if self.dtype not in MODEL_DTYPES:
             raise ConfigError(f"unknown dtype {self.dtype!r}", field="model.dtype",
                               fix=f"use one of {', '.join(MODEL_DTYPES)} (`polyrl backends` lists "

@@ -95,6 +95,21 @@ class TooManySkippedSteps(PolyrlError):
     completion was cut under mask_truncated_completions, too many steps in a row."""
 
 
+#: what ``train.max_consecutive_skips`` counts in a row (checkpoint state ``in_a_row``)
+IN_A_ROW = ("skips", "unscored", "cut")
+
+
+class AllCompletionsCut(TooManySkippedSteps):
+    """``train.max_consecutive_skips`` steps in a row whose every completion was cut under
+    ``mask_truncated_completions``. Why a class: its message names polyrl's keys and CLI, and a
+    caller whose user wrote other names (``polyrl.trl``: TRL's ``max_completion_length``) says
+    the fix in those, from ``steps``, ``max_new_tokens`` and the ``checkpoint`` written."""
+
+    def __init__(self, message: str, steps: int, max_new_tokens: int, checkpoint: Path) -> None:
+        super().__init__(message)
+        self.steps, self.max_new_tokens, self.checkpoint = steps, max_new_tokens, checkpoint
+
+
 class OutputWriteError(PolyrlError):
     """A file of the run could not be written (disk full, read-only); the last good checkpoint is kept."""
 
@@ -255,6 +270,9 @@ class Trainer:
         self._all_cut = False
         #: steps in a row whose every episode (on every rank) ended in an environment error
         self._failed_steps = 0
+        #: the steps in a row so far that had a non-finite update, no score, every completion cut
+        #: (``train.max_consecutive_skips``); checkpointed, so a resumed run stops where this one would
+        self._in_a_row: dict[str, int] = dict.fromkeys(IN_A_ROW, 0)
         self.rewards = RewardComputer(
             self.registry.pm, [(r.name or r.label, r.weight, dict(r.options), r.label) for r in config.rewards],
             columns=self._columns[0], timeouts={r.label: r.timeout_s for r in config.rewards},
@@ -962,6 +980,7 @@ class Trainer:
             "kl_coef": self.kl_coef,
             "num_tokens": self.num_tokens,
             "updates_applied": self.updates_applied,
+            "in_a_row": dict(self._in_a_row),
             "reward_code": self._reward_codes,  # a resume says when the functions' code changed
             "model_files": self._model_files(),  # and when the model folders were changed in place
         }
@@ -1094,6 +1113,9 @@ class Trainer:
         self.history = self._rewind_metrics()
         self.num_tokens = self._resumed_num_tokens(state.get("num_tokens"))
         self.updates_applied = 0 if weights_only else self._resumed_updates(state.get("updates_applied"))
+        # a full resume continues the streaks (an older checkpoint has none: from 0); weights only is a new run
+        saved_row = {} if weights_only else state.get("in_a_row") or {}
+        self._in_a_row = {k: int(saved_row.get(k, 0)) for k in IN_A_ROW}
         self._resumed = True
         # that checkpoint holds this step: re-saving it before training on (weights only, nothing
         # left to train) put a fresh optimizer into it, and a later exact --resume went off the run
@@ -1456,7 +1478,7 @@ class Trainer:
             # a resumed run's: its history holds the steps before the resume too (trl.GRPOTrainer's
             # log_history lacked the eval_on_start entry TRL's resumed trainer_state keeps)
             summary["eval_before"] = self._kept_eval_before
-        skips = unscored = cut = 0
+        skips, unscored, cut = (self._in_a_row[k] for k in IN_A_ROW)
         last_eval = self._evaluated_at_resume()
         # under a launcher only a collective decides the stop, so every rank leaves after the same step
         stop_agreed = False
@@ -1518,6 +1540,7 @@ class Trainer:
                 skips = skips + 1 if skipped_update else 0
                 unscored = unscored + 1 if self._nothing_scored else 0
                 cut = cut + 1 if self._all_cut else 0
+                self._in_a_row = dict(zip(IN_A_ROW, (skips, unscored, cut)))  # before any checkpoint below
                 failed = self._environment_failure()
                 if failed is not None:  # an environment that never works: stop, with what it raised
                     self.save()
@@ -1532,13 +1555,13 @@ class Trainer:
                     self.save()
                     raise TooManySkippedSteps(self._unscored_message(unscored))
                 if cut >= c.train.max_consecutive_skips:
-                    self.save()
-                    raise TooManySkippedSteps(
+                    raise AllCompletionsCut(
                         f"{cut} steps in a row trained nothing: every completion was cut at the length limit "
                         "and algorithm.mask_truncated_completions leaves cut completions out of the loss; "
                         f"stopping, the state checkpointed. Fix: {self._cut_fix()}, then continue from the "
                         "checkpoint's weights with `polyrl train CONFIG --resume-weights-only` (a plain --resume "
-                        "refuses a changed generation or algorithm setting)")
+                        "refuses a changed generation or algorithm setting)",
+                        steps=cut, max_new_tokens=c.generation.max_new_tokens, checkpoint=self.save())
                 if (c.train.checkpoint_every and self.step % c.train.checkpoint_every == 0) or asked.save:
                     later = self._saved_now(self.save())
                     if self.world_size == 1:  # under a launcher the next step's gather agrees on it

@@ -223,6 +223,7 @@ class GRPOTrainer:
         ``TrainOutput``; ``self.state`` is then the run's ``TrainerState``."""
         from polyrl import checkpoint
         from polyrl.rewards.trl_compat import with_trl_names
+        from polyrl.trainer import AllCompletionsCut
         from polyrl.trl_callbacks import run_settings
 
         if trial is not None:
@@ -248,7 +249,10 @@ class GRPOTrainer:
             trainer.observers.append(callbacks)
         # TRL's switch for its bar; a transformers progress callback given draws its own bar instead
         progress = not getattr(self.args, "disable_tqdm", False) and not (callbacks and callbacks.draws_progress)
-        summary = trainer.run(progress=progress)
+        try:
+            summary = trainer.run(progress=progress)
+        except AllCompletionsCut as exc:  # its fix in the script's names, not polyrl's keys and CLI
+            raise _all_cut_in_trl_names(exc) from None
         self.summary = summary
         if "model" in summary and self.eval_dataset is not None:  # evaluate() is likely: on the run's engines
             self._eval_engines = (str(self._model_source("evaluate")), trainer.engines)
@@ -565,6 +569,21 @@ def _named_eval_dataset(exc: ConfigError) -> ConfigError:
     return ConfigError(exc.message.replace("eval_prompts", "eval_dataset"), field="eval_dataset",
                        fix=(exc.fix or "").replace("leave eval_prompts out", 'set eval_strategy="no"')
                        .replace("eval_prompts", "eval_dataset"))
+
+
+def _all_cut_in_trl_names(exc: Any) -> Exception:
+    """The all-cut stop (``polyrl.trainer.AllCompletionsCut``) told in GRPOConfig's names: its
+    fix named ``generation.max_new_tokens`` and ``polyrl train CONFIG --resume-weights-only``,
+    neither of which a TRL script has."""
+    from polyrl.trainer import TooManySkippedSteps
+
+    return TooManySkippedSteps(
+        f"{exc.steps} steps in a row trained nothing: every completion was cut at max_completion_length = "
+        f"{exc.max_new_tokens} and mask_truncated_completions=True leaves cut completions out of the loss (TRL "
+        f"trains nothing there, without a word); stopping, the state checkpointed in {exc.checkpoint}. Fix: raise "
+        "max_completion_length so completions can finish, or set mask_truncated_completions=False to train on cut "
+        f"completions, then train again from the checkpoint's weights: GRPOTrainer(model=\"{exc.checkpoint / 'model'}\", "
+        "...) (resume_from_checkpoint refuses a changed max_completion_length or mask_truncated_completions)")
 
 
 def _with_evaluations(log_history: list[dict[str, Any]], summary: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -359,7 +359,7 @@ def _refuse_micro_batch_mean(trl_config: Any) -> None:
                       field="grpo_config.loss_type",
                       fix='use loss_type="dapo" (the whole-batch token mean polyrl trains), or one micro-batch: '
                           "gradient_accumulation_steps=1 with per_device_train_batch_size raised to keep the batch, "
-                          "steps_per_generation unset (one update per rollout), on one process")
+                          "steps_per_generation and generation_batch_size unset (one update per rollout), on one process")
 
 
 #: TRL loss types whose policy term polyrl aggregates as a token mean of the whole batch
@@ -401,7 +401,7 @@ def _refuse_entropy_bonus(trl_config: Any) -> None:
                       f"entropy_coeff), so the two differ here: {'; '.join(why)}", field="grpo_config.entropy_coef",
                       fix='use loss_type="dapo" (cispo and vespo too) with top_entropy_quantile=1.0, one '
                           "micro-batch per update (gradient_accumulation_steps=1 on one process) and one update per "
-                          "rollout (steps_per_generation unset), where the two bonuses are the same, or "
+                          "rollout (steps_per_generation and generation_batch_size unset), where the two bonuses are the same, or "
                           "entropy_coef=0")
 
 
