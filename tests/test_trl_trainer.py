@@ -1156,6 +1156,31 @@ def test_trainer_state_is_transformers_own_before_and_after_train(tiny_model_dir
     assert TrainerState.load_from_json(str(tmp_path / "run" / "trainer_state.json")).global_step == 2
 
 
+def test_trainer_state_counts_optimizer_updates_as_trls_does(tiny_model_dir, tmp_path):
+    """TRL's global_step, max_steps and log_history steps count optimizer updates: with
+    num_iterations = 2 a rollout batch makes two, so max_steps = 4 is two polyrl steps. The state
+    said 2 of max_steps 2 while the script's GRPOConfig says 4: a callback or script comparing them
+    with its own settings read half."""
+    from transformers import TrainerCallback
+
+    seen: list[tuple[str, int, int]] = []
+
+    class Watch(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            seen.append(("begin", state.global_step, state.max_steps))
+
+        def on_step_end(self, args, state, control, **kwargs):
+            seen.append(("step", state.global_step, state.max_steps))
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(), callbacks=[Watch()],
+                          args=_args(tmp_path, max_steps=4, num_iterations=2))
+    out = trainer.train()
+    assert len(trainer.summary["history"]) == 2  # two rollout batches, two updates each
+    assert out.global_step == 4 and (trainer.state.global_step, trainer.state.max_steps) == (4, 4)
+    assert [m["step"] for m in trainer.state.log_history] == [2, 4]
+    assert seen == [("begin", 0, 4), ("step", 2, 4), ("step", 4, 4)]
+
+
 def test_the_callbacks_state_is_trainer_state(tiny_model_dir, tmp_path):
     """As in transformers, the TrainerState a callback gets is trainer.state, during the run too."""
     from transformers import TrainerCallback

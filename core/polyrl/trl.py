@@ -224,7 +224,7 @@ class GRPOTrainer:
         from polyrl import checkpoint
         from polyrl.rewards.trl_compat import with_trl_names
         from polyrl.trainer import AllCompletionsCut
-        from polyrl.trl_callbacks import run_settings
+        from polyrl.trl_callbacks import in_updates, run_settings, updates_per_step
 
         if trial is not None:
             raise ConfigError("polyrl runs no hyperparameter search", field="trial", fix="remove trial")
@@ -261,11 +261,12 @@ class GRPOTrainer:
         history = list(summary.get("history", []))
         losses = [m["loss"] for m in history if isinstance(m.get("loss"), (int, float))]
         epoch = next((m["epoch"] for m in reversed(history) if isinstance(m.get("epoch"), (int, float))), None)
-        log_history = [with_trl_names(m) for m in history]
+        per_step = updates_per_step(trainer)  # TRL's steps count optimizer updates
+        log_history = [in_updates(with_trl_names(m), per_step) for m in history]
         if self._evaluates:  # TRL logs each evaluation as an entry of its own, eval_ names
-            log_history = _with_evaluations(log_history, summary)
+            log_history = _with_evaluations(log_history, summary, per_step)
         run_settings(self.state, trainer)
-        self.state.global_step = int(summary.get("steps", 0))
+        self.state.global_step = int(summary.get("steps", 0)) * per_step
         if epoch is not None:  # else transformers' 0
             self.state.epoch = epoch
         self.state.log_history = log_history
@@ -319,6 +320,7 @@ class GRPOTrainer:
         import gc
         import tempfile
 
+        from polyrl.trl_callbacks import updates_per_step
         from polyrl.trl_evaluate import eval_sets, eval_settings, trl_metrics
 
         if not isinstance(metric_key_prefix, str) or not metric_key_prefix:
@@ -338,7 +340,8 @@ class GRPOTrainer:
                 engines = self._eval_engines[1] if self._eval_engines and self._eval_engines[0] == folder else None
                 trainer = self._polyrl_trainer(policy, config, rows, engines=engines)
                 self._eval_engines = (folder, trainer.engines)
-                trainer.step = self.state.global_step  # the seed and trainer_state the run's evaluation has here
+                # the seed and trainer_state the run's evaluation has here (its step, not TRL's updates)
+                trainer.step = self.state.global_step // updates_per_step(trainer)
                 started = time.monotonic()
                 ours = trainer.evaluate("after" if self.summary is not None else "before")
                 seconds = time.monotonic() - started
@@ -586,7 +589,8 @@ def _all_cut_in_trl_names(exc: Any) -> Exception:
         "...) (resume_from_checkpoint refuses a changed max_completion_length or mask_truncated_completions)")
 
 
-def _with_evaluations(log_history: list[dict[str, Any]], summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _with_evaluations(log_history: list[dict[str, Any]], summary: Mapping[str, Any],
+                      per_step: int = 1) -> list[dict[str, Any]]:
     """``log_history`` with an entry after each evaluation's step under TRL's ``eval_`` names
     (``step_metrics.trl_eval_names``), the one before training (``eval_on_start``) at step 0 and
     the one after training at the last step when no step's line holds it, as TRL logs them."""
@@ -603,7 +607,7 @@ def _with_evaluations(log_history: list[dict[str, Any]], summary: Mapping[str, A
     last = log_history[-1] if log_history else {}
     if summary.get("eval_after") and not trl_eval_names(last):
         out.append({**trl_eval_names(summary["eval_after"]), "epoch": last.get("epoch"),
-                    "step": int(summary.get("steps", 0))})
+                    "step": int(summary.get("steps", 0)) * per_step})
     return out
 
 

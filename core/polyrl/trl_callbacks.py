@@ -28,6 +28,7 @@ asked on any of them after each step (a stop asked in ``on_save`` there: after t
 from __future__ import annotations
 
 import math
+import numbers
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -155,10 +156,11 @@ class TrlCallbacks:
         from polyrl.rewards.trl_compat import with_trl_names
 
         self._defer = trainer.world_size > 1
-        self._steps = trainer.config.train.steps
+        self._per_step = updates_per_step(trainer)
+        self._steps = trainer.config.train.steps * self._per_step
         run_settings(self.state, trainer)
-        self.state.global_step = trainer.step
-        self.state.log_history = [with_trl_names(m) for m in trainer.history]
+        self.state.global_step = trainer.step * self._per_step
+        self.state.log_history = [in_updates(with_trl_names(m), self._per_step) for m in trainer.history]
         self.state.epoch = next((m["epoch"] for m in reversed(trainer.history) if "epoch" in m), 0.0)
         self.deferred = None  # a train() again after one a callback ended: its callbacks are called anew
         self._can_evaluate = trainer.eval_dataset is not None
@@ -174,7 +176,9 @@ class TrlCallbacks:
         set and the run has held-out rows, else one warning the first time. What a callback raises
         here is raised after the step is recorded (``step_end``): the step trained, its line and
         checkpoint are kept."""
-        self.state.global_step = int(metrics.get("step", self.state.global_step + 1))
+        step = metrics.get("step")
+        self.state.global_step = (int(step) * self._per_step if isinstance(step, numbers.Integral)
+                                  else self.state.global_step + self._per_step)
         if isinstance(metrics.get("epoch"), (int, float)):
             self.state.epoch = float(metrics["epoch"])
         if isinstance(metrics.get("num_tokens"), (int, float)):
@@ -271,17 +275,32 @@ def trainer_state(args: Any, rank: int, local_rank: int) -> Any:
     return state
 
 
+def updates_per_step(trainer: Any) -> int:
+    """Optimizer updates one polyrl step makes (``num_iterations`` x ``minibatches``): TRL's
+    ``global_step``, ``max_steps``, ``save_steps`` and ``log_history`` steps count updates, so a
+    script or callback comparing them with its ``GRPOConfig`` reads them on that scale."""
+    return int(trainer.config.algorithm.updates_per_step)
+
+
+def in_updates(entry: dict[str, Any], per_step: int) -> dict[str, Any]:
+    """A ``log_history`` entry with its polyrl ``step`` counted in optimizer updates (TRL's)."""
+    step = entry.get("step")
+    if per_step == 1 or not isinstance(step, numbers.Integral):
+        return entry
+    return {**entry, "step": int(step) * per_step}
+
+
 def run_settings(state: Any, trainer: Any) -> None:
     """The fields of ``state`` polyrl's ``trainer`` (a ``polyrl.trainer.Trainer``) sets by its
     config: ``max_steps``, ``save_steps``, ``eval_steps`` and ``num_train_epochs``."""
     from polyrl.step_metrics import trl_epoch
 
-    c = trainer.config.train
-    state.max_steps = c.steps
+    c, per_step = trainer.config.train, updates_per_step(trainer)
+    state.max_steps = c.steps * per_step
     if c.checkpoint_every:
-        state.save_steps = c.checkpoint_every
+        state.save_steps = c.checkpoint_every * per_step
     if trainer.config.eval.every:
-        state.eval_steps = trainer.config.eval.every
+        state.eval_steps = trainer.config.eval.every * per_step
     state.num_train_epochs = math.ceil(trl_epoch(c.steps, c.prompts_per_step, len(trainer.dataset)))
 
 
