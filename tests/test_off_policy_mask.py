@@ -36,6 +36,7 @@ CASES = {
     "luspo": ("luspo", Objective(loss_aggregation="seq_mean_token_sum", beta=0.05), 0.5),
     "bnpo_entropy": ("bnpo", Objective(loss_aggregation="token_mean", entropy_coef=0.01), 0.5),
     "high_threshold": ("grpo", Objective(), 5.0),  # nothing dropped
+    "zero_threshold": ("grpo", Objective(), 0.0),  # TRL takes 0: any drift drops a negative-advantage sequence
 }
 
 
@@ -321,12 +322,12 @@ def test_the_algorithm_key_reaches_the_objective():
         assert obj.off_policy_mask_threshold == 0.5
 
 
-@pytest.mark.parametrize("value", [0, 0.0, -0.5, float("nan"), float("inf"), "0.5", True])
+@pytest.mark.parametrize("value", [-0.5, -1e-9, float("nan"), float("inf"), "0.5", True])
 def test_a_bad_threshold_is_one_config_error_naming_the_field(value):
     with pytest.raises(ConfigError) as err:
         AlgorithmConfig.preset("grpo", off_policy_mask_threshold=value)
     assert err.value.field == "algorithm.off_policy_mask_threshold"
-    assert "> 0" in str(err.value)
+    assert ">= 0" in str(err.value)
     with pytest.raises(ConfigError) as err:
         Objective(off_policy_mask_threshold=value)
     assert err.value.field == "algorithm.off_policy_mask_threshold"
@@ -351,7 +352,7 @@ def test_a_bad_threshold_in_toml_is_one_error_line_from_the_cli(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1 and lines[0].startswith("error: ") and "algorithm.off_policy_mask_threshold" in lines[0]
-    assert "must be a finite number > 0" in lines[0], lines[0]  # its range, not "unknown key"
+    assert "must be a finite number >= 0" in lines[0], lines[0]  # its range, not "unknown key"
 
 
 def test_a_toml_threshold_loads_into_the_run_config():

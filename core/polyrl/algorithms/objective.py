@@ -184,8 +184,8 @@ class Objective:
                               fix="1.0 trains every token; 0.2 keeps the top 20% (Wang et al. 2025)")
         opsm = self.off_policy_mask_threshold
         if opsm is not None and not (isinstance(opsm, (int, float)) and not isinstance(opsm, bool)
-                                     and 0 < opsm < float("inf")):
-            raise ConfigError(f"must be a finite number > 0 or unset, got {opsm!r}",
+                                     and 0 <= opsm < float("inf")):
+            raise ConfigError(f"must be a finite number >= 0 or unset, got {opsm!r}",
                               field="algorithm.off_policy_mask_threshold",
                               fix="0.5 is usual (TRL's example); leave it unset to train every sequence")
         if self.max_completion_length <= 0:

@@ -303,8 +303,8 @@ class AlgorithmConfig:
         if self.dual_clip is not None and (not _is_number(self.dual_clip) or self.dual_clip <= 1):
             _fail("dual_clip", f"must be > 1 or unset, got {self.dual_clip!r}", "3.0 is usual")
         opsm = self.off_policy_mask_threshold
-        if opsm is not None and (not _is_number(opsm) or not 0 < float(opsm) < math.inf):
-            _fail("off_policy_mask_threshold", f"must be a finite number > 0 or unset, got {opsm!r}",
+        if opsm is not None and (not _is_number(opsm) or not 0 <= float(opsm) < math.inf):
+            _fail("off_policy_mask_threshold", f"must be a finite number >= 0 or unset, got {opsm!r}",
                   "0.5 is usual (TRL's example); leave it unset to train every sequence")
         if self.entropy_coef < 0:
             _fail("entropy_coef", f"must be >= 0, got {self.entropy_coef}", "0 disables the bonus; 1e-3 is usual")
