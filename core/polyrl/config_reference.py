@@ -83,7 +83,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "entropy_coef": "entropy bonus: loss -= coef * entropy of the trainer's next-token distribution",
         "top_entropy_quantile": "policy loss only on the top-q highest-entropy tokens (1.0 = all; 0.2 in the paper)",
         "off_policy_mask_threshold": "drop the policy term of a negative-advantage completion whose mean sampler "
-                                     "minus current log-prob exceeds it (DeepSeek-V3.2 eq. 9, TRL's name; > 0, "
+                                     "minus current log-prob exceeds it (DeepSeek-V3.2 eq. 9, TRL's name; >= 0, "
                                      "e.g. 0.5); unset = off. The KL term and entropy bonus stay",
         "mask_truncated_completions": ("leave completions cut at max_new_tokens out of the loss (TRL, DAPO); "
                                        "refused with generation.ignore_eos, which cuts every one"),
