@@ -23,6 +23,9 @@ from polyrl.sandbox import Sandbox, SandboxLimits, isolation
 
 pytestmark = pytest.mark.faults
 SYSTEM_PYTHON = "/usr/bin/python3"
+#: the off-level tests run samples as pooled uids, which only root hands out, with an interpreter any uid may run
+needs_root_and_system_python = pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
+                                                  reason="needs root and an interpreter every uid can run")
 
 TESTS = parse_tests("assert add(1, 2) == 3\n")
 GOOD = "def add(a, b):\n    return a + b\n"
@@ -162,8 +165,7 @@ def test_a_daemon_the_sample_leaves_dies_with_it_and_writes_nowhere_after():
     assert later.all_passed and "DAEMON" not in later.output
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
-                    reason="needs root and an interpreter every uid can run")
+@needs_root_and_system_python
 def test_at_the_off_level_a_setsid_daemon_dies_at_sample_end():
     """``isolation = "off"`` has no PID namespace: the daemon left the sample's process group and
     outlived the reward (it still ran, holding the sample's pipes). A root trainer's sample has a
@@ -186,8 +188,7 @@ STOPPER = ("import os, signal, sys, time\nserver = int(sys.argv[2])\nend = time.
            "        try:\n            os.kill(pid, sig)\n        except OSError:\n            pass\n")
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
-                    reason="needs root and an interpreter every uid can run")
+@needs_root_and_system_python
 def test_at_the_off_level_a_daemon_that_stops_the_end_of_sample_kill_dies_too():
     """The end-of-sample kill ran as the sample's uid (``kill -KILL -1``), so the sample's daemon
     could signal it: sending SIGSTOP to every process of its uid in a loop, it stopped the kill
@@ -205,8 +206,7 @@ def test_at_the_off_level_a_daemon_that_stops_the_end_of_sample_kill_dies_too():
     assert uids.busy() == frozenset()
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
-                    reason="needs root and an interpreter every uid can run")
+@needs_root_and_system_python
 def test_at_the_off_level_a_sample_cannot_gain_privileges_from_a_setuid_binary():
     """At the ``off`` and ``unshare`` levels the privilege drop kept the bounding set and set no
     ``no_new_privs``: a setuid-root binary (su, mount, newgrp, passwd) the sample ran got root's
@@ -275,8 +275,7 @@ FIND = ("import ctypes, os\nTOKEN = {token!r}\nfound = []\n"
         "print('FOUND', found, flush=True)\n")
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
-                    reason="needs root and an interpreter every uid can run")
+@needs_root_and_system_python
 def test_at_the_off_level_the_next_sample_with_a_reused_uid_finds_nothing_the_last_one_left():
     """Pooled uids are reused. At the ``off`` (and ``unshare``) level a sample's private files in
     the host's shared folders and its SysV IPC objects outlived it, and the next sample given the
@@ -396,8 +395,7 @@ def test_leftover_removal_takes_only_the_uids_entries_and_never_follows_a_link(t
     assert sorted(os.listdir(shared)) == ["theirs"] and (outside / "keep").read_text() == "host file"
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
-                    reason="needs root and an interpreter every uid can run")
+@needs_root_and_system_python
 def test_what_a_killed_trainers_sample_left_is_gone_before_the_uid_runs_again():
     """A trainer killed mid-sample (kill -9, OOM) cleans nothing up; at the ``unshare`` and ``off``
     levels what its sample left in the shared folders is removed before the uid runs a sample again."""
