@@ -197,13 +197,13 @@ class Sandbox:
             if folder is not None:  # first: the uid's leftovers below are then only what the sample left
                 shutil.rmtree(folder, ignore_errors=True)
             if uid is not None:
+                gid = self.launch.ids[1] if self.launch.ids else uid
                 # at the off level nothing else ends a setsid daemon that left the process group; at
                 # the others the PID namespace did (_kill waited for it)
-                clean = _kill_uid(uid, self.launch.ids[1] if self.launch.ids else uid) \
-                    if self.launch.level == "off" else True
+                clean = _kill_uid(uid, gid) if self.launch.level == "off" else True
                 if not self.launch.private_tmp:  # host folders and IPC: the next sample with this uid sees them
                     clean = _remove_leftovers(uid) and clean
-                if clean and not leftovers.clear_keys(uid, self.launch.ids[1] if self.launch.ids else uid):
+                if clean and not leftovers.clear_keys(uid, gid):
                     log.error("could not empty a sample's kernel keyrings; its uid is not given out again", uid=uid)
                     clean = False
                 if clean:  # else this process keeps the uid, so no later sample on the host gets it
