@@ -119,3 +119,41 @@ def test_a_template_opening_a_special_think_is_found(special_engine):
 
     suffix = think_suffix(functools.partial(_rendered, special_engine), special_engine.raw.decode)
     assert suffix is not None and special_engine.raw.decode(suffix.tolist()).endswith("<think>\n")
+
+
+def _other_engine(backend: str, model: str):
+    from polyrl.engine import Engine
+    from polyrl.registry import get_registry
+    from polyrl.types import EngineConfig
+
+    status = get_registry().status(backend)
+    if not status.available:
+        pytest.skip(f"backend {backend!r} not usable here: {status.reason}")
+    return Engine(get_registry(), backend, EngineConfig(model=model, role="generate", threads=1, seed=0))
+
+
+
+def test_the_mlx_engine_decodes_with_the_tags_as_torch_does(special_model):
+    """The MLX engine's ``decode`` is the same completion decoder: the tags stay, the end-of-turn
+    token goes."""
+    engine = _other_engine("mlx", special_model)
+    tok = transformers.AutoTokenizer.from_pretrained(special_model)
+    assert engine.raw.decode(_ids(tok, "<think>so 4</think>2")) == "<think>so 4</think>2"
+    assert engine.raw.decode(_ids(tok, "no tags 7")) == "no tags 7"
+
+
+def test_the_max_engine_decodes_with_its_tokenizers_special_tags(tiny_model_dir, special_model, monkeypatch):
+    """MAX's ``decode`` builds the completion decoder from the engine's own tokenizer. The engine is
+    the tiny model's (its graph is in the compile cache; the grown vocabulary of ``special_model``
+    costs a fresh compile of many minutes, checked once by hand), given the special-tag tokenizer:
+    decoding reads no weights."""
+    engine = _other_engine("max", tiny_model_dir)
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(special_model)
+        monkeypatch.setattr(engine.raw, "tokenizer", tok)
+        engine.raw.__dict__.pop("_decode", None)  # the cached decoder of the tiny model's tokenizer
+        assert engine.raw.decode(_ids(tok, "<think>so 4</think>2")) == "<think>so 4</think>2"
+        assert engine.raw.decode(_ids(tok, "no tags 7")) == "no tags 7"
+    finally:
+        engine.raw.__dict__.pop("_decode", None)
+        engine.raw.close()
