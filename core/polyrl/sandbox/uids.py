@@ -4,7 +4,10 @@ Why: the kernel counts ``RLIMIT_NPROC`` (``max_processes``) per real uid, thread
 every sample ran as ``nobody``, a sample holding ``max_processes`` threads made a concurrent
 honest sample's ``threading.Thread(...).start()`` fail ("can't start new thread"): one sample
 forged another's reward down. Each sample running at the same time now has a uid of its own from
-an unused range, so its limit counts its own threads only. A non-root trainer needs none of this:
+an unused range, so its limit counts its own threads only. Its gid is the same number (and it has
+no supplementary groups): with nobody's group for all, a file one sample made with group
+permissions in a folder samples share (the host's /tmp at the ``unshare`` and ``off`` levels)
+was a concurrent sample's to read and write. A non-root trainer needs none of this:
 bubblewrap gives each sample its own user namespace, and since Linux 5.14 the count is kept per
 user namespace.
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import grp
 import os
 import pwd
 import threading
@@ -57,13 +61,17 @@ def _claim(uid: int) -> tuple[bool, int | None]:
 
 @functools.lru_cache(maxsize=4096)
 def _named(uid: int) -> bool:
-    """Whether the host's user database (/etc/passwd, LDAP, sssd) knows ``uid``: a real user's uid
-    is never given to a sample (at the ``off`` level its end-of-sample kill would reach that user)."""
-    try:
-        pwd.getpwuid(uid)
-    except KeyError:
-        return False
-    return True
+    """Whether the host's user or group database (/etc/passwd, /etc/group, LDAP, sssd) knows
+    ``uid``: a real user's uid is never given to a sample (at the ``off`` level its end-of-sample
+    kill would reach that user), nor a real group's number (the sample's gid is its uid's number:
+    it would get that group's file permissions)."""
+    for lookup in (pwd.getpwuid, grp.getgrgid):
+        try:
+            lookup(uid)
+        except KeyError:
+            continue
+        return True
+    return False
 
 
 def status_uids(pid: str) -> tuple[int, ...] | None:
