@@ -423,6 +423,42 @@ def test_what_a_killed_trainers_sample_left_is_gone_before_the_uid_runs_again():
                 os.unlink(path)
 
 
+def test_without_a_writable_lock_folder_another_processs_uid_is_still_skipped(tmp_path, monkeypatch):
+    """Where the lock folder cannot be made (a read-only or unshared /run, a non-root trainer's
+    test of the pool) the claims fell back to this process alone: two trainers on the host gave
+    concurrent samples the same uid. An abstract unix socket bound to a name per uid is the claim
+    there (the kernel frees the name when its process dies); nothing is written anywhere."""
+    import subprocess
+    import sys
+
+    from polyrl.sandbox import uids
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("abstract unix sockets are Linux's")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    locks = blocker / "locks"  # under a regular file: never made
+    first = 2_100_000_000 + os.getpid() % 1000 * 100  # apart from other pool users of this host
+    monkeypatch.setattr(uids, "LOCKS", locks)
+    monkeypatch.setattr(uids, "FIRST", first)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from polyrl.sandbox import uids; "
+         f"uids.LOCKS = Path({str(locks)!r}); uids.FIRST = {first}; print(uids.acquire(), flush=True); "
+         "time.sleep(30)"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        theirs = int(holder.stdout.readline())
+        ours = uids.acquire()
+        assert theirs == first and ours == first + 1
+        uids.release(ours)
+    finally:
+        holder.kill()
+        holder.wait()
+    again = uids.acquire()  # the dead holder's name is free again
+    assert again == first
+    uids.release(again)
+    assert uids.busy() == frozenset() and not locks.exists()
+
 def test_a_uid_given_back_clean_is_claimed_without_a_look_at_proc(tmp_path, monkeypatch):
     """A scan of /proc costs ~50 us per process on the host, per sample: it is done only for a uid
     whose lock file does not say its last sample left nothing (a new file, or a holder killed
