@@ -596,3 +596,31 @@ def test_the_pool_skips_a_number_the_group_database_names(tmp_path, monkeypatch)
     finally:
         uids._named.cache_clear()
     assert got != group
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the keyring clean-up becomes another uid: root's")
+def test_the_keyring_clean_up_child_holds_none_of_the_trainers_descriptors(tmp_path, monkeypatch):
+    """``leftovers.clear_keys`` forks a child that becomes the sample's uid: it kept every
+    descriptor of the trainer (its checkpoint, a tracker's key file, its pipes) while it ran as
+    that uid. It now closes them before it changes its ids."""
+    from polyrl.sandbox import leftovers
+
+    secret = tmp_path / "tracker.key"
+    secret.write_text("TRACKER-KEY")
+    held = os.open(secret, os.O_RDONLY)
+    seen = tmp_path / "seen"
+
+    def record(*ids: int) -> None:  # runs in the child (fork keeps the patch), then stops it
+        numbers = sorted(os.listdir("/proc/self/fd"), key=int)
+        with open(seen, "w") as f:
+            f.write(" ".join(numbers))
+        raise OSError("stopped by the test")
+
+    monkeypatch.setattr(leftovers, "has_keys", lambda uid: True)
+    monkeypatch.setattr(leftovers.os, "setresuid", record)
+    try:
+        assert leftovers.clear_keys(2_100_999_999, 2_100_999_999) is False
+    finally:
+        os.close(held)
+    numbers = [int(n) for n in seen.read_text().split()]
+    assert max(numbers) <= 3, numbers  # stdin/stdout/stderr, and the listing's own descriptor
