@@ -557,3 +557,42 @@ def test_a_checkpoint_from_before_timeout_s_could_be_unset_still_resumes():
     assert resume_config.check(saved, current, weights_only=False) == []
     with pytest.raises(ConfigError, match="rewards"):  # a real change is still refused
         resume_config.check(saved, config(function="m:f", timeout_s=30), weights_only=False)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not isolation.FORK_AVAILABLE,
+                    reason="reads /proc/<pid>/fd of a forked child's parent")
+def test_a_forked_reward_child_is_no_sandbox_closing_its_descriptors_hides_nothing(tmp_path):
+    """Why ``isolation = "process"`` does not close the reward's regular files: the child is the
+    trainer's user, so a descriptor it let go of (even of a file deleted since, reachable only
+    through the trainer's descriptor) is still open to it through ``/proc/<trainer>/fd``. Code
+    from a completion belongs in the code_tests sandbox, never in a reward (README says so)."""
+    from polyrl.rewards import forked
+
+    key = tmp_path / "tracker.key"
+    key.write_text("TRACKER-KEY")
+    held = open(key)  # noqa: SIM115 - the trainer's descriptor, as a tracker's key file
+    key.unlink()
+
+    def reads(folder: str) -> bool:
+        found = False
+        for name in os.listdir(folder):
+            try:
+                fd = os.open(f"{folder}/{name}", os.O_RDONLY | os.O_NONBLOCK)
+            except OSError:
+                continue
+            try:
+                found |= os.fstat(fd).st_size > 0 and b"TRACKER-KEY" in os.pread(fd, 64, 0)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        return found
+
+    def hostile() -> list[bool]:
+        return [reads("/proc/self/fd"), reads(f"/proc/{os.getppid()}/fd")]
+
+    try:
+        own, trainers = forked.call_forked(hostile, label="peek", timeout_s=20, keep_fds=(), keep_files=False)
+    finally:
+        held.close()
+    assert not own and trainers, "closing the child's copies hid the trainer's file: say so in the README"

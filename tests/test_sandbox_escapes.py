@@ -257,3 +257,54 @@ def test_unprivileged_trainer_bwrap_layout(monkeypatch, tmp_path):
     assert "root-only" not in out
     assert "'work'" not in out and "'root'" not in out
     assert "/tmp/x 1" in out  # its own tmpfs is writable
+
+
+#: Walks /proc/self/fd and the trainer's /proc/<ppid>/fd for regular files (never blocking on a
+#: pipe), reads and appends to each, then tries every descriptor number by number.
+FD_WALK = ("import os, stat\nfor d in ('/proc/self/fd', f'/proc/{os.getppid()}/fd'):\n"
+           "    try:\n        names = os.listdir(d)\n    except OSError as e:\n"
+           "        print('LIST denied', d, e.errno, flush=True)\n        continue\n"
+           "    for n in names:\n        p = d + '/' + n\n        try:\n"
+           "            if not stat.S_ISREG(os.stat(p).st_mode):\n                continue\n"
+           "            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)\n"
+           "            print('READ', p, os.read(fd, 64), flush=True)\n            os.close(fd)\n"
+           "            fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)\n"
+           "            os.write(fd, b'FORGED')\n            print('WROTE', p, flush=True)\n"
+           "        except OSError:\n            pass\n"
+           "for fd in range(3, 256):\n    try:\n        print('FD', fd, os.pread(fd, 64, 0), flush=True)\n"
+           "    except OSError:\n        pass\n    try:\n        os.pwrite(fd, b'FORGED', 0)\n"
+           "        print('WROTE', fd, flush=True)\n    except OSError:\n        pass\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK),
+                    reason="needs root (samples dropped to another uid) and an interpreter every uid can run")
+@pytest.mark.parametrize("user", ["auto", "none"])
+def test_at_the_off_level_the_trainers_open_files_stay_unread(user, tmp_path):
+    """Without bubblewrap (``isolation = "off"``, the weakest level a root trainer's sample gets)
+    the sample is still started with no descriptor but stdin/stdout/stderr (``close_fds``), and
+    the trainer's own ``/proc/<pid>/fd`` is closed to it: a pooled uid is another user, and
+    ``user = "none"`` (uid 0) has no capability, so it cannot trace root that has them. A secret
+    file and a log the trainer holds open (inheritable, one deleted: reachable only through the
+    descriptor) are neither read nor written."""
+    secret = tmp_path / "tracker.key"
+    secret.write_text("TRACKER-KEY")
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("intact")
+    held = [os.open(secret, os.O_RDONLY), os.open(log, os.O_RDWR)]
+    secret.unlink()
+    for fd in held:
+        os.set_inheritable(fd, True)
+    try:
+        box = Sandbox(SandboxLimits(timeout_s=8), python="/usr/bin/python3", isolation="off", user=user,
+                      audit_hook=False)
+        result = box.run(FD_WALK + GOOD, TESTS)
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert result.status in ("ok", "error"), (result.status, result.error, result.output[-500:])
+    assert "TRACKER-KEY" not in result.output and log.read_text() == "intact", result.output
+    assert not any(line.startswith("READ /proc/") for line in result.output.splitlines()
+                   if "/proc/self/" not in line), result.output  # nothing of the trainer's opened
+    # its own channel (pipes, its output) is all it may write to
+    assert all(int(line.split()[1]) < 10 for line in result.output.splitlines()
+               if line.startswith("WROTE") and line.split()[1].isdigit()), result.output

@@ -423,6 +423,42 @@ def test_what_a_killed_trainers_sample_left_is_gone_before_the_uid_runs_again():
                 os.unlink(path)
 
 
+def test_without_a_writable_lock_folder_another_processs_uid_is_still_skipped(tmp_path, monkeypatch):
+    """Where the lock folder cannot be made (a read-only or unshared /run, a non-root trainer's
+    test of the pool) the claims fell back to this process alone: two trainers on the host gave
+    concurrent samples the same uid. An abstract unix socket bound to a name per uid is the claim
+    there (the kernel frees the name when its process dies); nothing is written anywhere."""
+    import subprocess
+    import sys
+
+    from polyrl.sandbox import uids
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("abstract unix sockets are Linux's")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    locks = blocker / "locks"  # under a regular file: never made
+    first = 2_100_000_000 + os.getpid() % 1000 * 100  # apart from other pool users of this host
+    monkeypatch.setattr(uids, "LOCKS", locks)
+    monkeypatch.setattr(uids, "FIRST", first)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from polyrl.sandbox import uids; "
+         f"uids.LOCKS = Path({str(locks)!r}); uids.FIRST = {first}; print(uids.acquire(), flush=True); "
+         "time.sleep(30)"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        theirs = int(holder.stdout.readline())
+        ours = uids.acquire()
+        assert theirs == first and ours == first + 1
+        uids.release(ours)
+    finally:
+        holder.kill()
+        holder.wait()
+    again = uids.acquire()  # the dead holder's name is free again
+    assert again == first
+    uids.release(again)
+    assert uids.busy() == frozenset() and not locks.exists()
+
 def test_a_uid_given_back_clean_is_claimed_without_a_look_at_proc(tmp_path, monkeypatch):
     """A scan of /proc costs ~50 us per process on the host, per sample: it is done only for a uid
     whose lock file does not say its last sample left nothing (a new file, or a holder killed
@@ -476,3 +512,115 @@ def test_a_key_a_sample_leaves_in_its_uids_keyring_is_gone_for_the_next_one():
     assert second.all_passed, (second.status, second.error, second.output)
     assert "FOUND b''" in second.output, second.output
     assert uids.busy() == frozenset()
+
+
+#: Sample A: makes a file only its group may read (mode 0770) in the host's /tmp, then waits.
+GROUP_WRITER = ("import os, time\nprint('IDS', os.getuid(), os.getgid(), os.getgroups(), flush=True)\n"
+                "fd = os.open(PATH, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)\nos.write(fd, b'ANSWER')\n"
+                "os.fchmod(fd, 0o770)\nos.close(fd)\ntime.sleep(2.5)\n")
+#: Sample B (at the same time, another pooled uid): reads and writes A's file.
+GROUP_READER = ("import os, time\nprint('IDS', os.getuid(), os.getgid(), os.getgroups(), flush=True)\n"
+                "time.sleep(1.2)\n"
+                "try:\n    print('READ', open(PATH).read(), flush=True)\nexcept OSError as e:\n"
+                "    print('READ denied', e.errno, flush=True)\n"
+                "try:\n    open(PATH, 'a').write('FORGED')\n    print('WROTE', flush=True)\nexcept OSError as e:\n"
+                "    print('WRITE denied', e.errno, flush=True)\n")
+
+
+@needs_root_and_system_python
+def test_concurrent_pooled_samples_share_no_group():
+    """Pooled samples had their own uids but all nobody's gid (65534): at the ``off`` and
+    ``unshare`` levels, where the host's /tmp is shared, a file one sample made with group
+    permissions (0770) was read and rewritten by another sample running at the same time (its
+    answers, its state). Each pooled sample's gid is now its uid's number, with no supplementary
+    groups."""
+    box = Sandbox(SandboxLimits(timeout_s=10), python=SYSTEM_PYTHON, isolation="off", audit_hook=False)
+    if getattr(box.launch, "uid_pool", None) is False:
+        pytest.skip(f"the uid pool is refused here: {box.report['user']}")
+    path = f"/tmp/polyrl-group-{os.getpid()}-{time.monotonic_ns()}"
+    head = f"PATH = {path!r}\n"
+    try:
+        writer, reader = _together(box, head + GROUP_WRITER + GOOD, head + GROUP_READER + GOOD)
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+    for result in (writer, reader):
+        assert result.all_passed, (result.status, result.error, result.output)
+    ids = [next(line for line in r.output.splitlines() if line.startswith("IDS")).split(maxsplit=3)
+           for r in (writer, reader)]
+    for _, uid, gid, groups in ids:
+        assert gid == uid and groups == "[]", ids  # its own group, no other
+    assert ids[0][2] != ids[1][2], ids
+    assert "READ denied" in reader.output and "WRITE denied" in reader.output, reader.output
+    assert "ANSWER" not in reader.output
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="the uid pool is a root trainer's")
+def test_a_pooled_sample_under_bubblewrap_has_its_own_gid_and_no_other_group():
+    box = Sandbox(SandboxLimits(timeout_s=8), isolation="auto")
+    if not box.launch.uid_pool:
+        pytest.skip(f"the uid pool is refused here: {box.report['user']}")
+    code = "import os\nprint('IDS', os.getuid(), os.getgid(), os.getegid(), os.getgroups(), flush=True)\n" + GOOD
+    result = box.run(code, TESTS)
+    assert result.all_passed, (result.status, result.error, result.output)
+    _, uid, gid, egid, groups = next(line for line in result.output.splitlines()
+                                     if line.startswith("IDS")).split(maxsplit=4)
+    assert gid == egid == uid and groups == "[]", result.output
+    assert "own uid and gid" in box.report["user"]
+
+
+def test_the_pool_skips_a_number_the_group_database_names(tmp_path, monkeypatch):
+    """A pooled sample's gid is its uid's number: a number a real group of the host has (made the
+    pool's first here, with the user database told to know no one) is never given out, or the
+    sample would get that group's file permissions."""
+    import grp
+
+    from polyrl.sandbox import uids
+
+    running = uids.live_uids()
+    group = next((g.gr_gid for g in grp.getgrall() if g.gr_gid > 0 and g.gr_gid not in running), None)
+    if group is None:
+        pytest.skip("no group here whose number no process runs as")
+
+    def no_user(uid: int) -> None:
+        raise KeyError(uid)
+
+    monkeypatch.setattr(uids, "LOCKS", tmp_path)
+    monkeypatch.setattr(uids.pwd, "getpwuid", no_user)
+    monkeypatch.setattr(uids, "FIRST", group)
+    uids._named.cache_clear()
+    try:
+        got = uids.acquire()
+        uids.release(got)
+    finally:
+        uids._named.cache_clear()
+    assert got != group
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the keyring clean-up becomes another uid: root's")
+def test_the_keyring_clean_up_child_holds_none_of_the_trainers_descriptors(tmp_path, monkeypatch):
+    """``leftovers.clear_keys`` forks a child that becomes the sample's uid: it kept every
+    descriptor of the trainer (its checkpoint, a tracker's key file, its pipes) while it ran as
+    that uid. It now closes them before it changes its ids."""
+    from polyrl.sandbox import leftovers
+
+    secret = tmp_path / "tracker.key"
+    secret.write_text("TRACKER-KEY")
+    held = os.open(secret, os.O_RDONLY)
+    seen = tmp_path / "seen"
+
+    def record(*ids: int) -> None:  # runs in the child (fork keeps the patch), then stops it
+        numbers = sorted(os.listdir("/proc/self/fd"), key=int)
+        with open(seen, "w") as f:
+            f.write(" ".join(numbers))
+        raise OSError("stopped by the test")
+
+    monkeypatch.setattr(leftovers, "has_keys", lambda uid: True)
+    monkeypatch.setattr(leftovers.os, "setresuid", record)
+    try:
+        assert leftovers.clear_keys(2_100_999_999, 2_100_999_999) is False
+    finally:
+        os.close(held)
+    numbers = [int(n) for n in seen.read_text().split()]
+    assert max(numbers) <= 3, numbers  # stdin/stdout/stderr, and the listing's own descriptor

@@ -22,6 +22,12 @@ the pipes of sandboxed samples other threads run (holding one kept the sample fr
 the connections of servers and collectives (a copy must not read or write them) are not the
 reward's to use.
 
+The child is no sandbox: it is the trainer's user with the trainer's privileges, so code in it
+reaches every descriptor the trainer holds through ``/proc/<trainer pid>/fd`` (closing its own
+copies changes nothing: ``tests/test_reward_isolation.py`` shows it), the trainer's files by
+path and, as root, its memory. A reward that runs a completion's code must run it in the
+``code_tests`` sandbox (``polyrl.sandbox``), never in this child or on a reward thread.
+
 The child runs in its own process group (a terminal's Ctrl-C reaches the trainer only, which
 decides, as for a thread: 5 s of grace, then the child is killed) and the whole group is killed
 with SIGKILL on a timeout or a stop, then reaped; on Linux the child is also killed if the trainer

@@ -23,7 +23,7 @@ network) to kernel permissions of a uid that may be the trainer's own.
                 /usr and the interpreter's folders plus a private tmpfs at /tmp capped in size and
                 inodes (``tmpfs_wrapper``); no capabilities; the sample's uid is an unprivileged
                 user, as root one per sample running at once (``polyrl.sandbox.uids``: the kernel
-                counts ``max_processes`` per uid); seccomp filter if built (it also refuses new
+                counts ``max_processes`` per uid) with the gid of the same number; seccomp filter if built (it also refuses new
                 processes: the sample is one process, ``memory_mb`` in all).
 ``unshare``     util-linux unshare: network and PID namespaces only, files of the host visible
                 (kernel permissions apply: as root the sample is ``nobody``, which reads every
@@ -82,17 +82,19 @@ class Launch:
     #: Between ``oom`` and ``prefix``: the private mount namespace that mounts the inode-capped
     #: tmpfs (``tmpfs_wrapper``), or () where it cannot (the tmpfs is then bwrap's own).
     wrapper: tuple[str, ...] = ()
-    #: Each sample running at once gets its own uid from ``polyrl.sandbox.uids`` (``ids`` is the pool's first).
+    #: Each sample running at once gets its own uid from ``polyrl.sandbox.uids``, and the gid of the
+    #: same number (``ids`` is the pool's first: ``(uids.FIRST, uids.FIRST)``).
     uid_pool: bool = False
 
     def argv(self, python_args: Sequence[str], seccomp_fd: int | None, uid: int | None = None) -> list[str]:
-        """The command line; ``uid`` (from the pool) replaces ``ids``' uid in the privilege drop."""
+        """The command line; ``uid`` (from the pool) replaces ``ids``' uid and gid in the privilege drop."""
         cmd = list(self.oom) + list(self.wrapper) + list(self.prefix)
         if seccomp_fd is not None:
             cmd += ["--seccomp", str(seccomp_fd)]
         suffix = list(self.suffix)
         if uid is not None and self.ids is not None:
-            suffix = [f"--reuid={uid}" if arg == f"--reuid={self.ids[0]}" else arg for arg in suffix]
+            swap = {f"--reuid={self.ids[0]}": f"--reuid={uid}", f"--regid={self.ids[1]}": f"--regid={uid}"}
+            suffix = [swap.get(arg, arg) for arg in suffix]
         return cmd + suffix + [self.python, *python_args]
 
 
@@ -375,7 +377,7 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
     """The first bwrap layout that starts the interpreter here, strongest first: a uid per sample
     (``uids``) and the inode-capped tmpfs (``tmpfs_wrapper``), each dropped only where it fails
     (then ``notes`` says why); (launch or None, why the last try failed, notes)."""
-    pool = (uids.FIRST, ids[1]) if ids is not None and poolable and os.geteuid() == 0 else None
+    pool = (uids.FIRST, uids.FIRST) if ids is not None and poolable and os.geteuid() == 0 else None
     mount_dir = _mount_dir()
     wrapper = tmpfs_wrapper(disk_mb, mount_dir)
     notes = {} if wrapper else {"inodes": "needs util-linux unshare and mount, and sh"}
@@ -414,23 +416,26 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
     return None, why, notes
 
 
-_POOL_REPORT = ("on: each sample running at once has its own uid (from {first}; gid {gid}), so max_processes "
-                "counts its own threads and processes only")
+_POOL_REPORT = ("on: each sample running at once has its own uid and gid (from {first}; no supplementary groups), "
+                "so max_processes counts its own threads and processes only and no other sample shares its "
+                "group's file permissions")
 
 
 def _pooled(cmd: Sequence[str], ids: tuple[int, int] | None, explicit: bool, python: str,
             expected: str) -> tuple[int, int] | None:
     """The pool's first (uid, gid) when a root trainer's samples (``user = "auto"``) start as it
-    under ``cmd`` here, else None (they share ``ids``)."""
+    under ``cmd`` here, else None (they share ``ids``). The gid is the uid's number: with nobody's
+    group (nogroup) for all, a file one sample made with group permissions (mode 0770 in the
+    host's /tmp) was another concurrent sample's to read and write."""
     if ids is None or explicit or os.geteuid() != 0:
         return None
-    pool = (uids.FIRST, ids[1])
+    pool = (uids.FIRST, uids.FIRST)
     return pool if probe([*cmd, *drop_privileges(pool), python, "-I", "-c", _IDENTITY], expected) is None else None
 
 
 def _pool_report(launch: Launch, notes: dict[str, str], user: str) -> str:
     if launch.uid_pool and launch.ids is not None:
-        return _POOL_REPORT.format(first=uids.FIRST, gid=launch.ids[1])
+        return _POOL_REPORT.format(first=uids.FIRST)
     if launch.ids is not None and os.geteuid() == 0:
         why = f" ({notes['uid']})" if "uid" in notes else ""
         return user + f"; samples at once share this uid's max_processes{why}"
@@ -498,7 +503,7 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
             if why is None:
                 if pool := _pooled(prefix, ids, explicit, python, expected):
                     ids, drop = pool, drop_privileges(pool)
-                    base["user"] = _POOL_REPORT.format(first=uids.FIRST, gid=pool[1])
+                    base["user"] = _POOL_REPORT.format(first=uids.FIRST)
                 return Launch("unshare", tuple(prefix), tuple(drop), python, False, ids, None, {
                     **base, "isolation": "PARTIAL (unshare): network and PID namespaces; " + "; ".join(reasons),
                     "filesystem": "host files visible (kernel permissions apply"
@@ -521,7 +526,7 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
             " (root " + ("without capabilities)" if drop else "with its capabilities: no setpriv)") if os.geteuid() == 0 else "")
     if pool := _pooled([], ids, explicit, python, expected):
         ids, drop = pool, drop_privileges(pool)
-        base["user"] = _POOL_REPORT.format(first=uids.FIRST, gid=pool[1]) + (
+        base["user"] = _POOL_REPORT.format(first=uids.FIRST) + (
             "; at sample end every process of its uid is killed (a setsid daemon too)")
     why_off = "isolation = off" if isolation == "off" else "; ".join(reasons)
     return Launch("off", (), tuple(drop), python, False, ids, None, {

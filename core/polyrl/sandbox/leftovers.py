@@ -141,7 +141,10 @@ def has_keys(uid: int) -> bool:
 def clear_keys(uid: int, gid: int) -> bool:
     """Empty ``uid``'s user, user-session and persistent keyrings (only that uid can: a forked
     child becomes it, without exec, so nothing of the sample's can trace it); whether that was
-    done or nothing was there. Call once the uid's processes are gone."""
+    done or nothing was there. Call once the uid's processes are gone. The child closes every
+    descriptor it inherited before it becomes the uid: a process of the sample's uid never holds
+    the trainer's files, pipes or sockets (where ``fs.suid_dumpable`` is set, another process of
+    that uid could read them through its ``/proc/<pid>/fd``)."""
     if not has_keys(uid):
         return True
     number = KEYCTL_NR.get(platform.machine())
@@ -152,6 +155,7 @@ def clear_keys(uid: int, gid: int) -> bool:
     if pid == 0:  # pragma: no cover - the child: system calls only, then _exit
         code = 1
         try:
+            os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # close_range(2) where the kernel has it
             os.setgroups([])
             os.setresgid(gid, gid, gid)
             os.setresuid(uid, uid, uid)

@@ -148,8 +148,8 @@ class Sandbox:
                 _remove_leftovers(uid)  # of a trainer killed mid-sample (it could not clean up after its own)
             if self.launch.wrapper:
                 isolation.ensure_mount_dir(self.launch.wrapper[-1])
-            if folder is not None and self.launch.ids is not None:
-                os.chown(folder, uid if uid is not None else self.launch.ids[0], self.launch.ids[1])
+            if folder is not None and self.launch.ids is not None:  # a pooled uid's gid is its own number
+                os.chown(folder, *((uid, uid) if uid is not None else self.launch.ids))
             home = folder or isolation.SANDBOX_HOME
             env = {**isolation.sandbox_env(home), MARKER_ENV: "1"}
             pass_fds: tuple[int, ...] = ()
@@ -197,7 +197,7 @@ class Sandbox:
             if folder is not None:  # first: the uid's leftovers below are then only what the sample left
                 shutil.rmtree(folder, ignore_errors=True)
             if uid is not None:
-                gid = self.launch.ids[1] if self.launch.ids else uid
+                gid = uid  # a pooled sample's gid is its uid's number (isolation._pooled)
                 # at the off level nothing else ends a setsid daemon that left the process group; at
                 # the others the PID namespace did (_kill waited for it)
                 clean = _kill_uid(uid, gid) if self.launch.level == "off" else True

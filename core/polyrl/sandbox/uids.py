@@ -4,7 +4,10 @@ Why: the kernel counts ``RLIMIT_NPROC`` (``max_processes``) per real uid, thread
 every sample ran as ``nobody``, a sample holding ``max_processes`` threads made a concurrent
 honest sample's ``threading.Thread(...).start()`` fail ("can't start new thread"): one sample
 forged another's reward down. Each sample running at the same time now has a uid of its own from
-an unused range, so its limit counts its own threads only. A non-root trainer needs none of this:
+an unused range, so its limit counts its own threads only. Its gid is the same number (and it has
+no supplementary groups): with nobody's group for all, a file one sample made with group
+permissions in a folder samples share (the host's /tmp at the ``unshare`` and ``off`` levels)
+was a concurrent sample's to read and write. A non-root trainer needs none of this:
 bubblewrap gives each sample its own user namespace, and since Linux 5.14 the count is kept per
 user namespace.
 
@@ -15,10 +18,15 @@ uid map) the probe that picks the level fails with it and samples share ``nobody
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
+import grp
+import hashlib
 import os
 import pwd
+import socket
+import sys
 import threading
 from pathlib import Path
 
@@ -30,40 +38,83 @@ SIZE = 65536
 #: neither its RLIMIT_NPROC count nor (at the ``off`` level) its end-of-sample kill reaches
 #: another process's sample. The kernel drops a dead process's locks.
 LOCKS = Path("/run/polyrl-sandbox-uids")
+#: Abstract unix sockets are the other claim: bound to a name per uid (``_socket_name``), never
+#: listening. They need no writable folder (a read-only or unshared /run left the claims
+#: uncoordinated) and the kernel frees the name when the process dies; they reach the processes
+#: of one network namespace (the host's, for trainers; a sample under bubblewrap or unshare has
+#: its own, and one at the ``off`` level can only make the pool skip a name it binds).
+SOCKETS = hasattr(socket, "AF_UNIX") and sys.platform.startswith("linux")
 
 _lock = threading.Lock()
-_busy: dict[int, int | None] = {}  # uid -> the fd holding its lock file (None: no lock folder)
+#: uid -> what holds its claim: the lock file's fd (None: no lock folder) and the bound socket (or None).
+_busy: dict[int, tuple[int | None, socket.socket | None]] = {}
 
 
 class PoolExhausted(RuntimeError):
     """More samples at once than the pool has uids (``SIZE``)."""
 
 
-def _claim(uid: int) -> tuple[bool, int | None]:
-    """Whether ``uid`` is free host-wide, and the fd that now holds it (None where no lock folder
-    can be made: then only this process's samples are kept apart)."""
+def _socket_name(uid: int) -> bytes:
+    """The abstract socket name that claims ``uid``: under ``LOCKS``' name, so processes using
+    another lock folder (tests) claim apart, hashed where that would pass the 107-byte limit."""
+    key = str(LOCKS)
+    if len(key) > 64:
+        key = hashlib.sha256(key.encode()).hexdigest()[:32]
+    return f"\0polyrl-sandbox-uid:{key}/{uid}".encode()
+
+
+def _bind(uid: int) -> tuple[bool, socket.socket | None]:
+    """Whether no other process holds ``uid``'s socket name, and the socket that now does (None
+    where abstract sockets cannot be made: then the lock file is the claim)."""
+    if not SOCKETS:
+        return True, None
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except OSError:
+        return True, None
+    try:
+        sock.bind(_socket_name(uid))
+    except OSError as exc:
+        sock.close()
+        return exc.errno != errno.EADDRINUSE, None
+    return True, sock
+
+
+def _claim(uid: int) -> tuple[bool, int | None, socket.socket | None]:
+    """Whether ``uid`` is free host-wide, the fd that now holds its lock file (None where no lock
+    folder can be made) and the socket bound to its name (``SOCKETS``). Both claims are taken
+    where both work; where neither does, only this process's samples are kept apart."""
+    free, sock = _bind(uid)
+    if not free:
+        return False, None, None
     try:
         LOCKS.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(LOCKS / str(uid), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
     except OSError:
-        return True, None
+        return True, None, sock
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        return False, None
-    return True, fd
+        if sock is not None:
+            sock.close()
+        return False, None, None
+    return True, fd, sock
 
 
 @functools.lru_cache(maxsize=4096)
 def _named(uid: int) -> bool:
-    """Whether the host's user database (/etc/passwd, LDAP, sssd) knows ``uid``: a real user's uid
-    is never given to a sample (at the ``off`` level its end-of-sample kill would reach that user)."""
-    try:
-        pwd.getpwuid(uid)
-    except KeyError:
-        return False
-    return True
+    """Whether the host's user or group database (/etc/passwd, /etc/group, LDAP, sssd) knows
+    ``uid``: a real user's uid is never given to a sample (at the ``off`` level its end-of-sample
+    kill would reach that user), nor a real group's number (the sample's gid is its uid's number:
+    it would get that group's file permissions)."""
+    for lookup in (pwd.getpwuid, grp.getgrgid):
+        try:
+            lookup(uid)
+        except KeyError:
+            continue
+        return True
+    return False
 
 
 def status_uids(pid: str) -> tuple[int, ...] | None:
@@ -124,20 +175,26 @@ def acquire() -> int:
         for uid in range(FIRST, FIRST + SIZE):
             if uid in _busy or _named(uid):
                 continue
-            free, fd = _claim(uid)
+            free, fd, sock = _claim(uid)
             if not free:
                 continue
             if fd is None or os.pread(fd, len(CLEAN) + 1, 0) != CLEAN:
                 running = live_uids() if running is None else running
                 if uid in running:
-                    if fd is not None:
-                        os.close(fd)
+                    _let_go(fd, sock)
                     continue
             if fd is not None:
                 os.ftruncate(fd, 0)  # "in use" until release says otherwise
-            _busy[uid] = fd
+            _busy[uid] = (fd, sock)
             return uid
     raise PoolExhausted(f"more than {SIZE} samples at once (or uids held by what earlier samples left running)")
+
+
+def _let_go(fd: int | None, sock: socket.socket | None) -> None:
+    if sock is not None:
+        sock.close()
+    if fd is not None:
+        os.close(fd)  # closing drops the flock; the file stays for the next claim
 
 
 def release(uid: int) -> None:
@@ -146,12 +203,12 @@ def release(uid: int) -> None:
     lock file then says ``CLEAN``. Where something is left, do not call it: this process keeps
     the uid, and after it the next claim looks at /proc."""
     with _lock:
-        fd = _busy.pop(uid, None)
-    if fd is not None:
-        try:
+        fd, sock = _busy.pop(uid, (None, None))
+    try:
+        if fd is not None:
             os.pwrite(fd, CLEAN, 0)
-        finally:
-            os.close(fd)  # closing drops the flock; the file stays for the next claim
+    finally:
+        _let_go(fd, sock)
 
 
 def busy() -> frozenset[int]:
