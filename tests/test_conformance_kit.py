@@ -61,6 +61,7 @@ def test_the_correct_toy_backend_passes_the_checks(toy_module, tmp_path):
     kit.test_reported_loss_equals_reference(MODEL, Objective(beta=0.1, kl_estimator="k1"))
     for objective in (Objective(), Objective(loss_aggregation="token_mean")):
         kit.test_loss_divides_by_the_batch_normaliser(MODEL, objective)
+    kit.test_loss_divides_by_a_fractional_token_normaliser(MODEL)
     _rule_checks(kit)
 
 
@@ -77,6 +78,23 @@ def test_kit_catches_a_backend_dividing_by_the_rows_it_trains(toy_module):
     for objective in (Objective(), Objective(loss_aggregation="token_mean")):
         with pytest.raises(AssertionError, match="loss_counts"):
             kit.test_loss_divides_by_the_batch_normaliser(MODEL, objective)
+
+
+@pytest.mark.parametrize("cast", [int, round])
+def test_kit_catches_a_backend_casting_the_token_normaliser_to_a_whole_number(toy_module, cast):
+    """``normaliser_tokens`` is fractional for a ``token_mean`` mini-batch (its share of the
+    step's tokens); a backend casting it passes the integer-count check and trains at a wrong
+    loss scale, so the kit checks a fraction too."""
+    class CastsNormaliser(toy_module.ToyPlugin):
+        @hookimpl
+        def train_step(self, engine, batch, objective):
+            whole = None if batch.normaliser_tokens is None else cast(batch.normaliser_tokens)
+            return toy_module.train_step(engine, attrs.evolve(batch, normaliser_tokens=whole), objective)
+
+    kit = kit_for(CastsNormaliser(f"toy-casts{cast.__name__}"))
+    kit.test_loss_divides_by_the_batch_normaliser(MODEL, Objective(loss_aggregation="token_mean"))  # passes
+    with pytest.raises(AssertionError, match="fractional TrainBatch.normaliser_tokens"):
+        kit.test_loss_divides_by_a_fractional_token_normaliser(MODEL)
 
 
 def _rule_checks(kit):

@@ -19,7 +19,7 @@ import attrs
 from polyrl import chat_kwargs
 from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig, check_given_keys_act, refuse_preset_shaping_under_gdpo
 from polyrl.configtools import build, unknown_key_fix
-from polyrl.device_names import check_device, normalized as normalized_device
+from polyrl.device_names import check_builtin_devices, check_device_type, normalized as normalized_device
 from polyrl.errors import ConfigError
 from polyrl.rewards import isolation as reward_isolation
 from polyrl.step_line import STEP_LINE_CHOICES
@@ -66,7 +66,7 @@ class ModelSection:
                 fix='set model.path to a local HF folder, a cached Hub id ("org/name") or an alias '
                     'like "smollm2-135m-instruct"',
             )
-        check_device(self.device)
+        check_device_type(self.device)  # its spelling: RunConfig, which knows the backends reading it
         object.__setattr__(self, "device", normalized_device(self.device))  # "GPU" as MLX and MAX read it
         if self.dtype not in MODEL_DTYPES:
             raise ConfigError(f"unknown dtype {self.dtype!r}", field="model.dtype",
@@ -391,9 +391,18 @@ class RunConfig:
             )
         self._check_reward_labels()
         self._check_values()
+        self._check_device()
         self._check_some_reward_counts()
         self._check_eval_is_on()
         self._check_run_rewards_label()
+
+    def _check_device(self) -> None:
+        """``model.device`` spelt as each of polyrl's own backends of the run reads it, here, so
+        ``polyrl launch --dry-run`` refuses ``"abc"``; a third-party backend's names are checked
+        from its plugin before the engines load (``polyrl.engines.check_engines``)."""
+        b = self.backends
+        backends = [b.train, b.generate_backend] + ([b.reference_backend] if self.algorithm.beta > 0 else [])
+        check_builtin_devices(self.model.device, backends)
 
     def _check_run_rewards_label(self) -> None:
         """``eval.reward = "run"`` means every ``[[rewards]]`` entry, weighted; with a reward

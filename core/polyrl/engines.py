@@ -18,6 +18,7 @@ from polyrl.backend_features import check_backend_features, check_compute_dtype,
 from polyrl.backend_kit.options import check_option_keys
 from polyrl.bench import speed_records
 from polyrl.config import RunConfig
+from polyrl.device_names import check_device
 from polyrl.engine import Engine
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
@@ -126,6 +127,15 @@ def check_backend_options(config: RunConfig, registry: Registry) -> None:
     check_option_keys(config.backends.options, known)
 
 
+def check_backend_devices(config: RunConfig, registry: Registry) -> None:
+    """Refuse a ``model.device`` that a backend of the run does not read, by the names its plugin
+    declares (``Capabilities.device_names``), before anything loads. The config checked polyrl's
+    own backends' names when it loaded; this reaches third-party ones, and skips any that declare
+    none (their engine decides)."""
+    for name in _run_backends(config):
+        check_device(config.model.device, registry.spec(name).capabilities.device_names, name)
+
+
 def run_optimizer(config: RunConfig) -> OptimizerConfig:
     """The run's optimizer settings as the train engine gets them: the schedule spans
     ``train.steps`` x ``num_iterations`` x ``minibatches`` updates unless ``optimizer.total_steps``
@@ -198,6 +208,7 @@ def check_engines(config: RunConfig, registry: Registry) -> tuple[str, str]:
     c, reg = config, registry
     check_backend_names(c, reg)
     check_backend_options(c, reg)
+    check_backend_devices(c, reg)
     model = reg.resolve_model(c.model.path)
     if not Path(model).exists():
         raise ConfigError(

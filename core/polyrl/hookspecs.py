@@ -126,6 +126,13 @@ Answers to what an author would otherwise guess
       has one your library can use, else on the CPU; a named device you cannot use is a
       ``ConfigError`` on ``device`` with the fix. Expose the resolved one as ``engine.device``
       (``polyrl bench`` reads it to compare each side against the peak of the same device).
+      Declare the names your engine reads in ``Capabilities.device_names`` (``"npu"`` for the
+      name alone, ``"npu:N"`` for ``npu:0``, ``npu:1``...; ``"auto"`` is always read, and case
+      does not matter: a run hands your engine the name lower-cased): a run naming another is refused
+      before any engine loads, ``polyrl launch --dry-run`` included, naming ``model.device``, your
+      backend and your names. Undeclared (None, the default), the core checks no name for your
+      backend and your engine decides when it loads. ``Capabilities.devices`` is another thing:
+      the devices this machine has for you.
     * ``EngineConfig.threads`` is the number of CPU threads your compute may use in this
       process (e.g. ``torch.set_num_threads``); None leaves the library's default. Per-thread
       settings must be applied inside each call (see ``generate``).

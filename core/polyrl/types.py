@@ -16,6 +16,7 @@ import attrs
 import numpy as np
 
 from polyrl.chat_kwargs import checked as checked_chat_kwargs
+from polyrl.device_names import declared_names
 from polyrl.errors import ConfigError
 from polyrl.validators import RULES, shown
 
@@ -615,6 +616,11 @@ class Capabilities:
     #: a run asking for one its backends lack is refused up front
     compute_dtypes: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple)
     devices: tuple[str, ...] = ("cpu",)
+    #: the ``model.device`` names the engine reads (whether this machine has them is ``devices``):
+    #: ``"npu"`` for the name alone, ``"npu:N"`` for ``npu:0``, ``npu:1``...; ``auto`` is always read.
+    #: A run naming another is refused before any engine loads; None (not declared): not checked,
+    #: the engine decides when it loads (``polyrl.device_names``)
+    device_names: tuple[str, ...] | None = attrs.field(default=None, converter=declared_names)
     #: optional ``SamplingParams`` features honoured by ``generate`` ("min_p", "repetition_penalty",
     #: "ignore_eos"); a run asking for one the generate backend lacks is refused up front
     sampling: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple)

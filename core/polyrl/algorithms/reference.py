@@ -249,7 +249,7 @@ def entropy_selection(entropies: Sequence[np.ndarray] | None, obj: Objective) ->
 
 def entropy_grad(lengths: Sequence[int], obj: Objective,
                  masks: Sequence[np.ndarray] | None = None, *, num_sequences: int | None = None,
-                 num_tokens: int | None = None) -> list[np.ndarray]:
+                 num_tokens: float | None = None) -> list[np.ndarray]:
     """d loss / d entropy per token (the bonus is linear in each token's entropy; 0 on
     masked-out tokens)."""
     kept = lengths if masks is None else [int(np.asarray(m, dtype=bool).sum()) for m in masks]
@@ -301,7 +301,7 @@ def policy_loss(
     masks: Sequence[np.ndarray] | None = None,
     *,
     num_sequences: int | None = None,
-    num_tokens: int | None = None,
+    num_tokens: float | None = None,
 ) -> tuple[float, dict[str, float]]:
     """The batch loss and its metrics (``kl``, ``clip_fraction``, ``clip_low_fraction`` and
     ``clip_high_fraction`` (``clip_regions``) are token means, ``clip_low_min`` and
@@ -368,7 +368,7 @@ def policy_loss_grad(
     masks: Sequence[np.ndarray] | None = None,
     *,
     num_sequences: int | None = None,
-    num_tokens: int | None = None,
+    num_tokens: float | None = None,
 ) -> list[np.ndarray]:
     """d loss / d logprobs, one array per sequence (old/ref/sampler log-probs are constants; the
     entropy bonus depends on the entropies, not on these log-probs: see ``entropy_grad``).

@@ -18,7 +18,8 @@ implementation: token ids and log-probs come from the sampler (before top-p/top-
 temperature 0 under the plain softmax), seeds repeat, stop strings and lengths (``max_new_tokens``
 and ``max_length``) are honoured, ``ignore_eos`` (where declared) samples on past EOS, the reported loss equals the numpy reference, the gradient
 equals the reference's (``policy_loss_grad``, measured through one optimizer step), the loss
-divides by ``TrainBatch.loss_counts`` (rows the trainer left out but TRL counts), temperature
+divides by ``TrainBatch.loss_counts`` (rows the trainer left out but TRL counts; a fractional
+token count as the float it is), temperature
 changes the log-probs and ``train_step`` scores at the batch's, ``logprobs(reference=True)`` is the
 initial policy (or None) after an update, each update's lr is ``lr_at``'s (reported and applied),
 ``max_grad_norm`` clips the step, micro-batching
@@ -713,6 +714,30 @@ class BackendConformance(GenerationConformance):
         factor = tokens / (3 * tokens) if objective.loss_aggregation == "token_mean" else n / (2 * n + 1)
         assert got.grad_norm == pytest.approx(own.grad_norm * factor, rel=1e-3), (
             "the gradient is not divided by TrainBatch.loss_counts")
+        assert got.tokens == own.tokens == tokens
+
+    def test_loss_divides_by_a_fractional_token_normaliser(self, model_dir):
+        """A ``token_mean`` mini-batch divides by its share of the step's tokens (the step's
+        tokens over the parts stepped, ``polyrl.minibatches``): ``normaliser_tokens`` is then a
+        fraction, here half a token off every whole number and below the batch's own count. The
+        loss and the gradient are the reference's with that float; a backend that ``int()``s or
+        rounds it passes the integer counts above and trains at a wrong loss scale."""
+        objective = Objective(loss_aggregation="token_mean")
+        probe = self._engine(model_dir)
+        batch, current = _perturbed_batch(probe)
+        batch = attrs.evolve(batch, ref_logprobs=None)
+        tokens = batch.num_tokens
+        share = tokens // 2 + 0.5  # int(), round() and ceil() all miss it by half a token
+        expected, _ = policy_loss(current, batch.advantages, objective, batch.old_logprobs, num_tokens=share)
+        own = self._engine(model_dir).train_step(batch, objective)
+        got = probe.train_step(attrs.evolve(batch, normaliser_tokens=share), objective)
+        assert not got.skipped and not own.skipped
+        assert got.loss == pytest.approx(expected, rel=1e-3, abs=1e-6), (
+            f"train_step's loss does not divide by the fractional TrainBatch.normaliser_tokens {share} "
+            "(cast to an integer?): divide by it as a float")
+        assert got.grad_norm == pytest.approx(own.grad_norm * tokens / share, rel=1e-3), (
+            f"the gradient is not divided by the fractional TrainBatch.normaliser_tokens {share} "
+            "(cast to an integer?): divide by it as a float")
         assert got.tokens == own.tokens == tokens
 
     def test_train_step_scores_at_the_batch_temperature(self, model_dir):

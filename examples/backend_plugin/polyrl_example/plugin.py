@@ -20,6 +20,7 @@ NAME = "example"
 CAPABILITIES = Capabilities(
     generate=True, logprobs=True, train_step=True, weight_export=True, weight_import=True, checkpoint=True,
     token_prompts=True, loss_mask=True,  # what multi-turn episodes (agents, environments) need
+    device_names=("cpu",),  # the model.device names the engine reads ("auto" always): others are refused up front
 )
 
 

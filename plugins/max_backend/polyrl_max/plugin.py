@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from polyrl.backend_kit.versions import installed_version
+from polyrl.device_names import BUILTIN_DEVICE_NAMES
 from polyrl.hookspecs import hookimpl
 from polyrl.types import ArchSupport, BackendSpec, Capabilities, EngineConfig
 from polyrl_max.architectures import capability_table
@@ -58,6 +59,7 @@ def _devices() -> tuple[str, ...]:
 CAPABILITIES = Capabilities(
     generate=True, logprobs=True, train_step=False, lora=False, weight_export=False,
     weight_import=True, checkpoint=False, dtypes=("float32", "bfloat16"), devices=_devices(),
+    device_names=BUILTIN_DEVICE_NAMES["max"],  # what polyrl_max.engine.resolve_device reads
     token_prompts=True,  # TokenPrompt ids verbatim and encode_chat: multi-turn episodes generate here
     sampling=SAMPLING,
     # exhaustive (no "*"): MAX's pipeline registry runs only these; device/encoding limits are

@@ -18,6 +18,7 @@ from typing import Any
 
 from polyrl.backend_kit.options import SCORING_KEYS
 from polyrl.backend_kit.versions import installed_version
+from polyrl.device_names import BUILTIN_DEVICE_NAMES
 from polyrl.hookspecs import hookimpl
 from polyrl.types import BackendSpec, Capabilities, EngineConfig
 
@@ -72,6 +73,7 @@ CAPABILITIES = Capabilities(
     generate=True, logprobs=True, train_step=True, lora=True, weight_export=True,
     weight_import=True, checkpoint=True, dtypes=("float32", "bfloat16", "float16"),
     devices=_devices(), architectures=ARCHITECTURES,
+    device_names=BUILTIN_DEVICE_NAMES["mlx"],  # what polyrl_mlx.engine._device reads
     sampling=("min_p", "repetition_penalty", "ignore_eos"), gradient_checkpointing=True,
     token_prompts=True, loss_mask=True,
 )

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from polyrl.backend_kit.versions import installed_version
+from polyrl.device_names import BUILTIN_DEVICE_NAMES
 from polyrl.hookspecs import hookimpl
 from polyrl.types import ArchSupport, BackendSpec, Capabilities, EngineConfig
 from polyrl_torch.options import KEYS as OPTION_KEYS
@@ -105,6 +106,7 @@ CAPABILITIES_BASE: dict[str, Any] = dict(
     dtypes=("float32", "bfloat16", "float16"),
     compute_dtypes=("bfloat16",),  # autocast over float32 weights (polyrl_torch.engine.COMPUTE_DTYPES)
     architectures=ARCHITECTURES,
+    device_names=BUILTIN_DEVICE_NAMES["torch"],  # what torch.device reads (polyrl_torch.devices)
 )
 
 
