@@ -200,3 +200,62 @@ def _equal(a: object, b: object) -> bool:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return a is not None and b is not None and np.array_equal(np.asarray(a), np.asarray(b))
     return a == b
+
+
+_EXIT_WHILE_SAMPLING = """
+import sys, threading, time
+from polyrl.rollouts import RolloutAhead
+
+started = threading.Event()
+def generate(step, rows):
+    started.set()
+    time.sleep(120)  # a long generation still running when the script ends
+    return []
+
+ahead = RolloutAhead(generate)
+ahead.start(1, [], {}, 0)
+started.wait(30)
+ahead.close(wait=False)  # what the trainer does after a second Ctrl-C (StoppedAtOnce)
+print("leaving", flush=True)
+"""
+
+
+def test_a_script_leaves_at_once_while_a_rollout_is_sampled_ahead():
+    """After a second Ctrl-C in the Python API the trainer closes the rollout worker without
+    waiting; the script's exit must not wait either. A ``ThreadPoolExecutor`` worker is joined at
+    interpreter exit: the script hung until the generation ended."""
+    import subprocess
+    import sys
+    import time
+
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _EXIT_WHILE_SAMPLING], capture_output=True, text=True, timeout=100)
+    seconds = time.monotonic() - t0
+    assert proc.returncode == 0 and proc.stdout.strip() == "leaving", proc.stderr[-2000:]
+    assert seconds < 30, f"the interpreter waited {seconds:.0f} s at exit for the rollout thread"
+
+
+def test_the_rollout_worker_runs_in_order_on_one_thread_and_passes_errors_on():
+    """One persistent thread (the generate engine's thread-local state is made once), results and
+    exceptions through ``take``/``pending`` as an executor's future gives them."""
+    import threading
+
+    from polyrl.rollouts import RolloutAhead
+
+    threads = []
+
+    def generate(step, rows):
+        threads.append(threading.get_ident())
+        if step == 3:
+            raise ValueError("generation failed")
+        return []
+
+    ahead = RolloutAhead(generate)
+    for step in (1, 2):
+        ahead.start(step, [], {}, step - 1)
+        assert ahead.take(step).step == step
+    ahead.start(3, [], {}, 2)
+    with pytest.raises(ValueError, match="generation failed"):
+        ahead.take(3)
+    ahead.close()
+    assert len(threads) == 3 and len(set(threads)) == 1 and threads[0] != threading.get_ident()

@@ -13,9 +13,11 @@ run trains on exactly the completions the interrupted run would have used.
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import attrs
@@ -74,12 +76,60 @@ class Rollout:
 Generate = Callable[[int, list[dict[str, Any]]], list[Completion]]
 
 
+class DaemonWorker:
+    """One daemon thread running the calls given to it in order, each answering a ``Future``.
+
+    Why not ``ThreadPoolExecutor(1)``: the interpreter joins its threads at exit, so after a second
+    Ctrl-C in the Python API (``StoppedAtOnce``) a script's exit waited for the rollout still being
+    sampled, minutes of generation the second Ctrl-C refused (the CLI leaves with ``os._exit``).
+    A daemon thread is dropped at exit; nothing is lost, the checkpoints are written atomically by
+    the main thread. One persistent thread, not one per call: the generate engine's thread-local
+    state (MLX streams, torch's grad mode) is made once.
+    """
+
+    _STOP = object()
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while (item := self._calls.get()) is not self._STOP:
+            future, call, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(call(*args))
+            except BaseException as exc:  # the caller's result() raises it, as an executor's does
+                future.set_exception(exc)
+
+    def submit(self, call: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._calls.put((future, call, args))
+        return future
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop after the running call (queued ones are cancelled); ``wait``: until it is done."""
+        pending = []
+        while True:
+            try:
+                pending.append(self._calls.get_nowait())
+            except queue.Empty:
+                break
+        for future, _, _ in pending:
+            future.cancel()
+        self._calls.put(self._STOP)
+        if wait and self._thread is not threading.current_thread():
+            self._thread.join()
+
+
 class RolloutAhead:
     """At most one rollout sampled ahead, on one worker thread (the generate engine's only user)."""
 
     def __init__(self, generate: Generate) -> None:
         self._generate = generate
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: DaemonWorker | None = None
         self._pending: Future[Rollout] | None = None
 
     def sample(self, step: int, rows: list[dict[str, Any]], sampler_before: dict[str, Any],
@@ -95,7 +145,7 @@ class RolloutAhead:
         if self._pending is not None:
             raise RuntimeError("a rollout is already pending; take() it first")
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="polyrl-rollout")
+            self._executor = DaemonWorker("polyrl-rollout")
         self._pending = self._executor.submit(self.sample, step, rows, sampler_before, policy_version)
 
     def put(self, rollout: Rollout) -> None:
@@ -119,5 +169,5 @@ class RolloutAhead:
     def close(self, wait: bool = True) -> None:
         """Let a running generation finish (``wait``; else leave it to run out), then stop the worker thread."""
         if self._executor is not None:
-            self._executor.shutdown(wait=wait, cancel_futures=True)
+            self._executor.shutdown(wait=wait)
             self._executor = None
