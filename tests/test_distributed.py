@@ -91,6 +91,10 @@ def test_two_ranks_match_one_process_on_the_same_global_batch(tiny_model_dir, tm
     # step metrics are global: the mismatch (constant inputs) and the trainer's entropy
     np.testing.assert_allclose(double["mismatch_abs"], single["mismatch_abs"], rtol=1e-6)
     assert single["mismatch_abs"][0] > 0
+    # TRL's sampling/... extremes and the NaN sampler token's share: over every rank's tokens
+    np.testing.assert_allclose(double["sampling"], single["sampling"], rtol=1e-6)
+    abs_max, unscored, ratio_min, _, ratio_max = single["sampling"][0]
+    assert abs_max > 0 and unscored > 0 and ratio_min < 1.0 < ratio_max <= 1.02 + 1e-6
     np.testing.assert_allclose(double["entropy"], single["entropy"], rtol=1e-5)
 
 

@@ -70,6 +70,10 @@ def test_hybrid_run_measures_and_corrects_the_mismatch(tiny_model_dir, tmp_path)
             assert np.isfinite(m[key]) and m[key] >= 0, (key, m)
     # two implementations of the same weights never agree to the last bit
     assert max(m["mismatch_abs"] for m in trained) > 0
+    for m in trained:  # TRL's names for the same numbers, the ratio's after the cap
+        assert m["sampling/sampling_logp_difference/mean"] == m["mismatch_abs"] <= m["mismatch_abs_max"]
+        assert 0 < m["sampling/importance_sampling_ratio/min"] <= m["sampling/importance_sampling_ratio/mean"] \
+            <= m["sampling/importance_sampling_ratio/max"] <= 2.0
     print("hybrid mismatch:", [{k: f"{m[k]:.3g}" for k in MISMATCH_KEYS} for m in trained])
 
 

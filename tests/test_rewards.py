@@ -271,6 +271,9 @@ def test_numeric_match_reads_no_number_glued_to_a_variable(text, answer, expecte
     ("The answer is 2. Check: 2+0=2", "2", 1.0), ("The answer is 4. Check: 2*2 = 4, not 5", "4", 1.0),
     ("answer: 10 (since 2*5 = 10)", "10", 1.0), ("answer: 42 \\text{ cm}^2", "42", 1.0),
     ("answer: approx. 5", "5", 1.0), ("The answer is 18 dollars. 18 = 9*2", "18", 1.0),
+    # an expression after the answer is a second candidate unless an "=" makes it a check: its
+    # value is not computed, so "7 (3+4)" reads as "2 or 1+2" does (write "7 (3+4 = 7)")
+    ("answer: 7 (3+4)", "7", 0.0), ("answer: 7 (3+4 = 7)", "7", 1.0),
     ("answer: 42!", "42", 0.0),  # still a factorial, not the end of a sentence
 ])
 def test_numeric_match_refuses_an_answer_that_hedges_between_numbers(text, answer, expected):
@@ -637,7 +640,7 @@ def test_exact_match_reads_styled_and_fullwidth_answers(text, answer, expected):
     ("\\boxed{-\\frac{3}{4}}", "-3/4", 1.0), ("\\boxed{\\frac{-3}{4}}", "-3/4", 1.0),
     ("\\boxed{\\frac{\\pi}{2}}", "\\pi/2", 1.0), ("\\boxed{x-\\frac{1}{2}}", "x-1/2", 1.0),
     ("\\boxed{\\frac{1}{2}} or \\boxed{1/2}", "1/2", 1.0),  # one answer, two spellings
-    ("\\boxed{0.5}", "1/2", 0.0),  # a value is numeric_match's business, not exact_match's
+    ("\\boxed{0.5}", "1/2", 1.0),  # one number, two spellings (test_exact_match_compares_a_number_by_its_value)
     # only where "a/b" reads the same as the fraction
     ("\\boxed{2\\frac{1}{2}}", "21/2", 0.0), ("\\boxed{\\frac{2}{3}^2}", "2/3^2", 0.0),
     ("\\boxed{\\frac{1}{2}x}", "1/2x", 0.0), ("\\boxed{\\frac{1}{2x}}", "1/2x", 0.0),
@@ -646,6 +649,36 @@ def test_exact_match_reads_styled_and_fullwidth_answers(text, answer, expected):
 def test_exact_match_reads_a_latex_fraction_as_a_slash(text, answer, expected):
     rows = [{"prompt": "q", "answer": answer}]
     assert score([("exact_match", 1.0, {})], [text], rows=rows).per_reward["exact_match"][0] == expected
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    ("\\boxed{0.5}", "1/2"), ("The answer is 1/2.", "0.5"), ("\\boxed{\\frac{1}{2}}", "0.50"), ("answer: .5", "1/2"),
+    ("\\boxed{\\dfrac12}", ".5"), ("The answer is $0.5$.", "\\frac{1}{2}"), ("\\boxed{-0.75}", "-\\frac{3}{4}"),
+    ("\\boxed{2/4}", "1/2"), ("\\boxed{1,000}", "1000"), ("answer: 1000", "1,000"), ("\\boxed{42.0}", "42"),
+    ("\\boxed{\\text{0.5}}", "1/2"), ("\\boxed{1e3}", "1000"), ("\\boxed{0.5}", 0.5),
+])
+def test_exact_match_compares_a_number_by_its_value(text, answer):
+    """An answer that is one number is one answer however it is written (as math-verify, TRL's
+    accuracy_reward, scores it): "0.5" and "1/2" scored 0 against each other."""
+    rows = [{"prompt": "q", "answer": answer}]
+    assert score([("exact_match", 1.0, {})], [text], rows=rows).per_reward["exact_match"][0] == 1.0
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    ("\\boxed{1/2}", "2"), ("\\boxed{0.5}", "0.05"), ("\\boxed{1/2}", "1/3"), ("\\boxed{-0.5}", "1/2"),
+    ("\\boxed{0.5}", "5"), ("\\boxed{12}", "1,2"), ("\\boxed{1.5}", "1,5"), ("\\boxed{2 1/2}", "2.5"),
+    ("\\boxed{1/2 cup}", "0.5"), ("\\boxed{0.5 \\text{ cup}}", "1/2 cup"), ("\\boxed{2+2}", "4"),
+    ("\\boxed{1/0}", "0"), ("\\boxed{0.5} or \\boxed{0.05}", "0.5"),
+])
+def test_exact_match_keeps_different_numbers_and_expressions_apart(text, answer):
+    rows = [{"prompt": "q", "answer": answer}]
+    assert score([("exact_match", 1.0, {})], [text], rows=rows).per_reward["exact_match"][0] == 0.0
+
+
+def test_exact_match_counts_one_number_in_two_spellings_as_one_boxed_answer():
+    rows = [{"prompt": "q", "answer": "1/2"}]
+    got = score([("exact_match", 1.0, {})], ["\\boxed{0.5}, that is \\boxed{\\frac{1}{2}}"], rows=rows)
+    assert got.per_reward["exact_match"][0] == 1.0  # not two different candidates
 
 
 def test_normalising_an_answer_is_linear_in_its_layers():

@@ -412,7 +412,12 @@ def train_step(engine: Any, batch: TrainBatch, objective: Objective) -> StepMetr
     reference's ``clip_low_fraction``/``clip_high_fraction``, ``clip_low_min``/``clip_high_max``
     (each sequence's clipped shares, their extremes over every rank's sequences: TRL's
     ``clip_ratio/low_min`` and ``high_max``, left out of the step when absent) and ``mismatch_*`` metrics (and
-    ``entropy`` when the loss sees token entropies) in ``StepMetrics.extra``; an objective the backend cannot compute (e.g. ``entropy_coef`` without
+    ``entropy`` when the loss sees token entropies) in ``StepMetrics.extra``. With sampler log-probs
+    those are ``reference.mismatch_metrics``' keys: the means over the tokens, abs/kl/over over the
+    ones the sampler scored (a NaN sampler log-prob is counted in ``mismatch_unscored`` and left out
+    of the gap, never turned into a NaN metric), ``mismatch_abs_max`` and, with a correction on,
+    ``mismatch_ratio_min``/``_mean``/``_max`` over every rank's tokens (or sequences): the core logs
+    them under TRL's ``sampling/...`` names too (``step_metrics.sampling_metrics``); an objective the backend cannot compute (e.g. ``entropy_coef`` without
     entropies) must raise, never be silently ignored. A non-finite loss or gradient must not touch
     the weights: return ``StepMetrics(..., skipped=True)``; a non-finite ``loss`` reported with
     ``skipped=False`` is a ``PluginError`` (the core would believe the weights were updated).

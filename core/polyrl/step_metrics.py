@@ -149,6 +149,27 @@ def clip_region_metrics(train_metrics: Mapping[str, Any]) -> dict[str, float]:
     return {trl: float(train_metrics[ours]) for ours, trl in TRL_CLIP_NAMES.items() if ours in train_metrics}
 
 
+#: TRL's names for the sampler-trainer gap a backend reports (``reference.mismatch_metrics``):
+#: ``sampling_logp_difference`` is |trainer - sampler log-prob| over the tokens the sampler scored,
+#: ``importance_sampling_ratio`` the correction's weight after its cap (with a correction on)
+TRL_SAMPLING_NAMES = {"mismatch_abs": "sampling/sampling_logp_difference/mean",
+                      "mismatch_abs_max": "sampling/sampling_logp_difference/max",
+                      "mismatch_ratio_min": "sampling/importance_sampling_ratio/min",
+                      "mismatch_ratio_mean": "sampling/importance_sampling_ratio/mean",
+                      "mismatch_ratio_max": "sampling/importance_sampling_ratio/max"}
+
+
+def sampling_metrics(train_metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The sampler-trainer gap under TRL's ``sampling/`` names, so a TRL dashboard finds it.
+    TRL logs them with vLLM's ``vllm_importance_sampling_correction`` (a token-level mode: the
+    ratio's stats are over the completion tokens; a sequence-level one: over the completions);
+    polyrl logs the log-prob difference whenever the sampler's log-probs are known and the ratio
+    with ``mismatch_correction`` on (``mismatch_level`` picks tokens or sequences, as TRL's mode).
+    A token the sampler could not score (NaN) is left out of the difference and weighs 1 in the
+    ratio, as in TRL. TRL averages its per-process means; these are over every rank's tokens."""
+    return {trl: float(train_metrics[ours]) for ours, trl in TRL_SAMPLING_NAMES.items() if ours in train_metrics}
+
+
 def step_metrics(shard: Shard, rewards: np.ndarray, group_size: int,
                  seconds: Mapping[str, float], trained_tokens: int) -> dict[str, Any]:
     """All of the above for the whole step (``shard``: every rank's completions, joined).

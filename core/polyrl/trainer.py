@@ -75,7 +75,8 @@ from polyrl.schedules import lr_at, updates_in_history
 from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock
 from polyrl import evaluation, metrics_file
 from polyrl import minibatches, step_gather
-from polyrl.step_metrics import clip_region_metrics, peak_rss_mb, step_tokens, trl_aliases, trl_epoch
+from polyrl.step_metrics import (clip_region_metrics, peak_rss_mb, sampling_metrics, step_tokens, trl_aliases,
+                                 trl_epoch)
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.step_line import step_line_fields
 from polyrl.tracking.session import for_run as tracking_for_run
@@ -753,6 +754,7 @@ class Trainer:
             if not kl_in_loss:  # no reference in the loss: a backend's kl is 0, read as "no drift" (TRL omits it)
                 metrics.pop("kl", None)
             metrics.update(clip_region_metrics(metrics))
+            metrics.update(sampling_metrics(metrics))
         if metrics.get("skipped"):
             # its lr too, as TRL logs learning_rate every step: the schedule's value for the next
             # update, where the skip left it (a backend reports the lr of the updates it makes)

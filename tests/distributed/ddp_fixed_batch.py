@@ -66,13 +66,17 @@ def main() -> None:
     start = engine.logprobs(shard, 1.0)
     # a sampler a little off the trainer: the mismatch metrics must sum over ranks
     sampler = [lp + 0.05 * np.sin(np.arange(len(lp), dtype=np.float32)) for lp in start]
+    if 0 in mine:  # one token the sampler could not score: left out of the gap on every world size
+        sampler[mine.index(0)][0] = np.nan
     batch = TrainBatch(shard, advantages[mine], old_logprobs=start, ref_logprobs=start, temperature=1.0,
                        sampler_logprobs=sampler)
     if args.normaliser:  # every rank's part of the left-out rows; train_step sums them over ranks
         extra_seqs, extra_tokens = (3, 7) if world == 1 else ((1, 3), (2, 4))[rank]
         batch = attrs.evolve(batch, normaliser_sequences=len(shard) + extra_seqs,
                              normaliser_tokens=batch.num_tokens + extra_tokens)
-    objective = AlgorithmConfig.preset("grpo", loss_aggregation=args.aggregation, beta=0.1).objective(8)
+    # a correction whose cap binds on some tokens: its weights' extremes are reduced over ranks
+    objective = AlgorithmConfig.preset("grpo", loss_aggregation=args.aggregation, beta=0.1,
+                                       mismatch_correction="tis", mismatch_cap=1.02).objective(8)
     reference = None
     if args.masks and world == 1:  # the numpy reference on the global batch, before any step
         from polyrl.algorithms.reference import policy_loss
@@ -94,6 +98,9 @@ def main() -> None:
                        "checksum": checksum, "world": world, "device": str(engine.raw.device),
                        "process_group": torch.distributed.get_backend() if torch.distributed.is_initialized() else None,
                        "mismatch_abs": [m.extra.get("mismatch_abs") for m in steps],
+                       "sampling": [[m.extra.get(k) for k in ("mismatch_abs_max", "mismatch_unscored",
+                                                              "mismatch_ratio_min", "mismatch_ratio_mean",
+                                                              "mismatch_ratio_max")] for m in steps],
                        "entropy": [m.extra.get("entropy") for m in steps],
                        "tokens": [m.tokens for m in steps], "reference_loss": reference,
                        "completion_tokens": sum(len(s.completion_ids) for s in sequences),

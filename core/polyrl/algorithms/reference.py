@@ -53,15 +53,19 @@ def mismatch_weights(old: np.ndarray, sampler: np.ndarray, obj: Objective) -> tu
     delta = np.nan_to_num(np.asarray(old, np.float64) - np.asarray(sampler, np.float64), nan=0.0)
     if obj.mismatch_level == "sequence":
         delta = np.full(len(old), float(delta.sum()))
-    w = np.exp(delta)
+    return capped_weights(np.exp(delta), obj)
+
+
+def capped_weights(w: np.ndarray, obj: Objective) -> tuple[np.ndarray, np.ndarray]:
+    """Raw ratios ``w`` after the correction's cap (TIS truncates, MIS zeroes what exceeds it;
+    none: all 1), and where the cap changed them."""
+    w = np.asarray(w, np.float64)
     over = w > obj.mismatch_cap
     if obj.mismatch_correction == "tis":
-        w = np.minimum(w, obj.mismatch_cap)
-    elif obj.mismatch_correction == "mis":
-        w = np.where(over, 0.0, w)
-    else:
-        w, over = np.ones_like(w), np.zeros_like(over)
-    return w, over
+        return np.minimum(w, obj.mismatch_cap), over
+    if obj.mismatch_correction == "mis":
+        return np.where(over, 0.0, w), over
+    return np.ones_like(w), np.zeros_like(over)
 
 
 def vespo_weight(logp: np.ndarray, old: np.ndarray, sampler: np.ndarray | None, adv: float,
@@ -189,23 +193,48 @@ def clip_regions(logp: np.ndarray, old: np.ndarray, adv: float, obj: Objective) 
 def mismatch_metrics(
     trainer_logprobs: Sequence[np.ndarray], sampler_logprobs: Sequence[np.ndarray], obj: Objective
 ) -> dict[str, float]:
-    """Token means of the sampler-trainer gap: ``mismatch_abs`` (mean |delta log-prob|),
-    ``mismatch_kl`` (k3 estimate of KL(sampler || trainer) from the sampler's own samples),
-    ``mismatch_over`` (share with |delta| > ``MISMATCH_THRESHOLD``) and ``mismatch_corrected``
-    (share whose correction weight the cap changed)."""
+    """The sampler-trainer gap ``delta = trainer - sampler`` per token: ``mismatch_abs`` (mean
+    |delta|), ``mismatch_abs_max`` (its largest), ``mismatch_kl`` (k3 estimate of KL(sampler ||
+    trainer) from the sampler's own samples), ``mismatch_over`` (share with |delta| >
+    ``MISMATCH_THRESHOLD``), ``mismatch_unscored`` (share of tokens the sampler could not score:
+    NaN log-prob) and ``mismatch_corrected`` (share whose correction weight the cap changed).
+
+    An unscored token has no gap: it is left out of abs, abs_max, kl and over (their means are
+    over the scored tokens; 0 when none is), as TRL leaves it out of
+    ``sampling/sampling_logp_difference``; else one NaN made them all NaN. The correction weighs it
+    1 (``mismatch_weights``), so it stays in ``mismatch_corrected``'s count.
+
+    With a correction on, also ``mismatch_ratio_min``, ``_mean`` and ``_max``: TRL's
+    ``sampling/importance_sampling_ratio``, the weight the correction applies after its cap, over
+    the tokens (token level: an unscored token's is 1, as TRL's) or one per sequence with tokens
+    (sequence level); 0 when there is none, as TRL logs then."""
     abs_sum = kl_sum = over_sum = corrected_sum = 0.0
-    n = 0
+    abs_max = 0.0
+    n = unscored = 0
+    ratios: list[np.ndarray] = []
     for t, s in zip(trainer_logprobs, sampler_logprobs):
         t, s = np.asarray(t, np.float64), np.asarray(s, np.float64)
-        d = t - s
+        scored = ~np.isnan(s)
+        d = (t - s)[scored]
         abs_sum += float(np.abs(d).sum())
+        abs_max = max(abs_max, float(np.abs(d).max()) if d.size else 0.0)
         kl_sum += float((np.exp(d) - d - 1.0).sum())
         over_sum += float((np.abs(d) > MISMATCH_THRESHOLD).sum())
-        corrected_sum += float(mismatch_weights(t, s, obj)[1].sum())
-        n += len(d)
-    n = max(n, 1)
-    return {"mismatch_abs": abs_sum / n, "mismatch_kl": kl_sum / n, "mismatch_over": over_sum / n,
-            "mismatch_corrected": corrected_sum / n}
+        weights, corrected = mismatch_weights(t, s, obj)
+        corrected_sum += float(corrected.sum())
+        ratios.append(weights[:1] if obj.mismatch_level == "sequence" else weights)
+        n += len(t)
+        unscored += int((~scored).sum())
+    n_scored = max(n - unscored, 1)
+    out = {"mismatch_abs": abs_sum / n_scored, "mismatch_abs_max": abs_max, "mismatch_kl": kl_sum / n_scored,
+           "mismatch_over": over_sum / n_scored, "mismatch_corrected": corrected_sum / max(n, 1),
+           "mismatch_unscored": unscored / max(n, 1)}
+    if obj.corrects_mismatch:
+        flat = np.concatenate(ratios) if ratios else np.zeros(0)
+        out.update(mismatch_ratio_min=float(flat.min()) if flat.size else 0.0,
+                   mismatch_ratio_mean=float(flat.mean()) if flat.size else 0.0,
+                   mismatch_ratio_max=float(flat.max()) if flat.size else 0.0)
+    return out
 
 
 def token_weights(lengths: Sequence[int], obj: Objective, num_sequences: int | None = None,

@@ -23,13 +23,17 @@ silently ignored). Options:
     ``\\text{4}+\\text{5}`` stays as written), a LaTeX fraction of plain operands (a number, one
     letter or one command each) is written with a slash (``\\frac{1}{2}``, ``\\dfrac12``, ``\\tfrac``:
     "1/2"; ``\\frac{\\pi}{2}``: "\\pi/2") where the slash reads the same (not next to a digit, letter,
-    bracket or power: ``2\\frac12``, ``\\frac{2}{3}^2`` stay; "0.5" is still not "1/2": values are
-    ``numeric_match``'s), inner whitespace is collapsed, case is folded, and the
+    bracket or power: ``2\\frac12``, ``\\frac{2}{3}^2`` stay), inner whitespace is collapsed, case is folded, and the
     text is read in Unicode compatibility form (NFKC: fullwidth "４２" is 42, "𝟒" is 4) except for
     superscripts, subscripts and vulgar fractions, whose plain form is another answer ("2²" is
     not "22"). A box holding a box answers what the outer one
     holds (``\\boxed{\\boxed{4}}`` is 4, ``\\boxed{3 \\boxed{4}}`` is "3 \\boxed{4}"); a ``\\boxed{``
     never closed is not a box, and hides no box before it.
+    An answer that is then one number, as ``numeric_match`` reads numbers (a signed integer or
+    decimal, thousands commas, an exponent, or a fraction of two integers), is compared by its
+    exact value: "0.5", ".5", "0.50", "1/2" and ``\\frac{1}{2}`` are one answer, as "1,000" and
+    "1000" are; "0.5" is not "0.05" and "1/2" not "2". An expression or a number with words around
+    it ("1/2 cup", "2+2") is compared as text.
 ``numeric_match``    1.0 when the completion's final number equals the number in ``row[column]``, else
     0.0. ``column`` ("answer"), ``tolerance`` (absolute, default 0), ``rel_tolerance`` (1e-9).
     The completion is read after its reasoning, as ``exact_match`` reads it (an unclosed ``<think>``
@@ -542,12 +546,26 @@ def exact_match(completions: Sequence[Completion | str], context: RewardContext)
             out.append(0.0)
             continue
         if opts["extract"] == "auto" and len(
-                {normalize_answer(box, opts["case_sensitive"]) for box in boxed_answers(text)}) > 1:
+                {answer_key(normalize_answer(box, opts["case_sensitive"])) for box in boxed_answers(text)}) > 1:
             out.append(0.0)
             continue
         got = normalize_answer(extract_answer(text, opts["extract"]), opts["case_sensitive"])
-        out.append(1.0 if got == gold else 0.0)
+        out.append(1.0 if answer_key(got) == answer_key(gold) else 0.0)
     return out
+
+
+def answer_key(normalized: str) -> str | Fraction:
+    """What ``exact_match`` compares: a normalised answer that is one number, written as
+    ``numeric_match`` reads one (a signed integer or decimal, with thousands commas or an
+    exponent, or a fraction of two integers, which ``normalize_answer`` writes "1/2" for
+    ``\\frac{1}{2}``), is its exact value, so "0.5", ".5", "0.50", "1/2" and ``\\frac{1}{2}`` are
+    one answer, as math-verify (TRL's ``accuracy_reward``) scores them; anything else, an
+    expression or a number with more around it included, is its text."""
+    m = _TOKEN.fullmatch(normalized)
+    if m is None:
+        return normalized
+    value, known = _token_value(m)
+    return value if known and value is not None else normalized
 
 
 def _as_number(value: Any, column: str, index: int) -> Fraction:

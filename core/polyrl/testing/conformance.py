@@ -687,6 +687,10 @@ class BackendConformance(GenerationConformance):
             assert got.kl == pytest.approx(metrics["kl"], rel=1e-3, abs=1e-5)
         if "off_policy_masked_fraction" in metrics:  # the share of sequences the mask dropped
             assert got.extra["off_policy_masked_fraction"] == pytest.approx(metrics["off_policy_masked_fraction"])
+        for key, value in metrics.items():  # the sampler-trainer gap it reports (TRL's sampling/... come from it)
+            if key.startswith("mismatch_") and key in got.extra:
+                assert got.extra[key] == pytest.approx(value, rel=1e-3, abs=1e-5), (
+                    f"train_step's {key} is not reference.mismatch_metrics'")
 
     @pytest.mark.parametrize(
         "objective",

@@ -150,14 +150,7 @@ def objective_loss(
     if sampler_logp is not None:
         if objective.corrects_mismatch and objective.policy_loss != "vespo":  # vespo folded it in
             loss = loss * weight
-        extras |= {
-            "mismatch_abs": mx.abs(delta).sum(),
-            # the gaps are often ~1e-7, where float32 exp(d) - d - 1 is all rounding: the series there
-            "mismatch_kl": mx.where(mx.abs(delta) < 1e-3, delta * delta * (0.5 + delta / 6.0),
-                                    mx.exp(delta) - delta - 1.0).sum(),
-            "mismatch_over": (mx.abs(delta) > MISMATCH_THRESHOLD).astype(dtype).sum(),
-            "mismatch_corrected": corrected.astype(dtype).sum(),
-        }
+        extras |= _mismatch_stats(delta, corrected, segments, objective)
     if objective.needs_entropy and entropy is None:
         raise ValueError("entropy_coef / top_entropy_quantile need the trainer's token entropies")
     if entropy is not None:
@@ -191,6 +184,42 @@ def objective_loss(
     if stats is not None:
         stats.update(extras)
     return total, mx.stop_gradient(kl).sum(), clipped.astype(dtype).sum()
+
+
+def _mismatch_stats(delta: mx.array, corrected: mx.array, segments: mx.array | None,
+                    objective: Objective) -> dict[str, mx.array]:
+    """The sampler-trainer gap's sums and extremes (``reference.mismatch_metrics``): a token the
+    sampler could not score (NaN) counts in ``mismatch_unscored`` and is left out of the gap's
+    sums and max (TRL's ``sampling_logp_difference``); with a correction on, the applied weights'
+    sum, count, min and max (TRL's ``importance_sampling_ratio``: per token, or per sequence at
+    sequence level; min inf and max -inf when there is none)."""
+    dtype = delta.dtype
+    scored = ~mx.isnan(delta)
+    gap = mx.where(scored, delta, mx.zeros_like(delta))
+    out = {
+        "mismatch_abs": mx.abs(gap).sum(),
+        # the gaps are often ~1e-7, where float32 exp(d) - d - 1 is all rounding: the series there
+        "mismatch_kl": mx.where(mx.abs(gap) < 1e-3, gap * gap * (0.5 + gap / 6.0), mx.exp(gap) - gap - 1.0).sum(),
+        "mismatch_over": (mx.abs(gap) > MISMATCH_THRESHOLD).astype(dtype).sum(),
+        "mismatch_corrected": corrected.astype(dtype).sum(),
+        "mismatch_unscored": (~scored).astype(dtype).sum(),
+        "mismatch_abs_max": mx.abs(gap).max() if gap.size else mx.array(0.0, dtype=dtype),
+    }
+    if objective.corrects_mismatch:
+        if objective.mismatch_level == "sequence":  # one weight per sequence that has tokens
+            if segments is None:
+                raise ValueError("sequence-level mismatch correction needs the per-token sequence index")
+            slots = segments.shape[0]
+            sums = mx.zeros(slots, dtype=dtype).at[segments].add(gap)
+            has = mx.zeros(slots, dtype=dtype).at[segments].add(mx.ones(segments.shape, dtype=dtype)) > 0
+        else:  # per token; an unscored one's gap is 0: weight 1, as the loss applies it
+            sums, has = gap, mx.ones(gap.shape, dtype=mx.bool_)
+        ratios = _capped(mx.exp(sums), objective)[0]
+        out |= {"mismatch_ratio_sum": mx.where(has, ratios, 0.0).sum(),
+                "mismatch_ratio_count": has.astype(dtype).sum(),
+                "mismatch_ratio_min": mx.min(mx.where(has, ratios, math.inf)) if ratios.size else mx.array(math.inf),
+                "mismatch_ratio_max": mx.max(mx.where(has, ratios, -math.inf)) if ratios.size else mx.array(-math.inf)}
+    return out
 
 
 def _quantile(values: mx.array, q: float) -> mx.array:
@@ -255,15 +284,18 @@ def _mismatch_weights(delta: mx.array, segments: mx.array | None,
         n_seq = int(segments.max().item()) + 1 if segments.size else 0
         onehot = (segments[:, None] == mx.arange(n_seq)[None, :]).astype(delta.dtype)
         delta = (onehot * (delta[:, None] * onehot).sum(axis=0)[None, :]).sum(axis=1)
-    w = mx.exp(delta)
+    return _capped(mx.exp(delta), objective)
+
+
+def _capped(w: mx.array, objective: Objective) -> tuple[mx.array, mx.array]:
+    """Raw ratios after the correction's cap and where the cap changed them
+    (``reference.capped_weights``)."""
     over = w > objective.mismatch_cap
     if objective.mismatch_correction == "tis":
-        w = mx.minimum(w, objective.mismatch_cap)
-    elif objective.mismatch_correction == "mis":
-        w = mx.where(over, mx.zeros_like(w), w)
-    else:
-        return mx.ones_like(w), mx.zeros_like(over)
-    return w, over
+        return mx.minimum(w, objective.mismatch_cap), over
+    if objective.mismatch_correction == "mis":
+        return mx.where(over, mx.zeros_like(w), w), over
+    return mx.ones_like(w), mx.zeros_like(over)
 
 
 def kept_tokens(sequences: Sequence[TokenSequence]) -> mx.array | None:
@@ -364,8 +396,15 @@ def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Object
     return grads, sums
 
 
-#: stats taken as the extreme over the batch's sequences (TRL's clip_ratio/low_min and high_max)
-EXTREMES: dict[str, Callable[[float, float], float]] = {"clip_low_min": min, "clip_high_max": max}
+#: stats taken as the extreme over the batch's sequences or tokens (TRL's clip_ratio/low_min and
+#: high_max, sampling/sampling_logp_difference/max, sampling/importance_sampling_ratio/min and max)
+EXTREMES: dict[str, Callable[[float, float], float]] = {
+    "clip_low_min": min, "clip_high_max": max, "mismatch_abs_max": max, "mismatch_ratio_min": min,
+    "mismatch_ratio_max": max}
+#: the correction's applied weights, summed (their mean is sum / count)
+RATIO_SUMS = ("mismatch_ratio_sum", "mismatch_ratio_count")
+#: means over the tokens the sampler scored: an unscored (NaN) token has no gap
+SCORED_KEYS = ("mismatch_abs", "mismatch_kl", "mismatch_over")
 
 
 def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> StepMetrics:
@@ -393,16 +432,31 @@ def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> St
             mx.eval(engine.model.parameters(), optimizer.state)
 
     denom = max(total_tokens, 1)
+    scored = max(total_tokens - sums.get("mismatch_unscored", 0.0), 1.0)
     return StepMetrics(
         loss=sums["loss"], grad_norm=grad_norm, kl=sums["kl"] / denom,
         clip_fraction=sums["clipped"] / denom, tokens=total_tokens, skipped=skipped,
         extra={"lr": float(lr.item() if isinstance(lr, mx.array) else lr),
-               **{k: v / denom for k, v in sums.items()
-                  if k.startswith(("mismatch_", "entropy", "clip_")) and k not in EXTREMES},
-               **{k: sums[k] for k in EXTREMES if k in sums},
+               **{k: v / (scored if k in SCORED_KEYS else denom) for k, v in sums.items()
+                  if k.startswith(("mismatch_", "entropy", "clip_")) and k not in EXTREMES and k not in RATIO_SUMS},
+               **{k: sums[k] for k in EXTREMES if k in sums and k.startswith("clip_")},
+               **(_gap_extremes(sums, objective) if batch.sampler_logprobs is not None else {}),
                **({"off_policy_masked_fraction": sums.get("off_policy_masked", 0.0) / len(batch.sequences)}
                   if objective.off_policy_mask_threshold is not None else {})},
     )
+
+
+def _gap_extremes(sums: dict[str, float], objective: Objective) -> dict[str, float]:
+    """``mismatch_abs_max`` and, with a correction on, ``mismatch_ratio_min``/``_mean``/``_max``
+    over the batch: 0 when nothing was seen, as TRL logs then."""
+    out = {"mismatch_abs_max": sums.get("mismatch_abs_max", 0.0)}
+    if objective.corrects_mismatch:
+        count = sums.get("mismatch_ratio_count", 0.0)
+        out |= ({"mismatch_ratio_min": sums["mismatch_ratio_min"],
+                 "mismatch_ratio_mean": sums["mismatch_ratio_sum"] / count,
+                 "mismatch_ratio_max": sums["mismatch_ratio_max"]} if count else
+                dict.fromkeys(("mismatch_ratio_min", "mismatch_ratio_mean", "mismatch_ratio_max"), 0.0))
+    return out
 
 
 def apply_scheduled_lr(engine: MLXEngine) -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -29,8 +29,14 @@ from polyrl_torch.schedule import apply_scheduled_lr
 from polyrl_torch.scoring import token_logprobs_with_entropy
 
 LogProbs = torch.Tensor | Sequence[torch.Tensor]
-MISMATCH_KEYS = ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected", "entropy",
-                 "entropy_selected")
+#: Token sums reported as means in ``StepMetrics.extra``: the sampler-trainer gap (with sampler
+#: log-probs; abs, kl and over are means over the tokens the sampler scored, see
+#: ``reference.mismatch_metrics``), the entropy (the trainer's forward).
+SAMPLER_KEYS = ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected", "mismatch_unscored")
+ENTROPY_KEYS = ("entropy", "entropy_selected")
+MISMATCH_KEYS = SAMPLER_KEYS + ENTROPY_KEYS
+#: Means over the scored tokens (not every token): an unscored (NaN) sampler token has no gap.
+SCORED_KEYS = ("mismatch_abs", "mismatch_kl", "mismatch_over")
 #: Token counts reported as fractions in ``StepMetrics.extra`` (TRL's clip_ratio/low_mean, high_mean).
 CLIP_REGION_KEYS = ("clip_low", "clip_high")
 
@@ -150,13 +156,7 @@ def objective_loss(
     if sampler is not None:
         if objective.corrects_mismatch and objective.policy_loss != "vespo":  # vespo folded it in
             loss = loss * weight
-        mismatch |= {
-            "mismatch_abs_sum": torch.where(valid, delta.abs(), zero).sum(),
-            # float64 + expm1: the gaps are often ~1e-7, where float32 exp(d) - d - 1 is all rounding
-            "mismatch_kl_sum": torch.where(valid, torch.expm1(delta.double()) - delta.double(), 0.0).sum(),
-            "mismatch_over_sum": (valid & (delta.abs() > MISMATCH_THRESHOLD)).sum(),
-            "mismatch_corrected_sum": (valid & corrected).sum(),
-        }
+        mismatch |= _mismatch_stats(delta, valid, corrected, objective)
     ent = _padded(entropy, lp)
     if objective.needs_entropy and ent is None:
         raise ValueError("entropy_coef / top_entropy_quantile need the trainer's token entropies")
@@ -220,6 +220,38 @@ def objective_loss(
 
 
 @torch.no_grad()
+def _mismatch_stats(delta: torch.Tensor, valid: torch.Tensor, corrected: torch.Tensor,
+                    objective: Objective) -> dict[str, torch.Tensor]:
+    """The sampler-trainer gap's sums and extremes (``reference.mismatch_metrics``): a token the
+    sampler could not score (NaN) is counted in ``mismatch_unscored_sum`` and left out of the gap's
+    sums and max (TRL's ``sampling_logp_difference`` leaves it out); with a correction on, the
+    applied weights' sum, count, min and max (TRL's ``importance_sampling_ratio``: per token, or
+    per sequence with tokens at sequence level; min inf and max -inf when there is none)."""
+    zero = delta.new_zeros(())
+    scored = valid & ~torch.isnan(delta)
+    gap = torch.where(scored, delta, zero)
+    out = {
+        "mismatch_abs_sum": gap.abs().sum(),
+        # float64 + expm1: the gaps are often ~1e-7, where float32 exp(d) - d - 1 is all rounding
+        "mismatch_kl_sum": torch.where(scored, torch.expm1(gap.double()) - gap.double(), 0.0).sum(),
+        "mismatch_over_sum": (scored & (gap.abs() > MISMATCH_THRESHOLD)).sum(),
+        "mismatch_corrected_sum": (valid & corrected).sum(),
+        "mismatch_unscored_sum": (valid & ~scored).sum(),
+        "mismatch_abs_max": gap.abs().max() if gap.numel() else zero,
+    }
+    if objective.corrects_mismatch:
+        if objective.mismatch_level == "sequence":  # one weight per sequence that has tokens
+            ratios = _capped(torch.exp(gap.sum(dim=1)), objective)[0][valid.any(dim=1)]
+        else:  # per token; an unscored one's gap is 0: weight 1, as the loss applies it
+            ratios = _capped(torch.exp(gap), objective)[0][valid]
+        has = ratios.numel() > 0
+        out |= {"mismatch_ratio_sum": ratios.double().sum(), "mismatch_ratio_count": ratios.new_tensor(ratios.numel()),
+                "mismatch_ratio_min": ratios.min() if has else torch.tensor(math.inf),
+                "mismatch_ratio_max": ratios.max() if has else torch.tensor(-math.inf)}
+    return out
+
+
+@torch.no_grad()
 def _off_policy_keep(lp: torch.Tensor, behaviour: torch.Tensor, valid: torch.Tensor, adv: torch.Tensor,
                      objective: Objective) -> torch.Tensor:
     """DeepSeek-V3.2's off-policy sequence mask ``[B, 1]`` (``reference.off_policy_keep``): 0 drops a
@@ -253,15 +285,41 @@ def _mismatch_weights(delta: torch.Tensor, valid: torch.Tensor,
     delta = torch.nan_to_num(delta, nan=0.0)
     if objective.mismatch_level == "sequence":
         delta = delta.sum(dim=1, keepdim=True).expand_as(delta)
-    w = torch.exp(delta)
+    w, over = _capped(torch.exp(delta), objective)
+    if not objective.corrects_mismatch:
+        return w, over
+    return torch.where(valid, w, torch.zeros_like(w)), over
+
+
+def _capped(w: torch.Tensor, objective: Objective) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw ratios after the correction's cap and where the cap changed them
+    (``reference.capped_weights``)."""
     over = w > objective.mismatch_cap
     if objective.mismatch_correction == "tis":
-        w = torch.clamp(w, max=objective.mismatch_cap)
-    elif objective.mismatch_correction == "mis":
-        w = torch.where(over, torch.zeros_like(w), w)
-    else:
-        return torch.ones_like(w), torch.zeros_like(over)
-    return torch.where(valid, w, torch.zeros_like(w)), over
+        return torch.clamp(w, max=objective.mismatch_cap), over
+    if objective.mismatch_correction == "mis":
+        return torch.where(over, torch.zeros_like(w), w), over
+    return torch.ones_like(w), torch.zeros_like(over)
+
+
+#: The correction's applied weights, summed per micro-batch and over ranks (their mean), with
+#: the gap's and the weights' extremes (TRL's sampling/... min and max, ``reference.mismatch_metrics``).
+RATIO_SUMS = ("mismatch_ratio_sum", "mismatch_ratio_count")
+GAP_EXTREMES: dict[str, Callable[[float, float], float]] = {
+    "mismatch_abs_max": max, "mismatch_ratio_min": min, "mismatch_ratio_max": max}
+
+
+def _gap_extremes(sums: dict[str, float], extremes: dict[str, float], objective: Objective) -> dict[str, float]:
+    """``mismatch_abs_max`` and, with a correction on, ``mismatch_ratio_min``/``_mean``/``_max``
+    over the batch (every rank's): 0 when nothing was seen, as TRL logs then."""
+    out = {"mismatch_abs_max": extremes["mismatch_abs_max"]}
+    if objective.corrects_mismatch:
+        count = sums.get("mismatch_ratio_count", 0.0)
+        out |= ({"mismatch_ratio_min": extremes["mismatch_ratio_min"],
+                 "mismatch_ratio_mean": sums.get("mismatch_ratio_sum", 0.0) / count,
+                 "mismatch_ratio_max": extremes["mismatch_ratio_max"]} if count else
+                dict.fromkeys(("mismatch_ratio_min", "mismatch_ratio_mean", "mismatch_ratio_max"), 0.0))
+    return out
 
 
 def _grad_norm(params: list[torch.nn.Parameter], max_norm: float | None) -> float:
@@ -323,6 +381,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     loss_sum, kl_sum, clip_sum, finite = 0.0, 0.0, 0.0, True
     dropped = 0.0  # sequences the off-policy mask dropped
     mismatch: dict[str, float] = {}
+    extremes = {"mismatch_abs_max": 0.0, "mismatch_ratio_min": math.inf, "mismatch_ratio_max": -math.inf}
     regions = dict.fromkeys(CLIP_REGION_KEYS, 0.0)
     low_min, high_max = math.inf, -math.inf  # over the batch's completions (inf: none seen)
     clock = {"forward": 0.0, "backward": 0.0, "grad_sync": 0.0, "optimizer": 0.0}  # phases, seconds
@@ -365,6 +424,12 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                 for key in MISMATCH_KEYS:
                     if f"{key}_sum" in stats:
                         mismatch[key] = mismatch.get(key, 0.0) + float(stats[f"{key}_sum"])
+                for key in RATIO_SUMS:
+                    if key in stats:
+                        mismatch[key] = mismatch.get(key, 0.0) + float(stats[key])
+                for key, pick in GAP_EXTREMES.items():
+                    if key in stats:
+                        extremes[key] = pick(extremes[key], float(stats[key]))
                 if not math.isfinite(value):
                     finite = False
                     if not sharded:  # FSDP ranks must still run their backward (a collective)
@@ -380,8 +445,9 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
 
     if distributed.active():  # every rank must take part, even one whose shard was empty or NaN
         # the metric sums every rank reports (an empty shard contributes zeros)
-        expected = (MISMATCH_KEYS[:4] if batch.sampler_logprobs is not None else ()) + \
-            (() if sharded else MISMATCH_KEYS[4:])
+        with_sampler = batch.sampler_logprobs is not None
+        expected = (SAMPLER_KEYS if with_sampler else ()) + (() if sharded else ENTROPY_KEYS) + \
+            (RATIO_SUMS if with_sampler and objective.corrects_mismatch else ())
         summed = distributed.sum_scalars(
             [loss_sum if finite else 0.0, kl_sum, clip_sum, 0.0 if finite else 1.0]
             + [regions[k] for k in CLIP_REGION_KEYS] + [mismatch.get(k, 0.0) for k in expected] + [dropped],
@@ -391,15 +457,21 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
         regions = dict(zip(CLIP_REGION_KEYS, summed[4:4 + len(CLIP_REGION_KEYS)]))
         mismatch = dict(zip(expected, summed[4 + len(CLIP_REGION_KEYS):]))
         finite = bad == 0
-        neg_low_min, high_max = distributed.max_scalars([-low_min, high_max], engine.device)
+        neg_low_min, high_max, abs_max, neg_ratio_min, ratio_max = distributed.max_scalars(
+            [-low_min, high_max, extremes["mismatch_abs_max"], -extremes["mismatch_ratio_min"],
+             extremes["mismatch_ratio_max"]], engine.device)
         low_min = -neg_low_min
+        extremes = {"mismatch_abs_max": abs_max, "mismatch_ratio_min": -neg_ratio_min, "mismatch_ratio_max": ratio_max}
         if finite and not sharded:  # FSDP already summed them (reduce-scatter in backward)
             distributed.sum_gradients(params)
     t3 = time.perf_counter()
     clock["grad_sync"] = t3 - t2
     grad_norm = _grad_norm(params, engine.config.optimizer.max_grad_norm) if finite else float("nan")
     denom = max(total_tokens, 1)
-    extra = {"lr": apply_scheduled_lr(engine), **{k: v / denom for k, v in mismatch.items()},
+    scored = max(total_tokens - int(mismatch.get("mismatch_unscored", 0)), 1)
+    extra = {"lr": apply_scheduled_lr(engine),
+             **{k: v / (scored if k in SCORED_KEYS else denom) for k, v in mismatch.items() if k in MISMATCH_KEYS},
+             **(_gap_extremes(mismatch, extremes, objective) if batch.sampler_logprobs is not None else {}),
              **{f"{k}_fraction": v / denom for k, v in regions.items()},
              **({"clip_low_min": low_min, "clip_high_max": high_max} if math.isfinite(low_min) else {}),
              **({"off_policy_masked_fraction": dropped / global_n}
