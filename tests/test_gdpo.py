@@ -164,3 +164,52 @@ def test_dapo_preset_under_gdpo_in_a_toml_config_is_the_same_error():
     with pytest.raises(ConfigError) as info:
         RunConfig.from_dict(data)
     assert info.value.field == "algorithm.overlong_buffer" and "name = 'grpo'" in str(info.value)
+
+
+def test_dynamic_sampling_under_gdpo_keeps_a_group_whose_rewards_trade_off():
+    """A group whose weighted sum is constant while its rewards vary (correct but long vs wrong but
+    short) has GDPO advantages that are not zero: dynamic sampling keeps it. A group where every
+    weighted reward is constant (or varies only in a reward of weight 0) is dropped."""
+    algo = AlgorithmConfig.preset("grpo", multi_objective_aggregation="normalize_then_sum", dynamic_sampling=True)
+    scores = np.array([[1, 0, 5], [0, 2, 9],  # group 0: correctness + length/2 constant at 1; varies
+                       [1, 4, 0], [1, 4, 7],  # group 1: both weighted rewards constant; the weight-0 one varies
+                       [0, 1, 0], [np.nan, 1, 0]], dtype=float)  # group 2: one valid correctness score only
+    weights = [1.0, 0.5, 0.0]
+    summed = scores @ np.array(weights)
+    assert summed[0] == summed[1]  # what keep_mask judged: "all equal", dropped
+    kept = algo.decoupled_keep_mask(scores, weights, group_size=2)
+    assert kept.tolist() == [True, True, False, False, False, False]
+    assert np.abs(decoupled_advantages(scores[:2, :2], weights[:2], 2)).max() > 0.5  # group 0 trains
+    off = AlgorithmConfig.preset("grpo", multi_objective_aggregation="normalize_then_sum")
+    assert off.decoupled_keep_mask(scores, weights, 2).all()
+
+
+def test_a_gdpo_run_with_dynamic_sampling_trains_the_trade_off_groups(toy, tmp_path):
+    """Through the trainer: with two rewards whose weighted sum is the same for every completion,
+    the summed-reward filter dropped every group (nothing trained); GDPO's filter keeps them."""
+    from polyrl.hookspecs import hookimpl
+    from polyrl.trainer import Trainer
+    from polyrl_toy import ToyPlugin
+
+    from test_faults import toy_config
+
+    (tmp_path / "rewards.py").write_text(
+        "def _text(c):\n    return c[0]['content'] if isinstance(c, list) else c\n\n"
+        "def short(prompts, completions, **kw):\n    return [-float(len(_text(c))) for c in completions]\n\n"
+        "def long(prompts, completions, **kw):\n    return [float(len(_text(c))) for c in completions]\n")
+    seen: list[np.ndarray] = []
+
+    class Capturing(ToyPlugin):
+        @hookimpl
+        def train_step(self, engine, batch, objective):
+            seen.append(np.asarray(batch.advantages, dtype=np.float64))
+            return super().train_step(engine, batch, objective)
+
+    config = toy_config(tmp_path, backend="capturing", steps=2, rewards=[
+        {"function": f"{tmp_path / 'rewards.py'}:short", "weight": 1.0},
+        {"function": f"{tmp_path / 'rewards.py'}:long", "weight": 1.0}])
+    config = attrs.evolve(config, algorithm=AlgorithmConfig.preset(
+        "grpo", multi_objective_aggregation="normalize_then_sum", dynamic_sampling=True))
+    summary = Trainer(config, extra_plugins=(Capturing("capturing"),)).run(progress=False)
+    kept = [m["samples_kept"] for m in summary["history"]]
+    assert sum(kept) > 0 and seen, f"samples kept per step: {kept}"

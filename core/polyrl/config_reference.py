@@ -56,7 +56,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "multi_objective_aggregation": "several `[[rewards]]`: weighted sum, then the advantage above; "
                                        "`normalize_then_sum` (GDPO, TRL's option) normalizes each reward in its group, "
                                        "sums them with their weights and normalizes the sum over the batch (needs "
-                                       "`advantage = \"group\"`; no `scale_rewards`, `overlong_buffer` or `kl_in_reward`)",
+                                       "`advantage = \"group\"`; no `scale_rewards`, `overlong_buffer` or `kl_in_reward`; "
+                                       "`dynamic_sampling` keeps a group where any weighted reward varies)",
         "epsilon": "lower clip: ratio >= 1 - epsilon",
         "epsilon_high": "upper clip (DAPO clip-higher, e.g. 0.28); unset = epsilon",
         "dual_clip": "dual-clip bound for negative advantages (e.g. 3.0); unset = off",

@@ -660,13 +660,14 @@ class Trainer:
             self._unscored(rollout)
             raise RewardError(_overflow_message(all_shaped))
         mine = slice(offset, offset + len(shaped))
-        group_kept = algo.keep_mask(all_shaped, c.generation.group_size)
         with np.errstate(over="ignore"):  # a spread past float64 is inf here, refused just below
             if algo.decouples_rewards:  # GDPO: each reward normalized in its group, from the whole step's scores
-                all_advantages = algo.decoupled_advantages(self._reward_matrix(step.per_reward, all_shaped),
-                                                           [weight for _, weight, _ in self.rewards.rewards],
-                                                           c.generation.group_size)
+                matrix = self._reward_matrix(step.per_reward, all_shaped)
+                weights = [weight for _, weight, _ in self.rewards.rewards]
+                group_kept = algo.decoupled_keep_mask(matrix, weights, c.generation.group_size)
+                all_advantages = algo.decoupled_advantages(matrix, weights, c.generation.group_size)
             else:
+                group_kept = algo.keep_mask(all_shaped, c.generation.group_size)
                 all_advantages = algo.advantages(all_shaped, c.generation.group_size)
         too_big = _unrepresentable_advantages(all_advantages, algo, step.per_reward)
         if too_big is not None:  # the same global advantages on every rank: all refuse together

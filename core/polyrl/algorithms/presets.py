@@ -493,6 +493,20 @@ class AlgorithmConfig:
             return np.ones(groups.size, dtype=bool)
         return expand_group_mask(dynamic_sampling_mask(rewards, group_size), group_size)
 
+    def decoupled_keep_mask(self, per_reward: np.ndarray, weights: list[float], group_size: int) -> np.ndarray:
+        """``keep_mask`` under GDPO: a group is worth training on when any weighted reward varies in
+        it, since each reward is normalized in its group before the sum. Judged on the weighted sum
+        (as ``keep_mask``), a group whose rewards trade off exactly (correct but long vs wrong but
+        short: the same sum) was dropped though its GDPO advantages are not zero."""
+        scores = np.asarray(per_reward, dtype=np.float64)
+        if not self.dynamic_sampling:
+            return np.ones(scores.shape[0], dtype=bool)
+        varies = np.zeros(scores.shape[0] // group_size, dtype=bool)
+        for column, weight in zip(scores.T, weights):
+            if weight != 0:
+                varies |= dynamic_sampling_mask(column, group_size)
+        return expand_group_mask(varies, group_size)
+
     def untruncated_mask(self, finish_reasons: list[str]) -> np.ndarray:
         """Per-sample bool mask: with ``mask_truncated_completions``, False for completions cut at
         the length limit (their reward judges an unfinished answer; DAPO and TRL leave them out of
