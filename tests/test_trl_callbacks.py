@@ -263,7 +263,29 @@ def test_should_evaluate_evaluates_that_step_on_the_eval_dataset(tiny_model_dir,
     assert [m["step"] for m in lines if "eval/sampled_reward_mean" in m] == [1, 3]  # on the step's own line
 
 
-def test_should_evaluate_in_a_run_without_evaluation_warns_once_and_trains_on(tiny_model_dir, tmp_path):
+def test_should_evaluate_under_eval_strategy_no_evaluates_on_the_eval_dataset_given(tiny_model_dir, tmp_path):
+    """transformers' _maybe_log_save_evaluate evaluates whenever control.should_evaluate is set,
+    whatever the eval_strategy: with "no" and an eval_dataset the step a callback asks for is
+    evaluated (on_log and on_evaluate follow), without a warning, and nothing else is (no
+    evaluation at the end, as TRL runs none). It was a warning and no evaluation."""
+    from structlog.testing import capture_logs
+
+    recorder = Recorder()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=3),
+                          train_dataset=_dataset(), eval_dataset=_dataset(2),
+                          callbacks=[EvaluateAtFirstStep(), recorder])
+    with capture_logs() as logs:
+        assert trainer.train().global_step == 3
+    assert not [e for e in logs if "should_evaluate" in e["event"]]
+    assert [s for e, s in recorder.events if e == "on_evaluate"] == [1]
+    assert "eval_reward" in recorder.evaluations[0]
+    assert [m["step"] for m in trainer.state.log_history if "eval_reward" in m] == [1]
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines if "eval/sampled_reward_mean" in m] == [1]
+    assert not [m for m in lines if m.get("phase")]  # no evaluation before or after training
+
+
+def test_should_evaluate_in_a_run_without_an_eval_dataset_warns_once_and_trains_on(tiny_model_dir, tmp_path):
     from structlog.testing import capture_logs
 
     class EvaluateEveryStep(TrainerCallback):
@@ -271,11 +293,11 @@ def test_should_evaluate_in_a_run_without_evaluation_warns_once_and_trains_on(ti
             control.should_evaluate = True
 
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
-                          train_dataset=_dataset(), eval_dataset=_dataset(2), callbacks=[EvaluateEveryStep()])
+                          train_dataset=_dataset(), callbacks=[EvaluateEveryStep()])
     with capture_logs() as logs:
         assert trainer.train().global_step == 2
     said = [e for e in logs if "should_evaluate" in e["event"]]
-    assert len(said) == 1 and said[0]["log_level"] == "warning" and "eval_strategy" in said[0]["event"]
+    assert len(said) == 1 and said[0]["log_level"] == "warning" and "eval_dataset" in said[0]["event"]
     assert not any("eval_reward" in m for m in trainer.state.log_history)
 
 

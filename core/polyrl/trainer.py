@@ -263,6 +263,10 @@ class Trainer:
         self.stop_requested = False
         #: code watching the run in this process (``polyrl.run_observer``; ``polyrl.trl``'s callbacks)
         self.observers: list[RunObserver] = []
+        #: evaluate after training (with held-out rows); False: only the steps ``eval.every`` or an
+        #: observer asks for (``polyrl.trl`` under TRL's eval_strategy="no", where a callback's
+        #: should_evaluate evaluates and TRL evaluates nothing at the end)
+        self.evaluate_after = True
         #: a weight push that failed after its step trained: raised once the step is recorded
         self._sync_failed: PolyrlError | None = None
         #: the last step's rewards were all None (no reward scored any sample): counted toward the stop
@@ -1626,7 +1630,7 @@ class Trainer:
             else:
                 log.warning("stopped early on request", step=self.step)
             summary["stopped_early"] = True
-        if self.eval_dataset is not None:
+        if self.eval_dataset is not None and self.evaluate_after:
             if last_eval is not None and last_eval[0] == self.step:  # the same weights were just evaluated
                 summary["eval_after"] = last_eval[1]
                 return

@@ -16,8 +16,9 @@ arguments only ``processing_class`` is given (the run's tokenizer); ``model``, `
 polyrl's backend, not in this process. Of ``TrainerControl``, ``should_training_stop`` ends the run
 after the step (saved and exported as at its end), ``should_save`` checkpoints the step, and
 ``should_evaluate`` (set in ``on_step_begin`` or ``on_step_end``) evaluates the step's weights on
-the ``eval_dataset``, on the step's line as an ``eval_steps`` evaluation (a run without one,
-``eval_strategy="no"``, warns once and goes on); ``should_log`` is met whatever it says (every step
+the ``eval_dataset``, on the step's line as an ``eval_steps`` evaluation, whatever the
+``eval_strategy`` (``"no"`` too, as transformers' ``_maybe_log_save_evaluate``; a run without an
+``eval_dataset`` warns once and goes on); ``should_log`` is met whatever it says (every step
 is logged: ``logging_steps`` 1) and ``should_epoch_stop`` is ignored. A callback that raises ends
 the run with one ``CallbackError`` naming it and the event, the steps trained checkpointed (one
 raising in ``on_step_end``: after its step is recorded). Under a launcher (torchrun) every rank calls its callbacks, with
@@ -191,9 +192,9 @@ class TrlCallbacks:
         asked = self.deferred is None and bool(self.control.should_evaluate)
         if asked and not self._can_evaluate:
             if not self._said_no_evaluation:
-                log.warning("a callback set control.should_evaluate, but this run has no evaluation "
-                            "(eval_strategy='no' or no eval_dataset); ignored for the whole run. Fix: pass an "
-                            "eval_dataset and set eval_strategy='steps' in the GRPOConfig",
+                log.warning("a callback set control.should_evaluate, but this run has no eval_dataset to "
+                            "evaluate on (none given, or a dict of them or an IterableDataset); ignored for the "
+                            "whole run. Fix: pass GRPOTrainer(eval_dataset=<held-out rows>), one datasets.Dataset",
                             step=self.state.global_step)
                 self._said_no_evaluation = True
             return False
