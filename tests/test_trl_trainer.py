@@ -190,6 +190,35 @@ def test_with_peft_config_save_model_writes_the_adapter_and_tokenizer_trl_writes
     assert torch.allclose(_logits(auto), merged, atol=1e-5)
 
 
+def test_the_runs_own_adapter_names_its_base_so_another_directory_loads_it(tiny_model_dir, tmp_path, monkeypatch):
+    """output_dir/model/adapter (and each checkpoint's) is peft's folder too: a script loading it
+    with AutoPeftModelForCausalLM from another directory finds the base model, given as a relative
+    path ("./my_model"). It recorded the path as given, which names nothing from elsewhere."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    peft = pytest.importorskip("peft")
+    work = tmp_path / "work"
+    shutil.copytree(tiny_model_dir, work / "my_model")
+    monkeypatch.chdir(work)
+    trainer = GRPOTrainer(model="./my_model", reward_funcs=[short], train_dataset=_dataset(),
+                          args=_args(tmp_path, max_steps=1, learning_rate=1e-2, output_dir="run"),
+                          peft_config=peft.LoraConfig(r=4, lora_alpha=8))
+    trainer.train()
+    merged = _logits(AutoModelForCausalLM.from_pretrained(work / "run" / "model"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for adapter in (work / "run" / "model" / "adapter", work / "run" / "checkpoints" / "step-00000001" / "model" /
+                    "adapter"):
+        recorded = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+        assert recorded == str((work / "my_model").resolve())
+        auto = peft.AutoPeftModelForCausalLM.from_pretrained(str(adapter))
+        assert torch.allclose(_logits(auto), merged, atol=1e-5)
+
+
 def test_with_peft_config_trainer_model_is_a_peft_model_merging_to_polyrls_model(tiny_model_dir, tmp_path):
     """TRL's trainer.model is a PeftModel (merge_and_unload, print_trainable_parameters); the one
     taken before train() is the same object after it, holding the trained adapter."""
