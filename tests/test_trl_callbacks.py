@@ -97,8 +97,51 @@ def test_a_trainer_callback_sees_transformers_events_in_order_with_trls_logs(tin
     assert state.is_world_process_zero and state.is_local_process_zero
     assert state.log_history == trainer.state.log_history
     assert recorder.seen["args"] is args  # the script's own GRPOConfig
-    assert recorder.seen["processing_class"] is not None and recorder.seen["model"] is None
-    assert recorder.seen["optimizer"] is None and recorder.seen["train_dataloader"] is None
+    assert recorder.seen["processing_class"] is not None and recorder.seen["train_dataloader"] is None
+    assert recorder.seen["lr_scheduler"] is None
+
+
+class WeightNorms(TrainerCallback):
+    """A TRL user's callback reading the model it is given: its weight norm after each step."""
+
+    def __init__(self):
+        self.norms: list[float] = []
+        self.given: list[tuple] = []
+
+    def on_init_end(self, args, state, control, model=None, optimizer=None, **kwargs):
+        self.given.append(("on_init_end", model, optimizer))
+
+    def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
+        import torch
+
+        self.given.append(("on_step_end", model, optimizer))
+        with torch.no_grad():
+            self.norms.append(float(sum(p.float().norm() ** 2 for p in model.parameters() if p.requires_grad)))
+
+    def on_train_end(self, args, state, control, model=None, optimizer=None, **kwargs):
+        self.given.append(("on_train_end", model, optimizer))
+
+
+def test_callbacks_get_the_live_torch_model_and_optimizer_as_transformers_passes_them(tiny_model_dir, tmp_path):
+    """transformers hands every event model= and optimizer=; TRL users' callbacks log weight norms or
+    save with them. On the torch backend they are the training engine's own module and AdamW (they
+    were None): the norm read after each step moves as the run trains, and after train() the
+    handler holds neither."""
+    import torch
+    from transformers import PreTrainedModel
+
+    norms = WeightNorms()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, learning_rate=1e-2),
+                          train_dataset=_dataset(), callbacks=[norms])
+    trainer.train()
+    assert [e for e, _, _ in norms.given] == ["on_init_end", "on_step_end", "on_step_end", "on_train_end"]
+    assert norms.given[0][1:] == (None, None)  # no engine before train(), as no model is loaded yet
+    models = {id(m) for _, m, _ in norms.given[1:]}
+    model, optimizer = norms.given[1][1:]
+    assert len(models) == 1 and isinstance(model, PreTrainedModel)
+    assert isinstance(optimizer, torch.optim.Optimizer) and optimizer.param_groups[0]["lr"] > 0
+    assert len(norms.norms) == 2 and norms.norms[0] != norms.norms[1]  # the live weights, trained between
+    assert trainer.callback_handler.model is None and trainer.callback_handler.optimizer is None
 
 
 def test_on_evaluate_gets_trls_eval_names_after_the_steps_log(tiny_model_dir, tmp_path):
