@@ -873,6 +873,12 @@ class Trainer:
         first = next((text for text in texts if text), None)
         return None if first is None else EnvironmentFailed(first, alone=True)
 
+    def _stop_if_environment_raised(self) -> None:
+        """Raise what an environment raised to stop the run (``_raised_by_environment``), if one did."""
+        raised = self._raised_by_environment()
+        if raised is not None:
+            raise raised
+
     def _environment_failure(self) -> EnvironmentFailed | None:
         """The error that stops a run whose environment never works; under a launcher the ranks
         agree on it (one gather), so none stops alone while its peers wait in the next step."""
@@ -937,9 +943,6 @@ class Trainer:
             failed = agreed_reward_failure(self.train_engine.all_gather(reward_outcome(failed)), self.rank)
         if failed is not None:
             raise failed
-        raised = self._raised_by_environment()
-        if raised is not None:  # an environment stopped the run: no numbers from a broken evaluation
-            raise raised
         if self.world_size > 1:
             gathered = self.train_engine.all_gather((greedy, sampled, records, parts, lengths))
             greedy = np.concatenate([g[0] for g in gathered]) if ev.greedy else None
@@ -969,8 +972,10 @@ class Trainer:
         if not rows:  # an eval set smaller than the world leaves this rank none
             if self.world_size > 1:  # a sharded (FSDP) generator gathers its weights collectively: take part
                 self._sample(rows, sampling, training=False)
+                self._stop_if_environment_raised()  # and in the gather below
             return np.zeros(0), [], {label: np.zeros(0) for label in labels}, np.zeros(0)
         completions = self._sample(rows, sampling, training=False)
+        self._stop_if_environment_raised()  # before any reward scores the episodes that did not run
         per_completion = [row for row in rows for _ in range(sampling.n)]
         computer = self._eval_rewards
         assert computer is not None  # an eval pass runs only with an eval set
@@ -1489,6 +1494,9 @@ class Trainer:
                 summary["eval_before"] = self.evaluate("before")
             except RewardCancelled as exc:  # the eval reward was stuck after the stop request
                 log.warning("evaluation before training abandoned on the stop request", reward=str(exc))
+            except EnvironmentFailed as exc:  # nothing trained, nothing to save
+                raise EnvironmentFailed(f"the evaluation before training (nothing trained): {exc}",
+                                        alone=True) from None
             else:
                 if self.rank == 0:
                     log.info("evaluation before training", **summary["eval_before"])
