@@ -97,8 +97,51 @@ def test_a_trainer_callback_sees_transformers_events_in_order_with_trls_logs(tin
     assert state.is_world_process_zero and state.is_local_process_zero
     assert state.log_history == trainer.state.log_history
     assert recorder.seen["args"] is args  # the script's own GRPOConfig
-    assert recorder.seen["processing_class"] is not None and recorder.seen["model"] is None
-    assert recorder.seen["optimizer"] is None and recorder.seen["train_dataloader"] is None
+    assert recorder.seen["processing_class"] is not None and recorder.seen["train_dataloader"] is None
+    assert recorder.seen["lr_scheduler"] is None
+
+
+class WeightNorms(TrainerCallback):
+    """A TRL user's callback reading the model it is given: its weight norm after each step."""
+
+    def __init__(self):
+        self.norms: list[float] = []
+        self.given: list[tuple] = []
+
+    def on_init_end(self, args, state, control, model=None, optimizer=None, **kwargs):
+        self.given.append(("on_init_end", model, optimizer))
+
+    def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
+        import torch
+
+        self.given.append(("on_step_end", model, optimizer))
+        with torch.no_grad():
+            self.norms.append(float(sum(p.float().norm() ** 2 for p in model.parameters() if p.requires_grad)))
+
+    def on_train_end(self, args, state, control, model=None, optimizer=None, **kwargs):
+        self.given.append(("on_train_end", model, optimizer))
+
+
+def test_callbacks_get_the_live_torch_model_and_optimizer_as_transformers_passes_them(tiny_model_dir, tmp_path):
+    """transformers hands every event model= and optimizer=; TRL users' callbacks log weight norms or
+    save with them. On the torch backend they are the training engine's own module and AdamW (they
+    were None): the norm read after each step moves as the run trains, and after train() the
+    handler holds neither."""
+    import torch
+    from transformers import PreTrainedModel
+
+    norms = WeightNorms()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, learning_rate=1e-2),
+                          train_dataset=_dataset(), callbacks=[norms])
+    trainer.train()
+    assert [e for e, _, _ in norms.given] == ["on_init_end", "on_step_end", "on_step_end", "on_train_end"]
+    assert norms.given[0][1:] == (None, None)  # no engine before train(), as no model is loaded yet
+    models = {id(m) for _, m, _ in norms.given[1:]}
+    model, optimizer = norms.given[1][1:]
+    assert len(models) == 1 and isinstance(model, PreTrainedModel)
+    assert isinstance(optimizer, torch.optim.Optimizer) and optimizer.param_groups[0]["lr"] > 0
+    assert len(norms.norms) == 2 and norms.norms[0] != norms.norms[1]  # the live weights, trained between
+    assert trainer.callback_handler.model is None and trainer.callback_handler.optimizer is None
 
 
 def test_on_evaluate_gets_trls_eval_names_after_the_steps_log(tiny_model_dir, tmp_path):
@@ -263,7 +306,29 @@ def test_should_evaluate_evaluates_that_step_on_the_eval_dataset(tiny_model_dir,
     assert [m["step"] for m in lines if "eval/sampled_reward_mean" in m] == [1, 3]  # on the step's own line
 
 
-def test_should_evaluate_in_a_run_without_evaluation_warns_once_and_trains_on(tiny_model_dir, tmp_path):
+def test_should_evaluate_under_eval_strategy_no_evaluates_on_the_eval_dataset_given(tiny_model_dir, tmp_path):
+    """transformers' _maybe_log_save_evaluate evaluates whenever control.should_evaluate is set,
+    whatever the eval_strategy: with "no" and an eval_dataset the step a callback asks for is
+    evaluated (on_log and on_evaluate follow), without a warning, and nothing else is (no
+    evaluation at the end, as TRL runs none). It was a warning and no evaluation."""
+    from structlog.testing import capture_logs
+
+    recorder = Recorder()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=3),
+                          train_dataset=_dataset(), eval_dataset=_dataset(2),
+                          callbacks=[EvaluateAtFirstStep(), recorder])
+    with capture_logs() as logs:
+        assert trainer.train().global_step == 3
+    assert not [e for e in logs if "should_evaluate" in e["event"]]
+    assert [s for e, s in recorder.events if e == "on_evaluate"] == [1]
+    assert "eval_reward" in recorder.evaluations[0]
+    assert [m["step"] for m in trainer.state.log_history if "eval_reward" in m] == [1]
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines if "eval/sampled_reward_mean" in m] == [1]
+    assert not [m for m in lines if m.get("phase")]  # no evaluation before or after training
+
+
+def test_should_evaluate_in_a_run_without_an_eval_dataset_warns_once_and_trains_on(tiny_model_dir, tmp_path):
     from structlog.testing import capture_logs
 
     class EvaluateEveryStep(TrainerCallback):
@@ -271,11 +336,11 @@ def test_should_evaluate_in_a_run_without_evaluation_warns_once_and_trains_on(ti
             control.should_evaluate = True
 
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
-                          train_dataset=_dataset(), eval_dataset=_dataset(2), callbacks=[EvaluateEveryStep()])
+                          train_dataset=_dataset(), callbacks=[EvaluateEveryStep()])
     with capture_logs() as logs:
         assert trainer.train().global_step == 2
     said = [e for e in logs if "should_evaluate" in e["event"]]
-    assert len(said) == 1 and said[0]["log_level"] == "warning" and "eval_strategy" in said[0]["event"]
+    assert len(said) == 1 and said[0]["log_level"] == "warning" and "eval_dataset" in said[0]["event"]
     assert not any("eval_reward" in m for m in trainer.state.log_history)
 
 

@@ -190,6 +190,35 @@ def test_with_peft_config_save_model_writes_the_adapter_and_tokenizer_trl_writes
     assert torch.allclose(_logits(auto), merged, atol=1e-5)
 
 
+def test_the_runs_own_adapter_names_its_base_so_another_directory_loads_it(tiny_model_dir, tmp_path, monkeypatch):
+    """output_dir/model/adapter (and each checkpoint's) is peft's folder too: a script loading it
+    with AutoPeftModelForCausalLM from another directory finds the base model, given as a relative
+    path ("./my_model"). It recorded the path as given, which names nothing from elsewhere."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    peft = pytest.importorskip("peft")
+    work = tmp_path / "work"
+    shutil.copytree(tiny_model_dir, work / "my_model")
+    monkeypatch.chdir(work)
+    trainer = GRPOTrainer(model="./my_model", reward_funcs=[short], train_dataset=_dataset(),
+                          args=_args(tmp_path, max_steps=1, learning_rate=1e-2, output_dir="run"),
+                          peft_config=peft.LoraConfig(r=4, lora_alpha=8))
+    trainer.train()
+    merged = _logits(AutoModelForCausalLM.from_pretrained(work / "run" / "model"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for adapter in (work / "run" / "model" / "adapter", work / "run" / "checkpoints" / "step-00000001" / "model" /
+                    "adapter"):
+        recorded = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+        assert recorded == str((work / "my_model").resolve())
+        auto = peft.AutoPeftModelForCausalLM.from_pretrained(str(adapter))
+        assert torch.allclose(_logits(auto), merged, atol=1e-5)
+
+
 def test_with_peft_config_trainer_model_is_a_peft_model_merging_to_polyrls_model(tiny_model_dir, tmp_path):
     """TRL's trainer.model is a PeftModel (merge_and_unload, print_trainable_parameters); the one
     taken before train() is the same object after it, holding the trained adapter."""
@@ -1006,17 +1035,90 @@ class _Breaks:
             raise RuntimeError("level 1 is missing")
 
 
-def test_a_reset_that_raises_stops_train_after_the_step_with_its_checkpoint(tiny_model_dir, tmp_path):
-    """TRL's train() stops at the error; polyrl's stops after the step that met it (its other
-    rollouts trained), saved, with one line naming the class and the method."""
+def test_a_reset_that_raises_stops_train_at_once_before_the_step_trains(tiny_model_dir, tmp_path):
+    """TRL's train() raises at an environment's error: polyrl's stops in the rollout that met it,
+    which is neither scored nor trained, with one line naming the class, the method and the
+    error; with nothing trained yet nothing is checkpointed."""
     from polyrl.agents.episodes import EnvironmentFailed
 
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_chat_dataset(),
                           args=_args(tmp_path, max_steps=3), environment_factory=_Breaks)
     with pytest.raises(EnvironmentFailed, match=r"_Breaks\.reset .*raised RuntimeError: level 1 is missing") as err:
         trainer.train()
-    assert "\n" not in str(err.value)
-    assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*")] == ["step-00000001"]
+    assert "\n" not in str(err.value) and "step 1, before it trained (nothing trained)" in str(err.value)
+    assert not list((tmp_path / "run" / "checkpoints").glob("step-*"))
+    assert not (tmp_path / "run" / "metrics.jsonl").is_file() or not (tmp_path / "run" / "metrics.jsonl").read_text()
+
+
+class _BreaksLater:
+    """Resets the first step's four rollouts, then raises: a game whose later levels are broken."""
+
+    resets = 0
+    broken = True
+
+    def reset(self, **kwargs):
+        type(self).resets += 1
+        if self.broken and type(self).resets > 4:
+            raise RuntimeError("level 2 is missing")
+
+
+def test_a_reset_that_raises_later_keeps_the_trained_steps_and_resume_samples_the_step_again(tiny_model_dir,
+                                                                                             tmp_path):
+    """The steps trained before the failing rollout are checkpointed (as a raising callback's run
+    keeps them) and that rollout is dropped: the step it was for is not trained nor logged, and a
+    resume with the environment fixed samples it again from the same prompts."""
+    from polyrl.agents.episodes import EnvironmentFailed
+
+    _BreaksLater.resets, _BreaksLater.broken = 0, True
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_chat_dataset(4),
+                          args=_args(tmp_path, max_steps=3), environment_factory=_BreaksLater)
+    with pytest.raises(EnvironmentFailed, match=r"_BreaksLater\.reset .*raised RuntimeError: level 2") as err:
+        trainer.train()
+    text = str(err.value)
+    assert "\n" not in text and "stopped the run in step 2, before it trained (the steps trained before it checkpointed" in text
+    run = tmp_path / "run"
+    assert [p.name for p in (run / "checkpoints").glob("step-*")] == ["step-00000001"]
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1]
+    logged = [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
+    assert {c["step"] for c in logged} == {1}  # step 2's rollout was never scored
+    first_prompts = [c["prompt"] for c in logged]
+    _BreaksLater.broken = False
+    again = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_chat_dataset(4),
+                        args=_args(tmp_path, max_steps=2), environment_factory=_BreaksLater)
+    assert again.train(resume_from_checkpoint=True).global_step == 2
+    logged = [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
+    second = [c["prompt"] for c in logged if c["step"] == 2]
+    assert len(second) == 4 and set(map(str, second)).isdisjoint(map(str, first_prompts))  # the epoch's other rows
+
+
+class _BreaksOnHeldOut:
+    """Resets the training rows; a held-out row's reset raises."""
+
+    def reset(self, **kwargs):
+        if kwargs["answer"] == "held-out":
+            raise RuntimeError("no such held-out level")
+
+
+def test_an_environment_failing_in_the_final_evaluation_is_an_error_after_the_model_is_saved(tiny_model_dir,
+                                                                                            tmp_path):
+    """The evaluation after training meets an environment's error: train() raises it (it was only
+    logged, and train() returned evaluation numbers of the episodes that did run), once the trained
+    model and its checkpoint are written, and the error says where the model is."""
+    from polyrl.agents.episodes import EnvironmentFailed
+
+    held_out = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": "Look up key 9."}],
+                                            "answer": "held-out"}])
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_chat_dataset(),
+                          eval_dataset=held_out, environment_factory=_BreaksOnHeldOut,
+                          args=_args(tmp_path, max_steps=2, eval_strategy="steps", eval_steps=10))
+    with pytest.raises(EnvironmentFailed, match=r"_BreaksOnHeldOut\.reset .*raised RuntimeError: no such held-out") \
+            as err:
+        trainer.train()
+    run = tmp_path / "run"
+    text = str(err.value)
+    assert "\n" not in text and text.startswith("the evaluation after training (the trained model is saved in ")
+    assert str(run / "model") in text and (run / "model" / "config.json").is_file()
+    assert [p.name for p in (run / "checkpoints").glob("step-*")] == ["step-00000002"]
 
 
 def test_reset_may_return_trls_text_parts():

@@ -85,6 +85,23 @@ class CallbackError(PolyrlError):
     as they were (under a launcher on every rank together, after the step)."""
 
 
+class EnvironmentFailed(PolyrlError):
+    """An environment that never works stops the run: every episode of ``MAX_FAILED_ROLLOUTS``
+    rollouts in a row ended in an environment error, the environment's calls left running past
+    their limit reached ``MAX_ABANDONED`` (``polyrl.agents.episodes``), or an environment call
+    raised it itself (TRL's ``environment_factory``: the run stops at once, as TRL's).
+    ``alone``: one rank's failure stops every rank (its threads pile up whatever the others do).
+    Here, not in the agents package, so the trainer catches it without loading that package."""
+
+    def __init__(self, message: str, alone: bool = False) -> None:
+        super().__init__(message)
+        self.alone = alone
+
+    def shared(self) -> str | tuple[str, bool]:
+        """What a rank gathers to its peers (``agreed_failure``)."""
+        return (str(self), True) if self.alone else str(self)
+
+
 class PluginError(PolyrlError):
     """A plugin misbehaved (raised in a hook, returned the wrong type)."""
 

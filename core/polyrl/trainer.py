@@ -52,6 +52,7 @@ from polyrl.errors import (
     CallbackError,
     CollectiveTimeout,
     ConfigError,
+    EnvironmentFailed,
     PluginError,
     PolyrlError,
     RewardError,
@@ -83,7 +84,7 @@ from polyrl.tracking.session import for_run as tracking_for_run
 from polyrl.types import Completion, RewardContext, SamplingParams, StepMetrics, TokenSequence, TrainBatch
 
 if TYPE_CHECKING:  # imported lazily at run time: single-turn runs never load the agents package
-    from polyrl.agents.episodes import EnvironmentFailed, EpisodeRunner
+    from polyrl.agents.episodes import EpisodeRunner
     from polyrl.agents.setup import EnvironmentPlan
     from polyrl.algorithms.presets import AlgorithmConfig
     from polyrl.engine import Engine
@@ -263,6 +264,10 @@ class Trainer:
         self.stop_requested = False
         #: code watching the run in this process (``polyrl.run_observer``; ``polyrl.trl``'s callbacks)
         self.observers: list[RunObserver] = []
+        #: evaluate after training (with held-out rows); False: only the steps ``eval.every`` or an
+        #: observer asks for (``polyrl.trl`` under TRL's eval_strategy="no", where a callback's
+        #: should_evaluate evaluates and TRL evaluates nothing at the end)
+        self.evaluate_after = True
         #: a weight push that failed after its step trained: raised once the step is recorded
         self._sync_failed: PolyrlError | None = None
         #: the last step's rewards were all None (no reward scored any sample): counted toward the stop
@@ -604,6 +609,16 @@ class Trainer:
             self.rollouts.take(ahead.step)
         self.rollouts.put(rollout)
 
+    def _unsampled(self, rollout: Rollout) -> None:
+        """An environment stopped the run during this step's rollout: nothing was trained, and the
+        rollout is dropped (its failed episodes must not be trained on resume, and TRL's environment
+        instances a pending rollout needs are not checkpointed), so the prompt sampler goes back to
+        before its rows: a checkpoint written now resumes at this step, sampling the same prompts."""
+        ahead = self.rollouts.pending()
+        if ahead is not None:
+            self.rollouts.take(ahead.step)
+        self.sampler.load_state(rollout.sampler_before)
+
     def _save_last_good_state(self, agreed: bool = False) -> None:
         """Checkpoint the state before the failed step, unless that is the newest checkpoint already.
         Under a launcher only when every rank fails at this point (``agreed``: a reward failure, see
@@ -616,6 +631,10 @@ class Trainer:
         times: dict[str, float] = {"sync": 0.0}
         t_step = time.perf_counter()
         rollout = self._rollout(times)
+        raised = self._raised_by_environment()
+        if raised is not None:  # nothing of this step is scored or trained; a resume samples it again
+            self._unsampled(rollout)
+            raise raised
         rows, completions = rollout.rows, rollout.completions
         lag = self.step - rollout.policy_version
 
@@ -844,6 +863,25 @@ class Trainer:
         records = self.tracking.sample(self.step + 1, prompts, completions, scored, here)
         return [(positions[i], i, record) for i, record in zip(here, records)]
 
+    def _raised_by_environment(self) -> EnvironmentFailed | None:
+        """What an environment call raised to stop the run in the rollout just sampled (``EpisodeRunner.raised``:
+        TRL's environments raise where TRL's ``train()`` stops), None when none did; under a launcher any
+        rank's, on every rank (one gather), so all stop at the same point."""
+        if self.episodes is None:
+            return None
+        raised = self.episodes.raised
+        if self.world_size == 1:
+            return raised
+        texts = self.train_engine.all_gather(None if raised is None else str(raised))
+        first = next((text for text in texts if text), None)
+        return None if first is None else EnvironmentFailed(first, alone=True)
+
+    def _stop_if_environment_raised(self) -> None:
+        """Raise what an environment raised to stop the run (``_raised_by_environment``), if one did."""
+        raised = self._raised_by_environment()
+        if raised is not None:
+            raise raised
+
     def _environment_failure(self) -> EnvironmentFailed | None:
         """The error that stops a run whose environment never works; under a launcher the ranks
         agree on it (one gather), so none stops alone while its peers wait in the next step."""
@@ -937,8 +975,10 @@ class Trainer:
         if not rows:  # an eval set smaller than the world leaves this rank none
             if self.world_size > 1:  # a sharded (FSDP) generator gathers its weights collectively: take part
                 self._sample(rows, sampling, training=False)
+                self._stop_if_environment_raised()  # and in the gather below
             return np.zeros(0), [], {label: np.zeros(0) for label in labels}, np.zeros(0)
         completions = self._sample(rows, sampling, training=False)
+        self._stop_if_environment_raised()  # before any reward scores the episodes that did not run
         per_completion = [row for row in rows for _ in range(sampling.n)]
         computer = self._eval_rewards
         assert computer is not None  # an eval pass runs only with an eval set
@@ -1457,6 +1497,9 @@ class Trainer:
                 summary["eval_before"] = self.evaluate("before")
             except RewardCancelled as exc:  # the eval reward was stuck after the stop request
                 log.warning("evaluation before training abandoned on the stop request", reward=str(exc))
+            except EnvironmentFailed as exc:  # nothing trained, nothing to save
+                raise EnvironmentFailed(f"the evaluation before training (nothing trained): {exc}",
+                                        alone=True) from None
             else:
                 if self.rank == 0:
                     log.info("evaluation before training", **summary["eval_before"])
@@ -1508,6 +1551,13 @@ class Trainer:
                 except RewardError:
                     self._save_last_good_state(agreed=True)  # every rank raised it at the same point
                     raise
+                except EnvironmentFailed as exc:  # raised before the step trained: the steps before it are kept
+                    if self.step > 0:  # every rank raised it at the same point
+                        self._save_last_good_state(agreed=True)
+                    kept = (f"the steps trained before it checkpointed in "
+                            f"{ckpt.checkpoint_dir(self.checkpoint_root, self.step)}" if self.step else "nothing trained")
+                    raise EnvironmentFailed(f"an environment stopped the run in step {self.step + 1}, before it "
+                                            f"trained ({kept}): {exc}", alone=True) from None
                 self.step += 1
                 self.ref_sync.after_step(self.step)
                 asked_eval = self._observe_trained(metrics)  # before the evaluation: it may ask for one
@@ -1522,6 +1572,10 @@ class Trainer:
                         self._keep_step_failed_eval(metrics)
                         raise RewardError(f"the evaluation after step {self.step} (on the held-out rows): "
                                           f"{exc}") from exc
+                    except EnvironmentFailed as exc:  # the same: the step is kept, the run stops
+                        self._keep_step_failed_eval(metrics)
+                        raise EnvironmentFailed(f"the evaluation after step {self.step} (on the held-out rows): "
+                                                f"{exc}", alone=True) from None
                 self.history.append(metrics)
                 if self.rank == 0:
                     self._append_metrics(metrics)
@@ -1587,7 +1641,7 @@ class Trainer:
             else:
                 log.warning("stopped early on request", step=self.step)
             summary["stopped_early"] = True
-        if self.eval_dataset is not None:
+        if self.eval_dataset is not None and self.evaluate_after:
             if last_eval is not None and last_eval[0] == self.step:  # the same weights were just evaluated
                 summary["eval_after"] = last_eval[1]
                 return
@@ -1596,6 +1650,10 @@ class Trainer:
             except RewardCancelled as exc:  # a second reward stuck after a stop request
                 log.warning("evaluation after training abandoned on the stop request", reward=str(exc))
                 return
+            except EnvironmentFailed as exc:  # the model is saved: the error says where, then stops the run
+                saved = summary.get("model") or summary["checkpoint"]
+                raise EnvironmentFailed(f"the evaluation after training (the trained model is saved in {saved}): "
+                                        f"{exc}", alone=True) from None
             if self.rank == 0:
                 log.info("evaluation after training", **summary["eval_after"])
                 self._publish_eval("after", summary["eval_after"])

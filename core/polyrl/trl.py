@@ -184,7 +184,7 @@ class GRPOTrainer:
                 self.grpo_config = attrs.evolve(self.grpo_config, reward_weights=[
                     *self.grpo_config.reward_weights, *[1.0] * len(env_rewards)])
         self.environment = _environment(self.tools, self.trl_environments, self.args)
-        # evaluated on as TRL's eval_strategy says (from_trl's [eval] settings), else kept unread as TRL keeps it
+        # evaluated on as TRL's eval_strategy says (from_trl's [eval] settings), else only where a callback asks
         self._evaluates = _evaluates(eval_dataset, self.grpo_config)
         self.model_path = _model_folder(model, processing_class, self.grpo_config.output_dir)
         #: the PreTrainedModel given (None for a folder): train() puts the trained weights into it,
@@ -236,15 +236,20 @@ class GRPOTrainer:
                 raise ConfigError(wrong[0], field="resume_from_checkpoint", fix=wrong[1])
         started = time.monotonic()
         self._eval_engines = None  # the model is about to change; their memory is the run's
-        trainer = self._polyrl_trainer(self.policy, self.grpo_config,
-                                       self.eval_dataset if self._evaluates else None, resume=resume)
+        callbacks = self._callbacks if self._callbacks is not None and self._callbacks.callbacks else None
+        # eval_strategy="no": a callback's control.should_evaluate still evaluates (transformers'
+        # _maybe_log_save_evaluate), on the eval_dataset given, and then nothing else does
+        asked_only = not self._evaluates and callbacks is not None and _one_eval_set(self.eval_dataset)
+        trainer = self._polyrl_trainer(self.policy, self._asked_eval_config() if asked_only else self.grpo_config,
+                                       self.eval_dataset if self._evaluates or asked_only else None, resume=resume)
+        if asked_only:
+            trainer.evaluate_after = False  # TRL evaluates at the end only on its eval_strategy
         if resume is not None and not trainer.resume(resume or None):
             raise ConfigError(f"no checkpoint to resume in {self.grpo_config.output_dir}", field="resume_from_checkpoint",
                               fix="call train() without resume_from_checkpoint to start the run")
         self.state = self._new_state()
         if self._callbacks is not None:
             self._callbacks.state = self.state
-        callbacks = self._callbacks if self._callbacks is not None and self._callbacks.callbacks else None
         if callbacks is not None:  # on_train_begin when the run starts (``run_begin``)
             trainer.observers.append(callbacks)
         # TRL's switch for its bar; a transformers progress callback given draws its own bar instead
@@ -263,7 +268,7 @@ class GRPOTrainer:
         epoch = next((m["epoch"] for m in reversed(history) if isinstance(m.get("epoch"), (int, float))), None)
         per_step = updates_per_step(trainer)  # TRL's steps count optimizer updates
         log_history = [in_updates(with_trl_names(m), per_step) for m in history]
-        if self._evaluates:  # TRL logs each evaluation as an entry of its own, eval_ names
+        if self._evaluates or asked_only:  # TRL logs each evaluation as an entry of its own, eval_ names
             log_history = _with_evaluations(log_history, summary, per_step)
         run_settings(self.state, trainer)
         self.state.global_step = int(summary.get("steps", 0)) * per_step
@@ -281,6 +286,14 @@ class GRPOTrainer:
         if epoch is not None:
             metrics["epoch"] = epoch
         return _train_output(self.state.global_step, training_loss, metrics)
+
+    def _asked_eval_config(self) -> Any:
+        """``grpo_config`` with the ``[eval]`` of TRL's evaluation (``trl_evaluate.eval_settings``: its
+        sampled completions, every reward weighted) and no schedule: under ``eval_strategy="no"`` the run
+        evaluates only the steps a callback asks for."""
+        from polyrl.trl_evaluate import eval_settings
+
+        return attrs.evolve(self.grpo_config, settings=eval_settings(self.grpo_config.settings, self.args))
 
     def _new_state(self) -> Any:
         """A fresh ``TrainerState`` for this trainer's process (``trl_callbacks.trainer_state``)."""
@@ -562,6 +575,13 @@ def _evaluates(eval_dataset: Any, grpo_config: Any) -> bool:
         raise ConfigError(f"eval_dataset is {what}; polyrl evaluates one finite set of rows", field="eval_dataset",
                           fix="pass one datasets.Dataset (or a list of rows)")
     return True
+
+
+def _one_eval_set(eval_dataset: Any) -> bool:
+    """Whether ``eval_dataset`` is one finite set of rows the run can evaluate during training (not
+    None, a dict of named sets or an ``IterableDataset``; ``_evaluates`` names those)."""
+    return eval_dataset is not None and not isinstance(eval_dataset, Mapping) and \
+        type(eval_dataset).__name__ != "IterableDataset"
 
 
 def _named_eval_dataset(exc: ConfigError) -> ConfigError:

@@ -11,13 +11,16 @@ trainer built), ``on_train_begin``, then each step ``on_step_begin``, ``on_step_
 ``on_train_end``. Not called: ``on_epoch_begin``/``on_epoch_end``, ``on_substep_end``,
 ``on_pre_optimizer_step``/``on_optimizer_step`` (the optimizer steps inside polyrl's backend),
 ``on_prediction_step``/``on_predict``/``on_push_begin`` (no predict, no Hub). Of the keyword
-arguments only ``processing_class`` is given (the run's tokenizer); ``model``, ``optimizer``,
-``lr_scheduler``, ``train_dataloader`` and ``eval_dataloader`` are None: the model trains in
-polyrl's backend, not in this process. Of ``TrainerControl``, ``should_training_stop`` ends the run
+arguments ``processing_class`` is the run's tokenizer, and from ``on_train_begin`` to
+``on_train_end`` ``model`` and ``optimizer`` are the training engine's own torch module and AdamW
+when its backend trains in this process with torch (``training_module``: with LoRA the peft
+``PeftModel``, as TRL's); else (another backend, ``on_init_end``) None, as ``lr_scheduler``,
+``train_dataloader`` and ``eval_dataloader`` always are (polyrl sets the learning rate itself). Of ``TrainerControl``, ``should_training_stop`` ends the run
 after the step (saved and exported as at its end), ``should_save`` checkpoints the step, and
 ``should_evaluate`` (set in ``on_step_begin`` or ``on_step_end``) evaluates the step's weights on
-the ``eval_dataset``, on the step's line as an ``eval_steps`` evaluation (a run without one,
-``eval_strategy="no"``, warns once and goes on); ``should_log`` is met whatever it says (every step
+the ``eval_dataset``, on the step's line as an ``eval_steps`` evaluation, whatever the
+``eval_strategy`` (``"no"`` too, as transformers' ``_maybe_log_save_evaluate``; a run without an
+``eval_dataset`` warns once and goes on); ``should_log`` is met whatever it says (every step
 is logged: ``logging_steps`` 1) and ``should_epoch_stop`` is ignored. A callback that raises ends
 the run with one ``CallbackError`` naming it and the event, the steps trained checkpointed (one
 raising in ``on_step_end``: after its step is recorded). Under a launcher (torchrun) every rank calls its callbacks, with
@@ -63,7 +66,10 @@ class TrlCallbacks:
             self.add_callback(callback, where=f"callbacks[{i}]")
         self.args = args
         self._processing_class = processing_class
-        self.model = self.optimizer = self.lr_scheduler = None  # in polyrl's backend, not here
+        #: the training engine's torch module and optimizer during ``train()`` (``training_module``)
+        self.model: Any = None
+        self.optimizer: Any = None
+        self.lr_scheduler = None  # polyrl sets the learning rate itself (``polyrl.schedules``)
         self.train_dataloader = self.eval_dataloader = None
         self.state = state if state is not None else trainer_state(args, rank, local_rank)
         self.control = TrainerControl()
@@ -165,6 +171,7 @@ class TrlCallbacks:
         self.deferred = None  # a train() again after one a callback ended: its callbacks are called anew
         self._can_evaluate = trainer.eval_dataset is not None
         self._said_no_evaluation = False
+        self.model, self.optimizer = training_module(trainer)
         self.event("on_train_begin")
 
     def step_begin(self, step: int) -> None:
@@ -191,9 +198,9 @@ class TrlCallbacks:
         asked = self.deferred is None and bool(self.control.should_evaluate)
         if asked and not self._can_evaluate:
             if not self._said_no_evaluation:
-                log.warning("a callback set control.should_evaluate, but this run has no evaluation "
-                            "(eval_strategy='no' or no eval_dataset); ignored for the whole run. Fix: pass an "
-                            "eval_dataset and set eval_strategy='steps' in the GRPOConfig",
+                log.warning("a callback set control.should_evaluate, but this run has no eval_dataset to "
+                            "evaluate on (none given, or a dict of them or an IterableDataset); ignored for the "
+                            "whole run. Fix: pass GRPOTrainer(eval_dataset=<held-out rows>), one datasets.Dataset",
                             step=self.state.global_step)
                 self._said_no_evaluation = True
             return False
@@ -231,7 +238,10 @@ class TrlCallbacks:
         """``on_train_end``, the state as ``trainer.state`` has it after ``train()``."""
         self.state.log_history = log_history
         self.state.global_step = global_step
-        self.event("on_train_end")
+        try:
+            self.event("on_train_end")
+        finally:
+            self.model = self.optimizer = None  # the engine's memory is not held past the run by the callbacks
         if self.deferred is not None:  # raised after the last step's gather (the final on_save)
             raise self.deferred from None
 
@@ -256,6 +266,23 @@ class TrlCallbacks:
             stop = False  # the run ends here anyway
         why = "a callback set control.should_training_stop" if stop else ""
         return StepAsk(save=bool(save), stop=bool(stop), why=why)
+
+
+def training_module(trainer: Any) -> tuple[Any, Any]:
+    """(model, optimizer) the callbacks get, as transformers passes them: the training engine's
+    live ``torch.nn.Module`` (the torch backend's ``model``: a peft ``PeftModel`` with LoRA) and its
+    ``torch.optim.Optimizer``, when the engine trains in this process with torch; (None, None) for
+    another backend (MLX's arrays, a remote engine). Why duck-typed through ``Engine.raw``: the core
+    imports no torch, and only a backend that already loaded it can answer True here."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    raw = getattr(getattr(trainer, "train_engine", None), "raw", None)
+    model = getattr(raw, "model", None)
+    if torch is None or not isinstance(model, torch.nn.Module):
+        return None, None
+    optimizer = getattr(raw, "optimizer", None)
+    return model, optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
 
 
 def trainer_state(args: Any, rank: int, local_rank: int) -> Any:

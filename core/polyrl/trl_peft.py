@@ -70,9 +70,11 @@ def copy_adapter(adapter: Path, target: Path) -> None:
 
 def absolute_base(target: Path) -> None:
     """Make ``adapter_config.json``'s ``base_model_name_or_path`` absolute when it is a local
-    folder: the run recorded the folder as given (a relative path, or ``output_dir/initial_model``
-    for a model object), which ``AutoPeftModelForCausalLM`` run elsewhere would not find. A Hub
-    id is left as written."""
+    folder: peft records the folder as given (a relative path, or ``output_dir/initial_model`` for
+    a model object), which ``AutoPeftModelForCausalLM`` run elsewhere would not find. The torch
+    backend's own adapters (``output_dir/model/adapter``, checkpoints) are recorded absolute when
+    the model loads; this covers the untrained one ``save_model`` writes before ``train()``, and an
+    adapter another backend wrote. A Hub id is left as written."""
     file = target / "adapter_config.json"
     config = json.loads(file.read_text(encoding="utf-8"))
     base = config.get("base_model_name_or_path")

@@ -25,8 +25,8 @@ error (``info["env_error"]``), never the run. Such an episode is unscored (no re
 ended so is not trained (``untrainable``); ``MAX_FAILED_ROLLOUTS`` of them in a row stop the run
 (``EnvironmentFailed``), since an environment that never works cannot be trained against. An
 environment call that raises ``EnvironmentFailed`` itself (TRL's environments do where TRL's run
-stops: ``polyrl.agents.trl_environments``) ends its episode so too, and stops the run after this
-step (``failure``).
+stops: ``polyrl.agents.trl_environments``) ends its episode so too, no turn of that rollout is
+sampled, and the trainer stops the run before the rollout is scored or trained (``raised``).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from polyrl.agents.spec import (checked_environment, checked_reset, checked_step
                                 plain_text, rewarded_environment)
 from polyrl.agents.threads import MAX_ABANDONED, CallRaised, CallTimedOut, LateCalls, Worker, describe, finished
 from polyrl.agents.tools import ToolBox, error_message
-from polyrl.errors import ConfigError, PolyrlError
+from polyrl.errors import ConfigError, EnvironmentFailed
 from polyrl.reasoning import opens_reasoning
 from polyrl.logs import get_logger
 from polyrl.rewards.trl_compat import private_copy
@@ -68,20 +68,6 @@ DERIVED_SEEDS = (2**32, 2**62)
 #: fit. Why: a 7.5 M-character observation took 51 s and 3.5 GB to render and tokenize (on the
 #: main thread, outside env_timeout_s) only to end its episode as ``length`` after.
 MAX_CHARS_PER_TOKEN = 32
-
-
-class EnvironmentFailed(PolyrlError):
-    """Every episode of ``MAX_FAILED_ROLLOUTS`` rollouts in a row ended in an environment error,
-    or the environment's calls left running past their limit reached ``MAX_ABANDONED``.
-    ``alone``: one rank's failure stops every rank (its threads pile up whatever the others do)."""
-
-    def __init__(self, message: str, alone: bool = False) -> None:
-        super().__init__(message)
-        self.alone = alone
-
-    def shared(self) -> str | tuple[str, bool]:
-        """What a rank gathers to its peers (``agreed_failure``)."""
-        return (str(self), True) if self.alone else str(self)
 
 
 def agreed_failure(failures: Sequence[object]) -> EnvironmentFailed | None:
@@ -279,11 +265,9 @@ class EpisodeRunner:
             return await worker.call(fn, self.env_timeout_s)
         except CallRaised as raised:
             error = describe(raised.cause)
-            if isinstance(raised.cause, EnvironmentFailed):  # the run stops after this step
+            if isinstance(raised.cause, EnvironmentFailed):  # the run stops once the resets are done
                 if self._stop is None:
                     self._stop = raised.cause
-                log.error(f"environment {what} failed; the run stops after this step", environment=self._env_name,
-                          error=str(raised.cause))
                 raise _EnvError(error) from None
         except CallTimedOut as timed_out:
             error = (f"{what} did not return within {self.env_timeout_s:g} s (environment.env_timeout_s); "
@@ -589,7 +573,8 @@ class EpisodeRunner:
         try:
             episodes = asyncio.run(self._reset_all(rows, n, made))
             try:
-                self._run_turns(episodes, sampling)
+                if self._stop is None:  # else the run stops (``raised``): no turn for a rollout never trained
+                    self._run_turns(episodes, sampling)
             finally:
                 for ep in episodes:
                     if ep.worker is not None:
@@ -669,6 +654,13 @@ class EpisodeRunner:
         log.warning("every episode of this rollout ended in an environment error; it is not trained",
                     environment=self._env_name, env_error_share=1.0, error=self.last_env_error,
                     in_a_row=in_a_row, stop_at=MAX_FAILED_ROLLOUTS)
+
+    @property
+    def raised(self) -> EnvironmentFailed | None:
+        """What an environment call raised to stop the run (``EnvironmentFailed``, TRL's
+        environments' way), None until one did. The trainer stops at once on it, before the
+        rollout is scored (TRL's ``train()`` raises there too); ``failure`` says it as well."""
+        return self._stop
 
     def failure(self) -> EnvironmentFailed | None:
         """The error that stops the run once ``MAX_FAILED_ROLLOUTS`` rollouts in a row had every

@@ -23,9 +23,11 @@ What TRL 1.16 does, and how each part is done here:
 * a class defining ``get_reward()`` adds a reward named after the class, weight 1, which scores
   the rollouts of that class only (``environment_rewards``);
 * a factory that raises while the pool grows, or a ``reset`` that raises or returns what cannot
-  be appended, stops the run as it stops TRL's: the episode raises ``EnvironmentFailed``, which
-  the runner turns into the run's stop after this step (saved, one error line naming the class
-  and the method). A call past ``env_timeout_s`` stays an episode's error, as for any environment.
+  be appended, stops the run as it stops TRL's: the episode raises ``EnvironmentFailed``, and the
+  trainer stops at once, before that rollout is scored or trained (the steps before it
+  checkpointed; in an evaluation, one after training after the model is saved), with one error
+  line naming the class and the method. A call past ``env_timeout_s`` stays an episode's error,
+  as for any environment.
 
 Every factory is called once up front (as TRL probes it), so a factory that raises, a result
 without ``reset``, or a method the model could not be told about is one ``ConfigError`` naming
@@ -91,8 +93,7 @@ def with_observation(messages: list[Message], observation: Any, where: str) -> l
 
 def _stop(text: str, fix: str = "call it by hand with this row to see why") -> EnvironmentFailed:
     """The error that stops the run (TRL's run stops at such an error too), one line."""
-    return EnvironmentFailed(f"{text}; the run stops after this step (saved), as TRL's stops at it. Fix: {fix}",
-                             alone=True)
+    return EnvironmentFailed(f"{text}; the run stops there, as TRL's does. Fix: {fix}", alone=True)
 
 
 class _Episode:

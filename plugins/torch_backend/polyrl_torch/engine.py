@@ -58,6 +58,16 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+def _absolute_base(peft_config: Any) -> None:
+    """``peft_config``'s ``base_model_name_or_path`` (the model folder as given, which peft writes
+    into every saved ``adapter_config.json``) made absolute, now, while the working directory is
+    the one it was given in. Why: a relative folder ("./my_model") names nothing for a script that
+    loads the run's adapter (``AutoPeftModelForCausalLM``) from another directory."""
+    base = peft_config.base_model_name_or_path
+    if isinstance(base, str) and base and Path(base).is_dir():
+        peft_config.base_model_name_or_path = str(Path(base).resolve())
+
+
 def _model_location(model: str, gguf: str | None) -> tuple[str, str | None]:
     """(folder, gguf file name or None) for a HF folder, a ``.gguf`` file, or a folder + option."""
     path = Path(model).expanduser()
@@ -243,6 +253,7 @@ class TorchEngine:
             fan_in_fan_out=transposed_layers(model, targets), task_type="CAUSAL_LM", bias="none",
         )
         peft_model = get_peft_model(model, peft_config, adapter_name=ADAPTER)
+        _absolute_base(peft_model.peft_config[ADAPTER])
         refuse_unfoldable_adapters(peft_model, linear)
         fuse_lora_layers(peft_model, ADAPTER)  # peft's math without its full-width passes: see lora_linear
         return peft_model
