@@ -720,7 +720,7 @@ def test_trls_two_sided_clip_delta_trains_trls_loss_as_dual_clip(run_config, los
         trl_loss = torch.stack([t.sum() for t in per_sequence]).mean()
     trl_loss.backward()
     ours, _ = policy_loss(logp, adv, objective, old_logprobs=old)
-    assert ours == pytest.approx(float(trl_loss), rel=1e-9, abs=1e-12)
+    assert ours == pytest.approx(float(trl_loss.detach()), rel=1e-9, abs=1e-12)
     for mine, theirs in zip(policy_loss_grad(logp, adv, objective, old_logprobs=old), current):
         np.testing.assert_allclose(mine, theirs.grad.numpy(), rtol=1e-9, atol=1e-12)
 
