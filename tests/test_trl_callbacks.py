@@ -428,3 +428,38 @@ def test_a_callback_class_that_needs_arguments_is_one_error_naming_it(tiny_model
     assert "Needs(...)" in err.value.fix and trainer.callback_handler.callbacks == []
     trainer.add_callback(EarlyStoppingCallback)  # its arguments have defaults: made, as transformers makes it
     assert [type(c) for c in trainer.callback_handler.callbacks] == [EarlyStoppingCallback]
+
+
+def test_early_stopping_on_the_eval_reward_stops_when_it_stops_improving(tiny_model_dir, tmp_path):
+    """transformers' EarlyStoppingCallback with TRL's metric_for_best_model: the trainer keeps
+    state.best_metric after each step's evaluation (after on_evaluate, as transformers), the
+    callback counts evaluations that do not beat it by the threshold and stops the run. Both
+    fields were refused (one ConfigError), so the callback could not run."""
+    from transformers import EarlyStoppingCallback
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(8),
+                          eval_dataset=_dataset(2),
+                          callbacks=[EarlyStoppingCallback(early_stopping_patience=1, early_stopping_threshold=10.0)],
+                          args=_args(tmp_path, max_steps=6, eval_strategy="steps", eval_steps=1,
+                                     metric_for_best_model="reward"))
+    trainer.train()
+    evals = [entry for entry in trainer.state.log_history if "eval_reward" in entry]
+    # step 1 sets the best; step 2 cannot beat it by 10 (rewards are -len/10): patience 1 is spent
+    assert trainer.state.global_step == 2 and [e["step"] for e in evals] == [1, 2]
+    assert trainer.state.best_metric == max(e["eval_reward"] for e in evals)
+    assert trainer.state.best_global_step == max(evals, key=lambda e: e["eval_reward"])["step"]
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2]
+
+
+def test_a_metric_for_best_model_the_evaluation_does_not_log_stops_with_its_names(tiny_model_dir, tmp_path):
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          eval_dataset=_dataset(2),
+                          args=_args(tmp_path, max_steps=2, eval_strategy="steps", eval_steps=1,
+                                     metric_for_best_model="accuracy"))
+    with pytest.raises(CallbackError) as err:
+        trainer.train()
+    text = str(err.value)
+    assert "metric_for_best_model = 'accuracy'" in text and "'eval_accuracy'" in text
+    assert "eval_reward" in text and "after step 1" in text
+    assert (tmp_path / "run" / "checkpoints" / "step-00000001" / "COMPLETE").exists()

@@ -237,6 +237,8 @@ class GRPOTrainer:
         started = time.monotonic()
         self._eval_engines = None  # the model is about to change; their memory is the run's
         callbacks = self._callbacks if self._callbacks is not None and self._callbacks.callbacks else None
+        if callbacks is None and self._evaluates and getattr(self.args, "metric_for_best_model", None) is not None:
+            callbacks = self.callback_handler  # state.best_metric is kept with no callback too, as transformers
         # eval_strategy="no": a callback's control.should_evaluate still evaluates (transformers'
         # _maybe_log_save_evaluate), on the eval_dataset given, and then nothing else does
         asked_only = not self._evaluates and callbacks is not None and _one_eval_set(self.eval_dataset)

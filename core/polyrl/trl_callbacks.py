@@ -216,7 +216,34 @@ class TrlCallbacks:
         evaluated = trl_eval_names(metrics)
         if evaluated:
             self._evaluation(evaluated)
+            self._track_best(evaluated)
         return self._asked()
+
+    def _track_best(self, metrics: Mapping[str, Any]) -> None:
+        """transformers' ``_determine_best_metric`` after a step's evaluation (after ``on_evaluate``,
+        as there): ``state.best_metric`` / ``best_global_step`` by ``args.metric_for_best_model``
+        (``eval_`` prefixed when not already) and ``greater_is_better``, which EarlyStoppingCallback
+        compares each evaluation against. A name the evaluation does not log stops the run after
+        the step (its steps checkpointed), naming the names it logs (transformers: a KeyError)."""
+        name = getattr(self.args, "metric_for_best_model", None)
+        if name is None or self.deferred is not None:
+            return
+        key = name if name.startswith("eval_") else f"eval_{name}"
+        if key not in metrics:
+            self.deferred = CallbackError(
+                f"TRL's metric_for_best_model = {name!r}: the evaluation logs no {key!r}; the run stopped after "
+                f"step {self.state.global_step}, the steps it trained checkpointed. Fix: set metric_for_best_model "
+                f"to one of {', '.join(sorted(metrics))} (the eval_ prefix may be left out)")
+            return
+        greater = self.args.greater_is_better
+        if greater is None:  # transformers' default for the name
+            greater = not name.endswith("loss")
+        value = float(metrics[key])
+        best = self.state.best_metric
+        if best is None or (value > best if greater else value < best):
+            self.state.best_metric = value
+            if str(getattr(self.args, "save_strategy", "steps")).lower().rpartition(".")[2] != "no":
+                self.state.best_global_step = self.state.global_step
 
     def evaluated(self, phase: str, step: int, metrics: Mapping[str, Any]) -> None:
         """The evaluation before training (TRL's ``eval_on_start``) or after it, when the last step's

@@ -35,6 +35,9 @@ IGNORED = frozenset({
     "dataloader_prefetch_factor", "gradient_checkpointing", "gradient_checkpointing_kwargs",
     "torch_empty_cache_steps", "log_completions", "num_completions_to_print", "log_unique_prompts",
     "log_multimodal", "pad_to_multiple_of", "use_cache", "optim",
+    # read by the callbacks through ``args`` (``trl_callbacks``: state.best_metric after each step's
+    # evaluation, which transformers' EarlyStoppingCallback compares against)
+    "metric_for_best_model", "greater_is_better",
 })
 #: TRL settings whose value here is what polyrl does anyway (no correction of a generator's
 #: mismatch by default): accepted, not refused.
