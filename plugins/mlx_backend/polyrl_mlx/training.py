@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.reference import MISMATCH_THRESHOLD, VESPO_LOG_MAX, VESPO_LOG_MIN
+from polyrl.backend_kit.gap_metrics import RATIO_SUMS, SCORED_KEYS, gap_extremes
 from polyrl.schedules import lr_at
 from polyrl.types import StepMetrics, TokenSequence, TrainBatch
 
@@ -401,10 +402,6 @@ def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Object
 EXTREMES: dict[str, Callable[[float, float], float]] = {
     "clip_low_min": min, "clip_high_max": max, "mismatch_abs_max": max, "mismatch_ratio_min": min,
     "mismatch_ratio_max": max}
-#: the correction's applied weights, summed (their mean is sum / count)
-RATIO_SUMS = ("mismatch_ratio_sum", "mismatch_ratio_count")
-#: means over the tokens the sampler scored: an unscored (NaN) token has no gap
-SCORED_KEYS = ("mismatch_abs", "mismatch_kl", "mismatch_over")
 
 
 def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> StepMetrics:
@@ -440,23 +437,11 @@ def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> St
                **{k: v / (scored if k in SCORED_KEYS else denom) for k, v in sums.items()
                   if k.startswith(("mismatch_", "entropy", "clip_")) and k not in EXTREMES and k not in RATIO_SUMS},
                **{k: sums[k] for k in EXTREMES if k in sums and k.startswith("clip_")},
-               **(_gap_extremes(sums, objective) if batch.sampler_logprobs is not None else {}),
+               **(gap_extremes(sums, sums, objective.corrects_mismatch) if batch.sampler_logprobs is not None else {}),
                **({"off_policy_masked_fraction": sums.get("off_policy_masked", 0.0) / len(batch.sequences)}
                   if objective.off_policy_mask_threshold is not None else {})},
     )
 
-
-def _gap_extremes(sums: dict[str, float], objective: Objective) -> dict[str, float]:
-    """``mismatch_abs_max`` and, with a correction on, ``mismatch_ratio_min``/``_mean``/``_max``
-    over the batch: 0 when nothing was seen, as TRL logs then."""
-    out = {"mismatch_abs_max": sums.get("mismatch_abs_max", 0.0)}
-    if objective.corrects_mismatch:
-        count = sums.get("mismatch_ratio_count", 0.0)
-        out |= ({"mismatch_ratio_min": sums["mismatch_ratio_min"],
-                 "mismatch_ratio_mean": sums["mismatch_ratio_sum"] / count,
-                 "mismatch_ratio_max": sums["mismatch_ratio_max"]} if count else
-                dict.fromkeys(("mismatch_ratio_min", "mismatch_ratio_mean", "mismatch_ratio_max"), 0.0))
-    return out
 
 
 def apply_scheduled_lr(engine: MLXEngine) -> float:

@@ -21,6 +21,7 @@ import torch
 
 from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.reference import MISMATCH_THRESHOLD, VESPO_LOG_MAX, VESPO_LOG_MIN
+from polyrl.backend_kit.gap_metrics import RATIO_SUMS, SCORED_KEYS, gap_extremes
 from polyrl.types import StepMetrics, TrainBatch
 from polyrl_torch import distributed
 from polyrl_torch.devices import wait_for_device
@@ -35,8 +36,6 @@ LogProbs = torch.Tensor | Sequence[torch.Tensor]
 SAMPLER_KEYS = ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected", "mismatch_unscored")
 ENTROPY_KEYS = ("entropy", "entropy_selected")
 MISMATCH_KEYS = SAMPLER_KEYS + ENTROPY_KEYS
-#: Means over the scored tokens (not every token): an unscored (NaN) sampler token has no gap.
-SCORED_KEYS = ("mismatch_abs", "mismatch_kl", "mismatch_over")
 #: Token counts reported as fractions in ``StepMetrics.extra`` (TRL's clip_ratio/low_mean, high_mean).
 CLIP_REGION_KEYS = ("clip_low", "clip_high")
 
@@ -302,24 +301,11 @@ def _capped(w: torch.Tensor, objective: Objective) -> tuple[torch.Tensor, torch.
     return torch.ones_like(w), torch.zeros_like(over)
 
 
-#: The correction's applied weights, summed per micro-batch and over ranks (their mean), with
-#: the gap's and the weights' extremes (TRL's sampling/... min and max, ``reference.mismatch_metrics``).
-RATIO_SUMS = ("mismatch_ratio_sum", "mismatch_ratio_count")
+#: The gap's and the correction weights' extremes (TRL's sampling/... min and max,
+#: ``reference.mismatch_metrics``), taken over micro-batches and ranks.
 GAP_EXTREMES: dict[str, Callable[[float, float], float]] = {
     "mismatch_abs_max": max, "mismatch_ratio_min": min, "mismatch_ratio_max": max}
 
-
-def _gap_extremes(sums: dict[str, float], extremes: dict[str, float], objective: Objective) -> dict[str, float]:
-    """``mismatch_abs_max`` and, with a correction on, ``mismatch_ratio_min``/``_mean``/``_max``
-    over the batch (every rank's): 0 when nothing was seen, as TRL logs then."""
-    out = {"mismatch_abs_max": extremes["mismatch_abs_max"]}
-    if objective.corrects_mismatch:
-        count = sums.get("mismatch_ratio_count", 0.0)
-        out |= ({"mismatch_ratio_min": extremes["mismatch_ratio_min"],
-                 "mismatch_ratio_mean": sums.get("mismatch_ratio_sum", 0.0) / count,
-                 "mismatch_ratio_max": extremes["mismatch_ratio_max"]} if count else
-                dict.fromkeys(("mismatch_ratio_min", "mismatch_ratio_mean", "mismatch_ratio_max"), 0.0))
-    return out
 
 
 def _grad_norm(params: list[torch.nn.Parameter], max_norm: float | None) -> float:
@@ -471,7 +457,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     scored = max(total_tokens - int(mismatch.get("mismatch_unscored", 0)), 1)
     extra = {"lr": apply_scheduled_lr(engine),
              **{k: v / (scored if k in SCORED_KEYS else denom) for k, v in mismatch.items() if k in MISMATCH_KEYS},
-             **(_gap_extremes(mismatch, extremes, objective) if batch.sampler_logprobs is not None else {}),
+             **(gap_extremes(mismatch, extremes, objective.corrects_mismatch) if batch.sampler_logprobs is not None else {}),
              **{f"{k}_fraction": v / denom for k, v in regions.items()},
              **({"clip_low_min": low_min, "clip_high_max": high_max} if math.isfinite(low_min) else {}),
              **({"off_policy_masked_fraction": dropped / global_n}
