@@ -109,16 +109,16 @@ def length(prompts, completions, **kw):
 """
 
 
-def test_a_run_trains_on_gdpos_advantages(toy, tmp_path):
-    """Two rewards, one with a wide spread: every train step gets GDPO's advantages of that
-    step's own per-reward scores and weights, not the summed reward's."""
+def _captured_run(tmp_path, rewards_source: str, rewards: list[tuple[str, float]], **algorithm):
+    """A toy run of 2 steps with ``rewards`` (function name, weight) from ``rewards_source``:
+    the advantages each train step received, and the run's summary."""
     from polyrl.hookspecs import hookimpl
     from polyrl.trainer import Trainer
     from polyrl_toy import ToyPlugin
 
     from test_faults import toy_config
 
-    (tmp_path / "rewards.py").write_text(REWARDS)
+    (tmp_path / "rewards.py").write_text(rewards_source)
     seen: list[np.ndarray] = []
 
     class Capturing(ToyPlugin):
@@ -128,11 +128,16 @@ def test_a_run_trains_on_gdpos_advantages(toy, tmp_path):
             return super().train_step(engine, batch, objective)
 
     config = toy_config(tmp_path, backend="capturing", steps=2, rewards=[
-        {"function": f"{tmp_path / 'rewards.py'}:digits", "weight": 1.0},
-        {"function": f"{tmp_path / 'rewards.py'}:length", "weight": 0.5}])
+        {"function": f"{tmp_path / 'rewards.py'}:{name}", "weight": weight} for name, weight in rewards])
     config = attrs.evolve(config, algorithm=AlgorithmConfig.preset(
-        "grpo", multi_objective_aggregation="normalize_then_sum"))
-    Trainer(config, extra_plugins=(Capturing("capturing"),)).run(progress=False)
+        "grpo", multi_objective_aggregation="normalize_then_sum", **algorithm))
+    return seen, Trainer(config, extra_plugins=(Capturing("capturing"),)).run(progress=False)
+
+
+def test_a_run_trains_on_gdpos_advantages(toy, tmp_path):
+    """Two rewards, one with a wide spread: every train step gets GDPO's advantages of that
+    step's own per-reward scores and weights, not the summed reward's."""
+    seen, _ = _captured_run(tmp_path, REWARDS, [("digits", 1.0), ("length", 0.5)])
     logged = [json.loads(line) for line in (tmp_path / "scores.jsonl").read_text().splitlines()]
     assert [name for name, _ in logged] == ["digits", "length"] * 2 and len(seen) == 2
     for step in range(2):
@@ -187,29 +192,11 @@ def test_dynamic_sampling_under_gdpo_keeps_a_group_whose_rewards_trade_off():
 def test_a_gdpo_run_with_dynamic_sampling_trains_the_trade_off_groups(toy, tmp_path):
     """Through the trainer: with two rewards whose weighted sum is the same for every completion,
     the summed-reward filter dropped every group (nothing trained); GDPO's filter keeps them."""
-    from polyrl.hookspecs import hookimpl
-    from polyrl.trainer import Trainer
-    from polyrl_toy import ToyPlugin
-
-    from test_faults import toy_config
-
-    (tmp_path / "rewards.py").write_text(
+    seen, summary = _captured_run(
+        tmp_path,
         "def _text(c):\n    return c[0]['content'] if isinstance(c, list) else c\n\n"
         "def short(prompts, completions, **kw):\n    return [-float(len(_text(c))) for c in completions]\n\n"
-        "def long(prompts, completions, **kw):\n    return [float(len(_text(c))) for c in completions]\n")
-    seen: list[np.ndarray] = []
-
-    class Capturing(ToyPlugin):
-        @hookimpl
-        def train_step(self, engine, batch, objective):
-            seen.append(np.asarray(batch.advantages, dtype=np.float64))
-            return super().train_step(engine, batch, objective)
-
-    config = toy_config(tmp_path, backend="capturing", steps=2, rewards=[
-        {"function": f"{tmp_path / 'rewards.py'}:short", "weight": 1.0},
-        {"function": f"{tmp_path / 'rewards.py'}:long", "weight": 1.0}])
-    config = attrs.evolve(config, algorithm=AlgorithmConfig.preset(
-        "grpo", multi_objective_aggregation="normalize_then_sum", dynamic_sampling=True))
-    summary = Trainer(config, extra_plugins=(Capturing("capturing"),)).run(progress=False)
+        "def long(prompts, completions, **kw):\n    return [float(len(_text(c))) for c in completions]\n",
+        [("short", 1.0), ("long", 1.0)], dynamic_sampling=True)
     kept = [m["samples_kept"] for m in summary["history"]]
     assert sum(kept) > 0 and seen, f"samples kept per step: {kept}"
