@@ -29,7 +29,7 @@ def _eval(settings: dict) -> dict:
 def test_eval_strategy_steps_is_every_eval_steps_sampled_with_the_runs_rewards():
     ours = api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", eval_steps=2))
     assert _eval(ours.settings) == {"eval.every": 2, "eval.samples": 2, "eval.reward": "run", "eval.greedy": False,
-                                    "eval.before": False}
+                                    "eval.before": False, "eval.loss": True}
 
 
 def test_eval_steps_unset_is_logging_steps_and_a_fraction_is_of_max_steps_rounded_up():
@@ -109,6 +109,12 @@ def test_eval_greedy_false_needs_samples():
     with pytest.raises(ConfigError) as err:
         EvalSection(count=2, greedy=False)
     assert err.value.field == "eval.greedy"
+
+
+def test_eval_loss_needs_sampled_completions():
+    with pytest.raises(ConfigError) as err:
+        EvalSection(count=2, loss=True)
+    assert err.value.field == "eval.loss" and "eval.samples" in err.value.fix
 
 
 def test_the_sampled_pass_with_the_runs_rewards_has_trls_names():
@@ -192,7 +198,8 @@ def _trainer(model_dir, where, **kwargs):
 
 
 _TRL_KEYS = {"eval_reward", "eval_reward_std", "eval_rewards/_short/mean", "eval_rewards/_short/std",
-             "eval_completions/mean_length", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second"}
+             "eval_completions/mean_length", "eval_loss", "eval_runtime", "eval_samples_per_second",
+             "eval_steps_per_second"}
 _REWARD_KEYS = ("eval_reward", "eval_reward_std", "eval_rewards/_short/mean", "eval_completions/mean_length")
 
 
@@ -308,7 +315,7 @@ def test_one_evaluation_samples_as_trls_eval_mode_whatever_the_schedule():
     for args in (trl_config(num_generations_eval=4), scheduled):
         ours = eval_settings(api.GRPOConfig.from_trl(args).settings, args)
         assert _eval(ours) == {"eval.reward": "run", "eval.greedy": False, "eval.samples": 4, "eval.before": False,
-                               "eval.every": 0}
+                               "eval.every": 0, "eval.loss": True}
     assert eval_settings({}, trl_config())["eval.samples"] == 2  # num_generations
     assert eval_settings({"generation.group_size": 6}, api.GRPOConfig())["eval.samples"] == 6  # polyrl's own config
 
@@ -333,3 +340,60 @@ def test_evaluate_without_a_metric_key_prefix_is_one_error(tiny_model_dir, tmp_p
     with pytest.raises(ConfigError) as err:
         _trainer(tiny_model_dir, tmp_path).evaluate(metric_key_prefix=prefix)
     assert err.value.field == "metric_key_prefix"
+
+
+
+def _trl_advantages(rewards: list[float], group: int) -> np.ndarray:
+    """TRL's group-scaled advantages, written out: (r - mean) / (unbiased std + 1e-4) per group."""
+    g = np.asarray(rewards, dtype=np.float64).reshape(-1, group)
+    return ((g - g.mean(axis=1, keepdims=True)) / (g.std(axis=1, ddof=1, keepdims=True) + 1e-4)).reshape(-1)
+
+
+def _recording_trainer(model_dir, where, seen, **args):
+    """A trainer whose one reward depends on the completion ids (length and first token) and
+    records every batch it scores: ids and scores."""
+    datasets = pytest.importorskip("datasets")
+    from polyrl.trl import GRPOTrainer
+
+    def by_ids(completions, completion_ids, **kwargs):
+        scores = [float(len(ids) % 3) + 0.25 * (ids[0] % 2 if ids else 0) for ids in completion_ids]
+        seen.append(([list(ids) for ids in completion_ids], scores))
+        return scores
+
+    trl_args = dict(max_steps=2, max_completion_length=8, learning_rate=1e-2, disable_tqdm=True,
+                    output_dir=str(where / "run"), num_generations_eval=4, **args)
+    return GRPOTrainer(model=model_dir, reward_funcs=[by_ids], args=trl_config(**trl_args),
+                       train_dataset=datasets.Dataset.from_list(_rows(4)),
+                       eval_dataset=datasets.Dataset.from_list(_rows(3, start=10)))
+
+
+def test_eval_loss_is_trls_loss_on_the_eval_completions(tiny_model_dir, tmp_path):
+    """TRL's evaluate() returns its loss on the eval batch (prediction_step). With loss_type
+    "dapo" and beta 0 the ratio is 1, so the loss is minus the token-weighted mean advantage,
+    computed here from the completion ids and scores the reward function saw."""
+    seen: list[tuple[list[list[int]], list[float]]] = []
+    trainer = _recording_trainer(tiny_model_dir, tmp_path, seen, loss_type="dapo", beta=0.0)
+    metrics = trainer.evaluate()
+    ids = [x for batch in seen for x in batch[0]]
+    scores = [x for batch in seen for x in batch[1]]
+    assert len(ids) == 12 and np.ptp(scores) > 0  # 3 prompts x 4 samples, not all scored alike
+    lengths = np.array([len(x) for x in ids], dtype=np.float64)
+    expected = -float((_trl_advantages(scores, 4) * lengths).sum() / lengths.sum())
+    assert metrics["eval_loss"] == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert "eval_kl" not in metrics  # beta 0: TRL logs no kl
+
+
+def test_eval_kl_is_zero_before_training_and_grows_with_it(tiny_model_dir, tmp_path):
+    """With beta > 0 the eval loss carries the KL term against the reference: none before training
+    (the policy is the reference), and after it eval_kl > 0. loss_type "grpo" averages each
+    completion's token mean, so the advantage term of whole groups is 0 and the loss is beta x
+    the mean KL of the completions."""
+    seen: list = []
+    trainer = _recording_trainer(tiny_model_dir, tmp_path, seen, loss_type="grpo", beta=0.5)
+    before = trainer.evaluate()
+    assert before["eval_kl"] == pytest.approx(0.0, abs=1e-6) and before["eval_loss"] == pytest.approx(0.0, abs=1e-6)
+    trainer.train()
+    after = trainer.evaluate()
+    assert after["eval_kl"] > 1e-6 and after["eval_loss"] > 1e-7
+    trained = [h for h in trainer.state.log_history if "eval_reward" in h]
+    assert all("eval_loss" in h and "eval_kl" in h for h in trained)  # each evaluation during training too

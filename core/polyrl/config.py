@@ -287,6 +287,8 @@ class EvalSection:
     pass_threshold: float = 1.0  # a sample counts as correct when its reward is at least this
     greedy: bool = True  # false: the sampled completions only (TRL's evaluation), no greedy pass
     before: bool = True  # evaluate before the first step (TRL's eval_on_start)
+    #: also the run's loss on the sampled completions (TRL's eval_loss): one more forward pass
+    loss: bool = False
 
     @staticmethod
     def reward_default() -> str:
@@ -297,6 +299,10 @@ class EvalSection:
             raise ConfigError("greedy = false leaves the sampled completions only, and eval.samples is 0",
                               field="eval.greedy", fix="set eval.samples to the completions per prompt (e.g. 4), "
                                                        "or remove greedy = false")
+        if self.loss and self.samples < 1:  # the loss needs groups of sampled completions
+            raise ConfigError("loss = true computes the loss on the sampled completions, and eval.samples is 0",
+                              field="eval.loss", fix="set eval.samples to the completions per prompt (e.g. 4), "
+                                                     "or remove loss = true")
         if self.pass_k > max(self.samples, 1):  # greedy evaluation (samples = 0) has one answer per prompt
             raise ConfigError(f"pass@{self.pass_k} needs at least {self.pass_k} samples, got {self.samples}",
                               field="eval.pass_k", fix=f"raise eval.samples to {self.pass_k} or more, or lower eval.pass_k")

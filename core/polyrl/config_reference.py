@@ -200,6 +200,10 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "greedy": "false: no greedy pass, only the `samples` sampled completions per prompt (TRL's evaluation: "
                   "`eval/sampled_reward_mean`, `_std`, `eval/completion_len_mean`)",
         "before": "evaluate before the first step (false: TRL's `eval_on_start = False`); after training always",
+        "loss": "also the run's loss on the sampled completions (`eval/loss`, TRL's `eval_loss`; `eval/kl` with "
+                "`beta > 0`), as an update would compute it before changing the weights (advantages within each "
+                "eval group, ratio 1): one more forward pass (two with `beta > 0`); not computed where the loss "
+                "needs token entropies (`entropy_coef`, `top_entropy_quantile < 1`)",
     },
     "logging": {
         "report_to": 'experiment trackers, e.g. ["tensorboard", "wandb", "mlflow", "trackio"] '

@@ -85,7 +85,8 @@ def trl_aliases(metrics: Mapping[str, Any]) -> dict[str, Any]:
 #: polyrl's evaluation metric -> TRL's name for it in an eval entry of ``log_history`` (each reward's
 #: ``eval/reward/<f>/mean`` and ``/std`` are ``eval_rewards/<f>/mean`` and ``/std``)
 TRL_EVAL_ALIASES = {"eval/sampled_reward_mean": "eval_reward", "eval/sampled_reward_std": "eval_reward_std",
-                    "eval/completion_len_mean": "eval_completions/mean_length"}
+                    "eval/completion_len_mean": "eval_completions/mean_length", "eval/loss": "eval_loss",
+                    "eval/kl": "eval_kl"}
 
 
 def trl_eval_names(metrics: Mapping[str, Any]) -> dict[str, Any]:

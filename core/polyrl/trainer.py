@@ -46,7 +46,7 @@ from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.config import RUN_REWARDS, RunConfig, check_world_size
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train_and_eval
 from polyrl.engines import RunEngines, check_engines, choose_generate_backend, load_engines, run_optimizer
-from polyrl import episode_scoring
+from polyrl import episode_scoring, eval_loss
 from polyrl.episode_prompts import first_prompt_counter
 from polyrl.errors import (
     CallbackError,
@@ -929,16 +929,17 @@ class Trainer:
         greedy_sampling = attrs.evolve(c.generation.sampling(0), temperature=0.0, n=1,
                                        max_new_tokens=ev.max_new_tokens or c.generation.max_new_tokens)
         greedy, sampled, failed = None, None, None
+        completions: list[Completion] = []  # the sampled pass's, for eval.loss
         records: list[dict[str, Any]] = []
         parts: dict[str, np.ndarray] = {}  # the sampled pass's scores of each reward
         lengths: np.ndarray | None = None  # and its completion lengths
         try:
             if ev.greedy:
-                greedy, records, _, _ = self._eval_pass(rows, prompts, greedy_sampling, phase)
+                greedy, records, _, _, _ = self._eval_pass(rows, prompts, greedy_sampling, phase)
             if ev.samples:
                 sampling = attrs.evolve(greedy_sampling, temperature=c.generation.temperature or 1.0, n=ev.samples,
                                         seed=_step_seed(c.train.seed + 1, self.step) + 104_729 * self.rank)
-                sampled, more, parts, lengths = self._eval_pass(rows, prompts, sampling, phase)
+                sampled, more, parts, lengths, completions = self._eval_pass(rows, prompts, sampling, phase)
                 records += more
         except (RewardError, RewardCancelled) as exc:
             failed = exc
@@ -946,6 +947,7 @@ class Trainer:
             failed = agreed_reward_failure(self.train_engine.all_gather(reward_outcome(failed)), self.rank)
         if failed is not None:
             raise failed
+        loss_metrics = self._eval_loss(completions, sampled, parts) if ev.loss and sampled is not None else {}
         if self.world_size > 1:
             gathered = self.train_engine.all_gather((greedy, sampled, records, parts, lengths))
             greedy = np.concatenate([g[0] for g in gathered]) if ev.greedy else None
@@ -964,19 +966,58 @@ class Trainer:
         episodes = [r for r in records if (r["greedy"] or not ev.greedy) and "tool_calls" in r]
         if episodes:  # share of held-out episodes with a well-formed tool call
             out["eval/tool_call_share"] = sum(1 for r in episodes if r["tool_calls"] > 0) / len(episodes)
-        return out
+        return {**out, **loss_metrics}
+
+    def _eval_loss(self, completions: list[Completion], scores: np.ndarray,
+                   parts: Mapping[str, np.ndarray]) -> dict[str, float]:
+        """``eval.loss``: the run's loss on the sampled eval completions (``polyrl.eval_loss``).
+        Every rank calls it: the advantages come from every rank's scores, the log-probs from a
+        collective ``logprobs`` call (a sharded backend), and each rank computes the same numbers
+        from the gathered completions."""
+        c, algo = self.config, self.config.algorithm
+        if eval_loss.needs_entropies(algo, self._max_completion_tokens):
+            return {}
+        seqs = [TokenSequence.of(x) for x in completions]
+        mine = (scores, {k: np.asarray(v) for k, v in parts.items()}, [len(x.completion_ids) for x in completions],
+                [x.finish_reason for x in completions])
+        everyone = self.train_engine.all_gather(mine, self.world_size) if self.world_size > 1 else [mine]
+        all_scores = np.concatenate([p[0] for p in everyone])
+        shaped = algo.shape_rewards(all_scores, np.concatenate([np.asarray(p[2], dtype=np.int64) for p in everyone]),
+                                    self._max_completion_tokens)
+        matrix = None
+        weights = [weight for _, weight, _ in self.rewards.rewards]
+        if algo.decouples_rewards:
+            matrix = self._reward_matrix({k: np.concatenate([p[1][k] for p in everyone]) for k in parts}, shaped)
+        keep, advantages = eval_loss.kept(algo, all_scores, shaped, [r for p in everyone for r in p[3]],
+                                          c.eval.samples, matrix, weights, self.episodes is not None)
+        offset = sum(len(p[0]) for p in everyone[: self.rank])
+        idx = np.flatnonzero(keep[offset: offset + len(seqs)])
+        kept_seqs = [seqs[i] for i in idx]
+        temperature = c.generation.temperature or 1.0
+        policy = self.train_engine.logprobs(kept_seqs, temperature) if kept_seqs or self.world_size > 1 else []
+        kl_in_loss = algo.beta > 0 and not algo.kl_in_reward
+        ref = self._ref_logprobs(kept_seqs, temperature) if kl_in_loss and kept_seqs else []
+        share = (list(policy or []), list(ref), [float(a) for a in advantages[offset + idx]],
+                 [s.mask for s in kept_seqs])
+        gathered = self.train_engine.all_gather(share, self.world_size) if self.world_size > 1 else [share]
+        return eval_loss.metrics(algo, self._max_completion_tokens, [x for g in gathered for x in g[0]],
+                                 [a for g in gathered for a in g[2]],
+                                 [x for g in gathered for x in g[1]] if kl_in_loss else None,
+                                 [m for g in gathered for m in g[3]])
 
     def _eval_pass(self, rows: list[dict[str, Any]], prompts: list[Any], sampling: Any,
-                   phase: str) -> tuple[np.ndarray, list[dict[str, Any]], dict[str, np.ndarray], np.ndarray]:
+                   phase: str) -> tuple[np.ndarray, list[dict[str, Any]], dict[str, np.ndarray], np.ndarray,
+                                        list[Completion]]:
         """Generate ``sampling.n`` completions per eval row, score them with ``eval.reward``:
-        the totals, the records, each reward's raw scores (by label) and the completion lengths."""
+        the totals, the records, each reward's raw scores (by label), the completion lengths and
+        the completions."""
         ev = self.config.eval
         labels = [r.label for r in self.config.rewards] if ev.reward == RUN_REWARDS else [ev.reward]
         if not rows:  # an eval set smaller than the world leaves this rank none
             if self.world_size > 1:  # a sharded (FSDP) generator gathers its weights collectively: take part
                 self._sample(rows, sampling, training=False)
                 self._stop_if_environment_raised()  # and in the gather below
-            return np.zeros(0), [], {label: np.zeros(0) for label in labels}, np.zeros(0)
+            return np.zeros(0), [], {label: np.zeros(0) for label in labels}, np.zeros(0), []
         completions = self._sample(rows, sampling, training=False)
         self._stop_if_environment_raised()  # before any reward scores the episodes that did not run
         per_completion = [row for row in rows for _ in range(sampling.n)]
@@ -1007,7 +1048,7 @@ class Trainer:
             if completion.mask is not None:  # an episode: its conversation and whether it called a tool
                 record["completion"] = completion.messages
                 record["tool_calls"] = int(completion.info.get("tool_calls", 0))
-        return scores, records, parts, lengths
+        return scores, records, parts, lengths, completions
 
     # --- checkpoints ---------------------------------------------------------------------------
 

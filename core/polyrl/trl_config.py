@@ -528,7 +528,8 @@ def eval_settings(trl_config: Any) -> dict[str, Any]:
     """polyrl's ``[eval]`` for TRL's evaluation during training. Why these values: TRL's eval mode
     samples ``num_generations_eval`` (else ``num_generations``) completions per eval prompt with the
     training sampling, scores them with every reward function and ``reward_weights``, and runs no
-    greedy pass: ``eval.samples``, ``reward = "run"``, ``greedy = false``. It evaluates every
+    greedy pass: ``eval.samples``, ``reward = "run"``, ``greedy = false``; its ``prediction_step``
+    computes the loss on them (``eval.loss``: ``eval_loss``). It evaluates every
     ``eval_steps`` optimizer updates (``logging_steps`` when unset, a fraction below 1 of
     ``max_steps``) or at each epoch's end, at the end of training, and before it with
     ``eval_on_start``."""
@@ -543,7 +544,7 @@ def eval_settings(trl_config: Any) -> dict[str, Any]:
                                   "remove eval_on_start")
         return {}
     out: dict[str, Any] = {"eval.reward": RUN_REWARDS, "eval.greedy": False, "eval.before": on_start,
-                           "eval.samples": int(trl_config.num_generations_eval or trl_config.num_generations)}
+                           "eval.loss": True, "eval.samples": int(trl_config.num_generations_eval or trl_config.num_generations)}
     if strategy == "epoch":
         out[EVERY_EPOCH] = True
     else:

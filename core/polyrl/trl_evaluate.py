@@ -79,7 +79,7 @@ def eval_settings(settings: Mapping[str, Any], args: Any) -> dict[str, Any]:
                or GenerationConfig().group_size)
     kept = {key: value for key, value in settings.items() if not key.startswith("eval.")}
     return {**kept, "eval.reward": RUN_REWARDS, "eval.greedy": False, "eval.samples": int(samples),
-            "eval.before": False, "eval.every": 0}
+            "eval.before": False, "eval.every": 0, "eval.loss": True}
 
 
 def trl_metrics(ours: Mapping[str, Any], prefix: str, rows: int, seconds: float, batch_size: int,

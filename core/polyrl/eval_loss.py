@@ -1,0 +1,74 @@
+"""The run's loss on the sampled eval completions: what TRL logs as ``eval_loss`` (and ``eval_kl``
+with ``beta > 0``), for ``eval.loss = true``.
+
+Why: TRL's ``evaluate()`` runs its ``compute_loss`` on the eval batch (``prediction_step``), so a TRL
+user's dashboards, and transformers' ``metric_for_best_model`` default ``"loss"``, read
+``eval_loss``. It is the loss one update would compute on those completions before changing the
+weights: advantages within each eval group (as TRL's eval mode computes them, with the run's
+shaping, keep mask and truncation mask), the policy's own log-probs as the "old" ones (ratio 1, as
+TRL's ``per_token_logps.detach()``), the KL term against the reference when ``beta > 0``, and the
+run's aggregation over the whole eval set at once (TRL aggregates per eval batch of
+``per_device_eval_batch_size`` completions and averages the batches: the same value when every
+batch holds whole groups and, for token-mean losses, equal tokens). It needs the trainer's token
+entropies where the loss does (``entropy_coef``, ``top_entropy_quantile < 1``), which no backend's
+``logprobs`` returns: there it is not computed (``needs_entropies``).
+
+Pure numpy over what the trainer gathered (``polyrl.algorithms.reference.policy_loss``, the loss
+every backend's train step is tested against), so every rank computes the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from polyrl.algorithms import reference
+from polyrl.algorithms.presets import AlgorithmConfig
+
+#: polyrl's eval metric -> TRL's ``log_history`` name (``polyrl.step_metrics.trl_eval_names``)
+TRL_NAMES = {"eval/loss": "eval_loss", "eval/kl": "eval_kl"}
+
+
+def needs_entropies(algo: AlgorithmConfig, max_completion_tokens: int | None) -> bool:
+    """Whether the run's loss reads token entropies (then the eval loss is not computed)."""
+    return algo.objective(max_completion_tokens).needs_entropy
+
+
+def kept(algo: AlgorithmConfig, scores: np.ndarray, shaped: np.ndarray, finish_reasons: Sequence[str],
+         group_size: int, per_reward: np.ndarray | None, weights: Sequence[float],
+         episodes: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The completions the loss sees and every completion's advantage, as a training step decides
+    them (``polyrl.trainer``): the keep mask (dynamic sampling), finite rewards (with ``beta > 0``
+    and no environment a completion no reward scored stays at advantage 0 for its KL term, as in
+    TRL) and the truncation mask. ``per_reward`` (samples x rewards): GDPO's matrix, else None."""
+    if per_reward is not None:
+        group_kept = algo.decoupled_keep_mask(per_reward, list(weights), group_size)
+        advantages = algo.decoupled_advantages(per_reward, list(weights), group_size)
+    else:
+        group_kept = algo.keep_mask(shaped, group_size)
+        advantages = algo.advantages(shaped, group_size)
+    kl_only = np.isnan(scores) & (algo.beta > 0 and not algo.kl_in_reward) & (not episodes)
+    keep = group_kept & (np.isfinite(shaped) | kl_only) & algo.untruncated_mask(list(finish_reasons))
+    return keep, advantages
+
+
+def metrics(algo: AlgorithmConfig, max_completion_tokens: int | None, logprobs: Sequence[np.ndarray],
+            advantages: Sequence[float], ref_logprobs: Sequence[np.ndarray] | None,
+            masks: Sequence[np.ndarray | None]) -> dict[str, float]:
+    """``eval/loss`` and, with the KL term in the loss, ``eval/kl`` (a token mean, as a training
+    step logs it) for the kept completions' policy log-probs ``logprobs``. No completion kept
+    (every group flat under dynamic sampling): a NaN loss. (TRL's eval clip ratios are 0 by
+    construction, the ratio being 1: not logged.)"""
+    if not logprobs:
+        return {"eval/loss": float("nan")}
+    objective = algo.objective(max_completion_tokens)
+    any_mask = any(m is not None for m in masks)
+    loss, parts = reference.policy_loss(
+        [np.asarray(x, np.float64) for x in logprobs], list(advantages), objective, old_logprobs=None,
+        ref_logprobs=None if ref_logprobs is None else [np.asarray(x, np.float64) for x in ref_logprobs],
+        masks=[np.ones(len(lp), bool) if m is None else m for lp, m in zip(logprobs, masks)] if any_mask else None)
+    out = {"eval/loss": float(loss)}
+    if ref_logprobs is not None:
+        out["eval/kl"] = parts["kl"]
+    return out
