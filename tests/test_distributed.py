@@ -196,9 +196,11 @@ def test_polyrl_launch_with_fsdp_trains_evaluates_checkpoints_and_resumes_in_one
 @pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_trls_evaluation_with_the_runs_rewards_is_gathered_over_the_ranks(tiny_model_dir, tmp_path):
     """eval.reward = "run", greedy = false (TRL's evaluation) on 2 ranks, 3 rows (uneven): every
-    rank's sampled completions, each reward's scores and lengths reach one evaluation."""
+    rank's sampled completions, each reward's scores and lengths reach one evaluation, and its
+    loss (eval.loss, with the KL term) is computed from every rank's completions."""
     config, out = _launch_config(tmp_path, tiny_model_dir, prompts=2, sections=(
-        '[eval]\ncount = 3\nreward = "run"\nsamples = 2\ngreedy = false\nbefore = false\nevery = 1\n'))
+        '[algorithm]\nbeta = 0.1\n[eval]\ncount = 3\nreward = "run"\nsamples = 2\ngreedy = false\nbefore = false\n'
+        'every = 1\nloss = true\n'))
     summary = json.loads(_polyrl("launch", "--nproc-per-node", "2", str(config)).stdout)
     records = [json.loads(line) for line in (out / "eval_completions.jsonl").read_text().splitlines()]
     assert {r["phase"] for r in records} == {"during"} and not any(r["greedy"] for r in records)
@@ -208,6 +210,7 @@ def test_trls_evaluation_with_the_runs_rewards_is_gathered_over_the_ranks(tiny_m
         assert line["eval/sampled_reward_mean"] == pytest.approx(np.mean([r["reward"] for r in done]))
         assert line["eval/reward/digits/mean"] == pytest.approx(np.mean([r["rewards"]["digits"] for r in done]))
         assert line["eval/completion_len_mean"] > 0 and "eval/accuracy" not in line
+        assert np.isfinite(line["eval/loss"]) and line["eval/kl"] >= 0
     assert summary["eval_after"] == {k: v for k, v in _metrics(out)[-1].items() if k.startswith("eval/")}
 
 
