@@ -29,7 +29,7 @@ def _eval(settings: dict) -> dict:
 def test_eval_strategy_steps_is_every_eval_steps_sampled_with_the_runs_rewards():
     ours = api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", eval_steps=2))
     assert _eval(ours.settings) == {"eval.every": 2, "eval.samples": 2, "eval.reward": "run", "eval.greedy": False,
-                                    "eval.before": False, "eval.loss": True}
+                                    "eval.before": False, "eval.loss": True, "eval.loss_batch": 8}
 
 
 def test_eval_steps_unset_is_logging_steps_and_a_fraction_is_of_max_steps_rounded_up():
@@ -115,6 +115,10 @@ def test_eval_loss_needs_sampled_completions():
     with pytest.raises(ConfigError) as err:
         EvalSection(count=2, loss=True)
     assert err.value.field == "eval.loss" and "eval.samples" in err.value.fix
+    with pytest.raises(ConfigError) as cut:  # a batch of 6 would split a group of 4
+        EvalSection(count=2, samples=4, greedy=False, loss=True, loss_batch=6)
+    assert cut.value.field == "eval.loss_batch" and "multiple of 4" in cut.value.fix
+    assert EvalSection(count=2, samples=4, greedy=False, loss=True, loss_batch=8).loss_batch == 8
 
 
 def test_the_sampled_pass_with_the_runs_rewards_has_trls_names():
@@ -315,7 +319,7 @@ def test_one_evaluation_samples_as_trls_eval_mode_whatever_the_schedule():
     for args in (trl_config(num_generations_eval=4), scheduled):
         ours = eval_settings(api.GRPOConfig.from_trl(args).settings, args)
         assert _eval(ours) == {"eval.reward": "run", "eval.greedy": False, "eval.samples": 4, "eval.before": False,
-                               "eval.every": 0, "eval.loss": True}
+                               "eval.every": 0, "eval.loss": True, "eval.loss_batch": 8}
     assert eval_settings({}, trl_config())["eval.samples"] == 2  # num_generations
     assert eval_settings({"generation.group_size": 6}, api.GRPOConfig())["eval.samples"] == 6  # polyrl's own config
 
@@ -368,9 +372,10 @@ def _recording_trainer(model_dir, where, seen, **args):
 
 
 def test_eval_loss_is_trls_loss_on_the_eval_completions(tiny_model_dir, tmp_path):
-    """TRL's evaluate() returns its loss on the eval batch (prediction_step). With loss_type
-    "dapo" and beta 0 the ratio is 1, so the loss is minus the token-weighted mean advantage,
-    computed here from the completion ids and scores the reward function saw."""
+    """TRL's evaluate() returns its loss on the eval batches (prediction_step), averaged with each
+    batch's size as weight. With loss_type "dapo" and beta 0 the ratio is 1, so a batch's loss is
+    minus its token-weighted mean advantage, computed here from the completion ids and scores the
+    reward function saw: 12 completions in batches of per_device_eval_batch_size = 8 (8 and 4)."""
     seen: list[tuple[list[list[int]], list[float]]] = []
     trainer = _recording_trainer(tiny_model_dir, tmp_path, seen, loss_type="dapo", beta=0.0)
     metrics = trainer.evaluate()
@@ -378,8 +383,11 @@ def test_eval_loss_is_trls_loss_on_the_eval_completions(tiny_model_dir, tmp_path
     scores = [x for batch in seen for x in batch[1]]
     assert len(ids) == 12 and np.ptp(scores) > 0  # 3 prompts x 4 samples, not all scored alike
     lengths = np.array([len(x) for x in ids], dtype=np.float64)
-    expected = -float((_trl_advantages(scores, 4) * lengths).sum() / lengths.sum())
-    assert metrics["eval_loss"] == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    weighted = _trl_advantages(scores, 4) * lengths
+    losses = [-weighted[b].sum() / lengths[b].sum() for b in (slice(0, 8), slice(8, 12))]
+    assert metrics["eval_loss"] == pytest.approx((8 * losses[0] + 4 * losses[1]) / 12, rel=1e-9, abs=1e-12)
+    whole = -weighted.sum() / lengths.sum()  # one batch of all 12 weighs the tokens otherwise
+    assert abs(whole - metrics["eval_loss"]) > 1e-6
     assert "eval_kl" not in metrics  # beta 0: TRL logs no kl
 
 

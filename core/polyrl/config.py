@@ -289,6 +289,8 @@ class EvalSection:
     before: bool = True  # evaluate before the first step (TRL's eval_on_start)
     #: also the run's loss on the sampled completions (TRL's eval_loss): one more forward pass
     loss: bool = False
+    #: completions per batch whose losses are averaged (TRL's per_device_eval_batch_size x processes); 0: one batch
+    loss_batch: int = 0
 
     @staticmethod
     def reward_default() -> str:
@@ -303,6 +305,10 @@ class EvalSection:
             raise ConfigError("loss = true computes the loss on the sampled completions, and eval.samples is 0",
                               field="eval.loss", fix="set eval.samples to the completions per prompt (e.g. 4), "
                                                      "or remove loss = true")
+        if self.loss_batch and self.samples and self.loss_batch % self.samples:  # a batch would cut a group
+            raise ConfigError(f"{self.loss_batch} completions per batch cut the groups of eval.samples = "
+                              f"{self.samples}", field="eval.loss_batch",
+                              fix=f"set it to a multiple of {self.samples} (or 0: the whole eval set as one batch)")
         if self.pass_k > max(self.samples, 1):  # greedy evaluation (samples = 0) has one answer per prompt
             raise ConfigError(f"pass@{self.pass_k} needs at least {self.pass_k} samples, got {self.samples}",
                               field="eval.pass_k", fix=f"raise eval.samples to {self.pass_k} or more, or lower eval.pass_k")

@@ -7,9 +7,9 @@ user's dashboards, and transformers' ``metric_for_best_model`` default ``"loss"`
 weights: advantages within each eval group (as TRL's eval mode computes them, with the run's
 shaping, keep mask and truncation mask), the policy's own log-probs as the "old" ones (ratio 1, as
 TRL's ``per_token_logps.detach()``), the KL term against the reference when ``beta > 0``, and the
-run's aggregation over the whole eval set at once (TRL aggregates per eval batch of
-``per_device_eval_batch_size`` completions and averages the batches: the same value when every
-batch holds whole groups and, for token-mean losses, equal tokens). It needs the trainer's token
+run's aggregation within each eval batch of ``eval.loss_batch`` completions (TRL's
+``per_device_eval_batch_size`` x processes; 0: the whole set), whose losses are averaged as
+transformers' evaluation loop averages them. It needs the trainer's token
 entropies where the loss does (``entropy_coef``, ``top_entropy_quantile < 1``), which no backend's
 ``logprobs`` returns: there it is not computed (``needs_entropies``).
 
@@ -53,22 +53,42 @@ def kept(algo: AlgorithmConfig, scores: np.ndarray, shaped: np.ndarray, finish_r
     return keep, advantages
 
 
+def batches(count: int, batch: int) -> np.ndarray:
+    """Each of ``count`` completions' eval batch: consecutive runs of ``batch`` (TRL's
+    ``per_device_eval_batch_size`` x processes), or one batch for all when ``batch`` is 0."""
+    return np.arange(count) // batch if batch > 0 else np.zeros(count, dtype=np.int64)
+
+
 def metrics(algo: AlgorithmConfig, max_completion_tokens: int | None, logprobs: Sequence[np.ndarray],
             advantages: Sequence[float], ref_logprobs: Sequence[np.ndarray] | None,
-            masks: Sequence[np.ndarray | None]) -> dict[str, float]:
-    """``eval/loss`` and, with the KL term in the loss, ``eval/kl`` (a token mean, as a training
-    step logs it) for the kept completions' policy log-probs ``logprobs``. No completion kept
-    (every group flat under dynamic sampling): a NaN loss. (TRL's eval clip ratios are 0 by
-    construction, the ratio being 1: not logged.)"""
-    if not logprobs:
-        return {"eval/loss": float("nan")}
+            masks: Sequence[np.ndarray | None], batch_of: Sequence[int], batch_sizes: Sequence[int]) -> dict[str, float]:
+    """``eval/loss`` and, with the KL term in the loss, ``eval/kl`` for the kept completions'
+    policy log-probs ``logprobs``, as TRL's evaluation loop reports them: each eval batch's loss
+    (``batch_of``: the kept completions' batch; ``batch_sizes``: every batch's completions, kept or
+    not) averaged with its size as weight (transformers repeats a batch's loss once per sample),
+    each batch's token-mean KL averaged as equals (TRL's per-batch metric list). A batch with no
+    completion kept (every group flat under dynamic sampling) is left out; none kept at all: NaN.
+    (TRL's eval clip ratios are 0 by construction, the ratio being 1: not logged.)"""
     objective = algo.objective(max_completion_tokens)
     any_mask = any(m is not None for m in masks)
-    loss, parts = reference.policy_loss(
-        [np.asarray(x, np.float64) for x in logprobs], list(advantages), objective, old_logprobs=None,
-        ref_logprobs=None if ref_logprobs is None else [np.asarray(x, np.float64) for x in ref_logprobs],
-        masks=[np.ones(len(lp), bool) if m is None else m for lp, m in zip(logprobs, masks)] if any_mask else None)
-    out = {"eval/loss": float(loss)}
+    losses, kls, weights = [], [], []
+    for b in sorted(set(batch_of)):
+        members = [i for i, x in enumerate(batch_of) if x == b]
+        loss, parts = reference.policy_loss(
+            [np.asarray(logprobs[i], np.float64) for i in members], [advantages[i] for i in members], objective,
+            ref_logprobs=None if ref_logprobs is None else [np.asarray(ref_logprobs[i], np.float64) for i in members],
+            masks=[_mask(masks[i], len(logprobs[i])) for i in members] if any_mask else None)
+        losses.append(float(loss))
+        kls.append(parts["kl"])
+        weights.append(batch_sizes[b])
+    if not losses:
+        return {"eval/loss": float("nan")}
+    out = {"eval/loss": float(np.average(losses, weights=weights))}
     if ref_logprobs is not None:
-        out["eval/kl"] = parts["kl"]
+        out["eval/kl"] = float(np.mean(kls))
     return out
+
+
+def _mask(mask: np.ndarray | None, tokens: int) -> np.ndarray:
+    """A completion's loss mask: all its tokens where it has none (a single-turn completion)."""
+    return np.ones(tokens, dtype=bool) if mask is None else mask

@@ -990,6 +990,7 @@ class Trainer:
             matrix = self._reward_matrix({k: np.concatenate([p[1][k] for p in everyone]) for k in parts}, shaped)
         keep, advantages = eval_loss.kept(algo, all_scores, shaped, [r for p in everyone for r in p[3]],
                                           c.eval.samples, matrix, weights, self.episodes is not None)
+        batch_of = eval_loss.batches(len(all_scores), c.eval.loss_batch)
         offset = sum(len(p[0]) for p in everyone[: self.rank])
         idx = np.flatnonzero(keep[offset: offset + len(seqs)])
         kept_seqs = [seqs[i] for i in idx]
@@ -998,12 +999,13 @@ class Trainer:
         kl_in_loss = algo.beta > 0 and not algo.kl_in_reward
         ref = self._ref_logprobs(kept_seqs, temperature) if kl_in_loss and kept_seqs else []
         share = (list(policy or []), list(ref), [float(a) for a in advantages[offset + idx]],
-                 [s.mask for s in kept_seqs])
+                 [s.mask for s in kept_seqs], [int(b) for b in batch_of[offset + idx]])
         gathered = self.train_engine.all_gather(share, self.world_size) if self.world_size > 1 else [share]
         return eval_loss.metrics(algo, self._max_completion_tokens, [x for g in gathered for x in g[0]],
                                  [a for g in gathered for a in g[2]],
                                  [x for g in gathered for x in g[1]] if kl_in_loss else None,
-                                 [m for g in gathered for m in g[3]])
+                                 [m for g in gathered for m in g[3]], [b for g in gathered for b in g[4]],
+                                 np.bincount(batch_of).tolist())
 
     def _eval_pass(self, rows: list[dict[str, Any]], prompts: list[Any], sampling: Any,
                    phase: str) -> tuple[np.ndarray, list[dict[str, Any]], dict[str, np.ndarray], np.ndarray,

@@ -529,7 +529,7 @@ def eval_settings(trl_config: Any) -> dict[str, Any]:
     samples ``num_generations_eval`` (else ``num_generations``) completions per eval prompt with the
     training sampling, scores them with every reward function and ``reward_weights``, and runs no
     greedy pass: ``eval.samples``, ``reward = "run"``, ``greedy = false``; its ``prediction_step``
-    computes the loss on them (``eval.loss``: ``eval_loss``). It evaluates every
+    computes the loss on them (``eval_loss_settings``). It evaluates every
     ``eval_steps`` optimizer updates (``logging_steps`` when unset, a fraction below 1 of
     ``max_steps``) or at each epoch's end, at the end of training, and before it with
     ``eval_on_start``."""
@@ -544,13 +544,21 @@ def eval_settings(trl_config: Any) -> dict[str, Any]:
                                   "remove eval_on_start")
         return {}
     out: dict[str, Any] = {"eval.reward": RUN_REWARDS, "eval.greedy": False, "eval.before": on_start,
-                           "eval.loss": True, "eval.samples": int(trl_config.num_generations_eval or trl_config.num_generations)}
+                           "eval.samples": int(trl_config.num_generations_eval or trl_config.num_generations),
+                           **eval_loss_settings(trl_config)}
     if strategy == "epoch":
         out[EVERY_EPOCH] = True
     else:
         out["eval.every"] = _eval_every(trl_config.eval_steps, trl_config.max_steps, trl_config.num_iterations,
                                         _minibatches(trl_config))
     return out
+
+
+def eval_loss_settings(trl_config: Any) -> dict[str, Any]:
+    """``eval.loss`` (TRL's ``prediction_step`` loss) on batches of ``per_device_eval_batch_size``
+    completions per process, as TRL's evaluation loop computes and averages it."""
+    per_device = int(getattr(trl_config, "per_device_eval_batch_size", 8) or 8)
+    return {"eval.loss": True, "eval.loss_batch": per_device * int(getattr(trl_config, "world_size", 1) or 1)}
 
 
 def _eval_every(eval_steps: Any, max_steps: int, num_iterations: int, minibatches: int = 1) -> int:

@@ -73,13 +73,15 @@ def eval_settings(settings: Mapping[str, Any], args: Any) -> dict[str, Any]:
     ``GRPOConfig`` samples its ``generation.group_size``."""
     from polyrl.api import GenerationConfig
     from polyrl.config import RUN_REWARDS
+    from polyrl.trl_config import eval_loss_settings
 
     samples = (settings.get("eval.samples") or getattr(args, "num_generations_eval", None)
                or getattr(args, "num_generations", None) or settings.get("generation.group_size")
                or GenerationConfig().group_size)
     kept = {key: value for key, value in settings.items() if not key.startswith("eval.")}
+    loss = eval_loss_settings(args) if hasattr(args, "per_device_eval_batch_size") else {"eval.loss": True}
     return {**kept, "eval.reward": RUN_REWARDS, "eval.greedy": False, "eval.samples": int(samples),
-            "eval.before": False, "eval.every": 0, "eval.loss": True}
+            "eval.before": False, "eval.every": 0, **loss}
 
 
 def trl_metrics(ours: Mapping[str, Any], prefix: str, rows: int, seconds: float, batch_size: int,

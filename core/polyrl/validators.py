@@ -164,6 +164,7 @@ RULES: dict[str, Rule] = {
     "eval.max_new_tokens": _int(1, MAX_TOKENS, optional=True, fix="unset uses generation.max_new_tokens"),
     "eval.samples": _int(0, 4096, fix="sampled completions per prompt for pass@k, e.g. 8; 0 evaluates greedily only"),
     "eval.pass_k": _int(1, 4096, fix="k of pass@k, at most eval.samples, e.g. 1 or 4"),
+    "eval.loss_batch": _int(0, 1_000_000, fix="a multiple of eval.samples, e.g. 8; 0 takes the whole eval set as one batch"),
     "eval.pass_threshold": _float(fix="the eval reward at or above which a sample is correct, e.g. 1.0"),
     "logging.completions_per_step": _int(0, 4096, fix="e.g. 4; 0 turns the completions log off"),
     "logging.tracker_timeout_s": _float(0, low_open=True, fix="seconds one tracker call may take, e.g. 60"),
