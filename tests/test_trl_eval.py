@@ -157,6 +157,10 @@ def test_a_resume_takes_a_changed_eval_on_start_and_refuses_other_eval_rows():
     with pytest.raises(ConfigError) as err:
         resume_config.check(saved, config(_rows(3, start=200), eval_on_start=True), weights_only=False)
     assert err.value.field == "data.eval_rows"
+    # a checkpoint from before eval_loss (no eval.loss, eval.loss_batch) resumes, reporting the loss from then on
+    older = {k: v for k, v in saved.items() if not k.startswith("eval.loss")}
+    assert resume_config.check(older, config(_rows(3, start=100), eval_on_start=True, per_device_eval_batch_size=4),
+                               weights_only=False) == ["eval.loss None -> True", "eval.loss_batch None -> 4"]
 
 
 def test_eval_prompts_without_the_prompt_column_are_an_error_naming_them(tiny_model_dir, tmp_path):
