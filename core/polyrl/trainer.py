@@ -43,6 +43,7 @@ from polyrl import checkpoint as ckpt
 from polyrl import previous_runs, resume_config, safe_stats, skip_causes, strict_json
 from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
 from polyrl.algorithms.shaping import kl_penalized_rewards
+from polyrl.backend_kit.gap_metrics import RANK_KEYS
 from polyrl.config import RUN_REWARDS, RunConfig, check_world_size
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train_and_eval
 from polyrl.engines import RunEngines, check_engines, choose_generate_backend, load_engines, run_optimizer
@@ -77,6 +78,7 @@ from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock
 from polyrl import evaluation, metrics_file
 from polyrl import minibatches, step_gather
 from polyrl.step_metrics import (clip_region_metrics, peak_rss_mb, sampling_metrics, step_tokens, trl_aliases,
+                                 trl_gathered_sampling, trl_process_sampling,
                                  trl_epoch)
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.step_line import step_line_fields
@@ -774,7 +776,8 @@ class Trainer:
             if not kl_in_loss:  # no reference in the loss: a backend's kl is 0, read as "no drift" (TRL omits it)
                 metrics.pop("kl", None)
             metrics.update(clip_region_metrics(metrics))
-            metrics.update(sampling_metrics(metrics))
+            metrics.update(self._trl_sampling(metrics, completions, group_kept[mine], untruncated,
+                                              objective.mismatch_level == "sequence"))
         if metrics.get("skipped"):
             # its lr too, as TRL logs learning_rate every step: the schedule's value for the next
             # update, where the skip left it (a backend reports the lr of the updates it makes)
@@ -837,6 +840,22 @@ class Trainer:
             batches.append(minibatches.take(whole, [position[int(r)] for r in rows if int(r) in position],
                                             norm_seqs, share))
         return batches
+
+    def _trl_sampling(self, metrics: dict[str, Any], completions: list[Completion], counted: np.ndarray,
+                      untruncated: np.ndarray, sequence_level: bool) -> dict[str, float]:
+        """TRL's ``sampling/...`` values of the step, popping the backend's per-rank gap
+        (``RANK_KEYS``) from ``metrics``: each rank's over its shard (``counted``: its rows in TRL's
+        batch; those with no loss token weigh 1 in a sequence-level ratio), then TRL's gather of
+        the per-process values (one ``all_gather``, on every rank alike: the keys come from the
+        backend's all-reduced step). A backend without them: its global means, as before."""
+        gap = {key: metrics.pop(key) for key in RANK_KEYS if key in metrics}
+        if not gap:
+            return sampling_metrics(metrics)
+        empty = sum(1 for i in np.flatnonzero(counted)
+                    if not untruncated[i] or not TokenSequence.of(completions[i]).loss_mask.any())
+        mine = trl_process_sampling(gap, empty, sequence_level)
+        everyone = self.train_engine.all_gather(mine, self.world_size) if self.world_size > 1 else [mine]
+        return trl_gathered_sampling(everyone)
 
     def _warn_unused_env_reward(self, metrics: dict[str, Any]) -> None:
         """Once a run: the environment gave rewards that no [[rewards]] entry reads (a TRL
