@@ -55,13 +55,17 @@ def step_tokens(shard: Shard) -> int:
     return int((shard.sequence_len - shard.completion_len + shard.sampled_len).sum())
 
 
-def trl_epoch(steps_done: int, prompts_per_step: int, rows: int) -> float:
+def trl_epoch(steps_done: int, prompts_per_step: int, rows: int, start: tuple[int, int] | None = None) -> float:
     """TRL's ``epoch`` after ``steps_done`` steps: its sampler keeps whole batches of
     ``prompts_per_step`` prompts only, so an epoch is ``rows // prompts_per_step`` steps (the count
     ``polyrl.api.epoch_steps`` turns ``num_train_epochs`` into). polyrl's sampler draws the rest
     too (a batch runs into the next epoch), so with ``rows`` not a multiple of ``prompts_per_step``
     this runs ahead of the rows drawn, exactly as TRL's does; fewer rows than a batch: rows drawn
-    over rows."""
+    over rows. ``start``: the sampler's (epoch, position) where the last step's prompts started;
+    with ``rows`` a multiple of ``prompts_per_step`` the epoch is read from it (the same number
+    without an epoch stop; after one, transformers' count: the epochs begun, plus this one's share)."""
+    if start is not None and rows % max(prompts_per_step, 1) == 0 and prompts_per_step <= rows:
+        return (start[0] * rows + start[1] + prompts_per_step) / rows  # = steps_done / whole, as rounded
     whole = rows // max(prompts_per_step, 1)
     return steps_done / whole if whole else steps_done * prompts_per_step / max(rows, 1)
 

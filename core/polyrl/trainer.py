@@ -272,6 +272,8 @@ class Trainer:
         self.evaluate_after = True
         #: a weight push that failed after its step trained: raised once the step is recorded
         self._sync_failed: PolyrlError | None = None
+        #: (epoch, position) of the prompt sampler where the current step's prompts start (``_end_epoch``)
+        self._step_start = (0, 0)
         #: the last step's rewards were all None (no reward scored any sample): counted toward the stop
         self._nothing_scored = False
         #: the last step trained nothing because every completion was cut under mask_truncated_completions
@@ -638,6 +640,7 @@ class Trainer:
             self._unsampled(rollout)
             raise raised
         rows, completions = rollout.rows, rollout.completions
+        self._step_start = (int(rollout.sampler_before["epoch"]), int(rollout.sampler_before["position"]))
         lag = self.step - rollout.policy_version
 
         t0 = time.perf_counter()
@@ -800,7 +803,7 @@ class Trainer:
         # TRL's names and counters (its dashboards' keys), counted once the step is in
         self.num_tokens += step_tokens(step)
         metrics.update(trl_aliases(metrics), num_tokens=self.num_tokens,
-                       epoch=trl_epoch(self.step + 1, c.train.prompts_per_step, len(self.dataset)))
+                       epoch=trl_epoch(self.step + 1, c.train.prompts_per_step, len(self.dataset), self._step_start))
         if self.episodes is not None:
             metrics.update(step_gather.episode_metrics(step))
             self._warn_unused_env_reward(metrics)
@@ -1612,6 +1615,8 @@ class Trainer:
                     raise push_failed
                 if self.world_size > 1:  # a signal may reach the ranks on either side of a step
                     stop_agreed, asked = self._agree_after_step(asked)
+                if asked.epoch_stop:  # before any checkpoint below: a resume starts the next epoch too
+                    self._end_epoch()
                 skipped_update = bool(metrics.get("skipped")) and "grad_norm" in metrics
                 skips = skips + 1 if skipped_update else 0
                 unscored = unscored + 1 if self._nothing_scored else 0
@@ -1701,13 +1706,24 @@ class Trainer:
         an observer on any rank, a checkpoint asked on any (the save is collective: one rank saving
         alone would hang). One gather, where ``_agree_to_stop``'s was; reads the signal flag only."""
         answers = self.train_engine.all_gather((self.stop_requested, asked.stop, asked.save, asked.why,
-                                                asked.failed))
+                                                asked.failed, asked.epoch_stop))
         failed = next((a[4] for a in answers if a[4]), "")
         if failed:  # every rank raises it here, together
             raise CallbackError(failed)
         why = "; ".join(dict.fromkeys(a[3] for a in answers if a[3]))
-        agreed = StepAsk(save=any(a[2] for a in answers), stop=any(a[1] for a in answers), why=why)
+        agreed = StepAsk(save=any(a[2] for a in answers), stop=any(a[1] for a in answers), why=why,
+                         epoch_stop=any(a[5] for a in answers))
         return any(a[0] for a in answers) or agreed.stop, agreed
+
+    def _end_epoch(self) -> None:
+        """An observer ended the epoch (transformers' ``control.should_epoch_stop``): the next step's
+        prompts start the epoch after the one this step's prompts started in. A rollout sampled
+        ahead (overlap) drew its prompts from the old place: it is dropped and sampled again."""
+        ahead = self.rollouts.pending()
+        if ahead is not None:
+            self.rollouts.take(ahead.step)
+            self.sampler.load_state(ahead.sampler_before)
+        self.sampler.end_epoch(self._step_start[0])
 
     def _saved_now(self, path: Path) -> StepAsk:
         """The checkpoint just written at this step (``path``) told to the observers; what they ask."""
