@@ -159,6 +159,25 @@ def test_sampler_resume_is_exact(batch, stop_after):
     assert [resumed.next_batch() for _ in range(6)] == expected[stop_after:]
 
 
+def test_ending_an_epoch_starts_the_next_one_and_resumes_there():
+    """transformers' should_epoch_stop: the rest of the epoch is left, the state (epoch, position)
+    says so; a batch that already ran into the next epoch stays there."""
+    ds = from_rows([{"prompt": f"p{i}"} for i in range(5)])
+    reference = PromptSampler(ds, 4, seed=3)
+    reference.load_state({**reference.state(), "epoch": 1})
+    epoch_1 = reference.next_batch()  # epoch 1's first 4 rows
+    sampler = PromptSampler(ds, 2, seed=3)
+    sampler.next_batch()
+    sampler.end_epoch(0)
+    assert (sampler.epoch, sampler.position) == (1, 0)
+    resumed = PromptSampler(ds, 2, seed=3)
+    resumed.load_state(json.loads(json.dumps(sampler.state())))
+    assert resumed.next_batch() + resumed.next_batch() == epoch_1
+    resumed.next_batch()  # the epoch's last row and epoch 2's first
+    resumed.end_epoch(1)  # left already: nothing skipped
+    assert (resumed.epoch, resumed.position) == (2, 1)
+
+
 def test_sampler_refuses_a_different_dataset_or_seed():
     ds = from_rows([{"prompt": f"p{i}"} for i in range(10)])
     state = PromptSampler(ds, 3, seed=0).state()

@@ -146,7 +146,7 @@ def test_the_train_step_reports_trls_sampling_metrics(tiny_model_dir, backend, r
 
 def test_a_run_logs_trls_sampling_keys_in_metrics_and_log_history(tiny_model_dir, tmp_path):
     """metrics.jsonl (and so the trackers and ``log_history``, which get the same dict) has TRL's
-    keys, equal to polyrl's mismatch metrics of the same step."""
+    keys; one rank's one update: the difference equals polyrl's mismatch metric of the step."""
     from polyrl.config import RunConfig
     from polyrl.rewards.trl_compat import with_trl_names
     from polyrl.trainer import Trainer
@@ -165,6 +165,92 @@ def test_a_run_logs_trls_sampling_keys_in_metrics_and_log_history(tiny_model_dir
     history = Trainer(config).run(progress=False)["history"]
     line = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
     for ours, trl in TRL_SAMPLING_NAMES.items():
-        assert line[trl] == line[ours], trl
-        assert with_trl_names(history[-1])[trl] == line[ours]
+        assert with_trl_names(history[-1])[trl] == line[trl]
+        if "difference" in trl:  # one rank, one update: TRL's value over the step's scored tokens
+            assert line[trl] == pytest.approx(line[ours], rel=1e-9), trl
+    assert not [key for key in line if key.startswith("rank_")]  # the backend's per-rank gap stays inside
     assert 0.0 <= line["sampling/importance_sampling_ratio/min"] <= line["sampling/importance_sampling_ratio/max"]
+
+
+def _trl_gather(processes: list[dict]) -> dict:
+    """TRL's gather of the per-process values: ``gather(mean).mean()`` (``nanmean`` for the ratio),
+    ``nanmin`` of the mins, the max of the maxes."""
+    return {key: (min if key.endswith("/min") else max if key.endswith("/max") else np.mean)(
+        [p[key] for p in processes]) for key in processes[0]}
+
+
+@pytest.mark.parametrize(("backend", "rel"), [("torch", 1e-5), ("mlx", 1e-4)])
+@pytest.mark.parametrize(("correction", "level"), list(MODES))
+def test_trls_values_are_each_ranks_whole_batch_then_the_mean_of_the_ranks(tiny_model_dir, backend, rel,
+                                                                           correction, level):
+    """TRL computes each process's values once over its whole generation batch (a polyrl step:
+    all of its mini-batches) and logs the mean of the processes' means, an empty completion at
+    ratio 1 at sequence level. It was the token mean over every rank, of the mini-batches' means,
+    without the empty completion. Two ranks of unequal size, each in two mini-batches."""
+    from polyrl.backend_kit.gap_metrics import RANK_KEYS
+    from polyrl.engine import Engine
+    from polyrl.minibatches import pass_metrics, take
+    from polyrl.registry import get_registry
+    from polyrl.step_metrics import trl_gathered_sampling, trl_process_sampling
+    from polyrl.types import EngineConfig, OptimizerConfig, TokenSequence, TrainBatch
+
+    status = get_registry().status(backend)
+    if not status.available:
+        pytest.skip(f"{backend} not usable here: {status.reason}")
+    engine = Engine(get_registry(), backend, EngineConfig(
+        model=tiny_model_dir, role="train", threads=1, optimizer=OptimizerConfig(lr=1e-4, micro_batch_size=2)))
+    objective = _objective(correction, level)
+    rng = np.random.default_rng(11)
+    processes, expected, globals_ = [], [], []
+    for lengths, empty in (([3, 6, 1, 4, 7, 2], 1), ([5], 0)):
+        old = [-rng.uniform(0.1, 3.0, n).astype(np.float32) for n in lengths]
+        sampler = [(o + rng.normal(0, 0.4, len(o))).astype(np.float32) for o in old]
+        seqs = [TokenSequence(list(rng.integers(3, 200, 4)), list(rng.integers(3, 200, n))) for n in lengths]
+        whole = TrainBatch(seqs, rng.normal(size=len(lengths)), old_logprobs=old, sampler_logprobs=sampler)
+        rows = np.array_split(np.arange(len(lengths)), 2 if len(lengths) > 1 else 1)
+        updates = [engine.train_step(take(whole, list(r), len(r), 1.0), objective) for r in rows]
+        globals_.append(sampling_metrics(pass_metrics(updates)))
+        gap = {k: v for k, v in pass_metrics(updates).items() if k in RANK_KEYS}
+        processes.append(trl_process_sampling(gap, empty, level == "sequence"))
+        as64 = [np.asarray(x, np.float64) for x in old], [np.asarray(x, np.float64) for x in sampler]
+        empty_rows = [np.zeros(0)] * empty  # a completion with no loss token (TRL: mask all 0)
+        expected.append(trl_sampling(as64[0] + empty_rows, as64[1] + empty_rows, MODES[correction, level], CAP))
+    want = _trl_gather(expected)
+    _assert_trl(trl_gathered_sampling(processes), want, rel=rel)
+    assert trl_gathered_sampling(processes)["sampling/sampling_logp_difference/mean"] != pytest.approx(
+        globals_[0]["sampling/sampling_logp_difference/mean"], rel=1e-3)  # not rank 0's mini-batch mean
+
+
+def test_the_trainer_gathers_every_ranks_values_and_counts_its_rows_without_a_token():
+    """The per-rank seam: this rank's values (its truncated-and-masked and empty rows at ratio 1)
+    go through one ``all_gather``; the logged value is the mean over the ranks, the backend's
+    per-rank keys leave the step's metrics."""
+    from types import SimpleNamespace
+
+    from polyrl.trainer import Trainer
+    from polyrl.types import Completion
+
+    peer = {"sampling/sampling_logp_difference/mean": 0.5, "sampling/sampling_logp_difference/max": 2.0,
+            "sampling/importance_sampling_ratio/min": 0.25, "sampling/importance_sampling_ratio/mean": 0.75,
+            "sampling/importance_sampling_ratio/max": 1.25}
+    seen = []
+
+    class Gather:
+        def all_gather(self, mine: object, world_size: int = 1) -> list[object]:
+            seen.append(mine)
+            return [mine, peer]
+
+    rank = SimpleNamespace(world_size=2, train_engine=Gather())
+    done = [Completion(0, [1], [5, 6], [-1.0, -1.0], finish_reason="stop"),
+            Completion(0, [1], [5, 6, 7], [-1.0] * 3, finish_reason="length"),  # cut: masked out
+            Completion(1, [1], [], [], finish_reason="stop"),  # no token
+            Completion(1, [1], [5], [-1.0], finish_reason="stop")]
+    metrics = {"mismatch_abs": 9.0, "rank_gap_abs_sum": 0.4, "rank_gap_scored_count": 2.0, "rank_gap_abs_max": 0.3,
+               "rank_ratio_sum": 1.5, "rank_ratio_count": 2.0, "rank_ratio_min": 0.5, "rank_ratio_max": 1.0}
+    counted = np.array([True, True, True, False])  # the last one's group dropped (dynamic sampling)
+    got = Trainer._trl_sampling(rank, metrics, done, counted, np.array([True, False, True, True]), True)
+    assert seen[0]["sampling/importance_sampling_ratio/mean"] == pytest.approx((1.5 + 2) / 4)  # 2 rows at 1
+    assert got["sampling/sampling_logp_difference/mean"] == pytest.approx((0.2 + 0.5) / 2)
+    assert got["sampling/importance_sampling_ratio/mean"] == pytest.approx(((1.5 + 2) / 4 + 0.75) / 2)
+    assert got["sampling/importance_sampling_ratio/min"] == 0.25 and got["sampling/sampling_logp_difference/max"] == 2.0
+    assert not [k for k in metrics if k.startswith("rank_")] and metrics["mismatch_abs"] == 9.0

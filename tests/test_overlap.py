@@ -259,3 +259,60 @@ def test_the_rollout_worker_runs_in_order_on_one_thread_and_passes_errors_on():
         ahead.take(3)
     ahead.close()
     assert len(threads) == 3 and len(set(threads)) == 1 and threads[0] != threading.get_ident()
+
+
+class EndEpochAt:
+    """A ``RunObserver`` that ends the data epoch after step ``step`` (transformers' should_epoch_stop)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def run_begin(self, trainer): ...
+    def step_begin(self, step): ...
+    def evaluated(self, phase, step, metrics): ...
+
+    def step_trained(self, metrics):
+        return False
+
+    def step_end(self, metrics):
+        from polyrl.run_observer import StepAsk
+
+        return StepAsk(epoch_stop=metrics["step"] == self.step)
+
+    def saved(self, step, path):
+        from polyrl.run_observer import StepAsk
+
+        return StepAsk()
+
+
+def _rows_per_step(trainer: Trainer) -> list[list[str]]:
+    seen: list[list[str]] = []
+    rollout = trainer._rollout
+
+    def recording(times):
+        out = rollout(times)
+        seen.append([json.dumps(row, sort_keys=True, default=str) for row in out.rows])
+        return out
+
+    trainer._rollout = recording
+    trainer.run(progress=False)
+    return seen
+
+
+def test_an_epoch_stop_drops_the_rollout_sampled_ahead_and_starts_the_next_epoch(tiny_model_dir, tmp_path):
+    """Under overlap step 2's prompts were drawn (from epoch 0) while step 1 trained; an epoch
+    stop after step 1 drops that rollout, and step 2 samples the next epoch's first prompts, as
+    without overlap. 4 prompts, 2 a step: an epoch is 2 steps."""
+    def config(out: str, overlap: bool, steps: int) -> RunConfig:
+        return RunConfig.from_dict({
+            "model": {"path": tiny_model_dir}, "generation": {"group_size": 2, "max_new_tokens": 4, "overlap": overlap},
+            "data": {"task": "arithmetic", "options": {"count": 4}}, "rewards": [{"name": "numeric_match"}],
+            "train": {"steps": steps, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / out)},
+            "eval": {"count": 0}})
+
+    plain = _rows_per_step(Trainer(config("plain", False, 4)))
+    assert sorted(plain[0] + plain[1]) == sorted(plain[2] + plain[3])
+    trainer = Trainer(config("ended", True, 3))
+    trainer.observers.append(EndEpochAt(1))
+    assert _rows_per_step(trainer) == [plain[0], plain[2], plain[3]]
+    assert (trainer.sampler.epoch, trainer.sampler.position) == (2, 0)

@@ -463,3 +463,52 @@ def test_a_metric_for_best_model_the_evaluation_does_not_log_stops_with_its_name
     assert "metric_for_best_model = 'accuracy'" in text and "'eval_accuracy'" in text
     assert "eval_reward" in text and "after step 1" in text
     assert (tmp_path / "run" / "checkpoints" / "step-00000001" / "COMPLETE").exists()
+
+
+class EndEpochAtFirstStep(TrainerCallback):
+    """Ends the epoch at step 1 (and, with ``stop``, the run there: its checkpoint is resumed)."""
+
+    def __init__(self, stop: bool = False):
+        self.stop = stop
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 1:
+            control.should_epoch_stop = True
+            control.should_training_stop = self.stop
+
+
+def _prompts_per_step(model: str, out: Path, steps: int, callbacks=(), resume: bool = False,
+                      epochs: list | None = None) -> list[list[str]]:
+    """The prompts each step's reward saw, over a 4-row dataset at 2 prompts a step (2 steps an
+    epoch; ``steps`` 0: ``num_train_epochs`` 2); ``epochs`` gets each logged step's ``epoch``."""
+    seen: list[list[str]] = []
+
+    def record(completions, prompts, **kwargs):
+        seen.append(list(dict.fromkeys(prompts)))
+        return [0.0] * len(completions)
+
+    sized = {"max_steps": steps} if steps else {"max_steps": -1, "num_train_epochs": 2}
+    trainer = GRPOTrainer(model=model, reward_funcs=[record], args=_args(out, **sized), train_dataset=_dataset(),
+                          callbacks=list(callbacks))
+    trainer.train(resume_from_checkpoint=resume or None)
+    if epochs is not None:
+        epochs.extend(entry["epoch"] for entry in trainer.state.log_history)
+    return seen
+
+
+def test_should_epoch_stop_starts_the_next_epoch_and_a_resume_continues_there(tiny_model_dir, tmp_path):
+    """transformers breaks out of the epoch's loop and goes on with the next epoch: the next step's
+    prompts are the next epoch's first batch (it was ignored: the epoch's second batch), and the
+    checkpoint written at that step resumes there."""
+    plain = _prompts_per_step(tiny_model_dir, tmp_path / "plain", 4)  # epoch 0: steps 1-2; epoch 1: steps 3-4
+    assert sorted(plain[0] + plain[1]) == sorted(plain[2] + plain[3])  # each epoch every row once
+    epochs: list[float] = []
+    ended = _prompts_per_step(tiny_model_dir, tmp_path / "ended", 2, [EndEpochAtFirstStep()], epochs=epochs)
+    assert ended == [plain[0], plain[2]]
+    assert epochs == [0.5, 1.5]  # transformers' state.epoch: epoch 1 begun, half of it done
+    stopped = _prompts_per_step(tiny_model_dir, tmp_path / "stopped", 1, [EndEpochAtFirstStep(stop=True)])
+    resumed = _prompts_per_step(tiny_model_dir, tmp_path / "stopped", 3, resume=True)  # no callback: the checkpoint holds the order
+    assert stopped + resumed == [plain[0], plain[2], plain[3]]
+    # num_train_epochs = 2 (4 steps): epoch 0 ended after its first step, epoch 1 whole, then the end
+    assert _prompts_per_step(tiny_model_dir, tmp_path / "epochs", 0, [EndEpochAtFirstStep()]) == \
+        [plain[0], plain[2], plain[3]]

@@ -175,3 +175,13 @@ def test_resume_continues_the_count_of_applied_updates(toy, tmp_path, monkeypatc
     monkeypatch.undo()
     older = Trainer(config("old", 6))
     assert older.resume() and older.updates_applied == 2
+
+
+def test_the_epoch_after_an_epoch_stop_counts_the_epochs_begun():
+    """Read from where the step's prompts started when every epoch is whole batches: the same as
+    the step count without an epoch stop, transformers' count after one (it kept counting steps)."""
+    starts = [divmod(2 * (s - 1), 6) for s in range(1, 8)]  # no epoch stop: step s starts at row 2(s-1)
+    assert [trl_epoch(s, 2, 6, start) for s, start in zip(range(1, 8), starts)] == \
+        [trl_epoch(s, 2, 6) for s in range(1, 8)]
+    assert trl_epoch(2, 2, 6, (1, 0)) == pytest.approx(1 + 1 / 3)  # step 2 starts epoch 1 (epoch stop at 1)
+    assert trl_epoch(3, 4, 10, (1, 2)) == 1.5  # batches across epochs: TRL's whole-batch count stays

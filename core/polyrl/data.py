@@ -529,6 +529,14 @@ class PromptSampler:
                 self.epoch, self.position, self._order = self.epoch + 1, 0, None
         return out
 
+    def end_epoch(self, epoch: int) -> None:
+        """Leave epoch ``epoch``'s remaining rows (transformers' ``control.should_epoch_stop``): the
+        next batch starts epoch ``epoch + 1``. Nothing when the sampler has left it already (the
+        last batch ran to or past its end). The state stays (epoch, position): a resume continues
+        exactly."""
+        if self.epoch == epoch and self.position:
+            self.epoch, self.position, self._order = epoch + 1, 0, None
+
     def next_batch(self) -> list[dict[str, Any]]:
         """The next ``batch_size`` rows (shallow copies)."""
         return self.dataset.take(self.next_indices())

@@ -417,7 +417,9 @@ def train_step(engine: Any, batch: TrainBatch, objective: Objective) -> StepMetr
     ones the sampler scored (a NaN sampler log-prob is counted in ``mismatch_unscored`` and left out
     of the gap, never turned into a NaN metric), ``mismatch_abs_max`` and, with a correction on,
     ``mismatch_ratio_min``/``_mean``/``_max`` over every rank's tokens (or sequences): the core logs
-    them under TRL's ``sampling/...`` names too (``step_metrics.sampling_metrics``); an objective the backend cannot compute (e.g. ``entropy_coef`` without
+    them. For TRL's ``sampling/...`` keys (per-process values, then their mean: ``step_metrics.trl_process_sampling``)
+    also report this rank's own gap before any sum over ranks, ``backend_kit.gap_metrics.rank_gap``'s
+    ``RANK_KEYS`` (without them TRL's keys alias the global ones); an objective the backend cannot compute (e.g. ``entropy_coef`` without
     entropies) must raise, never be silently ignored. A non-finite loss or gradient must not touch
     the weights: return ``StepMetrics(..., skipped=True)``; a non-finite ``loss`` reported with
     ``skipped=False`` is a ``PluginError`` (the core would believe the weights were updated).

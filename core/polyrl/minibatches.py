@@ -70,7 +70,8 @@ def take(whole: TrainBatch, rows: list[int], sequences: int, tokens: float) -> T
 def pass_metrics(updates: list[StepMetrics]) -> dict[str, Any]:
     """A step's train metrics from the updates of its last pass over the batch (the last
     iteration's, as with one mini-batch): each value the mean over its mini-batches' updates (as
-    TRL's logged means over its micro-steps), ``tokens`` their sum (the pass's tokens), a ``*_min``
+    TRL's logged means over its micro-steps), ``tokens`` and a rank's own gap sums and counts
+    (``backend_kit.gap_metrics.RANK_KEYS``) their sum (the pass's), a ``*_min``
     / ``*_max`` (``clip_low_min``, ``clip_high_max``) the extreme over the pass's completions,
     ``lr`` the last update's. One update: its own, unchanged."""
     if len(updates) == 1:
@@ -81,6 +82,8 @@ def pass_metrics(updates: list[StepMetrics]) -> dict[str, Any]:
         values = [d[key] for d in each if key in d]
         if key == "tokens":
             out[key] = int(sum(values))
+        elif key.startswith("rank_") and key.endswith(("_sum", "_count")):  # a rank's own gap: the pass's
+            out[key] = float(sum(values))
         elif key in ("lr", "skipped") or isinstance(values[-1], bool) or not isinstance(values[-1], (int, float)):
             out[key] = values[-1]
         elif key.endswith(("_min", "_max")):

@@ -18,7 +18,8 @@ import attrs
 
 @attrs.frozen
 class StepAsk:
-    """What the observers asked after a step: a checkpoint now, the end of the run (``why``: who asked).
+    """What the observers asked after a step: a checkpoint now, the end of the run (``why``: who asked),
+    the end of the epoch (``epoch_stop``: the next step's prompts start the dataset's next epoch).
     ``failed``: the one-line error of the user's code on this rank, which under a launcher is raised
     on every rank once they agree (one rank raising alone would leave its peers in a collective)."""
 
@@ -26,10 +27,12 @@ class StepAsk:
     stop: bool = False
     why: str = ""
     failed: str = ""
+    epoch_stop: bool = False
 
     def __or__(self, other: StepAsk) -> StepAsk:
         return StepAsk(save=self.save or other.save, stop=self.stop or other.stop,
-                       why="; ".join(w for w in (self.why, other.why) if w), failed=self.failed or other.failed)
+                       why="; ".join(w for w in (self.why, other.why) if w), failed=self.failed or other.failed,
+                       epoch_stop=self.epoch_stop or other.epoch_stop)
 
 
 class RunObserver(Protocol):
@@ -49,12 +52,14 @@ class RunObserver(Protocol):
 
     def step_end(self, metrics: Mapping[str, Any]) -> StepAsk:
         """The step's metrics were recorded (metrics.jsonl, trackers); an evaluation during the run is
-        on the same line (``eval/`` keys). The answer is agreed across ranks before it is acted on."""
+        on the same line (``eval/`` keys). The answer is agreed across ranks before it is acted on, and
+        an ``epoch_stop`` before the step's checkpoint (which then resumes in the next epoch)."""
 
     def evaluated(self, phase: str, step: int, metrics: Mapping[str, Any]) -> None:
         """The evaluation ``phase`` "before" or "after" training (not on a step's line) at ``step``."""
 
     def saved(self, step: int, path: Path) -> StepAsk:
-        """The checkpoint of ``step`` was written to ``path`` (periodic, asked for, or the final one).
+        """The checkpoint of ``step`` was written to ``path`` (periodic, asked for, or the final one);
+        its ``epoch_stop`` is not read (the checkpoint already holds the data order).
         A stop asked here ends a single process's run at once; under a launcher, after the next step
         (the ranks agree on it with that step's answer)."""

@@ -55,13 +55,17 @@ def step_tokens(shard: Shard) -> int:
     return int((shard.sequence_len - shard.completion_len + shard.sampled_len).sum())
 
 
-def trl_epoch(steps_done: int, prompts_per_step: int, rows: int) -> float:
+def trl_epoch(steps_done: int, prompts_per_step: int, rows: int, start: tuple[int, int] | None = None) -> float:
     """TRL's ``epoch`` after ``steps_done`` steps: its sampler keeps whole batches of
     ``prompts_per_step`` prompts only, so an epoch is ``rows // prompts_per_step`` steps (the count
     ``polyrl.api.epoch_steps`` turns ``num_train_epochs`` into). polyrl's sampler draws the rest
     too (a batch runs into the next epoch), so with ``rows`` not a multiple of ``prompts_per_step``
     this runs ahead of the rows drawn, exactly as TRL's does; fewer rows than a batch: rows drawn
-    over rows."""
+    over rows. ``start``: the sampler's (epoch, position) where the last step's prompts started;
+    with ``rows`` a multiple of ``prompts_per_step`` the epoch is read from it (the same number
+    without an epoch stop; after one, transformers' count: the epochs begun, plus this one's share)."""
+    if start is not None and rows % max(prompts_per_step, 1) == 0 and prompts_per_step <= rows:
+        return (start[0] * rows + start[1] + prompts_per_step) / rows  # = steps_done / whole, as rounded
     whole = rows // max(prompts_per_step, 1)
     return steps_done / whole if whole else steps_done * prompts_per_step / max(rows, 1)
 
@@ -152,23 +156,52 @@ def clip_region_metrics(train_metrics: Mapping[str, Any]) -> dict[str, float]:
 
 #: TRL's names for the sampler-trainer gap a backend reports (``reference.mismatch_metrics``):
 #: ``sampling_logp_difference`` is |trainer - sampler log-prob| over the tokens the sampler scored,
-#: ``importance_sampling_ratio`` the correction's weight after its cap (with a correction on)
+#: ``importance_sampling_ratio`` the correction's weight after its cap (with a correction on).
+#: A backend without ``backend_kit.gap_metrics.RANK_KEYS`` has them as these aliases (global means).
 TRL_SAMPLING_NAMES = {"mismatch_abs": "sampling/sampling_logp_difference/mean",
                       "mismatch_abs_max": "sampling/sampling_logp_difference/max",
                       "mismatch_ratio_min": "sampling/importance_sampling_ratio/min",
                       "mismatch_ratio_mean": "sampling/importance_sampling_ratio/mean",
                       "mismatch_ratio_max": "sampling/importance_sampling_ratio/max"}
+_DIFF = ("sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max")
+_RATIO = ("sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/mean",
+          "sampling/importance_sampling_ratio/max")
 
 
 def sampling_metrics(train_metrics: Mapping[str, Any]) -> dict[str, float]:
-    """The sampler-trainer gap under TRL's ``sampling/`` names, so a TRL dashboard finds it.
-    TRL logs them with vLLM's ``vllm_importance_sampling_correction`` (a token-level mode: the
-    ratio's stats are over the completion tokens; a sequence-level one: over the completions);
-    polyrl logs the log-prob difference whenever the sampler's log-probs are known and the ratio
-    with ``mismatch_correction`` on (``mismatch_level`` picks tokens or sequences, as TRL's mode).
-    A token the sampler could not score (NaN) is left out of the difference and weighs 1 in the
-    ratio, as in TRL. TRL averages its per-process means; these are over every rank's tokens."""
+    """TRL's ``sampling/`` names for a backend's global ``mismatch_*`` means: the fallback for a
+    backend that does not report its rank's own gap (``trl_process_sampling`` is TRL's exact
+    definition)."""
     return {trl: float(train_metrics[ours]) for ours, trl in TRL_SAMPLING_NAMES.items() if ours in train_metrics}
+
+
+def trl_process_sampling(gap: Mapping[str, Any], empty_rows: int, sequence_level: bool) -> dict[str, float]:
+    """One process's (rank's) ``sampling/`` values as TRL computes them over its generation batch
+    (a polyrl step: every mini-batch's rows, ``gap`` holds ``RANK_KEYS`` summed over them).
+    ``empty_rows``: its rows in TRL's batch without a loss token (one cut under
+    ``mask_truncated_completions``, an empty completion), which TRL's sequence-level ratio counts
+    at exp(0) = 1, inside any cap. Nothing seen: 0, as TRL."""
+    scored = float(gap["rank_gap_scored_count"])
+    out = {_DIFF[0]: float(gap["rank_gap_abs_sum"]) / scored if scored else 0.0,
+           _DIFF[1]: float(gap["rank_gap_abs_max"]) if scored else 0.0}
+    if "rank_ratio_count" not in gap:  # no correction: TRL logs the difference alone
+        return out
+    count, total = float(gap["rank_ratio_count"]), float(gap["rank_ratio_sum"])
+    low, high = float(gap["rank_ratio_min"]), float(gap["rank_ratio_max"])
+    if sequence_level and empty_rows:
+        count, total, low, high = count + empty_rows, total + empty_rows, min(low, 1.0), max(high, 1.0)
+    return out | dict(zip(_RATIO, (low, total / count, high) if count else (0.0, 0.0, 0.0)))
+
+
+def trl_gathered_sampling(processes: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """TRL's logged values from every process's (``trl_process_sampling``): the mean of their
+    means (not of their tokens), the max of their maxes, the min of their mins."""
+    out = {}
+    for key in processes[0]:
+        values = [float(p[key]) for p in processes]
+        out[key] = min(values) if key.endswith("/min") else max(values) if key.endswith("/max") \
+            else sum(values) / len(values)
+    return out
 
 
 def step_metrics(shard: Shard, rewards: np.ndarray, group_size: int,

@@ -43,6 +43,7 @@ from polyrl import checkpoint as ckpt
 from polyrl import previous_runs, resume_config, safe_stats, skip_causes, strict_json
 from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
 from polyrl.algorithms.shaping import kl_penalized_rewards
+from polyrl.backend_kit.gap_metrics import RANK_KEYS
 from polyrl.config import RUN_REWARDS, RunConfig, check_world_size
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train_and_eval
 from polyrl.engines import RunEngines, check_engines, choose_generate_backend, load_engines, run_optimizer
@@ -77,6 +78,7 @@ from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock
 from polyrl import evaluation, metrics_file
 from polyrl import minibatches, step_gather
 from polyrl.step_metrics import (clip_region_metrics, peak_rss_mb, sampling_metrics, step_tokens, trl_aliases,
+                                 trl_gathered_sampling, trl_process_sampling,
                                  trl_epoch)
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.step_line import step_line_fields
@@ -270,6 +272,8 @@ class Trainer:
         self.evaluate_after = True
         #: a weight push that failed after its step trained: raised once the step is recorded
         self._sync_failed: PolyrlError | None = None
+        #: (epoch, position) of the prompt sampler where the current step's prompts start (``_end_epoch``)
+        self._step_start = (0, 0)
         #: the last step's rewards were all None (no reward scored any sample): counted toward the stop
         self._nothing_scored = False
         #: the last step trained nothing because every completion was cut under mask_truncated_completions
@@ -636,6 +640,7 @@ class Trainer:
             self._unsampled(rollout)
             raise raised
         rows, completions = rollout.rows, rollout.completions
+        self._step_start = (int(rollout.sampler_before["epoch"]), int(rollout.sampler_before["position"]))
         lag = self.step - rollout.policy_version
 
         t0 = time.perf_counter()
@@ -774,7 +779,8 @@ class Trainer:
             if not kl_in_loss:  # no reference in the loss: a backend's kl is 0, read as "no drift" (TRL omits it)
                 metrics.pop("kl", None)
             metrics.update(clip_region_metrics(metrics))
-            metrics.update(sampling_metrics(metrics))
+            metrics.update(self._trl_sampling(metrics, completions, group_kept[mine], untruncated,
+                                              objective.mismatch_level == "sequence"))
         if metrics.get("skipped"):
             # its lr too, as TRL logs learning_rate every step: the schedule's value for the next
             # update, where the skip left it (a backend reports the lr of the updates it makes)
@@ -797,7 +803,7 @@ class Trainer:
         # TRL's names and counters (its dashboards' keys), counted once the step is in
         self.num_tokens += step_tokens(step)
         metrics.update(trl_aliases(metrics), num_tokens=self.num_tokens,
-                       epoch=trl_epoch(self.step + 1, c.train.prompts_per_step, len(self.dataset)))
+                       epoch=trl_epoch(self.step + 1, c.train.prompts_per_step, len(self.dataset), self._step_start))
         if self.episodes is not None:
             metrics.update(step_gather.episode_metrics(step))
             self._warn_unused_env_reward(metrics)
@@ -837,6 +843,22 @@ class Trainer:
             batches.append(minibatches.take(whole, [position[int(r)] for r in rows if int(r) in position],
                                             norm_seqs, share))
         return batches
+
+    def _trl_sampling(self, metrics: dict[str, Any], completions: list[Completion], counted: np.ndarray,
+                      untruncated: np.ndarray, sequence_level: bool) -> dict[str, float]:
+        """TRL's ``sampling/...`` values of the step, popping the backend's per-rank gap
+        (``RANK_KEYS``) from ``metrics``: each rank's over its shard (``counted``: its rows in TRL's
+        batch; those with no loss token weigh 1 in a sequence-level ratio), then TRL's gather of
+        the per-process values (one ``all_gather``, on every rank alike: the keys come from the
+        backend's all-reduced step). A backend without them: its global means, as before."""
+        gap = {key: metrics.pop(key) for key in RANK_KEYS if key in metrics}
+        if not gap:
+            return sampling_metrics(metrics)
+        empty = sum(1 for i in np.flatnonzero(counted)
+                    if not untruncated[i] or not TokenSequence.of(completions[i]).loss_mask.any())
+        mine = trl_process_sampling(gap, empty, sequence_level)
+        everyone = self.train_engine.all_gather(mine, self.world_size) if self.world_size > 1 else [mine]
+        return trl_gathered_sampling(everyone)
 
     def _warn_unused_env_reward(self, metrics: dict[str, Any]) -> None:
         """Once a run: the environment gave rewards that no [[rewards]] entry reads (a TRL
@@ -1636,6 +1658,8 @@ class Trainer:
                     raise push_failed
                 if self.world_size > 1:  # a signal may reach the ranks on either side of a step
                     stop_agreed, asked = self._agree_after_step(asked)
+                if asked.epoch_stop:  # before any checkpoint below: a resume starts the next epoch too
+                    self._end_epoch()
                 skipped_update = bool(metrics.get("skipped")) and "grad_norm" in metrics
                 skips = skips + 1 if skipped_update else 0
                 unscored = unscored + 1 if self._nothing_scored else 0
@@ -1725,13 +1749,24 @@ class Trainer:
         an observer on any rank, a checkpoint asked on any (the save is collective: one rank saving
         alone would hang). One gather, where ``_agree_to_stop``'s was; reads the signal flag only."""
         answers = self.train_engine.all_gather((self.stop_requested, asked.stop, asked.save, asked.why,
-                                                asked.failed))
+                                                asked.failed, asked.epoch_stop))
         failed = next((a[4] for a in answers if a[4]), "")
         if failed:  # every rank raises it here, together
             raise CallbackError(failed)
         why = "; ".join(dict.fromkeys(a[3] for a in answers if a[3]))
-        agreed = StepAsk(save=any(a[2] for a in answers), stop=any(a[1] for a in answers), why=why)
+        agreed = StepAsk(save=any(a[2] for a in answers), stop=any(a[1] for a in answers), why=why,
+                         epoch_stop=any(a[5] for a in answers))
         return any(a[0] for a in answers) or agreed.stop, agreed
+
+    def _end_epoch(self) -> None:
+        """An observer ended the epoch (transformers' ``control.should_epoch_stop``): the next step's
+        prompts start the epoch after the one this step's prompts started in. A rollout sampled
+        ahead (overlap) drew its prompts from the old place: it is dropped and sampled again."""
+        ahead = self.rollouts.pending()
+        if ahead is not None:
+            self.rollouts.take(ahead.step)
+            self.sampler.load_state(ahead.sampler_before)
+        self.sampler.end_epoch(self._step_start[0])
 
     def _saved_now(self, path: Path) -> StepAsk:
         """The checkpoint just written at this step (``path``) told to the observers; what they ask."""

@@ -21,7 +21,12 @@ after the step (saved and exported as at its end), ``should_save`` checkpoints t
 the ``eval_dataset``, on the step's line as an ``eval_steps`` evaluation, whatever the
 ``eval_strategy`` (``"no"`` too, as transformers' ``_maybe_log_save_evaluate``; a run without an
 ``eval_dataset`` warns once and goes on); ``should_log`` is met whatever it says (every step
-is logged: ``logging_steps`` 1) and ``should_epoch_stop`` is ignored. A callback that raises ends
+is logged: ``logging_steps`` 1), and ``should_epoch_stop`` (set in ``on_step_end``, ``on_log`` or
+``on_evaluate``) ends the epoch as transformers' loop breaks out of it: the next step's prompts
+are the next epoch's first (a step whose prompts already reached it goes on there; a step sampled
+ahead under ``generation.overlap`` is sampled again) and the step's checkpoint resumes there;
+the run keeps its ``max_steps``, and one sized by ``num_train_epochs`` ends when an epoch stop
+leaves its last epoch, as transformers' loop over them does. A callback that raises ends
 the run with one ``CallbackError`` naming it and the event, the steps trained checkpointed (one
 raising in ``on_step_end``: after its step is recorded). Under a launcher (torchrun) every rank calls its callbacks, with
 ``state.is_world_process_zero`` true on rank 0 only, and the ranks agree on a stop or a checkpoint
@@ -217,7 +222,7 @@ class TrlCallbacks:
         if evaluated:
             self._evaluation(evaluated)
             self._track_best(evaluated)
-        return self._asked()
+        return self._asked(epoch=True)
 
     def _track_best(self, metrics: Mapping[str, Any]) -> None:
         """transformers' ``_determine_best_metric`` after a step's evaluation (after ``on_evaluate``,
@@ -284,15 +289,33 @@ class TrlCallbacks:
         self._log(metrics)
         self.event("on_evaluate", metrics={**metrics, "epoch": self.state.epoch})
 
-    def _asked(self) -> StepAsk:
-        """What ``TrainerControl`` asks of the run now (or the error a callback raised)."""
+    def _asked(self, epoch: bool = False) -> StepAsk:
+        """What ``TrainerControl`` asks of the run now (or the error a callback raised). ``epoch``:
+        after the step's callbacks (``on_step_end``, ``on_log``, ``on_evaluate``), where transformers'
+        loop reads ``should_epoch_stop``; read, it is cleared, as transformers' next ``on_epoch_begin``
+        does (one set in ``on_save`` is read after the next step's callbacks)."""
         if self.deferred is not None:
             return StepAsk(stop=True, failed=str(self.deferred))
         stop, save = self.control.should_training_stop, self.control.should_save
         if stop and self.state.global_step >= self._steps:
             stop = False  # the run ends here anyway
         why = "a callback set control.should_training_stop" if stop else ""
-        return StepAsk(save=bool(save), stop=bool(stop), why=why)
+        epoch_stop = epoch and bool(self.control.should_epoch_stop)
+        if epoch_stop:
+            self.control.should_epoch_stop = False
+        if epoch and not stop and self._epochs_done(epoch_stop):
+            stop, why = True, "the num_train_epochs are done (a callback set control.should_epoch_stop)"
+        return StepAsk(save=bool(save), stop=bool(stop), why=why, epoch_stop=epoch_stop)
+
+    def _epochs_done(self, epoch_stop: bool) -> bool:
+        """A run ``num_train_epochs`` size (no ``max_steps``) ends, as transformers' loop over them,
+        after the last epoch, which an epoch stop makes come before the steps they were turned
+        into: this step ended it (the epoch after an epoch stop is ``ceil(epoch)``)."""
+        if getattr(self.args, "max_steps", 0) > 0 or not self.state.num_train_epochs or \
+                self.state.global_step >= self._steps:
+            return False
+        done = self.state.epoch or 0.0
+        return (math.ceil(done) if epoch_stop else done) >= self.state.num_train_epochs
 
 
 def training_module(trainer: Any) -> tuple[Any, Any]:

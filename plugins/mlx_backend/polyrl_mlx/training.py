@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.reference import MISMATCH_THRESHOLD, VESPO_LOG_MAX, VESPO_LOG_MIN
-from polyrl.backend_kit.gap_metrics import RATIO_SUMS, SCORED_KEYS, gap_extremes
+from polyrl.backend_kit.gap_metrics import RATIO_SUMS, SCORED_KEYS, gap_extremes, rank_gap
 from polyrl.schedules import lr_at
 from polyrl.types import StepMetrics, TokenSequence, TrainBatch
 
@@ -438,6 +438,8 @@ def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> St
                   if k.startswith(("mismatch_", "entropy", "clip_")) and k not in EXTREMES and k not in RATIO_SUMS},
                **{k: sums[k] for k in EXTREMES if k in sums and k.startswith("clip_")},
                **(gap_extremes(sums, sums, objective.corrects_mismatch) if batch.sampler_logprobs is not None else {}),
+               **(rank_gap(sums, sums, total_tokens, objective.corrects_mismatch)  # one process: its own
+                  if batch.sampler_logprobs is not None else {}),
                **({"off_policy_masked_fraction": sums.get("off_policy_masked", 0.0) / len(batch.sequences)}
                   if objective.off_policy_mask_threshold is not None else {})},
     )

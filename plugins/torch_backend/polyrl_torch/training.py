@@ -21,7 +21,7 @@ import torch
 
 from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.reference import MISMATCH_THRESHOLD, VESPO_LOG_MAX, VESPO_LOG_MIN
-from polyrl.backend_kit.gap_metrics import RATIO_SUMS, SCORED_KEYS, gap_extremes
+from polyrl.backend_kit.gap_metrics import RATIO_SUMS, SCORED_KEYS, gap_extremes, rank_gap
 from polyrl.types import StepMetrics, TrainBatch
 from polyrl_torch import distributed
 from polyrl_torch.devices import wait_for_device
@@ -428,6 +428,9 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     finally:
         engine.model.eval()
     t2 = time.perf_counter()
+    # this rank's own gap, before the sums over ranks (TRL averages per-process means)
+    own_gap = rank_gap(mismatch, extremes, batch.num_tokens, objective.corrects_mismatch) \
+        if batch.sampler_logprobs is not None else {}
 
     if distributed.active():  # every rank must take part, even one whose shard was empty or NaN
         # the metric sums every rank reports (an empty shard contributes zeros)
@@ -458,6 +461,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     extra = {"lr": apply_scheduled_lr(engine),
              **{k: v / (scored if k in SCORED_KEYS else denom) for k, v in mismatch.items() if k in MISMATCH_KEYS},
              **(gap_extremes(mismatch, extremes, objective.corrects_mismatch) if batch.sampler_logprobs is not None else {}),
+             **own_gap,
              **{f"{k}_fraction": v / denom for k, v in regions.items()},
              **({"clip_low_min": low_min, "clip_high_max": high_max} if math.isfinite(low_min) else {}),
              **({"off_policy_masked_fraction": dropped / global_n}
