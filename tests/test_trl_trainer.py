@@ -299,7 +299,7 @@ def test_errors_name_the_scripts_arguments_not_polyrls():
 
 @pytest.mark.parametrize("name, value", [
     ("rollout_func", short),
-    ("quantization_config", object()), ("reward_processing_classes", object()),
+    ("quantization_config", object()),
     ("optimizers", (object(), None)),
 ])
 def test_trainer_arguments_polyrl_would_not_use_are_refused_by_name(tiny_model_dir, tmp_path, name, value):

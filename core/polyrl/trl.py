@@ -9,7 +9,8 @@
     trainer.save_model()
 
 Each argument is read as TRL reads it (``args`` by ``polyrl.api.GRPOConfig.from_trl``,
-``reward_funcs`` by ``polyrl.api.reward_entries``, ``peft_config`` as LoRA, ``tools`` as the
+``reward_funcs`` by ``polyrl.api.reward_entries``, ``reward_processing_classes`` as the reward
+models' tokenizers (``polyrl.trl_reward_tokenizers``), ``peft_config`` as LoRA, ``tools`` as the
 run's ``[environment] tools``, whose calls polyrl's episodes run, ``environment_factory`` as the
 run's environment, ``polyrl.agents.trl_environments``, ``callbacks`` as transformers'
 ``TrainerCallback`` objects called between polyrl's steps, ``polyrl.trl_callbacks``) or refused with
@@ -68,8 +69,6 @@ def _train_output(global_step: int, training_loss: float, metrics: dict[str, flo
 
 #: GRPOTrainer arguments polyrl has no counterpart for -> the fix (None / empty is accepted)
 _REFUSED = {
-    "reward_processing_classes": "remove it: polyrl scores a reward model folder with the tokenizer saved in that "
-                                 "folder (save yours there with save_pretrained)",
     "quantization_config": "remove it: polyrl trains the model in its own precision (quantized training is not "
                            "offered)",
     "rollout_func": "remove it: polyrl samples with its own generate backend; tool calls are tools=[f, g] or "
@@ -134,10 +133,9 @@ class GRPOTrainer:
                  callbacks: Any = None, optimizers: Any = (None, None), quantization_config: Any = None,
                  peft_config: Any = None, tools: Any = None, rollout_func: Any = None,
                  environment_factory: Any = None, *, backend: str = "torch") -> None:
-        from polyrl import api
+        from polyrl import api, trl_reward_tokenizers
 
-        given = {"reward_processing_classes": reward_processing_classes,
-                 "quantization_config": quantization_config, "rollout_func": rollout_func}
+        given = {"quantization_config": quantization_config, "rollout_func": rollout_func}
         for name, value in given.items():
             if value is not None and not (isinstance(value, (list, tuple)) and not value):
                 raise ConfigError(f"GRPOTrainer({name}=...) has no polyrl counterpart", field=name,
@@ -151,10 +149,13 @@ class GRPOTrainer:
         #: the environment_factory, probed (None without one)
         self.trl_environments = _environments(environment_factory, self.tools)
         env_rewards = self.trl_environments.rewards if self.trl_environments is not None else []
+        user_rewards = [] if reward_funcs is None else list(reward_funcs) \
+            if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         if not env_rewards and (reward_funcs is None or (isinstance(reward_funcs, (list, tuple)) and not reward_funcs)):
             raise ConfigError("GRPOTrainer needs reward_funcs", field="reward_funcs",
                               fix="pass a reward function, a list of them, or a reward model folder (or an "
                                   "environment_factory whose environment defines get_reward())")
+        reward_tokenizers = trl_reward_tokenizers.reward_tokenizers(reward_processing_classes, user_rewards)
         if train_dataset is None and self.trl_environments is None:
             raise ConfigError("GRPOTrainer needs a train_dataset", field="train_dataset",
                               fix="pass a datasets.Dataset (or a list of rows) with a prompt column")
@@ -198,9 +199,10 @@ class GRPOTrainer:
         self.accelerator = _Accelerator()
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
-        user_rewards = [] if reward_funcs is None else list(reward_funcs) \
-            if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         self.reward_funcs = [*user_rewards, *env_rewards]  # TRL's list: get_reward's rewards appended
+        #: the folder each reward model's tokenizer from reward_processing_classes is saved in (None: its own)
+        self._reward_tokenizers = [*trl_reward_tokenizers.save_reward_tokenizers(
+            reward_tokenizers, self.grpo_config.output_dir), *[None] * len(env_rewards)]
         self.summary: dict[str, Any] | None = None
         #: (the model folder ``evaluate()`` evaluates, the engines holding it): loaded by the first
         #: ``evaluate()``, or the run's own after ``train()``, so a later ``evaluate()`` loads nothing
@@ -312,7 +314,8 @@ class GRPOTrainer:
         from polyrl import api
 
         config, plugins = api.run_config(api.grpo, policy=policy, prompts=self.train_dataset,
-                                         rewards=self.reward_funcs, grpo_config=grpo_config, eval_prompts=eval_prompts)
+                                         rewards=self.reward_funcs, grpo_config=grpo_config, eval_prompts=eval_prompts,
+                                         reward_tokenizers=self._reward_tokenizers)
         if self.environment is not None:
             config = attrs.evolve(config, environment=self.environment)
             plugins = [*plugins, *([self.tools] if self.tools is not None else [])]
