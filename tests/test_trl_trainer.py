@@ -309,6 +309,26 @@ def test_trainer_arguments_polyrl_would_not_use_are_refused_by_name(tiny_model_d
     assert err.value.field == name and err.value.fix
 
 
+def test_a_users_optimizer_is_one_line_naming_the_grpo_config_fields(tiny_model_dir, tmp_path):
+    """TRL's optimizers=(optimizer, scheduler), or a bare optimizer (it used to be a TypeError from
+    tuple(optimizer)): one ConfigError saying why it is not used and which GRPOConfig fields are."""
+    import torch
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    for given in [(optimizer, scheduler), optimizer, (None, scheduler)]:
+        with pytest.raises(ConfigError, match=r"trains its own copy of the model") as err:
+            GRPOTrainer(model=model, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset(),
+                        optimizers=given)
+        assert err.value.field == "optimizers" and "learning_rate" in err.value.fix and "warmup_steps" in err.value.fix
+        assert "\n" not in str(err.value)
+    GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset(),
+                optimizers=[None, None])  # TRL's default, as a list
+
+
 def has_digit(completions, **kwargs):
     """A second TRL-style reward, weighted 0.5 below."""
     return [1.0 if any(ch.isdigit() for ch in c) else 0.0 for c in completions]

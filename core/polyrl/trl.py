@@ -140,11 +140,7 @@ class GRPOTrainer:
             if value is not None and not (isinstance(value, (list, tuple)) and not value):
                 raise ConfigError(f"GRPOTrainer({name}=...) has no polyrl counterpart", field=name,
                                   fix=_REFUSED[name])
-        if tuple(optimizers or (None, None)) != (None, None):
-            raise ConfigError("GRPOTrainer(optimizers=...) has no polyrl counterpart: polyrl builds the AdamW and "
-                              "the schedule itself", field="optimizers",
-                              fix="remove it and set learning_rate, adam_beta1/2, weight_decay and lr_scheduler_type "
-                                  "in the GRPOConfig, which polyrl reads")
+        _refuse_optimizers(optimizers)
         self.tools = _tools(tools)
         #: the environment_factory, probed (None without one)
         self.trl_environments = _environments(environment_factory, self.tools)
@@ -812,6 +808,24 @@ def _default_args(model: Any) -> Any:
         return GRPOConfig(output_dir)
     except ValueError:  # TrainingArguments' bf16 device check; polyrl places the model itself (use_cpu unread)
         return GRPOConfig(output_dir, use_cpu=True)
+
+
+def _refuse_optimizers(optimizers: Any) -> None:
+    """One ConfigError for TRL's ``optimizers=(optimizer, lr_scheduler)`` other than ``(None, None)``
+    (a bare optimizer too, not a TypeError). Why refused: the backend trains its own copy of the
+    model, loaded from a folder (``initial_model`` for an object), in its dtype, maybe with LoRA,
+    sharded or in another process, so an optimizer built on the script's ``model.parameters()``
+    would update tensors no step trains; and a run resumes exactly from AdamW's own saved state and
+    polyrl's schedule formula, which a script's optimizer class and scheduler closure are not."""
+    pair = optimizers if isinstance(optimizers, (list, tuple)) else (optimizers,)
+    if all(part is None for part in pair):
+        return
+    raise ConfigError("GRPOTrainer(optimizers=...) is not used: polyrl's backend trains its own copy of the model "
+                      "(an optimizer on your model.parameters() would update tensors no step trains) and builds "
+                      "AdamW and the learning-rate schedule itself, resumed exactly from its checkpoints",
+                      field="optimizers",
+                      fix="remove it and set learning_rate, adam_beta1, adam_beta2, adam_epsilon, weight_decay, "
+                          "lr_scheduler_type and warmup_steps in the GRPOConfig, which polyrl reads")
 
 
 def _model_folder(model: Any, processing_class: Any, output_dir: str) -> str:

@@ -89,7 +89,7 @@ def save_reward_tokenizers(tokenizers: Sequence[Any], output_dir: str) -> list[s
             os.rename(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        folders.append(str(target))
+        folders.append(os.path.abspath(target))  # the same folder whatever directory a reward runs in
     return folders
 
 
