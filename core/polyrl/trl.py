@@ -9,8 +9,9 @@
     trainer.save_model()
 
 Each argument is read as TRL reads it (``args`` by ``polyrl.api.GRPOConfig.from_trl``,
-``reward_funcs`` by ``polyrl.api.reward_entries``, ``reward_processing_classes`` as the reward
-models' tokenizers (``polyrl.trl_reward_tokenizers``), ``peft_config`` as LoRA, ``tools`` as the
+``reward_funcs`` by ``polyrl.api.reward_entries`` (a reward model object saved to a folder first) and
+``reward_processing_classes`` as the reward models' tokenizers (``polyrl.trl_reward_models``),
+``peft_config`` as LoRA, ``tools`` as the
 run's ``[environment] tools``, whose calls polyrl's episodes run, ``environment_factory`` as the
 run's environment, ``polyrl.agents.trl_environments``, ``callbacks`` as transformers'
 ``TrainerCallback`` objects called between polyrl's steps, ``polyrl.trl_callbacks``) or refused with
@@ -133,7 +134,7 @@ class GRPOTrainer:
                  callbacks: Any = None, optimizers: Any = (None, None), quantization_config: Any = None,
                  peft_config: Any = None, tools: Any = None, rollout_func: Any = None,
                  environment_factory: Any = None, *, backend: str = "torch") -> None:
-        from polyrl import api, trl_reward_tokenizers
+        from polyrl import api, trl_reward_models
 
         given = {"quantization_config": quantization_config, "rollout_func": rollout_func}
         for name, value in given.items():
@@ -151,7 +152,7 @@ class GRPOTrainer:
             raise ConfigError("GRPOTrainer needs reward_funcs", field="reward_funcs",
                               fix="pass a reward function, a list of them, or a reward model folder (or an "
                                   "environment_factory whose environment defines get_reward())")
-        reward_tokenizers = trl_reward_tokenizers.reward_tokenizers(reward_processing_classes, user_rewards)
+        reward_tokenizers = trl_reward_models.reward_tokenizers(reward_processing_classes, user_rewards)
         if train_dataset is None and self.trl_environments is None:
             raise ConfigError("GRPOTrainer needs a train_dataset", field="train_dataset",
                               fix="pass a datasets.Dataset (or a list of rows) with a prompt column")
@@ -196,9 +197,12 @@ class GRPOTrainer:
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
         self.reward_funcs = [*user_rewards, *env_rewards]  # TRL's list: get_reward's rewards appended
+        entries, tokenizer_folders = trl_reward_models.saved_reward_models(user_rewards, reward_tokenizers,
+                                                                            self.grpo_config.output_dir)
+        #: reward_funcs as polyrl's rewards read them: a reward model object as the folder it is saved to
+        self._reward_entries = [*entries, *env_rewards]
         #: the folder each reward model's tokenizer from reward_processing_classes is saved in (None: its own)
-        self._reward_tokenizers = [*trl_reward_tokenizers.save_reward_tokenizers(
-            reward_tokenizers, self.grpo_config.output_dir), *[None] * len(env_rewards)]
+        self._reward_tokenizers = [*tokenizer_folders, *[None] * len(env_rewards)]
         self.summary: dict[str, Any] | None = None
         #: (the model folder ``evaluate()`` evaluates, the engines holding it): loaded by the first
         #: ``evaluate()``, or the run's own after ``train()``, so a later ``evaluate()`` loads nothing
@@ -310,7 +314,7 @@ class GRPOTrainer:
         from polyrl import api
 
         config, plugins = api.run_config(api.grpo, policy=policy, prompts=self.train_dataset,
-                                         rewards=self.reward_funcs, grpo_config=grpo_config, eval_prompts=eval_prompts,
+                                         rewards=self._reward_entries, grpo_config=grpo_config, eval_prompts=eval_prompts,
                                          reward_tokenizers=self._reward_tokenizers)
         if self.environment is not None:
             config = attrs.evolve(config, environment=self.environment)

@@ -1,6 +1,7 @@
 """TRL's ``GRPOTrainer(reward_processing_classes=...)``: a reward model in ``reward_funcs`` scores
 text tokenized by the script's tokenizer, as TRL 1.16's ``_calculate_rewards`` tokenizes it, not by
-the tokenizer saved in the model folder (the argument used to be refused)."""
+the tokenizer saved in the model folder (the argument used to be refused); a sequence-classification
+model object in ``reward_funcs`` is scored too (it used to be refused), saved with its tokenizer."""
 
 from __future__ import annotations
 
@@ -74,13 +75,16 @@ def _dataset():
 
 
 def test_a_reward_model_scores_with_the_scripts_tokenizer_as_trl(tiny_model_dir, rm_path, byte_tokenizer, tmp_path):
-    """reward_processing_classes=[tokenizer, <ignored>] beside reward_funcs=[rm_folder, function]:
-    every logged reward-model score equals TRL's scoring of that prompt + completion with the
-    script's tokenizer, and differs from scoring with the folder's own tokenizer."""
-    from transformers import AutoTokenizer
+    """reward_processing_classes=[tokenizer, <ignored>, None] beside reward_funcs=[rm_folder,
+    function, rm_object]: every logged score of the folder equals TRL's scoring of that prompt +
+    completion with the script's tokenizer, and differs from scoring with the folder's own
+    tokenizer; the model object (None: its name's tokenizer, as TRL loads it) scores as TRL's."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[rm_path, short], args=_args(tmp_path),
-                          train_dataset=_dataset(), reward_processing_classes=[byte_tokenizer, object()])
+    rm_object = AutoModelForSequenceClassification.from_pretrained(rm_path)
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[rm_path, short, rm_object], args=_args(tmp_path),
+                          train_dataset=_dataset(), reward_processing_classes=[byte_tokenizer, object(), None])
+    assert trainer.reward_funcs[2] is rm_object  # TRL's list, as given
     trainer.train()
     records = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
     assert len(records) == 4
@@ -89,6 +93,7 @@ def test_a_reward_model_scores_with_the_scripts_tokenizer_as_trl(tiny_model_dir,
     np.testing.assert_allclose(logged, trl_scores(rm_path, byte_tokenizer, texts), atol=1e-5, rtol=0)
     folders = trl_scores(rm_path, AutoTokenizer.from_pretrained(rm_path), texts)
     assert np.abs(logged - folders).min() > 1e-3  # the folder's tokenizer scores other numbers
+    np.testing.assert_allclose([r["rewards"]["reward_model_2"] for r in records], folders, atol=1e-5, rtol=0)
     assert [r["rewards"]["short"] for r in records] == pytest.approx([-len(r["completion"]) / 10 for r in records])
 
 
@@ -110,6 +115,29 @@ def test_one_tokenizer_for_one_reward_model_and_none_keep_trls_meaning(rm_path, 
     plain = GRPOTrainer(model="m", reward_funcs=[rm_path], args=_args(tmp_path), train_dataset=_dataset(),
                         reward_processing_classes=[None])
     assert plain._reward_tokenizers == [None]
+
+
+def test_a_reward_model_object_is_saved_with_the_scripts_tokenizer(rm_path, byte_tokenizer, tmp_path):
+    """A model object in reward_funcs is saved with the tokenizer given for it, and that folder is
+    the reward model polyrl scores with (reward_model's path); a causal LM is one clear error."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    from polyrl.testing.tiny_model import build_tiny_llama
+
+    rm_object = AutoModelForSequenceClassification.from_pretrained(rm_path)
+    trainer = GRPOTrainer(model="m", reward_funcs=[short, rm_object], args=_args(tmp_path), train_dataset=_dataset(),
+                          reward_processing_classes=[None, byte_tokenizer])
+    folder = trainer._reward_entries[1]
+    assert Path(folder) == tmp_path / "run" / "reward_models" / "reward_funcs_1" and trainer._reward_tokenizers == [None, None]
+    assert AutoTokenizer.from_pretrained(folder).get_vocab() == byte_tokenizer.get_vocab()
+    saved = AutoModelForSequenceClassification.from_pretrained(folder)
+    assert all(torch.equal(a, b) for a, b in zip(saved.state_dict().values(), rm_object.state_dict().values()))
+    causal = AutoModelForCausalLM.from_pretrained(build_tiny_llama(tmp_path / "lm"))
+    with pytest.raises(ConfigError, match=r"reward_funcs\[0\] is a LlamaForCausalLM; a reward model is a sequence "
+                                          r"classifier") as err:
+        GRPOTrainer(model="m", reward_funcs=[causal], args=_args(tmp_path), train_dataset=_dataset(),
+                    reward_processing_classes=byte_tokenizer)
+    assert err.value.field == "reward_funcs[0]" and "AutoModelForSequenceClassification" in err.value.fix
 
 
 @pytest.mark.parametrize("given, message", [
