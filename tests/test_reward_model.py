@@ -193,3 +193,72 @@ def test_chat_template_kwargs_reach_the_reward_models_template_as_trl_passes_the
     with pytest.raises(RewardError, match=r"reward_model: option chat_template_kwargs: must be a table.*Fix: e\.g\. "
                                           r"options\.chat_template_kwargs"):
         score(str(folder), chats, replies, chat_template_kwargs=["enable_thinking"])
+
+
+def _trl_scores(folder, tokenizer, texts):
+    """TRL 1.16's reward-model scoring of text prompts: the tokenizer's pad token (the eos without
+    one) is the model's pad_token_id, the texts right-padded without special tokens."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.config.get_text_config().pad_token_id = tokenizer.pad_token_id
+    batch = tokenizer(text=texts, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
+    with torch.inference_mode():
+        return model(**batch).logits[:, 0].numpy()
+
+
+def test_the_tokenizer_option_scores_with_that_tokenizer(rm_path, tmp_path):
+    """options.tokenizer (TRL's reward_processing_classes, as polyrl.trl saves it): the pairs are
+    tokenized by that tokenizer, whose pad token becomes the model's, as TRL scores them."""
+    from transformers import AutoTokenizer
+
+    from polyrl.testing.tiny_model import build_tiny_model
+
+    source = build_tiny_model(tmp_path / "bytes", tokenizer="bytes", num_layers=1, hidden_size=32, num_heads=2,
+                              num_kv_heads=1, intermediate_size=32)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    tokenizer.pad_token = None  # TRL pads with the eos then
+    tokenizer.save_pretrained(tmp_path / "tok")
+    texts, replies = [p for p in PROMPTS if isinstance(p, str)], COMPLETIONS[:4]
+    texts = texts[:4]
+    ours = score(rm_path, texts, replies, tokenizer=str(tmp_path / "tok")).total
+    expected = _trl_scores(rm_path, AutoTokenizer.from_pretrained(tmp_path / "tok"),
+                           [p + c for p, c in zip(texts, replies)])
+    np.testing.assert_allclose(ours, expected, atol=1e-5, rtol=0)
+    assert not np.allclose(ours, score(rm_path, texts, replies).total, atol=1e-3)
+    with pytest.raises(RewardError, match=r"options\.tokenizer: cannot load a tokenizer from .*Fix: point "
+                                          r"options\.tokenizer at a folder"):
+        score(rm_path, texts, replies, tokenizer=str(tmp_path / "missing"))
+    with pytest.raises(RewardError, match=r"needs option 'tokenizer'"):
+        score(rm_path, texts, replies, tokenizer="")
+
+
+def test_a_tokenizer_writing_ids_the_model_lacks_is_named(rm_path, tmp_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(rm_path)
+    tokenizer.add_tokens(["<beyond>"])  # id 512: the model embeds 0..511
+    tokenizer.save_pretrained(tmp_path / "tok")
+    with pytest.raises(RewardError, match=r"options\.tokenizer: the tokenizer wrote token id 512, but the model at "
+                                          r".* embeds ids 0\.\.511 only\. Fix: "):
+        score(rm_path, ["Say <beyond>"], ["ok"], tokenizer=str(tmp_path / "tok"))
+
+
+def test_a_config_pad_id_other_than_the_tokenizers_is_replaced_as_trl_does(rm_path, tmp_path):
+    """A folder whose config.json names another pad_token_id than its tokenizer pads with: the
+    model pooled a padded sequence's padding, so a batch scored other numbers than one by one.
+    TRL sets the model's pad_token_id to the tokenizer's; so does reward_model now."""
+    import json
+    import shutil
+
+    folder = tmp_path / "rm-pad"
+    shutil.copytree(rm_path, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "pad_token_id": 0}))  # the tokenizer pads with 3
+    batched = score(str(folder), batch_size=5).total
+    single = np.array([score(str(folder), [p], [c], batch_size=1).total[0] for p, c in zip(PROMPTS, COMPLETIONS)])
+    np.testing.assert_allclose(batched, single, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(batched, score(rm_path, batch_size=5).total, atol=1e-5, rtol=0)

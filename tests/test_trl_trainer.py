@@ -299,7 +299,7 @@ def test_errors_name_the_scripts_arguments_not_polyrls():
 
 @pytest.mark.parametrize("name, value", [
     ("rollout_func", short),
-    ("quantization_config", object()), ("reward_processing_classes", object()),
+    ("quantization_config", object()),
     ("optimizers", (object(), None)),
 ])
 def test_trainer_arguments_polyrl_would_not_use_are_refused_by_name(tiny_model_dir, tmp_path, name, value):
@@ -307,6 +307,26 @@ def test_trainer_arguments_polyrl_would_not_use_are_refused_by_name(tiny_model_d
         GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset(),
                     **{name: value})
     assert err.value.field == name and err.value.fix
+
+
+def test_a_users_optimizer_is_one_line_naming_the_grpo_config_fields(tiny_model_dir, tmp_path):
+    """TRL's optimizers=(optimizer, scheduler), or a bare optimizer (it used to be a TypeError from
+    tuple(optimizer)): one ConfigError saying why it is not used and which GRPOConfig fields are."""
+    import torch
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    for given in [(optimizer, scheduler), optimizer, (None, scheduler)]:
+        with pytest.raises(ConfigError, match=r"trains its own copy of the model") as err:
+            GRPOTrainer(model=model, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset(),
+                        optimizers=given)
+        assert err.value.field == "optimizers" and "learning_rate" in err.value.fix and "warmup_steps" in err.value.fix
+        assert "\n" not in str(err.value)
+    GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset(),
+                optimizers=[None, None])  # TRL's default, as a list
 
 
 def has_digit(completions, **kwargs):

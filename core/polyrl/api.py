@@ -291,13 +291,23 @@ def reward_model_options(folder: str) -> dict[str, Any]:
     return options
 
 
-def reward_entries(rewards: Any, weights: Sequence[float] | None = None) -> tuple[list[RewardSection], list[Any]]:
+def is_reward_model_folder(reward: Any) -> bool:
+    """Whether ``reward_entries`` reads ``reward`` as a reward model: a string naming a local
+    folder with a config.json."""
+    return isinstance(reward, str) and (Path(reward) / "config.json").is_file()
+
+
+def reward_entries(rewards: Any, weights: Sequence[float] | None = None,
+                   tokenizers: Sequence[str | None] | None = None) -> tuple[list[RewardSection], list[Any]]:
     """The ``[[rewards]]`` entries and function plugins for ``rewards``, read as TRL reads
     ``reward_funcs``: one reward or a list; a function is named as TRL names it (a partial after
     the function it wraps, a callable object after its class; a repeated name gets ``_2``, ``_3``);
     a string naming a local model folder is a reward model (polyrl's ``reward_model``, labelled
     ``reward_model``, ``reward_model_2``... when there are several). A model
-    object or a Hub id is one error saying how to pass it; ``weights`` is TRL's ``reward_weights``."""
+    object or a Hub id is one error saying how to pass it; ``weights`` is TRL's ``reward_weights``.
+    ``tokenizers``, aligned with ``rewards``: the folder holding the tokenizer each reward model
+    scores with (its ``tokenizer`` option: TRL's ``reward_processing_classes``, which
+    ``polyrl.trl`` saves); None, or an entry for another reward, leaves the model folder's own."""
     from polyrl.rewards.functions import function_reward_plugin
 
     if isinstance(rewards, (str, bytes)) or callable(rewards):
@@ -328,8 +338,12 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None) -> tupl
         return name
 
     for i, (reward, weight) in enumerate(zip(rewards, weights)):
-        if isinstance(reward, str) and (Path(reward) / "config.json").is_file():
-            sections.append(RewardSection(name="reward_model", weight=weight, options=reward_model_options(reward),
+        if is_reward_model_folder(reward):
+            options = reward_model_options(reward)
+            tokenizer = tokenizers[i] if tokenizers is not None and i < len(tokenizers) else None
+            if tokenizer is not None:
+                options["tokenizer"] = tokenizer
+            sections.append(RewardSection(name="reward_model", weight=weight, options=options,
                                           label=unused("reward_model")))
         elif isinstance(reward, str) and "/" in reward:
             raise ConfigError(f"rewards[{i}] = {reward!r} is neither a reward name nor a model folder with a "
@@ -461,8 +475,10 @@ def run_config(
     grpo_config: GRPOConfig | Any | None = None,
     eval_count: int = 0,
     eval_prompts: Sequence[Any] | None = None,
+    reward_tokenizers: Sequence[str | None] | None = None,
 ) -> tuple[RunConfig, list[Any]]:
-    """``run``'s ``RunConfig`` and reward function plugins, built without running."""
+    """``run``'s ``RunConfig`` and reward function plugins, built without running
+    (``reward_tokenizers``: ``reward_entries``' ``tokenizers``, from ``polyrl.trl``)."""
     gen = generation_config or GenerationConfig()
     if _is_trl_config(grpo_config):
         grpo_config = GRPOConfig.from_trl(grpo_config)
@@ -484,7 +500,7 @@ def run_config(
     overrides.update({k.partition(".")[2]: settings.pop(k) for k in list(settings) if k.startswith("algorithm.")})
     if cfg._from_trl and algorithm != (trl_preset or grpo):
         _refuse_preset_over_trl(algorithm, overrides)
-    reward_sections, plugins = reward_entries(rewards, cfg.reward_weights)
+    reward_sections, plugins = reward_entries(rewards, cfg.reward_weights, reward_tokenizers)
     if cfg.chat_template_kwargs:  # TRL renders its reward models' chat templates with them too
         reward_sections = [attrs.evolve(s, options={**s.options, "chat_template_kwargs": dict(cfg.chat_template_kwargs)})
                            if s.name == "reward_model" and "path" in s.options else s for s in reward_sections]

@@ -9,7 +9,9 @@
     trainer.save_model()
 
 Each argument is read as TRL reads it (``args`` by ``polyrl.api.GRPOConfig.from_trl``,
-``reward_funcs`` by ``polyrl.api.reward_entries``, ``peft_config`` as LoRA, ``tools`` as the
+``reward_funcs`` by ``polyrl.api.reward_entries`` (a reward model object saved to a folder first) and
+``reward_processing_classes`` as the reward models' tokenizers (``polyrl.trl_reward_models``),
+``peft_config`` as LoRA, ``tools`` as the
 run's ``[environment] tools``, whose calls polyrl's episodes run, ``environment_factory`` as the
 run's environment, ``polyrl.agents.trl_environments``, ``callbacks`` as transformers'
 ``TrainerCallback`` objects called between polyrl's steps, ``polyrl.trl_callbacks``) or refused with
@@ -68,8 +70,6 @@ def _train_output(global_step: int, training_loss: float, metrics: dict[str, flo
 
 #: GRPOTrainer arguments polyrl has no counterpart for -> the fix (None / empty is accepted)
 _REFUSED = {
-    "reward_processing_classes": "remove it: polyrl scores a reward model folder with the tokenizer saved in that "
-                                 "folder (save yours there with save_pretrained)",
     "quantization_config": "remove it: polyrl trains the model in its own precision (quantized training is not "
                            "offered)",
     "rollout_func": "remove it: polyrl samples with its own generate backend; tool calls are tools=[f, g] or "
@@ -134,27 +134,25 @@ class GRPOTrainer:
                  callbacks: Any = None, optimizers: Any = (None, None), quantization_config: Any = None,
                  peft_config: Any = None, tools: Any = None, rollout_func: Any = None,
                  environment_factory: Any = None, *, backend: str = "torch") -> None:
-        from polyrl import api
+        from polyrl import api, trl_reward_models
 
-        given = {"reward_processing_classes": reward_processing_classes,
-                 "quantization_config": quantization_config, "rollout_func": rollout_func}
+        given = {"quantization_config": quantization_config, "rollout_func": rollout_func}
         for name, value in given.items():
             if value is not None and not (isinstance(value, (list, tuple)) and not value):
                 raise ConfigError(f"GRPOTrainer({name}=...) has no polyrl counterpart", field=name,
                                   fix=_REFUSED[name])
-        if tuple(optimizers or (None, None)) != (None, None):
-            raise ConfigError("GRPOTrainer(optimizers=...) has no polyrl counterpart: polyrl builds the AdamW and "
-                              "the schedule itself", field="optimizers",
-                              fix="remove it and set learning_rate, adam_beta1/2, weight_decay and lr_scheduler_type "
-                                  "in the GRPOConfig, which polyrl reads")
+        _refuse_optimizers(optimizers)
         self.tools = _tools(tools)
         #: the environment_factory, probed (None without one)
         self.trl_environments = _environments(environment_factory, self.tools)
         env_rewards = self.trl_environments.rewards if self.trl_environments is not None else []
+        user_rewards = [] if reward_funcs is None else list(reward_funcs) \
+            if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         if not env_rewards and (reward_funcs is None or (isinstance(reward_funcs, (list, tuple)) and not reward_funcs)):
             raise ConfigError("GRPOTrainer needs reward_funcs", field="reward_funcs",
                               fix="pass a reward function, a list of them, or a reward model folder (or an "
                                   "environment_factory whose environment defines get_reward())")
+        reward_tokenizers = trl_reward_models.reward_tokenizers(reward_processing_classes, user_rewards)
         if train_dataset is None and self.trl_environments is None:
             raise ConfigError("GRPOTrainer needs a train_dataset", field="train_dataset",
                               fix="pass a datasets.Dataset (or a list of rows) with a prompt column")
@@ -198,9 +196,13 @@ class GRPOTrainer:
         self.accelerator = _Accelerator()
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
-        user_rewards = [] if reward_funcs is None else list(reward_funcs) \
-            if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         self.reward_funcs = [*user_rewards, *env_rewards]  # TRL's list: get_reward's rewards appended
+        entries, tokenizer_folders = trl_reward_models.saved_reward_models(user_rewards, reward_tokenizers,
+                                                                            self.grpo_config.output_dir)
+        #: reward_funcs as polyrl's rewards read them: a reward model object as the folder it is saved to
+        self._reward_entries = [*entries, *env_rewards]
+        #: the folder each reward model's tokenizer from reward_processing_classes is saved in (None: its own)
+        self._reward_tokenizers = [*tokenizer_folders, *[None] * len(env_rewards)]
         self.summary: dict[str, Any] | None = None
         #: (the model folder ``evaluate()`` evaluates, the engines holding it): loaded by the first
         #: ``evaluate()``, or the run's own after ``train()``, so a later ``evaluate()`` loads nothing
@@ -312,7 +314,8 @@ class GRPOTrainer:
         from polyrl import api
 
         config, plugins = api.run_config(api.grpo, policy=policy, prompts=self.train_dataset,
-                                         rewards=self.reward_funcs, grpo_config=grpo_config, eval_prompts=eval_prompts)
+                                         rewards=self._reward_entries, grpo_config=grpo_config, eval_prompts=eval_prompts,
+                                         reward_tokenizers=self._reward_tokenizers)
         if self.environment is not None:
             config = attrs.evolve(config, environment=self.environment)
             plugins = [*plugins, *([self.tools] if self.tools is not None else [])]
@@ -809,6 +812,24 @@ def _default_args(model: Any) -> Any:
         return GRPOConfig(output_dir)
     except ValueError:  # TrainingArguments' bf16 device check; polyrl places the model itself (use_cpu unread)
         return GRPOConfig(output_dir, use_cpu=True)
+
+
+def _refuse_optimizers(optimizers: Any) -> None:
+    """One ConfigError for TRL's ``optimizers=(optimizer, lr_scheduler)`` other than ``(None, None)``
+    (a bare optimizer too, not a TypeError). Why refused: the backend trains its own copy of the
+    model, loaded from a folder (``initial_model`` for an object), in its dtype, maybe with LoRA,
+    sharded or in another process, so an optimizer built on the script's ``model.parameters()``
+    would update tensors no step trains; and a run resumes exactly from AdamW's own saved state and
+    polyrl's schedule formula, which a script's optimizer class and scheduler closure are not."""
+    pair = optimizers if isinstance(optimizers, (list, tuple)) else (optimizers,)
+    if all(part is None for part in pair):
+        return
+    raise ConfigError("GRPOTrainer(optimizers=...) is not used: polyrl's backend trains its own copy of the model "
+                      "(an optimizer on your model.parameters() would update tensors no step trains) and builds "
+                      "AdamW and the learning-rate schedule itself, resumed exactly from its checkpoints",
+                      field="optimizers",
+                      fix="remove it and set learning_rate, adam_beta1, adam_beta2, adam_epsilon, weight_decay, "
+                          "lr_scheduler_type and warmup_steps in the GRPOConfig, which polyrl reads")
 
 
 def _model_folder(model: Any, processing_class: Any, output_dir: str) -> str:

@@ -7,6 +7,8 @@ reward model with one label. torch and transformers are imported only when the r
 Options (``[[rewards]] name = "reward_model"``); unknown options are an error:
 
 ``path``           required: a local HF folder (model + tokenizer) or an alias a plugin resolves
+``tokenizer``      a folder holding the tokenizer to score with (default: the one in ``path``), e.g.
+                   TRL's ``reward_processing_classes`` saved by the TRL route (``polyrl.trl``)
 ``batch_size``     sequences per forward pass (default 8)
 ``max_length``     tokens per sequence; longer ones are cut from the left, keeping the completion
                    (default 1024)
@@ -25,8 +27,9 @@ Options (``[[rewards]] name = "reward_model"``); unknown options are an error:
 ``device``         "auto" (default: CUDA when torch sees a GPU, else the CPU), "cpu", "cuda", "mps"...
 ``dtype``          "float32" (default), "bfloat16", "float16"
 
-Sequences are right-padded and the model pools its last non-padding token, so a batch scores the
-same as one-by-one (up to float rounding); the model runs in eval mode under ``torch.inference_mode``
+Sequences are right-padded with the tokenizer's pad token (its eos when it has none), which becomes
+the model's ``config.pad_token_id`` as TRL sets it, and the model pools its last non-padding token,
+so a batch scores the same as one-by-one (up to float rounding); the model runs in eval mode under ``torch.inference_mode``
 and scores are deterministic for fixed inputs.
 """
 
@@ -48,16 +51,18 @@ from polyrl_torch.load_report import held_load_report
 from polyrl_torch.reward_weights import refuse_incomplete_weights
 
 NAME = "reward_model"
-DEFAULTS: dict[str, Any] = {"path": None, "batch_size": 8, "max_length": 1024, "chat_template": "auto",
+DEFAULTS: dict[str, Any] = {"path": None, "tokenizer": None, "batch_size": 8, "max_length": 1024, "chat_template": "auto",
                             "chat_template_kwargs": None, "label": None, "device": "auto", "dtype": "float32"}
 
-_loaded: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+_loaded: dict[tuple[str, str, str, str | None], tuple[Any, Any]] = {}
 _lock = threading.Lock()
 
 
 def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
     opts = merged(NAME, given, DEFAULTS)
     required_text(NAME, opts, "path", '"path/to/reward-model"')
+    if opts["tokenizer"] is not None:
+        required_text(NAME, opts, "tokenizer", '"path/to/tokenizer-folder" (or leave it out: the model folder\'s)')
     for key in ("batch_size", "max_length"):
         whole_number(NAME, opts, key, DEFAULTS[key])
     chat_template_choice(NAME, opts)
@@ -77,9 +82,14 @@ def torch_device(name: str) -> Any:
                           "\"cuda:N\" where torch sees a GPU)") from exc
 
 
-def load_reward_model(path: str, device: str = "auto", dtype: str = "float32") -> tuple[Any, Any]:
-    """(model, tokenizer) for ``path``, loaded once per process (eval mode, right padding)."""
-    key = (path, device, dtype)
+def load_reward_model(path: str, device: str = "auto", dtype: str = "float32",
+                      tokenizer_path: str | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer) for ``path``, loaded once per process (eval mode, right padding); the
+    tokenizer from ``tokenizer_path`` when given (TRL's ``reward_processing_classes``), else the
+    folder's. The model's ``pad_token_id`` is the tokenizer's pad token (the eos without one), as
+    TRL sets it: the model pools the last token that is not that id, so a config naming another id
+    than the one batches are padded with would pool a padded sequence's padding."""
+    key = (path, device, dtype, tokenizer_path)
     with _lock:
         if key in _loaded:
             return _loaded[key]
@@ -102,8 +112,11 @@ def load_reward_model(path: str, device: str = "auto", dtype: str = "float32") -
         target = torch_device(device)  # before loading: a bad device fails fast
         try:
             refuse_outside_links(resolved, field="options.path")
+            if tokenizer_path is not None:
+                refuse_outside_links(tokenizer_path, field="options.tokenizer")
             # never the folder's own Python (auto_map): transformers would otherwise ask on stdin
-            tokenizer = AutoTokenizer.from_pretrained(resolved, trust_remote_code=False)
+            tokenizer = _tokenizer(AutoTokenizer, tokenizer_path) if tokenizer_path is not None else \
+                AutoTokenizer.from_pretrained(resolved, trust_remote_code=False)
             hf_config = AutoConfig.from_pretrained(resolved, trust_remote_code=False)
             # config.json's sizes against the safetensors headers, before the model is built
             refuse_sizes_beyond_weights(resolved, config_sizes(hf_config), field="options.path")
@@ -129,17 +142,39 @@ def load_reward_model(path: str, device: str = "auto", dtype: str = "float32") -
         tokenizer.truncation_side = "left"
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        if model.config.pad_token_id is None:
-            model.config.pad_token_id = tokenizer.pad_token_id
+        model.config.pad_token_id = tokenizer.pad_token_id  # TRL's rule (GRPOTrainer.__init__)
+        model.config.get_text_config().pad_token_id = tokenizer.pad_token_id
         model.to(target).eval()
         _loaded[key] = (model, tokenizer)
         return model, tokenizer
 
 
+def _tokenizer(auto_tokenizer: Any, folder: str) -> Any:
+    """The tokenizer saved in ``folder`` (``options.tokenizer``), its own Python never run."""
+    try:
+        return auto_tokenizer.from_pretrained(folder, trust_remote_code=False)
+    except (OSError, ValueError) as exc:
+        raise RewardError(f"{NAME}: options.tokenizer: cannot load a tokenizer from {folder!r}: {exc}. "
+                          "Fix: point options.tokenizer at a folder a tokenizer was saved to "
+                          "(tokenizer.save_pretrained(DIR)), or leave it out to use the model folder's") from None
+
+
+def _refuse_ids_beyond_embeddings(model: Any, ids: Sequence[Sequence[int]], opts: Mapping[str, Any]) -> None:
+    """A RewardError when the tokenizer wrote an id the model has no embedding for: a tokenizer of
+    another model (``options.tokenizer``) would otherwise fail inside torch's embedding lookup."""
+    rows = int(model.get_input_embeddings().num_embeddings)
+    top = max((max(row) for row in ids if row), default=-1)
+    if top >= rows:
+        source = "options.tokenizer" if opts["tokenizer"] is not None else "options.path"
+        raise RewardError(f"{NAME}: {source}: the tokenizer wrote token id {top}, but the model at {opts['path']!r} "
+                          f"embeds ids 0..{rows - 1} only. Fix: score with the reward model's own tokenizer "
+                          "(or one made for its vocabulary)")
+
+
 def score_texts(prompts: Sequence[Prompt], completions: Sequence[str], options: Mapping[str, Any] | None) -> list[float]:
     """Reward-model scores of (prompt, completion) pairs, in batches of ``batch_size``."""
     opts = _options(options)
-    model, tokenizer = load_reward_model(opts["path"], opts["device"], opts["dtype"])
+    model, tokenizer = load_reward_model(opts["path"], opts["device"], opts["dtype"], opts["tokenizer"])
     import torch
 
     num_labels = int(getattr(model.config, "num_labels", 1))
@@ -153,6 +188,7 @@ def score_texts(prompts: Sequence[Prompt], completions: Sequence[str], options: 
         raise RewardError(f"{NAME}: label must be in 0..{num_labels - 1}, got {label!r}")
     ids = [encode_pair(tokenizer, p, c, opts["chat_template"], opts["max_length"],
                        template_kwargs=opts["chat_template_kwargs"]) for p, c in zip(prompts, completions)]
+    _refuse_ids_beyond_embeddings(model, ids, opts)
     scores: list[float] = []
     with torch.inference_mode():
         for start in range(0, len(ids), opts["batch_size"]):

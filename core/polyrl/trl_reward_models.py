@@ -1,0 +1,149 @@
+"""The reward models of TRL's ``GRPOTrainer``: model objects in ``reward_funcs`` and the tokenizers of
+``reward_processing_classes``.
+
+``reward_processing_classes`` is read as TRL 1.16 reads it: one tokenizer or a list aligned with
+``reward_funcs`` (the same length, else an error); an entry for a reward function is ignored; None
+for a reward model is the tokenizer saved with it (TRL's ``AutoTokenizer.from_pretrained`` of the
+model's name). polyrl scores a reward model in its ``reward_model`` reward, which loads from
+folders (in the trainer's process or another), so what the script holds is saved there first:
+a tokenizer given for a reward-model folder under ``output_dir/reward_tokenizers/`` (that folder is
+the reward's ``tokenizer`` option), and a ``*ForSequenceClassification`` model object with its
+tokenizer under ``output_dir/reward_models/``, as a model object given as the policy is saved to
+``output_dir/initial_model``. The model then scores text tokenized by the script's tokenizer, its
+pad token (the eos without one) the model's ``pad_token_id``, as TRL sets them. Why save rather
+than pass the objects: a reward's options are plain values a checkpoint records and a worker reads.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from polyrl.errors import ConfigError
+from polyrl.file_modes import honour_umask
+
+FIELD = "reward_processing_classes"
+#: the folders under ``output_dir`` the given tokenizers and model objects are saved in
+TOKENIZERS, MODELS = "reward_tokenizers", "reward_models"
+
+
+def _is_tokenizer(value: Any) -> bool:
+    """A transformers tokenizer (``PreTrainedTokenizerBase``: slow or fast), told by its class."""
+    try:
+        from transformers import PreTrainedTokenizerBase
+    except ImportError:  # no transformers here: nothing the script made is a tokenizer
+        return False
+    return isinstance(value, PreTrainedTokenizerBase)
+
+
+def is_model_object(reward: Any) -> bool:
+    """A transformers model object (a torch module that saves itself), which TRL calls as a reward model."""
+    from polyrl.api import _is_torch_module
+
+    return _is_torch_module(reward) and hasattr(reward, "save_pretrained")
+
+
+def _is_reward_model(reward: Any) -> bool:
+    from polyrl.api import is_reward_model_folder
+
+    return is_reward_model_folder(reward) or is_model_object(reward)
+
+
+def reward_tokenizers(value: Any, rewards: Sequence[Any]) -> list[Any]:
+    """``value`` as TRL aligns it with ``rewards`` (the script's ``reward_funcs``, as a list): one
+    entry per reward, None where the reward model's own tokenizer is used or the reward is a
+    function (whose entry TRL ignores). A list of another length, or an entry for a reward model
+    that is not a tokenizer, is one ConfigError naming ``reward_processing_classes``."""
+    if value is None:
+        return [None] * len(rewards)
+    given = list(value) if isinstance(value, (list, tuple)) else [value]
+    if len(given) != len(rewards):
+        raise ConfigError(f"{FIELD} has {len(given)} entr{'y' if len(given) == 1 else 'ies'} for "
+                          f"{len(rewards)} reward_funcs", field=FIELD,
+                          fix=f"pass a list of {len(rewards)} entries, one per reward_funcs entry in the same "
+                              "order (None for a reward function, or for a reward model to use the tokenizer "
+                              "saved in its folder), or one tokenizer with one reward")
+    aligned: list[Any] = []
+    for i, (tokenizer, reward) in enumerate(zip(given, rewards)):
+        if tokenizer is None or not _is_reward_model(reward):
+            aligned.append(None)  # a function's entry: TRL ignores it
+            continue
+        if not _is_tokenizer(tokenizer):
+            where = FIELD if not isinstance(value, (list, tuple)) else f"{FIELD}[{i}]"
+            what = repr(reward) if isinstance(reward, str) else f"reward_funcs[{i}] ({type(reward).__name__})"
+            raise ConfigError(f"{where} is a {type(tokenizer).__name__}, not a tokenizer, for the reward model "
+                              f"{what}", field=FIELD,
+                              fix="pass that reward model's tokenizer (a transformers tokenizer, e.g. "
+                                  "AutoTokenizer.from_pretrained(...); a processor's .tokenizer), or None to use "
+                                  "the tokenizer saved in its folder")
+        aligned.append(tokenizer)
+    return aligned
+
+
+def _save(target: Path, *writers: Callable[[str], Any]) -> str:
+    """``target`` written whole by ``writers`` (each given the folder), replacing an earlier save
+    (no file of it left beside the new one); its absolute path, the same whatever directory a
+    reward runs in."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        for write in writers:
+            write(str(staging))
+        honour_umask(staging)  # mkdtemp's 0700 would keep it from the run's other readers
+        if target.exists():
+            shutil.rmtree(target)
+        os.rename(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return os.path.abspath(target)
+
+
+def _own_tokenizer(model: Any, index: int) -> Any:
+    """TRL's tokenizer for a reward model object given without one: its name's, from a folder or
+    the local Hub cache only (polyrl never downloads)."""
+    source = getattr(model, "name_or_path", "") or getattr(getattr(model, "config", None), "_name_or_path", "")
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(source, local_files_only=True)
+    except Exception:  # noqa: BLE001 - any failure means the same fix
+        raise ConfigError(f"reward_funcs[{index}] is a model object whose tokenizer could not be loaded from "
+                          f"{source!r}", field=FIELD,
+                          fix=f"pass its tokenizer in reward_processing_classes (entry {index})") from None
+
+
+def saved_reward_models(rewards: Sequence[Any], tokenizers: Sequence[Any],
+                        output_dir: str) -> tuple[list[Any], list[str | None]]:
+    """(``rewards`` with each model object replaced by the folder it and its tokenizer are saved to,
+    ``output_dir/reward_models/reward_funcs_<i>``; the folder each other tokenizer is saved to,
+    ``output_dir/reward_tokenizers/reward_funcs_<i>``, None where there is none), aligned with
+    ``rewards``. A model object that is not a sequence classifier is a ConfigError: TRL reads its
+    logits as one score per sequence."""
+    entries: list[Any] = []
+    folders: list[str | None] = []
+    for i, (reward, tokenizer) in enumerate(zip(rewards, tokenizers)):
+        if is_model_object(reward):
+            kind = type(reward).__name__
+            if not kind.endswith("ForSequenceClassification"):
+                raise ConfigError(f"reward_funcs[{i}] is a {kind}; a reward model is a sequence classifier",
+                                  field=f"reward_funcs[{i}]",
+                                  fix="pass an AutoModelForSequenceClassification model (num_labels=1), its folder, "
+                                      "or a reward function")
+            chosen = tokenizer if tokenizer is not None else _own_tokenizer(reward, i)
+            entries.append(_save(Path(output_dir) / MODELS / f"reward_funcs_{i}",
+                                 functools.partial(reward.save_pretrained, safe_serialization=True),
+                                 chosen.save_pretrained))
+            folders.append(None)  # its tokenizer is the folder's own
+        else:
+            entries.append(reward)
+            folders.append(None if tokenizer is None else
+                           _save(Path(output_dir) / TOKENIZERS / f"reward_funcs_{i}", tokenizer.save_pretrained))
+    return entries, folders
+
+
+__all__ = ["MODELS", "TOKENIZERS", "is_model_object", "reward_tokenizers", "saved_reward_models"]

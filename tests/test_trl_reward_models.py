@@ -1,0 +1,155 @@
+"""TRL's ``GRPOTrainer(reward_processing_classes=...)``: a reward model in ``reward_funcs`` scores
+text tokenized by the script's tokenizer, as TRL 1.16's ``_calculate_rewards`` tokenizes it, not by
+the tokenizer saved in the model folder (the argument used to be refused); a sequence-classification
+model object in ``reward_funcs`` is scored too (it used to be refused), saved with its tokenizer."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("polyrl_torch")
+torch = pytest.importorskip("torch")
+trl = pytest.importorskip("trl")
+datasets = pytest.importorskip("datasets")
+
+from polyrl.errors import ConfigError  # noqa: E402
+from polyrl.trl import GRPOTrainer  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def rm_path(tmp_path_factory) -> str:
+    from polyrl_torch.testing.tiny_reward_model import build_tiny_reward_model
+
+    return build_tiny_reward_model(tmp_path_factory.mktemp("models") / "tiny-rm")
+
+
+@pytest.fixture(scope="module")
+def byte_tokenizer(tmp_path_factory):
+    """A tokenizer of another vocabulary mapping than the reward model folder's BPE one (one id per
+    byte, all within the model's 512 embeddings), with no pad token (TRL then pads with the eos,
+    which becomes the model's pad_token_id) and left padding (TRL pads reward inputs on the right)."""
+    from transformers import AutoTokenizer
+
+    from polyrl.testing.tiny_model import build_tiny_model
+
+    folder = build_tiny_model(tmp_path_factory.mktemp("models") / "bytes", tokenizer="bytes", num_layers=1,
+                              hidden_size=32, num_heads=2, num_kv_heads=1, intermediate_size=32)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.pad_token = None
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def trl_scores(rm_folder: str, tokenizer, texts: list[str]) -> np.ndarray:
+    """TRL 1.16's scoring of text prompts with a reward model and its reward processing class:
+    GRPOTrainer.__init__'s pad rule, then _calculate_rewards' tokenization and logit."""
+    from transformers import AutoModelForSequenceClassification
+
+    tokenizer = copy.deepcopy(tokenizer)
+    model = AutoModelForSequenceClassification.from_pretrained(rm_folder, num_labels=1).eval()
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.config.get_text_config().pad_token_id = tokenizer.pad_token_id
+    batch = tokenizer(text=texts, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
+    with torch.inference_mode():
+        return model(**batch).logits[:, 0].numpy()
+
+
+def short(completions, **kwargs):
+    return [-len(c) / 10 for c in completions]
+
+
+def _args(tmp_path: Path, **kwargs):
+    values = dict(output_dir=str(tmp_path / "run"), max_steps=1, num_generations=2, per_device_train_batch_size=4,
+                  max_completion_length=6, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True)
+    return trl.GRPOConfig(**{**values, **kwargs})
+
+
+def _dataset():
+    return datasets.Dataset.from_list([{"prompt": f"What is {i} + 1?"} for i in range(2)])
+
+
+def test_a_reward_model_scores_with_the_scripts_tokenizer_as_trl(tiny_model_dir, rm_path, byte_tokenizer, tmp_path):
+    """reward_processing_classes=[tokenizer, <ignored>, None] beside reward_funcs=[rm_folder,
+    function, rm_object]: every logged score of the folder equals TRL's scoring of that prompt +
+    completion with the script's tokenizer, and differs from scoring with the folder's own
+    tokenizer; the model object (None: its name's tokenizer, as TRL loads it) scores as TRL's."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    rm_object = AutoModelForSequenceClassification.from_pretrained(rm_path)
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[rm_path, short, rm_object], args=_args(tmp_path),
+                          train_dataset=_dataset(), reward_processing_classes=[byte_tokenizer, object(), None])
+    assert trainer.reward_funcs[2] is rm_object  # TRL's list, as given
+    trainer.train()
+    records = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
+    assert len(records) == 4
+    texts = [r["prompt"] + r["completion"] for r in records]
+    logged = np.array([r["rewards"]["reward_model"] for r in records])
+    np.testing.assert_allclose(logged, trl_scores(rm_path, byte_tokenizer, texts), atol=1e-5, rtol=0)
+    folders = trl_scores(rm_path, AutoTokenizer.from_pretrained(rm_path), texts)
+    assert np.abs(logged - folders).min() > 1e-3  # the folder's tokenizer scores other numbers
+    np.testing.assert_allclose([r["rewards"]["reward_model_2"] for r in records], folders, atol=1e-5, rtol=0)
+    assert [r["rewards"]["short"] for r in records] == pytest.approx([-len(r["completion"]) / 10 for r in records])
+
+
+def test_one_tokenizer_for_one_reward_model_and_none_keep_trls_meaning(rm_path, byte_tokenizer, tmp_path):
+    """One tokenizer (not a list) with one reward: that tokenizer, saved where the reward model
+    reads it; None: the folder's own tokenizer, no tokenizer option."""
+    from transformers import AutoTokenizer
+
+    from polyrl import api
+
+    trainer = GRPOTrainer(model="m", reward_funcs=rm_path, args=_args(tmp_path), train_dataset=_dataset(),
+                          reward_processing_classes=byte_tokenizer)
+    folder = trainer._reward_tokenizers[0]
+    assert folder and Path(folder).parent == tmp_path / "run" / "reward_tokenizers"
+    assert AutoTokenizer.from_pretrained(folder).get_vocab() == byte_tokenizer.get_vocab()
+    config, _ = api.run_config(api.grpo, policy=api.Agent("m"), prompts=["q"], rewards=[rm_path],
+                               reward_tokenizers=trainer._reward_tokenizers)
+    assert config.rewards[0].options["tokenizer"] == folder
+    plain = GRPOTrainer(model="m", reward_funcs=[rm_path], args=_args(tmp_path), train_dataset=_dataset(),
+                        reward_processing_classes=[None])
+    assert plain._reward_tokenizers == [None]
+
+
+def test_a_reward_model_object_is_saved_with_the_scripts_tokenizer(rm_path, byte_tokenizer, tmp_path):
+    """A model object in reward_funcs is saved with the tokenizer given for it, and that folder is
+    the reward model polyrl scores with (reward_model's path); a causal LM is one clear error."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    from polyrl.testing.tiny_model import build_tiny_llama
+
+    rm_object = AutoModelForSequenceClassification.from_pretrained(rm_path)
+    trainer = GRPOTrainer(model="m", reward_funcs=[short, rm_object], args=_args(tmp_path), train_dataset=_dataset(),
+                          reward_processing_classes=[None, byte_tokenizer])
+    folder = trainer._reward_entries[1]
+    assert Path(folder) == tmp_path / "run" / "reward_models" / "reward_funcs_1" and trainer._reward_tokenizers == [None, None]
+    assert AutoTokenizer.from_pretrained(folder).get_vocab() == byte_tokenizer.get_vocab()
+    saved = AutoModelForSequenceClassification.from_pretrained(folder)
+    assert all(torch.equal(a, b) for a, b in zip(saved.state_dict().values(), rm_object.state_dict().values()))
+    causal = AutoModelForCausalLM.from_pretrained(build_tiny_llama(tmp_path / "lm"))
+    with pytest.raises(ConfigError, match=r"reward_funcs\[0\] is a LlamaForCausalLM; a reward model is a sequence "
+                                          r"classifier") as err:
+        GRPOTrainer(model="m", reward_funcs=[causal], args=_args(tmp_path), train_dataset=_dataset(),
+                    reward_processing_classes=byte_tokenizer)
+    assert err.value.field == "reward_funcs[0]" and "AutoModelForSequenceClassification" in err.value.fix
+
+
+@pytest.mark.parametrize("given, message", [
+    (lambda tok: [tok], r"reward_processing_classes has 1 entry for 2 reward_funcs"),
+    (lambda tok: [tok, None, None], r"reward_processing_classes has 3 entries for 2 reward_funcs"),
+    (lambda tok: ["my-tokenizer", None], r"reward_processing_classes\[0\] is a str, not a tokenizer"),
+])
+def test_a_misaligned_or_wrong_reward_processing_class_is_one_clear_error(rm_path, byte_tokenizer, tmp_path,
+                                                                          given, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        GRPOTrainer(model="m", reward_funcs=[rm_path, short], args=_args(tmp_path), train_dataset=_dataset(),
+                    reward_processing_classes=given(byte_tokenizer))
+    assert err.value.field == "reward_processing_classes"
+    assert "reward_funcs entry" in err.value.fix or "tokenizer saved in its folder" in err.value.fix
+    assert not (tmp_path / "run").exists()  # refused before anything is written
