@@ -17,7 +17,7 @@ import pytest
 from polyrl.plugins import get_plugin_manager
 from polyrl.rewards.code import parse_tests
 from polyrl.rewards.combine import RewardComputer
-from polyrl.sandbox import Sandbox, SandboxLimits
+from polyrl.sandbox import Sandbox, SandboxLimits, harness
 from polyrl.types import Completion, RewardContext
 
 pytestmark = pytest.mark.faults
@@ -159,6 +159,46 @@ def test_a_module_the_tests_use_unimported_is_the_real_one(isolation, audit_hook
               "def copy(xs):\n    return list(xs)\n"]
     res = score(honest, rows=rows, isolation=isolation, audit_hook=audit_hook)
     np.testing.assert_array_equal(res.total, [1.0] * len(honest))
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_a_standard_name_the_tests_use_unimported_is_the_real_one(isolation, audit_hook):
+    """``Counter``, ``pi``, ``isclose``, ... with their import in another column (or the
+    solution's): the name was the sample's, so a ``Counter`` and a ``count`` that both return 1
+    passed ``assert count(s) == Counter(s)``, as did ``pi = 0`` with an area of 0 and an
+    ``isclose`` that always agrees. Bound only where the tests use another name of the solution's:
+    a task whose function is itself named ``Counter`` still calls the solution's."""
+    rows = [
+        {"prompt": "p", "tests": "assert count('aab') == Counter('aab')\nassert count('xy') == Counter({'x': 1, 'y': 1})"},
+        {"prompt": "p", "tests": "assert area(2) == pi * 4\nassert abs(area(3) - pi * 9) < 1e-9"},
+        {"prompt": "p", "tests": "assert isclose(area(1.0), 3.14159, rel_tol=1e-3)"},
+        {"prompt": "p", "tests": "from solution import rot\nassert rot([1, 2, 3]) == list(deque([3, 1, 2]))"},
+        {"prompt": "p", "tests": "assert Counter('aab') == {'a': 2, 'b': 1}"},  # the task's own function
+    ]
+    forged = ["def Counter(*a, **k):\n    return 1\ndef count(s):\n    return 1\n",
+              "pi = 0.0\ndef area(r):\n    return 0.0\n",
+              "def isclose(*a, **k):\n    return True\ndef area(r):\n    return -1.0\n",
+              "def deque(*a):\n    return 7\ndef rot(xs):\n    return 7\n",
+              "def Counter(s):\n    return {'x': 0}\n"]
+    res = score(forged, rows=rows, isolation=isolation, audit_hook=audit_hook)
+    np.testing.assert_array_equal(res.total, [0.0] * len(forged))
+    counting = "def {}(s):\n    d = {{}}\n    for c in s:\n        d[c] = d.get(c, 0) + 1\n    return d\n"
+    honest = [counting.format("count"), "import math\ndef area(r):\n    return math.pi * r * r\n",
+              "import math\ndef area(r):\n    return math.pi * r * r\n", "def rot(xs):\n    return xs[-1:] + xs[:-1]\n",
+              counting.format("Counter")]
+    res = score(honest, rows=rows, isolation=isolation, audit_hook=audit_hook)
+    np.testing.assert_array_equal(res.total, [1.0] * len(honest))
+
+
+def test_a_test_module_the_trainer_cannot_import_is_never_the_samples(monkeypatch):
+    """A ``TEST_MODULES`` name whose module the trainer lacks (pandas not installed) was left to
+    the solution: a ``class pd`` whose ``testing.assert_frame_equal`` accepts anything passed."""
+    monkeypatch.setitem(harness.TEST_MODULES, "pdx", "polyrl_no_such_module")
+    rows = [{"prompt": "p", "tests": "pdx.testing.assert_frame_equal(f(1), pdx.DataFrame({'a': [1]}))"}]
+    forged = ["class pdx:\n    class testing:\n        assert_frame_equal = staticmethod(lambda *a, **k: None)\n"
+              "    DataFrame = staticmethod(lambda *a, **k: 0)\ndef f(x):\n    return 0\n"]
+    res = score(forged, rows=rows)
+    np.testing.assert_array_equal(res.total, [0.0])
 
 
 @pytest.mark.parametrize("isolation,audit_hook", MODES)

@@ -110,10 +110,14 @@ What is NOT isolated, or only partly:
       come back as numbers; an array stays in the sample, ``list(arr)`` works); in-place changes
       to a list passed as argument are not seen by the tests. A module the tests use without
       importing it is the trainer's real module when its name is a well-known one used only as a
-      module (``math.isclose``, ``np.allclose``: ``harness.TEST_MODULES``); any other name the
-      tests use unbound is whatever the solution bound to it: a read-only view of the trainer's
-      module for a pure standard-library one (``harness.SAFE_MODULES``), else the solution's
-      object or nothing; tests (or ``setup``) should import what they use.
+      module (``math.isclose``, ``np.allclose``: ``harness.TEST_MODULES``), and so is a
+      well-known standard name (``Counter``, ``pi``, ``isclose``, ``assert_allclose``:
+      ``harness.TEST_NAMES``) when the tests also use another name of the solution's; one the
+      trainer cannot import is unusable, never the solution's. Any other name the tests use
+      unbound is whatever the solution bound to it: a read-only view of the trainer's module for
+      a pure standard-library one (``harness.SAFE_MODULES``), else the solution's object or
+      nothing (so a helper outside those lists, ``permutations(xs)`` with no import, is the
+      solution's to forge); tests (or ``setup``) should import what they use.
     * Without bubblewrap only ``isolation = "weak"`` or ``"off"`` run (the default refuses): the
       unshare level has network and PID namespaces but the host's files are visible with the
       sample's uid's permissions: ``nobody``'s for a root trainer (every world-readable file,

@@ -54,6 +54,20 @@ TEST_MODULES = {**{name: name for name in (
     "math", "cmath", "re", "string", "collections", "itertools", "functools", "operator", "heapq", "bisect",
     "statistics", "fractions", "decimal", "datetime", "json", "typing", "copy", "random", "sys", "time",
     "numpy", "pandas")}, "np": "numpy", "pd": "pandas"}
+#: Names tests use without importing them, to build an expected value or to check one (the
+#: ``from collections import Counter`` sits in another column, or in the solution): name in the
+#: tests -> (module, attribute). Bound only while the tests also use a name of the solution's
+#: besides these (``global_names``), so a task whose function is itself named ``Counter`` or
+#: ``isclose`` still calls the solution's. Why: ``assert count(s) == Counter(s)`` called the
+#: sample's ``Counter``, and a solution whose ``Counter`` and ``count`` both return 1 scored 1.
+TEST_NAMES = {
+    **{name: ("math", name) for name in ("pi", "tau", "inf", "nan", "isclose", "sqrt")},
+    **{name: ("collections", name) for name in ("Counter", "defaultdict", "OrderedDict", "deque", "namedtuple")},
+    "Fraction": ("fractions", "Fraction"), "Decimal": ("decimal", "Decimal"),
+    "allclose": ("numpy", "allclose"), "array_equal": ("numpy", "array_equal"),
+    **{name: ("numpy.testing", name) for name in ("assert_allclose", "assert_array_equal", "assert_equal",
+                                                  "assert_almost_equal", "assert_array_almost_equal")},
+    **{name: ("pandas.testing", name) for name in ("assert_frame_equal", "assert_series_equal")}}
 _BUILTIN_NAMES = frozenset(dir(builtins))
 #: The module name under which tests import the solution (``from solution import add``, KodCode's
 #: shape): its attributes are the sample's names.
@@ -265,6 +279,27 @@ class _Unavailable:
         raise RemoteError(f"module {self._name!r} of the solution is not available to the tests")
 
 
+class NotInstalled:
+    """What a ``TEST_MODULES`` or ``TEST_NAMES`` name the tests use stands for when the trainer
+    cannot import its module: every use raises. Why not the solution's, as before: a sample
+    defining ``class pd`` whose ``testing.assert_frame_equal`` accepts anything passed every
+    pandas test on a trainer without pandas."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def _refuse(self) -> RemoteError:
+        return RemoteError(f"{self._name!r} is not installed where the tests run (the trainer)")
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__") and attr.endswith("__"):
+            raise AttributeError(attr)
+        raise self._refuse()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._refuse()
+
+
 class ModuleView:
     """A trainer's module as the tests see it for a solution's import: attributes read through,
     no change (the module is shared with every later sample, and the sample chose the name)."""
@@ -337,7 +372,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": layer}
     sources = [setup, *(source for source, _ in steps)]
     bound = bound_names(sources)
-    modules = unbound_modules(sources, bound)
+    modules = {**unbound_modules(sources, bound), **unbound_test_names(sources, bound)}
     namespace.update(modules)  # the tests' globals: never the sample's (module doc)
     theirs = bound | modules.keys()
     sample: dict[str, Any] = {}
@@ -378,8 +413,8 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
 
 def unbound_modules(sources: Iterable[str], bound: Collection[str]) -> dict[str, Any]:
     """The real modules for the ``TEST_MODULES`` names these sources use only as a module
-    (``math.isclose``) and never bind; one that does not import here is left out (the name then
-    stays the solution's, as it was)."""
+    (``math.isclose``) and never bind; one that does not import here is ``NotInstalled``, never
+    the solution's."""
     as_module: set[str] = set()
     otherwise: set[str] = set()
     for source in sources:
@@ -398,8 +433,58 @@ def unbound_modules(sources: Iterable[str], bound: Collection[str]) -> dict[str,
             try:
                 modules[name] = importlib.import_module(TEST_MODULES[name])
             except Exception:  # noqa: BLE001 - not installed in the trainer
-                continue
+                modules[name] = NotInstalled(TEST_MODULES[name])
     return modules
+
+
+def unbound_test_names(sources: Sequence[str], bound: Collection[str]) -> dict[str, Any]:
+    """The trainer's own objects for the ``TEST_NAMES`` these sources use and never bind, when
+    they also use a name of the solution's besides them (one they neither bind nor find among the
+    builtins, ``TEST_MODULES`` or ``TEST_NAMES``, or an import from ``solution``); one whose module
+    does not import here is ``NotInstalled``."""
+    used = global_names(sources) - set(bound)
+    wanted = sorted(used & TEST_NAMES.keys())
+    others = used - _BUILTIN_NAMES - TEST_MODULES.keys() - TEST_NAMES.keys()
+    if not wanted or not (others or _imports_solution(sources)):
+        return {}
+    found: dict[str, Any] = {}
+    for name in wanted:
+        module, attr = TEST_NAMES[name]
+        try:
+            found[name] = getattr(importlib.import_module(module), attr)
+        except Exception:  # noqa: BLE001 - not installed in the trainer
+            found[name] = NotInstalled(f"{module}.{attr}")
+    return found
+
+
+def global_names(sources: Iterable[str]) -> set[str]:
+    """Every global name these sources read, at the top or in a function or class body."""
+    names: set[str] = set()
+    for source in sources:
+        try:
+            tables = [symtable.symtable(source, "<tests>", "exec")]
+        except Exception:  # noqa: BLE001 - not Python: it fails when run, reading nothing
+            continue
+        while tables:
+            table = tables.pop()
+            names |= {sym.get_name() for sym in table.get_symbols() if sym.is_referenced() and sym.is_global()}
+            tables.extend(table.get_children())
+    return names
+
+
+def _imports_solution(sources: Iterable[str]) -> bool:
+    """Whether these sources import the solution as a module (``from solution import add``)."""
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == SOLUTION_MODULE:
+                return True
+            if isinstance(node, ast.Import) and any(a.name == SOLUTION_MODULE for a in node.names):
+                return True
+    return False
 
 
 def _used_names(sources: Iterable[str]) -> set[str]:
