@@ -174,18 +174,19 @@ def test_a_standard_name_the_tests_use_unimported_is_the_real_one(isolation, aud
         {"prompt": "p", "tests": "assert isclose(area(1.0), 3.14159, rel_tol=1e-3)"},
         {"prompt": "p", "tests": "from solution import rot\nassert rot([1, 2, 3]) == list(deque([3, 1, 2]))"},
         {"prompt": "p", "tests": "assert Counter('aab') == {'a': 2, 'b': 1}"},  # the task's own function
+        {"prompt": "p", "tests": "assert copy('ab') == Counter('ab')"},  # a function named like a module
     ]
     forged = ["def Counter(*a, **k):\n    return 1\ndef count(s):\n    return 1\n",
               "pi = 0.0\ndef area(r):\n    return 0.0\n",
               "def isclose(*a, **k):\n    return True\ndef area(r):\n    return -1.0\n",
               "def deque(*a):\n    return 7\ndef rot(xs):\n    return 7\n",
-              "def Counter(s):\n    return {'x': 0}\n"]
+              "def Counter(s):\n    return {'x': 0}\n", "def Counter(*a):\n    return 1\ndef copy(s):\n    return 1\n"]
     res = score(forged, rows=rows, isolation=isolation, audit_hook=audit_hook)
     np.testing.assert_array_equal(res.total, [0.0] * len(forged))
     counting = "def {}(s):\n    d = {{}}\n    for c in s:\n        d[c] = d.get(c, 0) + 1\n    return d\n"
     honest = [counting.format("count"), "import math\ndef area(r):\n    return math.pi * r * r\n",
               "import math\ndef area(r):\n    return math.pi * r * r\n", "def rot(xs):\n    return xs[-1:] + xs[:-1]\n",
-              counting.format("Counter")]
+              counting.format("Counter"), counting.format("copy")]
     res = score(honest, rows=rows, isolation=isolation, audit_hook=audit_hook)
     np.testing.assert_array_equal(res.total, [1.0] * len(honest))
 

@@ -372,7 +372,8 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": layer}
     sources = [setup, *(source for source, _ in steps)]
     bound = bound_names(sources)
-    modules = {**unbound_modules(sources, bound), **unbound_test_names(sources, bound)}
+    modules = unbound_modules(sources, bound)
+    modules.update(unbound_test_names(sources, bound | modules.keys()))
     namespace.update(modules)  # the tests' globals: never the sample's (module doc)
     theirs = bound | modules.keys()
     sample: dict[str, Any] = {}
@@ -439,12 +440,12 @@ def unbound_modules(sources: Iterable[str], bound: Collection[str]) -> dict[str,
 
 def unbound_test_names(sources: Sequence[str], bound: Collection[str]) -> dict[str, Any]:
     """The trainer's own objects for the ``TEST_NAMES`` these sources use and never bind, when
-    they also use a name of the solution's besides them (one they neither bind nor find among the
-    builtins, ``TEST_MODULES`` or ``TEST_NAMES``, or an import from ``solution``); one whose module
-    does not import here is ``NotInstalled``."""
+    they also use a name of the solution's besides them (one that ``bound`` (the tests' names and
+    the modules bound for them) and the builtins leave out, a ``copy`` they call included, or an
+    import from ``solution``); one whose module does not import here is ``NotInstalled``."""
     used = global_names(sources) - set(bound)
     wanted = sorted(used & TEST_NAMES.keys())
-    others = used - _BUILTIN_NAMES - TEST_MODULES.keys() - TEST_NAMES.keys()
+    others = used - _BUILTIN_NAMES - TEST_NAMES.keys()
     if not wanted or not (others or _imports_solution(sources)):
         return {}
     found: dict[str, Any] = {}
