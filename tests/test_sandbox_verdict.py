@@ -202,6 +202,32 @@ def test_a_test_module_the_trainer_cannot_import_is_never_the_samples(monkeypatc
     np.testing.assert_array_equal(res.total, [0.0])
 
 
+def test_the_tests_never_run_a_samples_bytes_as_code_in_the_trainer(tmp_path):
+    """Tests that unpickle, ``eval`` or ``marshal.loads`` a value the solution returns ran the
+    sample's code in the trainer's forked copy, outside every wall, as the trainer's user: the
+    pickle wrote a file on the host and its test passed. The copy now refuses such code (and
+    writes, processes, signals, connections: ``polyrl.sandbox.tests_guard``); the same tests still
+    pass honest data and the tests' own ``eval`` of a literal, and a ``namedtuple`` still builds."""
+    marker = tmp_path / "WRITTEN_BY_THE_SAMPLE"
+    payload = f"open({str(marker)!r}, 'w').write('x')"
+    rows = [{"prompt": "p", "tests": "import pickle\nassert pickle.loads(dump([1, 2])) is not None"},
+            {"prompt": "p", "tests": "assert eval(to_expr([1, 2])) is not None"},
+            {"prompt": "p", "tests": "import marshal\nexec(marshal.loads(dump([1, 2])))\nassert dump([1, 2])"}]
+    forged = ["import pickle\nclass P:\n    def __reduce__(self):\n        return (exec, (" + repr(payload) + ",))\n"
+              "def dump(x):\n    return pickle.dumps(P())\n",
+              f"def to_expr(x):\n    return {payload!r}\n",
+              f"import marshal\ndef dump(x):\n    return marshal.dumps(compile({payload!r}, 's', 'exec'))\n"]
+    res = score(forged, rows=rows)
+    np.testing.assert_array_equal(res.total, [0.0, 0.0, 0.0])
+    assert not marker.exists()
+    honest_rows = [{"prompt": "p", "tests": "import pickle\nassert pickle.loads(dump({1: 2.5j, 'a': {3}})) == "
+                                            "{1: 2.5j, 'a': {3}}"},
+                   {"prompt": "p", "tests": "import collections\nP = collections.namedtuple('P', 'x y')\n"
+                                            "assert P(add(1, 2), 0).x == eval('1 + 2')"}]
+    honest = ["import pickle\ndef dump(x):\n    return pickle.dumps(x)\n", "def add(a, b):\n    return a + b\n"]
+    np.testing.assert_array_equal(score(honest, rows=honest_rows).total, [1.0, 1.0])
+
+
 @pytest.mark.parametrize("isolation,audit_hook", MODES)
 def test_a_malformed_answer_is_no_exception_a_test_can_expect(isolation, audit_hook):
     """Garbage on the channel ends the sample; it is not an exception a test's ``except`` catches."""

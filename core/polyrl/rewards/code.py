@@ -104,6 +104,13 @@ What is NOT isolated, or only partly:
       the dataset's code, trusted like a reward function; ``tests_in = "trainer"`` runs them in
       the trainer itself). Only the sample's answers reach them, as plain values of at most 8 MB
       each; the copy is killed at the deadline (plus a second), whatever the tests compute.
+      Tests that hand such a value to Python itself (``pickle.loads(dump(x))``, ``eval(expr(x))``)
+      ran the sample's code in that copy, as the trainer's user: the copy's audit hook
+      (``polyrl.sandbox.tests_guard``) refuses code the tests compile but did not write, code
+      objects they make from bytes, unpickling anything but plain data types, and writing files,
+      new processes, signals, connections and ctypes. Python-level (a library that compiles a
+      string the tests pass it, ``timeit.timeit(f(x))``, is not covered) and absent with
+      ``tests_in = "trainer"``.
     * What the tests can express: arguments must be plain data or values the sample returned (a
       lambda cannot be sent); an object the solution returns compares equal only to itself, so
       ``assert make_point() == Point(1, 2)`` fails even when the solution is right (numpy scalars
