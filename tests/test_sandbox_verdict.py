@@ -229,6 +229,28 @@ def test_the_tests_never_run_a_samples_bytes_as_code_in_the_trainer(tmp_path):
 
 
 @pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_a_samples_object_never_answers_a_str_or_set_yes_no_question(isolation, audit_hook):
+    """A method call on an object the sample returns is a request to the sample, which sees the
+    question before it answers: a class whose every method says yes passed ``startswith``,
+    ``endswith``, ``is*`` and ``issubset`` checks. Those belong to str, bytes and set values,
+    which come over as themselves; a class's own methods (``isempty``) still answer."""
+    liar = "class Liar:\n    def __getattr__(self, name):\n        return lambda *a, **k: True\n"
+    rows = [{"prompt": "p", "tests": "assert greet('Bob').startswith('Hello')\nassert greet('Bob').endswith('Bob!')\n"
+                                     "assert greet('x').isprintable()"},
+            {"prompt": "p", "tests": "assert evens([1, 2, 3, 4]).issubset({2, 4})\nassert evens([1, 3]).isdisjoint({1, 3})"},
+            {"prompt": "p", "tests": "s = Stack()\ns.push(2)\nassert s.pop() == 2\nassert s.isempty()"}]
+    forged = [liar + "def greet(name):\n    return Liar()\n", liar + "def evens(xs):\n    return Liar()\n",
+              liar + "Stack = Liar\n"]
+    res = score(forged, rows=rows, isolation=isolation, audit_hook=audit_hook)
+    np.testing.assert_array_equal(res.total, [0.0, 0.0, 0.0])  # pop() == 2 needs the answer, and fails the rest
+    honest = ["def greet(name):\n    return 'Hello ' + name + '!'\n", "def evens(xs):\n    return {x for x in xs if x % 2 == 0}\n",
+              "class Stack:\n    def __init__(self):\n        self.xs = []\n    def push(self, x):\n        self.xs.append(x)\n"
+              "    def pop(self):\n        return self.xs.pop()\n    def isempty(self):\n        return not self.xs\n"]
+    res = score(honest, rows=rows, isolation=isolation, audit_hook=audit_hook)
+    np.testing.assert_array_equal(res.total, [1.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
 def test_a_malformed_answer_is_no_exception_a_test_can_expect(isolation, audit_hook):
     """Garbage on the channel ends the sample; it is not an exception a test's ``except`` catches."""
     rows = [{"prompt": "p", "tests": "try:\n    add(1, 2)\nexcept Exception:\n    raised = True\nelse:\n"

@@ -113,7 +113,9 @@ What is NOT isolated, or only partly:
       ``tests_in = "trainer"``.
     * What the tests can express: arguments must be plain data or values the sample returned (a
       lambda cannot be sent); an object the solution returns compares equal only to itself, so
-      ``assert make_point() == Point(1, 2)`` fails even when the solution is right (numpy scalars
+      ``assert make_point() == Point(1, 2)`` fails even when the solution is right, and it
+      never answers the yes/no methods of str, bytes and sets (``startswith``, ``isdigit``,
+      ``issubset``: ``harness.DATA_PREDICATES``), which a str or set it returns answers (numpy scalars
       come back as numbers; an array stays in the sample, ``list(arr)`` works); in-place changes
       to a list passed as argument are not seen by the tests. A module the tests use without
       importing it is the trainer's real module when its name is a well-known one used only as a

@@ -80,6 +80,15 @@ _EXCEPTIONS = {name: kind for name, kind in vars(builtins).items()
                and not issubclass(kind, (StopIteration, StopAsyncIteration))}
 
 
+#: Yes/no methods of the built-in str, bytes and set types. A sample's object (a ``Remote``) never
+#: answers them: a ``str`` or ``set`` the solution returns comes over as itself and answers here,
+#: while a class of its own whose every method says yes passed ``assert greet(n).startswith("Hi")``
+#: and ``assert evens(xs).issubset({2, 4})`` (it sees the question before it answers).
+DATA_PREDICATES = frozenset({"startswith", "endswith"} | {
+    name for kind in (str, bytes, bytearray, set, frozenset) for name in dir(kind)
+    if name.startswith("is") and not name.startswith("__")})
+
+
 class RemoteError(Exception):
     """An exception raised inside the sample whose type has no built-in counterpart here."""
 
@@ -103,6 +112,9 @@ class Remote:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)  # protocol lookups (``__array__``, ...) stay local
+        if name in DATA_PREDICATES:
+            raise AttributeError(f"{name}() of the sample's {self._type[:100]!r} object: only a str, bytes or set it "
+                                 "returns as a value answers it")
         return self._session.ask("getattr", ref=self._ref, name=name)
 
     def __setattr__(self, name: str, value: Any) -> None:
