@@ -191,6 +191,21 @@ def test_a_standard_name_the_tests_use_unimported_is_the_real_one(isolation, aud
     np.testing.assert_array_equal(res.total, [1.0] * len(honest))
 
 
+def test_standard_values_the_tests_make_reach_the_solution_as_their_own_type():
+    """With ``deque``, ``Counter``, ``Fraction``... the trainer's own (``TEST_NAMES``), a value a
+    test builds with one is sent to the sample as plain data that the sample makes into the same
+    type: ``rotate(deque([1, 2, 3]), 1)`` worked while ``deque`` was the solution's, and must still."""
+    rows = [{"prompt": "p", "tests": "assert rotate(deque([1, 2, 3]), 1) == [3, 1, 2]"},
+            {"prompt": "p", "tests": "assert top(Counter('aab')) == 'a'\nassert top(Counter({'x': 3, 'y': 1})) == 'x'"},
+            {"prompt": "p", "tests": "assert half(Fraction(1, 3)) == '1/6'\nassert half(Decimal('0.5')) == '0.25'"},
+            {"prompt": "p", "tests": "assert keys([OrderedDict([('b', 1), ('a', 2)])]) == [['b', 'a']]"}]
+    honest = ["from collections import deque\ndef rotate(d, k):\n    d.rotate(k)\n    return list(d)\n",
+              "def top(c):\n    return c.most_common(1)[0][0]\n",
+              "def half(f):\n    return str(f / 2)\n",
+              "def keys(xs):\n    return [list(x) for x in xs if type(x).__name__ == 'OrderedDict']\n"]
+    np.testing.assert_array_equal(score(honest, rows=rows).total, [1.0] * len(honest))
+
+
 def test_a_test_module_the_trainer_cannot_import_is_never_the_samples(monkeypatch):
     """A ``TEST_MODULES`` name whose module the trainer lacks (pandas not installed) was left to
     the solution: a ``class pd`` whose ``testing.assert_frame_equal`` accepts anything passed."""

@@ -112,7 +112,8 @@ What is NOT isolated, or only partly:
       string the tests pass it, ``timeit.timeit(f(x))``, is not covered) and absent with
       ``tests_in = "trainer"``.
     * What the tests can express: arguments must be plain data or values the sample returned (a
-      lambda cannot be sent); an object the solution returns compares equal only to itself, so
+      lambda cannot be sent; a ``Counter``, ``OrderedDict``, ``deque``, ``Fraction`` or
+      ``Decimal`` is rebuilt in the sample from its data, a ``defaultdict`` arrives as a dict); an object the solution returns compares equal only to itself, so
       ``assert make_point() == Point(1, 2)`` fails even when the solution is right, and it
       never answers the yes/no methods of str, bytes and sets (``startswith``, ``isdigit``,
       ``issubset``: ``harness.DATA_PREDICATES``), which a str or set it returns answers (numpy scalars

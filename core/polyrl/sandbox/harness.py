@@ -14,8 +14,8 @@ a name their source binds anywhere is never the sample's, even before or when th
 (``r = f(2)`` raising must not leave the sample's ``r`` for the next assert). Builtins always mean
 the trainer's builtins: a solution cannot shadow ``sorted`` or ``isinstance`` for the tests.
 
-Limits (documented in ``polyrl.rewards.code``): arguments must be plain data or values the sample
-returned (a lambda cannot be sent), and a test sees in-place changes to its arguments only through
+Limits (documented in ``polyrl.rewards.code``): arguments must be plain data, values the sample
+returned or a ``REBUILT`` standard value (a lambda cannot be sent), and a test sees in-place changes to its arguments only through
 values the sample returns. A module the solution imported stands here for a read-only view of the
 trainer's own copy when it is in ``SAFE_MODULES`` and is unusable otherwise: a name the sample
 chose is never imported (``unittest.__main__`` runs tests on import). A name the tests use
@@ -31,6 +31,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+import collections
+import decimal
+import fractions
 import importlib
 import symtable
 import sys
@@ -68,6 +71,17 @@ TEST_NAMES = {
     **{name: ("numpy.testing", name) for name in ("assert_allclose", "assert_array_equal", "assert_equal",
                                                   "assert_almost_equal", "assert_array_almost_equal")},
     **{name: ("pandas.testing", name) for name in ("assert_frame_equal", "assert_series_equal")}}
+#: Standard types (``TEST_NAMES``') a test may pass to the solution: type -> (module, name, plain
+#: data the sample's own constructor takes). Why: with ``deque`` the trainer's, a test's
+#: ``rotate(deque([1, 2, 3]))`` could not be sent, and a right solution failed it.
+REBUILT: dict[type, tuple[str, str, Callable[[Any], Any]]] = {
+    collections.Counter: ("collections", "Counter", dict),
+    collections.OrderedDict: ("collections", "OrderedDict", lambda v: list(v.items())),
+    collections.deque: ("collections", "deque", list),
+    collections.defaultdict: ("builtins", "dict", dict),  # its factory is the tests' code: a plain dict
+    fractions.Fraction: ("fractions", "Fraction", str),
+    decimal.Decimal: ("decimal", "Decimal", str),
+}
 _BUILTIN_NAMES = frozenset(dir(builtins))
 #: The module name under which tests import the solution (``from solution import add``, KodCode's
 #: shape): its attributes are the sample's names.
@@ -168,6 +182,10 @@ class Session:
             return data
         if type(value) in (list, tuple):
             return ["l" if type(value) is list else "t", [self.arg(v) for v in value]]
+        rebuilt = REBUILT.get(type(value))
+        if rebuilt is not None:  # the sample makes its own of the same type from plain data
+            module, name, plain = rebuilt
+            return ["x", module, name, self.arg(plain(value))]
         raise TypeError(f"a {type(value).__name__} cannot be sent to the sample (only plain data)")
 
     def ask(self, op: str, **fields: Any) -> Any:
