@@ -17,7 +17,7 @@ import pytest
 from polyrl.plugins import get_plugin_manager
 from polyrl.rewards.code import parse_tests
 from polyrl.rewards.combine import RewardComputer
-from polyrl.sandbox import Sandbox, SandboxLimits
+from polyrl.sandbox import Sandbox, SandboxLimits, harness
 from polyrl.types import Completion, RewardContext
 
 pytestmark = pytest.mark.faults
@@ -159,6 +159,110 @@ def test_a_module_the_tests_use_unimported_is_the_real_one(isolation, audit_hook
               "def copy(xs):\n    return list(xs)\n"]
     res = score(honest, rows=rows, isolation=isolation, audit_hook=audit_hook)
     np.testing.assert_array_equal(res.total, [1.0] * len(honest))
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_a_standard_name_the_tests_use_unimported_is_the_real_one(isolation, audit_hook):
+    """``Counter``, ``pi``, ``isclose``, ... with their import in another column (or the
+    solution's): the name was the sample's, so a ``Counter`` and a ``count`` that both return 1
+    passed ``assert count(s) == Counter(s)``, as did ``pi = 0`` with an area of 0 and an
+    ``isclose`` that always agrees. Bound only where the tests use another name of the solution's:
+    a task whose function is itself named ``Counter`` still calls the solution's."""
+    rows = [
+        {"prompt": "p", "tests": "assert count('aab') == Counter('aab')\nassert count('xy') == Counter({'x': 1, 'y': 1})"},
+        {"prompt": "p", "tests": "assert area(2) == pi * 4\nassert abs(area(3) - pi * 9) < 1e-9"},
+        {"prompt": "p", "tests": "assert isclose(area(1.0), 3.14159, rel_tol=1e-3)"},
+        {"prompt": "p", "tests": "from solution import rot\nassert rot([1, 2, 3]) == list(deque([3, 1, 2]))"},
+        {"prompt": "p", "tests": "assert Counter('aab') == {'a': 2, 'b': 1}"},  # the task's own function
+        {"prompt": "p", "tests": "assert copy('ab') == Counter('ab')"},  # a function named like a module
+    ]
+    forged = ["def Counter(*a, **k):\n    return 1\ndef count(s):\n    return 1\n",
+              "pi = 0.0\ndef area(r):\n    return 0.0\n",
+              "def isclose(*a, **k):\n    return True\ndef area(r):\n    return -1.0\n",
+              "def deque(*a):\n    return 7\ndef rot(xs):\n    return 7\n",
+              "def Counter(s):\n    return {'x': 0}\n", "def Counter(*a):\n    return 1\ndef copy(s):\n    return 1\n"]
+    res = score(forged, rows=rows, isolation=isolation, audit_hook=audit_hook)
+    np.testing.assert_array_equal(res.total, [0.0] * len(forged))
+    counting = "def {}(s):\n    d = {{}}\n    for c in s:\n        d[c] = d.get(c, 0) + 1\n    return d\n"
+    honest = [counting.format("count"), "import math\ndef area(r):\n    return math.pi * r * r\n",
+              "import math\ndef area(r):\n    return math.pi * r * r\n", "def rot(xs):\n    return xs[-1:] + xs[:-1]\n",
+              counting.format("Counter"), counting.format("copy")]
+    res = score(honest, rows=rows, isolation=isolation, audit_hook=audit_hook)
+    np.testing.assert_array_equal(res.total, [1.0] * len(honest))
+
+
+def test_standard_values_the_tests_make_reach_the_solution_as_their_own_type():
+    """With ``deque``, ``Counter``, ``Fraction``... the trainer's own (``TEST_NAMES``), a value a
+    test builds with one is sent to the sample as plain data that the sample makes into the same
+    type: ``rotate(deque([1, 2, 3]), 1)`` worked while ``deque`` was the solution's, and must still."""
+    rows = [{"prompt": "p", "tests": "assert rotate(deque([1, 2, 3]), 1) == [3, 1, 2]"},
+            {"prompt": "p", "tests": "assert top(Counter('aab')) == 'a'\nassert top(Counter({'x': 3, 'y': 1})) == 'x'"},
+            {"prompt": "p", "tests": "assert half(Fraction(1, 3)) == '1/6'\nassert half(Decimal('0.5')) == '0.25'"},
+            {"prompt": "p", "tests": "assert keys([OrderedDict([('b', 1), ('a', 2)])]) == [['b', 'a']]"}]
+    honest = ["from collections import deque\ndef rotate(d, k):\n    d.rotate(k)\n    return list(d)\n",
+              "def top(c):\n    return c.most_common(1)[0][0]\n",
+              "def half(f):\n    return str(f / 2)\n",
+              "def keys(xs):\n    return [list(x) for x in xs if type(x).__name__ == 'OrderedDict']\n"]
+    np.testing.assert_array_equal(score(honest, rows=rows).total, [1.0] * len(honest))
+
+
+def test_a_test_module_the_trainer_cannot_import_is_never_the_samples(monkeypatch):
+    """A ``TEST_MODULES`` name whose module the trainer lacks (pandas not installed) was left to
+    the solution: a ``class pd`` whose ``testing.assert_frame_equal`` accepts anything passed."""
+    monkeypatch.setitem(harness.TEST_MODULES, "pdx", "polyrl_no_such_module")
+    rows = [{"prompt": "p", "tests": "pdx.testing.assert_frame_equal(f(1), pdx.DataFrame({'a': [1]}))"}]
+    forged = ["class pdx:\n    class testing:\n        assert_frame_equal = staticmethod(lambda *a, **k: None)\n"
+              "    DataFrame = staticmethod(lambda *a, **k: 0)\ndef f(x):\n    return 0\n"]
+    res = score(forged, rows=rows)
+    np.testing.assert_array_equal(res.total, [0.0])
+
+
+def test_the_tests_never_run_a_samples_bytes_as_code_in_the_trainer(tmp_path):
+    """Tests that unpickle, ``eval`` or ``marshal.loads`` a value the solution returns ran the
+    sample's code in the trainer's forked copy, outside every wall, as the trainer's user: the
+    pickle wrote a file on the host and its test passed. The copy now refuses such code (and
+    writes, processes, signals, connections: ``polyrl.sandbox.tests_guard``); the same tests still
+    pass honest data and the tests' own ``eval`` of a literal, and a ``namedtuple`` still builds."""
+    marker = tmp_path / "WRITTEN_BY_THE_SAMPLE"
+    payload = f"open({str(marker)!r}, 'w').write('x')"
+    rows = [{"prompt": "p", "tests": "import pickle\nassert pickle.loads(dump([1, 2])) is not None"},
+            {"prompt": "p", "tests": "assert eval(to_expr([1, 2])) is not None"},
+            {"prompt": "p", "tests": "import marshal\nexec(marshal.loads(dump([1, 2])))\nassert dump([1, 2])"}]
+    forged = ["import pickle\nclass P:\n    def __reduce__(self):\n        return (exec, (" + repr(payload) + ",))\n"
+              "def dump(x):\n    return pickle.dumps(P())\n",
+              f"def to_expr(x):\n    return {payload!r}\n",
+              f"import marshal\ndef dump(x):\n    return marshal.dumps(compile({payload!r}, 's', 'exec'))\n"]
+    res = score(forged, rows=rows)
+    np.testing.assert_array_equal(res.total, [0.0, 0.0, 0.0])
+    assert not marker.exists()
+    honest_rows = [{"prompt": "p", "tests": "import pickle\nassert pickle.loads(dump({1: 2.5j, 'a': {3}})) == "
+                                            "{1: 2.5j, 'a': {3}}"},
+                   {"prompt": "p", "tests": "import collections\nP = collections.namedtuple('P', 'x y')\n"
+                                            "assert P(add(1, 2), 0).x == eval('1 + 2')"}]
+    honest = ["import pickle\ndef dump(x):\n    return pickle.dumps(x)\n", "def add(a, b):\n    return a + b\n"]
+    np.testing.assert_array_equal(score(honest, rows=honest_rows).total, [1.0, 1.0])
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_a_samples_object_never_answers_a_str_or_set_yes_no_question(isolation, audit_hook):
+    """A method call on an object the sample returns is a request to the sample, which sees the
+    question before it answers: a class whose every method says yes passed ``startswith``,
+    ``endswith``, ``is*`` and ``issubset`` checks. Those belong to str, bytes and set values,
+    which come over as themselves; a class's own methods (``isempty``) still answer."""
+    liar = "class Liar:\n    def __getattr__(self, name):\n        return lambda *a, **k: True\n"
+    rows = [{"prompt": "p", "tests": "assert greet('Bob').startswith('Hello')\nassert greet('Bob').endswith('Bob!')\n"
+                                     "assert greet('x').isprintable()"},
+            {"prompt": "p", "tests": "assert evens([1, 2, 3, 4]).issubset({2, 4})\nassert evens([1, 3]).isdisjoint({1, 3})"},
+            {"prompt": "p", "tests": "s = Stack()\ns.push(2)\nassert s.pop() == 2\nassert s.isempty()"}]
+    forged = [liar + "def greet(name):\n    return Liar()\n", liar + "def evens(xs):\n    return Liar()\n",
+              liar + "Stack = Liar\n"]
+    res = score(forged, rows=rows, isolation=isolation, audit_hook=audit_hook)
+    np.testing.assert_array_equal(res.total, [0.0, 0.0, 0.0])  # pop() == 2 needs the answer, and fails the rest
+    honest = ["def greet(name):\n    return 'Hello ' + name + '!'\n", "def evens(xs):\n    return {x for x in xs if x % 2 == 0}\n",
+              "class Stack:\n    def __init__(self):\n        self.xs = []\n    def push(self, x):\n        self.xs.append(x)\n"
+              "    def pop(self):\n        return self.xs.pop()\n    def isempty(self):\n        return not self.xs\n"]
+    res = score(honest, rows=rows, isolation=isolation, audit_hook=audit_hook)
+    np.testing.assert_array_equal(res.total, [1.0, 1.0, 1.0])
 
 
 @pytest.mark.parametrize("isolation,audit_hook", MODES)

@@ -104,16 +104,30 @@ What is NOT isolated, or only partly:
       the dataset's code, trusted like a reward function; ``tests_in = "trainer"`` runs them in
       the trainer itself). Only the sample's answers reach them, as plain values of at most 8 MB
       each; the copy is killed at the deadline (plus a second), whatever the tests compute.
+      Tests that hand such a value to Python itself (``pickle.loads(dump(x))``, ``eval(expr(x))``)
+      ran the sample's code in that copy, as the trainer's user: the copy's audit hook
+      (``polyrl.sandbox.tests_guard``) refuses code the tests compile but did not write, code
+      objects they make from bytes, unpickling anything but plain data types, and writing files,
+      new processes, signals, connections and ctypes. Python-level (a library that compiles a
+      string the tests pass it, ``timeit.timeit(f(x))``, is not covered) and absent with
+      ``tests_in = "trainer"``.
     * What the tests can express: arguments must be plain data or values the sample returned (a
-      lambda cannot be sent); an object the solution returns compares equal only to itself, so
-      ``assert make_point() == Point(1, 2)`` fails even when the solution is right (numpy scalars
+      lambda cannot be sent; a ``Counter``, ``OrderedDict``, ``deque``, ``Fraction`` or
+      ``Decimal`` is rebuilt in the sample from its data, a ``defaultdict`` arrives as a dict); an object the solution returns compares equal only to itself, so
+      ``assert make_point() == Point(1, 2)`` fails even when the solution is right, and it
+      never answers the yes/no methods of str, bytes and sets (``startswith``, ``isdigit``,
+      ``issubset``: ``harness.DATA_PREDICATES``), which a str or set it returns answers (numpy scalars
       come back as numbers; an array stays in the sample, ``list(arr)`` works); in-place changes
       to a list passed as argument are not seen by the tests. A module the tests use without
       importing it is the trainer's real module when its name is a well-known one used only as a
-      module (``math.isclose``, ``np.allclose``: ``harness.TEST_MODULES``); any other name the
-      tests use unbound is whatever the solution bound to it: a read-only view of the trainer's
-      module for a pure standard-library one (``harness.SAFE_MODULES``), else the solution's
-      object or nothing; tests (or ``setup``) should import what they use.
+      module (``math.isclose``, ``np.allclose``: ``harness.TEST_MODULES``), and so is a
+      well-known standard name (``Counter``, ``pi``, ``isclose``, ``assert_allclose``:
+      ``harness.TEST_NAMES``) when the tests also use another name of the solution's; one the
+      trainer cannot import is unusable, never the solution's. Any other name the tests use
+      unbound is whatever the solution bound to it: a read-only view of the trainer's module for
+      a pure standard-library one (``harness.SAFE_MODULES``), else the solution's object or
+      nothing (so a helper outside those lists, ``permutations(xs)`` with no import, is the
+      solution's to forge); tests (or ``setup``) should import what they use.
     * Without bubblewrap only ``isolation = "weak"`` or ``"off"`` run (the default refuses): the
       unshare level has network and PID namespaces but the host's files are visible with the
       sample's uid's permissions: ``nobody``'s for a root trainer (every world-readable file,

@@ -14,8 +14,8 @@ a name their source binds anywhere is never the sample's, even before or when th
 (``r = f(2)`` raising must not leave the sample's ``r`` for the next assert). Builtins always mean
 the trainer's builtins: a solution cannot shadow ``sorted`` or ``isinstance`` for the tests.
 
-Limits (documented in ``polyrl.rewards.code``): arguments must be plain data or values the sample
-returned (a lambda cannot be sent), and a test sees in-place changes to its arguments only through
+Limits (documented in ``polyrl.rewards.code``): arguments must be plain data, values the sample
+returned or a ``REBUILT`` standard value (a lambda cannot be sent), and a test sees in-place changes to its arguments only through
 values the sample returns. A module the solution imported stands here for a read-only view of the
 trainer's own copy when it is in ``SAFE_MODULES`` and is unusable otherwise: a name the sample
 chose is never imported (``unittest.__main__`` runs tests on import). A name the tests use
@@ -31,6 +31,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+import collections
+import decimal
+import fractions
 import importlib
 import symtable
 import sys
@@ -54,6 +57,31 @@ TEST_MODULES = {**{name: name for name in (
     "math", "cmath", "re", "string", "collections", "itertools", "functools", "operator", "heapq", "bisect",
     "statistics", "fractions", "decimal", "datetime", "json", "typing", "copy", "random", "sys", "time",
     "numpy", "pandas")}, "np": "numpy", "pd": "pandas"}
+#: Names tests use without importing them, to build an expected value or to check one (the
+#: ``from collections import Counter`` sits in another column, or in the solution): name in the
+#: tests -> (module, attribute). Bound only while the tests also use a name of the solution's
+#: besides these (``global_names``), so a task whose function is itself named ``Counter`` or
+#: ``isclose`` still calls the solution's. Why: ``assert count(s) == Counter(s)`` called the
+#: sample's ``Counter``, and a solution whose ``Counter`` and ``count`` both return 1 scored 1.
+TEST_NAMES = {
+    **{name: ("math", name) for name in ("pi", "tau", "inf", "nan", "isclose")},  # not sqrt: often the task itself
+    **{name: ("collections", name) for name in ("Counter", "defaultdict", "OrderedDict", "deque", "namedtuple")},
+    "Fraction": ("fractions", "Fraction"), "Decimal": ("decimal", "Decimal"),
+    "allclose": ("numpy", "allclose"), "array_equal": ("numpy", "array_equal"),
+    **{name: ("numpy.testing", name) for name in ("assert_allclose", "assert_array_equal", "assert_equal",
+                                                  "assert_almost_equal", "assert_array_almost_equal")},
+    **{name: ("pandas.testing", name) for name in ("assert_frame_equal", "assert_series_equal")}}
+#: Standard types (``TEST_NAMES``') a test may pass to the solution: type -> (module, name, plain
+#: data the sample's own constructor takes). Why: with ``deque`` the trainer's, a test's
+#: ``rotate(deque([1, 2, 3]))`` could not be sent, and a right solution failed it.
+REBUILT: dict[type, tuple[str, str, Callable[[Any], Any]]] = {
+    collections.Counter: ("collections", "Counter", dict),
+    collections.OrderedDict: ("collections", "OrderedDict", lambda v: list(v.items())),
+    collections.deque: ("collections", "deque", list),
+    collections.defaultdict: ("builtins", "dict", dict),  # its factory is the tests' code: a plain dict
+    fractions.Fraction: ("fractions", "Fraction", str),
+    decimal.Decimal: ("decimal", "Decimal", str),
+}
 _BUILTIN_NAMES = frozenset(dir(builtins))
 #: The module name under which tests import the solution (``from solution import add``, KodCode's
 #: shape): its attributes are the sample's names.
@@ -64,6 +92,15 @@ SOLUTION_MODULE = "solution"
 _EXCEPTIONS = {name: kind for name, kind in vars(builtins).items()
                if isinstance(kind, type) and issubclass(kind, Exception)
                and not issubclass(kind, (StopIteration, StopAsyncIteration))}
+
+
+#: Yes/no methods of the built-in str, bytes and set types. A sample's object (a ``Remote``) never
+#: answers them: a ``str`` or ``set`` the solution returns comes over as itself and answers here,
+#: while a class of its own whose every method says yes passed ``assert greet(n).startswith("Hi")``
+#: and ``assert evens(xs).issubset({2, 4})`` (it sees the question before it answers).
+DATA_PREDICATES = frozenset({"startswith", "endswith"} | {
+    name for kind in (str, bytes, bytearray, set, frozenset) for name in dir(kind)
+    if name.startswith("is") and not name.startswith("__")})
 
 
 class RemoteError(Exception):
@@ -89,6 +126,9 @@ class Remote:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)  # protocol lookups (``__array__``, ...) stay local
+        if name in DATA_PREDICATES:
+            raise AttributeError(f"{name}() of the sample's {self._type[:100]!r} object: only a str, bytes or set it "
+                                 "returns as a value answers it")
         return self._session.ask("getattr", ref=self._ref, name=name)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -142,6 +182,10 @@ class Session:
             return data
         if type(value) in (list, tuple):
             return ["l" if type(value) is list else "t", [self.arg(v) for v in value]]
+        rebuilt = REBUILT.get(type(value))
+        if rebuilt is not None:  # the sample makes its own of the same type from plain data
+            module, name, plain = rebuilt
+            return ["x", module, name, self.arg(plain(value))]
         raise TypeError(f"a {type(value).__name__} cannot be sent to the sample (only plain data)")
 
     def ask(self, op: str, **fields: Any) -> Any:
@@ -265,6 +309,27 @@ class _Unavailable:
         raise RemoteError(f"module {self._name!r} of the solution is not available to the tests")
 
 
+class NotInstalled:
+    """What a ``TEST_MODULES`` or ``TEST_NAMES`` name the tests use stands for when the trainer
+    cannot import its module: every use raises. Why not the solution's, as before: a sample
+    defining ``class pd`` whose ``testing.assert_frame_equal`` accepts anything passed every
+    pandas test on a trainer without pandas."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def _refuse(self) -> RemoteError:
+        return RemoteError(f"{self._name!r} is not installed where the tests run (the trainer)")
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__") and attr.endswith("__"):
+            raise AttributeError(attr)
+        raise self._refuse()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._refuse()
+
+
 class ModuleView:
     """A trainer's module as the tests see it for a solution's import: attributes read through,
     no change (the module is shared with every later sample, and the sample chose the name)."""
@@ -338,6 +403,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     sources = [setup, *(source for source, _ in steps)]
     bound = bound_names(sources)
     modules = unbound_modules(sources, bound)
+    modules.update(unbound_test_names(sources, bound | modules.keys()))
     namespace.update(modules)  # the tests' globals: never the sample's (module doc)
     theirs = bound | modules.keys()
     sample: dict[str, Any] = {}
@@ -378,8 +444,8 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
 
 def unbound_modules(sources: Iterable[str], bound: Collection[str]) -> dict[str, Any]:
     """The real modules for the ``TEST_MODULES`` names these sources use only as a module
-    (``math.isclose``) and never bind; one that does not import here is left out (the name then
-    stays the solution's, as it was)."""
+    (``math.isclose``) and never bind; one that does not import here is ``NotInstalled``, never
+    the solution's."""
     as_module: set[str] = set()
     otherwise: set[str] = set()
     for source in sources:
@@ -398,8 +464,58 @@ def unbound_modules(sources: Iterable[str], bound: Collection[str]) -> dict[str,
             try:
                 modules[name] = importlib.import_module(TEST_MODULES[name])
             except Exception:  # noqa: BLE001 - not installed in the trainer
-                continue
+                modules[name] = NotInstalled(TEST_MODULES[name])
     return modules
+
+
+def unbound_test_names(sources: Sequence[str], bound: Collection[str]) -> dict[str, Any]:
+    """The trainer's own objects for the ``TEST_NAMES`` these sources use and never bind, when
+    they also use a name of the solution's besides them (one that ``bound`` (the tests' names and
+    the modules bound for them) and the builtins leave out, a ``copy`` they call included, or an
+    import from ``solution``); one whose module does not import here is ``NotInstalled``."""
+    used = global_names(sources) - set(bound)
+    wanted = sorted(used & TEST_NAMES.keys())
+    others = used - _BUILTIN_NAMES - TEST_NAMES.keys()
+    if not wanted or not (others or _imports_solution(sources)):
+        return {}
+    found: dict[str, Any] = {}
+    for name in wanted:
+        module, attr = TEST_NAMES[name]
+        try:
+            found[name] = getattr(importlib.import_module(module), attr)
+        except Exception:  # noqa: BLE001 - not installed in the trainer
+            found[name] = NotInstalled(f"{module}.{attr}")
+    return found
+
+
+def global_names(sources: Iterable[str]) -> set[str]:
+    """Every global name these sources read, at the top or in a function or class body."""
+    names: set[str] = set()
+    for source in sources:
+        try:
+            tables = [symtable.symtable(source, "<tests>", "exec")]
+        except Exception:  # noqa: BLE001 - not Python: it fails when run, reading nothing
+            continue
+        while tables:
+            table = tables.pop()
+            names |= {sym.get_name() for sym in table.get_symbols() if sym.is_referenced() and sym.is_global()}
+            tables.extend(table.get_children())
+    return names
+
+
+def _imports_solution(sources: Iterable[str]) -> bool:
+    """Whether these sources import the solution as a module (``from solution import add``)."""
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == SOLUTION_MODULE:
+                return True
+            if isinstance(node, ast.Import) and any(a.name == SOLUTION_MODULE for a in node.names):
+                return True
+    return False
 
 
 def _used_names(sources: Iterable[str]) -> set[str]:

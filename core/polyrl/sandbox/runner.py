@@ -20,7 +20,7 @@ import attrs
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards import forked, guard
-from polyrl.sandbox import isolation, leftovers, uids
+from polyrl.sandbox import isolation, leftovers, tests_guard, uids
 from polyrl.sandbox.isolation import STRONG_LEVELS
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.harness import Session, exception_parts, exception_text, run_tests
@@ -245,6 +245,7 @@ class Sandbox:
         def work() -> dict[str, Any]:
             channel.renew_selector()
             _cap_address_space(allowance)
+            tests_guard.install([setup, *(source for source, _ in steps)])  # this copy only: it ends with the verdict
             result = self._talk(channel, code, steps, setup)
             return {"status": result.status, "passed": result.passed, "error": result.error,
                     "consulted": result.consulted,

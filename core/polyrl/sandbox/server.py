@@ -132,8 +132,11 @@ class _Session:
     def arg(self, data):
         if isinstance(data, list) and data and data[0] == "r":
             return self.refs[data[1]]
+        if isinstance(data, list) and data and data[0] == "x":  # a standard type, from its plain data
+            module = __import__(data[1], fromlist=[data[2]])
+            return getattr(module, data[2])(self.arg(data[3]))
         if isinstance(data, list) and data and data[0] in ("l", "t") and any(
-                isinstance(d, list) and d and d[0] == "r" for d in data[1]):
+                isinstance(d, list) and d and d[0] in ("r", "x") for d in data[1]):
             items = [self.arg(d) for d in data[1]]
             return items if data[0] == "l" else tuple(items)
         return decode(data)
