@@ -266,6 +266,9 @@ class Trainer:
         self.stop_requested = False
         #: code watching the run in this process (``polyrl.run_observer``; ``polyrl.trl``'s callbacks)
         self.observers: list[RunObserver] = []
+        #: what the observers kept in the checkpoint a full resume restored (``RunObserver.checkpoint_state``,
+        #: by each one's key), for them to read in ``run_begin``; {} on a fresh start or a weights-only resume
+        self.resumed_observer_state: dict[str, Any] = {}
         #: evaluate after training (with held-out rows); False: only the steps ``eval.every`` or an
         #: observer asks for (``polyrl.trl`` under TRL's eval_strategy="no", where a callback's
         #: should_evaluate evaluates and TRL evaluates nothing at the end)
@@ -1091,6 +1094,9 @@ class Trainer:
             "in_a_row": dict(self._in_a_row),
             "reward_code": self._reward_codes,  # a resume says when the functions' code changed
             "model_files": self._model_files(),  # and when the model folders were changed in place
+            # the observers' own (transformers' best_metric and callback states, polyrl.trl_callbacks)
+            "observers": {key: value for observer in self.observers
+                          for key, value in observer.checkpoint_state().items()},
         }
 
     def _agree_to_start(self) -> None:
@@ -1224,6 +1230,8 @@ class Trainer:
         # a full resume continues the streaks (an older checkpoint has none: from 0); weights only is a new run
         saved_row = {} if weights_only else state.get("in_a_row") or {}
         self._in_a_row = {k: int(saved_row.get(k, 0)) for k in IN_A_ROW}
+        # the observers' state goes on with a full resume, as the streaks do (an older checkpoint has none)
+        self.resumed_observer_state = {} if weights_only else dict(state.get("observers") or {})
         self._resumed = True
         # that checkpoint holds this step: re-saving it before training on (weights only, nothing
         # left to train) put a fresh optimizer into it, and a later exact --resume went off the run

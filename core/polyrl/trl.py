@@ -224,7 +224,7 @@ class GRPOTrainer:
         from polyrl import checkpoint
         from polyrl.rewards.trl_compat import with_trl_names
         from polyrl.trainer import AllCompletionsCut
-        from polyrl.trl_callbacks import in_updates, run_settings, updates_per_step
+        from polyrl.trl_callbacks import in_updates, restore, run_settings, updates_per_step
 
         if trial is not None:
             raise ConfigError("polyrl runs no hyperparameter search", field="trial", fix="remove trial")
@@ -252,6 +252,9 @@ class GRPOTrainer:
         self.state = self._new_state()
         if self._callbacks is not None:
             self._callbacks.state = self.state
+        if resume is not None:  # best_metric and the callbacks' states as the checkpoint kept them
+            restore(self._callbacks, self.state, trainer.resumed_observer_state, self.args,
+                    checkpoint.checkpoint_dir(trainer.checkpoint_root, trainer.step))
         if callbacks is not None:  # on_train_begin when the run starts (``run_begin``)
             trainer.observers.append(callbacks)
         # TRL's switch for its bar; a transformers progress callback given draws its own bar instead

@@ -38,6 +38,8 @@ IGNORED = frozenset({
     # read by the callbacks through ``args`` (``trl_callbacks``: state.best_metric after each step's
     # evaluation, which transformers' EarlyStoppingCallback compares against)
     "metric_for_best_model", "greater_is_better",
+    # read on train(resume_from_checkpoint=...): the callbacks' states restored (``trl_callbacks.restore``)
+    "restore_callback_states_from_checkpoint",
 })
 #: TRL settings whose value here is what polyrl does anyway (no correction of a generator's
 #: mismatch by default): accepted, not refused.
