@@ -633,3 +633,51 @@ def test_restore_follows_transformers_load_callback_state_when_the_callbacks_dif
     with pytest.raises(ConfigError) as err:
         restore(off, off.state, bad, off.args, tmp_path)
     assert "observers.trl.best_global_step is '4'" in str(err.value) and "trainer_state.json" in str(err.value)
+
+
+def peak_at_update_2(completions, trainer_state, **kwargs):
+    """Highest when scored at optimizer update 2 (training and evaluation alike): the evaluation
+    after step 2 is the run's best, whatever the model samples."""
+    return [-10.0 * abs(trainer_state.global_step - 2) for _ in completions]
+
+
+def _weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_load_best_model_at_end_saves_the_best_evaluated_steps_weights(tiny_model_dir, tmp_path):
+    """TRL's load_best_model_at_end (was refused): a checkpoint every save_steps, the best
+    evaluated one kept from pruning (save_total_limit's count, transformers' rotate_checkpoints),
+    and at the end output_dir/model, save_model and trainer.model are that step's weights, not
+    the last step's; the last checkpoint stays for a resume."""
+    import torch
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short, peak_at_update_2], train_dataset=_dataset(8),
+                          eval_dataset=_dataset(2),
+                          args=_args(tmp_path, max_steps=4, eval_strategy="steps", eval_steps=1, save_steps=1,
+                                     metric_for_best_model="reward", load_best_model_at_end=True))
+    trainer.train()
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert trainer.state.best_global_step == 2
+    assert trainer.state.best_model_checkpoint == str(checkpoints / "step-00000002")
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-00000002", "step-00000004"]  # keep 2: best, last
+    best, last = _weights(checkpoints / "step-00000002" / "model"), _weights(checkpoints / "step-00000004" / "model")
+    assert any(not torch.equal(best[k], last[k]) for k in best)  # the steps trained: other weights
+    trainer.save_model(str(tmp_path / "saved"))
+    for folder in (tmp_path / "run" / "model", tmp_path / "saved"):
+        saved = _weights(folder)
+        assert saved.keys() == best.keys() and all(torch.equal(saved[k], best[k]) for k in best), folder
+    model = trainer.model.state_dict()
+    assert all(torch.equal(model[k].to(best[k].dtype), best[k]) for k in best if k in model)
+
+
+def test_load_best_model_at_end_with_an_epoch_save_strategy_is_refused(tiny_model_dir, tmp_path):
+    from polyrl.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(), eval_dataset=_dataset(2),
+                    args=_args(tmp_path, eval_strategy="epoch", save_strategy="epoch",
+                               metric_for_best_model="reward", load_best_model_at_end=True))
+    assert err.value.field == "args.save_strategy" and "save_strategy=\"steps\"" in str(err.value)

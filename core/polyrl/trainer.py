@@ -1162,7 +1162,8 @@ class Trainer:
                 raise
             raise self._write_failed(f"checkpoint of step {self.step}", exc.reason, exc.fix) from None
         self._saved_step = self.step
-        ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints)
+        ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints,
+                   [kept for observer in self.observers if (kept := observer.protected_checkpoint()) is not None])
         log.info("checkpoint saved", path=str(path), step=self.step)
         if self._prune_pending and self.step > 0:  # keep_previous_runs = 0: replaced now
             previous_runs.deferred_prune(self.output_dir, self._set_aside)

@@ -36,7 +36,8 @@ Each checkpoint keeps what transformers' ``trainer_state.json`` keeps for a resu
 ``ExportableState`` callbacks' and the control's ``state()``), and ``train(resume_from_checkpoint=...)``
 restores it as transformers does (``restore``): the best fields always, the callbacks with
 ``restore_callback_states_from_checkpoint``, so an EarlyStoppingCallback's patience count survives
-a crash.
+a crash. ``best_model_checkpoint`` is the best step's checkpoint once written, kept from pruning
+(``protected_checkpoint``); ``load_best_model_at_end`` loads it at the end (``polyrl.trl``).
 """
 
 from __future__ import annotations
@@ -98,6 +99,8 @@ class TrlCallbacks:
         self.deferred: CallbackError | None = None
         self._defer = False
         self._said_unsaved: set[str] = set()  # callbacks whose state() could not be checkpointed (warned once)
+        self._per_step = 1  # optimizer updates a polyrl step makes (``run_begin``)
+        self._checkpoints: Path | None = None  # the run's checkpoint folder (``run_begin``)
 
     # --- transformers' CallbackHandler API ------------------------------------------------------
 
@@ -181,6 +184,7 @@ class TrlCallbacks:
 
         self._defer = trainer.world_size > 1
         self._per_step = updates_per_step(trainer)
+        self._checkpoints = Path(trainer.checkpoint_root)
         self._steps = trainer.config.train.steps * self._per_step
         run_settings(self.state, trainer)
         self.state.global_step = trainer.step * self._per_step
@@ -269,8 +273,28 @@ class TrlCallbacks:
         ``stateful_callbacks`` (each ``ExportableState`` callback's ``state()`` by class name, a list
         for several of one class, and ``TrainerControl``'s), set on ``state`` too, as there."""
         self.state.stateful_callbacks = self._stateful_callbacks()
+        self._note_best_checkpoint()
         return {STATE_KEY: {name: getattr(self.state, name, None) for name in _BEST}
                 | {"stateful_callbacks": self.state.stateful_callbacks}}
+
+    def _note_best_checkpoint(self) -> None:
+        """``state.best_model_checkpoint`` as transformers' ``_save_checkpoint`` sets it when a
+        checkpoint is written: the best step's checkpoint folder, once it is on disk (the one being
+        written counts: this state goes into it); else it keeps its value."""
+        from polyrl.checkpoint import checkpoint_dir, is_complete
+
+        best = self.state.best_global_step
+        if not best or self._checkpoints is None or best % self._per_step:
+            return
+        folder = checkpoint_dir(self._checkpoints, best // self._per_step)
+        if best == self.state.global_step or is_complete(folder):
+            self.state.best_model_checkpoint = str(folder)
+
+    def protected_checkpoint(self) -> Path | None:
+        """``state.best_model_checkpoint``, which pruning keeps as transformers' ``rotate_checkpoints``
+        does (``load_best_model_at_end`` loads it at the end of ``train()``)."""
+        best = self.state.best_model_checkpoint
+        return Path(best) if best else None
 
     def _stateful_callbacks(self) -> dict[str, Any]:
         """``{class name: state()}`` of the ``ExportableState`` callbacks and the control. A
