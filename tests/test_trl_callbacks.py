@@ -681,3 +681,25 @@ def test_load_best_model_at_end_with_an_epoch_save_strategy_is_refused(tiny_mode
                     args=_args(tmp_path, eval_strategy="epoch", save_strategy="epoch",
                                metric_for_best_model="reward", load_best_model_at_end=True))
     assert err.value.field == "args.save_strategy" and "save_strategy=\"steps\"" in str(err.value)
+
+
+def test_load_best_model_at_end_after_a_resume_loads_the_best_step_before_the_crash(tiny_model_dir, tmp_path):
+    """The best step (2) was before the crash (after step 3): the resumed run keeps its
+    checkpoint from pruning and ends with its weights (best_global_step came back with the state)."""
+    import torch
+
+    def trainer(callbacks):
+        return GRPOTrainer(model=tiny_model_dir, reward_funcs=[short, peak_at_update_2], train_dataset=_dataset(8),
+                           eval_dataset=_dataset(2), callbacks=callbacks,
+                           args=_args(tmp_path, max_steps=4, eval_strategy="steps", eval_steps=1, save_steps=1,
+                                      metric_for_best_model="reward", load_best_model_at_end=True))
+
+    assert trainer([StopAtStep(3)]).train().global_step == 3
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-00000002", "step-00000003"]
+    resumed = trainer([])
+    resumed.train(resume_from_checkpoint=True)
+    assert resumed.state.best_global_step == 2
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-00000002", "step-00000004"]
+    best, saved = _weights(checkpoints / "step-00000002" / "model"), _weights(tmp_path / "run" / "model")
+    assert all(torch.equal(saved[k], best[k]) for k in best)
