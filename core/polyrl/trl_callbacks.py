@@ -460,7 +460,8 @@ def _load_callback_state(handler: TrlCallbacks, stored: Mapping[str, Any],
                              f"{describe(exc, run_goes_on=False)}",
                              fix="resume with restore_callback_states_from_checkpoint=False (the callbacks given "
                                  "keep their state), or from another checkpoint") from None
-            if callback is handler.control:
+            if callback is handler.control:  # its flags are cleared before use, as transformers' events clear them
+                rebuilt.should_epoch_stop = False  # (transformers: the resumed epoch's on_epoch_begin)
                 handler.control = rebuilt
             else:
                 made.append(rebuilt)
