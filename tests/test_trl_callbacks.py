@@ -703,3 +703,25 @@ def test_load_best_model_at_end_after_a_resume_loads_the_best_step_before_the_cr
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step-00000002", "step-00000004"]
     best, saved = _weights(checkpoints / "step-00000002" / "model"), _weights(tmp_path / "run" / "model")
     assert all(torch.equal(saved[k], best[k]) for k in best)
+
+
+def test_a_state_that_is_not_json_is_left_out_of_the_checkpoint_with_one_warning():
+    """transformers' save_to_json would fail the checkpoint on it; here the checkpoint is written,
+    that callback alone starting afresh on resume."""
+    from types import SimpleNamespace
+
+    from structlog.testing import capture_logs
+
+    from polyrl.trl_callbacks import TrlCallbacks
+
+    class Opaque(Counting):
+        def state(self) -> dict:
+            return {"args": {}, "attributes": {"seen": object()}}
+
+    handler = TrlCallbacks([Opaque(), Counting("kept")], SimpleNamespace(), lambda: None, rank=0, local_rank=0)
+    with capture_logs() as logs:
+        for _ in range(2):
+            kept = handler.checkpoint_state()["trl"]["stateful_callbacks"]
+    assert set(kept) == {"Counting", "TrainerControl"}
+    said = [e for e in logs if e["log_level"] == "warning"]
+    assert len(said) == 1 and "Opaque.state()" in said[0]["event"] and "TypeError" in said[0]["event"]

@@ -314,7 +314,7 @@ class TrlCallbacks:
                 if name not in self._said_unsaved:
                     from polyrl.agents.threads import describe
 
-                    log.warning(f"{name}.state() could not be kept in the checkpoint ({describe(exc, run_goes_on=True)})"
+                    log.warning(f"{name}.state() could not be kept in the checkpoint ({describe(exc, run_goes_on=False)})"
                                 "; a resumed run starts it afresh. Fix: return a dict of JSON values from state()",
                                 callback=name)
                     self._said_unsaved.add(name)
