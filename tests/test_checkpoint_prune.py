@@ -108,3 +108,16 @@ def test_a_users_folder_named_after_a_checkpoint_is_not_an_unmarked_leftover(tmp
     (mine / "model.safetensors").write_bytes(b"weights")
     assert ckpt.remove_unmarked_leftovers(root) == []
     assert (mine / "model.safetensors").read_bytes() == b"weights"
+
+
+@pytest.mark.parametrize(("keep", "left"), [(2, [2, 5]), (3, [2, 4, 5]), (1, [2, 5])])
+def test_a_protected_checkpoint_is_kept_and_counted_as_transformers_rotate_checkpoints(tmp_path, keep, left):
+    """A TRL run's best checkpoint (load_best_model_at_end loads it at the end) survives pruning,
+    counted among the kept ones: the oldest others go first; the newest is always kept."""
+    root = tmp_path / "checkpoints"
+    for step in (1, 2, 3, 4, 5):
+        _write(root, step)
+    ckpt.prune(root, keep=keep, protect=[root / "step-00000002"])
+    assert [p.name for p in ckpt.complete_checkpoints(root)] == [f"step-{s:08d}" for s in left]
+    ckpt.prune(root, keep=keep)  # without it, the newest keep as before
+    assert len(ckpt.complete_checkpoints(root)) == keep

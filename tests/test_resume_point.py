@@ -265,3 +265,14 @@ def test_a_malformed_streak_count_is_refused(in_a_row):
     why = problem({**well_formed_state(2), "in_a_row": in_a_row}, 2, weights_only=False, prompts=64)
     assert why is not None and why[0].startswith("in_a_row is "), why
     assert problem(well_formed_state(2), 2, weights_only=True, prompts=64) is None  # (no saved config: weights)
+
+
+@pytest.mark.parametrize(("observers", "words"), [([1], "observers is list, not an object of objects"),
+                                                  ({"trl": 3}, "observers is dict, not an object of objects")])
+def test_malformed_observer_state_is_refused_unless_weights_only(tiny_model_dir, tmp_path, observers, words):
+    """The observers' state (a TRL run's best_metric and callback states) is restored by a full
+    resume only: a malformed one is refused before the models load, a weights-only resume reads none."""
+    found = _edited(tmp_path, observers=observers)
+    text = _refused(tiny_model_dir, tmp_path)
+    assert f"{found / ckpt.STATE_FILE}: {words}" in text and "--resume-weights-only" in text, text
+    assert _accepted(tiny_model_dir, tmp_path, weights_only=True)["step"] == 2

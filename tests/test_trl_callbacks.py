@@ -512,3 +512,216 @@ def test_should_epoch_stop_starts_the_next_epoch_and_a_resume_continues_there(ti
     # num_train_epochs = 2 (4 steps): epoch 0 ended after its first step, epoch 1 whole, then the end
     assert _prompts_per_step(tiny_model_dir, tmp_path / "epochs", 0, [EndEpochAtFirstStep()]) == \
         [plain[0], plain[2], plain[3]]
+
+
+class StopAtStep(TrainerCallback):
+    """A crash stand-in: the run ends after ``step`` (checkpointed), as a kill after its save would."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_training_stop = state.global_step == self.step
+
+
+class SeenAtStart(TrainerCallback):
+    """The state's best fields as on_train_begin sees them (after a resume restored them)."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.best = (state.best_metric, state.best_global_step)
+
+
+def _early_stopping_run(tiny_model_dir, tmp_path, callbacks, **kwargs):
+    """Early stopping that cannot improve (a threshold of 10 on rewards within 1): patience 2 is
+    spent by the third evaluation, one a step."""
+    from transformers import EarlyStoppingCallback
+
+    return GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(8),
+                       eval_dataset=_dataset(2),
+                       callbacks=[EarlyStoppingCallback(early_stopping_patience=2, early_stopping_threshold=10.0),
+                                  *callbacks],
+                       args=_args(tmp_path, max_steps=6, eval_strategy="steps", eval_steps=1,
+                                  metric_for_best_model="reward", **kwargs))
+
+
+@pytest.mark.parametrize("restore_callbacks", [True, False])
+def test_early_stopping_goes_on_after_a_resume_as_transformers_restores_it(tiny_model_dir, tmp_path,
+                                                                           restore_callbacks):
+    """A run stopped after one non-improving evaluation (patience count 1 of 2), then resumed:
+    best_metric and best_global_step are the pre-crash ones (the checkpoint keeps them, as
+    transformers' trainer_state.json), and with restore_callback_states_from_checkpoint the
+    EarlyStoppingCallback's count too, so one more non-improving evaluation stops it (step 3);
+    without it (transformers' default) the count starts afresh against the kept best (step 4).
+    Both were lost: the count and best_metric started afresh (a stop at step 5)."""
+    from transformers import EarlyStoppingCallback
+
+    first = _early_stopping_run(tiny_model_dir, tmp_path, [StopAtStep(2)],
+                                restore_callback_states_from_checkpoint=restore_callbacks)
+    assert first.train().global_step == 2
+    before = (first.state.best_metric, first.state.best_global_step)
+    best = max((e for e in first.state.log_history if "eval_reward" in e), key=lambda e: e["eval_reward"])
+    assert before == (best["eval_reward"], best["step"])
+
+    seen = SeenAtStart()
+    resumed = _early_stopping_run(tiny_model_dir, tmp_path, [seen],
+                                  restore_callback_states_from_checkpoint=restore_callbacks)
+    out = resumed.train(resume_from_checkpoint=True)
+    assert seen.best == before
+    assert out.global_step == (3 if restore_callbacks else 4)
+    evals = [e["step"] for e in resumed.state.log_history if "eval_reward" in e]
+    assert evals == ([1, 2, 3] if restore_callbacks else [1, 2, 3, 4])
+    stopper = [c for c in resumed.callback_handler.callbacks if isinstance(c, EarlyStoppingCallback)]
+    assert len(stopper) == 1 and stopper[0].early_stopping_patience_counter == 2
+    if restore_callbacks:  # transformers' _load_callback_state: rebuilt from the checkpoint, moved last
+        assert [type(c) for c in resumed.callback_handler.callbacks] == [SeenAtStart, EarlyStoppingCallback]
+    last = tmp_path / "run" / "checkpoints" / f"step-{out.global_step:08d}"
+    saved = json.loads((last / "trainer_state.json").read_text())
+    assert saved["observers"]["trl"]["stateful_callbacks"]["EarlyStoppingCallback"]["attributes"] == {
+        "early_stopping_patience_counter": 2}
+
+
+class Counting(TrainerCallback, transformers.trainer_callback.ExportableState):
+    """A stateful callback of the script's own: ``seen`` is its state."""
+
+    def __init__(self, label: str = ""):
+        self.label, self.seen = label, 0
+
+    def state(self) -> dict:
+        return {"args": {"label": self.label}, "attributes": {"seen": self.seen}}
+
+
+def test_restore_follows_transformers_load_callback_state_when_the_callbacks_differ(tmp_path):
+    """transformers' _load_callback_state: a callback class the checkpoint holds is rebuilt from
+    its saved args and attributes (several of a class in order), moved last; a class held but not
+    given is ignored with a warning; a given callback the checkpoint does not name keeps its state;
+    the best fields are restored whatever the flag. A malformed field is one ConfigError."""
+    from types import SimpleNamespace
+
+    from structlog.testing import capture_logs
+    from transformers import EarlyStoppingCallback
+
+    from polyrl.errors import ConfigError
+    from polyrl.trl_callbacks import TrlCallbacks, restore
+
+    before = TrlCallbacks([Counting("a"), Counting("b"), EarlyStoppingCallback(3)], SimpleNamespace(),
+                          lambda: None, rank=0, local_rank=0)
+    before.callbacks[0].seen, before.callbacks[1].seen = 5, 7
+    before.callbacks[2].early_stopping_patience_counter = 2
+    before.state.best_metric, before.state.best_global_step = 0.5, 4
+    kept = json.loads(json.dumps(before.checkpoint_state()))  # as a checkpoint holds it
+    assert before.state.stateful_callbacks["Counting"] == [Counting("a").state() | {"attributes": {"seen": 5}},
+                                                           Counting("b").state() | {"attributes": {"seen": 7}}]
+
+    recorder, given = Recorder(), Counting("new")
+    after = TrlCallbacks([given, recorder, Counting("other")],
+                         SimpleNamespace(restore_callback_states_from_checkpoint=True), lambda: None, rank=0,
+                         local_rank=0)
+    with capture_logs() as logs:
+        restore(after, after.state, kept, after.args, tmp_path)
+    assert (after.state.best_metric, after.state.best_global_step) == (0.5, 4)
+    assert [type(c) for c in after.callbacks] == [Recorder, Counting, Counting]
+    assert [(c.label, c.seen) for c in after.callbacks[1:]] == [("a", 5), ("b", 7)]
+    assert after.callbacks[0] is recorder and given not in after.callbacks
+    ignored = [e for e in logs if "not given" in e["event"]]  # held, not given: ignored with a warning
+    assert len(ignored) == 1 and "EarlyStoppingCallback" in ignored[0]["event"]
+
+    off = TrlCallbacks([given], SimpleNamespace(), lambda: None, rank=0, local_rank=0)
+    restore(off, off.state, kept, off.args, tmp_path)  # transformers' default: the callbacks keep their state
+    assert off.callbacks == [given] and off.state.best_metric == 0.5
+
+    bad = {"trl": {**kept["trl"], "best_global_step": "4"}}
+    with pytest.raises(ConfigError) as err:
+        restore(off, off.state, bad, off.args, tmp_path)
+    assert "observers.trl.best_global_step is '4'" in str(err.value) and "trainer_state.json" in str(err.value)
+
+
+def peak_at_update_2(completions, trainer_state, **kwargs):
+    """Highest when scored at optimizer update 2 (training and evaluation alike): the evaluation
+    after step 2 is the run's best, whatever the model samples."""
+    return [-10.0 * abs(trainer_state.global_step - 2) for _ in completions]
+
+
+def _weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_load_best_model_at_end_saves_the_best_evaluated_steps_weights(tiny_model_dir, tmp_path):
+    """TRL's load_best_model_at_end (was refused): a checkpoint every save_steps, the best
+    evaluated one kept from pruning (save_total_limit's count, transformers' rotate_checkpoints),
+    and at the end output_dir/model, save_model and trainer.model are that step's weights, not
+    the last step's; the last checkpoint stays for a resume."""
+    import torch
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short, peak_at_update_2], train_dataset=_dataset(8),
+                          eval_dataset=_dataset(2),
+                          args=_args(tmp_path, max_steps=4, eval_strategy="steps", eval_steps=1, save_steps=1,
+                                     metric_for_best_model="reward", load_best_model_at_end=True))
+    trainer.train()
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert trainer.state.best_global_step == 2
+    assert trainer.state.best_model_checkpoint == str(checkpoints / "step-00000002")
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-00000002", "step-00000004"]  # keep 2: best, last
+    best, last = _weights(checkpoints / "step-00000002" / "model"), _weights(checkpoints / "step-00000004" / "model")
+    assert any(not torch.equal(best[k], last[k]) for k in best)  # the steps trained: other weights
+    trainer.save_model(str(tmp_path / "saved"))
+    for folder in (tmp_path / "run" / "model", tmp_path / "saved"):
+        saved = _weights(folder)
+        assert saved.keys() == best.keys() and all(torch.equal(saved[k], best[k]) for k in best), folder
+    model = trainer.model.state_dict()
+    assert all(torch.equal(model[k].to(best[k].dtype), best[k]) for k in best if k in model)
+
+
+def test_load_best_model_at_end_with_an_epoch_save_strategy_is_refused(tiny_model_dir, tmp_path):
+    from polyrl.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(), eval_dataset=_dataset(2),
+                    args=_args(tmp_path, eval_strategy="epoch", save_strategy="epoch",
+                               metric_for_best_model="reward", load_best_model_at_end=True))
+    assert err.value.field == "args.save_strategy" and "save_strategy=\"steps\"" in str(err.value)
+
+
+def test_load_best_model_at_end_after_a_resume_loads_the_best_step_before_the_crash(tiny_model_dir, tmp_path):
+    """The best step (2) was before the crash (after step 3): the resumed run keeps its
+    checkpoint from pruning and ends with its weights (best_global_step came back with the state)."""
+    import torch
+
+    def trainer(callbacks):
+        return GRPOTrainer(model=tiny_model_dir, reward_funcs=[short, peak_at_update_2], train_dataset=_dataset(8),
+                           eval_dataset=_dataset(2), callbacks=callbacks,
+                           args=_args(tmp_path, max_steps=4, eval_strategy="steps", eval_steps=1, save_steps=1,
+                                      metric_for_best_model="reward", load_best_model_at_end=True))
+
+    assert trainer([StopAtStep(3)]).train().global_step == 3
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-00000002", "step-00000003"]
+    resumed = trainer([])
+    resumed.train(resume_from_checkpoint=True)
+    assert resumed.state.best_global_step == 2
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-00000002", "step-00000004"]
+    best, saved = _weights(checkpoints / "step-00000002" / "model"), _weights(tmp_path / "run" / "model")
+    assert all(torch.equal(saved[k], best[k]) for k in best)
+
+
+def test_a_state_that_is_not_json_is_left_out_of_the_checkpoint_with_one_warning():
+    """transformers' save_to_json would fail the checkpoint on it; here the checkpoint is written,
+    that callback alone starting afresh on resume."""
+    from types import SimpleNamespace
+
+    from structlog.testing import capture_logs
+
+    from polyrl.trl_callbacks import TrlCallbacks
+
+    class Opaque(Counting):
+        def state(self) -> dict:
+            return {"args": {}, "attributes": {"seen": object()}}
+
+    handler = TrlCallbacks([Opaque(), Counting("kept")], SimpleNamespace(), lambda: None, rank=0, local_rank=0)
+    with capture_logs() as logs:
+        for _ in range(2):
+            kept = handler.checkpoint_state()["trl"]["stateful_callbacks"]
+    assert set(kept) == {"Counting", "TrainerControl"}
+    said = [e for e in logs if e["log_level"] == "warning"]
+    assert len(said) == 1 and "Opaque.state()" in said[0]["event"] and "TypeError" in said[0]["event"]

@@ -21,7 +21,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -449,9 +449,11 @@ def remove_unmarked_leftovers(root: str | Path) -> list[Path]:
     return removed
 
 
-def prune(root: str | Path, keep: int) -> None:
+def prune(root: str | Path, keep: int, protect: Sequence[Path] = ()) -> None:
     """Delete all but the newest ``keep`` complete checkpoints, and stale temp dirs. Called only
-    after a save succeeded, so the newest kept one is always the one just written. Each one is
+    after a save succeeded, so the newest kept one is always the one just written. ``protect``:
+    checkpoints never deleted (a TRL run's best one), counted among the ``keep`` as transformers'
+    ``rotate_checkpoints`` counts its best: the oldest others go first. Each one is
     renamed ``.deleting-step-N`` before its files go. Why: a kill part-way through deleting
     ``step-N`` in place left a folder without its marker, which no later prune counted as a
     checkpoint, so it stayed on disk for good; the renamed one is removed at the next start or
@@ -461,7 +463,10 @@ def prune(root: str | Path, keep: int) -> None:
     for stale in [*root.glob(".tmp-step-*"), *root.glob(".old-step-*")]:
         shutil.rmtree(stale, ignore_errors=True)
     doomed = []
-    for old in complete_checkpoints(root)[:-keep]:
+    kept = complete_checkpoints(root)
+    spared = {p.resolve() for p in protect} | ({kept[-1].resolve()} if kept else set())
+    excess = len(kept) - max(keep, len([p for p in kept if p.resolve() in spared])) if keep > 0 else 0
+    for old in [p for p in kept if p.resolve() not in spared][:max(excess, 0)]:
         target = root / f"{DELETING}{old.name}"
         try:
             os.replace(old, target)

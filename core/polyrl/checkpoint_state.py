@@ -117,6 +117,10 @@ def problem(state: Any, step: int | None, weights_only: bool, prompts: int) -> t
     in_a_row = state.get("in_a_row", {})
     if not isinstance(in_a_row, Mapping) or not all(_count(v) and v >= 0 for v in in_a_row.values()):
         return f"in_a_row is {in_a_row!r}, not an object of integers >= 0", OTHER_CHECKPOINT_FIX
+    observers = state.get("observers", {})
+    if not weights_only and not (isinstance(observers, Mapping)  # read by a full resume only
+                                 and all(isinstance(v, Mapping) for v in observers.values())):
+        return f"observers is {_kind(observers)}, not an object of objects", WEIGHTS_ONLY_FIX
     saved = state.get("config")
     if saved is not None and not isinstance(saved, Mapping):
         return f"config is {_kind(saved)}, not an object", WEIGHTS_ONLY_FIX

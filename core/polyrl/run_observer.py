@@ -63,3 +63,15 @@ class RunObserver(Protocol):
         its ``epoch_stop`` is not read (the checkpoint already holds the data order).
         A stop asked here ends a single process's run at once; under a launcher, after the next step
         (the ranks agree on it with that step's answer)."""
+
+    def checkpoint_state(self) -> Mapping[str, Any]:
+        """What of this observer each checkpoint keeps: JSON values under keys of its own (the
+        checkpoint's ``observers``), handed back after a full resume in
+        ``Trainer.resumed_observer_state`` before ``run_begin``; {} for nothing. Why: state the
+        user's code steers the run by (an early-stopping patience count) must survive a crash as
+        the run's own does. Rank 0's is written; every rank reads it back."""
+
+    def protected_checkpoint(self) -> Path | None:
+        """A checkpoint pruning (``train.keep_checkpoints``) must not delete, counted among the kept
+        ones (transformers' ``best_model_checkpoint``, which ``load_best_model_at_end`` loads at the
+        end); None for none. Asked on rank 0 after each checkpoint is written."""

@@ -266,6 +266,9 @@ class Trainer:
         self.stop_requested = False
         #: code watching the run in this process (``polyrl.run_observer``; ``polyrl.trl``'s callbacks)
         self.observers: list[RunObserver] = []
+        #: what the observers kept in the checkpoint a full resume restored (``RunObserver.checkpoint_state``,
+        #: by each one's key), for them to read in ``run_begin``; {} on a fresh start or a weights-only resume
+        self.resumed_observer_state: dict[str, Any] = {}
         #: evaluate after training (with held-out rows); False: only the steps ``eval.every`` or an
         #: observer asks for (``polyrl.trl`` under TRL's eval_strategy="no", where a callback's
         #: should_evaluate evaluates and TRL evaluates nothing at the end)
@@ -1091,6 +1094,9 @@ class Trainer:
             "in_a_row": dict(self._in_a_row),
             "reward_code": self._reward_codes,  # a resume says when the functions' code changed
             "model_files": self._model_files(),  # and when the model folders were changed in place
+            # the observers' own (transformers' best_metric and callback states, polyrl.trl_callbacks)
+            "observers": {key: value for observer in self.observers
+                          for key, value in observer.checkpoint_state().items()},
         }
 
     def _agree_to_start(self) -> None:
@@ -1156,7 +1162,8 @@ class Trainer:
                 raise
             raise self._write_failed(f"checkpoint of step {self.step}", exc.reason, exc.fix) from None
         self._saved_step = self.step
-        ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints)
+        ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints,
+                   [kept for observer in self.observers if (kept := observer.protected_checkpoint()) is not None])
         log.info("checkpoint saved", path=str(path), step=self.step)
         if self._prune_pending and self.step > 0:  # keep_previous_runs = 0: replaced now
             previous_runs.deferred_prune(self.output_dir, self._set_aside)
@@ -1224,6 +1231,8 @@ class Trainer:
         # a full resume continues the streaks (an older checkpoint has none: from 0); weights only is a new run
         saved_row = {} if weights_only else state.get("in_a_row") or {}
         self._in_a_row = {k: int(saved_row.get(k, 0)) for k in IN_A_ROW}
+        # the observers' state goes on with a full resume, as the streaks do (an older checkpoint has none)
+        self.resumed_observer_state = {} if weights_only else dict(state.get("observers") or {})
         self._resumed = True
         # that checkpoint holds this step: re-saving it before training on (weights only, nothing
         # left to train) put a fresh optimizer into it, and a later exact --resume went off the run

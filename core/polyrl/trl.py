@@ -226,7 +226,7 @@ class GRPOTrainer:
         from polyrl import checkpoint
         from polyrl.rewards.trl_compat import with_trl_names
         from polyrl.trainer import AllCompletionsCut
-        from polyrl.trl_callbacks import in_updates, run_settings, updates_per_step
+        from polyrl.trl_callbacks import in_updates, restore, run_settings, updates_per_step
 
         if trial is not None:
             raise ConfigError("polyrl runs no hyperparameter search", field="trial", fix="remove trial")
@@ -254,6 +254,9 @@ class GRPOTrainer:
         self.state = self._new_state()
         if self._callbacks is not None:
             self._callbacks.state = self.state
+        if resume is not None:  # best_metric and the callbacks' states as the checkpoint kept them
+            restore(self._callbacks, self.state, trainer.resumed_observer_state, self.args,
+                    checkpoint.checkpoint_dir(trainer.checkpoint_root, trainer.step))
         if callbacks is not None:  # on_train_begin when the run starts (``run_begin``)
             trainer.observers.append(callbacks)
         # TRL's switch for its bar; a transformers progress callback given draws its own bar instead
@@ -263,7 +266,8 @@ class GRPOTrainer:
         except AllCompletionsCut as exc:  # its fix in the script's names, not polyrl's keys and CLI
             raise _all_cut_in_trl_names(exc) from None
         self.summary = summary
-        if "model" in summary and self.eval_dataset is not None:  # evaluate() is likely: on the run's engines
+        best_loaded = self._load_best_model(trainer, summary)
+        if "model" in summary and self.eval_dataset is not None and not best_loaded:  # evaluate() is likely: on the run's engines
             self._eval_engines = (str(self._model_source("evaluate")), trainer.engines)
         if "model" in summary and self._model_object is not None:
             self._hold_trained(Path(summary["model"]))
@@ -290,6 +294,28 @@ class GRPOTrainer:
         if epoch is not None:
             metrics["epoch"] = epoch
         return _train_output(self.state.global_step, training_loss, metrics)
+
+    def _load_best_model(self, trainer: Any, summary: Mapping[str, Any]) -> bool:
+        """TRL's ``load_best_model_at_end``: ``output_dir/model``, which ``save_model``,
+        ``trainer.model`` and ``evaluate()`` read, becomes the model of ``state.best_model_checkpoint``
+        (the best evaluated step's checkpoint, kept from pruning) in place of the last step's, as
+        transformers loads it at the end of ``train()``; the checkpoints stay as written (the last
+        one resumes the run). True when it did (the run's engines then hold other weights)."""
+        from polyrl import checkpoint
+
+        best = self.state.best_model_checkpoint
+        if not getattr(self.args, "load_best_model_at_end", False) or not best or "model" not in summary:
+            return False
+        folder = Path(best)
+        if folder.resolve() == Path(summary["checkpoint"]).resolve():
+            return False
+        if folder.parent.resolve() != Path(trainer.checkpoint_root).resolve() or not checkpoint.is_complete(folder):
+            log.warning("load_best_model_at_end: the best checkpoint is not a complete checkpoint of this run; the "
+                        "last step's model is kept", checkpoint=best)
+            return False
+        log.info("loading the best model (load_best_model_at_end)", checkpoint=best, score=self.state.best_metric)
+        trainer.export_final_model(folder)
+        return True
 
     def _asked_eval_config(self) -> Any:
         """``grpo_config`` with the ``[eval]`` of TRL's evaluation (``trl_evaluate.eval_settings``: its

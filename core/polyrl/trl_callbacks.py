@@ -31,10 +31,18 @@ the run with one ``CallbackError`` naming it and the event, the steps trained ch
 raising in ``on_step_end``: after its step is recorded). Under a launcher (torchrun) every rank calls its callbacks, with
 ``state.is_world_process_zero`` true on rank 0 only, and the ranks agree on a stop or a checkpoint
 asked on any of them after each step (a stop asked in ``on_save`` there: after the next step).
+Each checkpoint keeps what transformers' ``trainer_state.json`` keeps for a resume
+(``checkpoint_state``: ``best_metric``, ``best_global_step``, ``best_model_checkpoint``, the
+``ExportableState`` callbacks' and the control's ``state()``), and ``train(resume_from_checkpoint=...)``
+restores it as transformers does (``restore``): the best fields always, the callbacks with
+``restore_callback_states_from_checkpoint``, so an EarlyStoppingCallback's patience count survives
+a crash. ``best_model_checkpoint`` is the best step's checkpoint once written, kept from pruning
+(``protected_checkpoint``); ``load_best_model_at_end`` loads it at the end (``polyrl.trl``).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import traceback
@@ -47,6 +55,11 @@ from polyrl.logs import get_logger
 from polyrl.run_observer import StepAsk
 
 log = get_logger("polyrl.trl")
+
+#: this observer's key in a checkpoint's ``observers`` (``checkpoint_state``)
+STATE_KEY = "trl"
+#: the ``TrainerState`` fields a resume restores, as transformers' ``TrainerState.load_from_json``
+_BEST = ("best_metric", "best_global_step", "best_model_checkpoint")
 
 #: the events polyrl calls, each a method every callback must have (``TrainerCallback`` defines them all)
 EVENTS = ("on_init_end", "on_train_begin", "on_step_begin", "on_step_end", "on_log", "on_evaluate", "on_save",
@@ -85,6 +98,9 @@ class TrlCallbacks:
         #: step (``StepAsk.failed``); no event is called after it
         self.deferred: CallbackError | None = None
         self._defer = False
+        self._said_unsaved: set[str] = set()  # callbacks whose state() could not be checkpointed (warned once)
+        self._per_step = 1  # optimizer updates a polyrl step makes (``run_begin``)
+        self._checkpoints: Path | None = None  # the run's checkpoint folder (``run_begin``)
 
     # --- transformers' CallbackHandler API ------------------------------------------------------
 
@@ -168,6 +184,7 @@ class TrlCallbacks:
 
         self._defer = trainer.world_size > 1
         self._per_step = updates_per_step(trainer)
+        self._checkpoints = Path(trainer.checkpoint_root)
         self._steps = trainer.config.train.steps * self._per_step
         run_settings(self.state, trainer)
         self.state.global_step = trainer.step * self._per_step
@@ -250,6 +267,64 @@ class TrlCallbacks:
             if str(getattr(self.args, "save_strategy", "steps")).lower().rpartition(".")[2] != "no":
                 self.state.best_global_step = self.state.global_step
 
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What transformers' ``_save_checkpoint`` keeps of the run in ``trainer_state.json`` for a
+        resume (``restore``): ``best_metric``, ``best_global_step``, ``best_model_checkpoint`` and
+        ``stateful_callbacks`` (each ``ExportableState`` callback's ``state()`` by class name, a list
+        for several of one class, and ``TrainerControl``'s), set on ``state`` too, as there."""
+        self.state.stateful_callbacks = self._stateful_callbacks()
+        self._note_best_checkpoint()
+        return {STATE_KEY: {name: getattr(self.state, name, None) for name in _BEST}
+                | {"stateful_callbacks": self.state.stateful_callbacks}}
+
+    def _note_best_checkpoint(self) -> None:
+        """``state.best_model_checkpoint`` as transformers' ``_save_checkpoint`` sets it when a
+        checkpoint is written: the best step's checkpoint folder, once it is on disk (the one being
+        written counts: this state goes into it); else it keeps its value."""
+        from polyrl.checkpoint import checkpoint_dir, is_complete
+
+        best = self.state.best_global_step
+        if not best or self._checkpoints is None or best % self._per_step:
+            return
+        folder = checkpoint_dir(self._checkpoints, best // self._per_step)
+        if best == self.state.global_step or is_complete(folder):
+            self.state.best_model_checkpoint = str(folder)
+
+    def protected_checkpoint(self) -> Path | None:
+        """``state.best_model_checkpoint``, which pruning keeps as transformers' ``rotate_checkpoints``
+        does (``load_best_model_at_end`` loads it at the end of ``train()``)."""
+        best = self.state.best_model_checkpoint
+        return Path(best) if best else None
+
+    def _stateful_callbacks(self) -> dict[str, Any]:
+        """``{class name: state()}`` of the ``ExportableState`` callbacks and the control. A
+        ``state()`` that raises or is not JSON is left out with one warning (transformers' save
+        would fail on it): that callback starts afresh on resume, the run goes on."""
+        from transformers.trainer_callback import ExportableState
+
+        out: dict[str, Any] = {}
+        for callback in [*self.callbacks, self.control]:
+            if not isinstance(callback, ExportableState):
+                continue
+            name = type(callback).__name__
+            try:
+                data = callback.state()
+                json.dumps(data, allow_nan=True)
+            except Exception as exc:  # noqa: BLE001 - the user's state(): named, the checkpoint still written
+                if name not in self._said_unsaved:
+                    from polyrl.agents.threads import describe
+
+                    log.warning(f"{name}.state() could not be kept in the checkpoint ({describe(exc, run_goes_on=False)})"
+                                "; a resumed run starts it afresh. Fix: return a dict of JSON values from state()",
+                                callback=name)
+                    self._said_unsaved.add(name)
+                continue
+            if name in out:  # several of one class: a list, restored in order (transformers')
+                out[name] = [*(out[name] if isinstance(out[name], list) else [out[name]]), data]
+            else:
+                out[name] = data
+        return out
+
     def evaluated(self, phase: str, step: int, metrics: Mapping[str, Any]) -> None:
         """The evaluation before training (TRL's ``eval_on_start``) or after it, when the last step's
         line does not hold it: logged and ``on_evaluate`` as TRL's trainer does."""
@@ -316,6 +391,88 @@ class TrlCallbacks:
             return False
         done = self.state.epoch or 0.0
         return (math.ceil(done) if epoch_stop else done) >= self.state.num_train_epochs
+
+
+def restore(handler: TrlCallbacks | None, state: Any, resumed: Mapping[str, Any], args: Any,
+            checkpoint: Path) -> None:
+    """A resumed run's ``state`` and callbacks as transformers' resume leaves them. The fields
+    ``checkpoint_state`` kept (``resumed``: the checkpoint's ``observers``; none in one written
+    before they were kept) are set on ``state``, as ``TrainerState.load_from_json`` sets them,
+    so ``best_metric`` is the pre-crash best an EarlyStoppingCallback compares against. With
+    ``args.restore_callback_states_from_checkpoint`` (transformers' default: False) the callbacks
+    follow as ``Trainer._load_callback_state`` does: each one (and the control) whose class name
+    the checkpoint holds is replaced by one made from the saved ``args`` with the saved
+    ``attributes`` (the patience count), moved to the end of the list, several of a class in
+    order; a class held without such a callback is ignored with one warning, and a callback the
+    checkpoint does not name keeps its own state."""
+    saved = resumed.get(STATE_KEY)
+    if saved is None:
+        return
+    where = f"{checkpoint / 'trainer_state.json'}: observers.{STATE_KEY}"
+
+    def refuse(problem: str, fix: str = "restore trainer_state.json as polyrl wrote it, or resume from another "
+                                        "checkpoint (resume_from_checkpoint=PATH)") -> ConfigError:
+        return ConfigError(f"{where}{problem}", field="resume_from_checkpoint", fix=fix)
+
+    if not isinstance(saved, Mapping):
+        raise refuse(f" is {type(saved).__name__}, not an object")
+    checks: dict[str, Callable[[Any], bool]] = {
+        "best_metric": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        "best_global_step": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+        "best_model_checkpoint": lambda v: isinstance(v, str)}
+    for name, fits in checks.items():
+        value = saved.get(name)
+        if value is not None and not fits(value):
+            raise refuse(f".{name} is {value!r}, not {'a path' if name == 'best_model_checkpoint' else 'a number'} "
+                         "or null")
+        setattr(state, name, value)
+    stored = saved.get("stateful_callbacks") or {}
+    if not isinstance(stored, Mapping):
+        raise refuse(f".stateful_callbacks is {type(stored).__name__}, not an object")
+    state.stateful_callbacks = dict(stored)
+    if not getattr(args, "restore_callback_states_from_checkpoint", False) or handler is None:
+        return
+    _load_callback_state(handler, stored, refuse)
+
+
+def _load_callback_state(handler: TrlCallbacks, stored: Mapping[str, Any],
+                         refuse: Callable[..., ConfigError]) -> None:
+    """transformers' ``Trainer._load_callback_state`` on ``handler`` (see ``restore``)."""
+    not_found, made = [], []
+    for name, data in stored.items():
+        entries = data if isinstance(data, list) else [data]
+        present = [c for c in [*handler.callbacks, handler.control] if type(c).__name__ == name]
+        if not present:
+            not_found.append(name)
+            continue
+        for callback, entry in zip(present, entries):
+            if not (isinstance(entry, Mapping) and isinstance(entry.get("args", {}), Mapping)
+                    and isinstance(entry.get("attributes", {}), Mapping)):
+                raise refuse(f".stateful_callbacks.{name} is not an object of args and attributes (objects)")
+            try:
+                rebuilt = type(callback)(**entry.get("args", {}))
+                for attribute, value in entry.get("attributes", {}).items():
+                    setattr(rebuilt, attribute, value)
+            except Exception as exc:  # noqa: BLE001 - the user's class, made from the saved args
+                from polyrl.agents.threads import describe
+
+                raise refuse(f".stateful_callbacks.{name}: {name}(**args) with the saved args raised "
+                             f"{describe(exc, run_goes_on=False)}",
+                             fix="resume with restore_callback_states_from_checkpoint=False (the callbacks given "
+                                 "keep their state), or from another checkpoint") from None
+            if callback is handler.control:  # its flags are cleared before use, as transformers' events clear them
+                rebuilt.should_epoch_stop = False  # (transformers: the resumed epoch's on_epoch_begin)
+                handler.control = rebuilt
+            else:
+                made.append(rebuilt)
+            handler.remove_callback(type(rebuilt))  # transformers' order: the rebuilt ones go last
+    if len(not_found) < len(stored):
+        log.info("continuing training from the checkpoint, restoring the callbacks' states it holds")
+    if not_found:
+        log.warning("the checkpoint holds the state of callbacks this run was not given; ignored (as transformers "
+                    f"does): {', '.join(not_found)}")
+    for rebuilt in made:
+        handler.add_callback(rebuilt, where="a callback restored from the checkpoint")
 
 
 def training_module(trainer: Any) -> tuple[Any, Any]:

@@ -38,6 +38,8 @@ IGNORED = frozenset({
     # read by the callbacks through ``args`` (``trl_callbacks``: state.best_metric after each step's
     # evaluation, which transformers' EarlyStoppingCallback compares against)
     "metric_for_best_model", "greater_is_better",
+    # read on train(resume_from_checkpoint=...): the callbacks' states restored (``trl_callbacks.restore``)
+    "restore_callback_states_from_checkpoint",
 })
 #: TRL settings whose value here is what polyrl does anyway (no correction of a generator's
 #: mismatch by default): accepted, not refused.
@@ -55,7 +57,7 @@ COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_step
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
                       "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio", "adam_beta1", "adam_beta2",
                       "use_bias_correction_kl", "delta", "generation_kwargs", "steps_per_generation",
-                      "generation_batch_size", *EVAL_FIELDS})
+                      "generation_batch_size", "load_best_model_at_end", *EVAL_FIELDS})
 #: fields that shape tool-calling episodes: read by ``polyrl.trl.GRPOTrainer`` when it is given
 #: ``tools`` or an ``environment_factory`` (``agent_settings``), refused as TOML-only otherwise
 AGENT_FIELDS = frozenset({"max_tool_calling_iterations"})
@@ -521,7 +523,28 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
     if trl_config.beta > 0:  # read by the KL term only (TRL's default True weights it by the ratio)
         out["algorithm.kl_bias_correction"] = bool(trl_config.use_bias_correction_kl)
     out.update(eval_settings(trl_config))
+    out.update(best_model_settings(trl_config))
     return out
+
+
+def best_model_settings(trl_config: Any) -> dict[str, Any]:
+    """``train.checkpoint_every`` for TRL's ``load_best_model_at_end``: a checkpoint every
+    ``save_steps`` optimizer updates (a TRL config otherwise checkpoints at the end only), which
+    transformers has already made a multiple of ``eval_steps``, so each evaluated step it may load
+    at the end is on disk (``polyrl.trl``; pruning keeps the best one, ``trl_callbacks``). Refused
+    for ``save_strategy`` "epoch" and "best": polyrl checkpoints every N steps only."""
+    if not getattr(trl_config, "load_best_model_at_end", False):
+        return {}
+    strategy = _plain(trl_config.save_strategy)
+    if strategy == "no":  # transformers' match with eval_strategy "no": nothing evaluated, nothing loaded
+        return {}
+    if strategy != "steps":
+        raise ConfigError(f"TRL's load_best_model_at_end with save_strategy = {shown(strategy)}: polyrl checkpoints "
+                          "every N steps only", field="grpo_config.save_strategy",
+                          fix='set save_strategy="steps" and eval_strategy="steps" with save_steps a multiple of '
+                              "eval_steps, or remove load_best_model_at_end")
+    return {"train.checkpoint_every": _eval_every(trl_config.save_steps, trl_config.max_steps,
+                                                  trl_config.num_iterations, _minibatches(trl_config), "save_steps")}
 
 
 def eval_settings(trl_config: Any) -> dict[str, Any]:
@@ -561,30 +584,33 @@ def eval_loss_settings(trl_config: Any) -> dict[str, Any]:
     return {"eval.loss": True, "eval.loss_batch": per_device * int(getattr(trl_config, "world_size", 1) or 1)}
 
 
-def _eval_every(eval_steps: Any, max_steps: int, num_iterations: int, minibatches: int = 1) -> int:
+def _eval_every(eval_steps: Any, max_steps: int, num_iterations: int, minibatches: int = 1,
+                name: str = "eval_steps") -> int:
     """polyrl's ``eval.every`` (steps) for TRL's ``eval_steps`` (optimizer updates; below 1 a
-    fraction of ``max_steps``, rounded up, as transformers' ``TrainerState.compute_steps``)."""
+    fraction of ``max_steps``, rounded up, as transformers' ``TrainerState.compute_steps``); for
+    ``name`` "save_steps", ``train.checkpoint_every`` alike."""
     updates = eval_steps
     if isinstance(updates, bool) or not isinstance(updates, (int, float)) or not updates > 0:
         # transformers puts logging_steps in for None and 0 only: a negative count was called "a
         # fraction of the run's optimizer updates", or with max_steps became eval.every = -20
-        raise ConfigError(f"TRL's eval_steps = {shown(eval_steps)} is no number of optimizer updates",
-                          field="grpo_config.eval_steps",
-                          fix="set eval_steps to a count of updates (1 or more) or a fraction of max_steps "
+        raise ConfigError(f"TRL's {name} = {shown(eval_steps)} is no number of optimizer updates",
+                          field=f"grpo_config.{name}",
+                          fix=f"set {name} to a count of updates (1 or more) or a fraction of max_steps "
                               "between 0 and 1")
     if updates < 1:
         if max_steps <= 0:
-            raise ConfigError(f"TRL's eval_steps = {shown(eval_steps)} is a fraction of the run's optimizer updates, "
-                              "which from_trl knows only from max_steps", field="grpo_config.eval_steps",
-                              fix="set max_steps, or eval_steps to a number of updates (1 or more)")
+            raise ConfigError(f"TRL's {name} = {shown(eval_steps)} is a fraction of the run's optimizer updates, "
+                              "which from_trl knows only from max_steps", field=f"grpo_config.{name}",
+                              fix=f"set max_steps, or {name} to a number of updates (1 or more)")
         updates = math.ceil(max_steps * updates)
     updates, per_step = int(updates), num_iterations * minibatches
+    verb = "evaluate" if name == "eval_steps" else "checkpoint"
     if updates % per_step:
-        raise ConfigError(f"TRL's eval_steps = {shown(eval_steps)} is {updates} optimizer updates, not a whole number "
+        raise ConfigError(f"TRL's {name} = {shown(eval_steps)} is {updates} optimizer updates, not a whole number "
                           f"of rollout batches of {_per_step_words(num_iterations, minibatches)} updates each (TRL "
-                          "would evaluate part-way through a batch; polyrl evaluates after whole steps)",
-                          field="grpo_config.eval_steps",
-                          fix=f"set eval_steps to a multiple of {_per_step_name(minibatches)} ({per_step})")
+                          f"would {verb} part-way through a batch; polyrl {verb}s after whole steps)",
+                          field=f"grpo_config.{name}",
+                          fix=f"set {name} to a multiple of {_per_step_name(minibatches)} ({per_step})")
     return updates // per_step
 
 
