@@ -104,7 +104,7 @@ What is NOT isolated, or only partly:
       the dataset's code, trusted like a reward function; ``tests_in = "trainer"`` runs them in
       the trainer itself). Only the sample's answers reach them, as plain values of at most 8 MB
       each; the copy is killed at the deadline (plus a second), whatever the tests compute.
-      Tests that hand such a value to Python itself (``pickle.loads(dump(x))``, ``eval(expr(x))``)
+      Tests that hand such a value to Python itself (``pickle`` loading ``dump(x)``, ``eval(expr(x))``)
       ran the sample's code in that copy, as the trainer's user: the copy's audit hook
       (``polyrl.sandbox.tests_guard``) refuses code the tests compile but did not write, code
       objects they make from bytes, unpickling anything but plain data types, and writing files,

@@ -1,7 +1,7 @@
 """An audit hook for the forked copy of the trainer that runs a sample's tests.
 
 Why: the tests are the dataset's code, but they compute on the sample's values, and some hand
-those values to Python itself: ``pickle.loads(serialize(obj))`` or ``eval(to_expr(x))`` ran a
+those values to Python itself: ``pickle`` loading ``serialize(obj)`` or ``eval(to_expr(x))`` ran a
 sample's bytes as code in the trainer's copy, outside every wall, as the trainer's user (root:
 a file written anywhere; the copy reaches the trainer's descriptors and memory through
 ``/proc``, and could forge the verdict it sends back). In that copy this hook refuses, for the
