@@ -1172,6 +1172,25 @@ def test_model_init_kwargs_dtype_is_the_dtype_the_folder_trains_in(tiny_model_di
         assert err.value.field == "args.model_init_kwargs"
 
 
+def test_model_init_kwargs_as_trls_own_grpo_script_writes_them_are_taken(tiny_model_dir, tmp_path):
+    """trl/scripts/grpo.py always sets revision, trust_remote_code and attn_implementation from
+    ModelConfig's defaults; those values load the folder as polyrl does, so the script runs; another
+    value of them is still one error naming the key."""
+    from trl import ModelConfig
+
+    model_args = ModelConfig(model_name_or_path=tiny_model_dir, dtype="bfloat16")
+    kwargs = dict(revision=model_args.model_revision, trust_remote_code=False,
+                  attn_implementation=model_args.attn_implementation, dtype=model_args.dtype)
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          args=_args(tmp_path, model_init_kwargs=kwargs))
+    assert trainer.policy.dtype == "bfloat16"
+    for key, value in [("revision", "v2"), ("trust_remote_code", True)]:
+        with pytest.raises(ConfigError, match=f"{key}.*{value}") as err:
+            GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                        args=_args(tmp_path, model_init_kwargs={**kwargs, key: value}))
+        assert err.value.field == "args.model_init_kwargs"
+
+
 def test_a_model_object_trains_in_its_own_dtype(tiny_model_dir, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM

@@ -663,6 +663,14 @@ class _Accelerator:
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
+#: ``model_init_kwargs`` keys TRL's own ``trl/scripts/grpo.py`` always writes (from ``ModelConfig``'s
+#: defaults), with the values that load a model folder as polyrl loads it: the default revision, no
+#: remote code, transformers' own attention choice. Why taken: refusing them stopped TRL's script
+#: with no option of its set; any other value of them is still refused.
+_LOADS_AS_POLYRL: dict[str, tuple[Any, ...]] = {"revision": (None, "main"), "trust_remote_code": (False,),
+                                                "attn_implementation": (None,)}
+
+
 def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
     """The dtype polyrl trains ``model`` in, as TRL loads it, and ``args`` without the
     ``model_init_kwargs`` read here (``from_trl`` refuses what it does not read). Why: a folder
@@ -675,12 +683,15 @@ def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
         kwargs = {} if isinstance(args, PolyrlConfig) else getattr(args, "model_init_kwargs", None) or {}
         if not isinstance(kwargs, dict):
             return "float32", args  # from_trl names a model_init_kwargs it cannot read
-        for key in kwargs:
-            if key not in ("dtype", "torch_dtype"):
-                raise ConfigError(f"TRL's model_init_kwargs[{key!r}] has no polyrl counterpart",
-                                  field="grpo_config.model_init_kwargs",
-                                  fix=f"remove {key!r} (polyrl reads model_init_kwargs' dtype only; it loads and "
-                                      "places the model itself)")
+        for key, value in kwargs.items():
+            if key in ("dtype", "torch_dtype") or value in _LOADS_AS_POLYRL.get(key, ()):
+                continue
+            taken = "" if key not in _LOADS_AS_POLYRL else \
+                f" (taken as {' or '.join(map(repr, _LOADS_AS_POLYRL[key]))} only, which load it as polyrl does)"
+            raise ConfigError(f"TRL's model_init_kwargs[{key!r}] = {value!r} has no polyrl counterpart",
+                              field="grpo_config.model_init_kwargs",
+                              fix=f"remove {key!r}{taken}: polyrl reads model_init_kwargs' dtype; it loads and "
+                                  "places the model itself")
         if "dtype" in kwargs and "torch_dtype" in kwargs:
             raise ConfigError("TRL's model_init_kwargs sets both dtype and torch_dtype",
                               field="grpo_config.model_init_kwargs", fix="keep one of them (dtype)")
