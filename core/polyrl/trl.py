@@ -66,6 +66,31 @@ def _train_output(global_step: int, training_loss: float, metrics: dict[str, flo
     return Output(global_step, training_loss, metrics)
 
 
+def _train_metrics(seconds: float, training_loss: float, state: Any, args: Any, dataset: Any,
+                   processes: int) -> dict[str, float]:
+    """The metrics transformers' trainer logs when training ends (the last entry of ``log_history``,
+    ``on_log``'s and ``TrainOutput.metrics``): ``train_runtime``, ``train_samples_per_second``,
+    ``train_steps_per_second``, ``total_flos`` (the state's: 0, as TRL's GRPO batches hold no
+    ``input_ids`` for transformers to count) and ``train_loss``. Samples are counted as transformers
+    counts them: ``max_steps`` updates of ``per_device_train_batch_size`` × ``gradient_accumulation_steps``
+    × processes, or for an epoch run the dataset's rows × ``num_train_epochs``. Why: scripts and plots
+    read ``log_history[-1]["train_loss"]`` and the throughputs."""
+    metrics: dict[str, float] = {"train_runtime": round(seconds, 4)}
+    batch = getattr(args, "per_device_train_batch_size", None)
+    if getattr(args, "max_steps", -1) > 0 and isinstance(batch, int):
+        samples: float | None = state.max_steps * batch * getattr(args, "gradient_accumulation_steps", 1) * processes
+    else:
+        epochs = getattr(args, "num_train_epochs", None)
+        samples = len(dataset) * epochs if hasattr(dataset, "__len__") and isinstance(epochs, (int, float)) else None
+    if seconds > 0:
+        if samples is not None:
+            metrics["train_samples_per_second"] = round(samples / seconds, 3)
+        metrics["train_steps_per_second"] = round(state.max_steps / seconds, 3)
+    metrics["total_flos"] = float(state.total_flos)
+    metrics["train_loss"] = training_loss
+    return metrics
+
+
 #: GRPOTrainer arguments polyrl has no counterpart for -> the fix (None / empty is accepted)
 _REFUSED = {
     "reward_processing_classes": "remove it: polyrl scores a reward model folder with the tokenizer saved in that "
@@ -281,12 +306,15 @@ class GRPOTrainer:
                       None)
         if tokens is not None:
             self.state.num_input_tokens_seen = int(tokens)
-        if callbacks is not None:
-            callbacks.train_end(log_history, self.state.global_step)
         training_loss = sum(losses) / len(losses) if losses else 0.0
-        metrics = {"train_runtime": round(time.monotonic() - started, 4), "train_loss": training_loss}
+        metrics = _train_metrics(time.monotonic() - started, training_loss, self.state, self.args,
+                                 self.train_dataset, self.accelerator.num_processes)
         if epoch is not None:
             metrics["epoch"] = epoch
+        if callbacks is not None:  # the summary's on_log, then on_train_end, as transformers' trainer
+            callbacks.train_end(log_history, self.state.global_step, summary=metrics)
+        else:
+            log_history.append({**metrics, "step": self.state.global_step})
         return _train_output(self.state.global_step, training_loss, metrics)
 
     def _asked_eval_config(self) -> Any:
@@ -363,7 +391,11 @@ class GRPOTrainer:
                 del trainer
                 gc.collect()  # the rest of it (its engines are kept for the next set and call)
             metrics = trl_metrics(ours, prefix, len(rows), seconds, batch_size, self.state.epoch)
-            self.state.log_history.append({**metrics, "step": self.state.global_step})
+            if self._callbacks is not None and self._callbacks.callbacks:  # on_log, on_evaluate: transformers'
+                self._callbacks.state = self.state
+                self._callbacks.evaluate_called(metrics)
+            else:
+                self.state.log_history.append({**metrics, "step": self.state.global_step})
             out.update(metrics)
         return out
 
@@ -661,8 +693,6 @@ class _Accelerator:
 
 #: dtypes a model loads in (TRL's ``model_init_kwargs["dtype"]`` strings; polyrl's ``Agent.dtype``)
 _DTYPES = ("float32", "bfloat16", "float16")
-
-
 #: ``model_init_kwargs`` keys TRL's own ``trl/scripts/grpo.py`` always writes (from ``ModelConfig``'s
 #: defaults), with the values that load a model folder as polyrl loads it: the default revision, no
 #: remote code, transformers' own attention choice. Why taken: refusing them stopped TRL's script
