@@ -199,7 +199,8 @@ def test_on_evaluate_gets_trls_eval_names_after_the_steps_log(tiny_model_dir, tm
     trainer.train()
     assert [e for e, _ in recorder.events] == [
         "on_train_begin", "on_log", "on_evaluate",  # eval_on_start
-        "on_step_begin", "on_step_end", "on_log", "on_log", "on_evaluate", "on_save", "on_train_end"]
+        "on_step_begin", "on_step_end", "on_log", "on_log", "on_evaluate", "on_save",
+        "on_log", "on_train_end"]  # the last on_log: transformers' train summary
     assert [sorted(m) for m in recorder.evaluations] == [sorted({**e, "epoch": 0}) for e in recorder.logs[::2]]
     assert all("eval_reward" in m for m in recorder.evaluations) and "loss" in recorder.logs[1]
     assert recorder.seen["state"].log_history == trainer.state.log_history
@@ -218,10 +219,10 @@ def test_should_training_stop_ends_the_run_after_that_step_saved_and_exported(ti
                           train_dataset=_dataset(), callbacks=[StopAfterFirstStep(), recorder])
     out = trainer.train()
     assert out.global_step == 1 and trainer.state.global_step == 1
-    assert [m["step"] for m in trainer.state.log_history] == [1]
+    assert [m["step"] for m in trainer.state.log_history] == [1, 1]  # the step, then the train summary
     assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step-00000001"]
     assert (tmp_path / "run" / "model" / "config.json").is_file()
-    assert [e for e, _ in recorder.events][-2:] == ["on_save", "on_train_end"]
+    assert [e for e, _ in recorder.events][-3:] == ["on_save", "on_log", "on_train_end"]
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1]
 
@@ -327,7 +328,7 @@ def test_a_train_again_after_a_callback_failed_calls_the_callbacks_anew(tiny_mod
     assert trainer.train(resume_from_checkpoint=True).global_step == 3
     # the failure was not remembered: every event reached the recorder (none did before)
     assert [e for e, _ in recorder.events] == ["on_train_begin", "on_step_begin", "on_step_end", "on_log",
-                                               "on_save", "on_train_end"]
+                                               "on_save", "on_log", "on_train_end"]
 
 
 class EvaluateAtFirstStep(TrainerCallback):
