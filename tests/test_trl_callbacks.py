@@ -145,6 +145,23 @@ def test_evaluate_logs_and_calls_on_evaluate_as_transformers_does(tiny_model_dir
         trainer.evaluate()
 
 
+def test_trainer_log_reaches_log_history_and_on_log_as_transformers_does(tiny_model_dir, tmp_path):
+    """TRL's example scripts call trainer.log(metrics) before and after train() (an AttributeError
+    here before): the entry, with the state's epoch, is appended at the current step and on_log gets it."""
+    recorder = Recorder()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset(),
+                          callbacks=[recorder])
+    metrics = {"tool_eval_before/accuracy": 0.25}
+    trainer.log(metrics)
+    assert metrics == {"tool_eval_before/accuracy": 0.25, "epoch": 0}  # transformers adds it in place
+    assert trainer.state.log_history == [{**metrics, "step": 0}] and recorder.logs == [metrics]
+    assert [e for e, _ in recorder.events] == ["on_init_end", "on_log"]
+    assert trainer.is_local_process_zero() and trainer.is_world_process_zero()
+    alone = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset())
+    alone.log({"x": 1.0})
+    assert alone.state.log_history == [{"x": 1.0, "epoch": 0, "step": 0}]
+
+
 class WeightNorms(TrainerCallback):
     """A TRL user's callback reading the model it is given: its weight norm after each step."""
 

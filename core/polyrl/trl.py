@@ -543,6 +543,33 @@ class GRPOTrainer:
         """Whether this is the process that writes (transformers' name); polyrl's run writes from rank 0."""
         return self.accelerator.is_main_process
 
+    def is_local_process_zero(self) -> bool:
+        """Whether this is the first process on its machine (transformers' name)."""
+        return self.accelerator.is_local_main_process
+
+    def log(self, logs: dict[str, Any], start_time: float | None = None) -> None:
+        """transformers' ``Trainer.log``: ``logs``, with the state's ``epoch`` (and
+        ``num_input_tokens_seen`` where ``include_num_input_tokens_seen`` asks) added in place,
+        appended to ``state.log_history`` at the current step and given to the callbacks'
+        ``on_log``. Why: TRL's example scripts log their own metrics before and after ``train()``
+        so. ``start_time`` only times transformers' token throughput, which polyrl's steps log.
+        polyrl's trackers (``report_to``) belong to the run and are closed when ``train()``
+        returns: they do not get these, and a warning says so."""
+        if self.state.epoch is not None:
+            logs["epoch"] = self.state.epoch
+        if getattr(self.args, "include_num_input_tokens_seen", "no") not in ("no", False, None):
+            logs["num_input_tokens_seen"] = self.state.num_input_tokens_seen
+        if self._callbacks is not None and self._callbacks.callbacks:
+            self._callbacks.state = self.state
+            self._callbacks.log_called(logs)
+        else:
+            self.state.log_history.append({**logs, "step": self.state.global_step})
+        trackers = getattr(self.args, "report_to", None)
+        if trackers not in (None, "none", [], ["none"]):
+            log.warning("trainer.log() reached state.log_history and the callbacks, not polyrl's trackers "
+                        "(report_to): they log the run's steps and close when train() returns",
+                        report_to=trackers)
+
     def log_metrics(self, split: str, metrics: dict[str, Any]) -> None:
         """Print ``metrics`` as transformers' ``Trainer.log_metrics`` does."""
         print(f"***** {split} metrics *****")

@@ -285,11 +285,22 @@ class TrlCallbacks:
         self.state.log_history.append({**logs, "step": self.state.global_step})
         self.event("on_log", logs=logs)
 
+    def log_called(self, logs: dict[str, Any]) -> None:
+        """A script's ``trainer.log(logs)`` outside the run: appended to ``log_history`` and given to
+        ``on_log``, as transformers' ``Trainer.log`` does; a callback that raises is raised here."""
+        self._log(logs)
+        self._raise_deferred()
+
     def evaluate_called(self, metrics: dict[str, Any]) -> None:
         """A ``trainer.evaluate()`` outside the run: its metrics logged (``log_history``, ``on_log``)
         and ``on_evaluate`` called, as transformers' ``evaluate()`` does; a callback that raises is
         raised here (nothing to checkpoint)."""
         self._evaluation(metrics)
+        self._raise_deferred()
+
+    def _raise_deferred(self) -> None:
+        """The error a callback raised in an event called outside the run, raised now (nothing to
+        checkpoint), and forgotten."""
         if self.deferred is not None:
             failed, self.deferred = self.deferred, None
             raise failed
