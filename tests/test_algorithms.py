@@ -337,7 +337,7 @@ def test_every_algorithm_name_has_a_preset():
 @pytest.mark.parametrize(("call", "field", "hint"), [
     (lambda: AlgorithmConfig.preset("ppo2"), "algorithm.name", "grpo, dapo, dr_grpo, rloo, reinforce"),
     (lambda: AlgorithmConfig.preset("grpo", epsilom=0.1), "algorithm.epsilom", "did you mean 'epsilon'"),
-    (lambda: AlgorithmConfig.preset("grpo", epsilon=1.0), "algorithm.epsilon", "[0, 1)"),
+    (lambda: AlgorithmConfig.preset("grpo", epsilon=-0.1), "algorithm.epsilon", ">= 0"),
     (lambda: AlgorithmConfig.preset("grpo", epsilon_high=-0.1), "algorithm.epsilon_high", ">= 0"),
     (lambda: AlgorithmConfig.preset("grpo", beta=-1.0), "algorithm.beta", ">= 0"),
     (lambda: AlgorithmConfig.preset("grpo", dual_clip=0.5), "algorithm.dual_clip", "> 1"),

@@ -465,3 +465,21 @@ def test_kl_bias_correction_is_refused_where_nothing_reads_it(tmp_path):
             AlgorithmConfig.preset("grpo", kl_bias_correction=True, **overrides)
         assert err.value.field == "algorithm.kl_bias_correction"
     assert AlgorithmConfig.preset("grpo", beta=0.1, kl_bias_correction=True).objective(8).kl_bias_correction
+
+
+def test_an_epsilon_of_one_or_more_leaves_the_low_side_unclipped_as_trls_does():
+    """TRL's DeepSeek-R1 recipe (its paper index) writes epsilon=10: the bound 1 - epsilon <= 0
+    clips no ratio, so a negative advantage's token below 0.8 keeps its gradient -A * r. polyrl
+    refused it (epsilon must be in [0, 1)); the reference and the torch loss now train it so."""
+    torch = pytest.importorskip("torch")
+    from polyrl_torch.training import objective_loss
+
+    logp, old, adv = [np.array([np.log(0.5) - 1.0])], [np.array([-1.0])], [-0.7]  # ratio 0.5
+    usual = AlgorithmConfig.preset("grpo", epsilon=0.2, beta=0.0).objective()
+    wide = AlgorithmConfig.preset("grpo", epsilon=10.0, beta=0.0).objective()
+    assert policy_loss_grad(logp, adv, usual, old)[0][0] == 0.0  # clipped at 0.8: no gradient
+    assert policy_loss_grad(logp, adv, wide, old)[0][0] == pytest.approx(0.7 * 0.5)
+    lp = [torch.tensor(logp[0], requires_grad=True)]
+    loss, stats = objective_loss(lp, torch.tensor(adv), wide, [torch.tensor(old[0])])
+    loss.backward()
+    assert float(lp[0].grad[0]) == pytest.approx(0.7 * 0.5) and float(stats["clip_sum"]) == 0.0

@@ -86,12 +86,14 @@ def test_a_trainer_callback_sees_transformers_events_in_order_with_trls_logs(tin
     out = trainer.train()
     step = ["on_step_begin", "on_step_end", "on_log"]
     assert [e for e, _ in recorder.events] == ["on_init_end", "on_train_begin", *step, *step, "on_save",
-                                               "on_train_end"]  # a TRL config checkpoints at the end only
+                                               "on_log", "on_train_end"]  # a TRL config checkpoints at the end only
     assert [s for e, s in recorder.events if e == "on_step_end"] == [1, 2]
     assert out.global_step == 2
-    # on_log gets each step's metrics under TRL's names, as trainer.state.log_history has them
-    assert [{**logs, "step": s} for logs, s in zip(recorder.logs, (1, 2))] == trainer.state.log_history
-    assert {"reward", "rewards/short/mean", "loss", "learning_rate", "epoch"} <= set(recorder.logs[-1])
+    # on_log gets each step's metrics under TRL's names, as trainer.state.log_history has them, then
+    # transformers' end-of-training summary
+    assert [{**logs, "step": s} for logs, s in zip(recorder.logs, (1, 2, 2))] == trainer.state.log_history
+    assert {"reward", "rewards/short/mean", "loss", "learning_rate", "epoch"} <= set(recorder.logs[1])
+    assert recorder.logs[-1] == out.metrics
     state = recorder.seen["state"]
     assert state.max_steps == 2 and state.global_step == 2 and state.epoch == trainer.state.epoch
     assert state.is_world_process_zero and state.is_local_process_zero
@@ -99,6 +101,65 @@ def test_a_trainer_callback_sees_transformers_events_in_order_with_trls_logs(tin
     assert recorder.seen["args"] is args  # the script's own GRPOConfig
     assert recorder.seen["processing_class"] is not None and recorder.seen["train_dataloader"] is None
     assert recorder.seen["lr_scheduler"] is None
+
+
+def test_train_ends_with_transformers_summary_entry(tiny_model_dir, tmp_path):
+    """transformers' trainer ends train() by logging its summary (log_history's last entry, on_log,
+    TrainOutput.metrics: TRL 1.16's keys, samples counted as max_steps x the update's batch), so a
+    script reading log_history[-1]["train_loss"] or a callback's on_log finds it."""
+    recorder = Recorder()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
+                          train_dataset=_dataset(), eval_dataset=_dataset(2), callbacks=[recorder])
+    out = trainer.train()
+    summary = trainer.state.log_history[-1]
+    assert list(summary) == ["train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos",
+                             "train_loss", "epoch", "step"]  # TRL 1.16's own entry, in its order
+    assert summary == {**out.metrics, "step": 2} and recorder.logs[-1] == out.metrics
+    assert summary["train_samples_per_second"] == pytest.approx(2 * 4 / summary["train_runtime"], rel=0.01)
+    assert summary["train_steps_per_second"] == pytest.approx(2 / summary["train_runtime"], rel=0.01)
+    assert summary["total_flos"] == 0.0 and summary["train_loss"] == out.training_loss
+    alone = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path / "b"),
+                        train_dataset=_dataset())
+    alone.train()  # no callbacks: the same entry ends log_history
+    assert list(alone.state.log_history[-1])[:2] == ["train_runtime", "train_samples_per_second"]
+    assert [m["step"] for m in alone.state.log_history] == [1, 2, 2]
+
+
+def test_evaluate_logs_and_calls_on_evaluate_as_transformers_does(tiny_model_dir, tmp_path):
+    """transformers' evaluate() logs its metrics (on_log) and calls on_evaluate: a script's
+    callback (a tracker, early stopping on a manual evaluation) sees every evaluate() call."""
+    recorder = Recorder()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
+                          train_dataset=_dataset(), eval_dataset=_dataset(2), callbacks=[recorder])
+    metrics = trainer.evaluate()
+    assert [e for e, _ in recorder.events] == ["on_init_end", "on_log", "on_evaluate"]
+    assert recorder.logs == [metrics] and recorder.evaluations == [metrics]
+    assert trainer.state.log_history == [{**metrics, "step": 0}]
+
+    class Failing(TrainerCallback):
+        def on_evaluate(self, args, state, control, **kwargs):
+            raise RuntimeError("tracker down")
+
+    trainer.add_callback(Failing)
+    with pytest.raises(CallbackError, match="Failing.*on_evaluate.*tracker down"):
+        trainer.evaluate()
+
+
+def test_trainer_log_reaches_log_history_and_on_log_as_transformers_does(tiny_model_dir, tmp_path):
+    """TRL's example scripts call trainer.log(metrics) before and after train() (an AttributeError
+    here before): the entry, with the state's epoch, is appended at the current step and on_log gets it."""
+    recorder = Recorder()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset(),
+                          callbacks=[recorder])
+    metrics = {"tool_eval_before/accuracy": 0.25}
+    trainer.log(metrics)
+    assert metrics == {"tool_eval_before/accuracy": 0.25, "epoch": 0}  # transformers adds it in place
+    assert trainer.state.log_history == [{**metrics, "step": 0}] and recorder.logs == [metrics]
+    assert [e for e, _ in recorder.events] == ["on_init_end", "on_log"]
+    assert trainer.is_local_process_zero() and trainer.is_world_process_zero()
+    alone = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset())
+    alone.log({"x": 1.0})
+    assert alone.state.log_history == [{"x": 1.0, "epoch": 0, "step": 0}]
 
 
 class WeightNorms(TrainerCallback):
@@ -155,7 +216,8 @@ def test_on_evaluate_gets_trls_eval_names_after_the_steps_log(tiny_model_dir, tm
     trainer.train()
     assert [e for e, _ in recorder.events] == [
         "on_train_begin", "on_log", "on_evaluate",  # eval_on_start
-        "on_step_begin", "on_step_end", "on_log", "on_log", "on_evaluate", "on_save", "on_train_end"]
+        "on_step_begin", "on_step_end", "on_log", "on_log", "on_evaluate", "on_save",
+        "on_log", "on_train_end"]  # the last on_log: transformers' train summary
     assert [sorted(m) for m in recorder.evaluations] == [sorted({**e, "epoch": 0}) for e in recorder.logs[::2]]
     assert all("eval_reward" in m for m in recorder.evaluations) and "loss" in recorder.logs[1]
     assert recorder.seen["state"].log_history == trainer.state.log_history
@@ -174,10 +236,10 @@ def test_should_training_stop_ends_the_run_after_that_step_saved_and_exported(ti
                           train_dataset=_dataset(), callbacks=[StopAfterFirstStep(), recorder])
     out = trainer.train()
     assert out.global_step == 1 and trainer.state.global_step == 1
-    assert [m["step"] for m in trainer.state.log_history] == [1]
+    assert [m["step"] for m in trainer.state.log_history] == [1, 1]  # the step, then the train summary
     assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step-00000001"]
     assert (tmp_path / "run" / "model" / "config.json").is_file()
-    assert [e for e, _ in recorder.events][-2:] == ["on_save", "on_train_end"]
+    assert [e for e, _ in recorder.events][-3:] == ["on_save", "on_log", "on_train_end"]
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1]
 
@@ -283,7 +345,7 @@ def test_a_train_again_after_a_callback_failed_calls_the_callbacks_anew(tiny_mod
     assert trainer.train(resume_from_checkpoint=True).global_step == 3
     # the failure was not remembered: every event reached the recorder (none did before)
     assert [e for e, _ in recorder.events] == ["on_train_begin", "on_step_begin", "on_step_end", "on_log",
-                                               "on_save", "on_train_end"]
+                                               "on_save", "on_log", "on_train_end"]
 
 
 class EvaluateAtFirstStep(TrainerCallback):

@@ -93,6 +93,8 @@ def test_toy_run_logs_trls_keys_with_trls_meaning(toy, tmp_path, monkeypatch):
         assert line["rewards/toy_sevens/std"] == pytest.approx(line["reward_std"] / 2.0)
         assert 0.0 <= line["clip_ratio/low_min"] <= line["clip_ratio/low_mean"]
         assert line["clip_ratio/high_mean"] <= line["clip_ratio/high_max"] <= 1.0
+        # TRL's step_time is one optimizer update's seconds: the step's 3 updates share its time
+        assert line["step_time"] == pytest.approx(line["time/step"] / 3, abs=1e-4)
     assert any(line["clip_ratio/high_max"] > line["clip_ratio/high_mean"] for line in lines)
 
 

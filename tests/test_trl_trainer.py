@@ -43,8 +43,9 @@ def test_a_trl_script_with_its_import_changed_trains_and_saves(tiny_model_dir, t
     assert out.training_loss == pytest.approx(sum(m["loss"] for m in trainer.summary["history"]) / 2)
     assert out.metrics["train_loss"] == out.training_loss and out.metrics["train_runtime"] > 0
     # TRL's names in the log history, polyrl's files in output_dir
-    assert [m["step"] for m in trainer.state.log_history] == [1, 2]
-    assert "reward" in trainer.state.log_history[-1] and "rewards/short/mean" in trainer.state.log_history[-1]
+    assert [m["step"] for m in trainer.state.log_history] == [1, 2, 2]  # the last: transformers' train summary
+    assert "reward" in trainer.state.log_history[-2] and "rewards/short/mean" in trainer.state.log_history[-2]
+    assert trainer.state.log_history[-1] == {**out.metrics, "step": 2}
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2]
     trainer.save_model(str(tmp_path / "saved"))
@@ -71,7 +72,7 @@ def test_resume_from_checkpoint_continues_the_run(tiny_model_dir, tmp_path):
                         train_dataset=_dataset())
     out = again.train(resume_from_checkpoint=True)
     assert out.global_step == 2
-    assert [m["step"] for m in again.state.log_history] == [1, 2]
+    assert [m["step"] for m in again.state.log_history] == [1, 2, 2]  # then the train summary
 
 
 def test_resuming_where_no_checkpoint_is_refused_as_trl_does(tiny_model_dir, tmp_path):
@@ -365,7 +366,7 @@ def test_trls_evaluation_during_training_logs_eval_reward_from_both_weighted_rew
         assert "eval_rewards/has_digit/std" in entry and entry["eval_completions/mean_length"] > 0
     # each evaluation follows its step's own entry, as TRL logs them
     assert [("eval_reward" in h, h["step"]) for h in trainer.state.log_history] == \
-        [(False, 1), (True, 1), (False, 2), (True, 2)]
+        [(False, 1), (True, 1), (False, 2), (True, 2), (False, 2)]  # then transformers' train summary
 
 
 @pytest.mark.slow  # two runs, one of them TRL's own: tens of seconds; `make test-slow` (CI) runs it
@@ -1192,6 +1193,25 @@ def test_model_init_kwargs_dtype_is_the_dtype_the_folder_trains_in(tiny_model_di
         assert err.value.field == "args.model_init_kwargs"
 
 
+def test_model_init_kwargs_as_trls_own_grpo_script_writes_them_are_taken(tiny_model_dir, tmp_path):
+    """trl/scripts/grpo.py always sets revision, trust_remote_code and attn_implementation from
+    ModelConfig's defaults; those values load the folder as polyrl does, so the script runs; another
+    value of them is still one error naming the key."""
+    from trl import ModelConfig
+
+    model_args = ModelConfig(model_name_or_path=tiny_model_dir, dtype="bfloat16")
+    kwargs = dict(revision=model_args.model_revision, trust_remote_code=False,
+                  attn_implementation=model_args.attn_implementation, dtype=model_args.dtype)
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          args=_args(tmp_path, model_init_kwargs=kwargs))
+    assert trainer.policy.dtype == "bfloat16"
+    for key, value in [("revision", "v2"), ("trust_remote_code", True)]:
+        with pytest.raises(ConfigError, match=f"{key}.*{value}") as err:
+            GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                        args=_args(tmp_path, model_init_kwargs={**kwargs, key: value}))
+        assert err.value.field == "args.model_init_kwargs"
+
+
 def test_a_model_object_trains_in_its_own_dtype(tiny_model_dir, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
@@ -1270,7 +1290,7 @@ def test_trainer_state_is_transformers_own_before_and_after_train(tiny_model_dir
     assert isinstance(state, TrainerState) and state.is_world_process_zero
     assert (state.global_step, state.max_steps, state.epoch) == (2, 2, trainer.summary["history"][-1]["epoch"])
     assert state.best_model_checkpoint is None and state.num_train_epochs >= 1 and state.num_input_tokens_seen > 0
-    assert [m["step"] for m in state.log_history] == [1, 2]
+    assert [m["step"] for m in state.log_history] == [1, 2, 2]  # then the train summary
     state.save_to_json(str(tmp_path / "state.json"))
     loaded = TrainerState.load_from_json(str(tmp_path / "state.json"))
     assert (loaded.global_step, loaded.max_steps, loaded.log_history) == (2, 2, state.log_history)
@@ -1299,7 +1319,7 @@ def test_trainer_state_counts_optimizer_updates_as_trls_does(tiny_model_dir, tmp
     out = trainer.train()
     assert len(trainer.summary["history"]) == 2  # two rollout batches, two updates each
     assert out.global_step == 4 and (trainer.state.global_step, trainer.state.max_steps) == (4, 4)
-    assert [m["step"] for m in trainer.state.log_history] == [2, 4]
+    assert [m["step"] for m in trainer.state.log_history] == [2, 4, 4]  # the last: the train summary
     assert seen == [("begin", 0, 4), ("step", 2, 4), ("step", 4, 4)]
 
 

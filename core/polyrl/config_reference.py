@@ -58,7 +58,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                                        "sums them with their weights and normalizes the sum over the batch (needs "
                                        "`advantage = \"group\"`; no `scale_rewards`, `overlong_buffer` or `kl_in_reward`; "
                                        "`dynamic_sampling` keeps a group where any weighted reward varies)",
-        "epsilon": "lower clip: ratio >= 1 - epsilon",
+        "epsilon": "lower clip: ratio >= 1 - epsilon (1 or more: no lower clip, as TRL's epsilon=10 in its "
+                   "DeepSeek-R1 recipe)",
         "epsilon_high": "upper clip (DAPO clip-higher, e.g. 0.28); unset = epsilon",
         "dual_clip": "dual-clip bound for negative advantages (e.g. 3.0); unset = off",
         "beta": "KL coefficient against the reference (0 = no reference pass)",

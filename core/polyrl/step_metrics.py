@@ -86,6 +86,14 @@ def trl_aliases(metrics: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def trl_step_time(step_seconds: float, updates: int) -> float:
+    """TRL's ``step_time``: the wall seconds of one optimizer update (its ``training_step`` calls
+    for the update, the sampling of a new generation batch included), here the step's mean over
+    the ``updates`` it makes (``num_iterations`` x ``minibatches``): what TRL logs with
+    ``logging_steps`` at that many. Why: TRL's dashboards and scripts plot it."""
+    return round(step_seconds / max(updates, 1), 4)
+
+
 #: polyrl's evaluation metric -> TRL's name for it in an eval entry of ``log_history`` (each reward's
 #: ``eval/reward/<f>/mean`` and ``/std`` are ``eval_rewards/<f>/mean`` and ``/std``)
 TRL_EVAL_ALIASES = {"eval/sampled_reward_mean": "eval_reward", "eval/sampled_reward_std": "eval_reward_std",

@@ -79,7 +79,7 @@ from polyrl import evaluation, metrics_file
 from polyrl import minibatches, step_gather
 from polyrl.step_metrics import (clip_region_metrics, peak_rss_mb, sampling_metrics, step_tokens, trl_aliases,
                                  trl_gathered_sampling, trl_process_sampling,
-                                 trl_epoch)
+                                 trl_epoch, trl_step_time)
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.step_line import step_line_fields
 from polyrl.tracking.session import for_run as tracking_for_run
@@ -806,7 +806,8 @@ class Trainer:
         # TRL's names and counters (its dashboards' keys), counted once the step is in
         self.num_tokens += step_tokens(step)
         metrics.update(trl_aliases(metrics), num_tokens=self.num_tokens,
-                       epoch=trl_epoch(self.step + 1, c.train.prompts_per_step, len(self.dataset), self._step_start))
+                       epoch=trl_epoch(self.step + 1, c.train.prompts_per_step, len(self.dataset), self._step_start),
+                       step_time=trl_step_time(total, algo.updates_per_step))
         if self.episodes is not None:
             metrics.update(step_gather.episode_metrics(step))
             self._warn_unused_env_reward(metrics)

@@ -68,6 +68,31 @@ def _train_output(global_step: int, training_loss: float, metrics: dict[str, flo
     return Output(global_step, training_loss, metrics)
 
 
+def _train_metrics(seconds: float, training_loss: float, state: Any, args: Any, dataset: Any,
+                   processes: int) -> dict[str, float]:
+    """The metrics transformers' trainer logs when training ends (the last entry of ``log_history``,
+    ``on_log``'s and ``TrainOutput.metrics``): ``train_runtime``, ``train_samples_per_second``,
+    ``train_steps_per_second``, ``total_flos`` (the state's: 0, as TRL's GRPO batches hold no
+    ``input_ids`` for transformers to count) and ``train_loss``. Samples are counted as transformers
+    counts them: ``max_steps`` updates of ``per_device_train_batch_size`` × ``gradient_accumulation_steps``
+    × processes, or for an epoch run the dataset's rows × ``num_train_epochs``. Why: scripts and plots
+    read ``log_history[-1]["train_loss"]`` and the throughputs."""
+    metrics: dict[str, float] = {"train_runtime": round(seconds, 4)}
+    batch = getattr(args, "per_device_train_batch_size", None)
+    if getattr(args, "max_steps", -1) > 0 and isinstance(batch, int):
+        samples: float | None = state.max_steps * batch * getattr(args, "gradient_accumulation_steps", 1) * processes
+    else:
+        epochs = getattr(args, "num_train_epochs", None)
+        samples = len(dataset) * epochs if hasattr(dataset, "__len__") and isinstance(epochs, (int, float)) else None
+    if seconds > 0:
+        if samples is not None:
+            metrics["train_samples_per_second"] = round(samples / seconds, 3)
+        metrics["train_steps_per_second"] = round(state.max_steps / seconds, 3)
+    metrics["total_flos"] = float(state.total_flos)
+    metrics["train_loss"] = training_loss
+    return metrics
+
+
 #: GRPOTrainer arguments polyrl has no counterpart for -> the fix (None / empty is accepted)
 _REFUSED = {
     "quantization_config": "remove it: polyrl trains the model in its own precision (quantized training is not "
@@ -287,12 +312,15 @@ class GRPOTrainer:
                       None)
         if tokens is not None:
             self.state.num_input_tokens_seen = int(tokens)
-        if callbacks is not None:
-            callbacks.train_end(log_history, self.state.global_step)
         training_loss = sum(losses) / len(losses) if losses else 0.0
-        metrics = {"train_runtime": round(time.monotonic() - started, 4), "train_loss": training_loss}
+        metrics = _train_metrics(time.monotonic() - started, training_loss, self.state, self.args,
+                                 self.train_dataset, self.accelerator.num_processes)
         if epoch is not None:
             metrics["epoch"] = epoch
+        if callbacks is not None:  # the summary's on_log, then on_train_end, as transformers' trainer
+            callbacks.train_end(log_history, self.state.global_step, summary=metrics)
+        else:
+            log_history.append({**metrics, "step": self.state.global_step})
         return _train_output(self.state.global_step, training_loss, metrics)
 
     def _load_best_model(self, trainer: Any, summary: Mapping[str, Any]) -> bool:
@@ -392,7 +420,11 @@ class GRPOTrainer:
                 del trainer
                 gc.collect()  # the rest of it (its engines are kept for the next set and call)
             metrics = trl_metrics(ours, prefix, len(rows), seconds, batch_size, self.state.epoch)
-            self.state.log_history.append({**metrics, "step": self.state.global_step})
+            if self._callbacks is not None and self._callbacks.callbacks:  # on_log, on_evaluate: transformers'
+                self._callbacks.state = self.state
+                self._callbacks.evaluate_called(metrics)
+            else:
+                self.state.log_history.append({**metrics, "step": self.state.global_step})
             out.update(metrics)
         return out
 
@@ -539,6 +571,33 @@ class GRPOTrainer:
     def is_world_process_zero(self) -> bool:
         """Whether this is the process that writes (transformers' name); polyrl's run writes from rank 0."""
         return self.accelerator.is_main_process
+
+    def is_local_process_zero(self) -> bool:
+        """Whether this is the first process on its machine (transformers' name)."""
+        return self.accelerator.is_local_main_process
+
+    def log(self, logs: dict[str, Any], start_time: float | None = None) -> None:
+        """transformers' ``Trainer.log``: ``logs``, with the state's ``epoch`` (and
+        ``num_input_tokens_seen`` where ``include_num_input_tokens_seen`` asks) added in place,
+        appended to ``state.log_history`` at the current step and given to the callbacks'
+        ``on_log``. Why: TRL's example scripts log their own metrics before and after ``train()``
+        so. ``start_time`` only times transformers' token throughput, which polyrl's steps log.
+        polyrl's trackers (``report_to``) belong to the run and are closed when ``train()``
+        returns: they do not get these, and a warning says so."""
+        if self.state.epoch is not None:
+            logs["epoch"] = self.state.epoch
+        if getattr(self.args, "include_num_input_tokens_seen", "no") not in ("no", False, None):
+            logs["num_input_tokens_seen"] = self.state.num_input_tokens_seen
+        if self._callbacks is not None and self._callbacks.callbacks:
+            self._callbacks.state = self.state
+            self._callbacks.log_called(logs)
+        else:
+            self.state.log_history.append({**logs, "step": self.state.global_step})
+        trackers = getattr(self.args, "report_to", None)
+        if trackers not in (None, "none", [], ["none"]):
+            log.warning("trainer.log() reached state.log_history and the callbacks, not polyrl's trackers "
+                        "(report_to): they log the run's steps and close when train() returns",
+                        report_to=trackers)
 
     def log_metrics(self, split: str, metrics: dict[str, Any]) -> None:
         """Print ``metrics`` as transformers' ``Trainer.log_metrics`` does."""
@@ -690,6 +749,12 @@ class _Accelerator:
 
 #: dtypes a model loads in (TRL's ``model_init_kwargs["dtype"]`` strings; polyrl's ``Agent.dtype``)
 _DTYPES = ("float32", "bfloat16", "float16")
+#: ``model_init_kwargs`` keys TRL's own ``trl/scripts/grpo.py`` always writes (from ``ModelConfig``'s
+#: defaults), with the values that load a model folder as polyrl loads it: the default revision, no
+#: remote code, transformers' own attention choice. Why taken: refusing them stopped TRL's script
+#: with no option of its set; any other value of them is still refused.
+_LOADS_AS_POLYRL: dict[str, tuple[Any, ...]] = {"revision": (None, "main"), "trust_remote_code": (False,),
+                                                "attn_implementation": (None,)}
 
 
 def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
@@ -704,12 +769,15 @@ def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
         kwargs = {} if isinstance(args, PolyrlConfig) else getattr(args, "model_init_kwargs", None) or {}
         if not isinstance(kwargs, dict):
             return "float32", args  # from_trl names a model_init_kwargs it cannot read
-        for key in kwargs:
-            if key not in ("dtype", "torch_dtype"):
-                raise ConfigError(f"TRL's model_init_kwargs[{key!r}] has no polyrl counterpart",
-                                  field="grpo_config.model_init_kwargs",
-                                  fix=f"remove {key!r} (polyrl reads model_init_kwargs' dtype only; it loads and "
-                                      "places the model itself)")
+        for key, value in kwargs.items():
+            if key in ("dtype", "torch_dtype") or value in _LOADS_AS_POLYRL.get(key, ()):
+                continue
+            taken = "" if key not in _LOADS_AS_POLYRL else \
+                f" (taken as {' or '.join(map(repr, _LOADS_AS_POLYRL[key]))} only, which load it as polyrl does)"
+            raise ConfigError(f"TRL's model_init_kwargs[{key!r}] = {value!r} has no polyrl counterpart",
+                              field="grpo_config.model_init_kwargs",
+                              fix=f"remove {key!r}{taken}: polyrl reads model_init_kwargs' dtype; it loads and "
+                                  "places the model itself")
         if "dtype" in kwargs and "torch_dtype" in kwargs:
             raise ConfigError("TRL's model_init_kwargs sets both dtype and torch_dtype",
                               field="grpo_config.model_init_kwargs", fix="keep one of them (dtype)")

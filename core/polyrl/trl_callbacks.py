@@ -341,11 +341,16 @@ class TrlCallbacks:
         self.event("on_save")
         return self._asked()
 
-    def train_end(self, log_history: list[dict[str, Any]], global_step: int) -> None:
-        """``on_train_end``, the state as ``trainer.state`` has it after ``train()``."""
+    def train_end(self, log_history: list[dict[str, Any]], global_step: int,
+                  summary: Mapping[str, Any] | None = None) -> None:
+        """``on_train_end``, the state as ``trainer.state`` has it after ``train()``; first the
+        ``summary`` (transformers' end-of-training metrics) logged as transformers logs it: appended
+        to ``log_history`` and given to ``on_log``."""
         self.state.log_history = log_history
         self.state.global_step = global_step
         try:
+            if summary is not None:
+                self._log(summary)
             self.event("on_train_end")
         finally:
             self.model = self.optimizer = None  # the engine's memory is not held past the run by the callbacks
@@ -359,6 +364,26 @@ class TrlCallbacks:
             logs.setdefault("epoch", self.state.epoch)
         self.state.log_history.append({**logs, "step": self.state.global_step})
         self.event("on_log", logs=logs)
+
+    def log_called(self, logs: dict[str, Any]) -> None:
+        """A script's ``trainer.log(logs)`` outside the run: appended to ``log_history`` and given to
+        ``on_log``, as transformers' ``Trainer.log`` does; a callback that raises is raised here."""
+        self._log(logs)
+        self._raise_deferred()
+
+    def evaluate_called(self, metrics: dict[str, Any]) -> None:
+        """A ``trainer.evaluate()`` outside the run: its metrics logged (``log_history``, ``on_log``)
+        and ``on_evaluate`` called, as transformers' ``evaluate()`` does; a callback that raises is
+        raised here (nothing to checkpoint)."""
+        self._evaluation(metrics)
+        self._raise_deferred()
+
+    def _raise_deferred(self) -> None:
+        """The error a callback raised in an event called outside the run, raised now (nothing to
+        checkpoint), and forgotten."""
+        if self.deferred is not None:
+            failed, self.deferred = self.deferred, None
+            raise failed
 
     def _evaluation(self, metrics: dict[str, Any]) -> None:
         self._log(metrics)

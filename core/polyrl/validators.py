@@ -108,7 +108,8 @@ RULES: dict[str, Rule] = {
     "generation.top_k": _int(0, fix="0 disables top-k"),
     "generation.min_p": _float(0, 1, fix="0 disables min-p; e.g. 0.05"),
     "generation.repetition_penalty": _float(0, low_open=True, fix="1.0 disables it; e.g. 1.1"),
-    "algorithm.epsilon": _float(0, 1, high_open=True, fix="0.2 is usual"),
+    "algorithm.epsilon": _float(0, fix="0.2 is usual; 1 or more leaves the lower side unclipped (TRL's DeepSeek-R1 "
+                                       "recipe writes 10)"),
     "algorithm.epsilon_high": _float(0, optional=True, fix="DAPO's clip-higher uses 0.28"),
     "algorithm.dual_clip": _float(1, low_open=True, optional=True, fix="3.0 is usual"),
     "algorithm.beta": _float(0, fix="0 disables the KL term; 0.04 is usual with a reference"),

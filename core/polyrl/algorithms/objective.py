@@ -4,7 +4,9 @@ One clipped-surrogate family covers GRPO, DAPO, Dr.GRPO, RLOO and REINFORCE; the
 advantage estimator (see ``advantages.py``) and in the knobs below:
 
 * ratio ``r_t = exp(logp_t - old_logp_t)`` per completion token;
-* PPO clip ``[1 - clip_eps_low, 1 + clip_eps_high]`` (DAPO "clip-higher": eps_high > eps_low);
+* PPO clip ``[1 - clip_eps_low, 1 + clip_eps_high]`` (DAPO "clip-higher": eps_high > eps_low;
+  ``clip_eps_low >= 1`` puts the lower bound at or below 0, where no ratio is clipped, as TRL's
+  ``epsilon=10`` in its DeepSeek-R1 recipe);
 * optional dual clip (Ye et al. 2020): for negative advantages the loss is capped at
   ``-A * dual_clip``;
 * KL to the reference with estimator k1 ``(l - r)``, k2 ``(l - r)^2 / 2`` or k3
@@ -135,11 +137,6 @@ class Objective:
     def __attrs_post_init__(self) -> None:
         if self.clip_eps_low < 0 or self.clip_eps_high < 0:
             raise ConfigError("clip epsilons must be >= 0", field="algorithm.epsilon")
-        if self.clip_eps_low >= 1:
-            raise ConfigError(
-                "clip_eps_low must be < 1 (the ratio's lower bound 1 - eps must stay positive)",
-                field="algorithm.epsilon",
-            )
         if self.dual_clip is not None and self.dual_clip <= 1:
             raise ConfigError("dual_clip must be > 1 (or unset)", field="algorithm.dual_clip")
         if self.beta < 0:

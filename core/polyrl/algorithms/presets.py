@@ -294,9 +294,8 @@ class AlgorithmConfig:
             value = getattr(self, field)
             if _is_number(value) and not math.isfinite(float(value)):  # nan passes every < and >= test
                 _fail(field, f"must be a finite number, got {value!r}", "TOML's nan and inf are not valid here")
-        if not 0 <= self.epsilon < 1:
-            _fail("epsilon", f"must be in [0, 1), got {self.epsilon}",
-                  "the ratio's lower bound 1 - epsilon must stay positive; 0.2 is usual")
+        if not self.epsilon >= 0:  # 1 or more: the bound 1 - epsilon <= 0 never clips a ratio (TRL takes it)
+            _fail("epsilon", f"must be >= 0, got {self.epsilon}", "0.2 is usual")
         if self.epsilon_high is not None and (not _is_number(self.epsilon_high) or self.epsilon_high < 0):
             _fail("epsilon_high", f"must be a number >= 0 or unset, got {self.epsilon_high!r}",
                   "DAPO's clip-higher uses 0.28")
