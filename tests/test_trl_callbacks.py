@@ -554,7 +554,7 @@ def _prompts_per_step(model: str, out: Path, steps: int, callbacks=(), resume: b
                           callbacks=list(callbacks))
     trainer.train(resume_from_checkpoint=resume or None)
     if epochs is not None:
-        epochs.extend(entry["epoch"] for entry in trainer.state.log_history)
+        epochs.extend(entry["epoch"] for entry in trainer.state.log_history if "train_runtime" not in entry)
     return seen
 
 
