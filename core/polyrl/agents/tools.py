@@ -441,18 +441,18 @@ class ToolBox:
         worker = self._workers.get(call.name)
         if worker is None:
             async with self._semaphore():
-                result = await self._on_thread(call.name, fn, arguments, None)
-        else:
-            async with self._worker_lock(), self._semaphore():
-                result = await self._on_thread(call.name, fn, arguments, worker)
-        return self._content(call.name, result)
+                return await self._on_thread(call.name, fn, arguments, None)
+        async with self._worker_lock(), self._semaphore():
+            return await self._on_thread(call.name, fn, arguments, worker)
 
     def _timed_out(self, name: str) -> _Failed:
         return _Failed("timeout", f"tool {name!r} did not finish within {self.timeout_s:g} s")
 
     async def _on_thread(self, name: str, fn: Callable[..., Any], arguments: dict[str, Any],
                          worker: Worker | None) -> Any:
-        """``fn(**arguments)`` (awaited when async) on ``worker``, or on a thread of its own.
+        """``fn(**arguments)`` (awaited when async) on ``worker``, or on a thread of its own, as
+        the text the model reads (``_content``, run there too: serialising a result runs the tool's
+        own code, a dict subclass's ``items`` or a str subclass's ``__len__``, which may raise or hang).
 
         Whatever the tool raises arrives as ``CallRaised`` (its own ``CancelledError``, exits and
         ``KeyboardInterrupt`` included: it ran on another thread); a ``CancelledError`` reaching
@@ -463,14 +463,16 @@ class ToolBox:
             raise _Failed("not_run", f"tool {name!r} not run: {late} earlier tool calls are still running past "
                                      f"their {self.timeout_s:g} s timeout (their threads cannot be stopped)")
 
-        def job() -> Any:
-            return finished(fn(**arguments))
+        def job() -> str:
+            return self._content(name, finished(fn(**arguments)))
 
         try:
             if worker is None:
                 return await call_in_thread(job, self.timeout_s, name="polyrl-tool")
             return await worker.call(job, self.timeout_s)
         except CallRaised as raised:
+            if isinstance(raised.cause, _Failed):  # the result, not the tool, failed (``_content``)
+                raise raised.cause from None
             raise _Failed("raised", f"tool {name!r} raised {describe(raised.cause)}") from None
         except CallTimedOut as timed_out:
             if self._late.add(timed_out):
@@ -480,14 +482,18 @@ class ToolBox:
             raise self._timed_out(name) from None
 
     def _content(self, name: str, result: Any) -> str:
+        """A tool's result as the text the model reads: a str as the plain str it spells, else its
+        JSON, cut at ``max_result_chars``; one that is neither raises ``_Failed`` (an error the model
+        reads). Why every exception: a result's own methods run here (a dict subclass's ``items``
+        raising escaped the box and ended the run with a traceback)."""
         if isinstance(result, str):
-            text = result
+            text = result if type(result) is str else str.__str__(result)
         else:
             try:
                 text = json.dumps(result, ensure_ascii=False, allow_nan=False)
-            except (TypeError, ValueError, RecursionError) as exc:  # nested past the recursion limit too
-                self.counts["bad_result"] += 1
-                return f"error: tool {name!r} returned a {type(result).__name__}, which is neither text nor JSON ({exc})"
+            except Exception as exc:  # noqa: BLE001 - nested past the recursion limit, the result's own code
+                raise _Failed("bad_result", f"tool {name!r} returned a {type(result).__name__}, which is neither "
+                                            f"text nor JSON ({describe(exc)})") from None
         if len(text) > self.max_result_chars:
             cut = len(text) - self.max_result_chars
             text = f"{text[: self.max_result_chars]}\n... [{cut} more characters cut]"
