@@ -1383,3 +1383,27 @@ def test_trls_max_tool_calling_iterations_runs_as_many_tool_rounds_here(iteratio
         ROWS[:1], SamplingParams(max_new_tokens=120, n=1))
     assert len(ran) == iterations  # TRL's tool rounds
     assert [m["role"] for m in out[0].messages].count("assistant") == iterations + 1
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("fault", [RuntimeError("close failed"), SystemExit(2)], ids=["raises", "exits"])
+def test_an_environment_whose_episode_over_raises_does_not_end_the_run(fault):
+    """episode_over raising (or sys.exit) escaped EpisodeRunner.run with a traceback after the
+    rollout was sampled, and the environments after it were never told their episode was over."""
+    told: list[int] = []
+    count = iter(range(10**6))
+
+    class Closes(Guess):
+        def __init__(self) -> None:
+            super().__init__()
+            self.number = next(count)
+
+        def episode_over(self) -> None:
+            told.append(self.number)
+            if self.number % 2 == 0:
+                raise fault
+
+    out = env_runner(ScriptedModel(first_turn="plain"), Closes).run([{"prompt": "x"}] * 2,
+                                                                     SamplingParams(max_new_tokens=40, n=2))
+    assert sorted(told) == [0, 1, 2, 3]
+    assert all(c.info["env_reward"] == 1.0 and "env_error" not in c.info for c in out)
