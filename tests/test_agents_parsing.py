@@ -192,3 +192,12 @@ def test_lone_surrogate_escapes_in_a_call_become_replacement_characters(fmt):
     call = turn.calls[0]
     assert call.name == "echo\ufffd" and call.arguments == {"x\ufffd": "a\ufffdb", "y": ["\ufffd"]}
     json.dumps(call.as_message_entry(), ensure_ascii=False).encode("utf-8")  # a tokenizer can take it
+
+
+def test_a_malformed_calls_error_quotes_its_name_in_bounded_length():
+    """The name of a call whose arguments were unreadable was echoed whole into the error."""
+    name = "n" * 20000
+    for text in (f'<tool_call>{{"name": "{name}", "arguments": "not json"}}</tool_call>',
+                 f'<tool_call>{{"name": "{name}", "arguments": [1]}}</tool_call>'):
+        [error] = parse_tool_calls(text).errors
+        assert len(error) < 400 and "(20000 characters)" in error

@@ -868,3 +868,27 @@ def test_a_result_whose_own_code_raises_or_hangs_is_an_error_the_model_reads():
     assert out[1]["content"] == "error: tool 'odd_result' did not finish within 0.5 s"
     assert out[2]["content"] == "text" and type(out[2]["content"]) is str
     assert box.counts["bad_result"] == 1 and box.counts["timeout"] == 1 and box.counts["raised"] == 0
+
+
+def loud(size: int) -> str:
+    """Fail with a long message.
+
+    Args:
+        size: Characters of the message.
+    """
+    raise ValueError("m" * size)
+
+
+@pytest.mark.faults
+def test_errors_quote_what_the_model_or_the_tool_wrote_in_bounded_length():
+    """An unknown tool's 20,000-character name, 1,000 unexpected argument names and a tool's
+    exception message of a megabyte were each echoed whole into the error the model reads (as
+    many tokens inserted, or the episode ended as length where a short error fitted)."""
+    box = ToolBox([loud, search], max_result_chars=1000)
+    out = run(box, [ToolCall("n" * 20000, {}),
+                    ToolCall("search", {"query": "q", **{f"k{i:04d}" + "x" * 200: 1 for i in range(1000)}}),
+                    ToolCall("loud", {"size": 10**6})])
+    assert all(m["content"].startswith("error: ") and len(m["content"]) < 1200 for m in out)
+    assert "unknown tool 'nnnn" in out[0]["content"] and "(20000 characters)" in out[0]["content"]
+    assert "unexpected argument(s) 'k0000" in out[1]["content"] and "and 995 more" in out[1]["content"]
+    assert "raised ValueError: mmm" in out[2]["content"] and "more characters cut]" in out[2]["content"]

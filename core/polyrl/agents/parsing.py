@@ -58,7 +58,7 @@ from typing import Any
 
 import attrs
 
-from polyrl.agents.tools import ToolCall, clean_text
+from polyrl.agents.tools import ToolCall, clean_text, quoted
 from polyrl.reasoning import final_part
 
 FORMATS = ("auto", "hermes", "llama3", "mistral", "phi4", "json")
@@ -170,12 +170,12 @@ def _to_call(obj: Any, index: int, raw: str, args_keys: tuple[str, ...]) -> tupl
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
         decoded, error = _decode_object(arguments) if arguments.strip() else ({}, None)
         if error:
-            return None, f"arguments of tool call {name!r} are a string that is not JSON: {_short(arguments)}"
+            return None, f"arguments of tool call {quoted(name)} are a string that is not JSON: {_short(arguments)}"
         arguments = decoded
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
-        return None, f"arguments of tool call {name!r} must be a JSON object, got {_short(json.dumps(arguments))}"
+        return None, f"arguments of tool call {quoted(name)} must be a JSON object, got {_short(json.dumps(arguments))}"
     call_id = obj.get("id")
     return ToolCall(name=name.strip(), arguments=arguments,
                     id=call_id if isinstance(call_id, str) and call_id else _call_id(index)), None
@@ -257,7 +257,7 @@ def _mistral(text: str) -> ParsedTurn:
             name, _, raw = chunk.partition(_MISTRAL_ARGS)
             args, error = _decode_object(raw)
             if error:
-                errors.append(f"arguments of tool call {name.strip()!r}: {error}")
+                errors.append(f"arguments of tool call {quoted(name.strip())}: {error}")
                 continue
             call, error = _to_call({"name": name, "arguments": args}, len(calls) + len(errors), chunk, ("arguments",))
             _collect(call, error, calls, errors)

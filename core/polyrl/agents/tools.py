@@ -204,6 +204,17 @@ _JSON_TYPES: dict[str, Callable[[Any], bool]] = {
 }
 
 
+#: characters of a name the model wrote (a tool's, an argument's, a key's) quoted in an error
+MAX_QUOTED = 120
+
+
+def quoted(text: str) -> str:
+    """``repr`` of a name the model wrote, cut at ``MAX_QUOTED`` characters. Why: errors echoed the
+    whole of it, so a 20,000-character tool name came back as 20,000 tokens of error (or ended the
+    episode as ``length`` where a short error fitted)."""
+    return repr(text) if len(text) <= MAX_QUOTED else f"{text[:MAX_QUOTED]!r}... ({len(text)} characters)"
+
+
 def _json_type(value: Any) -> str:
     for kind in ("boolean", "integer", "number", "string", "null", "array", "object"):
         if _JSON_TYPES[kind](value):
@@ -240,7 +251,7 @@ def value_problem(schema: Mapping[str, Any], value: Any, where: str) -> str | No
                     return problem
     if isinstance(value, dict) and isinstance(schema.get("additionalProperties"), Mapping):
         for k, v in value.items():
-            if problem := value_problem(schema["additionalProperties"], v, f"{where}[{k!r}]"):
+            if problem := value_problem(schema["additionalProperties"], v, f"{where}[{quoted(k)}]"):
                 return problem
     return None
 
@@ -252,7 +263,8 @@ def arguments_problem(parameters: Mapping[str, Any], arguments: Any) -> str | No
     props = parameters.get("properties", {})
     unknown = sorted(set(arguments) - set(props))
     if unknown:
-        return f"unexpected argument(s) {', '.join(map(repr, unknown))} (it takes: {', '.join(props) or 'none'})"
+        shown = ", ".join(quoted(u) for u in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        return f"unexpected argument(s) {shown} (it takes: {', '.join(props) or 'none'})"
     missing = [p for p in parameters.get("required", []) if p not in arguments]
     if missing:
         return f"missing required argument(s) {', '.join(map(repr, missing))}"
@@ -422,13 +434,13 @@ class ToolBox:
             content = await self._call(call)
         except _Failed as failed:
             self.counts[failed.kind] += 1
-            return error_message(failed.text, name=call.name, call_id=call.id)
+            return error_message(self._cut(failed.text), name=call.name, call_id=call.id)
         return tool_message(content, call.name, call.id)
 
     async def _call(self, call: ToolCall) -> str:
         entry = self._tools.get(call.name)
         if entry is None:
-            raise _Failed("unknown_tool", f"unknown tool {call.name!r}; the tools are: {', '.join(self._tools) or 'none'}")
+            raise _Failed("unknown_tool", f"unknown tool {quoted(call.name)}; the tools are: {', '.join(self._tools) or 'none'}")
         fn, schema = entry
         problem = arguments_problem(schema["function"]["parameters"], call.arguments)
         if problem:
@@ -494,6 +506,11 @@ class ToolBox:
             except Exception as exc:  # noqa: BLE001 - nested past the recursion limit, the result's own code
                 raise _Failed("bad_result", f"tool {name!r} returned a {type(result).__name__}, which is neither "
                                             f"text nor JSON ({describe(exc)})") from None
+        return self._cut(text)
+
+    def _cut(self, text: str) -> str:
+        """``text`` cut at ``max_result_chars``, saying how much was cut. Errors too: an exception's
+        message is the tool's text (one of megabytes was inserted whole)."""
         if len(text) > self.max_result_chars:
             cut = len(text) - self.max_result_chars
             text = f"{text[: self.max_result_chars]}\n... [{cut} more characters cut]"
