@@ -201,3 +201,14 @@ def test_a_malformed_calls_error_quotes_its_name_in_bounded_length():
                  f'<tool_call>{{"name": "{name}", "arguments": [1]}}</tool_call>'):
         [error] = parse_tool_calls(text).errors
         assert len(error) < 400 and "(20000 characters)" in error
+
+
+@pytest.mark.parametrize("number, words", [("NaN", "NaN is not a JSON number"), ("-Infinity", "-Infinity is not"),
+                                           ("1e400", "1e400 is past the largest number")])
+def test_a_call_with_a_non_finite_number_is_malformed(number, words):
+    """Python's json reads NaN/Infinity (not JSON) and 1e400 (infinite as a float): the tool got a
+    non-finite "number" and the call's record held one, which files write as null."""
+    parsed = parse_tool_calls(f'<tool_call>{{"name": "scale", "arguments": {{"x": {number}}}}}</tool_call>')
+    assert parsed.calls == [] and len(parsed.errors) == 1 and words in parsed.errors[0]
+    parsed = parse_tool_calls('{"name": "scale", "arguments": {"x": 1.5e3}}', fmt="json")
+    assert parsed.calls[0].arguments == {"x": 1500.0}

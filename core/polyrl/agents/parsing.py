@@ -53,6 +53,7 @@ that are not an object) is an entry of ``errors`` that the episode shows to the 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -71,7 +72,23 @@ _PHI4_TAG = re.compile(r"<\|tool_call\|>(.*?)(?:<\|/tool_call\|>|\Z)", re.DOTALL
 _FUNCTOOLS = "functools["
 _MAX_SHOWN = 120  # characters of a malformed call quoted back to the model
 MAX_DEPTH = 32  # nesting of a call's JSON; deeper is malformed (templates and checks recurse on it)
-_DECODER = json.JSONDecoder()
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is past the largest number a tool can get")
+    return value
+
+
+#: Python's decoder reads ``NaN``/``Infinity`` (not JSON) and ``1e400`` (JSON, but infinite as a
+#: float): either would reach the tool as a non-finite "number" and the call's record, which
+#: files write as ``null``; such a call is malformed instead.
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
 
 @attrs.define
