@@ -212,3 +212,16 @@ def test_a_call_with_a_non_finite_number_is_malformed(number, words):
     assert parsed.calls == [] and len(parsed.errors) == 1 and words in parsed.errors[0]
     parsed = parse_tool_calls('{"name": "scale", "arguments": {"x": 1.5e3}}', fmt="json")
     assert parsed.calls[0].arguments == {"x": 1500.0}
+
+
+def test_a_call_keeps_only_an_id_its_template_can_render_and_ids_stay_unique():
+    """Any non-empty id the model wrote was kept: Mistral's templates raise on an id other than 9
+    alphanumerics (the episode ended as an environment error), and two calls with one id could
+    not be told apart by their results."""
+    turn = parse_tool_calls('[TOOL_CALLS][{"name": "f", "arguments": {}, "id": "call_1"}, '
+                            '{"name": "g", "arguments": {}, "id": "' + "i" * 20000 + '"}, '
+                            '{"name": "h", "arguments": {}, "id": "abc123XYZ"}, '
+                            '{"name": "k", "arguments": {}, "id": "abc123XYZ"}]')
+    ids = [c.id for c in turn.calls]
+    assert ids[:3] == ["call00000", "call00001", "abc123XYZ"] and len(set(ids)) == 4
+    assert all(len(i) == 9 and i.isalnum() for i in ids)

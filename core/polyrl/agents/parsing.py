@@ -100,6 +100,26 @@ class ParsedTurn:
     errors: list[str] = attrs.field(factory=list)
 
 
+#: an id the model wrote that a call keeps: 9 alphanumerics, what Mistral's templates demand (they
+#: raise on any other, which ended the episode as the environment's error, unscored: a policy
+#: writing ``"id": "call_1"`` was never trained against it, and every rollout so stopped the run).
+#: Any other id is replaced by polyrl's own, in the call and its result alike.
+_MODEL_ID = re.compile(r"[A-Za-z0-9]{9}")
+
+
+def _unique_ids(turn: ParsedTurn) -> ParsedTurn:
+    """``turn`` with each repeated call id replaced (a template pairs results with calls by id)."""
+    seen: set[str] = set()
+    for i, call in enumerate(turn.calls):
+        if call.id in seen:
+            n = i
+            while _call_id(n) in seen or any(c.id == _call_id(n) for c in turn.calls):
+                n += 1
+            turn.calls[i] = attrs.evolve(call, id=_call_id(n))
+        seen.add(turn.calls[i].id)
+    return turn
+
+
 def _call_id(index: int) -> str:
     # Mistral's templates require 9 alphanumeric characters; unique within a turn is enough.
     return f"call{index:05d}"
@@ -195,7 +215,7 @@ def _to_call(obj: Any, index: int, raw: str, args_keys: tuple[str, ...]) -> tupl
         return None, f"arguments of tool call {quoted(name)} must be a JSON object, got {_short(json.dumps(arguments))}"
     call_id = obj.get("id")
     return ToolCall(name=name.strip(), arguments=arguments,
-                    id=call_id if isinstance(call_id, str) and call_id else _call_id(index)), None
+                    id=call_id if isinstance(call_id, str) and _MODEL_ID.fullmatch(call_id) else _call_id(index)), None
 
 
 def _hermes(text: str) -> ParsedTurn:
@@ -328,11 +348,11 @@ def parse_tool_calls(text: str, fmt: str = "auto", reasoning_open: bool = False)
     if answer is None:  # still reasoning: whatever it drafted is no call
         return ParsedTurn(text.strip())
     if len(answer) == len(text):
-        return _parse_answer(text, fmt)
+        return _unique_ids(_parse_answer(text, fmt))
     reasoning = text[: len(text) - len(answer)]  # up to and including the last </think>
     parsed = _parse_answer(answer, fmt)
     parsed.content = f"{reasoning.strip()}\n\n{parsed.content}".strip()
-    return parsed
+    return _unique_ids(parsed)
 
 
 def _parse_answer(text: str, fmt: str) -> ParsedTurn:
