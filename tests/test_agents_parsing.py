@@ -192,3 +192,36 @@ def test_lone_surrogate_escapes_in_a_call_become_replacement_characters(fmt):
     call = turn.calls[0]
     assert call.name == "echo\ufffd" and call.arguments == {"x\ufffd": "a\ufffdb", "y": ["\ufffd"]}
     json.dumps(call.as_message_entry(), ensure_ascii=False).encode("utf-8")  # a tokenizer can take it
+
+
+def test_a_malformed_calls_error_quotes_its_name_in_bounded_length():
+    """The name of a call whose arguments were unreadable was echoed whole into the error."""
+    name = "n" * 20000
+    for text in (f'<tool_call>{{"name": "{name}", "arguments": "not json"}}</tool_call>',
+                 f'<tool_call>{{"name": "{name}", "arguments": [1]}}</tool_call>'):
+        [error] = parse_tool_calls(text).errors
+        assert len(error) < 400 and "(20000 characters)" in error
+
+
+@pytest.mark.parametrize("number, words", [("NaN", "NaN is not a JSON number"), ("-Infinity", "-Infinity is not"),
+                                           ("1e400", "1e400 is past the largest number")])
+def test_a_call_with_a_non_finite_number_is_malformed(number, words):
+    """Python's json reads NaN/Infinity (not JSON) and 1e400 (infinite as a float): the tool got a
+    non-finite "number" and the call's record held one, which files write as null."""
+    parsed = parse_tool_calls(f'<tool_call>{{"name": "scale", "arguments": {{"x": {number}}}}}</tool_call>')
+    assert parsed.calls == [] and len(parsed.errors) == 1 and words in parsed.errors[0]
+    parsed = parse_tool_calls('{"name": "scale", "arguments": {"x": 1.5e3}}', fmt="json")
+    assert parsed.calls[0].arguments == {"x": 1500.0}
+
+
+def test_a_call_keeps_only_an_id_its_template_can_render_and_ids_stay_unique():
+    """Any non-empty id the model wrote was kept: Mistral's templates raise on an id other than 9
+    alphanumerics (the episode ended as an environment error), and two calls with one id could
+    not be told apart by their results."""
+    turn = parse_tool_calls('[TOOL_CALLS][{"name": "f", "arguments": {}, "id": "call_1"}, '
+                            '{"name": "g", "arguments": {}, "id": "' + "i" * 20000 + '"}, '
+                            '{"name": "h", "arguments": {}, "id": "abc123XYZ"}, '
+                            '{"name": "k", "arguments": {}, "id": "abc123XYZ"}]')
+    ids = [c.id for c in turn.calls]
+    assert ids[:3] == ["call00000", "call00001", "abc123XYZ"] and len(set(ids)) == 4
+    assert all(len(i) == 9 and i.isalnum() for i in ids)

@@ -825,3 +825,70 @@ def run_on(worker: Worker, fn):
 
 async def running_loop() -> asyncio.AbstractEventLoop:
     return asyncio.get_running_loop()
+
+
+class ItemsRaise(dict):
+    """A dict whose own code fails when serialised (``json.dumps`` calls ``items``)."""
+
+    def items(self):  # type: ignore[override]
+        raise RuntimeError("items() failed")
+
+
+class ItemsHang(dict):
+    def items(self):  # type: ignore[override]
+        time.sleep(3)
+        return super().items()
+
+
+class LenRaises(str):
+    def __len__(self) -> int:
+        raise RuntimeError("__len__ failed")
+
+
+def odd_result(kind: str) -> Any:
+    """Return an odd result.
+
+    Args:
+        kind: Which one.
+    """
+    return {"raise": lambda: ItemsRaise(a=1), "hang": lambda: ItemsHang(a=1), "len": lambda: LenRaises("text")}[kind]()
+
+
+@pytest.mark.faults
+def test_a_result_whose_own_code_raises_or_hangs_is_an_error_the_model_reads():
+    """A dict subclass whose items() raised escaped ToolBox.run (a traceback ending the step), a
+    str subclass whose __len__ raised too, and serialising a result ran on the caller's thread,
+    outside the tool's timeout (one that hung there hung the run)."""
+    box = ToolBox([odd_result], timeout_s=0.5)
+    start = time.monotonic()
+    out = run(box, [ToolCall("odd_result", {"kind": k}) for k in ("raise", "hang", "len")])
+    assert time.monotonic() - start < 2.5
+    assert out[0]["content"] == ("error: tool 'odd_result' returned a ItemsRaise, which is neither text nor JSON "
+                                 "(RuntimeError: items() failed)")
+    assert out[1]["content"] == "error: tool 'odd_result' did not finish within 0.5 s"
+    assert out[2]["content"] == "text" and type(out[2]["content"]) is str
+    assert box.counts["bad_result"] == 1 and box.counts["timeout"] == 1 and box.counts["raised"] == 0
+
+
+def loud(size: int) -> str:
+    """Fail with a long message.
+
+    Args:
+        size: Characters of the message.
+    """
+    raise ValueError("m" * size)
+
+
+@pytest.mark.faults
+def test_errors_quote_what_the_model_or_the_tool_wrote_in_bounded_length():
+    """An unknown tool's 20,000-character name, 1,000 unexpected argument names and a tool's
+    exception message of a megabyte were each echoed whole into the error the model reads (as
+    many tokens inserted, or the episode ended as length where a short error fitted)."""
+    box = ToolBox([loud, search], max_result_chars=1000)
+    out = run(box, [ToolCall("n" * 20000, {}),
+                    ToolCall("search", {"query": "q", **{f"k{i:04d}" + "x" * 200: 1 for i in range(1000)}}),
+                    ToolCall("loud", {"size": 10**6})])
+    assert all(m["content"].startswith("error: ") and len(m["content"]) < 1200 for m in out)
+    assert "unknown tool 'nnnn" in out[0]["content"] and "(20000 characters)" in out[0]["content"]
+    assert "unexpected argument(s) 'k0000" in out[1]["content"] and "and 995 more" in out[1]["content"]
+    assert "raised ValueError: mmm" in out[2]["content"] and "more characters cut]" in out[2]["content"]

@@ -1383,3 +1383,54 @@ def test_trls_max_tool_calling_iterations_runs_as_many_tool_rounds_here(iteratio
         ROWS[:1], SamplingParams(max_new_tokens=120, n=1))
     assert len(ran) == iterations  # TRL's tool rounds
     assert [m["role"] for m in out[0].messages].count("assistant") == iterations + 1
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("fault", [RuntimeError("close failed"), SystemExit(2)], ids=["raises", "exits"])
+def test_an_environment_whose_episode_over_raises_does_not_end_the_run(fault):
+    """episode_over raising (or sys.exit) escaped EpisodeRunner.run with a traceback after the
+    rollout was sampled, and the environments after it were never told their episode was over."""
+    told: list[int] = []
+    count = iter(range(10**6))
+
+    class Closes(Guess):
+        def __init__(self) -> None:
+            super().__init__()
+            self.number = next(count)
+
+        def episode_over(self) -> None:
+            told.append(self.number)
+            if self.number % 2 == 0:
+                raise fault
+
+    out = env_runner(ScriptedModel(first_turn="plain"), Closes).run([{"prompt": "x"}] * 2,
+                                                                     SamplingParams(max_new_tokens=40, n=2))
+    assert sorted(told) == [0, 1, 2, 3]
+    assert all(c.info["env_reward"] == 1.0 and "env_error" not in c.info for c in out)
+
+
+def mistral_ids_encode(messages, tools, add_generation_prompt):
+    """The ChatML fake with Mistral's rule on tool call ids (its templates raise on any other)."""
+    for m in messages:
+        ids = [c.get("id") for c in m.get("tool_calls") or []] + ([m["tool_call_id"]] if "tool_call_id" in m else [])
+        if any(not (isinstance(i, str) and len(i) == 9 and i.isalnum()) for i in ids):
+            raise ValueError("Tool call IDs should be alphanumeric strings with length 9!")
+    return encode_chat(messages, tools, add_generation_prompt)
+
+
+class WritesIds(ScriptedModel):
+    def reply(self, text: str) -> tuple[str, str]:
+        text_, reason = super().reply(text)
+        return text_.replace('"arguments"', '"id": "call_1", "arguments"'), reason
+
+
+def test_a_call_id_the_template_refuses_is_replaced_not_the_end_of_the_episode():
+    """A model-written id ("call_1") reached a template that refuses it: the episode ended as an
+    environment error (unscored; every episode so stopped the run) for what the model wrote."""
+    model = WritesIds()
+    out = EpisodeRunner(model.generate, mistral_ids_encode, EpisodeLimits(max_turns=4, max_episode_tokens=400),
+                        toolbox=Box(), parse=parse).run(ROWS[:1], SamplingParams(max_new_tokens=200, n=1))
+    [c] = out
+    assert "env_error" not in c.info and c.info["tool_calls"] == 1 and c.info["turns"] == 2
+    assert '"id": "call_1"' in c.messages[0]["content"]  # what the model wrote stays its text
+    assert c.messages[1]["tool_call_id"] == c.messages[0]["tool_calls"][0]["id"] == "call00000"

@@ -581,10 +581,21 @@ class EpisodeRunner:
                         ep.worker.close()
         finally:
             for env in made:
-                end_episode(env)
+                self._end_episode(env)
         if counted:
             self._count_failures(episodes)
         return [ep.completion(ep.index // n, self._text(ep)) for ep in episodes]
+
+    def _end_episode(self, env: Any) -> None:
+        """``end_episode(env)``; what the environment's ``episode_over`` raises (``sys.exit``
+        included) is a warning naming it. Why: it escaped ``run`` with a traceback that ended the
+        run, after the rollout was sampled, and skipped the other environments' ``episode_over``
+        (a TRL pool's instances then never came back)."""
+        try:
+            end_episode(env)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the environment's code
+            log.warning("the environment's episode_over raised; the run goes on", environment=self._env_name,
+                        error=describe(exc, run_goes_on=False))
 
     def _room(self, ep: _Episode) -> int:
         """Tokens this episode may still hold."""

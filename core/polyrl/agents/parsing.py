@@ -53,12 +53,13 @@ that are not an object) is an entry of ``errors`` that the episode shows to the 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
 import attrs
 
-from polyrl.agents.tools import ToolCall, clean_text
+from polyrl.agents.tools import ToolCall, clean_text, quoted
 from polyrl.reasoning import final_part
 
 FORMATS = ("auto", "hermes", "llama3", "mistral", "phi4", "json")
@@ -71,7 +72,23 @@ _PHI4_TAG = re.compile(r"<\|tool_call\|>(.*?)(?:<\|/tool_call\|>|\Z)", re.DOTALL
 _FUNCTOOLS = "functools["
 _MAX_SHOWN = 120  # characters of a malformed call quoted back to the model
 MAX_DEPTH = 32  # nesting of a call's JSON; deeper is malformed (templates and checks recurse on it)
-_DECODER = json.JSONDecoder()
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is past the largest number a tool can get")
+    return value
+
+
+#: Python's decoder reads ``NaN``/``Infinity`` (not JSON) and ``1e400`` (JSON, but infinite as a
+#: float): either would reach the tool as a non-finite "number" and the call's record, which
+#: files write as ``null``; such a call is malformed instead.
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
 
 @attrs.define
@@ -81,6 +98,26 @@ class ParsedTurn:
     content: str
     calls: list[ToolCall] = attrs.field(factory=list)
     errors: list[str] = attrs.field(factory=list)
+
+
+#: an id the model wrote that a call keeps: 9 alphanumerics, what Mistral's templates demand (they
+#: raise on any other, which ended the episode as the environment's error, unscored: a policy
+#: writing ``"id": "call_1"`` was never trained against it, and every rollout so stopped the run).
+#: Any other id is replaced by polyrl's own, in the call and its result alike.
+_MODEL_ID = re.compile(r"[A-Za-z0-9]{9}")
+
+
+def _unique_ids(turn: ParsedTurn) -> ParsedTurn:
+    """``turn`` with each repeated call id replaced (a template pairs results with calls by id)."""
+    seen: set[str] = set()
+    for i, call in enumerate(turn.calls):
+        if call.id in seen:
+            n = i
+            while _call_id(n) in seen or any(c.id == _call_id(n) for c in turn.calls):
+                n += 1
+            turn.calls[i] = attrs.evolve(call, id=_call_id(n))
+        seen.add(turn.calls[i].id)
+    return turn
 
 
 def _call_id(index: int) -> str:
@@ -170,15 +207,15 @@ def _to_call(obj: Any, index: int, raw: str, args_keys: tuple[str, ...]) -> tupl
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
         decoded, error = _decode_object(arguments) if arguments.strip() else ({}, None)
         if error:
-            return None, f"arguments of tool call {name!r} are a string that is not JSON: {_short(arguments)}"
+            return None, f"arguments of tool call {quoted(name)} are a string that is not JSON: {_short(arguments)}"
         arguments = decoded
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
-        return None, f"arguments of tool call {name!r} must be a JSON object, got {_short(json.dumps(arguments))}"
+        return None, f"arguments of tool call {quoted(name)} must be a JSON object, got {_short(json.dumps(arguments))}"
     call_id = obj.get("id")
     return ToolCall(name=name.strip(), arguments=arguments,
-                    id=call_id if isinstance(call_id, str) and call_id else _call_id(index)), None
+                    id=call_id if isinstance(call_id, str) and _MODEL_ID.fullmatch(call_id) else _call_id(index)), None
 
 
 def _hermes(text: str) -> ParsedTurn:
@@ -257,7 +294,7 @@ def _mistral(text: str) -> ParsedTurn:
             name, _, raw = chunk.partition(_MISTRAL_ARGS)
             args, error = _decode_object(raw)
             if error:
-                errors.append(f"arguments of tool call {name.strip()!r}: {error}")
+                errors.append(f"arguments of tool call {quoted(name.strip())}: {error}")
                 continue
             call, error = _to_call({"name": name, "arguments": args}, len(calls) + len(errors), chunk, ("arguments",))
             _collect(call, error, calls, errors)
@@ -311,11 +348,11 @@ def parse_tool_calls(text: str, fmt: str = "auto", reasoning_open: bool = False)
     if answer is None:  # still reasoning: whatever it drafted is no call
         return ParsedTurn(text.strip())
     if len(answer) == len(text):
-        return _parse_answer(text, fmt)
+        return _unique_ids(_parse_answer(text, fmt))
     reasoning = text[: len(text) - len(answer)]  # up to and including the last </think>
     parsed = _parse_answer(answer, fmt)
     parsed.content = f"{reasoning.strip()}\n\n{parsed.content}".strip()
-    return parsed
+    return _unique_ids(parsed)
 
 
 def _parse_answer(text: str, fmt: str) -> ParsedTurn:

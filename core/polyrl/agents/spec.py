@@ -60,7 +60,8 @@ class Environment(Protocol):
 
     An environment may also define ``episode_over()``, called once after the rollout (on the
     runner's thread, quickly: no time limit), whatever ended its episode (``end_episode``): where
-    an adapter hands back what its ``reset`` took (the TRL adapter's pooled instance).
+    an adapter hands back what its ``reset`` took (the TRL adapter's pooled instance). What it
+    raises (``sys.exit`` included) is a warning; the run and the other episodes' calls go on.
     """
 
     def reset(self, row: Mapping[str, Any]) -> list[Message] | Awaitable[list[Message]]:

@@ -204,6 +204,17 @@ _JSON_TYPES: dict[str, Callable[[Any], bool]] = {
 }
 
 
+#: characters of a name the model wrote (a tool's, an argument's, a key's) quoted in an error
+MAX_QUOTED = 120
+
+
+def quoted(text: str) -> str:
+    """``repr`` of a name the model wrote, cut at ``MAX_QUOTED`` characters. Why: errors echoed the
+    whole of it, so a 20,000-character tool name came back as 20,000 tokens of error (or ended the
+    episode as ``length`` where a short error fitted)."""
+    return repr(text) if len(text) <= MAX_QUOTED else f"{text[:MAX_QUOTED]!r}... ({len(text)} characters)"
+
+
 def _json_type(value: Any) -> str:
     for kind in ("boolean", "integer", "number", "string", "null", "array", "object"):
         if _JSON_TYPES[kind](value):
@@ -240,7 +251,7 @@ def value_problem(schema: Mapping[str, Any], value: Any, where: str) -> str | No
                     return problem
     if isinstance(value, dict) and isinstance(schema.get("additionalProperties"), Mapping):
         for k, v in value.items():
-            if problem := value_problem(schema["additionalProperties"], v, f"{where}[{k!r}]"):
+            if problem := value_problem(schema["additionalProperties"], v, f"{where}[{quoted(k)}]"):
                 return problem
     return None
 
@@ -252,7 +263,8 @@ def arguments_problem(parameters: Mapping[str, Any], arguments: Any) -> str | No
     props = parameters.get("properties", {})
     unknown = sorted(set(arguments) - set(props))
     if unknown:
-        return f"unexpected argument(s) {', '.join(map(repr, unknown))} (it takes: {', '.join(props) or 'none'})"
+        shown = ", ".join(quoted(u) for u in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        return f"unexpected argument(s) {shown} (it takes: {', '.join(props) or 'none'})"
     missing = [p for p in parameters.get("required", []) if p not in arguments]
     if missing:
         return f"missing required argument(s) {', '.join(map(repr, missing))}"
@@ -422,13 +434,13 @@ class ToolBox:
             content = await self._call(call)
         except _Failed as failed:
             self.counts[failed.kind] += 1
-            return error_message(failed.text, name=call.name, call_id=call.id)
+            return error_message(self._cut(failed.text), name=call.name, call_id=call.id)
         return tool_message(content, call.name, call.id)
 
     async def _call(self, call: ToolCall) -> str:
         entry = self._tools.get(call.name)
         if entry is None:
-            raise _Failed("unknown_tool", f"unknown tool {call.name!r}; the tools are: {', '.join(self._tools) or 'none'}")
+            raise _Failed("unknown_tool", f"unknown tool {quoted(call.name)}; the tools are: {', '.join(self._tools) or 'none'}")
         fn, schema = entry
         problem = arguments_problem(schema["function"]["parameters"], call.arguments)
         if problem:
@@ -441,18 +453,18 @@ class ToolBox:
         worker = self._workers.get(call.name)
         if worker is None:
             async with self._semaphore():
-                result = await self._on_thread(call.name, fn, arguments, None)
-        else:
-            async with self._worker_lock(), self._semaphore():
-                result = await self._on_thread(call.name, fn, arguments, worker)
-        return self._content(call.name, result)
+                return await self._on_thread(call.name, fn, arguments, None)
+        async with self._worker_lock(), self._semaphore():
+            return await self._on_thread(call.name, fn, arguments, worker)
 
     def _timed_out(self, name: str) -> _Failed:
         return _Failed("timeout", f"tool {name!r} did not finish within {self.timeout_s:g} s")
 
     async def _on_thread(self, name: str, fn: Callable[..., Any], arguments: dict[str, Any],
                          worker: Worker | None) -> Any:
-        """``fn(**arguments)`` (awaited when async) on ``worker``, or on a thread of its own.
+        """``fn(**arguments)`` (awaited when async) on ``worker``, or on a thread of its own, as
+        the text the model reads (``_content``, run there too: serialising a result runs the tool's
+        own code, a dict subclass's ``items`` or a str subclass's ``__len__``, which may raise or hang).
 
         Whatever the tool raises arrives as ``CallRaised`` (its own ``CancelledError``, exits and
         ``KeyboardInterrupt`` included: it ran on another thread); a ``CancelledError`` reaching
@@ -463,14 +475,16 @@ class ToolBox:
             raise _Failed("not_run", f"tool {name!r} not run: {late} earlier tool calls are still running past "
                                      f"their {self.timeout_s:g} s timeout (their threads cannot be stopped)")
 
-        def job() -> Any:
-            return finished(fn(**arguments))
+        def job() -> str:
+            return self._content(name, finished(fn(**arguments)))
 
         try:
             if worker is None:
                 return await call_in_thread(job, self.timeout_s, name="polyrl-tool")
             return await worker.call(job, self.timeout_s)
         except CallRaised as raised:
+            if isinstance(raised.cause, _Failed):  # the result, not the tool, failed (``_content``)
+                raise raised.cause from None
             raise _Failed("raised", f"tool {name!r} raised {describe(raised.cause)}") from None
         except CallTimedOut as timed_out:
             if self._late.add(timed_out):
@@ -480,14 +494,23 @@ class ToolBox:
             raise self._timed_out(name) from None
 
     def _content(self, name: str, result: Any) -> str:
+        """A tool's result as the text the model reads: a str as the plain str it spells, else its
+        JSON, cut at ``max_result_chars``; one that is neither raises ``_Failed`` (an error the model
+        reads). Why every exception: a result's own methods run here (a dict subclass's ``items``
+        raising escaped the box and ended the run with a traceback)."""
         if isinstance(result, str):
-            text = result
+            text = result if type(result) is str else str.__str__(result)
         else:
             try:
                 text = json.dumps(result, ensure_ascii=False, allow_nan=False)
-            except (TypeError, ValueError, RecursionError) as exc:  # nested past the recursion limit too
-                self.counts["bad_result"] += 1
-                return f"error: tool {name!r} returned a {type(result).__name__}, which is neither text nor JSON ({exc})"
+            except Exception as exc:  # noqa: BLE001 - nested past the recursion limit, the result's own code
+                raise _Failed("bad_result", f"tool {name!r} returned a {type(result).__name__}, which is neither "
+                                            f"text nor JSON ({describe(exc)})") from None
+        return self._cut(text)
+
+    def _cut(self, text: str) -> str:
+        """``text`` cut at ``max_result_chars``, saying how much was cut. Errors too: an exception's
+        message is the tool's text (one of megabytes was inserted whole)."""
         if len(text) > self.max_result_chars:
             cut = len(text) - self.max_result_chars
             text = f"{text[: self.max_result_chars]}\n... [{cut} more characters cut]"

@@ -119,7 +119,7 @@ class _Episode:
         where = FIELD if name is None else f"{FIELD}[{name!r}]"
         try:
             pooled = self._pooled = plugin.pool.take(name)
-        except Exception as exc:  # noqa: BLE001 - the user's factory, growing the pool
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - sys.exit too: the user's factory, growing the pool
             raise _stop(f"{where}() raised {describe(exc, run_goes_on=False)} when the pool of its instances "
                         "grew") from None
         instance = pooled.instance
@@ -136,7 +136,7 @@ class _Episode:
                            and v == EMPTY_PROMPT)}
         try:
             observation = pooled.call(lambda: instance.reset(**kwargs))
-        except Exception as exc:  # noqa: BLE001 - the user's reset
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - sys.exit too: the user's reset
             pooled.spoiled = True  # half reset: never handed out again
             raise _stop(f"{kind}.reset (of {where}) raised {describe(exc, run_goes_on=False)}") from None
         try:
@@ -217,7 +217,7 @@ def _probe(key: str | None, factory: Any, where: str, field: str, tool_names: Se
                           fix="pass a class or a function returning a new environment instance (or a dict of them)")
     try:
         pooled = make(key, factory)
-    except Exception as exc:  # noqa: BLE001 - the user's code: named, no traceback
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - sys.exit too: the user's code: named, no traceback
         raise ConfigError(f"{where}() raised {type(exc).__name__}: {exc}", field=field,
                           fix="call the factory by hand to see why; it is called with no arguments") from None
     try:
