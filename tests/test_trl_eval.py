@@ -409,3 +409,41 @@ def test_eval_kl_is_zero_before_training_and_grows_with_it(tiny_model_dir, tmp_p
     assert after["eval_kl"] > 1e-6 and after["eval_loss"] > 1e-7
     trained = [h for h in trainer.state.log_history if "eval_reward" in h]
     assert all("eval_loss" in h and "eval_kl" in h for h in trained)  # each evaluation during training too
+
+
+def test_eval_loss_on_a_rank_with_no_eval_completions_still_takes_part_in_the_reference_pass():
+    """Under a launcher the reference log-probs are a collective (FSDP gathers the weights for a
+    LoRA engine's adapters-off pass, or a sharded reference engine's): a rank the eval set left
+    without completions (or whose groups dynamic sampling dropped) must call it as its peers do,
+    with nothing, as it calls the policy's ``logprobs``, or the peers wait for it for good."""
+    from types import SimpleNamespace
+
+    from polyrl.algorithms.presets import AlgorithmConfig
+    from polyrl.trainer import Trainer
+
+    calls = []
+    peer_scores, peer = np.array([1.0, 0.0]), ([-0.5, -0.5], [-0.4, -0.6])
+
+    class Engine:
+        def all_gather(self, mine: object, world_size: int = 1) -> list[object]:
+            if isinstance(mine[0], np.ndarray):  # the scores' gather: the peer (rank 0) had a group of 2
+                return [(peer_scores, {}, [2, 2], ["stop", "stop"]), mine]
+            lps = [np.array(peer[0]), np.array(peer[1])]
+            return [(lps, lps, [1.0, -1.0], [None, None], [0, 0]), mine]
+
+        def logprobs(self, seqs: list, temperature: float, reference: bool = False) -> list:
+            calls.append(("policy", len(seqs)))
+            return []
+
+    def ref_logprobs(seqs: list, temperature: float) -> list:
+        calls.append(("reference", len(seqs)))
+        return []
+
+    algo = AlgorithmConfig.preset("grpo", beta=0.1)
+    config = SimpleNamespace(algorithm=algo, eval=SimpleNamespace(samples=2, loss_batch=0),
+                             generation=SimpleNamespace(temperature=1.0))
+    rank1 = SimpleNamespace(config=config, _max_completion_tokens=8, world_size=2, rank=1, train_engine=Engine(),
+                            _ref_logprobs=ref_logprobs, rewards=SimpleNamespace(rewards=[]), episodes=None)
+    got = Trainer._eval_loss(rank1, [], np.zeros(0), {})
+    assert ("policy", 0) in calls and ("reference", 0) in calls
+    assert "eval/loss" in got and "eval/kl" in got
