@@ -153,3 +153,24 @@ def test_a_misaligned_or_wrong_reward_processing_class_is_one_clear_error(rm_pat
     assert err.value.field == "reward_processing_classes"
     assert "reward_funcs entry" in err.value.fix or "tokenizer saved in its folder" in err.value.fix
     assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
+def test_a_save_beside_another_ranks_same_save_keeps_one_whole_folder(tmp_path, monkeypatch):
+    """Under a launcher every rank's GRPOTrainer saves the same tokenizers and model objects to
+    the same folder: one rank's rename landing first (or its removal of an older save running
+    beside another's) left the other a traceback (ENOTEMPTY, FileNotFoundError) instead of the run."""
+    from polyrl import trl_reward_models
+
+    target = tmp_path / "reward_tokenizers" / "reward_funcs_0"
+    rename = trl_reward_models.os.rename
+
+    def peer_first(src: str, dst: str) -> None:  # the peer rank's rename lands just before this one's
+        if Path(dst) == target and not target.exists():
+            target.mkdir()
+            (target / "tokenizer.json").write_text("{}")
+        rename(src, dst)
+
+    monkeypatch.setattr(trl_reward_models.os, "rename", peer_first)
+    got = trl_reward_models._save(target, lambda d: (Path(d) / "tokenizer.json").write_text("{}"))
+    assert Path(got) == target and (target / "tokenizer.json").read_text() == "{}"
+    assert [p.name for p in target.parent.iterdir()] == ["reward_funcs_0"]  # no staging folder left
