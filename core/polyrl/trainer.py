@@ -1022,10 +1022,8 @@ class Trainer:
         temperature = c.generation.temperature or 1.0
         policy = self.train_engine.logprobs(kept_seqs, temperature) if kept_seqs or self.world_size > 1 else []
         kl_in_loss = algo.beta > 0 and not algo.kl_in_reward
-        # a collective under a launcher (FSDP gathers the weights), as the policy's: a rank with none takes part
-        ref = self._ref_logprobs(kept_seqs, temperature) if kl_in_loss and (kept_seqs or self.world_size > 1) \
-            else []
-        share = (list(policy or []), list(ref or []), [float(a) for a in advantages[offset + idx]],
+        ref = self._ref_logprobs(kept_seqs, temperature) if kl_in_loss and kept_seqs else []
+        share = (list(policy or []), list(ref), [float(a) for a in advantages[offset + idx]],
                  [s.mask for s in kept_seqs], [int(b) for b in batch_of[offset + idx]])
         gathered = self.train_engine.all_gather(share, self.world_size) if self.world_size > 1 else [share]
         return eval_loss.metrics(algo, self._max_completion_tokens, [x for g in gathered for x in g[0]],
