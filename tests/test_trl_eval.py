@@ -116,9 +116,20 @@ def test_eval_loss_needs_sampled_completions():
         EvalSection(count=2, loss=True)
     assert err.value.field == "eval.loss" and "eval.samples" in err.value.fix
     with pytest.raises(ConfigError) as cut:  # a batch of 6 would split a group of 4
-        EvalSection(count=2, samples=4, greedy=False, loss=True, loss_batch=6)
+        EvalSection(count=2, samples=4, greedy=False, loss=True, loss_batch=6, reward="run")
     assert cut.value.field == "eval.loss_batch" and "multiple of 4" in cut.value.fix
-    assert EvalSection(count=2, samples=4, greedy=False, loss=True, loss_batch=8).loss_batch == 8
+    assert EvalSection(count=2, samples=4, greedy=False, loss=True, loss_batch=8, reward="run").loss_batch == 8
+
+
+@pytest.mark.parametrize("reward", [None, "numeric_match"])
+def test_eval_loss_with_another_eval_reward_than_the_runs_is_one_error(reward):
+    """The loss's advantages are the run's: scored by one eval reward (the default numeric_match)
+    they came from another reward than the one trained, silently, and under GDPO (one column per
+    run reward) they were a KeyError traceback."""
+    given = {} if reward is None else {"reward": reward}
+    with pytest.raises(ConfigError) as err:
+        EvalSection(count=2, samples=4, greedy=False, loss=True, **given)
+    assert err.value.field == "eval.loss" and 'reward = "run"' in err.value.fix
 
 
 def test_the_sampled_pass_with_the_runs_rewards_has_trls_names():
