@@ -96,14 +96,17 @@ def _save(target: Path, *writers: Callable[[str], Any]) -> str:
         for write in writers:
             write(str(staging))
         honour_umask(staging)  # mkdtemp's 0700 would keep it from the run's other readers
-        if target.exists():  # another rank may be removing it too: what is left of it goes
-            shutil.rmtree(target, ignore_errors=True)
+        while target.exists():  # an earlier save; another rank may be removing it at the same time
+            try:
+                shutil.rmtree(target)
+            except FileNotFoundError:
+                continue
         try:
             os.rename(staging, target)
         except OSError:
             if not target.is_dir():
                 raise
-            # under a launcher every rank saves the same objects here: a peer's save landed first
+            # gone above, so this is a peer rank's save of the same objects, landed first
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return os.path.abspath(target)
