@@ -284,6 +284,12 @@ class EndEpochAt:
 
         return StepAsk()
 
+    def checkpoint_state(self):
+        return {}
+
+    def protected_checkpoint(self):
+        return None
+
 
 def _rows_per_step(trainer: Trainer) -> list[list[str]]:
     seen: list[list[str]] = []
