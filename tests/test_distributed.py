@@ -381,7 +381,7 @@ def test_a_stop_a_checkpoint_or_an_error_asked_on_one_rank_is_agreed_by_every_ra
 
     def peer_asked(theirs: StepAsk) -> SimpleNamespace:
         engine = SimpleNamespace(all_gather=lambda mine: [mine, (False, theirs.stop, theirs.save, theirs.why,
-                                                                 theirs.failed)])
+                                                                 theirs.failed, theirs.epoch_stop)])
         return SimpleNamespace(stop_requested=False, train_engine=engine)
 
     stop, agreed = Trainer._agree_after_step(peer_asked(StepAsk(stop=True, why="a callback")), StepAsk())
@@ -390,6 +390,8 @@ def test_a_stop_a_checkpoint_or_an_error_asked_on_one_rank_is_agreed_by_every_ra
     assert not stop and agreed.save
     stop, agreed = Trainer._agree_after_step(peer_asked(StepAsk()), StepAsk())
     assert not stop and agreed == StepAsk()
+    stop, agreed = Trainer._agree_after_step(peer_asked(StepAsk(epoch_stop=True)), StepAsk())
+    assert not stop and agreed == StepAsk(epoch_stop=True)  # every rank's sampler starts the next epoch
     with pytest.raises(CallbackError, match="Broken.on_log raised"):
         Trainer._agree_after_step(peer_asked(StepAsk(stop=True, failed="callback Broken.on_log raised X")), StepAsk())
 

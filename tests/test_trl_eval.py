@@ -116,9 +116,20 @@ def test_eval_loss_needs_sampled_completions():
         EvalSection(count=2, loss=True)
     assert err.value.field == "eval.loss" and "eval.samples" in err.value.fix
     with pytest.raises(ConfigError) as cut:  # a batch of 6 would split a group of 4
-        EvalSection(count=2, samples=4, greedy=False, loss=True, loss_batch=6)
+        EvalSection(count=2, samples=4, greedy=False, loss=True, loss_batch=6, reward="run")
     assert cut.value.field == "eval.loss_batch" and "multiple of 4" in cut.value.fix
-    assert EvalSection(count=2, samples=4, greedy=False, loss=True, loss_batch=8).loss_batch == 8
+    assert EvalSection(count=2, samples=4, greedy=False, loss=True, loss_batch=8, reward="run").loss_batch == 8
+
+
+@pytest.mark.parametrize("reward", [None, "numeric_match"])
+def test_eval_loss_with_another_eval_reward_than_the_runs_is_one_error(reward):
+    """The loss's advantages are the run's: scored by one eval reward (the default numeric_match)
+    they came from another reward than the one trained, silently, and under GDPO (one column per
+    run reward) they were a KeyError traceback."""
+    given = {} if reward is None else {"reward": reward}
+    with pytest.raises(ConfigError) as err:
+        EvalSection(count=2, samples=4, greedy=False, loss=True, **given)
+    assert err.value.field == "eval.loss" and 'reward = "run"' in err.value.fix
 
 
 def test_the_sampled_pass_with_the_runs_rewards_has_trls_names():
@@ -409,3 +420,42 @@ def test_eval_kl_is_zero_before_training_and_grows_with_it(tiny_model_dir, tmp_p
     assert after["eval_kl"] > 1e-6 and after["eval_loss"] > 1e-7
     trained = [h for h in trainer.state.log_history if "eval_reward" in h]
     assert all("eval_loss" in h and "eval_kl" in h for h in trained)  # each evaluation during training too
+
+
+@pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "seq_mean_token_sum_norm"])
+def test_eval_loss_divides_by_the_rows_trls_batch_keeps_as_a_training_step_does(aggregation):
+    """A completion cut at the length limit under mask_truncated_completions stays in TRL's batch
+    with its mask zeroed (a sequence of 0 tokens), so TRL's per-sequence losses divide by every
+    row, as polyrl's training step does (``_loss_counts``); the eval loss divided by the rows it
+    kept, scaling it by their share."""
+    from types import SimpleNamespace
+
+    from polyrl.algorithms import reference
+    from polyrl.algorithms.presets import AlgorithmConfig
+    from polyrl.trainer import Trainer
+    from polyrl.types import Completion, TokenSequence
+
+    policy = {2: np.array([-0.5, -1.0]), 3: np.array([-0.2, -0.3, -0.4]), 1: np.array([-0.7])}
+
+    class Engine:
+        def logprobs(self, seqs: list, temperature: float, reference: bool = False) -> list:
+            return [policy[len(s.completion_ids)] for s in seqs]
+
+    done = [Completion(0, [1], [5, 6], [-1.0, -1.0], finish_reason="stop"),
+            Completion(0, [1], [5, 6, 7], [-1.0] * 3, finish_reason="length"),  # cut: masked out of the loss
+            Completion(1, [1], [5], [-1.0], finish_reason="stop"),
+            Completion(1, [1], [5, 6, 7], [-1.0] * 3, finish_reason="stop")]
+    scores = np.array([1.0, 0.0, 0.0, 1.0])
+    algo = AlgorithmConfig.preset("grpo", mask_truncated_completions=True, loss_aggregation=aggregation,
+                                  scale_rewards="none")
+    config = SimpleNamespace(algorithm=algo, eval=SimpleNamespace(samples=2, loss_batch=0),
+                             generation=SimpleNamespace(temperature=1.0))
+    one = SimpleNamespace(config=config, _max_completion_tokens=8, world_size=1, rank=0, train_engine=Engine(),
+                          rewards=SimpleNamespace(rewards=[]), episodes=None)
+    got = Trainer._eval_loss(one, done, scores, {})
+    trained = [0, 2, 3]
+    advantages = algo.advantages(algo.shape_rewards(scores, np.array([2, 3, 1, 3]), 8), 2)
+    want, _ = reference.policy_loss([policy[len(done[i].completion_ids)] for i in trained],
+                                    [advantages[i] for i in trained], algo.objective(8), num_sequences=4,
+                                    num_tokens=sum(int(TokenSequence.of(done[i]).loss_mask.sum()) for i in trained))
+    assert got["eval/loss"] == pytest.approx(want, rel=1e-12)

@@ -153,3 +153,49 @@ def test_a_misaligned_or_wrong_reward_processing_class_is_one_clear_error(rm_pat
     assert err.value.field == "reward_processing_classes"
     assert "reward_funcs entry" in err.value.fix or "tokenizer saved in its folder" in err.value.fix
     assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
+def test_a_save_beside_another_ranks_same_save_keeps_one_whole_folder(tmp_path, monkeypatch):
+    """Under a launcher every rank's GRPOTrainer saves the same tokenizers and model objects to
+    the same folder: one rank's rename landing first (or its removal of an older save running
+    beside another's) left the other a traceback (ENOTEMPTY, FileNotFoundError) instead of the run."""
+    from polyrl import trl_reward_models
+
+    target = tmp_path / "reward_tokenizers" / "reward_funcs_0"
+    rename = trl_reward_models.os.rename
+
+    def peer_first(src: str, dst: str) -> None:  # the peer rank's rename lands just before this one's
+        if Path(dst) == target and not target.exists():
+            target.mkdir()
+            (target / "tokenizer.json").write_text("{}")
+        rename(src, dst)
+
+    monkeypatch.setattr(trl_reward_models.os, "rename", peer_first)
+    got = trl_reward_models._save(target, lambda d: (Path(d) / "tokenizer.json").write_text("{}"))
+    assert Path(got) == target and (target / "tokenizer.json").read_text() == "{}"
+    assert [p.name for p in target.parent.iterdir()] == ["reward_funcs_0"]  # no staging folder left
+
+
+def test_an_earlier_save_another_rank_is_removing_too_is_replaced(tmp_path, monkeypatch):
+    """Two ranks removing the earlier run's save at once: the one whose rmtree finds a file already
+    gone goes on (it was a FileNotFoundError traceback) and the folder holds the new save."""
+    import shutil
+
+    from polyrl import trl_reward_models
+
+    target = tmp_path / "reward_tokenizers" / "reward_funcs_0"
+    target.mkdir(parents=True)
+    (target / "old.json").write_text("{}")
+    rmtree = shutil.rmtree
+    raced = []
+
+    def peer_removes_first(path, *args, **kwargs):  # the peer deleted a file under this rank's walk
+        if Path(path) == target and not raced:
+            raced.append(True)
+            rmtree(path)
+            raise FileNotFoundError(2, "No such file or directory", str(target / "old.json"))
+        return rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(trl_reward_models.shutil, "rmtree", peer_removes_first)
+    trl_reward_models._save(target, lambda d: (Path(d) / "tokenizer.json").write_text("{}"))
+    assert raced and sorted(p.name for p in target.iterdir()) == ["tokenizer.json"]

@@ -305,6 +305,11 @@ class EvalSection:
             raise ConfigError("loss = true computes the loss on the sampled completions, and eval.samples is 0",
                               field="eval.loss", fix="set eval.samples to the completions per prompt (e.g. 4), "
                                                      "or remove loss = true")
+        if self.loss and self.reward != RUN_REWARDS:  # its advantages are the run's rewards' (GDPO: each one's)
+            raise ConfigError(f"loss = true is the run's loss, whose advantages come from the run's rewards, and "
+                              f"eval.reward = {self.reward!r} scores the eval completions with that reward alone",
+                              field="eval.loss", fix='set reward = "run" in [eval] (the run\'s [[rewards]] with '
+                                                     "their weights), or remove loss = true")
         if self.loss_batch and self.samples and self.loss_batch % self.samples:  # a batch would cut a group
             raise ConfigError(f"{self.loss_batch} completions per batch cut the groups of eval.samples = "
                               f"{self.samples}", field="eval.loss_batch",

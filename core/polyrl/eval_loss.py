@@ -37,11 +37,13 @@ def needs_entropies(algo: AlgorithmConfig, max_completion_tokens: int | None) ->
 
 def kept(algo: AlgorithmConfig, scores: np.ndarray, shaped: np.ndarray, finish_reasons: Sequence[str],
          group_size: int, per_reward: np.ndarray | None, weights: Sequence[float],
-         episodes: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The completions the loss sees and every completion's advantage, as a training step decides
-    them (``polyrl.trainer``): the keep mask (dynamic sampling), finite rewards (with ``beta > 0``
-    and no environment a completion no reward scored stays at advantage 0 for its KL term, as in
-    TRL) and the truncation mask. ``per_reward`` (samples x rewards): GDPO's matrix, else None."""
+         episodes: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The completions the loss sees, every completion's advantage, and the completions its
+    divisors count, as a training step decides them (``polyrl.trainer``): the keep mask (dynamic
+    sampling), finite rewards (with ``beta > 0`` and no environment a completion no reward scored
+    stays at advantage 0 for its KL term, as in TRL) and the truncation mask; the divisors count
+    every completion of a kept group (TRL's batch holds the cut and unscored ones too,
+    ``trainer._loss_counts``). ``per_reward`` (samples x rewards): GDPO's matrix, else None."""
     if per_reward is not None:
         group_kept = algo.decoupled_keep_mask(per_reward, list(weights), group_size)
         advantages = algo.decoupled_advantages(per_reward, list(weights), group_size)
@@ -50,7 +52,7 @@ def kept(algo: AlgorithmConfig, scores: np.ndarray, shaped: np.ndarray, finish_r
         advantages = algo.advantages(shaped, group_size)
     kl_only = np.isnan(scores) & (algo.beta > 0 and not algo.kl_in_reward) & (not episodes)
     keep = group_kept & (np.isfinite(shaped) | kl_only) & algo.untruncated_mask(list(finish_reasons))
-    return keep, advantages
+    return keep, advantages, group_kept
 
 
 def batches(count: int, batch: int) -> np.ndarray:
@@ -59,25 +61,42 @@ def batches(count: int, batch: int) -> np.ndarray:
     return np.arange(count) // batch if batch > 0 else np.zeros(count, dtype=np.int64)
 
 
+def divisors(counted: np.ndarray, untruncated: np.ndarray, tokens: Sequence[int],
+             batch_of: np.ndarray) -> list[tuple[int, int]]:
+    """Each eval batch's (sequences, tokens) the loss divides by, as ``trainer._loss_counts``: the
+    ``counted`` completions (``kept``' third), the tokens of those not cut under
+    ``mask_truncated_completions`` (``untruncated``; ``tokens``: each one's loss tokens)."""
+    out = []
+    for b in range(int(batch_of.max()) + 1 if len(batch_of) else 0):
+        rows = counted & (batch_of == b)
+        out.append((int(rows.sum()), int(sum(tokens[int(i)] for i in np.flatnonzero(rows & untruncated)))))
+    return out
+
+
 def metrics(algo: AlgorithmConfig, max_completion_tokens: int | None, logprobs: Sequence[np.ndarray],
             advantages: Sequence[float], ref_logprobs: Sequence[np.ndarray] | None,
-            masks: Sequence[np.ndarray | None], batch_of: Sequence[int], batch_sizes: Sequence[int]) -> dict[str, float]:
+            masks: Sequence[np.ndarray | None], batch_of: Sequence[int], batch_sizes: Sequence[int],
+            counts: Sequence[tuple[int, int]]) -> dict[str, float]:
     """``eval/loss`` and, with the KL term in the loss, ``eval/kl`` for the kept completions'
     policy log-probs ``logprobs``, as TRL's evaluation loop reports them: each eval batch's loss
     (``batch_of``: the kept completions' batch; ``batch_sizes``: every batch's completions, kept or
-    not) averaged with its size as weight (transformers repeats a batch's loss once per sample),
-    each batch's token-mean KL averaged as equals (TRL's per-batch metric list). A batch with no
-    completion kept (every group flat under dynamic sampling) is left out; none kept at all: NaN.
+    not; ``counts``: each batch's ``divisors``) averaged with its size as weight (transformers
+    repeats a batch's loss once per sample), each batch's token-mean KL averaged as equals (TRL's
+    per-batch metric list). A batch whose rows were all cut or unscored weighs in at 0, as in TRL;
+    one with no group kept (every group flat under dynamic sampling) is left out; none at all: NaN.
     (TRL's eval clip ratios are 0 by construction, the ratio being 1: not logged.)"""
     objective = algo.objective(max_completion_tokens)
     any_mask = any(m is not None for m in masks)
     losses, kls, weights = [], [], []
-    for b in sorted(set(batch_of)):
+    for b, (sequences, tokens) in enumerate(counts):
+        if not sequences:
+            continue
         members = [i for i, x in enumerate(batch_of) if x == b]
         loss, parts = reference.policy_loss(
             [np.asarray(logprobs[i], np.float64) for i in members], [advantages[i] for i in members], objective,
             ref_logprobs=None if ref_logprobs is None else [np.asarray(ref_logprobs[i], np.float64) for i in members],
-            masks=[_mask(masks[i], len(logprobs[i])) for i in members] if any_mask else None)
+            masks=[_mask(masks[i], len(logprobs[i])) for i in members] if any_mask else None,
+            num_sequences=sequences, num_tokens=tokens) if members else (0.0, {"kl": 0.0})
         losses.append(float(loss))
         kls.append(parts["kl"])
         weights.append(batch_sizes[b])

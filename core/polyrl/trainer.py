@@ -1005,7 +1005,7 @@ class Trainer:
             return {}
         seqs = [TokenSequence.of(x) for x in completions]
         mine = (scores, {k: np.asarray(v) for k, v in parts.items()}, [len(x.completion_ids) for x in completions],
-                [x.finish_reason for x in completions])
+                [x.finish_reason for x in completions], [int(s.loss_mask.sum()) for s in seqs])
         everyone = self.train_engine.all_gather(mine, self.world_size) if self.world_size > 1 else [mine]
         all_scores = np.concatenate([p[0] for p in everyone])
         shaped = algo.shape_rewards(all_scores, np.concatenate([np.asarray(p[2], dtype=np.int64) for p in everyone]),
@@ -1014,9 +1014,12 @@ class Trainer:
         weights = [weight for _, weight, _ in self.rewards.rewards]
         if algo.decouples_rewards:
             matrix = self._reward_matrix({k: np.concatenate([p[1][k] for p in everyone]) for k in parts}, shaped)
-        keep, advantages = eval_loss.kept(algo, all_scores, shaped, [r for p in everyone for r in p[3]],
-                                          c.eval.samples, matrix, weights, self.episodes is not None)
+        reasons = [r for p in everyone for r in p[3]]
+        keep, advantages, counted = eval_loss.kept(algo, all_scores, shaped, reasons, c.eval.samples, matrix,
+                                                   weights, self.episodes is not None)
         batch_of = eval_loss.batches(len(all_scores), c.eval.loss_batch)
+        counts = eval_loss.divisors(counted, algo.untruncated_mask(reasons), [n for p in everyone for n in p[4]],
+                                    batch_of)
         offset = sum(len(p[0]) for p in everyone[: self.rank])
         idx = np.flatnonzero(keep[offset: offset + len(seqs)])
         kept_seqs = [seqs[i] for i in idx]
@@ -1031,7 +1034,7 @@ class Trainer:
                                  [a for g in gathered for a in g[2]],
                                  [x for g in gathered for x in g[1]] if kl_in_loss else None,
                                  [m for g in gathered for m in g[3]], [b for g in gathered for b in g[4]],
-                                 np.bincount(batch_of).tolist())
+                                 np.bincount(batch_of).tolist(), counts)
 
     def _eval_pass(self, rows: list[dict[str, Any]], prompts: list[Any], sampling: Any,
                    phase: str) -> tuple[np.ndarray, list[dict[str, Any]], dict[str, np.ndarray], np.ndarray,

@@ -88,16 +88,25 @@ def reward_tokenizers(value: Any, rewards: Sequence[Any]) -> list[Any]:
 def _save(target: Path, *writers: Callable[[str], Any]) -> str:
     """``target`` written whole by ``writers`` (each given the folder), replacing an earlier save
     (no file of it left beside the new one); its absolute path, the same whatever directory a
-    reward runs in."""
+    reward runs in. Under a launcher each rank's GRPOTrainer saves the same objects here at once:
+    a save another rank put in place first is kept."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         for write in writers:
             write(str(staging))
         honour_umask(staging)  # mkdtemp's 0700 would keep it from the run's other readers
-        if target.exists():
-            shutil.rmtree(target)
-        os.rename(staging, target)
+        while target.exists():  # an earlier save; another rank may be removing it at the same time
+            try:
+                shutil.rmtree(target)
+            except FileNotFoundError:
+                continue
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if not target.is_dir():
+                raise
+            # gone above, so this is a peer rank's save of the same objects, landed first
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return os.path.abspath(target)
