@@ -12,6 +12,7 @@ from polyrl.errors import RewardError
 from polyrl.plugins import get_plugin_manager
 from polyrl.rewards.combine import RewardComputer
 from polyrl.types import Completion, RewardContext
+from reward_model_util import trl_scores
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -183,9 +184,9 @@ def test_chat_template_kwargs_reach_the_reward_models_template_as_trl_passes_the
     assert all("</think>" in text for text in rendered)
     batch = tokenizer(text=rendered, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
     with torch.inference_mode():  # TRL 1.16's _calculate_rewards with chat_template_kwargs
-        trl_scores = model(**batch).logits[:, 0].numpy()
+        expected = model(**batch).logits[:, 0].numpy()
     ours = score(str(folder), chats, replies, chat_template_kwargs=off).total
-    np.testing.assert_allclose(ours, trl_scores, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(ours, expected, atol=1e-5, rtol=0)
     assert not np.allclose(ours, score(str(folder), chats, replies).total)  # without them: another text
     config, _ = api.run_config(api.grpo, policy=api.Agent("m"), prompts=["q"], rewards=[str(folder)],
                                grpo_config=api.GRPOConfig(chat_template_kwargs=off))
@@ -193,21 +194,6 @@ def test_chat_template_kwargs_reach_the_reward_models_template_as_trl_passes_the
     with pytest.raises(RewardError, match=r"reward_model: option chat_template_kwargs: must be a table.*Fix: e\.g\. "
                                           r"options\.chat_template_kwargs"):
         score(str(folder), chats, replies, chat_template_kwargs=["enable_thinking"])
-
-
-def _trl_scores(folder, tokenizer, texts):
-    """TRL 1.16's reward-model scoring of text prompts: the tokenizer's pad token (the eos without
-    one) is the model's pad_token_id, the texts right-padded without special tokens."""
-    import torch
-    from transformers import AutoModelForSequenceClassification
-
-    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model.config.get_text_config().pad_token_id = tokenizer.pad_token_id
-    batch = tokenizer(text=texts, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
-    with torch.inference_mode():
-        return model(**batch).logits[:, 0].numpy()
 
 
 def test_the_tokenizer_option_scores_with_that_tokenizer(rm_path, tmp_path):
@@ -225,7 +211,7 @@ def test_the_tokenizer_option_scores_with_that_tokenizer(rm_path, tmp_path):
     texts, replies = [p for p in PROMPTS if isinstance(p, str)], COMPLETIONS[:4]
     texts = texts[:4]
     ours = score(rm_path, texts, replies, tokenizer=str(tmp_path / "tok")).total
-    expected = _trl_scores(rm_path, AutoTokenizer.from_pretrained(tmp_path / "tok"),
+    expected = trl_scores(rm_path, AutoTokenizer.from_pretrained(tmp_path / "tok"),
                            [p + c for p, c in zip(texts, replies)])
     np.testing.assert_allclose(ours, expected, atol=1e-5, rtol=0)
     assert not np.allclose(ours, score(rm_path, texts, replies).total, atol=1e-3)

@@ -5,7 +5,6 @@ model object in ``reward_funcs`` is scored too (it used to be refused), saved wi
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -18,6 +17,7 @@ trl = pytest.importorskip("trl")
 datasets = pytest.importorskip("datasets")
 
 from polyrl.errors import ConfigError  # noqa: E402
+from reward_model_util import trl_scores  # noqa: E402
 from polyrl.trl import GRPOTrainer  # noqa: E402
 
 
@@ -43,21 +43,6 @@ def byte_tokenizer(tmp_path_factory):
     tokenizer.pad_token = None
     tokenizer.padding_side = "left"
     return tokenizer
-
-
-def trl_scores(rm_folder: str, tokenizer, texts: list[str]) -> np.ndarray:
-    """TRL 1.16's scoring of text prompts with a reward model and its reward processing class:
-    GRPOTrainer.__init__'s pad rule, then _calculate_rewards' tokenization and logit."""
-    from transformers import AutoModelForSequenceClassification
-
-    tokenizer = copy.deepcopy(tokenizer)
-    model = AutoModelForSequenceClassification.from_pretrained(rm_folder, num_labels=1).eval()
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model.config.get_text_config().pad_token_id = tokenizer.pad_token_id
-    batch = tokenizer(text=texts, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
-    with torch.inference_mode():
-        return model(**batch).logits[:, 0].numpy()
 
 
 def short(completions, **kwargs):
