@@ -38,7 +38,7 @@ import importlib
 import symtable
 import sys
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
@@ -369,24 +369,31 @@ def local_module(name: str) -> Any:
     return _Unavailable(name)
 
 
+def symbol_tables(sources: Iterable[str]) -> Iterator[symtable.SymbolTable]:
+    """Every symbol table (the module's, each function's and class's) of the sources that parse;
+    a source that is not Python fails when run, binding and reading nothing."""
+    for source in sources:
+        try:
+            tables = [symtable.symtable(source, "<tests>", "exec")]
+        except Exception:  # noqa: BLE001 - not Python
+            continue
+        while tables:
+            table = tables.pop()
+            yield table
+            tables.extend(table.get_children())
+
+
 def bound_names(sources: Iterable[str]) -> frozenset[str]:
     """Every global name these sources bind anywhere: assignments, imports, ``def``/``class``,
     loop/``with``/``except`` targets, ``del``, a walrus in a comprehension, ``global`` in a
     function. Found statically, so a binding that fails or has not run yet still counts."""
     names: set[str] = set()
-    for source in sources:
-        try:
-            tables = [symtable.symtable(source, "<tests>", "exec")]
-        except Exception:  # noqa: BLE001 - not Python: it fails when run, binding nothing
-            continue
-        while tables:
-            table = tables.pop()
-            top = table.get_type() == "module"
-            for sym in table.get_symbols():
-                binds = sym.is_assigned() or sym.is_imported()
-                if binds and (top or sym.is_declared_global()):
-                    names.add(sym.get_name())
-            tables.extend(table.get_children())
+    for table in symbol_tables(sources):
+        top = table.get_type() == "module"
+        for sym in table.get_symbols():
+            binds = sym.is_assigned() or sym.is_imported()
+            if binds and (top or sym.is_declared_global()):
+                names.add(sym.get_name())
     return frozenset(names)
 
 
@@ -490,17 +497,8 @@ def unbound_test_names(sources: Sequence[str], bound: Collection[str]) -> dict[s
 
 def global_names(sources: Iterable[str]) -> set[str]:
     """Every global name these sources read, at the top or in a function or class body."""
-    names: set[str] = set()
-    for source in sources:
-        try:
-            tables = [symtable.symtable(source, "<tests>", "exec")]
-        except Exception:  # noqa: BLE001 - not Python: it fails when run, reading nothing
-            continue
-        while tables:
-            table = tables.pop()
-            names |= {sym.get_name() for sym in table.get_symbols() if sym.is_referenced() and sym.is_global()}
-            tables.extend(table.get_children())
-    return names
+    return {sym.get_name() for table in symbol_tables(sources) for sym in table.get_symbols()
+            if sym.is_referenced() and sym.is_global()}
 
 
 def _imports_solution(sources: Iterable[str]) -> bool:
