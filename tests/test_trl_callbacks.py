@@ -691,6 +691,19 @@ def test_restore_follows_transformers_load_callback_state_when_the_callbacks_dif
     restore(off, off.state, kept, off.args, tmp_path)  # transformers' default: the callbacks keep their state
     assert off.callbacks == [given] and off.state.best_metric == 0.5
 
+    # a run stopped by a callback, resumed with its control restored but no callbacks: the saved
+    # should_training_stop / should_save are cleared by the events as transformers' handler clears them
+    stopped = TrlCallbacks([Counting("a")], SimpleNamespace(), lambda: None, rank=0, local_rank=0)
+    stopped.control.should_training_stop = stopped.control.should_save = True
+    held = json.loads(json.dumps(stopped.checkpoint_state()))
+    bare = TrlCallbacks([], SimpleNamespace(restore_callback_states_from_checkpoint=True), lambda: None, rank=0,
+                        local_rank=0)
+    restore(bare, bare.state, held, bare.args, tmp_path)
+    assert bare.control.should_training_stop and bare.control.should_save  # as the checkpoint held them
+    bare.event("on_train_begin")
+    bare.event("on_step_begin")
+    assert not bare.control.should_training_stop and not bare.control.should_save
+
     bad = {"trl": {**kept["trl"], "best_global_step": "4"}}
     with pytest.raises(ConfigError) as err:
         restore(off, off.state, bad, off.args, tmp_path)

@@ -157,10 +157,12 @@ class TrlCallbacks:
     def event(self, name: str, **kwargs: Any) -> None:
         """Call ``name`` on every callback in order, as ``CallbackHandler.call_event`` does; one that
         raises is a ``CallbackError`` naming it and the event, without polyrl's traceback."""
-        if not self.callbacks or self.deferred is not None:
+        if self.deferred is not None:
             return
-        for flag in _CLEARED.get(name, ()):
-            setattr(self.control, flag, False)
+        for flag in _CLEARED.get(name, ()):  # with no callbacks too: a control restored from a checkpoint
+            setattr(self.control, flag, False)  # (its should_training_stop, should_save) must not act again
+        if not self.callbacks:
+            return
         processing_class = self.processing_class
         for callback in list(self.callbacks):
             try:
