@@ -28,7 +28,7 @@ from polyrl.trainer import Trainer
 pytest.importorskip("torch")
 
 #: Metrics that measure the machine (clock, memory), not the run.
-MACHINE_KEYS = ("time/", "perf/", "memory/", "generate_seconds", "tokens_per_s", "latency_s")
+MACHINE_KEYS = ("time/", "perf/", "memory/", "generate_seconds", "tokens_per_s", "latency_s", "step_time")
 
 SYSTEM = "Answer with one number. Think about the digits first, then write the result. " * 3
 
