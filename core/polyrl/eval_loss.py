@@ -35,26 +35,6 @@ def needs_entropies(algo: AlgorithmConfig, max_completion_tokens: int | None) ->
     return algo.objective(max_completion_tokens).needs_entropy
 
 
-def kept(algo: AlgorithmConfig, scores: np.ndarray, shaped: np.ndarray, finish_reasons: Sequence[str],
-         group_size: int, per_reward: np.ndarray | None, weights: Sequence[float],
-         episodes: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The completions the loss sees, every completion's advantage, and the completions its
-    divisors count, as a training step decides them (``polyrl.trainer``): the keep mask (dynamic
-    sampling), finite rewards (with ``beta > 0`` and no environment a completion no reward scored
-    stays at advantage 0 for its KL term, as in TRL) and the truncation mask; the divisors count
-    every completion of a kept group (TRL's batch holds the cut and unscored ones too,
-    ``trainer._loss_counts``). ``per_reward`` (samples x rewards): GDPO's matrix, else None."""
-    if per_reward is not None:
-        group_kept = algo.decoupled_keep_mask(per_reward, list(weights), group_size)
-        advantages = algo.decoupled_advantages(per_reward, list(weights), group_size)
-    else:
-        group_kept = algo.keep_mask(shaped, group_size)
-        advantages = algo.advantages(shaped, group_size)
-    kl_only = np.isnan(scores) & (algo.beta > 0 and not algo.kl_in_reward) & (not episodes)
-    keep = group_kept & (np.isfinite(shaped) | kl_only) & algo.untruncated_mask(list(finish_reasons))
-    return keep, advantages, group_kept
-
-
 def batches(count: int, batch: int) -> np.ndarray:
     """Each of ``count`` completions' eval batch: consecutive runs of ``batch`` (TRL's
     ``per_device_eval_batch_size`` x processes), or one batch for all when ``batch`` is 0."""
@@ -64,7 +44,7 @@ def batches(count: int, batch: int) -> np.ndarray:
 def divisors(counted: np.ndarray, untruncated: np.ndarray, tokens: Sequence[int],
              batch_of: np.ndarray) -> list[tuple[int, int]]:
     """Each eval batch's (sequences, tokens) the loss divides by, as ``trainer._loss_counts``: the
-    ``counted`` completions (``kept``' third), the tokens of those not cut under
+    ``counted`` completions (``AlgorithmConfig.loss_selection``'s third), the tokens of those not cut under
     ``mask_truncated_completions`` (``untruncated``; ``tokens``: each one's loss tokens)."""
     out = []
     for b in range(int(batch_of.max()) + 1 if len(batch_of) else 0):

@@ -687,26 +687,19 @@ class Trainer:
             self._unscored(rollout)
             raise RewardError(_overflow_message(all_shaped))
         mine = slice(offset, offset + len(shaped))
-        with np.errstate(over="ignore"):  # a spread past float64 is inf here, refused just below
-            if algo.decouples_rewards:  # GDPO: each reward normalized in its group, from the whole step's scores
-                matrix = self._reward_matrix(step.per_reward, all_shaped)
-                weights = [weight for _, weight, _ in self.rewards.rewards]
-                group_kept = algo.decoupled_keep_mask(matrix, weights, c.generation.group_size)
-                all_advantages = algo.decoupled_advantages(matrix, weights, c.generation.group_size)
-            else:
-                group_kept = algo.keep_mask(all_shaped, c.generation.group_size)
-                all_advantages = algo.advantages(all_shaped, c.generation.group_size)
+        all_untruncated = np.concatenate([part[2] for part in everyone])
+        rewards = np.concatenate([part[0] for part in everyone])  # metrics describe the global batch
+        matrix = None
+        if algo.decouples_rewards:  # GDPO: each reward normalized in its group, from the whole step's scores
+            matrix = self._reward_matrix(step.per_reward, all_shaped)
+        all_keep, all_advantages, group_kept = algo.loss_selection(
+            rewards, all_shaped, all_untruncated, c.generation.group_size, matrix,
+            [weight for _, weight, _ in self.rewards.rewards], self.episodes is not None)
         too_big = _unrepresentable_advantages(all_advantages, algo, step.per_reward)
         if too_big is not None:  # the same global advantages on every rank: all refuse together
             self._unscored(rollout)
             raise RewardError(too_big)
-        all_untruncated = np.concatenate([part[2] for part in everyone])
-        rewards = np.concatenate([part[0] for part in everyone])  # metrics describe the global batch
         kl_in_loss = algo.beta > 0 and not algo.kl_in_reward
-        # TRL keeps a completion no reward scored in its loss at advantage 0, where its KL term
-        # still pulls it toward the reference (an episode cut by its environment is not one)
-        kl_only = np.isnan(rewards) & kl_in_loss & (self.episodes is None)
-        all_keep = group_kept & (np.isfinite(all_shaped) | kl_only) & all_untruncated
         global_kept = int(all_keep.sum())  # the samples the update trains on, over every rank
         keep, advantages = all_keep[mine], all_advantages[mine]
         self.tracking.collect_records(step_gather.step_records(
@@ -1015,11 +1008,11 @@ class Trainer:
         if algo.decouples_rewards:
             matrix = self._reward_matrix({k: np.concatenate([p[1][k] for p in everyone]) for k in parts}, shaped)
         reasons = [r for p in everyone for r in p[3]]
-        keep, advantages, counted = eval_loss.kept(algo, all_scores, shaped, reasons, c.eval.samples, matrix,
-                                                   weights, self.episodes is not None)
+        untruncated = algo.untruncated_mask(reasons)
+        keep, advantages, counted = algo.loss_selection(all_scores, shaped, untruncated, c.eval.samples, matrix,
+                                                        weights, self.episodes is not None)
         batch_of = eval_loss.batches(len(all_scores), c.eval.loss_batch)
-        counts = eval_loss.divisors(counted, algo.untruncated_mask(reasons), [n for p in everyone for n in p[4]],
-                                    batch_of)
+        counts = eval_loss.divisors(counted, untruncated, [n for p in everyone for n in p[4]], batch_of)
         offset = sum(len(p[0]) for p in everyone[: self.rank])
         idx = np.flatnonzero(keep[offset: offset + len(seqs)])
         kept_seqs = [seqs[i] for i in idx]

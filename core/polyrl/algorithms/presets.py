@@ -506,6 +506,28 @@ class AlgorithmConfig:
                 varies |= dynamic_sampling_mask(column, group_size)
         return expand_group_mask(varies, group_size)
 
+    def loss_selection(self, scores: np.ndarray, shaped: np.ndarray, untruncated: np.ndarray, group_size: int,
+                       per_reward: np.ndarray | None, weights: list[float],
+                       episodes: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Which completions a loss trains on and with what advantage, one rule for the training
+        step and the eval loss so the two cannot drift: ``(keep, advantages, group_kept)``.
+        ``keep`` is the groups dynamic sampling keeps (``group_kept``, which the loss divisors count
+        whole as TRL's batch does), less the completions cut under ``mask_truncated_completions``
+        (``untruncated``) and the unscored ones, except that with the KL term in the loss and no
+        environment a completion no reward scored (``scores`` NaN) stays at advantage 0 for its KL
+        term, as in TRL. ``per_reward`` (samples x rewards): GDPO's matrix, else None. An advantage
+        past float64's range comes back inf, for the caller to refuse."""
+        with np.errstate(over="ignore"):
+            if per_reward is not None:
+                group_kept = self.decoupled_keep_mask(per_reward, weights, group_size)
+                advantages = self.decoupled_advantages(per_reward, weights, group_size)
+            else:
+                group_kept = self.keep_mask(shaped, group_size)
+                advantages = self.advantages(shaped, group_size)
+        kl_only = np.isnan(scores) & (self.beta > 0 and not self.kl_in_reward) & (not episodes)
+        keep = group_kept & (np.isfinite(shaped) | kl_only) & untruncated
+        return keep, advantages, group_kept
+
     def untruncated_mask(self, finish_reasons: list[str]) -> np.ndarray:
         """Per-sample bool mask: with ``mask_truncated_completions``, False for completions cut at
         the length limit (their reward judges an unfinished answer; DAPO and TRL leave them out of
