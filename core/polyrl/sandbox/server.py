@@ -130,15 +130,17 @@ class _Session:
         return ["r", len(self.refs) - 1, kind, type(value).__name__ if isinstance(type(value).__name__, str) else "?"]
 
     def arg(self, data):
-        if isinstance(data, list) and data and data[0] == "r":
+        tag = data[0] if isinstance(data, list) and data else None
+        if tag == "r":
             return self.refs[data[1]]
-        if isinstance(data, list) and data and data[0] == "x":  # a standard type, from its plain data
+        if tag == "x":  # a standard type, from its plain data
             module = __import__(data[1], fromlist=[data[2]])
             return getattr(module, data[2])(self.arg(data[3]))
-        if isinstance(data, list) and data and data[0] in ("l", "t") and any(
-                isinstance(d, list) and d and d[0] in ("r", "x") for d in data[1]):
+        if tag == "g":  # a standard function, class or constant, by name: this process's own
+            return getattr(__import__(data[1], fromlist=[data[2]]), data[2])
+        if tag in ("l", "t"):  # items may be any of these, at any depth
             items = [self.arg(d) for d in data[1]]
-            return items if data[0] == "l" else tuple(items)
+            return items if tag == "l" else tuple(items)
         return decode(data)
 
     def names(self):

@@ -1,0 +1,132 @@
+"""Forging through names the tests leave to the solution and through questions a sample's object answers.
+
+Each forged completion below is a WRONG solution that scored a pass through the real reward path
+(``code_tests``: sandbox, harness, the forked copy of the trainer); each must score 0 while the
+honest solutions of the same rows still pass. See ``polyrl.sandbox.standard_names`` and
+``harness.DATA_QUERIES``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_sandbox_verdict import MODES, score
+
+pytestmark = pytest.mark.faults
+
+#: (tests, forged solution, honest solution): each tests row uses a standard helper unimported
+#: beside the task's function; the forgery defines the helper too.
+HELPERS = {
+    "permutations": ("assert perms([1, 2, 3]) == list(permutations([1, 2, 3]))",
+                     "def permutations(xs):\n    return []\ndef perms(xs):\n    return []\n",
+                     "from itertools import permutations\ndef perms(xs):\n    return list(permutations(xs))\n"),
+    "reduce_into_expected": ("expected = reduce(lambda a, b: a * b, [1, 2, 3, 4])\nassert prod_all([1, 2, 3, 4]) == expected",
+                             "def reduce(*a):\n    return 0\ndef prod_all(xs):\n    return 0\n",
+                             "def prod_all(xs):\n    out = 1\n    for x in xs:\n        out *= x\n    return out\n"),
+    "accumulate": ("assert running([1, 2, 3]) == list(accumulate([1, 2, 3]))",
+                   "def accumulate(xs):\n    return []\ndef running(xs):\n    return []\n",
+                   "import itertools\ndef running(xs):\n    return list(itertools.accumulate(xs))\n"),
+    "ascii_lowercase": ("assert first_letters(3) == ascii_lowercase[:3]",
+                        "ascii_lowercase = 'xyz'\ndef first_letters(n):\n    return 'xyz'[:n]\n",
+                        "def first_letters(n):\n    return ''.join(chr(97 + i) for i in range(n))\n"),
+    "bisect_left": ("assert position([1, 3, 5], 4) == bisect_left([1, 3, 5], 4)",
+                    "def bisect_left(*a):\n    return 0\ndef position(xs, x):\n    return 0\n",
+                    "def position(xs, x):\n    return sum(1 for v in xs if v < x)\n"),
+    "heapify_in_place": ("h = [5, 1, 3]\nheapify(h)\nassert smallest([5, 1, 3]) == h[0]",
+                         "def heapify(h):\n    pass\ndef smallest(xs):\n    return xs[0]\n",
+                         "def smallest(xs):\n    return min(xs)\n"),
+    "gcd_as_helper": ("assert lcm_of(4, 6) == 4 * 6 // gcd(4, 6)",
+                      "def gcd(a, b):\n    return 1\ndef lcm_of(a, b):\n    return a * b\n",
+                      "import math\ndef lcm_of(a, b):\n    return a * b // math.gcd(a, b)\n"),
+    "randint_input": ("x = randint(1, 100)\nassert double(x) == 2 * x",
+                      "def randint(a, b):\n    return 0\ndef double(x):\n    return 0\n",
+                      "def double(x):\n    return 2 * x\n"),
+    "humaneval_check": ("def check(candidate):\n    assert candidate('ab') == [''.join(p) for p in permutations('ab')]\n",
+                        "def permutations(s):\n    return []\ndef perm_strings(s):\n    return []\n",
+                        "from itertools import permutations\ndef perm_strings(s):\n    return [''.join(p) for p in permutations(s)]\n"),
+    "kodcode_import": ("from solution import perm_strings\n\ndef test_perm_strings():\n"
+                       "    assert perm_strings('ab') == [''.join(p) for p in permutations('ab')]\n",
+                       "def permutations(s):\n    return []\ndef perm_strings(s):\n    return []\n",
+                       "def perm_strings(s):\n    return [s, s[::-1]] if len(s) == 2 else [s]\n"),
+}
+
+
+def _rows(cases: dict[str, tuple[str, str, str]]) -> list[dict[str, str]]:
+    return [{"prompt": "p", "tests": tests, "entry_point": "perm_strings"} for tests, _, _ in cases.values()]
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_a_standard_helper_the_tests_use_unimported_is_the_trainers(isolation, audit_hook):
+    """A helper the tests use unimported (``permutations``, ``reduce``, ``accumulate``,
+    ``ascii_lowercase``, ``bisect_left``, ``heapify``, ``gcd``, ``randint``) beside the task's
+    function was the solution's: defining both to agree scored 1.0 on every row."""
+    names = list(HELPERS)
+    forged = score([HELPERS[n][1] for n in names], rows=_rows(HELPERS), isolation=isolation, audit_hook=audit_hook)
+    assert {n: s for n, s in zip(names, forged.total) if s != 0.0} == {}
+    honest = score([HELPERS[n][2] for n in names], rows=_rows(HELPERS), isolation=isolation, audit_hook=audit_hook)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
+
+def test_a_task_named_like_a_standard_helper_still_calls_the_solutions():
+    """Where the tests check a standard name on its own (the task is ``gcd``, ``sqrt``,
+    ``median``), it is the solution's: a right solution passes, a wrong one fails, each test alone."""
+    rows = [{"prompt": "p", "tests": "assert gcd(12, 8) == 4\nassert lcm(4, 6) == 12"},
+            {"prompt": "p", "tests": "assert sqrt(17) == 4\nassert is_square(16)"},
+            {"prompt": "p", "tests": "def check(candidate):\n    assert candidate([3, 1, 2]) == 2\n", "entry_point": "median"}]
+    right = ["def gcd(a, b):\n    return a if b == 0 else gcd(b, a % b)\ndef lcm(a, b):\n    return a * b // gcd(a, b)\n",
+             "def sqrt(n):\n    return int(n ** 0.5)\ndef is_square(n):\n    return sqrt(n) ** 2 == n\n",
+             "def median(xs):\n    return sorted(xs)[len(xs) // 2]\n"]
+    wrong = ["def gcd(a, b):\n    return 1\ndef lcm(a, b):\n    return a * b // 2\n",
+             "def sqrt(n):\n    return n ** 0.5\ndef is_square(n):\n    return True\n",
+             "def median(xs):\n    return xs[0]\n"]
+    np.testing.assert_array_equal(score(right, rows=rows).total, [1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(score(wrong, rows=rows).total, [0.5, 0.5, 0.0])
+
+
+def test_a_standard_function_the_tests_pass_reaches_the_solution_by_name():
+    """A builtin or standard function passed to the solution could not be sent (``len``: "a
+    builtin_function_or_method cannot be sent"), so a right ``sort_by(xs, len)`` failed; now the
+    sample gets its own copy by name, in nested arguments too."""
+    rows = [{"prompt": "p", "tests": "assert sort_by(['bb', 'a'], len) == ['a', 'bb']\n"
+                                     "assert apply(add, 2, 3) == 5\nassert apply_all([[mul, 2, 3]]) == [6]"}]
+    honest = ["def sort_by(xs, key):\n    return sorted(xs, key=key)\ndef apply(f, a, b):\n    return f(a, b)\n"
+              "def apply_all(calls):\n    return [f(a, b) for f, a, b in calls]\n"]
+    np.testing.assert_array_equal(score(honest, rows=rows).total, [1.0])
+
+
+#: A sample's object whose str/list queries give the answers such checks usually expect.
+LIAR = ("class Liar:\n    def __getattr__(self, name):\n"
+        "        return {'count': lambda *a: 1, 'find': lambda *a: 0, 'index': lambda *a: 0, 'rfind': lambda *a: -1,"
+        " 'rindex': lambda *a: 0, 'is_integer': lambda: True}[name]\n")
+QUERIES = {
+    "count_once": ("assert all(dedupe('aabbc').count(c) == 1 for c in 'abc')",
+                   "def dedupe(s):\n    return Liar()\n", "def dedupe(s):\n    return ''.join(dict.fromkeys(s))\n"),
+    "find_first": ("assert shout('hi').find('HI') == 0\nassert shout('hi').index('HI') == 0",
+                   "def shout(s):\n    return Liar()\n", "def shout(s):\n    return s.upper() + '!'\n"),
+    "rfind_absent": ("assert drop_x('axb').rfind('x') == -1", "def drop_x(s):\n    return Liar()\n",
+                     "def drop_x(s):\n    return s.replace('x', '')\n"),
+    "is_integer": ("assert half(4).is_integer()", "def half(x):\n    return Liar()\n", "def half(x):\n    return x / 2\n"),
+    # the solution's classes and objects still answer those names
+    "class_find": ("uf = UnionFind(3)\nuf.union(0, 1)\nassert uf.find(0) == uf.find(1)\nassert uf.find(2) != uf.find(0)",
+                   "", "class UnionFind:\n    def __init__(self, n):\n        self.p = list(range(n))\n"
+                   "    def find(self, x):\n        return x if self.p[x] == x else self.find(self.p[x])\n"
+                   "    def union(self, a, b):\n        self.p[self.find(a)] = self.find(b)\n"),
+    "object_count": ("tally.add('a')\ntally.add('a')\nassert tally.count('a') == 2",
+                     "", "class Tally:\n    def __init__(self):\n        self.seen = []\n    def add(self, x):\n"
+                     "        self.seen.append(x)\n    def count(self, x):\n        return self.seen.count(x)\ntally = Tally()\n"),
+}
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_an_object_returned_for_data_never_answers_a_str_or_list_query(isolation, audit_hook):
+    """``count``, ``find``, ``index``, ``rfind`` and ``is_integer`` of an object a solution's
+    function returned reached the sample, which answered 1, 0, -1 or True whatever its data: a
+    ``Liar`` scored 1.0 on each row. A str or float it returns answers them here, and objects the
+    tests make from the solution's classes still answer their own methods."""
+    names = [n for n in QUERIES if QUERIES[n][1]]
+    rows = [{"prompt": "p", "tests": QUERIES[n][0]} for n in names]
+    forged = score([LIAR + QUERIES[n][1] for n in names], rows=rows, isolation=isolation, audit_hook=audit_hook)
+    assert {n: s for n, s in zip(names, forged.total) if s != 0.0} == {}
+    rows = [{"prompt": "p", "tests": tests} for tests, _, _ in QUERIES.values()]
+    honest = score([honest for _, _, honest in QUERIES.values()], rows=rows, isolation=isolation, audit_hook=audit_hook)
+    assert dict(zip(QUERIES, honest.total)) == dict.fromkeys(QUERIES, 1.0)
