@@ -130,3 +130,15 @@ def test_an_object_returned_for_data_never_answers_a_str_or_list_query(isolation
     rows = [{"prompt": "p", "tests": tests} for tests, _, _ in QUERIES.values()]
     honest = score([honest for _, _, honest in QUERIES.values()], rows=rows, isolation=isolation, audit_hook=audit_hook)
     assert dict(zip(QUERIES, honest.total)) == dict.fromkeys(QUERIES, 1.0)
+
+
+def test_a_star_import_of_the_solution_works_and_never_brings_a_helper_over_the_trainers():
+    """KodCode's ``from solution import *`` raised ImportError (the stand-in module had no
+    ``__all__``), so the import step failed and a right solution scored 0; it now binds nothing,
+    the sample's names being the tests' fallback already, so a forged ``permutations`` stays out."""
+    tests = ("from solution import *\n\ndef test_add():\n    assert add(1, 2) == 3\n\n"
+             "def test_perms():\n    assert perms([1, 2]) == list(permutations([1, 2]))\n")
+    rows = [{"prompt": "p", "tests": tests}] * 3
+    right = "from itertools import permutations\ndef add(a, b):\n    return a + b\ndef perms(xs):\n    return list(permutations(xs))\n"
+    forged = "def add(a, b):\n    return a + b\ndef permutations(xs):\n    return []\ndef perms(xs):\n    return []\n"
+    np.testing.assert_array_equal(score([right, forged, ""], rows=rows).total, [1.0, 0.5, 0.0])

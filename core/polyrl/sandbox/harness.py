@@ -267,9 +267,14 @@ class Session:
 class SolutionModule:
     """What ``import solution`` / ``from solution import add`` give the tests: the sample's names,
     read when used. Why: tests written to import the solution from a module (KodCode's) bound
-    ``add`` themselves, so the sample's ``add`` was never seen and every completion scored 0."""
+    ``add`` themselves, so the sample's ``add`` was never seen and every completion scored 0.
+    ``from solution import *`` binds nothing (``__all__`` is empty): the names it would bring are
+    the sample's already, below the tests' own (module doc), and binding them would put the
+    sample's ``permutations`` over the trainer's standard one. Without ``__all__`` the import
+    raised, so every completion failed such a cell."""
 
     __slots__ = ("_session", "_names")
+    __all__: tuple[str, ...] = ()
 
     def __init__(self, session: Session, names: dict[str, Any]) -> None:
         object.__setattr__(self, "_session", session)
