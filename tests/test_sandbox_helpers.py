@@ -106,6 +106,10 @@ QUERIES = {
     "rfind_absent": ("assert drop_x('axb').rfind('x') == -1", "def drop_x(s):\n    return Liar()\n",
                      "def drop_x(s):\n    return s.replace('x', '')\n"),
     "is_integer": ("assert half(4).is_integer()", "def half(x):\n    return Liar()\n", "def half(x):\n    return x / 2\n"),
+    "leetcode_method": ("assert all(Solution().dedupe('aabbc').count(c) == 1 for c in 'abc')",
+                        "class Solution:\n    def dedupe(self, s):\n        return Liar()\n",
+                        "class Solution:\n    def dedupe(self, s):\n        return ''.join(dict.fromkeys(s))\n"),
+    "dunder_eq": ("assert pair(1).__eq__((1, 1))", "def pair(x):\n    return Liar()\n", "def pair(x):\n    return (x, x)\n"),
     # the solution's classes and objects still answer those names
     "class_find": ("uf = UnionFind(3)\nuf.union(0, 1)\nassert uf.find(0) == uf.find(1)\nassert uf.find(2) != uf.find(0)",
                    "", "class UnionFind:\n    def __init__(self, n):\n        self.p = list(range(n))\n"

@@ -95,8 +95,12 @@ DATA_PREDICATES = frozenset({"startswith", "endswith"} | {
 #: expect data from it, which comes over as itself) never answers them: an object whose ``count``
 #: always says 1 passed ``all(dedupe(s).count(c) == 1 for c in s)``. Objects the tests make from
 #: the solution's classes (``UnionFind(5).find(1)``, ``Stack().count()``) and the solution's own
-#: objects still answer them.
+#: objects still answer them, as does any other method (``f(x).equals(y)`` expects an object,
+#: whose own answer it is).
 DATA_QUERIES = frozenset({"count", "index", "find", "rfind", "rindex"})
+#: Built-in data types, whose own ``__eq__`` never compares with a ``Remote``.
+_PLAIN_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set,
+                          frozenset})
 
 
 class RemoteError(Exception):
@@ -106,8 +110,8 @@ class RemoteError(Exception):
 class Remote:
     """A value that lives in the sample; every use of it is a request.
 
-    ``_data``: the tests expect built-in data from it (the result of calling one of the solution's
-    functions, as named in the tests, or anything read from such a result); ``_origin``: the name
+    ``_data``: the tests expect built-in data from it (what a call returned, unless the callee is a
+    solution name spelled like a class, or anything read from such a value); ``_origin``: the name
     it has among the solution's names, if any; ``_query``: a ``DATA_QUERIES`` method of a
     ``_data`` value, which refuses to be called."""
 
@@ -124,9 +128,10 @@ class Remote:
         object.__setattr__(self, "_query", False)
 
     def _gives_data(self) -> bool:
-        """Whether what calling it returns is data to the tests: a solution name spelled like a
-        function (``f``, ``make_list``; a class is ``Stack``), or a method of data."""
-        return self._origin[:1].islower() if self._origin is not None else self._data
+        """Whether what calling it returns is data to the tests: anything but a solution name
+        spelled like a class (``Stack(3)``, ``UnionFind(5)``); a function (``f``, ``make_list``) or
+        a method (``Solution().dedupe(s)``, LeetCode's shape) returns data."""
+        return self._origin is None or self._origin[:1].islower()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._query:
@@ -170,6 +175,20 @@ class Remote:
         if type(value) is not str:
             raise TypeError("str() of a sample's value is not a str")
         return value
+
+    def __eq__(self, other: object) -> Any:
+        """Itself only. False, not NotImplemented, against built-in data, which never compares
+        with it: NotImplemented is truthy, so ``assert f(x).__eq__("abc")`` held for any object;
+        other types (numpy arrays, ``pytest.approx``) still get their reflected turn."""
+        if self is other:
+            return True
+        return False if type(other) in _PLAIN_TYPES else NotImplemented
+
+    def __ne__(self, other: object) -> Any:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = object.__hash__
 
     def __repr__(self) -> str:
         return f"<{self._type[:100]} in the sample>"
