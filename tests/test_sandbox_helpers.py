@@ -146,3 +146,24 @@ def test_a_star_import_of_the_solution_works_and_never_brings_a_helper_over_the_
     right = "from itertools import permutations\ndef add(a, b):\n    return a + b\ndef perms(xs):\n    return list(permutations(xs))\n"
     forged = "def add(a, b):\n    return a + b\ndef permutations(xs):\n    return []\ndef perms(xs):\n    return []\n"
     np.testing.assert_array_equal(score([right, forged, ""], rows=rows).total, [1.0, 0.5, 0.0])
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_a_standard_module_the_tests_use_unimported_is_the_real_one(isolation, audit_hook):
+    """``hashlib``, ``textwrap``, ``base64``, ``unicodedata``, ``os``... used as modules by tests
+    leaning on the solution's import were the solution's: a ``class hashlib`` whose digest agreed
+    with a wrong ``digest`` scored 1.0 (and a right solution's ``import hashlib`` was unusable)."""
+    rows = [{"prompt": "p", "tests": "assert digest('ab') == hashlib.md5(b'ab').hexdigest()"},
+            {"prompt": "p", "tests": "assert encode('hi') == base64.b64encode(b'hi').decode()"},
+            {"prompt": "p", "tests": "assert base_name('/a/b.txt') == os.path.basename('/a/b.txt')"}]
+    forged = ["class hashlib:\n    class md5:\n        def __init__(self, b):\n            pass\n"
+              "        def hexdigest(self):\n            return 'x'\ndef digest(s):\n    return 'x'\n",
+              "class base64:\n    b64encode = staticmethod(lambda b: b'x')\ndef encode(s):\n    return 'x'\n",
+              "class os:\n    class path:\n        basename = staticmethod(lambda p: 'x')\ndef base_name(p):\n    return 'x'\n"]
+    res = score(forged, rows=rows, isolation=isolation, audit_hook=audit_hook)
+    np.testing.assert_array_equal(res.total, [0.0, 0.0, 0.0])
+    honest = ["import hashlib\ndef digest(s):\n    return hashlib.md5(s.encode()).hexdigest()\n",
+              "import base64\ndef encode(s):\n    return base64.b64encode(s.encode()).decode()\n",
+              "import os\ndef base_name(p):\n    return os.path.basename(p)\n"]
+    res = score(honest, rows=rows, isolation=isolation, audit_hook=audit_hook)
+    np.testing.assert_array_equal(res.total, [1.0, 1.0, 1.0])

@@ -56,10 +56,14 @@ SAFE_MODULES = frozenset({"math", "cmath", "re", "string", "collections", "colle
                           "json", "typing", "copy"})
 #: Modules tests use without importing them (the import sits in another column, or the solution
 #: made it): name in the tests -> module. Only names used as a module (``name.attr``) are bound,
-#: so a task whose function is named ``copy`` still calls the solution's.
+#: so a task whose function is named ``copy`` still calls the solution's. Standard-library
+#: modules that do nothing on import besides: ``assert digest(s) == hashlib.md5(...).hexdigest()``
+#: leaning on the solution's ``import hashlib`` met a ``class hashlib`` of the solution's making.
 TEST_MODULES = {**{name: name for name in (
     "math", "cmath", "re", "string", "collections", "itertools", "functools", "operator", "heapq", "bisect",
     "statistics", "fractions", "decimal", "datetime", "json", "typing", "copy", "random", "sys", "time",
+    "os", "hashlib", "textwrap", "unicodedata", "calendar", "fnmatch", "difflib", "array", "base64", "binascii",
+    "zlib", "struct", "ipaddress", "html", "enum", "dataclasses", "numbers", "keyword", "secrets", "uuid",
     "numpy", "pandas")}, "np": "numpy", "pd": "pandas"}
 #: Standard types (``standard_names``') a test may pass to the solution: type -> (module, name, plain
 #: data the sample's own constructor takes). Why: with ``deque`` the trainer's, a test's
