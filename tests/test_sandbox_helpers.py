@@ -167,3 +167,26 @@ def test_a_standard_module_the_tests_use_unimported_is_the_real_one(isolation, a
               "import os\ndef base_name(p):\n    return os.path.basename(p)\n"]
     res = score(honest, rows=rows, isolation=isolation, audit_hook=audit_hook)
     np.testing.assert_array_equal(res.total, [1.0, 1.0, 1.0])
+
+
+def test_a_standard_value_the_solution_returns_comes_back_as_itself():
+    """A ``Counter``, ``deque``, ``OrderedDict``, ``Fraction``, ``Decimal`` or ``defaultdict`` the
+    solution returned stayed in the sample and equalled nothing, so right solutions scored 0 on
+    ``assert count(s) == Counter(s)``; it is now rebuilt here from its data, as the trainer's own
+    type (a defaultdict as a dict). A subclass of the solution's own stays in the sample."""
+    rows = [{"prompt": "p", "tests": "from collections import Counter\nassert count('aab') == Counter('aab')"},
+            {"prompt": "p", "tests": "from collections import deque\nassert rot([1, 2, 3]) == deque([3, 1, 2])"},
+            {"prompt": "p", "tests": "from fractions import Fraction\nfrom decimal import Decimal\n"
+                                     "assert half(1) == Fraction(1, 2)\nassert tenth() == Decimal('0.1')"},
+            {"prompt": "p", "tests": "assert group(['ab', 'ac']) == {'a': ['ab', 'ac']}\n"
+                                     "assert list(ordered('ba')) == ['b', 'a']"},
+            {"prompt": "p", "tests": "assert count('aab') == {'a': 2, 'b': 1}"}]
+    honest = ["from collections import Counter\ndef count(s):\n    return Counter(s)\n",
+              "from collections import deque\ndef rot(xs):\n    d = deque(xs)\n    d.rotate(1)\n    return d\n",
+              "from fractions import Fraction\nfrom decimal import Decimal\ndef half(x):\n    return Fraction(x, 2)\n"
+              "def tenth():\n    return Decimal('0.1')\n",
+              "from collections import defaultdict, OrderedDict\ndef group(ws):\n    d = defaultdict(list)\n"
+              "    for w in ws:\n        d[w[0]].append(w)\n    return d\ndef ordered(s):\n    return OrderedDict((c, 1) for c in s)\n",
+              "from collections import Counter\nclass Yes(Counter):\n    def __eq__(self, other):\n        return True\n"
+              "    __hash__ = None\ndef count(s):\n    return Yes()\n"]
+    np.testing.assert_array_equal(score(honest, rows=rows).total, [1.0, 1.0, 1.0, 1.0, 0.0])

@@ -114,8 +114,9 @@ What is NOT isolated, or only partly:
     * What the tests can express: arguments must be plain data, values the sample returned or a
       builtin or standard function (``sort_by(xs, len)``, sent by name; a lambda cannot be sent; a
       ``Counter``, ``OrderedDict``, ``deque``, ``Fraction`` or ``Decimal`` is rebuilt in the
-      sample from its data, a ``defaultdict`` arrives as a dict); an object the solution returns
-      compares equal only to itself, so ``assert make_point() == Point(1, 2)`` fails even when the
+      sample from its data, a ``defaultdict`` arrives as a dict, and the same types the solution
+      returns come back as themselves); any other object the solution returns compares equal
+      only to itself, so ``assert make_point() == Point(1, 2)`` fails even when the
       solution is right, and it never answers the yes/no methods of str, bytes, sets and numbers
       (``startswith``, ``isdigit``, ``issubset``, ``is_integer``: ``harness.DATA_PREDICATES``),
       which a str or set it returns answers; one a solution's function returns (``f(s)``, named

@@ -76,6 +76,13 @@ REBUILT: dict[type, tuple[str, str, Callable[[Any], Any]]] = {
     fractions.Fraction: ("fractions", "Fraction", str),
     decimal.Decimal: ("decimal", "Decimal", str),
 }
+#: The same standard types coming back from the sample: (module, name) -> the constructor that
+#: rebuilds one here from exact plain data (a defaultdict comes as a dict). Why: a Counter, deque,
+#: Fraction the solution returned stayed in the sample, comparing equal to nothing, so a right
+#: ``count(s)`` returning ``Counter(s)`` failed ``assert count(s) == Counter(s)``. Sound: the
+#: value here is the trainer's own type, built from data (no method of the sample's answers).
+_REBUILDERS: dict[tuple[str, str], Callable[[Any], Any]] = {
+    (module, name): getattr(importlib.import_module(module), name) for module, name, _ in REBUILT.values()}
 _BUILTIN_NAMES = frozenset(dir(builtins))
 #: Built-in exceptions a sample's call may raise here as themselves. Not StopIteration and
 #: StopAsyncIteration: they are control flow (out of a call they end the tests' ``map`` early,
@@ -267,6 +274,9 @@ class Session:
                 return Remote(self, encoded[1], encoded[2], encoded[3], data=data, origin=origin)
             if tag == "m" and len(encoded) == 2 and type(encoded[1]) is str:
                 return local_module(encoded[1])
+            if tag == "x" and len(encoded) == 4 and type(encoded[1]) is str and type(encoded[2]) is str \
+                    and (encoded[1], encoded[2]) in _REBUILDERS:
+                return _REBUILDERS[encoded[1], encoded[2]](decode(encoded[3], depth + 1))
             if tag == "L" and len(encoded) == 2 and isinstance(encoded[1], list):
                 return spread([self.value(item, depth + 1, data) for item in encoded[1]])
         return decode(encoded)

@@ -18,6 +18,17 @@ import resource
 import sys
 
 MAX_ITEMS = 100_000
+#: Standard types the harness rebuilds from plain data (``harness.REBUILT``, the other way round):
+#: (module, name) -> (the harness's constructor's module and name, the plain data it takes). By
+#: name, not class: a solution's subclass has its own module and stays a handle.
+_STANDARD = {
+    ("collections", "Counter"): ("collections", "Counter", dict),
+    ("collections", "OrderedDict"): ("collections", "OrderedDict", lambda v: list(v.items())),
+    ("collections", "deque"): ("collections", "deque", list),
+    ("collections", "defaultdict"): ("builtins", "dict", dict),
+    ("fractions", "Fraction"): ("fractions", "Fraction", str),
+    ("decimal", "Decimal"): ("decimal", "Decimal", str),
+}
 
 
 def _limits(lim):
@@ -125,6 +136,11 @@ class _Session:
                 return data
         if type(value) is type(sys):
             return ["m", value.__name__ if type(value.__name__) is str else "?"]
+        spec = _STANDARD.get((getattr(type(value), "__module__", None), getattr(type(value), "__name__", None)))
+        if spec is not None:  # a Counter, deque, Fraction...: sent as its plain data, rebuilt there
+            data = encode(spec[2](value))
+            if data is not None:
+                return ["x", spec[0], spec[1], data]
         self.refs.append(value)
         kind = "callable" if callable(value) else "object"
         return ["r", len(self.refs) - 1, kind, type(value).__name__ if isinstance(type(value).__name__, str) else "?"]
