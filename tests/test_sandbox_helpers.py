@@ -12,6 +12,10 @@ import numpy as np
 import pytest
 from test_sandbox_verdict import MODES, score
 
+from polyrl.rewards.code import parse_tests
+from polyrl.sandbox.harness import bound_names, global_names, unbound_modules
+from polyrl.sandbox.standard_names import helper_names
+
 pytestmark = pytest.mark.faults
 
 #: (tests, forged solution, honest solution): each tests row uses a standard helper unimported
@@ -49,6 +53,30 @@ HELPERS = {
                        "def permutations(s):\n    return []\ndef perm_strings(s):\n    return []\n",
                        "def perm_strings(s):\n    return [s, s[::-1]] if len(s) == 2 else [s]\n"),
 }
+
+
+#: tests -> the standard names that are the trainer's there (``standard_names`` module doc).
+HELPER_RULE = {
+    "assert f([1, 2]) == list(permutations([1, 2]))": {"permutations"},
+    "assert list(permutations([1, 2])) == f([1, 2])": {"permutations"},
+    "a = permutations([1, 2])\nb = list(a)\nassert f([1, 2]) == b": {"permutations"},  # through the data
+    "h = [3, 1]\nheappush(h, 2)\nassert pop_min(h) == 1": {"heappush"},  # a call changes h
+    "assert gcd(12, 8) == 4\nassert lcm(4, 6) == 12": set(),  # each checked on its own: the task's
+    "s = 'a b'\nassert split(s) == ['a', 'b']\nassert count_words(s) == 2": set(),  # shared data written out
+    "assert count('aab') == Counter('aab')": {"Counter"},  # only standard names: the first is the task's
+    "from solution import rot\nassert rot([1, 2]) == list(deque([2, 1]))": {"deque"},
+    "def check(candidate):\n    assert candidate([3, 1]) == mean([3, 1])\n": {"mean"},  # check(median)
+    "import math\nassert math.isclose(area(1), 3.14)\nassert sqrt(4) == 2": set(),
+}
+
+
+@pytest.mark.parametrize("tests", list(HELPER_RULE))
+def test_which_standard_names_are_helpers(tests):
+    steps = parse_tests(tests, entry_point="median")
+    sources = [source for source, _ in steps]
+    bound = bound_names(sources)
+    theirs = bound | unbound_modules(sources, bound).keys()
+    assert helper_names(steps, "", theirs, global_names(sources)) == HELPER_RULE[tests]
 
 
 def _rows(cases: dict[str, tuple[str, str, str]]) -> list[dict[str, str]]:
