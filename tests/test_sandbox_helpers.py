@@ -14,7 +14,6 @@ from test_sandbox_verdict import MODES, score
 
 from polyrl.rewards.code import parse_tests
 from polyrl.sandbox.harness import bound_names, global_names, unbound_modules
-from polyrl.sandbox.standard_names import helper_names
 
 pytestmark = pytest.mark.faults
 
@@ -72,6 +71,8 @@ HELPER_RULE = {
 
 @pytest.mark.parametrize("tests", list(HELPER_RULE))
 def test_which_standard_names_are_helpers(tests):
+    from polyrl.sandbox.standard_names import helper_names  # new module: the file still runs on an old core
+
     steps = parse_tests(tests, entry_point="median")
     sources = [source for source, _ in steps]
     bound = bound_names(sources)
@@ -218,3 +219,30 @@ def test_a_standard_value_the_solution_returns_comes_back_as_itself():
               "from collections import Counter\nclass Yes(Counter):\n    def __eq__(self, other):\n        return True\n"
               "    __hash__ = None\ndef count(s):\n    return Yes()\n"]
     np.testing.assert_array_equal(score(honest, rows=rows).total, [1.0, 1.0, 1.0, 1.0, 0.0])
+
+
+#: An answer written past the sample's encoder: an OrderedDict of 30k pairs whose keys share a hash.
+COLLIDING_PAIRS = (
+    "import __main__, os\n_send = __main__._Channel.send\n"
+    "def send(self, m):\n    if 'fds' in m or m.get('ok') is not True:\n        return _send(self, m)\n"
+    "    body = ','.join('[\"t\",[[\"i\",\"%d\"],[\"i\",\"%d\"]]]' % (i * (2**61 - 1), i) for i in range(30000))\n"
+    "    os.write(self.wfd, ('{\"ok\": true, \"v\": [\"x\", \"collections\", \"OrderedDict\", [\"l\", [' + body + ']]]}\\n').encode())\n"
+    "__main__._Channel.send = send\ndef add(a, b):\n    return 0\n")
+
+
+def test_a_rebuilt_value_cannot_carry_keys_built_to_collide():
+    """A standard value comes back rebuilt from plain data; an OrderedDict is sent as pairs, whose
+    keys no hash check saw: keys built to collide cost the trainer n**2. Now such an answer is a
+    protocol error at once, and a value of another shape than its type's is one too."""
+    import time
+
+    from polyrl.sandbox import Sandbox, SandboxLimits
+
+    box = Sandbox(SandboxLimits(timeout_s=4, memory_mb=512), isolation="auto", audit_hook=False)
+    start = time.monotonic()
+    result = box.run(COLLIDING_PAIRS, parse_tests("assert add(1, 2) == 3\n"))
+    assert result.status == "crashed" and "collide" in (result.error or ""), (result.status, result.error)
+    assert time.monotonic() - start < 4
+    shape = COLLIDING_PAIRS.replace("range(30000)", "range(3)").replace("OrderedDict", "Counter")
+    result = box.run(shape, parse_tests("assert add(1, 2) == 3\n"))
+    assert result.status == "crashed" and "a Counter sent as list" in (result.error or ""), (result.status, result.error)

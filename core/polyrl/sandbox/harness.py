@@ -276,7 +276,7 @@ class Session:
                 return local_module(encoded[1])
             if tag == "x" and len(encoded) == 4 and type(encoded[1]) is str and type(encoded[2]) is str \
                     and (encoded[1], encoded[2]) in _REBUILDERS:
-                return _REBUILDERS[encoded[1], encoded[2]](decode(encoded[3], depth + 1))
+                return rebuilt(encoded[1], encoded[2], decode(encoded[3], depth + 1))
             if tag == "L" and len(encoded) == 2 and isinstance(encoded[1], list):
                 return spread([self.value(item, depth + 1, data) for item in encoded[1]])
         return decode(encoded)
@@ -326,6 +326,24 @@ class SolutionModule:
 
     def __repr__(self) -> str:
         return f"<module {SOLUTION_MODULE!r} (the sample's names)>"
+
+
+def rebuilt(module: str, name: str, plain: Any) -> Any:
+    """The standard value (``_REBUILDERS``) a sample sent as plain data, from data of the one shape
+    its constructor is sent (``server._STANDARD``), else ``ProtocolError``. Why the shape: an
+    ``OrderedDict`` (or dict) built from a list of pairs hashes keys no ``spread`` has seen, and
+    30k colliding keys held the trainer for seconds, as a set of them did (``values.MAX_SAME_HASH``)."""
+    if name in ("Fraction", "Decimal"):
+        ok = type(plain) is str
+    elif name == "OrderedDict":
+        ok = type(plain) is list and all(type(p) is tuple and len(p) == 2 for p in plain)
+        if ok:
+            spread([key for key, _ in plain])
+    else:
+        ok = type(plain) is (list if name == "deque" else dict)
+    if not ok:
+        raise ProtocolError(f"a {name} sent as {type(plain).__name__}")
+    return _REBUILDERS[module, name](plain)
 
 
 def remote_exception(exc: Any) -> BaseException:
