@@ -246,3 +246,15 @@ def test_a_rebuilt_value_cannot_carry_keys_built_to_collide():
     shape = COLLIDING_PAIRS.replace("range(30000)", "range(3)").replace("OrderedDict", "Counter")
     result = box.run(shape, parse_tests("assert add(1, 2) == 3\n"))
     assert result.status == "crashed" and "a Counter sent as list" in (result.error or ""), (result.status, result.error)
+
+
+def test_next_of_a_generator_the_solution_returns():
+    """``next(gen(3))`` raised TypeError ("'Remote' object is not an iterator"), so a right
+    generator scored 0. Its end is no StopIteration here: that would end the tests' ``map`` early,
+    and a generator that stops at once would pass ``all(map(lambda _: next(g) >= 0, range(3)))``."""
+    rows = [{"prompt": "p", "tests": "g = gen(3)\nassert next(g) == 0\nassert next(g) == 1\nassert list(g) == [2]"},
+            {"prompt": "p", "tests": "g = gen(3)\nassert all(map(lambda _: next(g) >= 0, range(3)))"}]
+    right = "def gen(n):\n    yield from range(n)\n"
+    empty = "def gen(n):\n    return iter([])\n"
+    np.testing.assert_array_equal(score([right, right], rows=rows).total, [1.0, 1.0])
+    np.testing.assert_array_equal(score([empty, empty], rows=rows).total, [0.0, 0.0])

@@ -123,7 +123,8 @@ What is NOT isolated, or only partly:
       like a function in the tests) never answers ``count``/``find``/``index``/``rfind``/``rindex``
       either (``harness.DATA_QUERIES``), while objects made from the solution's classes
       (``UnionFind(3).find(0)``) do (numpy scalars come back as numbers; an array stays in the
-      sample, ``list(arr)`` works); in-place changes to a list passed as argument are not seen by
+      sample, ``list(arr)`` works; a generator's ``next()`` works, its end raising an error, not
+      StopIteration); in-place changes to a list passed as argument are not seen by
       the tests. A module the tests use without importing it is the trainer's real module when
       its name is a well-known one used only as a module (``math.isclose``, ``np.allclose``:
       ``harness.TEST_MODULES``), and so is a standard function, class or constant of a pure

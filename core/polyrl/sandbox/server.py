@@ -182,6 +182,8 @@ class _Session:
             return self.out(bool(obj))
         if op == "str":
             return self.out(str(obj))
+        if op == "next":
+            return self.out(next(obj))
         if op == "iter":
             items = []
             for item in obj:
