@@ -258,3 +258,12 @@ def test_next_of_a_generator_the_solution_returns():
     empty = "def gen(n):\n    return iter([])\n"
     np.testing.assert_array_equal(score([right, right], rows=rows).total, [1.0, 1.0])
     np.testing.assert_array_equal(score([empty, empty], rows=rows).total, [0.0, 0.0])
+
+
+def test_a_range_or_slice_the_tests_pass_reaches_the_solution():
+    """``total(range(5))`` and ``evens(4)[:2]`` (a slice of a numpy array the solution returned,
+    which stays in the sample) raised "a range cannot be sent", so right solutions scored 0."""
+    rows = [{"prompt": "p", "tests": "assert total(range(1, 10, 2)) == 25\nassert list(evens(4)[:2]) == [0, 2]"}]
+    right = "import numpy as np\ndef total(r):\n    return sum(r) if isinstance(r, range) else -1\n" \
+            "def evens(n):\n    return np.arange(0, 2 * n, 2)\n"
+    np.testing.assert_array_equal(score([right], rows=rows).total, [1.0])

@@ -111,8 +111,9 @@ What is NOT isolated, or only partly:
       new processes, signals, connections and ctypes. Python-level (a library that compiles a
       string the tests pass it, ``timeit.timeit(f(x))``, is not covered) and absent with
       ``tests_in = "trainer"``.
-    * What the tests can express: arguments must be plain data, values the sample returned or a
-      builtin or standard function (``sort_by(xs, len)``, sent by name; a lambda cannot be sent; a
+    * What the tests can express: arguments must be plain data, values the sample returned, a
+      ``range`` or ``slice``, or a builtin or standard function (``sort_by(xs, len)``, sent by
+      name; a lambda cannot be sent; a
       ``Counter``, ``OrderedDict``, ``deque``, ``Fraction`` or ``Decimal`` is rebuilt in the
       sample from its data, a ``defaultdict`` arrives as a dict, and the same types the solution
       returns come back as themselves); any other object the solution returns compares equal

@@ -76,6 +76,13 @@ REBUILT: dict[type, tuple[str, str, Callable[[Any], Any]]] = {
     fractions.Fraction: ("fractions", "Fraction", str),
     decimal.Decimal: ("decimal", "Decimal", str),
 }
+#: Built-in types a test may pass that the sample makes from positional arguments: type ->
+#: (module, name, the arguments). Why: ``total(range(5))`` and ``f(x)[:2]`` (a slice, on a numpy
+#: array the solution returned) could not be sent, so right solutions failed them.
+CONSTRUCTED: dict[type, tuple[str, str, Callable[[Any], list[Any]]]] = {
+    range: ("builtins", "range", lambda r: [r.start, r.stop, r.step]),
+    slice: ("builtins", "slice", lambda s: [s.start, s.stop, s.step]),
+}
 #: The same standard types coming back from the sample: (module, name) -> the constructor that
 #: rebuilds one here from exact plain data (a defaultdict comes as a dict). Why: a Counter, deque,
 #: Fraction the solution returned stayed in the sample, comparing equal to nothing, so a right
@@ -239,6 +246,10 @@ class Session:
         if rebuilt is not None:  # the sample makes its own of the same type from plain data
             module, name, plain = rebuilt
             return ["x", module, name, self.arg(plain(value))]
+        constructed = CONSTRUCTED.get(type(value))
+        if constructed is not None:
+            module, name, args = constructed
+            return ["X", module, name, [self.arg(a) for a in args(value)]]
         standard = standard_object_name(value)
         if standard is not None:  # a standard function, class or constant: the sample's own copy of it
             return ["g", *standard]

@@ -152,6 +152,9 @@ class _Session:
         if tag == "x":  # a standard type, from its plain data
             module = __import__(data[1], fromlist=[data[2]])
             return getattr(module, data[2])(self.arg(data[3]))
+        if tag == "X":  # a built-in type made from positional arguments (range, slice)
+            module = __import__(data[1], fromlist=[data[2]])
+            return getattr(module, data[2])(*[self.arg(d) for d in data[3]])
         if tag == "g":  # a standard function, class or constant, by name: this process's own
             return getattr(__import__(data[1], fromlist=[data[2]]), data[2])
         if tag in ("l", "t"):  # items may be any of these, at any depth
