@@ -267,3 +267,14 @@ def test_a_range_or_slice_the_tests_pass_reaches_the_solution():
     right = "import numpy as np\ndef total(r):\n    return sum(r) if isinstance(r, range) else -1\n" \
             "def evens(n):\n    return np.arange(0, 2 * n, 2)\n"
     np.testing.assert_array_equal(score([right], rows=rows).total, [1.0])
+
+
+def test_a_namedtuple_the_solution_returns_comes_back_as_one():
+    """A namedtuple stayed in the sample, equal to nothing, so a right ``pt(1, 2)`` failed
+    ``== (1, 2)``; it is now the trainer's own namedtuple of that name and fields, with a tuple's
+    equality whatever the sample's class said."""
+    rows = [{"prompt": "p", "tests": "assert pt(1, 2) == (1, 2)\nassert pt(1, 2).y == 2\nassert pt(3, 4)._fields == ('x', 'y')"}]
+    right = "from collections import namedtuple\nP = namedtuple('P', 'x y')\ndef pt(x, y):\n    return P(x, y)\n"
+    liar = ("from collections import namedtuple\nclass P(namedtuple('P', 'x y')):\n    def __eq__(self, other):\n"
+            "        return True\n    __hash__ = tuple.__hash__\ndef pt(x, y):\n    return P(0, 0)\n")
+    np.testing.assert_array_equal(score([right, liar], rows=rows * 2).total, [1.0, 1 / 3])

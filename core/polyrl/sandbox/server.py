@@ -136,6 +136,11 @@ class _Session:
                 return data
         if type(value) is type(sys):
             return ["m", value.__name__ if type(value.__name__) is str else "?"]
+        fields = getattr(type(value), "_fields", None)
+        if isinstance(value, tuple) and type(value).__bases__ == (tuple,) and type(fields) is tuple:
+            data = encode((type(value).__name__, fields, tuple(value)))  # a namedtuple: rebuilt there
+            if data is not None:
+                return ["N", data]
         spec = _STANDARD.get((getattr(type(value), "__module__", None), getattr(type(value), "__name__", None)))
         if spec is not None:  # a Counter, deque, Fraction...: sent as its plain data, rebuilt there
             data = encode(spec[2](value))
