@@ -192,7 +192,7 @@ def test_a_standard_name_the_tests_use_unimported_is_the_real_one(isolation, aud
 
 
 def test_standard_values_the_tests_make_reach_the_solution_as_their_own_type():
-    """With ``deque``, ``Counter``, ``Fraction``... the trainer's own (``TEST_NAMES``), a value a
+    """With ``deque``, ``Counter``, ``Fraction``... the trainer's own (``standard_names``), a value a
     test builds with one is sent to the sample as plain data that the sample makes into the same
     type: ``rotate(deque([1, 2, 3]), 1)`` worked while ``deque`` was the solution's, and must still."""
     rows = [{"prompt": "p", "tests": "assert rotate(deque([1, 2, 3]), 1) == [3, 1, 2]"},

@@ -111,23 +111,32 @@ What is NOT isolated, or only partly:
       new processes, signals, connections and ctypes. Python-level (a library that compiles a
       string the tests pass it, ``timeit.timeit(f(x))``, is not covered) and absent with
       ``tests_in = "trainer"``.
-    * What the tests can express: arguments must be plain data or values the sample returned (a
-      lambda cannot be sent; a ``Counter``, ``OrderedDict``, ``deque``, ``Fraction`` or
-      ``Decimal`` is rebuilt in the sample from its data, a ``defaultdict`` arrives as a dict); an object the solution returns compares equal only to itself, so
-      ``assert make_point() == Point(1, 2)`` fails even when the solution is right, and it
-      never answers the yes/no methods of str, bytes and sets (``startswith``, ``isdigit``,
-      ``issubset``: ``harness.DATA_PREDICATES``), which a str or set it returns answers (numpy scalars
-      come back as numbers; an array stays in the sample, ``list(arr)`` works); in-place changes
-      to a list passed as argument are not seen by the tests. A module the tests use without
-      importing it is the trainer's real module when its name is a well-known one used only as a
-      module (``math.isclose``, ``np.allclose``: ``harness.TEST_MODULES``), and so is a
-      well-known standard name (``Counter``, ``pi``, ``isclose``, ``assert_allclose``:
-      ``harness.TEST_NAMES``) when the tests also use another name of the solution's; one the
-      trainer cannot import is unusable, never the solution's. Any other name the tests use
-      unbound is whatever the solution bound to it: a read-only view of the trainer's module for
-      a pure standard-library one (``harness.SAFE_MODULES``), else the solution's object or
-      nothing (so a helper outside those lists, ``permutations(xs)`` with no import, is the
-      solution's to forge); tests (or ``setup``) should import what they use.
+    * What the tests can express: arguments must be plain data, values the sample returned, a
+      ``range`` or ``slice``, or a builtin or standard function (``sort_by(xs, len)``, sent by
+      name; a lambda cannot be sent; a
+      ``Counter``, ``OrderedDict``, ``deque``, ``Fraction`` or ``Decimal`` is rebuilt in the
+      sample from its data, a ``defaultdict`` arrives as a dict, and the same types the solution
+      returns come back as themselves, as does a namedtuple, as the trainer's own of that name); any other object the solution returns compares equal
+      only to itself, so ``assert make_point() == Point(1, 2)`` fails even when the
+      solution is right, and it never answers the yes/no methods of str, bytes, sets and numbers
+      (``startswith``, ``isdigit``, ``issubset``, ``is_integer``: ``harness.DATA_PREDICATES``),
+      which a str or set it returns answers; one a solution's function returns (``f(s)``, named
+      like a function in the tests) never answers ``count``/``find``/``index``/``rfind``/``rindex``
+      either (``harness.DATA_QUERIES``), while objects made from the solution's classes
+      (``UnionFind(3).find(0)``) do (numpy scalars come back as numbers; an array stays in the
+      sample, ``list(arr)`` works; a generator's ``next()`` works, its end raising an error, not
+      StopIteration); in-place changes to a list passed as argument are not seen by
+      the tests. A module the tests use without importing it is the trainer's real module when
+      its name is a well-known one used only as a module (``math.isclose``, ``np.allclose``:
+      ``harness.TEST_MODULES``), and so is a standard function, class or constant of a pure
+      standard-library module (``permutations``, ``reduce``, ``Counter``, ``ascii_lowercase``,
+      ``assert_allclose``) that the statements it flows through use beside another name of the
+      solution's (``polyrl.sandbox.standard_names``: where the tests check it on its own,
+      ``assert gcd(12, 8) == 4``, it is the task's and the solution's); one the trainer cannot
+      import is unusable, never the solution's. Any other name the tests use unbound is whatever
+      the solution bound to it: a read-only view of the trainer's module for a pure
+      standard-library one (``harness.SAFE_MODULES``), else the solution's object or nothing;
+      tests (or ``setup``) should import what they use.
     * Without bubblewrap only ``isolation = "weak"`` or ``"off"`` run (the default refuses): the
       unshare level has network and PID namespaces but the host's files are visible with the
       sample's uid's permissions: ``nobody``'s for a root trainer (every world-readable file,

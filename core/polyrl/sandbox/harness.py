@@ -23,8 +23,11 @@ without binding it is the solution's, except a well-known module name (``TEST_MO
 ``re``, ``np``, ``pd``...) that the tests only use as a module (``math.isclose(...)``): that is
 the trainer's real module, whatever the solution bound to it. Why: MBPP keeps ``import math`` in a
 column of its own and numpy cells lean on the solution's ``import numpy as np``, so a solution
-defining ``class math`` whose ``isclose`` always agrees scored 1. Tests that use any other module
-import it themselves (or in ``setup``).
+defining ``class math`` whose ``isclose`` always agrees scored 1. Likewise a standard function,
+class or constant (``permutations``, ``reduce``, ``Counter``, ``ascii_lowercase``) the tests use as
+a helper beside the task's function is the trainer's (``polyrl.sandbox.standard_names`` says
+which), and is sent to the sample by name when a test passes it (``sort_by(xs, len)``). Tests
+that use any other module import it themselves (or in ``setup``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import builtins
 import collections
 import decimal
 import fractions
+import functools
 import importlib
 import symtable
 import sys
@@ -42,6 +46,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
+from polyrl.sandbox.standard_names import SOLUTION_MODULE, helper_names, standard_names, standard_object_name
 from polyrl.sandbox.step_state import leaves_state
 from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode, spread
 
@@ -52,26 +57,16 @@ SAFE_MODULES = frozenset({"math", "cmath", "re", "string", "collections", "colle
                           "json", "typing", "copy"})
 #: Modules tests use without importing them (the import sits in another column, or the solution
 #: made it): name in the tests -> module. Only names used as a module (``name.attr``) are bound,
-#: so a task whose function is named ``copy`` still calls the solution's.
+#: so a task whose function is named ``copy`` still calls the solution's. Standard-library
+#: modules that do nothing on import besides: ``assert digest(s) == hashlib.md5(...).hexdigest()``
+#: leaning on the solution's ``import hashlib`` met a ``class hashlib`` of the solution's making.
 TEST_MODULES = {**{name: name for name in (
     "math", "cmath", "re", "string", "collections", "itertools", "functools", "operator", "heapq", "bisect",
     "statistics", "fractions", "decimal", "datetime", "json", "typing", "copy", "random", "sys", "time",
+    "os", "hashlib", "textwrap", "unicodedata", "calendar", "fnmatch", "difflib", "array", "base64", "binascii",
+    "zlib", "struct", "ipaddress", "html", "enum", "dataclasses", "numbers", "keyword", "secrets", "uuid",
     "numpy", "pandas")}, "np": "numpy", "pd": "pandas"}
-#: Names tests use without importing them, to build an expected value or to check one (the
-#: ``from collections import Counter`` sits in another column, or in the solution): name in the
-#: tests -> (module, attribute). Bound only while the tests also use a name of the solution's
-#: besides these (``global_names``), so a task whose function is itself named ``Counter`` or
-#: ``isclose`` still calls the solution's. Why: ``assert count(s) == Counter(s)`` called the
-#: sample's ``Counter``, and a solution whose ``Counter`` and ``count`` both return 1 scored 1.
-TEST_NAMES = {
-    **{name: ("math", name) for name in ("pi", "tau", "inf", "nan", "isclose")},  # not sqrt: often the task itself
-    **{name: ("collections", name) for name in ("Counter", "defaultdict", "OrderedDict", "deque", "namedtuple")},
-    "Fraction": ("fractions", "Fraction"), "Decimal": ("decimal", "Decimal"),
-    "allclose": ("numpy", "allclose"), "array_equal": ("numpy", "array_equal"),
-    **{name: ("numpy.testing", name) for name in ("assert_allclose", "assert_array_equal", "assert_equal",
-                                                  "assert_almost_equal", "assert_array_almost_equal")},
-    **{name: ("pandas.testing", name) for name in ("assert_frame_equal", "assert_series_equal")}}
-#: Standard types (``TEST_NAMES``') a test may pass to the solution: type -> (module, name, plain
+#: Standard types (``standard_names``') a test may pass to the solution: type -> (module, name, plain
 #: data the sample's own constructor takes). Why: with ``deque`` the trainer's, a test's
 #: ``rotate(deque([1, 2, 3]))`` could not be sent, and a right solution failed it.
 REBUILT: dict[type, tuple[str, str, Callable[[Any], Any]]] = {
@@ -82,10 +77,21 @@ REBUILT: dict[type, tuple[str, str, Callable[[Any], Any]]] = {
     fractions.Fraction: ("fractions", "Fraction", str),
     decimal.Decimal: ("decimal", "Decimal", str),
 }
+#: Built-in types a test may pass that the sample makes from positional arguments: type ->
+#: (module, name, the arguments). Why: ``total(range(5))`` and ``f(x)[:2]`` (a slice, on a numpy
+#: array the solution returned) could not be sent, so right solutions failed them.
+CONSTRUCTED: dict[type, tuple[str, str, Callable[[Any], list[Any]]]] = {
+    range: ("builtins", "range", lambda r: [r.start, r.stop, r.step]),
+    slice: ("builtins", "slice", lambda s: [s.start, s.stop, s.step]),
+}
+#: The same standard types coming back from the sample: (module, name) -> the constructor that
+#: rebuilds one here from exact plain data (a defaultdict comes as a dict). Why: a Counter, deque,
+#: Fraction the solution returned stayed in the sample, comparing equal to nothing, so a right
+#: ``count(s)`` returning ``Counter(s)`` failed ``assert count(s) == Counter(s)``. Sound: the
+#: value here is the trainer's own type, built from data (no method of the sample's answers).
+_REBUILDERS: dict[tuple[str, str], Callable[[Any], Any]] = {
+    (module, name): getattr(importlib.import_module(module), name) for module, name, _ in REBUILT.values()}
 _BUILTIN_NAMES = frozenset(dir(builtins))
-#: The module name under which tests import the solution (``from solution import add``, KodCode's
-#: shape): its attributes are the sample's names.
-SOLUTION_MODULE = "solution"
 #: Built-in exceptions a sample's call may raise here as themselves. Not StopIteration and
 #: StopAsyncIteration: they are control flow (out of a call they end the tests' ``map`` early,
 #: and ``all(map(f, xs))`` holds for any ``f``).
@@ -94,13 +100,26 @@ _EXCEPTIONS = {name: kind for name, kind in vars(builtins).items()
                and not issubclass(kind, (StopIteration, StopAsyncIteration))}
 
 
-#: Yes/no methods of the built-in str, bytes and set types. A sample's object (a ``Remote``) never
-#: answers them: a ``str`` or ``set`` the solution returns comes over as itself and answers here,
-#: while a class of its own whose every method says yes passed ``assert greet(n).startswith("Hi")``
-#: and ``assert evens(xs).issubset({2, 4})`` (it sees the question before it answers).
+#: Yes/no methods of the built-in str, bytes, set and number types. A sample's object (a
+#: ``Remote``) never answers them: a ``str`` or ``set`` the solution returns comes over as itself
+#: and answers here, while a class of its own whose every method says yes passed ``assert
+#: greet(n).startswith("Hi")``, ``assert evens(xs).issubset({2, 4})`` and ``assert
+#: half(x).is_integer()`` (it sees the question before it answers).
 DATA_PREDICATES = frozenset({"startswith", "endswith"} | {
-    name for kind in (str, bytes, bytearray, set, frozenset) for name in dir(kind)
+    name for kind in (str, bytes, bytearray, set, frozenset, int, float) for name in dir(kind)
     if name.startswith("is") and not name.startswith("__")})
+#: Queries of the built-in str, list and tuple types whose expected answer is often a fixed number
+#: (``s.count(c) == 1`` for "no repeats", ``s.find(p) == 0`` for "starts with", ``-1`` for "not
+#: there"). An object the sample returned from a call of one of its functions (``f(s)``: the tests
+#: expect data from it, which comes over as itself) never answers them: an object whose ``count``
+#: always says 1 passed ``all(dedupe(s).count(c) == 1 for c in s)``. Objects the tests make from
+#: the solution's classes (``UnionFind(5).find(1)``, ``Stack().count()``) and the solution's own
+#: objects still answer them, as does any other method (``f(x).equals(y)`` expects an object,
+#: whose own answer it is).
+DATA_QUERIES = frozenset({"count", "index", "find", "rfind", "rindex"})
+#: Built-in data types, whose own ``__eq__`` never compares with a ``Remote``.
+_PLAIN_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set,
+                          frozenset})
 
 
 class RemoteError(Exception):
@@ -108,52 +127,94 @@ class RemoteError(Exception):
 
 
 class Remote:
-    """A value that lives in the sample; every use of it is a request."""
+    """A value that lives in the sample; every use of it is a request.
 
-    __slots__ = ("_session", "_ref", "_kind", "_type")
+    ``_data``: the tests expect built-in data from it (what a call returned, unless the callee is a
+    solution name spelled like a class, or anything read from such a value); ``_origin``: the name
+    it has among the solution's names, if any; ``_query``: a ``DATA_QUERIES`` method of a
+    ``_data`` value, which refuses to be called."""
 
-    def __init__(self, session: Session, ref: int, kind: str, type_name: str) -> None:
+    __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_query")
+
+    def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
+                 origin: str | None = None) -> None:
         object.__setattr__(self, "_session", session)
         object.__setattr__(self, "_ref", ref)
         object.__setattr__(self, "_kind", kind)
         object.__setattr__(self, "_type", type_name)
+        object.__setattr__(self, "_data", data)
+        object.__setattr__(self, "_origin", origin)
+        object.__setattr__(self, "_query", False)
+
+    def _gives_data(self) -> bool:
+        """Whether what calling it returns is data to the tests: anything but a solution name
+        spelled like a class (``Stack(3)``, ``UnionFind(5)``); a function (``f``, ``make_list``) or
+        a method (``Solution().dedupe(s)``, LeetCode's shape) returns data."""
+        return self._origin is None or self._origin[:1].islower()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._query:
+            raise AttributeError(f"the sample's {self._type[:100]!r} object answers no str/list query "
+                                 f"({', '.join(sorted(DATA_QUERIES))}): only a str, list or tuple it returns as a value does")
         s = self._session
-        return s.ask("call", ref=self._ref, args=[s.arg(a) for a in args],
+        return s.ask("call", self._gives_data(), ref=self._ref, args=[s.arg(a) for a in args],
                      kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)  # protocol lookups (``__array__``, ...) stay local
         if name in DATA_PREDICATES:
-            raise AttributeError(f"{name}() of the sample's {self._type[:100]!r} object: only a str, bytes or set it "
-                                 "returns as a value answers it")
-        return self._session.ask("getattr", ref=self._ref, name=name)
+            raise AttributeError(f"{name}() of the sample's {self._type[:100]!r} object: only a str, bytes, set or "
+                                 "number it returns as a value answers it")
+        value = self._session.ask("getattr", self._data, ref=self._ref, name=name)
+        if isinstance(value, Remote) and self._data and name in DATA_QUERIES:
+            object.__setattr__(value, "_query", True)
+        return value
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise TypeError("values that live in the sample cannot be changed from the tests")
 
     def __getitem__(self, key: Any) -> Any:
-        return self._session.ask("getitem", ref=self._ref, key=self._session.arg(key))
+        return self._session.ask("getitem", self._data, ref=self._ref, key=self._session.arg(key))
 
     def __len__(self) -> int:
-        value = self._session.ask("len", ref=self._ref)
+        value = self._session.ask("len", False, ref=self._ref)
         if type(value) is not int:
             raise TypeError("len() of a sample's value is not an int")
         return value
 
     def __iter__(self) -> Any:
-        return iter(self._session.ask("iter", ref=self._ref))
+        return iter(self._session.ask("iter", self._data, ref=self._ref))
+
+    def __next__(self) -> Any:
+        """The next item of an iterator the solution returned (``next(f(x))`` of a generator;
+        ``for`` and ``list`` go through ``__iter__``). Its end is a ``RemoteError``, never
+        StopIteration, which would end a ``map`` of the tests' early (``_EXCEPTIONS``). Why: a
+        right generator failed ``assert next(gen(3)) == 0`` ("'Remote' object is not an iterator")."""
+        return self._session.ask("next", self._data, ref=self._ref)
 
     def __bool__(self) -> bool:
-        return self._session.ask("bool", ref=self._ref) is True
+        return self._session.ask("bool", False, ref=self._ref) is True
 
     def __str__(self) -> str:
-        value = self._session.ask("str", ref=self._ref)
+        value = self._session.ask("str", False, ref=self._ref)
         if type(value) is not str:
             raise TypeError("str() of a sample's value is not a str")
         return value
+
+    def __eq__(self, other: object) -> Any:
+        """Itself only. False, not NotImplemented, against built-in data, which never compares
+        with it: NotImplemented is truthy, so ``assert f(x).__eq__("abc")`` held for any object;
+        other types (numpy arrays, ``pytest.approx``) still get their reflected turn."""
+        if self is other:
+            return True
+        return False if type(other) in _PLAIN_TYPES else NotImplemented
+
+    def __ne__(self, other: object) -> Any:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = object.__hash__
 
     def __repr__(self) -> str:
         return f"<{self._type[:100]} in the sample>"
@@ -186,15 +247,24 @@ class Session:
         if rebuilt is not None:  # the sample makes its own of the same type from plain data
             module, name, plain = rebuilt
             return ["x", module, name, self.arg(plain(value))]
+        constructed = CONSTRUCTED.get(type(value))
+        if constructed is not None:
+            module, name, args = constructed
+            return ["X", module, name, [self.arg(a) for a in args(value)]]
+        standard = standard_object_name(value)
+        if standard is not None:  # a standard function, class or constant: the sample's own copy of it
+            return ["g", *standard]
         raise TypeError(f"a {type(value).__name__} cannot be sent to the sample (only plain data)")
 
-    def ask(self, op: str, **fields: Any) -> Any:
+    def ask(self, op: str, data: bool, **fields: Any) -> Any:
+        """The sample's answer to one request; ``data``: whether the tests expect built-in data
+        from it (``Remote._data`` of a ``Remote`` in it)."""
         self.dirty = True
         self.asks += 1
         answer = self.channel.ask({"op": op, **fields})
         if answer.get("ok") is not True:
             raise remote_exception(answer.get("exc"))
-        return self._decoded(self.value, answer.get("v"))
+        return self._decoded(lambda v: self.value(v, data=data), answer.get("v"))
 
     def ask_raw_names(self) -> Any:
         answer = self.channel.ask({"op": "names"})
@@ -212,19 +282,25 @@ class Session:
             self.channel.dead = SampleStopped("crashed", f"protocol: {exception_text(exc)}")
             raise self.channel.dead from None
 
-    def value(self, data: Any, depth: int = 0) -> Any:
+    def value(self, encoded: Any, depth: int = 0, data: bool = False, origin: str | None = None) -> Any:
+        """The value an answer describes (``data``, ``origin``: see ``Remote``)."""
         if depth > MAX_DEPTH:
             raise ProtocolError("nested too deep")
-        if isinstance(data, list) and data:
-            tag = data[0]
-            if tag == "r" and len(data) == 4 and type(data[1]) is int and type(data[2]) is str \
-                    and type(data[3]) is str:
-                return Remote(self, data[1], data[2], data[3])
-            if tag == "m" and len(data) == 2 and type(data[1]) is str:
-                return local_module(data[1])
-            if tag == "L" and len(data) == 2 and isinstance(data[1], list):
-                return spread([self.value(item, depth + 1) for item in data[1]])
-        return decode(data)
+        if isinstance(encoded, list) and encoded:
+            tag = encoded[0]
+            if tag == "r" and len(encoded) == 4 and type(encoded[1]) is int and type(encoded[2]) is str \
+                    and type(encoded[3]) is str:
+                return Remote(self, encoded[1], encoded[2], encoded[3], data=data, origin=origin)
+            if tag == "m" and len(encoded) == 2 and type(encoded[1]) is str:
+                return local_module(encoded[1])
+            if tag == "N" and len(encoded) == 2:
+                return named_tuple(decode(encoded[1], depth + 1))
+            if tag == "x" and len(encoded) == 4 and type(encoded[1]) is str and type(encoded[2]) is str \
+                    and (encoded[1], encoded[2]) in _REBUILDERS:
+                return rebuilt(encoded[1], encoded[2], decode(encoded[3], depth + 1))
+            if tag == "L" and len(encoded) == 2 and isinstance(encoded[1], list):
+                return spread([self.value(item, depth + 1, data) for item in encoded[1]])
+        return decode(encoded)
 
     def names(self, data: Any) -> dict[str, Any]:
         """The sample's global names as stand-ins; a malformed listing ends the sample."""
@@ -234,7 +310,7 @@ class Session:
         if not isinstance(data, dict):
             raise ProtocolError("the sample's names are not a mapping")
         # never a builtin's name, never a dunder (``__builtins__`` would replace every builtin)
-        names = {name: self.value(value) for name, value in data.items()
+        names = {name: self.value(value, origin=name) for name, value in data.items()
                  if type(name) is str and name.isidentifier() and name not in _BUILTIN_NAMES
                  and not name.startswith("__")}
         self.plain_names |= {name for name, value in names.items()
@@ -245,9 +321,14 @@ class Session:
 class SolutionModule:
     """What ``import solution`` / ``from solution import add`` give the tests: the sample's names,
     read when used. Why: tests written to import the solution from a module (KodCode's) bound
-    ``add`` themselves, so the sample's ``add`` was never seen and every completion scored 0."""
+    ``add`` themselves, so the sample's ``add`` was never seen and every completion scored 0.
+    ``from solution import *`` binds nothing (``__all__`` is empty): the names it would bring are
+    the sample's already, below the tests' own (module doc), and binding them would put the
+    sample's ``permutations`` over the trainer's standard one. Without ``__all__`` the import
+    raised, so every completion failed such a cell."""
 
     __slots__ = ("_session", "_names")
+    __all__: tuple[str, ...] = ()
 
     def __init__(self, session: Session, names: dict[str, Any]) -> None:
         object.__setattr__(self, "_session", session)
@@ -266,6 +347,41 @@ class SolutionModule:
 
     def __repr__(self) -> str:
         return f"<module {SOLUTION_MODULE!r} (the sample's names)>"
+
+
+def rebuilt(module: str, name: str, plain: Any) -> Any:
+    """The standard value (``_REBUILDERS``) a sample sent as plain data, from data of the one shape
+    its constructor is sent (``server._STANDARD``), else ``ProtocolError``. Why the shape: an
+    ``OrderedDict`` (or dict) built from a list of pairs hashes keys no ``spread`` has seen, and
+    30k colliding keys held the trainer for seconds, as a set of them did (``values.MAX_SAME_HASH``)."""
+    if name in ("Fraction", "Decimal"):
+        ok = type(plain) is str
+    elif name == "OrderedDict":
+        ok = type(plain) is list and all(type(p) is tuple and len(p) == 2 for p in plain)
+        if ok:
+            spread([key for key, _ in plain])
+    else:
+        ok = type(plain) is (list if name == "deque" else dict)
+    if not ok:
+        raise ProtocolError(f"a {name} sent as {type(plain).__name__}")
+    return _REBUILDERS[module, name](plain)
+
+
+def named_tuple(data: Any) -> tuple[Any, ...]:
+    """A namedtuple the solution returned, as an instance of the trainer's own namedtuple class
+    of that name and fields (``(name, fields, values)``, plain data), else ``ProtocolError``.
+    Why: it stayed in the sample, equal to nothing, so a right ``pt(1, 2)`` failed ``== (1, 2)``;
+    the class here has a tuple's equality, whatever the sample's said."""
+    if not (type(data) is tuple and len(data) == 3 and type(data[0]) is str and type(data[1]) is tuple
+            and type(data[2]) is tuple and len(data[1]) == len(data[2]) <= 255
+            and all(type(f) is str for f in data[1])):
+        raise ProtocolError("a malformed namedtuple")
+    return _named_class(data[0], data[1])(*data[2])
+
+
+@functools.lru_cache(maxsize=64)
+def _named_class(name: str, fields: tuple[str, ...]) -> Any:
+    return collections.namedtuple(name, fields)  # checks that every name is an identifier
 
 
 def remote_exception(exc: Any) -> BaseException:
@@ -310,7 +426,7 @@ class _Unavailable:
 
 
 class NotInstalled:
-    """What a ``TEST_MODULES`` or ``TEST_NAMES`` name the tests use stands for when the trainer
+    """What a ``TEST_MODULES`` or standard name (``standard_names``) the tests use stands for when the trainer
     cannot import its module: every use raises. Why not the solution's, as before: a sample
     defining ``class pd`` whose ``testing.assert_frame_equal`` accepts anything passed every
     pandas test on a trainer without pandas."""
@@ -410,7 +526,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     sources = [setup, *(source for source, _ in steps)]
     bound = bound_names(sources)
     modules = unbound_modules(sources, bound)
-    modules.update(unbound_test_names(sources, bound | modules.keys()))
+    modules.update(helper_objects(helper_names(steps, setup, bound | modules.keys(), global_names(sources))))
     namespace.update(modules)  # the tests' globals: never the sample's (module doc)
     theirs = bound | modules.keys()
     sample: dict[str, Any] = {}
@@ -475,19 +591,13 @@ def unbound_modules(sources: Iterable[str], bound: Collection[str]) -> dict[str,
     return modules
 
 
-def unbound_test_names(sources: Sequence[str], bound: Collection[str]) -> dict[str, Any]:
-    """The trainer's own objects for the ``TEST_NAMES`` these sources use and never bind, when
-    they also use a name of the solution's besides them (one that ``bound`` (the tests' names and
-    the modules bound for them) and the builtins leave out, a ``copy`` they call included, or an
-    import from ``solution``); one whose module does not import here is ``NotInstalled``."""
-    used = global_names(sources) - set(bound)
-    wanted = sorted(used & TEST_NAMES.keys())
-    others = used - _BUILTIN_NAMES - TEST_NAMES.keys()
-    if not wanted or not (others or _imports_solution(sources)):
-        return {}
+def helper_objects(names: Iterable[str]) -> dict[str, Any]:
+    """The trainer's own object for each standard name the tests use as a helper
+    (``standard_names.helper_names``); one whose module does not import here is ``NotInstalled``,
+    never the solution's."""
     found: dict[str, Any] = {}
-    for name in wanted:
-        module, attr = TEST_NAMES[name]
+    for name in sorted(names):
+        module, attr = standard_names()[name]
         try:
             found[name] = getattr(importlib.import_module(module), attr)
         except Exception:  # noqa: BLE001 - not installed in the trainer
@@ -499,21 +609,6 @@ def global_names(sources: Iterable[str]) -> set[str]:
     """Every global name these sources read, at the top or in a function or class body."""
     return {sym.get_name() for table in symbol_tables(sources) for sym in table.get_symbols()
             if sym.is_referenced() and sym.is_global()}
-
-
-def _imports_solution(sources: Iterable[str]) -> bool:
-    """Whether these sources import the solution as a module (``from solution import add``)."""
-    for source in sources:
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == SOLUTION_MODULE:
-                return True
-            if isinstance(node, ast.Import) and any(a.name == SOLUTION_MODULE for a in node.names):
-                return True
-    return False
 
 
 def _used_names(sources: Iterable[str]) -> set[str]:

@@ -18,6 +18,17 @@ import resource
 import sys
 
 MAX_ITEMS = 100_000
+#: Standard types the harness rebuilds from plain data (``harness.REBUILT``, the other way round):
+#: (module, name) -> (the harness's constructor's module and name, the plain data it takes). By
+#: name, not class: a solution's subclass has its own module and stays a handle.
+_STANDARD = {
+    ("collections", "Counter"): ("collections", "Counter", dict),
+    ("collections", "OrderedDict"): ("collections", "OrderedDict", lambda v: list(v.items())),
+    ("collections", "deque"): ("collections", "deque", list),
+    ("collections", "defaultdict"): ("builtins", "dict", dict),
+    ("fractions", "Fraction"): ("fractions", "Fraction", str),
+    ("decimal", "Decimal"): ("decimal", "Decimal", str),
+}
 
 
 def _limits(lim):
@@ -125,20 +136,35 @@ class _Session:
                 return data
         if type(value) is type(sys):
             return ["m", value.__name__ if type(value.__name__) is str else "?"]
+        fields = getattr(type(value), "_fields", None)
+        if isinstance(value, tuple) and type(value).__bases__ == (tuple,) and type(fields) is tuple:
+            data = encode((type(value).__name__, fields, tuple(value)))  # a namedtuple: rebuilt there
+            if data is not None:
+                return ["N", data]
+        spec = _STANDARD.get((getattr(type(value), "__module__", None), getattr(type(value), "__name__", None)))
+        if spec is not None:  # a Counter, deque, Fraction...: sent as its plain data, rebuilt there
+            data = encode(spec[2](value))
+            if data is not None:
+                return ["x", spec[0], spec[1], data]
         self.refs.append(value)
         kind = "callable" if callable(value) else "object"
         return ["r", len(self.refs) - 1, kind, type(value).__name__ if isinstance(type(value).__name__, str) else "?"]
 
     def arg(self, data):
-        if isinstance(data, list) and data and data[0] == "r":
+        tag = data[0] if isinstance(data, list) and data else None
+        if tag == "r":
             return self.refs[data[1]]
-        if isinstance(data, list) and data and data[0] == "x":  # a standard type, from its plain data
+        if tag == "x":  # a standard type, from its plain data
             module = __import__(data[1], fromlist=[data[2]])
             return getattr(module, data[2])(self.arg(data[3]))
-        if isinstance(data, list) and data and data[0] in ("l", "t") and any(
-                isinstance(d, list) and d and d[0] in ("r", "x") for d in data[1]):
+        if tag == "X":  # a built-in type made from positional arguments (range, slice)
+            module = __import__(data[1], fromlist=[data[2]])
+            return getattr(module, data[2])(*[self.arg(d) for d in data[3]])
+        if tag == "g":  # a standard function, class or constant, by name: this process's own
+            return getattr(__import__(data[1], fromlist=[data[2]]), data[2])
+        if tag in ("l", "t"):  # items may be any of these, at any depth
             items = [self.arg(d) for d in data[1]]
-            return items if data[0] == "l" else tuple(items)
+            return items if tag == "l" else tuple(items)
         return decode(data)
 
     def names(self):
@@ -164,6 +190,8 @@ class _Session:
             return self.out(bool(obj))
         if op == "str":
             return self.out(str(obj))
+        if op == "next":
+            return self.out(next(obj))
         if op == "iter":
             items = []
             for item in obj:
