@@ -91,6 +91,14 @@ def dressed(tokenizer, template: str, specials: list[str]):
     return tok
 
 
+def family(tokenizer, name: str):
+    """``tokenizer`` dressed as family ``name`` (``FAMILIES``): (the tokenizer, the id of the token
+    ending an assistant turn, its header's text)."""
+    template, specials, end, head = FAMILIES[name]
+    tok = dressed(tokenizer, template, specials)
+    return tok, tok.convert_tokens_to_ids(end), head
+
+
 def encoder(tok) -> Callable:
     """The torch backend's ``encode_chat`` on ``tok``."""
     def encode_chat(messages, tools, add_generation_prompt):
@@ -137,6 +145,11 @@ def runs(mask) -> list[tuple[bool, int, int]]:
         out.append((bool(m[k]), k, j))
         k = j
     return out
+
+
+def inserted_runs(c) -> list[np.ndarray]:
+    """The ids of each run of inserted tokens (mask False) of episode ``c``."""
+    return [c.completion_ids[a:b] for sampled, a, b in runs(c.mask) if not sampled]
 
 
 def check(model: Scripted, completions) -> list[str]:

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 import pytest
-from family_chat import FAMILIES, Scripted, check, dressed, encoder, runs
+from family_chat import Scripted, check, dressed, encoder, family, inserted_runs, runs
 
 from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
 from polyrl.agents.parsing import parse_tool_calls
@@ -33,12 +32,6 @@ def smollm2(smollm2_tokenizer):
     return smollm2_tokenizer
 
 
-def family(smollm2, name: str):
-    template, specials, end, head = FAMILIES[name]
-    tok = dressed(smollm2, template, specials)
-    return tok, tok.convert_tokens_to_ids(end), head
-
-
 def calc(a: int, b: int) -> str:
     """Multiply two numbers.
 
@@ -47,10 +40,6 @@ def calc(a: int, b: int) -> str:
         b: the second factor
     """
     return str(a * b)
-
-
-def inserted_runs(c) -> list[np.ndarray]:
-    return [c.completion_ids[a:b] for sampled, a, b in runs(c.mask) if not sampled]
 
 
 # --- a str subclass (markupsafe.Markup) from a tool or an environment ---------------------------------

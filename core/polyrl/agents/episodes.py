@@ -18,9 +18,10 @@ episodes still running, and their tool calls and environment steps of that turn 
 
 The environment's code (its factory, ``reset``, ``step``, and its own tools through the tool box)
 runs on a daemon thread of the episode's own, with a time limit per call (``polyrl.agents.threads.Worker``: one thread and event loop per
-environment, so state it ties to either keeps working from ``reset`` to the last ``step``): whatever it raises (``sys.exit`` included), a call past
+environment, so state it ties to either keeps working from ``reset`` to the last ``step``; its
+``episode_over``, after the rollout, on one of its own): whatever it raises (``sys.exit`` included), a call past
 the limit, or an answer that is not a valid ``Observation`` ends that episode as an environment
-error (``info["env_error"]``), never the run. Such an episode is unscored (no reward sees it, see
+error (``info["env_error"]``), never the run (``episode_over`` raising is only a warning). Such an episode is unscored (no reward sees it, see
 ``polyrl.episode_scoring``): it is trained neither for nor against. A rollout in which every episode
 ended so is not trained (``untrainable``); ``MAX_FAILED_ROLLOUTS`` of them in a row stop the run
 (``EnvironmentFailed``), since an environment that never works cannot be trained against. An
@@ -43,8 +44,9 @@ from polyrl.agents.glue import ChatGlue, EncodeChat, RenderError
 from polyrl.agents.prompting import template_ignores_tools, tool_results_as_user, with_tools_prompt
 from polyrl.agents.spec import (checked_environment, checked_reset, checked_step, end_episode, environment_tools,
                                 plain_text, rewarded_environment)
-from polyrl.agents.threads import MAX_ABANDONED, CallRaised, CallTimedOut, LateCalls, Worker, describe, finished
-from polyrl.agents.tools import ToolBox, error_message
+from polyrl.agents.threads import (MAX_ABANDONED, CallRaised, CallTimedOut, LateCalls, Worker, describe, described,
+                                   finished, raised_text)
+from polyrl.agents.tools import ToolBox, error_message, quoted
 from polyrl.errors import ConfigError, EnvironmentFailed
 from polyrl.reasoning import opens_reasoning
 from polyrl.logs import get_logger
@@ -241,6 +243,7 @@ class EpisodeRunner:
         self._stop: EnvironmentFailed | None = None  # what an environment raised to stop the run
         self.failed_rollouts = 0  # rollouts in a row whose every episode ended in an environment error
         self._warned_silent_step = False  # a step with no messages and done=False was reported
+        self._warned_refused = False  # a turn the chat template refused was reported
         self.last_env_error: str | None = None
         #: the template's generation prompt ids when they open a ``<think>`` (``reasoning.think_suffix``,
         #: set by the trainer): a turn sampled after them without ``</think>`` holds no tool call
@@ -261,13 +264,13 @@ class EpisodeRunner:
             error = self._capped()
             log.warning(f"environment {what} not run; episode ended", environment=self._env_name, error=error)
             raise _EnvError(error)
-        try:
-            return await worker.call(fn, self.env_timeout_s)
+        try:  # what it raises is described on its thread, within the limit (its __str__ is its code)
+            return await worker.call(described(fn), self.env_timeout_s)
         except CallRaised as raised:
-            error = describe(raised.cause)
-            if isinstance(raised.cause, EnvironmentFailed):  # the run stops once the resets are done
+            cause, error = raised_text(raised)
+            if isinstance(cause, EnvironmentFailed):  # the run stops once the resets are done
                 if self._stop is None:
-                    self._stop = raised.cause
+                    self._stop = cause
                 raise _EnvError(error) from None
         except CallTimedOut as timed_out:
             error = (f"{what} did not return within {self.env_timeout_s:g} s (environment.env_timeout_s); "
@@ -281,9 +284,9 @@ class EpisodeRunner:
         """Record (once) that the environment's abandoned calls reached the cap; the error text."""
         if self._too_many_late is None:
             self._too_many_late = (
-                f"environment {self._env_name!r}: {self._late.limit} of its calls (create/reset/step) are still "
-                f"running past environment.env_timeout_s = {self.env_timeout_s:g} s, each on a thread that cannot "
-                "be stopped; stopping rather than adding a thread per episode. Fix: make reset/step return "
+                f"environment {self._env_name!r}: {self._late.limit} of its calls (create/reset/step/episode_over) "
+                f"are still running past environment.env_timeout_s = {self.env_timeout_s:g} s, each on a thread that "
+                "cannot be stopped; stopping rather than adding a thread per episode. Fix: make reset/step return "
                 "(bound their own waits: a request timeout, a subprocess timeout), or raise "
                 "environment.env_timeout_s if they are only slow")
             log.error("the environment's calls past their time limit reached the cap; no more run and the run "
@@ -307,7 +310,7 @@ class EpisodeRunner:
 
     # --- first observation ------------------------------------------------------------------
 
-    async def _reset(self, index: int, row: Mapping[str, Any], made: list[Any] | None = None) -> _Episode:
+    async def _reset(self, index: int, row: Mapping[str, Any], made: list[tuple[int, Any]] | None = None) -> _Episode:
         """Episode ``index``'s environment made and reset, and its first prompt; ``made`` gets the
         environment (``end_episode`` once the rollout is over)."""
         toolbox = self.toolbox
@@ -318,7 +321,8 @@ class EpisodeRunner:
             try:
                 env = await self._env_call(worker, "create", lambda: checked_environment(make()))
                 if made is not None:
-                    made.append(env)
+                    self._check_unshared(env, made)
+                    made.append((index, env))
                 first, own = await self._env_call(worker, "reset", lambda: self._first_messages(env, row))
             except _EnvError as failed:  # a broken environment ends its episode (empty, untrained), not the run
                 worker.close()
@@ -362,6 +366,18 @@ class EpisodeRunner:
                             env_error=error, asked=asked)
         return _Episode(index=index, row=row, env=env, first_messages=first, toolbox=toolbox, prompt_ids=prompt_ids,
                         worker=worker, asked=asked)
+
+    def _check_unshared(self, env: Any, made: Sequence[tuple[int, Any]]) -> None:
+        """``_EnvError`` when the factory returned an instance another episode of this rollout has.
+        Why: the episodes run at once, each on its own thread, so they would share (and race on)
+        its state, silently; the setup's probe (two calls) cannot see a factory handing out a
+        small pool's instances in turn."""
+        if any(other is env for _, other in made):
+            error = (f"the factory returned a {type(env).__name__} instance that another episode of this rollout "
+                     "already has (the episodes run at once: they would share its state). Fix: return a new "
+                     "instance on every call of the factory")
+            log.warning("environment create failed; episode ended", environment=self._env_name, error=error)
+            raise _EnvError(error)
 
     def _oversize_first(self, first: Sequence[Mapping[str, Any]]) -> str | None:
         """Why an environment's first messages cannot fit ``model.max_length``, judged by their size
@@ -478,7 +494,13 @@ class EpisodeRunner:
         A turn with tool calls (or malformed ones) is answered by the tool box; a turn without
         any by the environment's ``step`` (no environment: the episode is over). A ``done``
         observation's messages are kept in the conversation (rewards, the completions log and a
-        checkpointed rollout read it), never inserted: nothing follows them."""
+        checkpointed rollout read it), never inserted: nothing follows them.
+
+        A turn cut at its budget (``length``) whose last call closed exactly at the cut is answered
+        like any other, as TRL runs every call it parses, cut or not (such a call was never run); one
+        cut before that holds no call and ends the episode as ``length``. Calls with no turn or
+        token left to read their results count but are not run (TRL runs a call at its budget and
+        drops the result: the same tokens are trained)."""
         text = turn.text
         parsed = None
         if self.parse is not None and ep.toolbox is not None:  # every turn's prompt ends with the first's
@@ -486,6 +508,9 @@ class EpisodeRunner:
             parsed = self.parse(text, reasoning_open=True) if opened else self.parse(text)
         calls = list(parsed.calls) if parsed is not None else []
         errors = list(parsed.errors) if parsed is not None else []
+        if turn.finish_reason == "length" and (errors or not calls):  # cut before its last call closed: no call
+            self._cut_off(ep, turn)
+            return
         assistant: dict[str, Any] = {"role": "assistant", "content": text}
         if calls:
             assistant["tool_calls"] = [c.as_message_entry() for c in calls]
@@ -494,8 +519,10 @@ class EpisodeRunner:
         if calls or errors:
             ep.tool_calls += len(calls)
             ep.format_errors += len(errors)
-            if ep.turns >= self.limits.max_turns:  # no turn left to read their results: not run (their
-                ep.done = True                     # time and side effects would be for nothing)
+            if ep.turns >= self.limits.max_turns or self._room(ep) <= 0:  # no turn or token left to read their
+                ep.done = True  # results: not run (their time and side effects would be for nothing)
+                if turn.finish_reason == "length" or self._room(ep) <= 0:
+                    ep.finish_reason = "length"
                 return
             cap = self.limits.max_tool_calls_per_turn
             results = [plain_text(r) for r in await ep.toolbox.run(calls[:cap])] \
@@ -546,6 +573,9 @@ class EpisodeRunner:
         try:
             inserted = self.glue.after_turn(ep.context()[:-1], assistant, turn.completion_ids, new, schemas)
         except RenderError as exc:  # this conversation's content, not the run: the episode ends here
+            if (calls or errors) and exc.__cause__ is not None:  # the template raised on the model's calls
+                self._refused(ep, exc.__cause__)
+                return
             self._ended(ep, str(exc))
             log.warning("the chat template cannot render this episode's next turn; episode ended",
                         environment=self._env_name, error=ep.env_error)
@@ -555,6 +585,24 @@ class EpisodeRunner:
             return
         ep.add(inserted, None, sampled=False)
         ep.messages.extend(new)
+
+    def _refused(self, ep: _Episode, cause: BaseException) -> None:
+        """The chat template raised on a turn the model wrote with its calls answered (several calls
+        where it takes one, a malformed call's error where it wants a result for a real call): the
+        model's format error, as a malformed call is. The episode ends there, scored, and the
+        conversation the rewards read ends with the error, the template's message quoted (never
+        inserted: nothing follows it). Why: it ended as an environment error, unscored, so a policy
+        writing what its template refuses was never trained against it (and every rollout so
+        stopped the run)."""
+        ep.format_errors += 1
+        ep.done = True
+        error = [error_message(f"the chat template refused this turn: {quoted(describe(cause, run_goes_on=False))}")]
+        ep.messages.extend(tool_results_as_user(error) if self.tool_results_role == "user" else error)
+        if not self._warned_refused:
+            self._warned_refused = True
+            log.warning("the chat template refused a turn the model wrote; counted as the model's format error and "
+                        "its episode ended there (said once per run)", environment=self._env_name,
+                        error=describe(cause, run_goes_on=False))
 
     async def _respond_all(self, pairs: list[tuple[_Episode, Completion]]) -> None:
         await asyncio.gather(*(self._respond(ep, turn) for ep, turn in pairs))
@@ -569,7 +617,8 @@ class EpisodeRunner:
         n = sampling.n
         # before any environment starts: a ConfigError leaves nothing behind
         self.check_tool_results(self.toolbox.schemas if self.toolbox is not None else [])
-        made: list[Any] = []  # every environment made, its episode failed or not: each is told it is over
+        made: list[tuple[int, Any]] = []  # every environment made (by episode), its episode failed or not
+        episodes: list[_Episode] = []
         try:
             episodes = asyncio.run(self._reset_all(rows, n, made))
             try:
@@ -579,23 +628,48 @@ class EpisodeRunner:
                 for ep in episodes:
                     if ep.worker is not None:
                         ep.worker.close()
-        finally:
-            for env in made:
-                self._end_episode(env)
+        finally:  # each is told its episode is over
+            hung = asyncio.run(self._end_episodes(made)) if made else {}
+        for ep in episodes:
+            if ep.index in hung and ep.env_error is None:
+                self._ended(ep, hung[ep.index])
         if counted:
             self._count_failures(episodes)
         return [ep.completion(ep.index // n, self._text(ep)) for ep in episodes]
 
-    def _end_episode(self, env: Any) -> None:
-        """``end_episode(env)``; what the environment's ``episode_over`` raises (``sys.exit``
-        included) is a warning naming it. Why: it escaped ``run`` with a traceback that ended the
-        run, after the rollout was sampled, and skipped the other environments' ``episode_over``
-        (a TRL pool's instances then never came back)."""
+    async def _end_episodes(self, made: Sequence[tuple[int, Any]]) -> dict[int, str]:
+        """``end_episode`` for every environment made, all at once; the episodes whose
+        ``episode_over`` did not return within ``env_timeout_s`` (or was not run: ``_env_call``'s
+        cap), with why (their ``env_error``)."""
+        ended = await asyncio.gather(*(self._end_episode(env) for _, env in made))
+        return {index: error for (index, _), error in zip(made, ended) if error is not None}
+
+    async def _end_episode(self, env: Any) -> str | None:
+        """``end_episode(env)`` on a thread of its own within ``env_timeout_s``, as every call of
+        the environment's code; why the episode failed there, or None. What it raises
+        (``sys.exit`` included) is a warning naming it, the episode kept. Why: it escaped ``run``
+        with a traceback that ended the run, after the rollout was sampled, and skipped the other
+        environments' ``episode_over`` (a TRL pool's instances then never came back); one that
+        hung, hung the step for ever. Such an episode ends as an environment error (unscored): the
+        rewards would read an environment whose code still runs."""
+        def told() -> str | None:  # on the thread: its raising is its own, not a failed call
+            try:
+                finished(end_episode(env))
+            except BaseException as exc:  # noqa: BLE001 - the environment's code, exits included
+                return describe(exc, run_goes_on=False)
+            return None
+
+        worker = Worker(name="polyrl-env-over")
         try:
-            end_episode(env)
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the environment's code
+            raised = await self._env_call(worker, "episode_over", told)
+        except _EnvError as failed:
+            return failed.text
+        finally:
+            worker.close()
+        if raised is not None:
             log.warning("the environment's episode_over raised; the run goes on", environment=self._env_name,
-                        error=describe(exc, run_goes_on=False))
+                        error=raised)
+        return None
 
     def _room(self, ep: _Episode) -> int:
         """Tokens this episode may still hold."""
@@ -640,14 +714,18 @@ class EpisodeRunner:
                                 "cut tokens", environment=self._env_name, room=room, sampled=len(out.completion_ids))
                     out = attrs.evolve(out, completion_ids=out.completion_ids[:room], logprobs=out.logprobs[:room],
                                        finish_reason="length")
+                    self._cut_off(ep, out)  # its text holds tokens that are not in the episode: never parsed
                 ep.add(out.completion_ids, out.logprobs, sampled=True)
                 ep.texts.append(out.text)
                 ep.turns += 1
-                if out.finish_reason == "length":
-                    ep.messages.append({"role": "assistant", "content": out.text})
-                    ep.done, ep.finish_reason = True, "length"
             asyncio.run(self._respond_all([(ep, out) for ep, out in zip(active, outs) if not ep.done]))
             turn += 1
+
+    @staticmethod
+    def _cut_off(ep: _Episode, turn: Completion) -> None:
+        """End ``ep`` at a turn cut at its token budget (``length``), its text kept as the answer."""
+        ep.messages.append({"role": "assistant", "content": turn.text})
+        ep.done, ep.finish_reason = True, "length"
 
     def _count_failures(self, episodes: list[_Episode]) -> None:
         """Count this rank's rollouts in a row whose every episode failed (``failure``); the
@@ -696,7 +774,7 @@ class EpisodeRunner:
         return all(np.array_equal(ep.prompt_ids, episodes[ep.index - ep.index % n].prompt_ids) for ep in episodes)
 
     async def _reset_all(self, rows: Sequence[Mapping[str, Any]], n: int,
-                         made: list[Any] | None = None) -> list[_Episode]:
+                         made: list[tuple[int, Any]] | None = None) -> list[_Episode]:
         """Every episode's first prompt. One whose environment-written first messages the template
         refuses is that episode's environment error, counted toward ``MAX_FAILED_ROLLOUTS`` like
         any other, whatever the rest of the batch did (it stopped the run when its row was alone

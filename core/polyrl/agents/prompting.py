@@ -9,7 +9,7 @@ Some of those templates cannot show a ``tool`` message either: Gemma 3's raises 
 roles must alternate", Phi-3's drops the role. For them a turn's tool results (and the errors
 answering malformed calls) go back as one ``user`` message, ``tool_results_as_user``: each result
 between ``<tool_response>`` and ``</tool_response>`` on lines of their own, in call order, as
-Qwen2.5's own template renders tool messages. The episode runner decides this once per template,
+Qwen2.5's own template renders tool messages (a result's own closing tag quoted, ``quoted_result``). The episode runner decides this once per template,
 at setup (``EpisodeRunner.check_tool_results``), and refuses a template that shows neither.
 """
 
@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from polyrl.agents.tools import quoted_result
 
 Message = Mapping[str, Any]
 
@@ -59,10 +61,13 @@ def template_ignores_tools(encode: Callable[[list[dict[str, Any]], Sequence[Mapp
 
 def tool_results_as_user(results: Sequence[Message]) -> list[dict[str, Any]]:
     """A turn's ``tool`` messages as the one ``user`` message a template without a tool role
-    renders (one message: Gemma 3 refuses two user turns in a row)."""
+    renders (one message: Gemma 3 refuses two user turns in a row). A result cannot close its own
+    block (``quoted_result``): its text after a ``</tool_response>`` of its own would read as a
+    second result (an environment's own ``tool`` messages are quoted here, the tool box's already are)."""
     if not results:
         return []
-    body = "\n".join(f"<tool_response>\n{m.get('content', '')}\n</tool_response>" for m in results)
+    body = "\n".join(f"<tool_response>\n{quoted_result(str(m.get('content', '')))}\n</tool_response>"
+                      for m in results)
     return [{"role": "user", "content": body}]
 
 

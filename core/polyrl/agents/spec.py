@@ -58,10 +58,12 @@ class Environment(Protocol):
     each call within ``[environment] tool_timeout_s``. A call past it leaves the thread busy: the
     environment's next call waits for it (within its own time limit).
 
-    An environment may also define ``episode_over()``, called once after the rollout (on the
-    runner's thread, quickly: no time limit), whatever ended its episode (``end_episode``): where
-    an adapter hands back what its ``reset`` took (the TRL adapter's pooled instance). What it
-    raises (``sys.exit`` included) is a warning; the run and the other episodes' calls go on.
+    An environment may also define ``episode_over()`` (plain or ``async def``), called once after
+    the rollout, whatever ended its episode (``end_episode``): where an adapter hands back what its
+    ``reset`` took (the TRL adapter's pooled instance). Every environment's runs at once, each on a
+    thread of its own within ``env_timeout_s``. What it raises (``sys.exit`` included) is a warning;
+    the run and the other episodes' calls go on. One past the limit is abandoned, and its episode
+    ends as an environment error (unscored: the rewards would read an environment still busy).
     """
 
     def reset(self, row: Mapping[str, Any]) -> list[Message] | Awaitable[list[Message]]:
@@ -168,14 +170,14 @@ def rewarded_environment(env: Any) -> Any:
     return getattr(env, "rewarded", env) if env is not None else None
 
 
-def end_episode(env: Any) -> None:
+def end_episode(env: Any) -> Any:
     """Tell an adapter its episode is over (its ``episode_over()``: the TRL environment adapter,
     ``polyrl.agents.trl_environments``, hands its pooled instance back there), once, whatever
     ended the episode; other environments have nothing to hand back. Why the runner calls it after
-    the rollout rather than at the episode's last turn: reward functions still read the instance."""
+    the rollout rather than at the episode's last turn: reward functions still read the instance.
+    What it returns (a coroutine of an ``async def episode_over``) is for the caller to await."""
     over = getattr(env, "episode_over", None)
-    if callable(over):
-        over()
+    return over() if callable(over) else None
 
 
 def checked_environment(env: Any) -> Any:
@@ -241,25 +243,28 @@ def checked_step(env: Any, obs: Any) -> Observation:
     """What ``step`` returned, if it is an ``Observation`` the episode can use as it is: renderable
     messages, a finite real ``reward`` (or None) and a bool ``done``. A bad value is a TypeError
     naming the field, never read as something else (``done="no"`` is not True). The messages come
-    back as plain ``str``s (``plain_text``)."""
+    back as plain ``str``s (``plain_text``), the reward a plain ``float``."""
     name = type(env).__name__
     if not isinstance(obs, Observation):
         raise TypeError(f"{name}.step returned {type(obs).__name__}, expected "
                         "polyrl.agents.Observation(messages=..., reward=..., done=...)")
     _check_messages(env, "step", obs.messages)
+    value: float | None = None
     if obs.reward is not None:
         reward = obs.reward
         try:
-            finite = (isinstance(reward, numbers.Real) and not isinstance(reward, (bool, np.bool_))
-                      and math.isfinite(float(reward)))
+            if isinstance(reward, numbers.Real) and not isinstance(reward, (bool, np.bool_)):
+                value = float(reward)  # read once: a subclass's __float__ is the environment's code
         except (OverflowError, ValueError, TypeError):
-            finite = False
-        if not finite:
+            value = None
+        if value is None or not math.isfinite(value):
             raise TypeError(f"{name}.step gave reward {_shown(reward)}; expected a finite real number "
                             "(int, float, a numpy number; float(x) of a Decimal) or None")
     if not isinstance(obs.done, (bool, np.bool_)):
         raise TypeError(f"{name}.step gave done {_shown(obs.done)}; expected True or False")
-    return attrs.evolve(obs, messages=[plain_text(m) for m in obs.messages])
+    # a plain Observation, float and bool, made here: a subclass's methods are the environment's
+    # code, which the runner must not run again outside the call's time limit
+    return Observation(messages=[plain_text(m) for m in obs.messages], done=bool(obs.done), reward=value)
 
 
 def _shown(value: Any) -> str:

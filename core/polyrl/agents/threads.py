@@ -327,3 +327,33 @@ def describe(exc: BaseException, run_goes_on: bool = True) -> str:
     except Exception as failed:  # noqa: BLE001 - plugin code: its exception's __str__ may raise too
         text = f"(its message cannot be shown: {type(failed).__name__})"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Described(Exception):
+    """What plugin code raised (``cause``) with its ``describe`` text, made on the code's own
+    thread (``described``). Why there: an exception's message is the plugin's code too (its
+    ``__str__``), which may hang or build megabytes; made on the caller's thread it ran outside the
+    call's time limit (a tool raising one whose ``__str__`` blocked hung the step)."""
+
+    def __init__(self, cause: BaseException, text: str) -> None:
+        super().__init__(text)
+        self.cause, self.text = cause, text
+
+
+def described(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` whose exceptions (exits included) leave it as ``Described``, their text made here."""
+    def run() -> Any:
+        try:
+            return fn()
+        except BaseException as exc:  # noqa: BLE001 - the plugin's code, exits included
+            raise Described(exc, describe(exc)) from None
+    return run
+
+
+def raised_text(raised: CallRaised) -> tuple[BaseException, str]:
+    """What the code of a ``CallRaised`` raised, and ``describe``'s text of it (made on the code's
+    thread when it ran ``described``)."""
+    cause = raised.cause
+    if isinstance(cause, Described):
+        return cause.cause, cause.text
+    return cause, describe(cause)
