@@ -4,8 +4,8 @@ with ``beta > 0``), for ``eval.loss = true``.
 Why: TRL's ``evaluate()`` runs its ``compute_loss`` on the eval batch (``prediction_step``), so a TRL
 user's dashboards, and transformers' ``metric_for_best_model`` default ``"loss"``, read
 ``eval_loss``. It is the loss one update would compute on those completions before changing the
-weights: advantages within each eval group (as TRL's eval mode computes them, with the run's
-shaping, keep mask and truncation mask), the policy's own log-probs as the "old" ones (ratio 1, as
+weights: advantages within each eval group of each eval batch (as TRL's eval mode computes them,
+with the run's shaping, keep mask and truncation mask), the policy's own log-probs as the "old" ones (ratio 1, as
 TRL's ``per_token_logps.detach()``), the KL term against the reference when ``beta > 0``, and the
 run's aggregation within each eval batch of ``eval.loss_batch`` completions (TRL's
 ``per_device_eval_batch_size`` x processes; 0: the whole set), whose losses are averaged as
@@ -37,19 +37,26 @@ def needs_entropies(algo: AlgorithmConfig, max_completion_tokens: int | None) ->
 
 def kept(algo: AlgorithmConfig, scores: np.ndarray, shaped: np.ndarray, finish_reasons: Sequence[str],
          group_size: int, per_reward: np.ndarray | None, weights: Sequence[float],
-         episodes: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+         episodes: bool, batch_of: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The completions the loss sees, every completion's advantage, and the completions its
     divisors count, as a training step decides them (``polyrl.trainer``): the keep mask (dynamic
     sampling), finite rewards (with ``beta > 0`` and no environment a completion no reward scored
     stays at advantage 0 for its KL term, as in TRL) and the truncation mask; the divisors count
     every completion of a kept group (TRL's batch holds the cut and unscored ones too,
-    ``trainer._loss_counts``). ``per_reward`` (samples x rewards): GDPO's matrix, else None."""
-    if per_reward is not None:
-        group_kept = algo.decoupled_keep_mask(per_reward, list(weights), group_size)
-        advantages = algo.decoupled_advantages(per_reward, list(weights), group_size)
-    else:
-        group_kept = algo.keep_mask(shaped, group_size)
-        advantages = algo.advantages(shaped, group_size)
+    ``trainer._loss_counts``). ``per_reward`` (samples x rewards): GDPO's matrix, else None.
+    ``batch_of`` (``batches``): each completion's eval batch, within which the advantages are
+    computed, as TRL scores each eval batch on its own (``scale_rewards="batch"``' std and GDPO's
+    sum are the batch's); None: one batch."""
+    group_kept, advantages = np.zeros(len(shaped), dtype=bool), np.zeros(len(shaped))
+    batch_of = np.zeros(len(shaped), dtype=np.int64) if batch_of is None else np.asarray(batch_of)
+    for b in np.unique(batch_of):
+        rows = batch_of == b
+        if per_reward is not None:
+            group_kept[rows] = algo.decoupled_keep_mask(per_reward[rows], list(weights), group_size)
+            advantages[rows] = algo.decoupled_advantages(per_reward[rows], list(weights), group_size)
+        else:
+            group_kept[rows] = algo.keep_mask(shaped[rows], group_size)
+            advantages[rows] = algo.advantages(shaped[rows], group_size)
     kl_only = np.isnan(scores) & (algo.beta > 0 and not algo.kl_in_reward) & (not episodes)
     keep = group_kept & (np.isfinite(shaped) | kl_only) & algo.untruncated_mask(list(finish_reasons))
     return keep, advantages, group_kept
