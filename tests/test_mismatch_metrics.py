@@ -172,6 +172,55 @@ def test_a_run_logs_trls_sampling_keys_in_metrics_and_log_history(tiny_model_dir
     assert 0.0 <= line["sampling/importance_sampling_ratio/min"] <= line["sampling/importance_sampling_ratio/max"]
 
 
+UNSCORED_ODD = """
+def odd_unscored(completions, **kwargs):
+    return [None if i % 2 else -len(c) / 10 for i, c in enumerate(completions)]
+"""
+
+
+def test_a_completion_no_reward_scored_counts_in_trls_sampling_values(tiny_model_dir, tmp_path, monkeypatch):
+    """TRL's sampling/ values are over every completion of its batch with loss tokens, one no
+    reward scored too (advantage 0, still in the batch). polyrl does not train such a completion
+    without a KL term, and its gap was left out: here the sampler's log-probs of exactly those
+    are 0.5 below the trainer's, so TRL's difference is 0.5 on their tokens (max 0.5, ratio
+    exp(0.5) under the cap); polyrl logged the trained completions' gap alone (about 0)."""
+    import attrs
+
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    pytest.importorskip("torch")
+    (tmp_path / "odd.py").write_text(UNSCORED_ODD)
+    seen: list = []
+    original = Trainer._sample
+
+    def shifted(self, rows, sampling, training=True):
+        out = original(self, rows, sampling, training)
+        if training:
+            out = [attrs.evolve(c, logprobs=c.logprobs - 0.5) if i % 2 else c for i, c in enumerate(out)]
+            seen.append(out)
+        return out
+
+    monkeypatch.setattr(Trainer, "_sample", shifted)
+    config = RunConfig.from_dict({
+        "model": {"path": tiny_model_dir},
+        "generation": {"group_size": 2, "max_new_tokens": 6},
+        "algorithm": {"name": "grpo", "mismatch_correction": "tis", "mismatch_cap": 2.0},
+        "data": {"task": "arithmetic", "options": {"count": 8}},
+        "rewards": [{"function": f"{tmp_path / 'odd.py'}:odd_unscored"}],
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")},
+        "eval": {"count": 0},
+    })
+    Trainer(config).run(progress=False)
+    line = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    tokens = [len(c.completion_ids) for c in seen[0]]
+    unscored = sum(n for i, n in enumerate(tokens) if i % 2)
+    assert unscored and line["samples_kept"] == 2  # the premise: half unscored, not trained
+    assert line["sampling/sampling_logp_difference/mean"] == pytest.approx(0.5 * unscored / sum(tokens), abs=1e-2)
+    assert line["sampling/sampling_logp_difference/max"] == pytest.approx(0.5, abs=1e-2)
+    assert line["sampling/importance_sampling_ratio/max"] == pytest.approx(np.exp(0.5), abs=1e-2)
+
+
 def _trl_gather(processes: list[dict]) -> dict:
     """TRL's gather of the per-process values: ``gather(mean).mean()`` (``nanmean`` for the ratio),
     ``nanmin`` of the mins, the max of the maxes."""

@@ -540,9 +540,10 @@ class EndEpochAtFirstStep(TrainerCallback):
 
 
 def _prompts_per_step(model: str, out: Path, steps: int, callbacks=(), resume: bool = False,
-                      epochs: list | None = None) -> list[list[str]]:
-    """The prompts each step's reward saw, over a 4-row dataset at 2 prompts a step (2 steps an
-    epoch; ``steps`` 0: ``num_train_epochs`` 2); ``epochs`` gets each logged step's ``epoch``."""
+                      epochs: list | None = None, rows: int = 4) -> list[list[str]]:
+    """The prompts each step's reward saw, over a 4-row dataset (``rows``) at 2 prompts a step (2
+    steps an epoch; ``steps`` 0: ``num_train_epochs`` 2); ``epochs`` gets each logged step's
+    ``epoch``."""
     seen: list[list[str]] = []
 
     def record(completions, prompts, **kwargs):
@@ -550,8 +551,8 @@ def _prompts_per_step(model: str, out: Path, steps: int, callbacks=(), resume: b
         return [0.0] * len(completions)
 
     sized = {"max_steps": steps} if steps else {"max_steps": -1, "num_train_epochs": 2}
-    trainer = GRPOTrainer(model=model, reward_funcs=[record], args=_args(out, **sized), train_dataset=_dataset(),
-                          callbacks=list(callbacks))
+    trainer = GRPOTrainer(model=model, reward_funcs=[record], args=_args(out, **sized),
+                          train_dataset=_dataset(rows), callbacks=list(callbacks))
     trainer.train(resume_from_checkpoint=resume or None)
     if epochs is not None:
         epochs.extend(entry["epoch"] for entry in trainer.state.log_history if "train_runtime" not in entry)
@@ -574,6 +575,38 @@ def test_should_epoch_stop_starts_the_next_epoch_and_a_resume_continues_there(ti
     # num_train_epochs = 2 (4 steps): epoch 0 ended after its first step, epoch 1 whole, then the end
     assert _prompts_per_step(tiny_model_dir, tmp_path / "epochs", 0, [EndEpochAtFirstStep()]) == \
         [plain[0], plain[2], plain[3]]
+
+
+class EndEpochOnSaveAtFirstStep(TrainerCallback):
+    """Checkpoints step 1 and ends the epoch from that checkpoint's on_save."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_save = state.global_step == 1
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.global_step == 1:
+            control.should_epoch_stop = True
+
+
+def test_should_epoch_stop_set_in_on_save_ends_the_epoch_at_that_step(tiny_model_dir, tmp_path):
+    """transformers' loop reads should_epoch_stop right after _maybe_log_save_evaluate, on_save
+    included: the next step starts the next epoch. polyrl read it one step later (step 2 still
+    took the epoch's second batch, at epoch 1.0)."""
+    plain = _prompts_per_step(tiny_model_dir, tmp_path / "plain", 4)
+    epochs: list[float] = []
+    ended = _prompts_per_step(tiny_model_dir, tmp_path / "ended", 2, [EndEpochOnSaveAtFirstStep()], epochs=epochs)
+    assert ended == [plain[0], plain[2]]
+    assert epochs == [0.5, 1.5]
+
+
+def test_an_epoch_stop_ends_a_num_train_epochs_run_early_when_rows_are_not_whole_batches(tiny_model_dir, tmp_path):
+    """5 rows at 2 prompts a step: TRL's sampler keeps 2 whole batches an epoch, so num_train_epochs
+    = 2 is 4 steps. An epoch stop after step 1 leaves epoch 0 there; transformers' epoch 1 is
+    steps 2-3 (epoch 1.5, 2.0) and the run ends after them. polyrl counted epochs by steps alone
+    there (steps / 2: 1.0 after step 2), so it ran all 4 steps."""
+    epochs: list[float] = []
+    seen = _prompts_per_step(tiny_model_dir, tmp_path / "epochs", 0, [EndEpochAtFirstStep()], epochs=epochs, rows=5)
+    assert epochs == [0.5, 1.5, 2.0] and len(seen) == 3
 
 
 class StopAtStep(TrainerCallback):
@@ -708,6 +741,53 @@ def test_restore_follows_transformers_load_callback_state_when_the_callbacks_dif
     with pytest.raises(ConfigError) as err:
         restore(off, off.state, bad, off.args, tmp_path)
     assert "observers.trl.best_global_step is '4'" in str(err.value) and "trainer_state.json" in str(err.value)
+
+
+@pytest.mark.parametrize("metric, evaluations", [("reward", [float("nan"), 0.5, float("nan"), 0.7, 0.6]),
+                                                 ("loss", [float("nan"), 0.5, 0.2, float("nan"), 0.3])])
+def test_best_metric_follows_transformers_determine_best_metric_and_survives_a_resume(tmp_path, metric,
+                                                                                      evaluations):
+    """transformers' _determine_best_metric starts an unset best at -inf (inf for a loss), so a NaN
+    evaluation never becomes the best and the next number beats it; trainer_state.json keeps the
+    infinity and a resume restores it. polyrl took the NaN as the best, where it stayed for the whole
+    run (no number beats NaN), and its strict JSON saved the infinity as null, so after a resume a
+    NaN evaluation reset EarlyStoppingCallback's patience where transformers counts it."""
+    from types import SimpleNamespace
+
+    from transformers import EarlyStoppingCallback, Trainer
+
+    from polyrl import strict_json
+    from polyrl.trl_callbacks import TrlCallbacks, restore
+
+    args = _args(tmp_path, metric_for_best_model=metric)
+    ours = TrlCallbacks([], args, lambda: None, rank=0, local_rank=0)
+    theirs = SimpleNamespace(args=args, state=TrainerState())  # transformers' own code on its own state
+    ours_key = {"reward": "eval/sampled_reward_mean", "loss": "eval/loss"}[metric]
+
+    def evaluated(handler: TrlCallbacks, step: int, value: float) -> None:
+        """A step and its evaluation, as polyrl's trainer tells the handler."""
+        line = {"step": step, ours_key: value, "eval/sampled_reward_std": 0.1}
+        handler.step_trained(line)
+        handler.step_end(line)
+
+    for step, value in enumerate(evaluations, start=1):
+        evaluated(ours, step, value)
+        theirs.state.global_step = step
+        Trainer._determine_best_metric(theirs, {f"eval_{metric}": value}, None)
+        assert (ours.state.best_metric, ours.state.best_global_step) == \
+            (theirs.state.best_metric, theirs.state.best_global_step), step
+    assert ours.state.best_metric == (0.7 if metric == "reward" else 0.2)
+
+    first = TrlCallbacks([], args, lambda: None, rank=0, local_rank=0)
+    evaluated(first, 1, float("nan"))
+    assert first.state.best_metric == (float("-inf") if metric == "reward" else float("inf"))
+    kept = json.loads(strict_json.dumps(first.checkpoint_state()))  # as trainer_state.json holds it
+    stopper = EarlyStoppingCallback(early_stopping_patience=3)
+    resumed = TrlCallbacks([stopper], args, lambda: None, rank=0, local_rank=0)
+    restore(resumed, resumed.state, kept, args, tmp_path)
+    assert resumed.state.best_metric == first.state.best_metric  # transformers' load_from_json: the infinity
+    evaluated(resumed, 2, float("nan"))
+    assert stopper.early_stopping_patience_counter == 1  # a NaN does not beat the infinity: counted
 
 
 def peak_at_update_2(completions, trainer_state, **kwargs):

@@ -406,6 +406,57 @@ def test_eval_loss_is_trls_loss_on_the_eval_completions(tiny_model_dir, tmp_path
     assert "eval_kl" not in metrics  # beta 0: TRL logs no kl
 
 
+def test_eval_loss_with_batch_scaled_rewards_scales_each_eval_batch_by_its_own_std(tiny_model_dir, tmp_path):
+    """TRL scores each eval batch on its own (_generate_and_score_completions per batch): with
+    scale_rewards="batch" the advantages are divided by the batch's std (unbiased, + 1e-4), not
+    the whole eval set's. 12 completions in batches of 8 and 4; polyrl divided by the std of all 12."""
+    seen: list[tuple[list[list[int]], list[float]]] = []
+    trainer = _recording_trainer(tiny_model_dir, tmp_path, seen, loss_type="dapo", beta=0.0, scale_rewards="batch")
+    metrics = trainer.evaluate()
+    ids = [x for batch in seen for x in batch[0]]
+    scores = np.array([x for batch in seen for x in batch[1]])
+    lengths = np.array([len(x) for x in ids], dtype=np.float64)
+    losses = []
+    for rows in (slice(0, 8), slice(8, 12)):
+        group_means = scores[rows].reshape(-1, 4).mean(axis=1).repeat(4)
+        advantages = (scores[rows] - group_means) / (scores[rows].std(ddof=1) + 1e-4)
+        losses.append(-(advantages * lengths[rows]).sum() / lengths[rows].sum())
+    assert np.std(scores[:8], ddof=1) != pytest.approx(np.std(scores, ddof=1), rel=1e-3)  # the premise
+    assert metrics["eval_loss"] == pytest.approx((8 * losses[0] + 4 * losses[1]) / 12, rel=1e-9, abs=1e-12)
+
+
+def test_the_eval_rows_are_evaluated_in_trls_eval_sampler_order(tiny_model_dir, tmp_path):
+    """TRL's eval dataloader draws the eval rows through its RepeatSampler, which shuffles them
+    with args.seed: that order decides which prompts share an eval batch (and so its advantages and
+    loss). polyrl evaluated them in the dataset's order. Here the prompts the reward saw, in order,
+    are TRL's own sampler's, for evaluate() and for the run's evaluations alike."""
+    datasets = pytest.importorskip("datasets")
+    from trl.trainer.utils import RepeatSampler
+
+    from polyrl.trl import GRPOTrainer
+
+    order: list[list[str]] = []
+
+    def record(completions, prompts, **kwargs):
+        order.append(list(prompts))
+        return [0.0] * len(completions)
+
+    eval_rows = datasets.Dataset.from_list(_rows(6, start=10))
+    args = trl_config(max_steps=1, max_completion_length=4, disable_tqdm=True, output_dir=str(tmp_path / "run"),
+                      num_generations_eval=2, per_device_eval_batch_size=4, eval_strategy="steps", eval_steps=1,
+                      seed=3)
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[record], args=args,
+                          train_dataset=datasets.Dataset.from_list(_rows(4)), eval_dataset=eval_rows)
+    trl_order = [eval_rows[i]["prompt"] for i in RepeatSampler(eval_rows, mini_repeat_count=2, seed=args.seed)]
+    assert trl_order != [row["prompt"] for row in _rows(6, start=10) for _ in range(2)]  # the premise: shuffled
+    held_out = set(trl_order)
+    trainer.evaluate()
+    assert [p for batch in order for p in batch] == trl_order
+    order.clear()
+    trainer.train()  # a training step's reward calls, then the evaluation after it
+    assert [p for batch in order for p in batch if p in held_out] == trl_order
+
+
 def test_eval_kl_is_zero_before_training_and_grows_with_it(tiny_model_dir, tmp_path):
     """With beta > 0 the eval loss carries the KL term against the reference: none before training
     (the policy is the reference), and after it eval_kl > 0. loss_type "grpo" averages each

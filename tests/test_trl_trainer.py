@@ -1439,6 +1439,22 @@ def test_a_run_whose_every_completion_is_cut_stops_with_the_fix_in_grpo_configs_
     assert (Path(model) / "config.json").is_file()  # the folder to train on from
 
 
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_a_step_whose_every_completion_is_cut_logs_trls_entropy_and_kl(tiny_model_dir, tmp_path, beta):
+    """mask_truncated_completions with every completion cut: TRL's batch has no loss token, and its
+    masked means over them divide by at least 1 (_compute_loss' global_masked_mean), so it logs
+    entropy 0.0 (and kl 0.0 with beta > 0) that step. polyrl logged no entropy and no kl there."""
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          args=_args(tmp_path, max_steps=2, max_completion_length=2, mask_truncated_completions=True,
+                                     beta=beta))
+    trainer.train()
+    steps = [entry for entry in trainer.state.log_history if "train_runtime" not in entry]
+    assert len(steps) == 2 and all(entry["completions/clipped_ratio"] == 1.0 for entry in steps)  # the premise
+    for entry in steps:
+        assert entry["entropy"] == 0.0
+        assert entry.get("kl") == (0.0 if beta else None)
+
+
 class _Exits(_Counted):
     def reset(self, **kwargs):
         super().reset(**kwargs)

@@ -110,7 +110,7 @@ def problem(state: Any, step: int | None, weights_only: bool, prompts: int) -> t
     kl = state.get("kl_coef", 0.0)
     if not (isinstance(kl, (int, float)) and not isinstance(kl, bool) and math.isfinite(kl) and kl >= 0):
         return f"kl_coef is {kl!r}, not a finite number >= 0", OTHER_CHECKPOINT_FIX
-    for key in ("num_tokens", "updates_applied"):
+    for key in ("num_tokens", "updates_applied", "epoch_steps_skipped"):
         count = state.get(key, 0)
         if not (_count(count) and count >= 0):
             return f"{key} is {count!r}, not an integer >= 0", OTHER_CHECKPOINT_FIX

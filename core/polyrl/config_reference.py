@@ -205,8 +205,9 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                 "`beta > 0`; needs `reward = \"run\"`), as an update would compute it before changing the weights (advantages within each "
                 "eval group, ratio 1): one more forward pass (two with `beta > 0`); not computed where the loss "
                 "needs token entropies (`entropy_coef`, `top_entropy_quantile < 1`)",
-        "loss_batch": "completions per batch of that loss (whole groups); the batches' losses are averaged with "
-                      "their sizes as weights, as TRL's evaluation loop averages its `per_device_eval_batch_size` x "
+        "loss_batch": "completions per batch of that loss (whole groups); each batch's advantages are its own (with "
+                      "`scale_rewards = \"batch\"` its std), and the batches' losses are averaged with their sizes "
+                      "as weights, as TRL's evaluation loop scores and averages its `per_device_eval_batch_size` x "
                       "processes batches (0 = the whole eval set as one batch)",
     },
     "logging": {

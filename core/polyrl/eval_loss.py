@@ -4,8 +4,8 @@ with ``beta > 0``), for ``eval.loss = true``.
 Why: TRL's ``evaluate()`` runs its ``compute_loss`` on the eval batch (``prediction_step``), so a TRL
 user's dashboards, and transformers' ``metric_for_best_model`` default ``"loss"``, read
 ``eval_loss``. It is the loss one update would compute on those completions before changing the
-weights: advantages within each eval group (as TRL's eval mode computes them, with the run's
-shaping, keep mask and truncation mask), the policy's own log-probs as the "old" ones (ratio 1, as
+weights: advantages within each eval group of each eval batch (as TRL's eval mode computes them,
+with the run's shaping, keep mask and truncation mask), the policy's own log-probs as the "old" ones (ratio 1, as
 TRL's ``per_token_logps.detach()``), the KL term against the reference when ``beta > 0``, and the
 run's aggregation within each eval batch of ``eval.loss_batch`` completions (TRL's
 ``per_device_eval_batch_size`` x processes; 0: the whole set), whose losses are averaged as
@@ -35,6 +35,23 @@ def needs_entropies(algo: AlgorithmConfig, max_completion_tokens: int | None) ->
     return algo.objective(max_completion_tokens).needs_entropy
 
 
+def kept(algo: AlgorithmConfig, scores: np.ndarray, shaped: np.ndarray, untruncated: np.ndarray,
+         group_size: int, per_reward: np.ndarray | None, weights: Sequence[float],
+         episodes: bool, batch_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The training step's rule (``AlgorithmConfig.loss_selection``: the completions the loss sees,
+    every completion's advantage, the completions its divisors count) applied within each eval
+    batch (``batch_of``, from ``batches``), as TRL scores each eval batch on its own
+    (``scale_rewards="batch"``' std and GDPO's sums are the batch's)."""
+    keep, group_kept = np.zeros(len(shaped), dtype=bool), np.zeros(len(shaped), dtype=bool)
+    advantages = np.zeros(len(shaped))
+    for b in np.unique(batch_of):
+        rows = np.asarray(batch_of) == b
+        keep[rows], advantages[rows], group_kept[rows] = algo.loss_selection(
+            scores[rows], shaped[rows], untruncated[rows], group_size,
+            None if per_reward is None else per_reward[rows], list(weights), episodes)
+    return keep, advantages, group_kept
+
+
 def batches(count: int, batch: int) -> np.ndarray:
     """Each of ``count`` completions' eval batch: consecutive runs of ``batch`` (TRL's
     ``per_device_eval_batch_size`` x processes), or one batch for all when ``batch`` is 0."""
@@ -44,7 +61,7 @@ def batches(count: int, batch: int) -> np.ndarray:
 def divisors(counted: np.ndarray, untruncated: np.ndarray, tokens: Sequence[int],
              batch_of: np.ndarray) -> list[tuple[int, int]]:
     """Each eval batch's (sequences, tokens) the loss divides by, as ``trainer._loss_counts``: the
-    ``counted`` completions (``AlgorithmConfig.loss_selection``'s third), the tokens of those not cut under
+    ``counted`` completions (``kept``' third), the tokens of those not cut under
     ``mask_truncated_completions`` (``untruncated``; ``tokens``: each one's loss tokens)."""
     out = []
     for b in range(int(batch_of.max()) + 1 if len(batch_of) else 0):

@@ -59,10 +59,11 @@ class RunObserver(Protocol):
         """The evaluation ``phase`` "before" or "after" training (not on a step's line) at ``step``."""
 
     def saved(self, step: int, path: Path) -> StepAsk:
-        """The checkpoint of ``step`` was written to ``path`` (periodic, asked for, or the final one);
-        its ``epoch_stop`` is not read (the checkpoint already holds the data order).
-        A stop asked here ends a single process's run at once; under a launcher, after the next step
-        (the ranks agree on it with that step's answer)."""
+        """The checkpoint of ``step`` was written to ``path`` (periodic, asked for, or the final one).
+        A stop or an ``epoch_stop`` asked here acts at once in a single process (the checkpoint,
+        written before, resumes where the epoch would have gone on, as transformers' written before
+        its ``on_save``); under a launcher, after the next step (the ranks agree on it with that
+        step's answer)."""
 
     def checkpoint_state(self) -> Mapping[str, Any]:
         """What of this observer each checkpoint keeps: JSON values under keys of its own (the

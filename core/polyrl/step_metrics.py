@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from polyrl.algorithms.objective import Objective
 from polyrl.step_gather import Shard
 from polyrl.types import Completion
 
@@ -55,6 +56,14 @@ def step_tokens(shard: Shard) -> int:
     return int((shard.sequence_len - shard.completion_len + shard.sampled_len).sum())
 
 
+def no_loss_token_metrics(kl_in_loss: bool) -> dict[str, float]:
+    """What TRL logs for a step whose every completion was cut under ``mask_truncated_completions``
+    (no loss token in its batch): its means over the loss tokens divide by at least 1, so
+    ``entropy`` is 0, and ``kl`` too where the loss holds a KL term (``beta > 0``). Why: a
+    dashboard or callback reading ``entropy`` every step found it missing on such a step."""
+    return {"entropy": 0.0, **({"kl": 0.0} if kl_in_loss else {})}
+
+
 def trl_epoch(steps_done: int, prompts_per_step: int, rows: int, start: tuple[int, int] | None = None) -> float:
     """TRL's ``epoch`` after ``steps_done`` steps: its sampler keeps whole batches of
     ``prompts_per_step`` prompts only, so an epoch is ``rows // prompts_per_step`` steps (the count
@@ -63,11 +72,23 @@ def trl_epoch(steps_done: int, prompts_per_step: int, rows: int, start: tuple[in
     this runs ahead of the rows drawn, exactly as TRL's does; fewer rows than a batch: rows drawn
     over rows. ``start``: the sampler's (epoch, position) where the last step's prompts started;
     with ``rows`` a multiple of ``prompts_per_step`` the epoch is read from it (the same number
-    without an epoch stop; after one, transformers' count: the epochs begun, plus this one's share)."""
+    without an epoch stop; after one, transformers' count: the epochs begun, plus this one's share;
+    otherwise ``steps_done`` counts the steps epoch stops skipped too, ``epoch_stop_skips``)."""
     if start is not None and rows % max(prompts_per_step, 1) == 0 and prompts_per_step <= rows:
         return (start[0] * rows + start[1] + prompts_per_step) / rows  # = steps_done / whole, as rounded
     whole = rows // max(prompts_per_step, 1)
     return steps_done / whole if whole else steps_done * prompts_per_step / max(rows, 1)
+
+
+def epoch_stop_skips(steps_counted: int, prompts_per_step: int, rows: int) -> int:
+    """The steps of TRL's epoch an epoch stop (transformers' ``control.should_epoch_stop``) leaves
+    out after ``steps_counted`` (the steps ``trl_epoch`` counts so far): the rest of the epoch's
+    ``rows // prompts_per_step`` steps, 0 at its end. Why: transformers' ``state.epoch`` is the
+    epochs begun plus this one's share, and a ``num_train_epochs`` run ends after its last epoch;
+    counting the skipped steps keeps ``trl_epoch`` on that count when the sampler's position
+    cannot tell it (``rows`` not a whole number of batches)."""
+    whole = rows // max(prompts_per_step, 1)
+    return (whole - steps_counted % whole) % whole if whole else 0
 
 
 #: polyrl's step metric -> TRL's GRPOTrainer name for the same value (both are logged).
@@ -181,6 +202,44 @@ def sampling_metrics(train_metrics: Mapping[str, Any]) -> dict[str, float]:
     backend that does not report its rank's own gap (``trl_process_sampling`` is TRL's exact
     definition)."""
     return {trl: float(train_metrics[ours]) for ours, trl in TRL_SAMPLING_NAMES.items() if ours in train_metrics}
+
+
+def untrained_gap(trainer_logprobs: Sequence[np.ndarray], sampler_logprobs: Sequence[np.ndarray],
+                  objective: Objective) -> dict[str, float]:
+    """``backend_kit.gap_metrics.RANK_KEYS`` over completions TRL's batch holds with their loss
+    tokens but the update does not train (no reward scored them and the loss has no KL term:
+    advantage 0, nothing to learn), each given as its loss tokens' trainer and sampler log-probs
+    (the weights before the update, as TRL's ``old_per_token_logps``). Why: TRL's ``sampling/``
+    values are over its whole batch, these rows included; the backend saw only the trained ones.
+    A sampler token that is NaN has no gap and weighs 1 (``reference.mismatch_weights``)."""
+    from polyrl.algorithms.reference import mismatch_weights
+
+    out = {"rank_gap_abs_sum": 0.0, "rank_gap_scored_count": 0.0, "rank_gap_abs_max": 0.0}
+    ratios = []
+    for t, s in zip(trainer_logprobs, sampler_logprobs):
+        t, s = np.asarray(t, np.float64), np.asarray(s, np.float64)
+        gap = np.abs(t - s)[~np.isnan(s)]
+        out["rank_gap_abs_sum"] += float(gap.sum())
+        out["rank_gap_scored_count"] += float(gap.size)
+        out["rank_gap_abs_max"] = max(out["rank_gap_abs_max"], float(gap.max()) if gap.size else 0.0)
+        if objective.corrects_mismatch and t.size:
+            weights = mismatch_weights(t, s, objective)[0]
+            ratios.append(weights[:1] if objective.mismatch_level == "sequence" else weights)
+    if objective.corrects_mismatch:
+        flat = np.concatenate(ratios) if ratios else np.zeros(0)
+        out |= {"rank_ratio_sum": float(flat.sum()), "rank_ratio_count": float(flat.size),
+                "rank_ratio_min": float(flat.min()) if flat.size else float("inf"),
+                "rank_ratio_max": float(flat.max()) if flat.size else float("-inf")}
+    return out
+
+
+def joined_gaps(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
+    """Two ``RANK_KEYS`` dicts over disjoint rows as one: sums and counts added, the extremes
+    the more extreme; a key in one only kept as it is."""
+    out = {**b, **a}
+    for key in a.keys() & b.keys():
+        out[key] = (min if key.endswith("_min") else max if key.endswith("_max") else sum)((a[key], b[key]))
+    return out
 
 
 def trl_process_sampling(gap: Mapping[str, Any], empty_rows: int, sequence_level: bool) -> dict[str, float]:

@@ -77,9 +77,9 @@ from polyrl.schedules import lr_at, updates_in_history
 from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock
 from polyrl import evaluation, metrics_file
 from polyrl import minibatches, step_gather
-from polyrl.step_metrics import (clip_region_metrics, peak_rss_mb, sampling_metrics, step_tokens, trl_aliases,
-                                 trl_gathered_sampling, trl_process_sampling,
-                                 trl_epoch, trl_step_time)
+from polyrl.step_metrics import (clip_region_metrics, epoch_stop_skips, joined_gaps, no_loss_token_metrics,
+                                 peak_rss_mb, sampling_metrics, step_tokens, trl_aliases, trl_epoch,
+                                 trl_gathered_sampling, trl_process_sampling, trl_step_time, untrained_gap)
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.step_line import step_line_fields
 from polyrl.tracking.session import for_run as tracking_for_run
@@ -277,6 +277,8 @@ class Trainer:
         self._sync_failed: PolyrlError | None = None
         #: (epoch, position) of the prompt sampler where the current step's prompts start (``_end_epoch``)
         self._step_start = (0, 0)
+        #: steps of TRL's epochs an epoch stop left out (``_end_epoch``): TRL's ``epoch`` counts them
+        self._epoch_steps_skipped = 0
         #: the last step's rewards were all None (no reward scored any sample): counted toward the stop
         self._nothing_scored = False
         #: the last step trained nothing because every completion was cut under mask_truncated_completions
@@ -733,6 +735,8 @@ class Trainer:
             log.warning(f"no informative samples this step ({'; '.join(causes)}); skipping update",
                         step=self.step + 1, **fix)
             metrics.update(skipped=True, loss=float("nan"))
+            if not all_untruncated.any():  # TRL's batch had no loss token left: its masked means are 0
+                metrics.update(no_loss_token_metrics(kl_in_loss))
         else:
             if self._nothing_scored and self.rank == 0:  # kept for the KL term alone (kl_only above)
                 log.warning("no reward scored any sample this step: it trains the KL term alone, every advantage "
@@ -750,6 +754,8 @@ class Trainer:
                 # an empty shard still calls: a sharded (FSDP) backend gathers weights collectively
                 old = self.train_engine.logprobs(seqs, temperature)
             ref = self._ref_logprobs(seqs, temperature) if kl_in_loss and seqs else None
+            untrained = self._untrained_logprobs(completions, group_kept & all_untruncated & ~all_keep, mine,
+                                                 temperature)
             if kl_in_loss and not seqs:  # an empty shard still takes part in the step
                 ref = []
             times["logprobs"] = time.perf_counter() - t0
@@ -776,7 +782,8 @@ class Trainer:
                 metrics.pop("kl", None)
             metrics.update(clip_region_metrics(metrics))
             metrics.update(self._trl_sampling(metrics, completions, group_kept[mine], untruncated,
-                                              objective.mismatch_level == "sequence"))
+                                              objective.mismatch_level == "sequence",
+                                              untrained_gap(*untrained, objective) if untrained[0] else None))
         if metrics.get("skipped"):
             # its lr too, as TRL logs learning_rate every step: the schedule's value for the next
             # update, where the skip left it (a backend reports the lr of the updates it makes)
@@ -799,7 +806,8 @@ class Trainer:
         # TRL's names and counters (its dashboards' keys), counted once the step is in
         self.num_tokens += step_tokens(step)
         metrics.update(trl_aliases(metrics), num_tokens=self.num_tokens,
-                       epoch=trl_epoch(self.step + 1, c.train.prompts_per_step, len(self.dataset), self._step_start),
+                       epoch=trl_epoch(self.step + 1 + self._epoch_steps_skipped, c.train.prompts_per_step,
+                                       len(self.dataset), self._step_start),
                        step_time=trl_step_time(total, algo.updates_per_step))
         if self.episodes is not None:
             metrics.update(step_gather.episode_metrics(step))
@@ -841,16 +849,37 @@ class Trainer:
                                             norm_seqs, share))
         return batches
 
+    def _untrained_logprobs(self, completions: list[Completion], wanted: np.ndarray, mine: slice,
+                            temperature: float) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(trainer, sampler) log-probs over the loss tokens of this rank's completions TRL's batch
+        holds with loss tokens that the update does not train (``wanted``: the step's, every
+        rank's; ``untrained_gap``), before the update, for TRL's ``sampling/`` values. One
+        ``logprobs`` call on every rank when any rank has such a row (a sharded backend's call
+        is collective), none otherwise."""
+        if not wanted.any():
+            return [], []
+        rows = [i for i in np.flatnonzero(wanted[mine]) if completions[i].logprobs is not None
+                and TokenSequence.of(completions[i]).loss_mask.any()]
+        seqs = [TokenSequence.of(completions[i]) for i in rows]
+        trainer = self.train_engine.logprobs(seqs, temperature) if seqs or self.world_size > 1 else []
+        masks = [seq.loss_mask for seq in seqs]
+        return ([np.asarray(t)[m] for t, m in zip(trainer or [], masks)],
+                [np.asarray(completions[i].logprobs)[m] for i, m in zip(rows, masks)])
+
     def _trl_sampling(self, metrics: dict[str, Any], completions: list[Completion], counted: np.ndarray,
-                      untruncated: np.ndarray, sequence_level: bool) -> dict[str, float]:
+                      untruncated: np.ndarray, sequence_level: bool,
+                      untrained: Mapping[str, float] | None = None) -> dict[str, float]:
         """TRL's ``sampling/...`` values of the step, popping the backend's per-rank gap
         (``RANK_KEYS``) from ``metrics``: each rank's over its shard (``counted``: its rows in TRL's
-        batch; those with no loss token weigh 1 in a sequence-level ratio), then TRL's gather of
-        the per-process values (one ``all_gather``, on every rank alike: the keys come from the
-        backend's all-reduced step). A backend without them: its global means, as before."""
+        batch; those with no loss token weigh 1 in a sequence-level ratio; ``untrained``: the gap
+        of those with loss tokens the update left out, ``step_metrics.untrained_gap``), then TRL's
+        gather of the per-process values (one ``all_gather``, on every rank alike: the keys come
+        from the backend's all-reduced step). A backend without them: its global means, as before."""
         gap = {key: metrics.pop(key) for key in RANK_KEYS if key in metrics}
         if not gap:
             return sampling_metrics(metrics)
+        if untrained:
+            gap = joined_gaps(gap, untrained)
         empty = sum(1 for i in np.flatnonzero(counted)
                     if not untruncated[i] or not TokenSequence.of(completions[i]).loss_mask.any())
         mine = trl_process_sampling(gap, empty, sequence_level)
@@ -1009,9 +1038,9 @@ class Trainer:
             matrix = self._reward_matrix({k: np.concatenate([p[1][k] for p in everyone]) for k in parts}, shaped)
         reasons = [r for p in everyone for r in p[3]]
         untruncated = algo.untruncated_mask(reasons)
-        keep, advantages, counted = algo.loss_selection(all_scores, shaped, untruncated, c.eval.samples, matrix,
-                                                        weights, self.episodes is not None)
         batch_of = eval_loss.batches(len(all_scores), c.eval.loss_batch)
+        keep, advantages, counted = eval_loss.kept(algo, all_scores, shaped, untruncated, c.eval.samples, matrix,
+                                                   weights, self.episodes is not None, batch_of)
         counts = eval_loss.divisors(counted, untruncated, [n for p in everyone for n in p[4]], batch_of)
         offset = sum(len(p[0]) for p in everyone[: self.rank])
         idx = np.flatnonzero(keep[offset: offset + len(seqs)])
@@ -1089,6 +1118,7 @@ class Trainer:
             "num_tokens": self.num_tokens,
             "updates_applied": self.updates_applied,
             "in_a_row": dict(self._in_a_row),
+            "epoch_steps_skipped": self._epoch_steps_skipped,
             "reward_code": self._reward_codes,  # a resume says when the functions' code changed
             "model_files": self._model_files(),  # and when the model folders were changed in place
             # the observers' own (transformers' best_metric and callback states, polyrl.trl_callbacks)
@@ -1228,6 +1258,7 @@ class Trainer:
         # a full resume continues the streaks (an older checkpoint has none: from 0); weights only is a new run
         saved_row = {} if weights_only else state.get("in_a_row") or {}
         self._in_a_row = {k: int(saved_row.get(k, 0)) for k in IN_A_ROW}
+        self._epoch_steps_skipped = 0 if weights_only else int(state.get("epoch_steps_skipped", 0))
         # the observers' state goes on with a full resume, as the streaks do (an older checkpoint has none)
         self.resumed_observer_state = {} if weights_only else dict(state.get("observers") or {})
         self._resumed = True
@@ -1696,6 +1727,8 @@ class Trainer:
                     later = self._saved_now(self.save())
                     if self.world_size == 1:  # under a launcher the next step's gather agrees on it
                         asked = asked | later
+                        if later.epoch_stop:  # transformers reads it after on_save, in the same step
+                            self._end_epoch()
         # a signal during the final save and export only asks to stop: with checkpoint_every = 0 that
         # save is the run's one checkpoint, and SIGTERM there lost the whole run (Ctrl-C too)
         with self._graceful_signals():
@@ -1773,6 +1806,8 @@ class Trainer:
             self.rollouts.take(ahead.step)
             self.sampler.load_state(ahead.sampler_before)
         self.sampler.end_epoch(self._step_start[0])
+        self._epoch_steps_skipped += epoch_stop_skips(self.step + self._epoch_steps_skipped,
+                                                      self.config.train.prompts_per_step, len(self.dataset))
 
     def _saved_now(self, path: Path) -> StepAsk:
         """The checkpoint just written at this step (``path``) told to the observers; what they ask."""

@@ -364,9 +364,13 @@ class GRPOTrainer:
                         engines: Any = None) -> Any:
         """polyrl's ``Trainer`` for this script's run (``api.run_config``): its rewards, tools and
         environment, ``policy`` and ``grpo_config``; for ``train()`` and ``evaluate()`` alike
-        (``engines``: loaded ones it uses, ``evaluate()``'s)."""
+        (``engines``: loaded ones it uses, ``evaluate()``'s), ``eval_prompts`` in the order TRL's
+        eval sampler draws them (``trl_eval_order``)."""
         from polyrl import api
+        from polyrl.trl_evaluate import rows_of, trl_eval_order
 
+        if eval_prompts is not None:
+            eval_prompts = trl_eval_order(rows_of(eval_prompts, "eval_dataset"), self.args)
         config, plugins = api.run_config(api.grpo, policy=policy, prompts=self.train_dataset,
                                          rewards=self._reward_entries, grpo_config=grpo_config, eval_prompts=eval_prompts,
                                          reward_tokenizers=self._reward_tokenizers)

@@ -21,16 +21,18 @@ after the step (saved and exported as at its end), ``should_save`` checkpoints t
 the ``eval_dataset``, on the step's line as an ``eval_steps`` evaluation, whatever the
 ``eval_strategy`` (``"no"`` too, as transformers' ``_maybe_log_save_evaluate``; a run without an
 ``eval_dataset`` warns once and goes on); ``should_log`` is met whatever it says (every step
-is logged: ``logging_steps`` 1), and ``should_epoch_stop`` (set in ``on_step_end``, ``on_log`` or
-``on_evaluate``) ends the epoch as transformers' loop breaks out of it: the next step's prompts
-are the next epoch's first (a step whose prompts already reached it goes on there; a step sampled
-ahead under ``generation.overlap`` is sampled again) and the step's checkpoint resumes there;
+is logged: ``logging_steps`` 1), and ``should_epoch_stop`` (set in ``on_step_end``, ``on_log``,
+``on_evaluate`` or ``on_save``) ends the epoch as transformers' loop breaks out of it: the next
+step's prompts are the next epoch's first (a step whose prompts already reached it goes on there;
+a step sampled ahead under ``generation.overlap`` is sampled again) and the step's checkpoint
+resumes there (one asked in ``on_save``: the checkpoint was written before, as transformers' is);
 the run keeps its ``max_steps``, and one sized by ``num_train_epochs`` ends when an epoch stop
 leaves its last epoch, as transformers' loop over them does. A callback that raises ends
 the run with one ``CallbackError`` naming it and the event, the steps trained checkpointed (one
 raising in ``on_step_end``: after its step is recorded). Under a launcher (torchrun) every rank calls its callbacks, with
 ``state.is_world_process_zero`` true on rank 0 only, and the ranks agree on a stop or a checkpoint
-asked on any of them after each step (a stop asked in ``on_save`` there: after the next step).
+asked on any of them after each step (a stop or epoch stop asked in ``on_save`` there: after the
+next step).
 Each checkpoint keeps what transformers' ``trainer_state.json`` keeps for a resume
 (``checkpoint_state``: ``best_metric``, ``best_global_step``, ``best_model_checkpoint``, the
 ``ExportableState`` callbacks' and the control's ``state()``), and ``train(resume_from_checkpoint=...)``
@@ -247,7 +249,8 @@ class TrlCallbacks:
         """transformers' ``_determine_best_metric`` after a step's evaluation (after ``on_evaluate``,
         as there): ``state.best_metric`` / ``best_global_step`` by ``args.metric_for_best_model``
         (``eval_`` prefixed when not already) and ``greater_is_better``, which EarlyStoppingCallback
-        compares each evaluation against. A name the evaluation does not log stops the run after
+        compares each evaluation against. As there, an unset best starts at -inf (inf when lower
+        is better), so a NaN evaluation is never the best and the next number beats it. A name the evaluation does not log stops the run after
         the step (its steps checkpointed), naming the names it logs (transformers: a KeyError)."""
         name = getattr(self.args, "metric_for_best_model", None)
         if name is None or self.deferred is not None:
@@ -262,10 +265,11 @@ class TrlCallbacks:
         greater = self.args.greater_is_better
         if greater is None:  # transformers' default for the name
             greater = not name.endswith("loss")
-        value = float(metrics[key])
-        best = self.state.best_metric
-        if best is None or (value > best if greater else value < best):
-            self.state.best_metric = value
+        if self.state.best_metric is None:  # transformers' start: any number beats it, a NaN never does
+            self.state.best_metric = float("-inf") if greater else float("inf")
+        value, best = metrics[key], self.state.best_metric
+        if isinstance(value, numbers.Real) and (value > best if greater else value < best):
+            self.state.best_metric = float(value)
             if str(getattr(self.args, "save_strategy", "steps")).lower().rpartition(".")[2] != "no":
                 self.state.best_global_step = self.state.global_step
 
@@ -276,8 +280,9 @@ class TrlCallbacks:
         for several of one class, and ``TrainerControl``'s), set on ``state`` too, as there."""
         self.state.stateful_callbacks = self._stateful_callbacks()
         self._note_best_checkpoint()
-        return {STATE_KEY: {name: getattr(self.state, name, None) for name in _BEST}
-                | {"stateful_callbacks": self.state.stateful_callbacks}}
+        kept = {name: getattr(self.state, name, None) for name in _BEST}
+        kept["best_metric"] = _json_number(kept["best_metric"])
+        return {STATE_KEY: kept | {"stateful_callbacks": self.state.stateful_callbacks}}
 
     def _note_best_checkpoint(self) -> None:
         """``state.best_model_checkpoint`` as transformers' ``_save_checkpoint`` sets it when a
@@ -340,8 +345,10 @@ class TrlCallbacks:
             self._evaluation(evaluated)
 
     def saved(self, step: int, path: Path) -> StepAsk:
+        """``on_save``; its ``should_epoch_stop`` read at once, as transformers' loop reads it right
+        after ``on_save`` (under a launcher after the next step's callbacks, when the ranks agree)."""
         self.event("on_save")
-        return self._asked()
+        return self._asked(epoch=not self._defer)
 
     def train_end(self, log_history: list[dict[str, Any]], global_step: int,
                   summary: Mapping[str, Any] | None = None) -> None:
@@ -393,9 +400,9 @@ class TrlCallbacks:
 
     def _asked(self, epoch: bool = False) -> StepAsk:
         """What ``TrainerControl`` asks of the run now (or the error a callback raised). ``epoch``:
-        after the step's callbacks (``on_step_end``, ``on_log``, ``on_evaluate``), where transformers'
-        loop reads ``should_epoch_stop``; read, it is cleared, as transformers' next ``on_epoch_begin``
-        does (one set in ``on_save`` is read after the next step's callbacks)."""
+        after the step's callbacks (``on_step_end``, ``on_log``, ``on_evaluate``, ``on_save``), where
+        transformers' loop reads ``should_epoch_stop``; read, it is cleared, as transformers' next
+        ``on_epoch_begin`` does."""
         if self.deferred is not None:
             return StepAsk(stop=True, failed=str(self.deferred))
         stop, save = self.control.should_training_stop, self.control.should_save
@@ -444,7 +451,7 @@ def restore(handler: TrlCallbacks | None, state: Any, resumed: Mapping[str, Any]
     if not isinstance(saved, Mapping):
         raise refuse(f" is {type(saved).__name__}, not an object")
     checks: dict[str, Callable[[Any], bool]] = {
-        "best_metric": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        "best_metric": lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool)) or v in _NON_FINITE,
         "best_global_step": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
         "best_model_checkpoint": lambda v: isinstance(v, str)}
     for name, fits in checks.items():
@@ -452,7 +459,7 @@ def restore(handler: TrlCallbacks | None, state: Any, resumed: Mapping[str, Any]
         if value is not None and not fits(value):
             raise refuse(f".{name} is {value!r}, not {'a path' if name == 'best_model_checkpoint' else 'a number'} "
                          "or null")
-        setattr(state, name, value)
+        setattr(state, name, float(value) if value in _NON_FINITE else value)
     stored = saved.get("stateful_callbacks") or {}
     if not isinstance(stored, Mapping):
         raise refuse(f".stateful_callbacks is {type(stored).__name__}, not an object")
@@ -500,6 +507,22 @@ def _load_callback_state(handler: TrlCallbacks, stored: Mapping[str, Any],
                     f"does): {', '.join(not_found)}")
     for rebuilt in made:
         handler.add_callback(rebuilt, where="a callback restored from the checkpoint")
+
+
+#: a non-finite ``best_metric`` as a checkpoint keeps it: the token transformers' ``trainer_state.json``
+#: holds (``json.dumps``' own), as a string, since polyrl's files are strict JSON (``polyrl.strict_json``)
+_NON_FINITE = ("Infinity", "-Infinity", "NaN")
+
+
+def _json_number(value: Any) -> Any:
+    """``value`` as a checkpoint keeps it: a non-finite float as its ``_NON_FINITE`` name (``float()``
+    reads it back). Why: strict JSON would write ``null``, and a resumed run would then start its
+    best afresh, where transformers' ``load_from_json`` restores the infinity ``_determine_best_metric``
+    starts from (a NaN evaluation after the resume then counts against EarlyStoppingCallback's
+    patience there; after ``null`` it reset it)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return json.dumps(value)
+    return value
 
 
 def training_module(trainer: Any) -> tuple[Any, Any]:

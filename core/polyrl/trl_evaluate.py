@@ -64,6 +64,22 @@ def rows_of(dataset: Any, where: str) -> list[dict[str, Any]]:
     return rows
 
 
+def trl_eval_order(rows: list[dict[str, Any]], args: Any) -> list[dict[str, Any]]:
+    """``rows`` in the order TRL's eval dataloader draws them: its ``RepeatSampler`` (made afresh
+    for each evaluation, shuffling, seeded with ``args.seed``) permutes them with
+    ``torch.randperm``, and so decides which prompts share an eval batch, whose advantages and
+    loss are the batch's own (``eval.loss_batch``). polyrl's own GRPOConfig: the order given.
+    Why torch here: TRL's permutation is torch's generator's; a script giving a TRL config has
+    TRL, and so torch, installed."""
+    seed = getattr(args, "seed", None)
+    if not hasattr(args, "per_device_eval_batch_size") or isinstance(seed, bool) or not isinstance(seed, int):
+        return rows
+    import torch
+
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()
+    return [rows[i] for i in order]
+
+
 def eval_settings(settings: Mapping[str, Any], args: Any) -> dict[str, Any]:
     """``settings`` (a ``GRPOConfig``'s) for one evaluation as TRL's evaluation samples: the
     run's own settings, its evaluation schedule dropped, and ``[eval]`` as ``from_trl`` sets it
