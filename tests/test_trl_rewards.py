@@ -189,6 +189,22 @@ def test_a_column_named_like_a_trl_argument_is_refused():
         _check(length_reward, columns=["prompt", "trainer_state"])
 
 
+def test_keyword_arguments_arrive_in_trls_order():
+    """TRL 1.16 calls ``fn(prompts=, completions=, completion_ids=, **{<columns in dataset order>,
+    trainer_state, log_extra, log_metric})``: a reward iterating ``kwargs`` (logging each column with
+    log_extra, taking the first column as the answer) saw polyrl's columns before the prompts."""
+    orders = []
+
+    def every(**kwargs):
+        orders.append(list(kwargs))
+        return [0.0] * len(kwargs["completions"])
+
+    rows = [{"prompt": "p", "answer": "1", "id": 0, "completion": "gold"}]
+    scored([every], ["x"], rows, columns=["prompt", "answer", "id", "completion"])
+    assert orders == [["prompts", "completions", "completion_ids", "answer", "id", "trainer_state", "log_extra",
+                       "log_metric"]]
+
+
 def test_the_old_positional_shape_keeps_working():
     def old(prompts, completions, **columns):
         return [float(p == "q" and c == "a" and columns["answer"][0] == "42") for p, c in zip(prompts, completions)]
