@@ -189,6 +189,22 @@ def test_a_column_named_like_a_trl_argument_is_refused():
         _check(length_reward, columns=["prompt", "trainer_state"])
 
 
+def test_keyword_arguments_arrive_in_trls_order():
+    """TRL 1.16 calls ``fn(prompts=, completions=, completion_ids=, **{<columns in dataset order>,
+    trainer_state, log_extra, log_metric})``: a reward iterating ``kwargs`` (logging each column with
+    log_extra, taking the first column as the answer) saw polyrl's columns before the prompts."""
+    orders = []
+
+    def every(**kwargs):
+        orders.append(list(kwargs))
+        return [0.0] * len(kwargs["completions"])
+
+    rows = [{"prompt": "p", "answer": "1", "id": 0, "completion": "gold"}]
+    scored([every], ["x"], rows, columns=["prompt", "answer", "id", "completion"])
+    assert orders == [["prompts", "completions", "completion_ids", "answer", "id", "trainer_state", "log_extra",
+                       "log_metric"]]
+
+
 def test_the_old_positional_shape_keeps_working():
     def old(prompts, completions, **columns):
         return [float(p == "q" and c == "a" and columns["answer"][0] == "42") for p, c in zip(prompts, completions)]
@@ -476,6 +492,38 @@ def test_api_prompts_that_would_iterate_as_other_prompts_are_refused(toy, tmp_pa
     with pytest.raises(ConfigError, match=fix) as info:
         _api_run(tmp_path, [HalfScorer()], prompts=prompts)
     assert info.value.field == "prompts"
+
+
+def _formatted(kind):
+    import datasets
+
+    rows = [{"prompt": f"What is {i} + 1?", "flag": i % 2 == 0, "x": i + 0.5} for i in range(2)]
+    return datasets.Dataset.from_list(rows).with_format(kind)
+
+
+@pytest.mark.parametrize(("kind", "types"), [("numpy", (np.bool_, np.float32)), ("pandas", (np.bool_, np.float64))])
+def test_api_a_formatted_dataset_reaches_the_rewards_as_trls_dataloader_fetches_it(toy, tmp_path, kind, types):
+    """TRL's DataLoader fetches rows with ``Dataset.__getitems__``; polyrl iterated the dataset, which
+    under with_format("numpy") gave a bool column as a 0-d ndarray and a float as float64 (TRL passes
+    np.bool_ and float32), and under with_format("pandas") a one-row DataFrame per row, read as the
+    prompt: a multi-line error where TRL trains."""
+    seen = []
+
+    def spy(prompts, completions, flag, x, **kwargs):
+        seen.extend((str(p), type(f), type(v)) for p, f, v in zip(prompts, flag, x))
+        return [0.0] * len(completions)
+
+    _api_run(tmp_path, [spy], prompts=_formatted(kind))
+    assert {p for p, _, _ in seen} == {"What is 0 + 1?", "What is 1 + 1?"}
+    assert {(f, v) for _, f, v in seen} == {types}
+
+
+def test_api_a_dataset_formatted_as_arrow_is_one_error(toy, tmp_path):
+    """Rows of an "arrow"-formatted dataset are pyarrow Tables (TRL's DataLoader fails on them):
+    one line naming the format and with_format(None), not a Table printed over lines as the prompt."""
+    with pytest.raises(ConfigError, match=r"formatted as 'arrow'.*Fix: pass dataset.with_format\(None\)") as info:
+        _api_run(tmp_path, [HalfScorer()], prompts=_formatted("arrow"))
+    assert info.value.field == "prompts" and "\n" not in str(info.value)
 
 
 def test_api_a_pandas_data_frame_is_read_as_its_rows_not_its_column_names(toy, tmp_path):

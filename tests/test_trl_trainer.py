@@ -1268,6 +1268,88 @@ def test_a_dataset_dict_is_refused_when_the_trainer_is_built(tiny_model_dir, tmp
     assert err.value.field == "train_dataset" and "dataset['train']" in err.value.fix
 
 
+def test_a_dataset_formatted_as_arrow_is_one_error_naming_train_dataset(tiny_model_dir, tmp_path):
+    """Its rows are pyarrow Tables (TRL's DataLoader fails on them): one line naming the script's argument."""
+    data = _dataset().with_format("arrow")
+    with pytest.raises(ConfigError, match=r"formatted as 'arrow'.*with_format\(None\)") as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=data).train()
+    assert err.value.field == "train_dataset" and "\n" not in str(err.value)
+
+
+def _typed_rows(chat: bool) -> list[dict]:
+    """Rows with a column of every kind a user brings, and the two columns TRL does not pass."""
+    rows = []
+    for i in range(4):
+        question = f"What is {i} + 1?"
+        rows.append({"prompt": [{"role": "user", "content": question}] if chat else question, "id": i,
+                     "answer": str(i + 1), "n": i, "x": i + 0.5, "maybe": None if i % 2 else f"m{i}",
+                     "meta": {"k": i, "tags": [f"t{i}"]}, "numstr": f"00{i}", "flag": i % 2 == 0,
+                     "completion": f"gold {i}", "completion_ids": [i, i]})
+    return rows
+
+
+def _kinds(value) -> object:
+    """``value``'s type, and its items' types, recursively."""
+    if isinstance(value, dict):
+        return {k: _kinds(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [type(value).__name__, *[_kinds(v) for v in value]]
+    return type(value).__name__
+
+
+def _reward_calls(trainer_class, model: str, where: Path, data) -> list[dict]:
+    """Every call of a **kwargs reward in a 2-step run: the keywords in order, the state, and each row."""
+    calls: list[dict] = []
+
+    def seen(**kwargs):
+        n = len(kwargs["completions"])
+        state = kwargs["trainer_state"]
+        rows = [{k: v[i] for k, v in kwargs.items() if k not in ("trainer_state", "log_extra", "log_metric")}
+                for i in range(n)]
+        calls.append({"order": list(kwargs), "n": n, "state": (state.global_step, state.max_steps), "rows": rows})
+        return [0.0] * n
+
+    trainer_class(model=model, reward_funcs=[seen], args=_args(where), train_dataset=data).train()
+    return calls
+
+
+def _by_id(calls: list[dict]) -> dict:
+    """Each dataset row's arguments (value and type) as the rewards got them: one per id."""
+    out: dict = {}
+    for call in calls:
+        for row in call["rows"]:
+            ids = row.pop("completion_ids")
+            assert isinstance(ids, list) and all(type(t) is int for t in ids)
+            completion = row.pop("completions")
+            view = {k: (repr(v), _kinds(v)) for k, v in row.items()}
+            view["completions"] = _kinds(completion)[0] if isinstance(completion, str) else \
+                [list(m) for m in completion]
+            assert out.setdefault(int(row["id"]), view) == view, (row, out[int(row["id"])])  # no row misbound
+    return out
+
+
+@pytest.mark.slow  # two runs, one of them TRL's own: tens of seconds; `make test-slow` (CI) runs it
+@pytest.mark.parametrize("kind", ["text", "chat", "numpy"])
+def test_reward_functions_get_what_trls_own_trainer_passes_row_by_row(tiny_model_dir, tmp_path, kind):
+    """The same script on TRL's GRPOTrainer and on polyrl's: a ``**kwargs`` reward gets the same
+    keywords in the same order, the same call sizes and trainer_state steps, and for each dataset
+    row the same value and type of every column (ints, floats, None, nested dicts, numeric strings,
+    bools; "completion" and "completion_ids" columns not passed), conversational completions for chat
+    prompts. The completions differ (another sampler), their shapes do not."""
+    data = datasets.Dataset.from_list(_typed_rows(chat=kind == "chat"))
+    if kind == "numpy":  # a string column holding None is str or np.str_ by which rows share TRL's batch
+        data = data.remove_columns("maybe").with_format("numpy")
+    ours = _reward_calls(GRPOTrainer, tiny_model_dir, tmp_path / "polyrl", data)
+    theirs = _reward_calls(trl.GRPOTrainer, tiny_model_dir, tmp_path / "trl", data)
+    assert [c["order"] for c in ours] == [c["order"] for c in theirs]
+    assert "completion" not in ours[0]["order"] and "answer" in ours[0]["order"]
+    assert [(c["n"], c["state"]) for c in ours] == [(c["n"], c["state"]) for c in theirs] == [(4, (0, 2)), (4, (1, 2))]
+    mine, trls = _by_id(ours), _by_id(theirs)
+    assert set(mine) == set(trls) == {0, 1, 2, 3}  # one epoch of 4 rows: every row scored on both
+    for i in mine:
+        assert mine[i] == trls[i], i
+
+
 def test_push_to_hub_is_refused_before_training_not_dropped(tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError) as err:
         GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, push_to_hub=True),

@@ -248,14 +248,50 @@ def _frame_rows(frame: Any, library: str) -> list[dict[str, Any]]:
     return list(datasets.Dataset.from_pandas(frame, preserve_index=False))
 
 
+#: rows fetched per ``Dataset.__getitems__`` call (``_hf_dataset_rows``)
+_FETCH_ROWS = 1024
+
+
+def _is_hf_dataset(value: Any) -> bool:
+    """A 🤗 ``datasets.Dataset`` (a map-style one), told without importing datasets."""
+    return any(c.__name__ == "Dataset" and c.__module__.startswith("datasets.") for c in type(value).__mro__)
+
+
+def _hf_dataset_rows(dataset: Any) -> list[dict[str, Any]]:
+    """A 🤗 Dataset's rows as TRL's DataLoader fetches them (``Dataset.__getitems__``), in its
+    format. Why not iterate it: with ``with_format("numpy")`` iteration gives other types than
+    indexing (a 0-d array for a bool TRL passes as ``np.True_``, float64 for float32) and with
+    ``with_format("pandas")`` a one-row DataFrame per row, which became the prompt. A format whose
+    rows are no dicts (``"arrow"``, which TRL cannot read either) is one error."""
+    rows: list[dict[str, Any]] = []
+    kind = (getattr(dataset, "format", None) or {}).get("type")
+    for start in range(0, len(dataset), _FETCH_ROWS):
+        try:
+            part = dataset.__getitems__(list(range(start, min(start + _FETCH_ROWS, len(dataset)))))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"the dataset is a datasets.Dataset formatted as {kind!r} whose rows cannot be read "
+                              f"({type(exc).__name__}: {exc})", field="prompts",
+                              fix="pass dataset.with_format(None) (TRL's reward functions get each row as a dict)") \
+                from None
+        bad = next((row for row in part if not isinstance(row, Mapping)), None)
+        if bad is not None:
+            raise ConfigError(f"the dataset is a datasets.Dataset formatted as {kind!r}, whose rows are "
+                              f"{type(bad).__name__}s, not dicts", field="prompts",
+                              fix="pass dataset.with_format(None) (TRL's reward functions get each row as a dict)")
+        rows.extend(dict(row) for row in part)
+    return rows
+
+
 def prompt_rows(prompts: Any) -> list[dict[str, Any]]:
     """``prompts`` as dataset rows. Why the checks: a ``DatasetDict`` (``load_dataset(...)``
     without ``split``) iterates as its split names, a string as its characters and a data frame as
     its column names, so each would train on prompts such as "train" instead of the data (a pandas
-    DataFrame is read as its rows instead)."""
+    DataFrame is read as its rows instead); a 🤗 Dataset is read as TRL reads it (``_hf_dataset_rows``)."""
     library = _data_frame_library(prompts)
     if library is not None:
         return _frame_rows(prompts, library)
+    if _is_hf_dataset(prompts):
+        return _hf_dataset_rows(prompts)
     if isinstance(prompts, Mapping):
         splits = list(prompts)
         raise ConfigError(f"prompts is a {type(prompts).__name__} of splits ({', '.join(map(repr, splits))}), "

@@ -110,10 +110,13 @@ _PEFT_NAMES = {"rank": "r", "alpha": "lora_alpha", "dropout": "lora_dropout"}
 
 
 def _script_field(field: str | None) -> str | None:
-    """An error's ``field`` as the script names it: polyrl's ``grpo_config.X`` is the script's
-    ``args.X`` where X is a ``trl.GRPOConfig`` field, and its ``lora.X`` the ``peft_config``'s."""
+    """An error's ``field`` as the script names it: ``run``'s ``prompts`` is ``train_dataset``,
+    polyrl's ``grpo_config.X`` is the script's ``args.X`` where X is a ``trl.GRPOConfig`` field,
+    and its ``lora.X`` the ``peft_config``'s."""
     if not field:
         return field
+    if field == "prompts":  # polyrl.api.run's name for the rows: the script's train_dataset
+        return "train_dataset"
     head, _, rest = field.partition(".")
     if head == "lora":
         return "peft_config" + (f".{_PEFT_NAMES.get(rest, rest)}" if rest else "")

@@ -194,18 +194,19 @@ class FunctionReward:
         else:
             ids = [getattr(c, "completion_ids", []) for c in completions]
         texts = [c if isinstance(c, str) else c.text for c in completions]
-        # every call gets its own copies: see trl_compat.private_copy
-        kwargs: dict[str, Any] = {c: [private_copy(row.get(c)) for row in rows] for c in columns}
         state = context.trainer_state
         if state is None:
             state = TrainerState(global_step=context.step)
-        kwargs.update(
-            prompts=[private_copy(p) for p in prompts],
-            completions=[trl_completion(p, t, getattr(c, "messages", None))
-                         for p, t, c in zip(prompts, texts, completions)],
-            completion_ids=[[int(t) for t in x] for x in ids],
-            trainer_state=state, log_extra=call_log.log_extra, log_metric=call_log.log_metric,
-        )
+        # in TRL's order (``_calculate_rewards``), which a reward iterating **kwargs sees; every call
+        # gets its own copies: see trl_compat.private_copy
+        kwargs: dict[str, Any] = {
+            "prompts": [private_copy(p) for p in prompts],
+            "completions": [trl_completion(p, t, getattr(c, "messages", None))
+                            for p, t, c in zip(prompts, texts, completions)],
+            "completion_ids": [[int(t) for t in x] for x in ids],
+            **{c: [private_copy(row.get(c)) for row in rows] for c in columns},
+            "trainer_state": state, "log_extra": call_log.log_extra, "log_metric": call_log.log_metric,
+        }
         if self.environments:  # the live instances, not copies: their state is what a reward reads
             kwargs["environments"] = [getattr(c, "environment", None) for c in completions]
         if self._accepted is not None:
