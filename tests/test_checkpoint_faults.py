@@ -393,6 +393,23 @@ def test_a_config_change_that_breaks_exactness_is_refused(tiny_model_dir, tmp_pa
     assert [m["step"] for m in metric_steps(out)] == list(range(1, 9))  # nothing was touched (copied run)
 
 
+def test_a_reward_model_rebuilt_in_place_since_the_checkpoint_is_refused_at_resume(tiny_model_dir, tmp_path):
+    """The policy's folder was compared at resume, a reward model's not: one retrained at the same
+    path scored the resumed steps with another model, without a word."""
+    from polyrl_torch.testing.tiny_reward_model import build_tiny_reward_model
+
+    folder = tmp_path / "rm"
+    build_tiny_reward_model(folder, seed=0)
+    config = write_config(tmp_path, tiny_model_dir, tmp_path / "run", steps=1, extra=(
+        f'[[rewards]]\nname = "reward_model"\noptions = {{path = "{folder}"}}\n'))
+    assert train(config).returncode == 0
+    build_tiny_reward_model(folder, seed=1)  # the same path, other weights
+    one_clear_error(train(config, "--resume", "--steps", "2"), "rewards[1].options.path: the files of "
+                    "rewards[1].options.path changed since", "step-00000001", "another reference model, tokenizer "
+                    "or reward model", "Fix: restore the folder as it was, or continue from the weights with "
+                    "--resume-weights-only")
+
+
 def test_a_refused_config_change_is_one_error_line_from_the_cli(tiny_model_dir, tmp_path, clean_run):
     _, out = crash_config(tmp_path, tiny_model_dir, clean_run)
     _copy_run(clean_run, out, upto=2)

@@ -78,6 +78,16 @@ def test_toml_syntax_error_and_missing_file(tmp_path):
         RunConfig.from_toml(tmp_path / "missing.toml")
 
 
+def test_a_config_saved_with_a_byte_order_mark_reads_as_without_it(tmp_path):
+    """Windows editors' "UTF-8 with BOM" was `not valid TOML: Invalid statement (at line 1, column
+    1)`, naming nothing; the data files' readers already skipped the mark."""
+    text = '[model]\npath = "m"\n[data]\ntask = "arithmetic"\n[[rewards]]\nname = "numeric_match"\n'
+    (tmp_path / "plain.toml").write_text(text, encoding="utf-8")
+    (tmp_path / "bom.toml").write_text(text, encoding="utf-8-sig")
+    assert (tmp_path / "bom.toml").read_bytes().startswith(b"\xef\xbb\xbf")
+    assert RunConfig.from_toml(tmp_path / "bom.toml") == RunConfig.from_toml(tmp_path / "plain.toml")
+
+
 def test_an_eval_path_naming_the_training_files_is_refused():
     """Only equal split names were refused: eval_path set to the training file evaluated on the
     prompts the policy trains on, silently."""

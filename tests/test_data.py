@@ -339,6 +339,30 @@ def test_a_parquet_of_multimodal_messages_gets_the_same_fix(tmp_path):
     assert 'join the text of its {"type": "text", "text": ...} parts' in info.value.fix
 
 
+@pytest.mark.parametrize(("prompts", "words"), [
+    (["ok", "\u00a0\u3000"], "the prompt in column 'prompt' is empty"),
+    ([[{"role": "user", "content": "hi"}], [{"role": "system", "content": ""}, {"role": "user", "content": " \n"}]],
+     "the prompt in column 'prompt' holds no text in any message"),
+], ids=["unicode spaces", "blank messages"])
+@pytest.mark.parametrize("store", ["jsonl", "parquet"])
+def test_a_prompt_of_blank_text_or_blank_messages_is_refused_from_either_store(tmp_path, prompts, words, store):
+    """A blank text prompt was refused, but a conversation of blank messages was trained on, and a
+    Parquet prompt of no-break spaces passed (its check knew ASCII whitespace only): each asks the
+    model nothing."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / f"rows.{store}"
+    if store == "jsonl":
+        path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    else:
+        pq.write_table(pa.table({"prompt": prompts}), path)
+    with pytest.raises(ConfigError) as info:
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "cache"))
+    where = "row 1 of rows.parquet" if store == "parquet" else "rows.jsonl line 2 (row 1)"  # the second row
+    assert info.value.field == "data" and words in str(info.value) and where in str(info.value), info.value
+
+
 # --- JSON values as 🤗 datasets (so TRL) types them ----------------------------------------------
 
 

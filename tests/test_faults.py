@@ -20,7 +20,7 @@ import pytest
 
 from polyrl.algorithms.presets import AlgorithmConfig
 from polyrl import checkpoint as ckpt
-from polyrl.config import RunConfig
+from polyrl.config import DataSection, RunConfig
 from polyrl.engine import Engine
 from polyrl.errors import ConfigError, PluginError
 from polyrl.hookspecs import hookimpl
@@ -643,6 +643,31 @@ def test_a_model_folder_changed_in_place_since_the_checkpoint_is_refused_at_resu
     assert trainer.resume(weights_only=True)  # asked for: a warning, and it goes on
     assert trainer.run(progress=False)["steps"] == 3
     # that run's checkpoints hold the folder as it is now: they resume without a word
+    assert Trainer(attrs.evolve(config, train=attrs.evolve(config.train, steps=4))).resume()
+
+
+def test_held_out_rows_edited_since_the_checkpoint_are_refused_at_resume(toy, tmp_path):
+    """The training rows had a fingerprint at resume, the held-out rows not: an eval file edited at
+    the same path put another set's scores on the resumed run's eval curve, after the old set's,
+    without a word."""
+    rows, held_out = tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": f"Count to {i}:"}) + "\n" for i in range(8)))
+    held_out.write_text("".join(json.dumps({"prompt": f"Spell {i}:"}) + "\n" for i in range(4)))
+    config = toy_config(tmp_path, steps=2, checkpoint_every=1)
+    config = attrs.evolve(config, data=DataSection(path=str(rows), eval_path=str(held_out)),
+                          eval=attrs.evolve(config.eval, count=4, reward="run"))
+    Trainer(config).run(progress=False)
+    held_out.write_text("".join(json.dumps({"prompt": f"Spell {i + 10}:"}) + "\n" for i in range(4)))
+    longer = attrs.evolve(config, train=attrs.evolve(config.train, steps=3))
+    with pytest.raises(ConfigError, match=r"the held-out rows differ from the ones the run of .*step-00000002 "
+                                          r"evaluated on .*Fix: restore the held-out data as it was, or continue "
+                                          r"from the weights with --resume-weights-only") as info:
+        Trainer(longer, resume="")
+    assert info.value.field == "data.eval_path"
+    trainer = Trainer(longer)
+    assert trainer.resume(weights_only=True)  # asked for: a warning, and it goes on
+    assert trainer.run(progress=False)["steps"] == 3
+    # that run's checkpoints hold the rows as they are now: they resume without a word
     assert Trainer(attrs.evolve(config, train=attrs.evolve(config.train, steps=4))).resume()
 
 

@@ -473,6 +473,21 @@ def test_a_number_past_floats_range_is_a_bad_score_not_a_traceback(bad):
     assert len(str(info.value)) < 400
 
 
+def test_a_number_whose_float_raises_is_a_bad_score_not_a_traceback():
+    """A float subclass whose ``__float__`` raises (a lazy or unit-carrying number type) passed the
+    number check and its ValueError left the step as a traceback; now it is the reward's error."""
+    class Lazy(float):
+        def __float__(self):
+            raise ValueError("not evaluated yet")
+
+    def lazy(prompts, completions, **kw):
+        return [Lazy(0.5)] * len(completions)
+
+    with pytest.raises(RewardError, match=r"reward 'lazy' .*returned 0.5 for sample 0 \(a Lazy whose float\(\) "
+                                          r"raised ValueError: not evaluated yet\)\. Fix: return finite floats"):
+        score([("lazy", 1.0, {})], ["a", "b"], extra=[function_reward_plugin(lazy)])
+
+
 @pytest.mark.parametrize(("scores", "where"), [
     ([1, True, 0.5], "True for sample 1, 1 for sample 0"),
     ([None, 0.0, np.bool_(False)], "False for sample 2, 0.0 for sample 1"),

@@ -642,6 +642,9 @@ class RunConfig:
             line = raw[: exc.start].count(b"\n") + 1
             raise ConfigError(f"{path} line {line} is not valid UTF-8 (byte {raw[exc.start]:#04x})", field="config",
                               fix="save the file as UTF-8 (TOML files must be UTF-8)") from None
+        # a byte-order mark (Windows editors' "UTF-8 with BOM") was "Invalid statement (at line 1, column 1)";
+        # it holds no setting, and the data files' readers skip it too
+        text = text.removeprefix("\ufeff")
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, ArrowRows, check_prompt_column,
+from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, NO_TEXT, ArrowRows, check_prompt_column,
                                check_text_columns, final_assistant_error, image_column_error, unknown_role)
 from polyrl.data_sources import RowOrigins, cached_split_rows, load_cached, load_files, read_json_files
 from polyrl.errors import ConfigError
@@ -46,11 +46,15 @@ def _shown(value: Any) -> str:
     return f"{text[:80]}{'...' if len(text) > 80 else ''} ({type(value).__name__})"
 
 
+def _empty_prompt(where: str, column: str, what: str = "is empty") -> ConfigError:
+    return ConfigError(f"{where}: the prompt in column {column!r} {what}", field="data",
+                       fix="remove empty prompts from the dataset")
+
+
 def _check_prompt(value: Any, where: str, column: str) -> None:
     if isinstance(value, str):
         if not value.strip():
-            raise ConfigError(f"{where}: the prompt in column {column!r} is empty", field="data",
-                              fix="remove empty prompts from the dataset")
+            raise _empty_prompt(where, column)
         return
     problem = _chat_problem(value)
     if problem is not None:
@@ -63,6 +67,8 @@ def _check_prompt(value: Any, where: str, column: str) -> None:
             raise unknown_role(m["role"], where, column)
     if value[-1]["role"] == "assistant":
         raise final_assistant_error(where, column)
+    if not any(m["content"].strip() for m in value):
+        raise _empty_prompt(where, column, NO_TEXT)
 
 
 def _chat_problem(value: Any) -> tuple[str, str] | None:

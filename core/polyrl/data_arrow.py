@@ -60,12 +60,25 @@ def _chat_struct(t: Any) -> Any | None:
     return None
 
 
+#: Text that is all whitespace as Python's ``str.strip`` sees it (RE2's ``\s`` is ASCII only, so a
+#: prompt of no-break or ideographic spaces passed here while the JSON rows' check refused it).
+BLANK = r"^[\s\p{Z}\x{1c}-\x{1f}\x{85}]*$"
+#: Why a chat prompt whose every message is blank is refused, as a blank text prompt is: it asks nothing.
+NO_TEXT = "holds no text in any message"
+
+
+def _blank(texts: Any) -> np.ndarray:
+    """Whether each text is null or all whitespace (``BLANK``)."""
+    _, pc = _pa()
+    blank = pc.or_kleene(pc.is_null(texts), pc.match_substring_regex(texts, BLANK))
+    return np.asarray(pc.fill_null(blank, True).to_numpy(zero_copy_only=False), dtype=bool)
+
+
 def _bad_rows(chunk: Any) -> tuple[np.ndarray, str]:
     """Indices (within ``chunk``) of rows whose prompt is unusable, and why."""
     pa, pc = _pa()
     if _is_text(chunk.type):
-        bad = pc.or_kleene(pc.is_null(chunk), pc.match_substring_regex(chunk, r"^\s*$"))
-        return np.flatnonzero(pc.fill_null(bad, True).to_numpy(zero_copy_only=False)), "is empty"
+        return np.flatnonzero(_blank(chunk)), "is empty"
     lengths = pc.fill_null(pc.list_value_length(chunk), 0).to_numpy(zero_copy_only=False)
     bad = lengths == 0
     messages = pc.list_flatten(chunk)
@@ -76,7 +89,11 @@ def _bad_rows(chunk: Any) -> tuple[np.ndarray, str]:
     broken_np = pc.fill_null(broken, True).to_numpy(zero_copy_only=False)
     if broken_np.any():
         bad[parents[broken_np]] = True
-    return np.flatnonzero(bad), "has no messages or a message without role/content"
+    if bad.any():
+        return np.flatnonzero(bad), "has no messages or a message without role/content"
+    said = np.zeros(len(chunk), dtype=bool)  # rows with text in some message
+    said[parents[~_blank(pc.struct_field(messages, "content"))]] = True
+    return np.flatnonzero(~said), NO_TEXT
 
 
 def _parts_content(t: Any) -> bool:

@@ -116,6 +116,27 @@ def model_files(path: str | os.PathLike[str] | None) -> str:
     return _digest([[str(p.relative_to(root)), _file_sample(p)] for p in files])
 
 
+#: The ``[[rewards]]`` options that name a model or tokenizer folder (``reward_model``'s, and the
+#: folders the TRL route saves reward model objects to).
+REWARD_FOLDER_OPTIONS = ("path", "tokenizer")
+
+
+def reward_files(rewards: Sequence[Any]) -> dict[str, str]:
+    """``model_files`` of each folder or file a ``[[rewards]]`` entry's options name
+    (``REWARD_FOLDER_OPTIONS``), by field (``rewards[0].options.path``). Why: a reward model
+    retrained in place (same path, other weights) scored a resumed run's steps with another model
+    without a word, where the policy's own folder was already checked. A name that is no local path
+    (a plugin's alias) is left out: the saved config compares it as text."""
+    found: dict[str, str] = {}
+    for i, entry in enumerate(rewards):
+        options = getattr(entry, "options", None) or {}
+        for key in REWARD_FOLDER_OPTIONS:
+            value = options.get(key)
+            if isinstance(value, str) and value and os.path.exists(os.path.expanduser(value)):
+                found[f"rewards[{i}].options.{key}"] = model_files(os.path.expanduser(value))
+    return found
+
+
 def fingerprint(snapshot: Mapping[str, Any], reward_codes: Sequence[str],
                 train: Rows, eval_set: Rows | None, weights: str = "-") -> dict[str, str]:
     """{part: short hash} of what must match on every rank. ``snapshot``: the resolved config

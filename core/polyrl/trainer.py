@@ -67,7 +67,7 @@ from polyrl.resume_point import check_backend_files, resume_point
 from polyrl.rewards.combine import RewardComputer
 from polyrl.rewards.functions import load_function_reward
 from polyrl.rewards.guard import RewardCancelled
-from polyrl.rank_fingerprint import check_same, fingerprint, model_files, reward_code
+from polyrl.rank_fingerprint import check_same, fingerprint, model_files, reward_code, reward_files
 from polyrl.reasoning import opens_reasoning, think_suffix
 from polyrl.reward_agreement import agreed_reward_failure, reward_outcome
 from polyrl.rewards.trl_compat import TrainerState
@@ -1121,6 +1121,7 @@ class Trainer:
             "epoch_steps_skipped": self._epoch_steps_skipped,
             "reward_code": self._reward_codes,  # a resume says when the functions' code changed
             "model_files": self._model_files(),  # and when the model folders were changed in place
+            "eval_data": self._eval_data_print(),  # and the held-out rows
             # the observers' own (transformers' best_metric and callback states, polyrl.trl_callbacks)
             "observers": {key: value for observer in self.observers
                           for key, value in observer.checkpoint_state().items()},
@@ -1283,12 +1284,12 @@ class Trainer:
             if c.reference_path:
                 prints["model.reference_path"] = model_files(
                     self.registry.resolve_model(c.reference_path, field="model.reference_path"))
-            self._model_prints = prints
+            self._model_prints = {**prints, **reward_files(self.config.rewards)}
         return self.__dict__["_model_prints"]
 
     def _check_model_files(self, state: Mapping[str, Any], found: Path, weights_only: bool) -> None:
         """A model folder rebuilt or edited in place since the checkpoint (same path, other files)
-        gave the resumed run another KL reference or tokenizer without a word; the dataset was
+        gave the resumed run another KL reference, tokenizer or reward model without a word; the dataset was
         already checked so. A checkpoint from before this field has nothing to compare."""
         saved = state.get("model_files")
         if not isinstance(saved, dict):
@@ -1300,8 +1301,33 @@ class Trainer:
         _refuse_unless_weights_only(
             weights_only, "model files changed since the checkpoint", {"fields": changed, "path": str(found)},
             f"the files of {' and '.join(changed)} changed since {found} was written (same path, other contents), "
-            "so the resumed steps would use another reference model or tokenizer than the checkpointed run's",
+            "so the resumed steps would use another reference model, tokenizer or reward model than the "
+            "checkpointed run's",
             changed[0], "the folder")
+
+    def _eval_data_print(self) -> str | None:
+        """The held-out rows' content hash as read (``Dataset.fingerprint``), None without them;
+        computed once a run."""
+        if "_eval_print" not in self.__dict__:
+            held_out = self._source_data[1]
+            self._eval_print = None if held_out is None else held_out.fingerprint()
+        return self.__dict__["_eval_print"]
+
+    def _check_eval_data(self, state: Mapping[str, Any], found: Path, weights_only: bool) -> None:
+        """Held-out rows edited since the checkpoint (the same ``data.eval_path``, other rows) put
+        another set's scores on the resumed run's eval curve, after the old set's, without a word;
+        the training rows were already checked (the sampler's fingerprint). A checkpoint from
+        before this field has nothing to compare."""
+        saved = state.get("eval_data")
+        if not isinstance(saved, str) or saved == self._eval_data_print():
+            return
+        d = self.config.data
+        field = "data.eval_path" if d.eval_path is not None else "data.eval_split" if d.eval_split else "data"
+        _refuse_unless_weights_only(
+            weights_only, "held-out rows changed since the checkpoint", {"field": field, "path": str(found)},
+            f"the held-out rows differ from the ones the run of {found} evaluated on (same {field}, other "
+            "contents), so the resumed run's evaluations would not compare with the ones before", field,
+            "the held-out data")
 
     def _check_reward_code(self, state: Mapping[str, Any], found: Path, weights_only: bool) -> None:
         """A ``[[rewards]]`` function whose file or code differs from the one the checkpoint's run
@@ -1354,6 +1380,7 @@ class Trainer:
         if point is not None:
             self._check_reward_code(point[1], point[0], weights_only)
             self._check_model_files(point[1], point[0], weights_only)
+            self._check_eval_data(point[1], point[0], weights_only)
         return point
 
     def _start_over(self) -> None:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import attrs
 
+from polyrl import strict_json
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 
@@ -617,11 +618,13 @@ class GRPOTrainer:
         """Write ``output_dir/{split}_results.json`` (and merge into ``all_results.json``), as transformers does."""
         folder = Path(self.grpo_config.output_dir)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{split}_results.json").write_text(json.dumps(metrics, indent=4, sort_keys=True) + "\n")
+        # each file replaced whole (strict_json's temp file and rename): a write cut short (a kill, a
+        # full disk) left all_results.json half written, and every later save_metrics a JSONDecodeError
+        strict_json.rewrite_lines(folder / f"{split}_results.json", [json.dumps(metrics, indent=4, sort_keys=True)])
         if combined:
             everything = folder / "all_results.json"
             merged = json.loads(everything.read_text()) if everything.is_file() else {}
-            everything.write_text(json.dumps({**merged, **metrics}, indent=4, sort_keys=True) + "\n")
+            strict_json.rewrite_lines(everything, [json.dumps({**merged, **metrics}, indent=4, sort_keys=True)])
 
     def save_state(self) -> None:
         """Write ``output_dir/trainer_state.json`` (``state.save_to_json``), as transformers does."""

@@ -102,6 +102,21 @@ def _is_score(value: Any) -> bool:
         return math.isfinite(float(value))
     except OverflowError:  # an int past float's range is as unusable as inf
         return False
+    except (TypeError, ValueError):  # a number subclass whose __float__ raises: was a traceback
+        return False
+
+
+def _kind(value: Any) -> str:
+    """What an error line adds after a value that is no score: its type where that is the problem."""
+    if not isinstance(value, (int, float, np.integer, np.floating)):
+        return f" (a {type(value).__name__}, not a number)"
+    try:
+        float(value)
+    except OverflowError:
+        return ""
+    except (TypeError, ValueError) as exc:
+        return f" (a {type(value).__name__} whose float() raised {type(exc).__name__}: {exc})"
+    return ""
 
 
 def _bool_among_numbers(scores: Sequence[Any]) -> tuple[tuple[int, Any], tuple[int, Any]] | None:
@@ -490,9 +505,7 @@ class RewardComputer:
                              "return one score per completion (None to skip a sample)")
         for i, value in enumerate(scores):
             if not _is_score(value):
-                kind = "" if isinstance(value, (int, float, np.integer, np.floating)) \
-                    else f" (a {type(value).__name__}, not a number)"
-                raise self._fail(provider, name, f"returned {_shown(value)} for sample {i}{kind}",
+                raise self._fail(provider, name, f"returned {_shown(value)} for sample {i}{_kind(value)}",
                                  "return finite floats, or None for a sample without reward")
         mixed = _bool_among_numbers(scores)
         if mixed is not None and name not in self._warned_mixed:
