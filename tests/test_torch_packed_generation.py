@@ -40,7 +40,7 @@ def test_packed_linear_computes_what_linear_does(dtype, bias):
 
     dt = getattr(torch, dtype)
     if not packing_available(torch.device("cpu"), dt):
-        pytest.skip("this torch build has no oneDNN weight packing")
+        pytest.skip(f"no oneDNN weight packing for {dtype} here (torch build, or no bfloat16 path on this CPU)")
     gen = torch.Generator().manual_seed(0)
     linear = torch.nn.Linear(24, 40, bias=bias, dtype=dt)
     packed = PackedLinear(linear)
@@ -83,3 +83,16 @@ def test_packed_generation_switch_must_be_a_boolean(tiny_model_dir):
         _engine(tiny_model_dir, options={"packed_generation": "no"})
     assert err.value.field == "backends.options.packed_generation"
     assert "true or false" in str(err.value)
+
+
+def test_bfloat16_sampling_runs_on_any_cpu_packed_only_where_onednn_has_a_bfloat16_path(tiny_model_dir):
+    """compute_dtype bfloat16 samples on every CPU: its copy packs the weights only where oneDNN has
+    a bfloat16 path (AVX-512 BW/VL/DQ or AVX-NE-CONVERT); on an AVX2-only CPU packing raised, and
+    the first generate failed with a PluginError."""
+    from polyrl_torch.generation_weights import PackedLinear
+
+    engine = _engine(tiny_model_dir, compute_dtype="bfloat16")
+    completions = engine.generate(PROMPTS, SamplingParams(max_new_tokens=6, n=2, seed=3, temperature=1.0))
+    assert [len(c.completion_ids) for c in completions] and all(np.isfinite(c.logprobs).all() for c in completions)
+    packed = any(isinstance(m, PackedLinear) for m in engine.raw.generation_copy.model.modules())
+    assert packed == bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())

@@ -59,9 +59,13 @@ def shared_prompt_attention_requested(options: Mapping[str, Any]) -> bool:
 
 
 def packing_available(device: torch.device, dtype: torch.dtype) -> bool:
-    """oneDNN packs weights for CPU matmuls in float32 and bfloat16 (when torch was built with it)."""
-    return (device.type == "cpu" and dtype in PACKABLE_DTYPES and torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+    """oneDNN packs weights for CPU matmuls in float32 and bfloat16 (when torch was built with it);
+    bfloat16 only where oneDNN has a bfloat16 path on this CPU (AVX-512 BW/VL/DQ or AVX-NE-CONVERT):
+    on an AVX2-only CPU packing raised, so ``compute_dtype = "bfloat16"`` failed at the first generate."""
+    if not (device.type == "cpu" and dtype in PACKABLE_DTYPES and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return False
+    return dtype != torch.bfloat16 or bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def sampler_dtype(engine: TorchEngine) -> torch.dtype:
