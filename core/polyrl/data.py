@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, NO_TEXT, ArrowRows, check_prompt_column,
+from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, ArrowRows, check_prompt_column,
                                check_text_columns, final_assistant_error, image_column_error, unknown_role)
 from polyrl.data_sources import RowOrigins, cached_split_rows, load_cached, load_files, read_json_files
 from polyrl.errors import ConfigError
@@ -67,8 +67,6 @@ def _check_prompt(value: Any, where: str, column: str) -> None:
             raise unknown_role(m["role"], where, column)
     if value[-1]["role"] == "assistant":
         raise final_assistant_error(where, column)
-    if not any(m["content"].strip() for m in value):
-        raise _empty_prompt(where, column, NO_TEXT)
 
 
 def _chat_problem(value: Any) -> tuple[str, str] | None:

@@ -63,8 +63,6 @@ def _chat_struct(t: Any) -> Any | None:
 #: Text that is all whitespace as Python's ``str.strip`` sees it (RE2's ``\s`` is ASCII only, so a
 #: prompt of no-break or ideographic spaces passed here while the JSON rows' check refused it).
 BLANK = r"^[\s\p{Z}\x{1c}-\x{1f}\x{85}]*$"
-#: Why a chat prompt whose every message is blank is refused, as a blank text prompt is: it asks nothing.
-NO_TEXT = "holds no text in any message"
 
 
 def _blank(texts: Any) -> np.ndarray:
@@ -89,11 +87,9 @@ def _bad_rows(chunk: Any) -> tuple[np.ndarray, str]:
     broken_np = pc.fill_null(broken, True).to_numpy(zero_copy_only=False)
     if broken_np.any():
         bad[parents[broken_np]] = True
-    if bad.any():
-        return np.flatnonzero(bad), "has no messages or a message without role/content"
-    said = np.zeros(len(chunk), dtype=bool)  # rows with text in some message
-    said[parents[~_blank(pc.struct_field(messages, "content"))]] = True
-    return np.flatnonzero(~said), NO_TEXT
+    # a chat prompt of blank messages stays: with an environment its reset writes the prompt (TRL's
+    # rows without a train_dataset are one empty user message each)
+    return np.flatnonzero(bad), "has no messages or a message without role/content"
 
 
 def _parts_content(t: Any) -> bool:
