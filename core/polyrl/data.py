@@ -46,15 +46,11 @@ def _shown(value: Any) -> str:
     return f"{text[:80]}{'...' if len(text) > 80 else ''} ({type(value).__name__})"
 
 
-def _empty_prompt(where: str, column: str, what: str = "is empty") -> ConfigError:
-    return ConfigError(f"{where}: the prompt in column {column!r} {what}", field="data",
-                       fix="remove empty prompts from the dataset")
-
-
 def _check_prompt(value: Any, where: str, column: str) -> None:
     if isinstance(value, str):
         if not value.strip():
-            raise _empty_prompt(where, column)
+            raise ConfigError(f"{where}: the prompt in column {column!r} is empty", field="data",
+                              fix="remove empty prompts from the dataset")
         return
     problem = _chat_problem(value)
     if problem is not None:
