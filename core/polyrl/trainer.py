@@ -1121,7 +1121,7 @@ class Trainer:
             "epoch_steps_skipped": self._epoch_steps_skipped,
             "reward_code": self._reward_codes,  # a resume says when the functions' code changed
             "model_files": self._model_files(),  # and when the model folders were changed in place
-            "eval_data": self._eval_data_print(),  # and the held-out rows
+            "eval_data": self._eval_data_print,  # and the held-out rows
             # the observers' own (transformers' best_metric and callback states, polyrl.trl_callbacks)
             "observers": {key: value for observer in self.observers
                           for key, value in observer.checkpoint_state().items()},
@@ -1305,13 +1305,12 @@ class Trainer:
             "checkpointed run's",
             changed[0], "the folder")
 
+    @functools.cached_property
     def _eval_data_print(self) -> str | None:
         """The held-out rows' content hash as read (``Dataset.fingerprint``), None without them;
-        computed once a run."""
-        if "_eval_print" not in self.__dict__:
-            held_out = self._source_data[1]
-            self._eval_print = None if held_out is None else held_out.fingerprint()
-        return self.__dict__["_eval_print"]
+        computed once a run (hashing every row again at each checkpoint would cost a pass over them)."""
+        held_out = self._source_data[1]
+        return None if held_out is None else held_out.fingerprint()
 
     def _check_eval_data(self, state: Mapping[str, Any], found: Path, weights_only: bool) -> None:
         """Held-out rows edited since the checkpoint (the same ``data.eval_path``, other rows) put
@@ -1319,7 +1318,7 @@ class Trainer:
         the training rows were already checked (the sampler's fingerprint). A checkpoint from
         before this field has nothing to compare."""
         saved = state.get("eval_data")
-        if not isinstance(saved, str) or saved == self._eval_data_print():
+        if not isinstance(saved, str) or saved == self._eval_data_print:
             return
         d = self.config.data
         field = "data.eval_path" if d.eval_path is not None else "data.eval_split" if d.eval_split else "data"
