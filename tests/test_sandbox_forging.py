@@ -97,8 +97,8 @@ def test_a_numpy_name_the_tests_use_unimported_is_numpys_where_they_mean_numpy()
     forged = ["def array(x):\n    return 0\ndef double(xs):\n    return 0\n",
               "def arange(*a):\n    return 0\ndef evens(n):\n    return 0\n", "def zeros(n):\n    return [1] * n\n"]
     assert list(score(forged, rows=rows).total) == [0.0, 0.0, 0.0]
-    honest = ["from numpy import *\ndef double(xs):\n    return [2 * x for x in xs]\n",
-              "import numpy as np\ndef evens(n):\n    return np.arange(0, n, 2).tolist()\n",
+    honest = ["def double(xs):\n    return [2 * x for x in xs]\n",
+              "def evens(n):\n    return list(range(0, n, 2))\n",
               "def zeros(n):\n    return [0] * n\n"]
     assert list(score(honest, rows=rows).total) == [1.0, 1.0, 1.0]
 
@@ -159,3 +159,27 @@ def test_an_exception_class_stand_in_is_plain_bounded_and_never_control_flow():
         assert session.exception_class(bad) is None
     with pytest.raises(harness.ProtocolError):
         session.value(["E", 0, [["m", 3]]])
+
+
+#: (tests, honest solution); the forgery returns an empty list.
+VACUOUS = {
+    "unbound_np": ("assert np.allclose(area(1), 3.14159, atol=1e-3)", "import math\ndef area(r):\n    return math.pi * r * r\n"),
+    "np_testing": ("np.testing.assert_allclose(area(1), 3.14159, rtol=1e-3)",
+                   "import math\ndef area(r):\n    return math.pi * r * r\n"),
+    "own_import": ("import numpy as np\nfrom numpy.testing import assert_array_equal\nassert_array_equal(mode([1, 1, 2]), 1)\n"
+                   "assert np.array_equiv(mode([3]), 3)", "def mode(xs):\n    return max(set(xs), key=xs.count)\n"),
+    "helper": ("assert allclose(area(2), 12.56637, atol=1e-3)", "import math\ndef area(r):\n    return math.pi * r * r\n"),
+}
+
+
+def test_a_numpy_check_never_holds_vacuously_on_an_empty_answer():
+    """``np.allclose([], 3.14)`` and numpy.testing's ``assert_*`` against a scalar hold (no element
+    differs): a solution returning ``[]`` scored 1.0 on each row. numpy and numpy.testing, however
+    the tests reach them (unimported, helpers, their own imports), fail such a check now."""
+    names = list(VACUOUS)
+    rows = [{"prompt": "p", "tests": VACUOUS[n][0]} for n in names]
+    forged = score(["def area(r):\n    return []\n", "def area(r):\n    return []\n", "def mode(xs):\n    return []\n",
+                    "def area(r):\n    return []\n"], rows=rows)
+    assert {n: s for n, s in zip(names, forged.total) if s != 0.0} == {}
+    honest = score([VACUOUS[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)

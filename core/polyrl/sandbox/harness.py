@@ -538,6 +538,55 @@ class ModuleView:
         return f"<module {self._module.__name__!r} (read-only)>"
 
 
+#: numpy's yes/no comparisons of two arrays, which reduce over their elements (``NumpyChecks``);
+#: numpy.testing's ``assert_*`` besides.
+NUMPY_CHECKS = frozenset({"allclose", "array_equal", "array_equiv"})
+
+
+class NumpyChecks(ModuleView):
+    """numpy or numpy.testing as the tests see it (read-only), whose checks never hold vacuously:
+    one operand with no elements and the other with some fails them. Why: ``np.allclose([],
+    3.14)`` and ``np.testing.assert_allclose([], 3.14)`` hold (no element differs), so ``def
+    area(r): return []`` passed ``np.allclose(area(1), 3.14159)``. Not reached: a reduction the
+    tests write themselves, ``(np.array(f(x)) == 3).all()``."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        value = super().__getattr__(name)
+        testing = self._module.__name__ == "numpy.testing"
+        if getattr(value, "__name__", None) == "numpy.testing" and not callable(value):
+            return NumpyChecks(value)
+        if callable(value) and (name in NUMPY_CHECKS or (testing and name.startswith("assert_"))):
+            return never_vacuous(value, sys.modules["numpy"].size)
+        return value
+
+
+def never_vacuous(check: Callable[..., Any], size: Callable[[Any], int]) -> Callable[..., Any]:
+    """``check`` of two operands (its first two positional arguments), failing (False, or
+    AssertionError for an ``assert_*``) when exactly one of them has no elements."""
+    @functools.wraps(check)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        if len(args) >= 2 and _is_empty(args[0], size) != _is_empty(args[1], size):
+            if check.__name__.startswith("assert"):
+                raise AssertionError(f"{check.__name__}: one operand has no elements and the other has some")
+            return False
+        return check(*args, **kwargs)
+    return checked
+
+
+def _is_empty(value: Any, size: Callable[[Any], int]) -> bool:
+    try:
+        return size(value) == 0
+    except Exception:  # noqa: BLE001 - not an array-like: the check itself decides
+        return False
+
+
+def tests_view(module: Any) -> Any:
+    """The module as the tests use it: numpy and numpy.testing as ``NumpyChecks``, others as they are."""
+    return NumpyChecks(module) if getattr(module, "__name__", None) in ("numpy", "numpy.testing") else module
+
+
 def local_module(name: str) -> Any:
     """The stand-in for a module the solution imported: a read-only view of the trainer's own
     copy for a name in ``SAFE_MODULES``, else an unusable placeholder. Nothing else is imported
@@ -602,7 +651,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     def importer(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
         if name == SOLUTION_MODULE and level == 0:
             return solution
-        return real_import(name, globals, locals, fromlist, level)
+        return tests_view(real_import(name, globals, locals, fromlist, level))
 
     def sync(data: Any) -> None:
         names = session.names(data)
@@ -613,6 +662,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
         layer.update(real_builtins)
         layer["__import__"] = importer
 
+    layer["__import__"] = importer
     if setup:  # before the solution's names exist, as in the sample
         try:
             exec(compile(setup, "<setup>", "exec", optimize=0), namespace)
@@ -661,7 +711,7 @@ def unbound_modules(sources: Iterable[str], bound: Collection[str]) -> dict[str,
     for name in sorted(as_module - otherwise - set(bound)):
         if name in TEST_MODULES:
             try:
-                modules[name] = importlib.import_module(TEST_MODULES[name])
+                modules[name] = tests_view(importlib.import_module(TEST_MODULES[name]))
             except Exception:  # noqa: BLE001 - not installed in the trainer
                 modules[name] = NotInstalled(TEST_MODULES[name])
     return modules
@@ -675,7 +725,7 @@ def helper_objects(names: Iterable[str]) -> dict[str, Any]:
     for name in sorted(names):
         module, attr = standard_name(name)
         try:
-            found[name] = getattr(importlib.import_module(module), attr)
+            found[name] = getattr(tests_view(importlib.import_module(module)), attr)
         except Exception:  # noqa: BLE001 - not installed in the trainer
             found[name] = NotInstalled(f"{module}.{attr}")
     return found
