@@ -169,7 +169,10 @@ VACUOUS = {
     "own_import": ("import numpy as np\nfrom numpy.testing import assert_array_equal\nassert_array_equal(mode([1, 1, 2]), 1)\n"
                    "assert np.array_equiv(mode([3]), 3)", "def mode(xs):\n    return max(set(xs), key=xs.count)\n"),
     "helper": ("assert allclose(area(2), 12.56637, atol=1e-3)", "import math\ndef area(r):\n    return math.pi * r * r\n"),
+    "empty_object": ("assert np.allclose(area(3), 28.27433, atol=1e-3)", "import math\ndef area(r):\n    return math.pi * r * r\n"),
 }
+#: An object of no length whose every attribute (``size`` too) answers 1.
+EMPTY = "class Empty:\n    def __len__(self):\n        return 0\n    def __iter__(self):\n        return iter(())\n    def __getattr__(self, name):\n        return lambda *a, **k: 1\n"
 
 
 def test_a_numpy_check_never_holds_vacuously_on_an_empty_answer():
@@ -179,7 +182,7 @@ def test_a_numpy_check_never_holds_vacuously_on_an_empty_answer():
     names = list(VACUOUS)
     rows = [{"prompt": "p", "tests": VACUOUS[n][0]} for n in names]
     forged = score(["def area(r):\n    return []\n", "def area(r):\n    return []\n", "def mode(xs):\n    return []\n",
-                    "def area(r):\n    return []\n"], rows=rows)
+                    "def area(r):\n    return []\n", EMPTY + "def area(r):\n    return Empty()\n"], rows=rows)
     assert {n: s for n, s in zip(names, forged.total) if s != 0.0} == {}
     honest = score([VACUOUS[n][1] for n in names], rows=rows)
     assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)

@@ -558,16 +558,16 @@ class NumpyChecks(ModuleView):
         if getattr(value, "__name__", None) == "numpy.testing" and not callable(value):
             return NumpyChecks(value)
         if callable(value) and (name in NUMPY_CHECKS or (testing and name.startswith("assert_"))):
-            return never_vacuous(value, sys.modules["numpy"].size)
+            return never_vacuous(value, sys.modules["numpy"].asarray)
         return value
 
 
-def never_vacuous(check: Callable[..., Any], size: Callable[[Any], int]) -> Callable[..., Any]:
+def never_vacuous(check: Callable[..., Any], asarray: Callable[[Any], Any]) -> Callable[..., Any]:
     """``check`` of two operands (its first two positional arguments), failing (False, or
     AssertionError for an ``assert_*``) when exactly one of them has no elements."""
     @functools.wraps(check)
     def checked(*args: Any, **kwargs: Any) -> Any:
-        if len(args) >= 2 and _is_empty(args[0], size) != _is_empty(args[1], size):
+        if len(args) >= 2 and _is_empty(args[0], asarray) != _is_empty(args[1], asarray):
             if check.__name__.startswith("assert"):
                 raise AssertionError(f"{check.__name__}: one operand has no elements and the other has some")
             return False
@@ -575,9 +575,11 @@ def never_vacuous(check: Callable[..., Any], size: Callable[[Any], int]) -> Call
     return checked
 
 
-def _is_empty(value: Any, size: Callable[[Any], int]) -> bool:
+def _is_empty(value: Any, asarray: Callable[[Any], Any]) -> bool:
+    """Whether ``value`` as an array has no elements: never its own ``size`` (a sample's object
+    answers that as it likes; ``np.size`` asks it)."""
     try:
-        return size(value) == 0
+        return asarray(value).size == 0
     except Exception:  # noqa: BLE001 - not an array-like: the check itself decides
         return False
 
