@@ -42,11 +42,13 @@ import importlib
 import symtable
 import sys
 import time
+import warnings
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
-from polyrl.sandbox.standard_names import SOLUTION_MODULE, helper_names, standard_names, standard_object_name
+from polyrl.sandbox.object_use import object_roots
+from polyrl.sandbox.standard_names import SOLUTION_MODULE, helper_names, standard_name, standard_object_name
 from polyrl.sandbox.step_state import leaves_state
 from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode, spread
 
@@ -92,6 +94,11 @@ CONSTRUCTED: dict[type, tuple[str, str, Callable[[Any], list[Any]]]] = {
 _REBUILDERS: dict[tuple[str, str], Callable[[Any], Any]] = {
     (module, name): getattr(importlib.import_module(module), name) for module, name, _ in REBUILT.values()}
 _BUILTIN_NAMES = frozenset(dir(builtins))
+#: Python's warning for ``bool(NotImplemented)`` (``not_implemented_is_no_truth``), as a filter's pattern.
+_NOT_IMPLEMENTED_TRUTH = "NotImplemented should not be used in a boolean context"
+#: Most classes an exception class's lineage may name, and most stand-ins one sample may have made.
+MAX_LINEAGE = 32
+MAX_STAND_INS = 512
 #: Built-in exceptions a sample's call may raise here as themselves. Not StopIteration and
 #: StopAsyncIteration: they are control flow (out of a call they end the tests' ``map`` early,
 #: and ``all(map(f, xs))`` holds for any ``f``).
@@ -111,10 +118,13 @@ DATA_PREDICATES = frozenset({"startswith", "endswith"} | {
 #: Queries of the built-in str, list and tuple types whose expected answer is often a fixed number
 #: (``s.count(c) == 1`` for "no repeats", ``s.find(p) == 0`` for "starts with", ``-1`` for "not
 #: there"). An object the sample returned from a call of one of its functions (``f(s)``: the tests
-#: expect data from it, which comes over as itself) never answers them: an object whose ``count``
-#: always says 1 passed ``all(dedupe(s).count(c) == 1 for c in s)``. Objects the tests make from
-#: the solution's classes (``UnionFind(5).find(1)``, ``Stack().count()``) and the solution's own
-#: objects still answer them, as does any other method (``f(x).equals(y)`` expects an object,
+#: expect data from it, which comes over as itself) never answers them with arguments: an object
+#: whose ``count`` always says 1 passed ``all(dedupe(s).count(c) == 1 for c in s)``. Other objects
+#: of the sample's (its names' values, ``WORDS = Liar()``, and what a name spelled like a class
+#: makes, ``Dedupe(s)``) answer them only where the tests use that name as an object
+#: (``polyrl.sandbox.object_use``: ``uf = UnionFind(3); uf.union(0, 1); uf.find(0)``,
+#: ``tally.add('a'); tally.count('a')``). Without arguments (``Stack().count()``) no str or list
+#: answers them, so the object does; any other method too (``f(x).equals(y)`` expects an object,
 #: whose own answer it is).
 DATA_QUERIES = frozenset({"count", "index", "find", "rfind", "rindex"})
 #: Built-in data types, whose own ``__eq__`` never compares with a ``Remote``.
@@ -131,19 +141,20 @@ class Remote:
 
     ``_data``: the tests expect built-in data from it (what a call returned, unless the callee is a
     solution name spelled like a class, or anything read from such a value); ``_origin``: the name
-    it has among the solution's names, if any; ``_query``: a ``DATA_QUERIES`` method of a
-    ``_data`` value, which refuses to be called."""
+    it has among the solution's names, if any; ``_root``: the solution's name it was reached from;
+    ``_query``: a ``DATA_QUERIES`` method that refuses to be called with arguments (see there)."""
 
-    __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_query")
+    __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query")
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
-                 origin: str | None = None) -> None:
+                 origin: str | None = None, root: str | None = None) -> None:
         object.__setattr__(self, "_session", session)
         object.__setattr__(self, "_ref", ref)
         object.__setattr__(self, "_kind", kind)
         object.__setattr__(self, "_type", type_name)
         object.__setattr__(self, "_data", data)
         object.__setattr__(self, "_origin", origin)
+        object.__setattr__(self, "_root", origin or root)
         object.__setattr__(self, "_query", False)
 
     def _gives_data(self) -> bool:
@@ -153,11 +164,12 @@ class Remote:
         return self._origin is None or self._origin[:1].islower()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._query:
+        if self._query and (args or kwargs):
             raise AttributeError(f"the sample's {self._type[:100]!r} object answers no str/list query "
-                                 f"({', '.join(sorted(DATA_QUERIES))}): only a str, list or tuple it returns as a value does")
+                                 f"({', '.join(sorted(DATA_QUERIES))}) here: only a str, list or tuple it returns "
+                                 "as a value does, or an object the tests use as one")
         s = self._session
-        return s.ask("call", self._gives_data(), ref=self._ref, args=[s.arg(a) for a in args],
+        return s.ask("call", self._gives_data(), root=self._root, ref=self._ref, args=[s.arg(a) for a in args],
                      kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
 
     def __getattr__(self, name: str) -> Any:
@@ -166,8 +178,9 @@ class Remote:
         if name in DATA_PREDICATES:
             raise AttributeError(f"{name}() of the sample's {self._type[:100]!r} object: only a str, bytes, set or "
                                  "number it returns as a value answers it")
-        value = self._session.ask("getattr", self._data, ref=self._ref, name=name)
-        if isinstance(value, Remote) and self._data and name in DATA_QUERIES:
+        s = self._session
+        value = s.ask("getattr", self._data, root=self._root, ref=self._ref, name=name)
+        if isinstance(value, Remote) and name in DATA_QUERIES and (self._data or self._root not in s.objects):
             object.__setattr__(value, "_query", True)
         return value
 
@@ -175,7 +188,7 @@ class Remote:
         raise TypeError("values that live in the sample cannot be changed from the tests")
 
     def __getitem__(self, key: Any) -> Any:
-        return self._session.ask("getitem", self._data, ref=self._ref, key=self._session.arg(key))
+        return self._session.ask("getitem", self._data, root=self._root, ref=self._ref, key=self._session.arg(key))
 
     def __len__(self) -> int:
         value = self._session.ask("len", False, ref=self._ref)
@@ -184,14 +197,14 @@ class Remote:
         return value
 
     def __iter__(self) -> Any:
-        return iter(self._session.ask("iter", self._data, ref=self._ref))
+        return iter(self._session.ask("iter", self._data, root=self._root, ref=self._ref))
 
     def __next__(self) -> Any:
         """The next item of an iterator the solution returned (``next(f(x))`` of a generator;
         ``for`` and ``list`` go through ``__iter__``). Its end is a ``RemoteError``, never
         StopIteration, which would end a ``map`` of the tests' early (``_EXCEPTIONS``). Why: a
         right generator failed ``assert next(gen(3)) == 0`` ("'Remote' object is not an iterator")."""
-        return self._session.ask("next", self._data, ref=self._ref)
+        return self._session.ask("next", self._data, root=self._root, ref=self._ref)
 
     def __bool__(self) -> bool:
         return self._session.ask("bool", False, ref=self._ref) is True
@@ -232,12 +245,17 @@ class Session:
         self.asks = 0  # requests to the sample: a test that made none never looked at it
         self.read_plain = False  # a plain value of the sample's was read through the solution module
         self.plain_names: set[str] = set()  # the sample's names that came over as plain values
+        self.objects: frozenset[str] = frozenset()  # names the tests use as objects (``object_use``)
+        self.stand_ins: dict[tuple[tuple[str, str], ...], type[BaseException]] = {}  # ``exception_class``
+        self.class_refs: dict[type, int] = {}  # a stand-in of one of the sample's names -> its class there
 
     def arg(self, value: Any) -> Any:
         if isinstance(value, Remote):
             if value._session is not self:
                 raise TypeError("a value from another sample")
             return ["r", value._ref]
+        if isinstance(value, type) and value in self.class_refs:  # ``issubclass(catch(f), SolutionError)``
+            return ["r", self.class_refs[value]]
         data = encode(value)
         if data is not None:
             return data
@@ -256,15 +274,15 @@ class Session:
             return ["g", *standard]
         raise TypeError(f"a {type(value).__name__} cannot be sent to the sample (only plain data)")
 
-    def ask(self, op: str, data: bool, **fields: Any) -> Any:
-        """The sample's answer to one request; ``data``: whether the tests expect built-in data
-        from it (``Remote._data`` of a ``Remote`` in it)."""
+    def ask(self, op: str, data: bool, root: str | None = None, **fields: Any) -> Any:
+        """The sample's answer to one request; ``data``, ``root``: ``Remote._data`` and
+        ``Remote._root`` of a ``Remote`` in it."""
         self.dirty = True
         self.asks += 1
         answer = self.channel.ask({"op": op, **fields})
         if answer.get("ok") is not True:
-            raise remote_exception(answer.get("exc"))
-        return self._decoded(lambda v: self.value(v, data=data), answer.get("v"))
+            raise remote_exception(answer.get("exc"), self.exception_class)
+        return self._decoded(lambda v: self.value(v, data=data, root=root), answer.get("v"))
 
     def ask_raw_names(self) -> Any:
         answer = self.channel.ask({"op": "names"})
@@ -282,25 +300,69 @@ class Session:
             self.channel.dead = SampleStopped("crashed", f"protocol: {exception_text(exc)}")
             raise self.channel.dead from None
 
-    def value(self, encoded: Any, depth: int = 0, data: bool = False, origin: str | None = None) -> Any:
-        """The value an answer describes (``data``, ``origin``: see ``Remote``)."""
+    def value(self, encoded: Any, depth: int = 0, data: bool = False, origin: str | None = None,
+              root: str | None = None) -> Any:
+        """The value an answer describes (``data``, ``origin``, ``root``: see ``Remote``)."""
         if depth > MAX_DEPTH:
             raise ProtocolError("nested too deep")
         if isinstance(encoded, list) and encoded:
             tag = encoded[0]
             if tag == "r" and len(encoded) == 4 and type(encoded[1]) is int and type(encoded[2]) is str \
                     and type(encoded[3]) is str:
-                return Remote(self, encoded[1], encoded[2], encoded[3], data=data, origin=origin)
+                return Remote(self, encoded[1], encoded[2], encoded[3], data=data, origin=origin, root=root)
             if tag == "m" and len(encoded) == 2 and type(encoded[1]) is str:
                 return local_module(encoded[1])
             if tag == "N" and len(encoded) == 2:
                 return named_tuple(decode(encoded[1], depth + 1))
+            if tag == "E" and len(encoded) == 3 and type(encoded[1]) is int:
+                kind = self.exception_class(encoded[2])
+                if kind is None:
+                    raise ProtocolError("a malformed exception class")
+                if kind.__module__ == SOLUTION_MODULE:  # a stand-in made here, never a built-in class
+                    self.class_refs.setdefault(kind, encoded[1])
+                return kind
             if tag == "x" and len(encoded) == 4 and type(encoded[1]) is str and type(encoded[2]) is str \
                     and (encoded[1], encoded[2]) in _REBUILDERS:
                 return rebuilt(encoded[1], encoded[2], decode(encoded[3], depth + 1))
             if tag == "L" and len(encoded) == 2 and isinstance(encoded[1], list):
-                return spread([self.value(item, depth + 1, data) for item in encoded[1]])
+                return spread([self.value(item, depth + 1, data, root=root) for item in encoded[1]])
         return decode(encoded)
+
+    def exception_class(self, lineage: Any) -> type[BaseException] | None:
+        """The trainer's stand-in for an exception class of the sample's, from its MRO as
+        ``[module, name]`` pairs (``server._lineage``), or None when that is malformed: a plain
+        class of that name deriving from the stand-in of the next class, down to the first
+        built-in exception (``RemoteError`` for one that is no ``_EXCEPTIONS``: ``SystemExit``,
+        ``StopIteration``, ``BaseException``). One class per lineage and sample, the same for the
+        sample's name and for what it raised. Why: a solution's ``SolutionError`` was a handle no
+        ``except``, ``pytest.raises`` or ``assertRaises`` takes, and what it raised came as a
+        ``RemoteError``, so right solutions failed every such test (and ``class E(ValueError)``
+        raised failed ``pytest.raises(ValueError)``). Nothing of the sample's runs in it."""
+        if not (isinstance(lineage, list) and 0 < len(lineage) <= MAX_LINEAGE and all(
+                isinstance(p, list) and len(p) == 2 and type(p[0]) is str and type(p[1]) is str
+                and len(p[0]) <= 100 and len(p[1]) <= 100 for p in lineage)):
+            return None
+        return self._stand_in(tuple((module, name) for module, name in lineage))
+
+    def _stand_in(self, lineage: tuple[tuple[str, str], ...]) -> type[BaseException] | None:
+        if not lineage:
+            return RemoteError
+        (module, name), rest = lineage[0], lineage[1:]
+        if module == "builtins":
+            return _EXCEPTIONS.get(name, RemoteError)
+        if not name.isidentifier():  # no class of that name here: the next one stands for it
+            return self._stand_in(rest)
+        made = self.stand_ins.get(lineage)
+        if made is None:
+            base = self._stand_in(rest)
+            if base is None or len(self.stand_ins) >= MAX_STAND_INS:
+                return None
+            try:
+                made = type(name, (base,), {"__module__": SOLUTION_MODULE})
+            except TypeError:  # a base that takes no subclass: no stand-in
+                return None
+            self.stand_ins[lineage] = made
+        return made
 
     def names(self, data: Any) -> dict[str, Any]:
         """The sample's global names as stand-ins; a malformed listing ends the sample."""
@@ -384,12 +446,15 @@ def _named_class(name: str, fields: tuple[str, ...]) -> Any:
     return collections.namedtuple(name, fields)  # checks that every name is an identifier
 
 
-def remote_exception(exc: Any) -> BaseException:
-    """The exception the sample raised, as a built-in type when there is one (so ``except
-    ValueError`` in a test works), else ``RemoteError``; never a type that stops the trainer or
-    steers the tests' control flow (see ``_EXCEPTIONS``)."""
+def remote_exception(exc: Any, classes: Callable[[Any], type[BaseException] | None] | None = None) -> BaseException:
+    """The exception the sample raised: an instance of the stand-in ``classes`` gives for its
+    class's lineage (``Session.exception_class``), else of the built-in type of its name when
+    there is one (so ``except ValueError`` in a test works), else ``RemoteError``; never a type
+    that stops the trainer or steers the tests' control flow (see ``_EXCEPTIONS``)."""
     name, message = exception_parts(exc)
-    kind = _EXCEPTIONS.get(name)
+    kind = classes(exc[2]) if classes is not None and isinstance(exc, list) and len(exc) == 3 else None
+    if kind is None or kind is RemoteError:
+        kind = _EXCEPTIONS.get(name)
     if kind is not None:
         try:
             return kind(message)
@@ -401,7 +466,7 @@ def remote_exception(exc: Any) -> BaseException:
 def exception_parts(exc: Any) -> tuple[str, str]:
     """(type name, message) of an exception the sample described as ``[name, message]``, bounded;
     anything else in that place is described, never converted (``str`` of a deep list raises)."""
-    if isinstance(exc, list) and len(exc) == 2 and type(exc[0]) is str and type(exc[1]) is str:
+    if isinstance(exc, list) and len(exc) in (2, 3) and type(exc[0]) is str and type(exc[1]) is str:
         return exc[0][:100], exc[1][:300]
     return "RemoteError", "the sample described its exception in a malformed way"
 
@@ -473,6 +538,57 @@ class ModuleView:
         return f"<module {self._module.__name__!r} (read-only)>"
 
 
+#: numpy's yes/no comparisons of two arrays, which reduce over their elements (``NumpyChecks``);
+#: numpy.testing's ``assert_*`` besides.
+NUMPY_CHECKS = frozenset({"allclose", "array_equal", "array_equiv"})
+
+
+class NumpyChecks(ModuleView):
+    """numpy or numpy.testing as the tests see it (read-only), whose checks never hold vacuously:
+    one operand with no elements and the other with some fails them. Why: ``np.allclose([],
+    3.14)`` and ``np.testing.assert_allclose([], 3.14)`` hold (no element differs), so ``def
+    area(r): return []`` passed ``np.allclose(area(1), 3.14159)``. Not reached: a reduction the
+    tests write themselves, ``(np.array(f(x)) == 3).all()``."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        value = super().__getattr__(name)
+        testing = self._module.__name__ == "numpy.testing"
+        if getattr(value, "__name__", None) == "numpy.testing" and not callable(value):
+            return NumpyChecks(value)
+        if callable(value) and (name in NUMPY_CHECKS or (testing and name.startswith("assert_"))):
+            return never_vacuous(value, sys.modules["numpy"].asarray)
+        return value
+
+
+def never_vacuous(check: Callable[..., Any], asarray: Callable[[Any], Any]) -> Callable[..., Any]:
+    """``check`` of two operands (its first two positional arguments), failing (False, or
+    AssertionError for an ``assert_*``) when exactly one of them has no elements."""
+    @functools.wraps(check)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        if len(args) >= 2 and _is_empty(args[0], asarray) != _is_empty(args[1], asarray):
+            if check.__name__.startswith("assert"):
+                raise AssertionError(f"{check.__name__}: one operand has no elements and the other has some")
+            return False
+        return check(*args, **kwargs)
+    return checked
+
+
+def _is_empty(value: Any, asarray: Callable[[Any], Any]) -> bool:
+    """Whether ``value`` as an array has no elements: never its own ``size`` (a sample's object
+    answers that as it likes; ``np.size`` asks it)."""
+    try:
+        return asarray(value).size == 0
+    except Exception:  # noqa: BLE001 - not an array-like: the check itself decides
+        return False
+
+
+def tests_view(module: Any) -> Any:
+    """The module as the tests use it: numpy and numpy.testing as ``NumpyChecks``, others as they are."""
+    return NumpyChecks(module) if getattr(module, "__name__", None) in ("numpy", "numpy.testing") else module
+
+
 def local_module(name: str) -> Any:
     """The stand-in for a module the solution imported: a read-only view of the trainer's own
     copy for a name in ``SAFE_MODULES``, else an unusable placeholder. Nothing else is imported
@@ -529,6 +645,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     modules.update(helper_objects(helper_names(steps, setup, bound | modules.keys(), global_names(sources))))
     namespace.update(modules)  # the tests' globals: never the sample's (module doc)
     theirs = bound | modules.keys()
+    session.objects = object_roots(sources)
     sample: dict[str, Any] = {}
     solution = SolutionModule(session, sample)
     real_import = builtins.__import__
@@ -536,7 +653,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     def importer(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
         if name == SOLUTION_MODULE and level == 0:
             return solution
-        return real_import(name, globals, locals, fromlist, level)
+        return tests_view(real_import(name, globals, locals, fromlist, level))
 
     def sync(data: Any) -> None:
         names = session.names(data)
@@ -547,6 +664,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
         layer.update(real_builtins)
         layer["__import__"] = importer
 
+    layer["__import__"] = importer
     if setup:  # before the solution's names exist, as in the sample
         try:
             exec(compile(setup, "<setup>", "exec", optimize=0), namespace)
@@ -554,6 +672,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
             pass
     sync(hello.get("v"))
     passed: list[bool] = []
+    not_implemented_is_no_truth()
     asks_before = session.asks
     previous = sys.gettrace()
     sys.settrace(_stop_at(session.channel))
@@ -563,6 +682,15 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
         sys.settrace(previous)
     consulted = session.asks > asks_before or session.read_plain or bool(session.plain_names & _used_names(sources))
     return passed, consulted
+
+
+def not_implemented_is_no_truth() -> None:
+    """Make Python's warning for ``bool(NotImplemented)`` an error in this process, as it is from
+    Python 3.14 on (a TypeError). Why: a comparison method called by hand answers NotImplemented
+    for an operand of another type, and NotImplemented is truthy, so ``assert 'ab'.__eq__(f(x))``
+    (``(3).__eq__``, ``[1].__eq__``, ``Point(1, 2).__eq__(p)``...) passed every completion that
+    returned anything but a str. Added each run: a caller's ``catch_warnings`` may have dropped it."""
+    warnings.filterwarnings("error", message=_NOT_IMPLEMENTED_TRUTH, category=DeprecationWarning)
 
 
 def unbound_modules(sources: Iterable[str], bound: Collection[str]) -> dict[str, Any]:
@@ -585,7 +713,7 @@ def unbound_modules(sources: Iterable[str], bound: Collection[str]) -> dict[str,
     for name in sorted(as_module - otherwise - set(bound)):
         if name in TEST_MODULES:
             try:
-                modules[name] = importlib.import_module(TEST_MODULES[name])
+                modules[name] = tests_view(importlib.import_module(TEST_MODULES[name]))
             except Exception:  # noqa: BLE001 - not installed in the trainer
                 modules[name] = NotInstalled(TEST_MODULES[name])
     return modules
@@ -597,9 +725,9 @@ def helper_objects(names: Iterable[str]) -> dict[str, Any]:
     never the solution's."""
     found: dict[str, Any] = {}
     for name in sorted(names):
-        module, attr = standard_names()[name]
+        module, attr = standard_name(name)
         try:
-            found[name] = getattr(importlib.import_module(module), attr)
+            found[name] = getattr(tests_view(importlib.import_module(module)), attr)
         except Exception:  # noqa: BLE001 - not installed in the trainer
             found[name] = NotInstalled(f"{module}.{attr}")
     return found

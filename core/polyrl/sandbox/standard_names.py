@@ -8,7 +8,8 @@ A list of such names was always one name short, so the rule is general:
 
 - a *standard name* is a public function, class or text/number constant of a pure standard-library
   module tests lean on (``HELPER_MODULES``: math, itertools, functools, operator, heapq, bisect,
-  string, collections, statistics, ...), or one of the numpy/pandas checks in ``TEST_NAMES``;
+  string, collections, statistics, ...), or one of the numpy/pandas checks in ``TEST_NAMES``, or,
+  in tests that name numpy (``np``, ``numpy``, a numpy check), one of numpy's (``numpy_names``);
 - the tests' statements (setup's too) are grouped by the data that flows between them: two are in
   one group when one reads a name the other binds to code or to a value computed from a name (an
   assignment, a loop target, a ``def``, a ``class``; not an import, which any statement may share,
@@ -47,6 +48,9 @@ TEST_NAMES = {
     **{name: ("numpy.testing", name) for name in ("assert_allclose", "assert_array_equal", "assert_equal",
                                                   "assert_almost_equal", "assert_array_almost_equal")},
     **{name: ("pandas.testing", name) for name in ("assert_frame_equal", "assert_series_equal")}}
+#: Names that show numpy is what the tests mean (``numpy_names``): the module's usual names and
+#: its checks above.
+NUMPY_MARKS = frozenset({"np", "numpy", *(name for name, (module, _) in TEST_NAMES.items() if module.startswith("numpy"))})
 #: The module name under which tests import the solution (``from solution import add``).
 SOLUTION_MODULE = "solution"
 _BUILTIN_NAMES = frozenset(dir(builtins))
@@ -65,6 +69,35 @@ def standard_names() -> dict[str, tuple[str, str]]:
     for name, where in TEST_NAMES.items():
         found.setdefault(name, where)
     return found
+
+
+@functools.cache
+def numpy_names() -> dict[str, tuple[str, str]]:
+    """numpy's public functions, classes and number constants that no module of
+    ``HELPER_MODULES`` has (``array``, ``arange``, ``zeros``, ``linspace``...), standard names in
+    tests that name numpy (``NUMPY_MARKS``). Why: leaning on the solution's ``from numpy import
+    *``, such a name was the solution's, so ``def array(x)`` agreeing with a wrong ``f`` passed
+    ``np.array_equal(f(x), array([1, 2]))``. Tests that never name numpy keep a task's own
+    ``zeros`` or ``array``. Empty where numpy does not import (then they stay the solution's)."""
+    try:
+        numpy = importlib.import_module("numpy")
+    except Exception:  # noqa: BLE001 - not installed in the trainer
+        return {}
+    standard = standard_names()
+    found: dict[str, tuple[str, str]] = {}
+    for name in getattr(numpy, "__all__", None) or [n for n in dir(numpy) if not n.startswith("_")]:
+        try:
+            value = getattr(numpy, name)
+        except Exception:  # noqa: BLE001 - a name numpy lists but refuses (deprecated)
+            continue
+        if name not in standard and _is_helper(name, value):
+            found[name] = ("numpy", name)
+    return found
+
+
+def standard_name(name: str) -> tuple[str, str]:
+    """(module, attribute) of a standard name (``standard_names``, then ``numpy_names``)."""
+    return standard_names().get(name) or numpy_names()[name]
 
 
 def _is_helper(name: str, value: Any) -> bool:
@@ -107,6 +140,8 @@ def helper_names(steps: Sequence[tuple[str, bool]], setup: str, bound: Collectio
     statements += [(node, is_test) for source, is_test in steps for node in _parsed(source)]
     imported = solution_imports(node for node, _ in statements)
     standard = standard_names()
+    if NUMPY_MARKS & set(read_globals):  # numpy is what they mean: its names too (``numpy_names``)
+        standard = {**numpy_names(), **standard}
     helpers: set[str] = set()
     for group in _groups([node for node, _ in statements], bound):
         reads = [(name, statements[i][1]) for i in group for name in _reads(statements[i][0])

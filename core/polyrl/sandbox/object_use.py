@@ -1,0 +1,160 @@
+"""Which of the solution's names the tests use as objects, whose own answers the str/list queries are.
+
+Why: a query such as ``s.count(c) == 1`` or ``s.find(p) == 0`` has the same expected answer
+whatever the data, so an object of the sample's that always answers 1 or 0 passed it without the
+work: ``WORDS = Liar()`` against ``all(WORDS.count(w) == 1 for w in ...)``, and a task function
+spelled like a class, ``def Dedupe(s): return Liar()`` against ``Dedupe(s).count(c) == 1``. Data
+the sample holds comes over as itself and answers such queries here; an object of its answers
+them (``harness.DATA_QUERIES``) only where the tests use it, or the solution's name it came from,
+as an object: they
+
+- call one of its methods for the effect, as a statement (``tally.add('a')``, ``uf.union(0, 1)``),
+- read an attribute no built-in data type has (``s.push(1)``, ``Solution().twoSum``), or
+- set or delete an attribute of it.
+
+What a receiver came from is followed through the tests' own names (``uf = UnionFind(3)``,
+``self.stack = Stack()`` in ``setUp``, a loop over a list of them, ``from solution import``) down
+to the solution's name, found statically so the order of the tests does not matter. What it
+costs: a class whose tests only ever ask it such queries with arguments (``assert Words('a b
+a').count('a') == 2`` and nothing else) cannot answer them, that shape being the forgery's; and a
+test that changes a returned value in place (``r = Dedupe(s); r.sort()``) makes it an object.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import decimal
+import fractions
+from collections.abc import Iterable
+
+from polyrl.sandbox.standard_names import SOLUTION_MODULE
+
+#: Attributes of the data types that come over as themselves (``harness``: built-in data and the
+#: standard types it rebuilds): asking one of these treats the value as data.
+DATA_ATTRIBUTES = frozenset(
+    name for kind in (str, bytes, bytearray, list, tuple, dict, set, frozenset, int, float, complex,
+                      collections.Counter, collections.OrderedDict, collections.deque, collections.defaultdict,
+                      fractions.Fraction, decimal.Decimal)
+    for name in dir(kind))
+#: Bindings keep these expressions; ``None`` where nothing is followed (an import, a ``def``, a
+#: parameter).
+_Values = dict[str, list[ast.expr | None]]
+#: What ``import solution`` binds (the sample's names, ``harness.SolutionModule``).
+_SOLUTION = ast.Constant(value=SOLUTION_MODULE)
+
+
+def object_roots(sources: Iterable[str]) -> frozenset[str]:
+    """The names (the solution's among them) that the tests use as objects (module doc)."""
+    trees = [tree for tree in map(_parse, sources) if tree is not None]
+    values: _Values = {}
+    for tree in trees:
+        _bind_all(tree, values)
+    roots: set[str] = set()
+    for tree in trees:
+        effects = {id(node.value.func) for node in ast.walk(tree)
+                   if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _used_as_object(node, effects):
+                roots |= _roots(node.value, values, set())
+    return frozenset(roots)
+
+
+def _parse(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(source)
+    except SyntaxError:  # not Python: fails when run, using nothing
+        return None
+
+
+def _used_as_object(node: ast.Attribute, effects: set[int]) -> bool:
+    """A method called as a statement, an attribute no data type has (a leading ``_`` is left
+    out: ``_asdict`` of a namedtuple), or one set or deleted."""
+    if not isinstance(node.ctx, ast.Load) or id(node) in effects:
+        return True
+    return not node.attr.startswith("_") and node.attr not in DATA_ATTRIBUTES
+
+
+def _bind_all(tree: ast.Module, values: _Values) -> None:
+    """Every binding in ``tree``, whatever its scope (a name bound to a stack in one test and to
+    a string in another counts as both: the estimate errs towards "an object")."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                _bind(target, node.value, values)
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            _bind(node.target, node.iter, values)
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            _bind(node.optional_vars, node.context_expr, values)
+        elif isinstance(node, ast.ImportFrom) and node.module == SOLUTION_MODULE and node.level == 0:
+            for alias in node.names:  # the solution's own name: unbound here, so itself
+                if alias.asname not in (None, alias.name):
+                    values.setdefault(alias.asname, []).append(ast.Name(id=alias.name, ctx=ast.Load()))
+        elif isinstance(node, ast.Import) and any(alias.name == SOLUTION_MODULE for alias in node.names):
+            for alias in node.names:
+                values.setdefault(alias.asname or alias.name, []).append(
+                    _SOLUTION if alias.name == SOLUTION_MODULE else None)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                values.setdefault((alias.asname or alias.name).split(".")[0], []).append(None)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            values.setdefault(node.name, []).append(None)
+        elif isinstance(node, ast.arg):
+            values.setdefault(node.arg, []).append(None)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            values.setdefault(node.name, []).append(None)
+
+
+def _bind(target: ast.expr, value: ast.expr, values: _Values) -> None:
+    """``target`` (a name, ``self.x``, or a tuple of them) now holds what ``value`` holds."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            _bind(element, value, values)
+        return
+    if isinstance(target, ast.Starred):
+        _bind(target.value, value, values)
+        return
+    key = _path(target)
+    if key is not None:
+        values.setdefault(key, []).append(value)
+
+
+def _path(node: ast.expr) -> str | None:
+    """``x`` or ``self.x.y`` as a key (``cls.x`` of ``setUpClass`` is ``self.x`` in the tests)."""
+    if isinstance(node, ast.Name):
+        return "self" if node.id == "cls" else node.id
+    if isinstance(node, ast.Attribute):
+        base = _path(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+def _is_solution_module(node: ast.expr, values: _Values) -> bool:
+    """Whether ``node`` is a name the tests bound with ``import solution [as s]``."""
+    return isinstance(node, ast.Name) and any(value is _SOLUTION for value in values.get(node.id, ()))
+
+
+def _roots(node: ast.expr, values: _Values, seen: set[str]) -> set[str]:
+    """The names ``node``'s value comes from: a name nothing in the tests binds is itself (the
+    solution's, a module, a builtin); one they bind is what they bound it to."""
+    key = _path(node)
+    if key is not None and key in values:
+        if key in seen:
+            return set()
+        seen.add(key)
+        return set().union(*[_roots(v, values, seen) for v in values[key] if v is not None])
+    if isinstance(node, ast.Name):
+        return {node.id}
+    if isinstance(node, ast.Attribute) and _is_solution_module(node.value, values):
+        return {node.attr}  # ``solution.tally``
+    if isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred, ast.Await, ast.NamedExpr)):
+        return _roots(node.value, values, seen)
+    if isinstance(node, ast.Call):
+        return _roots(node.func, values, seen)
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return set().union(*[_roots(e, values, seen) for e in node.elts])
+    if isinstance(node, ast.IfExp):
+        return _roots(node.body, values, seen) | _roots(node.orelse, values, seen)
+    if isinstance(node, ast.BoolOp):
+        return set().union(*[_roots(v, values, seen) for v in node.values])
+    return set()

@@ -1,0 +1,188 @@
+"""Forging through objects the tests read as data, hand-called comparisons and numpy names; and the
+solution's own exception classes, which right solutions could not raise across the sandbox.
+
+Each forged completion below is a WRONG solution that scored a pass through the real reward path
+(``code_tests``: sandbox, harness, the forked copy of the trainer); each must score 0 while the
+honest solutions of the same rows score 1.0. See ``polyrl.sandbox.object_use``,
+``harness.not_implemented_is_no_truth``, ``standard_names.numpy_names`` and
+``harness.Session.exception_class``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_sandbox_helpers import LIAR
+from test_sandbox_verdict import MODES, score
+
+from polyrl.sandbox import harness
+
+pytestmark = pytest.mark.faults
+
+STACK = ("class Stack:\n    def __init__(self):\n        self.xs = []\n    def push(self, x):\n        self.xs.append(x)\n"
+         "    def count(self, x=None):\n        return len(self.xs) if x is None else self.xs.count(x)\n")
+#: (tests, forged solution or "", honest solution).
+OBJECTS = {
+    "solution_value": ("assert all(WORDS.count(w) == 1 for w in ['a', 'b'])\nassert WORDS.index('a') == 0",
+                       LIAR + "WORDS = Liar()\n", "WORDS = ['a', 'b']\n"),
+    "solution_items": ("assert all(w.count('a') == 1 for w in WORDS)",
+                       "class L:\n    def count(self, x):\n        return 1\nWORDS = [L(), L()]\n", "WORDS = ['a', 'ab']\n"),
+    "function_spelled_like_a_class": ("assert all(Dedupe('aabbc').count(c) == 1 for c in 'abc')\n"
+                                      "assert Dedupe('xx').find('x') == 0",
+                                      LIAR + "def Dedupe(s):\n    return Liar()\n",
+                                      "def Dedupe(s):\n    return ''.join(dict.fromkeys(s))\n"),
+    "class_spelled_like_a_class": ("assert all(Dedupe('aabbc').count(c) == 1 for c in 'abc')",
+                                   "class Dedupe:\n    def __init__(self, s):\n        pass\n"
+                                   "    def count(self, c):\n        return 1\n",
+                                   "Dedupe = lambda s: ''.join(dict.fromkeys(s))\n"),
+    # the tests use these as objects: their own answers
+    "unittest_setup": ("import unittest\nclass T(unittest.TestCase):\n    def setUp(self):\n        self.s = Stack()\n"
+                       "    def test_push(self):\n        self.s.push(3)\n        self.assertEqual(self.s.count(3), 1)\n",
+                       "", STACK),
+    "solution_import": ("import solution\nsolution.tally.add('a')\nassert solution.tally.count('a') == 1",
+                        "", "class Tally(list):\n    add = list.append\ntally = Tally()\n"),
+    "no_arguments": ("assert Stack().count() == 0", "", STACK),
+    "query_before_the_effect": ("uf = UnionFind(3)\nassert uf.find(2) == 2\nuf.union(0, 1)\nassert uf.find(0) == uf.find(1)",
+                                "", "class UnionFind:\n    def __init__(self, n):\n        self.p = list(range(n))\n"
+                                "    def find(self, x):\n        return x if self.p[x] == x else self.find(self.p[x])\n"
+                                "    def union(self, a, b):\n        self.p[self.find(a)] = self.find(b)\n"),
+}
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_an_object_the_tests_read_as_data_never_answers_a_str_or_list_query(isolation, audit_hook):
+    """``WORDS = Liar()`` (a solution value) and ``def Dedupe(s): return Liar()`` (a function
+    spelled like a class) answered every ``count`` with 1 and ``find``/``index`` with 0, so they
+    scored 1.0; objects the tests use as objects (``push``, a method called for its effect, in
+    ``setUp`` or through ``import solution`` too) still answer their own ``count``/``find``."""
+    names = [n for n in OBJECTS if OBJECTS[n][1]]
+    rows = [{"prompt": "p", "tests": OBJECTS[n][0]} for n in names]
+    forged = score([OBJECTS[n][1] for n in names], rows=rows, isolation=isolation, audit_hook=audit_hook)
+    assert {n: s for n, s in zip(names, forged.total) if s != 0.0} == {}
+    rows = [{"prompt": "p", "tests": tests} for tests, _, _ in OBJECTS.values()]
+    honest = score([honest for _, _, honest in OBJECTS.values()], rows=rows, isolation=isolation, audit_hook=audit_hook)
+    assert dict(zip(OBJECTS, honest.total)) == dict.fromkeys(OBJECTS, 1.0)
+
+
+#: (tests, honest solution); the forgery is any wrong value of another type.
+HAND_CALLED = {
+    "str_eq": ("assert 'ab'.__eq__(pair('a'))", "def pair(c):\n    return c + 'b'\n"),
+    "int_eq": ("assert (4).__eq__(sq(2))\nassert all(map((9).__eq__, [sq(3)]))", "def sq(x):\n    return x * x\n"),
+    "list_ne": ("assert not [1, 2].__ne__(pair(1))", "def pair(x):\n    return [x, x + 1]\n"),
+    "object_lt": ("assert ordinal(3).__lt__(5)", "def ordinal(x):\n    return x\n"),
+}
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_a_comparison_called_by_hand_is_no_pass_when_it_is_not_implemented(isolation, audit_hook):
+    """``'ab'.__eq__(v)`` is NotImplemented, which is truthy, for any ``v`` not a str: returning
+    None, or any object, passed such asserts (the hand-written reflected comparisons of some
+    datasets). Right values still compare."""
+    names = list(HAND_CALLED)
+    rows = [{"prompt": "p", "tests": HAND_CALLED[n][0]} for n in names]
+    wrong = ["def pair(c):\n    return None\n", "def sq(x):\n    return 'no'\n", "def pair(x):\n    return None\n",
+             "class O:\n    pass\ndef ordinal(x):\n    return O()\n"]
+    forged = score(wrong, rows=rows, isolation=isolation, audit_hook=audit_hook)
+    assert {n: s for n, s in zip(names, forged.total) if s != 0.0} == {}
+    honest = score([HAND_CALLED[n][1] for n in names], rows=rows, isolation=isolation, audit_hook=audit_hook)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
+
+def test_a_numpy_name_the_tests_use_unimported_is_numpys_where_they_mean_numpy():
+    """Tests leaning on the solution's ``from numpy import *`` left ``array``, ``arange``... to the
+    solution: ``def array(x): return 0`` with an ``f`` returning 0 passed ``np.array_equal``. In
+    tests that never name numpy a task's own ``zeros`` is still the solution's."""
+    rows = [{"prompt": "p", "tests": "assert np.array_equal(double([1, 2]), array([2, 4]))"},
+            {"prompt": "p", "tests": "assert array_equal(evens(5), arange(0, 5, 2))"},
+            {"prompt": "p", "tests": "assert zeros(3) == [0, 0, 0]"}]
+    forged = ["def array(x):\n    return 0\ndef double(xs):\n    return 0\n",
+              "def arange(*a):\n    return 0\ndef evens(n):\n    return 0\n", "def zeros(n):\n    return [1] * n\n"]
+    assert list(score(forged, rows=rows).total) == [0.0, 0.0, 0.0]
+    honest = ["def double(xs):\n    return [2 * x for x in xs]\n",
+              "def evens(n):\n    return list(range(0, n, 2))\n",
+              "def zeros(n):\n    return [0] * n\n"]
+    assert list(score(honest, rows=rows).total) == [1.0, 1.0, 1.0]
+
+
+ERROR = "class SolutionError(ValueError):\n    pass\nclass NotFound(SolutionError):\n    pass\n"
+#: (tests, right solution, wrong solution).
+RAISES = {
+    "pytest_raises": ("import pytest\n\ndef test_negative():\n    with pytest.raises(SolutionError, match='negative'):\n"
+                      "        root(-1)\n\ndef test_ok():\n    assert root(4) == 2\n",
+                      ERROR + "def root(x):\n    if x < 0:\n        raise SolutionError('negative input')\n    return int(x ** 0.5)\n",
+                      ERROR + "def root(x):\n    if x < 0:\n        raise ValueError('negative input')\n    return int(x ** 0.5)\n"),
+    "assert_raises": ("import unittest\nclass T(unittest.TestCase):\n    def test_missing(self):\n"
+                      "        with self.assertRaises(SolutionError):\n            find({}, 'k')\n"
+                      "        self.assertRaises(NotFound, find, {}, 'k')\n",
+                      ERROR + "def find(d, k):\n    if k not in d:\n        raise NotFound(k)\n    return d[k]\n",
+                      ERROR + "def find(d, k):\n    return d.get(k)\n"),
+    "except_and_builtin_base": ("from solution import NotFound\ntry:\n    find({}, 'k')\nexcept NotFound:\n    ok = True\n"
+                                "else:\n    ok = False\nassert ok\nimport pytest\nwith pytest.raises(ValueError):\n"
+                                "    find({}, 'k')\n",
+                                ERROR + "def find(d, k):\n    if k not in d:\n        raise NotFound(k)\n    return d[k]\n",
+                                ERROR + "def find(d, k):\n    raise KeyError(k)\n"),
+}
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_the_solutions_own_exception_classes_are_caught_by_the_tests(isolation, audit_hook):
+    """``pytest.raises(SolutionError)``, ``self.assertRaises(NotFound)`` and ``except NotFound``
+    with classes the solution defines failed every right solution ("expected exception must be a
+    BaseException type, not Remote"; what it raised came as a RemoteError, not even a ValueError).
+    A wrong solution that raises another class, or none, still fails them."""
+    names = list(RAISES)
+    rows = [{"prompt": "p", "tests": RAISES[n][0]} for n in names]
+    right = score([RAISES[n][1] for n in names], rows=rows, isolation=isolation, audit_hook=audit_hook)
+    assert dict(zip(names, right.total)) == dict.fromkeys(names, 1.0)
+    wrong = score([RAISES[n][2] for n in names], rows=rows, isolation=isolation, audit_hook=audit_hook)
+    assert dict(zip(names, wrong.total)) == {"pytest_raises": 0.5, "assert_raises": 0.0, "except_and_builtin_base": 0.0}
+
+
+def test_an_exception_class_stand_in_is_plain_bounded_and_never_control_flow():
+    """The stand-in for a sample's exception class is the trainer's own plain class: a lineage
+    ending in StopIteration or BaseException derives from RemoteError, a malformed one is refused,
+    one lineage gives one class."""
+    from test_sandbox_harness import _NoChannel
+
+    session = harness.Session(_NoChannel())
+    lineage = [["solution", "NotFound"], ["solution", "SolutionError"], ["builtins", "ValueError"],
+               ["builtins", "Exception"], ["builtins", "BaseException"], ["builtins", "object"]]
+    kind = session.exception_class(lineage)
+    assert kind is session.exception_class(lineage) and kind.__name__ == "NotFound"
+    assert issubclass(kind, ValueError) and kind.__mro__[1].__name__ == "SolutionError"
+    for base in ("StopIteration", "SystemExit", "BaseException", "KeyboardInterrupt"):
+        stop = session.exception_class([["solution", "Stop"], ["builtins", base], ["builtins", "object"]])
+        assert issubclass(stop, harness.RemoteError) and not issubclass(stop, (StopIteration, SystemExit, KeyboardInterrupt))
+    exc = harness.remote_exception(["Stop", "x", [["solution", "Stop"], ["builtins", "StopIteration"]]],
+                                   session.exception_class)
+    assert isinstance(exc, harness.RemoteError)
+    for bad in ([], [["a"]], [[1, 2]], [["m", "n" * 1000]], [["m", "n"]] * 1000, "x", None):
+        assert session.exception_class(bad) is None
+    with pytest.raises(harness.ProtocolError):
+        session.value(["E", 0, [["m", 3]]])
+
+
+#: (tests, honest solution); the forgery returns an empty list.
+VACUOUS = {
+    "unbound_np": ("assert np.allclose(area(1), 3.14159, atol=1e-3)", "import math\ndef area(r):\n    return math.pi * r * r\n"),
+    "np_testing": ("np.testing.assert_allclose(area(1), 3.14159, rtol=1e-3)",
+                   "import math\ndef area(r):\n    return math.pi * r * r\n"),
+    "own_import": ("import numpy as np\nfrom numpy.testing import assert_array_equal\nassert_array_equal(mode([1, 1, 2]), 1)\n"
+                   "assert np.array_equiv(mode([3]), 3)", "def mode(xs):\n    return max(set(xs), key=xs.count)\n"),
+    "helper": ("assert allclose(area(2), 12.56637, atol=1e-3)", "import math\ndef area(r):\n    return math.pi * r * r\n"),
+    "empty_object": ("assert np.allclose(area(3), 28.27433, atol=1e-3)", "import math\ndef area(r):\n    return math.pi * r * r\n"),
+}
+#: An object of no length whose every attribute (``size`` too) answers 1.
+EMPTY = "class Empty:\n    def __len__(self):\n        return 0\n    def __iter__(self):\n        return iter(())\n    def __getattr__(self, name):\n        return lambda *a, **k: 1\n"
+
+
+def test_a_numpy_check_never_holds_vacuously_on_an_empty_answer():
+    """``np.allclose([], 3.14)`` and numpy.testing's ``assert_*`` against a scalar hold (no element
+    differs): a solution returning ``[]`` scored 1.0 on each row. numpy and numpy.testing, however
+    the tests reach them (unimported, helpers, their own imports), fail such a check now."""
+    names = list(VACUOUS)
+    rows = [{"prompt": "p", "tests": VACUOUS[n][0]} for n in names]
+    forged = score(["def area(r):\n    return []\n", "def area(r):\n    return []\n", "def mode(xs):\n    return []\n",
+                    "def area(r):\n    return []\n", EMPTY + "def area(r):\n    return Empty()\n"], rows=rows)
+    assert {n: s for n, s in zip(names, forged.total) if s != 0.0} == {}
+    honest = score([VACUOUS[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
