@@ -8,7 +8,7 @@ export TOKENIZERS_PARALLELISM := false
 export MODULAR_TELEMETRY_ENABLED := 0
 export MAX_SERVE_DISABLE_TELEMETRY := 1
 
-.PHONY: install lint test test-slow test-faults test-all demo bench clean
+.PHONY: install lint test test-slow test-bench test-faults test-all demo bench clean
 
 $(VENV)/.installed: pyproject.toml plugins/torch_backend/pyproject.toml plugins/mlx_backend/pyproject.toml \
                     plugins/max_backend/pyproject.toml Makefile
@@ -51,9 +51,13 @@ lint: install
 test: install
 	$(BIN)/python -m pytest -q -m "not slow" --durations=30
 
-# minutes each: the embedded model's conversion, extra MAX graph compiles (GGUF, BERT), side-by-side bench runs, the kill -9 loop, launched-rank fault runs; and tests of tens of seconds each (multi-rank runs, kill -9 and SIGTERM runs, bench scripts); CI runs it
+# minutes each: the embedded model's conversion, extra MAX graph compiles (GGUF, BERT), the kill -9 loop, launched-rank fault runs; and tests of tens of seconds each (multi-rank runs, kill -9 and SIGTERM runs); CI runs it
 test-slow: install
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m "slow and not bench" --durations=20
+
+# the benchmark harness's slow tests: side-by-side runs with TRL, HF generate and mlx-lm-lora, the sweep, the GPU suite's CPU rehearsal
+test-bench: install
+	$(BIN)/python -m pytest -q -m "slow and bench" --durations=20
 
 test-faults: install
 	$(BIN)/python -m pytest -q -m faults

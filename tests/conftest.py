@@ -19,6 +19,16 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The benchmark harness's own tests (tests/test_bench*.py, tests/test_gpu_*.py) are also marked
+    ``bench``: its slow ones time polyrl beside TRL, HF and mlx-lm-lora at real sizes, so they run
+    in ``make test-bench``, apart from ``make test-slow`` (CI runs that one within its time limit)."""
+    for item in items:
+        name = item.path.name
+        if name.startswith(("test_bench", "test_gpu_")):
+            item.add_marker(pytest.mark.bench)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
     """A tiny random Llama (HF layout, BPE tokenizer, ChatML) built once per test session."""
