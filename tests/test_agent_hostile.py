@@ -596,3 +596,41 @@ def test_episode_over_still_runs_when_its_episodes_thread_is_stuck_past_the_limi
     assert sorted(told) == ["fine", "hang"]
     assert env_failed(out[0]) and "step did not return within 0.5 s" in out[0].info["env_error"]
     assert not env_failed(out[1]) and out[1].info["env_reward"] == 1.0
+
+
+# --- many empty messages are sized like long ones ------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["step", "reset"])
+def test_more_messages_than_tokens_of_room_are_refused_unrendered(smollm2, where):
+    """Messages were sized by their characters alone before rendering, so an environment answering
+    100,000 empty messages (a history it appends to without bound) took 100 s of the trainer's
+    thread to render and tokenize, per episode, only to end as ``length``. Every message renders at
+    least its role's marker: more messages than tokens of room cannot fit and are refused
+    unrendered (an observation ends the episode as ``length``, first messages as an environment
+    error), as too many characters are."""
+    many = [{"role": "user", "content": ""}] * 5000
+
+    class Flood:
+        def reset(self, row):
+            return many if where == "reset" else [{"role": "user", "content": "Say 5."}]
+
+        def step(self, message):
+            return Observation(many)
+
+    encode = encoder(smollm2)
+    widest: list[int] = []
+
+    def encode_chat(messages, tools, add_generation_prompt):
+        widest.append(len(messages))
+        return encode(messages, tools, add_generation_prompt)
+
+    model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
+    runner = EpisodeRunner(model.generate, encode_chat, EpisodeLimits(max_turns=3, max_episode_tokens=400,
+                                                                      max_length=4096), make_environment=Flood)
+    [c] = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=10, n=1, seed=0))
+    assert max(widest) < 100  # the flood was never rendered
+    if where == "step":
+        assert c.finish_reason == "length" and c.info["turns"] == 1 and not env_failed(c) and not check(model, [c])
+    else:
+        assert env_failed(c) and "(5,000 message(s), 0 characters) cannot fit model.max_length = 4096" in c.info["env_error"]

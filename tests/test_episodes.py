@@ -750,7 +750,7 @@ def test_messages_too_large_to_fit_end_their_episode_unrendered():
     assert max(seen) < 10_000
     assert all(c.finish_reason == "length" and "env_error" not in c.info and c.info["turns"] == 1 for c in out[:2])
     assert all([m["role"] for m in c.messages] == ["assistant"] for c in out[:2])  # the flood is not added
-    assert all("10,000,000 characters, more than 32 per token of model.max_length = 2048" in c.info["env_error"]
+    assert all("(1 message(s), 10,000,000 characters) cannot fit model.max_length = 2048 tokens" in c.info["env_error"]
                and c.info["turns"] == 0 for c in out[2:])
     # every episode's first messages too large: each ends, the run goes on (no config error)
     out = run.run([{"prompt": "x", "huge_reset": True}], SamplingParams(max_new_tokens=40, n=2))

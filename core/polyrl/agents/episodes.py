@@ -110,10 +110,14 @@ class EpisodeLimits:
     #: tool calls run per assistant turn; those past it are answered with an error, not run
     max_tool_calls_per_turn: int = 8
 
-    def fit_chars(self, tokens: int) -> int:
-        """The most content characters messages may hold to fit in ``tokens`` tokens (a bound
-        no real text reaches, ``MAX_CHARS_PER_TOKEN``): past it they are refused unrendered."""
-        return MAX_CHARS_PER_TOKEN * max(tokens, 0)
+    def may_fit(self, messages: Sequence[Mapping[str, Any]], tokens: int) -> bool:
+        """Whether ``messages`` may fit in ``tokens`` tokens, judged before any rendering: at most
+        ``MAX_CHARS_PER_TOKEN`` content characters a token (a bound no real text reaches) and one
+        message a token (a template writes at least a role's marker for each); past either they
+        are refused unrendered. Why count messages too: 100,000 empty messages held no characters
+        and took 100 s of the trainer's thread to render and tokenize, only to end as ``length``."""
+        room = max(tokens, 0)
+        return len(messages) <= room and content_chars(messages) <= MAX_CHARS_PER_TOKEN * room
 
     def cap(self, prompt_tokens: int) -> int:
         """The most tokens an episode whose first prompt has ``prompt_tokens`` may hold after it."""
@@ -388,11 +392,12 @@ class EpisodeRunner:
     def _oversize_first(self, first: Sequence[Mapping[str, Any]]) -> str | None:
         """Why an environment's first messages cannot fit ``model.max_length``, judged by their size
         before the template renders them (see ``MAX_CHARS_PER_TOKEN``), or None."""
-        limit, chars = self.limits.max_length, content_chars(first)
-        if limit is None or chars <= self.limits.fit_chars(limit):
+        limit = self.limits.max_length
+        if limit is None or self.limits.may_fit(first, limit):
             return None
-        return (f"the environment's first messages hold {chars:,} characters, more than {MAX_CHARS_PER_TOKEN} per "
-                f"token of model.max_length = {limit}: they cannot fit, and were not rendered")
+        return (f"the environment's first messages ({len(first):,} message(s), {content_chars(first):,} characters) "
+                f"cannot fit model.max_length = {limit} tokens (at most one message and {MAX_CHARS_PER_TOKEN} "
+                "characters a token): they were not rendered")
 
     @staticmethod
     def _first_messages(env: Any, row: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[Callable[..., Any]]]:
@@ -570,7 +575,7 @@ class EpisodeRunner:
         if ep.turns >= self.limits.max_turns:
             ep.done = True
             return
-        if content_chars(new) > self.limits.fit_chars(self._room(ep)):  # cannot fit: ends as `length`, unrendered
+        if not self.limits.may_fit(new, self._room(ep)):  # cannot fit: ends as `length`, unrendered
             ep.done, ep.finish_reason = True, "length"
             return
         schemas = ep.toolbox.schemas if ep.toolbox is not None else None
