@@ -440,3 +440,197 @@ def test_a_factory_handing_one_instance_to_two_episodes_of_a_rollout_ends_the_se
     assert len(shared) == 2 and all("another episode of this rollout" in c.info["env_error"] for c in shared)
     assert sorted(resets) == sorted(id(g) for g in pool)  # each instance reset once, by its own episode
     assert all(c.info["env_reward"] == 1.0 for c in out if not env_failed(c))
+
+
+# --- a turn's errors are capped ---------------------------------------------------------------------
+
+
+def bad_calls(count: int) -> str:
+    return "".join("<tool_call>{bad</tool_call>" for _ in range(count))
+
+
+@pytest.mark.parametrize(("turn", "calls", "malformed", "ran", "shown"), [
+    (bad_calls(40), 0, 40, 0, 8),  # 40 malformed: 8 errors, then one for the other 32
+    ("".join(call("calc", a=k, b=2) for k in range(30)), 30, 0, 8, 8),  # 8 run, 8 of 22 "not run", one for 14
+    ("".join(call("calc", a=k, b=2) for k in range(10)) + bad_calls(20), 10, 20, 8, 8),  # 2 not run + 20 malformed
+], ids=["malformed", "past-the-cap", "both"])
+def test_a_turn_of_many_bad_calls_gets_at_most_a_cap_of_errors(smollm2, turn, calls, malformed, ran, shown):
+    """Each malformed call, and each call past max_tool_calls_per_turn, got an error message of
+    its own: 40 ``<tool_call>{bad</tool_call>`` blocks were answered by 40 errors, more tokens
+    inserted than the model wrote, filling the episode's room with polyrl's text. At most
+    max_tool_calls_per_turn errors are shown now, then one saying how many more; the counts
+    (format_errors, tool_errors, tool_calls) still count every call."""
+    eot = smollm2.convert_tokens_to_ids("<|im_end|>")
+    model = Scripted(smollm2, lambda text, j: turn if text.count("assistant\n") == 1 else "done", eot)
+    runner = EpisodeRunner(model.generate, encoder(smollm2), EpisodeLimits(max_turns=2, max_episode_tokens=6000,
+                                                                           max_length=16384),
+                           toolbox=ToolBox([calc]), parse=parse_tool_calls)
+    [c] = runner.run([{"prompt": "Multiply."}], SamplingParams(max_new_tokens=2000, n=1, seed=0))
+    assert not check(model, [c]) and c.info["turns"] == 2 and c.finish_reason == "stop"
+    answers = [m for m in c.messages if m["role"] == "tool"]
+    assert len(answers) == ran + shown + 1
+    assert [m["content"] for m in answers[:ran]] == [str(2 * k) for k in range(ran)]
+    errors = answers[ran:]
+    assert all(m["content"].startswith("error: ") for m in errors)
+    hidden = calls - ran + malformed - shown
+    assert errors[-1]["content"] == (f"error: {hidden} more of this turn's tool calls were malformed or not run; their "
+                                     "errors are not shown (at most 8 a turn: environment.max_tool_calls_per_turn)")
+    assert c.info["tool_calls"] == calls and c.info["format_errors"] == malformed
+    assert c.info["tool_errors"] == calls - ran
+    sampled, inserted = int(c.mask.sum()), int((~c.mask).sum())
+    assert inserted < sampled + 80 * ran  # the errors no longer outgrow what the model wrote
+
+
+# --- a plain answer the chat template refuses is the model's format error ----------------------------
+
+#: a template with a rule on the assistant's own text (here: an empty answer, which a policy writes by
+#: sampling the end-of-turn token first)
+NO_EMPTY_ANSWER = ("{% for m in messages %}{% if m['role'] == 'assistant' and not m['content'] and not m.tool_calls %}"
+                   "{{ raise_exception('An assistant message must have content.') }}{% endif %}"
+                   "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+                   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+class TryAgain:
+    """Answers every guess with feedback, never done."""
+
+    def reset(self, row):
+        return [{"role": "user", "content": "Guess my number."}]
+
+    def step(self, message):
+        return Observation([{"role": "user", "content": "Try again."}], reward=0.0)
+
+
+def test_a_plain_answer_the_chat_template_refuses_is_the_models_format_error(smollm2):
+    """The glue renders a stand-in for the turn it joins, so a template refusing the model's own
+    text (an empty answer) raised on the next turn's rendering; without a tool call there, the
+    episode ended as an environment error: unscored, so the policy was never trained against the
+    empty answer (and a rollout of them stopped the run). It is now the model's format error, as a
+    refused turn with calls is: scored, the conversation ending with the template's message. An
+    environment's own message the template refuses stays the environment's error
+    (``test_an_observation_the_chat_template_refuses_is_still_the_environments_error``)."""
+    tok = dressed(smollm2, NO_EMPTY_ANSWER, [])
+    eot = tok.convert_tokens_to_ids("<|im_end|>")
+    for first, refused in (("", True), ("5", False)):
+        model = Scripted(tok, lambda text, j, first=first: first if text.count("assistant\n") == 1 else "6", eot)
+        runner = EpisodeRunner(model.generate, encoder(tok), EpisodeLimits(max_turns=3, max_episode_tokens=300,
+                                                                           max_length=4096), make_environment=TryAgain)
+        out = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=20, n=2, seed=0))
+        assert not check(model, out)
+        for c in out:
+            assert "env_error" not in c.info and not env_failed(c) and c.info["env_reward"] == 0.0
+            if refused:
+                assert c.info["format_errors"] == 1 and c.info["turns"] == 2 and c.finish_reason == "stop"
+                assert c.messages[-1]["content"].startswith("error: the chat template refused this turn")
+                assert "must have content" in c.messages[-1]["content"]
+            else:
+                assert c.info["format_errors"] == 0 and c.info["turns"] == 3
+
+
+# --- episode_over runs where reset ran ----------------------------------------------------------------
+
+
+def test_episode_over_runs_on_the_thread_reset_made_its_state_on(smollm2):
+    """``episode_over`` ran on a fresh thread, so an sqlite connection opened in ``reset`` (sqlite
+    refuses any other thread) could not be read or closed there: it raised ProgrammingError (a
+    warning) and the connection leaked. It runs on the episode's own thread and loop now, as
+    ``reset``, ``step`` and the environment's tools do (TRL calls an environment's plain methods on
+    one thread too)."""
+    import sqlite3
+
+    closed: list[int] = []
+
+    class Ledger:
+        def reset(self, row):
+            self.db = sqlite3.connect(":memory:")
+            self.db.execute("create table moves (text)")
+            return [{"role": "user", "content": "Say 5."}]
+
+        def step(self, message):
+            self.db.execute("insert into moves values (?)", (message["content"],))
+            return Observation(reward=1.0, done=True)
+
+        def episode_over(self) -> None:
+            closed.append(self.db.execute("select count(*) from moves").fetchone()[0])
+            self.db.close()
+
+    model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
+    runner = EpisodeRunner(model.generate, encoder(smollm2), EpisodeLimits(max_turns=2, max_episode_tokens=100,
+                                                                           max_length=2048), make_environment=Ledger)
+    out = runner.run([{"prompt": "x"}, {"prompt": "y"}], SamplingParams(max_new_tokens=10, n=2, seed=0))
+    assert closed == [1, 1, 1, 1]
+    assert all(c.info["env_reward"] == 1.0 and not env_failed(c) for c in out) and not check(model, out)
+
+
+def test_episode_over_still_runs_when_its_episodes_thread_is_stuck_past_the_limit(smollm2):
+    """An episode whose ``step`` was abandoned past env_timeout_s keeps its thread busy: its
+    ``episode_over`` runs on a fresh thread then (queued behind the stuck call it would never
+    start), within the limit, and the step does not wait for the stuck call."""
+    release = threading.Event()
+    told: list[str] = []
+
+    class Stuck:
+        def reset(self, row):
+            self.hangs = row["prompt"] == "hang"
+            return [{"role": "user", "content": "Say 5."}]
+
+        def step(self, message):
+            if self.hangs:
+                release.wait(8.0)
+            return Observation(reward=1.0, done=True)
+
+        def episode_over(self) -> None:
+            told.append("hang" if self.hangs else "fine")
+
+    model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
+    runner = EpisodeRunner(model.generate, encoder(smollm2), EpisodeLimits(max_turns=2, max_episode_tokens=100,
+                                                                           max_length=2048),
+                           make_environment=Stuck, env_timeout_s=0.5)
+    start = time.monotonic()
+    try:
+        out = runner.run([{"prompt": "hang"}, {"prompt": "fine"}], SamplingParams(max_new_tokens=10, n=1, seed=0))
+        elapsed = time.monotonic() - start
+    finally:
+        release.set()
+    assert elapsed < 5.0, f"the step took {elapsed:.1f} s"
+    assert sorted(told) == ["fine", "hang"]
+    assert env_failed(out[0]) and "step did not return within 0.5 s" in out[0].info["env_error"]
+    assert not env_failed(out[1]) and out[1].info["env_reward"] == 1.0
+
+
+# --- many empty messages are sized like long ones ------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["step", "reset"])
+def test_more_messages_than_tokens_of_room_are_refused_unrendered(smollm2, where):
+    """Messages were sized by their characters alone before rendering, so an environment answering
+    100,000 empty messages (a history it appends to without bound) took 100 s of the trainer's
+    thread to render and tokenize, per episode, only to end as ``length``. Every message renders at
+    least its role's marker: more messages than tokens of room cannot fit and are refused
+    unrendered (an observation ends the episode as ``length``, first messages as an environment
+    error), as too many characters are."""
+    many = [{"role": "user", "content": ""}] * 5000
+
+    class Flood:
+        def reset(self, row):
+            return many if where == "reset" else [{"role": "user", "content": "Say 5."}]
+
+        def step(self, message):
+            return Observation(many)
+
+    encode = encoder(smollm2)
+    widest: list[int] = []
+
+    def encode_chat(messages, tools, add_generation_prompt):
+        widest.append(len(messages))
+        return encode(messages, tools, add_generation_prompt)
+
+    model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
+    runner = EpisodeRunner(model.generate, encode_chat, EpisodeLimits(max_turns=3, max_episode_tokens=400,
+                                                                      max_length=4096), make_environment=Flood)
+    [c] = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=10, n=1, seed=0))
+    assert max(widest) < 100  # the flood was never rendered
+    if where == "step":
+        assert c.finish_reason == "length" and c.info["turns"] == 1 and not env_failed(c) and not check(model, [c])
+    else:
+        assert env_failed(c) and "(5,000 message(s), 0 characters) cannot fit model.max_length = 4096" in c.info["env_error"]

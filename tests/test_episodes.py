@@ -248,7 +248,7 @@ def test_tools_are_described_in_a_system_message_when_the_template_ignores_them(
 
     model = ScriptedModel()
     run = EpisodeRunner(model.generate, plain, EpisodeLimits(), toolbox=Box(), parse=parse)
-    episode = asyncio.run(run._reset(0, ROWS[0]))
+    episode = asyncio.run(run._reset(0, ROWS[0], []))
     assert episode.first_messages[0]["role"] == "system" and "<tool_call>" in episode.first_messages[0]["content"]
     assert '"calc"' in episode.first_messages[0]["content"]
     np.testing.assert_array_equal(episode.prompt_ids, plain(episode.first_messages, None, True))
@@ -266,7 +266,7 @@ def test_tool_format_that_never_reads_what_the_system_message_teaches_is_a_confi
         run = EpisodeRunner(ScriptedModel().generate, plain, EpisodeLimits(), toolbox=Box(),
                             parse=functools.partial(parse_tool_calls, fmt=fmt), tool_format=fmt)
         with pytest.raises(ConfigError, match=r"taught the hermes tool-call form.*never reads") as info:
-            asyncio.run(run._reset(0, ROWS[0]))
+            asyncio.run(run._reset(0, ROWS[0], []))
         assert info.value.field == "environment.tool_format" and 'tool_format = "auto"' in info.value.fix
     for fmt in ("auto", "hermes"):
         run = EpisodeRunner(ScriptedModel().generate, plain, EpisodeLimits(), toolbox=Box(),
@@ -344,7 +344,8 @@ class CallsMany(ScriptedModel):
 
 def test_tool_calls_past_the_per_turn_cap_are_answered_not_run():
     """No cap held: a policy writing dozens of calls in one turn had every one run (their time,
-    their side effects). The first max_tool_calls_per_turn run; each other gets an error result."""
+    their side effects). The first max_tool_calls_per_turn run; the others get error results, at
+    most max_tool_calls_per_turn of them and one saying how many more (tool_errors counts each)."""
     ran = []
 
     def calc(a: int, b: int) -> str:
@@ -362,9 +363,10 @@ def test_tool_calls_past_the_per_turn_cap_are_answered_not_run():
         ROWS[:1], SamplingParams(max_new_tokens=1200, n=1))
     assert sorted(ran) == [0, 1, 2]
     tools = [m for m in out[0].messages if m["role"] == "tool"]
-    assert [m["content"] for m in tools[:3]] == ["0", "2", "4"] and len(tools) == 12
+    assert [m["content"] for m in tools[:3]] == ["0", "2", "4"] and len(tools) == 3 + 3 + 1
     assert all(m["content"].startswith("error: not run: this turn asked for 12 tool calls, more than the 3 run per "
-                                       "turn (environment.max_tool_calls_per_turn)") for m in tools[3:])
+                                       "turn (environment.max_tool_calls_per_turn)") for m in tools[3:6])
+    assert tools[6]["content"].startswith("error: 6 more of this turn's tool calls were malformed or not run")
     assert out[0].info["tool_calls"] == 12 and out[0].info["tool_errors"] == 9
 
 
@@ -748,7 +750,7 @@ def test_messages_too_large_to_fit_end_their_episode_unrendered():
     assert max(seen) < 10_000
     assert all(c.finish_reason == "length" and "env_error" not in c.info and c.info["turns"] == 1 for c in out[:2])
     assert all([m["role"] for m in c.messages] == ["assistant"] for c in out[:2])  # the flood is not added
-    assert all("10,000,000 characters, more than 32 per token of model.max_length = 2048" in c.info["env_error"]
+    assert all("(1 message(s), 10,000,000 characters) cannot fit model.max_length = 2048 tokens" in c.info["env_error"]
                and c.info["turns"] == 0 for c in out[2:])
     # every episode's first messages too large: each ends, the run goes on (no config error)
     out = run.run([{"prompt": "x", "huge_reset": True}], SamplingParams(max_new_tokens=40, n=2))

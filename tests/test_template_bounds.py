@@ -247,3 +247,52 @@ def _assert_as_transformers(tok) -> None:
                         tok(want, add_special_tokens=False)["input_ids"]
                 rendered += 1
     assert rendered >= 8
+
+
+#: run in a child process: a real MemoryError, from a memory limit set just above what the child uses,
+#: while the chat template renders a long message (each copy the template makes of it is 28 MB)
+OUT_OF_MEMORY = r"""
+import json, resource, sys
+from transformers import AutoTokenizer
+from polyrl.agents.glue import ChatGlue
+from polyrl.backend_kit.literal_chat import encode_chat_literal
+from polyrl.backend_kit.template_limits import render_chat
+
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+long = [{"role": "user", "content": "\U0001F600" * 7_000_000}]
+glue = ChatGlue(lambda messages, tools, gen: encode_chat_literal(tok, messages, tools, gen))
+glue.encode([{"role": "user", "content": "hi"}], True)  # compiled and warm before the limit
+_, hard = resource.getrlimit(resource.RLIMIT_AS)
+size = int(next(line for line in open("/proc/self/status") if line.startswith("VmSize")).split()[1]) * 1024
+for name, call in (("render_chat", lambda: render_chat(tok, long, None, True, "model.path")),
+                   ("glue", lambda: glue.encode(long, True))):
+    resource.setrlimit(resource.RLIMIT_AS, (size + 40 * 2**20, hard))
+    try:
+        call()
+        outcome = None
+    except BaseException as exc:
+        outcome = exc
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+    print(json.dumps({"call": name, "raised": type(outcome).__name__,
+                      "classes": [c.__name__ for c in type(outcome).__mro__], "text": str(outcome)}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc are Linux's")
+def test_a_rendering_out_of_memory_is_not_blamed_on_the_template(tiny_model_dir):
+    """A MemoryError while a chat template rendered was a ConfigError on model.path ("ran out of
+    memory. Fix: use a model folder whose chat template is a real one"): the template renders within
+    polyrl's bounds, so the process's memory was short, and the message sent the user to replace a
+    model folder that was fine (an episode's turn stopped the run with it). It is ``OutOfMemory``
+    now, no ConfigError, saying what ran short and what to do; the episode glue passes it on as it
+    is rather than as a template that cannot render the conversation."""
+    done = subprocess.run([sys.executable, "-c", OUT_OF_MEMORY, tiny_model_dir], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    assert done.returncode == 0, done.stderr
+    outcomes = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [o["call"] for o in outcomes] == ["render_chat", "glue"]
+    for o in outcomes:
+        assert o["raised"] == "OutOfMemory" and "ConfigError" not in o["classes"], o
+        assert o["text"].startswith("out of memory while ") and "no setting is at fault" in o["text"]
+        assert "Fix: free memory" in o["text"] and "real one" not in o["text"]

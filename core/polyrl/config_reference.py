@@ -230,7 +230,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "env_timeout_s": "seconds per call of the environment's code (create, reset, step); a call past it ends that episode as an environment error (abandoned: 32 still running stop the run)",
         "max_concurrent_tools": "tool calls running at once across the step's episodes",
         "max_tool_calls_per_turn": "tool calls run per assistant turn; the others are answered "
-                                   "\"not run\" (an error the model reads)",
+                                   "\"not run\" (an error the model reads); also the most such errors and "
+                                   "malformed calls' errors shown a turn, one more saying how many were left out",
         "tool_format": "how tool calls are parsed: `auto`, `hermes` (`<tool_call>{...}</tool_call>`), `llama3`, `mistral`, `phi4`, `json` (a call object opening the reply; for templates without a tool format, e.g. SmolLM2)",
         "python_isolation": 'the `python` tool\'s sandbox, as code_tests\' `isolation`: `auto` (bubblewrap, else the '
                             'run is refused before models load), `require` (bubblewrap and seccomp), `weak` (opt-in '

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from polyrl.algorithms.objective import Objective
-from polyrl.errors import ConfigError, NonFiniteModel, PluginError, PolyrlError
+from polyrl.errors import ConfigError, NonFiniteModel, OutOfMemory, PluginError, PolyrlError
 from polyrl.model_config import config_tables, first_positive_int
 from polyrl.registry import Registry
 from polyrl.text_validity import check_prompt
@@ -76,8 +76,10 @@ class Engine:
     def _call(self, hook: str, **kwargs: Any) -> Any:
         try:
             return self._owner_hook(hook)(engine=self.raw, **kwargs)
-        except (PluginError, ConfigError):
-            raise  # already names the plugin, or the user's setting at fault
+        except (PluginError, ConfigError, OutOfMemory):
+            raise  # already names the plugin, the user's setting at fault, or the memory that ran short
+        except MemoryError:  # the process's memory, not the plugin: blaming it sent the user to the wrong fix
+            raise OutOfMemory(f"backend {self.backend!r} ran its {hook} hook") from None
         except Exception as exc:
             raise self._fail(hook, f"raised {type(exc).__name__}: {exc}") from exc
         except SystemExit as exc:  # sys.exit() in a plugin ended the run with its code and no word

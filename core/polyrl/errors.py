@@ -71,6 +71,20 @@ class TemplateRefused(ConfigError):
         self.reason = reason
 
 
+class OutOfMemory(PolyrlError):
+    """This process could not get the memory it asked for (a ``MemoryError``) while it did
+    ``what``. Not a ConfigError: no setting is at fault (a chat template renders within
+    ``template_limits``' bounds), the machine or a limit on the process is short, so a message
+    blaming the model folder's template sent the user to fix what was not broken."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"out of memory while {what}: this process could not get the memory it asked for (the "
+                         "machine's, or a limit set on the process); no setting is at fault. Fix: free memory (other "
+                         "processes, fewer rows or episodes a step) or raise the process's memory limit, then run "
+                         "again (a training run continues from its last checkpoint with --resume)")
+        self.what = what
+
+
 class BackendUnavailable(PolyrlError):
     """A backend exists but cannot run here (missing package, no device) or does not exist."""
 

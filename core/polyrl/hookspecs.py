@@ -298,8 +298,8 @@ def polyrl_register_environments(register: Callable[[EnvironmentSpec], None]) ->
     episode. A turn with tool calls is answered by the tools; a turn without is handed to ``step``.
     The episode's calls (``reset``, ``step``, its tools) run on a thread of its own, with one event
     loop for its async code, within ``[environment] env_timeout_s`` (``tool_timeout_s`` for a
-    tool; an optional ``episode_over()``, called once after the rollout, on a thread of its own
-    within ``env_timeout_s``: what it raises is a warning, past the limit its episode fails). An environment that raises (``sys.exit``
+    tool; an optional ``episode_over()``, called once after the rollout, on that same thread and
+    loop within ``env_timeout_s``: what it raises is a warning, past the limit its episode fails). An environment that raises (``sys.exit``
     included), runs past that limit or answers with a malformed ``Observation`` ends that episode
     (reported in the run's metrics, ``episode/env_error_share``, and its ``info["env_error"]``),
     never the run. Such an episode is unscored, whether it failed in ``reset`` or in a later

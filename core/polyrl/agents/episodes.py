@@ -18,8 +18,8 @@ episodes still running, and their tool calls and environment steps of that turn 
 
 The environment's code (its factory, ``reset``, ``step``, and its own tools through the tool box)
 runs on a daemon thread of the episode's own, with a time limit per call (``polyrl.agents.threads.Worker``: one thread and event loop per
-environment, so state it ties to either keeps working from ``reset`` to the last ``step``; its
-``episode_over``, after the rollout, on one of its own): whatever it raises (``sys.exit`` included), a call past
+environment, so state it ties to either keeps working from ``reset`` to the last ``step`` and its
+``episode_over``, after the rollout): whatever it raises (``sys.exit`` included), a call past
 the limit, or an answer that is not a valid ``Observation`` ends that episode as an environment
 error (``info["env_error"]``), never the run (``episode_over`` raising is only a warning). Such an episode is unscored (no reward sees it, see
 ``polyrl.episode_scoring``): it is trained neither for nor against. A rollout in which every episode
@@ -40,13 +40,13 @@ from typing import Any
 import attrs
 import numpy as np
 
-from polyrl.agents.glue import ChatGlue, EncodeChat, RenderError
+from polyrl.agents.glue import ChatGlue, EncodeChat, RenderError, model_text_left_out
 from polyrl.agents.prompting import template_ignores_tools, tool_results_as_user, with_tools_prompt
 from polyrl.agents.spec import (checked_environment, checked_reset, checked_step, end_episode, environment_tools,
                                 plain_text, rewarded_environment)
 from polyrl.agents.threads import (MAX_ABANDONED, CallRaised, CallTimedOut, LateCalls, Worker, describe, described,
                                    finished, raised_text)
-from polyrl.agents.tools import ToolBox, error_message, quoted
+from polyrl.agents.tools import ToolBox, ToolCall, error_message, quoted
 from polyrl.errors import ConfigError, EnvironmentFailed
 from polyrl.reasoning import opens_reasoning
 from polyrl.logs import get_logger
@@ -110,16 +110,29 @@ class EpisodeLimits:
     #: tool calls run per assistant turn; those past it are answered with an error, not run
     max_tool_calls_per_turn: int = 8
 
-    def fit_chars(self, tokens: int) -> int:
-        """The most content characters messages may hold to fit in ``tokens`` tokens (a bound
-        no real text reaches, ``MAX_CHARS_PER_TOKEN``): past it they are refused unrendered."""
-        return MAX_CHARS_PER_TOKEN * max(tokens, 0)
+    def may_fit(self, messages: Sequence[Mapping[str, Any]], tokens: int) -> bool:
+        """Whether ``messages`` may fit in ``tokens`` tokens, judged before any rendering: at most
+        ``MAX_CHARS_PER_TOKEN`` content characters a token (a bound no real text reaches) and one
+        message a token (a template writes at least a role's marker for each); past either they
+        are refused unrendered. Why count messages too: 100,000 empty messages held no characters
+        and took 100 s of the trainer's thread to render and tokenize, only to end as ``length``."""
+        room = max(tokens, 0)
+        return len(messages) <= room and content_chars(messages) <= MAX_CHARS_PER_TOKEN * room
 
     def cap(self, prompt_tokens: int) -> int:
         """The most tokens an episode whose first prompt has ``prompt_tokens`` may hold after it."""
         if self.max_length is None:
             return self.max_episode_tokens
         return min(self.max_episode_tokens, self.max_length - prompt_tokens)
+
+
+@attrs.define(frozen=True)
+class _Made:
+    """An environment the factory made for episode ``index``, and the worker its code runs on."""
+
+    index: int
+    env: Any
+    worker: Worker
 
 
 @attrs.define
@@ -310,9 +323,10 @@ class EpisodeRunner:
 
     # --- first observation ------------------------------------------------------------------
 
-    async def _reset(self, index: int, row: Mapping[str, Any], made: list[tuple[int, Any]] | None = None) -> _Episode:
+    async def _reset(self, index: int, row: Mapping[str, Any], made: list[_Made]) -> _Episode:
         """Episode ``index``'s environment made and reset, and its first prompt; ``made`` gets the
-        environment (``end_episode`` once the rollout is over)."""
+        environment with its worker (``end_episode`` there once the rollout is over, then the
+        worker is closed: whatever ends the episode, its worker is ``made``'s from then on)."""
         toolbox = self.toolbox
         env, worker = None, None
         if self.make_environment is not None:
@@ -320,12 +334,14 @@ class EpisodeRunner:
             worker = Worker(name=f"polyrl-env-{index}")
             try:
                 env = await self._env_call(worker, "create", lambda: checked_environment(make()))
-                if made is not None:
-                    self._check_unshared(env, made)
-                    made.append((index, env))
-                first, own = await self._env_call(worker, "reset", lambda: self._first_messages(env, row))
+                self._check_unshared(env, made)
             except _EnvError as failed:  # a broken environment ends its episode (empty, untrained), not the run
-                worker.close()
+                worker.close()  # no environment of its own to tell
+                return self._failed_at_reset(index, row, failed.text)
+            made.append(_Made(index, env, worker))
+            try:
+                first, own = await self._env_call(worker, "reset", lambda: self._first_messages(env, row))
+            except _EnvError as failed:
                 return self._failed_at_reset(index, row, failed.text)
             if own:  # tools bound to this episode's environment; the step's bound still holds
                 try:
@@ -333,7 +349,6 @@ class EpisodeRunner:
                 except ConfigError as exc:  # a schema or a name the setup check did not see: this episode's
                     error = f"its own tools cannot be offered: {exc.message}"
                     log.warning("environment tools failed; episode ended", environment=self._env_name, error=error)
-                    worker.close()
                     return self._failed_at_reset(index, row, error)
         else:
             first = as_messages(row[self.prompt_column])
@@ -341,7 +356,6 @@ class EpisodeRunner:
         if env is not None and worker is not None and (oversize := self._oversize_first(first)) is not None:
             log.warning("an episode's first prompt does not fit; episode ended", environment=self._env_name,
                         error=oversize)
-            worker.close()
             return self._failed_at_reset(index, row, oversize)
         first = self._with_tool_instructions(first, toolbox)
         try:
@@ -351,8 +365,6 @@ class EpisodeRunner:
                 raise
             log.warning("the chat template cannot render the environment's first messages; episode ended",
                         environment=self._env_name, error=str(exc))
-            if worker is not None:
-                worker.close()
             return self._failed_at_reset(index, row, str(exc))
         limit = self.limits.max_length
         if limit is not None and len(prompt_ids) >= limit:  # this row's content, not the run: the episode ends
@@ -360,19 +372,17 @@ class EpisodeRunner:
                      f"not below model.max_length = {limit}")
             log.warning("an episode's first prompt does not fit; episode ended", environment=self._env_name,
                         error=error)
-            if worker is not None:
-                worker.close()
             return _Episode(index=index, row=row, env=None, first_messages=first, prompt_ids=prompt_ids, done=True,
                             env_error=error, asked=asked)
         return _Episode(index=index, row=row, env=env, first_messages=first, toolbox=toolbox, prompt_ids=prompt_ids,
                         worker=worker, asked=asked)
 
-    def _check_unshared(self, env: Any, made: Sequence[tuple[int, Any]]) -> None:
+    def _check_unshared(self, env: Any, made: Sequence[_Made]) -> None:
         """``_EnvError`` when the factory returned an instance another episode of this rollout has.
         Why: the episodes run at once, each on its own thread, so they would share (and race on)
         its state, silently; the setup's probe (two calls) cannot see a factory handing out a
         small pool's instances in turn."""
-        if any(other is env for _, other in made):
+        if any(entry.env is env for entry in made):
             error = (f"the factory returned a {type(env).__name__} instance that another episode of this rollout "
                      "already has (the episodes run at once: they would share its state). Fix: return a new "
                      "instance on every call of the factory")
@@ -382,11 +392,12 @@ class EpisodeRunner:
     def _oversize_first(self, first: Sequence[Mapping[str, Any]]) -> str | None:
         """Why an environment's first messages cannot fit ``model.max_length``, judged by their size
         before the template renders them (see ``MAX_CHARS_PER_TOKEN``), or None."""
-        limit, chars = self.limits.max_length, content_chars(first)
-        if limit is None or chars <= self.limits.fit_chars(limit):
+        limit = self.limits.max_length
+        if limit is None or self.limits.may_fit(first, limit):
             return None
-        return (f"the environment's first messages hold {chars:,} characters, more than {MAX_CHARS_PER_TOKEN} per "
-                f"token of model.max_length = {limit}: they cannot fit, and were not rendered")
+        return (f"the environment's first messages ({len(first):,} message(s), {content_chars(first):,} characters) "
+                f"cannot fit model.max_length = {limit} tokens (at most one message and {MAX_CHARS_PER_TOKEN} "
+                "characters a token): they were not rendered")
 
     @staticmethod
     def _first_messages(env: Any, row: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[Callable[..., Any]]]:
@@ -527,11 +538,9 @@ class EpisodeRunner:
             cap = self.limits.max_tool_calls_per_turn
             results = [plain_text(r) for r in await ep.toolbox.run(calls[:cap])] \
                 if calls and ep.toolbox is not None else []
-            results += [error_message(f"not run: this turn asked for {len(calls)} tool calls, more than the "
-                                      f"{cap} run per turn (environment.max_tool_calls_per_turn)",
-                                      name=call.name, call_id=call.id) for call in calls[cap:]]
             ep.tool_errors += sum(1 for r in results if str(r.get("content", "")).startswith("error:"))
-            new = [*results, *(error_message(e) for e in errors)]
+            ep.tool_errors += len(calls[cap:])  # answered "not run": failed calls, as TRL's failure_frequency counts
+            new = [*results, *self._unrun_errors(calls, errors)]
             if self.tool_results_role == "user":  # a template without a tool role (check_tool_results)
                 new = tool_results_as_user(new)
         elif ep.env is not None and ep.worker is not None:
@@ -566,15 +575,17 @@ class EpisodeRunner:
         if ep.turns >= self.limits.max_turns:
             ep.done = True
             return
-        if content_chars(new) > self.limits.fit_chars(self._room(ep)):  # cannot fit: ends as `length`, unrendered
+        if not self.limits.may_fit(new, self._room(ep)):  # cannot fit: ends as `length`, unrendered
             ep.done, ep.finish_reason = True, "length"
             return
         schemas = ep.toolbox.schemas if ep.toolbox is not None else None
         try:
             inserted = self.glue.after_turn(ep.context()[:-1], assistant, turn.completion_ids, new, schemas)
         except RenderError as exc:  # this conversation's content, not the run: the episode ends here
-            if (calls or errors) and exc.__cause__ is not None:  # the template raised on the model's calls
-                self._refused(ep, exc.__cause__)
+            # the template raised on the model's calls, or (a plain answer) on what the model wrote
+            refused = exc.__cause__ if calls or errors else self._text_refused(ep, schemas)
+            if refused is not None:
+                self._refused(ep, refused)
                 return
             self._ended(ep, str(exc))
             log.warning("the chat template cannot render this episode's next turn; episode ended",
@@ -585,6 +596,43 @@ class EpisodeRunner:
             return
         ep.add(inserted, None, sampled=False)
         ep.messages.extend(new)
+
+    def _text_refused(self, ep: _Episode, schemas: Sequence[Mapping[str, Any]] | None) -> BaseException | None:
+        """What the chat template raised on the conversation through the model's last turn for the
+        model's own text (it renders with stand-in text in the assistant turns instead), or None
+        (then the environment's messages are what it refused). Why ask: the glue renders a
+        stand-in for the turn it joins, so a template refusing what the model wrote (an empty
+        answer) first raised on the next turn's rendering, and with no call in that turn the
+        episode ended as an environment error, unscored, where a refused turn with calls is the
+        model's format error."""
+        try:
+            self.glue.encode(ep.context(), False, schemas)
+        except RenderError as exc:
+            if exc.__cause__ is None:  # past polyrl's bounds: the size, not the model's text
+                return None
+            try:
+                self.glue.encode(model_text_left_out(ep.context()), False, schemas)
+            except RenderError:  # refused without the model's words too
+                return None
+            return exc.__cause__
+        return None
+
+    def _unrun_errors(self, calls: Sequence[ToolCall], malformed: Sequence[str]) -> list[dict[str, Any]]:
+        """The errors answering a turn's calls that did not run: each call past the per-turn cap,
+        then each malformed one; at most ``max_tool_calls_per_turn`` of them, and one more saying
+        how many were left out. Why a cap: every one got its own message, so a turn of 200
+        ``<tool_call>x</tool_call>`` had 200 errors inserted (more tokens than the model wrote),
+        filling the episode's room with polyrl's own text."""
+        cap = self.limits.max_tool_calls_per_turn
+        answers = [error_message(f"not run: this turn asked for {len(calls)} tool calls, more than the {cap} run "
+                                 "per turn (environment.max_tool_calls_per_turn)", name=call.name, call_id=call.id)
+                   for call in calls[cap:]]
+        answers += [error_message(e) for e in malformed]
+        if len(answers) <= cap:
+            return answers
+        return [*answers[:cap], error_message(
+            f"{len(answers) - cap} more of this turn's tool calls were malformed or not run; their errors are not "
+            f"shown (at most {cap} a turn: environment.max_tool_calls_per_turn)")]
 
     def _refused(self, ep: _Episode, cause: BaseException) -> None:
         """The chat template raised on a turn the model wrote with its calls answered (several calls
@@ -617,19 +665,18 @@ class EpisodeRunner:
         n = sampling.n
         # before any environment starts: a ConfigError leaves nothing behind
         self.check_tool_results(self.toolbox.schemas if self.toolbox is not None else [])
-        made: list[tuple[int, Any]] = []  # every environment made (by episode), its episode failed or not
+        made: list[_Made] = []  # every environment made (by episode), its episode failed or not
         episodes: list[_Episode] = []
         try:
             episodes = asyncio.run(self._reset_all(rows, n, made))
+            if self._stop is None:  # else the run stops (``raised``): no turn for a rollout never trained
+                self._run_turns(episodes, sampling)
+        finally:  # each is told its episode is over, then its thread ends
             try:
-                if self._stop is None:  # else the run stops (``raised``): no turn for a rollout never trained
-                    self._run_turns(episodes, sampling)
+                hung = asyncio.run(self._end_episodes(made)) if made else {}
             finally:
-                for ep in episodes:
-                    if ep.worker is not None:
-                        ep.worker.close()
-        finally:  # each is told its episode is over
-            hung = asyncio.run(self._end_episodes(made)) if made else {}
+                for entry in made:
+                    entry.worker.close()
         for ep in episodes:
             if ep.index in hung and ep.env_error is None:
                 self._ended(ep, hung[ep.index])
@@ -637,21 +684,28 @@ class EpisodeRunner:
             self._count_failures(episodes)
         return [ep.completion(ep.index // n, self._text(ep)) for ep in episodes]
 
-    async def _end_episodes(self, made: Sequence[tuple[int, Any]]) -> dict[int, str]:
+    async def _end_episodes(self, made: Sequence[_Made]) -> dict[int, str]:
         """``end_episode`` for every environment made, all at once; the episodes whose
         ``episode_over`` did not return within ``env_timeout_s`` (or was not run: ``_env_call``'s
         cap), with why (their ``env_error``)."""
-        ended = await asyncio.gather(*(self._end_episode(env) for _, env in made))
-        return {index: error for (index, _), error in zip(made, ended) if error is not None}
+        ended = await asyncio.gather(*(self._end_episode(entry) for entry in made))
+        return {entry.index: error for entry, error in zip(made, ended) if error is not None}
 
-    async def _end_episode(self, env: Any) -> str | None:
-        """``end_episode(env)`` on a thread of its own within ``env_timeout_s``, as every call of
-        the environment's code; why the episode failed there, or None. What it raises
-        (``sys.exit`` included) is a warning naming it, the episode kept. Why: it escaped ``run``
-        with a traceback that ended the run, after the rollout was sampled, and skipped the other
-        environments' ``episode_over`` (a TRL pool's instances then never came back); one that
-        hung, hung the step for ever. Such an episode ends as an environment error (unscored): the
-        rewards would read an environment whose code still runs."""
+    async def _end_episode(self, made: _Made) -> str | None:
+        """``end_episode`` of ``made``'s environment on its episode's worker, the thread and loop
+        its ``reset`` and ``step`` ran on, within ``env_timeout_s`` as every call of its code; why
+        the episode failed there, or None. What it raises (``sys.exit`` included) is a warning
+        naming it, the episode kept. Why there: it ran on a fresh thread, so what ``reset`` tied to
+        its thread (an sqlite connection) or loop could not be closed in it (TRL calls an
+        environment's plain methods on one thread too). A worker still running a call abandoned
+        past its limit would never reach it: it runs on a fresh thread then, as it always did.
+        Why a limit: one that hung, hung the step for ever; it ends its episode as an environment
+        error (unscored: the rewards would read an environment whose code still runs). Why it is
+        caught: it escaped ``run`` with a traceback that ended the run, after the rollout was
+        sampled, and skipped the other environments' ``episode_over`` (a TRL pool's instances
+        then never came back)."""
+        env = made.env
+
         def told() -> str | None:  # on the thread: its raising is its own, not a failed call
             try:
                 finished(end_episode(env))
@@ -659,13 +713,14 @@ class EpisodeRunner:
                 return describe(exc, run_goes_on=False)
             return None
 
-        worker = Worker(name="polyrl-env-over")
+        worker = Worker(name="polyrl-env-over") if made.worker.late else made.worker
         try:
             raised = await self._env_call(worker, "episode_over", told)
         except _EnvError as failed:
             return failed.text
         finally:
-            worker.close()
+            if worker is not made.worker:
+                worker.close()
         if raised is not None:
             log.warning("the environment's episode_over raised; the run goes on", environment=self._env_name,
                         error=raised)
@@ -773,8 +828,7 @@ class EpisodeRunner:
     def _groups_share_prompts(episodes: list[_Episode], n: int) -> bool:
         return all(np.array_equal(ep.prompt_ids, episodes[ep.index - ep.index % n].prompt_ids) for ep in episodes)
 
-    async def _reset_all(self, rows: Sequence[Mapping[str, Any]], n: int,
-                         made: list[tuple[int, Any]] | None = None) -> list[_Episode]:
+    async def _reset_all(self, rows: Sequence[Mapping[str, Any]], n: int, made: list[_Made]) -> list[_Episode]:
         """Every episode's first prompt. One whose environment-written first messages the template
         refuses is that episode's environment error, counted toward ``MAX_FAILED_ROLLOUTS`` like
         any other, whatever the rest of the batch did (it stopped the run when its row was alone

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from polyrl.agents.spec import plain_text
-from polyrl.errors import ConfigError, TemplateRefused
+from polyrl.errors import ConfigError, OutOfMemory, TemplateRefused
 
 
 class RenderError(ConfigError):
@@ -96,6 +96,12 @@ def _stand_in(text: str, assistant: Mapping[str, Any] | None = None) -> dict[str
     return message
 
 
+def model_text_left_out(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with each assistant message's text replaced by stand-in text (its calls kept):
+    whether a template refuses a conversation for what the model wrote, or for the rest of it."""
+    return [_stand_in(_PROBE_A, m) if m.get("role") == "assistant" else dict(m) for m in messages]
+
+
 class ChatGlue:
     """Computes inserted segments for one model's chat template (and one tool list)."""
 
@@ -114,8 +120,10 @@ class ChatGlue:
                               f"rendering ({exc.reason})", field="environment",
                               fix="keep the environment's messages short; if short conversations are refused "
                                   "too, use a model folder whose chat template is a real one") from None
-        except ConfigError:
+        except (ConfigError, OutOfMemory):  # OutOfMemory: the process's memory, not this conversation, ran short
             raise
+        except MemoryError:  # an encoder that raises it as it is (the engines' say OutOfMemory)
+            raise OutOfMemory(f"a conversation ({len(messages)} message(s)) was encoded with the chat template") from None
         except Exception as exc:  # a template that cannot render a role (e.g. no "tool" role)
             roles = sorted({str(m.get("role")) for m in messages})
             raise RenderError(

@@ -169,6 +169,7 @@ class Worker:
 
     def __init__(self, name: str = "polyrl-env") -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._running: _Job | None = None  # the call on the thread now
         guard.install_exit_guard()
         threading.Thread(target=self._serve, name=name, daemon=True).start()
 
@@ -181,18 +182,24 @@ class Worker:
                     if job.given_up:  # its caller left before its turn came: running it helps no one
                         continue
                     job.started = True
-                _local.job = job
+                _local.job = self._running = job
                 try:
                     outcome = (True, job.fn())
                 except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt, RewardExit included
                     outcome = (False, exc)
                 finally:
-                    _local.job = None
+                    _local.job = self._running = None
                     job.ended.set()
                 job.settle(*outcome)
         finally:
             guard.unregister_reward_thread()
             _close(loop)
+
+    @property
+    def late(self) -> bool:
+        """A call given up past its time limit still runs here: a call queued now would wait for it."""
+        job = self._running
+        return job is not None and job.given_up and not job.ended.is_set()
 
     async def call(self, fn: Callable[[], Any], timeout_s: float) -> Any:
         """``fn()`` on this worker; its result, or ``CallRaised`` / ``CallTimedOut``. Cancelling

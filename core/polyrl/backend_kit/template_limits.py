@@ -24,7 +24,7 @@ from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
-from polyrl.errors import ConfigError, TemplateRefused
+from polyrl.errors import OutOfMemory, TemplateRefused
 
 #: characters (or items, counted deeply) of any one value a template builds, its output included:
 #: far beyond any model's context (a million tokens is about 4 million characters)
@@ -302,7 +302,7 @@ def render_chat(tokenizer: Any, conversation: Sequence[Mapping[str, Any]], tools
                 add_generation_prompt: bool, field: str, template_kwargs: Mapping[str, Any] | None = None) -> str:
     """``tokenizer.apply_chat_template(conversation, tools=tools, tokenize=False, ...,
     **template_kwargs)``'s text, rendered within the bounds above; past one, a ConfigError on
-    ``field`` (the folder's). ``template_kwargs`` (``model.chat_template_kwargs``) are template
+    ``field`` (the folder's); a ``MemoryError`` within them, ``OutOfMemory``. ``template_kwargs`` (``model.chat_template_kwargs``) are template
     variables, over the special tokens' as in transformers."""
     extra = dict(template_kwargs or {})
     if not hasattr(tokenizer, "get_chat_template") or not hasattr(tokenizer, "special_tokens_map"):
@@ -321,9 +321,8 @@ def render_chat(tokenizer: Any, conversation: Sequence[Mapping[str, Any]], tools
         raise TemplateRefused(f"the chat template of {folder!r} is refused: {exc}", reason=str(exc), field=field,
                               fix="use a model folder whose chat template is a real one (a downloaded folder is "
                                   "untrusted; compare its chat template with the original model's)") from None
-    except MemoryError:
-        raise ConfigError(f"the chat template of {getattr(tokenizer, 'name_or_path', '')!r} ran out of memory",
-                          field=field,
-                          fix="use a model folder whose chat template is a real one") from None
+    except MemoryError:  # within the bounds above: the process's memory, not the template, ran short
+        raise OutOfMemory(f"the chat template of {getattr(tokenizer, 'name_or_path', '')!r} rendered a conversation "
+                          f"({len(conversation)} message(s))") from None
     finally:
         _state.budget = None
