@@ -107,6 +107,7 @@ class Dataset:
         #: JSON rows: where each source row came from; which source row each of ours is (None: the same)
         self._origins = origins
         self._source_rows = _source_rows
+        self._print: str | None = None  # ``fingerprint``, once computed (the rows never change)
         if len(self) == 0:
             what = f"dataset {self.name!r}" if self.name else "the dataset"
             raise ConfigError(f"{what} has no rows", field="data",
@@ -240,8 +241,14 @@ class Dataset:
         """A content hash: a resumed run checks it is reading the same data.
 
         JSON rows hash their content; Arrow rows hash the source files and the selected indices
-        (no row is read). The column mapping and system prompt count when set.
+        (no row is read). The column mapping and system prompt count when set. Computed once: the
+        trainer checks the rows as read at resume, and the sampler takes the same rows' again.
         """
+        if self._print is None:
+            self._print = self._content_hash()
+        return self._print
+
+    def _content_hash(self) -> str:
         extra = ""
         if self.column_map or self.system_prompt is not None:
             extra = json.dumps({"columns": self.column_map, "system_prompt": self.system_prompt}, sort_keys=True)
@@ -487,6 +494,13 @@ def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int]
 # --- sampling ----------------------------------------------------------------------------------
 
 
+def dataset_changed_error() -> ConfigError:
+    """The refusal of a resume whose training rows differ from its checkpoint's: one message
+    whether the trainer finds it before any model loads or the sampler does at ``load_state``."""
+    return ConfigError("the dataset differs from the one the checkpoint was trained on", field="data",
+                       fix="resume with the same data section, or start a new run (different output_dir)")
+
+
 class PromptSampler:
     """Batches of rows in shuffled epochs; deterministic from ``seed`` and exactly resumable.
 
@@ -559,10 +573,7 @@ class PromptSampler:
             raise ConfigError(f"sampler state lacks {', '.join(missing)}", field="--resume",
                               fix="resume from a checkpoint written by this version of polyrl")
         if state["size"] != len(self.dataset) or state["fingerprint"] != self._fingerprint:
-            raise ConfigError(
-                "the dataset differs from the one the checkpoint was trained on", field="data",
-                fix="resume with the same data section, or start a new run (different output_dir)",
-            )
+            raise dataset_changed_error()
         if int(state["seed"]) != self.seed or bool(state.get("shuffle", True)) != self.shuffle:
             raise ConfigError(f"the checkpoint's data order used seed {state['seed']}, this run {self.seed}",
                               field="train.seed", fix="resume with the same train.seed")
