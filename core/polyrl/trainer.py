@@ -40,7 +40,7 @@ import attrs
 import numpy as np
 
 from polyrl import checkpoint as ckpt
-from polyrl import previous_runs, resume_config, safe_stats, skip_causes, strict_json
+from polyrl import previous_runs, resume_config, safe_stats, skip_causes, strict_json, trl_reward_models
 from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
 from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.backend_kit.gap_metrics import RANK_KEYS
@@ -1159,7 +1159,8 @@ class Trainer:
     def _own_output_dir(self) -> None:
         """Take the output_dir lock (rank 0 writes for everyone under a launcher), delete what a kill
         left of a pruned checkpoint (``ckpt.remove_pruned_leftovers``; an earlier polyrl's unmarked
-        ``step-N``, ``ckpt.remove_unmarked_leftovers``) and put back a checkpoint whose same-step
+        ``step-N``, ``ckpt.remove_unmarked_leftovers``) and of a reward model's save
+        (``trl_reward_models.remove_stale_staging``), and put back a checkpoint whose same-step
         re-save a kill cut short (``ckpt.finish_interrupted_replacements``)."""
         if self.rank == 0:
             self.lock.acquire()
@@ -1170,6 +1171,8 @@ class Trainer:
                 log.warning("deleted a checkpoint folder without its COMPLETE marker, older than the newest "
                             "complete checkpoint: what a kill left of an earlier polyrl's pruning; it could "
                             "never be resumed", checkpoint=str(removed))
+            for saves in (trl_reward_models.MODELS, trl_reward_models.TOKENIZERS):
+                trl_reward_models.remove_stale_staging(self.output_dir / saves)
 
     def save(self) -> Path:
         """Checkpoint. Under a launcher every rank calls the backend (sharded weights are gathered
