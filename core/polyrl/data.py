@@ -34,7 +34,7 @@ from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.split_overlap import check_disjoint
 from polyrl.tasks import SPLITS, TASKS
-from polyrl.text_validity import row_surrogate, surrogate_error
+from polyrl.text_validity import blank, blank_problem, row_surrogate, surrogate_error
 from polyrl.types import Prompt
 
 log = get_logger("polyrl.data")
@@ -48,8 +48,8 @@ def _shown(value: Any) -> str:
 
 def _check_prompt(value: Any, where: str, column: str) -> None:
     if isinstance(value, str):
-        if not value.strip():
-            raise ConfigError(f"{where}: the prompt in column {column!r} is empty", field="data",
+        if blank(value):
+            raise ConfigError(f"{where}: the prompt in column {column!r} {blank_problem(value)}", field="data",
                               fix="remove empty prompts from the dataset")
         return
     problem = _chat_problem(value)
