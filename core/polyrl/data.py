@@ -339,7 +339,8 @@ def split_dataset(dataset: Dataset, eval_count: int, seed: int = 0) -> tuple[Dat
 FILE_OPTIONS = ("count", "eval_count", "seed")
 
 
-def _file_split(dataset: Dataset, options: Mapping[str, Any], split: str) -> Dataset:
+def _check_file_options(options: Mapping[str, Any]) -> None:
+    """A file's or rows' ``data.options``: known keys, each an integer >= 0 (TOML's ``true`` is not 1)."""
     unknown = sorted(set(options) - set(FILE_OPTIONS))
     if unknown:
         raise ConfigError(f"data files take no option {unknown[0]!r}", field=f"data.options.{unknown[0]}",
@@ -349,6 +350,10 @@ def _file_split(dataset: Dataset, options: Mapping[str, Any], split: str) -> Dat
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise ConfigError(f"must be an integer >= 0, got {_shown(value)}", field=f"data.options.{key}",
                               fix=f"e.g. options = {{{key} = {0 if key == 'seed' else 100}}}, or remove it")
+
+
+def _file_split(dataset: Dataset, options: Mapping[str, Any], split: str) -> Dataset:
+    _check_file_options(options)
     eval_count = int(options.get("eval_count") or 0)
     if eval_count:
         train, held = split_dataset(dataset, eval_count, int(options.get("seed") or 0))
@@ -433,6 +438,7 @@ def load_train_and_eval(data: Any, eval_count: int) -> tuple[Dataset, Dataset | 
                 check_disjoint(data.split, data.eval_split,
                                lambda split: cached_split_rows(data.name, data.config, split, data.cache_dir))
         return train, held.select(range(min(eval_count, len(held))))
+    _check_file_options(options)  # as written: ``eval_count = true`` was replaced below without a word
     options["eval_count"] = eval_count  # hold eval_count rows out of the training source
     return _file_split(everything, options, "train"), _file_split(everything, options, "eval")
 
