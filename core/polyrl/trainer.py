@@ -1214,7 +1214,11 @@ class Trainer:
             kept = f"the checkpoints this run wrote are gone from {self.checkpoint_root}"
         else:
             kept = "no checkpoint was written yet"
-        reason = cause if isinstance(cause, str) else _os_reason(cause)
+        if isinstance(cause, str):
+            reason = cause
+        else:  # a file-size limit or a quota is freed by no space: its own reason and fix
+            limited = ckpt.limit_problem(cause)
+            reason, fix = (limited[0], fix or limited[1]) if limited else (_os_reason(cause), fix)
         return OutputWriteError(
             f"cannot write the {what} into {self.output_dir}: {reason}; {kept}. "
             f"Fix: {fix or 'free space or make train.output_dir writable'}, then continue with `polyrl train "
