@@ -547,6 +547,31 @@ def test_a_file_size_limit_hit_during_a_checkpoint_is_one_error_naming_the_limit
     assert ckpt.verify(step2) is None
 
 
+def test_a_file_size_limit_hit_while_appending_metrics_is_one_error_naming_the_limit(tiny_model_dir, tmp_path):
+    """metrics.jsonl reaching RLIMIT_FSIZE (ulimit -f) was "File too large ... Fix: free space or
+    make train.output_dir writable", which frees nothing: the limit and its fix, as a checkpoint
+    says them. The file keeps whole lines (the cut-short write is undone) and the run resumes."""
+    import resource
+
+    out = tmp_path / "run"
+    config = write_config(tmp_path, tiny_model_dir, out, steps=2, extra="[logging]\ncompletions_per_step = 0\n")
+    assert train(config).returncode == 0
+    limit = (out / "metrics.jsonl").stat().st_size + 16  # step 3's line goes past it, before its checkpoint
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    result = subprocess.run([*POLYRL, "train", str(config), "--no-progress", "--resume", "--steps", "4"],
+                            capture_output=True, text=True, timeout=240, preexec_fn=limited)
+    error = one_clear_error(result, "metrics of step 3", f"file-size limit of {limit} bytes (RLIMIT_FSIZE)",
+                            "Fix: raise the file-size limit (`ulimit -f unlimited`", "step-00000002", "--resume")
+    assert "free space" not in error, error
+    assert [m["step"] for m in metric_steps(out)] == [1, 2]
+    assert train(config, "--resume", "--steps", "4").returncode == 0
+    assert [m["step"] for m in metric_steps(out)] == [1, 2, 3, 4]
+
+
 @pytest.mark.parametrize(("raised", "reason", "fix"), [
     # torch's zip writer reports a short write only so; safetensors puts the errno in its message
     (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 798720 vs 798612"),

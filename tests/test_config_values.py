@@ -147,6 +147,68 @@ def test_any_value_in_a_numeric_field_loads_in_range_or_names_the_field(field, v
         assert RULES[field].accepts(loaded), (field, loaded)
 
 
+# --- a value of the wrong type in any key: the field and the fix ------------------------------
+
+#: One value of each TOML type (an integer for a string, an array for a table, ``true`` for a
+#: number: TOML's true is not 1).
+WRONG_TYPES = {"integer": 3, "float": 2.5, "bool": True, "string": "x", "array of integers": [1],
+               "array of strings": ["a"], "table": {"a": 1}, "array of tables": [{"a": 1}]}
+
+
+def _every_key() -> list[str]:
+    from polyrl.config import section_classes
+
+    return [f"{section}.{f.name}" for section, cls in section_classes().items()
+            for f in attrs.fields(cls) if f.init]
+
+
+def test_a_value_of_the_wrong_type_in_any_key_names_the_field_and_the_fix():
+    """``algorithm.name = 3`` was "must be a string" with no Fix part: every key's type is checked
+    by one rule, which names the key and gives the fix."""
+    missing = []
+    for dotted in _every_key():
+        for kind, value in WRONG_TYPES.items():
+            try:
+                RunConfig.from_dict(config_with(dotted, value))
+            except ConfigError as exc:  # a type error names the key; any error (both name and function) the fix
+                if "Fix:" not in str(exc) or (exc.message.startswith("expected") and exc.field != named(dotted)):
+                    missing.append(f"{dotted} = {value!r} ({kind}): {exc}")
+    assert not missing, "\n".join(missing)
+
+
+@pytest.mark.parametrize(("dotted", "value", "fix"), [
+    ("algorithm.name", 3, 'write a quoted string, e.g. "..."'),
+    ("logging.report_to", [1], 'write an array of quoted strings, e.g. ["...", "..."]'),
+    ("generation.stop", [True], 'write an array of quoted strings, e.g. ["...", "..."]'),
+    ("optimizer.betas", [0.9], "write an array of 2 numbers (no quotes)"),
+    ("data.path", [1], 'write a quoted string or an array of quoted strings, e.g. "...", or remove the key'),
+    ("train.steps", True, "write a whole number (no quotes, no decimal point)"),
+    ("optimizer.lr", True, "write a number (no quotes)"),
+])
+def test_the_fix_for_a_wrong_type_names_what_to_write_items_included(dotted, value, fix):
+    """An array of the wrong items was told "write an array", which it was; ``true`` for a number is
+    refused (TOML's true is not 1)."""
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_dict(config_with(dotted, value))
+    assert info.value.field == named(dotted) and info.value.fix == fix, str(info.value)
+
+
+@pytest.mark.parametrize("value", [True, "3", 2.0, [1]])
+def test_data_options_eval_count_of_another_type_is_refused_not_replaced_by_eval_count(tmp_path, value):
+    """With eval.count set, the file's hold-out took eval.count and dropped data.options.eval_count
+    unread: ``eval_count = true`` or ``"3"`` loaded without a word."""
+    from polyrl.data import load_train_and_eval
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(f'{{"prompt": "q{i}"}}\n' for i in range(8)))
+    config = RunConfig.from_dict({**MINIMAL, "data": {"path": str(rows), "options": {"eval_count": value}},
+                                  "eval": {"count": 2}})
+    with pytest.raises(ConfigError) as info:
+        load_train_and_eval(config.data, config.eval.count)
+    assert info.value.field == "data.options.eval_count" and "must be an integer >= 0" in str(info.value)
+    assert "Fix:" in str(info.value)
+
+
 # --- the file and the CLI: one error: line, never a traceback ----------------------------------
 
 def run_cli(path: Path) -> subprocess.CompletedProcess:

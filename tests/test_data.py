@@ -341,7 +341,13 @@ def test_a_parquet_of_multimodal_messages_gets_the_same_fix(tmp_path):
 
 @pytest.mark.parametrize(("prompts", "words"), [
     (["ok", "\u00a0\u3000"], "the prompt in column 'prompt' is empty"),
-], ids=["unicode spaces"])
+    (["ok", "\u200b"], "the prompt in column 'prompt' is empty: it holds only invisible characters (U+200B ZERO "
+                       "WIDTH SPACE)"),
+    (["ok", " \u2060\ufeff\u200d\n"], "is empty: it holds only invisible characters (U+2060 WORD JOINER, U+FEFF "
+                                      "ZERO WIDTH NO-BREAK SPACE, U+200D ZERO WIDTH JOINER)"),
+    (["ok", "\u3164\ufe0f"], "is empty: it holds only invisible characters (U+3164 HANGUL FILLER, U+FE0F "
+                              "VARIATION SELECTOR-16)"),
+], ids=["unicode spaces", "zero-width space", "format characters", "other default-ignorables"])
 @pytest.mark.parametrize("store", ["jsonl", "parquet"])
 def test_a_prompt_of_blank_text_is_refused_from_either_store(tmp_path, prompts, words, store):
     """A Parquet prompt of no-break spaces passed (its check knew ASCII whitespace only) where the
@@ -359,6 +365,22 @@ def test_a_prompt_of_blank_text_is_refused_from_either_store(tmp_path, prompts, 
         load_dataset(path=str(path), cache_dir=str(tmp_path / "cache"))
     where = "row 1 of rows.parquet" if store == "parquet" else "rows.jsonl line 2 (row 1)"  # the second row
     assert info.value.field == "data" and words in str(info.value) and where in str(info.value), info.value
+
+
+@pytest.mark.parametrize("store", ["rows", "parquet"])
+def test_invisible_characters_beside_text_are_kept(tmp_path, store):
+    """Only a prompt of invisible characters alone is refused: a zero-width space or a joiner
+    inside text (an emoji sequence, a word break) is text as written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    prompts = ["a\u200bb", "\u200bWhat is 2 + 2?", "\U0001f469\u200d\U0001f4bb"]
+    if store == "rows":
+        loaded = load_dataset(rows=[{"prompt": p} for p in prompts])
+    else:
+        pq.write_table(pa.table({"prompt": prompts}), tmp_path / "rows.parquet")
+        loaded = load_dataset(path=str(tmp_path / "rows.parquet"), cache_dir=str(tmp_path / "cache"))
+    assert [row["prompt"] for row in loaded] == prompts
 
 
 # --- JSON values as 🤗 datasets (so TRL) types them ----------------------------------------------

@@ -671,6 +671,45 @@ def test_held_out_rows_edited_since_the_checkpoint_are_refused_at_resume(toy, tm
     assert Trainer(attrs.evolve(config, train=attrs.evolve(config.train, steps=4))).resume()
 
 
+@pytest.mark.parametrize("saved", ["rows as read", "older checkpoint"])
+def test_training_rows_edited_since_the_checkpoint_are_refused_before_any_model_loads(toy, tmp_path, monkeypatch,
+                                                                                     saved):
+    """The sampler refused rows edited at the same data.path only inside resume(), after the models
+    had loaded (minutes with a big model): the rows as read are compared first, with the same error,
+    by the checkpoint's ``train_data`` or, in an older checkpoint without it, the sampler's print."""
+    from checkpoint_states import rewrite_state
+
+    from polyrl import trainer as trainer_module
+
+    rows = tmp_path / "train.jsonl"
+    original = "".join(json.dumps({"prompt": f"Count to {i}:"}) + "\n" for i in range(8))
+    rows.write_text(original)
+    config = toy_config(tmp_path, steps=2, checkpoint_every=1)
+    config = attrs.evolve(config, data=DataSection(path=str(rows)))
+    Trainer(config).run(progress=False)
+    if saved == "older checkpoint":
+        last = ckpt.latest_checkpoint(tmp_path / "run" / "checkpoints")
+        state = json.loads((last / ckpt.STATE_FILE).read_text())
+        state.pop("train_data", None)  # as a checkpoint written before it was saved
+        rewrite_state(last, json.dumps(state))
+    rows.write_text(original.replace("Count to 3:", "Count to 30:"))
+    longer = attrs.evolve(config, train=attrs.evolve(config.train, steps=3))
+    load_engines = trainer_module.load_engines
+
+    def no_engines(*args, **kwargs):
+        raise AssertionError("the engines loaded before the resume was refused")
+
+    monkeypatch.setattr(trainer_module, "load_engines", no_engines)
+    for weights_only in (False, True):  # the sampler's check refuses a weights-only resume too
+        with pytest.raises(ConfigError, match=r"^data: the dataset differs from the one the checkpoint was trained "
+                                              r"on\. Fix: resume with the same data section") as info:
+            Trainer(longer, resume="", weights_only=weights_only)
+        assert info.value.field == "data"
+    rows.write_text(original)  # as it was: the resume goes on
+    monkeypatch.setattr(trainer_module, "load_engines", load_engines)
+    assert Trainer(longer, resume="").run(progress=False)["steps"] == 3
+
+
 def test_a_failed_copy_names_the_disks_reason_not_a_list_of_every_file():
     """copytree's shutil.Error (the final model's export on a full disk) was printed as a ~2 KB
     Python list of (source, destination, reason) tuples."""

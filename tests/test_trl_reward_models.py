@@ -158,7 +158,7 @@ def test_a_save_beside_another_ranks_same_save_keeps_one_whole_folder(tmp_path, 
     monkeypatch.setattr(trl_reward_models.os, "rename", peer_first)
     got = trl_reward_models._save(target, lambda d: (Path(d) / "tokenizer.json").write_text("{}"))
     assert Path(got) == target and (target / "tokenizer.json").read_text() == "{}"
-    assert [p.name for p in target.parent.iterdir()] == ["reward_funcs_0"]  # no staging folder left
+    assert _staging_folders(target.parent) == [] and (target.parent / "reward_funcs_0").is_dir()  # none left
 
 
 def test_an_earlier_save_another_rank_is_removing_too_is_replaced(tmp_path, monkeypatch):
@@ -184,3 +184,83 @@ def test_an_earlier_save_another_rank_is_removing_too_is_replaced(tmp_path, monk
     monkeypatch.setattr(trl_reward_models.shutil, "rmtree", peer_removes_first)
     trl_reward_models._save(target, lambda d: (Path(d) / "tokenizer.json").write_text("{}"))
     assert raced and sorted(p.name for p in target.iterdir()) == ["tokenizer.json"]
+
+
+STAGED_SAVE = """
+import sys, time
+from pathlib import Path
+from polyrl import trl_reward_models
+
+def write(folder):
+    (Path(folder) / "model.safetensors").write_bytes(bytes(4096))
+    print("staging", flush=True)
+    while not Path(sys.argv[2]).exists():
+        time.sleep(0.02)
+
+trl_reward_models._save(Path(sys.argv[1]), write)
+"""
+
+
+def _staging_folders(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith(".reward_funcs_"))
+
+
+def _saving(target: Path, go: Path):
+    """A process part-way through saving a reward model to ``target``: its staging folder written,
+    waiting for ``go`` to exist."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", STAGED_SAVE, str(target), str(go)], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "staging", proc.communicate()
+    return proc
+
+
+def test_a_save_killed_part_way_leaves_no_lasting_staging_folder_and_a_live_one_is_kept(tmp_path):
+    """kill -9 during a reward model's save left its staging folder (.reward_funcs_N-*, model-sized)
+    on disk for good: the next save deletes it, but never the folder of a save another live process
+    is writing there (it holds the staging lock), which then lands whole."""
+    from polyrl import trl_reward_models
+
+    target = tmp_path / "run" / "reward_models" / "reward_funcs_0"
+    ours = lambda d: (Path(d) / "config.json").write_text("{}")  # noqa: E731
+    killed = _saving(target, tmp_path / "never")
+    killed.kill()
+    killed.wait()
+    assert len(_staging_folders(target.parent)) == 1
+    trl_reward_models._save(target, ours)  # the next save (a rerun of the script)
+    assert _staging_folders(target.parent) == [] and (target / "config.json").is_file()
+
+    live = _saving(target, tmp_path / "go")
+    try:
+        [live_folder] = _staging_folders(target.parent)
+        trl_reward_models._save(target, ours)  # another rank's save while the live one writes
+        assert _staging_folders(target.parent) == [live_folder]  # not deleted under it
+        (tmp_path / "go").touch()
+        assert live.wait(timeout=60) == 0
+    finally:
+        live.kill()
+    assert (target / "model.safetensors").stat().st_size == 4096  # the live save landed whole
+    assert _staging_folders(target.parent) == []
+
+
+def test_a_resume_deletes_what_a_killed_reward_model_save_left(toy, tmp_path):
+    """The trainer's start in output_dir (a resume, a save) deletes the staging folders a killed save
+    left there, as it deletes a killed prune's leftovers."""
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    out = tmp_path / "run"
+    target = out / "reward_tokenizers" / "reward_funcs_1"
+    killed = _saving(target, tmp_path / "never")
+    killed.kill()
+    killed.wait()
+    assert len(_staging_folders(target.parent)) == 1
+    config = RunConfig.from_dict({"model": {"path": "toy-model"}, "backends": {"train": "toy"},
+                                  "generation": {"group_size": 4, "max_new_tokens": 8},
+                                  "data": {"task": "arithmetic", "options": {"count": 16}},
+                                  "rewards": [{"name": "toy_sevens"}],
+                                  "train": {"steps": 1, "prompts_per_step": 4, "output_dir": str(out)}})
+    Trainer(config).resume()
+    assert _staging_folders(target.parent) == []

@@ -120,26 +120,38 @@ def _largest_file(folder: Path) -> tuple[str, int] | None:
     return name, size
 
 
+def limit_problem(exc: BaseException, largest: tuple[str, int] | None = None) -> tuple[str, str] | None:
+    """(the reason, the fix) when a limit is why a write failed, else None: this process's file-size
+    limit (RLIMIT_FSIZE: EFBIG, or no errno from a writer that stopped just short of it, ``largest``
+    being the (name, size) of the file it left), the filesystem's largest file (EFBIG), a disk quota
+    (EDQUOT). Shared by every file of a run: metrics.jsonl reaching ``ulimit -f`` said "File too
+    large. Fix: free space", which frees nothing."""
+    code = _errno(exc)
+    limit = _file_size_limit()
+    near_limit = (limit is not None and largest is not None
+                  and largest[1] >= limit - min(_LIMIT_SLACK_BYTES, limit // 4))
+    if limit is not None and (code == errno.EFBIG or (code is None and near_limit)):
+        what = f"{largest[0]} reached" if largest else "a file reached"
+        return (f"{what} this process's file-size limit of {limit} bytes (RLIMIT_FSIZE)",
+                "raise the file-size limit (`ulimit -f unlimited` in the shell that starts polyrl, or the "
+                "job scheduler's file-size limit)")
+    if code == errno.EFBIG:
+        return ("a file is larger than the filesystem of train.output_dir allows (File too large)",
+                "put train.output_dir on a filesystem that takes larger files")
+    if code == errno.EDQUOT:
+        return os.strerror(code), "free space within your disk quota, or ask for a larger quota"
+    return None
+
+
 def _why(exc: Exception, root: Path, partial: Path) -> tuple[str, bool, str | None]:
     """(a readable reason, whether it is the disk's fault, the fix when a limit is the cause) for a
     failed write, judged before the ``partial`` directory is deleted (deleting it frees the space
     again). Why: a file-size limit (RLIMIT_FSIZE, ``ulimit -f``) or quota hit inside torch.save was
     only "unexpected pos 798720 vs 798612", blamed on the backend, with no fix."""
+    limited = limit_problem(exc, _largest_file(partial))
+    if limited is not None:
+        return limited[0], True, limited[1]
     code = _errno(exc)
-    limit = _file_size_limit()
-    largest = _largest_file(partial)
-    near_limit = (limit is not None and largest is not None
-                  and largest[1] >= limit - min(_LIMIT_SLACK_BYTES, limit // 4))
-    if limit is not None and (code == errno.EFBIG or (code is None and near_limit)):
-        what = f"{largest[0]} reached" if largest else "a file reached"
-        return (f"{what} this process's file-size limit of {limit} bytes (RLIMIT_FSIZE)", True,
-                "raise the file-size limit (`ulimit -f unlimited` in the shell that starts polyrl, or the "
-                "job scheduler's file-size limit)")
-    if code == errno.EFBIG:
-        return ("a file is larger than the filesystem of train.output_dir allows (File too large)", True,
-                "put train.output_dir on a filesystem that takes larger files")
-    if code == errno.EDQUOT:
-        return os.strerror(code), True, "free space within your disk quota, or ask for a larger quota"
     if code is not None:
         return os.strerror(code), True, None
     free = _free_bytes(root)

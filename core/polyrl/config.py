@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import attrs
 
 from polyrl import chat_kwargs
 from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig, check_given_keys_act, refuse_preset_shaping_under_gdpo
-from polyrl.configtools import build, unknown_key_fix
+from polyrl.configtools import build, check_type, unknown_key_fix
 from polyrl.device_names import check_builtin_devices, check_device_type, normalized as normalized_device
 from polyrl.errors import ConfigError
 from polyrl.rewards import isolation as reward_isolation
@@ -675,8 +676,7 @@ def key_owners(key: str) -> list[str]:
 
 
 def _algorithm(name: Any, overrides: dict[str, Any]) -> AlgorithmConfig:
-    if not isinstance(name, str):
-        raise ConfigError("must be a string", field="algorithm.name")
+    check_type(name, typing.get_type_hints(AlgorithmConfig)["name"], "algorithm.name")
     fields = [f.name for f in attrs.fields(AlgorithmConfig)]
     for key, value in overrides.items():
         if key not in fields:

@@ -29,11 +29,29 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
+def _is_table(tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    return origin in (dict, Mapping, typing.Mapping) or tp in (dict, Mapping)
+
+
+def _array(tp: Any) -> tuple[list[Any], bool] | None:
+    """(the item types, whether the length is fixed) when ``tp`` is an array type, else None:
+    ``list[str]`` -> ([str], False), ``tuple[float, float]`` -> ([float, float], True)."""
+    origin = typing.get_origin(tp)
+    if not (origin in (tuple, list, typing.Sequence) or tp in (tuple, list)):
+        return None
+    args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+    return args, origin is tuple and len(args) > 1 and Ellipsis not in typing.get_args(tp)
+
+
 def _matches(value: Any, tp: Any) -> bool:
     if tp is Any or tp is typing.Any:
         return True
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
+    if _is_union(tp):
         return any(_matches(value, arg) for arg in typing.get_args(tp))
     if tp is type(None):
         return value is None
@@ -41,37 +59,78 @@ def _matches(value: Any, tp: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if tp is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if origin in (tuple, list, typing.Sequence) or tp in (tuple, list):
+    array = _array(tp)
+    if array is not None:
+        args, fixed = array
         if not isinstance(value, (list, tuple)):
             return False
-        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
-        if not args:
-            return True
-        if origin is tuple and len(args) > 1 and Ellipsis not in typing.get_args(tp):
+        if fixed:
             return len(value) == len(args) and all(_matches(v, a) for v, a in zip(value, args))
-        return all(_matches(v, args[0]) for v in value)
-    if origin in (dict, Mapping) or tp in (dict, Mapping) or origin is typing.Mapping:
+        return not args or all(_matches(v, args[0]) for v in value)
+    if _is_table(tp):
         return isinstance(value, Mapping)
     if isinstance(tp, type):
         return isinstance(value, tp)
     return True  # a type we do not check (e.g. Literal handled by validators)
 
 
+#: How a value of each plain type is written in TOML, one and several.
+_WORDS = {bool: ("true or false without quotes", "true or false values"),
+          int: ("a whole number (no quotes, no decimal point)", "whole numbers (no quotes, no decimal point)"),
+          float: ("a number (no quotes)", "numbers (no quotes)"),
+          str: ("a quoted string", "quoted strings")}
+
+
+def _written(tp: Any, plural: bool = False) -> str:
+    """How a ``tp`` is written in TOML, for a fix: "a quoted string", "an array of quoted strings".
+    Why by the type, items included: "write an array" answered ``report_to = [1]``, an array already."""
+    if _is_union(tp):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if float in args:  # a number covers a whole one
+            args = [a for a in args if a is not int]
+        return " or ".join(_written(a, plural) for a in args)
+    if tp in _WORDS:
+        return _WORDS[tp][plural]
+    array = _array(tp)
+    if array is not None:
+        args, fixed = array
+        items = f" of {f'{len(args)} ' if fixed else ''}{_written(args[0], True)}" if args else ""
+        return ("arrays" if plural else "an array") + items
+    if _is_table(tp):
+        return "tables" if plural else "a table"
+    return f"a {_type_name(tp)}"
+
+
+def _example(tp: Any) -> str | None:
+    """A value of ``tp`` to show in its fix where the words alone leave the form open (text, arrays
+    of any length, tables), else None."""
+    if _is_union(tp):
+        return next((e for a in typing.get_args(tp) if a is not type(None) and (e := _example(a))), None)
+    if tp is str:
+        return '"..."'
+    array = _array(tp)
+    if array is not None and not array[1]:  # a fixed length's items are the rule's (AdamW's betas)
+        inner = _example(array[0][0]) if array[0] else None
+        return f"[{inner}, {inner}]" if inner else "[...]"
+    if _is_table(tp):
+        return "{ key = value }"
+    return None
+
+
 def _type_fix(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin in (list, tuple) or tp in (list, tuple):
-        return "write an array, e.g. [...]"
-    if origin in (dict, Mapping) or tp in (dict, Mapping):
-        return "write a table, e.g. { key = value }"
-    args = set(typing.get_args(tp)) or {tp}
-    if args & {int, float}:
-        kind = "a number (no quotes)" if float in args else "a whole number (no quotes, no decimal point)"
-        return f"write {kind}" + (", or remove the key" if type(None) in args else "")
-    if bool in args:
-        return "write true or false without quotes"
-    if str in args:
-        return 'write a quoted string, e.g. "..."'
-    return f"write a {_type_name(tp)}"
+    optional = _is_union(tp) and type(None) in typing.get_args(tp)
+    example = _example(tp)
+    return (f"write {_written(tp)}" + (f", e.g. {example}" if example else "")
+            + (", or remove the key" if optional else ""))
+
+
+def check_type(value: Any, tp: Any, field: str) -> None:
+    """``value`` is a ``tp`` as TOML writes it (a bool is no number: TOML's ``true`` is not 1), else
+    one ConfigError naming ``field`` with the fix the type gives (TRL's spelling of the value first).
+    The one type rule of every config key: ``algorithm.name = 3`` was "must be a string", no fix."""
+    if not _matches(value, tp):
+        raise ConfigError(f"expected {_type_name(tp)}, got {type(value).__name__} {shown(value)}",
+                          field=field, fix=trl_value_fix(field, value) or _type_fix(tp))
 
 
 def unknown_key_fix(key: str, value: Any, valid: list[str], hints: Mapping[str, str] | None = None,
@@ -99,7 +158,7 @@ def build(cls: type[T], data: Any, path: str) -> T:
     if isinstance(data, cls):
         return data
     if not isinstance(data, Mapping):
-        raise ConfigError(f"must be a table, got {type(data).__name__}", field=path)
+        raise ConfigError(f"must be a table, got {type(data).__name__}", field=path, fix=_type_fix(dict))
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in attrs.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
@@ -109,11 +168,8 @@ def build(cls: type[T], data: Any, path: str) -> T:
         raise ConfigError(f"unknown key {key!r}", field=f"{path}.{key}", fix=fix)
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
-        tp = hints.get(name, Any)
         field = f"{path}.{name}"
-        if not _matches(value, tp):
-            raise ConfigError(f"expected {_type_name(tp)}, got {type(value).__name__} {shown(value)}",
-                              field=field, fix=trl_value_fix(field, value) or _type_fix(tp))
+        check_type(value, hints.get(name, Any), field)
         key = rule_key(field)  # the range rules first: their messages carry the fix
         if key in RULES:
             RULES[key].check(value, field)

@@ -34,7 +34,7 @@ from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.split_overlap import check_disjoint
 from polyrl.tasks import SPLITS, TASKS
-from polyrl.text_validity import row_surrogate, surrogate_error
+from polyrl.text_validity import blank, blank_problem, row_surrogate, surrogate_error
 from polyrl.types import Prompt
 
 log = get_logger("polyrl.data")
@@ -48,8 +48,8 @@ def _shown(value: Any) -> str:
 
 def _check_prompt(value: Any, where: str, column: str) -> None:
     if isinstance(value, str):
-        if not value.strip():
-            raise ConfigError(f"{where}: the prompt in column {column!r} is empty", field="data",
+        if blank(value):
+            raise ConfigError(f"{where}: the prompt in column {column!r} {blank_problem(value)}", field="data",
                               fix="remove empty prompts from the dataset")
         return
     problem = _chat_problem(value)
@@ -107,6 +107,7 @@ class Dataset:
         #: JSON rows: where each source row came from; which source row each of ours is (None: the same)
         self._origins = origins
         self._source_rows = _source_rows
+        self._print: str | None = None  # ``fingerprint``, once computed (the rows never change)
         if len(self) == 0:
             what = f"dataset {self.name!r}" if self.name else "the dataset"
             raise ConfigError(f"{what} has no rows", field="data",
@@ -240,8 +241,14 @@ class Dataset:
         """A content hash: a resumed run checks it is reading the same data.
 
         JSON rows hash their content; Arrow rows hash the source files and the selected indices
-        (no row is read). The column mapping and system prompt count when set.
+        (no row is read). The column mapping and system prompt count when set. Computed once: the
+        trainer checks the rows as read at resume, and the sampler takes the same rows' again.
         """
+        if self._print is None:
+            self._print = self._content_hash()
+        return self._print
+
+    def _content_hash(self) -> str:
         extra = ""
         if self.column_map or self.system_prompt is not None:
             extra = json.dumps({"columns": self.column_map, "system_prompt": self.system_prompt}, sort_keys=True)
@@ -332,7 +339,8 @@ def split_dataset(dataset: Dataset, eval_count: int, seed: int = 0) -> tuple[Dat
 FILE_OPTIONS = ("count", "eval_count", "seed")
 
 
-def _file_split(dataset: Dataset, options: Mapping[str, Any], split: str) -> Dataset:
+def _check_file_options(options: Mapping[str, Any]) -> None:
+    """A file's or rows' ``data.options``: known keys, each an integer >= 0 (TOML's ``true`` is not 1)."""
     unknown = sorted(set(options) - set(FILE_OPTIONS))
     if unknown:
         raise ConfigError(f"data files take no option {unknown[0]!r}", field=f"data.options.{unknown[0]}",
@@ -342,6 +350,10 @@ def _file_split(dataset: Dataset, options: Mapping[str, Any], split: str) -> Dat
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise ConfigError(f"must be an integer >= 0, got {_shown(value)}", field=f"data.options.{key}",
                               fix=f"e.g. options = {{{key} = {0 if key == 'seed' else 100}}}, or remove it")
+
+
+def _file_split(dataset: Dataset, options: Mapping[str, Any], split: str) -> Dataset:
+    _check_file_options(options)
     eval_count = int(options.get("eval_count") or 0)
     if eval_count:
         train, held = split_dataset(dataset, eval_count, int(options.get("seed") or 0))
@@ -426,6 +438,7 @@ def load_train_and_eval(data: Any, eval_count: int) -> tuple[Dataset, Dataset | 
                 check_disjoint(data.split, data.eval_split,
                                lambda split: cached_split_rows(data.name, data.config, split, data.cache_dir))
         return train, held.select(range(min(eval_count, len(held))))
+    _check_file_options(options)  # as written: ``eval_count = true`` was replaced below without a word
     options["eval_count"] = eval_count  # hold eval_count rows out of the training source
     return _file_split(everything, options, "train"), _file_split(everything, options, "eval")
 
@@ -485,6 +498,13 @@ def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int]
 
 
 # --- sampling ----------------------------------------------------------------------------------
+
+
+def dataset_changed_error() -> ConfigError:
+    """The refusal of a resume whose training rows differ from its checkpoint's: one message
+    whether the trainer finds it before any model loads or the sampler does at ``load_state``."""
+    return ConfigError("the dataset differs from the one the checkpoint was trained on", field="data",
+                       fix="resume with the same data section, or start a new run (different output_dir)")
 
 
 class PromptSampler:
@@ -559,10 +579,7 @@ class PromptSampler:
             raise ConfigError(f"sampler state lacks {', '.join(missing)}", field="--resume",
                               fix="resume from a checkpoint written by this version of polyrl")
         if state["size"] != len(self.dataset) or state["fingerprint"] != self._fingerprint:
-            raise ConfigError(
-                "the dataset differs from the one the checkpoint was trained on", field="data",
-                fix="resume with the same data section, or start a new run (different output_dir)",
-            )
+            raise dataset_changed_error()
         if int(state["seed"]) != self.seed or bool(state.get("shuffle", True)) != self.shuffle:
             raise ConfigError(f"the checkpoint's data order used seed {state['seed']}, this run {self.seed}",
                               field="train.seed", fix="resume with the same train.seed")

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from polyrl.errors import ConfigError
-from polyrl.text_validity import not_utf8_error
+from polyrl.text_validity import BLANK_RE2, blank_problem, not_utf8_error
 
 #: Rows gathered per call when iterating over a whole dataset (bounded memory).
 ITER_BLOCK = 1024
@@ -60,23 +60,21 @@ def _chat_struct(t: Any) -> Any | None:
     return None
 
 
-#: Text that is all whitespace as Python's ``str.strip`` sees it (RE2's ``\s`` is ASCII only, so a
-#: prompt of no-break or ideographic spaces passed here while the JSON rows' check refused it).
-BLANK = r"^[\s\p{Z}\x{1c}-\x{1f}\x{85}]*$"
-
-
 def _blank(texts: Any) -> np.ndarray:
-    """Whether each text is null or all whitespace (``BLANK``)."""
+    """Whether each text is null or shows nothing (``text_validity.blank``, as ``BLANK_RE2``: the
+    JSON rows' check and this one refuse the same prompts)."""
     _, pc = _pa()
-    blank = pc.or_kleene(pc.is_null(texts), pc.match_substring_regex(texts, BLANK))
+    blank = pc.or_kleene(pc.is_null(texts), pc.match_substring_regex(texts, BLANK_RE2))
     return np.asarray(pc.fill_null(blank, True).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _bad_rows(chunk: Any) -> tuple[np.ndarray, str]:
-    """Indices (within ``chunk``) of rows whose prompt is unusable, and why."""
+    """Indices (within ``chunk``) of rows whose prompt is unusable, and why (the first one's)."""
     pa, pc = _pa()
     if _is_text(chunk.type):
-        return np.flatnonzero(_blank(chunk)), "is empty"
+        bad = np.flatnonzero(_blank(chunk))
+        first = chunk[int(bad[0])].as_py() if len(bad) else None
+        return bad, "is empty" if first is None else blank_problem(first)
     lengths = pc.fill_null(pc.list_value_length(chunk), 0).to_numpy(zero_copy_only=False)
     bad = lengths == 0
     messages = pc.list_flatten(chunk)

@@ -15,6 +15,7 @@ text is repaired: ``polyrl.agents.tools.clean_text``; ``polyrl serve`` refuses i
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,6 +83,39 @@ def check_prompt(value: Any, where: str, field: str = "prompt", fix: str = FIX) 
     found = find_surrogate(value)
     if found is not None:
         raise surrogate_error(where, "the prompt", found, field=field, fix=fix)
+
+
+#: Unicode's default-ignorable code points outside the Cc and Cf categories (a combining grapheme
+#: joiner, the Hangul fillers, variation selectors): drawn as nothing, as whitespace, controls and
+#: format characters (U+200B ZERO WIDTH SPACE, U+2060 WORD JOINER, U+FEFF) are.
+_IGNORABLE = ((0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x3164, 0x3164),
+              (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0xE0100, 0xE01EF))
+_INVISIBLE_CATEGORIES = ("Cc", "Cf", "Zs", "Zl", "Zp")
+#: Text of invisible characters alone (``blank``) as an RE2 pattern, for Arrow's compute kernels
+#: (RE2's ``\s`` is ASCII only; ``\p{Z}`` adds the Unicode spaces).
+BLANK_RE2 = r"^[\s\p{Z}\p{Cc}\p{Cf}" + "".join(rf"\x{{{a:x}}}-\x{{{b:x}}}" for a, b in _IGNORABLE) + "]*$"
+
+
+def _invisible(char: str) -> bool:
+    return (char.isspace() or unicodedata.category(char) in _INVISIBLE_CATEGORIES
+            or any(low <= ord(char) <= high for low, high in _IGNORABLE))
+
+
+def blank(text: str) -> bool:
+    """``text`` shows nothing: empty, or whitespace and invisible characters only. Why not
+    ``str.strip``: a prompt of a zero-width space (U+200B) passed it and was trained on as if it
+    asked something. (Stops at the first visible character: the usual prompt costs one.)"""
+    return all(_invisible(char) for char in text)
+
+
+def blank_problem(text: str) -> str:
+    """What is wrong with a ``blank`` prompt, for its error: "is empty", naming the invisible
+    characters a user cannot see in an editor."""
+    hidden = list(dict.fromkeys(char for char in text if not char.isspace()))
+    if not hidden:
+        return "is empty"
+    names = ", ".join(f"U+{ord(char):04X} {unicodedata.name(char, 'control')}" for char in hidden[:3])
+    return f"is empty: it holds only invisible characters ({names}{', ...' if len(hidden) > 3 else ''})"
 
 
 def not_utf8_error(where: str, column: str, exc: UnicodeDecodeError) -> ConfigError:

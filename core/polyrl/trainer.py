@@ -40,12 +40,12 @@ import attrs
 import numpy as np
 
 from polyrl import checkpoint as ckpt
-from polyrl import previous_runs, resume_config, safe_stats, skip_causes, strict_json
+from polyrl import previous_runs, resume_config, safe_stats, skip_causes, strict_json, trl_reward_models
 from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
 from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.backend_kit.gap_metrics import RANK_KEYS
 from polyrl.config import RUN_REWARDS, RunConfig, check_world_size
-from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, load_train_and_eval
+from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, dataset_changed_error, load_train_and_eval
 from polyrl.engines import RunEngines, check_engines, choose_generate_backend, load_engines, run_optimizer
 from polyrl import episode_scoring, eval_loss
 from polyrl.episode_prompts import first_prompt_counter
@@ -1122,6 +1122,7 @@ class Trainer:
             "reward_code": self._reward_codes,  # a resume says when the functions' code changed
             "model_files": self._model_files(),  # and when the model folders were changed in place
             "eval_data": self._eval_data_print,  # and the held-out rows
+            "train_data": self._train_data_print,  # and the training rows, before any model loads
             # the observers' own (transformers' best_metric and callback states, polyrl.trl_callbacks)
             "observers": {key: value for observer in self.observers
                           for key, value in observer.checkpoint_state().items()},
@@ -1158,7 +1159,8 @@ class Trainer:
     def _own_output_dir(self) -> None:
         """Take the output_dir lock (rank 0 writes for everyone under a launcher), delete what a kill
         left of a pruned checkpoint (``ckpt.remove_pruned_leftovers``; an earlier polyrl's unmarked
-        ``step-N``, ``ckpt.remove_unmarked_leftovers``) and put back a checkpoint whose same-step
+        ``step-N``, ``ckpt.remove_unmarked_leftovers``) and of a reward model's save
+        (``trl_reward_models.remove_stale_staging``), and put back a checkpoint whose same-step
         re-save a kill cut short (``ckpt.finish_interrupted_replacements``)."""
         if self.rank == 0:
             self.lock.acquire()
@@ -1169,6 +1171,8 @@ class Trainer:
                 log.warning("deleted a checkpoint folder without its COMPLETE marker, older than the newest "
                             "complete checkpoint: what a kill left of an earlier polyrl's pruning; it could "
                             "never be resumed", checkpoint=str(removed))
+            for saves in (trl_reward_models.MODELS, trl_reward_models.TOKENIZERS):
+                trl_reward_models.remove_stale_staging(self.output_dir / saves)
 
     def save(self) -> Path:
         """Checkpoint. Under a launcher every rank calls the backend (sharded weights are gathered
@@ -1210,7 +1214,11 @@ class Trainer:
             kept = f"the checkpoints this run wrote are gone from {self.checkpoint_root}"
         else:
             kept = "no checkpoint was written yet"
-        reason = cause if isinstance(cause, str) else _os_reason(cause)
+        if isinstance(cause, str):
+            reason = cause
+        else:  # a file-size limit or a quota is freed by no space: its own reason and fix
+            limited = ckpt.limit_problem(cause)
+            reason, fix = (limited[0], fix or limited[1]) if limited else (_os_reason(cause), fix)
         return OutputWriteError(
             f"cannot write the {what} into {self.output_dir}: {reason}; {kept}. "
             f"Fix: {fix or 'free space or make train.output_dir writable'}, then continue with `polyrl train "
@@ -1312,6 +1320,29 @@ class Trainer:
         held_out = self._source_data[1]
         return None if held_out is None else held_out.fingerprint()
 
+    @functools.cached_property
+    def _train_data_print(self) -> str:
+        """The training rows' content hash as read (``Dataset.fingerprint``), before
+        ``data.drop_overlong`` leaves any out: what a resume compares before the tokenizer loads;
+        computed once a run."""
+        return self._source_data[0].fingerprint()
+
+    def _check_train_data(self, state: Mapping[str, Any]) -> None:
+        """Training rows changed since the checkpoint were refused only by the sampler inside
+        ``resume()``, after the models had loaded (minutes with a big model): refused here, before,
+        with the same error. A checkpoint from before ``train_data`` holds only the sampler's
+        fingerprint of the rows kept, which is the rows as read unless ``data.drop_overlong`` left
+        some out: then the sampler's own check is the one. (Only where the resume loads a sampler
+        state, as that check runs.)"""
+        sampler = state.get("sampler")
+        if not isinstance(sampler, Mapping):
+            return
+        saved = state.get("train_data")
+        if saved is None and not self.config.data.drop_overlong:
+            saved = sampler.get("fingerprint")
+        if isinstance(saved, str) and saved != self._train_data_print:
+            raise dataset_changed_error()
+
     def _check_eval_data(self, state: Mapping[str, Any], found: Path, weights_only: bool) -> None:
         """Held-out rows edited since the checkpoint (the same ``data.eval_path``, other rows) put
         another set's scores on the resumed run's eval curve, after the old set's, without a word;
@@ -1377,6 +1408,7 @@ class Trainer:
         point = resume_point(self.config, path, weights_only)
         check_backend_files(self.registry, self.config, point, weights_only)  # before any model loads
         if point is not None:
+            self._check_train_data(point[1])
             self._check_reward_code(point[1], point[0], weights_only)
             self._check_model_files(point[1], point[0], weights_only)
             self._check_eval_data(point[1], point[0], weights_only)

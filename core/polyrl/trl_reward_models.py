@@ -16,11 +16,14 @@ than pass the objects: a reward's options are plain values a checkpoint records 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,12 +88,68 @@ def reward_tokenizers(value: Any, rewards: Sequence[Any]) -> list[Any]:
     return aligned
 
 
+#: The lock file of a folder of saves (``MODELS``, ``TOKENIZERS``): each save holds it shared while
+#: its staging folder exists; ``remove_stale_staging`` deletes staging folders only holding it alone.
+STAGING_LOCK = ".staging.lock"
+#: A save's staging folder, as ``_save`` names it (``.reward_funcs_0-k2j4x8ab``).
+_STAGING = re.compile(r"\.reward_funcs_\d+-[A-Za-z0-9_]+")
+
+
+@contextlib.contextmanager
+def _staging_lock(folder: Path, exclusive: bool) -> Iterator[bool]:
+    """``folder``'s staging lock (an advisory ``flock``, as the run's output_dir lock: the kernel
+    lets go of it when its holder dies, even by ``kill -9``); yields whether it was taken. Shared
+    (a save) it waits; exclusive (a clean-up) it does not: a save under way keeps its folder. Not
+    taken where it cannot be (a read-only folder, a filesystem without locks): a save goes on as
+    before, a clean-up deletes nothing."""
+    try:
+        fd = os.open(folder / STAGING_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if exclusive else fcntl.LOCK_SH)
+            taken = True
+        except OSError:  # BlockingIOError: a save holds it
+            taken = False
+        yield taken
+    finally:
+        os.close(fd)  # lets go of the lock
+
+
+def remove_stale_staging(folder: Path) -> list[Path]:
+    """Delete the staging folders (``.reward_funcs_N-*``) that saves killed part-way (``kill -9``,
+    a power cut) left in ``folder``, when no save holds its staging lock: none of them is being
+    written then, by this process or another (another rank, another run on this output_dir).
+    Why: each was a model-sized folder that stayed on disk for good. Returns those deleted."""
+    if not folder.is_dir():
+        return []
+    removed = []
+    with _staging_lock(folder, exclusive=True) as alone:
+        if not alone:
+            return []
+        for entry in sorted(folder.iterdir()):
+            if _STAGING.fullmatch(entry.name) and entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry)
+    return removed
+
+
 def _save(target: Path, *writers: Callable[[str], Any]) -> str:
     """``target`` written whole by ``writers`` (each given the folder), replacing an earlier save
     (no file of it left beside the new one); its absolute path, the same whatever directory a
     reward runs in. Under a launcher each rank's GRPOTrainer saves the same objects here at once:
-    a save another rank put in place first is kept."""
+    a save another rank put in place first is kept. Staged in a folder beside ``target`` under the
+    staging lock, after what killed saves left there is deleted (``remove_stale_staging``)."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(target.parent)
+    with _staging_lock(target.parent, exclusive=False):
+        _write_staged(target, writers)
+    return os.path.abspath(target)
+
+
+def _write_staged(target: Path, writers: Sequence[Callable[[str], Any]]) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         for write in writers:
@@ -109,7 +168,6 @@ def _save(target: Path, *writers: Callable[[str], Any]) -> str:
             # gone above, so this is a peer rank's save of the same objects, landed first
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return os.path.abspath(target)
 
 
 def _own_tokenizer(model: Any, index: int) -> Any:
@@ -155,4 +213,4 @@ def saved_reward_models(rewards: Sequence[Any], tokenizers: Sequence[Any],
     return entries, folders
 
 
-__all__ = ["MODELS", "TOKENIZERS", "is_model_object", "reward_tokenizers", "saved_reward_models"]
+__all__ = ["MODELS", "TOKENIZERS", "is_model_object", "remove_stale_staging", "reward_tokenizers", "saved_reward_models"]
