@@ -1391,7 +1391,7 @@ def _logged_rewards(trainer_class, model: str, where: Path) -> tuple[list, list]
     states: list = []
 
     def watch(completions, trainer_state, **kwargs):
-        states.append(trainer_state)
+        states.append((trainer_state, trainer_state.global_step, type(trainer_state.epoch).__name__))
         return [0.0] * len(completions)
 
     rows = [{"prompt": f"What is {i} + 1?", "maybe": None if i == 3 else "m", "meta": {"k": [i, None]}}
@@ -1401,8 +1401,7 @@ def _logged_rewards(trainer_class, model: str, where: Path) -> tuple[list, list]
     trainer.train()
     logged = [{k: v for k, v in entry.items() if k.startswith("rewards/")} for entry in trainer.state.log_history
               if "loss" in entry]
-    seen = [(state is states[0], state.global_step if i == 0 else None, type(state.epoch).__name__)
-            for i, state in enumerate(states)]
+    seen = [(state is states[0][0], step, epoch) for state, step, epoch in states]
     return logged, seen
 
 
@@ -1415,7 +1414,7 @@ def test_reward_forms_log_and_see_the_state_as_in_trls_own_trainer(tiny_model_di
     a reward's ``trainer_state`` is one object, first at step 0 with the int epoch 0, as TRL's."""
     ours = _logged_rewards(GRPOTrainer, tiny_model_dir, tmp_path / "polyrl")
     theirs = _logged_rewards(trl.GRPOTrainer, tiny_model_dir, tmp_path / "trl")
-    assert ours[1] == theirs[1] == [(True, 0, "int"), (True, None, "float")]
+    assert ours[1] == theirs[1] == [(True, 0, "int"), (True, 1, "float")]
     assert len(ours[0]) == len(theirs[0]) == 2
     for mine, trls in zip(ours[0], theirs[0]):
         assert mine == pytest.approx(trls)
