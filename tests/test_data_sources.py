@@ -174,16 +174,27 @@ def test_system_prompt_for_chat_and_text_prompts(tmp_path, cache):
     assert chat.fingerprint() != load_dataset(path=str(path), cache_dir=cache).fingerprint()
 
 
-def test_chat_messages_keep_only_the_keys_they_have(tmp_path, cache):
-    rows = [{"prompt": [{"role": "user", "content": "hi", "name": "ann"}]},
-            {"prompt": [{"role": "user", "content": "yo"}]}]
-    ds = load_dataset(path=str(_write(tmp_path, rows, "d.parquet")), cache_dir=cache)
-    assert ds.rows == rows  # Arrow stores name = null for the second message; it is not invented
+def test_chat_messages_come_as_datasets_gives_them_to_trl(tmp_path, cache):
+    """A Parquet file stores ``name = null`` for a message without one; 🤗 datasets gives it back as
+    ``"name": None``, which TRL hands the chat template and the rewards. polyrl dropped those keys
+    from the prompt column only, so a reward saw other messages from the same file than under TRL.
+    The same rows as JSON lines have no such key, on both sides (datasets reads them as ``Json``)."""
+    rows = [{"prompt": [{"role": "system", "content": "s", "name": "ann"}, {"role": "user", "content": "hi"}],
+             "answer": "1"},
+            {"prompt": [{"role": "user", "content": "yo"}], "answer": "2"}]
+    path = _write(tmp_path, rows, "d.parquet")
+    as_trl = list(datasets.load_dataset("parquet", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf")))
+    assert as_trl[1]["prompt"] == [{"role": "user", "content": "yo", "name": None}]
+    assert load_dataset(path=str(path), cache_dir=cache).take([0, 1]) == as_trl
+    lines = tmp_path / "d.jsonl"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    as_trl = list(datasets.load_dataset("json", data_files=str(lines), split="train", cache_dir=str(tmp_path / "hf")))
+    assert load_dataset(path=str(lines)).take([0, 1]) == as_trl == rows
 
 
 def test_other_columns_of_dicts_reach_the_rewards_as_datasets_gives_them(tmp_path, cache):
-    """Only the prompt's messages lose the None keys Arrow adds: a reward's column of dicts (code
-    tests with ``expected = None``) keeps them, as 🤗 datasets (so TRL) and the same rows as JSONL do."""
+    """A reward's column of dicts (code tests with ``expected = None``) keeps its None keys, as 🤗
+    datasets (so TRL) and the same rows as JSONL do."""
     rows = [{"prompt": "q1", "tests": [{"input": "1", "expected": None}, {"input": "2", "expected": "3"}]},
             {"prompt": "q2", "tests": [{"input": "5", "expected": "6"}]}]
     path = _write(tmp_path, rows, "d.parquet")

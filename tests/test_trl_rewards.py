@@ -420,6 +420,58 @@ def test_api_names_partials_and_callable_objects_as_trl_names_them(toy, tmp_path
     assert history[0]["reward/_scaled/mean"] == 1.0 and history[0]["reward/HalfScorer/mean"] == 0.5
 
 
+def test_trainer_state_is_one_object_moving_on_as_trl_s(toy, tmp_path):
+    """TRL passes every call its trainer's own ``TrainerState``: a reward keeping it (or its
+    ``log_history``) sees the run advance. polyrl made a fresh object per call, so a kept state
+    stayed at its step."""
+    kept: list = []
+
+    def keeper(completions, trainer_state, **kwargs):
+        kept.append((trainer_state, trainer_state.global_step, trainer_state.log_history))
+        return [0.5] * len(completions)
+
+    _api_run(tmp_path, [keeper], steps=3)
+    first = kept[0][0]
+    assert [state is first for state, *_ in kept] == [True, True, True]
+    assert [step for _, step, _ in kept] == [0, 1, 2] and first.global_step == 2
+    assert kept[0][2] is first.log_history and len(first.log_history) == 2  # the list a reward kept grows too
+
+
+def test_trainer_state_epoch_is_transformers_int_0_before_the_first_update(toy, tmp_path):
+    """transformers' ``TrainerState.epoch`` starts as the int 0 and becomes a float with the first
+    update, so TRL's first reward call sees ``0`` (a reward formatting it, ``f"{epoch}"``, writes
+    "0"); polyrl passed ``0.0``."""
+    epochs: list = []
+
+    def watch(completions, trainer_state, **kwargs):
+        epochs.append(trainer_state.epoch)
+        return [0.5] * len(completions)
+
+    _api_run(tmp_path, [watch], steps=2)
+    assert [(type(e), e) for e in epochs] == [(int, 0), (float, 1.0)]
+
+
+def test_a_name_given_twice_logs_under_trl_s_one_name(toy, tmp_path):
+    """TRL names two partials of one function alike (``get_callable_name``) and logs
+    ``rewards/<name>/mean`` as the mean of both; polyrl's labels must differ (``_scaled``,
+    ``_scaled_2``) and TRL's keys were logged under them, ``rewards/_scaled_2/mean`` a key TRL never
+    writes and ``rewards/_scaled/mean`` the first one's alone."""
+    seen = []
+
+    def curriculum(completions, trainer_state, **kwargs):
+        last = trainer_state.log_history[-1] if trainer_state.log_history else {}
+        seen.append({k: v for k, v in last.items() if k.startswith("rewards/")})
+        return [0.0] * len(completions)
+
+    rewards = [functools.partial(_scaled, scale=1.0), functools.partial(_scaled, scale=0.0), curriculum]
+    history = _api_run(tmp_path, rewards, steps=2)["history"]
+    assert history[0]["reward/_scaled/mean"] == 1.0 and history[0]["reward/_scaled_2/mean"] == 0.0  # polyrl's own
+    trl_keys = {k: v for k, v in history[0].items() if k.startswith("rewards/")}
+    assert trl_keys == {"rewards/_scaled/mean": 0.5, "rewards/_scaled/std": 0.0, "rewards/curriculum/mean": 0.0,
+                        "rewards/curriculum/std": 0.0}
+    assert seen == [{}, trl_keys]
+
+
 def test_api_takes_one_reward_and_trl_s_reward_weights(toy, tmp_path):
     """GRPOTrainer takes reward_funcs=fn as well as a list, and GRPOConfig(reward_weights=[...])."""
     one = _api_run(tmp_path / "one", HalfScorer())["history"][0]

@@ -4,6 +4,7 @@ ConfigError naming the argument, before any model loads."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -1350,6 +1351,76 @@ def test_reward_functions_get_what_trls_own_trainer_passes_row_by_row(tiny_model
         assert mine[i] == trls[i], i
 
 
+class _Scorer:
+    """A callable object (TRL names it after its class) returning a numpy array."""
+
+    def __call__(self, completions, **kwargs):
+        return np.full(len(completions), 0.25)
+
+
+class _Judge:
+    def score(self, completions, **kwargs):
+        """A bound method returning a torch tensor."""
+        import torch
+
+        return torch.full((len(completions),), 0.5)
+
+
+async def _judged(completions, **kwargs):
+    return [0.75] * len(completions)
+
+
+def _scaled(completions, scale, **kwargs):
+    return [scale] * len(completions)
+
+
+def _sometimes(completions, maybe, **kwargs):
+    """None (TRL's NaN, left out of its means) where the row's ``maybe`` column is None."""
+    return [None if m is None else 1.0 for m in maybe]
+
+
+def _reward_forms() -> list:
+    """Every form of reward function TRL takes, one of them twice under one name."""
+    return [_Scorer(), _Judge().score, _judged, lambda completions, **kwargs: [1.0] * len(completions),
+            functools.partial(_scaled, scale=1.0), functools.partial(_scaled, scale=0.0), _sometimes]
+
+
+def _logged_rewards(trainer_class, model: str, where: Path) -> tuple[list, list]:
+    """A 2-step run's ``rewards/`` keys of each step's log entry, and what a reward saw of its
+    ``trainer_state`` in each call: whether it was the first call's object, the step, the epoch's type."""
+    states: list = []
+
+    def watch(completions, trainer_state, **kwargs):
+        states.append((trainer_state, trainer_state.global_step, type(trainer_state.epoch).__name__))
+        return [0.0] * len(completions)
+
+    rows = [{"prompt": f"What is {i} + 1?", "maybe": None if i == 3 else "m", "meta": {"k": [i, None]}}
+            for i in range(4)]  # a batch of 2 prompts holds one row with a reward at least
+    trainer = trainer_class(model=model, reward_funcs=[*_reward_forms(), watch], train_dataset=
+                            datasets.Dataset.from_list(rows), args=_args(where, logging_steps=1))
+    trainer.train()
+    logged = [{k: v for k, v in entry.items() if k.startswith("rewards/")} for entry in trainer.state.log_history
+              if "loss" in entry]
+    seen = [(state is states[0][0], step, epoch) for state, step, epoch in states]
+    return logged, seen
+
+
+@pytest.mark.slow  # two runs, one of them TRL's own: tens of seconds; `make test-slow` (CI) runs it
+def test_reward_forms_log_and_see_the_state_as_in_trls_own_trainer(tiny_model_dir, tmp_path):
+    """A callable object, a bound method, an async function, a lambda, two partials of one
+    function and a function returning None for some rows, returning numpy arrays, torch tensors
+    and lists: TRL's own trainer and polyrl's log the same ``rewards/<name>/mean|std`` keys with the
+    same values (the two partials under one name, their mean: polyrl logged ``_scaled_2`` too), and
+    a reward's ``trainer_state`` is one object, first at step 0 with the int epoch 0, as TRL's."""
+    ours = _logged_rewards(GRPOTrainer, tiny_model_dir, tmp_path / "polyrl")
+    theirs = _logged_rewards(trl.GRPOTrainer, tiny_model_dir, tmp_path / "trl")
+    assert ours[1] == theirs[1] == [(True, 0, "int"), (True, 1, "float")]
+    assert len(ours[0]) == len(theirs[0]) == 2
+    for mine, trls in zip(ours[0], theirs[0]):
+        assert mine == pytest.approx(trls)
+    assert ours[0][0]["rewards/_scaled/mean"] == 0.5 and "rewards/<lambda>/mean" in ours[0][0]
+
+
 def test_push_to_hub_is_refused_before_training_not_dropped(tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError) as err:
         GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, push_to_hub=True),
@@ -1443,6 +1514,27 @@ def test_trainer_state_counts_optimizer_updates_as_trls_does(tiny_model_dir, tmp
     assert out.global_step == 4 and (trainer.state.global_step, trainer.state.max_steps) == (4, 4)
     assert [m["step"] for m in trainer.state.log_history] == [2, 4, 4]  # the last: the train summary
     assert seen == [("begin", 0, 4), ("step", 2, 4), ("step", 4, 4)]
+
+
+def test_rewards_get_trainer_state_itself_as_trl_passes_it(tiny_model_dir, tmp_path):
+    """TRL's ``_calculate_rewards`` passes ``self.state``: the trainer's own ``TrainerState``, the
+    same object every call, moving on (a reward keeping it sees the run advance; its ``epoch`` the
+    int 0 before any update). polyrl passed a look-alike made afresh for each call, with no
+    callbacks given too."""
+    calls = []
+
+    def keeper(completions, trainer_state, **kwargs):
+        calls.append((trainer_state, trainer_state.global_step, trainer_state.epoch))
+        return [0.0] * len(completions)
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[keeper], args=_args(tmp_path, max_steps=3),
+                          train_dataset=_dataset(8))
+    trainer.train()
+    assert [state is trainer.state for state, *_ in calls] == [True] * 3
+    assert [step for _, step, _ in calls] == [0, 1, 2] and trainer.state.global_step == 3
+    assert type(calls[0][2]) is int and calls[0][2] == 0 and [type(e) for _, _, e in calls[1:]] == [float, float]
+    trainer.evaluate(eval_dataset=_dataset(2))
+    assert calls[-1][0] is trainer.state and calls[-1][1] == 3  # TRL's evaluate() passes it too
 
 
 def test_the_callbacks_state_is_trainer_state(tiny_model_dir, tmp_path):

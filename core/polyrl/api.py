@@ -337,7 +337,8 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None,
                    tokenizers: Sequence[str | None] | None = None) -> tuple[list[RewardSection], list[Any]]:
     """The ``[[rewards]]`` entries and function plugins for ``rewards``, read as TRL reads
     ``reward_funcs``: one reward or a list; a function is named as TRL names it (a partial after
-    the function it wraps, a callable object after its class; a repeated name gets ``_2``, ``_3``);
+    the function it wraps, a callable object after its class; a repeated name gets ``_2``, ``_3``,
+    and TRL's metric names stay the function's: ``rewards/f/mean`` the mean of both, as TRL logs it);
     a string naming a local model folder is a reward model (polyrl's ``reward_model``, labelled
     ``reward_model``, ``reward_model_2``... when there are several). A model
     object or a Hub id is one error saying how to pass it; ``weights`` is TRL's ``reward_weights``.
@@ -395,8 +396,9 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None,
         elif callable(reward):
             plugin = function_reward_plugin(reward)
             name = unused(plugin.name)
-            if name != plugin.name:
-                plugin = function_reward_plugin(reward, name=name)
+            if name != plugin.name:  # its own label; its logs under TRL's name for it (TRL names both alike)
+                trl_name, plugin = plugin.name, function_reward_plugin(reward, name=name)
+                plugin.trl_name = trl_name
             plugins.append(plugin)
             sections.append(RewardSection(name=name, weight=weight))
         else:

@@ -183,7 +183,7 @@ class Dataset:
     def take(self, indices: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
         """Fresh row dicts at ``indices`` (Arrow-backed: gathered from the mapped files)."""
         if self._arrow is not None:
-            raw = self._arrow.take(indices, chat_columns=(self._source_prompt,))
+            raw = self._arrow.take(indices)
         else:
             raw = [self._rows[int(i)] for i in indices]  # type: ignore[index]
         return [self._present(r) for r in raw]

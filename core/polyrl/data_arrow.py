@@ -202,11 +202,6 @@ def final_assistant_error(where: str, column: str) -> ConfigError:
             "holds the answer: move it to an answer column)")
 
 
-def _clean_message(message: dict[str, Any]) -> dict[str, Any]:
-    # Arrow structs carry every key any message had; absent ones come back as None.
-    return {k: v for k, v in message.items() if v is not None or k in ("role", "content")}
-
-
 class ArrowRows:
     """The rows of a 🤗 ``datasets.Dataset`` seen through an optional index array.
 
@@ -236,24 +231,19 @@ class ArrowRows:
         pos = pos % n if n else pos
         return pos if self.indices is None else self.indices[pos]
 
-    def take(self, positions: Sequence[int] | np.ndarray,
-             chat_columns: Sequence[str] = ()) -> list[dict[str, Any]]:
-        """Fresh row dicts for ``positions``, gathered from the memory-mapped table. Only the
-        ``chat_columns`` (the prompt) lose the None keys Arrow's struct unification added to their
-        messages: any other column reaches the rewards exactly as 🤗 datasets (and so TRL) gives it,
-        ``{"input": "1", "expected": None}`` included."""
+    def take(self, positions: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
+        """Fresh row dicts for ``positions``, gathered from the memory-mapped table, each value as 🤗
+        datasets (and so TRL) gives it: a chat message keeps the None keys Arrow's struct unification
+        gave it (``{"role": "user", "content": "hi", "name": None}``), as TRL hands it to the chat
+        template and the rewards. Why not cleaned: a reward then saw other messages from the same
+        Parquet file under polyrl than under TRL (JSON lines, which datasets reads as its ``Json``
+        type, have no such keys on either side)."""
         base = self._base(positions)
         if not base.size:
             return []
         columns = self.table[base.tolist()]
         names = list(columns)
-        rows = [dict(zip(names, values)) for values in zip(*(columns[k] for k in names))]
-        for row in rows:
-            for key in chat_columns:
-                value = row.get(key)
-                if isinstance(value, list) and value and isinstance(value[0], dict):
-                    row[key] = [_clean_message(m) if isinstance(m, dict) else m for m in value]
-        return rows
+        return [dict(zip(names, values)) for values in zip(*(columns[k] for k in names))]
 
     def select(self, positions: Sequence[int] | np.ndarray) -> ArrowRows:
         return ArrowRows(self.table, self.source_digest, self._base(positions))

@@ -95,15 +95,47 @@ def epoch_stop_skips(steps_counted: int, prompts_per_step: int, rows: int) -> in
 TRL_ALIASES = {"reward_mean": "reward", "lr": "learning_rate"}
 
 
-def trl_aliases(metrics: Mapping[str, Any]) -> dict[str, Any]:
+def trl_aliases(metrics: Mapping[str, Any], names: Mapping[str, str] | None = None) -> dict[str, Any]:
     """TRL's names for what the step has under polyrl's: ``reward``, ``learning_rate`` and each
     reward's ``rewards/<name>/mean`` and ``/std`` (its raw, unweighted scores, NaN ignored), so a
-    dashboard or habit from TRL finds them; polyrl's own names stay."""
+    dashboard or habit from TRL finds them; polyrl's own names stay. ``names``: a reward label's
+    TRL name where it differs (``trl_reward_names``)."""
     out = {trl: metrics[ours] for ours, trl in TRL_ALIASES.items() if ours in metrics}
+    out.update(_per_reward(metrics, 3, ["reward"], "rewards/", names))
+    return out
+
+
+def _per_reward(metrics: Mapping[str, Any], parts_count: int, head: list[str], prefix: str,
+                names: Mapping[str, str] | None) -> dict[str, Any]:
+    """Each reward's ``mean`` and ``std`` (keys ``head/<label>/mean``) as ``<prefix><name>/mean``
+    under its TRL name. Labels TRL names alike (one function passed twice: TRL names both ``f``)
+    share the key, holding the mean of their numbers, NaN left out, as TRL's ``log`` averages the
+    values it appended to one metric name."""
+    grouped: dict[str, list[Any]] = {}
     for key, value in metrics.items():
         parts = key.split("/")
-        if len(parts) == 3 and parts[0] == "reward" and parts[2] in ("mean", "std"):
-            out[f"rewards/{parts[1]}/{parts[2]}"] = value
+        if len(parts) == parts_count and parts[:-2] == head and parts[-1] in ("mean", "std"):
+            name = (names or {}).get(parts[-2], parts[-2])
+            grouped.setdefault(f"{prefix}{name}/{parts[-1]}", []).append(value)
+    return {key: values[0] if len(values) == 1 else _mean_of(values) for key, values in grouped.items()}
+
+
+def _mean_of(values: Sequence[Any]) -> Any:
+    """The mean of the numbers among ``values`` that are not NaN; None when there are none (TRL's
+    ``log`` for a metric with no valid value)."""
+    valid = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
+    return sum(valid) / len(valid) if valid else None
+
+
+def trl_reward_names(plugins: Sequence[Any]) -> dict[str, str]:
+    """Reward label -> the name TRL logs it under, where they differ: a function given twice
+    through the Python API is labelled ``f`` and ``f_2`` (polyrl's labels must differ) and TRL
+    names both ``f`` (``FunctionReward.trl_name``)."""
+    out: dict[str, str] = {}
+    for plugin in plugins:
+        label, trl_name = getattr(plugin, "name", None), getattr(plugin, "trl_name", None)
+        if isinstance(label, str) and isinstance(trl_name, str) and trl_name != label:
+            out[label] = trl_name
     return out
 
 
@@ -122,18 +154,16 @@ TRL_EVAL_ALIASES = {"eval/sampled_reward_mean": "eval_reward", "eval/sampled_rew
                     "eval/kl": "eval_kl"}
 
 
-def trl_eval_names(metrics: Mapping[str, Any]) -> dict[str, Any]:
+def trl_eval_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The evaluation in ``metrics`` under TRL's ``eval_`` names, for what polyrl measures as TRL
     does (the sampled completions scored with the run's rewards: ``eval.reward = "run"``, whose
     std is logged): ``eval_reward``, ``eval_reward_std``, ``eval_rewards/<f>/mean|std``,
-    ``eval_completions/mean_length``. Empty without such an evaluation."""
+    ``eval_completions/mean_length``. Empty without such an evaluation. ``names``: as for
+    ``trl_aliases``."""
     if "eval/sampled_reward_std" not in metrics:
         return {}
     out = {trl: metrics[ours] for ours, trl in TRL_EVAL_ALIASES.items() if ours in metrics}
-    for key, value in metrics.items():
-        parts = key.split("/")
-        if len(parts) == 4 and parts[:2] == ["eval", "reward"] and parts[3] in ("mean", "std"):
-            out[f"eval_rewards/{parts[2]}/{parts[3]}"] = value
+    out.update(_per_reward(metrics, 4, ["eval", "reward"], "eval_rewards/", names))
     return out
 
 

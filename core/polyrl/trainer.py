@@ -79,7 +79,8 @@ from polyrl import evaluation, metrics_file
 from polyrl import minibatches, step_gather
 from polyrl.step_metrics import (clip_region_metrics, epoch_stop_skips, joined_gaps, no_loss_token_metrics,
                                  peak_rss_mb, sampling_metrics, step_tokens, trl_aliases, trl_epoch,
-                                 trl_gathered_sampling, trl_process_sampling, trl_step_time, untrained_gap)
+                                 trl_gathered_sampling, trl_process_sampling, trl_reward_names, trl_step_time,
+                                 untrained_gap)
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.step_line import step_line_fields
 from polyrl.tracking.session import for_run as tracking_for_run
@@ -257,6 +258,8 @@ class Trainer:
         ]
         self._reward_codes = [reward_code(p.fn) for p in function_plugins]  # as loaded: compared across ranks
         self.registry = Registry(get_plugin_manager(extra=(*extra_plugins, *function_plugins)))
+        #: reward label -> the name TRL logs it under, where they differ (``trl_reward_names``)
+        self.trl_names = trl_reward_names(extra_plugins)
         self.config = config = choose_generate_backend(config, self.registry)
         #: the rows as read, before ``_fit_prompts`` checks them against the tokenizer
         self._source_data = self._datasets()
@@ -269,6 +272,11 @@ class Trainer:
         #: what the observers kept in the checkpoint a full resume restored (``RunObserver.checkpoint_state``,
         #: by each one's key), for them to read in ``run_begin``; {} on a fresh start or a weights-only resume
         self.resumed_observer_state: dict[str, Any] = {}
+        #: the ``trainer_state`` every reward call gets, kept current by whoever set it (``polyrl.trl``:
+        #: its ``trainer.state``, which its callbacks observer moves on, as TRL passes its trainer's
+        #: own); None: the run's own ``TrainerState``, moved on before each call (``_trainer_state``)
+        self.shared_state: Any = None
+        self._reward_state: TrainerState | None = None
         #: evaluate after training (with held-out rows); False: only the steps ``eval.every`` or an
         #: observer asks for (``polyrl.trl`` under TRL's eval_strategy="no", where a callback's
         #: should_evaluate evaluates and TRL evaluates nothing at the end)
@@ -589,15 +597,27 @@ class Trainer:
         prompts = episode_scoring.prompts_asked(per_completion, completions, self.config.data.prompt_column)
         return episode_scoring.score_started(self._call_rewards, prompts, per_completion, completions)
 
-    def _trainer_state(self) -> TrainerState:
+    def _trainer_state(self) -> Any:
         """What reward functions get as ``trainer_state`` now, in training and in evaluation alike
-        (TRL's ``_calculate_rewards`` passes ``self.state`` in both modes)."""
+        (TRL's ``_calculate_rewards`` passes ``self.state`` in both modes): the same object in every
+        call, as TRL's, either ``shared_state`` (kept current by its owner) or the run's own, moved
+        to where the run is now."""
+        if self.shared_state is not None:
+            return self.shared_state
+        now = self._state_now()
+        if self._reward_state is None:
+            self._reward_state = now
+        return self._reward_state.advance(now)
+
+    def _state_now(self) -> TrainerState:
+        """A ``TrainerState`` with the run's progress as TRL counts it (``TrainerState.for_run``)."""
         cfg = self.config
         return TrainerState.for_run(
             step=self.step, max_steps=cfg.train.steps, prompts_per_step=cfg.train.prompts_per_step,
             group_size=cfg.generation.group_size, dataset_size=len(self.dataset),
             history=list(self.history), save_steps=cfg.train.checkpoint_every, eval_steps=cfg.eval.every,
-            rank=self.rank, updates_per_step=cfg.algorithm.updates_per_step, minibatches=cfg.algorithm.minibatches)
+            rank=self.rank, updates_per_step=cfg.algorithm.updates_per_step, minibatches=cfg.algorithm.minibatches,
+            names=self.trl_names)
 
     def _call_rewards(self, prompts: list[Any], per_completion: list[Any], completions: list[Completion]) -> Any:
         state = self._trainer_state()
@@ -805,7 +825,7 @@ class Trainer:
                                            {**times, **step.seconds}, trained * algo.num_iterations))
         # TRL's names and counters (its dashboards' keys), counted once the step is in
         self.num_tokens += step_tokens(step)
-        metrics.update(trl_aliases(metrics), num_tokens=self.num_tokens,
+        metrics.update(trl_aliases(metrics, self.trl_names), num_tokens=self.num_tokens,
                        epoch=trl_epoch(self.step + 1 + self._epoch_steps_skipped, c.train.prompts_per_step,
                                        len(self.dataset), self._step_start),
                        step_time=trl_step_time(total, algo.updates_per_step))

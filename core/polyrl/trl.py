@@ -286,8 +286,10 @@ class GRPOTrainer:
         if resume is not None:  # best_metric and the callbacks' states as the checkpoint kept them
             restore(self._callbacks, self.state, trainer.resumed_observer_state, self.args,
                     checkpoint.checkpoint_dir(trainer.checkpoint_root, trainer.step))
-        if callbacks is not None:  # on_train_begin when the run starts (``run_begin``)
-            trainer.observers.append(callbacks)
+        observer = callbacks if callbacks is not None else self._state_keeper()
+        if observer is not None:  # on_train_begin when the run starts (``run_begin``); it moves self.state on
+            trainer.observers.append(observer)
+            trainer.shared_state = self.state  # the rewards' trainer_state, as TRL passes its own
         # TRL's switch for its bar; a transformers progress callback given draws its own bar instead
         progress = not getattr(self.args, "disable_tqdm", False) and not (callbacks and callbacks.draws_progress)
         try:
@@ -304,9 +306,9 @@ class GRPOTrainer:
         losses = [m["loss"] for m in history if isinstance(m.get("loss"), (int, float))]
         epoch = next((m["epoch"] for m in reversed(history) if isinstance(m.get("epoch"), (int, float))), None)
         per_step = updates_per_step(trainer)  # TRL's steps count optimizer updates
-        log_history = [in_updates(with_trl_names(m), per_step) for m in history]
+        log_history = [in_updates(with_trl_names(m, trainer.trl_names), per_step) for m in history]
         if self._evaluates or asked_only:  # TRL logs each evaluation as an entry of its own, eval_ names
-            log_history = _with_evaluations(log_history, summary, per_step)
+            log_history = _with_evaluations(log_history, summary, per_step, trainer.trl_names)
         run_settings(self.state, trainer)
         self.state.global_step = int(summary.get("steps", 0)) * per_step
         if epoch is not None:  # else transformers' 0
@@ -321,8 +323,8 @@ class GRPOTrainer:
                                  self.train_dataset, self.accelerator.num_processes)
         if epoch is not None:
             metrics["epoch"] = epoch
-        if callbacks is not None:  # the summary's on_log, then on_train_end, as transformers' trainer
-            callbacks.train_end(log_history, self.state.global_step, summary=metrics)
+        if observer is not None:  # the summary's on_log, then on_train_end, as transformers' trainer
+            observer.train_end(log_history, self.state.global_step, summary=metrics)
         else:
             log_history.append({**metrics, "step": self.state.global_step})
         return _train_output(self.state.global_step, training_loss, metrics)
@@ -348,6 +350,16 @@ class GRPOTrainer:
         log.info("loading the best model (load_best_model_at_end)", checkpoint=best, score=self.state.best_metric)
         trainer.export_final_model(folder)
         return True
+
+    def _state_keeper(self) -> TrlCallbacks | None:
+        """The callback handler (with no callbacks) as the run's observer, so ``self.state`` moves on
+        step by step and the reward functions get it as ``trainer_state``, as TRL passes its
+        trainer's own state (the same object, advancing); None without transformers (the rewards
+        get polyrl's own ``TrainerState`` then)."""
+        try:
+            return self.callback_handler
+        except ImportError:
+            return None
 
     def _asked_eval_config(self) -> Any:
         """``grpo_config`` with the ``[eval]`` of TRL's evaluation (``trl_evaluate.eval_settings``: its
@@ -422,12 +434,14 @@ class GRPOTrainer:
                 self._eval_engines = (folder, trainer.engines)
                 # the seed and trainer_state the run's evaluation has here (its step, not TRL's updates)
                 trainer.step = self.state.global_step // updates_per_step(trainer)
+                trainer.shared_state = self.state  # what TRL's evaluate() passes the rewards
                 started = time.monotonic()
                 ours = trainer.evaluate("after" if self.summary is not None else "before")
                 seconds = time.monotonic() - started
+                names = trainer.trl_names
                 del trainer
                 gc.collect()  # the rest of it (its engines are kept for the next set and call)
-            metrics = trl_metrics(ours, prefix, len(rows), seconds, batch_size, self.state.epoch)
+            metrics = trl_metrics(ours, prefix, len(rows), seconds, batch_size, self.state.epoch, names)
             if self._callbacks is not None and self._callbacks.callbacks:  # on_log, on_evaluate: transformers'
                 self._callbacks.state = self.state
                 self._callbacks.evaluate_called(metrics)
@@ -710,23 +724,24 @@ def _all_cut_in_trl_names(exc: Any) -> Exception:
 
 
 def _with_evaluations(log_history: list[dict[str, Any]], summary: Mapping[str, Any],
-                      per_step: int = 1) -> list[dict[str, Any]]:
+                      per_step: int = 1, names: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """``log_history`` with an entry after each evaluation's step under TRL's ``eval_`` names
-    (``step_metrics.trl_eval_names``), the one before training (``eval_on_start``) at step 0 and
-    the one after training at the last step when no step's line holds it, as TRL logs them."""
+    (``step_metrics.trl_eval_names``; ``names`` the rewards' TRL names), the one before training
+    (``eval_on_start``) at step 0 and the one after training at the last step when no step's line
+    holds it, as TRL logs them."""
     from polyrl.step_metrics import trl_eval_names
 
     out: list[dict[str, Any]] = []
-    if summary.get("eval_before"):
-        out.append({**trl_eval_names(summary["eval_before"]), "epoch": 0.0, "step": 0})
+    if summary.get("eval_before"):  # transformers' epoch before any update: the int 0
+        out.append({**trl_eval_names(summary["eval_before"], names), "epoch": 0, "step": 0})
     for entry in log_history:
         out.append(entry)
-        names = trl_eval_names(entry)
-        if names:
-            out.append({**names, "epoch": entry.get("epoch"), "step": entry.get("step")})
+        evaluated = trl_eval_names(entry, names)
+        if evaluated:
+            out.append({**evaluated, "epoch": entry.get("epoch"), "step": entry.get("step")})
     last = log_history[-1] if log_history else {}
     if summary.get("eval_after") and not trl_eval_names(last):
-        out.append({**trl_eval_names(summary["eval_after"]), "epoch": last.get("epoch"),
+        out.append({**trl_eval_names(summary["eval_after"], names), "epoch": last.get("epoch"),
                     "step": int(summary.get("steps", 0)) * per_step})
     return out
 

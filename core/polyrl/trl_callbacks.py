@@ -103,6 +103,7 @@ class TrlCallbacks:
         self._said_unsaved: set[str] = set()  # callbacks whose state() could not be checkpointed (warned once)
         self._per_step = 1  # optimizer updates a polyrl step makes (``run_begin``)
         self._checkpoints: Path | None = None  # the run's checkpoint folder (``run_begin``)
+        self._names: dict[str, str] = {}  # the rewards' TRL names where not their labels (``run_begin``)
 
     # --- transformers' CallbackHandler API ------------------------------------------------------
 
@@ -189,11 +190,13 @@ class TrlCallbacks:
         self._defer = trainer.world_size > 1
         self._per_step = updates_per_step(trainer)
         self._checkpoints = Path(trainer.checkpoint_root)
+        self._names = dict(getattr(trainer, "trl_names", {}))
         self._steps = trainer.config.train.steps * self._per_step
         run_settings(self.state, trainer)
         self.state.global_step = trainer.step * self._per_step
-        self.state.log_history = [in_updates(with_trl_names(m), self._per_step) for m in trainer.history]
-        self.state.epoch = next((m["epoch"] for m in reversed(trainer.history) if "epoch" in m), 0.0)
+        self.state.log_history = [in_updates(with_trl_names(m, self._names), self._per_step) for m in trainer.history]
+        # before any update transformers' int 0 (a reward's first trainer_state.epoch in TRL)
+        self.state.epoch = next((m["epoch"] for m in reversed(trainer.history) if "epoch" in m), 0)
         self.deferred = None  # a train() again after one a callback ended: its callbacks are called anew
         self._can_evaluate = trainer.eval_dataset is not None
         self._said_no_evaluation = False
@@ -238,8 +241,8 @@ class TrlCallbacks:
 
         if self.deferred is not None and not self._defer:  # on_step_end raised (``step_trained``)
             raise self.deferred from None
-        self._log(with_trl_names(metrics))
-        evaluated = trl_eval_names(metrics)
+        self._log(with_trl_names(metrics, self._names))
+        evaluated = trl_eval_names(metrics, self._names)
         if evaluated:
             self._evaluation(evaluated)
             self._track_best(evaluated)
@@ -340,7 +343,7 @@ class TrlCallbacks:
         last = self.state.log_history[-1] if self.state.log_history else {}
         if phase == "after" and trl_eval_names(last):
             return
-        evaluated = trl_eval_names(metrics)
+        evaluated = trl_eval_names(metrics, self._names)
         if evaluated:
             self._evaluation(evaluated)
 

@@ -101,15 +101,15 @@ def eval_settings(settings: Mapping[str, Any], args: Any) -> dict[str, Any]:
 
 
 def trl_metrics(ours: Mapping[str, Any], prefix: str, rows: int, seconds: float, batch_size: int,
-                epoch: float | None) -> dict[str, Any]:
+                epoch: float | None, names: Mapping[str, str] | None = None) -> dict[str, Any]:
     """polyrl's numbers of one evaluation as TRL's ``evaluate()`` returns them: its reward keys
-    (``step_metrics.trl_eval_names``) under ``prefix`` (TRL's ``metric_key_prefix``), transformers'
-    ``speed_metrics`` (``rows`` samples, in steps of ``batch_size`` rows, as it counts them) and
-    the ``epoch`` when one is known."""
+    (``step_metrics.trl_eval_names``, ``names`` the rewards' TRL names) under ``prefix`` (TRL's
+    ``metric_key_prefix``), transformers' ``speed_metrics`` (``rows`` samples, in steps of
+    ``batch_size`` rows, as it counts them) and the ``epoch`` when one is known."""
     from polyrl.step_metrics import trl_eval_names
 
     out: dict[str, Any] = {f"{prefix}_{key.removeprefix('eval_')}": value
-                           for key, value in trl_eval_names(ours).items()}
+                           for key, value in trl_eval_names(ours, names).items()}
     out[f"{prefix}_runtime"] = round(seconds, 4)
     if seconds > 0:  # transformers leaves the rates out of a zero runtime
         out[f"{prefix}_samples_per_second"] = round(rows / seconds, 3)

@@ -154,6 +154,9 @@ class FunctionReward:
         self.isolation = resolve_isolation(fn, isolation)
         self.fn = fn
         self.name = name or callable_name(fn)
+        #: the name TRL logs it under (``rewards/<trl_name>/mean``): its label, except for a function
+        #: given twice through the Python API, which polyrl labels ``f_2`` and TRL names ``f`` too
+        self.trl_name = self.name
         self.origin = origin or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', self.name)}"
         self.is_async = is_async_callable(fn)
         #: pluggy registers the plugin under this name (unique per reward name).

@@ -114,11 +114,13 @@ class TrainerState:
     ``global_step`` counts the optimizer updates before the step being scored and ``max_steps``
     the run's updates, as TRL counts them (with N = ``num_iterations`` x ``minibatches`` > 1, TRL's
     clock runs 0, N, 2N over the rollout batches); ``epoch`` the passes over the training prompts so far (fractional,
-    as in transformers), ``log_history`` the metrics of the finished steps (``with_trl_names``).
-    Fields without a polyrl meaning keep transformers' defaults.
+    as in transformers; transformers' int 0 before the first update), ``log_history`` the metrics
+    of the finished steps (``with_trl_names``). Fields without a polyrl meaning keep transformers'
+    defaults. A run passes one object to every reward call, moved on in place (``advance``), as TRL
+    passes its trainer's own state.
     """
 
-    epoch: float = 0.0
+    epoch: float = 0  # transformers' default: the int 0, a float once an update counted part of an epoch
     global_step: int = 0
     max_steps: int = 0
     logging_steps: int = 1
@@ -142,19 +144,33 @@ class TrainerState:
     @classmethod
     def for_run(cls, *, step: int, max_steps: int, prompts_per_step: int, group_size: int,
                 dataset_size: int, history: list[dict[str, Any]], save_steps: int = 0,
-                eval_steps: int = 0, rank: int = 0, updates_per_step: int = 1, minibatches: int = 1) -> TrainerState:
+                eval_steps: int = 0, rank: int = 0, updates_per_step: int = 1, minibatches: int = 1,
+                names: Mapping[str, str] | None = None) -> TrainerState:
         """The state a run is in while it scores step ``step``; ``updates_per_step`` is
         ``num_iterations`` x ``minibatches``, which turns polyrl's step counts into TRL's update
-        counts; ``train_batch_size`` is one mini-batch's completions (TRL's batch per update)."""
+        counts; ``train_batch_size`` is one mini-batch's completions (TRL's batch per update);
+        ``names``: the rewards' TRL names (``with_trl_names``)."""
         size = max(dataset_size, 1)
         n = updates_per_step
         return cls(  # epoch as TRL counts it (whole batches), the step lines' ``epoch`` too
-            epoch=trl_epoch(step, prompts_per_step, size), global_step=step * n, max_steps=max_steps * n,
+            epoch=trl_epoch(step, prompts_per_step, size) if step else 0, global_step=step * n, max_steps=max_steps * n,
             save_steps=save_steps * n, eval_steps=eval_steps * n, train_batch_size=prompts_per_step * group_size // minibatches,
             num_train_epochs=math.ceil(trl_epoch(max_steps, prompts_per_step, size)),  # TRL's: whole batches
-            log_history=[with_trl_names(m) for m in history],
+            log_history=[with_trl_names(m, names) for m in history],
             is_local_process_zero=rank == 0, is_world_process_zero=rank == 0,
         )
+
+    def advance(self, now: TrainerState) -> TrainerState:
+        """Take ``now``'s fields in place and return this same object. Why: TRL passes every reward
+        call its trainer's one ``TrainerState``, so a reward that keeps it (or its ``log_history``
+        list) sees the run advance; a fresh object per call froze it at the step it was kept."""
+        for field in attrs.fields(type(self)):
+            value = getattr(now, field.name)
+            if field.name == "log_history":
+                self.log_history[:] = value
+            else:
+                setattr(self, field.name, value)
+        return self
 
     def save_to_json(self, json_path: str) -> None:
         """Write the fields as JSON to ``json_path``, as ``transformers.TrainerState.save_to_json`` does."""
@@ -164,16 +180,18 @@ class TrainerState:
             f.write(json.dumps(attrs.asdict(self), indent=2, sort_keys=True) + "\n")
 
 
-def with_trl_names(metrics: Mapping[str, Any]) -> dict[str, Any]:
+def with_trl_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None = None) -> dict[str, Any]:
     """One step's metrics for ``trainer_state.log_history``: polyrl's names plus TRL's for the same
     values (``step_metrics.trl_aliases``: ``reward``, ``rewards/<function>/mean`` and ``/std``,
     ``learning_rate``; lines of an older metrics.jsonl lack them) and a reward's own
     ``log_metric(name, value)`` under its bare name, as TRL logs it. Why: a curriculum written for
-    TRL reads ``log_history[-1]["reward"]``."""
+    TRL reads ``log_history[-1]["reward"]``. ``names``: a reward label's TRL name where it differs
+    (``step_metrics.trl_reward_names``): the labels TRL names alike share one key, as in TRL."""
     from polyrl.rewards.combine import CORE_METRICS  # here: combine imports this module's users
 
-    out = dict(metrics)
-    for name, value in trl_aliases(metrics).items():
+    aliases = trl_aliases(metrics, names)
+    out = {k: v for k, v in metrics.items() if not _renamed(k, names or {})}
+    for name, value in aliases.items():
         out.setdefault(name, value)
     for key, value in metrics.items():
         parts = key.split("/")
@@ -182,6 +200,13 @@ def with_trl_names(metrics: Mapping[str, Any]) -> dict[str, Any]:
     if "completion_len_mean" in metrics:
         out.setdefault("completions/mean_length", metrics["completion_len_mean"])
     return out
+
+
+def _renamed(key: str, names: Mapping[str, str]) -> bool:
+    """Whether ``key`` is ``rewards/<label>/...`` for a label TRL names otherwise (a line written
+    without ``names``): left out, as TRL logs no such key."""
+    parts = key.split("/")
+    return len(parts) == 3 and parts[0] == "rewards" and parts[1] in names
 
 
 def _parameters(fn: Callable[..., Any]) -> list[inspect.Parameter] | None:
