@@ -192,9 +192,12 @@ class TorchEngine:
 
         #: the sampler's packed / ``compute_dtype`` model (``polyrl_torch.generation_weights``), made on first use
         self.generation_copy: Any = None
-        #: counts writes to the weights that tensor version counters miss (fused AdamW's kernel
-        #: updates in place without bumping them); the generation copy compares it
+        #: counts writes replacing the weights wholesale (``import_weights``, a checkpoint load):
+        #: the generation copy takes every tensor again after one
         self.weight_updates = 0
+        #: counts optimizer steps: fused AdamW writes the tensors it holds in place without bumping
+        #: their version counters, so the generation copy takes those again when this moves
+        self.optimizer_steps = 0
         self.optimizer: torch.optim.Optimizer | None = None
         if config.role == "train":
             params = [p for p in self.model.parameters() if p.requires_grad]

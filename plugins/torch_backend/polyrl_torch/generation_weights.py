@@ -10,17 +10,21 @@ weights to bfloat16 again every decode step, so the copy holds them in ``compute
 
 The copy is a plain transformers model (no peft layers) holding the weights ``export_weights``
 would give (LoRA folded in), each ``nn.Linear`` replaced by a ``PackedLinear`` where oneDNN can pack
-it. It is refreshed lazily: before each ``generate`` the live parameters' storage and in-place
-version counters, and the engine's update count, are compared with those it was made from, so an
-optimizer step, ``import_weights``, a LoRA reset or a checkpoint load all refresh it
-(``TorchEngine.weight_updates`` covers the writes version counters miss). It costs one more copy of
-the model's memory; ``backends.options.packed_generation = false`` turns packing off.
+it. It is refreshed lazily, tensor by tensor: before each ``generate`` each value's sources (the
+live tensor, and for a LoRA-adapted weight its adapters and adapter state) are stamped
+(``source_stamps``: storage address, in-place version count, and the optimizer's step count for
+the tensors it holds, since fused AdamW bumps no version) and only the values whose stamp moved
+are computed and loaded or re-packed again. Under LoRA that is the adapted projections: the frozen
+embeddings (and the tied head packed from them), norms and unadapted layers stay as they are;
+``import_weights`` and a checkpoint load (``TorchEngine.weight_updates``) refresh every tensor.
+It costs one more copy of the model's memory; ``backends.options.packed_generation = false``
+turns packing off.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -132,31 +136,70 @@ class GenerationCopy:
         #: the copy's single-token step written out (Llama-code models; None: the model's forward)
         self.decode_step = (LlamaDecodeStep(self.model, shared_prompt_attention_requested(engine.config.options))
                             if lean_decode_requested(engine.config.options) and decode_step_supports(self.model) else None)
-        self._made_from: tuple[Any, ...] = ()
+        #: names ``load_state_dict`` fills in the copy, and those aliasing another (a tied head)
+        self._names = set(self.model.state_dict())
+        self._tied = _tied_names(self.model)
+        #: the copy's HF name of the input embeddings, which a tied packed head is packed from
+        self._embedding_name = _parameter_name(self.model, self.model.get_input_embeddings().weight)
+        #: HF name -> ``source_stamps``' stamp of what its value in the copy was computed from
+        self.stamps: dict[str, tuple[Any, ...]] = {}
+        self._updates = -1  # the engine's ``weight_updates`` when stamped (-1: never)
+        #: ``weights_key`` when stamped, and the LoRA layers whose adapter state it covers
+        self._key: tuple[Any, ...] = ()
+        self._layers: list[Any] = []
 
     def current(self, engine: TorchEngine) -> Any:
-        """The copy, first refreshed if any of the engine's weights changed since it was made."""
-        fingerprint = weights_fingerprint(engine)
-        if fingerprint != self._made_from:
-            self._refresh(engine)
-            self._made_from = fingerprint
+        """The copy, first refreshed where the engine's weights changed since it was last made."""
+        from polyrl_torch.weights import hf_sources
+
+        key = weights_key(engine, self._layers)
+        if key == self._key:
+            return self.model  # no stamp can have moved: not one name stamped (every generate call asks)
+        sources = hf_sources(engine)
+        layers = [layer for _, layer in sources.values() if layer is not None]
+        if layers != self._layers:
+            key = weights_key(engine, layers)
+        # keyed and stamped before any value is read: a write racing the reads is seen next time
+        stamps = source_stamps(engine, sources)
+        if engine.weight_updates != self._updates:
+            self.stamps = {}  # weights replaced wholesale (an import, a checkpoint): every tensor again
+        changed = {name for name, stamp in stamps.items() if self.stamps.get(name) != stamp}
+        if changed:
+            self._refresh(sources, changed)
+        self.stamps, self._updates = stamps, engine.weight_updates
+        self._key, self._layers = key, layers
         return self.model
 
-    def _refresh(self, engine: TorchEngine) -> None:
-        from polyrl_torch.weights import hf_state_dict
+    def forget(self, stamps: Mapping[str, tuple[Any, ...]] | None = None) -> None:
+        """Take the copy's values as made from ``stamps`` (None: from nothing, so the next
+        ``current`` computes every tensor): what ``bench/copy_refresh_ab.py`` times both ways with."""
+        self.stamps, self._key = dict(stamps or {}), ()
 
+    def _refresh(self, sources: Mapping[str, tuple[torch.Tensor, Any]], changed: set[str]) -> None:
+        """Compute the ``changed`` names' values (LoRA folded) into the copy; the others are kept."""
+        from polyrl_torch.weights import hf_value
+
+        self._check_names(sources.keys())
         with torch.no_grad():
-            state = hf_state_dict(engine)  # LoRA folded, tied duplicates dropped
-            linear = {name: state.pop(name) for name in list(state) if name in self.packed}
-            missing, unexpected = self.model.load_state_dict(state, strict=False)
-            missing = [k for k in missing if k not in self.packed]
-            tied = {k for k in missing if k in _tied_names(self.model)}
-            if unexpected or set(missing) - tied:
-                raise RuntimeError(f"generation copy out of step with the model: missing "
-                                   f"{sorted(set(missing) - tied)[:3]}, unexpected {unexpected[:3]}")
-            for name, module in self.packed.items():
-                # a tied output layer has no tensor of its own: it packs the (loaded) input embeddings
-                module.pack(linear[name] if name in linear else self._tied_source(name))
+            plain = {name: hf_value(*sources[name]) for name in changed if name not in self.packed}
+            if plain:
+                self.model.load_state_dict(plain, strict=False)  # a subset: the names were checked above
+            del plain
+            for name in sorted(changed & self.packed.keys()):
+                self.packed[name].pack(hf_value(*sources[name]))  # one folded weight alive at a time
+            if self._embedding_name in changed:
+                for name in self.packed.keys() - sources.keys():
+                    # a tied output layer has no tensor of its own: it packs the (loaded) input embeddings
+                    self.packed[name].pack(self._tied_source(name))
+
+    def _check_names(self, names: Iterable[str]) -> None:
+        """The engine's HF names must be the copy's (a tied head's may be missing)."""
+        given = set(names)
+        missing = self._names - self._tied - given
+        unexpected = given - self._names - self.packed.keys()
+        if missing or unexpected:
+            raise RuntimeError(f"generation copy out of step with the model: missing "
+                               f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}")
 
     def _tied_source(self, name: str) -> torch.Tensor:
         output = self.model.get_output_embeddings()
@@ -165,10 +208,47 @@ class GenerationCopy:
         return self.model.get_input_embeddings().weight
 
 
-def weights_fingerprint(engine: TorchEngine) -> tuple[Any, ...]:
-    """The engine's update count and each parameter's (storage address, in-place write count):
-    changes whenever a weight does (the count covers fused AdamW, which bumps no version)."""
-    return (engine.weight_updates, *((p.data_ptr(), p._version) for p in engine.model.parameters()))
+def weights_key(engine: TorchEngine, layers: Sequence[Any]) -> tuple[Any, ...]:
+    """All that ``source_stamps`` reads, in one walk of the module tree: every parameter's and
+    buffer's ``tensor_stamp`` (the optimizer's count once for all), the engine's counters and
+    ``layers``' adapter states. Why a second summary: stamping each name walks the tree several
+    times (~4× this), and every generate call asks, an agent's every turn too; equal keys mean no
+    stamp can have moved."""
+    tensors = (t for module in engine.model.modules()
+               for t in (*module._parameters.values(), *module._buffers.values()) if t is not None)
+    return (engine.weight_updates, engine.optimizer_steps, *((t.data_ptr(), t._version) for t in tensors),
+            *(adapter_state(layer) for layer in layers))
+
+
+def source_stamps(engine: TorchEngine, sources: Mapping[str, tuple[torch.Tensor, Any]]) -> dict[str, tuple[Any, ...]]:
+    """Per HF name, what ``hf_value`` computes it from, as it stands now: each source tensor's
+    ``tensor_stamp`` and, for a LoRA-adapted weight, its layer's adapter state. Equal stamps: the
+    value is the one the copy already holds, so it is neither computed nor loaded again."""
+    held = ({id(p) for group in engine.optimizer.param_groups for p in group["params"]}
+            if engine.optimizer is not None else set())
+    out: dict[str, tuple[Any, ...]] = {}
+    for name, (tensor, layer) in sources.items():
+        tensors = [tensor] if layer is None else [tensor, *layer.parameters()]
+        stamp = tuple(tensor_stamp(t, id(t) in held, engine.optimizer_steps) for t in tensors)
+        out[name] = stamp if layer is None else (*stamp, *adapter_state(layer))
+    return out
+
+
+def tensor_stamp(tensor: torch.Tensor, held: bool, optimizer_steps: int) -> tuple[int, int, int]:
+    """A tensor's storage address and in-place write count (``_version``: every in-place op on the
+    tensor or a view of it bumps it, under ``no_grad`` too), and for a tensor the optimizer ``held``
+    its step count (fused AdamW writes in place without bumping versions; -1 for the others, which
+    only their versions and storage can show changed). Writes that bypass the version count (through
+    ``.data``, or a numpy view) are not seen on a tensor the optimizer does not hold, as autograd
+    does not see them either; ``TorchEngine.weight_updates`` makes the copy take every tensor again."""
+    return tensor.data_ptr(), tensor._version, optimizer_steps if held else -1
+
+
+def adapter_state(layer: Any) -> tuple[Any, ...]:
+    """What besides its tensors decides a peft LoRA layer's folded weight: which adapters are active,
+    enabled or merged into the base (peft merges through ``.data``, bumping no version), and their scales."""
+    return (tuple(layer.active_adapters), bool(getattr(layer, "disable_adapters", False)),
+            tuple(layer.merged_adapters), tuple(sorted(layer.scaling.items())))
 
 
 def _pack_linears(model: Any) -> dict[str, PackedLinear]:
@@ -193,3 +273,8 @@ def _tied_names(model: Any) -> set[str]:
         else:
             seen[tensor.data_ptr()] = name
     return tied
+
+
+def _parameter_name(model: Any, tensor: torch.Tensor) -> str | None:
+    """The state-dict name under which ``model`` holds ``tensor`` first (None: it does not)."""
+    return next((name for name, value in model.state_dict(keep_vars=True).items() if value is tensor), None)

@@ -472,7 +472,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
         optimizer.zero_grad(set_to_none=True)
         return StepMetrics(**metrics, skipped=True)
     optimizer.step()
-    engine.weight_updates += 1
+    engine.optimizer_steps += 1
     optimizer.zero_grad(set_to_none=True)
     wait_for_device(engine.device)
     clock["optimizer"] = time.perf_counter() - t3

@@ -59,24 +59,41 @@ def _named_tensors(engine: TorchEngine) -> dict[str, torch.Tensor]:
     return out
 
 
+def hf_sources(engine: TorchEngine, merged: bool = True) -> dict[str, tuple[torch.Tensor, Any]]:
+    """HF name -> (the live base tensor, the peft LoRA layer whose adapter ``hf_value`` may fold into
+    that weight, or None), tied duplicates dropped: what each ``hf_state_dict`` value is computed
+    from, so the generation copy can tell which values changed without computing them."""
+    layers = _lora_layers(engine) if merged else {}
+    out: dict[str, tuple[torch.Tensor, Any]] = {}
+    seen: set[int] = set()
+    for name, tensor in _named_tensors(engine).items():
+        ptr = tensor.data_ptr()
+        if ptr in seen:  # tied to a tensor already listed (e.g. lm_head -> embed_tokens)
+            continue
+        seen.add(ptr)
+        out[name] = (tensor, layers.get(name.rsplit(".", 1)[0]) if name.endswith(".weight") else None)
+    return out
+
+
+def _folds_adapter(layer: Any) -> bool:
+    """Whether ``layer``'s adapter is applied on top of its base weight now (active, enabled, and
+    not merged into the base already)."""
+    return (not layer.merged and ADAPTER in layer.active_adapters
+            and not getattr(layer, "disable_adapters", False))
+
+
+def hf_value(tensor: torch.Tensor, layer: Any) -> torch.Tensor:
+    """A detached HF value from ``hf_sources``' pair: the LoRA adapter folded in where it applies."""
+    value = tensor.detach()
+    if layer is not None and _folds_adapter(layer):
+        value = merged_weight(layer, value)
+    return value
+
+
 def hf_state_dict(engine: TorchEngine, merged: bool = True) -> dict[str, torch.Tensor]:
     """HF-named detached tensors in the model's dtype: tied duplicates dropped, LoRA merged."""
-    layers = _lora_layers(engine) if merged else {}
-    out: dict[str, torch.Tensor] = {}
-    seen: set[int] = set()
     with torch.no_grad():
-        for name, tensor in _named_tensors(engine).items():
-            ptr = tensor.data_ptr()
-            if ptr in seen:  # tied to a tensor already listed (e.g. lm_head -> embed_tokens)
-                continue
-            seen.add(ptr)
-            value = tensor.detach()
-            module = layers.get(name.rsplit(".", 1)[0])
-            if module is not None and name.endswith(".weight") and not module.merged:
-                if ADAPTER in module.active_adapters and not getattr(module, "disable_adapters", False):
-                    value = merged_weight(module, value)
-            out[name] = value
-    return out
+        return {name: hf_value(tensor, layer) for name, (tensor, layer) in hf_sources(engine, merged).items()}
 
 
 # --- export / import -----------------------------------------------------------------------------
