@@ -50,7 +50,7 @@ def test_all_truncated_under_mask_truncated_is_an_empty_step_not_a_non_finite_on
     for m in history:
         assert m["completions/clipped_ratio"] == 1.0  # the premise: every completion was cut
         assert m["samples_kept"] == 0 and m["skipped"]
-        assert "grad_norm" not in m  # no update was attempted
+        assert (m["loss"], m["grad_norm"]) == (0.0, 0.0)  # TRL's: a loss over no token, its gradient 0
 
 
 # --- rewards of any magnitude -----------------------------------------------------------------

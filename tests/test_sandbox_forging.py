@@ -172,7 +172,8 @@ VACUOUS = {
     "empty_object": ("assert np.allclose(area(3), 28.27433, atol=1e-3)", "import math\ndef area(r):\n    return math.pi * r * r\n"),
 }
 #: An object of no length whose every attribute (``size`` too) answers 1.
-EMPTY = "class Empty:\n    def __len__(self):\n        return 0\n    def __iter__(self):\n        return iter(())\n    def __getattr__(self, name):\n        return lambda *a, **k: 1\n"
+EMPTY = ("class Empty:\n    def __len__(self):\n        return 0\n    def __iter__(self):\n        return iter(())\n"
+         "    def __getattr__(self, name):\n        return lambda *a, **k: 1\n")
 
 
 def test_a_numpy_check_never_holds_vacuously_on_an_empty_answer():

@@ -575,6 +575,22 @@ def test_trl_fields_polyrl_has_under_the_same_name_are_carried_and_report_to_is_
     assert (vespo.settings["algorithm.vespo_k_pos"], vespo.settings["algorithm.vespo_lambda_neg"]) == (3.0, 1.5)
 
 
+def test_trls_report_to_run_name_and_project_are_the_runs_trackers():
+    """transformers sends every log to the integrations report_to names; from_trl ignored the field, so
+    a report_to="wandb" script trained with no tracker, without a word. The same names are polyrl's
+    trackers; "none" and transformers' default project ("huggingface") set nothing."""
+    ours = api.GRPOConfig.from_trl(trl_config(report_to=["tensorboard", "wandb"], run_name="lr1e-6", project="gsm8k"))
+    assert {k: v for k, v in ours.settings.items() if k.startswith("logging.")} == {
+        "logging.report_to": ["tensorboard", "wandb"], "logging.run_name": "lr1e-6", "logging.project": "gsm8k"}
+    for off in ("none", [], ["none"]):
+        assert not any(k.startswith("logging.") for k in api.GRPOConfig.from_trl(trl_config(report_to=off)).settings)
+    config, _ = api.run_config(api.grpo, policy=api.Agent("m"), prompts=["p"], rewards=[lambda completions, **k: [0.0]],
+                               grpo_config=trl_config(report_to="tensorboard", max_steps=1, num_generations=2,
+                                                      per_device_train_batch_size=2))
+    assert (config.logging.report_to, config.logging.run_name, config.logging.project) == (["tensorboard"], None,
+                                                                                           "polyrl")
+
+
 # --- the entropy bonus --------------------------------------------------------------------------
 
 LOSS_TYPES = ("grpo", "dapo", "bnpo", "dr_grpo", "luspo", "sapo", "cispo", "vespo")

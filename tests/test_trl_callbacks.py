@@ -23,7 +23,8 @@ from polyrl.trl import GRPOTrainer  # noqa: E402
 
 def _args(tmp_path: Path, **kwargs):
     values = dict(output_dir=str(tmp_path / "run"), max_steps=2, num_generations=2, per_device_train_batch_size=4,
-                  max_completion_length=4, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True)
+                  max_completion_length=4, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True,
+                  bf16=False)  # float32 (TRL's bf16 default is bfloat16 autocast: test_trl_trainer)
     return trl.GRPOConfig(**{**values, **kwargs})
 
 
@@ -160,6 +161,51 @@ def test_trainer_log_reaches_log_history_and_on_log_as_transformers_does(tiny_mo
     alone = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset())
     alone.log({"x": 1.0})
     assert alone.state.log_history == [{"x": 1.0, "epoch": 0, "step": 0}]
+
+
+class LogsEachStep(TrainerCallback):
+    """A TRL user's callback logging a metric of its own through the trainer after each step."""
+
+    def __init__(self):
+        self.trainer = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.trainer.log({"custom/steps_seen": float(state.global_step)})
+
+
+def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of the TensorBoard event files under ``folder``, read back with TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_trainer_log_during_training_reaches_the_report_to_trackers_and_stays_in_log_history(tiny_model_dir,
+                                                                                             tmp_path):
+    """transformers hands every Trainer.log to each report_to integration. TRL's report_to was ignored
+    (a report_to="tensorboard" script wrote no event file at all), a callback's trainer.log(...) during
+    train() reached no tracker, and train() rebuilt log_history at its end without those entries. Now the
+    run's trackers get the steps and the callback's logs; after train() they are closed (a warning)."""
+    pytest.importorskip("tensorboard")
+    from structlog.testing import capture_logs
+
+    logger = LogsEachStep()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(), callbacks=[logger],
+                          args=_args(tmp_path, report_to="tensorboard"))
+    logger.trainer = trainer
+    trainer.train()
+    scalars = _scalars(tmp_path / "run" / "tensorboard")
+    assert scalars["custom/steps_seen"] == [(1, 1.0), (2, 2.0)]
+    assert [step for step, _ in scalars["loss"]] == [1, 2]  # the steps' own metrics, under TRL's names too
+    logged = [(h["step"], h["custom/steps_seen"]) for h in trainer.state.log_history if "custom/steps_seen" in h]
+    assert logged == [(1, 1.0), (2, 2.0)]
+    with capture_logs() as logs:
+        trainer.log({"after_training": 1.0})
+    assert trainer.state.log_history[-1]["after_training"] == 1.0
+    assert any("outside train()" in e["event"] and e["report_to"] == ["tensorboard"] for e in logs), logs
+    assert "after_training" not in _scalars(tmp_path / "run" / "tensorboard")
 
 
 class WeightNorms(TrainerCallback):

@@ -51,7 +51,8 @@ def short(completions, **kwargs):
 
 def _args(tmp_path: Path, **kwargs):
     values = dict(output_dir=str(tmp_path / "run"), max_steps=1, num_generations=2, per_device_train_batch_size=4,
-                  max_completion_length=6, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True)
+                  max_completion_length=6, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True,
+                  bf16=False)  # float32 (TRL's bf16 default is bfloat16 autocast: test_trl_trainer)
     return trl.GRPOConfig(**{**values, **kwargs})
 
 

@@ -22,7 +22,8 @@ from polyrl.trl import GRPOTrainer  # noqa: E402
 
 def _args(tmp_path: Path, **kwargs):
     values = dict(output_dir=str(tmp_path / "run"), max_steps=2, num_generations=2, per_device_train_batch_size=4,
-                  max_completion_length=6, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True)
+                  max_completion_length=6, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True,
+                  bf16=False)  # float32, as these tests' numbers were taken (TRL's bf16 default: its own test)
     return trl.GRPOConfig(**{**values, **kwargs})
 
 
@@ -1253,6 +1254,43 @@ def test_model_init_kwargs_as_trls_own_grpo_script_writes_them_are_taken(tiny_mo
         assert err.value.field == "args.model_init_kwargs"
 
 
+def test_trls_bf16_default_trains_under_bfloat16_autocast_as_trl_does(tiny_model_dir, tmp_path):
+    """TRL's GRPOConfig sets bf16 True unless fp16; transformers hands it to accelerate, whose autocast
+    runs the forward passes in bfloat16 over the float32 weights on the CPU (use_cpu=True) as on a GPU.
+    polyrl trained that unchanged config in float32. Now it is model.compute_dtype "bfloat16" (torch's
+    autocast, float32 weights and AdamW state); bf16=False stays float32."""
+    import accelerate
+
+    assert trl.GRPOConfig(output_dir=str(tmp_path / "d"), use_cpu=True).bf16 is True  # TRL's default
+    assert accelerate.Accelerator(cpu=True, mixed_precision="bf16").native_amp  # its autocast, on the CPU too
+    histories = {}
+    for bf16 in (True, False):
+        trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                              args=_args(tmp_path / str(bf16), max_steps=1, bf16=bf16))
+        assert (trainer.policy.dtype, trainer.policy.compute_dtype) == ("float32", "bfloat16" if bf16 else None)
+        trainer.train()
+        histories[bf16] = trainer.state.log_history[0]
+        assert str(trainer.model.dtype) == "torch.float32"  # the trained weights stay float32, as TRL's
+    assert histories[True]["entropy"] != histories[False]["entropy"]  # the same seed, computed in bfloat16
+
+
+def test_trls_bf16_on_a_backend_without_bfloat16_compute_keeps_the_models_dtype_with_a_warning(tiny_model_dir,
+                                                                                                tmp_path):
+    """MLX offers no compute_dtype: TRL's default bf16 there would refuse every unchanged script, so it
+    computes in the model's dtype, saying so once."""
+    from structlog.testing import capture_logs
+
+    from polyrl.registry import get_registry
+
+    if "mlx" not in get_registry().names() or get_registry().spec("mlx").capabilities.compute_dtypes:
+        pytest.skip("needs the MLX backend (no compute_dtype) installed")
+    with capture_logs() as logs:
+        trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                              args=_args(tmp_path, bf16=True), backend="mlx")
+    assert trainer.policy.compute_dtype is None
+    assert any("offers no bfloat16 compute" in e["event"] for e in logs), logs
+
+
 def test_a_model_object_trains_in_its_own_dtype(tiny_model_dir, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
@@ -1613,20 +1651,53 @@ def test_a_run_whose_every_completion_is_cut_stops_with_the_fix_in_grpo_configs_
     assert (Path(model) / "config.json").is_file()  # the folder to train on from
 
 
-@pytest.mark.parametrize("beta", [0.0, 0.04])
-def test_a_step_whose_every_completion_is_cut_logs_trls_entropy_and_kl(tiny_model_dir, tmp_path, beta):
-    """mask_truncated_completions with every completion cut: TRL's batch has no loss token, and its
-    masked means over them divide by at least 1 (_compute_loss' global_masked_mean), so it logs
-    entropy 0.0 (and kl 0.0 with beta > 0) that step. polyrl logged no entropy and no kl there."""
+#: what TRL 1.16 logs for a step whose batch has no loss token (every completion cut and masked):
+#: its loss and masked means divide by at least 1 (``_compute_loss``), the gradient of 0 is 0, and a
+#: min/max over completions with no token is NaN, which its ``log`` writes as None
+CUT_STEP_KEYS = ("loss", "grad_norm", "entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean",
+                 "clip_ratio/region_mean", "clip_ratio/low_min", "clip_ratio/high_max")
+
+
+def _cut_steps(log_history: list[dict]) -> list[dict]:
+    """The step entries of a run whose every completion was cut (the premise checked)."""
+    steps = [entry for entry in log_history if "train_runtime" not in entry]
+    assert len(steps) == 2 and all(entry["completions/clipped_ratio"] == 1.0 for entry in steps)
+    return steps
+
+
+@pytest.mark.parametrize(("beta", "level"), [(0.0, "token"), (0.04, "token"), (0.0, "sequence")])
+def test_a_step_whose_every_completion_is_cut_logs_what_trl_logs(tiny_model_dir, tmp_path, beta, level):
+    """mask_truncated_completions with every completion cut: TRL's batch has no loss token, and it
+    logs loss 0.0, grad_norm 0.0, entropy 0.0 (kl 0.0 with beta > 0), its clip ratios 0.0 and
+    clip_ratio/low_min and high_max None at the token level (0/0 per completion; 0.0 at the sequence
+    level, one ratio per completion). polyrl logged loss NaN (so train() returned training_loss NaN)
+    and no grad_norm or clip_ratio keys there."""
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
                           args=_args(tmp_path, max_steps=2, max_completion_length=2, mask_truncated_completions=True,
-                                     beta=beta))
-    trainer.train()
-    steps = [entry for entry in trainer.state.log_history if "train_runtime" not in entry]
-    assert len(steps) == 2 and all(entry["completions/clipped_ratio"] == 1.0 for entry in steps)  # the premise
-    for entry in steps:
-        assert entry["entropy"] == 0.0
-        assert entry.get("kl") == (0.0 if beta else None)
+                                     beta=beta, importance_sampling_level=level))
+    output = trainer.train()
+    extreme = None if level == "token" else 0.0
+    want = {"loss": 0.0, "grad_norm": 0.0, "entropy": 0.0, "kl": 0.0 if beta else None,
+            "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0, "clip_ratio/region_mean": 0.0,
+            "clip_ratio/low_min": extreme, "clip_ratio/high_max": extreme}
+    for entry in _cut_steps(trainer.state.log_history):
+        assert {key: entry.get(key) for key in CUT_STEP_KEYS} == want
+        assert "clip_ratio/low_min" in entry and "clip_ratio/high_max" in entry  # written, as TRL's None
+    assert output.training_loss == 0.0 and output.metrics["train_loss"] == 0.0  # TRL's: the mean of the losses
+
+
+@pytest.mark.slow  # two runs, one of them TRL's own: tens of seconds; `make test-slow` (CI) runs it
+def test_a_cut_steps_keys_and_values_are_trls_own(tiny_model_dir, tmp_path):
+    """The same all-cut script on TRL's GRPOTrainer: each of those keys with the value TRL logs."""
+    def script(trainer_class, where):
+        trainer = trainer_class(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                                args=_args(where, max_steps=2, max_completion_length=2, logging_steps=1,
+                                           mask_truncated_completions=True, beta=0.04))
+        output = trainer.train()
+        steps = _cut_steps(trainer.state.log_history)
+        return [{key: entry.get(key) for key in CUT_STEP_KEYS} for entry in steps], output.training_loss
+
+    assert script(GRPOTrainer, tmp_path / "polyrl") == script(trl.GRPOTrainer, tmp_path / "trl")
 
 
 class _Exits(_Counted):

@@ -58,6 +58,8 @@ class Agent:
     #: targets are per family; unsupported fields refused)
     lora: LoraConfig | None = None
     dtype: str = "float32"
+    #: mixed precision (``[model] compute_dtype``): matmuls in it over ``dtype`` weights; None computes in ``dtype``
+    compute_dtype: str | None = None
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "lora", as_lora_config(self.lora, self.model))
@@ -549,7 +551,7 @@ def run_config(
     steps = cfg.steps if cfg.epochs is None else epoch_steps(cfg.epochs, len(rows), prompts_per_step,
                                                              algorithm_config.updates_per_step)
     config = RunConfig(
-        model=ModelSection(path=policy.model, dtype=policy.dtype,
+        model=ModelSection(path=policy.model, dtype=policy.dtype, compute_dtype=policy.compute_dtype,
                            reference_path=ref_policy.model if ref_policy else None,
                            chat_template_kwargs=dict(cfg.chat_template_kwargs or {})),
         data=DataSection(rows=rows, eval_rows=eval_rows),
@@ -698,16 +700,16 @@ def _refuse_preset_over_trl(algorithm: str, overrides: Mapping[str, Any]) -> Non
 def with_settings(config: RunConfig, settings: Mapping[str, Any],
                   generation_config: GenerationConfig | None = None) -> RunConfig:
     """``config`` with polyrl's ``table.key`` -> value ``settings`` (generation, optimizer, train,
-    eval, and data.shuffle) set; a value also set differently in an explicit ``generation_config`` is an error."""
+    eval, logging, and data.shuffle) set; a value also set differently in an explicit ``generation_config`` is an error."""
     changes: dict[str, dict[str, Any]] = {}
     for key, value in settings.items():
         table, _, name = key.partition(".")
-        section = getattr(config, table, None) if table in ("generation", "optimizer", "train", "eval") or \
+        section = getattr(config, table, None) if table in ("generation", "optimizer", "train", "eval", "logging") or \
             key == "data.shuffle" else None
         if section is None or name not in {f.name for f in attrs.fields(type(section))}:
             raise ConfigError(f"unknown setting {key!r}", field=f"grpo_config.settings.{key}",
-                              fix="name a generation.*, optimizer.*, train.* or eval.* key of the Config reference, "
-                                  "or data.shuffle")
+                              fix="name a generation.*, optimizer.*, train.*, eval.* or logging.* key of the Config "
+                                  "reference, or data.shuffle")
         if table == "generation" and generation_config is not None:
             mine = getattr(generation_config, name, None)
             if mine != getattr(GenerationConfig(), name, None) and mine != value:

@@ -56,12 +56,24 @@ def step_tokens(shard: Shard) -> int:
     return int((shard.sequence_len - shard.completion_len + shard.sampled_len).sum())
 
 
-def no_loss_token_metrics(kl_in_loss: bool) -> dict[str, float]:
+def no_loss_token_metrics(kl_in_loss: bool, objective: Objective) -> dict[str, float | None]:
     """What TRL logs for a step whose every completion was cut under ``mask_truncated_completions``
-    (no loss token in its batch): its means over the loss tokens divide by at least 1, so
-    ``entropy`` is 0, and ``kl`` too where the loss holds a KL term (``beta > 0``). Why: a
-    dashboard or callback reading ``entropy`` every step found it missing on such a step."""
-    return {"entropy": 0.0, **({"kl": 0.0} if kl_in_loss else {})}
+    (no loss token in its batch): its loss and every masked mean divide by at least 1
+    (``_compute_loss``), so ``loss``, ``grad_norm`` (the gradient of 0 is 0), ``entropy``, ``kl``
+    where the loss holds a KL term (``beta > 0``) and, for its clipped-ratio losses (polyrl's
+    ``ppo``), ``clip_ratio/low_mean``, ``/high_mean`` and ``/region_mean`` are 0. Its
+    ``clip_ratio/low_min`` and ``/high_max`` are each completion's share over its own tokens: 0/0
+    for every row at the token level, which TRL's ``nanmin`` returns as NaN and its ``log`` writes
+    as None; at the sequence level one ratio per completion, 0. Why: the step logged loss NaN
+    (``train_loss`` NaN too, under ``polyrl.trl``) and lacked keys a dashboard or callback reads
+    every step."""
+    out: dict[str, float | None] = {"loss": 0.0, "grad_norm": 0.0, "entropy": 0.0,
+                                    **({"kl": 0.0} if kl_in_loss else {})}
+    if objective.policy_loss == "ppo":
+        extreme = 0.0 if objective.importance_sampling_level == "sequence" else None
+        out.update({"clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0, "clip_ratio/region_mean": 0.0,
+                    "clip_ratio/low_min": extreme, "clip_ratio/high_max": extreme})
+    return out
 
 
 def trl_epoch(steps_done: int, prompts_per_step: int, rows: int, start: tuple[int, int] | None = None) -> float:

@@ -291,6 +291,8 @@ class Trainer:
         self._nothing_scored = False
         #: the last step trained nothing because every completion was cut under mask_truncated_completions
         self._all_cut = False
+        #: the backend refused the last step's update (a non-finite loss or gradient): counted toward the stop
+        self._update_refused = False
         #: steps in a row whose every episode (on every rank) ended in an environment error
         self._failed_steps = 0
         #: the steps in a row so far that had a non-finite update, no score, every completion cut
@@ -742,7 +744,7 @@ class Trainer:
             **kl_metrics,
         }
         idx = np.flatnonzero(keep)
-        self._all_cut = False
+        self._all_cut = self._update_refused = False
         if global_kept == 0:
             causes = skip_causes.empty_step_causes(rewards, all_shaped, all_untruncated, group_kept)
             self._all_cut = skip_causes.all_cut(rewards, all_shaped, all_untruncated)  # the same on every rank
@@ -755,8 +757,8 @@ class Trainer:
             log.warning(f"no informative samples this step ({'; '.join(causes)}); skipping update",
                         step=self.step + 1, **fix)
             metrics.update(skipped=True, loss=float("nan"))
-            if not all_untruncated.any():  # TRL's batch had no loss token left: its masked means are 0
-                metrics.update(no_loss_token_metrics(kl_in_loss))
+            if not all_untruncated.any():  # TRL's batch had no loss token left: its loss and masked means are 0
+                metrics.update(no_loss_token_metrics(kl_in_loss, algo.objective(self._max_completion_tokens)))
         else:
             if self._nothing_scored and self.rank == 0:  # kept for the KL term alone (kl_only above)
                 log.warning("no reward scored any sample this step: it trains the KL term alone, every advantage "
@@ -797,6 +799,7 @@ class Trainer:
                 if step_metrics.skipped:
                     break
             times["train"] = time.perf_counter() - t0
+            self._update_refused = step_metrics.skipped
             metrics.update(step_metrics.as_dict() if step_metrics.skipped else minibatches.pass_metrics(updates))
             if not kl_in_loss:  # no reference in the loss: a backend's kl is 0, read as "no drift" (TRL omits it)
                 metrics.pop("kl", None)
@@ -1775,8 +1778,7 @@ class Trainer:
                     stop_agreed, asked = self._agree_after_step(asked)
                 if asked.epoch_stop:  # before any checkpoint below: a resume starts the next epoch too
                     self._end_epoch()
-                skipped_update = bool(metrics.get("skipped")) and "grad_norm" in metrics
-                skips = skips + 1 if skipped_update else 0
+                skips = skips + 1 if self._update_refused else 0
                 unscored = unscored + 1 if self._nothing_scored else 0
                 cut = cut + 1 if self._all_cut else 0
                 self._in_a_row = dict(zip(IN_A_ROW, (skips, unscored, cut)))  # before any checkpoint below
@@ -1930,7 +1932,7 @@ class Trainer:
         other names, and ``polyrl report`` recomputed it from the completions."""
         line = metrics_file.eval_line(phase, self.step if phase == "after" else 0, result)
         self._append_metrics(line)
-        self.tracking.publish_eval(result, step=line["step"])
+        self.tracking.publish_at(result, step=line["step"])
 
 
 def _os_reason(error: OSError) -> str:

@@ -217,7 +217,8 @@ class GRPOTrainer:
         #: the PreTrainedModel given (None for a folder): train() puts the trained weights into it,
         #: as TRL trains the object a script keeps using after train()
         self._model_object = None if isinstance(model, (str, Path)) else model
-        self.policy = api.Agent(self.model_path, backend=backend, lora=peft_config, dtype=dtype)
+        self.policy = api.Agent(self.model_path, backend=backend, lora=peft_config, dtype=dtype,
+                                compute_dtype=_mixed_precision(self.args, backend))
         self._peft_config = peft_config
         #: with peft_config, ``trainer.model``: a peft PeftModel of the base (TRL's), made on first use
         self._peft_model: Any = None
@@ -233,6 +234,10 @@ class GRPOTrainer:
         #: the folder each reward model's tokenizer from reward_processing_classes is saved in (None: its own)
         self._reward_tokenizers = [*tokenizer_folders, *[None] * len(env_rewards)]
         self.summary: dict[str, Any] | None = None
+        #: polyrl's ``Trainer`` while ``train()`` runs (its trackers open), else None: ``log()`` writes to them
+        self._run: Any = None
+        #: the entries a script's ``trainer.log`` added during the last ``train()``, kept in its ``log_history``
+        self._logged_in_run: list[dict[str, Any]] = []
         #: (the model folder ``evaluate()`` evaluates, the engines holding it): loaded by the first
         #: ``evaluate()``, or the run's own after ``train()``, so a later ``evaluate()`` loads nothing
         self._eval_engines: tuple[str, Any] | None = None
@@ -292,10 +297,13 @@ class GRPOTrainer:
             trainer.shared_state = self.state  # the rewards' trainer_state, as TRL passes its own
         # TRL's switch for its bar; a transformers progress callback given draws its own bar instead
         progress = not getattr(self.args, "disable_tqdm", False) and not (callbacks and callbacks.draws_progress)
+        self._run, self._logged_in_run = trainer, []
         try:
             summary = trainer.run(progress=progress)
         except AllCompletionsCut as exc:  # its fix in the script's names, not polyrl's keys and CLI
             raise _all_cut_in_trl_names(exc) from None
+        finally:
+            self._run = None
         self.summary = summary
         best_loaded = self._load_best_model(trainer, summary)
         if "model" in summary and self.eval_dataset is not None and not best_loaded:  # evaluate() is likely: on the run's engines
@@ -309,6 +317,7 @@ class GRPOTrainer:
         log_history = [in_updates(with_trl_names(m, trainer.trl_names), per_step) for m in history]
         if self._evaluates or asked_only:  # TRL logs each evaluation as an entry of its own, eval_ names
             log_history = _with_evaluations(log_history, summary, per_step, trainer.trl_names)
+        log_history = _with_logged(log_history, self._logged_in_run)
         run_settings(self.state, trainer)
         self.state.global_step = int(summary.get("steps", 0)) * per_step
         if epoch is not None:  # else transformers' 0
@@ -602,10 +611,12 @@ class GRPOTrainer:
         """transformers' ``Trainer.log``: ``logs``, with the state's ``epoch`` (and
         ``num_input_tokens_seen`` where ``include_num_input_tokens_seen`` asks) added in place,
         appended to ``state.log_history`` at the current step and given to the callbacks'
-        ``on_log``. Why: TRL's example scripts log their own metrics before and after ``train()``
-        so. ``start_time`` only times transformers' token throughput, which polyrl's steps log.
-        polyrl's trackers (``report_to``) belong to the run and are closed when ``train()``
-        returns: they do not get these, and a warning says so."""
+        ``on_log``; during ``train()`` (a callback's call) also to the run's trackers
+        (``report_to``) at the steps taken so far, as transformers' tracker callbacks get every
+        log. Why: TRL's example scripts and callbacks log their own metrics so. ``start_time``
+        only times transformers' token throughput, which polyrl's steps log. polyrl's trackers
+        belong to the run: before ``train()`` they are not open yet and after it they are closed,
+        so those calls reach ``log_history`` and the callbacks only, and a warning says so."""
         if self.state.epoch is not None:
             logs["epoch"] = self.state.epoch
         if getattr(self.args, "include_num_input_tokens_seen", "no") not in ("no", False, None):
@@ -615,11 +626,16 @@ class GRPOTrainer:
             self._callbacks.log_called(logs)
         else:
             self.state.log_history.append({**logs, "step": self.state.global_step})
-        trackers = getattr(self.args, "report_to", None)
-        if trackers not in (None, "none", [], ["none"]):
-            log.warning("trainer.log() reached state.log_history and the callbacks, not polyrl's trackers "
-                        "(report_to): they log the run's steps and close when train() returns",
-                        report_to=trackers)
+        run = self._run
+        if run is not None:
+            self._logged_in_run.append(self.state.log_history[-1])
+            run.tracking.publish_at(logs, step=run.step)
+            return
+        trackers = self.grpo_config.settings.get("logging.report_to")
+        if trackers:
+            log.warning("trainer.log() outside train() reached state.log_history and the callbacks, not polyrl's "
+                        "trackers (report_to): they are open while train() runs (a callback's trainer.log reaches "
+                        "them) and close when it returns", report_to=trackers)
 
     def log_metrics(self, split: str, metrics: dict[str, Any]) -> None:
         """Print ``metrics`` as transformers' ``Trainer.log_metrics`` does."""
@@ -723,6 +739,19 @@ def _all_cut_in_trl_names(exc: Any) -> Exception:
         "...) (resume_from_checkpoint refuses a changed max_completion_length or mask_truncated_completions)")
 
 
+def _with_logged(log_history: list[dict[str, Any]], logged: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``log_history`` (rebuilt from the run's steps) with the entries a script's ``trainer.log``
+    added during the run, each after the last entry of its step or an earlier one, in the order
+    logged. Why: ``train()`` rebuilds ``state.log_history`` when the run ends, which dropped them,
+    where transformers' ``log_history`` keeps every ``Trainer.log``."""
+    out = list(log_history)
+    for entry in logged:
+        step = entry.get("step", 0)
+        at = next((i for i in range(len(out), 0, -1) if (out[i - 1].get("step") or 0) <= step), 0)
+        out.insert(at, entry)
+    return out
+
+
 def _with_evaluations(log_history: list[dict[str, Any]], summary: Mapping[str, Any],
                       per_step: int = 1, names: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """``log_history`` with an entry after each evaluation's step under TRL's ``eval_`` names
@@ -824,6 +853,32 @@ def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
         args = copy.copy(args)  # the script's own object keeps its value
         args.model_init_kwargs = None
     return dtype, args
+
+
+def _mixed_precision(args: Any, backend: str) -> str | None:
+    """polyrl's ``model.compute_dtype`` for TRL's ``bf16`` (``GRPOConfig``'s default: True unless
+    ``fp16``). transformers hands it to accelerate, whose autocast runs the model's forward passes
+    (training and sampling) in bfloat16 over its own-dtype weights, on the CPU (``use_cpu=True``) and
+    on a GPU alike; polyrl's ``compute_dtype = "bfloat16"`` does the same on a backend that offers it
+    (torch). Why: an unchanged TRL script trained in float32 here, another precision than under TRL.
+    A backend without it (MLX) computes in the model's dtype, with one warning, rather than refusing
+    TRL's default; polyrl's own ``GRPOConfig`` has no ``bf16``: None."""
+    from polyrl.api import GRPOConfig as PolyrlConfig
+    from polyrl.errors import BackendUnavailable
+    from polyrl.registry import get_registry
+
+    if isinstance(args, PolyrlConfig) or not getattr(args, "bf16", False):
+        return None
+    try:
+        offered = get_registry().spec(backend).capabilities.compute_dtypes
+    except BackendUnavailable:  # an unknown backend: its own error comes when the run is built
+        return None
+    if "bfloat16" in offered:
+        return "bfloat16"
+    log.warning(f"TRL's bf16 (its default) autocasts the model in bfloat16; the {backend} backend offers no "
+                "bfloat16 compute, so it computes in the model's dtype",
+                fix='set bf16=False to silence this, or model_init_kwargs={"dtype": "bfloat16"} for bfloat16 weights')
+    return None
 
 
 def _tools(tools: Any) -> GivenTools | None:

@@ -26,7 +26,7 @@ from polyrl.validators import shown
 #: trains; polyrl has its own ways (metrics.jsonl, checkpoints, ``Agent(dtype=...)``).
 IGNORED = frozenset({
     "logging_strategy", "logging_steps", "logging_first_step", "log_on_each_node", "logging_nan_inf_filter",
-    "logging_dir", "report_to", "log_level", "log_level_replica", "disable_tqdm", "run_name", "project",
+    "logging_dir", "log_level", "log_level_replica", "disable_tqdm",
     "include_num_input_tokens_seen", "skip_memory_metrics", "debug", "save_strategy", "save_steps",
     "save_total_limit", "save_only_model", "save_on_each_node", "enable_jit_checkpoint",
     "hub_token", "hub_private_repo", "hub_model_id", "hub_strategy", "hub_always_push", "hub_revision",
@@ -57,7 +57,8 @@ COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_step
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
                       "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio", "adam_beta1", "adam_beta2",
                       "use_bias_correction_kl", "delta", "generation_kwargs", "steps_per_generation",
-                      "generation_batch_size", "load_best_model_at_end", *EVAL_FIELDS})
+                      "generation_batch_size", "load_best_model_at_end", "report_to", "run_name", "project",
+                      *EVAL_FIELDS})
 #: fields that shape tool-calling episodes: read by ``polyrl.trl.GRPOTrainer`` when it is given
 #: ``tools`` or an ``environment_factory`` (``agent_settings``), refused as TOML-only otherwise
 AGENT_FIELDS = frozenset({"max_tool_calling_iterations"})
@@ -524,6 +525,33 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
         out["algorithm.kl_bias_correction"] = bool(trl_config.use_bias_correction_kl)
     out.update(eval_settings(trl_config))
     out.update(best_model_settings(trl_config))
+    out.update(tracker_settings(trl_config))
+    return out
+
+
+#: transformers' ``TrainingArguments.project`` default (read by its trackio integration only)
+_HF_PROJECT = "huggingface"
+
+
+def tracker_settings(trl_config: Any) -> dict[str, Any]:
+    """polyrl's ``[logging]`` for TRL's ``report_to`` (and ``run_name``, ``project`` where set):
+    the trackers each step's metrics, and the script's own ``trainer.log`` calls during training,
+    go to. Why: transformers sends every log to each integration ``report_to`` names (its ``"all"``
+    already expanded to the installed ones, ``"none"`` to none); dropping the field trained a
+    ``report_to="wandb"`` script without a word in W&B. polyrl's trackers go by the same names
+    (tensorboard, wandb, mlflow, trackio); another name is refused when the run is built
+    (``tracking.session.resolve_specs``, naming the trackers installed)."""
+    names = trl_config.report_to
+    names = [] if names in (None, "none") else [names] if isinstance(names, str) else list(names)
+    names = [name for name in names if name != "none"]
+    if not names:
+        return {}
+    out: dict[str, Any] = {"logging.report_to": names}
+    if getattr(trl_config, "run_name", None) is not None:
+        out["logging.run_name"] = str(trl_config.run_name)
+    project = getattr(trl_config, "project", _HF_PROJECT)
+    if project != _HF_PROJECT:
+        out["logging.project"] = str(project)
     return out
 
 

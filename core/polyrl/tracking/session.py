@@ -200,9 +200,11 @@ class RunTracking:
             if records and name in self.trackers:
                 self._call(name, "log_completions", records, step)
 
-    def publish_eval(self, metrics: Mapping[str, Any], step: int) -> None:
-        """An evaluation outside a step's line to the trackers, at the step of its own line in
-        metrics.jsonl: 0 before training, the last step taken after it (``metrics_file``)."""
+    def publish_at(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Numbers outside a step's line to the trackers, at ``step``: an evaluation before or
+        after training (at its own line's step in metrics.jsonl: 0 before, the last step taken
+        after, ``metrics_file``), or a script's own ``trainer.log(...)`` during training
+        (``polyrl.trl``: the steps taken so far). Nothing once the trackers are closed."""
         if not self.writer:
             return
         numeric = numeric_metrics(metrics, self._not_numbers)
