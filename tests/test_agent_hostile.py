@@ -33,6 +33,12 @@ def smollm2(smollm2_tokenizer):
     return smollm2_tokenizer
 
 
+def two_turns(smollm2, model, **options) -> EpisodeRunner:
+    """An EpisodeRunner of two turns over SmolLM2's tokenizer driven by a scripted ``model``."""
+    limits = EpisodeLimits(max_turns=2, max_episode_tokens=100, max_length=2048)
+    return EpisodeRunner(model.generate, encoder(smollm2), limits, **options)
+
+
 def inserted_text(tok, c) -> list[str]:
     return [tok.decode(ids) for ids in inserted_runs(c)]
 
@@ -189,9 +195,7 @@ def test_an_episode_over_that_hangs_ends_its_episode_within_the_time_limit(smoll
                 release.wait(8.0)
 
     model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
-    runner = EpisodeRunner(model.generate, encoder(smollm2), EpisodeLimits(max_turns=2, max_episode_tokens=100,
-                                                                           max_length=2048),
-                           make_environment=Game, env_timeout_s=0.5, environment_name="hangs")
+    runner = two_turns(smollm2, model, make_environment=Game, env_timeout_s=0.5, environment_name="hangs")
     start = time.monotonic()
     try:
         out = runner.run([{"prompt": "x"}] * 2, SamplingParams(max_new_tokens=10, n=2, seed=0))
@@ -221,8 +225,7 @@ def test_an_async_episode_over_is_awaited(smollm2):
             done.append(True)
 
     model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
-    runner = EpisodeRunner(model.generate, encoder(smollm2), EpisodeLimits(max_turns=2, max_episode_tokens=100,
-                                                                           max_length=2048), make_environment=Game)
+    runner = two_turns(smollm2, model, make_environment=Game)
     out = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=10, n=2, seed=0))
     assert done == [True, True] and not any(env_failed(c) for c in out)
 
@@ -348,9 +351,7 @@ def test_an_environment_exception_whose_message_blocks_is_bounded_by_env_timeout
             raise Stuck()
 
     model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
-    runner = EpisodeRunner(model.generate, encoder(smollm2), EpisodeLimits(max_turns=2, max_episode_tokens=100,
-                                                                           max_length=2048),
-                           make_environment=Game, env_timeout_s=0.5)
+    runner = two_turns(smollm2, model, make_environment=Game, env_timeout_s=0.5)
     start = time.monotonic()
     try:
         out = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=10, n=2, seed=0))
@@ -384,8 +385,7 @@ def test_a_reward_whose_float_misbehaves_later_does_not_end_the_run(smollm2):
             return Observation(reward=Sneaky(1.0), done=True)
 
     model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
-    runner = EpisodeRunner(model.generate, encoder(smollm2), EpisodeLimits(max_turns=2, max_episode_tokens=100,
-                                                                           max_length=2048), make_environment=Game)
+    runner = two_turns(smollm2, model, make_environment=Game)
     [c] = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=10, n=1, seed=0))
     assert c.info["env_reward"] == 1.0 and type(c.info["env_reward"]) is float and not env_failed(c)
 
@@ -404,9 +404,7 @@ def test_an_environment_offering_a_tool_without_a_signature_ends_its_episode_not
             return Observation(reward=1.0, done=True)
 
     model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
-    runner = EpisodeRunner(model.generate, encoder(smollm2), EpisodeLimits(max_turns=2, max_episode_tokens=100,
-                                                                           max_length=2048),
-                           make_environment=Game, parse=parse_tool_calls)
+    runner = two_turns(smollm2, model, make_environment=Game, parse=parse_tool_calls)
     out = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=10, n=2, seed=0))
     assert all(env_failed(c) and "tool 'max': its signature cannot be read" in c.info["env_error"] for c in out)
 
@@ -433,8 +431,7 @@ def test_a_factory_handing_one_instance_to_two_episodes_of_a_rollout_ends_the_se
         return pool[next(turn) % 2]
 
     model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
-    runner = EpisodeRunner(model.generate, encoder(smollm2), EpisodeLimits(max_turns=2, max_episode_tokens=100,
-                                                                           max_length=2048), make_environment=factory)
+    runner = two_turns(smollm2, model, make_environment=factory)
     out = runner.run([{"prompt": "x"}, {"prompt": "y"}], SamplingParams(max_new_tokens=10, n=2, seed=0))
     shared = [c for c in out if env_failed(c)]
     assert len(shared) == 2 and all("another episode of this rollout" in c.info["env_error"] for c in shared)
@@ -555,8 +552,7 @@ def test_episode_over_runs_on_the_thread_reset_made_its_state_on(smollm2):
             self.db.close()
 
     model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
-    runner = EpisodeRunner(model.generate, encoder(smollm2), EpisodeLimits(max_turns=2, max_episode_tokens=100,
-                                                                           max_length=2048), make_environment=Ledger)
+    runner = two_turns(smollm2, model, make_environment=Ledger)
     out = runner.run([{"prompt": "x"}, {"prompt": "y"}], SamplingParams(max_new_tokens=10, n=2, seed=0))
     assert closed == [1, 1, 1, 1]
     assert all(c.info["env_reward"] == 1.0 and not env_failed(c) for c in out) and not check(model, out)
@@ -583,9 +579,7 @@ def test_episode_over_still_runs_when_its_episodes_thread_is_stuck_past_the_limi
             told.append("hang" if self.hangs else "fine")
 
     model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
-    runner = EpisodeRunner(model.generate, encoder(smollm2), EpisodeLimits(max_turns=2, max_episode_tokens=100,
-                                                                           max_length=2048),
-                           make_environment=Stuck, env_timeout_s=0.5)
+    runner = two_turns(smollm2, model, make_environment=Stuck, env_timeout_s=0.5)
     start = time.monotonic()
     try:
         out = runner.run([{"prompt": "hang"}, {"prompt": "fine"}], SamplingParams(max_new_tokens=10, n=1, seed=0))
