@@ -111,6 +111,10 @@ TRL_NAMES: dict[str, TrlName] = {
     "eval_on_start": TrlName("eval.before", note="polyrl evaluates before training unless before = false in [eval]"),
     "num_generations_eval": TrlName("eval.samples", note='write samples = {value} in [eval], with reward = "run" '
                                                          "and greedy = false (TRL's evaluation)"),
+    # transformers' trackers: from_trl maps them together (trl_config.COMBINED; "none" is no tracker)
+    "report_to": TrlName("logging.report_to"),
+    "run_name": TrlName("logging.run_name"),
+    "project": TrlName("logging.project"),
 }
 
 
@@ -124,8 +128,6 @@ _WARMUP = ("warmup_steps = ceil({value} x train.steps x algorithm.num_iterations
 TOML_HINTS: dict[str, TrlName] = {
     "save_steps": TrlName("train.checkpoint_every"),
     "save_total_limit": TrlName("train.keep_checkpoints"),
-    "report_to": TrlName("logging.report_to"),
-    "run_name": TrlName("logging.run_name"),
     "gradient_checkpointing": TrlName("train.gradient_checkpointing"),
     "trust_remote_code": TrlName("model.trust_remote_code"),
     # TRL's N tool rounds follow a first answer: N + 1 assistant turns, the last one's calls not run,
