@@ -1336,18 +1336,18 @@ class Trainer:
             "checkpointed run's",
             changed[0], "the folder")
 
-    @functools.cached_property
+    @property
     def _eval_data_print(self) -> str | None:
-        """The held-out rows' content hash as read (``Dataset.fingerprint``), None without them;
-        computed once a run (hashing every row again at each checkpoint would cost a pass over them)."""
+        """The held-out rows' content hash as read (``Dataset.fingerprint``, computed once per
+        dataset), None without them."""
         held_out = self._source_data[1]
         return None if held_out is None else held_out.fingerprint()
 
-    @functools.cached_property
+    @property
     def _train_data_print(self) -> str:
-        """The training rows' content hash as read (``Dataset.fingerprint``), before
-        ``data.drop_overlong`` leaves any out: what a resume compares before the tokenizer loads;
-        computed once a run."""
+        """The training rows' content hash as read (``Dataset.fingerprint``, computed once per
+        dataset), before ``data.drop_overlong`` leaves any out: what a resume compares before the
+        tokenizer loads."""
         return self._source_data[0].fingerprint()
 
     def _check_train_data(self, state: Mapping[str, Any]) -> None:
