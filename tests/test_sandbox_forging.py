@@ -137,6 +137,52 @@ def test_the_solutions_own_exception_classes_are_caught_by_the_tests(isolation, 
     assert dict(zip(names, wrong.total)) == {"pytest_raises": 0.5, "assert_raises": 0.0, "except_and_builtin_base": 0.0}
 
 
+APP_ERROR = ("class AppError(Exception):\n    def __init__(self, code, text):\n        super().__init__(text)\n"
+             "        self.code = code\n        self.where = ('db', [1, None])\n        self.handler = print\n"
+             "        self.with_traceback = 0\n")
+#: (tests, right solution); each wrong one below raises the same classes with other values.
+ATTRIBUTES = {
+    "own_attribute": ("import pytest\nwith pytest.raises(AppError) as e:\n    get(1)\nassert e.value.code == 404\n"
+                      "assert e.value.where == ('db', [1, None])\nassert str(e.value) == 'gone'",
+                      APP_ERROR + "def get(x):\n    raise AppError(404, 'gone')\n"),
+    "args": ("try:\n    get(1)\nexcept ValueError as e:\n    assert e.args == (3, 'bad')\nelse:\n    assert False",
+             "def get(x):\n    raise ValueError(3, 'bad')\n"),
+    "errno": ("import pytest\nwith pytest.raises(OSError) as e:\n    get(1)\nassert e.value.errno == 2",
+              "def get(x):\n    raise FileNotFoundError(2, 'No such file')\n"),
+}
+
+
+def test_an_exceptions_plain_data_crosses_the_sandbox_and_nothing_else_does():
+    """Only the message crossed, so ``assert e.value.code == 404`` after ``pytest.raises(AppError)``
+    failed a right solution (AttributeError), as did ``e.args`` and an OSError's ``errno``. The
+    exception's ``args`` and instance attributes that are plain data cross now; an attribute
+    holding an object (``handler``) or named like the class's own (``with_traceback``) does not."""
+    names = list(ATTRIBUTES)
+    rows = [{"prompt": "p", "tests": ATTRIBUTES[n][0]} for n in names]
+    right = score([ATTRIBUTES[n][1] for n in names], rows=rows)
+    assert dict(zip(names, right.total)) == dict.fromkeys(names, 1.0)
+    wrong = [APP_ERROR + "def get(x):\n    raise AppError(500, 'gone')\n", "def get(x):\n    raise ValueError(3)\n",
+             "def get(x):\n    raise FileNotFoundError(13, 'No such file')\n"]
+    assert list(score(wrong, rows=rows).total) == [0.75, 0.0, 0.5]  # each fails the one check of the value
+    rows = [{"prompt": "p", "tests": "import pytest\nwith pytest.raises(AppError) as e:\n    get(1)\nassert "
+             + check} for check in ("e.value.handler is not None", "callable(e.value.with_traceback)")]
+    assert list(score([ATTRIBUTES["own_attribute"][1]] * 2, rows=rows).total) == [0.5, 1.0]  # raises; the check
+
+
+def test_an_exceptions_state_is_decoded_strictly():
+    """A malformed state leaves the values out, never raises a protocol error into the tests."""
+    lineage = [["builtins", "ValueError"]]
+    exc = harness.remote_exception(["ValueError", "m", lineage, {"args": ["t", [["i", "1"]]], "attrs": [
+        ["code", ["i", "7"]], ["bad", ["?"]], ["__class__", ["n"]], ["not an identifier", ["n"]], "x",
+        ["args", ["n"]]]}])
+    assert type(exc) is ValueError and exc.args == ("m",) and vars(exc) == {"code": 7}
+    exc = harness.remote_exception(["KeyError", "'k'", lineage, {"args": ["t", [["s", "k"]]], "attrs": "x"}])
+    assert type(exc) is KeyError and exc.args == ("k",) and str(exc) == "'k'"
+    for state in (None, [], {"args": ["?"]}, {"args": ["l", []]}):
+        exc = harness.remote_exception(["ValueError", "m", lineage, state])
+        assert type(exc) is ValueError and exc.args == ("m",)
+
+
 def test_an_exception_class_stand_in_is_plain_bounded_and_never_control_flow():
     """The stand-in for a sample's exception class is the trainer's own plain class: a lineage
     ending in StopIteration or BaseException derives from RemoteError, a malformed one is refused,

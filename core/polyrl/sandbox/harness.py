@@ -99,6 +99,8 @@ _NOT_IMPLEMENTED_TRUTH = "NotImplemented should not be used in a boolean context
 #: Most classes an exception class's lineage may name, and most stand-ins one sample may have made.
 MAX_LINEAGE = 32
 MAX_STAND_INS = 512
+#: Most plain-data attributes of one exception the sample raised that the tests see (``exception_state``).
+MAX_EXCEPTION_ATTRS = 32
 #: Built-in exceptions a sample's call may raise here as themselves. Not StopIteration and
 #: StopAsyncIteration: they are control flow (out of a call they end the tests' ``map`` early,
 #: and ``all(map(f, xs))`` holds for any ``f``).
@@ -450,23 +452,68 @@ def remote_exception(exc: Any, classes: Callable[[Any], type[BaseException] | No
     """The exception the sample raised: an instance of the stand-in ``classes`` gives for its
     class's lineage (``Session.exception_class``), else of the built-in type of its name when
     there is one (so ``except ValueError`` in a test works), else ``RemoteError``; never a type
-    that stops the trainer or steers the tests' control flow (see ``_EXCEPTIONS``)."""
+    that stops the trainer or steers the tests' control flow (see ``_EXCEPTIONS``). It carries
+    the plain data the sample sent of it (``exception_state``)."""
     name, message = exception_parts(exc)
-    kind = classes(exc[2]) if classes is not None and isinstance(exc, list) and len(exc) == 3 else None
+    kind = classes(exc[2]) if classes is not None and isinstance(exc, list) and len(exc) >= 3 else None
     if kind is None or kind is RemoteError:
         kind = _EXCEPTIONS.get(name)
     if kind is not None:
-        try:
-            return kind(message)
-        except Exception:  # noqa: BLE001 - a built-in exception needing other arguments
-            pass
+        args, attrs = exception_state(exc)
+        made = _exception_of(kind, message, args)
+        if made is not None:
+            for attr, value in attrs.items():
+                if not hasattr(kind, attr):  # never over the class's own (``args``, ``with_traceback``)
+                    setattr(made, attr, value)
+            return made
     return RemoteError(f"{name}: {message}")
 
 
+def _exception_of(kind: type[BaseException], message: str, args: tuple[Any, ...] | None) -> BaseException | None:
+    """``kind(*args)`` when its text is the sample's message (so ``e.args == (404, 'gone')`` and a
+    KeyError's text hold as in the sample), else ``kind(message)``, else None."""
+    if args is not None:
+        try:
+            made = kind(*args)
+            if str(made) == message:
+                return made
+        except Exception:  # noqa: BLE001 - arguments this class does not take: the message then
+            pass
+    try:
+        return kind(message)
+    except Exception:  # noqa: BLE001 - a built-in exception needing other arguments
+        return None
+
+
+def exception_state(exc: Any) -> tuple[tuple[Any, ...] | None, dict[str, Any]]:
+    """(``args``, instance attributes) of an exception the sample described, as plain data
+    (``values.decode``: exact built-in types only; anything malformed is left out). Why: only the
+    message crossed, so a right solution failed ``with pytest.raises(AppError) as e: ...; assert
+    e.value.code == 404``. Never a pickle, never an object of the sample's."""
+    state = exc[3] if isinstance(exc, list) and len(exc) == 4 and isinstance(exc[3], dict) else {}
+    args: tuple[Any, ...] | None = None
+    attrs: dict[str, Any] = {}
+    try:
+        decoded = decode(state["args"]) if state.get("args") is not None else None
+        args = decoded if type(decoded) is tuple else None
+    except ProtocolError:
+        pass
+    pairs = state.get("attrs")
+    for pair in pairs[:MAX_EXCEPTION_ATTRS] if isinstance(pairs, list) else ():
+        if isinstance(pair, list) and len(pair) == 2 and type(pair[0]) is str and len(pair[0]) <= 100 \
+                and pair[0].isidentifier() and not pair[0].startswith("__"):
+            try:
+                attrs[pair[0]] = decode(pair[1])
+            except ProtocolError:
+                continue
+    return args, attrs
+
+
 def exception_parts(exc: Any) -> tuple[str, str]:
-    """(type name, message) of an exception the sample described as ``[name, message]``, bounded;
-    anything else in that place is described, never converted (``str`` of a deep list raises)."""
-    if isinstance(exc, list) and len(exc) in (2, 3) and type(exc[0]) is str and type(exc[1]) is str:
+    """(type name, message) of an exception the sample described as ``[name, message, ...]``
+    (``server._describe``), bounded; anything else in that place is described, never converted
+    (``str`` of a deep list raises)."""
+    if isinstance(exc, list) and len(exc) in (2, 3, 4) and type(exc[0]) is str and type(exc[1]) is str:
         return exc[0][:100], exc[1][:300]
     return "RemoteError", "the sample described its exception in a malformed way"
 

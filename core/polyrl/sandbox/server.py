@@ -214,9 +214,26 @@ def _lineage(kind):
 
 def _describe(exc):
     try:
-        return [type(exc).__name__, str(exc)[:300], _lineage(type(exc))]
+        return [type(exc).__name__, str(exc)[:300], _lineage(type(exc)), _plain_state(exc)]
     except BaseException:
         return ["Exception", "error"]
+
+
+def _plain_state(exc):
+    """The exception's ``args`` (null unless plain data) and up to 32 instance attributes that are
+    plain data, encoded: the harness gives its own copy of the exception these values
+    (``harness.remote_exception``); nothing else of the object crosses."""
+    args = exc.args
+    attrs = []
+    state = getattr(exc, "__dict__", None)
+    if type(state) is dict:
+        for name, value in list(state.items()):
+            data = encode(value) if type(name) is str and not name.startswith("__") else None
+            if data is not None:
+                attrs.append([name, data])
+                if len(attrs) == 32:
+                    break
+    return {"args": encode(args) if type(args) is tuple else None, "attrs": attrs}
 
 
 def _main():
