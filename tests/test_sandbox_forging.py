@@ -233,3 +233,37 @@ def test_a_numpy_check_never_holds_vacuously_on_an_empty_answer():
     assert {n: s for n, s in zip(names, forged.total) if s != 0.0} == {}
     honest = score([VACUOUS[n][1] for n in names], rows=rows)
     assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
+
+#: (tests, honest solution) of reductions the tests write themselves; the forgery returns [].
+REDUCED = {
+    "all_method": ("import numpy as np\nassert (np.array(area(1)) == 3).all()", "def area(r):\n    return [3]\n"),
+    "np_all": ("import numpy as np\nassert np.all(np.array(f(2)) == 2)", "def f(x):\n    return [x, x]\n"),
+    "isclose_broadcast": ("import numpy as np\nassert np.isclose(f(2), [2.0]).all()", "def f(x):\n    return [x * 1.0]\n"),
+    "isclose_scalar": ("assert np.isclose(f(2), 2.0).all()", "def f(x):\n    return [x * 1.0]\n"),
+    "builtin_all": ("from numpy import asarray\nassert all(asarray(f(2)) <= 2)", "def f(x):\n    return [1, x]\n"),
+    "ufunc": ("import numpy as np\nassert np.greater_equal(f(2), 1).all()", "def f(x):\n    return [1, x]\n"),
+    "through_round": ("import numpy as np\nassert (np.round(f(2), 1) == 2.0).all()", "def f(x):\n    return [x + 0.01]\n"),
+    "not_any": ("import numpy as np\nassert not (np.abs(np.array(f(2)) - 2) > 1e-9).any()", "def f(x):\n    return [x]\n"),
+    "expected_empty": ("import numpy as np\nassert (np.array(f(0)) == np.array([])).all()", "def f(x):\n    return [0] * x\n"),
+}
+
+
+def test_a_reduction_the_tests_write_never_holds_vacuously_on_an_empty_answer():
+    """``np.array([]) == 3`` is an empty array, whose ``all()`` holds (``np.all``, builtin ``all``,
+    ``not any()`` too), and ``np.isclose([], [2.0])`` broadcasts to one: ``return []`` scored 1.0 on
+    each row (and ``[0]`` where ``[]`` was expected). An array with no elements that the tests make
+    through numpy fails such a comparison with one that has elements; empty against empty still
+    compares (right solutions returning ``[]`` where ``[]`` is due keep 1.0)."""
+    names = list(REDUCED)
+    rows = [{"prompt": "p", "tests": REDUCED[n][0]} for n in names]
+    forged = ["def area(r):\n    return []\n"] + ["def f(x):\n    return []\n"] * (len(names) - 2) + [
+        "def f(x):\n    return [0]\n"]
+    assert {n: s for n, s in zip(names, score(forged, rows=rows).total) if s != 0.0} == {}
+    honest = score([REDUCED[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+    rows = [{"prompt": "p", "tests": tests} for tests in (
+        "import numpy as np\nassert (np.array(f([])) == np.array([])).all()\nassert np.array(f([])).size == 0",
+        "import numpy as np\nassert np.array_equal(np.sort(f([])), np.zeros(0))\nassert np.add.reduce(np.array(f([1, 2]))) == 3",
+        "import numpy as np\nassert np.isclose(np.array(f([])), []).all() and isinstance(np.array(f([])), np.ndarray)")]
+    assert list(score(["def f(x):\n    return list(x)\n"] * 3, rows=rows).total) == [1.0, 1.0, 1.0]

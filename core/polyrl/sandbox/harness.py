@@ -588,14 +588,18 @@ class ModuleView:
 #: numpy's yes/no comparisons of two arrays, which reduce over their elements (``NumpyChecks``);
 #: numpy.testing's ``assert_*`` besides.
 NUMPY_CHECKS = frozenset({"allclose", "array_equal", "array_equiv"})
+#: numpy's elementwise comparisons: of an empty operand and one with elements (a scalar too) they
+#: give an empty result, of which every reduction holds (``all()``; ``not any()`` of ``!=``).
+NUMPY_COMPARISONS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "isclose"})
 
 
 class NumpyChecks(ModuleView):
     """numpy or numpy.testing as the tests see it (read-only), whose checks never hold vacuously:
     one operand with no elements and the other with some fails them. Why: ``np.allclose([],
     3.14)`` and ``np.testing.assert_allclose([], 3.14)`` hold (no element differs), so ``def
-    area(r): return []`` passed ``np.allclose(area(1), 3.14159)``. Not reached: a reduction the
-    tests write themselves, ``(np.array(f(x)) == 3).all()``."""
+    area(r): return []`` passed ``np.allclose(area(1), 3.14159)``. Its other functions give an
+    array with no elements as an ``EmptyArray``, so a reduction the tests write themselves fails
+    too (``(np.array(area(1)) == 3).all()``, ``np.isclose(f(x), [1.0]).all()``)."""
 
     __slots__ = ()
 
@@ -604,22 +608,48 @@ class NumpyChecks(ModuleView):
         testing = self._module.__name__ == "numpy.testing"
         if getattr(value, "__name__", None) == "numpy.testing" and not callable(value):
             return NumpyChecks(value)
-        if callable(value) and (name in NUMPY_CHECKS or (testing and name.startswith("assert_"))):
-            return never_vacuous(value, sys.modules["numpy"].asarray)
-        return value
+        if not callable(value) or isinstance(value, type):  # a class stays itself (``isinstance(x, np.ndarray)``)
+            return value
+        if name in NUMPY_CHECKS or (testing and name.startswith("assert_")):
+            return NumpyFunction(value, "false" if name in NUMPY_CHECKS else "raise")
+        return NumpyFunction(value, "raise" if name in NUMPY_COMPARISONS else None)
 
 
-def never_vacuous(check: Callable[..., Any], asarray: Callable[[Any], Any]) -> Callable[..., Any]:
-    """``check`` of two operands (its first two positional arguments), failing (False, or
-    AssertionError for an ``assert_*``) when exactly one of them has no elements."""
-    @functools.wraps(check)
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        if len(args) >= 2 and _is_empty(args[0], asarray) != _is_empty(args[1], asarray):
-            if check.__name__.startswith("assert"):
-                raise AssertionError(f"{check.__name__}: one operand has no elements and the other has some")
-            return False
-        return check(*args, **kwargs)
-    return checked
+class NumpyFunction:
+    """A numpy function as the tests call it: ``EmptyArray`` operands go in as plain arrays (numpy's
+    own code compares them freely), an array result with no elements comes out as an
+    ``EmptyArray``, and a check (``fails``: "false" returns False, "raise" raises AssertionError)
+    of two operands fails when exactly one of them has no elements. Anything else read from it
+    (a ufunc's ``reduce``, ``outer``) is the function's own."""
+
+    __slots__ = ("_function", "_fails")
+
+    def __init__(self, function: Callable[..., Any], fails: str | None) -> None:
+        self._function = function
+        self._fails = fails
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(map(plain_array, args))
+        kwargs = {key: plain_array(value) for key, value in kwargs.items()}
+        if self._fails is not None and len(args) >= 2 and one_empty(args[:2]):
+            if self._fails == "false":
+                return False
+            raise AssertionError(f"{getattr(self._function, '__name__', 'numpy')}: one operand has no elements "
+                                 "and the other has some")
+        return empty_array(self._function(*args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._function, name)
+
+    def __repr__(self) -> str:
+        return repr(self._function)
+
+
+def one_empty(operands: Iterable[Any]) -> bool:
+    """Whether some of ``operands`` have no elements as arrays and some have elements."""
+    asarray = sys.modules["numpy"].asarray
+    empty = {_is_empty(value, asarray) for value in operands}
+    return len(empty) == 2
 
 
 def _is_empty(value: Any, asarray: Callable[[Any], Any]) -> bool:
@@ -629,6 +659,43 @@ def _is_empty(value: Any, asarray: Callable[[Any], Any]) -> bool:
         return asarray(value).size == 0
     except Exception:  # noqa: BLE001 - not an array-like: the check itself decides
         return False
+
+
+def empty_array(value: Any) -> Any:
+    """``value``, or as an ``EmptyArray`` when it is a plain numpy array with no elements."""
+    numpy = sys.modules["numpy"]
+    if type(value) is numpy.ndarray and value.size == 0:
+        return value.view(_empty_array_class(numpy))
+    return value
+
+
+def plain_array(value: Any) -> Any:
+    """``value``, or the plain numpy array an ``EmptyArray`` views."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, _empty_array_class(numpy)):
+        return value.view(numpy.ndarray)
+    return value
+
+
+@functools.cache
+def _empty_array_class(numpy: Any) -> Any:
+    """``EmptyArray``: a numpy array with no elements that the tests made through numpy
+    (``NumpyChecks``). Compared elementwise with an operand that has elements (``== 3``, ``<``,
+    ``!=``) it raises AssertionError, where numpy gives an empty result every reduction
+    (``.all()``, ``np.all``, ``all()``) holds: ``def area(r): return []`` passed ``assert
+    (np.array(area(1)) == 3).all()``. Compared with another empty array it compares as numpy does
+    (``np.array(f([])) == np.array([])``); every other operation keeps it an ``EmptyArray``."""
+
+    class EmptyArray(numpy.ndarray):
+        def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+            inputs = tuple(map(plain_array, inputs))
+            if "out" in kwargs:
+                kwargs["out"] = tuple(map(plain_array, kwargs["out"]))
+            if method == "__call__" and ufunc.__name__ in NUMPY_COMPARISONS and one_empty(inputs):
+                raise AssertionError(f"{ufunc.__name__}: an array with no elements compared with one that has some")
+            return empty_array(getattr(ufunc, method)(*inputs, **kwargs))
+
+    return EmptyArray
 
 
 def tests_view(module: Any) -> Any:
