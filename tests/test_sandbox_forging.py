@@ -20,6 +20,9 @@ pytestmark = pytest.mark.faults
 
 STACK = ("class Stack:\n    def __init__(self):\n        self.xs = []\n    def push(self, x):\n        self.xs.append(x)\n"
          "    def count(self, x=None):\n        return len(self.xs) if x is None else self.xs.count(x)\n")
+#: A class whose every str/list query gives the answer such checks usually expect.
+ONE = ("class One:\n    def __init__(self, s):\n        pass\n    def count(self, x):\n        return 1\n"
+       "    def find(self, x):\n        return 0\n")
 #: (tests, forged solution or "", honest solution).
 OBJECTS = {
     "solution_value": ("assert all(WORDS.count(w) == 1 for w in ['a', 'b'])\nassert WORDS.index('a') == 0",
@@ -45,6 +48,20 @@ OBJECTS = {
                                 "", "class UnionFind:\n    def __init__(self, n):\n        self.p = list(range(n))\n"
                                 "    def find(self, x):\n        return x if self.p[x] == x else self.find(self.p[x])\n"
                                 "    def union(self, a, b):\n        self.p[self.find(a)] = self.find(b)\n"),
+    # a class the tests make by name and only query, each time with constant arguments
+    "class_only_queried": ("assert Words('a b a').count('a') == 2\nassert Words('a b a').index('b') == 1\n"
+                           "from solution import UnionFind\nuf = UnionFind(5)\nassert uf.find(3) == 3",
+                           "", "class Words:\n    def __init__(self, s):\n        self.w = s.split()\n"
+                           "    def count(self, x):\n        return self.w.count(x)\n    def index(self, x):\n"
+                           "        return self.w.index(x)\nclass UnionFind:\n    def __init__(self, n):\n"
+                           "        self.p = list(range(n))\n    def find(self, x):\n        return self.p[x]\n"),
+    # ... but not where the answer is the same for many arguments, nor from a class named like a function
+    "class_in_a_lambda": ("assert all(map(lambda c: Dedupe('aabbc').count(c) == 1, 'abc'))", ONE + "class Dedupe(One):\n"
+                          "    pass\n", "Dedupe = lambda s: ''.join(dict.fromkeys(s))\n"),
+    "class_helper_parameter": ("def check(s, c):\n    assert Dedupe(s).count(c) == 1\nfor c in 'abc':\n    check('aabbc', c)",
+                               ONE + "class Dedupe(One):\n    pass\n", "Dedupe = lambda s: ''.join(dict.fromkeys(s))\n"),
+    "class_named_like_a_function": ("assert shout('hi').find('HI') == 0",
+                                    ONE + "class shout(One):\n    pass\n", "def shout(s):\n    return s.upper() + '!'\n"),
 }
 
 
@@ -53,7 +70,10 @@ def test_an_object_the_tests_read_as_data_never_answers_a_str_or_list_query(isol
     """``WORDS = Liar()`` (a solution value) and ``def Dedupe(s): return Liar()`` (a function
     spelled like a class) answered every ``count`` with 1 and ``find``/``index`` with 0, so they
     scored 1.0; objects the tests use as objects (``push``, a method called for its effect, in
-    ``setUp`` or through ``import solution`` too) still answer their own ``count``/``find``."""
+    ``setUp`` or through ``import solution`` too) still answer their own ``count``/``find``, and
+    so does an instance the tests make of a class they name (``Words('a b a').count('a') == 2``,
+    which failed right solutions), except where they ask it in a loop, a lambda or with a
+    varying argument (the same answer for every argument: a class answering 1 met it)."""
     names = [n for n in OBJECTS if OBJECTS[n][1]]
     rows = [{"prompt": "p", "tests": OBJECTS[n][0]} for n in names]
     forged = score([OBJECTS[n][1] for n in names], rows=rows, isolation=isolation, audit_hook=audit_hook)

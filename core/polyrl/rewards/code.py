@@ -123,7 +123,7 @@ What is NOT isolated, or only partly:
       which a str or set it returns answers; one a solution's function returns (``f(s)``, named
       like a function in the tests) never answers ``count``/``find``/``index``/``rfind``/``rindex``
       either (``harness.DATA_QUERIES``), while objects made from the solution's classes
-      (``UnionFind(3).find(0)``) do (numpy scalars come back as numbers; an array stays in the
+      (``UnionFind(3).find(0)``) do, asked with constant arguments outside loops (numpy scalars come back as numbers; an array stays in the
       sample, ``list(arr)`` works; a generator's ``next()`` works, its end raising an error, not
       StopIteration); in-place changes to a list passed as argument are not seen by
       the tests. A module the tests use without importing it is the trainer's real module when

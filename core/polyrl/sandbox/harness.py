@@ -47,7 +47,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
-from polyrl.sandbox.object_use import object_roots
+from polyrl.sandbox.object_use import object_roots, varied_query_roots
 from polyrl.sandbox.standard_names import SOLUTION_MODULE, helper_names, standard_name, standard_object_name
 from polyrl.sandbox.step_state import leaves_state
 from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode, spread
@@ -125,7 +125,11 @@ DATA_PREDICATES = frozenset({"startswith", "endswith"} | {
 #: of the sample's (its names' values, ``WORDS = Liar()``, and what a name spelled like a class
 #: makes, ``Dedupe(s)``) answer them only where the tests use that name as an object
 #: (``polyrl.sandbox.object_use``: ``uf = UnionFind(3); uf.union(0, 1); uf.find(0)``,
-#: ``tally.add('a'); tally.count('a')``). Without arguments (``Stack().count()``) no str or list
+#: ``tally.add('a'); tally.count('a')``), or that are an instance of the class a name spelled like
+#: a class is (``Words('a b a').count('a') == 2``) where the tests ask its queries only with
+#: constant arguments outside loops (in a loop the expected answer is the same for every
+#: argument, what the forgery gives: ``all(Dedupe(s).count(c) == 1 for c in s)`` of a ``class
+#: Dedupe`` whose ``count`` says 1). Without arguments (``Stack().count()``) no str or list
 #: answers them, so the object does; any other method too (``f(x).equals(y)`` expects an object,
 #: whose own answer it is).
 DATA_QUERIES = frozenset({"count", "index", "find", "rfind", "rindex"})
@@ -146,7 +150,7 @@ class Remote:
     it has among the solution's names, if any; ``_root``: the solution's name it was reached from;
     ``_query``: a ``DATA_QUERIES`` method that refuses to be called with arguments (see there)."""
 
-    __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query")
+    __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made")
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
                  origin: str | None = None, root: str | None = None) -> None:
@@ -158,6 +162,7 @@ class Remote:
         object.__setattr__(self, "_origin", origin)
         object.__setattr__(self, "_root", origin or root)
         object.__setattr__(self, "_query", False)
+        object.__setattr__(self, "_made", False)
 
     def _gives_data(self) -> bool:
         """Whether what calling it returns is data to the tests: anything but a solution name
@@ -165,14 +170,27 @@ class Remote:
         a method (``Solution().dedupe(s)``, LeetCode's shape) returns data."""
         return self._origin is None or self._origin[:1].islower()
 
+    def _answers_queries(self) -> bool:
+        """Whether its own ``DATA_QUERIES`` methods answer with arguments (see there): never for
+        data the tests expect; for an object the tests use as one (``object_use.object_roots``),
+        or an instance the tests made of a solution's class they name (``Words('a b a')``) where
+        they ask it only with constant arguments outside loops (``object_use.varied_query_roots``)."""
+        s = self._session
+        if self._data:
+            return False
+        return self._root in s.objects or (self._made and self._root not in s.varied)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._query and (args or kwargs):
             raise AttributeError(f"the sample's {self._type[:100]!r} object answers no str/list query "
                                  f"({', '.join(sorted(DATA_QUERIES))}) here: only a str, list or tuple it returns "
                                  "as a value does, or an object the tests use as one")
         s = self._session
-        return s.ask("call", self._gives_data(), root=self._root, ref=self._ref, args=[s.arg(a) for a in args],
-                     kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
+        value = s.ask("call", self._gives_data(), root=self._root, ref=self._ref, args=[s.arg(a) for a in args],
+                      kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
+        if isinstance(value, Remote) and not self._gives_data() and value._type == self._origin:
+            object.__setattr__(value, "_made", True)  # ``Words('a b a')``: an instance of the class named
+        return value
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
@@ -182,7 +200,7 @@ class Remote:
                                  "number it returns as a value answers it")
         s = self._session
         value = s.ask("getattr", self._data, root=self._root, ref=self._ref, name=name)
-        if isinstance(value, Remote) and name in DATA_QUERIES and (self._data or self._root not in s.objects):
+        if isinstance(value, Remote) and name in DATA_QUERIES and not self._answers_queries():
             object.__setattr__(value, "_query", True)
         return value
 
@@ -248,6 +266,7 @@ class Session:
         self.read_plain = False  # a plain value of the sample's was read through the solution module
         self.plain_names: set[str] = set()  # the sample's names that came over as plain values
         self.objects: frozenset[str] = frozenset()  # names the tests use as objects (``object_use``)
+        self.varied: frozenset[str] = frozenset()  # names the tests ask queries in loops (``object_use``)
         self.stand_ins: dict[tuple[tuple[str, str], ...], type[BaseException]] = {}  # ``exception_class``
         self.class_refs: dict[type, int] = {}  # a stand-in of one of the sample's names -> its class there
 
@@ -760,6 +779,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     namespace.update(modules)  # the tests' globals: never the sample's (module doc)
     theirs = bound | modules.keys()
     session.objects = object_roots(sources)
+    session.varied = varied_query_roots(sources, DATA_QUERIES)
     sample: dict[str, Any] = {}
     solution = SolutionModule(session, sample)
     real_import = builtins.__import__

@@ -14,10 +14,15 @@ as an object: they
 
 What a receiver came from is followed through the tests' own names (``uf = UnionFind(3)``,
 ``self.stack = Stack()`` in ``setUp``, a loop over a list of them, ``from solution import``) down
-to the solution's name, found statically so the order of the tests does not matter. What it
-costs: a class whose tests only ever ask it such queries with arguments (``assert Words('a b
-a').count('a') == 2`` and nothing else) cannot answer them, that shape being the forgery's; and a
-test that changes a returned value in place (``r = Dedupe(s); r.sort()``) makes it an object.
+to the solution's name, found statically so the order of the tests does not matter. An instance
+the tests make of a class they name (``Words('a b a').count('a') == 2``, an instance of the
+solution's ``Words``) answers too, unless they ask such queries of it in a loop, a comprehension,
+a lambda or with an argument that is no constant (``varied_query_roots``): there the expected
+answer is the same for many arguments, the forgery's shape (a ``class Dedupe`` whose ``count``
+says 1 against ``all(Dedupe(s).count(c) == 1 for c in s)``). What it costs: a class queried only
+in loops (``all(w.count(x) == 1 for x in 'ab')`` and nothing else) or named like a function
+(``class words``) cannot answer; a test that changes a returned value in place (``r =
+Dedupe(s); r.sort()``) makes it an object.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import ast
 import collections
 import decimal
 import fractions
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Iterator
 
 from polyrl.sandbox.standard_names import SOLUTION_MODULE
 
@@ -42,14 +47,13 @@ DATA_ATTRIBUTES = frozenset(
 _Values = dict[str, list[ast.expr | None]]
 #: What ``import solution`` binds (the sample's names, ``harness.SolutionModule``).
 _SOLUTION = ast.Constant(value=SOLUTION_MODULE)
+#: Where one expression of the tests runs for many values.
+_LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda)
 
 
 def object_roots(sources: Iterable[str]) -> frozenset[str]:
     """The names (the solution's among them) that the tests use as objects (module doc)."""
-    trees = [tree for tree in map(_parse, sources) if tree is not None]
-    values: _Values = {}
-    for tree in trees:
-        _bind_all(tree, values)
+    trees, values = _bound(sources)
     roots: set[str] = set()
     for tree in trees:
         effects = {id(node.value.func) for node in ast.walk(tree)
@@ -58,6 +62,51 @@ def object_roots(sources: Iterable[str]) -> frozenset[str]:
             if isinstance(node, ast.Attribute) and _used_as_object(node, effects):
                 roots |= _roots(node.value, values, set())
     return frozenset(roots)
+
+
+def varied_query_roots(sources: Iterable[str], queries: Collection[str]) -> frozenset[str]:
+    """The names whose ``queries`` (``s.count(x)``...) the tests ask other than once with constant
+    arguments: in a loop, a comprehension or a lambda, or with an argument that is not a constant
+    (a helper's parameter). Why: such a check's expected answer is the same for every argument
+    (``all(Dedupe(s).count(c) == 1 for c in s)``), which an object answering 1 meets without the
+    work, while ``Words('a b a').count('a') == 2`` has one answer to know, as any call has."""
+    trees, values = _bound(sources)
+    roots: set[str] = set()
+    for tree in trees:
+        for receiver in _varied_queries(tree, queries, False):
+            roots |= _roots(receiver, values, set())
+    return frozenset(roots)
+
+
+def _varied_queries(node: ast.AST, queries: Collection[str], looped: bool) -> Iterator[ast.expr]:
+    """The receivers of the calls of ``queries`` with arguments under ``node`` that are looped or
+    not constant."""
+    looped = looped or isinstance(node, _LOOPS)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in queries \
+            and (node.args or node.keywords):
+        arguments = [*node.args, *(keyword.value for keyword in node.keywords)]
+        if looped or not all(_constant(argument) for argument in arguments):
+            yield node.func.value
+    for child in ast.iter_child_nodes(node):
+        yield from _varied_queries(child, queries, looped)
+
+
+def _constant(node: ast.expr) -> bool:
+    """A literal (``'a'``, ``-1``, ``('a', 'b')``)."""
+    if isinstance(node, ast.UnaryOp):
+        return _constant(node.operand)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(map(_constant, node.elts))
+    return isinstance(node, ast.Constant)
+
+
+def _bound(sources: Iterable[str]) -> tuple[list[ast.Module], _Values]:
+    """The sources that parse, and every binding in them (``_bind_all``)."""
+    trees = [tree for tree in map(_parse, sources) if tree is not None]
+    values: _Values = {}
+    for tree in trees:
+        _bind_all(tree, values)
+    return trees, values
 
 
 def _parse(source: str) -> ast.Module | None:
