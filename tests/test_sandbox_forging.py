@@ -60,6 +60,8 @@ OBJECTS = {
                           "    pass\n", "Dedupe = lambda s: ''.join(dict.fromkeys(s))\n"),
     "class_helper_parameter": ("def check(s, c):\n    assert Dedupe(s).count(c) == 1\nfor c in 'abc':\n    check('aabbc', c)",
                                ONE + "class Dedupe(One):\n    pass\n", "Dedupe = lambda s: ''.join(dict.fromkeys(s))\n"),
+    "class_through_a_helper": ("def check(d):\n    for c in 'abc':\n        assert d.count(c) == 1\ncheck(Dedupe('aabbc'))",
+                               ONE + "class Dedupe(One):\n    pass\n", "Dedupe = lambda s: ''.join(dict.fromkeys(s))\n"),
     "class_named_like_a_function": ("assert shout('hi').find('HI') == 0",
                                     ONE + "class shout(One):\n    pass\n", "def shout(s):\n    return s.upper() + '!'\n"),
 }

@@ -47,7 +47,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
-from polyrl.sandbox.object_use import object_roots, varied_query_roots
+from polyrl.sandbox.object_use import ANY_ROOT, object_roots, varied_query_roots
 from polyrl.sandbox.standard_names import SOLUTION_MODULE, helper_names, standard_name, standard_object_name
 from polyrl.sandbox.step_state import leaves_state
 from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode, spread
@@ -178,7 +178,7 @@ class Remote:
         s = self._session
         if self._data:
             return False
-        return self._root in s.objects or (self._made and self._root not in s.varied)
+        return self._root in s.objects or (self._made and not {self._root, ANY_ROOT} & s.varied)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._query and (args or kwargs):

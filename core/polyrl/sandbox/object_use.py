@@ -47,6 +47,11 @@ DATA_ATTRIBUTES = frozenset(
 _Values = dict[str, list[ast.expr | None]]
 #: What ``import solution`` binds (the sample's names, ``harness.SolutionModule``).
 _SOLUTION = ast.Constant(value=SOLUTION_MODULE)
+#: In ``varied_query_roots``: a receiver the tests' names do not lead back from (``def check(d):
+#: for c in s: assert d.count(c) == 1``), which may be any of the solution's objects.
+ANY_ROOT = "*"
+#: Receivers that are the tests' own data (``'abc'.count(c)``).
+_LITERALS = (ast.Constant, ast.JoinedStr, ast.List, ast.Tuple, ast.Set, ast.Dict)
 #: Where one expression of the tests runs for many values.
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda)
 
@@ -67,14 +72,18 @@ def object_roots(sources: Iterable[str]) -> frozenset[str]:
 def varied_query_roots(sources: Iterable[str], queries: Collection[str]) -> frozenset[str]:
     """The names whose ``queries`` (``s.count(x)``...) the tests ask other than once with constant
     arguments: in a loop, a comprehension or a lambda, or with an argument that is not a constant
-    (a helper's parameter). Why: such a check's expected answer is the same for every argument
+    (a helper's parameter); ``ANY_ROOT`` among them when a receiver's origin is not found. Why:
+    such a check's expected answer is the same for every argument
     (``all(Dedupe(s).count(c) == 1 for c in s)``), which an object answering 1 meets without the
     work, while ``Words('a b a').count('a') == 2`` has one answer to know, as any call has."""
     trees, values = _bound(sources)
     roots: set[str] = set()
     for tree in trees:
         for receiver in _varied_queries(tree, queries, False):
-            roots |= _roots(receiver, values, set())
+            found = _roots(receiver, values, set())
+            if not found and not isinstance(receiver, _LITERALS):  # a helper's parameter: could be any
+                found = {ANY_ROOT}
+            roots |= found
     return frozenset(roots)
 
 
