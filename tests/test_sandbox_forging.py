@@ -62,6 +62,8 @@ OBJECTS = {
                                ONE + "class Dedupe(One):\n    pass\n", "Dedupe = lambda s: ''.join(dict.fromkeys(s))\n"),
     "class_through_a_helper": ("def check(d):\n    for c in 'abc':\n        assert d.count(c) == 1\ncheck(Dedupe('aabbc'))",
                                ONE + "class Dedupe(One):\n    pass\n", "Dedupe = lambda s: ''.join(dict.fromkeys(s))\n"),
+    "class_method_passed_on": ("d = Dedupe('aabbc')\nassert list(map(d.count, 'abc')) == [1, 1, 1]",
+                               ONE + "class Dedupe(One):\n    pass\n", "Dedupe = lambda s: ''.join(dict.fromkeys(s))\n"),
     "class_named_like_a_function": ("assert shout('hi').find('HI') == 0",
                                     ONE + "class shout(One):\n    pass\n", "def shout(s):\n    return s.upper() + '!'\n"),
 }

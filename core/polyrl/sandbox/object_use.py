@@ -71,8 +71,8 @@ def object_roots(sources: Iterable[str]) -> frozenset[str]:
 
 def varied_query_roots(sources: Iterable[str], queries: Collection[str]) -> frozenset[str]:
     """The names whose ``queries`` (``s.count(x)``...) the tests ask other than once with constant
-    arguments: in a loop, a comprehension or a lambda, or with an argument that is not a constant
-    (a helper's parameter); ``ANY_ROOT`` among them when a receiver's origin is not found. Why:
+    arguments: in a loop, a comprehension or a lambda, with an argument that is not a constant (a
+    helper's parameter), or by passing the method on (``map(d.count, s)``); ``ANY_ROOT`` among them when a receiver's origin is not found. Why:
     such a check's expected answer is the same for every argument
     (``all(Dedupe(s).count(c) == 1 for c in s)``), which an object answering 1 meets without the
     work, while ``Words('a b a').count('a') == 2`` has one answer to know, as any call has."""
@@ -89,14 +89,18 @@ def varied_query_roots(sources: Iterable[str], queries: Collection[str]) -> froz
 
 def _varied_queries(node: ast.AST, queries: Collection[str], looped: bool) -> Iterator[ast.expr]:
     """The receivers of the calls of ``queries`` with arguments under ``node`` that are looped or
-    not constant."""
+    not constant, and of such a method passed on uncalled (``map(d.count, s)``: called elsewhere,
+    with anything)."""
     looped = looped or isinstance(node, _LOOPS)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in queries \
-            and (node.args or node.keywords):
+    children: Iterable[ast.AST] = ast.iter_child_nodes(node)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in queries:
         arguments = [*node.args, *(keyword.value for keyword in node.keywords)]
-        if looped or not all(_constant(argument) for argument in arguments):
+        if arguments and (looped or not all(map(_constant, arguments))):
             yield node.func.value
-    for child in ast.iter_child_nodes(node):
+        children = [node.func.value, *arguments]
+    elif isinstance(node, ast.Attribute) and node.attr in queries:
+        yield node.value
+    for child in children:
         yield from _varied_queries(child, queries, looped)
 
 
