@@ -269,6 +269,7 @@ REDUCED = {
     "ufunc": ("import numpy as np\nassert np.greater_equal(f(2), 1).all()", "def f(x):\n    return [1, x]\n"),
     "through_round": ("import numpy as np\nassert (np.round(f(2), 1) == 2.0).all()", "def f(x):\n    return [x + 0.01]\n"),
     "not_any": ("import numpy as np\nassert not (np.abs(np.array(f(2)) - 2) > 1e-9).any()", "def f(x):\n    return [x]\n"),
+    "norm_of_difference": ("import numpy as np\nassert np.linalg.norm(np.array(f(2)) - 2.0) < 1e-9", "def f(x):\n    return [x]\n"),
     "expected_empty": ("import numpy as np\nassert (np.array(f(0)) == np.array([])).all()", "def f(x):\n    return [0] * x\n"),
 }
 

@@ -607,9 +607,11 @@ class ModuleView:
 #: numpy's yes/no comparisons of two arrays, which reduce over their elements (``NumpyChecks``);
 #: numpy.testing's ``assert_*`` besides.
 NUMPY_CHECKS = frozenset({"allclose", "array_equal", "array_equiv"})
-#: numpy's elementwise comparisons: of an empty operand and one with elements (a scalar too) they
-#: give an empty result, of which every reduction holds (``all()``; ``not any()`` of ``!=``).
-NUMPY_COMPARISONS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "isclose"})
+#: numpy's elementwise comparisons, and the difference tests take before a norm or sum: of an
+#: empty operand and one with elements (a scalar too) they give an empty result, of which every
+#: reduction holds (``all()``; ``not any()`` of ``!=``; ``np.linalg.norm(r - 2.0) < 1e-9``).
+NUMPY_COMPARISONS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "isclose",
+                               "subtract"})
 
 
 class NumpyChecks(ModuleView):
