@@ -173,6 +173,9 @@ ATTRIBUTES = {
              "def get(x):\n    raise ValueError(3, 'bad')\n"),
     "errno": ("import pytest\nwith pytest.raises(OSError) as e:\n    get(1)\nassert e.value.errno == 2",
               "def get(x):\n    raise FileNotFoundError(2, 'No such file')\n"),
+    "unreadable_args": ("import pytest\nwith pytest.raises(Odd, match='bad'):\n    get(1)",
+                        "class Odd(ValueError):\n    @property\n    def args(self):\n        raise RuntimeError('no')\n"
+                        "def get(x):\n    raise Odd('bad')\n"),
 }
 
 
@@ -186,8 +189,8 @@ def test_an_exceptions_plain_data_crosses_the_sandbox_and_nothing_else_does():
     right = score([ATTRIBUTES[n][1] for n in names], rows=rows)
     assert dict(zip(names, right.total)) == dict.fromkeys(names, 1.0)
     wrong = [APP_ERROR + "def get(x):\n    raise AppError(500, 'gone')\n", "def get(x):\n    raise ValueError(3)\n",
-             "def get(x):\n    raise FileNotFoundError(13, 'No such file')\n"]
-    assert list(score(wrong, rows=rows).total) == [0.75, 0.0, 0.5]  # each fails the one check of the value
+             "def get(x):\n    raise FileNotFoundError(13, 'No such file')\n", "def get(x):\n    raise ValueError('bad')\n"]
+    assert list(score(wrong, rows=rows).total) == [0.75, 0.0, 0.5, 0.0]  # each fails the one check of the value
     rows = [{"prompt": "p", "tests": "import pytest\nwith pytest.raises(AppError) as e:\n    get(1)\nassert "
              + check} for check in ("e.value.handler is not None", "callable(e.value.with_traceback)")]
     assert list(score([ATTRIBUTES["own_attribute"][1]] * 2, rows=rows).total) == [0.5, 1.0]  # raises; the check

@@ -222,7 +222,15 @@ def _describe(exc):
 def _plain_state(exc):
     """The exception's ``args`` (null unless plain data) and up to 32 instance attributes that are
     plain data, encoded: the harness gives its own copy of the exception these values
-    (``harness.remote_exception``); nothing else of the object crosses."""
+    (``harness.remote_exception``); nothing else of the object crosses. Empty when reading them
+    fails (an ``args`` property that raises): the class and message still cross."""
+    try:
+        return _read_state(exc)
+    except BaseException:
+        return {"args": None, "attrs": []}
+
+
+def _read_state(exc):
     args = exc.args
     attrs = []
     state = getattr(exc, "__dict__", None)
