@@ -78,7 +78,7 @@ from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock
 from polyrl import evaluation, metrics_file
 from polyrl import minibatches, step_gather
 from polyrl.step_metrics import (clip_region_metrics, epoch_stop_skips, joined_gaps, no_loss_token_metrics,
-                                 peak_rss_mb, sampling_metrics, step_tokens, trl_aliases, trl_epoch,
+                                 nothing_scored_metrics, peak_rss_mb, sampling_metrics, step_tokens, trl_aliases, trl_epoch,
                                  trl_gathered_sampling, trl_process_sampling, trl_reward_names, trl_step_time,
                                  untrained_gap)
 from polyrl.step_metrics import step_metrics as common_step_metrics
@@ -759,6 +759,8 @@ class Trainer:
             metrics.update(skipped=True, loss=float("nan"))
             if not all_untruncated.any():  # TRL's batch had no loss token left: its loss and masked means are 0
                 metrics.update(no_loss_token_metrics(kl_in_loss, algo.objective(self._max_completion_tokens)))
+            elif self._nothing_scored and not kl_in_loss:  # TRL's: every advantage 0, no KL term: loss 0
+                metrics.update(nothing_scored_metrics())
         else:
             if self._nothing_scored and self.rank == 0:  # kept for the KL term alone (kl_only above)
                 log.warning("no reward scored any sample this step: it trains the KL term alone, every advantage "
