@@ -218,7 +218,9 @@ class GRPOTrainer:
         #: as TRL trains the object a script keeps using after train()
         self._model_object = None if isinstance(model, (str, Path)) else model
         self.policy = api.Agent(self.model_path, backend=backend, lora=peft_config, dtype=dtype,
-                                compute_dtype=_mixed_precision(self.args, backend))
+                                compute_dtype=api.trl_compute_dtype(self.grpo_config, backend))
+        # bf16 is the policy's now: run_config would read it again (a second warning on MLX)
+        self.grpo_config = attrs.evolve(self.grpo_config, _trl_bf16=False)
         self._peft_config = peft_config
         #: with peft_config, ``trainer.model``: a peft PeftModel of the base (TRL's), made on first use
         self._peft_model: Any = None
@@ -853,32 +855,6 @@ def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
         args = copy.copy(args)  # the script's own object keeps its value
         args.model_init_kwargs = None
     return dtype, args
-
-
-def _mixed_precision(args: Any, backend: str) -> str | None:
-    """polyrl's ``model.compute_dtype`` for TRL's ``bf16`` (``GRPOConfig``'s default: True unless
-    ``fp16``). transformers hands it to accelerate, whose autocast runs the model's forward passes
-    (training and sampling) in bfloat16 over its own-dtype weights, on the CPU (``use_cpu=True``) and
-    on a GPU alike; polyrl's ``compute_dtype = "bfloat16"`` does the same on a backend that offers it
-    (torch). Why: an unchanged TRL script trained in float32 here, another precision than under TRL.
-    A backend without it (MLX) computes in the model's dtype, with one warning, rather than refusing
-    TRL's default; polyrl's own ``GRPOConfig`` has no ``bf16``: None."""
-    from polyrl.api import GRPOConfig as PolyrlConfig
-    from polyrl.errors import BackendUnavailable
-    from polyrl.registry import get_registry
-
-    if isinstance(args, PolyrlConfig) or not getattr(args, "bf16", False):
-        return None
-    try:
-        offered = get_registry().spec(backend).capabilities.compute_dtypes
-    except BackendUnavailable:  # an unknown backend: its own error comes when the run is built
-        return None
-    if "bfloat16" in offered:
-        return "bfloat16"
-    log.warning(f"TRL's bf16 (its default) autocasts the model in bfloat16; the {backend} backend offers no "
-                "bfloat16 compute, so it computes in the model's dtype",
-                fix='set bf16=False to silence this, or model_init_kwargs={"dtype": "bfloat16"} for bfloat16 weights')
-    return None
 
 
 def _tools(tools: Any) -> GivenTools | None:
