@@ -31,7 +31,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -276,6 +276,10 @@ class Trainer:
         #: its ``trainer.state``, which its callbacks observer moves on, as TRL passes its trainer's
         #: own); None: the run's own ``TrainerState``, moved on before each call (``_trainer_state``)
         self.shared_state: Any = None
+        #: numbers for the trackers when the run has ended well, while they are still open, at the last
+        #: step taken (``polyrl.trl``: transformers' ``train_runtime``, ``train_loss``..., which TRL logs
+        #: to its ``report_to`` at the end); None: nothing
+        self.end_metrics: Callable[[Trainer], Mapping[str, Any]] | None = None
         self._reward_state: TrainerState | None = None
         #: evaluate after training (with held-out rows); False: only the steps ``eval.every`` or an
         #: observer asks for (``polyrl.trl`` under TRL's eval_strategy="no", where a callback's
@@ -1645,6 +1649,8 @@ class Trainer:
         try:
             self.tracking.open()
             self._run(summary, progress)
+            if self.end_metrics is not None:  # before the trackers close (the finally below)
+                self.tracking.publish_at(self.end_metrics(self), step=self.step)
             failed = False
         except CallbackError:  # the user's code failed between steps: the steps trained are kept
             if self.step > 0:  # under a launcher every rank raises it at the same point
