@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 import time
 
@@ -451,13 +452,59 @@ def test_raising_reward_is_named():
         score([("boom", 1.0, {})], ["a"], extra=[function_reward_plugin(boom)])
 
 
-@pytest.mark.parametrize("bad", [[float("nan")], [float("inf")], ["1.0"], 1.0])
-def test_non_finite_or_wrong_type_scores_are_rejected(bad):
+@pytest.mark.parametrize("bad", [[float("inf")], [float("-inf")], [np.float32("inf")], ["1.0"], 1.0])
+def test_infinite_or_wrong_type_scores_are_rejected(bad):
     def odd(prompts, completions, **kw):
         return bad
 
     with pytest.raises(RewardError, match="reward 'odd'"):
         score([("odd", 1.0, {})], ["a"], extra=[function_reward_plugin(odd)])
+
+
+def _nan_scores(form: str):
+    """A reward's NaN in each form TRL reads as its None: Python's, numpy's, torch's (a 1-d tensor and a
+    list of 0-d ones, as TRL's ``torch.tensor`` takes them)."""
+    if form.startswith("torch"):
+        torch = pytest.importorskip("torch")
+        return torch.tensor([0.5, math.nan]) if form == "torch-1d" else [torch.tensor(0.5), torch.tensor(math.nan)]
+    return {"float": [0.5, math.nan], "numpy": np.array([0.5, np.nan]),
+            "numpy-float32": [np.float32(0.5), np.float32("nan")]}[form]
+
+
+@pytest.mark.parametrize("form", ["float", "numpy", "numpy-float32", "torch-1d", "torch-0d"])
+def test_a_nan_score_is_read_as_none_as_trl_reads_it_with_one_warning_naming_the_function(form):
+    """TRL turns a function's None into NaN and sums the functions with ``nansum``, so a function that
+    returns NaN for "not applicable" trains under TRL as one returning None. polyrl refused the NaN
+    (one RewardError, the run stopped); now it is that sample's None, said once per function."""
+    from structlog.testing import capture_logs
+
+    def maybe(prompts, completions, **kw):
+        return _nan_scores(form)
+
+    def other(prompts, completions, **kw):
+        return [1.0, 2.0]
+
+    pm = get_plugin_manager(extra=[function_reward_plugin(maybe), function_reward_plugin(other)], entry_points=False)
+    computer = RewardComputer(pm, [("maybe", 1.0, {}), ("other", 1.0, {})])
+    with capture_logs() as logs:
+        for step in range(2):
+            res = computer(["q", "q"], [completion("a"), completion("b")],
+                           RewardContext(rows=[{}, {}], wanted=("maybe", "other"), step=step))
+            np.testing.assert_array_equal(res.per_reward["maybe"], [0.5, np.nan])
+            np.testing.assert_array_equal(res.total, [1.5, 2.0])  # TRL's nansum: the NaN adds nothing
+            assert res.metrics["maybe"]["none_count"] == 1 and res.metrics["maybe"]["mean"] == 0.5
+    warned = [e for e in logs if e["log_level"] == "warning" and "NaN" in e["event"]]
+    assert len(warned) == 1 and warned[0]["reward"] == "maybe", logs
+    assert "'maybe' returned NaN for 1 of 2 samples (first: sample 1)" in warned[0]["event"]
+    assert "read as None" in warned[0]["event"] and "as TRL reads it" in warned[0]["event"]
+
+
+def test_a_reward_of_only_nan_leaves_its_samples_unscored_as_none_does():
+    def never(prompts, completions, **kw):
+        return [float("nan")] * len(completions)
+
+    res = score([("never", 1.0, {})], ["a", "b"], extra=[function_reward_plugin(never)])
+    assert np.isnan(res.total).all() and res.metrics["never"]["none_count"] == 2
 
 
 @pytest.mark.parametrize("bad", [10**400, -(10**400), 10**5000, np.float64("inf")],

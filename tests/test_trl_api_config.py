@@ -591,6 +591,30 @@ def test_trls_report_to_run_name_and_project_are_the_runs_trackers():
                                                                                            "polyrl")
 
 
+@pytest.mark.parametrize("bf16", [True, False])
+def test_trls_bf16_is_the_compute_dtype_on_the_api_paths_as_in_grpo_trainer(bf16):
+    """TRL's bf16 (its default) autocasts the forward passes in bfloat16; polyrl.trl.GRPOTrainer read
+    it as compute_dtype "bfloat16" (test_trl_trainer), but GRPOConfig.from_trl and api.run(grpo_config=
+    trl_config) dropped it: the same TRL config trained in float32 there. One reading for every path now;
+    an Agent's own compute_dtype stays its own."""
+    pytest.importorskip("polyrl_torch")  # the torch backend, which offers bfloat16 compute
+
+    def reward(completions, **kwargs):
+        return [0.0] * len(completions)
+
+    def compute_dtype(grpo_config, policy=None):  # what api.run builds its run from
+        config, _ = api.run_config(api.grpo, policy=policy or api.Agent("m"), prompts=["p"], rewards=[reward],
+                                   grpo_config=grpo_config)
+        return config.model.compute_dtype
+
+    values = dict(bf16=bf16, max_steps=1, num_generations=2, per_device_train_batch_size=2)
+    want = "bfloat16" if bf16 else None
+    assert compute_dtype(trl_config(**values)) == want  # api.run(grpo_config=trl.GRPOConfig(...))
+    assert compute_dtype(api.GRPOConfig.from_trl(trl_config(**values))) == want
+    assert compute_dtype(api.GRPOConfig()) is None  # polyrl's own config has no bf16
+    assert compute_dtype(trl_config(**values), api.Agent("m", compute_dtype="bfloat16")) == "bfloat16"
+
+
 # --- the entropy bonus --------------------------------------------------------------------------
 
 LOSS_TYPES = ("grpo", "dapo", "bnpo", "dr_grpo", "luspo", "sapo", "cispo", "vespo")

@@ -208,6 +208,23 @@ def test_trainer_log_during_training_reaches_the_report_to_trackers_and_stays_in
     assert "after_training" not in _scalars(tmp_path / "run" / "tensorboard")
 
 
+def test_the_end_of_training_metrics_reach_the_report_to_trackers_as_transformers_logs_them(tiny_model_dir,
+                                                                                              tmp_path):
+    """transformers' train() ends with one log of train_runtime, train_samples_per_second,
+    train_steps_per_second, total_flos, train_loss and epoch, which every report_to integration gets.
+    polyrl returned them (TrainOutput.metrics, log_history's last entry) but sent them to no tracker:
+    a report_to="tensorboard" script's event file had none of them. Now they reach the trackers at the
+    last step taken, with the values train() returns."""
+    pytest.importorskip("tensorboard")
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          args=_args(tmp_path, report_to="tensorboard"))
+    output = trainer.train()
+    scalars = _scalars(tmp_path / "run" / "tensorboard")
+    for key in ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss"):
+        assert scalars.get(key) == [(2, pytest.approx(output.metrics[key], rel=1e-6))], (key, sorted(scalars))
+    assert trainer.state.log_history[-1]["train_loss"] == output.training_loss == output.metrics["train_loss"]
+
+
 class WeightNorms(TrainerCallback):
     """A TRL user's callback reading the model it is given: its weight norm after each step."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from pathlib import Path
 
@@ -1696,6 +1697,49 @@ def test_a_cut_steps_keys_and_values_are_trls_own(tiny_model_dir, tmp_path):
         output = trainer.train()
         steps = _cut_steps(trainer.state.log_history)
         return [{key: entry.get(key) for key in CUT_STEP_KEYS} for entry in steps], output.training_loss
+
+    assert script(GRPOTrainer, tmp_path / "polyrl") == script(trl.GRPOTrainer, tmp_path / "trl")
+
+
+def nothing(completions, **kwargs):
+    """A reward that applies to no sample (TRL's None: "no reward from this function")."""
+    return [None] * len(completions)
+
+
+#: what TRL 1.16 logs for a step no reward scored, with beta 0: every advantage is 0 (``nan_to_num``),
+#: so its loss and gradient are 0.0; its reward means are of nothing (NaN), which its ``log`` writes as None
+UNSCORED_STEP_KEYS = ("loss", "grad_norm", "reward", "reward_std", "rewards/nothing/mean", "rewards/nothing/std")
+
+
+def _unscored_steps(trainer_class, tiny_model_dir: str, where: Path) -> tuple[list[dict], float]:
+    """Two steps of a run no reward scores (beta 0): each step's entry, and the run's training_loss."""
+    trainer = trainer_class(model=tiny_model_dir, reward_funcs=[nothing], train_dataset=_dataset(),
+                            args=_args(where, max_steps=2, beta=0.0, logging_steps=1))
+    output = trainer.train()
+    steps = [entry for entry in trainer.state.log_history if "train_runtime" not in entry]
+    assert len(steps) == 2
+    return steps, output.training_loss
+
+
+def test_a_step_no_reward_scored_logs_what_trl_logs_and_no_nan(tiny_model_dir, tmp_path):
+    """Every reward returned None, beta 0: TRL trains the batch at advantage 0 and logs loss 0.0 and
+    grad_norm 0.0 (train_loss 0.0), its reward means as None. polyrl logged loss NaN (train() returned
+    training_loss NaN) and NaN for reward, reward_std and rewards/nothing/mean and /std."""
+    steps, training_loss = _unscored_steps(GRPOTrainer, tiny_model_dir, tmp_path)
+    for entry in steps:
+        assert {key: entry.get(key) for key in UNSCORED_STEP_KEYS} == {
+            "loss": 0.0, "grad_norm": 0.0, "reward": None, "reward_std": None, "rewards/nothing/mean": None,
+            "rewards/nothing/std": None}
+        assert [key for key, value in entry.items() if isinstance(value, float) and math.isnan(value)] == []
+    assert training_loss == 0.0
+
+
+@pytest.mark.slow  # two runs, one of them TRL's own: tens of seconds; `make test-slow` (CI) runs it
+def test_an_unscored_steps_keys_and_values_are_trls_own(tiny_model_dir, tmp_path):
+    """The same script on TRL's GRPOTrainer: each of those keys with the value TRL logs."""
+    def script(trainer_class, where):
+        steps, training_loss = _unscored_steps(trainer_class, tiny_model_dir, where)
+        return [{key: entry.get(key) for key in UNSCORED_STEP_KEYS} for entry in steps], training_loss
 
     assert script(GRPOTrainer, tmp_path / "polyrl") == script(trl.GRPOTrainer, tmp_path / "trl")
 

@@ -160,6 +160,9 @@ class GRPOConfig:
     #: set by ``from_trl``: the algorithm values are TRL's (a value left out is polyrl's grpo
     #: default, which TRL trains with too), so ``run`` refuses a named preset that changes one
     _from_trl: bool = attrs.field(default=False, repr=False, alias="_from_trl")
+    #: set by ``from_trl``: TRL's ``bf16`` (its default True), which ``run_config`` reads as the
+    #: policy's compute dtype on its backend (``trl_compute_dtype``) where the ``Agent`` sets none
+    _trl_bf16: bool = attrs.field(default=False, repr=False, alias="_trl_bf16")
 
     def __new__(cls, *args: Any, **kwargs: Any) -> GRPOConfig:
         _refuse_unknown_arguments(kwargs)
@@ -194,11 +197,19 @@ class GRPOConfig:
         settings = {k: v for k, v in kept.items() if k not in _ARGUMENTS}
         if "train.epochs" in values:
             arguments["steps"] = 1  # replaced by epochs once the prompts are known
-        config = cls(**arguments, settings=settings, _from_trl=True)
+        config = cls(**arguments, settings=settings, _from_trl=True, _trl_bf16=bool(getattr(trl_config, "bf16", False)))
         get_logger("polyrl.api").info("polyrl settings taken from TRL's GRPOConfig (TRL's value where polyrl's "
                                       "default differs)",
                                       taken=", ".join(f"{k} = {shown(v)}" for k, v in changed.items()))
         return config
+
+
+def trl_compute_dtype(config: GRPOConfig, backend: str) -> str | None:
+    """The compute dtype TRL's ``bf16`` asks of a policy on ``backend`` (``trl_config.compute_dtype``);
+    None for a config not read from TRL's (polyrl's own has no ``bf16``)."""
+    from polyrl.trl_config import compute_dtype
+
+    return compute_dtype(config._trl_bf16, backend)
 
 
 def _carried_as_is(key: str, values: Mapping[str, Any]) -> bool:
@@ -551,7 +562,8 @@ def run_config(
     steps = cfg.steps if cfg.epochs is None else epoch_steps(cfg.epochs, len(rows), prompts_per_step,
                                                              algorithm_config.updates_per_step)
     config = RunConfig(
-        model=ModelSection(path=policy.model, dtype=policy.dtype, compute_dtype=policy.compute_dtype,
+        model=ModelSection(path=policy.model, dtype=policy.dtype,
+                           compute_dtype=policy.compute_dtype or trl_compute_dtype(cfg, policy.backend),
                            reference_path=ref_policy.model if ref_policy else None,
                            chat_template_kwargs=dict(cfg.chat_template_kwargs or {})),
         data=DataSection(rows=rows, eval_rows=eval_rows),

@@ -522,7 +522,8 @@ def reward(
     """Score completions. Every reward plugin answers.
 
     Return ``{name: scores}`` for each name in ``context.wanted`` that this plugin provides (one
-    score per completion: numbers or bools, read as 1.0 / 0.0; None skips a sample), or None when it provides
+    score per completion: numbers or bools, read as 1.0 / 0.0; None skips a sample, and so does NaN, as
+    TRL reads it, with one warning per reward; inf is an error), or None when it provides
     none of them. ``prompts``
     is aligned with ``completions`` (one entry per completion); ``context.rows[i]`` holds the
     dataset columns of sample ``i``. Return ``polyrl.types.RewardScores(scores, metrics={...})``

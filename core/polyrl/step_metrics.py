@@ -76,6 +76,14 @@ def no_loss_token_metrics(kl_in_loss: bool, objective: Objective) -> dict[str, f
     return out
 
 
+def nothing_scored_metrics() -> dict[str, float]:
+    """What TRL logs for a step no reward scored whose loss holds no KL term (``beta`` 0): it trains
+    the batch with every advantage 0 (``nan_to_num`` of the unscorable rewards), so ``loss`` is 0.0
+    and so is its gradient (``grad_norm``). polyrl skips that step's update. Why: the step logged
+    loss NaN (``train_loss`` NaN too, under ``polyrl.trl``), where TRL's is 0.0."""
+    return {"loss": 0.0, "grad_norm": 0.0}
+
+
 def trl_epoch(steps_done: int, prompts_per_step: int, rows: int, start: tuple[int, int] | None = None) -> float:
     """TRL's ``epoch`` after ``steps_done`` steps: its sampler keeps whole batches of
     ``prompts_per_step`` prompts only, so an epoch is ``rows // prompts_per_step`` steps (the count

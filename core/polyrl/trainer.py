@@ -31,7 +31,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,7 +78,7 @@ from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock
 from polyrl import evaluation, metrics_file
 from polyrl import minibatches, step_gather
 from polyrl.step_metrics import (clip_region_metrics, epoch_stop_skips, joined_gaps, no_loss_token_metrics,
-                                 peak_rss_mb, sampling_metrics, step_tokens, trl_aliases, trl_epoch,
+                                 nothing_scored_metrics, peak_rss_mb, sampling_metrics, step_tokens, trl_aliases, trl_epoch,
                                  trl_gathered_sampling, trl_process_sampling, trl_reward_names, trl_step_time,
                                  untrained_gap)
 from polyrl.step_metrics import step_metrics as common_step_metrics
@@ -276,6 +276,10 @@ class Trainer:
         #: its ``trainer.state``, which its callbacks observer moves on, as TRL passes its trainer's
         #: own); None: the run's own ``TrainerState``, moved on before each call (``_trainer_state``)
         self.shared_state: Any = None
+        #: numbers for the trackers when the run has ended well, while they are still open, at the last
+        #: step taken (``polyrl.trl``: transformers' ``train_runtime``, ``train_loss``..., which TRL logs
+        #: to its ``report_to`` at the end); None: nothing
+        self.end_metrics: Callable[[Trainer], Mapping[str, Any]] | None = None
         self._reward_state: TrainerState | None = None
         #: evaluate after training (with held-out rows); False: only the steps ``eval.every`` or an
         #: observer asks for (``polyrl.trl`` under TRL's eval_strategy="no", where a callback's
@@ -759,6 +763,8 @@ class Trainer:
             metrics.update(skipped=True, loss=float("nan"))
             if not all_untruncated.any():  # TRL's batch had no loss token left: its loss and masked means are 0
                 metrics.update(no_loss_token_metrics(kl_in_loss, algo.objective(self._max_completion_tokens)))
+            elif self._nothing_scored and not kl_in_loss:  # TRL's: every advantage 0, no KL term: loss 0
+                metrics.update(nothing_scored_metrics())
         else:
             if self._nothing_scored and self.rank == 0:  # kept for the KL term alone (kl_only above)
                 log.warning("no reward scored any sample this step: it trains the KL term alone, every advantage "
@@ -1643,6 +1649,8 @@ class Trainer:
         try:
             self.tracking.open()
             self._run(summary, progress)
+            if self.end_metrics is not None:  # before the trackers close (the finally below)
+                self.tracking.publish_at(self.end_metrics(self), step=self.step)
             failed = False
         except CallbackError:  # the user's code failed between steps: the steps trained are kept
             if self.step > 0:  # under a launcher every rank raises it at the same point

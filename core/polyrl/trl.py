@@ -69,6 +69,11 @@ def _train_output(global_step: int, training_loss: float, metrics: dict[str, flo
     return Output(global_step, training_loss, metrics)
 
 
+def _last_epoch(history: list[dict[str, Any]]) -> float | None:
+    """The ``epoch`` of the run's last step that has one (None: transformers' 0 stays)."""
+    return next((m["epoch"] for m in reversed(history) if isinstance(m.get("epoch"), (int, float))), None)
+
+
 def _train_metrics(seconds: float, training_loss: float, state: Any, args: Any, dataset: Any,
                    processes: int) -> dict[str, float]:
     """The metrics transformers' trainer logs when training ends (the last entry of ``log_history``,
@@ -218,7 +223,9 @@ class GRPOTrainer:
         #: as TRL trains the object a script keeps using after train()
         self._model_object = None if isinstance(model, (str, Path)) else model
         self.policy = api.Agent(self.model_path, backend=backend, lora=peft_config, dtype=dtype,
-                                compute_dtype=_mixed_precision(self.args, backend))
+                                compute_dtype=api.trl_compute_dtype(self.grpo_config, backend))
+        # bf16 is the policy's now: run_config would read it again (a second warning on MLX)
+        self.grpo_config = attrs.evolve(self.grpo_config, _trl_bf16=False)
         self._peft_config = peft_config
         #: with peft_config, ``trainer.model``: a peft PeftModel of the base (TRL's), made on first use
         self._peft_model: Any = None
@@ -298,6 +305,8 @@ class GRPOTrainer:
         # TRL's switch for its bar; a transformers progress callback given draws its own bar instead
         progress = not getattr(self.args, "disable_tqdm", False) and not (callbacks and callbacks.draws_progress)
         self._run, self._logged_in_run = trainer, []
+        ended: dict[str, dict[str, float]] = {}  # transformers' end-of-training metrics, taken once
+        trainer.end_metrics = lambda run: ended.setdefault("metrics", self._end_metrics(run, started))
         try:
             summary = trainer.run(progress=progress)
         except AllCompletionsCut as exc:  # its fix in the script's names, not polyrl's keys and CLI
@@ -311,8 +320,7 @@ class GRPOTrainer:
         if "model" in summary and self._model_object is not None:
             self._hold_trained(Path(summary["model"]))
         history = list(summary.get("history", []))
-        losses = [m["loss"] for m in history if isinstance(m.get("loss"), (int, float))]
-        epoch = next((m["epoch"] for m in reversed(history) if isinstance(m.get("epoch"), (int, float))), None)
+        epoch = _last_epoch(history)
         per_step = updates_per_step(trainer)  # TRL's steps count optimizer updates
         log_history = [in_updates(with_trl_names(m, trainer.trl_names), per_step) for m in history]
         if self._evaluates or asked_only:  # TRL logs each evaluation as an entry of its own, eval_ names
@@ -327,16 +335,29 @@ class GRPOTrainer:
                       None)
         if tokens is not None:
             self.state.num_input_tokens_seen = int(tokens)
-        training_loss = sum(losses) / len(losses) if losses else 0.0
-        metrics = _train_metrics(time.monotonic() - started, training_loss, self.state, self.args,
-                                 self.train_dataset, self.accelerator.num_processes)
-        if epoch is not None:
-            metrics["epoch"] = epoch
+        metrics = ended.get("metrics") or self._end_metrics(trainer, started)
+        training_loss = metrics["train_loss"]
         if observer is not None:  # the summary's on_log, then on_train_end, as transformers' trainer
             observer.train_end(log_history, self.state.global_step, summary=metrics)
         else:
             log_history.append({**metrics, "step": self.state.global_step})
         return _train_output(self.state.global_step, training_loss, metrics)
+
+    def _end_metrics(self, trainer: Any, started: float) -> dict[str, float]:
+        """transformers' end-of-training metrics for ``trainer``'s run (``_train_metrics``, the mean of
+        its steps' losses, its last ``epoch``), taken while its trackers are still open
+        (``Trainer.end_metrics``). Why: transformers' last ``log`` sends them to every ``report_to``
+        integration; polyrl returned them but no tracker got them."""
+        from polyrl.trl_callbacks import run_settings
+
+        losses = [m["loss"] for m in trainer.history if isinstance(m.get("loss"), (int, float))]
+        run_settings(self.state, trainer)  # the state's max_steps, which the throughputs count
+        metrics = _train_metrics(time.monotonic() - started, sum(losses) / len(losses) if losses else 0.0,
+                                 self.state, self.args, self.train_dataset, self.accelerator.num_processes)
+        epoch = _last_epoch(trainer.history)
+        if epoch is not None:
+            metrics["epoch"] = epoch
+        return metrics
 
     def _load_best_model(self, trainer: Any, summary: Mapping[str, Any]) -> bool:
         """TRL's ``load_best_model_at_end``: ``output_dir/model``, which ``save_model``,
@@ -853,32 +874,6 @@ def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
         args = copy.copy(args)  # the script's own object keeps its value
         args.model_init_kwargs = None
     return dtype, args
-
-
-def _mixed_precision(args: Any, backend: str) -> str | None:
-    """polyrl's ``model.compute_dtype`` for TRL's ``bf16`` (``GRPOConfig``'s default: True unless
-    ``fp16``). transformers hands it to accelerate, whose autocast runs the model's forward passes
-    (training and sampling) in bfloat16 over its own-dtype weights, on the CPU (``use_cpu=True``) and
-    on a GPU alike; polyrl's ``compute_dtype = "bfloat16"`` does the same on a backend that offers it
-    (torch). Why: an unchanged TRL script trained in float32 here, another precision than under TRL.
-    A backend without it (MLX) computes in the model's dtype, with one warning, rather than refusing
-    TRL's default; polyrl's own ``GRPOConfig`` has no ``bf16``: None."""
-    from polyrl.api import GRPOConfig as PolyrlConfig
-    from polyrl.errors import BackendUnavailable
-    from polyrl.registry import get_registry
-
-    if isinstance(args, PolyrlConfig) or not getattr(args, "bf16", False):
-        return None
-    try:
-        offered = get_registry().spec(backend).capabilities.compute_dtypes
-    except BackendUnavailable:  # an unknown backend: its own error comes when the run is built
-        return None
-    if "bfloat16" in offered:
-        return "bfloat16"
-    log.warning(f"TRL's bf16 (its default) autocasts the model in bfloat16; the {backend} backend offers no "
-                "bfloat16 compute, so it computes in the model's dtype",
-                fix='set bf16=False to silence this, or model_init_kwargs={"dtype": "bfloat16"} for bfloat16 weights')
-    return None
 
 
 def _tools(tools: Any) -> GivenTools | None:

@@ -23,7 +23,8 @@ from polyrl.trl_names import TOML_HINTS, TRL_NAMES, Preset, trl_value
 from polyrl.validators import shown
 
 #: TrainingArguments fields that change how a run is logged, saved, shown or placed, not what it
-#: trains; polyrl has its own ways (metrics.jsonl, checkpoints, ``Agent(dtype=...)``).
+#: trains; polyrl has its own ways (metrics.jsonl, checkpoints, ``Agent(dtype=...)``). ``bf16`` is
+#: read by ``GRPOConfig.from_trl`` apart (``compute_dtype``: it needs the backend).
 IGNORED = frozenset({
     "logging_strategy", "logging_steps", "logging_first_step", "log_on_each_node", "logging_nan_inf_filter",
     "logging_dir", "log_level", "log_level_replica", "disable_tqdm",
@@ -665,3 +666,31 @@ def agent_settings(trl_config: Any) -> dict[str, int]:
     turns = MAX_TURNS if rounds is None else trl_value(TOML_HINTS["max_tool_calling_iterations"], rounds)
     return {"max_turns": turns,
             "max_episode_tokens": int(trl_config.max_completion_length)}
+
+
+def compute_dtype(bf16: bool, backend: str) -> str | None:
+    """polyrl's ``model.compute_dtype`` for TRL's ``bf16`` (``GRPOConfig``'s default: True unless
+    ``fp16``) on ``backend``. transformers hands it to accelerate, whose autocast runs the model's
+    forward passes (training and sampling) in bfloat16 over its own-dtype weights, on the CPU
+    (``use_cpu=True``) and on a GPU alike; polyrl's ``compute_dtype = "bfloat16"`` does the same on a
+    backend that offers it (torch). Why: an unchanged TRL config trained in float32 here, another
+    precision than under TRL. A backend without it (MLX) computes in the model's dtype, with one
+    warning, rather than refusing TRL's default. The one reading of ``bf16`` for every path a TRL
+    config takes (``polyrl.trl.GRPOTrainer``, ``GRPOConfig.from_trl``, ``polyrl.api.run``)."""
+    from polyrl.errors import BackendUnavailable
+    from polyrl.logs import get_logger
+    from polyrl.registry import get_registry
+
+    if not bf16:
+        return None
+    try:
+        offered = get_registry().spec(backend).capabilities.compute_dtypes
+    except BackendUnavailable:  # an unknown backend: its own error comes when the run is built
+        return None
+    if "bfloat16" in offered:
+        return "bfloat16"
+    get_logger("polyrl.trl").warning(
+        f"TRL's bf16 (its default) autocasts the model in bfloat16; the {backend} backend offers no bfloat16 "
+        "compute, so it computes in the model's dtype",
+        fix='set bf16=False to silence this, or model_init_kwargs={"dtype": "bfloat16"} for bfloat16 weights')
+    return None

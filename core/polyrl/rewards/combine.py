@@ -9,9 +9,10 @@ providing plugin's ``reward`` hook *individually* instead of through ``pm.hook.r
 plugin that raises or answers garbage is named in the error, with its distribution.
 
 Combination: ``total_i = sum_k weight_k * score_k,i`` over the rewards that scored sample ``i``;
-a None score contributes nothing; a sample that no reward scored gets ``NaN`` (the trainer drops
-it). A plugin registering the name of one of polyrl's own rewards overrides it, with a warning
-naming both; two third-party plugins registering one name is an error when a run uses it.
+a None score contributes nothing (a NaN score is read as None, as TRL reads it, with one warning
+per reward; inf is an error); a sample that no reward scored gets ``NaN`` (the trainer drops it).
+A plugin registering the name of one of polyrl's own rewards overrides it, with a warning naming both;
+two third-party plugins registering one name is an error when a run uses it.
 
 Async reward functions (``FunctionReward`` with an ``async def``) and async reward plugins (a
 plugin with ``is_async = True`` and a coroutine ``await_reward``, e.g. the LLM judge and the code
@@ -89,6 +90,18 @@ class _Provider:
     distribution: str
     names: list[str] = attrs.field(factory=list)  # the registered names the plugin is asked for
     labels: list[str] = attrs.field(factory=list)  # what the config calls each (scores' keys)
+
+
+def _is_nan(value: Any) -> bool:
+    """A float NaN (Python's or numpy's; a 0-d or 1-d tensor's items arrive as Python floats). Why
+    apart: TRL turns None into NaN and sums the functions with ``nansum``, so a function returning
+    NaN for "not applicable" trains under TRL as if it had returned None."""
+    if not isinstance(value, (float, np.floating)):
+        return False
+    try:
+        return math.isnan(float(value))
+    except (TypeError, ValueError, OverflowError):  # a float subclass whose __float__ raises: _kind names it
+        return False
 
 
 def _is_score(value: Any) -> bool:
@@ -205,6 +218,7 @@ class RewardComputer:
                                   field="rewards.timeout_s", fix="e.g. timeout_s = 600")
         self._raised_limits: set[str] = set()  # rewards whose call limit a batch raised, or would (logged once)
         self._warned_mixed: set[str] = set()  # rewards that returned bools among numbers (logged once)
+        self._warned_nan: set[str] = set()  # rewards that returned NaN, read as None (logged once)
         #: Polled while a reward runs; True abandons the call (the trainer's SIGINT/SIGTERM flag).
         self.should_stop: Callable[[], bool] = should_stop or (lambda: False)
         if columns is not None:
@@ -503,6 +517,7 @@ class RewardComputer:
         if len(scores) != n:
             raise self._fail(provider, name, f"returned {len(scores)} scores: expected {n} got {len(scores)}",
                              "return one score per completion (None to skip a sample)")
+        scores = self._nan_as_none(name, scores)
         for i, value in enumerate(scores):
             if not _is_score(value):
                 raise self._fail(provider, name, f"returned {_shown(value)} for sample {i}{_kind(value)}",
@@ -516,6 +531,21 @@ class RewardComputer:
                         "(said once per reward)", reward=name,
                         fix="return floats for every sample if a bool was not meant as a score")
         return np.array([np.nan if v is None else float(v) for v in scores], dtype=np.float64)
+
+    def _nan_as_none(self, name: str, scores: Sequence[Any]) -> list[Any]:
+        """``scores`` with each NaN read as None ("no reward from this function for this sample"), as
+        TRL reads it, and one warning per reward the first time, naming it: a NaN from a bug looks
+        the same, and would otherwise leave samples out of training without a word. inf stays an
+        error (TRL would train on it)."""
+        nans = [i for i, value in enumerate(scores) if _is_nan(value)]
+        if nans and name not in self._warned_nan:
+            self._warned_nan.add(name)
+            log.warning(f"reward {name!r} returned NaN for {len(nans)} of {len(scores)} samples (first: sample "
+                        f"{nans[0]}); NaN is read as None, no reward from it for those samples, as TRL reads it "
+                        "(said once per reward)", reward=name,
+                        fix="return None for a sample the reward does not apply to; if the NaN is a bug, fix "
+                            "the reward")
+        return [None if _is_nan(value) else value for value in scores] if nans else list(scores)
 
     def _extra_metrics(self, provider: _Provider, name: str, answer: Any) -> dict[str, float]:
         extra = getattr(answer[name], "metrics", None)

@@ -17,7 +17,8 @@ one value per completion to the sampled records of ``completions.jsonl`` (under 
 TRL adds a column to its completions table; in a run with TRL's ``environment_factory``
 (``polyrl.trl``) ``environments`` is each completion's environment instance, live, as TRL passes
 it (``FunctionReward.environments``). A function that does not take ``**kwargs`` receives
-only the arguments it names (TRL would raise TypeError instead). None skips a sample, as in TRL.
+only the arguments it names (TRL would raise TypeError instead). None skips a sample, as in TRL, and
+so does NaN (TRL's reading: it turns None into NaN and sums with ``nansum``; one warning per function).
 The return value may be a list, tuple, numpy array, 1-d torch tensor or generator of numbers,
 bools or None (what TRL accepts), but not bools mixed with numbers (``[1, True, 0.5]``: refused,
 naming the sample, where TRL casts the bool silently). Each call gets its own copies of the prompts and columns, so a
