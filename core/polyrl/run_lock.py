@@ -10,8 +10,10 @@ share it (a test or notebook that stops one and resumes in another); another pro
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from polyrl.errors import ConfigError, PolyrlError
@@ -80,6 +82,22 @@ class OutputDirLock:
             fcntl.flock(held[0], fcntl.LOCK_UN)
             os.close(held[0])
         self._key = None
+
+
+@contextlib.contextmanager
+def held_while_writing(output_dir: Path, main_process: bool = True) -> Iterator[None]:
+    """The output_dir lock held around what is written there before a run starts (``polyrl.trl``
+    saves the script's model objects and tokenizers): a run holding the directory refuses the
+    writer before any of its files is replaced (they were replaced, and only ``train()`` was
+    refused), and no run starts there mid-write. Under a launcher rank 0 takes it, as for the run
+    (``main_process``); the other ranks' saves of the same objects land beside rank 0's."""
+    lock = OutputDirLock(Path(output_dir))
+    if main_process:
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def unwritable(path: Path, exc: OSError) -> PolyrlError:
