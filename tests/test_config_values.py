@@ -101,10 +101,13 @@ def test_every_reward_at_weight_zero_is_refused_and_one_logged_only_reward_is_no
 
 
 def test_free_tables_reject_non_finite_numbers_and_deep_nesting():
-    for dotted in ("backends.options", "data.options", "rewards.options"):
+    for dotted in ("backends.options", "rewards.options"):
         with pytest.raises(ConfigError, match=rf"{named(dotted)}\.knob.*finite".replace("[", r"\[")) as info:
             RunConfig.from_dict(config_with(dotted, {"knob": math.nan}))
         assert "Fix:" in str(info.value)
+    # data.options is the source's: a key it does not take is refused by name, a NaN by its check
+    with pytest.raises(ConfigError, match=r"data\.options\.eval_fraction: must be in \(0, 1\), got nan"):
+        RunConfig.from_dict(config_with("data.options", {"eval_fraction": math.nan}))
     deep: dict = {}
     for _ in range(40):
         deep = {"a": deep}
@@ -196,15 +199,12 @@ def test_the_fix_for_a_wrong_type_names_what_to_write_items_included(dotted, val
 @pytest.mark.parametrize("value", [True, "3", 2.0, [1]])
 def test_data_options_eval_count_of_another_type_is_refused_not_replaced_by_eval_count(tmp_path, value):
     """With eval.count set, the file's hold-out took eval.count and dropped data.options.eval_count
-    unread: ``eval_count = true`` or ``"3"`` loaded without a word."""
-    from polyrl.data import load_train_and_eval
-
+    unread: ``eval_count = true`` or ``"3"`` loaded without a word. Refused as the config is read."""
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(f'{{"prompt": "q{i}"}}\n' for i in range(8)))
-    config = RunConfig.from_dict({**MINIMAL, "data": {"path": str(rows), "options": {"eval_count": value}},
-                                  "eval": {"count": 2}})
     with pytest.raises(ConfigError) as info:
-        load_train_and_eval(config.data, config.eval.count)
+        RunConfig.from_dict({**MINIMAL, "data": {"path": str(rows), "options": {"eval_count": value}},
+                             "eval": {"count": 2}})
     assert info.value.field == "data.options.eval_count" and "must be an integer >= 0" in str(info.value)
     assert "Fix:" in str(info.value)
 

@@ -101,7 +101,7 @@ def _parquet_config(tmp_path: Path, model: str, out: Path, steps: int) -> Path:
     config = tmp_path / f"{out.name}.toml"
     config.write_text(
         f'[model]\npath = "{model}"\n[generation]\ngroup_size = 2\nmax_new_tokens = 4\n[optimizer]\nlr = 1e-3\n'
-        f'[data]\npath = "{data}"\ncache_dir = "{tmp_path / "cache"}"\noptions = {{eval_count = 4, seed = 1}}\n'
+        f'[data]\npath = "{data}"\ncache_dir = "{tmp_path / "cache"}"\noptions = {{count = 36}}\n'
         f'[[rewards]]\nfunction = "{tmp_path / "reward.py"}:tag"\n'
         f'[train]\nsteps = {steps}\nprompts_per_step = 3\nthreads = 1\ncheckpoint_every = 1\nkeep_checkpoints = 10\n'
         f'seed = 7\noutput_dir = "{out}"\n')
@@ -128,7 +128,7 @@ def test_kill_9_then_resume_on_parquet_draws_the_same_rows(tiny_model_dir, tmp_p
 
     # the rows drawn are the sampler's, from the memory-mapped Parquet rows, step by step
     train = load_dataset(path=str(tmp_path / "prompts.parquet"), cache_dir=str(tmp_path / "cache"),
-                         options={"eval_count": 4, "seed": 1})
+                         options={"count": 36})
     assert train.arrow_backed
     sampler = PromptSampler(train, 3, seed=7)
     expected = [float(np.mean([r["tag"] for r in sampler.next_batch()])) for _ in range(steps)]

@@ -265,3 +265,52 @@ def test_a_resume_deletes_what_a_killed_reward_model_save_left(toy, tmp_path):
                                   "train": {"steps": 1, "prompts_per_step": 4, "output_dir": str(out)}})
     Trainer(config).resume()
     assert _staging_folders(target.parent) == []
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from polyrl.run_lock import OutputDirLock
+OutputDirLock(Path(sys.argv[1])).acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_second_trainer_on_a_running_runs_output_dir_is_refused_before_it_writes(tiny_model_dir, rm_path,
+                                                                                  byte_tokenizer, tmp_path):
+    """A GRPOTrainer saves the script's model objects and tokenizers under output_dir when it is
+    built; on the output_dir of a running run (another process holds its lock) the second one
+    replaced that run's initial_model, reward_models and reward_tokenizers, and only its train()
+    was refused. Now it is refused first, and the first run's files are byte for byte as they were."""
+    import subprocess
+    import sys
+
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    out = tmp_path / "run"
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    first_rm = AutoModelForSequenceClassification.from_pretrained(rm_path)
+    GRPOTrainer(model=policy, reward_funcs=[rm_path, first_rm], args=_args(tmp_path), train_dataset=_dataset(),
+                reward_processing_classes=[byte_tokenizer, None])
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"  # the first run, running
+        before = _files(out)
+        assert {"initial_model", "reward_models", "reward_tokenizers"} <= {name.split("/")[0] for name in before}
+        second_rm = AutoModelForSequenceClassification.from_pretrained(rm_path)
+        with torch.no_grad():
+            second_rm.score.weight.add_(1.0)  # other weights than the running run's
+        with pytest.raises(ConfigError, match=f"in use by another trainer \\(pid {holder.pid}\\)") as err:
+            GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir), reward_funcs=[rm_path, second_rm],
+                        args=_args(tmp_path), train_dataset=_dataset(),
+                        reward_processing_classes=[byte_tokenizer, None])
+        assert "output_dir" in err.value.field and "another output_dir" in err.value.fix
+        assert _files(out) == before
+    finally:
+        holder.kill()
+        holder.wait()

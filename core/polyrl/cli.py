@@ -250,7 +250,7 @@ def train_config(args: argparse.Namespace) -> RunConfig:
 def cmd_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from polyrl import checkpoint
+    from polyrl import checkpoint, run_lock
     from polyrl.errors import ConfigError
     from polyrl.trainer import Trainer
 
@@ -261,6 +261,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise ConfigError(wrong[0], field="--resume", fix=wrong[1])
     resuming = args.resume is not None or args.resume_weights_only
     where = Path(config.train.output_dir)
+    if os.environ.get("RANK", "0") in ("", "0"):  # the rank that takes the run's lock (all of it without a launcher)
+        run_lock.check_free(where)  # a running run's folder: refused before the models load, not after
     existed = where.is_dir()  # before the run takes its lock there
     # stdout holds the summary alone (`polyrl train x.toml > summary.json`): what a tracker library
     # (trackio's banner) or a reward prints during the run goes to stderr
@@ -577,9 +579,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from polyrl import logs
 
-    args = build_parser().parse_args(argv)
-    logs.configure(json=args.log_json or None)
     try:
+        logs.configure()  # first: a bad POLYRL_LOG_* is the one error line, before an import logs with it
+        args = build_parser().parse_args(argv)
+        if args.log_json:
+            logs.configure(json=True)
         return int(args.func(args) or 0)
     except PolyrlError as exc:
         from polyrl.errors import one_line

@@ -186,6 +186,9 @@ class DataSection:
             raise ConfigError("built-in tasks take no column mapping or system prompt",
                               field="data.columns" if self.columns else "data.system_prompt",
                               fix="use data.path or data.name for your own rows")
+        from polyrl.data import check_options  # its readers import this module's classes
+
+        check_options(self.task, self.options)
 
 
 def _same_files(a: Any, b: Any) -> bool:
@@ -412,6 +415,7 @@ class RunConfig:
         self._check_device()
         self._check_some_reward_counts()
         self._check_eval_is_on()
+        self._check_hold_out()
         self._check_run_rewards_label()
 
     def _check_device(self) -> None:
@@ -454,6 +458,31 @@ class RunConfig:
             raise ConfigError(f"is set ({value!r}) but eval.count is 0, which turns evaluation off: nothing would be "
                               "evaluated", field=field,
                               fix=f"set eval.count to the held-out prompts to evaluate (e.g. count = 100), or remove {field}")
+
+    def _check_hold_out(self) -> None:
+        """``data.options.eval_count`` holds a file's rows out for evaluation, which a run sizes by
+        eval.count: a value beside another eval.count, another eval source or no evaluation at all
+        was replaced or left rows out of training unread, without a word."""
+        held = self.data.options.get("eval_count") if self.data.task is None else None
+        if not held:  # none, 0 (nothing held out), or a task's (refused as the data section is read)
+            return
+        data, count = self.data, self.eval.count
+        source = next((f for f, v in (("data.eval_path", data.eval_path), ("data.eval_split", data.eval_split),
+                                      ("data.eval_rows", data.eval_rows)) if v is not None), None)
+        if count == 0:
+            problem, fix = ("eval.count is 0 (no evaluation): they would never be evaluated",
+                            f"set count = {held} under [eval] and remove data.options.eval_count, or remove it")
+        elif source is not None:
+            problem, fix = (f"the evaluation reads {source}: they would never be evaluated",
+                            "remove data.options.eval_count (eval.count rows are read from the eval source)")
+        elif held != count:
+            problem, fix = (f"eval.count = {count} sizes the held-out rows too",
+                            f"remove data.options.eval_count (eval.count holds {count} rows out), or set "
+                            "eval.count to the number of rows to evaluate on")
+        else:
+            return
+        raise ConfigError(f"holds {held} rows out of training for evaluation, and {problem}",
+                          field="data.options.eval_count", fix=fix)
 
     def _check_some_reward_counts(self) -> None:
         """Every weight 0 makes the combined reward 0 for every sample: every advantage is 0 and the

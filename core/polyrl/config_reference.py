@@ -142,8 +142,9 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                       "a slice of `name`'s split disjoint from `split` (`train[:90%]` / `train[90%:]`; "
                       "overlapping rows are an error)",
         "options": "task options (`count`, `digits`, `ops`, `seed`, `eval_fraction`, `chat`, `instruction` for "
-                   "`arithmetic`); for other sources "
-                   "`count`, `eval_count` and `seed` of the hold-out",
+                   "`arithmetic`); for other sources `count` (training rows kept) and `seed` of the hold-out "
+                   "(`eval_count`, if given, must equal `eval.count`, which sizes it in a run); any other key "
+                   "is an error naming the setting meant (`eval_count` beside a task: `eval.count`)",
         "rows": "inline rows (Python API only)",
         "eval_rows": "inline evaluation rows (Python API only: `run(eval_prompts=...)`, TRL's `eval_dataset`); "
                      "nothing is held out",

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 
 from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, ArrowRows, check_prompt_column,
@@ -33,7 +34,7 @@ from polyrl.data_sources import RowOrigins, cached_split_rows, load_cached, load
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.split_overlap import check_disjoint
-from polyrl.tasks import SPLITS, TASKS
+from polyrl.tasks import SPLITS, TASK_CHECKS, TASK_OPTIONS, TASKS
 from polyrl.text_validity import blank, blank_problem, row_surrogate, surrogate_error
 from polyrl.types import Prompt
 
@@ -319,9 +320,7 @@ def load_task(
     name: str, options: Mapping[str, Any] | None = None, split: str = "train", prompt_column: str = "prompt"
 ) -> Dataset:
     """A built-in task's split (see ``polyrl.tasks``)."""
-    if name not in TASKS:
-        raise ConfigError(f"unknown task {name!r}", field="data.task",
-                          fix=f"use one of: {', '.join(sorted(TASKS))}, or data.path / data.name for your own rows")
+    check_options(name, options or {})
     return Dataset(TASKS[name](options, split, prompt_column), prompt_column, f"{name}:{split}")
 
 
@@ -337,14 +336,49 @@ def split_dataset(dataset: Dataset, eval_count: int, seed: int = 0) -> tuple[Dat
 
 
 FILE_OPTIONS = ("count", "eval_count", "seed")
+#: how many prompts are held out for evaluation, in a run
+_EVAL_COUNT_FIX = "the held-out prompts of a run are eval.count: write count = N under [eval]"
+#: data.options keys a user writes for a setting of another table; ``configtools.unknown_key_fix``
+#: names the table of any other polyrl key (``prompt_column`` -> data.prompt_column)
+OPTION_HINTS = {key: _EVAL_COUNT_FIX for key in ("eval_count", "test_size", "eval_size", "num_eval")}
+
+
+def _check_option_keys(task: str | None, options: Mapping[str, Any]) -> None:
+    """Every ``data.options`` key one that the source reads (a built-in task's options, or a file's or
+    rows' ``FILE_OPTIONS``), else one error naming the key and, where there is one, the setting to
+    write instead (``eval_count`` beside a task is ``eval.count``). Why: each source read its own
+    keys at load time only, and the fix listed them without the setting the user meant."""
+    from polyrl.config import DataSection  # it reads data.options with this function
+    from polyrl.configtools import unknown_key_fix
+
+    valid = TASK_OPTIONS[task] if task is not None else FILE_OPTIONS
+    unknown = sorted(map(str, set(options) - set(valid)))
+    if not unknown:
+        return
+    key = unknown[0]
+    source = f"the {task} task takes" if task is not None else "data files and rows take"
+    own = {f.name for f in attrs.fields(DataSection) if f.name not in ("options", "rows", "eval_rows")}
+    fix = (f"{key} is a key of [data] itself: write {key} = ... beside options, not inside it" if key in own
+           else unknown_key_fix(key, options[key], list(valid), OPTION_HINTS))
+    raise ConfigError(f"{source} no option {key!r}", field=f"data.options.{key}", fix=fix)
+
+
+def check_options(task: str | None, options: Mapping[str, Any]) -> None:
+    """``data.options`` checked as the config is read, before any row is: a built-in task's name,
+    its options' keys and values, or a file's or rows' keys and values."""
+    if task is not None:
+        if task not in TASKS:
+            raise ConfigError(f"unknown task {task!r}", field="data.task",
+                              fix=f"use one of: {', '.join(sorted(TASKS))}, or data.path / data.name for your own rows")
+        _check_option_keys(task, options)
+        TASK_CHECKS[task](options)
+    else:
+        _check_file_options(options)
 
 
 def _check_file_options(options: Mapping[str, Any]) -> None:
     """A file's or rows' ``data.options``: known keys, each an integer >= 0 (TOML's ``true`` is not 1)."""
-    unknown = sorted(set(options) - set(FILE_OPTIONS))
-    if unknown:
-        raise ConfigError(f"data files take no option {unknown[0]!r}", field=f"data.options.{unknown[0]}",
-                          fix=f"valid options for a file or rows: {', '.join(FILE_OPTIONS)}")
+    _check_option_keys(None, options)
     for key in FILE_OPTIONS:
         value = options.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
@@ -440,7 +474,10 @@ def load_train_and_eval(data: Any, eval_count: int) -> tuple[Dataset, Dataset | 
         return train, held.select(range(min(eval_count, len(held))))
     _check_file_options(options)  # as written: ``eval_count = true`` was replaced below without a word
     options["eval_count"] = eval_count  # hold eval_count rows out of the training source
-    return _file_split(everything, options, "train"), _file_split(everything, options, "eval")
+    # options.count caps the training rows; the run evaluates on eval.count rows (a count of 100 cut an
+    # eval.count of 200 to 100 without a word), as a task's eval split takes eval.count whatever its count
+    eval_options = {key: value for key, value in options.items() if key != "count"}
+    return _file_split(everything, options, "train"), _file_split(everything, eval_options, "eval")
 
 
 def _counted(count_tokens: Callable[[Prompt], int], prompt: Prompt, dataset: Dataset, i: int) -> int:

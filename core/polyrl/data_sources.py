@@ -343,7 +343,7 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
         return _load_folder(paths[0], split, field, split_field), paths[0].name, None
     if split is not None:
         raise ConfigError("files have no splits", field=split_field,
-                          fix="remove it, or hold rows out with data.options.eval_count / data.eval_path")
+                          fix="remove it, or hold rows out with eval.count, or read them from data.eval_path")
     name = paths[0].name if len(paths) == 1 else f"{paths[0].name} (+{len(paths) - 1} files)"
     kind = _format(paths, field)
     if kind == "json":

@@ -26,6 +26,8 @@ from typing import Any, TextIO
 
 import structlog
 
+from polyrl.errors import ConfigError
+
 _SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
 
 
@@ -193,11 +195,36 @@ def json_mode() -> bool:
     return isinstance(sys.stderr, JsonLinesStderr)
 
 
+#: POLYRL_LOG_JSON's spellings, any case
+_JSON_ON, _JSON_OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def _env_json() -> bool:
+    """``POLYRL_LOG_JSON`` as a switch; anything else is a ConfigError: ``False`` or ``no`` turned
+    JSON lines on (only "", "0" and "false" were off) and ``maybe`` too, without a word."""
+    text = os.environ.get("POLYRL_LOG_JSON", "").strip()
+    if text.lower() in _JSON_ON + _JSON_OFF:
+        return text.lower() in _JSON_ON
+    raise ConfigError(f"must be a switch, got {text!r}", field="POLYRL_LOG_JSON",
+                      fix="set POLYRL_LOG_JSON=1 for JSON log lines, 0 (or unset it) for plain ones")
+
+
+def _env_level(level: str | None) -> str:
+    """The level's name: ``level``, else ``POLYRL_LOG_LEVEL``; a name logging lacks is a ConfigError
+    (``LOUD`` or ``warn ing`` logged at info without a word)."""
+    name = (level or os.environ.get("POLYRL_LOG_LEVEL", "") or "info").strip().lower()
+    if name not in (*LOG_LEVELS, "warn"):  # logging's alias of warning
+        raise ConfigError(f"is not a log level, got {name!r}", field="POLYRL_LOG_LEVEL",
+                          fix=f"use one of {', '.join(LOG_LEVELS)}, or unset it (info)")
+    return name.upper()
+
+
 def configure(json: bool | None = None, level: str | None = None) -> None:
     """Configure structlog once per process; ``POLYRL_LOG_JSON=1`` / ``POLYRL_LOG_LEVEL`` too."""
     if json is None:
-        json = os.environ.get("POLYRL_LOG_JSON", "") not in ("", "0", "false")
-    level_name = (level or os.environ.get("POLYRL_LOG_LEVEL", "info")).upper()
+        json = _env_json()
+    level_name = _env_level(level)
     renderer: Any = (
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     )
@@ -224,7 +251,11 @@ def get_logger(name: str = "polyrl") -> Any:
     which print to stdout and skip the secret redaction.
     """
     if not structlog.is_configured():
-        configure()
+        try:
+            configure()
+        except ConfigError as exc:  # at import: the CLI's own configure() makes it the command's error line
+            configure(json=False, level="info")
+            structlog.get_logger("polyrl").warning(f"{exc.field} ignored: {exc.message}", fix=exc.fix)
     return structlog.get_logger(name)
 
 

@@ -10,10 +10,13 @@ why the limit is generous: a slow first import of a large library is not a hang.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from polyrl.errors import ConfigError
 
 #: Seconds one discovery call may take; ``POLYRL_PLUGIN_TIMEOUT_S`` overrides it.
 DEFAULT_LIMIT_S = 120.0
@@ -25,12 +28,20 @@ class PluginCallTimedOut(Exception):
 
 
 def limit_s() -> float:
-    """The limit in seconds (the environment's, when it is a number > 0)."""
-    try:
-        value = float(os.environ.get(LIMIT_ENV, ""))
-    except ValueError:
+    """The limit in seconds: the environment's, else the default. A value that is not a finite
+    number > 0 is a ConfigError naming the variable: ``abc``, ``-1`` or ``nan`` was replaced by
+    the default without a word."""
+    text = os.environ.get(LIMIT_ENV, "").strip()
+    if not text:
         return DEFAULT_LIMIT_S
-    return value if value > 0 else DEFAULT_LIMIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"must be a number of seconds > 0, got {text!r}", field=LIMIT_ENV,
+                          fix=f"e.g. {LIMIT_ENV}=300, or unset it for the default {DEFAULT_LIMIT_S:g} s")
+    return value
 
 
 def call_limited(fn: Callable[[], Any], what: str) -> Any:

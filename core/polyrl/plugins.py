@@ -28,7 +28,7 @@ import attrs
 import pluggy
 
 from polyrl import hookspecs
-from polyrl.plugin_calls import call_limited
+from polyrl.plugin_calls import call_limited, limit_s
 from polyrl.plugin_requirements import unmet_core_requirement
 
 ENTRY_POINT_GROUPS = ("polyrl.backends", "polyrl.rewards", "polyrl.trackers", "polyrl.environments")
@@ -199,6 +199,7 @@ def get_plugin_manager(extra: Iterable[Any] = (), entry_points: bool = True) -> 
     """A fresh plugin manager with the built-ins, entry-point plugins and ``extra`` registered."""
     import importlib
 
+    limit_s()  # a bad POLYRL_PLUGIN_TIMEOUT_S: one error now, not a load error on every plugin
     pm = PolyrlPluginManager()
     for name, module in (*BUILTIN_REWARD_PLUGINS, *BUILTIN_BACKEND_PLUGINS, *BUILTIN_TRACKER_PLUGINS,
                          *BUILTIN_ENVIRONMENT_PLUGINS, *BUILTIN_MODEL_PLUGINS):

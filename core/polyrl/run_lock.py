@@ -10,8 +10,10 @@ share it (a test or notebook that stops one and resumes in another); another pro
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from polyrl.errors import ConfigError, PolyrlError
@@ -42,6 +44,7 @@ class OutputDirLock:
     def acquire(self) -> None:
         if self._key is not None:
             return
+        check_output_dir(self.path.parent)
         key = str(self.path.parent.resolve() / LOCK_FILE)
         if key in _HELD:
             _HELD[key][1] += 1
@@ -80,6 +83,41 @@ class OutputDirLock:
             fcntl.flock(held[0], fcntl.LOCK_UN)
             os.close(held[0])
         self._key = None
+
+
+@contextlib.contextmanager
+def held_while_writing(output_dir: Path, main_process: bool = True) -> Iterator[None]:
+    """The output_dir lock held around what is written there before a run starts (``polyrl.trl``
+    saves the script's model objects and tokenizers): a run holding the directory refuses the
+    writer before any of its files is replaced (they were replaced, and only ``train()`` was
+    refused), and no run starts there mid-write. Under a launcher rank 0 takes it, as for the run
+    (``main_process``); the other ranks' saves of the same objects land beside rank 0's."""
+    lock = OutputDirLock(Path(output_dir))
+    if main_process:
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def check_output_dir(output_dir: Path) -> None:
+    """An output_dir that can never be a run's folder is one error naming what it is, before any
+    model loads: a symlink loop was a traceback (``resolve()`` in the trackers' run name), a file
+    "cannot write ...: File exists" with a fix about free space, once the models had loaded."""
+    path = Path(output_dir)
+    try:
+        path.resolve(strict=False)
+        exists = path.exists()
+    except (OSError, RuntimeError) as exc:  # ELOOP (RuntimeError before Python 3.13's resolve)
+        raise ConfigError(f"output_dir {path} cannot be followed: {getattr(exc, 'strerror', None) or exc}",
+                          field="train.output_dir",
+                          fix="remove the looping symlink, or point train.output_dir (--output-dir) at a folder") from None
+    blocking = path if exists else next((p for p in path.parents if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        what = "is a file" if blocking == path else f"is inside {blocking}, a file"
+        raise ConfigError(f"output_dir {path} {what}, not a folder", field="train.output_dir",
+                          fix="move the file away, or point train.output_dir (--output-dir) at a folder")
 
 
 def unwritable(path: Path, exc: OSError) -> PolyrlError:

@@ -125,3 +125,8 @@ def arithmetic(
 TASKS: dict[str, Callable[[Mapping[str, Any] | None, str, str], list[dict[str, Any]]]] = {
     "arithmetic": arithmetic,
 }
+#: The options each built-in task reads (``data.options``): any other key is refused when the config is read.
+TASK_OPTIONS: dict[str, tuple[str, ...]] = {"arithmetic": tuple(ARITHMETIC_DEFAULTS)}
+#: Each task's check of its options' values, run when the config is read (``count = "3"`` was
+#: refused only once the trainer built the rows, after ``polyrl launch --dry-run`` passed it).
+TASK_CHECKS: dict[str, Callable[[Mapping[str, Any] | None], Any]] = {"arithmetic": _arithmetic_options}

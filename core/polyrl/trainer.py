@@ -74,7 +74,7 @@ from polyrl.rewards.trl_compat import TrainerState
 from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.run_observer import RunObserver, StepAsk
 from polyrl.schedules import lr_at, updates_in_history
-from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock
+from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock, check_output_dir
 from polyrl import evaluation, metrics_file
 from polyrl import minibatches, step_gather
 from polyrl.step_metrics import (clip_region_metrics, epoch_stop_skips, joined_gaps, no_loss_token_metrics,
@@ -249,6 +249,7 @@ class Trainer:
         self.config = config
         self._given_engines = engines
         self.output_dir = Path(config.train.output_dir)
+        check_output_dir(self.output_dir)  # a file or a symlink loop: refused before anything loads
         self.checkpoint_root = self.output_dir / "checkpoints"
         self.final_model_dir = self.output_dir / "model"
         self.lock = OutputDirLock(self.output_dir)

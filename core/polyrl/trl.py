@@ -218,7 +218,9 @@ class GRPOTrainer:
         self.environment = _environment(self.tools, self.trl_environments, self.args)
         # evaluated on as TRL's eval_strategy says (from_trl's [eval] settings), else only where a callback asks
         self._evaluates = _evaluates(eval_dataset, self.grpo_config)
-        self.model_path = _model_folder(model, processing_class, self.grpo_config.output_dir)
+        self.accelerator = _Accelerator()
+        self.model_path, entries, tokenizer_folders = self._saved_objects(model, processing_class, user_rewards,
+                                                                          reward_tokenizers)
         #: the PreTrainedModel given (None for a folder): train() puts the trained weights into it,
         #: as TRL trains the object a script keeps using after train()
         self._model_object = None if isinstance(model, (str, Path)) else model
@@ -230,12 +232,9 @@ class GRPOTrainer:
         #: with peft_config, ``trainer.model``: a peft PeftModel of the base (TRL's), made on first use
         self._peft_model: Any = None
         self._processing_class = processing_class
-        self.accelerator = _Accelerator()
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
         self.reward_funcs = [*user_rewards, *env_rewards]  # TRL's list: get_reward's rewards appended
-        entries, tokenizer_folders = trl_reward_models.saved_reward_models(user_rewards, reward_tokenizers,
-                                                                            self.grpo_config.output_dir)
         #: reward_funcs as polyrl's rewards read them: a reward model object as the folder it is saved to
         self._reward_entries = [*entries, *env_rewards]
         #: the folder each reward model's tokenizer from reward_processing_classes is saved in (None: its own)
@@ -257,6 +256,20 @@ class GRPOTrainer:
             self._callbacks = self._callback_handler(list(callbacks) if isinstance(callbacks, (list, tuple))
                                                      else [callbacks])
             self._callbacks.event("on_init_end")
+
+    def _saved_objects(self, model: Any, processing_class: Any, rewards: list[Any],
+                       tokenizers: list[Any]) -> tuple[str, list[Any], list[str | None]]:
+        """(the policy's folder, ``rewards`` as polyrl reads them, their tokenizers' folders): the
+        model objects and tokenizers the script holds saved under output_dir, under its run lock
+        (``run_lock.held_while_writing``): a second trainer on the output_dir of a running run
+        replaced that run's ``initial_model`` and ``reward_models`` before ``train()`` refused it."""
+        from polyrl import run_lock, trl_reward_models
+
+        output_dir = self.grpo_config.output_dir
+        with run_lock.held_while_writing(Path(output_dir), self.accelerator.is_main_process):
+            model_path = _model_folder(model, processing_class, output_dir)
+            entries, folders = trl_reward_models.saved_reward_models(rewards, tokenizers, output_dir)
+        return model_path, entries, folders
 
     @_script_names
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
