@@ -628,3 +628,51 @@ def test_more_messages_than_tokens_of_room_are_refused_unrendered(smollm2, where
         assert c.finish_reason == "length" and c.info["turns"] == 1 and not env_failed(c) and not check(model, [c])
     else:
         assert env_failed(c) and "(5,000 message(s), 0 characters) cannot fit model.max_length = 4096" in c.info["env_error"]
+
+
+# --- the environment's rewarded is read where its other calls run ------------------------------------
+
+
+@pytest.mark.parametrize("how", ["raises", "blocks"])
+def test_a_rewarded_property_that_raises_or_blocks_ends_its_episode_not_the_run(smollm2, how):
+    """``rewarded`` (what the rewards get as an episode's environment) is the environment's code,
+    read on the trainer's thread once the rollout was over: one that raised ended the run with a
+    traceback, one that blocked hung it. It is read on the episode's thread within env_timeout_s
+    now: its episode ends as an environment error (unscored), the others are kept, and every
+    environment is still told its episode is over."""
+    release = threading.Event()
+    told: list[str] = []
+
+    class Scored:
+        def reset(self, row):
+            self.name = row["prompt"]
+            return [{"role": "user", "content": "Say 5."}]
+
+        def step(self, message):
+            return Observation(reward=1.0, done=True)
+
+        @property
+        def rewarded(self):
+            if self.name == "bad":
+                if how == "raises":
+                    raise RuntimeError("no score here")
+                release.wait(8.0)
+            return self
+
+        def episode_over(self) -> None:
+            told.append(self.name)
+
+    model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
+    runner = two_turns(smollm2, model, make_environment=Scored, env_timeout_s=0.5)
+    start = time.monotonic()
+    try:
+        out = runner.run([{"prompt": "bad"}, {"prompt": "good"}], SamplingParams(max_new_tokens=10, n=1, seed=0))
+        elapsed = time.monotonic() - start
+    finally:
+        release.set()
+    assert elapsed < 5.0, f"the step took {elapsed:.1f} s"
+    assert sorted(told) == ["bad", "good"]
+    said = "RuntimeError: no score here" if how == "raises" else "rewarded did not return within 0.5 s"
+    assert env_failed(out[0]) and "reading the environment's rewarded failed" in out[0].info["env_error"]
+    assert said in out[0].info["env_error"] and out[0].environment is None
+    assert not env_failed(out[1]) and out[1].environment.name == "good" and out[1].info["env_reward"] == 1.0

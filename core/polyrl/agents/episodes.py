@@ -161,6 +161,9 @@ class _Episode:
     env_error: str | None = None
     #: the environment's first messages (before tool instructions); None: the dataset prompt's
     asked: list[dict[str, Any]] | None = None
+    #: what the rewards get as its environment (``rewarded_environment``), read on its thread once
+    #: the rollout is over (``_end_episode``); None: no environment, or it could not be read
+    rewarded: Any = None
 
     def context(self) -> list[dict[str, Any]]:
         return [*self.first_messages, *self.messages]
@@ -180,7 +183,7 @@ class _Episode:
                           logprobs=np.asarray(self.logprobs, dtype=np.float32), text=decode_text,
                           finish_reason=self.finish_reason, mask=np.asarray(self.mask, dtype=bool),
                           messages=list(self.messages), info=info, prompt_messages=self.asked,
-                          environment=rewarded_environment(self.env))
+                          environment=self.rewarded)
 
 
 def turn_seed(seed: int | None, turn: int, group: int) -> int | None:
@@ -673,38 +676,42 @@ class EpisodeRunner:
                 self._run_turns(episodes, sampling)
         finally:  # each is told its episode is over, then its thread ends
             try:
-                hung = asyncio.run(self._end_episodes(made)) if made else {}
+                over = asyncio.run(self._end_episodes(made)) if made else {}
             finally:
                 for entry in made:
                     entry.worker.close()
         for ep in episodes:
-            if ep.index in hung and ep.env_error is None:
-                self._ended(ep, hung[ep.index])
+            error, rewarded = over.get(ep.index, (None, None))
+            if error is not None and ep.env_error is None:
+                self._ended(ep, error)
+            if ep.env is not None:
+                ep.rewarded = rewarded
         if counted:
             self._count_failures(episodes)
         return [ep.completion(ep.index // n, self._text(ep)) for ep in episodes]
 
-    async def _end_episodes(self, made: Sequence[_Made]) -> dict[int, str]:
-        """``end_episode`` for every environment made, all at once; the episodes whose
-        ``episode_over`` did not return within ``env_timeout_s`` (or was not run: ``_env_call``'s
-        cap), with why (their ``env_error``)."""
+    async def _end_episodes(self, made: Sequence[_Made]) -> dict[int, tuple[str | None, Any]]:
+        """``_end_episode`` for every environment made, all at once: by episode, why it failed
+        there (None: it did not) and what its rewards get as its environment."""
         ended = await asyncio.gather(*(self._end_episode(entry) for entry in made))
-        return {entry.index: error for entry, error in zip(made, ended) if error is not None}
+        return {entry.index: outcome for entry, outcome in zip(made, ended)}
 
-    async def _end_episode(self, made: _Made) -> str | None:
-        """``end_episode`` of ``made``'s environment on its episode's worker, the thread and loop
-        its ``reset`` and ``step`` ran on, within ``env_timeout_s`` as every call of its code; why
-        the episode failed there, or None. What it raises (``sys.exit`` included) is a warning
-        naming it, the episode kept. Why there: it ran on a fresh thread, so what ``reset`` tied to
-        its thread (an sqlite connection) or loop could not be closed in it (TRL calls an
-        environment's plain methods on one thread too). A worker still running a call abandoned
-        past its limit would never reach it: it runs on a fresh thread then, as it always did.
-        Why a limit: one that hung, hung the step for ever; it ends its episode as an environment
-        error (unscored: the rewards would read an environment whose code still runs). Why it is
-        caught: it escaped ``run`` with a traceback that ended the run, after the rollout was
-        sampled, and skipped the other environments' ``episode_over`` (a TRL pool's instances
-        then never came back)."""
+    async def _end_episode(self, made: _Made) -> tuple[str | None, Any]:
+        """Read what the rewards get as ``made``'s environment (``_read_rewarded``), then tell it
+        its episode is over (``end_episode``) on its episode's worker, the thread and loop its
+        ``reset`` and ``step`` ran on, within ``env_timeout_s`` as every call of its code; (why the
+        episode failed there or None, what was read). What ``episode_over`` raises (``sys.exit``
+        included) is a warning naming it, the episode kept. Why there: it ran on a fresh thread,
+        so what ``reset`` tied to its thread (an sqlite connection) or loop could not be closed in
+        it (TRL calls an environment's plain methods on one thread too). A worker still running a
+        call abandoned past its limit would never reach it: it runs on a fresh thread then, as it
+        always did. Why a limit: one that hung, hung the step for ever; it ends its episode as an
+        environment error (unscored: the rewards would read an environment whose code still
+        runs). Why it is caught: it escaped ``run`` with a traceback that ended the run, after
+        the rollout was sampled, and skipped the other environments' ``episode_over`` (a TRL
+        pool's instances then never came back)."""
         env = made.env
+        rewarded, unread = await self._read_rewarded(made)
 
         def told() -> str | None:  # on the thread: its raising is its own, not a failed call
             try:
@@ -713,18 +720,37 @@ class EpisodeRunner:
                 return describe(exc, run_goes_on=False)
             return None
 
-        worker = Worker(name="polyrl-env-over") if made.worker.late else made.worker
         try:
-            raised = await self._env_call(worker, "episode_over", told)
+            raised = await self._call_after_rollout(made, "episode_over", told)
         except _EnvError as failed:
-            return failed.text
-        finally:
-            if worker is not made.worker:
-                worker.close()
+            return unread or failed.text, None
         if raised is not None:
             log.warning("the environment's episode_over raised; the run goes on", environment=self._env_name,
                         error=raised)
-        return None
+        return unread, rewarded
+
+    async def _read_rewarded(self, made: _Made) -> tuple[Any, str | None]:
+        """(what the rewards get as ``made``'s environment, None) or (None, why it cannot be read):
+        its ``rewarded`` (``rewarded_environment``) is read on the episode's worker within
+        ``env_timeout_s``, before ``episode_over``. Why there: a ``rewarded`` property is the
+        environment's code, read on the trainer's thread once the rollout was over, so one that
+        raised ended the run with a traceback and one that blocked hung it; it ends its episode as
+        an environment error now (unscored), as a ``step`` raising or hanging does."""
+        env = made.env
+        try:
+            return await self._call_after_rollout(made, "rewarded", lambda: rewarded_environment(env)), None
+        except _EnvError as failed:
+            return None, f"reading the environment's rewarded failed: {failed.text}"
+
+    async def _call_after_rollout(self, made: _Made, what: str, fn: Callable[[], Any]) -> Any:
+        """``_env_call`` on ``made``'s worker, or on a fresh one while it still runs a call
+        abandoned past its limit (queued behind it, ``fn`` would never run)."""
+        worker = Worker(name="polyrl-env-over") if made.worker.late else made.worker
+        try:
+            return await self._env_call(worker, what, fn)
+        finally:
+            if worker is not made.worker:
+                worker.close()
 
     def _room(self, ep: _Episode) -> int:
         """Tokens this episode may still hold."""
