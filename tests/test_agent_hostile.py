@@ -676,3 +676,49 @@ def test_a_rewarded_property_that_raises_or_blocks_ends_its_episode_not_the_run(
     assert env_failed(out[0]) and "reading the environment's rewarded failed" in out[0].info["env_error"]
     assert said in out[0].info["env_error"] and out[0].environment is None
     assert not env_failed(out[1]) and out[1].environment.name == "good" and out[1].info["env_reward"] == 1.0
+
+
+# --- a tool's result the chat template refuses is not the model's format error -------------------------
+
+#: a template with a rule on a tool message's text (here: an empty one)
+NO_EMPTY_RESULT = ("{% for m in messages %}{% if m['role'] == 'tool' and not m['content'] %}"
+                   "{{ raise_exception('A tool message must have content.') }}{% endif %}"
+                   "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+                   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def test_a_tool_result_the_chat_template_refuses_is_the_environments_error_not_the_models(smollm2):
+    """Every refusal after a turn with calls was the model's format error: an environment whose own
+    tool answered what the template refuses (an empty result) had the policy trained against a
+    call it made right. It is the environment's error now (unscored); a result the template takes
+    goes on as before, and a refusal of the calls themselves stays the model's
+    (``test_a_turn_the_chat_template_refuses_is_the_models_format_error``)."""
+    tok = dressed(smollm2, NO_EMPTY_RESULT, [])
+    eot = tok.convert_tokens_to_ids("<|im_end|>")
+
+    class Shelf:
+        def reset(self, row):
+            self.answer = row["prompt"]
+            self.tools = [self.look]
+            return [{"role": "user", "content": "Look on the shelf."}]
+
+        def look(self, key: str) -> str:
+            """Look a key up on the shelf.
+
+            Args:
+                key: the key
+            """
+            return self.answer
+
+        def step(self, message):
+            return Observation(reward=1.0, done=True)
+
+    model = Scripted(tok, lambda text, j: call("look", key="k") if text.count("assistant\n") == 1 else "done", eot)
+    runner = EpisodeRunner(model.generate, encoder(tok), EpisodeLimits(max_turns=3, max_episode_tokens=600,
+                                                                       max_length=4096),
+                           make_environment=Shelf, parse=parse_tool_calls)
+    empty, full = runner.run([{"prompt": ""}, {"prompt": "a book"}], SamplingParams(max_new_tokens=80, n=1, seed=0))
+    assert not check(model, [empty, full])
+    assert env_failed(empty) and empty.info["format_errors"] == 0
+    assert "A tool message must have content" in empty.info["env_error"]
+    assert not env_failed(full) and full.info["turns"] == 2 and full.info["env_reward"] == 1.0

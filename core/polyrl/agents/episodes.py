@@ -40,7 +40,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from polyrl.agents.glue import ChatGlue, EncodeChat, RenderError, model_text_left_out
+from polyrl.agents.glue import ChatGlue, EncodeChat, RenderError, content_left_out, model_text_left_out
 from polyrl.agents.prompting import template_ignores_tools, tool_results_as_user, with_tools_prompt
 from polyrl.agents.spec import (checked_environment, checked_reset, checked_step, end_episode, environment_tools,
                                 plain_text, rewarded_environment)
@@ -586,7 +586,7 @@ class EpisodeRunner:
             inserted = self.glue.after_turn(ep.context()[:-1], assistant, turn.completion_ids, new, schemas)
         except RenderError as exc:  # this conversation's content, not the run: the episode ends here
             # the template raised on the model's calls, or (a plain answer) on what the model wrote
-            refused = exc.__cause__ if calls or errors else self._text_refused(ep, schemas)
+            refused = self._calls_refused(ep, new, schemas, exc) if calls or errors else self._text_refused(ep, schemas)
             if refused is not None:
                 self._refused(ep, refused)
                 return
@@ -599,6 +599,22 @@ class EpisodeRunner:
             return
         ep.add(inserted, None, sampled=False)
         ep.messages.extend(new)
+
+    def _calls_refused(self, ep: _Episode, answers: Sequence[Mapping[str, Any]],
+                       schemas: Sequence[Mapping[str, Any]] | None, exc: RenderError) -> BaseException | None:
+        """What the chat template raised on a turn with calls (``exc``'s cause) when the model's
+        calls are what it refused, or None when it refused the text of their ``answers`` (a tool's
+        result): the same conversation with each answer's text a stand-in renders. Why ask: every
+        refusal after a turn with calls was the model's format error, so a tool (an environment's
+        own, say) answering what the template refuses (an empty result) had the policy trained
+        against a call it made right, where it is the environment's error, unscored."""
+        if exc.__cause__ is None:
+            return None
+        try:
+            self.glue.encode([*ep.context(), *content_left_out(answers)], True, schemas)
+        except RenderError:  # refused whatever the answers say: the calls (or the errors of malformed ones)
+            return exc.__cause__
+        return None
 
     def _text_refused(self, ep: _Episode, schemas: Sequence[Mapping[str, Any]] | None) -> BaseException | None:
         """What the chat template raised on the conversation through the model's last turn for the
