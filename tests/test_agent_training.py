@@ -717,6 +717,9 @@ class Faulty:
     def reset(self, row):
         if MODE == "reset_raise":
             raise ValueError("reset boom")
+        if MODE == "thread_left":  # a helper thread never stopped (an explicit daemon=False)
+            import threading
+            threading.Thread(target=time.sleep, args=(10**6,), name="env-helper", daemon=False).start()
         return [{"role": "user", "content": "Say anything."}]
 
     def step(self, message):
@@ -784,6 +787,31 @@ def test_environment_code_that_exits_or_hangs_ends_its_episodes_and_the_cli_run_
                 "stuck": "step did not return within 3 s"}[mode]
     assert expected in proc.stderr and "environment step failed; episode ended" in proc.stderr
     assert (out / "model").is_dir()
+
+
+@pytest.mark.faults
+def test_a_thread_an_environment_leaves_running_does_not_keep_the_finished_cli_run_from_exiting(tiny_model_dir,
+                                                                                                 tmp_path):
+    """An environment whose ``reset`` starts a non-daemon thread that never ends: the run trained,
+    wrote its model and printed its summary, then never exited (the interpreter's exit joins every
+    such thread). It leaves now, exit 0, once its exit has waited ``EXIT_GRACE_S`` for them, with a
+    warning naming them."""
+    import subprocess
+    import time
+
+    from crash_util import POLYRL, metric_steps
+
+    from polyrl.cli import EXIT_GRACE_S
+
+    config, out, env = faulty_env_run(tmp_path, tiny_model_dir, "thread_left", steps=1)
+    start = time.monotonic()
+    proc = subprocess.run([*POLYRL, "train", str(config), "--no-progress"], capture_output=True, text=True,
+                          env=env, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert time.monotonic() - start >= EXIT_GRACE_S and json.loads(proc.stdout)["steps"] == 1
+    assert [m["step"] for m in metric_steps(out)] == [1] and (out / "model").is_dir()
+    warned = [line for line in proc.stderr.splitlines() if line.startswith("warning: the command ended")]
+    assert len(warned) == 1 and "env-helper" in warned[0] and "daemon=True" in warned[0], proc.stderr[-2000:]
 
 
 @pytest.mark.faults
