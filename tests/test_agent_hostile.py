@@ -722,3 +722,52 @@ def test_a_tool_result_the_chat_template_refuses_is_the_environments_error_not_t
     assert env_failed(empty) and empty.info["format_errors"] == 0
     assert "A tool message must have content" in empty.info["env_error"]
     assert not env_failed(full) and full.info["turns"] == 2 and full.info["env_reward"] == 1.0
+
+
+# --- an environment's own tools are read where its code runs ----------------------------------------
+
+
+@pytest.mark.parametrize("how", ["raises", "blocks"])
+def test_an_environment_tool_whose_docstring_raises_or_blocks_ends_its_episode_not_the_run(smollm2, how):
+    """A tool's name, docstring and signature are read to build its schema, and for an
+    environment's own tools they are its code (a callable object's ``__doc__`` property): one that
+    raised ended the run with a traceback, one that blocked hung it, on the trainer's thread. They
+    are read on the episode's thread within env_timeout_s now: that episode ends as an environment
+    error, and an episode whose tool is plain goes on."""
+    release = threading.Event()
+
+    class Look:
+        """A callable tool object whose docstring is computed."""
+
+        __name__ = "look"
+
+        def __call__(self, key: str) -> str:
+            return "plain"
+
+        @property
+        def __doc__(self):  # type: ignore[override]
+            if how == "raises":
+                raise RuntimeError("no docstring today")
+            release.wait(8.0)
+            return "Look a key up.\n\nArgs:\n    key: the key\n"
+
+    class Shelf:
+        def reset(self, row):
+            self.tools = [Look() if row["prompt"] == "bad" else lookup]
+            return [{"role": "user", "content": "Say 5."}]
+
+        def step(self, message):
+            return Observation(reward=1.0, done=True)
+
+    model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
+    runner = two_turns(smollm2, model, make_environment=Shelf, parse=parse_tool_calls, env_timeout_s=0.5)
+    start = time.monotonic()
+    try:
+        bad, good = runner.run([{"prompt": "bad"}, {"prompt": "good"}], SamplingParams(max_new_tokens=10, n=1, seed=0))
+        elapsed = time.monotonic() - start
+    finally:
+        release.set()
+    assert elapsed < 5.0, f"the step took {elapsed:.1f} s"
+    said = "RuntimeError: no docstring today" if how == "raises" else "tools did not return within 0.5 s"
+    assert env_failed(bad) and said in bad.info["env_error"] and bad.info["turns"] == 0
+    assert not env_failed(good) and good.info["env_reward"] == 1.0

@@ -348,11 +348,13 @@ class EpisodeRunner:
                 return self._failed_at_reset(index, row, failed.text)
             if own:  # tools bound to this episode's environment; the step's bound still holds
                 try:
-                    toolbox = self._env_tools_base.extended(own, worker=worker)  # run where its state lives
-                except ConfigError as exc:  # a schema or a name the setup check did not see: this episode's
-                    error = f"its own tools cannot be offered: {exc.message}"
-                    log.warning("environment tools failed; episode ended", environment=self._env_name, error=error)
-                    return self._failed_at_reset(index, row, error)
+                    box = await self._env_call(worker, "tools", lambda: self._own_tools(own, worker))
+                except _EnvError as failed:
+                    return self._failed_at_reset(index, row, failed.text)
+                if isinstance(box, str):  # a schema or a name the setup check did not see: this episode's
+                    log.warning("environment tools failed; episode ended", environment=self._env_name, error=box)
+                    return self._failed_at_reset(index, row, box)
+                toolbox = box
         else:
             first = as_messages(row[self.prompt_column])
         asked = copy.deepcopy(first) if env is not None else None  # what rewards and the log see as the prompt
@@ -412,6 +414,17 @@ class EpisodeRunner:
         value it keeps) changes nothing the episode recorded."""
         return (copy.deepcopy(as_messages(checked_reset(env, finished(env.reset(private_copy(row)))))),
                 environment_tools(env))
+
+    def _own_tools(self, own: Sequence[Callable[..., Any]], worker: Worker) -> ToolBox | str:
+        """On the environment's thread: the tool box with its own tools (run on ``worker``, where its
+        state lives), or why they cannot be offered. Why there: a tool's name, docstring and
+        signature are read to build its schema, and they are the environment's code (a callable
+        object's ``__name__`` or ``__doc__`` property): one raising ended the run with a traceback,
+        one blocking hung it, on the trainer's thread."""
+        try:
+            return self._env_tools_base.extended(own, worker=worker)
+        except ConfigError as exc:
+            return f"its own tools cannot be offered: {exc.message}"
 
     def _failed_at_reset(self, index: int, row: Mapping[str, Any], error: str) -> _Episode:
         first = as_messages(row.get(self.prompt_column, ""))
