@@ -16,9 +16,10 @@ All episodes of a step advance together: each turn is one batched ``generate`` c
 episodes still running, and their tool calls and environment steps of that turn run concurrently
 (bounded by the tool box).
 
-The environment's code (its factory, ``reset``, ``step``, and its own tools through the tool box)
-runs on a daemon thread of the episode's own, with a time limit per call (``polyrl.agents.threads.Worker``: one thread and event loop per
-environment, so state it ties to either keeps working from ``reset`` to the last ``step`` and its
+The environment's code (its factory, ``reset``, ``step``, its own tools through the tool box and
+their schemas, its ``rewarded`` and ``episode_over`` after the rollout) runs on a daemon thread of
+the episode's own, with a time limit per call (``polyrl.agents.threads.Worker``: one thread and
+event loop per environment, so state it ties to either keeps working from ``reset`` to the last ``step`` and its
 ``episode_over``, after the rollout): whatever it raises (``sys.exit`` included), a call past
 the limit, or an answer that is not a valid ``Observation`` ends that episode as an environment
 error (``info["env_error"]``), never the run (``episode_over`` raising is only a warning). Such an episode is unscored (no reward sees it, see
