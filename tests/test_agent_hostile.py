@@ -628,3 +628,146 @@ def test_more_messages_than_tokens_of_room_are_refused_unrendered(smollm2, where
         assert c.finish_reason == "length" and c.info["turns"] == 1 and not env_failed(c) and not check(model, [c])
     else:
         assert env_failed(c) and "(5,000 message(s), 0 characters) cannot fit model.max_length = 4096" in c.info["env_error"]
+
+
+# --- the environment's rewarded is read where its other calls run ------------------------------------
+
+
+@pytest.mark.parametrize("how", ["raises", "blocks"])
+def test_a_rewarded_property_that_raises_or_blocks_ends_its_episode_not_the_run(smollm2, how):
+    """``rewarded`` (what the rewards get as an episode's environment) is the environment's code,
+    read on the trainer's thread once the rollout was over: one that raised ended the run with a
+    traceback, one that blocked hung it. It is read on the episode's thread within env_timeout_s
+    now: its episode ends as an environment error (unscored), the others are kept, and every
+    environment is still told its episode is over."""
+    release = threading.Event()
+    told: list[str] = []
+
+    class Scored:
+        def reset(self, row):
+            self.name = row["prompt"]
+            return [{"role": "user", "content": "Say 5."}]
+
+        def step(self, message):
+            return Observation(reward=1.0, done=True)
+
+        @property
+        def rewarded(self):
+            if self.name == "bad":
+                if how == "raises":
+                    raise RuntimeError("no score here")
+                release.wait(8.0)
+            return self
+
+        def episode_over(self) -> None:
+            told.append(self.name)
+
+    model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
+    runner = two_turns(smollm2, model, make_environment=Scored, env_timeout_s=0.5)
+    start = time.monotonic()
+    try:
+        out = runner.run([{"prompt": "bad"}, {"prompt": "good"}], SamplingParams(max_new_tokens=10, n=1, seed=0))
+        elapsed = time.monotonic() - start
+    finally:
+        release.set()
+    assert elapsed < 5.0, f"the step took {elapsed:.1f} s"
+    assert sorted(told) == ["bad", "good"]
+    said = "RuntimeError: no score here" if how == "raises" else "rewarded did not return within 0.5 s"
+    assert env_failed(out[0]) and "reading the environment's rewarded failed" in out[0].info["env_error"]
+    assert said in out[0].info["env_error"] and out[0].environment is None
+    assert not env_failed(out[1]) and out[1].environment.name == "good" and out[1].info["env_reward"] == 1.0
+
+
+# --- a tool's result the chat template refuses is not the model's format error -------------------------
+
+#: a template with a rule on a tool message's text (here: an empty one)
+NO_EMPTY_RESULT = ("{% for m in messages %}{% if m['role'] == 'tool' and not m['content'] %}"
+                   "{{ raise_exception('A tool message must have content.') }}{% endif %}"
+                   "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+                   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def test_a_tool_result_the_chat_template_refuses_is_the_environments_error_not_the_models(smollm2):
+    """Every refusal after a turn with calls was the model's format error: an environment whose own
+    tool answered what the template refuses (an empty result) had the policy trained against a
+    call it made right. It is the environment's error now (unscored); a result the template takes
+    goes on as before, and a refusal of the calls themselves stays the model's
+    (``test_a_turn_the_chat_template_refuses_is_the_models_format_error``)."""
+    tok = dressed(smollm2, NO_EMPTY_RESULT, [])
+    eot = tok.convert_tokens_to_ids("<|im_end|>")
+
+    class Shelf:
+        def reset(self, row):
+            self.answer = row["prompt"]
+            self.tools = [self.look]
+            return [{"role": "user", "content": "Look on the shelf."}]
+
+        def look(self, key: str) -> str:
+            """Look a key up on the shelf.
+
+            Args:
+                key: the key
+            """
+            return self.answer
+
+        def step(self, message):
+            return Observation(reward=1.0, done=True)
+
+    model = Scripted(tok, lambda text, j: call("look", key="k") if text.count("assistant\n") == 1 else "done", eot)
+    runner = EpisodeRunner(model.generate, encoder(tok), EpisodeLimits(max_turns=3, max_episode_tokens=600,
+                                                                       max_length=4096),
+                           make_environment=Shelf, parse=parse_tool_calls)
+    empty, full = runner.run([{"prompt": ""}, {"prompt": "a book"}], SamplingParams(max_new_tokens=80, n=1, seed=0))
+    assert not check(model, [empty, full])
+    assert env_failed(empty) and empty.info["format_errors"] == 0
+    assert "A tool message must have content" in empty.info["env_error"]
+    assert not env_failed(full) and full.info["turns"] == 2 and full.info["env_reward"] == 1.0
+
+
+# --- an environment's own tools are read where its code runs ----------------------------------------
+
+
+@pytest.mark.parametrize("how", ["raises", "blocks"])
+def test_an_environment_tool_whose_docstring_raises_or_blocks_ends_its_episode_not_the_run(smollm2, how):
+    """A tool's name, docstring and signature are read to build its schema, and for an
+    environment's own tools they are its code (a callable object's ``__doc__`` property): one that
+    raised ended the run with a traceback, one that blocked hung it, on the trainer's thread. They
+    are read on the episode's thread within env_timeout_s now: that episode ends as an environment
+    error, and an episode whose tool is plain goes on."""
+    release = threading.Event()
+
+    class Look:
+        """A callable tool object whose docstring is computed."""
+
+        __name__ = "look"
+
+        def __call__(self, key: str) -> str:
+            return "plain"
+
+        @property
+        def __doc__(self):  # type: ignore[override]
+            if how == "raises":
+                raise RuntimeError("no docstring today")
+            release.wait(8.0)
+            return "Look a key up.\n\nArgs:\n    key: the key\n"
+
+    class Shelf:
+        def reset(self, row):
+            self.tools = [Look() if row["prompt"] == "bad" else lookup]
+            return [{"role": "user", "content": "Say 5."}]
+
+        def step(self, message):
+            return Observation(reward=1.0, done=True)
+
+    model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
+    runner = two_turns(smollm2, model, make_environment=Shelf, parse=parse_tool_calls, env_timeout_s=0.5)
+    start = time.monotonic()
+    try:
+        bad, good = runner.run([{"prompt": "bad"}, {"prompt": "good"}], SamplingParams(max_new_tokens=10, n=1, seed=0))
+        elapsed = time.monotonic() - start
+    finally:
+        release.set()
+    assert elapsed < 5.0, f"the step took {elapsed:.1f} s"
+    said = "RuntimeError: no docstring today" if how == "raises" else "tools did not return within 0.5 s"
+    assert env_failed(bad) and said in bad.info["env_error"] and bad.info["turns"] == 0
+    assert not env_failed(good) and good.info["env_reward"] == 1.0

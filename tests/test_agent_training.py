@@ -717,6 +717,9 @@ class Faulty:
     def reset(self, row):
         if MODE == "reset_raise":
             raise ValueError("reset boom")
+        if MODE == "thread_left":  # a helper thread never stopped (an explicit daemon=False)
+            import threading
+            threading.Thread(target=time.sleep, args=(10**6,), name="env-helper", daemon=False).start()
         return [{"role": "user", "content": "Say anything."}]
 
     def step(self, message):
@@ -784,6 +787,27 @@ def test_environment_code_that_exits_or_hangs_ends_its_episodes_and_the_cli_run_
                 "stuck": "step did not return within 3 s"}[mode]
     assert expected in proc.stderr and "environment step failed; episode ended" in proc.stderr
     assert (out / "model").is_dir()
+
+
+@pytest.mark.faults
+def test_a_thread_an_environment_leaves_running_does_not_keep_the_finished_cli_run_from_exiting(tiny_model_dir,
+                                                                                                 tmp_path):
+    """An environment whose ``reset`` starts a non-daemon thread that never ends: the run trained,
+    wrote its model and printed its summary, then never exited (the interpreter's exit joins every
+    such thread). It leaves now, exit 0, once its exit has waited ``EXIT_GRACE_S`` for them, with a
+    warning naming them."""
+    import subprocess
+
+    from crash_util import POLYRL, metric_steps
+
+    config, out, env = faulty_env_run(tmp_path, tiny_model_dir, "thread_left", steps=1)
+    proc = subprocess.run([*POLYRL, "train", str(config), "--no-progress"], capture_output=True, text=True,
+                          env=env, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["steps"] == 1
+    assert [m["step"] for m in metric_steps(out)] == [1] and (out / "model").is_dir()
+    warned = [line for line in proc.stderr.splitlines() if line.startswith("warning: the command ended")]
+    assert len(warned) == 1 and "env-helper" in warned[0] and "daemon=True" in warned[0], proc.stderr[-2000:]
 
 
 @pytest.mark.faults
@@ -909,3 +933,86 @@ def test_an_evaluation_of_sampled_episodes_only_logs_their_tool_call_share(tiny_
     assert len(evals) == 4 and not any(r["greedy"] for r in evals)
     assert summary["eval_after"]["eval/tool_call_share"] == sum(r["tool_calls"] > 0 for r in evals) / 4
     assert all(set(r["rewards"]) == {"environment", "length_penalty"} for r in evals)
+
+
+# --- an episode out of memory keeps the last step trained -------------------------------------------------
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("overlap", [False, True], ids=["in-step", "sampled-ahead"])
+def test_an_episode_out_of_memory_checkpoints_the_last_step_trained_and_says_where_resume_starts(
+        tiny_model_dir, tmp_path, overlap):
+    """An OutOfMemory in an episode (its chat template's rendering, here step 2's) stopped the run
+    with every step since the last checkpoint lost (all of them with checkpoint_every = 0), while
+    its message promised "a training run continues from its last checkpoint". The last step trained
+    is checkpointed now, the prompt sampler set back before step 2's rows (sampled in the step, or
+    ahead during step 1), and the message says where ``--resume`` continues; the resumed run samples
+    step 2 from the very rows the failed one drew. The MemoryError is raised into the real episode
+    glue by the encoder: a real one cannot be made to land in a trainer's rendering reliably."""
+    from polyrl import checkpoint as ckpt
+    from polyrl.errors import OutOfMemory
+
+    out = tmp_path / "run"
+    config = agent_config(tiny_model_dir, out, generation={"overlap": overlap},
+                          train={"steps": 3, "checkpoint_every": 0})
+    trainer = Trainer(config)
+    drawn: list[list[dict[str, Any]]] = []
+    sample, encode = trainer._sample, trainer.episodes.glue._encode
+
+    def drawing_sample(rows, sampling, **kwargs):
+        drawn.append(list(rows))
+        return sample(rows, sampling, **kwargs)
+
+    def short_of_memory(messages, tools, add_generation_prompt):
+        if len(drawn) == 2 and any(m["role"] == "assistant" for m in messages):  # step 2's second turn
+            raise MemoryError
+        return encode(messages, tools, add_generation_prompt)
+
+    trainer._sample = drawing_sample  # type: ignore[method-assign]
+    trainer.episodes.glue._encode = short_of_memory
+    with pytest.raises(OutOfMemory) as raised:
+        trainer.run(progress=False)
+    saved = ckpt.checkpoint_dir(out / "checkpoints", 1)
+    assert str(raised.value).startswith("out of memory while a conversation")
+    assert f"step 1 is checkpointed in {saved}: `polyrl train CONFIG --resume` continues with step 2" in str(
+        raised.value)
+    assert (saved / "COMPLETE").exists() and ckpt.read_state(saved)["pending_rollout"] is None
+
+    resumed = Trainer(config)
+    again: list[list[dict[str, Any]]] = []
+    resumed_sample = resumed._sample
+
+    def resumed_drawing(rows, sampling, **kwargs):
+        again.append(list(rows))
+        return resumed_sample(rows, sampling, **kwargs)
+
+    resumed._sample = resumed_drawing  # type: ignore[method-assign]
+    assert resumed.resume()
+    summary = resumed.run(progress=False)
+    assert summary["steps"] == 3 and again[0] == drawn[1]
+
+
+@pytest.mark.faults
+def test_out_of_memory_during_an_update_saves_nothing_and_says_so(tiny_model_dir, tmp_path):
+    """Out of memory once step 2's update began: the weights are neither step 1's nor step 2's, so
+    no checkpoint of them is sound; nothing is saved, and the line says so and names the last
+    checkpoint (here none) instead of promising a resume from it."""
+    from polyrl import checkpoint as ckpt
+    from polyrl.errors import OutOfMemory
+
+    out = tmp_path / "run"
+    trainer = Trainer(agent_config(tiny_model_dir, out, train={"steps": 3, "checkpoint_every": 0}))
+    train_step = trainer.train_engine.train_step
+
+    def short_of_memory(batch, objective):
+        if trainer.step == 1:
+            raise OutOfMemory("the torch backend ran its train_step hook")
+        return train_step(batch, objective)
+
+    trainer.train_engine.train_step = short_of_memory  # type: ignore[method-assign]
+    with pytest.raises(OutOfMemory) as raised:
+        trainer.run(progress=False)
+    assert ("nothing was saved: step 2's update was under way, so the weights are neither step 1's nor step 2's; "
+            "no checkpoint was written, so a run again starts from the start") in str(raised.value)
+    assert "continues from its last checkpoint" not in str(raised.value)
+    assert ckpt.latest_checkpoint(out / "checkpoints") is None

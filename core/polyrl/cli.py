@@ -576,7 +576,54 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Seconds the interpreter's exit may wait for threads the run's code left running before the
+#: program leaves without them (``_leave_past_held_threads``).
+EXIT_GRACE_S = 10.0
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The ``polyrl`` program. Run as the program (``argv`` None), its exit waits at most
+    ``EXIT_GRACE_S`` for threads the run's code left running (``_leave_past_held_threads``)."""
+    code = _main(argv)
+    if argv is None:
+        _leave_past_held_threads(code, EXIT_GRACE_S)
+    return code
+
+
+def _held_threads() -> list[str]:
+    """The names of the threads besides the main one that the interpreter's exit waits for."""
+    import threading
+
+    main_thread = threading.main_thread()
+    return sorted(t.name for t in threading.enumerate() if t is not main_thread and not t.daemon and t.is_alive())
+
+
+def _leave_past_held_threads(code: int, grace_s: float) -> None:
+    """Leave with ``code`` once the interpreter's exit has waited ``grace_s`` for threads the run's
+    code left running (an environment's ``threading.Thread(daemon=False)`` that never ends, an
+    executor's hung task), saying which. Why: the exit joins every such thread, so a finished run
+    (its model written, its summary printed) never exited; the run's own threads are all daemons,
+    and its files are written and closed before this. An exit that waits for nothing is left alone."""
+    import threading
+    import time
+
+    def watch() -> None:
+        time.sleep(grace_s)
+        held = _held_threads()
+        if not held:
+            return
+        sys.stderr.write(f"warning: the command ended {grace_s:g} s ago but {len(held)} thread(s) the run's code "
+                         f"started still run ({', '.join(held)}); leaving without them. Fix: start such threads with "
+                         "daemon=True, or end them (an environment's episode_over, a tool's own timeout)\n")
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+    threading.Thread(target=watch, name="polyrl-exit-watch", daemon=True).start()
+
+
+def _main(argv: list[str] | None) -> int:
     from polyrl import logs
 
     try:

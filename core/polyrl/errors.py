@@ -77,12 +77,14 @@ class OutOfMemory(PolyrlError):
     ``template_limits``' bounds), the machine or a limit on the process is short, so a message
     blaming the model folder's template sent the user to fix what was not broken."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, kept: str | None = None) -> None:
+        resume = f"; {kept}" if kept else ", then run again (a training run continues from its last checkpoint with --resume)"
         super().__init__(f"out of memory while {what}: this process could not get the memory it asked for (the "
                          "machine's, or a limit set on the process); no setting is at fault. Fix: free memory (other "
-                         "processes, fewer rows or episodes a step) or raise the process's memory limit, then run "
-                         "again (a training run continues from its last checkpoint with --resume)")
+                         f"processes, fewer rows or episodes a step) or raise the process's memory limit{resume}")
         self.what = what
+        #: what of the run was kept for a resume (the trainer's words), None: not said
+        self.kept = kept
 
 
 class BackendUnavailable(PolyrlError):

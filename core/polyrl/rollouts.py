@@ -154,6 +154,11 @@ class RolloutAhead:
         done.set_result(rollout)
         self._pending = done
 
+    def discard(self) -> None:
+        """Drop the pending rollout unread, never waiting for it (a failed one raised nothing here):
+        a checkpoint written next has none, and a resume samples its step again."""
+        self._pending = None
+
     def pending(self) -> Rollout | None:
         """The pending rollout, waiting for it to finish (the generate engine is free after)."""
         return None if self._pending is None else self._pending.result()

@@ -54,6 +54,7 @@ from polyrl.errors import (
     CollectiveTimeout,
     ConfigError,
     EnvironmentFailed,
+    OutOfMemory,
     PluginError,
     PolyrlError,
     RewardError,
@@ -351,6 +352,13 @@ class Trainer:
         self.kl_coef = float(config.algorithm.beta)  # kl_in_reward's coefficient (kl_ctrl adapts it)
         self.rollouts = RolloutAhead(self._generate)
         self._saved_step: int | None = None  # the step of the last checkpoint this run wrote
+        #: the prompt sampler's state before the rows of the oldest rollout not trained yet (the
+        #: step's own, or one sampled ahead), None: it is after every trained step's rows already
+        self._untrained_before: dict[str, Any] | None = None
+        self._ahead_before: dict[str, Any] | None = None  # before the rows of the rollout sampled ahead
+        #: the step's update began and the step is not counted yet: the weights are neither
+        #: ``step``'s nor the next one's, so no checkpoint of them is sound (``_out_of_memory``)
+        self._updating = False
         self._model_prints: dict[str, str] | None = None  # _model_files, once computed
         #: keep_previous_runs = 0 on a fresh start: previous/ is emptied once this run saves a trained
         #: checkpoint (so a start that fails costs nothing); ``_set_aside``: the run moved there then
@@ -543,10 +551,12 @@ class Trainer:
         """This step's rollout: sampled ahead during the last step, or now. Under overlap, then
         push the weights (the generator is idle only now) and start sampling the next step's."""
         t0 = time.perf_counter()
-        rollout = self.rollouts.take(self.step)
+        rollout = self.rollouts.take(self.step)  # raising: _untrained_before is its own already
         if rollout is None:
             rows, before = self._draw()
+            self._untrained_before = before
             rollout = self.rollouts.sample(self.step, rows, before, self.engines.generator_version)
+        self._untrained_before = rollout.sampler_before
         times["generate"] = time.perf_counter() - t0
         if self.config.generation.overlap:
             try:
@@ -557,6 +567,7 @@ class Trainer:
                 raise
             if self.step + 1 < self.config.train.steps:
                 rows, before = self._draw()
+                self._ahead_before = before
                 self.rollouts.start(self.step + 1, rows, before, self.engines.generator_version)
         return rollout
 
@@ -795,6 +806,7 @@ class Trainer:
             t0 = time.perf_counter()
             objective = algo.objective(self._max_completion_tokens)
             updates: list[StepMetrics] = []
+            self._updating = True  # until the step is counted (_run)
             for _ in range(algo.num_iterations):  # TRL's order: every mini-batch, then again
                 updates = []
                 for part in batches:
@@ -1657,6 +1669,8 @@ class Trainer:
             if self.step > 0:  # under a launcher every rank raises it at the same point
                 self._save_last_good_state(agreed=True)
             raise
+        except OutOfMemory as exc:  # the last step trained is kept where it soundly can be, and said
+            raise OutOfMemory(exc.what, kept=self._kept_out_of_memory()) from None
         finally:
             self.tracking.close(failed=failed)
             # a rollout sampled ahead finishes first (or was checkpointed); not after a second Ctrl-C
@@ -1668,6 +1682,41 @@ class Trainer:
                                            for name, (step, error) in self.tracking.dropped.items()}
         summary["history"] = self.history
         return summary
+
+    def _kept_out_of_memory(self) -> str:
+        """After an OutOfMemory mid-run: checkpoint the last step trained when that is sound (its
+        prompt sampler set back before the rows of every rollout not trained, one sampled ahead
+        dropped: a resume samples them again) and say from which step ``--resume`` continues, or
+        why nothing was saved. Why: the run stopped with the steps since the last checkpoint lost
+        (all of them with train.checkpoint_every = 0), while the message promised a resume."""
+        step = self.step
+        checkpointed = (f"step {step} is checkpointed in {ckpt.checkpoint_dir(self.checkpoint_root, step)}: "
+                        f"`polyrl train CONFIG --resume` continues with step {step + 1}")
+        if self._saved_step == step:
+            return checkpointed
+        if self._updating:
+            return (f"nothing was saved: step {step + 1}'s update was under way, so the weights are neither step "
+                    f"{step}'s nor step {step + 1}'s; {self._last_checkpoint_said()}")
+        if step == 0:
+            return "nothing was trained yet, so nothing was saved: run again from the start"
+        if self.world_size > 1:
+            return ("nothing was saved: under a launcher one rank cannot checkpoint alone; "
+                    f"{self._last_checkpoint_said()}")
+        if self._untrained_before is not None:
+            self.rollouts.discard()
+            self.sampler.load_state(self._untrained_before)
+        try:
+            self._save_last_good_state()
+        except (PolyrlError, MemoryError) as failed:
+            return f"the checkpoint of step {step} could not be written ({failed}); {self._last_checkpoint_said()}"
+        return checkpointed
+
+    def _last_checkpoint_said(self) -> str:
+        """Where ``--resume`` continues from, in words: the newest checkpoint, or none."""
+        last = ckpt.latest_checkpoint(self.checkpoint_root)
+        if last is None:
+            return "no checkpoint was written, so a run again starts from the start"
+        return f"`polyrl train CONFIG --resume` continues from the last checkpoint, {last}"
 
     def _say_where(self) -> None:
         """One line at the start: where this run writes and how often it checkpoints (nothing said
@@ -1751,6 +1800,8 @@ class Trainer:
                     raise EnvironmentFailed(f"an environment stopped the run in step {self.step + 1}, before it "
                                             f"trained ({kept}): {exc}", alone=True) from None
                 self.step += 1
+                self._updating = False
+                self._untrained_before, self._ahead_before = self._ahead_before, None  # its rows are trained
                 self.ref_sync.after_step(self.step)
                 asked_eval = self._observe_trained(metrics)  # before the evaluation: it may ask for one
                 due = bool(c.eval.every) and self.step % c.eval.every == 0

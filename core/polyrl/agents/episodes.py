@@ -16,9 +16,10 @@ All episodes of a step advance together: each turn is one batched ``generate`` c
 episodes still running, and their tool calls and environment steps of that turn run concurrently
 (bounded by the tool box).
 
-The environment's code (its factory, ``reset``, ``step``, and its own tools through the tool box)
-runs on a daemon thread of the episode's own, with a time limit per call (``polyrl.agents.threads.Worker``: one thread and event loop per
-environment, so state it ties to either keeps working from ``reset`` to the last ``step`` and its
+The environment's code (its factory, ``reset``, ``step``, its own tools through the tool box and
+their schemas, its ``rewarded`` and ``episode_over`` after the rollout) runs on a daemon thread of
+the episode's own, with a time limit per call (``polyrl.agents.threads.Worker``: one thread and
+event loop per environment, so state it ties to either keeps working from ``reset`` to the last ``step`` and its
 ``episode_over``, after the rollout): whatever it raises (``sys.exit`` included), a call past
 the limit, or an answer that is not a valid ``Observation`` ends that episode as an environment
 error (``info["env_error"]``), never the run (``episode_over`` raising is only a warning). Such an episode is unscored (no reward sees it, see
@@ -40,7 +41,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from polyrl.agents.glue import ChatGlue, EncodeChat, RenderError, model_text_left_out
+from polyrl.agents.glue import ChatGlue, EncodeChat, RenderError, content_left_out, model_text_left_out
 from polyrl.agents.prompting import template_ignores_tools, tool_results_as_user, with_tools_prompt
 from polyrl.agents.spec import (checked_environment, checked_reset, checked_step, end_episode, environment_tools,
                                 plain_text, rewarded_environment)
@@ -161,6 +162,9 @@ class _Episode:
     env_error: str | None = None
     #: the environment's first messages (before tool instructions); None: the dataset prompt's
     asked: list[dict[str, Any]] | None = None
+    #: what the rewards get as its environment (``rewarded_environment``), read on its thread once
+    #: the rollout is over (``_end_episode``); None: no environment, or it could not be read
+    rewarded: Any = None
 
     def context(self) -> list[dict[str, Any]]:
         return [*self.first_messages, *self.messages]
@@ -180,7 +184,7 @@ class _Episode:
                           logprobs=np.asarray(self.logprobs, dtype=np.float32), text=decode_text,
                           finish_reason=self.finish_reason, mask=np.asarray(self.mask, dtype=bool),
                           messages=list(self.messages), info=info, prompt_messages=self.asked,
-                          environment=rewarded_environment(self.env))
+                          environment=self.rewarded)
 
 
 def turn_seed(seed: int | None, turn: int, group: int) -> int | None:
@@ -345,11 +349,13 @@ class EpisodeRunner:
                 return self._failed_at_reset(index, row, failed.text)
             if own:  # tools bound to this episode's environment; the step's bound still holds
                 try:
-                    toolbox = self._env_tools_base.extended(own, worker=worker)  # run where its state lives
-                except ConfigError as exc:  # a schema or a name the setup check did not see: this episode's
-                    error = f"its own tools cannot be offered: {exc.message}"
-                    log.warning("environment tools failed; episode ended", environment=self._env_name, error=error)
-                    return self._failed_at_reset(index, row, error)
+                    box = await self._env_call(worker, "tools", lambda: self._own_tools(own, worker))
+                except _EnvError as failed:
+                    return self._failed_at_reset(index, row, failed.text)
+                if isinstance(box, str):  # a schema or a name the setup check did not see: this episode's
+                    log.warning("environment tools failed; episode ended", environment=self._env_name, error=box)
+                    return self._failed_at_reset(index, row, box)
+                toolbox = box
         else:
             first = as_messages(row[self.prompt_column])
         asked = copy.deepcopy(first) if env is not None else None  # what rewards and the log see as the prompt
@@ -409,6 +415,17 @@ class EpisodeRunner:
         value it keeps) changes nothing the episode recorded."""
         return (copy.deepcopy(as_messages(checked_reset(env, finished(env.reset(private_copy(row)))))),
                 environment_tools(env))
+
+    def _own_tools(self, own: Sequence[Callable[..., Any]], worker: Worker) -> ToolBox | str:
+        """On the environment's thread: the tool box with its own tools (run on ``worker``, where its
+        state lives), or why they cannot be offered. Why there: a tool's name, docstring and
+        signature are read to build its schema, and they are the environment's code (a callable
+        object's ``__name__`` or ``__doc__`` property): one raising ended the run with a traceback,
+        one blocking hung it, on the trainer's thread."""
+        try:
+            return self._env_tools_base.extended(own, worker=worker)
+        except ConfigError as exc:
+            return f"its own tools cannot be offered: {exc.message}"
 
     def _failed_at_reset(self, index: int, row: Mapping[str, Any], error: str) -> _Episode:
         first = as_messages(row.get(self.prompt_column, ""))
@@ -583,7 +600,7 @@ class EpisodeRunner:
             inserted = self.glue.after_turn(ep.context()[:-1], assistant, turn.completion_ids, new, schemas)
         except RenderError as exc:  # this conversation's content, not the run: the episode ends here
             # the template raised on the model's calls, or (a plain answer) on what the model wrote
-            refused = exc.__cause__ if calls or errors else self._text_refused(ep, schemas)
+            refused = self._calls_refused(ep, new, schemas, exc) if calls or errors else self._text_refused(ep, schemas)
             if refused is not None:
                 self._refused(ep, refused)
                 return
@@ -596,6 +613,22 @@ class EpisodeRunner:
             return
         ep.add(inserted, None, sampled=False)
         ep.messages.extend(new)
+
+    def _calls_refused(self, ep: _Episode, answers: Sequence[Mapping[str, Any]],
+                       schemas: Sequence[Mapping[str, Any]] | None, exc: RenderError) -> BaseException | None:
+        """What the chat template raised on a turn with calls (``exc``'s cause) when the model's
+        calls are what it refused, or None when it refused the text of their ``answers`` (a tool's
+        result): the same conversation with each answer's text a stand-in renders. Why ask: every
+        refusal after a turn with calls was the model's format error, so a tool (an environment's
+        own, say) answering what the template refuses (an empty result) had the policy trained
+        against a call it made right, where it is the environment's error, unscored."""
+        if exc.__cause__ is None:
+            return None
+        try:
+            self.glue.encode([*ep.context(), *content_left_out(answers)], True, schemas)
+        except RenderError:  # refused whatever the answers say: the calls (or the errors of malformed ones)
+            return exc.__cause__
+        return None
 
     def _text_refused(self, ep: _Episode, schemas: Sequence[Mapping[str, Any]] | None) -> BaseException | None:
         """What the chat template raised on the conversation through the model's last turn for the
@@ -673,38 +706,42 @@ class EpisodeRunner:
                 self._run_turns(episodes, sampling)
         finally:  # each is told its episode is over, then its thread ends
             try:
-                hung = asyncio.run(self._end_episodes(made)) if made else {}
+                over = asyncio.run(self._end_episodes(made)) if made else {}
             finally:
                 for entry in made:
                     entry.worker.close()
         for ep in episodes:
-            if ep.index in hung and ep.env_error is None:
-                self._ended(ep, hung[ep.index])
+            error, rewarded = over.get(ep.index, (None, None))
+            if error is not None and ep.env_error is None:
+                self._ended(ep, error)
+            if ep.env is not None:
+                ep.rewarded = rewarded
         if counted:
             self._count_failures(episodes)
         return [ep.completion(ep.index // n, self._text(ep)) for ep in episodes]
 
-    async def _end_episodes(self, made: Sequence[_Made]) -> dict[int, str]:
-        """``end_episode`` for every environment made, all at once; the episodes whose
-        ``episode_over`` did not return within ``env_timeout_s`` (or was not run: ``_env_call``'s
-        cap), with why (their ``env_error``)."""
+    async def _end_episodes(self, made: Sequence[_Made]) -> dict[int, tuple[str | None, Any]]:
+        """``_end_episode`` for every environment made, all at once: by episode, why it failed
+        there (None: it did not) and what its rewards get as its environment."""
         ended = await asyncio.gather(*(self._end_episode(entry) for entry in made))
-        return {entry.index: error for entry, error in zip(made, ended) if error is not None}
+        return {entry.index: outcome for entry, outcome in zip(made, ended)}
 
-    async def _end_episode(self, made: _Made) -> str | None:
-        """``end_episode`` of ``made``'s environment on its episode's worker, the thread and loop
-        its ``reset`` and ``step`` ran on, within ``env_timeout_s`` as every call of its code; why
-        the episode failed there, or None. What it raises (``sys.exit`` included) is a warning
-        naming it, the episode kept. Why there: it ran on a fresh thread, so what ``reset`` tied to
-        its thread (an sqlite connection) or loop could not be closed in it (TRL calls an
-        environment's plain methods on one thread too). A worker still running a call abandoned
-        past its limit would never reach it: it runs on a fresh thread then, as it always did.
-        Why a limit: one that hung, hung the step for ever; it ends its episode as an environment
-        error (unscored: the rewards would read an environment whose code still runs). Why it is
-        caught: it escaped ``run`` with a traceback that ended the run, after the rollout was
-        sampled, and skipped the other environments' ``episode_over`` (a TRL pool's instances
-        then never came back)."""
+    async def _end_episode(self, made: _Made) -> tuple[str | None, Any]:
+        """Read what the rewards get as ``made``'s environment (``_read_rewarded``), then tell it
+        its episode is over (``end_episode``) on its episode's worker, the thread and loop its
+        ``reset`` and ``step`` ran on, within ``env_timeout_s`` as every call of its code; (why the
+        episode failed there or None, what was read). What ``episode_over`` raises (``sys.exit``
+        included) is a warning naming it, the episode kept. Why there: it ran on a fresh thread,
+        so what ``reset`` tied to its thread (an sqlite connection) or loop could not be closed in
+        it (TRL calls an environment's plain methods on one thread too). A worker still running a
+        call abandoned past its limit would never reach it: it runs on a fresh thread then, as it
+        always did. Why a limit: one that hung, hung the step for ever; it ends its episode as an
+        environment error (unscored: the rewards would read an environment whose code still
+        runs). Why it is caught: it escaped ``run`` with a traceback that ended the run, after
+        the rollout was sampled, and skipped the other environments' ``episode_over`` (a TRL
+        pool's instances then never came back)."""
         env = made.env
+        rewarded, unread = await self._read_rewarded(made)
 
         def told() -> str | None:  # on the thread: its raising is its own, not a failed call
             try:
@@ -713,18 +750,37 @@ class EpisodeRunner:
                 return describe(exc, run_goes_on=False)
             return None
 
-        worker = Worker(name="polyrl-env-over") if made.worker.late else made.worker
         try:
-            raised = await self._env_call(worker, "episode_over", told)
+            raised = await self._call_after_rollout(made, "episode_over", told)
         except _EnvError as failed:
-            return failed.text
-        finally:
-            if worker is not made.worker:
-                worker.close()
+            return unread or failed.text, None
         if raised is not None:
             log.warning("the environment's episode_over raised; the run goes on", environment=self._env_name,
                         error=raised)
-        return None
+        return unread, rewarded
+
+    async def _read_rewarded(self, made: _Made) -> tuple[Any, str | None]:
+        """(what the rewards get as ``made``'s environment, None) or (None, why it cannot be read):
+        its ``rewarded`` (``rewarded_environment``) is read on the episode's worker within
+        ``env_timeout_s``, before ``episode_over``. Why there: a ``rewarded`` property is the
+        environment's code, read on the trainer's thread once the rollout was over, so one that
+        raised ended the run with a traceback and one that blocked hung it; it ends its episode as
+        an environment error now (unscored), as a ``step`` raising or hanging does."""
+        env = made.env
+        try:
+            return await self._call_after_rollout(made, "rewarded", lambda: rewarded_environment(env)), None
+        except _EnvError as failed:
+            return None, f"reading the environment's rewarded failed: {failed.text}"
+
+    async def _call_after_rollout(self, made: _Made, what: str, fn: Callable[[], Any]) -> Any:
+        """``_env_call`` on ``made``'s worker, or on a fresh one while it still runs a call
+        abandoned past its limit (queued behind it, ``fn`` would never run)."""
+        worker = Worker(name="polyrl-env-over") if made.worker.late else made.worker
+        try:
+            return await self._env_call(worker, what, fn)
+        finally:
+            if worker is not made.worker:
+                worker.close()
 
     def _room(self, ep: _Episode) -> int:
         """Tokens this episode may still hold."""

@@ -102,6 +102,12 @@ def model_text_left_out(messages: Sequence[Mapping[str, Any]]) -> list[dict[str,
     return [_stand_in(_PROBE_A, m) if m.get("role") == "assistant" else dict(m) for m in messages]
 
 
+def content_left_out(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with each one's text replaced by stand-in text (roles, ids and names kept):
+    whether a template refuses them for what they say, or for what they are."""
+    return [{**m, "content": _PROBE_A} for m in messages]
+
+
 class ChatGlue:
     """Computes inserted segments for one model's chat template (and one tool list)."""
 
