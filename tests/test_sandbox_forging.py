@@ -295,3 +295,43 @@ def test_a_reduction_the_tests_write_never_holds_vacuously_on_an_empty_answer():
         "import numpy as np\nassert np.array_equal(np.sort(f([])), np.zeros(0))\nassert np.add.reduce(np.array(f([1, 2]))) == 3",
         "import numpy as np\nassert np.isclose(np.array(f([])), []).all() and isinstance(np.array(f([])), np.ndarray)")]
     assert list(score(["def f(x):\n    return list(x)\n"] * 3, rows=rows).total) == [1.0, 1.0, 1.0]
+
+
+#: (tests, honest solution) of element-by-element checks through zip; the forgery returns [].
+ZIPPED = {
+    "tolerance": ("assert all(abs(a - b) < 1e-9 for a, b in zip(f(2), [1.0, 2.0]))", "def f(x):\n    return [1.0, 2.0]\n"),
+    "expected_name": ("expected = [2, 4]\nassert all(a == b for a, b in zip(f(2), expected))", "def f(x):\n    return [2, 4]\n"),
+    "numpy_expected": ("import numpy as np\nassert all(a == b for a, b in zip(f(2), np.array([2, 4])))",
+                       "def f(x):\n    return [2, 4]\n"),
+}
+
+
+def test_zip_in_the_tests_never_holds_vacuously_on_an_empty_answer():
+    """``zip([], [1.0, 2.0])`` is empty, so ``all(...)`` over it held: ``return []`` scored 1.0. The
+    tests' zip fails an empty sized operand beside one of two or more items; one item, empty against
+    empty, equal lengths, iterators and ``strict=True`` behave as Python's zip."""
+    names = list(ZIPPED)
+    rows = [{"prompt": "p", "tests": ZIPPED[n][0]} for n in names]
+    forged = score(["def f(x):\n    return []\n"] * len(names), rows=rows)
+    assert {n: s for n, s in zip(names, forged.total) if s != 0.0} == {}
+    honest = score([ZIPPED[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+    pairwise = "assert all(a <= b for a, b in zip(f({0}), f({0})[1:]))\n"
+    rows = [{"prompt": "p", "tests": tests} for tests in (
+        pairwise.format("[]") + pairwise.format("[3]") + pairwise.format("[2, 1]"),
+        "assert list(zip(f([]), [])) == []\nassert list(zip(f([1, 2]), [1, 2], strict=True)) == [(1, 1), (2, 2)]",
+        "assert list(zip(f([]), iter([1, 2]))) == []")]
+    assert list(score(["def f(x):\n    return sorted(x)\n"] * 3, rows=rows).total) == [1.0, 1.0, 1.0]
+
+
+def test_zip_rule_holds_in_the_trainer_and_does_not_leak_into_its_builtins():
+    """With ``tests_in="trainer"`` the tests run here: they see the rule, the trainer's zip stays Python's."""
+    import builtins
+
+    from polyrl.rewards.code import parse_tests
+    from polyrl.sandbox import Sandbox, SandboxLimits
+    box = Sandbox(SandboxLimits(timeout_s=4), isolation="auto", audit_hook=False, tests_in="trainer")
+    tests = parse_tests("assert all(a == b for a, b in zip(f(2), [2, 4]))\n")
+    assert not box.run("def f(x):\n    return []\n", tests).all_passed
+    assert box.run("def f(x):\n    return [2, 4]\n", tests).all_passed
+    assert builtins.zip is zip and list(zip([], [1, 2])) == []

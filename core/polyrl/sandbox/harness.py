@@ -719,6 +719,28 @@ def _empty_array_class(numpy: Any) -> Any:
     return EmptyArray
 
 
+#: The sized operands ``tests_zip`` measures; iterators and anything else go through untouched.
+_SIZED_TYPES = (list, tuple, str, bytes, range, dict, set, frozenset)
+
+
+def _sized_length(value: Any) -> int | None:
+    """The number of items ``zip`` takes from ``value``, or None when it is not a sized operand."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.ndarray):
+        return len(value) if value.ndim else None
+    return len(value) if isinstance(value, _SIZED_TYPES) else None
+
+
+def tests_zip(*iterables: Any, **kwargs: Any) -> Any:
+    """``zip`` as the tests see it: an empty sized operand beside one of two or more items fails.
+    Why: ``all(a == b for a, b in zip(f(2), expected))`` holds vacuously, so ``return []`` passed.
+    One item is let through: the pairwise idiom ``zip(r, r[1:])`` is empty for a one-item answer."""
+    lengths = {n for n in map(_sized_length, iterables) if n is not None}
+    if 0 in lengths and max(lengths) >= 2:
+        raise AssertionError("zip: one operand has no items and another has two or more")
+    return zip(*iterables, **kwargs)
+
+
 def tests_view(module: Any) -> Any:
     """The module as the tests use it: numpy and numpy.testing as ``NumpyChecks``, others as they are."""
     return NumpyChecks(module) if getattr(module, "__name__", None) in ("numpy", "numpy.testing") else module
@@ -771,7 +793,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     Why the second: tests that never consult the sample pass every completion, an empty one too
     (a check shadowed by a builtin's name, ``try: add except NameError: ...``), so such a pass
     must not count."""
-    real_builtins = dict(vars(builtins))
+    real_builtins = dict(vars(builtins), zip=tests_zip)  # a copy: the trainer's own zip stays
     layer: dict[str, Any] = dict(real_builtins)  # looked up after the tests' globals (module doc)
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": layer}
     sources = [setup, *(source for source, _ in steps)]
