@@ -39,6 +39,20 @@ def two_turns(smollm2, model, **options) -> EpisodeRunner:
     return EpisodeRunner(model.generate, encoder(smollm2), limits, **options)
 
 
+def run_within(runner: EpisodeRunner, release: threading.Event, rows: list[dict], params: SamplingParams,
+               seconds: float = 5.0) -> list:
+    """``runner.run`` that must finish within ``seconds`` although the environment or tool blocks
+    until ``release`` is set (set afterwards, so no thread is left waiting)."""
+    start = time.monotonic()
+    try:
+        out = runner.run(rows, params)
+        elapsed = time.monotonic() - start
+    finally:
+        release.set()
+    assert elapsed < seconds, f"the step took {elapsed:.1f} s"
+    return out
+
+
 def inserted_text(tok, c) -> list[str]:
     return [tok.decode(ids) for ids in inserted_runs(c)]
 
@@ -196,13 +210,7 @@ def test_an_episode_over_that_hangs_ends_its_episode_within_the_time_limit(smoll
 
     model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
     runner = two_turns(smollm2, model, make_environment=Game, env_timeout_s=0.5, environment_name="hangs")
-    start = time.monotonic()
-    try:
-        out = runner.run([{"prompt": "x"}] * 2, SamplingParams(max_new_tokens=10, n=2, seed=0))
-        elapsed = time.monotonic() - start
-    finally:
-        release.set()
-    assert elapsed < 5.0, f"the step took {elapsed:.1f} s"
+    out = run_within(runner, release, [{"prompt": "x"}] * 2, SamplingParams(max_new_tokens=10, n=2, seed=0))
     assert sorted(told) == [0, 1, 2, 3]
     hung = [c for c in out if env_failed(c)]
     assert len(hung) == 2 and all("episode_over did not return within 0.5 s" in c.info["env_error"] for c in hung)
@@ -323,13 +331,7 @@ def test_a_tool_exception_whose_message_blocks_is_bounded_by_the_tools_timeout(s
     runner = EpisodeRunner(model.generate, encoder(smollm2), EpisodeLimits(max_turns=2, max_episode_tokens=600,
                                                                            max_length=4096),
                            toolbox=ToolBox([failing], timeout_s=0.5), parse=parse_tool_calls)
-    start = time.monotonic()
-    try:
-        [c] = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=80, n=1, seed=0))
-        elapsed = time.monotonic() - start
-    finally:
-        Slow.release.set()
-    assert elapsed < 5.0, f"the step took {elapsed:.1f} s"
+    [c] = run_within(runner, Slow.release, [{"prompt": "x"}], SamplingParams(max_new_tokens=80, n=1, seed=0))
     assert c.messages[1]["content"] == "error: tool 'failing' did not finish within 0.5 s"
     assert c.info["turns"] == 2 and c.info["tool_errors"] == 1 and not check(model, [c])
 
@@ -352,13 +354,7 @@ def test_an_environment_exception_whose_message_blocks_is_bounded_by_env_timeout
 
     model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
     runner = two_turns(smollm2, model, make_environment=Game, env_timeout_s=0.5)
-    start = time.monotonic()
-    try:
-        out = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=10, n=2, seed=0))
-        elapsed = time.monotonic() - start
-    finally:
-        release.set()
-    assert elapsed < 5.0, f"the step took {elapsed:.1f} s"
+    out = run_within(runner, release, [{"prompt": "x"}], SamplingParams(max_new_tokens=10, n=2, seed=0))
     assert all(env_failed(c) and "step did not return within 0.5 s" in c.info["env_error"] for c in out)
 
 
@@ -580,13 +576,8 @@ def test_episode_over_still_runs_when_its_episodes_thread_is_stuck_past_the_limi
 
     model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
     runner = two_turns(smollm2, model, make_environment=Stuck, env_timeout_s=0.5)
-    start = time.monotonic()
-    try:
-        out = runner.run([{"prompt": "hang"}, {"prompt": "fine"}], SamplingParams(max_new_tokens=10, n=1, seed=0))
-        elapsed = time.monotonic() - start
-    finally:
-        release.set()
-    assert elapsed < 5.0, f"the step took {elapsed:.1f} s"
+    out = run_within(runner, release, [{"prompt": "hang"}, {"prompt": "fine"}],
+                     SamplingParams(max_new_tokens=10, n=1, seed=0))
     assert sorted(told) == ["fine", "hang"]
     assert env_failed(out[0]) and "step did not return within 0.5 s" in out[0].info["env_error"]
     assert not env_failed(out[1]) and out[1].info["env_reward"] == 1.0
@@ -664,13 +655,8 @@ def test_a_rewarded_property_that_raises_or_blocks_ends_its_episode_not_the_run(
 
     model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
     runner = two_turns(smollm2, model, make_environment=Scored, env_timeout_s=0.5)
-    start = time.monotonic()
-    try:
-        out = runner.run([{"prompt": "bad"}, {"prompt": "good"}], SamplingParams(max_new_tokens=10, n=1, seed=0))
-        elapsed = time.monotonic() - start
-    finally:
-        release.set()
-    assert elapsed < 5.0, f"the step took {elapsed:.1f} s"
+    out = run_within(runner, release, [{"prompt": "bad"}, {"prompt": "good"}],
+                     SamplingParams(max_new_tokens=10, n=1, seed=0))
     assert sorted(told) == ["bad", "good"]
     said = "RuntimeError: no score here" if how == "raises" else "rewarded did not return within 0.5 s"
     assert env_failed(out[0]) and "reading the environment's rewarded failed" in out[0].info["env_error"]
@@ -761,13 +747,8 @@ def test_an_environment_tool_whose_docstring_raises_or_blocks_ends_its_episode_n
 
     model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
     runner = two_turns(smollm2, model, make_environment=Shelf, parse=parse_tool_calls, env_timeout_s=0.5)
-    start = time.monotonic()
-    try:
-        bad, good = runner.run([{"prompt": "bad"}, {"prompt": "good"}], SamplingParams(max_new_tokens=10, n=1, seed=0))
-        elapsed = time.monotonic() - start
-    finally:
-        release.set()
-    assert elapsed < 5.0, f"the step took {elapsed:.1f} s"
+    bad, good = run_within(runner, release, [{"prompt": "bad"}, {"prompt": "good"}],
+                           SamplingParams(max_new_tokens=10, n=1, seed=0))
     said = "RuntimeError: no docstring today" if how == "raises" else "tools did not return within 0.5 s"
     assert env_failed(bad) and said in bad.info["env_error"] and bad.info["turns"] == 0
     assert not env_failed(good) and good.info["env_reward"] == 1.0
