@@ -261,8 +261,11 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise ConfigError(wrong[0], field="--resume", fix=wrong[1])
     resuming = args.resume is not None or args.resume_weights_only
     where = Path(config.train.output_dir)
-    if os.environ.get("RANK", "0") in ("", "0"):  # the rank that takes the run's lock (all of it without a launcher)
-        run_lock.check_free(where)  # a running run's folder: refused before the models load, not after
+    if os.environ.get("WORLD_SIZE", "1") in ("", "1"):
+        # a running run's folder: refused before the models load, not after. Not under a launcher:
+        # there rank 0 takes the lock and every rank refuses together (a rank leaving alone here had
+        # torchrun kill the others before they said why; `polyrl launch` checks before any rank starts)
+        run_lock.check_free(where)
     existed = where.is_dir()  # before the run takes its lock there
     # stdout holds the summary alone (`polyrl train x.toml > summary.json`): what a tracker library
     # (trackio's banner) or a reward prints during the run goes to stderr
