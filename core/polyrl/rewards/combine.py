@@ -537,7 +537,8 @@ class RewardComputer:
         TRL reads it, and one warning per reward the first time, naming it: a NaN from a bug looks
         the same, and would otherwise leave samples out of training without a word. inf stays an
         error (TRL would train on it)."""
-        nans = [i for i, value in enumerate(scores) if _is_nan(value)]
+        nan_at = [_is_nan(value) for value in scores]
+        nans = [i for i, nan in enumerate(nan_at) if nan]
         if nans and name not in self._warned_nan:
             self._warned_nan.add(name)
             log.warning(f"reward {name!r} returned NaN for {len(nans)} of {len(scores)} samples (first: sample "
@@ -545,7 +546,7 @@ class RewardComputer:
                         "(said once per reward)", reward=name,
                         fix="return None for a sample the reward does not apply to; if the NaN is a bug, fix "
                             "the reward")
-        return [None if _is_nan(value) else value for value in scores] if nans else list(scores)
+        return [None if nan else value for value, nan in zip(scores, nan_at, strict=True)]
 
     def _extra_metrics(self, provider: _Provider, name: str, answer: Any) -> dict[str, float]:
         extra = getattr(answer[name], "metrics", None)
