@@ -243,3 +243,61 @@ def test_a_probe_or_register_hook_that_hangs_costs_its_plugin_not_the_command(si
     stuck = [e for e in data["load_errors"] if e["group"] == "polyrl_register_rewards" and e["distribution"] == "polyrl-hangs"]
     assert len(stuck) == 1 and "PluginCallTimedOut" in stuck[0]["error"] and LIMIT_ENV in stuck[0]["error"]
     assert "torch" in {b["name"] for b in data["backends"]}  # the others answered
+
+
+def _installed_entry_point_names() -> list[str]:
+    """The entry-point names the installed distributions (polyrl-torch, polyrl-max, ...) really have."""
+    from importlib import metadata
+
+    from polyrl.plugins import ENTRY_POINT_GROUPS
+
+    return sorted({ep.name for group in ENTRY_POINT_GROUPS for ep in metadata.entry_points(group=group)})
+
+
+def test_a_misspelt_name_in_the_disable_list_is_warned_once_and_shown_by_doctor(site, capsys, monkeypatch):
+    """``POLYRL_DISABLE_PLUGINS=mxa`` (meant: max) disabled nothing without a word: max still loaded."""
+    from structlog.testing import capture_logs
+
+    from polyrl.plugins import get_plugin_manager
+
+    installed = _installed_entry_point_names()
+    # every real entry point disabled (nothing heavy imports), plus a typo
+    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", ",".join([*installed, "mxa-f6"]))
+    with capture_logs() as logs:
+        first, second = get_plugin_manager(), get_plugin_manager()
+    for pm in (first, second):
+        assert len(pm.env_warnings) == 1
+    text = first.env_warnings[0]
+    assert text.startswith("POLYRL_DISABLE_PLUGINS: 'mxa-f6' is not the name of an installed plugin entry point")
+    assert all(name in text for name in installed) and "Fix:" in text
+    assert [e["event"] for e in logs if "mxa-f6" in e["event"]] == [text]  # once, though built twice
+    code, out, err = cli(["doctor"], capsys, monkeypatch)
+    assert code == 1 and f"[WARN] {text}" in out, (out, err)
+    code, out, err = cli(["doctor", "--json"], capsys, monkeypatch)
+    assert json.loads(out)["env_warnings"] == [text]
+    code, out, err = cli(["backends", "--json"], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["env_warnings"] == [text]
+
+
+def test_a_load_list_of_only_unknown_names_is_one_error_line(site, capsys, monkeypatch):
+    """``POLYRL_LOAD_PLUGINS=tourch`` loaded no plugin at all, and ``polyrl train`` then said the
+    torch backend was not installed."""
+    installed = _installed_entry_point_names()
+    monkeypatch.setenv("POLYRL_LOAD_PLUGINS", "tourch")
+    code, out, err = cli(["backends"], capsys, monkeypatch)
+    monkeypatch.delenv("POLYRL_LOAD_PLUGINS")  # before the fixture rebuilds the registry
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("error: POLYRL_LOAD_PLUGINS: names no installed plugin entry point ('tourch')")
+    assert all(name in err for name in installed) and "Fix:" in err
+
+
+def test_a_load_list_with_one_unknown_name_loads_the_rest_and_warns(site, monkeypatch):
+    from polyrl.plugins import get_plugin_manager
+
+    write_dist(site, "polyrl-loadme", "1.0", {"polyrl.rewards": {"loadme": "contract_loadme"}})
+    (site / "contract_loadme.py").write_text(REWARD_PLUGIN.format(name="loadme_score", summary="s", score=1.0))
+    monkeypatch.setenv("POLYRL_LOAD_PLUGINS", "loadme,lodme")
+    pm = get_plugin_manager()
+    assert pm.has_plugin("loadme")
+    assert pm.env_warnings == [pm.env_warnings[0]] and "POLYRL_LOAD_PLUGINS: 'lodme' is not" in pm.env_warnings[0]
+    assert "so it loads nothing" in pm.env_warnings[0]

@@ -72,6 +72,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
         rewards = reg.rewards()
     if args.json:
         _print_json({
+            "env_warnings": list(reg.pm.env_warnings),
             "backends": [s.as_dict() for s in statuses],
             "rewards": [{"name": r.name, "summary": r.summary, "distribution": r.distribution}
                         for r in rewards],
@@ -85,7 +86,8 @@ def cmd_backends(args: argparse.Namespace) -> int:
         why = "" if s.available else f"{s.reason}" + (f" ({s.install_hint})" if s.install_hint else "")
         rows.append((s.name, "yes" if s.available else "no", s.version, s.distribution, ", ".join(caps), why))
     _print_listing("polyrl backends", ("backend", "usable", "version", "distribution", "can do", "why not / fix"),
-                   rows, errors, "plugin", footer="rewards: " + ", ".join(r.name for r in rewards))
+                   rows, errors, "plugin", footer="\n".join(["rewards: " + ", ".join(r.name for r in rewards),
+                                                             *(f"warning: {w}" for w in reg.pm.env_warnings)]))
     return 0
 
 
@@ -185,6 +187,7 @@ def _doctor_report() -> dict[str, Any]:
         "backends": {},
         "load_errors": [{"name": e.name, "distribution": e.distribution, "error": e.error}
                         for e in reg.load_errors],
+        "env_warnings": list(reg.pm.env_warnings),
     }
     for name in reg.names():
         status = reg.status(name)
@@ -220,7 +223,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             print(f"        {k}: {v}")
     for e in report["load_errors"]:
         print(f"[ERR] plugin {e['name']} ({e['distribution'] or 'unknown dist'}): {e['error']}")
-    return 1 if report["load_errors"] else 0
+    for text in report["env_warnings"]:
+        print(f"[WARN] {text}")
+    return 1 if report["load_errors"] or report["env_warnings"] else 0
 
 
 def train_config(args: argparse.Namespace) -> RunConfig:

@@ -14,6 +14,11 @@ every command down; ``polyrl backends`` and ``polyrl doctor`` show those errors.
 Environment:
     POLYRL_LOAD_PLUGINS     comma-separated entry-point names: load only these ("" loads none)
     POLYRL_DISABLE_PLUGINS  comma-separated entry-point names never to load
+
+A name in either list that matches no installed entry point (a typo: ``POLYRL_DISABLE_PLUGINS=mxa``
+left ``max`` loaded without a word) is warned about once, naming the installed entry points, and
+kept in ``env_warnings`` for ``polyrl doctor``; a POLYRL_LOAD_PLUGINS whose names all match none
+(it would load no plugin at all) is a ConfigError instead.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import attrs
 import pluggy
 
 from polyrl import hookspecs
+from polyrl.errors import ConfigError
+from polyrl.logs import get_logger
 from polyrl.plugin_calls import call_limited, limit_s
 from polyrl.plugin_requirements import unmet_core_requirement
 
@@ -79,6 +86,14 @@ class PluginInfo:
     version: str
 
 
+#: env-list warnings already logged in this process (the registry is rebuilt; the warning is said once)
+_WARNED: set[str] = set()
+
+
+def _quoted(names: Iterable[str]) -> str:
+    return ", ".join(repr(n) for n in sorted(names))
+
+
 def _split_env(name: str) -> set[str] | None:
     value = os.environ.get(name)
     if value is None:
@@ -105,6 +120,8 @@ class PolyrlPluginManager(pluggy.PluginManager):
         self.add_hookspecs(hookspecs)
         self.load_errors: list[PluginLoadError] = []
         self.plugin_info: dict[str, PluginInfo] = {}
+        #: names in POLYRL_LOAD_PLUGINS / POLYRL_DISABLE_PLUGINS that match no installed entry point
+        self.env_warnings: list[str] = []
 
     def distribution_of(self, plugin: Any) -> str:
         name = self.get_name(plugin)
@@ -122,8 +139,10 @@ class PolyrlPluginManager(pluggy.PluginManager):
 
     def load_entry_points(self) -> None:
         allow, deny = _split_env(ALLOW_ENV), _split_env(DENY_ENV) or set()
-        for group in ENTRY_POINT_GROUPS:
-            for ep in _entry_points(group):
+        found = {group: list(_entry_points(group)) for group in ENTRY_POINT_GROUPS}
+        self._check_env_names(allow, deny, {ep.name for eps in found.values() for ep in eps})
+        for group, eps in found.items():
+            for ep in eps:
                 if ep.name in deny or (allow is not None and ep.name not in allow):
                     continue
                 dist, version = _dist_of(ep)
@@ -152,6 +171,28 @@ class PolyrlPluginManager(pluggy.PluginManager):
                     )
                     continue
                 self.plugin_info[key] = PluginInfo(key, group, dist, version)
+
+    def _check_env_names(self, allow: set[str] | None, deny: set[str], known: set[str]) -> None:
+        """Warn about (or refuse) list names that match no installed entry point; why: a typo was
+        ignored without a word, so the plugin meant to be disabled still loaded."""
+        installed = ", ".join(sorted(known)) or "none"
+        if allow and not allow & known:
+            raise ConfigError(f"names no installed plugin entry point ({_quoted(allow)}), so no plugin would "
+                              f"load", field=ALLOW_ENV,
+                              fix=f"use entry-point names from: {installed}; set it to \"\" to load no plugin "
+                                  f"on purpose, or unset it to load them all")
+        for env, names, effect in ((ALLOW_ENV, allow or set(), "load"), (DENY_ENV, deny, "disable")):
+            unknown = names - known
+            if not unknown:
+                continue
+            what = (f"is not the name of an installed plugin entry point, so it {effect}s" if len(unknown) == 1 else
+                    f"are not names of installed plugin entry points, so they {effect}")
+            text = (f"{env}: {_quoted(unknown)} {what} nothing. Fix: use entry-point names from: {installed} (polyrl's built-in plugins have none "
+                    f"and always load)")
+            self.env_warnings.append(text)
+            if text not in _WARNED:
+                _WARNED.add(text)
+                get_logger("polyrl.plugins").warning(text)
 
     def _registration_name(self, name: str, group: str, dist: str) -> str | None:
         """The name a plugin registers under: its entry point's name, or ``name@distribution`` when
