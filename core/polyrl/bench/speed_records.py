@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import os
 import platform
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from polyrl.cache import default_cache_dir
+from polyrl.cache import cache_error, default_cache_dir
 
 FILE = "generate_speed.json"
 
@@ -40,6 +41,20 @@ def _path(cache: Path | None) -> Path:
     return (cache or default_cache_dir()) / FILE
 
 
+def check_writable(cache: Path | None = None) -> None:
+    """Make the records' folder and write a file there, or raise the ConfigError naming
+    POLYRL_CACHE (``cache`` None): a bench found out only after minutes of measuring."""
+    folder = _path(cache).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        if cache is None:
+            raise cache_error(folder, exc) from None
+        raise
+
+
 def load(cache: Path | None = None) -> dict[str, Any]:
     path = _path(cache)
     try:
@@ -60,10 +75,15 @@ def record(model: str, results: list[dict[str, Any]], threads: int, cache: Path 
         per_model[r["backend"]] = {"tokens_per_s": float(speed), "threads": threads,
                                    "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     path = _path(cache)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(path)
+    except OSError as exc:
+        if cache is None:  # POLYRL_CACHE (or the default) is a file or read-only: one error line naming it
+            raise cache_error(path.parent, exc) from None
+        raise
     return path
 
 

@@ -382,6 +382,7 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
     reg = get_registry()
     names = bench_backends(reg, backends)
     check_output(output)
+    speed_records.check_writable()  # a bad POLYRL_CACHE: one error line now, not after the measuring
     resolved = reg.resolve_model(model)
     peak = matmul_peak(threads, device=device)
     peaks = {"float32": peak}

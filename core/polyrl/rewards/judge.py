@@ -127,7 +127,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 
-from polyrl.errors import RewardError
+from polyrl.errors import RewardError, one_line
 from polyrl.rewards import judge_score
 from polyrl.rewards.inputs import completion_text
 from polyrl.rewards.options import merged, positive_number, required_text
@@ -138,6 +138,8 @@ from polyrl.redact import Redactor, display_url, url_secrets
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
 NAME = "llm_judge"
+#: the judge cache's file in polyrl's cache folder when options.cache_path is not given
+DEFAULT_CACHE_FILE = "judge_cache.sqlite3"
 log = get_logger("polyrl.rewards.judge")
 
 DEFAULT_SYSTEM = "You are a strict, fair grader. You follow the output format exactly."
@@ -262,7 +264,7 @@ def judge_options(given: Mapping[str, Any] | None) -> JudgeOptions:
     if cache is None:
         from polyrl.cache import default_cache_dir
 
-        cache = str(default_cache_dir() / "judge_cache.sqlite3")
+        cache = str(default_cache_dir() / DEFAULT_CACHE_FILE)
     elif cache is False or cache == "":
         cache = None
     elif not isinstance(cache, (str, os.PathLike)):
@@ -401,8 +403,8 @@ class JudgeCache:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         try:
+            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)  # a file in the way: no traceback
             self.db = sqlite3.connect(str(Path(path).expanduser()), timeout=30.0)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute(
@@ -410,9 +412,14 @@ class JudgeCache:
                 "request TEXT, response TEXT, created REAL)"
             )
             self.db.commit()
-        except sqlite3.Error as exc:
-            raise RewardError(f"{NAME}: cannot open the judge cache {path!r}: {exc}. "
-                              "Fix: point options.cache_path at a writable file, or set cache_path = \"\"") from exc
+        except (sqlite3.Error, OSError) as exc:
+            from polyrl.cache import CACHE_ENV, default_cache_dir
+
+            fix = "point options.cache_path at a writable file, or set cache_path = \"\""
+            if Path(path).expanduser() == default_cache_dir() / DEFAULT_CACHE_FILE:  # no cache_path: POLYRL_CACHE's
+                fix = (f"point {CACHE_ENV} (now {os.environ.get(CACHE_ENV, 'unset')!r}) at a writable folder, "
+                       f"or set options.cache_path to a writable file, or cache_path = \"\" for none")
+            raise RewardError(f"{NAME}: cannot open the judge cache {path!r}: {one_line(str(exc))}. Fix: {fix}") from None
 
     def get_many(self, keys: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}

@@ -20,7 +20,7 @@ def polyrl_resolve_model(name: str) -> str | None:
     """``tiny-llama``: a random tiny Llama built once in the polyrl cache."""
     if name != TINY_ALIAS or importlib.util.find_spec("tokenizers") is None:
         return None
-    from polyrl.cache import default_cache_dir
+    from polyrl.cache import cache_subdir
     from polyrl.testing.tiny_model import build_tiny_llama
 
-    return build_tiny_llama(default_cache_dir() / "models" / TINY_ALIAS)
+    return build_tiny_llama(cache_subdir("models") / TINY_ALIAS)

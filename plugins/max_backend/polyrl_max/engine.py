@@ -93,9 +93,9 @@ def configure_environment(options: Mapping[str, Any]) -> Path:
     if wanted is None and os.environ.get("MODULAR_CACHE_DIR"):
         return Path(os.environ["MODULAR_CACHE_DIR"])
     if wanted is None:
-        from polyrl.cache import default_cache_dir
+        from polyrl.cache import cache_subdir
 
-        wanted = default_cache_dir() / "max"
+        wanted = cache_subdir("max")  # a bad POLYRL_CACHE: one error line naming it
     folder = Path(wanted).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
     current = os.environ.get("MODULAR_CACHE_DIR")
