@@ -737,3 +737,59 @@ def test_a_vanished_output_dir_is_named_not_taken_for_a_run_without_checkpoints(
     assert "the checkpoints this run wrote are gone" in str(trainer._write_failed("checkpoint of step 3", "x"))
     trainer._saved_step = None
     assert "no checkpoint was written yet" in str(trainer._write_failed("checkpoint of step 0", "x"))
+
+
+# --- the lr schedule's span at resume -----------------------------------------------------------
+
+
+def _scheduled(tmp_path, steps: int, schedule: str = "linear", total_steps: int | None = None) -> RunConfig:
+    config = toy_config(tmp_path, steps=steps, checkpoint_every=1, keep_checkpoints=4)
+    return attrs.evolve(config, optimizer=attrs.evolve(config.optimizer, schedule=schedule, total_steps=total_steps))
+
+
+def _resume_at_step_2(config: RunConfig, tmp_path) -> tuple[list[str], list[float]]:
+    """Resume ``config`` from step 2 of a finished 4-step linear run: the warnings, every step's lr."""
+    from structlog.testing import capture_logs
+
+    Trainer(_scheduled(tmp_path, 4)).run(progress=False)
+    trainer = Trainer(config)
+    with capture_logs() as logs:
+        assert trainer.resume(tmp_path / "run" / "checkpoints" / "step-00000002")
+    trainer.run(progress=False)
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    return [e["event"] for e in logs if e["log_level"] == "warning"], [json.loads(line)["lr"] for line in lines]
+
+
+def test_more_steps_at_resume_say_how_the_lr_schedule_stretches_and_how_to_keep_it(toy, tmp_path):
+    """A linear run of 4 steps resumed at step 2 with train.steps = 8: the decay's span follows
+    train.steps, so the lr went back up (0.5 due, 0.75 used) and only ``train.steps 4 -> 8`` was
+    logged."""
+    warned, lrs = _resume_at_step_2(_scheduled(tmp_path, 8), tmp_path)
+    assert lrs[:3] == [1.0, 0.75, 0.75]  # what the warning announces: the new span's lr
+    note = [w for w in warned if w.startswith("lr schedule changed at resume:")]
+    assert note == ["lr schedule changed at resume: the linear lr schedule now decays over 8 optimizer updates "
+                    "instead of the checkpoint's 4 (train.steps 4 -> 8): after the 2 updates already applied, "
+                    "the next lr is 0.75 where the checkpoint's schedule is at 0.5. Fix: to keep the "
+                    "checkpoint's schedule, resume with optimizer.total_steps = 4; or go on, and the rest of "
+                    "the run follows the new span"]
+
+
+def test_the_checkpoints_span_as_total_steps_keeps_its_schedule_at_resume(toy, tmp_path):
+    """The fix the warning gives: optimizer.total_steps = the checkpoint's span was refused at resume
+    as a change that breaks exactness, though it keeps the schedule exactly."""
+    warned, lrs = _resume_at_step_2(_scheduled(tmp_path, 8, total_steps=4), tmp_path)
+    assert lrs[:5] == [1.0, 0.75, 0.5, 0.25, 0.0]  # the uninterrupted 4-step schedule, then its floor
+    assert not [w for w in warned if w.startswith("lr schedule changed")]
+    assert "config changed at resume: optimizer.total_steps None -> 4" in warned
+
+
+def test_more_steps_under_a_constant_schedule_say_nothing_of_the_schedule(toy, tmp_path):
+    Trainer(_scheduled(tmp_path, 4, schedule="constant")).run(progress=False)
+    from structlog.testing import capture_logs
+
+    trainer = Trainer(_scheduled(tmp_path, 8, schedule="constant"))
+    with capture_logs() as logs:
+        assert trainer.resume(tmp_path / "run" / "checkpoints" / "step-00000002")
+    warned = [e["event"] for e in logs if e["log_level"] == "warning"]
+    assert "config changed at resume: train.steps 4 -> 8" in warned
+    assert not [w for w in warned if w.startswith("lr schedule changed")]

@@ -23,6 +23,7 @@ from polyrl.errors import ConfigError
 APPLIED = (
     "optimizer.lr", "optimizer.max_grad_norm", "optimizer.weight_decay", "optimizer.betas",
     "optimizer.eps", "optimizer.micro_batch_size",
+    "optimizer.total_steps",  # the lr schedule's span, as train.steps is (``schedule_note`` says what it does)
     "train.steps", "train.checkpoint_every", "train.keep_checkpoints", "train.keep_previous_runs",
     "train.max_consecutive_skips",
     "train.threads", "train.output_dir", "train.collective_timeout_s",
@@ -120,6 +121,47 @@ def _unset_limits_as_default(flat: dict[str, Any]) -> dict[str, Any]:
 def describe(change: tuple[str, Any, Any]) -> str:
     field, old, new = change
     return f"{field} {old!r} -> {new!r}"
+
+
+def _span(flat: dict[str, Any], updates_per_step: int) -> int | None:
+    """The optimizer updates a saved config's lr schedule decays over (as ``run_optimizer`` sets it)."""
+    total, steps = flat.get("optimizer.total_steps"), flat.get("train.steps")
+    if isinstance(total, int):
+        return total
+    return steps * updates_per_step if isinstance(steps, int) else None
+
+
+def schedule_note(saved: dict[str, Any] | None, config: RunConfig, updates: int | None) -> str | None:
+    """What a changed schedule span (``train.steps``, or ``optimizer.total_steps``) does at resume
+    to a decaying lr schedule, with the way to keep the checkpoint's; None when nothing changes.
+
+    Why: the span follows ``train.steps``, so extending a linear/cosine run at resume re-stretched
+    the decay from the resumed update on (the lr jumped back up mid-run), and only
+    ``train.steps 4 -> 8`` was logged. ``updates``: the checkpoint's applied updates (the lrs are
+    left out without it)."""
+    from polyrl.schedules import lr_multiplier
+
+    opt = config.optimizer
+    if not saved or opt.schedule == "constant":
+        return None
+    per_step = config.algorithm.updates_per_step
+    old = _span(saved, per_step)
+    new = opt.total_steps if opt.total_steps is not None else config.train.steps * per_step
+    if old is None or old == new:
+        return None
+    why = [f"{field} {saved.get(field)!r} -> {value!r}" for field, value in
+           (("train.steps", config.train.steps), ("optimizer.total_steps", opt.total_steps))
+           if saved.get(field) != value]
+    text = (f"the {opt.schedule} lr schedule now decays over {new} optimizer updates instead of the "
+            f"checkpoint's {old} ({', '.join(why)})")
+    if isinstance(updates, int):
+        def lr(span: int) -> float:
+            return opt.lr * lr_multiplier(updates, opt.schedule, opt.warmup_steps, span, opt.min_lr_ratio)
+
+        text += (f": after the {updates} updates already applied, the next lr is {lr(new):.4g} where the "
+                 f"checkpoint's schedule is at {lr(old):.4g}")
+    return (text + f". Fix: to keep the checkpoint's schedule, resume with optimizer.total_steps = {old}; "
+            "or go on, and the rest of the run follows the new span")
 
 
 def check(saved: dict[str, Any] | None, config: RunConfig, weights_only: bool) -> list[str]:

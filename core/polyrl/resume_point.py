@@ -67,6 +67,11 @@ def resume_point(config: RunConfig, path: str | Path | None, weights_only: bool,
     for change in resume_config.check(state.get("config"), config, weights_only):
         if announce:
             log.warning(f"config changed at resume: {change}", applied=True)
+    # a weights-only resume starts the optimizer, and so the schedule, fresh: nothing to compare
+    note = None if weights_only else resume_config.schedule_note(state.get("config"), config,
+                                                                  state.get("updates_applied"))
+    if announce and note:
+        log.warning(f"lr schedule changed at resume: {note}")
     return found, state
 
 
