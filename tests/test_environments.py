@@ -319,6 +319,10 @@ def clashing_tool(options):
     return Clashing(options)
 
 
+async def async_factory(options):
+    return Game(options)
+
+
 class Yields(Game):
     def episode_over(self):
         yield
@@ -341,6 +345,9 @@ def yields(options):
     # once after the models loaded, naming environment.tools, a key the config never set
     ("undocumented_tool", "made a WithTools whose own tools cannot be offered: tool 'lookup': has no docstring"),
     ("clashing_tool", "made a Clashing whose own tools cannot be offered: the environment's tool(s) 'calculator' clash"),
+    # once "returned coroutine <coroutine object async_factory at 0x...>, which has no reset or step method"
+    ("async_factory", "the factory returned a coroutine (it is an async def), which polyrl does not await; make "
+                      "the factory a plain def"),
     # once never told its episode was over, without a word (its generator was dropped unrun)
     ("yields", "made an environment whose Yields.episode_over is a generator function (its body has a yield), so "
                "calling it runs none of its code. Fix: make it a plain function or an async def without yield"),

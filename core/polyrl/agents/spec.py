@@ -213,6 +213,10 @@ def checked_environment(env: Any) -> Any:
     if isinstance(env, type):
         raise TypeError(f"the factory returned the class {env.__name__}, not an instance of it "
                         f"(return {env.__name__}(options))")
+    if inspect.iscoroutine(env):  # closed unrun: Python's "never awaited" warning would say nothing more
+        env.close()
+        raise TypeError("the factory returned a coroutine (it is an async def), which polyrl does not await; "
+                        "make the factory a plain def and do async setup in reset, which may be async def")
     missing = [m for m in ("reset", "step") if not callable(getattr(env, m, None))]
     if missing:
         raise TypeError(f"the factory returned {_shown(env)}, which has no {' or '.join(missing)} method; "
