@@ -127,9 +127,38 @@ def _object_arg(p: Point) -> int:
     return 0
 
 
+def _yields(x: int) -> str:
+    """Doc.
+
+    Args:
+        x: A value.
+    """
+    yield str(x)
+
+
+async def _async_yields(x: int) -> str:
+    """Doc.
+
+    Args:
+        x: A value.
+    """
+    yield str(x)
+
+
+def _renamed_yields():
+    """``_yields`` as a registered tool is wrapped under its registered name (``functools.wraps``)."""
+    from polyrl.agents.loading import _renamed
+
+    return _renamed(_yields, "_renamed_yields")
+
+
 @pytest.mark.parametrize(("fn", "words"), [
     (_no_doc, "no docstring"), (_no_hint, "no type hint"), (_undocumented_arg, "does not describe argument 'y'"),
     (_star, "variadic"), (_object_arg, "JSON cannot carry"),
+    # once offered: every call answered "returned a generator, which is neither text nor JSON", its code never run
+    (_yields, "is a generator function (its body has a yield)"),
+    (_async_yields, "is a generator function (its body has a yield)"),
+    (_renamed_yields(), "is a generator function (its body has a yield)"),
 ])
 def test_schema_refuses_what_the_model_could_not_use(fn, words):
     with pytest.raises(ConfigError) as err:

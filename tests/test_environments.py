@@ -317,6 +317,19 @@ class Clashing(Game):
 
 def clashing_tool(options):
     return Clashing(options)
+
+
+async def async_factory(options):
+    return Game(options)
+
+
+class Yields(Game):
+    def episode_over(self):
+        yield
+
+
+def yields(options):
+    return Yields(options)
 '''
 
 
@@ -332,6 +345,12 @@ def clashing_tool(options):
     # once after the models loaded, naming environment.tools, a key the config never set
     ("undocumented_tool", "made a WithTools whose own tools cannot be offered: tool 'lookup': has no docstring"),
     ("clashing_tool", "made a Clashing whose own tools cannot be offered: the environment's tool(s) 'calculator' clash"),
+    # once "returned coroutine <coroutine object async_factory at 0x...>, which has no reset or step method"
+    ("async_factory", "the factory returned a coroutine (it is an async def), which polyrl does not await; make "
+                      "the factory a plain def"),
+    # once never told its episode was over, without a word (its generator was dropped unrun)
+    ("yields", "made an environment whose Yields.episode_over is a generator function (its body has a yield), so "
+               "calling it runs none of its code. Fix: make it a plain function or an async def without yield"),
 ])
 def test_a_bad_environment_factory_is_one_error_line_before_any_model_loads(tmp_path, capsys, factory, words):
     """Each was a traceback (raises, wrong arguments), a silent exit with the factory's code, a run

@@ -758,6 +758,89 @@ def test_messages_too_large_to_fit_end_their_episode_unrendered():
     assert max(seen) < 10_000
 
 
+#: a 10 M-character value, as message content or under a key of the environment's own (a flat one,
+#: a list of strings, a deep one: each costs the size check no more than its budget)
+HUGE = "word " * 2_000_000
+HUGE_VALUES = {"content": {"content": HUGE}, "extra-key": {"content": "You won.", "meta": HUGE},
+               "extra-list": {"content": "You won.", "log": ["word " * 1000] * 2000},
+               "extra-deep": {"content": "You won.", "trace": {"steps": [{"obs": "word " * 1000}] * 2000}},
+               "extra-array": {"content": "You won.", "scores": np.zeros(1_000_000)}}
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("done", [True, False], ids=["final", "per-turn"])
+@pytest.mark.parametrize("what", list(HUGE_VALUES))
+def test_an_observation_too_large_for_its_episode_is_left_out_final_or_not_extra_keys_included(what, done):
+    """Once: a ``done`` observation's messages were kept whole, however large, and so was a value
+    under a key of the environment's own in any observation (only contents were measured): 10 M
+    characters reached the rewards, completions.jsonl and every checkpoint of a pending rollout.
+    Now a message's size counts its other keys too, and a final observation is judged as a turn's
+    is (32 characters a token, one message a token) in the episode's whole token cap, as it is
+    never rendered: past it, left out and the episode ends as ``length``; one that fits is kept."""
+    from structlog.testing import capture_logs
+
+    obs = Observation([{"role": "user", **HUGE_VALUES[what]}], reward=1.0, done=done)
+    with capture_logs() as logs:
+        out = env_runner(ScriptedModel(first_turn="plain"), answering(obs)).run(
+            [{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
+    for c in out:
+        assert [m["role"] for m in c.messages] == ["assistant"], [len(str(m)) for m in c.messages]
+        assert c.finish_reason == "length" and "env_error" not in c.info and c.info["turns"] == 1
+        assert c.info["env_reward"] == 1.0
+    warned = [e for e in logs if "final observation is too large" in e["event"]]
+    assert len(warned) == (1 if done else 0)  # once per run, for the final one
+    from polyrl.rollouts import Rollout
+    from polyrl.strict_json import dumps
+
+    assert len(dumps(Rollout(1, [{"prompt": "x"}], out, 0, 0.1, {}).as_state())) < 100_000  # what a checkpoint writes
+
+
+@pytest.mark.parametrize("done", [True, False], ids=["final", "per-turn"])
+def test_an_observation_with_extra_keys_that_fits_is_kept_whole(done):
+    kept = {"role": "user", "content": "You won." if done else "higher", "name": "judge",
+            "meta": {"moves": list(range(100)), "note": "word " * 100}}
+    out = env_runner(ScriptedModel(first_turn="plain"), answering(Observation([kept], reward=1.0, done=done))).run(
+        [{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=1))
+    [c] = out
+    assert "env_error" not in c.info and c.messages[1] == kept
+    assert c.finish_reason == "stop" if done else c.info["turns"] == 3
+
+
+@pytest.mark.faults
+def test_first_messages_with_a_huge_extra_key_cannot_fit_and_are_not_rendered():
+    """Only the first messages' contents were measured: a 10 M-character value under a key of the
+    environment's own was rendered (the template got it) and kept as the episode's prompt."""
+    seen: list[int] = []
+
+    class Tagged(Guess):
+        def reset(self, row):
+            return [{"role": "user", "content": "Guess my number.", "meta": HUGE}]
+
+    run = EpisodeRunner(ScriptedModel(first_turn="plain").generate, sizes_seen(seen), EpisodeLimits(3, 400, max_length=2048),
+                        make_environment=Tagged, parse=parse, environment_name="tagged")
+    out = run.run([{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
+    assert all("(1 message(s), 10,000,0" in c.info["env_error"] and "characters or more) cannot fit "
+               "model.max_length = 2048" in c.info["env_error"] and c.info["turns"] == 0 for c in out), out[0].info
+    assert all(c.prompt_messages is None for c in out) and max(seen, default=0) < 10_000
+
+
+def test_the_size_walk_stops_past_its_budget():
+    """``json_chars`` stops within one item of its budget however large the value (a 10 M-item list
+    would take seconds to walk whole), and counts a value about as its JSON spells it."""
+    import json
+    import time
+
+    from polyrl.agents.episodes import json_chars
+
+    value = {"a": [1, 2.5, None, True, "xyz", {"b": [12345678901234567890]}], "c": "é" * 10}
+    spelled = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    assert spelled <= json_chars(value) <= 2 * spelled
+    big = [["x" * 10] * 10] * 1_000_000
+    started = time.perf_counter()
+    assert 1000 < json_chars(big, 1000) < 1200
+    assert time.perf_counter() - started < 0.05
+
+
 class FolderTokenizer:
     """What ``template_limits.render_chat`` reads of a model folder's tokenizer: this file's template."""
 
@@ -1409,6 +1492,68 @@ def test_an_environment_whose_episode_over_raises_does_not_end_the_run(fault):
                                                                      SamplingParams(max_new_tokens=40, n=2))
     assert sorted(told) == [0, 1, 2, 3]
     assert all(c.info["env_reward"] == 1.0 and "env_error" not in c.info for c in out)
+
+
+class YieldingOver:
+    """An ``episode_over`` that is no generator function yet returns a generator (a callable
+    object): only what it returns can tell."""
+
+    def __init__(self, told: list[str]) -> None:
+        self.told = told
+
+    def __call__(self):
+        def body():
+            self.told.append("over")
+            yield
+        return body()
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("method", ["reset", "step", "episode_over"])
+@pytest.mark.parametrize("kind", ["generator", "async generator"])
+def test_an_environment_method_with_a_yield_is_refused_naming_it_not_silently_skipped(method, kind):
+    """A ``yield`` in an environment's method makes calling it run none of its code: an
+    ``episode_over`` so written was called, its generator dropped, and nothing was ever handed
+    back, without a word (its episode scored as if all went well); a ``reset`` or ``step`` got a
+    type error that never said why. Each ends its episode now as an environment error naming the
+    method and the fix, from the factory's first call (so the setup's check refuses it too)."""
+    ran: list[str] = []
+
+    def sync_gen(self, *args):
+        ran.append(method)
+        yield Observation([], reward=1.0, done=True)
+
+    async def async_gen(self, *args):
+        ran.append(method)
+        yield Observation([], reward=1.0, done=True)
+
+    Game = type("Game", (Guess,), {method: sync_gen if kind == "generator" else async_gen})  # noqa: N806
+    out = env_runner(ScriptedModel(first_turn="plain"), Game).run([{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
+    for c in out:
+        assert f"Game.{method} is a generator function (its body has a yield), so calling it runs none of its code. " \
+               "Fix: make it a plain function or an async def without yield" in c.info.get("env_error", ""), c.info
+    assert not ran
+
+
+@pytest.mark.faults
+def test_an_episode_over_returning_a_generator_is_a_warning_naming_it():
+    """The same, for an ``episode_over`` that only returns a generator (no generator function to see
+    when the environment is made): a warning naming it and the fix, as an ``episode_over`` raising."""
+    from structlog.testing import capture_logs
+
+    told: list[str] = []
+
+    class Game(Guess):
+        def __init__(self) -> None:
+            super().__init__()
+            self.episode_over = YieldingOver(told)
+
+    with capture_logs() as logs:
+        out = env_runner(ScriptedModel(first_turn="plain"), Game).run([{"prompt": "x"}],
+                                                                       SamplingParams(max_new_tokens=40, n=2))
+    assert all("env_error" not in c.info and c.info["env_reward"] == 1.0 for c in out) and not told
+    warned = [e["error"] for e in logs if "episode_over failed" in e["event"]]
+    assert len(warned) == 2 and all("Game.episode_over is a generator function" in w and "Fix:" in w for w in warned)
 
 
 def mistral_ids_encode(messages, tools, add_generation_prompt):

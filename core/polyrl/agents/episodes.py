@@ -33,8 +33,9 @@ sampled, and the trainer stops the run before the rollout is scored or trained (
 
 from __future__ import annotations
 
-import copy
 import asyncio
+import copy
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -118,7 +119,7 @@ class EpisodeLimits:
         are refused unrendered. Why count messages too: 100,000 empty messages held no characters
         and took 100 s of the trainer's thread to render and tokenize, only to end as ``length``."""
         room = max(tokens, 0)
-        return len(messages) <= room and content_chars(messages) <= MAX_CHARS_PER_TOKEN * room
+        return len(messages) <= room and content_chars(messages, MAX_CHARS_PER_TOKEN * room) <= MAX_CHARS_PER_TOKEN * room
 
     def cap(self, prompt_tokens: int) -> int:
         """The most tokens an episode whose first prompt has ``prompt_tokens`` may hold after it."""
@@ -203,9 +204,56 @@ def turn_seed(seed: int | None, turn: int, group: int) -> int | None:
     return low + ((int(words[0]) << 32) | int(words[1])) % (high - low)
 
 
-def content_chars(messages: Sequence[Mapping[str, Any]]) -> int:
-    """Characters of the messages' text contents (what a template renders of every message)."""
-    return sum(len(m["content"]) for m in messages if isinstance(m.get("content"), str))
+def content_chars(messages: Sequence[Mapping[str, Any]], budget: int | None = None) -> int:
+    """Characters of the messages: each one's text content (what a template renders of every
+    message) and its other keys but the role (``name``, ``tool_call_id``, the environment's own),
+    names and values as their JSON would about spell them. Why those keys: a template may render
+    them and the episode keeps them all (a rollout's checkpoint and completions.jsonl write them),
+    so a 100 MB value under a key of the environment's own passed every bound. The keys' values
+    are walked only until the count passes ``budget`` (None: to the end), so a value of gigabytes
+    costs no more than the budget; contents are counted whole (their length is known)."""
+    total = sum(len(m["content"]) for m in messages if isinstance(m.get("content"), str))
+    for m in messages:
+        if budget is not None and total > budget:
+            break
+        extra = {key: value for key, value in m.items() if key not in ("role", "content")}
+        if extra:
+            total += json_chars(extra, None if budget is None else budget - total)
+    return total
+
+
+_END = object()
+
+
+def json_chars(value: Any, budget: int | None = None) -> int:
+    """About the characters of ``value``'s JSON (a str's escapes aside), counted until the count
+    passes ``budget`` (None: to the end). A walk with a stack of iterators: no recursion, and it
+    stops within one item of the budget however large or deep ``value`` is."""
+    total = 0
+    stack: list[Any] = [iter((value,))]
+    while stack and (budget is None or total <= budget):
+        item = next(stack[-1], _END)
+        if item is _END:
+            stack.pop()
+            continue
+        total += 1  # its separator (a comma or a colon)
+        if isinstance(item, str):
+            total += len(item) + 2
+        elif isinstance(item, Mapping):
+            total += 2
+            stack.append(itertools.chain.from_iterable(item.items()))
+        elif isinstance(item, (list, tuple)):
+            total += 2
+            stack.append(iter(item))
+        elif isinstance(item, np.ndarray):  # written as its list: a digit and a comma an element at least
+            total += 2 + 2 * int(item.size)
+        elif isinstance(item, bool) or item is None:
+            total += 5
+        elif isinstance(item, int):
+            total += item.bit_length() // 3 + 2  # digits (at most), sign
+        else:  # a float or a numpy number
+            total += 24
+    return total
 
 
 def as_messages(prompt: Any) -> list[dict[str, Any]]:
@@ -261,6 +309,7 @@ class EpisodeRunner:
         self.failed_rollouts = 0  # rollouts in a row whose every episode ended in an environment error
         self._warned_silent_step = False  # a step with no messages and done=False was reported
         self._warned_refused = False  # a turn the chat template refused was reported
+        self._warned_last_words = False  # a final observation too large to keep was reported
         self.last_env_error: str | None = None
         #: the template's generation prompt ids when they open a ``<think>`` (``reasoning.think_suffix``,
         #: set by the trainer): a turn sampled after them without ``</think>`` holds no tool call
@@ -401,7 +450,10 @@ class EpisodeRunner:
         limit = self.limits.max_length
         if limit is None or self.limits.may_fit(first, limit):
             return None
-        return (f"the environment's first messages ({len(first):,} message(s), {content_chars(first):,} characters) "
+        budget = MAX_CHARS_PER_TOKEN * limit
+        chars = content_chars(first, budget)
+        counted = " or more" if chars > budget and any(set(m) - {"role", "content"} for m in first) else ""
+        return (f"the environment's first messages ({len(first):,} message(s), {chars:,} characters{counted}) "
                 f"cannot fit model.max_length = {limit} tokens (at most one message and {MAX_CHARS_PER_TOKEN} "
                 "characters a token): they were not rendered")
 
@@ -522,7 +574,8 @@ class EpisodeRunner:
         A turn with tool calls (or malformed ones) is answered by the tool box; a turn without
         any by the environment's ``step`` (no environment: the episode is over). A ``done``
         observation's messages are kept in the conversation (rewards, the completions log and a
-        checkpointed rollout read it), never inserted: nothing follows them.
+        checkpointed rollout read it) if they could fit the episode (``_last_words``), never
+        inserted: nothing follows them.
 
         A turn cut at its budget (``length``) whose last call closed exactly at the cut is answered
         like any other, as TRL runs every call it parses, cut or not (such a call was never run); one
@@ -584,7 +637,7 @@ class EpisodeRunner:
                 self._warn_silent_step()
             ep.done = bool(obs.done) or not new
             if obs.done:  # its last words: never inserted (nothing follows), kept for the rewards and the log
-                ep.messages.extend(new)
+                self._last_words(ep, new)
         else:
             ep.done = True  # a plain answer: the episode is over
         if ep.done:
@@ -613,6 +666,25 @@ class EpisodeRunner:
             return
         ep.add(inserted, None, sampled=False)
         ep.messages.extend(new)
+
+    def _last_words(self, ep: _Episode, new: list[dict[str, Any]]) -> None:
+        """Keep a ``done`` observation's messages in the conversation, if they could fit the episode
+        at all (``may_fit`` in its whole token cap, not only what is left: they are never
+        rendered); else leave them out and end it as ``length``, as a turn's observation that cannot
+        fit is. Why: they went into the record unbounded, so a 100 MB final observation (or a
+        value under a key of its own) reached the rewards, completions.jsonl and every checkpoint
+        of a pending rollout."""
+        cap = self.limits.cap(len(ep.prompt_ids))
+        if self.limits.may_fit(new, cap):
+            ep.messages.extend(new)
+            return
+        ep.finish_reason = "length"
+        if not self._warned_last_words:
+            self._warned_last_words = True
+            log.warning("the environment's final observation is too large for its episode; left out of the "
+                        "conversation the rewards read, the episode ended as length (said once per run)",
+                        environment=self._env_name, messages=len(new), episode_tokens=cap,
+                        max_chars_per_token=MAX_CHARS_PER_TOKEN)
 
     def _calls_refused(self, ep: _Episode, answers: Sequence[Mapping[str, Any]],
                        schemas: Sequence[Mapping[str, Any]] | None, exc: RenderError) -> BaseException | None:
@@ -755,7 +827,7 @@ class EpisodeRunner:
         except _EnvError as failed:
             return unread or failed.text, None
         if raised is not None:
-            log.warning("the environment's episode_over raised; the run goes on", environment=self._env_name,
+            log.warning("the environment's episode_over failed; the run goes on", environment=self._env_name,
                         error=raised)
         return unread, rewarded
 

@@ -16,7 +16,7 @@ from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
 from polyrl.agents.glue import EncodeChat
 from polyrl.agents.loading import ENVIRONMENT_FIELD, resolve_environment, resolve_tools
 from polyrl.agents.parsing import FORMATS, parse_tool_calls
-from polyrl.agents.spec import checked_environment, environment_tools
+from polyrl.agents.spec import GeneratorMethod, checked_environment, environment_tools
 from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe
 from polyrl.agents.tools import ToolBox
 from polyrl import step_gather
@@ -140,6 +140,9 @@ def _create(worker: Worker, make: Callable[[], Any], name: str, timeout_s: float
     except CallRaised as raised:
         if isinstance(raised.cause, ConfigError):  # the environment's own check of its options
             raise raised.cause from None
+        if isinstance(raised.cause, GeneratorMethod):  # the factory worked: the class it made is at fault
+            raise ConfigError(f"the factory {name!r} made an environment whose {raised.cause.problem}",
+                              field=ENVIRONMENT_FIELD, fix=raised.cause.fix) from None
         raise ConfigError(f"the factory {name!r} failed when called with environment.options: "
                           f"{describe(raised.cause, run_goes_on=False)}", field=ENVIRONMENT_FIELD,
                           fix="point at a factory taking the options dict and returning a new environment "

@@ -47,7 +47,8 @@ class Observation:
 
 @runtime_checkable
 class Environment(Protocol):
-    """One episode's state. ``reset`` and ``step`` may each be plain or ``async def``. They run on
+    """One episode's state. ``reset`` and ``step`` may each be plain or ``async def`` (never a
+    generator: refused, as calling one runs none of its code). They run on
     a thread of the episode's own (an ``async def`` on that thread's own event loop, the same for
     every call) within ``[environment] env_timeout_s``; the episodes of a step run concurrently.
 
@@ -177,20 +178,53 @@ def end_episode(env: Any) -> Any:
     the rollout rather than at the episode's last turn: reward functions still read the instance.
     What it returns (a coroutine of an ``async def episode_over``) is for the caller to await."""
     over = getattr(env, "episode_over", None)
-    return over() if callable(over) else None
+    if not callable(over):
+        return None
+    return not_a_generator(env, "episode_over", over())
+
+
+def not_a_generator(env: Any, method: str, value: Any) -> Any:
+    """``value``, what ``env.<method>()`` returned, unless it is a generator (sync or async); then
+    TypeError saying so. Why: a ``yield`` anywhere in the method makes calling it run none of its
+    code, and a generator is neither awaited nor iterated: an ``episode_over`` so written never
+    handed anything back, without a word."""
+    if inspect.isgenerator(value) or inspect.isasyncgen(value):
+        if inspect.isgenerator(value):
+            value.close()  # never started: closing it runs none of its code
+        raise GeneratorMethod(env, method)
+    return value
+
+
+class GeneratorMethod(TypeError):
+    """An environment's ``method`` is a generator function (``not_a_generator``): the problem and
+    the fix, apart for the setup's ``ConfigError``."""
+
+    def __init__(self, env: Any, method: str) -> None:
+        self.problem = (f"{type(env).__name__}.{method} is a generator function (its body has a yield), so "
+                        "calling it runs none of its code")
+        self.fix = "make it a plain function or an async def without yield (return its answer)"
+        super().__init__(f"{self.problem}. Fix: {self.fix}")
 
 
 def checked_environment(env: Any) -> Any:
-    """What a factory returned, if it is an environment instance (``reset`` and ``step`` callable);
-    else TypeError. Why: None, a class or any other object would only fail at its first call, as
+    """What a factory returned, if it is an environment instance (``reset`` and ``step`` callable,
+    neither they nor ``episode_over`` a generator function); else TypeError. Why: None, a class or any other object would only fail at its first call, as
     an error in every episode, far from the factory that made it."""
     if isinstance(env, type):
         raise TypeError(f"the factory returned the class {env.__name__}, not an instance of it "
                         f"(return {env.__name__}(options))")
+    if inspect.iscoroutine(env):  # closed unrun: Python's "never awaited" warning would say nothing more
+        env.close()
+        raise TypeError("the factory returned a coroutine (it is an async def), which polyrl does not await; "
+                        "make the factory a plain def and do async setup in reset, which may be async def")
     missing = [m for m in ("reset", "step") if not callable(getattr(env, m, None))]
     if missing:
         raise TypeError(f"the factory returned {_shown(env)}, which has no {' or '.join(missing)} method; "
                         "expected an environment (reset(row) and step(message))")
+    for method in ("reset", "step", "episode_over"):  # each would run none of its code (``not_a_generator``)
+        fn = getattr(env, method, None)
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            raise GeneratorMethod(env, method)
     return env
 
 
@@ -233,6 +267,7 @@ def plain_text(value: Any) -> Any:
 def checked_reset(env: Any, messages: Any) -> list[Message]:
     """What ``reset`` returned, if it is a non-empty list of renderable messages (as plain
     ``str``s, ``plain_text``); else TypeError."""
+    not_a_generator(env, "reset", messages)
     _check_messages(env, "reset", messages)
     if not messages:
         raise TypeError(f"{type(env).__name__}.reset returned no messages; the model needs a prompt")
@@ -245,6 +280,7 @@ def checked_step(env: Any, obs: Any) -> Observation:
     naming the field, never read as something else (``done="no"`` is not True). The messages come
     back as plain ``str``s (``plain_text``), the reward a plain ``float``."""
     name = type(env).__name__
+    not_a_generator(env, "step", obs)
     if not isinstance(obs, Observation):
         raise TypeError(f"{name}.step returned {type(obs).__name__}, expected "
                         "polyrl.agents.Observation(messages=..., reward=..., done=...)")

@@ -54,6 +54,16 @@ _ARG_LINE = re.compile(r"^(\s*)(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 _CHOICES = re.compile(r"\(choices:\s*(.*?)\)\s*$", re.IGNORECASE)
 
 
+def _yields(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` (or what it wraps, ``functools.wraps``: a registered tool under another name)
+    is a generator function, sync or async."""
+    try:
+        inner = inspect.unwrap(fn)
+    except ValueError:  # a cycle of __wrapped__
+        inner = fn
+    return any(inspect.isgeneratorfunction(f) or inspect.isasyncgenfunction(f) for f in (fn, inner))
+
+
 def _bad_tool(fn_name: str, problem: str, fix: str) -> ConfigError:
     return ConfigError(f"tool {fn_name!r}: {problem}", field=FIELD, fix=fix)
 
@@ -144,6 +154,9 @@ def tool_schema(fn: Callable[..., Any], name: str | None = None) -> dict[str, An
     ``enum``. Raises ``ConfigError`` (field ``environment.tools``) naming what is missing.
     """
     fn_name = name or getattr(fn, "__name__", None) or type(fn).__name__
+    if _yields(fn):
+        raise _bad_tool(fn_name, "is a generator function (its body has a yield), so calling it runs none of "
+                                 "its code and every call would answer an error", "return the result, not yield it")
     doc = inspect.getdoc(fn)
     if not doc:
         raise _bad_tool(fn_name, "has no docstring", "describe what it does and each argument under Args:")
