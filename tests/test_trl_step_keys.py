@@ -4,6 +4,7 @@ with TRL's meaning, checked against values computed here from the step's own com
 from __future__ import annotations
 
 import json
+import math
 
 import attrs
 import numpy as np
@@ -249,3 +250,50 @@ def test_frac_reward_zero_std_under_normalize_then_sum_is_trls(matrix):
     total = np.where(np.isnan(m).all(axis=1), np.nan, np.nansum(m * [1.0, 0.5], axis=1))
     assert frac_reward_zero_std(total, 2, "group", m, [1.0, 0.5]) == pytest.approx(
         _trls_frac_reward_zero_std(total, 2, "group", m, [1.0, 0.5]))
+
+
+def _trls_log_entry(logs: dict, metrics: dict, mode: str) -> dict:
+    """The ``log_history`` entry TRL 1.16's own ``GRPOTrainer.log`` writes for transformers' ``logs``
+    (``loss``, ``grad_norm``, ``eval_loss``) and the GRPOTrainer ``metrics`` it averaged, on a bare
+    trainer holding just what ``log`` reads."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    trl = pytest.importorskip("trl")
+    from transformers import TrainerState
+
+    trainer = trl.GRPOTrainer.__new__(trl.GRPOTrainer)
+    trainer.model = SimpleNamespace(training=mode == "train")
+    trainer._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    for key, value in metrics.items():
+        trainer._metrics[mode][key].append(value)
+    trainer.state, trainer.control = TrainerState(), None
+    trainer.args = SimpleNamespace(include_num_input_tokens_seen="no")
+    trainer.callback_handler = SimpleNamespace(on_log=lambda *args: None)
+    trainer.accelerator, trainer.log_completions = SimpleNamespace(is_main_process=False), False
+    trl.GRPOTrainer.log(trainer, dict(logs))
+    return trainer.state.log_history[-1]
+
+
+def _shown(entry: dict, keys) -> dict:
+    """NaN as the string "nan" (NaN != NaN), None and numbers as they are."""
+    return {key: "nan" if isinstance(entry[key], float) and math.isnan(entry[key]) else entry[key] for key in keys}
+
+
+def test_a_steps_nan_is_none_or_nan_where_trls_log_writes_so():
+    """TRL's log writes a GRPOTrainer metric with no valid value (NaN) as None, and leaves the NaN
+    of a key transformers' Trainer writes itself (loss, grad_norm) a NaN float: a callback written
+    for TRL compares logs["loss"] as a float. polyrl wrote None for a NaN loss and grad_norm."""
+    from polyrl.rewards.trl_compat import with_trl_names
+
+    nan = float("nan")
+    ours = with_trl_names({"step": 1, "loss": nan, "grad_norm": nan, "lr": 1e-6, "reward_mean": nan,
+                           "reward_std": nan, "entropy": nan, "frac_reward_zero_std": 0.0, "reward/f/mean": nan,
+                           "reward/f/std": nan})
+    theirs = _trls_log_entry({"loss": nan, "grad_norm": nan, "learning_rate": 1e-6},
+                             {"reward": nan, "reward_std": nan, "entropy": nan, "frac_reward_zero_std": 0.0,
+                              "rewards/f/mean": nan, "rewards/f/std": nan}, "train")
+    keys = ("loss", "grad_norm", "learning_rate", "reward", "reward_std", "entropy", "frac_reward_zero_std",
+            "rewards/f/mean", "rewards/f/std")
+    assert _shown(ours, keys) == _shown(theirs, keys)
+    assert _shown(ours, ["loss", "reward"]) == {"loss": "nan", "reward": None}  # the premise: both kinds seen

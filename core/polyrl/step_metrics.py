@@ -187,12 +187,33 @@ def trl_eval_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None =
     does (the sampled completions scored with the run's rewards: ``eval.reward = "run"``, whose
     std is logged): ``eval_reward``, ``eval_reward_std``, ``eval_rewards/<f>/mean|std``,
     ``eval_completions/mean_length``. Empty without such an evaluation. ``names``: as for
-    ``trl_aliases``."""
+    ``trl_aliases``. A NaN stays NaN (``_no_value`` says why)."""
     if "eval/sampled_reward_std" not in metrics:
         return {}
     out = {trl: metrics[ours] for ours, trl in TRL_EVAL_ALIASES.items() if ours in metrics}
     out.update(_per_reward(metrics, 4, ["eval", "reward"], "eval_rewards/", names))
     return out
+
+
+#: the keys of a step's ``log_history`` entry transformers' ``Trainer`` writes itself (polyrl's
+#: ``lr`` is ``learning_rate``): a NaN there stays a NaN float, as in TRL, where only GRPOTrainer's
+#: own averaged metrics turn NaN into None
+TRANSFORMERS_KEYS = frozenset({"loss", "grad_norm", "learning_rate", "lr", "epoch"})
+
+
+def _no_value(key: str, value: Any) -> bool:
+    """Whether ``key`` holds NaN that ``log_history`` writes as None, as TRL's ``log`` writes a
+    GRPOTrainer metric with no valid value: not one transformers writes itself
+    (``TRANSFORMERS_KEYS``), nor an evaluation's (``eval/``, ``eval_``), kept NaN where TRL writes
+    None because its own ``_determine_best_metric`` then raises TypeError (None > -inf) and
+    ``EarlyStoppingCallback`` stops counting; a NaN is never the best and counts against patience."""
+    return isinstance(value, float) and value != value and key not in TRANSFORMERS_KEYS \
+        and not key.startswith(("eval/", "eval_"))
+
+
+def trl_logged(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """``metrics`` with each NaN TRL's ``log`` writes as None replaced by None (``_no_value``)."""
+    return {key: None if _no_value(key, value) else value for key, value in metrics.items()}
 
 
 def frac_reward_zero_std(rewards: np.ndarray, group_size: int, scale_rewards: str = "group",
