@@ -215,11 +215,38 @@ def test_the_old_positional_shape_keeps_working():
 
 def test_bad_log_metric_is_named():
     def f(completions, log_metric, **kw):
-        log_metric("x", float("nan"))
+        log_metric("x", "0.5")
         return [1.0]
 
-    with pytest.raises(RewardError, match=r"reward 'f'.*log_metric\('x', nan\)"):
+    with pytest.raises(RewardError, match=r"reward 'f'.*log_metric\('x', '0.5'\).*Fix: pass a metric name \(str\) "
+                                          r"and a number"):
         scored([f], ["a"], [{"prompt": "p"}])
+
+
+def test_log_metric_takes_nan_and_inf_as_trl_does(toy, tmp_path):
+    """TRL's log_metric takes NaN (a mean of no score, ``scores.mean()`` over an empty selection)
+    and inf; its ``log`` writes a step's NaN metric as None and keeps inf. polyrl raised
+    RewardError ("pass ... a finite number") and stopped the run."""
+    seen = []
+
+    def accuracy(completions, log_metric, **kwargs):
+        log_metric("solved_rate", float("nan"))
+        log_metric("worst_ratio", float("inf"))
+        log_metric("mixed", 1.0)
+        log_metric("mixed", float("nan"))  # one NaN among a step's values: the step's mean is NaN, as TRL's sum
+        return [0.0] * len(completions)
+
+    def curriculum(completions, trainer_state, **kwargs):
+        last = trainer_state.log_history[-1] if trainer_state.log_history else {}
+        seen.append({key: last.get(key, "absent") for key in ("solved_rate", "reward/accuracy/solved_rate",
+                                                              "worst_ratio", "mixed")})
+        return [0.0] * len(completions)
+
+    _api_run(tmp_path, [accuracy, curriculum], steps=2)
+    assert seen[1] == {"solved_rate": None, "reward/accuracy/solved_rate": None, "worst_ratio": math.inf,
+                       "mixed": None}
+    lines = [json.loads(line) for line in (tmp_path / "api" / "metrics.jsonl").read_text().splitlines()]
+    assert lines[0]["reward/accuracy/solved_rate"] is None  # strict JSON: null
 
 
 def test_trainer_state_has_transformers_fields():

@@ -4,6 +4,7 @@ with TRL's meaning, checked against values computed here from the step's own com
 from __future__ import annotations
 
 import json
+import math
 
 import attrs
 import numpy as np
@@ -187,3 +188,112 @@ def test_the_epoch_after_an_epoch_stop_counts_the_epochs_begun():
         [trl_epoch(s, 2, 6) for s in range(1, 8)]
     assert trl_epoch(2, 2, 6, (1, 0)) == pytest.approx(1 + 1 / 3)  # step 2 starts epoch 1 (epoch stop at 1)
     assert trl_epoch(3, 4, 10, (1, 2)) == 1.5  # batches across epochs: TRL's whole-batch count stays
+
+
+def _trls_frac_reward_zero_std(rewards: np.ndarray, group_size: int, scale_rewards: str,
+                               per_reward: np.ndarray | None, weights: list[float]) -> float:
+    """TRL 1.16's frac_reward_zero_std for these scores, from its own ``nanstd`` (the steps of
+    ``GRPOTrainer._generate_and_score_completions``): the std its advantage divides by, compared
+    with 0 by ``torch.isclose``."""
+    torch = pytest.importorskip("torch")
+    from trl.trainer.utils import nanstd
+
+    if per_reward is not None:  # normalize_then_sum
+        scores = torch.tensor(per_reward, dtype=torch.float32)
+        grouped = scores.view(-1, group_size, scores.shape[1])
+        mean = torch.nanmean(grouped, dim=1, keepdim=True)
+        std = nanstd(grouped, dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(mean)
+        summed = (((grouped - mean) / (std + 1e-4)).view(-1, scores.shape[1]) * torch.tensor(weights)).nansum(dim=1)
+        summed[torch.isnan(scores).all(dim=1)] = torch.nan
+        spread = nanstd(summed).expand_as(summed)
+    else:
+        r = torch.tensor(rewards, dtype=torch.float32)
+        spread = (nanstd(r.view(-1, group_size), dim=1).repeat_interleave(group_size) if scale_rewards != "batch"
+                  else nanstd(r).expand_as(r))
+    return torch.isclose(spread, torch.zeros_like(spread)).float().mean().item()
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+@pytest.mark.parametrize("rewards", [
+    [NAN] * 8,  # no reward scored: TRL's std is NaN, not 0 (polyrl logged 1.0)
+    [1.0, NAN, NAN, NAN, 0.5, 0.5, 0.5, 0.5],  # one score in a group: NaN too
+    [1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0],  # each group flat, the batch not
+    [1.0, 1.0 + 1e-12, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0],  # flat within isclose's tolerance
+    [3.0, 3.0, NAN, 3.0, 3.0, 3.0, 3.0, 3.0],
+])
+def test_frac_reward_zero_std_is_trls_for_the_same_rewards(rewards, scale_rewards):
+    """TRL counts a completion whose reward std (over its group, or the batch under "batch") is
+    close to 0, a std of fewer than two scores being NaN: a step no reward scored logs 0.0 there."""
+    from polyrl.step_metrics import frac_reward_zero_std
+
+    r = np.array(rewards)
+    ours = frac_reward_zero_std(r, 4) if scale_rewards == "group" else frac_reward_zero_std(r, 4, scale_rewards)
+    assert ours == pytest.approx(
+        _trls_frac_reward_zero_std(r, 4, scale_rewards, None, []))
+
+
+@pytest.mark.parametrize("matrix", [
+    [[NAN, NAN]] * 4,
+    [[1.0, 0.0], [1.0, 1.0], [1.0, NAN], [1.0, 0.0]],
+    [[1.0, 2.0], [1.0, 2.0], [0.0, 1.0], [0.0, 1.0]],
+    [[1.0, NAN], [1.0, NAN], [1.0, NAN], [1.0, NAN]],
+])
+def test_frac_reward_zero_std_under_normalize_then_sum_is_trls(matrix):
+    """GDPO (TRL's normalize_then_sum): the batch std of the weighted sum of each reward
+    normalized in its group."""
+    from polyrl.step_metrics import frac_reward_zero_std
+
+    m = np.array(matrix)
+    total = np.where(np.isnan(m).all(axis=1), np.nan, np.nansum(m * [1.0, 0.5], axis=1))
+    assert frac_reward_zero_std(total, 2, "group", m, [1.0, 0.5]) == pytest.approx(
+        _trls_frac_reward_zero_std(total, 2, "group", m, [1.0, 0.5]))
+
+
+def _trls_log_entry(logs: dict, metrics: dict, mode: str) -> dict:
+    """The ``log_history`` entry TRL 1.16's own ``GRPOTrainer.log`` writes for transformers' ``logs``
+    (``loss``, ``grad_norm``, ``eval_loss``) and the GRPOTrainer ``metrics`` it averaged, on a bare
+    trainer holding just what ``log`` reads."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    trl = pytest.importorskip("trl")
+    from transformers import TrainerState
+
+    trainer = trl.GRPOTrainer.__new__(trl.GRPOTrainer)
+    trainer.model = SimpleNamespace(training=mode == "train")
+    trainer._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    for key, value in metrics.items():
+        trainer._metrics[mode][key].append(value)
+    trainer.state, trainer.control = TrainerState(), None
+    trainer.args = SimpleNamespace(include_num_input_tokens_seen="no")
+    trainer.callback_handler = SimpleNamespace(on_log=lambda *args: None)
+    trainer.accelerator, trainer.log_completions = SimpleNamespace(is_main_process=False), False
+    trl.GRPOTrainer.log(trainer, dict(logs))
+    return trainer.state.log_history[-1]
+
+
+def _shown(entry: dict, keys) -> dict:
+    """NaN as the string "nan" (NaN != NaN), None and numbers as they are."""
+    return {key: "nan" if isinstance(entry[key], float) and math.isnan(entry[key]) else entry[key] for key in keys}
+
+
+def test_a_steps_nan_is_none_or_nan_where_trls_log_writes_so():
+    """TRL's log writes a GRPOTrainer metric with no valid value (NaN) as None, and leaves the NaN
+    of a key transformers' Trainer writes itself (loss, grad_norm) a NaN float: a callback written
+    for TRL compares logs["loss"] as a float. polyrl wrote None for a NaN loss and grad_norm."""
+    from polyrl.rewards.trl_compat import with_trl_names
+
+    nan = float("nan")
+    ours = with_trl_names({"step": 1, "loss": nan, "grad_norm": nan, "lr": 1e-6, "reward_mean": nan,
+                           "reward_std": nan, "entropy": nan, "frac_reward_zero_std": 0.0, "reward/f/mean": nan,
+                           "reward/f/std": nan})
+    theirs = _trls_log_entry({"loss": nan, "grad_norm": nan, "learning_rate": 1e-6},
+                             {"reward": nan, "reward_std": nan, "entropy": nan, "frac_reward_zero_std": 0.0,
+                              "rewards/f/mean": nan, "rewards/f/std": nan}, "train")
+    keys = ("loss", "grad_norm", "learning_rate", "reward", "reward_std", "entropy", "frac_reward_zero_std",
+            "rewards/f/mean", "rewards/f/std")
+    assert _shown(ours, keys) == _shown(theirs, keys)
+    assert _shown(ours, ["loss", "reward"]) == {"loss": "nan", "reward": None}  # the premise: both kinds seen

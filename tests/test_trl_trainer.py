@@ -1707,8 +1707,12 @@ def nothing(completions, **kwargs):
 
 
 #: what TRL 1.16 logs for a step no reward scored, with beta 0: every advantage is 0 (``nan_to_num``),
-#: so its loss and gradient are 0.0; its reward means are of nothing (NaN), which its ``log`` writes as None
-UNSCORED_STEP_KEYS = ("loss", "grad_norm", "reward", "reward_std", "rewards/nothing/mean", "rewards/nothing/std")
+#: so its loss and gradient are 0.0 and no token is clipped (clip_ratio/* 0.0); its reward means are of
+#: nothing (NaN), which its ``log`` writes as None; each group's std is NaN, not 0: frac_reward_zero_std 0.0.
+#: (TRL's entropy, a forward pass polyrl skips on such a step, is not logged: README "Coming from TRL".)
+UNSCORED_STEP_KEYS = ("loss", "grad_norm", "reward", "reward_std", "rewards/nothing/mean", "rewards/nothing/std",
+                      "frac_reward_zero_std", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
+                      "clip_ratio/low_min", "clip_ratio/high_max")
 
 
 def _unscored_steps(trainer_class, tiny_model_dir: str, where: Path) -> tuple[list[dict], float]:
@@ -1723,13 +1727,15 @@ def _unscored_steps(trainer_class, tiny_model_dir: str, where: Path) -> tuple[li
 
 def test_a_step_no_reward_scored_logs_what_trl_logs_and_no_nan(tiny_model_dir, tmp_path):
     """Every reward returned None, beta 0: TRL trains the batch at advantage 0 and logs loss 0.0 and
-    grad_norm 0.0 (train_loss 0.0), its reward means as None. polyrl logged loss NaN (train() returned
-    training_loss NaN) and NaN for reward, reward_std and rewards/nothing/mean and /std."""
+    grad_norm 0.0 (train_loss 0.0), its reward means as None, frac_reward_zero_std 0.0 (a group's std
+    of no number is NaN) and its clip ratios 0.0. polyrl logged loss NaN (train() returned
+    training_loss NaN) and NaN for reward, reward_std and rewards/nothing/mean and /std; then
+    frac_reward_zero_std 1.0 and no clip_ratio keys."""
     steps, training_loss = _unscored_steps(GRPOTrainer, tiny_model_dir, tmp_path)
     for entry in steps:
         assert {key: entry.get(key) for key in UNSCORED_STEP_KEYS} == {
             "loss": 0.0, "grad_norm": 0.0, "reward": None, "reward_std": None, "rewards/nothing/mean": None,
-            "rewards/nothing/std": None}
+            "rewards/nothing/std": None, "frac_reward_zero_std": 0.0, **dict.fromkeys(UNSCORED_STEP_KEYS[7:], 0.0)}
         assert [key for key, value in entry.items() if isinstance(value, float) and math.isnan(value)] == []
     assert training_loss == 0.0
 

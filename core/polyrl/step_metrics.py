@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import resource
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -76,12 +77,19 @@ def no_loss_token_metrics(kl_in_loss: bool, objective: Objective) -> dict[str, f
     return out
 
 
-def nothing_scored_metrics() -> dict[str, float]:
+def nothing_scored_metrics(objective: Objective) -> dict[str, float]:
     """What TRL logs for a step no reward scored whose loss holds no KL term (``beta`` 0): it trains
     the batch with every advantage 0 (``nan_to_num`` of the unscorable rewards), so ``loss`` is 0.0
-    and so is its gradient (``grad_norm``). polyrl skips that step's update. Why: the step logged
-    loss NaN (``train_loss`` NaN too, under ``polyrl.trl``), where TRL's is 0.0."""
-    return {"loss": 0.0, "grad_norm": 0.0}
+    and so is its gradient (``grad_norm``); for its clipped-ratio losses (polyrl's ``ppo``) no token
+    is clipped (a clip needs a nonzero advantage), so every ``clip_ratio/`` value is 0.0, the
+    per-completion ``low_min`` and ``high_max`` too. polyrl skips that step's update, so TRL's
+    ``entropy`` (a forward pass over the batch) is not logged. Why: the step logged loss NaN and
+    lacked the ``clip_ratio/`` keys a dashboard or callback reads every step."""
+    out = {"loss": 0.0, "grad_norm": 0.0}
+    if objective.policy_loss == "ppo":
+        out.update(dict.fromkeys(("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
+                                  "clip_ratio/low_min", "clip_ratio/high_max"), 0.0))
+    return out
 
 
 def trl_epoch(steps_done: int, prompts_per_step: int, rows: int, start: tuple[int, int] | None = None) -> float:
@@ -179,7 +187,7 @@ def trl_eval_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None =
     does (the sampled completions scored with the run's rewards: ``eval.reward = "run"``, whose
     std is logged): ``eval_reward``, ``eval_reward_std``, ``eval_rewards/<f>/mean|std``,
     ``eval_completions/mean_length``. Empty without such an evaluation. ``names``: as for
-    ``trl_aliases``."""
+    ``trl_aliases``. A NaN stays NaN (``_no_value`` says why)."""
     if "eval/sampled_reward_std" not in metrics:
         return {}
     out = {trl: metrics[ours] for ours, trl in TRL_EVAL_ALIASES.items() if ours in metrics}
@@ -187,15 +195,73 @@ def trl_eval_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None =
     return out
 
 
-def frac_reward_zero_std(rewards: np.ndarray, group_size: int) -> float:
-    """Share of prompt groups whose rewards are all equal: they carry no group-relative signal.
-    Non-finite rewards (a failed reward call) are ignored within a group."""
-    groups = np.asarray(rewards, dtype=np.float64).reshape(-1, group_size)
-    flat = 0
-    for group in groups:
-        finite = group[np.isfinite(group)]
-        flat += int(finite.size == 0 or np.all(finite == finite[0]))
-    return flat / max(len(groups), 1)
+#: the keys of a step's ``log_history`` entry transformers' ``Trainer`` writes itself (polyrl's
+#: ``lr`` is ``learning_rate``): a NaN there stays a NaN float, as in TRL, where only GRPOTrainer's
+#: own averaged metrics turn NaN into None
+TRANSFORMERS_KEYS = frozenset({"loss", "grad_norm", "learning_rate", "lr", "epoch"})
+
+
+def _no_value(key: str, value: Any) -> bool:
+    """Whether ``key`` holds NaN that ``log_history`` writes as None, as TRL's ``log`` writes a
+    GRPOTrainer metric with no valid value: not one transformers writes itself
+    (``TRANSFORMERS_KEYS``), nor an evaluation's (``eval/``, ``eval_``), kept NaN where TRL writes
+    None because its own ``_determine_best_metric`` then raises TypeError (None > -inf) and
+    ``EarlyStoppingCallback`` stops counting; a NaN is never the best and counts against patience."""
+    return isinstance(value, float) and value != value and key not in TRANSFORMERS_KEYS \
+        and not key.startswith(("eval/", "eval_"))
+
+
+def trl_logged(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """``metrics`` with each NaN TRL's ``log`` writes as None replaced by None (``_no_value``)."""
+    return {key: None if _no_value(key, value) else value for key, value in metrics.items()}
+
+
+def frac_reward_zero_std(rewards: np.ndarray, group_size: int, scale_rewards: str = "group",
+                         per_reward: np.ndarray | None = None, weights: Sequence[float] | None = None) -> float:
+    """TRL's ``frac_reward_zero_std``: the share of completions whose reward std (the one TRL's
+    advantage divides by) is 0 to ``np.isclose``'s tolerance. The std leaves NaN (no reward) out
+    and is NaN, so not 0, over fewer than two scored rewards: a group (or a batch) no reward
+    scored counts as not flat, as TRL logs it (0.0 for a step no reward scored). ``scale_rewards
+    = "batch"``: one std over the whole batch (TRL's), so the share is 0 or 1; ``per_reward``
+    (samples x rewards) with ``weights``: GDPO (TRL's ``normalize_then_sum``), the batch std of the
+    weighted sum of each reward normalized in its group. Why: a per-group exact-equality count
+    logged 1.0 where TRL logs 0.0 for a step no reward scored, and differed under "batch"."""
+    r = np.asarray(rewards, dtype=np.float64).reshape(-1)
+    if not r.size:
+        return 0.0
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy's "mean of empty slice": NaN is meant
+        if per_reward is not None:
+            r = _normalized_sum(np.asarray(per_reward, dtype=np.float64), weights, group_size)
+            std = np.full(r.size, _nan_std(r, None) if r.size > 1 else 0.0)
+        elif scale_rewards == "batch":
+            std = np.full(r.size, _nan_std(r, None) if r.size > 1 else 0.0)
+        elif group_size > 1:
+            std = np.repeat(_nan_std(r.reshape(-1, group_size), 1), group_size)
+        else:
+            std = np.zeros(r.size)
+    return float(np.isclose(std, 0.0).mean())
+
+
+def _nan_std(x: np.ndarray, axis: int | None) -> Any:
+    """The sample std (n - 1) of ``x`` leaving NaN out; NaN over fewer than two numbers."""
+    count = np.sum(~np.isnan(x), axis=axis)
+    variance = np.nanmean((x - np.nanmean(x, axis=axis, keepdims=True)) ** 2, axis=axis)
+    return np.sqrt(variance * np.where(count > 1, count / np.maximum(count - 1, 1), np.nan))
+
+
+def _normalized_sum(matrix: np.ndarray, weights: Sequence[float] | None, group_size: int) -> np.ndarray:
+    """GDPO's summed reward: each column normalized in its group (``(x - mean) / (std + 1e-4)``),
+    weighted and summed leaving NaN out; a row no reward scored stays NaN."""
+    samples, count = matrix.shape
+    grouped = matrix.reshape(-1, group_size, count)
+    mean = np.nanmean(grouped, axis=1, keepdims=True)
+    std = _nan_std(grouped, 1)[:, None, :] if group_size > 1 else np.zeros_like(mean)
+    normalized = ((grouped - mean) / (std + 1e-4)).reshape(samples, count)
+    w = np.asarray(weights if weights is not None else [1.0] * count, dtype=np.float64)
+    out = np.nansum(normalized * w, axis=1)
+    out[np.isnan(matrix).all(axis=1)] = np.nan
+    return out
 
 
 def throughput(tokens: Mapping[str, int], seconds: Mapping[str, float]) -> dict[str, float]:
@@ -322,19 +388,21 @@ def trl_gathered_sampling(processes: Sequence[Mapping[str, float]]) -> dict[str,
 
 
 def step_metrics(shard: Shard, rewards: np.ndarray, group_size: int,
-                 seconds: Mapping[str, float], trained_tokens: int) -> dict[str, Any]:
+                 seconds: Mapping[str, float], trained_tokens: int, scale_rewards: str = "group",
+                 per_reward: np.ndarray | None = None, weights: Sequence[float] | None = None) -> dict[str, Any]:
     """All of the above for the whole step (``shard``: every rank's completions, joined).
     ``seconds`` has the phases' durations (``generate`` the rollout's own, ``reward`` the scoring,
     ``train`` the update; under a launcher each the slowest rank's, which the job waited for);
     ``trained_tokens`` counts the prompt and completion tokens of the sequences the update saw.
-    Memory is the largest rank's peak."""
+    Memory is the largest rank's peak. ``scale_rewards``, ``per_reward``, ``weights``: as for
+    ``frac_reward_zero_std``."""
     tokens = {"generate": int(shard.sampled_len.sum()), "score": int(shard.completion_len.sum()),
               "train": trained_tokens}
     phases = {"generate": seconds.get("generate", 0.0), "score": seconds.get("reward", 0.0),
               "train": seconds.get("train", 0.0)}
     return {
         **completion_metrics(shard),
-        "frac_reward_zero_std": frac_reward_zero_std(rewards, group_size),
+        "frac_reward_zero_std": frac_reward_zero_std(rewards, group_size, scale_rewards, per_reward, weights),
         **throughput(tokens, phases),
         "perf/peak_rss_mb": round(shard.peak_rss_mb, 1),
     }

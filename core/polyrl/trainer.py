@@ -776,7 +776,7 @@ class Trainer:
             if not all_untruncated.any():  # TRL's batch had no loss token left: its loss and masked means are 0
                 metrics.update(no_loss_token_metrics(kl_in_loss, algo.objective(self._max_completion_tokens)))
             elif self._nothing_scored and not kl_in_loss:  # TRL's: every advantage 0, no KL term: loss 0
-                metrics.update(nothing_scored_metrics())
+                metrics.update(nothing_scored_metrics(algo.objective(self._max_completion_tokens)))
         else:
             if self._nothing_scored and self.rank == 0:  # kept for the KL term alone (kl_only above)
                 log.warning("no reward scored any sample this step: it trains the KL term alone, every advantage "
@@ -844,7 +844,9 @@ class Trainer:
         metrics["tokens_per_s"] = float(step.sampled_len.sum() / max(step.seconds["generate"], 1e-9))
         trained = int(step.sequence_len[all_keep].sum())  # every rank's kept sequences
         metrics.update(common_step_metrics(step, rewards, c.generation.group_size,
-                                           {**times, **step.seconds}, trained * algo.num_iterations))
+                                           {**times, **step.seconds}, trained * algo.num_iterations,
+                                           algo.scale_rewards, matrix,
+                                           [weight for _, weight, _ in self.rewards.rewards]))
         # TRL's names and counters (its dashboards' keys), counted once the step is in
         self.num_tokens += step_tokens(step)
         metrics.update(trl_aliases(metrics, self.trl_names), num_tokens=self.num_tokens,

@@ -51,7 +51,6 @@ import importlib
 import importlib.util
 import inspect
 import io
-import math
 import sys
 import threading
 from collections import defaultdict
@@ -106,12 +105,12 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _finite(value: Any) -> bool:
-    """Whether a number is finite; an int past float's range is not."""
+def _as_float(value: Any) -> float | None:
+    """A number as a float; None for an int past float's range (TRL's float32 tensor of it fails too)."""
     try:
-        return math.isfinite(float(value))
+        return float(value)
     except OverflowError:
-        return False
+        return None
 
 
 class _CallLog:
@@ -124,13 +123,17 @@ class _CallLog:
 
     def log_metric(self, name: str, value: float) -> None:
         """TRL's scalar metric. Takes what TRL's sum-then-``torch.tensor`` takes: a number, a bool
-        or a 0-d tensor/array (``log_metric("x", rewards.mean())``); NaN and inf are refused."""
+        or a 0-d tensor/array (``log_metric("x", rewards.mean())``). NaN and inf are taken, as TRL
+        takes them (``log_metric("acc", scores.mean())`` over no score is NaN): a step whose calls
+        logged a NaN has the metric NaN, which ``log_history`` holds as None and ``metrics.jsonl``
+        as null, as TRL's ``log`` writes a metric with no valid value; inf stays inf in
+        ``log_history``. Why: a NaN raised RewardError and stopped the run, where TRL's goes on."""
         value = as_number(value)
-        if not isinstance(name, str) or not isinstance(
-                value, (int, float, np.integer, np.floating, np.bool_)) or not _finite(value):
+        number = _as_float(value) if isinstance(value, (int, float, np.integer, np.floating, np.bool_)) else None
+        if not isinstance(name, str) or number is None:
             raise RewardError(f"reward {self.reward!r} called log_metric({name!r}, {_short(value)}). "
-                              "Fix: pass a metric name (str) and a finite number")
-        self.metrics[name].append(float(value))
+                              "Fix: pass a metric name (str) and a number (a float, int, bool or 0-d tensor/array)")
+        self.metrics[name].append(number)
 
     def log_extra(self, column: str, values: list[Any]) -> None:
         """TRL's extra completions-table column: polyrl adds it to the completions log."""
@@ -140,7 +143,8 @@ class _CallLog:
         self.extra[column].extend(values)
 
     def means(self) -> dict[str, float]:
-        return {name: float(np.mean(values)) for name, values in self.metrics.items()}
+        with np.errstate(invalid="ignore"):  # inf and -inf in one call: NaN, as TRL's sum gives
+            return {name: float(np.mean(values)) for name, values in self.metrics.items()}
 
 
 class FunctionReward:

@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 
 from polyrl.errors import ConfigError
-from polyrl.step_metrics import trl_aliases, trl_epoch
+from polyrl.step_metrics import trl_aliases, trl_epoch, trl_logged
 
 #: Keyword arguments TRL passes besides the dataset columns (``environments`` too, only in a run
 #: with TRL's ``environment_factory``: ``FunctionReward.environments``).
@@ -188,8 +188,9 @@ def with_trl_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None =
     TRL reads ``log_history[-1]["reward"]``. ``names``: a reward label's TRL name where it differs
     (``step_metrics.trl_reward_names``): the labels TRL names alike share one key, as in TRL. A
     NaN (a mean of nothing: the reward statistics of a step no reward scored) is None, as TRL's
-    ``log`` writes a metric with no valid value; the evaluation's ``eval/`` numbers stay as they are
-    (a NaN evaluation is never the best, ``trl_callbacks``)."""
+    ``log`` writes a GRPOTrainer metric with no valid value, except under the names transformers'
+    Trainer logs itself (``step_metrics.TRANSFORMERS_KEYS``: ``loss``, ``grad_norm``...), which TRL
+    leaves a NaN float, and an evaluation's (``step_metrics.trl_logged``)."""
     from polyrl.rewards.combine import CORE_METRICS  # here: combine imports this module's users
 
     aliases = trl_aliases(metrics, names)
@@ -202,12 +203,7 @@ def with_trl_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None =
             out.setdefault(parts[2], value)  # polyrl's own per-reward stats are not; a log_metric(name, value) is
     if "completion_len_mean" in metrics:
         out.setdefault("completions/mean_length", metrics["completion_len_mean"])
-    return {key: None if _no_value(key, value) else value for key, value in out.items()}
-
-
-def _no_value(key: str, value: Any) -> bool:
-    """Whether a step's ``key`` holds NaN, which TRL's ``log`` writes as None (not an evaluation's)."""
-    return isinstance(value, float) and math.isnan(value) and not key.startswith("eval/")
+    return trl_logged(out)
 
 
 def _renamed(key: str, names: Mapping[str, str]) -> bool:
