@@ -43,7 +43,14 @@ def operand_groups(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[int, 
     """For each ``zip``/``map`` call in ``sources`` (filename, text) with two or more operands and
     no ``*`` among them, each operand's group: the lowest index of the operands it shares an
     origin with. A place two calls share with different groups is left out (the harness then
-    applies its rule for unknown places)."""
+    applies its rule for unknown places), and so is every place of tests nested too deep to follow."""
+    try:
+        return _operand_groups(sources)
+    except RecursionError:
+        return {}
+
+
+def _operand_groups(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[int, ...]]:
     trees = [(filename, tree) for filename, tree in ((f, _parse(s)) for f, s in sources) if tree is not None]
     values: dict[str, list[_Binding]] = {}
     _bind_all([tree for _, tree in trees], values)
