@@ -308,8 +308,9 @@ ZIPPED = {
 
 def test_zip_in_the_tests_never_holds_vacuously_on_an_empty_answer():
     """``zip([], [1.0, 2.0])`` is empty, so ``all(...)`` over it held: ``return []`` scored 1.0. The
-    tests' zip fails an empty sized operand beside one of two or more items; one item, empty against
-    empty, equal lengths, iterators and ``strict=True`` behave as Python's zip."""
+    tests' zip fails an empty sized operand beside one with items taken from elsewhere; a one-item
+    answer beside its own empty slice, empty against empty, equal lengths, iterators and
+    ``strict=True`` behave as Python's zip."""
     names = list(ZIPPED)
     rows = [{"prompt": "p", "tests": ZIPPED[n][0]} for n in names]
     forged = score(["def f(x):\n    return []\n"] * len(names), rows=rows)
@@ -334,4 +335,84 @@ def test_zip_rule_holds_in_the_trainer_and_does_not_leak_into_its_builtins():
     tests = parse_tests("assert all(a == b for a, b in zip(f(2), [2, 4]))\n")
     assert not box.run("def f(x):\n    return []\n", tests).all_passed
     assert box.run("def f(x):\n    return [2, 4]\n", tests).all_passed
-    assert builtins.zip is zip and list(zip([], [1, 2])) == []
+    assert builtins.zip is zip and builtins.map is map and list(zip([], [1, 2])) == []
+
+
+#: (tests, honest solution) pairing the answer with one expected item or through ``map``; the
+#: forgeries return [], a generator or an object of their own that yields nothing.
+ONE_ITEM = {
+    "zip_literal": ("assert all(abs(a - b) < 1e-9 for a, b in zip(f(2), [1.0]))", "def f(x):\n    return [x / 2]\n"),
+    "zip_expected_first": ("expected = (2,)\nassert sum(a != b for a, b in zip(expected, f(2))) == 0",
+                           "def f(x):\n    return [x]\n"),
+    "zip_in_a_helper": ("def close(got, want):\n    return all(abs(a - b) < 1e-9 for a, b in zip(got, want))\n"
+                        "assert close(f(2), [1.0])", "def f(x):\n    return [x / 2]\n"),
+    "zip_over_cases": ("for x, want in [(2, [1.0]), (4, [2.0])]:\n    assert all(a == b for a, b in zip(f(x), want))",
+                       "def f(x):\n    return [x / 2]\n"),
+    "zip_in_unittest": ("import unittest\nclass T(unittest.TestCase):\n    def setUp(self):\n        self.r = f(2)\n"
+                        "    def test_value(self):\n        for a, b in zip(self.r, [1.0]):\n"
+                        "            self.assertAlmostEqual(a, b)\n", "def f(x):\n    return [x / 2]\n"),
+    "map_operator": ("import operator\nassert all(map(operator.eq, f(2), [2, 4]))", "def f(x):\n    return [x, 2 * x]\n"),
+    "map_lambda": ("assert all(map(lambda a, b: abs(a - b) < 1e-9, f(2), [1.0]))", "def f(x):\n    return [x / 2]\n"),
+    "zip_longest": ("from itertools import zip_longest\nassert all(a == b for a, b in zip_longest(f(2), [2]))",
+                    "def f(x):\n    return [x]\n"),
+}
+NOTHING = "class Nothing:\n    def __iter__(self):\n        return iter(())\n"
+
+
+def test_zip_and_map_never_hold_vacuously_beside_one_expected_item_or_a_sample_that_yields_nothing():
+    """``zip(f(2), [1.0])`` with one expected item was let through (the pairwise idiom ``zip(r,
+    r[1:])`` is empty for a one-item answer), ``map(operator.eq, f(2), [2, 4])`` stops at the
+    shorter operand like zip and was not checked at all, and a generator or an object of the
+    sample's yielding nothing was no sized operand: ``return []``, ``(x for x in [])`` and
+    ``Nothing()`` scored 1.0. An empty operand beside one with items that is not taken from it
+    fails now, through helpers, loops and unittest too; right answers keep 1.0."""
+    names = list(ONE_ITEM)
+    rows = [{"prompt": "p", "tests": ONE_ITEM[n][0]} for n in names]
+    for forged in ("def f(x):\n    return []\n", "def f(x):\n    return (y for y in [])\n",
+                   NOTHING + "def f(x):\n    return Nothing()\n"):
+        scored = score([forged] * len(names), rows=rows)
+        assert {n: s for n, s in zip(names, scored.total) if s != 0.0} == {}, forged
+    honest = score([ONE_ITEM[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
+
+#: Checks of a right answer's own order, each pairing it with a slice of itself (one item or two).
+PAIRWISE = {
+    "in_a_helper": ("def ordered(a, b):\n    return all(x <= y for x, y in zip(a, b))\nr = f([3])\nassert ordered(r, r[1:])\n"
+                    "assert ordered(f([3]), f([3])[1:])"),
+    "through_map": "import operator\nr = f([5])\nassert all(map(operator.le, r, r[1:]))",
+    "triples": "r = f([2, 1])\nassert all(a <= b <= c for a, b, c in zip(r, r[1:], r[2:]))",
+    "from_setup": "assert ordered(f([4]))",
+    "enumerated": "r = f([7])\nfor i, (a, b) in enumerate(zip(r, r[1:])):\n    assert a <= b",
+    "answers_for_two_inputs": "from solution import f\nassert all(a == b for a, b in zip(f([]), f([2, 1])))",
+}
+
+
+def test_a_right_answer_paired_with_its_own_slice_still_passes():
+    """``zip(r, r[1:])`` on a one-item ``r`` pairs one value with itself, and ``zip(f([]), f([2,
+    1]))`` the solution with itself: an empty operand there is the test's own, so it passes,
+    through a helper, ``map``, ``setup`` and ``enumerate`` too (``r[2:]`` on a two-item answer and
+    answers of two lengths for two inputs failed right solutions before)."""
+    names = list(PAIRWISE)
+    rows = [{"prompt": "p", "tests": PAIRWISE[n]} for n in names]
+    rows[names.index("from_setup")]["setup"] = "def ordered(r):\n    return all(a <= b for a, b in zip(r, r[1:]))\n"
+    scored = score(["def f(x):\n    return sorted(x)\n"] * len(names), rows=rows)
+    assert dict(zip(names, scored.total)) == dict.fromkeys(names, 1.0)
+
+
+def test_operand_groups_follow_the_tests_names_to_one_value():
+    """Operands read from one value share a group; the answer and an expected value of any other
+    origin do not; a place two calls share with different groups is no known place."""
+    from polyrl.sandbox.zip_sites import operand_groups
+
+    def groups(source):
+        return list(operand_groups([("<test>", source)]).values())
+
+    assert groups("r = f(2)\nnxt = r[1:]\nzip(r, nxt, expected)") == [(0, 0, 2)]
+    assert groups("for row in grid:\n    zip(row, grid[0])") == [(0, 0)]
+    assert groups("for got, want in zip(map(f, xs), outs):\n    zip(got, want)") == [(0, 1), (0, 1)]
+    assert groups("def h(a, b=f(1)):\n    zip(a, b)\nh(f(1)[1:])") == [(0, 0)]
+    assert groups("map(g, sorted(f(2)), list(f(2))[::2])\nzip(*rows)\nzip(f(2))") == [(0, 0)]
+    assert groups("def ref(n):\n    return [2]\nzip(primes(2), primes(10), ref(10), ref(2))") == [(0, 0, 2, 3)]
+    sites = operand_groups([("<test>", "zip(r, r[1:])"), ("<test>", "zip(r, x[1:])"), ("<setup>", "zip(a, b)")])
+    assert sites == {("zip", "<setup>", 1, 1, 0, 9): (0, 1)}

@@ -39,6 +39,7 @@ import decimal
 import fractions
 import functools
 import importlib
+import itertools
 import symtable
 import sys
 import time
@@ -51,6 +52,7 @@ from polyrl.sandbox.object_use import ANY_ROOT, object_roots, varied_query_roots
 from polyrl.sandbox.standard_names import SOLUTION_MODULE, helper_names, standard_name, standard_object_name
 from polyrl.sandbox.step_state import leaves_state
 from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode, spread
+from polyrl.sandbox.zip_sites import Site, operand_groups
 
 #: The only modules a sample's module-typed value can stand for here: standard-library modules
 #: that do nothing on import and keep no state a call through them could change for later samples.
@@ -719,8 +721,11 @@ def _empty_array_class(numpy: Any) -> Any:
     return EmptyArray
 
 
-#: The sized operands ``tests_zip`` measures; iterators and anything else go through untouched.
+#: The sized operands the tests' ``zip`` and ``map`` measure (a sample's iterable is read in full
+#: first, as Python's own ``zip`` would); other iterators go through untouched.
 _SIZED_TYPES = (list, tuple, str, bytes, range, dict, set, frozenset)
+#: Where the tests' code runs (``run_tests`` compiles the steps and setup under these names).
+_TESTS_FILES = ("<test>", "<setup>")
 
 
 def _sized_length(value: Any) -> int | None:
@@ -731,14 +736,61 @@ def _sized_length(value: Any) -> int | None:
     return len(value) if isinstance(value, _SIZED_TYPES) else None
 
 
-def tests_zip(*iterables: Any, **kwargs: Any) -> Any:
-    """``zip`` as the tests see it: an empty sized operand beside one of two or more items fails.
-    Why: ``all(a == b for a, b in zip(f(2), expected))`` holds vacuously, so ``return []`` passed.
-    One item is let through: the pairwise idiom ``zip(r, r[1:])`` is empty for a one-item answer."""
-    lengths = {n for n in map(_sized_length, iterables) if n is not None}
-    if 0 in lengths and max(lengths) >= 2:
-        raise AssertionError("zip: one operand has no items and another has two or more")
-    return zip(*iterables, **kwargs)
+def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """``zip`` and ``map`` as the tests of ``sources`` ((filename, text) as ``run_tests`` compiles
+    them) see them: an empty operand fails beside one with items that comes from elsewhere. Why:
+    ``all(a == b for a, b in zip(f(2), expected))`` and ``all(map(operator.eq, f(2), expected))``
+    hold vacuously, so ``return []`` (or a generator, an object of the sample's, yielding nothing)
+    passed. Where the operands come from is ``zip_sites.operand_groups``' (found the first time
+    it matters): ``zip(r, r[1:])`` on a one-item ``r`` pairs one value with itself and passes; at a
+    place it cannot name (``map(zip, ...)``, Python before 3.11) an empty operand fails beside one
+    of two or more items only, so the pairwise idiom passes there too."""
+    sites = functools.cache(lambda: operand_groups(sources))
+
+    def zip_(*iterables: Any, **kwargs: Any) -> Any:
+        return zip(*_paired("zip", iterables, sys._getframe(1), sites), **kwargs)
+
+    def map_(function: Any, *iterables: Any, **kwargs: Any) -> Any:
+        if len(iterables) >= 2:
+            iterables = _paired("map", iterables, sys._getframe(1), sites)
+        return map(function, *iterables, **kwargs)
+
+    zip_.__name__ = zip_.__qualname__ = "zip"
+    map_.__name__ = map_.__qualname__ = "map"
+    return zip_, map_
+
+
+def _paired(name: str, operands: tuple[Any, ...], frame: Any,
+            sites: Callable[[], dict[Site, tuple[int, ...]]]) -> tuple[Any, ...]:
+    """``operands``, a sample's iterables read in full, unless an empty one sits beside one with
+    items of another origin (``tests_pairing``): AssertionError then."""
+    operands = tuple(list(o) if isinstance(o, Remote) else o for o in operands)
+    lengths = [_sized_length(o) for o in operands]
+    sized = [n for n in lengths if n is not None]
+    if 0 not in sized or max(sized) == 0:
+        return operands
+    groups = _site_groups(name, frame, sites)
+    if groups is None or len(groups) != len(operands):
+        if max(sized) >= 2:
+            raise AssertionError(f"{name}: one operand has no items and another has two or more")
+        return operands
+    for i, length in enumerate(lengths):
+        if length == 0 and any(other and groups[j] != groups[i] for j, other in enumerate(lengths)):
+            raise AssertionError(f"{name}: one operand has no items and another, not taken from it, has some")
+    return operands
+
+
+def _site_groups(name: str, frame: Any, sites: Callable[[], dict[Site, tuple[int, ...]]]) -> tuple[int, ...] | None:
+    """The operand groups of the tests' call of ``name`` that ``frame`` is making, or None where
+    that place is not known (not the tests' code, no instruction positions before Python 3.11)."""
+    code = frame.f_code
+    positions = getattr(code, "co_positions", None)
+    if positions is None or code.co_filename not in _TESTS_FILES:
+        return None
+    position = next(itertools.islice(positions(), frame.f_lasti // 2, None), None)
+    if position is None or None in position:
+        return None
+    return sites().get((name, code.co_filename, *position))
 
 
 def tests_view(module: Any) -> Any:
@@ -793,10 +845,11 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     Why the second: tests that never consult the sample pass every completion, an empty one too
     (a check shadowed by a builtin's name, ``try: add except NameError: ...``), so such a pass
     must not count."""
-    real_builtins = dict(vars(builtins), zip=tests_zip)  # a copy: the trainer's own zip stays
+    sources = [setup, *(source for source, _ in steps)]
+    paired = tests_pairing([("<setup>", setup), *(("<test>", source) for source, _ in steps)])
+    real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1])  # a copy: the trainer's own stay
     layer: dict[str, Any] = dict(real_builtins)  # looked up after the tests' globals (module doc)
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": layer}
-    sources = [setup, *(source for source, _ in steps)]
     bound = bound_names(sources)
     modules = unbound_modules(sources, bound)
     modules.update(helper_objects(helper_names(steps, setup, bound | modules.keys(), global_names(sources))))
@@ -924,7 +977,7 @@ def _stop_at(channel: Channel) -> Callable[..., Any]:
         return line
 
     def call(frame: Any, event: str, arg: Any) -> Any:
-        return line if frame.f_code.co_filename in ("<test>", "<setup>") else None
+        return line if frame.f_code.co_filename in _TESTS_FILES else None
     return call
 
 

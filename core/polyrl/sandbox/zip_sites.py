@@ -1,0 +1,223 @@
+"""Which operands of the tests' ``zip`` and ``map`` calls come from one value, found statically.
+
+Why: ``all(abs(a - b) < 1e-9 for a, b in zip(f(2), [1.0]))`` holds vacuously when ``f`` returns
+``[]``, so a wrong solution passed it (``harness.tests_pairing`` fails an empty operand beside one with
+items). A one-item operand beside an empty one is also the pairwise idiom on a right one-item
+answer, ``zip(r, r[1:])``, where the emptiness is the test's own (the property holds for any answer
+that short) and must pass. The two differ in where the operands come from: the pairwise ones are
+read from one value (``r`` and a slice of it), the forged check pairs the answer with values of
+another origin (a literal, an ``expected`` name, another call). So each call site gets, per operand,
+the group of operands it shares an origin with; the harness finds the site of a running call from
+the caller's frame and fails an empty operand only beside one with items of another group.
+
+Origins follow the tests' own names through every binding they make anywhere (assignments, loop
+and comprehension targets, ``with``, a helper's parameters from its calls and defaults), a slice or
+``list``/``sorted``/... of a value is that value, and an item of it (``grid[i]``, a loop target) an
+item of it. The answers of one function of the solution's are one origin too: ``zip(primes(2),
+primes(10))`` checks the solution against itself, and right answers may differ in length there.
+Merging scopes errs towards "one origin", where nothing more than Python's zip applies.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from collections.abc import Iterable, Iterator
+
+from polyrl.sandbox.standard_names import SOLUTION_MODULE
+
+#: (function name, filename, lineno, end_lineno, col_offset, end_col_offset): a call's place as a
+#: code object's ``co_positions`` gives it for the call instruction.
+Site = tuple[str, str, int, int, int, int]
+#: Functions whose operands are paired item by item: name -> index of the first operand.
+PAIRING = {"zip": 0, "map": 1}
+#: Builtins whose one argument's items they keep (a copy, a view or a reordering of the value).
+_SAME_ITEMS = frozenset({"list", "tuple", "sorted", "reversed", "iter", "set", "frozenset", "str", "bytes"})
+_ITEM = "item of "
+_BUILTINS = frozenset(dir(builtins))
+#: A binding: the expression and how many item levels below it the name sits.
+_Binding = tuple[ast.expr, int]
+
+
+def operand_groups(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[int, ...]]:
+    """For each ``zip``/``map`` call in ``sources`` (filename, text) with two or more operands and
+    no ``*`` among them, each operand's group: the lowest index of the operands it shares an
+    origin with. A place two calls share with different groups is left out (the harness then
+    applies its rule for unknown places), and so is every place of tests nested too deep to follow."""
+    try:
+        return _operand_groups(sources)
+    except RecursionError:
+        return {}
+
+
+def _operand_groups(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[int, ...]]:
+    trees = [(filename, tree) for filename, tree in ((f, _parse(s)) for f, s in sources) if tree is not None]
+    values: dict[str, list[_Binding]] = {}
+    _bind_all([tree for _, tree in trees], values)
+    theirs = _defined([tree for _, tree in trees]) | _BUILTINS
+    sites: dict[Site, tuple[int, ...]] = {}
+    clashes: set[Site] = set()
+    for filename, tree in trees:
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in PAIRING):
+                continue
+            operands = node.args[PAIRING[node.func.id]:]
+            if len(operands) < 2 or any(isinstance(a, ast.Starred) for a in operands):
+                continue
+            groups = _groups([_origins(a, values, theirs, set()) for a in operands])
+            site = (node.func.id, filename, node.lineno, node.end_lineno or node.lineno, node.col_offset,
+                    node.end_col_offset if node.end_col_offset is not None else -1)
+            if sites.setdefault(site, groups) != groups:
+                clashes.add(site)
+    for site in clashes:
+        del sites[site]
+    return sites
+
+
+def _parse(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(source)
+    except SyntaxError:  # not Python: fails when run, pairing nothing
+        return None
+
+
+def _groups(origins: list[set[str]]) -> tuple[int, ...]:
+    """Each operand's group: operands sharing an origin, directly or through another, are one."""
+    group = list(range(len(origins)))
+    for i in range(len(origins)):
+        for j in range(i):
+            if origins[i] & origins[j]:
+                old, new = max(group[i], group[j]), min(group[i], group[j])
+                group = [new if g == old else g for g in group]
+    return tuple(group)
+
+
+def _origins(node: ast.expr, values: dict[str, list[_Binding]], theirs: frozenset[str], seen: set[str]) -> set[str]:
+    """Where ``node``'s items come from, as comparable strings (see the module doc); a call of a
+    name that is not the tests' (``theirs``) is the solution's, and its answers for any arguments
+    are one origin besides (``zip(primes(2), primes(3))`` compares the solution with itself)."""
+    if isinstance(node, ast.Subscript):
+        inner = _origins(node.value, values, theirs, seen)
+        return inner if isinstance(node.slice, ast.Slice) else {_ITEM + o for o in inner}
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SAME_ITEMS \
+            and len(node.args) == 1 and not isinstance(node.args[0], ast.Starred):
+        return _origins(node.args[0], values, theirs, seen)
+    if isinstance(node, ast.Starred):
+        return _origins(node.value, values, theirs, seen)
+    key = _path(node)
+    if key is None:
+        found = {ast.dump(node)}
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in theirs:
+            found.add(f"answers of {node.func.id}")
+        return found
+    found = {key}
+    if key not in seen:
+        seen.add(key)
+        for value, depth in values.get(key, ()):
+            found |= {_ITEM * depth + o for o in _origins(value, values, theirs, seen)}
+    return found
+
+
+def _defined(trees: list[ast.Module]) -> frozenset[str]:
+    """Every name the tests bind anywhere: assigned, imported, defined, a parameter."""
+    names: set[str] = set()
+    for node in (node for tree in trees for node in ast.walk(tree)):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.ImportFrom) and node.module == SOLUTION_MODULE and node.level == 0:
+            continue  # the solution's own names, by their names
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return frozenset(names)
+
+
+def _path(node: ast.expr) -> str | None:
+    """``x`` or ``self.x.y`` as a key (``cls.x`` of ``setUpClass`` is ``self.x``)."""
+    if isinstance(node, ast.Name):
+        return "self" if node.id == "cls" else node.id
+    if isinstance(node, ast.Attribute):
+        base = _path(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+def _bind_all(trees: list[ast.Module], values: dict[str, list[_Binding]]) -> None:
+    """Every binding in ``trees``, whatever its scope (a helper one step defines is called in others)."""
+    nodes = [node for tree in trees for node in ast.walk(tree)]
+    for node in nodes:
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                _bind(target, node.value, 0, values)
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            _bind(node.target, node.iter, 1, values)
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            _bind(node.optional_vars, node.context_expr, 0, values)
+    calls: dict[str, list[ast.Call]] = {}
+    for call in nodes:
+        if isinstance(call, ast.Call) and isinstance(call.func, (ast.Name, ast.Attribute)):
+            calls.setdefault(call.func.id if isinstance(call.func, ast.Name) else call.func.attr, []).append(call)
+    for name, arguments, method in _functions(nodes):
+        params = [*arguments.posonlyargs, *arguments.args]
+        for param, default in zip(reversed(params), reversed(arguments.defaults)):
+            values.setdefault(param.arg, []).append((default, 0))
+        for call in calls.get(name, ()):
+            passed = params[1:] if method and isinstance(call.func, ast.Attribute) else params
+            for param, arg in zip(passed, call.args):
+                if isinstance(arg, ast.Starred):
+                    break
+                values.setdefault(param.arg, []).append((arg, 0))
+            for keyword in call.keywords:
+                if keyword.arg is not None:
+                    values.setdefault(keyword.arg, []).append((keyword.value, 0))
+
+
+def _functions(nodes: list[ast.AST]) -> Iterator[tuple[str, ast.arguments, bool]]:
+    """(name, parameters, whether a method) of each function the tests define, lambdas bound to a
+    name among them."""
+    methods = {id(item) for node in nodes if isinstance(node, ast.ClassDef) for item in node.body}
+    for node in nodes:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.name, node.args, id(node) in methods and not any(
+                isinstance(d, ast.Name) and d.id == "staticmethod" for d in node.decorator_list)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    yield target.id, node.value.args, False
+
+
+def _bind(target: ast.expr, value: ast.expr, depth: int, values: dict[str, list[_Binding]]) -> None:
+    """``target`` now holds ``value`` (``depth`` item levels below it): a tuple target's elements
+    hold the matching operand of a literal tuple or of a ``zip``/``enumerate`` looped over, else
+    an item of the value."""
+    if isinstance(target, ast.Starred):
+        _bind(target.value, value, depth, values)
+        return
+    if isinstance(target, (ast.Tuple, ast.List)):
+        elements = target.elts
+        if depth == 0 and isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(elements) \
+                and not any(isinstance(e, ast.Starred) for e in [*elements, *value.elts]):
+            for element, part in zip(elements, value.elts):
+                _bind(element, part, 0, values)
+            return
+        if depth == 1 and isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and not value.keywords:
+            args = value.args
+            if value.func.id == "zip" and len(args) == len(elements) and not any(
+                    isinstance(e, ast.Starred) for e in [*elements, *args]):
+                for element, arg in zip(elements, args):
+                    _bind(element, arg, 1, values)
+                return
+            if value.func.id == "enumerate" and len(args) == 1 and len(elements) == 2:
+                _bind(elements[1], args[0], 1, values)
+                return
+        for element in elements:
+            _bind(element, value, depth + 1, values)
+        return
+    key = _path(target)
+    if key is not None:
+        values.setdefault(key, []).append((value, depth))
