@@ -264,3 +264,20 @@ def test_fixed_decode_ab_bench_times_both_ways_and_reports_the_rounding_gap(tiny
     pairs = [d / f for d, f in zip(report["generate_s"]["dropping"], report["generate_s"]["fixed"])]
     assert report["dropping_over_fixed_each"] == pytest.approx(pairs)
     assert module.main(["--rounds", "0"]) == 2
+
+
+def test_heap_warmup_bench_gives_each_steps_seconds_and_page_faults(tiny_model_dir, tmp_path):
+    """bench/heap_warmup.py: every step's phases get seconds and minor page faults, from the
+    process's first step on; bad flags are refused."""
+    module = _bench("heap_warmup")
+    out = tmp_path / "heap.json"
+    assert module.main(["--model", tiny_model_dir, "--rounds", "3", "--prompts", "2", "--group-size", "2",
+                        "--max-new-tokens", "4", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    steps = report["steps"]
+    assert steps[0]["phase"] == "load and first sample" and steps[0]["faults"] > 0
+    assert [s["step"] for s in steps[1:]] == [1, 2, 3]
+    for s in steps[1:]:
+        assert s["generate_s"] > 0 and s["train_s"] > 0 and s["generate_faults"] >= 0 and s["train_faults"] >= 0
+    assert report["machine"]["threads"] == 1 and report["lora"] is False
+    assert module.main(["--rounds", "0"]) == 2
