@@ -46,6 +46,9 @@ def site(tmp_path, monkeypatch):
     for module in set(sys.modules) - before:
         if module.startswith("contract_"):
             sys.modules.pop(module, None)
+    # a test's plugin lists must not shape the registry the next tests find
+    monkeypatch.delenv("POLYRL_LOAD_PLUGINS", raising=False)
+    monkeypatch.delenv("POLYRL_DISABLE_PLUGINS", raising=False)
     registry.get_registry(refresh=True)
 
 
