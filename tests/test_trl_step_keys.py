@@ -297,3 +297,43 @@ def test_a_steps_nan_is_none_or_nan_where_trls_log_writes_so():
             "rewards/f/mean", "rewards/f/std")
     assert _shown(ours, keys) == _shown(theirs, keys)
     assert _shown(ours, ["loss", "reward"]) == {"loss": "nan", "reward": None}  # the premise: both kinds seen
+
+
+def test_cispo_clip_ratio_is_trls_for_the_same_tokens():
+    """TRL 1.16 logs ``cispo_clip_ratio`` for loss_type "cispo": the masked mean over the loss tokens
+    of ``(coef_1 > epsilon_high) & (advantages > 0)`` (its cap is polyrl's 1 + epsilon_high). polyrl
+    logged no such key; its ``clip_ratio/high_mean`` counts a capped token whatever its advantage."""
+    torch = pytest.importorskip("torch")
+    training = pytest.importorskip("polyrl_torch.training")
+    from polyrl.algorithms.objective import Objective
+    from polyrl.step_metrics import clip_region_metrics
+
+    gen = torch.Generator().manual_seed(0)
+    logp = torch.randn(4, 5, generator=gen, dtype=torch.float64) * 0.5 - 2.0
+    old = logp - torch.randn(4, 5, generator=gen, dtype=torch.float64).abs() * 0.8  # ratios above 1
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)
+    adv = torch.tensor([1.0, -1.0, 0.5, 2.0], dtype=torch.float64)
+    obj = Objective(policy_loss="cispo", clip_eps_high=0.3, loss_aggregation="token_mean")
+    _, stats = training.objective_loss(logp, adv, obj, old_logp=old, mask=mask)
+    ours = float(stats["cispo_clip_sum"]) / float(stats["tokens"])
+    # TRL's own lines (grpo_trainer.py, _compute_loss), epsilon_high = its cap = 1.3
+    coef_1 = torch.exp(logp - old)
+    is_cispo_clipped = (coef_1 > 1.3) & (adv[:, None] > 0)
+    theirs = float((is_cispo_clipped.float() * mask).sum() / mask.sum().clamp(min=1.0))
+    assert 0.0 < theirs < float(stats["clip_high_sum"]) / float(stats["tokens"])  # the premise: the sign matters
+    assert ours == pytest.approx(theirs)
+    assert clip_region_metrics({"cispo_clip_fraction": ours})["cispo_clip_ratio"] == ours
+
+
+def test_a_cispo_step_with_nothing_to_train_logs_trls_cispo_clip_ratio_zero():
+    """A step TRL trains with every advantage 0 (no reward scored) or over no loss token (every
+    completion cut under mask_truncated_completions) logs cispo_clip_ratio 0.0 with loss_type
+    "cispo" (no token is capped with a positive advantage; a mean over no token divides by 1)."""
+    from polyrl.algorithms.objective import Objective
+    from polyrl.step_metrics import no_loss_token_metrics, nothing_scored_metrics
+
+    cispo = Objective(policy_loss="cispo", clip_eps_high=4.0, loss_aggregation="token_mean")
+    assert nothing_scored_metrics(cispo)["cispo_clip_ratio"] == 0.0
+    assert no_loss_token_metrics(False, cispo)["cispo_clip_ratio"] == 0.0
+    assert "cispo_clip_ratio" not in nothing_scored_metrics(Objective())
+    assert "cispo_clip_ratio" not in no_loss_token_metrics(False, Objective())

@@ -48,6 +48,7 @@ def test_a_trl_script_with_its_import_changed_trains_and_saves(tiny_model_dir, t
     # TRL's names in the log history, polyrl's files in output_dir
     assert [m["step"] for m in trainer.state.log_history] == [1, 2, 2]  # the last: transformers' train summary
     assert "reward" in trainer.state.log_history[-2] and "rewards/short/mean" in trainer.state.log_history[-2]
+    assert "cispo_clip_ratio" not in trainer.state.log_history[-2]  # TRL logs it for loss_type "cispo" only
     assert trainer.state.log_history[-1] == {**out.metrics, "step": 2}
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2]
@@ -1815,3 +1816,15 @@ def test_save_metrics_cut_short_keeps_the_earlier_all_results_whole(tmp_path):
     assert result.returncode == 0 and "refused: 27" in result.stdout, result.stderr[-2000:]  # EFBIG
     assert json.loads((out / "all_results.json").read_text()) == {f"train_m{i}": float(i) for i in range(100)}
     assert not any(p.name.endswith(".tmp") for p in out.iterdir())
+
+
+def test_a_cispo_runs_log_history_has_trls_cispo_clip_ratio(tiny_model_dir, tmp_path):
+    """TRL logs cispo_clip_ratio every step of a loss_type="cispo" run (and only then); polyrl's
+    log_history and metrics.jsonl had no such key."""
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          args=_args(tmp_path, max_steps=1, loss_type="cispo", epsilon_high=5.0))
+    trainer.train()
+    step = trainer.state.log_history[0]
+    assert 0.0 <= step["cispo_clip_ratio"] <= 1.0
+    line = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert line["cispo_clip_ratio"] == step["cispo_clip_ratio"]

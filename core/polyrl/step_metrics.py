@@ -74,6 +74,8 @@ def no_loss_token_metrics(kl_in_loss: bool, objective: Objective) -> dict[str, f
         extreme = 0.0 if objective.importance_sampling_level == "sequence" else None
         out.update({"clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0, "clip_ratio/region_mean": 0.0,
                     "clip_ratio/low_min": extreme, "clip_ratio/high_max": extreme})
+    elif objective.policy_loss == "cispo":  # TRL's cispo_clip_ratio, a masked mean over no token: 0
+        out["cispo_clip_ratio"] = 0.0
     return out
 
 
@@ -89,6 +91,8 @@ def nothing_scored_metrics(objective: Objective) -> dict[str, float]:
     if objective.policy_loss == "ppo":
         out.update(dict.fromkeys(("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
                                   "clip_ratio/low_min", "clip_ratio/high_max"), 0.0))
+    elif objective.policy_loss == "cispo":  # a clip needs a positive advantage: TRL's cispo_clip_ratio 0
+        out["cispo_clip_ratio"] = 0.0
     return out
 
 
@@ -283,10 +287,12 @@ def sampled_tokens(completions: Sequence[Completion]) -> int:
 
 
 #: TRL's names for the ratio clip fractions a backend reports (``clip_low_fraction``...); the
-#: extremes ``clip_low_min`` and ``clip_high_max`` where the backend reports them
+#: extremes ``clip_low_min`` and ``clip_high_max`` where the backend reports them; with policy_loss
+#: "cispo", ``cispo_clip_fraction``: the share of loss tokens whose ratio passed the cap with a
+#: positive advantage (TRL's ``cispo_clip_ratio``, ``coef_1 > epsilon_high`` and ``advantages > 0``)
 TRL_CLIP_NAMES = {"clip_low_fraction": "clip_ratio/low_mean", "clip_high_fraction": "clip_ratio/high_mean",
                   "clip_fraction": "clip_ratio/region_mean", "clip_low_min": "clip_ratio/low_min",
-                  "clip_high_max": "clip_ratio/high_max"}
+                  "clip_high_max": "clip_ratio/high_max", "cispo_clip_fraction": "cispo_clip_ratio"}
 
 
 def clip_region_metrics(train_metrics: Mapping[str, Any]) -> dict[str, float]:

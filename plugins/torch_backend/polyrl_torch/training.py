@@ -36,8 +36,9 @@ LogProbs = torch.Tensor | Sequence[torch.Tensor]
 SAMPLER_KEYS = ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected", "mismatch_unscored")
 ENTROPY_KEYS = ("entropy", "entropy_selected")
 MISMATCH_KEYS = SAMPLER_KEYS + ENTROPY_KEYS
-#: Token counts reported as fractions in ``StepMetrics.extra`` (TRL's clip_ratio/low_mean, high_mean).
-CLIP_REGION_KEYS = ("clip_low", "clip_high")
+#: Token counts reported as fractions in ``StepMetrics.extra`` (TRL's clip_ratio/low_mean, high_mean;
+#: ``cispo_clip``, TRL's cispo_clip_ratio, reported with policy_loss "cispo" only).
+CLIP_REGION_KEYS = ("clip_low", "clip_high", "cispo_clip")
 
 
 def masked_in(values: list[torch.Tensor] | None, masks: list[torch.Tensor] | None) -> list[torch.Tensor] | None:
@@ -77,7 +78,8 @@ def objective_loss(
     num_tokens: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The aggregated policy loss (scalar tensor) and detached sums ``kl_sum``, ``clip_sum``,
-    ``clip_low_sum``, ``clip_high_sum`` (``reference.clip_regions``), ``tokens`` (and, with
+    ``clip_low_sum``, ``clip_high_sum`` (``reference.clip_regions``), ``cispo_clip_sum`` (TRL's
+    cispo_clip_ratio count: capped with a positive advantage; 0 for other losses), ``tokens`` (and, with
     ``off_policy_mask_threshold``, ``off_policy_masked_sum``: the sequences dropped).
 
     ``logp`` is a list of 1-D tensors (one per sequence) or a ``[B, T]`` tensor with ``mask``;
@@ -121,10 +123,12 @@ def objective_loss(
         weight, corrected = _mismatch_weights(delta, valid, objective)
     elif objective.corrects_mismatch:
         raise ValueError("mismatch_correction needs the sampler's log-probs (TrainBatch.sampler_logprobs)")
+    cispo_clip = torch.zeros_like(valid)
     if objective.policy_loss == "cispo":  # clipped, detached weight on a REINFORCE term
         loss = -adv * torch.clamp(ratio, max=high).detach() * lp
         clipped = clip_high = ratio.detach() > high
         clip_low = torch.zeros_like(clipped)
+        cispo_clip = clip_high & (adv > 0)  # TRL's cispo_clip_ratio counts a positive advantage only
     elif objective.policy_loss == "sapo":  # a sigmoid gate instead of the clip
         tau = torch.where(adv > 0, adv.new_tensor(objective.sapo_temperature_pos),
                           adv.new_tensor(objective.sapo_temperature_neg))
@@ -210,6 +214,7 @@ def objective_loss(
         "clip_sum": (clipped & valid).sum(),
         "clip_low_sum": (clip_low & valid).sum(),
         "clip_high_sum": (clip_high & valid).sum(),
+        "cispo_clip_sum": (cispo_clip & valid).sum(),
         "tokens": lengths_t.sum(),
         "clip_low_min": low_share[has].min() if bool(has.any()) else torch.tensor(math.inf),
         "clip_high_max": high_share[has].max() if bool(has.any()) else torch.tensor(-math.inf),
@@ -462,7 +467,8 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
              **{k: v / (scored if k in SCORED_KEYS else denom) for k, v in mismatch.items() if k in MISMATCH_KEYS},
              **(gap_extremes(mismatch, extremes, objective.corrects_mismatch) if batch.sampler_logprobs is not None else {}),
              **own_gap,
-             **{f"{k}_fraction": v / denom for k, v in regions.items()},
+             **{f"{k}_fraction": v / denom for k, v in regions.items()
+                if k != "cispo_clip" or objective.policy_loss == "cispo"},
              **({"clip_low_min": low_min, "clip_high_max": high_max} if math.isfinite(low_min) else {}),
              **({"off_policy_masked_fraction": dropped / global_n}
                 if objective.off_policy_mask_threshold is not None else {})}
