@@ -429,6 +429,8 @@ WRAPPED = {
     "sorted": ("assert all(a == b for a, b in zip(sorted(f(2)), [1, 2]))", "def f(x):\n    return [2, 1]\n"),
     "filter": ("assert all(a == b for a, b in zip(filter(None, f(2)), [1, 2]))", "def f(x):\n    return [1, 2]\n"),
     "iter_in_map": ("import operator\nassert all(map(operator.eq, iter(f(2)), [1, 2]))", "def f(x):\n    return [1, 2]\n"),
+    "enumerated": ("assert all(a == b for a, b in zip(enumerate(f(2)), [(0, 1), (1, 2)]))",
+                   "def f(x):\n    return [1, 2]\n"),
     "builtins_zip": ("import builtins\nassert all(a == b for a, b in builtins.zip(f(2), [1, 2]))",
                      "def f(x):\n    return [1, 2]\n"),
     "builtins_map": ("from builtins import map\nimport operator\nassert all(map(operator.eq, f(2), [1, 2]))",
@@ -459,7 +461,8 @@ def test_iterators_the_tests_pair_with_a_right_answer_still_pass():
         "import itertools\nassert list(zip(f([2, 1]), itertools.count())) == [(1, 0), (2, 1)]\n"
         "assert list(zip(f([]), iter([1, 2]))) == []\nassert list(zip(iter(f([])), [])) == []",
         "r = f([3])\nassert all(a <= b for a, b in zip(map(float, r), map(float, r[1:])))\n"
-        "assert all(a <= b for a, b in zip(filter(None, r[1:]), r))\nassert all(a <= b for a, b in zip(iter(r[1:]), r))",
+        "assert all(a <= b for a, b in zip(filter(None, r[1:]), r))\nassert all(a <= b for a, b in zip(iter(r[1:]), r))\n"
+        "assert all(a[1] <= b[1] for a, b in zip(enumerate(r), enumerate(r[1:], 1)))",
         "import builtins\nbuiltins.polyrl_marker = 3\nassert builtins.polyrl_marker == 3\ndel builtins.polyrl_marker\n"
         "assert builtins.len(f([1])) == 1 and list(builtins.map(abs, f([-1]))) == [1]")]
     assert list(score(["def f(x):\n    return sorted(x)\n"] * 3, rows=rows).total) == [1.0, 1.0, 1.0]
@@ -475,3 +478,4 @@ def test_map_and_filter_over_one_value_share_its_origin():
 
     assert groups("r = f(2)\nzip(map(float, r[1:]), filter(None, r), expected)") == [(0, 0, 2)]
     assert groups("zip(map(float, f(2)), expected)") == [(0, 1)]
+    assert groups("r = f(2)\nzip(enumerate(r[1:], 1), enumerate(r))") == [(0, 0)]

@@ -609,7 +609,7 @@ class ModuleView:
 
 class BuiltinsView:
     """The ``builtins`` module as the tests' ``import builtins`` gives it: the real module, but
-    their own ``zip``/``map``/``filter`` (``tests_pairing``). Why: ``builtins.zip(f(2), [1.0])``
+    their own ``zip``/``map``/``filter``/``enumerate`` (``tests_pairing``). Why: ``builtins.zip(f(2), [1.0])``
     was Python's zip, vacuous on ``return []``. Setting an attribute sets the real module's, as
     before, and from then on reads it back."""
 
@@ -782,6 +782,22 @@ class _Filtered(filter):
     _source: Any
 
 
+class _Enumerated(enumerate):
+    """The tests' ``enumerate``: Python's, knowing its operand (``_empty_iterator``)."""
+
+    __slots__ = ("_source",)
+    _source: Any
+
+
+def tests_enumerate(iterable: Any, start: int = 0) -> Any:
+    """``enumerate`` as the tests see it: Python's, whose operand ``_paired`` can see is empty
+    (``zip(enumerate(f(2)), enumerate(expected))``)."""
+    source = iter(iterable)
+    numbered = _Enumerated(source, start)
+    numbered._source = source
+    return numbered
+
+
 def tests_filter(function: Any, iterable: Any) -> Any:
     """``filter`` as the tests see it: Python's, whose operand ``_paired`` can see is empty."""
     source = iter(iterable)
@@ -792,11 +808,12 @@ def tests_filter(function: Any, iterable: Any) -> Any:
 
 def _empty_iterator(value: Any) -> bool:
     """Whether ``value`` is an iterator known, without taking an item, to have none left: a
-    built-in container's (``iter(r)``, ``reversed(r)``) or the tests' ``map``/``filter`` over one.
+    built-in container's (``iter(r)``, ``reversed(r)``) or the tests' ``map``/``filter``/``enumerate``
+    over one.
     Why: ``zip(iter(f(2)), [1.0, 2.0])`` and ``zip(map(float, f(2)), expected)`` held for ``return
     []``. One with items stays unmeasured (``zip(f([]), iter([1, 2]))`` is right for an empty
     answer, and an iterator may be endless)."""
-    if type(value) in (_Mapped, _Filtered):
+    if type(value) in (_Mapped, _Filtered, _Enumerated):
         return _empty_iterator(value._source)
     return type(value) in _EXACT_ITERATORS and operator.length_hint(value) == 0
 
@@ -930,8 +947,9 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     must not count."""
     sources = [setup, *(source for source, _ in steps)]
     paired = tests_pairing([("<setup>", setup), *(("<test>", source) for source, _ in steps)])
-    real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter)  # a copy: the trainer's own stay
-    builtins_view = BuiltinsView({name: real_builtins[name] for name in ("zip", "map", "filter")})
+    real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
+                         enumerate=tests_enumerate)  # a copy: the trainer's own stay
+    builtins_view = BuiltinsView({name: real_builtins[name] for name in ("zip", "map", "filter", "enumerate")})
     layer: dict[str, Any] = dict(real_builtins)  # looked up after the tests' globals (module doc)
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": layer}
     bound = bound_names(sources)
