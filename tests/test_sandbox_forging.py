@@ -433,6 +433,8 @@ WRAPPED = {
                    "def f(x):\n    return [1, 2]\n"),
     "builtins_zip": ("import builtins\nassert all(a == b for a, b in builtins.zip(f(2), [1, 2]))",
                      "def f(x):\n    return [1, 2]\n"),
+    "builtins_dict": ("import builtins\nassert all(a == b for a, b in builtins.__dict__['zip'](f(2), [1, 2]))",
+                      "def f(x):\n    return [1, 2]\n"),
     "builtins_map": ("from builtins import map\nimport operator\nassert all(map(operator.eq, f(2), [1, 2]))",
                      "def f(x):\n    return [1, 2]\n"),
 }

@@ -620,6 +620,8 @@ class BuiltinsView:
 
     def __getattr__(self, name: str) -> Any:
         own = object.__getattribute__(self, "_own")
+        if name == "__dict__":  # ``builtins.__dict__['zip']``: theirs too, what they write read back here
+            return collections.ChainMap(own, vars(builtins))
         return own[name] if name in own else getattr(builtins, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
