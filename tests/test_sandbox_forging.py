@@ -416,3 +416,68 @@ def test_operand_groups_follow_the_tests_names_to_one_value():
     assert groups("def ref(n):\n    return [2]\nzip(primes(2), primes(10), ref(10), ref(2))") == [(0, 0, 2, 3)]
     sites = operand_groups([("<test>", "zip(r, r[1:])"), ("<test>", "zip(r, x[1:])"), ("<setup>", "zip(a, b)")])
     assert sites == {("zip", "<setup>", 1, 1, 0, 9): (0, 1)}
+
+
+#: (tests, honest solution) pairing the answer through an iterator over it, or through the
+#: ``builtins`` module's own zip/map; the forgeries return [], a generator or an object yielding nothing.
+WRAPPED = {
+    "iter": ("assert all(abs(a - b) < 1e-9 for a, b in zip(iter(f(2)), [1.0, 2.0]))", "def f(x):\n    return [1.0, 2.0]\n"),
+    "reversed": ("expected = [2, 1]\nassert all(a == b for a, b in zip(reversed(f(2)), expected))",
+                 "def f(x):\n    return [1, 2]\n"),
+    "map_one": ("expected = [1.0, 2.0]\nassert all(a == b for a, b in zip(map(float, f(2)), expected))",
+                "def f(x):\n    return [1, 2]\n"),
+    "sorted": ("assert all(a == b for a, b in zip(sorted(f(2)), [1, 2]))", "def f(x):\n    return [2, 1]\n"),
+    "filter": ("assert all(a == b for a, b in zip(filter(None, f(2)), [1, 2]))", "def f(x):\n    return [1, 2]\n"),
+    "iter_in_map": ("import operator\nassert all(map(operator.eq, iter(f(2)), [1, 2]))", "def f(x):\n    return [1, 2]\n"),
+    "enumerated": ("assert all(a == b for a, b in zip(enumerate(f(2)), [(0, 1), (1, 2)]))",
+                   "def f(x):\n    return [1, 2]\n"),
+    "builtins_zip": ("import builtins\nassert all(a == b for a, b in builtins.zip(f(2), [1, 2]))",
+                     "def f(x):\n    return [1, 2]\n"),
+    "builtins_dict": ("import builtins\nassert all(a == b for a, b in builtins.__dict__['zip'](f(2), [1, 2]))",
+                      "def f(x):\n    return [1, 2]\n"),
+    "builtins_map": ("from builtins import map\nimport operator\nassert all(map(operator.eq, f(2), [1, 2]))",
+                     "def f(x):\n    return [1, 2]\n"),
+}
+
+
+def test_an_iterator_over_the_answer_or_builtins_zip_never_holds_vacuously():
+    """``zip(iter(f(2)), [1.0, 2.0])``, ``zip(reversed(f(2)), expected)``, ``zip(map(float, f(2)),
+    expected)``, ``filter`` likewise, and ``builtins.zip``/``from builtins import map`` (Python's
+    own) held for ``return []``: an iterator was never measured. One over a built-in container, or
+    the tests' map/filter over one, that has no items left counts as empty now; right answers keep 1.0."""
+    names = list(WRAPPED)
+    rows = [{"prompt": "p", "tests": WRAPPED[n][0]} for n in names]
+    for forged in ("def f(x):\n    return []\n", "def f(x):\n    return (y for y in [])\n",
+                   NOTHING + "def f(x):\n    return Nothing()\n"):
+        scored = score([forged] * len(names), rows=rows)
+        assert {n: s for n, s in zip(names, scored.total) if s != 0.0} == {}, forged
+    honest = score([WRAPPED[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
+
+def test_iterators_the_tests_pair_with_a_right_answer_still_pass():
+    """An iterator with items is never measured (it may be endless, and ``zip(f([]), iter([1, 2]))``
+    is right for an empty answer); ``map``/``filter`` of a one-item answer's own slice pairs with it;
+    empty against empty passes; the tests may still set attributes of ``builtins``."""
+    rows = [{"prompt": "p", "tests": tests} for tests in (
+        "import itertools\nassert list(zip(f([2, 1]), itertools.count())) == [(1, 0), (2, 1)]\n"
+        "assert list(zip(f([]), iter([1, 2]))) == []\nassert list(zip(iter(f([])), [])) == []",
+        "r = f([3])\nassert all(a <= b for a, b in zip(map(float, r), map(float, r[1:])))\n"
+        "assert all(a <= b for a, b in zip(filter(None, r[1:]), r))\nassert all(a <= b for a, b in zip(iter(r[1:]), r))\n"
+        "assert all(a[1] <= b[1] for a, b in zip(enumerate(r), enumerate(r[1:], 1)))",
+        "import builtins\nbuiltins.polyrl_marker = 3\nassert builtins.polyrl_marker == 3\ndel builtins.polyrl_marker\n"
+        "assert builtins.len(f([1])) == 1 and list(builtins.map(abs, f([-1]))) == [1]")]
+    assert list(score(["def f(x):\n    return sorted(x)\n"] * 3, rows=rows).total) == [1.0, 1.0, 1.0]
+
+
+def test_map_and_filter_over_one_value_share_its_origin():
+    """``map(float, r[1:])`` is read from ``r`` (the pairwise idiom through a conversion); over the
+    answer it is still another origin than an expected value."""
+    from polyrl.sandbox.zip_sites import operand_groups
+
+    def groups(source):
+        return list(operand_groups([("<test>", source)]).values())
+
+    assert groups("r = f(2)\nzip(map(float, r[1:]), filter(None, r), expected)") == [(0, 0, 2)]
+    assert groups("zip(map(float, f(2)), expected)") == [(0, 1)]
+    assert groups("r = f(2)\nzip(enumerate(r[1:], 1), enumerate(r))") == [(0, 0)]

@@ -40,6 +40,7 @@ import fractions
 import functools
 import importlib
 import itertools
+import operator
 import symtable
 import sys
 import time
@@ -606,6 +607,38 @@ class ModuleView:
         return f"<module {self._module.__name__!r} (read-only)>"
 
 
+class BuiltinsView:
+    """The ``builtins`` module as the tests' ``import builtins`` gives it: the real module, but
+    their own ``zip``/``map``/``filter``/``enumerate`` (``tests_pairing``). Why: ``builtins.zip(f(2), [1.0])``
+    was Python's zip, vacuous on ``return []``. Setting an attribute sets the real module's, as
+    before, and from then on reads it back."""
+
+    __slots__ = ("_own",)
+
+    def __init__(self, own: dict[str, Any]) -> None:
+        object.__setattr__(self, "_own", own)
+
+    def __getattr__(self, name: str) -> Any:
+        own = object.__getattribute__(self, "_own")
+        if name == "__dict__":  # ``builtins.__dict__['zip']``: theirs too, what they write read back here
+            return collections.ChainMap(own, vars(builtins))
+        return own[name] if name in own else getattr(builtins, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__getattribute__(self, "_own").pop(name, None)
+        setattr(builtins, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        object.__getattribute__(self, "_own").pop(name, None)
+        delattr(builtins, name)
+
+    def __dir__(self) -> list[str]:
+        return dir(builtins)
+
+    def __repr__(self) -> str:
+        return "<module 'builtins' (built-in)>"
+
+
 #: numpy's yes/no comparisons of two arrays, which reduce over their elements (``NumpyChecks``);
 #: numpy.testing's ``assert_*`` besides.
 NUMPY_CHECKS = frozenset({"allclose", "array_equal", "array_equiv"})
@@ -722,18 +755,80 @@ def _empty_array_class(numpy: Any) -> Any:
 
 
 #: The sized operands the tests' ``zip`` and ``map`` measure (a sample's iterable is read in full
-#: first, as Python's own ``zip`` would); other iterators go through untouched.
+#: first, as Python's own ``zip`` would); other iterators go through untouched, except one known to
+#: be empty (``_empty_iterator``).
 _SIZED_TYPES = (list, tuple, str, bytes, range, dict, set, frozenset)
 #: Where the tests' code runs (``run_tests`` compiles the steps and setup under these names).
 _TESTS_FILES = ("<test>", "<setup>")
 
 
+#: Iterators of built-in containers, whose ``__length_hint__`` is the exact number of items left
+#: (read without consuming one): what ``iter``, ``reversed`` and ``for`` make of a list, tuple,
+#: range, str, bytes, dict or set, and ``reversed`` of a sequence (its count is the index left).
+_EXACT_ITERATORS: frozenset[type] = frozenset({*map(type, (
+    iter([]), reversed([]), iter(()), iter(range(0)), reversed(range(0)), iter(""), iter("\u00e9"), iter(b""),
+    iter({}), iter({}.values()), iter({}.items()), reversed({}), iter(set()), reversed(range(1 << 70)))), reversed})
+
+
+class _Mapped(map):
+    """The tests' ``map`` over one operand: Python's, knowing its operand (``_empty_iterator``)."""
+
+    __slots__ = ("_source",)
+    _source: Any
+
+
+class _Filtered(filter):
+    """The tests' ``filter``: Python's, knowing its operand (``_empty_iterator``)."""
+
+    __slots__ = ("_source",)
+    _source: Any
+
+
+class _Enumerated(enumerate):
+    """The tests' ``enumerate``: Python's, knowing its operand (``_empty_iterator``)."""
+
+    __slots__ = ("_source",)
+    _source: Any
+
+
+def tests_enumerate(iterable: Any, start: int = 0) -> Any:
+    """``enumerate`` as the tests see it: Python's, whose operand ``_paired`` can see is empty
+    (``zip(enumerate(f(2)), enumerate(expected))``)."""
+    source = iter(iterable)
+    numbered = _Enumerated(source, start)
+    numbered._source = source
+    return numbered
+
+
+def tests_filter(function: Any, iterable: Any) -> Any:
+    """``filter`` as the tests see it: Python's, whose operand ``_paired`` can see is empty."""
+    source = iter(iterable)
+    filtered = _Filtered(function, source)
+    filtered._source = source
+    return filtered
+
+
+def _empty_iterator(value: Any) -> bool:
+    """Whether ``value`` is an iterator known, without taking an item, to have none left: a
+    built-in container's (``iter(r)``, ``reversed(r)``) or the tests' ``map``/``filter``/``enumerate``
+    over one.
+    Why: ``zip(iter(f(2)), [1.0, 2.0])`` and ``zip(map(float, f(2)), expected)`` held for ``return
+    []``. One with items stays unmeasured (``zip(f([]), iter([1, 2]))`` is right for an empty
+    answer, and an iterator may be endless)."""
+    if type(value) in (_Mapped, _Filtered, _Enumerated):
+        return _empty_iterator(value._source)
+    return type(value) in _EXACT_ITERATORS and operator.length_hint(value) == 0
+
+
 def _sized_length(value: Any) -> int | None:
-    """The number of items ``zip`` takes from ``value``, or None when it is not a sized operand."""
+    """The number of items ``zip`` takes from ``value``, or None when it is not a sized operand
+    (0 for an iterator known to be empty: ``_empty_iterator``)."""
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(value, numpy.ndarray):
         return len(value) if value.ndim else None
-    return len(value) if isinstance(value, _SIZED_TYPES) else None
+    if isinstance(value, _SIZED_TYPES):
+        return len(value)
+    return 0 if _empty_iterator(value) else None
 
 
 def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any], Callable[..., Any]]:
@@ -744,7 +839,9 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
     passed. Where the operands come from is ``zip_sites.operand_groups``' (found the first time
     it matters): ``zip(r, r[1:])`` on a one-item ``r`` pairs one value with itself and passes; at a
     place it cannot name (``map(zip, ...)``, Python before 3.11) an empty operand fails beside one
-    of two or more items only, so the pairwise idiom passes there too."""
+    of two or more items only, so the pairwise idiom passes there too. An iterator over the answer
+    (``iter(r)``, ``reversed(r)``, the tests' ``map(float, r)``) counts as empty when it has no items
+    left (``_empty_iterator``); ``import builtins`` gives these too (``BuiltinsView``)."""
     sites = functools.cache(lambda: operand_groups(sources))
 
     def zip_(*iterables: Any, **kwargs: Any) -> Any:
@@ -753,7 +850,12 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
     def map_(function: Any, *iterables: Any, **kwargs: Any) -> Any:
         if len(iterables) >= 2:
             iterables = _paired("map", iterables, sys._getframe(1), sites)
-        return map(function, *iterables, **kwargs)
+        if len(iterables) != 1 or kwargs:
+            return map(function, *iterables, **kwargs)
+        source = iter(iterables[0])
+        mapped = _Mapped(function, source)
+        mapped._source = source
+        return mapped
 
     zip_.__name__ = zip_.__qualname__ = "zip"
     map_.__name__ = map_.__qualname__ = "map"
@@ -847,7 +949,9 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     must not count."""
     sources = [setup, *(source for source, _ in steps)]
     paired = tests_pairing([("<setup>", setup), *(("<test>", source) for source, _ in steps)])
-    real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1])  # a copy: the trainer's own stay
+    real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
+                         enumerate=tests_enumerate)  # a copy: the trainer's own stay
+    builtins_view = BuiltinsView({name: real_builtins[name] for name in ("zip", "map", "filter", "enumerate")})
     layer: dict[str, Any] = dict(real_builtins)  # looked up after the tests' globals (module doc)
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": layer}
     bound = bound_names(sources)
@@ -864,6 +968,8 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     def importer(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
         if name == SOLUTION_MODULE and level == 0:
             return solution
+        if name == "builtins" and level == 0:
+            return builtins_view
         return tests_view(real_import(name, globals, locals, fromlist, level))
 
     def sync(data: Any) -> None:

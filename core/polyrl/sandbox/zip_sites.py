@@ -13,7 +13,8 @@ the caller's frame and fails an empty operand only beside one with items of anot
 Origins follow the tests' own names through every binding they make anywhere (assignments, loop
 and comprehension targets, ``with``, a helper's parameters from its calls and defaults), a slice or
 ``list``/``sorted``/... of a value is that value, and an item of it (``grid[i]``, a loop target) an
-item of it. The answers of one function of the solution's are one origin too: ``zip(primes(2),
+item of it; ``map``/``filter``/``enumerate`` over one value is from that value too
+(``zip(map(float, r[1:]), r)``). The answers of one function of the solution's are one origin too: ``zip(primes(2),
 primes(10))`` checks the solution against itself, and right answers may differ in length there.
 Merging scopes errs towards "one origin", where nothing more than Python's zip applies.
 """
@@ -33,6 +34,8 @@ Site = tuple[str, str, int, int, int, int]
 PAIRING = {"zip": 0, "map": 1}
 #: Builtins whose one argument's items they keep (a copy, a view or a reordering of the value).
 _SAME_ITEMS = frozenset({"list", "tuple", "sorted", "reversed", "iter", "set", "frozenset", "str", "bytes"})
+#: Builtins whose items are made from each item of one argument (name -> its index), one for one or fewer.
+_EACH_ITEM = {"map": 1, "filter": 1, "enumerate": 0}
 _ITEM = "item of "
 _BUILTINS = frozenset(dir(builtins))
 #: A binding: the expression and how many item levels below it the name sits.
@@ -109,6 +112,10 @@ def _origins(node: ast.expr, values: dict[str, list[_Binding]], theirs: frozense
         found = {ast.dump(node)}
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in theirs:
             found.add(f"answers of {node.func.id}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _EACH_ITEM \
+                and len(node.args) in ((1, 2) if node.func.id == "enumerate" else (2,)) \
+                and not any(isinstance(a, ast.Starred) for a in node.args):
+            found |= _origins(node.args[_EACH_ITEM[node.func.id]], values, theirs, seen)  # ``map(float, r[1:])``
         return found
     found = {key}
     if key not in seen:
