@@ -618,7 +618,7 @@ def test_more_messages_than_tokens_of_room_are_refused_unrendered(smollm2, where
     if where == "step":
         assert c.finish_reason == "length" and c.info["turns"] == 1 and not env_failed(c) and not check(model, [c])
     else:
-        assert env_failed(c) and "(5,000 message(s), 0 characters) cannot fit model.max_length = 4096" in c.info["env_error"]
+        assert env_failed(c) and "(5,000 message(s), 20,000 characters) cannot fit model.max_length = 4096" in c.info["env_error"]
 
 
 # --- the environment's rewarded is read where its other calls run ------------------------------------

@@ -608,3 +608,29 @@ def test_a_tool_whose_schema_cannot_be_built_is_listed_as_unusable_with_why():
     status = probe_status("tool", ToolSpec(name="nodoc", function=nodoc))
     assert not status.available and "its schema cannot be built" in status.reason and "docstring" in status.reason
     assert probe_status("tool", ToolSpec(name="documented", function=documented)).available
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["generator", "async-generator"])
+def test_a_trl_environment_whose_get_reward_is_a_generator_is_one_config_error(is_async):
+    """A ``get_reward`` with a ``yield`` ran none of its code: its reward scored each rollout with
+    a generator object (or an async generator awaited as a coroutine), never the number the class
+    meant. Now the probe refuses it, as a generator reset, step or episode_over is refused."""
+    from polyrl.agents.trl_environments import trl_environments
+    from polyrl.errors import ConfigError
+
+    class Yielding:
+        def reset(self, **kwargs):
+            return None
+
+        if is_async:
+            async def get_reward(self):
+                yield 1.0
+        else:
+            def get_reward(self):
+                yield 1.0
+
+    with pytest.raises(ConfigError) as err:
+        trl_environments({"yielding": Yielding})
+    assert err.value.field == "environment_factory['yielding']"
+    assert "Yielding.get_reward is a generator function (its body has a yield)" in err.value.message
+    assert "without yield" in (err.value.fix or "")

@@ -750,7 +750,7 @@ def test_messages_too_large_to_fit_end_their_episode_unrendered():
     assert max(seen) < 10_000
     assert all(c.finish_reason == "length" and "env_error" not in c.info and c.info["turns"] == 1 for c in out[:2])
     assert all([m["role"] for m in c.messages] == ["assistant"] for c in out[:2])  # the flood is not added
-    assert all("(1 message(s), 10,000,000 characters) cannot fit model.max_length = 2048 tokens" in c.info["env_error"]
+    assert all("(1 message(s), 10,000,004 characters) cannot fit model.max_length = 2048 tokens" in c.info["env_error"]
                and c.info["turns"] == 0 for c in out[2:])
     # every episode's first messages too large: each ends, the run goes on (no config error)
     out = run.run([{"prompt": "x", "huge_reset": True}], SamplingParams(max_new_tokens=40, n=2))
@@ -830,7 +830,7 @@ def test_the_size_walk_stops_past_its_budget():
     import json
     import time
 
-    from polyrl.agents.episodes import json_chars
+    from polyrl.agents.sizes import json_chars
 
     value = {"a": [1, 2.5, None, True, "xyz", {"b": [12345678901234567890]}], "c": "é" * 10}
     spelled = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
@@ -839,6 +839,65 @@ def test_the_size_walk_stops_past_its_budget():
     started = time.perf_counter()
     assert 1000 < json_chars(big, 1000) < 1200
     assert time.perf_counter() - started < 0.05
+
+
+@pytest.mark.faults
+def test_a_huge_role_counts_toward_the_size_bounds():
+    """Only contents and the other keys were measured, not the role: a final observation whose
+    role was 100,000 characters was kept in the conversation the rewards and completions.jsonl
+    read, and first messages with such a role were rendered. Now the role counts as content does."""
+    role = "r" * 100_000
+    out = env_runner(ScriptedModel(first_turn="plain"),
+                     answering(Observation([{"role": role, "content": "You won."}], reward=1.0, done=True))).run(
+        [{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=1))
+    [c] = out
+    assert [m["role"] for m in c.messages] == ["assistant"] and c.finish_reason == "length"
+
+    class Titled(Guess):
+        def reset(self, row):
+            return [{"role": role, "content": "Guess my number."}]
+
+    seen: list[int] = []
+    run = EpisodeRunner(ScriptedModel(first_turn="plain").generate, sizes_seen(seen),
+                        EpisodeLimits(3, 400, max_length=2048), make_environment=Titled, parse=parse,
+                        environment_name="titled")
+    [c] = run.run([{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=1))
+    assert "(1 message(s), 100,016 characters) cannot fit model.max_length = 2048" in c.info["env_error"]
+    assert max(seen, default=0) < 10_000  # not rendered
+
+
+#: values whose full JSON check (``json.dumps``) and copy took seconds, refused by size first
+SLOW_TO_SERIALISE = {"string": lambda: "x" * 200_000_000, "list": lambda: ["word"] * 5_000_000}
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("where", ["reset", "step"])
+@pytest.mark.parametrize("what", list(SLOW_TO_SERIALISE))
+def test_a_huge_extra_value_is_refused_by_size_before_any_full_serialisation(what, where):
+    """The JSON check of a message's other keys dumped a 200 MB value whole (and the runner then
+    deep-copied it) on the environment's thread, before the size bound refused it. Now a message
+    past the bound is refused unchecked and uncopied: within a fraction of the time."""
+    import time
+
+    value = SLOW_TO_SERIALISE[what]()
+
+    class Heavy(Guess):
+        def reset(self, row):
+            return [{"role": "user", "content": "Guess my number.", **({"meta": value} if where == "reset" else {})}]
+
+        def step(self, message):
+            return Observation([{"role": "user", "content": "You won.", "meta": value}], reward=1.0, done=True)
+
+    run = EpisodeRunner(ScriptedModel(first_turn="plain").generate, encode_chat, EpisodeLimits(3, 400, max_length=2048),
+                        make_environment=Heavy, parse=parse, env_timeout_s=60.0, environment_name="heavy")
+    started = time.perf_counter()
+    [c] = run.run([{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=1))
+    elapsed = time.perf_counter() - started
+    if where == "reset":
+        assert "characters or more) cannot fit model.max_length = 2048" in c.info["env_error"]
+    else:
+        assert [m["role"] for m in c.messages] == ["assistant"] and c.finish_reason == "length"
+    assert elapsed < 2.0, elapsed
 
 
 class FolderTokenizer:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -44,8 +43,9 @@ import numpy as np
 
 from polyrl.agents.glue import ChatGlue, EncodeChat, RenderError, content_left_out, model_text_left_out
 from polyrl.agents.prompting import template_ignores_tools, tool_results_as_user, with_tools_prompt
-from polyrl.agents.spec import (checked_environment, checked_reset, checked_step, end_episode, environment_tools,
-                                plain_text, rewarded_environment)
+from polyrl.agents.sizes import content_chars
+from polyrl.agents.spec import (Observation, checked_environment, checked_reset, checked_step, end_episode,
+                                environment_tools, plain_text, rewarded_environment)
 from polyrl.agents.threads import (MAX_ABANDONED, CallRaised, CallTimedOut, LateCalls, Worker, describe, described,
                                    finished, raised_text)
 from polyrl.agents.tools import ToolBox, ToolCall, error_message, quoted
@@ -204,56 +204,11 @@ def turn_seed(seed: int | None, turn: int, group: int) -> int | None:
     return low + ((int(words[0]) << 32) | int(words[1])) % (high - low)
 
 
-def content_chars(messages: Sequence[Mapping[str, Any]], budget: int | None = None) -> int:
-    """Characters of the messages: each one's text content (what a template renders of every
-    message) and its other keys but the role (``name``, ``tool_call_id``, the environment's own),
-    names and values as their JSON would about spell them. Why those keys: a template may render
-    them and the episode keeps them all (a rollout's checkpoint and completions.jsonl write them),
-    so a 100 MB value under a key of the environment's own passed every bound. The keys' values
-    are walked only until the count passes ``budget`` (None: to the end), so a value of gigabytes
-    costs no more than the budget; contents are counted whole (their length is known)."""
-    total = sum(len(m["content"]) for m in messages if isinstance(m.get("content"), str))
-    for m in messages:
-        if budget is not None and total > budget:
-            break
-        extra = {key: value for key, value in m.items() if key not in ("role", "content")}
-        if extra:
-            total += json_chars(extra, None if budget is None else budget - total)
-    return total
-
-
-_END = object()
-
-
-def json_chars(value: Any, budget: int | None = None) -> int:
-    """About the characters of ``value``'s JSON (a str's escapes aside), counted until the count
-    passes ``budget`` (None: to the end). A walk with a stack of iterators: no recursion, and it
-    stops within one item of the budget however large or deep ``value`` is."""
-    total = 0
-    stack: list[Any] = [iter((value,))]
-    while stack and (budget is None or total <= budget):
-        item = next(stack[-1], _END)
-        if item is _END:
-            stack.pop()
-            continue
-        total += 1  # its separator (a comma or a colon)
-        if isinstance(item, str):
-            total += len(item) + 2
-        elif isinstance(item, Mapping):
-            total += 2
-            stack.append(itertools.chain.from_iterable(item.items()))
-        elif isinstance(item, (list, tuple)):
-            total += 2
-            stack.append(iter(item))
-        elif isinstance(item, np.ndarray):  # written as its list: a digit and a comma an element at least
-            total += 2 + 2 * int(item.size)
-        elif isinstance(item, bool) or item is None:
-            total += 5
-        elif isinstance(item, int):
-            total += item.bit_length() // 3 + 2  # digits (at most), sign
-        else:  # a float or a numpy number
-            total += 24
-    return total
+def _past(messages: Sequence[Mapping[str, Any]], budget: int | None) -> bool:
+    """Whether an environment's ``messages`` are past ``budget`` characters: the runner refuses
+    those by size, unkept, so they are neither copied nor made plain text on the environment's
+    thread (a 100 MB value took it seconds, only to be dropped)."""
+    return budget is not None and content_chars(messages, budget) > budget
 
 
 def as_messages(prompt: Any) -> list[dict[str, Any]]:
@@ -393,7 +348,8 @@ class EpisodeRunner:
                 return self._failed_at_reset(index, row, failed.text)
             made.append(_Made(index, env, worker))
             try:
-                first, own = await self._env_call(worker, "reset", lambda: self._first_messages(env, row))
+                first, own = await self._env_call(worker, "reset",
+                                                  lambda: self._first_messages(env, row, self._first_budget()))
             except _EnvError as failed:
                 return self._failed_at_reset(index, row, failed.text)
             if own:  # tools bound to this episode's environment; the step's bound still holds
@@ -407,11 +363,11 @@ class EpisodeRunner:
                 toolbox = box
         else:
             first = as_messages(row[self.prompt_column])
-        asked = copy.deepcopy(first) if env is not None else None  # what rewards and the log see as the prompt
         if env is not None and worker is not None and (oversize := self._oversize_first(first)) is not None:
             log.warning("an episode's first prompt does not fit; episode ended", environment=self._env_name,
                         error=oversize)
             return self._failed_at_reset(index, row, oversize)
+        asked = copy.deepcopy(first) if env is not None else None  # what rewards and the log see as the prompt
         first = self._with_tool_instructions(first, toolbox)
         try:
             prompt_ids = self.glue.prompt(first, toolbox.schemas if toolbox is not None else None)
@@ -457,16 +413,25 @@ class EpisodeRunner:
                 f"cannot fit model.max_length = {limit} tokens (at most one message and {MAX_CHARS_PER_TOKEN} "
                 "characters a token): they were not rendered")
 
+    def _first_budget(self) -> int | None:
+        """The characters an environment's first messages may hold (``_oversize_first``'s bound)."""
+        limit = self.limits.max_length
+        return None if limit is None else MAX_CHARS_PER_TOKEN * max(limit, 0)
+
     @staticmethod
-    def _first_messages(env: Any, row: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[Callable[..., Any]]]:
+    def _first_messages(env: Any, row: Mapping[str, Any],
+                        budget: int | None = None) -> tuple[list[dict[str, Any]], list[Callable[..., Any]]]:
         """On the environment's thread: its checked first messages and the tools it offers. The
         environment gets a copy of the row: the group's episodes share one row object, which the
         rewards and the completions log read afterwards, so an environment editing it in place
         would change its siblings' games and what the rewards score. The messages are a copy too
         (as each step's are), made there: an environment editing what it answered later (a nested
-        value it keeps) changes nothing the episode recorded."""
-        return (copy.deepcopy(as_messages(checked_reset(env, finished(env.reset(private_copy(row)))))),
-                environment_tools(env))
+        value it keeps) changes nothing the episode recorded. Messages past ``budget`` characters
+        are neither JSON-checked nor copied (``_past``): they are refused by size."""
+        first = checked_reset(env, finished(env.reset(private_copy(row))), budget)
+        if _past(first, budget):
+            return first, environment_tools(env)
+        return copy.deepcopy(as_messages(first)), environment_tools(env)
 
     def _own_tools(self, own: Sequence[Callable[..., Any]], worker: Worker) -> ToolBox | str:
         """On the environment's thread: the tool box with its own tools (run on ``worker``, where its
@@ -616,9 +581,15 @@ class EpisodeRunner:
         elif ep.env is not None and ep.worker is not None:
             env = ep.env
             mine = copy.deepcopy(assistant)  # the episode's own record: an environment editing it would rewrite
-            try:  # what the rewards score and the log shows; an environment bug ends its episode, not the run
-                obs = await self._env_call(ep.worker, "step",  # a copy made there: what it keeps is not the record
-                                           lambda: copy.deepcopy(checked_step(env, finished(env.step(mine)))))
+            # what the rewards score and the log shows; what cannot fit its whole cap is never kept (_last_words)
+            budget = MAX_CHARS_PER_TOKEN * max(self.limits.cap(len(ep.prompt_ids)), 0)
+
+            def stepped() -> Observation:  # on its thread; a copy made there: what it keeps is not the record
+                obs = checked_step(env, finished(env.step(mine)), budget)
+                return obs if _past(obs.messages, budget) else copy.deepcopy(obs)
+
+            try:  # an environment bug ends its episode, not the run
+                obs = await self._env_call(ep.worker, "step", stepped)
             except _EnvError as failed:
                 self._ended(ep, failed.text)
                 return

@@ -22,6 +22,7 @@ import attrs
 import numpy as np
 
 from polyrl import strict_json
+from polyrl.agents.sizes import content_chars
 
 Message = dict[str, Any]
 
@@ -264,27 +265,28 @@ def plain_text(value: Any) -> Any:
     return value
 
 
-def checked_reset(env: Any, messages: Any) -> list[Message]:
+def checked_reset(env: Any, messages: Any, budget: int | None = None) -> list[Message]:
     """What ``reset`` returned, if it is a non-empty list of renderable messages (as plain
-    ``str``s, ``plain_text``); else TypeError."""
+    ``str``s, ``plain_text``); else TypeError. ``budget``: see ``_check_messages``."""
     not_a_generator(env, "reset", messages)
-    _check_messages(env, "reset", messages)
+    over = _check_messages(env, "reset", messages, budget)
     if not messages:
         raise TypeError(f"{type(env).__name__}.reset returned no messages; the model needs a prompt")
-    return [plain_text(m) for m in messages]
+    return list(messages) if over else [plain_text(m) for m in messages]
 
 
-def checked_step(env: Any, obs: Any) -> Observation:
+def checked_step(env: Any, obs: Any, budget: int | None = None) -> Observation:
     """What ``step`` returned, if it is an ``Observation`` the episode can use as it is: renderable
     messages, a finite real ``reward`` (or None) and a bool ``done``. A bad value is a TypeError
     naming the field, never read as something else (``done="no"`` is not True). The messages come
-    back as plain ``str``s (``plain_text``), the reward a plain ``float``."""
+    back as plain ``str``s (``plain_text``), the reward a plain ``float``. ``budget``: see
+    ``_check_messages``."""
     name = type(env).__name__
     not_a_generator(env, "step", obs)
     if not isinstance(obs, Observation):
         raise TypeError(f"{name}.step returned {type(obs).__name__}, expected "
                         "polyrl.agents.Observation(messages=..., reward=..., done=...)")
-    _check_messages(env, "step", obs.messages)
+    over = _check_messages(env, "step", obs.messages, budget)
     value: float | None = None
     if obs.reward is not None:
         reward = obs.reward
@@ -300,7 +302,8 @@ def checked_step(env: Any, obs: Any) -> Observation:
         raise TypeError(f"{name}.step gave done {_shown(obs.done)}; expected True or False")
     # a plain Observation, float and bool, made here: a subclass's methods are the environment's
     # code, which the runner must not run again outside the call's time limit
-    return Observation(messages=[plain_text(m) for m in obs.messages], done=bool(obs.done), reward=value)
+    messages = list(obs.messages) if over else [plain_text(m) for m in obs.messages]
+    return Observation(messages=messages, done=bool(obs.done), reward=value)
 
 
 def _shown(value: Any) -> str:
@@ -311,7 +314,12 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 120 else text[:120] + "..."
 
 
-def _check_messages(env: Any, method: str, messages: Any) -> None:
+def _check_messages(env: Any, method: str, messages: Any, budget: int | None = None) -> bool:
+    """Each message a mapping with a str role and content, encodable, its other keys JSON; True
+    when the messages are past ``budget`` (the characters the episode could ever keep,
+    ``content_chars``): then their other keys are not JSON-checked (nor made plain text by the
+    callers), as the runner refuses them by size, unrendered and unkept, and a full ``json.dumps``
+    of a 200 MB value only took the environment's thread seconds first."""
     name = type(env).__name__
     if not isinstance(messages, list):
         raise TypeError(f"{name}.{method} returned {type(messages).__name__}, expected a list "
@@ -327,7 +335,11 @@ def _check_messages(env: Any, method: str, messages: Any) -> None:
             if not _encodable(m[key]):
                 raise TypeError(f"{name}.{method} message {i} {key} holds a lone surrogate, which no tokenizer "
                                 "can encode (decode bytes with errors='replace')")
+    if budget is not None and content_chars(messages, budget) > budget:
+        return True
+    for i, m in enumerate(messages):
         _check_extra_keys(f"{name}.{method} message {i}", m)
+    return False
 
 
 def _check_extra_keys(where: str, message: Mapping[str, Any]) -> None:

@@ -21,7 +21,8 @@ What TRL 1.16 does, and how each part is done here:
   instance on its ``Completion`` (``rewarded``, read by ``spec.rewarded_environment``), and
   ``FunctionReward`` hands them over; the step is scored before the next rollout resets them;
 * a class defining ``get_reward()`` adds a reward named after the class, weight 1, which scores
-  the rollouts of that class only (``environment_rewards``);
+  the rollouts of that class only (``environment_rewards``); a ``get_reward`` with a ``yield``
+  (a generator function, which runs none of its code) is refused at the probe;
 * a factory that raises while the pool grows, or a ``reset`` that raises or returns what cannot
   be appended, stops the run as it stops TRL's: the episode raises ``EnvironmentFailed``, and the
   trainer stops at once, before that rollout is scored or trained (the steps before it
@@ -42,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from polyrl.agents.episodes import EnvironmentFailed, as_messages
-from polyrl.agents.spec import EnvironmentSpec, Message, Observation
+from polyrl.agents.spec import EnvironmentSpec, GeneratorMethod, Message, Observation
 from polyrl.agents.threads import describe
 from polyrl.agents.tools import tool_schema
 from polyrl.agents.trl_pool import Pool, Pooled, make
@@ -248,6 +249,11 @@ def _check_probe(instance: Any, where: str, field: str, tool_names: Sequence[str
                               "text appended to the prompt)" if no_reset else
                               "return a new instance (e.g. environment_factory=MyEnv, or lambda: MyEnv(...))")
     kind = type(instance).__name__
+    reward = getattr(type(instance), "get_reward", None)
+    if _defines(instance, "get_reward") and (inspect.isgeneratorfunction(reward) or inspect.isasyncgenfunction(reward)):
+        # scored as a generator object: the reward got no number, and none of its code ran
+        generator = GeneratorMethod(instance, "get_reward")
+        raise ConfigError(generator.problem, field=field, fix=generator.fix)
     for method in tool_methods(instance):
         try:
             tool_schema(method)
