@@ -176,17 +176,17 @@ def _bind(target: ast.expr, value: ast.expr, values: _Values) -> None:
     if isinstance(target, ast.Starred):
         _bind(target.value, value, values)
         return
-    key = _path(target)
+    key = attribute_path(target)
     if key is not None:
         values.setdefault(key, []).append(value)
 
 
-def _path(node: ast.expr) -> str | None:
+def attribute_path(node: ast.expr) -> str | None:
     """``x`` or ``self.x.y`` as a key (``cls.x`` of ``setUpClass`` is ``self.x`` in the tests)."""
     if isinstance(node, ast.Name):
         return "self" if node.id == "cls" else node.id
     if isinstance(node, ast.Attribute):
-        base = _path(node.value)
+        base = attribute_path(node.value)
         return None if base is None else f"{base}.{node.attr}"
     return None
 
@@ -199,7 +199,7 @@ def _is_solution_module(node: ast.expr, values: _Values) -> bool:
 def _roots(node: ast.expr, values: _Values, seen: set[str]) -> set[str]:
     """The names ``node``'s value comes from: a name nothing in the tests binds is itself (the
     solution's, a module, a builtin); one they bind is what they bound it to."""
-    key = _path(node)
+    key = attribute_path(node)
     if key is not None and key in values:
         if key in seen:
             return set()

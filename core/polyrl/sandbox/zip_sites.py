@@ -25,6 +25,7 @@ import ast
 import builtins
 from collections.abc import Iterable, Iterator
 
+from polyrl.sandbox.object_use import attribute_path
 from polyrl.sandbox.standard_names import SOLUTION_MODULE
 
 #: (function name, filename, lineno, end_lineno, col_offset, end_col_offset): a call's place as a
@@ -107,7 +108,7 @@ def _origins(node: ast.expr, values: dict[str, list[_Binding]], theirs: frozense
         return _origins(node.args[0], values, theirs, seen)
     if isinstance(node, ast.Starred):
         return _origins(node.value, values, theirs, seen)
-    key = _path(node)
+    key = attribute_path(node)
     if key is None:
         found = {ast.dump(node)}
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in theirs:
@@ -142,16 +143,6 @@ def _defined(trees: list[ast.Module]) -> frozenset[str]:
         elif isinstance(node, ast.ExceptHandler) and node.name:
             names.add(node.name)
     return frozenset(names)
-
-
-def _path(node: ast.expr) -> str | None:
-    """``x`` or ``self.x.y`` as a key (``cls.x`` of ``setUpClass`` is ``self.x``)."""
-    if isinstance(node, ast.Name):
-        return "self" if node.id == "cls" else node.id
-    if isinstance(node, ast.Attribute):
-        base = _path(node.value)
-        return None if base is None else f"{base}.{node.attr}"
-    return None
 
 
 def _bind_all(trees: list[ast.Module], values: dict[str, list[_Binding]]) -> None:
@@ -225,6 +216,6 @@ def _bind(target: ast.expr, value: ast.expr, depth: int, values: dict[str, list[
         for element in elements:
             _bind(element, value, depth + 1, values)
         return
-    key = _path(target)
+    key = attribute_path(target)
     if key is not None:
         values.setdefault(key, []).append((value, depth))
