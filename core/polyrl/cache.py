@@ -39,14 +39,19 @@ def cache_error(path: Path, exc: OSError) -> ConfigError:
     return ConfigError(f"{where}: {reason}", field=CACHE_ENV, fix=fix)
 
 
+def make_writable_folder(path: Path) -> None:
+    """Create ``path`` and write a file there (made and removed); OSError where it cannot hold one."""
+    path.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=path):
+        pass
+
+
 def cache_subdir(*parts: str) -> Path:
     """``default_cache_dir() / parts``, created and checked writable (a file made and removed):
     any failure is one ConfigError naming ``POLYRL_CACHE`` and the fix."""
     path = default_cache_dir().joinpath(*parts)
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
+        make_writable_folder(path)
     except OSError as exc:
         raise cache_error(path, exc) from None
     return path

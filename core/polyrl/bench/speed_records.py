@@ -13,12 +13,11 @@ from __future__ import annotations
 import json
 import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from polyrl.cache import cache_error, default_cache_dir
+from polyrl.cache import cache_error, default_cache_dir, make_writable_folder
 
 FILE = "generate_speed.json"
 
@@ -46,9 +45,7 @@ def check_writable(cache: Path | None = None) -> None:
     POLYRL_CACHE (``cache`` None): a bench found out only after minutes of measuring."""
     folder = _path(cache).parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
+        make_writable_folder(folder)
     except OSError as exc:
         if cache is None:
             raise cache_error(folder, exc) from None
