@@ -139,6 +139,7 @@ def schedule_note(saved: dict[str, Any] | None, config: RunConfig, updates: int 
     the decay from the resumed update on (the lr jumped back up mid-run), and only
     ``train.steps 4 -> 8`` was logged. ``updates``: the checkpoint's applied updates (the lrs are
     left out without it)."""
+    from polyrl.engines import run_optimizer
     from polyrl.schedules import lr_multiplier
 
     opt = config.optimizer
@@ -146,7 +147,8 @@ def schedule_note(saved: dict[str, Any] | None, config: RunConfig, updates: int 
         return None
     per_step = config.algorithm.updates_per_step
     old = _span(saved, per_step)
-    new = opt.total_steps if opt.total_steps is not None else config.train.steps * per_step
+    new = run_optimizer(config).total_steps
+    assert new is not None  # with_total_steps sets it
     if old is None or old == new:
         return None
     why = [f"{field} {saved.get(field)!r} -> {value!r}" for field, value in
