@@ -163,8 +163,9 @@ def test_a_turn_the_chat_template_refuses_is_the_models_format_error(smollm2, te
 
 def test_an_observation_the_chat_template_refuses_is_still_the_environments_error(smollm2):
     """The environment's own messages are not the model's: a role order the template refuses there
-    stays an environment error (here an ``assistant`` message of its own, which breaks Gemma 3's
-    user/model alternation)."""
+    stays an environment error (here two ``user`` messages in a row, which break Gemma 3's
+    user/model alternation; an ``assistant`` message of its own is refused before any template
+    sees it, ``test_an_observation_in_a_role_not_the_environments_ends_its_episode_unkept``)."""
     tok, eot, head = family(smollm2, "gemma3")
 
     class Odd:
@@ -172,7 +173,7 @@ def test_an_observation_the_chat_template_refuses_is_still_the_environments_erro
             return [{"role": "user", "content": "Guess."}]
 
         def step(self, message):
-            return Observation([{"role": "assistant", "content": "I answer for you."}])
+            return Observation([{"role": "user", "content": "Higher."}, {"role": "user", "content": "Again."}])
 
     model = Scripted(tok, lambda text, j: "5", eot)
     runner = EpisodeRunner(model.generate, encoder(tok), EpisodeLimits(max_turns=3, max_episode_tokens=200,

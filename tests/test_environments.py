@@ -554,7 +554,9 @@ def _user(content):
     (Observation(_user([{"type": "text", "text": "x"}, 5])), "content list"),
     (Observation(_user({"a": 1})), "content dict"),
     (Observation(_user("bad \udcff text")), "content holds a lone surrogate"),
-    (Observation([{"role": "user\ud800", "content": "x"}]), "role holds a lone surrogate"),
+    # a role outside the allowed ones, whatever it holds (a lone surrogate included)
+    (Observation([{"role": "user\ud800", "content": "x"}]), "has role str 'user\\ud800'; expected one of 'user', 'tool'"),
+    (Observation([{"role": "assistant", "content": "x"}]), "has role str 'assistant'; expected one of 'user', 'tool'"),
     (Observation([{"role": "user", "content": "x", "meta": {1, 2}}]), "message 0 key 'meta' holds set"),
     (Observation([{"role": "user", "content": "x", b"k": 1}]), "message 0 has a key bytes b'k'"),
 ])

@@ -12,6 +12,7 @@ core never special-cases its own.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import math
 import numbers
@@ -22,6 +23,7 @@ import attrs
 import numpy as np
 
 from polyrl import strict_json
+from polyrl.data_arrow import CHAT_ROLES
 from polyrl.agents.sizes import content_chars
 
 Message = dict[str, Any]
@@ -31,7 +33,7 @@ Message = dict[str, Any]
 class Observation:
     """What the environment answers to one assistant turn.
 
-    ``messages`` are appended to the conversation (usually ``user`` or ``tool`` roles; each
+    ``messages`` are appended to the conversation (``user`` or ``tool`` roles, ``OBSERVATION_ROLES``; each
     ``content`` a str, a subclass such as ``markupsafe.Markup`` read as the plain str it spells)
     and the model continues from them unless ``done`` (a bool; no messages end the episode too,
     with a warning, as the model would have nothing to answer; a ``done`` step's messages close
@@ -269,7 +271,7 @@ def checked_reset(env: Any, messages: Any, budget: int | None = None) -> list[Me
     """What ``reset`` returned, if it is a non-empty list of renderable messages (as plain
     ``str``s, ``plain_text``); else TypeError. ``budget``: see ``_check_messages``."""
     not_a_generator(env, "reset", messages)
-    over = _check_messages(env, "reset", messages, budget)
+    over = _check_messages(env, "reset", messages, budget, FIRST_ROLES)
     if not messages:
         raise TypeError(f"{type(env).__name__}.reset returned no messages; the model needs a prompt")
     return list(messages) if over else [plain_text(m) for m in messages]
@@ -286,7 +288,7 @@ def checked_step(env: Any, obs: Any, budget: int | None = None) -> Observation:
     if not isinstance(obs, Observation):
         raise TypeError(f"{name}.step returned {type(obs).__name__}, expected "
                         "polyrl.agents.Observation(messages=..., reward=..., done=...)")
-    over = _check_messages(env, "step", obs.messages, budget)
+    over = _check_messages(env, "step", obs.messages, budget, OBSERVATION_ROLES)
     value: float | None = None
     if obs.reward is not None:
         reward = obs.reward
@@ -314,12 +316,25 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 120 else text[:120] + "..."
 
 
-def _check_messages(env: Any, method: str, messages: Any, budget: int | None = None) -> bool:
-    """Each message a mapping with a str role and content, encodable, its other keys JSON; True
-    when the messages are past ``budget`` (the characters the episode could ever keep,
-    ``content_chars``): then their other keys are not JSON-checked (nor made plain text by the
-    callers), as the runner refuses them by size, unrendered and unkept, and a full ``json.dumps``
-    of a 200 MB value only took the environment's thread seconds first."""
+#: The roles of an environment's first messages (``reset``): a prompt's (few-shot turns included),
+#: as a dataset's prompt may take them.
+FIRST_ROLES = CHAT_ROLES
+#: The roles of an environment's later messages (``step``'s, a ``done`` step's too). Why not
+#: ``assistant`` or ``system``: an ``assistant`` message there passed as the model's own turn in
+#: the conversation the rewards read (a final one as its answer, ``length_penalty`` counted it as
+#: written), and a ``system`` one mid-episode is refused or dropped by many templates; a role no
+#: template knows (a typo, ``"usr"``) was rendered as given or dropped, silently.
+OBSERVATION_ROLES = ("user", "tool")
+
+
+def _check_messages(env: Any, method: str, messages: Any, budget: int | None = None,
+                    roles: tuple[str, ...] | None = None) -> bool:
+    """Each message a mapping with a str role (one of ``roles``, None: any) and content, encodable,
+    its other keys JSON; True when the messages are past ``budget`` (the characters the episode
+    could ever keep, ``content_chars``): then they are checked no further than their types (nor
+    made plain text by the callers), as the runner refuses them by size, unrendered and unkept.
+    Why the size first: a full ``json.dumps`` of a 200 MB value, or the UTF-8 encoding of a 200 MB
+    role or content (the surrogate check), only took the environment's thread seconds first."""
     name = type(env).__name__
     if not isinstance(messages, list):
         raise TypeError(f"{name}.{method} returned {type(messages).__name__}, expected a list "
@@ -331,15 +346,30 @@ def _check_messages(env: Any, method: str, messages: Any, budget: int | None = N
         if not isinstance(m["content"], str):
             raise TypeError(f"{name}.{method} message {i} has content {_shown(m['content'])}; expected a str "
                             "(the chat template renders text)")
+    if budget is not None and content_chars(messages, budget) > budget:
+        return True
+    for i, m in enumerate(messages):
+        if roles is not None and m["role"] not in roles:
+            raise TypeError(f"{name}.{method} message {i} has role {_shown(m['role'])}; expected one of "
+                            f"{', '.join(map(repr, roles))}{_did_you_mean(m['role'], roles)}"
+                            + _ROLE_WHY.get(method, ""))
         for key in ("role", "content"):
             if not _encodable(m[key]):
                 raise TypeError(f"{name}.{method} message {i} {key} holds a lone surrogate, which no tokenizer "
                                 "can encode (decode bytes with errors='replace')")
-    if budget is not None and content_chars(messages, budget) > budget:
-        return True
     for i, m in enumerate(messages):
         _check_extra_keys(f"{name}.{method} message {i}", m)
     return False
+
+
+def _did_you_mean(role: str, roles: tuple[str, ...]) -> str:
+    """`` (did you mean 'user'?)`` for a short role close to one of ``roles`` (a typo), else ''."""
+    close = difflib.get_close_matches(role.lower(), roles, n=1, cutoff=0.5) if len(role) <= 40 else []
+    return f" (did you mean {close[0]!r}?)" if close and close[0] != role else ""
+
+
+_ROLE_WHY = {"step": " (an observation is what the model reads next: the model's own turns are its 'assistant' "
+                     "messages, never the environment's; say instructions in a 'user' message)"}
 
 
 def _check_extra_keys(where: str, message: Mapping[str, Any]) -> None:
