@@ -584,51 +584,85 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: Seconds the interpreter's exit may wait for threads the run's code left running before the
-#: program leaves without them (``_leave_past_held_threads``).
+#: Seconds the interpreter's exit may wait for threads the run's plugin code left running before
+#: the program leaves without them (``_leave_past_held_threads``).
 EXIT_GRACE_S = 10.0
+#: Seconds the exit handlers (``atexit``) get when the program leaves past such threads.
+EXIT_HANDLERS_S = 10.0
 
 
 def main(argv: list[str] | None = None) -> int:
     """The ``polyrl`` program. Run as the program (``argv`` None), its exit waits at most
-    ``EXIT_GRACE_S`` for threads the run's code left running (``_leave_past_held_threads``)."""
+    ``EXIT_GRACE_S`` for threads the run's plugin code left running (``_leave_past_held_threads``)."""
+    if argv is None:
+        from polyrl.thread_origins import record_starts
+
+        record_starts()
     code = _main(argv)
     if argv is None:
         _leave_past_held_threads(code, EXIT_GRACE_S)
     return code
 
 
-def _held_threads() -> list[str]:
-    """The names of the threads besides the main one that the interpreter's exit waits for."""
+def _held_threads() -> list[Any]:
+    """The threads besides the main one that the interpreter's exit waits for."""
     import threading
 
     main_thread = threading.main_thread()
-    return sorted(t.name for t in threading.enumerate() if t is not main_thread and not t.daemon and t.is_alive())
+    return [t for t in threading.enumerate() if t is not main_thread and not t.daemon and t.is_alive()]
 
 
-def _leave_past_held_threads(code: int, grace_s: float) -> None:
+def _leave_past_held_threads(code: int, grace_s: float, poll_s: float = 0.1) -> None:
     """Leave with ``code`` once the interpreter's exit has waited ``grace_s`` for threads the run's
-    code left running (an environment's ``threading.Thread(daemon=False)`` that never ends, an
-    executor's hung task), saying which. Why: the exit joins every such thread, so a finished run
-    (its model written, its summary printed) never exited; the run's own threads are all daemons,
-    and its files are written and closed before this. An exit that waits for nothing is left alone."""
+    plugin code left running (an environment's ``threading.Thread(daemon=False)`` that never ends,
+    an executor's hung task: ``thread_origins``), saying which, and every other thread it waits for
+    has ended. Why: the exit joins every such thread, so a finished run (its model written, its
+    summary printed) never exited. Why wait for the others: they are the run's own and its
+    libraries' (a tracker's last upload, a callback's push to the Hub, a writer thread), cut with
+    their work half done when the program left 10 s after the command whatever the threads were.
+    Leaving, the exit handlers (``atexit``: a tracker's last push, the log's last line) still run,
+    within ``EXIT_HANDLERS_S``, since the interpreter runs them only after those joins. An exit
+    that waits for nothing is left alone."""
     import threading
     import time
 
+    from polyrl.thread_origins import runs_plugin_code
+
     def watch() -> None:
         time.sleep(grace_s)
-        held = _held_threads()
-        if not held:
-            return
+        while True:
+            held = _held_threads()
+            if not held:
+                return
+            if all(runs_plugin_code(t) for t in held):
+                break
+            time.sleep(poll_s)  # the run's own threads first: they end when their work is done
+        names = ", ".join(sorted(t.name for t in held))
         sys.stderr.write(f"warning: the command ended {grace_s:g} s ago but {len(held)} thread(s) the run's code "
-                         f"started still run ({', '.join(held)}); leaving without them. Fix: start such threads with "
+                         f"started still run ({names}); leaving without them. Fix: start such threads with "
                          "daemon=True, or end them (an environment's episode_over, a tool's own timeout)\n")
+        _run_exit_handlers(EXIT_HANDLERS_S)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(code)
 
     threading.Thread(target=watch, name="polyrl-exit-watch", daemon=True).start()
+
+
+def _run_exit_handlers(timeout_s: float) -> None:
+    """Run the ``atexit`` handlers (which ``os._exit`` skips) on a thread of their own, waiting at
+    most ``timeout_s`` for them: one that hangs must not keep the program from leaving."""
+    import atexit
+    import threading
+
+    def run() -> None:
+        with contextlib.suppress(BaseException):  # each handler's error is printed by atexit itself
+            atexit._run_exitfuncs()
+
+    runner = threading.Thread(target=run, name="polyrl-exit-handlers", daemon=True)
+    runner.start()
+    runner.join(timeout_s)
 
 
 def _main(argv: list[str] | None) -> int:
