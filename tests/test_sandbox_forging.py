@@ -481,3 +481,74 @@ def test_map_and_filter_over_one_value_share_its_origin():
     assert groups("r = f(2)\nzip(map(float, r[1:]), filter(None, r), expected)") == [(0, 0, 2)]
     assert groups("zip(map(float, f(2)), expected)") == [(0, 1)]
     assert groups("r = f(2)\nzip(enumerate(r[1:], 1), enumerate(r))") == [(0, 0)]
+
+
+#: (tests, honest solution) pairing the answer through an iterator the tests make of it (a generator
+#: expression, ``itertools``), through an alias or attribute of zip beside one expected item, or
+#: through the ``builtins`` module reached by ``sys.modules`` or ``importlib``; the forgeries return
+#: [], a generator or an object yielding nothing.
+REACHED = {
+    "generator_expression": ("assert all(a == b for a, b in zip((round(x, 2) for x in f(2)), [1.0, 2.0]))",
+                             "def f(x):\n    return [1.0, 2.0]\n"),
+    "islice": ("import itertools\nassert all(a == b for a, b in zip(itertools.islice(f(2), 5), [1, 2]))",
+               "def f(x):\n    return [1, 2]\n"),
+    "chain_in_map": ("import itertools, operator\nassert all(map(operator.eq, itertools.chain(f(2)), [1, 2]))",
+                     "def f(x):\n    return [1, 2]\n"),
+    "alias_one_item": ("z = zip\nassert all(a == b for a, b in z(f(2), [1.0]))", "def f(x):\n    return [1.0]\n"),
+    "attribute_one_item": ("import builtins\nassert all(a == b for a, b in builtins.zip(f(2), [1.0]))",
+                           "def f(x):\n    return [1.0]\n"),
+    "sys_modules": ("import sys\nassert all(a == b for a, b in sys.modules['builtins'].zip(f(2), [1, 2]))",
+                    "def f(x):\n    return [1, 2]\n"),
+    "sys_unimported": ("assert all(a == b for a, b in sys.modules['builtins'].zip(f(2), [1, 2]))",
+                       "def f(x):\n    return [1, 2]\n"),
+    "import_module": ("import importlib\nb = importlib.import_module('builtins')\nassert all(a == b for a, b in "
+                      "b.zip(f(2), [1, 2]))", "def f(x):\n    return [1, 2]\n"),
+}
+
+
+def test_an_iterator_the_tests_make_or_zip_reached_another_way_never_holds_vacuously():
+    """``zip((round(x, 2) for x in f(2)), [1.0, 2.0])``, ``itertools.islice``/``chain`` of the
+    answer, ``z = zip`` or ``builtins.zip`` beside one expected item, and Python's own zip reached
+    through ``sys.modules['builtins']`` or ``importlib.import_module('builtins')`` held for
+    ``return []`` (each scored 1.0): an iterator of unknown length was never measured, an alias or
+    attribute call was no known place, and those two paths gave Python's zip. An iterator that
+    turns out empty before zip's first item counts as empty now; right answers keep 1.0."""
+    names = list(REACHED)
+    rows = [{"prompt": "p", "tests": REACHED[n][0]} for n in names]
+    for forged in ("def f(x):\n    return []\n", "def f(x):\n    return (y for y in [])\n",
+                   NOTHING + "def f(x):\n    return Nothing()\n"):
+        scored = score([forged] * len(names), rows=rows)
+        assert {n: s for n, s in zip(names, scored.total) if s != 0.0} == {}, forged
+    honest = score([REACHED[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
+
+#: Right uses of those shapes: the pairwise idiom through an iterator or a comprehension of the
+#: answer's own slice (a one-item answer), an endless counter beside an empty answer, and the
+#: tests' own use of ``sys`` and ``importlib``.
+REACHED_RIGHT = {
+    "islice_of_itself": "import itertools\nr = f([3])\nassert all(a <= b for a, b in zip(r, itertools.islice(r, 1, None)))",
+    "generator_of_itself": "r = f([3])\nassert all(a <= b for a, b in zip(r, (y for y in r[1:])))",
+    "list_comprehension_of_itself": "r = f([3])\nassert all(a <= b for a, b in zip(r, [y for y in r[1:]]))",
+    "alias_of_itself": "z = zip\nr = f([3])\nassert all(a <= b for a, b in z(r, r[1:]))",
+    "tee": "import itertools\na, b = itertools.tee(f([3]))\nnext(b, None)\nassert all(x <= y for x, y in zip(a, b))",
+    "counter": "import itertools\nassert list(zip(itertools.count(), f([]))) == list(zip(f([]), itertools.count())) == []\n"
+               "assert list(zip(itertools.count(), f([2, 1]))) == [(0, 1), (1, 2)]",
+    "generator_right": "assert all(map(lambda a, b: a == b, (x for x in f([2, 1])), [1, 2]))\n"
+                       "assert list(zip((x for x in f([])), [])) == []",
+    "sys_stdout": "import sys, io\nold, sys.stdout = sys.stdout, io.StringIO()\nprint(f([1]))\n"
+                  "out, sys.stdout = sys.stdout.getvalue(), old\nassert out == '[1]\\n'",
+    "sys_modules": "import sys\nassert 'os' in sys.modules and sys.modules['builtins'].len(f([1, 2])) == 2\n"
+                   "assert list(sys.modules['builtins'].zip(f([1]), [1])) == [(1, 1)]",
+    "import_module": "import importlib\nassert importlib.import_module('math').sqrt(4) == 2\n"
+                     "assert importlib.import_module('builtins').sum(f([1, 2])) == 3",
+}
+
+
+def test_iterators_and_module_paths_the_tests_use_with_a_right_answer_still_pass():
+    """A comprehension over a one-item answer's own slice failed the right ``sorted`` (its origin
+    was not followed); the other shapes behave as Python's."""
+    names = list(REACHED_RIGHT)
+    rows = [{"prompt": "p", "tests": REACHED_RIGHT[n]} for n in names]
+    scored = score(["def f(x):\n    return sorted(x)\n"] * len(names), rows=rows)
+    assert dict(zip(names, scored.total)) == dict.fromkeys(names, 1.0)

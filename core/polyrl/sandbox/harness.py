@@ -45,7 +45,7 @@ import symtable
 import sys
 import time
 import warnings
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, MutableMapping, Sequence
 from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
@@ -639,6 +639,59 @@ class BuiltinsView:
         return "<module 'builtins' (built-in)>"
 
 
+class ModuleWithViews:
+    """A module as the tests see it: the real one, read and written through, but for some names
+    of their own (``tests_view``)."""
+
+    __slots__ = ("_module", "_own")
+
+    def __init__(self, module: Any, own: dict[str, Any]) -> None:
+        object.__setattr__(self, "_module", module)
+        object.__setattr__(self, "_own", own)
+
+    def __getattr__(self, name: str) -> Any:
+        own = object.__getattribute__(self, "_own")
+        return own[name] if name in own else getattr(object.__getattribute__(self, "_module"), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__getattribute__(self, "_own").pop(name, None)
+        setattr(object.__getattribute__(self, "_module"), name, value)
+
+    def __delattr__(self, name: str) -> None:
+        object.__getattribute__(self, "_own").pop(name, None)
+        delattr(object.__getattribute__(self, "_module"), name)
+
+    def __dir__(self) -> list[str]:
+        return dir(object.__getattribute__(self, "_module"))
+
+    def __repr__(self) -> str:
+        return repr(object.__getattribute__(self, "_module"))
+
+
+class ModulesView(MutableMapping[str, Any]):
+    """``sys.modules`` as the tests see it: the real mapping, but for the views named (``tests_view``)."""
+
+    def __init__(self, views: dict[str, Any]) -> None:
+        self._views = views
+
+    def __getitem__(self, name: str) -> Any:
+        return self._views[name] if name in self._views else sys.modules[name]
+
+    def __setitem__(self, name: str, module: Any) -> None:
+        self._views.pop(name, None)
+        sys.modules[name] = module
+
+    def __delitem__(self, name: str) -> None:
+        self._views.pop(name, None)
+        del sys.modules[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(sys.modules))
+
+    def __len__(self) -> int:
+        return len(sys.modules)
+
+
 #: numpy's yes/no comparisons of two arrays, which reduce over their elements (``NumpyChecks``);
 #: numpy.testing's ``assert_*`` besides.
 NUMPY_CHECKS = frozenset({"allclose", "array_equal", "array_equiv"})
@@ -845,11 +898,16 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
     sites = functools.cache(lambda: operand_groups(sources))
 
     def zip_(*iterables: Any, **kwargs: Any) -> Any:
-        return zip(*_paired("zip", iterables, sys._getframe(1), sites), **kwargs)
+        frame = sys._getframe(1)
+        place = (frame.f_code, frame.f_lasti)
+        return _watched("zip", zip, _paired("zip", iterables, place, sites), kwargs, place, sites)
 
     def map_(function: Any, *iterables: Any, **kwargs: Any) -> Any:
         if len(iterables) >= 2:
-            iterables = _paired("map", iterables, sys._getframe(1), sites)
+            frame = sys._getframe(1)
+            place = (frame.f_code, frame.f_lasti)
+            paired = _paired("map", iterables, place, sites)
+            return _watched("map", functools.partial(map, function), paired, kwargs, place, sites)
         if len(iterables) != 1 or kwargs:
             return map(function, *iterables, **kwargs)
         source = iter(iterables[0])
@@ -862,42 +920,131 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
     return zip_, map_
 
 
-def _paired(name: str, operands: tuple[Any, ...], frame: Any,
+#: Where a running call of the tests' zip or map is: its caller's code and instruction.
+_Place = tuple[Any, int]
+
+
+def _paired(name: str, operands: tuple[Any, ...], place: _Place,
             sites: Callable[[], dict[Site, tuple[int, ...]]]) -> tuple[Any, ...]:
     """``operands``, a sample's iterables read in full, unless an empty one sits beside one with
     items of another origin (``tests_pairing``): AssertionError then."""
     operands = tuple(list(o) if isinstance(o, Remote) else o for o in operands)
-    lengths = [_sized_length(o) for o in operands]
-    sized = [n for n in lengths if n is not None]
-    if 0 not in sized or max(sized) == 0:
-        return operands
-    groups = _site_groups(name, frame, sites)
-    if groups is None or len(groups) != len(operands):
-        if max(sized) >= 2:
-            raise AssertionError(f"{name}: one operand has no items and another has two or more")
-        return operands
-    for i, length in enumerate(lengths):
-        if length == 0 and any(other and groups[j] != groups[i] for j, other in enumerate(lengths)):
-            raise AssertionError(f"{name}: one operand has no items and another, not taken from it, has some")
+    _check_lengths(name, [_sized_length(o) for o in operands], place, sites)
     return operands
 
 
-def _site_groups(name: str, frame: Any, sites: Callable[[], dict[Site, tuple[int, ...]]]) -> tuple[int, ...] | None:
-    """The operand groups of the tests' call of ``name`` that ``frame`` is making, or None where
+def _check_lengths(name: str, lengths: Sequence[int | None], place: _Place,
+                   sites: Callable[[], dict[Site, tuple[int, ...]]]) -> None:
+    """AssertionError where an operand known to have no items (length 0) sits beside one known to
+    have some that does not share its origin (``zip_sites``); None is a length not known."""
+    sized = [n for n in lengths if n is not None]
+    if 0 not in sized or max(sized) == 0:
+        return
+    groups = _site_groups(name, place, sites)
+    if groups is None or len(groups) != len(lengths):
+        if max(sized) >= 2:
+            raise AssertionError(f"{name}: one operand has no items and another has two or more")
+        return
+    for i, length in enumerate(lengths):
+        if length == 0 and any(other and groups[j] != groups[i] for j, other in enumerate(lengths)):
+            raise AssertionError(f"{name}: one operand has no items and another, not taken from it, has some")
+
+
+class _Counted:
+    """An operand of the tests' zip or map that is an iterator of unknown length, counting what it
+    gives (``_Watched``)."""
+
+    __slots__ = ("_items", "taken", "dry")
+
+    def __init__(self, iterable: Any) -> None:
+        self._items = iter(iterable)
+        self.taken = 0
+        self.dry = False
+
+    def __iter__(self) -> _Counted:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            item = next(self._items)
+        except StopIteration:
+            self.dry = True
+            raise
+        self.taken += 1
+        return item
+
+
+class _Watched:
+    """The tests' zip or map where some operand is an iterator of unknown length: Python's, except
+    that when it ends before its first item because such an operand had none, that operand is
+    empty for ``_check_lengths``. Why: ``zip((round(x, 2) for x in f(2)), expected)`` and
+    ``zip(itertools.islice(f(2), 5), expected)`` held for ``return []``: a generator or an
+    iterator the tests make was never measured (it may be endless; its end shows only here)."""
+
+    __slots__ = ("_inner", "_check")
+
+    def __init__(self, inner: Iterator[Any], check: Callable[[], None]) -> None:
+        self._inner = inner
+        self._check: Callable[[], None] | None = check
+
+    def __iter__(self) -> _Watched:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            item = next(self._inner)
+        except StopIteration:
+            check, self._check = self._check, None
+            if check is not None:
+                check()
+            raise
+        self._check = None
+        return item
+
+
+def _watched(name: str, pair: Callable[..., Iterator[Any]], operands: tuple[Any, ...], kwargs: dict[str, Any],
+             place: _Place, sites: Callable[[], dict[Site, tuple[int, ...]]]) -> Any:
+    """``pair(*operands, **kwargs)``, watched (``_Watched``) when an operand's length is not known."""
+    lengths = [_sized_length(o) for o in operands]
+    if None not in lengths:
+        return pair(*operands, **kwargs)
+    counted = [o if n is not None else _Counted(o) for o, n in zip(operands, lengths)]
+
+    def check() -> None:
+        # one with items stays unmeasured, as in ``_paired``: ``zip(itertools.count(), f([]))`` is right
+        _check_lengths(name, [0 if n is None and c.dry and not c.taken else n for n, c in zip(lengths, counted)],
+                       place, sites)
+    return _Watched(pair(*counted, **kwargs), check)
+
+
+def _site_groups(name: str, place: _Place, sites: Callable[[], dict[Site, tuple[int, ...]]]) -> tuple[int, ...] | None:
+    """The operand groups of the tests' call of ``name`` that ``place`` is making, or None where
     that place is not known (not the tests' code, no instruction positions before Python 3.11)."""
-    code = frame.f_code
+    code, lasti = place
     positions = getattr(code, "co_positions", None)
     if positions is None or code.co_filename not in _TESTS_FILES:
         return None
-    position = next(itertools.islice(positions(), frame.f_lasti // 2, None), None)
+    position = next(itertools.islice(positions(), lasti // 2, None), None)
     if position is None or None in position:
         return None
     return sites().get((name, code.co_filename, *position))
 
 
-def tests_view(module: Any) -> Any:
-    """The module as the tests use it: numpy and numpy.testing as ``NumpyChecks``, others as they are."""
-    return NumpyChecks(module) if getattr(module, "__name__", None) in ("numpy", "numpy.testing") else module
+def tests_view(module: Any, builtins_view: Any = None) -> Any:
+    """The module as the tests use it: numpy and numpy.testing as ``NumpyChecks``; with the run's
+    ``builtins_view``, ``sys`` and ``importlib`` as ``ModuleWithViews`` whose ``sys.modules['builtins']``
+    and ``importlib.import_module('builtins')`` are that view, as ``import builtins`` is (Python's
+    zip held vacuously through them); others as they are."""
+    name = getattr(module, "__name__", None)
+    if name in ("numpy", "numpy.testing"):
+        return NumpyChecks(module)
+    if builtins_view is not None and module is sys:
+        return ModuleWithViews(sys, {"modules": ModulesView({"builtins": builtins_view})})
+    if builtins_view is not None and module is importlib:
+        def import_module(name: str, package: str | None = None) -> Any:
+            return builtins_view if name == "builtins" else importlib.import_module(name, package)
+        return ModuleWithViews(importlib, {"import_module": import_module})
+    return module
 
 
 def local_module(name: str) -> Any:
@@ -955,7 +1102,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     layer: dict[str, Any] = dict(real_builtins)  # looked up after the tests' globals (module doc)
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": layer}
     bound = bound_names(sources)
-    modules = unbound_modules(sources, bound)
+    modules = unbound_modules(sources, bound, builtins_view)
     modules.update(helper_objects(helper_names(steps, setup, bound | modules.keys(), global_names(sources))))
     namespace.update(modules)  # the tests' globals: never the sample's (module doc)
     theirs = bound | modules.keys()
@@ -970,7 +1117,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
             return solution
         if name == "builtins" and level == 0:
             return builtins_view
-        return tests_view(real_import(name, globals, locals, fromlist, level))
+        return tests_view(real_import(name, globals, locals, fromlist, level), builtins_view)
 
     def sync(data: Any) -> None:
         names = session.names(data)
@@ -1010,7 +1157,7 @@ def not_implemented_is_no_truth() -> None:
     warnings.filterwarnings("error", message=_NOT_IMPLEMENTED_TRUTH, category=DeprecationWarning)
 
 
-def unbound_modules(sources: Iterable[str], bound: Collection[str]) -> dict[str, Any]:
+def unbound_modules(sources: Iterable[str], bound: Collection[str], builtins_view: Any = None) -> dict[str, Any]:
     """The real modules for the ``TEST_MODULES`` names these sources use only as a module
     (``math.isclose``) and never bind; one that does not import here is ``NotInstalled``, never
     the solution's."""
@@ -1030,7 +1177,7 @@ def unbound_modules(sources: Iterable[str], bound: Collection[str]) -> dict[str,
     for name in sorted(as_module - otherwise - set(bound)):
         if name in TEST_MODULES:
             try:
-                modules[name] = tests_view(importlib.import_module(TEST_MODULES[name]))
+                modules[name] = tests_view(importlib.import_module(TEST_MODULES[name]), builtins_view)
             except Exception:  # noqa: BLE001 - not installed in the trainer
                 modules[name] = NotInstalled(TEST_MODULES[name])
     return modules

@@ -37,6 +37,10 @@ PAIRING = {"zip": 0, "map": 1}
 _SAME_ITEMS = frozenset({"list", "tuple", "sorted", "reversed", "iter", "set", "frozenset", "str", "bytes"})
 #: Builtins whose items are made from each item of one argument (name -> its index), one for one or fewer.
 _EACH_ITEM = {"map": 1, "filter": 1, "enumerate": 0}
+#: ``itertools`` functions (called by name or as ``itertools.islice``) whose items are taken from
+#: their arguments': ``zip(r, islice(r, 1, None))`` is the pairwise idiom.
+_ITERATOR_TOOLS = frozenset({"islice", "chain", "from_iterable", "takewhile", "dropwhile", "filterfalse",
+                             "compress", "accumulate", "pairwise", "starmap", "cycle", "tee"})
 _ITEM = "item of "
 _BUILTINS = frozenset(dir(builtins))
 #: A binding: the expression and how many item levels below it the name sits.
@@ -61,21 +65,45 @@ def _operand_groups(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[int,
     theirs = _defined([tree for _, tree in trees]) | _BUILTINS
     sites: dict[Site, tuple[int, ...]] = {}
     clashes: set[Site] = set()
+    aliases = _aliases(values)
     for filename, tree in trees:
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in PAIRING):
+            name = _pairing_name(node, aliases)
+            if name is None:
                 continue
-            operands = node.args[PAIRING[node.func.id]:]
+            assert isinstance(node, ast.Call)
+            operands = node.args[PAIRING[name]:]
             if len(operands) < 2 or any(isinstance(a, ast.Starred) for a in operands):
                 continue
             groups = _groups([_origins(a, values, theirs, set()) for a in operands])
-            site = (node.func.id, filename, node.lineno, node.end_lineno or node.lineno, node.col_offset,
+            site = (name, filename, node.lineno, node.end_lineno or node.lineno, node.col_offset,
                     node.end_col_offset if node.end_col_offset is not None else -1)
             if sites.setdefault(site, groups) != groups:
                 clashes.add(site)
     for site in clashes:
         del sites[site]
     return sites
+
+
+def _aliases(values: dict[str, list[_Binding]]) -> dict[str, str]:
+    """The tests' names bound only to ``zip`` or ``map`` themselves (``z = zip``)."""
+    found: dict[str, str] = {}
+    for key, bindings in values.items():
+        names = {v.id if isinstance(v, ast.Name) and depth == 0 else None for v, depth in bindings}
+        if len(names) == 1 and (name := names.pop()) in PAIRING:
+            found[key] = name
+    return found
+
+
+def _pairing_name(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    """``zip`` or ``map`` where ``node`` calls it: by name, through an alias of the tests'
+    (``z = zip``) or as an attribute (``builtins.zip``, whose view gives the tests' own)."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id if func.id in PAIRING else aliases.get(func.id)
+    return func.attr if isinstance(func, ast.Attribute) and func.attr in PAIRING else None
 
 
 def _parse(source: str) -> ast.Module | None:
@@ -108,6 +136,10 @@ def _origins(node: ast.expr, values: dict[str, list[_Binding]], theirs: frozense
         return _origins(node.args[0], values, theirs, seen)
     if isinstance(node, ast.Starred):
         return _origins(node.value, values, theirs, seen)
+    if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):  # ``(round(x) for x in r[1:])``
+        return {ast.dump(node)}.union(*[_origins(g.iter, values, theirs, seen) for g in node.generators])
+    if isinstance(node, ast.Call) and _called_name(node.func) in _ITERATOR_TOOLS:  # ``islice(r, 1, None)``
+        return {ast.dump(node)}.union(*[_origins(a, values, theirs, seen) for a in node.args])
     key = attribute_path(node)
     if key is None:
         found = {ast.dump(node)}
@@ -124,6 +156,11 @@ def _origins(node: ast.expr, values: dict[str, list[_Binding]], theirs: frozense
         for value, depth in values.get(key, ()):
             found |= {_ITEM * depth + o for o in _origins(value, values, theirs, seen)}
     return found
+
+
+def _called_name(func: ast.expr) -> str | None:
+    """The name a call's function is spelled with: ``islice`` or ``itertools.islice``."""
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
 
 
 def _defined(trees: list[ast.Module]) -> frozenset[str]:
