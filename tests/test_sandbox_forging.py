@@ -552,3 +552,52 @@ def test_iterators_and_module_paths_the_tests_use_with_a_right_answer_still_pass
     rows = [{"prompt": "p", "tests": REACHED_RIGHT[n]} for n in names]
     scored = score(["def f(x):\n    return sorted(x)\n"] * len(names), rows=rows)
     assert dict(zip(names, scored.total)) == dict.fromkeys(names, 1.0)
+
+
+#: (tests, honest solution) that number the answer with ``enumerate`` and index an expected value
+#: of the tests' by that number; the forgeries return [] or a generator yielding nothing.
+NUMBERED = {
+    "generator": ("expected = [1, 2]\nassert all(x == expected[i] for i, x in enumerate(f(2)))",
+                  "def f(x):\n    return [1, 2]\n"),
+    "for_loop": ("r = f(2)\nexpected = [1, 2]\nfor i, v in enumerate(r):\n    assert v == expected[i]",
+                 "def f(x):\n    return [1, 2]\n"),
+    "unittest": ("import unittest\nclass T(unittest.TestCase):\n    def setUp(self):\n        self.exp = [1, 2]\n"
+                 "    def test_a(self):\n        for i, v in enumerate(f(2)):\n            self.assertEqual(v, self.exp[i])\n",
+                 "def f(x):\n    return [1, 2]\n"),
+    "helper": ("def check(got, want):\n    return all(g == want[i] for i, g in enumerate(got))\nassert check(f(2), [1, 2])",
+               "def f(x):\n    return [1, 2]\n"),
+}
+
+
+def test_enumerate_over_an_empty_answer_never_indexes_an_expected_value_vacuously():
+    """``all(x == expected[i] for i, x in enumerate(f(2)))`` (and its ``for`` loop, in unittest or a
+    helper) pairs the answer with ``expected`` by position as zip does, and held for ``return []``
+    (1.0). Over an empty answer it fails now where the value the loop indexes by the count has
+    items; empty against empty, and an answer indexing itself or another answer of the same
+    function, pass as in Python."""
+    names = list(NUMBERED)
+    rows = [{"prompt": "p", "tests": NUMBERED[n][0]} for n in names]
+    for forged in ("def f(x):\n    return []\n", "def f(x):\n    return (y for y in [])\n"):
+        scored = score([forged] * len(names), rows=rows)
+        assert {n: s for n, s in zip(names, scored.total) if s != 0.0} == {}, forged
+    honest = score([NUMBERED[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+    rows = [{"prompt": "p", "tests": tests} for tests in (
+        "expected = []\nassert all(x == expected[i] for i, x in enumerate(f([])))",
+        "r = f([3])\nassert all(x == r[i] for i, x in enumerate(f([3])))\nfor i, v in enumerate(f([])):\n    assert v == r[i]",
+        "r = f([])\nfor i, v in enumerate(r):\n    assert v == r[i]\nfor i, v in enumerate(f([2, 1])):\n    assert v == [1, 2][i]")]
+    assert list(score(["def f(x):\n    return sorted(x)\n"] * 3, rows=rows).total) == [1.0, 1.0, 1.0]
+
+
+def test_indexed_sites_name_the_expected_values_a_numbered_answer_indexes():
+    """Only an answer of the solution's, and only values of another origin indexed by the count."""
+    from polyrl.sandbox.zip_sites import indexed_sites
+
+    def paths(source):
+        return list(indexed_sites([("<test>", source)]).values())
+
+    assert paths("expected = [1]\nall(x == expected[i] for i, x in enumerate(f(2)))") == [("expected",)]
+    assert paths("r = f(2)\nfor i, v in enumerate(r):\n    assert v == self.exp[i] and r[i] == v and w[v]") == [
+        ("self.exp",)]
+    assert paths("xs = [1]\nfor i, v in enumerate(xs):\n    assert v == exp[i]") == []  # the tests' own values
+    assert paths("all(x == f(3)[i] for i, x in enumerate(f(2)))") == []  # the solution against itself

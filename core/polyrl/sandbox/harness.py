@@ -53,7 +53,7 @@ from polyrl.sandbox.object_use import ANY_ROOT, object_roots, varied_query_roots
 from polyrl.sandbox.standard_names import SOLUTION_MODULE, helper_names, standard_name, standard_object_name
 from polyrl.sandbox.step_state import leaves_state
 from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode, spread
-from polyrl.sandbox.zip_sites import Site, operand_groups
+from polyrl.sandbox.zip_sites import Site, indexed_sites, operand_groups
 
 #: The only modules a sample's module-typed value can stand for here: standard-library modules
 #: that do nothing on import and keep no state a call through them could change for later samples.
@@ -844,10 +844,9 @@ class _Enumerated(enumerate):
     _source: Any
 
 
-def tests_enumerate(iterable: Any, start: int = 0) -> Any:
-    """``enumerate`` as the tests see it: Python's, whose operand ``_paired`` can see is empty
-    (``zip(enumerate(f(2)), enumerate(expected))``)."""
-    source = iter(iterable)
+def _enumerated(source: Iterator[Any], start: int) -> Any:
+    """``enumerate`` as the tests see it (``tests_pairing``): Python's, whose operand ``_paired``
+    can see is empty (``zip(enumerate(f(2)), enumerate(expected))``)."""
     numbered = _Enumerated(source, start)
     numbered._source = source
     return numbered
@@ -884,8 +883,9 @@ def _sized_length(value: Any) -> int | None:
     return 0 if _empty_iterator(value) else None
 
 
-def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """``zip`` and ``map`` as the tests of ``sources`` ((filename, text) as ``run_tests`` compiles
+def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any], Callable[..., Any],
+                                                                 Callable[..., Any]]:
+    """``zip``, ``map`` and ``enumerate`` as the tests of ``sources`` ((filename, text) as ``run_tests`` compiles
     them) see them: an empty operand fails beside one with items that comes from elsewhere. Why:
     ``all(a == b for a, b in zip(f(2), expected))`` and ``all(map(operator.eq, f(2), expected))``
     hold vacuously, so ``return []`` (or a generator, an object of the sample's, yielding nothing)
@@ -894,7 +894,10 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
     place it cannot name (``map(zip, ...)``, Python before 3.11) an empty operand fails beside one
     of two or more items only, so the pairwise idiom passes there too. An iterator over the answer
     (``iter(r)``, ``reversed(r)``, the tests' ``map(float, r)``) counts as empty when it has no items
-    left (``_empty_iterator``); ``import builtins`` gives these too (``BuiltinsView``)."""
+    left (``_empty_iterator``), any other iterator when zip or map ends before its first item
+    because it had none (``_watched``); ``import builtins`` gives these too (``BuiltinsView``).
+    The third is their ``enumerate``: over an empty answer it fails where the loop indexes a value
+    of the tests' with items by its count (``_check_indexed``)."""
     sites = functools.cache(lambda: operand_groups(sources))
 
     def zip_(*iterables: Any, **kwargs: Any) -> Any:
@@ -915,9 +918,43 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
         mapped._source = source
         return mapped
 
+    indexed = functools.cache(lambda: indexed_sites(sources))
+
+    def enumerate_(iterable: Any, start: int = 0) -> Any:
+        source = iter(iterable)
+        if _empty_iterator(source):
+            frame = sys._getframe(1)
+            position = _position((frame.f_code, frame.f_lasti))
+            if position is not None:
+                _check_indexed(indexed().get(("enumerate", *position)), frame)
+        return _enumerated(source, start)
+
     zip_.__name__ = zip_.__qualname__ = "zip"
     map_.__name__ = map_.__qualname__ = "map"
-    return zip_, map_
+    enumerate_.__name__ = enumerate_.__qualname__ = "enumerate"
+    return zip_, map_, enumerate_
+
+
+def _check_indexed(paths: Sequence[str] | None, frame: Any) -> None:
+    """AssertionError where a value of the tests' that the loop over an empty ``enumerate`` indexes
+    by its count (``zip_sites.indexed_sites``: ``expected`` in ``expected[i]``) has items: the
+    loop pairs the answer with it by position, as zip does, and held for ``return []``. Only the
+    tests' own names are read (their frame's), never a value of the sample's."""
+    for path in paths or ():
+        first, *attrs = path.split(".")
+        scopes = [scope for scope in (frame.f_locals, frame.f_globals) if first in scope]
+        if first == "self" and not scopes:
+            first, scopes = "cls", [scope for scope in (frame.f_locals,) if "cls" in scope]
+        if not scopes:
+            continue
+        value = scopes[0][first]
+        for attr in attrs:
+            if isinstance(value, Remote):
+                break
+            value = getattr(value, attr, None)
+        if not isinstance(value, Remote) and _sized_length(value):
+            raise AssertionError(f"enumerate: the answer has no items and {path}, which the loop indexes by "
+                                 "their count, has some")
 
 
 #: Where a running call of the tests' zip or map is: its caller's code and instruction.
@@ -1020,14 +1057,19 @@ def _watched(name: str, pair: Callable[..., Iterator[Any]], operands: tuple[Any,
 def _site_groups(name: str, place: _Place, sites: Callable[[], dict[Site, tuple[int, ...]]]) -> tuple[int, ...] | None:
     """The operand groups of the tests' call of ``name`` that ``place`` is making, or None where
     that place is not known (not the tests' code, no instruction positions before Python 3.11)."""
+    position = _position(place)
+    return None if position is None else sites().get((name, *position))
+
+
+def _position(place: _Place) -> tuple[Any, ...] | None:
+    """(filename, lineno, end_lineno, col_offset, end_col_offset) of the tests' instruction at
+    ``place``, or None where it is not the tests' code or not known (before Python 3.11)."""
     code, lasti = place
     positions = getattr(code, "co_positions", None)
     if positions is None or code.co_filename not in _TESTS_FILES:
         return None
     position = next(itertools.islice(positions(), lasti // 2, None), None)
-    if position is None or None in position:
-        return None
-    return sites().get((name, code.co_filename, *position))
+    return None if position is None or None in position else (code.co_filename, *position)
 
 
 def tests_view(module: Any, builtins_view: Any = None) -> Any:
@@ -1097,7 +1139,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     sources = [setup, *(source for source, _ in steps)]
     paired = tests_pairing([("<setup>", setup), *(("<test>", source) for source, _ in steps)])
     real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
-                         enumerate=tests_enumerate)  # a copy: the trainer's own stay
+                         enumerate=paired[2])  # a copy: the trainer's own stay
     builtins_view = BuiltinsView({name: real_builtins[name] for name in ("zip", "map", "filter", "enumerate")})
     layer: dict[str, Any] = dict(real_builtins)  # looked up after the tests' globals (module doc)
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": layer}
