@@ -601,3 +601,30 @@ def test_indexed_sites_name_the_expected_values_a_numbered_answer_indexes():
         ("self.exp",)]
     assert paths("xs = [1]\nfor i, v in enumerate(xs):\n    assert v == exp[i]") == []  # the tests' own values
     assert paths("all(x == f(3)[i] for i, x in enumerate(f(2)))") == []  # the solution against itself
+
+
+def test_a_range_over_an_empty_answers_length_never_indexes_an_expected_value_vacuously():
+    """``for i in range(len(r)): assert r[i] == expected[i]`` (a comprehension, ``range(0, len(r))``)
+    held for ``return []`` (1.0): the tests' ``len`` of an empty answer fails there now where the
+    value indexed by the count has items; right answers, and empty against empty, pass."""
+    cases = ["expected = [1, 2]\nr = f(2)\nfor i in range(len(r)):\n    assert r[i] == expected[i]",
+             "expected = [1, 2]\nassert all(f(2)[i] == expected[i] for i in range(len(f(2))))",
+             "expected = [1, 2]\nr = f(2)\nassert all(r[i] == expected[i] for i in range(0, len(r)))"]
+    rows = [{"prompt": "p", "tests": tests} for tests in cases]
+    assert list(score(["def f(x):\n    return []\n"] * 3, rows=rows).total) == [0.0, 0.0, 0.0]
+    assert list(score(["def f(x):\n    return [1, 2]\n"] * 3, rows=rows).total) == [1.0, 1.0, 1.0]
+    rows = [{"prompt": "p", "tests": "r = f([])\nexpected = []\nfor i in range(len(r)):\n    assert r[i] == expected[i]\n"
+             "assert len(f([])) == 0\nassert all(x == f([1])[i] for i in range(len(f([]))))"}]
+    assert list(score(["def f(x):\n    return sorted(x)\n"], rows=rows).total) == [1.0]
+
+
+def test_the_tests_zip_map_filter_enumerate_and_len_reach_the_solution_as_builtins():
+    """The tests' own ``zip``/``map``/``filter``/``enumerate`` (and now ``len``) are the harness's
+    functions, which could not be sent: ``apply(zip, [1], [2])`` failed a right ``apply`` ("a
+    function cannot be sent to the sample"). They reach it as the sample's own builtins."""
+    rows = [{"prompt": "p", "tests": tests} for tests in (
+        "assert apply(zip, [1], [2]) == [(1, 2)]", "assert apply(map, abs, [-1]) == [1]",
+        "assert apply(filter, None, [0, 1]) == [1]", "assert apply(enumerate, 'a', 1) == [(1, 'a')]",
+        "assert sort_by(['bb', 'a'], len) == ['a', 'bb']")]
+    right = "def apply(g, a, b):\n    return list(g(a, b))\ndef sort_by(xs, key):\n    return sorted(xs, key=key)\n"
+    assert list(score([right] * 5, rows=rows).total) == [1.0] * 5

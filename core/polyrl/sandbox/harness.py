@@ -44,6 +44,7 @@ import operator
 import symtable
 import sys
 import time
+import types
 import warnings
 from collections.abc import Callable, Collection, Iterable, Iterator, MutableMapping, Sequence
 from typing import Any
@@ -293,7 +294,8 @@ class Session:
         if constructed is not None:
             module, name, args = constructed
             return ["X", module, name, [self.arg(a) for a in args(value)]]
-        standard = standard_object_name(value)
+        stand_in = _STAND_INS.get(value.__code__) if isinstance(value, types.FunctionType) else None
+        standard = ("builtins", stand_in) if stand_in is not None else standard_object_name(value)
         if standard is not None:  # a standard function, class or constant: the sample's own copy of it
             return ["g", *standard]
         raise TypeError(f"a {type(value).__name__} cannot be sent to the sample (only plain data)")
@@ -883,9 +885,8 @@ def _sized_length(value: Any) -> int | None:
     return 0 if _empty_iterator(value) else None
 
 
-def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any], Callable[..., Any],
-                                                                 Callable[..., Any]]:
-    """``zip``, ``map`` and ``enumerate`` as the tests of ``sources`` ((filename, text) as ``run_tests`` compiles
+def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any], ...]:
+    """``zip``, ``map``, ``enumerate`` and ``len`` as the tests of ``sources`` ((filename, text) as ``run_tests`` compiles
     them) see them: an empty operand fails beside one with items that comes from elsewhere. Why:
     ``all(a == b for a, b in zip(f(2), expected))`` and ``all(map(operator.eq, f(2), expected))``
     hold vacuously, so ``return []`` (or a generator, an object of the sample's, yielding nothing)
@@ -896,8 +897,9 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
     (``iter(r)``, ``reversed(r)``, the tests' ``map(float, r)``) counts as empty when it has no items
     left (``_empty_iterator``), any other iterator when zip or map ends before its first item
     because it had none (``_watched``); ``import builtins`` gives these too (``BuiltinsView``).
-    The third is their ``enumerate``: over an empty answer it fails where the loop indexes a value
-    of the tests' with items by its count (``_check_indexed``)."""
+    The third and fourth are their ``enumerate`` and ``len``: over an empty answer (``for i in
+    range(len(r))``) they fail where the loop indexes a value of the tests' with items by its count
+    (``_check_indexed``)."""
     sites = functools.cache(lambda: operand_groups(sources))
 
     def zip_(*iterables: Any, **kwargs: Any) -> Any:
@@ -929,10 +931,28 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
                 _check_indexed(indexed().get(("enumerate", *position)), frame)
         return _enumerated(source, start)
 
+    def len_(value: Any) -> int:
+        length = len(value)
+        if length == 0:
+            frame = sys._getframe(1)
+            position = _position((frame.f_code, frame.f_lasti))
+            if position is not None:
+                _check_indexed(indexed().get(("len", *position)), frame)
+        return length
+
     zip_.__name__ = zip_.__qualname__ = "zip"
     map_.__name__ = map_.__qualname__ = "map"
     enumerate_.__name__ = enumerate_.__qualname__ = "enumerate"
-    return zip_, map_, enumerate_
+    len_.__name__ = len_.__qualname__ = "len"
+    for stand_in in (zip_, map_, enumerate_, len_):
+        _STAND_INS[stand_in.__code__] = stand_in.__name__
+    return zip_, map_, enumerate_, len_
+
+
+#: The code of the tests' own zip, map, enumerate and len (``tests_pairing``) -> the builtin each
+#: stands for, which a test passing one to the solution sends (``sort_by(xs, len)``: the sample's
+#: own ``len``; a function of the harness's cannot be sent).
+_STAND_INS: dict[Any, str] = {tests_filter.__code__: "filter"}
 
 
 def _check_indexed(paths: Sequence[str] | None, frame: Any) -> None:
@@ -1139,7 +1159,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     sources = [setup, *(source for source, _ in steps)]
     paired = tests_pairing([("<setup>", setup), *(("<test>", source) for source, _ in steps)])
     real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
-                         enumerate=paired[2])  # a copy: the trainer's own stay
+                         enumerate=paired[2], len=paired[3])  # a copy: the trainer's own stay
     builtins_view = BuiltinsView({name: real_builtins[name] for name in ("zip", "map", "filter", "enumerate")})
     layer: dict[str, Any] = dict(real_builtins)  # looked up after the tests' globals (module doc)
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": layer}

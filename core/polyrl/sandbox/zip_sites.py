@@ -260,7 +260,8 @@ def _bind(target: ast.expr, value: ast.expr, depth: int, values: dict[str, list[
 
 def indexed_sites(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[str, ...]]:
     """For each ``enumerate`` of an answer of the solution's that a loop or comprehension numbers
-    (``for i, x in enumerate(f(2))``), the tests' values of another origin that its body indexes by
+    (``for i, x in enumerate(f(2))``), and each ``len`` of one whose ``range`` it counts over
+    (``for i in range(len(r))``), the tests' values of another origin that its body indexes by
     that number (``expected`` in ``expected[i]``), as attribute paths. Why: ``all(x == expected[i]
     for i, x in enumerate(f(2)))`` is zip's pairing written by hand, and held for ``return []``;
     the harness fails an empty answer there where such a value has items, as zip does."""
@@ -286,15 +287,16 @@ def _indexed_sites(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[str, 
                      and (key := attribute_path(sub.value)) is not None
                      and not _origins(sub.value, values, theirs, set()) & answer}
             if paths:
-                site = ("enumerate", filename, numbered.lineno, numbered.end_lineno or numbered.lineno,
+                site = (numbered.func.id if isinstance(numbered.func, ast.Name) else "", filename, numbered.lineno, numbered.end_lineno or numbered.lineno,
                         numbered.col_offset, numbered.end_col_offset if numbered.end_col_offset is not None else -1)
                 sites[site] = tuple(sorted({*sites.get(site, ()), *paths}))
     return sites
 
 
 def _numbered_loops(tree: ast.Module) -> Iterator[tuple[str, ast.Call, list[ast.AST]]]:
-    """(count's name, the ``enumerate(x)`` call, what runs per item) of each loop and comprehension
-    over ``enumerate`` of one operand whose target is ``i, x``."""
+    """(count's name, the ``enumerate(x)`` or ``len(x)`` call, what runs per item) of each loop and
+    comprehension over ``enumerate`` of one operand whose target is ``i, x``, or over
+    ``range(len(x))`` (``range(0, len(x))``) whose target is ``i``."""
     for node in ast.walk(tree):
         loops: list[tuple[ast.expr, ast.expr, list[ast.AST]]]
         if isinstance(node, (ast.For, ast.AsyncFor)):
@@ -311,3 +313,19 @@ def _numbered_loops(tree: ast.Module) -> Iterator[tuple[str, ast.Call, list[ast.
                     and numbered.func.id == "enumerate" and len(numbered.args) == 1 and not numbered.keywords \
                     and not isinstance(numbered.args[0], ast.Starred):
                 yield target.elts[0].id, numbered, body
+            elif isinstance(target, ast.Name) and (counted := _range_of_len(numbered)) is not None:
+                yield target.id, counted, body
+
+
+def _range_of_len(node: ast.expr) -> ast.Call | None:
+    """The ``len(x)`` call of ``range(len(x))`` or ``range(0, len(x))``."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
+            and not node.keywords and len(node.args) in (1, 2)):
+        return None
+    if len(node.args) == 2 and not (isinstance(node.args[0], ast.Constant) and node.args[0].value == 0):
+        return None
+    counted = node.args[-1]
+    if isinstance(counted, ast.Call) and isinstance(counted.func, ast.Name) and counted.func.id == "len" \
+            and len(counted.args) == 1 and not counted.keywords and not isinstance(counted.args[0], ast.Starred):
+        return counted
+    return None
