@@ -503,6 +503,10 @@ REACHED = {
                        "def f(x):\n    return [1, 2]\n"),
     "import_module": ("import importlib\nb = importlib.import_module('builtins')\nassert all(a == b for a, b in "
                       "b.zip(f(2), [1, 2]))", "def f(x):\n    return [1, 2]\n"),
+    "dict_values": ("expected = {'a': 1, 'b': 2}\nassert all(a == b for a, b in zip(f(2), expected.values()))",
+                    "def f(x):\n    return [1, 2]\n"),
+    "deque": ("from collections import deque\nassert all(a == b for a, b in zip(f(2), deque([1, 2])))",
+              "def f(x):\n    return [1, 2]\n"),
 }
 
 
@@ -511,7 +515,8 @@ def test_an_iterator_the_tests_make_or_zip_reached_another_way_never_holds_vacuo
     answer, ``z = zip`` or ``builtins.zip`` beside one expected item, and Python's own zip reached
     through ``sys.modules['builtins']`` or ``importlib.import_module('builtins')`` held for
     ``return []`` (each scored 1.0): an iterator of unknown length was never measured, an alias or
-    attribute call was no known place, and those two paths gave Python's zip. An iterator that
+    attribute call was no known place, those two paths gave Python's zip, and a dict's view or a
+    deque was no sized operand. An iterator that
     turns out empty before zip's first item counts as empty now; right answers keep 1.0."""
     names = list(REACHED)
     rows = [{"prompt": "p", "tests": REACHED[n][0]} for n in names]
