@@ -259,7 +259,7 @@ def _bind(target: ast.expr, value: ast.expr, depth: int, values: dict[str, list[
 
 
 def indexed_sites(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[str, ...]]:
-    """For each ``enumerate`` of an answer of the solution's that a loop or comprehension numbers
+    """For each ``enumerate`` of an answer or a value of the solution's that a loop or comprehension numbers
     (``for i, x in enumerate(f(2))``), and each ``len`` of one whose ``range`` it counts over
     (``for i in range(len(r))``), the tests' values of another origin that its body indexes by
     that number (``expected`` in ``expected[i]``), as attribute paths. Why: ``all(x == expected[i]
@@ -280,8 +280,9 @@ def _indexed_sites(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[str, 
     for filename, tree in trees:
         for target, numbered, body in _numbered_loops(tree):
             answer = _origins(numbered.args[0], values, theirs, set())
-            if not any(origin.startswith("answers of ") for origin in answer):
-                continue  # the tests' own values: nothing of the solution's to measure
+            if not any(origin.startswith("answers of ") or (origin.isidentifier() and origin not in theirs)
+                       for origin in answer):
+                continue  # the tests' own values: nothing of the solution's (an answer, a name of its) to measure
             paths = {key for node in body for sub in ast.walk(node)
                      if isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Name) and sub.slice.id == target
                      and (key := attribute_path(sub.value)) is not None
