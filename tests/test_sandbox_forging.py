@@ -503,6 +503,7 @@ REACHED = {
                        "def f(x):\n    return [1, 2]\n"),
     "import_module": ("import importlib\nb = importlib.import_module('builtins')\nassert all(a == b for a, b in "
                       "b.zip(f(2), [1, 2]))", "def f(x):\n    return [1, 2]\n"),
+    "spelled_out": ("assert all(a == b for a, b in zip(*[f(2), [1.0]]))", "def f(x):\n    return [1.0]\n"),
     "dict_values": ("expected = {'a': 1, 'b': 2}\nassert all(a == b for a, b in zip(f(2), expected.values()))",
                     "def f(x):\n    return [1, 2]\n"),
     "deque": ("from collections import deque\nassert all(a == b for a, b in zip(f(2), deque([1, 2])))",
@@ -515,8 +516,8 @@ def test_an_iterator_the_tests_make_or_zip_reached_another_way_never_holds_vacuo
     answer, ``z = zip`` or ``builtins.zip`` beside one expected item, and Python's own zip reached
     through ``sys.modules['builtins']`` or ``importlib.import_module('builtins')`` held for
     ``return []`` (each scored 1.0): an iterator of unknown length was never measured, an alias or
-    attribute call was no known place, those two paths gave Python's zip, and a dict's view or a
-    deque was no sized operand. An iterator that
+    attribute call (or ``zip(*[f(2), [1.0]])``) was no known place, those two paths gave Python's
+    zip, and a dict's view or a deque was no sized operand. An iterator that
     turns out empty before zip's first item counts as empty now; right answers keep 1.0."""
     names = list(REACHED)
     rows = [{"prompt": "p", "tests": REACHED[n][0]} for n in names]
@@ -535,7 +536,8 @@ REACHED_RIGHT = {
     "islice_of_itself": "import itertools\nr = f([3])\nassert all(a <= b for a, b in zip(r, itertools.islice(r, 1, None)))",
     "generator_of_itself": "r = f([3])\nassert all(a <= b for a, b in zip(r, (y for y in r[1:])))",
     "list_comprehension_of_itself": "r = f([3])\nassert all(a <= b for a, b in zip(r, [y for y in r[1:]]))",
-    "alias_of_itself": "z = zip\nr = f([3])\nassert all(a <= b for a, b in z(r, r[1:]))",
+    "alias_of_itself": "z = zip\nr = f([3])\nassert all(a <= b for a, b in z(r, r[1:]))\n"
+                       "assert all(a <= b for a, b in zip(*(r, r[1:])))",
     "tee": "import itertools\na, b = itertools.tee(f([3]))\nnext(b, None)\nassert all(x <= y for x, y in zip(a, b))",
     "counter": "import itertools\nassert list(zip(itertools.count(), f([]))) == list(zip(f([]), itertools.count())) == []\n"
                "assert list(zip(itertools.count(), f([2, 1]))) == [(0, 1), (1, 2)]",

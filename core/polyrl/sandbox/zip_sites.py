@@ -72,7 +72,7 @@ def _operand_groups(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[int,
             if name is None:
                 continue
             assert isinstance(node, ast.Call)
-            operands = node.args[PAIRING[name]:]
+            operands = _spelled_out(node.args)[PAIRING[name]:]
             if len(operands) < 2 or any(isinstance(a, ast.Starred) for a in operands):
                 continue
             groups = _groups([_origins(a, values, theirs, set()) for a in operands])
@@ -83,6 +83,17 @@ def _operand_groups(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[int,
     for site in clashes:
         del sites[site]
     return sites
+
+
+def _spelled_out(args: list[ast.expr]) -> list[ast.expr]:
+    """A call's arguments with ``*[a, b]`` (a literal list or tuple) spelled out as ``a, b``."""
+    spelled: list[ast.expr] = []
+    for arg in args:
+        if isinstance(arg, ast.Starred) and isinstance(arg.value, (ast.List, ast.Tuple)):
+            spelled.extend(arg.value.elts)
+        else:
+            spelled.append(arg)
+    return spelled
 
 
 def _aliases(values: dict[str, list[_Binding]]) -> dict[str, str]:
