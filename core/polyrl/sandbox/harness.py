@@ -813,7 +813,7 @@ def _empty_array_class(numpy: Any) -> Any:
 #: first, as Python's own ``zip`` would); other iterators go through untouched, except one known to
 #: be empty (``_empty_iterator``). A dict's views and a deque besides: ``zip(f(2), expected.values())``
 #: held for ``return []``.
-_SIZED_TYPES = (list, tuple, str, bytes, range, dict, set, frozenset, type({}.keys()), type({}.values()),
+_SIZED_TYPES: tuple[type, ...] = (list, tuple, str, bytes, range, dict, set, frozenset, type({}.keys()), type({}.values()),
                 type({}.items()), collections.deque)
 #: Where the tests' code runs (``run_tests`` compiles the steps and setup under these names).
 _TESTS_FILES = ("<test>", "<setup>")
