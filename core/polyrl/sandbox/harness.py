@@ -46,7 +46,7 @@ import sys
 import time
 import types
 import warnings
-from collections.abc import Callable, Collection, Iterable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, MutableMapping, Sequence, Sized
 from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
@@ -813,8 +813,8 @@ def _empty_array_class(numpy: Any) -> Any:
 #: first, as Python's own ``zip`` would); other iterators go through untouched, except one known to
 #: be empty (``_empty_iterator``). A dict's views and a deque besides: ``zip(f(2), expected.values())``
 #: held for ``return []``.
-_SIZED_TYPES: tuple[type, ...] = (list, tuple, str, bytes, range, dict, set, frozenset, type({}.keys()), type({}.values()),
-                type({}.items()), collections.deque)
+_SIZED_TYPES: tuple[type[Sized], ...] = (list, tuple, str, bytes, range, dict, set, frozenset, type({}.keys()),
+                                         type({}.values()), type({}.items()), collections.deque)
 #: Where the tests' code runs (``run_tests`` compiles the steps and setup under these names).
 _TESTS_FILES = ("<test>", "<setup>")
 
