@@ -958,10 +958,11 @@ _STAND_INS: dict[Any, str] = {tests_filter.__code__: "filter"}
 
 
 def _check_indexed(paths: Sequence[str] | None, frame: Any) -> None:
-    """AssertionError where a value of the tests' that the loop over an empty ``enumerate`` indexes
-    by its count (``zip_sites.indexed_sites``: ``expected`` in ``expected[i]``) has items: the
-    loop pairs the answer with it by position, as zip does, and held for ``return []``. Only the
-    tests' own names are read (their frame's), never a value of the sample's."""
+    """AssertionError where a value of the tests' that the loop over an empty ``enumerate`` (or
+    ``range(len(r))``) indexes by its count (``zip_sites.indexed_sites``: ``expected`` in
+    ``expected[i]``) has items: the loop pairs the answer with it by position, as zip does, and
+    held for ``return []``. Only the tests' own names are read (their frame's), never a value of
+    the sample's."""
     for path in paths or ():
         first, *attrs = path.split(".")
         scopes = [scope for scope in (frame.f_locals, frame.f_globals) if first in scope]
@@ -970,13 +971,13 @@ def _check_indexed(paths: Sequence[str] | None, frame: Any) -> None:
         if not scopes:
             continue
         value = scopes[0][first]
-        for attr in attrs:
-            if isinstance(value, Remote):
-                break
-            value = getattr(value, attr, None)
+        try:
+            for attr in attrs:
+                value = None if isinstance(value, Remote) else getattr(value, attr, None)
+        except Exception:  # noqa: BLE001 - a property of the tests' that fails: their loop will say so
+            continue
         if not isinstance(value, Remote) and _sized_length(value):
-            raise AssertionError(f"enumerate: the answer has no items and {path}, which the loop indexes by "
-                                 "their count, has some")
+            raise AssertionError(f"the answer has no items and {path}, which the loop indexes by their count, has some")
 
 
 #: Where a running call of the tests' zip or map is: its caller's code and instruction.
