@@ -609,6 +609,8 @@ def test_indexed_sites_name_the_expected_values_a_numbered_answer_indexes():
     assert paths("xs = [1]\nfor i, v in enumerate(xs):\n    assert v == exp[i]") == []  # the tests' own values
     assert paths("all(x == f(3)[i] for i, x in enumerate(f(2)))") == []  # the solution against itself
     assert paths("w = WORDS\nfor i in range(len(w)):\n    assert w[i] == want[i]") == [("want",)]  # a value of its
+    assert paths("m = f(2)\nfor i in range(len(m)):\n    for j in range(len(m[i])):\n        assert m[i][j] == e[i][j]") \
+        == [("e",), ("e[i]",)]  # a row of an answer, against the expected row
 
 
 def test_a_range_over_an_empty_answers_length_never_indexes_an_expected_value_vacuously():
@@ -627,6 +629,10 @@ def test_a_range_over_an_empty_answers_length_never_indexes_an_expected_value_va
     rows = [{"prompt": "p", "tests": "expected = ['a', 'b']\nassert all(WORDS[i] == expected[i] for i in range(len(WORDS)))\n"
              "assert all(w == expected[i] for i, w in enumerate(WORDS))"}]  # a value of the solution's
     assert list(score(["WORDS = []\n", "WORDS = ['a', 'b']\n"], rows=rows * 2).total) == [0.0, 1.0]
+    rows = [{"prompt": "p", "tests": "e = [[1, 2], [3]]\nm = f(2)\nfor i in range(len(m)):\n"
+             "    for j in range(len(m[i])):\n        assert m[i][j] == e[i][j]"}]  # rows with no items
+    assert list(score(["def f(x):\n    return [[], []]\n", "def f(x):\n    return [[1, 2], [3]]\n"],
+                      rows=rows * 2).total) == [0.0, 1.0]
 
 
 def test_the_tests_zip_map_filter_enumerate_and_len_reach_the_solution_as_builtins():

@@ -964,7 +964,8 @@ def _check_indexed(paths: Sequence[str] | None, frame: Any) -> None:
     held for ``return []``. Only the tests' own names are read (their frame's), never a value of
     the sample's."""
     for path in paths or ():
-        first, *attrs = path.split(".")
+        name, *indices = path.rstrip("]").split("[")
+        first, *attrs = name.split(".")
         scopes = [scope for scope in (frame.f_locals, frame.f_globals) if first in scope]
         if first == "self" and not scopes:
             first, scopes = "cls", [scope for scope in (frame.f_locals,) if "cls" in scope]
@@ -974,6 +975,8 @@ def _check_indexed(paths: Sequence[str] | None, frame: Any) -> None:
         try:
             for attr in attrs:
                 value = None if isinstance(value, Remote) else getattr(value, attr, None)
+            for index in (i.rstrip("]") for i in indices):  # ``e[i]``: a row, by the loop's own index
+                value = value[frame.f_locals[index]] if type(value) in (list, tuple, dict) else None
         except Exception:  # noqa: BLE001 - a property of the tests' that fails: their loop will say so
             continue
         if not isinstance(value, Remote) and _sized_length(value):

@@ -291,18 +291,33 @@ def _indexed_sites(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[str, 
     for filename, tree in trees:
         for target, numbered, body in _numbered_loops(tree):
             answer = _origins(numbered.args[0], values, theirs, set())
-            if not any(origin.startswith("answers of ") or (origin.isidentifier() and origin not in theirs)
-                       for origin in answer):
-                continue  # the tests' own values: nothing of the solution's (an answer, a name of its) to measure
+            if not any(_solutions(origin, theirs) for origin in answer):
+                continue  # the tests' own values: nothing of the solution's to measure
             paths = {key for node in body for sub in ast.walk(node)
                      if isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Name) and sub.slice.id == target
-                     and (key := attribute_path(sub.value)) is not None
+                     and (key := _indexed_path(sub.value)) is not None
                      and not _origins(sub.value, values, theirs, set()) & answer}
             if paths:
                 site = (numbered.func.id if isinstance(numbered.func, ast.Name) else "", filename, numbered.lineno, numbered.end_lineno or numbered.lineno,
                         numbered.col_offset, numbered.end_col_offset if numbered.end_col_offset is not None else -1)
                 sites[site] = tuple(sorted({*sites.get(site, ()), *paths}))
     return sites
+
+
+def _indexed_path(node: ast.expr) -> str | None:
+    """``expected``, ``self.exp`` or ``e[i]`` (a row of a value by a name's index) as a key."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Name):
+        inner = _indexed_path(node.value)
+        return None if inner is None else f"{inner}[{node.slice.id}]"
+    return attribute_path(node)
+
+
+def _solutions(origin: str, theirs: frozenset[str]) -> bool:
+    """Whether ``origin`` is an answer of the solution's, a value of its (a name the tests do not
+    bind) or an item of one (``m[i]`` of ``m = f(3)``)."""
+    while origin.startswith(_ITEM):
+        origin = origin[len(_ITEM):]
+    return origin.startswith("answers of ") or (origin.isidentifier() and origin not in theirs)
 
 
 def _numbered_loops(tree: ast.Module) -> Iterator[tuple[str, ast.Call, list[ast.AST]]]:
