@@ -481,3 +481,167 @@ def test_map_and_filter_over_one_value_share_its_origin():
     assert groups("r = f(2)\nzip(map(float, r[1:]), filter(None, r), expected)") == [(0, 0, 2)]
     assert groups("zip(map(float, f(2)), expected)") == [(0, 1)]
     assert groups("r = f(2)\nzip(enumerate(r[1:], 1), enumerate(r))") == [(0, 0)]
+
+
+#: (tests, honest solution) pairing the answer through an iterator the tests make of it (a generator
+#: expression, ``itertools``), through an alias or attribute of zip beside one expected item, or
+#: through the ``builtins`` module reached by ``sys.modules`` or ``importlib``; the forgeries return
+#: [], a generator or an object yielding nothing.
+REACHED = {
+    "generator_expression": ("assert all(a == b for a, b in zip((round(x, 2) for x in f(2)), [1.0, 2.0]))",
+                             "def f(x):\n    return [1.0, 2.0]\n"),
+    "islice": ("import itertools\nassert all(a == b for a, b in zip(itertools.islice(f(2), 5), [1, 2]))",
+               "def f(x):\n    return [1, 2]\n"),
+    "chain_in_map": ("import itertools, operator\nassert all(map(operator.eq, itertools.chain(f(2)), [1, 2]))",
+                     "def f(x):\n    return [1, 2]\n"),
+    "alias_one_item": ("z = zip\nassert all(a == b for a, b in z(f(2), [1.0]))", "def f(x):\n    return [1.0]\n"),
+    "attribute_one_item": ("import builtins\nassert all(a == b for a, b in builtins.zip(f(2), [1.0]))",
+                           "def f(x):\n    return [1.0]\n"),
+    "sys_modules": ("import sys\nassert all(a == b for a, b in sys.modules['builtins'].zip(f(2), [1, 2]))",
+                    "def f(x):\n    return [1, 2]\n"),
+    "sys_unimported": ("assert all(a == b for a, b in sys.modules['builtins'].zip(f(2), [1, 2]))",
+                       "def f(x):\n    return [1, 2]\n"),
+    "import_module": ("import importlib\nb = importlib.import_module('builtins')\nassert all(a == b for a, b in "
+                      "b.zip(f(2), [1, 2]))", "def f(x):\n    return [1, 2]\n"),
+    "spelled_out": ("assert all(a == b for a, b in zip(*[f(2), [1.0]]))", "def f(x):\n    return [1.0]\n"),
+    "dict_values": ("expected = {'a': 1, 'b': 2}\nassert all(a == b for a, b in zip(f(2), expected.values()))",
+                    "def f(x):\n    return [1, 2]\n"),
+    "deque": ("from collections import deque\nassert all(a == b for a, b in zip(f(2), deque([1, 2])))",
+              "def f(x):\n    return [1, 2]\n"),
+}
+
+
+def test_an_iterator_the_tests_make_or_zip_reached_another_way_never_holds_vacuously():
+    """``zip((round(x, 2) for x in f(2)), [1.0, 2.0])``, ``itertools.islice``/``chain`` of the
+    answer, ``z = zip`` or ``builtins.zip`` beside one expected item, and Python's own zip reached
+    through ``sys.modules['builtins']`` or ``importlib.import_module('builtins')`` held for
+    ``return []`` (each scored 1.0): an iterator of unknown length was never measured, an alias or
+    attribute call (or ``zip(*[f(2), [1.0]])``) was no known place, those two paths gave Python's
+    zip, and a dict's view or a deque was no sized operand. An iterator that
+    turns out empty before zip's first item counts as empty now; right answers keep 1.0."""
+    names = list(REACHED)
+    rows = [{"prompt": "p", "tests": REACHED[n][0]} for n in names]
+    for forged in ("def f(x):\n    return []\n", "def f(x):\n    return (y for y in [])\n",
+                   NOTHING + "def f(x):\n    return Nothing()\n"):
+        scored = score([forged] * len(names), rows=rows)
+        assert {n: s for n, s in zip(names, scored.total) if s != 0.0} == {}, forged
+    honest = score([REACHED[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
+
+#: Right uses of those shapes: the pairwise idiom through an iterator or a comprehension of the
+#: answer's own slice (a one-item answer), an endless counter beside an empty answer, and the
+#: tests' own use of ``sys`` and ``importlib``.
+REACHED_RIGHT = {
+    "islice_of_itself": "import itertools\nr = f([3])\nassert all(a <= b for a, b in zip(r, itertools.islice(r, 1, None)))",
+    "generator_of_itself": "r = f([3])\nassert all(a <= b for a, b in zip(r, (y for y in r[1:])))",
+    "list_comprehension_of_itself": "r = f([3])\nassert all(a <= b for a, b in zip(r, [y for y in r[1:]]))",
+    "alias_of_itself": "z = zip\nr = f([3])\nassert all(a <= b for a, b in z(r, r[1:]))\n"
+                       "assert all(a <= b for a, b in zip(*(r, r[1:])))",
+    "tee": "import itertools\na, b = itertools.tee(f([3]))\nnext(b, None)\nassert all(x <= y for x, y in zip(a, b))",
+    "counter": "import itertools\nassert list(zip(itertools.count(), f([]))) == list(zip(f([]), itertools.count())) == []\n"
+               "assert list(zip(itertools.count(), f([2, 1]))) == [(0, 1), (1, 2)]",
+    "generator_right": "assert all(map(lambda a, b: a == b, (x for x in f([2, 1])), [1, 2]))\n"
+                       "assert list(zip((x for x in f([])), [])) == []",
+    "sys_stdout": "import sys, io\nold, sys.stdout = sys.stdout, io.StringIO()\nprint(f([1]))\n"
+                  "out, sys.stdout = sys.stdout.getvalue(), old\nassert out == '[1]\\n'",
+    "sys_modules": "import sys\nassert 'os' in sys.modules and sys.modules['builtins'].len(f([1, 2])) == 2\n"
+                   "assert list(sys.modules['builtins'].zip(f([1]), [1])) == [(1, 1)]",
+    "import_module": "import importlib\nassert importlib.import_module('math').sqrt(4) == 2\n"
+                     "assert importlib.import_module('builtins').sum(f([1, 2])) == 3",
+}
+
+
+def test_iterators_and_module_paths_the_tests_use_with_a_right_answer_still_pass():
+    """A comprehension over a one-item answer's own slice failed the right ``sorted`` (its origin
+    was not followed); the other shapes behave as Python's."""
+    names = list(REACHED_RIGHT)
+    rows = [{"prompt": "p", "tests": REACHED_RIGHT[n]} for n in names]
+    scored = score(["def f(x):\n    return sorted(x)\n"] * len(names), rows=rows)
+    assert dict(zip(names, scored.total)) == dict.fromkeys(names, 1.0)
+
+
+#: (tests, honest solution) that number the answer with ``enumerate`` and index an expected value
+#: of the tests' by that number; the forgeries return [] or a generator yielding nothing.
+NUMBERED = {
+    "generator": ("expected = [1, 2]\nassert all(x == expected[i] for i, x in enumerate(f(2)))",
+                  "def f(x):\n    return [1, 2]\n"),
+    "for_loop": ("r = f(2)\nexpected = [1, 2]\nfor i, v in enumerate(r):\n    assert v == expected[i]",
+                 "def f(x):\n    return [1, 2]\n"),
+    "unittest": ("import unittest\nclass T(unittest.TestCase):\n    def setUp(self):\n        self.exp = [1, 2]\n"
+                 "    def test_a(self):\n        for i, v in enumerate(f(2)):\n            self.assertEqual(v, self.exp[i])\n",
+                 "def f(x):\n    return [1, 2]\n"),
+    "helper": ("def check(got, want):\n    return all(g == want[i] for i, g in enumerate(got))\nassert check(f(2), [1, 2])",
+               "def f(x):\n    return [1, 2]\n"),
+}
+
+
+def test_enumerate_over_an_empty_answer_never_indexes_an_expected_value_vacuously():
+    """``all(x == expected[i] for i, x in enumerate(f(2)))`` (and its ``for`` loop, in unittest or a
+    helper) pairs the answer with ``expected`` by position as zip does, and held for ``return []``
+    (1.0). Over an empty answer it fails now where the value the loop indexes by the count has
+    items; empty against empty, and an answer indexing itself or another answer of the same
+    function, pass as in Python."""
+    names = list(NUMBERED)
+    rows = [{"prompt": "p", "tests": NUMBERED[n][0]} for n in names]
+    for forged in ("def f(x):\n    return []\n", "def f(x):\n    return (y for y in [])\n"):
+        scored = score([forged] * len(names), rows=rows)
+        assert {n: s for n, s in zip(names, scored.total) if s != 0.0} == {}, forged
+    honest = score([NUMBERED[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+    rows = [{"prompt": "p", "tests": tests} for tests in (
+        "expected = []\nassert all(x == expected[i] for i, x in enumerate(f([])))",
+        "r = f([3])\nassert all(x == r[i] for i, x in enumerate(f([3])))\nfor i, v in enumerate(f([])):\n    assert v == r[i]",
+        "r = f([])\nfor i, v in enumerate(r):\n    assert v == r[i]\nfor i, v in enumerate(f([2, 1])):\n    assert v == [1, 2][i]")]
+    assert list(score(["def f(x):\n    return sorted(x)\n"] * 3, rows=rows).total) == [1.0, 1.0, 1.0]
+
+
+def test_indexed_sites_name_the_expected_values_a_numbered_answer_indexes():
+    """Only an answer of the solution's, and only values of another origin indexed by the count."""
+    from polyrl.sandbox.zip_sites import indexed_sites
+
+    def paths(source):
+        return list(indexed_sites([("<test>", source)]).values())
+
+    assert paths("expected = [1]\nall(x == expected[i] for i, x in enumerate(f(2)))") == [("expected",)]
+    assert paths("r = f(2)\nfor i, v in enumerate(r):\n    assert v == self.exp[i] and r[i] == v and w[v]") == [
+        ("self.exp",)]
+    assert paths("xs = [1]\nfor i, v in enumerate(xs):\n    assert v == exp[i]") == []  # the tests' own values
+    assert paths("all(x == f(3)[i] for i, x in enumerate(f(2)))") == []  # the solution against itself
+    assert paths("w = WORDS\nfor i in range(len(w)):\n    assert w[i] == want[i]") == [("want",)]  # a value of its
+    assert paths("m = f(2)\nfor i in range(len(m)):\n    for j in range(len(m[i])):\n        assert m[i][j] == e[i][j]") \
+        == [("e",), ("e[i]",)]  # a row of an answer, against the expected row
+
+
+def test_a_range_over_an_empty_answers_length_never_indexes_an_expected_value_vacuously():
+    """``for i in range(len(r)): assert r[i] == expected[i]`` (a comprehension, ``range(0, len(r))``)
+    held for ``return []`` (1.0): the tests' ``len`` of an empty answer fails there now where the
+    value indexed by the count has items; right answers, and empty against empty, pass."""
+    cases = ["expected = [1, 2]\nr = f(2)\nfor i in range(len(r)):\n    assert r[i] == expected[i]",
+             "expected = [1, 2]\nassert all(f(2)[i] == expected[i] for i in range(len(f(2))))",
+             "expected = [1, 2]\nr = f(2)\nassert all(r[i] == expected[i] for i in range(0, len(r)))"]
+    rows = [{"prompt": "p", "tests": tests} for tests in cases]
+    assert list(score(["def f(x):\n    return []\n"] * 3, rows=rows).total) == [0.0, 0.0, 0.0]
+    assert list(score(["def f(x):\n    return [1, 2]\n"] * 3, rows=rows).total) == [1.0, 1.0, 1.0]
+    rows = [{"prompt": "p", "tests": "r = f([])\nexpected = []\nfor i in range(len(r)):\n    assert r[i] == expected[i]\n"
+             "assert len(f([])) == 0\nassert all(x == f([1])[i] for i in range(len(f([]))))"}]
+    assert list(score(["def f(x):\n    return sorted(x)\n"], rows=rows).total) == [1.0]
+    rows = [{"prompt": "p", "tests": "expected = ['a', 'b']\nassert all(WORDS[i] == expected[i] for i in range(len(WORDS)))\n"
+             "assert all(w == expected[i] for i, w in enumerate(WORDS))"}]  # a value of the solution's
+    assert list(score(["WORDS = []\n", "WORDS = ['a', 'b']\n"], rows=rows * 2).total) == [0.0, 1.0]
+    rows = [{"prompt": "p", "tests": "e = [[1, 2], [3]]\nm = f(2)\nfor i in range(len(m)):\n"
+             "    for j in range(len(m[i])):\n        assert m[i][j] == e[i][j]"}]  # rows with no items
+    assert list(score(["def f(x):\n    return [[], []]\n", "def f(x):\n    return [[1, 2], [3]]\n"],
+                      rows=rows * 2).total) == [0.0, 1.0]
+
+
+def test_the_tests_zip_map_filter_enumerate_and_len_reach_the_solution_as_builtins():
+    """The tests' own ``zip``/``map``/``filter``/``enumerate`` (and now ``len``) are the harness's
+    functions, which could not be sent: ``apply(zip, [1], [2])`` failed a right ``apply`` ("a
+    function cannot be sent to the sample"). They reach it as the sample's own builtins."""
+    rows = [{"prompt": "p", "tests": tests} for tests in (
+        "assert apply(zip, [1], [2]) == [(1, 2)]", "assert apply(map, abs, [-1]) == [1]",
+        "assert apply(filter, None, [0, 1]) == [1]", "assert apply(enumerate, 'a', 1) == [(1, 'a')]",
+        "assert sort_by(['bb', 'a'], len) == ['a', 'bb']")]
+    right = "def apply(g, a, b):\n    return list(g(a, b))\ndef sort_by(xs, key):\n    return sorted(xs, key=key)\n"
+    assert list(score([right] * 5, rows=rows).total) == [1.0] * 5

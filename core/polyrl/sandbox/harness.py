@@ -44,8 +44,9 @@ import operator
 import symtable
 import sys
 import time
+import types
 import warnings
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, MutableMapping, Sequence, Sized
 from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
@@ -53,7 +54,7 @@ from polyrl.sandbox.object_use import ANY_ROOT, object_roots, varied_query_roots
 from polyrl.sandbox.standard_names import SOLUTION_MODULE, helper_names, standard_name, standard_object_name
 from polyrl.sandbox.step_state import leaves_state
 from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode, spread
-from polyrl.sandbox.zip_sites import Site, operand_groups
+from polyrl.sandbox.zip_sites import Site, indexed_sites, operand_groups
 
 #: The only modules a sample's module-typed value can stand for here: standard-library modules
 #: that do nothing on import and keep no state a call through them could change for later samples.
@@ -293,7 +294,8 @@ class Session:
         if constructed is not None:
             module, name, args = constructed
             return ["X", module, name, [self.arg(a) for a in args(value)]]
-        standard = standard_object_name(value)
+        stand_in = _STAND_INS.get(value.__code__) if isinstance(value, types.FunctionType) else None
+        standard = ("builtins", stand_in) if stand_in is not None else standard_object_name(value)
         if standard is not None:  # a standard function, class or constant: the sample's own copy of it
             return ["g", *standard]
         raise TypeError(f"a {type(value).__name__} cannot be sent to the sample (only plain data)")
@@ -639,6 +641,59 @@ class BuiltinsView:
         return "<module 'builtins' (built-in)>"
 
 
+class ModuleWithViews:
+    """A module as the tests see it: the real one, read and written through, but for some names
+    of their own (``tests_view``)."""
+
+    __slots__ = ("_module", "_own")
+
+    def __init__(self, module: Any, own: dict[str, Any]) -> None:
+        object.__setattr__(self, "_module", module)
+        object.__setattr__(self, "_own", own)
+
+    def __getattr__(self, name: str) -> Any:
+        own = object.__getattribute__(self, "_own")
+        return own[name] if name in own else getattr(object.__getattribute__(self, "_module"), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__getattribute__(self, "_own").pop(name, None)
+        setattr(object.__getattribute__(self, "_module"), name, value)
+
+    def __delattr__(self, name: str) -> None:
+        object.__getattribute__(self, "_own").pop(name, None)
+        delattr(object.__getattribute__(self, "_module"), name)
+
+    def __dir__(self) -> list[str]:
+        return dir(object.__getattribute__(self, "_module"))
+
+    def __repr__(self) -> str:
+        return repr(object.__getattribute__(self, "_module"))
+
+
+class ModulesView(MutableMapping[str, Any]):
+    """``sys.modules`` as the tests see it: the real mapping, but for the views named (``tests_view``)."""
+
+    def __init__(self, views: dict[str, Any]) -> None:
+        self._views = views
+
+    def __getitem__(self, name: str) -> Any:
+        return self._views[name] if name in self._views else sys.modules[name]
+
+    def __setitem__(self, name: str, module: Any) -> None:
+        self._views.pop(name, None)
+        sys.modules[name] = module
+
+    def __delitem__(self, name: str) -> None:
+        self._views.pop(name, None)
+        del sys.modules[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(sys.modules))
+
+    def __len__(self) -> int:
+        return len(sys.modules)
+
+
 #: numpy's yes/no comparisons of two arrays, which reduce over their elements (``NumpyChecks``);
 #: numpy.testing's ``assert_*`` besides.
 NUMPY_CHECKS = frozenset({"allclose", "array_equal", "array_equiv"})
@@ -756,8 +811,10 @@ def _empty_array_class(numpy: Any) -> Any:
 
 #: The sized operands the tests' ``zip`` and ``map`` measure (a sample's iterable is read in full
 #: first, as Python's own ``zip`` would); other iterators go through untouched, except one known to
-#: be empty (``_empty_iterator``).
-_SIZED_TYPES = (list, tuple, str, bytes, range, dict, set, frozenset)
+#: be empty (``_empty_iterator``). A dict's views and a deque besides: ``zip(f(2), expected.values())``
+#: held for ``return []``.
+_SIZED_TYPES: tuple[type[Sized], ...] = (list, tuple, str, bytes, range, dict, set, frozenset, type({}.keys()),
+                                         type({}.values()), type({}.items()), collections.deque)
 #: Where the tests' code runs (``run_tests`` compiles the steps and setup under these names).
 _TESTS_FILES = ("<test>", "<setup>")
 
@@ -791,10 +848,9 @@ class _Enumerated(enumerate):
     _source: Any
 
 
-def tests_enumerate(iterable: Any, start: int = 0) -> Any:
-    """``enumerate`` as the tests see it: Python's, whose operand ``_paired`` can see is empty
-    (``zip(enumerate(f(2)), enumerate(expected))``)."""
-    source = iter(iterable)
+def _enumerated(source: Iterator[Any], start: int) -> Any:
+    """``enumerate`` as the tests see it (``tests_pairing``): Python's, whose operand ``_paired``
+    can see is empty (``zip(enumerate(f(2)), enumerate(expected))``)."""
     numbered = _Enumerated(source, start)
     numbered._source = source
     return numbered
@@ -831,8 +887,8 @@ def _sized_length(value: Any) -> int | None:
     return 0 if _empty_iterator(value) else None
 
 
-def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """``zip`` and ``map`` as the tests of ``sources`` ((filename, text) as ``run_tests`` compiles
+def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any], ...]:
+    """``zip``, ``map``, ``enumerate`` and ``len`` as the tests of ``sources`` ((filename, text) as ``run_tests`` compiles
     them) see them: an empty operand fails beside one with items that comes from elsewhere. Why:
     ``all(a == b for a, b in zip(f(2), expected))`` and ``all(map(operator.eq, f(2), expected))``
     hold vacuously, so ``return []`` (or a generator, an object of the sample's, yielding nothing)
@@ -841,15 +897,24 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
     place it cannot name (``map(zip, ...)``, Python before 3.11) an empty operand fails beside one
     of two or more items only, so the pairwise idiom passes there too. An iterator over the answer
     (``iter(r)``, ``reversed(r)``, the tests' ``map(float, r)``) counts as empty when it has no items
-    left (``_empty_iterator``); ``import builtins`` gives these too (``BuiltinsView``)."""
+    left (``_empty_iterator``), any other iterator when zip or map ends before its first item
+    because it had none (``_watched``); ``import builtins`` gives these too (``BuiltinsView``).
+    The third and fourth are their ``enumerate`` and ``len``: over an empty answer (``for i in
+    range(len(r))``) they fail where the loop indexes a value of the tests' with items by its count
+    (``_check_indexed``)."""
     sites = functools.cache(lambda: operand_groups(sources))
 
     def zip_(*iterables: Any, **kwargs: Any) -> Any:
-        return zip(*_paired("zip", iterables, sys._getframe(1), sites), **kwargs)
+        frame = sys._getframe(1)
+        place = (frame.f_code, frame.f_lasti)
+        return _watched("zip", zip, _paired("zip", iterables, place, sites), kwargs, place, sites)
 
     def map_(function: Any, *iterables: Any, **kwargs: Any) -> Any:
         if len(iterables) >= 2:
-            iterables = _paired("map", iterables, sys._getframe(1), sites)
+            frame = sys._getframe(1)
+            place = (frame.f_code, frame.f_lasti)
+            paired = _paired("map", iterables, place, sites)
+            return _watched("map", functools.partial(map, function), paired, kwargs, place, sites)
         if len(iterables) != 1 or kwargs:
             return map(function, *iterables, **kwargs)
         source = iter(iterables[0])
@@ -857,47 +922,197 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
         mapped._source = source
         return mapped
 
+    indexed = functools.cache(lambda: indexed_sites(sources))
+
+    def enumerate_(iterable: Any, start: int = 0) -> Any:
+        source = iter(iterable)
+        if _empty_iterator(source):
+            frame = sys._getframe(1)
+            position = _position((frame.f_code, frame.f_lasti))
+            if position is not None:
+                _check_indexed(indexed().get(("enumerate", *position)), frame)
+        return _enumerated(source, start)
+
+    def len_(value: Any) -> int:
+        length = len(value)
+        if length == 0:
+            frame = sys._getframe(1)
+            position = _position((frame.f_code, frame.f_lasti))
+            if position is not None:
+                _check_indexed(indexed().get(("len", *position)), frame)
+        return length
+
     zip_.__name__ = zip_.__qualname__ = "zip"
     map_.__name__ = map_.__qualname__ = "map"
-    return zip_, map_
+    enumerate_.__name__ = enumerate_.__qualname__ = "enumerate"
+    len_.__name__ = len_.__qualname__ = "len"
+    for stand_in in (zip_, map_, enumerate_, len_):
+        _STAND_INS[stand_in.__code__] = stand_in.__name__
+    return zip_, map_, enumerate_, len_
 
 
-def _paired(name: str, operands: tuple[Any, ...], frame: Any,
+#: The code of the tests' own zip, map, enumerate and len (``tests_pairing``) -> the builtin each
+#: stands for, which a test passing one to the solution sends (``sort_by(xs, len)``: the sample's
+#: own ``len``; a function of the harness's cannot be sent).
+_STAND_INS: dict[Any, str] = {tests_filter.__code__: "filter"}
+
+
+def _check_indexed(paths: Sequence[str] | None, frame: Any) -> None:
+    """AssertionError where a value of the tests' that the loop over an empty ``enumerate`` (or
+    ``range(len(r))``) indexes by its count (``zip_sites.indexed_sites``: ``expected`` in
+    ``expected[i]``) has items: the loop pairs the answer with it by position, as zip does, and
+    held for ``return []``. Only the tests' own names are read (their frame's), never a value of
+    the sample's."""
+    for path in paths or ():
+        name, *indices = path.rstrip("]").split("[")
+        first, *attrs = name.split(".")
+        scopes = [scope for scope in (frame.f_locals, frame.f_globals) if first in scope]
+        if first == "self" and not scopes:
+            first, scopes = "cls", [scope for scope in (frame.f_locals,) if "cls" in scope]
+        if not scopes:
+            continue
+        value = scopes[0][first]
+        try:
+            for attr in attrs:
+                value = None if isinstance(value, Remote) else getattr(value, attr, None)
+            for index in (i.rstrip("]") for i in indices):  # ``e[i]``: a row, by the loop's own index
+                value = value[frame.f_locals[index]] if type(value) in (list, tuple, dict) else None
+        except Exception:  # noqa: BLE001 - a property of the tests' that fails: their loop will say so
+            continue
+        if not isinstance(value, Remote) and _sized_length(value):
+            raise AssertionError(f"the answer has no items and {path}, which the loop indexes by their count, has some")
+
+
+#: Where a running call of the tests' zip or map is: its caller's code and instruction.
+_Place = tuple[Any, int]
+
+
+def _paired(name: str, operands: tuple[Any, ...], place: _Place,
             sites: Callable[[], dict[Site, tuple[int, ...]]]) -> tuple[Any, ...]:
     """``operands``, a sample's iterables read in full, unless an empty one sits beside one with
     items of another origin (``tests_pairing``): AssertionError then."""
     operands = tuple(list(o) if isinstance(o, Remote) else o for o in operands)
-    lengths = [_sized_length(o) for o in operands]
-    sized = [n for n in lengths if n is not None]
-    if 0 not in sized or max(sized) == 0:
-        return operands
-    groups = _site_groups(name, frame, sites)
-    if groups is None or len(groups) != len(operands):
-        if max(sized) >= 2:
-            raise AssertionError(f"{name}: one operand has no items and another has two or more")
-        return operands
-    for i, length in enumerate(lengths):
-        if length == 0 and any(other and groups[j] != groups[i] for j, other in enumerate(lengths)):
-            raise AssertionError(f"{name}: one operand has no items and another, not taken from it, has some")
+    _check_lengths(name, [_sized_length(o) for o in operands], place, sites)
     return operands
 
 
-def _site_groups(name: str, frame: Any, sites: Callable[[], dict[Site, tuple[int, ...]]]) -> tuple[int, ...] | None:
-    """The operand groups of the tests' call of ``name`` that ``frame`` is making, or None where
+def _check_lengths(name: str, lengths: Sequence[int | None], place: _Place,
+                   sites: Callable[[], dict[Site, tuple[int, ...]]]) -> None:
+    """AssertionError where an operand known to have no items (length 0) sits beside one known to
+    have some that does not share its origin (``zip_sites``); None is a length not known."""
+    sized = [n for n in lengths if n is not None]
+    if 0 not in sized or max(sized) == 0:
+        return
+    groups = _site_groups(name, place, sites)
+    if groups is None or len(groups) != len(lengths):
+        if max(sized) >= 2:
+            raise AssertionError(f"{name}: one operand has no items and another has two or more")
+        return
+    for i, length in enumerate(lengths):
+        if length == 0 and any(other and groups[j] != groups[i] for j, other in enumerate(lengths)):
+            raise AssertionError(f"{name}: one operand has no items and another, not taken from it, has some")
+
+
+class _Counted:
+    """An operand of the tests' zip or map that is an iterator of unknown length, counting what it
+    gives (``_Watched``)."""
+
+    __slots__ = ("_items", "taken", "dry")
+
+    def __init__(self, iterable: Any) -> None:
+        self._items = iter(iterable)
+        self.taken = 0
+        self.dry = False
+
+    def __iter__(self) -> _Counted:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            item = next(self._items)
+        except StopIteration:
+            self.dry = True
+            raise
+        self.taken += 1
+        return item
+
+
+class _Watched:
+    """The tests' zip or map where some operand is an iterator of unknown length: Python's, except
+    that when it ends before its first item because such an operand had none, that operand is
+    empty for ``_check_lengths``. Why: ``zip((round(x, 2) for x in f(2)), expected)`` and
+    ``zip(itertools.islice(f(2), 5), expected)`` held for ``return []``: a generator or an
+    iterator the tests make was never measured (it may be endless; its end shows only here)."""
+
+    __slots__ = ("_inner", "_check")
+
+    def __init__(self, inner: Iterator[Any], check: Callable[[], None]) -> None:
+        self._inner = inner
+        self._check: Callable[[], None] | None = check
+
+    def __iter__(self) -> _Watched:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            item = next(self._inner)
+        except StopIteration:
+            check, self._check = self._check, None
+            if check is not None:
+                check()
+            raise
+        self._check = None
+        return item
+
+
+def _watched(name: str, pair: Callable[..., Iterator[Any]], operands: tuple[Any, ...], kwargs: dict[str, Any],
+             place: _Place, sites: Callable[[], dict[Site, tuple[int, ...]]]) -> Any:
+    """``pair(*operands, **kwargs)``, watched (``_Watched``) when an operand's length is not known."""
+    lengths = [_sized_length(o) for o in operands]
+    if None not in lengths:
+        return pair(*operands, **kwargs)
+    counted = [o if n is not None else _Counted(o) for o, n in zip(operands, lengths)]
+
+    def check() -> None:
+        # one with items stays unmeasured, as in ``_paired``: ``zip(itertools.count(), f([]))`` is right
+        _check_lengths(name, [0 if n is None and c.dry and not c.taken else n for n, c in zip(lengths, counted)],
+                       place, sites)
+    return _Watched(pair(*counted, **kwargs), check)
+
+
+def _site_groups(name: str, place: _Place, sites: Callable[[], dict[Site, tuple[int, ...]]]) -> tuple[int, ...] | None:
+    """The operand groups of the tests' call of ``name`` that ``place`` is making, or None where
     that place is not known (not the tests' code, no instruction positions before Python 3.11)."""
-    code = frame.f_code
+    position = _position(place)
+    return None if position is None else sites().get((name, *position))
+
+
+def _position(place: _Place) -> tuple[Any, ...] | None:
+    """(filename, lineno, end_lineno, col_offset, end_col_offset) of the tests' instruction at
+    ``place``, or None where it is not the tests' code or not known (before Python 3.11)."""
+    code, lasti = place
     positions = getattr(code, "co_positions", None)
     if positions is None or code.co_filename not in _TESTS_FILES:
         return None
-    position = next(itertools.islice(positions(), frame.f_lasti // 2, None), None)
-    if position is None or None in position:
-        return None
-    return sites().get((name, code.co_filename, *position))
+    position = next(itertools.islice(positions(), lasti // 2, None), None)
+    return None if position is None or None in position else (code.co_filename, *position)
 
 
-def tests_view(module: Any) -> Any:
-    """The module as the tests use it: numpy and numpy.testing as ``NumpyChecks``, others as they are."""
-    return NumpyChecks(module) if getattr(module, "__name__", None) in ("numpy", "numpy.testing") else module
+def tests_view(module: Any, builtins_view: Any = None) -> Any:
+    """The module as the tests use it: numpy and numpy.testing as ``NumpyChecks``; with the run's
+    ``builtins_view``, ``sys`` and ``importlib`` as ``ModuleWithViews`` whose ``sys.modules['builtins']``
+    and ``importlib.import_module('builtins')`` are that view, as ``import builtins`` is (Python's
+    zip held vacuously through them); others as they are."""
+    name = getattr(module, "__name__", None)
+    if name in ("numpy", "numpy.testing"):
+        return NumpyChecks(module)
+    if builtins_view is not None and module is sys:
+        return ModuleWithViews(sys, {"modules": ModulesView({"builtins": builtins_view})})
+    if builtins_view is not None and module is importlib:
+        def import_module(name: str, package: str | None = None) -> Any:
+            return builtins_view if name == "builtins" else importlib.import_module(name, package)
+        return ModuleWithViews(importlib, {"import_module": import_module})
+    return module
 
 
 def local_module(name: str) -> Any:
@@ -950,12 +1165,12 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     sources = [setup, *(source for source, _ in steps)]
     paired = tests_pairing([("<setup>", setup), *(("<test>", source) for source, _ in steps)])
     real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
-                         enumerate=tests_enumerate)  # a copy: the trainer's own stay
+                         enumerate=paired[2], len=paired[3])  # a copy: the trainer's own stay
     builtins_view = BuiltinsView({name: real_builtins[name] for name in ("zip", "map", "filter", "enumerate")})
     layer: dict[str, Any] = dict(real_builtins)  # looked up after the tests' globals (module doc)
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": layer}
     bound = bound_names(sources)
-    modules = unbound_modules(sources, bound)
+    modules = unbound_modules(sources, bound, builtins_view)
     modules.update(helper_objects(helper_names(steps, setup, bound | modules.keys(), global_names(sources))))
     namespace.update(modules)  # the tests' globals: never the sample's (module doc)
     theirs = bound | modules.keys()
@@ -970,7 +1185,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
             return solution
         if name == "builtins" and level == 0:
             return builtins_view
-        return tests_view(real_import(name, globals, locals, fromlist, level))
+        return tests_view(real_import(name, globals, locals, fromlist, level), builtins_view)
 
     def sync(data: Any) -> None:
         names = session.names(data)
@@ -1010,7 +1225,7 @@ def not_implemented_is_no_truth() -> None:
     warnings.filterwarnings("error", message=_NOT_IMPLEMENTED_TRUTH, category=DeprecationWarning)
 
 
-def unbound_modules(sources: Iterable[str], bound: Collection[str]) -> dict[str, Any]:
+def unbound_modules(sources: Iterable[str], bound: Collection[str], builtins_view: Any = None) -> dict[str, Any]:
     """The real modules for the ``TEST_MODULES`` names these sources use only as a module
     (``math.isclose``) and never bind; one that does not import here is ``NotInstalled``, never
     the solution's."""
@@ -1030,7 +1245,7 @@ def unbound_modules(sources: Iterable[str], bound: Collection[str]) -> dict[str,
     for name in sorted(as_module - otherwise - set(bound)):
         if name in TEST_MODULES:
             try:
-                modules[name] = tests_view(importlib.import_module(TEST_MODULES[name]))
+                modules[name] = tests_view(importlib.import_module(TEST_MODULES[name]), builtins_view)
             except Exception:  # noqa: BLE001 - not installed in the trainer
                 modules[name] = NotInstalled(TEST_MODULES[name])
     return modules
