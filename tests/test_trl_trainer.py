@@ -1828,3 +1828,18 @@ def test_a_cispo_runs_log_history_has_trls_cispo_clip_ratio(tiny_model_dir, tmp_
     assert 0.0 <= step["cispo_clip_ratio"] <= 1.0
     line = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert line["cispo_clip_ratio"] == step["cispo_clip_ratio"]
+    # TRL 1.16's _compute_loss logs clip_ratio/* for grpo, bnpo, dr_grpo, dapo and luspo only
+    assert [key for key in step if key.startswith("clip_ratio/")] == []
+
+
+@pytest.mark.parametrize("loss_type", ["sapo", "vespo"])
+def test_a_sapo_or_vespo_runs_log_history_has_no_clip_ratio(tiny_model_dir, tmp_path, loss_type):
+    """TRL 1.16 logs no clip_ratio/* (nor cispo_clip_ratio) for loss_type "sapo" or "vespo": their
+    losses have no clip. polyrl logged clip_ratio/low_mean, /high_mean, /region_mean, /low_min and
+    /high_max 0.0 every step."""
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          args=_args(tmp_path, max_steps=1, loss_type=loss_type))
+    trainer.train()
+    step = trainer.state.log_history[0]
+    assert "loss" in step  # the premise: the step trained
+    assert [key for key in step if key.startswith(("clip_ratio/", "cispo_clip_ratio"))] == []

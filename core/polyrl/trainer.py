@@ -822,7 +822,7 @@ class Trainer:
             metrics.update(step_metrics.as_dict() if step_metrics.skipped else minibatches.pass_metrics(updates))
             if not kl_in_loss:  # no reference in the loss: a backend's kl is 0, read as "no drift" (TRL omits it)
                 metrics.pop("kl", None)
-            metrics.update(clip_region_metrics(metrics))
+            metrics.update(clip_region_metrics(metrics, objective.policy_loss))
             metrics.update(self._trl_sampling(metrics, completions, group_kept[mine], untruncated,
                                               objective.mismatch_level == "sequence",
                                               untrained_gap(*untrained, objective) if untrained[0] else None))
