@@ -711,6 +711,7 @@ class Trainer:
         # Metrics and the untrainable-episode decision take the whole step too (polyrl.step_gather).
         untruncated = algo.untruncated_mask([x.finish_reason for x in completions])
         shard = step_gather.Shard.of(completions, per_reward=scored.per_reward, reward_metrics=scored.metrics,
+                                     metric_counts=scored.metric_counts,
                                      kl_sums=kl_sums, seconds={"generate": rollout.seconds, "reward": times["reward"]},
                                      peak_rss_mb=peak_rss_mb())
         mine_all = (rewards, shaped, untruncated, shard, self._sample_completions(rows, completions, scored))
