@@ -741,3 +741,25 @@ def test_half_precision_on_the_cpu_warns_as_torch_does(tiny_model_dir, dtype):
     else:
         assert len(slow) == 1 and slow[0]["event"].startswith(f"{dtype} on CPU")
         assert slow[0]["fix"] == "use dtype float32 with the mlx backend on a CPU"
+
+
+def test_a_cispo_step_reports_trls_cispo_clip_ratio(tiny_model_dir):
+    """TRL 1.16 logs ``cispo_clip_ratio`` for loss_type "cispo": the share of loss tokens with
+    ``coef_1 > epsilon_high`` (polyrl's cap 1 + epsilon_high) and a positive advantage. The torch
+    backend reported it (``cispo_clip_fraction``, which the trainer logs under TRL's name); the MLX
+    backend did not, so an MLX cispo run logged no cispo_clip_ratio."""
+    engine = make_engine(tiny_model_dir)
+    seqs = rollouts(engine, n=3, tokens=8)
+    batch = noisy_batch(engine, seqs, beta=False)
+    obj = Objective(policy_loss="cispo", clip_eps_high=0.2, loss_aggregation="token_mean")
+    # TRL's own lines (grpo_trainer.py, _compute_loss) on the weights the step starts from
+    current = engine.logprobs(seqs, 1.0)
+    capped = [(np.exp(c.astype(np.float64) - o) > 1.2) & (a > 0) for c, o, a in zip(current, batch.old_logprobs,
+                                                                                 batch.advantages)]
+    theirs = sum(int(x.sum()) for x in capped) / sum(len(x) for x in capped)
+    step = engine.train_step(batch, obj)
+    assert not step.skipped
+    assert 0.0 < theirs < step.extra["clip_high_fraction"]  # the premise: the advantage's sign matters
+    assert step.extra["cispo_clip_fraction"] == pytest.approx(theirs, abs=1e-9)
+    ppo = make_engine(tiny_model_dir).train_step(batch, Objective(loss_aggregation="token_mean"))
+    assert "cispo_clip_fraction" not in ppo.extra  # TRL logs it for loss_type "cispo" only

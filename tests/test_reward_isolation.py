@@ -286,6 +286,7 @@ def test_a_closure_gives_the_same_answer_in_a_child_as_on_a_thread():
                                                                                      process.metrics)]
         assert drop_latency[0] == drop_latency[1]
     assert process.extra == thread.extra == {"seen": ["SO 4", "5"]}
+    assert process.metric_counts == thread.metric_counts == {"r0": {"length": 1}}  # log_metric's calls, for the ranks' mean
     np.testing.assert_array_equal(process.total, [1.25 + 1.0, 0.25 + 0.25 + 0.5])
 
 

@@ -823,3 +823,36 @@ def test_environments_reach_a_reward_function_only_in_a_run_with_an_environment_
                               environment=e) for e in envs]
     out = plugin.reward(["p", "p"], completions, RewardContext(rows=[{}, {}], wanted=("judged",)))
     assert out == {"judged": [1.0, 0.5]}
+
+
+def test_log_metric_over_ranks_is_trls_mean_of_every_value():
+    """TRL 1.16's ``_calculate_rewards`` flushes a ``log_metric`` name as the sum of every
+    process's values over their number (each process gathers ``[sum(values), len(values)]``): a
+    rank that logged it more often weighs more, whatever its samples. polyrl took each rank's mean
+    and weighted the ranks by their samples, so two ranks of two samples logging [4, 5] and [2]
+    gave 3.25 where TRL logs 11 / 3."""
+    from polyrl import step_gather
+
+    def solved_length(completions, log_metric, **kwargs):
+        for c in completions:  # one value per solved completion: the calls depend on the data
+            if c.startswith("ok"):
+                log_metric("solved_length", float(len(c)))
+        return [float(c.startswith("ok")) for c in completions]
+
+    ranks = [["okay", "ok!!!"], ["ok", "no"]]  # each rank's completions, as a launcher splits them
+    shards = []
+    for texts in ranks:
+        rows = [{"prompt": "p"}] * len(texts)
+        res = scored([solved_length], texts, rows)
+        completions = [Completion(0, [1], [7] * len(t), [0.0] * len(t), text=t) for t in texts]
+        # what the trainer packs for the step's gather (Trainer._step)
+        shards.append(step_gather.Shard.of(completions, per_reward=res.per_reward, reward_metrics=res.metrics,
+                                           metric_counts=res.metric_counts))
+    # TRL's flush over the processes' [sum, len] of the values each logged
+    logged = [[4.0, 5.0], [2.0]]
+    total, count = (sum(x) for x in zip(*[(sum(v), len(v)) for v in logged]))
+    joined = step_gather.join(shards).reward_metrics["solved_length"]
+    assert joined["solved_length"] == pytest.approx(total / count)
+    assert joined["mean"] == 0.75  # the reward's own mean stays over the samples
+    one = step_gather.join(shards[:1]).reward_metrics["solved_length"]["solved_length"]
+    assert one == 4.5  # one process: the mean of its values, as before

@@ -322,7 +322,7 @@ def test_cispo_clip_ratio_is_trls_for_the_same_tokens():
     theirs = float((is_cispo_clipped.float() * mask).sum() / mask.sum().clamp(min=1.0))
     assert 0.0 < theirs < float(stats["clip_high_sum"]) / float(stats["tokens"])  # the premise: the sign matters
     assert ours == pytest.approx(theirs)
-    assert clip_region_metrics({"cispo_clip_fraction": ours})["cispo_clip_ratio"] == ours
+    assert clip_region_metrics({"cispo_clip_fraction": ours}, "cispo")["cispo_clip_ratio"] == ours
 
 
 def test_a_cispo_step_with_nothing_to_train_logs_trls_cispo_clip_ratio_zero():

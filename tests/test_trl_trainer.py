@@ -1828,3 +1828,66 @@ def test_a_cispo_runs_log_history_has_trls_cispo_clip_ratio(tiny_model_dir, tmp_
     assert 0.0 <= step["cispo_clip_ratio"] <= 1.0
     line = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert line["cispo_clip_ratio"] == step["cispo_clip_ratio"]
+    # TRL 1.16's _compute_loss logs clip_ratio/* for grpo, bnpo, dr_grpo, dapo and luspo only
+    assert [key for key in step if key.startswith("clip_ratio/")] == []
+
+
+@pytest.mark.parametrize("loss_type", ["sapo", "vespo"])
+def test_a_sapo_or_vespo_runs_log_history_has_no_clip_ratio(tiny_model_dir, tmp_path, loss_type):
+    """TRL 1.16 logs no clip_ratio/* (nor cispo_clip_ratio) for loss_type "sapo" or "vespo": their
+    losses have no clip. polyrl logged clip_ratio/low_mean, /high_mean, /region_mean, /low_min and
+    /high_max 0.0 every step."""
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          args=_args(tmp_path, max_steps=1, loss_type=loss_type))
+    trainer.train()
+    step = trainer.state.log_history[0]
+    assert "loss" in step  # the premise: the step trained
+    assert [key for key in step if key.startswith(("clip_ratio/", "cispo_clip_ratio"))] == []
+
+
+def _transformers_train_loss(losses: list[float], where: Path, nan_inf_filter: bool) -> float:
+    """transformers' own ``train_loss`` for steps whose losses are ``losses``, logged every step
+    (as polyrl logs): its Trainer run on a module that returns them in turn."""
+    import torch
+    import transformers
+
+    class Losses(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.unused = torch.nn.Parameter(torch.zeros(()))  # the optimizer needs a parameter
+            self.calls = 0
+
+        def forward(self, x, **kwargs):
+            self.calls += 1
+            return {"loss": torch.tensor(losses[self.calls - 1], requires_grad=True) + 0.0 * x.sum()}
+
+    rows = [{"x": torch.zeros(1)} for _ in losses]
+    args = transformers.TrainingArguments(output_dir=str(where), max_steps=len(losses), per_device_train_batch_size=1,
+                                          logging_steps=1, logging_nan_inf_filter=nan_inf_filter, use_cpu=True,
+                                          report_to="none", disable_tqdm=True, save_strategy="no")
+    return transformers.Trainer(model=Losses(), args=args, train_dataset=rows).train().training_loss
+
+
+@pytest.mark.parametrize("nan_inf_filter", [True, False])
+def test_train_loss_treats_a_nan_step_as_transformers_does(tiny_model_dir, tmp_path, nan_inf_filter):
+    """transformers' train_loss is its total loss over global_step; under logging_nan_inf_filter
+    (default True) a NaN step loss adds the logging window's mean of earlier losses, none when
+    every step is logged: the step adds 0 and still counts. polyrl averaged the NaN in: one
+    skipped step (loss NaN) made train_loss NaN."""
+    class OneNanStep(GRPOTrainer):  # a real run whose second step's loss is NaN (a skipped update)
+        def _end_metrics(self, trainer, started):
+            trainer.history[1]["loss"] = float("nan")
+            return super()._end_metrics(trainer, started)
+
+    trainer = OneNanStep(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                         args=_args(tmp_path, max_steps=3, logging_nan_inf_filter=nan_inf_filter))
+    output = trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 3 and math.isnan(losses[1])
+    theirs = _transformers_train_loss(losses, tmp_path / "transformers", nan_inf_filter)
+    assert math.isnan(theirs) is (not nan_inf_filter)  # the premise: the filter decides
+    if nan_inf_filter:
+        assert output.training_loss == pytest.approx(theirs, rel=1e-6)
+        assert trainer.state.log_history[-1]["train_loss"] == output.training_loss
+    else:
+        assert math.isnan(output.training_loss)

@@ -20,7 +20,9 @@ import numpy as np
 from polyrl.safe_stats import mean_std
 
 #: Reward plugin metrics that count events over the rank's samples: summed over the ranks. Any
-#: other plugin metric is taken as a per-sample mean or rate and averaged, weighted by samples.
+#: other plugin metric is taken as a per-sample mean or rate and averaged, weighted by samples,
+#: but a mean of counted values (``Shard.metric_counts``: a TRL reward's ``log_metric`` calls),
+#: which is pooled over every rank's values, as TRL's flush does.
 COUNT_METRICS = frozenset({"failures", "parse_failures", "requests", "retries", "timeouts", "violations"})
 
 
@@ -58,6 +60,8 @@ class Shard:
     episodes: tuple[dict[str, float | None], ...] = ()  # ``episode_facts`` of each episode, in order
     per_reward: Mapping[str, np.ndarray] = attrs.field(factory=dict)  # each reward's scores (NaN: None)
     reward_metrics: Mapping[str, Mapping[str, float]] = attrs.field(factory=dict)  # per reward, as scored
+    # per reward, how many values each of its metrics is the mean of (``RewardResult.metric_counts``)
+    metric_counts: Mapping[str, Mapping[str, int]] = attrs.field(factory=dict)
     kl_sums: np.ndarray | None = None  # kl_in_reward: each sequence's summed KL to the reference
     seconds: Mapping[str, float] = attrs.field(factory=dict)  # this rank's phases (generate, reward)
     peak_rss_mb: float = 0.0
@@ -97,6 +101,7 @@ def join(shards: Sequence[Shard]) -> Shard:
         episodes=tuple(e for s in shards for e in s.episodes),
         per_reward={n: np.concatenate([np.asarray(s.per_reward[n], dtype=np.float64) for s in shards]) for n in names},
         reward_metrics=_joined_reward_metrics(shards),
+        metric_counts=_joined_counts(shards),
         kl_sums=np.concatenate(kl) if kl else None,
         seconds={k: max(s.seconds.get(k, 0.0) for s in shards) for k in phases},
         peak_rss_mb=max((s.peak_rss_mb for s in shards), default=0.0))
@@ -104,7 +109,9 @@ def join(shards: Sequence[Shard]) -> Shard:
 
 def _joined_reward_metrics(shards: Sequence[Shard]) -> dict[str, dict[str, float]]:
     """Each reward's metrics over the whole step: mean/std/none_count from the joined scores,
-    latency the slowest rank's, a plugin's counts summed and its rates weighted by samples."""
+    latency the slowest rank's, a TRL reward's ``log_metric`` means pooled by their counts (TRL's
+    flush: every process's values summed over their number, whatever the samples), a plugin's
+    counts summed and its rates weighted by samples."""
     out: dict[str, dict[str, float]] = {}
     names = list(shards[0].reward_metrics) if shards else []
     for name in names:
@@ -121,6 +128,9 @@ def _joined_reward_metrics(shards: Sequence[Shard]) -> dict[str, dict[str, float
                 merged[key] = int(scores.size - valid.size)  # an int, as one process logs
             elif key == "latency_s":
                 merged[key] = max(float(m[key]) for _, m in parts if key in m)
+            elif any(counted := [s.metric_counts.get(name, {}).get(key, 0) for s in shards]):
+                pooled = [(c, float(m[key])) for c, (_, m) in zip(counted, parts) if key in m and c]
+                merged[key] = sum(c * v for c, v in pooled) / sum(c for c, _ in pooled)
             elif _is_count(key):
                 merged[key] = float(sum(float(m[key]) for _, m in parts if key in m))
             else:
@@ -129,6 +139,16 @@ def _joined_reward_metrics(shards: Sequence[Shard]) -> dict[str, dict[str, float
                 merged[key] = (sum(n * v for n, v in weighted) / total if total
                                else float(np.mean([v for _, v in weighted])))
         out[name] = merged
+    return out
+
+
+def _joined_counts(shards: Sequence[Shard]) -> dict[str, dict[str, int]]:
+    """Each reward's metric counts over the whole step: every rank's added."""
+    out: dict[str, dict[str, int]] = {}
+    for shard in shards:
+        for name, counts in shard.metric_counts.items():
+            for key, count in counts.items():
+                out.setdefault(name, {})[key] = out.get(name, {}).get(key, 0) + int(count)
     return out
 
 

@@ -295,14 +295,29 @@ TRL_CLIP_NAMES = {"clip_low_fraction": "clip_ratio/low_mean", "clip_high_fractio
                   "clip_high_max": "clip_ratio/high_max", "cispo_clip_fraction": "cispo_clip_ratio"}
 
 
-def clip_region_metrics(train_metrics: Mapping[str, Any]) -> dict[str, float]:
+def clip_region_metrics(train_metrics: Mapping[str, Any], policy_loss: str) -> dict[str, float]:
     """The update's clip fractions under TRL's names: below 1 - eps_low with a negative advantage,
     above 1 + eps_high with a positive one, and either (the clipped region). ``low_min`` and
     ``high_max`` are TRL's (since 1.9): the smallest and largest fraction of one completion's
     tokens clipped low / high, over the update's completions on every rank. A backend computes
     them per completion; one that does not report them leaves them out rather than logging the
-    mean under their name (only TRL <= 1.8, on one process, logged the mean there)."""
-    return {trl: float(train_metrics[ours]) for ours, trl in TRL_CLIP_NAMES.items() if ours in train_metrics}
+    mean under their name (only TRL <= 1.8, on one process, logged the mean there).
+    ``policy_loss`` picks the names TRL 1.16 logs for its loss (``_compute_loss``): the
+    ``clip_ratio/`` ones for its clipped losses (polyrl's ``ppo``), ``cispo_clip_ratio`` alone for
+    "cispo", none for "sapo" and "vespo". Why: a cispo run logged ``clip_ratio/high_mean`` (the
+    capped share, whatever the advantage's sign) and sapo and vespo runs ``clip_ratio/*`` 0.0, keys
+    TRL never logs for those losses."""
+    wanted = TRL_CLIP_KEYS.get(policy_loss, ())
+    return {trl: float(train_metrics[ours]) for ours, trl in TRL_CLIP_NAMES.items()
+            if ours in train_metrics and trl in wanted}
+
+
+#: the clip names of ``TRL_CLIP_NAMES`` TRL logs for each ``policy_loss`` (TRL 1.16's ``_compute_loss``:
+#: ``clip_ratio/*`` for loss_type grpo, bnpo, dr_grpo, dapo and luspo, ``cispo_clip_ratio`` for cispo)
+TRL_CLIP_KEYS: dict[str, tuple[str, ...]] = {
+    "ppo": tuple(name for name in TRL_CLIP_NAMES.values() if name.startswith("clip_ratio/")),
+    "cispo": ("cispo_clip_ratio",),
+}
 
 
 #: TRL's names for the sampler-trainer gap a backend reports (``reference.mismatch_metrics``):

@@ -711,6 +711,7 @@ class Trainer:
         # Metrics and the untrainable-episode decision take the whole step too (polyrl.step_gather).
         untruncated = algo.untruncated_mask([x.finish_reason for x in completions])
         shard = step_gather.Shard.of(completions, per_reward=scored.per_reward, reward_metrics=scored.metrics,
+                                     metric_counts=scored.metric_counts,
                                      kl_sums=kl_sums, seconds={"generate": rollout.seconds, "reward": times["reward"]},
                                      peak_rss_mb=peak_rss_mb())
         mine_all = (rewards, shaped, untruncated, shard, self._sample_completions(rows, completions, scored))
@@ -822,7 +823,7 @@ class Trainer:
             metrics.update(step_metrics.as_dict() if step_metrics.skipped else minibatches.pass_metrics(updates))
             if not kl_in_loss:  # no reference in the loss: a backend's kl is 0, read as "no drift" (TRL omits it)
                 metrics.pop("kl", None)
-            metrics.update(clip_region_metrics(metrics))
+            metrics.update(clip_region_metrics(metrics, objective.policy_loss))
             metrics.update(self._trl_sampling(metrics, completions, group_kept[mine], untruncated,
                                               objective.mismatch_level == "sequence",
                                               untrained_gap(*untrained, objective) if untrained[0] else None))

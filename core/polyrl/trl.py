@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import math
 import os
 import shutil
 import time
@@ -97,6 +98,19 @@ def _train_metrics(seconds: float, training_loss: float, state: Any, args: Any, 
     metrics["total_flos"] = float(state.total_flos)
     metrics["train_loss"] = training_loss
     return metrics
+
+
+def _train_loss(losses: list[float], nan_inf_filter: bool) -> float:
+    """transformers' ``train_loss`` over the steps' losses (its ``_total_loss_scalar`` over
+    ``global_step``), logging every step as polyrl does: under ``logging_nan_inf_filter`` (its
+    default True) a NaN or inf step loss adds the mean of the logging window's earlier losses,
+    none when each step is logged, so 0, and the step still counts; without the filter it adds
+    itself. Why: one skipped step (loss NaN) made the whole run's ``train_loss`` NaN."""
+    if not losses:
+        return 0.0
+    if nan_inf_filter:
+        return sum(loss for loss in losses if math.isfinite(loss)) / len(losses)
+    return sum(losses) / len(losses)
 
 
 #: GRPOTrainer arguments polyrl has no counterpart for -> the fix (None / empty is accepted)
@@ -365,7 +379,8 @@ class GRPOTrainer:
 
         losses = [m["loss"] for m in trainer.history if isinstance(m.get("loss"), (int, float))]
         run_settings(self.state, trainer)  # the state's max_steps, which the throughputs count
-        metrics = _train_metrics(time.monotonic() - started, sum(losses) / len(losses) if losses else 0.0,
+        metrics = _train_metrics(time.monotonic() - started,
+                                 _train_loss(losses, getattr(self.args, "logging_nan_inf_filter", True)),
                                  self.state, self.args, self.train_dataset, self.accelerator.num_processes)
         epoch = _last_epoch(trainer.history)
         if epoch is not None:

@@ -705,13 +705,18 @@ class RewardScores(list):
 
     ``extra`` holds columns of one value per completion for the completions log (what a TRL
     reward function hands ``log_extra``), e.g. ``{"parsed_answer": ["4", None, ...]}``.
+    ``metric_counts``: how many values a metric is the mean of (a TRL reward's ``log_metric``
+    calls); under a launcher the ranks' means of such a metric are pooled by these counts, as
+    TRL's flush sums every process's values over their count, not weighted by samples.
     """
 
     def __init__(self, scores: Any = (), metrics: Mapping[str, float] | None = None,
-                 extra: Mapping[str, Sequence[Any]] | None = None) -> None:
+                 extra: Mapping[str, Sequence[Any]] | None = None,
+                 metric_counts: Mapping[str, int] | None = None) -> None:
         super().__init__(scores)
         self.metrics: dict[str, float] = dict(metrics or {})
         self.extra: dict[str, list[Any]] = {str(k): list(v) for k, v in (extra or {}).items()}
+        self.metric_counts: dict[str, int] = {str(k): int(v) for k, v in (metric_counts or {}).items()}
 
     def __repr__(self) -> str:
         extra = f", extra={self.extra!r}" if self.extra else ""

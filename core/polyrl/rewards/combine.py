@@ -81,6 +81,9 @@ class RewardResult:
     metrics: dict[str, dict[str, float]]
     #: extra completions-log columns the rewards reported (TRL's ``log_extra``), one value per sample
     extra: dict[str, list[Any]] = attrs.field(factory=dict)
+    #: name -> metric -> how many values that metric is the mean of (``RewardScores.metric_counts``:
+    #: a TRL reward's ``log_metric`` calls), for pooling the ranks' means as TRL does
+    metric_counts: dict[str, dict[str, int]] = attrs.field(factory=dict)
 
 
 @attrs.define
@@ -608,6 +611,7 @@ class RewardComputer:
                 answers[id(provider)] = result
         per_reward: dict[str, np.ndarray] = {}
         metrics: dict[str, dict[str, float]] = {}
+        counts: dict[str, dict[str, int]] = {}
         extra: dict[str, list[Any]] = {}
         for provider in self._providers:
             answer, latency = answers[id(provider)]
@@ -622,7 +626,11 @@ class RewardComputer:
                     "latency_s": _own_latency(answer[name], latency),
                     "none_count": skipped,
                 }
-                metrics[label].update(self._extra_metrics(provider, name, answer))
+                own = self._extra_metrics(provider, name, answer)
+                metrics[label].update(own)
+                counted = getattr(answer[name], "metric_counts", None)
+                if isinstance(counted, Mapping) and counted:
+                    counts[label] = {k: int(v) for k, v in counted.items() if k in own}
                 extra.update(self._extra_columns(provider, name, answer, n))
                 if skipped:
                     log.info("reward skipped samples", reward=label, skipped=skipped, of=n,
@@ -638,4 +646,4 @@ class RewardComputer:
         total[~scored] = np.nan
         self._warn_unscored(scored, prompts, context.step)
         ordered = {name: per_reward[name] for name in self.names}
-        return RewardResult(total=total, per_reward=ordered, metrics=metrics, extra=extra)
+        return RewardResult(total=total, per_reward=ordered, metrics=metrics, extra=extra, metric_counts=counts)

@@ -178,16 +178,16 @@ def _to_wire(answer: Any) -> Any:
         raise TypeError(f"{type(value).__name__} is not JSON data")
 
     if isinstance(answer, dict):
-        answer = {name: {"scores": list(v), "metrics": v.metrics, "extra": v.extra} if isinstance(v, RewardScores)
-                  else v for name, v in answer.items()}
+        answer = {name: {"scores": list(v), "metrics": v.metrics, "extra": v.extra, "metric_counts": v.metric_counts}
+                  if isinstance(v, RewardScores) else v for name, v in answer.items()}
     return json.loads(json.dumps({"answer": answer}, default=plain))["answer"]
 
 
 def _from_wire(answer: Any) -> Any:
     if not isinstance(answer, dict):
         return answer
-    return {name: RewardScores(v["scores"], metrics=v["metrics"], extra=v["extra"])
-            if isinstance(v, dict) and set(v) == {"scores", "metrics", "extra"} else v
+    return {name: RewardScores(v["scores"], metrics=v["metrics"], extra=v["extra"], metric_counts=v["metric_counts"])
+            if isinstance(v, dict) and set(v) == {"scores", "metrics", "extra", "metric_counts"} else v
             for name, v in answer.items()}
 
 

@@ -146,6 +146,10 @@ class _CallLog:
         with np.errstate(invalid="ignore"):  # inf and -inf in one call: NaN, as TRL's sum gives
             return {name: float(np.mean(values)) for name, values in self.metrics.items()}
 
+    def counts(self) -> dict[str, int]:
+        """How many values each of ``means`` averages (what TRL's flush counts per process)."""
+        return {name: len(values) for name, values in self.metrics.items()}
+
 
 class FunctionReward:
     """A reward plugin wrapping one callable; register it with ``get_plugin_manager(extra=...)``."""
@@ -226,7 +230,8 @@ class FunctionReward:
             result = as_score_list(result)
         metrics = call_log.means()
         if (metrics or call_log.extra) and isinstance(result, list):
-            result = RewardScores(result, metrics=metrics, extra=dict(call_log.extra))
+            result = RewardScores(result, metrics=metrics, extra=dict(call_log.extra),
+                                  metric_counts=call_log.counts())
         return {self.name: result}
 
     async def await_reward(

@@ -73,8 +73,10 @@ def objective_loss(
 
     ``segments`` (each token's sequence index) is needed by the sequence-level forms (GSPO's
     ratio, sequence-level mismatch correction). ``stats`` (a dict, if given) receives the
-    ``clip_low_fraction``/``clip_high_fraction`` token sums (``reference.clip_regions``) and, with
-    ``segments``, ``clip_low_min``/``clip_high_max`` (one sequence's extreme clipped share); with
+    ``clip_low_fraction``/``clip_high_fraction`` token sums (``reference.clip_regions``), with
+    policy_loss "cispo" ``cispo_clip_fraction`` (TRL's cispo_clip_ratio count: capped with a
+    positive advantage) and, with ``segments``, ``clip_low_min``/``clip_high_max`` (one sequence's
+    extreme clipped share); with
     ``sampler_logp`` also the ``mismatch_*`` ones (see ``reference.mismatch_metrics``); with
     ``entropy`` (per token, differentiable) also ``entropy`` and ``entropy_selected`` sums; with
     ``off_policy_mask_threshold``, ``off_policy_masked``: the number of sequences dropped.
@@ -130,6 +132,8 @@ def objective_loss(
     # which side of the trust region binds (reference.clip_regions); dual-clip counts in clipped only
     extras: dict[str, mx.array] = {"clip_low_fraction": clipped_low.astype(dtype).sum(),
                                    "clip_high_fraction": clipped_high.astype(dtype).sum()}
+    if objective.policy_loss == "cispo":  # TRL's cispo_clip_ratio: capped with a positive advantage only
+        extras["cispo_clip_fraction"] = (clipped_high & (adv > 0)).astype(dtype).sum()
     if segments is not None:  # each sequence's clipped shares: TRL's clip_ratio/low_min and high_max
         slots = segments.shape[0]  # at least the sequences; a slot without a token is left out
         count = mx.zeros(slots, dtype=dtype).at[segments].add(mx.ones(segments.shape, dtype=dtype))
@@ -435,7 +439,7 @@ def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> St
         clip_fraction=sums["clipped"] / denom, tokens=total_tokens, skipped=skipped,
         extra={"lr": float(lr.item() if isinstance(lr, mx.array) else lr),
                **{k: v / (scored if k in SCORED_KEYS else denom) for k, v in sums.items()
-                  if k.startswith(("mismatch_", "entropy", "clip_")) and k not in EXTREMES and k not in RATIO_SUMS},
+                  if k.startswith(("mismatch_", "entropy", "clip_", "cispo_clip")) and k not in EXTREMES and k not in RATIO_SUMS},
                **{k: sums[k] for k in EXTREMES if k in sums and k.startswith("clip_")},
                **(gap_extremes(sums, sums, objective.corrects_mismatch) if batch.sampler_logprobs is not None else {}),
                **(rank_gap(sums, sums, total_tokens, objective.corrects_mismatch)  # one process: its own
