@@ -770,17 +770,56 @@ def test_more_steps_at_resume_say_how_the_lr_schedule_stretches_and_how_to_keep_
     assert note == ["lr schedule changed at resume: the linear lr schedule now decays over 8 optimizer updates "
                     "instead of the checkpoint's 4 (train.steps 4 -> 8): after the 2 updates already applied, "
                     "the next lr is 0.75 where the checkpoint's schedule is at 0.5. Fix: to keep the "
-                    "checkpoint's schedule, resume with optimizer.total_steps = 4; or go on, and the rest of "
-                    "the run follows the new span"]
+                    "checkpoint's schedule, resume with optimizer.total_steps = 4 and train.steps = 4 (past "
+                    "update 4 it is at lr 0); or go on, and the rest of the run follows the new span"]
 
 
 def test_the_checkpoints_span_as_total_steps_keeps_its_schedule_at_resume(toy, tmp_path):
     """The fix the warning gives: optimizer.total_steps = the checkpoint's span was refused at resume
     as a change that breaks exactness, though it keeps the schedule exactly."""
-    warned, lrs = _resume_at_step_2(_scheduled(tmp_path, 8, total_steps=4), tmp_path)
-    assert lrs[:5] == [1.0, 0.75, 0.5, 0.25, 0.0]  # the uninterrupted 4-step schedule, then its floor
-    assert not [w for w in warned if w.startswith("lr schedule changed")]
+    warned, lrs = _resume_at_step_2(_scheduled(tmp_path, 4, total_steps=4), tmp_path)
+    assert lrs == [1.0, 0.75, 0.5, 0.25]  # the uninterrupted 4-step schedule
+    assert not [w for w in warned if w.startswith("lr schedule")]
     assert "config changed at resume: optimizer.total_steps None -> 4" in warned
+
+
+def test_more_steps_past_the_checkpoints_span_at_lr_0_are_refused_before_any_step(toy, tmp_path):
+    """optimizer.total_steps = the checkpoint's span (4) with train.steps 4 -> 8: steps 5-8 trained
+    at the linear schedule's floor, lr 0 (the model unchanged by four steps of rollouts), and no
+    line said so."""
+    Trainer(_scheduled(tmp_path, 4)).run(progress=False)
+    with pytest.raises(ConfigError) as info:
+        Trainer(_scheduled(tmp_path, 8, total_steps=4), resume=str(tmp_path / "run" / "checkpoints" / "step-00000002"))
+    assert str(info.value) == (
+        "optimizer.total_steps: the last 4 optimizer updates of the resumed run would train at lr 0, changing "
+        "nothing: the linear lr schedule ends its decay at update 4 (optimizer.total_steps = 4), and this run goes "
+        "on to update 8 (steps 5-8, train.steps = 8). Fix: resume with train.steps = 4 to end where the schedule "
+        "does, or optimizer.total_steps = 8 (or unset) to decay over the whole run (the lr then leaves the "
+        "checkpoint's schedule, as its warning says)")
+    assert info.value.field == "optimizer.total_steps"
+    assert json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 4  # untouched
+
+
+def test_more_steps_past_the_span_at_a_floor_above_0_say_the_lr_they_get(toy, tmp_path):
+    """With min_lr_ratio = 0.5 the added steps train at lr x 0.5: applied, and the warning says so."""
+    from structlog.testing import capture_logs
+
+    def floored(steps: int, total_steps: int | None = None) -> RunConfig:
+        config = _scheduled(tmp_path, steps, total_steps=total_steps)
+        return attrs.evolve(config, optimizer=attrs.evolve(config.optimizer, min_lr_ratio=0.5))
+
+    Trainer(floored(4)).run(progress=False)
+    trainer = Trainer(floored(6, total_steps=4))
+    with capture_logs() as logs:
+        assert trainer.resume(tmp_path / "run" / "checkpoints" / "step-00000004")
+    warned = [e["event"] for e in logs if e["log_level"] == "warning"]
+    assert ("lr schedule floor at resume: the last 2 optimizer updates train at the schedule's floor, lr 0.5 (lr x "
+            "min_lr_ratio 0.5): the linear lr schedule ends its decay at update 4 (optimizer.total_steps = 4), and "
+            "this run goes on to update 6 (steps 5-6, train.steps = 6). Fix: to decay over the whole run, resume "
+            "with optimizer.total_steps = 6 (or unset)") in warned
+    trainer.run(progress=False)
+    lrs = [json.loads(line)["lr"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert lrs[4:] == [0.5, 0.5]  # what the warning said
 
 
 def test_more_steps_under_a_constant_schedule_say_nothing_of_the_schedule(toy, tmp_path):

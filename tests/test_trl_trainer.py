@@ -109,6 +109,64 @@ def _weights(folder):
     return {k: v for f in sorted(Path(folder).glob("*.safetensors")) for k, v in load_file(f).items()}
 
 
+def _scaled_model(folder, scale: float):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(scale)
+    return model
+
+
+def test_a_trainer_whose_saved_model_a_later_trainer_replaced_is_refused_not_trained_on_it(tiny_model_dir, tmp_path):
+    """Two GRPOTrainers built in one notebook with the same GRPOConfig (one output_dir), each given
+    a model object: the second's save replaced the first's initial_model, and the first's train()
+    trained the second's model, then put those weights into the first's model object, silently."""
+    import torch
+
+    first_model, second_model = _scaled_model(tiny_model_dir, 0.5), _scaled_model(tiny_model_dir, 1.0)
+    before = first_model.lm_head.weight.clone()
+    first = GRPOTrainer(model=first_model, reward_funcs=[short], args=_args(tmp_path, max_steps=1),
+                        train_dataset=_dataset())
+    second = GRPOTrainer(model=second_model, reward_funcs=[short], args=_args(tmp_path, max_steps=1),
+                         train_dataset=_dataset())
+    with pytest.raises(ConfigError) as err:
+        first.train()
+    assert err.value.field == "output_dir"
+    assert str(err.value) == (
+        f"output_dir: another GRPOTrainer built after this one saved its own models into the same output_dir "
+        f"({tmp_path / 'run'}), replacing {tmp_path / 'run' / 'initial_model'}: this trainer would train those, not "
+        "the ones given to it. Fix: give each GRPOTrainer its own output_dir (GRPOConfig(output_dir=...)), or "
+        "build this trainer again")
+    with pytest.raises(ConfigError, match="another GRPOTrainer built after this one"):
+        first.save_model(str(tmp_path / "saved"))  # the copy it would save is the second's model too
+    assert torch.equal(first_model.lm_head.weight, before)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # refused before any step
+    assert second.train().global_step == 1  # the newest trainer there trains its own model
+
+
+@pytest.mark.slow
+def test_two_trainers_built_before_either_trains_each_train_their_own_model(tiny_model_dir, tmp_path):
+    """Built side by side (own output_dirs) and trained one after the other, each trains exactly as
+    if it had been built alone: no state shared through the process (registry, seeds, engines)."""
+    import torch
+
+    first = GRPOTrainer(model=_scaled_model(tiny_model_dir, 0.5), reward_funcs=[short],
+                        args=_args(tmp_path / "a", max_steps=1, learning_rate=1e-2), train_dataset=_dataset())
+    second = GRPOTrainer(model=_scaled_model(tiny_model_dir, 1.0), reward_funcs=[short],
+                         args=_args(tmp_path / "b", max_steps=1, learning_rate=1e-2), train_dataset=_dataset())
+    second.train()
+    first.train()
+    alone = GRPOTrainer(model=_scaled_model(tiny_model_dir, 0.5), reward_funcs=[short],
+                        args=_args(tmp_path / "alone", max_steps=1, learning_rate=1e-2), train_dataset=_dataset())
+    alone.train()
+    trained, expected = _weights(tmp_path / "a" / "run" / "model"), _weights(tmp_path / "alone" / "run" / "model")
+    assert all(torch.equal(trained[k], expected[k]) for k in expected)
+    other = _weights(tmp_path / "b" / "run" / "model")
+    assert any(not torch.equal(trained[k], other[k]) for k in other)  # the second's model is another one
+
+
 def test_the_model_object_given_holds_the_trained_weights_after_train(tiny_model_dir, tmp_path):
     """TRL trains the object a script passes, and scripts use it afterwards (model.save_pretrained,
     generate): it must not silently stay the untrained model."""

@@ -131,14 +131,16 @@ def _span(flat: dict[str, Any], updates_per_step: int) -> int | None:
     return steps * updates_per_step if isinstance(steps, int) else None
 
 
-def schedule_note(saved: dict[str, Any] | None, config: RunConfig, updates: int | None) -> str | None:
+def schedule_note(saved: dict[str, Any] | None, config: RunConfig, updates: int | None,
+                  step: int | None = None) -> str | None:
     """What a changed schedule span (``train.steps``, or ``optimizer.total_steps``) does at resume
     to a decaying lr schedule, with the way to keep the checkpoint's; None when nothing changes.
 
     Why: the span follows ``train.steps``, so extending a linear/cosine run at resume re-stretched
     the decay from the resumed update on (the lr jumped back up mid-run), and only
     ``train.steps 4 -> 8`` was logged. ``updates``: the checkpoint's applied updates (the lrs are
-    left out without it)."""
+    left out without it); ``step``: its step (the fix then says which train.steps keeps the old
+    span's steps off a zero lr)."""
     from polyrl.engines import run_optimizer
     from polyrl.schedules import lr_multiplier
 
@@ -162,8 +164,68 @@ def schedule_note(saved: dict[str, Any] | None, config: RunConfig, updates: int 
 
         text += (f": after the {updates} updates already applied, the next lr is {lr(new):.4g} where the "
                  f"checkpoint's schedule is at {lr(old):.4g}")
-    return (text + f". Fix: to keep the checkpoint's schedule, resume with optimizer.total_steps = {old}; "
+    keep = f"optimizer.total_steps = {old}"
+    if opt.min_lr_ratio == 0 and isinstance(updates, int) and isinstance(step, int):
+        span = max(old, opt.warmup_steps)
+        if _last_update(config, updates, step) > span:  # that span ends at lr 0 before this run does
+            keep += f" and train.steps = {_steps_within(span, updates, step, per_step)} (past update {span} it is at lr 0)"
+    return (text + f". Fix: to keep the checkpoint's schedule, resume with {keep}; "
             "or go on, and the rest of the run follows the new span")
+
+
+def _last_update(config: RunConfig, updates: int, step: int) -> int:
+    """The optimizer updates applied when the resumed run ends (no step skipped)."""
+    return updates + max(0, config.train.steps - step) * config.algorithm.updates_per_step
+
+
+def _steps_within(span: int, updates: int, step: int, per_step: int) -> int:
+    """The train.steps whose updates all come before the schedule's floor at update ``span``."""
+    return step + max(0, span - updates) // per_step
+
+
+def floor_check(saved: dict[str, Any] | None, config: RunConfig, updates: int | None, step: int | None) -> str | None:
+    """A warning when a resumed run's added updates train at a decaying schedule's floor
+    (``lr x min_lr_ratio``), past the update its ``optimizer.total_steps`` ends the decay at; a
+    ``ConfigError`` when that floor is lr 0. None when the run stays within its span, or runs past
+    it no further than the checkpoint's own config did (a span its run chose).
+
+    Why: resuming with the checkpoint's span (the fix ``schedule_note`` gives) and more
+    ``train.steps`` trained the added steps at lr 0, which leaves the model as it was: steps of
+    rollouts and scoring for nothing, and no line said so."""
+    from polyrl.engines import run_optimizer
+
+    opt = run_optimizer(config)
+    if not saved or opt.schedule == "constant" or not isinstance(step, int):
+        return None
+    per_step = config.algorithm.updates_per_step
+    done = updates if isinstance(updates, int) else step * per_step
+    span = max(opt.total_steps or 0, opt.warmup_steps)
+    past = _last_update(config, done, step) - span
+    old_span = _span(saved, per_step)
+    old_steps, old_warmup = saved.get("train.steps"), saved.get("optimizer.warmup_steps")
+    if isinstance(old_span, int) and isinstance(old_steps, int):
+        already = old_steps * per_step - max(old_span, old_warmup if isinstance(old_warmup, int) else 0)
+        if past <= already:
+            return None
+    if past <= 0:
+        return None
+    first = step + max(0, span - done) // per_step + 1
+    steps = f"step {first}" if first == config.train.steps else f"steps {first}-{config.train.steps}"
+    floor = opt.lr * opt.min_lr_ratio
+    where = (f"the {opt.schedule} lr schedule ends its decay at update {span} (optimizer.total_steps = "
+             f"{opt.total_steps}), and this run goes on to update {span + past} ({steps}, train.steps = "
+             f"{config.train.steps})")
+    if floor == 0:
+        within = _steps_within(span, done, step, per_step)
+        keep = f"train.steps = {within} to end where the schedule does, " if within > step else ""
+        raise ConfigError(
+            f"the last {past} optimizer updates of the resumed run would train at lr 0, changing nothing: {where}",
+            field="optimizer.total_steps" if config.optimizer.total_steps is not None else "train.steps",
+            fix=f"resume with {keep}or optimizer.total_steps = {span + past} (or unset) to decay over the whole run "
+                "(the lr then leaves the checkpoint's schedule, as its warning says)")
+    return (f"the last {past} optimizer updates train at the schedule's floor, lr {floor:.4g} (lr x "
+            f"min_lr_ratio {opt.min_lr_ratio:g}): {where}. Fix: to decay over the whole run, resume with "
+            f"optimizer.total_steps = {span + past} (or unset)")
 
 
 def check(saved: dict[str, Any] | None, config: RunConfig, weights_only: bool) -> list[str]:

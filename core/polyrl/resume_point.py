@@ -68,10 +68,14 @@ def resume_point(config: RunConfig, path: str | Path | None, weights_only: bool,
         if announce:
             log.warning(f"config changed at resume: {change}", applied=True)
     # a weights-only resume starts the optimizer, and so the schedule, fresh: nothing to compare
-    note = None if weights_only else resume_config.schedule_note(state.get("config"), config,
-                                                                  state.get("updates_applied"))
-    if announce and note:
-        log.warning(f"lr schedule changed at resume: {note}")
+    if not weights_only:
+        saved, updates, step = state.get("config"), state.get("updates_applied"), state.get("step")
+        note = resume_config.schedule_note(saved, config, updates, step)
+        if announce and note:
+            log.warning(f"lr schedule changed at resume: {note}")
+        floor = resume_config.floor_check(saved, config, updates, step)  # raises for a floor of lr 0
+        if announce and floor:
+            log.warning(f"lr schedule floor at resume: {floor}")
     return found, state
 
 

@@ -235,6 +235,10 @@ class GRPOTrainer:
         self.accelerator = _Accelerator()
         self.model_path, entries, tokenizer_folders = self._saved_objects(model, processing_class, user_rewards,
                                                                           reward_tokenizers)
+        #: the folders saved from objects given (under output_dir), which a later trainer there replaces
+        self._saved_folders = [*([self.model_path] if not isinstance(model, (str, Path)) else []),
+                               *[e for e, given in zip(entries, user_rewards) if e is not given],
+                               *[f for f in tokenizer_folders if f is not None]]
         #: the PreTrainedModel given (None for a folder): train() puts the trained weights into it,
         #: as TRL trains the object a script keeps using after train()
         self._model_object = None if isinstance(model, (str, Path)) else model
@@ -277,10 +281,11 @@ class GRPOTrainer:
         model objects and tokenizers the script holds saved under output_dir, under its run lock
         (``run_lock.held_while_writing``): a second trainer on the output_dir of a running run
         replaced that run's ``initial_model`` and ``reward_models`` before ``train()`` refused it."""
-        from polyrl import run_lock, trl_reward_models
+        from polyrl import run_lock, trl_reward_models, trl_saves
 
         output_dir = self.grpo_config.output_dir
         with run_lock.held_while_writing(Path(output_dir), self.accelerator.is_main_process):
+            self._saver_token = trl_saves.claim(output_dir)  # before the save: a failed one replaced files too
             model_path = _model_folder(model, processing_class, output_dir)
             entries, folders = trl_reward_models.saved_reward_models(rewards, tokenizers, output_dir)
         return model_path, entries, folders
@@ -298,6 +303,7 @@ class GRPOTrainer:
 
         if trial is not None:
             raise ConfigError("polyrl runs no hyperparameter search", field="trial", fix="remove trial")
+        self._check_own_saves()
         resume: str | None = None
         if resume_from_checkpoint:
             resume = "" if resume_from_checkpoint is True else str(resume_from_checkpoint)
@@ -477,6 +483,7 @@ class GRPOTrainer:
             raise ConfigError(f"metric_key_prefix is {metric_key_prefix!r}", field="metric_key_prefix",
                               fix='pass a name for the keys, e.g. metric_key_prefix="eval" (the default)')
         sets = eval_sets(eval_dataset, self.eval_dataset)
+        self._check_own_saves(trained=self.summary is not None)
         folder = self.model_path if self.summary is None else str(self._model_source("evaluate"))
         # the trained folder holds merged weights; before training LoRA adapters start at zero
         policy = attrs.evolve(self.policy, model=folder, lora=None)
@@ -516,6 +523,8 @@ class GRPOTrainer:
         ``AutoPeftModelForCausalLM.from_pretrained(dir)`` loads. Before ``train()``, the model as
         given (TRL saves whatever model the trainer holds; with ``peft_config`` its untrained adapter)."""
         target = Path(output_dir or self.grpo_config.output_dir)
+        if self.summary is None:  # the model as given: its saved copy
+            self._check_own_saves()
         if self.policy.lora is not None:
             self._save_adapter(target)
             return
@@ -591,6 +600,14 @@ class GRPOTrainer:
         if self._peft_model is not None:  # adapters on other layers than polyrl trained: replaced
             self._model_object = self._peft_model.unload()
         self._peft_model = trl_peft.trained(self._model_object, adapter)
+
+    def _check_own_saves(self, trained: bool = False) -> None:
+        """Refuse to train, evaluate or save when a trainer built later replaced the model objects
+        this one saved (``trained``: the given model is past, its reward models are not)."""
+        from polyrl import trl_saves
+
+        folders = [f for f in getattr(self, "_saved_folders", []) if not (trained and f == self.model_path)]
+        trl_saves.check_still_ours(self.grpo_config.output_dir, getattr(self, "_saver_token", None), folders)
 
     def _model_source(self, asked: str) -> Path:
         """The folder of the model as it stands: trained after ``train()``, else the one given."""
