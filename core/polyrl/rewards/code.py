@@ -119,23 +119,23 @@ What is NOT isolated, or only partly:
       returns come back as themselves, as does a namedtuple, as the trainer's own of that name); any other object the solution returns compares equal
       only to itself, so ``assert make_point() == Point(1, 2)`` fails even when the
       solution is right, and it never answers the yes/no methods of str, bytes, sets and numbers
-      (``startswith``, ``isdigit``, ``issubset``, ``is_integer``: ``harness.DATA_PREDICATES``),
+      (``startswith``, ``isdigit``, ``issubset``, ``is_integer``: ``remote.DATA_PREDICATES``),
       which a str or set it returns answers; one a solution's function returns (``f(s)``, named
       like a function in the tests) never answers ``count``/``find``/``index``/``rfind``/``rindex``
-      either (``harness.DATA_QUERIES``), while objects made from the solution's classes
+      either (``remote.DATA_QUERIES``), while objects made from the solution's classes
       (``UnionFind(3).find(0)``) do, asked with constant arguments outside loops (numpy scalars come back as numbers; an array stays in the
       sample, ``list(arr)`` works; a generator's ``next()`` works, its end raising an error, not
       StopIteration); in-place changes to a list passed as argument are not seen by
       the tests. A module the tests use without importing it is the trainer's real module when
       its name is a well-known one used only as a module (``math.isclose``, ``np.allclose``:
-      ``harness.TEST_MODULES``), and so is a standard function, class or constant of a pure
+      ``tests_modules.TEST_MODULES``), and so is a standard function, class or constant of a pure
       standard-library module (``permutations``, ``reduce``, ``Counter``, ``ascii_lowercase``,
       ``assert_allclose``) that the statements it flows through use beside another name of the
       solution's (``polyrl.sandbox.standard_names``: where the tests check it on its own,
       ``assert gcd(12, 8) == 4``, it is the task's and the solution's); one the trainer cannot
       import is unusable, never the solution's. Any other name the tests use unbound is whatever
       the solution bound to it: a read-only view of the trainer's module for a pure
-      standard-library one (``harness.SAFE_MODULES``), else the solution's object or nothing;
+      standard-library one (``tests_modules.SAFE_MODULES``), else the solution's object or nothing;
       tests (or ``setup``) should import what they use.
     * Without bubblewrap only ``isolation = "weak"`` or ``"off"`` run (the default refuses): the
       unshare level has network and PID namespaces but the host's files are visible with the

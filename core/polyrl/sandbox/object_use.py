@@ -5,7 +5,7 @@ whatever the data, so an object of the sample's that always answers 1 or 0 passe
 work: ``WORDS = Liar()`` against ``all(WORDS.count(w) == 1 for w in ...)``, and a task function
 spelled like a class, ``def Dedupe(s): return Liar()`` against ``Dedupe(s).count(c) == 1``. Data
 the sample holds comes over as itself and answers such queries here; an object of its answers
-them (``harness.DATA_QUERIES``) only where the tests use it, or the solution's name it came from,
+them (``remote.DATA_QUERIES``) only where the tests use it, or the solution's name it came from,
 as an object: they
 
 - call one of its methods for the effect, as a statement (``tally.add('a')``, ``uf.union(0, 1)``),

@@ -23,7 +23,8 @@ from polyrl.rewards import forked, guard
 from polyrl.sandbox import isolation, leftovers, tests_guard, uids
 from polyrl.sandbox.isolation import STRONG_LEVELS
 from polyrl.sandbox.channel import Channel, SampleStopped
-from polyrl.sandbox.harness import Session, exception_parts, exception_text, run_tests
+from polyrl.sandbox.harness import Session, run_tests
+from polyrl.sandbox.remote_exceptions import exception_parts, exception_text
 from polyrl.sandbox.values import ProtocolError
 
 log = get_logger("polyrl.sandbox")

@@ -18,7 +18,7 @@ import resource
 import sys
 
 MAX_ITEMS = 100_000
-#: Standard types the harness rebuilds from plain data (``harness.REBUILT``, the other way round):
+#: Standard types the harness rebuilds from plain data (``standard_values.REBUILT``, the other way round):
 #: (module, name) -> (the harness's constructor's module and name, the plain data it takes). By
 #: name, not class: a solution's subclass has its own module and stays a handle.
 _STANDARD = {
@@ -222,7 +222,7 @@ def _describe(exc):
 def _plain_state(exc):
     """The exception's ``args`` (null unless plain data) and up to 32 instance attributes that are
     plain data, encoded: the harness gives its own copy of the exception these values
-    (``harness.remote_exception``); nothing else of the object crosses. Empty when reading them
+    (``remote_exceptions.remote_exception``); nothing else of the object crosses. Empty when reading them
     fails (an ``args`` property that raises): the class and message still cross."""
     try:
         return _read_state(exc)

@@ -1,7 +1,7 @@
 """Which operands of the tests' ``zip`` and ``map`` calls come from one value, found statically.
 
 Why: ``all(abs(a - b) < 1e-9 for a, b in zip(f(2), [1.0]))`` holds vacuously when ``f`` returns
-``[]``, so a wrong solution passed it (``harness.tests_pairing`` fails an empty operand beside one with
+``[]``, so a wrong solution passed it (``pairing.tests_pairing`` fails an empty operand beside one with
 items). A one-item operand beside an empty one is also the pairwise idiom on a right one-item
 answer, ``zip(r, r[1:])``, where the emptiness is the test's own (the property holds for any answer
 that short) and must pass. The two differ in where the operands come from: the pairwise ones are

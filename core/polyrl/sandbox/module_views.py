@@ -1,0 +1,125 @@
+"""Modules as the tests see them: read-only for a solution's import, or with names of the tests' own.
+
+Why a module of its own: the views (``ModuleView``, ``BuiltinsView``, ``ModuleWithViews``,
+``ModulesView``) only route attribute reads and writes; which module a name stands for is
+``tests_modules``', and numpy's checks are ``numpy_checks``'.
+"""
+
+from __future__ import annotations
+
+import builtins
+import collections
+import sys
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+class ModuleView:
+    """A trainer's module as the tests see it for a solution's import: attributes read through,
+    no change (the module is shared with every later sample, and the sample chose the name)."""
+
+    __slots__ = ("_module",)
+
+    def __init__(self, module: Any) -> None:
+        object.__setattr__(self, "_module", module)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name not in ("__name__", "__all__"):
+            raise AttributeError(name)  # ``__dict__`` would be a way to change the module
+        return getattr(self._module, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise TypeError(f"module {self._module.__name__!r} cannot be changed through the solution's import")
+
+    def __delattr__(self, name: str) -> None:
+        raise TypeError(f"module {self._module.__name__!r} cannot be changed through the solution's import")
+
+    def __dir__(self) -> list[str]:
+        return dir(self._module)
+
+    def __repr__(self) -> str:
+        return f"<module {self._module.__name__!r} (read-only)>"
+
+
+class BuiltinsView:
+    """The ``builtins`` module as the tests' ``import builtins`` gives it: the real module, but
+    their own ``zip``/``map``/``filter``/``enumerate`` (``tests_pairing``). Why: ``builtins.zip(f(2), [1.0])``
+    was Python's zip, vacuous on ``return []``. Setting an attribute sets the real module's, as
+    before, and from then on reads it back."""
+
+    __slots__ = ("_own",)
+
+    def __init__(self, own: dict[str, Any]) -> None:
+        object.__setattr__(self, "_own", own)
+
+    def __getattr__(self, name: str) -> Any:
+        own = object.__getattribute__(self, "_own")
+        if name == "__dict__":  # ``builtins.__dict__['zip']``: theirs too, what they write read back here
+            return collections.ChainMap(own, vars(builtins))
+        return own[name] if name in own else getattr(builtins, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__getattribute__(self, "_own").pop(name, None)
+        setattr(builtins, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        object.__getattribute__(self, "_own").pop(name, None)
+        delattr(builtins, name)
+
+    def __dir__(self) -> list[str]:
+        return dir(builtins)
+
+    def __repr__(self) -> str:
+        return "<module 'builtins' (built-in)>"
+
+
+class ModuleWithViews:
+    """A module as the tests see it: the real one, read and written through, but for some names
+    of their own (``tests_view``)."""
+
+    __slots__ = ("_module", "_own")
+
+    def __init__(self, module: Any, own: dict[str, Any]) -> None:
+        object.__setattr__(self, "_module", module)
+        object.__setattr__(self, "_own", own)
+
+    def __getattr__(self, name: str) -> Any:
+        own = object.__getattribute__(self, "_own")
+        return own[name] if name in own else getattr(object.__getattribute__(self, "_module"), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__getattribute__(self, "_own").pop(name, None)
+        setattr(object.__getattribute__(self, "_module"), name, value)
+
+    def __delattr__(self, name: str) -> None:
+        object.__getattribute__(self, "_own").pop(name, None)
+        delattr(object.__getattribute__(self, "_module"), name)
+
+    def __dir__(self) -> list[str]:
+        return dir(object.__getattribute__(self, "_module"))
+
+    def __repr__(self) -> str:
+        return repr(object.__getattribute__(self, "_module"))
+
+
+class ModulesView(MutableMapping[str, Any]):
+    """``sys.modules`` as the tests see it: the real mapping, but for the views named (``tests_view``)."""
+
+    def __init__(self, views: dict[str, Any]) -> None:
+        self._views = views
+
+    def __getitem__(self, name: str) -> Any:
+        return self._views[name] if name in self._views else sys.modules[name]
+
+    def __setitem__(self, name: str, module: Any) -> None:
+        self._views.pop(name, None)
+        sys.modules[name] = module
+
+    def __delitem__(self, name: str) -> None:
+        self._views.pop(name, None)
+        del sys.modules[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(sys.modules))
+
+    def __len__(self) -> int:
+        return len(sys.modules)

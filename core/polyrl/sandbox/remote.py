@@ -1,0 +1,157 @@
+"""A value that lives in the sample, as the tests see it: every use of it is a request.
+
+Why a module of its own: the tests' ``zip``/``map`` (``pairing``) and the harness both ask whether a
+value is the sample's (``isinstance(v, Remote)``), and the rules of which questions such a value may
+answer (``DATA_PREDICATES``, ``DATA_QUERIES``) belong with it, not with the running of the tests.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from polyrl.sandbox.object_use import ANY_ROOT
+
+if TYPE_CHECKING:
+    from polyrl.sandbox.harness import Session
+
+#: Yes/no methods of the built-in str, bytes, set and number types. A sample's object (a
+#: ``Remote``) never answers them: a ``str`` or ``set`` the solution returns comes over as itself
+#: and answers here, while a class of its own whose every method says yes passed ``assert
+#: greet(n).startswith("Hi")``, ``assert evens(xs).issubset({2, 4})`` and ``assert
+#: half(x).is_integer()`` (it sees the question before it answers).
+DATA_PREDICATES = frozenset({"startswith", "endswith"} | {
+    name for kind in (str, bytes, bytearray, set, frozenset, int, float) for name in dir(kind)
+    if name.startswith("is") and not name.startswith("__")})
+#: Queries of the built-in str, list and tuple types whose expected answer is often a fixed number
+#: (``s.count(c) == 1`` for "no repeats", ``s.find(p) == 0`` for "starts with", ``-1`` for "not
+#: there"). An object the sample returned from a call of one of its functions (``f(s)``: the tests
+#: expect data from it, which comes over as itself) never answers them with arguments: an object
+#: whose ``count`` always says 1 passed ``all(dedupe(s).count(c) == 1 for c in s)``. Other objects
+#: of the sample's (its names' values, ``WORDS = Liar()``, and what a name spelled like a class
+#: makes, ``Dedupe(s)``) answer them only where the tests use that name as an object
+#: (``polyrl.sandbox.object_use``: ``uf = UnionFind(3); uf.union(0, 1); uf.find(0)``,
+#: ``tally.add('a'); tally.count('a')``), or that are an instance of the class a name spelled like
+#: a class is (``Words('a b a').count('a') == 2``) where the tests ask its queries only with
+#: constant arguments outside loops (in a loop the expected answer is the same for every
+#: argument, what the forgery gives: ``all(Dedupe(s).count(c) == 1 for c in s)`` of a ``class
+#: Dedupe`` whose ``count`` says 1). Without arguments (``Stack().count()``) no str or list
+#: answers them, so the object does; any other method too (``f(x).equals(y)`` expects an object,
+#: whose own answer it is).
+DATA_QUERIES = frozenset({"count", "index", "find", "rfind", "rindex"})
+#: Built-in data types, whose own ``__eq__`` never compares with a ``Remote``.
+_PLAIN_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set,
+                          frozenset})
+
+
+class Remote:
+    """A value that lives in the sample; every use of it is a request.
+
+    ``_data``: the tests expect built-in data from it (what a call returned, unless the callee is a
+    solution name spelled like a class, or anything read from such a value); ``_origin``: the name
+    it has among the solution's names, if any; ``_root``: the solution's name it was reached from;
+    ``_query``: a ``DATA_QUERIES`` method that refuses to be called with arguments (see there)."""
+
+    __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made")
+
+    def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
+                 origin: str | None = None, root: str | None = None) -> None:
+        object.__setattr__(self, "_session", session)
+        object.__setattr__(self, "_ref", ref)
+        object.__setattr__(self, "_kind", kind)
+        object.__setattr__(self, "_type", type_name)
+        object.__setattr__(self, "_data", data)
+        object.__setattr__(self, "_origin", origin)
+        object.__setattr__(self, "_root", origin or root)
+        object.__setattr__(self, "_query", False)
+        object.__setattr__(self, "_made", False)
+
+    def _gives_data(self) -> bool:
+        """Whether what calling it returns is data to the tests: anything but a solution name
+        spelled like a class (``Stack(3)``, ``UnionFind(5)``); a function (``f``, ``make_list``) or
+        a method (``Solution().dedupe(s)``, LeetCode's shape) returns data."""
+        return self._origin is None or self._origin[:1].islower()
+
+    def _answers_queries(self) -> bool:
+        """Whether its own ``DATA_QUERIES`` methods answer with arguments (see there): never for
+        data the tests expect; for an object the tests use as one (``object_use.object_roots``),
+        or an instance the tests made of a solution's class they name (``Words('a b a')``) where
+        they ask it only with constant arguments outside loops (``object_use.varied_query_roots``)."""
+        s = self._session
+        if self._data:
+            return False
+        return self._root in s.objects or (self._made and not {self._root, ANY_ROOT} & s.varied)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._query and (args or kwargs):
+            raise AttributeError(f"the sample's {self._type[:100]!r} object answers no str/list query "
+                                 f"({', '.join(sorted(DATA_QUERIES))}) here: only a str, list or tuple it returns "
+                                 "as a value does, or an object the tests use as one")
+        s = self._session
+        value = s.ask("call", self._gives_data(), root=self._root, ref=self._ref, args=[s.arg(a) for a in args],
+                      kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
+        if isinstance(value, Remote) and not self._gives_data() and value._type == self._origin:
+            object.__setattr__(value, "_made", True)  # ``Words('a b a')``: an instance of the class named
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)  # protocol lookups (``__array__``, ...) stay local
+        if name in DATA_PREDICATES:
+            raise AttributeError(f"{name}() of the sample's {self._type[:100]!r} object: only a str, bytes, set or "
+                                 "number it returns as a value answers it")
+        s = self._session
+        value = s.ask("getattr", self._data, root=self._root, ref=self._ref, name=name)
+        if isinstance(value, Remote) and name in DATA_QUERIES and not self._answers_queries():
+            object.__setattr__(value, "_query", True)
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise TypeError("values that live in the sample cannot be changed from the tests")
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._session.ask("getitem", self._data, root=self._root, ref=self._ref, key=self._session.arg(key))
+
+    def __len__(self) -> int:
+        value = self._session.ask("len", False, ref=self._ref)
+        if type(value) is not int:
+            raise TypeError("len() of a sample's value is not an int")
+        return value
+
+    def __iter__(self) -> Any:
+        return iter(self._session.ask("iter", self._data, root=self._root, ref=self._ref))
+
+    def __next__(self) -> Any:
+        """The next item of an iterator the solution returned (``next(f(x))`` of a generator;
+        ``for`` and ``list`` go through ``__iter__``). Its end is a ``RemoteError``, never
+        StopIteration, which would end a ``map`` of the tests' early (``EXCEPTIONS``). Why: a
+        right generator failed ``assert next(gen(3)) == 0`` ("'Remote' object is not an iterator")."""
+        return self._session.ask("next", self._data, root=self._root, ref=self._ref)
+
+    def __bool__(self) -> bool:
+        return self._session.ask("bool", False, ref=self._ref) is True
+
+    def __str__(self) -> str:
+        value = self._session.ask("str", False, ref=self._ref)
+        if type(value) is not str:
+            raise TypeError("str() of a sample's value is not a str")
+        return value
+
+    def __eq__(self, other: object) -> Any:
+        """Itself only. False, not NotImplemented, against built-in data, which never compares
+        with it: NotImplemented is truthy, so ``assert f(x).__eq__("abc")`` held for any object;
+        other types (numpy arrays, ``pytest.approx``) still get their reflected turn."""
+        if self is other:
+            return True
+        return False if type(other) in _PLAIN_TYPES else NotImplemented
+
+    def __ne__(self, other: object) -> Any:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"<{self._type[:100]} in the sample>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a sample's value cannot be pickled")

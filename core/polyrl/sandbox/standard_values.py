@@ -1,0 +1,79 @@
+"""Standard values (``Counter``, ``deque``, ``Fraction``, ``range``, a namedtuple) crossing as plain data.
+
+Why a module of its own: a test passes them to the sample and the sample returns them, and each
+side rebuilds its own copy from data of one fixed shape; which types, and how each is checked on
+the way back (``rebuilt``, ``named_tuple``), is independent of how the tests are run.
+"""
+
+from __future__ import annotations
+
+import collections
+import decimal
+import fractions
+import functools
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from polyrl.sandbox.values import ProtocolError, spread
+
+#: Standard types (``standard_names``') a test may pass to the solution: type -> (module, name, plain
+#: data the sample's own constructor takes). Why: with ``deque`` the trainer's, a test's
+#: ``rotate(deque([1, 2, 3]))`` could not be sent, and a right solution failed it.
+REBUILT: dict[type, tuple[str, str, Callable[[Any], Any]]] = {
+    collections.Counter: ("collections", "Counter", dict),
+    collections.OrderedDict: ("collections", "OrderedDict", lambda v: list(v.items())),
+    collections.deque: ("collections", "deque", list),
+    collections.defaultdict: ("builtins", "dict", dict),  # its factory is the tests' code: a plain dict
+    fractions.Fraction: ("fractions", "Fraction", str),
+    decimal.Decimal: ("decimal", "Decimal", str),
+}
+#: Built-in types a test may pass that the sample makes from positional arguments: type ->
+#: (module, name, the arguments). Why: ``total(range(5))`` and ``f(x)[:2]`` (a slice, on a numpy
+#: array the solution returned) could not be sent, so right solutions failed them.
+CONSTRUCTED: dict[type, tuple[str, str, Callable[[Any], list[Any]]]] = {
+    range: ("builtins", "range", lambda r: [r.start, r.stop, r.step]),
+    slice: ("builtins", "slice", lambda s: [s.start, s.stop, s.step]),
+}
+#: The same standard types coming back from the sample: (module, name) -> the constructor that
+#: rebuilds one here from exact plain data (a defaultdict comes as a dict). Why: a Counter, deque,
+#: Fraction the solution returned stayed in the sample, comparing equal to nothing, so a right
+#: ``count(s)`` returning ``Counter(s)`` failed ``assert count(s) == Counter(s)``. Sound: the
+#: value here is the trainer's own type, built from data (no method of the sample's answers).
+REBUILDERS: dict[tuple[str, str], Callable[[Any], Any]] = {
+    (module, name): getattr(importlib.import_module(module), name) for module, name, _ in REBUILT.values()}
+
+
+def rebuilt(module: str, name: str, plain: Any) -> Any:
+    """The standard value (``REBUILDERS``) a sample sent as plain data, from data of the one shape
+    its constructor is sent (``server._STANDARD``), else ``ProtocolError``. Why the shape: an
+    ``OrderedDict`` (or dict) built from a list of pairs hashes keys no ``spread`` has seen, and
+    30k colliding keys held the trainer for seconds, as a set of them did (``values.MAX_SAME_HASH``)."""
+    if name in ("Fraction", "Decimal"):
+        ok = type(plain) is str
+    elif name == "OrderedDict":
+        ok = type(plain) is list and all(type(p) is tuple and len(p) == 2 for p in plain)
+        if ok:
+            spread([key for key, _ in plain])
+    else:
+        ok = type(plain) is (list if name == "deque" else dict)
+    if not ok:
+        raise ProtocolError(f"a {name} sent as {type(plain).__name__}")
+    return REBUILDERS[module, name](plain)
+
+
+def named_tuple(data: Any) -> tuple[Any, ...]:
+    """A namedtuple the solution returned, as an instance of the trainer's own namedtuple class
+    of that name and fields (``(name, fields, values)``, plain data), else ``ProtocolError``.
+    Why: it stayed in the sample, equal to nothing, so a right ``pt(1, 2)`` failed ``== (1, 2)``;
+    the class here has a tuple's equality, whatever the sample's said."""
+    if not (type(data) is tuple and len(data) == 3 and type(data[0]) is str and type(data[1]) is tuple
+            and type(data[2]) is tuple and len(data[1]) == len(data[2]) <= 255
+            and all(type(f) is str for f in data[1])):
+        raise ProtocolError("a malformed namedtuple")
+    return _named_class(data[0], data[1])(*data[2])
+
+
+@functools.lru_cache(maxsize=64)
+def _named_class(name: str, fields: tuple[str, ...]) -> Any:
+    return collections.namedtuple(name, fields)  # checks that every name is an identifier
