@@ -1713,7 +1713,7 @@ def nothing(completions, **kwargs):
 #: (TRL's entropy, a forward pass polyrl skips on such a step, is not logged: README "Coming from TRL".)
 UNSCORED_STEP_KEYS = ("loss", "grad_norm", "reward", "reward_std", "rewards/nothing/mean", "rewards/nothing/std",
                       "frac_reward_zero_std", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
-                      "clip_ratio/low_min", "clip_ratio/high_max")
+                      "clip_ratio/low_min", "clip_ratio/high_max", "learning_rate")
 
 
 def _unscored_steps(trainer_class, tiny_model_dir: str, where: Path) -> tuple[list[dict], float]:
@@ -1733,10 +1733,13 @@ def test_a_step_no_reward_scored_logs_what_trl_logs_and_no_nan(tiny_model_dir, t
     training_loss NaN) and NaN for reward, reward_std and rewards/nothing/mean and /std; then
     frac_reward_zero_std 1.0 and no clip_ratio keys."""
     steps, training_loss = _unscored_steps(GRPOTrainer, tiny_model_dir, tmp_path)
-    for entry in steps:
+    # TRL's optimizer and scheduler still step: the linear decay's lr, not the first step's again
+    # (polyrl skipped the update and held the schedule: 1e-4 twice)
+    for entry, lr in zip(steps, (1e-4, 5e-5)):
         assert {key: entry.get(key) for key in UNSCORED_STEP_KEYS} == {
             "loss": 0.0, "grad_norm": 0.0, "reward": None, "reward_std": None, "rewards/nothing/mean": None,
-            "rewards/nothing/std": None, "frac_reward_zero_std": 0.0, **dict.fromkeys(UNSCORED_STEP_KEYS[7:], 0.0)}
+            "rewards/nothing/std": None, "frac_reward_zero_std": 0.0, **dict.fromkeys(UNSCORED_STEP_KEYS[7:12], 0.0),
+            "learning_rate": pytest.approx(lr)}
         assert [key for key, value in entry.items() if isinstance(value, float) and math.isnan(value)] == []
     assert training_loss == 0.0
 
