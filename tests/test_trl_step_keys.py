@@ -340,3 +340,13 @@ def test_a_cispo_step_with_nothing_to_train_logs_trls_cispo_clip_ratio_zero():
     assert no_loss_token_metrics(False, cispo)["cispo_clip_ratio"] == 0.0
     assert "cispo_clip_ratio" not in nothing_scored_metrics(Objective())
     assert "cispo_clip_ratio" not in no_loss_token_metrics(False, Objective())
+
+
+def test_a_vespo_step_over_no_loss_token_logs_trls_phi_seq_mean_one():
+    """Every completion cut under mask_truncated_completions: TRL's vespo weight sums no token's
+    log-ratio, so each row's is exp(lambda - lambda) = 1 and it logs vespo/phi_seq_mean 1.0."""
+    from polyrl.algorithms.objective import Objective
+    from polyrl.step_metrics import no_loss_token_metrics
+
+    assert no_loss_token_metrics(False, Objective(policy_loss="vespo"))["vespo/phi_seq_mean"] == 1.0
+    assert "vespo/phi_seq_mean" not in no_loss_token_metrics(False, Objective())

@@ -1846,6 +1846,9 @@ def test_a_sapo_or_vespo_runs_log_history_has_no_clip_ratio(tiny_model_dir, tmp_
     step = trainer.state.log_history[0]
     assert "loss" in step  # the premise: the step trained
     assert [key for key in step if key.startswith(("clip_ratio/", "cispo_clip_ratio"))] == []
+    # TRL's vespo logs its sequence weight's mean, 1.0 on policy (log w = 0: phi = e^(lambda - lambda));
+    # polyrl logged no vespo/phi_seq_mean
+    assert step.get("vespo/phi_seq_mean") == (1.0 if loss_type == "vespo" else None)
 
 
 def _transformers_train_loss(losses: list[float], where: Path, nan_inf_filter: bool) -> float:
