@@ -33,7 +33,7 @@ def const(prompts, completions, **kw):
 def _config(tmp_path, reward: str, steps: int, backend: str = "toy", **optimizer) -> RunConfig:
     (tmp_path / "rewards.py").write_text(FIRST_STEP_ONLY)
     return RunConfig.from_dict({
-        "model": {"path": "toy-model"}, "backends": {"train": backend},
+        "model": {"path": "toy-model"}, "backends": {"train": backend, "generate": "toy"},
         "generation": {"group_size": 4, "max_new_tokens": 8},
         "optimizer": {"lr": 0.5, **optimizer},
         "data": {"task": "arithmetic", "options": {"count": 64}},
@@ -63,14 +63,15 @@ class Recorder:
         self.plugin = Recording("recorder")
 
 
-@pytest.mark.parametrize("algorithm", ["dapo", "grpo"])
-def test_a_step_with_nothing_to_train_advances_the_lr_schedule(toy, tmp_path, algorithm):
-    """Dynamic sampling dropping every group (DAPO) or no reward scoring anything (GRPO, beta 0):
-    each step's lr is the schedule's at its own place, as TRL's scheduler (which steps every
-    step) gives; before, every skip held the schedule back a step (lrs [0.5, 0.5, 0.5])."""
+@pytest.mark.parametrize("algorithm,beta", [("dapo", 0.0), ("dapo", 0.04), ("grpo", 0.0)])
+def test_a_step_with_nothing_to_train_advances_the_lr_schedule(toy, tmp_path, algorithm, beta):
+    """Dynamic sampling dropping every group (DAPO, with or without a KL term) or no reward
+    scoring anything (GRPO, beta 0): each step's lr is the schedule's at its own place, as TRL's
+    scheduler (which steps every step) gives; before, every skip held the schedule back a step
+    (lrs [0.5, 0.5, 0.5])."""
     reward = "const" if algorithm == "dapo" else "first_only"
     config = _config(tmp_path, reward, 3, schedule="linear")
-    config = attrs.evolve(config, algorithm=AlgorithmConfig.preset(algorithm, overlong_buffer=None))
+    config = attrs.evolve(config, algorithm=AlgorithmConfig.preset(algorithm, overlong_buffer=None, beta=beta))
     history = Trainer(config).run(progress=False)["history"]
     assert [m["skipped"] for m in history] == ([True] * 3 if algorithm == "dapo" else [False, True, True])
     assert [m["lr"] for m in history] == pytest.approx([0.5 * lr_multiplier(k, "linear", 0, 3) for k in range(3)])
@@ -97,6 +98,7 @@ def test_the_optimizer_steps_on_zero_gradients_as_trl_does(toy, tmp_path):
             np.testing.assert_array_equal(got, want)
         assert not np.array_equal(after[0], before[0])  # momentum moved the weights
     final = recorder.states[-1][1][0]
+    assert trainer.engines.generate is not trainer.engines.train  # its own copy, given the weights
     np.testing.assert_array_equal(trainer.engines.generate.raw.logits, final)
 
 
