@@ -226,9 +226,10 @@ def test_equal_reward_groups_under_dynamic_sampling_never_stop_the_run(toy, tmp_
 
 class CutSteps:
     """Backend "cut": the toy backend whose completions on the chosen steps (1-based calls of
-    generate) all end at the length limit; the others end as the toy's do."""
+    generate) all end at the length limit; the others end as the toy's do, or with
+    ``finish_others`` all finish (a step between cut ones then always trains)."""
 
-    def __init__(self, cut_calls: set[int] | None = None) -> None:
+    def __init__(self, cut_calls: set[int] | None = None, finish_others: bool = False) -> None:
         from polyrl_toy import ToyPlugin
 
         class Cut(ToyPlugin):
@@ -238,6 +239,8 @@ class CutSteps:
                 out = super().generate(engine, prompts, sampling)
                 if self.cut_calls is None or self.calls in self.cut_calls:
                     out = [attrs.evolve(x, finish_reason="length") for x in out]
+                elif finish_others:
+                    out = [attrs.evolve(x, finish_reason="stop") for x in out]
                 return out
 
         self.cut_calls, self.calls = cut_calls, 0
@@ -273,9 +276,11 @@ def test_steps_whose_every_completion_was_cut_warn_with_the_fix_and_stop_the_run
 def test_steps_whose_every_completion_was_cut_count_only_in_a_row(toy, tmp_path):
     """Cut steps apart from each other (a step with one finished completion trains) never stop it."""
     config = _masking(toy_config(tmp_path, backend="cut", max_consecutive_skips=2))
-    summary = Trainer(config, extra_plugins=(CutSteps({1, 3, 5, 7}).plugin,)).run(progress=False)
+    # the others finish: the optimizer's step on a cut one (TRL's, on a zero gradient) moves the
+    # toy's weights by momentum, which may leave a step between them with no finished completion
+    summary = Trainer(config, extra_plugins=(CutSteps({1, 3, 5, 7}, finish_others=True).plugin,)).run(progress=False)
     assert summary["steps"] == 8
-    assert {1, 3, 5, 7} <= {m["step"] for m in summary["history"] if m["skipped"]}
+    assert [m["step"] for m in summary["history"] if m["skipped"]] == [1, 3, 5, 7]
 
 
 def test_a_resume_continues_the_streak_of_cut_steps_so_it_stops_where_the_run_would(toy, tmp_path):

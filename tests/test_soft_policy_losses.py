@@ -198,6 +198,25 @@ def test_vespo_weight_is_one_on_policy_and_a_gamma_shape_off_it():
     assert vespo_weight(far, lp, None, 1.0, obj) == 0.0
 
 
+def test_torch_reports_vespos_weight_sum_as_the_reference_computes_it():
+    """TRL logs ``vespo/phi_seq_mean`` (its weight's mean over the sequences); the torch backend's
+    sum of it off policy is the reference's, sequence by sequence, and the trainer names it so."""
+    torch = pytest.importorskip("torch")
+    from polyrl.step_metrics import clip_region_metrics
+    from polyrl_torch.training import objective_loss
+
+    obj = Objective(policy_loss="vespo")
+    logp = [np.array([-1.0, -2.0, -0.5]), np.array([-0.3])]
+    old = [x - d for x, d in zip(logp, (np.array([0.1, 0.2, -0.05]), np.array([-0.4])))]
+    adv = [1.0, -0.5]
+    _, stats = objective_loss([torch.tensor(x, dtype=torch.float64) for x in logp], torch.tensor(adv), obj,
+                              [torch.tensor(x, dtype=torch.float64) for x in old])
+    want = sum(vespo_weight(lp, o, None, a, obj) for lp, o, a in zip(logp, old, adv))
+    assert float(stats["vespo_phi_sum"]) == pytest.approx(want, rel=1e-9) and want != pytest.approx(2.0)
+    assert clip_region_metrics({"vespo_phi_seq_mean": want / 2}, "vespo") == {"vespo/phi_seq_mean": want / 2}
+    assert clip_region_metrics({"vespo_phi_seq_mean": want / 2}, "ppo") == {}
+
+
 def test_luspo_weighs_a_sequence_by_its_length():
     obj = Objective(loss_aggregation="seq_mean_token_sum")
     logp = [np.full(4, -1.0), np.full(1, -1.0)]

@@ -126,8 +126,10 @@ def varied(prompts, completions, **kwargs):
 
 def test_skipped_steps_log_the_schedules_learning_rate(toy, tmp_path):
     """Once: a step with nothing to train on (every group flat) had no ``lr``/``learning_rate`` in
-    metrics.jsonl or the trackers, where TRL logs learning_rate every step; it is the schedule's
-    value for the next update, which the skip leaves where it was."""
+    metrics.jsonl or the trackers, where TRL logs learning_rate every step. It is the schedule's
+    value at the step's own place: such a step still takes the optimizer's step (on a zero
+    gradient, as TRL's), so the schedule advances as TRL's does (it once stayed where the skip
+    left it, shifting every later lr)."""
     from polyrl.schedules import lr_at
     from test_tracking import Recorder
 
@@ -144,11 +146,11 @@ def test_skipped_steps_log_the_schedules_learning_rate(toy, tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [bool(line.get("skipped")) for line in lines] == [False, True, True, False, False, False]
     optimizer = attrs.evolve(trainer.config.optimizer, total_steps=6)
-    expected = [lr_at(optimizer, n) for n in (0, 1, 1, 1, 2, 3)]  # updates applied before each step
+    expected = [lr_at(optimizer, n) for n in range(6)]  # updates applied before each step
     assert [line["learning_rate"] for line in lines] == pytest.approx(expected)
     assert [line["lr"] for line in lines] == pytest.approx(expected)
     assert [m.get("learning_rate") for _, m in recorder.metrics] == pytest.approx(expected)
-    assert trainer.updates_applied == 4
+    assert trainer.updates_applied == 6
 
 
 def test_resume_continues_the_count_of_applied_updates(toy, tmp_path, monkeypatch):
@@ -163,17 +165,18 @@ def test_resume_continues_the_count_of_applied_updates(toy, tmp_path, monkeypatc
         data["algorithm"] = {"name": "grpo", "dynamic_sampling": True, "num_iterations": 2}
         return RunConfig.from_dict(data)
 
-    Trainer(config("new", 3)).run(progress=False)  # steps 2 and 3 skipped: 2 updates applied
+    Trainer(config("new", 3)).run(progress=False)  # steps 2 and 3: nothing trained, 2 optimizer steps each
     state_file = tmp_path / "new" / "run" / "checkpoints" / "step-00000003" / "trainer_state.json"
-    assert json.loads(state_file.read_text())["updates_applied"] == 2
+    assert json.loads(state_file.read_text())["updates_applied"] == 6
     resumed = Trainer(config("new", 6))
-    assert resumed.resume() and resumed.updates_applied == 2
+    assert resumed.resume() and resumed.updates_applied == 6
     fresh_optimizer = Trainer(config("new", 6))
     assert fresh_optimizer.resume(weights_only=True) and fresh_optimizer.updates_applied == 0
 
     state = Trainer._state
     monkeypatch.setattr(Trainer, "_state", lambda self: {k: v for k, v in state(self).items()
                                                          if k != "updates_applied"})  # as an older polyrl saved
+    monkeypatch.setattr(Trainer, "_idle_updates", lambda self, completions, updates: None)  # and stepped
     Trainer(config("old", 3)).run(progress=False)
     monkeypatch.undo()
     older = Trainer(config("old", 6))
@@ -337,3 +340,13 @@ def test_a_cispo_step_with_nothing_to_train_logs_trls_cispo_clip_ratio_zero():
     assert no_loss_token_metrics(False, cispo)["cispo_clip_ratio"] == 0.0
     assert "cispo_clip_ratio" not in nothing_scored_metrics(Objective())
     assert "cispo_clip_ratio" not in no_loss_token_metrics(False, Objective())
+
+
+def test_a_vespo_step_over_no_loss_token_logs_trls_phi_seq_mean_one():
+    """Every completion cut under mask_truncated_completions: TRL's vespo weight sums no token's
+    log-ratio, so each row's is exp(lambda - lambda) = 1 and it logs vespo/phi_seq_mean 1.0."""
+    from polyrl.algorithms.objective import Objective
+    from polyrl.step_metrics import no_loss_token_metrics
+
+    assert no_loss_token_metrics(False, Objective(policy_loss="vespo"))["vespo/phi_seq_mean"] == 1.0
+    assert "vespo/phi_seq_mean" not in no_loss_token_metrics(False, Objective())

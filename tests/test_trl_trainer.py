@@ -1771,7 +1771,7 @@ def nothing(completions, **kwargs):
 #: (TRL's entropy, a forward pass polyrl skips on such a step, is not logged: README "Coming from TRL".)
 UNSCORED_STEP_KEYS = ("loss", "grad_norm", "reward", "reward_std", "rewards/nothing/mean", "rewards/nothing/std",
                       "frac_reward_zero_std", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
-                      "clip_ratio/low_min", "clip_ratio/high_max")
+                      "clip_ratio/low_min", "clip_ratio/high_max", "learning_rate")
 
 
 def _unscored_steps(trainer_class, tiny_model_dir: str, where: Path) -> tuple[list[dict], float]:
@@ -1791,10 +1791,13 @@ def test_a_step_no_reward_scored_logs_what_trl_logs_and_no_nan(tiny_model_dir, t
     training_loss NaN) and NaN for reward, reward_std and rewards/nothing/mean and /std; then
     frac_reward_zero_std 1.0 and no clip_ratio keys."""
     steps, training_loss = _unscored_steps(GRPOTrainer, tiny_model_dir, tmp_path)
-    for entry in steps:
+    # TRL's optimizer and scheduler still step: the linear decay's lr, not the first step's again
+    # (polyrl skipped the update and held the schedule: 1e-4 twice)
+    for entry, lr in zip(steps, (1e-4, 5e-5)):
         assert {key: entry.get(key) for key in UNSCORED_STEP_KEYS} == {
             "loss": 0.0, "grad_norm": 0.0, "reward": None, "reward_std": None, "rewards/nothing/mean": None,
-            "rewards/nothing/std": None, "frac_reward_zero_std": 0.0, **dict.fromkeys(UNSCORED_STEP_KEYS[7:], 0.0)}
+            "rewards/nothing/std": None, "frac_reward_zero_std": 0.0, **dict.fromkeys(UNSCORED_STEP_KEYS[7:12], 0.0),
+            "learning_rate": pytest.approx(lr)}
         assert [key for key, value in entry.items() if isinstance(value, float) and math.isnan(value)] == []
     assert training_loss == 0.0
 
@@ -1901,6 +1904,9 @@ def test_a_sapo_or_vespo_runs_log_history_has_no_clip_ratio(tiny_model_dir, tmp_
     step = trainer.state.log_history[0]
     assert "loss" in step  # the premise: the step trained
     assert [key for key in step if key.startswith(("clip_ratio/", "cispo_clip_ratio"))] == []
+    # TRL's vespo logs its sequence weight's mean, 1.0 on policy (log w = 0: phi = e^(lambda - lambda));
+    # polyrl logged no vespo/phi_seq_mean
+    assert step.get("vespo/phi_seq_mean") == (1.0 if loss_type == "vespo" else None)
 
 
 def _transformers_train_loss(losses: list[float], where: Path, nan_inf_filter: bool) -> float:

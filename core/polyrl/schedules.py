@@ -45,7 +45,8 @@ def lr_at(optimizer: Any, updates: int) -> float:
 
 def updates_in_history(lines: Iterable[Mapping[str, Any]], updates_per_step: int) -> int:
     """The optimizer updates the step lines of metrics.jsonl record as applied, for a checkpoint
-    written before it saved its own count: ``updates_per_step`` (``num_iterations`` x
+    written before it saved its own count (by a polyrl that also took no optimizer step on a step
+    with nothing to train, so skipped lines count none): ``updates_per_step`` (``num_iterations`` x
     ``minibatches``) for each step not skipped (a step whose update a backend skipped part-way
     counts none; its earlier updates are lost)."""
     return sum(updates_per_step for line in lines if not line.get("skipped"))

@@ -65,7 +65,8 @@ def no_loss_token_metrics(kl_in_loss: bool, objective: Objective) -> dict[str, f
     ``ppo``), ``clip_ratio/low_mean``, ``/high_mean`` and ``/region_mean`` are 0. Its
     ``clip_ratio/low_min`` and ``/high_max`` are each completion's share over its own tokens: 0/0
     for every row at the token level, which TRL's ``nanmin`` returns as NaN and its ``log`` writes
-    as None; at the sequence level one ratio per completion, 0. Why: the step logged loss NaN
+    as None; at the sequence level one ratio per completion, 0. VESPO's ``vespo/phi_seq_mean`` is
+    1.0 (no mismatch correction: every row's sequence log-ratio sums no token). Why: the step logged loss NaN
     (``train_loss`` NaN too, under ``polyrl.trl``) and lacked keys a dashboard or callback reads
     every step."""
     out: dict[str, float | None] = {"loss": 0.0, "grad_norm": 0.0, "entropy": 0.0,
@@ -76,6 +77,8 @@ def no_loss_token_metrics(kl_in_loss: bool, objective: Objective) -> dict[str, f
                     "clip_ratio/low_min": extreme, "clip_ratio/high_max": extreme})
     elif objective.policy_loss == "cispo":  # TRL's cispo_clip_ratio, a masked mean over no token: 0
         out["cispo_clip_ratio"] = 0.0
+    elif objective.policy_loss == "vespo" and not objective.corrects_mismatch:
+        out["vespo/phi_seq_mean"] = 1.0  # no token: each row's log w is 0, its weight e^(lambda - lambda)
     return out
 
 
@@ -84,8 +87,9 @@ def nothing_scored_metrics(objective: Objective) -> dict[str, float]:
     the batch with every advantage 0 (``nan_to_num`` of the unscorable rewards), so ``loss`` is 0.0
     and so is its gradient (``grad_norm``); for its clipped-ratio losses (polyrl's ``ppo``) no token
     is clipped (a clip needs a nonzero advantage), so every ``clip_ratio/`` value is 0.0, the
-    per-completion ``low_min`` and ``high_max`` too. polyrl skips that step's update, so TRL's
-    ``entropy`` (a forward pass over the batch) is not logged. Why: the step logged loss NaN and
+    per-completion ``low_min`` and ``high_max`` too. polyrl trains no sample of that step (its
+    optimizer steps on a zero gradient over one short completion), so TRL's ``entropy`` (a forward
+    pass over the batch) is not logged. Why: the step logged loss NaN and
     lacked the ``clip_ratio/`` keys a dashboard or callback reads every step."""
     out = {"loss": 0.0, "grad_norm": 0.0}
     if objective.policy_loss == "ppo":
@@ -289,10 +293,13 @@ def sampled_tokens(completions: Sequence[Completion]) -> int:
 #: TRL's names for the ratio clip fractions a backend reports (``clip_low_fraction``...); the
 #: extremes ``clip_low_min`` and ``clip_high_max`` where the backend reports them; with policy_loss
 #: "cispo", ``cispo_clip_fraction``: the share of loss tokens whose ratio passed the cap with a
-#: positive advantage (TRL's ``cispo_clip_ratio``, ``coef_1 > epsilon_high`` and ``advantages > 0``)
+#: positive advantage (TRL's ``cispo_clip_ratio``, ``coef_1 > epsilon_high`` and ``advantages > 0``);
+#: with "vespo", ``vespo_phi_seq_mean``: the mean over the update's sequences of VESPO's weight
+#: (TRL's ``vespo/phi_seq_mean``, its per-sequence weight's mean), where the backend reports it
 TRL_CLIP_NAMES = {"clip_low_fraction": "clip_ratio/low_mean", "clip_high_fraction": "clip_ratio/high_mean",
                   "clip_fraction": "clip_ratio/region_mean", "clip_low_min": "clip_ratio/low_min",
-                  "clip_high_max": "clip_ratio/high_max", "cispo_clip_fraction": "cispo_clip_ratio"}
+                  "clip_high_max": "clip_ratio/high_max", "cispo_clip_fraction": "cispo_clip_ratio",
+                  "vespo_phi_seq_mean": "vespo/phi_seq_mean"}
 
 
 def clip_region_metrics(train_metrics: Mapping[str, Any], policy_loss: str) -> dict[str, float]:
@@ -304,7 +311,7 @@ def clip_region_metrics(train_metrics: Mapping[str, Any], policy_loss: str) -> d
     mean under their name (only TRL <= 1.8, on one process, logged the mean there).
     ``policy_loss`` picks the names TRL 1.16 logs for its loss (``_compute_loss``): the
     ``clip_ratio/`` ones for its clipped losses (polyrl's ``ppo``), ``cispo_clip_ratio`` alone for
-    "cispo", none for "sapo" and "vespo". Why: a cispo run logged ``clip_ratio/high_mean`` (the
+    "cispo", none for "sapo", ``vespo/phi_seq_mean`` alone for "vespo". Why: a cispo run logged ``clip_ratio/high_mean`` (the
     capped share, whatever the advantage's sign) and sapo and vespo runs ``clip_ratio/*`` 0.0, keys
     TRL never logs for those losses."""
     wanted = TRL_CLIP_KEYS.get(policy_loss, ())
@@ -317,6 +324,7 @@ def clip_region_metrics(train_metrics: Mapping[str, Any], policy_loss: str) -> d
 TRL_CLIP_KEYS: dict[str, tuple[str, ...]] = {
     "ppo": tuple(name for name in TRL_CLIP_NAMES.values() if name.startswith("clip_ratio/")),
     "cispo": ("cispo_clip_ratio",),
+    "vespo": ("vespo/phi_seq_mean",),
 }
 
 

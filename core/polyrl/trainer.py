@@ -42,6 +42,7 @@ import numpy as np
 from polyrl import checkpoint as ckpt
 from polyrl import previous_runs, resume_config, safe_stats, skip_causes, strict_json, trl_reward_models
 from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
+from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.backend_kit.gap_metrics import RANK_KEYS
 from polyrl.config import RUN_REWARDS, RunConfig, check_world_size
@@ -771,13 +772,19 @@ class Trainer:
                    {"fix": f"{self._cut_fix()}; "
                            f"{c.train.max_consecutive_skips} such steps in a row stop the run"}
                    if self._all_cut else {})
-            log.warning(f"no informative samples this step ({'; '.join(causes)}); skipping update",
+            log.warning(f"no informative samples this step ({'; '.join(causes)}); nothing trained (the optimizer "
+                        "steps on a zero gradient, as TRL's)",
                         step=self.step + 1, **fix)
             metrics.update(skipped=True, loss=float("nan"))
             if not all_untruncated.any():  # TRL's batch had no loss token left: its loss and masked means are 0
                 metrics.update(no_loss_token_metrics(kl_in_loss, algo.objective(self._max_completion_tokens)))
             elif self._nothing_scored and not kl_in_loss:  # TRL's: every advantage 0, no KL term: loss 0
                 metrics.update(nothing_scored_metrics(algo.objective(self._max_completion_tokens)))
+            t0 = time.perf_counter()
+            idle_lr = self._idle_updates(completions, algo.updates_per_step)
+            times["train"] = time.perf_counter() - t0
+            if idle_lr is not None:
+                metrics["lr"] = idle_lr
         else:
             if self._nothing_scored and self.rank == 0:  # kept for the KL term alone (kl_only above)
                 log.warning("no reward scored any sample this step: it trains the KL term alone, every advantage "
@@ -827,10 +834,10 @@ class Trainer:
             metrics.update(self._trl_sampling(metrics, completions, group_kept[mine], untruncated,
                                               objective.mismatch_level == "sequence",
                                               untrained_gap(*untrained, objective) if untrained[0] else None))
-        if metrics.get("skipped"):
+        if metrics.get("skipped") and "lr" not in metrics:
             # its lr too, as TRL logs learning_rate every step: the schedule's value for the next
             # update, where the skip left it (a backend reports the lr of the updates it makes)
-            metrics.setdefault("lr", lr_at(run_optimizer(c), self.updates_applied))
+            metrics["lr"] = lr_at(run_optimizer(c), self.updates_applied)
             self.engines.generator_version = self.step + 1  # the weights did not change
         elif not c.generation.overlap:
             try:
@@ -858,6 +865,33 @@ class Trainer:
             metrics.update(step_gather.episode_metrics(step))
             self._warn_unused_env_reward(metrics)
         return metrics
+
+    def _idle_updates(self, completions: list[Completion], updates: int) -> float | None:
+        """TRL's optimizer steps on a step with nothing to train: its loss there is 0 (every
+        advantage 0, or no loss token), yet transformers still calls ``optimizer.step()`` and
+        ``lr_scheduler.step()``, so the schedule advances and AdamW's moments decay and move the
+        weights (weight decay too). Skipping them instead shifted every later lr by a step and
+        left the decay unfinished at ``train.steps``. Each of ``updates`` (the step's updates,
+        ``num_iterations`` x ``minibatches``) is one ``train_step`` on this rank's shortest
+        completion at advantage 0 under a plain objective (no KL, no entropy bonus): its gradient
+        is exactly 0 on any backend, so the update is the optimizer's alone, at the cost of one
+        short forward and backward. Returns the last update's lr, or None when the backend took
+        none (no completion with a loss token on any rank, or a refused step): the schedule then
+        stays where it was."""
+        trainable = [i for i, x in enumerate(completions) if TokenSequence.of(x).loss_mask.any()]
+        pick = [min(trainable, key=lambda i: len(completions[i].prompt_ids) + len(completions[i].completion_ids))] \
+            if trainable else []
+        batch = TrainBatch([TokenSequence.of(completions[i]) for i in pick], np.zeros(len(pick)),
+                           temperature=self.config.generation.temperature or 1.0)
+        lr = None
+        self._updating = True  # until the step is counted (_run): the weights move
+        for _ in range(updates):
+            out = self.train_engine.train_step(batch, Objective())
+            if out.skipped:
+                break
+            self.updates_applied += 1
+            lr = out.extra.get("lr", lr)
+        return lr
 
     def _minibatches(self, whole: TrainBatch, completions: list[Completion], idx: np.ndarray,
                      counted: np.ndarray, trained: np.ndarray, untruncated: np.ndarray,

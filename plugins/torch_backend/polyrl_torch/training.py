@@ -80,7 +80,8 @@ def objective_loss(
     """The aggregated policy loss (scalar tensor) and detached sums ``kl_sum``, ``clip_sum``,
     ``clip_low_sum``, ``clip_high_sum`` (``reference.clip_regions``), ``cispo_clip_sum`` (TRL's
     cispo_clip_ratio count: capped with a positive advantage; 0 for other losses), ``tokens`` (and, with
-    ``off_policy_mask_threshold``, ``off_policy_masked_sum``: the sequences dropped).
+    ``off_policy_mask_threshold``, ``off_policy_masked_sum``: the sequences dropped; with policy_loss
+    "vespo", ``vespo_phi_sum``: its sequence weights' sum, TRL's ``vespo/phi_seq_mean`` x sequences).
 
     ``logp`` is a list of 1-D tensors (one per sequence) or a ``[B, T]`` tensor with ``mask``;
     ``old_logp``/``ref_logp``/``sampler_logp`` have the same layout and are constants; with
@@ -136,7 +137,8 @@ def objective_loss(
         clipped = clip_low = clip_high = torch.zeros_like(valid)
     elif objective.policy_loss == "vespo":  # detached sequence weight on a REINFORCE term
         folded = weight if objective.corrects_mismatch else None
-        loss = -adv * _vespo_weight(log_ratio, valid, adv, objective, folded) * lp
+        phi = _vespo_weight(log_ratio, valid, adv, objective, folded)
+        loss = -adv * phi * lp
         clipped = clip_low = clip_high = torch.zeros_like(valid)
     else:
         unclipped = -adv * ratio
@@ -151,7 +153,7 @@ def objective_loss(
             dual = (adv < 0) & (loss > cap)
             loss = torch.where(dual, cap, loss)
             clipped = clipped | dual
-    mismatch = {}
+    mismatch = {"vespo_phi_sum": phi.sum()} if objective.policy_loss == "vespo" else {}
     if objective.off_policy_mask_threshold is not None:  # the policy term only: not the KL, not the bonus
         keep = _off_policy_keep(lp, old if sampler is None else sampler, valid, adv, objective)
         loss = loss * keep
@@ -371,6 +373,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     engine.model.train()
     loss_sum, kl_sum, clip_sum, finite = 0.0, 0.0, 0.0, True
     dropped = 0.0  # sequences the off-policy mask dropped
+    phi_sum = 0.0  # vespo's sequence weights
     mismatch: dict[str, float] = {}
     extremes = {"mismatch_abs_max": 0.0, "mismatch_ratio_min": math.inf, "mismatch_ratio_max": -math.inf}
     regions = dict.fromkeys(CLIP_REGION_KEYS, 0.0)
@@ -412,6 +415,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                 low_min = min(low_min, float(stats["clip_low_min"]))
                 high_max = max(high_max, float(stats["clip_high_max"]))
                 dropped += float(stats.get("off_policy_masked_sum", 0.0))
+                phi_sum += float(stats.get("vespo_phi_sum", 0.0))
                 for key in MISMATCH_KEYS:
                     if f"{key}_sum" in stats:
                         mismatch[key] = mismatch.get(key, 0.0) + float(stats[f"{key}_sum"])
@@ -444,9 +448,10 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
             (RATIO_SUMS if with_sampler and objective.corrects_mismatch else ())
         summed = distributed.sum_scalars(
             [loss_sum if finite else 0.0, kl_sum, clip_sum, 0.0 if finite else 1.0]
-            + [regions[k] for k in CLIP_REGION_KEYS] + [mismatch.get(k, 0.0) for k in expected] + [dropped],
+            + [regions[k] for k in CLIP_REGION_KEYS] + [mismatch.get(k, 0.0) for k in expected] + [phi_sum, dropped],
             engine.device)
         dropped = summed.pop()
+        phi_sum = summed.pop()
         loss_sum, kl_sum, clip_sum, bad = summed[:4]
         regions = dict(zip(CLIP_REGION_KEYS, summed[4:4 + len(CLIP_REGION_KEYS)]))
         mismatch = dict(zip(expected, summed[4 + len(CLIP_REGION_KEYS):]))
@@ -470,6 +475,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
              **{f"{k}_fraction": v / denom for k, v in regions.items()
                 if k != "cispo_clip" or objective.policy_loss == "cispo"},
              **({"clip_low_min": low_min, "clip_high_max": high_max} if math.isfinite(low_min) else {}),
+             **({"vespo_phi_seq_mean": phi_sum / global_n} if objective.policy_loss == "vespo" else {}),
              **({"off_policy_masked_fraction": dropped / global_n}
                 if objective.off_policy_mask_threshold is not None else {})}
     metrics: dict[str, Any] = dict(loss=loss_sum, grad_norm=grad_norm, kl=kl_sum / denom,
