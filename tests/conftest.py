@@ -29,6 +29,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.bench)
 
 
+@pytest.fixture(autouse=True)
+def _child_pythons_start_in_this_environment():
+    """MAX's Mojo runtime ``setenv()``s PYTHONEXECUTABLE/PYTHONPATH when ``max.pipelines`` first
+    loads; the engine undoes it (``restore_child_environment``), but a test importing MAX's registry
+    directly left every later child Python of its process starting the first ``python3`` on PATH.
+    Undone after each test, whichever test file ran before which."""
+    yield
+    if "max.pipelines" in sys.modules:
+        from polyrl_max.engine import restore_child_environment
+
+        restore_child_environment()
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
     """A tiny random Llama (HF layout, BPE tokenizer, ChatML) built once per test session."""

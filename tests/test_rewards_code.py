@@ -26,14 +26,15 @@ FAST = {"timeout_s": 1.5, "memory_mb": 256, "max_output_bytes": 4096}
 
 
 def sandbox_processes() -> int:
-    """Processes anywhere on the machine that carry the sandbox's environment marker."""
+    """Processes anywhere on the machine that carry this test process's sandbox marker (not another
+    test worker's samples running at the same time)."""
     count = 0
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
-                if f"{MARKER_ENV}=".encode() in f.read():
+                if f"{MARKER_ENV}={os.getpid()}\0".encode() in f.read():
                     count += 1
         except OSError:
             continue

@@ -29,7 +29,8 @@ from polyrl.sandbox.values import ProtocolError
 
 log = get_logger("polyrl.sandbox")
 
-#: Environment variable set in every sample's process (tests look for leftovers by it).
+#: Environment variable set in every sample's process, to the id of the process that started the
+#: sandbox: leftovers are found by it, and told apart from another trainer's samples on the machine.
 MARKER_ENV = "POLYRL_SANDBOX"
 #: Most inherited descriptors a sample's report is believed about (the list is the sample's to forge).
 MAX_REPORTED_FDS = 64
@@ -152,7 +153,7 @@ class Sandbox:
             if folder is not None and self.launch.ids is not None:  # a pooled uid's gid is its own number
                 os.chown(folder, *((uid, uid) if uid is not None else self.launch.ids))
             home = folder or isolation.SANDBOX_HOME
-            env = {**isolation.sandbox_env(home), MARKER_ENV: "1"}
+            env = {**isolation.sandbox_env(home), MARKER_ENV: str(os.getpid())}
             pass_fds: tuple[int, ...] = ()
             if self.launch.seccomp_program is not None:
                 seccomp_r, w = os.pipe()
@@ -162,7 +163,7 @@ class Sandbox:
             argv = self.launch.argv(["-I", "-S", "-B", "-c", SERVER_SOURCE], seccomp_r if pass_fds else None, uid)
             if self.launch.level == "bwrap":  # right after bwrap itself
                 at = len(self.launch.oom) + len(self.launch.wrapper) + 1
-                argv[at:at] = ["--setenv", MARKER_ENV, "1"]
+                argv[at:at] = ["--setenv", MARKER_ENV, env[MARKER_ENV]]
             try:
                 proc = subprocess.Popen(argv, cwd=folder or tempfile.gettempdir(), env=env,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
