@@ -59,10 +59,7 @@ def operand_groups(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[int, 
 
 
 def _operand_groups(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[int, ...]]:
-    trees = [(filename, tree) for filename, tree in ((f, _parse(s)) for f, s in sources) if tree is not None]
-    values: dict[str, list[_Binding]] = {}
-    _bind_all([tree for _, tree in trees], values)
-    theirs = _defined([tree for _, tree in trees]) | _BUILTINS
+    trees, values, theirs = _read(sources)
     sites: dict[Site, tuple[int, ...]] = {}
     clashes: set[Site] = set()
     aliases = _aliases(values)
@@ -115,6 +112,16 @@ def _pairing_name(node: ast.AST, aliases: dict[str, str]) -> str | None:
     if isinstance(func, ast.Name):
         return func.id if func.id in PAIRING else aliases.get(func.id)
     return func.attr if isinstance(func, ast.Attribute) and func.attr in PAIRING else None
+
+
+def _read(sources: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, ast.Module]], dict[str, list[_Binding]],
+                                                      frozenset[str]]:
+    """The sources' parsed trees (those that parse) by filename, each name's bindings, and the
+    names the tests themselves define or take from builtins."""
+    trees = [(filename, tree) for filename, tree in ((f, _parse(s)) for f, s in sources) if tree is not None]
+    values: dict[str, list[_Binding]] = {}
+    _bind_all([tree for _, tree in trees], values)
+    return trees, values, _defined([tree for _, tree in trees]) | _BUILTINS
 
 
 def _parse(source: str) -> ast.Module | None:
@@ -283,10 +290,7 @@ def indexed_sites(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[str, .
 
 
 def _indexed_sites(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[str, ...]]:
-    trees = [(filename, tree) for filename, tree in ((f, _parse(s)) for f, s in sources) if tree is not None]
-    values: dict[str, list[_Binding]] = {}
-    _bind_all([tree for _, tree in trees], values)
-    theirs = _defined([tree for _, tree in trees]) | _BUILTINS
+    trees, values, theirs = _read(sources)
     sites: dict[Site, tuple[str, ...]] = {}
     for filename, tree in trees:
         for target, numbered, body in _numbered_loops(tree):
