@@ -837,3 +837,28 @@ def test_more_steps_under_a_constant_schedule_say_nothing_of_the_schedule(toy, t
     warned = [e["event"] for e in logs if e["log_level"] == "warning"]
     assert "config changed at resume: train.steps 4 -> 8" in warned
     assert not [w for w in warned if w.startswith("lr schedule changed")]
+
+
+def test_a_new_run_whose_schedule_ends_before_its_last_steps_at_lr_0_is_refused_before_any_step(toy, tmp_path):
+    """optimizer.total_steps = 4 with train.steps = 8 and a linear decay to 0: steps 5-8 rolled out
+    and scored at lr 0, the model unchanged by them, and no line said so (the same check as at
+    resume, for a run that starts over)."""
+    with pytest.raises(ConfigError) as info:
+        Trainer(_scheduled(tmp_path, 8, total_steps=4)).run(progress=False)
+    assert str(info.value) == (
+        "optimizer.total_steps: the last 4 optimizer updates would train at lr 0, changing nothing: the linear lr "
+        "schedule ends its decay at update 4 (optimizer.total_steps = 4), and this run goes on to update 8 "
+        "(steps 5-8, train.steps = 8). Fix: set train.steps = 4 to end where the schedule does, or "
+        "optimizer.total_steps = 8 (or unset) to decay over the whole run, or optimizer.min_lr_ratio > 0 to train "
+        "those steps at a floor")
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("optimizer", [{"total_steps": 8}, {"total_steps": 4, "min_lr_ratio": 0.5},
+                                       {"total_steps": 4, "schedule": "constant"}])
+def test_a_new_run_within_its_schedule_or_above_lr_0_trains(toy, tmp_path, optimizer):
+    config = _scheduled(tmp_path, 8)
+    config = attrs.evolve(config, optimizer=attrs.evolve(config.optimizer, **optimizer))
+    Trainer(config).run(progress=False)
+    lrs = [json.loads(line)["lr"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(lrs) == 8 and lrs[-1] > 0

@@ -183,6 +183,35 @@ def _steps_within(span: int, updates: int, step: int, per_step: int) -> int:
     return step + max(0, span - updates) // per_step
 
 
+def fresh_floor_check(config: RunConfig) -> None:
+    """A ``ConfigError`` when a run starting over would train its last updates at lr 0: a decaying
+    schedule whose ``optimizer.total_steps`` ends before ``train.steps`` x updates per step, with
+    ``min_lr_ratio`` 0. Why: those steps roll out and score for nothing, the model unchanged by
+    them, and no line said so; at resume ``floor_check`` says the same."""
+    from polyrl.engines import run_optimizer
+
+    opt = run_optimizer(config)
+    if opt.schedule == "constant" or opt.min_lr_ratio != 0 or config.optimizer.total_steps is None:
+        return
+    per_step = config.algorithm.updates_per_step
+    updates = config.train.steps * per_step
+    span = max(opt.total_steps or 0, opt.warmup_steps)
+    if updates <= span:
+        return
+    first = span // per_step + 1
+    steps = f"step {first}" if first == config.train.steps else f"steps {first}-{config.train.steps}"
+    within = span // per_step
+    ways = ([f"train.steps = {within} to end where the schedule does"] if within > 0 else []) + \
+        [f"optimizer.total_steps = {updates} (or unset) to decay over the whole run",
+         "optimizer.min_lr_ratio > 0 to train those steps at a floor"]
+    raise ConfigError(
+        f"the last {updates - span} optimizer updates would train at lr 0, changing nothing: the {opt.schedule} lr "
+        f"schedule ends its decay at update {span} (optimizer.total_steps = {opt.total_steps}), and this run goes "
+        f"on to update {updates} ({steps}, train.steps = {config.train.steps})",
+        field="optimizer.total_steps",
+        fix="set " + ", or ".join(ways))
+
+
 def floor_check(saved: dict[str, Any] | None, config: RunConfig, updates: int | None, step: int | None) -> str | None:
     """A warning when a resumed run's added updates train at a decaying schedule's floor
     (``lr x min_lr_ratio``), past the update its ``optimizer.total_steps`` ends the decay at; a

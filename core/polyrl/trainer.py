@@ -1678,6 +1678,8 @@ class Trainer:
             raise exc.during(self._phase) from exc.__cause__
 
     def _run_locked(self, progress: bool) -> dict[str, Any]:
+        if self._checked_resume is None and not self._resumed and self.step == 0:
+            resume_config.fresh_floor_check(self.config)  # before any model loads or output is touched
         if "engines" not in self.__dict__:  # deferred at construction: loaded before output_dir changes
             self._load_models()
         if self.world_size == 1:
