@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence, Sized
 from typing import Any
 
 from polyrl.sandbox.remote import Remote
+from polyrl.sandbox.tests_guard import TESTS_FILES
 from polyrl.sandbox.zip_sites import Site, indexed_sites, operand_groups
 
 #: The sized operands the tests' ``zip`` and ``map`` measure (a sample's iterable is read in full
@@ -26,8 +27,6 @@ from polyrl.sandbox.zip_sites import Site, indexed_sites, operand_groups
 #: held for ``return []``.
 _SIZED_TYPES: tuple[type[Sized], ...] = (list, tuple, str, bytes, range, dict, set, frozenset, type({}.keys()),
                                          type({}.values()), type({}.items()), collections.deque)
-#: Where the tests' code runs (``run_tests`` compiles the steps and setup under these names).
-TESTS_FILES = ("<test>", "<setup>")
 
 
 #: Iterators of built-in containers, whose ``__length_hint__`` is the exact number of items left
