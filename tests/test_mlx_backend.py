@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from polyrl.algorithms.objective import LOSS_AGGREGATIONS, Objective
-from polyrl.algorithms.reference import policy_loss, policy_loss_grad
+from polyrl.algorithms.reference import policy_loss, policy_loss_grad, vespo_weight
 from polyrl.engine import Engine
 from polyrl.errors import ConfigError
 from polyrl.registry import get_registry
@@ -741,6 +741,21 @@ def test_half_precision_on_the_cpu_warns_as_torch_does(tiny_model_dir, dtype):
     else:
         assert len(slow) == 1 and slow[0]["event"].startswith(f"{dtype} on CPU")
         assert slow[0]["fix"] == "use dtype float32 with the mlx backend on a CPU"
+
+
+def test_a_vespo_step_reports_trls_phi_seq_mean(tiny_model_dir):
+    """TRL logs ``vespo/phi_seq_mean`` for loss_type "vespo" (its sequence weight's mean); the MLX
+    step reported none. Checked against the reference's weight on the log-probs the step starts from."""
+    engine = make_engine(tiny_model_dir)
+    seqs = rollouts(engine, n=3, tokens=8)
+    batch = noisy_batch(engine, seqs, beta=False)
+    obj = Objective(policy_loss="vespo", loss_aggregation="token_mean")
+    current = engine.logprobs(seqs, 1.0)
+    want = np.mean([vespo_weight(c.astype(np.float64), o, None, a, obj)
+                    for c, o, a in zip(current, batch.old_logprobs, batch.advantages)])
+    step = engine.train_step(batch, obj)
+    assert not step.skipped and want != pytest.approx(1.0)
+    assert step.extra["vespo_phi_seq_mean"] == pytest.approx(want, rel=1e-4)
 
 
 def test_a_cispo_step_reports_trls_cispo_clip_ratio(tiny_model_dir):

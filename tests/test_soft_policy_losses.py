@@ -321,3 +321,29 @@ def test_toml_values_are_checked_by_the_config_loader():
     assert err.value.field == "algorithm.vespo_lambda_pos" and err.value.fix
     config = RunConfig.from_dict({**base, "algorithm": {"name": "sapo", "sapo_temperature_neg": 2.0}})
     assert config.algorithm.objective(8).sapo_temperature_neg == 2.0
+
+
+def test_mlx_reports_vespos_weight_sum_as_the_reference_computes_it():
+    """The MLX backend reported no ``vespo_phi_seq_mean``, so an MLX vespo run logged no TRL
+    ``vespo/phi_seq_mean``; its per-token layout now sums one weight per sequence, the reference's."""
+    from polyrl.registry import get_registry
+
+    status = get_registry().status("mlx")
+    if not status.available:
+        pytest.skip(f"mlx not usable here: {status.reason}")
+    from polyrl_mlx._mx import mx
+    from polyrl_mlx.training import objective_loss
+
+    obj = Objective(policy_loss="vespo")
+    logp = [np.array([-1.0, -2.0, -0.5]), np.array([-0.3])]
+    old = [x - d for x, d in zip(logp, (np.array([0.1, 0.2, -0.05]), np.array([-0.4])))]
+    adv = [1.0, -0.5]
+    lengths = [len(x) for x in logp]
+    want = sum(vespo_weight(lp, o, None, a, obj) for lp, o, a in zip(logp, old, adv))
+    with mx.stream(mx.cpu):
+        f64 = mx.float64
+        stats: dict = {}
+        objective_loss(mx.array(np.concatenate(logp), dtype=f64), mx.array(np.repeat(adv, lengths), dtype=f64),
+                       mx.ones(sum(lengths), dtype=f64), obj, mx.array(np.concatenate(old), dtype=f64),
+                       segments=mx.array(np.repeat(np.arange(len(lengths)), lengths)), stats=stats)
+        assert stats["vespo_phi_sum"].item() == pytest.approx(want, rel=1e-6) and want != pytest.approx(2.0)

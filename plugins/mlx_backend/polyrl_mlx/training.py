@@ -75,8 +75,8 @@ def objective_loss(
     ratio, sequence-level mismatch correction). ``stats`` (a dict, if given) receives the
     ``clip_low_fraction``/``clip_high_fraction`` token sums (``reference.clip_regions``), with
     policy_loss "cispo" ``cispo_clip_fraction`` (TRL's cispo_clip_ratio count: capped with a
-    positive advantage) and, with ``segments``, ``clip_low_min``/``clip_high_max`` (one sequence's
-    extreme clipped share); with
+    positive advantage), with "vespo" ``vespo_phi_sum`` (its sequence weights' sum) and, with
+    ``segments``, ``clip_low_min``/``clip_high_max`` (one sequence's extreme clipped share); with
     ``sampler_logp`` also the ``mismatch_*`` ones (see ``reference.mismatch_metrics``); with
     ``entropy`` (per token, differentiable) also ``entropy`` and ``entropy_selected`` sums; with
     ``off_policy_mask_threshold``, ``off_policy_masked``: the number of sequences dropped.
@@ -115,7 +115,8 @@ def objective_loss(
         if segments is None:
             raise ValueError("vespo's sequence weight needs the per-token sequence index")
         folded = weight if objective.corrects_mismatch else None
-        loss = -adv * _vespo_weight(mx.stop_gradient(log_ratio), segments, adv, objective, folded) * logp
+        phi = _vespo_weight(mx.stop_gradient(log_ratio), segments, adv, objective, folded)
+        loss = -adv * phi * logp
         clipped = clipped_low = clipped_high = mx.zeros(r.shape, dtype=mx.bool_)
     else:
         unclipped = -adv * ratio
@@ -134,6 +135,8 @@ def objective_loss(
                                    "clip_high_fraction": clipped_high.astype(dtype).sum()}
     if objective.policy_loss == "cispo":  # TRL's cispo_clip_ratio: capped with a positive advantage only
         extras["cispo_clip_fraction"] = (clipped_high & (adv > 0)).astype(dtype).sum()
+    if objective.policy_loss == "vespo":  # its sequences' weights summed: TRL's vespo/phi_seq_mean x sequences
+        extras["vespo_phi_sum"] = _per_sequence_sum(phi, segments)
     if segments is not None:  # each sequence's clipped shares: TRL's clip_ratio/low_min and high_max
         slots = segments.shape[0]  # at least the sequences; a slot without a token is left out
         count = mx.zeros(slots, dtype=dtype).at[segments].add(mx.ones(segments.shape, dtype=dtype))
@@ -267,6 +270,15 @@ def _vespo_weight(log_ratio: mx.array, segments: mx.array, adv: mx.array, object
                    mx.array(max(objective.vespo_lambda_neg, 1e-4), dtype=dtype))
     phi = mx.exp(lam + k * log_w - lam * mx.exp(log_w))
     return mx.stop_gradient(mx.where(mx.isfinite(phi), phi, mx.zeros_like(phi)))
+
+
+def _per_sequence_sum(per_token: mx.array, segments: mx.array) -> mx.array:
+    """The sum over sequences of a value every token of a sequence holds alike (its mean over the
+    sequence's tokens, summed): VESPO's weight, one per sequence, laid out per token here."""
+    slots = segments.shape[0]
+    count = mx.zeros(slots, dtype=per_token.dtype).at[segments].add(mx.ones(segments.shape, dtype=per_token.dtype))
+    total = mx.zeros(slots, dtype=per_token.dtype).at[segments].add(per_token)
+    return (total / mx.maximum(count, 1)).sum()
 
 
 def _segment_mean(values: mx.array, segments: mx.array) -> mx.array:
@@ -445,7 +457,9 @@ def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> St
                **(rank_gap(sums, sums, total_tokens, objective.corrects_mismatch)  # one process: its own
                   if batch.sampler_logprobs is not None else {}),
                **({"off_policy_masked_fraction": sums.get("off_policy_masked", 0.0) / len(batch.sequences)}
-                  if objective.off_policy_mask_threshold is not None else {})},
+                  if objective.off_policy_mask_threshold is not None else {}),
+               **({"vespo_phi_seq_mean": sums.get("vespo_phi_sum", 0.0) / len(batch.sequences)}
+                  if objective.policy_loss == "vespo" else {})},
     )
 
 
