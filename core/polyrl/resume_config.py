@@ -183,6 +183,19 @@ def _steps_within(span: int, updates: int, step: int, per_step: int) -> int:
     return step + max(0, span - updates) // per_step
 
 
+def _past_span(config: RunConfig, opt: Any, span: int, done: int, step: int) -> tuple[int, str]:
+    """How many of the run's updates come after the decay's end at update ``span``, from ``done``
+    updates applied at ``step``, and the sentence saying where (the same for a new run and a
+    resumed one); ``opt``: the run's optimizer settings (``run_optimizer``)."""
+    per_step = config.algorithm.updates_per_step
+    past = _last_update(config, done, step) - span
+    first = step + max(0, span - done) // per_step + 1
+    steps = f"step {first}" if first == config.train.steps else f"steps {first}-{config.train.steps}"
+    return past, (f"the {opt.schedule} lr schedule ends its decay at update {span} "
+                  f"(optimizer.total_steps = {opt.total_steps}), and this run goes on to update "
+                  f"{span + past} ({steps}, train.steps = {config.train.steps})")
+
+
 def fresh_floor_check(config: RunConfig) -> None:
     """A ``ConfigError`` when a run starting over would train its last updates at lr 0: a decaying
     schedule whose ``optimizer.total_steps`` ends before ``train.steps`` x updates per step, with
@@ -193,23 +206,16 @@ def fresh_floor_check(config: RunConfig) -> None:
     opt = run_optimizer(config)
     if opt.schedule == "constant" or opt.min_lr_ratio != 0 or config.optimizer.total_steps is None:
         return
-    per_step = config.algorithm.updates_per_step
-    updates = config.train.steps * per_step
     span = max(opt.total_steps or 0, opt.warmup_steps)
-    if updates <= span:
+    past, where = _past_span(config, opt, span, 0, 0)
+    if past <= 0:
         return
-    first = span // per_step + 1
-    steps = f"step {first}" if first == config.train.steps else f"steps {first}-{config.train.steps}"
-    within = span // per_step
+    within = _steps_within(span, 0, 0, config.algorithm.updates_per_step)
     ways = ([f"train.steps = {within} to end where the schedule does"] if within > 0 else []) + \
-        [f"optimizer.total_steps = {updates} (or unset) to decay over the whole run",
+        [f"optimizer.total_steps = {span + past} (or unset) to decay over the whole run",
          "optimizer.min_lr_ratio > 0 to train those steps at a floor"]
-    raise ConfigError(
-        f"the last {updates - span} optimizer updates would train at lr 0, changing nothing: the {opt.schedule} lr "
-        f"schedule ends its decay at update {span} (optimizer.total_steps = {opt.total_steps}), and this run goes "
-        f"on to update {updates} ({steps}, train.steps = {config.train.steps})",
-        field="optimizer.total_steps",
-        fix="set " + ", or ".join(ways))
+    raise ConfigError(f"the last {past} optimizer updates would train at lr 0, changing nothing: {where}",
+                      field="optimizer.total_steps", fix="set " + ", or ".join(ways))
 
 
 def floor_check(saved: dict[str, Any] | None, config: RunConfig, updates: int | None, step: int | None) -> str | None:
@@ -229,7 +235,7 @@ def floor_check(saved: dict[str, Any] | None, config: RunConfig, updates: int | 
     per_step = config.algorithm.updates_per_step
     done = updates if isinstance(updates, int) else step * per_step
     span = max(opt.total_steps or 0, opt.warmup_steps)
-    past = _last_update(config, done, step) - span
+    past, where = _past_span(config, opt, span, done, step)
     old_span = _span(saved, per_step)
     old_steps, old_warmup = saved.get("train.steps"), saved.get("optimizer.warmup_steps")
     if isinstance(old_span, int) and isinstance(old_steps, int):
@@ -238,12 +244,7 @@ def floor_check(saved: dict[str, Any] | None, config: RunConfig, updates: int | 
             return None
     if past <= 0:
         return None
-    first = step + max(0, span - done) // per_step + 1
-    steps = f"step {first}" if first == config.train.steps else f"steps {first}-{config.train.steps}"
     floor = opt.lr * opt.min_lr_ratio
-    where = (f"the {opt.schedule} lr schedule ends its decay at update {span} (optimizer.total_steps = "
-             f"{opt.total_steps}), and this run goes on to update {span + past} ({steps}, train.steps = "
-             f"{config.train.steps})")
     if floor == 0:
         within = _steps_within(span, done, step, per_step)
         keep = f"train.steps = {within} to end where the schedule does, " if within > step else ""
