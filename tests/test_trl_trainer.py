@@ -203,6 +203,39 @@ def test_trainer_model_is_the_folders_model_before_and_the_trained_one_after(tin
     assert all(torch.equal(trainer.model.state_dict()[k], v) for k, v in trained.items())
 
 
+def test_a_trainer_keeps_its_own_trained_model_after_a_later_run_in_its_output_dir(tiny_model_dir, tmp_path):
+    """Trainer A trains, then trainer B trains in the same output_dir (B's start sets A's run aside
+    into previous/ and writes its own model/): A's save_model(), model and evaluate() read
+    output_dir/model, B's weights, without a word. They read A's own, where B set it aside; and
+    with that copy gone too, one error naming the call and the fix."""
+    import shutil
+
+    import torch
+
+    first = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=1,
+                                                                            learning_rate=1e-2),
+                        train_dataset=_dataset())
+    first.train()
+    mine = _weights(tmp_path / "run" / "model")
+    GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=1, learning_rate=5e-2),
+                train_dataset=_dataset()).train()
+    theirs = _weights(tmp_path / "run" / "model")
+    assert any(not torch.equal(theirs[k], mine[k]) for k in mine)
+    first.save_model(str(tmp_path / "saved"))
+    saved = _weights(tmp_path / "saved")
+    assert all(torch.equal(saved[k], v) for k, v in mine.items())
+    assert all(torch.equal(first.model.state_dict()[k], v) for k, v in mine.items())
+    assert Path(first._model_source("evaluate")).parent.parent.name == "previous"  # what evaluate() loads
+    shutil.rmtree(tmp_path / "run" / "previous")
+    with pytest.raises(ConfigError) as err:
+        first.save_model(str(tmp_path / "saved-again"))
+    assert err.value.field == "save_model"
+    assert str(err.value).startswith(f"save_model: the model this trainer trained ({tmp_path / 'run' / 'model'}) "
+                                     "was replaced by a later run in the same output_dir")
+    assert "own output_dir (GRPOConfig(output_dir=...))" in err.value.fix
+    assert not (tmp_path / "saved-again").exists()
+
+
 def test_peft_config_is_polyrls_lora(tiny_model_dir, tmp_path):
     peft = pytest.importorskip("peft")
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),

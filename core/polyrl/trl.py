@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import attrs
 
-from polyrl import strict_json
+from polyrl import strict_json, trl_saves
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 
@@ -258,6 +258,8 @@ class GRPOTrainer:
         #: the folder each reward model's tokenizer from reward_processing_classes is saved in (None: its own)
         self._reward_tokenizers = [*tokenizer_folders, *[None] * len(env_rewards)]
         self.summary: dict[str, Any] | None = None
+        #: the trained model/'s files as this trainer's run left them (``trl_saves.model_identity``)
+        self._trained_identity: trl_saves.Identity = ()
         #: polyrl's ``Trainer`` while ``train()`` runs (its trackers open), else None: ``log()`` writes to them
         self._run: Any = None
         #: the entries a script's ``trainer.log`` added during the last ``train()``, kept in its ``log_history``
@@ -348,6 +350,8 @@ class GRPOTrainer:
             self._run = None
         self.summary = summary
         best_loaded = self._load_best_model(trainer, summary)
+        # what tells this run's model/ from a later run's there (trl_saves.trained_model)
+        self._trained_identity = trl_saves.model_identity(Path(summary["model"])) if "model" in summary else ()
         if "model" in summary and self.eval_dataset is not None and not best_loaded:  # evaluate() is likely: on the run's engines
             self._eval_engines = (str(self._model_source("evaluate")), trainer.engines)
         if "model" in summary and self._model_object is not None:
@@ -611,8 +615,8 @@ class GRPOTrainer:
 
     def _model_source(self, asked: str) -> Path:
         """The folder of the model as it stands: trained after ``train()``, else the one given."""
-        if self.summary is not None and "model" in self.summary:
-            return Path(self.summary["model"])
+        if self.summary is not None and "model" in self.summary:  # this run's, not a later run's there
+            return trl_saves.trained_model(Path(self.summary["model"]), self._trained_identity, asked)
         if self.summary is not None:
             raise ConfigError("the run stopped before its first step, so there is no trained model", field=asked,
                               fix="look at the run's error above, then call trainer.train() again")
@@ -629,8 +633,9 @@ class GRPOTrainer:
             from transformers import AutoTokenizer
 
             # after train() the tokenizer saved beside the trained model: a polyrl model name is no Hub id
-            trained = (self.summary or {}).get("model")
-            self._processing_class = AutoTokenizer.from_pretrained(str(trained or self.model_path))
+            trained = "model" in (self.summary or {})
+            self._processing_class = AutoTokenizer.from_pretrained(
+                str(self._model_source("processing_class") if trained else self.model_path))
         return self._processing_class
 
     @property
