@@ -4,6 +4,10 @@ naming the variable and the fix, from every place that first writes there. Each 
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,3 +86,64 @@ def test_the_smollm2_conversion_names_polyrl_cache(bad_cache):
     models = pytest.importorskip("polyrl_torch.models")
     with pytest.raises(ConfigError, match=r"^POLYRL_CACHE \(.*is a file, not a folder"):
         models.smollm2_135m_instruct()
+
+
+# --- a read-only POLYRL_CACHE ----------------------------------------------------------------------
+
+READ_ONLY_PROBE = """
+import json, os, sys
+from polyrl.errors import ConfigError
+from polyrl.testing.aliases import polyrl_resolve_model
+from polyrl_torch import models
+
+seen = {"tiny": polyrl_resolve_model("tiny-llama"), "smollm2": models.smollm2_135m_instruct()}
+os.environ["POLYRL_CACHE"] = sys.argv[1]  # read-only and empty: what is asked must be written there
+for name, make in (("tiny_empty", lambda: polyrl_resolve_model("tiny-llama")),
+                   ("smollm2_empty", models.smollm2_135m_instruct)):
+    try:
+        seen[name] = make()
+    except ConfigError as exc:
+        seen[name] = "error: " + str(exc)
+print(json.dumps(seen))
+"""
+
+
+def _read_only_run(code: str, *folders: Path) -> subprocess.CompletedProcess[str]:
+    """``code`` in a python that sees ``folders`` as read-only bind mounts of themselves, in a mount
+    namespace of its own (tests run as root, for whom chmod takes no write right away); skipped
+    where that namespace or those mounts cannot be made."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare here")
+    mounts = " && ".join(f'mount --bind "{f}" "{f}" && mount -o remount,ro,bind "{f}"' for f in folders)
+    script = f'({mounts}) || exit 77; exec "$0" -c "$1" "$2"'
+    result = subprocess.run(["unshare", "-m", "sh", "-c", script, sys.executable, code, *map(str, folders[1:])],
+                            capture_output=True, text=True, timeout=120)
+    if result.returncode == 77 or "unshare failed" in result.stderr:
+        pytest.skip(f"cannot make read-only mounts here: {result.stderr.strip()}")
+    return result
+
+
+def test_a_read_only_polyrl_cache_serves_what_it_holds_and_names_itself_for_what_it_lacks(tmp_path, monkeypatch):
+    """A read-only POLYRL_CACHE (a shared cache, one baked into an image) that holds the tiny model
+    and the converted SmolLM2 was refused ("Read-only file system") though nothing needed writing:
+    each is read as it is. One that lacks them is one error naming POLYRL_CACHE and the fix."""
+    models = pytest.importorskip("polyrl_torch.models")
+    from polyrl.testing.aliases import polyrl_resolve_model
+
+    cache, empty = tmp_path / "cache", tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("POLYRL_CACHE", str(cache))
+    tiny = polyrl_resolve_model("tiny-llama")  # built while the cache is writable
+    converted = cache / "models" / models.SMOLLM2_NAME
+    converted.mkdir()
+    for name in (models.MARKER, "config.json"):  # what marks a finished conversion
+        (converted / name).write_text("{}")
+    result = _read_only_run(READ_ONLY_PROBE, cache, empty)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["tiny"] == tiny and seen["smollm2"] == str(converted)
+    for name in ("tiny_empty", "smollm2_empty"):
+        assert seen[name] == (f"error: POLYRL_CACHE ({str(empty)!r}) cannot hold polyrl's cache folder "
+                              f"'{empty / 'models'}': Read-only file system: {empty / 'models'}. "
+                              "Fix: point POLYRL_CACHE at a writable folder (not a file), e.g. POLYRL_CACHE=~/.cache/polyrl")
+    assert not any(empty.iterdir())

@@ -20,7 +20,13 @@ def polyrl_resolve_model(name: str) -> str | None:
     """``tiny-llama``: a random tiny Llama built once in the polyrl cache."""
     if name != TINY_ALIAS or importlib.util.find_spec("tokenizers") is None:
         return None
-    from polyrl.cache import cache_subdir
+    from polyrl.cache import cache_error, cache_subdir, default_cache_dir
     from polyrl.testing.tiny_model import build_tiny_llama
 
-    return build_tiny_llama(cache_subdir("models") / TINY_ALIAS)
+    models = default_cache_dir() / "models"
+    if not (models / TINY_ALIAS).is_dir():  # to be built: the cache must take it (one error naming POLYRL_CACHE)
+        models = cache_subdir("models")
+    try:  # built before: read as it is, so a read-only cache holding it (shared, in an image) serves it
+        return build_tiny_llama(models / TINY_ALIAS)
+    except OSError as exc:  # an older build there that a read-only cache cannot take again
+        raise cache_error(models / TINY_ALIAS, exc) from None

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from polyrl.cache import cache_subdir
+from polyrl.cache import cache_subdir, default_cache_dir
 from polyrl.file_modes import honour_umask
 from polyrl.errors import ConfigError
 from polyrl.backend_kit.gguf_vocab import check_gguf_tokenizer
@@ -112,8 +112,10 @@ def gguf_to_hf(src_dir: str, gguf_file: str, dst: str) -> str:
 
 def smollm2_135m_instruct(cache_dir: str | os.PathLike[str] | None = None) -> str:
     """Path of the float32 HF copy of SmolLM2-135M-Instruct, converting it on first use (~1 min)."""
-    models = Path(cache_dir) / "models" if cache_dir is not None else cache_subdir("models")
+    models = Path(cache_dir) / "models" if cache_dir is not None else default_cache_dir() / "models"
     target = models / SMOLLM2_NAME
-    if _complete(target):
+    if _complete(target):  # converted before: a read-only cache holding it serves it
         return str(target)
+    if cache_dir is None:  # to be converted: the cache must take it (one error naming POLYRL_CACHE)
+        target = cache_subdir("models") / SMOLLM2_NAME
     return gguf_to_hf(str(smollm2_gguf_dir()), SMOLLM2_GGUF, str(target))
