@@ -482,6 +482,37 @@ def test_a_second_trainer_is_refused_and_a_killed_holder_does_not_block(tiny_mod
     assert not trainer.lock.held
 
 
+@pytest.mark.slow  # three CLI runs (~30 s on two cores)
+def test_two_training_processes_on_one_output_dir_the_second_is_refused_and_a_killed_first_blocks_nothing(
+        tiny_model_dir, tmp_path):
+    """Two real ``polyrl train`` processes (not a bare lock holder): while the first trains, the
+    second is one error naming the first's pid and writes nothing there; the first killed with
+    SIGKILL mid-run, ``--resume`` continues its checkpoints."""
+    config = write_config(tmp_path, tiny_model_dir, tmp_path / "run", steps=400)
+    out = tmp_path / "run"
+    first = subprocess.Popen([*POLYRL, "train", str(config), "--no-progress"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not ckpt.complete_checkpoints(out / "checkpoints"):  # training, a step checkpointed
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
+            time.sleep(0.05)
+        (tmp_path / "other").mkdir()
+        second = train(write_config(tmp_path / "other", tiny_model_dir, out, steps=1))
+        one_clear_error(second, f"output_dir {out} is in use by another trainer (pid {first.pid})",
+                        "Fix: wait for that run to finish (or stop it), or give this run another output_dir")
+        assert first.poll() is None  # still training, its files its own
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    steps = [m["step"] for m in metric_steps(out)]
+    assert steps == list(range(1, len(steps) + 1))
+    write_config(tmp_path, tiny_model_dir, out, steps=steps[-1] + 1)  # one step more than the killed run took
+    resumed = train(config, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [m["step"] for m in metric_steps(out)] == list(range(1, steps[-1] + 2))
+
+
 # --- full disk, read-only output_dir --------------------------------------------------------------
 
 
