@@ -73,6 +73,12 @@ DERIVED_SEEDS = (2**32, 2**62)
 #: main thread, outside env_timeout_s) only to end its episode as ``length`` after.
 MAX_CHARS_PER_TOKEN = 32
 
+#: The tokens an environment's first messages are bounded by when no ``max_length`` is given
+#: (``EpisodeLimits(max_length=None)``, the API's default; a run always has ``model.max_length``):
+#: the longest context common models take. Why: without a bound a ``reset`` answering 100 MB was
+#: checked, copied and rendered whole before anything could refuse it.
+UNBOUNDED_FIRST_TOKENS = 131_072
+
 
 def agreed_failure(failures: Sequence[object]) -> EnvironmentFailed | None:
     """Under a launcher, the error every rank raises, from each rank's ``failure().shared()`` (or
@@ -400,23 +406,32 @@ class EpisodeRunner:
             log.warning("environment create failed; episode ended", environment=self._env_name, error=error)
             raise _EnvError(error)
 
-    def _oversize_first(self, first: Sequence[Mapping[str, Any]]) -> str | None:
-        """Why an environment's first messages cannot fit ``model.max_length``, judged by their size
-        before the template renders them (see ``MAX_CHARS_PER_TOKEN``), or None."""
+    def _first_tokens(self) -> int:
+        """The tokens an environment's first messages must fit: ``max_length``, else
+        ``UNBOUNDED_FIRST_TOKENS``."""
         limit = self.limits.max_length
-        if limit is None or self.limits.may_fit(first, limit):
+        return UNBOUNDED_FIRST_TOKENS if limit is None else limit
+
+    def _oversize_first(self, first: Sequence[Mapping[str, Any]]) -> str | None:
+        """Why an environment's first messages cannot fit ``model.max_length`` (or, without one,
+        ``UNBOUNDED_FIRST_TOKENS``), judged by their size before the template renders them (see
+        ``MAX_CHARS_PER_TOKEN``), or None."""
+        limit = self._first_tokens()
+        if self.limits.may_fit(first, limit):
             return None
         budget = MAX_CHARS_PER_TOKEN * limit
         chars = content_chars(first, budget)
         counted = " or more" if chars > budget and any(set(m) - {"role", "content"} for m in first) else ""
+        given = self.limits.max_length is not None
+        bound = f"model.max_length = {limit}" if given else f"the {limit:,}-token bound on a first prompt without max_length"
         return (f"the environment's first messages ({len(first):,} message(s), {chars:,} characters{counted}) "
-                f"cannot fit model.max_length = {limit} tokens (at most one message and {MAX_CHARS_PER_TOKEN} "
-                "characters a token): they were not rendered")
+                f"cannot fit {bound} tokens (at most one message and {MAX_CHARS_PER_TOKEN} "
+                "characters a token): they were not rendered"
+                + ("" if given else " (EpisodeLimits(max_length=...) sets another bound)"))
 
-    def _first_budget(self) -> int | None:
+    def _first_budget(self) -> int:
         """The characters an environment's first messages may hold (``_oversize_first``'s bound)."""
-        limit = self.limits.max_length
-        return None if limit is None else MAX_CHARS_PER_TOKEN * max(limit, 0)
+        return MAX_CHARS_PER_TOKEN * max(self._first_tokens(), 0)
 
     @staticmethod
     def _first_messages(env: Any, row: Mapping[str, Any],
