@@ -53,6 +53,7 @@ from polyrl.errors import ConfigError, EnvironmentFailed
 from polyrl.reasoning import opens_reasoning
 from polyrl.logs import get_logger
 from polyrl.rewards.trl_compat import private_copy
+from polyrl.template_roles import TemplateRoles
 from polyrl.types import Completion, FinishReason, Prompt, SamplingParams, TokenPrompt
 
 log = get_logger(__name__)
@@ -254,6 +255,7 @@ class EpisodeRunner:
         self.tool_format = tool_format  # what ``parse`` reads (environment.tool_format)
         self.glue = ChatGlue(encode_chat)
         self._template_ignores_tools: bool | None = None
+        self._first_roles = TemplateRoles()  # which roles the template shows in a first prompt
         #: the role a tool's result is rendered as: "tool", or "user" for a template that cannot
         #: show a tool message (``check_tool_results``); None until asked
         self.tool_results_role: str | None = None
@@ -373,6 +375,10 @@ class EpisodeRunner:
             log.warning("an episode's first prompt does not fit; episode ended", environment=self._env_name,
                         error=oversize)
             return self._failed_at_reset(index, row, oversize)
+        if (dropped := self._dropped_role(first, toolbox, env)) is not None:
+            log.warning("the chat template drops a message of an episode's first prompt; episode ended",
+                        environment=self._env_name, error=dropped)
+            return self._failed_at_reset(index, row, dropped)
         asked = copy.deepcopy(first) if env is not None else None  # what rewards and the log see as the prompt
         first = self._with_tool_instructions(first, toolbox)
         try:
@@ -393,6 +399,25 @@ class EpisodeRunner:
                             env_error=error, asked=asked)
         return _Episode(index=index, row=row, env=env, first_messages=first, toolbox=toolbox, prompt_ids=prompt_ids,
                         worker=worker, asked=asked)
+
+    def _dropped_role(self, first: list[dict[str, Any]], toolbox: Any, env: Any) -> str | None:
+        """Why the first prompt cannot be shown whole: a message in a role the chat template does not
+        render (``polyrl.template_roles``; Qwen2.5's drops ``developer`` and ``ipython``), or None.
+        Asked of the prompt as it is rendered, tool instructions included; once per role and place.
+        An environment's such message ends its episode, as a ``step``'s does; a dataset prompt's is
+        the run's setup at fault (a ConfigError; the startup check finds it first in a run)."""
+        schemas = toolbox.schemas if toolbox is not None else None
+        found = self._first_roles.problem(
+            first, lambda messages: self.glue.prompt(self._with_tool_instructions(messages, toolbox), schemas))
+        if found is None:
+            return None
+        i, what = found
+        if env is None:
+            raise ConfigError(f"message {i} of the prompt in column {self.prompt_column!r} {what}", field="data",
+                              fix="give that text a role the template renders (its instructions as 'system', or "
+                                  "'user'), or use a model whose chat template renders that role")
+        return (f"{type(env).__name__}.reset message {i} {what}. Fix: give that text a role the template renders "
+                "(its instructions as 'system', or 'user')")
 
     def _check_unshared(self, env: Any, made: Sequence[_Made]) -> None:
         """``_EnvError`` when the factory returned an instance another episode of this rollout has.
