@@ -210,3 +210,25 @@ def test_a_model_without_a_chat_template_on_text_prompts_still_loads(tiny_model_
     assert trainer._think_suffix is None
     out = trainer._sample([{"prompt": "6 * 7 =", "answer": "42"}], config.generation.sampling(0))
     assert len(out) == 2 and not any(c.reasoning_open for c in out)
+
+
+def test_a_dataset_prompt_in_a_role_the_template_drops_is_refused_when_the_trainer_is_built(tiny_model_dir, tmp_path):
+    """Phi-3's template renders system, user and assistant messages only: a prompt's ``developer``
+    instructions were dropped from every rendering, and the run trained on prompts without them,
+    silently. Now the startup check names the row, the role and the roles the template renders."""
+    from polyrl.errors import ConfigError
+
+    developer = [{"role": "developer", "content": "Answer with the number only."},
+                 {"role": "user", "content": "What is 2+2?"}]
+    rows = [{"prompt": "What is 1+1?", "answer": "2"}, {"prompt": developer, "answer": "4"}]
+    config = RunConfig.from_dict({
+        "model": {"path": with_template(tiny_model_dir, tmp_path / "phi3", NO_TOOL_ROLE), "max_length": 256},
+        "generation": {"group_size": 2, "max_new_tokens": 8},
+        "data": {"rows": rows},
+        "rewards": [{"name": "numeric_match"}],
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")}})
+    with pytest.raises(ConfigError) as err:
+        Trainer(config)
+    assert err.value.field == "data"
+    assert ("row 1 of rows: message 0 of column 'prompt' has role 'developer', which the model's chat template does "
+            "not render (in that place it renders 'system', 'user', 'assistant')") in str(err.value), str(err.value)

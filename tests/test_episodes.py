@@ -705,7 +705,7 @@ def test_an_observation_message_json_cannot_hold_ends_its_episode_and_checkpoint
     obs = Observation([{"role": "user", "content": "again", **extra}])
     out = env_runner(ScriptedModel(first_turn="plain"), answering(obs)).run(
         [{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
-    assert all(words in c.info["env_error"] and "JSON" in c.info["env_error"] for c in out), out[0].info
+    assert all(words in c.info["env_error"] and "JSON" in c.info["env_error"] for c in out), out[0].info["env_error"]
     dumps(Rollout(1, [{"prompt": "x"}], out, 0, 0.1, {}).as_state())  # what a checkpoint writes
 
 
@@ -756,6 +756,31 @@ def test_messages_too_large_to_fit_end_their_episode_unrendered():
     out = run.run([{"prompt": "x", "huge_reset": True}], SamplingParams(max_new_tokens=40, n=2))
     assert all("cannot fit" in c.info["env_error"] for c in out)
     assert max(seen) < 10_000
+
+
+class FloodsAtReset(Guess):
+    """First messages of 50 M characters."""
+
+    def reset(self, row):
+        return [{"role": "user", "content": "x" * 50_000_000}]
+
+
+def test_first_messages_without_max_length_are_still_bounded_by_size_unrendered():
+    """Once: without ``max_length`` (``EpisodeLimits()``'s default) a ``reset`` of 50 M characters
+    had no bound: checked, copied and rendered whole. Now the first prompt is bounded by
+    ``UNBOUNDED_FIRST_TOKENS`` tokens of 32 characters, refused by size before any rendering."""
+    def small_only(messages, tools, add_generation_prompt):
+        assert sum(len(m["content"]) for m in messages) < 10_000, "a flood was rendered"
+        return encode_chat(messages, tools, add_generation_prompt)
+
+    run = EpisodeRunner(ScriptedModel(first_turn="plain").generate, small_only, EpisodeLimits(3, 400),
+                        make_environment=FloodsAtReset, parse=parse, environment_name="floods")
+    t0 = time.perf_counter()
+    out = run.run([{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
+    assert time.perf_counter() - t0 < 1.0
+    bound = ("(1 message(s), 50,000,004 characters) cannot fit the 131,072-token bound on a first prompt without "
+             "max_length tokens")
+    assert all(bound in c.info["env_error"] and c.info["turns"] == 0 for c in out), out[0].info["env_error"]
 
 
 #: a 10 M-character value, as message content or under a key of the environment's own (a flat one,
@@ -820,7 +845,7 @@ def test_first_messages_with_a_huge_extra_key_cannot_fit_and_are_not_rendered():
                         make_environment=Tagged, parse=parse, environment_name="tagged")
     out = run.run([{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
     assert all("(1 message(s), 10,000,0" in c.info["env_error"] and "characters or more) cannot fit "
-               "model.max_length = 2048" in c.info["env_error"] and c.info["turns"] == 0 for c in out), out[0].info
+               "model.max_length = 2048" in c.info["env_error"] and c.info["turns"] == 0 for c in out), out[0].info["env_error"]
     assert all(c.prompt_messages is None for c in out) and max(seen, default=0) < 10_000
 
 
@@ -1000,7 +1025,7 @@ def test_a_conversation_past_the_templates_bounds_ends_its_episode_without_blami
     out = env_runner(ScriptedModel(first_turn="plain"), answering(obs), encode=bounded_encode).run(
         [{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
     assert all("cannot render this conversation within polyrl's bounds on a rendering" in c.info["env_error"]
-               and "model.path" not in c.info["env_error"] and c.info["turns"] == 1 for c in out), out[0].info
+               and "model.path" not in c.info["env_error"] and c.info["turns"] == 1 for c in out), out[0].info["env_error"]
 
 
 class ToolsAtReset(Guess):

@@ -447,6 +447,53 @@ def test_a_tracker_that_hangs_is_dropped_at_tracker_timeout_s_and_the_others_kee
     assert err.count("tracker 'stuck_close' failed to close") == 1
 
 
+SLOW_FLUSH = """
+import sys, time
+from pathlib import Path
+from polyrl.tracking import TrackerSpec
+from polyrl.tracking.session import RunTracking
+
+out = Path(sys.argv[1])
+
+
+class SlowFlush:
+    def log_metrics(self, metrics, step):
+        self.last = step
+
+    def log_completions(self, records, step):
+        pass
+
+    def close(self):  # an upload of what it kept: longer than tracker_timeout_s
+        time.sleep(1.5)
+        (out / "flushed").write_text(str(self.last))
+
+
+tracking = RunTracking(specs=[TrackerSpec(name="slow", create=lambda c: SlowFlush())], output_dir=out,
+                       completions_per_step=0, run_name="r", project="p", config={}, timeout_s=0.3)
+tracking.open()
+tracking.publish({"step": 0, "loss": 0.5})
+tracking.close()
+"""
+
+
+@pytest.mark.faults
+def test_a_tracker_close_past_tracker_timeout_s_says_what_it_had_not_written_is_lost(tmp_path):
+    """A tracker's close runs on a daemon thread: one that outlives tracker_timeout_s (a slow upload)
+    is killed when the process exits and its data never reaches the tracker. Once that was only
+    "failed to close"; now the warning says the data is lost and how to give it the time."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", SLOW_FLUSH, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "flushed").exists()  # the flush really was cut off at exit
+    line = [ln for ln in proc.stderr.splitlines() if "tracker 'slow'" in ln]
+    assert len(line) == 1, proc.stderr
+    assert ("failed to close within logging.tracker_timeout_s = 0.3 s: what it had not written yet" in line[0]
+            and "is lost when this process exits" in line[0] and "Fix: raise logging.tracker_timeout_s" in line[0]), line
+
+
 @pytest.mark.faults
 def test_a_real_ctrl_c_while_waiting_for_a_tracker_is_not_taken_for_the_trackers(tmp_path):
     """SIGINT reaches the main thread only: it stops the caller and the tracker is not blamed."""

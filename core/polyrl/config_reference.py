@@ -218,7 +218,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "project": "the trackers' project / experiment name",
         "run_name": "the trackers' run name (unset = the output_dir folder name)",
         "tracker_timeout_s": "seconds one tracker call may take; past it a tracker that is starting stops the "
-                             "run, one that is logging is dropped and the run goes on",
+                             "run, one that is logging is dropped and the run goes on, and one still closing "
+                             "at the end loses what it had not written (a warning says so)",
         "step_line": 'the terminal\'s line per step: "short" (step, loss, reward, kl, grad norm, lr, entropy, '
                      'lengths, time, eval/...) or "full" (every metric); the files always get every metric',
     },

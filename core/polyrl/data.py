@@ -35,6 +35,7 @@ from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.split_overlap import check_disjoint
 from polyrl.tasks import SPLITS, TASK_CHECKS, TASK_OPTIONS, TASKS
+from polyrl.template_roles import TemplateRoles
 from polyrl.text_validity import blank, blank_problem, row_surrogate, surrogate_error
 from polyrl.types import Prompt
 
@@ -495,11 +496,28 @@ def _counted(count_tokens: Callable[[Prompt], int], prompt: Prompt, dataset: Dat
                               "data.system_prompt adds a system message to every row)") from None
 
 
+def _check_roles(roles: TemplateRoles, render: Callable[[Prompt], Any], prompt: Prompt, dataset: Dataset,
+                 i: int) -> None:
+    """A chat prompt's message in a role the chat template drops is an error naming its row
+    (``polyrl.template_roles``): the model would never read it, and nothing else says so."""
+    if isinstance(prompt, str):
+        return
+    found = roles.problem(prompt, render)  # type: ignore[arg-type]
+    if found is not None:
+        j, what = found
+        raise ConfigError(f"{dataset.where(i)}: message {j} of column {dataset.prompt_column!r} {what}", field="data",
+                          fix="give that text a role the template renders (its instructions as 'system', or "
+                              "'user'), or use a model whose chat template renders that role")
+
+
 def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int], max_length: int,
-                         *, drop: bool = False, counted: str = "chat template included") -> tuple[Dataset, int]:
+                         *, drop: bool = False, counted: str = "chat template included",
+                         render: Callable[[Prompt], Any] | None = None) -> tuple[Dataset, int]:
     """(dataset, rows dropped): every prompt must be shorter than ``max_length`` tokens as
     ``count_tokens`` measures it (the generate engine's own encoding, chat template included;
-    ``counted`` says what else it adds, e.g. an episode's tool instructions).
+    ``counted`` says what else it adds, e.g. an episode's tool instructions). ``render`` (the
+    prompt's ids, as ``count_tokens`` counts them): every chat prompt's roles must be ones the
+    template renders (``_check_roles``), checked in the same pass.
 
     Why at startup, in one pass: generation refuses an overlong prompt only when its batch is
     drawn, possibly hours in, and names it by its place in the batch. Here the first one is an
@@ -508,9 +526,12 @@ def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int]
     t0 = time.perf_counter()
     over: list[int] = []
     first = 0
+    roles = TemplateRoles()
     for start in range(0, len(dataset), ITER_BLOCK):
         block = dataset.take(range(start, min(start + ITER_BLOCK, len(dataset))))
         for i, row in enumerate(block, start):
+            if render is not None:
+                _check_roles(roles, render, row[dataset.prompt_column], dataset, i)
             tokens = _counted(count_tokens, row[dataset.prompt_column], dataset, i)
             if tokens >= max_length:
                 first = first or tokens

@@ -15,7 +15,7 @@ the episode runner, which ends an episode whose first prompt does not fit.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from polyrl.types import Prompt
 
@@ -23,10 +23,16 @@ if TYPE_CHECKING:  # the trainer imports this module; the agents package loads o
     from polyrl.agents.episodes import EpisodeRunner
 
 
-def first_prompt_counter(runner: EpisodeRunner | None) -> Callable[[Prompt], int] | None:
-    """Tokens of the first prompt an episode on a row with ``prompt`` renders (chat template and
+def first_prompt_encoder(runner: EpisodeRunner | None) -> Callable[[Prompt], Any] | None:
+    """The ids of the first prompt an episode on a row with ``prompt`` renders (chat template and
     tool instructions included, through the runner's own code), or None when an environment
     writes the first messages (or there are no episodes)."""
     if runner is None or runner.make_environment is not None:
         return None
-    return lambda prompt: len(runner.first_prompt_ids(prompt))
+    return runner.first_prompt_ids
+
+
+def first_prompt_counter(runner: EpisodeRunner | None) -> Callable[[Prompt], int] | None:
+    """Tokens of ``first_prompt_encoder``'s ids, or None where it is None."""
+    encode = first_prompt_encoder(runner)
+    return None if encode is None else (lambda prompt: len(encode(prompt)))

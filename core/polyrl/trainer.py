@@ -49,7 +49,7 @@ from polyrl.config import RUN_REWARDS, RunConfig, check_world_size
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, dataset_changed_error, load_train_and_eval
 from polyrl.engines import RunEngines, check_engines, choose_generate_backend, load_engines, run_optimizer
 from polyrl import episode_scoring, eval_loss
-from polyrl.episode_prompts import first_prompt_counter
+from polyrl.episode_prompts import first_prompt_encoder
 from polyrl.errors import (
     CallbackError,
     CollectiveTimeout,
@@ -86,7 +86,7 @@ from polyrl.step_metrics import (clip_region_metrics, epoch_stop_skips, joined_g
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.step_line import step_line_fields
 from polyrl.tracking.session import for_run as tracking_for_run
-from polyrl.types import Completion, RewardContext, SamplingParams, StepMetrics, TokenSequence, TrainBatch
+from polyrl.types import Completion, Prompt, RewardContext, SamplingParams, StepMetrics, TokenSequence, TrainBatch
 
 if TYPE_CHECKING:  # imported lazily at run time: single-turn runs never load the agents package
     from polyrl.agents.episodes import EpisodeRunner
@@ -188,6 +188,11 @@ def _loss_counts(completions: list[Completion], group_kept: np.ndarray,
     rows = np.flatnonzero(group_kept)
     tokens = sum(int(TokenSequence.of(completions[i]).loss_mask.sum()) for i in rows if untruncated[i])
     return len(rows), tokens
+
+
+def _length_of(encode: Callable[[Prompt], Any], prompt: Prompt) -> int:
+    """The tokens of ``prompt`` as ``encode`` renders it (the startup length check's count)."""
+    return len(encode(prompt))
 
 
 def _rendered(engine: Engine, messages: list[dict[str, Any]], add_generation_prompt: bool) -> np.ndarray:
@@ -449,24 +454,25 @@ class Trainer:
 
     def _fit_prompts(self) -> tuple[Dataset, Dataset | None]:
         """The datasets with every prompt checked against model.max_length once, encoded as
-        generation encodes it (``check_prompt_lengths``). The train engine's tokenizer is asked
+        generation encodes it, and every chat prompt's roles against those the chat template
+        renders (``check_prompt_lengths``). The train engine's tokenizer is asked
         first: it is local even when the generator is a server. Episodes on tools alone count
-        their first prompt with the tool instructions (``first_prompt_counter``); an environment
+        their first prompt with the tool instructions (``first_prompt_encoder``); an environment
         writes its own first messages, so its prompts are left to the episode runner."""
         encoders = (getattr(e.raw, "encode_prompt", None) for e in (self.train_engine, self.gen_engine))
         encode = next((f for f in encoders if callable(f)), None)
-        count = (lambda p: len(encode(p))) if encode is not None else None
         counted = "chat template included"
         if self.episodes is not None:  # tools alone: with their instructions; an environment: None
-            count, counted = first_prompt_counter(self.episodes), "chat template and tool instructions included"
+            encode, counted = first_prompt_encoder(self.episodes), "chat template and tool instructions included"
         source, source_eval = self._source_data
-        if count is None:
+        if encode is None:
             return source, source_eval
+        count = functools.partial(_length_of, encode)
         limit, drop = self.config.model.max_length, self.config.data.drop_overlong
-        train, _ = check_prompt_lengths(source, count, limit, drop=drop, counted=counted)
+        train, _ = check_prompt_lengths(source, count, limit, drop=drop, counted=counted, render=encode)
         if source_eval is None:
             return train, None
-        return train, check_prompt_lengths(source_eval, count, limit, drop=drop, counted=counted)[0]
+        return train, check_prompt_lengths(source_eval, count, limit, drop=drop, counted=counted, render=encode)[0]
 
     def _check_environment(self) -> EnvironmentPlan | None:
         if not self.config.environment.enabled:

@@ -53,6 +53,7 @@ from polyrl.errors import ConfigError, EnvironmentFailed
 from polyrl.reasoning import opens_reasoning
 from polyrl.logs import get_logger
 from polyrl.rewards.trl_compat import private_copy
+from polyrl.template_roles import TemplateRoles
 from polyrl.types import Completion, FinishReason, Prompt, SamplingParams, TokenPrompt
 
 log = get_logger(__name__)
@@ -72,6 +73,12 @@ DERIVED_SEEDS = (2**32, 2**62)
 #: fit. Why: a 7.5 M-character observation took 51 s and 3.5 GB to render and tokenize (on the
 #: main thread, outside env_timeout_s) only to end its episode as ``length`` after.
 MAX_CHARS_PER_TOKEN = 32
+
+#: The tokens an environment's first messages are bounded by when no ``max_length`` is given
+#: (``EpisodeLimits(max_length=None)``, the API's default; a run always has ``model.max_length``):
+#: the longest context common models take. Why: without a bound a ``reset`` answering 100 MB was
+#: checked, copied and rendered whole before anything could refuse it.
+UNBOUNDED_FIRST_TOKENS = 131_072
 
 
 def agreed_failure(failures: Sequence[object]) -> EnvironmentFailed | None:
@@ -248,6 +255,7 @@ class EpisodeRunner:
         self.tool_format = tool_format  # what ``parse`` reads (environment.tool_format)
         self.glue = ChatGlue(encode_chat)
         self._template_ignores_tools: bool | None = None
+        self._first_roles = TemplateRoles()  # which roles the template shows in a first prompt
         #: the role a tool's result is rendered as: "tool", or "user" for a template that cannot
         #: show a tool message (``check_tool_results``); None until asked
         self.tool_results_role: str | None = None
@@ -367,6 +375,10 @@ class EpisodeRunner:
             log.warning("an episode's first prompt does not fit; episode ended", environment=self._env_name,
                         error=oversize)
             return self._failed_at_reset(index, row, oversize)
+        if (dropped := self._dropped_role(first, toolbox, env)) is not None:
+            log.warning("the chat template drops a message of an episode's first prompt; episode ended",
+                        environment=self._env_name, error=dropped)
+            return self._failed_at_reset(index, row, dropped)
         asked = copy.deepcopy(first) if env is not None else None  # what rewards and the log see as the prompt
         first = self._with_tool_instructions(first, toolbox)
         try:
@@ -388,6 +400,25 @@ class EpisodeRunner:
         return _Episode(index=index, row=row, env=env, first_messages=first, toolbox=toolbox, prompt_ids=prompt_ids,
                         worker=worker, asked=asked)
 
+    def _dropped_role(self, first: list[dict[str, Any]], toolbox: Any, env: Any) -> str | None:
+        """Why the first prompt cannot be shown whole: a message in a role the chat template does not
+        render (``polyrl.template_roles``; Qwen2.5's drops ``developer`` and ``ipython``), or None.
+        Asked of the prompt as it is rendered, tool instructions included; once per role and place.
+        An environment's such message ends its episode, as a ``step``'s does; a dataset prompt's is
+        the run's setup at fault (a ConfigError; the startup check finds it first in a run)."""
+        schemas = toolbox.schemas if toolbox is not None else None
+        found = self._first_roles.problem(
+            first, lambda messages: self.glue.prompt(self._with_tool_instructions(messages, toolbox), schemas))
+        if found is None:
+            return None
+        i, what = found
+        if env is None:
+            raise ConfigError(f"message {i} of the prompt in column {self.prompt_column!r} {what}", field="data",
+                              fix="give that text a role the template renders (its instructions as 'system', or "
+                                  "'user'), or use a model whose chat template renders that role")
+        return (f"{type(env).__name__}.reset message {i} {what}. Fix: give that text a role the template renders "
+                "(its instructions as 'system', or 'user')")
+
     def _check_unshared(self, env: Any, made: Sequence[_Made]) -> None:
         """``_EnvError`` when the factory returned an instance another episode of this rollout has.
         Why: the episodes run at once, each on its own thread, so they would share (and race on)
@@ -400,23 +431,32 @@ class EpisodeRunner:
             log.warning("environment create failed; episode ended", environment=self._env_name, error=error)
             raise _EnvError(error)
 
-    def _oversize_first(self, first: Sequence[Mapping[str, Any]]) -> str | None:
-        """Why an environment's first messages cannot fit ``model.max_length``, judged by their size
-        before the template renders them (see ``MAX_CHARS_PER_TOKEN``), or None."""
+    def _first_tokens(self) -> int:
+        """The tokens an environment's first messages must fit: ``max_length``, else
+        ``UNBOUNDED_FIRST_TOKENS``."""
         limit = self.limits.max_length
-        if limit is None or self.limits.may_fit(first, limit):
+        return UNBOUNDED_FIRST_TOKENS if limit is None else limit
+
+    def _oversize_first(self, first: Sequence[Mapping[str, Any]]) -> str | None:
+        """Why an environment's first messages cannot fit ``model.max_length`` (or, without one,
+        ``UNBOUNDED_FIRST_TOKENS``), judged by their size before the template renders them (see
+        ``MAX_CHARS_PER_TOKEN``), or None."""
+        limit = self._first_tokens()
+        if self.limits.may_fit(first, limit):
             return None
         budget = MAX_CHARS_PER_TOKEN * limit
         chars = content_chars(first, budget)
         counted = " or more" if chars > budget and any(set(m) - {"role", "content"} for m in first) else ""
+        given = self.limits.max_length is not None
+        bound = f"model.max_length = {limit}" if given else f"the {limit:,}-token bound on a first prompt without max_length"
         return (f"the environment's first messages ({len(first):,} message(s), {chars:,} characters{counted}) "
-                f"cannot fit model.max_length = {limit} tokens (at most one message and {MAX_CHARS_PER_TOKEN} "
-                "characters a token): they were not rendered")
+                f"cannot fit {bound} tokens (at most one message and {MAX_CHARS_PER_TOKEN} "
+                "characters a token): they were not rendered"
+                + ("" if given else " (EpisodeLimits(max_length=...) sets another bound)"))
 
-    def _first_budget(self) -> int | None:
+    def _first_budget(self) -> int:
         """The characters an environment's first messages may hold (``_oversize_first``'s bound)."""
-        limit = self.limits.max_length
-        return None if limit is None else MAX_CHARS_PER_TOKEN * max(limit, 0)
+        return MAX_CHARS_PER_TOKEN * max(self._first_tokens(), 0)
 
     @staticmethod
     def _first_messages(env: Any, row: Mapping[str, Any],

@@ -7,7 +7,8 @@ dashboard must never cost a run. "Failing" includes raising any BaseException (`
 not returning within ``[logging] tracker_timeout_s``: each tracker runs on its own thread
 (``polyrl.agents.threads.Worker``: a tracker that blocks must not hang the run, and one that raises
 ``SystemExit`` or calls ``os._exit`` there must not end it; a real Ctrl-C still reaches the main
-thread). The completions log is written here too, and failing to write it
+thread). A ``close`` past the limit cannot be waited for either: its thread dies with the process,
+so the warning says what it had not written is lost. The completions log is written here too, and failing to write it
 turns it off with one warning rather than ending the run.
 """
 
@@ -272,9 +273,11 @@ class RunTracking:
             thread.call_blocking(finish if callable(finish) else (lambda: tracker.close()), self.timeout_s)
         except CallRaised as exc:
             log.warning(f"tracker {name!r} failed to close", error=describe(exc.cause))
-        except CallTimedOut:
-            log.warning(f"tracker {name!r} failed to close",
-                        error=f"close did not return within {self.timeout_s:g} s (logging.tracker_timeout_s)")
+        except CallTimedOut:  # its thread is a daemon: what it had yet to write dies with the process
+            log.warning(f"tracker {name!r} failed to close within logging.tracker_timeout_s = {self.timeout_s:g} s: "
+                        "what it had not written yet (its last metrics, an upload still running) is lost when this "
+                        "process exits. Fix: raise logging.tracker_timeout_s to give its close (a flush, an upload) "
+                        "the time it takes")
         finally:
             thread.close()
 
