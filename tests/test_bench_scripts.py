@@ -281,3 +281,40 @@ def test_heap_warmup_bench_gives_each_steps_seconds_and_page_faults(tiny_model_d
         assert s["generate_s"] > 0 and s["train_s"] > 0 and s["generate_faults"] >= 0 and s["train_faults"] >= 0
     assert report["machine"]["threads"] == 1 and report["lora"] is False
     assert module.main(["--rounds", "0"]) == 2
+
+
+def test_step_profile_groups_matmuls_by_what_they_compute():
+    """bench/step_profile.py: a matmul's FLOPs come from its shapes, and its group from its sizes:
+    the vocabulary is the output head, the LoRA rank the adapters, batched matmuls attention."""
+    module = _bench("step_profile")
+    assert module.matmul_flops("aten::mm", [[4, 8], [8, 16]]) == 2 * 4 * 8 * 16
+    assert module.matmul_flops("aten::addmm_", [[4, 16], [4, 8], [8, 16], [], []]) == 2 * 4 * 8 * 16
+    assert module.matmul_flops("aten::baddbmm", [[3, 4, 5], [3, 4, 6], [3, 6, 5], [], []]) == 2 * 3 * 4 * 6 * 5
+    assert module.matmul_flops("mkldnn::_linear_pointwise", [[2, 3, 8], [16, 8], [], [], [], []]) == 2 * 6 * 8 * 16
+    assert module.matmul_flops("aten::mm", [[4, 8]]) == 0.0  # shapes not recorded: no FLOPs, no crash
+    vocab, rank = 1000, 16
+    assert module.group_of("aten::mm", [[32, 64], [64, vocab]], vocab, rank) == "output head"
+    assert module.group_of("aten::mm", [[rank, 32], [32, 64]], vocab, rank) == "adapters"
+    assert module.group_of("aten::mm", [[rank, 32], [32, 64]], vocab, None) == "weights"  # full training: no rank
+    assert module.group_of("aten::bmm", [[2, 4, 8], [2, 8, 4]], vocab, rank) == "attention"
+    assert module.group_of("aten::mul", [[4, 8], [4, 8]], vocab, rank) == "other"
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_step_profile_bench_splits_both_phases_into_groups(tiny_model_dir, tmp_path, lora):
+    """bench/step_profile.py on a tiny model: both phases profiled each round, every group's share
+    of the profiled CPU time summing to one, the decoder's weights among the groups, and LoRA's
+    rank-r products a group of their own only with LoRA."""
+    module = _bench("step_profile")
+    out = tmp_path / "profile.json"
+    assert module.main(["--model", tiny_model_dir, "--rounds", "1", "--prompts", "2", "--group-size", "2",
+                        "--max-new-tokens", "4", "--output", str(out), *(["--lora"] if lora else [])]) == 0
+    report = json.loads(out.read_text())
+    for phase in ("generate", "train_step"):
+        assert len(report[phase]["wall_s"]) == 1 and report[phase]["wall_s_median"] > 0
+        groups = report[phase]["rounds"][0]["groups"]
+        assert sum(g["share"] for g in groups.values()) == pytest.approx(1.0, abs=1e-3)
+        assert groups["weights"]["gflop"] > 0 and groups["weights"]["gflops"] > 0
+    assert ("adapters" in report["train_step"]["median"]) == lora
+    assert report["training"].startswith("LoRA" if lora else "full")
+    assert module.main(["--rounds", "0"]) == 2
