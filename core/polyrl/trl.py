@@ -452,6 +452,7 @@ class GRPOTrainer:
         eval sampler draws them (``trl_eval_order``)."""
         from polyrl import api
         from polyrl.trl_evaluate import rows_of, trl_eval_order
+        from polyrl.trl_tags import trl_tags
 
         if eval_prompts is not None:
             eval_prompts = trl_eval_order(rows_of(eval_prompts, "eval_dataset"), self.args)
@@ -463,7 +464,12 @@ class GRPOTrainer:
             plugins = [*plugins, *([self.tools] if self.tools is not None else [])]
         if self.trl_environments is not None:
             plugins = [*_with_environments(config, plugins), self.trl_environments]
-        return api.make_trainer(config, plugins, resume=resume, engines=engines)
+        trainer = api.make_trainer(config, plugins, resume=resume, engines=engines)
+        # the trackers' tags and steps transformers' integrations write in a TRL run (train/loss at global_step)
+        if hasattr(trainer, "tracking"):  # (a Trainer stand-in in the tests has none)
+            trainer.tracking.rename = functools.partial(trl_tags, names=getattr(trainer, "trl_names", None))
+            trainer.tracking.step_scale = int(trainer.config.algorithm.updates_per_step)  # at global_step
+        return trainer
 
     @_script_names
     def evaluate(self, eval_dataset: Any = None, ignore_keys: Any = None,
