@@ -87,9 +87,9 @@ def nothing_scored_metrics(objective: Objective) -> dict[str, float]:
     the batch with every advantage 0 (``nan_to_num`` of the unscorable rewards), so ``loss`` is 0.0
     and so is its gradient (``grad_norm``); for its clipped-ratio losses (polyrl's ``ppo``) no token
     is clipped (a clip needs a nonzero advantage), so every ``clip_ratio/`` value is 0.0, the
-    per-completion ``low_min`` and ``high_max`` too. polyrl trains no sample of that step (its
-    optimizer steps on a zero gradient over one short completion), so TRL's ``entropy`` (a forward
-    pass over the batch) is not logged. Why: the step logged loss NaN and
+    per-completion ``low_min`` and ``high_max`` too. TRL's ``entropy`` (its forward over the
+    batch) comes from the trainer's zero-gradient updates over that batch (``_idle_updates``),
+    not from here. Why: the step logged loss NaN and
     lacked the ``clip_ratio/`` keys a dashboard or callback reads every step."""
     out = {"loss": 0.0, "grad_norm": 0.0}
     if objective.policy_loss == "ppo":
