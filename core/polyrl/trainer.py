@@ -781,9 +781,9 @@ class Trainer:
             elif self._nothing_scored and not kl_in_loss:  # TRL's: every advantage 0, no KL term: loss 0
                 metrics.update(nothing_scored_metrics(algo.objective(self._max_completion_tokens)))
             # TRL's forward over such a batch gives its entropy: the idle updates run over it then
-            whole = untruncated if self._nothing_scored and not kl_in_loss else None
+            covered = untruncated if self._nothing_scored and not kl_in_loss else None
             t0 = time.perf_counter()
-            idle_lr, idle_entropy = self._idle_updates(completions, algo.updates_per_step, whole)
+            idle_lr, idle_entropy = self._idle_updates(completions, algo.updates_per_step, covered)
             times["train"] = time.perf_counter() - t0
             if idle_lr is not None:
                 metrics["lr"] = idle_lr
