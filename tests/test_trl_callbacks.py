@@ -197,15 +197,15 @@ def test_trainer_log_during_training_reaches_the_report_to_trackers_and_stays_in
     logger.trainer = trainer
     trainer.train()
     scalars = _scalars(tmp_path / "run" / "tensorboard")
-    assert scalars["custom/steps_seen"] == [(1, 1.0), (2, 2.0)]
-    assert [step for step, _ in scalars["loss"]] == [1, 2]  # the steps' own metrics, under TRL's names too
+    assert scalars["train/custom/steps_seen"] == [(1, 1.0), (2, 2.0)]  # transformers' rewrite_logs tags
+    assert [step for step, _ in scalars["train/loss"]] == [1, 2]  # the steps' own metrics, under TRL's tags too
     logged = [(h["step"], h["custom/steps_seen"]) for h in trainer.state.log_history if "custom/steps_seen" in h]
     assert logged == [(1, 1.0), (2, 2.0)]
     with capture_logs() as logs:
         trainer.log({"after_training": 1.0})
     assert trainer.state.log_history[-1]["after_training"] == 1.0
     assert any("outside train()" in e["event"] and e["report_to"] == ["tensorboard"] for e in logs), logs
-    assert "after_training" not in _scalars(tmp_path / "run" / "tensorboard")
+    assert not any("after_training" in tag for tag in _scalars(tmp_path / "run" / "tensorboard"))
 
 
 def test_the_end_of_training_metrics_reach_the_report_to_trackers_as_transformers_logs_them(tiny_model_dir,
@@ -221,8 +221,37 @@ def test_the_end_of_training_metrics_reach_the_report_to_trackers_as_transformer
     output = trainer.train()
     scalars = _scalars(tmp_path / "run" / "tensorboard")
     for key in ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss"):
-        assert scalars.get(key) == [(2, pytest.approx(output.metrics[key], rel=1e-6))], (key, sorted(scalars))
+        assert scalars.get(f"train/{key}") == [(2, pytest.approx(output.metrics[key], rel=1e-6))], (key, sorted(scalars))
     assert trainer.state.log_history[-1]["train_loss"] == output.training_loss == output.metrics["train_loss"]
+
+
+def test_a_trl_runs_tensorboard_tags_are_transformers_rewrite_logs_tags(tiny_model_dir, tmp_path):
+    """transformers' TensorBoardCallback (and WandbCallback...) tags each log key with rewrite_logs:
+    eval_x is eval/x, anything else train/x. polyrl's TRL run wrote the bare keys (loss, reward,
+    completions/mean_length, eval_ names never), so a TRL user's panels on train/loss or eval/reward
+    stayed empty, and at polyrl's step where transformers logs at global_step (optimizer updates). Now
+    every scalar of a TRL run is under train/ or eval/, with TRL's metric names, at log_history's
+    steps and values; polyrl's own runs keep their names and steps (test_tracking)."""
+    pytest.importorskip("tensorboard")
+    from transformers.integrations.integration_utils import rewrite_logs
+
+    eval_rows = datasets.Dataset.from_list([{"prompt": f"What is {i} + 2?"} for i in range(2)])
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(), eval_dataset=eval_rows,
+                          args=_args(tmp_path, report_to="tensorboard", eval_strategy="steps", eval_steps=2,
+                                     per_device_eval_batch_size=2, max_steps=4, num_iterations=2))
+    trainer.train()
+    scalars = _scalars(tmp_path / "run" / "tensorboard")
+    assert {"train/loss", "train/reward", "train/reward_std", "train/completions/mean_length", "train/learning_rate",
+            "train/rewards/short/mean", "train/entropy", "train/train_loss", "eval/loss", "eval/reward",
+            "eval/completions/mean_length"} <= set(scalars), sorted(scalars)
+    assert all(tag.startswith(("train/", "eval/")) for tag in scalars), sorted(scalars)
+    for entry in trainer.state.log_history:  # each TRL log entry's numbers, at transformers' tags
+        for tag, value in rewrite_logs({k: v for k, v in entry.items() if k != "step"}).items():
+            if isinstance(value, float) and value == value and tag in scalars and entry["step"] in dict(scalars[tag]):
+                assert dict(scalars[tag])[entry["step"]] == pytest.approx(value, rel=1e-5), tag
+    # at transformers' global_step: optimizer updates, num_iterations (2) of them per polyrl step
+    assert [step for step, _ in scalars["train/reward"]] == [2, 4] == [step for step, _ in scalars["eval/reward"]]
+    assert [step for step, _ in scalars["train/train_loss"]] == [trainer.state.global_step] == [4]
 
 
 class WeightNorms(TrainerCallback):

@@ -1801,7 +1801,7 @@ def nothing(completions, **kwargs):
 #: what TRL 1.16 logs for a step no reward scored, with beta 0: every advantage is 0 (``nan_to_num``),
 #: so its loss and gradient are 0.0 and no token is clipped (clip_ratio/* 0.0); its reward means are of
 #: nothing (NaN), which its ``log`` writes as None; each group's std is NaN, not 0: frac_reward_zero_std 0.0.
-#: (TRL's entropy, a forward pass polyrl skips on such a step, is not logged: README "Coming from TRL".)
+#: Its entropy is its forward's over the batch, as on any step (test_an_unscored_steps_entropy_is_the_batchs).
 UNSCORED_STEP_KEYS = ("loss", "grad_norm", "reward", "reward_std", "rewards/nothing/mean", "rewards/nothing/std",
                       "frac_reward_zero_std", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
                       "clip_ratio/low_min", "clip_ratio/high_max", "learning_rate")
@@ -1833,6 +1833,27 @@ def test_a_step_no_reward_scored_logs_what_trl_logs_and_no_nan(tiny_model_dir, t
             "learning_rate": pytest.approx(lr)}
         assert [key for key, value in entry.items() if isinstance(value, float) and math.isnan(value)] == []
     assert training_loss == 0.0
+
+
+def constant(completions, **kwargs):
+    """A reward that scores every sample alike: every advantage 0, every completion trained."""
+    return [1.0] * len(completions)
+
+
+def test_an_unscored_steps_entropy_is_the_batchs(tiny_model_dir, tmp_path):
+    """TRL's _compute_loss logs the entropy of its forward over the whole batch whatever the
+    advantages, so a step no reward scored (beta 0) logs the same entropy as a step whose rewards
+    are all equal (the same weights and completions, every advantage 0). polyrl logged none on the
+    unscored step: it trained one short completion to step the optimizer, and kept no entropy."""
+    def entropies(reward, where):
+        trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[reward], train_dataset=_dataset(),
+                              args=_args(where, max_steps=2, beta=0.0, logging_steps=1))
+        trainer.train()
+        return [entry.get("entropy") for entry in trainer.state.log_history if "train_runtime" not in entry]
+
+    unscored, flat = entropies(nothing, tmp_path / "unscored"), entropies(constant, tmp_path / "flat")
+    assert all(isinstance(value, float) and value > 0 for value in flat), flat
+    assert unscored == pytest.approx(flat, rel=1e-5)
 
 
 @pytest.mark.slow  # two runs, one of them TRL's own: tens of seconds; `make test-slow` (CI) runs it

@@ -203,7 +203,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                   "`eval/sampled_reward_mean`, `_std`, `eval/completion_len_mean`)",
         "before": "evaluate before the first step (false: TRL's `eval_on_start = False`); after training always",
         "loss": "also the run's loss on the sampled completions (`eval/loss`, TRL's `eval_loss`; `eval/kl` with "
-                "`beta > 0`; needs `reward = \"run\"`), as an update would compute it before changing the weights (advantages within each "
+                "`beta > 0`; TRL's clip ratios, `eval/clip_ratio/*`, 0 at ratio 1; needs `reward = \"run\"`), as an update would compute it before changing the weights (advantages within each "
                 "eval group, ratio 1): one more forward pass (two with `beta > 0`); not computed where the loss "
                 "needs token entropies (`entropy_coef`, `top_entropy_quantile < 1`)",
         "loss_batch": "completions per batch of that loss (whole groups); each batch's advantages are its own (with "

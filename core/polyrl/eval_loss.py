@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from polyrl.algorithms import reference
+from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.presets import AlgorithmConfig
 
 #: polyrl's eval metric -> TRL's ``log_history`` name (``polyrl.step_metrics.trl_eval_names``)
@@ -81,7 +82,7 @@ def metrics(algo: AlgorithmConfig, max_completion_tokens: int | None, logprobs: 
     repeats a batch's loss once per sample), each batch's token-mean KL averaged as equals (TRL's
     per-batch metric list). A batch whose rows were all cut or unscored weighs in at 0, as in TRL;
     one with no group kept (every group flat under dynamic sampling) is left out; none at all: NaN.
-    (TRL's eval clip ratios are 0 by construction, the ratio being 1: not logged.)"""
+    Also TRL's eval clip ratios (``ratio_one_metrics``), which its ``evaluate()`` returns."""
     objective = algo.objective(max_completion_tokens)
     any_mask = any(m is not None for m in masks)
     losses, kls, weights = [], [], []
@@ -102,7 +103,26 @@ def metrics(algo: AlgorithmConfig, max_completion_tokens: int | None, logprobs: 
     out = {"eval/loss": float(np.average(losses, weights=weights))}
     if ref_logprobs is not None:
         out["eval/kl"] = float(np.mean(kls))
+    out.update(ratio_one_metrics(objective, all(tokens > 0 for sequences, tokens in counts if sequences)))
     return out
+
+
+def ratio_one_metrics(objective: Objective, every_batch_has_tokens: bool) -> dict[str, float]:
+    """TRL's clip ratios of an eval batch, whose ratio is 1 (``per_token_logps.detach()``): no token
+    is clipped, so for its clipped-ratio losses (polyrl's ``ppo``) ``eval/clip_ratio/low_mean``,
+    ``/high_mean``, ``/region_mean`` are 0 (a masked mean dividing by at least 1), and so are
+    ``/low_min`` and ``/high_max`` (each completion's share; NaN at the token level when a batch
+    has no loss token, TRL's ``nanmin`` over no number, which its batch average carries), and
+    ``cispo``'s ``eval/cispo_clip_ratio``. Why: TRL's ``evaluate()`` returns them (its
+    ``prediction_step`` runs ``compute_loss``), and a dashboard or ``metric_for_best_model`` may
+    read them; polyrl returned none."""
+    if objective.policy_loss == "cispo":
+        return {"eval/cispo_clip_ratio": 0.0}
+    if objective.policy_loss != "ppo":
+        return {}
+    extreme = 0.0 if every_batch_has_tokens or objective.importance_sampling_level == "sequence" else float("nan")
+    return {"eval/clip_ratio/low_mean": 0.0, "eval/clip_ratio/high_mean": 0.0, "eval/clip_ratio/region_mean": 0.0,
+            "eval/clip_ratio/low_min": extreme, "eval/clip_ratio/high_max": extreme}
 
 
 def _mask(mask: np.ndarray | None, tokens: int) -> np.ndarray:

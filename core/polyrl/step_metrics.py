@@ -87,9 +87,9 @@ def nothing_scored_metrics(objective: Objective) -> dict[str, float]:
     the batch with every advantage 0 (``nan_to_num`` of the unscorable rewards), so ``loss`` is 0.0
     and so is its gradient (``grad_norm``); for its clipped-ratio losses (polyrl's ``ppo``) no token
     is clipped (a clip needs a nonzero advantage), so every ``clip_ratio/`` value is 0.0, the
-    per-completion ``low_min`` and ``high_max`` too. polyrl trains no sample of that step (its
-    optimizer steps on a zero gradient over one short completion), so TRL's ``entropy`` (a forward
-    pass over the batch) is not logged. Why: the step logged loss NaN and
+    per-completion ``low_min`` and ``high_max`` too. TRL's ``entropy`` (its forward over the
+    batch) comes from the trainer's zero-gradient updates over that batch (``_idle_updates``),
+    not from here. Why: the step logged loss NaN and
     lacked the ``clip_ratio/`` keys a dashboard or callback reads every step."""
     out = {"loss": 0.0, "grad_norm": 0.0}
     if objective.policy_loss == "ppo":
@@ -187,19 +187,25 @@ def trl_step_time(step_seconds: float, updates: int) -> float:
 #: ``eval/reward/<f>/mean`` and ``/std`` are ``eval_rewards/<f>/mean`` and ``/std``)
 TRL_EVAL_ALIASES = {"eval/sampled_reward_mean": "eval_reward", "eval/sampled_reward_std": "eval_reward_std",
                     "eval/completion_len_mean": "eval_completions/mean_length", "eval/loss": "eval_loss",
-                    "eval/kl": "eval_kl"}
+                    "eval/kl": "eval_kl", **{f"eval/{key}": f"eval_{key}" for key in (
+                        "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "clip_ratio/low_min",
+                        "clip_ratio/high_max", "cispo_clip_ratio")}}
 
 
 def trl_eval_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The evaluation in ``metrics`` under TRL's ``eval_`` names, for what polyrl measures as TRL
     does (the sampled completions scored with the run's rewards: ``eval.reward = "run"``, whose
     std is logged): ``eval_reward``, ``eval_reward_std``, ``eval_rewards/<f>/mean|std``,
-    ``eval_completions/mean_length``. Empty without such an evaluation. ``names``: as for
+    ``eval_completions/mean_length``, with ``eval.loss`` its ``eval_loss`` and clip ratios, and
+    ``eval_num_tokens`` where ``metrics`` is a step's line (its ``num_tokens``: TRL's eval mode
+    logs the training tokens seen so far). Empty without such an evaluation. ``names``: as for
     ``trl_aliases``. A NaN stays NaN (``_no_value`` says why)."""
     if "eval/sampled_reward_std" not in metrics:
         return {}
     out = {trl: metrics[ours] for ours, trl in TRL_EVAL_ALIASES.items() if ours in metrics}
     out.update(_per_reward(metrics, 4, ["eval", "reward"], "eval_rewards/", names))
+    if "num_tokens" in metrics:
+        out["eval_num_tokens"] = metrics["num_tokens"]
     return out
 
 

@@ -786,11 +786,15 @@ class Trainer:
                 metrics.update(no_loss_token_metrics(kl_in_loss, algo.objective(self._max_completion_tokens)))
             elif self._nothing_scored and not kl_in_loss:  # TRL's: every advantage 0, no KL term: loss 0
                 metrics.update(nothing_scored_metrics(algo.objective(self._max_completion_tokens)))
+            # TRL's forward over such a batch gives its entropy: the idle updates run over it then
+            covered = untruncated if self._nothing_scored and not kl_in_loss else None
             t0 = time.perf_counter()
-            idle_lr = self._idle_updates(completions, algo.updates_per_step)
+            idle_lr, idle_entropy = self._idle_updates(completions, algo.updates_per_step, covered)
             times["train"] = time.perf_counter() - t0
             if idle_lr is not None:
                 metrics["lr"] = idle_lr
+            if idle_entropy is not None:
+                metrics["entropy"] = idle_entropy
         else:
             if self._nothing_scored and self.rank == 0:  # kept for the KL term alone (kl_only above)
                 log.warning("no reward scored any sample this step: it trains the KL term alone, every advantage "
@@ -872,7 +876,8 @@ class Trainer:
             self._warn_unused_env_reward(metrics)
         return metrics
 
-    def _idle_updates(self, completions: list[Completion], updates: int) -> float | None:
+    def _idle_updates(self, completions: list[Completion], updates: int,
+                      whole: np.ndarray | None = None) -> tuple[float | None, float | None]:
         """TRL's optimizer steps on a step with nothing to train: its loss there is 0 (every
         advantage 0, or no loss token), yet transformers still calls ``optimizer.step()`` and
         ``lr_scheduler.step()``, so the schedule advances and AdamW's moments decay and move the
@@ -881,15 +886,21 @@ class Trainer:
         ``num_iterations`` x ``minibatches``) is one ``train_step`` on this rank's shortest
         completion at advantage 0 under a plain objective (no KL, no entropy bonus): its gradient
         is exactly 0 on any backend, so the update is the optimizer's alone, at the cost of one
-        short forward and backward. Returns the last update's lr, or None when the backend took
-        none (no completion with a loss token on any rank, or a refused step): the schedule then
-        stays where it was."""
-        trainable = [i for i, x in enumerate(completions) if TokenSequence.of(x).loss_mask.any()]
-        pick = [min(trainable, key=lambda i: len(completions[i].prompt_ids) + len(completions[i].completion_ids))] \
+        short forward and backward. ``whole`` (this rank's mask of the completions TRL's loss
+        covers: a step no reward scored, beta 0): the updates run over all of them instead, at the
+        cost of a normal step's forward and backward, since TRL logs that batch's ``entropy`` (its
+        forward runs whatever the advantages); the step logs the last update's, as a trained step
+        logs its last pass's. Returns the last update's lr and entropy, each None when the backend
+        gave none (no completion with a loss token on any rank, a refused step: the schedule then
+        stays where it was; a backend without entropies)."""
+        trainable = [i for i, x in enumerate(completions)
+                     if TokenSequence.of(x).loss_mask.any() and (whole is None or whole[i])]
+        pick = trainable if whole is not None else \
+            [min(trainable, key=lambda i: len(completions[i].prompt_ids) + len(completions[i].completion_ids))] \
             if trainable else []
         batch = TrainBatch([TokenSequence.of(completions[i]) for i in pick], np.zeros(len(pick)),
                            temperature=self.config.generation.temperature or 1.0)
-        lr = None
+        lr = entropy = None
         self._updating = True  # until the step is counted (_run): the weights move
         for _ in range(updates):
             out = self.train_engine.train_step(batch, Objective())
@@ -897,7 +908,8 @@ class Trainer:
                 break
             self.updates_applied += 1
             lr = out.extra.get("lr", lr)
-        return lr
+            entropy = out.extra.get("entropy") if whole is not None else None
+        return lr, entropy
 
     def _minibatches(self, whole: TrainBatch, completions: list[Completion], idx: np.ndarray,
                      counted: np.ndarray, trained: np.ndarray, untruncated: np.ndarray,

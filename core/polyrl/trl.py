@@ -452,6 +452,7 @@ class GRPOTrainer:
         eval sampler draws them (``trl_eval_order``)."""
         from polyrl import api
         from polyrl.trl_evaluate import rows_of, trl_eval_order
+        from polyrl.trl_tags import trl_tags
 
         if eval_prompts is not None:
             eval_prompts = trl_eval_order(rows_of(eval_prompts, "eval_dataset"), self.args)
@@ -463,7 +464,12 @@ class GRPOTrainer:
             plugins = [*plugins, *([self.tools] if self.tools is not None else [])]
         if self.trl_environments is not None:
             plugins = [*_with_environments(config, plugins), self.trl_environments]
-        return api.make_trainer(config, plugins, resume=resume, engines=engines)
+        trainer = api.make_trainer(config, plugins, resume=resume, engines=engines)
+        # the trackers' tags and steps transformers' integrations write in a TRL run (train/loss at global_step)
+        if hasattr(trainer, "tracking"):  # (a Trainer stand-in in the tests has none)
+            trainer.tracking.rename = functools.partial(trl_tags, names=getattr(trainer, "trl_names", None))
+            trainer.tracking.step_scale = int(trainer.config.algorithm.updates_per_step)  # at global_step
+        return trainer
 
     @_script_names
     def evaluate(self, eval_dataset: Any = None, ignore_keys: Any = None,
@@ -510,7 +516,8 @@ class GRPOTrainer:
                 names = trainer.trl_names
                 del trainer
                 gc.collect()  # the rest of it (its engines are kept for the next set and call)
-            metrics = trl_metrics(ours, prefix, len(rows), seconds, batch_size, self.state.epoch, names)
+            metrics = trl_metrics({**ours, "num_tokens": self.state.num_input_tokens_seen}, prefix, len(rows),
+                                  seconds, batch_size, self.state.epoch, names)
             if self._callbacks is not None and self._callbacks.callbacks:  # on_log, on_evaluate: transformers'
                 self._callbacks.state = self.state
                 self._callbacks.evaluate_called(metrics)
@@ -832,8 +839,8 @@ def _with_evaluations(log_history: list[dict[str, Any]], summary: Mapping[str, A
     from polyrl.step_metrics import trl_eval_names
 
     out: list[dict[str, Any]] = []
-    if summary.get("eval_before"):  # transformers' epoch before any update: the int 0
-        out.append({**trl_eval_names(summary["eval_before"], names), "epoch": 0, "step": 0})
+    if summary.get("eval_before"):  # transformers' epoch before any update: the int 0; no token seen yet
+        out.append({**trl_eval_names({**summary["eval_before"], "num_tokens": 0}, names), "epoch": 0, "step": 0})
     for entry in log_history:
         out.append(entry)
         evaluated = trl_eval_names(entry, names)
@@ -841,7 +848,8 @@ def _with_evaluations(log_history: list[dict[str, Any]], summary: Mapping[str, A
             out.append({**evaluated, "epoch": entry.get("epoch"), "step": entry.get("step")})
     last = log_history[-1] if log_history else {}
     if summary.get("eval_after") and not trl_eval_names(last):
-        out.append({**trl_eval_names(summary["eval_after"], names), "epoch": last.get("epoch"),
+        seen = {"num_tokens": last["num_tokens"]} if "num_tokens" in last else {}
+        out.append({**trl_eval_names({**summary["eval_after"], **seen}, names), "epoch": last.get("epoch"),
                     "step": int(summary.get("steps", 0)) * per_step})
     return out
 

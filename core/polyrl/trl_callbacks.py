@@ -343,7 +343,10 @@ class TrlCallbacks:
         last = self.state.log_history[-1] if self.state.log_history else {}
         if phase == "after" and trl_eval_names(last):
             return
-        evaluated = trl_eval_names(metrics, self._names)
+        # TRL's eval_num_tokens: the training tokens seen so far (none before training)
+        seen = {"num_tokens": 0} if phase == "before" else {"num_tokens": last["num_tokens"]} \
+            if "num_tokens" in last else {}
+        evaluated = trl_eval_names({**metrics, **seen}, self._names)
         if evaluated:
             self._evaluation(evaluated)
 

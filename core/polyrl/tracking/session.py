@@ -18,7 +18,7 @@ import copy
 import math
 import numbers
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -100,6 +100,12 @@ class RunTracking:
     writer: bool = True  # rank 0
     redact: Redactor = attrs.field(factory=Redactor)
     timeout_s: float = 60.0  # per tracker call ([logging] tracker_timeout_s)
+    #: the tags the trackers show for a line's keys; None: the keys as metrics.jsonl has them.
+    #: ``polyrl.trl`` sets transformers' (``polyrl.trl_tags``), so a TRL user's dashboards keep theirs
+    rename: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    #: the trackers' step per step of metrics.jsonl: ``polyrl.trl`` sets the updates a step makes,
+    #: as transformers' callbacks log at ``global_step`` (optimizer updates)
+    step_scale: int = 1
     trackers: dict[str, Tracker] = attrs.field(factory=dict)
     _threads: dict[str, Worker] = attrs.field(factory=dict)
     _pending: list[dict[str, Any]] = attrs.field(factory=list)
@@ -195,11 +201,11 @@ class RunTracking:
         records, self._pending = self._pending, []
         if records:
             self._write_completions(step, records)
-        numeric = numeric_metrics(metrics, self._not_numbers)
+        numeric, at = self._numeric(metrics), step * self.step_scale
         for name in list(self.trackers):
-            self._call(name, "log_metrics", numeric, step)
+            self._call(name, "log_metrics", numeric, at)
             if records and name in self.trackers:
-                self._call(name, "log_completions", records, step)
+                self._call(name, "log_completions", records, at)
 
     def publish_at(self, metrics: Mapping[str, Any], step: int) -> None:
         """Numbers outside a step's line to the trackers, at ``step``: an evaluation before or
@@ -208,9 +214,13 @@ class RunTracking:
         (``polyrl.trl``: the steps taken so far). Nothing once the trackers are closed."""
         if not self.writer:
             return
-        numeric = numeric_metrics(metrics, self._not_numbers)
+        numeric = self._numeric(metrics)
         for name in list(self.trackers):
-            self._call(name, "log_metrics", numeric, step)
+            self._call(name, "log_metrics", numeric, step * self.step_scale)
+
+    def _numeric(self, metrics: Mapping[str, Any]) -> dict[str, float]:
+        """What the trackers get of ``metrics``: its numbers, under ``rename``'s tags when set."""
+        return numeric_metrics(self.rename(metrics) if self.rename is not None else metrics, self._not_numbers)
 
     def _write_completions(self, step: int, records: list[dict[str, Any]]) -> None:
         """Append the step's records after any a failed write left waiting. Why: one failed write (a
