@@ -24,12 +24,16 @@ RIGHT = {
     "item_zip": "assert list(__builtins__['zip'](f([2, 1]), 'ab')) == [(1, 'a'), (2, 'b')]",
     "item_len": "assert __builtins__['len'](f([1, 2])) == 2",
     "either_form": "b = __builtins__ if isinstance(__builtins__, dict) else vars(__builtins__)\n"
-                   "assert b['sum'](f([1, 2])) == 3\nassert __builtins__.__dict__['max'](f([1, 2])) == 2",
+                   "assert b['sum'](f([1, 2])) == 3\nassert __builtins__.__dict__['max'](f([1, 2])) == 2\n"
+                   "import copy\nassert copy.copy(__builtins__)['min'](f([1, 2])) == 1",
     "module_name": "assert __builtins__.__name__ == 'builtins' and 'zip' in dir(__builtins__)\n"
                    "assert __builtins__.sorted(f([2, 1])) == [1, 2]",
     "modules_copy": "import sys\nm = sys.modules.copy()\nassert m['builtins'].len(f([1])) == 1 and 'os' in m",
     "written_back": "__builtins__.polyrl_marker = 3\nassert polyrl_marker == 3 and f([2, 1]) == [1, 2]\n"
                     "assert __builtins__.polyrl_marker == 3 and __builtins__['polyrl_marker'] == 3",
+    "module_written": "import builtins\nbuiltins.polyrl_helper = lambda r: r[0]\nassert polyrl_helper(f([2, 1])) == 1\n"
+                      "assert builtins.polyrl_helper(f([3])) == 3\ndel builtins.polyrl_helper\n"
+                      "assert not hasattr(builtins, 'polyrl_helper')",
 }
 
 
@@ -37,7 +41,8 @@ def test_a_right_solution_passes_tests_that_use_builtins_as_a_module_or_a_dict()
     """``__builtins__.zip(r, [1, 2])``, ``__builtins__.len``, ``getattr(__builtins__, 'map')``
     raised ``'dict' object has no attribute`` in the harness (a script run as ``__main__`` gets
     the module there), so a right solution scored 0; the item form of an imported module still
-    works, and what the tests set on it stays set after a call to the solution; ``sys.modules.copy()``
+    works, and what the tests set on it stays set after a call to the solution, as does a name they
+    set through ``import builtins`` (it raised NameError: the module's, not theirs); ``sys.modules.copy()``
     (the tests' view of it had no ``copy``) gives a dict of the modules."""
     names = list(RIGHT)
     rows = [{"prompt": "p", "tests": RIGHT[n]} for n in names]

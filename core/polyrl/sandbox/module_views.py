@@ -43,27 +43,43 @@ class ModuleView:
 class BuiltinsView:
     """The ``builtins`` module as the tests' ``import builtins`` gives it: the real module, but
     their own ``zip``/``map``/``filter``/``enumerate``/``len`` (``tests_pairing``). Why: ``builtins.zip(f(2), [1.0])``
-    was Python's zip, vacuous on ``return []``. Setting an attribute sets the real module's, as
-    before, and from then on reads it back."""
+    was Python's zip, vacuous on ``return []``. Setting an attribute sets it in the tests'
+    ``__builtins__`` (``BuiltinsLayer``, once one is made over this view), so ``builtins.x = 1``
+    makes a name ``x`` as in a script (it raised NameError) and leaves the trainer's builtins as
+    they are; without one it sets the real module's. Either way it reads back from then on."""
 
-    __slots__ = ("_own",)
+    __slots__ = ("_own", "_layer")
 
     def __init__(self, own: dict[str, Any]) -> None:
         object.__setattr__(self, "_own", own)
+        object.__setattr__(self, "_layer", None)
 
     def __getattr__(self, name: str) -> Any:
         own = object.__getattribute__(self, "_own")
+        layer = object.__getattribute__(self, "_layer")
+        if layer is not None and name in layer._written:
+            return layer._written[name]
         if name == "__dict__":  # ``builtins.__dict__['zip']``: theirs too, what they write read back here
             return collections.ChainMap(own, vars(builtins))
         return own[name] if name in own else getattr(builtins, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__getattribute__(self, "_own").pop(name, None)
-        setattr(builtins, name, value)
+        layer = object.__getattribute__(self, "_layer")
+        if layer is not None:
+            layer[name] = value
+        else:
+            setattr(builtins, name, value)
 
     def __delattr__(self, name: str) -> None:
         object.__getattribute__(self, "_own").pop(name, None)
-        delattr(builtins, name)
+        layer = object.__getattribute__(self, "_layer")
+        if layer is None:
+            delattr(builtins, name)
+        elif name in layer:
+            del layer[name]
+        else:
+            raise AttributeError(name)
 
     def __dir__(self) -> list[str]:
         return dir(builtins)
@@ -87,6 +103,8 @@ class BuiltinsLayer(dict[str, Any]):
         super().__init__()
         object.__setattr__(self, "_view", view)
         object.__setattr__(self, "_written", {})
+        if isinstance(view, BuiltinsView):
+            object.__setattr__(view, "_layer", self)
 
     def refill(self, *parts: dict[str, Any]) -> None:
         """The mapping's names anew: ``parts`` in order, then what the tests wrote."""
@@ -116,6 +134,9 @@ class BuiltinsLayer(dict[str, Any]):
 
     def __dir__(self) -> list[str]:
         return dir(builtins)
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)  # an imported module's ``copy.copy(__builtins__)``: a dict (it raised)
 
 
 class ModuleWithViews:
