@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
-from polyrl.sandbox.module_views import BuiltinsView, ModulesView, ModuleView, ModuleWithViews
+from polyrl.sandbox.module_views import BuiltinsLayer, BuiltinsView, ModulesView, ModuleView, ModuleWithViews
 from polyrl.sandbox.numpy_checks import (
     NUMPY_CHECKS, NUMPY_COMPARISONS, NumpyChecks, NumpyFunction, empty_array, one_empty, plain_array)
 from polyrl.sandbox.object_use import object_roots, varied_query_roots
@@ -296,8 +296,9 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     paired = tests_pairing([("<setup>", setup), *(("<test>", source) for source, _ in steps)])
     real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
                          enumerate=paired[2], len=paired[3])  # a copy: the trainer's own stay
-    builtins_view = BuiltinsView({name: real_builtins[name] for name in ("zip", "map", "filter", "enumerate")})
-    layer: dict[str, Any] = dict(real_builtins)  # looked up after the tests' globals (module doc)
+    builtins_view = BuiltinsView({name: real_builtins[name] for name in ("zip", "map", "filter", "enumerate", "len")})
+    layer = BuiltinsLayer(builtins_view)  # looked up after the tests' globals (module doc)
+    layer.refill(real_builtins)
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": layer}
     bound = bound_names(sources)
     modules = unbound_modules(sources, bound, builtins_view)
@@ -321,12 +322,10 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
         names = session.names(data)
         sample.clear()
         sample.update(names)
-        layer.clear()
-        layer.update((name, value) for name, value in names.items() if name not in theirs)
-        layer.update(real_builtins)
-        layer["__import__"] = importer
+        layer.refill({name: value for name, value in names.items() if name not in theirs}, real_builtins,
+                     {"__import__": importer})
 
-    layer["__import__"] = importer
+    layer.refill(real_builtins, {"__import__": importer})
     if setup:  # before the solution's names exist, as in the sample
         try:
             exec(compile(setup, "<setup>", "exec", optimize=0), namespace)

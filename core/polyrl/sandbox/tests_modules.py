@@ -72,7 +72,7 @@ class NotInstalled:
 def tests_view(module: Any, builtins_view: Any = None) -> Any:
     """The module as the tests use it: numpy and numpy.testing as ``NumpyChecks``; with the run's
     ``builtins_view``, ``sys`` and ``importlib`` as ``ModuleWithViews`` whose ``sys.modules['builtins']``
-    and ``importlib.import_module('builtins')`` are that view, as ``import builtins`` is (Python's
+    and ``importlib.import_module('builtins')`` (``importlib.__import__`` too) are that view, as ``import builtins`` is (Python's
     zip held vacuously through them); others as they are."""
     name = getattr(module, "__name__", None)
     if name in ("numpy", "numpy.testing"):
@@ -82,7 +82,12 @@ def tests_view(module: Any, builtins_view: Any = None) -> Any:
     if builtins_view is not None and module is importlib:
         def import_module(name: str, package: str | None = None) -> Any:
             return builtins_view if name == "builtins" else importlib.import_module(name, package)
-        return ModuleWithViews(importlib, {"import_module": import_module})
+
+        def import_(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+            if name == "builtins" and level == 0:
+                return builtins_view
+            return tests_view(importlib.__import__(name, globals, locals, fromlist, level), builtins_view)
+        return ModuleWithViews(importlib, {"import_module": import_module, "__import__": import_})
     return module
 
 

@@ -62,7 +62,7 @@ def _operand_groups(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[int,
     trees, values, theirs = _read(sources)
     sites: dict[Site, tuple[int, ...]] = {}
     clashes: set[Site] = set()
-    aliases = _aliases(values)
+    aliases = _aliases(values) | _imported_aliases([tree for _, tree in trees], values)
     for filename, tree in trees:
         for node in ast.walk(tree):
             name = _pairing_name(node, aliases)
@@ -103,15 +103,33 @@ def _aliases(values: dict[str, list[_Binding]]) -> dict[str, str]:
     return found
 
 
+def _imported_aliases(trees: list[ast.Module], values: dict[str, list[_Binding]]) -> dict[str, str]:
+    """The tests' names for ``zip`` or ``map`` imported under another (``from builtins import zip
+    as z``, the tests' own zip through ``BuiltinsView``) and bound nowhere else."""
+    return {alias.asname: alias.name for tree in trees for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module == "builtins" and node.level == 0
+            for alias in node.names if alias.asname and alias.name in PAIRING and alias.asname not in values}
+
+
 def _pairing_name(node: ast.AST, aliases: dict[str, str]) -> str | None:
     """``zip`` or ``map`` where ``node`` calls it: by name, through an alias of the tests'
-    (``z = zip``) or as an attribute (``builtins.zip``, whose view gives the tests' own)."""
+    (``z = zip``), as an attribute (``builtins.zip``, whose view gives the tests' own), an item
+    (``__builtins__['zip']``) or ``getattr(__builtins__, 'zip')``."""
     if not isinstance(node, ast.Call):
         return None
     func = node.func
     if isinstance(func, ast.Name):
         return func.id if func.id in PAIRING else aliases.get(func.id)
-    return func.attr if isinstance(func, ast.Attribute) and func.attr in PAIRING else None
+    if isinstance(func, ast.Attribute):
+        return func.attr if func.attr in PAIRING else None
+    if isinstance(func, ast.Subscript):
+        named = func.slice
+    elif isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "getattr" \
+            and len(func.args) == 2 and not func.keywords:
+        named = func.args[1]
+    else:
+        return None
+    return named.value if isinstance(named, ast.Constant) and named.value in PAIRING else None
 
 
 def _read(sources: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, ast.Module]], dict[str, list[_Binding]],
@@ -302,7 +320,7 @@ def _indexed_sites(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[str, 
                      and (key := _indexed_path(sub.value)) is not None
                      and not _origins(sub.value, values, theirs, set()) & answer}
             if paths:
-                site = (numbered.func.id if isinstance(numbered.func, ast.Name) else "", filename, numbered.lineno, numbered.end_lineno or numbered.lineno,
+                site = (_called_name(numbered.func) or "", filename, numbered.lineno, numbered.end_lineno or numbered.lineno,
                         numbered.col_offset, numbered.end_col_offset if numbered.end_col_offset is not None else -1)
                 sites[site] = tuple(sorted({*sites.get(site, ()), *paths}))
     return sites
@@ -349,14 +367,14 @@ def _numbered_loops(tree: ast.Module) -> Iterator[tuple[str, ast.Call, list[ast.
 
 
 def _range_of_len(node: ast.expr) -> ast.Call | None:
-    """The ``len(x)`` call of ``range(len(x))`` or ``range(0, len(x))``."""
+    """The ``len(x)`` call of ``range(len(x))`` or ``range(0, len(x))`` (``builtins.len(x)`` too)."""
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
             and not node.keywords and len(node.args) in (1, 2)):
         return None
     if len(node.args) == 2 and not (isinstance(node.args[0], ast.Constant) and node.args[0].value == 0):
         return None
     counted = node.args[-1]
-    if isinstance(counted, ast.Call) and isinstance(counted.func, ast.Name) and counted.func.id == "len" \
+    if isinstance(counted, ast.Call) and _called_name(counted.func) == "len" \
             and len(counted.args) == 1 and not counted.keywords and not isinstance(counted.args[0], ast.Starred):
         return counted
     return None

@@ -1,0 +1,98 @@
+"""The tests' ``__builtins__``: read as a module (a script's ``__main__``) or as a dict (an imported
+test module), it gives what Python gives there, with the tests' own ``zip``/``map``/... on each route.
+
+Right solutions must score 1.0 with each form (the attribute forms raised ``AttributeError`` on the
+harness's plain dict, so they scored 0), and an empty answer must not pass a zip reached through
+them. Real reward path: sandbox, harness, the forked copy of the trainer. See
+``polyrl.sandbox.module_views.BuiltinsLayer``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_sandbox_verdict import score
+
+pytestmark = pytest.mark.faults
+
+#: Tests using ``__builtins__`` as a script or an imported module may; each holds for ``sorted``.
+RIGHT = {
+    "attribute_zip": "r = f([2, 1])\nassert all(a == b for a, b in __builtins__.zip(r, [1, 2]))",
+    "attribute_len": "assert __builtins__.len(f([3, 1, 2])) == 3",
+    "attribute_map": "assert list(__builtins__.map(abs, f([-1]))) == [1]",
+    "getattr_map": "assert list(getattr(__builtins__, 'map')(str, f([2, 1]))) == ['1', '2']",
+    "getattr_zip": "assert list(getattr(__builtins__, 'zip')(f([2, 1]), 'ab')) == [(1, 'a'), (2, 'b')]",
+    "item_zip": "assert list(__builtins__['zip'](f([2, 1]), 'ab')) == [(1, 'a'), (2, 'b')]",
+    "item_len": "assert __builtins__['len'](f([1, 2])) == 2",
+    "either_form": "b = __builtins__ if isinstance(__builtins__, dict) else vars(__builtins__)\n"
+                   "assert b['sum'](f([1, 2])) == 3\nassert __builtins__.__dict__['max'](f([1, 2])) == 2\n"
+                   "import copy\nassert copy.copy(__builtins__)['min'](f([1, 2])) == 1",
+    "module_name": "assert __builtins__.__name__ == 'builtins' and 'zip' in dir(__builtins__)\n"
+                   "assert __builtins__.sorted(f([2, 1])) == [1, 2]",
+    "modules_copy": "import sys\nm = sys.modules.copy()\nassert m['builtins'].len(f([1])) == 1 and 'os' in m",
+    "written_back": "__builtins__.polyrl_marker = 3\nassert polyrl_marker == 3 and f([2, 1]) == [1, 2]\n"
+                    "assert __builtins__.polyrl_marker == 3 and __builtins__['polyrl_marker'] == 3",
+    "module_written": "import builtins\nbuiltins.polyrl_helper = lambda r: r[0]\nassert polyrl_helper(f([2, 1])) == 1\n"
+                      "assert builtins.polyrl_helper(f([3])) == 3\ndel builtins.polyrl_helper\n"
+                      "assert not hasattr(builtins, 'polyrl_helper')",
+}
+
+
+def test_a_right_solution_passes_tests_that_use_builtins_as_a_module_or_a_dict():
+    """``__builtins__.zip(r, [1, 2])``, ``__builtins__.len``, ``getattr(__builtins__, 'map')``
+    raised ``'dict' object has no attribute`` in the harness (a script run as ``__main__`` gets
+    the module there), so a right solution scored 0; the item form of an imported module still
+    works, and what the tests set on it stays set after a call to the solution, as does a name they
+    set through ``import builtins`` (it raised NameError: the module's, not theirs); ``sys.modules.copy()``
+    (the tests' view of it had no ``copy``) gives a dict of the modules."""
+    names = list(RIGHT)
+    rows = [{"prompt": "p", "tests": RIGHT[n]} for n in names]
+    scored = score(["def f(x):\n    return sorted(x)\n"] * len(names), rows=rows)
+    assert dict(zip(names, scored.total)) == dict.fromkeys(names, 1.0)
+
+
+#: Pairing an empty answer with expected items through ``__builtins__``: Python's zip holds vacuously.
+FORGED = {
+    "attribute_zip": "assert all(a == b for a, b in __builtins__.zip(f(2), [1.0]))",
+    "item_zip": "assert all(a == b for a, b in __builtins__['zip'](f(2), [1.0]))",
+    "getattr_zip": "assert all(a == b for a, b in getattr(__builtins__, 'zip')(f(2), [1.0]))",
+    "dict_zip": "assert all(a == b for a, b in __builtins__.__dict__['zip'](f(2), [1.0, 2.0]))",
+    "attribute_map": "import operator\nassert all(__builtins__.map(operator.eq, f(2), [1.0]))",
+}
+
+
+def test_an_empty_answer_never_passes_a_zip_reached_through_builtins():
+    """The forms above give the tests' zip and map, and a one-item expected list beside the answer is
+    a known place, so ``return []`` (or a generator yielding nothing) scores 0; the right answer 1.0."""
+    names = list(FORGED)
+    rows = [{"prompt": "p", "tests": FORGED[n]} for n in names]
+    for forged in ("def f(x):\n    return []\n", "def f(x):\n    return (y for y in [])\n"):
+        scored = score([forged] * len(names), rows=rows)
+        assert {n: s for n, s in zip(names, scored.total) if s != 0.0} == {}, forged
+    honest = score(["def f(x):\n    return [1.0]\n"] * len(names), rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
+
+#: Other routes from the ``builtins`` module to zip and map the tests may take without meaning to.
+MODULE_ROUTES = {
+    "star_import": "from builtins import *\nassert all(a == b for a, b in zip(f(2), [1, 2]))",
+    "vars": "import builtins\nassert all(a == b for a, b in vars(builtins)['zip'](f(2), [1, 2]))",
+    "dict_get": "import builtins\nassert all(a == b for a, b in builtins.__dict__.get('zip')(f(2), [1, 2]))",
+    "aliased": "import builtins as b\nimport operator\nassert all(b.__dict__['map'](operator.eq, f(2), [1, 2]))",
+    "import_as": "from builtins import zip as z\nassert all(a == b for a, b in z(f(2), [1.0]))",
+    "importlib_import": "import importlib\nassert all(a == b for a, b in importlib.__import__('builtins').zip(f(2), [1, 2]))",
+    "builtins_len": "import builtins\nr, e = f(2), [1, 2]\nassert all(r[i] == e[i] for i in range(builtins.len(r)))",
+}
+
+
+def test_other_routes_through_the_builtins_module_give_the_tests_zip():
+    """``from builtins import *``, ``vars(builtins)``, ``builtins.__dict__.get`` and an alias of the
+    module give the tests' zip and map; ``from builtins import zip as z`` beside one expected item
+    (no known place), ``importlib.__import__('builtins').zip`` (Python's zip) and ``builtins.len``
+    counting a loop that indexes expected values (Python's len) passed ``return []``. Now
+    ``return []`` scores 0 on each, the right answer 1.0."""
+    names = list(MODULE_ROUTES)
+    rows = [{"prompt": "p", "tests": MODULE_ROUTES[n]} for n in names]
+    scored = score(["def f(x):\n    return []\n"] * len(names), rows=rows)
+    assert {n: s for n, s in zip(names, scored.total) if s != 0.0} == {}
+    honest = score(["def f(x):\n    return [1.0, 2.0][:1 if x == 2 else 2]\n"] * len(names), rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
