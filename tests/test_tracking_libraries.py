@@ -283,3 +283,52 @@ def test_trackio_and_tensorboard_say_where_they_write_and_how_to_look(tmp_path, 
     store = tmp_path / trackio_dir if trackio_dir else (out / "trackio").resolve()
     assert f"TRACKIO_DIR={store} trackio show --project 'my project'" in proc.stderr, proc.stderr
     assert f"tensorboard --logdir {out / 'tensorboard'}" in proc.stderr, proc.stderr
+
+
+def test_a_trl_runs_wandb_offline_run_has_transformers_step_axis_and_summary(tmp_path, monkeypatch):
+    """The real wandb library under a TRL script's run (``TrackerContext.trl``): the run file holds
+    transformers' step axis (train/global_step, every metric's step_metric with step_sync), each
+    history row's train/global_step, and the end-of-training numbers in the summary, not the history.
+    The calls themselves are compared with transformers' WandbCallback in test_trl_tags."""
+    import functools
+
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal.datastore import DataStore
+
+    from polyrl.tracking import TrackerSpec
+    from polyrl.tracking.session import RunTracking
+    from polyrl.tracking.wandb import WandbTracker
+    from polyrl.trl_tags import trl_tags
+
+    for name in ("WANDB_MODE", "WANDB_PROJECT", "WANDB_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    tracking = RunTracking(specs=[TrackerSpec("wandb", create=WandbTracker)], output_dir=tmp_path, step_scale=2,
+                           completions_per_step=0, run_name="r", project="polyrl", config={}, trl=True,
+                           rename=functools.partial(trl_tags, names=None))
+    tracking.open()
+    tracking.publish({"step": 1, "loss": 0.25, "epoch": 0.5})
+    tracking.publish_at({"train_runtime": 3.5, "train_loss": 0.25, "epoch": 0.5}, step=1)
+    tracking.close()
+    assert not tracking.dropped
+    (log_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+    store = DataStore()
+    store.open_for_scan(str(log_file))
+    history, metrics, summary, project = [], [], {}, None
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
+        elif kind == "metric":
+            metrics.append((record.metric.name or record.metric.glob_name, record.metric.step_metric,
+                            record.metric.options.step_sync))
+        elif kind == "summary":
+            summary.update({i.key: json.loads(i.value_json) for i in record.summary.update})
+        elif kind == "run":
+            project = record.run.project
+    assert project == "huggingface"
+    assert ("train/global_step", "", False) in metrics and ("*", "train/global_step", True) in metrics
+    assert [(h["train/global_step"], h.get("train/loss")) for h in history] == [(2, 0.25)]
+    assert history[0]["train/epoch"] == 0.5 and "train/train_loss" not in history[0]
+    assert summary["train_runtime"] == 3.5 and summary["train_loss"] == 0.25

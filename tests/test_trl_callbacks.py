@@ -182,6 +182,88 @@ def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
+def _tensorboard_dir(output_dir: Path) -> Path:
+    """The one folder a TRL run's TensorBoard tracker wrote, as transformers' TensorBoardCallback
+    names it: ``output_dir/runs/<date>_<host>``."""
+    (folder,) = (output_dir / "runs").iterdir()
+    return folder
+
+
+def test_a_trl_runs_tensorboard_files_are_where_transformers_writes_them(tiny_model_dir, tmp_path, monkeypatch):
+    """transformers' TensorBoardCallback writes to $TENSORBOARD_LOGGING_DIR, else to
+    output_dir/runs/<Mon DD_HH-MM-SS>_<host> (its logging_dir field is deprecated and unread). polyrl's
+    TRL run wrote output_dir/tensorboard, so `tensorboard --logdir OUTPUT_DIR/runs` (or the variable's
+    folder) showed nothing. Now the event files are where transformers' own callback puts them."""
+    pytest.importorskip("tensorboard")
+    from datetime import datetime
+    from types import SimpleNamespace
+
+    from transformers.integrations.integration_utils import TensorBoardCallback
+
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
+    args = _args(tmp_path, report_to="tensorboard")
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(), args=args)
+    trainer.train()
+    assert not (tmp_path / "run" / "tensorboard").exists()
+    ours = _tensorboard_dir(tmp_path / "run")
+    theirs = TensorBoardCallback()
+    theirs.tb_writer = SimpleNamespace(add_text=lambda *a, **k: None)  # its folder only: no writer of its own
+    theirs.on_train_begin(args, TrainerState(is_world_process_zero=True), TrainerControl())
+    theirs_dir = Path(theirs.logging_dir)
+    assert ours.parent == theirs_dir.parent == tmp_path / "run" / "runs"
+    (ours_time, ours_host), (theirs_time, theirs_host) = (
+        (datetime.strptime("_".join(name.split("_", 2)[:2]), "%b%d_%H-%M-%S"), name.split("_", 2)[2])
+        for name in (ours.name, theirs_dir.name))
+    assert ours_host == theirs_host  # the same name, at the start of training
+    assert 0 <= (theirs_time - ours_time).total_seconds() < 600, (ours, theirs_dir)
+    assert [step for step, _ in _scalars(ours)["train/loss"]] == [1, 2]
+
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "chosen"))
+    args = _args(tmp_path, output_dir=str(tmp_path / "again"), report_to="tensorboard")
+    GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(), args=args).train()
+    assert TensorBoardCallback().logging_dir == str(tmp_path / "chosen")
+    assert [step for step, _ in _scalars(tmp_path / "chosen")["train/loss"]] == [1, 2]
+    assert not (tmp_path / "again" / "runs").exists() and not (tmp_path / "again" / "tensorboard").exists()
+
+
+class _WandbRun:
+    """A W&B run object that records its init arguments, step-axis definitions, history and summary."""
+
+    def __init__(self, **init):
+        self.init, self.defined, self.logged, self.summary = init, [], [], {}
+
+    def define_metric(self, name, **kwargs):
+        self.defined.append((name, kwargs))
+
+    def log(self, data, step=None):
+        self.logged.append(dict(data))
+
+    def finish(self, exit_code=None):
+        pass
+
+
+def test_a_trl_runs_wandb_run_has_transformers_step_axis_summary_and_project(tiny_model_dir, tmp_path, monkeypatch):
+    """transformers' WandbCallback plots every metric against train/global_step (logged with each
+    entry), keeps train_runtime, train_loss... in the run summary and names the project $WANDB_PROJECT
+    (default "huggingface"); polyrl's TRL run logged no train/global_step, put those numbers in the
+    history and named the project "polyrl". The callback's own calls are compared in test_trl_tags."""
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    runs: list[_WandbRun] = []
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: runs.append(_WandbRun(**kwargs)) or runs[-1])
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          args=_args(tmp_path, report_to="wandb", num_iterations=2, max_steps=4))
+    output = trainer.train()
+    (run,) = runs
+    assert run.defined == [("train/global_step", {}), ("*", {"step_metric": "train/global_step", "step_sync": True})]
+    assert run.init["project"] == "huggingface"
+    assert run.summary == {k: v for k, v in output.metrics.items() if k != "epoch"}
+    entries = [entry for entry in run.logged if "completions" not in entry]  # TRL logs its table bare too
+    assert [entry["train/global_step"] for entry in entries] == [2, 4, 4]  # num_iterations updates a step
+    assert entries[0]["train/loss"] == trainer.state.log_history[0]["loss"]
+    assert entries[-1] == {"train/epoch": output.metrics["epoch"], "train/global_step": 4}  # the rest: summary
+
+
 def test_trainer_log_during_training_reaches_the_report_to_trackers_and_stays_in_log_history(tiny_model_dir,
                                                                                              tmp_path):
     """transformers hands every Trainer.log to each report_to integration. TRL's report_to was ignored
@@ -196,7 +278,7 @@ def test_trainer_log_during_training_reaches_the_report_to_trackers_and_stays_in
                           args=_args(tmp_path, report_to="tensorboard"))
     logger.trainer = trainer
     trainer.train()
-    scalars = _scalars(tmp_path / "run" / "tensorboard")
+    scalars = _scalars(_tensorboard_dir(tmp_path / "run"))
     assert scalars["train/custom/steps_seen"] == [(1, 1.0), (2, 2.0)]  # transformers' rewrite_logs tags
     assert [step for step, _ in scalars["train/loss"]] == [1, 2]  # the steps' own metrics, under TRL's tags too
     logged = [(h["step"], h["custom/steps_seen"]) for h in trainer.state.log_history if "custom/steps_seen" in h]
@@ -205,7 +287,7 @@ def test_trainer_log_during_training_reaches_the_report_to_trackers_and_stays_in
         trainer.log({"after_training": 1.0})
     assert trainer.state.log_history[-1]["after_training"] == 1.0
     assert any("outside train()" in e["event"] and e["report_to"] == ["tensorboard"] for e in logs), logs
-    assert not any("after_training" in tag for tag in _scalars(tmp_path / "run" / "tensorboard"))
+    assert not any("after_training" in tag for tag in _scalars(_tensorboard_dir(tmp_path / "run")))
 
 
 def test_the_end_of_training_metrics_reach_the_report_to_trackers_as_transformers_logs_them(tiny_model_dir,
@@ -219,7 +301,7 @@ def test_the_end_of_training_metrics_reach_the_report_to_trackers_as_transformer
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
                           args=_args(tmp_path, report_to="tensorboard"))
     output = trainer.train()
-    scalars = _scalars(tmp_path / "run" / "tensorboard")
+    scalars = _scalars(_tensorboard_dir(tmp_path / "run"))
     for key in ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss"):
         assert scalars.get(f"train/{key}") == [(2, pytest.approx(output.metrics[key], rel=1e-6))], (key, sorted(scalars))
     assert trainer.state.log_history[-1]["train_loss"] == output.training_loss == output.metrics["train_loss"]
@@ -240,7 +322,7 @@ def test_a_trl_runs_tensorboard_tags_are_transformers_rewrite_logs_tags(tiny_mod
                           args=_args(tmp_path, report_to="tensorboard", eval_strategy="steps", eval_steps=2,
                                      per_device_eval_batch_size=2, max_steps=4, num_iterations=2))
     trainer.train()
-    scalars = _scalars(tmp_path / "run" / "tensorboard")
+    scalars = _scalars(_tensorboard_dir(tmp_path / "run"))
     assert {"train/loss", "train/reward", "train/reward_std", "train/completions/mean_length", "train/learning_rate",
             "train/rewards/short/mean", "train/entropy", "train/train_loss", "eval/loss", "eval/reward",
             "eval/completions/mean_length"} <= set(scalars), sorted(scalars)

@@ -72,3 +72,113 @@ def test_wandb_gets_the_trl_tags_when_the_trl_layer_renames_and_polyrls_names_ot
     assert {"train/loss", "train/reward", "train/completions/mean_length", "eval/loss", "eval/reward"} <= set(trl_step[0])
     assert not any(k.startswith(("train/", "eval_")) for k in own_step[0]) and own_step[0]["loss"] == 0.25
     assert trl_end[0] == {"train/train_loss": 0.2, "train/my_metric": 1.0}
+
+
+class _RecordingRun(_Run):
+    """A W&B run object that also records its step-axis definitions and its summary."""
+
+    def __init__(self, **init):
+        super().__init__()
+        self.init, self.defined, self.summary = init, [], {}
+
+    def define_metric(self, name, **kwargs):
+        self.defined.append((name, kwargs))
+
+    def _label(self, **kwargs):
+        pass
+
+
+class _FakeWandb:
+    """The ``wandb`` module as transformers' WandbCallback calls it, its run a ``_RecordingRun``."""
+
+    def __init__(self):
+        self.run = None
+        self.config = {}
+
+    def init(self, **kwargs):
+        self.run = _RecordingRun(**kwargs)
+        self.config = type("Config", (dict,), {"update": lambda self, d, allow_val_change=False: dict.update(self, d)})()
+        return self.run
+
+    def define_metric(self, name, **kwargs):
+        self.run.define_metric(name, **kwargs)
+
+    def log(self, data, step=None):
+        self.run.log(data, step)
+
+    def termwarn(self, *args, **kwargs):
+        pass
+
+
+#: the numbers transformers' train() logs last, as polyrl.trl's run publishes them at its end
+END = {"train_runtime": 12.5, "train_samples_per_second": 3.2, "train_steps_per_second": 0.32,
+       "total_flos": 0.0, "train_loss": 0.2, "epoch": 1.0}
+
+
+@pytest.mark.parametrize("project", [None, "mine"])
+def test_a_trl_runs_wandb_axis_summary_and_project_are_transformers_wandbcallbacks(tmp_path, monkeypatch, project):
+    """transformers' WandbCallback defines train/global_step as every metric's x-axis, logs it with
+    each entry, keeps train_runtime, train_loss... in the run summary (not the history) and names the
+    project $WANDB_PROJECT (default "huggingface"). polyrl's W&B run of a TRL script had no
+    train/global_step (a TRL user's panels plotted against it stayed empty), logged the end-of-training
+    numbers as one-point curves and went to project "polyrl". Now a TRL run's W&B run is set up and fed
+    as transformers' own callback does it (run here against the same recording fake)."""
+    wandb = pytest.importorskip("wandb")
+    integration = pytest.importorskip("transformers.integrations.integration_utils")
+    trl = pytest.importorskip("trl")
+    from transformers import TrainerControl, TrainerState
+
+    from polyrl.tracking.wandb import WandbTracker
+
+    if project is None:
+        monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    else:
+        monkeypatch.setenv("WANDB_PROJECT", project)
+    args = trl.GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, report_to="none")
+    theirs = integration.WandbCallback()
+    theirs._wandb = fake = _FakeWandb()
+    state = TrainerState(is_world_process_zero=True, global_step=6)
+    theirs.on_train_begin(args, state, TrainerControl())
+    theirs.on_log(args, state, TrainerControl(), logs={"loss": 0.25, "reward": 0.5, "epoch": 0.75})
+    theirs.on_log(args, state, TrainerControl(), logs=dict(END))
+    their_run = fake.run
+
+    runs: list[_RecordingRun] = []
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: runs.append(_RecordingRun(**kwargs)) or runs[-1])
+    tracking = RunTracking(specs=[TrackerSpec("wandb", create=WandbTracker)], output_dir=tmp_path, step_scale=2,
+                           completions_per_step=0, run_name="r", project="polyrl", config={}, trl=True,
+                           rename=functools.partial(trl_tags, names=None))
+    tracking.open()
+    tracking.publish({"step": 3, "loss": 0.25, "reward_mean": 0.5, "epoch": 0.75})  # global_step 6
+    tracking.publish_at(dict(END), step=3)
+    tracking.close()
+    (ours,) = runs
+    assert ours.defined == their_run.defined == [
+        ("train/global_step", {}), ("*", {"step_metric": "train/global_step", "step_sync": True})]
+    assert ours.init["project"] == their_run.init["project"] == (project or "huggingface")
+    assert ours.summary == their_run.summary == {k: v for k, v in END.items() if k != "epoch"}
+    (our_step, _), (our_end, _) = ours.logged
+    (their_step, _), (their_end, _) = their_run.logged
+    assert our_end == their_end == {"train/epoch": 1.0, "train/global_step": 6}
+    assert {k: our_step[k] for k in their_step} == their_step  # train/loss, train/reward, train/epoch, global_step
+    assert their_step["train/global_step"] == 6
+
+
+def test_polyrls_own_wandb_run_keeps_its_steps_history_and_project(tmp_path, monkeypatch):
+    """``polyrl train``'s W&B run is unchanged: no step axis defined, the end-of-training numbers
+    stay in the history, the project is [logging] project."""
+    wandb = pytest.importorskip("wandb")
+    from polyrl.tracking.wandb import WandbTracker
+
+    monkeypatch.setenv("WANDB_PROJECT", "elsewhere")
+    runs: list[_RecordingRun] = []
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: runs.append(_RecordingRun(**kwargs)) or runs[-1])
+    tracking = RunTracking(specs=[TrackerSpec("wandb", create=WandbTracker)], output_dir=tmp_path,
+                           completions_per_step=0, run_name="r", project="p", config={})
+    tracking.open()
+    tracking.publish({"step": 3, "loss": 0.25})
+    tracking.publish_at({"train_loss": 0.2}, step=3)
+    tracking.close()
+    (ours,) = runs
+    assert (ours.defined, ours.summary, ours.init["project"]) == ([], {}, "p")
+    assert ours.logged == [({"loss": 0.25}, 3), ({"train_loss": 0.2}, 3)]

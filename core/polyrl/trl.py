@@ -469,6 +469,7 @@ class GRPOTrainer:
         if hasattr(trainer, "tracking"):  # (a Trainer stand-in in the tests has none)
             trainer.tracking.rename = functools.partial(trl_tags, names=getattr(trainer, "trl_names", None))
             trainer.tracking.step_scale = int(trainer.config.algorithm.updates_per_step)  # at global_step
+            trainer.tracking.trl = True  # transformers' TensorBoard folder, W&B step axis and summary
         return trainer
 
     @_script_names

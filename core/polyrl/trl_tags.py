@@ -13,6 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+#: the end-of-training numbers transformers' ``WandbCallback`` puts in the W&B run summary (under
+#: these bare names) instead of the history: one value a run, not a curve
+WANDB_SUMMARY_KEYS = frozenset({"train_runtime", "train_samples_per_second", "train_steps_per_second",
+                                "train_loss", "total_flos"})
+#: the step axis transformers' ``WandbCallback`` logs with every entry and plots every metric against
+WANDB_STEP_METRIC = "train/global_step"
+
 
 def tag(key: str) -> str:
     """``key`` as transformers' ``rewrite_logs`` names it; a polyrl evaluation key (``eval/...``)

@@ -106,6 +106,8 @@ class RunTracking:
     #: the trackers' step per step of metrics.jsonl: ``polyrl.trl`` sets the updates a step makes,
     #: as transformers' callbacks log at ``global_step`` (optimizer updates)
     step_scale: int = 1
+    #: a TRL script's run (``polyrl.trl`` sets it): each tracker opens as ``TrackerContext.trl`` says
+    trl: bool = False
     trackers: dict[str, Tracker] = attrs.field(factory=dict)
     _threads: dict[str, Worker] = attrs.field(factory=dict)
     _pending: list[dict[str, Any]] = attrs.field(factory=list)
@@ -132,7 +134,7 @@ class RunTracking:
         if not self.writer or self.trackers:
             return
         context = TrackerContext(output_dir=self.output_dir, run_name=self.run_name, project=self.project,
-                                 config=self.config)
+                                 config=self.config, trl=self.trl)
         for spec in self.specs:
             thread = Worker(name=f"polyrl-tracker-{spec.name}")
             try:

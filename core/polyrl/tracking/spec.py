@@ -22,6 +22,10 @@ class TrackerContext:
     run_name: str
     project: str
     config: Mapping[str, Any]  # the run config as plain data (hyper-parameters)
+    #: a TRL script's run (``polyrl.trl``): a tracker transformers' integration sets up otherwise
+    #: does as that integration does (TensorBoard's folder, W&B's step axis and run summary), so the
+    #: script's dashboards and commands find its run; polyrl's own runs keep polyrl's ways
+    trl: bool = False
 
 
 class Tracker(Protocol):

@@ -1,5 +1,7 @@
 """TensorBoard: event files under ``output_dir/tensorboard`` written with tensorboard's own writer
-(no torch or TensorFlow needed). Completions go to the Text dashboard as one table per step.
+(no torch or TensorFlow needed). Completions go to the Text dashboard as one table per step. A TRL
+script's run (``TrackerContext.trl``) writes where transformers' ``TensorBoardCallback`` would
+(``trl_log_dir``).
 
 Each writer starts with a session-start event at its first step: TensorBoard then hides what the
 folder's earlier files hold from that step on, so after a ``--resume`` (or a fresh start in the
@@ -7,10 +9,14 @@ same output_dir) the curves show this run's steps once, not also the lineage tha
 
 from __future__ import annotations
 
+import os
 import shlex
+import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from polyrl.logs import get_logger
@@ -20,6 +26,20 @@ from polyrl.tracking.spec import TrackerContext
 log = get_logger("polyrl.tracking")
 
 LOG_DIR = "tensorboard"
+#: the variable transformers' TensorBoardCallback takes its folder from (its ``logging_dir`` field
+#: is deprecated and unread)
+TRL_LOG_DIR_VARIABLE = "TENSORBOARD_LOGGING_DIR"
+
+
+def trl_log_dir(output_dir: Path) -> Path:
+    """The folder transformers' ``TensorBoardCallback`` writes a run's event files to:
+    ``$TENSORBOARD_LOGGING_DIR`` (``~`` expanded) when set, else ``output_dir/runs/<Mon DD_HH-MM-SS>_<host>``
+    at the start of training. Why: a TRL script's user runs ``tensorboard --logdir OUTPUT_DIR/runs``
+    (or their variable's folder), where polyrl's ``output_dir/tensorboard`` showed nothing."""
+    chosen = os.environ.get(TRL_LOG_DIR_VARIABLE)
+    if chosen:  # (an empty value: unset)
+        return Path(os.path.expanduser(chosen))
+    return output_dir / "runs" / f"{datetime.now().strftime('%b%d_%H-%M-%S')}_{socket.gethostname()}"
 
 
 def _quiet_writer_threads() -> None:
@@ -55,7 +75,7 @@ class TensorBoardTracker:
         self._event, self._summary, self._text_pb = event_pb2.Event, summary_pb2.Summary, text_pb
         self._session_log = event_pb2.SessionLog
         self._started = False
-        self.log_dir = context.output_dir / LOG_DIR
+        self.log_dir = trl_log_dir(context.output_dir) if context.trl else context.output_dir / LOG_DIR
         _quiet_writer_threads()
         self._writer = EventFileWriter(str(self.log_dir))
         log.info("tensorboard: event files", logdir=str(self.log_dir),
