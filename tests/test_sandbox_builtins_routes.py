@@ -14,6 +14,13 @@ from test_sandbox_verdict import score
 
 pytestmark = pytest.mark.faults
 
+
+def scores(table: dict[str, str], sample: str) -> dict[str, float]:
+    """Each named test of ``table`` (one row each) scored against ``sample``, by name."""
+    names = list(table)
+    scored = score([sample] * len(names), rows=[{"prompt": "p", "tests": table[n]} for n in names])
+    return dict(zip(names, scored.total))
+
 #: Tests using ``__builtins__`` as a script or an imported module may; each holds for ``sorted``.
 RIGHT = {
     "attribute_zip": "r = f([2, 1])\nassert all(a == b for a, b in __builtins__.zip(r, [1, 2]))",
@@ -44,10 +51,7 @@ def test_a_right_solution_passes_tests_that_use_builtins_as_a_module_or_a_dict()
     works, and what the tests set on it stays set after a call to the solution, as does a name they
     set through ``import builtins`` (it raised NameError: the module's, not theirs); ``sys.modules.copy()``
     (the tests' view of it had no ``copy``) gives a dict of the modules."""
-    names = list(RIGHT)
-    rows = [{"prompt": "p", "tests": RIGHT[n]} for n in names]
-    scored = score(["def f(x):\n    return sorted(x)\n"] * len(names), rows=rows)
-    assert dict(zip(names, scored.total)) == dict.fromkeys(names, 1.0)
+    assert scores(RIGHT, "def f(x):\n    return sorted(x)\n") == dict.fromkeys(RIGHT, 1.0)
 
 
 #: Pairing an empty answer with expected items through ``__builtins__``: Python's zip holds vacuously.
@@ -63,13 +67,9 @@ FORGED = {
 def test_an_empty_answer_never_passes_a_zip_reached_through_builtins():
     """The forms above give the tests' zip and map, and a one-item expected list beside the answer is
     a known place, so ``return []`` (or a generator yielding nothing) scores 0; the right answer 1.0."""
-    names = list(FORGED)
-    rows = [{"prompt": "p", "tests": FORGED[n]} for n in names]
     for forged in ("def f(x):\n    return []\n", "def f(x):\n    return (y for y in [])\n"):
-        scored = score([forged] * len(names), rows=rows)
-        assert {n: s for n, s in zip(names, scored.total) if s != 0.0} == {}, forged
-    honest = score(["def f(x):\n    return [1.0]\n"] * len(names), rows=rows)
-    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+        assert {n: s for n, s in scores(FORGED, forged).items() if s != 0.0} == {}, forged
+    assert scores(FORGED, "def f(x):\n    return [1.0]\n") == dict.fromkeys(FORGED, 1.0)
 
 
 #: Other routes from the ``builtins`` module to zip and map the tests may take without meaning to.
@@ -90,9 +90,6 @@ def test_other_routes_through_the_builtins_module_give_the_tests_zip():
     (no known place), ``importlib.__import__('builtins').zip`` (Python's zip) and ``builtins.len``
     counting a loop that indexes expected values (Python's len) passed ``return []``. Now
     ``return []`` scores 0 on each, the right answer 1.0."""
-    names = list(MODULE_ROUTES)
-    rows = [{"prompt": "p", "tests": MODULE_ROUTES[n]} for n in names]
-    scored = score(["def f(x):\n    return []\n"] * len(names), rows=rows)
-    assert {n: s for n, s in zip(names, scored.total) if s != 0.0} == {}
-    honest = score(["def f(x):\n    return [1.0, 2.0][:1 if x == 2 else 2]\n"] * len(names), rows=rows)
-    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+    assert {n: s for n, s in scores(MODULE_ROUTES, "def f(x):\n    return []\n").items() if s != 0.0} == {}
+    honest = "def f(x):\n    return [1.0, 2.0][:1 if x == 2 else 2]\n"
+    assert scores(MODULE_ROUTES, honest) == dict.fromkeys(MODULE_ROUTES, 1.0)
