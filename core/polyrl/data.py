@@ -35,7 +35,7 @@ from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.split_overlap import check_disjoint
 from polyrl.tasks import SPLITS, TASK_CHECKS, TASK_OPTIONS, TASKS
-from polyrl.template_roles import TemplateRoles
+from polyrl.template_roles import MODEL_FIX, ROLE_FIX, TemplateRoles
 from polyrl.text_validity import blank, blank_problem, row_surrogate, surrogate_error
 from polyrl.types import Prompt
 
@@ -506,8 +506,7 @@ def _check_roles(roles: TemplateRoles, render: Callable[[Prompt], Any], prompt: 
     if found is not None:
         j, what = found
         raise ConfigError(f"{dataset.where(i)}: message {j} of column {dataset.prompt_column!r} {what}", field="data",
-                          fix="give that text a role the template renders (its instructions as 'system', or "
-                              "'user'), or use a model whose chat template renders that role")
+                          fix=ROLE_FIX + MODEL_FIX)
 
 
 def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int], max_length: int,

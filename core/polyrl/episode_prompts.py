@@ -1,4 +1,4 @@
-"""An episode's first prompt, counted from its dataset row alone, for the startup length check.
+"""An episode's first prompt, encoded from its dataset row alone, for the startup length check.
 
 Why: with ``[environment]`` tools and no environment factory, an episode's first prompt is the
 row's prompt plus the tool instructions (the template's ``tools=``, or a system message listing
@@ -30,9 +30,3 @@ def first_prompt_encoder(runner: EpisodeRunner | None) -> Callable[[Prompt], Any
     if runner is None or runner.make_environment is not None:
         return None
     return runner.first_prompt_ids
-
-
-def first_prompt_counter(runner: EpisodeRunner | None) -> Callable[[Prompt], int] | None:
-    """Tokens of ``first_prompt_encoder``'s ids, or None where it is None."""
-    encode = first_prompt_encoder(runner)
-    return None if encode is None else (lambda prompt: len(encode(prompt)))

@@ -21,6 +21,11 @@ from polyrl.data_arrow import CHAT_ROLES
 #: ``render(messages) -> ids``: the conversation as the model would see it (generation prompt included)
 Render = Callable[[list[dict[str, Any]]], Any]
 
+#: what to do about a message the template drops (the environment's case; a dataset's adds
+#: ``MODEL_FIX``: its prompts may be written for another model)
+ROLE_FIX = "give that text a role the template renders (its instructions as 'system', or 'user')"
+MODEL_FIX = ", or use a model whose chat template renders that role"
+
 _MARKS = ("a", "b c d")  # two stand-in texts: a template that shows a message renders them apart
 
 
@@ -87,4 +92,4 @@ class TemplateRoles:
                    f"(in that place it renders {there}): the model would never read that message")
 
 
-__all__ = ["Render", "TemplateRoles"]
+__all__ = ["MODEL_FIX", "ROLE_FIX", "Render", "TemplateRoles"]

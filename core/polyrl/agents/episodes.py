@@ -53,7 +53,7 @@ from polyrl.errors import ConfigError, EnvironmentFailed
 from polyrl.reasoning import opens_reasoning
 from polyrl.logs import get_logger
 from polyrl.rewards.trl_compat import private_copy
-from polyrl.template_roles import TemplateRoles
+from polyrl.template_roles import MODEL_FIX, ROLE_FIX, TemplateRoles
 from polyrl.types import Completion, FinishReason, Prompt, SamplingParams, TokenPrompt
 
 log = get_logger(__name__)
@@ -414,10 +414,8 @@ class EpisodeRunner:
         i, what = found
         if env is None:
             raise ConfigError(f"message {i} of the prompt in column {self.prompt_column!r} {what}", field="data",
-                              fix="give that text a role the template renders (its instructions as 'system', or "
-                                  "'user'), or use a model whose chat template renders that role")
-        return (f"{type(env).__name__}.reset message {i} {what}. Fix: give that text a role the template renders "
-                "(its instructions as 'system', or 'user')")
+                              fix=ROLE_FIX + MODEL_FIX)
+        return f"{type(env).__name__}.reset message {i} {what}. Fix: {ROLE_FIX}"
 
     def _check_unshared(self, env: Any, made: Sequence[_Made]) -> None:
         """``_EnvError`` when the factory returned an instance another episode of this rollout has.
