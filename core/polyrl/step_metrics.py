@@ -192,6 +192,15 @@ TRL_EVAL_ALIASES = {"eval/sampled_reward_mean": "eval_reward", "eval/sampled_rew
                         "clip_ratio/high_max", "cispo_clip_ratio")}}
 
 
+def tokens_seen(before_training: bool, last: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``num_tokens`` an evaluation's line carries for ``trl_eval_names``' ``eval_num_tokens``
+    (TRL's eval mode logs the training tokens seen so far): none before training, else those of
+    ``last`` (the latest step's line), when it has them."""
+    if before_training:
+        return {"num_tokens": 0}
+    return {"num_tokens": last["num_tokens"]} if "num_tokens" in last else {}
+
+
 def trl_eval_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The evaluation in ``metrics`` under TRL's ``eval_`` names, for what polyrl measures as TRL
     does (the sampled completions scored with the run's rewards: ``eval.reward = "run"``, whose

@@ -837,11 +837,11 @@ def _with_evaluations(log_history: list[dict[str, Any]], summary: Mapping[str, A
     (``step_metrics.trl_eval_names``; ``names`` the rewards' TRL names), the one before training
     (``eval_on_start``) at step 0 and the one after training at the last step when no step's line
     holds it, as TRL logs them."""
-    from polyrl.step_metrics import trl_eval_names
+    from polyrl.step_metrics import tokens_seen, trl_eval_names
 
     out: list[dict[str, Any]] = []
-    if summary.get("eval_before"):  # transformers' epoch before any update: the int 0; no token seen yet
-        out.append({**trl_eval_names({**summary["eval_before"], "num_tokens": 0}, names), "epoch": 0, "step": 0})
+    if summary.get("eval_before"):  # transformers' epoch before any update: the int 0
+        out.append({**trl_eval_names({**summary["eval_before"], **tokens_seen(True, {})}, names), "epoch": 0, "step": 0})
     for entry in log_history:
         out.append(entry)
         evaluated = trl_eval_names(entry, names)
@@ -849,8 +849,7 @@ def _with_evaluations(log_history: list[dict[str, Any]], summary: Mapping[str, A
             out.append({**evaluated, "epoch": entry.get("epoch"), "step": entry.get("step")})
     last = log_history[-1] if log_history else {}
     if summary.get("eval_after") and not trl_eval_names(last):
-        seen = {"num_tokens": last["num_tokens"]} if "num_tokens" in last else {}
-        out.append({**trl_eval_names({**summary["eval_after"], **seen}, names), "epoch": last.get("epoch"),
+        out.append({**trl_eval_names({**summary["eval_after"], **tokens_seen(False, last)}, names), "epoch": last.get("epoch"),
                     "step": int(summary.get("steps", 0)) * per_step})
     return out
 

@@ -338,15 +338,12 @@ class TrlCallbacks:
     def evaluated(self, phase: str, step: int, metrics: Mapping[str, Any]) -> None:
         """The evaluation before training (TRL's ``eval_on_start``) or after it, when the last step's
         line does not hold it: logged and ``on_evaluate`` as TRL's trainer does."""
-        from polyrl.step_metrics import trl_eval_names
+        from polyrl.step_metrics import tokens_seen, trl_eval_names
 
         last = self.state.log_history[-1] if self.state.log_history else {}
         if phase == "after" and trl_eval_names(last):
             return
-        # TRL's eval_num_tokens: the training tokens seen so far (none before training)
-        seen = {"num_tokens": 0} if phase == "before" else {"num_tokens": last["num_tokens"]} \
-            if "num_tokens" in last else {}
-        evaluated = trl_eval_names({**metrics, **seen}, self._names)
+        evaluated = trl_eval_names({**metrics, **tokens_seen(phase == "before", last)}, self._names)
         if evaluated:
             self._evaluation(evaluated)
 
