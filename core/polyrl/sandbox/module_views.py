@@ -193,4 +193,4 @@ class ModulesView(MutableMapping[str, Any]):
 
     def copy(self) -> dict[str, Any]:
         """A dict of the modules, as ``sys.modules.copy()`` gives (tests snapshot it: it raised)."""
-        return {name: self[name] for name in self if name in self._views or name in sys.modules}
+        return dict(self.items())
