@@ -297,6 +297,8 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
                          enumerate=paired[2], len=paired[3])  # a copy: the trainer's own stay
     builtins_view = BuiltinsView({name: real_builtins[name] for name in ("zip", "map", "filter", "enumerate", "len")})
+    # ``len.__self__`` is the builtins module in Python: theirs here (it raised AttributeError)
+    paired[3].__self__ = builtins_view  # type: ignore[attr-defined]
     layer = BuiltinsLayer(builtins_view)  # looked up after the tests' globals (module doc)
     layer.refill(real_builtins)
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": layer}
