@@ -645,3 +645,37 @@ def test_the_tests_zip_map_filter_enumerate_and_len_reach_the_solution_as_builti
         "assert sort_by(['bb', 'a'], len) == ['a', 'bb']")]
     right = "def apply(g, a, b):\n    return list(g(a, b))\ndef sort_by(xs, key):\n    return sorted(xs, key=key)\n"
     assert list(score([right] * 5, rows=rows).total) == [1.0] * 5
+
+
+#: A ``list`` subclass whose ``__len__`` says 3 whatever it holds, and whose every item is 1.
+LONG_LIAR = ("class L(list):\n    def __len__(self):\n        return 3\n    def __getitem__(self, i):\n        return 1\n"
+             "def f(n):\n    return L()\n")
+#: (tests, honest solution): ``len`` of objects a function returns, whose items agree with it.
+COUNTED = {
+    "list_subclass": ("assert len(f(3)) == 3 and all(x == 1 for x in f(3))\n"
+                      "for i in range(len(f(3))):\n    assert f(3)[i] == 1",
+                      "class L(list):\n    pass\ndef f(n):\n    return L([1] * n)\n"),
+    "own_class": ("assert len(f(3)) == 3 and all(x == 1 for x in f(3))",
+                  "class Ones:\n    def __init__(self, n):\n        self.n = n\n    def __len__(self):\n        return self.n\n"
+                  "    def __iter__(self):\n        return iter([1] * self.n)\ndef f(n):\n    return Ones(n)\n"),
+    "sequence_protocol": ("assert len(f(3)) == 3 and all(f(3)[i] == 1 for i in range(len(f(3))))",
+                          "class Ones:\n    def __init__(self, n):\n        self.n = n\n    def __len__(self):\n"
+                          "        return self.n\n    def __getitem__(self, i):\n        if i >= self.n:\n"
+                          "            raise IndexError(i)\n        return 1\ndef f(n):\n    return Ones(n)\n"),
+    "not_iterable": ("assert len(f(3)) == 3 and f(3).n == 3",
+                     "class Sized:\n    def __init__(self, n):\n        self.n = n\n    def __len__(self):\n"
+                     "        return self.n\n    __iter__ = None\ndef f(n):\n    return Sized(n)\n"),
+}
+
+
+def test_len_of_a_returned_object_agrees_with_its_items():
+    """A ``list`` subclass whose ``__len__`` lies (3 over no items) passed ``len(f(3)) == 3`` beside
+    a loop over its (no) items, and ``range(len(r))`` beside a ``__getitem__`` answering 1: it
+    scored 1.0. ``len`` of an object a call returned now fails where its items number otherwise;
+    right objects (a list subclass, a class of its own, the sequence protocol, one that is not
+    iterable) keep 1.0."""
+    names = list(COUNTED)
+    rows = [{"prompt": "p", "tests": COUNTED[n][0]} for n in names]
+    assert list(score([LONG_LIAR], rows=rows[:1]).total) == [0.0]
+    honest = score([COUNTED[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)

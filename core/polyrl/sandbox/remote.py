@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from polyrl.sandbox.channel import SampleStopped
 from polyrl.sandbox.object_use import ANY_ROOT
 
 if TYPE_CHECKING:
@@ -115,7 +116,26 @@ class Remote:
         value = self._session.ask("len", False, ref=self._ref)
         if type(value) is not int:
             raise TypeError("len() of a sample's value is not an int")
+        if self._data:
+            self._check_count(value)
         return value
+
+    def _check_count(self, length: int) -> None:
+        """AssertionError where the items of a value the tests expect data from number other than
+        its ``len``. Why: a ``list`` subclass whose ``__len__`` said 3 over no items passed ``assert
+        len(f(3)) == 3 and all(x == 1 for x in f(3))``; built-in data never disagrees so. Not
+        checked where the value is no iterable (or holds too many items to send): ``len`` is all
+        there is. The cost: an object that is its own iterator is read to its end by ``len``."""
+        try:
+            items = self._session.ask("iter", False, ref=self._ref)
+        except SampleStopped:
+            raise
+        except Exception:  # noqa: BLE001 - not iterable: its len stands alone
+            if self._session.channel.dead is not None:
+                raise self._session.channel.dead from None
+            return
+        if len(items) != length:
+            raise AssertionError(f"len() of the sample's {self._type[:100]!r} says {length}, its items are {len(items)}")
 
     def __iter__(self) -> Any:
         return iter(self._session.ask("iter", self._data, root=self._root, ref=self._ref))
