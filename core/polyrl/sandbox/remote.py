@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from polyrl.sandbox.channel import SampleStopped
 from polyrl.sandbox.object_use import ANY_ROOT
+from polyrl.sandbox.values import MAX_ITEMS
 
 if TYPE_CHECKING:
     from polyrl.sandbox.harness import Session
@@ -88,8 +89,8 @@ class Remote:
                                  f"({', '.join(sorted(DATA_QUERIES))}) here: only a str, list or tuple it returns "
                                  "as a value does, or an object the tests use as one")
         s = self._session
-        value = s.ask("call", self._gives_data(), root=self._root, ref=self._ref, args=[s.arg(a) for a in args],
-                      kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
+        value = s.ask("call", self._gives_data(), root=self._root, passed=(args, kwargs), ref=self._ref,
+                      args=[s.arg(a) for a in args], kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
         if isinstance(value, Remote) and not self._gives_data() and value._type == self._origin:
             object.__setattr__(value, "_made", True)  # ``Words('a b a')``: an instance of the class named
         return value
@@ -125,11 +126,17 @@ class Remote:
         its ``len``. Why: a ``list`` subclass whose ``__len__`` said 3 over no items passed ``assert
         len(f(3)) == 3 and all(x == 1 for x in f(3))``; built-in data never disagrees so. Not
         checked where the value is no iterable (or holds too many items to send): ``len`` is all
-        there is. The cost: an object that is its own iterator is read to its end by ``len``."""
+        there is; where reading them stops past ``MAX_ITEMS`` (a ``__getitem__`` that answers every
+        index, which iteration falls back to), they are more than a smaller ``len``. The cost: an
+        object that is its own iterator is read to its end by ``len``."""
         try:
             items = self._session.ask("iter", False, ref=self._ref)
         except SampleStopped:
             raise
+        except OverflowError:
+            if length > MAX_ITEMS:
+                return
+            items = range(MAX_ITEMS + 1)
         except Exception:  # noqa: BLE001 - not iterable: its len stands alone
             if self._session.channel.dead is not None:
                 raise self._session.channel.dead from None
