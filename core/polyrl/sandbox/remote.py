@@ -128,7 +128,8 @@ class Remote:
         checked where the value is no iterable (or holds too many items to send): ``len`` is all
         there is; where reading them stops past ``MAX_ITEMS`` (a ``__getitem__`` that answers every
         index, which iteration falls back to), they are more than a smaller ``len``. The cost: an
-        object that is its own iterator is read to its end by ``len``."""
+        object that is its own iterator is read to its end by ``len``. Not covered: an object whose
+        items change from this read to the tests' own (each read is a request to the sample)."""
         try:
             items = self._session.ask("iter", False, ref=self._ref)
         except SampleStopped:
