@@ -321,7 +321,7 @@ def test_zip_in_the_tests_never_holds_vacuously_on_an_empty_answer():
     rows = [{"prompt": "p", "tests": tests} for tests in (
         pairwise.format("[]") + pairwise.format("[3]") + pairwise.format("[2, 1]"),
         "assert list(zip(f([]), [])) == []\nassert list(zip(f([1, 2]), [1, 2], strict=True)) == [(1, 1), (2, 2)]",
-        "assert list(zip(f([]), iter([1, 2]))) == []")]
+        "assert list(zip(f([]), iter([]))) == [] and list(zip(f([2, 1]), iter('ab'))) == [(1, 'a'), (2, 'b')]")]
     assert list(score(["def f(x):\n    return sorted(x)\n"] * 3, rows=rows).total) == [1.0, 1.0, 1.0]
 
 
@@ -456,12 +456,12 @@ def test_an_iterator_over_the_answer_or_builtins_zip_never_holds_vacuously():
 
 
 def test_iterators_the_tests_pair_with_a_right_answer_still_pass():
-    """An iterator with items is never measured (it may be endless, and ``zip(f([]), iter([1, 2]))``
-    is right for an empty answer); ``map``/``filter`` of a one-item answer's own slice pairs with it;
+    """An iterator of unknown count is never measured (it may be endless: ``zip(f([]),
+    itertools.count())`` passes); ``map``/``filter`` of a one-item answer's own slice pairs with it;
     empty against empty passes; the tests may still set attributes of ``builtins``."""
     rows = [{"prompt": "p", "tests": tests} for tests in (
         "import itertools\nassert list(zip(f([2, 1]), itertools.count())) == [(1, 0), (2, 1)]\n"
-        "assert list(zip(f([]), iter([1, 2]))) == []\nassert list(zip(iter(f([])), [])) == []",
+        "assert list(zip(f([]), itertools.count())) == []\nassert list(zip(iter(f([])), [])) == []",
         "r = f([3])\nassert all(a <= b for a, b in zip(map(float, r), map(float, r[1:])))\n"
         "assert all(a <= b for a, b in zip(filter(None, r[1:]), r))\nassert all(a <= b for a, b in zip(iter(r[1:]), r))\n"
         "assert all(a[1] <= b[1] for a, b in zip(enumerate(r), enumerate(r[1:], 1)))",
@@ -738,3 +738,26 @@ def test_write_back_keeps_the_shape_and_refuses_a_malformed_answer():
     assert d == {"a": [1, 2], "b": 3, "c": 4}
     with pytest.raises(ProtocolError):
         write_back(["I", [encode([1])], {"ys": encode([2])}], (xs,), {})
+
+
+#: (tests, honest solution) pairing the answer with an iterator over expected values; the forgery returns [].
+EXPECTED_ITERATORS = {
+    "iter": "expected = [1, 2]\nassert all(a == b for a, b in zip(f(2), iter(expected)))",
+    "reversed_first": "assert all(a == b for a, b in zip(reversed([2, 1]), f(2)))",
+    "map": "assert all(a == b for a, b in zip(f(2), map(int, ['1', '2'])))",
+    "enumerated": "assert all(a == b for a, b in zip(enumerate(f(2)), enumerate([1, 2])))",
+    "map_operator": "import operator\nassert all(map(operator.eq, f(2), iter((1, 2))))",
+}
+
+
+def test_an_iterator_over_expected_values_is_measured():
+    """``zip(f(2), iter(expected))`` held for ``return []`` while ``zip(f(2), expected)`` failed: an
+    iterator with items was never measured. One over a built-in container (and the tests'
+    ``map``/``enumerate`` over one) has the count it has left, without an item taken, so
+    ``return []`` scores 0 beside it as beside the list; the right answer keeps 1.0."""
+    names = list(EXPECTED_ITERATORS)
+    rows = [{"prompt": "p", "tests": EXPECTED_ITERATORS[n]} for n in names]
+    forged = score(["def f(x):\n    return []\n"] * len(names), rows=rows)
+    assert {n: s for n, s in zip(names, forged.total) if s != 0.0} == {}
+    honest = score(["def f(x):\n    return [1, 2]\n"] * len(names), rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
