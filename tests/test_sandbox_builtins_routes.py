@@ -93,3 +93,23 @@ def test_other_routes_through_the_builtins_module_give_the_tests_zip():
     assert {n: s for n, s in scores(MODULE_ROUTES, "def f(x):\n    return []\n").items() if s != 0.0} == {}
     honest = "def f(x):\n    return [1.0, 2.0][:1 if x == 2 else 2]\n"
     assert scores(MODULE_ROUTES, honest) == dict.fromkeys(MODULE_ROUTES, 1.0)
+
+
+#: ``len.__self__`` is the builtins module in Python; each test holds for ``sorted``.
+LEN_SELF = {
+    "is_builtins": "import builtins\nassert len.__self__ is builtins and len.__self__.__name__ == 'builtins'\n"
+                   "assert len(f([2, 1])) == 2",
+    "its_len": "assert len.__self__.len(f([3, 1, 2])) == 3 and len.__self__.sorted(f([2, 1])) == [1, 2]",
+    "its_zip": "assert list(len.__self__.zip(f([2, 1]), 'ab')) == [(1, 'a'), (2, 'b')]",
+}
+
+
+def test_len_self_is_the_tests_builtins_module():
+    """The tests' ``len`` is a stand-in (``pairing.tests_pairing``), so ``len.__self__`` raised
+    AttributeError and a right solution scored 0 on a test reading it; now it is the tests' view of
+    the builtins module, as ``import builtins`` gives it, whose ``zip`` is theirs: ``return []``
+    fails ``len.__self__.zip(f(2), [1.0])`` beside an expected item."""
+    assert scores(LEN_SELF, "def f(x):\n    return sorted(x)\n") == dict.fromkeys(LEN_SELF, 1.0)
+    forged = {"zip": "assert all(a == b for a, b in len.__self__.zip(f(2), [1.0]))"}
+    assert scores(forged, "def f(x):\n    return []\n") == {"zip": 0.0}
+    assert scores(forged, "def f(x):\n    return [1.0]\n") == {"zip": 1.0}

@@ -321,7 +321,7 @@ def test_zip_in_the_tests_never_holds_vacuously_on_an_empty_answer():
     rows = [{"prompt": "p", "tests": tests} for tests in (
         pairwise.format("[]") + pairwise.format("[3]") + pairwise.format("[2, 1]"),
         "assert list(zip(f([]), [])) == []\nassert list(zip(f([1, 2]), [1, 2], strict=True)) == [(1, 1), (2, 2)]",
-        "assert list(zip(f([]), iter([1, 2]))) == []")]
+        "assert list(zip(f([]), iter([]))) == [] and list(zip(f([2, 1]), iter('ab'))) == [(1, 'a'), (2, 'b')]")]
     assert list(score(["def f(x):\n    return sorted(x)\n"] * 3, rows=rows).total) == [1.0, 1.0, 1.0]
 
 
@@ -456,12 +456,12 @@ def test_an_iterator_over_the_answer_or_builtins_zip_never_holds_vacuously():
 
 
 def test_iterators_the_tests_pair_with_a_right_answer_still_pass():
-    """An iterator with items is never measured (it may be endless, and ``zip(f([]), iter([1, 2]))``
-    is right for an empty answer); ``map``/``filter`` of a one-item answer's own slice pairs with it;
+    """An iterator of unknown count is never measured (it may be endless: ``zip(f([]),
+    itertools.count())`` passes); ``map``/``filter`` of a one-item answer's own slice pairs with it;
     empty against empty passes; the tests may still set attributes of ``builtins``."""
     rows = [{"prompt": "p", "tests": tests} for tests in (
         "import itertools\nassert list(zip(f([2, 1]), itertools.count())) == [(1, 0), (2, 1)]\n"
-        "assert list(zip(f([]), iter([1, 2]))) == []\nassert list(zip(iter(f([])), [])) == []",
+        "assert list(zip(f([]), itertools.count())) == []\nassert list(zip(iter(f([])), [])) == []",
         "r = f([3])\nassert all(a <= b for a, b in zip(map(float, r), map(float, r[1:])))\n"
         "assert all(a <= b for a, b in zip(filter(None, r[1:]), r))\nassert all(a <= b for a, b in zip(iter(r[1:]), r))\n"
         "assert all(a[1] <= b[1] for a, b in zip(enumerate(r), enumerate(r[1:], 1)))",
@@ -645,3 +645,119 @@ def test_the_tests_zip_map_filter_enumerate_and_len_reach_the_solution_as_builti
         "assert sort_by(['bb', 'a'], len) == ['a', 'bb']")]
     right = "def apply(g, a, b):\n    return list(g(a, b))\ndef sort_by(xs, key):\n    return sorted(xs, key=key)\n"
     assert list(score([right] * 5, rows=rows).total) == [1.0] * 5
+
+
+#: A ``list`` subclass whose ``__len__`` says 3 whatever it holds, and whose every item is 1.
+LONG_LIAR = ("class L(list):\n    def __len__(self):\n        return 3\n    def __getitem__(self, i):\n        return 1\n"
+             "def f(n):\n    return L()\n")
+#: No ``__iter__``: iteration falls back to a ``__getitem__`` that answers 1 for every index.
+INDEX_LIAR = ("class L:\n    def __len__(self):\n        return 3\n    def __getitem__(self, i):\n        return 1\n"
+              "def f(n):\n    return L()\n")
+#: (tests, honest solution): ``len`` of objects a function returns, whose items agree with it.
+COUNTED = {
+    "list_subclass": ("assert len(f(3)) == 3 and all(x == 1 for x in f(3))\n"
+                      "for i in range(len(f(3))):\n    assert f(3)[i] == 1",
+                      "class L(list):\n    pass\ndef f(n):\n    return L([1] * n)\n"),
+    "own_class": ("assert len(f(3)) == 3 and all(x == 1 for x in f(3))",
+                  "class Ones:\n    def __init__(self, n):\n        self.n = n\n    def __len__(self):\n        return self.n\n"
+                  "    def __iter__(self):\n        return iter([1] * self.n)\ndef f(n):\n    return Ones(n)\n"),
+    "sequence_protocol": ("assert len(f(3)) == 3 and all(f(3)[i] == 1 for i in range(len(f(3))))",
+                          "class Ones:\n    def __init__(self, n):\n        self.n = n\n    def __len__(self):\n"
+                          "        return self.n\n    def __getitem__(self, i):\n        if i >= self.n:\n"
+                          "            raise IndexError(i)\n        return 1\ndef f(n):\n    return Ones(n)\n"),
+    "not_iterable": ("assert len(f(3)) == 3 and f(3).n == 3",
+                     "class Sized:\n    def __init__(self, n):\n        self.n = n\n    def __len__(self):\n"
+                     "        return self.n\n    __iter__ = None\ndef f(n):\n    return Sized(n)\n"),
+}
+
+
+def test_len_of_a_returned_object_agrees_with_its_items():
+    """A ``list`` subclass whose ``__len__`` lies (3 over no items) passed ``len(f(3)) == 3`` beside
+    a loop over its (no) items, and ``range(len(r))`` beside a ``__getitem__`` answering 1: it
+    scored 1.0, and so did a class whose ``__getitem__`` answers 1 for every index (iteration
+    never ends). ``len`` of an object a call returned now fails where its items number otherwise;
+    right objects (a list subclass, a class of its own, the sequence protocol, one that is not
+    iterable) keep 1.0."""
+    names = list(COUNTED)
+    rows = [{"prompt": "p", "tests": COUNTED[n][0]} for n in names]
+    indexed = {"prompt": "p", "tests": "assert len(f(3)) == 3\nfor i in range(len(f(3))):\n    assert f(3)[i] == 1"}
+    assert list(score([LONG_LIAR, INDEX_LIAR], rows=[rows[0], indexed]).total) == [0.0, 0.0]
+    assert list(score([COUNTED["list_subclass"][1]], rows=[indexed]).total) == [1.0]
+    honest = score([COUNTED[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
+
+#: (tests, honest in-place solution returning None): the tests read their own argument afterwards.
+IN_PLACE = {
+    "sort": ("xs = [3, 1, 2]\nsort_it(xs)\nassert xs == [1, 2, 3]", "def sort_it(xs):\n    xs.sort()\n"),
+    "merge": ("nums1 = [1, 2, 3, 0, 0, 0]\nmerge(nums1, 3, [2, 5, 6], 3)\nassert nums1 == [1, 2, 2, 3, 5, 6]",
+              "def merge(a, m, b, n):\n    a[:] = sorted(a[:m] + b[:n])\n"),
+    "rotate": ("m = [[1, 2], [3, 4]]\nrow = m[0]\nrotate(m)\nassert m == [[3, 1], [4, 2]] and row is m[0]",
+               "def rotate(m):\n    m[:] = [list(r) for r in zip(*m[::-1])]\n"),
+    "keyword": ("xs = [1, 2]\nassert double(xs=xs) is None\nassert xs == [2, 4]",
+                "def double(xs):\n    for i, x in enumerate(xs):\n        xs[i] = 2 * x\n"),
+    "push": ("s = []\npush(s, 1)\npush(s, 2)\nassert s == [1, 2]", "def push(s, x):\n    s.append(x)\n"),
+    "tally": ("counts = {}\nfor w in 'a b a'.split():\n    tally(counts, w)\nassert counts == {'a': 2, 'b': 1}",
+              "def tally(d, w):\n    d[w] = d.get(w, 0) + 1\n"),
+    "set": ("seen = {1}\nadd_all(seen, [2, 3])\nassert seen == {1, 2, 3}", "def add_all(s, xs):\n    s.update(xs)\n"),
+}
+#: Tests whose loops over their own argument hold vacuously once it is emptied or shortened.
+IN_PLACE_VACUOUS = ("xs = [3, 1, 2]\nsort_it(xs)\nassert all(a <= b for a, b in zip(xs, xs[1:]))\n"
+                    "for i in range(len(xs) - 1):\n    assert xs[i] <= xs[i + 1]")
+
+
+def test_a_right_in_place_function_changes_the_tests_list():
+    """The sample sorted its own copy of ``xs``, so ``sort_it(xs); assert xs == [1, 2, 3]`` failed
+    every right in-place solution (LeetCode's ``merge`` and ``rotate``, a ``push``, a dict ``tally``,
+    a set too). After a call that returns None the tests' list, dict and set arguments take the
+    sample's copies' contents, in place, where nothing shrinks at any level; an argument emptied or
+    shortened (``xs.clear()``, ``del xs[1:]``: loops over it hold vacuously) stays as it was, so
+    those forgeries still score 0."""
+    names = list(IN_PLACE)
+    rows = [{"prompt": "p", "tests": IN_PLACE[n][0]} for n in names]
+    honest = score([IN_PLACE[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+    rows = [{"prompt": "p", "tests": IN_PLACE_VACUOUS}] * 3
+    forged = ["def sort_it(xs):\n    xs.clear()\n", "def sort_it(xs):\n    del xs[1:]\n", "def sort_it(xs):\n    pass\n"]
+    assert list(score(forged + ["def sort_it(xs):\n    xs.sort()\n"], rows=rows + rows[:1]).total) == [0.0] * 3 + [1.0]
+
+
+def test_write_back_keeps_the_shape_and_refuses_a_malformed_answer():
+    """Only where nothing shrinks (a list's length, a dict's keys, at every level) do the tests' values
+    take the new contents, their inner lists kept; a malformed answer is a protocol error."""
+    from polyrl.sandbox.in_place import write_back
+    from polyrl.sandbox.values import ProtocolError, encode
+    xs, grid, d = [3, 1], [[1, 2], [3]], {"a": [1], "b": 2}
+    row = grid[0]
+    write_back(["I", [encode([1, 3, 5]), encode([[2, 1, 0], [3, 4]]), encode({"a": [], "b": 3, "c": 4})], {}],
+               (xs, grid, d), {})
+    assert xs == [1, 3, 5] and grid == [[2, 1, 0], [3, 4]] and row is grid[0] and d == {"a": [1], "b": 2}
+    write_back(["I", [encode([]), encode([[1], [3]]), encode({"b": 3, "c": 4})], {}], (xs, grid, d), {})
+    assert xs == [1, 3, 5] and grid == [[2, 1, 0], [3, 4]] and d == {"a": [1], "b": 2}
+    write_back(["I", [None], {"d": encode({"a": [1, 2], "b": 3, "c": 4})}], (xs,), {"d": d})
+    assert d == {"a": [1, 2], "b": 3, "c": 4}
+    with pytest.raises(ProtocolError):
+        write_back(["I", [encode([1])], {"ys": encode([2])}], (xs,), {})
+
+
+#: (tests, honest solution) pairing the answer with an iterator over expected values; the forgery returns [].
+EXPECTED_ITERATORS = {
+    "iter": "expected = [1, 2]\nassert all(a == b for a, b in zip(f(2), iter(expected)))",
+    "reversed_first": "assert all(a == b for a, b in zip(reversed([2, 1]), f(2)))",
+    "map": "assert all(a == b for a, b in zip(f(2), map(int, ['1', '2'])))",
+    "enumerated": "assert all(a == b for a, b in zip(enumerate(f(2)), enumerate([1, 2])))",
+    "map_operator": "import operator\nassert all(map(operator.eq, f(2), iter((1, 2))))",
+}
+
+
+def test_an_iterator_over_expected_values_is_measured():
+    """``zip(f(2), iter(expected))`` held for ``return []`` while ``zip(f(2), expected)`` failed: an
+    iterator with items was never measured. One over a built-in container (and the tests'
+    ``map``/``enumerate`` over one) has the count it has left, without an item taken, so
+    ``return []`` scores 0 beside it as beside the list; the right answer keeps 1.0."""
+    names = list(EXPECTED_ITERATORS)
+    rows = [{"prompt": "p", "tests": EXPECTED_ITERATORS[n]} for n in names]
+    forged = score(["def f(x):\n    return []\n"] * len(names), rows=rows)
+    assert {n: s for n, s in zip(names, forged.total) if s != 0.0} == {}
+    honest = score(["def f(x):\n    return [1, 2]\n"] * len(names), rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)

@@ -125,8 +125,10 @@ What is NOT isolated, or only partly:
       either (``remote.DATA_QUERIES``), while objects made from the solution's classes
       (``UnionFind(3).find(0)``) do, asked with constant arguments outside loops (numpy scalars come back as numbers; an array stays in the
       sample, ``list(arr)`` works; a generator's ``next()`` works, its end raising an error, not
-      StopIteration); in-place changes to a list passed as argument are not seen by
-      the tests. A module the tests use without importing it is the trainer's real module when
+      StopIteration); in-place changes to a list, dict or set passed as argument are seen
+      by the tests only after a call that returned None and where nothing shrinks at any
+      level (``sandbox.in_place``: an emptied list would make their loops vacuous).
+      A module the tests use without importing it is the trainer's real module when
       its name is a well-known one used only as a module (``math.isclose``, ``np.allclose``:
       ``tests_modules.TEST_MODULES``), and so is a standard function, class or constant of a pure
       standard-library module (``permutations``, ``reduce``, ``Counter``, ``ascii_lowercase``,

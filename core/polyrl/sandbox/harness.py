@@ -16,7 +16,8 @@ the trainer's builtins: a solution cannot shadow ``sorted`` or ``isinstance`` fo
 
 Limits (documented in ``polyrl.rewards.code``): arguments must be plain data, values the sample
 returned or a ``REBUILT`` standard value (a lambda cannot be sent), and a test sees in-place changes to its arguments only through
-values the sample returns. A module the solution imported stands here for a read-only view of the
+values the sample returns, or in its lists, dicts and sets after a call that returned None where nothing
+shrinks (``in_place``). A module the solution imported stands here for a read-only view of the
 trainer's own copy when it is in ``SAFE_MODULES`` and is unusable otherwise: a name the sample
 chose is never imported (``unittest.__main__`` runs tests on import). A name the tests use
 without binding it is the solution's, except a well-known module name (``TEST_MODULES``: ``math``,
@@ -33,8 +34,8 @@ This module runs the steps (``run_tests``) and converts the sample's answers (``
 rest lives in modules of one job each, its names still importable from here: ``remote`` (the
 sample's values), ``remote_exceptions``, ``standard_values`` (standard types sent as data),
 ``tests_modules`` and ``module_views`` (which module a name is), ``numpy_checks`` and
-``pairing`` (the tests' numpy checks and ``zip``/``map``/``enumerate``/``len``, never vacuous).
-"""
+``pairing`` (the tests' numpy checks and ``zip``/``map``/``enumerate``/``len``, never vacuous), ``in_place``
+(what an in-place call did to the tests' arguments)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
+from polyrl.sandbox.in_place import write_back, written
 from polyrl.sandbox.module_views import BuiltinsLayer, BuiltinsView, ModulesView, ModuleView, ModuleWithViews
 from polyrl.sandbox.numpy_checks import (
     NUMPY_CHECKS, NUMPY_COMPARISONS, NumpyChecks, NumpyFunction, empty_array, one_empty, plain_array)
@@ -120,14 +122,18 @@ class Session:
             return ["g", *standard]
         raise TypeError(f"a {type(value).__name__} cannot be sent to the sample (only plain data)")
 
-    def ask(self, op: str, data: bool, root: str | None = None, **fields: Any) -> Any:
+    def ask(self, op: str, data: bool, root: str | None = None,
+            passed: tuple[tuple[Any, ...], dict[str, Any]] | None = None, **fields: Any) -> Any:
         """The sample's answer to one request; ``data``, ``root``: ``Remote._data`` and
-        ``Remote._root`` of a ``Remote`` in it."""
+        ``Remote._root`` of a ``Remote`` in it; ``passed``: a call's arguments as the tests gave
+        them, whose lists take what an in-place function did to its copies (``in_place``)."""
         self.dirty = True
         self.asks += 1
         answer = self.channel.ask({"op": op, **fields})
         if answer.get("ok") is not True:
             raise remote_exception(answer.get("exc"), self.exception_class)
+        if passed is not None and written(answer.get("v")):
+            return self._decoded(lambda v: write_back(v, *passed), answer.get("v"))
         return self._decoded(lambda v: self.value(v, data=data, root=root), answer.get("v"))
 
     def ask_raw_names(self) -> Any:
@@ -297,6 +303,8 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
                          enumerate=paired[2], len=paired[3])  # a copy: the trainer's own stay
     builtins_view = BuiltinsView({name: real_builtins[name] for name in ("zip", "map", "filter", "enumerate", "len")})
+    # ``len.__self__`` is the builtins module in Python: theirs here (it raised AttributeError)
+    paired[3].__self__ = builtins_view  # type: ignore[attr-defined]
     layer = BuiltinsLayer(builtins_view)  # looked up after the tests' globals (module doc)
     layer.refill(real_builtins)
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": layer}

@@ -22,8 +22,8 @@ from polyrl.sandbox.tests_guard import TESTS_FILES
 from polyrl.sandbox.zip_sites import Site, indexed_sites, operand_groups
 
 #: The sized operands the tests' ``zip`` and ``map`` measure (a sample's iterable is read in full
-#: first, as Python's own ``zip`` would); other iterators go through untouched, except one known to
-#: be empty (``_empty_iterator``). A dict's views and a deque besides: ``zip(f(2), expected.values())``
+#: first, as Python's own ``zip`` would); other iterators go through untouched, except one whose
+#: count is known (``_iterator_length``). A dict's views and a deque besides: ``zip(f(2), expected.values())``
 #: held for ``return []``.
 _SIZED_TYPES: tuple[type[Sized], ...] = (list, tuple, str, bytes, range, dict, set, frozenset, type({}.keys()),
                                          type({}.values()), type({}.items()), collections.deque)
@@ -75,26 +75,35 @@ def tests_filter(function: Any, iterable: Any) -> Any:
 
 
 def _empty_iterator(value: Any) -> bool:
-    """Whether ``value`` is an iterator known, without taking an item, to have none left: a
-    built-in container's (``iter(r)``, ``reversed(r)``) or the tests' ``map``/``filter``/``enumerate``
-    over one.
-    Why: ``zip(iter(f(2)), [1.0, 2.0])`` and ``zip(map(float, f(2)), expected)`` held for ``return
-    []``. One with items stays unmeasured (``zip(f([]), iter([1, 2]))`` is right for an empty
-    answer, and an iterator may be endless)."""
-    if type(value) in (_Mapped, _Filtered, _Enumerated):
-        return _empty_iterator(value._source)
-    return type(value) in _EXACT_ITERATORS and operator.length_hint(value) == 0
+    """Whether ``value`` is an iterator known, without taking an item, to have none left
+    (``_iterator_length``). Why: ``zip(iter(f(2)), [1.0, 2.0])`` and ``zip(map(float, f(2)),
+    expected)`` held for ``return []``."""
+    return _iterator_length(value) == 0
+
+
+def _iterator_length(value: Any) -> int | None:
+    """How many items an iterator is known, without taking one, to have left: a built-in
+    container's (``iter(r)``, ``reversed(r)``: its exact count) or the tests' ``map``/``enumerate``
+    over one (as many; ``filter``: none when its operand has none, else not known); None for any
+    other iterator (it may be endless, and only its end shows what it had: ``_watched``). Why the
+    count of one with items: ``zip(f(2), iter(expected))`` held for ``return []`` where
+    ``zip(f(2), expected)`` failed; an iterator over a list the tests hold has that list's items."""
+    if type(value) in (_Mapped, _Enumerated):
+        return _iterator_length(value._source)
+    if type(value) is _Filtered:
+        return 0 if _iterator_length(value._source) == 0 else None
+    return operator.length_hint(value) if type(value) in _EXACT_ITERATORS else None
 
 
 def _sized_length(value: Any) -> int | None:
     """The number of items ``zip`` takes from ``value``, or None when it is not a sized operand
-    (0 for an iterator known to be empty: ``_empty_iterator``)."""
+    nor an iterator whose count is known (``_iterator_length``)."""
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(value, numpy.ndarray):
         return len(value) if value.ndim else None
     if isinstance(value, _SIZED_TYPES):
         return len(value)
-    return 0 if _empty_iterator(value) else None
+    return _iterator_length(value)
 
 
 def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any], ...]:
@@ -107,7 +116,7 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
     place it cannot name (``map(zip, ...)``, Python before 3.11) an empty operand fails beside one
     of two or more items only, so the pairwise idiom passes there too. An iterator over the answer
     (``iter(r)``, ``reversed(r)``, the tests' ``map(float, r)``) counts as empty when it has no items
-    left (``_empty_iterator``), any other iterator when zip or map ends before its first item
+    left, and one over the tests' values as having the items it has left (``_iterator_length``), any other iterator when zip or map ends before its first item
     because it had none (``_watched``); ``import builtins`` gives these too (``BuiltinsView``).
     The third and fourth are their ``enumerate`` and ``len``: over an empty answer (``for i in
     range(len(r))``) they fail where the loop indexes a value of the tests' with items by its count

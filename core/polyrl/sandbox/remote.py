@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from polyrl.sandbox.channel import SampleStopped
 from polyrl.sandbox.object_use import ANY_ROOT
+from polyrl.sandbox.values import MAX_ITEMS
 
 if TYPE_CHECKING:
     from polyrl.sandbox.harness import Session
@@ -87,8 +89,8 @@ class Remote:
                                  f"({', '.join(sorted(DATA_QUERIES))}) here: only a str, list or tuple it returns "
                                  "as a value does, or an object the tests use as one")
         s = self._session
-        value = s.ask("call", self._gives_data(), root=self._root, ref=self._ref, args=[s.arg(a) for a in args],
-                      kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
+        value = s.ask("call", self._gives_data(), root=self._root, passed=(args, kwargs), ref=self._ref,
+                      args=[s.arg(a) for a in args], kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
         if isinstance(value, Remote) and not self._gives_data() and value._type == self._origin:
             object.__setattr__(value, "_made", True)  # ``Words('a b a')``: an instance of the class named
         return value
@@ -115,7 +117,33 @@ class Remote:
         value = self._session.ask("len", False, ref=self._ref)
         if type(value) is not int:
             raise TypeError("len() of a sample's value is not an int")
+        if self._data:
+            self._check_count(value)
         return value
+
+    def _check_count(self, length: int) -> None:
+        """AssertionError where the items of a value the tests expect data from number other than
+        its ``len``. Why: a ``list`` subclass whose ``__len__`` said 3 over no items passed ``assert
+        len(f(3)) == 3 and all(x == 1 for x in f(3))``; built-in data never disagrees so. Not
+        checked where the value is no iterable (or holds too many items to send): ``len`` is all
+        there is; where reading them stops past ``MAX_ITEMS`` (a ``__getitem__`` that answers every
+        index, which iteration falls back to), they are more than a smaller ``len``. The cost: an
+        object that is its own iterator is read to its end by ``len``. Not covered: an object whose
+        items change from this read to the tests' own (each read is a request to the sample)."""
+        try:
+            items = self._session.ask("iter", False, ref=self._ref)
+        except SampleStopped:
+            raise
+        except OverflowError:
+            if length > MAX_ITEMS:
+                return
+            items = range(MAX_ITEMS + 1)
+        except Exception:  # noqa: BLE001 - not iterable: its len stands alone
+            if self._session.channel.dead is not None:
+                raise self._session.channel.dead from None
+            return
+        if len(items) != length:
+            raise AssertionError(f"len() of the sample's {self._type[:100]!r} says {length}, its items are {len(items)}")
 
     def __iter__(self) -> Any:
         return iter(self._session.ask("iter", self._data, root=self._root, ref=self._ref))

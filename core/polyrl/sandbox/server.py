@@ -17,7 +17,6 @@ import os
 import resource
 import sys
 
-MAX_ITEMS = 100_000
 #: Standard types the harness rebuilds from plain data (``standard_values.REBUILT``, the other way round):
 #: (module, name) -> (the harness's constructor's module and name, the plain data it takes). By
 #: name, not class: a solution's subclass has its own module and stays a handle.
@@ -182,7 +181,13 @@ class _Session:
         if op == "call":
             args = [self.arg(a) for a in req["args"]]
             kwargs = {k: self.arg(v) for k, v in req["kwargs"].items()}
-            return self.out(obj(*args, **kwargs))
+            result = obj(*args, **kwargs)
+            if result is None:  # an in-place function: its arguments as they are now (``in_place``)
+                after = [encode(a) if type(a) in (list, dict, set) else None for a in args]
+                after_kw = {k: encode(v) for k, v in kwargs.items() if type(v) in (list, dict, set)}
+                if any(a is not None for a in after) or any(v is not None for v in after_kw.values()):
+                    return ["I", after, {k: v for k, v in after_kw.items() if v is not None}]
+            return self.out(result)
         if op == "getattr":
             return self.out(getattr(obj, req["name"]))
         if op == "getitem":

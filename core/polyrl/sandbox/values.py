@@ -21,6 +21,9 @@ MAX_DEPTH = 64
 #: a dict, or a test's ``set(result)`` of n of them costs n**2 comparisons in the trainer, holding
 #: the GIL long past the sample's timeout. Honest data has one or two values per hash.
 MAX_SAME_HASH = 16
+#: Most items the sample sends for one iteration of a value of its (``server``: more is an
+#: OverflowError; ``remote.Remote._check_count`` reads that as more items than a smaller ``len``).
+MAX_ITEMS = 100_000
 
 
 class ProtocolError(Exception):
