@@ -509,6 +509,17 @@ def _check_roles(roles: TemplateRoles, render: Callable[[Prompt], Any], prompt: 
                           fix=ROLE_FIX + MODEL_FIX)
 
 
+def check_prompt_roles(dataset: Dataset, render: Callable[[Prompt], Any]) -> None:
+    """Every chat prompt's roles checked against those the chat template renders
+    (``_check_roles``), without counting lengths: the dry run's check, on the model folder's
+    tokenizer alone (``polyrl.dry_run_roles``). A few renderings per conversation shape."""
+    roles = TemplateRoles()
+    for start in range(0, len(dataset), ITER_BLOCK):
+        block = dataset.take(range(start, min(start + ITER_BLOCK, len(dataset))))
+        for i, row in enumerate(block, start):
+            _check_roles(roles, render, row[dataset.prompt_column], dataset, i)
+
+
 def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int], max_length: int,
                          *, drop: bool = False, counted: str = "chat template included",
                          render: Callable[[Prompt], Any] | None = None) -> tuple[Dataset, int]:

@@ -124,13 +124,16 @@ class OutputWriteError(PolyrlError):
 def check_run(config: RunConfig, world_size: int = 1) -> None:
     """What ``polyrl train`` refuses before loading a model (rewards and their options, data,
     trackers, the environment, backends and their options, the models' paths and architectures, how
-    the chat template shows a tool's result), checked without loading a model or touching the
+    the chat template shows a tool's result, prompt messages in roles it drops), checked without loading a model or touching the
     output_dir. ``polyrl launch`` (and its
     ``--dry-run``) runs it, so a config every rank would refuse is one error before torchrun starts."""
     trainer = Trainer(config, check_only=True)
     trainer.registry.check_data_parallel(trainer.config.backends.train, world_size)
     model, _ = check_engines(trainer.config, trainer.registry)
     trainer._check_template(model)
+    from polyrl.dry_run_roles import check_dataset_roles
+
+    check_dataset_roles(trainer.config, trainer._env_plan, trainer._source_data, model)  # the tokenizer alone
 
 
 def _refuse_unless_weights_only(weights_only: bool, warning: str, details: dict[str, Any], problem: str, field: str,

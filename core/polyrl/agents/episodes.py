@@ -28,7 +28,9 @@ ended so is not trained (``untrainable``); ``MAX_FAILED_ROLLOUTS`` of them in a 
 (``EnvironmentFailed``), since an environment that never works cannot be trained against. An
 environment call that raises ``EnvironmentFailed`` itself (TRL's environments do where TRL's run
 stops: ``polyrl.agents.trl_environments``) ends its episode so too, no turn of that rollout is
-sampled, and the trainer stops the run before the rollout is scored or trained (``raised``).
+sampled, and the trainer stops the run before the rollout is scored or trained (``raised``). So does
+a first message in a role the chat template drops (``_dropped_role``): the environment's code writes
+it every time, so waiting for ``MAX_FAILED_ROLLOUTS`` would only spend rollouts.
 """
 
 from __future__ import annotations
@@ -378,6 +380,8 @@ class EpisodeRunner:
         if (dropped := self._dropped_role(first, toolbox, env)) is not None:
             log.warning("the chat template drops a message of an episode's first prompt; episode ended",
                         environment=self._env_name, error=dropped)
+            if self._stop is None:  # the environment's code and the template, not this row: the run stops
+                self._stop = EnvironmentFailed(f"environment {self._env_name!r}: {dropped}", alone=True)
             return self._failed_at_reset(index, row, dropped)
         asked = copy.deepcopy(first) if env is not None else None  # what rewards and the log see as the prompt
         first = self._with_tool_instructions(first, toolbox)
@@ -403,12 +407,15 @@ class EpisodeRunner:
     def _dropped_role(self, first: list[dict[str, Any]], toolbox: Any, env: Any) -> str | None:
         """Why the first prompt cannot be shown whole: a message in a role the chat template does not
         render (``polyrl.template_roles``; Qwen2.5's drops ``developer`` and ``ipython``), or None.
-        Asked of the prompt as it is rendered, tool instructions included; once per role and place.
-        An environment's such message ends its episode, as a ``step``'s does; a dataset prompt's is
-        the run's setup at fault (a ConfigError; the startup check finds it first in a run)."""
+        Asked of the prompt as it is rendered, tool instructions included; once per conversation
+        shape, with or without tools. An environment's such message ends its episode and stops the
+        run (``raised``): its ``reset`` writes that role every time, so every episode would end so,
+        for ``MAX_FAILED_ROLLOUTS`` rollouts. A dataset prompt's is the run's setup at fault (a
+        ConfigError; the startup check finds it first in a run)."""
         schemas = toolbox.schemas if toolbox is not None else None
         found = self._first_roles.problem(
-            first, lambda messages: self.glue.prompt(self._with_tool_instructions(messages, toolbox), schemas))
+            first, lambda messages: self.glue.prompt(self._with_tool_instructions(messages, toolbox), schemas),
+            context=bool(schemas))
         if found is None:
             return None
         i, what = found
