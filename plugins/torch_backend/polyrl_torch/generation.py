@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from polyrl.errors import ConfigError
+from polyrl.backend_kit.budgets import token_budgets
 from polyrl.backend_kit.stopping import StopStrings
 from polyrl.types import Completion, Prompt, SamplingParams
 from polyrl_torch.attention import attends_bf16_natively
@@ -175,12 +175,7 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
         return []
     n, device = sampling.n, engine.device
     prompt_ids = [engine.encode_prompt(p) for p in prompts]
-    limit = engine.config.max_length
-    for i, ids in enumerate(prompt_ids):
-        if len(ids) >= limit:
-            raise ConfigError(f"prompt {i} has {len(ids)} tokens, not below max_length={limit}",
-                              field="model.max_length", fix="raise model.max_length or shorten the prompt")
-    budgets = [min(sampling.max_new_tokens, limit - len(ids)) for ids in prompt_ids for _ in range(n)]
+    budgets = token_budgets(prompt_ids, engine.config.max_length, sampling.max_new_tokens, n)
     total = len(budgets)
 
     generator = engine.generator
