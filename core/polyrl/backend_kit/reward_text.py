@@ -7,6 +7,7 @@ from typing import Any
 
 from polyrl.backend_kit.literal_chat import encode_chat_literal, plain_sequence
 from polyrl.backend_kit.template_limits import render_chat
+from polyrl.errors import RewardError
 from polyrl.types import Prompt
 
 
@@ -49,3 +50,16 @@ def encode_pair(tokenizer: Any, prompt: Prompt, completion: str, chat_template: 
                                   template_kwargs=template_kwargs)
         return ids[len(ids) - max_length:] if len(ids) > max_length else ids
     return plain_sequence(tokenizer, render_pair(tokenizer, prompt, completion, False), max_length)
+
+
+def score_label(name: str, path: str, label: Any, labels: int) -> int:
+    """Which of a classifier's ``labels`` logits is the reward: ``options.label``, or 0 when the
+    model has one label; a RewardError naming the fix otherwise (the same rule on every backend)."""
+    if label is None:
+        if labels != 1:
+            raise RewardError(f"{name}: the model at {path!r} has {labels} labels. "
+                              "Fix: set options.label to the index of the logit that is the reward")
+        label = 0
+    if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < labels:
+        raise RewardError(f"{name}: label must be in 0..{labels - 1}, got {label!r}")
+    return label
