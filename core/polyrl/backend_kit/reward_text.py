@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from polyrl.backend_kit.literal_chat import encode_chat_literal, plain_sequence
 from polyrl.backend_kit.template_limits import render_chat
 from polyrl.errors import RewardError
-from polyrl.types import Prompt
+from polyrl.types import Completion, Prompt, RewardContext, RewardScores
 
 
 def _conversation(prompt: Prompt, completion: str) -> list[dict[str, Any]]:
@@ -63,3 +63,14 @@ def score_label(name: str, path: str, label: Any, labels: int) -> int:
     if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < labels:
         raise RewardError(f"{name}: label must be in 0..{labels - 1}, got {label!r}")
     return label
+
+
+def reward_answer(name: str, score_texts: Callable[[Sequence[Prompt], list[str], Any], list[float]],
+                  prompts: Sequence[Prompt], completions: Sequence[Completion],
+                  context: RewardContext) -> dict[str, RewardScores] | None:
+    """A reward model plugin's ``reward`` hook: ``score_texts(prompts, texts, options)`` when the run
+    wants ``name`` (the completions' texts, that reward's options), None otherwise."""
+    if name not in context.wanted:
+        return None
+    texts = [c if isinstance(c, str) else c.text for c in completions]
+    return {name: RewardScores(score_texts(prompts, texts, context.options.get(name)))}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from polyrl.backend_kit.budgets import token_budgets
+from polyrl.backend_kit.samples import completions, token_budgets
 from polyrl.backend_kit.stopping import StopStrings
 from polyrl.backend_features import refuse_unsupported_sampling
 from polyrl.types import Completion, Prompt, SamplingParams
@@ -76,9 +76,4 @@ def generate(engine: MaxEngine, prompts: Sequence[Prompt], sampling: SamplingPar
         return len(tokens[s]) >= budgets[s]
 
     run_rows(engine, build, total, [len(prompt_ids[s // n]) for s in range(total)], on_tokens)
-    return [
-        Completion(prompt_index=s // n, prompt_ids=prompt_ids[s // n], completion_ids=tokens[s],
-                   logprobs=logps[s], text=engine.decode(tokens[s]),
-                   finish_reason=finish[s])  # type: ignore[arg-type]
-        for s in range(total)
-    ]
+    return completions(engine.decode, prompt_ids, n, tokens, logps, finish)

@@ -26,8 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from polyrl.backend_kit.reward_text import encode_pair, score_label
+from polyrl.backend_kit.reward_text import encode_pair, reward_answer, score_label
 from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.errors import ConfigError, RewardError
 from polyrl.rewards.options import chat_template_choice, merged, required_text, template_kwargs, whole_number
@@ -126,7 +125,4 @@ def polyrl_register_rewards(register: Callable[[RewardSpec], None]) -> None:
 @hookimpl
 def reward(prompts: Sequence[Prompt], completions: Sequence[Completion],
            context: RewardContext) -> dict[str, RewardScores] | None:
-    if NAME not in context.wanted:
-        return None
-    texts = [c if isinstance(c, str) else c.text for c in completions]
-    return {NAME: RewardScores(np.asarray(score_texts(prompts, texts, context.options.get(NAME))).tolist())}
+    return reward_answer(NAME, score_texts, prompts, completions, context)

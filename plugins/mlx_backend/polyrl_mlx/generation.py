@@ -29,7 +29,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from polyrl.backend_kit.budgets import token_budgets
+from polyrl.backend_kit.samples import completions, token_budgets
 from polyrl.backend_kit.stopping import StopStrings
 from polyrl.types import Completion, Prompt, SamplingParams
 
@@ -233,17 +233,7 @@ def _generate(engine: MLXEngine, prompts: Sequence[Prompt], sampling: SamplingPa
             row_keys = row_keys[index]
         logits = engine.model(chosen[:, None], cache=cache)[:, -1, :].astype(mx.float32)
 
-    return [
-        Completion(
-            prompt_index=s // n,
-            prompt_ids=prompt_ids[s // n],
-            completion_ids=tokens[s],
-            logprobs=logps[s],
-            text=engine.decode(tokens[s]),
-            finish_reason=finish[s],  # type: ignore[arg-type]
-        )
-        for s in range(total)
-    ]
+    return completions(engine.decode, prompt_ids, n, tokens, logps, finish)
 
 
 __all__ = ["filter_logits", "forced_logprobs", "generate", "penalize_repeats"]

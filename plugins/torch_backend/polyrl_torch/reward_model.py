@@ -40,7 +40,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from polyrl.backend_kit.reward_text import encode_pair, score_label
+from polyrl.backend_kit.reward_text import encode_pair, reward_answer, score_label
 from polyrl.backend_kit.weight_headers import config_sizes, refuse_sizes_beyond_weights
 from polyrl.errors import ConfigError, RewardError
 from polyrl.folder_links import refuse_outside_links
@@ -203,7 +203,4 @@ def polyrl_register_rewards(register: Callable[[RewardSpec], None]) -> None:
 @hookimpl
 def reward(prompts: Sequence[Prompt], completions: Sequence[Completion],
            context: RewardContext) -> dict[str, RewardScores] | None:
-    if NAME not in context.wanted:
-        return None
-    texts = [c if isinstance(c, str) else c.text for c in completions]
-    return {NAME: RewardScores(score_texts(prompts, texts, context.options.get(NAME)))}
+    return reward_answer(NAME, score_texts, prompts, completions, context)
