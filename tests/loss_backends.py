@@ -4,6 +4,7 @@ one check for every objective the loss tests build (clipped, soft, sequence-leve
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -41,6 +42,23 @@ def torch_equals_reference(logp: Sequence[np.ndarray], adv: np.ndarray, obj: Obj
             assert float(stats[key]) == pytest.approx(metrics[key]), key
 
 
+def mlx_flat_inputs(lengths: Sequence[int], adv: Sequence[float], obj: Objective,
+                    old: Sequence[np.ndarray], ref: Sequence[np.ndarray] | None,
+                    sampler: Sequence[np.ndarray] | None) -> tuple[Any, ...]:
+    """What ``polyrl_mlx.training.objective_loss`` takes besides the log-probs, flat and float64:
+    token weights, per-token advantages, old / ref / sampler log-probs (None stays None) and each
+    token's sequence index. Call it inside the test's ``mx.stream``."""
+    from polyrl_mlx._mx import mx
+    from polyrl_mlx.training import token_weights
+
+    f64 = mx.float64
+    w = mx.array(token_weights(lengths, obj, len(lengths), sum(lengths)), dtype=f64)
+    a = mx.array(np.repeat(adv, lengths), dtype=f64)
+    o, r, s = (None if x is None else mx.array(np.concatenate(x), dtype=f64) for x in (old, ref, sampler))
+    segments = mx.array(np.repeat(np.arange(len(lengths)), lengths))
+    return w, a, o, r, s, segments
+
+
 def mlx_equals_reference(lengths: Sequence[int], logp: Sequence[np.ndarray], adv: np.ndarray, obj: Objective,
                          old: Sequence[np.ndarray], ref: Sequence[np.ndarray], sampler: Sequence[np.ndarray]) -> None:
     """``polyrl_mlx.training.objective_loss`` on the CPU in float64: the reference's loss, gradient
@@ -51,22 +69,18 @@ def mlx_equals_reference(lengths: Sequence[int], logp: Sequence[np.ndarray], adv
     if not status.available:
         pytest.skip(f"mlx not usable here: {status.reason}")
     from polyrl_mlx._mx import mx
-    from polyrl_mlx.training import objective_loss, token_weights
+    from polyrl_mlx.training import objective_loss
 
     expected, metrics = policy_loss(logp, adv, obj, old, ref, sampler)
     expected_grad = np.concatenate(policy_loss_grad(logp, adv, obj, old, ref, sampler))
     with mx.stream(mx.cpu):
-        f64 = mx.float64
-        w = mx.array(token_weights(lengths, obj, len(lengths), sum(lengths)), dtype=f64)
-        a = mx.array(np.repeat(adv, lengths), dtype=f64)
-        o, r, s = (mx.array(np.concatenate(x), dtype=f64) for x in (old, ref, sampler))
-        segments = mx.array(np.repeat(np.arange(len(lengths)), lengths))
+        w, a, o, r, s, segments = mlx_flat_inputs(lengths, adv, obj, old, ref, sampler)
         stats: dict = {}
 
         def f(x):
             return objective_loss(x, a, w, obj, o, r, sampler_logp=s, segments=segments, stats=stats)
 
-        (loss, _, clip_sum), grad = mx.value_and_grad(f)(mx.array(np.concatenate(logp), dtype=f64))
+        (loss, _, clip_sum), grad = mx.value_and_grad(f)(mx.array(np.concatenate(logp), dtype=mx.float64))
         # MLX's CPU exp is float32-accurate even on float64 inputs; the loss sums O(1) terms that
         # can nearly cancel, so its tolerance is absolute at that scale
         assert loss.item() == pytest.approx(expected, rel=1e-6, abs=1e-7)

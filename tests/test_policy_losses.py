@@ -13,7 +13,7 @@ from polyrl.algorithms.presets import AlgorithmConfig
 from polyrl.algorithms.reference import mismatch_metrics, policy_loss, policy_loss_grad
 from polyrl.errors import ConfigError
 
-from loss_backends import mlx_equals_reference, torch_equals_reference
+from loss_backends import mlx_equals_reference, mlx_flat_inputs, torch_equals_reference
 
 #: (policy_loss, importance_sampling_level, mismatch_correction, mismatch_level[, kl_bias_correction])
 VARIANTS = [
@@ -272,7 +272,7 @@ def test_mlx_entropy_terms_equal_reference(case, setting):
     if not status.available:
         pytest.skip(f"mlx not usable here: {status.reason}")
     from polyrl_mlx._mx import mx
-    from polyrl_mlx.training import objective_loss, token_weights
+    from polyrl_mlx.training import objective_loss
 
     obj = _entropy_objective(*setting)
     lengths, logp, old, ref, sampler, adv = _inputs(100 + case)
@@ -281,10 +281,7 @@ def test_mlx_entropy_terms_equal_reference(case, setting):
     expected_grad = np.concatenate(policy_loss_grad(logp, adv, obj, old, ref, sampler, ent))
     with mx.stream(mx.cpu):
         f64 = mx.float64
-        w = mx.array(token_weights(lengths, obj, len(lengths), sum(lengths)), dtype=f64)
-        a = mx.array(np.repeat(adv, lengths), dtype=f64)
-        o, r, s = (mx.array(np.concatenate(x), dtype=f64) for x in (old, ref, sampler))
-        segments = mx.array(np.repeat(np.arange(len(lengths)), lengths))
+        w, a, o, r, s, segments = mlx_flat_inputs(lengths, adv, obj, old, ref, sampler)
         stats: dict = {}
 
         def f(x, e):
