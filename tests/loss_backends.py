@@ -16,6 +16,17 @@ MISMATCH_KEYS = ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corre
 EXTREME_KEYS = ("clip_low_min", "clip_high_max")  # one completion's extreme clipped share
 
 
+
+def random_logprobs(rng: np.random.Generator, lengths: Sequence[int]) -> tuple[list[np.ndarray], ...]:
+    """Made-up (current, old, ref, sampler) log-probs of sequences of ``lengths`` tokens: old and
+    ref off the current ones, the sampler off the old ones, by noise of 0.3 nats."""
+    logp = [-rng.uniform(0.1, 3.0, n) for n in lengths]
+    old = [lp + rng.normal(0, 0.3, len(lp)) for lp in logp]
+    ref = [lp + rng.normal(0, 0.3, len(lp)) for lp in logp]
+    sampler = [o + rng.normal(0, 0.3, len(o)) for o in old]
+    return logp, old, ref, sampler
+
+
 def torch_equals_reference(logp: Sequence[np.ndarray], adv: np.ndarray, obj: Objective, old: Sequence[np.ndarray],
                            ref: Sequence[np.ndarray], sampler: Sequence[np.ndarray]) -> None:
     """``polyrl_torch.training.objective_loss``: the reference's loss, gradient and metrics, with the

@@ -13,7 +13,7 @@ from polyrl.algorithms.presets import AlgorithmConfig
 from polyrl.algorithms.reference import mismatch_metrics, policy_loss, policy_loss_grad
 from polyrl.errors import ConfigError
 
-from loss_backends import mlx_equals_reference, mlx_flat_inputs, torch_equals_reference
+from loss_backends import mlx_equals_reference, mlx_flat_inputs, random_logprobs, torch_equals_reference
 
 #: (policy_loss, importance_sampling_level, mismatch_correction, mismatch_level[, kl_bias_correction])
 VARIANTS = [
@@ -44,10 +44,7 @@ def _objective(variant, aggregation) -> Objective:
 def _inputs(seed: int):
     rng = np.random.default_rng(seed)
     lengths = [3, 6, 1, 4]
-    logp = [-rng.uniform(0.1, 3.0, n) for n in lengths]
-    old = [lp + rng.normal(0, 0.3, len(lp)) for lp in logp]
-    ref = [lp + rng.normal(0, 0.3, len(lp)) for lp in logp]
-    sampler = [o + rng.normal(0, 0.3, len(o)) for o in old]
+    logp, old, ref, sampler = random_logprobs(rng, lengths)
     adv = np.array([1.3, -0.7, -2.0, 0.4])
     return lengths, logp, old, ref, sampler, adv
 

@@ -19,7 +19,7 @@ from polyrl.algorithms.presets import AlgorithmConfig
 from polyrl.algorithms.reference import mismatch_weights, policy_loss, policy_loss_grad, vespo_weight
 from polyrl.errors import ConfigError
 
-from loss_backends import mlx_equals_reference, torch_equals_reference
+from loss_backends import mlx_equals_reference, random_logprobs, torch_equals_reference
 
 #: name -> (TRL loss_type, polyrl Objective); each pairing is what the preset of that name builds.
 #: SAPO's temperatures are exact in float32: TRL's ``torch.where(adv > 0, pos, neg)`` on two Python
@@ -45,10 +45,7 @@ CASES = {
 def _inputs(seed: int, masked: bool = False):
     rng = np.random.default_rng(seed)
     lengths = [3, 6, 1, 5]
-    logp = [-rng.uniform(0.1, 3.0, n) for n in lengths]
-    old = [lp + rng.normal(0, 0.3, len(lp)) for lp in logp]
-    ref = [lp + rng.normal(0, 0.3, len(lp)) for lp in logp]
-    sampler = [o + rng.normal(0, 0.3, len(o)) for o in old]
+    logp, old, ref, sampler = random_logprobs(rng, lengths)
     adv = np.array([1.3, -0.7, -2.0, 0.0])
     masks = None
     if masked:
