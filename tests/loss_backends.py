@@ -70,20 +70,23 @@ def mlx_flat_inputs(lengths: Sequence[int], adv: Sequence[float], obj: Objective
     return w, a, o, r, s, segments
 
 
-def mlx_equals_reference(lengths: Sequence[int], logp: Sequence[np.ndarray], adv: np.ndarray, obj: Objective,
-                         old: Sequence[np.ndarray], ref: Sequence[np.ndarray], sampler: Sequence[np.ndarray]) -> None:
-    """``polyrl_mlx.training.objective_loss`` on the CPU in float64: the reference's loss, gradient
-    and metrics (skipped where MLX is not usable)."""
+def require_mlx() -> None:
+    """Skips the test where the MLX backend is not usable."""
     from polyrl.registry import get_registry
 
     status = get_registry().status("mlx")
     if not status.available:
         pytest.skip(f"mlx not usable here: {status.reason}")
+
+
+def mlx_loss(lengths: Sequence[int], logp: Sequence[np.ndarray], adv: Sequence[float], obj: Objective,
+             old: Sequence[np.ndarray], ref: Sequence[np.ndarray] | None,
+             sampler: Sequence[np.ndarray] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """``polyrl_mlx.training.objective_loss`` on the CPU in float64: (loss, clip sum, the flat
+    gradient wrt the log-probs, its stats), as numpy."""
     from polyrl_mlx._mx import mx
     from polyrl_mlx.training import objective_loss
 
-    expected, metrics = policy_loss(logp, adv, obj, old, ref, sampler)
-    expected_grad = np.concatenate(policy_loss_grad(logp, adv, obj, old, ref, sampler))
     with mx.stream(mx.cpu):
         w, a, o, r, s, segments = mlx_flat_inputs(lengths, adv, obj, old, ref, sampler)
         stats: dict = {}
@@ -92,13 +95,24 @@ def mlx_equals_reference(lengths: Sequence[int], logp: Sequence[np.ndarray], adv
             return objective_loss(x, a, w, obj, o, r, sampler_logp=s, segments=segments, stats=stats)
 
         (loss, _, clip_sum), grad = mx.value_and_grad(f)(mx.array(np.concatenate(logp), dtype=mx.float64))
-        # MLX's CPU exp is float32-accurate even on float64 inputs; the loss sums O(1) terms that
-        # can nearly cancel, so its tolerance is absolute at that scale
-        assert loss.item() == pytest.approx(expected, rel=1e-6, abs=1e-7)
-        np.testing.assert_allclose(np.array(grad), expected_grad, rtol=1e-6, atol=1e-8)
-        tokens = sum(lengths)
-        assert clip_sum.item() / tokens == pytest.approx(metrics["clip_fraction"], abs=1e-12)
-        for key in MISMATCH_KEYS:
-            assert stats[key].item() / tokens == pytest.approx(metrics[key], rel=1e-6, abs=1e-9), key
-        for key in EXTREME_KEYS:
-            assert stats[key].item() == pytest.approx(metrics[key]), key
+        return np.array(loss), np.array(clip_sum), np.array(grad), {k: np.array(v) for k, v in stats.items()}
+
+
+def mlx_equals_reference(lengths: Sequence[int], logp: Sequence[np.ndarray], adv: np.ndarray, obj: Objective,
+                         old: Sequence[np.ndarray], ref: Sequence[np.ndarray], sampler: Sequence[np.ndarray]) -> None:
+    """``polyrl_mlx.training.objective_loss`` on the CPU in float64: the reference's loss, gradient
+    and metrics (skipped where MLX is not usable)."""
+    require_mlx()
+    expected, metrics = policy_loss(logp, adv, obj, old, ref, sampler)
+    expected_grad = np.concatenate(policy_loss_grad(logp, adv, obj, old, ref, sampler))
+    loss, clip_sum, grad, stats = mlx_loss(lengths, logp, adv, obj, old, ref, sampler)
+    # MLX's CPU exp is float32-accurate even on float64 inputs; the loss sums O(1) terms that
+    # can nearly cancel, so its tolerance is absolute at that scale
+    assert loss.item() == pytest.approx(expected, rel=1e-6, abs=1e-7)
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-6, atol=1e-8)
+    tokens = sum(lengths)
+    assert clip_sum.item() / tokens == pytest.approx(metrics["clip_fraction"], abs=1e-12)
+    for key in MISMATCH_KEYS:
+        assert stats[key].item() / tokens == pytest.approx(metrics[key], rel=1e-6, abs=1e-9), key
+    for key in EXTREME_KEYS:
+        assert stats[key].item() == pytest.approx(metrics[key]), key

@@ -13,7 +13,8 @@ from polyrl.algorithms.presets import AlgorithmConfig
 from polyrl.algorithms.reference import mismatch_metrics, policy_loss, policy_loss_grad
 from polyrl.errors import ConfigError
 
-from loss_backends import mlx_equals_reference, mlx_flat_inputs, random_logprobs, torch_equals_reference
+from loss_backends import (mlx_equals_reference, mlx_flat_inputs, random_logprobs, require_mlx,
+                           torch_equals_reference)
 
 #: (policy_loss, importance_sampling_level, mismatch_correction, mismatch_level[, kl_bias_correction])
 VARIANTS = [
@@ -263,11 +264,8 @@ def test_torch_entropy_terms_equal_reference(case, setting):
 @pytest.mark.parametrize(("case", "setting"), list(enumerate(ENTROPY_CASES)))
 def test_mlx_entropy_terms_equal_reference(case, setting):
     from polyrl.algorithms.reference import entropy_grad
-    from polyrl.registry import get_registry
 
-    status = get_registry().status("mlx")
-    if not status.available:
-        pytest.skip(f"mlx not usable here: {status.reason}")
+    require_mlx()
     from polyrl_mlx._mx import mx
     from polyrl_mlx.training import objective_loss
 

@@ -19,7 +19,7 @@ from polyrl.algorithms.presets import AlgorithmConfig
 from polyrl.algorithms.reference import mismatch_weights, policy_loss, policy_loss_grad, vespo_weight
 from polyrl.errors import ConfigError
 
-from loss_backends import mlx_equals_reference, random_logprobs, torch_equals_reference
+from loss_backends import mlx_equals_reference, random_logprobs, require_mlx, torch_equals_reference
 
 #: name -> (TRL loss_type, polyrl Objective); each pairing is what the preset of that name builds.
 #: SAPO's temperatures are exact in float32: TRL's ``torch.where(adv > 0, pos, neg)`` on two Python
@@ -285,11 +285,7 @@ def test_toml_values_are_checked_by_the_config_loader():
 def test_mlx_reports_vespos_weight_sum_as_the_reference_computes_it():
     """The MLX backend reported no ``vespo_phi_seq_mean``, so an MLX vespo run logged no TRL
     ``vespo/phi_seq_mean``; its per-token layout now sums one weight per sequence, the reference's."""
-    from polyrl.registry import get_registry
-
-    status = get_registry().status("mlx")
-    if not status.available:
-        pytest.skip(f"mlx not usable here: {status.reason}")
+    require_mlx()
     from polyrl_mlx._mx import mx
     from polyrl_mlx.training import objective_loss
 
