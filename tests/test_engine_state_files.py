@@ -310,16 +310,23 @@ def test_mlx_rng_key(tiny_model_dir, tmp_path):
     _mlx_refused(engine, model_dir, state_dir, file, "not a complete safetensors file")
 
 
-def test_mlx_optimizer_state(tiny_model_dir, tmp_path):
+def _mlx_moment_cut(engine: Any, model_dir: Path, state_dir: Path) -> Path:
+    """The checkpoint's optimizer file, one 2-D first moment cut to its first row (a shape the
+    model's parameter does not have)."""
     from safetensors.numpy import load_file, save_file
 
-    engine, model_dir, state_dir = _mlx_checkpoint(tiny_model_dir, tmp_path)
     engine.raw.optimizer.init(engine.raw.model.trainable_parameters())
     engine.save_checkpoint(str(model_dir), str(state_dir))
     file = state_dir / "optimizer.safetensors"
     saved = load_file(str(file))
     name = next(n for n in saved if n.endswith(".m") and saved[n].ndim == 2)
     save_file({**saved, name: saved[name][:1]}, str(file))
+    return file
+
+
+def test_mlx_optimizer_state(tiny_model_dir, tmp_path):
+    engine, model_dir, state_dir = _mlx_checkpoint(tiny_model_dir, tmp_path)
+    file = _mlx_moment_cut(engine, model_dir, state_dir)
     _mlx_refused(engine, model_dir, state_dir, file, "has shape", before_loading=False)
     file.write_bytes(file.read_bytes()[:-8])
     _mlx_refused(engine, model_dir, state_dir, file, "not a complete safetensors file")
@@ -329,15 +336,9 @@ def test_mlx_optimizer_state_refused_before_any_weight_is_replaced(tiny_model_di
     """The moments' shapes were checked after the checkpoint's weights were imported: the refused
     resume left the engine holding the checkpoint's weights instead of its own."""
     import numpy as np
-    from safetensors.numpy import load_file, save_file
 
     engine, model_dir, state_dir = _mlx_checkpoint(tiny_model_dir, tmp_path)
-    engine.raw.optimizer.init(engine.raw.model.trainable_parameters())
-    engine.save_checkpoint(str(model_dir), str(state_dir))
-    file = state_dir / "optimizer.safetensors"
-    saved = load_file(str(file))
-    name = next(n for n in saved if n.endswith(".m") and saved[n].ndim == 2)
-    save_file({**saved, name: saved[name][:1]}, str(file))
+    file = _mlx_moment_cut(engine, model_dir, state_dir)
     own = {k: np.asarray(v) + 1.0 for k, v in engine.export_weights().items()}
     engine.import_weights(own)
     _mlx_refused(engine, model_dir, state_dir, file, "has shape", before_loading=False)

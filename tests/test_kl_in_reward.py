@@ -3,7 +3,6 @@ reference comes off its reward before advantages, and the loss then has no KL te
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
@@ -13,6 +12,8 @@ from polyrl.algorithms.shaping import kl_estimate, kl_penalized_rewards
 from polyrl.config import RunConfig
 from polyrl.registry import get_registry
 from polyrl.types import TokenSequence
+
+from digits_run import digits_config
 
 
 def test_penalty_is_beta_times_the_summed_token_kl():
@@ -41,12 +42,6 @@ def test_kl_in_reward_takes_the_kl_out_of_the_loss():
     assert AlgorithmConfig.preset("grpo", beta=0.2).objective(8).beta == 0.2
 
 
-REWARD = """
-def digits(prompts, completions, **kwargs):
-    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
-"""
-
-
 def test_tiny_llama_run_shapes_each_reward_by_its_summed_k1_kl(tiny_model_dir, tmp_path, monkeypatch):
     """Two torch steps on the tiny Llama: at step 1 the policy has moved off the reference, and the
     rewards the advantages see are exactly reward - beta * sum_t (logp_t - ref_t), with logp the
@@ -58,19 +53,9 @@ def test_tiny_llama_run_shapes_each_reward_by_its_summed_k1_kl(tiny_model_dir, t
     from polyrl.types import EngineConfig
 
     beta = 0.5
-    (tmp_path / "reward.py").write_text(REWARD)
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"Write numbers {i}:"}) + "\n" for i in range(8)))
-    config = RunConfig.from_dict({
-        "model": {"path": tiny_model_dir},
-        "backends": {"train": "torch", "generate": "torch"},
-        "generation": {"group_size": 4, "max_new_tokens": 8},
-        "algorithm": {"name": "grpo", "beta": beta, "kl_in_reward": True, "kl_estimator": "k1"},
-        "optimizer": {"lr": 5e-3},
-        "data": {"path": str(prompts)},
-        "rewards": [{"function": f"{tmp_path / 'reward.py'}:digits"}],
-        "train": {"steps": 2, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")},
-    })
+    config = digits_config(tiny_model_dir, tmp_path, {"name": "grpo", "beta": beta, "kl_in_reward": True,
+                                                      "kl_estimator": "k1"},
+                           steps=2, prompts=8, prompts_per_step=2, group_size=4, max_new_tokens=8, lr=5e-3)
     trainer = Trainer(config)
     seen: list[dict] = []
     score = trainer._score
@@ -139,23 +124,11 @@ def test_adaptive_coefficient_is_logged_and_resumed(tiny_model_dir, tmp_path):
         pytest.skip("torch backend not usable here")
     from polyrl.trainer import Trainer
 
-    (tmp_path / "reward.py").write_text(REWARD)
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"Write numbers {i}:"}) + "\n" for i in range(8)))
-
     def config(steps: int) -> RunConfig:
-        return RunConfig.from_dict({
-            "model": {"path": tiny_model_dir},
-            "backends": {"train": "torch", "generate": "torch"},
-            "generation": {"group_size": 4, "max_new_tokens": 6},
-            "algorithm": {"name": "grpo", "beta": 0.2, "kl_in_reward": True, "kl_ctrl": "adaptive",
-                          "kl_target": 0.1, "kl_horizon": 16},
-            "optimizer": {"lr": 5e-3},
-            "data": {"path": str(prompts)},
-            "rewards": [{"function": f"{tmp_path / 'reward.py'}:digits"}],
-            "train": {"steps": steps, "prompts_per_step": 2, "threads": 1, "checkpoint_every": 2,
-                      "output_dir": str(tmp_path / "run")},
-        })
+        return digits_config(tiny_model_dir, tmp_path, {"name": "grpo", "beta": 0.2, "kl_in_reward": True,
+                                                        "kl_ctrl": "adaptive", "kl_target": 0.1, "kl_horizon": 16},
+                             steps=steps, prompts=8, prompts_per_step=2, group_size=4, max_new_tokens=6, lr=5e-3,
+                             checkpoint_every=2)
 
     first = Trainer(config(2))
     history = first.run(progress=False)["history"]

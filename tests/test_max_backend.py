@@ -16,6 +16,8 @@ from polyrl.registry import get_registry
 from polyrl.testing.conformance import GenerationConformance
 from polyrl.types import EngineConfig, SamplingParams, TokenPrompt, TokenSequence
 
+from digits_run import digits_config
+
 CHATS = [
     [{"role": "user", "content": "What is 2 + 3?"}],
     [{"role": "user", "content": "Name a colour."}],
@@ -380,34 +382,13 @@ def test_a_second_engine_loads_from_the_compile_cache(gen, tiny_model_dir):
     assert again.raw.load_seconds < 120  # minutes when compiling; seconds from the cache
 
 
-REWARD = """
-def digits(prompts, completions, **kwargs):
-    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
-"""
-
-
 @pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_hybrid_max_generates_torch_trains_and_the_reward_rises(gen, tiny_model_dir, tmp_path):
     """The policy that generates is the policy being trained: torch's weights go to MAX each step."""
-    import json
-
-    from polyrl.config import RunConfig
     from polyrl.trainer import Trainer
 
     _usable("torch")
-    (tmp_path / "reward.py").write_text(REWARD)
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"Write numbers {i}:"}) + "\n" for i in range(16)))
-    config = RunConfig.from_dict({
-        "model": {"path": tiny_model_dir},
-        "backends": {"train": "torch", "generate": "max"},
-        "generation": {"group_size": 8, "max_new_tokens": 12},
-        "algorithm": {"name": "grpo"},
-        "optimizer": {"lr": 3e-3},
-        "data": {"path": str(prompts)},
-        "rewards": [{"function": f"{tmp_path / 'reward.py'}:digits"}],
-        "train": {"steps": 30, "prompts_per_step": 4, "threads": 1, "output_dir": str(tmp_path / "run")},
-    })
+    config = digits_config(tiny_model_dir, tmp_path, {"name": "grpo"}, train="torch", generate="max")
     trainer = Trainer(config)
     summary = trainer.run(progress=False)
     rewards = [m["reward_mean"] for m in summary["history"]]

@@ -29,6 +29,8 @@ from polyrl.types import (
     TrainBatch,
 )
 
+from digits_run import digits_config
+
 CHATS = [
     [{"role": "user", "content": "What is 2 + 3?"}],
     [{"role": "user", "content": "Name a colour."}],
@@ -622,33 +624,14 @@ class TestMLXConformance(BackendConformance):
 
 # --- the trainer end to end ------------------------------------------------------------------------
 
-REWARD = """
-def digits(prompts, completions, **kwargs):
-    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
-"""
-
-
 def _grpo_run(tiny_model_dir, tmp_path, train: str, generate: str) -> list[float]:
     try:
-        from polyrl.config import RunConfig
         from polyrl.trainer import Trainer
     except ImportError as exc:
         pytest.skip(f"the core trainer is not importable: {exc}")
     _usable(train)
     _usable(generate)
-    (tmp_path / "reward.py").write_text(REWARD)
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"Write numbers {i}:"}) + "\n" for i in range(16)))
-    config = RunConfig.from_dict({
-        "model": {"path": tiny_model_dir},
-        "backends": {"train": train, "generate": generate},
-        "generation": {"group_size": 8, "max_new_tokens": 12},
-        "algorithm": {"name": "grpo"},
-        "optimizer": {"lr": 3e-3},
-        "data": {"path": str(prompts)},
-        "rewards": [{"function": f"{tmp_path / 'reward.py'}:digits"}],
-        "train": {"steps": 30, "prompts_per_step": 4, "threads": 1, "output_dir": str(tmp_path / "run")},
-    })
+    config = digits_config(tiny_model_dir, tmp_path, {"name": "grpo"}, train=train, generate=generate)
     summary = Trainer(config).run(progress=False)
     return [m["reward_mean"] for m in summary["history"]]
 

@@ -20,6 +20,8 @@ from polyrl.algorithms.presets import AlgorithmConfig
 from polyrl.algorithms.reference import policy_loss, policy_loss_grad
 from polyrl.errors import ConfigError
 
+from loss_backends import mlx_loss, require_mlx
+
 LENGTHS = [3, 6, 1, 5, 4]
 #: seq 0: A > 0 with a large gap (kept); 1: A < 0, gap ~0.9 (dropped at 0.5); 2: A < 0, gap ~0.1
 #: (kept); 3: A = 0 (kept: TRL keeps A >= 0); 4: A < 0, gap ~0.8 (dropped at 0.5)
@@ -276,14 +278,7 @@ def test_torch_loss_equals_reference(name, variant):
 
 @pytest.mark.parametrize(("name", "variant"), BACKEND_PAIRS)
 def test_mlx_loss_equals_reference(name, variant):
-    from polyrl.registry import get_registry
-
-    status = get_registry().status("mlx")
-    if not status.available:
-        pytest.skip(f"mlx not usable here: {status.reason}")
-    from polyrl_mlx._mx import mx
-    from polyrl_mlx.training import objective_loss, token_weights
-
+    require_mlx()
     obj, logp, old, ref_in, sampler, masks = _backend_case(name, variant)
     expected, metrics = policy_loss(logp, ADVANTAGES, obj, old, ref_in, sampler, masks=masks)
     expected_grad = policy_loss_grad(logp, ADVANTAGES, obj, old, ref_in, sampler, masks=masks)
@@ -291,25 +286,10 @@ def test_mlx_loss_equals_reference(name, variant):
         cut = lambda xs: None if xs is None else [x[m] for x, m in zip(xs, masks)]  # noqa: E731
         logp, old, ref_in, sampler = cut(logp), cut(old), cut(ref_in), cut(sampler)
         expected_grad = cut(expected_grad)
-    lengths = [len(x) for x in logp]
-    with mx.stream(mx.cpu):
-        f64 = mx.float64
-        w = mx.array(token_weights(lengths, obj, len(lengths), sum(lengths)), dtype=f64)
-        a = mx.array(np.repeat(ADVANTAGES, lengths), dtype=f64)
-        o = mx.array(np.concatenate(old), dtype=f64)
-        r = None if ref_in is None else mx.array(np.concatenate(ref_in), dtype=f64)
-        s = None if sampler is None else mx.array(np.concatenate(sampler), dtype=f64)
-        segments = mx.array(np.repeat(np.arange(len(lengths)), lengths))
-
-        stats: dict = {}
-
-        def f(x):
-            return objective_loss(x, a, w, obj, o, r, sampler_logp=s, segments=segments, stats=stats)
-
-        (loss, _, _), grad = mx.value_and_grad(f)(mx.array(np.concatenate(logp), dtype=f64))
-        assert loss.item() == pytest.approx(expected, rel=1e-6, abs=1e-7)
-        np.testing.assert_allclose(np.array(grad), np.concatenate(expected_grad), rtol=1e-6, atol=1e-8)
-        assert stats["off_policy_masked"].item() / len(LENGTHS) == metrics["off_policy_masked_fraction"]
+    loss, _, grad, stats = mlx_loss([len(x) for x in logp], logp, ADVANTAGES, obj, old, ref_in, sampler)
+    assert loss.item() == pytest.approx(expected, rel=1e-6, abs=1e-7)
+    np.testing.assert_allclose(grad, np.concatenate(expected_grad), rtol=1e-6, atol=1e-8)
+    assert stats["off_policy_masked"].item() / len(LENGTHS) == metrics["off_policy_masked_fraction"]
 
 
 # --- the [algorithm] key and from_trl --------------------------------------------------------------

@@ -3,19 +3,14 @@ and a hybrid run (MLX samples, torch trains) logs the sampler-trainer mismatch e
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
-from polyrl.config import RunConfig
 from polyrl.registry import get_registry
 from polyrl.trainer import Trainer
 
-REWARD = """
-def digits(prompts, completions, **kwargs):
-    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
-"""
+from digits_run import digits_config
+
 MISMATCH_KEYS = ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected")
 
 
@@ -34,20 +29,7 @@ def _run(tiny_model_dir, tmp_path, algorithm: dict, train: str = "torch", genera
          steps: int = 30) -> list[dict]:
     _usable(train)
     _usable(generate)
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "reward.py").write_text(REWARD)
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"Write numbers {i}:"}) + "\n" for i in range(16)))
-    config = RunConfig.from_dict({
-        "model": {"path": tiny_model_dir},
-        "backends": {"train": train, "generate": generate},
-        "generation": {"group_size": 8, "max_new_tokens": 12},
-        "algorithm": algorithm,
-        "optimizer": {"lr": 3e-3},
-        "data": {"path": str(prompts)},
-        "rewards": [{"function": f"{tmp_path / 'reward.py'}:digits"}],
-        "train": {"steps": steps, "prompts_per_step": 4, "threads": 1, "output_dir": str(tmp_path / "run")},
-    })
+    config = digits_config(tiny_model_dir, tmp_path, algorithm, train=train, generate=generate, steps=steps)
     return Trainer(config).run(progress=False)["history"]
 
 

@@ -13,6 +13,9 @@ from polyrl.algorithms.presets import AlgorithmConfig
 from polyrl.algorithms.reference import mismatch_metrics, policy_loss, policy_loss_grad
 from polyrl.errors import ConfigError
 
+from loss_backends import (mlx_equals_reference, mlx_flat_inputs, random_logprobs, require_mlx,
+                           torch_equals_reference)
+
 #: (policy_loss, importance_sampling_level, mismatch_correction, mismatch_level[, kl_bias_correction])
 VARIANTS = [
     ("ppo", "sequence", "none", "token"),
@@ -42,10 +45,7 @@ def _objective(variant, aggregation) -> Objective:
 def _inputs(seed: int):
     rng = np.random.default_rng(seed)
     lengths = [3, 6, 1, 4]
-    logp = [-rng.uniform(0.1, 3.0, n) for n in lengths]
-    old = [lp + rng.normal(0, 0.3, len(lp)) for lp in logp]
-    ref = [lp + rng.normal(0, 0.3, len(lp)) for lp in logp]
-    sampler = [o + rng.normal(0, 0.3, len(o)) for o in old]
+    logp, old, ref, sampler = random_logprobs(rng, lengths)
     adv = np.array([1.3, -0.7, -2.0, 0.4])
     return lengths, logp, old, ref, sampler, adv
 
@@ -189,66 +189,14 @@ def test_bad_settings_name_the_field(overrides, field):
 
 @pytest.mark.parametrize(("case", "variant", "aggregation"), CASES)
 def test_torch_loss_equals_reference(case, variant, aggregation):
-    torch = pytest.importorskip("torch")
-    from polyrl_torch.training import objective_loss
-
-    obj = _objective(variant, aggregation)
     _, logp, old, ref, sampler, adv = _inputs(case)
-    for old_in in (old, None):
-        expected, metrics = policy_loss(logp, adv, obj, old_in, ref, sampler)
-        grads = policy_loss_grad(logp, adv, obj, old_in, ref, sampler)
-        lp_t = [torch.tensor(x, requires_grad=True) for x in logp]
-        loss, stats = objective_loss(lp_t, torch.tensor(adv), obj,
-                                     None if old_in is None else [torch.tensor(x) for x in old_in],
-                                     [torch.tensor(x) for x in ref], sampler_logp=[torch.tensor(x) for x in sampler])
-        loss.backward()
-        assert float(loss.detach()) == pytest.approx(expected, rel=1e-10, abs=1e-12)
-        for g, t in zip(grads, lp_t):
-            np.testing.assert_allclose(t.grad.numpy(), g, rtol=1e-9, atol=1e-12)
-        tokens = int(stats["tokens"])
-        assert float(stats["clip_sum"]) / tokens == pytest.approx(metrics["clip_fraction"])
-        for key in ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected"):
-            assert float(stats[f"{key}_sum"]) / tokens == pytest.approx(metrics[key], rel=1e-10, abs=1e-12), key
-        for key in ("clip_low_min", "clip_high_max"):
-            assert float(stats[key]) == pytest.approx(metrics[key]), key
+    torch_equals_reference(logp, adv, _objective(variant, aggregation), old, ref, sampler)
 
 
 @pytest.mark.parametrize(("case", "variant", "aggregation"), CASES)
 def test_mlx_loss_equals_reference(case, variant, aggregation):
-    from polyrl.registry import get_registry
-
-    status = get_registry().status("mlx")
-    if not status.available:
-        pytest.skip(f"mlx not usable here: {status.reason}")
-    from polyrl_mlx._mx import mx
-    from polyrl_mlx.training import objective_loss, token_weights
-
-    obj = _objective(variant, aggregation)
     lengths, logp, old, ref, sampler, adv = _inputs(case)
-    expected, metrics = policy_loss(logp, adv, obj, old, ref, sampler)
-    expected_grad = np.concatenate(policy_loss_grad(logp, adv, obj, old, ref, sampler))
-    with mx.stream(mx.cpu):
-        f64 = mx.float64
-        w = mx.array(token_weights(lengths, obj, len(lengths), sum(lengths)), dtype=f64)
-        a = mx.array(np.repeat(adv, lengths), dtype=f64)
-        o, r, s = (mx.array(np.concatenate(x), dtype=f64) for x in (old, ref, sampler))
-        segments = mx.array(np.repeat(np.arange(len(lengths)), lengths))
-        stats: dict = {}
-
-        def f(x):
-            return objective_loss(x, a, w, obj, o, r, sampler_logp=s, segments=segments, stats=stats)
-
-        (loss, _, clip_sum), grad = mx.value_and_grad(f)(mx.array(np.concatenate(logp), dtype=f64))
-        # MLX's CPU exp is float32-accurate even on float64 inputs; the loss sums O(1) terms that
-        # can nearly cancel, so its tolerance is absolute at that scale
-        assert loss.item() == pytest.approx(expected, rel=1e-6, abs=1e-7)
-        np.testing.assert_allclose(np.array(grad), expected_grad, rtol=1e-6, atol=1e-8)
-        tokens = sum(lengths)
-        assert clip_sum.item() / tokens == pytest.approx(metrics["clip_fraction"], abs=1e-12)
-        for key in ("mismatch_abs", "mismatch_kl", "mismatch_over", "mismatch_corrected"):
-            assert stats[key].item() / tokens == pytest.approx(metrics[key], rel=1e-6, abs=1e-9), key
-        for key in ("clip_low_min", "clip_high_max"):  # one sequence's extreme share, as the reference
-            assert stats[key].item() == pytest.approx(metrics[key]), key
+    mlx_equals_reference(lengths, logp, adv, _objective(variant, aggregation), old, ref, sampler)
 
 
 # --- entropy: bonus and high-entropy token selection -----------------------------------------------
@@ -316,13 +264,10 @@ def test_torch_entropy_terms_equal_reference(case, setting):
 @pytest.mark.parametrize(("case", "setting"), list(enumerate(ENTROPY_CASES)))
 def test_mlx_entropy_terms_equal_reference(case, setting):
     from polyrl.algorithms.reference import entropy_grad
-    from polyrl.registry import get_registry
 
-    status = get_registry().status("mlx")
-    if not status.available:
-        pytest.skip(f"mlx not usable here: {status.reason}")
+    require_mlx()
     from polyrl_mlx._mx import mx
-    from polyrl_mlx.training import objective_loss, token_weights
+    from polyrl_mlx.training import objective_loss
 
     obj = _entropy_objective(*setting)
     lengths, logp, old, ref, sampler, adv = _inputs(100 + case)
@@ -331,10 +276,7 @@ def test_mlx_entropy_terms_equal_reference(case, setting):
     expected_grad = np.concatenate(policy_loss_grad(logp, adv, obj, old, ref, sampler, ent))
     with mx.stream(mx.cpu):
         f64 = mx.float64
-        w = mx.array(token_weights(lengths, obj, len(lengths), sum(lengths)), dtype=f64)
-        a = mx.array(np.repeat(adv, lengths), dtype=f64)
-        o, r, s = (mx.array(np.concatenate(x), dtype=f64) for x in (old, ref, sampler))
-        segments = mx.array(np.repeat(np.arange(len(lengths)), lengths))
+        w, a, o, r, s, segments = mlx_flat_inputs(lengths, adv, obj, old, ref, sampler)
         stats: dict = {}
 
         def f(x, e):

@@ -19,6 +19,8 @@ from polyrl.algorithms.presets import AlgorithmConfig
 from polyrl.algorithms.reference import mismatch_weights, policy_loss, policy_loss_grad, vespo_weight
 from polyrl.errors import ConfigError
 
+from loss_backends import mlx_equals_reference, random_logprobs, require_mlx, torch_equals_reference
+
 #: name -> (TRL loss_type, polyrl Objective); each pairing is what the preset of that name builds.
 #: SAPO's temperatures are exact in float32: TRL's ``torch.where(adv > 0, pos, neg)`` on two Python
 #: floats makes a float32 tensor, which would round 1.05 (TRL's default) in the float64 comparison.
@@ -43,10 +45,7 @@ CASES = {
 def _inputs(seed: int, masked: bool = False):
     rng = np.random.default_rng(seed)
     lengths = [3, 6, 1, 5]
-    logp = [-rng.uniform(0.1, 3.0, n) for n in lengths]
-    old = [lp + rng.normal(0, 0.3, len(lp)) for lp in logp]
-    ref = [lp + rng.normal(0, 0.3, len(lp)) for lp in logp]
-    sampler = [o + rng.normal(0, 0.3, len(o)) for o in old]
+    logp, old, ref, sampler = random_logprobs(rng, lengths)
     adv = np.array([1.3, -0.7, -2.0, 0.0])
     masks = None
     if masked:
@@ -230,54 +229,14 @@ def test_luspo_weighs_a_sequence_by_its_length():
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_torch_loss_equals_reference(name):
-    torch = pytest.importorskip("torch")
-    from polyrl_torch.training import objective_loss
-
-    _, obj = CASES[name]
     _, logp, old, ref, sampler, adv, _ = _inputs(len(name) + 3)
-    for old_in in (old, None):
-        expected, metrics = policy_loss(logp, adv, obj, old_in, ref, sampler)
-        grads = policy_loss_grad(logp, adv, obj, old_in, ref, sampler)
-        lp_t = [torch.tensor(x, requires_grad=True) for x in logp]
-        loss, stats = objective_loss(lp_t, torch.tensor(adv), obj,
-                                     None if old_in is None else [torch.tensor(x) for x in old_in],
-                                     [torch.tensor(x) for x in ref], sampler_logp=[torch.tensor(x) for x in sampler])
-        loss.backward()
-        assert float(loss.detach()) == pytest.approx(expected, rel=1e-10, abs=1e-12)
-        for g, t in zip(grads, lp_t):
-            np.testing.assert_allclose(t.grad.numpy(), g, rtol=1e-9, atol=1e-12)
-        assert float(stats["clip_sum"]) / int(stats["tokens"]) == pytest.approx(metrics["clip_fraction"])
+    torch_equals_reference(logp, adv, CASES[name][1], old, ref, sampler)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_mlx_loss_equals_reference(name):
-    from polyrl.registry import get_registry
-
-    status = get_registry().status("mlx")
-    if not status.available:
-        pytest.skip(f"mlx not usable here: {status.reason}")
-    from polyrl_mlx._mx import mx
-    from polyrl_mlx.training import objective_loss, token_weights
-
-    _, obj = CASES[name]
     lengths, logp, old, ref, sampler, adv, _ = _inputs(len(name) + 3)
-    expected, metrics = policy_loss(logp, adv, obj, old, ref, sampler)
-    expected_grad = np.concatenate(policy_loss_grad(logp, adv, obj, old, ref, sampler))
-    with mx.stream(mx.cpu):
-        f64 = mx.float64
-        w = mx.array(token_weights(lengths, obj, len(lengths), sum(lengths)), dtype=f64)
-        a = mx.array(np.repeat(adv, lengths), dtype=f64)
-        o, r, s = (mx.array(np.concatenate(x), dtype=f64) for x in (old, ref, sampler))
-        segments = mx.array(np.repeat(np.arange(len(lengths)), lengths))
-
-        def f(x):
-            return objective_loss(x, a, w, obj, o, r, sampler_logp=s, segments=segments)
-
-        (loss, _, clip_sum), grad = mx.value_and_grad(f)(mx.array(np.concatenate(logp), dtype=f64))
-        # MLX's CPU exp is float32-accurate even on float64 inputs (see test_policy_losses)
-        assert loss.item() == pytest.approx(expected, rel=1e-6, abs=1e-7)
-        np.testing.assert_allclose(np.array(grad), expected_grad, rtol=1e-6, atol=1e-8)
-        assert clip_sum.item() / sum(lengths) == pytest.approx(metrics["clip_fraction"], abs=1e-12)
+    mlx_equals_reference(lengths, logp, adv, CASES[name][1], old, ref, sampler)
 
 
 # --- presets and validation ------------------------------------------------------------------------
@@ -326,11 +285,7 @@ def test_toml_values_are_checked_by_the_config_loader():
 def test_mlx_reports_vespos_weight_sum_as_the_reference_computes_it():
     """The MLX backend reported no ``vespo_phi_seq_mean``, so an MLX vespo run logged no TRL
     ``vespo/phi_seq_mean``; its per-token layout now sums one weight per sequence, the reference's."""
-    from polyrl.registry import get_registry
-
-    status = get_registry().status("mlx")
-    if not status.available:
-        pytest.skip(f"mlx not usable here: {status.reason}")
+    require_mlx()
     from polyrl_mlx._mx import mx
     from polyrl_mlx.training import objective_loss
 

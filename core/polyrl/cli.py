@@ -8,7 +8,7 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from polyrl import __version__
@@ -462,6 +462,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
 # --- parser ---------------------------------------------------------------------------------------
 
 
+def _json_command(sub: Any, name: str, summary: str, func: Callable[[argparse.Namespace], int]) -> None:
+    """A subcommand whose one option is ``--json`` (its answer as JSON instead of text)."""
+    p = sub.add_parser(name, help=summary)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=func)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="polyrl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"polyrl {__version__}")
@@ -489,21 +496,14 @@ def build_parser() -> argparse.ArgumentParser:
     launch_arguments(p)
     p.set_defaults(func=cmd_launch)
 
-    p = sub.add_parser("backends", help="list backends, whether they run here, and why not")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_backends)
+    _json_command(sub, "backends", "list backends, whether they run here, and why not", cmd_backends)
 
-    p = sub.add_parser("rewards", help="list the rewards a run config can name, and where they come from")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_rewards)
+    _json_command(sub, "rewards", "list the rewards a run config can name, and where they come from", cmd_rewards)
 
-    p = sub.add_parser("trackers", help="list the experiment trackers [logging] report_to can name")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_trackers)
+    _json_command(sub, "trackers", "list the experiment trackers [logging] report_to can name", cmd_trackers)
 
-    p = sub.add_parser("environments", help="list the multi-turn environments and tools [environment] can name")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_environments)
+    _json_command(sub, "environments", "list the multi-turn environments and tools [environment] can name",
+                  cmd_environments)
 
     p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API (e.g. for a judge)")
     from polyrl.serve import add_arguments as serve_arguments
@@ -511,9 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_arguments(p)
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("doctor", help="check the installation")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_doctor)
+    _json_command(sub, "doctor", "check the installation", cmd_doctor)
 
     p = sub.add_parser("generate", help="sample from a model on a backend")
     p.add_argument("prompt")

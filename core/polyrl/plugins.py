@@ -77,6 +77,13 @@ class PluginLoadError:
     error: str
     traceback: str = ""
 
+    @classmethod
+    def caught(cls, name: str, group: str, distribution: str, exc: BaseException) -> PluginLoadError:
+        """The error ``exc`` a plugin raised, with the traceback being handled (call it in the
+        ``except`` block): a broken plugin is listed, never raised."""
+        return cls(name=name, group=group, distribution=distribution, error=f"{type(exc).__name__}: {exc}",
+                   traceback=traceback.format_exc())
+
 
 @attrs.define(frozen=True)
 class PluginInfo:
@@ -160,15 +167,7 @@ class PolyrlPluginManager(pluggy.PluginManager):
                         continue
                     self.register(plugin, name=key)
                 except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin must not break us
-                    self.load_errors.append(
-                        PluginLoadError(
-                            name=ep.name,
-                            group=group,
-                            distribution=dist,
-                            error=f"{type(exc).__name__}: {exc}",
-                            traceback=traceback.format_exc(),
-                        )
-                    )
+                    self.load_errors.append(PluginLoadError.caught(ep.name, group, dist, exc))
                     continue
                 self.plugin_info[key] = PluginInfo(key, group, dist, version)
 

@@ -12,7 +12,6 @@ The same data backs ``polyrl backends [--json]`` and ``polyrl doctor``.
 from __future__ import annotations
 
 import threading
-import traceback
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -123,15 +122,7 @@ class Registry:
                 try:
                     call_limited(partial(impl.function, register=register), f"{impl.plugin_name}'s {hook_name}")
                 except Exception as exc:  # noqa: BLE001 - a timeout too (PluginCallTimedOut)
-                    self.hook_errors.append(
-                        PluginLoadError(
-                            name=impl.plugin_name,
-                            group=hook_name,
-                            distribution=dist,
-                            error=f"{type(exc).__name__}: {exc}",
-                            traceback=traceback.format_exc(),
-                        )
-                    )
+                    self.hook_errors.append(PluginLoadError.caught(impl.plugin_name, hook_name, dist, exc))
                 else:
                     for spec in pending:
                         self._add(spec, sink, kind, impl.plugin, dist)

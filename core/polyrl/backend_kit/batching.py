@@ -5,11 +5,14 @@ Backend-neutral (numpy only), so the torch and MLX scorers batch the same way.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
 from polyrl.types import TokenSequence
+
+_T = TypeVar("_T")
 
 
 def prompt_groups(sequences: Sequence[TokenSequence]) -> tuple[list[int], list[np.ndarray]]:
@@ -85,6 +88,18 @@ def length_batches(sequences: Sequence[TokenSequence], budget: int) -> list[list
     if current:
         batches.append(current)
     return batches
+
+
+
+def in_length_batches(sequences: Sequence[TokenSequence], budget: int,
+                      score: Callable[[list[TokenSequence]], Iterable[_T]]) -> list[_T]:
+    """``score`` of every sequence, called once per ``length_batches`` group (one value per row of
+    the group, in its order) and answered in the order the sequences were given."""
+    out: list[_T | None] = [None] * len(sequences)
+    for group in length_batches(sequences, budget):
+        for i, value in zip(group, score([sequences[i] for i in group])):
+            out[i] = value
+    return out  # type: ignore[return-value]  # every index is in one group
 
 
 #: Default cost of one more forward call, in padded tokens (backend option ``bucket_call_tokens``).

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from polyrl.backend_kit.literal_chat import encode_chat_literal, plain_sequence
 from polyrl.backend_kit.template_limits import render_chat
-from polyrl.types import Prompt
+from polyrl.errors import RewardError
+from polyrl.types import Completion, Prompt, RewardContext, RewardScores
 
 
 def _conversation(prompt: Prompt, completion: str) -> list[dict[str, Any]]:
@@ -49,3 +50,27 @@ def encode_pair(tokenizer: Any, prompt: Prompt, completion: str, chat_template: 
                                   template_kwargs=template_kwargs)
         return ids[len(ids) - max_length:] if len(ids) > max_length else ids
     return plain_sequence(tokenizer, render_pair(tokenizer, prompt, completion, False), max_length)
+
+
+def score_label(name: str, path: str, label: Any, labels: int) -> int:
+    """Which of a classifier's ``labels`` logits is the reward: ``options.label``, or 0 when the
+    model has one label; a RewardError naming the fix otherwise (the same rule on every backend)."""
+    if label is None:
+        if labels != 1:
+            raise RewardError(f"{name}: the model at {path!r} has {labels} labels. "
+                              "Fix: set options.label to the index of the logit that is the reward")
+        label = 0
+    if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < labels:
+        raise RewardError(f"{name}: label must be in 0..{labels - 1}, got {label!r}")
+    return label
+
+
+def reward_answer(name: str, score_texts: Callable[[Sequence[Prompt], list[str], Any], list[float]],
+                  prompts: Sequence[Prompt], completions: Sequence[Completion],
+                  context: RewardContext) -> dict[str, RewardScores] | None:
+    """A reward model plugin's ``reward`` hook: ``score_texts(prompts, texts, options)`` when the run
+    wants ``name`` (the completions' texts, that reward's options), None otherwise."""
+    if name not in context.wanted:
+        return None
+    texts = [c if isinstance(c, str) else c.text for c in completions]
+    return {name: RewardScores(score_texts(prompts, texts, context.options.get(name)))}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -70,3 +71,18 @@ def completion_decoder(tokenizer: Any) -> Callable[[Sequence[int]], str]:
         return lambda ids: str(tokenizer.decode(list(ids), skip_special_tokens=True))
     dropped = _skipped_ids(tokenizer) - tags
     return lambda ids: str(tokenizer.decode([i for i in ids if int(i) not in dropped], skip_special_tokens=False))
+
+
+class CompletionDecoding:
+    """An engine's ``decode``: ``completion_decoder`` of its ``tokenizer``, built on first use (the
+    same rule on every backend, so a completion's text does not depend on where it was sampled)."""
+
+    tokenizer: Any
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Completion text: special tokens dropped, a special ``<think>`` / ``</think>`` kept."""
+        return self._decode(ids)
+
+    @functools.cached_property
+    def _decode(self) -> Callable[[Sequence[int]], str]:
+        return completion_decoder(self.tokenizer)

@@ -42,12 +42,11 @@ exposes no knob), ``lora`` (MAX's in-process API refuses adapters) and ``optimiz
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +54,7 @@ import numpy as np
 
 from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.literal_chat import encode_chat_literal
-from polyrl.backend_kit.tokens import completion_decoder, given_a_start, pad_token_id, text_prompt_ids
+from polyrl.backend_kit.tokens import CompletionDecoding, given_a_start, pad_token_id, text_prompt_ids
 from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
@@ -294,7 +293,7 @@ class _Progress:
         self._thread.join(timeout=1)
 
 
-class MaxEngine:
+class MaxEngine(CompletionDecoding):
     """One model loaded by MAX. Generation/scoring/weights live in their own modules."""
 
     def __init__(self, config: EngineConfig) -> None:
@@ -488,14 +487,6 @@ class MaxEngine:
             raise ConfigError(f"token id {int(bad[0])} is outside this model's vocabulary [0, {rows or 'vocab'})",
                               field="prompt", fix="give token ids of this model's tokenizer")
         return values.tolist()
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """Completion text: special tokens dropped, a special ``<think>`` / ``</think>`` kept."""
-        return self._decode(ids)
-
-    @functools.cached_property
-    def _decode(self) -> Callable[[Sequence[int]], str]:
-        return completion_decoder(self.tokenizer)
 
     def close(self) -> None:
         """Release MAX's KV cache and buffers (the engine is unusable afterwards)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from polyrl.errors import ConfigError
+from polyrl.backend_kit.samples import completions, token_budgets
 from polyrl.backend_kit.stopping import StopStrings
 from polyrl.backend_features import refuse_unsupported_sampling
 from polyrl.types import Completion, Prompt, SamplingParams
@@ -42,13 +42,8 @@ def generate(engine: MaxEngine, prompts: Sequence[Prompt], sampling: SamplingPar
         return []
     n = sampling.n
     prompt_ids = [engine.encode_prompt(p) for p in prompts]
-    limit = engine.max_length
-    for i, ids in enumerate(prompt_ids):
-        if len(ids) >= limit:
-            raise ConfigError(f"prompt {i} has {len(ids)} tokens, not below max_length={limit}",
-                              field="model.max_length", fix="raise model.max_length or shorten the prompt")
-    total = len(prompt_ids) * n
-    budgets = [min(sampling.max_new_tokens, limit - len(prompt_ids[s // n])) for s in range(total)]
+    budgets = token_budgets(prompt_ids, engine.max_length, sampling.max_new_tokens, n)
+    total = len(budgets)
     seed = int(sampling.seed) if sampling.seed is not None else engine.next_seed()
     greedy = sampling.temperature == 0
     temperature = 1.0 if greedy else float(sampling.temperature)
@@ -81,9 +76,4 @@ def generate(engine: MaxEngine, prompts: Sequence[Prompt], sampling: SamplingPar
         return len(tokens[s]) >= budgets[s]
 
     run_rows(engine, build, total, [len(prompt_ids[s // n]) for s in range(total)], on_tokens)
-    return [
-        Completion(prompt_index=s // n, prompt_ids=prompt_ids[s // n], completion_ids=tokens[s],
-                   logprobs=logps[s], text=engine.decode(tokens[s]),
-                   finish_reason=finish[s])  # type: ignore[arg-type]
-        for s in range(total)
-    ]
+    return completions(engine.decode, prompt_ids, n, tokens, logps, finish)

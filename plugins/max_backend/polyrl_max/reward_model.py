@@ -26,8 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from polyrl.backend_kit.reward_text import encode_pair
+from polyrl.backend_kit.reward_text import encode_pair, reward_answer, score_label
 from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.errors import ConfigError, RewardError
 from polyrl.rewards.options import chat_template_choice, merged, required_text, template_kwargs, whole_number
@@ -101,15 +100,7 @@ def score_texts(prompts: Sequence[Prompt], completions: Sequence[str],
                 options: Mapping[str, Any] | None) -> list[float]:
     opts = _options(options)
     classifier, tokenizer = load(opts["path"])
-    labels = classifier.shape.labels
-    label = opts["label"]
-    if label is None:
-        if labels != 1:
-            raise RewardError(f"{NAME}: the model at {opts['path']!r} has {labels} labels. "
-                              "Fix: set options.label to the index of the logit that is the reward")
-        label = 0
-    if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < labels:
-        raise RewardError(f"{NAME}: label must be in 0..{labels - 1}, got {label!r}")
+    label = score_label(NAME, opts["path"], opts["label"], classifier.shape.labels)
     max_length = min(opts["max_length"], classifier.max_positions)
     # special-token strings in the text are text: only the template's (or [CLS]/[SEP]) are special
     ids = [encode_pair(tokenizer, p, c, opts["chat_template"], max_length,
@@ -134,7 +125,4 @@ def polyrl_register_rewards(register: Callable[[RewardSpec], None]) -> None:
 @hookimpl
 def reward(prompts: Sequence[Prompt], completions: Sequence[Completion],
            context: RewardContext) -> dict[str, RewardScores] | None:
-    if NAME not in context.wanted:
-        return None
-    texts = [c if isinstance(c, str) else c.text for c in completions]
-    return {NAME: RewardScores(np.asarray(score_texts(prompts, texts, context.options.get(NAME))).tolist())}
+    return reward_answer(NAME, score_texts, prompts, completions, context)

@@ -15,9 +15,8 @@ weights have no gradient. Such a config is refused with a ``ConfigError`` naming
 
 from __future__ import annotations
 
-import functools
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS
 from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.literal_chat import encode_chat_literal
 from polyrl.backend_kit.options import SCORE_BATCH_TOKENS, scoring_options
-from polyrl.backend_kit.tokens import completion_decoder, given_a_start, pad_token_id, text_prompt_ids
+from polyrl.backend_kit.tokens import CompletionDecoding, given_a_start, pad_token_id, text_prompt_ids
 from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
@@ -171,7 +170,7 @@ class ScoringOptions:
         return cls(**scoring_options(options))
 
 
-class MLXEngine:
+class MLXEngine(CompletionDecoding):
     """One loaded model; the compute hooks receive it."""
 
     def __init__(self, config: EngineConfig) -> None:
@@ -368,14 +367,6 @@ class MLXEngine:
                               f"(0..{vocab - 1})", field="prompt",
                               fix="build token prompts with this model's tokenizer (engine.encode_chat)")
         return out
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """Completion text: special tokens dropped, a special ``<think>`` / ``</think>`` kept."""
-        return self._decode(ids)
-
-    @functools.cached_property
-    def _decode(self) -> Callable[[Sequence[int]], str]:
-        return completion_decoder(self.tokenizer)
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (f"MLXEngine(model={self.config.model!r}, role={self.config.role!r}, "

@@ -29,7 +29,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from polyrl.errors import ConfigError
+from polyrl.backend_kit.samples import completions, token_budgets
 from polyrl.backend_kit.stopping import StopStrings
 from polyrl.types import Completion, Prompt, SamplingParams
 
@@ -176,12 +176,7 @@ def _generate(engine: MLXEngine, prompts: Sequence[Prompt], sampling: SamplingPa
         return []
     n = sampling.n
     prompt_ids = [engine.encode_prompt(p) for p in prompts]
-    limit = engine.config.max_length
-    for i, ids in enumerate(prompt_ids):
-        if len(ids) >= limit:
-            raise ConfigError(f"prompt {i} has {len(ids)} tokens, not below max_length={limit}",
-                              field="model.max_length", fix="raise model.max_length or shorten the prompt")
-    budgets = [min(sampling.max_new_tokens, limit - len(ids)) for ids in prompt_ids for _ in range(n)]
+    budgets = token_budgets(prompt_ids, engine.config.max_length, sampling.max_new_tokens, n)
     total = len(budgets)
 
     seed = int(sampling.seed) if sampling.seed is not None else engine.next_seed()
@@ -238,17 +233,7 @@ def _generate(engine: MLXEngine, prompts: Sequence[Prompt], sampling: SamplingPa
             row_keys = row_keys[index]
         logits = engine.model(chosen[:, None], cache=cache)[:, -1, :].astype(mx.float32)
 
-    return [
-        Completion(
-            prompt_index=s // n,
-            prompt_ids=prompt_ids[s // n],
-            completion_ids=tokens[s],
-            logprobs=logps[s],
-            text=engine.decode(tokens[s]),
-            finish_reason=finish[s],  # type: ignore[arg-type]
-        )
-        for s in range(total)
-    ]
+    return completions(engine.decode, prompt_ids, n, tokens, logps, finish)
 
 
 __all__ = ["filter_logits", "forced_logprobs", "generate", "penalize_repeats"]

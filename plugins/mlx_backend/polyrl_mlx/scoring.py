@@ -25,7 +25,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS, length_batches, length_buckets, prompt_groups
+from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS, in_length_batches, length_buckets, prompt_groups
 from polyrl.types import TokenSequence
 
 from polyrl_mlx._mx import mx
@@ -231,16 +231,14 @@ def logprobs(engine: MLXEngine, sequences: Sequence[TokenSequence], temperature:
     if reference and engine.lora is None:
         return None  # the core then loads a separate reference engine
     temperature = float(temperature) or 1.0
-    budget = engine.options.score_batch_tokens
-    out: list[np.ndarray | None] = [None] * len(sequences)
+
+    def score(batch: list[TokenSequence]) -> list[np.ndarray]:
+        flat, lengths = flat_logprobs(engine, batch, temperature)
+        return np.split(np.array(flat, dtype=np.float32), np.cumsum(lengths)[:-1])
+
     context = adapters_disabled(engine) if reference else contextlib.nullcontext()
     with mx.stream(engine.device), context:
-        for group in length_batches(sequences, budget):
-            flat, lengths = flat_logprobs(engine, [sequences[i] for i in group], temperature)
-            values = np.array(flat, dtype=np.float32)
-            for i, piece in zip(group, np.split(values, np.cumsum(lengths)[:-1])):
-                out[i] = piece
-    return out  # type: ignore[return-value]
+        return in_length_batches(sequences, engine.options.score_batch_tokens, score)
 
 
 __all__ = ["adapters_disabled", "flat_logprobs", "layout", "logprobs"]

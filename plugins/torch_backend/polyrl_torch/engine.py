@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import torch
 
 from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.literal_chat import encode_chat_literal
-from polyrl.backend_kit.tokens import completion_decoder, given_a_start, pad_token_id, text_prompt_ids
+from polyrl.backend_kit.tokens import CompletionDecoding, given_a_start, pad_token_id, text_prompt_ids
 from polyrl.backend_kit.weight_headers import config_sizes, refuse_sizes_beyond_weights
 from polyrl.errors import ConfigError
 from polyrl.folder_links import refuse_outside_links
@@ -124,7 +124,7 @@ def merged_weight(layer: Any, weight: torch.Tensor) -> torch.Tensor:
     return torch.addmm(weight, b.to(weight.dtype), a.to(weight.dtype), alpha=float(layer.scaling[ADAPTER]))
 
 
-class TorchEngine:
+class TorchEngine(CompletionDecoding):
     """One loaded model. ``model`` is what the hooks run (a ``PeftModel`` when LoRA is on)."""
 
     def __init__(self, config: EngineConfig) -> None:
@@ -355,14 +355,6 @@ class TorchEngine:
         # a message's text (a tool result, an observation) spelling <|im_end|> stays text
         return encode_chat_literal(tok, messages, tools, add_generation_prompt,
                                    template_kwargs=self.config.chat_template_kwargs)
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """Completion text: special tokens dropped, a special ``<think>`` / ``</think>`` kept."""
-        return self._decode(ids)
-
-    @functools.cached_property
-    def _decode(self) -> Callable[[Sequence[int]], str]:
-        return completion_decoder(self.tokenizer)
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (f"TorchEngine(model={self.config.model!r}, role={self.config.role!r}, "

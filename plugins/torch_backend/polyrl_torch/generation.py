@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from polyrl.errors import ConfigError
+from polyrl.backend_kit.samples import completions, token_budgets
 from polyrl.backend_kit.stopping import StopStrings
 from polyrl.types import Completion, Prompt, SamplingParams
 from polyrl_torch.attention import attends_bf16_natively
@@ -175,12 +175,7 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
         return []
     n, device = sampling.n, engine.device
     prompt_ids = [engine.encode_prompt(p) for p in prompts]
-    limit = engine.config.max_length
-    for i, ids in enumerate(prompt_ids):
-        if len(ids) >= limit:
-            raise ConfigError(f"prompt {i} has {len(ids)} tokens, not below max_length={limit}",
-                              field="model.max_length", fix="raise model.max_length or shorten the prompt")
-    budgets = [min(sampling.max_new_tokens, limit - len(ids)) for ids in prompt_ids for _ in range(n)]
+    budgets = token_budgets(prompt_ids, engine.config.max_length, sampling.max_new_tokens, n)
     total = len(budgets)
 
     generator = engine.generator
@@ -244,7 +239,7 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
 
     if fixed is not None:  # every row decodes to the end: see polyrl_torch.fixed_decode
         _decode_fixed(fixed, logits, pick, ends, seen, max(budgets))
-        return _completions(engine, prompt_ids, n, tokens, logps, finish)
+        return completions(engine.decode, prompt_ids, n, tokens, logps, finish)
 
     for step in range(max(budgets)):
         chosen, chosen_lp = pick(logits, active, step)
@@ -268,7 +263,7 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
             logits = _next_logits(model, input_ids=chosen[:, None], attention_mask=attention,
                                   position_ids=next_pos[:, None], past_key_values=cache)
         next_pos = next_pos + 1
-    return _completions(engine, prompt_ids, n, tokens, logps, finish)
+    return completions(engine.decode, prompt_ids, n, tokens, logps, finish)
 
 
 def _pick(logits: torch.Tensor, seen: torch.Tensor | None, draws: torch.Tensor | None, sampling: SamplingParams,
@@ -321,18 +316,3 @@ def _decode_fixed(decoder: FixedShapeDecoder, logits: torch.Tensor, pick: Any, e
             if not open_rows:
                 return
         logits = decoder.step(chosen)
-
-
-def _completions(engine: TorchEngine, prompt_ids: list[list[int]], n: int, tokens: list[list[int]],
-                 logps: list[list[float]], finish: list[str]) -> list[Completion]:
-    return [
-        Completion(
-            prompt_index=s // n,
-            prompt_ids=prompt_ids[s // n],
-            completion_ids=tokens[s],
-            logprobs=logps[s],
-            text=engine.decode(tokens[s]),
-            finish_reason=finish[s],  # type: ignore[arg-type]
-        )
-        for s in range(len(tokens))
-    ]

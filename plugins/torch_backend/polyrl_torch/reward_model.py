@@ -40,7 +40,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from polyrl.backend_kit.reward_text import encode_pair
+from polyrl.backend_kit.reward_text import encode_pair, reward_answer, score_label
 from polyrl.backend_kit.weight_headers import config_sizes, refuse_sizes_beyond_weights
 from polyrl.errors import ConfigError, RewardError
 from polyrl.folder_links import refuse_outside_links
@@ -177,15 +177,7 @@ def score_texts(prompts: Sequence[Prompt], completions: Sequence[str], options: 
     model, tokenizer = load_reward_model(opts["path"], opts["device"], opts["dtype"], opts["tokenizer"])
     import torch
 
-    num_labels = int(getattr(model.config, "num_labels", 1))
-    label = opts["label"]
-    if label is None:
-        if num_labels != 1:
-            raise RewardError(f"{NAME}: the model at {opts['path']!r} has {num_labels} labels. "
-                              "Fix: set options.label to the index of the logit that is the reward")
-        label = 0
-    if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < num_labels:
-        raise RewardError(f"{NAME}: label must be in 0..{num_labels - 1}, got {label!r}")
+    label = score_label(NAME, opts["path"], opts["label"], int(getattr(model.config, "num_labels", 1)))
     ids = [encode_pair(tokenizer, p, c, opts["chat_template"], opts["max_length"],
                        template_kwargs=opts["chat_template_kwargs"]) for p, c in zip(prompts, completions)]
     _refuse_ids_beyond_embeddings(model, ids, opts)
@@ -211,7 +203,4 @@ def polyrl_register_rewards(register: Callable[[RewardSpec], None]) -> None:
 @hookimpl
 def reward(prompts: Sequence[Prompt], completions: Sequence[Completion],
            context: RewardContext) -> dict[str, RewardScores] | None:
-    if NAME not in context.wanted:
-        return None
-    texts = [c if isinstance(c, str) else c.text for c in completions]
-    return {NAME: RewardScores(score_texts(prompts, texts, context.options.get(NAME)))}
+    return reward_answer(NAME, score_texts, prompts, completions, context)

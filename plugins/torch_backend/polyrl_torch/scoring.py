@@ -27,7 +27,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from polyrl.backend_kit.batching import (
-    length_batches,
+    in_length_batches,
     length_buckets,
     prompt_groups,
     shared_prompt_pays,
@@ -276,17 +276,15 @@ def logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temperatur
     if reference and engine.lora is None:
         return None  # the core then loads a separate reference engine
     temperature = float(temperature) or 1.0
-    budget = engine.options.score_batch_tokens
-    out: list[np.ndarray | None] = [None] * len(sequences)
+
+    def score(batch: list[TokenSequence]) -> list[np.ndarray]:
+        return [lp.cpu().numpy().astype(np.float32, copy=False) for lp in token_logprobs(engine, batch, temperature)]
+
     was_training = engine.model.training
     engine.model.eval()
     try:
         context = engine.model.disable_adapter() if reference else engine.adapters_merged()
         with engine.full_weights(), context, torch.inference_mode(), engine.autocast():
-            for group in length_batches(sequences, budget):
-                lps = token_logprobs(engine, [sequences[i] for i in group], temperature)
-                for i, lp in zip(group, lps):
-                    out[i] = lp.cpu().numpy().astype(np.float32, copy=False)
+            return in_length_batches(sequences, engine.options.score_batch_tokens, score)
     finally:
         engine.model.train(was_training)
-    return out  # type: ignore[return-value]
