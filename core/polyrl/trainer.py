@@ -1715,7 +1715,7 @@ class Trainer:
             self._say_where()
         failed = True  # until the run returns: an error finishes the trackers' runs as failed
         if self._resumed and self.step > 0:  # a new tracker run: named apart from the one it continues
-            self.tracking.run_name = f"{self.tracking.run_name}-resumed-at-step-{self.step}"
+            self.tracking.name_resumed(self.step)
         try:
             self.tracking.open()
             self._run(summary, progress)
