@@ -114,6 +114,7 @@ class MlflowTracker:
         #: whether the store keeps metrics as files named by them (``_name``)
         self.file_store = (server_store(self.uri) if kind == "server" else kind) == "file"
         self.client = MlflowClient(tracking_uri=self.uri)
+        run_name: str | None
         if context.trl_run is None:
             exp_id, run_name, tags = self._experiment(context.project), context.run_name, {}
         else:  # as transformers' MLflowCallback opens a TRL run
