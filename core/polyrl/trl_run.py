@@ -38,7 +38,7 @@ def trl_run(args: Any, model_object: Any, model_path: str, dtype: str, lora: boo
 
 def model_config(args: Any, model_object: Any, model_path: str, dtype: str) -> Any:
     """The model's config as TRL's trainer holds it (None where polyrl has no folder to read it
-    from: a polyrl model name): a copy of the object's own, or the folder's loaded in ``dtype``
+    from: a polyrl model name, a folder without a transformers config): a copy of the object's own, or the folder's loaded in ``dtype``
     (TRL's ``model_init_kwargs`` dtype, its default float32), and ``use_cache`` set to
     ``args.use_cache``, as transformers' ``Trainer.__init__`` sets it on the model."""
     if model_object is not None and getattr(model_object, "config", None) is not None:
@@ -47,7 +47,10 @@ def model_config(args: Any, model_object: Any, model_path: str, dtype: str) -> A
         import torch
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(model_path)
+        try:
+            config = AutoConfig.from_pretrained(model_path)
+        except Exception:  # noqa: BLE001 - a folder transformers cannot read (a GGUF's): no model config, as
+            return None  # transformers logs none for a model without one; the trackers still open
         config.dtype = getattr(torch, dtype)
     else:
         return None
