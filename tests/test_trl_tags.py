@@ -199,3 +199,16 @@ def test_a_trl_run_of_a_model_without_a_transformers_config_still_has_its_args(t
         assert run.run_name == "r1" and run.config == args.to_dict() and set(run.texts) == {"args"}
     assert trl_run(GRPOConfig(), None, str(tmp_path / "model"), "float32", lora=False) is None
 
+
+def test_a_resumed_trl_runs_tracker_runs_are_named_apart_and_an_unnamed_one_stays_the_trackers():
+    """A --resume names its tracker runs <run_name>-resumed-at-step-<N>; a TRL run's own run_name
+    (the one W&B and MLflow get) too, while one without a run_name is left to the tracker."""
+    from polyrl.tracking import TrlRun
+
+    for given, resumed in (("lr-1e-4", "lr-1e-4-resumed-at-step-3"), (None, None)):
+        tracking = RunTracking(specs=[], output_dir=None, completions_per_step=0, run_name="out", project="p",
+                               config={}, trl=True, trl_run=TrlRun(run_name=given, texts={"args": "{}"}))
+        tracking.name_resumed(3)
+        assert tracking.run_name == "out-resumed-at-step-3"
+        assert (tracking.trl_run.run_name, tracking.trl_run.texts) == (resumed, {"args": "{}"})
+
