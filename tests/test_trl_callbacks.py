@@ -283,6 +283,20 @@ class _TheirWandb:
         pass
 
 
+class _TheirTrackio(_TheirWandb):
+    """The ``trackio`` module as transformers' TrackioCallback calls it: records init and config."""
+
+    def __init__(self):
+        super().__init__()
+        from types import SimpleNamespace
+
+        self.context_vars = SimpleNamespace(current_space_id=SimpleNamespace(get=lambda: None))
+        self.config = type("Config", (dict,), {"update": lambda self, d, allow_val_change=False: dict.update(self, d)})()
+
+    def init(self, **kwargs):
+        self.init_kwargs = kwargs
+
+
 def _texts(folder: Path) -> dict[str, list[tuple[int, str]]]:
     """Every text summary of the TensorBoard event files under ``folder``: tag -> (step, text)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -294,24 +308,30 @@ def _texts(folder: Path) -> dict[str, list[tuple[int, str]]]:
 
 
 @pytest.mark.parametrize("run_name", [None, "lr-1e-4"])
-def test_a_trl_runs_wandb_name_config_and_tensorboard_texts_are_transformers_callbacks(tiny_model_dir, tmp_path,
+def test_a_trl_runs_wandb_trackio_names_configs_and_tensorboard_texts_are_transformers_callbacks(tiny_model_dir, tmp_path,
                                                                                        monkeypatch, run_name):
     """transformers' WandbCallback names the W&B run args.run_name (None, its default, leaves the name
     to W&B) and logs the model config, args.to_dict() over it and model/num_parameters as the run's
     config; its TensorBoardCallback writes args.to_json_string() and the model config's JSON as the
     text summaries "args" and "model_config". polyrl named a TRL script's W&B run after its
     output_dir, logged polyrl's own config (no learning_rate, beta... under TRL's names) and wrote no
-    text. Now both are what transformers' own callbacks write for TRL's own trainer of the same
-    script (its callbacks run here on TRL's GRPOTrainer, a real SummaryWriter, a recording W&B)."""
+    text; its trackio run (TrackioCallback: project args.project, default "huggingface", the same
+    name and config) went to project "polyrl" under polyrl's names. Now all are what transformers' own
+    callbacks write for TRL's own trainer of the same script (its callbacks run here on TRL's
+    GRPOTrainer, a real SummaryWriter, a recording W&B and trackio)."""
     wandb = pytest.importorskip("wandb")
     pytest.importorskip("tensorboard")
     from torch.utils.tensorboard import SummaryWriter
-    from transformers.integrations.integration_utils import TensorBoardCallback, WandbCallback
+    from transformers.integrations.integration_utils import TensorBoardCallback, TrackioCallback, WandbCallback
 
+    trackio = pytest.importorskip("trackio")
     monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
+    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
     inits: list[dict] = []
     monkeypatch.setattr(wandb, "init", lambda **kwargs: inits.append(kwargs) or _WandbRun(**kwargs))
-    args = _args(tmp_path, report_to=["wandb", "tensorboard"], run_name=run_name, max_steps=1)
+    trackio_inits: list[dict] = []
+    monkeypatch.setattr(trackio, "init", lambda **kwargs: trackio_inits.append(kwargs) or _WandbRun(**kwargs))
+    args = _args(tmp_path, report_to=["wandb", "tensorboard", "trackio"], run_name=run_name, max_steps=1)
     GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(), args=args).train()
 
     state = TrainerState(is_world_process_zero=True)
@@ -321,6 +341,9 @@ def test_a_trl_runs_wandb_name_config_and_tensorboard_texts_are_transformers_cal
     their_wandb = WandbCallback()
     their_wandb._wandb = recorded = _TheirWandb()
     their_wandb.setup(args, state, theirs_trainer.model)
+    their_trackio = TrackioCallback()
+    their_trackio._trackio = recorded_trackio = _TheirTrackio()
+    their_trackio.setup(args, state, theirs_trainer.model)
     their_board = TensorBoardCallback(SummaryWriter(log_dir=str(tmp_path / "theirs")))
     their_board.on_train_begin(args, state, TrainerControl(), model=theirs_trainer.model)
     their_board.on_train_end(args, state, TrainerControl())
@@ -331,6 +354,10 @@ def test_a_trl_runs_wandb_name_config_and_tensorboard_texts_are_transformers_cal
     assert config == dict(recorded.config)
     assert config["learning_rate"] == 1e-4 and config["model/num_parameters"] > 0 and "vocab_size" in config
     assert ours["config"]["polyrl"]["train"]["output_dir"] == str(tmp_path / "run")
+    (our_trackio,) = trackio_inits  # trackio's project is args.project, its config as W&B's
+    assert (our_trackio["project"], our_trackio["name"]) == (recorded_trackio.init_kwargs["project"], run_name) \
+        == ("huggingface", run_name)
+    assert {k: v for k, v in our_trackio["config"].items() if k != "polyrl"} == dict(recorded_trackio.config)
     texts = _texts(_tensorboard_dir(tmp_path / "run"))
     assert texts == _texts(tmp_path / "theirs")
     assert set(texts) == {"args/text_summary", "model_config/text_summary"}

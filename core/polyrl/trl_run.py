@@ -33,7 +33,9 @@ def trl_run(args: Any, model_object: Any, model_path: str, dtype: str, lora: boo
     texts = {"args": args.to_json_string()}
     if config is not None:
         texts["model_config"] = config.to_json_string()
-    return TrlRun(run_name=getattr(args, "run_name", None), config=combined, texts=texts)
+    project = getattr(args, "project", None)
+    return TrlRun(run_name=getattr(args, "run_name", None), project=project if isinstance(project, str) else None,
+                  config=combined, texts=texts)
 
 
 def model_config(args: Any, model_object: Any, model_path: str, dtype: str) -> Any:

@@ -14,6 +14,10 @@ from typing import Any, Protocol
 import attrs
 
 
+#: the key of polyrl's own run config in a TRL run's tracker config (beside transformers' keys)
+POLYRL_CONFIG_KEY = "polyrl"
+
+
 @attrs.define(frozen=True)
 class TrlRun:
     """What transformers' tracker integrations take from a TRL script's trainer when they open their
@@ -23,6 +27,8 @@ class TrlRun:
 
     #: ``args.run_name``: None (transformers' default) lets the tracker name the run itself
     run_name: str | None = None
+    #: ``args.project`` (transformers' default ``huggingface``): trackio's project, which alone reads it
+    project: str | None = None
     #: ``{**model.config.to_dict(), **args.to_dict()}`` and ``model/num_parameters``: W&B's config
     config: Mapping[str, Any] = attrs.field(factory=dict)
     #: TensorBoard's text summaries: ``args`` (``args.to_json_string()``), ``model_config``

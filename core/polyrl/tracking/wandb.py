@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from polyrl.tracking.completions import COLUMNS, cell
-from polyrl.tracking.spec import TrackerContext
+from polyrl.tracking.spec import POLYRL_CONFIG_KEY, TrackerContext
 from polyrl.trl_tags import WANDB_STEP_METRIC, WANDB_SUMMARY_KEYS
 
 
@@ -58,10 +58,6 @@ class WandbTracker:
 
     def close_failed(self) -> None:
         self.run.finish(exit_code=1)
-
-
-#: the key of polyrl's own run config in a TRL run's W&B config (beside transformers' keys)
-POLYRL_CONFIG_KEY = "polyrl"
 
 
 def run_identity(context: TrackerContext) -> tuple[str | None, dict[str, Any]]:
