@@ -211,6 +211,9 @@ def test_trls_evaluation_with_the_runs_rewards_is_gathered_over_the_ranks(tiny_m
         assert line["eval/reward/digits/mean"] == pytest.approx(np.mean([r["rewards"]["digits"] for r in done]))
         assert line["eval/completion_len_mean"] > 0 and "eval/accuracy" not in line
         assert np.isfinite(line["eval/loss"]) and line["eval/kl"] >= 0
+        # TRL's eval lengths and flat-group share over every rank's completions (their cut flags gathered)
+        assert line["eval/completion_len_min"] <= line["eval/completion_len_mean"] <= line["eval/completion_len_max"]
+        assert 0 <= line["eval/clipped_ratio"] <= 1 and 0 <= line["eval/frac_reward_zero_std"] <= 1
     assert summary["eval_after"] == {k: v for k, v in _metrics(out)[-1].items() if k.startswith("eval/")}
 
 

@@ -181,6 +181,67 @@ def test_a_metric_named_as_another_ones_folder_is_left_out_not_the_tracker(tmp_p
     assert metrics == {"reward/f/mean": 0.7, "loss": 0.2}  # reward/f is a folder of reward/f/mean too
 
 
+@pytest.mark.parametrize("experiment", [None, "grpo-sweep"])
+def test_a_trl_runs_mlflow_experiment_name_and_tags_are_transformers_mlflowcallbacks(tmp_path, monkeypatch,
+                                                                                     tiny_model_dir, experiment):
+    """transformers' MLflowCallback opens a TRL run in $MLFLOW_EXPERIMENT_NAME (MLflow's "Default"
+    experiment when unset), named args.run_name (unset: MLflow names it) and tagged with $MLFLOW_TAGS.
+    polyrl put a TRL script's run in experiment "polyrl", named after its output_dir, without the tags:
+    the user's MLflow UI, opened on their experiment, did not list it. Now both land alike (transformers'
+    own callback run here against the same local file store)."""
+    pytest.importorskip("polyrl_torch")
+    trl = pytest.importorskip("trl")
+    integration = pytest.importorskip("transformers.integrations.integration_utils")
+    from mlflow.tracking import MlflowClient
+    from transformers import TrainerControl, TrainerState
+
+    from polyrl.trl import GRPOTrainer
+
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.setenv("MLFLOW_TAGS", '{"release": "rc1", "attempt": 2}')
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
+    if experiment is None:
+        monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    else:
+        monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", experiment)
+    args = trl.GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="mlflow", max_steps=1,
+                          num_generations=2, per_device_train_batch_size=2, max_completion_length=4, disable_tqdm=True)
+    rows = [{"prompt": "What is 1 + 1?"}] * 2
+    GRPOTrainer(model=tiny_model_dir, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                train_dataset=rows, args=args).train()
+    theirs = integration.MLflowCallback()
+    state = TrainerState(is_world_process_zero=True)
+    theirs.setup(args, state, None)
+    their_id = theirs._ml_flow.active_run().info.run_id
+    theirs.on_train_end(args, state, TrainerControl())
+
+    client = MlflowClient(tracking_uri=uri)
+    (our_run,) = [run for e in client.search_experiments() for run in client.search_runs([e.experiment_id])
+                  if run.info.run_id != their_id]
+    their_run = client.get_run(their_id)
+    names = [client.get_experiment(run.info.experiment_id).name for run in (their_run, our_run)]
+    assert names == [experiment or "Default"] * 2
+    assert {k: v for k, v in our_run.data.tags.items() if not k.startswith("mlflow.")} == \
+        {k: v for k, v in their_run.data.tags.items() if not k.startswith("mlflow.")} == {"release": "rc1", "attempt": "2"}
+    assert our_run.info.run_name != "out" and "train/loss" in our_run.data.metrics  # MLflow's own name, as theirs
+
+
+def test_an_mlflow_tags_variable_that_is_not_json_is_one_error_naming_it(tmp_path, monkeypatch):
+    """$MLFLOW_TAGS that is no JSON object: a ValueError naming it when the tracker opens (before
+    any step; the run's error names the tracker), not tags read wrong."""
+    from polyrl.tracking.mlflow import MlflowTracker
+    from polyrl.tracking.spec import TrackerContext, TrlRun
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    for bad in ("release=rc1", '["rc1"]'):
+        monkeypatch.setenv("MLFLOW_TAGS", bad)
+        with pytest.raises(ValueError, match="MLFLOW_TAGS is not a JSON object"):
+            MlflowTracker(TrackerContext(tmp_path, "out", "polyrl", {}, trl=True, trl_run=TrlRun()))
+
+
 def test_a_database_store_keeps_trls_reward_beside_the_per_reward_metrics(tmp_path, monkeypatch):
     """Only MLflow's file store cannot hold ``reward`` beside ``reward/<f>/mean`` (a metric is a file
     there); a database store holds both, and TRL's ``reward`` was left out of it all the same.

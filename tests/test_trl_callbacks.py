@@ -264,6 +264,106 @@ def test_a_trl_runs_wandb_run_has_transformers_step_axis_summary_and_project(tin
     assert entries[-1] == {"train/epoch": output.metrics["epoch"], "train/global_step": 4}  # the rest: summary
 
 
+class _TheirWandb:
+    """The ``wandb`` module as transformers' WandbCallback calls it: records init and config."""
+
+    def __init__(self):
+        self.run, self.config, self.init_kwargs = None, {}, None
+
+    def init(self, **kwargs):
+        self.init_kwargs = kwargs
+        self.run = type("Run", (), {"_label": lambda self, **k: None})()
+        self.config = type("Config", (dict,), {"update": lambda self, d, allow_val_change=False: dict.update(self, d)})()
+        return self.run
+
+    def define_metric(self, *args, **kwargs):
+        pass
+
+    def termwarn(self, *args, **kwargs):
+        pass
+
+
+class _TheirTrackio(_TheirWandb):
+    """The ``trackio`` module as transformers' TrackioCallback calls it: records init and config."""
+
+    def __init__(self):
+        super().__init__()
+        from types import SimpleNamespace
+
+        self.context_vars = SimpleNamespace(current_space_id=SimpleNamespace(get=lambda: None))
+        self.config = type("Config", (dict,), {"update": lambda self, d, allow_val_change=False: dict.update(self, d)})()
+
+    def init(self, **kwargs):
+        self.init_kwargs = kwargs
+
+
+def _texts(folder: Path) -> dict[str, list[tuple[int, str]]]:
+    """Every text summary of the TensorBoard event files under ``folder``: tag -> (step, text)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder), size_guidance={"tensors": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors(tag)]
+            for tag in acc.Tags()["tensors"] if tag.endswith("/text_summary")}
+
+
+@pytest.mark.parametrize("run_name", [None, "lr-1e-4"])
+def test_a_trl_runs_wandb_trackio_names_configs_and_tensorboard_texts_are_transformers_callbacks(tiny_model_dir, tmp_path,
+                                                                                       monkeypatch, run_name):
+    """transformers' WandbCallback names the W&B run args.run_name (None, its default, leaves the name
+    to W&B) and logs the model config, args.to_dict() over it and model/num_parameters as the run's
+    config; its TensorBoardCallback writes args.to_json_string() and the model config's JSON as the
+    text summaries "args" and "model_config". polyrl named a TRL script's W&B run after its
+    output_dir, logged polyrl's own config (no learning_rate, beta... under TRL's names) and wrote no
+    text; its trackio run (TrackioCallback: project args.project, default "huggingface", the same
+    name and config) went to project "polyrl" under polyrl's names. Now all are what transformers' own
+    callbacks write for TRL's own trainer of the same script (its callbacks run here on TRL's
+    GRPOTrainer, a real SummaryWriter, a recording W&B and trackio)."""
+    wandb = pytest.importorskip("wandb")
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+    from transformers.integrations.integration_utils import TensorBoardCallback, TrackioCallback, WandbCallback
+
+    trackio = pytest.importorskip("trackio")
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
+    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
+    inits: list[dict] = []
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: inits.append(kwargs) or _WandbRun(**kwargs))
+    trackio_inits: list[dict] = []
+    monkeypatch.setattr(trackio, "init", lambda **kwargs: trackio_inits.append(kwargs) or _WandbRun(**kwargs))
+    args = _args(tmp_path, report_to=["wandb", "tensorboard", "trackio"], run_name=run_name, max_steps=1)
+    GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(), args=args).train()
+
+    state = TrainerState(is_world_process_zero=True)
+    theirs_trainer = trl.GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                                     args=_args(tmp_path, output_dir=str(tmp_path / "run"), run_name=run_name,
+                                                max_steps=1))
+    their_wandb = WandbCallback()
+    their_wandb._wandb = recorded = _TheirWandb()
+    their_wandb.setup(args, state, theirs_trainer.model)
+    their_trackio = TrackioCallback()
+    their_trackio._trackio = recorded_trackio = _TheirTrackio()
+    their_trackio.setup(args, state, theirs_trainer.model)
+    their_board = TensorBoardCallback(SummaryWriter(log_dir=str(tmp_path / "theirs")))
+    their_board.on_train_begin(args, state, TrainerControl(), model=theirs_trainer.model)
+    their_board.on_train_end(args, state, TrainerControl())
+
+    (ours,) = inits
+    assert ours["name"] == recorded.init_kwargs.get("name") == run_name
+    config = {k: v for k, v in ours["config"].items() if k != "polyrl"}  # polyrl's own config, beside
+    assert config == dict(recorded.config)
+    assert config["learning_rate"] == 1e-4 and config["model/num_parameters"] > 0 and "vocab_size" in config
+    assert ours["config"]["polyrl"]["train"]["output_dir"] == str(tmp_path / "run")
+    (our_trackio,) = trackio_inits  # trackio's project is args.project, its config as W&B's
+    assert (our_trackio["project"], our_trackio["name"]) == (recorded_trackio.init_kwargs["project"], run_name) \
+        == ("huggingface", run_name)
+    assert {k: v for k, v in our_trackio["config"].items() if k != "polyrl"} == dict(recorded_trackio.config)
+    texts = _texts(_tensorboard_dir(tmp_path / "run"))
+    assert texts == _texts(tmp_path / "theirs")
+    assert set(texts) == {"args/text_summary", "model_config/text_summary"}
+    assert json.loads(texts["args/text_summary"][0][1])["run_name"] == run_name
+
+
 def test_trainer_log_during_training_reaches_the_report_to_trackers_and_stays_in_log_history(tiny_model_dir,
                                                                                              tmp_path):
     """transformers hands every Trainer.log to each report_to integration. TRL's report_to was ignored

@@ -219,13 +219,15 @@ def _trainer(model_dir, where, **kwargs):
 _TRL_KEYS = {"eval_reward", "eval_reward_std", "eval_rewards/_short/mean", "eval_rewards/_short/std",
              "eval_completions/mean_length", "eval_loss", "eval_runtime", "eval_samples_per_second",
              "eval_steps_per_second", "eval_num_tokens", "eval_clip_ratio/low_mean", "eval_clip_ratio/high_mean",
-             "eval_clip_ratio/region_mean", "eval_clip_ratio/low_min", "eval_clip_ratio/high_max"}
+             "eval_clip_ratio/region_mean", "eval_clip_ratio/low_min", "eval_clip_ratio/high_max",
+             "eval_frac_reward_zero_std", "eval_completions/min_length", "eval_completions/max_length",
+             "eval_completions/clipped_ratio", "eval_completions/mean_terminated_length",
+             "eval_completions/min_terminated_length", "eval_completions/max_terminated_length"}
 #: what TRL's evaluate() returns (TRL 1.16, this config) that polyrl's does not (README "Not there")
-_NOT_RETURNED = {"eval_entropy", "eval_frac_reward_zero_std", "eval_completions/min_length",
-                 "eval_completions/max_length", "eval_completions/clipped_ratio",
-                 "eval_completions/mean_terminated_length", "eval_completions/min_terminated_length",
-                 "eval_completions/max_terminated_length", "eval_model_preparation_time"}
-_REWARD_KEYS = ("eval_reward", "eval_reward_std", "eval_rewards/_short/mean", "eval_completions/mean_length")
+_NOT_RETURNED = {"eval_entropy", "eval_model_preparation_time"}
+_REWARD_KEYS = ("eval_reward", "eval_reward_std", "eval_rewards/_short/mean", "eval_completions/mean_length",
+                "eval_frac_reward_zero_std", "eval_completions/min_length", "eval_completions/max_length",
+                "eval_completions/clipped_ratio", "eval_completions/mean_terminated_length")
 
 
 def test_evaluate_is_the_runs_own_evaluation_before_and_after_training(tiny_model_dir, tmp_path):
@@ -270,6 +272,29 @@ def test_evaluate_returns_trls_keys_with_trls_values_where_exact(tiny_model_dir,
     assert set(ours) == set(theirs) - _NOT_RETURNED, sorted(set(ours) ^ (set(theirs) - _NOT_RETURNED))
     exact = [key for key in ours if key.startswith(("eval_clip_ratio/", "eval_num_tokens"))] + ["epoch"]
     assert {key: ours[key] for key in exact} == {key: theirs[key] for key in exact} and len(exact) == 7
+
+
+def test_the_eval_lengths_and_zero_std_share_are_each_eval_batchs_averaged_as_trl_logs_them():
+    """TRL's eval mode logs completions/min_length, max_length, clipped_ratio, the terminated lengths
+    (0 where a batch's every completion was cut) and frac_reward_zero_std for each eval batch, and its
+    log() averages them over the batches; polyrl's evaluate() returned none of them. Two batches of
+    two groups of 2: the second batch all cut, one flat group in each."""
+    from polyrl.step_metrics import TRL_EVAL_ALIASES, eval_batch_metrics
+
+    lengths = np.array([3, 6, 2, 4, 6, 6, 5, 6])
+    cut = np.array([False, True, False, False, True, True, True, True])
+    rewards = np.array([1.0, 1.0, 0.0, 0.5, 0.2, 0.2, 0.1, 0.3])
+    out = eval_batch_metrics(lengths, cut, rewards, np.array([0, 0, 0, 0, 1, 1, 1, 1]), 2)
+    assert out == {"eval/completion_len_min": (2 + 5) / 2, "eval/completion_len_max": (6 + 6) / 2,
+                   "eval/clipped_ratio": (0.25 + 1.0) / 2, "eval/terminated_len_mean": (3.0 + 0.0) / 2,
+                   "eval/terminated_len_min": (2 + 0) / 2, "eval/terminated_len_max": (4 + 0) / 2,
+                   "eval/frac_reward_zero_std": (0.5 + 0.5) / 2}
+    assert {TRL_EVAL_ALIASES[k] for k in out} == {
+        "eval_completions/min_length", "eval_completions/max_length", "eval_completions/clipped_ratio",
+        "eval_completions/mean_terminated_length", "eval_completions/min_terminated_length",
+        "eval_completions/max_terminated_length", "eval_frac_reward_zero_std"}
+    whole = eval_batch_metrics(lengths, cut, rewards, np.zeros(8, dtype=int), 2)  # one batch: over the whole set
+    assert whole["eval/completion_len_min"] == 2 and whole["eval/terminated_len_mean"] == 3.0
 
 
 def test_evaluate_loads_the_model_once_and_scores_as_a_fresh_load(tiny_model_dir, tmp_path, monkeypatch):

@@ -182,3 +182,33 @@ def test_polyrls_own_wandb_run_keeps_its_steps_history_and_project(tmp_path, mon
     (ours,) = runs
     assert (ours.defined, ours.summary, ours.init["project"]) == ([], {}, "p")
     assert ours.logged == [({"loss": 0.25}, 3), ({"train_loss": 0.2}, 3)]
+
+
+def test_a_trl_run_of_a_model_without_a_transformers_config_still_has_its_args(tmp_path):
+    """polyrl.trl_run reads the model config from the folder; a folder transformers cannot read (a
+    GGUF's, a polyrl model name) leaves the model config out instead of stopping train() before its
+    first step; the args and run name are still transformers'. polyrl's own GRPOConfig has none."""
+    trl = pytest.importorskip("trl")
+    from polyrl.api import GRPOConfig
+    from polyrl.trl_run import trl_run
+
+    args = trl.GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none", run_name="r1")
+    (tmp_path / "model").mkdir()
+    for model in (str(tmp_path / "model"), "smollm2-135m"):
+        run = trl_run(args, None, model, "float32", lora=False)
+        assert run.run_name == "r1" and run.config == args.to_dict() and set(run.texts) == {"args"}
+    assert trl_run(GRPOConfig(), None, str(tmp_path / "model"), "float32", lora=False) is None
+
+
+def test_a_resumed_trl_runs_tracker_runs_are_named_apart_and_an_unnamed_one_stays_the_trackers():
+    """A --resume names its tracker runs <run_name>-resumed-at-step-<N>; a TRL run's own run_name
+    (the one W&B and MLflow get) too, while one without a run_name is left to the tracker."""
+    from polyrl.tracking import TrlRun
+
+    for given, resumed in (("lr-1e-4", "lr-1e-4-resumed-at-step-3"), (None, None)):
+        tracking = RunTracking(specs=[], output_dir=None, completions_per_step=0, run_name="out", project="p",
+                               config={}, trl=True, trl_run=TrlRun(run_name=given, texts={"args": "{}"}))
+        tracking.name_resumed(3)
+        assert tracking.run_name == "out-resumed-at-step-3"
+        assert (tracking.trl_run.run_name, tracking.trl_run.texts) == (resumed, {"args": "{}"})
+

@@ -8,6 +8,7 @@ numpy arrays: no backend call, so every backend reports the same keys.
 
 from __future__ import annotations
 
+import math
 import resource
 import sys
 import warnings
@@ -187,9 +188,47 @@ def trl_step_time(step_seconds: float, updates: int) -> float:
 #: ``eval/reward/<f>/mean`` and ``/std`` are ``eval_rewards/<f>/mean`` and ``/std``)
 TRL_EVAL_ALIASES = {"eval/sampled_reward_mean": "eval_reward", "eval/sampled_reward_std": "eval_reward_std",
                     "eval/completion_len_mean": "eval_completions/mean_length", "eval/loss": "eval_loss",
+                    **{f"eval/{ours}": f"eval_{trl}" for ours, trl in (
+                        ("completion_len_min", "completions/min_length"),
+                        ("completion_len_max", "completions/max_length"),
+                        ("clipped_ratio", "completions/clipped_ratio"),
+                        ("terminated_len_mean", "completions/mean_terminated_length"),
+                        ("terminated_len_min", "completions/min_terminated_length"),
+                        ("terminated_len_max", "completions/max_terminated_length"),
+                        ("frac_reward_zero_std", "frac_reward_zero_std"))},
                     "eval/kl": "eval_kl", **{f"eval/{key}": f"eval_{key}" for key in (
                         "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "clip_ratio/low_min",
                         "clip_ratio/high_max", "cispo_clip_ratio")}}
+
+
+def eval_batch_metrics(lengths: np.ndarray, cut: np.ndarray, rewards: np.ndarray, batch_of: np.ndarray,
+                       group_size: int, scale_rewards: str = "group", per_reward: np.ndarray | None = None,
+                       weights: Sequence[float] | None = None) -> dict[str, float]:
+    """An evaluation's completion-length numbers and ``frac_reward_zero_std`` as TRL's eval mode
+    logs them: each eval batch's (``batch_of``, ``eval_loss.batches``) as a training step's
+    (``completions/min_length``... over its completions, ``cut`` those ended by the length limit;
+    ``frac_reward_zero_std`` with ``group_size``, ``scale_rewards``, ``per_reward``, ``weights``),
+    then averaged over the batches, a NaN left out, as TRL's ``log`` averages its eval metrics.
+    Why: TRL's ``evaluate()`` returns them (``eval_completions/max_length``...) and polyrl's did not."""
+    lengths = np.asarray(lengths, dtype=np.float64)
+    cut, batch_of = np.asarray(cut, dtype=bool), np.asarray(batch_of)
+    per_batch: list[dict[str, float]] = []
+    for b in np.unique(batch_of):
+        rows = batch_of == b
+        mine, ended = lengths[rows], lengths[rows & ~cut]
+        ended = ended if ended.size else np.zeros(1)  # every completion cut: TRL logs 0
+        per_batch.append({
+            "eval/completion_len_min": float(mine.min()), "eval/completion_len_max": float(mine.max()),
+            "eval/clipped_ratio": float(cut[rows].mean()), "eval/terminated_len_mean": float(ended.mean()),
+            "eval/terminated_len_min": float(ended.min()), "eval/terminated_len_max": float(ended.max()),
+            "eval/frac_reward_zero_std": frac_reward_zero_std(
+                np.asarray(rewards)[rows], group_size, scale_rewards,
+                None if per_reward is None else np.asarray(per_reward)[rows], weights)})
+    out = {}
+    for key in (per_batch[0] if per_batch else {}):
+        valid = [m[key] for m in per_batch if not math.isnan(m[key])]
+        out[key] = sum(valid) / len(valid) if valid else float("nan")
+    return out
 
 
 def tokens_seen(before_training: bool, last: Mapping[str, Any]) -> dict[str, Any]:

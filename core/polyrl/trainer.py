@@ -79,8 +79,8 @@ from polyrl.schedules import lr_at, updates_in_history
 from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock, check_output_dir
 from polyrl import evaluation, metrics_file
 from polyrl import minibatches, step_gather
-from polyrl.step_metrics import (clip_region_metrics, epoch_stop_skips, joined_gaps, no_loss_token_metrics,
-                                 nothing_scored_metrics, peak_rss_mb, sampling_metrics, step_tokens, trl_aliases, trl_epoch,
+from polyrl.step_metrics import (clip_region_metrics, epoch_stop_skips, eval_batch_metrics, joined_gaps,
+                                 no_loss_token_metrics, nothing_scored_metrics, peak_rss_mb, sampling_metrics, step_tokens, trl_aliases, trl_epoch,
                                  trl_gathered_sampling, trl_process_sampling, trl_reward_names, trl_step_time,
                                  untrained_gap)
 from polyrl.step_metrics import step_metrics as common_step_metrics
@@ -1096,13 +1096,15 @@ class Trainer:
         if failed is not None:
             raise failed
         loss_metrics = self._eval_loss(completions, sampled, parts) if ev.loss and sampled is not None else {}
+        cut = np.array([x.finish_reason == "length" for x in completions], dtype=bool)  # the sampled pass's
         if self.world_size > 1:
-            gathered = self.train_engine.all_gather((greedy, sampled, records, parts, lengths))
+            gathered = self.train_engine.all_gather((greedy, sampled, records, parts, lengths, cut))
             greedy = np.concatenate([g[0] for g in gathered]) if ev.greedy else None
             sampled = np.concatenate([g[1] for g in gathered]) if ev.samples else None
             records = [r for g in gathered for r in g[2]]
             parts = {key: np.concatenate([g[3][key] for g in gathered]) for key in parts}
             lengths = np.concatenate([g[4] for g in gathered]) if lengths is not None else None
+            cut = np.concatenate([g[5] for g in gathered])
         if self.rank == 0 and records:
             try:
                 evaluation.append_records(self.output_dir, records)
@@ -1110,11 +1112,28 @@ class Trainer:
                 raise self._write_failed("eval completions", exc) from None
         out = evaluation.eval_metrics(greedy, sampled, ev.samples, ev.pass_k, ev.pass_threshold, len(everything),
                                       per_reward=parts if ev.reward == RUN_REWARDS else None, lengths=lengths)
+        if ev.reward == RUN_REWARDS and sampled is not None and lengths is not None and len(lengths):
+            out.update(self._eval_batch_metrics(sampled, parts, lengths, cut))
         # with eval.greedy = false the sampled episodes are all there is (the share was left out)
         episodes = [r for r in records if (r["greedy"] or not ev.greedy) and "tool_calls" in r]
         if episodes:  # share of held-out episodes with a well-formed tool call
             out["eval/tool_call_share"] = sum(1 for r in episodes if r["tool_calls"] > 0) / len(episodes)
         return {**out, **loss_metrics}
+
+    def _eval_batch_metrics(self, scores: np.ndarray, parts: Mapping[str, np.ndarray], lengths: np.ndarray,
+                            cut: np.ndarray) -> dict[str, float]:
+        """TRL's eval completion-length numbers and ``frac_reward_zero_std`` of the sampled pass
+        (every rank's, gathered), each eval batch's of ``eval.loss_batch`` completions averaged
+        (``step_metrics.eval_batch_metrics``); the reward std's as a training step computes it
+        (the run's ``scale_rewards``; GDPO's weighted sums of rewards normalized in their group)."""
+        c, algo = self.config, self.config.algorithm
+        matrix = None
+        if algo.decouples_rewards:
+            shaped = algo.shape_rewards(scores, lengths.astype(np.int64), self._max_completion_tokens)
+            matrix = self._reward_matrix(parts, shaped)
+        return eval_batch_metrics(lengths, cut, scores, eval_loss.batches(len(scores), c.eval.loss_batch),
+                                  c.eval.samples, algo.scale_rewards, matrix,
+                                  [weight for _, weight, _ in self.rewards.rewards])
 
     def _eval_loss(self, completions: list[Completion], scores: np.ndarray,
                    parts: Mapping[str, np.ndarray]) -> dict[str, float]:
@@ -1718,7 +1737,7 @@ class Trainer:
             self._say_where()
         failed = True  # until the run returns: an error finishes the trackers' runs as failed
         if self._resumed and self.step > 0:  # a new tracker run: named apart from the one it continues
-            self.tracking.run_name = f"{self.tracking.run_name}-resumed-at-step-{self.step}"
+            self.tracking.name_resumed(self.step)
         try:
             self.tracking.open()
             self._run(summary, progress)

@@ -242,6 +242,8 @@ class GRPOTrainer:
         #: the PreTrainedModel given (None for a folder): train() puts the trained weights into it,
         #: as TRL trains the object a script keeps using after train()
         self._model_object = None if isinstance(model, (str, Path)) else model
+        #: whether a model object was given (``trainer.model`` may load one from the folder later)
+        self._model_given = self._model_object is not None
         self.policy = api.Agent(self.model_path, backend=backend, lora=peft_config, dtype=dtype,
                                 compute_dtype=api.trl_compute_dtype(self.grpo_config, backend))
         # bf16 is the policy's now: run_config would read it again (a second warning on MLX)
@@ -267,6 +269,8 @@ class GRPOTrainer:
         #: (the model folder ``evaluate()`` evaluates, the engines holding it): loaded by the first
         #: ``evaluate()``, or the run's own after ``train()``, so a later ``evaluate()`` loads nothing
         self._eval_engines: tuple[str, Any] | None = None
+        #: (``_trl_run``'s value,) once built
+        self._trl_run_made: tuple[Any] | None = None
         #: transformers' ``TrainerState`` (``trl_callbacks.trainer_state``), shared with the callbacks
         #: as in transformers; ``train()`` starts a new one, as transformers does
         self.state = self._new_state()
@@ -470,7 +474,20 @@ class GRPOTrainer:
             trainer.tracking.rename = functools.partial(trl_tags, names=getattr(trainer, "trl_names", None))
             trainer.tracking.step_scale = int(trainer.config.algorithm.updates_per_step)  # at global_step
             trainer.tracking.trl = True  # transformers' TensorBoard folder, W&B step axis and summary
+            if trainer.tracking.specs and trainer.tracking.writer:  # its run name, config and texts
+                trainer.tracking.trl_run = self._trl_run()
         return trainer
+
+    def _trl_run(self) -> Any:
+        """What transformers' tracker integrations read from this trainer (``polyrl.trl_run``),
+        built once (its model config may be read from the folder)."""
+        from polyrl.trl_run import trl_run
+
+        if self._trl_run_made is None:
+            given = self._model_object if self._model_given else None
+            self._trl_run_made = (trl_run(self.args, given, self.model_path, self.policy.dtype,
+                                          lora=self._peft_config is not None),)
+        return self._trl_run_made[0]
 
     @_script_names
     def evaluate(self, eval_dataset: Any = None, ignore_keys: Any = None,

@@ -2,6 +2,6 @@
 completions log. The trainer talks to ``RunTracking`` only; trackers are plugins (group
 ``polyrl.trackers``, hook ``polyrl_register_trackers``)."""
 
-from polyrl.tracking.spec import Tracker, TrackerContext, TrackerSpec, TrackerStatus
+from polyrl.tracking.spec import Tracker, TrackerContext, TrackerSpec, TrackerStatus, TrlRun
 
-__all__ = ["Tracker", "TrackerContext", "TrackerSpec", "TrackerStatus"]
+__all__ = ["Tracker", "TrackerContext", "TrackerSpec", "TrackerStatus", "TrlRun"]

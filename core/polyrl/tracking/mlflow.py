@@ -12,7 +12,11 @@ not sit beside ``reward/<f>/mean`` (a file where a folder is needed). A database
 postgresql...) holds both, so both are logged there. Behind a tracking server the store is the
 server's: it says which in ``/api/3.0/mlflow/server-info`` (MLflow 3); one that does not say is
 taken for a file store, since ``mlflow server`` falls back to one and a refused name there
-would cost the tracker (the REST client retries the error for minutes first)."""
+would cost the tracker (the REST client retries the error for minutes first).
+
+A TRL script's run (``TrackerContext.trl_run``) opens as transformers' ``MLflowCallback`` opens it:
+in ``$MLFLOW_EXPERIMENT_NAME`` (else ``$MLFLOW_EXPERIMENT_ID``, else MLflow's ``Default``), named
+``args.run_name`` (unset: MLflow names it), tagged with ``$MLFLOW_TAGS``."""
 
 from __future__ import annotations
 
@@ -110,12 +114,33 @@ class MlflowTracker:
         #: whether the store keeps metrics as files named by them (``_name``)
         self.file_store = (server_store(self.uri) if kind == "server" else kind) == "file"
         self.client = MlflowClient(tracking_uri=self.uri)
-        experiment = self.client.get_experiment_by_name(context.project)
-        exp_id = experiment.experiment_id if experiment else self.client.create_experiment(context.project)
-        self.run_id = self.client.create_run(exp_id, run_name=context.run_name).info.run_id
+        run_name: str | None
+        if context.trl_run is None:
+            exp_id, run_name, tags = self._experiment(context.project), context.run_name, {}
+        else:  # as transformers' MLflowCallback opens a TRL run
+            exp_id, run_name, tags = self._trl_experiment(), context.trl_run.run_name, trl_tags()
+        self.run_id = self.client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
         params = [Param(k, v) for k, v in _flat_params(context.config).items()]
         for i in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(self.run_id, params=params[i:i + 100])
+
+    def _experiment(self, name: str) -> str:
+        """The id of experiment ``name``, made when the store has none of that name."""
+        experiment = self.client.get_experiment_by_name(name)
+        return experiment.experiment_id if experiment else self.client.create_experiment(name)
+
+    def _trl_experiment(self) -> str:
+        """A TRL run's experiment as transformers' ``MLflowCallback`` (through MLflow's own
+        ``start_run``) chooses it: ``$MLFLOW_EXPERIMENT_NAME`` (made when missing), else
+        ``$MLFLOW_EXPERIMENT_ID``, else MLflow's ``Default`` experiment. Why: polyrl put a TRL
+        script's run in experiment ``polyrl``, where its user's MLflow UI (opened on their
+        experiment) did not list it."""
+        from mlflow.tracking.default_experiment import DEFAULT_EXPERIMENT_ID
+
+        name = os.environ.get("MLFLOW_EXPERIMENT_NAME")
+        if name:
+            return self._experiment(name)
+        return os.environ.get("MLFLOW_EXPERIMENT_ID") or DEFAULT_EXPERIMENT_ID
 
     def _name(self, name: str) -> str | None:
         """The MLflow name of metric ``name`` (decided once); None when another metric has it, or,
@@ -156,3 +181,20 @@ class MlflowTracker:
 
     def close_failed(self) -> None:
         self.client.set_terminated(self.run_id, status="FAILED")
+
+
+def trl_tags() -> dict[str, str]:
+    """The tags transformers' ``MLflowCallback`` sets on a TRL run: ``$MLFLOW_TAGS``, a JSON object
+    of tag -> value (each value as text, as MLflow keeps it). Not an object: a ValueError naming
+    the variable (the run then stops before training, as the tracker cannot open)."""
+    raw = os.environ.get("MLFLOW_TAGS")
+    if not raw:
+        return {}
+    try:
+        tags = json.loads(raw)
+    except ValueError:
+        tags = None
+    if not isinstance(tags, dict):
+        raise ValueError(f"MLFLOW_TAGS is not a JSON object of tags: {raw[:200]!r}; set it as e.g. "
+                         """MLFLOW_TAGS='{"release": "rc1"}', or unset it""")
+    return {str(k): str(v) for k, v in tags.items()}  # as mlflow.set_tags writes a value

@@ -33,7 +33,7 @@ from polyrl.plugin_calls import probe_reason
 from polyrl.redact import MASK, Redactor
 from polyrl.strict_json import valid_text
 from polyrl.tracking import completions as clog
-from polyrl.tracking.spec import TRACKER_METHODS, Tracker, TrackerContext, TrackerSpec
+from polyrl.tracking.spec import TRACKER_METHODS, Tracker, TrackerContext, TrackerSpec, TrlRun
 
 log = get_logger("polyrl.tracking")
 #: Failed steps whose completions records wait in memory for the next write; older ones are dropped,
@@ -108,6 +108,8 @@ class RunTracking:
     step_scale: int = 1
     #: a TRL script's run (``polyrl.trl`` sets it): each tracker opens as ``TrackerContext.trl`` says
     trl: bool = False
+    #: what transformers' integrations read from the TRL script's trainer (``polyrl.trl`` sets it)
+    trl_run: TrlRun | None = None
     trackers: dict[str, Tracker] = attrs.field(factory=dict)
     _threads: dict[str, Worker] = attrs.field(factory=dict)
     _pending: list[dict[str, Any]] = attrs.field(factory=list)
@@ -128,13 +130,21 @@ class RunTracking:
         if self.writer:
             clog.rewind(self.completions_path, step, from_zero)
 
+    def name_resumed(self, step: int) -> None:
+        """Name the tracker runs of a run resumed at ``step`` apart from the one it continues:
+        ``<run_name>-resumed-at-step-<step>`` (a TRL run's own name too; one it left to the tracker
+        stays so, and the tracker's generated name differs anyway)."""
+        self.run_name = f"{self.run_name}-resumed-at-step-{step}"
+        if self.trl_run is not None and self.trl_run.run_name:
+            self.trl_run = attrs.evolve(self.trl_run, run_name=f"{self.trl_run.run_name}-resumed-at-step-{step}")
+
     def open(self) -> None:
         """Open every tracker, each on its own thread; one that fails to open is an error (the user
         asked for it)."""
         if not self.writer or self.trackers:
             return
         context = TrackerContext(output_dir=self.output_dir, run_name=self.run_name, project=self.project,
-                                 config=self.config, trl=self.trl)
+                                 config=self.config, trl=self.trl, trl_run=self.trl_run)
         for spec in self.specs:
             thread = Worker(name=f"polyrl-tracker-{spec.name}")
             try:

@@ -14,6 +14,27 @@ from typing import Any, Protocol
 import attrs
 
 
+#: the key of polyrl's own run config in a TRL run's tracker config (beside transformers' keys)
+POLYRL_CONFIG_KEY = "polyrl"
+
+
+@attrs.define(frozen=True)
+class TrlRun:
+    """What transformers' tracker integrations take from a TRL script's trainer when they open their
+    run (``polyrl.trl`` builds it from the script's ``args`` and model): its name, the config they
+    log and TensorBoard's text summaries. Why: a TRL user's dashboards group, filter and compare
+    runs by these; polyrl's own config under polyrl's names matched none of them."""
+
+    #: ``args.run_name``: None (transformers' default) lets the tracker name the run itself
+    run_name: str | None = None
+    #: ``args.project`` (transformers' default ``huggingface``): trackio's project, which alone reads it
+    project: str | None = None
+    #: ``{**model.config.to_dict(), **args.to_dict()}`` and ``model/num_parameters``: W&B's config
+    config: Mapping[str, Any] = attrs.field(factory=dict)
+    #: TensorBoard's text summaries: ``args`` (``args.to_json_string()``), ``model_config``
+    texts: Mapping[str, str] = attrs.field(factory=dict)
+
+
 @attrs.define(frozen=True)
 class TrackerContext:
     """What a tracker needs to open its run."""
@@ -26,6 +47,9 @@ class TrackerContext:
     #: does as that integration does (TensorBoard's folder, W&B's step axis and run summary), so the
     #: script's dashboards and commands find its run; polyrl's own runs keep polyrl's ways
     trl: bool = False
+    #: what transformers' integrations read from the TRL script's trainer (None: not a TRL
+    #: script's run, or one given polyrl's own GRPOConfig)
+    trl_run: TrlRun | None = None
 
 
 class Tracker(Protocol):

@@ -1,7 +1,7 @@
 """TensorBoard: event files under ``output_dir/tensorboard`` written with tensorboard's own writer
 (no torch or TensorFlow needed). Completions go to the Text dashboard as one table per step. A TRL
 script's run (``TrackerContext.trl``) writes where transformers' ``TensorBoardCallback`` would
-(``trl_log_dir``).
+(``trl_log_dir``), with its ``args`` and ``model_config`` text summaries.
 
 Each writer starts with a session-start event at its first step: TensorBoard then hides what the
 folder's earlier files hold from that step on, so after a ``--resume`` (or a fresh start in the
@@ -78,6 +78,8 @@ class TensorBoardTracker:
         self.log_dir = trl_log_dir(context.output_dir) if context.trl else context.output_dir / LOG_DIR
         _quiet_writer_threads()
         self._writer = EventFileWriter(str(self.log_dir))
+        #: a TRL run's text summaries (``trl_texts``), written with its first event
+        self._texts = trl_texts(context)
         log.info("tensorboard: event files", logdir=str(self.log_dir),
                  view=f"tensorboard --logdir {shlex.quote(str(self.log_dir))}")
 
@@ -86,6 +88,7 @@ class TensorBoardTracker:
             start = self._session_log(status=self._session_log.START)
             self._writer.add_event(self._event(wall_time=time.time(), step=step, session_log=start))
             self._started = True
+            self._write_texts()  # after the start: it hides what came before it from its step on
         self._writer.add_event(self._event(wall_time=time.time(), step=step, summary=summary))
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
@@ -97,5 +100,25 @@ class TensorBoardTracker:
         self._add(self._text_pb("completions", markdown_table(records)), step)
         self._writer.flush()
 
+    def _write_texts(self) -> None:
+        """The text summaries, at step 0 as transformers' ``add_text`` without a step writes them."""
+        for tag, text in self._texts.items():
+            self._writer.add_event(self._event(wall_time=time.time(), step=0, summary=self._text_pb(tag, text)))
+        self._texts = {}
+
     def close(self) -> None:
+        self._write_texts()  # a run that logged nothing still shows its args
         self._writer.close()
+
+
+#: the suffix torch's ``SummaryWriter.add_text`` (transformers' writer) gives a text summary's tag
+TEXT_TAG_SUFFIX = "/text_summary"
+
+
+def trl_texts(context: TrackerContext) -> dict[str, str]:
+    """A TRL script's run's text summaries under the tags transformers' ``TensorBoardCallback``
+    writes them with at the start of training (``args/text_summary``: ``args.to_json_string()``,
+    ``model_config/text_summary``: the model config's JSON); none for polyrl's own runs."""
+    if context.trl_run is None:
+        return {}
+    return {f"{name}{TEXT_TAG_SUFFIX}": text for name, text in context.trl_run.texts.items()}

@@ -18,7 +18,7 @@ from typing import Any
 
 from polyrl.tracking.completions import COLUMNS, cell
 from polyrl.logs import get_logger
-from polyrl.tracking.spec import TrackerContext
+from polyrl.tracking.spec import POLYRL_CONFIG_KEY, TrackerContext
 
 log = get_logger("polyrl.tracking")
 
@@ -36,9 +36,10 @@ class TrackioTracker:
         if self.store != Path(wanted):  # trackio reads TRACKIO_DIR once, when first imported
             log.warning("trackio was imported before this run chose its folder; it writes to its own",
                         store=str(self.store), fix="set TRACKIO_DIR before starting Python to choose it")
-        self.run = trackio.init(project=context.project, name=context.run_name, config=dict(context.config),
+        project, name, config = run_identity(context)
+        self.run = trackio.init(project=project, name=name, config=config,
                                 embed=False, auto_log_gpu=False, auto_log_cpu=False)
-        say_where(self.store, context.project)
+        say_where(self.store, project)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self.run.log(dict(metrics), step=step)
@@ -51,6 +52,19 @@ class TrackioTracker:
 
     def close(self) -> None:
         self.run.finish()
+
+
+def run_identity(context: TrackerContext) -> tuple[str, str | None, dict[str, Any]]:
+    """The trackio run's project, name and config. A TRL script's run (``context.trl_run``) as
+    transformers' ``TrackioCallback`` opens it: project ``args.project`` (default ``huggingface``),
+    name ``args.run_name`` (None: trackio names it), the model config and ``args.to_dict()`` (and
+    ``model/num_parameters``) as the config, polyrl's own under ``polyrl``. polyrl's own runs:
+    ``[logging] project``, ``run_name`` and the run config."""
+    trl_run = context.trl_run
+    if trl_run is None:
+        return context.project, context.run_name, dict(context.config)
+    return (trl_run.project or context.project, trl_run.run_name,
+            {**trl_run.config, POLYRL_CONFIG_KEY: dict(context.config)})
 
 
 def say_where(store: Path, project: str) -> None:

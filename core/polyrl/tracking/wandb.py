@@ -3,7 +3,8 @@ no account and no network. Completions are a ``wandb.Table`` per step. A TRL scr
 (``TrackerContext.trl``) is laid out as transformers' ``WandbCallback`` lays it out: every metric
 plotted against ``train/global_step``, logged with each entry, the end-of-training numbers
 (``train_runtime``, ``train_loss``...) in the run summary, not the history, and the project
-``$WANDB_PROJECT`` (default ``huggingface``)."""
+``$WANDB_PROJECT`` (default ``huggingface``), the run named and configured as that callback does it
+(``run_identity``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from polyrl.tracking.completions import COLUMNS, cell
-from polyrl.tracking.spec import TrackerContext
+from polyrl.tracking.spec import POLYRL_CONFIG_KEY, TrackerContext
 from polyrl.trl_tags import WANDB_STEP_METRIC, WANDB_SUMMARY_KEYS
 
 
@@ -27,8 +28,8 @@ class WandbTracker:
         self.dir = context.output_dir
         # a TRL run's project as transformers' WandbCallback names it (TRL's ``project`` is trackio's)
         project = os.environ.get("WANDB_PROJECT", "huggingface") if context.trl else context.project
-        self.run = wandb.init(project=project, name=context.run_name, dir=str(context.output_dir),
-                              config=dict(context.config), mode=mode,
+        name, config = run_identity(context)
+        self.run = wandb.init(project=project, name=name, dir=str(context.output_dir), config=config, mode=mode,
                               settings=wandb.Settings(console="off", x_disable_stats=True))
         self._trl = context.trl
         if self._trl:  # transformers' x-axis: a TRL user's panels plot against it
@@ -57,3 +58,16 @@ class WandbTracker:
 
     def close_failed(self) -> None:
         self.run.finish(exit_code=1)
+
+
+def run_identity(context: TrackerContext) -> tuple[str | None, dict[str, Any]]:
+    """The W&B run's name and config. A TRL script's run (``context.trl_run``) is named and
+    configured as transformers' ``WandbCallback`` does it: ``args.run_name`` (None, its default,
+    lets W&B name the run), the model config and ``args.to_dict()`` (and ``model/num_parameters``)
+    as the config, so a TRL user's filters and run tables (``learning_rate``, ``beta``...) find the
+    run; polyrl's own config is kept under ``polyrl``. polyrl's own runs: ``run_name`` and the
+    run config."""
+    trl_run = context.trl_run
+    if trl_run is None:
+        return context.run_name, dict(context.config)
+    return trl_run.run_name, {**trl_run.config, POLYRL_CONFIG_KEY: dict(context.config)}

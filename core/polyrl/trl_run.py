@@ -1,0 +1,81 @@
+"""What transformers' tracker integrations take from a TRL script's trainer when they open their run
+(``polyrl.tracking.TrlRun``): ``args.run_name``, ``args.to_dict()`` over the model config (W&B's
+config), ``args.to_json_string()`` and the model config's JSON (TensorBoard's ``args`` and
+``model_config`` texts).
+
+Why a module of its own: polyrl's trainer never holds TRL's model object (its backend loads the
+folder), so the model config is read as TRL's trainer would hold it: the folder's config loaded in
+the dtype TRL loads it in, or the object's own, with ``use_cache`` as transformers' ``Trainer``
+sets it. Only built for a run that has trackers (``polyrl.trl``).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from polyrl.tracking.spec import TrlRun
+
+
+def trl_run(args: Any, model_object: Any, model_path: str, dtype: str, lora: bool) -> TrlRun | None:
+    """The ``TrlRun`` of a script's ``args`` (a ``trl.GRPOConfig``; None for polyrl's own
+    ``GRPOConfig``, which has no ``to_dict``) and its model: ``model_object`` (None for a folder)
+    or ``model_path`` loaded in ``dtype``. With LoRA (``lora``) transformers adds the PeftModel's
+    ``peft_config`` and counts its adapters in ``model/num_parameters``: both are left out here."""
+    if not callable(getattr(args, "to_dict", None)) or not callable(getattr(args, "to_json_string", None)):
+        return None
+    config = model_config(args, model_object, model_path, dtype)
+    combined: dict[str, Any] = {**(config.to_dict() if config is not None else {}), **args.to_dict()}
+    count = None if lora else num_parameters(model_object, config)
+    if count is not None:
+        combined["model/num_parameters"] = count
+    texts = {"args": args.to_json_string()}
+    if config is not None:
+        texts["model_config"] = config.to_json_string()
+    project = getattr(args, "project", None)
+    return TrlRun(run_name=getattr(args, "run_name", None), project=project if isinstance(project, str) else None,
+                  config=combined, texts=texts)
+
+
+def model_config(args: Any, model_object: Any, model_path: str, dtype: str) -> Any:
+    """The model's config as TRL's trainer holds it (None where polyrl has no folder to read it
+    from: a polyrl model name, a folder without a transformers config): a copy of the object's own, or the folder's loaded in ``dtype``
+    (TRL's ``model_init_kwargs`` dtype, its default float32), and ``use_cache`` set to
+    ``args.use_cache``, as transformers' ``Trainer.__init__`` sets it on the model."""
+    if model_object is not None and getattr(model_object, "config", None) is not None:
+        config = copy.deepcopy(model_object.config)
+    elif Path(model_path).is_dir():
+        import torch
+        from transformers import AutoConfig
+
+        try:
+            config = AutoConfig.from_pretrained(model_path)
+        except Exception:  # noqa: BLE001 - a folder transformers cannot read (a GGUF's): no model config, as
+            return None  # transformers logs none for a model without one; the trackers still open
+        config.dtype = getattr(torch, dtype)
+    else:
+        return None
+    if hasattr(args, "use_cache"):
+        config.use_cache = args.use_cache
+    return config
+
+
+def num_parameters(model_object: Any, config: Any) -> int | None:
+    """transformers' ``model/num_parameters`` (``model.num_parameters()``): the object's, or the
+    architecture's built on the meta device (no memory, no weights read); None when it cannot be
+    built so (transformers leaves it out on an AttributeError too)."""
+    if model_object is not None:
+        counted = getattr(model_object, "num_parameters", None)
+        return int(counted()) if callable(counted) else None
+    if config is None:
+        return None
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(copy.deepcopy(config))  # it may set fields of its own
+        return int(model.num_parameters())
+    except Exception:  # noqa: BLE001 - an architecture transformers cannot build here: left out, as it does
+        return None
