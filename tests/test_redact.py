@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from polyrl.redact import Redactor, display_url, url_secrets
+from polyrl.redact import Redactor, display_url, is_secret_key, url_secrets
 
 pytestmark = pytest.mark.faults
 
@@ -48,3 +48,23 @@ def test_redaction_is_linear_on_hostile_text():
     t0 = time.perf_counter()
     Redactor.of(["secret-value"])(text)
     assert time.perf_counter() - t0 < 1.0
+
+
+@pytest.mark.parametrize(("key", "secret"), [
+    ("api_key", True), ("OPENAI_API_KEY", True), ("token", True), ("hf_token", True), ("access_token", True),
+    ("client_secret", True), ("password", True), ("private_key", True), ("credentials", True),
+    ("max_new_tokens", False), ("max_episode_tokens", False), ("tokenizer", False), ("pad_token", False),
+    ("eos_token", False), ("token_budget", False), ("model", False),
+])
+def test_a_key_is_a_credentials_name_or_not(key, secret):
+    """Token counts once were masked as credentials: every tracker's config showed ``***`` for a run's budgets."""
+    assert is_secret_key(key) is secret
+
+
+def test_logs_mask_credentials_by_key_and_keep_token_counts():
+    from polyrl.logs import _redact
+
+    event = _redact(None, "info", {"event": "start", "max_new_tokens": "64", "hf_token": "hf-secret-1",
+                                   "options": {"access_token": "abc", "tokenizer": "smollm2"}})
+    assert event["max_new_tokens"] == "64" and event["hf_token"] == "***"
+    assert event["options"] == {"access_token": "***", "tokenizer": "smollm2"}

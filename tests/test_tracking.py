@@ -196,6 +196,7 @@ def test_hyperparameters_mask_credentials(tmp_path):
     judge = params["rewards"][1]["options"]
     assert judge["api_key"] == MASK and judge["model"] == "judge" and "pw12345" not in judge["url"]
     assert params["optimizer"]["lr"] == 1e-5 and params["logging"]["completions_per_step"] == 4
+    assert params["generation"]["max_new_tokens"] == 6  # a count of tokens, no credential (it was "***")
     json.dumps(params, allow_nan=False)  # plain, strict data
 
 

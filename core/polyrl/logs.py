@@ -27,9 +27,7 @@ from typing import Any, TextIO
 import structlog
 
 from polyrl.errors import ConfigError
-
-_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
-
+from polyrl.redact import is_secret_key
 
 _SECRET_VALUE = re.compile(r"(Bearer\s+)[^\s\"']+|\b(sk-)[A-Za-z0-9_\-]{6,}", re.IGNORECASE)
 
@@ -37,7 +35,7 @@ _SECRET_VALUE = re.compile(r"(Bearer\s+)[^\s\"']+|\b(sk-)[A-Za-z0-9_\-]{6,}", re
 def _scrub(key: str, value: Any) -> Any:
     """Redact credentials by key name (any depth) and by shape (``Bearer ...``, ``sk-...``)."""
     if isinstance(value, str):
-        if _SECRET_KEY.search(key):
+        if is_secret_key(key):
             return "***"
         return _SECRET_VALUE.sub(lambda m: (m.group(1) or m.group(2)) + "***", value)
     if isinstance(value, dict):

@@ -17,6 +17,18 @@ import attrs
 
 MASK = "***"
 
+#: Keys naming a credential. A key ending in "token" is one (``token``, ``hf_token``, ``access_token``);
+#: a count or name of tokens is not (``max_new_tokens``, ``tokenizer``: they were masked, so logs and
+#: dashboards showed ``***`` for a run's token budgets), nor is a tokenizer's special token.
+_SECRET_KEY = re.compile(r"(?i)(api[_-]?key|private[_-]?key|secret|password|passwd|authorization|credential|token$)")
+_SPECIAL_TOKEN_KEY = re.compile(r"(?i)^(pad|eos|bos|unk|sep|cls|mask|start|end|image|audio|video|think)_token$")
+
+
+def is_secret_key(key: object) -> bool:
+    """Whether a config or log field named ``key`` holds a credential (its value is masked whole)."""
+    name = str(key)
+    return bool(_SECRET_KEY.search(name)) and not _SPECIAL_TOKEN_KEY.match(name)
+
 #: A credential after a scheme's "//": ``https://user:secret@host`` or ``https://TOKEN@host``.
 _USERINFO = re.compile(r"(?i)\b((?:https?|wss?)://)[^/\s@?#]+@")
 #: An echoed ``Authorization`` header: its whole value (scheme and credentials) to the line's end.

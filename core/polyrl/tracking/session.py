@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import math
 import numbers
-import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -30,7 +29,7 @@ from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.plugin_calls import probe_reason
-from polyrl.redact import MASK, Redactor
+from polyrl.redact import MASK, Redactor, is_secret_key
 from polyrl.strict_json import valid_text
 from polyrl.tracking import completions as clog
 from polyrl.tracking.spec import TRACKER_METHODS, Tracker, TrackerContext, TrackerSpec, TrlRun
@@ -339,13 +338,12 @@ def hyperparameters(config: Any) -> dict[str, Any]:
     return strict_json.sanitize(_without_secrets(raw))
 
 
-_SECRET_KEY = re.compile(r"(?i)(api[_-]?key|token|secret|password|passwd|authorization)")
 
 
 def _without_secrets(value: Any) -> Any:
     """Config values under credential-like keys masked (a judge's api_key must not reach a dashboard)."""
     if isinstance(value, dict):
-        return {k: MASK if _SECRET_KEY.search(str(k)) else _without_secrets(v) for k, v in value.items()}
+        return {k: MASK if is_secret_key(k) else _without_secrets(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_without_secrets(v) for v in value]
     return Redactor()(value) if isinstance(value, str) else value
