@@ -147,3 +147,41 @@ def test_a_read_only_polyrl_cache_serves_what_it_holds_and_names_itself_for_what
                               f"'{empty / 'models'}': Read-only file system: {empty / 'models'}. "
                               "Fix: point POLYRL_CACHE at a writable folder (not a file), e.g. POLYRL_CACHE=~/.cache/polyrl")
     assert not any(empty.iterdir())
+
+
+MAX_CACHE_PROBE = """
+import json, os, sys
+from polyrl.errors import ConfigError
+from polyrl_max.engine import configure_environment
+
+seen = {"held": str(configure_environment({}))}  # read-only, its compiled graphs present
+os.environ.pop("MODULAR_CACHE_DIR")  # set by the call above: a user's own would win over POLYRL_CACHE
+os.environ["POLYRL_CACHE"] = sys.argv[1]  # read-only and empty: MAX would compile on every load
+try:
+    seen["empty"] = str(configure_environment({}))
+except ConfigError as exc:
+    seen["empty"] = "error: " + str(exc)
+print(json.dumps(seen))
+"""
+
+
+def test_a_read_only_polyrl_cache_holding_max_graphs_serves_them(tmp_path, monkeypatch):
+    """MAX reads a read-only compile cache (measured with 26.7: "readOnly=true", cache hits), but
+    the backend refused one holding its compiled graphs ("Read-only file system"), as it refused
+    a read-only cache holding the torch backend's models before. An empty one is still one error
+    naming POLYRL_CACHE."""
+    pytest.importorskip("polyrl_max.engine")
+    cache, empty = tmp_path / "cache", tmp_path / "empty"
+    graphs = cache / "max" / ".max_cache" / "mof" / "mef" / "26.7.0"
+    graphs.mkdir(parents=True)
+    (graphs / "a-compiled-graph").write_bytes(b"\0" * 16)
+    empty.mkdir()
+    monkeypatch.setenv("POLYRL_CACHE", str(cache))
+    monkeypatch.delenv("MODULAR_CACHE_DIR", raising=False)
+    result = _read_only_run(MAX_CACHE_PROBE, cache, empty)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["held"] == str(cache / "max")
+    assert "max_cache_read_only" in result.stderr and "POLYRL_CACHE at a writable folder" in result.stderr
+    assert seen["empty"].startswith(f"error: POLYRL_CACHE ({str(empty)!r}) cannot hold polyrl's cache folder "
+                                    f"'{empty / 'max'}'"), seen["empty"]

@@ -244,6 +244,17 @@ def test_disk_full_while_rewinding_completions_at_resume_is_one_error(tiny_model
     assert ckpt.verify(out / "checkpoints" / "step-00000006") is None  # the checkpoint it resumes is kept
 
 
+def test_a_checkpoints_folder_that_cannot_be_made_is_a_write_error_before_the_backend_saves(tmp_path):
+    """``checkpoints`` a file (or a full disk at its mkdir): an OSError traceback, and under a
+    launcher that rank left no error line while its peers sat in the backend's save."""
+    root = tmp_path / "checkpoints"
+    root.write_text("not a folder")
+    called = []
+    with pytest.raises(ckpt.CheckpointWriteError) as err:
+        ckpt.write_checkpoint(root, 1, {"step": 1}, lambda model, state: called.append(model))
+    assert err.value.step == 1 and err.value.disk_problem and called == []
+
+
 def test_a_bit_flip_is_caught_by_the_checksum(tmp_path):
     root = tmp_path / "checkpoints"
     for step in (1, 2):

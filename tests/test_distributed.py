@@ -522,6 +522,41 @@ def test_a_reward_failing_on_one_rank_stops_every_rank_together_with_the_state_s
 
 @TWO_CPUS
 @pytest.mark.faults
+@pytest.mark.slow  # two launched ranks: 30-60 s
+def test_a_checkpoint_write_failing_on_rank_0_stops_every_rank_promptly(tiny_model_dir, tmp_path):
+    """Rank 0's checkpoint write fails before the backend's save (checkpoints/ replaced by a file
+    mid-run), while rank 1 sits in that save's collective (FSDP's gather): rank 0 waited a minute
+    at its exit barrier for rank 1 (and its mkdir error was a traceback with no error line). Now
+    it leaves at once, its closed connection stops rank 1, and the launcher prints rank 0's line."""
+    import time
+
+    (tmp_path / "breaker.py").write_text(
+        "import os, shutil\nfrom pathlib import Path\ncalls = []\n"
+        "def breaker(prompts, completions, **kw):\n"
+        "    calls.append(1)\n"
+        "    if os.environ['RANK'] == '0' and len(calls) == 1:  # during step 1, before its checkpoint\n"
+        f"        (Path({str(tmp_path / 'run')!r}) / 'checkpoints').write_text('not a folder')\n"
+        "    return [float(len(c[0]['content']) % 3) for c in completions]\n")
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'[model]\npath = "{tiny_model_dir}"\ndevice = "cpu"\n[backends.options]\nfsdp = true\n'
+        '[generation]\ngroup_size = 2\nmax_new_tokens = 4\n[data]\ntask = "arithmetic"\n'
+        f'[[rewards]]\nfunction = "{tmp_path / "breaker.py"}:breaker"\n'
+        f'[train]\nsteps = 3\nprompts_per_step = 2\nthreads = 1\ncheckpoint_every = 1\n'
+        f'output_dir = "{tmp_path / "run"}"\n')
+    done = _launch_until_done([sys.executable, "-m", "polyrl.cli", "launch", "--nproc-per-node", "2", str(config)])
+    ended = time.time()
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert done.returncode == 2 and len(errors) == 1, done.stderr[-3000:]
+    assert errors[0].startswith("error: rank 0 failed first: cannot write the checkpoint of step 1"), errors[0]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    log_folder = Path(done.stderr.split("torchrun's own is in ")[1].split()[0]).parent
+    failed_at = json.loads((log_folder / "rank-0.json").read_text())["time"]
+    assert ended - failed_at < 30, f"the launch ended {ended - failed_at:.0f} s after rank 0 failed"  # was > 60
+
+
+@TWO_CPUS
+@pytest.mark.faults
 @pytest.mark.slow  # two launched ranks: 12-20 s
 def test_ranks_that_loaded_other_reward_code_refuse_to_start_together(tiny_model_dir, tmp_path):
     """A reward file edited between the ranks' starts (here: code that differs by rank) is one error

@@ -7,6 +7,9 @@ seconds from the compile cache after. Every engine here uses the same tiny model
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -380,6 +383,38 @@ def test_a_second_engine_loads_from_the_compile_cache(gen, tiny_model_dir):
     again = make_engine(tiny_model_dir)
     assert again.raw.compiled is False  # no new compiled graph in the cache
     assert again.raw.load_seconds < 120  # minutes when compiling; seconds from the cache
+
+
+READ_ONLY_LOAD = """
+import json, sys
+from polyrl.engine import Engine
+from polyrl.registry import get_registry
+from polyrl.types import EngineConfig
+
+engine = Engine(get_registry(), "max", EngineConfig(model=sys.argv[1], role="generate", threads=1))
+print(json.dumps({"compiled": engine.raw.compiled}))
+"""
+
+
+@pytest.mark.slow  # a MAX load in a child process: 30-60 s on 2 cores
+def test_a_read_only_polyrl_cache_holding_the_graphs_loads_from_them(gen, tiny_model_dir, tmp_path, monkeypatch):
+    """The compile cache ``gen`` used, copied into a POLYRL_CACHE mounted read-only (a shared
+    cache, one baked into an image): the engine loads from its graphs (MAX reads a read-only
+    cache); the write check refused it before MAX was asked."""
+    import shutil
+
+    from test_cache_env import _read_only_run
+
+    from polyrl.cache import default_cache_dir
+
+    cache = tmp_path / "cache"
+    shutil.copytree(default_cache_dir() / "max", cache / "max", symlinks=True)
+    monkeypatch.setenv("POLYRL_CACHE", str(cache))
+    monkeypatch.delenv("MODULAR_CACHE_DIR", raising=False)
+    result = _read_only_run(READ_ONLY_LOAD, cache, Path(tiny_model_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.splitlines()[-1]) == {"compiled": False}  # its graphs, no compile
+    assert "max_cache_read_only" in result.stderr
 
 
 @pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it

@@ -54,7 +54,7 @@ def test_a_cross_filesystem_move_copies_then_deletes(tmp_path, monkeypatch):
     assert (aside / "metrics.jsonl").read_text() == '{"step": 0}\n'
     assert sorted(renamed) == ["checkpoints", "metrics.jsonl", "model"]  # each copy renamed into place
     assert not any(p.exists() for p in items)  # the originals went only after their copies were whole
-    assert sorted(p.name for p in aside.iterdir()) == ["checkpoints", "metrics.jsonl", "model"]
+    assert sorted(p.name for p in aside.iterdir()) == [".copied-stats.json", "checkpoints", "metrics.jsonl", "model"]
 
 
 def test_a_copy_that_fails_half_way_loses_nothing(tmp_path, monkeypatch):

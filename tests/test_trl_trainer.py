@@ -206,8 +206,9 @@ def test_trainer_model_is_the_folders_model_before_and_the_trained_one_after(tin
 def test_a_trainer_keeps_its_own_trained_model_after_a_later_run_in_its_output_dir(tiny_model_dir, tmp_path):
     """Trainer A trains, then trainer B trains in the same output_dir (B's start sets A's run aside
     into previous/ and writes its own model/): A's save_model(), model and evaluate() read
-    output_dir/model, B's weights, without a word. They read A's own, where B set it aside; and
-    with that copy gone too, one error naming the call and the fix."""
+    output_dir/model, B's weights, without a word, and A's save_metrics()/save_state() wrote over
+    B's files. They read (and write) A's own run, where B set it aside; and with that copy gone
+    too, one error naming the call and the fix."""
     import shutil
 
     import torch
@@ -217,10 +218,24 @@ def test_a_trainer_keeps_its_own_trained_model_after_a_later_run_in_its_output_d
                         train_dataset=_dataset())
     first.train()
     mine = _weights(tmp_path / "run" / "model")
-    GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=1, learning_rate=5e-2),
-                train_dataset=_dataset()).train()
+    second = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short],
+                         args=_args(tmp_path, max_steps=1, learning_rate=5e-2), train_dataset=_dataset())
+    second.train()
     theirs = _weights(tmp_path / "run" / "model")
     assert any(not torch.equal(theirs[k], mine[k]) for k in mine)
+    # A's save_metrics()/save_state() after B's: old code wrote them over B's files in output_dir
+    second.save_metrics("train", {"train_loss": 2.0})
+    second.save_state()
+    first.state.log_history.append({"mine": 1})
+    first.save_metrics("train", {"train_loss": 1.0})
+    first.save_state()
+    (aside,) = (tmp_path / "run" / "previous").iterdir()
+    for folder, loss, trainer in ((tmp_path / "run", 2.0, second), (aside, 1.0, first)):
+        assert json.loads((folder / "all_results.json").read_text()) == {"train_loss": loss}
+        assert json.loads((folder / "train_results.json").read_text()) == {"train_loss": loss}
+        state = json.loads((folder / "trainer_state.json").read_text())
+        assert state["log_history"] == json.loads(json.dumps(trainer.state.log_history))
+    assert (aside / "model").is_dir() and (aside / "metrics.jsonl").is_file()  # beside A's own run
     first.save_model(str(tmp_path / "saved"))
     saved = _weights(tmp_path / "saved")
     assert all(torch.equal(saved[k], v) for k, v in mine.items())
@@ -234,6 +249,11 @@ def test_a_trainer_keeps_its_own_trained_model_after_a_later_run_in_its_output_d
                                      "was replaced by a later run in the same output_dir")
     assert "own output_dir (GRPOConfig(output_dir=...))" in err.value.fix
     assert not (tmp_path / "saved-again").exists()
+    before = (tmp_path / "run" / "trainer_state.json").read_text()
+    with pytest.raises(ConfigError) as err:  # A's run is gone: its files are not written over B's
+        first.save_state()
+    assert err.value.field == "save_state" and "replaced by a later run" in str(err.value)
+    assert (tmp_path / "run" / "trainer_state.json").read_text() == before
 
 
 def test_peft_config_is_polyrls_lora(tiny_model_dir, tmp_path):

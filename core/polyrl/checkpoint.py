@@ -217,10 +217,12 @@ def write_checkpoint(
     saves the backend's part. On any failure the partial directory is removed and the previous
     checkpoints are untouched (the caller prunes only after success)."""
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     final = checkpoint_dir(root, step)
     tmp = root / f".tmp-{final.name}"
     try:
+        # in here: a checkpoints/ that cannot be made (a full disk, a file of that name) was an
+        # OSError traceback, and under a launcher no error line of this rank's
+        root.mkdir(parents=True, exist_ok=True)
         if tmp.is_dir() and not tmp.is_symlink():
             shutil.rmtree(tmp)
         elif tmp.exists() or tmp.is_symlink():  # a file or link of that name failed every later save

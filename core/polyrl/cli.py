@@ -596,7 +596,15 @@ def main(argv: list[str] | None = None) -> int:
         from polyrl.thread_origins import record_starts
 
         record_starts()
-    code = _main(argv)
+    from polyrl import exit_status
+
+    try:
+        code = _main(argv)
+    except BaseException:  # a traceback: the exit handlers see a failure (exit_status)
+        exit_status.mark_failed()
+        raise
+    if code != 0:
+        exit_status.mark_failed()
     if argv is None:
         _leave_past_held_threads(code, EXIT_GRACE_S)
     return code

@@ -8,7 +8,10 @@ bounds it: the newest N are kept, 0 deletes the earlier run instead.
 
 ``previous/`` may be on another filesystem (a symlink to a bigger disk): a rename there fails with
 EXDEV, so the item is copied whole beside its destination, renamed into place, and only then deleted
-where it was; a copy that fails half-way is removed and the original stays.
+where it was; a copy that fails half-way is removed and the original stays. A copied folder's files
+as they were (path, size, mtime) are written beside it (``COPIED_STATS``): the other filesystem may
+keep coarser mtimes (FAT: 2 s), and a trainer that knows its model by those stats
+(``trl_saves.trained_model``) still finds it there.
 
 Only folders named here (``20250101T120000Z``, ``20250101T120000Z-2`` for a second run set aside
 within the same second) are ever deleted; anything else in ``previous/`` is left alone. A folder
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import json
 import re
 import shutil
 import time
@@ -48,6 +52,33 @@ _NAME = re.compile(r"(\d{8}T\d{6}Z)(?:-([1-9]\d{0,8}))?")
 #: its files left part of it in a timestamp folder that the next start's prune counted as a whole
 #: run and deleted (with ``keep_previous_runs = 1``, the checkpoints). This name is never deleted.
 STAGING = ".setting-aside-"
+#: In a folder of previous/: each folder copied there across filesystems -> its files' stats as
+#: they were before the copy (``file_stats``), which the copy may not keep exactly.
+COPIED_STATS = ".copied-stats.json"
+
+#: a folder's files: (relative path, size, mtime in ns) each, sorted
+FileStats = tuple[tuple[str, int, int], ...]
+
+
+def file_stats(folder: Path) -> FileStats:
+    """``folder``'s files (relative path, size, mtime in ns), sorted; empty when it cannot be read.
+    Stats only: no file is read."""
+    try:
+        return tuple(sorted((str(p.relative_to(folder)), st.st_size, st.st_mtime_ns)
+                            for p in folder.rglob("*") if p.is_file() for st in (p.stat(),)))
+    except OSError:
+        return ()
+
+
+def copied_stats(copy: Path) -> FileStats | None:
+    """The stats ``copy`` (a folder in a previous/ run) had before it was copied there across
+    filesystems, as ``_move_in`` recorded them; None when it was renamed (stats kept) or the
+    record is missing or unreadable."""
+    try:
+        recorded = json.loads((copy.parent / COPIED_STATS).read_text()).get(copy.name)
+        return tuple((str(rel), int(size), int(mtime)) for rel, size, mtime in recorded)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
 
 
 class SetAsideError(PolyrlError):
@@ -191,6 +222,7 @@ def _move_in(items: Iterable[Path], aside: Path) -> list[Path]:
     """``move_aside`` up to the deletion of the originals of copies, which it returns."""
     renamed: list[tuple[Path, Path]] = []
     copied: list[tuple[Path, Path]] = []
+    stats: dict[str, FileStats] = {}
     try:
         for item in items:
             if not (item.exists() or item.is_symlink()):
@@ -203,9 +235,17 @@ def _move_in(items: Iterable[Path], aside: Path) -> list[Path]:
             except OSError as exc:
                 if exc.errno != errno.EXDEV:
                     raise
+            if item.is_dir() and not item.is_symlink():
+                stats[item.name] = file_stats(item)
             _copy(item, dest)
             copied.append((item, dest))
+        if stats:
+            (aside / COPIED_STATS).write_text(json.dumps(stats))
     except OSError as exc:
+        try:
+            (aside / COPIED_STATS).unlink(missing_ok=True)
+        except OSError:
+            pass  # a stray record; set_aside leaves the folder it is in
         back = ("the earlier run was left where it was" if _undo(renamed, copied)
                 else f"part of the earlier run is in {aside}, the rest where it was")
         raise SetAsideError(f"could not move {item} into {aside.parent} ({exc.strerror or exc}); {back}, "

@@ -650,6 +650,13 @@ class GRPOTrainer:
                               field=asked, fix="call trainer.train() first, or give the model as a folder")
         return Path(self.model_path)
 
+    def _run_folder(self, asked: str) -> Path:
+        """Where this trainer's run files go: the output_dir, or after ``train()`` the folder its run
+        is in now (``trl_saves.run_folder``: a later run there moved it into ``previous/``)."""
+        if self.summary is not None and "model" in self.summary:
+            return trl_saves.run_folder(Path(self.summary["model"]), self._trained_identity, asked)
+        return Path(self.grpo_config.output_dir)
+
     @property
     def processing_class(self) -> Any:
         """The tokenizer polyrl tokenizes with: the one given, else the model folder's (after
@@ -741,8 +748,9 @@ class GRPOTrainer:
             print(f"  {key.ljust(width)} = {metrics[key]}")
 
     def save_metrics(self, split: str, metrics: dict[str, Any], combined: bool = True) -> None:
-        """Write ``output_dir/{split}_results.json`` (and merge into ``all_results.json``), as transformers does."""
-        folder = Path(self.grpo_config.output_dir)
+        """Write ``output_dir/{split}_results.json`` (and merge into ``all_results.json``), as transformers does;
+        after a later run in that output_dir, where it set this trainer's run aside (``_run_folder``)."""
+        folder = self._run_folder("save_metrics")
         folder.mkdir(parents=True, exist_ok=True)
         # each file replaced whole (strict_json's temp file and rename): a write cut short (a kill, a
         # full disk) left all_results.json half written, and every later save_metrics a JSONDecodeError
@@ -753,8 +761,9 @@ class GRPOTrainer:
             strict_json.rewrite_lines(everything, [json.dumps({**merged, **metrics}, indent=4, sort_keys=True)])
 
     def save_state(self) -> None:
-        """Write ``output_dir/trainer_state.json`` (``state.save_to_json``), as transformers does."""
-        folder = Path(self.grpo_config.output_dir)
+        """Write ``output_dir/trainer_state.json`` (``state.save_to_json``), as transformers does; after a
+        later run in that output_dir, where it set this trainer's run aside (``_run_folder``)."""
+        folder = self._run_folder("save_state")
         folder.mkdir(parents=True, exist_ok=True)
         self.state.save_to_json(str(folder / "trainer_state.json"))
 

@@ -12,7 +12,8 @@ is the newest saver and trains.
 The trained model is checked too (``trained_model``): a later run in the same output_dir (another
 trainer of this process, or another process once this one's run had ended) sets this run's
 ``model/`` aside into ``previous/`` and writes its own there, and this trainer's ``evaluate()``,
-``save_model()`` and ``model`` read that other run's weights without a word.
+``save_model()`` and ``model`` read that other run's weights without a word; its
+``save_metrics()`` and ``save_state()`` wrote over that run's files (``run_folder``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from polyrl import previous_runs
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.previous_runs import PREVIOUS_DIR
@@ -28,7 +30,7 @@ from polyrl.previous_runs import PREVIOUS_DIR
 log = get_logger("polyrl.trl")
 
 #: what tells one exported model folder from another: each file's relative path, size and mtime
-Identity = tuple[tuple[str, int, int], ...]
+Identity = previous_runs.FileStats
 
 #: resolved output_dir -> the token of the trainer that saved there last (this process)
 _LAST_SAVER: dict[str, str] = {}
@@ -59,28 +61,36 @@ def check_still_ours(output_dir: str | Path, token: str | None, folders: Sequenc
 
 def model_identity(folder: Path) -> Identity:
     """``folder``'s files (relative path, size, mtime in ns), sorted; empty when it cannot be read.
-    A rename into ``previous/`` keeps them, and a copy across filesystems keeps sizes and mtimes
-    (``copy2``); another run's export has its own checkpoint's mtimes. Stats only: no weights read."""
-    try:
-        return tuple(sorted((str(p.relative_to(folder)), st.st_size, st.st_mtime_ns)
-                            for p in folder.rglob("*") if p.is_file() for st in (p.stat(),)))
-    except OSError:
-        return ()
+    A rename into ``previous/`` keeps them; a copy across filesystems records them beside the copy
+    (``previous_runs.copied_stats``), since that filesystem may keep coarser mtimes; another run's
+    export has its own checkpoint's mtimes. Stats only: no weights read."""
+    return previous_runs.file_stats(folder)
 
 
-def trained_model(folder: Path, identity: Identity, asked: str) -> Path:
-    """The folder holding the model this trainer's run exported to ``folder`` (``output_dir/model``):
-    ``folder`` while it is still that export, else the copy a later run there set aside under
-    ``output_dir/previous/`` (said in a warning); a ``ConfigError`` naming ``asked`` when neither
-    holds it (replaced, and not kept)."""
-    if identity and model_identity(folder) == identity:
-        return folder
+def _is_copy_of(copy: Path, identity: Identity) -> bool:
+    """Whether ``copy`` (a model folder in a previous/ run) is the export ``identity`` describes:
+    the same stats, or (copied across filesystems) recorded so, with the same files and sizes."""
+    if model_identity(copy) == identity:
+        return True
+    recorded = previous_runs.copied_stats(copy)
+    return recorded == identity and [f[:2] for f in model_identity(copy)] == [f[:2] for f in identity]
+
+
+def _kept_at(folder: Path, identity: Identity, asked: str) -> Path:
+    """``folder`` while it is still this run's export, else its copy under ``previous/``; a
+    ``ConfigError`` naming ``asked`` when neither is (or when no identity was recorded)."""
     previous = folder.parent / PREVIOUS_DIR
+    if not identity:  # said so: "replaced by a later run" sent the user after a run that never was
+        raise ConfigError(
+            f"this trainer could not list the files of the model its run exported ({folder}) when train() "
+            f"returned, so it cannot tell that model from another run's: {asked} would not know which to use",
+            field=asked,
+            fix=f"make {folder} readable (check its permissions and disk), then call this trainer's train() again")
+    if model_identity(folder) == identity:
+        return folder
     aside = sorted(previous.glob(f"*/{folder.name}"), reverse=True) if previous.is_dir() else []
-    found = next((p for p in aside if identity and model_identity(p) == identity), None)
+    found = next((p for p in aside if _is_copy_of(p, identity)), None)
     if found is not None:
-        log.warning(f"{asked}: a later run in the same output_dir replaced {folder}; this trainer's trained model "
-                    f"is read where that run set it aside", path=str(found))
         return found
     raise ConfigError(
         f"the model this trainer trained ({folder}) was replaced by a later run in the same output_dir "
@@ -90,4 +100,28 @@ def trained_model(folder: Path, identity: Identity, asked: str) -> Path:
             "train() again")
 
 
-__all__ = ["Identity", "check_still_ours", "claim", "model_identity", "trained_model"]
+def trained_model(folder: Path, identity: Identity, asked: str) -> Path:
+    """The folder holding the model this trainer's run exported to ``folder`` (``output_dir/model``):
+    ``folder`` while it is still that export, else the copy a later run there set aside under
+    ``output_dir/previous/`` (said in a warning); a ``ConfigError`` naming ``asked`` when neither
+    holds it (replaced, and not kept)."""
+    found = _kept_at(folder, identity, asked)
+    if found != folder:
+        log.warning(f"{asked}: a later run in the same output_dir replaced {folder}; this trainer's trained model "
+                    f"is read where that run set it aside", path=str(found))
+    return found
+
+
+def run_folder(folder: Path, identity: Identity, asked: str) -> Path:
+    """Where this trainer's run files are (``save_metrics``, ``save_state`` write beside them): the
+    output_dir while its ``model/`` (``folder``) is this run's export, else the ``previous/``
+    folder a later run moved this run into (said in a warning). Why: written to the output_dir
+    they replaced the later run's trainer_state.json and merged into its all_results.json."""
+    found = _kept_at(folder, identity, asked).parent
+    if found != folder.parent:
+        log.warning(f"{asked}: a later run in the same output_dir set this trainer's run aside; its files are "
+                    f"written there, beside this trainer's trained model", path=str(found))
+    return found
+
+
+__all__ = ["Identity", "check_still_ours", "claim", "model_identity", "run_folder", "trained_model"]

@@ -92,9 +92,7 @@ def configure_environment(options: Mapping[str, Any]) -> Path:
     if wanted is None and os.environ.get("MODULAR_CACHE_DIR"):
         return Path(os.environ["MODULAR_CACHE_DIR"])
     if wanted is None:
-        from polyrl.cache import cache_subdir
-
-        wanted = cache_subdir("max")  # a bad POLYRL_CACHE: one error line naming it
+        wanted = _polyrl_cache_folder()  # a bad POLYRL_CACHE: one error line naming it
     folder = Path(wanted).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
     current = os.environ.get("MODULAR_CACHE_DIR")
@@ -103,6 +101,27 @@ def configure_environment(options: Mapping[str, Any]) -> Path:
                     why="MAX was already imported in this process with another cache folder")
         return Path(current)
     os.environ["MODULAR_CACHE_DIR"] = str(folder)
+    return folder
+
+
+def _polyrl_cache_folder() -> Path:
+    """``POLYRL_CACHE/max``, checked writable; a read-only one that already holds compiled graphs
+    (a shared cache, one baked into an image) is used as it is, with a warning. Why: MAX reads a
+    read-only cache (it compiles only what is missing there, without caching it), but the write
+    check refused it, as the torch backend no longer refuses a read-only cache holding its models.
+    Without compiled graphs the write check's error stands: every load would compile again."""
+    from polyrl.cache import CACHE_ENV, cache_subdir, default_cache_dir
+
+    try:
+        return cache_subdir("max")
+    except ConfigError:
+        folder = default_cache_dir() / "max"
+        if not folder.is_dir() or _compiled_artifacts(folder) == 0:
+            raise
+    log.warning("max_cache_read_only", cache=str(folder),
+                note="MAX reads the compiled graphs there; a model, max_length or dtype not compiled there yet "
+                     "compiles on every load (1-3 min on CPU) and is not cached",
+                fix=f"point {CACHE_ENV} at a writable folder to cache new graphs")
     return folder
 
 

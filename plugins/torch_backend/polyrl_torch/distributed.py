@@ -17,12 +17,15 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+from polyrl import exit_status
 
 
 def env_world_size() -> int:
@@ -75,6 +78,20 @@ def init_from_env(device: torch.device, timeout_s: float = 1800.0) -> None:
     with bounded("init_process_group"):
         dist.init_process_group(backend=backend, timeout=timedelta(seconds=_timeout_s))
     atexit.register(_leave)
+    _failing_on_uncaught()
+
+
+def _failing_on_uncaught() -> None:
+    """An uncaught exception (a script's, e.g. a TRL script's ``trainer.train()``) marks this
+    process failed before the exit handlers run (``exit_status``); ``polyrl`` commands mark their
+    own non-zero exits."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: object) -> None:
+        exit_status.mark_failed()
+        previous(kind, value, tb)  # type: ignore[arg-type]
+
+    sys.excepthook = hook
 
 
 def is_timeout(exc: BaseException) -> bool:
@@ -118,6 +135,8 @@ def _leave() -> None:
     """
     if not dist.is_initialized() or _timed_out:  # after a timeout a peer is stuck: nothing to meet
         return
+    if exit_status.failed():  # leaving on an error: peers may sit in a collective this rank never joins
+        return  # they waited EXIT_BARRIER_S for it; now its closed connection stops them at once
     if dist.get_backend() == "gloo" and not _met_at_barrier(EXIT_BARRIER_S):
         return  # destroying the group would block on the same peers
     dist.destroy_process_group()

@@ -1,0 +1,81 @@
+"""trl_saves: a GRPOTrainer knows its trained model by its files' stats, also where a later run
+copied it into a previous/ on another filesystem that keeps coarser mtimes; and a trainer with no
+record of its model says so rather than blame a later run."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from polyrl import trl_saves
+from polyrl.errors import ConfigError
+from polyrl.previous_runs import set_aside
+
+
+def _export(out: Path, weights: str = "trained weights A", when: int = 1_700_000_000_123_456_789) -> Path:
+    """A run's exported model/ with these mtimes (ns, sub-second parts kept)."""
+    model = out / "model"
+    (model / "sub").mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "sub" / "weights.bin").write_text(weights)
+    for i, path in enumerate((model / "config.json", model / "sub" / "weights.bin")):
+        os.utime(path, ns=(when + i, when + i))
+    return model
+
+
+def _cross_device(monkeypatch: pytest.MonkeyPatch, out: Path) -> None:
+    """Renames out of ``out`` fail as between filesystems (EXDEV, faked): set_aside copies."""
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if Path(src).parent == out:
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), str(src), None, str(dst))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+def _coarse_mtimes(folder: Path) -> None:
+    """What a filesystem keeping 2-second mtimes (FAT, some network mounts) makes of the copy's."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            mtime = path.stat().st_mtime_ns // 2_000_000_000 * 2_000_000_000
+            os.utime(path, ns=(mtime, mtime))
+
+
+def test_a_model_copied_to_a_filesystem_with_coarse_mtimes_is_still_found(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    identity = trl_saves.model_identity(_export(out))
+    _cross_device(monkeypatch, out)
+    aside = set_aside(out, [out / "model"], keep=1)
+    _coarse_mtimes(aside / "model")
+    assert trl_saves.model_identity(aside / "model") != identity  # what old code compared, and refused
+    _export(out, "trained weights B", when=1_700_000_100_000_000_000)  # the later run's own, same sizes
+    assert trl_saves.trained_model(out / "model", identity, "save_model") == aside / "model"
+    assert trl_saves.run_folder(out / "model", identity, "save_state") == aside
+
+
+def test_a_recorded_copy_whose_files_differ_is_not_taken_for_the_model(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    identity = trl_saves.model_identity(_export(out))
+    _cross_device(monkeypatch, out)
+    aside = set_aside(out, [out / "model"], keep=1)
+    (aside / "model" / "sub" / "weights.bin").write_text("cut")  # the record no longer describes the copy
+    with pytest.raises(ConfigError) as err:
+        trl_saves.trained_model(out / "model", identity, "save_model")
+    assert "was replaced by a later run" in str(err.value)
+
+
+def test_no_recorded_identity_is_said_as_such(tmp_path):
+    """An empty identity (the model folder could not be listed when train() returned): old code
+    said a later run had replaced the model, with no later run at all."""
+    model = _export(tmp_path / "run")
+    with pytest.raises(ConfigError) as err:
+        trl_saves.trained_model(model, (), "evaluate")
+    assert err.value.field == "evaluate"
+    assert str(err.value).startswith(f"evaluate: this trainer could not list the files of the model its run "
+                                     f"exported ({model})")
+    assert "later run" not in str(err.value) and "readable" in err.value.fix
