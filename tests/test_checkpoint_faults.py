@@ -253,6 +253,8 @@ def test_a_checkpoints_folder_that_cannot_be_made_is_a_write_error_before_the_ba
     with pytest.raises(ckpt.CheckpointWriteError) as err:
         ckpt.write_checkpoint(root, 1, {"step": 1}, lambda model, state: called.append(model))
     assert err.value.step == 1 and err.value.disk_problem and called == []
+    # the file is named as what is in the way, and the fix moves it (it was "File exists", fix: free space)
+    assert f"{root} is in the way" in err.value.reason and err.value.fix == f"move or delete the file {root}"
 
 
 def test_a_bit_flip_is_caught_by_the_checksum(tmp_path):

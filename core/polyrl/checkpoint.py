@@ -143,12 +143,25 @@ def limit_problem(exc: BaseException, largest: tuple[str, int] | None = None) ->
     return None
 
 
+def in_the_way(exc: BaseException) -> tuple[str, str] | None:
+    """(the reason, the fix) when a file stands where the run needs a folder (EEXIST from a mkdir,
+    ENOTDIR below it), else None. Why: ``checkpoints`` made a file said "File exists. Fix: free
+    space or make train.output_dir writable", neither of which moves the file."""
+    code = _errno(exc)
+    os_error = _os_error(exc)
+    name = getattr(os_error, "filename", None)
+    if code not in (errno.EEXIST, errno.ENOTDIR) or not name:
+        return None
+    return (f"{name} is in the way: a file stands where a folder is needed ({os.strerror(code)})",
+            f"move or delete the file {name}")
+
+
 def _why(exc: Exception, root: Path, partial: Path) -> tuple[str, bool, str | None]:
     """(a readable reason, whether it is the disk's fault, the fix when a limit is the cause) for a
     failed write, judged before the ``partial`` directory is deleted (deleting it frees the space
     again). Why: a file-size limit (RLIMIT_FSIZE, ``ulimit -f``) or quota hit inside torch.save was
     only "unexpected pos 798720 vs 798612", blamed on the backend, with no fix."""
-    limited = limit_problem(exc, _largest_file(partial))
+    limited = limit_problem(exc, _largest_file(partial)) or in_the_way(exc)
     if limited is not None:
         return limited[0], True, limited[1]
     code = _errno(exc)
