@@ -244,6 +244,7 @@ class GRPOTrainer:
         self._model_object = None if isinstance(model, (str, Path)) else model
         self.policy = api.Agent(self.model_path, backend=backend, lora=peft_config, dtype=dtype,
                                 compute_dtype=api.trl_compute_dtype(self.grpo_config, backend))
+        api.check_trl_dropout(self.grpo_config, self.policy)  # TRL's disable_dropout, as run_config checks it
         # bf16 is the policy's now: run_config would read it again (a second warning on MLX)
         self.grpo_config = attrs.evolve(self.grpo_config, _trl_bf16=False)
         self._peft_config = peft_config
