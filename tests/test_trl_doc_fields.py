@@ -63,6 +63,13 @@ def test_vllm_fields_without_use_vllm_are_unread_as_in_trl(kwargs):
     assert not any(key.startswith("algorithm.mismatch") for key in base)
 
 
+def test_ds3_gather_for_generation_without_deepspeed_is_unread_as_in_trl():
+    """TRL passes ds3_gather_for_generation to its generation's unwrap, which reads it under
+    DeepSpeed ZeRO-3 only; from_trl refused it in a run without a deepspeed config."""
+    base = api.GRPOConfig.from_trl(trl.GRPOConfig(use_cpu=True)).settings
+    assert api.GRPOConfig.from_trl(trl.GRPOConfig(use_cpu=True, ds3_gather_for_generation=False)).settings == base
+
+
 def test_vllm_fields_with_use_vllm_are_still_refused_with_it():
     with pytest.raises(ConfigError, match="its own generate backend") as info:
         api.GRPOConfig.from_trl(trl.GRPOConfig(use_cpu=True, use_vllm=True, vllm_importance_sampling_mode="token_mask"))

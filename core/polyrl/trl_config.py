@@ -85,6 +85,8 @@ def _refuse_unsupported(trl_config: Any, agent: bool = False) -> None:
     fields = [f for f in dataclasses.fields(trl_config) if f.init]
     if not getattr(trl_config, "use_vllm", False):  # TRL reads them only with vLLM
         handled |= {f.name for f in fields if f.name.startswith(VLLM_PREFIX)}
+    if not getattr(trl_config, "deepspeed", None):  # read by TRL's generation under DeepSpeed ZeRO-3 only
+        handled.add("ds3_gather_for_generation")
     kept = {f.name: getattr(trl_config, f.name) for f in fields if f.name in handled}
     try:  # TRL's own defaults for everything else, derived from the same handled values
         reference = type(trl_config)(**kept)
