@@ -5,6 +5,7 @@ always turns the model's own dropout off, so only a run where TRL's would differ
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -135,3 +136,44 @@ def test_disable_dropout_with_lora_dropout_is_one_error_naming_both(tiny_model_d
     # TRL's default keeps the adapters' dropout, as polyrl does
     GRPOTrainer(model=tiny_model_dir, reward_funcs=short, args=_args(tmp_path), train_dataset=_dataset(),
                 peft_config=peft.LoraConfig(r=4, lora_dropout=0.05))
+
+
+# --- a streaming train_dataset ------------------------------------------------------------------------
+
+def _stream(n: int):
+    rows = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(n)]
+    return datasets.Dataset.from_list(rows).to_iterable_dataset()
+
+
+def _step_prompts(tmp_path: Path) -> list[list[str]]:
+    lines = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
+    steps = sorted({line["step"] for line in lines})
+    return [list(dict.fromkeys(line["prompt"] for line in lines if line["step"] == step)) for step in steps]
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_a_streaming_train_dataset_trains_on_the_prompts_trl_streams_in_its_order(tiny_model_dir, tmp_path,
+                                                                                     shuffle):
+    """TRL 1.16 trains on an IterableDataset with max_steps set: get_train_dataloader streams it
+    through IterableDataset.shuffle(seed=args.seed) (under shuffle_dataset), one generation batch
+    after another. polyrl refused it; it now trains those prompts in those steps."""
+    args = _args(tmp_path, max_steps=2, shuffle_dataset=shuffle)  # 4 completions in groups of 2: 2 prompts a step
+    stream = _stream(12)
+    ordered = stream.shuffle(seed=args.seed) if shuffle else stream
+    expected = [row["prompt"] for row in itertools.islice(iter(ordered), 4)]
+    if shuffle:
+        assert expected != [f"What is {i} + 1?" for i in range(4)]  # the buffered shuffle moved them
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=short, args=args, train_dataset=stream)
+    assert trainer.train().global_step == 2
+    assert _step_prompts(tmp_path) == [expected[:2], expected[2:]]
+    # transformers' epoch for a stream without a length: the updates over max_steps
+    assert [m["epoch"] for m in trainer.state.log_history[:2]] == [0.5, 1.0]
+
+
+def test_a_stream_without_max_steps_or_shorter_than_it_is_one_error(tiny_model_dir, tmp_path):
+    with pytest.raises(ConfigError, match="without max_steps") as info:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=short, args=_args(tmp_path, max_steps=-1), train_dataset=_stream(8))
+    assert info.value.field == "train_dataset"
+    with pytest.raises(ConfigError, match="an IterableDataset of 3 rows, and max_steps = 2 reads 4 prompts") as info:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=short, args=_args(tmp_path, max_steps=2), train_dataset=_stream(3))
+    assert info.value.field == "train_dataset"
