@@ -556,7 +556,8 @@ def test_an_eval_dataset_is_unread_under_eval_strategy_no_and_needed_under_anoth
 def test_missing_rewards_or_dataset_and_an_iterable_dataset_are_one_error_each(tiny_model_dir, tmp_path):
     for kwargs, field in [({"train_dataset": _dataset()}, "reward_funcs"),
                           ({"reward_funcs": [short]}, "train_dataset"),
-                          ({"reward_funcs": [short], "train_dataset": _dataset().to_iterable_dataset()},
+                          # a stream shorter than max_steps reads (2 steps of 2 prompts; tests/test_trl_doc_fields.py)
+                          ({"reward_funcs": [short], "train_dataset": _dataset(3).to_iterable_dataset()},
                            "train_dataset")]:
         with pytest.raises(ConfigError) as err:
             GRPOTrainer(model=tiny_model_dir, args=_args(tmp_path), **kwargs)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -163,6 +164,9 @@ class GRPOConfig:
     #: set by ``from_trl``: TRL's ``bf16`` (its default True), which ``run_config`` reads as the
     #: policy's compute dtype on its backend (``trl_compute_dtype``) where the ``Agent`` sets none
     _trl_bf16: bool = attrs.field(default=False, repr=False, alias="_trl_bf16")
+    #: set by ``from_trl``: TRL's ``disable_dropout``, checked against the policy's dropout
+    #: (``check_trl_dropout``); None for polyrl's own config
+    _trl_disable_dropout: bool | None = attrs.field(default=None, repr=False, alias="_trl_disable_dropout")
 
     def __new__(cls, *args: Any, **kwargs: Any) -> GRPOConfig:
         _refuse_unknown_arguments(kwargs)
@@ -197,7 +201,8 @@ class GRPOConfig:
         settings = {k: v for k, v in kept.items() if k not in _ARGUMENTS}
         if "train.epochs" in values:
             arguments["steps"] = 1  # replaced by epochs once the prompts are known
-        config = cls(**arguments, settings=settings, _from_trl=True, _trl_bf16=bool(getattr(trl_config, "bf16", False)))
+        config = cls(**arguments, settings=settings, _from_trl=True, _trl_bf16=bool(getattr(trl_config, "bf16", False)),
+                     _trl_disable_dropout=bool(getattr(trl_config, "disable_dropout", False)))
         get_logger("polyrl.api").info("polyrl settings taken from TRL's GRPOConfig (TRL's value where polyrl's "
                                       "default differs)",
                                       taken=", ".join(f"{k} = {shown(v)}" for k, v in changed.items()))
@@ -210,6 +215,35 @@ def trl_compute_dtype(config: GRPOConfig, backend: str) -> str | None:
     from polyrl.trl_config import compute_dtype
 
     return compute_dtype(config._trl_bf16, backend)
+
+
+def check_trl_dropout(config: GRPOConfig, policy: Agent) -> None:
+    """TRL's ``disable_dropout`` against the dropout polyrl trains ``policy`` with: one ConfigError
+    where they differ (``trl_config.refuse_dropout_difference``); nothing for polyrl's own config."""
+    from polyrl.trl_config import refuse_dropout_difference
+
+    if config._trl_disable_dropout is None:
+        return
+    refuse_dropout_difference(config._trl_disable_dropout, _model_config(policy.model),
+                              policy.lora.dropout if policy.lora is not None else 0.0)
+
+
+def _model_config(model: str) -> dict[str, Any] | None:
+    """A model folder's (or cached Hub id's) ``config.json``; None where there is none to read here
+    (a polyrl model name, a file that is no JSON object: the load names those)."""
+    from polyrl.hub import looks_like_hub_id, resolve_cached
+
+    folder = Path(model)
+    if not folder.is_dir() and looks_like_hub_id(model):
+        try:
+            folder = Path(resolve_cached(model))
+        except ConfigError:
+            return None
+    try:
+        loaded = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
 
 
 def _carried_as_is(key: str, values: Mapping[str, Any]) -> bool:
@@ -537,6 +571,7 @@ def run_config(
         raise ConfigError(f"grpo_config is a {type(grpo_config).__name__}", field="grpo_config",
                           fix="pass polyrl.api.GRPOConfig(...) or a trl.GRPOConfig")
     cfg = grpo_config or GRPOConfig()
+    check_trl_dropout(cfg, policy)
     rows = prompt_rows(prompts)
     if not rows:
         raise ConfigError("no prompts given", field="prompts", fix="pass at least one prompt")

@@ -182,7 +182,7 @@ class GRPOTrainer:
                  callbacks: Any = None, optimizers: Any = (None, None), quantization_config: Any = None,
                  peft_config: Any = None, tools: Any = None, rollout_func: Any = None,
                  environment_factory: Any = None, *, backend: str = "torch") -> None:
-        from polyrl import api, trl_reward_models
+        from polyrl import api, trl_reward_models, trl_streams
 
         given = {"quantization_config": quantization_config, "rollout_func": rollout_func}
         for name, value in given.items():
@@ -204,7 +204,7 @@ class GRPOTrainer:
         if train_dataset is None and self.trl_environments is None:
             raise ConfigError("GRPOTrainer needs a train_dataset", field="train_dataset",
                               fix="pass a datasets.Dataset (or a list of rows) with a prompt column")
-        if type(train_dataset).__name__ == "IterableDataset":
+        if type(train_dataset).__name__ == "IterableDataset" and isinstance(args, api.GRPOConfig):
             raise ConfigError("train_dataset is an IterableDataset, which may never end; polyrl reads the prompts "
                               "whole", field="train_dataset",
                               fix="pass a datasets.Dataset (e.g. Dataset.from_list(list(dataset.take(N))))")
@@ -218,6 +218,11 @@ class GRPOTrainer:
         agent = self.tools is not None or self.trl_environments is not None
         self.grpo_config = trl_args if isinstance(trl_args, api.GRPOConfig) else \
             api.GRPOConfig.from_trl(trl_args, tools=agent)
+        if trl_streams.is_stream(train_dataset):  # the prompts TRL streams, in its order, trained unshuffled
+            train_dataset = trl_streams.stream_rows(train_dataset, self.args, self.grpo_config.steps,
+                                                    self.grpo_config.prompts_per_step)
+            self.grpo_config = attrs.evolve(self.grpo_config, settings={**self.grpo_config.settings,
+                                                                        "data.shuffle": False})
         if train_dataset is None:  # the environment writes the prompts in reset (TRL's rule)
             train_dataset = _placeholder_rows(self.trl_environments, self.args, self.grpo_config)
         if self.trl_environments is not None:
@@ -246,6 +251,7 @@ class GRPOTrainer:
         self._model_given = self._model_object is not None
         self.policy = api.Agent(self.model_path, backend=backend, lora=peft_config, dtype=dtype,
                                 compute_dtype=api.trl_compute_dtype(self.grpo_config, backend))
+        api.check_trl_dropout(self.grpo_config, self.policy)  # TRL's disable_dropout, as run_config checks it
         # bf16 is the policy's now: run_config would read it again (a second warning on MLX)
         self.grpo_config = attrs.evolve(self.grpo_config, _trl_bf16=False)
         self._peft_config = peft_config

@@ -60,6 +60,12 @@ COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_step
                       "use_bias_correction_kl", "delta", "generation_kwargs", "steps_per_generation",
                       "generation_batch_size", "load_best_model_at_end", "report_to", "run_name", "project",
                       *EVAL_FIELDS})
+#: read with the model and its LoRA adapters by ``polyrl.api.check_trl_dropout`` (``refuse_dropout_difference``)
+MODEL_FIELDS = frozenset({"disable_dropout"})
+#: TRL's vLLM settings: its trainer reads every one only with ``use_vllm = True`` (which polyrl refuses),
+#: so without it they are unread there as here (``vllm_importance_sampling_*`` included: no sampler
+#: mismatch to correct), not refused
+VLLM_PREFIX = "vllm_"
 #: fields that shape tool-calling episodes: read by ``polyrl.trl.GRPOTrainer`` when it is given
 #: ``tools`` or an ``environment_factory`` (``agent_settings``), refused as TOML-only otherwise
 AGENT_FIELDS = frozenset({"max_tool_calling_iterations"})
@@ -73,10 +79,14 @@ def _plain(value: Any) -> Any:
 def _refuse_unsupported(trl_config: Any, agent: bool = False) -> None:
     """One ConfigError for the first field the user set that polyrl cannot honour (``agent``:
     ``AGENT_FIELDS`` are read by the caller)."""
-    handled = {name for name, entry in TRL_NAMES.items() if entry.key is not None} | IGNORED | COMBINED
+    handled = {name for name, entry in TRL_NAMES.items() if entry.key is not None} | IGNORED | COMBINED | MODEL_FIELDS
     if agent:
         handled |= AGENT_FIELDS
     fields = [f for f in dataclasses.fields(trl_config) if f.init]
+    if not getattr(trl_config, "use_vllm", False):  # TRL reads them only with vLLM
+        handled |= {f.name for f in fields if f.name.startswith(VLLM_PREFIX)}
+    if not getattr(trl_config, "deepspeed", None):  # read by TRL's generation under DeepSpeed ZeRO-3 only
+        handled.add("ds3_gather_for_generation")
     kept = {f.name: getattr(trl_config, f.name) for f in fields if f.name in handled}
     try:  # TRL's own defaults for everything else, derived from the same handled values
         reference = type(trl_config)(**kept)
@@ -694,3 +704,46 @@ def compute_dtype(bf16: bool, backend: str) -> str | None:
         "compute, so it computes in the model's dtype",
         fix='set bf16=False to silence this, or model_init_kwargs={"dtype": "bfloat16"} for bfloat16 weights')
     return None
+
+
+#: config.json dropout keys a causal LM never runs (a classifier's, a sequence summary head's)
+_UNUSED_DROPOUT = ("classifier_", "summary_")
+
+
+def model_dropout(config: Any, prefix: str = "") -> dict[str, float]:
+    """The dropout rates above 0 that a model's ``config.json`` (a dict) sets: keys naming
+    ``dropout`` or ``pdrop`` (GPT-2's), sub-configs included, those a causal LM never runs left out."""
+    rates: dict[str, float] = {}
+    if not isinstance(config, dict):
+        return rates
+    for key, value in config.items():
+        if isinstance(value, dict):
+            rates.update(model_dropout(value, f"{prefix}{key}."))
+        elif (("dropout" in key or "pdrop" in key) and not key.startswith(_UNUSED_DROPOUT)
+              and isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
+            rates[f"{prefix}{key}"] = float(value)
+    return rates
+
+
+def refuse_dropout_difference(disable_dropout: bool, model_config: dict[str, Any] | None, lora_dropout: float) -> None:
+    """One ConfigError where TRL's ``disable_dropout`` trains with other dropout than polyrl. Why:
+    polyrl always zeroes the model's own dropout (its training log-probs would otherwise be another
+    policy's than the sampler's) and keeps the LoRA adapters' ``dropout``; TRL's default False keeps
+    the model's dropout on, and its True also zeroes the adapters' (it runs after ``get_peft_model``).
+    Where neither has any, the two are the same and nothing is refused. ``model_config``: the policy's
+    ``config.json`` (None: not readable here, a polyrl model name)."""
+    if disable_dropout:
+        if lora_dropout > 0:
+            raise ConfigError(f"TRL's disable_dropout = True also turns the LoRA adapters' dropout off (TRL applies it "
+                              f"after get_peft_model); polyrl would train with peft_config's lora_dropout = "
+                              f"{shown(lora_dropout)}", field="grpo_config.disable_dropout",
+                              fix="set lora_dropout=0.0 in the peft_config (what TRL trains with here), or "
+                                  "disable_dropout=False")
+        return
+    rates = model_dropout(model_config) if model_config is not None else {}
+    if rates:
+        listed = ", ".join(f"{key} = {shown(value)}" for key, value in sorted(rates.items()))
+        raise ConfigError(f"TRL's disable_dropout = False (its default) trains with the model's dropout on ({listed}); "
+                          "polyrl always turns the model's dropout off (with it on, the trained log-probs are another "
+                          "policy's than the sampler's)", field="grpo_config.disable_dropout",
+                          fix="set disable_dropout=True in the GRPOConfig (what polyrl trains), or train this run with TRL")
