@@ -146,3 +146,33 @@ def test_a_start_killed_between_its_moves_loses_no_part_of_the_earlier_run(tmp_p
     weights = list((out / "previous").rglob("step-00000001/model/weights"))
     assert [p.read_text() for p in weights] == ["step 1 weights"]  # kept, in the folder the kill left
     assert earlier_runs(out / "previous") == [aside]  # a part-run never counts against keep_previous_runs
+
+
+def test_checkpoints_moved_across_filesystems_get_no_record_in_their_folder(tmp_path, monkeypatch):
+    """A resume's newer checkpoints moved into previous/<time>/checkpoints/ on another filesystem
+    (``move_aside``) got a ``.copied-stats.json`` in that checkpoints folder. Moved back to continue
+    that branch, the next fresh start stopped on it as a file polyrl did not write in checkpoints/.
+    Only checkpoints are in that folder, and a fresh start moves it aside as polyrl's."""
+    out = tmp_path / "run"
+    steps = []
+    for step in (2, 3):
+        (out / "checkpoints" / f"step-0000000{step}" / "model").mkdir(parents=True)
+        (out / "checkpoints" / f"step-0000000{step}" / "model" / "weights").write_text(f"step {step}")
+        steps.append(out / "checkpoints" / f"step-0000000{step}")
+    target = out / "previous" / "20260101T000000Z" / "checkpoints"
+    target.mkdir(parents=True)
+    real_replace = os.replace
+
+    def replace(src, dst):  # out of checkpoints/ is another filesystem (the OS's answer, faked)
+        if Path(src).parent == out / "checkpoints":
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), str(src), None, str(dst))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    previous_runs.move_aside(steps, target)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert sorted(p.name for p in target.iterdir()) == ["step-00000002", "step-00000003"]  # old: .copied-stats.json
+    assert (target / "step-00000003" / "model" / "weights").read_text() == "step 3"
+    shutil.rmtree(out / "checkpoints")
+    target.rename(out / "checkpoints")  # back, to continue the branch it was
+    assert previous_runs.earlier_run(out / "checkpoints", out / "model")  # a run of polyrl's, not refused

@@ -203,6 +203,31 @@ def test_trainer_model_is_the_folders_model_before_and_the_trained_one_after(tin
     assert all(torch.equal(trainer.model.state_dict()[k], v) for k, v in trained.items())
 
 
+def test_a_later_run_sets_aside_the_results_and_state_an_earlier_trainer_saved(tiny_model_dir, tmp_path):
+    """Trainer A trains and saves its metrics and state; trainer B then starts fresh in the same
+    output_dir. A's all_results.json, train_results.json and trainer_state.json stayed in the
+    output_dir (only checkpoints, model, logs and curves were set aside), and B's save_metrics()
+    merged into A's all_results.json: A's keys B does not write were read as B's. They go into
+    previous/ with the rest of A's run."""
+    first = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=1),
+                        train_dataset=_dataset())
+    first.train()
+    first.save_metrics("train", {"train_loss": 1.0, "only_a": 7.0})
+    first.save_state()
+    second = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=1),
+                         train_dataset=_dataset())
+    second.train()
+    run = tmp_path / "run"
+    assert not (run / "trainer_state.json").exists()  # old code: A's, left in B's output_dir
+    second.save_metrics("train", {"train_loss": 2.0})
+    assert json.loads((run / "all_results.json").read_text()) == {"train_loss": 2.0}  # old code: only_a kept
+    (aside,) = (run / "previous").iterdir()
+    assert json.loads((aside / "all_results.json").read_text()) == {"train_loss": 1.0, "only_a": 7.0}
+    assert json.loads((aside / "train_results.json").read_text()) == {"train_loss": 1.0, "only_a": 7.0}
+    assert json.loads((aside / "trainer_state.json").read_text())["log_history"] == \
+        json.loads(json.dumps(first.state.log_history))
+
+
 def test_a_trainer_keeps_its_own_trained_model_after_a_later_run_in_its_output_dir(tiny_model_dir, tmp_path):
     """Trainer A trains, then trainer B trains in the same output_dir (B's start sets A's run aside
     into previous/ and writes its own model/): A's save_model(), model and evaluate() read

@@ -214,12 +214,16 @@ def _undo(renamed: list[tuple[Path, Path]], copied: list[tuple[Path, Path]]) -> 
 
 def move_aside(items: Iterable[Path], aside: Path) -> None:
     """Move ``items`` into ``aside``, all or none. A rename across filesystems (EXDEV) becomes a
-    copy, and the originals of copies are deleted only once every item is in place."""
-    delete_originals(_move_in(items, aside), aside)
+    copy, and the originals of copies are deleted only once every item is in place. No
+    ``COPIED_STATS`` record: ``aside`` is a checkpoints folder (a resume's newer checkpoints), where
+    a file polyrl does not write in checkpoints/ stopped a later fresh start (``earlier_run``) once
+    the folder was moved back to continue that run, and nothing looks checkpoints up by stats."""
+    delete_originals(_move_in(items, aside, record=False), aside)
 
 
-def _move_in(items: Iterable[Path], aside: Path) -> list[Path]:
-    """``move_aside`` up to the deletion of the originals of copies, which it returns."""
+def _move_in(items: Iterable[Path], aside: Path, record: bool = True) -> list[Path]:
+    """``move_aside`` up to the deletion of the originals of copies, which it returns; ``record``:
+    write the ``COPIED_STATS`` of the folders copied (a run's ``model/`` is known by them)."""
     renamed: list[tuple[Path, Path]] = []
     copied: list[tuple[Path, Path]] = []
     stats: dict[str, FileStats] = {}
@@ -235,7 +239,7 @@ def _move_in(items: Iterable[Path], aside: Path) -> list[Path]:
             except OSError as exc:
                 if exc.errno != errno.EXDEV:
                     raise
-            if item.is_dir() and not item.is_symlink():
+            if record and item.is_dir() and not item.is_symlink():
                 stats[item.name] = file_stats(item)
             _copy(item, dest)
             copied.append((item, dest))

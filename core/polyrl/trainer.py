@@ -40,7 +40,7 @@ import attrs
 import numpy as np
 
 from polyrl import checkpoint as ckpt
-from polyrl import previous_runs, resume_config, safe_stats, skip_causes, strict_json, trl_reward_models
+from polyrl import previous_runs, resume_config, safe_stats, skip_causes, strict_json, trl_reward_models, trl_saves
 from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
 from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.shaping import kl_penalized_rewards
@@ -1536,7 +1536,8 @@ class Trainer:
     def _start_over(self) -> None:
         """A fresh start in ``output_dir``: metrics of a run that left no checkpoint (killed before
         its first one) are dropped, since this run writes those steps again; the checkpoints and
-        final model of an earlier finished run are moved aside, never mixed with this run's, and
+        final model of an earlier finished run (its logs, curves and a TRL trainer's saved results and
+        state too) are moved aside, never mixed with this run's, and
         only the newest ``train.keep_previous_runs`` runs set aside are kept (``previous_runs``)."""
         if self.rank != 0:
             return
@@ -1548,7 +1549,10 @@ class Trainer:
                 self.output_dir, [self.checkpoint_root, self.final_model_dir, self.output_dir / metrics_file.FILE_NAME,
                                   self.output_dir / evaluation.COMPLETIONS_FILE, self.tracking.completions_path,
                                   # its curves: left here, this run's session start hid them in TensorBoard
-                                  self.output_dir / TENSORBOARD_DIR],
+                                  self.output_dir / TENSORBOARD_DIR,
+                                  # a TRL trainer's save_metrics()/save_state(): left here, this run's
+                                  # save_metrics() merged into the earlier run's all_results.json
+                                  *(self.output_dir / name for name in trl_saves.RUN_FILES)],
                 keep=keep)
         self._prune_pending, self._set_aside = keep == 0, aside
         self.step = self.num_tokens = self.updates_applied = 0

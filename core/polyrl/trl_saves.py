@@ -14,6 +14,11 @@ trainer of this process, or another process once this one's run had ended) sets 
 ``model/`` aside into ``previous/`` and writes its own there, and this trainer's ``evaluate()``,
 ``save_model()`` and ``model`` read that other run's weights without a word; its
 ``save_metrics()`` and ``save_state()`` wrote over that run's files (``run_folder``).
+
+The files those two write in the output_dir (``RUN_FILES``) go into ``previous/`` with the rest of
+a run when a later run starts fresh there: left behind, the later run's ``save_metrics()`` merged
+into the earlier run's ``all_results.json``, so the earlier run's keys the later one does not
+write were read as the later run's.
 """
 
 from __future__ import annotations
@@ -31,6 +36,11 @@ log = get_logger("polyrl.trl")
 
 #: what tells one exported model folder from another: each file's relative path, size and mtime
 Identity = previous_runs.FileStats
+
+#: What ``save_metrics()`` (the splits transformers' examples use) and ``save_state()`` write in
+#: the output_dir: part of the run there, set aside with its model when a later run starts fresh.
+RUN_FILES = ("all_results.json", "train_results.json", "eval_results.json", "test_results.json",
+             "predict_results.json", "trainer_state.json")
 
 #: resolved output_dir -> the token of the trainer that saved there last (this process)
 _LAST_SAVER: dict[str, str] = {}
@@ -124,4 +134,4 @@ def run_folder(folder: Path, identity: Identity, asked: str) -> Path:
     return found
 
 
-__all__ = ["Identity", "check_still_ours", "claim", "model_identity", "run_folder", "trained_model"]
+__all__ = ["RUN_FILES", "Identity", "check_still_ours", "claim", "model_identity", "run_folder", "trained_model"]

@@ -118,9 +118,14 @@ def _polyrl_cache_folder() -> Path:
         folder = default_cache_dir() / "max"
         if not folder.is_dir() or _compiled_artifacts(folder) == 0:
             raise
+    # MAX's own lines for it ("Warning: cache directory '...' is not writable; compilation caching will be
+    # disabled", one per cache folder and compile) come from libmax.so straight to stderr: no logger, no
+    # setting turns them off (MAX 26.7), and filtering stderr while MAX loads would hide its real errors too.
+    # So this line says they are expected, and nothing else needs doing.
     log.warning("max_cache_read_only", cache=str(folder),
                 note="MAX reads the compiled graphs there; a model, max_length or dtype not compiled there yet "
-                     "compiles on every load (1-3 min on CPU) and is not cached",
+                     "compiles on every load (1-3 min on CPU) and is not cached; the \"cache directory ... is "
+                     "not writable\" warnings MAX prints while it loads say the same and need nothing more",
                 fix=f"point {CACHE_ENV} at a writable folder to cache new graphs")
     return folder
 
