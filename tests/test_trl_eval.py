@@ -397,12 +397,29 @@ def test_evaluate_of_rows_it_cannot_read_is_one_error_naming_eval_dataset(tiny_m
     assert trainer.state.log_history == []
 
 
-def test_evaluate_of_an_iterable_dataset_is_one_error_naming_eval_dataset(tiny_model_dir, tmp_path):
+def test_an_iterable_eval_dataset_is_the_rows_trls_eval_dataloader_streams_in_its_order(tiny_model_dir, tmp_path):
+    """TRL 1.16 evaluates an IterableDataset (its get_eval_dataloader: the stream shuffled with
+    args.seed, each prompt num_generations_eval times, read to its end); polyrl refused one. The rows
+    polyrl evaluates are the prompts TRL's own eval dataloader yields, in its order, and evaluate()
+    and a training run with it as eval_dataset evaluate them."""
     datasets = pytest.importorskip("datasets")
-    trainer = _trainer(tiny_model_dir, tmp_path)
-    with pytest.raises(ConfigError) as err:
-        trainer.evaluate(eval_dataset=datasets.Dataset.from_list(_rows(2)).to_iterable_dataset())
-    assert err.value.field == "eval_dataset" and "IterableDataset" in err.value.message
+    from polyrl.trl_evaluate import rows_of, trl_eval_order
+
+    stream = datasets.Dataset.from_list(_rows(7, start=10)).to_iterable_dataset(num_shards=2)
+    args = trl_config(max_steps=2, max_completion_length=6, num_generations_eval=2, per_device_eval_batch_size=2,
+                      output_dir=str(tmp_path / "trl"), seed=3)
+    theirs = trl.GRPOTrainer(model=tiny_model_dir, reward_funcs=[_short], args=args,
+                             train_dataset=datasets.Dataset.from_list(_rows(4)))
+    drawn = [row["prompt"] for batch in theirs.get_eval_dataloader(stream) for row in batch]
+    assert len(drawn) == 14 and drawn[::2] == drawn[1::2]  # each prompt twice, in a row
+    ours = trl_eval_order(rows_of(stream, "eval_dataset", args), args)
+    assert [row["prompt"] for row in ours] == drawn[::2] != [row["prompt"] for row in _rows(7, start=10)]
+    trainer = _trainer(tiny_model_dir, tmp_path / "polyrl", eval_dataset=stream,
+                       args=dict(eval_strategy="steps", eval_steps=2, num_generations_eval=2))
+    metrics = trainer.evaluate()
+    assert np.isfinite(metrics["eval_reward"]) and metrics["epoch"] == 0
+    trainer.train()
+    assert [h for h in trainer.state.log_history if "eval_reward" in h]  # the run evaluated on the stream
 
 
 def test_one_evaluation_samples_as_trls_eval_mode_whatever_the_schedule():
