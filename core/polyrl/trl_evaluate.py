@@ -18,7 +18,7 @@ from polyrl.errors import ConfigError
 _FIX = "pass a datasets.Dataset (or a list of rows) with a prompt column"
 
 
-class StreamOrder(list):  # type: ignore[type-arg]
+class StreamOrder(list[dict[str, Any]]):
     """An eval ``IterableDataset``'s rows, already in the order TRL's eval dataloader streams them
     (``stream_eval_rows``): ``trl_eval_order`` keeps them so."""
 
