@@ -213,13 +213,18 @@ def test_a_trl_runs_mlflow_experiment_name_and_tags_are_transformers_mlflowcallb
                 train_dataset=rows, args=args).train()
     theirs = integration.MLflowCallback()
     state = TrainerState(is_world_process_zero=True)
-    theirs.setup(args, state, None)
+    from types import SimpleNamespace
+
+    from polyrl.trl_run import model_config  # the folder's config as TRL's trainer holds it (float32)
+    theirs.setup(args, state, SimpleNamespace(config=model_config(args, None, tiny_model_dir, "float32")))
     their_id = theirs._ml_flow.active_run().info.run_id
     theirs.on_train_end(args, state, TrainerControl())
 
     client = MlflowClient(tracking_uri=uri)
     (our_run,) = [run for e in client.search_experiments() for run in client.search_runs([e.experiment_id])
                   if run.info.run_id != their_id]
+    their_params = client.get_run(their_id).data.params  # args.to_dict() over the model config, as logged
+    assert {k: v for k, v in our_run.data.params.items() if not k.startswith("polyrl.")} == their_params
     their_run = client.get_run(their_id)
     names = [client.get_experiment(run.info.experiment_id).name for run in (their_run, our_run)]
     assert names == [experiment or "Default"] * 2
@@ -393,3 +398,74 @@ def test_a_trl_runs_wandb_offline_run_has_transformers_step_axis_and_summary(tmp
     assert [(h["train/global_step"], h.get("train/loss")) for h in history] == [(2, 0.25)]
     assert history[0]["train/epoch"] == 0.5 and "train/train_loss" not in history[0]
     assert summary["train_runtime"] == 3.5 and summary["train_loss"] == 0.25
+
+
+@pytest.mark.parametrize("flatten", ["", "true"])
+def test_a_trl_runs_mlflow_params_are_transformers_mlflowcallbacks(tmp_path, monkeypatch, flatten):
+    """transformers' MLflowCallback logs args.to_dict() over the model config as the run's params
+    (flattened under $MLFLOW_FLATTEN_PARAMS, values as str, a value longer than MLflow takes left
+    out, the first $MLFLOW_MAX_LOG_PARAMS only); polyrl logged its own config under polyrl's names
+    (JSON values) instead. Both written to one local store and read back: TRL's params equal,
+    polyrl's own config beside them under polyrl."""
+    integration = pytest.importorskip("transformers.integrations.integration_utils")
+    from types import SimpleNamespace
+
+    from mlflow.tracking import MlflowClient
+    from transformers import TrainerControl, TrainerState
+
+    from polyrl.tracking.mlflow import MlflowTracker
+    from polyrl.tracking.spec import TrackerContext, TrlRun
+
+    uri = (tmp_path / "mlruns").as_uri()
+    for key, value in {"MLFLOW_TRACKING_URI": uri, "MLFLOW_ALLOW_FILE_STORE": "true",
+                       "MLFLOW_FLATTEN_PARAMS": flatten, "MLFLOW_MAX_LOG_PARAMS": "7",
+                       "MLFLOW_EXPERIMENT_NAME": "params"}.items():  # named: MLflow's fluent API keeps the last id
+        monkeypatch.setenv(key, value)
+    for key in ("MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS", "MLFLOW_RUN_ID"):
+        monkeypatch.delenv(key, raising=False)
+    model_config = {"hidden_size": 64, "id2label": {"0": "A", "1": "B"}, "use_cache": True, "note": "m" * 7000,
+                    "empty": {}}
+    args_dict = {"learning_rate": 1e-6, "run_name": None, "hidden_size": 32, "report_to": ["mlflow"],
+                 "lr_scheduler_kwargs": {"min_lr_rate": 0.1}, "beta": 0.0, "seed": 42}
+    args = SimpleNamespace(to_dict=lambda: dict(args_dict), run_name=None)
+    model = SimpleNamespace(config=SimpleNamespace(to_dict=lambda: dict(model_config)))
+    theirs = integration.MLflowCallback()
+    state = TrainerState(is_world_process_zero=True)
+    theirs.setup(args, state, model)
+    their_id = theirs._ml_flow.active_run().info.run_id
+    theirs.on_train_end(args, state, TrainerControl())
+    ours = MlflowTracker(TrackerContext(tmp_path, "out", "polyrl", {"algorithm": {"beta": 0.0}}, trl=True,
+                                        trl_run=TrlRun(params={**model_config, **args_dict})))
+    ours.close()
+    client = MlflowClient(tracking_uri=uri)
+    their_params = client.get_run(their_id).data.params
+    our_params = client.get_run(ours.run_id).data.params
+    assert len(their_params) == 7 and "note" not in their_params
+    assert {k: v for k, v in our_params.items() if not k.startswith("polyrl.")} == their_params
+    assert our_params["polyrl.algorithm.beta"] == "0.0"
+
+
+def test_a_trl_run_reattaches_to_mlflow_run_id(tmp_path, monkeypatch):
+    """$MLFLOW_RUN_ID: transformers' MLflowCallback resumes that run (start_run(run_id)), as a
+    resumed training wants; polyrl opened a new run."""
+    from mlflow.tracking import MlflowClient
+
+    from polyrl.tracking.mlflow import MlflowTracker
+    from polyrl.tracking.spec import TrackerContext, TrlRun
+
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    for key in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS", "MLFLOW_RUN_ID"):
+        monkeypatch.delenv(key, raising=False)
+    context = TrackerContext(tmp_path, "out", "polyrl", {}, trl=True, trl_run=TrlRun(params={"seed": 42}))
+    first = MlflowTracker(context)
+    first.log_metrics({"loss": 1.0}, 1)
+    first.close()
+    monkeypatch.setenv("MLFLOW_RUN_ID", first.run_id)
+    again = MlflowTracker(context)
+    again.log_metrics({"loss": 0.5}, 2)
+    assert again.run_id == first.run_id
+    run = MlflowClient(tracking_uri=uri).get_run(first.run_id)
+    assert run.info.status == "RUNNING" and run.data.params["seed"] == "42"
+    again.close()

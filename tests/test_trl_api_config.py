@@ -713,6 +713,11 @@ def test_remove_unused_columns_true_is_refused_not_ignored():
 
 @pytest.mark.parametrize(("field", "value", "reason"), [
     ("use_vllm", True, "its own generate backend"),
+    ("cast_lm_head_to_fp32", True, "float32 matmul.*load the model in float32"),
+    ("router_aux_loss_coef", 0.01, "no router term"),
+    ("use_adaptive_entropy", True, "entropy_coef stays as set"),
+    ("use_transformers_continuous_batching", True, "continuous-batching.*its own generate backend"),
+    ("transformers_continuous_batching_config", {"max_batch_tokens": 64}, "its own generate backend"),
 ])
 def test_common_trl_fields_polyrl_lacks_are_refused_saying_polyrl_has_no_equivalent(field, value, reason):
     """Fields most TRL GRPO scripts set (use_vllm=True) were refused as
@@ -720,6 +725,30 @@ def test_common_trl_fields_polyrl_lacks_are_refused_saying_polyrl_has_no_equival
     with pytest.raises(ConfigError, match=f"polyrl has no equivalent \\(.*{reason}") as info:
         api.GRPOConfig.from_trl(trl_config(**{field: value}))
     assert info.value.field == f"grpo_config.{field}"
+
+
+@pytest.mark.parametrize(("kwargs", "named"), [
+    ({"log_completions": True, "log_completions_hub_repo": "me/completions"},
+     "log_completions_hub_repo = 'me/completions' (TRL's default: None): polyrl has no equivalent (TRL pushes"),
+    ({"use_transformers_paged": True},  # TRL's __post_init__ sets use_transformers_continuous_batching from it
+     "use_transformers_continuous_batching = True (TRL's default: False): polyrl has no equivalent (TRL samples "
+     "with transformers' continuous-batching engine"),
+])
+def test_trl_fields_set_with_others_are_refused_saying_why(kwargs, named):
+    """The refusals of fields TRL reads together with another one say what they do in TRL (they
+    said "from_trl does not translate it")."""
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(trl_config(**kwargs))
+    assert named in str(info.value) and "does not translate" not in str(info.value), info.value
+
+
+@pytest.mark.parametrize("kwargs", [{"cache_implementation": "static"},
+                                    {"entropy_target": 0.5, "entropy_coef_max": 0.3, "entropy_coef_delta": 0.01}])
+def test_trl_fields_that_change_nothing_polyrl_trains_are_accepted(kwargs):
+    """cache_implementation is the KV cache layout of transformers' generate(), which polyrl never
+    calls; the adaptive-entropy bounds are read by TRL only with use_adaptive_entropy = True. Both
+    were refused as "from_trl does not translate it"."""
+    api.GRPOConfig.from_trl(trl_config(**kwargs))
 
 
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo", "luspo"])

@@ -285,6 +285,8 @@ def test_the_eval_lengths_and_zero_std_share_are_each_eval_batchs_averaged_as_tr
     cut = np.array([False, True, False, False, True, True, True, True])
     rewards = np.array([1.0, 1.0, 0.0, 0.5, 0.2, 0.2, 0.1, 0.3])
     out = eval_batch_metrics(lengths, cut, rewards, np.array([0, 0, 0, 0, 1, 1, 1, 1]), 2)
+    out = {key: value for key, value in out.items() if "reward_mean" not in key and "reward_std" not in key
+           and key != "eval/completion_len_mean"}  # test_..._rewards_are_each_eval_batchs_averaged
     assert out == {"eval/completion_len_min": (2 + 5) / 2, "eval/completion_len_max": (6 + 6) / 2,
                    "eval/clipped_ratio": (0.25 + 1.0) / 2, "eval/terminated_len_mean": (3.0 + 0.0) / 2,
                    "eval/terminated_len_min": (2 + 0) / 2, "eval/terminated_len_max": (4 + 0) / 2,
@@ -295,6 +297,31 @@ def test_the_eval_lengths_and_zero_std_share_are_each_eval_batchs_averaged_as_tr
         "eval_completions/max_terminated_length", "eval_frac_reward_zero_std"}
     whole = eval_batch_metrics(lengths, cut, rewards, np.zeros(8, dtype=int), 2)  # one batch: over the whole set
     assert whole["eval/completion_len_min"] == 2 and whole["eval/terminated_len_mean"] == 3.0
+
+
+def test_the_eval_rewards_and_mean_length_are_each_eval_batchs_averaged_as_trl_logs_them():
+    """TRL logs reward, reward_std, rewards/<f>/mean and /std and completions/mean_length for each
+    eval batch (torch.nanmean, trl's nanstd: NaN under two valid values) and its log() averages
+    them, a NaN left out; polyrl's evaluate() took them over the whole eval set, which differs with
+    uneven batches. Batches of 4, 4 and 2 completions (the last uneven), one NaN reward."""
+    from polyrl.step_metrics import eval_batch_metrics, trl_eval_names
+
+    lengths = np.array([3, 6, 2, 4, 6, 6, 5, 6, 1, 9])
+    rewards = np.array([1.0, 1.0, 0.0, 0.5, 0.2, 0.2, 0.1, 0.3, 0.9, np.nan])
+    f = np.array([1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, np.nan])
+    batch_of = np.array([0, 0, 0, 0, 1, 1, 1, 1, 2, 2])
+    out = eval_batch_metrics(lengths, np.zeros(10, dtype=bool), rewards, batch_of, 2, raw={"f": f})
+    theirs = trl_eval_names(out)
+
+    def std(x):
+        return float(np.std(x, ddof=1))
+
+    assert theirs["eval_reward"] == pytest.approx((0.625 + 0.2 + 0.9) / 3)
+    assert theirs["eval_reward_std"] == pytest.approx((std([1, 1, 0, 0.5]) + std([0.2, 0.2, 0.1, 0.3])) / 2)
+    assert theirs["eval_rewards/f/mean"] == pytest.approx((0.5 + 0.25 + 1.0) / 3)
+    assert theirs["eval_rewards/f/std"] == pytest.approx((std([1, 0, 0, 1]) + std([0, 0, 0, 1])) / 2)
+    assert theirs["eval_completions/mean_length"] == pytest.approx((3.75 + 5.75 + 5.0) / 3)
+    assert theirs["eval_reward"] != pytest.approx(np.nanmean(rewards))  # the whole set's: what it was
 
 
 def test_evaluate_loads_the_model_once_and_scores_as_a_fresh_load(tiny_model_dir, tmp_path, monkeypatch):
@@ -370,12 +397,29 @@ def test_evaluate_of_rows_it_cannot_read_is_one_error_naming_eval_dataset(tiny_m
     assert trainer.state.log_history == []
 
 
-def test_evaluate_of_an_iterable_dataset_is_one_error_naming_eval_dataset(tiny_model_dir, tmp_path):
+def test_an_iterable_eval_dataset_is_the_rows_trls_eval_dataloader_streams_in_its_order(tiny_model_dir, tmp_path):
+    """TRL 1.16 evaluates an IterableDataset (its get_eval_dataloader: the stream shuffled with
+    args.seed, each prompt num_generations_eval times, read to its end); polyrl refused one. The rows
+    polyrl evaluates are the prompts TRL's own eval dataloader yields, in its order, and evaluate()
+    and a training run with it as eval_dataset evaluate them."""
     datasets = pytest.importorskip("datasets")
-    trainer = _trainer(tiny_model_dir, tmp_path)
-    with pytest.raises(ConfigError) as err:
-        trainer.evaluate(eval_dataset=datasets.Dataset.from_list(_rows(2)).to_iterable_dataset())
-    assert err.value.field == "eval_dataset" and "IterableDataset" in err.value.message
+    from polyrl.trl_evaluate import rows_of, trl_eval_order
+
+    stream = datasets.Dataset.from_list(_rows(7, start=10)).to_iterable_dataset(num_shards=2)
+    args = trl_config(max_steps=2, max_completion_length=6, num_generations_eval=2, per_device_eval_batch_size=2,
+                      output_dir=str(tmp_path / "trl"), seed=3)
+    theirs = trl.GRPOTrainer(model=tiny_model_dir, reward_funcs=[_short], args=args,
+                             train_dataset=datasets.Dataset.from_list(_rows(4)))
+    drawn = [row["prompt"] for batch in theirs.get_eval_dataloader(stream) for row in batch]
+    assert len(drawn) == 14 and drawn[::2] == drawn[1::2]  # each prompt twice, in a row
+    ours = trl_eval_order(rows_of(stream, "eval_dataset", args), args)
+    assert [row["prompt"] for row in ours] == drawn[::2] != [row["prompt"] for row in _rows(7, start=10)]
+    trainer = _trainer(tiny_model_dir, tmp_path / "polyrl", eval_dataset=stream,
+                       args=dict(eval_strategy="steps", eval_steps=2, num_generations_eval=2))
+    metrics = trainer.evaluate()
+    assert np.isfinite(metrics["eval_reward"]) and metrics["epoch"] == 0
+    trainer.train()
+    assert [h for h in trainer.state.log_history if "eval_reward" in h]  # the run evaluated on the stream
 
 
 def test_one_evaluation_samples_as_trls_eval_mode_whatever_the_schedule():

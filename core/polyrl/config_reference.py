@@ -201,7 +201,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "pass_threshold": "a sample counts as correct for pass@k when its reward is at least this",
         "greedy": "false: no greedy pass, only the `samples` sampled completions per prompt (TRL's evaluation: "
                   "`eval/sampled_reward_mean`, `_std`, `eval/completion_len_mean`; and, each `loss_batch`'s averaged as "
-                  "TRL logs them, `eval/completion_len_min`, `_max`, `eval/clipped_ratio`, `eval/terminated_len_mean`, "
+                  "TRL logs them (those three too, with `reward = \"run\"`), `eval/completion_len_min`, `_max`, `eval/clipped_ratio`, `eval/terminated_len_mean`, "
                   "`_min`, `_max`, `eval/frac_reward_zero_std`)",
         "before": "evaluate before the first step (false: TRL's `eval_on_start = False`); after training always",
         "loss": "also the run's loss on the sampled completions (`eval/loss`, TRL's `eval_loss`; `eval/kl` with "

@@ -203,21 +203,29 @@ TRL_EVAL_ALIASES = {"eval/sampled_reward_mean": "eval_reward", "eval/sampled_rew
 
 def eval_batch_metrics(lengths: np.ndarray, cut: np.ndarray, rewards: np.ndarray, batch_of: np.ndarray,
                        group_size: int, scale_rewards: str = "group", per_reward: np.ndarray | None = None,
-                       weights: Sequence[float] | None = None) -> dict[str, float]:
-    """An evaluation's completion-length numbers and ``frac_reward_zero_std`` as TRL's eval mode
-    logs them: each eval batch's (``batch_of``, ``eval_loss.batches``) as a training step's
-    (``completions/min_length``... over its completions, ``cut`` those ended by the length limit;
-    ``frac_reward_zero_std`` with ``group_size``, ``scale_rewards``, ``per_reward``, ``weights``),
-    then averaged over the batches, a NaN left out, as TRL's ``log`` averages its eval metrics.
-    Why: TRL's ``evaluate()`` returns them (``eval_completions/max_length``...) and polyrl's did not."""
+                       weights: Sequence[float] | None = None,
+                       raw: Mapping[str, np.ndarray] | None = None) -> dict[str, float]:
+    """An evaluation's reward and completion-length numbers and ``frac_reward_zero_std`` as TRL's
+    eval mode logs them: each eval batch's (``batch_of``, ``eval_loss.batches``) as a training
+    step's (``reward`` and ``reward_std`` of ``rewards``, ``rewards/<f>/mean`` and ``/std`` of
+    ``raw``, each reward's own scores, by label; ``completions/mean_length``, ``min_length``... over
+    its completions, ``cut`` those ended by the length limit; ``frac_reward_zero_std`` with
+    ``group_size``, ``scale_rewards``, ``per_reward``, ``weights``), then averaged over the
+    batches, a NaN left out, as TRL's ``log`` averages its eval metrics. Why: TRL's ``evaluate()``
+    returns these averages, which differ from the whole set's numbers with uneven batches."""
     lengths = np.asarray(lengths, dtype=np.float64)
     cut, batch_of = np.asarray(cut, dtype=bool), np.asarray(batch_of)
+    scores = np.asarray(rewards, dtype=np.float64)
     per_batch: list[dict[str, float]] = []
     for b in np.unique(batch_of):
         rows = batch_of == b
         mine, ended = lengths[rows], lengths[rows & ~cut]
         ended = ended if ended.size else np.zeros(1)  # every completion cut: TRL logs 0
         per_batch.append({
+            "eval/sampled_reward_mean": _nanmean(scores[rows]), "eval/sampled_reward_std": _nanstd(scores[rows]),
+            **{f"eval/reward/{label}/{stat}": fn(np.asarray(values, dtype=np.float64)[rows])
+               for label, values in (raw or {}).items() for stat, fn in (("mean", _nanmean), ("std", _nanstd))},
+            "eval/completion_len_mean": float(mine.mean()),
             "eval/completion_len_min": float(mine.min()), "eval/completion_len_max": float(mine.max()),
             "eval/clipped_ratio": float(cut[rows].mean()), "eval/terminated_len_mean": float(ended.mean()),
             "eval/terminated_len_min": float(ended.min()), "eval/terminated_len_max": float(ended.max()),
@@ -229,6 +237,22 @@ def eval_batch_metrics(lengths: np.ndarray, cut: np.ndarray, rewards: np.ndarray
         valid = [m[key] for m in per_batch if not math.isnan(m[key])]
         out[key] = sum(valid) / len(valid) if valid else float("nan")
     return out
+
+
+def _nanmean(values: np.ndarray) -> float:
+    """``torch.nanmean`` as TRL logs a batch's reward: NaN when no value is valid."""
+    valid = values[~np.isnan(values)]
+    return float(valid.mean()) if valid.size else float("nan")
+
+
+def _nanstd(values: np.ndarray) -> float:
+    """TRL's ``nanstd`` of a batch's rewards: Bessel's, over the valid values; NaN for fewer than
+    two (where ``safe_stats.mean_std`` gives 0), so that TRL's ``log`` leaves that batch out."""
+    valid = values[~np.isnan(values)]
+    if valid.size < 2:
+        return float("nan")
+    with np.errstate(invalid="ignore", over="ignore"):
+        return float(valid.std(ddof=1))
 
 
 def tokens_seen(before_training: bool, last: Mapping[str, Any]) -> dict[str, Any]:

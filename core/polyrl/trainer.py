@@ -1122,7 +1122,7 @@ class Trainer:
 
     def _eval_batch_metrics(self, scores: np.ndarray, parts: Mapping[str, np.ndarray], lengths: np.ndarray,
                             cut: np.ndarray) -> dict[str, float]:
-        """TRL's eval completion-length numbers and ``frac_reward_zero_std`` of the sampled pass
+        """TRL's eval reward and completion-length numbers and ``frac_reward_zero_std`` of the sampled pass
         (every rank's, gathered), each eval batch's of ``eval.loss_batch`` completions averaged
         (``step_metrics.eval_batch_metrics``); the reward std's as a training step computes it
         (the run's ``scale_rewards``; GDPO's weighted sums of rewards normalized in their group)."""
@@ -1133,7 +1133,7 @@ class Trainer:
             matrix = self._reward_matrix(parts, shaped)
         return eval_batch_metrics(lengths, cut, scores, eval_loss.batches(len(scores), c.eval.loss_batch),
                                   c.eval.samples, algo.scale_rewards, matrix,
-                                  [weight for _, weight, _ in self.rewards.rewards])
+                                  [weight for _, weight, _ in self.rewards.rewards], parts)
 
     def _eval_loss(self, completions: list[Completion], scores: np.ndarray,
                    parts: Mapping[str, np.ndarray]) -> dict[str, float]:

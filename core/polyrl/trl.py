@@ -465,7 +465,7 @@ class GRPOTrainer:
         from polyrl.trl_tags import trl_tags
 
         if eval_prompts is not None:
-            eval_prompts = trl_eval_order(rows_of(eval_prompts, "eval_dataset"), self.args)
+            eval_prompts = trl_eval_order(rows_of(eval_prompts, "eval_dataset", self.args), self.args)
         config, plugins = api.run_config(api.grpo, policy=policy, prompts=self.train_dataset,
                                          rewards=self._reward_entries, grpo_config=grpo_config, eval_prompts=eval_prompts,
                                          reward_tokenizers=self._reward_tokenizers)
@@ -516,7 +516,7 @@ class GRPOTrainer:
         if not isinstance(metric_key_prefix, str) or not metric_key_prefix:
             raise ConfigError(f"metric_key_prefix is {metric_key_prefix!r}", field="metric_key_prefix",
                               fix='pass a name for the keys, e.g. metric_key_prefix="eval" (the default)')
-        sets = eval_sets(eval_dataset, self.eval_dataset)
+        sets = eval_sets(eval_dataset, self.eval_dataset, self.args)
         self._check_own_saves(trained=self.summary is not None)
         folder = self.model_path if self.summary is None else str(self._model_source("evaluate"))
         # the trained folder holds merged weights; before training LoRA adapters start at zero
@@ -811,18 +811,16 @@ def _evaluates(eval_dataset: Any, grpo_config: Any) -> bool:
         raise ConfigError("the GRPOConfig evaluates (eval_strategy or eval_on_start) but no eval_dataset was given",
                           field="eval_dataset", fix='pass eval_dataset=<held-out rows>, or set eval_strategy="no" '
                                                     "(as TRL asks)")
-    if isinstance(eval_dataset, Mapping) or type(eval_dataset).__name__ == "IterableDataset":
-        what = "a dict of named datasets" if isinstance(eval_dataset, Mapping) else "an IterableDataset"
-        raise ConfigError(f"eval_dataset is {what}; polyrl evaluates one finite set of rows", field="eval_dataset",
-                          fix="pass one datasets.Dataset (or a list of rows)")
+    if isinstance(eval_dataset, Mapping):
+        raise ConfigError("eval_dataset is a dict of named datasets; polyrl evaluates one set of rows during "
+                          "training", field="eval_dataset", fix="pass one datasets.Dataset (or a list of rows)")
     return True
 
 
 def _one_eval_set(eval_dataset: Any) -> bool:
-    """Whether ``eval_dataset`` is one finite set of rows the run can evaluate during training (not
-    None, a dict of named sets or an ``IterableDataset``; ``_evaluates`` names those)."""
-    return eval_dataset is not None and not isinstance(eval_dataset, Mapping) and \
-        type(eval_dataset).__name__ != "IterableDataset"
+    """Whether ``eval_dataset`` is one set of rows the run can evaluate during training (not None or
+    a dict of named sets; ``_evaluates`` names those)."""
+    return eval_dataset is not None and not isinstance(eval_dataset, Mapping)
 
 
 def _named_eval_dataset(exc: ConfigError) -> ConfigError:

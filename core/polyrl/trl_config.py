@@ -41,6 +41,9 @@ IGNORED = frozenset({
     "metric_for_best_model", "greater_is_better",
     # read on train(resume_from_checkpoint=...): the callbacks' states restored (``trl_callbacks.restore``)
     "restore_callback_states_from_checkpoint",
+    # TRL passes it to transformers' generate() only (its KV cache's layout: speed and memory, not
+    # which tokens are drawn); polyrl never calls generate(), its backends keep their own cache
+    "cache_implementation",
 })
 #: TRL settings whose value here is what polyrl does anyway (no correction of a generator's
 #: mismatch by default): accepted, not refused.
@@ -66,6 +69,9 @@ MODEL_FIELDS = frozenset({"disable_dropout"})
 #: so without it they are unread there as here (``vllm_importance_sampling_*`` included: no sampler
 #: mismatch to correct), not refused
 VLLM_PREFIX = "vllm_"
+#: the bounds and step of TRL's adaptive entropy control: read only with ``use_adaptive_entropy``
+#: (which polyrl refuses), so unread there as here without it
+ADAPTIVE_ENTROPY_FIELDS = frozenset({"entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target"})
 #: fields that shape tool-calling episodes: read by ``polyrl.trl.GRPOTrainer`` when it is given
 #: ``tools`` or an ``environment_factory`` (``agent_settings``), refused as TOML-only otherwise
 AGENT_FIELDS = frozenset({"max_tool_calling_iterations"})
@@ -85,6 +91,8 @@ def _refuse_unsupported(trl_config: Any, agent: bool = False) -> None:
     fields = [f for f in dataclasses.fields(trl_config) if f.init]
     if not getattr(trl_config, "use_vllm", False):  # TRL reads them only with vLLM
         handled |= {f.name for f in fields if f.name.startswith(VLLM_PREFIX)}
+    if not getattr(trl_config, "use_adaptive_entropy", False):  # TRL reads them only in adaptive mode
+        handled |= ADAPTIVE_ENTROPY_FIELDS
     if not getattr(trl_config, "deepspeed", None):  # read by TRL's generation under DeepSpeed ZeRO-3 only
         handled.add("ds3_gather_for_generation")
     kept = {f.name: getattr(trl_config, f.name) for f in fields if f.name in handled}

@@ -18,7 +18,24 @@ from polyrl.errors import ConfigError
 _FIX = "pass a datasets.Dataset (or a list of rows) with a prompt column"
 
 
-def eval_sets(given: Any, kept: Any) -> list[tuple[str | None, list[dict[str, Any]]]]:
+class StreamOrder(list[dict[str, Any]]):
+    """An eval ``IterableDataset``'s rows, already in the order TRL's eval dataloader streams them
+    (``stream_eval_rows``): ``trl_eval_order`` keeps them so."""
+
+
+def stream_eval_rows(dataset: Any, args: Any, where: str) -> StreamOrder:
+    """The rows TRL 1.16's ``get_eval_dataloader`` reads from the ``IterableDataset`` ``dataset``:
+    every one, to the stream's end (transformers' evaluation loop runs until the loader ends), in
+    the order of ``dataset.shuffle(seed=args.seed)`` (its buffered shuffle, made afresh for each
+    evaluation), each then repeated ``num_generations_eval`` times as a map-style set is. polyrl's
+    own GRPOConfig: the order given. Why: TRL evaluates a stream, and polyrl refused one."""
+    if hasattr(args, "per_device_eval_batch_size") and isinstance(getattr(args, "seed", None), int):
+        dataset = dataset.shuffle(seed=args.seed)
+    rows = rows_of([dict(row) for row in dataset], where)
+    return StreamOrder(rows)
+
+
+def eval_sets(given: Any, kept: Any, args: Any = None) -> list[tuple[str | None, list[dict[str, Any]]]]:
     """The sets ``evaluate(eval_dataset=given)`` evaluates: (name, rows) each, the name None for a
     single set. As transformers reads them: ``given``, else the trainer's ``kept`` one; a dict of
     named datasets (a ``DatasetDict`` too) is each of them, named; a string names one set of a
@@ -35,24 +52,25 @@ def eval_sets(given: Any, kept: Any) -> list[tuple[str | None, list[dict[str, An
             raise ConfigError(f"eval_dataset {given!r} is not one of the trainer's eval datasets "
                               f"({', '.join(map(repr, kept))})", field="eval_dataset",
                               fix="name one of them, or pass the dataset itself")
-        return [(None, rows_of(kept[given], f"eval_dataset[{given!r}]"))]
+        return [(None, rows_of(kept[given], f"eval_dataset[{given!r}]", args))]
     if isinstance(chosen, Mapping):
         if not chosen:
             raise ConfigError("eval_dataset is an empty dict of datasets", field="eval_dataset", fix=_FIX)
-        return [(str(name), rows_of(dataset, f"eval_dataset[{name!r}]")) for name, dataset in chosen.items()]
-    return [(None, rows_of(chosen, "eval_dataset"))]
+        return [(str(name), rows_of(dataset, f"eval_dataset[{name!r}]", args)) for name, dataset in chosen.items()]
+    return [(None, rows_of(chosen, "eval_dataset", args))]
 
 
-def rows_of(dataset: Any, where: str) -> list[dict[str, Any]]:
-    """``dataset``'s rows (``polyrl.api.prompt_rows``), or one ConfigError naming ``eval_dataset``
-    (``where`` says which of a dict's sets). Why here: ``prompt_rows``' own errors name
-    ``prompts``, the training rows, and an object that is no sequence would end in a TypeError."""
+def rows_of(dataset: Any, where: str, args: Any = None) -> list[dict[str, Any]]:
+    """``dataset``'s rows (``polyrl.api.prompt_rows``; an ``IterableDataset``'s as TRL streams them
+    under ``args``, ``stream_eval_rows``), or one ConfigError naming ``eval_dataset`` (``where``
+    says which of a dict's sets). Why here: ``prompt_rows``' own errors name ``prompts``, the
+    training rows, and an object that is no sequence would end in a TypeError."""
     from polyrl.api import prompt_rows
 
+    if isinstance(dataset, StreamOrder):
+        return dataset
     if type(dataset).__name__ == "IterableDataset":
-        raise ConfigError(f"{where} is an IterableDataset, which may never end; polyrl evaluates one finite set "
-                          "of rows", field="eval_dataset",
-                          fix="pass a datasets.Dataset (e.g. Dataset.from_list(list(dataset.take(N))))")
+        return stream_eval_rows(dataset, args, where)
     if isinstance(dataset, (str, bytes, Mapping)) or not isinstance(dataset, Iterable):
         raise ConfigError(f"{where} is of type {type(dataset).__name__}, not a dataset", field="eval_dataset", fix=_FIX)
     try:
@@ -72,6 +90,8 @@ def trl_eval_order(rows: list[dict[str, Any]], args: Any) -> list[dict[str, Any]
     Why torch here: TRL's permutation is torch's generator's; a script giving a TRL config has
     TRL, and so torch, installed."""
     seed = getattr(args, "seed", None)
+    if isinstance(rows, StreamOrder):  # a stream's rows: TRL's order already
+        return rows
     if not hasattr(args, "per_device_eval_batch_size") or isinstance(seed, bool) or not isinstance(seed, int):
         return rows
     import torch

@@ -146,6 +146,24 @@ TOML_HINTS: dict[str, TrlName] = {
                                             "top_p, top_k, min_p, repetition_penalty, max_new_tokens, stop)"),
     "use_vllm": TrlName(None, note="polyrl samples with its own generate backend (GenerationConfig(backend=...), "
                                    "[backends] generate in a TOML config), not TRL's vLLM"),
+    # TRL 1.16 GRPOTrainer: lm_head (policy and reference) made float32, its input cast up to it
+    "cast_lm_head_to_fp32": TrlName(None, note="TRL casts the lm_head of the policy and reference to float32 "
+                                               "(ScaleRL), so the logits come from a float32 matmul; polyrl's "
+                                               "lm_head runs in the model's compute dtype and only the log-softmax "
+                                               "is float32: load the model in float32 for float32 logits"),
+    # TRL's router auxiliary loss (MoE only: TRL fails on a dense model when it is set)
+    "router_aux_loss_coef": TrlName(None, note="TRL adds a Mixture-of-Experts model's load-balancing loss with this "
+                                               "weight; polyrl's loss has no router term"),
+    "use_adaptive_entropy": TrlName(None, note="TRL moves entropy_coef each optimizer step toward entropy_target "
+                                               "(Skywork-OR1); polyrl's entropy_coef stays as set"),
+    "log_completions_hub_repo": TrlName(None, note="TRL pushes its logged completions to this Hub dataset; polyrl "
+                                                   "uploads nothing: its completions.jsonl stays in output_dir "
+                                                   "(upload it with huggingface_hub)"),
+    **{name: TrlName(None, note="TRL samples with transformers' continuous-batching engine instead of generate(); "
+                                "polyrl samples with its own generate backend (GenerationConfig(backend=...), "
+                                "[backends] generate in a TOML config)")
+       for name in ("use_transformers_continuous_batching", "use_transformers_paged",
+                    "transformers_continuous_batching_config")},
     # TRL's True keeps only GRPOTrainer's signature columns (prompt, image, images): no dataset column
     # reaches the reward functions; TRL's default False is what polyrl does
     "remove_unused_columns": TrlName(None, note="polyrl passes every dataset column to the reward functions, as "

@@ -1,6 +1,6 @@
 """What transformers' tracker integrations take from a TRL script's trainer when they open their run
 (``polyrl.tracking.TrlRun``): ``args.run_name``, ``args.to_dict()`` over the model config (W&B's
-config), ``args.to_json_string()`` and the model config's JSON (TensorBoard's ``args`` and
+config, MLflow's params), ``args.to_json_string()`` and the model config's JSON (TensorBoard's ``args`` and
 ``model_config`` texts).
 
 Why a module of its own: polyrl's trainer never holds TRL's model object (its backend loads the
@@ -27,6 +27,7 @@ def trl_run(args: Any, model_object: Any, model_path: str, dtype: str, lora: boo
         return None
     config = model_config(args, model_object, model_path, dtype)
     combined: dict[str, Any] = {**(config.to_dict() if config is not None else {}), **args.to_dict()}
+    params = dict(combined)  # MLflow's: no parameter count
     count = None if lora else num_parameters(model_object, config)
     if count is not None:
         combined["model/num_parameters"] = count
@@ -35,7 +36,7 @@ def trl_run(args: Any, model_object: Any, model_path: str, dtype: str, lora: boo
         texts["model_config"] = config.to_json_string()
     project = getattr(args, "project", None)
     return TrlRun(run_name=getattr(args, "run_name", None), project=project if isinstance(project, str) else None,
-                  config=combined, texts=texts)
+                  config=combined, params=params, texts=texts)
 
 
 def model_config(args: Any, model_object: Any, model_path: str, dtype: str) -> Any:

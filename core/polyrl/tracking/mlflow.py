@@ -16,7 +16,8 @@ would cost the tracker (the REST client retries the error for minutes first).
 
 A TRL script's run (``TrackerContext.trl_run``) opens as transformers' ``MLflowCallback`` opens it:
 in ``$MLFLOW_EXPERIMENT_NAME`` (else ``$MLFLOW_EXPERIMENT_ID``, else MLflow's ``Default``), named
-``args.run_name`` (unset: MLflow names it), tagged with ``$MLFLOW_TAGS``."""
+``args.run_name`` (unset: MLflow names it), tagged with ``$MLFLOW_TAGS``, with its params
+(``trl_params``), or reattached to ``$MLFLOW_RUN_ID``."""
 
 from __future__ import annotations
 
@@ -96,9 +97,43 @@ def _flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+def trl_params(combined: Mapping[str, Any]) -> dict[str, str]:
+    """The params transformers' ``MLflowCallback`` logs for a TRL run from ``combined`` (the model
+    config's dict under ``args.to_dict()``): flattened with dots under ``$MLFLOW_FLATTEN_PARAMS``,
+    each value as ``str()`` (as MLflow stores it), one longer than MLflow takes
+    (``MAX_PARAM_VAL_LENGTH``) left out, the first ``$MLFLOW_MAX_LOG_PARAMS`` only. Why: polyrl
+    logged its own config under polyrl's names, which no TRL user's MLflow comparison matched."""
+    from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
+
+    flat = dict(combined)
+    if os.environ.get("MLFLOW_FLATTEN_PARAMS", "FALSE").upper() in _TRUE:
+        flat = _dotted(flat)
+    items = [(mlflow_name(str(k)), str(v)) for k, v in flat.items() if len(str(v)) <= MAX_PARAM_VAL_LENGTH]
+    cap = os.environ.get("MLFLOW_MAX_LOG_PARAMS")
+    if cap and cap.isdigit():
+        items = items[:int(cap)]
+    return dict(items)
+
+
+#: transformers' ``ENV_VARS_TRUE_VALUES``
+_TRUE = frozenset({"1", "ON", "YES", "TRUE"})
+
+
+def _dotted(d: Mapping[Any, Any], parent: str = "") -> dict[str, Any]:
+    """transformers' ``flatten_dict``: nested non-empty mappings as ``parent.key``."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{parent}.{k}" if parent else k
+        if v and isinstance(v, Mapping):
+            out.update(_dotted(v, str(key)))
+        else:
+            out[key] = v
+    return out
+
+
 class MlflowTracker:
     def __init__(self, context: TrackerContext) -> None:
-        from mlflow.entities import Metric, Param
+        from mlflow.entities import Metric, Param, RunTag
         from mlflow.tracking import MlflowClient
 
         self._metric = Metric
@@ -119,8 +154,18 @@ class MlflowTracker:
             exp_id, run_name, tags = self._experiment(context.project), context.run_name, {}
         else:  # as transformers' MLflowCallback opens a TRL run
             exp_id, run_name, tags = self._trl_experiment(), context.trl_run.run_name, trl_tags()
-        self.run_id = self.client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
-        params = [Param(k, v) for k, v in _flat_params(context.config).items()]
+        reattach = os.environ.get("MLFLOW_RUN_ID") if context.trl_run is not None else None
+        if reattach:  # as MLflowCallback's start_run resumes $MLFLOW_RUN_ID: the run's own name, tags kept
+            self.run_id = self.client.get_run(reattach).info.run_id
+            self.client.update_run(self.run_id, status="RUNNING")
+            if tags:
+                self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        else:
+            self.run_id = self.client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
+        flat = _flat_params(context.config)
+        if context.trl_run is not None:  # TRL's params, then polyrl's own config under polyrl.
+            flat = {**trl_params(context.trl_run.params), **_flat_params(context.config, "polyrl.")}
+        params = [Param(k, v) for k, v in flat.items()]
         for i in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(self.run_id, params=params[i:i + 100])
 

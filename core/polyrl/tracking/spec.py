@@ -31,6 +31,8 @@ class TrlRun:
     project: str | None = None
     #: ``{**model.config.to_dict(), **args.to_dict()}`` and ``model/num_parameters``: W&B's config
     config: Mapping[str, Any] = attrs.field(factory=dict)
+    #: ``{**model.config.to_dict(), **args.to_dict()}``: the params transformers' ``MLflowCallback`` logs
+    params: Mapping[str, Any] = attrs.field(factory=dict)
     #: TensorBoard's text summaries: ``args`` (``args.to_json_string()``), ``model_config``
     texts: Mapping[str, str] = attrs.field(factory=dict)
 
