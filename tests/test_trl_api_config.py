@@ -313,8 +313,8 @@ def test_derived_trl_values_never_count_as_set():
 
 @pytest.mark.parametrize(("kwargs", "field", "named"), [
     ({"fp16": True}, "grpo_config.fp16", ["fp16 = True"]),
-    ({"use_vllm": True, "use_liger_kernel": True},
-     "grpo_config.use_liger_kernel", ["use_liger_kernel = True (TRL's default: False): from_trl does not translate it",
+    ({"use_vllm": True, "data_seed": 7},
+     "grpo_config.data_seed", ["data_seed = 7 (TRL's default: None): from_trl does not translate it",
                                       "use_vllm = True (TRL's default: False): polyrl has no "
                                       "equivalent (polyrl samples with its own generate backend"]),
     ({"optim": "sgd"}, "grpo_config.optim", ["optim = 'sgd'"]),
@@ -718,6 +718,11 @@ def test_remove_unused_columns_true_is_refused_not_ignored():
     ("use_adaptive_entropy", True, "entropy_coef stays as set"),
     ("use_transformers_continuous_batching", True, "continuous-batching.*its own generate backend"),
     ("transformers_continuous_batching_config", {"max_batch_tokens": 64}, "its own generate backend"),
+    ("fp16", True, "bfloat16 \\(bf16=True\\) and scales no loss"),
+    ("torch_compile", True, "runs it uncompiled"),
+    ("use_liger_kernel", True, "a chunk at a time"),
+    ("neftune_noise_alpha", 5.0, "polyrl adds none"),
+    ("fsdp", "full_shard", "FSDP2 under torchrun"),
 ])
 def test_common_trl_fields_polyrl_lacks_are_refused_saying_polyrl_has_no_equivalent(field, value, reason):
     """Fields most TRL GRPO scripts set (use_vllm=True) were refused as

@@ -164,6 +164,18 @@ TOML_HINTS: dict[str, TrlName] = {
                                 "[backends] generate in a TOML config)")
        for name in ("use_transformers_continuous_batching", "use_transformers_paged",
                     "transformers_continuous_batching_config")},
+    # transformers' TrainingArguments fields TRL scripts set, each with what it does there
+    "fp16": TrlName(None, note="transformers trains with float16 autocast and a gradient scaler; polyrl's mixed "
+                               "precision is bfloat16 (bf16=True) and scales no loss"),
+    "torch_compile": TrlName(None, note="transformers compiles the model with torch.compile; polyrl's torch "
+                                        "backend runs it uncompiled"),
+    "use_liger_kernel": TrlName(None, note="TRL computes the loss with Liger's fused lm_head-and-loss kernel; "
+                                           "polyrl's own output head already holds the logits a chunk at a time "
+                                           "(backends.options.logits_memory_mb)"),
+    "neftune_noise_alpha": TrlName(None, note="transformers adds NEFTune noise to the input embeddings in training; "
+                                              "polyrl adds none"),
+    "fsdp": TrlName(None, note="polyrl shards with FSDP2 under torchrun: `polyrl launch` with [backends.options] "
+                               "fsdp = true in a TOML config"),
     # TRL's True keeps only GRPOTrainer's signature columns (prompt, image, images): no dataset column
     # reaches the reward functions; TRL's default False is what polyrl does
     "remove_unused_columns": TrlName(None, note="polyrl passes every dataset column to the reward functions, as "
