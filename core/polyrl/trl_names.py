@@ -125,6 +125,10 @@ _WARMUP = ("warmup_steps = ceil({value} x train.steps x algorithm.num_iterations
 #: More ``GRPOConfig`` / ``TrainingArguments`` names a TOML writer may bring, for the unknown-key
 #: fix only (``from_trl`` ignores the logging and saving ones, ``trl_config.IGNORED``): without
 #: them a close polyrl key would be suggested instead (``delta`` -> "did you mean 'beta'?").
+#: How polyrl samples, for the notes of TRL fields that pick TRL's sampler (vLLM, continuous batching).
+_OWN_GENERATE = ("polyrl samples with its own generate backend (GenerationConfig(backend=...), [backends] generate "
+                 "in a TOML config)")
+
 TOML_HINTS: dict[str, TrlName] = {
     "save_steps": TrlName("train.checkpoint_every"),
     "save_total_limit": TrlName("train.keep_checkpoints"),
@@ -144,8 +148,7 @@ TOML_HINTS: dict[str, TrlName] = {
                                       "(huggingface_hub.upload_folder)"),
     "generation_kwargs": TrlName(None, note="polyrl samples with the generation settings it has (temperature, "
                                             "top_p, top_k, min_p, repetition_penalty, max_new_tokens, stop)"),
-    "use_vllm": TrlName(None, note="polyrl samples with its own generate backend (GenerationConfig(backend=...), "
-                                   "[backends] generate in a TOML config), not TRL's vLLM"),
+    "use_vllm": TrlName(None, note=f"{_OWN_GENERATE}, not TRL's vLLM"),
     # TRL 1.16 GRPOTrainer: lm_head (policy and reference) made float32, its input cast up to it
     "cast_lm_head_to_fp32": TrlName(None, note="TRL casts the lm_head of the policy and reference to float32 "
                                                "(ScaleRL), so the logits come from a float32 matmul; polyrl's "
@@ -160,8 +163,7 @@ TOML_HINTS: dict[str, TrlName] = {
                                                    "uploads nothing: its completions.jsonl stays in output_dir "
                                                    "(upload it with huggingface_hub)"),
     **{name: TrlName(None, note="TRL samples with transformers' continuous-batching engine instead of generate(); "
-                                "polyrl samples with its own generate backend (GenerationConfig(backend=...), "
-                                "[backends] generate in a TOML config)")
+                                f"{_OWN_GENERATE}")
        for name in ("use_transformers_continuous_batching", "use_transformers_paged",
                     "transformers_continuous_batching_config")},
     # transformers' TrainingArguments fields TRL scripts set, each with what it does there
