@@ -78,7 +78,8 @@ def test_every_mapped_field_the_user_sets_is_carried():
         "optimizer.weight_decay": 0.01, "optimizer.schedule": "cosine", "optimizer.warmup_steps": 3,
         "algorithm.ref_sync_every": 16, "algorithm.ref_sync_alpha": 0.9, "algorithm.mask_truncated_completions": True,
         "algorithm.top_entropy_quantile": 0.5,
-        "algorithm.kl_bias_correction": True}  # TRL's default use_bias_correction_kl, read since beta > 0
+        "algorithm.kl_bias_correction": True,  # TRL's default use_bias_correction_kl, read since beta > 0
+        "train.collective_timeout_s": 1800.0}  # TRL's default ddp_timeout
 
 
 @pytest.mark.parametrize("norm", [0.0, -1.0])
@@ -313,8 +314,9 @@ def test_derived_trl_values_never_count_as_set():
 
 @pytest.mark.parametrize(("kwargs", "field", "named"), [
     ({"fp16": True}, "grpo_config.fp16", ["fp16 = True"]),
-    ({"use_vllm": True, "data_seed": 7},
-     "grpo_config.data_seed", ["data_seed = 7 (TRL's default: None): from_trl does not translate it",
+    ({"use_vllm": True, "ddp_static_graph": True},
+     "grpo_config.ddp_static_graph", ["ddp_static_graph = True (TRL's default: None): polyrl has no equivalent "
+                                      "(transformers passes it to torch's DistributedDataParallel",
                                       "use_vllm = True (TRL's default: False): polyrl has no "
                                       "equivalent (polyrl samples with its own generate backend"]),
     ({"optim": "sgd"}, "grpo_config.optim", ["optim = 'sgd'"]),

@@ -44,10 +44,27 @@ IGNORED = frozenset({
     # TRL passes it to transformers' generate() only (its KV cache's layout: speed and memory, not
     # which tokens are drawn); polyrl never calls generate(), its backends keep their own cache
     "cache_implementation",
+    # read by transformers' other optimizers only (Adafactor, GaLore, APOLLO...): its AdamW, the one
+    # optim polyrl takes (ADAMW below), is built from lr, betas, eps and weight_decay alone
+    "optim_args", "optim_target_modules",
+    # read by transformers' own compute_loss and its label count (batch["labels"]), both unused by
+    # GRPOTrainer: its compute_loss replaces them and normalizes the loss by its own token count
+    "average_tokens_across_devices", "label_smoothing_factor",
+    # read by transformers' evaluation loop for predictions and compute_metrics (GRPOTrainer takes no
+    # compute_metrics, its prediction_step returns the loss alone): the eval loss is the same mean
+    "prediction_loss_only", "eval_do_concat_batches", "eval_accumulation_steps", "eval_use_gather_object",
+    "include_for_metrics", "batch_eval_metrics", "label_names",
+    # read by transformers' own samplers, which GRPOTrainer replaces with its RepeatSampler (seeded by
+    # seed, shuffled by shuffle_dataset): accelerate applies data_seed to a RandomSampler only
+    "train_sampling_strategy", "length_column_name", "data_seed",
+    # never read by transformers' Trainer: a script passes it to train(resume_from_checkpoint=...)
+    "resume_from_checkpoint",
 })
 #: TRL settings whose value here is what polyrl does anyway (no correction of a generator's
 #: mismatch by default): accepted, not refused.
-POLYRL_BEHAVIOUR = {"vllm_importance_sampling_correction": False}
+POLYRL_BEHAVIOUR = {"vllm_importance_sampling_correction": False,
+                    # False: transformers' trackio integration deploys no static Space (uploads nothing)
+                    "trackio_static_space_id": False}
 #: ``optim`` values that are the AdamW polyrl runs (another optimizer is refused).
 ADAMW = frozenset({"adamw_torch", "adamw_torch_fused"})
 #: TRL's evaluation during training, read by ``eval_settings``. ``per_device_eval_batch_size`` only
@@ -61,7 +78,7 @@ COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_step
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
                       "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio", "adam_beta1", "adam_beta2",
                       "use_bias_correction_kl", "delta", "generation_kwargs", "steps_per_generation",
-                      "generation_batch_size", "load_best_model_at_end", "report_to", "run_name", "project",
+                      "generation_batch_size", "load_best_model_at_end", "report_to", "run_name", "project", "ddp_timeout",
                       *EVAL_FIELDS})
 #: read with the model and its LoRA adapters by ``polyrl.api.check_trl_dropout`` (``refuse_dropout_difference``)
 MODEL_FIELDS = frozenset({"disable_dropout"})
@@ -72,6 +89,11 @@ VLLM_PREFIX = "vllm_"
 #: the bounds and step of TRL's adaptive entropy control: read only with ``use_adaptive_entropy``
 #: (which polyrl refuses), so unread there as here without it
 ADAPTIVE_ENTROPY_FIELDS = frozenset({"entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target"})
+#: fields TRL reads only with another field on (the key, refused with its own note when set), so
+#: unread there as here without it: transformers' Liger kernels, FSDP, its trackio integration
+#: (a Hub Space and bucket), evaluation during training
+READ_WITH = {"liger_kernel_config": "use_liger_kernel", "fsdp_config": "fsdp", "eval_delay": "eval_strategy",
+             **{name: "report_to" for name in ("trackio_space_id", "trackio_bucket_id", "trackio_static_space_id")}}
 #: fields that shape tool-calling episodes: read by ``polyrl.trl.GRPOTrainer`` when it is given
 #: ``tools`` or an ``environment_factory`` (``agent_settings``), refused as TOML-only otherwise
 AGENT_FIELDS = frozenset({"max_tool_calling_iterations"})
@@ -95,6 +117,7 @@ def _refuse_unsupported(trl_config: Any, agent: bool = False) -> None:
         handled |= ADAPTIVE_ENTROPY_FIELDS
     if not getattr(trl_config, "deepspeed", None):  # read by TRL's generation under DeepSpeed ZeRO-3 only
         handled.add("ds3_gather_for_generation")
+    handled |= {name for name, switch in READ_WITH.items() if not _switched_on(trl_config, switch)}
     kept = {f.name: getattr(trl_config, f.name) for f in fields if f.name in handled}
     try:  # TRL's own defaults for everything else, derived from the same handled values
         reference = type(trl_config)(**kept)
@@ -121,6 +144,16 @@ def _refuse_unsupported(trl_config: Any, agent: bool = False) -> None:
     if optim not in ADAMW:
         raise ConfigError(f"TRL's optim = {shown(optim)} is not the AdamW polyrl trains with",
                           field="grpo_config.optim", fix="remove it (polyrl uses torch's AdamW)")
+
+
+def _switched_on(trl_config: Any, switch: str) -> bool:
+    """Whether ``switch`` (a ``READ_WITH`` value) turns on the code that reads its fields."""
+    value = getattr(trl_config, switch, None)
+    if switch == "eval_strategy":
+        return _plain(value) != "no"
+    if switch == "report_to":  # transformers' trackio integration only
+        return value == "trackio" or (isinstance(value, (list, tuple)) and "trackio" in value)
+    return bool(value)
 
 
 def _refuse(changed: list[tuple[str, Any, Any]]) -> None:
@@ -539,13 +572,33 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
     if trl_config.sync_ref_model:
         out["algorithm.ref_sync_alpha"] = trl_config.ref_model_mixup_alpha
     if trl_config.reward_weights is not None:
-        out["rewards[].weight"] = list(trl_config.reward_weights)
+        weights = trl_config.reward_weights
+        if not isinstance(weights, (list, tuple)) or not all(
+                isinstance(w, (int, float)) and not isinstance(w, bool) for w in weights):
+            raise ConfigError(f"TRL's reward_weights = {shown(weights)} is not a list of numbers, one per reward "
+                              "function", field="grpo_config.reward_weights",
+                              fix="write a list, e.g. reward_weights=[1.0, 0.5], or remove it (weight 1 each)")
+        out["rewards[].weight"] = list(weights)
     if trl_config.beta > 0:  # read by the KL term only (TRL's default True weights it by the ratio)
         out["algorithm.kl_bias_correction"] = bool(trl_config.use_bias_correction_kl)
     out.update(eval_settings(trl_config))
     out.update(best_model_settings(trl_config))
     out.update(tracker_settings(trl_config))
+    out.update(timeout_settings(trl_config))
     return out
+
+
+def timeout_settings(trl_config: Any) -> dict[str, Any]:
+    """``train.collective_timeout_s`` for TRL's ``ddp_timeout`` (its default 1800 included). Why:
+    transformers makes it the timeout of the process group its ranks wait in for each other, which
+    is polyrl's collective timeout under ``polyrl launch``; one process waits for nobody in either."""
+    timeout = getattr(trl_config, "ddp_timeout", None)
+    if timeout is None:
+        return {}
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ConfigError(f"TRL's ddp_timeout = {shown(timeout)} is no number of seconds",
+                          field="grpo_config.ddp_timeout", fix="set it to seconds above 0 (TRL's default 1800)")
+    return {"train.collective_timeout_s": float(timeout)}
 
 
 #: transformers' ``TrainingArguments.project`` default (read by its trackio integration only)

@@ -182,6 +182,49 @@ TOML_HINTS: dict[str, TrlName] = {
     # reaches the reward functions; TRL's default False is what polyrl does
     "remove_unused_columns": TrlName(None, note="polyrl passes every dataset column to the reward functions, as "
                                                 "TRL's default remove_unused_columns = False does"),
+    # transformers' process group timeout: how long its ranks wait for each other (from_trl carries it)
+    "ddp_timeout": TrlName("train.collective_timeout_s"),
+    # transformers' distributed and evaluation settings TRL scripts set, each with what it does there
+    **{name: TrlName(None, note="transformers passes it to torch's DistributedDataParallel wrapper of a "
+                                "multi-process run; polyrl wraps no model in DDP (under `polyrl launch` it "
+                                "all-reduces the gradients itself): remove it")
+       for name in ("ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers", "ddp_static_graph")},
+    "ddp_backend": TrlName(None, note="transformers starts its process group with this torch.distributed backend; "
+                                      "`polyrl launch` picks the backend itself (nccl on GPUs, gloo on CPUs)"),
+    "fsdp_config": TrlName(None, note="transformers' FSDP settings, read with fsdp only; polyrl shards with FSDP2 "
+                                      "under torchrun: `polyrl launch` with [backends.options] fsdp = true in a "
+                                      "TOML config"),
+    "deepspeed": TrlName(None, note="transformers trains under DeepSpeed with this config; polyrl shards with FSDP2 "
+                                    "under torchrun: `polyrl launch` with [backends.options] fsdp = true in a "
+                                    "TOML config"),
+    "parallelism_config": TrlName(None, note="accelerate's tensor, context and sequence parallelism; polyrl shards "
+                                             "with FSDP2 only (`polyrl launch`, [backends.options] fsdp = true)"),
+    **{name: TrlName(None, note=f"transformers evaluates with the model cast to {dtype} weights; polyrl "
+                                "evaluates with the weights it trains: load the model in that dtype for both")
+       for name, dtype in (("bf16_full_eval", "bfloat16"), ("fp16_full_eval", "float16"))},
+    "eval_delay": TrlName(None, note="transformers skips the evaluations before this many optimizer updates "
+                                     "(epochs with eval_strategy=\"epoch\"); polyrl evaluates every eval.every "
+                                     "steps from the first: remove it, or start evaluating later with eval_steps"),
+    "ignore_data_skip": TrlName(None, note="transformers' resumed run then starts the epoch's prompts over instead "
+                                          "of skipping those it trained on; polyrl's resume continues with the "
+                                          "next prompts, as TRL's default False does"),
+    "full_determinism": TrlName(None, note="transformers asks torch for deterministic kernels (GPU runs that repeat "
+                                           "bit for bit); polyrl's torch backend does it with [backends.options] "
+                                           "deterministic = true in a TOML config"),
+    "model_init_kwargs": TrlName(None, note="TRL passes them to from_pretrained when it loads a model named by its "
+                                            "path; polyrl.trl.GRPOTrainer reads their dtype, polyrl.api loads the "
+                                            "model in Agent(dtype=...)"),
+    "liger_kernel_config": TrlName(None, note="transformers' Liger kernel settings, read with use_liger_kernel only; "
+                                              "polyrl runs no Liger kernels"),
+    **{name: TrlName(None, note=f"transformers turns torch_compile on to compile the model with this {what}; "
+                                "polyrl's torch backend runs it uncompiled")
+       for name, what in (("torch_compile_backend", "torch.compile backend"),
+                          ("torch_compile_mode", "torch.compile mode"))},
+    **{name: TrlName(None, note=f"transformers' trackio integration {what}; polyrl's trackio store stays local "
+                                "(output_dir/trackio: `TRACKIO_DIR=output_dir/trackio trackio show`)")
+       for name, what in (("trackio_space_id", "logs to this Hugging Face Space"),
+                          ("trackio_bucket_id", "keeps the logs in this Hub bucket"),
+                          ("trackio_static_space_id", "freezes the logs into this static Space after training"))},
     **{name: TrlName("algorithm.mismatch_correction", note=(
         'TRL\'s default mode (sequence_mask) is mismatch_correction = "mis" with mismatch_level = "sequence" in '
         '[algorithm], a *_truncate mode is "tis", false is "none" (the default: polyrl samples with the policy it '

@@ -1,0 +1,117 @@
+"""Every trl.GRPOConfig field, set to another value, is either taken (unread by TRL's GRPO training
+as by polyrl's, or translated) or refused with what it does in TRL and what to do instead. Before,
+34 fields (optim_args, data_seed, ddp_*, eval_delay, model_init_kwargs...) ended in the generic
+"from_trl does not translate it to a polyrl setting", saying neither."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import warnings
+
+import pytest
+
+trl = pytest.importorskip("trl")
+
+from polyrl import api  # noqa: E402
+from polyrl.errors import ConfigError  # noqa: E402
+
+GENERIC = "from_trl does not translate it"
+
+
+def trl_config(**kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return trl.GRPOConfig(**{"output_dir": "out", "use_cpu": True, "report_to": "none", **kwargs})
+
+
+def _other(field: dataclasses.Field, value):
+    """A value of ``field`` other than ``value`` (its default)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, enum.Enum):
+        return next(m.value for m in type(value) if m != value)
+    if isinstance(value, (int, float)):
+        return value + 3
+    if isinstance(value, str):
+        return value + "_x"
+    if isinstance(value, list):
+        return [*value, "x"]
+    if isinstance(value, dict):
+        return {**value, "a": 1}
+    kind = str(field.type)
+    return True if "bool" in kind else 7 if "int" in kind else 0.3 if "float" in kind else \
+        {"a": 1} if "dict" in kind else ["a"] if "list" in kind else "x"
+
+
+def test_no_grpoconfig_field_is_refused_without_a_reason():
+    default = trl_config()
+    generic, checked = [], 0
+    for field in dataclasses.fields(trl.GRPOConfig):
+        if not field.init or field.name == "output_dir":
+            continue
+        try:
+            config = trl_config(**{field.name: _other(field, getattr(default, field.name))})
+        except Exception:  # noqa: BLE001 - TRL refuses this value itself (no GPU, no deepspeed, a batch mismatch)
+            continue
+        checked += 1
+        try:
+            api.GRPOConfig.from_trl(config)
+        except ConfigError as error:
+            if GENERIC in str(error):
+                generic.append(field.name)
+    assert checked > 150 and generic == []
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"optim_args": "foo=1"}, {"optim_target_modules": ["q_proj"]}, {"average_tokens_across_devices": False},
+    {"label_smoothing_factor": 0.1}, {"prediction_loss_only": True}, {"eval_accumulation_steps": 2},
+    {"batch_eval_metrics": True}, {"label_names": ["labels"]}, {"train_sampling_strategy": "sequential"},
+    {"data_seed": 7}, {"resume_from_checkpoint": "out/checkpoint-5"},
+    {"liger_kernel_config": {"rope": True}}, {"eval_delay": 5},  # eval_strategy "no": unread
+    {"trackio_space_id": "me/space"},  # report_to "none": unread
+    {"report_to": "trackio", "trackio_static_space_id": False},  # no static Space: nothing uploaded, as polyrl
+])
+def test_fields_grpo_training_never_reads_are_taken(kwargs):
+    """(a) Read by transformers only in code GRPOTrainer replaces (its compute_loss, prediction_step,
+    samplers), by optimizers other than the AdamW polyrl takes, or only with a switch left off."""
+    api.GRPOConfig.from_trl(trl_config(**kwargs))
+
+
+def test_trls_ddp_timeout_is_polyrls_collective_timeout():
+    """(b) transformers' process group timeout is polyrl's train.collective_timeout_s, TRL's default
+    1800 s included (polyrl's own is 600)."""
+    assert api.GRPOConfig.from_trl(trl_config(ddp_timeout=60)).settings["train.collective_timeout_s"] == 60.0
+    assert api.GRPOConfig.from_trl(trl_config()).settings["train.collective_timeout_s"] == 1800.0
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(trl_config(ddp_timeout=-1))
+    assert info.value.field == "grpo_config.ddp_timeout"
+
+
+@pytest.mark.parametrize("kwargs, field, said", [
+    ({"data_seed": 7, "ddp_find_unused_parameters": True}, "grpo_config.ddp_find_unused_parameters",
+     "polyrl wraps no model in DDP"),
+    ({"bf16_full_eval": True}, "grpo_config.bf16_full_eval", "cast to bfloat16"),
+    ({"eval_strategy": "steps", "eval_steps": 4, "eval_delay": 8}, "grpo_config.eval_delay",
+     "skips the evaluations before"),
+    ({"ignore_data_skip": True}, "grpo_config.ignore_data_skip", "starts the epoch's prompts over"),
+    ({"full_determinism": True}, "grpo_config.full_determinism", "deterministic = true"),
+    ({"model_init_kwargs": {"attn_implementation": "eager"}}, "grpo_config.model_init_kwargs", "Agent(dtype=...)"),
+    ({"report_to": "trackio", "trackio_space_id": "me/space"}, "grpo_config.trackio_space_id",
+     "store stays local"),
+    ({"torch_compile_mode": "max-autotune"}, "grpo_config.torch_compile", "compile the model with this torch.compile"),
+])
+def test_fields_that_change_a_run_are_refused_saying_what_they_do(kwargs, field, said):
+    """(c) Each refused with what transformers does with it and polyrl's way instead."""
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(trl_config(**kwargs))
+    assert info.value.field == field and said in str(info.value) and GENERIC not in str(info.value), info.value
+
+
+@pytest.mark.parametrize("weights", [0.5, ["1", "2"]])
+def test_reward_weights_that_are_no_list_of_numbers_are_one_error(weights):
+    """TRL's config takes any reward_weights; from_trl stopped with "TypeError: 'float' object is not
+    iterable" (a traceback) for a single number."""
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(trl_config(reward_weights=weights))
+    assert info.value.field == "grpo_config.reward_weights" and "reward_weights=[1.0, 0.5]" in str(info.value)
