@@ -469,3 +469,69 @@ def test_a_trl_run_reattaches_to_mlflow_run_id(tmp_path, monkeypatch):
     run = MlflowClient(tracking_uri=uri).get_run(first.run_id)
     assert run.info.status == "RUNNING" and run.data.params["seed"] == "42"
     again.close()
+
+
+def _wandb_config(folder: Path) -> dict:
+    """The config an offline W&B run wrote (the run record's, then later config records)."""
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal.datastore import DataStore
+
+    (log_file,) = folder.glob("wandb/offline-run-*/run-*.wandb")
+    store = DataStore()
+    store.open_for_scan(str(log_file))
+    config: dict = {}
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        kind = record.WhichOneof("record_type")
+        items = record.run.config.update if kind == "run" else record.config.update if kind == "config" else []
+        config.update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items})
+    config.pop("_wandb", None)
+    return config
+
+
+def test_a_trl_lora_runs_wandb_config_has_transformers_peft_config_and_adapter_count(tmp_path, monkeypatch,
+                                                                                     tiny_model_dir):
+    """transformers' WandbCallback logs a PeftModel's peft_config ({"default": LoraConfig}) first in
+    the run's config and counts the adapters in model/num_parameters; polyrl's W&B run of a TRL
+    script with peft_config had neither. Both written offline by the real wandb and read back:
+    equal (polyrl's own config beside them under polyrl)."""
+    peft = pytest.importorskip("peft")
+    trl = pytest.importorskip("trl")
+    integration = pytest.importorskip("transformers.integrations.integration_utils")
+    import copy
+
+    from transformers import AutoModelForCausalLM, TrainerState
+
+    from polyrl.tracking import TrackerSpec
+    from polyrl.tracking.session import RunTracking
+    from polyrl.tracking.wandb import WandbTracker
+    from polyrl.trl_run import trl_run
+
+    for name in ("WANDB_MODE", "WANDB_PROJECT", "WANDB_WATCH", "WANDB_LOG_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    args = trl.GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, report_to="none", bf16=False)
+    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+
+    model = peft.get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), copy.deepcopy(lora))
+    model.config.use_cache = args.use_cache  # as transformers' Trainer sets it
+    (tmp_path / "theirs").mkdir()
+    theirs = integration.WandbCallback()
+    # the run opened here offline (wandb's settings of this process may predate WANDB_MODE); the
+    # callback configures a run already open as its own ("run may have been created manually")
+    theirs._wandb.init(project="huggingface", dir=str(tmp_path / "theirs"), mode="offline")
+    theirs.setup(args, TrainerState(is_world_process_zero=True), model)
+    theirs._wandb.finish()
+
+    run = trl_run(args, None, tiny_model_dir, "float32", lora)  # TRL's peft_config
+    tracking = RunTracking(specs=[TrackerSpec("wandb", create=WandbTracker)], output_dir=tmp_path / "ours",
+                           completions_per_step=0, run_name=None, project="polyrl", config={"lr": 1.0}, trl=True,
+                           trl_run=run)
+    tracking.open()
+    tracking.close()
+    assert not tracking.dropped
+    their_config, our_config = _wandb_config(tmp_path / "theirs"), _wandb_config(tmp_path / "ours")
+    assert their_config["peft_config"]["default"]["r"] == 4 and their_config["model/num_parameters"] > 0
+    assert our_config.pop("polyrl") == {"lr": 1.0}
+    assert our_config == their_config
+    assert list(run.config)[0] == "peft_config" and "peft_config" not in run.params  # MLflow logs none

@@ -195,9 +195,9 @@ def test_a_trl_run_of_a_model_without_a_transformers_config_still_has_its_args(t
     args = trl.GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none", run_name="r1")
     (tmp_path / "model").mkdir()
     for model in (str(tmp_path / "model"), "smollm2-135m"):
-        run = trl_run(args, None, model, "float32", lora=False)
+        run = trl_run(args, None, model, "float32")
         assert run.run_name == "r1" and run.config == args.to_dict() and set(run.texts) == {"args"}
-    assert trl_run(GRPOConfig(), None, str(tmp_path / "model"), "float32", lora=False) is None
+    assert trl_run(GRPOConfig(), None, str(tmp_path / "model"), "float32") is None
 
 
 def test_a_resumed_trl_runs_tracker_runs_are_named_apart_and_an_unnamed_one_stays_the_trackers():

@@ -492,7 +492,7 @@ class GRPOTrainer:
         if self._trl_run_made is None:
             given = self._model_object if self._model_given else None
             self._trl_run_made = (trl_run(self.args, given, self.model_path, self.policy.dtype,
-                                          lora=self._peft_config is not None),)
+                                          peft_config=self._peft_config),)
         return self._trl_run_made[0]
 
     @_script_names

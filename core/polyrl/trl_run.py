@@ -1,6 +1,6 @@
 """What transformers' tracker integrations take from a TRL script's trainer when they open their run
 (``polyrl.tracking.TrlRun``): ``args.run_name``, ``args.to_dict()`` over the model config (W&B's
-config, MLflow's params), ``args.to_json_string()`` and the model config's JSON (TensorBoard's ``args`` and
+config with a LoRA run's ``peft_config``, MLflow's params), ``args.to_json_string()`` and the model config's JSON (TensorBoard's ``args`` and
 ``model_config`` texts).
 
 Why a module of its own: polyrl's trainer never holds TRL's model object (its backend loads the
@@ -18,17 +18,28 @@ from typing import Any
 from polyrl.tracking.spec import TrlRun
 
 
-def trl_run(args: Any, model_object: Any, model_path: str, dtype: str, lora: bool) -> TrlRun | None:
+def trl_run(args: Any, model_object: Any, model_path: str, dtype: str, peft_config: Any = None) -> TrlRun | None:
     """The ``TrlRun`` of a script's ``args`` (a ``trl.GRPOConfig``; None for polyrl's own
     ``GRPOConfig``, which has no ``to_dict``) and its model: ``model_object`` (None for a folder)
-    or ``model_path`` loaded in ``dtype``. With LoRA (``lora``) transformers adds the PeftModel's
-    ``peft_config`` and counts its adapters in ``model/num_parameters``: both are left out here."""
+    or ``model_path`` loaded in ``dtype``, wrapped by peft's ``get_peft_model`` with ``peft_config``
+    (TRL's LoRA) where given. W&B's and trackio's config then start with the ``PeftModel``'s
+    ``peft_config`` (``{"default": LoraConfig(...)}``) and count its adapters in
+    ``model/num_parameters``, as transformers' integrations log a ``PeftModel``; MLflow's params
+    have neither, as its ``MLflowCallback`` logs neither."""
     if not callable(getattr(args, "to_dict", None)) or not callable(getattr(args, "to_json_string", None)):
         return None
     config = model_config(args, model_object, model_path, dtype)
     combined: dict[str, Any] = {**(config.to_dict() if config is not None else {}), **args.to_dict()}
-    params = dict(combined)  # MLflow's: no parameter count
-    count = None if lora else num_parameters(model_object, config)
+    params = dict(combined)  # MLflow's: no peft_config, no parameter count
+    if peft_config is not None:
+        wrapped = peft_model(config, peft_config)
+        count = None if wrapped is None else int(wrapped.num_parameters())
+        adapters = None if wrapped is None else wrapped.peft_config
+    else:
+        count = num_parameters(model_object, config)
+        adapters = getattr(model_object, "peft_config", None)  # a model that already holds adapters
+    if adapters is not None:
+        combined = {"peft_config": adapters, **combined}
     if count is not None:
         combined["model/num_parameters"] = count
     texts = {"args": args.to_json_string()}
@@ -37,6 +48,34 @@ def trl_run(args: Any, model_object: Any, model_path: str, dtype: str, lora: boo
     project = getattr(args, "project", None)
     return TrlRun(run_name=getattr(args, "run_name", None), project=project if isinstance(project, str) else None,
                   config=combined, params=params, texts=texts)
+
+
+def peft_model(config: Any, peft_config: Any) -> Any:
+    """The ``PeftModel`` TRL trains (``get_peft_model(model, peft_config)``) built on the meta
+    device from the model's config (no memory, no weights read): its ``peft_config`` (the user's
+    with what peft fills in: ``base_model_name_or_path``, the target modules as a set...) and its
+    parameter count, adapters included. None where the architecture cannot be built so (no count
+    and no peft_config logged, rather than a wrong one)."""
+    if config is None:
+        return None
+    try:
+        import torch
+        from peft import get_peft_model
+        from transformers import AutoModelForCausalLM
+
+        adapter = copy.deepcopy(peft_config)
+        init = getattr(adapter, "init_lora_weights", True)
+        if not isinstance(init, bool):  # PiSSA, OLoRA, LoftQ... read the weights, which meta has not
+            adapter.init_lora_weights = False
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(copy.deepcopy(config))
+            wrapped = get_peft_model(model, adapter)
+        for each in wrapped.peft_config.values():  # the init the user asked for, as TRL's PeftModel holds it
+            if hasattr(each, "init_lora_weights"):
+                each.init_lora_weights = init
+        return wrapped
+    except Exception:  # noqa: BLE001 - an architecture or adapter peft cannot build here: left out
+        return None
 
 
 def model_config(args: Any, model_object: Any, model_path: str, dtype: str) -> Any:
