@@ -472,20 +472,30 @@ def test_a_trl_run_reattaches_to_mlflow_run_id(tmp_path, monkeypatch):
 
 
 def _wandb_config(folder: Path) -> dict:
-    """The config an offline W&B run wrote (the run record's, then later config records)."""
+    """The config an offline W&B run wrote (the run record's, then later config records). Read
+    again for a few seconds until the run record is there: on a loaded machine wandb's service may
+    still be writing the file when finish() has returned."""
+    import time
+
     from wandb.proto import wandb_internal_pb2
     from wandb.sdk.internal.datastore import DataStore
 
     (log_file,) = folder.glob("wandb/offline-run-*/run-*.wandb")
-    store = DataStore()
-    store.open_for_scan(str(log_file))
-    config: dict = {}
-    while (data := store.scan_data()) is not None:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        kind = record.WhichOneof("record_type")
-        items = record.run.config.update if kind == "run" else record.config.update if kind == "config" else []
-        config.update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items})
+    for _ in range(40):
+        store = DataStore()
+        store.open_for_scan(str(log_file))
+        config: dict = {}
+        seen_run = False
+        while (data := store.scan_data()) is not None:
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(data)
+            kind = record.WhichOneof("record_type")
+            seen_run = seen_run or kind == "run"
+            items = record.run.config.update if kind == "run" else record.config.update if kind == "config" else []
+            config.update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items})
+        if seen_run and "model/num_parameters" in config:
+            break
+        time.sleep(0.25)
     config.pop("_wandb", None)
     return config
 
@@ -535,3 +545,72 @@ def test_a_trl_lora_runs_wandb_config_has_transformers_peft_config_and_adapter_c
     assert our_config.pop("polyrl") == {"lr": 1.0}
     assert our_config == their_config
     assert list(run.config)[0] == "peft_config" and "peft_config" not in run.params  # MLflow logs none
+
+
+def test_a_trl_runs_mlflow_run_nests_under_the_scripts_active_run_with_mlflow_nested_run(tmp_path, monkeypatch):
+    """$MLFLOW_NESTED_RUN: transformers' MLflowCallback opens its run nested under the run the script
+    has active (start_run(nested=True): tag mlflow.parentRunId); polyrl opened a top-level run."""
+    trl = pytest.importorskip("trl")
+    integration = pytest.importorskip("transformers.integrations.integration_utils")
+    import mlflow
+    from mlflow.tracking import MlflowClient
+    from transformers import TrainerState
+
+    from polyrl.tracking.mlflow import MlflowTracker
+    from polyrl.tracking.spec import TrackerContext
+    from polyrl.trl_run import trl_run
+
+    uri = (tmp_path / "mlruns").as_uri()
+    for key, value in {"MLFLOW_TRACKING_URI": uri, "MLFLOW_ALLOW_FILE_STORE": "true", "MLFLOW_NESTED_RUN": "true",
+                       "MLFLOW_EXPERIMENT_NAME": "nested"}.items():
+        monkeypatch.setenv(key, value)
+    for key in ("MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS", "MLFLOW_RUN_ID"):
+        monkeypatch.delenv(key, raising=False)
+    args = trl.GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, report_to="none", bf16=False)
+    client = MlflowClient(tracking_uri=uri)
+    previous = mlflow.get_tracking_uri()  # MLflow's process-wide setting, put back below
+    mlflow.set_tracking_uri(uri)
+    parent = mlflow.start_run(experiment_id=client.create_experiment("script")).info.run_id
+    try:
+        theirs = integration.MLflowCallback()
+        theirs.setup(args, TrainerState(is_world_process_zero=True), None)
+        their_id = theirs._ml_flow.active_run().info.run_id
+        theirs._ml_flow.end_run()  # their nested run; the script's stays active
+        run = trl_run(args, None, str(tmp_path / "no-model"), "float32", None)  # read in the script's thread
+    finally:
+        mlflow.end_run()
+        mlflow.set_tracking_uri(previous)
+    ours = MlflowTracker(TrackerContext(tmp_path, "out", "polyrl", {}, trl=True, trl_run=run))
+    ours.close()
+    their_tags, our_tags = client.get_run(their_id).data.tags, client.get_run(ours.run_id).data.tags
+    assert their_tags["mlflow.parentRunId"] == parent and their_id != parent
+    assert our_tags.get("mlflow.parentRunId") == parent
+
+
+@pytest.mark.parametrize("variable, value, said", [
+    ("WANDB_LOG_MODEL", "end", "uploads the model"), ("WANDB_LOG_MODEL", "checkpoint", "uploads the model"),
+    ("WANDB_WATCH", "gradients", "calls wandb.watch"),
+])
+def test_wandb_variables_polyrl_does_not_act_on_are_one_warning_naming_them(tmp_path, monkeypatch, variable, value,
+                                                                            said):
+    """transformers' WandbCallback uploads the model as an artifact under $WANDB_LOG_MODEL and calls
+    wandb.watch under $WANDB_WATCH; polyrl does neither, and said nothing. Now one warning names the
+    variable, what transformers does and what to do; unset (or "false"), nothing is said."""
+    from structlog.testing import capture_logs
+
+    from polyrl.tracking.spec import TrackerContext
+    from polyrl.tracking.wandb import WandbTracker
+
+    for name in ("WANDB_MODE", "WANDB_PROJECT", "WANDB_LOG_MODEL", "WANDB_WATCH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_WATCH", "false")
+    monkeypatch.setenv(variable, value)
+    with capture_logs() as logs:
+        WandbTracker(TrackerContext(tmp_path, "r", "p", {}, trl=True)).close()
+    warned = [e for e in logs if e["log_level"] == "warning" and variable in e["event"]]
+    assert len(warned) == 1 and warned[0]["event"].startswith(f"{variable}={value}: ") and said in warned[0]["event"]
+    assert variable in warned[0]["fix"]
+    monkeypatch.setenv(variable, "false")
+    with capture_logs() as logs:
+        WandbTracker(TrackerContext(tmp_path, "r", "p", {}, trl=True)).close()
+    assert not [e for e in logs if e["log_level"] == "warning" and "WANDB_" in e["event"]]

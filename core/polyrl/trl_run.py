@@ -12,6 +12,8 @@ sets it. Only built for a run that has trackers (``polyrl.trl``).
 from __future__ import annotations
 
 import copy
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +49,22 @@ def trl_run(args: Any, model_object: Any, model_path: str, dtype: str, peft_conf
         texts["model_config"] = config.to_json_string()
     project = getattr(args, "project", None)
     return TrlRun(run_name=getattr(args, "run_name", None), project=project if isinstance(project, str) else None,
-                  config=combined, params=params, texts=texts)
+                  config=combined, params=params, texts=texts, mlflow_parent=mlflow_parent())
+
+
+#: the values transformers reads as true in ``$MLFLOW_NESTED_RUN`` (its ``ENV_VARS_TRUE_VALUES``)
+_TRUE = frozenset({"1", "ON", "YES", "TRUE"})
+
+
+def mlflow_parent() -> str | None:
+    """The id of the MLflow run active in this thread when ``$MLFLOW_NESTED_RUN`` is true, which
+    transformers' ``MLflowCallback`` nests its run under (``start_run(nested=True)``); None
+    otherwise. MLflow is not imported for it: a process that never imported it has no active run."""
+    if os.environ.get("MLFLOW_NESTED_RUN", "FALSE").upper() not in _TRUE:
+        return None
+    mlflow = sys.modules.get("mlflow")
+    active = mlflow.active_run() if mlflow is not None else None
+    return active.info.run_id if active is not None else None
 
 
 def peft_model(config: Any, peft_config: Any) -> Any:

@@ -17,7 +17,8 @@ would cost the tracker (the REST client retries the error for minutes first).
 A TRL script's run (``TrackerContext.trl_run``) opens as transformers' ``MLflowCallback`` opens it:
 in ``$MLFLOW_EXPERIMENT_NAME`` (else ``$MLFLOW_EXPERIMENT_ID``, else MLflow's ``Default``), named
 ``args.run_name`` (unset: MLflow names it), tagged with ``$MLFLOW_TAGS``, with its params
-(``trl_params``), or reattached to ``$MLFLOW_RUN_ID``."""
+(``trl_params``), nested under the script's active run with ``$MLFLOW_NESTED_RUN``, or reattached
+to ``$MLFLOW_RUN_ID``."""
 
 from __future__ import annotations
 
@@ -154,6 +155,8 @@ class MlflowTracker:
             exp_id, run_name, tags = self._experiment(context.project), context.run_name, {}
         else:  # as transformers' MLflowCallback opens a TRL run
             exp_id, run_name, tags = self._trl_experiment(), context.trl_run.run_name, trl_tags()
+            if context.trl_run.mlflow_parent:  # MLflow's own tag of a nested run (start_run(nested=True))
+                tags = {**tags, "mlflow.parentRunId": context.trl_run.mlflow_parent}
         reattach = os.environ.get("MLFLOW_RUN_ID") if context.trl_run is not None else None
         if reattach:  # as MLflowCallback's start_run resumes $MLFLOW_RUN_ID: the run's own name, tags kept
             self.run_id = self.client.get_run(reattach).info.run_id

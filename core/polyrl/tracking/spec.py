@@ -35,6 +35,10 @@ class TrlRun:
     params: Mapping[str, Any] = attrs.field(factory=dict)
     #: TensorBoard's text summaries: ``args`` (``args.to_json_string()``), ``model_config``
     texts: Mapping[str, str] = attrs.field(factory=dict)
+    #: under ``$MLFLOW_NESTED_RUN``, the MLflow run active in the script's thread when training
+    #: started: transformers' ``MLflowCallback`` opens its run nested under it (the trackers' own
+    #: threads cannot see it: MLflow keeps the active run per thread)
+    mlflow_parent: str | None = None
 
 
 @attrs.define(frozen=True)

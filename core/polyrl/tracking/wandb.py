@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from polyrl.logs import get_logger
 from polyrl.tracking.completions import COLUMNS, cell
 from polyrl.tracking.spec import POLYRL_CONFIG_KEY, TrackerContext
 from polyrl.trl_tags import WANDB_STEP_METRIC, WANDB_SUMMARY_KEYS
@@ -29,6 +30,7 @@ class WandbTracker:
         # a TRL run's project as transformers' WandbCallback names it (TRL's ``project`` is trackio's)
         project = os.environ.get("WANDB_PROJECT", "huggingface") if context.trl else context.project
         name, config = run_identity(context)
+        warn_unhonoured()
         self.run = wandb.init(project=project, name=name, dir=str(context.output_dir), config=config, mode=mode,
                               settings=wandb.Settings(console="off", x_disable_stats=True))
         self._trl = context.trl
@@ -71,3 +73,27 @@ def run_identity(context: TrackerContext) -> tuple[str | None, dict[str, Any]]:
     if trl_run is None:
         return context.run_name, dict(context.config)
     return trl_run.run_name, {**trl_run.config, POLYRL_CONFIG_KEY: dict(context.config)}
+
+
+#: transformers' ``WandbCallback`` variables polyrl does not act on: each value that turns one on there,
+#: what transformers then does, and what to do instead
+UNHONOURED = {
+    "WANDB_LOG_MODEL": ({"end", "checkpoint"},
+                        "transformers' WandbCallback uploads the model ('end': the trained one, 'checkpoint': each "
+                        "checkpoint) as a W&B artifact; polyrl uploads no model to W&B",
+                        "log output_dir/model (or its checkpoints) yourself with wandb.Artifact(..., type='model'), "
+                        "or unset WANDB_LOG_MODEL"),
+    "WANDB_WATCH": ({"all", "parameters", "gradients"},
+                    "transformers' WandbCallback calls wandb.watch on the model (histograms of its parameters or "
+                    "gradients); polyrl's model lives in its backend and is not watched",
+                    "read the gradient norm polyrl logs each step (grad_norm), or unset WANDB_WATCH"),
+}
+
+
+def warn_unhonoured() -> None:
+    """One warning for each of ``UNHONOURED`` set to a value that turns it on. Why: a TRL user's
+    ``WANDB_LOG_MODEL=end`` ended the run without its model artifact and without a word."""
+    for variable, (values, what, fix) in UNHONOURED.items():
+        value = os.environ.get(variable)
+        if value in values:
+            get_logger("polyrl.tracking").warning(f"{variable}={value}: {what}", fix=fix)
