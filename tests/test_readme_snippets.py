@@ -158,3 +158,67 @@ def test_readme_conformance_snippet_subclasses_the_kit():
     scope: dict[str, Any] = {}
     exec(python_block("BackendConformance"), scope)
     assert issubclass(scope["TestMine"], BackendConformance) and scope["TestMine"].compare_with == "torch"
+
+
+# --- the CLI section ---------------------------------------------------------------------------
+
+
+def cli_block() -> dict[str, str]:
+    """README's "## CLI" block: each ``polyrl <command>``'s text, continuation lines included."""
+    section = README[README.index("## CLI\n"):]
+    block = re.search(r"^```\n(.*?)^```", section, re.S | re.M).group(1)
+    commands: dict[str, str] = {}
+    current = ""
+    for line in block.splitlines():
+        line = line.split("   # ")[0]  # the comments name other flags (`polyrl serve --help`)
+        match = re.match(r"polyrl (?:\[--log-json\] )?([a-z-]+)", line)
+        if match:
+            current = match.group(1)
+        commands[current] = commands.get(current, "") + " " + line
+    return commands
+
+
+def test_readme_cli_block_shows_every_subcommand_with_real_flags():
+    from polyrl.cli import build_parser
+
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if a.choices and isinstance(a.choices, dict)]
+    shown = cli_block()
+    assert sorted(shown) == sorted(sub.choices), "README's CLI block and `polyrl --help` list other commands"
+    listed = re.findall(r"[a-z-]+", parser.description.partition(":")[2])  # `polyrl --help`'s own list
+    assert sorted(listed) == sorted(sub.choices), "`polyrl --help`'s description lists other commands"
+    for name, text in shown.items():
+        flags = {f for a in sub.choices[name]._actions for f in a.option_strings} | {"--log-json"}
+        unknown = sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", text)) - flags)
+        assert not unknown, f"README's `polyrl {name}` shows flags it does not take: {unknown}"
+
+
+# --- files README names ------------------------------------------------------------------------
+
+
+def brace_expanded(text: str) -> list[str]:
+    """Shell brace expansion (nested too): ``a_{x{1,2},y}.json`` -> a_x1.json, a_x2.json, a_y.json."""
+    start = text.find("{")
+    if start < 0:
+        return [text]
+    depth, parts, last = 0, [], start + 1
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if text[i] == "," and depth == 1:
+            parts.append(text[last:i])
+            last = i + 1
+        elif depth == 0:
+            parts.append(text[last:i])
+            return [out for part in parts for out in brace_expanded(text[:start] + part + text[i + 1:])]
+    raise ValueError(f"unbalanced braces in {text!r}")
+
+
+def test_brace_expansion_is_the_shells():
+    assert brace_expanded("a_{x{1,2},y}.{json,png}") == ["a_x1.json", "a_x1.png", "a_x2.json", "a_x2.png",
+                                                         "a_y.json", "a_y.png"]
+
+
+def test_every_bench_result_readme_names_is_there():
+    named = set(re.findall(r"bench/results/[\w.{},-]+\.(?:json|png|md|\{[\w,]+\})", README))
+    missing = [path for pattern in sorted(named) for path in brace_expanded(pattern) if not (ROOT / path).exists()]
+    assert len(named) > 40 and not missing, missing

@@ -1,4 +1,5 @@
-"""The ``polyrl`` command: train | launch | backends | rewards | trackers | environments | doctor | generate | serve | bench | convert | report."""
+"""The ``polyrl`` command: train | launch | backends | rewards | trackers | environments | doctor | generate | serve | bench |
+convert | report | config-reference."""
 
 from __future__ import annotations
 
