@@ -222,3 +222,29 @@ def test_every_bench_result_readme_names_is_there():
     named = set(re.findall(r"bench/results/[\w.{},-]+\.(?:json|png|md|\{[\w,]+\})", README))
     missing = [path for pattern in sorted(named) for path in brace_expanded(pattern) if not (ROOT / path).exists()]
     assert len(named) > 40 and not missing, missing
+
+
+def polyrl_command_lines() -> list[tuple[str, str]]:
+    """(command, rest of the line) for every ``polyrl ...`` README shows: code block lines (after
+    environment assignments, continuation lines joined, comments cut) and inline code spans."""
+    found = []
+    for match in re.finditer(r"^```\w*\n(.*?)^```", README, re.S | re.M):
+        for line in match.group(1).replace("\\\n", " ").splitlines():
+            command = re.match(r"\s*(?:[A-Z_]+=\S+\s+)*polyrl (?:\[?--log-json\]? )?([a-z-]+)(.*)", line.split("  #")[0])
+            if command:
+                found.append((command.group(1), command.group(2)))
+    found += re.findall(r"`polyrl (?:--log-json )?([a-z-]+)([^`]*)`", README)
+    return found
+
+
+def test_every_polyrl_command_readme_shows_takes_its_flags():
+    from polyrl.cli import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if a.choices and isinstance(a.choices, dict)]
+    lines = polyrl_command_lines()
+    assert len(lines) > 60
+    for name, rest in lines:
+        assert name in sub.choices, f"README shows `polyrl {name}`, which is no command"
+        flags = {f for a in sub.choices[name]._actions for f in a.option_strings}
+        unknown = sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", rest)) - flags)
+        assert not unknown, f"README's `polyrl {name}{rest}` shows flags it does not take: {unknown}"
