@@ -440,7 +440,9 @@ def encode_chat(
     ``EngineConfig.chat_template_kwargs`` (``model.chat_template_kwargs``: ``enable_thinking``...)
     as template variables, here and in ``generate``'s rendering of a chat prompt alike
     (``encode_chat_literal(template_kwargs=...)``). The core asks the generate engine first and the
-    train engine when the generate backend has no tokenizer (a remote server).
+    train engine when the generate backend has no tokenizer (a remote server); the startup checks
+    (every chat prompt below ``model.max_length``, in roles the template renders) ask it too when
+    the engine object has no ``encode_prompt`` method (``polyrl.hook_prompts``).
     Only the template's own special tokens are special: a message's text (a tool result, an
     observation) spelling ``<|im_end|>`` is encoded as those characters, so it cannot end its turn
     and forge the next (``polyrl.backend_kit.literal_chat.encode_chat_literal`` does both, for an

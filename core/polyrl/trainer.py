@@ -50,6 +50,7 @@ from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, dataset_ch
 from polyrl.engines import RunEngines, check_engines, choose_generate_backend, load_engines, run_optimizer
 from polyrl import episode_scoring, eval_loss
 from polyrl.episode_prompts import first_prompt_encoder
+from polyrl.hook_prompts import HookPromptEncoder
 from polyrl.errors import (
     CallbackError,
     CollectiveTimeout,
@@ -193,9 +194,11 @@ def _loss_counts(completions: list[Completion], group_kept: np.ndarray,
     return len(rows), tokens
 
 
-def _length_of(encode: Callable[[Prompt], Any], prompt: Prompt) -> int:
-    """The tokens of ``prompt`` as ``encode`` renders it (the startup length check's count)."""
-    return len(encode(prompt))
+def _length_of(encode: Callable[[Prompt], Any], prompt: Prompt) -> int | None:
+    """The tokens of ``prompt`` as ``encode`` renders it (the startup length check's count); None
+    when ``encode`` cannot render it."""
+    ids = encode(prompt)
+    return None if ids is None else len(ids)
 
 
 def _rendered(engine: Engine, messages: list[dict[str, Any]], add_generation_prompt: bool) -> np.ndarray:
@@ -459,11 +462,15 @@ class Trainer:
         """The datasets with every prompt checked against model.max_length once, encoded as
         generation encodes it, and every chat prompt's roles against those the chat template
         renders (``check_prompt_lengths``). The train engine's tokenizer is asked
-        first: it is local even when the generator is a server. Episodes on tools alone count
+        first: it is local even when the generator is a server. Backends whose engines have no
+        ``encode_prompt`` (third-party ones) are asked through the hooks (``HookPromptEncoder``:
+        chats through ``encode_chat``, text left uncounted). Episodes on tools alone count
         their first prompt with the tool instructions (``first_prompt_encoder``); an environment
         writes its own first messages, so its prompts are left to the episode runner."""
         encoders = (getattr(e.raw, "encode_prompt", None) for e in (self.train_engine, self.gen_engine))
-        encode = next((f for f in encoders if callable(f)), None)
+        encode: Callable[[Prompt], Any] | None = next((f for f in encoders if callable(f)), None)
+        if encode is None:
+            encode = HookPromptEncoder([self.gen_engine, self.train_engine])
         counted = "chat template included"
         if self.episodes is not None:  # tools alone: with their instructions; an environment: None
             encode, counted = first_prompt_encoder(self.episodes), "chat template and tool instructions included"
