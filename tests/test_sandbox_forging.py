@@ -687,6 +687,58 @@ def test_len_of_a_returned_object_agrees_with_its_items():
     assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
 
 
+IS_PRIME = "def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, n))\n"
+#: (tests, forged solution): ``len`` agrees with the items ``_check_count`` reads, then the object
+#: gives the tests others (none: their loop holds vacuously).
+COUNTED_ONCE = {
+    "items_once": (IS_PRIME + "r = primes(3)\nassert len(r) == 3 and all(is_prime(x) for x in r)",
+                   "class R:\n    def __init__(self):\n        self.reads = 0\n    def __len__(self):\n        return 3\n"
+                   "    def __iter__(self):\n        self.reads += 1\n        return iter([4, 6, 8] if self.reads == 1 else [])\n"
+                   "def primes(n):\n    return R()\n"),
+    "own_iterator": ("r = odds(3)\nassert len(r) == 3 and all(x % 2 == 1 for x in r)",
+                     "class R:\n    def __init__(self):\n        self.i = 0\n    def __len__(self):\n        return 3\n"
+                     "    def __iter__(self):\n        return self\n    def __next__(self):\n        self.i += 1\n"
+                     "        if self.i > 3:\n            raise StopIteration\n        return 2\n"
+                     "def odds(n):\n    return R()\n"),
+}
+#: An object that is its own iterator and has a length: Python's ``len`` takes none of its items.
+ODDS = ("class Odds:\n    def __init__(self, n):\n        self.n, self.i = n, 0\n    def __len__(self):\n"
+        "        return self.n - self.i\n    def __iter__(self):\n        return self\n    def __next__(self):\n"
+        "        if self.i >= self.n:\n            raise StopIteration\n        self.i += 1\n        return 2 * self.i - 1\n"
+        "def odds(n):\n    return Odds(n)\n")
+QUEUE = ("class Queue:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n        self.items.append(x)\n"
+         "    def __len__(self):\n        return len(self.items)\n    def __iter__(self):\n        return iter(self.items)\n"
+         "def make_queue():\n    return Queue()\n")
+#: (tests, honest solution): ``len`` then the tests' own reading of the same object, as in Python.
+COUNTED_THEN_READ = {
+    "own_iterator": ("r = odds(3)\nassert len(r) == 3\nassert list(r) == [1, 3, 5]", ODDS),
+    "own_iterator_length_hint": ("assert list(odds(3)) == [1, 3, 5]\nassert sorted(odds(2)) == [1, 3]", ODDS),
+    "own_iterator_twice": ("r = odds(3)\nassert len(r) == 3 and len(r) == 3\nassert list(r) == [1, 3, 5]", ODDS),
+    "changed_between": ("q = make_queue()\nq.push(1)\nassert len(q) == 1\nq.push(2)\nassert len(q) == 2\n"
+                        "assert list(q) == [1, 2] and list(q) == [1, 2]", QUEUE),
+    "generator": ("g = gen(3)\nassert next(g) == 0\nassert list(g) == [1, 2]\nassert list(g) == []",
+                  "def gen(n):\n    yield from range(n)\n"),
+}
+
+
+def test_the_items_len_counted_are_the_ones_the_tests_read_next():
+    """``len`` of an object a call returned reads its items to count them (the test above), which
+    Python's ``len`` never does: an object that is its own iterator (``__len__`` 3, items 2, 2, 2)
+    was then empty for the tests' loop, and one whose ``__iter__`` gave 4, 6, 8 once and nothing
+    after passed ``assert len(r) == 3 and all(is_prime(x) for x in r)``: both scored 1.0. The
+    items counted are what the tests' next iteration gets while no other request reaches the
+    sample; a right iterator with a length (it failed ``list(r)`` after ``len(r)``, and a second
+    ``len(r)``), one read through ``list``'s length hint, an object changed between reads and a
+    generator read as in Python keep 1.0."""
+    names = list(COUNTED_ONCE)
+    rows = [{"prompt": "p", "tests": COUNTED_ONCE[n][0]} for n in names]
+    forged = score([COUNTED_ONCE[n][1] for n in names], rows=rows)
+    assert dict(zip(names, forged.total)) == dict.fromkeys(names, 0.0)
+    names = list(COUNTED_THEN_READ)
+    rows = [{"prompt": "p", "tests": COUNTED_THEN_READ[n][0]} for n in names]
+    honest = score([COUNTED_THEN_READ[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
 #: (tests, honest in-place solution returning None): the tests read their own argument afterwards.
 IN_PLACE = {
     "sort": ("xs = [3, 1, 2]\nsort_it(xs)\nassert xs == [1, 2, 3]", "def sort_it(xs):\n    xs.sort()\n"),

@@ -53,7 +53,7 @@ class Remote:
     it has among the solution's names, if any; ``_root``: the solution's name it was reached from;
     ``_query``: a ``DATA_QUERIES`` method that refuses to be called with arguments (see there)."""
 
-    __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made")
+    __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made", "_counted")
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
                  origin: str | None = None, root: str | None = None) -> None:
@@ -66,6 +66,7 @@ class Remote:
         object.__setattr__(self, "_root", origin or root)
         object.__setattr__(self, "_query", False)
         object.__setattr__(self, "_made", False)
+        object.__setattr__(self, "_counted", None)  # ``_check_count``'s items, until the next request
 
     def _gives_data(self) -> bool:
         """Whether what calling it returns is data to the tests: anything but a solution name
@@ -114,6 +115,9 @@ class Remote:
         return self._session.ask("getitem", self._data, root=self._root, ref=self._ref, key=self._session.arg(key))
 
     def __len__(self) -> int:
+        counted = self._counted
+        if counted is not None and counted[1] == self._session.asks:
+            return len(counted[0])  # counted by an earlier ``len``, nothing of the sample's ran since
         value = self._session.ask("len", False, ref=self._ref)
         if type(value) is not int:
             raise TypeError("len() of a sample's value is not an int")
@@ -127,11 +131,12 @@ class Remote:
         len(f(3)) == 3 and all(x == 1 for x in f(3))``; built-in data never disagrees so. Not
         checked where the value is no iterable (or holds too many items to send): ``len`` is all
         there is; where reading them stops past ``MAX_ITEMS`` (a ``__getitem__`` that answers every
-        index, which iteration falls back to), they are more than a smaller ``len``. The cost: an
-        object that is its own iterator is read to its end by ``len``. Not covered: an object whose
-        items change from this read to the tests' own (each read is a request to the sample)."""
+        index, which iteration falls back to), they are more than a smaller ``len``. The items read
+        are what the tests' next iteration of it gets when no request reaches the sample between
+        (``_keep``). Not covered: an object whose items change from this read to one the tests make
+        after another request (each read is a request to the sample)."""
         try:
-            items = self._session.ask("iter", False, ref=self._ref)
+            items = self._session.ask("iter", self._data, root=self._root, ref=self._ref)
         except SampleStopped:
             raise
         except OverflowError:
@@ -144,8 +149,32 @@ class Remote:
             return
         if len(items) != length:
             raise AssertionError(f"len() of the sample's {self._type[:100]!r} says {length}, its items are {len(items)}")
+        self._keep(items)
+
+    def _keep(self, items: Any) -> None:
+        """Hold the items ``len`` read for the tests' next iteration of this value (and its ``len``
+        again), while no other request reaches the sample. Why: Python's ``len`` reads no items, but
+        ``_check_count`` does, so an object that is its own iterator (``__len__`` 3, ``__next__``
+        giving 2, 2, 2) was empty for the tests after ``assert len(r) == 3``, and one whose
+        ``__iter__`` gave its 3 items once and none after passed ``assert len(r) == 3 and
+        all(is_prime(x) for x in r)``: the items counted must be the ones the tests check. Nothing
+        of the sample's ran between, so an honest value's items (and length) are these."""
+        if isinstance(items, list):
+            object.__setattr__(self, "_counted", (items, self._session.asks))
+
+    def _unread(self) -> list[Any] | None:
+        """The items ``_keep`` holds, when no request has reached the sample since; dropped either
+        way (an iteration takes them, as it would take an iterator's)."""
+        counted = self._counted
+        object.__setattr__(self, "_counted", None)
+        if counted is None or counted[1] != self._session.asks:
+            return None
+        return counted[0]
 
     def __iter__(self) -> Any:
+        counted = self._unread()
+        if counted is not None:
+            return iter(counted)
         return iter(self._session.ask("iter", self._data, root=self._root, ref=self._ref))
 
     def __next__(self) -> Any:
