@@ -297,6 +297,58 @@ def test_a_reduction_the_tests_write_never_holds_vacuously_on_an_empty_answer():
     assert list(score(["def f(x):\n    return list(x)\n"] * 3, rows=rows).total) == [1.0, 1.0, 1.0]
 
 
+
+def _shrinking(reads: int) -> str:
+    """A solution whose ``area`` gives an object with one element (9.0) for its first ``reads``
+    reads (``len``, iteration, indexing) and none after."""
+    return ("class R:\n    def __init__(self):\n        self.reads = 0\n    def __len__(self):\n"
+            f"        return 1 if self.reads < {reads} else 0\n    def __iter__(self):\n        self.reads += 1\n"
+            f"        return iter([9.0] if self.reads <= {reads} else [])\n    def __getitem__(self, i):\n"
+            f"        if self.reads >= {reads} or i > 0:\n            raise IndexError(i)\n        return 9.0\n"
+            "def area(r):\n    return R()\n")
+
+
+#: (tests, honest solution): numpy checks with keyword operands, or of an answer numpy must read.
+READ_ONCE = {
+    "allclose": ("import numpy as np\nassert np.allclose(area(1), 3.14159, atol=1e-3)",
+                 "import math\ndef area(r):\n    return [math.pi * r * r]\n"),
+    "assert_allclose": ("import numpy as np\nnp.testing.assert_allclose(area(1), 3.14159, rtol=1e-3)",
+                        "import numpy as np\ndef area(r):\n    return np.array([np.pi * r * r])\n"),
+    "isclose": ("import numpy as np\nassert np.isclose(area(1), 3.14159, atol=1e-3).all()",
+                "import math\ndef area(r):\n    return (math.pi * r * r,)\n"),
+    "keyword_actual": ("import numpy as np\nnp.testing.assert_allclose(actual=area(1), desired=3.14159, rtol=1e-3)",
+                       "import math\ndef area(r):\n    return [math.pi * r * r]\n"),
+    "keyword_b": ("import numpy as np\nassert np.allclose(area(1), b=3.14159, atol=1e-3)",
+                  "import math\ndef area(r):\n    return [math.pi * r * r]\n"),
+    "keyword_isclose": ("import numpy as np\nassert np.isclose(a=area(1), b=3.14159, atol=1e-3).all()",
+                        "import math\ndef area(r):\n    return [math.pi * r * r]\n"),
+}
+
+
+def test_a_numpy_check_reads_the_answer_once_and_measures_keyword_operands():
+    """A numpy check read an answer of the sample's twice (once for the emptiness rule above, once
+    in numpy), so an object giving an element to the first read and none to the second passed
+    ``np.allclose(area(1), 3.14159)``, ``np.testing.assert_allclose`` and ``np.isclose(...).all()``;
+    and operands given by keyword were never measured, so ``return []`` passed
+    ``assert_allclose(actual=area(1), desired=3.14159)`` and ``np.allclose(area(1), b=3.14159)``:
+    each scored 1.0. The answer is read once now, for both, and keyword operands count; right
+    answers (a list, a tuple, a numpy array, a sequence class of their own, ``assert_raises`` of a
+    right function) keep 1.0."""
+    names = list(READ_ONCE)
+    rows = [{"prompt": "p", "tests": READ_ONCE[n][0]} for n in names]
+    for forged in (_shrinking(1), _shrinking(2), "def area(r):\n    return []\n"):
+        got = score([forged] * len(names), rows=rows)
+        assert {n: s for n, s in zip(names, got.total) if s != 0.0} == {}, forged
+    honest = score([READ_ONCE[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+    seq = ("class Seq:\n    def __init__(self, xs):\n        self.xs = xs\n    def __len__(self):\n        return len(self.xs)\n"
+           "    def __getitem__(self, i):\n        return self.xs[i]\n"
+           "def f(x):\n    if x < 0:\n        raise ValueError(x)\n    return Seq([x, 2 * x])\n")
+    rows = [{"prompt": "p", "tests": tests} for tests in (
+        "import numpy as np\nnp.testing.assert_array_equal(f(2), [2, 4])\nassert np.array_equal(a1=f(1), a2=[1, 2])",
+        "import numpy as np\nnp.testing.assert_raises(ValueError, f, -1)\nnp.testing.assert_equal(actual=f(3), desired=[3, 6])")]
+    assert list(score([seq, seq], rows=rows).total) == [1.0, 1.0]
+
 #: (tests, honest solution) of element-by-element checks through zip; the forgery returns [].
 ZIPPED = {
     "tolerance": ("assert all(abs(a - b) < 1e-9 for a, b in zip(f(2), [1.0, 2.0]))", "def f(x):\n    return [1.0, 2.0]\n"),
