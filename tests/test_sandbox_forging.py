@@ -766,6 +766,8 @@ COUNTED_THEN_READ = {
     "own_iterator": ("r = odds(3)\nassert len(r) == 3\nassert list(r) == [1, 3, 5]", ODDS),
     "own_iterator_length_hint": ("assert list(odds(3)) == [1, 3, 5]\nassert sorted(odds(2)) == [1, 3]", ODDS),
     "own_iterator_twice": ("r = odds(3)\nassert len(r) == 3 and len(r) == 3\nassert list(r) == [1, 3, 5]", ODDS),
+    "own_iterator_next": ("r = odds(3)\nassert len(r) == 3\nassert next(r) == 1 and len(r) == 2\nassert list(r) == [3, 5]",
+                          ODDS),
     "changed_between": ("q = make_queue()\nq.push(1)\nassert len(q) == 1\nq.push(2)\nassert len(q) == 2\n"
                         "assert list(q) == [1, 2] and list(q) == [1, 2]", QUEUE),
     "generator": ("g = gen(3)\nassert next(g) == 0\nassert list(g) == [1, 2]\nassert list(g) == []",
@@ -779,8 +781,8 @@ def test_the_items_len_counted_are_the_ones_the_tests_read_next():
     was then empty for the tests' loop, and one whose ``__iter__`` gave 4, 6, 8 once and nothing
     after passed ``assert len(r) == 3 and all(is_prime(x) for x in r)``: both scored 1.0. The
     items counted are what the tests' next iteration gets while no other request reaches the
-    sample; a right iterator with a length (it failed ``list(r)`` after ``len(r)``, and a second
-    ``len(r)``), one read through ``list``'s length hint, an object changed between reads and a
+    sample; a right iterator with a length (it failed ``list(r)``, ``next(r)`` and a second ``len(r)``
+    after ``len(r)``), one read through ``list``'s length hint, an object changed between reads and a
     generator read as in Python keep 1.0."""
     names = list(COUNTED_ONCE)
     rows = [{"prompt": "p", "tests": COUNTED_ONCE[n][0]} for n in names]

@@ -181,7 +181,12 @@ class Remote:
         """The next item of an iterator the solution returned (``next(f(x))`` of a generator;
         ``for`` and ``list`` go through ``__iter__``). Its end is a ``RemoteError``, never
         StopIteration, which would end a ``map`` of the tests' early (``EXCEPTIONS``). Why: a
-        right generator failed ``assert next(gen(3)) == 0`` ("'Remote' object is not an iterator")."""
+        right generator failed ``assert next(gen(3)) == 0`` ("'Remote' object is not an iterator").
+        After ``len`` it is the first item ``len`` counted (``_keep``), which the sample has given."""
+        counted = self._unread()
+        if counted:
+            object.__setattr__(self, "_counted", (counted[1:], self._session.asks))
+            return counted[0]
         return self._session.ask("next", self._data, root=self._root, ref=self._ref)
 
     def __bool__(self) -> bool:
