@@ -298,13 +298,14 @@ def test_a_reduction_the_tests_write_never_holds_vacuously_on_an_empty_answer():
 
 
 
-def _shrinking(reads: int) -> str:
-    """A solution whose ``area`` gives an object with one element (9.0) for its first ``reads``
-    reads (``len``, iteration, indexing) and none after."""
+def _shrinking(reads: int, items: str = "[9.0]") -> str:
+    """A solution whose ``area`` gives an object with ``items`` (one element, or a ragged pair numpy
+    cannot read) for its first ``reads`` reads (``len``, iteration, indexing) and none after."""
     return ("class R:\n    def __init__(self):\n        self.reads = 0\n    def __len__(self):\n"
-            f"        return 1 if self.reads < {reads} else 0\n    def __iter__(self):\n        self.reads += 1\n"
-            f"        return iter([9.0] if self.reads <= {reads} else [])\n    def __getitem__(self, i):\n"
-            f"        if self.reads >= {reads} or i > 0:\n            raise IndexError(i)\n        return 9.0\n"
+            f"        return len({items}) if self.reads < {reads} else 0\n    def __iter__(self):\n        self.reads += 1\n"
+            f"        return iter({items} if self.reads <= {reads} else [])\n    def __getitem__(self, i):\n"
+            f"        if self.reads >= {reads} or i >= len({items}):\n            raise IndexError(i)\n"
+            f"        return {items}[i]\n"
             "def area(r):\n    return R()\n")
 
 
@@ -327,8 +328,9 @@ READ_ONCE = {
 
 def test_a_numpy_check_reads_the_answer_once_and_measures_keyword_operands():
     """A numpy check read an answer of the sample's twice (once for the emptiness rule above, once
-    in numpy), so an object giving an element to the first read and none to the second passed
-    ``np.allclose(area(1), 3.14159)``, ``np.testing.assert_allclose`` and ``np.isclose(...).all()``;
+    in numpy), so an object giving an element (or a ragged list numpy cannot read) to the first
+    read and none to the second passed ``np.allclose(area(1), 3.14159)``,
+    ``np.testing.assert_allclose`` and ``np.isclose(...).all()``;
     and operands given by keyword were never measured, so ``return []`` passed
     ``assert_allclose(actual=area(1), desired=3.14159)`` and ``np.allclose(area(1), b=3.14159)``:
     each scored 1.0. The answer is read once now, for both, and keyword operands count; right
@@ -336,7 +338,8 @@ def test_a_numpy_check_reads_the_answer_once_and_measures_keyword_operands():
     right function) keep 1.0."""
     names = list(READ_ONCE)
     rows = [{"prompt": "p", "tests": READ_ONCE[n][0]} for n in names]
-    for forged in (_shrinking(1), _shrinking(2), "def area(r):\n    return []\n"):
+    ragged = "[[1.0, 2.0], [3.0]]"
+    for forged in (_shrinking(1), _shrinking(2), _shrinking(2, ragged), _shrinking(3, ragged), "def area(r):\n    return []\n"):
         got = score([forged] * len(names), rows=rows)
         assert {n: s for n, s in zip(names, got.total) if s != 0.0} == {}, forged
     honest = score([READ_ONCE[n][1] for n in names], rows=rows)

@@ -118,18 +118,16 @@ def _read_once(places: list[tuple[str, Any]], args: tuple[Any, ...],
     array once, for the emptiness check and the check itself alike. Why: each read is a request
     to the sample, which may answer the second otherwise: an object giving ``[9.0]`` to the first
     read and nothing after passed ``np.allclose(area(1), 3.14159)`` (the check saw an element,
-    numpy's own comparison an empty array). A function of the sample's (``assert_raises(E, f)``)
-    or one numpy cannot read stays as it is."""
+    numpy's own comparison an empty array); one that numpy cannot read (ragged) fails the check
+    there, since a second read could answer otherwise. A function of the sample's
+    (``assert_raises(E, f)``) stays as it is."""
     numpy = sys.modules["numpy"]
     listed = list(args)
     for kind, key in places:
         value = listed[key] if kind == "arg" else kwargs[key]
         if not isinstance(value, Remote) or value._kind == "callable":
             continue
-        try:
-            value = numpy.asarray(value)
-        except Exception:  # noqa: BLE001 - not array-like: the check itself decides, as before
-            continue
+        value = numpy.asarray(value)  # what it raises (a ragged answer) numpy's own read raises too
         if kind == "arg":
             listed[key] = value
         else:
