@@ -750,6 +750,11 @@ COUNTED_ONCE = {
                    "class R:\n    def __init__(self):\n        self.reads = 0\n    def __len__(self):\n        return 3\n"
                    "    def __iter__(self):\n        self.reads += 1\n        return iter([4, 6, 8] if self.reads == 1 else [])\n"
                    "def primes(n):\n    return R()\n"),
+    "refused_once": (IS_PRIME + "r = primes(3)\nassert len(r) == 3 and all(is_prime(x) for x in r)",
+                     "class R:\n    def __init__(self):\n        self.reads = 0\n    def __len__(self):\n        return 3\n"
+                     "    def __iter__(self):\n        self.reads += 1\n        if self.reads == 1:\n"
+                     "            raise TypeError('not iterable')\n        return iter([])\n"
+                     "def primes(n):\n    return R()\n"),
     "own_iterator": ("r = odds(3)\nassert len(r) == 3 and all(x % 2 == 1 for x in r)",
                      "class R:\n    def __init__(self):\n        self.i = 0\n    def __len__(self):\n        return 3\n"
                      "    def __iter__(self):\n        return self\n    def __next__(self):\n        self.i += 1\n"
@@ -773,6 +778,10 @@ COUNTED_THEN_READ = {
                           ODDS),
     "changed_between": ("q = make_queue()\nq.push(1)\nassert len(q) == 1\nq.push(2)\nassert len(q) == 2\n"
                         "assert list(q) == [1, 2] and list(q) == [1, 2]", QUEUE),
+    "not_iterable": ("r = sized(3)\nassert len(r) == 3 and len(r) == 3 and r.n == 3\ntry:\n    iter(r)\nexcept TypeError:\n"
+                     "    pass\nelse:\n    raise AssertionError('iterable')",
+                     "class Sized:\n    def __init__(self, n):\n        self.n = n\n    def __len__(self):\n"
+                     "        return self.n\n    __iter__ = None\ndef sized(n):\n    return Sized(n)\n"),
     "generator": ("g = gen(3)\nassert next(g) == 0\nassert list(g) == [1, 2]\nassert list(g) == []",
                   "def gen(n):\n    yield from range(n)\n"),
 }
@@ -782,7 +791,8 @@ def test_the_items_len_counted_are_the_ones_the_tests_read_next():
     """``len`` of an object a call returned reads its items to count them (the test above), which
     Python's ``len`` never does: an object that is its own iterator (``__len__`` 3, items 2, 2, 2)
     was then empty for the tests' loop, and one whose ``__iter__`` gave 4, 6, 8 once and nothing
-    after passed ``assert len(r) == 3 and all(is_prime(x) for x in r)``: both scored 1.0. The
+    after (or raised TypeError once, as if not iterable, then gave none) passed ``assert len(r) == 3
+    and all(is_prime(x) for x in r)``: each scored 1.0. The
     items counted are what the tests' next iteration gets while no other request reaches the
     sample; a right iterator with a length (it failed ``list(r)``, ``next(r)`` and a second ``len(r)``
     after ``len(r)``), one read through ``list``'s length hint, an object changed between reads and a
