@@ -46,6 +46,13 @@ CELLS = {
     "unittest_yield": "import unittest\n\nclass TestAdd(unittest.TestCase):\n    def setUp(self):\n        self.want = 4\n\n"
                       "    def test_small(self):\n        self.assertEqual(add(1, 2), 3)\n\n    def test_same(self):\n"
                       "        self.assertEqual(add(2, 2), self.want)\n        yield\n",
+    # tests marked to fail (a known bug): a right solution failed them and a wrong one passed them
+    "xfail": "import pytest\n\ndef test_small():\n    assert add(1, 2) == 3\n\n@pytest.mark.xfail(reason='off by one')\n"
+             "def test_known_bug():\n    assert add(1, 2) == 4\n\n@pytest.mark.xfail\nclass TestBugs:\n"
+             "    def test_same(self):\n        assert add(2, 2) == 5\n",
+    "expected_failure": "import unittest\n\nclass TestAdd(unittest.TestCase):\n    def test_small(self):\n"
+                        "        self.assertEqual(add(1, 2), 3)\n\n    @unittest.expectedFailure\n"
+                        "    def test_known_bug(self):\n        self.assertEqual(add(1, 2), 4)\n",
 }
 
 

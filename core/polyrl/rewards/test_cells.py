@@ -28,6 +28,7 @@ from typing import Any
 
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
+from polyrl.rewards.test_runs import drive, expects_failure, yields
 
 NAME = "code_tests"
 #: test-runner plumbing: run here it would look for tests in the trainer's own ``__main__`` (or
@@ -250,7 +251,7 @@ def _discovered(body: list[ast.stmt], checkers: set[str], where: str, entry_poin
     tests = [t for node in body if isinstance(node, ast.ClassDef) for t in _class_tests(node, body, where, literals)]
     reached = _reached(body, _names_in(tests))
     tests += [t for name, node in _functions(body).items() if name.startswith("test") and name not in reached
-              for t in _calls(node, name, where, literals)]
+              and not expects_failure(node) for t in _calls(node, name, where, literals)]
     reached = _reached(body, _names_in(tests))
     has_tests = bool(tests) or any(_is_test(node, checkers) for node in body)
     if "check" in checkers and "check" not in reached:
@@ -277,12 +278,16 @@ def _names_in(sources: list[str]) -> set[str]:
 
 def _class_tests(node: ast.ClassDef, body: list[ast.stmt], where: str, literals: dict[str, ast.expr]) -> list[str]:
     """``Case("test_x").debug()`` for a ``unittest.TestCase`` subclass (setUp, the test, tearDown;
-    a failure raises), ``Case().test_x(...)`` for a pytest ``Test*`` class."""
-    methods = [m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name.startswith("test")]
+    a failure raises), ``Case().test_x(...)`` for a pytest ``Test*`` class; none marked to fail
+    (``test_runs.expects_failure``)."""
+    if expects_failure(node):
+        return []
+    methods = [m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and m.name.startswith("test") and not expects_failure(m)]
     if _is_unittest_case(node, body):
-        return [f"{node.name}({m.name!r}).debug()" if not _yields(m) else  # as debug() runs it; a name no other step reads
+        return [f"{node.name}({m.name!r}).debug()" if not yields(m) else  # as debug() runs it; a name no other step reads
                 f"{(case := f'_polyrl_{node.name}_{m.name}')} = {node.name}({m.name!r})\n{case}.setUp()\n"
-                f"{_drive(f'{case}.{m.name}()')}\n{case}.tearDown()\n{case}.doCleanups()" for m in methods]
+                f"{drive(f'{case}.{m.name}()')}\n{case}.tearDown()\n{case}.doCleanups()" for m in methods]
     if node.name.startswith("Test"):
         return [t for m in methods for t in _calls(m, f"{node.name}().{m.name}", where, literals)]
     return []
@@ -377,28 +382,8 @@ def _is_unittest_case(node: ast.ClassDef, body: list[ast.stmt], depth: int = 0) 
 
 def _call(node: ast.stmt, call: str) -> str:
     """``call`` as a statement; a coroutine function's is run to its end, as pytest-asyncio would,
-    and a generator function's as nose ran one (``_drive``)."""
+    and a generator function's as nose ran one (``test_runs.drive``)."""
     if isinstance(node, ast.AsyncFunctionDef):
         return f"__import__('asyncio').run({call})"
-    return _drive(call) if _yields(node) else call
+    return drive(call) if yields(node) else call
 
-
-def _yields(node: ast.stmt) -> bool:
-    """Whether a test function is a generator: a ``yield`` in its own body (not a nested function's)."""
-    todo = list(ast.iter_child_nodes(node))
-    while todo:
-        inner = todo.pop()
-        if isinstance(inner, (ast.Yield, ast.YieldFrom)):
-            return True
-        if not isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            todo.extend(ast.iter_child_nodes(inner))
-    return False
-
-
-def _drive(call: str) -> str:
-    """A generator test run as nose (and pytest before 4.0) ran it: to its end, calling each check
-    it yields (``yield check_even, n``). Why: calling it only makes a generator, so none of its body
-    ran and every completion, a wrong one too, passed it (pytest now refuses such a test)."""
-    return (f"for _polyrl_check in {call}:\n"
-            "    if type(_polyrl_check) is tuple and _polyrl_check and callable(_polyrl_check[0]):\n"
-            "        _polyrl_check[0](*_polyrl_check[1:])")
