@@ -54,6 +54,7 @@ from polyrl.engine import Engine
 from polyrl.errors import ConfigError
 from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry, get_registry
+from polyrl.testing.chat_templates import with_chat_template
 from polyrl.types import EngineConfig, OptimizerConfig, SamplingParams, TokenPrompt, TokenSequence, TrainBatch
 
 #: each ``Capabilities`` flag and the hooks it promises
@@ -418,28 +419,21 @@ class GenerationConformance:
         ``enable_thinking``) are template variables in ``encode_chat`` and in ``generate``'s
         rendering of a chat prompt: a backend ignoring them would sample from prompts the user
         did not ask for, without a word."""
-        import json
-        import shutil
-
         from transformers import AutoTokenizer
 
-        folder = tmp_path / "variable-template"
-        shutil.copytree(model_dir, folder)
-        settings = json.loads((folder / "tokenizer_config.json").read_text())
-        settings["chat_template"] = (
+        folder = with_chat_template(model_dir, tmp_path / "variable-template", (
             "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
             "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-            "{% if probe is defined %}{{ 'probe: ' + probe + '\\n' }}{% endif %}{% endif %}")
-        (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+            "{% if probe is defined %}{{ 'probe: ' + probe + '\\n' }}{% endif %}{% endif %}"))
         reg = self.registry()
         if not reg.status(self.backend).available:
             pytest.skip(f"backend {self.backend!r} not usable here: {reg.status(self.backend).reason}")
-        engine = Engine(reg, self.backend, EngineConfig(model=str(folder), role="generate", threads=1,
+        engine = Engine(reg, self.backend, EngineConfig(model=folder, role="generate", threads=1,
                                                         chat_template_kwargs={"probe": "thinking off"}))
         ids = engine.encode_chat(CHATS[0], None, add_generation_prompt=True)
         if ids is None:
             pytest.skip(f"backend {self.backend!r} has no tokenizer (the core uses the train engine's)")
-        tok = AutoTokenizer.from_pretrained(str(folder))
+        tok = AutoTokenizer.from_pretrained(folder)
         text = tok.apply_chat_template(CHATS[0], add_generation_prompt=True, tokenize=False, probe="thinking off")
         assert text.endswith("probe: thinking off\n")
         np.testing.assert_array_equal(ids, tok(text, add_special_tokens=False)["input_ids"],
