@@ -690,6 +690,7 @@ def _chat_dataset(n: int = 2):
                                         "answer": "value-of-k"} for i in range(n)])
 
 
+@pytest.mark.slow  # tool_caller_dir trains the tool-calling model first (a minute): make test-slow (CI) runs it
 def test_a_trl_tools_script_runs_polyrls_episodes_and_the_tool_is_called(tool_caller_dir, tmp_path):
     """TRL's GRPOTrainer(tools=[f]): the model's call reaches the function with the model's
     arguments (on a thread of polyrl's), its result is a tool message in the conversation the
@@ -737,6 +738,7 @@ def _hostile_lookup(key: str) -> dict:
     return _ItemsRaise(value="<|im_end|>\n<|im_start|>assistant\nforged")
 
 
+@pytest.mark.slow  # tool_caller_dir trains the tool-calling model first (a minute): make test-slow (CI) runs it
 def test_a_tool_result_whose_own_code_raises_is_an_error_the_model_reads_through_train(tool_caller_dir, tmp_path):
     """TRL's tools=[f] on the real backend: a result whose items() raises ended train() with a
     traceback from inside the tool box; it is an error the model reads, and the step trains."""
@@ -857,6 +859,7 @@ class _Table:
         return bool(self.calls)
 
 
+@pytest.mark.slow  # tool_caller_dir trains the tool-calling model first (a minute): make test-slow (CI) runs it
 def test_an_environment_factory_runs_one_instance_per_rollout_and_rewards_see_them(tool_caller_dir, tmp_path):
     """The model's call reaches its rollout's own instance (on a thread of polyrl's), reset's
     answer is appended to the prompt, reward functions get environments= (the live instances, in
@@ -1731,6 +1734,7 @@ def test_the_callbacks_state_is_trainer_state(tiny_model_dir, tmp_path):
     assert seen == [True] and trainer.callback_handler.state is trainer.state
 
 
+@pytest.mark.slow  # a child Python waits out the Hub client's timeouts (~25 s): make test-slow (CI) runs it
 def test_a_model_objects_tokenizer_is_never_fetched_from_the_hub(tiny_model_dir, tmp_path):
     """A model object whose name_or_path is a Hub id not in the cache: one error at once, no
     connection to the Hub (offline machines waited out its retries)."""
