@@ -906,7 +906,8 @@ class Trainer:
         lr = entropy = None
         self._updating = True  # until the step is counted (_run): the weights move
         for _ in range(updates):
-            out = self.train_engine.train_step(batch, Objective())
+            # no router term either: a MoE model's load-balancing loss has a gradient of its own
+            out = self.train_engine.train_step(batch, Objective(router_aux_loss_coef=0.0))
             if out.skipped:
                 break
             self.updates_applied += 1
