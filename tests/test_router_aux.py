@@ -16,7 +16,6 @@ from hf_families import build_family_model, largest_gap, require_backends
 
 from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.presets import AlgorithmConfig
-from polyrl.backend_kit.router_aux import refuse_router_aux, router_aux_coef
 from polyrl.engine import Engine
 from polyrl.errors import ConfigError
 from polyrl.registry import get_registry
@@ -32,13 +31,16 @@ ADV = np.array([1.0, -0.5, -0.5])
 
 @pytest.fixture(scope="module")
 def moe_path(tmp_path_factory) -> str:
+    return routed_moe(tmp_path_factory.mktemp("router-aux"))
+
+
+def routed_moe(folder) -> str:
     """The tiny Qwen2-MoE with random routers: transformers initializes a router to zeros, where
     every expert ties and the load-balancing loss is the same constant for any tokens."""
     import shutil
 
     from transformers import AutoModelForCausalLM
 
-    folder = tmp_path_factory.mktemp("router-aux")
     source = build_family_model("qwen2_moe", folder / "qwen2_moe")
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     routers = [p for name, p in model.named_parameters() if name.endswith("mlp.gate.weight")]
@@ -138,6 +140,8 @@ def test_unset_coefficient_is_the_model_configs_own(moe_path):
     """None (TRL's default, and polyrl's): the config's router_aux_loss_coef (Qwen2-MoE's 0.001)."""
     from transformers import AutoConfig
 
+    from polyrl.backend_kit.router_aux import router_aux_coef
+
     config = AutoConfig.from_pretrained(moe_path)
     assert router_aux_coef(config, None) == pytest.approx(config.router_aux_loss_coef) == pytest.approx(0.001)
     assert router_aux_coef(config, 0.0) == 0.0
@@ -178,6 +182,8 @@ def test_from_trl_translates_router_aux_loss_coef():
 
 
 def test_a_backend_without_the_term_refuses_a_moe_model_unless_0():
+    from polyrl.backend_kit.router_aux import refuse_router_aux
+
     moe = {"model_type": "qwen2_moe", "num_experts": 4, "router_aux_loss_coef": 0.001}
     with pytest.raises(ConfigError, match="has no Mixture-of-Experts load-balancing loss") as err:
         refuse_router_aux(moe, None, "mlx")
@@ -199,11 +205,13 @@ def test_mlx_refuses_a_moe_models_own_coefficient(moe_path):
     assert not engine.train_step(TrainBatch(SEQS, ADV), Objective(router_aux_loss_coef=0.0)).skipped
 
 
-def test_loss_and_aux_metric_equal_trl_compute_loss_on_the_same_batch(moe_path):
+@pytest.mark.parametrize("coef", [None, 0.3], ids=["trl-default", "set"])
+def test_loss_and_aux_metric_equal_trl_compute_loss_on_the_same_batch(moe_path, coef):
     """TRL 1.16's own ``_compute_loss`` and forward (its fused LM head patch on the same model,
     ``router_aux_loss_coef`` and ``aux_loss_enabled`` as its ``__init__`` sets them for this model,
-    one process, no accumulation) on the batch polyrl trains: the same loss and ``aux_loss``.
-    Prompts of one length: TRL left-pads prompts, polyrl right-pads rows."""
+    one process, no accumulation) on the batch polyrl trains: the same loss and ``aux_loss``, with
+    the coefficient left unset (TRL's default: the config's 0.001) and set. Prompts of one length:
+    TRL left-pads prompts, polyrl right-pads rows."""
     pytest.importorskip("trl")
     import contextlib
     import functools
@@ -221,7 +229,9 @@ def test_loss_and_aux_metric_equal_trl_compute_loss_on_the_same_batch(moe_path):
     model = AutoModelForCausalLM.from_pretrained(moe_path, dtype=torch.float32)
     model.train()
     add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))
-    coef = 0.3
+    text_config = model.config.get_text_config()  # GRPOTrainer.__init__'s choice of the coefficient
+    trl_coef = getattr(text_config, "router_aux_loss_coef", 0.0) if coef is None else coef
+    assert hasattr(text_config, "output_router_logits") and trl_coef > 0  # TRL's aux_loss_enabled
     identity = SimpleNamespace(gather=lambda x: x, gather_for_metrics=lambda x: x, num_processes=1,
                                reduce=lambda x, reduction="sum": x, sync_gradients=True,
                                autocast=contextlib.nullcontext, is_main_process=True)
@@ -230,7 +240,7 @@ def test_loss_and_aux_metric_equal_trl_compute_loss_on_the_same_batch(moe_path):
         beta=0.0, epsilon_low=0.2, epsilon_high=0.2, importance_sampling_level="token", top_entropy_quantile=1.0,
         off_policy_mask_threshold=None, use_vllm=False, vllm_importance_sampling_correction=False, model=model,
         current_gradient_accumulation_steps=1, accelerator=identity, _entropy_bonus_enabled=False, entropy_coef=0.0,
-        use_adaptive_entropy=False, router_aux_loss_coef=coef, aux_loss_enabled=True,
+        use_adaptive_entropy=False, router_aux_loss_coef=trl_coef, aux_loss_enabled=True,
         _metrics={"train": defaultdict(list)})
     state._get_per_token_logps_and_entropies = functools.partial(GRPOTrainer._get_per_token_logps_and_entropies,
                                                                  state)
@@ -246,6 +256,28 @@ def test_loss_and_aux_metric_equal_trl_compute_loss_on_the_same_batch(moe_path):
     trl_loss = float(GRPOTrainer._compute_loss(state, model, inputs).detach())
     (trl_aux,) = state._metrics["train"]["aux_loss"]
 
-    metrics = _engine(moe_path).train_step(TrainBatch(seqs, adv), Objective(router_aux_loss_coef=coef))
+    objective = Objective() if coef is None else Objective(router_aux_loss_coef=coef)
+    metrics = _engine(moe_path).train_step(TrainBatch(seqs, adv), objective)
+    assert metrics.loss == pytest.approx(trl_loss, rel=1e-6, abs=1e-7)
     assert metrics.extra["aux_loss"] == pytest.approx(trl_aux, rel=1e-5)
-    assert metrics.loss == pytest.approx(trl_loss, rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.slow  # two torchrun launches, tens of seconds
+def test_two_ranks_average_the_router_loss_over_every_ranks_micro_batches(moe_path, tmp_path):
+    """Under torchrun each micro-batch's term is divided by the micro-batches of every rank (TRL:
+    accumulation steps, then DDP's mean over ranks): one process with 5 one-row micro-batches and
+    two ranks with 3 + 2 take the same steps and log the same ``aux_loss``."""
+    import sys
+
+    from test_distributed import SCRIPT, TORCHRUN, TWO_RANKS, _run
+
+    assert TORCHRUN, "torchrun comes with torch"
+    args = ["--micro", "1", "--router", "0.5", "--steps", "2"]
+    single = _run([sys.executable, str(SCRIPT), moe_path, "--out", str(tmp_path / "one.json"), *args],
+                  tmp_path / "one.json")
+    double = _run([*TWO_RANKS, str(SCRIPT), moe_path, "--out", str(tmp_path / "two.json"), *args],
+                  tmp_path / "two.json")
+    assert single["world"] == 1 and double["world"] == 2 and single["aux_loss"][0] > 0
+    np.testing.assert_allclose(double["aux_loss"], single["aux_loss"], rtol=1e-5)
+    np.testing.assert_allclose(double["losses"], single["losses"], rtol=1e-5, atol=1e-6)
+    assert double["checksum"] == pytest.approx(single["checksum"], rel=1e-6)
