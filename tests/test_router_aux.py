@@ -281,3 +281,14 @@ def test_two_ranks_average_the_router_loss_over_every_ranks_micro_batches(moe_pa
     np.testing.assert_allclose(double["aux_loss"], single["aux_loss"], rtol=1e-5)
     np.testing.assert_allclose(double["losses"], single["losses"], rtol=1e-5, atol=1e-6)
     assert double["checksum"] == pytest.approx(single["checksum"], rel=1e-6)
+
+
+def test_eval_loss_is_not_computed_without_the_router_term_it_would_lack(moe_path, tiny_model_dir):
+    """TRL's eval_loss holds coef x aux_loss too; the eval loss is numpy over ``logprobs`` (no
+    router logits), so on a MoE model with the term it is left out, never logged without it."""
+    from polyrl import eval_loss
+
+    grpo = AlgorithmConfig.preset("grpo")
+    assert eval_loss.needs_router_loss(grpo, moe_path)  # unset: the config's 0.001
+    assert not eval_loss.needs_router_loss(AlgorithmConfig.preset("grpo", router_aux_loss_coef=0.0), moe_path)
+    assert not eval_loss.needs_router_loss(grpo, tiny_model_dir)  # dense
