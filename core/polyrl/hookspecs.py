@@ -421,7 +421,10 @@ def train_step(engine: Any, batch: TrainBatch, objective: Objective) -> StepMetr
     them. For TRL's ``sampling/...`` keys (per-process values, then their mean: ``step_metrics.trl_process_sampling``)
     also report this rank's own gap before any sum over ranks, ``backend_kit.gap_metrics.rank_gap``'s
     ``RANK_KEYS`` (without them TRL's keys alias the global ones); an objective the backend cannot compute (e.g. ``entropy_coef`` without
-    entropies) must raise, never be silently ignored. A non-finite loss or gradient must not touch
+    entropies) must raise, never be silently ignored. A Mixture-of-Experts model's router
+    load-balancing term (``objective.router_aux_loss_coef``, resolved by ``backend_kit.router_aux``)
+    comes on top of the reference's loss, reported as ``aux_loss`` in ``StepMetrics.extra``; a backend
+    without it calls ``refuse_router_aux``. A non-finite loss or gradient must not touch
     the weights: return ``StepMetrics(..., skipped=True)``; a non-finite ``loss`` reported with
     ``skipped=False`` is a ``PluginError`` (the core would believe the weights were updated).
     """

@@ -311,6 +311,8 @@ class Trainer:
         self._all_cut = False
         #: the backend refused the last step's update (a non-finite loss or gradient): counted toward the stop
         self._update_refused = False
+        #: eval.loss was skipped once for a MoE model's router term (warned once a run)
+        self._router_eval_warned = False
         #: steps in a row whose every episode (on every rank) ended in an environment error
         self._failed_steps = 0
         #: the steps in a row so far that had a non-finite update, no score, every completion cut
@@ -913,7 +915,8 @@ class Trainer:
         lr = entropy = None
         self._updating = True  # until the step is counted (_run): the weights move
         for _ in range(updates):
-            out = self.train_engine.train_step(batch, Objective())
+            # no router term either: a MoE model's load-balancing loss has a gradient of its own
+            out = self.train_engine.train_step(batch, Objective(router_aux_loss_coef=0.0))
             if out.skipped:
                 break
             self.updates_applied += 1
@@ -1150,6 +1153,13 @@ class Trainer:
         from the gathered completions."""
         c, algo = self.config, self.config.algorithm
         if eval_loss.needs_entropies(algo, self._max_completion_tokens):
+            return {}
+        if eval_loss.needs_router_loss(algo, c.model.path):  # TRL's eval_loss holds it: not a loss without it
+            if not self._router_eval_warned:
+                self._router_eval_warned = True
+                log.warning("eval.loss is not computed: the loss holds the MoE model's router load-balancing term "
+                            "(algorithm.router_aux_loss_coef), which the evaluation's log-probs cannot give; set "
+                            "router_aux_loss_coef = 0 for an eval loss without it")
             return {}
         seqs = [TokenSequence.of(x) for x in completions]
         mine = (scores, {k: np.asarray(v) for k, v in parts.items()}, [len(x.completion_ids) for x in completions],
