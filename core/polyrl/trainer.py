@@ -294,6 +294,9 @@ class Trainer:
         #: step taken (``polyrl.trl``: transformers' ``train_runtime``, ``train_loss``..., which TRL logs
         #: to its ``report_to`` at the end); None: nothing
         self.end_metrics: Callable[[Trainer], Mapping[str, Any]] | None = None
+        #: a TRL trainer's own saves in output_dir before this run (name -> content): a fresh start
+        #: sets aside every other trainer's results there, not these (``trl_saves.leftover_run_files``)
+        self.own_run_files: Mapping[str, Any] = {}
         self._reward_state: TrainerState | None = None
         #: evaluate after training (with held-out rows); False: only the steps ``eval.every`` or an
         #: observer asks for (``polyrl.trl`` under TRL's eval_strategy="no", where a callback's
@@ -1561,16 +1564,20 @@ class Trainer:
         self._own_output_dir()
         keep = self.config.train.keep_previous_runs
         aside = None
+        # a TRL trainer's save_metrics()/save_state() files (any split's): left here, this run's
+        # save_metrics() merged into the earlier run's all_results.json; its own saves before this
+        # train() stay (``own_run_files``)
+        results = trl_saves.leftover_run_files(self.output_dir, self.own_run_files)
         if previous_runs.earlier_run(self.checkpoint_root, self.final_model_dir, self._loaded_model_paths()):
             aside = previous_runs.set_aside(
                 self.output_dir, [self.checkpoint_root, self.final_model_dir, self.output_dir / metrics_file.FILE_NAME,
                                   self.output_dir / evaluation.COMPLETIONS_FILE, self.tracking.completions_path,
                                   # its curves: left here, this run's session start hid them in TensorBoard
-                                  self.output_dir / TENSORBOARD_DIR,
-                                  # a TRL trainer's save_metrics()/save_state(): left here, this run's
-                                  # save_metrics() merged into the earlier run's all_results.json
-                                  *(self.output_dir / name for name in trl_saves.RUN_FILES)],
+                                  self.output_dir / TENSORBOARD_DIR, *results],
                 keep=keep)
+        elif results:  # a trainer that saved results but never trained: no run to count, but not ours
+            previous_runs.set_aside_results(self.output_dir, results)
+        trl_saves.restore_own(self.output_dir, self.own_run_files, results)
         self._prune_pending, self._set_aside = keep == 0, aside
         self.step = self.num_tokens = self.updates_applied = 0
         self.history = self._rewind_metrics()
