@@ -4,9 +4,9 @@ passes ``enable_thinking=False``, which writes an empty, closed think block inst
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
+
+from polyrl.testing.chat_templates import with_chat_template
 
 OPEN = "<|im_start|>assistant\n<think>\n"
 CLOSED = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
@@ -19,9 +19,4 @@ TEMPLATE = (
 
 def with_thinking_switch(tiny_model_dir: str, dst: Path) -> str:
     """A copy of the tiny model whose chat template is ``TEMPLATE``."""
-    shutil.copytree(tiny_model_dir, dst)
-    path = dst / "tokenizer_config.json"
-    settings = json.loads(path.read_text())
-    settings["chat_template"] = TEMPLATE
-    path.write_text(json.dumps(settings))
-    return str(dst)
+    return with_chat_template(tiny_model_dir, dst, TEMPLATE)

@@ -45,3 +45,20 @@ def test_epochs_with_fewer_prompts_than_a_batch_are_refused():
         api.run_config(api.grpo, policy=api.Agent("m"), prompts=["a", "b", "c"],
                        grpo_config=api.GRPOConfig(prompts_per_step=8, epochs=2))
     assert info.value.field == "grpo_config.epochs" and "3 or fewer" in info.value.fix
+
+
+def test_the_python_apis_generation_defaults_are_the_toml_configs():
+    """``api.GenerationConfig`` and the TOML's ``[generation]`` each write their defaults: a run
+    started from Python must sample as the same run from a TOML file, so every field they share
+    has one default (a changed one in either place fails here)."""
+    import attrs
+
+    from polyrl.config import GenerationSection
+
+    api_defaults = {f.name: f.default for f in attrs.fields(api.GenerationConfig)}
+    toml_defaults = {f.name: f.default.factory() if isinstance(f.default, attrs.Factory) else f.default
+                     for f in attrs.fields(GenerationSection)}
+    shared = sorted(set(api_defaults) & set(toml_defaults))
+    assert len(shared) >= 10, shared
+    assert {k: api_defaults[k] for k in shared if k != "stop"} == {k: toml_defaults[k] for k in shared if k != "stop"}
+    assert list(api_defaults["stop"]) == toml_defaults["stop"] == []

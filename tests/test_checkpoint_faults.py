@@ -121,6 +121,7 @@ def test_kill_9_at_random_moments_in_a_loop_then_resume_equals_the_clean_run(tin
     assert_matches_clean(out, clean_run)
 
 
+@pytest.mark.slow  # two or three CLI runs (20-30 s): make test-slow (CI) runs it
 def test_kill_9_before_the_first_checkpoint_then_resume_starts_over_without_duplicates(
         tiny_model_dir, tmp_path, clean_run):
     config, out = crash_config(tmp_path, tiny_model_dir, checkpoint_every=0)
@@ -561,6 +562,7 @@ def test_disk_full_during_a_checkpoint_is_one_error_and_keeps_the_last_good_one(
         assert [m["step"] for m in metric_steps(out)] == [1, 2]
 
 
+@pytest.mark.slow  # two or three CLI runs (20-30 s): make test-slow (CI) runs it
 @pytest.mark.parametrize("writer", ["torch.save", "safetensors"])
 def test_a_file_size_limit_hit_during_a_checkpoint_is_one_error_naming_the_limit(tiny_model_dir, tmp_path, writer):
     """RLIMIT_FSIZE (ulimit -f; a quota-like limit on one file) reached while the backend writes:
@@ -591,6 +593,7 @@ def test_a_file_size_limit_hit_during_a_checkpoint_is_one_error_naming_the_limit
     assert ckpt.verify(step2) is None
 
 
+@pytest.mark.slow  # two or three CLI runs (20-30 s): make test-slow (CI) runs it
 def test_a_file_size_limit_hit_while_appending_metrics_is_one_error_naming_the_limit(tiny_model_dir, tmp_path):
     """metrics.jsonl reaching RLIMIT_FSIZE (ulimit -f) was "File too large ... Fix: free space or
     make train.output_dir writable", which frees nothing: the limit and its fix, as a checkpoint

@@ -37,6 +37,22 @@ CELLS = {
     "async_test": "async def test_add():\n    assert add(1, 2) == 3\n    assert add(2, 2) == 4\n",
     "from_solution": "from solution import add\n\ndef test_add():\n    assert add(1, 2) == 3\n    assert add(2, 2) == 4\n",
     "import_solution": "import solution\n\nassert solution.add(1, 2) == 3\nassert solution.add(2, 2) == 4\n",
+    # generator tests: calling one ran none of its body, so every completion passed it (a cell of
+    # them alone asked the sample nothing: "unconsulted", 0 for a right one too)
+    "nose_yield": "def check_add(a, b, want):\n    assert add(a, b) == want\n\ndef test_add():\n"
+                  "    for a, b, want in [(1, 2, 3), (2, 2, 4)]:\n        yield check_add, a, b, want\n",
+    "yield_beside_assert": "def test_small():\n    assert add(1, 2) == 3\n\nclass TestAdd:\n    def test_same(self):\n"
+                           "        assert add(2, 2) == 4\n        yield\n",
+    "unittest_yield": "import unittest\n\nclass TestAdd(unittest.TestCase):\n    def setUp(self):\n        self.want = 4\n\n"
+                      "    def test_small(self):\n        self.assertEqual(add(1, 2), 3)\n\n    def test_same(self):\n"
+                      "        self.assertEqual(add(2, 2), self.want)\n        yield\n",
+    # tests marked to fail (a known bug): a right solution failed them and a wrong one passed them
+    "xfail": "import pytest\n\ndef test_small():\n    assert add(1, 2) == 3\n\n@pytest.mark.xfail(reason='off by one')\n"
+             "def test_known_bug():\n    assert add(1, 2) == 4\n\n@pytest.mark.xfail\nclass TestBugs:\n"
+             "    def test_same(self):\n        assert add(2, 2) == 5\n",
+    "expected_failure": "import unittest\n\nclass TestAdd(unittest.TestCase):\n    def test_small(self):\n"
+                        "        self.assertEqual(add(1, 2), 3)\n\n    @unittest.expectedFailure\n"
+                        "    def test_known_bug(self):\n        self.assertEqual(add(1, 2), 4)\n",
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -427,3 +428,22 @@ def test_kit_catches_a_declared_capability_whose_hook_is_missing(toy_module):
     kit_for(toy_module.ToyPlugin("toy-all-hooks")).test_every_declared_capability_has_its_hook()
     with pytest.raises(AssertionError, match=r"save_checkpoint \(declared checkpoint=True\).*load_checkpoint"):
         kit_for(NoCheckpointHooks("toy-no-ckpt")).test_every_declared_capability_has_its_hook()
+
+
+# --- model folders as transformers 5 saves them ------------------------------------------------
+
+
+def test_the_template_variables_check_passes_on_a_folder_whose_template_is_its_own_file(tiny_model_dir, tmp_path):
+    """transformers 5's ``save_pretrained`` writes the chat template to ``chat_template.jinja``,
+    which wins over ``tokenizer_config.json``'s; the kit wrote its probe template to the config
+    alone, so on such a ``model_dir`` it failed the torch backend, which renders right
+    ("assert text.endswith('probe: thinking off\\n')")."""
+    pytest.importorskip("torch")
+    from transformers import AutoTokenizer
+
+    model = tmp_path / "saved"
+    shutil.copytree(tiny_model_dir, model)
+    AutoTokenizer.from_pretrained(str(model)).save_pretrained(str(model))
+    assert (model / "chat_template.jinja").is_file()
+    kit = type("TorchKit", (BackendConformance,), {"backend": "torch"})()
+    kit.test_chat_template_kwargs_reach_the_template(str(model), tmp_path / "kit")

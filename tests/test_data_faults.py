@@ -19,6 +19,7 @@ import pytest
 from polyrl import checkpoint as ckpt
 from polyrl.data import PromptSampler, load_dataset
 from polyrl.errors import ConfigError
+from polyrl.testing.chat_templates import with_chat_template
 
 pytestmark = pytest.mark.faults
 
@@ -258,17 +259,10 @@ def test_a_fifo_or_an_unreachable_data_file_is_one_error_not_a_hang_or_a_traceba
 def test_a_chat_template_that_raises_on_a_row_is_one_error_naming_it(tiny_model_dir, tmp_path):
     """Gemma's and Mistral's templates raise on roles that do not alternate or a system message: the
     startup prompt-length check was a jinja2 traceback."""
-    import json
-    import shutil
-
-    model = tmp_path / "strict-template"
-    shutil.copytree(tiny_model_dir, model)
-    config = json.loads((model / "tokenizer_config.json").read_text())
-    config["chat_template"] = (
+    model = with_chat_template(tiny_model_dir, tmp_path / "strict-template", (
         "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
         "{{ raise_exception('Conversation roles must alternate') }}{% endif %}"
-        "{{ message['role'] + ': ' + message['content'] + '\n' }}{% endfor %}")
-    (model / "tokenizer_config.json").write_text(json.dumps(config))
+        "{{ message['role'] + ': ' + message['content'] + '\n' }}{% endfor %}"))
     data = tmp_path / "two_users.jsonl"
     data.write_text('{"prompt": [{"role": "user", "content": "Hi"}, {"role": "user", "content": "1+1?"}], '
                     '"answer": "2"}\n')

@@ -9,9 +9,6 @@ backend once it declares ``Capabilities.loss_mask``.
 
 from __future__ import annotations
 
-import json
-import shutil
-from pathlib import Path
 
 import attrs
 import numpy as np
@@ -20,6 +17,7 @@ from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.reference import policy_loss, policy_loss_grad
 from polyrl.errors import ConfigError
 from polyrl.registry import get_registry
+from polyrl.testing.chat_templates import with_chat_template
 from polyrl.types import LoraConfig, OptimizerConfig, SamplingParams, TokenPrompt, TokenSequence, TrainBatch
 from test_mlx_backend import CHATS, make_engine
 
@@ -315,16 +313,9 @@ def test_encode_chat_passes_tools_to_the_template(tiny_model_dir, tmp_path):
     token), and without tools the rendering is the chat prompt ``generate`` uses."""
     from transformers import AutoTokenizer
 
-    folder = tmp_path / "tools-model"
-    shutil.copytree(tiny_model_dir, folder)
-    config_path = Path(folder) / "tokenizer_config.json"
-    config = json.loads(config_path.read_text())
-    config["chat_template"] = TOOLS_TEMPLATE
-    config_path.write_text(json.dumps(config))
-    for extra in folder.glob("chat_template.*"):
-        extra.unlink()
-    engine = make_engine(str(folder), role="generate")
-    tok = AutoTokenizer.from_pretrained(str(folder))
+    folder = with_chat_template(tiny_model_dir, tmp_path / "tools-model", TOOLS_TEMPLATE)
+    engine = make_engine(folder, role="generate")
+    tok = AutoTokenizer.from_pretrained(folder)
     with_tools = engine.encode_chat(CHATS[0], [WEATHER], add_generation_prompt=True)
     text = tok.apply_chat_template(list(CHATS[0]), tools=[WEATHER], tokenize=False, add_generation_prompt=True)
     assert "get_weather" in text
@@ -336,15 +327,8 @@ def test_encode_chat_passes_tools_to_the_template(tiny_model_dir, tmp_path):
 
 @pytest.mark.faults
 def test_encode_chat_without_a_chat_template_names_the_fix(tiny_model_dir, tmp_path):
-    folder = tmp_path / "no-template"
-    shutil.copytree(tiny_model_dir, folder)
-    config_path = Path(folder) / "tokenizer_config.json"
-    config = json.loads(config_path.read_text())
-    config.pop("chat_template", None)
-    config_path.write_text(json.dumps(config))
-    for extra in folder.glob("chat_template.*"):
-        extra.unlink()
-    engine = make_engine(str(folder), role="generate")
+    folder = with_chat_template(tiny_model_dir, tmp_path / "no-template", None)
+    engine = make_engine(folder, role="generate")
     with pytest.raises(ConfigError) as info:
         engine.encode_chat(CHATS[0], None, add_generation_prompt=True)
     assert info.value.field == "model" and "chat template" in str(info.value)

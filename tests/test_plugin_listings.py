@@ -142,3 +142,16 @@ def test_backends_and_doctor_list_a_backend_whose_probe_answered_a_number(monkey
     assert cli.main(["doctor", "--json"]) == 0
     doctor = json.loads(capsys.readouterr().out)
     assert doctor["backends"]["oddprobe"]["available"] is False
+
+
+@pytest.mark.parametrize("command", ["backends", "trackers", "environments"])
+def test_an_unusable_entry_without_an_install_hint_shows_its_reason_alone(command, monkeypatch, capsys):
+    """``polyrl trackers`` wrote "<reason> ()" for a tracker whose spec gives no install hint; every
+    listing writes the reason alone, and the hint in parentheses only where there is one."""
+    reg = Registry(get_plugin_manager(extra=[_OddProbe("no dashboard on this machine")]))
+    monkeypatch.setattr("polyrl.registry._registry", reg)
+    monkeypatch.setenv("COLUMNS", "400")
+    assert cli.main([command]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "oddprobe" in line)
+    cells = [cell.strip() for cell in row.split("│")]
+    assert cells[-2] == "no dashboard on this machine", row

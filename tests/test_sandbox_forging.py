@@ -297,6 +297,61 @@ def test_a_reduction_the_tests_write_never_holds_vacuously_on_an_empty_answer():
     assert list(score(["def f(x):\n    return list(x)\n"] * 3, rows=rows).total) == [1.0, 1.0, 1.0]
 
 
+
+def _shrinking(reads: int, items: str = "[9.0]") -> str:
+    """A solution whose ``area`` gives an object with ``items`` (one element, or a ragged pair numpy
+    cannot read) for its first ``reads`` reads (``len``, iteration, indexing) and none after."""
+    return ("class R:\n    def __init__(self):\n        self.reads = 0\n    def __len__(self):\n"
+            f"        return len({items}) if self.reads < {reads} else 0\n    def __iter__(self):\n        self.reads += 1\n"
+            f"        return iter({items} if self.reads <= {reads} else [])\n    def __getitem__(self, i):\n"
+            f"        if self.reads >= {reads} or i >= len({items}):\n            raise IndexError(i)\n"
+            f"        return {items}[i]\n"
+            "def area(r):\n    return R()\n")
+
+
+#: (tests, honest solution): numpy checks with keyword operands, or of an answer numpy must read.
+READ_ONCE = {
+    "allclose": ("import numpy as np\nassert np.allclose(area(1), 3.14159, atol=1e-3)",
+                 "import math\ndef area(r):\n    return [math.pi * r * r]\n"),
+    "assert_allclose": ("import numpy as np\nnp.testing.assert_allclose(area(1), 3.14159, rtol=1e-3)",
+                        "import numpy as np\ndef area(r):\n    return np.array([np.pi * r * r])\n"),
+    "isclose": ("import numpy as np\nassert np.isclose(area(1), 3.14159, atol=1e-3).all()",
+                "import math\ndef area(r):\n    return (math.pi * r * r,)\n"),
+    "keyword_actual": ("import numpy as np\nnp.testing.assert_allclose(actual=area(1), desired=3.14159, rtol=1e-3)",
+                       "import math\ndef area(r):\n    return [math.pi * r * r]\n"),
+    "keyword_b": ("import numpy as np\nassert np.allclose(area(1), b=3.14159, atol=1e-3)",
+                  "import math\ndef area(r):\n    return [math.pi * r * r]\n"),
+    "keyword_isclose": ("import numpy as np\nassert np.isclose(a=area(1), b=3.14159, atol=1e-3).all()",
+                        "import math\ndef area(r):\n    return [math.pi * r * r]\n"),
+}
+
+
+def test_a_numpy_check_reads_the_answer_once_and_measures_keyword_operands():
+    """A numpy check read an answer of the sample's twice (once for the emptiness rule above, once
+    in numpy), so an object giving an element (or a ragged list numpy cannot read) to the first
+    read and none to the second passed ``np.allclose(area(1), 3.14159)``,
+    ``np.testing.assert_allclose`` and ``np.isclose(...).all()``;
+    and operands given by keyword were never measured, so ``return []`` passed
+    ``assert_allclose(actual=area(1), desired=3.14159)`` and ``np.allclose(area(1), b=3.14159)``:
+    each scored 1.0. The answer is read once now, for both, and keyword operands count; right
+    answers (a list, a tuple, a numpy array, a sequence class of their own, ``assert_raises`` of a
+    right function) keep 1.0."""
+    names = list(READ_ONCE)
+    rows = [{"prompt": "p", "tests": READ_ONCE[n][0]} for n in names]
+    ragged = "[[1.0, 2.0], [3.0]]"
+    for forged in (_shrinking(1), _shrinking(2), _shrinking(2, ragged), _shrinking(3, ragged), "def area(r):\n    return []\n"):
+        got = score([forged] * len(names), rows=rows)
+        assert {n: s for n, s in zip(names, got.total) if s != 0.0} == {}, forged
+    honest = score([READ_ONCE[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+    seq = ("class Seq:\n    def __init__(self, xs):\n        self.xs = xs\n    def __len__(self):\n        return len(self.xs)\n"
+           "    def __getitem__(self, i):\n        return self.xs[i]\n"
+           "def f(x):\n    if x < 0:\n        raise ValueError(x)\n    return Seq([x, 2 * x])\n")
+    rows = [{"prompt": "p", "tests": tests} for tests in (
+        "import numpy as np\nnp.testing.assert_array_equal(f(2), [2, 4])\nassert np.array_equal(a1=f(1), a2=[1, 2])",
+        "import numpy as np\nnp.testing.assert_raises(ValueError, f, -1)\nnp.testing.assert_equal(actual=f(3), desired=[3, 6])")]
+    assert list(score([seq, seq], rows=rows).total) == [1.0, 1.0]
+
 #: (tests, honest solution) of element-by-element checks through zip; the forgery returns [].
 ZIPPED = {
     "tolerance": ("assert all(abs(a - b) < 1e-9 for a, b in zip(f(2), [1.0, 2.0]))", "def f(x):\n    return [1.0, 2.0]\n"),
@@ -686,6 +741,70 @@ def test_len_of_a_returned_object_agrees_with_its_items():
     honest = score([COUNTED[n][1] for n in names], rows=rows)
     assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
 
+
+IS_PRIME = "def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, n))\n"
+#: (tests, forged solution): ``len`` agrees with the items ``_check_count`` reads, then the object
+#: gives the tests others (none: their loop holds vacuously).
+COUNTED_ONCE = {
+    "items_once": (IS_PRIME + "r = primes(3)\nassert len(r) == 3 and all(is_prime(x) for x in r)",
+                   "class R:\n    def __init__(self):\n        self.reads = 0\n    def __len__(self):\n        return 3\n"
+                   "    def __iter__(self):\n        self.reads += 1\n        return iter([4, 6, 8] if self.reads == 1 else [])\n"
+                   "def primes(n):\n    return R()\n"),
+    "refused_once": (IS_PRIME + "r = primes(3)\nassert len(r) == 3 and all(is_prime(x) for x in r)",
+                     "class R:\n    def __init__(self):\n        self.reads = 0\n    def __len__(self):\n        return 3\n"
+                     "    def __iter__(self):\n        self.reads += 1\n        if self.reads == 1:\n"
+                     "            raise TypeError('not iterable')\n        return iter([])\n"
+                     "def primes(n):\n    return R()\n"),
+    "own_iterator": ("r = odds(3)\nassert len(r) == 3 and all(x % 2 == 1 for x in r)",
+                     "class R:\n    def __init__(self):\n        self.i = 0\n    def __len__(self):\n        return 3\n"
+                     "    def __iter__(self):\n        return self\n    def __next__(self):\n        self.i += 1\n"
+                     "        if self.i > 3:\n            raise StopIteration\n        return 2\n"
+                     "def odds(n):\n    return R()\n"),
+}
+#: An object that is its own iterator and has a length: Python's ``len`` takes none of its items.
+ODDS = ("class Odds:\n    def __init__(self, n):\n        self.n, self.i = n, 0\n    def __len__(self):\n"
+        "        return self.n - self.i\n    def __iter__(self):\n        return self\n    def __next__(self):\n"
+        "        if self.i >= self.n:\n            raise StopIteration\n        self.i += 1\n        return 2 * self.i - 1\n"
+        "def odds(n):\n    return Odds(n)\n")
+QUEUE = ("class Queue:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n        self.items.append(x)\n"
+         "    def __len__(self):\n        return len(self.items)\n    def __iter__(self):\n        return iter(self.items)\n"
+         "def make_queue():\n    return Queue()\n")
+#: (tests, honest solution): ``len`` then the tests' own reading of the same object, as in Python.
+COUNTED_THEN_READ = {
+    "own_iterator": ("r = odds(3)\nassert len(r) == 3\nassert list(r) == [1, 3, 5]", ODDS),
+    "own_iterator_length_hint": ("assert list(odds(3)) == [1, 3, 5]\nassert sorted(odds(2)) == [1, 3]", ODDS),
+    "own_iterator_twice": ("r = odds(3)\nassert len(r) == 3 and len(r) == 3\nassert list(r) == [1, 3, 5]", ODDS),
+    "own_iterator_next": ("r = odds(3)\nassert len(r) == 3\nassert next(r) == 1 and len(r) == 2\nassert list(r) == [3, 5]",
+                          ODDS),
+    "changed_between": ("q = make_queue()\nq.push(1)\nassert len(q) == 1\nq.push(2)\nassert len(q) == 2\n"
+                        "assert list(q) == [1, 2] and list(q) == [1, 2]", QUEUE),
+    "not_iterable": ("r = sized(3)\nassert len(r) == 3 and len(r) == 3 and r.n == 3\ntry:\n    iter(r)\nexcept TypeError:\n"
+                     "    pass\nelse:\n    raise AssertionError('iterable')",
+                     "class Sized:\n    def __init__(self, n):\n        self.n = n\n    def __len__(self):\n"
+                     "        return self.n\n    __iter__ = None\ndef sized(n):\n    return Sized(n)\n"),
+    "generator": ("g = gen(3)\nassert next(g) == 0\nassert list(g) == [1, 2]\nassert list(g) == []",
+                  "def gen(n):\n    yield from range(n)\n"),
+}
+
+
+def test_the_items_len_counted_are_the_ones_the_tests_read_next():
+    """``len`` of an object a call returned reads its items to count them (the test above), which
+    Python's ``len`` never does: an object that is its own iterator (``__len__`` 3, items 2, 2, 2)
+    was then empty for the tests' loop, and one whose ``__iter__`` gave 4, 6, 8 once and nothing
+    after (or raised TypeError once, as if not iterable, then gave none) passed ``assert len(r) == 3
+    and all(is_prime(x) for x in r)``: each scored 1.0. The
+    items counted are what the tests' next iteration gets while no other request reaches the
+    sample; a right iterator with a length (it failed ``list(r)``, ``next(r)`` and a second ``len(r)``
+    after ``len(r)``), one read through ``list``'s length hint, an object changed between reads and a
+    generator read as in Python keep 1.0."""
+    names = list(COUNTED_ONCE)
+    rows = [{"prompt": "p", "tests": COUNTED_ONCE[n][0]} for n in names]
+    forged = score([COUNTED_ONCE[n][1] for n in names], rows=rows)
+    assert dict(zip(names, forged.total)) == dict.fromkeys(names, 0.0)
+    names = list(COUNTED_THEN_READ)
+    rows = [{"prompt": "p", "tests": COUNTED_THEN_READ[n][0]} for n in names]
+    honest = score([COUNTED_THEN_READ[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
 
 #: (tests, honest in-place solution returning None): the tests read their own argument afterwards.
 IN_PLACE = {

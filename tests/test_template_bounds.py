@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from polyrl.backend_kit.literal_chat import encode_chat_literal
 from polyrl.backend_kit.reward_text import encode_pair
 from polyrl.backend_kit.template_limits import render_chat
 from polyrl.errors import ConfigError
+from polyrl.testing.chat_templates import with_chat_template
 
 pytest.importorskip("transformers")
 
@@ -136,18 +136,6 @@ CONVERSATIONS = [
 ]
 
 
-def _folder_with_template(tiny_model_dir: str, dst: Path, template: str) -> str:
-    """The tiny Llama as downloaded from a hub whose tokenizer_config.json carries ``template``."""
-    shutil.copytree(tiny_model_dir, dst)
-    config = dst / "tokenizer_config.json"
-    settings = json.loads(config.read_text())
-    settings["chat_template"] = template
-    config.write_text(json.dumps(settings))
-    for other in ("chat_template.jinja", "chat_template.json"):
-        (dst / other).unlink(missing_ok=True)
-    return str(dst)
-
-
 def _tokenizer(folder: str):
     from transformers import AutoTokenizer
 
@@ -163,7 +151,7 @@ def torch_engine_on(tiny_model_dir, tmp_path_factory):
     from polyrl.types import EngineConfig
 
     def build(name: str, template: str) -> Engine:
-        folder = _folder_with_template(tiny_model_dir, tmp_path_factory.mktemp("hub") / name, template)
+        folder = with_chat_template(tiny_model_dir, tmp_path_factory.mktemp("hub") / name, template)
         return Engine(get_registry(), "torch", EngineConfig(model=folder, role="generate", threads=1))
     return build
 
@@ -195,14 +183,14 @@ def test_other_ways_to_build_or_loop_without_end_are_bounded_too(tiny_model_dir,
 def test_the_reward_models_and_the_remote_tokenizer_name_their_own_field(tiny_model_dir, tmp_path):
     from polyrl.remote_tokenizer import ModelTokenizer
 
-    folder = _folder_with_template(tiny_model_dir, tmp_path / "hub", HOSTILE["content amplified"])
+    folder = with_chat_template(tiny_model_dir, tmp_path / "hub", HOSTILE["content amplified"])
     _refused_quickly(lambda: encode_pair(_tokenizer(folder), LONG, "4", True, 1024), "options.path")
     _refused_quickly(lambda: ModelTokenizer(folder).render([{"role": "user", "content": LONG}]), "model.path")
 
 
 def test_polyrl_generate_on_a_folder_with_a_hostile_template_prints_one_error_line(tiny_model_dir, tmp_path):
     pytest.importorskip("torch")
-    folder = _folder_with_template(tiny_model_dir, tmp_path / "hub", HOSTILE["nested loops"])
+    folder = with_chat_template(tiny_model_dir, tmp_path / "hub", HOSTILE["nested loops"])
     cli = Path(sys.executable).with_name("polyrl")
     start = time.monotonic()
     done = subprocess.run([str(cli), "generate", "hi", "--model", folder, "--max-new-tokens", "1", "--threads", "1"],

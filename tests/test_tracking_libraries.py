@@ -376,6 +376,13 @@ def test_a_trl_runs_wandb_offline_run_has_transformers_step_axis_and_summary(tmp
     tracking.publish_at({"train_runtime": 3.5, "train_loss": 0.25, "epoch": 0.5}, step=1)
     tracking.close()
     assert not tracking.dropped
+    # run.finish() returns once the service has the exit record, but the service writes the
+    # file's last block only when it closes the run's stream, after finish() returned (at exit,
+    # wandb's atexit teardown waits for it: a user's run loses nothing). This process reads the file
+    # now, so it waits for the same: teardown returns once the service closed every stream and ended.
+    import wandb
+
+    wandb.teardown()
     (log_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
     store = DataStore()
     store.open_for_scan(str(log_file))

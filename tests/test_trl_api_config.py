@@ -716,7 +716,6 @@ def test_remove_unused_columns_true_is_refused_not_ignored():
 @pytest.mark.parametrize(("field", "value", "reason"), [
     ("use_vllm", True, "its own generate backend"),
     ("cast_lm_head_to_fp32", True, "float32 matmul.*load the model in float32"),
-    ("router_aux_loss_coef", 0.01, "no router term"),
     ("use_adaptive_entropy", True, "entropy_coef stays as set"),
     ("use_transformers_continuous_batching", True, "continuous-batching.*its own generate backend"),
     ("transformers_continuous_batching_config", {"max_batch_tokens": 64}, "its own generate backend"),

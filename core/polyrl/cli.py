@@ -1,4 +1,5 @@
-"""The ``polyrl`` command: train | launch | backends | rewards | trackers | environments | doctor | generate | serve | bench | convert | report."""
+"""The ``polyrl`` command: train | launch | backends | rewards | trackers | environments | doctor | generate | serve | bench |
+convert | report | config-reference."""
 
 from __future__ import annotations
 
@@ -61,6 +62,19 @@ def _print_listing(title: str, columns: Sequence[str], rows: Iterable[Sequence[A
                                     " ", str(e.error)))
 
 
+def _why_not(status: Any) -> str:
+    """A listing's "why not / fix" cell: nothing for a usable entry, else the probe's reason and the
+    install hint where there is one (a tracker without a hint showed "reason ()")."""
+    if status.available:
+        return ""
+    return f"{status.reason}" + (f" ({status.install_hint})" if status.install_hint else "")
+
+
+def _error_entries(errors: Iterable[Any]) -> list[dict[str, str]]:
+    """The ``load_errors`` of a listing's or ``doctor``'s ``--json``: each plugin that failed to load."""
+    return [{"name": e.name, "distribution": e.distribution, "error": e.error} for e in errors]
+
+
 # --- commands -------------------------------------------------------------------------------------
 
 
@@ -83,8 +97,8 @@ def cmd_backends(args: argparse.Namespace) -> int:
     rows = []
     for s in statuses:
         caps = [k for k in BACKEND_ABILITIES if s.capabilities.get(k)]
-        why = "" if s.available else f"{s.reason}" + (f" ({s.install_hint})" if s.install_hint else "")
-        rows.append((s.name, "yes" if s.available else "no", s.version, s.distribution, ", ".join(caps), why))
+        rows.append((s.name, "yes" if s.available else "no", s.version, s.distribution, ", ".join(caps),
+                     _why_not(s)))
     _print_listing("polyrl backends", ("backend", "usable", "version", "distribution", "can do", "why not / fix"),
                    rows, errors, "plugin", footer="\n".join(["rewards: " + ", ".join(r.name for r in rewards),
                                                              *(f"warning: {w}" for w in reg.pm.env_warnings)]))
@@ -99,7 +113,7 @@ def cmd_rewards(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({
             "rewards": [{"name": r.name, "summary": r.summary, "distribution": r.distribution} for r in rewards],
-            "load_errors": [{"name": e.name, "distribution": e.distribution, "error": e.error} for e in errors],
+            "load_errors": _error_entries(errors),
         })
         return 0
     _print_listing("polyrl rewards ([[rewards]] name = ...)", ("reward", "from", "what it scores"),
@@ -131,14 +145,12 @@ def cmd_trackers(args: argparse.Namespace) -> int:
         statuses = reg.tracker_statuses()
         errors = reg.load_errors_of("trackers")
     if args.json:
-        _print_json({"trackers": [s.as_dict() for s in statuses],
-                     "load_errors": [{"name": e.name, "distribution": e.distribution, "error": e.error}
-                                     for e in errors]})
+        _print_json({"trackers": [s.as_dict() for s in statuses], "load_errors": _error_entries(errors)})
         return 0
     _print_listing("polyrl trackers ([logging] report_to = [...])",
                    ("tracker", "usable", "from", "what it writes", "why not / fix"),
-                   [(s.name, "yes" if s.available else "no", s.distribution, s.summary,
-                     "" if s.available else f"{s.reason} ({s.install_hint})") for s in statuses],
+                   [(s.name, "yes" if s.available else "no", s.distribution, s.summary, _why_not(s))
+                    for s in statuses],
                    errors, "tracker plugin")
     return 0
 
@@ -151,13 +163,11 @@ def cmd_environments(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"environments": [s.as_dict() for s in statuses if s.kind == "environment"],
                      "tools": [s.as_dict() for s in statuses if s.kind == "tool"],
-                     "load_errors": [{"name": e.name, "distribution": e.distribution, "error": e.error}
-                                     for e in errors]})
+                     "load_errors": _error_entries(errors)})
         return 0
     _print_listing("polyrl environments ([environment] name = ..., tools = [...])",
                    ("kind", "name", "usable", "from", "what it does", "why not / fix"),
-                   [(s.kind, s.name, "yes" if s.available else "no", s.distribution, s.summary,
-                     "" if s.available else f"{s.reason}" + (f" ({s.install_hint})" if s.install_hint else ""))
+                   [(s.kind, s.name, "yes" if s.available else "no", s.distribution, s.summary, _why_not(s))
                     for s in statuses], errors, "environment/tool plugin")
     return 0
 
@@ -185,8 +195,7 @@ def _doctor_report() -> dict[str, Any]:
         "env": {k: v for k, v in os.environ.items()
                 if k.startswith(("POLYRL_", "OMP_", "MKL_", "HF_HUB_OFFLINE"))},
         "backends": {},
-        "load_errors": [{"name": e.name, "distribution": e.distribution, "error": e.error}
-                        for e in reg.load_errors],
+        "load_errors": _error_entries(reg.load_errors),
         "env_warnings": list(reg.pm.env_warnings),
     }
     for name in reg.names():

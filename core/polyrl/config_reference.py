@@ -87,6 +87,10 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "off_policy_mask_threshold": "drop the policy term of a negative-advantage completion whose mean sampler "
                                      "minus current log-prob exceeds it (DeepSeek-V3.2 eq. 9, TRL's name; >= 0, "
                                      "e.g. 0.5); unset = off. The KL term and entropy bonus stay",
+        "router_aux_loss_coef": ("Mixture-of-Experts models: weight of the router load-balancing loss added to "
+                                 "each micro-batch's loss (TRL's name); unset = the model config's own (Mixtral, "
+                                 "Qwen-MoE: 0.001), 0 = off; set on a dense model it is an error. torch backend "
+                                 "only (mlx refuses a MoE model unless 0)"),
         "mask_truncated_completions": ("leave completions cut at max_new_tokens out of the loss (TRL, DAPO); "
                                        "refused with generation.ignore_eos, which cuts every one"),
         "max_completion_length": "length the overlong shaping and Dr.GRPO normaliser use",
@@ -207,7 +211,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "loss": "also the run's loss on the sampled completions (`eval/loss`, TRL's `eval_loss`; `eval/kl` with "
                 "`beta > 0`; TRL's clip ratios, `eval/clip_ratio/*`, 0 at ratio 1; needs `reward = \"run\"`), as an update would compute it before changing the weights (advantages within each "
                 "eval group, ratio 1): one more forward pass (two with `beta > 0`); not computed where the loss "
-                "needs token entropies (`entropy_coef`, `top_entropy_quantile < 1`)",
+                "needs token entropies (`entropy_coef`, `top_entropy_quantile < 1`) or holds a MoE model's router term "
+                "(`algorithm.router_aux_loss_coef` not 0: a warning)",
         "loss_batch": "completions per batch of that loss (whole groups); each batch's advantages are its own (with "
                       "`scale_rewards = \"batch\"` its std), and the batches' losses are averaged with their sizes "
                       "as weights, as TRL's evaluation loop scores and averages its `per_device_eval_batch_size` x "

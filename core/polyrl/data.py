@@ -481,8 +481,8 @@ def load_train_and_eval(data: Any, eval_count: int) -> tuple[Dataset, Dataset | 
     return _file_split(everything, options, "train"), _file_split(everything, eval_options, "eval")
 
 
-def _counted(count_tokens: Callable[[Prompt], int], prompt: Prompt, dataset: Dataset, i: int) -> int:
-    """``count_tokens(prompt)``; a chat template raising on the row (Gemma's and Mistral's refuse a
+def _counted(count_tokens: Callable[[Prompt], int | None], prompt: Prompt, dataset: Dataset, i: int) -> int | None:
+    """``count_tokens(prompt)`` (None: this prompt cannot be counted here); a chat template raising on the row (Gemma's and Mistral's refuse a
     system message or roles that do not alternate: a jinja2 traceback) is one error naming it."""
     try:
         return count_tokens(prompt)
@@ -520,14 +520,15 @@ def check_prompt_roles(dataset: Dataset, render: Callable[[Prompt], Any]) -> Non
             _check_roles(roles, render, row[dataset.prompt_column], dataset, i)
 
 
-def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int], max_length: int,
+def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int | None], max_length: int,
                          *, drop: bool = False, counted: str = "chat template included",
                          render: Callable[[Prompt], Any] | None = None) -> tuple[Dataset, int]:
     """(dataset, rows dropped): every prompt must be shorter than ``max_length`` tokens as
     ``count_tokens`` measures it (the generate engine's own encoding, chat template included;
     ``counted`` says what else it adds, e.g. an episode's tool instructions). ``render`` (the
     prompt's ids, as ``count_tokens`` counts them): every chat prompt's roles must be ones the
-    template renders (``_check_roles``), checked in the same pass.
+    template renders (``_check_roles``), checked in the same pass. A prompt ``count_tokens`` cannot
+    count (None: a third-party backend's text prompt, ``polyrl.hook_prompts``) is left unchecked.
 
     Why at startup, in one pass: generation refuses an overlong prompt only when its batch is
     drawn, possibly hours in, and names it by its place in the batch. Here the first one is an
@@ -535,19 +536,22 @@ def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int]
     """
     t0 = time.perf_counter()
     over: list[int] = []
-    first = 0
+    first = uncounted = 0
     roles = TemplateRoles()
     for start in range(0, len(dataset), ITER_BLOCK):
         block = dataset.take(range(start, min(start + ITER_BLOCK, len(dataset))))
         for i, row in enumerate(block, start):
+            tokens = _counted(count_tokens, row[dataset.prompt_column], dataset, i)
+            if tokens is None:
+                uncounted += 1
+                continue
             if render is not None:
                 _check_roles(roles, render, row[dataset.prompt_column], dataset, i)
-            tokens = _counted(count_tokens, row[dataset.prompt_column], dataset, i)
             if tokens >= max_length:
                 first = first or tokens
                 over.append(i)
     log.info("prompt lengths checked", dataset=dataset.name, rows=len(dataset), overlong=len(over),
-             seconds=round(time.perf_counter() - t0, 2))
+             **({"uncounted": uncounted} if uncounted else {}), seconds=round(time.perf_counter() - t0, 2))
     if not over:
         return dataset, 0
     if not drop:

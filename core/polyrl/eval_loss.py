@@ -11,7 +11,9 @@ run's aggregation within each eval batch of ``eval.loss_batch`` completions (TRL
 ``per_device_eval_batch_size`` x processes; 0: the whole set), whose losses are averaged as
 transformers' evaluation loop averages them. It needs the trainer's token
 entropies where the loss does (``entropy_coef``, ``top_entropy_quantile < 1``), which no backend's
-``logprobs`` returns: there it is not computed (``needs_entropies``).
+``logprobs`` returns: there it is not computed (``needs_entropies``); nor where the loss holds a
+Mixture-of-Experts model's router load-balancing term (TRL's eval loss adds it too), whose router
+logits no ``logprobs`` returns either (``needs_router_loss``).
 
 Pure numpy over what the trainer gathered (``polyrl.algorithms.reference.policy_loss``, the loss
 every backend's train step is tested against), so every rank computes the same numbers.
@@ -26,6 +28,8 @@ import numpy as np
 from polyrl.algorithms import reference
 from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.presets import AlgorithmConfig
+from polyrl.backend_kit.router_aux import is_moe
+from polyrl.model_config import config_tables
 
 #: polyrl's eval metric -> TRL's ``log_history`` name (``polyrl.step_metrics.trl_eval_names``)
 TRL_NAMES = {"eval/loss": "eval_loss", "eval/kl": "eval_kl"}
@@ -34,6 +38,19 @@ TRL_NAMES = {"eval/loss": "eval_loss", "eval/kl": "eval_kl"}
 def needs_entropies(algo: AlgorithmConfig, max_completion_tokens: int | None) -> bool:
     """Whether the run's loss reads token entropies (then the eval loss is not computed)."""
     return algo.objective(max_completion_tokens).needs_entropy
+
+
+def needs_router_loss(algo: AlgorithmConfig, model_path: str | None) -> bool:
+    """Whether the run's loss holds a MoE model's router term (then the eval loss is not computed):
+    a MoE model (its config.json) whose ``router_aux_loss_coef`` is not 0 (unset: the config's own,
+    counted as not 0 when the file declares none, as transformers' MoE configs default to 0.001)."""
+    tables = config_tables(model_path)
+    if not tables or not is_moe(tables[0]):
+        return False
+    coef = algo.router_aux_loss_coef
+    if coef is None:
+        coef = tables[-1].get("router_aux_loss_coef", 0.001)
+    return coef is None or float(coef) != 0.0
 
 
 def kept(algo: AlgorithmConfig, scores: np.ndarray, shaped: np.ndarray, untruncated: np.ndarray,

@@ -421,7 +421,10 @@ def train_step(engine: Any, batch: TrainBatch, objective: Objective) -> StepMetr
     them. For TRL's ``sampling/...`` keys (per-process values, then their mean: ``step_metrics.trl_process_sampling``)
     also report this rank's own gap before any sum over ranks, ``backend_kit.gap_metrics.rank_gap``'s
     ``RANK_KEYS`` (without them TRL's keys alias the global ones); an objective the backend cannot compute (e.g. ``entropy_coef`` without
-    entropies) must raise, never be silently ignored. A non-finite loss or gradient must not touch
+    entropies) must raise, never be silently ignored. A Mixture-of-Experts model's router
+    load-balancing term (``objective.router_aux_loss_coef``, resolved by ``backend_kit.router_aux``)
+    comes on top of the reference's loss, reported as ``aux_loss`` in ``StepMetrics.extra``; a backend
+    without it calls ``refuse_router_aux``. A non-finite loss or gradient must not touch
     the weights: return ``StepMetrics(..., skipped=True)``; a non-finite ``loss`` reported with
     ``skipped=False`` is a ``PluginError`` (the core would believe the weights were updated).
     """
@@ -440,7 +443,9 @@ def encode_chat(
     ``EngineConfig.chat_template_kwargs`` (``model.chat_template_kwargs``: ``enable_thinking``...)
     as template variables, here and in ``generate``'s rendering of a chat prompt alike
     (``encode_chat_literal(template_kwargs=...)``). The core asks the generate engine first and the
-    train engine when the generate backend has no tokenizer (a remote server).
+    train engine when the generate backend has no tokenizer (a remote server); the startup checks
+    (every chat prompt below ``model.max_length``, in roles the template renders) ask it too when
+    the engine object has no ``encode_prompt`` method (``polyrl.hook_prompts``).
     Only the template's own special tokens are special: a message's text (a tool result, an
     observation) spelling ``<|im_end|>`` is encoded as those characters, so it cannot end its turn
     and forge the next (``polyrl.backend_kit.literal_chat.encode_chat_literal`` does both, for an

@@ -385,6 +385,31 @@ def set_aside(output_dir: Path, items: Iterable[Path], keep: int) -> Path:
     return aside
 
 
+#: The prefix of a previous/ folder holding the saved results of a trainer that never trained: not
+#: a timestamp name (``_NAME``), so it is never counted as a run, pruned or deleted.
+RESULTS_PREFIX = "results-"
+
+
+def set_aside_results(output_dir: Path, items: Iterable[Path]) -> Path:
+    """Move ``items`` (results a TRL trainer saved in ``output_dir`` without a run: no checkpoint,
+    no model) into a new ``previous/results-<time>/``, all or none. Why a folder apart: left in
+    place, a later run's ``save_metrics()`` merged into them; counted as a run, metrics alone would
+    push a trained run out of previous/ (``keep_previous_runs``), so they are never pruned."""
+    aside = new_aside_dir(output_dir / PREVIOUS_DIR, prefix=RESULTS_PREFIX)
+    try:
+        move_aside(items, aside)
+    except SetAsideError:
+        try:
+            aside.rmdir()  # nothing moved: no empty folder left behind
+        except OSError:
+            pass
+        raise
+    log.warning("output_dir held results a trainer saved without training (save_metrics/save_state, no "
+                "checkpoint or model); they were moved aside, not merged into this run's", moved_to=str(aside),
+                fix="nothing to do; they are never deleted by polyrl")
+    return aside
+
+
 def deferred_prune(output_dir: Path, aside: Path | None) -> None:
     """``keep_previous_runs = 0``: delete the runs in previous/ (``aside``: the one ``set_aside``
     moved there at this start, if any), now that this run has a trained checkpoint of its own."""

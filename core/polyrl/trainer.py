@@ -50,6 +50,7 @@ from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, dataset_ch
 from polyrl.engines import RunEngines, check_engines, choose_generate_backend, load_engines, run_optimizer
 from polyrl import episode_scoring, eval_loss
 from polyrl.episode_prompts import first_prompt_encoder
+from polyrl.hook_prompts import HookPromptEncoder
 from polyrl.errors import (
     CallbackError,
     CollectiveTimeout,
@@ -193,9 +194,11 @@ def _loss_counts(completions: list[Completion], group_kept: np.ndarray,
     return len(rows), tokens
 
 
-def _length_of(encode: Callable[[Prompt], Any], prompt: Prompt) -> int:
-    """The tokens of ``prompt`` as ``encode`` renders it (the startup length check's count)."""
-    return len(encode(prompt))
+def _length_of(encode: Callable[[Prompt], Any], prompt: Prompt) -> int | None:
+    """The tokens of ``prompt`` as ``encode`` renders it (the startup length check's count); None
+    when ``encode`` cannot render it."""
+    ids = encode(prompt)
+    return None if ids is None else len(ids)
 
 
 def _rendered(engine: Engine, messages: list[dict[str, Any]], add_generation_prompt: bool) -> np.ndarray:
@@ -291,6 +294,9 @@ class Trainer:
         #: step taken (``polyrl.trl``: transformers' ``train_runtime``, ``train_loss``..., which TRL logs
         #: to its ``report_to`` at the end); None: nothing
         self.end_metrics: Callable[[Trainer], Mapping[str, Any]] | None = None
+        #: a TRL trainer's own saves in output_dir before this run (name -> content): a fresh start
+        #: sets aside every other trainer's results there, not these (``trl_saves.leftover_run_files``)
+        self.own_run_files: Mapping[str, Any] = {}
         self._reward_state: TrainerState | None = None
         #: evaluate after training (with held-out rows); False: only the steps ``eval.every`` or an
         #: observer asks for (``polyrl.trl`` under TRL's eval_strategy="no", where a callback's
@@ -308,6 +314,8 @@ class Trainer:
         self._all_cut = False
         #: the backend refused the last step's update (a non-finite loss or gradient): counted toward the stop
         self._update_refused = False
+        #: eval.loss was skipped once for a MoE model's router term (warned once a run)
+        self._router_eval_warned = False
         #: steps in a row whose every episode (on every rank) ended in an environment error
         self._failed_steps = 0
         #: the steps in a row so far that had a non-finite update, no score, every completion cut
@@ -459,11 +467,15 @@ class Trainer:
         """The datasets with every prompt checked against model.max_length once, encoded as
         generation encodes it, and every chat prompt's roles against those the chat template
         renders (``check_prompt_lengths``). The train engine's tokenizer is asked
-        first: it is local even when the generator is a server. Episodes on tools alone count
+        first: it is local even when the generator is a server. Backends whose engines have no
+        ``encode_prompt`` (third-party ones) are asked through the hooks (``HookPromptEncoder``:
+        chats through ``encode_chat``, text left uncounted). Episodes on tools alone count
         their first prompt with the tool instructions (``first_prompt_encoder``); an environment
         writes its own first messages, so its prompts are left to the episode runner."""
         encoders = (getattr(e.raw, "encode_prompt", None) for e in (self.train_engine, self.gen_engine))
-        encode = next((f for f in encoders if callable(f)), None)
+        encode: Callable[[Prompt], Any] | None = next((f for f in encoders if callable(f)), None)
+        if encode is None:
+            encode = HookPromptEncoder([self.gen_engine, self.train_engine])
         counted = "chat template included"
         if self.episodes is not None:  # tools alone: with their instructions; an environment: None
             encode, counted = first_prompt_encoder(self.episodes), "chat template and tool instructions included"
@@ -906,7 +918,8 @@ class Trainer:
         lr = entropy = None
         self._updating = True  # until the step is counted (_run): the weights move
         for _ in range(updates):
-            out = self.train_engine.train_step(batch, Objective())
+            # no router term either: a MoE model's load-balancing loss has a gradient of its own
+            out = self.train_engine.train_step(batch, Objective(router_aux_loss_coef=0.0))
             if out.skipped:
                 break
             self.updates_applied += 1
@@ -1143,6 +1156,13 @@ class Trainer:
         from the gathered completions."""
         c, algo = self.config, self.config.algorithm
         if eval_loss.needs_entropies(algo, self._max_completion_tokens):
+            return {}
+        if eval_loss.needs_router_loss(algo, c.model.path):  # TRL's eval_loss holds it: not a loss without it
+            if not self._router_eval_warned:
+                self._router_eval_warned = True
+                log.warning("eval.loss is not computed: the loss holds the MoE model's router load-balancing term "
+                            "(algorithm.router_aux_loss_coef), which the evaluation's log-probs cannot give; set "
+                            "router_aux_loss_coef = 0 for an eval loss without it")
             return {}
         seqs = [TokenSequence.of(x) for x in completions]
         mine = (scores, {k: np.asarray(v) for k, v in parts.items()}, [len(x.completion_ids) for x in completions],
@@ -1544,16 +1564,20 @@ class Trainer:
         self._own_output_dir()
         keep = self.config.train.keep_previous_runs
         aside = None
+        # a TRL trainer's save_metrics()/save_state() files (any split's): left here, this run's
+        # save_metrics() merged into the earlier run's all_results.json; its own saves before this
+        # train() stay (``own_run_files``)
+        results = trl_saves.leftover_run_files(self.output_dir, self.own_run_files)
         if previous_runs.earlier_run(self.checkpoint_root, self.final_model_dir, self._loaded_model_paths()):
             aside = previous_runs.set_aside(
                 self.output_dir, [self.checkpoint_root, self.final_model_dir, self.output_dir / metrics_file.FILE_NAME,
                                   self.output_dir / evaluation.COMPLETIONS_FILE, self.tracking.completions_path,
                                   # its curves: left here, this run's session start hid them in TensorBoard
-                                  self.output_dir / TENSORBOARD_DIR,
-                                  # a TRL trainer's save_metrics()/save_state(): left here, this run's
-                                  # save_metrics() merged into the earlier run's all_results.json
-                                  *(self.output_dir / name for name in trl_saves.RUN_FILES)],
+                                  self.output_dir / TENSORBOARD_DIR, *results],
                 keep=keep)
+        elif results:  # a trainer that saved results but never trained: no run to count, but not ours
+            previous_runs.set_aside_results(self.output_dir, results)
+        trl_saves.restore_own(self.output_dir, self.own_run_files, results)
         self._prune_pending, self._set_aside = keep == 0, aside
         self.step = self.num_tokens = self.updates_applied = 0
         self.history = self._rewind_metrics()

@@ -266,6 +266,10 @@ class GRPOTrainer:
         #: the folder each reward model's tokenizer from reward_processing_classes is saved in (None: its own)
         self._reward_tokenizers = [*tokenizer_folders, *[None] * len(env_rewards)]
         self.summary: dict[str, Any] | None = None
+        #: what this trainer saved in output_dir before its run (save_metrics/save_state before
+        #: ``train()``): name -> its content (all_results.json: its own metrics, not others' merged
+        #: in). ``train()``'s fresh start keeps these and sets every other trainer's results aside.
+        self._own_results: dict[str, Any] = {}
         #: the trained model/'s files as this trainer's run left them (``trl_saves.model_identity``)
         self._trained_identity: trl_saves.Identity = ()
         #: polyrl's ``Trainer`` while ``train()`` runs (its trackers open), else None: ``log()`` writes to them
@@ -334,6 +338,7 @@ class GRPOTrainer:
                                        self.eval_dataset if self._evaluates or asked_only else None, resume=resume)
         if asked_only:
             trainer.evaluate_after = False  # TRL evaluates at the end only on its eval_strategy
+        trainer.own_run_files = dict(self._own_results)
         if resume is not None and not trainer.resume(resume or None):
             raise ConfigError(f"no checkpoint to resume in {self.grpo_config.output_dir}", field="resume_from_checkpoint",
                               fix="call train() without resume_from_checkpoint to start the run")
@@ -359,6 +364,7 @@ class GRPOTrainer:
         finally:
             self._run = None
         self.summary = summary
+        self._own_results = {}  # what it saved before this run is part of this run now
         best_loaded = self._load_best_model(trainer, summary)
         # what tells this run's model/ from a later run's there (trl_saves.trained_model)
         self._trained_identity = trl_saves.model_identity(Path(summary["model"])) if "model" in summary else ()
@@ -760,11 +766,19 @@ class GRPOTrainer:
         folder.mkdir(parents=True, exist_ok=True)
         # each file replaced whole (strict_json's temp file and rename): a write cut short (a kill, a
         # full disk) left all_results.json half written, and every later save_metrics a JSONDecodeError
-        strict_json.rewrite_lines(folder / f"{split}_results.json", [json.dumps(metrics, indent=4, sort_keys=True)])
+        name = f"{split}_results.json"
+        strict_json.rewrite_lines(folder / name, [json.dumps(metrics, indent=4, sort_keys=True)])
+        trl_saves.record_results(folder, name)  # any split's file goes aside with its run (trl_saves)
+        before_run = self.summary is None
+        if before_run:
+            self._own_results[name] = json.loads(json.dumps(metrics))
         if combined:
             everything = folder / "all_results.json"
             merged = json.loads(everything.read_text()) if everything.is_file() else {}
             strict_json.rewrite_lines(everything, [json.dumps({**merged, **metrics}, indent=4, sort_keys=True)])
+            if before_run:
+                own = self._own_results.get("all_results.json", {})
+                self._own_results["all_results.json"] = {**own, **json.loads(json.dumps(metrics))}
 
     def save_state(self) -> None:
         """Write ``output_dir/trainer_state.json`` (``state.save_to_json``), as transformers does; after a
@@ -772,6 +786,8 @@ class GRPOTrainer:
         folder = self._run_folder("save_state")
         folder.mkdir(parents=True, exist_ok=True)
         self.state.save_to_json(str(folder / "trainer_state.json"))
+        if self.summary is None:  # before its run: its own (``_own_results``)
+            self._own_results["trainer_state.json"] = json.loads((folder / "trainer_state.json").read_text())
 
     def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
         """Refused: polyrl uploads nothing (``push_to_hub=True`` in the GRPOConfig is refused too)."""

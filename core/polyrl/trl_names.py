@@ -41,7 +41,7 @@ _SAME = {
     "algorithm": ("beta", "epsilon", "epsilon_high", "scale_rewards", "num_iterations", "importance_sampling_level",
                   "mask_truncated_completions", "top_entropy_quantile", "entropy_coef", "sapo_temperature_pos",
                   "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
-                  "off_policy_mask_threshold"),
+                  "off_policy_mask_threshold", "router_aux_loss_coef"),
     "optimizer": ("weight_decay", "max_grad_norm"),
 }
 
@@ -154,9 +154,6 @@ TOML_HINTS: dict[str, TrlName] = {
                                                "(ScaleRL), so the logits come from a float32 matmul; polyrl's "
                                                "lm_head runs in the model's compute dtype and only the log-softmax "
                                                "is float32: load the model in float32 for float32 logits"),
-    # TRL's router auxiliary loss (MoE only: TRL fails on a dense model when it is set)
-    "router_aux_loss_coef": TrlName(None, note="TRL adds a Mixture-of-Experts model's load-balancing loss with this "
-                                               "weight; polyrl's loss has no router term"),
     "use_adaptive_entropy": TrlName(None, note="TRL moves entropy_coef each optimizer step toward entropy_target "
                                                "(Skywork-OR1); polyrl's entropy_coef stays as set"),
     "log_completions_hub_repo": TrlName(None, note="TRL pushes its logged completions to this Hub dataset; polyrl "

@@ -15,17 +15,24 @@ trainer of this process, or another process once this one's run had ended) sets 
 ``save_model()`` and ``model`` read that other run's weights without a word; its
 ``save_metrics()`` and ``save_state()`` wrote over that run's files (``run_folder``).
 
-The files those two write in the output_dir (``RUN_FILES``) go into ``previous/`` with the rest of
-a run when a later run starts fresh there: left behind, the later run's ``save_metrics()`` merged
-into the earlier run's ``all_results.json``, so the earlier run's keys the later one does not
-write were read as the later run's.
+The files those two write in the output_dir (``RUN_FILES``, and any other split's
+``{split}_results.json``, listed in ``RESULTS_RECORD`` as written) go into ``previous/`` with the
+rest of a run when a later run starts fresh there: left behind, the later run's ``save_metrics()``
+merged into the earlier run's ``all_results.json``, so the earlier run's keys the later one does
+not write were read as the later run's. A trainer that saved results but never trained left no run
+to set aside, and its files stayed for the next run to merge into: they go into
+``previous/results-<time>/`` (``previous_runs.set_aside_results``). What the starting trainer
+itself saved before its ``train()`` stays its own (``leftover_run_files``, ``restore_own``).
 """
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from polyrl import previous_runs
 from polyrl.errors import ConfigError
@@ -41,6 +48,12 @@ Identity = previous_runs.FileStats
 #: the output_dir: part of the run there, set aside with its model when a later run starts fresh.
 RUN_FILES = ("all_results.json", "train_results.json", "eval_results.json", "test_results.json",
              "predict_results.json", "trainer_state.json")
+
+#: In a folder polyrl's ``save_metrics()`` wrote into: the names of the ``{split}_results.json``
+#: files it wrote there, any split (transformers writes one per split name it is given), so a fresh
+#: start sets aside exactly those: a pattern would take a user's own ``*_results.json`` too.
+RESULTS_RECORD = ".polyrl-results.json"
+_RESULTS_NAME = re.compile(r"[^/\\]+_results\.json")
 
 #: resolved output_dir -> the token of the trainer that saved there last (this process)
 _LAST_SAVER: dict[str, str] = {}
@@ -67,6 +80,65 @@ def check_still_ours(output_dir: str | Path, token: str | None, folders: Sequenc
         f"({output_dir}), replacing {', '.join(folders)}: this trainer would train those, not the ones given to it",
         field="output_dir",
         fix="give each GRPOTrainer its own output_dir (GRPOConfig(output_dir=...)), or build this trainer again")
+
+
+def recorded_results(folder: Path) -> list[str]:
+    """The ``{split}_results.json`` names ``RESULTS_RECORD`` lists in ``folder``; [] when there is
+    none or it cannot be read (then only ``RUN_FILES`` are known)."""
+    try:
+        names = json.loads((folder / RESULTS_RECORD).read_text())
+    except (OSError, ValueError):
+        return []
+    return [n for n in names if isinstance(n, str) and _RESULTS_NAME.fullmatch(n)] if isinstance(names, list) else []
+
+
+def record_results(folder: Path, name: str) -> None:
+    """Add ``name`` (a ``{split}_results.json`` just written in ``folder``) to its ``RESULTS_RECORD``."""
+    from polyrl import strict_json
+
+    names = recorded_results(folder)
+    if _RESULTS_NAME.fullmatch(name) and name not in names and name not in RUN_FILES:
+        strict_json.rewrite_lines(folder / RESULTS_RECORD, [json.dumps(sorted([*names, name]))])
+
+
+def leftover_run_files(folder: Path, own: Mapping[str, Any]) -> list[Path]:
+    """The run files in ``folder`` (``RUN_FILES``, the recorded ``{split}_results.json``, the
+    record) a fresh start sets aside: all but those holding exactly what this trainer saved there
+    itself before its ``train()`` (``own``: name -> content), which stay its own."""
+    found = []
+    for name in dict.fromkeys((*RUN_FILES, *recorded_results(folder))):
+        path = folder / name
+        if (path.exists() or path.is_symlink()) and not (name in own and _content(path) == own[name]):
+            found.append(path)
+    record = folder / RESULTS_RECORD
+    if found and (record.exists() or record.is_symlink()):
+        found.append(record)
+    return found
+
+
+def _content(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return _UNREADABLE
+
+
+_UNREADABLE = object()  # never equal to a trainer's own content
+
+
+def restore_own(folder: Path, own: Mapping[str, Any], moved: Sequence[Path]) -> None:
+    """Write back this trainer's own saves among ``moved`` (files a fresh start set aside because
+    another trainer's results were merged into them: ``all_results.json``), as it alone saved them,
+    and list its own results in ``RESULTS_RECORD`` again (the record went aside with the others')."""
+    from polyrl import strict_json
+
+    moved_names = {path.name for path in moved}
+    for name, content in own.items():
+        if name in moved_names:
+            indent = 2 if name == "trainer_state.json" else 4  # as transformers writes each
+            strict_json.rewrite_lines(folder / name, [json.dumps(content, indent=indent, sort_keys=True)])
+        if (folder / name).exists():
+            record_results(folder, name)
 
 
 def model_identity(folder: Path) -> Identity:
@@ -134,4 +206,5 @@ def run_folder(folder: Path, identity: Identity, asked: str) -> Path:
     return found
 
 
-__all__ = ["RUN_FILES", "Identity", "check_still_ours", "claim", "model_identity", "run_folder", "trained_model"]
+__all__ = ["RESULTS_RECORD", "RUN_FILES", "Identity", "check_still_ours", "claim", "leftover_run_files", "model_identity",
+           "record_results", "recorded_results", "restore_own", "run_folder", "trained_model"]

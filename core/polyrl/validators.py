@@ -120,6 +120,8 @@ RULES: dict[str, Rule] = {
     "algorithm.overlong_penalty": _float(0, fix="1.0 is DAPO's"),
     "algorithm.mismatch_cap": _float(1, low_open=True, fix="2.0 is usual (TRL's cap is 3.0)"),
     "algorithm.entropy_coef": _float(0, fix="0 disables the bonus; 1e-3 is usual"),
+    "algorithm.router_aux_loss_coef": _float(0, optional=True, fix="leave it unset for the model's own "
+                                                                    "coefficient; 0 turns it off"),
     "algorithm.top_entropy_quantile": _float(0, 1, low_open=True, fix="1.0 trains every token; 0.2 is the paper's"),
     "algorithm.off_policy_mask_threshold": _float(0, optional=True,
                                                   fix="0.5 is usual (TRL's example); leave it unset to train "

@@ -40,11 +40,13 @@ def main() -> None:
                         help="rows left out of the batch count (TrainBatch.normaliser_*): 3 sequences and 7 "
                              "tokens more over the global batch, split unevenly over the ranks")
     parser.add_argument("--masked", action="store_true", help="episode-style loss masks (every third token inserted)")
+    parser.add_argument("--micro", type=int, default=2, help="optimizer.micro_batch_size")
+    parser.add_argument("--router", type=float, help="algorithm.router_aux_loss_coef (a Mixture-of-Experts model)")
     args = parser.parse_args()
     torch.manual_seed(0)
     engine = Engine(get_registry(), "torch", EngineConfig(
         model=args.model, role="train", threads=1, seed=0, options={"fsdp": args.fsdp}, device=args.device,
-        optimizer=OptimizerConfig(lr=1e-2, max_grad_norm=1.0, micro_batch_size=2)))
+        optimizer=OptimizerConfig(lr=1e-2, max_grad_norm=1.0, micro_batch_size=args.micro)))
     if args.resume:
         engine.load_checkpoint(args.resume)
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
@@ -76,7 +78,8 @@ def main() -> None:
                              normaliser_tokens=batch.num_tokens + extra_tokens)
     # a correction whose cap binds on some tokens: its weights' extremes are reduced over ranks
     objective = AlgorithmConfig.preset("grpo", loss_aggregation=args.aggregation, beta=0.1,
-                                       mismatch_correction="tis", mismatch_cap=1.02).objective(8)
+                                       mismatch_correction="tis", mismatch_cap=1.02,
+                                       router_aux_loss_coef=args.router).objective(8)
     reference = None
     if args.masks and world == 1:  # the numpy reference on the global batch, before any step
         from polyrl.algorithms.reference import policy_loss
@@ -102,6 +105,7 @@ def main() -> None:
                                                               "mismatch_ratio_min", "mismatch_ratio_mean",
                                                               "mismatch_ratio_max")] for m in steps],
                        "entropy": [m.extra.get("entropy") for m in steps],
+                       "aux_loss": [m.extra.get("aux_loss") for m in steps],
                        "tokens": [m.tokens for m in steps], "reference_loss": reference,
                        "completion_tokens": sum(len(s.completion_ids) for s in sequences),
                        "clip_high_fraction": [m.extra.get("clip_high_fraction") for m in steps],

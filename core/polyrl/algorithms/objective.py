@@ -94,6 +94,7 @@ KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 POLICY_LOSSES: tuple[str, ...] = ("ppo", "cispo", "sapo", "vespo")
 IS_LEVELS: tuple[str, ...] = ("token", "sequence")
 MISMATCH_CORRECTIONS: tuple[str, ...] = ("none", "tis", "mis")
+ROUTER_AUX_FIX = "leave it unset for the model's own coefficient (Mixtral's and Qwen-MoE's: 0.001), 0 turns it off"
 
 
 @attrs.define(frozen=True)
@@ -124,6 +125,10 @@ class Objective:
     #: DeepSeek-V3.2's delta: drop a negative-advantage sequence's policy term when its mean
     #: sampler-vs-current log-prob gap exceeds it (None: off)
     off_policy_mask_threshold: float | None = None
+    #: weight of a Mixture-of-Experts model's router load-balancing loss, added per micro-batch as
+    #: TRL's ``router_aux_loss_coef`` (None: the model config's own; a dense model has none, and a
+    #: nonzero value there is an error). The backend resolves it (``backend_kit.router_aux``).
+    router_aux_loss_coef: float | None = None
 
     @property
     def needs_entropy(self) -> bool:
@@ -187,6 +192,11 @@ class Objective:
                               fix="0.5 is usual (TRL's example); leave it unset to train every sequence")
         if self.max_completion_length <= 0:
             raise ConfigError("must be > 0", field="algorithm.max_completion_length")
+        coef = self.router_aux_loss_coef
+        if coef is not None and not (isinstance(coef, (int, float)) and not isinstance(coef, bool)
+                                     and 0 <= coef < float("inf")):
+            raise ConfigError(f"must be a finite number >= 0 or unset, got {coef!r}",
+                              field="algorithm.router_aux_loss_coef", fix=ROUTER_AUX_FIX)
 
     def _validate_soft_losses(self) -> None:
         """SAPO's temperatures and VESPO's gamma parameters (checked whatever the policy loss, so a

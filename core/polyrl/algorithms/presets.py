@@ -88,6 +88,7 @@ from polyrl.algorithms.objective import (
     LOSS_AGGREGATIONS,
     MISMATCH_CORRECTIONS,
     POLICY_LOSSES,
+    ROUTER_AUX_FIX,
     Objective,
 )
 from polyrl.algorithms.shaping import dynamic_sampling_mask, expand_group_mask, shape_overlong
@@ -244,6 +245,9 @@ class AlgorithmConfig:
     top_entropy_quantile: float = 1.0
     #: DeepSeek-V3.2's off-policy sequence mask (TRL's off_policy_mask_threshold; None: off)
     off_policy_mask_threshold: float | None = None
+    #: a Mixture-of-Experts model's router load-balancing loss weight (TRL's router_aux_loss_coef;
+    #: None: the model config's own)
+    router_aux_loss_coef: float | None = None
     mask_truncated_completions: bool = False  # drop completions cut at the length limit (TRL/DAPO)
     ref_sync_every: int = 0  # refresh the reference every N steps (TR-DPO; 0 = never)
     ref_sync_alpha: float = 0.6  # reference <- alpha x policy + (1 - alpha) x reference
@@ -305,6 +309,9 @@ class AlgorithmConfig:
         if opsm is not None and (not _is_number(opsm) or not 0 <= float(opsm) < math.inf):
             _fail("off_policy_mask_threshold", f"must be a finite number >= 0 or unset, got {opsm!r}",
                   "0.5 is usual (TRL's example); leave it unset to train every sequence")
+        aux = self.router_aux_loss_coef
+        if aux is not None and (not _is_number(aux) or not 0 <= float(aux) < math.inf):
+            _fail("router_aux_loss_coef", f"must be a finite number >= 0 or unset, got {aux!r}", ROUTER_AUX_FIX)
         if self.entropy_coef < 0:
             _fail("entropy_coef", f"must be >= 0, got {self.entropy_coef}", "0 disables the bonus; 1e-3 is usual")
         if not 0 < self.top_entropy_quantile <= 1:
@@ -453,6 +460,8 @@ class AlgorithmConfig:
             top_entropy_quantile=float(self.top_entropy_quantile),
             off_policy_mask_threshold=(None if self.off_policy_mask_threshold is None
                                        else float(self.off_policy_mask_threshold)),
+            router_aux_loss_coef=(None if self.router_aux_loss_coef is None
+                                  else float(self.router_aux_loss_coef)),
             **kwargs,
         )
 

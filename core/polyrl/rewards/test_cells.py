@@ -28,6 +28,7 @@ from typing import Any
 
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
+from polyrl.rewards.test_runs import drive, expects_failure, yields
 
 NAME = "code_tests"
 #: test-runner plumbing: run here it would look for tests in the trainer's own ``__main__`` (or
@@ -250,7 +251,7 @@ def _discovered(body: list[ast.stmt], checkers: set[str], where: str, entry_poin
     tests = [t for node in body if isinstance(node, ast.ClassDef) for t in _class_tests(node, body, where, literals)]
     reached = _reached(body, _names_in(tests))
     tests += [t for name, node in _functions(body).items() if name.startswith("test") and name not in reached
-              for t in _calls(node, name, where, literals)]
+              and not expects_failure(node) for t in _calls(node, name, where, literals)]
     reached = _reached(body, _names_in(tests))
     has_tests = bool(tests) or any(_is_test(node, checkers) for node in body)
     if "check" in checkers and "check" not in reached:
@@ -277,10 +278,16 @@ def _names_in(sources: list[str]) -> set[str]:
 
 def _class_tests(node: ast.ClassDef, body: list[ast.stmt], where: str, literals: dict[str, ast.expr]) -> list[str]:
     """``Case("test_x").debug()`` for a ``unittest.TestCase`` subclass (setUp, the test, tearDown;
-    a failure raises), ``Case().test_x(...)`` for a pytest ``Test*`` class."""
-    methods = [m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name.startswith("test")]
+    a failure raises), ``Case().test_x(...)`` for a pytest ``Test*`` class; none marked to fail
+    (``test_runs.expects_failure``)."""
+    if expects_failure(node):
+        return []
+    methods = [m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and m.name.startswith("test") and not expects_failure(m)]
     if _is_unittest_case(node, body):
-        return [f"{node.name}({m.name!r}).debug()" for m in methods]
+        return [f"{node.name}({m.name!r}).debug()" if not yields(m) else  # as debug() runs it; a name no other step reads
+                f"{(case := f'_polyrl_{node.name}_{m.name}')} = {node.name}({m.name!r})\n{case}.setUp()\n"
+                f"{drive(f'{case}.{m.name}()')}\n{case}.tearDown()\n{case}.doCleanups()" for m in methods]
     if node.name.startswith("Test"):
         return [t for m in methods for t in _calls(m, f"{node.name}().{m.name}", where, literals)]
     return []
@@ -374,5 +381,9 @@ def _is_unittest_case(node: ast.ClassDef, body: list[ast.stmt], depth: int = 0) 
 
 
 def _call(node: ast.stmt, call: str) -> str:
-    """``call`` as a statement; a coroutine function's is run to its end, as pytest-asyncio would."""
-    return f"__import__('asyncio').run({call})" if isinstance(node, ast.AsyncFunctionDef) else call
+    """``call`` as a statement; a coroutine function's is run to its end, as pytest-asyncio would,
+    and a generator function's as nose ran one (``test_runs.drive``)."""
+    if isinstance(node, ast.AsyncFunctionDef):
+        return f"__import__('asyncio').run({call})"
+    return drive(call) if yields(node) else call
+

@@ -9,11 +9,13 @@ beside the tests' ``zip``/``map`` guard (``pairing``); numpy is only ever read f
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from polyrl.sandbox.module_views import ModuleView
+from polyrl.sandbox.remote import Remote
 
 #: numpy's yes/no comparisons of two arrays, which reduce over their elements (``NumpyChecks``);
 #: numpy.testing's ``assert_*`` besides.
@@ -63,11 +65,14 @@ class NumpyFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = tuple(map(plain_array, args))
         kwargs = {key: plain_array(value) for key, value in kwargs.items()}
-        if self._fails is not None and len(args) >= 2 and one_empty(args[:2]):
-            if self._fails == "false":
-                return False
-            raise AssertionError(f"{getattr(self._function, '__name__', 'numpy')}: one operand has no elements "
-                                 "and the other has some")
+        places = _operand_places(self._function, len(args), kwargs) if self._fails is not None else []
+        if len(places) == 2:
+            args, kwargs = _read_once(places, args, kwargs)
+            if one_empty([args[key] if kind == "arg" else kwargs[key] for kind, key in places]):
+                if self._fails == "false":
+                    return False
+                raise AssertionError(f"{getattr(self._function, '__name__', 'numpy')}: one operand has no elements "
+                                     "and the other has some")
         return empty_array(self._function(*args, **kwargs))
 
     def __getattr__(self, name: str) -> Any:
@@ -75,6 +80,59 @@ class NumpyFunction:
 
     def __repr__(self) -> str:
         return repr(self._function)
+
+
+def _operand_places(function: Callable[..., Any], count: int, kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Where a check's two operands were given: ``("arg", i)`` or ``("kw", name)``, by the names of
+    its first two parameters (``np.testing.assert_allclose(actual=r, desired=3.14)``,
+    ``np.allclose(r, b=3.14)``); fewer than two when one is missing. Why the names:
+    ``np.testing.assert_allclose(actual=[], desired=3.14)`` holds, and keyword operands were never
+    measured, so ``return []`` passed it."""
+    try:
+        names = _first_parameters(function)
+    except TypeError:  # unhashable: no names known
+        names = ()
+    places: list[tuple[str, Any]] = []
+    for i in range(2):
+        if i < count:
+            places.append(("arg", i))
+        elif i < len(names) and names[i] in kwargs:
+            places.append(("kw", names[i]))
+    return places
+
+
+@functools.lru_cache(maxsize=256)
+def _first_parameters(function: Callable[..., Any]) -> tuple[str, ...]:
+    """The names of ``function``'s first two parameters that a keyword can give (none of a ufunc's,
+    which are positional only), or () where it has no signature."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())[:2]
+    except (TypeError, ValueError):
+        return ()
+    return tuple(p.name if p.kind is not inspect.Parameter.POSITIONAL_ONLY else "" for p in parameters)
+
+
+def _read_once(places: list[tuple[str, Any]], args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's arguments with each operand that is a value of the sample's read into a numpy
+    array once, for the emptiness check and the check itself alike. Why: each read is a request
+    to the sample, which may answer the second otherwise: an object giving ``[9.0]`` to the first
+    read and nothing after passed ``np.allclose(area(1), 3.14159)`` (the check saw an element,
+    numpy's own comparison an empty array); one that numpy cannot read (ragged) fails the check
+    there, since a second read could answer otherwise. A function of the sample's
+    (``assert_raises(E, f)``) stays as it is."""
+    numpy = sys.modules["numpy"]
+    listed = list(args)
+    for kind, key in places:
+        value = listed[key] if kind == "arg" else kwargs[key]
+        if not isinstance(value, Remote) or value._kind == "callable":
+            continue
+        value = numpy.asarray(value)  # what it raises (a ragged answer) numpy's own read raises too
+        if kind == "arg":
+            listed[key] = value
+        else:
+            kwargs = {**kwargs, key: value}
+    return tuple(listed), kwargs
 
 
 def one_empty(operands: Iterable[Any]) -> bool:

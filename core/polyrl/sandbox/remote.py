@@ -53,7 +53,7 @@ class Remote:
     it has among the solution's names, if any; ``_root``: the solution's name it was reached from;
     ``_query``: a ``DATA_QUERIES`` method that refuses to be called with arguments (see there)."""
 
-    __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made")
+    __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made", "_counted")
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
                  origin: str | None = None, root: str | None = None) -> None:
@@ -66,6 +66,7 @@ class Remote:
         object.__setattr__(self, "_root", origin or root)
         object.__setattr__(self, "_query", False)
         object.__setattr__(self, "_made", False)
+        object.__setattr__(self, "_counted", None)  # ``_check_count``'s items, until the next request
 
     def _gives_data(self) -> bool:
         """Whether what calling it returns is data to the tests: anything but a solution name
@@ -114,10 +115,15 @@ class Remote:
         return self._session.ask("getitem", self._data, root=self._root, ref=self._ref, key=self._session.arg(key))
 
     def __len__(self) -> int:
+        counted = self._counted
+        if counted is not None and counted[1] == self._session.asks and isinstance(counted[0], list):
+            return len(counted[0])  # counted by an earlier ``len``, nothing of the sample's ran since
         value = self._session.ask("len", False, ref=self._ref)
         if type(value) is not int:
             raise TypeError("len() of a sample's value is not an int")
-        if self._data:
+        if counted is not None and counted[1] == self._session.asks - 1:  # its reading failed: it still would
+            object.__setattr__(self, "_counted", (counted[0], self._session.asks))
+        elif self._data:
             self._check_count(value)
         return value
 
@@ -127,32 +133,67 @@ class Remote:
         len(f(3)) == 3 and all(x == 1 for x in f(3))``; built-in data never disagrees so. Not
         checked where the value is no iterable (or holds too many items to send): ``len`` is all
         there is; where reading them stops past ``MAX_ITEMS`` (a ``__getitem__`` that answers every
-        index, which iteration falls back to), they are more than a smaller ``len``. The cost: an
-        object that is its own iterator is read to its end by ``len``. Not covered: an object whose
-        items change from this read to the tests' own (each read is a request to the sample)."""
+        index, which iteration falls back to), they are more than a smaller ``len``. The items read,
+        or the failure to read them, are what the tests' next iteration of it gets when no request
+        reaches the sample between (``_keep``). Not covered: an object whose items change from this
+        read to one the tests make after another request (each read is a request to the sample)."""
         try:
-            items = self._session.ask("iter", False, ref=self._ref)
+            items = self._session.ask("iter", self._data, root=self._root, ref=self._ref)
         except SampleStopped:
             raise
-        except OverflowError:
+        except OverflowError as exc:
             if length > MAX_ITEMS:
+                self._keep(exc)
                 return
             items = range(MAX_ITEMS + 1)
-        except Exception:  # noqa: BLE001 - not iterable: its len stands alone
+        except Exception as exc:  # noqa: BLE001 - not iterable: its len stands alone
             if self._session.channel.dead is not None:
                 raise self._session.channel.dead from None
+            self._keep(exc)
             return
         if len(items) != length:
             raise AssertionError(f"len() of the sample's {self._type[:100]!r} says {length}, its items are {len(items)}")
+        self._keep(items)
+
+    def _keep(self, items: list[Any] | Exception) -> None:
+        """Hold the items ``len`` read (or what reading them raised) for the tests' next iteration
+        of this value (and its ``len`` again), while no other request reaches the sample. Why:
+        Python's ``len`` reads no items, but ``_check_count`` does, so an object that is its own
+        iterator (``__len__`` 3, ``__next__`` giving 2, 2, 2) was empty for the tests after ``assert
+        len(r) == 3``, and one whose ``__iter__`` gave its 3 items once and none after (or raised
+        TypeError once, as if it had none to give) passed ``assert len(r) == 3 and
+        all(is_prime(x) for x in r)``: the items counted must be the ones the tests check. Nothing
+        of the sample's ran between, so an honest value's items (and length) are these."""
+        if isinstance(items, (list, Exception)):
+            object.__setattr__(self, "_counted", (items, self._session.asks))
+
+    def _unread(self) -> list[Any] | Exception | None:
+        """What ``_keep`` holds, when no request has reached the sample since; dropped either way
+        (an iteration takes it, as it would take an iterator's items)."""
+        counted = self._counted
+        object.__setattr__(self, "_counted", None)
+        if counted is None or counted[1] != self._session.asks:
+            return None
+        return counted[0]
 
     def __iter__(self) -> Any:
+        counted = self._unread()
+        if isinstance(counted, Exception):
+            raise counted
+        if counted is not None:
+            return iter(counted)
         return iter(self._session.ask("iter", self._data, root=self._root, ref=self._ref))
 
     def __next__(self) -> Any:
         """The next item of an iterator the solution returned (``next(f(x))`` of a generator;
         ``for`` and ``list`` go through ``__iter__``). Its end is a ``RemoteError``, never
         StopIteration, which would end a ``map`` of the tests' early (``EXCEPTIONS``). Why: a
-        right generator failed ``assert next(gen(3)) == 0`` ("'Remote' object is not an iterator")."""
+        right generator failed ``assert next(gen(3)) == 0`` ("'Remote' object is not an iterator").
+        After ``len`` it is the first item ``len`` counted (``_keep``), which the sample has given."""
+        counted = self._unread()
+        if isinstance(counted, list) and counted:
+            object.__setattr__(self, "_counted", (counted[1:], self._session.asks))
+            return counted[0]
         return self._session.ask("next", self._data, root=self._root, ref=self._ref)
 
     def __bool__(self) -> bool:

@@ -40,6 +40,7 @@ runs it outside pytest's collection too (the kit's own mutation tests do that).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -53,6 +54,7 @@ from polyrl.engine import Engine
 from polyrl.errors import ConfigError
 from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry, get_registry
+from polyrl.testing.chat_templates import with_chat_template
 from polyrl.types import EngineConfig, OptimizerConfig, SamplingParams, TokenPrompt, TokenSequence, TrainBatch
 
 #: each ``Capabilities`` flag and the hooks it promises
@@ -417,28 +419,21 @@ class GenerationConformance:
         ``enable_thinking``) are template variables in ``encode_chat`` and in ``generate``'s
         rendering of a chat prompt: a backend ignoring them would sample from prompts the user
         did not ask for, without a word."""
-        import json
-        import shutil
-
         from transformers import AutoTokenizer
 
-        folder = tmp_path / "variable-template"
-        shutil.copytree(model_dir, folder)
-        settings = json.loads((folder / "tokenizer_config.json").read_text())
-        settings["chat_template"] = (
+        folder = with_chat_template(model_dir, tmp_path / "variable-template", (
             "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
             "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-            "{% if probe is defined %}{{ 'probe: ' + probe + '\\n' }}{% endif %}{% endif %}")
-        (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+            "{% if probe is defined %}{{ 'probe: ' + probe + '\\n' }}{% endif %}{% endif %}"))
         reg = self.registry()
         if not reg.status(self.backend).available:
             pytest.skip(f"backend {self.backend!r} not usable here: {reg.status(self.backend).reason}")
-        engine = Engine(reg, self.backend, EngineConfig(model=str(folder), role="generate", threads=1,
+        engine = Engine(reg, self.backend, EngineConfig(model=folder, role="generate", threads=1,
                                                         chat_template_kwargs={"probe": "thinking off"}))
         ids = engine.encode_chat(CHATS[0], None, add_generation_prompt=True)
         if ids is None:
             pytest.skip(f"backend {self.backend!r} has no tokenizer (the core uses the train engine's)")
-        tok = AutoTokenizer.from_pretrained(str(folder))
+        tok = AutoTokenizer.from_pretrained(folder)
         text = tok.apply_chat_template(CHATS[0], add_generation_prompt=True, tokenize=False, probe="thinking off")
         assert text.endswith("probe: thinking off\n")
         np.testing.assert_array_equal(ids, tok(text, add_special_tokens=False)["input_ids"],
@@ -577,6 +572,26 @@ class BackendConformance(GenerationConformance):
         if not engine.capabilities.loss_mask:
             pytest.skip(f"backend {self.backend!r} does not declare Capabilities.loss_mask")
 
+    def _steps_on_each(self, model_dir: str, probe: Engine, batches: Sequence[TrainBatch], objective: Objective,
+                       losses: Callable[[Engine], np.ndarray]) -> tuple[float, float, list[np.ndarray], list[float]]:
+        """The first-order measurement of both gradient checks: ``probe``'s step on ``batches[0]``
+        gives |G_A| and a step size ``lr`` that moves a loss by about 2e-3 (small enough for first
+        order, large enough for float32); then one plain gradient-descent step of ``lr`` on each
+        batch, each on a fresh engine. Returns ``lr``, |G_A|, each step's change of ``losses``
+        (every batch's loss) and each step's ``grad_norm``."""
+        norm_a = probe.train_step(batches[0], objective).grad_norm
+        assert np.isfinite(norm_a) and norm_a > 0
+        lr = 2e-3 / norm_a**2
+        changes, norms = [], []
+        for batch in batches:
+            engine = self._engine(model_dir, optimizer=_sgd_like(lr, norm_a))
+            before = losses(engine)
+            got = engine.train_step(batch, objective)
+            assert not got.skipped
+            changes.append(losses(engine) - before)
+            norms.append(got.grad_norm)
+        return lr, norm_a, changes, norms
+
     @pytest.mark.parametrize(
         "objective",
         [Objective(beta=0.1, kl_estimator="k3"),
@@ -615,9 +630,6 @@ class BackendConformance(GenerationConformance):
         masks = _episode_masks(plain)
         batch_a = _with_masks(plain, masks)
         batch_b = _with_masks(plain, masks, np.random.default_rng(12).standard_normal(len(masks)).astype(np.float32))
-        norm_a = probe.train_step(batch_a, objective).grad_norm
-        assert np.isfinite(norm_a) and norm_a > 0
-        lr = 2e-3 / norm_a**2
 
         def losses(engine: Engine) -> np.ndarray:
             lps = engine.logprobs(plain.sequences, 1.0)
@@ -625,13 +637,7 @@ class BackendConformance(GenerationConformance):
             return np.array([policy_loss(lps, b.advantages, objective, b.old_logprobs, masks=masks)[0]
                              for b in (batch_a, batch_b)])
 
-        changes, norms = [], []
-        for batch in (batch_a, batch_b):
-            engine = self._engine(model_dir, optimizer=_sgd_like(lr, norm_a))
-            before = losses(engine)
-            got = engine.train_step(batch, objective)
-            changes.append(losses(engine) - before)
-            norms.append(got.grad_norm)
+        lr, norm_a, changes, norms = self._steps_on_each(model_dir, probe, (batch_a, batch_b), objective, losses)
         assert changes[0][0] == pytest.approx(-lr * norm_a**2, rel=0.05), (
             "a masked step moved its own loss differently from its gradient: inserted tokens are trained, "
             "or the masked loss is not the reference's")
@@ -869,9 +875,6 @@ class BackendConformance(GenerationConformance):
         rng = np.random.default_rng(11)
         batch_b = TrainBatch(batch_a.sequences, rng.standard_normal(len(batch_a.sequences)).astype(np.float32),
                              batch_a.old_logprobs, batch_a.ref_logprobs)
-        norm_a = probe.train_step(batch_a, objective).grad_norm
-        assert np.isfinite(norm_a) and norm_a > 0
-        lr = 2e-3 / norm_a**2  # aims at a loss change of about 2e-3
         ref = batch_a.ref_logprobs if objective.beta else None
 
         def losses(engine: Engine) -> np.ndarray:
@@ -880,14 +883,7 @@ class BackendConformance(GenerationConformance):
             return np.array([policy_loss(lps, b.advantages, objective, b.old_logprobs, ref)[0]
                              for b in (batch_a, batch_b)])
 
-        changes, norms = [], []
-        for batch in (batch_a, batch_b):
-            engine = self._engine(model_dir, optimizer=_sgd_like(lr, norm_a))
-            before = losses(engine)
-            got = engine.train_step(batch, objective)
-            assert not got.skipped
-            changes.append(losses(engine) - before)
-            norms.append(got.grad_norm)
+        lr, norm_a, changes, norms = self._steps_on_each(model_dir, probe, (batch_a, batch_b), objective, losses)
         assert norms[0] == pytest.approx(norm_a, rel=1e-3), "same batch, same weights: same gradient"
         assert changes[0][0] == pytest.approx(-lr * norm_a**2, rel=0.05), (
             "a step moved its own loss differently from what the reported gradient predicts: the "

@@ -31,6 +31,7 @@ import numpy as np
 from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.reference import MISMATCH_THRESHOLD, VESPO_LOG_MAX, VESPO_LOG_MIN
 from polyrl.backend_kit.gap_metrics import RATIO_SUMS, SCORED_KEYS, gap_extremes, rank_gap
+from polyrl.backend_kit.router_aux import refuse_router_aux
 from polyrl.schedules import lr_at
 from polyrl.types import StepMetrics, TokenSequence, TrainBatch
 
@@ -423,6 +424,7 @@ EXTREMES: dict[str, Callable[[float, float], float]] = {
 def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> StepMetrics:
     """One optimizer step on ``batch``; see the module docstring."""
     optimizer = engine.require_optimizer()
+    refuse_router_aux(engine.hf_config, objective.router_aux_loss_coef, "mlx")  # no router term here
     total_tokens = batch.num_tokens
     if not batch.sequences or total_tokens == 0:
         return StepMetrics(loss=0.0, grad_norm=0.0, tokens=total_tokens, skipped=True)

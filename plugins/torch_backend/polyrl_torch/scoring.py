@@ -35,6 +35,7 @@ from polyrl.backend_kit.batching import (
 from polyrl.types import TokenSequence
 from polyrl_torch.engine import TorchEngine
 from polyrl_torch.output_head import head_transform
+from polyrl_torch.router_aux import load_balancing_loss
 from polyrl_torch.target_logprobs import target_logprobs
 
 #: Logit elements per chunk (64 MB in float32) where a chunk's logits are transient (no autograd,
@@ -140,17 +141,23 @@ def _take(values: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor | None = 
     return values.flatten(0, 1).index_select(0, rows * values.shape[1] + cols)
 
 
-def _full_hidden(engine: TorchEngine, sequences: Sequence[TokenSequence]) -> torch.Tensor:
-    """Backbone states that predict each completion token, every row run whole (no sharing)."""
-    rows = [np.concatenate([s.prompt_ids, s.completion_ids[:-1]]) for s in sequences]
-    ids, _ = _right_padded(rows, engine.pad_id)
-    hidden = engine.causal_lm.get_decoder()(input_ids=ids.to(engine.device), use_cache=False).last_hidden_state
+def _full_hidden(engine: TorchEngine, sequences: Sequence[TokenSequence],
+                 router: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Backbone states that predict each completion token, every row run whole (no sharing); with
+    ``router`` also the MoE load-balancing loss over every real token of the rows (the last
+    completion token too, as TRL's forward: one more position per row), else None."""
+    rows = [np.concatenate([s.prompt_ids, s.completion_ids if router else s.completion_ids[:-1]]) for s in sequences]
+    ids, real = _right_padded(rows, engine.pad_id)
+    extra = {"output_router_logits": True} if router else {}
+    out = engine.causal_lm.get_decoder()(input_ids=ids.to(engine.device), use_cache=False, **extra)
+    hidden = out.last_hidden_state
+    aux = load_balancing_loss(engine.causal_lm.config, out.router_logits, real) if router else None
     # completion token j of sequence i is predicted at position len(prompt_i) - 1 + j
     b = np.concatenate([np.full(len(s.completion_ids), i) for i, s in enumerate(sequences)])
     t = np.concatenate([np.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + len(s.completion_ids))
                         for s in sequences])
     return _take(hidden, torch.from_numpy(b.astype(np.int64)).to(engine.device),
-                 torch.from_numpy(t.astype(np.int64)).to(engine.device))
+                 torch.from_numpy(t.astype(np.int64)).to(engine.device)), aux
 
 
 def _shared_prompt_hidden(engine: TorchEngine, sequences: Sequence[TokenSequence], owners: list[int],
@@ -219,24 +226,37 @@ def token_logprobs_with_entropy(engine: TorchEngine, sequences: Sequence[TokenSe
                                 differentiable: bool = False) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """``token_logprobs`` and each completion position's entropy of the trainer's distribution,
     from the logits that forward already computes (detached unless ``differentiable``)."""
-    logps, entropies = _score(engine, sequences, temperature, True, "grad" if differentiable else "metric")
+    logps, entropies, _ = _score(engine, sequences, temperature, True, "grad" if differentiable else "metric")
     return logps, entropies  # type: ignore[return-value]
 
 
-def _score(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature: float,
-           share_prompts: bool, entropy: str) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+def token_logprobs_with_router_loss(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature: float,
+                                    differentiable: bool = False
+                                    ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+    """``token_logprobs_with_entropy`` and the MoE load-balancing loss of the same forward over the
+    rows' real tokens (``polyrl_torch.router_aux``): every row is run whole (prompt and completion),
+    as TRL's forward sees it, so a prompt shared by a group counts once per row."""
+    logps, entropies, aux = _score(engine, sequences, temperature, False, "grad" if differentiable else "metric",
+                                   router=True)
+    return logps, entropies, aux  # type: ignore[return-value]
+
+
+def _score(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature: float, share_prompts: bool,
+           entropy: str, router: bool = False
+           ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None, torch.Tensor | None]:
     if not sequences:
-        return [], ([] if entropy != "none" else None)
+        return [], ([] if entropy != "none" else None), None
     if any(len(s.prompt_ids) == 0 for s in sequences):
         raise ValueError("every sequence needs at least one prompt token to predict its first completion token")
     device = engine.device
     lm = engine.causal_lm
     owners, prompts = prompt_groups(sequences)
+    aux = None
     if (share_prompts and len(prompts) < len(sequences) and shared_prompt_forward_allowed(engine)
             and sharing_pays(engine, sequences, owners)):
         selected = _shared_prompt_hidden(engine, sequences, owners, prompts)
     else:
-        selected = _full_hidden(engine, sequences)
+        selected, aux = _full_hidden(engine, sequences, router)
     target = torch.from_numpy(np.concatenate([s.completion_ids for s in sequences]).astype(np.int64)).to(device)
     lengths = [len(s.completion_ids) for s in sequences]
 
@@ -265,9 +285,9 @@ def _score(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature:
     empty = selected.new_zeros(0, dtype=torch.float32)
     flat = torch.cat(pieces) if pieces else empty
     if entropy == "none":
-        return list(torch.split(flat, lengths)), None
+        return list(torch.split(flat, lengths)), None, aux
     ent = torch.cat(ent_pieces) if ent_pieces else empty
-    return list(torch.split(flat, lengths)), list(torch.split(ent, lengths))
+    return list(torch.split(flat, lengths)), list(torch.split(ent, lengths)), aux
 
 
 def logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature: float,

@@ -22,12 +22,14 @@ import torch
 from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.reference import MISMATCH_THRESHOLD, VESPO_LOG_MAX, VESPO_LOG_MIN
 from polyrl.backend_kit.gap_metrics import RATIO_SUMS, SCORED_KEYS, gap_extremes, rank_gap
+from polyrl.errors import ConfigError
 from polyrl.types import StepMetrics, TrainBatch
 from polyrl_torch import distributed
 from polyrl_torch.devices import wait_for_device
 from polyrl_torch.engine import TorchEngine
 from polyrl_torch.schedule import apply_scheduled_lr
-from polyrl_torch.scoring import token_logprobs_with_entropy
+from polyrl_torch.router_aux import router_aux_weight
+from polyrl_torch.scoring import token_logprobs_with_entropy, token_logprobs_with_router_loss
 
 LogProbs = torch.Tensor | Sequence[torch.Tensor]
 #: Token sums reported as means in ``StepMetrics.extra``: the sampler-trainer gap (with sampler
@@ -365,6 +367,17 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
 
     starts = list(range(0, n, micro))
     sharded = engine.fsdp is not None
+    # a MoE model's load-balancing loss (TRL's router_aux_loss_coef): each micro-batch's, averaged
+    # over the step's micro-batches on every rank (TRL: / gradient accumulation, then DDP's mean)
+    aux_coef = router_aux_weight(engine, objective)
+    if aux_coef and sharded:
+        raise ConfigError("the MoE load-balancing loss is not supported under FSDP yet",
+                          field="algorithm.router_aux_loss_coef",
+                          fix="set router_aux_loss_coef = 0 in [algorithm] under fsdp = true, or train without FSDP")
+    aux_micros = 1
+    if aux_coef:
+        aux_micros = max(1, int(distributed.sum_scalars([len(starts)], engine.device)[0])
+                         if distributed.active() else len(starts))
     if sharded:  # every FSDP unit's forward/backward is a collective: all ranks run as many
         rounds = distributed.max_int(len(starts), engine.device)
         starts += [n] * (rounds - len(starts))  # empty ranges: zero-weight micro-batches
@@ -374,6 +387,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     loss_sum, kl_sum, clip_sum, finite = 0.0, 0.0, 0.0, True
     dropped = 0.0  # sequences the off-policy mask dropped
     phi_sum = 0.0  # vespo's sequence weights
+    aux_sum = 0.0  # the micro-batches' MoE load-balancing losses
     mismatch: dict[str, float] = {}
     extremes = {"mismatch_abs_max": 0.0, "mismatch_ratio_min": math.inf, "mismatch_ratio_max": -math.inf}
     regions = dict.fromkeys(CLIP_REGION_KEYS, 0.0)
@@ -391,9 +405,13 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                 entropy = None
                 if sharded and objective.needs_entropy:
                     raise ValueError("entropy_coef / top_entropy_quantile are not supported under FSDP yet")
+                aux = None
                 with engine.autocast():  # mixed precision: the forward only, backward outside
                     if sharded:
                         logp = engine.fsdp.root.per_sequence(part, temperature)  # type: ignore[union-attr]
+                    elif aux_coef:
+                        logp, entropy, aux = token_logprobs_with_router_loss(
+                            engine, part, temperature, differentiable=objective.entropy_coef != 0)
                     else:
                         logp, entropy = token_logprobs_with_entropy(engine, part, temperature,
                                                                     differentiable=objective.entropy_coef != 0)
@@ -406,6 +424,9 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                     num_sequences=norm_n, num_tokens=norm_tokens,
                     sampler_logp=constants(batch.sampler_logprobs, idx, keep), entropy=entropy,
                 )
+                if aux is not None:  # TRL's loss + coef x aux / accumulation steps
+                    loss = loss + aux_coef * aux.float() / aux_micros
+                    aux_sum += float(aux.detach())
                 value = float(loss.detach())
                 loss_sum += value
                 kl_sum += float(stats["kl_sum"])
@@ -448,10 +469,11 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
             (RATIO_SUMS if with_sampler and objective.corrects_mismatch else ())
         summed = distributed.sum_scalars(
             [loss_sum if finite else 0.0, kl_sum, clip_sum, 0.0 if finite else 1.0]
-            + [regions[k] for k in CLIP_REGION_KEYS] + [mismatch.get(k, 0.0) for k in expected] + [phi_sum, dropped],
-            engine.device)
+            + [regions[k] for k in CLIP_REGION_KEYS] + [mismatch.get(k, 0.0) for k in expected]
+            + [aux_sum, phi_sum, dropped], engine.device)
         dropped = summed.pop()
         phi_sum = summed.pop()
+        aux_sum = summed.pop()
         loss_sum, kl_sum, clip_sum, bad = summed[:4]
         regions = dict(zip(CLIP_REGION_KEYS, summed[4:4 + len(CLIP_REGION_KEYS)]))
         mismatch = dict(zip(expected, summed[4 + len(CLIP_REGION_KEYS):]))
@@ -477,7 +499,8 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
              **({"clip_low_min": low_min, "clip_high_max": high_max} if math.isfinite(low_min) else {}),
              **({"vespo_phi_seq_mean": phi_sum / global_n} if objective.policy_loss == "vespo" else {}),
              **({"off_policy_masked_fraction": dropped / global_n}
-                if objective.off_policy_mask_threshold is not None else {})}
+                if objective.off_policy_mask_threshold is not None else {}),
+             **({"aux_loss": aux_sum / aux_micros} if aux_coef else {})}
     metrics: dict[str, Any] = dict(loss=loss_sum, grad_norm=grad_norm, kl=kl_sum / denom,
                    clip_fraction=clip_sum / denom, tokens=total_tokens, extra=extra)
     if not (finite and math.isfinite(grad_norm)):

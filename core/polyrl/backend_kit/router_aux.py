@@ -1,0 +1,83 @@
+"""The Mixture-of-Experts load-balancing loss's coefficient, chosen as TRL 1.16's GRPOTrainer does.
+
+Why: TRL adds ``router_aux_loss_coef x`` the router's load-balancing loss (Switch Transformer's,
+transformers' ``load_balancing_loss_func``) to the loss of every MoE model by default, with the
+model config's own coefficient when ``GRPOConfig.router_aux_loss_coef`` is unset; a backend that
+left the term out trained a TRL user's Qwen2-MoE / Mixtral / Qwen3-MoE differently without a word.
+A model is MoE, as TRL reads it, when its (text) config has ``output_router_logits``; a
+coefficient set on a dense model is an error there and here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from polyrl.errors import ConfigError
+from polyrl.validators import shown
+
+FIELD = "algorithm.router_aux_loss_coef"
+#: config.json keys of a mixture-of-experts model beyond ``output_router_logits`` (a hand-written
+#: config.json may leave that out; transformers' config classes always write it)
+EXPERT_KEYS = ("output_router_logits", "num_experts", "num_local_experts", "n_routed_experts")
+
+
+def text_config(config: Any) -> Any:
+    """The language model's config: ``get_text_config()`` of a transformers config (a vision-language
+    model's text part, as TRL reads it), a config.json dict's ``text_config`` when it has one."""
+    if isinstance(config, Mapping):
+        inner = config.get("text_config")
+        return inner if isinstance(inner, Mapping) else config
+    get = getattr(config, "get_text_config", None)
+    return get() if callable(get) else config
+
+
+def is_moe(config: Any) -> bool:
+    """Whether the model returns router logits (TRL's test: ``output_router_logits`` in its text
+    config); a config.json dict also by its expert counts."""
+    text = text_config(config)
+    if isinstance(text, Mapping):
+        return any(text.get(key) is not None for key in EXPERT_KEYS)
+    return hasattr(text, "output_router_logits")
+
+
+def _declared(text: Any) -> float | None:
+    value = text.get("router_aux_loss_coef") if isinstance(text, Mapping) else getattr(text, "router_aux_loss_coef",
+                                                                                        0.0)
+    return None if value is None else float(value)
+
+
+def router_aux_coef(config: Any, requested: float | None, model: str = "the model") -> float:
+    """The coefficient in effect (0.0: no term): ``requested``, or when None the model config's own
+    (0.0 where it declares none), for a MoE model; a dense model gets 0.0, and a nonzero
+    ``requested`` there is a ``ConfigError`` naming the field (TRL raises too)."""
+    text = text_config(config)
+    moe = is_moe(config)
+    if requested and not moe:
+        raise ConfigError(f"is {shown(requested)}, but {model} is not a Mixture-of-Experts model that returns "
+                          "router logits, so there is no load-balancing loss to weight", field=FIELD,
+                          fix="remove router_aux_loss_coef (or set it to 0), or train a Mixture-of-Experts model")
+    if not moe:
+        return 0.0
+    if requested is not None:
+        return float(requested)
+    declared = _declared(text)
+    return 0.0 if declared is None else declared
+
+
+def refuse_router_aux(config: Mapping[str, Any], requested: float | None, backend: str) -> None:
+    """For a backend whose loss has no router term: a MoE model whose coefficient is not 0 (set, or
+    the model's own; unknown when a config.json declares none) is a ``ConfigError``, never a loss
+    that silently differs from TRL's."""
+    if not is_moe(config):
+        router_aux_coef(config, requested)  # a coefficient on a dense model: TRL's error
+        return
+    coef = requested if requested is not None else _declared(text_config(config))
+    if coef == 0.0:
+        return
+    what = (f"is {shown(requested)}" if requested is not None else
+            "is unset, so the model's own coefficient applies" + (f" ({shown(coef)})" if coef is not None else ""))
+    raise ConfigError(f"{what}, and backend {backend!r} has no Mixture-of-Experts load-balancing loss (TRL adds "
+                      "it by default)", field=FIELD,
+                      fix=f"set router_aux_loss_coef = 0 in [algorithm] to train without it on {backend}, or train "
+                          'with backends train = "torch", which adds it as TRL does')

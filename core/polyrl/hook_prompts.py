@@ -1,0 +1,56 @@
+"""A prompt's ids from the hook contract alone, for backends whose engines have no ``encode_prompt``.
+
+Why: the startup checks (``polyrl.data.check_prompt_lengths``: every prompt below
+``model.max_length``, every chat message in a role the template renders) count a prompt as
+generation will see it. The built-in backends' engines offer ``encode_prompt``; a third-party
+backend implements the hooks alone, and its users got neither check (an overlong row failed when
+its batch was drawn, hours in, and a dropped system message never failed at all). The
+``encode_chat`` hook is, by its contract, exactly ``generate``'s rendering of a chat prompt, and a
+``TokenPrompt``'s ids are used verbatim; no hook says how a backend tokenizes plain text, so a
+text prompt stays uncounted (None) rather than counted with a tokenizer the backend may not use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from polyrl.types import Prompt, TokenPrompt
+
+if TYPE_CHECKING:
+    from polyrl.engine import Engine
+
+
+class HookPromptEncoder:
+    """``encoder(prompt)``: the prompt's ids, or None when no engine can say.
+
+    The engines are asked in the order given (the generate engine first, as the ``encode_chat``
+    contract says); the first one that answers renders every chat from then on, and when none
+    answers, no chat is asked again."""
+
+    def __init__(self, engines: Sequence[Engine]) -> None:
+        self._engines = list(engines)
+        self._renderer: Engine | None = None
+
+    def chat_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int] | None:
+        if self._renderer is not None:
+            ids = self._renderer.encode_chat(messages, None, add_generation_prompt=True)
+            return None if ids is None else [int(i) for i in ids]
+        while self._engines:
+            engine = self._engines[0]
+            ids = engine.encode_chat(messages, None, add_generation_prompt=True)
+            if ids is not None:
+                self._renderer = engine
+                return [int(i) for i in ids]
+            self._engines.pop(0)  # this backend has no tokenizer: never asked again
+        return None
+
+    def __call__(self, prompt: Prompt) -> list[int] | None:
+        if isinstance(prompt, TokenPrompt):
+            return [int(i) for i in prompt.ids]
+        if isinstance(prompt, str):
+            return None
+        return self.chat_ids(prompt)
+
+
+__all__ = ["HookPromptEncoder"]

@@ -1,0 +1,294 @@
+"""A Mixture-of-Experts model's router load-balancing loss, added as TRL 1.16's GRPOTrainer adds it.
+
+TRL: ``coef = args.router_aux_loss_coef``, else the model config's own (0.0 when none), a nonzero
+one on a dense model an error; each micro-batch's loss gets ``coef x aux_loss / accumulation
+steps``, ``aux_loss`` being Mixtral's ``load_balancing_loss_func`` of the backbone's router logits
+over the forward's attention mask (prompt and completion, padding out), logged as ``aux_loss``.
+Before: polyrl's loss had no router term, so a TRL user's MoE run silently trained without it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hf_families import build_family_model, largest_gap, require_backends
+
+from polyrl.algorithms.objective import Objective
+from polyrl.algorithms.presets import AlgorithmConfig
+from polyrl.engine import Engine
+from polyrl.errors import ConfigError
+from polyrl.registry import get_registry
+from polyrl.types import EngineConfig, OptimizerConfig, TokenSequence, TrainBatch
+
+#: prompts of different lengths and completions of different lengths: padding must stay out. No
+#: pad token (3): its embedding is zero, where every expert ties and top-k's pick is arbitrary
+SEQS = [TokenSequence(np.array([5, 17, 42]), np.array([7, 99, 4, 250, 11, 64, 8, 31, 140, 22, 5])),
+        TokenSequence(np.arange(4, 10), np.arange(20, 30)),
+        TokenSequence(np.array([9, 4]), np.array([60, 61, 62]))]
+ADV = np.array([1.0, -0.5, -0.5])
+
+
+@pytest.fixture(scope="module")
+def moe_path(tmp_path_factory) -> str:
+    return routed_moe(tmp_path_factory.mktemp("router-aux"))
+
+
+def routed_moe(folder) -> str:
+    """The tiny Qwen2-MoE with random routers: transformers initializes a router to zeros, where
+    every expert ties and the load-balancing loss is the same constant for any tokens."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    source = build_family_model("qwen2_moe", folder / "qwen2_moe")
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    routers = [p for name, p in model.named_parameters() if name.endswith("mlp.gate.weight")]
+    assert routers, "no router found: the test would check a model without one"
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in routers:
+            p.copy_(torch.randn(p.shape, generator=generator))
+    model.save_pretrained(folder / "routed")
+    for f in (folder / "qwen2_moe").iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens")):
+            shutil.copy(f, folder / "routed" / f.name)
+    return str(folder / "routed")
+
+
+def _engine(path: str, micro: int | None = None) -> Engine:
+    return Engine(get_registry(), "torch", EngineConfig(
+        model=path, role="train", threads=1,
+        optimizer=OptimizerConfig(lr=1e-2, max_grad_norm=None, micro_batch_size=micro)))
+
+
+def _trl_formula(router_logits: list[np.ndarray], mask: np.ndarray, experts: int, top_k: int) -> float:
+    """TRL's aux_loss written out (Switch Transformer eq. 4-6, as transformers computes it): over
+    the real tokens of every layer, experts x sum_e (share of top-k slots routed to e) x (mean
+    router probability of e)."""
+    logits = np.concatenate(router_logits)  # [layers x rows x width, experts]
+    keep = np.tile(mask.reshape(-1), len(router_logits)).astype(bool)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs = (probs / probs.sum(-1, keepdims=True))[keep]
+    chosen = np.argsort(-probs, axis=-1)[:, :top_k]
+    routed = np.zeros_like(probs)
+    np.put_along_axis(routed, chosen, 1.0, axis=-1)
+    return float(experts * np.sum(routed.mean(0) * probs.mean(0)))
+
+
+def test_router_loss_is_transformers_load_balancing_loss_over_the_real_tokens(moe_path):
+    """The term polyrl's forward computes equals the model's own ``aux_loss`` (transformers'
+    Qwen2-MoE forward with ``output_router_logits``, left-padded as TRL pads prompts) and TRL's
+    formula written out, over prompt and completion tokens with the padding left out."""
+    from transformers import AutoModelForCausalLM
+
+    from polyrl_torch.scoring import token_logprobs, token_logprobs_with_router_loss
+
+    engine = _engine(moe_path)
+    with torch.no_grad():
+        logps, _, aux = token_logprobs_with_router_loss(engine.raw, SEQS, 1.0)
+        plain = token_logprobs(engine.raw, SEQS, 1.0)
+    assert largest_gap([x.numpy() for x in logps], [x.numpy() for x in plain]) < 1e-5  # same forward
+
+    model = AutoModelForCausalLM.from_pretrained(moe_path, dtype=torch.float32).eval()
+    rows = [np.concatenate([s.prompt_ids, s.completion_ids]) for s in SEQS]
+    width = max(len(r) for r in rows)
+    ids = np.full((len(rows), width), 3)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, r in enumerate(rows):  # left padding, as TRL's prompts
+        ids[i, width - len(r):] = r
+        mask[i, width - len(r):] = 1
+    position = np.clip(np.cumsum(mask, axis=1) - 1, 0, None)
+    with torch.no_grad():
+        out = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                    position_ids=torch.from_numpy(position), output_router_logits=True)
+    assert float(aux) == pytest.approx(float(out.aux_loss), rel=1e-5)
+    config = model.config
+    mine = _trl_formula([x.numpy() for x in out.router_logits], mask, config.num_experts,
+                        config.num_experts_per_tok)
+    assert float(aux) == pytest.approx(mine, rel=1e-5)
+    # the padding would count if it were not masked: the term is not a quantity every mask gives
+    unmasked = _trl_formula([x.numpy() for x in out.router_logits], np.ones_like(mask), config.num_experts,
+                            config.num_experts_per_tok)
+    assert abs(unmasked - mine) > 1e-4
+
+
+def _step(path: str, coef: float | None, micro: int | None = None) -> tuple[object, list[np.ndarray]]:
+    engine = _engine(path, micro)
+    metrics = engine.train_step(TrainBatch(SEQS, ADV), Objective(router_aux_loss_coef=coef))
+    return metrics, engine.logprobs(SEQS, 1.0)
+
+
+def test_train_step_adds_coef_times_the_mean_micro_batch_router_loss(moe_path):
+    """coef x the micro-batches' mean router loss is in the step's loss (TRL: / accumulation
+    steps), logged as TRL's ``aux_loss``; the gradient (the weights after the step) differs from
+    coef 0's, which logs no ``aux_loss``."""
+    from polyrl_torch.scoring import token_logprobs_with_router_loss
+
+    off, after_off = _step(moe_path, 0.0, micro=1)
+    on, after_on = _step(moe_path, 0.5, micro=1)
+    assert "aux_loss" not in off.extra and not off.skipped and not on.skipped
+    engine = _engine(moe_path)
+    with torch.no_grad():
+        each = [float(token_logprobs_with_router_loss(engine.raw, [s], 1.0)[2]) for s in SEQS]
+    assert on.extra["aux_loss"] == pytest.approx(np.mean(each), rel=1e-5)
+    assert on.loss - off.loss == pytest.approx(0.5 * np.mean(each), rel=1e-4)
+    assert largest_gap(after_off, after_on) > 1e-4, "the router term changed no gradient"
+
+
+def test_unset_coefficient_is_the_model_configs_own(moe_path):
+    """None (TRL's default, and polyrl's): the config's router_aux_loss_coef (Qwen2-MoE's 0.001)."""
+    from transformers import AutoConfig
+
+    from polyrl.backend_kit.router_aux import router_aux_coef
+
+    config = AutoConfig.from_pretrained(moe_path)
+    assert router_aux_coef(config, None) == pytest.approx(config.router_aux_loss_coef) == pytest.approx(0.001)
+    assert router_aux_coef(config, 0.0) == 0.0
+    default, _ = _step(moe_path, None)
+    off, _ = _step(moe_path, 0.0)
+    assert default.loss - off.loss == pytest.approx(0.001 * default.extra["aux_loss"], rel=1e-3)
+
+
+def test_coefficient_on_a_dense_model_is_an_error_line(tiny_model_dir):
+    """TRL raises on a dense model with the coefficient set; polyrl names the field and the fix;
+    unset or 0 on a dense model adds nothing (no ``aux_loss``)."""
+    engine = _engine(tiny_model_dir)
+    with pytest.raises(ConfigError) as err:
+        engine.train_step(TrainBatch(SEQS, ADV), Objective(router_aux_loss_coef=0.01))
+    assert err.value.field == "algorithm.router_aux_loss_coef"
+    assert "not a Mixture-of-Experts model" in str(err.value) and "Fix:" in str(err.value)
+    assert "aux_loss" not in engine.train_step(TrainBatch(SEQS, ADV), Objective()).extra
+
+
+def test_algorithm_setting_reaches_the_objective_and_is_checked():
+    assert AlgorithmConfig.preset("grpo").objective().router_aux_loss_coef is None
+    assert AlgorithmConfig.preset("grpo", router_aux_loss_coef=0.02).objective().router_aux_loss_coef == 0.02
+    with pytest.raises(ConfigError, match="router_aux_loss_coef"):
+        AlgorithmConfig.preset("grpo", router_aux_loss_coef=-1.0)
+
+
+def test_from_trl_translates_router_aux_loss_coef():
+    """TRL's field is read (no longer refused); unset stays unset: the model's own coefficient."""
+    trl = pytest.importorskip("trl")
+    from polyrl import api
+
+    def settings(**values):
+        return api.GRPOConfig.from_trl(trl.GRPOConfig(use_cpu=True, **values)).settings
+
+    assert settings(router_aux_loss_coef=0.02)["algorithm.router_aux_loss_coef"] == 0.02
+    assert settings(router_aux_loss_coef=0.0)["algorithm.router_aux_loss_coef"] == 0.0
+    assert "algorithm.router_aux_loss_coef" not in settings()
+
+
+def test_a_backend_without_the_term_refuses_a_moe_model_unless_0():
+    from polyrl.backend_kit.router_aux import refuse_router_aux
+
+    moe = {"model_type": "qwen2_moe", "num_experts": 4, "router_aux_loss_coef": 0.001}
+    with pytest.raises(ConfigError, match="has no Mixture-of-Experts load-balancing loss") as err:
+        refuse_router_aux(moe, None, "mlx")
+    assert err.value.field == "algorithm.router_aux_loss_coef"
+    with pytest.raises(ConfigError):
+        refuse_router_aux({"model_type": "qwen3_moe", "num_experts": 4}, None, "mlx")  # coefficient unknown
+    refuse_router_aux(moe, 0.0, "mlx")
+    refuse_router_aux({"model_type": "llama"}, None, "mlx")
+    with pytest.raises(ConfigError, match="not a Mixture-of-Experts"):
+        refuse_router_aux({"model_type": "llama"}, 0.01, "mlx")
+
+
+def test_mlx_refuses_a_moe_models_own_coefficient(moe_path):
+    require_backends("mlx")
+    engine = Engine(get_registry(), "mlx", EngineConfig(
+        model=moe_path, role="train", threads=1, optimizer=OptimizerConfig(lr=1e-2, max_grad_norm=None)))
+    with pytest.raises(ConfigError, match="router_aux_loss_coef"):
+        engine.train_step(TrainBatch(SEQS, ADV), Objective())
+    assert not engine.train_step(TrainBatch(SEQS, ADV), Objective(router_aux_loss_coef=0.0)).skipped
+
+
+@pytest.mark.parametrize("coef", [None, 0.3], ids=["trl-default", "set"])
+def test_loss_and_aux_metric_equal_trl_compute_loss_on_the_same_batch(moe_path, coef):
+    """TRL 1.16's own ``_compute_loss`` and forward (its fused LM head patch on the same model,
+    ``router_aux_loss_coef`` and ``aux_loss_enabled`` as its ``__init__`` sets them for this model,
+    one process, no accumulation) on the batch polyrl trains: the same loss and ``aux_loss``, with
+    the coefficient left unset (TRL's default: the config's 0.001) and set. Prompts of one length:
+    TRL left-pads prompts, polyrl right-pads rows."""
+    pytest.importorskip("trl")
+    import contextlib
+    import functools
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.grpo_trainer import GRPOTrainer
+    from trl.trainer.utils import add_fused_lm_head
+
+    seqs = [TokenSequence(np.array([5, 17, 42]), np.array([7, 99, 4, 250, 11, 64, 8])),
+            TokenSequence(np.array([9, 4, 6]), np.arange(20, 30)),
+            TokenSequence(np.array([8, 8, 12]), np.array([60, 61, 62]))]
+    adv = np.array([1.0, -0.2, 0.5])  # a policy term that is not 0 beside the router term
+    model = AutoModelForCausalLM.from_pretrained(moe_path, dtype=torch.float32)
+    model.train()
+    add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))
+    text_config = model.config.get_text_config()  # GRPOTrainer.__init__'s choice of the coefficient
+    trl_coef = getattr(text_config, "router_aux_loss_coef", 0.0) if coef is None else coef
+    assert hasattr(text_config, "output_router_logits") and trl_coef > 0  # TRL's aux_loss_enabled
+    identity = SimpleNamespace(gather=lambda x: x, gather_for_metrics=lambda x: x, num_processes=1,
+                               reduce=lambda x, reduction="sum": x, sync_gradients=True,
+                               autocast=contextlib.nullcontext, is_main_process=True)
+    state = SimpleNamespace(
+        args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1), loss_type="grpo",
+        beta=0.0, epsilon_low=0.2, epsilon_high=0.2, importance_sampling_level="token", top_entropy_quantile=1.0,
+        off_policy_mask_threshold=None, use_vllm=False, vllm_importance_sampling_correction=False, model=model,
+        current_gradient_accumulation_steps=1, accelerator=identity, _entropy_bonus_enabled=False, entropy_coef=0.0,
+        use_adaptive_entropy=False, router_aux_loss_coef=trl_coef, aux_loss_enabled=True,
+        _metrics={"train": defaultdict(list)})
+    state._get_per_token_logps_and_entropies = functools.partial(GRPOTrainer._get_per_token_logps_and_entropies,
+                                                                 state)
+    width = max(len(s.completion_ids) for s in seqs)
+    completion = torch.zeros((len(seqs), width), dtype=torch.long)
+    completion_mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        completion[i, : len(s.completion_ids)] = torch.from_numpy(s.completion_ids)
+        completion_mask[i, : len(s.completion_ids)] = 1
+    inputs = {"prompt_ids": torch.from_numpy(np.stack([s.prompt_ids for s in seqs])),
+              "prompt_mask": torch.ones((len(seqs), 3), dtype=torch.long), "completion_ids": completion,
+              "completion_mask": completion_mask, "advantages": torch.as_tensor(adv, dtype=torch.float32)}
+    trl_loss = float(GRPOTrainer._compute_loss(state, model, inputs).detach())
+    (trl_aux,) = state._metrics["train"]["aux_loss"]
+
+    objective = Objective() if coef is None else Objective(router_aux_loss_coef=coef)
+    metrics = _engine(moe_path).train_step(TrainBatch(seqs, adv), objective)
+    assert metrics.loss == pytest.approx(trl_loss, rel=1e-6, abs=1e-7)
+    assert metrics.extra["aux_loss"] == pytest.approx(trl_aux, rel=1e-5)
+
+
+@pytest.mark.slow  # two torchrun launches, tens of seconds
+def test_two_ranks_average_the_router_loss_over_every_ranks_micro_batches(moe_path, tmp_path):
+    """Under torchrun each micro-batch's term is divided by the micro-batches of every rank (TRL:
+    accumulation steps, then DDP's mean over ranks): one process with 5 one-row micro-batches and
+    two ranks with 3 + 2 take the same steps and log the same ``aux_loss``."""
+    import sys
+
+    from test_distributed import SCRIPT, TORCHRUN, TWO_RANKS, _run
+
+    assert TORCHRUN, "torchrun comes with torch"
+    args = ["--micro", "1", "--router", "0.5", "--steps", "2"]
+    single = _run([sys.executable, str(SCRIPT), moe_path, "--out", str(tmp_path / "one.json"), *args],
+                  tmp_path / "one.json")
+    double = _run([*TWO_RANKS, str(SCRIPT), moe_path, "--out", str(tmp_path / "two.json"), *args],
+                  tmp_path / "two.json")
+    assert single["world"] == 1 and double["world"] == 2 and single["aux_loss"][0] > 0
+    np.testing.assert_allclose(double["aux_loss"], single["aux_loss"], rtol=1e-5)
+    np.testing.assert_allclose(double["losses"], single["losses"], rtol=1e-5, atol=1e-6)
+    assert double["checksum"] == pytest.approx(single["checksum"], rel=1e-6)
+
+
+def test_eval_loss_is_not_computed_without_the_router_term_it_would_lack(moe_path, tiny_model_dir):
+    """TRL's eval_loss holds coef x aux_loss too; the eval loss is numpy over ``logprobs`` (no
+    router logits), so on a MoE model with the term it is left out, never logged without it."""
+    from polyrl import eval_loss
+
+    grpo = AlgorithmConfig.preset("grpo")
+    assert eval_loss.needs_router_loss(grpo, moe_path)  # unset: the config's 0.001
+    assert not eval_loss.needs_router_loss(AlgorithmConfig.preset("grpo", router_aux_loss_coef=0.0), moe_path)
+    assert not eval_loss.needs_router_loss(grpo, tiny_model_dir)  # dense
