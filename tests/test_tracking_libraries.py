@@ -479,30 +479,24 @@ def test_a_trl_run_reattaches_to_mlflow_run_id(tmp_path, monkeypatch):
 
 
 def _wandb_config(folder: Path) -> dict:
-    """The config an offline W&B run wrote (the run record's, then later config records). Read
-    again for a few seconds until the run record is there: on a loaded machine wandb's service may
-    still be writing the file when finish() has returned."""
-    import time
-
+    """The config an offline W&B run wrote (the run record's, then later config records), read
+    once wandb's service has closed every run's file (``wandb.teardown``: finish() returns before
+    the service writes the file's last block, as the test above says)."""
+    import wandb
     from wandb.proto import wandb_internal_pb2
     from wandb.sdk.internal.datastore import DataStore
 
+    wandb.teardown()
     (log_file,) = folder.glob("wandb/offline-run-*/run-*.wandb")
-    for _ in range(40):
-        store = DataStore()
-        store.open_for_scan(str(log_file))
-        config: dict = {}
-        seen_run = False
-        while (data := store.scan_data()) is not None:
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(data)
-            kind = record.WhichOneof("record_type")
-            seen_run = seen_run or kind == "run"
-            items = record.run.config.update if kind == "run" else record.config.update if kind == "config" else []
-            config.update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items})
-        if seen_run and "model/num_parameters" in config:
-            break
-        time.sleep(0.25)
+    store = DataStore()
+    store.open_for_scan(str(log_file))
+    config: dict = {}
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        kind = record.WhichOneof("record_type")
+        items = record.run.config.update if kind == "run" else record.config.update if kind == "config" else []
+        config.update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items})
     config.pop("_wandb", None)
     return config
 
