@@ -482,8 +482,9 @@ def load_train_and_eval(data: Any, eval_count: int) -> tuple[Dataset, Dataset | 
 
 
 def _counted(count_tokens: Callable[[Prompt], int | None], prompt: Prompt, dataset: Dataset, i: int) -> int | None:
-    """``count_tokens(prompt)`` (None: this prompt cannot be counted here); a chat template raising on the row (Gemma's and Mistral's refuse a
-    system message or roles that do not alternate: a jinja2 traceback) is one error naming it."""
+    """``count_tokens(prompt)`` (None: this prompt cannot be counted here); a chat template raising
+    on the row (Gemma's and Mistral's refuse a system message or roles that do not alternate: a
+    jinja2 traceback) is one error naming it."""
     try:
         return count_tokens(prompt)
     except ConfigError:
