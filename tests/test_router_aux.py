@@ -406,3 +406,18 @@ def test_mlx_refuses_a_moe_family_it_reads_no_router_of_before_any_model_loads(t
                              str(tmp_path / "off"))
     engines.check_router_aux(config(_unsupported_moe(tmp_path / "torch", 0.02), backend="torch"), registry,
                              str(tmp_path / "torch"))
+
+
+def test_mlx_micro_batch_without_a_token_to_train_still_counts_its_router_loss(moe_path):
+    """A micro-batch whose tokens are all masked out (an episode's inserted tokens only) still
+    holds its rows' router term and counts in the divisor, as on torch: same loss, ``aux_loss``
+    and gradient norm, not a crash on the empty policy term."""
+    require_backends("mlx")
+    seqs = [SEQS[0], TokenSequence(SEQS[1].prompt_ids, SEQS[1].completion_ids,
+                                   mask=np.zeros(len(SEQS[1].completion_ids), dtype=bool))]
+    batch = TrainBatch(seqs, ADV[:2])
+    mlx = _engine(moe_path, micro=1, backend="mlx").train_step(batch, Objective(router_aux_loss_coef=0.5))
+    want = _engine(moe_path, micro=1).train_step(batch, Objective(router_aux_loss_coef=0.5))
+    assert mlx.extra["aux_loss"] == pytest.approx(want.extra["aux_loss"], rel=1e-5)
+    assert mlx.loss == pytest.approx(want.loss, rel=1e-5)
+    assert mlx.grad_norm == pytest.approx(want.grad_norm, rel=1e-4)

@@ -397,8 +397,11 @@ def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Object
                 if keep is not None:  # inserted tokens are context only: out of every rule
                     logp, ent = logp[keep], ent[keep]
                 mismatch: dict[str, mx.array] = {}
-                total, *rest = objective_loss(logp, adv, weights, objective, old, ref, sampler_logp=sampler,
-                                              segments=segments, stats=mismatch, entropy=ent)
+                if logp.size:
+                    total, *rest = objective_loss(logp, adv, weights, objective, old, ref, sampler_logp=sampler,
+                                                  segments=segments, stats=mismatch, entropy=ent)
+                else:  # no token to train (all masked out): the router term alone, as torch's
+                    total, rest = mx.array(0.0), [mx.array(0.0), mx.array(0.0)]
                 if router:  # TRL's loss + coef x aux / accumulation steps
                     total = total + aux_coef * router[0] / micros
                     mismatch["aux"] = mx.stop_gradient(router[0])
