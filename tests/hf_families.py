@@ -118,7 +118,7 @@ def sample_and_train_as_its_own_forward(trainer: Any, path: str, chats: Any, max
     sampler = [c.logprobs for c in out]
     assert largest_gap(sampler, trainer.logprobs(seqs, 1.0)) < tolerance, "sampler != scorer"
     assert largest_gap(sampler, eager_logprobs(path, seqs)) < tolerance, "sampler != the model's own forward"
-    # no MoE load-balancing loss: MLX has none (test_router_aux.py checks torch's)
+    # no MoE load-balancing loss here: test_router_aux.py checks it on torch and MLX
     metrics = trainer.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs)), sampler_logprobs=sampler),
                                  Objective(router_aux_loss_coef=0.0))
     assert not metrics.skipped and metrics.extra["mismatch_abs"] < 1e-5  # the training forward is the sampler's

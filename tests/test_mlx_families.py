@@ -206,7 +206,7 @@ def test_moe_checkpoints_cross_between_torch_and_mlx_exactly(model_type, models,
     assert largest_gap(want, mlx.logprobs(SEQS, 1.0)) < FLOAT_ERROR
     assert largest_gap(want, _engine(str(tmp_path / "torch"), role="generate").logprobs(SEQS, 1.0)) < FLOAT_ERROR
 
-    mlx.train_step(TrainBatch(SEQS, np.array([-1.0, 1.0])), Objective(router_aux_loss_coef=0.0))  # MLX: no router loss
+    mlx.train_step(TrainBatch(SEQS, np.array([-1.0, 1.0])), Objective(router_aux_loss_coef=0.0))  # router term: test_router_aux.py
     want = mlx.logprobs(SEQS, 1.0)
     mlx.save_checkpoint(str(tmp_path / "mlx"))
     torch_engine = _engine(path, "torch", role="generate")

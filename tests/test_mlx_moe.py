@@ -26,7 +26,7 @@ from polyrl.types import EngineConfig, LoraConfig, OptimizerConfig, TokenSequenc
 
 FLOAT_ERROR = 2e-5  # float32 error of two kernels (MLX vs torch eager) over a few layers
 MOE = ["qwen2_moe", "qwen3_moe"]
-#: MLX has no router load-balancing loss and refuses a MoE model's own coefficient (test_router_aux.py)
+#: the router load-balancing loss is left out here: test_router_aux.py checks it on MLX and torch
 NO_ROUTER_LOSS = Objective(router_aux_loss_coef=0.0)
 EXPERT_PROJ = ("gate_proj", "up_proj", "down_proj")
 EXPERTS = "model.layers.0.mlp.experts"

@@ -34,14 +34,14 @@ def moe_path(tmp_path_factory) -> str:
     return routed_moe(tmp_path_factory.mktemp("router-aux"))
 
 
-def routed_moe(folder) -> str:
-    """The tiny Qwen2-MoE with random routers: transformers initializes a router to zeros, where
-    every expert ties and the load-balancing loss is the same constant for any tokens."""
+def routed_moe(folder, model_type: str = "qwen2_moe") -> str:
+    """The tiny Qwen2-MoE (or ``model_type``) with random routers: transformers initializes a router
+    to zeros, where every expert ties and the load-balancing loss is the same constant for any tokens."""
     import shutil
 
     from transformers import AutoModelForCausalLM
 
-    source = build_family_model("qwen2_moe", folder / "qwen2_moe")
+    source = build_family_model(model_type, folder / model_type)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     routers = [p for name, p in model.named_parameters() if name.endswith("mlp.gate.weight")]
     assert routers, "no router found: the test would check a model without one"
@@ -49,16 +49,17 @@ def routed_moe(folder) -> str:
     with torch.no_grad():
         for p in routers:
             p.copy_(torch.randn(p.shape, generator=generator))
-    model.save_pretrained(folder / "routed")
-    for f in (folder / "qwen2_moe").iterdir():
+    out = folder / ("routed" if model_type == "qwen2_moe" else f"routed-{model_type}")
+    model.save_pretrained(out)
+    for f in (folder / model_type).iterdir():
         if f.name.startswith(("tokenizer", "special_tokens")):
-            shutil.copy(f, folder / "routed" / f.name)
-    return str(folder / "routed")
+            shutil.copy(f, out / f.name)
+    return str(out)
 
 
-def _engine(path: str, micro: int | None = None) -> Engine:
-    return Engine(get_registry(), "torch", EngineConfig(
-        model=path, role="train", threads=1,
+def _engine(path: str, micro: int | None = None, backend: str = "torch", checkpointing: bool = False) -> Engine:
+    return Engine(get_registry(), backend, EngineConfig(
+        model=path, role="train", threads=1, gradient_checkpointing=checkpointing,
         optimizer=OptimizerConfig(lr=1e-2, max_grad_norm=None, micro_batch_size=micro)))
 
 
@@ -113,8 +114,9 @@ def test_router_loss_is_transformers_load_balancing_loss_over_the_real_tokens(mo
     assert abs(unmasked - mine) > 1e-4
 
 
-def _step(path: str, coef: float | None, micro: int | None = None) -> tuple[object, list[np.ndarray]]:
-    engine = _engine(path, micro)
+def _step(path: str, coef: float | None, micro: int | None = None, backend: str = "torch",
+          checkpointing: bool = False) -> tuple[object, list[np.ndarray]]:
+    engine = _engine(path, micro, backend, checkpointing)
     metrics = engine.train_step(TrainBatch(SEQS, ADV), Objective(router_aux_loss_coef=coef))
     return metrics, engine.logprobs(SEQS, 1.0)
 
@@ -194,15 +196,6 @@ def test_a_backend_without_the_term_refuses_a_moe_model_unless_0():
     refuse_router_aux({"model_type": "llama"}, None, "mlx")
     with pytest.raises(ConfigError, match="not a Mixture-of-Experts"):
         refuse_router_aux({"model_type": "llama"}, 0.01, "mlx")
-
-
-def test_mlx_refuses_a_moe_models_own_coefficient(moe_path):
-    require_backends("mlx")
-    engine = Engine(get_registry(), "mlx", EngineConfig(
-        model=moe_path, role="train", threads=1, optimizer=OptimizerConfig(lr=1e-2, max_grad_norm=None)))
-    with pytest.raises(ConfigError, match="router_aux_loss_coef"):
-        engine.train_step(TrainBatch(SEQS, ADV), Objective())
-    assert not engine.train_step(TrainBatch(SEQS, ADV), Objective(router_aux_loss_coef=0.0)).skipped
 
 
 @pytest.mark.parametrize("coef", [None, 0.3], ids=["trl-default", "set"])
@@ -292,3 +285,139 @@ def test_eval_loss_is_not_computed_without_the_router_term_it_would_lack(moe_pat
     assert eval_loss.needs_router_loss(grpo, moe_path)  # unset: the config's 0.001
     assert not eval_loss.needs_router_loss(AlgorithmConfig.preset("grpo", router_aux_loss_coef=0.0), moe_path)
     assert not eval_loss.needs_router_loss(grpo, tiny_model_dir)  # dense
+
+
+# --- the MLX backend: the same term from mlx-lm's MoE blocks (polyrl_mlx.router_aux) ---------------
+# Before: the MLX train_step refused every MoE model unless router_aux_loss_coef = 0, so by default
+# (unset: the config's 0.001) an MLX user could not train Qwen2-MoE / Qwen3-MoE at all, and learnt
+# it only at the first train_step, after a whole rollout.
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_moe", "qwen3_moe"])
+def test_mlx_router_loss_equals_the_torch_backends_on_the_same_weights(model_type, moe_path, tmp_path):
+    """The MLX forward's load-balancing loss (the gates mlx-lm's blocks compute, recorded) is the
+    torch backend's (transformers' router logits) on the same weights and rows, prompt and
+    completion tokens, padding out; the log-probs are those of the plain forward."""
+    require_backends("mlx")
+    from polyrl_mlx.scoring import flat_logprobs
+    from polyrl_torch.scoring import token_logprobs_with_router_loss
+
+    path = moe_path if model_type == "qwen2_moe" else routed_moe(tmp_path, model_type)
+    with torch.no_grad():
+        _, _, expected = token_logprobs_with_router_loss(_engine(path).raw, SEQS, 1.0)
+    mlx = _engine(path, backend="mlx").raw
+    router: list = []
+    logp, _ = flat_logprobs(mlx, SEQS, 1.0, router=router)
+    plain, _ = flat_logprobs(mlx, SEQS, 1.0)
+    assert float(router[0]) == pytest.approx(float(expected), rel=1e-5)
+    assert np.abs(np.array(logp) - np.array(plain)).max() < 1e-5
+    alone = []  # one row at a time: not the same quantity (the padding is really left out)
+    for s in SEQS:
+        part: list = []
+        flat_logprobs(mlx, [s], 1.0, router=part)
+        alone.append(float(part[0]))
+    assert abs(np.mean(alone) - float(router[0])) > 1e-4
+
+
+def test_mlx_train_step_adds_coef_times_the_router_loss_as_torch_does(moe_path):
+    """coef x the micro-batches' mean router loss is in the MLX step's loss, logged as ``aux_loss``
+    (coef 0 logs none); loss, ``aux_loss``, gradient norm and the weights after the step are the
+    torch backend's; with gradient checkpointing the term still reaches the gradient."""
+    require_backends("mlx")
+    off, after_off = _step(moe_path, 0.0, micro=1, backend="mlx")
+    on, after_on = _step(moe_path, 0.5, micro=1, backend="mlx")
+    torch_on, torch_after = _step(moe_path, 0.5, micro=1)
+    assert "aux_loss" not in off.extra and not off.skipped and not on.skipped
+    assert on.extra["aux_loss"] == pytest.approx(torch_on.extra["aux_loss"], rel=1e-5)
+    assert on.loss - off.loss == pytest.approx(0.5 * on.extra["aux_loss"], rel=1e-4)
+    assert on.loss == pytest.approx(torch_on.loss, rel=1e-5)
+    assert on.grad_norm == pytest.approx(torch_on.grad_norm, rel=1e-4)
+    assert largest_gap(after_off, after_on) > 1e-4, "the router term changed no gradient"
+    assert largest_gap(after_on, torch_after) < 1e-4
+    checkpointed, _ = _step(moe_path, 0.5, micro=1, backend="mlx", checkpointing=True)
+    assert checkpointed.grad_norm == pytest.approx(on.grad_norm, rel=1e-5)
+    assert checkpointed.extra["aux_loss"] == pytest.approx(on.extra["aux_loss"], rel=1e-6)
+
+
+def test_mlx_unset_coefficient_is_the_model_configs_own(moe_path, tmp_path):
+    """None on MLX: the config's router_aux_loss_coef (0.001); a config.json without one gets
+    transformers' default for the model type, as the torch backend's config class reads it."""
+    require_backends("mlx")
+    import json
+    import shutil
+
+    from transformers import AutoConfig
+
+    default, _ = _step(moe_path, None, backend="mlx")
+    off, _ = _step(moe_path, 0.0, backend="mlx")
+    assert default.extra["aux_loss"] > 0
+    assert default.loss - off.loss == pytest.approx(0.001 * default.extra["aux_loss"], rel=1e-3)
+    from polyrl_mlx.architectures import ROUTER_AUX_TYPES
+
+    for model_type, coef in ROUTER_AUX_TYPES.items():
+        assert AutoConfig.for_model(model_type).router_aux_loss_coef == coef
+    bare = tmp_path / "no-coefficient"
+    shutil.copytree(moe_path, bare)
+    config = json.loads((bare / "config.json").read_text())
+    del config["router_aux_loss_coef"]
+    (bare / "config.json").write_text(json.dumps(config))
+    implicit, _ = _step(str(bare), None, backend="mlx")
+    assert implicit.loss == pytest.approx(default.loss, rel=1e-6)
+    assert implicit.extra["aux_loss"] == pytest.approx(default.extra["aux_loss"], rel=1e-6)
+
+
+def _unsupported_moe(folder, coef: float | None) -> str:
+    """A config.json of a MoE family the MLX backend reads no router of (Mixtral's), no weights:
+    the check must come before anything loads."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2, "hidden_size": 64}
+    if coef is not None:
+        config["router_aux_loss_coef"] = coef
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+def test_mlx_refuses_a_moe_family_it_reads_no_router_of_before_any_model_loads(tmp_path, monkeypatch):
+    """A MoE model whose mlx-lm router the MLX backend does not read, with a coefficient not 0
+    (the model's own by default): the run is refused before any engine loads (so before the first
+    rollout), naming the field; with the coefficient 0 the check passes; torch declares none."""
+    require_backends("mlx")
+    from polyrl import engines
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    monkeypatch.setattr(engines, "Engine", lambda *a, **k: pytest.fail("a model was loaded before the refusal"))
+
+    def config(model: str, coef: float | None = None, backend: str = "mlx") -> RunConfig:
+        return RunConfig.from_dict({
+            "model": {"path": model}, "data": {"task": "arithmetic", "options": {"count": 8}},
+            "rewards": [{"name": "numeric_match"}], "backends": {"train": backend},
+            "algorithm": {} if coef is None else {"router_aux_loss_coef": coef},
+            "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")}})
+
+    for coef, model in [(None, _unsupported_moe(tmp_path / "own", 0.02)), (0.01, _unsupported_moe(tmp_path / "set", None))]:
+        with pytest.raises(ConfigError, match="has no Mixture-of-Experts load-balancing loss") as err:
+            Trainer(config(model, coef))
+        assert err.value.field == "algorithm.router_aux_loss_coef" and "router_aux_loss_coef = 0" in err.value.fix
+    registry = get_registry()
+    engines.check_router_aux(config(_unsupported_moe(tmp_path / "off", 0.02), 0.0), registry,
+                             str(tmp_path / "off"))
+    engines.check_router_aux(config(_unsupported_moe(tmp_path / "torch", 0.02), backend="torch"), registry,
+                             str(tmp_path / "torch"))
+
+
+def test_mlx_micro_batch_without_a_token_to_train_still_counts_its_router_loss(moe_path):
+    """A micro-batch whose tokens are all masked out (an episode's inserted tokens only) still
+    holds its rows' router term and counts in the divisor, as on torch: same loss, ``aux_loss``
+    and gradient norm, not a crash on the empty policy term."""
+    require_backends("mlx")
+    seqs = [SEQS[0], TokenSequence(SEQS[1].prompt_ids, SEQS[1].completion_ids,
+                                   mask=np.zeros(len(SEQS[1].completion_ids), dtype=bool))]
+    batch = TrainBatch(seqs, ADV[:2])
+    mlx = _engine(moe_path, micro=1, backend="mlx").train_step(batch, Objective(router_aux_loss_coef=0.5))
+    want = _engine(moe_path, micro=1).train_step(batch, Objective(router_aux_loss_coef=0.5))
+    assert mlx.extra["aux_loss"] == pytest.approx(want.extra["aux_loss"], rel=1e-5)
+    assert mlx.loss == pytest.approx(want.loss, rel=1e-5)
+    assert mlx.grad_norm == pytest.approx(want.grad_norm, rel=1e-4)

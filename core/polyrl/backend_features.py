@@ -11,7 +11,9 @@ from typing import Any
 
 import attrs
 
+from polyrl.backend_kit.router_aux import refuse_router_aux
 from polyrl.errors import ConfigError
+from polyrl.model_config import config_tables
 from polyrl.types import OptimizerConfig
 
 #: ``generation`` field -> (its "off" value, the ``Capabilities.sampling`` feature name)
@@ -57,6 +59,19 @@ def check_backend_features(config: Any, registry: Any) -> None:
         raise ConfigError(f"train backend {train_name!r} does not support gradient checkpointing",
                           field="train.gradient_checkpointing",
                           fix="set train.gradient_checkpointing = false, or train with torch or mlx")
+
+
+def check_router_aux(config: Any, registry: Any, model_path: str) -> None:
+    """Refuse up front a Mixture-of-Experts model whose router load-balancing loss the train backend
+    does not compute (``Capabilities.router_aux_types`` declared without its model type) unless
+    ``algorithm.router_aux_loss_coef`` is 0: the same error its ``train_step`` would raise, before
+    a model loads instead of after the first rollout."""
+    name = config.backends.train
+    covered = registry.spec(name).capabilities.router_aux_types
+    tables = config_tables(model_path)
+    if covered is None or not tables or tables[0].get("model_type") in covered:
+        return
+    refuse_router_aux(tables[0], config.algorithm.router_aux_loss_coef, name)
 
 
 def check_compute_dtype(config: Any, registry: Any) -> None:

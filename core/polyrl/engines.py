@@ -14,7 +14,7 @@ from pathlib import Path
 
 import attrs
 
-from polyrl.backend_features import check_backend_features, check_compute_dtype, with_total_steps
+from polyrl.backend_features import check_backend_features, check_compute_dtype, check_router_aux, with_total_steps
 from polyrl.backend_kit.options import check_option_keys
 from polyrl.bench import speed_records
 from polyrl.config import RunConfig
@@ -218,6 +218,7 @@ def check_engines(config: RunConfig, registry: Registry) -> tuple[str, str]:
             "(needs polyrl[torch])",
         )
     reg.check_architecture(c.backends.train, model, "train", device=c.model.device)
+    check_router_aux(c, reg, model)
     gen_model = _generate_model(c, reg, model)  # both roles' models checked before either loads
     reg.check_architecture(c.backends.generate_backend, gen_model, "generate", device=c.model.device,
                            field="generation.max_model_path" if gen_model != model else "model.path")

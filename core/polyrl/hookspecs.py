@@ -424,7 +424,8 @@ def train_step(engine: Any, batch: TrainBatch, objective: Objective) -> StepMetr
     entropies) must raise, never be silently ignored. A Mixture-of-Experts model's router
     load-balancing term (``objective.router_aux_loss_coef``, resolved by ``backend_kit.router_aux``)
     comes on top of the reference's loss, reported as ``aux_loss`` in ``StepMetrics.extra``; a backend
-    without it calls ``refuse_router_aux``. A non-finite loss or gradient must not touch
+    without it calls ``refuse_router_aux``, and one with it for some model types only declares them
+    (``Capabilities.router_aux_types``) so the core refuses the others before a model loads. A non-finite loss or gradient must not touch
     the weights: return ``StepMetrics(..., skipped=True)``; a non-finite ``loss`` reported with
     ``skipped=False`` is a ``PluginError`` (the core would believe the weights were updated).
     """

@@ -632,6 +632,11 @@ class Capabilities:
     token_prompts: bool = False
     #: ``logprobs``/``train_step`` honour ``TokenSequence.mask`` (episodes' inserted tokens)
     loss_mask: bool = False
+    #: the Mixture-of-Experts model types whose router load-balancing loss ``train_step`` adds
+    #: (``algorithm.router_aux_loss_coef``); another MoE model with a coefficient not 0 is refused
+    #: before any model loads. None (not declared): ``train_step`` decides (torch: every MoE model)
+    router_aux_types: tuple[str, ...] | None = attrs.field(default=None,
+                                                          converter=attrs.converters.optional(_as_tuple))
     #: ``model_type`` -> ArchSupport. Empty means "not declared": the core then checks nothing
     #: and the backend's own loader decides. A declared table is exhaustive: a model_type
     #: missing from it is refused before any weights load; a ``"*"`` entry covers every

@@ -34,6 +34,12 @@ ARCHITECTURES: dict[str, ArchSupport] = {
 #: The model types above that polyrl tests; any other one goes through ``family_check`` at load.
 TESTED_TYPES = frozenset(ARCHITECTURES) - {"*"}
 
+#: Mixture-of-Experts model type -> transformers' default ``router_aux_loss_coef`` for its config
+#: class (Qwen2MoeConfig, Qwen3MoeConfig: what the torch backend reads when config.json leaves it
+#: out): the types whose router load-balancing loss ``train_step`` adds (``router_aux``); another
+#: MoE model with a coefficient not 0 is refused before it loads (``Capabilities.router_aux_types``).
+ROUTER_AUX_TYPES: dict[str, float] = {"qwen2_moe": 0.001, "qwen3_moe": 0.001}
+
 
 def _bfloat16(value: float) -> float:
     """``value`` rounded to bfloat16 as mlx-lm does (MLX's own cast, so rounding modes match)."""

@@ -6,7 +6,9 @@ only the layer's input is kept and its activations are recomputed in backward. U
 the generator's and the reference's included, would change), each layer here gets its own
 subclass, so only this engine is affected and the parameter names stay the same. A call given a
 KV cache is never checkpointed: the cache is filled as a side effect the recomputation would
-repeat and gradients through it would be lost.
+repeat and gradients through it would be lost. While a MoE model's router logits are recorded
+(``router_aux.recording``) the layer returns them from its checkpointed call as extra outputs,
+so the load-balancing loss stays differentiable.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from polyrl.errors import ConfigError
 
+from polyrl_mlx import router_aux
 from polyrl_mlx._mx import mx
 
 _SUBCLASSES: dict[type, type] = {}
@@ -28,6 +31,17 @@ def _checkpointed_class(cls: type) -> type:
             cache = kwargs.get("cache", args[1] if len(args) > 1 else None)
             if not self.training or cache is not None:
                 return plain_call(self, x, *args, **kwargs)
+
+            if router_aux.active():  # the MoE gates as extra outputs: differentiable outside too
+                def recorded(params, x):
+                    self.update(params)
+                    with router_aux.collecting() as gates:
+                        out = plain_call(self, x, *args, **kwargs)
+                    return (out, *gates)
+
+                out, *gates = mx.checkpoint(recorded)(self.trainable_parameters(), x)
+                router_aux.record(gates)
+                return out
 
             def inner(params, x):
                 self.update(params)

@@ -23,7 +23,7 @@ from polyrl.hookspecs import hookimpl
 from polyrl.types import BackendSpec, Capabilities, EngineConfig
 
 from polyrl_mlx import state_files
-from polyrl_mlx.architectures import ARCHITECTURES
+from polyrl_mlx.architectures import ARCHITECTURES, ROUTER_AUX_TYPES
 
 BACKEND = "mlx"
 DISTRIBUTION = "polyrl-mlx"
@@ -75,7 +75,7 @@ CAPABILITIES = Capabilities(
     devices=_devices(), architectures=ARCHITECTURES,
     device_names=BUILTIN_DEVICE_NAMES["mlx"],  # what polyrl_mlx.engine._device reads
     sampling=("min_p", "repetition_penalty", "ignore_eos"), gradient_checkpointing=True,
-    token_prompts=True, loss_mask=True,
+    token_prompts=True, loss_mask=True, router_aux_types=tuple(ROUTER_AUX_TYPES),
 )
 
 

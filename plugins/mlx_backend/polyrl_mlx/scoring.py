@@ -34,15 +34,17 @@ from polyrl_mlx.engine import MLXEngine
 
 
 
-def layout(sequences: Sequence[TokenSequence], pad_id: int):
+def layout(sequences: Sequence[TokenSequence], pad_id: int, whole: bool = False):
     """Right-padded input ids and the (row, position, target) of every completion token.
 
     Completion token ``j`` of sequence ``i`` is predicted at position ``len(prompt_i) - 1 + j``.
+    ``whole``: the rows hold the last completion token too (which predicts nothing).
     """
     if any(len(s.prompt_ids) == 0 for s in sequences):
         raise ValueError("every sequence needs at least one prompt token to predict its first "
                          "completion token")
-    rows = [np.concatenate([s.prompt_ids, s.completion_ids[:-1]]) for s in sequences]
+    rows = [np.concatenate([s.prompt_ids, s.completion_ids if whole else s.completion_ids[:-1]])
+            for s in sequences]
     width = max(len(r) for r in rows)
     ids = np.full((len(rows), width), pad_id, dtype=np.int32)
     for i, r in enumerate(rows):
@@ -56,18 +58,32 @@ def layout(sequences: Sequence[TokenSequence], pad_id: int):
 
 
 def flat_logprobs(engine: MLXEngine, sequences: Sequence[TokenSequence],
-                  temperature: float, entropy: list[mx.array] | None = None) -> tuple[mx.array, list[int]]:
+                  temperature: float, entropy: list[mx.array] | None = None,
+                  router: list[mx.array] | None = None) -> tuple[mx.array, list[int]]:
     """float32 log-probs of all completion tokens, concatenated, and each sequence's length.
 
     Differentiable (call it inside ``nn.value_and_grad``); one forward for all ``sequences``.
     Given a list, ``entropy`` receives each position's entropy of the trainer's next-token
-    distribution (flat, differentiable), from the same logits.
+    distribution (flat, differentiable), from the same logits. Given a list, ``router`` receives
+    the MoE load-balancing loss of the same forward (``polyrl_mlx.router_aux``) over every real
+    token of the rows, as the torch backend's: each row is run whole (prompt and completion, its
+    last token too), no prompt shared, padding left out.
     """
-    ids, row, pos, target, lengths = layout(sequences, engine.pad_id)
+    ids, row, pos, target, lengths = layout(sequences, engine.pad_id, whole=router is not None)
     ids, row, pos, target = mx.array(ids), mx.array(row), mx.array(pos), mx.array(target)
     parts = engine.head_parts()
     owners, prompts = prompt_groups(sequences)
-    if parts is not None and len(prompts) < len(sequences) and shared_prompt_forward_allowed(engine):
+    if router is not None:
+        from polyrl_mlx.router_aux import expert_counts, load_balancing_loss, real_tokens, recording
+
+        with recording(engine.model) as gates:
+            if parts is not None:
+                logits = parts[1](parts[0](ids)[row, pos]).astype(mx.float32)
+            else:
+                logits = engine.model(ids)[row, pos].astype(mx.float32)
+        rows = [np.concatenate([s.prompt_ids, s.completion_ids]) for s in sequences]
+        router.append(load_balancing_loss(gates, real_tokens(rows, ids.shape[1]), *expert_counts(engine.hf_config)))
+    elif parts is not None and len(prompts) < len(sequences) and shared_prompt_forward_allowed(engine):
         backbone, head = parts
         call_tokens = engine.options.bucket_call_tokens
         hidden = shared_prompt_hidden(backbone, sequences, owners, prompts, engine.pad_id, call_tokens,

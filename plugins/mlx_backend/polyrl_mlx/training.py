@@ -37,6 +37,7 @@ from polyrl.types import StepMetrics, TokenSequence, TrainBatch
 
 from polyrl_mlx._mx import mx, nn, optim
 from polyrl_mlx.engine import MLXEngine
+from polyrl_mlx.router_aux import COVERED_TYPES, router_aux_weight
 from polyrl_mlx.scoring import flat_logprobs
 
 
@@ -350,13 +351,16 @@ def _global_norm(grads) -> mx.array:
 
 
 def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Objective,
-                         micro_batch_size: int | None = None) -> tuple[Any, dict[str, float]]:
+                         micro_batch_size: int | None = None, aux_coef: float = 0.0) -> tuple[Any, dict[str, float]]:
     """Summed gradients of the batch loss (trainable parameters) and the loss sums.
 
     Micro-batches of ``micro_batch_size`` sequences (default: the engine's
     ``OptimizerConfig.micro_batch_size``, else the whole batch) each contribute their tokens'
     share of the whole-batch loss, so the sum is the full-batch gradient. Stops early (returns
-    ``finite=0``) at the first non-finite micro-batch loss.
+    ``finite=0``) at the first non-finite micro-batch loss. ``aux_coef`` (a MoE model's router
+    load-balancing loss weight): each micro-batch's loss also gets ``aux_coef x`` its router loss
+    over its rows' real tokens divided by the micro-batches (TRL: / gradient accumulation steps, as
+    the torch backend), the router losses summed in ``aux``.
     """
     seqs, n = batch.sequences, len(batch.sequences)
     norm_n, norm_tokens = batch.loss_counts  # rows TRL keeps with nothing to train count too
@@ -366,7 +370,8 @@ def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Object
     temperature = float(batch.temperature) or 1.0
     model = engine.model
     grads = None
-    sums = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "finite": 1.0}
+    sums = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "finite": 1.0, **({"aux": 0.0} if aux_coef else {})}
+    micros = max(1, len(range(0, n, micro)))  # the router term's divisor: every micro-batch, as torch's
     model.train()  # LoRA dropout (if any) on while differentiating
     try:
         for start in range(0, n, micro):
@@ -374,7 +379,7 @@ def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Object
             chunk = [seqs[i] for i in idx]
             keep = kept_tokens(chunk)  # flat positions the loss sees (None: all of them)
             lengths = [int(s.loss_mask.sum()) for s in chunk]
-            if sum(lengths) == 0:
+            if sum(lengths) == 0 and not aux_coef:  # torch's router term counts such a micro-batch too
                 continue
             adv = mx.array(np.repeat(np.asarray(batch.advantages[start:idx.stop], np.float32), lengths))
             weights = mx.array(token_weights(lengths, objective, norm_n, norm_tokens).astype(np.float32))
@@ -386,14 +391,21 @@ def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Object
             def loss_fn(chunk=chunk, adv=adv, weights=weights, old=old, ref=ref, sampler=sampler,
                         segments=segments, keep=keep):
                 entropy: list[mx.array] = []
-                logp, _ = flat_logprobs(engine, chunk, temperature, entropy=entropy)
+                router: list[mx.array] | None = [] if aux_coef else None
+                logp, _ = flat_logprobs(engine, chunk, temperature, entropy=entropy, router=router)
                 ent = entropy[0]
                 if keep is not None:  # inserted tokens are context only: out of every rule
                     logp, ent = logp[keep], ent[keep]
                 mismatch: dict[str, mx.array] = {}
-                out = objective_loss(logp, adv, weights, objective, old, ref, sampler_logp=sampler,
-                                     segments=segments, stats=mismatch, entropy=ent)
-                return (*out, mismatch)  # aux outputs: only the first is differentiated
+                if logp.size:
+                    total, *rest = objective_loss(logp, adv, weights, objective, old, ref, sampler_logp=sampler,
+                                                  segments=segments, stats=mismatch, entropy=ent)
+                else:  # no token to train (all masked out): the router term alone, as torch's
+                    total, rest = mx.array(0.0), [mx.array(0.0), mx.array(0.0)]
+                if router:  # TRL's loss + coef x aux / accumulation steps
+                    total = total + aux_coef * router[0] / micros
+                    mismatch["aux"] = mx.stop_gradient(router[0])
+                return (total, *rest, mismatch)  # aux outputs: only the first is differentiated
 
             (loss, kl, clipped, mismatch), g = nn.value_and_grad(model, loss_fn)()
             grads = _tree_add(grads, g)
@@ -411,6 +423,8 @@ def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Object
                 break
     finally:
         model.eval()
+    if aux_coef:
+        sums["micros"] = float(micros)
     return grads, sums
 
 
@@ -424,12 +438,14 @@ EXTREMES: dict[str, Callable[[float, float], float]] = {
 def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> StepMetrics:
     """One optimizer step on ``batch``; see the module docstring."""
     optimizer = engine.require_optimizer()
-    refuse_router_aux(engine.hf_config, objective.router_aux_loss_coef, "mlx")  # no router term here
+    if engine.model_type not in COVERED_TYPES:  # a MoE family whose router is not read here
+        refuse_router_aux(engine.hf_config, objective.router_aux_loss_coef, "mlx")
+    aux_coef = router_aux_weight(engine, objective)
     total_tokens = batch.num_tokens
     if not batch.sequences or total_tokens == 0:
         return StepMetrics(loss=0.0, grad_norm=0.0, tokens=total_tokens, skipped=True)
     with mx.stream(engine.device):
-        grads, sums = accumulate_gradients(engine, batch, objective)
+        grads, sums = accumulate_gradients(engine, batch, objective, aux_coef=aux_coef)
         finite = bool(sums["finite"])
         grad_norm = float("nan")
         if finite and grads is not None:
@@ -461,7 +477,8 @@ def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> St
                **({"off_policy_masked_fraction": sums.get("off_policy_masked", 0.0) / len(batch.sequences)}
                   if objective.off_policy_mask_threshold is not None else {}),
                **({"vespo_phi_seq_mean": sums.get("vespo_phi_sum", 0.0) / len(batch.sequences)}
-                  if objective.policy_loss == "vespo" else {})},
+                  if objective.policy_loss == "vespo" else {}),
+               **({"aux_loss": sums["aux"] / sums["micros"]} if aux_coef else {})},
     )
 
 
