@@ -336,7 +336,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     layer.refill(real_builtins, {"__import__": importer})
     if setup:  # before the solution's names exist, as in the sample
         try:
-            exec(compile(setup, "<setup>", "exec", optimize=0), namespace)
+            exec(compile(setup, "<setup>", "exec", dont_inherit=True, optimize=0), namespace)
         except Exception:  # noqa: BLE001 - setup that fails here still ran in the sample
             pass
     sync(hello.get("v"))
@@ -419,8 +419,10 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
         if session.dirty:  # a call may have changed the sample's globals
             sync(session.ask_raw_names())
             session.dirty = False
-        try:  # optimize=0: under ``python -O`` (or PYTHONOPTIMIZE) compile would drop every assert
-            exec(compile(source, "<test>", "exec", optimize=0), namespace)
+        # optimize=0: under ``python -O`` (or PYTHONOPTIMIZE) compile would drop every assert;
+        # dont_inherit: this module's ``from __future__ import annotations`` is not the tests'
+        try:
+            exec(compile(source, "<test>", "exec", dont_inherit=True, optimize=0), namespace)
             ok = True
         except SampleStopped:
             raise

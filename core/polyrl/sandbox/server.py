@@ -198,6 +198,14 @@ class _Session:
             return self.out(bool(obj))
         if op == "str":
             return self.out(str(obj))
+        if op == "compare":  # two of its values, as Python compares them; a bool or nothing
+            other, how = self.refs[req["other"]], req["how"]
+            result = (obj == other if how == "==" else obj != other if how == "!=" else obj < other if how == "<"
+                      else obj <= other if how == "<=" else obj > other if how == ">" else obj >= other)
+            if type(result) is not bool:
+                raise TypeError("a comparison of two of the sample's values gave a %s, not a bool"
+                                % type(result).__name__)
+            return self.out(result)
         if op == "next":
             return self.out(next(obj))
         if op == "iter":
@@ -256,15 +264,21 @@ def _main():
     _site(job.get("site") or [])
     _limits(job["limits"])
     root = os.path.realpath(os.getcwd())
+    # dont_inherit: this program's ``from __future__ import annotations`` (values.py's) made every
+    # annotation of the solution a string, and ``@dataclass`` then failed ("'NoneType' object has
+    # no attribute '__dict__'": it looks the class's module up in sys.modules)
     try:
-        setup = compile(job["setup"], "<setup>", "exec") if job["setup"] else None
-        solution = compile(job["code"], "<solution>", "exec")
+        setup = compile(job["setup"], "<setup>", "exec", dont_inherit=True) if job["setup"] else None
+        solution = compile(job["code"], "<solution>", "exec", dont_inherit=True)
     except BaseException as exc:
         chan.send({"ok": False, "exc": _describe(exc), "fds": extra})
         return
     if job["audit"]:
         _install_audit_hook(root, bool(job.get("native")))
-    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    module = type(sys)("solution")  # in sys.modules as ``__main__`` is for a script: what dataclasses, pickle look up
+    namespace = module.__dict__
+    namespace["__builtins__"] = __builtins__
+    sys.modules["solution"] = module
     try:
         if setup is not None:
             exec(setup, namespace)
