@@ -124,6 +124,7 @@ class _Session:
     def __init__(self, namespace):
         self.namespace = namespace
         self.refs = []
+        self.failed = {}  # ref -> what its iterator raised after the items a ``take`` sent
 
     def out(self, value):
         data = encode(value)
@@ -169,6 +170,24 @@ class _Session:
             return items if tag == "l" else tuple(items)
         return decode(data)
 
+    def take(self, ref, obj, n):
+        failed = self.failed.pop(ref, None)
+        if failed is not None:
+            raise failed
+        items = []
+        while len(items) < n:
+            try:
+                item = next(obj)
+            except StopIteration:
+                break
+            except BaseException as exc:
+                if not items:
+                    raise
+                self.failed[ref] = exc  # after the items it gave, as Python would raise it
+                break
+            items.append(self.out(item))
+        return ["L", items]
+
     def names(self):
         return {name: self.out(value) for name, value in list(self.namespace.items())
                 if not (name.startswith("__") and name.endswith("__"))}
@@ -208,7 +227,12 @@ class _Session:
             return self.out(result)
         if op == "next":
             return self.out(next(obj))
+        if op == "take":  # up to n items of an iterator; what ends them early waits for the next take
+            return self.take(req["ref"], obj, req["n"])
         if op == "iter":
+            if req.get("lazy"):  # the tests read its items as they go (``take``)
+                it = iter(obj)
+                return self.out(True) if it is obj else self.out(it)
             items = []
             for item in obj:
                 items.append(self.out(item))
