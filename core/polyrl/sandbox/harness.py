@@ -5,7 +5,9 @@ the sample with the arguments as typed values, and what comes back is rebuilt fr
 types (``values.decode``) or is another ``Remote``. Comparisons, ``assert`` and the tests' helpers
 all run in this process on those values, so nothing the sample does to its own interpreter
 (patching builtins, writing to a descriptor, exiting, an ``__eq__`` that always agrees, printing
-"passed") can turn a failed test into a pass. A ``Remote`` compares equal only to itself.
+"passed") can turn a failed test into a pass. A ``Remote`` compares equal to itself, and to
+another of the sample's values only as the sample's own ``==`` says (``Remote._compare``): never
+to a value of the tests'.
 
 Whose names: the tests' globals are theirs alone. The solution's names sit one layer below them,
 in the namespace's builtins dict (under the trainer's real builtins), so whatever the tests or
@@ -35,7 +37,7 @@ rest lives in modules of one job each, its names still importable from here: ``r
 sample's values), ``remote_exceptions``, ``standard_values`` (standard types sent as data),
 ``tests_modules`` and ``module_views`` (which module a name is), ``numpy_checks`` and
 ``pairing`` (the tests' numpy checks and ``zip``/``map``/``enumerate``/``len``, never vacuous), ``in_place``
-(what an in-place call did to the tests' arguments)."""
+(what an in-place call did to the tests' arguments), ``reader`` (a sample's items as the tests take them)."""
 
 from __future__ import annotations
 
