@@ -87,6 +87,23 @@ def test_humaneval_check_runs_on_the_rows_entry_point():
         score(humaneval, [RIGHT], entry_point="add()")
 
 
+def test_a_cell_whose_every_test_is_marked_to_fail_says_so():
+    """Such a cell said "asserts, but nothing calls it", though a runner finds its tests and leaves
+    them out for their xfail/expectedFailure mark: the error now names that."""
+    cells = ["import pytest\n@pytest.mark.xfail\ndef test_a():\n    assert add(1, 2) == 3\n",
+             "import unittest\nclass T(unittest.TestCase):\n    @unittest.expectedFailure\n    def test_a(self):\n"
+             "        self.assertEqual(add(1, 2), 3)\n",
+             "import unittest\n@unittest.expectedFailure\nclass T(unittest.TestCase):\n    def test_a(self):\n"
+             "        assert add(1, 2) == 3\n"]
+    for cell in cells:
+        with pytest.raises(RewardError, match=r"the tests of row 2 mark every test \((test_a|T)\(\)\) to fail "
+                                              r"\(pytest.mark.xfail or unittest.expectedFailure\).*left out.*Fix: drop"):
+            parse_tests(cell, " of row 2")
+    # one test left unmarked: it runs, the marked one is left out
+    steps = parse_tests(cells[0] + "def test_b():\n    assert add(2, 2) == 4\n")
+    assert [source for source, is_test in steps if is_test] == ["test_b()"]
+
+
 def test_a_check_nothing_calls_in_a_cell_with_no_other_test_is_an_error():
     with pytest.raises(RewardError, match=r"define run_all\(\), which asserts, but nothing calls it"):
         parse_tests("def run_all():\n    assert add(1, 2) == 3\n", " of row 3")

@@ -264,12 +264,32 @@ def _discovered(body: list[ast.stmt], checkers: set[str], where: str, entry_poin
                               "solution's function (HumanEval's; option entry_point_column), or end the tests with "
                               "check(<function>)")
     idle = sorted(name for name in checkers if name not in reached)
+    if idle and not has_tests and all(_marked_to_fail(name, body) for name in idle):
+        raise RewardError(f"{NAME}: the tests{where} mark every test ({', '.join(f'{n}()' for n in idle)}) to fail "
+                          "(pytest.mark.xfail or unittest.expectedFailure); a runner counts no pass from those, so "
+                          "they are left out and no test is left: every completion would pass. Fix: drop the mark "
+                          "from the tests the solution must pass, or leave the row out")
     if idle and not has_tests:
         them = "it" if len(idle) == 1 else "them"
         raise RewardError(f"{NAME}: the tests{where} define {', '.join(f'{n}()' for n in idle)}, which "
                           f"assert{'s' if len(idle) == 1 else ''}, but nothing calls {them}, so every completion would "
                           f"pass. Fix: call {them} in the tests, or name {them} test_* (run as pytest would)")
     return [(t, True) for t in tests]
+
+
+def _marked_to_fail(name: str, body: list[ast.stmt]) -> bool:
+    """Whether ``name`` is a test a runner would find that is marked to fail (``expects_failure``):
+    a ``test*`` function, or a class whose every ``test*`` method is (or which is itself). Why:
+    ``_discovered`` leaves such tests out, and a cell of only those said "asserts, but nothing
+    calls it", which sent the user looking for a missing call."""
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return name.startswith("test") and expects_failure(node)
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            methods = [m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                       and m.name.startswith("test")]
+            return bool(methods) and (expects_failure(node) or all(expects_failure(m) for m in methods))
+    return False
 
 
 def _names_in(sources: list[str]) -> set[str]:

@@ -5,7 +5,9 @@ the sample with the arguments as typed values, and what comes back is rebuilt fr
 types (``values.decode``) or is another ``Remote``. Comparisons, ``assert`` and the tests' helpers
 all run in this process on those values, so nothing the sample does to its own interpreter
 (patching builtins, writing to a descriptor, exiting, an ``__eq__`` that always agrees, printing
-"passed") can turn a failed test into a pass. A ``Remote`` compares equal only to itself.
+"passed") can turn a failed test into a pass. A ``Remote`` compares equal to itself, and to
+another of the sample's values only as the sample's own ``==`` says (``Remote._compare``): never
+to a value of the tests'.
 
 Whose names: the tests' globals are theirs alone. The solution's names sit one layer below them,
 in the namespace's builtins dict (under the trainer's real builtins), so whatever the tests or
@@ -35,7 +37,7 @@ rest lives in modules of one job each, its names still importable from here: ``r
 sample's values), ``remote_exceptions``, ``standard_values`` (standard types sent as data),
 ``tests_modules`` and ``module_views`` (which module a name is), ``numpy_checks`` and
 ``pairing`` (the tests' numpy checks and ``zip``/``map``/``enumerate``/``len``, never vacuous), ``in_place``
-(what an in-place call did to the tests' arguments)."""
+(what an in-place call did to the tests' arguments), ``reader`` (a sample's items as the tests take them)."""
 
 from __future__ import annotations
 
@@ -336,7 +338,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     layer.refill(real_builtins, {"__import__": importer})
     if setup:  # before the solution's names exist, as in the sample
         try:
-            exec(compile(setup, "<setup>", "exec", optimize=0), namespace)
+            exec(compile(setup, "<setup>", "exec", dont_inherit=True, optimize=0), namespace)
         except Exception:  # noqa: BLE001 - setup that fails here still ran in the sample
             pass
     sync(hello.get("v"))
@@ -419,8 +421,10 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
         if session.dirty:  # a call may have changed the sample's globals
             sync(session.ask_raw_names())
             session.dirty = False
-        try:  # optimize=0: under ``python -O`` (or PYTHONOPTIMIZE) compile would drop every assert
-            exec(compile(source, "<test>", "exec", optimize=0), namespace)
+        # optimize=0: under ``python -O`` (or PYTHONOPTIMIZE) compile would drop every assert;
+        # dont_inherit: this module's ``from __future__ import annotations`` is not the tests'
+        try:
+            exec(compile(source, "<test>", "exec", dont_inherit=True, optimize=0), namespace)
             ok = True
         except SampleStopped:
             raise

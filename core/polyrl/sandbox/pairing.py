@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence, Sized
 from typing import Any
 
+from polyrl.sandbox.reader import Reader
 from polyrl.sandbox.remote import Remote
 from polyrl.sandbox.tests_guard import TESTS_FILES
 from polyrl.sandbox.zip_sites import Site, indexed_sites, operand_groups
@@ -92,6 +93,8 @@ def _iterator_length(value: Any) -> int | None:
         return _iterator_length(value._source)
     if type(value) is _Filtered:
         return 0 if _iterator_length(value._source) == 0 else None
+    if type(value) is Reader:  # over a sample's value: none when one read ahead finds none
+        return 0 if value.empty() else None
     return operator.length_hint(value) if type(value) in _EXACT_ITERATORS else None
 
 
@@ -209,10 +212,18 @@ _Place = tuple[Any, int]
 def _paired(name: str, operands: tuple[Any, ...], place: _Place,
             sites: Callable[[], dict[Site, tuple[int, ...]]]) -> tuple[Any, ...]:
     """``operands``, a sample's iterables read in full, unless an empty one sits beside one with
-    items of another origin (``tests_pairing``): AssertionError then."""
-    operands = tuple(list(o) if isinstance(o, Remote) else o for o in operands)
+    items of another origin (``tests_pairing``): AssertionError then. A sample's value that is its
+    own iterator (a generator) is read as zip takes its items (``reader``), as Python's zip does:
+    it may be endless (``zip(range(3), fib())``); ``_watched`` sees whether it had none."""
+    operands = tuple(_read(o) if isinstance(o, Remote) else o for o in operands)
     _check_lengths(name, [_sized_length(o) for o in operands], place, sites)
     return operands
+
+
+def _read(value: Remote) -> Any:
+    """A sample's operand of zip or map: its items as a list, or its own iterator's reader."""
+    items = iter(value)
+    return items if isinstance(items, Reader) and items.own else list(items)
 
 
 def _check_lengths(name: str, lengths: Sequence[int | None], place: _Place,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from polyrl.sandbox.channel import SampleStopped
 from polyrl.sandbox.object_use import ANY_ROOT
+from polyrl.sandbox.reader import Reader
 from polyrl.sandbox.values import MAX_ITEMS
 
 if TYPE_CHECKING:
@@ -53,7 +54,8 @@ class Remote:
     it has among the solution's names, if any; ``_root``: the solution's name it was reached from;
     ``_query``: a ``DATA_QUERIES`` method that refuses to be called with arguments (see there)."""
 
-    __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made", "_counted")
+    __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made", "_counted",
+                 "_reader")
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
                  origin: str | None = None, root: str | None = None) -> None:
@@ -67,6 +69,7 @@ class Remote:
         object.__setattr__(self, "_query", False)
         object.__setattr__(self, "_made", False)
         object.__setattr__(self, "_counted", None)  # ``_check_count``'s items, until the next request
+        object.__setattr__(self, "_reader", None)  # where the tests' iteration of its own iterator stands
 
     def _gives_data(self) -> bool:
         """Whether what calling it returns is data to the tests: anything but a solution name
@@ -121,6 +124,12 @@ class Remote:
         value = self._session.ask("len", False, ref=self._ref)
         if type(value) is not int:
             raise TypeError("len() of a sample's value is not an int")
+        reader = self._reader
+        if reader is not None:  # its own iterator, which the tests read: the items read ahead count too
+            ahead = len(reader.buffer)
+            if self._data:
+                self._check_count(value)
+            return value + ahead
         if counted is not None and counted[1] == self._session.asks - 1:  # its reading failed: it still would
             object.__setattr__(self, "_counted", (counted[0], self._session.asks))
         elif self._data:
@@ -164,7 +173,9 @@ class Remote:
         TypeError once, as if it had none to give) passed ``assert len(r) == 3 and
         all(is_prime(x) for x in r)``: the items counted must be the ones the tests check. Nothing
         of the sample's ran between, so an honest value's items (and length) are these."""
-        if isinstance(items, (list, Exception)):
+        if self._reader is not None and isinstance(items, (list, Exception)):  # the tests' reading goes on there
+            self._reader.read_ahead(items)
+        elif isinstance(items, (list, Exception)):
             object.__setattr__(self, "_counted", (items, self._session.asks))
 
     def _unread(self) -> list[Any] | Exception | None:
@@ -182,7 +193,17 @@ class Remote:
             raise counted
         if counted is not None:
             return iter(counted)
-        return iter(self._session.ask("iter", self._data, root=self._root, ref=self._ref))
+        if self._reader is not None:  # its own iterator: the tests go on where they stopped
+            return self._reader
+        s = self._session
+        answer = s.ask("iter", self._data, root=self._root, ref=self._ref, lazy=True)
+        if answer is True:  # it is its own iterator (a generator)
+            reader = Reader(s, self._ref, self._data, self._root, own=True)
+            object.__setattr__(self, "_reader", reader)
+            return reader
+        if isinstance(answer, Remote):  # a fresh iterator over it, the tests' alone
+            return Reader(s, answer._ref, self._data, self._root, own=False)
+        raise TypeError("iter() of a sample's value gave no iterator")
 
     def __next__(self) -> Any:
         """The next item of an iterator the solution returned (``next(f(x))`` of a generator;
@@ -194,6 +215,8 @@ class Remote:
         if isinstance(counted, list) and counted:
             object.__setattr__(self, "_counted", (counted[1:], self._session.asks))
             return counted[0]
+        if self._reader is not None and self._reader.buffer:  # read ahead by the tests' iteration
+            return self._reader.take()
         return self._session.ask("next", self._data, root=self._root, ref=self._ref)
 
     def __bool__(self) -> bool:
@@ -206,16 +229,49 @@ class Remote:
         return value
 
     def __eq__(self, other: object) -> Any:
-        """Itself only. False, not NotImplemented, against built-in data, which never compares
+        """Itself; another of the sample's values as the sample's own ``==`` says
+        (``_compare``). False, not NotImplemented, against built-in data, which never compares
         with it: NotImplemented is truthy, so ``assert f(x).__eq__("abc")`` held for any object;
         other types (numpy arrays, ``pytest.approx``) still get their reflected turn."""
         if self is other:
             return True
+        if isinstance(other, Remote):
+            return self._compare("==", other)
         return False if type(other) in _PLAIN_TYPES else NotImplemented
 
     def __ne__(self, other: object) -> Any:
+        if isinstance(other, Remote) and self is not other:
+            return self._compare("!=", other)
         equal = self.__eq__(other)
         return equal if equal is NotImplemented else not equal
+
+    def __lt__(self, other: object) -> Any:
+        return self._compare("<", other) if isinstance(other, Remote) else NotImplemented
+
+    def __le__(self, other: object) -> Any:
+        return self._compare("<=", other) if isinstance(other, Remote) else NotImplemented
+
+    def __gt__(self, other: object) -> Any:
+        return self._compare(">", other) if isinstance(other, Remote) else NotImplemented
+
+    def __ge__(self, other: object) -> Any:
+        return self._compare(">=", other) if isinstance(other, Remote) else NotImplemented
+
+    def _compare(self, how: str, other: Remote) -> bool:
+        """``self <how> other`` where both live in the sample: run there, as Python runs it (the
+        sample's ``__eq__``/``__lt__``, reflected, identity), its answer a real bool. Why: a
+        ``@dataclass Point`` of the sample's failed ``assert mid(p, q) == Point(1, 1)`` (two
+        objects of the sample's compared by identity), as did ``in``, ``index``, ``count`` and
+        ``sorted`` over them, where ``python tests.py`` passes. Sound: both operands are the
+        sample's, so an ``__eq__`` that always agrees passes only what it passes in Python; a
+        value of the tests' (a literal, a list, an object of theirs) never reaches it (above)."""
+        s = self._session
+        if other._session is not s:
+            raise TypeError("a value from another sample")
+        answer = s.ask("compare", False, ref=self._ref, other=other._ref, how=how)
+        if type(answer) is not bool:
+            raise TypeError(f"the sample's {how} answered no bool")
+        return answer
 
     __hash__ = object.__hash__
 

@@ -124,6 +124,7 @@ class _Session:
     def __init__(self, namespace):
         self.namespace = namespace
         self.refs = []
+        self.failed = {}  # ref -> what its iterator raised after the items a ``take`` sent
 
     def out(self, value):
         data = encode(value)
@@ -169,6 +170,24 @@ class _Session:
             return items if tag == "l" else tuple(items)
         return decode(data)
 
+    def take(self, ref, obj, n):
+        failed = self.failed.pop(ref, None)
+        if failed is not None:
+            raise failed
+        items = []
+        while len(items) < n:
+            try:
+                item = next(obj)
+            except StopIteration:
+                break
+            except BaseException as exc:
+                if not items:
+                    raise
+                self.failed[ref] = exc  # after the items it gave, as Python would raise it
+                break
+            items.append(self.out(item))
+        return ["L", items]
+
     def names(self):
         return {name: self.out(value) for name, value in list(self.namespace.items())
                 if not (name.startswith("__") and name.endswith("__"))}
@@ -198,9 +217,22 @@ class _Session:
             return self.out(bool(obj))
         if op == "str":
             return self.out(str(obj))
+        if op == "compare":  # two of its values, as Python compares them; a bool or nothing
+            other, how = self.refs[req["other"]], req["how"]
+            result = (obj == other if how == "==" else obj != other if how == "!=" else obj < other if how == "<"
+                      else obj <= other if how == "<=" else obj > other if how == ">" else obj >= other)
+            if type(result) is not bool:
+                raise TypeError("a comparison of two of the sample's values gave a %s, not a bool"
+                                % type(result).__name__)
+            return self.out(result)
         if op == "next":
             return self.out(next(obj))
+        if op == "take":  # up to n items of an iterator; what ends them early waits for the next take
+            return self.take(req["ref"], obj, req["n"])
         if op == "iter":
+            if req.get("lazy"):  # the tests read its items as they go (``take``)
+                it = iter(obj)
+                return self.out(True) if it is obj else self.out(it)
             items = []
             for item in obj:
                 items.append(self.out(item))
@@ -256,15 +288,21 @@ def _main():
     _site(job.get("site") or [])
     _limits(job["limits"])
     root = os.path.realpath(os.getcwd())
+    # dont_inherit: this program's ``from __future__ import annotations`` (values.py's) made every
+    # annotation of the solution a string, and ``@dataclass`` then failed ("'NoneType' object has
+    # no attribute '__dict__'": it looks the class's module up in sys.modules)
     try:
-        setup = compile(job["setup"], "<setup>", "exec") if job["setup"] else None
-        solution = compile(job["code"], "<solution>", "exec")
+        setup = compile(job["setup"], "<setup>", "exec", dont_inherit=True) if job["setup"] else None
+        solution = compile(job["code"], "<solution>", "exec", dont_inherit=True)
     except BaseException as exc:
         chan.send({"ok": False, "exc": _describe(exc), "fds": extra})
         return
     if job["audit"]:
         _install_audit_hook(root, bool(job.get("native")))
-    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    module = type(sys)("solution")  # in sys.modules as ``__main__`` is for a script: what dataclasses, pickle look up
+    namespace = module.__dict__
+    namespace["__builtins__"] = __builtins__
+    sys.modules["solution"] = module
     try:
         if setup is not None:
             exec(setup, namespace)

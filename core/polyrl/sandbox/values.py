@@ -73,22 +73,27 @@ def spread(items: list) -> list:
         return items
     classes: dict = {}
     for item in items:
-        try:
-            key = hash(item)
-        except TypeError:  # a list or dict: never a set member or a dict key
-            continue
-        same = classes.get(key)
-        if same is None:
-            classes[key] = [item]
-            continue
-        for other in same:
-            if item is other or item == other:
-                break
-        else:
-            same.append(item)
-            if len(same) > MAX_SAME_HASH:
-                raise ProtocolError("values built to collide in hash tables")
+        same_hash(classes, item)
     return items
+
+
+def same_hash(classes: dict, item: object) -> None:
+    """Add ``item`` to ``classes`` (hash -> its distinct values so far): ``spread``'s check, one
+    item at a time (``reader.Reader`` checks a value read in parts)."""
+    try:
+        key = hash(item)
+    except TypeError:  # a list or dict: never a set member or a dict key
+        return
+    same = classes.get(key)
+    if same is None:
+        classes[key] = [item]
+        return
+    for other in same:
+        if item is other or item == other:
+            return
+    same.append(item)
+    if len(same) > MAX_SAME_HASH:
+        raise ProtocolError("values built to collide in hash tables")
 
 
 def _float(text: object) -> float:

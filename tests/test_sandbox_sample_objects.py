@@ -1,0 +1,127 @@
+"""Right solutions whose answers are objects of their own or generators, scored as ``python tests.py`` would.
+
+Each row is scored through the real reward path (``code_tests``: sandbox, harness, the forked copy
+of the trainer). Two objects of the sample's compare as the sample's own ``==`` and ``<`` say
+(``remote.Remote._compare``), never against a value of the tests'; a generator is read as the
+tests ask for its items (``remote.Reader``), so one without end passes ``islice``/``next``/``zip``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_sandbox_verdict import MODES, score
+
+pytestmark = pytest.mark.faults
+
+POINT = ("from dataclasses import dataclass\n@dataclass(order=True)\nclass Point:\n    x: float\n    y: float\n"
+         "def mid(a, b):\n    return Point((a.x + b.x) / 2, (a.y + b.y) / 2)\n")
+FRACTION = ("class Frac:\n    def __init__(self, n, d):\n        self.n, self.d = n, d\n"
+            "    def __eq__(self, o):\n        return isinstance(o, Frac) and self.n * o.d == o.n * self.d\n"
+            "def plus(a, b):\n    return Frac(a.n * b.d + b.n * a.d, a.d * b.d)\n")
+#: (tests, right solution, wrong solution): the right one passes ``python tests.py``, the wrong one fails it.
+OBJECTS = {
+    "eq": ("assert mid(Point(0, 0), Point(2, 2)) == Point(1, 1)", POINT, POINT.replace("/ 2, (a.y", "/ 3, (a.y")),
+    "ne": ("assert mid(Point(0, 0), Point(2, 2)) != Point(0, 0)", POINT, POINT + "def mid(a, b):\n    return a\n"),
+    "in_and_index": ("ps = [Point(0, 0), Point(1, 1)]\nm = mid(Point(0, 0), Point(2, 2))\n"
+                     "assert m in ps and ps.index(m) == 1 and ps.count(m) == 1", POINT, POINT.replace("/ 2,", "/ 4,")),
+    "list_eq": ("assert [mid(Point(0, 0), Point(2, 2))] == [Point(1, 1)]", POINT, POINT.replace("/ 2,", "/ 4,")),
+    "sorted": ("assert sorted([Point(2, 0), mid(Point(0, 0), Point(2, 2))]) == [Point(1, 1), Point(2, 0)]", POINT,
+               POINT.replace("/ 2,", "* 2,")),
+    "own_eq": ("assert plus(Frac(1, 2), Frac(1, 2)) == Frac(1, 1)\nassert plus(Frac(1, 3), Frac(1, 6)) == Frac(1, 2)",
+               FRACTION, FRACTION.replace("a.n * b.d + b.n * a.d", "a.n + b.n")),
+    "tests_dataclass": ("from dataclasses import dataclass\n@dataclass\nclass P:\n    x: int\n"
+                        "assert P(mid(Point(0, 0), Point(2, 2)).x) == P(1)", POINT, POINT.replace("/ 2,", "/ 4,")),
+}
+
+#: A class whose every comparison agrees: it must not equal a value of the tests' (a literal, their
+#: list, their object), which Python would ask it about, but the harness never does.
+AGREEING = ("class Yes:\n    def __eq__(self, o):\n        return True\n    __lt__ = __le__ = __gt__ = __ge__ = __eq__\n"
+            "    __hash__ = object.__hash__\ndef mid(a, b):\n    return Yes()\nclass Point(Yes):\n"
+            "    def __init__(self, x, y):\n        pass\n")
+AGAINST_THE_TESTS = [
+    "assert mid(Point(0, 0), Point(2, 2)) == (1, 1)",
+    "assert [mid(Point(0, 0), Point(2, 2))] == [[1, 1]]",
+    "assert (1, 1) in [mid(Point(0, 0), Point(2, 2))]",
+    "class P:\n    pass\nassert mid(Point(0, 0), Point(2, 2)) == P()",
+    "assert mid(Point(0, 0), Point(2, 2)) >= 3",
+]
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_two_of_the_samples_objects_compare_as_its_own_eq_says(isolation, audit_hook):
+    """``assert mid(Point(0, 0), Point(2, 2)) == Point(1, 1)`` of a ``@dataclass Point`` scored 0:
+    the dataclass failed to define in the sample (its annotations were strings there), and two
+    objects of the sample's compared by identity; ``!=``, ``in``, ``index``, ``count`` and
+    ``sorted`` likewise. A wrong answer still scores 0."""
+    names = list(OBJECTS)
+    rows = [{"prompt": "p", "tests": OBJECTS[n][0]} for n in names]
+    right = score([OBJECTS[n][1] for n in names], rows=rows, isolation=isolation, audit_hook=audit_hook)
+    assert dict(zip(names, right.total)) == dict.fromkeys(names, 1.0)
+    wrong = score([OBJECTS[n][2] for n in names], rows=rows, isolation=isolation, audit_hook=audit_hook)
+    assert dict(zip(names, wrong.total)) == dict.fromkeys(names, 0.0)
+
+
+def test_an_object_whose_comparisons_all_agree_never_equals_the_tests_values():
+    rows = [{"prompt": "p", "tests": tests} for tests in AGAINST_THE_TESTS]
+    forged = score([AGREEING] * len(rows), rows=rows)
+    assert list(forged.total) == [0.0] * len(rows)
+    # a comparison that answers no bool is no answer
+    rows = [{"prompt": "p", "tests": "assert mid(Point(0, 0), Point(2, 2)) == Point(1, 1)"}]
+    forged = score([AGREEING.replace("return True", "return 'yes'")], rows=rows)
+    assert list(forged.total) == [0.0]
+
+
+FIB = "def fib():\n    a, b = 0, 1\n    while True:\n        yield a\n        a, b = b, a + b\n"
+NATURALS = ("class Naturals:\n    def __iter__(self):\n        n = 0\n        while True:\n            yield n\n            n += 1\n"
+            "def naturals():\n    return Naturals()\n")
+COUNT_UP = "def count_up():\n    n = 0\n    while True:\n        yield n\n        n += 1\n"
+#: (tests, right solution, wrong solution): generators without end, read in part as Python reads them.
+ENDLESS = {
+    "islice": ("from itertools import islice\nassert list(islice(fib(), 5)) == [0, 1, 1, 2, 3]",
+               FIB, FIB.replace("a, b = 0, 1", "a, b = 1, 1")),
+    "next": ("g = fib()\nassert next(g) == 0 and next(g) == 1 and next(g) == 1 and next(g) == 2",
+             FIB, FIB.replace("a, b = b, a + b", "a, b = b, a + b + 1")),
+    "zip": ("assert list(zip(range(4), fib())) == [(0, 0), (1, 1), (2, 1), (3, 2)]",
+            FIB, FIB.replace("yield a", "yield a + 1")),
+    "for_break": ("seen = []\nfor x in fib():\n    if x > 20:\n        break\n    seen.append(x)\n"
+                  "assert seen == [0, 1, 1, 2, 3, 5, 8, 13]", FIB, FIB.replace("yield a", "yield 2 * a")),
+    "enumerate": ("for i, x in enumerate(count_up()):\n    assert x == i\n    if i == 30:\n        break",
+                  COUNT_UP, COUNT_UP.replace("n += 1", "n += 2")),
+    "class_iter": ("from itertools import islice\nassert list(islice(naturals(), 3)) == [0, 1, 2]\n"
+                   "assert list(islice(naturals(), 2)) == [0, 1]", NATURALS, NATURALS.replace("n = 0", "n = 1")),
+    # past the first items a read takes several: the tests still get each once, in order
+    "on_after_many": ("from itertools import islice\ng = count_up()\nassert list(islice(g, 40)) == list(range(40)) and "
+                      "next(g) == 40 and list(islice(g, 300)) == list(range(41, 341)) and "
+                      "[next(g) for _ in range(3)] == [341, 342, 343]",
+                      COUNT_UP, COUNT_UP.replace("n += 1", "n += 1 if n != 100 else 2")),
+    "long_finite": ("assert list(upto(50000)) == list(range(50000))\nassert sum(upto(50000)) == 1249975000",
+                    "def upto(n):\n    yield from range(n)\n", "def upto(n):\n    yield from range(n - 1)\n"),
+    "raises_after_items": ("got = []\ntry:\n    for x in twenty():\n        got.append(x)\nexcept ValueError:\n"
+                           "    got.append('stop')\nassert got == list(range(20)) + ['stop']",
+                           "def twenty():\n    yield from range(20)\n    raise ValueError('done')\n",
+                           "def twenty():\n    yield from range(19)\n    raise ValueError('done')\n"),
+}
+
+
+@pytest.mark.parametrize("isolation,audit_hook", MODES)
+def test_a_generator_without_end_is_read_as_the_tests_take_its_items(isolation, audit_hook):
+    """``list(islice(fib(), 5))``, ``zip(range(4), fib())``, a ``for`` that breaks: the harness read
+    the whole generator at its first item and stopped past 100 000 of them, so right solutions
+    scored 0. Items come as taken now, each once and in order (read ahead only past the first
+    ones, and held for the tests); a wrong generator still scores 0."""
+    names = list(ENDLESS)
+    rows = [{"prompt": "p", "tests": ENDLESS[n][0]} for n in names]
+    right = score([ENDLESS[n][1] for n in names], rows=rows, isolation=isolation, audit_hook=audit_hook)
+    assert dict(zip(names, right.total)) == dict.fromkeys(names, 1.0)
+    wrong = score([ENDLESS[n][2] for n in names], rows=rows, isolation=isolation, audit_hook=audit_hook)
+    assert dict(zip(names, wrong.total)) == dict.fromkeys(names, 0.0)
+
+
+def test_a_generator_that_hangs_between_items_ends_at_the_time_limit():
+    hangs = "def fib():\n    yield 0\n    yield 1\n    while True:\n        pass\n"
+    rows = [{"prompt": "p", "tests": "from itertools import islice\nassert list(islice(fib(), 5)) == [0, 1, 1, 2, 3]"},
+            {"prompt": "p", "tests": "assert list(zip(range(3), fib())) == [(0, 0), (1, 1), (2, 1)]"}]
+    assert list(score([hangs, hangs], rows=rows).total) == [0.0, 0.0]
+    # an empty generator beside expected values is still no pass (``pairing``)
+    rows = [{"prompt": "p", "tests": "assert all(a == b for a, b in zip(fib(), [0, 1]))"}]
+    assert list(score(["def fib():\n    return\n    yield\n"], rows=rows).total) == [0.0]
