@@ -389,7 +389,7 @@ def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Object
             segments = mx.array(np.repeat(np.arange(len(lengths)), lengths))
 
             def loss_fn(chunk=chunk, adv=adv, weights=weights, old=old, ref=ref, sampler=sampler,
-                        segments=segments, keep=keep):
+                        segments=segments, keep=keep) -> tuple[Any, ...]:
                 entropy: list[mx.array] = []
                 router: list[mx.array] | None = [] if aux_coef else None
                 logp, _ = flat_logprobs(engine, chunk, temperature, entropy=entropy, router=router)
