@@ -615,3 +615,51 @@ def test_wandb_variables_polyrl_does_not_act_on_are_one_warning_naming_them(tmp_
     with capture_logs() as logs:
         WandbTracker(TrackerContext(tmp_path, "r", "p", {}, trl=True)).close()
     assert not [e for e in logs if e["log_level"] == "warning" and "WANDB_" in e["event"]]
+
+
+def test_a_trl_runs_mlflow_metrics_go_into_the_scripts_active_run(tmp_path, monkeypatch):
+    """Without $MLFLOW_NESTED_RUN and $MLFLOW_RUN_ID, transformers' MLflowCallback starts no run when
+    the script has one active: it logs its params and $MLFLOW_TAGS into that run and leaves it open
+    for the script to end. polyrl opened a second, top-level run. The active run is read in the
+    script's thread (MLflow keeps it per thread), at the tracking URI the script set."""
+    trl = pytest.importorskip("trl")
+    integration = pytest.importorskip("transformers.integrations.integration_utils")
+    import mlflow
+    from mlflow.tracking import MlflowClient
+    from transformers import TrainerState
+
+    from polyrl.tracking.mlflow import MlflowTracker
+    from polyrl.tracking.spec import TrackerContext
+    from polyrl.trl_run import trl_run
+
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.setenv("MLFLOW_TAGS", '{"release": "rc1"}')
+    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID",
+                "MLFLOW_NESTED_RUN"):
+        monkeypatch.delenv(key, raising=False)
+    args = trl.GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, report_to="none", bf16=False)
+    client = MlflowClient(tracking_uri=uri)
+    previous = mlflow.get_tracking_uri()  # MLflow's process-wide setting, put back below
+    mlflow.set_tracking_uri(uri)  # the script's store; polyrl's own default would be output_dir/mlruns
+    try:
+        theirs_id = mlflow.start_run(experiment_id=client.create_experiment("theirs")).info.run_id
+        theirs = integration.MLflowCallback()
+        theirs.setup(args, TrainerState(is_world_process_zero=True), None)
+        assert theirs._ml_flow.active_run().info.run_id == theirs_id and not theirs._auto_end_run
+        mlflow.end_run()
+        ours_id = mlflow.start_run(experiment_id=client.create_experiment("ours")).info.run_id
+        run = trl_run(args, None, str(tmp_path / "no-model"), "float32", None)  # read in the script's thread
+        ours = MlflowTracker(TrackerContext(tmp_path / "out", "out", "polyrl", {"lr": 1.0}, trl=True, trl_run=run))
+        ours.log_metrics({"loss": 0.5}, 1)
+        ours.close()
+        assert client.get_run(ours_id).info.status == "RUNNING"  # the script's to end
+    finally:
+        mlflow.end_run()
+        mlflow.set_tracking_uri(previous)
+    assert ours.run_id == ours_id and not (tmp_path / "out" / "mlruns").exists()
+    assert [r.info.run_id for r in client.search_runs([client.get_experiment_by_name("ours").experiment_id])] == [ours_id]
+    their_run, our_run = client.get_run(theirs_id), client.get_run(ours_id)
+    assert our_run.data.tags["release"] == their_run.data.tags["release"] == "rc1"
+    assert {k: v for k, v in our_run.data.params.items() if not k.startswith("polyrl.")} == their_run.data.params
+    assert our_run.data.metrics["loss"] == 0.5
