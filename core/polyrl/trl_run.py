@@ -78,7 +78,7 @@ def mlflow_active() -> dict[str, str]:
         return {}
     mlflow = sys.modules.get("mlflow")
     active = mlflow.active_run() if mlflow is not None else None
-    if active is None:
+    if mlflow is None or active is None:
         return {}
     return {"mlflow_active": active.info.run_id, "mlflow_active_uri": mlflow.get_tracking_uri()}
 
