@@ -589,14 +589,15 @@ def test_a_trl_runs_mlflow_run_nests_under_the_scripts_active_run_with_mlflow_ne
 
 
 @pytest.mark.parametrize("variable, value, said", [
-    ("WANDB_LOG_MODEL", "end", "uploads the model"), ("WANDB_LOG_MODEL", "checkpoint", "uploads the model"),
+    ("WANDB_LOG_MODEL", "checkpoint", "uploads each checkpoint"),
     ("WANDB_WATCH", "gradients", "calls wandb.watch"),
 ])
 def test_wandb_variables_polyrl_does_not_act_on_are_one_warning_naming_them(tmp_path, monkeypatch, variable, value,
                                                                             said):
     """transformers' WandbCallback uploads the model as an artifact under $WANDB_LOG_MODEL and calls
     wandb.watch under $WANDB_WATCH; polyrl does neither, and said nothing. Now one warning names the
-    variable, what transformers does and what to do; unset (or "false"), nothing is said."""
+    variable, what transformers does and what to do; unset (or "false"), nothing is said. (With
+    "checkpoint" the trained model is logged at the end, as with "end".)"""
     from structlog.testing import capture_logs
 
     from polyrl.tracking.spec import TrackerContext
@@ -606,6 +607,8 @@ def test_wandb_variables_polyrl_does_not_act_on_are_one_warning_naming_them(tmp_
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("WANDB_WATCH", "false")
     monkeypatch.setenv(variable, value)
+    (tmp_path / "model").mkdir()  # the trained model WANDB_LOG_MODEL logs
+    (tmp_path / "model" / "config.json").write_text("{}")
     with capture_logs() as logs:
         WandbTracker(TrackerContext(tmp_path, "r", "p", {}, trl=True)).close()
     warned = [e for e in logs if e["log_level"] == "warning" and variable in e["event"]]
@@ -615,3 +618,95 @@ def test_wandb_variables_polyrl_does_not_act_on_are_one_warning_naming_them(tmp_
     with capture_logs() as logs:
         WandbTracker(TrackerContext(tmp_path, "r", "p", {}, trl=True)).close()
     assert not [e for e in logs if e["log_level"] == "warning" and "WANDB_" in e["event"]]
+
+
+def test_a_trl_runs_mlflow_metrics_go_into_the_scripts_active_run(tmp_path, monkeypatch):
+    """Without $MLFLOW_NESTED_RUN and $MLFLOW_RUN_ID, transformers' MLflowCallback starts no run when
+    the script has one active: it logs its params and $MLFLOW_TAGS into that run and leaves it open
+    for the script to end. polyrl opened a second, top-level run. The active run is read in the
+    script's thread (MLflow keeps it per thread), at the tracking URI the script set."""
+    trl = pytest.importorskip("trl")
+    integration = pytest.importorskip("transformers.integrations.integration_utils")
+    import mlflow
+    from mlflow.tracking import MlflowClient
+    from transformers import TrainerState
+
+    from polyrl.tracking.mlflow import MlflowTracker
+    from polyrl.tracking.spec import TrackerContext
+    from polyrl.trl_run import trl_run
+
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.setenv("MLFLOW_TAGS", '{"release": "rc1"}')
+    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID",
+                "MLFLOW_NESTED_RUN"):
+        monkeypatch.delenv(key, raising=False)
+    args = trl.GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, report_to="none", bf16=False)
+    client = MlflowClient(tracking_uri=uri)
+    previous = mlflow.get_tracking_uri()  # MLflow's process-wide setting, put back below
+    mlflow.set_tracking_uri(uri)  # the script's store; polyrl's own default would be output_dir/mlruns
+    try:
+        theirs_id = mlflow.start_run(experiment_id=client.create_experiment("theirs")).info.run_id
+        theirs = integration.MLflowCallback()
+        theirs.setup(args, TrainerState(is_world_process_zero=True), None)
+        assert theirs._ml_flow.active_run().info.run_id == theirs_id and not theirs._auto_end_run
+        mlflow.end_run()
+        ours_id = mlflow.start_run(experiment_id=client.create_experiment("ours")).info.run_id
+        run = trl_run(args, None, str(tmp_path / "no-model"), "float32", None)  # read in the script's thread
+        ours = MlflowTracker(TrackerContext(tmp_path / "out", "out", "polyrl", {"lr": 1.0}, trl=True, trl_run=run))
+        ours.log_metrics({"loss": 0.5}, 1)
+        ours.close()
+        assert client.get_run(ours_id).info.status == "RUNNING"  # the script's to end
+    finally:
+        mlflow.end_run()
+        mlflow.set_tracking_uri(previous)
+    assert ours.run_id == ours_id and not (tmp_path / "out" / "mlruns").exists()
+    ours_experiment = client.get_experiment_by_name("ours").experiment_id
+    assert [r.info.run_id for r in client.search_runs([ours_experiment])] == [ours_id]
+    their_run, our_run = client.get_run(theirs_id), client.get_run(ours_id)
+    assert our_run.data.tags["release"] == their_run.data.tags["release"] == "rc1"
+    assert {k: v for k, v in our_run.data.params.items() if not k.startswith("polyrl.")} == their_run.data.params
+    assert our_run.data.metrics["loss"] == 0.5
+
+
+def _wandb_artifacts(folder: Path) -> list:
+    """The artifact records an offline W&B run wrote, read once wandb's service closed its file."""
+    import wandb
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal.datastore import DataStore
+
+    wandb.teardown()
+    (log_file,) = folder.glob("wandb/offline-run-*/run-*.wandb")
+    store = DataStore()
+    store.open_for_scan(str(log_file))
+    found = []
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        if record.WhichOneof("record_type") == "artifact":
+            found.append(record.artifact)
+    return found
+
+
+def test_wandb_log_model_end_logs_the_trained_model_as_transformers_artifact(tmp_path, monkeypatch):
+    """$WANDB_LOG_MODEL=end: transformers' WandbCallback logs the trained model at the end of training
+    as a W&B artifact (type model, alias final_model, named model-<run name>, metadata final_model and
+    the summary's numbers); polyrl only warned. Written offline by the real wandb, read back from the
+    run's .wandb file."""
+    from polyrl.tracking.spec import TrackerContext, TrlRun
+    from polyrl.tracking.wandb import WandbTracker
+
+    for name in ("WANDB_MODE", "WANDB_PROJECT", "WANDB_WATCH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_LOG_MODEL", "end")
+    model = tmp_path / "model"  # as the trainer exports it before the trackers close
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    (model / "model.safetensors").write_bytes(b"weights")
+    tracker = WandbTracker(TrackerContext(tmp_path, "r", "p", {}, trl=True, trl_run=TrlRun(run_name="mine")))
+    tracker.log_metrics({"train/train_loss": 0.25, "train/loss": 1.0}, 3)
+    tracker.close()
+    (artifact,) = _wandb_artifacts(tmp_path)
+    assert (artifact.name, artifact.type) == ("model-mine", "model") and "final_model" in artifact.aliases
+    assert json.loads(artifact.metadata) == {"train_loss": 0.25, "final_model": True}
+    assert sorted(entry.path for entry in artifact.manifest.contents) == ["config.json", "model.safetensors"]

@@ -314,9 +314,9 @@ def test_derived_trl_values_never_count_as_set():
 
 @pytest.mark.parametrize(("kwargs", "field", "named"), [
     ({"fp16": True}, "grpo_config.fp16", ["fp16 = True"]),
-    ({"use_vllm": True, "ddp_static_graph": True},
-     "grpo_config.ddp_static_graph", ["ddp_static_graph = True (TRL's default: None): polyrl has no equivalent "
-                                      "(transformers passes it to torch's DistributedDataParallel",
+    ({"use_vllm": True, "bf16_full_eval": True},
+     "grpo_config.bf16_full_eval", ["bf16_full_eval = True (TRL's default: False): polyrl has no equivalent "
+                                    "(transformers evaluates with the model cast to bfloat16",
                                       "use_vllm = True (TRL's default: False): polyrl has no "
                                       "equivalent (polyrl samples with its own generate backend"]),
     ({"optim": "sgd"}, "grpo_config.optim", ["optim = 'sgd'"]),

@@ -89,8 +89,7 @@ def test_trls_ddp_timeout_is_polyrls_collective_timeout():
 
 
 @pytest.mark.parametrize("kwargs, field, said", [
-    ({"data_seed": 7, "ddp_find_unused_parameters": True}, "grpo_config.ddp_find_unused_parameters",
-     "polyrl wraps no model in DDP"),
+    ({"data_seed": 7, "full_determinism": True}, "grpo_config.full_determinism", "deterministic = true"),
     ({"bf16_full_eval": True}, "grpo_config.bf16_full_eval", "cast to bfloat16"),
     ({"eval_strategy": "steps", "eval_steps": 4, "eval_delay": 8}, "grpo_config.eval_delay",
      "skips the evaluations before"),
@@ -115,3 +114,51 @@ def test_reward_weights_that_are_no_list_of_numbers_are_one_error(weights):
     with pytest.raises(ConfigError) as info:
         api.GRPOConfig.from_trl(trl_config(reward_weights=weights))
     assert info.value.field == "grpo_config.reward_weights" and "reward_weights=[1.0, 0.5]" in str(info.value)
+
+
+DDP_SETTINGS = [{"ddp_find_unused_parameters": False}, {"ddp_find_unused_parameters": True},
+                {"ddp_bucket_cap_mb": 100}, {"ddp_broadcast_buffers": False}, {"ddp_static_graph": True}]
+
+
+@pytest.mark.parametrize("kwargs", DDP_SETTINGS)
+def test_ddp_fields_of_a_one_process_run_are_taken(kwargs):
+    """transformers passes the ddp_* fields to accelerate's DistributedDataParallelKwargs, which wraps
+    the model in DDP only when several processes run: a one-process run never reads them. from_trl
+    refused each (a TRL script's ddp_find_unused_parameters=False, kept for its multi-GPU launches,
+    stopped a one-GPU run). (ddp_backend without torchrun: TRL's own GRPOConfig fails in accelerate.)"""
+    config = trl_config(**kwargs)
+    assert config.world_size == 1
+    api.GRPOConfig.from_trl(config)
+
+
+@pytest.fixture
+def two_processes(monkeypatch):
+    """TRL's args as a 2-process launch reads them (``world_size`` from accelerate's state), without
+    starting processes: their batch fields are those of such a launch (steps_per_generation 2 =
+    gradient_accumulation_steps 1 x world_size 2 micro-batches)."""
+    monkeypatch.setattr(trl.GRPOConfig, "world_size", property(lambda self: 2))
+
+
+def launched(**kwargs):
+    """TRL's args of a torchrun launch: ``ddp_backend`` set after construction, as accelerate takes it
+    only with a started process group (this test starts none)."""
+    backend = kwargs.pop("ddp_backend", None)
+    config = trl_config(steps_per_generation=2, **kwargs)
+    config.ddp_backend = backend
+    assert config.world_size == 2
+    return config
+
+
+@pytest.mark.parametrize("kwargs", [*DDP_SETTINGS, {"ddp_backend": "nccl"}, {"ddp_backend": "gloo"}])
+def test_ddp_fields_that_cannot_change_a_multi_process_run_are_taken(two_processes, kwargs):
+    """polyrl wraps no model in DDP: one all-reduce sums every trainable parameter's gradient (none:
+    zero), so find_unused_parameters either way, bucket_cap_mb and static_graph (DDP's reducer's speed)
+    and broadcast_buffers (a causal LM's buffers never change in training) train the same; nccl and
+    gloo are the backends `polyrl launch` starts (the same sums)."""
+    api.GRPOConfig.from_trl(launched(**kwargs))
+
+
+def test_a_ddp_backend_polyrl_does_not_start_is_refused_on_several_processes(two_processes):
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(launched(ddp_backend="mpi"))
+    assert info.value.field == "grpo_config.ddp_backend" and "nccl on GPUs, gloo on CPUs" in str(info.value)

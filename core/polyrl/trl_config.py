@@ -97,6 +97,19 @@ READ_WITH = {"liger_kernel_config": "use_liger_kernel", "fsdp_config": "fsdp", "
 #: fields that shape tool-calling episodes: read by ``polyrl.trl.GRPOTrainer`` when it is given
 #: ``tools`` or an ``environment_factory`` (``agent_settings``), refused as TOML-only otherwise
 AGENT_FIELDS = frozenset({"max_tool_calling_iterations"})
+#: transformers' DistributedDataParallel settings (``Trainer._build_accelerator_args``): accelerate
+#: wraps the model in DDP only when several processes run, so one process never reads them. On several,
+#: polyrl wraps no model in DDP (``polyrl_torch.distributed.sum_gradients``): one all-reduce sums the
+#: gradient of every trainable parameter, one without a gradient counted as zero, so it trains the same
+#: with find_unused_parameters either way; it has no buckets (bucket_cap_mb) and no graph to keep
+#: (static_graph), both speed knobs of DDP's reducer; it broadcasts no buffers, which a causal LM's
+#: training never changes (rotary frequencies, computed alike on every rank), as every rank loads the
+#: same weights. None of them changes what trains, so all are taken.
+DDP_FIELDS = frozenset({"ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers",
+                        "ddp_static_graph"})
+#: ``ddp_backend`` values ``polyrl launch`` starts its process group with (nccl on GPUs, gloo on CPUs):
+#: the same sums whichever carries them. Another (mpi, xccl, hccl...) is refused on several processes.
+DDP_BACKENDS = frozenset({"nccl", "gloo"})
 
 
 def _plain(value: Any) -> Any:
@@ -118,7 +131,12 @@ def _refuse_unsupported(trl_config: Any, agent: bool = False) -> None:
     if not getattr(trl_config, "deepspeed", None):  # read by TRL's generation under DeepSpeed ZeRO-3 only
         handled.add("ds3_gather_for_generation")
     handled |= {name for name, switch in READ_WITH.items() if not _switched_on(trl_config, switch)}
-    kept = {f.name: getattr(trl_config, f.name) for f in fields if f.name in handled}
+    handled |= DDP_FIELDS
+    if processes(trl_config) == 1 or getattr(trl_config, "ddp_backend", None) in DDP_BACKENDS:
+        handled.add("ddp_backend")  # one process starts no process group: transformers never reads it
+    # the DDP fields derive nothing, and accelerate refuses a ddp_backend outside a started process group
+    kept = {f.name: getattr(trl_config, f.name) for f in fields
+            if f.name in handled and f.name not in DDP_FIELDS | {"ddp_backend"}}
     try:  # TRL's own defaults for everything else, derived from the same handled values
         reference = type(trl_config)(**kept)
     except Exception:  # noqa: BLE001 - TRL refused the subset: fall back to the declared defaults
@@ -144,6 +162,15 @@ def _refuse_unsupported(trl_config: Any, agent: bool = False) -> None:
     if optim not in ADAMW:
         raise ConfigError(f"TRL's optim = {shown(optim)} is not the AdamW polyrl trains with",
                           field="grpo_config.optim", fix="remove it (polyrl uses torch's AdamW)")
+
+
+def processes(trl_config: Any) -> int:
+    """How many processes run the script, as TRL's ``TrainingArguments.world_size`` counts them
+    (accelerate's state, from torchrun's environment)."""
+    try:
+        return int(getattr(trl_config, "world_size", 1) or 1)
+    except (TypeError, ValueError):
+        return 1
 
 
 def _switched_on(trl_config: Any, switch: str) -> bool:

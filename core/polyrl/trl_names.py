@@ -182,12 +182,15 @@ TOML_HINTS: dict[str, TrlName] = {
     # transformers' process group timeout: how long its ranks wait for each other (from_trl carries it)
     "ddp_timeout": TrlName("train.collective_timeout_s"),
     # transformers' distributed and evaluation settings TRL scripts set, each with what it does there
+    # from_trl takes these (trl_config.DDP_FIELDS): polyrl trains the same whatever their value
     **{name: TrlName(None, note="transformers passes it to torch's DistributedDataParallel wrapper of a "
-                                "multi-process run; polyrl wraps no model in DDP (under `polyrl launch` it "
-                                "all-reduces the gradients itself): remove it")
+                                "multi-process run; polyrl wraps no model in DDP (under `polyrl launch` one "
+                                "all-reduce sums every trainable parameter's gradient, no buckets, no buffers "
+                                "broadcast): remove it")
        for name in ("ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers", "ddp_static_graph")},
-    "ddp_backend": TrlName(None, note="transformers starts its process group with this torch.distributed backend; "
-                                      "`polyrl launch` picks the backend itself (nccl on GPUs, gloo on CPUs)"),
+    "ddp_backend": TrlName(None, note="transformers starts the process group of a multi-process run with this "
+                                      "torch.distributed backend; `polyrl launch` picks the backend itself (nccl on "
+                                      "GPUs, gloo on CPUs): remove it"),
     "fsdp_config": TrlName(None, note="transformers' FSDP settings, read with fsdp only; polyrl shards with FSDP2 "
                                       "under torchrun: `polyrl launch` with [backends.options] fsdp = true in a "
                                       "TOML config"),

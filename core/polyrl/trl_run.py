@@ -49,7 +49,8 @@ def trl_run(args: Any, model_object: Any, model_path: str, dtype: str, peft_conf
         texts["model_config"] = config.to_json_string()
     project = getattr(args, "project", None)
     return TrlRun(run_name=getattr(args, "run_name", None), project=project if isinstance(project, str) else None,
-                  config=combined, params=params, texts=texts, mlflow_parent=mlflow_parent())
+                  config=combined, params=params, texts=texts, mlflow_parent=mlflow_parent(),
+                  **mlflow_active())
 
 
 #: the values transformers reads as true in ``$MLFLOW_NESTED_RUN`` (its ``ENV_VARS_TRUE_VALUES``)
@@ -65,6 +66,21 @@ def mlflow_parent() -> str | None:
     mlflow = sys.modules.get("mlflow")
     active = mlflow.active_run() if mlflow is not None else None
     return active.info.run_id if active is not None else None
+
+
+def mlflow_active() -> dict[str, str]:
+    """``TrlRun``'s ``mlflow_active`` and ``mlflow_active_uri``: the MLflow run active in this thread
+    (the script's) and its tracking URI, when neither ``$MLFLOW_NESTED_RUN`` nor ``$MLFLOW_RUN_ID``
+    is set. Why: transformers' ``MLflowCallback`` then starts no run and logs into that one (its
+    ``setup``: ``start_run`` only when ``active_run()`` is None, nested or ``MLFLOW_RUN_ID``); polyrl
+    opened a second, top-level run beside the script's."""
+    if os.environ.get("MLFLOW_NESTED_RUN", "FALSE").upper() in _TRUE or os.environ.get("MLFLOW_RUN_ID"):
+        return {}
+    mlflow = sys.modules.get("mlflow")
+    active = mlflow.active_run() if mlflow is not None else None
+    if mlflow is None or active is None:
+        return {}
+    return {"mlflow_active": active.info.run_id, "mlflow_active_uri": mlflow.get_tracking_uri()}
 
 
 def peft_model(config: Any, peft_config: Any) -> Any:

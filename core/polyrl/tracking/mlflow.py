@@ -18,7 +18,8 @@ A TRL script's run (``TrackerContext.trl_run``) opens as transformers' ``MLflowC
 in ``$MLFLOW_EXPERIMENT_NAME`` (else ``$MLFLOW_EXPERIMENT_ID``, else MLflow's ``Default``), named
 ``args.run_name`` (unset: MLflow names it), tagged with ``$MLFLOW_TAGS``, with its params
 (``trl_params``), nested under the script's active run with ``$MLFLOW_NESTED_RUN``, or reattached
-to ``$MLFLOW_RUN_ID``."""
+to ``$MLFLOW_RUN_ID``; without either, a script's active run is the run itself (logged into, left
+open for the script to end)."""
 
 from __future__ import annotations
 
@@ -140,7 +141,11 @@ class MlflowTracker:
         self._metric = Metric
         self._names: dict[str, str | None] = {}  # metric name -> MLflow's (None: taken by another)
         self._taken: dict[str, str] = {}  # MLflow name -> the metric name that has it
-        self.uri = os.environ.get("MLFLOW_TRACKING_URI") or ""
+        trl_run = context.trl_run
+        #: the script's active run, logged into as transformers' MLflowCallback does, and left open
+        self.adopted = trl_run is not None and trl_run.mlflow_active is not None
+        self.uri = (trl_run.mlflow_active_uri if self.adopted and trl_run is not None else None) or \
+            os.environ.get("MLFLOW_TRACKING_URI") or ""
         if not self.uri:
             # MLflow 3 keeps the file store working but asks for an opt-in; its database stores
             # need SQLAlchemy, which the skinny build leaves out
@@ -154,11 +159,17 @@ class MlflowTracker:
         if context.trl_run is None:
             exp_id, run_name, tags = self._experiment(context.project), context.run_name, {}
         else:  # as transformers' MLflowCallback opens a TRL run
-            exp_id, run_name, tags = self._trl_experiment(), context.trl_run.run_name, trl_tags()
+            exp_id = "" if self.adopted else self._trl_experiment()  # the script's run has its experiment
+            run_name, tags = context.trl_run.run_name, trl_tags()
             if context.trl_run.mlflow_parent:  # MLflow's own tag of a nested run (start_run(nested=True))
                 tags = {**tags, "mlflow.parentRunId": context.trl_run.mlflow_parent}
         reattach = os.environ.get("MLFLOW_RUN_ID") if context.trl_run is not None else None
-        if reattach:  # as MLflowCallback's start_run resumes $MLFLOW_RUN_ID: the run's own name, tags kept
+        if self.adopted and trl_run is not None and trl_run.mlflow_active is not None:
+            # MLflowCallback logs its params and $MLFLOW_TAGS into the script's run, names it nothing
+            self.run_id = trl_run.mlflow_active
+            if tags:
+                self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        elif reattach:  # as MLflowCallback's start_run resumes $MLFLOW_RUN_ID: the run's own name, tags kept
             self.run_id = self.client.get_run(reattach).info.run_id
             self.client.update_run(self.run_id, status="RUNNING")
             if tags:
@@ -225,10 +236,12 @@ class MlflowTracker:
         self.client.log_text(self.run_id, dumps(table), f"completions/step_{step:06d}.json")
 
     def close(self) -> None:
-        self.client.set_terminated(self.run_id)
+        if not self.adopted:  # the script's run: the script ends it (MLflowCallback's _auto_end_run False)
+            self.client.set_terminated(self.run_id)
 
     def close_failed(self) -> None:
-        self.client.set_terminated(self.run_id, status="FAILED")
+        if not self.adopted:  # the script's `with mlflow.start_run()` marks its own run failed on the error
+            self.client.set_terminated(self.run_id, status="FAILED")
 
 
 def trl_tags() -> dict[str, str]:

@@ -39,6 +39,11 @@ class TrlRun:
     #: started: transformers' ``MLflowCallback`` opens its run nested under it (the trackers' own
     #: threads cannot see it: MLflow keeps the active run per thread)
     mlflow_parent: str | None = None
+    #: without ``$MLFLOW_NESTED_RUN`` and ``$MLFLOW_RUN_ID``, the MLflow run active in the script's
+    #: thread and the tracking URI it lives at: transformers' ``MLflowCallback`` logs into that run
+    #: (no run of its own) and leaves it open for the script to end
+    mlflow_active: str | None = None
+    mlflow_active_uri: str | None = None
 
 
 @attrs.define(frozen=True)

@@ -4,10 +4,12 @@ no account and no network. Completions are a ``wandb.Table`` per step. A TRL scr
 plotted against ``train/global_step``, logged with each entry, the end-of-training numbers
 (``train_runtime``, ``train_loss``...) in the run summary, not the history, and the project
 ``$WANDB_PROJECT`` (default ``huggingface``), the run named and configured as that callback does it
-(``run_identity``)."""
+(``run_identity``). ``$WANDB_LOG_MODEL=end`` (or ``checkpoint``) logs the trained model as the
+artifact that callback logs at the end of training."""
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -34,6 +36,7 @@ class WandbTracker:
         self.run = wandb.init(project=project, name=name, dir=str(context.output_dir), config=config, mode=mode,
                               settings=wandb.Settings(console="off", x_disable_stats=True))
         self._trl = context.trl
+        self._context = context
         if self._trl:  # transformers' x-axis: a TRL user's panels plot against it
             self.run.define_metric(WANDB_STEP_METRIC)
             self.run.define_metric("*", step_metric=WANDB_STEP_METRIC, step_sync=True)
@@ -56,7 +59,27 @@ class WandbTracker:
         self.run.log({"completions": table}, step=step)
 
     def close(self) -> None:
+        if os.environ.get("WANDB_LOG_MODEL") in LOG_MODEL:
+            self._log_final_model()
         self.run.finish()
+
+    def _log_final_model(self) -> None:
+        """The trained model's folder (``output_dir/model``, exported before the trackers close) as
+        the W&B artifact transformers' ``WandbCallback.on_train_end`` logs under ``$WANDB_LOG_MODEL``:
+        type ``model``, alias ``final_model``, its metadata the run summary's numbers and
+        ``final_model``. Why: a TRL user's ``WANDB_LOG_MODEL=end`` run ended without its model."""
+        folder = self.dir / FINAL_MODEL_DIR
+        if not folder.is_dir():  # a run that saved no model (stopped before its first step)
+            get_logger("polyrl.tracking").warning(
+                f"WANDB_LOG_MODEL={os.environ['WANDB_LOG_MODEL']}: no trained model in {folder} to log as a W&B "
+                "artifact", fix="log the model you keep with wandb.Artifact(..., type='model') yourself")
+            return
+        metadata = {k: v for k, v in dict(self.run.summary).items()
+                    if isinstance(v, numbers.Number) and not k.startswith("_")}
+        artifact = self._wandb.Artifact(name=model_artifact_name(self.run, self._context), type="model",
+                                        metadata={**metadata, "final_model": True})
+        artifact.add_dir(str(folder))
+        self.run.log_artifact(artifact, aliases=["final_model"])
 
     def close_failed(self) -> None:
         self.run.finish(exit_code=1)
@@ -75,14 +98,28 @@ def run_identity(context: TrackerContext) -> tuple[str | None, dict[str, Any]]:
     return trl_run.run_name, {**trl_run.config, POLYRL_CONFIG_KEY: dict(context.config)}
 
 
+#: ``$WANDB_LOG_MODEL`` values with which transformers' ``WandbCallback`` logs the trained model at the
+#: end of training (``WandbLogModel.is_enabled``)
+LOG_MODEL = frozenset({"end", "checkpoint"})
+#: where polyrl's trainer exports the trained model (``Trainer.final_model_dir``)
+FINAL_MODEL_DIR = "model"
+
+
+def model_artifact_name(run: Any, context: TrackerContext) -> str:
+    """The model artifact's name as ``WandbCallback`` names it: ``model-<run name>`` for a run named
+    by ``args.run_name`` (other than ``output_dir``), else ``model-<run id>``."""
+    named = context.trl_run.run_name if context.trl_run is not None else context.run_name if not context.trl else None
+    return f"model-{run.name}" if named and named != str(context.output_dir) else f"model-{run.id}"
+
+
 #: transformers' ``WandbCallback`` variables polyrl does not act on: each value that turns one on there,
 #: what transformers then does, and what to do instead
 UNHONOURED = {
-    "WANDB_LOG_MODEL": ({"end", "checkpoint"},
-                        "transformers' WandbCallback uploads the model ('end': the trained one, 'checkpoint': each "
-                        "checkpoint) as a W&B artifact; polyrl uploads no model to W&B",
-                        "log output_dir/model (or its checkpoints) yourself with wandb.Artifact(..., type='model'), "
-                        "or unset WANDB_LOG_MODEL"),
+    "WANDB_LOG_MODEL": ({"checkpoint"},
+                        "transformers' WandbCallback uploads each checkpoint as a W&B artifact; polyrl logs only the "
+                        "trained model at the end (as WANDB_LOG_MODEL=end does)",
+                        "log output_dir/checkpoints yourself with wandb.Artifact(..., type='model'), or set "
+                        "WANDB_LOG_MODEL=end"),
     "WANDB_WATCH": ({"all", "parameters", "gradients"},
                     "transformers' WandbCallback calls wandb.watch on the model (histograms of its parameters or "
                     "gradients); polyrl's model lives in its backend and is not watched",
