@@ -669,6 +669,51 @@ def test_a_trl_runs_mlflow_metrics_go_into_the_scripts_active_run(tmp_path, monk
     assert our_run.data.metrics["loss"] == 0.5
 
 
+def test_a_trl_runs_mlflow_run_goes_to_the_tracking_uri_the_script_set(tmp_path, monkeypatch):
+    """A script that points MLflow at its store (``mlflow.set_tracking_uri``, no run active, no
+    $MLFLOW_TRACKING_URI of its own): transformers' MLflowCallback opens its run there, and so does
+    polyrl, never in its default store under output_dir, where the script's MLflow UI never looks
+    (MLflow's set_tracking_uri also sets $MLFLOW_TRACKING_URI, which polyrl reads)."""
+    trl = pytest.importorskip("trl")
+    integration = pytest.importorskip("transformers.integrations.integration_utils")
+    import mlflow
+    from mlflow.tracking import MlflowClient
+    from transformers import TrainerState
+
+    from polyrl.tracking.mlflow import MlflowTracker
+    from polyrl.tracking.spec import TrackerContext
+    from polyrl.trl_run import trl_run
+
+    uri = (tmp_path / "script-store").as_uri()
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    # the experiment by name (MLflow's fluent API keeps the last experiment id process-wide)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "script")
+    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID", "MLFLOW_NESTED_RUN", "MLFLOW_TAGS"):
+        monkeypatch.delenv(key, raising=False)
+    args = trl.GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, report_to="none", bf16=False)
+    previous = mlflow.get_tracking_uri()  # MLflow's process-wide setting, put back below
+    mlflow.set_tracking_uri(uri)
+    try:
+        assert mlflow.active_run() is None
+        theirs = integration.MLflowCallback()
+        theirs.setup(args, TrainerState(is_world_process_zero=True), None)
+        theirs_id = theirs._ml_flow.active_run().info.run_id
+        mlflow.end_run()
+        run = trl_run(args, None, str(tmp_path / "no-model"), "float32", None)  # read in the script's thread
+        ours = MlflowTracker(TrackerContext(tmp_path / "out", "out", "polyrl", {"lr": 1.0}, trl=True, trl_run=run))
+        ours.log_metrics({"loss": 0.5}, 1)
+        ours.close()
+    finally:
+        mlflow.end_run()
+        mlflow.set_tracking_uri(previous)
+    assert not (tmp_path / "out" / "mlruns").exists()
+    client = MlflowClient(tracking_uri=uri)
+    assert client.get_run(theirs_id).info.run_id == theirs_id  # the callback's run is in the script's store
+    our_run = client.get_run(ours.run_id)
+    assert our_run.info.experiment_id == client.get_run(theirs_id).info.experiment_id
+    assert our_run.data.metrics["loss"] == 0.5
+
+
 def _wandb_artifacts(folder: Path) -> list:
     """The artifact records an offline W&B run wrote, read once wandb's service closed its file."""
     import wandb
