@@ -130,6 +130,17 @@ def test_the_torch_engine_starts_from_the_initial_adapter(tiny_model_dir, tmp_pa
     assert err.value.field == "backends.options.initial_adapter"
 
 
+def test_a_peft_model_s_init_lora_weights_is_past(tiny_model_dir, tmp_path):
+    """init_lora_weights (refused in a peft_config: polyrl inits its own way) only said how the
+    adapter given was made: its weights are what training starts from."""
+    from transformers import AutoModelForCausalLM
+
+    model = peft.get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                                peft.LoraConfig(r=4, target_modules=["q_proj"], init_lora_weights="gaussian"))
+    trainer = GRPOTrainer(model=model, reward_funcs=[short], train_dataset=_dataset(), args=_args(tmp_path))
+    assert trainer.policy.lora.rank == 4 and (tmp_path / "run" / "initial_adapter" / "adapter_model.safetensors").is_file()
+
+
 def test_a_peft_model_with_two_adapters_is_one_error(tiny_model_dir, tmp_path):
     model = _peft_model(tiny_model_dir)
     model.add_adapter("other", peft.LoraConfig(r=2, target_modules=["q_proj"]))

@@ -11,7 +11,8 @@
 Each argument is read as TRL reads it (``args`` by ``polyrl.api.GRPOConfig.from_trl``,
 ``reward_funcs`` by ``polyrl.api.reward_entries`` (a reward model object saved to a folder first) and
 ``reward_processing_classes`` as the reward models' tokenizers (``polyrl.trl_reward_models``),
-``peft_config`` as LoRA, ``tools`` as the
+``peft_config`` as LoRA, a ``PeftModel`` as ``model`` as its base and the adapter training starts
+from (``polyrl.trl_peft_model``), ``tools`` as the
 run's ``[environment] tools``, whose calls polyrl's episodes run, ``environment_factory`` as the
 run's environment, ``polyrl.agents.trl_environments``, ``callbacks`` as transformers'
 ``TrainerCallback`` objects called between polyrl's steps, ``polyrl.trl_callbacks``) or refused with

@@ -47,6 +47,8 @@ def adapter_config(model: Any, peft_config: Any) -> tuple[str, Any]:
                                              "with peft_config=peft.LoraConfig(...)")
     config = copy.deepcopy(config)
     config.inference_mode = False
+    # how the adapter was initialised is past: its weights (and a base PiSSA/OLoRA changed) are what is saved
+    config.init_lora_weights = True
     from polyrl.types import LoraConfig as PolyrlLora
 
     try:
