@@ -85,6 +85,21 @@ def test_a_peft_model_trains_its_own_adapter_from_its_current_weights(tiny_model
     assert not any(getattr(m, "merged", False) for m in model.modules())
 
 
+def test_an_adapter_loaded_to_train_further_starts_from_its_saved_weights(tiny_model_dir, tmp_path):
+    """PeftModel.from_pretrained(base, dir, is_trainable=True), as a script continuing an adapter
+    writes it: its config read back from adapter_config.json translates, its weights are the start."""
+    from transformers import AutoModelForCausalLM
+
+    _peft_model(tiny_model_dir).save_pretrained(str(tmp_path / "adapter"))
+    loaded = peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                                            str(tmp_path / "adapter"), is_trainable=True)
+    given = _logits(loaded)
+    trainer = GRPOTrainer(model=loaded, reward_funcs=[short], train_dataset=_dataset(),
+                          args=_args(tmp_path, learning_rate=1e-9))
+    trainer.train()
+    assert torch.allclose(_logits(AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "model")), given, atol=1e-4)
+
+
 def test_a_peft_model_s_first_step_log_probs_are_its_own(tiny_model_dir, tmp_path):
     """With a KL term TRL's reference is a frozen copy of the adapter as given: the first step's
     policy (the adapter as given) and reference compute the same log-probs, so its KL is 0; a
