@@ -11,7 +11,8 @@
 Each argument is read as TRL reads it (``args`` by ``polyrl.api.GRPOConfig.from_trl``,
 ``reward_funcs`` by ``polyrl.api.reward_entries`` (a reward model object saved to a folder first) and
 ``reward_processing_classes`` as the reward models' tokenizers (``polyrl.trl_reward_models``),
-``peft_config`` as LoRA, ``tools`` as the
+``peft_config`` as LoRA, a ``PeftModel`` as ``model`` as its base and the adapter training starts
+from (``polyrl.trl_peft_model``), ``tools`` as the
 run's ``[environment] tools``, whose calls polyrl's episodes run, ``environment_factory`` as the
 run's environment, ``polyrl.agents.trl_environments``, ``callbacks`` as transformers'
 ``TrainerCallback`` objects called between polyrl's steps, ``polyrl.trl_callbacks``) or refused with
@@ -190,6 +191,17 @@ class GRPOTrainer:
                 raise ConfigError(f"GRPOTrainer({name}=...) has no polyrl counterpart", field=name,
                                   fix=_REFUSED[name])
         _refuse_optimizers(optimizers)
+        from polyrl import trl_peft_model
+
+        #: with a PeftModel as model: its adapter's name (TRL trains that adapter), else None
+        self._adapter_name: str | None = None
+        if trl_peft_model.is_peft_model(model):
+            if backend != "torch":
+                raise ConfigError(f"model is a PeftModel: training its adapter from its current weights needs the "
+                                  f"torch backend, not {backend!r}", field="model",
+                                  fix="use backend='torch', or pass the base model with peft_config=LoraConfig(...) "
+                                      "(a fresh adapter)")
+            self._adapter_name, peft_config = trl_peft_model.adapter_config(model, peft_config)
         self.tools = _tools(tools)
         #: the environment_factory, probed (None without one)
         self.trl_environments = _environments(environment_factory, self.tools)
@@ -255,8 +267,9 @@ class GRPOTrainer:
         # bf16 is the policy's now: run_config would read it again (a second warning on MLX)
         self.grpo_config = attrs.evolve(self.grpo_config, _trl_bf16=False)
         self._peft_config = peft_config
-        #: with peft_config, ``trainer.model``: a peft PeftModel of the base (TRL's), made on first use
-        self._peft_model: Any = None
+        #: with peft_config, ``trainer.model``: a peft PeftModel of the base (TRL's), made on first use;
+        #: a PeftModel given is that object (TRL trains it)
+        self._peft_model: Any = model if self._adapter_name is not None else None
         self._processing_class = processing_class
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
@@ -303,8 +316,30 @@ class GRPOTrainer:
         with run_lock.held_while_writing(Path(output_dir), self.accelerator.is_main_process):
             self._saver_token = trl_saves.claim(output_dir)  # before the save: a failed one replaced files too
             model_path = _model_folder(model, processing_class, output_dir)
+            #: a PeftModel's adapter as given (training starts from it) and, for a KL term, its merged copy
+            self._initial_adapter, self._initial_reference = self._saved_adapter(model, output_dir, model_path)
             entries, folders = trl_reward_models.saved_reward_models(rewards, tokenizers, output_dir)
         return model_path, entries, folders
+
+    def _saved_adapter(self, model: Any, output_dir: str, model_path: str) -> tuple[Path | None, Path | None]:
+        """A PeftModel's adapter saved under ``output_dir/initial_adapter`` (the torch backend's
+        ``initial_adapter``) and, where the run has a KL term, base and adapter merged under
+        ``output_dir/initial_reference`` (TRL's reference: a frozen copy of the adapter as given)."""
+        from polyrl import trl_peft_model
+
+        if self._adapter_name is None:
+            return None, None
+        for name in ("initial_adapter", "initial_reference"):
+            shutil.rmtree(Path(output_dir) / name, ignore_errors=True)
+        adapter = trl_peft_model.save_adapter(model, self._adapter_name, Path(output_dir) / "initial_adapter")
+        if not getattr(self.args, "beta", 0.0):
+            return adapter, None
+        reference = Path(output_dir) / "initial_reference"
+        trl_peft_model.save_merged(model, self._adapter_name, reference)
+        from transformers import AutoTokenizer
+
+        AutoTokenizer.from_pretrained(model_path).save_pretrained(str(reference))  # the one saved with the base
+        return adapter, reference
 
     @_script_names
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
@@ -480,6 +515,12 @@ class GRPOTrainer:
             plugins = [*plugins, *([self.tools] if self.tools is not None else [])]
         if self.trl_environments is not None:
             plugins = [*_with_environments(config, plugins), self.trl_environments]
+        if self._initial_adapter is not None and config.lora is not None:  # a PeftModel's adapter, trained on
+            config = attrs.evolve(config, backends=attrs.evolve(config.backends, options={
+                **config.backends.options, "initial_adapter": str(self._initial_adapter)}))
+            if self._initial_reference is not None and config.algorithm.beta != 0:
+                config = attrs.evolve(config, model=attrs.evolve(config.model,
+                                                                 reference_path=str(self._initial_reference)))
         trainer = api.make_trainer(config, plugins, resume=resume, engines=engines)
         # the trackers' tags and steps transformers' integrations write in a TRL run (train/loss at global_step)
         if hasattr(trainer, "tracking"):  # (a Trainer stand-in in the tests has none)
@@ -525,8 +566,10 @@ class GRPOTrainer:
         sets = eval_sets(eval_dataset, self.eval_dataset, self.args)
         self._check_own_saves(trained=self.summary is not None)
         folder = self.model_path if self.summary is None else str(self._model_source("evaluate"))
-        # the trained folder holds merged weights; before training LoRA adapters start at zero
-        policy = attrs.evolve(self.policy, model=folder, lora=None)
+        # the trained folder holds merged weights; before training LoRA adapters start at zero, but
+        # a PeftModel's as given (its initial_adapter, loaded with the LoRA layers)
+        before_adapter = self.summary is None and self._initial_adapter is not None
+        policy = attrs.evolve(self.policy, model=folder, lora=self.policy.lora if before_adapter else None)
         batch_size = int(getattr(self.args, "per_device_eval_batch_size", 8) or 8)
         out: dict[str, Any] = {}
         for name, rows in sets:
@@ -1117,12 +1160,14 @@ def _model_folder(model: Any, processing_class: Any, output_dir: str) -> str:
     if not hasattr(model, "save_pretrained"):
         raise ConfigError(f"model is a {type(model).__name__}", field="model",
                           fix="pass a model folder, a polyrl model name or a transformers PreTrainedModel")
-    if hasattr(model, "peft_config") and hasattr(model, "merge_and_unload"):
-        raise ConfigError("model is a PeftModel; polyrl adds its own LoRA adapters", field="model",
-                          fix="pass the base model and the LoraConfig as peft_config")
+    from polyrl import trl_peft_model
+
     folder = Path(output_dir) / "initial_model"
     tokenizer = processing_class if processing_class is not None else _folder_tokenizer(model)
-    model.save_pretrained(folder, safe_serialization=True)
+    if trl_peft_model.is_peft_model(model):  # the base alone, unmerged: the adapter is trained from its own file
+        trl_peft_model.save_base(model, folder)
+    else:
+        model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     return str(folder)
 

@@ -98,7 +98,8 @@ def load_trained(peft_model: Any, adapter: Path) -> bool:
     from safetensors.torch import load_file
 
     try:
-        result = set_peft_model_state_dict(peft_model, load_file(str(adapter / "adapter_model.safetensors")))
+        result = set_peft_model_state_dict(peft_model, load_file(str(adapter / "adapter_model.safetensors")),
+                                           adapter_name=peft_model.active_adapter)  # a PeftModel given: its name
     except RuntimeError:  # a shape differs
         return False
     missing = [key for key in result.missing_keys if "lora_" in key]

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from polyrl.backend_kit.chat import require_chat_template
+from polyrl.backend_kit.options import text_option
 from polyrl.backend_kit.literal_chat import encode_chat_literal
 from polyrl.backend_kit.tokens import CompletionDecoding, given_a_start, pad_token_id, text_prompt_ids
 from polyrl.backend_kit.weight_headers import config_sizes, refuse_sizes_beyond_weights
@@ -183,6 +184,12 @@ class TorchEngine(CompletionDecoding):
             enable_gradient_checkpointing(model)
         if config.lora is not None:
             model = self._add_lora(model, config.lora)
+            adapter = text_option(config.options, "initial_adapter", None,
+                                  fix="name a folder PeftModel.save_pretrained wrote, or remove the option")
+            if adapter is not None:  # a script's PeftModel: training starts from its A and B
+                from polyrl_torch.initial_adapter import load_initial_adapter
+
+                load_initial_adapter(model, adapter, config.lora, ADAPTER)
         self.model = model
         self.eos_ids = self._eos_ids()
         self.pad_id = pad_token_id(self.tokenizer)
