@@ -125,3 +125,46 @@ def test_a_generator_that_hangs_between_items_ends_at_the_time_limit():
     # an empty generator beside expected values is still no pass (``pairing``)
     rows = [{"prompt": "p", "tests": "assert all(a == b for a, b in zip(fib(), [0, 1]))"}]
     assert list(score(["def fib():\n    return\n    yield\n"], rows=rows).total) == [0.0]
+
+
+FRAC_ADD = FRACTION.replace("def plus(", "def add(")
+VEC = ("class Vec:\n    def __init__(self, x, y):\n        self.x, self.y = x, y\n"
+       "    def __eq__(self, o):\n        return (self.x, self.y) == (o.x, o.y)\n"
+       "def add(a, b):\n    return Vec(a.x + b.x, a.y + b.y)\n")
+#: (tests, right solution, wrong solution): the task's function is named like a standard one
+#: (``operator.add``) and takes the solution's objects.
+NAMED_LIKE_STANDARD = {
+    "frac": ("assert add(Frac(1, 2), Frac(1, 2)) == Frac(1, 1)\nassert add(Frac(1, 3), Frac(1, 6)) == Frac(1, 2)",
+             FRAC_ADD, FRAC_ADD.replace("a.n * b.d + b.n * a.d", "a.n + b.n")),
+    "bound_object": ("v = Vec(1, 2)\nassert add(v, Vec(1, 1)) == Vec(2, 3)", VEC, VEC.replace("a.y + b.y", "a.y")),
+    "plain": ("assert add(2, 3) == 5\nassert add(-1, 1) == 0", "def add(a, b):\n    return a + b\n",
+              "def add(a, b):\n    return a - b\n"),
+}
+#: Tests where the standard name checks or builds the expected value: still the trainer's, so a
+#: solution defining it to agree with a wrong answer scores 0.
+CIRCLE = "class Circle:\n    def __init__(self, r):\n        self.r = r\n    def area(self):\n        return 0.0\n"
+STANDARD_CHECKS = [
+    ("assert isclose(Circle(1).area(), 3.14159, rel_tol=1e-3)", CIRCLE + "def isclose(*a, **k):\n    return True\n"),
+    ("assert isclose(Circle(1), 3.14159)", CIRCLE + "def isclose(*a, **k):\n    return True\n"),
+    ("assert add(Frac(1, 2), Frac(1, 2)) == Frac(1, 2).double()",
+     "class Frac:\n    def __init__(self, n, d):\n        pass\n    def double(self):\n        return 7\n"
+     "def add(a, b):\n    return 7\n"),
+    ("assert add(Frac(1, 2), Frac(1, 2)) == total([1, 1]) and total([1, 2]) == 3",
+     FRAC_ADD + "def add(a, b):\n    return 2\ndef total(xs):\n    return 2\n"),
+]
+
+
+def test_a_task_function_named_like_a_standard_one_takes_the_solutions_objects():
+    """``def add(a, b)`` beside the solution's ``class Frac``, tested ``add(Frac(1, 2), Frac(1, 2))
+    == Frac(1, 1)``: the tests got the trainer's ``operator.add`` (a standard helper beside the
+    solution's name ``Frac``), which no object of the sample's answers, so a right solution scored
+    0. A wrong one still scores 0, and a standard name checking the answer is still the trainer's."""
+    names = list(NAMED_LIKE_STANDARD)
+    rows = [{"prompt": "p", "tests": NAMED_LIKE_STANDARD[n][0]} for n in names]
+    right = score([NAMED_LIKE_STANDARD[n][1] for n in names], rows=rows)
+    assert dict(zip(names, right.total)) == dict.fromkeys(names, 1.0)
+    wrong = score([NAMED_LIKE_STANDARD[n][2] for n in names], rows=rows)
+    assert dict(zip(names, wrong.total)) == dict.fromkeys(names, 0.0)
+    rows = [{"prompt": "p", "tests": tests} for tests, _ in STANDARD_CHECKS]
+    forged = score([text for _, text in STANDARD_CHECKS], rows=rows)
+    assert list(forged.total) == [0.0] * len(rows)
