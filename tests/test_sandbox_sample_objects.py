@@ -168,3 +168,36 @@ def test_a_task_function_named_like_a_standard_one_takes_the_solutions_objects()
     rows = [{"prompt": "p", "tests": tests} for tests, _ in STANDARD_CHECKS]
     forged = score([text for _, text in STANDARD_CHECKS], rows=rows)
     assert list(forged.total) == [0.0] * len(rows)
+
+
+FROZEN = POINT.replace("@dataclass(order=True)", "@dataclass(order=True, frozen=True)")
+#: (tests, right solution, wrong solution): the sample's objects as set members and dict keys.
+HASHED = {
+    "set_eq": ("assert {mid(Point(0, 0), Point(2, 2))} == {Point(1, 1)}", FROZEN, FROZEN.replace("/ 2,", "/ 4,")),
+    "dict_key": ("d = {Point(1, 1): 'm'}\nassert d[mid(Point(0, 0), Point(2, 2))] == 'm'", FROZEN,
+                 FROZEN.replace("/ 2,", "/ 4,")),
+    "in_set": ("assert mid(Point(0, 0), Point(2, 2)) in {Point(1, 1), Point(5, 5)}", FROZEN,
+               FROZEN.replace("/ 2,", "/ 4,")),
+    "dedupe": ("assert len({mid(Point(0, 0), Point(2, 2)), Point(1, 1)}) == 1", FROZEN, FROZEN.replace("/ 2,", "/ 4,")),
+    # unhashable in the sample (a dataclass with eq and no frozen): unhashable here, as in Python
+    "unhashable": ("import pytest\nwith pytest.raises(TypeError):\n    {mid(Point(0, 0), Point(2, 2))}", POINT,
+                   FROZEN),
+}
+#: Hashes that agree with the tests' values and an ``__eq__`` that always agrees: still never equal.
+AGREEING_HASH = AGREEING.replace("    __hash__ = object.__hash__\n", "    def __hash__(self):\n        return hash((1, 1))\n")
+
+
+def test_the_samples_objects_hash_as_the_sample_hashes_them():
+    """``{mid(p, q)} == {Point(1, 1)}`` of a frozen dataclass scored 0: the sample's objects hashed
+    by identity on the tests' side, so equal ones never met in a set or dict. They hash as the
+    sample's ``hash`` says now; against the tests' own values they still never compare equal."""
+    names = list(HASHED)
+    rows = [{"prompt": "p", "tests": HASHED[n][0]} for n in names]
+    right = score([HASHED[n][1] for n in names], rows=rows)
+    assert dict(zip(names, right.total)) == dict.fromkeys(names, 1.0)
+    wrong = score([HASHED[n][2] for n in names], rows=rows)
+    assert dict(zip(names, wrong.total)) == dict.fromkeys(names, 0.0)
+    against = ["assert mid(Point(0, 0), Point(2, 2)) in {(1, 1)}", "assert {mid(Point(0, 0), Point(2, 2))} == {(1, 1)}",
+               "assert {(1, 1): 'm'}[mid(Point(0, 0), Point(2, 2))] == 'm'"]
+    rows = [{"prompt": "p", "tests": tests} for tests in against]
+    assert list(score([AGREEING_HASH] * len(rows), rows=rows).total) == [0.0] * len(rows)

@@ -217,6 +217,8 @@ class _Session:
             return self.out(bool(obj))
         if op == "str":
             return self.out(str(obj))
+        if op == "hash":  # a set or dict key of the tests' (``remote.Remote.__hash__``)
+            return self.out(hash(obj))
         if op == "compare":  # two of its values, as Python compares them; a bool or nothing
             other, how = self.refs[req["other"]], req["how"]
             result = (obj == other if how == "==" else obj != other if how == "!=" else obj < other if how == "<"
