@@ -201,3 +201,31 @@ def test_the_samples_objects_hash_as_the_sample_hashes_them():
                "assert {(1, 1): 'm'}[mid(Point(0, 0), Point(2, 2))] == 'm'"]
     rows = [{"prompt": "p", "tests": tests} for tests in against]
     assert list(score([AGREEING_HASH] * len(rows), rows=rows).total) == [0.0] * len(rows)
+
+
+FUTURE_TESTS = ("from __future__ import annotations\nfrom dataclasses import dataclass\n@dataclass\nclass Node:\n"
+                "    val: int\n    nxt: Node | None = None\n"
+                "assert Node(add(1, 2)) == Node(3)\nassert Node(add(2, 2), Node(0)).nxt == Node(0)")
+
+
+@pytest.mark.parametrize("tests_in", ["process", "trainer"])
+def test_a_future_import_of_the_tests_applies_to_the_whole_cell(tests_in):
+    """A tests file with ``from __future__ import annotations`` and a ``@dataclass`` annotated with
+    its own name (``nxt: Node | None``): each statement compiled alone, so the annotation was
+    evaluated and raised NameError, and every completion scored 0. With the import applied to the
+    cell, the dataclass needs the tests' module in ``sys.modules``, as a script's is."""
+    import sys
+
+    from polyrl.plugins import get_plugin_manager
+    from polyrl.rewards.combine import RewardComputer
+    from polyrl.types import Completion, RewardContext
+
+    options = {"timeout_s": 4, "memory_mb": 512, "extract": "raw", "tests_in": tests_in}
+    computer = RewardComputer(get_plugin_manager(entry_points=False), [("code_tests", 1.0, options)])
+    texts = ["def add(a, b):\n    return a + b\n", "def add(a, b):\n    return a * b\n"]
+    rows = [{"prompt": "p", "tests": FUTURE_TESTS}] * 2
+    before = sys.modules.get("tests")
+    got = computer(["p"] * 2, [Completion(0, [1], [2], [0.0], text=t) for t in texts],
+                   RewardContext(rows=rows, wanted=("code_tests",)))
+    assert list(got.total) == [1.0, 0.5]
+    assert sys.modules.get("tests") is before  # the trainer's modules as they were
