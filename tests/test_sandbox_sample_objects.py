@@ -139,6 +139,13 @@ NAMED_LIKE_STANDARD = {
     "bound_object": ("v = Vec(1, 2)\nassert add(v, Vec(1, 1)) == Vec(2, 3)", VEC, VEC.replace("a.y + b.y", "a.y")),
     "plain": ("assert add(2, 3) == 5\nassert add(-1, 1) == 0", "def add(a, b):\n    return a + b\n",
               "def add(a, b):\n    return a - b\n"),
+    # two in one assert: the second (``operator.sub``) was the trainer's, so a wrong one passed
+    "two_on_data": ("assert add(2, 3) == 5 and sub(5, 3) == 2", "def add(a, b):\n    return a + b\n"
+                    "def sub(a, b):\n    return a - b\n", "def add(a, b):\n    return a + b\n"
+                    "def sub(a, b):\n    return 0\n"),
+    "two_on_objects": ("assert add(Frac(1, 2), Frac(1, 2)) == Frac(1, 1) and mul(Frac(1, 2), Frac(1, 3)) == Frac(1, 6)",
+                       FRAC_ADD + "def mul(a, b):\n    return Frac(a.n * b.n, a.d * b.d)\n",
+                       FRAC_ADD + "def mul(a, b):\n    return Frac(a.n * b.n, a.d + b.d)\n"),
 }
 #: Tests where the standard name checks or builds the expected value: still the trainer's, so a
 #: solution defining it to agree with a wrong answer scores 0.
@@ -151,6 +158,11 @@ STANDARD_CHECKS = [
      "def add(a, b):\n    return 7\n"),
     ("assert add(Frac(1, 2), Frac(1, 2)) == total([1, 1]) and total([1, 2]) == 3",
      FRAC_ADD + "def add(a, b):\n    return 2\ndef total(xs):\n    return 2\n"),
+    # on the solution's objects, against the tests' data: the trainer's (an answer it must build)
+    ("assert add(Num(1), Num(2)) == 3", "def Num(x):\n    return 0\ndef add(a, b):\n    return 3\n"),
+    ("assert double(4) == 8 and sub(double(4), 8) == 0", "def double(x):\n    return 0\ndef sub(a, b):\n    return 0\n"),
+    ("assert f([3, 1, 2]) == list(permutations([3, 1, 2]))",
+     "def f(xs):\n    return []\ndef permutations(xs):\n    return []\n"),
 ]
 
 
@@ -158,7 +170,8 @@ def test_a_task_function_named_like_a_standard_one_takes_the_solutions_objects()
     """``def add(a, b)`` beside the solution's ``class Frac``, tested ``add(Frac(1, 2), Frac(1, 2))
     == Frac(1, 1)``: the tests got the trainer's ``operator.add`` (a standard helper beside the
     solution's name ``Frac``), which no object of the sample's answers, so a right solution scored
-    0. A wrong one still scores 0, and a standard name checking the answer is still the trainer's."""
+    0; in ``add(2, 3) == 5 and sub(5, 3) == 2`` a wrong ``sub`` scored 1.0. A wrong one scores 0
+    now, and a standard name checking or building the answer is still the trainer's."""
     names = list(NAMED_LIKE_STANDARD)
     rows = [{"prompt": "p", "tests": NAMED_LIKE_STANDARD[n][0]} for n in names]
     right = score([NAMED_LIKE_STANDARD[n][1] for n in names], rows=rows)

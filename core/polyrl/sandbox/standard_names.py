@@ -19,13 +19,18 @@ A list of such names was always one name short, so the rule is general:
   standard ones build or check what it must return;
 - in a group that reads only standard names, the first one its test steps name is the task's
   (``assert gcd(12, 8) == 4``, ``check(median)``, ``assert count(s) == Counter(s)``) and the
-  others are the trainer's.
+  others are the trainer's;
+- in any group, a standard name whose every use is a call compared by ``==``/``!=`` with nothing
+  the sample computes but that call is the task's (``standard_subjects.task_calls``): on data
+  written out against data written out (``add(2, 3) == 5 and sub(5, 3) == 2``, where a wrong
+  ``sub`` passed), or on objects the tests make of the solution's classes against such objects
+  (``add(Frac(1, 2), Frac(1, 2)) == Frac(1, 1)``, where ``operator.add`` failed a right solution).
 
 So a task whose own function is named ``gcd``, ``sqrt``, ``add`` or ``median`` still calls the
 solution's where it is tested, and a standard helper beside it never does. What it costs: a task
 function named like a standard helper that the same group also checks beside another function of
-the task (``x = 16; assert sqrt(x) == 4; assert is_square(x)``) is the trainer's there, for every
-completion alike (no completion gains from it).
+the task, other than as a call compared with data (``assert is_square(sqrt(16))``), is the
+trainer's there, for every completion alike (no completion gains from it).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ import functools
 import importlib
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
+
+from polyrl.sandbox.standard_subjects import task_calls
 
 #: Pure standard-library modules whose public names tests use unimported, in order of precedence
 #: for a name several define (``math.sqrt`` before ``cmath.sqrt``, ``operator.sub`` before ``re.sub``).
@@ -150,78 +157,11 @@ def helper_names(steps: Sequence[tuple[str, bool]], setup: str, bound: Collectio
         if not helper:
             continue
         others = {name for name, _ in reads if name in imported or name not in standard}
-        if others:
-            tests = [statements[i][0] for i in group if statements[i][1]]
-            subject = _called_on_objects(tests, helper, others, _made_by_call([statements[i][0] for i in group]))
-            helpers.update(name for name in helper if name != subject)
-            continue
-        subject = next((name for name, in_test in reads if in_test), helper[0])
-        helpers.update(name for name in helper if name != subject)
+        nodes = [statements[i][0] for i in group]
+        classes = {name for name in others if name[:1].isupper()}
+        subject = None if others else next((name for name, in_test in reads if in_test), helper[0])
+        helpers.update(name for name in helper if name != subject and not task_calls(nodes, name, classes))
     return helpers
-
-
-def _called_on_objects(tests: list[ast.stmt], helper: list[str], others: Collection[str],
-                       made: dict[str, str]) -> str | None:
-    """The standard name that is the task's in a group reading other solution names (module doc):
-    when every other one is spelled like a class (``Frac``, ``Vec``), the first standard name the
-    test steps call on an object of theirs (``Frac(1, 2)``, or a name bound to one, ``v = Vec(1, 2)``)
-    where that call is compared with expected values: literals, the tests' names, or more such
-    objects (``assert add(Frac(1, 2), Frac(1, 2)) == Frac(1, 1)``). Why: that ``add`` was the
-    trainer's ``operator.add``, which no object of the sample's answers, so a right solution
-    scored 0. Sound: what it returns meets the tests' values only as the same plain data, and the
-    sample's objects only through the sample's own ``==``, as any of its objects does
-    (``remote.Remote._compare``); a standard name checking or building the expected value from
-    data (``isclose(area(2), 12.57)``, ``== list(permutations(xs))``, ``sqrt(side(4)) == 2``), or
-    compared with anything else the sample computes (``== Frac(1, 2).double()``), stays the
-    trainer's. None otherwise."""
-    classes = {name for name in others if name[:1].isupper()}
-    if classes != set(others):
-        return None
-
-    def made_here(node: ast.AST) -> bool:
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            return node.func.id in classes
-        return isinstance(node, ast.Name) and made.get(node.id) in classes
-
-    def expected(node: ast.AST) -> bool:
-        if isinstance(node, ast.Constant):
-            return not isinstance(node.value, bool) and node.value is not None
-        if made_here(node):
-            return True
-        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-            return all(expected(item) for item in node.elts)
-        return isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant)
-
-    for statement in tests:
-        for compare in ast.walk(statement):
-            if not isinstance(compare, ast.Compare):
-                continue
-            sides = [compare.left, *compare.comparators]
-            for i, side in enumerate(sides):
-                if (isinstance(side, ast.Call) and isinstance(side.func, ast.Name) and side.func.id in helper
-                        and any(made_here(a) for a in (*side.args, *(k.value for k in side.keywords)))
-                        and all(expected(other) for j, other in enumerate(sides) if j != i)):
-                    return side.func.id
-    return None
-
-
-def _made_by_call(nodes: Iterable[ast.stmt]) -> dict[str, str]:
-    """Names the statements bind only by plain assignments from a call of one name: name -> that
-    name (``v = Vec(1, 2)``); a name bound otherwise too is left out."""
-    made: dict[str, str] = {}
-    plain: set[int] = set()  # the targets of those assignments
-    other: set[str] = set()
-    for node in nodes:
-        for inner in ast.walk(node):
-            if (isinstance(inner, ast.Assign) and len(inner.targets) == 1 and isinstance(inner.targets[0], ast.Name)
-                    and isinstance(inner.value, ast.Call) and isinstance(inner.value.func, ast.Name)):
-                target = inner.targets[0].id
-                if made.setdefault(target, inner.value.func.id) != inner.value.func.id:
-                    other.add(target)
-                plain.add(id(inner.targets[0]))
-            elif isinstance(inner, ast.Name) and isinstance(inner.ctx, (ast.Store, ast.Del)) and id(inner) not in plain:
-                other.add(inner.id)
-    return {name: callee for name, callee in made.items() if name not in other}
 
 
 def solution_imports(nodes: Iterable[ast.AST]) -> set[str]:
