@@ -7,7 +7,9 @@ all run in this process on those values, so nothing the sample does to its own i
 (patching builtins, writing to a descriptor, exiting, an ``__eq__`` that always agrees, printing
 "passed") can turn a failed test into a pass. A ``Remote`` compares equal to itself, and to
 another of the sample's values only as the sample's own ``==`` says (``Remote._compare``): never
-to a value of the tests'.
+to a value of the tests'. It hashes as the sample's ``hash`` says (a set member, a dict key), which
+picks a bucket only. The tests' statements run one at a time, with the cell's ``from __future__``
+imports, in a module of theirs that is in ``sys.modules`` while they run (``tests_namespace``).
 
 Whose names: the tests' globals are theirs alone. The solution's names sit one layer below them,
 in the namespace's builtins dict (under the trainer's real builtins), so whatever the tests or
