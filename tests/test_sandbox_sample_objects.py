@@ -242,3 +242,27 @@ def test_a_future_import_of_the_tests_applies_to_the_whole_cell(tests_in):
                    RewardContext(rows=rows, wanted=("code_tests",)))
     assert list(got.total) == [1.0, 0.5]
     assert sys.modules.get("tests") is before  # the trainer's modules as they were
+
+
+FRAC_OPS = ("class Frac:\n    def __init__(self, n, d):\n        self.n, self.d = n, d\n"
+            "    def __eq__(self, o):\n        return isinstance(o, Frac) and self.n * o.d == o.n * self.d\n"
+            "    def __add__(self, o):\n        return Frac(self.n * o.d + o.n * self.d, self.d * o.d)\n"
+            "    def __mul__(self, o):\n        return Frac(self.n * o.n, self.d * o.d)\n")
+ZERO = ("class Zero:\n    def __sub__(self, o):\n        return 0\n    __rsub__ = __add__ = __radd__ = __sub__\n"
+        "def area(r):\n    return Zero()\nclass Circle:\n    def __init__(self, r):\n        pass\n    def area(self):\n"
+        "        return Zero()\n")
+
+
+def test_two_of_the_samples_objects_combine_as_its_own_operators_say():
+    """``Frac(1, 2) + Frac(1, 2) == Frac(1, 1)`` of a class with ``__add__`` raised TypeError on the
+    tests' side, so a right solution scored 0. Two of the sample's values combine there now; with a
+    value of the tests' they still do not (an object whose ``__sub__`` gives 0 would pass every
+    ``abs(f(x) - expected) < eps``)."""
+    tests = "assert Frac(1, 2) + Frac(1, 2) == Frac(1, 1)\nassert Frac(1, 2) * Frac(2, 3) == Frac(1, 3)"
+    rows = [{"prompt": "p", "tests": tests}]
+    assert list(score([FRAC_OPS], rows=rows).total) == [1.0]
+    assert list(score([FRAC_OPS.replace("self.n * o.d + o.n * self.d", "self.n + o.n")], rows=rows).total) == [0.5]
+    rows = [{"prompt": "p", "tests": t} for t in ("assert abs(area(2) - 12.566) < 1e-3",
+                                                  "assert abs(12.566 - Circle(2).area()) < 1e-3",
+                                                  "assert area(2) + 1 == 13.566")]
+    assert list(score([ZERO] * 3, rows=rows).total) == [0.0] * 3
